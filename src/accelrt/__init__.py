@@ -1,0 +1,131 @@
+"""accelrt: a device-agnostic accelerator runtime for Python.
+
+The runtime API of ``torch.accelerator`` (devices, streams, events, a caching allocator with
+statistics, RNG state, graphs) as a standalone library over pluggable backends (``cpu``,
+``cuda``, third parties). ``import accelrt as acc`` reads like ``torch.accelerator``.
+
+``import accelrt`` imports no backend library: submodules and public names load on first use.
+
+Example::
+
+    >>> import accelrt as acc
+    >>> acc.device("cpu:0")
+    device(type='cpu', index=0)
+    >>> s = acc.Stream("cpu")
+    >>> with s:
+    ...     acc.current_stream("cpu") == s
+    True
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from ._device import (
+    current_accelerator,
+    current_device_idx,  # deprecated
+    current_device_index,
+    device,
+    device_count,
+    device_index,
+    get_device_capability,
+    get_device_properties,
+    is_available,
+    set_current_accelerator,
+    set_device_idx,  # deprecated
+    set_device_index,
+)
+from ._errors import (
+    AcceleratorError,
+    BackendUnavailableError,
+    CaptureNotSupportedError,
+    DeviceError,
+    OutOfMemoryError,
+)
+
+__version__ = "0.1.0"
+
+# Public names defined in submodules, loaded on first attribute access (PEP 562) so that
+# ``import accelrt`` stays cheap and side-effect free.
+_LAZY: dict[str, str] = {
+    # streams, events, graphs
+    "Stream": "._stream",
+    "current_stream": "._stream",
+    "set_stream": "._stream",
+    "synchronize": "._stream",
+    "Event": "._event",
+    "Graph": "._graph",
+    "graph": "._graph",
+    # arrays
+    "Array": "._array",
+    "asarray": "._array",
+    "empty": "._array",
+    "full": "._array",
+    "zeros": "._array",
+    "rand": ".random",
+    "randn": ".random",
+    "randint": ".random",
+    "manual_seed": ".random",
+    "seed": ".random",
+    "initial_seed": ".random",
+    "get_rng_state": ".random",
+    "set_rng_state": ".random",
+    # memory (the common ones, as torch.cuda re-exports them)
+    "empty_cache": ".memory",
+    "empty_host_cache": ".memory",
+    "get_memory_info": ".memory",
+    "host_memory_stats": ".memory",
+    "max_memory_allocated": ".memory",
+    "max_memory_reserved": ".memory",
+    "memory_allocated": ".memory",
+    "memory_reserved": ".memory",
+    "memory_snapshot": ".memory",
+    "memory_stats": ".memory",
+    "memory_stats_as_nested_dict": ".memory",
+    "memory_summary": ".memory",
+    "reset_accumulated_memory_stats": ".memory",
+    "reset_peak_memory_stats": ".memory",
+    "MemPool": ".memory",
+    "use_mem_pool": ".memory",
+    # collectives
+    "can_device_access_peer": ".comm",
+}
+_SUBMODULES = ("backends", "comm", "cpu", "cuda", "memory", "random", "interop")
+
+__all__ = sorted([
+    "AcceleratorError",
+    "BackendUnavailableError",
+    "CaptureNotSupportedError",
+    "DeviceError",
+    "OutOfMemoryError",
+    "current_accelerator",
+    "current_device_idx",  # deprecated
+    "current_device_index",
+    "device",
+    "device_count",
+    "device_index",
+    "get_device_capability",
+    "get_device_properties",
+    "is_available",
+    "set_current_accelerator",
+    "set_device_idx",  # deprecated
+    "set_device_index",
+    *_LAZY,
+    *_SUBMODULES,
+])
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+    elif name in _SUBMODULES:
+        value = importlib.import_module("." + name, __name__)
+    else:
+        raise AttributeError(f"module 'accelrt' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

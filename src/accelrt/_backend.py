@@ -1,0 +1,488 @@
+"""The backend contract (raw operations only) and the lazy backend registry.
+
+A backend is one device family (``cpu``, ``cuda``, ``opencl``, or a third party's). It exposes
+*raw* operations: device queries, raw allocation, copies, stream and event primitives, and
+optionally virtual-memory mapping and graph capture. Everything else (caching allocator,
+statistics, snapshots, RNG bookkeeping, collectives, graphs, current device/stream) is written
+once in accelrt's core, above this contract.
+
+Handles are plain ``int``\\ s chosen by the backend: a stream handle, an event handle, a device
+pointer. Handle ``0`` is never a valid event; stream handle ``default_stream(i)`` is the
+device's default (legacy null) stream.
+
+Built-in backends are imported lazily by :func:`get_backend`; third-party backends come from
+the ``accelrt.backends`` entry-point group (the entry point loads a :class:`Backend` subclass or
+a zero-argument factory returning an instance) or from :func:`register`.
+
+Example::
+
+    >>> from accelrt import backends
+    >>> "cpu" in backends.available()
+    True
+    >>> backends.get_backend("cpu").name
+    'cpu'
+"""
+
+from __future__ import annotations
+
+import abc
+import importlib
+import threading
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from ._errors import BackendUnavailableError
+
+__all__ = [
+    "BACKENDS",
+    "Backend",
+    "available",
+    "get_all_backends",
+    "get_available_backends",
+    "get_backend",
+    "register",
+    "registered",
+    "unavailable_reason",
+]
+
+#: Built-in backends, in the default order used to choose the current accelerator.
+BACKENDS: tuple[str, ...] = ("cuda", "opencl", "cpu")
+
+_BUILTIN_MODULES = {
+    "cpu": "accelrt.backends.cpu",
+    "cuda": "accelrt.backends.cuda",
+    "opencl": "accelrt.backends.opencl",
+}
+_INSTALL_HINTS = {
+    "cpu": "the cpu backend is part of accelrt",
+    "cuda": 'install it with: pip install "accelrt[cuda]" (and an NVIDIA driver)',
+    "opencl": 'install it with: pip install "accelrt[opencl]" (and an OpenCL ICD such as PoCL)',
+}
+
+
+def _abstract(name: str) -> NotImplementedError:
+    return NotImplementedError(f"The {name!r} method must be implemented.")
+
+
+class Backend(abc.ABC):
+    """Raw operations of one device family; subclass it to add a backend.
+
+    Subclasses set :attr:`name` and implement the abstract methods. Optional capabilities
+    (virtual memory, graph capture, pinned host memory, peer access) have defaults that say
+    "not supported". Methods take a device ``index`` that the core has already range-checked.
+    Every method may be called from any thread.
+    """
+
+    #: Registry name and device type string, e.g. ``"cpu"``.
+    name: ClassVar[str] = ""
+
+    # ------------------------------------------------------------------ discovery
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        """Return ``None`` if the backend is usable, else a sentence saying why not and what to
+        install. Must not create a device context or otherwise make ``fork`` unsafe."""
+        return None
+
+    @abc.abstractmethod
+    def device_count(self) -> int:
+        """Number of devices. Must not create a device context."""
+        raise _abstract("device_count")
+
+    @abc.abstractmethod
+    def get_device_properties(self, index: int) -> dict[str, Any]:
+        """Properties of device ``index``: at least ``name``, ``total_memory`` (bytes) and
+        ``multi_processor_count``; backend-specific extras may follow."""
+        raise _abstract("get_device_properties")
+
+    def get_device_capability(self, index: int) -> dict[str, Any]:
+        """Capabilities of device ``index``: at least ``supported_dtypes`` (numpy dtype names)."""
+        return {
+            "supported_dtypes": [
+                "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+                "uint64", "float16", "float32", "float64", "complex64", "complex128",
+            ]
+        }
+
+    @abc.abstractmethod
+    def get_memory_info(self, index: int) -> tuple[int, int]:
+        """``(free, total)`` bytes of device ``index`` as the device sees them."""
+        raise _abstract("get_memory_info")
+
+    def init_device(self, index: int) -> None:
+        """Make device ``index`` ready for work in the calling thread (e.g. make a context
+        current). Called lazily before the first raw operation on that device in a thread."""
+
+    # ------------------------------------------------------------------ memory
+    @abc.abstractmethod
+    def malloc(self, index: int, size: int) -> int:
+        """Allocate ``size`` bytes on device ``index``; return the address, or ``0`` when the
+        device has not enough free memory (no exception on plain out-of-memory)."""
+        raise _abstract("malloc")
+
+    @abc.abstractmethod
+    def free(self, index: int, ptr: int) -> None:
+        """Release memory returned by :meth:`malloc`. Synchronizes as the backend requires."""
+        raise _abstract("free")
+
+    def host_malloc(self, size: int) -> int:
+        """Allocate ``size`` bytes of page-locked host memory; ``0`` when out of memory."""
+        raise _abstract("host_malloc")
+
+    def host_free(self, ptr: int) -> None:
+        """Release memory returned by :meth:`host_malloc`."""
+        raise _abstract("host_free")
+
+    def host_accessible(self, index: int) -> bool:
+        """True if device memory of ``index`` can be read and written directly by the host
+        at its address (the CPU backend); enables zero-copy ``numpy()`` and DLPack on kDLCPU."""
+        return False
+
+    # virtual memory (optional: enables expandable segments)
+    def vm_supported(self, index: int) -> bool:
+        """True if the device can reserve address space and map physical memory into it."""
+        return False
+
+    def vm_granularity(self, index: int) -> int:
+        """Smallest mapping unit in bytes (a power of two)."""
+        raise _abstract("vm_granularity")
+
+    def vm_reserve(self, index: int, size: int) -> int:
+        """Reserve ``size`` bytes of address space (no memory behind it); return its base."""
+        raise _abstract("vm_reserve")
+
+    def vm_release(self, index: int, ptr: int, size: int) -> None:
+        """Release an address range from :meth:`vm_reserve` (all of it must be unmapped)."""
+        raise _abstract("vm_release")
+
+    def vm_map(self, index: int, ptr: int, size: int) -> bool:
+        """Back ``[ptr, ptr+size)`` (granularity-aligned, inside a reservation) with physical
+        memory accessible from the device; return False when out of memory."""
+        raise _abstract("vm_map")
+
+    def vm_unmap(self, index: int, ptr: int, size: int) -> None:
+        """Unmap and release the physical memory behind ``[ptr, ptr+size)``."""
+        raise _abstract("vm_unmap")
+
+    # ------------------------------------------------------------------ copies
+    @abc.abstractmethod
+    def memcpy(self, dst: int, src: int, nbytes: int, index: int, stream: int,
+               kind: str) -> None:
+        """Copy ``nbytes`` from ``src`` to ``dst`` in stream order on ``stream`` of device
+        ``index``. ``kind`` is ``"h2d"``, ``"d2h"``, ``"d2d"`` (same device) or ``"h2h"``.
+        Host addresses used asynchronously must stay valid until the stream reaches the copy."""
+        raise _abstract("memcpy")
+
+    def memcpy_peer(self, dst: int, dst_index: int, src: int, src_index: int, nbytes: int,
+                    stream: int) -> None:
+        """Copy between two devices of this backend, ordered on ``stream`` of ``src_index``."""
+        raise _abstract("memcpy_peer")
+
+    @abc.abstractmethod
+    def memset(self, ptr: int, value: int, nbytes: int, index: int, stream: int) -> None:
+        """Set ``nbytes`` bytes at ``ptr`` to the byte ``value`` in stream order."""
+        raise _abstract("memset")
+
+    def fill(self, ptr: int, pattern: bytes, count: int, index: int, stream: int) -> None:
+        """Write ``pattern`` (1, 2, 4 or 8 bytes) ``count`` times from ``ptr`` in stream order."""
+        raise _abstract("fill")
+
+    def can_access_peer(self, index: int, peer: int) -> bool:
+        """True if device ``index`` can access memory of device ``peer`` directly."""
+        return index == peer
+
+    # ------------------------------------------------------------------ streams
+    def default_stream(self, index: int) -> int:
+        """Handle of the default stream of device ``index``."""
+        return 0
+
+    def stream_priority_range(self, index: int) -> tuple[int, int]:
+        """``(least, greatest)`` priority; like CUDA, a *lower* number is a higher priority,
+        so ``greatest <= least``."""
+        return (0, 0)
+
+    @abc.abstractmethod
+    def stream_create(self, index: int, priority: int) -> int:
+        """Create a stream on device ``index`` and return its handle."""
+        raise _abstract("stream_create")
+
+    def stream_destroy(self, index: int, stream: int) -> None:
+        """Destroy a stream made by :meth:`stream_create` (after its work completes)."""
+
+    @abc.abstractmethod
+    def stream_query(self, index: int, stream: int) -> bool:
+        """True if all work submitted to ``stream`` has completed."""
+        raise _abstract("stream_query")
+
+    @abc.abstractmethod
+    def stream_synchronize(self, index: int, stream: int) -> None:
+        """Block until all work submitted to ``stream`` has completed."""
+        raise _abstract("stream_synchronize")
+
+    @abc.abstractmethod
+    def stream_wait_event(self, index: int, stream: int, event: int) -> None:
+        """Make future work on ``stream`` wait for the last record of ``event``."""
+        raise _abstract("stream_wait_event")
+
+    def stream_is_valid(self, index: int, stream: int) -> bool:
+        """True if ``stream`` names a live stream of device ``index`` (rebuilding a Stream)."""
+        return True
+
+    def synchronize(self, index: int) -> None:
+        """Block until all work on every stream of device ``index`` has completed."""
+        raise _abstract("synchronize")
+
+    def launch_host_func(self, index: int, stream: int, fn: Callable[[], None]) -> None:
+        """Run the Python callable ``fn`` on the host once all earlier work on ``stream`` has
+        completed; later work on ``stream`` waits for it (``cuLaunchHostFunc``)."""
+        raise _abstract("launch_host_func")
+
+    # ------------------------------------------------------------------ events
+    @abc.abstractmethod
+    def event_create(self, index: int, enable_timing: bool, blocking: bool,
+                     interprocess: bool) -> int:
+        """Create an event on device ``index`` and return its non-zero handle."""
+        raise _abstract("event_create")
+
+    @abc.abstractmethod
+    def event_destroy(self, index: int, event: int) -> None:
+        """Destroy an event."""
+        raise _abstract("event_destroy")
+
+    @abc.abstractmethod
+    def event_record(self, index: int, event: int, stream: int) -> None:
+        """Record ``event`` at the current end of ``stream``."""
+        raise _abstract("event_record")
+
+    @abc.abstractmethod
+    def event_query(self, index: int, event: int) -> bool:
+        """True if the work before the event's last record has completed."""
+        raise _abstract("event_query")
+
+    @abc.abstractmethod
+    def event_synchronize(self, index: int, event: int) -> None:
+        """Block until the event's last record has completed."""
+        raise _abstract("event_synchronize")
+
+    @abc.abstractmethod
+    def event_elapsed_time(self, index: int, start: int, end: int) -> float:
+        """Milliseconds between two completed, timing-enabled events."""
+        raise _abstract("event_elapsed_time")
+
+    def event_ipc_handle(self, index: int, event: int) -> bytes:
+        """Interprocess handle of an event made with ``interprocess=True``."""
+        raise _abstract("event_ipc_handle")
+
+    def event_from_ipc_handle(self, index: int, handle: bytes) -> int:
+        """Open an event from another process's :meth:`event_ipc_handle`."""
+        raise _abstract("event_from_ipc_handle")
+
+    # ------------------------------------------------------------------ graphs (optional)
+    def graph_supported(self, index: int) -> bool:
+        """True if the backend can capture stream work into graphs."""
+        return False
+
+    def graph_capture_begin(self, index: int, stream: int) -> None:
+        """Start capturing the work submitted to ``stream``."""
+        raise _abstract("graph_capture_begin")
+
+    def graph_capture_end(self, index: int, stream: int) -> int:
+        """Stop capturing on ``stream``; return an executable graph handle."""
+        raise _abstract("graph_capture_end")
+
+    def graph_replay(self, index: int, graph: int, stream: int) -> None:
+        """Launch a captured graph on ``stream``."""
+        raise _abstract("graph_replay")
+
+    def graph_destroy(self, index: int, graph: int) -> None:
+        """Destroy a captured graph."""
+        raise _abstract("graph_destroy")
+
+    def stream_is_capturing(self, index: int, stream: int) -> bool:
+        """True while ``stream`` is capturing."""
+        return False
+
+    def __repr__(self) -> str:
+        return f"<accelrt backend {self.name!r}>"
+
+
+# ---------------------------------------------------------------------- registry
+
+_lock = threading.RLock()
+_factories: dict[str, Callable[[], Backend]] = {}   # guarded by _lock
+_instances: dict[str, Backend] = {}                  # guarded by _lock
+_failures: dict[str, str] = {}                       # guarded by _lock
+_entry_points_loaded = False                         # guarded by _lock
+
+
+def _check_name(name: object) -> str:
+    if not isinstance(name, str):
+        raise TypeError(f"backend name must be a str, got {type(name).__name__}")
+    if not name or not name.isidentifier() or name != name.lower():
+        raise ValueError(f"backend name {name!r} must be a lower-case identifier like 'cuda'")
+    return name
+
+
+def register(name: str, factory: Callable[[], Backend] | type[Backend], *,
+             replace: bool = False) -> None:
+    """Register a third-party backend.
+
+    Args:
+        name: device type string, a lower-case identifier (``"mydev"``).
+        factory: a :class:`Backend` subclass or a zero-argument callable returning an instance.
+        replace: allow replacing an already registered backend of that name.
+
+    Raises:
+        TypeError: ``factory`` is not callable.
+        ValueError: the name is malformed, or taken and ``replace`` is False.
+
+    Example::
+
+        >>> from accelrt import backends
+        >>> from accelrt.backends.cpu import CpuBackend
+        >>> class MyDev(CpuBackend):
+        ...     name = "mydev"
+        >>> backends.register("mydev", MyDev, replace=True)
+        >>> backends.get_backend("mydev").device_count() >= 1
+        True
+    """
+    name = _check_name(name)
+    if not callable(factory):
+        raise TypeError(f"backend factory for {name!r} must be callable, got {factory!r}")
+    with _lock:
+        _load_entry_points()
+        if not replace and (name in _factories or name in _BUILTIN_MODULES):
+            raise ValueError(f"a backend named {name!r} is already registered; "
+                             "pass replace=True to override it")
+        _factories[name] = factory  # type: ignore[assignment]
+        _instances.pop(name, None)
+        _failures.pop(name, None)
+
+
+def _load_entry_points() -> None:
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return
+    _entry_points_loaded = True
+    try:
+        from importlib.metadata import entry_points
+        eps = entry_points(group="accelrt.backends")
+    except Exception:  # noqa: BLE001 - broken metadata must not break import
+        return
+    for ep in eps:
+        name = ep.name
+
+        def _factory(ep=ep) -> Backend:  # type: ignore[no-untyped-def]
+            obj = ep.load()
+            return obj() if callable(obj) else obj
+
+        _factories.setdefault(name, _factory)
+
+
+def registered() -> list[str]:
+    """Names of all known backends (built-in first, in default order), usable or not."""
+    with _lock:
+        _load_entry_points()
+        return list(BACKENDS) + sorted(n for n in _factories if n not in BACKENDS)
+
+
+def _make(name: str) -> Backend:
+    if name in _factories:
+        factory = _factories[name]
+        if isinstance(factory, type) and issubclass(factory, Backend):
+            reason = factory.unavailable_reason()
+            if reason:
+                raise BackendUnavailableError(f"Backend {name!r} is not available: {reason}")
+        backend = factory()
+    elif name in _BUILTIN_MODULES:
+        try:
+            module = importlib.import_module(_BUILTIN_MODULES[name])
+        except ImportError as exc:
+            raise BackendUnavailableError(
+                f"Backend {name!r} is not available: {exc}; {_INSTALL_HINTS[name]}") from exc
+        cls = module.backend_class
+        reason = cls.unavailable_reason()
+        if reason:
+            raise BackendUnavailableError(f"Backend {name!r} is not available: {reason}")
+        backend = cls()
+    else:
+        known = ", ".join(repr(n) for n in registered())
+        raise BackendUnavailableError(
+            f"Unknown backend {name!r}; known backends are {known}. Third-party backends "
+            "register with accelrt.backends.register() or the 'accelrt.backends' entry point.")
+    if not isinstance(backend, Backend):
+        raise TypeError(f"backend factory for {name!r} returned {type(backend).__name__}, "
+                        "not an accelrt.backends.Backend")
+    if backend.device_count() <= 0:
+        raise BackendUnavailableError(f"Backend {name!r} is not available: it reports no devices")
+    return backend
+
+
+def get_backend(name: str) -> Backend:
+    """Return the (cached) backend instance for ``name``.
+
+    Raises:
+        BackendUnavailableError: unknown name, or the backend cannot be used here; the message
+            says why and what to install.
+    """
+    backend = _instances.get(name)
+    if backend is not None:
+        return backend
+    if not isinstance(name, str):
+        raise TypeError(f"backend name must be a str, got {type(name).__name__}")
+    with _lock:
+        _load_entry_points()
+        backend = _instances.get(name)
+        if backend is not None:
+            return backend
+        if name in _failures:
+            raise BackendUnavailableError(_failures[name])
+        try:
+            backend = _make(name)
+        except BackendUnavailableError as exc:
+            if name in _BUILTIN_MODULES or name in _factories:
+                _failures[name] = str(exc)
+            raise
+        except Exception as exc:  # noqa: BLE001 - a broken backend is reported, not fatal
+            msg = f"Backend {name!r} is not available: {type(exc).__name__}: {exc}"
+            _failures[name] = msg
+            raise BackendUnavailableError(msg) from exc
+        _instances[name] = backend
+        return backend
+
+
+def unavailable_reason(name: str) -> str | None:
+    """Why backend ``name`` cannot be used (``None`` if it can).
+
+    Example::
+
+        >>> from accelrt import backends
+        >>> backends.unavailable_reason("cpu") is None
+        True
+    """
+    try:
+        get_backend(name)
+    except BackendUnavailableError as exc:
+        return str(exc)
+    return None
+
+
+def available() -> list[str]:
+    """Names of the usable backends, in the default preference order."""
+    return [n for n in registered() if unavailable_reason(n) is None]
+
+
+def get_available_backends() -> list[Backend]:
+    """Instances of every usable backend."""
+    return [get_backend(n) for n in available()]
+
+
+def get_all_backends() -> list[str]:
+    """Alias of :func:`registered`: every known backend name."""
+    return registered()
+
+
+def _reset_for_tests(name: str) -> None:
+    """Forget a cached instance or failure (tests that change the environment use this)."""
+    with _lock:
+        _instances.pop(name, None)
+        _failures.pop(name, None)

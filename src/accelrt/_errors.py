@@ -1,0 +1,98 @@
+"""The one error hierarchy of accelrt.
+
+::
+
+    RuntimeError
+     └── AcceleratorError                      any failure reported by accelrt or a backend
+          ├── BackendUnavailableError (+LookupError)   backend not installed / no driver / no device
+          ├── DeviceError                       a device call failed (driver error, bad state)
+          ├── OutOfMemoryError (+MemoryError)   the caching allocator could not satisfy a request
+          └── CaptureNotSupportedError (+NotImplementedError)  backend cannot capture graphs
+
+Wrong argument types raise :class:`TypeError`, bad values :class:`ValueError` (or
+:class:`IndexError` for device indices out of range, as PyTorch does), and calls made in the
+wrong state :class:`RuntimeError`.  Backends translate their library's exceptions at one
+boundary (``map_backend_errors``) so user code only ever sees this tree.
+
+Example::
+
+    >>> import accelrt as acc
+    >>> issubclass(acc.OutOfMemoryError, RuntimeError)
+    True
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+__all__ = [
+    "AcceleratorError",
+    "BackendUnavailableError",
+    "CaptureNotSupportedError",
+    "DeviceError",
+    "OutOfMemoryError",
+    "map_backend_errors",
+]
+
+
+class AcceleratorError(RuntimeError):
+    """Base class of every error accelrt raises for a runtime failure."""
+
+
+class BackendUnavailableError(AcceleratorError, LookupError):
+    """A backend cannot be used: not installed, no driver, or no device.
+
+    The message says why and what to install.
+    """
+
+
+class DeviceError(AcceleratorError):
+    """A device, stream, event or copy operation failed in the backend."""
+
+
+class CaptureNotSupportedError(AcceleratorError, NotImplementedError):
+    """The backend cannot capture or replay graphs."""
+
+
+class OutOfMemoryError(AcceleratorError, MemoryError):
+    """The caching allocator could not satisfy an allocation.
+
+    Attributes:
+        size: bytes the allocator tried to obtain from the device (the segment size).
+        allocated: bytes allocated by accelrt on that device when it failed.
+        limit: the byte limit in force (the device total, or the per-process fraction).
+    """
+
+    def __init__(self, message: str, size: int = 0, allocated: int = 0, limit: int = 0) -> None:
+        super().__init__(message)
+        self.size = size
+        self.allocated = allocated
+        self.limit = limit
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (type(self), (self.args[0] if self.args else "", self.size, self.allocated, self.limit))
+
+
+@contextlib.contextmanager
+def map_backend_errors(backend: str, what: str) -> Iterator[None]:
+    """Translate any non-accelrt exception raised inside the block into :class:`DeviceError`.
+
+    ``TypeError``/``ValueError``/``IndexError`` and accelrt's own errors pass through unchanged.
+
+    Example::
+
+        >>> from accelrt._errors import map_backend_errors, DeviceError
+        >>> try:
+        ...     with map_backend_errors("cpu", "copy"):
+        ...         raise OSError("boom")
+        ... except DeviceError as e:
+        ...     print(e)
+        cpu: copy failed: OSError: boom
+    """
+    try:
+        yield
+    except (AcceleratorError, TypeError, ValueError, IndexError, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # noqa: BLE001 - this is the one mapping boundary
+        raise DeviceError(f"{backend}: {what} failed: {type(exc).__name__}: {exc}") from exc
