@@ -1,0 +1,710 @@
+"""The cpu backend: the reference :class:`~accelrt.backends.Backend` with simulated devices.
+
+Device memory is host memory (numpy buffers at real addresses, or ``mmap`` pages for the
+virtual-memory operations) charged against a per-device budget. Stream work runs inline in the
+caller (``sync`` mode, the default: every query is True and calls are very cheap) or on one
+worker thread per stream (``async`` mode: real ordering, waits and completion). Graph capture
+records the work submitted to a capturing stream and replays it in order.
+
+Example::
+
+    >>> import numpy as np
+    >>> from accelrt.backends.cpu import CpuBackend
+    >>> b = CpuBackend(num_devices=2, memory_limit="64MiB")
+    >>> ptr = b.malloc(0, 16)
+    >>> src = np.arange(16, dtype=np.uint8)
+    >>> b.memcpy(ptr, src.ctypes.data, 16, 0, 0, "h2d")
+    >>> b.get_memory_info(0) == (64 * 2**20 - 16, 64 * 2**20)
+    True
+    >>> b.free(0, ptr)
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import os
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterable
+from functools import partial
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..._backend import Backend
+from ..._errors import DeviceError
+from ._config import CpuConfig, config_error, processor_name, resolve_config
+from ._memory import VM_GRANULARITY, DeviceMemory, HostMemory, check_size, host_view, vm_available
+from ._streams import Capture, CpuEvent, CpuStream, Record
+
+__all__ = ["CpuBackend"]
+
+_now = time.perf_counter_ns
+_KINDS = frozenset(("h2d", "d2h", "d2d", "h2h"))
+_FILL_DTYPES = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+_PRIORITY_LEAST, _PRIORITY_GREATEST = 0, -1
+
+
+def _stamp(rec: Record) -> None:
+    rec.ts = _now()
+
+
+def _fill(ptr: int, nbytes: int, dtype: Any, value: Any) -> None:
+    host_view(ptr, nbytes).view(dtype)[:] = value
+
+
+def _close_all(default: list[CpuStream], streams: dict[int, CpuStream]) -> None:
+    for s in itertools.chain(default, list(streams.values())):
+        s.close()
+
+
+def _work_error(s: CpuStream, exc: BaseException) -> DeviceError:
+    err = DeviceError(f"cpu: work on stream {s.handle} of cpu:{s.device} failed: "
+                      f"{type(exc).__name__}: {exc}")
+    err.__cause__ = exc
+    return err
+
+
+class _Graph:
+    __slots__ = ("device", "ops")
+
+    def __init__(self, device: int, ops: tuple[tuple[str, Any], ...]) -> None:
+        self.device = device
+        self.ops = ops
+
+
+class CpuBackend(Backend):
+    """The reference backend: simulated cpu devices with budgets, streams, events and graphs.
+
+    Args:
+        num_devices: number of simulated devices (default ``ACCELRT_CPU_DEVICES`` or 1).
+        memory_limit: per-device budget, bytes or a size string like ``"8GiB"`` (default
+            ``ACCELRT_CPU_MEMORY`` or the physical memory).
+        async_streams: run stream work on worker threads (default ``ACCELRT_CPU_STREAMS ==
+            "async"``; synchronous otherwise).
+        name: the registry name of this instance (default ``"cpu"``); set it when registering
+            a variant under another name.
+
+    Raises:
+        TypeError: an argument has the wrong type.
+        ValueError: an argument or environment variable is malformed (the message names it
+            and the expected form).
+
+    Example::
+
+        >>> from accelrt import backends
+        >>> from accelrt.backends.cpu import CpuBackend
+        >>> backends.register(
+        ...     "cpudoc", lambda: CpuBackend(num_devices=2, async_streams=True, name="cpudoc"),
+        ...     replace=True)
+        >>> b = backends.get_backend("cpudoc")
+        >>> b.name, b.device_count(), b.get_device_properties(1)["async_streams"]
+        ('cpudoc', 2, True)
+    """
+
+    name: ClassVar[str] = "cpu"
+
+    def __init__(self, num_devices: int | None = None, memory_limit: int | str | None = None,
+                 async_streams: bool | None = None, *, name: str | None = None) -> None:
+        self._config: CpuConfig = resolve_config(num_devices, memory_limit, async_streams)
+        if name is not None:
+            if not isinstance(name, str):
+                raise TypeError(f"name must be a str, got {type(name).__name__}")
+            if not name or not name.isidentifier() or name != name.lower():
+                raise ValueError(f"name={name!r} must be a lower-case identifier like 'cpu2'")
+            self.__dict__["name"] = name  # instance name shadows the class default
+        n = self._config.num_devices
+        self._n = n
+        self._async = self._config.async_streams
+        self._mem = [DeviceMemory(i, self._config.memory_limit) for i in range(n)]
+        self._host = HostMemory()
+        self._lock = threading.Lock()                 # guards creation/removal below
+        self._handles = itertools.count(1)
+        self._default = [CpuStream(i, 0, 0) for i in range(n)]
+        self._streams: dict[int, CpuStream] = {}      # guarded by _lock (writes)
+        self._events: dict[int, CpuEvent] = {}        # guarded by _lock (writes)
+        self._graphs: dict[int, _Graph] = {}          # guarded by _lock (writes)
+        self._capturing: dict[CpuStream, Capture] = {}  # guarded by _lock (writes)
+        # device index -> handles of its live streams (0 included): the fast paths' check
+        self._valid: dict[int, set[int]] = {i: {0} for i in range(n)}  # guarded by _lock
+        # True when the fast synchronous paths cannot be used (async mode or open captures)
+        self._slow = self._async                      # guarded by _lock (writes)
+        self._finalizer = weakref.finalize(self, _close_all, self._default, self._streams)
+
+    # ------------------------------------------------------------------ discovery
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        """``None``, or a sentence naming a malformed ``ACCELRT_CPU_*`` variable.
+
+        Example::
+
+            >>> from accelrt.backends.cpu import CpuBackend
+            >>> CpuBackend.unavailable_reason() is None
+            True
+        """
+        return config_error()
+
+    @property
+    def config(self) -> CpuConfig:
+        """The resolved settings (devices, budget, stream mode) of this instance."""
+        return self._config
+
+    def close(self, timeout: float | None = 10.0) -> None:
+        """Stop every stream's worker thread once its queued work is done (idempotent).
+
+        Args:
+            timeout: seconds to wait for each worker to finish its queue (``None``: forever).
+
+        Example::
+
+            >>> from accelrt.backends.cpu import CpuBackend
+            >>> b = CpuBackend(async_streams=True)
+            >>> b.launch_host_func(0, 0, lambda: None)
+            >>> b.close()
+        """
+        streams = list(itertools.chain(self._default, list(self._streams.values())))
+        self._finalizer()
+        me = threading.current_thread()
+        for s in streams:
+            thread = s.thread
+            if thread is not None and thread is not me:
+                thread.join(timeout)
+
+    def _check_index(self, index: object) -> int:
+        if isinstance(index, bool) or not isinstance(index, int):
+            raise TypeError(f"device index must be an int, got {type(index).__name__}")
+        if not 0 <= index < self._n:
+            raise IndexError(f"cpu device index {index} is out of range; this backend has "
+                             f"{self._n} device(s) (set ACCELRT_CPU_DEVICES for more)")
+        return index
+
+    def device_count(self) -> int:
+        """Number of simulated devices."""
+        return self._n
+
+    def get_device_properties(self, index: int) -> dict[str, Any]:
+        """``name`` (processor model), ``total_memory`` (the budget), ``multi_processor_count``
+        (``os.cpu_count()``), plus ``async_streams``, ``vm_supported``, ``vm_granularity``,
+        ``host_accessible``.
+
+        Example::
+
+            >>> from accelrt.backends.cpu import CpuBackend
+            >>> CpuBackend(memory_limit=1000).get_device_properties(0)["total_memory"]
+            1000
+        """
+        self._check_index(index)
+        return {
+            "name": processor_name(),
+            "total_memory": self._config.memory_limit,
+            "multi_processor_count": os.cpu_count() or 1,
+            "async_streams": self._async,
+            "vm_supported": vm_available(),
+            "vm_granularity": VM_GRANULARITY,
+            "host_accessible": True,
+        }
+
+    def get_memory_info(self, index: int) -> tuple[int, int]:
+        """``(budget - used, budget)`` of device ``index``."""
+        mem = self._mem[self._check_index(index)]
+        return mem.budget - mem.used, mem.budget
+
+    # ------------------------------------------------------------------ memory
+    def malloc(self, index: int, size: int) -> int:
+        """Allocate ``size`` (> 0) bytes, 256-byte aligned; ``0`` if over the budget."""
+        mem = self._mem[self._check_index(index)]
+        return mem.malloc(check_size(size))
+
+    def free(self, index: int, ptr: int) -> None:
+        """Free a :meth:`malloc` pointer (after pending stream work, in async mode)."""
+        mem = self._mem[self._check_index(index)]
+        self._check_ptr(ptr)
+        self._drain()
+        mem.free(ptr)
+
+    def host_malloc(self, size: int) -> int:
+        """Aligned host memory (not charged to a device); ``0`` when out of memory."""
+        return self._host.malloc(check_size(size))
+
+    def host_free(self, ptr: int) -> None:
+        """Release :meth:`host_malloc` memory."""
+        self._host.free(self._check_ptr(ptr))
+
+    def host_accessible(self, index: int) -> bool:
+        """Always True: cpu device memory is host memory."""
+        return True
+
+    @staticmethod
+    def _check_ptr(ptr: object, what: str = "pointer") -> int:
+        if isinstance(ptr, bool) or not isinstance(ptr, int):
+            raise TypeError(f"{what} must be an int address, got {type(ptr).__name__}")
+        if ptr <= 0:
+            raise ValueError(f"{what}={ptr} is not a valid address")
+        return ptr
+
+    def _drain(self) -> None:
+        """Async mode: wait for all submitted work of every stream (errors stay kept)."""
+        if not self._async:
+            return
+        me = threading.current_thread()
+        for s in itertools.chain(self._default, list(self._streams.values())):
+            if s.thread is not me and s not in self._capturing:
+                s.wait(s.submitted)
+
+    # ------------------------------------------------------------------ virtual memory
+    def vm_supported(self, index: int) -> bool:
+        """True on Linux."""
+        self._check_index(index)
+        return vm_available()
+
+    def _vm_mem(self, index: int) -> DeviceMemory:
+        mem = self._mem[self._check_index(index)]
+        if not vm_available():
+            raise NotImplementedError("the cpu backend's virtual memory needs Linux (mmap); "
+                                      "do not enable expandable_segments on this platform")
+        return mem
+
+    def vm_granularity(self, index: int) -> int:
+        """2 MiB."""
+        self._check_index(index)
+        return VM_GRANULARITY
+
+    def vm_reserve(self, index: int, size: int) -> int:
+        """Reserve ``size`` bytes (a multiple of 2 MiB) of address space; no budget used."""
+        mem = self._vm_mem(index)
+        return mem.vm_reserve(check_size(size))
+
+    def vm_release(self, index: int, ptr: int, size: int) -> None:
+        """Release a whole, fully unmapped reservation."""
+        mem = self._vm_mem(index)
+        mem.vm_release(self._check_ptr(ptr), check_size(size))
+
+    def vm_map(self, index: int, ptr: int, size: int) -> bool:
+        """Make reserved pages read/write; False when the budget would be exceeded."""
+        mem = self._vm_mem(index)
+        return mem.vm_map(self._check_ptr(ptr), check_size(size))
+
+    def vm_unmap(self, index: int, ptr: int, size: int) -> None:
+        """Drop mapped pages (after pending stream work) and give their budget back."""
+        mem = self._vm_mem(index)
+        ptr, size = self._check_ptr(ptr), check_size(size)
+        self._drain()
+        mem.vm_unmap(ptr, size)
+
+    # ------------------------------------------------------------------ stream plumbing
+    def _stream(self, index: int, stream: int) -> CpuStream:
+        if stream == 0 and type(index) is int and 0 <= index < self._n:
+            return self._default[index]
+        s = self._streams.get(stream)
+        if s is None or s.device != index:
+            self._check_index(index)
+            if isinstance(stream, bool) or not isinstance(stream, int):
+                raise TypeError(f"stream handle must be an int, got {type(stream).__name__}")
+            raise ValueError(f"stream handle {stream} is not a live stream of cpu:{index}; "
+                             "use 0 (the default stream) or a handle from stream_create")
+        return s
+
+    def _event(self, event: int, index: int | None = None) -> CpuEvent:
+        ev = self._events.get(event)
+        if ev is None or (index is not None and ev.device != index):
+            if isinstance(event, bool) or not isinstance(event, int):
+                raise TypeError(f"event handle must be an int, got {type(event).__name__}")
+            where = f" of cpu:{index}" if index is not None else ""
+            raise ValueError(f"event handle {event} is not a live event{where}; "
+                             "use a handle from event_create that was not destroyed")
+        return ev
+
+    def _submit(self, s: CpuStream, fn: Callable[[], None]) -> None:
+        if self._capturing:
+            cap = self._capturing.get(s)
+            if cap is not None:
+                cap.ops.append(("call", fn))
+                return
+        if self._async:
+            s.submit(fn)
+            return
+        try:
+            fn()
+        except Exception as exc:  # noqa: BLE001 - work failures surface as DeviceError
+            raise _work_error(s, exc) from exc
+
+    def _raise_kept(self, streams: Iterable[CpuStream]) -> None:
+        for s in streams:
+            exc = s.take_error()
+            if exc is not None:
+                raise _work_error(s, exc) from exc
+
+    def _check_not_capturing(self, s: CpuStream, what: str) -> None:
+        if s in self._capturing:
+            raise DeviceError(f"cpu: {what} is not permitted while stream {s.handle} of "
+                              f"cpu:{s.device} is capturing a graph; end the capture first")
+
+    # ------------------------------------------------------------------ copies
+    def memcpy(self, dst: int, src: int, nbytes: int, index: int, stream: int,
+               kind: str) -> None:
+        """Stream-ordered copy; the device side(s) of ``kind`` must be memory of ``index``."""
+        s = self._stream(index, stream)
+        if kind not in _KINDS:
+            raise ValueError(f"memcpy kind {kind!r} must be one of 'h2d', 'd2h', 'd2d', 'h2h'")
+        nbytes = check_size(nbytes, "nbytes", allow_zero=True)
+        dst, src = self._check_ptr(dst, "dst"), self._check_ptr(src, "src")
+        mem = self._mem[index]
+        if kind in ("h2d", "d2d"):
+            mem.check_range(dst, nbytes, f"memcpy {kind} dst")
+        if kind in ("d2h", "d2d"):
+            mem.check_range(src, nbytes, f"memcpy {kind} src")
+        if nbytes:
+            self._submit(s, partial(ctypes.memmove, dst, src, nbytes))
+
+    def memcpy_peer(self, dst: int, dst_index: int, src: int, src_index: int, nbytes: int,
+                    stream: int) -> None:
+        """Copy from device ``src_index`` to ``dst_index``, ordered on ``stream`` of the source."""
+        self._check_index(dst_index)
+        s = self._stream(src_index, stream)
+        nbytes = check_size(nbytes, "nbytes", allow_zero=True)
+        dst, src = self._check_ptr(dst, "dst"), self._check_ptr(src, "src")
+        self._mem[dst_index].check_range(dst, nbytes, "memcpy_peer dst")
+        self._mem[src_index].check_range(src, nbytes, "memcpy_peer src")
+        if nbytes:
+            self._submit(s, partial(ctypes.memmove, dst, src, nbytes))
+
+    def memset(self, ptr: int, value: int, nbytes: int, index: int, stream: int) -> None:
+        """Stream-ordered byte fill of device memory."""
+        s = self._stream(index, stream)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"memset value must be an int, got {type(value).__name__}")
+        if not 0 <= value <= 255:
+            raise ValueError(f"memset value={value} must be a byte value in [0, 255]")
+        nbytes = check_size(nbytes, "nbytes", allow_zero=True)
+        ptr = self._check_ptr(ptr)
+        self._mem[index].check_range(ptr, nbytes, "memset")
+        if nbytes:
+            self._submit(s, partial(ctypes.memset, ptr, value, nbytes))
+
+    def fill(self, ptr: int, pattern: bytes, count: int, index: int, stream: int) -> None:
+        """Stream-ordered fill of ``count`` copies of a 1, 2, 4 or 8 byte ``pattern``."""
+        s = self._stream(index, stream)
+        if not isinstance(pattern, (bytes, bytearray, memoryview)):
+            raise TypeError(f"fill pattern must be bytes, got {type(pattern).__name__}")
+        pattern = bytes(pattern)
+        dtype = _FILL_DTYPES.get(len(pattern))
+        if dtype is None:
+            raise ValueError(f"fill pattern is {len(pattern)} bytes long; it must be 1, 2, 4 "
+                             "or 8 bytes")
+        count = check_size(count, "count", allow_zero=True)
+        ptr = self._check_ptr(ptr)
+        nbytes = count * len(pattern)
+        self._mem[index].check_range(ptr, nbytes, "fill")
+        if nbytes:
+            value = np.frombuffer(pattern, dtype=dtype)[0]
+            self._submit(s, partial(_fill, ptr, nbytes, dtype, value))
+
+    def can_access_peer(self, index: int, peer: int) -> bool:
+        """True for every pair of cpu devices."""
+        self._check_index(index)
+        self._check_index(peer)
+        return True
+
+    def launch_host_func(self, index: int, stream: int, fn: Callable[[], None]) -> None:
+        """Run ``fn()`` in stream order; its exception surfaces as :class:`DeviceError`."""
+        s = self._stream(index, stream)
+        if not callable(fn):
+            raise TypeError(f"launch_host_func needs a callable, got {type(fn).__name__}")
+        self._submit(s, fn)
+
+    # ------------------------------------------------------------------ streams
+    def stream_priority_range(self, index: int) -> tuple[int, int]:
+        """``(0, -1)``: 0 is the normal priority, -1 the high one (as CUDA)."""
+        self._check_index(index)
+        return (_PRIORITY_LEAST, _PRIORITY_GREATEST)
+
+    def stream_create(self, index: int, priority: int) -> int:
+        """Create a stream; ``priority`` is clamped to ``[-1, 0]`` as CUDA clamps it."""
+        self._check_index(index)
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise TypeError(f"stream priority must be an int, got {type(priority).__name__}")
+        priority = min(_PRIORITY_LEAST, max(_PRIORITY_GREATEST, priority))
+        with self._lock:
+            handle = next(self._handles)
+            self._streams[handle] = CpuStream(index, handle, priority)
+            self._valid[index].add(handle)
+        return handle
+
+    def stream_destroy(self, index: int, stream: int) -> None:
+        """Destroy a stream; its queued work still runs, then its worker exits."""
+        s = self._stream(index, stream)
+        if s.handle == 0:
+            raise ValueError(f"the default stream of cpu:{index} cannot be destroyed")
+        self._check_not_capturing(s, "stream_destroy")
+        with self._lock:
+            self._streams.pop(s.handle, None)
+            self._valid[index].discard(s.handle)
+        s.close()
+
+    def stream_is_valid(self, index: int, stream: int) -> bool:
+        """True for 0 and for live handles from :meth:`stream_create` on ``index``."""
+        if isinstance(stream, bool) or not isinstance(stream, int):
+            return False
+        if stream == 0:
+            return type(index) is int and 0 <= index < self._n
+        s = self._streams.get(stream)
+        return s is not None and s.device == index
+
+    def stream_query(self, index: int, stream: int) -> bool:
+        """True if all work on ``stream`` completed; raises a kept worker error."""
+        try:
+            ok = stream in self._valid[index]
+        except (KeyError, TypeError):
+            ok = False
+        if ok and not self._slow:
+            return True
+        s = self._stream(index, stream)
+        self._check_not_capturing(s, "stream_query")
+        self._raise_kept((s,))
+        return s.completed >= s.submitted
+
+    def stream_synchronize(self, index: int, stream: int) -> None:
+        """Block until ``stream``'s work completed; raises a kept worker error."""
+        s = self._stream(index, stream)
+        self._check_not_capturing(s, "stream_synchronize")
+        if self._async:
+            s.wait(s.submitted)
+            self._raise_kept((s,))
+
+    def stream_wait_event(self, index: int, stream: int, event: int) -> None:
+        """Make later work on ``stream`` wait for ``event``'s current record (any device)."""
+        s = self._stream(index, stream)
+        ev = self._event(event)
+        self._wait(s, ev)
+
+    def _wait(self, s: CpuStream, ev: CpuEvent) -> None:
+        if self._capturing:
+            cap = self._capturing.get(s)
+            ecap = ev.capture
+            if ecap is not None:
+                if cap is None:
+                    # fork: the waiting stream joins the capture (work is kept in order)
+                    with self._lock:
+                        self._capturing[s] = ecap
+                        ecap.streams.add(s)
+                    return
+                if cap is not ecap:
+                    raise DeviceError("cpu: a stream cannot wait on an event recorded in "
+                                      "another open capture")
+                return
+            if cap is not None:
+                cap.ops.append(("wait", ev))
+                return
+        if not self._async:
+            return
+        rec = ev.record
+        if rec is None or rec.stream is s or rec.done():
+            return
+        s.submit(partial(rec.stream.wait, rec.seq))
+
+    def synchronize(self, index: int) -> None:
+        """Block until every stream of device ``index`` finished; raises kept worker errors."""
+        self._check_index(index)
+        if not self._slow:
+            return
+        streams = [self._default[index]]
+        streams += [s for s in list(self._streams.values()) if s.device == index]
+        for s in streams:
+            self._check_not_capturing(s, "synchronize")
+        if self._async:
+            for s in streams:
+                s.wait(s.submitted)
+            self._raise_kept(streams)
+
+    # ------------------------------------------------------------------ events
+    def event_create(self, index: int, enable_timing: bool, blocking: bool,
+                     interprocess: bool) -> int:
+        """Create an event (``interprocess`` is not supported)."""
+        self._check_index(index)
+        if interprocess:
+            raise ValueError("the cpu backend has no interprocess events; create the event "
+                             "with interprocess=False")
+        with self._lock:
+            handle = next(self._handles)
+            self._events[handle] = CpuEvent(index, bool(enable_timing))
+        return handle
+
+    def event_destroy(self, index: int, event: int) -> None:
+        """Destroy an event (a pending record still completes harmlessly)."""
+        self._event(event, index)
+        with self._lock:
+            self._events.pop(event, None)
+
+    def event_record(self, index: int, event: int, stream: int) -> None:
+        """Record ``event`` at the end of ``stream``; replaces the previous record."""
+        try:
+            ev = self._events[event]
+            ok = ev.device == index and stream in self._valid[index]
+        except (KeyError, TypeError):
+            ok = False
+        if not ok:
+            ev = self._event(event, index)
+            self._stream(index, stream)
+        if self._slow:
+            self._record(ev, self._stream(index, stream))
+        elif ev.timing:
+            ev.ts = _now()
+        else:
+            ev.ts = 0  # recorded; only timing events need the time
+
+    def _record(self, ev: CpuEvent, s: CpuStream) -> None:
+        if self._capturing:
+            cap = self._capturing.get(s)
+            if cap is not None:
+                cap.ops.append(("record", ev))
+                ev.capture = cap
+                cap.events.add(ev)
+                return
+        if self._async:
+            rec = Record(s, 0)
+            rec.seq = s.submit(partial(_stamp, rec))
+            ev.record = rec
+            ev.ts = None
+        else:
+            ev.ts = _now()
+            ev.record = None
+
+    def _event_state(self, ev: CpuEvent, what: str) -> Record | None:
+        if ev.capture is not None:
+            raise DeviceError(f"cpu: {what} is not permitted on an event recorded in an open "
+                              "graph capture; end the capture first")
+        rec = ev.record
+        if rec is not None:
+            self._raise_kept((rec.stream,))
+        return rec
+
+    def event_query(self, index: int, event: int) -> bool:
+        """True if the work before the last record completed (True if never recorded)."""
+        try:
+            ev = self._events[event]
+            ok = ev.device == index
+        except (KeyError, TypeError):
+            ok = False
+        if not ok:
+            ev = self._event(event, index)
+        if not self._slow or (ev.record is None and ev.capture is None):
+            return True
+        rec = self._event_state(ev, "event_query")
+        return rec is None or rec.done()
+
+    def event_synchronize(self, index: int, event: int) -> None:
+        """Block until the last record completed; raises a kept error of its stream."""
+        ev = self._event(event, index)
+        rec = self._event_state(ev, "event_synchronize")
+        if rec is not None:
+            rec.stream.wait(rec.seq)
+            self._raise_kept((rec.stream,))
+
+    def _timestamp(self, ev: CpuEvent, handle: int) -> int:
+        if not ev.timing:
+            raise DeviceError(f"cpu: event {handle} was created without timing; create both "
+                              "events with enable_timing=True to measure elapsed time")
+        if ev.capture is not None:
+            raise DeviceError(f"cpu: event {handle} was recorded in an open graph capture; "
+                              "end the capture first")
+        rec = ev.record
+        if rec is None:
+            ts = ev.ts
+        elif not rec.done():
+            raise DeviceError(f"cpu: event {handle} has not completed yet; synchronize it "
+                              "(or its stream) before asking for elapsed time")
+        else:
+            ts = rec.ts
+        if ts is None:
+            raise DeviceError(f"cpu: event {handle} was never recorded; record both events "
+                              "before asking for elapsed time")
+        return ts
+
+    def event_elapsed_time(self, index: int, start: int, end: int) -> float:
+        """Milliseconds from ``start``'s record to ``end``'s (both timing, both complete)."""
+        t0 = self._timestamp(self._event(start, index), start)
+        t1 = self._timestamp(self._event(end, index), end)
+        return (t1 - t0) / 1e6
+
+    def event_ipc_handle(self, index: int, event: int) -> bytes:
+        """Not supported: raises ValueError."""
+        raise ValueError("the cpu backend has no interprocess events; share data, not events")
+
+    def event_from_ipc_handle(self, index: int, handle: bytes) -> int:
+        """Not supported: raises ValueError."""
+        raise ValueError("the cpu backend has no interprocess events; share data, not events")
+
+    # ------------------------------------------------------------------ graphs
+    def graph_supported(self, index: int) -> bool:
+        """True: work on a capturing stream is recorded and can be replayed."""
+        self._check_index(index)
+        return True
+
+    def graph_capture_begin(self, index: int, stream: int) -> None:
+        """Start recording the work submitted to ``stream`` (not the default stream)."""
+        s = self._stream(index, stream)
+        if s.handle == 0:
+            raise DeviceError(f"cpu: cannot capture the default stream of cpu:{index}; "
+                              "capture on a stream made with stream_create (CUDA forbids "
+                              "capturing the legacy default stream)")
+        with self._lock:
+            if s in self._capturing:
+                raise DeviceError(f"cpu: stream {s.handle} of cpu:{index} is already "
+                                  "capturing; end that capture first")
+            self._capturing[s] = Capture(index, s)
+            self._slow = True
+
+    def graph_capture_end(self, index: int, stream: int) -> int:
+        """Stop the capture begun on ``stream``; return the graph handle."""
+        s = self._stream(index, stream)
+        with self._lock:
+            cap = self._capturing.get(s)
+            if cap is None:
+                raise DeviceError(f"cpu: stream {s.handle} of cpu:{index} is not capturing; "
+                                  "call graph_capture_begin first")
+            if cap.origin is not s:
+                raise DeviceError(f"cpu: the capture was begun on stream {cap.origin.handle}; "
+                                  "end it on that stream")
+            for joined in cap.streams:
+                self._capturing.pop(joined, None)
+            self._slow = self._async or bool(self._capturing)
+            for ev in cap.events:
+                if ev.capture is cap:
+                    ev.capture = None
+            handle = next(self._handles)
+            self._graphs[handle] = _Graph(index, tuple(cap.ops))
+        return handle
+
+    def graph_replay(self, index: int, graph: int, stream: int) -> None:
+        """Submit the captured work, in order, on ``stream``."""
+        s = self._stream(index, stream)
+        g = self._graphs.get(graph)
+        if g is None or g.device != index:
+            raise ValueError(f"graph handle {graph} is not a live graph of cpu:{index}; use "
+                             "a handle from graph_capture_end that was not destroyed")
+        for kind, arg in g.ops:
+            if kind == "call":
+                self._submit(s, arg)
+            elif kind == "record":
+                self._record(arg, s)
+            else:
+                self._wait(s, arg)
+
+    def graph_destroy(self, index: int, graph: int) -> None:
+        """Forget a captured graph."""
+        with self._lock:
+            g = self._graphs.get(graph)
+            if g is None or g.device != index:
+                raise ValueError(f"graph handle {graph} is not a live graph of cpu:{index}")
+            del self._graphs[graph]
+
+    def stream_is_capturing(self, index: int, stream: int) -> bool:
+        """True while ``stream`` records work into a capture."""
+        return self._stream(index, stream) in self._capturing
+
+    def __repr__(self) -> str:
+        mode = "async" if self._async else "sync"
+        return (f"<accelrt backend {self.name!r}: {self._n} device(s), "
+                f"{self._config.memory_limit} bytes each, {mode} streams>")

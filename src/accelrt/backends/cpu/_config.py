@@ -1,0 +1,263 @@
+"""Settings of the cpu backend: number of simulated devices, memory budget, stream mode.
+
+Each setting comes from a constructor argument or, when that is ``None``, from an environment
+variable:
+
+=========================  ===========================================  ====================
+variable                   form                                         default
+=========================  ===========================================  ====================
+``ACCELRT_CPU_DEVICES``    an integer >= 1                              ``1``
+``ACCELRT_CPU_MEMORY``     bytes, or a number with a unit (``8GiB``)    physical memory
+``ACCELRT_CPU_STREAMS``    ``sync`` or ``async``                        ``sync``
+=========================  ===========================================  ====================
+
+Example::
+
+    >>> from accelrt.backends.cpu._config import parse_memory_size
+    >>> parse_memory_size("1.5KiB"), parse_memory_size("2GB"), parse_memory_size("1000")
+    (1536, 2000000000, 1000)
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = [
+    "CpuConfig",
+    "config_error",
+    "parse_memory_size",
+    "physical_memory",
+    "processor_name",
+    "resolve_config",
+]
+
+ENV_DEVICES = "ACCELRT_CPU_DEVICES"
+ENV_MEMORY = "ACCELRT_CPU_MEMORY"
+ENV_STREAMS = "ACCELRT_CPU_STREAMS"
+
+_UNITS = {
+    "": 1, "b": 1,
+    "k": 1 << 10, "kib": 1 << 10, "kb": 10**3,
+    "m": 1 << 20, "mib": 1 << 20, "mb": 10**6,
+    "g": 1 << 30, "gib": 1 << 30, "gb": 10**9,
+    "t": 1 << 40, "tib": 1 << 40, "tb": 10**12,
+}
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*$")
+_MEMORY_FORM = ("a byte count or a number with a unit, e.g. 8GiB, 512MiB, 1.5GB or 1000000 "
+                "(units: B, KB, MB, GB, TB = powers of 1000; KiB, MiB, GiB, TiB = powers of 1024)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CpuConfig:
+    """Resolved settings of one :class:`~accelrt.backends.cpu.CpuBackend`.
+
+    Attributes:
+        num_devices: number of simulated devices (>= 1).
+        memory_limit: memory budget of each device in bytes (>= 1).
+        async_streams: True if stream work runs on worker threads.
+
+    Example::
+
+        >>> from accelrt.backends.cpu._config import CpuConfig
+        >>> CpuConfig(num_devices=2, memory_limit=1 << 20, async_streams=False).num_devices
+        2
+    """
+
+    num_devices: int
+    memory_limit: int
+    async_streams: bool
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.num_devices, int) or isinstance(self.num_devices, bool):
+            raise TypeError(f"num_devices must be an int, got {type(self.num_devices).__name__}")
+        if self.num_devices < 1:
+            raise ValueError(f"num_devices={self.num_devices} must be at least 1")
+        if not isinstance(self.memory_limit, int) or isinstance(self.memory_limit, bool):
+            raise TypeError(f"memory_limit must be an int, got {type(self.memory_limit).__name__}")
+        if self.memory_limit < 1:
+            raise ValueError(f"memory_limit={self.memory_limit} must be at least 1 byte")
+        if not isinstance(self.async_streams, bool):
+            raise TypeError(
+                f"async_streams must be a bool, got {type(self.async_streams).__name__}")
+
+
+def parse_memory_size(text: str) -> int:
+    """Parse a memory size such as ``"8GiB"``, ``"512MiB"``, ``"1.5GB"`` or ``"1000000"``.
+
+    Args:
+        text: a byte count, or a number followed by a unit (case-insensitive): ``B``,
+            ``KB``/``MB``/``GB``/``TB`` (powers of 1000), ``KiB``/``MiB``/``GiB``/``TiB`` or
+            ``K``/``M``/``G``/``T`` (powers of 1024).
+
+    Returns:
+        The size in bytes, rounded down to an integer.
+
+    Raises:
+        TypeError: ``text`` is not a str.
+        ValueError: the text is not a size, or it is smaller than one byte.
+
+    Example::
+
+        >>> from accelrt.backends.cpu._config import parse_memory_size
+        >>> parse_memory_size("512MiB") == 512 * 2**20
+        True
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"memory size must be a str, got {type(text).__name__}")
+    match = _SIZE_RE.match(text)
+    unit = match.group(2).lower() if match else ""
+    if match is None or unit not in _UNITS:
+        raise ValueError(f"{text!r} is not a memory size; use {_MEMORY_FORM}")
+    number = match.group(1)
+    if "." in number:
+        whole, _, frac = number.partition(".")
+        # exact decimal arithmetic: 1.5GB is exactly 1500000000 bytes
+        scale = 10 ** len(frac)
+        size = (int(whole or "0") * scale + int(frac or "0")) * _UNITS[unit] // scale
+    else:
+        size = int(number) * _UNITS[unit]
+    if size < 1:
+        raise ValueError(f"{text!r} is less than one byte; use {_MEMORY_FORM}")
+    return size
+
+
+def physical_memory() -> int:
+    """Physical memory of this machine in bytes (``os.sysconf``), or 16 GiB if unknown.
+
+    Example::
+
+        >>> from accelrt.backends.cpu._config import physical_memory
+        >>> physical_memory() > 0
+        True
+    """
+    try:
+        pages = os.sysconf("SC_PHYS_PAGES")
+        page_size = os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return 16 << 30
+    if pages <= 0 or page_size <= 0:
+        return 16 << 30
+    return int(pages) * int(page_size)
+
+
+_processor_name: str | None = None
+
+
+def processor_name() -> str:
+    """The processor model (``/proc/cpuinfo``'s ``model name``, else :mod:`platform`'s).
+
+    Example::
+
+        >>> from accelrt.backends.cpu._config import processor_name
+        >>> isinstance(processor_name(), str) and processor_name() != ""
+        True
+    """
+    global _processor_name
+    if _processor_name is not None:
+        return _processor_name
+    name = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, sep, value = line.partition(":")
+                if sep and key.strip().lower() in ("model name", "hardware", "cpu model"):
+                    name = value.strip()
+                    if name:
+                        break
+    except OSError:
+        pass
+    if not name:
+        name = platform.processor() or platform.machine() or "cpu"
+    _processor_name = name
+    return name
+
+
+def _env_devices(env: Mapping[str, str]) -> int:
+    raw = env.get(ENV_DEVICES)
+    if raw is None or raw.strip() == "":
+        return 1
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"{ENV_DEVICES}={raw!r} is invalid; set it to an integer >= 1 "
+                         f"(the number of simulated cpu devices), e.g. {ENV_DEVICES}=4")
+    return value
+
+
+def _env_memory(env: Mapping[str, str]) -> int:
+    raw = env.get(ENV_MEMORY)
+    if raw is None or raw.strip() == "":
+        return physical_memory()
+    try:
+        return parse_memory_size(raw)
+    except ValueError:
+        raise ValueError(f"{ENV_MEMORY}={raw!r} is invalid; set it to {_MEMORY_FORM}") from None
+
+
+def _env_streams(env: Mapping[str, str]) -> bool:
+    raw = env.get(ENV_STREAMS)
+    if raw is None or raw.strip() == "":
+        return False
+    value = raw.strip().lower()
+    if value not in ("sync", "async"):
+        raise ValueError(f"{ENV_STREAMS}={raw!r} is invalid; set it to 'sync' (stream work "
+                         "runs inline) or 'async' (one worker thread per stream)")
+    return value == "async"
+
+
+def resolve_config(num_devices: int | None = None, memory_limit: int | str | None = None,
+                   async_streams: bool | None = None,
+                   env: Mapping[str, str] | None = None) -> CpuConfig:
+    """Combine constructor arguments with the environment; arguments win.
+
+    Args:
+        num_devices: number of devices, or ``None`` for ``ACCELRT_CPU_DEVICES``.
+        memory_limit: bytes (int) or a size string, or ``None`` for ``ACCELRT_CPU_MEMORY``.
+        async_streams: stream mode, or ``None`` for ``ACCELRT_CPU_STREAMS``.
+        env: the environment to read (default :data:`os.environ`).
+
+    Raises:
+        TypeError: an argument has the wrong type.
+        ValueError: an argument or an environment variable is malformed; the message names
+            the variable and the expected form.
+
+    Example::
+
+        >>> from accelrt.backends.cpu._config import resolve_config
+        >>> resolve_config(num_devices=3, memory_limit="1MiB", async_streams=True, env={})
+        CpuConfig(num_devices=3, memory_limit=1048576, async_streams=True)
+    """
+    env = os.environ if env is None else env
+    n = _env_devices(env) if num_devices is None else num_devices
+    if memory_limit is None:
+        mem: int = _env_memory(env)
+    elif isinstance(memory_limit, str):
+        mem = parse_memory_size(memory_limit)
+    else:
+        mem = memory_limit  # type checked by CpuConfig
+    mode = _env_streams(env) if async_streams is None else async_streams
+    return CpuConfig(num_devices=n, memory_limit=mem, async_streams=mode)
+
+
+def config_error(env: Mapping[str, str] | None = None) -> str | None:
+    """Return a sentence describing the first malformed cpu backend variable, or ``None``.
+
+    Example::
+
+        >>> from accelrt.backends.cpu._config import config_error
+        >>> config_error({"ACCELRT_CPU_DEVICES": "0"}).startswith("ACCELRT_CPU_DEVICES='0'")
+        True
+        >>> config_error({}) is None
+        True
+    """
+    try:
+        resolve_config(env=env)
+    except (TypeError, ValueError) as exc:
+        return str(exc)
+    return None

@@ -1,0 +1,370 @@
+"""Raw memory of the cpu backend: aligned host buffers and Linux virtual-memory reservations.
+
+Device memory of a simulated cpu device is ordinary host memory at a real address, so numpy
+views and DLPack work on it. :class:`DeviceMemory` keeps one device's allocations (numpy
+buffers) and address-space reservations (``mmap(PROT_NONE)`` pages made read/write on
+:meth:`DeviceMemory.vm_map`), charges both against the device's budget, and checks that
+pointers handed to copies lie inside memory of that device.
+
+Example::
+
+    >>> from accelrt.backends.cpu._memory import DeviceMemory
+    >>> mem = DeviceMemory(index=0, budget=1 << 20)
+    >>> ptr = mem.malloc(4096)
+    >>> ptr % 256 == 0, mem.used
+    (True, 4096)
+    >>> mem.free(ptr); mem.used
+    0
+"""
+
+from __future__ import annotations
+
+import bisect
+import ctypes
+import ctypes.util
+import operator
+import os
+import sys
+import threading
+from typing import Any
+
+import numpy as np
+
+__all__ = ["ALIGNMENT", "VM_GRANULARITY", "DeviceMemory", "HostMemory", "check_size",
+           "host_view", "vm_available"]
+
+#: Alignment of every pointer :meth:`DeviceMemory.malloc` returns (as cudaMalloc's 256 bytes).
+ALIGNMENT = 256
+#: Mapping granularity of the virtual-memory operations (2 MiB, as CUDA's).
+VM_GRANULARITY = 2 << 20
+
+_PROT_NONE, _PROT_READ, _PROT_WRITE = 0, 1, 2
+_MAP_PRIVATE, _MAP_ANONYMOUS, _MAP_NORESERVE = 0x02, 0x20, 0x4000
+_MADV_DONTNEED = 4
+_MAP_FAILED = ctypes.c_void_p(-1).value
+
+
+def check_size(size: object, what: str = "size", allow_zero: bool = False) -> int:
+    """Return ``size`` as an int, checking its type and value.
+
+    Raises:
+        TypeError: ``size`` is not an integer.
+        ValueError: ``size`` is negative (or zero when ``allow_zero`` is False).
+
+    Example::
+
+        >>> from accelrt.backends.cpu._memory import check_size
+        >>> check_size(8)
+        8
+    """
+    if isinstance(size, bool):
+        raise TypeError(f"{what} must be an int, got bool")
+    try:
+        value = operator.index(size)  # type: ignore[call-overload]
+    except TypeError:
+        raise TypeError(f"{what} must be an int, got {type(size).__name__}") from None
+    if value < 0 or (value == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"{what}={value} must be {bound}")
+    return int(value)
+
+
+def host_view(ptr: int, nbytes: int) -> np.ndarray:
+    """A writable numpy ``uint8`` view of ``nbytes`` bytes at address ``ptr`` (no copy).
+
+    Example::
+
+        >>> import numpy as np
+        >>> from accelrt.backends.cpu._memory import host_view
+        >>> a = np.arange(4, dtype=np.uint8)
+        >>> host_view(a.ctypes.data, 4).tolist()
+        [0, 1, 2, 3]
+    """
+    return np.frombuffer((ctypes.c_char * nbytes).from_address(ptr), dtype=np.uint8)
+
+
+def _aligned_buffer(size: int) -> tuple[int, np.ndarray] | None:
+    """Allocate ``size`` bytes aligned to :data:`ALIGNMENT`; ``None`` when out of memory."""
+    try:
+        raw = np.empty(size + ALIGNMENT, dtype=np.uint8)
+    except (MemoryError, ValueError):
+        return None
+    base = raw.ctypes.data
+    ptr = (base + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+    return ptr, raw
+
+
+# ---------------------------------------------------------------------- libc virtual memory
+
+_libc: Any = None
+_libc_lock = threading.Lock()
+
+
+def _get_libc() -> Any:
+    global _libc
+    with _libc_lock:
+        if _libc is None:
+            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+            libc.mmap.restype = ctypes.c_void_p
+            libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                                  ctypes.c_int, ctypes.c_long]
+            libc.munmap.restype = ctypes.c_int
+            libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+            libc.mprotect.restype = ctypes.c_int
+            libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+            libc.madvise.restype = ctypes.c_int
+            libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+            _libc = libc
+        return _libc
+
+
+def vm_available() -> bool:
+    """True on Linux, where address space can be reserved with ``mmap(PROT_NONE)``.
+
+    Example::
+
+        >>> import sys
+        >>> from accelrt.backends.cpu._memory import vm_available
+        >>> vm_available() == sys.platform.startswith("linux")
+        True
+    """
+    return sys.platform.startswith("linux")
+
+
+def _os_error(call: str) -> OSError:
+    err = ctypes.get_errno()
+    return OSError(err, f"{call} failed: {os.strerror(err)}")
+
+
+class _Region:
+    """One allocation (``buf`` set) or one reservation (``mapped`` = mapped page numbers)."""
+
+    __slots__ = ("base", "size", "buf", "mapped")
+
+    def __init__(self, base: int, size: int, buf: np.ndarray | None) -> None:
+        self.base = base
+        self.size = size
+        self.buf = buf
+        self.mapped: set[int] | None = None if buf is not None else set()
+
+
+class DeviceMemory:
+    """Allocations, reservations and the memory budget of one simulated device.
+
+    Thread-safe: every method takes ``self._lock``.
+
+    Args:
+        index: the device index (used in messages).
+        budget: the device's memory budget in bytes.
+
+    Example::
+
+        >>> from accelrt.backends.cpu._memory import DeviceMemory
+        >>> mem = DeviceMemory(index=0, budget=1000)
+        >>> mem.malloc(2000)   # over budget: 0, no exception
+        0
+    """
+
+    def __init__(self, index: int, budget: int) -> None:
+        self.index = index
+        self.budget = budget
+        self._lock = threading.Lock()
+        self.used = 0                              # guarded by _lock
+        self._regions: dict[int, _Region] = {}     # guarded by _lock; base -> region
+        self._bases: list[int] = []                # guarded by _lock; sorted region bases
+
+    # ------------------------------------------------------------------ helpers
+    def _add(self, region: _Region) -> None:
+        self._regions[region.base] = region
+        bisect.insort(self._bases, region.base)
+
+    def _remove(self, region: _Region) -> None:
+        del self._regions[region.base]
+        pos = bisect.bisect_left(self._bases, region.base)
+        del self._bases[pos]
+
+    def _find(self, ptr: int) -> _Region | None:
+        pos = bisect.bisect_right(self._bases, ptr) - 1
+        if pos < 0:
+            return None
+        region = self._regions[self._bases[pos]]
+        return region if ptr < region.base + region.size else None
+
+    # ------------------------------------------------------------------ plain allocations
+    def malloc(self, size: int) -> int:
+        """Allocate ``size`` bytes; return the address or 0 when over budget/out of memory."""
+        with self._lock:
+            if self.used + size > self.budget:
+                return 0
+            got = _aligned_buffer(size)
+            if got is None:
+                return 0
+            ptr, raw = got
+            self._add(_Region(ptr, size, raw))
+            self.used += size
+            return ptr
+
+    def free(self, ptr: int) -> None:
+        """Release an allocation made by :meth:`malloc`.
+
+        Raises:
+            ValueError: ``ptr`` is not the start of a live allocation of this device.
+        """
+        with self._lock:
+            region = self._regions.get(ptr)
+            if region is None or region.buf is None:
+                raise ValueError(
+                    f"free: pointer {ptr:#x} was not returned by malloc on cpu:{self.index} "
+                    "or was already freed")
+            self._remove(region)
+            self.used -= region.size
+
+    def check_range(self, ptr: int, nbytes: int, what: str) -> None:
+        """Check that ``[ptr, ptr+nbytes)`` is memory of this device (allocated or mapped).
+
+        Raises:
+            ValueError: it is not; the message names ``what`` and the device.
+        """
+        if nbytes == 0:
+            return
+        with self._lock:
+            region = self._find(ptr)
+            ok = region is not None and ptr + nbytes <= region.base + region.size
+            if ok and region is not None and region.mapped is not None:
+                first = (ptr - region.base) // VM_GRANULARITY
+                last = (ptr + nbytes - 1 - region.base) // VM_GRANULARITY
+                ok = all(p in region.mapped for p in range(first, last + 1))
+        if not ok:
+            raise ValueError(
+                f"{what}: [{ptr:#x}, {ptr + nbytes:#x}) is not inside memory allocated or "
+                f"mapped on cpu:{self.index}; pass a pointer from malloc/vm_map of that device "
+                "and a byte count within its size")
+
+    def live_allocations(self) -> int:
+        """Number of live allocations and reservations."""
+        with self._lock:
+            return len(self._regions)
+
+    # ------------------------------------------------------------------ virtual memory
+    def _check_aligned(self, ptr: int, size: int, what: str) -> None:
+        if ptr % VM_GRANULARITY or size % VM_GRANULARITY:
+            raise ValueError(
+                f"{what}: pointer {ptr:#x} and size {size} must be multiples of the "
+                f"granularity {VM_GRANULARITY} (vm_granularity())")
+
+    def _reservation(self, ptr: int, size: int, what: str) -> _Region:
+        region = self._find(ptr)
+        if region is None or region.mapped is None or ptr + size > region.base + region.size:
+            raise ValueError(
+                f"{what}: [{ptr:#x}, {ptr + size:#x}) is not inside an address range reserved "
+                f"with vm_reserve on cpu:{self.index}")
+        return region
+
+    def vm_reserve(self, size: int) -> int:
+        """Reserve ``size`` bytes of address space (PROT_NONE); return its base address."""
+        self._check_aligned(0, size, "vm_reserve")
+        libc = _get_libc()
+        # over-reserve by one granule so the base can be aligned to the granularity
+        span = size + VM_GRANULARITY
+        addr = libc.mmap(None, span, _PROT_NONE,
+                         _MAP_PRIVATE | _MAP_ANONYMOUS | _MAP_NORESERVE, -1, 0)
+        if addr is None or addr == _MAP_FAILED:
+            raise _os_error("mmap")
+        base = (addr + VM_GRANULARITY - 1) // VM_GRANULARITY * VM_GRANULARITY
+        head, tail = base - addr, addr + span - (base + size)
+        if head:
+            libc.munmap(addr, head)
+        if tail:
+            libc.munmap(base + size, tail)
+        with self._lock:
+            self._add(_Region(base, size, None))
+        return base
+
+    def vm_release(self, ptr: int, size: int) -> None:
+        """Release a whole reservation; every page of it must be unmapped."""
+        with self._lock:
+            region = self._regions.get(ptr)
+            if region is None or region.mapped is None or region.size != size:
+                raise ValueError(
+                    f"vm_release: ({ptr:#x}, {size}) is not a reservation of cpu:{self.index}; "
+                    "pass the exact base and size returned by/given to vm_reserve")
+            if region.mapped:
+                raise ValueError(
+                    f"vm_release: {len(region.mapped)} page(s) of the reservation at {ptr:#x} "
+                    "are still mapped; vm_unmap them first")
+            self._remove(region)
+        if _get_libc().munmap(ptr, size) != 0:
+            raise _os_error("munmap")
+
+    def vm_map(self, ptr: int, size: int) -> bool:
+        """Make ``[ptr, ptr+size)`` read/write; False when it would exceed the budget."""
+        self._check_aligned(ptr, size, "vm_map")
+        with self._lock:
+            region = self._reservation(ptr, size, "vm_map")
+            first = (ptr - region.base) // VM_GRANULARITY
+            pages = range(first, first + size // VM_GRANULARITY)
+            assert region.mapped is not None
+            if any(p in region.mapped for p in pages):
+                raise ValueError(f"vm_map: part of [{ptr:#x}, {ptr + size:#x}) is already "
+                                 "mapped; vm_unmap it first")
+            if self.used + size > self.budget:
+                return False
+            if _get_libc().mprotect(ptr, size, _PROT_READ | _PROT_WRITE) != 0:
+                err = _os_error("mprotect")
+                if err.errno == 12:  # ENOMEM: no memory for the page tables
+                    return False
+                raise err
+            region.mapped.update(pages)
+            self.used += size
+            return True
+
+    def vm_unmap(self, ptr: int, size: int) -> None:
+        """Drop the pages of ``[ptr, ptr+size)`` (all mapped) and give their budget back."""
+        self._check_aligned(ptr, size, "vm_unmap")
+        with self._lock:
+            region = self._reservation(ptr, size, "vm_unmap")
+            first = (ptr - region.base) // VM_GRANULARITY
+            pages = range(first, first + size // VM_GRANULARITY)
+            assert region.mapped is not None
+            if not all(p in region.mapped for p in pages):
+                raise ValueError(f"vm_unmap: part of [{ptr:#x}, {ptr + size:#x}) is not "
+                                 "mapped; only unmap ranges made by vm_map")
+            libc = _get_libc()
+            if libc.madvise(ptr, size, _MADV_DONTNEED) != 0:
+                raise _os_error("madvise")
+            if libc.mprotect(ptr, size, _PROT_NONE) != 0:
+                raise _os_error("mprotect")
+            region.mapped.difference_update(pages)
+            self.used -= size
+
+
+class HostMemory:
+    """Aligned host buffers for ``host_malloc``/``host_free`` (not charged to any device).
+
+    Example::
+
+        >>> from accelrt.backends.cpu._memory import HostMemory
+        >>> host = HostMemory()
+        >>> p = host.malloc(100); host.free(p)
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._bufs: dict[int, np.ndarray] = {}  # guarded by _lock
+
+    def malloc(self, size: int) -> int:
+        """Return an aligned address of ``size`` bytes, or 0 when out of memory."""
+        got = _aligned_buffer(size)
+        if got is None:
+            return 0
+        ptr, raw = got
+        with self._lock:
+            self._bufs[ptr] = raw
+        return ptr
+
+    def free(self, ptr: int) -> None:
+        """Release a buffer from :meth:`malloc`; ValueError for an unknown pointer."""
+        with self._lock:
+            if self._bufs.pop(ptr, None) is None:
+                raise ValueError(f"host_free: pointer {ptr:#x} was not returned by host_malloc "
+                                 "or was already freed")

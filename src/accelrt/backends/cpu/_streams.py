@@ -1,0 +1,172 @@
+"""Streams, events and capture sessions of the cpu backend.
+
+In asynchronous mode each :class:`CpuStream` owns a daemon worker thread (started on its first
+piece of work) that runs the stream's work in FIFO order. Completion is tracked by sequence
+numbers: work number ``n`` of a stream has completed once ``stream.completed >= n``. An event
+record is the pair ``(stream, n)`` plus the timestamp taken when the work before it is done.
+
+Example::
+
+    >>> from accelrt.backends.cpu._streams import CpuStream
+    >>> s = CpuStream(device=0, handle=1, priority=0)
+    >>> seq = s.submit(lambda: None)
+    >>> s.wait(seq); s.completed == seq
+    True
+    >>> s.close()
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["Capture", "CpuEvent", "CpuStream", "Record"]
+
+_STOP = object()
+
+
+class CpuStream:
+    """One stream: a FIFO of callables run by a lazily started worker thread.
+
+    ``submitted``/``completed`` count work items; ``error`` keeps the first exception raised by
+    work since it was last taken with :meth:`take_error`. All fields are guarded by ``cv``
+    (reads of the counters without it are safe: they only grow).
+
+    Args:
+        device: device index.
+        handle: the stream's handle (0 for a default stream).
+        priority: its priority (as CUDA: lower is higher; informational here).
+    """
+
+    __slots__ = ("device", "handle", "priority", "cv", "queue", "submitted", "completed",
+                 "error", "thread", "closed", "__weakref__")
+
+    def __init__(self, device: int, handle: int, priority: int) -> None:
+        self.device = device
+        self.handle = handle
+        self.priority = priority
+        self.cv = threading.Condition(threading.Lock())
+        self.queue: deque[Any] = deque()           # guarded by cv
+        self.submitted = 0                         # guarded by cv
+        self.completed = 0                         # guarded by cv
+        self.error: BaseException | None = None    # guarded by cv
+        self.thread: threading.Thread | None = None  # guarded by cv
+        self.closed = False                        # guarded by cv
+
+    def submit(self, fn: Callable[[], None]) -> int:
+        """Queue ``fn`` and return its sequence number."""
+        with self.cv:
+            if self.closed:
+                raise ValueError(f"stream {self.handle} of cpu:{self.device} was destroyed")
+            self.queue.append(fn)
+            self.submitted += 1
+            seq = self.submitted
+            if self.thread is None:
+                self.thread = threading.Thread(
+                    target=self._run, name=f"accelrt-cpu{self.device}-stream{self.handle}",
+                    daemon=True)
+                self.thread.start()
+            else:
+                self.cv.notify_all()
+            return seq
+
+    def _run(self) -> None:
+        queue, cv = self.queue, self.cv
+        while True:
+            with cv:
+                while not queue:
+                    cv.wait()
+                fn = queue.popleft()
+            if fn is _STOP:
+                return
+            try:
+                fn()
+            except BaseException as exc:  # noqa: BLE001 - kept and re-raised on the host
+                with cv:
+                    if self.error is None:
+                        self.error = exc
+            with cv:
+                self.completed += 1
+                cv.notify_all()
+
+    def done(self, seq: int) -> bool:
+        """True once work number ``seq`` has completed."""
+        return self.completed >= seq
+
+    def wait(self, seq: int) -> None:
+        """Block until work number ``seq`` has completed."""
+        if self.completed >= seq:
+            return
+        with self.cv:
+            while self.completed < seq:
+                self.cv.wait()
+
+    def take_error(self) -> BaseException | None:
+        """Return and clear the kept exception, if any."""
+        if self.error is None:
+            return None
+        with self.cv:
+            exc, self.error = self.error, None
+            return exc
+
+    def close(self) -> None:
+        """Stop the worker once the queued work is done; later submissions raise."""
+        with self.cv:
+            if self.closed:
+                return
+            self.closed = True
+            if self.thread is not None:
+                self.queue.append(_STOP)
+                self.cv.notify_all()
+
+
+class Record:
+    """One record of an event: work ``seq`` of ``stream``; ``ts`` set when it completes."""
+
+    __slots__ = ("stream", "seq", "ts")
+
+    def __init__(self, stream: CpuStream, seq: int) -> None:
+        self.stream = stream
+        self.seq = seq
+        self.ts: int | None = None
+
+    def done(self) -> bool:
+        """True once the work before the record has completed."""
+        return self.stream.completed >= self.seq
+
+
+class CpuEvent:
+    """An event: its device, timing flag, and its last record.
+
+    In synchronous mode a record is just the timestamp ``ts`` (``record`` stays ``None``); in
+    asynchronous mode ``record`` is a :class:`Record`. ``capture`` is the capture session the
+    event was last recorded in while that session is open.
+    """
+
+    __slots__ = ("device", "timing", "ts", "record", "capture")
+
+    def __init__(self, device: int, timing: bool) -> None:
+        self.device = device
+        self.timing = timing
+        self.ts: int | None = None
+        self.record: Record | None = None
+        self.capture: Capture | None = None
+
+
+class Capture:
+    """An open capture: the origin stream and the work recorded, in submission order.
+
+    ``ops`` holds ``("call", fn)``, ``("record", event_handle)`` and ``("wait", event_handle)``
+    items that :meth:`~accelrt.backends.cpu.CpuBackend.graph_replay` submits again.
+    """
+
+    __slots__ = ("device", "origin", "ops", "events", "streams")
+
+    def __init__(self, device: int, origin: CpuStream) -> None:
+        self.device = device
+        self.origin = origin
+        self.ops: list[tuple[str, Any]] = []
+        self.events: set[CpuEvent] = set()
+        self.streams: set[CpuStream] = {origin}
