@@ -223,15 +223,27 @@ def set_current_accelerator(name: str) -> None:
 def current_accelerator(check_available: bool = False) -> device | None:
     """The current accelerator as a :class:`device` without index, or ``None``.
 
+    The index of the returned device is ``None``; use :func:`current_device_index` for the
+    calling thread's current index. Never creates a device context.
+
     Args:
-        check_available: if True, return ``None`` when the accelerator is not usable now.
+        check_available: if True, also check at run time that the accelerator is usable now
+            (:func:`is_available`) and return ``None`` when it is not.
+
+    Raises:
+        BackendUnavailableError: ``ACCELRT_ACCELERATOR`` names a backend that cannot be used
+            (only when ``check_available`` is False).
 
     Example::
 
         >>> import accelrt as acc
         >>> acc.current_accelerator() is not None
         True
+        >>> acc.current_accelerator(check_available=True) == acc.current_accelerator()
+        True
     """
+    if check_available and not is_available():
+        return None
     b = _current()
     if b is None:
         return None
@@ -249,7 +261,8 @@ def _type_device(name: str) -> device:
 
 
 def is_available() -> bool:
-    """True if an accelerator backend is usable now. Never creates a driver context.
+    """True if the current accelerator is usable now: its backend imports, its driver works and
+    it has at least one device. Never raises and never creates a driver context (fork-safe).
 
     Example::
 
@@ -258,8 +271,9 @@ def is_available() -> bool:
         True
     """
     try:
-        return _current() is not None
-    except BackendUnavailableError:
+        b = _current()
+        return b is not None and _backend.unavailable_reason(b.name) is None
+    except Exception:  # noqa: BLE001 - availability probes must never raise
         return False
 
 
@@ -282,12 +296,63 @@ def device_count() -> int:
 # ---------------------------------------------------------------------- per-thread device
 
 class _ThreadState(threading.local):
+    """Per-thread runtime state (each thread starts on device 0 with default streams)."""
+
     def __init__(self) -> None:
         self.device: dict[str, int] = {}                 # backend name -> current index
         self.stream: dict[tuple[str, int], Any] = {}     # (backend, index) -> current Stream
+        self.inited: set[tuple[str, int]] = set()        # devices init_device()'d in this thread
+        # (device, stream, inited) in one thread-local lookup for the hot paths; never rebind
+        # the containers above (mutate them), or this alias goes stale
+        self.hot = (self.device, self.stream, self.inited)
 
 
 _tls = _ThreadState()
+
+#: ``(backend name, index)`` of every device that some thread has initialised (set.add is
+#: atomic under the GIL, so no lock).
+_initialized: set[tuple[str, int]] = set()
+
+
+def _lazy_init(b: Backend, index: int) -> None:
+    """Call ``b.init_device(index)`` once per thread before the first raw operation there.
+
+    Every module that issues raw backend operations (streams, events, allocator, arrays) calls
+    this first. :func:`accelrt.synchronize` stays a no-op on a device that no thread has
+    initialised when its backend overrides :meth:`Backend.init_device` (i.e. needs a context).
+    """
+    key = (b.name, index)
+    inited = _tls.inited
+    if key not in inited:
+        b.init_device(index)
+        inited.add(key)
+        _initialized.add(key)
+
+
+_needs_init: dict[type, bool] = {}
+
+
+def _is_initialized(b: Backend, index: int) -> bool:
+    """False only if ``b`` needs lazy initialisation (overrides ``init_device``) and no thread
+    has initialised device ``index`` yet; used by "no-op before initialisation" functions."""
+    if (b.name, index) in _initialized:
+        return True
+    cls = type(b)
+    needs = _needs_init.get(cls)
+    if needs is None:
+        needs = _needs_init[cls] = cls.init_device is not _backend.Backend.init_device
+    return not needs
+
+
+_device_objs: dict[tuple[str, int], device] = {}
+
+
+def _device_obj(name: str, index: int) -> device:
+    """A cached :class:`device` for ``(name, index)`` (devices are immutable)."""
+    d = _device_objs.get((name, index))
+    if d is None:
+        d = _device_objs[(name, index)] = device(name, index)
+    return d
 
 
 def _current_index(b: Backend) -> int:
@@ -312,6 +377,9 @@ def _get_device(dev: DeviceLike, *, optional: bool = True,
     """
     if dev is None:
         b = backend if backend is not None else _require_current()
+        if not optional:
+            raise ValueError("Expected a device with a specified index or an integer, but "
+                             "got: None")
         return b, _tls.device.get(b.name, 0)
     if isinstance(dev, int) and not isinstance(dev, bool):
         b = backend if backend is not None else _require_current()
@@ -381,6 +449,14 @@ def set_device_index(device: DeviceLike, /) -> None:
         >>> acc.current_device_index()
         0
     """
+    if type(device) is int:  # fast path: an index of the current accelerator
+        if device < 0:
+            return
+        b = _current_backend if _current_backend is not None else _require_current()
+        if device >= b.device_count():
+            _check_index(b, device)
+        _tls.device[b.name] = device
+        return
     if isinstance(device, int) and not isinstance(device, bool) and device < 0:
         return
     b, idx = _get_current_device_index(device, optional=False)
@@ -388,9 +464,17 @@ def set_device_index(device: DeviceLike, /) -> None:
 
 
 class device_index:
-    """Context manager that sets the current device index and restores the previous one.
+    """Context manager that sets the calling thread's current device index and restores the
+    previous one on exit.
 
-    ``None`` (or a negative index) makes it a no-op.
+    ``None`` (or a negative index) makes it a no-op. The index is checked on entry.
+
+    Args:
+        device: a device index of the current accelerator, or ``None``.
+
+    Raises:
+        TypeError: ``device`` is not an int or None.
+        IndexError: (on entry) the index is out of range.
 
     Example::
 
@@ -398,12 +482,19 @@ class device_index:
         >>> with acc.device_index(0):
         ...     acc.current_device_index()
         0
+        >>> with acc.device_index(None):  # no-op
+        ...     pass
     """
 
     __slots__ = ("idx", "prev_idx", "_b")
 
+    #: Fixed backend name (device-specific modules such as ``accelrt.cpu``); ``None`` means the
+    #: current accelerator.
+    _backend_name: str | None = None
+
     def __init__(self, device: int | None, /) -> None:
-        if device is not None and (not isinstance(device, int) or isinstance(device, bool)):
+        if device is not None and type(device) is not int and (
+                not isinstance(device, int) or isinstance(device, bool)):
             raise TypeError(f"device_index() takes an int or None, got {type(device).__name__}")
         self.idx = device
         self.prev_idx = -1
@@ -413,7 +504,11 @@ class device_index:
         idx = self.idx
         if idx is None or idx < 0:
             return
-        b = _current_backend if _current_backend is not None else _require_current()
+        name = self._backend_name
+        if name is not None:
+            b = _backend.get_backend(name)
+        else:
+            b = _current_backend if _current_backend is not None else _require_current()
         if idx >= b.device_count():
             _check_index(b, idx)
         d = _tls.device
@@ -446,7 +541,19 @@ def set_device_idx(device: DeviceLike, /) -> None:
 
 def get_device_properties(device: DeviceLike = None, /) -> dict[str, Any]:
     """Properties of a device: ``name``, ``total_memory``, ``multi_processor_count`` and
-    backend-specific extras. Does not initialise a device context.
+    backend-specific extras, plus ``type`` and ``index``. Does not initialise a device context.
+
+    Args:
+        device: an index of the current accelerator, a device or string (may name another
+            backend, e.g. ``"cpu:1"``), or ``None`` for the current device.
+
+    Returns:
+        a new dict (changing it changes nothing in the backend).
+
+    Raises:
+        TypeError: ``device`` has the wrong type.
+        IndexError: the index is out of range.
+        BackendUnavailableError: the device's backend cannot be used here.
 
     Example::
 
@@ -463,7 +570,14 @@ def get_device_properties(device: DeviceLike = None, /) -> dict[str, Any]:
 
 
 def get_device_capability(device: DeviceLike = None, /) -> dict[str, Any]:
-    """Capabilities of a device, at least ``supported_dtypes``.
+    """Capabilities of a device, at least ``supported_dtypes`` (numpy dtype names).
+
+    Args:
+        device: as for :func:`get_device_properties`.
+
+    Raises:
+        TypeError: ``device`` has the wrong type.
+        IndexError: the index is out of range.
 
     Example::
 

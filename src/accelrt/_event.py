@@ -1,0 +1,313 @@
+"""``accelrt.Event``: a marker in a stream, for synchronisation and timing.
+
+As in PyTorch, the backend event is created lazily at the first :meth:`Event.record`; until
+then the event counts as complete (``query()`` is True, ``synchronize()`` and ``wait()`` are
+no-ops).
+
+Internal API (see ``docs/architecture.md``): ``Event._b`` (backend), ``Event._index`` (device
+index), ``Event._handle`` (raw handle, ``0`` until the first record).
+
+Example::
+
+    >>> import accelrt as acc
+    >>> start = acc.Event("cpu", enable_timing=True)
+    >>> end = acc.Event("cpu", enable_timing=True)
+    >>> start.record(); end.record(); end.synchronize()
+    >>> start.elapsed_time(end) >= 0.0
+    True
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from . import _backend
+from . import _device as _dev
+from ._device import _get_device, _lazy_init, _require_current, _tls
+from ._stream import Stream, _current, _default, _defaults
+
+if TYPE_CHECKING:
+    from ._backend import Backend
+    from ._typing import DeviceLike
+
+__all__ = ["Event"]
+
+
+def _check_flag(name: str, value: object) -> bool:
+    if type(value) is not bool:
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    return value
+
+
+class Event:
+    """A synchronisation marker recorded in a stream of one device.
+
+    Args:
+        device: the event's device (the current device of the current accelerator by
+            default; ``"cpu:1"`` names another backend's device).
+        enable_timing: allow :meth:`elapsed_time` (costs a timestamp per record).
+        blocking: make :meth:`synchronize` block the thread instead of spinning (a backend
+            hint; the result is the same).
+        interprocess: allow sharing with another process through :meth:`ipc_handle`.
+
+    Raises:
+        TypeError: a flag is not a ``bool`` or ``device`` has the wrong type.
+        IndexError: the device index is out of range.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> e = acc.Event("cpu")
+        >>> e.query(), e.event_id      # never recorded: complete, no backend event yet
+        (True, 0)
+        >>> e.record()
+        >>> e.synchronize(); e.query()
+        True
+    """
+
+    __slots__ = ("_b", "_index", "_handle", "_timing", "_blocking", "_interprocess", "_key",
+                 "_rec", "_q", "__weakref__")
+
+    #: Fixed backend name for device-specific subclasses (``accelrt.cpu.Event``).
+    _backend_name: str | None = None
+
+    _b: Backend
+    _index: int
+    _handle: int
+    _key: tuple[str, int]
+
+    def __init__(self, device: DeviceLike = None, *, enable_timing: bool = False,
+                 blocking: bool = False, interprocess: bool = False) -> None:
+        self._handle = 0   # set first: __del__ must see it even if __init__ raises
+        if device is None and self._backend_name is None:
+            b = _dev._current_backend
+            if b is None:
+                b = _require_current()
+            index = _tls.device.get(b.name, 0)
+        elif self._backend_name is None:
+            b, index = _get_device(device)
+        else:
+            b, index = _get_device(device, backend=_backend.get_backend(self._backend_name))
+        self._timing = _check_flag("enable_timing", enable_timing)
+        self._blocking = _check_flag("blocking", blocking)
+        self._interprocess = _check_flag("interprocess", interprocess)
+        self._b = b
+        self._index = index
+        self._key = (b.name, index)
+        self._rec = b.event_record
+        self._q = b.event_query
+
+    def _create(self) -> int:
+        b = self._b
+        _lazy_init(b, self._index)
+        h = b.event_create(self._index, self._timing, self._blocking, self._interprocess)
+        self._handle = h
+        return h
+
+    def __del__(self) -> None:
+        try:
+            h = self._handle
+            if h:
+                self._handle = 0
+                self._b.event_destroy(self._index, h)
+        except Exception:  # noqa: BLE001 - never raise from a finaliser (e.g. at shutdown)
+            pass
+
+    # ------------------------------------------------------------------ fields
+    @property
+    def event_id(self) -> int:
+        """The raw backend handle (``0`` until the first :meth:`record`)."""
+        return self._handle
+
+    @property
+    def device(self) -> _dev.device:
+        """The event's device as an :class:`accelrt.device`."""
+        return _dev._device_obj(self._b.name, self._index)
+
+    @property
+    def enable_timing(self) -> bool:
+        """True if the event was made with ``enable_timing=True``."""
+        return self._timing
+
+    # ------------------------------------------------------------------ operations
+    def record(self, stream: Stream | None = None) -> None:
+        """Record the event at the current end of ``stream``.
+
+        Args:
+            stream: a stream of the event's device; by default the calling thread's current
+                stream of that device.
+
+        Raises:
+            TypeError: ``stream`` is not an :class:`accelrt.Stream`.
+            ValueError: ``stream`` belongs to another device than the event.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> e = acc.Event("cpu:0")
+            >>> e.record(acc.Stream("cpu:0"))
+            >>> e.event_id != 0
+            True
+        """
+        key = self._key
+        b = self._b
+        _, streams, inited = _tls.hot
+        if stream is None:
+            s = streams.get(key)
+            if s is None or s._b is not b:
+                s = _defaults.get(key)
+                if s is None or s._b is not b:
+                    s = _default(b, key)
+            sh = s._handle
+        elif isinstance(stream, Stream):
+            if stream._index != self._index or stream._b is not b:
+                raise ValueError(
+                    f"Event device {key[0]}:{key[1]} does not match recording stream's device "
+                    f"{stream._b.name}:{stream._index}. Record on a stream of the event's "
+                    "device, or make the event on the stream's device.")
+            sh = stream._handle
+        else:
+            raise TypeError(f"record() takes an accelrt.Stream or None, got "
+                            f"{type(stream).__name__}")
+        h = self._handle
+        if not h:
+            h = self._create()
+        elif key not in inited:
+            _lazy_init(b, self._index)
+        self._rec(self._index, h, sh)
+
+    def query(self) -> bool:
+        """True if all work before the last record has completed (True if never recorded).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.Event("cpu").query()
+            True
+        """
+        h = self._handle
+        if not h:
+            return True
+        return self._q(self._index, h)
+
+    def synchronize(self) -> None:
+        """Block until all work before the last record has completed (no-op if never
+        recorded).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> e = acc.Event("cpu"); e.record(); e.synchronize()
+        """
+        h = self._handle
+        if h:
+            self._b.event_synchronize(self._index, h)
+
+    def wait(self, stream: Stream | None = None) -> None:
+        """Make all future work on ``stream`` wait for the last record of this event.
+
+        A no-op if the event was never recorded. The stream may belong to another device of
+        the same backend.
+
+        Args:
+            stream: by default the calling thread's current stream of the current device of
+                the event's backend (as ``torch.cuda.Event.wait`` does).
+
+        Raises:
+            TypeError: ``stream`` is not an :class:`accelrt.Stream`.
+            ValueError: ``stream`` belongs to another backend.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> e = acc.Event("cpu"); e.record()
+            >>> e.wait(acc.Stream("cpu"))
+        """
+        b = self._b
+        if stream is None:
+            stream = _current(b, _tls.device.get(b.name, 0))
+        elif not isinstance(stream, Stream):
+            raise TypeError(f"wait() takes an accelrt.Stream or None, got "
+                            f"{type(stream).__name__}")
+        elif stream._b is not b:
+            raise ValueError(f"a {stream._b.name} stream cannot wait for a {b.name} event")
+        h = self._handle
+        if h:
+            _lazy_init(b, stream._index)
+            b.stream_wait_event(stream._index, stream._handle, h)
+
+    def elapsed_time(self, end_event: Event) -> float:
+        """Milliseconds between this event's and ``end_event``'s records.
+
+        Raises:
+            TypeError: ``end_event`` is not an :class:`accelrt.Event`.
+            ValueError: the events belong to different devices; either was made without
+                ``enable_timing=True``; or either was never recorded.
+            RuntimeError: either event has not completed yet (synchronize first).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> a = acc.Event("cpu", enable_timing=True); b = acc.Event("cpu", enable_timing=True)
+            >>> a.record(); b.record(); b.synchronize()
+            >>> a.elapsed_time(b) >= 0.0
+            True
+        """
+        if not isinstance(end_event, Event):
+            raise TypeError(f"elapsed_time() takes an accelrt.Event, got "
+                            f"{type(end_event).__name__}")
+        if end_event._b is not self._b:
+            raise ValueError(f"Event device type {self._b.name} does not match other's device "
+                             f"type {end_event._b.name}.")
+        if not (self._timing and end_event._timing):
+            raise ValueError("Both events must be created with argument 'enable_timing=True'.")
+        if not (self._handle and end_event._handle):
+            raise ValueError("Both events must be recorded before calculating elapsed time.")
+        if end_event._index != self._index:
+            raise ValueError(f"Both events must be on the same device to calculate elapsed "
+                             f"time, got {self._b.name}:{self._index} and "
+                             f"{self._b.name}:{end_event._index}.")
+        if not (self.query() and end_event.query()):
+            raise RuntimeError("Both events must be completed before calculating elapsed time. "
+                               "Call end_event.synchronize() first.")
+        return float(self._b.event_elapsed_time(self._index, self._handle, end_event._handle))
+
+    # ------------------------------------------------------------------ interprocess
+    def ipc_handle(self) -> bytes:
+        """An interprocess handle of this event (it must be made with ``interprocess=True``
+        and recorded once), for :meth:`from_ipc_handle` in another process.
+
+        Raises:
+            RuntimeError: the event was made without ``interprocess=True``.
+            NotImplementedError: the backend cannot share events between processes.
+        """
+        if not self._interprocess:
+            raise RuntimeError("ipc_handle() needs an event made with interprocess=True")
+        h = self._handle
+        if not h:
+            h = self._create()
+        return self._b.event_ipc_handle(self._index, h)
+
+    @classmethod
+    def from_ipc_handle(cls, device: DeviceLike, handle: bytes) -> Event:
+        """Open an event shared by another process through :meth:`ipc_handle`.
+
+        Raises:
+            TypeError: ``handle`` is not ``bytes``.
+            NotImplementedError: the backend cannot share events between processes.
+        """
+        if not isinstance(handle, bytes):
+            raise TypeError(f"handle must be bytes, got {type(handle).__name__}")
+        e = cls(device, interprocess=True)
+        _lazy_init(e._b, e._index)
+        e._handle = e._b.event_from_ipc_handle(e._index, handle)
+        return e
+
+    # ------------------------------------------------------------------ identity
+    def __repr__(self) -> str:
+        return (f"<accelrt.Event device={self._b.name}:{self._index} "
+                f"event_id={self._handle:#x} enable_timing={self._timing}>")
+
+    def __reduce__(self) -> Any:
+        raise TypeError("accelrt.Event cannot be pickled; share it between processes with "
+                        "ipc_handle() and Event.from_ipc_handle()")

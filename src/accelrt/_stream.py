@@ -1,0 +1,505 @@
+"""``accelrt.Stream`` and the per-thread current stream: ``current_stream``, ``set_stream``,
+``synchronize``.
+
+Each thread has, per ``(backend, device)``, a current stream: the device's default stream
+until :func:`set_stream` or ``with stream:`` changes it. Streams made by :class:`Stream` come
+from a per-device pool of backend streams: a handle goes back to the pool when its
+:class:`Stream` is collected, so creating streams in a loop is cheap and never leaks.
+
+Internal API (see ``docs/architecture.md``): ``Stream._b`` (backend), ``Stream._index`` (device
+index), ``Stream._handle`` (raw handle); :func:`_current` returns the thread's current stream
+of a device; :func:`_wrap` makes a non-owning :class:`Stream` for a known handle.
+
+Example::
+
+    >>> import accelrt as acc
+    >>> s = acc.Stream("cpu")
+    >>> with s:
+    ...     acc.current_stream("cpu") == s
+    True
+    >>> acc.current_stream("cpu") == s
+    False
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+from . import _backend
+from . import _device as _dev
+from ._device import _get_device, _lazy_init, _require_current, _tls
+
+if TYPE_CHECKING:
+    from ._backend import Backend
+    from ._event import Event
+    from ._typing import DeviceLike
+
+__all__ = ["Stream", "current_stream", "set_stream", "synchronize"]
+
+#: Free backend stream handles kept per (backend, device, priority) beyond which a collected
+#: stream is destroyed instead of pooled.
+_POOL_MAX = 64
+
+_get_ident = threading.get_ident
+
+
+class _DevicePool:
+    """Free stream handles of one device, per priority (list append/pop are atomic)."""
+
+    __slots__ = ("b", "index", "lo", "hi", "free", "free0")
+
+    def __init__(self, b: Backend, index: int) -> None:
+        least, greatest = b.stream_priority_range(index)
+        self.b = b
+        self.index = index
+        self.lo = min(least, greatest)   # numerically smallest = highest priority
+        self.hi = max(least, greatest)   # numerically largest = lowest priority
+        self.free0: list[int] = []       # priority 0 (the fast path)
+        self.free: dict[int, list[int]] = {0: self.free0}
+
+
+# backend -> device index -> pool; guarded by _pools_lock for writes
+_pools: dict[Backend, dict[int, _DevicePool]] = {}
+_pools_lock = threading.Lock()
+_ZERO = 0  # ``priority is _ZERO``: the int 0 (small ints are cached), a fast path only
+
+
+def _pool(b: Backend, index: int) -> _DevicePool:
+    with _pools_lock:
+        per = _pools.setdefault(b, {})
+        p = per.get(index)
+        if p is None:
+            p = per[index] = _DevicePool(b, index)
+    return p
+
+
+class Stream:
+    """An ordered queue of work on one device (a CUDA stream, an OpenCL queue, ...).
+
+    ``Stream(device=None, *, priority=0)`` makes a new stream on ``device`` (the current
+    device of the current accelerator by default; ``"cpu:1"`` names another backend's device).
+    ``Stream(stream_id=h, device_index=i, device_type="cpu")`` wraps an existing backend stream
+    without owning it.
+
+    Streams compare equal when they have the same backend, device index and handle; they are
+    hashable and cannot be ordered. ``with stream:`` makes the stream current on its device and
+    makes its device the current device of its backend, restoring both on exit (re-entrant,
+    nestable and per thread).
+
+    Args:
+        device: the device of the new stream.
+        priority: lower numbers are higher priorities, as in CUDA; must lie in the device's
+            range (``0`` always does).
+        stream_id: raw handle of an existing stream to wrap (with ``device_index`` and
+            ``device_type``).
+        device_index: device index of the wrapped stream.
+        device_type: backend name of the wrapped stream, e.g. ``"cpu"``.
+
+    Raises:
+        TypeError: an argument has the wrong type, or only some of ``stream_id``,
+            ``device_index``, ``device_type`` are given.
+        ValueError: ``priority`` is out of range, or ``stream_id`` is not a live stream.
+        IndexError: the device index is out of range.
+
+    .. note:: A stream made here is returned to a per-device pool (not destroyed) when the
+        object is collected; its handle may later serve a new :class:`Stream`, exactly as a
+        destroyed CUDA stream's handle may be reused. Wrapped streams are never destroyed.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> s = acc.Stream("cpu:0")
+        >>> s.device_type, s.device_index, s.query()
+        ('cpu', 0, True)
+        >>> acc.Stream(stream_id=s.stream_id, device_index=0, device_type="cpu") == s
+        True
+    """
+
+    __slots__ = ("_b", "_index", "_handle", "_priority", "_free", "_saved", "__weakref__")
+    # _saved (per thread id: stack of (previous device, previous stream)) is set on the first
+    # __enter__; _free (the pool list an owned handle returns to) is None for foreign streams.
+
+    #: Fixed backend name for device-specific subclasses (``accelrt.cpu.Stream``).
+    _backend_name: str | None = None
+
+    _b: Backend
+    _index: int
+    _handle: int
+    _priority: int
+    _free: list[int] | None
+    _saved: dict[int, list[tuple[int, Stream | None]]]
+
+    def __init__(self, device: DeviceLike = None, *, priority: int = 0,
+                 stream_id: int | None = None, device_index: int | None = None,
+                 device_type: str | None = None) -> None:
+        if stream_id is not None or device_index is not None or device_type is not None:
+            self._init_foreign(device, priority, stream_id, device_index, device_type)
+            return
+        if device is None and self._backend_name is None:
+            b = _dev._current_backend
+            if b is None:
+                b = _require_current()
+            index = _tls.device.get(b.name, 0)
+        elif self._backend_name is None:
+            b, index = _get_device(device)
+        else:
+            b, index = _get_device(device, backend=_backend.get_backend(self._backend_name))
+        per = _pools.get(b)
+        pool = per.get(index) if per is not None else None
+        if pool is None:
+            pool = _pool(b, index)
+        if priority is _ZERO:
+            free = pool.free0
+        else:
+            if type(priority) is not int and (not isinstance(priority, int)
+                                              or isinstance(priority, bool)):
+                raise TypeError(f"priority must be an int, got {type(priority).__name__}")
+            if not pool.lo <= priority <= pool.hi:
+                raise ValueError(
+                    f"priority={priority} is out of range [{pool.lo}, {pool.hi}] for "
+                    f"{b.name}:{index} (lower numbers are higher priorities)")
+            priority = int(priority)
+            free = pool.free.get(priority)
+            if free is None:
+                with _pools_lock:
+                    free = pool.free.setdefault(priority, [])
+        try:
+            handle = free.pop()
+        except IndexError:
+            _lazy_init(b, index)
+            handle = b.stream_create(index, priority)
+        self._b = b
+        self._index = index
+        self._handle = handle
+        self._priority = priority
+        self._free = free
+
+    def _init_foreign(self, device: Any, priority: int, stream_id: Any, device_index: Any,
+                      device_type: Any) -> None:
+        if stream_id is None or device_index is None or device_type is None:
+            raise TypeError("Stream(stream_id=..., device_index=..., device_type=...) needs all "
+                            "three keyword arguments to wrap an existing stream")
+        if device is not None or priority != 0:
+            raise TypeError("Stream(stream_id=...) wraps an existing stream: do not also pass "
+                            "device or priority")
+        for arg, val in (("stream_id", stream_id), ("device_index", device_index)):
+            if not isinstance(val, int) or isinstance(val, bool):
+                raise TypeError(f"{arg} must be an int, got {type(val).__name__}")
+        if not isinstance(device_type, str):
+            raise TypeError(f"device_type must be a backend name such as 'cpu', got "
+                            f"{type(device_type).__name__}")
+        if device_index < 0:
+            raise ValueError(f"device_index must not be negative, got {device_index}")
+        b, index = _get_device(_dev._device_obj(device_type, device_index))
+        if not b.stream_is_valid(index, stream_id):
+            raise ValueError(f"stream_id={stream_id:#x} is not a live stream of "
+                             f"{device_type}:{device_index}")
+        self._b = b
+        self._index = index
+        self._handle = stream_id
+        self._priority = 0
+        self._free = None
+
+    def __del__(self) -> None:
+        # Give an owned handle back to its pool, or destroy it when the pool is full.
+        try:
+            free = self._free
+            if free is not None:
+                if len(free) < _POOL_MAX:
+                    free.append(self._handle)
+                else:
+                    self._b.stream_destroy(self._index, self._handle)
+        except Exception:  # noqa: BLE001 - never raise from a finaliser (e.g. at shutdown);
+            pass           # AttributeError: __init__ failed before the fields were set
+
+    # ------------------------------------------------------------------ fields
+    @property
+    def stream_id(self) -> int:
+        """The raw backend handle of the stream (an ``int``)."""
+        return self._handle
+
+    @property
+    def device_index(self) -> int:
+        """Index of the stream's device."""
+        return self._index
+
+    @property
+    def device_type(self) -> str:
+        """Backend name of the stream's device, e.g. ``"cpu"``."""
+        return self._b.name
+
+    @property
+    def device(self) -> _dev.device:
+        """The stream's device as an :class:`accelrt.device`."""
+        return _dev._device_obj(self._b.name, self._index)
+
+    @property
+    def priority(self) -> int:
+        """The priority the stream was made with (``0`` for wrapped and default streams)."""
+        return self._priority
+
+    # ------------------------------------------------------------------ operations
+    def query(self) -> bool:
+        """True if all work submitted to the stream has completed.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.Stream("cpu").query()
+            True
+        """
+        return self._b.stream_query(self._index, self._handle)
+
+    def synchronize(self) -> None:
+        """Wait until all work submitted to the stream has completed.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.Stream("cpu").synchronize()
+        """
+        self._b.stream_synchronize(self._index, self._handle)
+
+    def wait_event(self, event: Event) -> None:
+        """Make all future work on this stream wait for ``event``'s last record.
+
+        A no-op if the event was never recorded (as in PyTorch).
+
+        Raises:
+            TypeError: ``event`` is not an :class:`accelrt.Event`.
+            ValueError: the event belongs to another backend.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> s = acc.Stream("cpu")
+            >>> s.wait_event(acc.current_stream("cpu").record_event())
+        """
+        from ._event import Event
+        if not isinstance(event, Event):
+            raise TypeError(f"wait_event() takes an accelrt.Event, got {type(event).__name__}")
+        event.wait(self)
+
+    def wait_stream(self, stream: Stream) -> None:
+        """Make all future work on this stream wait for the work submitted so far to ``stream``.
+
+        Raises:
+            TypeError: ``stream`` is not an :class:`accelrt.Stream`.
+            ValueError: the streams belong to different backends.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> a, b = acc.Stream("cpu"), acc.Stream("cpu")
+            >>> a.wait_stream(b)
+        """
+        if not isinstance(stream, Stream):
+            raise TypeError(f"wait_stream() takes an accelrt.Stream, got {type(stream).__name__}")
+        if stream._b is not self._b:
+            raise ValueError(f"cannot make a {self._b.name} stream wait for a "
+                             f"{stream._b.name} stream: synchronize the other stream instead")
+        if stream is self:
+            return
+        self.wait_event(stream.record_event())
+
+    def record_event(self, event: Event | None = None) -> Event:
+        """Record ``event`` (a new one if ``None``) on this stream and return it.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> e = acc.Stream("cpu").record_event()
+            >>> e.query()
+            True
+        """
+        from ._event import Event
+        if event is None:
+            event = Event(_dev._device_obj(self._b.name, self._index))
+        elif not isinstance(event, Event):
+            raise TypeError(f"record_event() takes an accelrt.Event or None, got "
+                            f"{type(event).__name__}")
+        event.record(self)
+        return event
+
+    # ------------------------------------------------------------------ context manager
+    def __enter__(self) -> Stream:
+        devs, streams, _ = _tls.hot
+        name = self._b.name
+        index = self._index
+        key = (name, index)
+        try:
+            saved = self._saved
+        except AttributeError:
+            with _pools_lock:  # two threads may enter a stream for the first time at once
+                try:
+                    saved = self._saved
+                except AttributeError:
+                    saved = self._saved = {}
+        tid = _get_ident()
+        stack = saved.get(tid)
+        if stack is None:
+            stack = saved[tid] = []
+        stack.append((devs.get(name, 0), streams.get(key)))
+        streams[key] = self
+        devs[name] = index
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            saved = self._saved
+        except AttributeError:
+            saved = {}
+        tid = _get_ident()
+        stack = saved.get(tid)
+        if not stack:
+            raise RuntimeError("Stream.__exit__ called without a matching __enter__ in this "
+                               "thread; use 'with stream:'")
+        prev_dev, prev_stream = stack.pop()
+        if not stack:
+            del saved[tid]
+        devs, streams, _ = _tls.hot
+        name = self._b.name
+        if prev_stream is None:
+            streams.pop((name, self._index), None)
+        else:
+            streams[(name, self._index)] = prev_stream
+        devs[name] = prev_dev
+
+    # ------------------------------------------------------------------ identity
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Stream):
+            return (self._handle == other._handle and self._index == other._index
+                    and self._b is other._b)
+        return NotImplemented
+
+    def __ne__(self, other: object) -> bool:
+        if isinstance(other, Stream):
+            return not (self._handle == other._handle and self._index == other._index
+                        and self._b is other._b)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((self._b.name, self._index, self._handle))
+
+    def __repr__(self) -> str:
+        return (f"<accelrt.Stream device={self._b.name}:{self._index} "
+                f"stream_id={self._handle:#x} priority={self._priority}>")
+
+    def __reduce__(self) -> Any:
+        raise TypeError("accelrt.Stream cannot be pickled: a stream handle is only valid in "
+                        "the process that made it")
+
+
+def _wrap(b: Backend, index: int, handle: int) -> Stream:
+    """A non-owning :class:`Stream` for a known-valid ``handle`` (no validation)."""
+    s = Stream.__new__(Stream)
+    s._b = b
+    s._index = index
+    s._handle = handle
+    s._priority = 0
+    s._free = None
+    return s
+
+
+_defaults: dict[tuple[str, int], Stream] = {}
+
+
+def _default(b: Backend, key: tuple[str, int]) -> Stream:
+    """The (cached) default stream of device ``key[1]`` of ``b``."""
+    s = _defaults.get(key)
+    if s is None or s._b is not b:
+        s = _defaults[key] = _wrap(b, key[1], b.default_stream(key[1]))
+    return s
+
+
+def _current(b: Backend, index: int) -> Stream:
+    """The calling thread's current stream of device ``index`` of ``b`` (internal API)."""
+    key = (b.name, index)
+    s = _tls.stream.get(key)
+    if s is not None and s._b is b:
+        return s
+    return _default(b, key)
+
+
+def current_stream(device: DeviceLike = None, /) -> Stream:
+    """The calling thread's current stream of ``device``.
+
+    Args:
+        device: an index of the current accelerator, a device or string (``"cpu:1"``; may
+            name another backend), or ``None`` for the current device.
+
+    Returns:
+        the stream set by :func:`set_stream` or ``with stream:``, else the default stream.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> acc.current_stream("cpu").device_type
+        'cpu'
+    """
+    if device is None:
+        b = _dev._current_backend
+        if b is not None:
+            devs, streams, _ = _tls.hot
+            name = b.name
+            key = (name, devs.get(name, 0))
+            s = streams.get(key)
+            if s is not None and s._b is b:
+                return s
+            s = _defaults.get(key)
+            if s is not None and s._b is b:
+                return s
+            return _default(b, key)
+    b, index = _get_device(device)
+    return _current(b, index)
+
+
+def set_stream(stream: Stream) -> None:
+    """Make ``stream`` the calling thread's current stream of its device, and make its device
+    the current device of its backend (as PyTorch does).
+
+    Raises:
+        TypeError: ``stream`` is not an :class:`accelrt.Stream`.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> s = acc.Stream("cpu")
+        >>> acc.set_stream(s)
+        >>> acc.current_stream("cpu") == s
+        True
+        >>> acc.set_stream(acc.Stream(stream_id=0, device_index=0, device_type="cpu"))
+    """
+    if not isinstance(stream, Stream):
+        raise TypeError(f"set_stream() takes an accelrt.Stream, got {type(stream).__name__}")
+    name = stream._b.name
+    _tls.stream[(name, stream._index)] = stream
+    _tls.device[name] = stream._index
+
+
+def synchronize(device: DeviceLike = None, /) -> None:
+    """Wait for all work on every stream of ``device`` to complete.
+
+    Args:
+        device: an index of the current accelerator, a device or string, or ``None`` for the
+            current device.
+
+    .. note:: A no-op on a device that has not been initialised (this function never creates
+        a device context).
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> acc.synchronize()
+        >>> acc.synchronize("cpu:0")
+    """
+    if device is None:
+        b = _dev._current_backend
+        if b is None:
+            b = _require_current()
+        index = _tls.device.get(b.name, 0)
+    else:
+        b, index = _get_device(device)
+    if _dev._is_initialized(b, index):
+        b.synchronize(index)

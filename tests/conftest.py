@@ -1,0 +1,50 @@
+"""Shared fixtures. Helpers live in ``tests/helpers`` (nothing imports from this file)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))  # make ``helpers`` importable
+
+from accelrt import _backend, _device  # noqa: E402
+
+
+def _backend_params() -> list[object]:
+    params = []
+    for name in _backend.registered():
+        reason = _backend.unavailable_reason(name)
+        marks = [pytest.mark.skip(reason=f"backend {name!r} unavailable: {reason}")] if reason else []
+        params.append(pytest.param(name, marks=marks, id=name))
+    return params
+
+
+@pytest.fixture(params=_backend_params())
+def backend(request: pytest.FixtureRequest) -> str:
+    """The name of each registered backend in turn; skipped (with the reason) where unusable.
+
+    The test runs with that backend as the current accelerator.
+    """
+    name: str = request.param
+    _device.set_current_accelerator(name)
+    return name
+
+
+@pytest.fixture(autouse=True)
+def _restore_runtime_state() -> Iterator[None]:
+    """Restore the current accelerator and this thread's current devices/streams after each
+    test, so tests can change them freely."""
+    with _device._acc_lock:
+        saved_acc = (_device._current_name, _device._current_backend)
+    saved_dev = dict(_device._tls.device)
+    saved_stream = dict(_device._tls.stream)
+    yield
+    with _device._acc_lock:
+        _device._current_name, _device._current_backend = saved_acc
+    _device._tls.device.clear()
+    _device._tls.device.update(saved_dev)
+    _device._tls.stream.clear()
+    _device._tls.stream.update(saved_stream)

@@ -1,0 +1,226 @@
+"""accelrt.device, the current accelerator and the per-thread current device (torch.accelerator
+parity)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import accelrt as acc
+from accelrt.backends.cpu import CpuBackend
+
+
+@pytest.fixture
+def cpu4() -> str:
+    acc.backends.register("cpu4", lambda: CpuBackend(num_devices=4, name="cpu4"), replace=True)
+    acc.set_current_accelerator("cpu4")
+    return "cpu4"
+
+
+def _run(code: str, **env: str) -> str:
+    full_env = {**os.environ, **env}
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=full_env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+# ---------------------------------------------------------------------- device objects
+
+def test_device_parsing_and_identity() -> None:
+    d = acc.device("cpu:1")
+    assert (d.type, d.index, str(d)) == ("cpu", 1, "cpu:1")
+    assert d == acc.device("cpu", 1) == acc.device(d)
+    assert hash(d) == hash(acc.device("cpu", 1))
+    assert acc.device("cpu").index is None and str(acc.device("cpu")) == "cpu"
+    assert repr(d) == "device(type='cpu', index=1)"
+    with pytest.raises(AttributeError):
+        d.index = 2  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("bad", ["", "cpu:", "cpu:-1", "cpu:01", ":0", "cpu:0:1", "1cpu", "cp u"])
+def test_device_bad_strings(bad: str) -> None:
+    with pytest.raises(ValueError):
+        acc.device(bad)
+
+
+def test_device_bad_types_and_conflicts() -> None:
+    with pytest.raises(TypeError):
+        acc.device(1.0)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        acc.device(True)
+    with pytest.raises(ValueError, match="must not include an index"):
+        acc.device("cpu:0", 1)
+    with pytest.raises(ValueError, match="must not be negative"):
+        acc.device("cpu", -1)
+    with pytest.raises(TypeError):
+        acc.device("cpu", "0")  # type: ignore[arg-type]
+
+
+def test_int_device_is_on_current_accelerator(cpu4: str) -> None:
+    assert acc.device(2) == acc.device("cpu4", 2)
+
+
+# ---------------------------------------------------------------------- current accelerator
+
+def test_current_accelerator_and_availability(backend: str) -> None:
+    assert acc.current_accelerator() == acc.device(backend)
+    assert acc.current_accelerator().index is None  # type: ignore[union-attr]
+    assert acc.current_accelerator(check_available=True) == acc.device(backend)
+    assert acc.is_available() is True
+    assert acc.device_count() == acc.backends.get_backend(backend).device_count()
+
+
+def test_set_current_accelerator_errors() -> None:
+    with pytest.raises(acc.BackendUnavailableError, match="Unknown backend 'nope'"):
+        acc.set_current_accelerator("nope")
+    with pytest.raises(TypeError, match="backend name"):
+        acc.set_current_accelerator(3)  # type: ignore[arg-type]
+    acc.set_current_accelerator(acc.device("cpu"))
+    assert acc.current_accelerator() == acc.device("cpu")
+
+
+def test_env_accelerator_variable_chooses_backend() -> None:
+    out = _run("""
+        import accelrt as acc
+        print(acc.current_accelerator(), acc.is_available())
+    """, ACCELRT_ACCELERATOR="cpu")
+    assert out == "cpu True"
+
+
+def test_env_accelerator_unusable_is_reported_but_is_available_false() -> None:
+    out = _run("""
+        import accelrt as acc
+        print(acc.is_available(), acc.device_count(), acc.current_accelerator(check_available=True))
+        try:
+            acc.current_accelerator()
+        except acc.BackendUnavailableError as e:
+            print("error:", "ACCELRT_ACCELERATOR='nosuch'" in str(e))
+    """, ACCELRT_ACCELERATOR="nosuch")
+    assert out.splitlines() == ["False 0 None", "error: True"]
+
+
+def test_env_cpu_devices_in_subprocess() -> None:
+    out = _run("""
+        import accelrt as acc
+        acc.set_current_accelerator("cpu")
+        print(acc.device_count(), acc.cpu.device_count())
+        acc.set_device_index(2)
+        s = acc.Stream()
+        print(acc.current_device_index(), s.device_index)
+        with acc.device_index(1):
+            print(acc.current_stream().device_index)
+        try:
+            acc.set_device_index(3)
+        except IndexError as e:
+            print("IndexError")
+    """, ACCELRT_CPU_DEVICES="3")
+    assert out.splitlines() == ["3 3", "2 2", "1", "IndexError"]
+
+
+# ---------------------------------------------------------------------- current device
+
+def test_set_device_index_variants(cpu4: str) -> None:
+    acc.set_device_index(2)
+    assert acc.current_device_index() == 2
+    acc.set_device_index("cpu4:3")
+    assert acc.current_device_index() == 3
+    acc.set_device_index(acc.device("cpu4", 1))
+    assert acc.current_device_index() == 1
+
+
+def test_set_device_index_negative_is_noop(cpu4: str) -> None:
+    acc.set_device_index(2)
+    acc.set_device_index(-1)
+    assert acc.current_device_index() == 2
+
+
+def test_set_device_index_errors(cpu4: str) -> None:
+    with pytest.raises(IndexError, match="out of range"):
+        acc.set_device_index(4)
+    with pytest.raises(ValueError, match="cpu doesn't match the current accelerator cpu4"):
+        acc.set_device_index("cpu:0")
+    with pytest.raises(ValueError, match="Expected a device with a specified index"):
+        acc.set_device_index("cpu4")
+    with pytest.raises(ValueError, match="Expected a device with a specified index"):
+        acc.set_device_index(None)
+    with pytest.raises(TypeError):
+        acc.set_device_index(1.0)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        acc.set_device_index(True)  # type: ignore[arg-type]
+    assert acc.current_device_index() == 0
+
+
+def test_device_index_context(cpu4: str) -> None:
+    acc.set_device_index(1)
+    with acc.device_index(3):
+        assert acc.current_device_index() == 3
+        with acc.device_index(2):
+            assert acc.current_device_index() == 2
+        with acc.device_index(None):
+            assert acc.current_device_index() == 3
+        assert acc.current_device_index() == 3
+    assert acc.current_device_index() == 1
+
+
+def test_device_index_restores_on_error_and_reuse(cpu4: str) -> None:
+    ctx = acc.device_index(2)
+    with pytest.raises(KeyError):
+        with ctx:
+            raise KeyError
+    assert acc.current_device_index() == 0
+    with ctx:  # reusable
+        assert acc.current_device_index() == 2
+    assert acc.current_device_index() == 0
+
+
+def test_device_index_bad_inputs(cpu4: str) -> None:
+    with pytest.raises(TypeError, match="int or None"):
+        acc.device_index("cpu4:1")  # type: ignore[arg-type]
+    with pytest.raises(IndexError):
+        with acc.device_index(9):
+            pass
+    assert acc.current_device_index() == 0
+    with acc.device_index(-1):  # negative: no-op
+        assert acc.current_device_index() == 0
+
+
+def test_deprecated_aliases_warn(cpu4: str) -> None:
+    with pytest.warns(FutureWarning, match="current_device_index"):
+        assert acc.current_device_idx() == 0
+    with pytest.warns(FutureWarning, match="set_device_index"):
+        acc.set_device_idx(2)
+    assert acc.current_device_index() == 2
+
+
+def test_explicit_other_backend_device_works_while_another_is_current(cpu4: str) -> None:
+    assert acc.get_device_properties("cpu:0")["type"] == "cpu"
+    assert acc.current_stream("cpu:0").device_type == "cpu"
+    acc.synchronize("cpu:0")
+    with pytest.raises(ValueError, match="doesn't match the current accelerator"):
+        acc.set_device_index(acc.device("cpu", 0))
+
+
+# ---------------------------------------------------------------------- properties
+
+def test_device_properties_and_capability(backend: str) -> None:
+    props = acc.get_device_properties()
+    assert {"name", "total_memory", "multi_processor_count"} <= set(props)
+    assert props["total_memory"] > 0
+    assert props == acc.get_device_properties(0) == acc.get_device_properties(backend)
+    cap = acc.get_device_capability()
+    assert "float32" in cap["supported_dtypes"]
+    with pytest.raises(IndexError):
+        acc.get_device_properties(10**6)
+    with pytest.raises(TypeError):
+        acc.get_device_capability(2.0)  # type: ignore[arg-type]
+
+
+def test_properties_do_not_leak_backend_state() -> None:
+    p = acc.get_device_properties("cpu:0")
+    p["name"] = "changed"
+    assert acc.get_device_properties("cpu:0")["name"] != "changed"

@@ -1,0 +1,211 @@
+"""accelrt.Event: lazy creation, record/query/synchronize/wait, elapsed_time messages."""
+
+from __future__ import annotations
+
+import gc
+import pickle
+
+import pytest
+from helpers import register_toy
+
+import accelrt as acc
+from accelrt.backends.cpu import CpuBackend
+
+
+def test_fresh_event_is_complete_and_has_no_handle(backend: str) -> None:
+    e = acc.Event()
+    assert e.event_id == 0
+    assert e.query() is True
+    e.synchronize()  # no-op
+    e.wait()         # no-op
+    assert e.event_id == 0
+    assert e.device == acc.device(backend, acc.current_device_index())
+
+
+def test_record_creates_lazily_then_reuses(backend: str) -> None:
+    e = acc.Event()
+    e.record()
+    h = e.event_id
+    assert h != 0
+    e.record(acc.Stream())
+    assert e.event_id == h
+    e.synchronize()
+    assert e.query() is True
+
+
+def test_record_on_current_stream_by_default() -> None:
+    name, toy = register_toy()
+    s = acc.Stream(f"{name}:0")
+    e = acc.Event(f"{name}:0")
+    with s:
+        e.record()
+    assert toy.events[e.event_id]["stream"] == s.stream_id
+    e.record()
+    assert toy.events[e.event_id]["stream"] == 0  # the default stream again
+
+
+def test_query_and_synchronize_follow_pending_work() -> None:
+    name, toy = register_toy()
+    s = acc.Stream(f"{name}:0")
+    toy.submit(s.stream_id)
+    e = s.record_event()
+    assert e.query() is False
+    e.synchronize()
+    assert e.query() is True
+    assert toy.calls["event_synchronize"] == 1
+
+
+def test_record_on_other_device_is_value_error() -> None:
+    name, _ = register_toy()
+    e = acc.Event(f"{name}:0")
+    with pytest.raises(ValueError, match="does not match recording stream's device"):
+        e.record(acc.Stream(f"{name}:1"))
+    with pytest.raises(ValueError, match="does not match recording stream's device"):
+        e.record(acc.Stream("cpu:0"))
+    with pytest.raises(TypeError, match="accelrt.Stream or None"):
+        e.record("cpu:0")  # type: ignore[arg-type]
+
+
+def test_wait_makes_stream_wait_and_checks_types() -> None:
+    name, toy = register_toy()
+    e = acc.Event(f"{name}:0")
+    e.record()
+    other = acc.Stream(f"{name}:1")
+    e.wait(other)  # cross-device wait within a backend is allowed
+    assert toy.events[e.event_id]["waited_by"] == [other.stream_id]
+    e.wait()  # current stream of the current device of that backend
+    assert toy.events[e.event_id]["waited_by"][-1] == 0
+    with pytest.raises(TypeError, match="accelrt.Stream or None"):
+        e.wait(1)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="cannot wait"):
+        e.wait(acc.Stream("cpu"))
+
+
+def test_elapsed_time_measures_ms() -> None:
+    a = acc.Event("cpu", enable_timing=True)
+    b = acc.Event("cpu", enable_timing=True)
+    a.record()
+    b.record()
+    b.synchronize()
+    t = a.elapsed_time(b)
+    assert isinstance(t, float) and t >= 0.0
+    assert b.elapsed_time(a) <= 0.0
+
+
+def test_elapsed_time_needs_timing_with_pytorch_message() -> None:
+    a = acc.Event("cpu", enable_timing=True)
+    b = acc.Event("cpu")
+    a.record()
+    b.record()
+    with pytest.raises(ValueError, match=r"Both events must be created with argument "
+                                         r"'enable_timing=True'\."):
+        a.elapsed_time(b)
+    with pytest.raises(ValueError, match="enable_timing=True"):
+        b.elapsed_time(a)
+
+
+def test_elapsed_time_needs_records_with_pytorch_message() -> None:
+    a = acc.Event("cpu", enable_timing=True)
+    b = acc.Event("cpu", enable_timing=True)
+    with pytest.raises(ValueError, match=r"Both events must be recorded before calculating "
+                                         r"elapsed time\."):
+        a.elapsed_time(b)
+    a.record()
+    with pytest.raises(ValueError, match="must be recorded"):
+        a.elapsed_time(b)
+
+
+def test_elapsed_time_needs_completion() -> None:
+    name, toy = register_toy()
+    s = acc.Stream(f"{name}:0")
+    a = acc.Event(f"{name}:0", enable_timing=True)
+    b = acc.Event(f"{name}:0", enable_timing=True)
+    a.record(s)
+    toy.submit(s.stream_id)
+    b.record(s)
+    with pytest.raises(RuntimeError, match="Both events must be completed"):
+        a.elapsed_time(b)
+    b.synchronize()
+    assert a.elapsed_time(b) >= 0.0
+
+
+def test_elapsed_time_bad_partners() -> None:
+    name, _ = register_toy()
+    a = acc.Event(f"{name}:0", enable_timing=True)
+    with pytest.raises(TypeError, match="accelrt.Event"):
+        a.elapsed_time(1.0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="does not match other's device type"):
+        a.elapsed_time(acc.Event("cpu", enable_timing=True))
+    b = acc.Event(f"{name}:1", enable_timing=True)
+    a.record()
+    b.record()
+    with pytest.raises(ValueError, match="same device"):
+        a.elapsed_time(b)
+
+
+def test_flags_must_be_bool() -> None:
+    with pytest.raises(TypeError, match="enable_timing must be a bool"):
+        acc.Event("cpu", enable_timing=1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="blocking must be a bool"):
+        acc.Event("cpu", blocking="yes")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="interprocess must be a bool"):
+        acc.Event("cpu", interprocess=None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        acc.Event("cpu", True)  # type: ignore[misc]  # flags are keyword-only
+    assert acc.Event("cpu", enable_timing=True, blocking=True).enable_timing is True
+
+
+def test_bad_devices() -> None:
+    with pytest.raises(IndexError):
+        acc.Event("cpu:1000")
+    with pytest.raises(TypeError):
+        acc.Event([0])  # type: ignore[arg-type]
+    with pytest.raises(acc.BackendUnavailableError, match="Unknown backend"):
+        acc.Event("nosuchdev")
+
+
+def test_ipc_handle_requires_interprocess_flag() -> None:
+    with pytest.raises(RuntimeError, match="interprocess=True"):
+        acc.Event("cpu").ipc_handle()
+    with pytest.raises(TypeError, match="bytes"):
+        acc.Event.from_ipc_handle("cpu", "abc")  # type: ignore[arg-type]
+
+
+def test_event_destroyed_when_collected_only_if_created() -> None:
+    name, toy = register_toy()
+    e = acc.Event(f"{name}:0")
+    del e
+    gc.collect()
+    assert toy.calls["event_destroy"] == 0
+    e = acc.Event(f"{name}:0")
+    e.record()
+    h = e.event_id
+    del e
+    gc.collect()
+    assert toy.calls["event_destroy"] == 1 and h not in toy.events
+
+
+def test_repr_and_pickle() -> None:
+    e = acc.Event("cpu:0", enable_timing=True)
+    assert repr(e) == "<accelrt.Event device=cpu:0 event_id=0x0 enable_timing=True>"
+    with pytest.raises(TypeError, match="cannot be pickled"):
+        pickle.dumps(e)
+
+
+def test_event_on_second_device_of_multi_device_backend() -> None:
+    acc.backends.register("cpu4", lambda: CpuBackend(num_devices=4, name="cpu4"), replace=True)
+    s = acc.Stream("cpu4:3")
+    e = acc.Event("cpu4:3", enable_timing=True)
+    e.record(s)
+    e.synchronize()
+    assert e.device == acc.device("cpu4", 3) and e.query()
+
+
+def test_record_in_a_new_thread_initialises_device_there() -> None:
+    from helpers import run_in_thread
+    name, toy = register_toy()
+    e = acc.Event(f"{name}:0")
+    e.record()
+    n = toy.calls["init_device"]
+    run_in_thread(e.record)
+    assert toy.calls["init_device"] == n + 1

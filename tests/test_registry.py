@@ -1,0 +1,220 @@
+"""Backends registered from tests through the public registry, and device-specific modules
+(``accelrt.cpu`` and ``export_bound``)."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+from helpers import ToyBackend, register_toy
+
+import accelrt as acc
+from accelrt import _specific
+from accelrt.backends.cpu import CpuBackend
+
+
+class _Unusable(ToyBackend):
+    name = "unusable_dev"
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        return "no driver installed; install the frobnicator"
+
+
+def test_registered_lists_builtins_first() -> None:
+    names = acc.backends.registered()
+    assert names[:3] == ["cuda", "opencl", "cpu"]
+    assert "cpu" in acc.backends.available()
+
+
+def test_register_validation() -> None:
+    with pytest.raises(TypeError, match="must be a str"):
+        acc.backends.register(3, CpuBackend)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="lower-case identifier"):
+        acc.backends.register("Bad-Name", CpuBackend)
+    with pytest.raises(TypeError, match="must be callable"):
+        acc.backends.register("okname", 3)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="already registered"):
+        acc.backends.register("cpu", CpuBackend)
+
+
+def test_unknown_backend_names_the_known_ones() -> None:
+    with pytest.raises(acc.BackendUnavailableError, match="known backends are 'cuda'"):
+        acc.backends.get_backend("nosuch")
+    with pytest.raises(LookupError):
+        acc.Stream("nosuch")
+
+
+def test_cpu_subclass_under_another_name_runs_the_runtime() -> None:
+    class Mine(CpuBackend):
+        name = "mine"
+
+    acc.backends.register("mine", lambda: Mine(num_devices=2, name="mine"), replace=True)
+    acc.set_current_accelerator("mine")
+    assert acc.current_accelerator() == acc.device("mine") and acc.device_count() == 2
+    s = acc.Stream(1)
+    with s:
+        assert acc.current_device_index() == 1 and acc.current_stream() == s
+        e = acc.Event(enable_timing=True)
+        e.record()
+    assert e.device == acc.device("mine", 1)
+    acc.synchronize(1)
+    assert e.query()
+    assert acc.current_device_index() == 0
+
+
+def test_replacing_a_backend_invalidates_cached_default_streams() -> None:
+    name, first = register_toy()
+    d1 = acc.current_stream(f"{name}:0")
+    second = type(first)()
+    acc.backends.register(name, lambda: second, replace=True)
+    d2 = acc.current_stream(f"{name}:0")
+    assert d2._b is second and d1 != d2
+
+
+def test_unusable_backend_reports_reason() -> None:
+    acc.backends.register("unusable_dev", _Unusable, replace=True)
+    reason = acc.backends.unavailable_reason("unusable_dev")
+    assert reason is not None and "frobnicator" in reason
+    assert "unusable_dev" not in acc.backends.available()
+    with pytest.raises(acc.BackendUnavailableError, match="frobnicator"):
+        acc.set_current_accelerator("unusable_dev")
+
+
+def test_export_bound_on_unusable_backend() -> None:
+    acc.backends.register("unusable_dev", _Unusable, replace=True)
+    ns: dict[str, object] = {"__name__": "accelrt.unusable_dev"}
+    names = _specific.export_bound("unusable_dev", ns)
+    assert ns["is_available"]() is False  # type: ignore[operator]
+    assert ns["device_count"]() == 0  # type: ignore[operator]
+    assert "frobnicator" in ns["unavailable_reason"]()  # type: ignore[operator]
+    for fname in ("current_stream", "current_device_index", "synchronize",
+                  "get_device_properties", "get_device_capability", "Stream", "Event"):
+        assert fname in names
+        with pytest.raises(acc.BackendUnavailableError, match="frobnicator"):
+            ns[fname]()  # type: ignore[operator]
+    with pytest.raises(acc.BackendUnavailableError, match="frobnicator"):
+        ns["set_device_index"](0)  # type: ignore[operator]
+    with pytest.raises(acc.BackendUnavailableError, match="frobnicator"):
+        with ns["device_index"](0):  # type: ignore[operator]
+            pass
+
+
+def test_export_bound_keeps_existing_names_and_checks_type() -> None:
+    ns: dict[str, object] = {"__name__": "x.cpu", "synchronize": "mine"}
+    names = _specific.export_bound("cpu", ns)
+    assert ns["synchronize"] == "mine" and "synchronize" not in names
+    assert names == sorted(names)
+    with pytest.raises(TypeError, match="backend_name must be a str"):
+        _specific.export_bound(1, {})  # type: ignore[arg-type]
+
+
+def test_bound_functions_ignore_current_accelerator() -> None:
+    name, toy = register_toy(num_devices=3)
+    acc.set_current_accelerator(name)
+    acc.set_device_index(2)
+    assert acc.cpu.current_device_index() == 0
+    acc.cpu.set_device_index(0)
+    assert acc.current_device_index() == 2
+    assert acc.cpu.current_stream().device_type == "cpu"
+    assert acc.cpu.Stream().device == acc.device("cpu", 0)
+    assert acc.cpu.Event().device == acc.device("cpu", 0)
+    with acc.cpu.device_index(0):
+        assert acc.current_device_index() == 2
+    with pytest.raises(IndexError):
+        acc.cpu.Stream(1)  # one cpu device
+    with pytest.raises(ValueError, match="is not a cpu device"):
+        acc.cpu.current_stream(f"{name}:0")
+    with pytest.raises(ValueError, match="takes a cpu stream"):
+        acc.cpu.set_stream(acc.Stream())
+    with pytest.raises(TypeError):
+        acc.cpu.set_stream(3)  # type: ignore[arg-type]
+
+
+def test_acc_cpu_module_api() -> None:
+    assert acc.cpu.is_available() is True and acc.cpu.unavailable_reason() is None
+    assert acc.cpu.device_count() >= 1
+    s = acc.cpu.Stream()
+    assert isinstance(s, acc.Stream)
+    with s:
+        assert acc.cpu.current_stream() == s
+    acc.cpu.set_stream(s)
+    assert acc.current_stream("cpu") == s
+    acc.cpu.synchronize()
+    acc.cpu.synchronize(0)
+    assert acc.cpu.memory_limit() == acc.cpu.get_device_properties(0)["total_memory"]
+    assert "float32" in acc.cpu.get_device_capability("cpu:0")["supported_dtypes"]
+    acc.cpu.set_device_index(-5)  # no-op
+    with pytest.raises(ValueError, match="Expected a device with a specified index"):
+        acc.cpu.set_device_index(None)
+    with pytest.raises(ValueError, match="is not a cpu device"):
+        acc.cpu.memory_limit("cuda:0")
+    with pytest.raises(TypeError):
+        acc.cpu.memory_limit(0.5)
+    for n in acc.cpu.__all__:
+        assert getattr(acc.cpu, n).__doc__, n
+
+
+def test_acc_cpu_memory_limit_from_env_in_subprocess() -> None:
+    import os
+    import subprocess
+    import sys
+    code = "import accelrt as acc; print(acc.cpu.memory_limit(1), acc.cpu.device_count())"
+    env = {**os.environ, "ACCELRT_CPU_MEMORY": "3MiB", "ACCELRT_CPU_DEVICES": "2"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [str(3 << 20), "2"]
+
+
+def test_bind_device_arg_variants() -> None:
+    seen: list[object] = []
+    conv = lambda d: ("conv", d)  # noqa: E731
+
+    def first(device=None, /, abbreviated=False):  # type: ignore[no-untyped-def]
+        seen.append((device, abbreviated))
+
+    def second(fraction, device=None):  # type: ignore[no-untyped-def]
+        seen.append((fraction, device))
+
+    def kwonly(size, *, device=None):  # type: ignore[no-untyped-def]
+        seen.append((size, device))
+
+    assert _specific._bind_device_arg(lambda: None, conv) is None
+    f, s, k = (_specific._bind_device_arg(fn, conv) for fn in (first, second, kwonly))
+    f()
+    f(1, abbreviated=True)
+    s(0.5)
+    s(0.5, 2)
+    s(0.5, device=3)
+    k(7)
+    k(7, device=1)
+    assert seen == [(("conv", None), False), (("conv", 1), True), (0.5, ("conv", None)),
+                    (0.5, ("conv", 2)), (0.5, ("conv", 3)), (7, ("conv", None)),
+                    (7, ("conv", 1))]
+    assert inspect.signature(s) == inspect.signature(second)
+
+
+def test_memory_functions_with_device_are_bound_in_acc_cpu() -> None:
+    try:
+        import accelrt.memory as mem
+    except ImportError:  # pragma: no cover - memory package missing
+        pytest.skip("accelrt.memory is not importable")
+    for n in getattr(mem, "__all__", []):
+        fn = getattr(mem, n, None)
+        if inspect.isfunction(fn) and "device" in inspect.signature(fn).parameters:
+            assert n in acc.cpu.__all__, n
+
+
+def test_acc_cpu_docstring_examples_run() -> None:
+    import doctest
+    finder = doctest.DocTestFinder(recurse=False)
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    ran = 0
+    for n in acc.cpu.__all__:
+        for t in finder.find(getattr(acc.cpu, n), f"accelrt.cpu.{n}", globs={}):
+            if t.examples:
+                ran += 1
+                result = runner.run(t, out=lambda s: None)
+                assert result.failed == 0, f"accelrt.cpu.{n} example failed"
+    assert ran >= 12
