@@ -1,0 +1,724 @@
+"""Memory management: the caching allocator's statistics, snapshots, options and pools.
+
+The functions keep ``torch.cuda.memory``'s names, signatures and semantics. Each normalises
+its ``device`` argument (``None``: the current device of the current accelerator; an ``int``:
+an index of the current accelerator; ``"cpu:1"`` or an :class:`accelrt.device`: that device of
+its own backend) and talks to that device's caching allocator. Getters and resets never start
+an allocator: before the first allocation on a device they return ``{}``/``0`` or do nothing.
+
+Allocator options come from ``ACCELRT_ALLOC_CONF`` (PyTorch's ``PYTORCH_CUDA_ALLOC_CONF``
+syntax) and :func:`set_allocator_settings`. See ``docs/memory.md`` for a guide.
+
+Example::
+
+    >>> import accelrt as acc
+    >>> from accelrt import memory
+    >>> p = memory.caching_allocator_alloc(1 << 20, "cpu:0")
+    >>> memory.memory_allocated("cpu:0") >= 1 << 20
+    True
+    >>> memory.caching_allocator_delete(p)
+    >>> memory.memory_stats("cpu:0")["allocation.all.current"]
+    0
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import itertools
+import sys
+import threading
+import warnings
+import weakref
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from .. import _device
+from .._device import _get_device, _tls
+from . import _host
+from ._allocator import get_allocator, peek_allocator
+from ._config import get_allocator_settings, get_config, set_allocator_settings
+from ._snapshot import build_snapshot, to_plain
+from ._snapshot import dump_snapshot as _dump
+from ._summary import format_summary
+
+if TYPE_CHECKING:
+    import os
+
+    from .._backend import Backend
+    from .._typing import DeviceLike
+
+__all__ = [
+    "MemPool",
+    "caching_allocator_alloc",
+    "caching_allocator_delete",
+    "dump_snapshot",
+    "empty_cache",
+    "empty_host_cache",
+    "get_allocator_settings",
+    "get_memory_info",
+    "get_per_process_memory_fraction",
+    "host_memory_stats",
+    "max_memory_allocated",
+    "max_memory_reserved",
+    "memory_allocated",
+    "memory_reserved",
+    "memory_snapshot",
+    "memory_stats",
+    "memory_stats_as_nested_dict",
+    "memory_summary",
+    "record_memory_history",
+    "reset_accumulated_host_memory_stats",
+    "reset_accumulated_memory_stats",
+    "reset_max_memory_allocated",  # deprecated
+    "reset_max_memory_cached",  # deprecated
+    "reset_peak_host_memory_stats",
+    "reset_peak_memory_stats",
+    "set_allocator_settings",
+    "set_per_process_memory_fraction",
+    "use_mem_pool",
+]
+
+
+def _peek(device: DeviceLike) -> Any:
+    """The allocator of ``device`` if it was started, else None (never starts one)."""
+    if device is None:
+        b = _device._current_backend
+        if b is not None:
+            name = b.name
+            return peek_allocator(name, _tls.device.get(name, 0))
+    b, i = _get_device(device)
+    return peek_allocator(b.name, i)
+
+
+# ---------------------------------------------------------------------- statistics
+
+def empty_cache() -> None:
+    """Release every unused cached block of every started device of the current accelerator
+    back to the device, so other processes (or other libraries) can use it.
+
+    Memory held by live allocations is not freed. A no-op before any allocation.
+
+    Example::
+
+        >>> from accelrt import memory
+        >>> memory.empty_cache()
+    """
+    b = _device._current()
+    if b is None:
+        return
+    for i in range(b.device_count()):
+        a = peek_allocator(b.name, i)
+        if a is not None:
+            a.empty_cache()
+
+
+def memory_stats(device: DeviceLike = None, /) -> collections.OrderedDict[str, int]:
+    """The allocator statistics of a device as a flat, key-sorted ``OrderedDict``.
+
+    Keys are PyTorch's: ``{allocation,segment,active,inactive_split,allocated_bytes,
+    reserved_bytes,active_bytes,inactive_split_bytes,requested_bytes}.{all,small_pool,
+    large_pool}.{current,peak,allocated,freed}``, ``oversize_allocations.*``,
+    ``oversize_segments.*``, ``num_alloc_retries``, ``num_ooms``, ``num_sync_all_streams``,
+    ``num_device_alloc``, ``num_device_free``, ``max_split_size`` (-1 when unlimited).
+
+    Args:
+        device: the device (default: the current device).
+
+    Returns:
+        The statistics; empty before the device's allocator started.
+
+    Example::
+
+        >>> from accelrt import memory
+        >>> stats = memory.memory_stats("cpu:0")
+        >>> list(stats) == sorted(stats)
+        True
+    """
+    a = _peek(device)
+    if a is None:
+        return collections.OrderedDict()
+    return _sorted_stats(a.stats())
+
+
+_key_order: tuple[Any, list[str]] = (frozenset(), [])   # last key set seen, and its sorted keys
+
+
+def _sorted_stats(stats: dict[str, int]) -> collections.OrderedDict[str, int]:
+    """``stats`` as an OrderedDict sorted by key (the key order is cached: the set of keys
+    rarely changes, and sorting 120 keys costs more than the rest of the call)."""
+    global _key_order
+    known, order = _key_order
+    if stats.keys() != known:
+        order = sorted(stats)
+        _key_order = (frozenset(order), order)
+    return collections.OrderedDict(zip(order, map(stats.__getitem__, order)))
+
+
+def memory_stats_as_nested_dict(device: DeviceLike = None, /) -> dict[str, Any]:
+    """:func:`memory_stats` as nested dicts (``stats["allocated_bytes"]["all"]["peak"]``).
+
+    Example::
+
+        >>> from accelrt import memory
+        >>> isinstance(memory.memory_stats_as_nested_dict("cpu:0"), dict)
+        True
+    """
+    nested: dict[str, Any] = {}
+    for key, value in memory_stats(device).items():
+        *path, leaf = key.split(".")
+        d = nested
+        for part in path:
+            d = d.setdefault(part, {})
+        d[leaf] = value
+    return nested
+
+
+def memory_allocated(device: DeviceLike = None, /) -> int:
+    """Bytes currently handed out by the caching allocator on a device
+    (``allocated_bytes.all.current``; blocks are rounded up to multiples of 512 bytes).
+
+    Example::
+
+        >>> from accelrt import memory
+        >>> memory.memory_allocated("cpu:0") >= 0
+        True
+    """
+    a = _peek(device)
+    return 0 if a is None else a.memory_allocated()
+
+
+def max_memory_allocated(device: DeviceLike = None, /) -> int:
+    """Peak of :func:`memory_allocated` since start or :func:`reset_peak_memory_stats`.
+
+    Example::
+
+        >>> from accelrt import memory
+        >>> memory.max_memory_allocated("cpu:0") >= memory.memory_allocated("cpu:0")
+        True
+    """
+    a = _peek(device)
+    return 0 if a is None else a.max_memory_allocated()
+
+
+def memory_reserved(device: DeviceLike = None, /) -> int:
+    """Bytes the caching allocator holds from the device, in use or cached
+    (``reserved_bytes.all.current``).
+
+    Example::
+
+        >>> from accelrt import memory
+        >>> memory.memory_reserved("cpu:0") >= memory.memory_allocated("cpu:0")
+        True
+    """
+    a = _peek(device)
+    return 0 if a is None else a.memory_reserved()
+
+
+def max_memory_reserved(device: DeviceLike = None, /) -> int:
+    """Peak of :func:`memory_reserved` since start or :func:`reset_peak_memory_stats`.
+
+    Example::
+
+        >>> from accelrt import memory
+        >>> memory.max_memory_reserved("cpu:0") >= memory.memory_reserved("cpu:0")
+        True
+    """
+    a = _peek(device)
+    return 0 if a is None else a.max_memory_reserved()
+
+
+def reset_peak_memory_stats(device: DeviceLike = None, /) -> None:
+    """Set every ``peak`` statistic of a device to its ``current`` value.
+
+    Example::
+
+        >>> from accelrt import memory
+        >>> memory.reset_peak_memory_stats("cpu:0")
+        >>> memory.max_memory_allocated("cpu:0") == memory.memory_allocated("cpu:0")
+        True
+    """
+    a = _peek(device)
+    if a is not None:
+        a.reset_peak_stats()
+
+
+def reset_accumulated_memory_stats(device: DeviceLike = None, /) -> None:
+    """Zero the ``allocated``/``freed`` totals and the ``num_*`` counters of a device
+    (``current`` and ``peak`` values are kept).
+
+    Example::
+
+        >>> from accelrt import memory
+        >>> memory.reset_accumulated_memory_stats("cpu:0")
+        >>> memory.memory_stats("cpu:0").get("num_device_alloc", 0)
+        0
+    """
+    a = _peek(device)
+    if a is not None:
+        a.reset_accumulated_stats()
+
+
+def reset_max_memory_allocated(device: DeviceLike = None, /) -> None:
+    """Deprecated: calls :func:`reset_peak_memory_stats`, which resets *all* peaks
+    (emits ``FutureWarning``)."""
+    warnings.warn("accelrt.memory.reset_max_memory_allocated now calls "
+                  "accelrt.memory.reset_peak_memory_stats, which resets /all/ peak memory "
+                  "stats.", FutureWarning, stacklevel=2)
+    reset_peak_memory_stats(device)
+
+
+def reset_max_memory_cached(device: DeviceLike = None, /) -> None:
+    """Deprecated: calls :func:`reset_peak_memory_stats`, which resets *all* peaks
+    (emits ``FutureWarning``)."""
+    warnings.warn("accelrt.memory.reset_max_memory_cached now calls "
+                  "accelrt.memory.reset_peak_memory_stats, which resets /all/ peak memory "
+                  "stats.", FutureWarning, stacklevel=2)
+    reset_peak_memory_stats(device)
+
+
+def get_memory_info(device: DeviceLike = None, /) -> tuple[int, int]:
+    """``(free, total)`` bytes of a device as the device itself reports them (memory cached by
+    the allocator counts as used).
+
+    Example::
+
+        >>> from accelrt import memory
+        >>> free, total = memory.get_memory_info("cpu:0")
+        >>> 0 <= free <= total
+        True
+    """
+    b, i = _get_device(device)
+    free, total = b.get_memory_info(i)
+    return int(free), int(total)
+
+
+def memory_summary(device: DeviceLike = None, abbreviated: bool = False) -> str:
+    """A human-readable table of :func:`memory_stats` (PyTorch's ``memory_summary`` layout).
+
+    Args:
+        device: the device (default: the current device).
+        abbreviated: leave out the per-pool (large/small) rows.
+
+    Example::
+
+        >>> from accelrt import memory
+        >>> print(memory.memory_summary("cpu:0").splitlines()[1])
+        |                  accelrt CPU memory summary, device ID 0                  |
+    """
+    b, i = _get_device(device)
+    return format_summary(memory_stats(device), i, b.name, abbreviated)
+
+
+# ---------------------------------------------------------------------- history and snapshots
+
+def record_memory_history(enabled: str | bool | None = "all", context: str | None = "all",
+                          stacks: str = "all", max_entries: int = sys.maxsize,
+                          device: DeviceLike = None, clear_history: bool = False,
+                          skip_actions: list[str] | None = None) -> None:
+    """Start or stop recording allocator history (PyTorch's ``_record_memory_history``).
+
+    Args:
+        enabled: ``"all"`` records every alloc/free/segment event in a ring buffer of
+            ``max_entries`` and the stacks of live allocations; ``"state"`` only the stacks of
+            live allocations; ``None`` stops recording and clears the history. ``True``/
+            ``False`` mean ``"all"``/``None``.
+        context: ``None``, ``"state"`` (stacks of live allocations), ``"alloc"`` (also on
+            trace entries) or ``"all"`` (also free stacks).
+        stacks: ``"python"`` or ``"all"`` (accelrt records Python frames for both).
+        max_entries: size of the trace ring buffer (the oldest entries are dropped).
+        device: one device, or ``None`` for every device of the current accelerator.
+        clear_history: drop what was recorded so far.
+        skip_actions: trace actions not to record, e.g. ``["free_completed"]``.
+
+    Raises:
+        TypeError/ValueError: an argument has a wrong type or value.
+
+    Example::
+
+        >>> from accelrt import memory
+        >>> memory.record_memory_history(max_entries=1000, device="cpu:0")
+        >>> memory.record_memory_history(None, device="cpu:0")
+    """
+    if skip_actions is not None and (isinstance(skip_actions, str) or not all(
+            isinstance(s, str) for s in skip_actions)):
+        raise TypeError("skip_actions must be a list of action names such as "
+                        f"['free_completed'], got {skip_actions!r}")
+    if device is None:
+        b = _device._require_current()
+        targets = [(b, i) for i in range(b.device_count())]
+    else:
+        targets = [_get_device(device)]
+    for b, i in targets:
+        if enabled in (None, False) and peek_allocator(b.name, i) is None:
+            continue
+        get_allocator(b, i).record_history(enabled, context, stacks, max_entries,
+                                           bool(clear_history), skip_actions)
+
+
+def _settings_dict() -> dict[str, Any]:
+    cfg = get_config()
+    max_split = cfg.max_split_size
+    return {
+        "PYTORCH_CUDA_ALLOC_CONF": cfg.settings,
+        "max_split_size": -1 if max_split >= 2**63 else max_split,
+        "garbage_collection_threshold": cfg.garbage_collection_threshold,
+        "expandable_segments": cfg.expandable_segments,
+        "pinned_num_register_threads": cfg.pinned_num_register_threads,
+        "release_lock_on_cudamalloc": cfg.release_lock_on_malloc,
+        "pinned_use_cuda_host_register": cfg.pinned_use_host_register,
+        "graph_capture_record_stream_reuse": cfg.graph_capture_record_stream_reuse,
+        "roundup_power2_divisions": {str(1 << k): d for k, d in
+                                     enumerate(cfg.roundup_power2_divisions)},
+    }
+
+
+def _snapshot(device: DeviceLike = None) -> dict[str, Any]:
+    """The full snapshot of the device's backend: every device's segments and trace.
+
+    Returns a plain dict ``{"segments", "device_traces", "allocator_settings",
+    "external_annotations"}`` in PyTorch's format (see ``accelrt.memory._snapshot``).
+
+    Example::
+
+        >>> from accelrt import memory
+        >>> sorted(memory._snapshot("cpu"))
+        ['allocator_settings', 'device_traces', 'external_annotations', 'segments']
+    """
+    b, _ = _get_device(device)
+    allocators = [peek_allocator(b.name, i) for i in range(b.device_count())]
+    return build_snapshot(b, allocators, _settings_dict())
+
+
+def memory_snapshot(mempool_id: tuple[int, int] | None = None) -> list[dict[str, Any]]:
+    """The segments of every started device of the current accelerator, sorted by address.
+
+    Args:
+        mempool_id: only the segments of this private pool (a :attr:`MemPool.id`).
+
+    Example::
+
+        >>> from accelrt import memory
+        >>> isinstance(memory.memory_snapshot(), list)
+        True
+    """
+    segments = _snapshot()["segments"]
+    if mempool_id is None:
+        return segments
+    want = tuple(mempool_id)
+    return [s for s in segments if tuple(s.get("segment_pool_id", (0, 0))) == want]
+
+
+def dump_snapshot(path: str | os.PathLike[str] = "dump_snapshot.pickle") -> None:
+    """Pickle :func:`_snapshot` to ``path`` for ``accelrt memory viz`` or PyTorch's
+    visualizer (https://pytorch.org/memory_viz accepts the file as is).
+
+    Example::
+
+        >>> import os, tempfile
+        >>> from accelrt import memory
+        >>> memory.dump_snapshot(os.path.join(tempfile.mkdtemp(), "snap.pickle"))
+    """
+    _dump(path, _snapshot())
+
+
+# ---------------------------------------------------------------------- fraction, raw alloc
+
+def set_per_process_memory_fraction(fraction: float, device: DeviceLike = None) -> None:
+    """Cap what the caching allocator may reserve on a device at ``fraction`` of its total
+    memory; going over triggers the usual free-cache-and-retry, then ``OutOfMemoryError``.
+
+    Raises:
+        TypeError: ``fraction`` is not a float.
+        ValueError: ``fraction`` is outside [0, 1].
+
+    Example::
+
+        >>> from accelrt import memory
+        >>> memory.set_per_process_memory_fraction(0.5, "cpu:0")
+        >>> memory.get_per_process_memory_fraction("cpu:0")
+        0.5
+        >>> memory.set_per_process_memory_fraction(1.0, "cpu:0")
+    """
+    if not isinstance(fraction, float):
+        raise TypeError("Invalid type for fraction argument, must be `float`, got "
+                        f"{type(fraction).__name__}")
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
+    b, i = _get_device(device)
+    get_allocator(b, i).set_memory_fraction(fraction)
+
+
+def get_per_process_memory_fraction(device: DeviceLike = None) -> float:
+    """The fraction set by :func:`set_per_process_memory_fraction` (1.0: no cap).
+
+    Example::
+
+        >>> from accelrt import memory
+        >>> memory.get_per_process_memory_fraction("cpu:0")
+        1.0
+    """
+    b, i = _get_device(device)
+    return float(get_allocator(b, i).get_memory_fraction())
+
+
+_raw_owner: dict[int, Any] = {}   # pointer from caching_allocator_alloc -> its allocator
+
+
+def _stream_of(b: Backend, i: int, stream: Any) -> int:
+    if stream is None:
+        from .._stream import _current
+        return int(_current(b, i)._handle)
+    if isinstance(stream, int) and not isinstance(stream, bool):
+        return stream
+    handle = getattr(stream, "_handle", None)
+    if not isinstance(handle, int):
+        raise TypeError("Invalid type for stream argument, must be `accelrt.Stream` or `int` "
+                        f"representing a raw stream handle, got {type(stream).__name__}")
+    if (stream._b.name, stream._index) != (b.name, i):
+        raise ValueError(f"the stream belongs to {stream._b.name}:{stream._index}, not to the "
+                         f"device {b.name}:{i}; pass the stream's device")
+    return handle
+
+
+def caching_allocator_alloc(size: int, device: DeviceLike = None, stream: Any = None) -> int:
+    """Allocate ``size`` bytes from the caching allocator and return the device pointer.
+
+    Args:
+        size: bytes (0 returns 0).
+        device: the device (default: the stream's device, else the current device).
+        stream: an :class:`accelrt.Stream` (or raw handle) the memory will be used on
+            (default: the current stream). The memory is reused by that stream first.
+
+    Raises:
+        TypeError: wrong argument types.
+        ValueError: negative size, or a stream of another device.
+        OutOfMemoryError: the device is full.
+
+    Example::
+
+        >>> from accelrt import memory
+        >>> p = memory.caching_allocator_alloc(4096, "cpu:0")
+        >>> memory.caching_allocator_delete(p)
+    """
+    if not isinstance(size, int) or isinstance(size, bool):
+        raise TypeError(f"size must be an int, got {type(size).__name__}")
+    if size < 0:
+        raise ValueError(f"size must not be negative, got {size}")
+    if device is None and getattr(stream, "_b", None) is not None:
+        b, i = stream._b, stream._index
+    else:
+        b, i = _get_device(device)
+    handle = _stream_of(b, i, stream)
+    a = get_allocator(b, i)
+    ptr = a.malloc(size, handle)
+    if ptr:
+        _raw_owner[ptr] = a
+    return ptr
+
+
+def caching_allocator_delete(ptr: int) -> None:
+    """Free memory from :func:`caching_allocator_alloc` (back to the cache, not the device).
+
+    Raises:
+        TypeError: ``ptr`` is not an int.
+        ValueError: ``ptr`` did not come from :func:`caching_allocator_alloc` or was already
+            deleted. (Memory owned by arrays is freed by the arrays, never through here.)
+
+    Example::
+
+        >>> from accelrt import memory
+        >>> memory.caching_allocator_delete(memory.caching_allocator_alloc(512, "cpu:0"))
+    """
+    if not isinstance(ptr, int) or isinstance(ptr, bool):
+        raise TypeError(f"ptr must be an int, got {type(ptr).__name__}")
+    if ptr == 0:
+        return
+    a = _raw_owner.pop(ptr, None)
+    if a is None:
+        raise ValueError(f"pointer {ptr:#x} was not returned by caching_allocator_alloc, or "
+                         "was already deleted")
+    a.free(ptr)
+
+
+# ---------------------------------------------------------------------- private pools
+
+_pool_ids = itertools.count(1)
+_pool_lock = threading.Lock()
+
+
+def _release_pool(pool_id: tuple[int, int], users: list[Any]) -> None:
+    for a in users:
+        a.release_pool(pool_id)
+        a.empty_cache(pool_id)
+
+
+class MemPool:
+    """A private memory pool: allocations made inside :func:`use_mem_pool` come from, and go
+    back to, segments that no other allocation uses. When the pool object is collected, its
+    cached memory is returned to the device (blocks still allocated stay valid).
+
+    Args:
+        allocator: must be ``None`` (accelrt has no pluggable raw allocators).
+        use_on_oom: accepted for PyTorch compatibility; must be False.
+
+    Raises:
+        TypeError: ``allocator`` is not None.
+        ValueError: ``use_on_oom`` is True.
+
+    Example::
+
+        >>> from accelrt import memory
+        >>> pool = memory.MemPool()
+        >>> with memory.use_mem_pool(pool, "cpu:0"):
+        ...     p = memory.caching_allocator_alloc(1 << 20, "cpu:0")
+        >>> [s["segment_pool_id"] for s in pool.snapshot()] == [pool.id]
+        True
+        >>> memory.caching_allocator_delete(p)
+    """
+
+    def __init__(self, allocator: Any = None, use_on_oom: bool = False) -> None:
+        if allocator is not None:
+            raise TypeError("MemPool(allocator=...) is not supported: accelrt pools always use "
+                            "the backend's own memory; pass allocator=None")
+        if use_on_oom:
+            raise ValueError("MemPool(use_on_oom=True) is not supported by accelrt's allocator")
+        with _pool_lock:
+            self._id = (0, next(_pool_ids))
+        self._users: list[Any] = []          # allocators holding this pool's own reference
+        self._finalizer = weakref.finalize(self, _release_pool, self._id, self._users)
+
+    @property
+    def id(self) -> tuple[int, int]:
+        """The pool's id, as found in snapshot segments' ``segment_pool_id``."""
+        return self._id
+
+    @property
+    def allocator(self) -> None:
+        """Always ``None``: the pool uses the caching allocator's own device memory."""
+        return None
+
+    def _attach(self, a: Any) -> None:
+        with _pool_lock:
+            if a not in self._users:
+                a.create_pool(self._id)
+                self._users.append(a)
+
+    def use_count(self) -> int:
+        """References to the pool: 1 for the pool itself plus one per open
+        :func:`use_mem_pool` context (PyTorch's ``MemPool.use_count``)."""
+        return max([a.pool_use_count(self._id) for a in self._users], default=1)
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        """The segments of this pool on every device it was used on, sorted by address."""
+        segments = [s for a in self._users for s in a.snapshot_segments(self._id)]
+        return to_plain(sorted(segments, key=lambda s: (s["device"], s["address"])))
+
+    def __repr__(self) -> str:
+        return f"MemPool(id={self._id})"
+
+
+@contextlib.contextmanager
+def use_mem_pool(pool: MemPool, device: DeviceLike = None) -> Iterator[None]:
+    """Route the calling thread's allocations on its current stream of ``device`` into
+    ``pool`` while the context is open. Memory allocated inside stays in the pool's segments
+    after the context ends, and returns there when freed.
+
+    Raises:
+        TypeError: ``pool`` is not a :class:`MemPool`.
+        RuntimeError: the pool is already in use on that device.
+
+    Example::
+
+        >>> from accelrt import memory
+        >>> pool = memory.MemPool()
+        >>> with memory.use_mem_pool(pool, "cpu:0"):
+        ...     pool.use_count()
+        2
+    """
+    if not isinstance(pool, MemPool):
+        raise TypeError(f"use_mem_pool() takes a MemPool, got {type(pool).__name__}")
+    b, i = _get_device(device)
+    from .._stream import _current
+    handle = int(_current(b, i)._handle)
+    thread = threading.get_ident()
+    a = get_allocator(b, i)
+    pool._attach(a)
+
+    def _filter(stream: int) -> bool:
+        return stream == handle and threading.get_ident() == thread
+
+    a.begin_allocate_to_pool(pool.id, _filter)
+    try:
+        yield
+    finally:
+        a.end_allocate_to_pool(pool.id)
+        a.release_pool(pool.id)
+
+
+# ---------------------------------------------------------------------- pinned host memory
+
+def empty_host_cache() -> None:
+    """Return the cached pinned host blocks of the current accelerator's backend to the OS.
+
+    Example::
+
+        >>> from accelrt import memory
+        >>> memory.empty_host_cache()
+    """
+    b = _device._current()
+    if b is None:
+        return
+    pool = _host.peek_host_allocator(b.name)
+    if pool is not None:
+        pool.empty_cache()
+
+
+def host_memory_stats() -> collections.OrderedDict[str, int]:
+    """Statistics of the pinned host pool of the current accelerator's backend, flat and
+    key-sorted (PyTorch's keys): ``allocations``, ``allocated_bytes``, ``active_requests``,
+    ``active_bytes`` (each ``.current/.peak/.allocated/.freed``), ``num_host_alloc``,
+    ``num_host_free``, ``host_alloc_time`` and ``host_free_time`` (``.total/.max/.min/.count/
+    .avg`` in microseconds). Empty before the first pinned allocation.
+
+    Example::
+
+        >>> from accelrt import memory
+        >>> isinstance(memory.host_memory_stats(), dict)
+        True
+    """
+    b = _device._current()
+    pool = None if b is None else _host.peek_host_allocator(b.name)
+    if pool is None:
+        return collections.OrderedDict()
+    return _sorted_stats(pool.stats())
+
+
+
+def reset_peak_host_memory_stats() -> None:
+    """Set every ``peak`` of :func:`host_memory_stats` to its ``current`` value.
+
+    Example::
+
+        >>> from accelrt import memory
+        >>> memory.reset_peak_host_memory_stats()
+    """
+    b = _device._current()
+    pool = None if b is None else _host.peek_host_allocator(b.name)
+    if pool is not None:
+        pool.reset_peak_stats()
+
+
+def reset_accumulated_host_memory_stats() -> None:
+    """Zero the ``allocated``/``freed`` totals, the call counts and the durations of
+    :func:`host_memory_stats`.
+
+    Example::
+
+        >>> from accelrt import memory
+        >>> memory.reset_accumulated_host_memory_stats()
+    """
+    b = _device._current()
+    pool = None if b is None else _host.peek_host_allocator(b.name)
+    if pool is not None:
+        pool.reset_accumulated_stats()

@@ -1,0 +1,157 @@
+"""Caching-allocator benchmarks: trace replay, the cached fast path, and the stats getters.
+
+1. Replays the two shared real traces (``/work/shared/traces``) through a fresh allocator on a
+   simulated device, with the default settings and with ``expandable_segments:True``, and
+   prints reserved/live, device mallocs and us/op beside the peers' numbers measured on an H100
+   (from ``traces/README.md``).
+2. Times ``malloc`` + ``free`` of a cached block (512 B, 1 MiB, 20 MiB) on the allocator.
+3. Times ``accelrt.memory.memory_allocated()`` and ``memory_stats()`` on the cpu backend.
+
+Every timing is the median of ``--repeat`` runs; each ``bench_*(loops)`` returns seconds per
+call with lookups hoisted out of the loop.
+
+Usage::
+
+    python bench/bench_allocator.py
+    python bench/bench_allocator.py --repeat 9 --loops 50000 --traces DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from accelrt import memory
+from accelrt.memory._allocator import DeviceCachingAllocator
+from accelrt.memory._config import parse_config
+from accelrt.memory._replay import load_trace, replay_ops, trace_ops
+from accelrt.memory._simulated import SimulatedBackend
+
+TRACES = ("resnet50_train", "varlen_encoder")
+SETTINGS = ("", "expandable_segments:True")
+
+#: The peers on one H100 (traces/README.md): (peak reserved, reserved/live, us/op) per trace.
+PEERS: dict[str, dict[str, tuple[int, float, float]]] = {
+    "resnet50_train": {
+        "PyTorch native": (6_962_544_640, 1.208, 3.6),
+        "PyTorch expandable": (5_865_734_144, 1.018, 4.8),
+        "CuPy MemoryPool": (6_838_235_648, 1.187, 53.0),
+        "CUDA driver pool": (6_274_678_784, 1.089, 4.2),
+    },
+    "varlen_encoder": {
+        "PyTorch native": (1_608_515_584, 1.291, 1.5),
+        "PyTorch expandable": (1_495_269_376, 1.200, 1.7),
+        "CuPy MemoryPool": (1_605_533_696, 1.289, 26.0),
+        "CUDA driver pool": (1_308_622_848, 1.050, 2.2),
+    },
+}
+
+#: Targets in microseconds.
+TARGETS_US = {"replay": 2.0, "alloc+free": 1.5, "memory_allocated": 1.0, "memory_stats": 30.0}
+
+
+def _median(fn: Callable[[], float], repeat: int) -> float:
+    gc.collect()
+    return statistics.median(fn() for _ in range(repeat))
+
+
+def bench_replay(ops: list[Any], conf: str, repeat: int) -> dict[str, Any]:
+    """Replay ``ops`` ``repeat`` times; the result of the last run with the median us/op."""
+    cfg = parse_config(conf)
+    runs = [replay_ops(ops, cfg) for _ in range(repeat)]
+    row = dict(runs[-1])
+    row["us_per_op"] = statistics.median(r["us_per_op"] for r in runs)
+    return row
+
+
+def bench_alloc_free(size: int, loops: int) -> float:
+    """Seconds per ``malloc`` + ``free`` of a block the allocator has cached."""
+    a = DeviceCachingAllocator(SimulatedBackend(), 0, parse_config(""))
+    malloc, free = a.malloc, a.free
+    free(malloc(size, 0))                       # warm: the segment is now cached
+    t0 = time.perf_counter()
+    for _ in range(loops):
+        free(malloc(size, 0))
+    return (time.perf_counter() - t0) / loops
+
+
+def bench_memory_allocated(loops: int) -> float:
+    """Seconds per ``accelrt.memory.memory_allocated()`` (current device)."""
+    fn = memory.memory_allocated
+    t0 = time.perf_counter()
+    for _ in range(loops):
+        fn()
+    return (time.perf_counter() - t0) / loops
+
+
+def bench_memory_stats(loops: int) -> float:
+    """Seconds per ``accelrt.memory.memory_stats()`` (current device)."""
+    fn = memory.memory_stats
+    t0 = time.perf_counter()
+    for _ in range(loops):
+        fn()
+    return (time.perf_counter() - t0) / loops
+
+
+def _fmt_peer(peer: tuple[int, float, float]) -> str:
+    return f"{peer[1]:.3f} / {peer[2]:.1f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    here = os.path.dirname(os.path.abspath(__file__))
+    default = os.path.join(here, "..", "tests", "data", "traces")
+    parser.add_argument("--traces", default=default if os.path.isdir(default)
+                        else "/work/shared/traces",
+                        help="folder with trace_resnet50_train.json.gz and "
+                             "trace_varlen_encoder.json.gz")
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--loops", type=int, default=20000)
+    args = parser.parse_args()
+
+    print("## Trace replay (simulated device)")
+    print("| trace | setting | peak reserved | reserved/live | device mallocs | us/op | "
+          "peers: reserved/live / us/op |")
+    print("|---|---|---|---|---|---|---|")
+    replay_us = []
+    for name in TRACES:
+        path = os.path.join(args.traces, f"trace_{name}.json.gz")
+        if not os.path.exists(path):
+            print(f"| {name} | (missing: {path}) | | | | | |")
+            continue
+        ops = trace_ops(load_trace(path), path)
+        peers = "; ".join(f"{k} {_fmt_peer(v)}" for k, v in PEERS[name].items())
+        for conf in SETTINGS:
+            r = bench_replay(ops, conf, args.repeat)
+            replay_us.append(r["us_per_op"])
+            print(f"| {name} | {conf or 'default'} | {r['peak_reserved_bytes']:,} | "
+                  f"{r['reserved_over_live']:.3f} | {r['device_mallocs']} | "
+                  f"{r['us_per_op']:.2f} | {peers if conf == '' else ''} |")
+
+    print()
+    print("## Hot paths (median of repeats, microseconds per call)")
+    print("| operation | us | target |")
+    print("|---|---|---|")
+    for size, label in ((512, "512 B"), (1 << 20, "1 MiB"), (20 << 20, "20 MiB")):
+        us = _median(lambda: bench_alloc_free(size, args.loops), args.repeat) * 1e6
+        print(f"| alloc+free cached {label} | {us:.3f} | <= {TARGETS_US['alloc+free']} |")
+    keep = memory.caching_allocator_alloc(4096)  # the current device's allocator exists
+    try:
+        us = _median(lambda: bench_memory_allocated(args.loops), args.repeat) * 1e6
+        print(f"| memory_allocated() | {us:.3f} | <= {TARGETS_US['memory_allocated']} |")
+        us = _median(lambda: bench_memory_stats(max(1, args.loops // 10)), args.repeat) * 1e6
+        print(f"| memory_stats() | {us:.3f} | <= {TARGETS_US['memory_stats']} |")
+    finally:
+        memory.caching_allocator_delete(keep)
+    if replay_us:
+        print(f"| replay (median over traces and settings) | "
+              f"{statistics.median(replay_us):.3f} | <= {TARGETS_US['replay']} |")
+
+
+if __name__ == "__main__":
+    main()

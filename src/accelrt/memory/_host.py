@@ -1,0 +1,316 @@
+"""Pinned (page-locked) host memory: a caching pool per backend, like PyTorch's
+``CachingHostAllocator``.
+
+Requests are rounded up to the next power of two and served from free lists bucketed by
+``ceil(log2(size))``; blocks are never split. A freed block that was used on streams (see
+:meth:`HostCachingAllocator.record_event`) becomes reusable only once an event recorded on each
+of those streams at free time has completed, so an asynchronous copy still reading it is never
+overwritten; a block used on no stream is reusable at once. ``empty_cache`` returns every
+cached block to the backend. Statistics use PyTorch's ``host_memory_stats`` keys.
+
+Example::
+
+    >>> from accelrt.memory._host import HostCachingAllocator
+    >>> from accelrt.memory._simulated import SimulatedBackend
+    >>> pool = HostCachingAllocator(SimulatedBackend())
+    >>> p = pool.malloc(3000)          # rounded up to 4096 bytes
+    >>> pool.free(p)
+    >>> pool.malloc(4000) == p         # the cached block is reused
+    True
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from .._errors import OutOfMemoryError
+from ._config import get_config
+from ._stats import Stat
+
+__all__ = ["HostCachingAllocator", "get_host_allocator", "peek_host_allocator"]
+
+_STAT_NAMES = ("allocations", "allocated_bytes", "active_requests", "active_bytes")
+_DURATIONS = ("host_alloc_time", "host_free_time")
+
+
+class _Block:
+    __slots__ = ("ptr", "size", "allocated", "streams", "events")
+
+    def __init__(self, ptr: int, size: int) -> None:
+        self.ptr = ptr
+        self.size = size
+        self.allocated = True
+        self.streams: set[tuple[int, int]] = set()       # (device index, stream handle)
+        self.events: list[tuple[int, int]] = []          # (device index, event handle)
+
+
+class _DurationStat:
+    """Call durations in microseconds: total, count, max and min (PyTorch's DurationStat)."""
+
+    __slots__ = ("total", "count", "max", "min")
+
+    def __init__(self) -> None:
+        self.total = self.count = self.max = self.min = 0
+
+    def add(self, t0: float) -> None:
+        us = int((time.perf_counter() - t0) * 1e6)
+        self.total += us
+        self.count += 1
+        if us > self.max:
+            self.max = us
+        if us and (self.min == 0 or us < self.min):
+            self.min = us
+
+    def as_dict(self) -> dict[str, int]:
+        return {"total": self.total, "max": self.max, "min": self.min, "count": self.count,
+                "avg": self.total // self.count if self.count else 0}
+
+
+def _bucket(size: int) -> int:
+    return (size - 1).bit_length()                        # ceil(log2(size)), size >= 1
+
+
+def _stream_key(stream: Any) -> tuple[int, int]:
+    index, handle = getattr(stream, "_index", None), getattr(stream, "_handle", None)
+    if not isinstance(index, int) or not isinstance(handle, int):
+        raise TypeError(f"record_event() needs an accelrt.Stream, got {type(stream).__name__}")
+    return index, handle
+
+
+class HostCachingAllocator:
+    """Caching pool of pinned host memory over one backend's ``host_malloc``/``host_free``.
+
+    Thread-safe: every field is guarded by ``self._lock``.
+
+    Args:
+        backend: the :class:`~accelrt.backends.Backend` whose pinned memory is pooled.
+
+    Example::
+
+        >>> from accelrt.memory._host import HostCachingAllocator
+        >>> from accelrt.memory._simulated import SimulatedBackend
+        >>> pool = HostCachingAllocator(SimulatedBackend())
+        >>> pool.free(pool.malloc(100))
+        >>> pool.stats()["allocated_bytes.current"], pool.stats()["active_bytes.current"]
+        (128, 0)
+        >>> pool.empty_cache()
+        >>> pool.stats()["num_host_free"]
+        1
+    """
+
+    def __init__(self, backend: Any) -> None:
+        self._b = backend
+        self._lock = threading.Lock()
+        self._blocks: dict[int, _Block] = {}                 # every block, by address
+        self._free: list[list[_Block]] = [[] for _ in range(65)]   # cached, by bucket
+        self._cached_bytes = 0                               # bytes in self._free
+        self._pending: list[_Block] = []                     # freed, waiting on events
+        self._stats = {name: Stat() for name in _STAT_NAMES}
+        self._durations = {name: _DurationStat() for name in _DURATIONS}
+        self._num_host_alloc = 0
+        self._num_host_free = 0
+
+    # ------------------------------------------------------------------ allocation
+    def _cache(self, block: _Block) -> None:
+        """Put a reusable block on its free list, or release it if the cache is full."""
+        if self._cached_bytes + block.size > get_config().pinned_max_cached_size:
+            self._release(block)
+            return
+        self._free[_bucket(block.size)].append(block)
+        self._cached_bytes += block.size
+
+    def _release(self, block: _Block) -> None:
+        t0 = time.perf_counter()
+        self._b.host_free(block.ptr)
+        self._durations["host_free_time"].add(t0)
+        del self._blocks[block.ptr]
+        self._num_host_free += 1
+        self._stats["allocations"].decrease(1)
+        self._stats["allocated_bytes"].decrease(block.size)
+
+    def _process_events(self) -> None:
+        if not self._pending:
+            return
+        still: list[_Block] = []
+        query = self._b.event_query
+        for block in self._pending:
+            if all(query(i, e) for i, e in block.events):
+                for i, e in block.events:
+                    self._b.event_destroy(i, e)
+                block.events.clear()
+                self._cache(block)
+            else:
+                still.append(block)
+        self._pending = still
+
+    def _release_cached(self) -> None:
+        for bucket in self._free:
+            while bucket:
+                self._release(bucket.pop())
+        self._cached_bytes = 0
+
+    def malloc(self, size: int) -> int:
+        """Return a pinned block of at least ``size`` bytes (``0`` for ``size == 0``).
+
+        Sizes up to ``pinned_max_round_threshold_mb`` (default: all) are rounded up to the next
+        power of two.
+
+        Raises:
+            TypeError: ``size`` is not an int.
+            ValueError: ``size`` is negative.
+            OutOfMemoryError: the backend cannot pin more memory even after the cache is
+                emptied.
+        """
+        if not isinstance(size, int) or isinstance(size, bool):
+            raise TypeError(f"size must be an int, got {type(size).__name__}")
+        if size < 0:
+            raise ValueError(f"size must not be negative, got {size}")
+        if size == 0:
+            return 0
+        rounded = 1 << _bucket(size) if size <= get_config().pinned_max_round_threshold else size
+        with self._lock:
+            self._process_events()
+            bucket = self._free[_bucket(size)]
+            block = None
+            for j in range(len(bucket) - 1, -1, -1):
+                if bucket[j].size >= size:
+                    block = bucket.pop(j)
+                    self._cached_bytes -= block.size
+                    break
+            if block is None:
+                block = self._new_block(rounded)
+            block.allocated = True
+            self._stats["active_requests"].increase(1)
+            self._stats["active_bytes"].increase(block.size)
+            return block.ptr
+
+    def _new_block(self, size: int) -> _Block:
+        for attempt in range(2):
+            t0 = time.perf_counter()
+            ptr = self._b.host_malloc(size)
+            self._durations["host_alloc_time"].add(t0)
+            if ptr:
+                break
+            if attempt == 0:
+                self._process_events()
+                self._release_cached()
+        else:
+            pinned = self._stats["allocated_bytes"].current
+            raise OutOfMemoryError(
+                f"{self._b.name}: out of pinned host memory: tried to allocate {size} bytes "
+                f"with {pinned} bytes already pinned; free pinned buffers or call "
+                "empty_host_cache()", size, pinned)
+        block = _Block(ptr, size)
+        self._blocks[ptr] = block
+        self._num_host_alloc += 1
+        self._stats["allocations"].increase(1)
+        self._stats["allocated_bytes"].increase(size)
+        return block
+
+    def free(self, ptr: int) -> None:
+        """Return a block from :meth:`malloc`; it is reused once its streams' events complete.
+
+        Raises:
+            ValueError: ``ptr`` is not a live block of this pool.
+        """
+        if ptr == 0:
+            return
+        with self._lock:
+            block = self._blocks.get(ptr)
+            if block is None or not block.allocated:
+                raise ValueError(f"host pointer {ptr:#x} is not a live pinned block of the "
+                                 f"{self._b.name} host pool (double free, or not from it)")
+            block.allocated = False
+            self._stats["active_requests"].decrease(1)
+            self._stats["active_bytes"].decrease(block.size)
+            if not block.streams:
+                self._cache(block)
+                return
+            for index, handle in block.streams:
+                event = self._b.event_create(index, False, False, False)
+                self._b.event_record(index, event, handle)
+                block.events.append((index, event))
+            block.streams.clear()
+            self._pending.append(block)
+
+    def record_event(self, ptr: int, stream: Any) -> bool:
+        """Mark the block at ``ptr`` as used by ``stream`` (an :class:`accelrt.Stream`).
+
+        Its free then waits for the work queued on ``stream`` at that time.
+
+        Returns:
+            True if ``ptr`` is a live block of this pool, else False (nothing recorded).
+        """
+        key = _stream_key(stream)
+        with self._lock:
+            block = self._blocks.get(ptr)
+            if block is None or not block.allocated:
+                return False
+            block.streams.add(key)
+            return True
+
+    def empty_cache(self) -> None:
+        """Return every cached (free, no pending event) block to the backend."""
+        with self._lock:
+            self._process_events()
+            self._release_cached()
+
+    def stats(self) -> dict[str, int]:
+        """Flat statistics with PyTorch's ``host_memory_stats`` keys (unsorted)."""
+        out: dict[str, int] = {}
+        with self._lock:
+            for name, st in self._stats.items():
+                for k, v in st.as_dict().items():
+                    out[f"{name}.{k}"] = v
+            for name, d in self._durations.items():
+                for k, v in d.as_dict().items():
+                    out[f"{name}.{k}"] = v
+            out["num_host_alloc"] = self._num_host_alloc
+            out["num_host_free"] = self._num_host_free
+        return out
+
+    def reset_accumulated_stats(self) -> None:
+        """Zero the ``allocated``/``freed`` counters, call counts and durations."""
+        with self._lock:
+            for st in self._stats.values():
+                st.reset_accumulated()
+            self._durations = {name: _DurationStat() for name in _DURATIONS}
+            self._num_host_alloc = self._num_host_free = 0
+
+    def reset_peak_stats(self) -> None:
+        """Set every ``peak`` to its ``current``."""
+        with self._lock:
+            for st in self._stats.values():
+                st.reset_peak()
+
+
+_registry_lock = threading.Lock()
+_pools: dict[str, HostCachingAllocator] = {}               # guarded by _registry_lock
+
+
+def get_host_allocator(backend: Any) -> HostCachingAllocator:
+    """The process-wide host pool of ``backend`` (made on first use).
+
+    Example::
+
+        >>> from accelrt.memory._host import get_host_allocator, peek_host_allocator
+        >>> from accelrt.memory._simulated import SimulatedBackend
+        >>> pool = get_host_allocator(SimulatedBackend())
+        >>> peek_host_allocator("simulated") is pool
+        True
+    """
+    pool = _pools.get(backend.name)
+    if pool is not None and pool._b is backend:
+        return pool
+    with _registry_lock:
+        pool = _pools.get(backend.name)
+        if pool is None or pool._b is not backend:
+            pool = _pools[backend.name] = HostCachingAllocator(backend)
+        return pool
+
+
+def peek_host_allocator(name: str) -> HostCachingAllocator | None:
+    """The host pool of backend ``name`` if one was made, else None."""
+    return _pools.get(name)

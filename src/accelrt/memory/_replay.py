@@ -1,0 +1,381 @@
+"""``accelrt replay``: drive a recorded allocation trace through the caching allocator.
+
+A trace is either the shared gzipped (or plain) JSON format
+``{"info": {...}, "trace": [[action, addr, size, stream], ...]}`` or a PyTorch / accelrt
+snapshot pickle (``torch.cuda.memory._dump_snapshot``, :func:`accelrt.memory.dump_snapshot`),
+whose ``device_traces`` supply the entries. Each ``alloc`` and each ``free_requested`` is
+replayed in order through a fresh ``DeviceCachingAllocator`` on a :class:`SimulatedBackend`
+(no memory is touched, so an 8 GB trace replays anywhere); other actions are ignored, and so
+are frees of addresses allocated before recording began.
+
+Pickles are read with :func:`load_pickle`, an unpickler that refuses every global: only plain
+data (dict, list, tuple, str, bytes, int, float, bool, None) loads, so a malicious file raises
+``ValueError`` instead of running code.
+
+Example::
+
+    >>> from accelrt.memory._replay import replay_ops
+    >>> r = replay_ops([(True, 1, 3 << 20, 0), (True, 2, 1000, 0), (False, 1, 0, 0)])
+    >>> r["ops"], r["peak_live_bytes"], r["peak_reserved_bytes"]
+    (3, 3146728, 23068672)
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import io
+import json
+import os
+import pickle
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any, TextIO
+
+__all__ = ["Op", "load_pickle", "load_trace", "replay_main", "replay_ops", "trace_ops"]
+
+#: One replayed operation: (is_alloc, trace address, size in bytes, stream handle).
+Op = tuple[bool, int, int, int]
+
+_CHUNK = 8192                      # ops timed per chunk (progress updates between chunks)
+_PROGRESS_MIN_OPS = 100_000        # show a progress bar from this many ops on
+
+
+class _Forbidden(pickle.UnpicklingError):
+    """A pickle asked for a global (class or function)."""
+
+
+class _DataOnlyUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        raise _Forbidden(f"global '{module}.{name}' is forbidden")
+
+
+def load_pickle(data: bytes, what: str = "pickle") -> Any:
+    """Unpickle plain data only (no classes, no functions, no code).
+
+    Args:
+        data: the pickled bytes.
+        what: how to name the source in error messages (e.g. the file name).
+
+    Raises:
+        ValueError: the pickle is corrupt, or asks for any global (a class or function),
+            which a snapshot never needs and a malicious file would use to run code.
+
+    Example::
+
+        >>> import pickle
+        >>> from accelrt.memory._replay import load_pickle
+        >>> load_pickle(pickle.dumps({"segments": [], "device_traces": [[]]}))
+        {'segments': [], 'device_traces': [[]]}
+    """
+    try:
+        return _DataOnlyUnpickler(io.BytesIO(data)).load()
+    except _Forbidden as exc:
+        raise ValueError(f"{what}: refusing to load: {exc}; only plain data (dicts, lists, "
+                         "str, int, float, bool, None) is accepted in a snapshot") from exc
+    except (pickle.UnpicklingError, EOFError, IndexError, KeyError, TypeError, AttributeError, ValueError,
+            UnicodeDecodeError, OverflowError, MemoryError) as exc:
+        raise ValueError(f"{what}: not a valid pickle ({type(exc).__name__}: {exc})") from exc
+
+
+def _read_bytes(path: str) -> bytes:
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:2] == b"\x1f\x8b":
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError) as exc:
+            raise ValueError(f"{path}: corrupt gzip data ({exc})") from exc
+    return data
+
+
+def _entries_from_json(obj: Any, path: str) -> list[Any]:
+    if not isinstance(obj, dict) or not isinstance(obj.get("trace"), list):
+        raise ValueError(f"{path}: expected a JSON object with a 'trace' list of "
+                         "[action, addr, size, stream] entries")
+    return obj["trace"]
+
+
+def _entries_from_snapshot(obj: Any, path: str) -> list[Any]:
+    if not isinstance(obj, dict) or not isinstance(obj.get("device_traces"), list):
+        raise ValueError(f"{path}: a snapshot pickle must be a dict with a 'device_traces' "
+                         "list (record history before dumping: record_memory_history())")
+    traces = [t for t in obj["device_traces"] if t]
+    if len(traces) > 1:
+        raise ValueError(f"{path}: the snapshot holds traces of {len(traces)} devices; "
+                         "replay takes one device's trace")
+    out: list[Any] = []
+    for i, e in enumerate(traces[0] if traces else []):
+        if not isinstance(e, dict):
+            raise ValueError(f"{path}: device trace entry {i} is not a dict")
+        try:
+            out.append((e["action"], e.get("addr", 0), e["size"], e.get("stream", 0)))
+        except KeyError as exc:
+            raise ValueError(f"{path}: device trace entry {i} has no {exc} key") from exc
+    return out
+
+
+def load_trace(path: str) -> list[Any]:
+    """Read a trace file's raw entries ``[action, addr, size, stream]``.
+
+    Accepts gzipped or plain JSON in the shared trace format, and snapshot pickles (gzipped or
+    not) holding ``device_traces`` of one device.
+
+    Raises:
+        OSError: the file cannot be read.
+        ValueError: the file is in none of these formats, or a pickle asks for a global.
+
+    Example::
+
+        >>> import json, os, tempfile
+        >>> from accelrt.memory._replay import load_trace
+        >>> p = os.path.join(tempfile.mkdtemp(), "t.json")
+        >>> with open(p, "w") as f:
+        ...     json.dump({"trace": [["alloc", 16, 512, 0]]}, f)
+        >>> load_trace(p)
+        [['alloc', 16, 512, 0]]
+    """
+    data = _read_bytes(path)
+    if data[:1] == b"\x80":
+        return _entries_from_snapshot(load_pickle(data, path), path)
+    try:
+        obj = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: neither JSON nor a snapshot pickle ({exc})") from exc
+    return _entries_from_json(obj, path)
+
+
+def _as_int(v: Any, what: str, i: int, path: str) -> int:
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise ValueError(f"{path}: entry {i}: {what} must be an int, got {v!r}")
+    return v
+
+
+def trace_ops(entries: Iterable[Any], path: str = "trace") -> list[Op]:
+    """Turn raw entries into the replayed operations.
+
+    Keeps each ``alloc`` (size > 0) and each ``free_requested`` of an address that is live;
+    frees of addresses allocated before recording began are skipped.
+
+    Raises:
+        ValueError: an entry is malformed (names the entry and the problem).
+
+    Example::
+
+        >>> from accelrt.memory._replay import trace_ops
+        >>> trace_ops([["free_requested", 8, 512, 0], ["alloc", 16, 512, 0],
+        ...            ["free_completed", 16, 512, 0], ["free_requested", 16, 512, 0]])
+        [(True, 16, 512, 0), (False, 16, 0, 0)]
+    """
+    ops: list[Op] = []
+    live: set[int] = set()
+    for i, e in enumerate(entries):
+        if not isinstance(e, (list, tuple)) or len(e) != 4 or not isinstance(e[0], str):
+            raise ValueError(f"{path}: entry {i} must be [action, addr, size, stream], got {e!r}")
+        action = e[0]
+        if action == "alloc":
+            addr = _as_int(e[1], "addr", i, path)
+            size = _as_int(e[2], "size", i, path)
+            stream = _as_int(e[3], "stream", i, path)
+            if size < 0:
+                raise ValueError(f"{path}: entry {i}: negative size {size}")
+            if size:
+                ops.append((True, addr, size, stream))
+                live.add(addr)
+        elif action == "free_requested":
+            addr = _as_int(e[1], "addr", i, path)
+            if addr in live:
+                live.discard(addr)
+                ops.append((False, addr, 0, _as_int(e[3], "stream", i, path)))
+    return ops
+
+
+def _peak_live(ops: Sequence[Op]) -> int:
+    sizes: dict[int, int] = {}
+    cur = peak = 0
+    for is_alloc, addr, size, _ in ops:
+        if is_alloc:
+            sizes[addr] = size
+            cur += size
+            if cur > peak:
+                peak = cur
+        else:
+            cur -= sizes.pop(addr)
+    return peak
+
+
+class _Progress:
+    """A plain-text progress bar on a tty stream (``\\r`` updates, no escape codes)."""
+
+    def __init__(self, stream: TextIO | None, label: str, total: int) -> None:
+        self._s = stream
+        self._label = label
+        self._total = max(total, 1)
+
+    def update(self, done: int) -> None:
+        if self._s is None:
+            return
+        frac = done / self._total
+        bar = "#" * int(frac * 30)
+        self._s.write(f"\rreplaying {self._label} [{bar:<30}] {frac * 100:5.1f}%")
+        self._s.flush()
+
+    def close(self) -> None:
+        if self._s is not None:
+            self._s.write("\r" + " " * (len(self._label) + 50) + "\r")
+            self._s.flush()
+
+
+def _make_allocator(config: Any) -> Any:
+    from ._allocator import DeviceCachingAllocator
+    from ._simulated import SimulatedBackend
+    return DeviceCachingAllocator(SimulatedBackend(), 0, config)
+
+
+def _parse_conf(alloc_conf: str | None) -> Any:
+    from . import _config
+    if alloc_conf is None:
+        return _config.get_config()
+    return _config.parse_config(alloc_conf)
+
+
+def replay_ops(ops: Sequence[Op], config: Any = None, *, name: str = "trace",
+               progress: TextIO | None = None) -> dict[str, Any]:
+    """Replay operations through a fresh allocator on a :class:`SimulatedBackend`.
+
+    Args:
+        ops: from :func:`trace_ops`.
+        config: an ``AllocatorConfig`` (``None``: the allocator's defaults).
+        name: the trace's name in the result and the progress bar.
+        progress: a text stream for a progress bar, or ``None``.
+
+    Returns:
+        ``{"trace", "ops", "peak_live_bytes", "peak_reserved_bytes", "reserved_over_live",
+        "device_mallocs", "us_per_op"}``; ``us_per_op`` is the wall time of the malloc/free
+        loop alone divided by the number of operations.
+
+    Raises:
+        OutOfMemoryError: the trace needs more than the simulated device's 80 GiB.
+
+    Example::
+
+        >>> from accelrt.memory._replay import replay_ops
+        >>> replay_ops([(True, 1, 512, 0), (False, 1, 0, 0)])["device_mallocs"]
+        1
+    """
+    alloc = _make_allocator(config)
+    malloc, free = alloc.malloc, alloc.free
+    handles: dict[int, int] = {}
+    bar = _Progress(progress, name, len(ops))
+    clock = time.perf_counter
+    elapsed = 0.0
+    try:
+        for start in range(0, len(ops), _CHUNK):
+            chunk = ops[start:start + _CHUNK]
+            t0 = clock()
+            for is_alloc, addr, size, stream in chunk:
+                if is_alloc:
+                    handles[addr] = malloc(size, stream)
+                else:
+                    free(handles.pop(addr))
+            elapsed += clock() - t0
+            bar.update(start + len(chunk))
+    finally:
+        bar.close()
+    st = alloc.stats()
+    live = _peak_live(ops)
+    reserved = int(st["reserved_bytes.all.peak"])
+    return {
+        "trace": name,
+        "ops": len(ops),
+        "peak_live_bytes": live,
+        "peak_reserved_bytes": reserved,
+        "reserved_over_live": round(reserved / live, 4) if live else None,
+        "device_mallocs": int(st["num_device_alloc"]),
+        "us_per_op": round(elapsed / len(ops) * 1e6, 3) if ops else 0.0,
+    }
+
+
+def _trace_name(path: str) -> str:
+    base = os.path.basename(path)
+    for suffix in (".gz", ".json", ".pickle", ".pkl"):
+        if base.endswith(suffix):
+            base = base[: -len(suffix)]
+    return base
+
+
+def _table(rows: list[dict[str, Any]]) -> str:
+    head = ("trace", "ops", "peak live", "peak reserved", "reserved/live", "device mallocs",
+            "us/op")
+    body = [(r["trace"], f"{r['ops']:,}", f"{r['peak_live_bytes']:,}",
+             f"{r['peak_reserved_bytes']:,}",
+             "-" if r["reserved_over_live"] is None else f"{r['reserved_over_live']:.3f}",
+             f"{r['device_mallocs']:,}", f"{r['us_per_op']:.2f}") for r in rows]
+    widths = [max(len(c) for c in col) for col in zip(head, *body)]
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in
+                       enumerate(zip(row, widths))) for row in (head, *body)]
+    return "\n".join(lines)
+
+
+def replay_main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``accelrt replay TRACE... [--alloc-conf STR] [--json]``.
+
+    Prints a table (or one JSON object per trace with ``--json``) and returns the exit status:
+    0 on success, 1 when a trace cannot be read or replayed, 2 on bad arguments.
+
+    Example::
+
+        >>> import json, os, tempfile
+        >>> from accelrt.memory._replay import replay_main
+        >>> p = os.path.join(tempfile.mkdtemp(), "t.json")
+        >>> with open(p, "w") as f:
+        ...     json.dump({"trace": [["alloc", 16, 512, 0], ["free_requested", 16, 512, 0]]}, f)
+        >>> replay_main([p, "--json"])  # doctest: +ELLIPSIS
+        {"trace": "t", "ops": 2, ...}
+        0
+    """
+    parser = argparse.ArgumentParser(
+        prog="accelrt replay",
+        description="Replay recorded allocation traces through accelrt's caching allocator on "
+                    "a simulated device and report fragmentation (peak reserved / peak live) "
+                    "and speed (us per malloc/free).")
+    parser.add_argument("traces", nargs="+", metavar="TRACE",
+                        help="trace file: shared JSON format (.json or .json.gz) or a snapshot "
+                             "pickle from dump_snapshot / torch.cuda.memory._dump_snapshot")
+    parser.add_argument("--alloc-conf", metavar="STR", default=None,
+                        help="allocator settings in PYTORCH_CUDA_ALLOC_CONF syntax, e.g. "
+                             "'expandable_segments:True' (default: ACCELRT_ALLOC_CONF)")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object per trace instead of a table")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    try:
+        config = _parse_conf(args.alloc_conf)
+    except (TypeError, ValueError) as exc:
+        print(f"accelrt replay: error: --alloc-conf: {exc}", file=sys.stderr)
+        return 2
+    progress = sys.stderr if sys.stderr.isatty() else None
+    rows = []
+    status = 0
+    for path in args.traces:
+        try:
+            ops = trace_ops(load_trace(path), path)
+            if len(ops) < _PROGRESS_MIN_OPS:
+                row = replay_ops(ops, config, name=_trace_name(path))
+            else:
+                row = replay_ops(ops, config, name=_trace_name(path), progress=progress)
+        except (OSError, ValueError, MemoryError) as exc:
+            print(f"accelrt replay: error: {exc}", file=sys.stderr)
+            status = 1
+            continue
+        if args.json:
+            print(json.dumps(row), flush=True)
+        rows.append(row)
+    if rows and not args.json:
+        if args.alloc_conf:
+            print(f"alloc conf: {args.alloc_conf}")
+        print(_table(rows))
+    return status

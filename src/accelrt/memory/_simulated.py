@@ -1,0 +1,257 @@
+"""A simulated device: it hands out address ranges and counts bytes, touching no memory.
+
+:class:`SimulatedBackend` lets the caching allocator run anywhere at full speed: ``accelrt
+replay`` drives an 8 GB training trace through it on a laptop, and allocator tests use it as
+their fake device. Every device has a configurable capacity (default 80 GiB); ``malloc``
+returns ``0`` once that capacity would be exceeded, exactly as a real backend reports plain
+out-of-memory. Virtual memory (``vm_*``) is supported with a 2 MiB granularity so expandable
+segments replay too. Streams and events exist only as numbers: all work completes at once.
+
+Example::
+
+    >>> from accelrt.memory._simulated import SimulatedBackend
+    >>> b = SimulatedBackend(capacity=1 << 30)
+    >>> p = b.malloc(0, 4096)
+    >>> b.get_memory_info(0)[0] == (1 << 30) - 4096
+    True
+    >>> b.free(0, p)
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from .._backend import Backend
+
+__all__ = ["SimulatedBackend"]
+
+_GIB = 1 << 30
+_VM_GRANULARITY = 2 << 20         # 2 MiB, as CUDA's minimum granularity on current GPUs
+_MALLOC_ALIGN = 512               # addresses returned by malloc are multiples of this
+_DEVICE_STRIDE = 1 << 44          # address space of one device (16 TiB) ...
+_VM_OFFSET = 1 << 43              # ... whose upper half holds virtual reservations
+_HOST_BASE = 1 << 40              # fake pinned host addresses
+
+
+def _check_size(size: object, what: str) -> int:
+    if not isinstance(size, int) or isinstance(size, bool):
+        raise TypeError(f"{what} size must be an int, got {type(size).__name__}")
+    if size < 0:
+        raise ValueError(f"{what} size must not be negative, got {size}")
+    return size
+
+
+class _Device:
+    """Book-keeping of one simulated device (all fields guarded by the backend's lock)."""
+
+    __slots__ = ("used", "next_addr", "next_vm", "blocks", "reservations", "pages")
+
+    def __init__(self, index: int) -> None:
+        base = (index + 1) * _DEVICE_STRIDE
+        self.used = 0                                   # bytes of malloc + mapped pages
+        self.next_addr = base                           # bump pointer for malloc
+        self.next_vm = base + _VM_OFFSET                # bump pointer for vm_reserve
+        self.blocks: dict[int, int] = {}                # malloc'd ptr -> size
+        self.reservations: dict[int, int] = {}          # reserved base -> size
+        self.pages: set[int] = set()                    # addresses of mapped pages
+
+
+class SimulatedBackend(Backend):
+    """A backend whose devices only count bytes: nothing is read, written or waited for.
+
+    Args:
+        capacity: bytes each device can hold (default 80 GiB).
+        device_count: number of devices (default 1).
+
+    Raises:
+        TypeError: an argument is not an int.
+        ValueError: capacity or device count is not positive.
+
+    Example::
+
+        >>> from accelrt.memory._simulated import SimulatedBackend
+        >>> b = SimulatedBackend(capacity=2 << 20)
+        >>> b.malloc(0, 4 << 20)   # more than the capacity: plain out-of-memory
+        0
+    """
+
+    name = "simulated"
+
+    def __init__(self, capacity: int = 80 * _GIB, device_count: int = 1) -> None:
+        if not isinstance(capacity, int) or isinstance(capacity, bool):
+            raise TypeError(f"capacity must be an int number of bytes, got {type(capacity).__name__}")
+        if not isinstance(device_count, int) or isinstance(device_count, bool):
+            raise TypeError(f"device_count must be an int, got {type(device_count).__name__}")
+        if capacity <= 0:
+            raise ValueError(f"capacity must be positive, got {capacity}")
+        if not 0 < device_count <= 64:
+            raise ValueError(f"device_count must be in 1..64, got {device_count}")
+        self.capacity = capacity
+        self._lock = threading.Lock()
+        self._devices = [_Device(i) for i in range(device_count)]
+        self._handles = itertools.count(1)              # streams and events
+        self._host: dict[int, int] = {}                 # pinned ptr -> size, guarded by _lock
+        self._next_host = _HOST_BASE                    # guarded by _lock
+
+    # ------------------------------------------------------------------ queries
+    def device_count(self) -> int:
+        return len(self._devices)
+
+    def get_device_properties(self, index: int) -> dict[str, Any]:
+        return {"name": "accelrt simulated device", "total_memory": self.capacity,
+                "multi_processor_count": 1}
+
+    def get_memory_info(self, index: int) -> tuple[int, int]:
+        return (self.capacity - self._devices[index].used, self.capacity)
+
+    # ------------------------------------------------------------------ memory
+    def malloc(self, index: int, size: int) -> int:
+        _check_size(size, "malloc")
+        dev = self._devices[index]
+        with self._lock:
+            if dev.used + size > self.capacity:
+                return 0
+            ptr = dev.next_addr
+            dev.next_addr = ptr + max(_MALLOC_ALIGN, -(-size // _MALLOC_ALIGN) * _MALLOC_ALIGN)
+            dev.used += size
+            dev.blocks[ptr] = size
+        return ptr
+
+    def free(self, index: int, ptr: int) -> None:
+        dev = self._devices[index]
+        with self._lock:
+            size = dev.blocks.pop(ptr, None)
+            if size is None:
+                raise ValueError(f"simulated device {index}: free of {ptr:#x}, which malloc "
+                                 "did not return or which was already freed")
+            dev.used -= size
+
+    def host_malloc(self, size: int) -> int:
+        _check_size(size, "host_malloc")
+        with self._lock:
+            ptr = self._next_host
+            self._next_host += max(_MALLOC_ALIGN, -(-size // _MALLOC_ALIGN) * _MALLOC_ALIGN)
+            self._host[ptr] = size
+        return ptr
+
+    def host_free(self, ptr: int) -> None:
+        with self._lock:
+            if self._host.pop(ptr, None) is None:
+                raise ValueError(f"simulated host_free of {ptr:#x}, which host_malloc did not "
+                                 "return or which was already freed")
+
+    def host_bytes(self) -> int:
+        """Bytes of simulated pinned host memory currently allocated."""
+        with self._lock:
+            return sum(self._host.values())
+
+    # ------------------------------------------------------------------ virtual memory
+    def vm_supported(self, index: int) -> bool:
+        return True
+
+    def vm_granularity(self, index: int) -> int:
+        return _VM_GRANULARITY
+
+    def _check_aligned(self, ptr: int, size: int, what: str) -> None:
+        if ptr % _VM_GRANULARITY or size % _VM_GRANULARITY or size <= 0:
+            raise ValueError(f"{what}: [{ptr:#x}, +{size}) is not a non-empty range aligned to "
+                             f"the {_VM_GRANULARITY}-byte granularity")
+
+    def vm_reserve(self, index: int, size: int) -> int:
+        _check_size(size, "vm_reserve")
+        self._check_aligned(0, size, "vm_reserve")
+        dev = self._devices[index]
+        with self._lock:
+            ptr = dev.next_vm
+            dev.next_vm += size + _VM_GRANULARITY       # a guard page between reservations
+            dev.reservations[ptr] = size
+        return ptr
+
+    def vm_release(self, index: int, ptr: int, size: int) -> None:
+        dev = self._devices[index]
+        with self._lock:
+            if dev.reservations.get(ptr) != size:
+                raise ValueError(f"vm_release: [{ptr:#x}, +{size}) is not a reservation")
+            if any(ptr <= p < ptr + size for p in dev.pages):
+                raise ValueError(f"vm_release: [{ptr:#x}, +{size}) still has mapped pages")
+            del dev.reservations[ptr]
+
+    def _pages(self, dev: _Device, ptr: int, size: int, what: str) -> range:
+        self._check_aligned(ptr, size, what)
+        for base, rsize in dev.reservations.items():
+            if base <= ptr and ptr + size <= base + rsize:
+                return range(ptr, ptr + size, _VM_GRANULARITY)
+        raise ValueError(f"{what}: [{ptr:#x}, +{size}) is not inside a reservation")
+
+    def vm_map(self, index: int, ptr: int, size: int) -> bool:
+        dev = self._devices[index]
+        with self._lock:
+            pages = self._pages(dev, ptr, size, "vm_map")
+            if any(p in dev.pages for p in pages):
+                raise ValueError(f"vm_map: [{ptr:#x}, +{size}) overlaps mapped pages")
+            if dev.used + size > self.capacity:
+                return False
+            dev.pages.update(pages)
+            dev.used += size
+        return True
+
+    def vm_unmap(self, index: int, ptr: int, size: int) -> None:
+        dev = self._devices[index]
+        with self._lock:
+            pages = self._pages(dev, ptr, size, "vm_unmap")
+            if not all(p in dev.pages for p in pages):
+                raise ValueError(f"vm_unmap: [{ptr:#x}, +{size}) is not entirely mapped")
+            dev.pages.difference_update(pages)
+            dev.used -= size
+
+    # ------------------------------------------------------------------ copies (no memory)
+    def memcpy(self, dst: int, src: int, nbytes: int, index: int, stream: int,
+               kind: str) -> None:
+        """Does nothing: a simulated device holds no data."""
+
+    def memset(self, ptr: int, value: int, nbytes: int, index: int, stream: int) -> None:
+        """Does nothing: a simulated device holds no data."""
+
+    def fill(self, ptr: int, pattern: bytes, count: int, index: int, stream: int) -> None:
+        """Does nothing: a simulated device holds no data."""
+
+    # ------------------------------------------------------------------ streams and events
+    def stream_create(self, index: int, priority: int) -> int:
+        return next(self._handles)
+
+    def stream_query(self, index: int, stream: int) -> bool:
+        return True
+
+    def stream_synchronize(self, index: int, stream: int) -> None:
+        return None
+
+    def stream_wait_event(self, index: int, stream: int, event: int) -> None:
+        return None
+
+    def synchronize(self, index: int) -> None:
+        return None
+
+    def launch_host_func(self, index: int, stream: int, fn: Callable[[], None]) -> None:
+        fn()
+
+    def event_create(self, index: int, enable_timing: bool, blocking: bool,
+                     interprocess: bool) -> int:
+        return next(self._handles)
+
+    def event_destroy(self, index: int, event: int) -> None:
+        return None
+
+    def event_record(self, index: int, event: int, stream: int) -> None:
+        return None
+
+    def event_query(self, index: int, event: int) -> bool:
+        return True
+
+    def event_synchronize(self, index: int, event: int) -> None:
+        return None
+
+    def event_elapsed_time(self, index: int, start: int, end: int) -> float:
+        return 0.0

@@ -1,0 +1,230 @@
+"""Allocator snapshots in PyTorch's format: what ``_snapshot()`` returns and
+``dump_snapshot`` pickles, readable by PyTorch's memory visualizer and ``_memory_viz.py``.
+
+A snapshot is a plain dict (only dicts, lists, tuples, str, int, float, bool and None)::
+
+    {"segments": [Segment, ...],            # every device of the backend, sorted by address
+     "device_traces": [[TraceEntry, ...], ...],   # one list per device, oldest first
+     "allocator_settings": {...},           # PYTORCH_CUDA_ALLOC_CONF-style settings
+     "external_annotations": []}
+
+Segment keys: ``device, address, total_size, allocated_size, active_size, requested_size,
+stream, segment_type, segment_pool_id, is_expandable, frames, blocks``; block keys: ``address,
+size, requested_size, state, frames``; trace entry keys: ``action, addr, size, stream,
+time_us`` (+ ``frames`` etc.). :func:`check_snapshot` validates what the visualizers read.
+
+Example::
+
+    >>> from accelrt.memory._snapshot import check_snapshot
+    >>> check_snapshot({"segments": [], "device_traces": [[]]})["device_traces"]
+    [[]]
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from typing import Any, TypedDict
+
+__all__ = ["Block", "Segment", "TraceEntry", "build_snapshot", "check_snapshot",
+           "dump_snapshot", "to_plain"]
+
+#: The pickle protocol of dump files; PyTorch's visualizer reads protocols 2 to 4.
+PICKLE_PROTOCOL = 4
+
+
+class Block(TypedDict, total=False):
+    """One block of a segment (address order)."""
+
+    address: int
+    size: int
+    requested_size: int
+    state: str          # "active_allocated" | "active_pending_free" | "inactive"
+    frames: list[dict[str, Any]]
+
+
+class Segment(TypedDict, total=False):
+    """One device allocation (or contiguous mapped range of an expandable segment)."""
+
+    device: int
+    address: int
+    total_size: int
+    allocated_size: int
+    active_size: int
+    requested_size: int
+    stream: int
+    segment_type: str   # "large" | "small"
+    segment_pool_id: tuple[int, int]
+    is_expandable: bool
+    frames: list[dict[str, Any]]
+    blocks: list[Block]
+
+
+class TraceEntry(TypedDict, total=False):
+    """One recorded allocator event."""
+
+    action: str
+    addr: int
+    size: int
+    stream: int
+    time_us: int
+    device_free: int
+    frames: list[dict[str, Any]]
+
+
+_PLAIN = (str, int, float, bool, type(None))
+
+
+def to_plain(obj: Any, path: str = "snapshot") -> Any:
+    """Copy ``obj`` keeping only plain builtin types, so any unpickler can read it.
+
+    Dict subclasses become dicts, other sequences lists (tuples stay tuples), numpy scalars
+    their Python values.
+
+    Raises:
+        TypeError: something else is found (names where).
+
+    Example::
+
+        >>> from collections import OrderedDict
+        >>> from accelrt.memory._snapshot import to_plain
+        >>> to_plain(OrderedDict(a=[1, (0, 0)]))
+        {'a': [1, (0, 0)]}
+    """
+    if isinstance(obj, _PLAIN):
+        return obj if type(obj) in _PLAIN else _builtin_scalar(obj)
+    if isinstance(obj, dict):
+        return {str(k): to_plain(v, f"{path}[{k!r}]") for k, v in obj.items()}
+    if isinstance(obj, tuple):
+        return tuple(to_plain(v, f"{path}[{i}]") for i, v in enumerate(obj))
+    if isinstance(obj, list):
+        return [to_plain(v, f"{path}[{i}]") for i, v in enumerate(obj)]
+    item = getattr(obj, "item", None)          # numpy scalars
+    if callable(item) and getattr(obj, "shape", None) == ():
+        return to_plain(item(), path)
+    raise TypeError(f"{path}: {type(obj).__name__} cannot go into a snapshot; only dict, list, "
+                    "tuple, str, int, float, bool and None can")
+
+
+def _builtin_scalar(obj: Any) -> Any:
+    for t in (bool, int, float, str):
+        if isinstance(obj, t):
+            return t(obj)
+    return obj
+
+
+def build_snapshot(backend: Any, allocators: list[Any | None],
+                   settings: dict[str, Any]) -> dict[str, Any]:
+    """Assemble the full snapshot of one backend.
+
+    Args:
+        backend: the backend (only its name is used, for error messages).
+        allocators: one entry per device index: its allocator, or ``None`` if not started.
+        settings: the ``allocator_settings`` dict.
+
+    Returns:
+        A plain dict: ``segments`` (all devices, by address), ``device_traces`` (one list per
+        device), ``allocator_settings``, ``external_annotations``.
+
+    Example::
+
+        >>> from accelrt.memory._snapshot import build_snapshot
+        >>> build_snapshot(None, [None, None], {})["device_traces"]
+        [[], []]
+    """
+    segments: list[Any] = []
+    traces: list[list[Any]] = []
+    for a in allocators:
+        if a is None:
+            traces.append([])
+            continue
+        segments.extend(a.snapshot_segments())
+        traces.append(list(a.trace_entries()))
+    segments.sort(key=lambda s: (s.get("device", 0), s.get("address", 0)))
+    return to_plain({
+        "segments": segments,
+        "device_traces": traces,
+        "allocator_settings": settings,
+        "external_annotations": [],
+    })
+
+
+def dump_snapshot(path: str | os.PathLike[str], snapshot: dict[str, Any]) -> None:
+    """Pickle ``snapshot`` (made plain first) to ``path``.
+
+    Raises:
+        TypeError: the snapshot holds a non-plain object.
+        OSError: the file cannot be written.
+
+    Example::
+
+        >>> import os, pickle, tempfile
+        >>> from accelrt.memory._snapshot import dump_snapshot
+        >>> p = os.path.join(tempfile.mkdtemp(), "snap.pickle")
+        >>> dump_snapshot(p, {"segments": [], "device_traces": [[]]})
+        >>> with open(p, "rb") as f:
+        ...     pickle.load(f)["segments"]
+        []
+    """
+    data = pickle.dumps(to_plain(snapshot), protocol=PICKLE_PROTOCOL)
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def _need(obj: Any, key: str, typ: type, where: str) -> Any:
+    if not isinstance(obj, dict) or key not in obj:
+        raise ValueError(f"{where}: missing key {key!r}")
+    v = obj[key]
+    if not isinstance(v, typ) or (typ is int and isinstance(v, bool)):
+        raise ValueError(f"{where}[{key!r}]: expected {typ.__name__}, got {type(v).__name__}")
+    return v
+
+
+def check_snapshot(snap: Any, what: str = "snapshot") -> dict[str, Any]:
+    """Check that ``snap`` has everything the visualizers read; return it.
+
+    Checks ``segments`` (``address``, ``total_size``, ``stream``, ``blocks`` with ``size`` and
+    ``state``; ``requested_size`` on ``active_allocated`` blocks) and ``device_traces`` (lists of
+    dicts with a str ``action``; ``addr``/``size`` ints on alloc/free/segment actions).
+
+    Raises:
+        ValueError: a key is missing or has the wrong type (the message says where).
+
+    Example::
+
+        >>> from accelrt.memory._snapshot import check_snapshot
+        >>> check_snapshot({"segments": [{}], "device_traces": []})
+        Traceback (most recent call last):
+        ...
+        ValueError: snapshot['segments'][0]: missing key 'address'
+    """
+    if not isinstance(snap, dict):
+        raise ValueError(f"{what}: expected a dict, got {type(snap).__name__}")
+    segs = _need(snap, "segments", list, what)
+    for i, seg in enumerate(segs):
+        where = f"{what}['segments'][{i}]"
+        _need(seg, "address", int, where)
+        _need(seg, "total_size", int, where)
+        _need(seg, "stream", int, where)
+        blocks = _need(seg, "blocks", list, where)
+        for j, b in enumerate(blocks):
+            bw = f"{where}['blocks'][{j}]"
+            _need(b, "size", int, bw)
+            state = _need(b, "state", str, bw)
+            if state == "active_allocated":
+                _need(b, "requested_size", int, bw)
+    traces = _need(snap, "device_traces", list, what)
+    for d, entries in enumerate(traces):
+        if not isinstance(entries, list):
+            raise ValueError(f"{what}['device_traces'][{d}]: expected a list")
+        for k, e in enumerate(entries):
+            where = f"{what}['device_traces'][{d}][{k}]"
+            action = _need(e, "action", str, where)
+            if action in ("alloc", "free_requested", "free_completed", "segment_alloc",
+                          "segment_free", "segment_map", "segment_unmap"):
+                _need(e, "addr", int, where)
+                _need(e, "size", int, where)
+            elif action == "oom":
+                _need(e, "size", int, where)
+                _need(e, "device_free", int, where)
+    return snap

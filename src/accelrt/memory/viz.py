@@ -1,0 +1,478 @@
+"""Look at allocator snapshots: text summaries and a self-contained HTML page.
+
+Works on the pickles written by :func:`accelrt.memory.dump_snapshot` and by PyTorch's
+``torch.cuda.memory._dump_snapshot`` (read with a data-only unpickler: no code can run).
+Every function here is pure: a snapshot dict in, a string out.
+
+* :func:`segsum` -- one bar per segment, 20 MiB per character, with internal/external free
+  memory (the layout of PyTorch's ``_memory_viz.py segsum``).
+* :func:`trace_text` -- the recorded history as Python-like lines (``a = seg_0[0:3.0MiB]``,
+  ``del a``, ``b = cudaMalloc(...)``), like ``_memory_viz.py trace``.
+* :func:`trace_html` -- one HTML file, no network access: an active/reserved memory timeline
+  over the trace and a map of every segment's blocks, drawn by inline JavaScript.
+
+Command line: ``accelrt memory viz SNAPSHOT -o FILE.html`` (:func:`viz_main`).
+
+Example::
+
+    >>> from accelrt.memory.viz import segsum
+    >>> snap = {"segments": [{"address": 0, "total_size": 20 << 20, "stream": 0, "blocks": [
+    ...     {"size": 4 << 20, "requested_size": 3 << 20, "state": "active_allocated"},
+    ...     {"size": 16 << 20, "requested_size": 0, "state": "inactive"}]}], "device_traces": []}
+    >>> print(segsum(snap).splitlines()[1])
+    [a] 20.0MiB allocated, 17.0MiB (5.9% internal) free
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from ._replay import _read_bytes, load_pickle
+from ._snapshot import check_snapshot
+
+__all__ = ["format_bytes", "load_snapshot", "segsum", "trace_html", "trace_text", "viz_main"]
+
+PAGE_SIZE = 20 << 20          # one character of segsum's bars
+_MAX_POINTS = 4000            # timeline points embedded in the HTML (peaks preserved)
+
+
+def format_bytes(num: float) -> str:
+    """``3.0MiB``-style size, as the PyTorch visualizer prints it.
+
+    Example::
+
+        >>> from accelrt.memory.viz import format_bytes
+        >>> format_bytes(512), format_bytes(3 << 20)
+        ('512.0B', '3.0MiB')
+    """
+    for unit in ("", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "Zi"):
+        if abs(num) < 1024.0:
+            return f"{num:3.1f}{unit}B"
+        num /= 1024.0
+    return f"{num:.1f}YiB"
+
+
+def load_snapshot(path: str) -> dict[str, Any]:
+    """Read and check a snapshot pickle (optionally gzipped).
+
+    Raises:
+        OSError: the file cannot be read.
+        ValueError: not a snapshot pickle, a pickle that asks for code, or missing keys.
+
+    Example::
+
+        >>> import os, tempfile
+        >>> from accelrt.memory._snapshot import dump_snapshot
+        >>> from accelrt.memory.viz import load_snapshot
+        >>> p = os.path.join(tempfile.mkdtemp(), "s.pickle")
+        >>> dump_snapshot(p, {"segments": [], "device_traces": [[]]})
+        >>> load_snapshot(p)["segments"]
+        []
+    """
+    return check_snapshot(load_pickle(_read_bytes(path), path), path)
+
+
+def _report_free(external: int, internal: int) -> str:
+    total = external + internal
+    suffix = f" ({internal / total * 100:.1f}% internal)" if total else ""
+    return f"{format_bytes(total)}{suffix}"
+
+
+def _block_requested(b: dict[str, Any]) -> int:
+    return int(b.get("requested_size", b["size"]))
+
+
+def _segment_bar(seg: dict[str, Any]) -> tuple[str, int, int, int]:
+    """(bar, allocated, internal free, external free) of one segment."""
+    pages = max(1, (seg["total_size"] - 1) // PAGE_SIZE + 1)
+    chars = [" "] * pages
+    fill = [0.0] * pages
+    allocated = internal = external = 0
+    offset = 0
+    n = 0
+    for b in seg["blocks"]:
+        size = b["size"]
+        if b["state"] == "active_allocated":
+            used = _block_requested(b)
+            allocated += used
+            internal += size - used
+            letter = chr(ord("a") + n % 26)
+            n += 1
+            end = offset + used
+            for p in range(offset // PAGE_SIZE, (end - 1) // PAGE_SIZE + 1 if used else 0):
+                lo, hi = max(offset, p * PAGE_SIZE), min(end, (p + 1) * PAGE_SIZE)
+                fill[p] += (hi - lo) / PAGE_SIZE
+                chars[p] = letter if chars[p] == " " else "0123456789*"[min(10, int(fill[p] * 10))]
+        else:
+            external += size
+        offset += size
+    return "".join(chars), allocated, internal, external
+
+
+def segsum(snapshot: dict[str, Any]) -> str:
+    """How full each segment is, one bar per segment (PyTorch's ``segsum`` layout).
+
+    Segments are listed smallest first; only those of at least 20 MiB get a bar, all count in
+    the totals. Internal free memory is rounding inside allocated blocks, external free memory
+    the unallocated blocks.
+
+    Raises:
+        ValueError: the snapshot lacks keys the summary needs.
+
+    Example::
+
+        >>> from accelrt.memory.viz import segsum
+        >>> segsum({"segments": [], "device_traces": []}).splitlines()[1:3]
+        ['segments: 0', 'total_reserved: 0.0B']
+    """
+    check_snapshot(snapshot)
+    segs = sorted(snapshot["segments"], key=lambda s: (
+        s["total_size"], sum(b["size"] for b in s["blocks"] if b["state"] == "active_allocated")))
+    out = [f"Summary of segments >= {format_bytes(PAGE_SIZE)} in size"]
+    reserved = allocated = internal = external = 0
+    for seg in segs:
+        bar, a, i, e = _segment_bar(seg)
+        reserved += seg["total_size"]
+        allocated += a
+        internal += i
+        external += e
+        if seg["total_size"] >= PAGE_SIZE:
+            stream = f" stream_{seg['stream']}" if seg["stream"] else ""
+            out.append(f"[{bar}] {format_bytes(seg['total_size'])} allocated, "
+                       f"{_report_free(e, i)} free{stream}")
+    out += [f"segments: {len(segs)}", f"total_reserved: {format_bytes(reserved)}",
+            f"total_allocated: {format_bytes(allocated)}",
+            f"total_free: {_report_free(external, internal)}", "",
+            "Legend:",
+            "    [a     ] - a segment in the allocator",
+            f"     ^-- a page {format_bytes(PAGE_SIZE)} of memory in the segment",
+            "    a-z: pages filled with a single block's content",
+            "    ' ': page is completely free",
+            "    *: page is completely full with multiple blocks",
+            "    0-9: page is partially full with tensors of multiple blocks (9 == 90% full)",
+            "    (X% internal) - of the free memory, X% is free because allocation sizes "
+            "were rounded up."]
+    return "\n".join(out) + "\n"
+
+
+class _Names:
+    """Short names a, b, ..., z, a1, ... handed out and recycled like variables."""
+
+    def __init__(self) -> None:
+        self._next = 0
+        self._free: list[str] = []
+
+    def take(self) -> str:
+        if self._free:
+            return self._free.pop()
+        r, m = divmod(self._next, 26)
+        self._next += 1
+        return chr(ord("a") + m) + (str(r) if r else "")
+
+    def give_back(self, name: str) -> None:
+        self._free.append(name)
+
+
+def _trace_device(snapshot: dict[str, Any], device: int, entries: list[dict[str, Any]]) -> list[str]:
+    out = [f"{len(entries)} entries"]
+    names = _Names()
+    segs: dict[int, tuple[str, int]] = {}           # address -> (name, size) from the trace
+    allocs: dict[int, str] = {}                     # live allocation address -> name
+    known = [(f"seg_{i}", s["address"], s["total_size"])
+             for i, s in enumerate(snapshot["segments"]) if s.get("device", device) == device]
+    live = 0
+
+    def where(addr: int) -> str:
+        for base, (name, size) in segs.items():
+            if base <= addr < base + size:
+                return f"{name}[{addr - base}"
+        for name, base, size in known:
+            if base <= addr < base + size:
+                return f"{name}[{addr - base}"
+        return f"MEM[{addr}"
+
+    for e in entries:
+        action = e["action"]
+        if action == "alloc":
+            name = names.take()
+            allocs[e["addr"]] = name
+            live += e["size"]
+            out.append(f"{name} = {where(e['addr'])}:{format_bytes(e['size'])}]")
+        elif action == "free_requested":
+            out.append(f"del {allocs.get(e['addr'], e['addr'])} # {format_bytes(e['size'])}")
+        elif action == "free_completed":
+            name = allocs.pop(e["addr"], None)
+            live -= e["size"]
+            out.append(f"# free completed for {name or e['addr']} {format_bytes(e['size'])}")
+            if name is not None:
+                names.give_back(name)
+        elif action in ("segment_alloc", "segment_map"):
+            name = names.take()
+            segs[e["addr"]] = (name, e["size"])
+            verb = "cudaMalloc" if action == "segment_alloc" else "map"
+            out.append(f"{name} = {verb}({e['addr']}, {format_bytes(e['size'])})")
+        elif action in ("segment_free", "segment_unmap"):
+            name_size = segs.pop(e["addr"], None)
+            verb = "cudaFree" if action == "segment_free" else "unmap"
+            out.append(f"{verb}({name_size[0] if name_size else e['addr']}) "
+                       f"# {format_bytes(e['size'])}")
+            if name_size is not None:
+                names.give_back(name_size[0])
+        elif action == "oom":
+            out.append(f"raise OutOfMemoryError() # {format_bytes(e['size'])} requested, "
+                       f"{format_bytes(e['device_free'])} free on the device")
+        elif action == "snapshot":
+            out.append(f"# snapshot taken, {format_bytes(e.get('size', 0))} active")
+        else:
+            out.append(f"# {action} {e.get('user_metadata', '')}".rstrip())
+    out.append(f"TOTAL MEM: {format_bytes(live)}")
+    return out
+
+
+def trace_text(snapshot: dict[str, Any]) -> str:
+    """The recorded history of every device as Python-like lines.
+
+    ``a = seg_0[0:3.0MiB]`` allocates 3 MiB at offset 0 of segment ``seg_0``; ``del a`` is the
+    free request, ``# free completed for a`` the moment the memory became reusable;
+    ``b = cudaMalloc(addr, 20.0MiB)`` / ``cudaFree(b)`` are device allocations.
+
+    Example::
+
+        >>> from accelrt.memory.viz import trace_text
+        >>> snap = {"segments": [], "device_traces": [[
+        ...     {"action": "segment_alloc", "addr": 0, "size": 2 << 20},
+        ...     {"action": "alloc", "addr": 512, "size": 1000},
+        ...     {"action": "free_requested", "addr": 512, "size": 1000},
+        ...     {"action": "free_completed", "addr": 512, "size": 1000}]]}
+        >>> print(trace_text(snap))
+        Device 0 ----------------
+        4 entries
+        a = cudaMalloc(0, 2.0MiB)
+        b = a[512:1000.0B]
+        del b # 1000.0B
+        # free completed for b 1000.0B
+        TOTAL MEM: 0.0B
+    """
+    check_snapshot(snapshot)
+    out: list[str] = []
+    for device, entries in enumerate(snapshot["device_traces"]):
+        if entries:
+            out.append(f"Device {device} ----------------")
+            out += _trace_device(snapshot, device, entries)
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------------- HTML
+
+def _timeline(entries: list[dict[str, Any]]) -> dict[str, list[int]]:
+    """Active and reserved bytes after each event, downsampled keeping each bucket's peak."""
+    completes = any(e["action"] == "free_completed" for e in entries)
+    free_action = "free_completed" if completes else "free_requested"
+    active = reserved = 0
+    xs: list[int] = []
+    act: list[int] = []
+    res: list[int] = []
+    for i, e in enumerate(entries):
+        a = e["action"]
+        if a == "alloc":
+            active += e["size"]
+        elif a == free_action:
+            active -= e["size"]
+        elif a in ("segment_alloc", "segment_map"):
+            reserved += e["size"]
+        elif a in ("segment_free", "segment_unmap"):
+            reserved -= e["size"]
+        else:
+            continue
+        xs.append(i)
+        act.append(active)
+        res.append(reserved)
+    if len(xs) > _MAX_POINTS:
+        step = -(-len(xs) // _MAX_POINTS)
+        xs2, act2, res2 = [], [], []
+        for k in range(0, len(xs), step):
+            j = max(range(k, min(k + step, len(xs))), key=act.__getitem__)
+            xs2.append(xs[j])
+            act2.append(act[j])
+            res2.append(max(res[k:k + step]))
+        xs, act, res = xs2, act2, res2
+    return {"x": xs, "active": act, "reserved": res}
+
+
+def _segment_view(seg: dict[str, Any]) -> dict[str, Any]:
+    blocks = []
+    for b in seg["blocks"]:
+        frames = b.get("frames") or []
+        top = frames[0] if frames and isinstance(frames[0], dict) else {}
+        where = f"{top.get('filename', '')}:{top.get('line', '')}:{top.get('name', '')}" if top else ""
+        blocks.append({"size": b["size"], "state": b["state"],
+                       "requested": int(b.get("requested_size") or 0), "where": where})
+    return {"device": seg.get("device", 0), "address": seg["address"],
+            "total": seg["total_size"], "stream": seg["stream"],
+            "type": seg.get("segment_type", ""), "pool": list(seg.get("segment_pool_id", (0, 0))),
+            "expandable": bool(seg.get("is_expandable", False)), "blocks": blocks}
+
+
+_PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>__TITLE__</title>
+<style>
+body{font:13px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}
+h1{font-size:1.3em} h2{font-size:1.1em;margin-top:1.5em}
+svg{background:#fafafa;border:1px solid #ddd}
+.seg{margin:2px 0;display:flex;align-items:center;gap:8px}
+.bar{display:flex;height:14px;border:1px solid #999;background:#eee}
+.bar div{height:100%;border-right:1px solid #fff;box-sizing:border-box}
+.lbl{font:11px monospace;white-space:nowrap;width:23em}
+.k{display:inline-block;width:10px;height:10px;margin:0 4px 0 12px}
+pre{background:#f4f4f4;padding:8px;overflow:auto}
+</style></head><body>
+<h1>__TITLE__</h1>
+<p id="totals"></p>
+<h2>Active memory timeline</h2>
+<div id="timelines"></div>
+<h2>Segments</h2>
+<p><span class="k" style="background:#3b75af"></span>allocated
+<span class="k" style="background:#ef8636"></span>freed, waiting on a stream
+<span class="k" style="background:#cccccc"></span>free (cached)</p>
+<div id="segments"></div>
+<h2>Segment summary</h2>
+<pre id="segsum"></pre>
+<script id="data" type="application/json">__DATA__</script>
+<script>
+(function(){
+"use strict";
+var D=JSON.parse(document.getElementById("data").textContent);
+function fmt(n){var u=["B","KiB","MiB","GiB","TiB","PiB"],i=0;n=+n;
+ while(Math.abs(n)>=1024&&i<u.length-1){n/=1024;i++;}return n.toFixed(1)+" "+u[i];}
+function el(tag,attrs,parent){var e=document.createElementNS("http://www.w3.org/2000/svg",tag);
+ for(var k in attrs)e.setAttribute(k,attrs[k]);if(parent)parent.appendChild(e);return e;}
+document.getElementById("totals").textContent="segments: "+D.segments.length+
+ ", reserved: "+fmt(D.reserved)+", allocated: "+fmt(D.allocated);
+document.getElementById("segsum").textContent=D.segsum;
+var host=document.getElementById("timelines");
+if(!D.timelines.length){host.textContent="No trace recorded (call record_memory_history() before dump_snapshot()).";}
+D.timelines.forEach(function(t){
+ var W=960,H=260,L=70,B=30,n=t.x.length;
+ var cap=document.createElement("p");cap.textContent="device "+t.device+": "+t.entries+
+  " entries, peak active "+fmt(Math.max.apply(null,t.active.concat([0])))+
+  ", peak reserved "+fmt(Math.max.apply(null,t.reserved.concat([0])));host.appendChild(cap);
+ var svg=el("svg",{width:W,height:H});host.appendChild(svg);
+ var ymax=Math.max(1,Math.max.apply(null,t.active.concat(t.reserved)));
+ var xmax=Math.max(1,t.entries-1);
+ function X(v){return L+(W-L-10)*v/xmax;} function Y(v){return H-B-(H-B-10)*v/ymax;}
+ for(var g=0;g<=4;g++){var v=ymax*g/4;el("line",{x1:L,x2:W-10,y1:Y(v),y2:Y(v),stroke:"#e2e2e2"},svg);
+  el("text",{x:L-6,y:Y(v)+4,"text-anchor":"end","font-size":10},svg).textContent=fmt(v);}
+ el("text",{x:(W+L)/2,y:H-8,"text-anchor":"middle","font-size":10},svg).textContent="trace entry";
+ [["reserved","#999999"],["active","#3b75af"]].forEach(function(s){
+  var pts=[],ys=t[s[0]];for(var i=0;i<n;i++)pts.push(X(t.x[i]).toFixed(1)+","+Y(ys[i]).toFixed(1));
+  if(n)el("polyline",{points:pts.join(" "),fill:"none",stroke:s[1],"stroke-width":1.5},svg);
+  el("text",{x:W-14,y:s[0]=="active"?24:40,"text-anchor":"end",fill:s[1],"font-size":11},svg).textContent=s[0];});
+});
+var colors={active_allocated:"#3b75af",active_pending_free:"#ef8636",inactive:"#cccccc"};
+var segs=document.getElementById("segments");
+var maxTotal=Math.max.apply(null,D.segments.map(function(s){return s.total;}).concat([1]));
+D.segments.forEach(function(s){
+ var row=document.createElement("div");row.className="seg";
+ var lbl=document.createElement("span");lbl.className="lbl";
+ lbl.textContent="dev"+s.device+" 0x"+s.address.toString(16)+" "+fmt(s.total)+" "+s.type+
+  (s.expandable?" exp":"")+(s.stream?" stream "+s.stream:"")+(s.pool[0]||s.pool[1]?" pool "+s.pool:"");
+ row.appendChild(lbl);
+ var bar=document.createElement("div");bar.className="bar";
+ bar.style.width=Math.max(4,Math.round(640*Math.sqrt(s.total/maxTotal)))+"px";
+ s.blocks.forEach(function(b){var d=document.createElement("div");
+  d.style.width=(100*b.size/s.total)+"%";d.style.background=colors[b.state]||"#c33";
+  d.title=b.state+" "+fmt(b.size)+(b.state=="active_allocated"?" (requested "+fmt(b.requested)+")":"")+
+   (b.where?"\\n"+b.where:"");bar.appendChild(d);});
+ row.appendChild(bar);segs.appendChild(row);
+});
+})();
+</script></body></html>
+"""
+
+
+def trace_html(snapshot: dict[str, Any], title: str = "accelrt memory snapshot") -> str:
+    """A self-contained HTML page (inline data and JavaScript, nothing fetched) showing the
+    active and reserved memory over each device's trace and the block map of every segment.
+
+    Example::
+
+        >>> from accelrt.memory.viz import trace_html
+        >>> page = trace_html({"segments": [], "device_traces": [[]]})
+        >>> page.startswith("<!DOCTYPE html>") and "http" not in page.replace("http://www.w3.org", "")
+        True
+    """
+    check_snapshot(snapshot)
+    segs = [_segment_view(s) for s in snapshot["segments"]]
+    data = {
+        "segments": segs,
+        "reserved": sum(s["total"] for s in segs),
+        "allocated": sum(b["size"] for s in segs for b in s["blocks"]
+                         if b["state"] == "active_allocated"),
+        "timelines": [dict(_timeline(t), device=d, entries=len(t))
+                      for d, t in enumerate(snapshot["device_traces"]) if t],
+        "segsum": segsum(snapshot),
+    }
+    blob = json.dumps(data, separators=(",", ":")).replace("<", "\\u003c")
+    return _PAGE.replace("__TITLE__", html.escape(title)).replace("__DATA__", blob)
+
+
+def viz_main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``accelrt memory viz SNAPSHOT [-o FILE.html] [--segsum | --trace]``.
+
+    Returns 0 on success, 1 when the snapshot cannot be read, 2 on bad arguments.
+
+    Example::
+
+        >>> import os, tempfile
+        >>> from accelrt.memory._snapshot import dump_snapshot
+        >>> from accelrt.memory.viz import viz_main
+        >>> d = tempfile.mkdtemp()
+        >>> dump_snapshot(os.path.join(d, "s.pickle"), {"segments": [], "device_traces": [[]]})
+        >>> viz_main([os.path.join(d, "s.pickle"), "-o", os.path.join(d, "s.html")])
+        ... # doctest: +ELLIPSIS
+        wrote ...s.html
+        0
+    """
+    parser = argparse.ArgumentParser(
+        prog="accelrt memory viz",
+        description="Render an allocator snapshot (dump_snapshot or "
+                    "torch.cuda.memory._dump_snapshot pickle) as a self-contained HTML page, "
+                    "or print it as text.")
+    parser.add_argument("snapshot", metavar="SNAPSHOT", help="snapshot pickle file")
+    parser.add_argument("-o", "--output", metavar="FILE.html", default=None,
+                        help="HTML file to write (default: SNAPSHOT with .html)")
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--segsum", action="store_true",
+                       help="print the segment summary instead of writing HTML")
+    group.add_argument("--trace", action="store_true",
+                       help="print the recorded history instead of writing HTML")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    try:
+        snap = load_snapshot(args.snapshot)
+    except (OSError, ValueError) as exc:
+        print(f"accelrt memory viz: error: {exc}", file=sys.stderr)
+        return 1
+    if args.segsum:
+        sys.stdout.write(segsum(snap))
+        return 0
+    if args.trace:
+        print(trace_text(snap))
+        return 0
+    out = args.output or os.path.splitext(args.snapshot)[0] + ".html"
+    try:
+        with open(out, "w", encoding="utf-8") as f:
+            f.write(trace_html(snap, title=f"accelrt memory: {os.path.basename(args.snapshot)}"))
+    except OSError as exc:
+        print(f"accelrt memory viz: error: cannot write {out}: {exc}", file=sys.stderr)
+        return 1
+    print(f"wrote {out}")
+    return 0

@@ -1,0 +1,277 @@
+"""accelrt.memory.viz: segsum, trace_text, the self-contained HTML page and the CLI entry."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import pickle
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from accelrt.memory._snapshot import dump_snapshot
+from accelrt.memory.viz import (format_bytes, load_snapshot, segsum, trace_html, trace_text,
+                                viz_main)
+
+MiB = 1 << 20
+CALLS: list[str] = []
+
+
+def _evil(arg: str) -> None:
+    CALLS.append(arg)
+
+
+class Evil:
+    def __reduce__(self):
+        return (_evil, ("ran",))
+
+
+def torch_like_snapshot() -> dict:
+    """The shape of a PyTorch 2.x ``_snapshot()`` (with keys accelrt does not use)."""
+    frames = [{"filename": "train.py", "line": 12, "name": "forward"}]
+    return {
+        "segments": [
+            {"device": 0, "address": 1 << 32, "total_size": 40 * MiB, "allocated_size": 24 * MiB,
+             "active_size": 24 * MiB, "requested_size": 23 * MiB, "stream": 0,
+             "segment_type": "large", "segment_pool_id": (0, 0), "is_expandable": False,
+             "frames": frames, "blocks": [
+                 {"address": 1 << 32, "size": 24 * MiB, "requested_size": 23 * MiB,
+                  "state": "active_allocated", "frames": frames},
+                 {"address": (1 << 32) + 24 * MiB, "size": 16 * MiB, "requested_size": 0,
+                  "state": "inactive", "frames": []}]},
+            {"device": 0, "address": 1 << 33, "total_size": 2 * MiB, "allocated_size": 512,
+             "active_size": 1024, "requested_size": 500, "stream": 5, "segment_type": "small",
+             "segment_pool_id": (0, 0), "is_expandable": False, "frames": [], "blocks": [
+                 {"address": 1 << 33, "size": 512, "requested_size": 500,
+                  "state": "active_allocated", "frames": []},
+                 {"address": (1 << 33) + 512, "size": 512, "requested_size": 512,
+                  "state": "active_pending_free", "frames": []},
+                 {"address": (1 << 33) + 1024, "size": 2 * MiB - 1024, "requested_size": 0,
+                  "state": "inactive", "frames": []}]},
+        ],
+        "device_traces": [[
+            {"action": "segment_alloc", "addr": 1 << 32, "size": 40 * MiB, "stream": 0,
+             "time_us": 1, "compile_context": "N/A", "user_metadata": ""},
+            {"action": "alloc", "addr": 1 << 32, "size": 23 * MiB, "stream": 0, "time_us": 2,
+             "frames": frames},
+            {"action": "alloc", "addr": (1 << 32) + 24 * MiB, "size": MiB, "stream": 0,
+             "time_us": 3},
+            {"action": "free_requested", "addr": (1 << 32) + 24 * MiB, "size": MiB,
+             "stream": 0, "time_us": 4},
+            {"action": "free_completed", "addr": (1 << 32) + 24 * MiB, "size": MiB,
+             "stream": 0, "time_us": 5},
+            {"action": "alloc", "addr": (1 << 32) + 24 * MiB, "size": 2 * MiB, "stream": 0,
+             "time_us": 6},
+            {"action": "oom", "device_free": 3 * MiB, "size": 60 * MiB, "stream": 0,
+             "time_us": 7},
+        ], []],
+        "allocator_settings": {"PYTORCH_CUDA_ALLOC_CONF": "", "expandable_segments": False},
+        "external_annotations": [],
+    }
+
+
+def test_format_bytes() -> None:
+    assert format_bytes(0) == "0.0B"
+    assert format_bytes(1023) == "1023.0B"
+    assert format_bytes(1536) == "1.5KiB"
+    assert format_bytes(20 * MiB) == "20.0MiB"
+    assert format_bytes(3 << 30) == "3.0GiB"
+
+
+def test_segsum_layout_and_totals() -> None:
+    lines = segsum(torch_like_snapshot()).splitlines()
+    assert lines[0] == "Summary of segments >= 20.0MiB in size"
+    # the 2 MiB segment has no bar; the 40 MiB one has two 20 MiB pages: "a" then the 3 MiB
+    # remainder of a's 23 MiB requested in page 2 (15% full -> digit? no: first range -> "a")
+    assert lines[1] == "[aa] 40.0MiB allocated, 17.0MiB (5.9% internal) free"
+    assert lines[2] == "segments: 2"
+    assert lines[3] == "total_reserved: 42.0MiB"
+    assert lines[4] == f"total_allocated: {format_bytes(23 * MiB + 500)}"
+    total_free = 42 * MiB - 23 * MiB - 500
+    assert lines[5].startswith(f"total_free: {format_bytes(total_free)} (")
+    assert "Legend:" in lines
+
+
+def test_segsum_marks_streams_and_shared_pages() -> None:
+    seg = {"address": 0, "total_size": 20 * MiB, "stream": 9, "blocks": [
+        {"size": 5 * MiB, "requested_size": 5 * MiB, "state": "active_allocated"},
+        {"size": 5 * MiB, "requested_size": 5 * MiB, "state": "active_allocated"},
+        {"size": 10 * MiB, "requested_size": 0, "state": "inactive"}]}
+    line = segsum({"segments": [seg], "device_traces": []}).splitlines()[1]
+    assert line == "[5] 20.0MiB allocated, 10.0MiB (0.0% internal) free stream_9"
+
+
+def test_trace_text_names_and_actions() -> None:
+    out = trace_text(torch_like_snapshot()).splitlines()
+    assert out[0] == "Device 0 ----------------"
+    assert out[1] == "7 entries"
+    assert out[2] == f"a = cudaMalloc({1 << 32}, 40.0MiB)"
+    assert out[3] == "b = a[0:23.0MiB]"
+    assert out[4] == f"c = a[{24 * MiB}:1.0MiB]"
+    assert out[5] == "del c # 1.0MiB"
+    assert out[6] == "# free completed for c 1.0MiB"
+    assert out[7] == f"c = a[{24 * MiB}:2.0MiB]"          # the freed name is reused
+    assert out[8] == "raise OutOfMemoryError() # 60.0MiB requested, 3.0MiB free on the device"
+    assert out[9] == "TOTAL MEM: 25.0MiB"
+    assert "Device 1" not in trace_text(torch_like_snapshot())
+
+
+def test_trace_text_unknown_addresses_use_snapshot_segments() -> None:
+    snap = torch_like_snapshot()
+    snap["device_traces"] = [[{"action": "alloc", "addr": (1 << 33) + 512, "size": 512},
+                              {"action": "alloc", "addr": 77, "size": 512},
+                              {"action": "free_requested", "addr": 99, "size": 512},
+                              {"action": "snapshot", "addr": 0, "size": 1024}]]
+    out = trace_text(snap).splitlines()
+    assert out[2] == "a = seg_1[512:512.0B]"
+    assert out[3] == "b = MEM[77:512.0B]"
+    assert out[4] == "del 99 # 512.0B"
+    assert out[5] == "# snapshot taken, 1.0KiB active"
+
+
+def _embedded(page: str) -> dict:
+    m = re.search(r'<script id="data" type="application/json">(.*?)</script>', page, re.S)
+    assert m, "data block missing"
+    return json.loads(m.group(1))
+
+
+def test_html_is_self_contained_and_carries_the_data() -> None:
+    page = trace_html(torch_like_snapshot())
+    assert page.startswith("<!DOCTYPE html>")
+    assert "<script src" not in page and "<link" not in page and "import " not in page
+    assert re.findall(r"https?://[^\s\"']+", page) == ["http://www.w3.org/2000/svg"]
+    data = _embedded(page)
+    assert [s["total"] for s in data["segments"]] == [40 * MiB, 2 * MiB]
+    assert data["reserved"] == 42 * MiB
+    assert data["segments"][1]["blocks"][1]["state"] == "active_pending_free"
+    t = data["timelines"][0]
+    assert t["device"] == 0 and t["entries"] == 7
+    assert max(t["active"]) == 25 * MiB and max(t["reserved"]) == 40 * MiB
+    assert data["segments"][0]["blocks"][0]["where"] == "train.py:12:forward"
+
+
+def test_html_escapes_hostile_strings() -> None:
+    snap = torch_like_snapshot()
+    snap["segments"][0]["blocks"][0]["frames"] = [
+        {"filename": "</script><script>alert(1)</script>", "line": 1, "name": "x"}]
+    page = trace_html(snap, title="<b>t</b>")
+    assert "<script>alert(1)" not in page
+    assert "<b>t</b>" not in page and "&lt;b&gt;t&lt;/b&gt;" in page
+    assert _embedded(page)["segments"][0]["blocks"][0]["where"].startswith("</script>")
+
+
+def test_timeline_downsampling_keeps_the_peak() -> None:
+    entries = []
+    for i in range(20000):
+        entries.append({"action": "alloc", "addr": i, "size": 512 + (i == 12345) * 10 * MiB})
+        entries.append({"action": "free_requested", "addr": i,
+                        "size": 512 + (i == 12345) * 10 * MiB})
+    page = trace_html({"segments": [], "device_traces": [entries]})
+    t = _embedded(page)["timelines"][0]
+    assert len(t["x"]) <= 4000
+    assert max(t["active"]) == 10 * MiB + 512
+
+
+def test_load_snapshot_reads_torch_pickles_and_gzip(tmp_path) -> None:
+    p = tmp_path / "torch.pickle"
+    p.write_bytes(pickle.dumps(torch_like_snapshot(), protocol=2))
+    assert load_snapshot(str(p))["segments"][0]["segment_pool_id"] == (0, 0)
+    g = tmp_path / "snap.pickle.gz"
+    g.write_bytes(gzip.compress(pickle.dumps(torch_like_snapshot())))
+    assert len(load_snapshot(str(g))["device_traces"][0]) == 7
+
+
+def test_load_snapshot_refuses_code(tmp_path) -> None:
+    p = tmp_path / "evil.pickle"
+    p.write_bytes(pickle.dumps({"segments": [], "device_traces": [], "x": Evil()}))
+    with pytest.raises(ValueError, match="refusing to load"):
+        load_snapshot(str(p))
+    assert CALLS == []
+
+
+@pytest.mark.parametrize("payload, match", [
+    (b"not a pickle at all", "not a valid pickle"),
+    (pickle.dumps([1, 2, 3]), "expected a dict"),
+    (pickle.dumps({"segments": []}), "missing key 'device_traces'"),
+    (pickle.dumps({"segments": [{"address": 0, "total_size": 1, "stream": 0,
+                                 "blocks": [{"size": "big", "state": "inactive"}]}],
+                   "device_traces": []}), r"\['size'\]: expected int"),
+])
+def test_load_snapshot_rejects_malformed(tmp_path, payload: bytes, match: str) -> None:
+    p = tmp_path / "bad.pickle"
+    p.write_bytes(payload)
+    with pytest.raises(ValueError, match=match):
+        load_snapshot(str(p))
+
+
+def test_viz_main_writes_html(tmp_path, capsys) -> None:
+    src = tmp_path / "snap.pickle"
+    dump_snapshot(src, torch_like_snapshot())
+    out = tmp_path / "page.html"
+    assert viz_main([str(src), "-o", str(out)]) == 0
+    assert _embedded(out.read_text())["reserved"] == 42 * MiB
+    assert viz_main([str(src)]) == 0                      # default: next to the snapshot
+    assert (tmp_path / "snap.html").exists()
+    assert viz_main([str(src), "--segsum"]) == 0
+    assert "segments: 2" in capsys.readouterr().out
+    assert viz_main([str(src), "--trace"]) == 0
+    assert "b = a[0:23.0MiB]" in capsys.readouterr().out
+
+
+def test_viz_main_errors(tmp_path, capsys) -> None:
+    assert viz_main([str(tmp_path / "missing.pickle")]) == 1
+    assert "error" in capsys.readouterr().err
+    evil = tmp_path / "evil.pickle"
+    evil.write_bytes(pickle.dumps(Evil()))
+    assert viz_main([str(evil)]) == 1
+    assert "refusing to load" in capsys.readouterr().err
+    assert CALLS == []
+    assert viz_main([]) == 2
+    assert viz_main(["a", "--segsum", "--trace"]) == 2
+
+
+NODE_RUNNER = r"""
+const fs = require("fs");
+const html = fs.readFileSync(process.argv[2], "utf8");
+const data = html.match(/<script id="data" type="application\/json">([\s\S]*?)<\/script>/)[1];
+const code = html.match(/<script>\n([\s\S]*?)<\/script>/)[1];
+function mk(tag) {
+  return {tag, children: [], style: {}, attrs: {}, textContent: "",
+          appendChild(c) { this.children.push(c); return c; },
+          setAttribute(k, v) { this.attrs[k] = String(v); }};
+}
+const ids = {};
+global.document = {
+  getElementById(id) {
+    if (id === "data") return {textContent: data};
+    return ids[id] || (ids[id] = mk(id));
+  },
+  createElement: mk, createElementNS: (ns, tag) => mk(tag),
+};
+eval(code);
+const lines = [];
+(function walk(e) {
+  if (e.tag === "polyline") lines.push(e.attrs.points.split(" ").length);
+  e.children.forEach(walk);
+})(ids["timelines"]);
+const bars = ids["segments"].children.map(r => r.children[1].children.length);
+console.log(JSON.stringify({lines, bars, totals: ids["totals"].textContent}));
+"""
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node.js is not installed")
+def test_html_script_draws_in_a_dom_stub(tmp_path) -> None:
+    """Run the page's inline JavaScript against a minimal DOM: it must draw one polyline per
+    series with one point per timeline entry, and one bar per segment with one cell per block."""
+    page = tmp_path / "p.html"
+    page.write_text(trace_html(torch_like_snapshot()))
+    runner = tmp_path / "run.js"
+    runner.write_text(NODE_RUNNER)
+    out = subprocess.run(["node", str(runner), str(page)], capture_output=True, text=True,
+                         timeout=60, check=True)
+    result = json.loads(out.stdout)
+    assert result["lines"] == [5, 5]        # reserved and active, 5 memory events each
+    assert result["bars"] == [2, 3]
+    assert result["totals"] == "segments: 2, reserved: 42.0 MiB, allocated: 24.0 MiB"
