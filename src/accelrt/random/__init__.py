@@ -1,0 +1,551 @@
+"""``accelrt.random``: counter-based Philox4x32-10 random numbers, bit-identical on every backend.
+
+PyTorch's ``torch.cuda.random`` names (``manual_seed``, ``manual_seed_all``, ``seed``,
+``seed_all``, ``initial_seed``, ``get_rng_state``, ``set_rng_state``, ``get_rng_state_all``,
+``set_rng_state_all``), a :class:`Generator` per device, and the factories ``rand``, ``randn``,
+``randint`` plus in-place ``uniform_`` and ``normal_``.
+
+Counter layout (the contract every backend implements; ``docs/random.md`` has the details):
+a generator is ``(seed, offset)``; block ``j`` of a request uses key
+``(seed & 0xFFFFFFFF, seed >> 32)`` and counter ``(b & 0xFFFFFFFF, b >> 32, 0, 0)`` with
+``b = offset + j``, and yields four uint32 words. Element ``i`` of a request reads words
+``w*i .. w*i + w - 1`` of the request's word stream (``w`` = 1, 2 or 4 words per element,
+by distribution and dtype), so it depends only on ``(seed, offset, i)``; the offset then
+advances by the number of blocks used (rounded up). Uniform floats and integers are
+bit-identical everywhere; normals use the host/device ``log``/``sin``/``cos`` and agree to a
+few float64 ulp across backends (bit-identical across devices and chunkings of one backend).
+
+The CPU backend generates with numpy straight into the array's memory, in stream order. A
+non-host backend generates on the device when it implements the optional
+``philox_fill(ptr, n, dtype, dist, seed, offset, params, index, stream)``; otherwise the
+numbers are made on the host and copied (slower, same bits).
+
+Example::
+
+    >>> import accelrt as acc
+    >>> acc.random.manual_seed(0)
+    >>> a = acc.rand(4, device="cpu:0", generator=acc.random.Generator("cpu:0").manual_seed(0))
+    >>> b = acc.rand(4, device="cpu:0", generator=acc.random.Generator("cpu:0").manual_seed(0))
+    >>> a.tolist() == b.tolist()
+    True
+    >>> acc.randint(0, 10, (5,), device="cpu:0").dtype
+    dtype('int64')
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import secrets
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .._device import _get_device, _lazy_init
+from . import _philox
+from ._generator import (
+    DEFAULT_SEED,
+    STATE_SIZE,
+    Generator,
+    _check_seed,
+    _default_for,
+    _get,
+    _pack_state,
+    _set,
+    _unpack_state,
+    default_generator,
+)
+
+if TYPE_CHECKING:
+    from .._array import Array
+    from .._backend import Backend
+    from .._typing import DeviceLike
+
+__all__ = [
+    "DEFAULT_SEED",
+    "STATE_SIZE",
+    "Generator",
+    "default_generator",
+    "get_rng_state",
+    "get_rng_state_all",
+    "initial_seed",
+    "manual_seed",
+    "manual_seed_all",
+    "normal_",
+    "rand",
+    "randint",
+    "randn",
+    "seed",
+    "seed_all",
+    "set_rng_state",
+    "set_rng_state_all",
+    "uniform_",
+]
+
+_FLOAT_DTYPES = ("float16", "float32", "float64")
+
+
+# ---------------------------------------------------------------------- seeds and states
+
+def manual_seed(seed: int) -> None:
+    """Seed the default generator of the current device (remembered if not yet created).
+
+    Args:
+        seed: an int in ``[-2**63, 2**64)``; negative values wrap to uint64 as in PyTorch.
+
+    Raises:
+        TypeError: ``seed`` is not an int.
+        ValueError: ``seed`` is out of range.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> acc.random.manual_seed(42)
+        >>> acc.random.initial_seed()
+        42
+    """
+    value = _check_seed(seed)
+    b, index = _get_device(None)
+    _set(b, index, value, 0)
+
+
+def manual_seed_all(seed: int) -> None:
+    """Seed the default generators of every device of the current accelerator.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> acc.random.manual_seed_all(5)
+        >>> all(int.from_bytes(s[:8].tobytes(), "little") == 5
+        ...     for s in acc.random.get_rng_state_all())
+        True
+    """
+    value = _check_seed(seed)
+    b, _ = _get_device(None)
+    for index in range(b.device_count()):
+        _set(b, index, value, 0)
+
+
+def seed() -> int:
+    """Seed the current device's default generator non-deterministically; return the seed.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> s = acc.random.seed()
+        >>> acc.random.initial_seed() == s
+        True
+    """
+    value = secrets.randbits(64)
+    b, index = _get_device(None)
+    _set(b, index, value, 0)
+    return value
+
+
+def seed_all() -> int:
+    """Seed every device of the current accelerator with one random seed; return it.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> s = acc.random.seed_all()
+        >>> acc.random.initial_seed() == s
+        True
+    """
+    value = secrets.randbits(64)
+    b, _ = _get_device(None)
+    for index in range(b.device_count()):
+        _set(b, index, value, 0)
+    return value
+
+
+def initial_seed() -> int:
+    """The seed of the current device's default generator.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> acc.random.manual_seed(3); acc.random.initial_seed()
+        3
+    """
+    b, index = _get_device(None)
+    return _get(b, index)[0]
+
+
+def get_rng_state(device: DeviceLike = None) -> np.ndarray:
+    """The 16-byte state of ``device``'s default generator (seed then offset, little-endian
+    uint64 each) as a ``numpy.uint8`` array. Does not create the generator.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> acc.random.get_rng_state("cpu:0").shape
+        (16,)
+    """
+    b, index = _get_device(device)
+    return _pack_state(*_get(b, index))
+
+
+def set_rng_state(new_state: Any, device: DeviceLike = None) -> None:
+    """Restore ``device``'s default generator from :func:`get_rng_state` (remembered if the
+    generator does not exist yet).
+
+    Raises:
+        TypeError: the state is not a uint8 array (or bytes).
+        ValueError: the state is not 16 bytes.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> s = acc.random.get_rng_state("cpu:0")
+        >>> x = acc.rand(2, device="cpu:0").tolist()
+        >>> acc.random.set_rng_state(s, "cpu:0")
+        >>> acc.rand(2, device="cpu:0").tolist() == x
+        True
+    """
+    seed_, offset = _unpack_state(new_state)
+    b, index = _get_device(device)
+    _set(b, index, seed_, offset)
+
+
+def get_rng_state_all() -> list[np.ndarray]:
+    """The states of every device of the current accelerator, by index.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> len(acc.random.get_rng_state_all()) == acc.device_count()
+        True
+    """
+    b, _ = _get_device(None)
+    return [_pack_state(*_get(b, i)) for i in range(b.device_count())]
+
+
+def set_rng_state_all(new_states: Iterable[Any]) -> None:
+    """Set the state of device ``i`` of the current accelerator to ``new_states[i]``.
+
+    Raises:
+        IndexError: more states than devices.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> acc.random.set_rng_state_all(acc.random.get_rng_state_all())
+    """
+    b, _ = _get_device(None)
+    parsed = [_unpack_state(s) for s in new_states]  # validate all before changing any
+    n = b.device_count()
+    if len(parsed) > n:
+        raise IndexError(f"set_rng_state_all got {len(parsed)} states but {b.name!r} has only "
+                         f"{n} device(s)")
+    for index, (seed_, offset) in enumerate(parsed):
+        _set(b, index, seed_, offset)
+
+
+# ---------------------------------------------------------------------- argument checks
+
+def _size(size: tuple[Any, ...], kw: Any, fname: str) -> tuple[int, ...]:
+    if kw is not None:
+        if size:
+            raise TypeError(f"{fname}() got the size both positionally and as size=")
+        size = (kw,)
+    if not size:
+        raise TypeError(f"{fname}() missing the size, e.g. {fname}(2, 3) or {fname}((2, 3))")
+    if len(size) == 1 and not isinstance(size[0], (int, np.integer)):
+        size = size[0]
+        if isinstance(size, (str, bytes)) or not isinstance(size, (Sequence, np.ndarray)):
+            raise TypeError(f"{fname}() size must be ints or a sequence of ints, got "
+                            f"{type(size).__name__}")
+    dims = []
+    for d in size:
+        if isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer)):
+            raise TypeError(f"{fname}() size entries must be ints, got {d!r}")
+        d = operator.index(d)
+        if d < 0:
+            raise ValueError(f"{fname}() size {tuple(size)} has a negative dimension")
+        dims.append(d)
+    return tuple(dims)
+
+
+def _real(name: str, value: Any) -> float:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer,
+                                                                       np.floating)):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+    return value
+
+
+def _float_dtype(dtype: Any, fname: str) -> np.dtype:
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"{fname}(): unknown dtype {dtype!r}") from None
+    if dt.name not in _FLOAT_DTYPES:
+        raise TypeError(f"{fname}() makes floating numbers; dtype must be one of "
+                        f"{', '.join(_FLOAT_DTYPES)}, got {dt.name}")
+    return dt
+
+
+def _resolve(device: DeviceLike, generator: Generator | None) -> DeviceLike:
+    if generator is not None and not isinstance(generator, Generator):
+        raise TypeError(f"generator must be an accelrt.random.Generator, got "
+                        f"{type(generator).__name__}")
+    if device is None and generator is not None:
+        return generator.device
+    return device
+
+
+def _check_generator(generator: Generator | None, b: Backend, index: int) -> Generator:
+    if generator is None:
+        return _default_for(b, index)
+    if not isinstance(generator, Generator):
+        raise TypeError(f"generator must be an accelrt.random.Generator, got "
+                        f"{type(generator).__name__}")
+    if generator._b is not b or generator._index != index:
+        raise ValueError(f"the generator belongs to {generator.device} but the array is on "
+                         f"{b.name}:{index}; use a Generator of the array's device")
+    return generator
+
+
+# ---------------------------------------------------------------------- generation
+
+def _generate(out: Array, dist: str, params: tuple[Any, ...], generator: Generator | None) -> None:
+    """Reserve counters from the generator and fill ``out`` in stream order."""
+    b, index = out._b, out._index
+    g = _check_generator(generator, b, index)
+    n = out.size
+    if n == 0:
+        return
+    dtype = out.dtype
+    seed_, offset = g._reserve(_philox.blocks_needed(n, dist, dtype, params))
+    _lazy_init(b, index)
+    from .._stream import _current
+    stream = _current(b, index)._handle
+    device_fill = getattr(b, "philox_fill", None)
+    if callable(device_fill):
+        device_fill(out.data_ptr(), n, dtype.name, dist, seed_, offset, params, index, stream)
+        return
+    if out._host_ok():
+        view = out._view()
+
+        def work() -> None:
+            _philox.fill(view, dist, seed_, offset, params)
+
+        try:
+            b.launch_host_func(index, stream, work)
+        except NotImplementedError:
+            b.stream_synchronize(index, stream)
+            work()
+        return
+    host = np.empty(out.shape, dtype)
+    _philox.fill(host, dist, seed_, offset, params)
+    out._upload(host, False)
+
+
+def _check_float_array(array: Any, fname: str) -> Array:
+    from .._array import Array
+    if not isinstance(array, Array):
+        raise TypeError(f"{fname}() needs an accelrt.Array, got {type(array).__name__}")
+    if array.dtype.name not in _FLOAT_DTYPES:
+        raise TypeError(f"{fname}() needs a floating array ({', '.join(_FLOAT_DTYPES)}), got "
+                        f"{array.dtype.name}")
+    return array
+
+
+def uniform_(array: Array, a: float = 0.0, b: float = 1.0, *,
+             generator: Generator | None = None) -> Array:
+    """Fill ``array`` in place with uniform numbers in ``[a, b)``; return it.
+
+    Args:
+        array: a float16/float32/float64 :class:`accelrt.Array`.
+        a: lower bound (inclusive).
+        b: upper bound (exclusive; a draw that rounds to ``b`` becomes ``a``, as PyTorch).
+        generator: a generator of the array's device (default: the device's default one).
+
+    Raises:
+        TypeError: not a floating Array, or a wrong argument type.
+        ValueError: non-finite bounds, ``a > b``, ``b - a`` overflows the dtype, or a
+            generator of another device.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> x = acc.random.uniform_(acc.empty(1000, device="cpu:0"), -2, 3)
+        >>> v = x.numpy(); bool(v.min() >= -2 and v.max() < 3)
+        True
+    """
+    array = _check_float_array(array, "uniform_")
+    lo, hi = _real("a", a), _real("b", b)
+    if lo > hi:
+        raise ValueError(f"uniform_ expects to return a [a, b) range, but found a={lo} > b={hi}")
+    if hi - lo > float(np.finfo(array.dtype).max):
+        raise ValueError(f"uniform_ expects b - a <= {np.finfo(array.dtype).max} for "
+                         f"{array.dtype.name}, got b - a = {hi - lo}")
+    _generate(array, "uniform", (lo, hi), generator)
+    return array
+
+
+def normal_(array: Array, mean: float = 0.0, std: float = 1.0, *,
+            generator: Generator | None = None) -> Array:
+    """Fill ``array`` in place with normal numbers of ``mean`` and ``std``; return it.
+
+    Raises:
+        TypeError: not a floating Array, or a wrong argument type.
+        ValueError: non-finite parameters, ``std < 0``, or a generator of another device.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> x = acc.random.normal_(acc.empty(10000, device="cpu:0"), 5.0, 0.5)
+        >>> abs(float(x.numpy().mean()) - 5.0) < 0.05
+        True
+    """
+    array = _check_float_array(array, "normal_")
+    m, s = _real("mean", mean), _real("std", std)
+    if s < 0:
+        raise ValueError(f"normal expects std >= 0.0, but found std {s}")
+    _generate(array, "normal", (m, s), generator)
+    return array
+
+
+def rand(*size: Any, generator: Generator | None = None, dtype: Any = "float32",
+         device: DeviceLike = None, **kw: Any) -> Array:
+    """An array of uniform numbers in ``[0, 1)`` (PyTorch's ``rand``).
+
+    Args:
+        *size: the shape, as ints or one sequence (``size=`` also works).
+        generator: a generator of ``device`` (default: the device's default generator); with
+            ``device=None`` the generator's device is used.
+        dtype: float16, float32 (default) or float64.
+        device: where to make the array (``None``: the current device).
+
+    Raises:
+        TypeError: bad size or dtype.
+        ValueError: a negative dimension, or a generator of another device.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> acc.rand(2, 3, device="cpu:0").shape
+        (2, 3)
+    """
+    from .._array import empty
+    shape = _size(size, _only_size(kw, "rand"), "rand")
+    out = empty(shape, _float_dtype(dtype, "rand"), _resolve(device, generator))
+    _generate(out, "uniform", (0.0, 1.0), generator)
+    return out
+
+
+def randn(*size: Any, generator: Generator | None = None, dtype: Any = "float32",
+          device: DeviceLike = None, **kw: Any) -> Array:
+    """An array of standard normal numbers (PyTorch's ``randn``); arguments as :func:`rand`.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> acc.randn((4,), dtype="float64", device="cpu:0").dtype
+        dtype('float64')
+    """
+    from .._array import empty
+    shape = _size(size, _only_size(kw, "randn"), "randn")
+    out = empty(shape, _float_dtype(dtype, "randn"), _resolve(device, generator))
+    _generate(out, "normal", (0.0, 1.0), generator)
+    return out
+
+
+def _only_size(kw: dict[str, Any], fname: str) -> Any:
+    extra = set(kw) - {"size"}
+    if extra:
+        raise TypeError(f"{fname}() got unexpected keyword argument(s) {sorted(extra)}")
+    return kw.get("size")
+
+
+def _int_bound(name: str, value: Any) -> int:
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"randint() {name} must be an int, got bool")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"randint() {name} must be an int, got {type(value).__name__}") from None
+
+
+def randint(*args: Any, size: Any = None, low: Any = None, high: Any = None,
+            generator: Generator | None = None, dtype: Any = "int64",
+            device: DeviceLike = None) -> Array:
+    """Uniform integers in ``[low, high)``: ``randint(high, size)`` or
+    ``randint(low, high, size)`` (PyTorch's argument conventions; keywords also work).
+
+    Each element is ``low + floor(V * (high - low) / 2**(32 w))`` for a 64-bit (``w=2``, when
+    ``high - low <= 2**32``) or 128-bit (``w=4``) Philox integer ``V``: no rejection loop,
+    so results are bit-identical everywhere, with a bias below ``2**-32`` (``2**-64``).
+
+    Args:
+        dtype: an integer dtype (default int64), bool, or a float dtype.
+
+    Raises:
+        TypeError: wrong argument types or an unsupported dtype.
+        ValueError: ``low >= high``, or bounds that do not fit ``dtype``.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> x = acc.randint(3, 7, (1000,), device="cpu:0").numpy()
+        >>> int(x.min()), int(x.max())
+        (3, 6)
+    """
+    from .._array import empty
+    pos = list(args)
+    if len(pos) > 3:
+        raise TypeError(f"randint() takes at most 3 positional arguments, got {len(pos)}")
+    if len(pos) == 3:
+        if low is not None or high is not None or size is not None:
+            raise TypeError("randint() got low/high/size both positionally and by keyword")
+        low, high, size = pos
+    elif len(pos) == 2:
+        if size is None and low is None and high is None:
+            high, size = pos
+        elif size is not None and low is None and high is None:
+            low, high = pos
+        else:
+            raise TypeError("randint() arguments are randint(high, size) or "
+                            "randint(low, high, size)")
+    elif len(pos) == 1:
+        if high is None:
+            high = pos[0]
+        elif low is None:
+            low = pos[0]
+        else:
+            raise TypeError("randint() got an extra positional argument")
+    if high is None:
+        raise TypeError("randint() missing the upper bound 'high'")
+    if size is None:
+        raise TypeError("randint() missing the 'size' argument, e.g. randint(10, (3,))")
+    lo = 0 if low is None else _int_bound("low", low)
+    hi = _int_bound("high", high)
+    shape = _size((size,), None, "randint")
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"randint(): unknown dtype {dtype!r}") from None
+    if dt.kind not in "biuf":
+        raise TypeError(f"randint() dtype must be an integer, bool or float dtype, got {dt.name}")
+    if lo >= hi:
+        raise ValueError(f"random_ expects 'from' to be less than 'to', but got from={lo} >= "
+                         f"to={hi}")
+    if dt.kind == "b":
+        fmin, fmax = 0, 1
+    elif dt.kind in "iu":
+        fmin, fmax = int(np.iinfo(dt).min), int(np.iinfo(dt).max)
+    else:
+        fmin, fmax = -(1 << 63), (1 << 63) - 1
+    if lo < fmin or hi - 1 > fmax:
+        raise ValueError(f"randint() bounds [{lo}, {hi}) do not fit dtype {dt.name} "
+                         f"(values {fmin}..{fmax})")
+    if hi - lo > 1 << 64:
+        raise ValueError(f"randint() range high - low = {hi - lo} exceeds 2**64")
+    out = empty(shape, dt, _resolve(device, generator))
+    _generate(out, "randint", (lo, hi - lo), generator)
+    return out

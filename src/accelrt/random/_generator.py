@@ -1,0 +1,258 @@
+"""``accelrt.random.Generator`` and the per-device default generators.
+
+A generator is a 64-bit ``seed`` (the Philox key) and a 64-bit ``offset`` (the next unused
+Philox counter block). Each request reserves the blocks it consumes and advances the offset
+past them, so later requests never reuse a counter. The state is 16 bytes, like PyTorch's
+CUDA Philox state: ``get_state()`` returns a ``numpy.uint8`` array holding the seed then the
+offset, each as a little-endian uint64.
+
+Default generators exist one per ``(backend, device)``, created on first use with seed
+``67280421310721`` (PyTorch's default). Seeds or states set before a device's generator exists
+are remembered and applied when it is created; creating one never initialises the device.
+
+Example::
+
+    >>> from accelrt.random import Generator
+    >>> g = Generator("cpu:0").manual_seed(123)
+    >>> g.initial_seed(), len(g.get_state())
+    (123, 16)
+"""
+
+from __future__ import annotations
+
+import operator
+import secrets
+import threading
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .._device import _get_device
+from .._device import device as _device_cls
+
+if TYPE_CHECKING:
+    from .._backend import Backend
+    from .._typing import DeviceLike
+
+__all__ = ["DEFAULT_SEED", "STATE_SIZE", "Generator", "default_generator"]
+
+#: PyTorch's default seed (``default_rng_seed_val``).
+DEFAULT_SEED = 67280421310721
+#: Bytes in a generator state: seed then offset, little-endian uint64 each.
+STATE_SIZE = 16
+
+_M64 = (1 << 64) - 1
+
+
+def _check_seed(seed: Any) -> int:
+    """Turn a seed into a uint64; negative seeds wrap as PyTorch does (two's complement)."""
+    if isinstance(seed, (bool, np.bool_)):
+        raise TypeError("seed must be an int, got bool")
+    try:
+        value = operator.index(seed)
+    except TypeError:
+        raise TypeError(f"seed must be an int, got {type(seed).__name__}; e.g. "
+                        "manual_seed(1234)") from None
+    if not -(1 << 63) <= value < 1 << 64:
+        raise ValueError(f"seed {value} is out of range: it must be in [-2**63, 2**64) "
+                         "(negative seeds wrap to uint64)")
+    return value & _M64
+
+
+def _pack_state(seed: int, offset: int) -> np.ndarray:
+    return np.frombuffer(seed.to_bytes(8, "little") + offset.to_bytes(8, "little"),
+                         dtype=np.uint8).copy()
+
+
+def _unpack_state(state: Any) -> tuple[int, int]:
+    """``(seed, offset)`` from a 16-byte uint8 state; clear errors for anything else."""
+    if isinstance(state, (bytes, bytearray)):
+        raw = bytes(state)
+    else:
+        host = getattr(state, "numpy", None)
+        if callable(host) and not isinstance(state, np.ndarray):
+            state = host()  # an accelrt.Array (or a tensor-like) holding the bytes
+        if not isinstance(state, np.ndarray):
+            raise TypeError(f"RNG state must be a numpy uint8 array (from get_state()), got "
+                            f"{type(state).__name__}")
+        if state.dtype != np.uint8:
+            raise TypeError(f"RNG state must have dtype uint8, got {state.dtype}; pass the "
+                            "array returned by get_state()/get_rng_state()")
+        if state.ndim != 1:
+            raise ValueError(f"RNG state must be 1-D, got shape {state.shape}")
+        raw = state.tobytes()
+    if len(raw) != STATE_SIZE:
+        raise ValueError(f"RNG state must be {STATE_SIZE} bytes (8-byte seed + 8-byte offset), "
+                         f"got {len(raw)}")
+    return int.from_bytes(raw[:8], "little"), int.from_bytes(raw[8:], "little")
+
+
+class Generator:
+    """A counter-based Philox4x32-10 generator bound to one device.
+
+    Numbers drawn with the same seed and offset are bit-identical on every backend, device and
+    chunking (see ``docs/random.md``).
+
+    Args:
+        device: the device the generator belongs to (``None``: the current device).
+
+    Raises:
+        TypeError: ``device`` has a wrong type.
+        IndexError: the device index is out of range.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> g = acc.random.Generator("cpu:0")
+        >>> g.manual_seed(7).initial_seed()
+        7
+        >>> state = g.get_state()
+        >>> a = acc.rand(3, device="cpu:0", generator=g).tolist()
+        >>> _ = g.set_state(state)
+        >>> acc.rand(3, device="cpu:0", generator=g).tolist() == a
+        True
+    """
+
+    __slots__ = ("_b", "_index", "_seed", "_offset", "_lock", "__weakref__")
+
+    def __init__(self, device: DeviceLike = None) -> None:
+        b, index = _get_device(device)
+        self._init(b, index, DEFAULT_SEED, 0)
+
+    def _init(self, b: Backend, index: int, seed: int, offset: int) -> None:
+        self._b = b
+        self._index = index
+        self._lock = threading.Lock()
+        self._seed = seed      # guarded by _lock
+        self._offset = offset  # guarded by _lock
+
+    @classmethod
+    def _make(cls, b: Backend, index: int, seed: int, offset: int) -> Generator:
+        self = object.__new__(cls)
+        self._init(b, index, seed, offset)
+        return self
+
+    @property
+    def device(self) -> _device_cls:
+        """The device this generator belongs to."""
+        return _device_cls(self._b.name, self._index)
+
+    def manual_seed(self, seed: int) -> Generator:
+        """Set the seed and reset the offset to 0; return ``self``.
+
+        Args:
+            seed: an int in ``[-2**63, 2**64)``; negative values wrap to uint64.
+
+        Raises:
+            TypeError: ``seed`` is not an int.
+            ValueError: ``seed`` is out of range.
+        """
+        value = _check_seed(seed)
+        with self._lock:
+            self._seed, self._offset = value, 0
+        return self
+
+    def seed(self) -> int:
+        """Seed from the operating system's entropy (non-deterministic); return the seed."""
+        value = secrets.randbits(64)
+        with self._lock:
+            self._seed, self._offset = value, 0
+        return value
+
+    def initial_seed(self) -> int:
+        """The seed last set (``67280421310721`` if never set)."""
+        return self._seed
+
+    def get_state(self) -> np.ndarray:
+        """The 16-byte state (seed, offset: little-endian uint64 each) as a uint8 array."""
+        with self._lock:
+            return _pack_state(self._seed, self._offset)
+
+    def set_state(self, new_state: Any) -> Generator:
+        """Restore a state from :meth:`get_state`; return ``self``.
+
+        Raises:
+            TypeError: not a uint8 array (or bytes).
+            ValueError: not exactly 16 bytes.
+        """
+        seed, offset = _unpack_state(new_state)
+        with self._lock:
+            self._seed, self._offset = seed, offset
+        return self
+
+    def get_offset(self) -> int:
+        """The next unused Philox counter block."""
+        return self._offset
+
+    def _reserve(self, nblocks: int) -> tuple[int, int]:
+        """Reserve ``nblocks`` counter blocks: return ``(seed, first block)``."""
+        with self._lock:
+            seed, offset = self._seed, self._offset
+            self._offset = (offset + nblocks) & _M64
+        return seed, offset
+
+    def __repr__(self) -> str:
+        return f"accelrt.random.Generator(device='{self._b.name}:{self._index}')"
+
+
+# ---------------------------------------------------------------------- default generators
+
+_lock = threading.Lock()
+_defaults: dict[tuple[str, int], Generator] = {}             # guarded by _lock
+_pending: dict[tuple[str, int], tuple[int, int]] = {}        # guarded by _lock
+
+
+def _default_for(b: Backend, index: int) -> Generator:
+    key = (b.name, index)
+    g = _defaults.get(key)
+    if g is not None and g._b is b:
+        return g
+    with _lock:
+        g = _defaults.get(key)
+        if g is None or g._b is not b:  # first use, or the backend was re-registered
+            seed, offset = _pending.pop(key, (DEFAULT_SEED, 0))
+            g = _defaults[key] = Generator._make(b, index, seed, offset)
+        return g
+
+
+def _peek(b: Backend, index: int) -> Generator | None:
+    g = _defaults.get((b.name, index))
+    return g if g is not None and g._b is b else None
+
+
+def _set(b: Backend, index: int, seed: int, offset: int) -> None:
+    """Set a default generator's state, or remember it until the generator is created."""
+    with _lock:
+        g = _peek(b, index)
+        if g is None:
+            _pending[(b.name, index)] = (seed, offset)
+            return
+    with g._lock:
+        g._seed, g._offset = seed, offset
+
+
+def _get(b: Backend, index: int) -> tuple[int, int]:
+    with _lock:
+        g = _peek(b, index)
+        if g is None:
+            return _pending.get((b.name, index), (DEFAULT_SEED, 0))
+    with g._lock:
+        return g._seed, g._offset
+
+
+def _is_started(b: Backend, index: int) -> bool:
+    """True if the default generator of ``(b, index)`` has been created."""
+    return _peek(b, index) is not None
+
+
+def default_generator(device: DeviceLike = None) -> Generator:
+    """The default generator of ``device`` (``None``: the current device), created lazily.
+
+    Example::
+
+        >>> from accelrt.random import default_generator
+        >>> default_generator("cpu:0") is default_generator("cpu:0")
+        True
+    """
+    b, index = _get_device(device)
+    return _default_for(b, index)

@@ -1,0 +1,495 @@
+"""Vectorised numpy Philox4x32-10 and the bit-exact conversions to numbers.
+
+This module is the host reference of accelrt's random numbers; ``kernels/philox.cu`` is the
+same algorithm for CUDA, and every backend must reproduce it.
+
+Philox4x32-10 (Salmon, Moraes, Dror and Shaw, "Parallel random numbers: as easy as 1, 2, 3",
+SC'11; the Random123 library) maps a 128-bit counter ``(c0, c1, c2, c3)`` and a 64-bit key
+``(k0, k1)`` to four uint32 words with ten rounds of::
+
+    hi0:lo0 = 0xD2511F53 * c0          (32x32 -> 64-bit products)
+    hi1:lo1 = 0xCD9E8D57 * c2
+    (c0, c1, c2, c3) = (hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0)
+    (k0, k1) += (0x9E3779B9, 0xBB67AE85)        (mod 2**32, after every round)
+
+Counter layout (the contract shared by every backend): for a generator with 64-bit ``seed``
+and 64-bit ``offset``, Philox *block* ``j`` of a request is::
+
+    key     = (seed & 0xFFFFFFFF, seed >> 32)
+    b       = (offset + j) mod 2**64
+    counter = (b & 0xFFFFFFFF, b >> 32, 0, 0)      -> words w[4j], w[4j+1], w[4j+2], w[4j+3]
+
+A request of ``n`` elements consumes ``ceil(n / e)`` blocks, where ``e`` elements come from
+one block (see :func:`words_per_element`); element ``i`` uses block ``i // e`` and words
+``w * (i % e)`` to ``w * (i % e) + w - 1`` of it. So element ``i`` depends only on
+``(seed, offset, i)``: any device, chunking or thread count gives the same bits.
+
+Conversions (``w`` = words per element; ``V`` = words read as a little-endian integer):
+
+* uniform float32: ``w=1``, ``(x >> 8) * 2**-24``; float16: ``w=1``, ``(x >> 21) * 2**-11``;
+  float64: ``w=2``, ``(V >> 11) * 2**-53`` with ``V = w[2i+1] << 32 | w[2i]``. All exact,
+  in ``[0, 1)``. With bounds ``(a, b) != (0, 1)``: ``t = a + (b - a) * u`` in float64
+  (``b - a``, the product and the sum each rounded to nearest, no fused multiply-add), rounded
+  to the dtype; a result equal to ``b`` becomes ``a`` (PyTorch's ``[from, to)`` rule).
+* normal (Box-Muller, ``w=2``, one block gives elements ``2k`` and ``2k+1``):
+  ``u1 = (V0 >> 11) * 2**-53``, ``u2 = (V1 >> 11) * 2**-53`` with ``V0 = w1 << 32 | w0`` and
+  ``V1 = w3 << 32 | w2``; ``r = sqrt(-2 * log(1 - u1))``, ``t = 6.283185307179586 * u2``,
+  ``z0 = r * cos(t)``, ``z1 = r * sin(t)`` in float64; then ``mean + std * z`` in float64 and
+  one rounding to the dtype.
+* randint in ``[low, high)``, ``R = high - low``: ``w=2`` when ``R <= 2**32`` else ``w=4``;
+  ``low + floor(V * R / 2**(32 w))`` (rejection-free multiply-shift; the probability of any
+  value differs from ``1/R`` by less than ``2**-32`` relative when ``w=2``, ``2**-64`` when
+  ``w=4``).
+
+Example::
+
+    >>> import numpy as np
+    >>> from accelrt.random import _philox
+    >>> [hex(int(x)) for x in _philox.philox4x32_10(np.zeros((1, 4), np.uint32), (0, 0))[0]]
+    ['0x6627e8d5', '0xe169c58d', '0xbc57ac4c', '0x9b00dbd8']
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "DISTRIBUTIONS",
+    "PHILOX_M0",
+    "PHILOX_M1",
+    "PHILOX_W0",
+    "PHILOX_W1",
+    "blocks_needed",
+    "fill",
+    "philox4x32_10",
+    "words",
+    "words_per_element",
+]
+
+PHILOX_M0 = 0xD2511F53
+PHILOX_M1 = 0xCD9E8D57
+PHILOX_W0 = 0x9E3779B9
+PHILOX_W1 = 0xBB67AE85
+ROUNDS = 10
+TWO_PI = 6.283185307179586
+
+#: The distributions :func:`fill` knows, with their parameters.
+DISTRIBUTIONS = ("uniform", "normal", "randint")
+
+_M32 = 0xFFFFFFFF
+_M64 = (1 << 64) - 1
+_U32 = np.dtype("<u4")
+_U64 = np.dtype("<u8")
+_S8 = np.uint32(8)
+_S11 = np.uint64(11)
+_S21 = np.uint32(21)
+_S32 = np.uint64(32)
+_MUL0 = np.uint64(PHILOX_M0)
+_MUL1 = np.uint64(PHILOX_M1)
+_F32_SCALE = np.float32(2.0 ** -24)
+_F16_SCALE = np.float32(2.0 ** -11)
+_F64_SCALE = np.float64(2.0 ** -53)
+
+#: Blocks per inner chunk: 5 uint64 scratch arrays of this length stay in a core's L2 cache.
+CHUNK = 16384
+#: Requests of at least this many blocks are split across a few host threads.
+PARALLEL_MIN_BLOCKS = 4 * CHUNK
+
+_rs, _ls, _mul, _xor, _or = (np.right_shift, np.left_shift, np.multiply, np.bitwise_xor,
+                             np.bitwise_or)
+
+
+def _round_keys(key: tuple[int, int]) -> list[tuple[np.uint64, np.uint64]]:
+    """Per-round xor masks for :func:`_rounds`: five pairs (one per two rounds).
+
+    Pair ``m`` is ``(k0[2m] << 32 | k0[2m+1], k1[2m] << 32 | k1[2m+1])`` where ``k[r]`` is the
+    key of round ``r`` (the key plus ``r`` Weyl increments, mod 2**32).
+    """
+    k0, k1 = key
+    ks = [(((k0 + r * PHILOX_W0) & _M32), ((k1 + r * PHILOX_W1) & _M32)) for r in range(ROUNDS)]
+    return [(np.uint64(ks[r][0] << 32 | ks[r + 1][0]), np.uint64(ks[r][1] << 32 | ks[r + 1][1]))
+            for r in range(0, ROUNDS, 2)]
+
+
+def _rounds(x0: np.ndarray, x1: np.ndarray, a0: np.ndarray, a1: np.ndarray, q: np.ndarray,
+            keys: Sequence[tuple[np.uint64, np.uint64]]) -> None:
+    """Ten Philox rounds in place on packed state ``x0 = c0 << 32 | c1``, ``x1 = c2 << 32 | c3``.
+
+    With this packing a round is a few uint64 passes per lane and no strided access:
+    ``x0' = (M1 * c2) ^ ((c1 ^ k0) << 32)`` holds ``(hi1 ^ c1 ^ k0, lo1)``, and likewise ``x1'``.
+    The key of an odd round is xored into the low half during the even round before it
+    (``x0' = (hi1 ^ c1 ^ k0, lo1 ^ k0_next)``), where the next round's shift moves it into
+    place, so the odd round needs no key pass.
+    """
+    for k0, k1 in keys:
+        for masked in (True, False):
+            _rs(x0, _S32, a0)
+            _mul(a0, _MUL0, a0)          # M0 * c0 -> (hi0, lo0)
+            _rs(x1, _S32, a1)
+            _mul(a1, _MUL1, a1)          # M1 * c2 -> (hi1, lo1)
+            _ls(x0, _S32, q)
+            if masked:
+                _xor(q, k0, q)
+            _xor(a1, q, x0)              # (hi1 ^ c1 ^ k0, lo1 [^ k0 of the next round])
+            _ls(x1, _S32, q)
+            if masked:
+                _xor(q, k1, q)
+            _xor(a0, q, x1)              # (hi0 ^ c3 ^ k1, lo0 [^ k1 of the next round])
+
+
+def philox4x32_10(counters: Any, key: tuple[int, int] | Sequence[int]) -> np.ndarray:
+    """Philox4x32-10 of many 128-bit counters under one key (the reference entry point).
+
+    Args:
+        counters: array-like of shape ``(n, 4)`` of uint32 words ``(c0, c1, c2, c3)``.
+        key: the two uint32 key words ``(k0, k1)``.
+
+    Returns:
+        A ``(n, 4)`` uint32 array: the output words of each counter.
+
+    Raises:
+        ValueError: the counters are not of shape ``(n, 4)`` or a word is out of range.
+
+    Example::
+
+        >>> import numpy as np
+        >>> from accelrt.random._philox import philox4x32_10
+        >>> out = philox4x32_10(np.full((1, 4), 0xFFFFFFFF, np.uint32), (0xFFFFFFFF,) * 2)
+        >>> hex(int(out[0, 0]))
+        '0x408f276d'
+    """
+    c = np.asarray(counters)
+    if c.ndim != 2 or c.shape[1] != 4:
+        raise ValueError(f"counters must have shape (n, 4), got {c.shape}")
+    if c.size and (c.min() < 0 or c.max() > _M32):
+        raise ValueError("counter words must be in [0, 2**32)")
+    k = tuple(int(v) for v in key)
+    if len(k) != 2 or not all(0 <= v <= _M32 for v in k):
+        raise ValueError(f"key must be two words in [0, 2**32), got {key!r}")
+    c = c.astype(np.uint64)
+    x0 = (c[:, 0] << _S32) | c[:, 1]
+    x1 = (c[:, 2] << _S32) | c[:, 3]
+    a0, a1, q = np.empty_like(x0), np.empty_like(x0), np.empty_like(x0)
+    _rounds(x0, x1, a0, a1, q, _round_keys((k[0], k[1])))
+    return np.stack([x0 >> _S32, x0 & np.uint64(_M32), x1 >> _S32, x1 & np.uint64(_M32)],
+                    axis=1).astype(np.uint32)
+
+
+# ---------------------------------------------------------------------- sizes
+
+def words_per_element(dist: str, dtype: np.dtype, params: Sequence[Any] = ()) -> int:
+    """uint32 words each element consumes (1, 2 or 4); see the module docstring."""
+    if dist == "uniform":
+        return 2 if dtype.itemsize == 8 else 1
+    if dist == "normal":
+        return 2
+    if dist == "randint":
+        return 2 if int(params[1]) <= 1 << 32 else 4
+    raise ValueError(f"unknown distribution {dist!r}; expected one of {DISTRIBUTIONS}")
+
+
+def blocks_needed(n: int, dist: str, dtype: np.dtype, params: Sequence[Any] = ()) -> int:
+    """Philox blocks (counter values) a request of ``n`` elements consumes.
+
+    Example::
+
+        >>> import numpy as np
+        >>> from accelrt.random._philox import blocks_needed
+        >>> blocks_needed(10, "uniform", np.dtype("float32")), blocks_needed(3, "normal",
+        ...     np.dtype("float64"))
+        (3, 2)
+    """
+    per_block = 4 // words_per_element(dist, dtype, params)
+    return -(-n // per_block)
+
+
+# ---------------------------------------------------------------------- block generation
+
+class _Scratch:
+    """Reusable buffers for chunks of up to ``n`` blocks (one set per thread)."""
+
+    __slots__ = ("x0", "x1", "a0", "a1", "q", "w", "base")
+
+    def __init__(self, n: int) -> None:
+        self.x0, self.x1, self.a0, self.a1, self.q = (np.empty(n, np.uint64) for _ in range(5))
+        self.w = np.empty((n, 4), _U32)
+        self.base = np.arange(n, dtype=np.uint64)
+
+
+_tls = threading.local()
+
+
+def _scratch(n: int) -> _Scratch:
+    """This thread's scratch buffers for chunks of ``n`` blocks, kept between calls so their
+    pages stay mapped (a fresh set costs page faults on every call)."""
+    s: _Scratch | None = getattr(_tls, "scratch", None)
+    if s is None or len(s.x0) < n:
+        s = _tls.scratch = _Scratch(n)
+    return s
+
+
+def _chunk_len(block0: int, n: int) -> int:
+    """``n`` clipped so blocks ``block0 .. block0 + len - 1`` share the high counter word."""
+    return min(n, (1 << 32) - (block0 & _M32))
+
+
+def _blocks(block0: int, n: int, keys: Sequence[tuple[np.uint64, np.uint64]],
+            s: _Scratch) -> np.ndarray:
+    """Words of blocks ``block0 .. block0 + n - 1`` as a ``(n, 4)`` uint32 view of ``s.w``.
+
+    The blocks must share their high counter word (see :func:`_chunk_len`). Then the first
+    two rounds collapse: with ``c1`` constant and ``c2 = c3 = 0``, round 1 leaves ``x0``
+    constant and ``x1 = M0 * c0 ^ k1``, and round 2 needs one multiply per block.
+    """
+    b0 = block0 & _M64
+    hi = b0 >> 32
+    x0, x1, a0, a1, q = s.x0[:n], s.x1[:n], s.a0[:n], s.a1[:n], s.q[:n]
+    k0, k1 = int(keys[0][0]), int(keys[0][1])  # rounds 1 and 2 (round 2's in the low half)
+    # round 1: x0 = (0 ^ c1 ^ k0_1, 0 ^ k0_2) constant; x1 = M0 * c0 ^ (k1_1, k1_2)
+    np.add(s.base[:n], np.uint64(b0 & _M32), out=a0)
+    _mul(a0, _MUL0, a0)
+    _xor(a0, np.uint64(k1), x1)
+    c_x0 = (hi << 32) ^ k0
+    # round 2: x0 = M1 * (x1 >> 32) ^ (x0 << 32); x1 = M0 * (x0 >> 32) ^ (x1 << 32)
+    _rs(x1, _S32, a1)
+    _mul(a1, _MUL1, a1)
+    _xor(a1, np.uint64((c_x0 << 32) & _M64), x0)
+    _ls(x1, _S32, q)
+    _xor(q, np.uint64((PHILOX_M0 * (c_x0 >> 32)) & _M64), x1)
+    _rounds(x0, x1, a0, a1, q, keys[1:])
+    # unpack to little-endian words: (c1 << 32 | c0, c3 << 32 | c2) per block
+    w = s.w[:n]
+    w64 = w.view(_U64)
+    _ls(x0, _S32, a0)
+    _rs(x0, _S32, q)
+    _or(a0, q, w64[:, 0])
+    _ls(x1, _S32, a1)
+    _rs(x1, _S32, q)
+    _or(a1, q, w64[:, 1])
+    return w
+
+
+def words(seed: int, offset: int, nblocks: int) -> np.ndarray:
+    """The uint32 words of ``nblocks`` blocks starting at ``offset``, shape ``(nblocks, 4)``.
+
+    Example::
+
+        >>> from accelrt.random._philox import words
+        >>> words(0, 0, 1).shape
+        (1, 4)
+    """
+    out = np.empty((nblocks, 4), np.uint32)
+    keys = _round_keys((seed & _M32, seed >> 32))
+    s = _scratch(CHUNK)
+    j = 0
+    while j < nblocks:
+        n = _chunk_len(offset + j, min(CHUNK, nblocks - j))
+        out[j:j + n] = _blocks(offset + j, n, keys, s)
+        j += n
+    return out
+
+
+# ---------------------------------------------------------------------- conversions
+
+def _uniform_std(w: np.ndarray, dtype: np.dtype, out: np.ndarray) -> None:
+    """Standard uniform numbers of ``dtype`` from a ``(n, 4)`` word chunk into ``out``."""
+    if dtype.itemsize == 8:
+        v = w.view(_U64).reshape(-1)
+        _rs(v, _S11, v)
+        _mul(v, _F64_SCALE, out=out, casting="unsafe", dtype=np.float64)
+        return
+    flat = w.reshape(-1)
+    if dtype.itemsize == 4:
+        _rs(flat, _S8, flat)
+        _mul(flat, _F32_SCALE, out=out, casting="unsafe", dtype=np.float32)
+    else:
+        _rs(flat, _S21, flat)
+        np.copyto(out, flat * _F16_SCALE, casting="unsafe")  # exact: 11-bit values
+
+
+def _normal_std(w: np.ndarray) -> np.ndarray:
+    """Standard normal float64 pairs (Box-Muller) from a ``(n, 4)`` word chunk: ``(n, 2)``."""
+    v = w.view(_U64)                 # (n, 2): V0, V1
+    u = np.right_shift(v, _S11)
+    u = _mul(u, _F64_SCALE, dtype=np.float64, casting="unsafe")  # (n, 2) u1, u2 in [0, 1)
+    r = np.subtract(1.0, u[:, 0])
+    np.log(r, out=r)
+    _mul(r, -2.0, out=r)
+    np.sqrt(r, out=r)
+    t = _mul(u[:, 1], TWO_PI)
+    z = np.empty(v.shape, np.float64)
+    np.cos(t, out=z[:, 0])
+    np.sin(t, out=z[:, 1])
+    _mul(z, r[:, None], out=z)
+    return z
+
+
+def _randint(v: np.ndarray, low: int, rng: int) -> np.ndarray:
+    """``low + floor(V * rng / 2**(32 w))`` as uint64 (two's complement), one per element.
+
+    ``v`` holds one 64-bit ``V`` per element (``rng <= 2**32``), or ``(n, 4)`` uint32 limbs of
+    a 128-bit ``V``, least significant first.
+    """
+    if rng <= 1 << 32:
+        v = v.astype(np.uint64)
+        vh = v >> _S32
+        vl = v & np.uint64(_M32)
+        r = np.uint64(rng) if rng < 1 << 32 else None
+        if r is None:  # rng == 2**32: floor(V / 2**32)
+            h = vh
+        else:
+            h = (vh * r + ((vl * r) >> _S32)) >> _S32
+    else:
+        v = v.astype(np.uint64)
+        if rng == 1 << 64:
+            h = (v[:, 3] << _S32) | v[:, 2]
+        else:
+            limbs = (np.uint64(rng & _M32), np.uint64(rng >> 32))
+            res = [np.zeros(len(v), np.uint64) for _ in range(6)]
+            mask = np.uint64(_M32)
+            for j, rj in enumerate(limbs):
+                carry = np.zeros(len(v), np.uint64)
+                for i in range(4):
+                    t = v[:, i] * rj + res[i + j] + carry  # < 2**64: no overflow
+                    res[i + j] = t & mask
+                    carry = t >> _S32
+                res[j + 4] = carry
+            h = (res[5] << _S32) | res[4]
+    return h + np.uint64(low % (1 << 64))
+
+
+def _convert(w: np.ndarray, dist: str, dtype: np.dtype, params: Sequence[Any],
+             out: np.ndarray) -> None:
+    """Fill ``out`` (1-D, at most ``e * len(w)`` elements) from the word chunk ``w``."""
+    n = len(out)
+    if dist == "uniform":
+        a, b = params
+        if (a, b) == (0.0, 1.0):
+            if n * words_per_element(dist, dtype) == w.size:
+                _uniform_std(w, dtype, out)
+            else:  # partial last block
+                tmp = np.empty(w.size // words_per_element(dist, dtype), dtype)
+                _uniform_std(w, dtype, tmp)
+                out[:] = tmp[:n]
+            return
+        tmp = np.empty(w.size // words_per_element(dist, dtype), dtype)
+        _uniform_std(w, dtype, tmp)
+        t = tmp[:n].astype(np.float64)
+        _mul(t, float(b) - float(a), out=t)
+        np.add(t, float(a), out=t)
+        res = t.astype(dtype)
+        res[res == dtype.type(b)] = dtype.type(a)
+        out[:] = res
+        return
+    if dist == "normal":
+        mean, std = params
+        z = _normal_std(w).reshape(-1)[:n]
+        if (mean, std) != (0.0, 1.0):
+            z = z * float(std)
+            z += float(mean)
+        np.copyto(out, z, casting="unsafe")
+        return
+    low, rng = params
+    v = w.view(_U64).reshape(-1)[:n] if rng <= 1 << 32 else w[:n]
+    h = _randint(v, low, rng)
+    if dtype.kind == "i" or low < 0:  # the result lies in [low, high) within int64
+        h = h.view(np.int64)
+    np.copyto(out, h, casting="unsafe")
+
+
+# ---------------------------------------------------------------------- fill
+
+_pool: concurrent.futures.ThreadPoolExecutor | None = None  # guarded by _pool_lock
+_pool_pid = 0                                                 # guarded by _pool_lock
+_pool_lock = threading.Lock()
+
+
+def _threads() -> int:
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+def _get_pool() -> concurrent.futures.ThreadPoolExecutor:
+    """The worker pool, made on first use and remade in a forked child (whose copy of the
+    pool has no threads)."""
+    global _pool, _pool_pid
+    with _pool_lock:
+        if _pool is None or _pool_pid != os.getpid():
+            _pool = concurrent.futures.ThreadPoolExecutor(
+                max_workers=_threads(), thread_name_prefix="accelrt-philox")
+            _pool_pid = os.getpid()
+        return _pool
+
+
+def _fill_range(out: np.ndarray, dist: str, dtype: np.dtype, params: Sequence[Any],
+                seed: int, offset: int, per: int, first: int, last: int) -> None:
+    """Fill the elements made from blocks ``first .. last - 1`` of the request."""
+    keys = _round_keys((seed & _M32, seed >> 32))
+    s = _scratch(CHUNK)
+    total = len(out)
+    j = first
+    while j < last:
+        nb = _chunk_len(offset + j, min(CHUNK, last - j))
+        w = _blocks(offset + j, nb, keys, s)
+        lo = j * per
+        _convert(w, dist, dtype, params, out[lo:min(total, lo + nb * per)])
+        j += nb
+
+
+def fill(out: np.ndarray, dist: str, seed: int, offset: int,
+         params: Sequence[Any] = (), *, parallel: bool = True) -> int:
+    """Fill the C-contiguous numpy array ``out`` with Philox numbers; return the blocks used.
+
+    Args:
+        out: the destination (any shape, C-contiguous, float16/32/64 for ``uniform`` and
+            ``normal``; integer, bool or float for ``randint``).
+        dist: ``"uniform"`` (params ``(a, b)``), ``"normal"`` (``(mean, std)``) or
+            ``"randint"`` (``(low, high - low)``).
+        seed: the 64-bit key.
+        offset: the first block index (counter) of the request.
+        params: the distribution's parameters (already validated by the caller).
+        parallel: allow splitting a large request across host threads (the result is the
+            same either way).
+
+    Example::
+
+        >>> import numpy as np
+        >>> from accelrt.random._philox import fill
+        >>> a = np.empty(8, np.float32)
+        >>> fill(a, "uniform", 42, 0, (0.0, 1.0))
+        2
+        >>> bool(((a >= 0) & (a < 1)).all())
+        True
+    """
+    if not out.flags.c_contiguous:
+        raise ValueError("fill() needs a C-contiguous array")
+    flat = out.reshape(-1)
+    dtype = out.dtype
+    per = 4 // words_per_element(dist, dtype, params)
+    nblocks = -(-flat.size // per)
+    if nblocks == 0:
+        return 0
+    seed &= _M64
+    offset &= _M64
+    nt = _threads() if parallel and nblocks >= PARALLEL_MIN_BLOCKS else 1
+    if nt == 1:
+        _fill_range(flat, dist, dtype, params, seed, offset, per, 0, nblocks)
+        return nblocks
+    step = -(-nblocks // (nt * CHUNK)) * CHUNK
+    tasks: list[Callable[[], None]] = []
+    for first in range(0, nblocks, step):
+        last = min(nblocks, first + step)
+        tasks.append(lambda f=first, la=last: _fill_range(flat, dist, dtype, params, seed,
+                                                          offset, per, f, la))
+    pool = _get_pool()
+    futures = [pool.submit(t) for t in tasks[1:]]
+    tasks[0]()
+    for fut in futures:
+        fut.result()
+    return nblocks
+
