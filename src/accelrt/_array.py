@@ -1,0 +1,933 @@
+"""``accelrt.Array``: just enough of an array to hold device memory, and its factories
+``empty``, ``zeros``, ``full`` and ``asarray``.
+
+An :class:`Array` is a C-contiguous block of device memory with a shape and a numpy dtype.
+Its memory comes from the device's caching allocator, allocated on the calling thread's
+current stream of that device, and goes back to the allocator when the array's memory owner
+is garbage collected (the array, every ``numpy()`` view and every DLPack export share it).
+It is not a numerical library: it fills, copies, moves between devices and hands its memory
+to numpy and DLPack consumers.
+
+Stream semantics follow PyTorch: every operation is enqueued on the current stream of the
+array's device. Copies that touch host memory wait for completion unless
+``non_blocking=True``; device-to-device copies are ordered on the streams but never block
+the host. ``numpy()`` and ``__dlpack__`` synchronize the current stream first.
+
+Internal API (used by ``accelrt.random`` and ``accelrt.comm``): ``Array._b`` (backend),
+``Array._index`` (device index), ``Array._mem`` (the memory owner: ``ptr``, ``nbytes``,
+``alloc``, ``host``), ``_host_ok()`` (host can read the memory), ``_view()`` (zero-copy numpy
+view, no synchronization), ``_sync_current()``, ``_upload(host, non_blocking)`` (copy a
+C-contiguous same-dtype host array in, on the current stream), ``_download()`` (synchronizing
+host copy) and ``Array._wrap(mem, shape, dtype, backend, index)``.
+
+Example::
+
+    >>> import numpy as np
+    >>> import accelrt as acc
+    >>> a = acc.zeros((2, 3), dtype="int32", device="cpu:0")
+    >>> a.fill_(7)
+    accelrt.Array(shape=(2, 3), dtype=int32, device='cpu:0')
+    >>> a.numpy().tolist()
+    [[7, 7, 7], [7, 7, 7]]
+    >>> b = acc.asarray(np.arange(4.0), device="cpu:0", copy=True)
+    >>> b.dtype, b.nbytes
+    (dtype('float64'), 32)
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import operator
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import _dlpack
+from ._device import _get_device, _lazy_init
+from ._device import device as _device_cls
+from .memory._allocator import get_allocator
+
+if TYPE_CHECKING:
+    from ._backend import Backend
+    from ._stream import Stream
+    from ._typing import DeviceLike
+
+__all__ = ["Array", "asarray", "empty", "full", "zeros"]
+
+_is_finalizing = sys.is_finalizing
+
+
+# ---------------------------------------------------------------------- memory owner
+
+class _Memory:
+    """Owns one block of memory of an array and returns it to the allocator when collected.
+
+    ``alloc`` is the caching allocator the block came from, or ``None`` for memory borrowed
+    from another object (``base``, kept alive here). ``host`` is True when the memory is plain
+    host memory rather than memory of the device's backend (a zero-copy import from numpy).
+    """
+
+    __slots__ = ("ptr", "nbytes", "alloc", "base", "host", "__weakref__")
+
+    def __init__(self, ptr: int, nbytes: int, alloc: Any, base: Any = None,
+                 host: bool = False) -> None:
+        self.ptr = ptr
+        self.nbytes = nbytes
+        self.alloc = alloc
+        self.base = base
+        self.host = host
+
+    def __del__(self) -> None:
+        alloc = self.alloc
+        if alloc is None or not self.ptr:
+            return
+        self.alloc = None
+        # At interpreter shutdown the allocator and backend may already be torn down; the
+        # process is releasing everything anyway.
+        if _is_finalizing is None or _is_finalizing():
+            return
+        alloc.free(self.ptr)
+
+
+class _HostView:
+    """Exposes an array's host-accessible memory to numpy and keeps its owner alive."""
+
+    __slots__ = ("__array_interface__", "_mem")
+
+    def __init__(self, mem: _Memory, shape: tuple[int, ...], dtype: np.dtype) -> None:
+        self._mem = mem
+        self.__array_interface__ = {
+            "version": 3, "shape": shape, "typestr": dtype.str, "descr": dtype.descr,
+            "data": (mem.ptr, False), "strides": None,
+        }
+
+
+# ---------------------------------------------------------------------- argument checks
+
+def _check_shape(shape: Any) -> tuple[int, ...]:
+    if isinstance(shape, bool):
+        raise TypeError("shape must be an int or a sequence of ints, got bool")
+    if isinstance(shape, (int, np.integer)):
+        shape = (shape,)
+    elif not isinstance(shape, Sequence) or isinstance(shape, (str, bytes)):
+        if not isinstance(shape, np.ndarray):
+            raise TypeError(f"shape must be an int or a sequence of ints, got "
+                            f"{type(shape).__name__}")
+        shape = shape.tolist()
+    dims = []
+    for d in shape:
+        if isinstance(d, bool) or not isinstance(d, (int, np.integer)):
+            raise TypeError(f"shape entries must be ints, got {d!r} in {tuple(shape)!r}")
+        dims.append(operator.index(d))
+    if any(d < 0 for d in dims):
+        raise ValueError(f"shape {tuple(dims)} has a negative dimension; dimensions must be "
+                         ">= 0")
+    return tuple(dims)
+
+
+_supported: dict[tuple[str, int], frozenset[str]] = {}
+
+
+def _check_dtype(dtype: Any, b: Backend, index: int) -> np.dtype:
+    if dtype is None:
+        raise TypeError("dtype must not be None; pass a numpy dtype such as 'float32'")
+    try:
+        dt = np.dtype(dtype)
+    except TypeError as exc:
+        raise TypeError(f"unknown dtype {dtype!r}; pass a numpy dtype such as 'float32' or "
+                        f"np.int64 ({exc})") from None
+    if dt.kind not in "biufc" or dt.fields is not None or dt.subdtype is not None:
+        raise TypeError(f"dtype {dt} is not supported; use a bool, integer, floating or "
+                        "complex dtype")
+    if not dt.isnative:
+        raise ValueError(f"dtype {dt.str!r} is not in native byte order; use "
+                         f"{dt.newbyteorder('=').str!r}")
+    key = (b.name, index)
+    names = _supported.get(key)
+    if names is None:
+        names = _supported[key] = frozenset(b.get_device_capability(index)["supported_dtypes"])
+    if dt.name not in names:
+        raise TypeError(f"dtype {dt.name} is not supported on {b.name}:{index}; supported: "
+                        f"{', '.join(sorted(names))}")
+    return dt
+
+
+def _check_flag(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    return value
+
+
+def _stream_handle(b: Backend, index: int) -> int:
+    from ._stream import _current
+    return _current(b, index)._handle
+
+
+def _noop(*keep: object) -> None:
+    """Host callback whose only job is to hold references until the stream reaches it."""
+
+
+def _keep_alive(b: Backend, index: int, stream: int, obj: object, non_blocking: bool) -> None:
+    """Finish a copy that touches host memory: wait for the stream (blocking copies), or hold
+    the host memory ``obj`` (None: nothing to hold) in a host callback enqueued after the
+    work so it outlives it."""
+    if non_blocking:
+        if obj is None:
+            return
+        try:
+            b.launch_host_func(index, stream, functools.partial(_noop, obj))
+            return
+        except NotImplementedError:
+            pass
+    b.stream_synchronize(index, stream)
+
+
+def _borrowed(*arrays: Array) -> tuple[_Memory, ...] | None:
+    """The borrowed host memory among ``arrays`` (allocator memory is stream-ordered and
+    needs no keep-alive), or None."""
+    mems = tuple(a._mem for a in arrays if a._mem.host)
+    return mems or None
+
+
+def _order_after(b: Backend, waiter_index: int, waiter: int, index: int, stream: int) -> None:
+    """Make future work on stream ``waiter`` wait for the work enqueued so far on ``stream``."""
+    if waiter_index == index and waiter == stream:
+        return
+    ev = b.event_create(index, False, False, False)
+    try:
+        b.event_record(index, ev, stream)
+        b.stream_wait_event(waiter_index, waiter, ev)
+    finally:
+        b.event_destroy(index, ev)
+
+
+# ---------------------------------------------------------------------- the array
+
+class Array:
+    """A C-contiguous block of device memory with a shape and a numpy dtype.
+
+    ``Array(shape, dtype="float32", device=None)`` is :func:`empty`. Arrays are usually made
+    with :func:`empty`, :func:`zeros`, :func:`full` or :func:`asarray`.
+
+    Args:
+        shape: an int or a sequence of non-negative ints.
+        dtype: a numpy dtype (bool, integer, floating or complex) the device supports.
+        device: where to allocate; ``None`` is the current device of the current accelerator.
+
+    Raises:
+        TypeError: a wrong type, or an unknown or unsupported dtype.
+        ValueError: a negative dimension.
+        IndexError: the device index is out of range.
+        OutOfMemoryError: the caching allocator could not satisfy the request.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> a = acc.Array((2, 2), dtype="float64", device="cpu:0")
+        >>> a.shape, a.ndim, a.size, a.nbytes, str(a.device)
+        ((2, 2), 2, 4, 32, 'cpu:0')
+    """
+
+    __slots__ = ("_mem", "_shape", "_dtype", "_b", "_index", "__weakref__")
+
+    _mem: _Memory
+    _shape: tuple[int, ...]
+    _dtype: np.dtype
+    _b: Backend
+    _index: int
+
+    def __init__(self, shape: int | Sequence[int], dtype: Any = "float32",
+                 device: DeviceLike = None) -> None:
+        b, index = _get_device(device)
+        shape = _check_shape(shape)
+        dt = _check_dtype(dtype, b, index)
+        _lazy_init(b, index)
+        nbytes = math.prod(shape) * dt.itemsize
+        alloc = get_allocator(b, index)
+        ptr = alloc.malloc(nbytes, _stream_handle(b, index)) if nbytes else 0
+        self._mem = _Memory(ptr, nbytes, alloc)
+        self._shape, self._dtype, self._b, self._index = shape, dt, b, index
+
+    @classmethod
+    def _wrap(cls, mem: _Memory, shape: tuple[int, ...], dtype: np.dtype, b: Backend,
+              index: int) -> Array:
+        self = object.__new__(cls)
+        self._mem, self._shape, self._dtype, self._b, self._index = mem, shape, dtype, b, index
+        return self
+
+    # ------------------------------------------------------------------ metadata
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The dimensions, a tuple of ints."""
+        return self._shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The element type, a :class:`numpy.dtype`."""
+        return self._dtype
+
+    @property
+    def device(self) -> _device_cls:
+        """The device holding the memory, an :class:`accelrt.device` with an index."""
+        return _device_cls(self._b.name, self._index)
+
+    @property
+    def ndim(self) -> int:
+        """Number of dimensions."""
+        return len(self._shape)
+
+    @property
+    def size(self) -> int:
+        """Number of elements."""
+        return math.prod(self._shape)
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element."""
+        return self._dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of memory the elements occupy."""
+        return self._mem.nbytes
+
+    def data_ptr(self) -> int:
+        """Address of the first element (``0`` for an empty array).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.empty(4, device="cpu:0").data_ptr() != 0
+            True
+        """
+        return self._mem.ptr
+
+    def __repr__(self) -> str:
+        return (f"accelrt.Array(shape={self._shape}, dtype={self._dtype.name}, "
+                f"device='{self._b.name}:{self._index}')")
+
+    # ------------------------------------------------------------------ helpers
+    def _host_ok(self) -> bool:
+        """True if the host can read this array's memory at its address."""
+        return self._mem.host or self._b.host_accessible(self._index)
+
+    def _view(self) -> np.ndarray:
+        """A zero-copy numpy view (host-accessible memory only; no synchronization)."""
+        if self._mem.ptr == 0:
+            return np.empty(self._shape, self._dtype)
+        return np.asarray(_HostView(self._mem, self._shape, self._dtype))
+
+    def _sync_current(self) -> None:
+        b, index = self._b, self._index
+        _lazy_init(b, index)
+        b.stream_synchronize(index, _stream_handle(b, index))
+
+    def _upload(self, host: np.ndarray, non_blocking: bool) -> None:
+        """Copy a C-contiguous host array of the same dtype and size into this array."""
+        if not self._mem.nbytes:
+            return
+        b, index = self._b, self._index
+        _lazy_init(b, index)
+        stream = _stream_handle(b, index)
+        kind = "h2h" if self._mem.host else "h2d"
+        b.memcpy(self._mem.ptr, host.ctypes.data, self._mem.nbytes, index, stream, kind)
+        _keep_alive(b, index, stream, host, non_blocking)
+
+    def _download(self) -> np.ndarray:
+        """A host copy of the contents (synchronizing)."""
+        out = np.empty(self._shape, self._dtype)
+        if not self._mem.nbytes:
+            return out
+        b, index = self._b, self._index
+        _lazy_init(b, index)
+        stream = _stream_handle(b, index)
+        kind = "h2h" if self._mem.host else "d2h"
+        b.memcpy(out.ctypes.data, self._mem.ptr, self._mem.nbytes, index, stream, kind)
+        b.stream_synchronize(index, stream)
+        return out
+
+    def _host_array(self) -> np.ndarray:
+        """The contents on the host, synchronized: a view when possible, else a copy."""
+        if self._host_ok():
+            self._sync_current()
+            return self._view()
+        return self._download()
+
+    # ------------------------------------------------------------------ host access
+    def numpy(self) -> np.ndarray:
+        """The contents as a numpy array.
+
+        On host-accessible backends (the CPU backend) this is a zero-copy, writable view of
+        the array's memory: writes through it change the array, and the view keeps the
+        memory alive after the array itself is gone. Elsewhere it is a synchronizing copy.
+        Either way the current stream of the array's device is synchronized first.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> a = acc.full((3,), 2.5, device="cpu:0")
+            >>> v = a.numpy(); v[0] = 1.0
+            >>> a.numpy().tolist()
+            [1.0, 2.5, 2.5]
+        """
+        return self._host_array()
+
+    def tolist(self) -> Any:
+        """The contents as (nested) Python lists (synchronizing).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.zeros(2, dtype="int8", device="cpu:0").tolist()
+            [0, 0]
+        """
+        return self._host_array().tolist()
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        """``np.asarray(array)``: :meth:`numpy` (a view where possible), honouring numpy's
+        ``dtype`` and ``copy`` arguments (``copy=False`` raises if a copy is needed).
+
+        Example::
+
+            >>> import numpy as np
+            >>> import accelrt as acc
+            >>> np.asarray(acc.full(2, 1, dtype="int8", device="cpu:0"), dtype=np.float32)
+            array([1., 1.], dtype=float32)
+        """
+        if self._host_ok() and copy is not True:
+            out = self._host_array()
+        elif copy is False:
+            raise ValueError(f"{self.device} memory is not host-accessible, so converting "
+                             "it to numpy needs a copy; pass copy=None or copy=True")
+        else:
+            out = self._host_array().copy() if self._host_ok() else self._download()
+        if dtype is not None and np.dtype(dtype) != out.dtype:
+            if copy is False:
+                raise ValueError("converting to another dtype needs a copy; pass copy=None")
+            out = out.astype(dtype)
+        return out
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # pickling (and copy.copy/deepcopy) carries the contents, never the raw pointer
+        return (_rebuild, (np.array(self._host_array(), copy=True), str(self.device)))
+
+    # ------------------------------------------------------------------ copies
+    def to(self, device: DeviceLike, non_blocking: bool = False) -> Array:
+        """This array on ``device``: ``self`` if already there, else a copy.
+
+        Between devices of one backend the copy is a peer copy ordered after the current
+        streams of both devices (the destination's current stream waits for it); across
+        backends it is staged through host memory.
+
+        Args:
+            device: the destination device.
+            non_blocking: do not wait for copies that involve host memory to finish.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> a = acc.full(3, 1.5, device="cpu:0")
+            >>> a.to("cpu:0") is a
+            True
+            >>> a.to("cpu:0", non_blocking=True).tolist()
+            [1.5, 1.5, 1.5]
+        """
+        b, index = _get_device(device)
+        _check_flag("non_blocking", non_blocking)
+        if b is self._b and index == self._index:
+            return self
+        out = Array(self._shape, self._dtype, _device_cls(b.name, index))
+        out._copy_from(self, non_blocking)
+        return out
+
+    def copy_(self, src: Any, non_blocking: bool = False) -> Array:
+        """Copy ``src`` into this array and return ``self``.
+
+        Args:
+            src: an :class:`Array` (any device, any backend) or anything numpy can convert
+                (an ndarray, a nested list, a scalar). Its shape must equal this array's.
+                A different dtype is cast with numpy on the host.
+            non_blocking: do not wait for copies that involve host memory to finish (the
+                host source is kept alive until the copy has run).
+
+        Raises:
+            TypeError: ``src`` cannot be converted to a numeric array.
+            ValueError: the shapes differ.
+
+        Example::
+
+            >>> import numpy as np
+            >>> import accelrt as acc
+            >>> a = acc.empty((2, 2), dtype="int64", device="cpu:0")
+            >>> a.copy_([[1, 2], [3, 4]]).tolist()
+            [[1, 2], [3, 4]]
+            >>> acc.zeros((2, 2), device="cpu:0").copy_(a).tolist()
+            [[1.0, 2.0], [3.0, 4.0]]
+        """
+        _check_flag("non_blocking", non_blocking)
+        if isinstance(src, Array):
+            if src._shape != self._shape:
+                raise ValueError(f"copy_(): shape mismatch: destination has shape "
+                                 f"{self._shape} but source has shape {src._shape}")
+            if src is self or (src._mem is self._mem and src._b is self._b):
+                return self
+            if src._dtype != self._dtype:
+                host = np.ascontiguousarray(src._host_array(), dtype=self._dtype)
+                self._upload(host, non_blocking)
+            else:
+                self._copy_from(src, non_blocking)
+            return self
+        host = _to_numpy(src, "copy_()")
+        if host.shape != self._shape:
+            raise ValueError(f"copy_(): shape mismatch: destination has shape {self._shape} "
+                             f"but source has shape {host.shape}")
+        self._upload(np.ascontiguousarray(host, dtype=self._dtype), non_blocking)
+        return self
+
+    def _copy_from(self, src: Array, non_blocking: bool) -> None:
+        """Copy a same-shape, same-dtype array ``src`` into ``self``."""
+        n = self._mem.nbytes
+        if not n:
+            return
+        b, index, sb, sindex = self._b, self._index, src._b, src._index
+        if sb is not b:
+            # across backends: stage through the host
+            self._upload(np.ascontiguousarray(src._host_array()), non_blocking)
+            return
+        _lazy_init(b, index)
+        _lazy_init(b, sindex)
+        dst_stream = _stream_handle(b, index)
+        if sindex == index:
+            src_kind = "h" if src._mem.host else "d"
+            dst_kind = "h" if self._mem.host else "d"
+            kind = f"{src_kind}2{dst_kind}"
+            b.memcpy(self._mem.ptr, src._mem.ptr, n, index, dst_stream, kind)
+            if kind != "d2d":
+                _keep_alive(b, index, dst_stream, _borrowed(src, self), non_blocking)
+            return
+        src_stream = _stream_handle(b, sindex)
+        if src._mem.host:   # borrowed host memory: an upload to the destination device
+            _order_after(b, index, dst_stream, sindex, src_stream)
+            kind = "h2h" if self._mem.host else "h2d"
+            b.memcpy(self._mem.ptr, src._mem.ptr, n, index, dst_stream, kind)
+            _keep_alive(b, index, dst_stream, _borrowed(src, self), non_blocking)
+            return
+        # peer copy on the source's current stream, after the destination's earlier work
+        _order_after(b, sindex, src_stream, index, dst_stream)
+        if self._mem.host:
+            b.memcpy(self._mem.ptr, src._mem.ptr, n, sindex, src_stream, "d2h")
+            _keep_alive(b, sindex, src_stream, _borrowed(src, self), non_blocking)
+        else:
+            b.memcpy_peer(self._mem.ptr, index, src._mem.ptr, sindex, n, src_stream)
+        _order_after(b, index, dst_stream, sindex, src_stream)
+
+    def fill_(self, value: Any) -> Array:
+        """Set every element to ``value`` (enqueued on the current stream); return ``self``.
+
+        Args:
+            value: a bool, int, float or complex representable in the array's dtype (floats
+                are truncated toward zero for integer dtypes, as numpy does).
+
+        Raises:
+            TypeError: ``value`` is not a number, or is complex for a real dtype.
+            ValueError: ``value`` does not fit in the dtype.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.empty(3, dtype="uint16", device="cpu:0").fill_(513).tolist()
+            [513, 513, 513]
+        """
+        scalar = _fill_scalar(value, self._dtype)
+        n = self._mem.nbytes
+        if not n:
+            return self
+        b, index = self._b, self._index
+        _lazy_init(b, index)
+        stream = _stream_handle(b, index)
+        pattern = scalar.tobytes()
+        if self._mem.host:
+            self._upload(np.full(self._shape, scalar, self._dtype), non_blocking=True)
+        elif pattern.count(pattern[:1]) == len(pattern):
+            b.memset(self._mem.ptr, pattern[0], n, index, stream)
+        elif len(pattern) in (2, 4, 8):
+            try:
+                b.fill(self._mem.ptr, pattern, self.size, index, stream)
+            except NotImplementedError:
+                self._upload(np.full(self._shape, scalar, self._dtype), non_blocking=True)
+        else:
+            self._upload(np.full(self._shape, scalar, self._dtype), non_blocking=True)
+        return self
+
+    def record_stream(self, stream: Stream) -> None:
+        """Mark the memory as in use by ``stream``: when the array is collected, the allocator
+        reuses the block only after the work enqueued on ``stream`` so far has completed.
+
+        Raises:
+            TypeError: ``stream`` is not an :class:`accelrt.Stream`.
+            ValueError: ``stream`` belongs to another device.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> a = acc.empty(16, device="cpu:0")
+            >>> s = acc.Stream("cpu:0")
+            >>> a.record_stream(s)
+        """
+        from ._stream import Stream
+        if not isinstance(stream, Stream):
+            raise TypeError(f"record_stream() takes an accelrt.Stream, got "
+                            f"{type(stream).__name__}")
+        if stream._b is not self._b or stream._index != self._index:
+            raise ValueError(f"record_stream(): the stream is on "
+                             f"{stream._b.name}:{stream._index} but the array is on "
+                             f"{self._b.name}:{self._index}; pass a stream of the array's "
+                             "device")
+        mem = self._mem
+        if mem.alloc is not None and mem.ptr:
+            mem.alloc.record_stream(mem.ptr, stream._handle)
+
+    # ------------------------------------------------------------------ DLPack
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """``(device_type, device_id)``: ``(kDLCPU, 0)`` for host-accessible memory, else
+        the backend's DLPack device type and the device index.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.empty(1, device="cpu:0").__dlpack_device__()
+            (1, 0)
+        """
+        host = self._host_ok()
+        return (_dlpack.backend_device_type(self._b.name, host), 0 if host else self._index)
+
+    def __dlpack__(self, *, stream: Any = None, max_version: tuple[int, int] | None = None,
+                   dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> Any:
+        """Export the array as a DLPack capsule (the array API standard protocol).
+
+        Host-accessible memory is exported through a numpy view that keeps the memory alive,
+        with no copy (``stream`` must be ``None``, or ``-1`` to skip synchronization).
+        Device memory is exported with a capsule built by :mod:`accelrt._dlpack`; unless
+        ``stream`` is ``-1``, the consumer's stream (a raw backend stream handle, ``None``
+        meaning the default stream) is made to wait for the array's current stream.
+
+        Args:
+            stream: the consumer's stream, as the DLPack protocol defines it.
+            max_version: the highest DLPack version the consumer supports; ``(1, x)`` or later
+                gets a versioned capsule.
+            dl_device: the device the consumer wants; ``(kDLCPU, 0)`` copies to the host.
+            copy: ``True`` always copies, ``False`` never does, ``None`` copies only if
+                needed.
+
+        Raises:
+            BufferError: the export is impossible as asked (e.g. ``copy=False`` to another
+                device, or an unsupported ``dl_device``).
+
+        Example::
+
+            >>> import numpy as np
+            >>> import accelrt as acc
+            >>> a = acc.full((2,), 3, dtype="int32", device="cpu:0")
+            >>> v = np.from_dlpack(a)
+            >>> v.tolist(), v.ctypes.data == a.data_ptr()
+            ([3, 3], True)
+        """
+        own = self.__dlpack_device__()
+        if dl_device is not None and tuple(dl_device) != own:
+            if tuple(dl_device) != (_dlpack.kDLCPU, 0):
+                raise BufferError(f"cannot export {self.device} memory to DLPack device "
+                                  f"{tuple(dl_device)}; it can go to {own} or the host "
+                                  f"({_dlpack.kDLCPU}, 0)")
+            if copy is False:
+                raise BufferError(f"exporting {self.device} memory to the host needs a copy; "
+                                  "pass copy=None or copy=True")
+            return _numpy_dlpack(self._download(), max_version, copy=None)
+        if self._host_ok():
+            if stream is not None and stream != -1:
+                raise BufferError(f"stream must be None (or -1) for host memory, got {stream!r}")
+            if stream is None:
+                self._sync_current()
+            return _numpy_dlpack(self._view(), max_version, copy)
+        return self._device_capsule(stream, max_version, copy)
+
+    def _device_capsule(self, stream: Any, max_version: tuple[int, int] | None,
+                        copy: bool | None) -> Any:
+        """DLPack capsule of device memory built with ctypes (non-host-accessible backends)."""
+        if stream is not None and (isinstance(stream, bool) or not isinstance(stream, int)):
+            raise TypeError(f"stream must be an int or None, got {type(stream).__name__}")
+        src = self
+        if copy:
+            src = Array(self._shape, self._dtype, self.device)
+            src._copy_from(self, non_blocking=False)
+        b, index = self._b, self._index
+        _lazy_init(b, index)
+        if stream != -1:
+            consumer = b.default_stream(index) if stream is None else stream
+            _order_after(b, index, consumer, index, _stream_handle(b, index))
+        versioned = max_version is not None and int(max_version[0]) >= 1
+        if copy and not versioned:
+            copy = None
+        return _dlpack.make_capsule(src._mem.ptr, src._shape, src._dtype,
+                                    src.__dlpack_device__(), owner=src._mem,
+                                    versioned=versioned, copied=bool(copy))
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        """CUDA Array Interface (version 3) of arrays on the ``cuda`` backend; other
+        backends have no such attribute."""
+        if self._b.name != "cuda":
+            raise AttributeError(f"__cuda_array_interface__ exists only for cuda arrays; "
+                                 f"this array is on {self.device}")
+        handle = _stream_handle(self._b, self._index)
+        return {
+            "version": 3, "shape": self._shape, "typestr": self._dtype.str,
+            "descr": self._dtype.descr, "data": (self._mem.ptr, False), "strides": None,
+            # 0 is not a valid value here; the legacy default stream is 1
+            "stream": handle if handle else 1,
+        }
+
+
+def _rebuild(host: np.ndarray, device: str) -> Array:
+    """Unpickle an :class:`Array`: a copy of ``host`` on ``device``."""
+    return asarray(host, device=device, copy=True)
+
+
+def _numpy_dlpack(view: np.ndarray, max_version: Any, copy: bool | None) -> Any:
+    kwargs: dict[str, Any] = {}
+    if max_version is not None:
+        kwargs["max_version"] = max_version
+    if copy is not None:
+        kwargs["copy"] = copy
+    try:
+        return view.__dlpack__(**kwargs)
+    except TypeError:
+        if copy:        # an old numpy without the copy keyword
+            return view.copy().__dlpack__()
+        return view.__dlpack__()
+
+
+def _to_numpy(obj: Any, what: str) -> np.ndarray:
+    try:
+        host = np.asarray(obj)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{what} expects an accelrt.Array or an object numpy can convert to "
+                        f"a numeric array, got {type(obj).__name__}: {exc}") from None
+    if host.dtype.kind not in "biufc":
+        raise TypeError(f"{what} expects numeric data, got {type(obj).__name__} that numpy "
+                        f"converts to dtype {host.dtype}")
+    return host
+
+
+def _fill_scalar(value: Any, dt: np.dtype) -> np.ndarray:
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value.item()
+    if isinstance(value, np.generic):
+        value = value.item()
+    if not isinstance(value, (bool, int, float, complex)):
+        raise TypeError(f"fill value must be a bool, int, float or complex, got "
+                        f"{type(value).__name__}")
+    if isinstance(value, complex) and dt.kind != "c":
+        raise TypeError(f"cannot fill a {dt.name} array with the complex value {value!r}; "
+                        "use a complex dtype")
+    if dt.kind in "iu":
+        if isinstance(value, float):
+            if not math.isfinite(value):
+                raise ValueError(f"cannot fill a {dt.name} array with {value!r}")
+            value = int(value)
+        info = np.iinfo(dt)
+        if not info.min <= value <= info.max:
+            raise ValueError(f"fill value {value} does not fit in {dt.name} "
+                             f"(range {info.min}..{info.max})")
+    with np.errstate(over="ignore"):
+        scalar = np.array(value, dtype=dt)
+    if dt.kind in "fc" and np.all(np.isfinite(np.array(value))) and not np.all(
+            np.isfinite(scalar)):
+        raise ValueError(f"fill value {value!r} overflows {dt.name}")
+    return scalar
+
+
+# ---------------------------------------------------------------------- factories
+
+def empty(shape: int | Sequence[int], dtype: Any = "float32",
+          device: DeviceLike = None) -> Array:
+    """An uninitialised array from the device's caching allocator.
+
+    Args:
+        shape: an int or a sequence of non-negative ints.
+        dtype: a numpy dtype (bool, integer, floating or complex).
+        device: where to allocate; ``None`` is the current device.
+
+    Raises:
+        TypeError: a wrong type, or an unknown or unsupported dtype.
+        ValueError: a negative dimension.
+        OutOfMemoryError: the allocator could not satisfy the request.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> acc.empty((2, 3), dtype="int16", device="cpu:0").nbytes
+        12
+    """
+    return Array(shape, dtype, device)
+
+
+def zeros(shape: int | Sequence[int], dtype: Any = "float32",
+          device: DeviceLike = None) -> Array:
+    """An array of zeros (a stream-ordered memset on the current stream).
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> acc.zeros(3, device="cpu:0").tolist()
+        [0.0, 0.0, 0.0]
+    """
+    out = Array(shape, dtype, device)
+    if out.nbytes:
+        b, index = out._b, out._index
+        b.memset(out._mem.ptr, 0, out.nbytes, index, _stream_handle(b, index))
+    return out
+
+
+def full(shape: int | Sequence[int], fill_value: Any, dtype: Any = None,
+         device: DeviceLike = None) -> Array:
+    """An array filled with ``fill_value``.
+
+    Args:
+        shape: an int or a sequence of non-negative ints.
+        fill_value: a bool, int, float or complex.
+        dtype: the dtype; ``None`` infers it from ``fill_value`` as PyTorch does (bool ->
+            bool, int -> int64, float -> float32, complex -> complex64).
+        device: where to allocate; ``None`` is the current device.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> a = acc.full((2,), 7, device="cpu:0")
+        >>> a.dtype, a.tolist()
+        (dtype('int64'), [7, 7])
+    """
+    if dtype is None:
+        v = fill_value.item() if isinstance(fill_value, (np.generic, np.ndarray)) and \
+            np.ndim(fill_value) == 0 else fill_value
+        if isinstance(v, bool):
+            dtype = "bool"
+        elif isinstance(v, int):
+            dtype = "int64"
+        elif isinstance(v, float):
+            dtype = "float32"
+        elif isinstance(v, complex):
+            dtype = "complex64"
+        else:
+            raise TypeError(f"fill value must be a bool, int, float or complex, got "
+                            f"{type(fill_value).__name__}")
+    out = Array(shape, dtype, device)
+    return out.fill_(fill_value)
+
+
+_HOST_DLPACK = (_dlpack.kDLCPU, _dlpack.kDLCUDAHost, _dlpack.kDLROCMHost)
+
+
+def asarray(obj: Any, device: DeviceLike = None, dtype: Any = None, *,
+            copy: bool | None = None) -> Array:
+    """Convert ``obj`` to an :class:`Array`, sharing memory when possible (``torch.asarray``).
+
+    Args:
+        obj: an :class:`Array`, a numpy array, a (nested) Python sequence or scalar, or any
+            DLPack producer (an object with ``__dlpack__`` and ``__dlpack_device__``).
+        device: the target device; ``None`` keeps an :class:`Array`'s device and otherwise
+            means the current device.
+        dtype: the target dtype; ``None`` keeps the source's (Python floats become float32,
+            complex numbers complex64, ints int64, as in PyTorch).
+        copy: ``True`` always copies; ``False`` raises instead of copying; ``None`` shares
+            memory when it can: an :class:`Array` already on ``device``, or host memory
+            (numpy, a ``kDLCPU`` DLPack producer) that is C-contiguous, of the wanted dtype
+            and writable (DLPack memory counts as writable), when ``device`` is
+            host-accessible (the CPU backend).
+
+    .. note:: Shared host memory is borrowed, not taken from the caching allocator: it is not
+        counted by ``memory_allocated`` and stays valid while the array or the producer lives.
+
+    Raises:
+        TypeError: ``obj`` is not numeric data, or a wrong argument type.
+        ValueError: ``copy=False`` but a copy is needed.
+        BufferError: a DLPack producer on a device accelrt cannot read.
+
+    Example::
+
+        >>> import numpy as np
+        >>> import accelrt as acc
+        >>> host = np.arange(3, dtype=np.float32)
+        >>> a = acc.asarray(host, device="cpu:0")
+        >>> a.fill_(1.0); host.tolist()
+        accelrt.Array(shape=(3,), dtype=float32, device='cpu:0')
+        [1.0, 1.0, 1.0]
+        >>> acc.asarray([1, 2], device="cpu:0").dtype
+        dtype('int64')
+    """
+    if copy is not None:
+        _check_flag("copy", copy)
+    if isinstance(obj, Array):
+        if device is None:
+            b, index = obj._b, obj._index
+        else:
+            b, index = _get_device(device)
+        dt = obj._dtype if dtype is None else _check_dtype(dtype, b, index)
+        if b is obj._b and index == obj._index and dt == obj._dtype and not copy:
+            return obj
+        if copy is False:
+            raise ValueError(f"asarray(copy=False): converting the {obj._dtype.name} array on "
+                             f"{obj.device} to {dt.name} on {b.name}:{index} needs a copy")
+        out = Array(obj._shape, dt, _device_cls(b.name, index))
+        return out.copy_(obj)
+    b, index = _get_device(device)
+    dt = None if dtype is None else _check_dtype(dtype, b, index)
+    python_data = isinstance(obj, (list, tuple, int, float, complex))
+    from_dlpack = not isinstance(obj, np.ndarray) and hasattr(obj, "__dlpack__") and hasattr(
+        obj, "__dlpack_device__")
+    if from_dlpack:
+        obj = _import_dlpack(obj, copy)
+    host = _to_numpy(obj, "asarray()")
+    if python_data and dt is None:
+        if host.dtype == np.float64:
+            dt = np.dtype(np.float32)
+        elif host.dtype == np.complex128:
+            dt = np.dtype(np.complex64)
+    if dt is None:
+        dt = _check_dtype(host.dtype, b, index)
+    # numpy marks imports of legacy (unversioned) DLPack capsules read-only because they
+    # carry no read-only flag; DLPack memory is shared as PyTorch's from_dlpack does.
+    shareable = (not python_data and host.dtype == dt and host.size > 0
+                 and host.flags.c_contiguous and host.flags.aligned
+                 and (host.flags.writeable or from_dlpack) and b.host_accessible(index))
+    if shareable and not copy:
+        _lazy_init(b, index)
+        mem = _Memory(host.ctypes.data, host.nbytes, None, base=host, host=True)
+        return Array._wrap(mem, host.shape, dt, b, index)
+    if copy is False:
+        raise ValueError(f"asarray(copy=False): the data cannot be shared with "
+                         f"{b.name}:{index} (it needs a dtype conversion, is not C-contiguous "
+                         "or writable, or the device cannot read host memory); pass "
+                         "copy=None")
+    out = Array(host.shape, dt, _device_cls(b.name, index))
+    out._upload(np.ascontiguousarray(host, dtype=dt), non_blocking=False)
+    return out
+
+
+def _import_dlpack(obj: Any, copy: bool | None) -> np.ndarray:
+    """A numpy array of a DLPack producer's data: a view for host memory, else a copy made
+    by the producer (DLPack ``dl_device`` request)."""
+    dev = obj.__dlpack_device__()
+    if int(dev[0]) in _HOST_DLPACK:
+        return np.from_dlpack(obj)
+    if copy is False:
+        raise ValueError(f"asarray(copy=False): the DLPack producer's memory is on device "
+                         f"{tuple(dev)}, which accelrt cannot share; pass copy=None")
+    try:
+        return np.from_dlpack(obj, device="cpu", copy=True)
+    except (BufferError, TypeError, ValueError, RuntimeError, NotImplementedError) as exc:
+        raise BufferError(f"asarray(): cannot import DLPack data on device {tuple(dev)}: the "
+                          f"producer could not copy it to the host ({exc}); move it to the "
+                          "host first") from exc

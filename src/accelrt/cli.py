@@ -1,0 +1,404 @@
+"""The ``accelrt`` command line: ``accelrt info``, ``accelrt replay``, ``accelrt memory viz``.
+
+``accelrt info`` lists every known backend (usable or not, and why not), every device of the
+usable ones with its properties and free/total memory, and runs a short self-check on each
+device: allocate through the caching allocator, copy host -> device -> device -> host and
+compare, time work between two events on a new stream, synchronize, and check the memory
+went back to the allocator. The exit status is 1 if any self-check fails. ``--json`` prints
+one JSON object for machines.
+
+``accelrt replay ...`` and ``accelrt memory viz ...`` hand their arguments to
+:func:`accelrt.memory._replay.replay_main` and :func:`accelrt.memory.viz.viz_main`.
+
+Example::
+
+    >>> from accelrt.cli import collect_info
+    >>> info = collect_info(self_check=False)
+    >>> [b["name"] for b in info["backends"] if b["available"]][-1]
+    'cpu'
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import platform
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["collect_info", "format_info", "main", "self_check"]
+
+#: Bytes moved by the self-check's copy round trip.
+CHECK_BYTES = 1 << 20
+
+
+def _version() -> str:
+    from . import __version__
+    return __version__
+
+
+def _err(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _allocated(dev: str) -> int | None:
+    """Bytes the caching allocator has handed out on ``dev``, or None if unknown."""
+    try:
+        from . import memory
+        fn = getattr(memory, "memory_allocated", None)
+        if fn is not None:
+            return int(fn(dev))
+    except Exception:  # noqa: BLE001 - the check below is then skipped
+        return None
+    return None
+
+
+def _step(steps: list[dict[str, Any]], name: str, fn: Any) -> Any:
+    """Run one self-check step, recording pass/fail, time and detail; return its value."""
+    t0 = time.perf_counter()
+    try:
+        detail = fn()
+    except Exception as exc:  # noqa: BLE001 - a failing step is reported, not raised
+        steps.append({"name": name, "ok": False, "ms": (time.perf_counter() - t0) * 1e3,
+                      "detail": _err(exc)})
+        return None
+    steps.append({"name": name, "ok": True, "ms": (time.perf_counter() - t0) * 1e3,
+                  "detail": detail})
+    return detail
+
+
+class _CheckFailed(Exception):
+    pass
+
+
+def _check_dtype(dev: str) -> np.dtype:
+    """``uint8`` if the device supports it, else its smallest supported dtype."""
+    import accelrt as acc
+    try:
+        names = list(acc.get_device_capability(dev)["supported_dtypes"])
+    except Exception:  # noqa: BLE001 - the allocate step then reports the problem
+        return np.dtype("uint8")
+    if "uint8" in names or not names:
+        return np.dtype("uint8")
+    return min((np.dtype(n) for n in names), key=lambda d: (d.itemsize, d.kind == "b"))
+
+
+def self_check(dev: str, nbytes: int = CHECK_BYTES) -> dict[str, Any]:
+    """Exercise one device end to end and report each step.
+
+    Steps: ``allocate`` (an array from the caching allocator), ``copy round-trip`` (host ->
+    device, device -> device, device -> host, contents compared), ``stream + events`` (work
+    on a new stream between two timing events, ``elapsed_time``), ``synchronize``, and
+    ``free`` (the memory returns to the allocator when the arrays are collected).
+
+    Args:
+        dev: a device string such as ``"cpu:0"``.
+        nbytes: bytes to allocate and copy.
+
+    Returns:
+        ``{"ok": bool, "steps": [{"name", "ok", "ms", "detail"}, ...]}``.
+
+    Example::
+
+        >>> from accelrt.cli import self_check
+        >>> self_check("cpu:0", nbytes=4096)["ok"]
+        True
+    """
+    import accelrt as acc
+
+    steps: list[dict[str, Any]] = []
+    before = _allocated(dev)
+    arrays: dict[str, Any] = {}
+    dtype = _check_dtype(dev)
+    count = max(1, nbytes // dtype.itemsize)
+    nbytes = count * dtype.itemsize
+    pattern = (np.arange(count, dtype=np.uint32) * 2654435761 >> 24).astype(dtype)
+
+    def allocate() -> str:
+        arrays["a"] = acc.empty(count, dtype=dtype, device=dev)
+        arrays["b"] = acc.empty(count, dtype=dtype, device=dev)
+        after = _allocated(dev)
+        if before is not None and after is not None and after - before < 2 * nbytes:
+            raise _CheckFailed(f"memory_allocated grew by {after - before} bytes, expected "
+                               f">= {2 * nbytes}")
+        return f"2 x {nbytes} bytes ({dtype.name})"
+
+    def round_trip() -> str:
+        a, b = arrays["a"], arrays["b"]
+        a.copy_(pattern)
+        b.copy_(a)
+        back = np.array(b.numpy(), copy=True)
+        if not np.array_equal(back, pattern):
+            bad = int(np.count_nonzero(back != pattern))
+            raise _CheckFailed(f"{bad} of {count} {dtype.name} elements differ after h2d, "
+                               "d2d, d2h")
+        return f"{count} x {dtype.name} ({nbytes} bytes) h2d, d2d, d2h"
+
+    def stream_events() -> str:
+        a = arrays["a"]
+        s = acc.Stream(dev)
+        start = acc.Event(dev, enable_timing=True)
+        end = acc.Event(dev, enable_timing=True)
+        s.wait_stream(acc.current_stream(dev))
+        with s:
+            start.record(s)
+            a.fill_(fill_value)
+            end.record(s)
+        end.synchronize()
+        ms = start.elapsed_time(end)
+        if not ms >= 0.0:
+            raise _CheckFailed(f"elapsed_time returned {ms!r}")
+        if not end.query() or not s.query():
+            raise _CheckFailed("stream or event not complete after Event.synchronize()")
+        if not bool(np.all(a.numpy() == np.array(fill_value, dtype))):
+            raise _CheckFailed("fill_ on the side stream did not land")
+        return f"elapsed {ms:.3f} ms"
+
+    fill_value = True if dtype.kind == "b" else 0x5A
+
+    def synchronize() -> str:
+        acc.synchronize(dev)
+        return "ok"
+
+    def free() -> str:
+        arrays.clear()   # reference counting frees both arrays here
+        after = _allocated(dev)
+        if before is None or after is None:
+            return "not measured"
+        if after != before:
+            raise _CheckFailed(f"memory_allocated is {after} bytes after freeing, was "
+                               f"{before} before the check")
+        return "returned to the allocator"
+
+    for name, fn in (("allocate", allocate), ("copy round-trip", round_trip),
+                     ("stream + events", stream_events), ("synchronize", synchronize),
+                     ("free", free)):
+        _step(steps, name, fn)
+        if not steps[-1]["ok"] and name == "allocate":
+            break
+    arrays.clear()
+    return {"ok": all(s["ok"] for s in steps), "steps": steps}
+
+
+_run_self_check = self_check
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return str(value)
+
+
+def collect_info(self_check: bool = True, backends: Sequence[str] | None = None
+                 ) -> dict[str, Any]:
+    """Gather what ``accelrt info`` shows, as a JSON-serialisable dict.
+
+    Args:
+        self_check: run :func:`self_check` on every device.
+        backends: only these backends (default: every registered one).
+
+    Returns:
+        ``{"version", "python", "numpy", "platform", "current_accelerator", "ok",
+        "backends": [{"name", "available", "reason", "devices": [{"device", "properties",
+        "memory": {"free", "total"}, "self_check"}]}]}``; ``ok`` is False if a device query or
+        a self-check failed.
+
+    Example::
+
+        >>> from accelrt.cli import collect_info
+        >>> info = collect_info(self_check=False, backends=["cpu"])
+        >>> info["backends"][0]["devices"][0]["device"]
+        'cpu:0'
+    """
+    import accelrt as acc
+    from . import _backend
+
+    run_check = self_check
+    names = list(backends) if backends is not None else _backend.registered()
+    try:
+        cur = acc.current_accelerator()
+        current = None if cur is None else cur.type
+    except Exception as exc:  # noqa: BLE001 - reported, e.g. a bad ACCELRT_ACCELERATOR
+        current = f"error: {_err(exc)}"
+    info: dict[str, Any] = {
+        "version": _version(), "python": platform.python_version(), "numpy": np.__version__,
+        "platform": platform.platform(), "current_accelerator": current, "ok": True,
+        "backends": [],
+    }
+    for name in names:
+        reason = _backend.unavailable_reason(name)
+        entry: dict[str, Any] = {"name": name, "available": reason is None, "reason": reason,
+                                 "devices": []}
+        info["backends"].append(entry)
+        if reason is not None:
+            continue
+        b = _backend.get_backend(name)
+        for i in range(b.device_count()):
+            dev = f"{name}:{i}"
+            d: dict[str, Any] = {"device": dev}
+            try:
+                d["properties"] = _jsonable(acc.get_device_properties(dev))
+                free_b, total_b = b.get_memory_info(i)
+                d["memory"] = {"free": int(free_b), "total": int(total_b)}
+            except Exception as exc:  # noqa: BLE001 - one broken device must not hide others
+                d["error"] = _err(exc)
+                info["ok"] = False
+            if run_check:
+                d["self_check"] = _run_self_check(dev)
+                info["ok"] = info["ok"] and d["self_check"]["ok"]
+            entry["devices"].append(d)
+    return info
+
+
+def _bytes(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
+def _step_text(step: dict[str, Any]) -> str:
+    if not step["ok"]:
+        return f"{step['name']} FAILED ({step['detail']})"
+    if step["name"] == "stream + events":   # show the measured event time too
+        return f"{step['name']} {step['ms']:.2f} ms ({step['detail']})"
+    return f"{step['name']} {step['ms']:.2f} ms"
+
+
+_SHOWN = {"name", "total_memory", "multi_processor_count", "type", "index"}
+
+
+def format_info(info: dict[str, Any]) -> str:
+    """Render :func:`collect_info`'s dict as short human-readable text.
+
+    Example::
+
+        >>> from accelrt.cli import collect_info, format_info
+        >>> "cpu:0" in format_info(collect_info(self_check=False, backends=["cpu"]))
+        True
+    """
+    lines = [f"accelrt {info['version']} (Python {info['python']}, numpy {info['numpy']})",
+             f"current accelerator: {info['current_accelerator']}", "", "backends:"]
+    width = max([len(b["name"]) for b in info["backends"]] + [4])
+    for b in info["backends"]:
+        if b["available"]:
+            n = len(b["devices"])
+            lines.append(f"  {b['name']:<{width}}  available    {n} device{'s' * (n != 1)}")
+        else:
+            reason = str(b["reason"])
+            prefix = f"Backend {b['name']!r} is not available: "
+            if reason.startswith(prefix):
+                reason = reason[len(prefix):]
+            lines.append(f"  {b['name']:<{width}}  unavailable  {reason}")
+    devices = [d for b in info["backends"] for d in b["devices"]]
+    if devices:
+        lines += ["", "devices:"]
+    for d in devices:
+        if "error" in d:
+            lines.append(f"  {d['device']}  ERROR {d['error']}")
+        else:
+            p, m = d["properties"], d["memory"]
+            lines.append(f"  {d['device']}  {p.get('name', '?')}  "
+                         f"{p.get('multi_processor_count', '?')} compute units  memory "
+                         f"{_bytes(m['free'])} free / {_bytes(m['total'])}")
+            extras = ", ".join(f"{k}={v}" for k, v in p.items() if k not in _SHOWN)
+            if extras:
+                lines.append(f"      {extras}")
+        check = d.get("self_check")
+        if check is not None:
+            verdict = "PASS" if check["ok"] else "FAIL"
+            parts = [_step_text(s) for s in check["steps"]]
+            lines.append(f"      self-check {verdict}: " + "; ".join(parts))
+    if any("self_check" in d for d in devices):
+        lines += ["", "all self-checks passed" if info["ok"] else "SOME CHECKS FAILED"]
+    return "\n".join(lines)
+
+
+def _delegate(module: str, func: str, argv: list[str], what: str) -> int:
+    try:
+        mod = importlib.import_module(module)
+        fn = getattr(mod, func)
+    except (ImportError, AttributeError) as exc:
+        print(f"accelrt: '{what}' is not available in this installation: {module}.{func} "
+              f"cannot be loaded ({_err(exc)}); reinstall accelrt", file=sys.stderr)
+        return 2
+    try:
+        return int(fn(argv))
+    except SystemExit as exc:   # the subcommand's own argparse: --help, usage errors
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="accelrt", description="accelrt: a device-agnostic accelerator runtime.")
+    p.add_argument("--version", action="version", version=f"accelrt {_version()}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    info = sub.add_parser("info", help="backends, devices, memory and a self-check per device")
+    info.add_argument("--json", action="store_true", help="print one JSON object")
+    info.add_argument("--no-check", action="store_true", help="skip the per-device self-check")
+    info.add_argument("--backend", action="append", metavar="NAME",
+                      help="only this backend (repeatable)")
+    sub.add_parser("replay", add_help=False,
+                   help="replay an allocation trace through the allocator (see replay --help)")
+    mem = sub.add_parser("memory", help="memory tools")
+    mem_sub = mem.add_subparsers(dest="memory_command", metavar="COMMAND")
+    mem_sub.add_parser("viz", add_help=False,
+                       help="render a memory snapshot as HTML (see memory viz --help)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``accelrt`` command line; return the exit status.
+
+    Args:
+        argv: the arguments after the program name (default ``sys.argv[1:]``).
+
+    Example::
+
+        >>> from accelrt.cli import main
+        >>> main(["info", "--backend", "cpu", "--json", "--no-check"])  # doctest: +ELLIPSIS
+        {...}
+        0
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["replay"]:
+        return _delegate("accelrt.memory._replay", "replay_main", args[1:], "accelrt replay")
+    if args[:2] == ["memory", "viz"]:
+        return _delegate("accelrt.memory.viz", "viz_main", args[2:], "accelrt memory viz")
+    parser = _parser()
+    try:
+        ns = parser.parse_args(args)
+    except SystemExit as exc:   # --help, --version, usage errors
+        return int(exc.code or 0)
+    if ns.command == "info":
+        from . import _backend
+        if ns.backend:
+            known = _backend.registered()
+            unknown = [n for n in ns.backend if n not in known]
+            if unknown:
+                print(f"accelrt info: unknown backend(s) {', '.join(unknown)}; known: "
+                      f"{', '.join(known)}", file=sys.stderr)
+                return 2
+        info = collect_info(self_check=not ns.no_check, backends=ns.backend)
+        if ns.json:
+            print(json.dumps(info, indent=2))
+        else:
+            print(format_info(info))
+        return 0 if info["ok"] else 1
+    if ns.command == "memory":
+        print("usage: accelrt memory viz SNAPSHOT -o FILE.html (see accelrt memory viz "
+              "--help)", file=sys.stderr)
+        return 2
+    parser.print_help(sys.stderr)
+    return 2
