@@ -1,0 +1,466 @@
+"""Memory half of :class:`~accelrt.backends.cuda.CudaBackend`: device and pinned allocation,
+virtual memory (expandable segments), copies, memset and fill.
+
+Example::
+
+    >>> from accelrt.backends.cuda._memory import MemoryMixin
+    >>> MemoryMixin.host_accessible(None, 0)
+    False
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import _cu
+from ._cu import as_int, as_ptr, as_size, check
+
+if TYPE_CHECKING:
+    from ._backend import _Device
+
+__all__ = ["MemoryMixin", "Ranges"]
+
+_KINDS = ("h2d", "d2h", "d2d", "h2h")
+_FILL_BLOCK = 256
+_FILL_MAX_GRID = 65535
+
+
+class Ranges:
+    """Known allocations ``[base, base+size)``, for validating pointers before the driver
+    sees them (a bad device pointer would fault the whole context).
+
+    Example::
+
+        >>> from accelrt.backends.cuda._memory import Ranges
+        >>> r = Ranges()
+        >>> r.add(100, 50)
+        >>> r.find(120), r.find(150), r.contains(110, 40), r.contains(110, 41)
+        ((100, 50), None, True, False)
+        >>> r.overlaps(140, 100), r.overlaps(150, 10), r.overlaps(0, 101)
+        (True, False, True)
+    """
+
+    __slots__ = ("_bases", "_lock", "_sizes")
+
+    def __init__(self) -> None:
+        self._bases: list[int] = []          # sorted; guarded by _lock
+        self._sizes: dict[int, int] = {}     # base -> size; guarded by _lock
+        self._lock = threading.Lock()
+
+    def add(self, base: int, size: int) -> None:
+        with self._lock:
+            bisect.insort(self._bases, base)
+            self._sizes[base] = size
+
+    def pop(self, base: int) -> int | None:
+        """Remove the range starting at ``base``; its size, or None if there is none."""
+        with self._lock:
+            size = self._sizes.pop(base, None)
+            if size is not None:
+                del self._bases[bisect.bisect_left(self._bases, base)]
+            return size
+
+    def size_of(self, base: int) -> int | None:
+        return self._sizes.get(base)
+
+    def find(self, ptr: int) -> tuple[int, int] | None:
+        """The range containing ``ptr``, or None."""
+        with self._lock:
+            i = bisect.bisect_right(self._bases, ptr) - 1
+            if i < 0:
+                return None
+            base = self._bases[i]
+            size = self._sizes[base]
+        return (base, size) if ptr < base + size else None
+
+    def overlaps(self, ptr: int, nbytes: int) -> bool:
+        """True if any range intersects ``[ptr, ptr+nbytes)``."""
+        with self._lock:
+            i = bisect.bisect_left(self._bases, ptr)
+            if i < len(self._bases) and self._bases[i] < ptr + nbytes:
+                return True
+            if i > 0:
+                base = self._bases[i - 1]
+                return base + self._sizes[base] > ptr
+            return False
+
+    def contains(self, ptr: int, nbytes: int) -> bool:
+        hit = self.find(ptr)
+        return hit is not None and ptr + nbytes <= hit[0] + hit[1]
+
+    def __len__(self) -> int:
+        return len(self._sizes)
+
+
+class MemoryMixin:
+    """Device memory, pinned host memory, virtual memory and copies (driver API)."""
+
+    _drv: Any
+    _host_allocs: Ranges
+    _check_stream: Any   # StreamMixin._check_stream
+    _relaxed: Any        # StreamMixin._relaxed
+    _capturing: dict[int, int]
+
+    def _use(self, index: int) -> _Device:  # provided by CudaBackend
+        raise NotImplementedError
+
+    def _use_any(self) -> _Device:  # provided by CudaBackend
+        raise NotImplementedError
+
+    def launch_kernel(self, index: int, stream: int, module: str, kernel: str, grid: Any,
+                      block: Any, args: list[Any], shared_mem: int = 0) -> None:
+        raise NotImplementedError  # provided by CudaBackend
+
+    # ------------------------------------------------------------------ pointer checks
+    def _check_device_range(self, d: _Device, value: Any, nbytes: int, what: str) -> int:
+        """Raise ValueError unless ``[ptr, ptr+nbytes)`` is device memory of ``d`` (allocated
+        here, mapped here, or a foreign allocation the driver knows)."""
+        ptr = as_ptr(value, what)
+        hit = d.allocs.find(ptr)
+        if hit is not None:
+            if ptr + nbytes > hit[0] + hit[1]:
+                raise ValueError(f"{what} range ({ptr:#x}, {nbytes}) overruns its allocation "
+                                 f"({hit[0]:#x}, {hit[1]})")
+            return ptr
+        if len(d.mappings):
+            hit = d.mappings.find(ptr)
+            if hit is not None:   # walk adjacent mappings (a block may span pages)
+                end = hit[0] + hit[1]
+                while end < ptr + nbytes:
+                    nxt = d.mappings.size_of(end)
+                    if nxt is None:
+                        raise ValueError(f"{what} range ({ptr:#x}, {nbytes}) runs into "
+                                         f"unmapped virtual memory of cuda:{d.index}")
+                    end += nxt
+                return ptr
+        drv = self._drv
+        attr = drv.CUpointer_attribute
+        with self._relaxed():
+            err, base = drv.cuPointerGetAttribute(attr.CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, ptr)
+            if not err:
+                err, size = drv.cuPointerGetAttribute(attr.CU_POINTER_ATTRIBUTE_RANGE_SIZE, ptr)
+        if err:
+            raise ValueError(f"{what} {ptr:#x} is not device memory of cuda:{d.index}")
+        if ptr + nbytes > int(base) + int(size):
+            raise ValueError(f"{what} range ({ptr:#x}, {nbytes}) overruns its allocation "
+                             f"({int(base):#x}, {int(size)})")
+        return ptr
+
+    def _check_host_range(self, value: Any, nbytes: int, what: str) -> int:
+        """Host pointers: pinned ones from host_malloc are range-checked, others trusted."""
+        ptr = as_ptr(value, what)
+        hit = self._host_allocs.find(ptr)
+        if hit is not None and ptr + nbytes > hit[0] + hit[1]:
+            raise ValueError(f"{what} range ({ptr:#x}, {nbytes}) overruns its pinned host "
+                             f"allocation ({hit[0]:#x}, {hit[1]})")
+        return ptr
+
+    # ------------------------------------------------------------------ device memory
+    def malloc(self, index: int, size: int) -> int:
+        """``cuMemAlloc``; ``0`` on ``CUDA_ERROR_OUT_OF_MEMORY``."""
+        size = as_size(size, "malloc size", positive=True)
+        d = self._use(index)
+        with self._relaxed():
+            err, ptr = self._drv.cuMemAlloc(size)
+        if err:
+            if err == self._drv.CUresult.CUDA_ERROR_OUT_OF_MEMORY:
+                return 0
+            _cu.raise_error(err, "cuMemAlloc")
+        ptr = int(ptr)
+        d.allocs.add(ptr, size)
+        return ptr
+
+    def free(self, index: int, ptr: int) -> None:
+        """``cuMemFree`` (synchronises with the device as CUDA does)."""
+        ptr = as_ptr(ptr, "free pointer")
+        d = self._use(index)
+        size = d.allocs.pop(ptr)
+        if size is None:
+            raise ValueError(f"free: {ptr:#x} was not returned by malloc on cuda:{index} (or "
+                             "was already freed)")
+        try:
+            with self._relaxed():
+                check(self._drv.cuMemFree(ptr), "cuMemFree")
+        except BaseException:
+            d.allocs.add(ptr, size)
+            raise
+
+    def host_accessible(self, index: int) -> bool:
+        """False: device memory is not host memory."""
+        return False
+
+    # ------------------------------------------------------------------ pinned host memory
+    def host_malloc(self, size: int) -> int:
+        """Page-locked, portable host memory (``cuMemHostAlloc``); ``0`` when out of memory."""
+        size = as_size(size, "host_malloc size", positive=True)
+        self._use_any()
+        drv = self._drv
+        with self._relaxed():
+            err, ptr = drv.cuMemHostAlloc(size, drv.CU_MEMHOSTALLOC_PORTABLE)
+        if err:
+            if err == drv.CUresult.CUDA_ERROR_OUT_OF_MEMORY:
+                return 0
+            _cu.raise_error(err, "cuMemHostAlloc")
+        ptr = int(ptr)
+        self._host_allocs.add(ptr, size)
+        return ptr
+
+    def host_free(self, ptr: int) -> None:
+        """``cuMemFreeHost``."""
+        ptr = as_ptr(ptr, "host_free pointer")
+        size = self._host_allocs.pop(ptr)
+        if size is None:
+            raise ValueError(f"host_free: {ptr:#x} was not returned by host_malloc (or was "
+                             "already freed)")
+        self._use_any()
+        try:
+            with self._relaxed():
+                check(self._drv.cuMemFreeHost(ptr), "cuMemFreeHost")
+        except BaseException:
+            self._host_allocs.add(ptr, size)
+            raise
+
+    # ------------------------------------------------------------------ virtual memory
+    def vm_supported(self, index: int) -> bool:
+        """True if the device supports ``cuMemCreate``/``cuMemMap`` (virtual memory)."""
+        attrs = self.get_device_properties(index)["attributes"]  # type: ignore[attr-defined]
+        return bool(attrs.get("virtual_memory_management_supported", 0))
+
+    def _prop(self, index: int) -> Any:
+        drv = self._drv
+        prop = drv.CUmemAllocationProp()
+        prop.type = drv.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+        prop.location.type = drv.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+        prop.location.id = index
+        return prop
+
+    def vm_granularity(self, index: int) -> int:
+        """Minimum mapping granularity (``cuMemGetAllocationGranularity``), typically 2 MiB."""
+        d = self._use(index)
+        if not d.vm_gran:
+            drv = self._drv
+            gran = check(drv.cuMemGetAllocationGranularity(
+                self._prop(index),
+                drv.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+                "cuMemGetAllocationGranularity")
+            d.vm_gran = int(gran)
+        return d.vm_gran
+
+    def _check_vm_range(self, index: int, ptr: int, size: int) -> int:
+        gran = self.vm_granularity(index)
+        as_size(size, "virtual memory size", positive=True)
+        if ptr:
+            as_ptr(ptr, "virtual memory address")
+        if ptr % gran or size % gran:
+            raise ValueError(f"virtual memory range ({ptr:#x}, {size}) must be aligned to the "
+                             f"granularity {gran}; use vm_granularity()")
+        return gran
+
+    def vm_reserve(self, index: int, size: int) -> int:
+        """Reserve ``size`` bytes of device address space (``cuMemAddressReserve``)."""
+        gran = self._check_vm_range(index, 0, size)
+        d = self._use(index)
+        with self._relaxed():
+            err, ptr = self._drv.cuMemAddressReserve(size, gran, 0, 0)
+        if err:
+            if err in (self._drv.CUresult.CUDA_ERROR_OUT_OF_MEMORY,
+                       self._drv.CUresult.CUDA_ERROR_INVALID_VALUE):
+                raise ValueError(f"vm_reserve: cannot reserve {size} bytes of address space on "
+                                 f"cuda:{index} ({_cu.error_text(err)[0]})")
+            _cu.raise_error(err, "cuMemAddressReserve")
+        ptr = int(ptr)
+        d.reserved.add(ptr, size)
+        return ptr
+
+    def vm_release(self, index: int, ptr: int, size: int) -> None:
+        """Free a reservation (``cuMemAddressFree``); all of it must be unmapped first."""
+        self._check_vm_range(index, ptr, size)
+        d = self._use(index)
+        if d.reserved.size_of(ptr) != size:
+            raise ValueError(f"vm_release: ({ptr:#x}, {size}) is not a reservation made by "
+                             f"vm_reserve on cuda:{index}")
+        if d.mappings.overlaps(ptr, size):
+            raise ValueError(f"vm_release: parts of ({ptr:#x}, {size}) are still mapped; "
+                             "vm_unmap them first")
+        with self._relaxed():
+            check(self._drv.cuMemAddressFree(ptr, size), "cuMemAddressFree")
+        d.reserved.pop(ptr)
+
+    def vm_map(self, index: int, ptr: int, size: int) -> bool:
+        """Back ``[ptr, ptr+size)`` with one physical allocation (``cuMemCreate`` +
+        ``cuMemMap`` + ``cuMemSetAccess``); ``False`` when the device is out of memory.
+
+        Each call is one mapping; :meth:`vm_unmap` releases whole mappings (one or several
+        adjacent ones), as the caching allocator's expandable segments do page by page.
+
+        Raises:
+            ValueError: the range is unaligned, outside a reservation, or already mapped.
+        """
+        self._check_vm_range(index, ptr, size)
+        d = self._use(index)
+        if not d.reserved.contains(ptr, size):
+            raise ValueError(f"vm_map: ({ptr:#x}, {size}) is not inside a reservation made by "
+                             f"vm_reserve on cuda:{index}")
+        if d.mappings.overlaps(ptr, size):
+            raise ValueError(f"vm_map: ({ptr:#x}, {size}) overlaps memory that is already "
+                             "mapped")
+        drv = self._drv
+        with self._relaxed():
+            err, handle = drv.cuMemCreate(size, self._prop(index), 0)
+            if err:
+                if err == drv.CUresult.CUDA_ERROR_OUT_OF_MEMORY:
+                    return False
+                _cu.raise_error(err, "cuMemCreate")
+            try:
+                check(drv.cuMemMap(ptr, size, 0, handle, 0), "cuMemMap")
+            except BaseException:
+                drv.cuMemRelease(handle)
+                raise
+            desc = drv.CUmemAccessDesc()
+            desc.location.type = drv.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+            desc.location.id = index
+            desc.flags = drv.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+            try:
+                check(drv.cuMemSetAccess(ptr, size, [desc], 1), "cuMemSetAccess")
+            except BaseException:
+                drv.cuMemUnmap(ptr, size)
+                drv.cuMemRelease(handle)
+                raise
+        with d.lock:
+            d.vm_handles[ptr] = handle
+        d.mappings.add(ptr, size)
+        return True
+
+    def vm_unmap(self, index: int, ptr: int, size: int) -> None:
+        """Unmap ``[ptr, ptr+size)`` and release its physical memory.
+
+        Raises:
+            ValueError: the range is not exactly a run of whole mappings made by
+                :meth:`vm_map` (part of it is unmapped, or it cuts a mapping).
+        """
+        self._check_vm_range(index, ptr, size)
+        d = self._use(index)
+        parts: list[tuple[int, int]] = []
+        cur, end = ptr, ptr + size
+        while cur < end:
+            msize = d.mappings.size_of(cur)
+            if msize is None:
+                hit = d.mappings.find(cur)
+                why = "cuts the mapping" if hit else "is not mapped at"
+                raise ValueError(f"vm_unmap: ({ptr:#x}, {size}) {why} {cur:#x}; unmap whole "
+                                 "ranges given to vm_map")
+            parts.append((cur, msize))
+            cur += msize
+        if cur != end:
+            raise ValueError(f"vm_unmap: ({ptr:#x}, {size}) cuts the mapping that ends at "
+                             f"{cur:#x}; unmap whole ranges given to vm_map")
+        if not self._capturing:
+            # Work still using the range must finish before its memory goes away (during a
+            # capture the allocator only unmaps memory no captured work uses).
+            check(self._drv.cuCtxSynchronize(), "cuCtxSynchronize")
+        drv = self._drv
+        with self._relaxed():
+            for base, msize in parts:
+                check(drv.cuMemUnmap(base, msize), "cuMemUnmap")
+                d.mappings.pop(base)
+                with d.lock:
+                    handle = d.vm_handles.pop(base)
+                check(drv.cuMemRelease(handle), "cuMemRelease")
+
+    # ------------------------------------------------------------------ copies
+    def memcpy(self, dst: int, src: int, nbytes: int, index: int, stream: int,
+               kind: str) -> None:
+        """Stream-ordered copy (``cuMemcpy{HtoD,DtoH,DtoD}Async``; ``h2h`` via UVA)."""
+        if kind not in _KINDS:
+            raise ValueError(f"memcpy kind must be one of {_KINDS}, got {kind!r}")
+        nbytes = as_size(nbytes, "memcpy nbytes")
+        d = self._use(index)
+        stream = self._check_stream(d, stream)
+        if kind == "h2d":
+            dst = self._check_device_range(d, dst, nbytes, "memcpy dst")
+            src = self._check_host_range(src, nbytes, "memcpy src")
+        elif kind == "d2h":
+            dst = self._check_host_range(dst, nbytes, "memcpy dst")
+            src = self._check_device_range(d, src, nbytes, "memcpy src")
+        elif kind == "d2d":
+            dst = self._check_device_range(d, dst, nbytes, "memcpy dst")
+            src = self._check_device_range(d, src, nbytes, "memcpy src")
+        else:
+            dst = self._check_host_range(dst, nbytes, "memcpy dst")
+            src = self._check_host_range(src, nbytes, "memcpy src")
+        if nbytes == 0:
+            return
+        drv = self._drv
+        if kind == "h2d":
+            check(drv.cuMemcpyHtoDAsync(dst, src, nbytes, stream), "cuMemcpyHtoDAsync")
+        elif kind == "d2h":
+            check(drv.cuMemcpyDtoHAsync(dst, src, nbytes, stream), "cuMemcpyDtoHAsync")
+        elif kind == "d2d":
+            check(drv.cuMemcpyDtoDAsync(dst, src, nbytes, stream), "cuMemcpyDtoDAsync")
+        else:
+            check(drv.cuMemcpyAsync(dst, src, nbytes, stream), "cuMemcpyAsync")
+
+    def memcpy_peer(self, dst: int, dst_index: int, src: int, src_index: int, nbytes: int,
+                    stream: int) -> None:
+        """``cuMemcpyPeerAsync`` ordered on ``stream`` of ``src_index``."""
+        nbytes = as_size(nbytes, "memcpy_peer nbytes")
+        dd = self._use(dst_index)
+        dst = self._check_device_range(dd, dst, nbytes, "memcpy_peer dst")
+        sd = self._use(src_index)
+        src = self._check_device_range(sd, src, nbytes, "memcpy_peer src")
+        stream = self._check_stream(sd, stream)
+        if nbytes == 0:
+            return
+        dst_ctx, src_ctx = dd.ctx, sd.ctx
+        check(self._drv.cuMemcpyPeerAsync(dst, dst_ctx, src, src_ctx, nbytes, stream),
+              "cuMemcpyPeerAsync")
+
+    def memset(self, ptr: int, value: int, nbytes: int, index: int, stream: int) -> None:
+        """``cuMemsetD8Async``."""
+        value = as_int(value, "memset value")
+        if not 0 <= value <= 255:
+            raise ValueError(f"memset value must be a byte (0..255), got {value}")
+        nbytes = as_size(nbytes, "memset nbytes")
+        d = self._use(index)
+        stream = self._check_stream(d, stream)
+        ptr = self._check_device_range(d, ptr, nbytes, "memset pointer")
+        if nbytes == 0:
+            return
+        check(self._drv.cuMemsetD8Async(ptr, value, nbytes, stream), "cuMemsetD8Async")
+
+    def fill(self, ptr: int, pattern: bytes, count: int, index: int, stream: int) -> None:
+        """Write ``pattern`` ``count`` times: ``cuMemsetD8/D16/D32Async`` for aligned 1/2/4
+        byte patterns, the ``fill.cu`` kernels for 8-byte or unaligned patterns."""
+        if not isinstance(pattern, (bytes, bytearray, memoryview)):
+            raise TypeError(f"fill pattern must be bytes, got {type(pattern).__name__}")
+        pattern = bytes(pattern)
+        width = len(pattern)
+        if width not in (1, 2, 4, 8):
+            raise ValueError(f"fill pattern must be 1, 2, 4 or 8 bytes, got {width}")
+        count = as_size(count, "fill count")
+        d = self._use(index)
+        stream = self._check_stream(d, stream)
+        ptr = self._check_device_range(d, ptr, count * width, "fill pointer")
+        if count == 0:
+            return
+        value = int.from_bytes(pattern, "little")
+        drv = self._drv
+        if width == 1:
+            check(drv.cuMemsetD8Async(ptr, value, count, stream), "cuMemsetD8Async")
+        elif width == 2 and ptr % 2 == 0:
+            check(drv.cuMemsetD16Async(ptr, value, count, stream), "cuMemsetD16Async")
+        elif width == 4 and ptr % 4 == 0:
+            check(drv.cuMemsetD32Async(ptr, value, count, stream), "cuMemsetD32Async")
+        elif width == 8 and ptr % 8 == 0:
+            grid = min(-(-count // _FILL_BLOCK), _FILL_MAX_GRID)
+            self.launch_kernel(index, stream, "fill", "accelrt_fill_u64", grid, _FILL_BLOCK,
+                               [np.uint64(ptr), np.uint64(value), np.uint64(count)])
+        else:
+            grid = min(-(-(count * width) // _FILL_BLOCK), _FILL_MAX_GRID)
+            self.launch_kernel(index, stream, "fill", "accelrt_fill_bytes", grid, _FILL_BLOCK,
+                               [np.uint64(ptr), np.uint64(value), np.uint32(width),
+                                np.uint64(count)])

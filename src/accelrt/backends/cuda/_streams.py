@@ -1,0 +1,457 @@
+"""Streams, events, host functions and graphs of :class:`~accelrt.backends.cuda.CudaBackend`.
+
+Stream creation is cheap: streams are pre-created in small batches per (device, priority)
+and handed out once each (the core's :class:`accelrt.Stream` pools them further).
+
+Example::
+
+    >>> from accelrt.backends.cuda._streams import STREAM_BATCH
+    >>> STREAM_BATCH >= 1
+    True
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import itertools
+import sys
+import threading
+import traceback
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..._errors import DeviceError
+from . import _cu
+from ._cu import as_handle, check
+
+if TYPE_CHECKING:
+    from ._backend import _Device
+
+__all__ = ["STREAM_BATCH", "StreamMixin"]
+
+#: Streams created at once when a (device, priority) has no spare pre-created stream.
+STREAM_BATCH = 4
+#: Always-valid special stream handles: the NULL stream, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD.
+_SPECIAL_STREAMS = (0, 1, 2)
+IPC_HANDLE_SIZE = 64
+
+_HOSTFN_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+#: key -> (callable, errors dict of its backend, (device index, stream)); dict ops are atomic
+_host_funcs: dict[int, tuple[Callable[[], None], dict[tuple[int, int], BaseException],
+                             tuple[int, int]]] = {}
+_host_keys = itertools.count(1)
+
+
+def _host_trampoline(user_data: int | None) -> None:
+    entry = _host_funcs.pop(int(user_data or 0), None)
+    if entry is None:
+        return
+    fn, errors, where = entry
+    try:
+        fn()
+    except BaseException as exc:  # noqa: BLE001 - a driver thread cannot propagate it
+        # Kept (the first one per stream) and raised by the next synchronization.
+        errors.setdefault(where, exc)
+        if not isinstance(exc, Exception):   # KeyboardInterrupt, SystemExit: say it now too
+            print("accelrt: a host function launched with launch_host_func raised:",
+                  file=sys.stderr)
+            traceback.print_exc()
+
+
+# One C trampoline for the whole process, kept alive forever; the callable is found by key.
+_HOST_TRAMPOLINE = _HOSTFN_TYPE(_host_trampoline)
+
+_NO_CAPTURE = contextlib.nullcontext()
+
+
+class _RelaxedCapture:
+    """Switch the thread to relaxed capture mode, so that allocation calls (``cuMemAlloc``,
+    ``cuMemCreate``, ...) made while a graph captures neither fail nor invalidate it (what
+    PyTorch's allocator does); the previous mode is restored on exit."""
+
+    __slots__ = ("drv", "prev")
+
+    def __init__(self, drv: Any) -> None:
+        self.drv = drv
+        self.prev: Any = None
+
+    def __enter__(self) -> None:
+        relaxed = self.drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
+        self.prev = check(self.drv.cuThreadExchangeStreamCaptureMode(relaxed),
+                          "cuThreadExchangeStreamCaptureMode")
+
+    def __exit__(self, *exc: object) -> None:
+        check(self.drv.cuThreadExchangeStreamCaptureMode(self.prev),
+              "cuThreadExchangeStreamCaptureMode")
+
+
+class StreamMixin:
+    """Streams, events, graphs and host functions (driver API)."""
+
+    _drv: Any
+
+    def __init__(self) -> None:
+        self._graphs: dict[int, tuple[int, Any]] = {}   # exec -> (index, CUgraph); _graph_lock
+        self._graph_lock = threading.Lock()
+        #: live events: handle -> [device index, timing, captured]; item ops are atomic
+        self._events: dict[int, list[Any]] = {}
+        #: streams capturing a graph: handle -> device index; guarded by _graph_lock
+        self._capturing: dict[int, int] = {}
+        #: first exception of a host function per (device, stream), raised at the next sync
+        self._host_errors: dict[tuple[int, int], BaseException] = {}
+
+    def _use(self, index: int) -> _Device:  # provided by CudaBackend
+        raise NotImplementedError
+
+    def _relaxed(self) -> Any:
+        """Context manager for allocation calls: relaxed capture mode while any capture runs."""
+        return _RelaxedCapture(self._drv) if self._capturing else _NO_CAPTURE
+
+    # ------------------------------------------------------------------ handle checks
+    def _check_stream(self, d: _Device, stream: Any) -> int:
+        """``stream`` if it is a live stream of device ``d``, else ``ValueError``: a stale or
+        made-up handle given to the driver could crash the process."""
+        if type(stream) is int and (stream in _SPECIAL_STREAMS or stream in d.owned_streams
+                                    or stream in d.foreign_streams):
+            return stream
+        s = as_handle(stream, "stream")
+        if s in _SPECIAL_STREAMS or s in d.owned_streams or s in d.foreign_streams:
+            return s
+        raise ValueError(f"stream {s:#x} is not a live stream of cuda:{d.index}; use a stream "
+                         "from stream_create, or wrap a foreign one (accelrt.cuda.ExternalStream)")
+
+    def _check_event(self, event: Any) -> list[Any]:
+        rec = self._events.get(event) if type(event) is int else None
+        if rec is None:
+            e = as_handle(event, "event")
+            rec = self._events.get(e)
+            if rec is None:
+                raise ValueError(f"event {e:#x} is not a live cuda event; create one with "
+                                 "event_create")
+        return rec
+
+    def _raise_host_error(self, index: int, stream: int | None) -> None:
+        """Raise (once) what a host function on ``stream`` (any stream if None) raised."""
+        errors = self._host_errors
+        if not errors:
+            return
+        keys = [k for k in list(errors) if k[0] == index and (stream is None or k[1] == stream)]
+        if not keys:
+            return
+        exc = errors.pop(keys[0])
+        raise DeviceError(f"cuda: a host function launched on stream {keys[0][1]:#x} of "
+                          f"cuda:{index} raised {type(exc).__name__}: {exc}") from exc
+
+    def _not_capturing(self, stream: int, what: str) -> None:
+        if stream in self._capturing:
+            raise DeviceError(f"cuda: cannot {what} stream {stream:#x} while it captures a "
+                              "graph; end the capture first")
+
+    # ------------------------------------------------------------------ streams
+    def default_stream(self, index: int) -> int:
+        """``0``: the legacy default (NULL) stream of the device's primary context."""
+        return 0
+
+    def stream_priority_range(self, index: int) -> tuple[int, int]:
+        """``(least, greatest)`` from ``cuCtxGetStreamPriorityRange`` (e.g. ``(0, -5)``)."""
+        d = self._use(index)
+        if d.priorities is None:
+            least, greatest = check(self._drv.cuCtxGetStreamPriorityRange(),
+                                    "cuCtxGetStreamPriorityRange")
+            d.priorities = (int(least), int(greatest))
+        return d.priorities
+
+    def stream_create(self, index: int, priority: int) -> int:
+        """A non-blocking stream of ``priority`` (clamped into the device's range)."""
+        least, greatest = self.stream_priority_range(index)
+        priority = min(max(priority, greatest), least)
+        d = self._use(index)
+        with d.lock:
+            spare = d.free_streams.setdefault(priority, [])
+            if spare:
+                return spare.pop()
+        drv = self._drv
+        flags = drv.CUstream_flags.CU_STREAM_NON_BLOCKING
+        made: list[int] = []
+        for _ in range(STREAM_BATCH):
+            try:
+                made.append(int(check(drv.cuStreamCreateWithPriority(flags, priority),
+                                      "cuStreamCreateWithPriority")))
+            except _cu.CudaError:
+                if not made:
+                    raise
+                break   # keep what was made; the next call reports a lasting failure
+        with d.lock:
+            d.owned_streams.update(made)
+            d.dead_streams.difference_update(made)
+            spare.extend(made[1:])
+        return made[0]
+
+    def stream_destroy(self, index: int, stream: int) -> None:
+        """``cuStreamDestroy`` for a stream made by :meth:`stream_create`.
+
+        Raises:
+            ValueError: the handle was not made by this backend.
+        """
+        d = self._use(index)
+        stream = as_handle(stream, "stream")
+        if stream in _SPECIAL_STREAMS:
+            raise ValueError("the default stream cannot be destroyed")
+        self._not_capturing(stream, "destroy")
+        with d.lock:
+            if stream not in d.owned_streams:
+                raise ValueError(f"stream {stream:#x} was not created by the cuda backend on "
+                                 f"cuda:{index}; only streams from stream_create are destroyed")
+            d.owned_streams.discard(stream)
+        try:
+            check(self._drv.cuStreamDestroy(stream), "cuStreamDestroy")
+        except BaseException:
+            with d.lock:
+                d.owned_streams.add(stream)
+            raise
+        with d.lock:
+            d.dead_streams.add(stream)
+
+    def stream_query(self, index: int, stream: int) -> bool:
+        """``cuStreamQuery``: ``CUDA_ERROR_NOT_READY`` means False."""
+        stream = self._check_stream(self._use(index), stream)
+        self._not_capturing(stream, "query")
+        with self._relaxed():   # legal for a stream outside the capture (the allocator asks)
+            (err,) = self._drv.cuStreamQuery(stream)
+        if not err:
+            return True
+        if err == self._drv.CUresult.CUDA_ERROR_NOT_READY:
+            return False
+        _cu.raise_error(err, "cuStreamQuery")
+        return False
+
+    def stream_synchronize(self, index: int, stream: int) -> None:
+        """``cuStreamSynchronize``."""
+        stream = self._check_stream(self._use(index), stream)
+        self._not_capturing(stream, "synchronize")
+        check(self._drv.cuStreamSynchronize(stream), "cuStreamSynchronize")
+        self._raise_host_error(index, stream)
+
+    def stream_wait_event(self, index: int, stream: int, event: int) -> None:
+        """``cuStreamWaitEvent``."""
+        stream = self._check_stream(self._use(index), stream)
+        self._check_event(event)
+        check(self._drv.cuStreamWaitEvent(stream, event, 0), "cuStreamWaitEvent")
+
+    def stream_is_valid(self, index: int, stream: int) -> bool:
+        """True for the special handles, streams made here, and foreign streams the driver
+        recognises as belonging to device ``index``'s primary context (``cuStreamGetCtx``).
+
+        .. note:: The driver may crash on a handle that was never a stream, as with
+            ``torch.cuda.ExternalStream``; pass only real stream handles.
+        """
+        d = self._use(index)
+        stream = as_handle(stream, "stream")
+        if stream in _SPECIAL_STREAMS or stream in d.owned_streams or \
+                stream in d.foreign_streams:
+            return True
+        if stream % 8 or stream < 0x10000 or stream in d.dead_streams:
+            return False   # not a heap pointer, or destroyed here: never ask the driver
+        err, ctx = self._drv.cuStreamGetCtx(stream)
+        if err or int(ctx) != d.ctx_int:
+            return False
+        with d.lock:
+            d.foreign_streams.add(stream)
+        return True
+
+    def synchronize(self, index: int) -> None:
+        """``cuCtxSynchronize`` on the device's primary context."""
+        self._use(index)
+        if index in self._capturing.values():
+            raise DeviceError(f"cuda: cannot synchronize cuda:{index} while one of its streams "
+                              "captures a graph; end the capture first")
+        check(self._drv.cuCtxSynchronize(), "cuCtxSynchronize")
+        self._raise_host_error(index, None)
+
+    def launch_host_func(self, index: int, stream: int, fn: Callable[[], None]) -> None:
+        """``cuLaunchHostFunc``: run ``fn`` on a driver thread after the stream's earlier work.
+
+        ``fn`` is kept alive until it has run; it must not call CUDA. An exception it raises
+        (a driver thread cannot propagate it) is raised as a :class:`~accelrt.DeviceError`
+        chaining it by the next :meth:`stream_synchronize` of that stream or
+        :meth:`synchronize` of the device, once.
+        """
+        if not callable(fn):
+            raise TypeError(f"launch_host_func needs a callable, got {type(fn).__name__}")
+        stream = self._check_stream(self._use(index), stream)
+        drv = self._drv
+        key = next(_host_keys)
+        _host_funcs[key] = (fn, self._host_errors, (index, stream))
+        hostfn = drv.CUhostFn(ctypes.cast(_HOST_TRAMPOLINE, ctypes.c_void_p).value)
+        try:
+            check(drv.cuLaunchHostFunc(stream, hostfn, key), "cuLaunchHostFunc")
+        except BaseException:
+            _host_funcs.pop(key, None)
+            raise
+
+    # ------------------------------------------------------------------ events
+    def event_create(self, index: int, enable_timing: bool, blocking: bool,
+                     interprocess: bool) -> int:
+        """``cuEventCreate`` with timing, blocking-sync and interprocess flags.
+
+        Raises:
+            ValueError: ``interprocess`` with ``enable_timing`` (CUDA forbids it).
+        """
+        if interprocess and enable_timing:
+            raise ValueError("an interprocess event cannot have enable_timing=True; CUDA "
+                             "requires timing to be disabled on interprocess events")
+        fl = self._drv.CUevent_flags
+        flags = 0 if enable_timing else int(fl.CU_EVENT_DISABLE_TIMING)
+        if blocking:
+            flags |= int(fl.CU_EVENT_BLOCKING_SYNC)
+        if interprocess:
+            flags |= int(fl.CU_EVENT_INTERPROCESS)
+        self._use(index)
+        ev = int(check(self._drv.cuEventCreate(flags), "cuEventCreate"))
+        self._events[ev] = [index, bool(enable_timing), False]
+        return ev
+
+    def event_destroy(self, index: int, event: int) -> None:
+        """``cuEventDestroy``."""
+        self._use(index)
+        self._check_event(event)
+        rec = self._events.pop(event)
+        try:
+            check(self._drv.cuEventDestroy(event), "cuEventDestroy")
+        except BaseException:
+            self._events[event] = rec
+            raise
+
+    def event_record(self, index: int, event: int, stream: int) -> None:
+        """``cuEventRecord`` (an event recorded during a capture becomes a graph node)."""
+        stream = self._check_stream(self._use(index), stream)
+        rec = self._check_event(event)
+        check(self._drv.cuEventRecord(event, stream), "cuEventRecord")
+        rec[2] = stream in self._capturing
+
+    def event_query(self, index: int, event: int) -> bool:
+        """``cuEventQuery``: ``CUDA_ERROR_NOT_READY`` means False."""
+        if self._check_event(event)[2]:
+            raise DeviceError("cuda: this event was last recorded inside a graph capture; "
+                              "query it after recording it outside the capture")
+        with self._relaxed():   # legal for an event outside the capture (the allocator asks)
+            (err,) = self._drv.cuEventQuery(event)
+        if not err:
+            return True
+        if err == self._drv.CUresult.CUDA_ERROR_NOT_READY:
+            return False
+        _cu.raise_error(err, "cuEventQuery")
+        return False
+
+    def event_synchronize(self, index: int, event: int) -> None:
+        """``cuEventSynchronize``."""
+        if self._check_event(event)[2]:
+            raise DeviceError("cuda: this event was last recorded inside a graph capture; "
+                              "synchronize on it after recording it outside the capture")
+        with self._relaxed():
+            check(self._drv.cuEventSynchronize(event), "cuEventSynchronize")
+
+    def event_elapsed_time(self, index: int, start: int, end: int) -> float:
+        """``cuEventElapsedTime`` in milliseconds."""
+        for e in (start, end):
+            if not self._check_event(e)[1]:
+                raise ValueError("elapsed_time needs both events created with "
+                                 "enable_timing=True")
+        return float(check(self._drv.cuEventElapsedTime(start, end), "cuEventElapsedTime"))
+
+    def event_ipc_handle(self, index: int, event: int) -> bytes:
+        """The 64-byte ``CUipcEventHandle`` of an interprocess event."""
+        self._use(index)
+        self._check_event(event)
+        h = check(self._drv.cuIpcGetEventHandle(event), "cuIpcGetEventHandle")
+        return ctypes.string_at(h.getPtr(), IPC_HANDLE_SIZE)
+
+    def event_from_ipc_handle(self, index: int, handle: bytes) -> int:
+        """Open another process's event from its :meth:`event_ipc_handle` bytes."""
+        if not isinstance(handle, (bytes, bytearray)):
+            raise TypeError(f"an IPC event handle is the bytes from event_ipc_handle(), got "
+                            f"{type(handle).__name__}")
+        if len(handle) != IPC_HANDLE_SIZE:
+            raise ValueError(f"an IPC event handle is {IPC_HANDLE_SIZE} bytes from "
+                             f"event_ipc_handle(), got {len(handle)} bytes")
+        self._use(index)
+        h = self._drv.CUipcEventHandle()
+        ctypes.memmove(h.getPtr(), bytes(handle), IPC_HANDLE_SIZE)
+        ev = int(check(self._drv.cuIpcOpenEventHandle(h), "cuIpcOpenEventHandle"))
+        self._events[ev] = [index, False, False]
+        return ev
+
+    # ------------------------------------------------------------------ graphs
+    def graph_supported(self, index: int) -> bool:
+        """True: CUDA streams can be captured into graphs."""
+        return True
+
+    def graph_capture_begin(self, index: int, stream: int) -> None:
+        """``cuStreamBeginCapture`` in thread-local mode.
+
+        Raises:
+            RuntimeError: ``stream`` is the legacy default stream (CUDA cannot capture it).
+        """
+        stream = self._check_stream(self._use(index), stream)
+        if stream in _SPECIAL_STREAMS:
+            raise DeviceError("cuda: graphs must be captured on a non-default stream; "
+                              "capture on a stream made with accelrt.Stream()")
+        with self._graph_lock:
+            if stream in self._capturing:
+                raise DeviceError(f"cuda: stream {stream:#x} is already capturing; end that "
+                                  "capture first")
+            mode = self._drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+            check(self._drv.cuStreamBeginCapture(stream, mode), "cuStreamBeginCapture")
+            self._capturing[stream] = index
+
+    def graph_capture_end(self, index: int, stream: int) -> int:
+        """``cuStreamEndCapture`` + ``cuGraphInstantiate``; returns the executable handle."""
+        stream = self._check_stream(self._use(index), stream)
+        drv = self._drv
+        with self._graph_lock:
+            if self._capturing.get(stream) != index:
+                raise DeviceError(f"cuda: stream {stream:#x} of cuda:{index} is not capturing; "
+                                  "call graph_capture_begin first")
+            del self._capturing[stream]
+            graph = check(drv.cuStreamEndCapture(stream), "cuStreamEndCapture")
+        try:
+            exe = check(drv.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+        except BaseException:
+            drv.cuGraphDestroy(graph)
+            raise
+        handle = int(exe)
+        with self._graph_lock:
+            self._graphs[handle] = (index, graph)
+        return handle
+
+    def graph_replay(self, index: int, graph: int, stream: int) -> None:
+        """``cuGraphLaunch``."""
+        d = self._use(index)
+        rec = self._graphs.get(graph) if type(graph) is int else None
+        if rec is None or rec[0] != index:
+            raise ValueError(f"graph handle {as_handle(graph, 'graph'):#x} is not a live graph "
+                             f"of cuda:{index}; use a handle from graph_capture_end that was "
+                             "not destroyed")
+        stream = self._check_stream(d, stream)
+        check(self._drv.cuGraphLaunch(graph, stream), "cuGraphLaunch")
+
+    def graph_destroy(self, index: int, graph: int) -> None:
+        """``cuGraphExecDestroy`` + ``cuGraphDestroy``."""
+        self._use(index)
+        graph = as_handle(graph, "graph")
+        with self._graph_lock:
+            rec = self._graphs.get(graph)
+            if rec is None or rec[0] != index:
+                raise ValueError(f"graph handle {graph:#x} is not a live graph of cuda:{index}")
+            del self._graphs[graph]
+        check(self._drv.cuGraphExecDestroy(graph), "cuGraphExecDestroy")
+        check(self._drv.cuGraphDestroy(rec[1]), "cuGraphDestroy")
+
+    def stream_is_capturing(self, index: int, stream: int) -> bool:
+        """``cuStreamIsCapturing`` reports an active capture."""
+        stream = self._check_stream(self._use(index), stream)
+        if stream in self._capturing:
+            return True
+        status = check(self._drv.cuStreamIsCapturing(stream), "cuStreamIsCapturing")
+        return bool(status != self._drv.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE)

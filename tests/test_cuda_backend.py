@@ -1,0 +1,1127 @@
+"""The CUDA backend.
+
+Three parts:
+
+* error mapping and argument checking, without a GPU: the backend runs over a driver stand-in
+  that answers from a table and fails the call a test names, so every driver error path is
+  shown to raise :class:`CudaError` (a :class:`accelrt.DeviceError`) naming the call and the
+  CUDA error, and bad arguments are refused before the driver sees them;
+* kernels: committed PTX matches the ``.cu`` sources, and every source compiles with NVRTC;
+* GPU tests (skipped with the reason where CUDA is unavailable): real devices, streams,
+  events, IPC, graphs, expandable segments, OOM, fork, interop.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import accelrt as acc
+from accelrt import _backend as registry
+from accelrt.backends.cuda import CudaError, _cu, _discovery, _kernels, _streams
+from accelrt.backends.cuda._cu import check
+
+ROOT = Path(__file__).resolve().parents[1]
+CUDA_REASON = registry.unavailable_reason("cuda")
+gpu = pytest.mark.skipif(CUDA_REASON is not None, reason=f"needs a CUDA GPU: {CUDA_REASON}")
+
+
+# ====================================================================== the CUresult check
+
+def test_check_returns_values() -> None:
+    assert check((0,), "cuA") is None
+    assert check((0, 5), "cuA") == 5
+    assert check((0, 5, 6), "cuA") == (5, 6)
+
+
+def test_check_raises_cuda_error_with_name_and_call() -> None:
+    with pytest.raises(CudaError) as info:
+        check((2, None), "cuMemAlloc")
+    e = info.value
+    assert isinstance(e, acc.DeviceError) and isinstance(e, RuntimeError)
+    assert (e.code, e.call) == (2, "cuMemAlloc")
+    assert "cuMemAlloc failed" in str(e)
+    if _cu.load_driver() is not None:
+        assert e.error_name == "CUDA_ERROR_OUT_OF_MEMORY" and e.error_name in str(e)
+    copy = pickle.loads(pickle.dumps(e))
+    assert (type(copy), copy.code, copy.error_name, copy.call, str(copy)) == \
+        (CudaError, e.code, e.error_name, e.call, str(e))
+
+
+def test_error_text_of_unknown_code() -> None:
+    assert _cu.error_text(123456) == ("CUresult(123456)", "")
+
+
+@pytest.mark.parametrize(("fn", "value", "exc"), [
+    (_cu.as_ptr, 0, ValueError), (_cu.as_ptr, -1, ValueError), (_cu.as_ptr, 1 << 64, ValueError),
+    (_cu.as_ptr, "0x10", TypeError), (_cu.as_ptr, True, TypeError), (_cu.as_ptr, 1.0, TypeError),
+    (_cu.as_size, -1, ValueError), (_cu.as_size, 1 << 63, ValueError),
+    (_cu.as_size, None, TypeError), (_cu.as_handle, -1, ValueError),
+    (_cu.as_handle, "s", TypeError),
+])
+def test_argument_checks(fn: Callable[[Any, str], int], value: Any, exc: type) -> None:
+    with pytest.raises(exc):
+        fn(value, "arg")
+
+
+# ====================================================================== driver stand-in
+
+OUTPUTS = {  # number of values each driver function returns after its CUresult
+    "cuInit": 0, "cuDeviceGet": 1, "cuDeviceGetAttribute": 1, "cuDevicePrimaryCtxRetain": 1,
+    "cuCtxSetCurrent": 0, "cuDeviceGetName": 1, "cuDeviceTotalMem": 1, "cuDeviceGetUuid": 1,
+    "cuMemGetInfo": 2, "cuDeviceCanAccessPeer": 1, "cuCtxEnablePeerAccess": 0,
+    "cuModuleLoadData": 1, "cuModuleGetFunction": 1, "cuLaunchKernel": 0, "cuMemAlloc": 1,
+    "cuMemFree": 0, "cuMemHostAlloc": 1, "cuMemFreeHost": 0, "cuMemGetAllocationGranularity": 1,
+    "cuMemAddressReserve": 1, "cuMemAddressFree": 0, "cuMemCreate": 1, "cuMemMap": 0,
+    "cuMemRelease": 0, "cuMemSetAccess": 0, "cuMemUnmap": 0, "cuCtxSynchronize": 0,
+    "cuMemcpyHtoDAsync": 0, "cuMemcpyDtoHAsync": 0, "cuMemcpyDtoDAsync": 0,
+    "cuMemcpyAsync": 0, "cuMemcpyPeerAsync": 0, "cuMemsetD8Async": 0, "cuMemsetD16Async": 0,
+    "cuMemsetD32Async": 0, "cuCtxGetStreamPriorityRange": 2, "cuStreamCreateWithPriority": 1,
+    "cuStreamDestroy": 0, "cuStreamQuery": 0, "cuStreamSynchronize": 0, "cuStreamWaitEvent": 0,
+    "cuStreamGetCtx": 1, "cuLaunchHostFunc": 0, "cuEventCreate": 1, "cuEventDestroy": 0,
+    "cuEventRecord": 0, "cuEventQuery": 0, "cuEventSynchronize": 0, "cuEventElapsedTime": 1,
+    "cuIpcGetEventHandle": 1, "cuIpcOpenEventHandle": 1, "cuStreamBeginCapture": 0,
+    "cuStreamEndCapture": 1, "cuGraphInstantiate": 1, "cuGraphLaunch": 0,
+    "cuGraphExecDestroy": 0, "cuGraphDestroy": 0, "cuStreamIsCapturing": 1,
+    "cuPointerGetAttribute": 1, "cuGetErrorString": 1, "cuThreadExchangeStreamCaptureMode": 1,
+    "cuCtxGetCurrent": 1,
+}
+CTX = 0xC0DE000
+GRAN = 2 << 20
+
+
+class FakeDriver:
+    """Answers driver calls from a table (enums and structs come from the real bindings);
+    ``fail[name] = code`` makes ``name`` return that CUresult. Calls are recorded."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+        self.fail: dict[str, int] = {}
+        self.calls: list[tuple[str, tuple[Any, ...]]] = []
+        self.handles = itertools.count(0x7F0000010000, 0x1000)
+        self.reserve = itertools.count(0x7E0000000000, 1 << 32)
+
+    def names(self) -> list[str]:
+        return [c[0] for c in self.calls]
+
+    def _value(self, name: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        r = self.real
+        if name == "cuDeviceGet":
+            return (args[0],)
+        if name == "cuDeviceGetAttribute":
+            return (8,)
+        if name == "cuDevicePrimaryCtxRetain":
+            return (CTX + args[0],)          # one primary context per device
+        if name == "cuStreamGetCtx":
+            return (CTX,)
+        if name == "cuCtxSetCurrent":
+            self.current = int(args[0])
+            return ()
+        if name == "cuCtxGetCurrent":
+            return (getattr(self, "current", 0),)
+        if name == "cuDeviceGetName":
+            return (b"Fake GPU\0\0",)
+        if name == "cuDeviceTotalMem":
+            return (80 << 30,)
+        if name == "cuDeviceGetUuid":
+            u = r.CUuuid()
+            ctypes.memmove(u.getPtr(), bytes(range(16)), 16)
+            return (u,)
+        if name == "cuMemGetInfo":
+            return (1 << 30, 2 << 30)
+        if name == "cuCtxGetStreamPriorityRange":
+            return (0, -5)
+        if name == "cuMemGetAllocationGranularity":
+            return (GRAN,)
+        if name == "cuMemAddressReserve":
+            return (next(self.reserve),)
+        if name == "cuEventElapsedTime":
+            return (1.5,)
+        if name == "cuStreamIsCapturing":
+            return (r.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE,)
+        if name == "cuIpcGetEventHandle":
+            h = r.CUipcEventHandle()
+            ctypes.memmove(h.getPtr(), bytes(range(64)), 64)
+            return (h,)
+        if name == "cuDeviceCanAccessPeer":
+            return (1,)
+        if name == "cuGetErrorString":
+            return (b"fake description",)
+        if name == "cuThreadExchangeStreamCaptureMode":
+            return (r.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_GLOBAL,)
+        return tuple(next(self.handles) for _ in range(OUTPUTS[name]))
+
+    def __getattr__(self, name: str) -> Any:
+        if not name.startswith("cu") or name not in OUTPUTS:
+            return getattr(self.real, name)
+
+        def call(*args: Any) -> tuple[Any, ...]:
+            self.calls.append((name, args))
+            if name in self.fail:
+                return (self.real.CUresult(self.fail[name]), *(None,) * OUTPUTS[name])
+            if name == "cuPointerGetAttribute":   # only memory allocated here is known
+                return (self.real.CUresult.CUDA_ERROR_INVALID_VALUE, None)
+            return (self.real.CUresult.CUDA_SUCCESS, *self._value(name, args))
+        return call
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, FakeDriver]]:
+    """A CudaBackend over the driver stand-in, with two visible devices."""
+    real = pytest.importorskip("cuda.bindings.driver")
+    drv = FakeDriver(real)
+    monkeypatch.setattr(_cu, "driver", lambda: drv)
+    monkeypatch.setattr(_discovery, "probe",
+                        lambda: _discovery.Probe(2, None, "nvml", 12040, (0, 1)))
+    from accelrt.backends.cuda import CudaBackend
+    yield CudaBackend(), drv
+
+
+INVALID = 1        # CUDA_ERROR_INVALID_VALUE
+UNKNOWN = 999      # CUDA_ERROR_UNKNOWN
+OOM = 2            # CUDA_ERROR_OUT_OF_MEMORY
+NOT_READY = 600    # CUDA_ERROR_NOT_READY
+
+
+def _objs(b: Any) -> dict[str, int]:
+    """Live objects made through the backend for the error-path cases."""
+    s = b.stream_create(0, 0)
+    ev = b.event_create(0, True, False, False)
+    ev2 = b.event_create(0, True, False, False)
+    ipc = b.event_create(0, False, False, True)
+    ptr = b.malloc(0, 4096)
+    hp = b.host_malloc(4096)
+    base = b.vm_reserve(0, 2 * GRAN)
+    return {"s": s, "ev": ev, "ev2": ev2, "ipc": ipc, "ptr": ptr, "hp": hp, "base": base}
+
+
+def _graph(b: Any, o: dict[str, int]) -> int:
+    b.graph_capture_begin(0, o["s"])
+    return b.graph_capture_end(0, o["s"])
+
+
+def _mapped(b: Any, o: dict[str, int]) -> int:
+    assert b.vm_map(0, o["base"], GRAN)
+    return o["base"]
+
+
+ERROR_PATHS: list[tuple[str, str, Callable[[Any, dict[str, int]], Any]]] = [
+    ("init_device", "cuDevicePrimaryCtxRetain", lambda b, o: b.init_device(1)),
+    ("get_device_properties", "cuDeviceGetName", lambda b, o: b.get_device_properties(1)),
+    ("get_memory_info", "cuMemGetInfo", lambda b, o: b.get_memory_info(0)),
+    ("can_access_peer", "cuDeviceCanAccessPeer", lambda b, o: b.can_access_peer(0, 1)),
+    ("enable_peer_access", "cuCtxEnablePeerAccess", lambda b, o: b.enable_peer_access(0, 1)),
+    ("malloc", "cuMemAlloc", lambda b, o: b.malloc(0, 64)),
+    ("free", "cuMemFree", lambda b, o: b.free(0, o["ptr"])),
+    ("host_malloc", "cuMemHostAlloc", lambda b, o: b.host_malloc(64)),
+    ("host_free", "cuMemFreeHost", lambda b, o: b.host_free(o["hp"])),
+    ("vm_reserve", "cuMemAddressReserve", lambda b, o: b.vm_reserve(0, GRAN)),
+    ("vm_release", "cuMemAddressFree", lambda b, o: b.vm_release(0, o["base"], 2 * GRAN)),
+    ("vm_map", "cuMemCreate", lambda b, o: b.vm_map(0, o["base"], GRAN)),
+    ("vm_map", "cuMemMap", lambda b, o: b.vm_map(0, o["base"], GRAN)),
+    ("vm_map", "cuMemSetAccess", lambda b, o: b.vm_map(0, o["base"], GRAN)),
+    ("vm_unmap", "cuMemUnmap", lambda b, o: b.vm_unmap(0, _mapped(b, o), GRAN)),
+    ("memcpy", "cuMemcpyHtoDAsync", lambda b, o: b.memcpy(o["ptr"], o["hp"], 64, 0, 0, "h2d")),
+    ("memcpy", "cuMemcpyDtoHAsync", lambda b, o: b.memcpy(o["hp"], o["ptr"], 64, 0, 0, "d2h")),
+    ("memcpy", "cuMemcpyDtoDAsync",
+     lambda b, o: b.memcpy(o["ptr"], o["ptr"] + 64, 64, 0, o["s"], "d2d")),
+    ("memcpy", "cuMemcpyAsync", lambda b, o: b.memcpy(o["hp"], o["hp"] + 64, 64, 0, 0, "h2h")),
+    ("memcpy_peer", "cuMemcpyPeerAsync",
+     lambda b, o: b.memcpy_peer(o["ptr"], 0, o["ptr"] + 64, 0, 64, 0)),
+    ("memset", "cuMemsetD8Async", lambda b, o: b.memset(o["ptr"], 7, 64, 0, 0)),
+    ("fill", "cuMemsetD16Async", lambda b, o: b.fill(o["ptr"], b"ab", 8, 0, 0)),
+    ("fill", "cuMemsetD32Async", lambda b, o: b.fill(o["ptr"], b"abcd", 8, 0, 0)),
+    ("fill", "cuLaunchKernel", lambda b, o: b.fill(o["ptr"], b"abcdefgh", 8, 0, 0)),
+    ("fill", "cuModuleLoadData", lambda b, o: b.fill(o["ptr"] + 1, b"abcd", 8, 0, 0)),
+    ("stream_priority_range", "cuCtxGetStreamPriorityRange",
+     lambda b, o: b.stream_priority_range(1)),
+    ("stream_create", "cuStreamCreateWithPriority", lambda b, o: b.stream_create(0, -3)),
+    ("stream_destroy", "cuStreamDestroy", lambda b, o: b.stream_destroy(0, o["s"])),
+    ("stream_query", "cuStreamQuery", lambda b, o: b.stream_query(0, o["s"])),
+    ("stream_synchronize", "cuStreamSynchronize", lambda b, o: b.stream_synchronize(0, o["s"])),
+    ("stream_wait_event", "cuStreamWaitEvent",
+     lambda b, o: b.stream_wait_event(0, o["s"], o["ev"])),
+    ("synchronize", "cuCtxSynchronize", lambda b, o: b.synchronize(0)),
+    ("launch_host_func", "cuLaunchHostFunc",
+     lambda b, o: b.launch_host_func(0, o["s"], lambda: None)),
+    ("event_create", "cuEventCreate", lambda b, o: b.event_create(0, False, True, False)),
+    ("event_destroy", "cuEventDestroy", lambda b, o: b.event_destroy(0, o["ev"])),
+    ("event_record", "cuEventRecord", lambda b, o: b.event_record(0, o["ev"], o["s"])),
+    ("event_query", "cuEventQuery", lambda b, o: b.event_query(0, o["ev"])),
+    ("event_synchronize", "cuEventSynchronize", lambda b, o: b.event_synchronize(0, o["ev"])),
+    ("event_elapsed_time", "cuEventElapsedTime",
+     lambda b, o: b.event_elapsed_time(0, o["ev"], o["ev2"])),
+    ("event_ipc_handle", "cuIpcGetEventHandle", lambda b, o: b.event_ipc_handle(0, o["ipc"])),
+    ("event_from_ipc_handle", "cuIpcOpenEventHandle",
+     lambda b, o: b.event_from_ipc_handle(0, bytes(64))),
+    ("graph_capture_begin", "cuStreamBeginCapture",
+     lambda b, o: b.graph_capture_begin(0, o["s"])),
+    ("graph_capture_end", "cuStreamEndCapture", lambda b, o: _graph(b, o)),
+    ("graph_capture_end", "cuGraphInstantiate", lambda b, o: _graph(b, o)),
+    ("graph_replay", "cuGraphLaunch", lambda b, o: b.graph_replay(0, _graph(b, o), o["s"])),
+    ("graph_destroy", "cuGraphExecDestroy", lambda b, o: b.graph_destroy(0, _graph(b, o))),
+    ("stream_is_capturing", "cuStreamIsCapturing",
+     lambda b, o: b.stream_is_capturing(0, o["s"])),
+]
+
+
+@pytest.mark.parametrize(("method", "call", "case"),
+                         [pytest.param(m, c, f, id=f"{m}-{c}") for m, c, f in ERROR_PATHS])
+def test_every_driver_error_maps_to_cuda_error(fake: Any, method: str, call: str,
+                                               case: Callable[..., Any]) -> None:
+    b, drv = fake
+    objs = _objs(b)
+    drv.fail[call] = UNKNOWN
+    with pytest.raises(CudaError) as info:
+        case(b, objs)
+    assert info.value.call.startswith(call)
+    assert info.value.error_name == "CUDA_ERROR_UNKNOWN"
+    assert "CUDA_ERROR_UNKNOWN" in str(info.value) and "fake description" in str(info.value)
+
+
+def test_error_paths_cover_the_backend_methods() -> None:
+    """Every raw operation that calls the driver has an error-path case above."""
+    from accelrt._backend import Backend
+    from accelrt.backends.cuda import CudaBackend
+    covered = {m for m, _, _ in ERROR_PATHS}
+    no_driver = {"device_count", "unavailable_reason", "default_stream", "host_accessible",
+                 "graph_supported", "stream_is_valid", "vm_supported", "vm_granularity",
+                 "get_device_capability"}
+    methods = {n for n in vars(Backend) if not n.startswith("_") and callable(getattr(Backend, n))
+               and getattr(CudaBackend, n) is not getattr(Backend, n)}
+    assert not methods - covered - no_driver, sorted(methods - covered - no_driver)
+
+
+def test_out_of_memory_is_a_zero_not_an_error(fake: Any) -> None:
+    b, drv = fake
+    drv.fail["cuMemAlloc"] = OOM
+    assert b.malloc(0, 1 << 40) == 0
+    drv.fail["cuMemHostAlloc"] = OOM
+    assert b.host_malloc(1 << 40) == 0
+
+
+def test_vm_map_out_of_memory_is_false_and_leaves_nothing_mapped(fake: Any) -> None:
+    b, drv = fake
+    base = b.vm_reserve(0, 4 * GRAN)
+    drv.fail["cuMemCreate"] = OOM
+    assert b.vm_map(0, base, 2 * GRAN) is False
+    assert "cuMemMap" not in drv.names()
+    del drv.fail["cuMemCreate"]
+    drv.fail["cuMemSetAccess"] = UNKNOWN
+    with pytest.raises(CudaError):
+        b.vm_map(0, base, 2 * GRAN)
+    assert drv.names()[-2:] == ["cuMemUnmap", "cuMemRelease"]   # undone
+    del drv.fail["cuMemSetAccess"]
+    assert b.vm_map(0, base, 2 * GRAN) is True                  # nothing stayed mapped
+    b.vm_unmap(0, base, 2 * GRAN)
+    b.vm_release(0, base, 4 * GRAN)
+
+
+def test_vm_mappings_are_unmapped_whole(fake: Any) -> None:
+    b, drv = fake
+    base = b.vm_reserve(0, 4 * GRAN)
+    assert b.vm_map(0, base, 2 * GRAN) and b.vm_map(0, base + 2 * GRAN, GRAN)
+    assert drv.names().count("cuMemCreate") == 2                # one handle per call
+    with pytest.raises(ValueError, match="overlaps"):
+        b.vm_map(0, base + GRAN, GRAN)
+    with pytest.raises(ValueError, match="cuts"):
+        b.vm_unmap(0, base, GRAN)
+    with pytest.raises(ValueError, match="cuts"):
+        b.vm_unmap(0, base + GRAN, GRAN)
+    with pytest.raises(ValueError, match="not mapped"):
+        b.vm_unmap(0, base + 3 * GRAN, GRAN)
+    with pytest.raises(ValueError, match="still mapped"):
+        b.vm_release(0, base, 4 * GRAN)
+    b.memset(base + GRAN, 0, 2 * GRAN, 0, 0)                    # spans both mappings
+    with pytest.raises(ValueError, match="unmapped"):
+        b.memset(base + GRAN, 0, 3 * GRAN, 0, 0)                # runs past them
+    b.vm_unmap(0, base, 3 * GRAN)                               # two mappings at once
+    assert drv.names().count("cuMemRelease") == 2
+    b.vm_release(0, base, 4 * GRAN)
+
+
+def test_not_ready_means_false(fake: Any) -> None:
+    b, drv = fake
+    s = b.stream_create(0, 0)
+    ev = b.event_create(0, False, False, False)
+    drv.fail["cuStreamQuery"] = NOT_READY
+    drv.fail["cuEventQuery"] = NOT_READY
+    assert b.stream_query(0, s) is False and b.event_query(0, ev) is False
+    del drv.fail["cuStreamQuery"], drv.fail["cuEventQuery"]
+    assert b.stream_query(0, s) is True and b.event_query(0, ev) is True
+
+
+BAD_CALLS: list[tuple[str, type, Callable[[Any, dict[str, int]], Any]]] = [
+    ("malloc-zero", ValueError, lambda b, o: b.malloc(0, 0)),
+    ("malloc-str", TypeError, lambda b, o: b.malloc(0, "1")),
+    ("index-str", TypeError, lambda b, o: b.malloc("0", 16)),
+    ("index-range", IndexError, lambda b, o: b.malloc(2, 16)),
+    ("index-huge", IndexError, lambda b, o: b.get_device_properties(1 << 64)),
+    ("free-interior", ValueError, lambda b, o: b.free(0, o["ptr"] + 16)),
+    ("free-other-device", ValueError, lambda b, o: b.free(1, o["ptr"])),
+    ("free-host", ValueError, lambda b, o: b.free(0, o["hp"])),
+    ("host-free-device", ValueError, lambda b, o: b.host_free(o["ptr"])),
+    ("memset-overrun", ValueError, lambda b, o: b.memset(o["ptr"], 0, 4097, 0, 0)),
+    ("memset-unknown", ValueError, lambda b, o: b.memset(0x1234000, 0, 16, 0, 0)),
+    ("memset-value", ValueError, lambda b, o: b.memset(o["ptr"], 256, 16, 0, 0)),
+    ("memset-stream", ValueError, lambda b, o: b.memset(o["ptr"], 0, 16, 0, 987654)),
+    ("memset-stream-neg", ValueError, lambda b, o: b.memset(o["ptr"], 0, 16, 0, -1)),
+    ("memcpy-kind", ValueError, lambda b, o: b.memcpy(o["ptr"], o["hp"], 16, 0, 0, "x")),
+    ("memcpy-d2h-overrun", ValueError,
+     lambda b, o: b.memcpy(o["hp"], o["ptr"], 8192, 0, 0, "d2h")),
+    ("memcpy-pinned-overrun", ValueError,
+     lambda b, o: b.memcpy(o["ptr"], o["hp"] + 4000, 200, 0, 0, "h2d")),
+    ("memcpy-h2d-dst-host", ValueError, lambda b, o: b.memcpy(o["hp"], o["hp"], 16, 0, 0, "h2d")),
+    ("memcpy-ptr-huge", ValueError, lambda b, o: b.memcpy(1 << 64, o["hp"], 16, 0, 0, "h2d")),
+    ("fill-width", ValueError, lambda b, o: b.fill(o["ptr"], b"abc", 4, 0, 0)),
+    ("fill-type", TypeError, lambda b, o: b.fill(o["ptr"], "ab", 4, 0, 0)),
+    ("fill-overrun", ValueError, lambda b, o: b.fill(o["ptr"], b"abcdefgh", 513, 0, 0)),
+    ("vm-unaligned", ValueError, lambda b, o: b.vm_reserve(0, 12345)),
+    ("vm-map-outside", ValueError, lambda b, o: b.vm_map(0, 2 * GRAN, GRAN)),
+    ("vm-unmap-unmapped", ValueError, lambda b, o: b.vm_unmap(0, o["base"], GRAN)),
+    ("vm-release-unknown", ValueError, lambda b, o: b.vm_release(0, o["base"] + GRAN, GRAN)),
+    ("stream-destroy-default", ValueError, lambda b, o: b.stream_destroy(0, 0)),
+    ("stream-destroy-unknown", ValueError, lambda b, o: b.stream_destroy(0, 987654)),
+    ("stream-query-unknown", ValueError, lambda b, o: b.stream_query(0, 987654)),
+    ("stream-query-other-device", ValueError, lambda b, o: b.stream_query(1, o["s"])),
+    ("event-unknown", ValueError, lambda b, o: b.event_query(0, 987654)),
+    ("event-float", TypeError, lambda b, o: b.event_query(0, 1.5)),
+    ("event-record-stream", ValueError, lambda b, o: b.event_record(0, o["ev"], 987654)),
+    ("elapsed-non-timing", ValueError, lambda b, o: b.event_elapsed_time(0, o["ev"], o["ipc"])),
+    ("ipc-and-timing", ValueError, lambda b, o: b.event_create(0, True, False, True)),
+    ("ipc-handle-size", ValueError, lambda b, o: b.event_from_ipc_handle(0, b"\0garbage")),
+    ("capture-default", acc.DeviceError, lambda b, o: b.graph_capture_begin(0, 0)),
+    ("capture-end-idle", acc.DeviceError, lambda b, o: b.graph_capture_end(0, o["s"])),
+    ("graph-unknown", ValueError, lambda b, o: b.graph_replay(0, 987654, o["s"])),
+    ("graph-destroy-unknown", ValueError, lambda b, o: b.graph_destroy(0, 987654)),
+    ("host-func-not-callable", TypeError, lambda b, o: b.launch_host_func(0, 0, 42)),
+]
+
+
+@pytest.mark.parametrize(("cid", "exc", "case"),
+                         [pytest.param(c, e, f, id=c) for c, e, f in BAD_CALLS])
+def test_bad_arguments_never_reach_the_driver(fake: Any, cid: str, exc: type,
+                                              case: Callable[..., Any]) -> None:
+    b, drv = fake
+    objs = _objs(b)
+    before = len(drv.calls)
+    with pytest.raises(exc):
+        case(b, objs)
+    touched = {n for n, _ in drv.calls[before:]} - {
+        "cuDeviceGet", "cuDeviceGetAttribute", "cuDevicePrimaryCtxRetain", "cuCtxSetCurrent",
+        "cuInit", "cuPointerGetAttribute", "cuMemGetAllocationGranularity", "cuDeviceGetName",
+        "cuDeviceTotalMem", "cuDeviceGetUuid", "cuCtxGetStreamPriorityRange", "cuCtxGetCurrent"}
+    assert not touched, f"{cid}: the driver was called: {touched}"
+
+
+ALLOWED = (TypeError, ValueError, IndexError, acc.AcceleratorError)
+FUZZ = {
+    "malloc": ("index", "size"), "free": ("index", "dptr"), "memset": ("dptr", "byte", "size",
+                                                                       "index", "stream"),
+    "fill": ("dptr", "pattern", "size", "index", "stream"),
+    "memcpy": ("dptr", "dptr", "size", "index", "stream", "kind"),
+    "memcpy_peer": ("dptr", "index", "dptr", "index", "size", "stream"),
+    "stream_query": ("index", "stream"), "stream_synchronize": ("index", "stream"),
+    "stream_wait_event": ("index", "stream", "event"), "stream_is_valid": ("index", "stream"),
+    "event_record": ("index", "event", "stream"), "event_query": ("index", "event"),
+    "event_elapsed_time": ("index", "event", "event"), "vm_map": ("index", "dptr", "size"),
+    "vm_unmap": ("index", "dptr", "size"), "graph_replay": ("index", "graph", "stream"),
+    "get_device_properties": ("index",), "stream_create": ("index", "index"),
+}
+
+
+def test_fuzzed_arguments_raise_only_mapped_errors(fake: Any) -> None:
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    b, _ = fake
+    o = _objs(b)
+    pools: dict[str, list[Any]] = {
+        "index": [0, 1, -1, 2, 2**64, "0", None, 1.0, True],
+        "size": [1, 256, 4096, 4097, 0, -1, 2**64, "8", None, 1.5],
+        "dptr": [o["ptr"], o["ptr"] + 256, o["ptr"] + 4096, o["hp"], o["base"], 256, 0, -1,
+                 2**64, "p", None],
+        "stream": [0, o["s"], 987654, -1, 2**64, "s", None, 1.0],
+        "event": [o["ev"], o["ipc"], 0, 987654, -1, "e", None],
+        "byte": [0, 255, 256, -1, "x", None],
+        "pattern": [b"a", b"ab", b"abcd", b"abcdefgh", b"", b"abc", "ab", None, 3],
+        "kind": ["h2d", "d2h", "d2d", "h2h", "x", 1, None],
+        "graph": [0, 987654, -1, "g", None],
+    }
+
+    @settings(max_examples=300, deadline=None, database=None,
+              suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(data=st.data())
+    def run(data: Any) -> None:
+        method = data.draw(st.sampled_from(sorted(FUZZ)))
+        args = [data.draw(st.sampled_from(pools[k])) for k in FUZZ[method]]
+        try:
+            getattr(b, method)(*args)
+        except ALLOWED:
+            pass
+
+    run()
+
+
+def test_capture_state_is_checked_before_the_driver(fake: Any) -> None:
+    b, drv = fake
+    s = b.stream_create(0, 0)
+    ev = b.event_create(0, False, False, False)
+    b.graph_capture_begin(0, s)
+    assert b.stream_is_capturing(0, s)
+    with pytest.raises(acc.DeviceError, match="already capturing"):
+        b.graph_capture_begin(0, s)
+    for call in (lambda: b.stream_synchronize(0, s), lambda: b.stream_query(0, s),
+                 lambda: b.synchronize(0), lambda: b.stream_destroy(0, s)):
+        with pytest.raises(acc.DeviceError, match="captur"):
+            call()
+    b.event_record(0, ev, s)
+    with pytest.raises(acc.DeviceError, match="inside a graph capture"):
+        b.event_query(0, ev)
+    assert "cuStreamSynchronize" not in drv.names() and "cuEventQuery" not in drv.names()
+    g = b.graph_capture_end(0, s)
+    b.graph_replay(0, g, 0)
+    b.event_record(0, ev, s)
+    assert b.event_query(0, ev) is True
+    b.graph_destroy(0, g)
+    with pytest.raises(ValueError):
+        b.graph_destroy(0, g)
+
+
+def test_allocation_during_capture_uses_relaxed_mode(fake: Any) -> None:
+    b, drv = fake
+    s = b.stream_create(0, 0)
+    b.malloc(0, 64)
+    assert "cuThreadExchangeStreamCaptureMode" not in drv.names()
+    b.graph_capture_begin(0, s)
+    before = len(drv.calls)
+    ptr = b.malloc(0, 64)
+    b.free(0, ptr)
+    names = [n for n, _ in drv.calls[before:]]
+    modes = [a[0] for n, a in drv.calls[before:] if n == "cuThreadExchangeStreamCaptureMode"]
+    assert names.count("cuThreadExchangeStreamCaptureMode") == 4   # relax + restore, twice
+    relaxed = drv.real.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
+    assert modes[0] == relaxed and modes[1] != relaxed
+    b.graph_destroy(0, b.graph_capture_end(0, s))
+
+
+@pytest.mark.parametrize(("pattern", "offset", "call"), [
+    (b"\x07", 0, "cuMemsetD8Async"),
+    (b"\x01\x02", 0, "cuMemsetD16Async"),
+    (b"\x01\x02\x03\x04", 0, "cuMemsetD32Async"),
+    (b"\x01\x02\x03\x04\x05\x06\x07\x08", 0, "cuLaunchKernel"),
+    (b"\x01\x02", 1, "cuLaunchKernel"),
+    (b"\x01\x02\x03\x04", 2, "cuLaunchKernel"),
+    (b"\x01\x02\x03\x04\x05\x06\x07\x08", 4, "cuLaunchKernel"),
+])
+def test_fill_dispatch(fake: Any, pattern: bytes, offset: int, call: str) -> None:
+    b, drv = fake
+    ptr = b.malloc(0, 4096)
+    b.fill(ptr + offset, pattern, 16, 0, 0)
+    name, args = drv.calls[-1]
+    assert name == call
+    if call != "cuLaunchKernel":
+        assert args[:3] == (ptr + offset, int.from_bytes(pattern, "little"), 16)
+
+
+def test_stream_pool_precreates_and_clamps(fake: Any) -> None:
+    b, drv = fake
+    first = b.stream_create(0, 0)
+    made = drv.names().count("cuStreamCreateWithPriority")
+    assert made == _streams.STREAM_BATCH
+    others = [b.stream_create(0, 0) for _ in range(_streams.STREAM_BATCH - 1)]
+    assert drv.names().count("cuStreamCreateWithPriority") == made   # no driver call
+    assert len({first, *others}) == _streams.STREAM_BATCH
+    b.stream_create(0, -100)   # clamped to the greatest priority, -5
+    assert drv.calls[-1] == ("cuStreamCreateWithPriority",
+                             (drv.real.CUstream_flags.CU_STREAM_NON_BLOCKING, -5))
+    assert b.stream_priority_range(0) == (0, -5)
+    b.stream_destroy(0, first)
+    assert b.stream_is_valid(0, first) is False
+    assert b.stream_is_valid(0, others[0]) and b.stream_is_valid(0, 0)
+
+
+def test_foreign_streams_are_validated_once(fake: Any) -> None:
+    b, drv = fake
+    foreign = 0x7A0000001000
+    assert b.stream_is_valid(0, foreign) is True       # the driver knows it (cuStreamGetCtx)
+    b.stream_query(0, foreign)                         # now accepted
+    assert b.stream_is_valid(0, 987654) is False       # not a pointer: never asked
+    assert ("cuStreamGetCtx", (987654,)) not in drv.calls
+
+
+def test_host_function_is_kept_alive_until_it_runs(fake: Any) -> None:
+    b, drv = fake
+    ran: list[int] = []
+    b.launch_host_func(0, 0, lambda: ran.append(1))
+    name, args = drv.calls[-1]
+    assert name == "cuLaunchHostFunc"
+    key = args[2]
+    assert key in _streams._host_funcs
+    _streams._HOST_TRAMPOLINE(key)      # what the driver thread does
+    assert ran == [1] and key not in _streams._host_funcs
+    _streams._HOST_TRAMPOLINE(key)      # a second call finds nothing to run
+    assert ran == [1]
+
+
+def test_host_function_errors_surface_at_the_next_sync(fake: Any) -> None:
+    b, drv = fake
+    s = b.stream_create(0, 0)
+    boom = KeyError("boom")
+
+    def fail() -> None:
+        raise boom
+    b.launch_host_func(0, s, fail)
+    _streams._HOST_TRAMPOLINE(drv.calls[-1][1][2])   # the driver thread runs it
+    b.stream_synchronize(0, 0)                        # another stream: nothing to report
+    with pytest.raises(acc.DeviceError, match="KeyError") as info:
+        b.stream_synchronize(0, s)
+    assert info.value.__cause__ is boom
+    b.stream_synchronize(0, s)                        # reported once
+    b.launch_host_func(0, 0, fail)
+    _streams._HOST_TRAMPOLINE(drv.calls[-1][1][2])
+    with pytest.raises(acc.DeviceError):
+        b.synchronize(0)
+    b.synchronize(0)
+
+
+def test_ipc_handle_bytes(fake: Any) -> None:
+    b, _ = fake
+    ev = b.event_create(0, False, False, True)
+    h = b.event_ipc_handle(0, ev)
+    assert h == bytes(range(64))
+    opened = b.event_from_ipc_handle(0, h)
+    assert b.event_query(0, opened) is True
+
+
+def test_properties_and_capability(fake: Any) -> None:
+    b, _ = fake
+    p = b.get_device_properties(0)
+    assert p["name"] == "Fake GPU" and p["total_memory"] == 80 << 30
+    assert (p["major"], p["minor"], p["multi_processor_count"]) == (8, 8, 8)
+    assert p["uuid"] == "00010203-0405-0607-0809-0a0b0c0d0e0f"
+    assert len(p["attributes"]) > 100 and p["attributes"]["warp_size"] == 8
+    for key in ("L2_cache_size", "clock_rate", "pci_bus_id", "pci_device_id", "pci_domain_id"):
+        assert key in p
+    cap = b.get_device_capability(0)
+    assert "bfloat16" in cap["supported_dtypes"] and cap["compute_capability"] == (8, 8)
+
+
+def test_context_follows_the_device_across_libraries(fake: Any) -> None:
+    b, drv = fake
+    b.malloc(0, 64)
+    assert drv.current == CTX + 0
+    drv.current = CTX + 1                # another library made device 1 current here
+    b.malloc(0, 64)
+    assert drv.current == CTX + 0        # switched back before allocating on device 0
+    b.malloc(1, 64)
+    assert drv.current == CTX + 1
+
+
+def test_forked_child_refuses_cuda_after_a_context(fake: Any) -> None:
+    b, _ = fake
+    b._after_fork()                    # no context yet: the child may use CUDA
+    b.malloc(0, 64)
+    b._after_fork()                    # a context existed in the "parent"
+    with pytest.raises(RuntimeError, match="spawn"):
+        b.malloc(0, 64)
+
+
+# ====================================================================== kernels
+
+def test_committed_ptx_matches_the_sources() -> None:
+    sources = _kernels.sources()
+    assert "fill" in sources
+    for src in sources.values():
+        ptx = src.with_suffix(".ptx")
+        assert ptx.exists(), f"{ptx.name} is missing: run python scripts/gen_ptx.py"
+        text = ptx.read_text()
+        assert _kernels.ptx_source_sha256(text) == _kernels.source_sha256(src), (
+            f"{ptx.name} is stale: run python scripts/gen_ptx.py")
+        assert f".target sm_{_kernels.PTX_ARCH.split('_')[1]}" in text
+        for kernel in _kernel_names(src):
+            assert f".entry {kernel}(" in text
+
+
+def _kernel_names(src: Path) -> list[str]:
+    import re
+    return re.findall(r'extern\s+"C"\s+__global__\s+void\s+(\w+)', src.read_text())
+
+
+def test_gen_ptx_check_passes() -> None:
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_ptx.py"), "--check"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_stale_ptx_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    (tmp_path / "k.cu").write_text('extern "C" __global__ void k() {}\n')
+    (tmp_path / "k.ptx").write_text(_kernels.ptx_header("k", "0" * 64, "12.4", "compute_70"))
+    monkeypatch.setattr(_kernels, "KERNEL_DIR", tmp_path)
+    with pytest.raises(RuntimeError, match="regenerate"):
+        _kernels.load_ptx("k")
+    with pytest.raises(FileNotFoundError, match="gen_ptx"):
+        _kernels.load_ptx("missing")
+
+
+def test_pack_args_needs_numpy_scalars() -> None:
+    ptrs, keep = _kernels.pack_args([np.uint64(7), np.float32(1.5), np.uint32(3)])
+    assert [int(np.frombuffer(k.tobytes(), k.dtype)[0]) for k in keep] == [7, 1, 3]
+    assert ptrs.tolist() == [k.ctypes.data for k in keep]
+    with pytest.raises(TypeError, match="numpy scalars"):
+        _kernels.pack_args([7])
+
+
+NVRTC = _kernels.nvrtc_version()
+needs_nvrtc = pytest.mark.skipif(NVRTC is None, reason="NVRTC is not installed "
+                                 "(pip install nvidia-cuda-nvrtc)")
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("name", sorted(_kernels.sources()))
+def test_every_source_compiles_with_nvrtc(name: str) -> None:
+    src = _kernels.sources()[name]
+    ptx = _kernels.compile_source(src.read_bytes(), src.name, "compute_75").decode()
+    for kernel in _kernel_names(src):
+        assert f".entry {kernel}(" in ptx
+    cubin = _kernels.compile_source(src.read_bytes(), src.name, "sm_90", cubin=True)
+    assert cubin[:4] == b"\x7fELF"
+
+
+@needs_nvrtc
+def test_nvrtc_errors_carry_the_log() -> None:
+    with pytest.raises(CudaError, match="nvrtcCompileProgram") as info:
+        _kernels.compile_source(b'extern "C" __global__ void k() { oops; }', "bad.cu",
+                                "compute_75")
+    assert "oops" in str(info.value)
+
+
+# ====================================================================== on a GPU
+
+@pytest.fixture
+def cuda() -> Any:
+    return registry.get_backend("cuda")
+
+
+def _host(n: int, fill: int = 0) -> np.ndarray:
+    return np.full(n, fill, dtype=np.uint8)
+
+
+@gpu
+def test_gpu_properties(cuda: Any) -> None:
+    p = acc.get_device_properties("cuda:0")
+    assert p["name"] and p["total_memory"] > 1 << 30 and p["multi_processor_count"] > 0
+    assert (p["major"], p["minor"]) == acc.cuda.get_device_capability(0)
+    free, total = cuda.get_memory_info(0)
+    assert 0 < free <= total and abs(total - p["total_memory"]) <= p["total_memory"] // 100
+    assert acc.cuda.get_device_name(0) == p["name"]
+    assert 0 <= acc.cuda.utilization(0) <= 100 and acc.cuda.temperature(0) > 0
+    assert acc.cuda.list_gpu_processes(0).startswith("GPU:0")
+
+
+@gpu
+def test_gpu_memcpy_memset_fill_roundtrip(cuda: Any) -> None:
+    n = 1 << 16
+    ptr = cuda.malloc(0, n)
+    s = cuda.stream_create(0, 0)
+    try:
+        src = np.arange(n, dtype=np.uint32).view(np.uint8)[:n].copy()
+        out = _host(n)
+        cuda.memcpy(ptr, src.ctypes.data, n, 0, s, "h2d")
+        cuda.memcpy(out.ctypes.data, ptr, n, 0, s, "d2h")
+        cuda.stream_synchronize(0, s)
+        assert np.array_equal(out, src)
+        for width, offset in [(1, 0), (2, 0), (4, 0), (8, 0), (2, 1), (4, 2), (8, 4), (8, 3)]:
+            pattern = bytes(range(1, width + 1))
+            cuda.memset(ptr, 0, n, 0, s)
+            cuda.fill(ptr + offset, pattern, 100, 0, s)
+            cuda.memcpy(out.ctypes.data, ptr, n, 0, s, "d2h")
+            cuda.stream_synchronize(0, s)
+            want = np.zeros(n, np.uint8)
+            want[offset:offset + 100 * width] = np.frombuffer(pattern * 100, np.uint8)
+            assert np.array_equal(out, want), (width, offset)
+    finally:
+        cuda.free(0, ptr)
+        cuda.stream_destroy(0, s)
+
+
+@gpu
+def test_gpu_streams_events_timing(cuda: Any) -> None:
+    least, greatest = cuda.stream_priority_range(0)
+    assert greatest <= least
+    s1 = acc.Stream("cuda:0", priority=greatest)
+    start = acc.Event("cuda:0", enable_timing=True)
+    end = acc.Event("cuda:0", enable_timing=True)
+    ptr = acc.memory.caching_allocator_alloc(64 << 20, "cuda:0", s1)
+    start.record(s1)
+    for _ in range(10):
+        cuda.memset(ptr, 1, 64 << 20, 0, s1.stream_id)
+    end.record(s1)
+    s2 = acc.Stream("cuda:0")
+    s2.wait_event(end)
+    end.synchronize()
+    assert end.query() and s1.query()
+    assert start.elapsed_time(end) > 0
+    ran = []
+    cuda.launch_host_func(0, s2.stream_id, lambda: ran.append(True))
+    s2.synchronize()
+    assert ran == [True]
+    acc.memory.caching_allocator_delete(ptr)
+
+
+@gpu
+def test_gpu_ipc_event_roundtrip_in_child(cuda: Any, tmp_path: Path) -> None:
+    ev = cuda.event_create(0, False, False, True)
+    s = cuda.stream_create(0, 0)
+    cuda.event_record(0, ev, s)
+    handle = cuda.event_ipc_handle(0, ev)
+    code = textwrap.dedent(f"""
+        from accelrt import backends
+        b = backends.get_backend("cuda")
+        e = b.event_from_ipc_handle(0, bytes.fromhex({handle.hex()!r}))
+        b.event_synchronize(0, e)
+        print("ok", b.event_query(0, e))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0 and "ok True" in out.stdout, out.stderr
+
+
+@gpu
+def test_gpu_graph_capture_and_replay(cuda: Any) -> None:
+    n = 4096
+    out = _host(n)
+    acc.set_current_accelerator("cuda")
+    acc.set_device_index(0)
+    g = acc.Graph()
+    s = acc.Stream("cuda:0")
+    ptr = acc.memory.caching_allocator_alloc(n, "cuda:0", s)
+    with acc.graph(g, stream=s):
+        cuda.memset(ptr, 5, n, 0, s.stream_id)
+        inside = acc.memory.caching_allocator_alloc(1 << 20, "cuda:0", s)   # private pool
+    assert {tuple(x["segment_pool_id"]) for x in acc.memory.memory_snapshot()
+            if any(b["address"] == inside for b in x["blocks"])} == {g.pool()}
+    cuda.memset(ptr, 0, n, 0, s.stream_id)
+    s.synchronize()
+    for _ in range(3):
+        g.replay()                               # on the current (default) stream
+    acc.synchronize("cuda:0")
+    cuda.memcpy(out.ctypes.data, ptr, n, 0, 0, "d2h")
+    cuda.stream_synchronize(0, 0)
+    assert (out == 5).all()
+    g.reset()
+    acc.memory.caching_allocator_delete(inside)
+    acc.memory.caching_allocator_delete(ptr)
+
+
+def _run_child(code: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    full = dict(os.environ, **(env or {}))
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, timeout=300, env=full)
+
+
+@gpu
+def test_gpu_expandable_segments_grow_in_place() -> None:
+    out = _run_child("""
+        import accelrt as acc
+        acc.set_current_accelerator("cuda")
+        ptrs = [acc.memory.caching_allocator_alloc(64 << 20, "cuda:0") for _ in range(4)]
+        segs = [s for s in acc.memory.memory_snapshot() if s["device"] == 0
+                and s["segment_type"] == "large"]
+        print("segments", len(segs), all(s.get("is_expandable") for s in segs))
+        for p in ptrs:
+            acc.memory.caching_allocator_delete(p)
+    """, {"ACCELRT_ALLOC_CONF": "expandable_segments:True"})
+    assert out.returncode == 0, out.stderr
+    assert "segments 1 True" in out.stdout, out.stdout
+
+
+@gpu
+def test_gpu_oom_on_fraction_limit() -> None:
+    acc.set_current_accelerator("cuda")
+    acc.memory.set_per_process_memory_fraction(0.01, "cuda:0")
+    try:
+        total = acc.get_device_properties("cuda:0")["total_memory"]
+        with pytest.raises(acc.OutOfMemoryError):
+            acc.memory.caching_allocator_alloc(total // 50, "cuda:0")
+    finally:
+        acc.memory.set_per_process_memory_fraction(1.0, "cuda:0")
+
+
+@gpu
+def test_gpu_fork_after_is_available_still_works() -> None:
+    out = _run_child("""
+        import os, accelrt as acc
+        assert acc.cuda.is_available() and acc.cuda.device_count() > 0
+        pid = os.fork()
+        if pid == 0:
+            from accelrt import backends
+            b = backends.get_backend("cuda")
+            p = b.malloc(0, 1024)
+            b.free(0, p)
+            os._exit(0 if p else 3)
+        _, status = os.waitpid(pid, 0)
+        print("child", os.waitstatus_to_exitcode(status))
+    """)
+    assert out.returncode == 0 and "child 0" in out.stdout, out.stderr
+
+
+@gpu
+def test_gpu_interop_with_cupy_and_torch_streams(cuda: Any) -> None:
+    tested = 0
+    try:
+        import cupy
+    except ImportError:
+        cupy = None
+    if cupy is not None:
+        cs = cupy.cuda.Stream(non_blocking=True)
+        es = acc.cuda.ExternalStream(acc.cuda.stream_handle(cs), 0)
+        assert es.stream_id == cs.ptr and es.query()
+        tested += 1
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None and torch.cuda.is_available():
+        ts = torch.cuda.Stream()
+        es = acc.cuda.as_stream(ts, 0)
+        assert es.stream_id == ts.cuda_stream
+        es.synchronize()
+        tested += 1
+    if not tested:
+        pytest.skip("neither CuPy nor PyTorch with CUDA is importable")
+
+
+@gpu
+def test_gpu_virtual_memory_map_write_unmap(cuda: Any) -> None:
+    if not cuda.vm_supported(0):
+        pytest.skip("this GPU has no virtual memory management")
+    g = cuda.vm_granularity(0)
+    base = cuda.vm_reserve(0, 4 * g)
+    try:
+        assert cuda.vm_map(0, base, g) and cuda.vm_map(0, base + g, g)
+        out = _host(2 * g)
+        cuda.memset(base, 9, 2 * g, 0, 0)               # one write across both mappings
+        cuda.memcpy(out.ctypes.data, base, 2 * g, 0, 0, "d2h")
+        cuda.stream_synchronize(0, 0)
+        assert (out == 9).all()
+        cuda.vm_unmap(0, base + g, g)
+        with pytest.raises(ValueError):
+            cuda.memset(base, 0, 2 * g, 0, 0)           # runs into the unmapped page
+        cuda.vm_unmap(0, base, g)
+    finally:
+        cuda.vm_release(0, base, 4 * g)
+
+
+@gpu
+def test_gpu_out_of_memory_and_pinned_memory(cuda: Any) -> None:
+    _free, total = cuda.get_memory_info(0)
+    assert cuda.malloc(0, total * 4) == 0
+    hp = cuda.host_malloc(1 << 20)
+    try:
+        ptr = cuda.malloc(0, 1 << 20)
+        host = np.ctypeslib.as_array((ctypes.c_uint8 * (1 << 20)).from_address(hp))
+        host[:] = 3
+        cuda.memcpy(ptr, hp, 1 << 20, 0, 0, "h2d")
+        host[:] = 0
+        cuda.memcpy(hp, ptr, 1 << 20, 0, 0, "d2h")
+        cuda.stream_synchronize(0, 0)
+        assert (host == 3).all()
+        cuda.free(0, ptr)
+    finally:
+        cuda.host_free(hp)
+
+
+@gpu
+def test_gpu_committed_ptx_loads_without_nvrtc(cuda: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from accelrt.backends.cuda._kernels import KernelCache
+    monkeypatch.setattr(_kernels, "nvrtc_version", lambda: None)
+    monkeypatch.setattr(cuda, "kernels", KernelCache())
+    ptr = cuda.malloc(0, 64)
+    try:
+        cuda.fill(ptr, b"\x01\x02\x03\x04\x05\x06\x07\x08", 8, 0, 0)
+        out = _host(64)
+        cuda.memcpy(out.ctypes.data, ptr, 64, 0, 0, "d2h")
+        cuda.stream_synchronize(0, 0)
+        assert out.tolist() == list(range(1, 9)) * 8
+        assert cuda.kernels.origin[(0, "fill")] == "ptx"
+    finally:
+        cuda.free(0, ptr)
+
+
+@gpu
+def test_gpu_host_function_error_is_reported(cuda: Any) -> None:
+    s = cuda.stream_create(0, 0)
+
+    def fail() -> None:
+        raise OSError("in a host function")
+    cuda.launch_host_func(0, s, fail)
+    with pytest.raises(acc.DeviceError, match="OSError"):
+        cuda.stream_synchronize(0, s)
+    cuda.stream_synchronize(0, s)
+    cuda.stream_destroy(0, s)
+
+
+@gpu
+def test_gpu_peer_copy(cuda: Any) -> None:
+    if cuda.device_count() < 2:
+        pytest.skip("needs two GPUs")
+    a, b2 = cuda.malloc(0, 4096), cuda.malloc(1, 4096)
+    cuda.memset(a, 6, 4096, 0, 0)
+    cuda.memcpy_peer(b2, 1, a, 0, 4096, 0)
+    out = _host(4096)
+    cuda.stream_synchronize(0, 0)
+    cuda.memcpy(out.ctypes.data, b2, 4096, 1, 0, "d2h")
+    cuda.stream_synchronize(1, 0)
+    assert (out == 6).all()
+    cuda.free(0, a)
+    cuda.free(1, b2)
+
+
+# ====================================================================== acc.cuda extras
+
+def test_nvtx_ranges() -> None:
+    pytest.importorskip("nvtx")
+    nvtx = acc.cuda.nvtx
+    assert nvtx.range_push("outer") == 0 and nvtx.range_push("inner") == 1
+    assert nvtx.range_pop() == 1 and nvtx.range_pop() == 0 and nvtx.range_pop() == -1
+    nvtx.mark("here")
+    with nvtx.range("step {}", 3):
+        assert nvtx.range_push("x") == 1
+        nvtx.range_pop()
+
+    @nvtx.range("decorated")
+    def f() -> int:
+        return 5
+    assert f() == 5
+    with pytest.raises(TypeError):
+        nvtx.range_push(3)          # type: ignore[arg-type]
+
+
+def test_nvtx_missing_package_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "nvtx", None)
+    assert acc.cuda.nvtx.available() is False
+    with pytest.raises(acc.BackendUnavailableError, match=r"accelrt\[cuda\]"):
+        acc.cuda.nvtx.range_push("x")
+
+
+class _ForeignStream:
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __cuda_stream__(self) -> Any:
+        return self.value
+
+
+def test_stream_handle_protocol() -> None:
+    assert acc.cuda.stream_handle(_ForeignStream((0, 0xABC0))) == 0xABC0
+    with pytest.raises(TypeError, match="version, handle"):
+        acc.cuda.stream_handle(_ForeignStream(0xABC0))
+    with pytest.raises(TypeError, match="__cuda_stream__"):
+        acc.cuda.stream_handle(object())
+    with pytest.raises(ValueError, match="cpu stream"):
+        acc.cuda.stream_handle(acc.Stream("cpu"))
+    legacy = type("TorchLike", (), {"cuda_stream": 0x77})()
+    assert acc.cuda.stream_handle(legacy) == 0x77
+    s = acc.Stream("cpu")
+    assert acc.cuda.as_stream(s) is s
+
+
+@pytest.mark.skipif(CUDA_REASON is None, reason="checks the behaviour without CUDA")
+def test_extras_without_cuda_raise_the_reason() -> None:
+    for fn in (acc.cuda.get_device_name, acc.cuda.get_device_capability, acc.cuda.utilization,
+               acc.cuda.temperature, acc.cuda.power_draw, acc.cuda.clock_rate,
+               acc.cuda.memory_usage, acc.cuda.list_gpu_processes):
+        with pytest.raises(acc.BackendUnavailableError, match="not available"):
+            fn()
+    with pytest.raises(acc.BackendUnavailableError):
+        acc.cuda.ExternalStream(0x1000)
+    with pytest.raises(TypeError):
+        acc.cuda.ExternalStream("0x1000")       # type: ignore[arg-type]
+    assert acc.cuda.is_available() is False and acc.cuda.device_count() == 0
+    assert acc.cuda.is_current_stream_capturing() is False
+    with pytest.raises(acc.BackendUnavailableError):
+        acc.cuda.CUDAGraph().capture_begin()
+    assert issubclass(acc.cuda.CUDAGraph, acc.Graph) and acc.cuda.graph_pool_handle()[1] == 0
+
+
+def test_nvml_monitoring_over_a_stand_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from accelrt.backends.cuda import _nvml
+
+    class NVMLError(Exception):
+        pass
+
+    handles: list[int] = []
+
+    def by_index(i: int) -> int:
+        handles.append(i)
+        return 100 + i
+
+    fake_nvml = SimpleNamespace(
+        NVMLError=NVMLError, NVML_TEMPERATURE_GPU=0, NVML_CLOCK_SM=1,
+        nvmlInit=lambda: None, nvmlDeviceGetHandleByIndex=by_index,
+        nvmlDeviceGetUtilizationRates=lambda h: SimpleNamespace(gpu=h - 60, memory=7),
+        nvmlDeviceGetTemperature=lambda h, kind: 55, nvmlDeviceGetPowerUsage=lambda h: 250000,
+        nvmlDeviceGetClockInfo=lambda h, kind: 1980,
+        nvmlDeviceGetComputeRunningProcesses=lambda h: [SimpleNamespace(pid=42,
+                                                                        usedGpuMemory=2 << 20)])
+    monkeypatch.setattr(_cu, "load_nvml", lambda: fake_nvml)
+    monkeypatch.setattr(_nvml, "_inited", False)
+    monkeypatch.setattr(_discovery, "probe",
+                        lambda: _discovery.Probe(2, None, "nvml", 12040, (3, 1)))
+    h = _nvml.handle(0)
+    assert h == 103 and handles == [3]           # CUDA 0 is NVML 3 (CUDA_VISIBLE_DEVICES)
+    assert (_nvml.utilization(h), _nvml.memory_usage(h), _nvml.temperature(h),
+            _nvml.power_draw(h), _nvml.clock_rate(h)) == (43, 7, 55, 250000, 1980)
+    assert _nvml.list_gpu_processes(0, h) == \
+        "GPU:0\nprocess         42 uses        2.000 MB GPU memory"
+    with pytest.raises(IndexError):
+        _nvml.handle(2)
+
+    def broken(h: int) -> None:
+        raise NVMLError("GPU is lost")
+    fake_nvml.nvmlDeviceGetPowerUsage = broken
+    with pytest.raises(acc.DeviceError, match="GPU is lost"):
+        _nvml.power_draw(h)
+    assert _nvml.format_processes(1, []) == "GPU:1\nno processes are running"
+
+
+@gpu
+def test_gpu_cuda_graph_while_cpu_is_the_accelerator(cuda: Any) -> None:
+    acc.set_current_accelerator("cpu")
+    ptr = cuda.malloc(0, 4096)
+    try:
+        g = acc.cuda.CUDAGraph()
+        assert not acc.cuda.is_current_stream_capturing()
+        with acc.cuda.graph(g):
+            assert acc.cuda.is_current_stream_capturing()
+            cuda.memset(ptr, 3, 4096, 0, acc.cuda.current_stream().stream_id)
+        g.replay()
+        acc.cuda.synchronize()
+        out = _host(4096)
+        cuda.memcpy(out.ctypes.data, ptr, 4096, 0, 0, "d2h")
+        cuda.stream_synchronize(0, 0)
+        assert (out == 3).all()
+        g.reset()
+    finally:
+        cuda.free(0, ptr)
+
+
+@pytest.mark.skipif(CUDA_REASON is None, reason="checks the behaviour without CUDA")
+def test_bench_says_no_gpu() -> None:
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_cuda.py")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.startswith("no GPU: "), out.stdout + out.stderr
