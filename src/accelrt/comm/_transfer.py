@@ -1,0 +1,271 @@
+"""Stream-ordered byte copies between devices, the host, and other backends.
+
+The copy engine behind :mod:`accelrt.comm`. A *place* is where memory lives: a
+``(backend, index)`` pair, or :data:`HOST` for plain host memory (numpy buffers).
+
+Ordering follows PyTorch's cross-device ``copy_``: a copy between two devices of one backend
+runs on the *source* device's current stream, after a two-way barrier: the copy waits for the
+work already queued on the destination's stream (so nobody is still using the destination
+memory), and the destination's stream waits for the copy (so later work there sees the data).
+Each barrier is an event recorded on one stream and waited on by the other. Copies that touch
+plain host memory or cross backends are synchronous with respect to the host (the host buffer
+must be valid when the call returns, as with pageable memory in CUDA).
+
+Example::
+
+    >>> import accelrt as acc
+    >>> from accelrt.comm import _transfer
+    >>> a = acc.full((4,), 3.0, device="cpu:0")
+    >>> out = acc.empty((4,), device="cpu:0")
+    >>> here = _transfer.place_of(a)
+    >>> _transfer.copy_bytes(here, out.data_ptr(), here, a.data_ptr(), a.nbytes)
+    >>> out.numpy().tolist()
+    [3.0, 3.0, 3.0, 3.0]
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .. import _backend
+from .._device import _get_device, _lazy_init
+from .._stream import Stream, _current
+
+if TYPE_CHECKING:
+    from .._backend import Backend
+
+__all__ = ["HOST", "Place", "copy_bytes", "copy_runs", "host_view", "place_of",
+           "run_on_stream", "stream_of"]
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    """Where memory lives: ``backend`` is ``None`` for plain host memory."""
+
+    backend: Backend | None
+    index: int
+
+    @property
+    def is_host(self) -> bool:
+        return self.backend is None
+
+    def host_readable(self) -> bool:
+        """True if the host can read and write this memory at its address."""
+        b = self.backend
+        return b is None or b.host_accessible(self.index)
+
+    def __str__(self) -> str:
+        b = self.backend
+        return "host" if b is None else f"{b.name}:{self.index}"
+
+
+#: Plain host memory (numpy arrays).
+HOST = Place(None, -1)
+
+
+def place_of(array: Any) -> Place:
+    """The :class:`Place` of an accelrt array (or :data:`HOST` for a numpy array)."""
+    if isinstance(array, np.ndarray):
+        return HOST
+    b, index = _get_device(array.device)
+    return Place(b, index)
+
+
+def _implements(b: Backend, name: str) -> bool:
+    return getattr(type(b), name, None) is not getattr(_backend.Backend, name, None)
+
+
+def stream_of(place: Place, override: Stream | None = None) -> Stream:
+    """The stream work on ``place`` is ordered on: ``override`` when it belongs to that
+    device, else the calling thread's current stream of the device."""
+    b = place.backend
+    assert b is not None
+    if override is not None and override._b is b and override._index == place.index:
+        return override
+    return _current(b, place.index)
+
+
+def _barrier(b: Backend, src_index: int, src_stream: int, dst_index: int,
+             dst_stream: int) -> None:
+    """Make future work on ``dst_stream`` wait for the work queued so far on ``src_stream``."""
+    ev = b.event_create(src_index, False, False, False)
+    try:
+        b.event_record(src_index, ev, src_stream)
+        b.stream_wait_event(dst_index, dst_stream, ev)
+    finally:
+        b.event_destroy(src_index, ev)
+
+
+def barrier(src: Stream, dst: Stream) -> None:
+    """Make future work on ``dst`` wait for the work queued so far on ``src`` (same backend;
+    a no-op when they are the same stream)."""
+    if src == dst:
+        return
+    _lazy_init(src._b, src._index)
+    _lazy_init(dst._b, dst._index)
+    _barrier(src._b, src._index, src._handle, dst._index, dst._handle)
+
+
+def run_on_stream(stream: Stream, fn: Callable[[], None]) -> None:
+    """Run ``fn()`` on the host in stream order on ``stream`` (``launch_host_func``), or, if
+    the backend cannot, after synchronising the stream."""
+    b = stream._b
+    if _implements(b, "launch_host_func"):
+        b.launch_host_func(stream._index, stream._handle, fn)
+    else:
+        b.stream_synchronize(stream._index, stream._handle)
+        fn()
+
+
+def host_view(ptr: int, shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
+    """A writable numpy view of host-readable memory at ``ptr`` (no copy, no ownership)."""
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if nbytes == 0:
+        return np.empty(shape, dtype)
+    buf = memoryview((ctypes.c_char * nbytes).from_address(ptr)).cast("B")
+    return np.frombuffer(buf, dtype=dtype).reshape(shape)
+
+
+def copy_bytes(dst: Place, dst_ptr: int, src: Place, src_ptr: int, nbytes: int, *,
+               stream: Stream | None = None) -> None:
+    """Copy ``nbytes`` from ``src_ptr`` on ``src`` to ``dst_ptr`` on ``dst``.
+
+    Args:
+        dst, src: places of the two buffers.
+        dst_ptr, src_ptr: addresses.
+        nbytes: byte count (``0`` is a no-op).
+        stream: stands in for the current stream of its device (``scatter``'s ``streams``).
+    """
+    copy_runs(dst, dst_ptr, src, src_ptr, nbytes, 1, 0, 0, stream=stream)
+
+
+def copy_runs(dst: Place, dst_ptr: int, src: Place, src_ptr: int, run: int, count: int,
+              dst_pitch: int, src_pitch: int, *, stream: Stream | None = None) -> None:
+    """Copy ``count`` runs of ``run`` bytes; run ``k`` starts at ``ptr + k * pitch`` on each
+    side. One ordering barrier covers all the runs (a strided region in one call)."""
+    if run <= 0 or count <= 0:
+        return
+    db, sb = dst.backend, src.backend
+    if db is None and sb is None:
+        for k in range(count):
+            ctypes.memmove(dst_ptr + k * dst_pitch, src_ptr + k * src_pitch, run)
+        return
+    if db is not None:
+        _lazy_init(db, dst.index)
+    if sb is not None:
+        _lazy_init(sb, src.index)
+    if count > _INLINE_RUNS and dst.host_readable() and src.host_readable():
+        _strided_host_copy(dst, dst_ptr, src, src_ptr, run, count, dst_pitch, src_pitch, stream)
+        return
+
+    if sb is not None and db is sb:
+        dst_stream = stream_of(dst, stream)
+        if src.index == dst.index:
+            # a stream given for this device also waits for the device's current stream, where
+            # the source's pending work is
+            barrier(_current(sb, src.index), dst_stream)
+            for k in range(count):
+                sb.memcpy(dst_ptr + k * dst_pitch, src_ptr + k * src_pitch, run, src.index,
+                          dst_stream._handle, "d2d")
+            return
+        copy_stream = stream_of(src, stream)
+        if _implements(sb, "memcpy_peer"):
+            barrier(dst_stream, copy_stream)
+            for k in range(count):
+                sb.memcpy_peer(dst_ptr + k * dst_pitch, dst.index, src_ptr + k * src_pitch,
+                               src.index, run, copy_stream._handle)
+            barrier(copy_stream, dst_stream)
+            return
+        # no peer copies: stage through host memory
+        _staged(dst, dst_ptr, src, src_ptr, run, count, dst_pitch, src_pitch, stream)
+        return
+
+    # host <-> device, or across two backends: synchronous with respect to the host
+    if db is not None and sb is not None:
+        stream_of(dst, stream).synchronize()   # nothing may still use the destination
+        if dst.host_readable():
+            _d2h(src, dst_ptr, src_ptr, run, count, dst_pitch, src_pitch, stream)
+        elif src.host_readable():
+            stream_of(src, stream).synchronize()
+            _h2d(dst, dst_ptr, src_ptr, run, count, dst_pitch, src_pitch, stream)
+        else:
+            _staged(dst, dst_ptr, src, src_ptr, run, count, dst_pitch, src_pitch, stream)
+    elif db is None:
+        _d2h(src, dst_ptr, src_ptr, run, count, dst_pitch, src_pitch, stream)
+    else:
+        _h2d(dst, dst_ptr, src_ptr, run, count, dst_pitch, src_pitch, stream)
+
+
+#: Above this many runs, a strided copy between host-readable places is one numpy copy (in
+#: stream order) instead of one backend memcpy per run.
+_INLINE_RUNS = 16
+
+
+def _strided_view(ptr: int, run: int, count: int, pitch: int) -> np.ndarray:
+    extent = (count - 1) * pitch + run
+    base = np.frombuffer(memoryview((ctypes.c_char * extent).from_address(ptr)).cast("B"),
+                         dtype=np.uint8)
+    return np.lib.stride_tricks.as_strided(base, shape=(count, run), strides=(pitch, 1))
+
+
+def _strided_copy(dst_ptr: int, src_ptr: int, run: int, count: int, dst_pitch: int,
+                  src_pitch: int) -> None:
+    np.copyto(_strided_view(dst_ptr, run, count, dst_pitch),
+              _strided_view(src_ptr, run, count, src_pitch))
+
+
+def _strided_host_copy(dst: Place, dst_ptr: int, src: Place, src_ptr: int, run: int,
+                       count: int, dst_pitch: int, src_pitch: int,
+                       stream: Stream | None) -> None:
+    fn = partial(_strided_copy, dst_ptr, src_ptr, run, count, dst_pitch, src_pitch)
+    db, sb = dst.backend, src.backend
+    if sb is not None and db is sb:
+        dst_stream = stream_of(dst, stream)
+        copy_stream = dst_stream if src.index == dst.index else stream_of(src, stream)
+        if src.index == dst.index:
+            barrier(_current(sb, src.index), dst_stream)
+        barrier(dst_stream, copy_stream)
+        run_on_stream(copy_stream, fn)
+        barrier(copy_stream, dst_stream)
+        return
+    for p in (dst, src):
+        if p.backend is not None:
+            stream_of(p, stream).synchronize()
+    fn()
+
+
+def _d2h(src: Place, dst_ptr: int, src_ptr: int, run: int, count: int, dst_pitch: int,
+         src_pitch: int, stream: Stream | None) -> None:
+    b = src.backend
+    assert b is not None
+    s = stream_of(src, stream)
+    for k in range(count):
+        b.memcpy(dst_ptr + k * dst_pitch, src_ptr + k * src_pitch, run, src.index,
+                 s._handle, "d2h")
+    s.synchronize()
+
+
+def _h2d(dst: Place, dst_ptr: int, src_ptr: int, run: int, count: int, dst_pitch: int,
+         src_pitch: int, stream: Stream | None) -> None:
+    b = dst.backend
+    assert b is not None
+    s = stream_of(dst, stream)
+    for k in range(count):
+        b.memcpy(dst_ptr + k * dst_pitch, src_ptr + k * src_pitch, run, dst.index,
+                 s._handle, "h2d")
+    s.synchronize()
+
+
+def _staged(dst: Place, dst_ptr: int, src: Place, src_ptr: int, run: int, count: int,
+            dst_pitch: int, src_pitch: int, stream: Stream | None) -> None:
+    tmp = np.empty(run * count, dtype=np.uint8)
+    tp = tmp.ctypes.data
+    stream_of(dst, stream).synchronize()
+    _d2h(src, tp, src_ptr, run, count, run, src_pitch, stream)
+    _h2d(dst, dst_ptr, tp, run, count, dst_pitch, run, stream)

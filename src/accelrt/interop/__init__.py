@@ -1,0 +1,53 @@
+"""``accelrt.interop``: share memory and streams with other CUDA Python libraries.
+
+- :func:`cuda_array_interface` / :func:`consume_cuda_array_interface`: the
+  ``__cuda_array_interface__`` (v3) dict of an accelrt array, and reading a producer's dict
+  while honouring its ``stream`` field (the current accelrt stream waits for it).
+- :mod:`accelrt.interop.cupy`: ``use_accelrt_allocator()`` makes CuPy allocate through
+  accelrt's caching allocator.
+- :mod:`accelrt.interop.numba`: ``AccelrtEMMPlugin`` and ``use_accelrt_memory_manager()`` make
+  Numba allocate through it.
+
+DLPack needs no helper: ``np.from_dlpack(array)`` / ``acc.asarray(producer)`` work directly.
+CuPy and Numba are imported only when their helpers are used; a missing one raises
+:class:`accelrt.BackendUnavailableError` saying what to install. See ``docs/interop.md``.
+
+Example::
+
+    >>> import numpy as np
+    >>> import accelrt as acc
+    >>> a = acc.full((2,), 4.0, device="cpu:0")
+    >>> np.from_dlpack(a).tolist()
+    [4.0, 4.0]
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from ._cai import (
+    CudaArrayInterface,
+    consume_cuda_array_interface,
+    cuda_array_interface,
+    parse_cuda_array_interface,
+    wait_for_stream,
+)
+
+__all__ = [
+    "CudaArrayInterface",
+    "consume_cuda_array_interface",
+    "cuda_array_interface",
+    "cupy",
+    "numba",
+    "parse_cuda_array_interface",
+    "wait_for_stream",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("cupy", "numba"):
+        module = importlib.import_module(f".{name}", __name__)
+        globals()[name] = module
+        return module
+    raise AttributeError(f"module 'accelrt.interop' has no attribute {name!r}")
