@@ -34,9 +34,16 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..._backend import Backend
-from ..._errors import DeviceError
+from ..._errors import DeviceError, map_backend_errors
 from ._config import CpuConfig, config_error, processor_name, resolve_config
-from ._memory import VM_GRANULARITY, DeviceMemory, HostMemory, check_size, host_view, vm_available
+from ._memory import (
+    VM_GRANULARITY,
+    DeviceMemory,
+    HostMemory,
+    check_size,
+    host_view,
+    vm_available,
+)
 from ._streams import Capture, CpuEvent, CpuStream, Record
 
 __all__ = ["CpuBackend"]
@@ -45,6 +52,8 @@ _now = time.perf_counter_ns
 _KINDS = frozenset(("h2d", "d2h", "d2d", "h2h"))
 _FILL_DTYPES = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 _PRIORITY_LEAST, _PRIORITY_GREATEST = 0, -1
+# largest vm_reserve size: the reservation plus one alignment granule must fit in a signed size
+_MAX_RESERVATION = (1 << 63) - 2 * VM_GRANULARITY
 
 
 def _stamp(rec: Record) -> None:
@@ -272,43 +281,62 @@ class CpuBackend(Backend):
         return VM_GRANULARITY
 
     def vm_reserve(self, index: int, size: int) -> int:
-        """Reserve ``size`` bytes (a multiple of 2 MiB) of address space; no budget used."""
+        """Reserve ``size`` bytes (a multiple of 2 MiB) of address space; no budget used.
+
+        Raises :class:`~accelrt.DeviceError` when the OS refuses the reservation (``mmap``
+        fails, e.g. not enough address space).
+        """
         mem = self._vm_mem(index)
-        return mem.vm_reserve(check_size(size))
+        size = check_size(size)
+        if size > _MAX_RESERVATION:
+            raise ValueError(f"vm_reserve: size={size} does not fit in the 64-bit address "
+                             "space; reserve less")
+        with map_backend_errors(self.name, f"vm_reserve of {size} bytes"):
+            return mem.vm_reserve(size)
 
     def vm_release(self, index: int, ptr: int, size: int) -> None:
         """Release a whole, fully unmapped reservation."""
         mem = self._vm_mem(index)
-        mem.vm_release(self._check_ptr(ptr), check_size(size))
+        ptr, size = self._check_ptr(ptr), check_size(size)
+        with map_backend_errors(self.name, "vm_release"):
+            mem.vm_release(ptr, size)
 
     def vm_map(self, index: int, ptr: int, size: int) -> bool:
         """Make reserved pages read/write; False when the budget would be exceeded."""
         mem = self._vm_mem(index)
-        return mem.vm_map(self._check_ptr(ptr), check_size(size))
+        ptr, size = self._check_ptr(ptr), check_size(size)
+        with map_backend_errors(self.name, "vm_map"):
+            return mem.vm_map(ptr, size)
 
     def vm_unmap(self, index: int, ptr: int, size: int) -> None:
         """Drop mapped pages (after pending stream work) and give their budget back."""
         mem = self._vm_mem(index)
         ptr, size = self._check_ptr(ptr), check_size(size)
         self._drain()
-        mem.vm_unmap(ptr, size)
+        with map_backend_errors(self.name, "vm_unmap"):
+            mem.vm_unmap(ptr, size)
 
     # ------------------------------------------------------------------ stream plumbing
     def _stream(self, index: int, stream: int) -> CpuStream:
-        if stream == 0 and type(index) is int and 0 <= index < self._n:
-            return self._default[index]
-        s = self._streams.get(stream)
-        if s is None or s.device != index:
-            self._check_index(index)
-            if isinstance(stream, bool) or not isinstance(stream, int):
-                raise TypeError(f"stream handle must be an int, got {type(stream).__name__}")
-            raise ValueError(f"stream handle {stream} is not a live stream of cpu:{index}; "
-                             "use 0 (the default stream) or a handle from stream_create")
-        return s
+        if type(stream) is int and type(index) is int:
+            if stream == 0:
+                if 0 <= index < self._n:
+                    return self._default[index]
+            else:
+                s = self._streams.get(stream)
+                if s is not None and s.device == index:
+                    return s
+        self._check_index(index)
+        if isinstance(stream, bool) or not isinstance(stream, int):
+            raise TypeError(f"stream handle must be an int, got {type(stream).__name__}")
+        raise ValueError(f"stream handle {stream} is not a live stream of cpu:{index}; "
+                         "use 0 (the default stream) or a handle from stream_create")
 
     def _event(self, event: int, index: int | None = None) -> CpuEvent:
-        ev = self._events.get(event)
-        if ev is None or (index is not None and ev.device != index):
+        ev = self._events.get(event) if type(event) is int else None
+        if ev is None or (index is not None and (type(index) is not int or ev.device != index)):
+            if index is not None:
+                self._check_index(index)
             if isinstance(event, bool) or not isinstance(event, int):
                 raise TypeError(f"event handle must be an int, got {type(event).__name__}")
             where = f" of cpu:{index}" if index is not None else ""
@@ -316,7 +344,7 @@ class CpuBackend(Backend):
                              "use a handle from event_create that was not destroyed")
         return ev
 
-    def _submit(self, s: CpuStream, fn: Callable[[], None]) -> None:
+    def _submit(self, s: CpuStream, fn: Callable[[], object]) -> None:
         if self._capturing:
             cap = self._capturing.get(s)
             if cap is not None:
@@ -327,7 +355,7 @@ class CpuBackend(Backend):
             return
         try:
             fn()
-        except Exception as exc:  # noqa: BLE001 - work failures surface as DeviceError
+        except Exception as exc:
             raise _work_error(s, exc) from exc
 
     def _raise_kept(self, streams: Iterable[CpuStream]) -> None:
@@ -450,12 +478,12 @@ class CpuBackend(Backend):
         if stream == 0:
             return type(index) is int and 0 <= index < self._n
         s = self._streams.get(stream)
-        return s is not None and s.device == index
+        return s is not None and type(index) is int and s.device == index
 
     def stream_query(self, index: int, stream: int) -> bool:
         """True if all work on ``stream`` completed; raises a kept worker error."""
         try:
-            ok = stream in self._valid[index]
+            ok = type(index) is int and type(stream) is int and stream in self._valid[index]
         except (KeyError, TypeError):
             ok = False
         if ok and not self._slow:
@@ -541,7 +569,8 @@ class CpuBackend(Backend):
         """Record ``event`` at the end of ``stream``; replaces the previous record."""
         try:
             ev = self._events[event]
-            ok = ev.device == index and stream in self._valid[index]
+            ok = (type(event) is int and type(stream) is int and ev.device == index
+                  and type(index) is int and stream in self._valid[index])
         except (KeyError, TypeError):
             ok = False
         if not ok:
@@ -584,7 +613,7 @@ class CpuBackend(Backend):
         """True if the work before the last record completed (True if never recorded)."""
         try:
             ev = self._events[event]
-            ok = ev.device == index
+            ok = type(event) is int and type(index) is int and ev.device == index
         except (KeyError, TypeError):
             ok = False
         if not ok:

@@ -39,7 +39,7 @@ ENV_DEVICES = "ACCELRT_CPU_DEVICES"
 ENV_MEMORY = "ACCELRT_CPU_MEMORY"
 ENV_STREAMS = "ACCELRT_CPU_STREAMS"
 
-_UNITS = {
+_UNITS: dict[str, int] = {
     "": 1, "b": 1,
     "k": 1 << 10, "kib": 1 << 10, "kb": 10**3,
     "m": 1 << 20, "mib": 1 << 20, "mb": 10**6,
@@ -116,7 +116,7 @@ def parse_memory_size(text: str) -> int:
     if "." in number:
         whole, _, frac = number.partition(".")
         # exact decimal arithmetic: 1.5GB is exactly 1500000000 bytes
-        scale = 10 ** len(frac)
+        scale: int = 10 ** len(frac)
         size = (int(whole or "0") * scale + int(frac or "0")) * _UNITS[unit] // scale
     else:
         size = int(number) * _UNITS[unit]

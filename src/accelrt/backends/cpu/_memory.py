@@ -26,7 +26,7 @@ import operator
 import os
 import sys
 import threading
-from typing import Any
+from typing import Any, SupportsIndex, cast
 
 import numpy as np
 
@@ -60,7 +60,7 @@ def check_size(size: object, what: str = "size", allow_zero: bool = False) -> in
     if isinstance(size, bool):
         raise TypeError(f"{what} must be an int, got bool")
     try:
-        value = operator.index(size)  # type: ignore[call-overload]
+        value = operator.index(cast("SupportsIndex", size))
     except TypeError:
         raise TypeError(f"{what} must be an int, got {type(size).__name__}") from None
     if value < 0 or (value == 0 and not allow_zero):
@@ -80,7 +80,8 @@ def host_view(ptr: int, nbytes: int) -> np.ndarray:
         >>> host_view(a.ctypes.data, 4).tolist()
         [0, 1, 2, 3]
     """
-    return np.frombuffer((ctypes.c_char * nbytes).from_address(ptr), dtype=np.uint8)
+    buf: Any = (ctypes.c_char * nbytes).from_address(ptr)
+    return np.frombuffer(buf, dtype=np.uint8)
 
 
 def _aligned_buffer(size: int) -> tuple[int, np.ndarray] | None:
@@ -139,7 +140,7 @@ def _os_error(call: str) -> OSError:
 class _Region:
     """One allocation (``buf`` set) or one reservation (``mapped`` = mapped page numbers)."""
 
-    __slots__ = ("base", "size", "buf", "mapped")
+    __slots__ = ("base", "buf", "mapped", "size")
 
     def __init__(self, base: int, size: int, buf: np.ndarray | None) -> None:
         self.base = base
@@ -266,8 +267,8 @@ class DeviceMemory:
         libc = _get_libc()
         # over-reserve by one granule so the base can be aligned to the granularity
         span = size + VM_GRANULARITY
-        addr = libc.mmap(None, span, _PROT_NONE,
-                         _MAP_PRIVATE | _MAP_ANONYMOUS | _MAP_NORESERVE, -1, 0)
+        addr: int | None = libc.mmap(None, span, _PROT_NONE,
+                                     _MAP_PRIVATE | _MAP_ANONYMOUS | _MAP_NORESERVE, -1, 0)
         if addr is None or addr == _MAP_FAILED:
             raise _os_error("mmap")
         base = (addr + VM_GRANULARITY - 1) // VM_GRANULARITY * VM_GRANULARITY

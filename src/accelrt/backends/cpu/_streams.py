@@ -40,8 +40,19 @@ class CpuStream:
         priority: its priority (as CUDA: lower is higher; informational here).
     """
 
-    __slots__ = ("device", "handle", "priority", "cv", "queue", "submitted", "completed",
-                 "error", "thread", "closed", "__weakref__")
+    __slots__ = (
+        "__weakref__",
+        "closed",
+        "completed",
+        "cv",
+        "device",
+        "error",
+        "handle",
+        "priority",
+        "queue",
+        "submitted",
+        "thread",
+    )
 
     def __init__(self, device: int, handle: int, priority: int) -> None:
         self.device = device
@@ -55,7 +66,7 @@ class CpuStream:
         self.thread: threading.Thread | None = None  # guarded by cv
         self.closed = False                        # guarded by cv
 
-    def submit(self, fn: Callable[[], None]) -> int:
+    def submit(self, fn: Callable[[], object]) -> int:
         """Queue ``fn`` and return its sequence number."""
         with self.cv:
             if self.closed:
@@ -125,7 +136,7 @@ class CpuStream:
 class Record:
     """One record of an event: work ``seq`` of ``stream``; ``ts`` set when it completes."""
 
-    __slots__ = ("stream", "seq", "ts")
+    __slots__ = ("seq", "stream", "ts")
 
     def __init__(self, stream: CpuStream, seq: int) -> None:
         self.stream = stream
@@ -145,7 +156,7 @@ class CpuEvent:
     event was last recorded in while that session is open.
     """
 
-    __slots__ = ("device", "timing", "ts", "record", "capture")
+    __slots__ = ("capture", "device", "record", "timing", "ts")
 
     def __init__(self, device: int, timing: bool) -> None:
         self.device = device
@@ -162,7 +173,7 @@ class Capture:
     items that :meth:`~accelrt.backends.cpu.CpuBackend.graph_replay` submits again.
     """
 
-    __slots__ = ("device", "origin", "ops", "events", "streams")
+    __slots__ = ("device", "events", "ops", "origin", "streams")
 
     def __init__(self, device: int, origin: CpuStream) -> None:
         self.device = device

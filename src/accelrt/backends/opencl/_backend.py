@@ -1,0 +1,645 @@
+"""The opencl backend: every OpenCL device of every platform, over ``pyopencl``.
+
+Raw operations only (see :class:`~accelrt.backends.Backend`): one context per device, streams
+are in-order command queues (profiling enabled, for event timing), events are markers, memory
+is coarse-grained SVM at real addresses where the device supports it and ``cl_mem`` buffers at
+made-up addresses otherwise (``ACCELRT_OPENCL_MEMORY=auto|svm|buffer``). Every pyopencl error
+is translated to :class:`~accelrt.DeviceError` at this boundary. See ``docs/opencl.md``.
+
+Example::
+
+    >>> from accelrt.backends.opencl import OpenCLBackend
+    >>> reason = OpenCLBackend.unavailable_reason()
+    >>> reason is None or "opencl" in reason.lower()
+    True
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import itertools
+import threading
+import weakref
+from collections import deque
+from collections.abc import Callable, Iterable
+from functools import partial
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..._backend import Backend
+from ..._errors import BackendUnavailableError, DeviceError, map_backend_errors
+from ..cpu._memory import HostMemory, check_size
+from ._discovery import import_cl, list_devices, memory_mode_setting, unavailable_reason
+from ._memory import BufferMemory, SvmMemory
+from ._streams import ClEvent, ClStream, HostWorker
+
+__all__ = ["OpenCLBackend"]
+
+_KINDS = frozenset(("h2d", "d2h", "d2d", "h2h"))
+_FILL_DTYPES = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+_ALL_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+               "uint64", "float16", "float32", "float64", "complex64", "complex128")
+
+
+class _Device:
+    """Per-device state, created on first use (context, default queue, memory)."""
+
+    __slots__ = ("ctx", "default", "index", "lock", "mem", "props", "used")
+
+    def __init__(self, index: int, ctx: Any, props: Any, mem: Any, default: ClStream) -> None:
+        self.index = index
+        self.ctx = ctx
+        self.props = props
+        self.mem = mem
+        self.default = default
+        self.used = 0                  # guarded by lock: bytes allocated through malloc
+        self.lock = threading.Lock()
+
+
+def _close_all(streams: list[ClStream]) -> None:
+    for s in streams:
+        with contextlib.suppress(Exception):  # best effort at interpreter exit
+            s.close()
+
+
+def _device_type(cl: Any, bits: int) -> str:
+    for flag, label in ((cl.device_type.GPU, "gpu"), (cl.device_type.CPU, "cpu"),
+                        (cl.device_type.ACCELERATOR, "accelerator")):
+        if bits & int(flag):
+            return label
+    return "other"
+
+
+def _has_svm(cl: Any, dev: Any) -> bool:
+    try:
+        caps = int(dev.svm_capabilities)
+    except Exception:  # noqa: BLE001 - OpenCL 1.x devices have no such query
+        return False
+    return bool(caps & int(cl.device_svm_capabilities.COARSE_GRAIN_BUFFER))
+
+
+class OpenCLBackend(Backend):
+    """Every OpenCL device (all platforms) as an accelrt backend.
+
+    Args:
+        memory_mode: ``"auto"`` (SVM where supported, else buffers), ``"svm"`` or
+            ``"buffer"``; default ``ACCELRT_OPENCL_MEMORY`` or ``"auto"``.
+        name: registry name of this instance (default ``"opencl"``).
+
+    Raises:
+        BackendUnavailableError: pyopencl is missing or no OpenCL device exists.
+        TypeError, ValueError: a malformed argument; ``"svm"`` on a device without SVM.
+
+    Example::
+
+        >>> from accelrt.backends.opencl import OpenCLBackend
+        >>> OpenCLBackend.name
+        'opencl'
+    """
+
+    name: ClassVar[str] = "opencl"
+
+    def __init__(self, memory_mode: str | None = None, *, name: str | None = None) -> None:
+        mode = memory_mode_setting(memory_mode)
+        if name is not None:
+            if not isinstance(name, str):
+                raise TypeError(f"name must be a str, got {type(name).__name__}")
+            if not name or not name.isidentifier() or name != name.lower():
+                raise ValueError(f"name={name!r} must be a lower-case identifier like 'opencl2'")
+            self.__dict__["name"] = name
+        try:
+            self._cl = import_cl()
+        except ImportError as exc:
+            raise BackendUnavailableError(f"Backend 'opencl' is not available: {exc}") from exc
+        devices = list_devices()
+        if not devices:
+            raise BackendUnavailableError(f"Backend 'opencl' is not available: "
+                                          f"{unavailable_reason()}")
+        self._cl_devices = devices
+        self._n = len(devices)
+        svm = [_has_svm(self._cl, d) for d in devices]
+        if mode == "svm" and not all(svm):
+            names = ", ".join(repr(d.name) for d, ok in zip(devices, svm) if not ok)
+            raise ValueError(f"memory_mode='svm' but device(s) {names} do not support "
+                             "coarse-grained SVM; use 'auto' or 'buffer'")
+        self._svm = [ok and mode != "buffer" for ok in svm]
+        self._mode = mode
+        self._lock = threading.Lock()                 # guards creation/removal below
+        self._state: list[_Device | None] = [None] * self._n   # guarded by _lock (writes)
+        self._handles = itertools.count(1)
+        self._streams: dict[int, ClStream] = {}       # guarded by _lock (writes)
+        self._events: dict[int, ClEvent] = {}         # guarded by _lock (writes)
+        self._all: list[ClStream] = []                # guarded by _lock: every stream ever
+        self._host = HostMemory()
+        self._orphans: deque[Any] = deque()          # guarded by _lock: see stream_destroy
+        self._finalizer = weakref.finalize(self, _close_all, self._all)
+
+    # ------------------------------------------------------------------ discovery
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        """``None``, or why no OpenCL device can be used and what to install.
+
+        Example::
+
+            >>> from accelrt.backends.opencl import OpenCLBackend
+            >>> isinstance(OpenCLBackend.unavailable_reason(), (str, type(None)))
+            True
+        """
+        return unavailable_reason()
+
+    def device_count(self) -> int:
+        """Number of OpenCL devices over all platforms (creates no context)."""
+        return self._n
+
+    def _check_index(self, index: object) -> int:
+        if isinstance(index, bool) or not isinstance(index, int):
+            raise TypeError(f"device index must be an int, got {type(index).__name__}")
+        if not 0 <= index < self._n:
+            raise IndexError(f"opencl device index {index} is out of range; there are "
+                             f"{self._n} OpenCL device(s)")
+        return index
+
+    def _dev(self, index: int) -> _Device:
+        st = self._state[index] if type(index) is int and 0 <= index < self._n else None
+        if st is not None:
+            return st
+        self._check_index(index)
+        cl = self._cl
+        with self._lock:
+            st = self._state[index]
+            if st is None:
+                device = self._cl_devices[index]
+                with map_backend_errors(self.name, f"creating the context of opencl:{index}"):
+                    ctx = cl.Context([device])
+                    props = self._queue_props(device)
+                    queue = cl.CommandQueue(ctx, device, properties=props)
+                mem_cls = SvmMemory if self._svm[index] else BufferMemory
+                default = ClStream(index, 0, 0, queue)
+                self._all.append(default)
+                st = _Device(index, ctx, props, mem_cls(cl, ctx, index), default)
+                self._state[index] = st
+        return st
+
+    def _queue_props(self, device: Any) -> int:
+        cl = self._cl
+        prof = int(cl.command_queue_properties.PROFILING_ENABLE)
+        try:
+            ok = int(device.queue_properties) & prof
+        except Exception:  # noqa: BLE001 - OpenCL 2+ names it queue_on_host_properties
+            ok = prof
+        return prof if ok else 0
+
+    def init_device(self, index: int) -> None:
+        """Create the device's context and default queue (done lazily otherwise)."""
+        self._dev(index)
+
+    def get_device_properties(self, index: int) -> dict[str, Any]:
+        """``name``, ``total_memory`` (global memory), ``multi_processor_count`` (compute
+        units), plus ``platform``, ``vendor``, ``version``, ``driver_version``,
+        ``device_type``, ``max_mem_alloc_size``, ``memory_mode`` (``"svm"``/``"buffer"``),
+        ``host_accessible`` and ``vm_supported`` (both False). Creates no context."""
+        d = self._cl_devices[self._check_index(index)]
+        cl = self._cl
+        with map_backend_errors(self.name, "get_device_properties"):
+            return {
+                "name": d.name.strip(),
+                "total_memory": int(d.global_mem_size),
+                "multi_processor_count": int(d.max_compute_units),
+                "platform": d.platform.name.strip(),
+                "vendor": d.vendor.strip(),
+                "version": d.version.strip(),
+                "driver_version": d.driver_version.strip(),
+                "device_type": _device_type(cl, int(d.type)),
+                "max_mem_alloc_size": int(d.max_mem_alloc_size),
+                "memory_mode": "svm" if self._svm[index] else "buffer",
+                "host_accessible": False,
+                "vm_supported": False,
+            }
+
+    def get_device_capability(self, index: int) -> dict[str, Any]:
+        """Supported dtypes: float64/complex128 need ``cl_khr_fp64``, float16 ``cl_khr_fp16``."""
+        d = self._cl_devices[self._check_index(index)]
+        with map_backend_errors(self.name, "get_device_capability"):
+            ext = set(d.extensions.split())
+        drop = set()
+        if "cl_khr_fp64" not in ext:
+            drop |= {"float64", "complex128"}
+        if "cl_khr_fp16" not in ext:
+            drop.add("float16")
+        return {"supported_dtypes": [t for t in _ALL_DTYPES if t not in drop]}
+
+    def get_memory_info(self, index: int) -> tuple[int, int]:
+        """``(total - allocated through this backend, total)``: OpenCL has no free query."""
+        total = int(self._cl_devices[self._check_index(index)].global_mem_size)
+        st = self._state[index]
+        return total - (st.used if st is not None else 0), total
+
+    # ------------------------------------------------------------------ memory
+    def malloc(self, index: int, size: int) -> int:
+        """Allocate ``size`` bytes; ``0`` when over the device's global memory or its
+        ``max_mem_alloc_size`` (the largest single OpenCL allocation)."""
+        d = self._dev(index)
+        size = check_size(size)
+        dev = self._cl_devices[index]
+        with d.lock:
+            if d.used + size > int(dev.global_mem_size) or size > int(dev.max_mem_alloc_size):
+                return 0
+            with map_backend_errors(self.name, "malloc"):
+                ptr = int(d.mem.alloc(size))
+            if ptr:
+                d.used += size
+            return ptr
+
+    def free(self, index: int, ptr: int) -> None:
+        """Free a :meth:`malloc` pointer. SVM memory waits for the device's queued work
+        first (as ``cudaFree``); buffers are released when their queued work is done."""
+        d = self._dev(index)
+        self._check_ptr(ptr)
+        if d.mem.svm:
+            d.mem.table.require(ptr)
+            self._finish(index)
+        with map_backend_errors(self.name, "free"):
+            size = d.mem.free(ptr)
+        with d.lock:
+            d.used -= size
+
+    def host_malloc(self, size: int) -> int:
+        """Aligned host memory (pageable; OpenCL has no portable pinned allocation)."""
+        return self._host.malloc(check_size(size))
+
+    def host_free(self, ptr: int) -> None:
+        """Release :meth:`host_malloc` memory."""
+        self._host.free(self._check_ptr(ptr))
+
+    @staticmethod
+    def _check_ptr(ptr: object, what: str = "pointer") -> int:
+        if isinstance(ptr, bool) or not isinstance(ptr, int):
+            raise TypeError(f"{what} must be an int address, got {type(ptr).__name__}")
+        if ptr <= 0:
+            raise ValueError(f"{what}={ptr} is not a valid address")
+        return ptr
+
+    # ------------------------------------------------------------------ streams: plumbing
+    def _stream(self, index: int, stream: int) -> ClStream:
+        if type(stream) is int and type(index) is int:
+            if stream == 0:
+                if 0 <= index < self._n:
+                    return self._dev(index).default
+            else:
+                s = self._streams.get(stream)
+                if s is not None and s.device == index:
+                    return s
+        self._check_index(index)
+        if isinstance(stream, bool) or not isinstance(stream, int):
+            raise TypeError(f"stream handle must be an int, got {type(stream).__name__}")
+        raise ValueError(f"stream handle {stream} is not a live stream of opencl:{index}; "
+                         "use 0 (the default stream) or a handle from stream_create")
+
+    def _event(self, event: int, index: int) -> ClEvent:
+        ev = self._events.get(event) if type(event) is int else None
+        if ev is None or type(index) is not int or ev.device != index:
+            self._check_index(index)
+            if isinstance(event, bool) or not isinstance(event, int):
+                raise TypeError(f"event handle must be an int, got {type(event).__name__}")
+            raise ValueError(f"event handle {event} is not a live event of opencl:{index}; "
+                             "use a handle from event_create that was not destroyed")
+        return ev
+
+    def _enqueue(self, s: ClStream, what: str, fn: Callable[[Any], Any]) -> None:
+        with map_backend_errors(self.name, what):
+            ev = fn(s.queue)
+            s.track(ev, isinstance(ev, self._cl.NannyEvent))
+
+    def _drop_orphans(self) -> None:
+        with self._lock:
+            o = self._orphans
+            while o and o[0].command_execution_status == 0:  # CL_COMPLETE
+                o.popleft()
+
+    def _raise_kept(self, streams: Iterable[ClStream]) -> None:
+        for s in streams:
+            exc = s.take_error()
+            if exc is not None:
+                err = DeviceError(f"opencl: work on stream {s.handle} of opencl:{s.device} "
+                                  f"failed: {type(exc).__name__}: {exc}")
+                raise err from exc
+
+    def _device_streams(self, index: int) -> list[ClStream]:
+        return [self._dev(index).default] + [s for s in list(self._streams.values())
+                                             if s.device == index]
+
+    def _finish(self, index: int) -> None:
+        for s in self._device_streams(index):
+            with map_backend_errors(self.name, "synchronize"):
+                s.queue.finish()
+            s.drop_completed()
+
+    def _host_call(self, s: ClStream, fn: Callable[[], object]) -> None:
+        """Run ``fn`` on the host in stream order; later work on ``s`` waits for it."""
+        cl = self._cl
+        d = self._dev(s.device)
+        with map_backend_errors(self.name, "launch_host_func"):
+            marker = cl.enqueue_marker(s.queue)
+            done = cl.UserEvent(d.ctx)
+            barrier = cl.enqueue_barrier(s.queue, wait_for=[done])
+            s.queue.flush()
+        with s.lock:
+            if s.worker is None:
+                s.worker = HostWorker(cl, f"accelrt-opencl{s.device}-stream{s.handle}", s.keep)
+            worker = s.worker
+        worker.submit(marker, fn, done)
+        s.track(barrier, False)
+
+    # ------------------------------------------------------------------ copies
+    def memcpy(self, dst: int, src: int, nbytes: int, index: int, stream: int,
+               kind: str) -> None:
+        """Stream-ordered copy; the device side(s) of ``kind`` must be memory of ``index``
+        (any address inside an allocation); ``d2d`` ranges must not overlap."""
+        s = self._stream(index, stream)
+        if kind not in _KINDS:
+            raise ValueError(f"memcpy kind {kind!r} must be one of 'h2d', 'd2h', 'd2d', 'h2h'")
+        n = check_size(nbytes, "nbytes", allow_zero=True)
+        dst, src = self._check_ptr(dst, "dst"), self._check_ptr(src, "src")
+        mem = self._dev(index).mem
+        if kind in ("h2d", "d2d"):
+            mem.check(dst, n, f"memcpy {kind} dst")
+        if kind in ("d2h", "d2d"):
+            mem.check(src, n, f"memcpy {kind} src")
+        if kind == "d2d" and src < dst + n and dst < src + n and n:
+            raise ValueError("memcpy d2d: the source and destination ranges overlap; OpenCL "
+                             "cannot copy overlapping ranges, copy through a temporary")
+        if not n:
+            return
+        if kind == "h2h":
+            self._host_call(s, partial(ctypes.memmove, dst, src, n))
+            return
+        op = {"h2d": mem.h2d, "d2h": mem.d2h, "d2d": mem.d2d}[kind]
+        self._enqueue(s, f"memcpy {kind}", lambda q: op(q, dst, src, n))
+
+    def memcpy_peer(self, dst: int, dst_index: int, src: int, src_index: int, nbytes: int,
+                    stream: int) -> None:
+        """Copy between devices, ordered on ``stream`` of the source: a device-to-host copy
+        into a staging buffer, then (on the stream's host worker) a write to ``dst``."""
+        if dst_index == src_index:
+            self.memcpy(dst, src, nbytes, src_index, stream, "d2d")
+            return
+        dd = self._dev(self._check_index(dst_index))
+        s = self._stream(src_index, stream)
+        n = check_size(nbytes, "nbytes", allow_zero=True)
+        dst, src = self._check_ptr(dst, "dst"), self._check_ptr(src, "src")
+        dd.mem.check(dst, n, "memcpy_peer dst")
+        smem = self._dev(src_index).mem
+        smem.check(src, n, "memcpy_peer src")
+        if not n:
+            return
+        staging = np.empty(n, dtype=np.uint8)
+        hptr = int(staging.ctypes.data)
+        self._enqueue(s, "memcpy_peer", lambda q: smem.d2h(q, hptr, src, n))
+
+        def write() -> None:
+            staging.shape  # noqa: B018 - keeps the staging buffer alive until here
+            dq = dd.default.queue
+            ev = dd.mem.h2d(dq, dst, hptr, n)
+            dq.flush()
+            ev.wait()
+
+        self._host_call(s, write)
+
+    def memset(self, ptr: int, value: int, nbytes: int, index: int, stream: int) -> None:
+        """Stream-ordered byte fill of device memory."""
+        s = self._stream(index, stream)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"memset value must be an int, got {type(value).__name__}")
+        if not 0 <= value <= 255:
+            raise ValueError(f"memset value={value} must be a byte value in [0, 255]")
+        self._fill(s, self._check_ptr(ptr), np.array([value], dtype=np.uint8),
+                   check_size(nbytes, "nbytes", allow_zero=True), "memset")
+
+    def fill(self, ptr: int, pattern: bytes, count: int, index: int, stream: int) -> None:
+        """Stream-ordered fill of ``count`` copies of a 1, 2, 4 or 8 byte ``pattern``;
+        ``ptr`` must be aligned to the pattern size (OpenCL requires it)."""
+        s = self._stream(index, stream)
+        if not isinstance(pattern, (bytes, bytearray, memoryview)):
+            raise TypeError(f"fill pattern must be bytes, got {type(pattern).__name__}")
+        pattern = bytes(pattern)
+        dtype = _FILL_DTYPES.get(len(pattern))
+        if dtype is None:
+            raise ValueError(f"fill pattern is {len(pattern)} bytes long; it must be 1, 2, 4 "
+                             "or 8 bytes")
+        count = check_size(count, "count", allow_zero=True)
+        ptr = self._check_ptr(ptr)
+        if ptr % len(pattern):
+            raise ValueError(f"fill: pointer {ptr:#x} must be aligned to the {len(pattern)}-byte "
+                             "pattern size")
+        self._fill(s, ptr, np.frombuffer(pattern, dtype=dtype).copy(), count * len(pattern),
+                   "fill")
+
+    def _fill(self, s: ClStream, ptr: int, pattern: np.ndarray, nbytes: int, what: str) -> None:
+        mem = self._dev(s.device).mem
+        mem.check(ptr, nbytes, what)
+        if nbytes:
+            self._enqueue(s, what, lambda q: mem.fill(q, ptr, pattern, nbytes))
+
+    def can_access_peer(self, index: int, peer: int) -> bool:
+        """Only a device itself: each device has its own context."""
+        return self._check_index(index) == self._check_index(peer)
+
+    def launch_host_func(self, index: int, stream: int, fn: Callable[[], None]) -> None:
+        """Run ``fn()`` in stream order on a worker thread of the stream; its exception is
+        raised as :class:`DeviceError` by the next synchronize/query of the stream."""
+        s = self._stream(index, stream)
+        if not callable(fn):
+            raise TypeError(f"launch_host_func needs a callable, got {type(fn).__name__}")
+        self._host_call(s, fn)
+
+    # ------------------------------------------------------------------ streams
+    def stream_create(self, index: int, priority: int) -> int:
+        """Create an in-order queue; ``priority`` is recorded (range ``(0, 0)``)."""
+        d = self._dev(index)
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise TypeError(f"stream priority must be an int, got {type(priority).__name__}")
+        with map_backend_errors(self.name, "stream_create"):
+            queue = self._cl.CommandQueue(d.ctx, self._cl_devices[index], properties=d.props)
+        with self._lock:
+            handle = next(self._handles)
+            s = ClStream(index, handle, 0, queue)
+            self._streams[handle] = s
+            self._all.append(s)
+        return handle
+
+    def stream_destroy(self, index: int, stream: int) -> None:
+        """Destroy a stream; its queued work still completes."""
+        s = self._stream(index, stream)
+        if s.handle == 0:
+            raise ValueError(f"the default stream of opencl:{index} cannot be destroyed")
+        with self._lock:
+            self._streams.pop(s.handle, None)
+            self._all.remove(s)
+        with map_backend_errors(self.name, "stream_destroy"):
+            s.close()
+        with s.lock:
+            held = list(s.pending)
+            s.pending.clear()
+        with self._lock:
+            self._orphans.extend(held)   # collected once complete, never waited for here
+        self._drop_orphans()
+
+    def stream_is_valid(self, index: int, stream: int) -> bool:
+        """True for 0 and for live handles from :meth:`stream_create` on ``index``."""
+        if type(stream) is not int or type(index) is not int:
+            return False
+        if stream == 0:
+            return 0 <= index < self._n
+        s = self._streams.get(stream)
+        return s is not None and s.device == index
+
+    def stream_query(self, index: int, stream: int) -> bool:
+        """True if all work on ``stream`` completed; raises a kept host-function error."""
+        s = self._stream(index, stream)
+        self._raise_kept((s,))
+        last = s.last
+        if last is None:
+            return True
+        cl = self._cl
+        with map_backend_errors(self.name, "stream_query"):
+            s.queue.flush()
+            status = int(last.command_execution_status)
+        if status < 0:
+            raise DeviceError(f"opencl: work on stream {s.handle} of opencl:{index} failed "
+                              f"with status {status}")
+        return status == int(cl.command_execution_status.COMPLETE)
+
+    def stream_synchronize(self, index: int, stream: int) -> None:
+        """Block until ``stream``'s work completed; raises a kept host-function error."""
+        s = self._stream(index, stream)
+        with map_backend_errors(self.name, "stream_synchronize"):
+            s.queue.finish()
+        s.drop_completed()
+        self._raise_kept((s,))
+
+    def stream_wait_event(self, index: int, stream: int, event: int) -> None:
+        """Later work on ``stream`` waits for ``event``'s current record (any device)."""
+        s = self._stream(index, stream)
+        ev = self._events.get(event) if type(event) is int else None
+        if ev is None:
+            if isinstance(event, bool) or not isinstance(event, int):
+                raise TypeError(f"event handle must be an int, got {type(event).__name__}")
+            raise ValueError(f"event handle {event} is not a live event; use a handle from "
+                             "event_create that was not destroyed")
+        marker = ev.marker
+        if marker is None:
+            return
+        if ev.device == s.device:
+            self._enqueue(s, "stream_wait_event",
+                          lambda q: self._cl.enqueue_barrier(q, wait_for=[marker]))
+        else:  # another context: the stream's host worker waits for the marker
+            self._host_call(s, marker.wait)
+
+    def synchronize(self, index: int) -> None:
+        """Finish every queue of device ``index``; raises kept host-function errors."""
+        streams = self._device_streams(self._check_index(index))
+        for s in streams:
+            with map_backend_errors(self.name, "synchronize"):
+                s.queue.finish()
+            s.drop_completed()
+        self._drop_orphans()
+        self._raise_kept(streams)
+
+    # ------------------------------------------------------------------ events
+    def event_create(self, index: int, enable_timing: bool, blocking: bool,
+                     interprocess: bool) -> int:
+        """Create an event (``interprocess`` is not supported by OpenCL)."""
+        self._dev(index)
+        if interprocess:
+            raise ValueError("the opencl backend has no interprocess events; create the event "
+                             "with interprocess=False")
+        with self._lock:
+            handle = next(self._handles)
+            self._events[handle] = ClEvent(index, bool(enable_timing))
+        return handle
+
+    def event_destroy(self, index: int, event: int) -> None:
+        """Destroy an event."""
+        self._event(event, index)
+        with self._lock:
+            self._events.pop(event, None)
+
+    def event_record(self, index: int, event: int, stream: int) -> None:
+        """Record ``event`` (a marker) at the end of ``stream``."""
+        ev = self._event(event, index)
+        s = self._stream(index, stream)
+        with map_backend_errors(self.name, "event_record"):
+            marker = self._cl.enqueue_marker(s.queue)
+            s.queue.flush()
+        s.track(marker, False)
+        ev.marker, ev.stream = marker, s
+
+    def _status(self, ev: ClEvent, what: str) -> int:
+        assert ev.stream is not None
+        self._raise_kept((ev.stream,))
+        with map_backend_errors(self.name, what):
+            status = int(ev.marker.command_execution_status)
+        if status < 0:
+            raise DeviceError(f"opencl: the work before the event failed with status {status}")
+        return status
+
+    def event_query(self, index: int, event: int) -> bool:
+        """True if the work before the last record completed (True if never recorded)."""
+        ev = self._event(event, index)
+        if ev.marker is None:
+            return True
+        return self._status(ev, "event_query") == int(self._cl.command_execution_status.COMPLETE)
+
+    def event_synchronize(self, index: int, event: int) -> None:
+        """Block until the last record completed; raises a kept error of its stream."""
+        ev = self._event(event, index)
+        if ev.marker is None:
+            return
+        with map_backend_errors(self.name, "event_synchronize"):
+            ev.marker.wait()
+        self._status(ev, "event_synchronize")
+
+    def _timestamp(self, ev: ClEvent, handle: int) -> int:
+        if not ev.timing:
+            raise DeviceError(f"opencl: event {handle} was created without timing; create "
+                              "both events with enable_timing=True to measure elapsed time")
+        if ev.marker is None:
+            raise DeviceError(f"opencl: event {handle} was never recorded; record both events "
+                              "before asking for elapsed time")
+        if self._status(ev, "event_elapsed_time") != int(
+                self._cl.command_execution_status.COMPLETE):
+            raise DeviceError(f"opencl: event {handle} has not completed yet; synchronize it "
+                              "(or its stream) before asking for elapsed time")
+        with map_backend_errors(self.name, "event_elapsed_time"):
+            return int(ev.marker.profile.end)
+
+    def event_elapsed_time(self, index: int, start: int, end: int) -> float:
+        """Milliseconds between two completed timing events (OpenCL profiling clocks)."""
+        t0 = self._timestamp(self._event(start, index), start)
+        t1 = self._timestamp(self._event(end, index), end)
+        return (t1 - t0) / 1e6
+
+    def event_ipc_handle(self, index: int, event: int) -> bytes:
+        """Not supported: raises ValueError."""
+        raise ValueError("the opencl backend has no interprocess events")
+
+    def event_from_ipc_handle(self, index: int, handle: bytes) -> int:
+        """Not supported: raises ValueError."""
+        raise ValueError("the opencl backend has no interprocess events")
+
+    # ------------------------------------------------------------------ lifetime
+    def close(self) -> None:
+        """Finish all queued work and stop the host-function workers (idempotent)."""
+        for i, st in enumerate(self._state):
+            if st is not None:
+                self._finish(i)
+        workers = [s.worker for s in list(self._all) if s.worker is not None]
+        self._finalizer()
+        for w in workers:
+            w.thread.join(10.0)
+
+    def __repr__(self) -> str:
+        return f"<accelrt backend {self.name!r}: {self._n} OpenCL device(s), {self._mode} memory>"
+

@@ -1,0 +1,264 @@
+"""Device memory of the opencl backend as integer "pointers", in two representations.
+
+The caching allocator splits segments into blocks and hands out ``base + offset`` addresses,
+so every raw operation must accept any address inside an allocation.
+
+* :class:`SvmMemory` (devices with coarse-grained buffer SVM, OpenCL >= 2.0): allocations are
+  ``clSVMAlloc`` memory, addresses are real virtual addresses, and copies/fills go through
+  ``clEnqueueSVMMemcpy``/``clEnqueueSVMMemFill`` on the exact sub-range.
+* :class:`BufferMemory` (every device): allocations are ``cl_mem`` buffers placed at made-up,
+  non-overlapping addresses in a per-device range; an address resolves to ``(buffer, offset)``
+  and copies/fills use ``clEnqueueCopyBuffer``/``ReadBuffer``/``WriteBuffer``/``FillBuffer``
+  at that offset.
+
+Neither is host-accessible (coarse-grained SVM needs map/unmap before the host touches it).
+Both are thread-safe.
+
+Example::
+
+    >>> from accelrt.backends.opencl._memory import AddressTable
+    >>> t = AddressTable("opencl:0")
+    >>> t.add(4096, 100, "buf")
+    >>> t.find(4096 + 10, 50, "memset")
+    ('buf', 10)
+"""
+
+from __future__ import annotations
+
+import bisect
+import ctypes
+import threading
+from typing import Any
+
+import numpy as np
+
+__all__ = ["ALIGNMENT", "AddressTable", "BufferMemory", "SvmMemory", "host_view", "svm_view"]
+
+#: Alignment of every address :meth:`SvmMemory.alloc` / :meth:`BufferMemory.alloc` return.
+ALIGNMENT = 256
+_FAKE_SPAN = 1 << 46        # made-up address range per device (64 TiB)
+_PAGE = 4096
+
+
+def host_view(ptr: int, nbytes: int) -> np.ndarray:
+    """A uint8 numpy view of ``nbytes`` at host address ``ptr`` (nothing is read)."""
+    buf: Any = (ctypes.c_char * nbytes).from_address(ptr)
+    return np.frombuffer(buf, dtype=np.uint8)
+
+
+def svm_view(cl: Any, ptr: int, nbytes: int) -> Any:
+    """``cl.SVM`` over the address range ``[ptr, ptr+nbytes)`` (SVM or host memory)."""
+    return cl.SVM(host_view(ptr, nbytes))
+
+
+class AddressTable:
+    """Live allocations by address: ``base -> (size, obj)``, with range lookups.
+
+    Args:
+        where: device name used in messages (``"opencl:0"``).
+    """
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        self._lock = threading.Lock()
+        self._objs: dict[int, tuple[int, Any]] = {}   # guarded by _lock
+        self._bases: list[int] = []                   # guarded by _lock; sorted
+
+    def add(self, base: int, size: int, obj: Any) -> None:
+        """Record an allocation."""
+        with self._lock:
+            self._objs[base] = (size, obj)
+            bisect.insort(self._bases, base)
+
+    def require(self, base: int) -> None:
+        """Raise :class:`ValueError` unless ``base`` starts a live allocation."""
+        with self._lock:
+            if base in self._objs:
+                return
+        raise ValueError(f"free: pointer {base:#x} was not returned by malloc on {self.where} "
+                         "or was already freed")
+
+    def pop(self, base: int) -> tuple[int, Any]:
+        """Forget the allocation starting at ``base``; return ``(size, obj)``.
+
+        Raises:
+            ValueError: ``base`` is not the start of a live allocation.
+        """
+        with self._lock:
+            got = self._objs.pop(base, None)
+            if got is None:
+                raise ValueError(f"free: pointer {base:#x} was not returned by malloc on "
+                                 f"{self.where} or was already freed")
+            del self._bases[bisect.bisect_left(self._bases, base)]
+            return got
+
+    def find(self, ptr: int, nbytes: int, what: str) -> tuple[Any, int]:
+        """``(obj, offset)`` of the allocation holding ``[ptr, ptr+nbytes)``.
+
+        Raises:
+            ValueError: the range is not inside one live allocation of this device.
+        """
+        with self._lock:
+            pos = bisect.bisect_right(self._bases, ptr) - 1
+            if pos >= 0:
+                base = self._bases[pos]
+                size, obj = self._objs[base]
+                if ptr + max(nbytes, 1) <= base + size:
+                    return obj, ptr - base
+        raise ValueError(f"{what}: [{ptr:#x}, {ptr + nbytes:#x}) is not inside memory "
+                         f"allocated on {self.where}; pass a pointer from malloc of that "
+                         "device and a byte count within its size")
+
+    def spans(self) -> list[tuple[int, int]]:
+        """``(base, size)`` of every live allocation, sorted."""
+        with self._lock:
+            return [(b, self._objs[b][0]) for b in self._bases]
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._objs)
+
+
+def _is_oom(cl: Any, exc: Exception) -> bool:
+    codes = {cl.status_code.MEM_OBJECT_ALLOCATION_FAILURE, cl.status_code.OUT_OF_RESOURCES,
+             cl.status_code.OUT_OF_HOST_MEMORY, cl.status_code.INVALID_BUFFER_SIZE}
+    return isinstance(exc, cl.MemoryError) or getattr(exc, "code", None) in codes
+
+
+class BufferMemory:
+    """``cl_mem`` buffers at made-up addresses (any OpenCL device).
+
+    Args:
+        cl: the pyopencl module.
+        ctx: the device's context.
+        index: device index (chooses the address range and names the device).
+    """
+
+    svm = False
+
+    def __init__(self, cl: Any, ctx: Any, index: int) -> None:
+        self.cl = cl
+        self.ctx = ctx
+        self.table = AddressTable(f"opencl:{index}")
+        self._start = (index + 1) * _FAKE_SPAN
+        self._lock = threading.Lock()
+        self._next = self._start                      # guarded by _lock
+
+    def _place(self, size: int) -> int:
+        """Pick an unused, aligned address range of ``size`` bytes (with a guard page)."""
+        need = -(-size // _PAGE) * _PAGE + _PAGE
+        with self._lock:
+            if not len(self.table):
+                self._next = self._start
+            if self._next + need <= self._start + _FAKE_SPAN:
+                addr = self._next
+                self._next += need
+                return addr
+            prev_end = self._start                    # first fit between live allocations
+            for base, bsize in self.table.spans():
+                if base - prev_end >= need:
+                    return prev_end
+                prev_end = base + -(-bsize // _PAGE) * _PAGE + _PAGE
+            raise MemoryError("no address range left")
+
+    def alloc(self, size: int) -> int:
+        """A new buffer of ``size`` bytes; 0 when the device is out of memory."""
+        cl = self.cl
+        try:
+            buf = cl.Buffer(self.ctx, cl.mem_flags.READ_WRITE, size)
+        except cl.Error as exc:
+            if _is_oom(cl, exc):
+                return 0
+            raise
+        try:
+            addr = self._place(size)
+        except MemoryError:
+            buf.release()
+            return 0
+        self.table.add(addr, size, buf)
+        return addr
+
+    def free(self, ptr: int) -> int:
+        """Release the buffer at ``ptr`` (OpenCL keeps it alive for queued work); its size."""
+        size, buf = self.table.pop(ptr)
+        buf.release()
+        return size
+
+    def h2d(self, q: Any, dst: int, src: int, n: int) -> Any:
+        buf, off = self.table.find(dst, n, "memcpy h2d dst")
+        return self.cl.enqueue_copy(q, buf, host_view(src, n), dst_offset=off,
+                                    is_blocking=False)
+
+    def d2h(self, q: Any, dst: int, src: int, n: int) -> Any:
+        buf, off = self.table.find(src, n, "memcpy d2h src")
+        return self.cl.enqueue_copy(q, host_view(dst, n), buf, src_offset=off,
+                                    is_blocking=False)
+
+    def d2d(self, q: Any, dst: int, src: int, n: int) -> Any:
+        dbuf, doff = self.table.find(dst, n, "memcpy d2d dst")
+        sbuf, soff = self.table.find(src, n, "memcpy d2d src")
+        return self.cl.enqueue_copy(q, dbuf, sbuf, byte_count=n, src_offset=soff,
+                                    dst_offset=doff)
+
+    def fill(self, q: Any, ptr: int, pattern: np.ndarray, nbytes: int) -> Any:
+        buf, off = self.table.find(ptr, nbytes, "fill")
+        return self.cl.enqueue_fill_buffer(q, buf, pattern, off, nbytes)
+
+    def check(self, ptr: int, nbytes: int, what: str) -> None:
+        self.table.find(ptr, nbytes, what)
+
+
+class SvmMemory:
+    """Coarse-grained SVM allocations at real addresses (OpenCL >= 2.0 devices)."""
+
+    svm = True
+
+    def __init__(self, cl: Any, ctx: Any, index: int) -> None:
+        self.cl = cl
+        self.ctx = ctx
+        self.table = AddressTable(f"opencl:{index}")
+
+    def alloc(self, size: int) -> int:
+        """A new SVM allocation of ``size`` bytes; 0 when the device is out of memory."""
+        cl = self.cl
+        try:
+            # alignment 0: the device's default; the base is aligned here instead, as some
+            # drivers reject explicit alignments
+            mem = cl.SVMAllocation(self.ctx, size + ALIGNMENT, 0, cl.svm_mem_flags.READ_WRITE)
+        except cl.Error as exc:
+            if _is_oom(cl, exc):
+                return 0
+            raise
+        addr = -(-int(mem.svm_ptr) // ALIGNMENT) * ALIGNMENT
+        self.table.add(addr, size, mem)
+        return addr
+
+    def free(self, ptr: int) -> int:
+        """Release the allocation at ``ptr`` (the caller has finished the device's queues)."""
+        size, mem = self.table.pop(ptr)
+        mem.release()
+        return size
+
+    def _view(self, ptr: int, n: int, what: str) -> Any:
+        self.table.find(ptr, n, what)
+        return svm_view(self.cl, ptr, n)
+
+    def h2d(self, q: Any, dst: int, src: int, n: int) -> Any:
+        d = self._view(dst, n, "memcpy h2d dst")
+        return self.cl.enqueue_copy(q, d, svm_view(self.cl, src, n), is_blocking=False)
+
+    def d2h(self, q: Any, dst: int, src: int, n: int) -> Any:
+        s = self._view(src, n, "memcpy d2h src")
+        return self.cl.enqueue_copy(q, svm_view(self.cl, dst, n), s, is_blocking=False)
+
+    def d2d(self, q: Any, dst: int, src: int, n: int) -> Any:
+        d = self._view(dst, n, "memcpy d2d dst")
+        s = self._view(src, n, "memcpy d2d src")
+        return self.cl.enqueue_copy(q, d, s, is_blocking=False)
+
+    def fill(self, q: Any, ptr: int, pattern: np.ndarray, nbytes: int) -> Any:
+        d = self._view(ptr, nbytes, "fill")
+        return self.cl.enqueue_svm_memfill(q, d, pattern, nbytes)
+
+    def check(self, ptr: int, nbytes: int, what: str) -> None:
+        self.table.find(ptr, nbytes, what)
