@@ -98,6 +98,8 @@ class CpuStream:
                 with cv:
                     if self.error is None:
                         self.error = exc
+            # Drop the work item now: what a host callback holds must not outlive its run.
+            del fn
             with cv:
                 self.completed += 1
                 cv.notify_all()
