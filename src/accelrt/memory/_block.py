@@ -1,0 +1,144 @@
+"""Blocks, pools and private pools of the caching allocator.
+
+A *segment* is one backend allocation (or one virtual reservation, for expandable segments);
+it is cut into address-ordered :class:`Block`\\ s linked by ``prev``/``next``. Free mapped
+blocks sit in their :class:`BlockPool`'s per-stream free list, a sorted ``list`` of integer
+keys ``size << 64 | address`` so that ``bisect`` finds the best fit (smallest size, then
+lowest address) of one stream. Unmapped blocks of expandable segments sit in a per-stream
+sorted list of addresses.
+
+Every object here is guarded by the owning allocator's lock.
+
+Example::
+
+    >>> from accelrt.memory._block import Block, BlockPool, free_key
+    >>> pool = BlockPool(is_small=True, owner=None, hot=None, type_index=1)
+    >>> b = Block(0x1000, 2048, 0, pool)
+    >>> free_key(b) == (2048 << 64) | 0x1000
+    True
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["ADDR_MASK", "KEY_SHIFT", "Block", "BlockPool", "PrivatePool", "free_key"]
+
+KEY_SHIFT = 64
+ADDR_MASK = (1 << KEY_SHIFT) - 1
+
+
+class Block:
+    """A contiguous piece of a segment.
+
+    Attributes:
+        addr, size: the address range.
+        requested: the size the user asked for at the last allocation (stale once freed).
+        stream: the allocation stream (blocks never move between streams).
+        pool: the :class:`BlockPool` it belongs to.
+        prev, next: neighbours in the same segment, or ``None``.
+        allocated: handed out and not yet freed by the user.
+        event_count: outstanding stream events before the free completes.
+        stream_uses: streams recorded with ``record_stream`` (``None`` when empty).
+        mapped: False for unmapped ranges of expandable segments.
+        exp: the :class:`~accelrt.memory._expandable.ExpandableSegment`, or ``None``.
+        gc_base: the pool's free-block lookup count when the block was last cached.
+        frames: stack of the last allocation (history recording), or ``None``.
+        seg_frames: stack of the segment allocation (only on a segment's first block).
+    """
+
+    __slots__ = (
+        "addr",
+        "allocated",
+        "event_count",
+        "exp",
+        "frames",
+        "gc_base",
+        "mapped",
+        "next",
+        "pool",
+        "prev",
+        "requested",
+        "seg_frames",
+        "size",
+        "stream",
+        "stream_uses",
+    )
+
+    def __init__(self, addr: int, size: int, stream: int, pool: BlockPool,
+                 exp: Any = None, mapped: bool = True) -> None:
+        self.addr = addr
+        self.size = size
+        self.requested = 0
+        self.stream = stream
+        self.pool = pool
+        self.prev: Block | None = None
+        self.next: Block | None = None
+        self.allocated = False
+        self.event_count = 0
+        self.stream_uses: set[int] | None = None
+        self.mapped = mapped
+        self.exp = exp
+        self.gc_base = 0
+        self.frames: list[dict[str, Any]] | None = None
+        self.seg_frames: list[dict[str, Any]] | None = None
+
+    def is_split(self) -> bool:
+        return self.prev is not None or self.next is not None
+
+    def __repr__(self) -> str:
+        state = "allocated" if self.allocated else ("mapped" if self.mapped else "unmapped")
+        return f"<Block {self.addr:#x}+{self.size} stream={self.stream} {state}>"
+
+
+def free_key(b: Block) -> int:
+    """The free-list sort key of a block: size first, then address."""
+    return (b.size << KEY_SHIFT) | b.addr
+
+
+class BlockPool:
+    """The free blocks of one pool (small or large, default or private).
+
+    Attributes:
+        free: stream -> sorted list of :func:`free_key` values of free mapped blocks.
+        unmapped: stream -> sorted list of addresses of unmapped (expandable) blocks.
+        is_small: the small (<= 1 MiB) pool.
+        owner: the :class:`PrivatePool`, or ``None`` for the default pools.
+        hot: the :class:`~accelrt.memory._stats.HotCounters` of this pool's type.
+        type_index: 1 (small_pool) or 2 (large_pool), the stat row.
+        gc_calls: free-block lookups counted for the garbage collector's ages.
+    """
+
+    __slots__ = ("free", "gc_calls", "hot", "is_small", "owner", "type_index", "unmapped")
+
+    def __init__(self, is_small: bool, owner: PrivatePool | None, hot: Any,
+                 type_index: int) -> None:
+        self.free: dict[int, list[int]] = {}
+        self.unmapped: dict[int, list[int]] = {}
+        self.is_small = is_small
+        self.owner = owner
+        self.hot = hot
+        self.type_index = type_index
+        self.gc_calls = 0
+
+    def free_block_count(self) -> int:
+        return sum(len(v) for v in self.free.values())
+
+
+class PrivatePool:
+    """A private memory pool (``MemPool``, graph capture): its own small and large pools.
+
+    Attributes:
+        id: the pool id, a tuple of two ints.
+        use_count: references from ``MemPool`` objects and active ``begin_allocate_to_pool``.
+        reserved: bytes of device memory currently held by the pool's segments.
+    """
+
+    __slots__ = ("id", "large", "reserved", "small", "use_count")
+
+    def __init__(self, pool_id: tuple[int, int], small_hot: Any, large_hot: Any) -> None:
+        self.id = pool_id
+        self.use_count = 1
+        self.reserved = 0
+        self.small = BlockPool(True, self, small_hot, 1)
+        self.large = BlockPool(False, self, large_hot, 2)

@@ -1,0 +1,455 @@
+"""Caching-allocator options: PyTorch's ``PYTORCH_CUDA_ALLOC_CONF`` syntax for accelrt.
+
+The process-wide options come from the ``ACCELRT_ALLOC_CONF`` environment variable (read lazily,
+the first time an allocator needs them, never at import) and from
+:func:`set_allocator_settings`. The syntax is PyTorch's: ``key:value`` pairs separated by ``,``;
+list values in ``[k:v,...]``; booleans spelled exactly ``True``/``False``; spaces are ignored.
+
+Keys (see ``docs`` of PyTorch's ``PYTORCH_CUDA_ALLOC_CONF``):
+
+* ``backend`` -- only ``native`` is available;
+* ``large_segment_size_mb`` (> 10), ``max_split_size_mb`` and ``max_non_split_rounding_mb``
+  (>= ``large_segment_size_mb``), ``roundup_power2_divisions`` (``N`` or ``[K:N,...,>:N]``),
+  ``garbage_collection_threshold`` (a float in (0, 1)), ``expandable_segments``,
+  ``release_lock_on_cudamalloc``, ``per_process_memory_fraction`` (a float in [0, 1]),
+  ``throw_on_cudamalloc_oom``, ``graph_capture_record_stream_reuse``;
+* host (pinned) pool keys, stored for ``memory._host``: ``pinned_use_cuda_host_register``,
+  ``pinned_num_register_threads``, ``pinned_reserve_segment_size_mb``,
+  ``pinned_use_background_threads``, ``pinned_free_catch_all``,
+  ``pinned_max_round_threshold_mb``, ``pinned_max_cached_size_mb``;
+* accelrt's own policy: ``page_reuse`` (True/False): with ``expandable_segments:True``, unmap
+  free pages inside a reservation and reuse them before mapping new ones (less fragmentation).
+
+Each parse starts from the current options but resets ``max_split_size_mb``,
+``roundup_power2_divisions`` and ``garbage_collection_threshold`` to their defaults (and
+``max_non_split_rounding_mb`` to ``large_segment_size_mb``), as PyTorch does.
+
+Example::
+
+    >>> from accelrt.memory._config import parse_config
+    >>> cfg = parse_config("max_split_size_mb:128,roundup_power2_divisions:[256:1,>:4]")
+    >>> cfg.max_split_size == 128 * 2**20, cfg.roundup_power2_divisions[8], cfg.roundup_power2_divisions[9]
+    (True, 1, 4)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+from dataclasses import dataclass, field
+
+__all__ = [
+    "ENV_VAR",
+    "MB",
+    "SIZE_MAX",
+    "AllocatorConfig",
+    "get_allocator_settings",
+    "get_config",
+    "parse_config",
+    "set_allocator_settings",
+]
+
+#: Environment variable holding the process-wide allocator options.
+ENV_VAR = "ACCELRT_ALLOC_CONF"
+MB = 1024 * 1024
+#: "unlimited" for ``max_split_size`` (C++ ``SIZE_MAX``; reported as -1 in the stats).
+SIZE_MAX = 2**64 - 1
+_NUM_INTERVALS = 16
+_MAX_MB = SIZE_MAX // MB
+_MAX_REGISTER_THREADS = 128
+
+
+def _default_divisions() -> tuple[int, ...]:
+    return (0,) * _NUM_INTERVALS
+
+
+@dataclass(frozen=True, kw_only=True)
+class AllocatorConfig:
+    """Options of the caching allocator (frozen; build one with :func:`parse_config`).
+
+    Sizes are in bytes. ``max_split_size == SIZE_MAX`` means unlimited.
+
+    Example::
+
+        >>> from accelrt.memory._config import AllocatorConfig
+        >>> AllocatorConfig().large_segment_size
+        20971520
+    """
+
+    large_segment_size: int = 20 * MB
+    max_split_size: int = SIZE_MAX
+    max_non_split_rounding_size: int = 20 * MB
+    roundup_power2_divisions: tuple[int, ...] = field(default_factory=_default_divisions)
+    garbage_collection_threshold: float = 0.0
+    expandable_segments: bool = False
+    release_lock_on_malloc: bool = False
+    per_process_memory_fraction: float | None = None
+    throw_on_malloc_oom: bool = False
+    graph_capture_record_stream_reuse: bool = False
+    page_reuse: bool = False
+    pinned_use_host_register: bool = False
+    pinned_num_register_threads: int = 1
+    pinned_reserve_segment_size: int = 0
+    pinned_use_background_threads: bool = False
+    pinned_free_catch_all: bool = False
+    pinned_max_round_threshold: int = SIZE_MAX
+    pinned_max_cached_size: int = SIZE_MAX
+    #: the settings string this config was parsed from ("" for the defaults)
+    settings: str = ""
+
+    def __post_init__(self) -> None:
+        if len(self.roundup_power2_divisions) != _NUM_INTERVALS:
+            raise ValueError(f"roundup_power2_divisions must have {_NUM_INTERVALS} entries, "
+                             f"got {len(self.roundup_power2_divisions)}")
+        if self.large_segment_size <= 10 * MB:
+            raise ValueError("large_segment_size must be greater than 10 MiB")
+        if self.per_process_memory_fraction is not None and not (
+                0.0 <= self.per_process_memory_fraction <= 1.0):
+            raise ValueError("per_process_memory_fraction must be in [0, 1]")
+
+
+# ---------------------------------------------------------------------- parsing
+
+def _tokenize(s: str) -> list[str]:
+    tokens: list[str] = []
+    buf: list[str] = []
+    for ch in s:
+        if ch in ",:[]":
+            if buf:
+                tokens.append("".join(buf))
+                buf.clear()
+            tokens.append(ch)
+        elif not ch.isspace():
+            buf.append(ch)
+    if buf:
+        tokens.append("".join(buf))
+    return tokens
+
+
+class _Parser:
+    def __init__(self, s: str) -> None:
+        self.tokens = _tokenize(s)
+        self.i = 0
+
+    def at_end(self) -> bool:
+        return self.i >= len(self.tokens)
+
+    def next(self, what: str) -> str:
+        if self.i >= len(self.tokens):
+            raise ValueError(f"accelrt allocator config: expected {what} but the settings "
+                             "string ended")
+        tok = self.tokens[self.i]
+        self.i += 1
+        return tok
+
+    def expect(self, ch: str, key: str) -> None:
+        tok = self.next(f"'{ch}' after {key!r}")
+        if tok != ch:
+            raise ValueError(f"accelrt allocator config: expected '{ch}' after {key!r}, got "
+                             f"{tok!r}; the syntax is key:value[,key:value...]")
+
+    def value(self, key: str) -> str:
+        self.expect(":", key)
+        tok = self.next(f"a value for {key!r}")
+        if tok in ",:[]":
+            raise ValueError(f"accelrt allocator config: missing value for {key!r}")
+        return tok
+
+
+def _int(key: str, tok: str, accepted: str) -> int:
+    try:
+        return int(tok, 10)
+    except ValueError:
+        raise ValueError(f"accelrt allocator config: {key} expects {accepted}, got {tok!r}") \
+            from None
+
+
+def _bool(key: str, tok: str) -> bool:
+    if tok == "True":
+        return True
+    if tok == "False":
+        return False
+    raise ValueError(f"accelrt allocator config: expected a single True/False argument for "
+                     f"{key}, got {tok!r}")
+
+
+def _float(key: str, tok: str, accepted: str) -> float:
+    try:
+        return float(tok)
+    except ValueError:
+        raise ValueError(f"accelrt allocator config: {key} expects {accepted}, got {tok!r}") \
+            from None
+
+
+def _is_pow2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def _divisions_value(tok: str) -> int:
+    v = _int("roundup_power2_divisions", tok, "a power of 2 (or 0 to disable rounding)")
+    if v != 0 and not _is_pow2(v):
+        raise ValueError("accelrt allocator config: roundup_power2_divisions values must be a "
+                         f"power of 2 or 0 to disable the rounding, got {v}")
+    return v
+
+
+def _parse_divisions(p: _Parser) -> tuple[int, ...]:
+    key = "roundup_power2_divisions"
+    p.expect(":", key)
+    tok = p.next(f"a value for {key!r}")
+    if tok != "[":
+        v = _divisions_value(tok)
+        if v == 0:
+            raise ValueError("accelrt allocator config: roundup_power2_divisions must be a "
+                             "power of 2, got 0")
+        return (v,) * _NUM_INTERVALS
+    table = [0] * _NUM_INTERVALS
+    first = True
+    last_index = -1
+    while True:
+        k = p.next(f"an interval or ']' in {key}")
+        if k == "]":
+            break
+        if k == ",":
+            continue
+        p.expect(":", f"{key} interval {k}")
+        v = _divisions_value(p.next(f"a division count in {key}"))
+        if k == ">":
+            for j in range(last_index + 1, _NUM_INTERVALS):
+                table[j] = v
+        else:
+            size_mb = _int(key, k, "interval sizes in MB that are powers of 2, or '>'")
+            if not _is_pow2(size_mb):
+                raise ValueError("accelrt allocator config: roundup_power2_divisions intervals "
+                                 f"must be powers of 2 (in MB), got {size_mb}")
+            index = min(size_mb.bit_length() - 1, _NUM_INTERVALS - 1)
+            if first:
+                for j in range(index):
+                    table[j] = v
+                first = False
+            table[index] = v
+            last_index = index
+    return tuple(table)
+
+
+_KEYS = frozenset({
+    "backend", "large_segment_size_mb", "max_split_size_mb", "max_non_split_rounding_mb",
+    "roundup_power2_divisions", "garbage_collection_threshold", "expandable_segments",
+    "release_lock_on_cudamalloc", "release_lock_on_malloc", "per_process_memory_fraction",
+    "throw_on_cudamalloc_oom", "throw_on_malloc_oom", "graph_capture_record_stream_reuse",
+    "page_reuse", "pinned_use_cuda_host_register", "pinned_use_host_register",
+    "pinned_num_register_threads", "pinned_reserve_segment_size_mb",
+    "pinned_use_background_threads", "pinned_free_catch_all", "pinned_max_round_threshold_mb",
+    "pinned_max_cached_size_mb",
+})
+
+
+def parse_config(settings: str, base: AllocatorConfig | None = None) -> AllocatorConfig:
+    """Parse a settings string in PyTorch's ``PYTORCH_CUDA_ALLOC_CONF`` syntax.
+
+    Args:
+        settings: e.g. ``"max_split_size_mb:128,expandable_segments:True"``.
+        base: options the string modifies (default: accelrt's defaults). As in PyTorch,
+            ``max_split_size_mb``, ``roundup_power2_divisions`` and
+            ``garbage_collection_threshold`` are reset to their defaults first.
+
+    Returns:
+        A new frozen :class:`AllocatorConfig` (``settings`` holds the string).
+
+    Raises:
+        TypeError: ``settings`` is not a str.
+        ValueError: an unknown key, a malformed string or a value out of range; the message
+            names the key and the accepted values.
+
+    Example::
+
+        >>> from accelrt.memory._config import parse_config
+        >>> parse_config("expandable_segments:True").expandable_segments
+        True
+    """
+    if not isinstance(settings, str):
+        raise TypeError(f"allocator settings must be a str, got {type(settings).__name__}")
+    base = base if base is not None else AllocatorConfig()
+    p = _Parser(settings)
+    # Two passes: large_segment_size_mb first, since other checks and defaults depend on it.
+    lss = base.large_segment_size
+    tokens = p.tokens
+    for j, tok in enumerate(tokens):
+        if tok == "large_segment_size_mb" and (j == 0 or tokens[j - 1] == ","):
+            if j + 2 >= len(tokens) or tokens[j + 1] != ":":
+                raise ValueError("accelrt allocator config: expected large_segment_size_mb:N")
+            mb = _int("large_segment_size_mb", tokens[j + 2], "an integer number of MB > 10")
+            if mb <= 10:
+                raise ValueError("accelrt allocator config: large_segment_size_mb must be > 10, "
+                                 f"got {mb}")
+            lss = mb * MB
+    vals: dict[str, object] = {
+        "large_segment_size": lss,
+        "max_split_size": SIZE_MAX,
+        "max_non_split_rounding_size": lss,
+        "roundup_power2_divisions": _default_divisions(),
+        "garbage_collection_threshold": 0.0,
+        "settings": settings,
+    }
+    lss_mb = lss // MB
+    while not p.at_end():
+        key = p.next("a key")
+        if key == ",":
+            continue
+        if key not in _KEYS:
+            raise ValueError(f"Unrecognized key '{key}' in accelrt allocator config.")
+        if key == "roundup_power2_divisions":
+            vals["roundup_power2_divisions"] = _parse_divisions(p)
+        else:
+            tok = p.value(key)
+            _apply_key(vals, key, tok, lss_mb)
+        if not p.at_end():
+            p.expect(",", key)
+    return dataclasses.replace(base, **vals)  # type: ignore[arg-type]
+
+
+def _apply_key(vals: dict[str, object], key: str, tok: str, lss_mb: int) -> None:
+    if key == "backend":
+        if tok != "native":
+            raise ValueError(f"accelrt allocator config: unknown allocator backend {tok!r}; "
+                             "the only option is 'native'")
+    elif key == "large_segment_size_mb":
+        pass  # handled in the first pass
+    elif key in ("max_split_size_mb", "max_non_split_rounding_mb"):
+        mb = _int(key, tok, f"an integer number of MB >= {lss_mb}")
+        if mb < lss_mb:
+            raise ValueError(f"accelrt allocator config: {key} too small, must be >= {lss_mb} "
+                             f"(large_segment_size_mb), got {mb}")
+        size = min(mb, _MAX_MB) * MB
+        vals["max_split_size" if key == "max_split_size_mb" else
+             "max_non_split_rounding_size"] = size
+    elif key == "garbage_collection_threshold":
+        t = _float(key, tok, "a float in (0.0, 1.0)")
+        if not 0.0 < t < 1.0:
+            raise ValueError("accelrt allocator config: garbage_collection_threshold is invalid, "
+                             f"set it in (0.0, 1.0); got {tok}")
+        vals["garbage_collection_threshold"] = t
+    elif key == "per_process_memory_fraction":
+        f = _float(key, tok, "a float in [0.0, 1.0]")
+        if not 0.0 <= f <= 1.0:
+            raise ValueError("accelrt allocator config: per_process_memory_fraction must be in "
+                             f"[0.0, 1.0], got {tok}")
+        vals["per_process_memory_fraction"] = f
+    elif key == "expandable_segments":
+        vals["expandable_segments"] = _bool(key, tok)
+    elif key in ("release_lock_on_cudamalloc", "release_lock_on_malloc"):
+        vals["release_lock_on_malloc"] = _bool(key, tok)
+    elif key in ("throw_on_cudamalloc_oom", "throw_on_malloc_oom"):
+        vals["throw_on_malloc_oom"] = _bool(key, tok)
+    elif key == "graph_capture_record_stream_reuse":
+        vals["graph_capture_record_stream_reuse"] = _bool(key, tok)
+    elif key == "page_reuse":
+        vals["page_reuse"] = _bool(key, tok)
+    elif key in ("pinned_use_cuda_host_register", "pinned_use_host_register"):
+        vals["pinned_use_host_register"] = _bool(key, tok)
+    elif key == "pinned_use_background_threads":
+        vals["pinned_use_background_threads"] = _bool(key, tok)
+    elif key == "pinned_free_catch_all":
+        vals["pinned_free_catch_all"] = _bool(key, tok)
+    elif key == "pinned_num_register_threads":
+        n = _int(key, tok, f"a power of 2 <= {_MAX_REGISTER_THREADS}")
+        if not _is_pow2(n) or n > _MAX_REGISTER_THREADS:
+            raise ValueError("accelrt allocator config: pinned_num_register_threads has to be a "
+                             f"power of 2 <= {_MAX_REGISTER_THREADS}, got {n}")
+        vals["pinned_num_register_threads"] = n
+    else:  # the pinned_*_mb sizes
+        mb = _int(key, tok, "a non-negative integer number of MB")
+        if mb < 0:
+            raise ValueError(f"accelrt allocator config: {key} must be >= 0, got {mb}")
+        field_name = {"pinned_reserve_segment_size_mb": "pinned_reserve_segment_size",
+                      "pinned_max_round_threshold_mb": "pinned_max_round_threshold",
+                      "pinned_max_cached_size_mb": "pinned_max_cached_size"}[key]
+        vals[field_name] = min(mb, _MAX_MB) * MB
+
+
+# ---------------------------------------------------------------------- process-wide options
+
+_lock = threading.Lock()
+_current: AllocatorConfig | None = None   # guarded by _lock
+
+
+def get_config() -> AllocatorConfig:
+    """The process-wide options (``ACCELRT_ALLOC_CONF`` is read on the first call).
+
+    Raises:
+        ValueError: the environment variable holds a malformed string.
+
+    Example::
+
+        >>> from accelrt.memory._config import get_config
+        >>> get_config().large_segment_size >= 10 * 2**20
+        True
+    """
+    cfg = _current
+    if cfg is not None:
+        return cfg
+    return _load_env()
+
+
+def _load_env() -> AllocatorConfig:
+    global _current
+    with _lock:
+        if _current is None:
+            env = os.environ.get(ENV_VAR)
+            _current = parse_config(env) if env else AllocatorConfig()
+        return _current
+
+
+def set_allocator_settings(settings: str) -> None:
+    """Change the allocator options at run time (PyTorch's ``_set_allocator_settings``).
+
+    Existing allocators take the new ``max_split_size_mb``, ``max_non_split_rounding_mb``,
+    ``roundup_power2_divisions``, ``garbage_collection_threshold`` and ``expandable_segments``
+    (which affects segments created from now on); new allocators use all of it.
+
+    Args:
+        settings: a string in ``PYTORCH_CUDA_ALLOC_CONF`` syntax.
+
+    Raises:
+        TypeError: ``settings`` is not a str.
+        ValueError: malformed settings, or ``expandable_segments:True`` while an existing
+            allocator's backend cannot map virtual memory. Nothing changes on error.
+
+    Example::
+
+        >>> from accelrt.memory._config import set_allocator_settings, get_allocator_settings
+        >>> old = get_allocator_settings()
+        >>> set_allocator_settings("max_split_size_mb:64")
+        >>> get_allocator_settings()
+        'max_split_size_mb:64'
+        >>> set_allocator_settings(old)
+    """
+    global _current
+    from . import _allocator  # late import: the allocator module imports this one
+
+    base = get_config()
+    cfg = parse_config(settings, base)
+    _allocator._check_config_for_all(cfg)
+    with _lock:
+        _current = cfg
+    _allocator._apply_config_to_all(cfg)
+
+
+def get_allocator_settings() -> str:
+    """The last settings string (from :func:`set_allocator_settings` or the environment).
+
+    Example::
+
+        >>> from accelrt.memory._config import get_allocator_settings
+        >>> isinstance(get_allocator_settings(), str)
+        True
+    """
+    return get_config().settings
+
+
+def _reset_for_tests(cfg: AllocatorConfig | None = None) -> None:
+    """Replace the process-wide options without touching existing allocators (tests)."""
+    global _current
+    with _lock:
+        _current = cfg

@@ -1,0 +1,206 @@
+"""Allocator options: PyTorch's PYTORCH_CUDA_ALLOC_CONF syntax (ALLOCATOR_SPEC §9)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from helpers.fake_backend import FakeBackend
+
+from accelrt.memory import _allocator, _config
+from accelrt.memory._allocator import DeviceCachingAllocator
+from accelrt.memory._config import SIZE_MAX, AllocatorConfig, parse_config
+
+MiB = 1 << 20
+
+
+@pytest.fixture
+def fresh_config(monkeypatch):
+    """Isolate the process-wide options and allocator registry."""
+    monkeypatch.setattr(_config, "_current", None)
+    monkeypatch.setattr(_allocator, "_allocators", {})
+    monkeypatch.delenv(_config.ENV_VAR, raising=False)
+    yield monkeypatch
+
+
+def test_defaults():
+    cfg = AllocatorConfig()
+    assert cfg.large_segment_size == 20 * MiB
+    assert cfg.max_split_size == SIZE_MAX
+    assert cfg.max_non_split_rounding_size == 20 * MiB
+    assert cfg.roundup_power2_divisions == (0,) * 16
+    assert cfg.garbage_collection_threshold == 0.0
+    assert not cfg.expandable_segments
+    assert cfg.per_process_memory_fraction is None
+
+
+def test_frozen():
+    cfg = AllocatorConfig()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.max_split_size = 1  # type: ignore[misc]
+
+
+def test_basic_keys_and_whitespace():
+    cfg = parse_config(" max_split_size_mb : 128 , garbage_collection_threshold:0.6,"
+                       "expandable_segments:True,release_lock_on_cudamalloc:True,"
+                       "per_process_memory_fraction:0.5,backend:native")
+    assert cfg.max_split_size == 128 * MiB
+    assert cfg.garbage_collection_threshold == 0.6
+    assert cfg.expandable_segments
+    assert cfg.release_lock_on_malloc
+    assert cfg.per_process_memory_fraction == 0.5
+    assert cfg.settings.startswith(" max_split_size_mb")
+
+
+def test_large_segment_size_parsed_first():
+    cfg = parse_config("max_split_size_mb:40,large_segment_size_mb:32")
+    assert cfg.large_segment_size == 32 * MiB
+    assert cfg.max_non_split_rounding_size == 32 * MiB  # defaults to large_segment_size
+    with pytest.raises(ValueError, match="max_split_size_mb too small"):
+        parse_config("max_split_size_mb:30,large_segment_size_mb:32")
+    with pytest.raises(ValueError, match="large_segment_size_mb must be > 10"):
+        parse_config("large_segment_size_mb:10")
+
+
+def test_max_split_size_bounds():
+    assert parse_config("max_split_size_mb:20").max_split_size == 20 * MiB
+    with pytest.raises(ValueError, match="max_split_size_mb"):
+        parse_config("max_split_size_mb:19")
+    with pytest.raises(ValueError, match="max_non_split_rounding_mb"):
+        parse_config("max_non_split_rounding_mb:5")
+    assert parse_config("max_non_split_rounding_mb:64").max_non_split_rounding_size == 64 * MiB
+
+
+def test_roundup_single_value():
+    assert parse_config("roundup_power2_divisions:4").roundup_power2_divisions == (4,) * 16
+    with pytest.raises(ValueError, match="power of 2"):
+        parse_config("roundup_power2_divisions:3")
+
+
+def test_roundup_list():
+    t = parse_config("roundup_power2_divisions:[256:1,512:2,1024:4,>:8]").roundup_power2_divisions
+    # 256 MB -> interval index 8; the first key also fills the lower intervals
+    assert t[:9] == (1,) * 9
+    assert t[9] == 2
+    assert t[10] == 4
+    assert t[11:] == (8,) * 5
+    t2 = parse_config("roundup_power2_divisions:[64:8,>:0]").roundup_power2_divisions
+    assert t2[:7] == (8,) * 7 and t2[7:] == (0,) * 9
+    with pytest.raises(ValueError, match="intervals must be powers of 2"):
+        parse_config("roundup_power2_divisions:[100:2]")
+    with pytest.raises(ValueError, match="power of 2 or 0"):
+        parse_config("roundup_power2_divisions:[128:3]")
+
+
+def test_booleans_exact():
+    for bad in ("true", "1", "yes", "TRUE"):
+        with pytest.raises(ValueError, match="True/False argument for expandable_segments"):
+            parse_config(f"expandable_segments:{bad}")
+
+
+def test_unknown_key_message():
+    with pytest.raises(ValueError) as ei:
+        parse_config("max_split_size_mb:100,foo:1")
+    assert str(ei.value) == "Unrecognized key 'foo' in accelrt allocator config."
+
+
+@pytest.mark.parametrize("bad", [
+    "max_split_size_mb", "max_split_size_mb:", "max_split_size_mb:abc",
+    "garbage_collection_threshold:1.0", "garbage_collection_threshold:0",
+    "garbage_collection_threshold:x", "per_process_memory_fraction:1.5",
+    "backend:cudaMallocAsync", "expandable_segments:True:False", "max_split_size_mb 100",
+    "roundup_power2_divisions:[256:1", "pinned_num_register_threads:3",
+    "pinned_num_register_threads:256", "pinned_max_cached_size_mb:-1",
+])
+def test_bad_values(bad):
+    with pytest.raises(ValueError):
+        parse_config(bad)
+
+
+def test_not_a_string():
+    with pytest.raises(TypeError):
+        parse_config(123)  # type: ignore[arg-type]
+
+
+def test_pinned_keys_stored():
+    cfg = parse_config("pinned_use_cuda_host_register:True,pinned_num_register_threads:8,"
+                       "pinned_reserve_segment_size_mb:64,pinned_use_background_threads:True,"
+                       "pinned_free_catch_all:True,pinned_max_round_threshold_mb:16,"
+                       "pinned_max_cached_size_mb:1024")
+    assert cfg.pinned_use_host_register and cfg.pinned_use_background_threads
+    assert cfg.pinned_free_catch_all
+    assert cfg.pinned_num_register_threads == 8
+    assert cfg.pinned_reserve_segment_size == 64 * MiB
+    assert cfg.pinned_max_round_threshold == 16 * MiB
+    assert cfg.pinned_max_cached_size == 1024 * MiB
+
+
+def test_reparse_resets_split_roundup_gc_but_keeps_others():
+    base = parse_config("max_split_size_mb:100,roundup_power2_divisions:4,"
+                        "garbage_collection_threshold:0.5,expandable_segments:True")
+    cfg = parse_config("release_lock_on_cudamalloc:True", base)
+    assert cfg.max_split_size == SIZE_MAX
+    assert cfg.roundup_power2_divisions == (0,) * 16
+    assert cfg.garbage_collection_threshold == 0.0
+    assert cfg.expandable_segments  # untouched keys persist, as in PyTorch
+    assert cfg.release_lock_on_malloc
+
+
+def test_env_read_lazily(fresh_config):
+    fresh_config.setenv(_config.ENV_VAR, "max_split_size_mb:64")
+    assert _config.get_config().max_split_size == 64 * MiB
+    assert _config.get_allocator_settings() == "max_split_size_mb:64"
+    fresh_config.setenv(_config.ENV_VAR, "max_split_size_mb:128")
+    assert _config.get_config().max_split_size == 64 * MiB  # read once
+
+
+def test_bad_env_raises_on_first_use(fresh_config):
+    fresh_config.setenv(_config.ENV_VAR, "nonsense:1")
+    with pytest.raises(ValueError, match="Unrecognized key 'nonsense'"):
+        _config.get_config()
+
+
+def test_set_allocator_settings_applies_to_existing(fresh_config):
+    b = FakeBackend()
+    a = _allocator.get_allocator(b, 0)
+    assert a.stats()["max_split_size"] == -1
+    _config.set_allocator_settings("max_split_size_mb:40")
+    assert _config.get_allocator_settings() == "max_split_size_mb:40"
+    assert a.config.max_split_size == 40 * MiB
+    # a 40 MiB request is oversize: the segment is never split for a smaller request
+    p = a.malloc(40 * MiB, 0)
+    a.free(p)
+    q = a.malloc(3 * MiB, 0)
+    assert q != p
+    a.free(q)
+    # memory_stats' max_split_size is captured when the allocator is created, as in PyTorch
+    assert a.stats()["max_split_size"] == -1
+
+
+def test_set_allocator_settings_bad_string_changes_nothing(fresh_config):
+    _config.set_allocator_settings("max_split_size_mb:40")
+    with pytest.raises(ValueError):
+        _config.set_allocator_settings("max_split_size_mb:oops")
+    assert _config.get_allocator_settings() == "max_split_size_mb:40"
+
+
+def test_expandable_refused_for_backend_without_vm(fresh_config):
+    b = FakeBackend(vm=False)
+    a = _allocator.get_allocator(b, 0)
+    with pytest.raises(ValueError, match="'fake' backend"):
+        _config.set_allocator_settings("expandable_segments:True")
+    assert not _config.get_config().expandable_segments
+    assert not a.config.expandable_segments
+    # a new allocator created with the option fails clearly at its first allocation
+    a2 = DeviceCachingAllocator(b, 0, parse_config("expandable_segments:True"))
+    with pytest.raises(ValueError, match="virtual memory"):
+        a2.malloc(1024, 0)
+    assert a2.memory_reserved() == 0
+    with pytest.raises(ValueError, match="virtual memory"):
+        a2.set_config(parse_config("expandable_segments:True"))
+
+
+def test_page_reuse_key():
+    assert parse_config("expandable_segments:True,page_reuse:True").page_reuse
+    with pytest.raises(ValueError, match="page_reuse"):
+        parse_config("page_reuse:maybe")

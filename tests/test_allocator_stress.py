@@ -1,0 +1,95 @@
+"""Threads hammering one allocator, then invariant checks."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import threading
+
+import pytest
+from helpers.fake_backend import FakeBackend
+
+from accelrt import OutOfMemoryError
+from accelrt.memory._allocator import DeviceCachingAllocator
+from accelrt.memory._config import parse_config
+
+MiB = 1 << 20
+THREADS = 4
+OPS = 10_000
+
+
+@pytest.mark.parametrize("conf", ["", "expandable_segments:True"])
+def test_four_threads_mixed_operations(conf):
+    b = FakeBackend(capacity=2048 * MiB, auto_complete=False)
+    a = DeviceCachingAllocator(b, 0, parse_config(conf) if conf else None)
+    errors: list[BaseException] = []
+    owned: list[dict[int, int]] = [{} for _ in range(THREADS)]
+    barrier = threading.Barrier(THREADS)
+
+    def worker(tid: int) -> None:
+        rng = random.Random(tid)
+        mine = owned[tid]
+        stream = tid % 2
+        try:
+            barrier.wait()
+            for i in range(OPS):
+                r = rng.random()
+                if r < 0.5 or not mine:
+                    size = rng.choice((rng.randint(1, 8192), rng.randint(8193, 2 * MiB),
+                                       rng.randint(2 * MiB, 24 * MiB)))
+                    try:
+                        p = a.malloc(size, stream)
+                    except OutOfMemoryError:
+                        continue
+                    assert p not in mine
+                    mine[p] = size
+                elif r < 0.9:
+                    p = rng.choice(list(mine))
+                    del mine[p]
+                    a.free(p)
+                elif r < 0.95:
+                    p = rng.choice(list(mine))
+                    b.launch_work(10 + tid)
+                    a.record_stream(p, 10 + tid)
+                elif r < 0.97:
+                    b.complete_stream(10 + tid)
+                elif r < 0.98:
+                    a.empty_cache()
+                else:
+                    a.stats()
+                    a.memory_allocated()
+                    if i % 500 == 0:
+                        a.snapshot_segments()
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(THREADS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+    # live allocations never overlap and are exactly what the allocator shows
+    live = sorted((p, s) for m in owned for p, s in m.items())
+    for (p, s), (q, _) in itertools.pairwise(live):
+        assert p + s <= q
+    segs = a.snapshot_segments()
+    shown = sorted((blk["address"], blk["requested_size"]) for seg in segs
+                   for blk in seg["blocks"] if blk["state"] == "active_allocated")
+    assert shown == live
+    st = a.stats()
+    assert st["allocation.all.current"] == len(live)
+    assert st["allocated_bytes.all.current"] == sum(
+        blk["size"] for seg in segs for blk in seg["blocks"]
+        if blk["state"] == "active_allocated")
+    assert st["reserved_bytes.all.current"] == sum(seg["total_size"] for seg in segs) == b.used
+
+    for p, _ in live:
+        a.free(p)
+    b.complete_all()
+    a.empty_cache()
+    st = a.stats()
+    assert a.memory_reserved() == 0 == b.used
+    assert st["active_bytes.all.current"] == 0 and st["inactive_split.all.current"] == 0
+    assert st["allocation.all.allocated"] == st["allocation.all.freed"]
