@@ -297,7 +297,7 @@ def test_error_paths_cover_the_backend_methods() -> None:
     covered = {m for m, _, _ in ERROR_PATHS}
     no_driver = {"device_count", "unavailable_reason", "default_stream", "host_accessible",
                  "graph_supported", "stream_is_valid", "vm_supported", "vm_granularity",
-                 "get_device_capability"}
+                 "get_device_capability", "supports_interprocess_events"}
     methods = {n for n in vars(Backend) if not n.startswith("_") and callable(getattr(Backend, n))
                and getattr(CudaBackend, n) is not getattr(Backend, n)}
     assert not methods - covered - no_driver, sorted(methods - covered - no_driver)

@@ -9,6 +9,7 @@ import pytest
 from helpers import register_toy
 
 import accelrt as acc
+from accelrt import _backend
 from accelrt.backends.cpu import CpuBackend
 
 
@@ -209,3 +210,54 @@ def test_record_in_a_new_thread_initialises_device_there() -> None:
     n = toy.calls["init_device"]
     run_in_thread(e.record)
     assert toy.calls["init_device"] == n + 1
+
+
+# ---------------------------------------------------------------------- interprocess events
+
+def test_interprocess_event_refused_at_construction_where_unsupported() -> None:
+    with pytest.raises(ValueError, match="cpu backend cannot share events between processes"):
+        acc.Event("cpu", interprocess=True)
+    with pytest.raises(ValueError, match="interprocess=False"):
+        acc.cpu.Event(interprocess=True)
+    with pytest.raises(ValueError, match="cannot share events"):
+        acc.Event.from_ipc_handle("cpu", bytes(64))
+    name, toy = register_toy()  # the Backend default: no interprocess events
+    with pytest.raises(ValueError, match=f"{name} backend cannot share events"):
+        acc.Event(f"{name}:0", interprocess=True)
+    assert toy.calls["event_create"] == 0
+
+
+def test_interprocess_event_on_a_backend_that_supports_it() -> None:
+    from helpers import ToyBackend
+
+    class IpcToy(ToyBackend):
+        name = "ipctoy"
+
+        def supports_interprocess_events(self, index: int) -> bool:
+            return True
+
+        def event_ipc_handle(self, index: int, event: int) -> bytes:
+            return event.to_bytes(8, "little")
+
+        def event_from_ipc_handle(self, index: int, handle: bytes) -> int:
+            return int.from_bytes(handle, "little")
+
+    toy = IpcToy()
+    acc.backends.register("ipctoy", lambda: toy, replace=True)
+    try:
+        e = acc.Event("ipctoy:1", interprocess=True)
+        handle = e.ipc_handle()  # creates the backend event on first use
+        assert e.event_id != 0 and handle == e.event_id.to_bytes(8, "little")
+        opened = acc.Event.from_ipc_handle("ipctoy:1", handle)
+        assert opened.event_id == e.event_id and opened.device == acc.device("ipctoy", 1)
+        opened._handle = 0  # the same toy event: let only ``e`` destroy it
+    finally:
+        with _backend._lock:  # no public unregister: forget the test backend
+            _backend._factories.pop("ipctoy", None)
+            _backend._instances.pop("ipctoy", None)
+
+
+def test_cuda_backend_declares_interprocess_events() -> None:
+    from accelrt.backends.cuda import CudaBackend
+    unstarted = object.__new__(CudaBackend)  # the answer needs no driver
+    assert unstarted.supports_interprocess_events(0) is True

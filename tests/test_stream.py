@@ -347,3 +347,43 @@ def test_default_streams_per_device(cpu4: str) -> None:
     d0, d1 = acc.current_stream(0), acc.current_stream(1)
     assert d0 != d1 and d0.device_index == 0 and d1.device_index == 1
     assert _stream._current(acc.backends.get_backend("cpu4"), 1) == d1
+
+
+# ---------------------------------------------------------------------- __cuda_stream__
+
+def test_cuda_stream_protocol_absent_on_non_cuda_streams() -> None:
+    s = acc.Stream("cpu")
+    assert not hasattr(s, "__cuda_stream__")
+    assert not hasattr(acc.current_stream("cpu"), "__cuda_stream__")
+    with pytest.raises(AttributeError, match="only cuda streams"):
+        s.__cuda_stream__  # noqa: B018
+
+
+def test_cuda_stream_protocol_of_a_cuda_backend_stream() -> None:
+    # A stream of a backend named "cuda" (a toy instance, never registered), wrapped through
+    # the internal API: the protocol gives (version 0, raw handle), as CuPy/PyTorch expect.
+    from helpers import ToyBackend
+
+    class FakeCuda(ToyBackend):
+        name = "cuda"
+
+    s = _stream._wrap(FakeCuda(), 0, 0x1234)
+    assert hasattr(s, "__cuda_stream__")
+    proto = s.__cuda_stream__
+    assert callable(proto) and proto() == (0, 0x1234)
+    assert acc.cuda.stream_handle(s) == 0x1234
+
+
+@pytest.mark.skipif(acc.backends.unavailable_reason("cuda") is not None,
+                    reason=f"needs CUDA: {acc.backends.unavailable_reason('cuda')}")
+def test_cuda_stream_protocol_on_a_real_cuda_stream() -> None:
+    s = acc.cuda.Stream()
+    assert s.__cuda_stream__() == (0, s.stream_id)
+    default = acc.cuda.current_stream()
+    assert default.__cuda_stream__() == (0, default.stream_id)
+
+    class Foreign:  # what CuPy or PyTorch hand over
+        def __cuda_stream__(self) -> tuple[int, int]:
+            return s.__cuda_stream__()
+
+    assert acc.cuda.as_stream(Foreign()) == s

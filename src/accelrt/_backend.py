@@ -268,6 +268,13 @@ class Backend(abc.ABC):
         """Milliseconds between two completed, timing-enabled events."""
         raise _abstract("event_elapsed_time")
 
+    def supports_interprocess_events(self, index: int) -> bool:
+        """True if device ``index`` can make events with ``interprocess=True`` and share them
+        through :meth:`event_ipc_handle`; ``accelrt.Event(interprocess=True)`` raises
+        ``ValueError`` at construction where this is False. Override it together with
+        :meth:`event_ipc_handle` and :meth:`event_from_ipc_handle`."""
+        return False
+
     def event_ipc_handle(self, index: int, event: int) -> bytes:
         """Interprocess handle of an event made with ``interprocess=True``."""
         raise _abstract("event_ipc_handle")

@@ -205,9 +205,11 @@ def set_current_accelerator(name: str) -> None:
     Example::
 
         >>> import accelrt as acc
+        >>> previous = acc.current_accelerator()
         >>> acc.set_current_accelerator("cpu")
         >>> acc.current_accelerator()
         device(type='cpu')
+        >>> acc.set_current_accelerator(previous.type)  # put the previous one back
     """
     global _current_name, _current_backend
     if isinstance(name, device):

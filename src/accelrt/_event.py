@@ -52,6 +52,8 @@ class Event:
 
     Raises:
         TypeError: a flag is not a ``bool`` or ``device`` has the wrong type.
+        ValueError: ``interprocess=True`` on a backend without interprocess events (the
+            cpu backend, for one).
         IndexError: the device index is out of range.
 
     Example::
@@ -91,6 +93,9 @@ class Event:
         self._timing = _check_flag("enable_timing", enable_timing)
         self._blocking = _check_flag("blocking", blocking)
         self._interprocess = _check_flag("interprocess", interprocess)
+        if interprocess and not b.supports_interprocess_events(index):
+            raise ValueError(f"the {b.name} backend cannot share events between processes; "
+                             "create the event with interprocess=False")
         self._b = b
         self._index = index
         self._key = (b.name, index)
@@ -278,8 +283,16 @@ class Event:
         and recorded once), for :meth:`from_ipc_handle` in another process.
 
         Raises:
-            RuntimeError: the event was made without ``interprocess=True``.
-            NotImplementedError: the backend cannot share events between processes.
+            RuntimeError: the event was made without ``interprocess=True`` (which only
+                backends that share events between processes accept).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.Event("cpu").ipc_handle()
+            Traceback (most recent call last):
+                ...
+            RuntimeError: ipc_handle() needs an event made with interprocess=True
         """
         if not self._interprocess:
             raise RuntimeError("ipc_handle() needs an event made with interprocess=True")
@@ -294,7 +307,16 @@ class Event:
 
         Raises:
             TypeError: ``handle`` is not ``bytes``.
-            NotImplementedError: the backend cannot share events between processes.
+            ValueError: the backend cannot share events between processes, or ``handle`` is
+                not a valid handle.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.Event.from_ipc_handle("cpu", bytes(64))
+            Traceback (most recent call last):
+                ...
+            ValueError: the cpu backend cannot share events between processes; ...
         """
         if not isinstance(handle, bytes):
             raise TypeError(f"handle must be bytes, got {type(handle).__name__}")

@@ -31,6 +31,8 @@ from . import _device as _dev
 from ._device import _get_device, _lazy_init, _require_current, _tls
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ._backend import Backend
     from ._event import Event
     from ._typing import DeviceLike
@@ -160,10 +162,11 @@ class Stream:
                     f"priority={priority} is out of range [{pool.lo}, {pool.hi}] for "
                     f"{b.name}:{index} (lower numbers are higher priorities)")
             priority = int(priority)
-            free = pool.free.get(priority)
-            if free is None:
+            found = pool.free.get(priority)
+            if found is None:
                 with _pools_lock:
-                    free = pool.free.setdefault(priority, [])
+                    found = pool.free.setdefault(priority, [])
+            free = found
         try:
             handle = free.pop()
         except IndexError:
@@ -238,6 +241,31 @@ class Stream:
     def priority(self) -> int:
         """The priority the stream was made with (``0`` for wrapped and default streams)."""
         return self._priority
+
+    @property
+    def __cuda_stream__(self) -> Callable[[], tuple[int, int]]:
+        """The CUDA stream protocol (CuPy, PyTorch, cuda.core): on a cuda stream, a callable
+        returning ``(0, handle)`` (protocol version 0 and the raw ``CUstream``).
+
+        Raises:
+            AttributeError: the stream is not a cuda stream, so ``hasattr(s,
+                "__cuda_stream__")`` is False and other libraries do not mistake it for one.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> hasattr(acc.Stream("cpu"), "__cuda_stream__")
+            False
+        """
+        if self._b.name != "cuda":
+            raise AttributeError(f"a {self._b.name} stream does not implement the CUDA stream "
+                                 "protocol (__cuda_stream__); only cuda streams do")
+        handle = self._handle
+
+        def __cuda_stream__() -> tuple[int, int]:
+            return (0, handle)
+
+        return __cuda_stream__
 
     # ------------------------------------------------------------------ operations
     def query(self) -> bool:
@@ -416,7 +444,7 @@ def _default(b: Backend, key: tuple[str, int]) -> Stream:
 def _current(b: Backend, index: int) -> Stream:
     """The calling thread's current stream of device ``index`` of ``b`` (internal API)."""
     key = (b.name, index)
-    s = _tls.stream.get(key)
+    s: Stream | None = _tls.stream.get(key)
     if s is not None and s._b is b:
         return s
     return _default(b, key)
@@ -444,7 +472,7 @@ def current_stream(device: DeviceLike = None, /) -> Stream:
             devs, streams, _ = _tls.hot
             name = b.name
             key = (name, devs.get(name, 0))
-            s = streams.get(key)
+            s: Stream | None = streams.get(key)
             if s is not None and s._b is b:
                 return s
             s = _defaults.get(key)
@@ -465,11 +493,12 @@ def set_stream(stream: Stream) -> None:
     Example::
 
         >>> import accelrt as acc
+        >>> previous = acc.current_stream("cpu")
         >>> s = acc.Stream("cpu")
         >>> acc.set_stream(s)
         >>> acc.current_stream("cpu") == s
         True
-        >>> acc.set_stream(acc.Stream(stream_id=0, device_index=0, device_type="cpu"))
+        >>> acc.set_stream(previous)  # put the previous stream back
     """
     if not isinstance(stream, Stream):
         raise TypeError(f"set_stream() takes an accelrt.Stream, got {type(stream).__name__}")

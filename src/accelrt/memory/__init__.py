@@ -417,7 +417,8 @@ def dump_snapshot(path: str | os.PathLike[str] = "dump_snapshot.pickle") -> None
 
         >>> import os, tempfile
         >>> from accelrt import memory
-        >>> memory.dump_snapshot(os.path.join(tempfile.mkdtemp(), "snap.pickle"))
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     memory.dump_snapshot(os.path.join(d, "snap.pickle"))
     """
     _dump(path, _snapshot())
 

@@ -130,11 +130,13 @@ def load_trace(path: str) -> list[Any]:
 
         >>> import json, os, tempfile
         >>> from accelrt.memory._replay import load_trace
-        >>> p = os.path.join(tempfile.mkdtemp(), "t.json")
+        >>> d = tempfile.TemporaryDirectory()
+        >>> p = os.path.join(d.name, "t.json")
         >>> with open(p, "w") as f:
         ...     json.dump({"trace": [["alloc", 16, 512, 0]]}, f)
         >>> load_trace(p)
         [['alloc', 16, 512, 0]]
+        >>> d.cleanup()
     """
     data = _read_bytes(path)
     if data[:1] == b"\x80":
@@ -328,12 +330,14 @@ def replay_main(argv: Sequence[str] | None = None) -> int:
 
         >>> import json, os, tempfile
         >>> from accelrt.memory._replay import replay_main
-        >>> p = os.path.join(tempfile.mkdtemp(), "t.json")
+        >>> d = tempfile.TemporaryDirectory()
+        >>> p = os.path.join(d.name, "t.json")
         >>> with open(p, "w") as f:
         ...     json.dump({"trace": [["alloc", 16, 512, 0], ["free_requested", 16, 512, 0]]}, f)
         >>> replay_main([p, "--json"])  # doctest: +ELLIPSIS
         {"trace": "t", "ops": 2, ...}
         0
+        >>> d.cleanup()
     """
     parser = argparse.ArgumentParser(
         prog="accelrt replay",

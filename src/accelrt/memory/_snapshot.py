@@ -160,11 +160,13 @@ def dump_snapshot(path: str | os.PathLike[str], snapshot: dict[str, Any]) -> Non
 
         >>> import os, pickle, tempfile
         >>> from accelrt.memory._snapshot import dump_snapshot
-        >>> p = os.path.join(tempfile.mkdtemp(), "snap.pickle")
+        >>> d = tempfile.TemporaryDirectory()
+        >>> p = os.path.join(d.name, "snap.pickle")
         >>> dump_snapshot(p, {"segments": [], "device_traces": [[]]})
         >>> with open(p, "rb") as f:
         ...     pickle.load(f)["segments"]
         []
+        >>> d.cleanup()
     """
     data = pickle.dumps(to_plain(snapshot), protocol=PICKLE_PROTOCOL)
     with open(path, "wb") as f:

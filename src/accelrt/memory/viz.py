@@ -70,10 +70,12 @@ def load_snapshot(path: str) -> dict[str, Any]:
         >>> import os, tempfile
         >>> from accelrt.memory._snapshot import dump_snapshot
         >>> from accelrt.memory.viz import load_snapshot
-        >>> p = os.path.join(tempfile.mkdtemp(), "s.pickle")
+        >>> d = tempfile.TemporaryDirectory()
+        >>> p = os.path.join(d.name, "s.pickle")
         >>> dump_snapshot(p, {"segments": [], "device_traces": [[]]})
         >>> load_snapshot(p)["segments"]
         []
+        >>> d.cleanup()
     """
     return check_snapshot(load_pickle(_read_bytes(path), path), path)
 
@@ -432,12 +434,14 @@ def viz_main(argv: Sequence[str] | None = None) -> int:
         >>> import os, tempfile
         >>> from accelrt.memory._snapshot import dump_snapshot
         >>> from accelrt.memory.viz import viz_main
-        >>> d = tempfile.mkdtemp()
+        >>> tmp = tempfile.TemporaryDirectory()
+        >>> d = tmp.name
         >>> dump_snapshot(os.path.join(d, "s.pickle"), {"segments": [], "device_traces": [[]]})
         >>> viz_main([os.path.join(d, "s.pickle"), "-o", os.path.join(d, "s.html")])
         ... # doctest: +ELLIPSIS
         wrote ...s.html
         0
+        >>> tmp.cleanup()
     """
     parser = argparse.ArgumentParser(
         prog="accelrt memory viz",

@@ -23,12 +23,12 @@ numbers are made on the host and copied (slower, same bits).
 Example::
 
     >>> import accelrt as acc
-    >>> acc.random.manual_seed(0)
     >>> a = acc.rand(4, device="cpu:0", generator=acc.random.Generator("cpu:0").manual_seed(0))
     >>> b = acc.rand(4, device="cpu:0", generator=acc.random.Generator("cpu:0").manual_seed(0))
     >>> a.tolist() == b.tolist()
     True
-    >>> acc.randint(0, 10, (5,), device="cpu:0").dtype
+    >>> g = acc.random.Generator("cpu:0")
+    >>> acc.randint(0, 10, (5,), device="cpu:0", generator=g).dtype
     dtype('int64')
 """
 
@@ -101,9 +101,11 @@ def manual_seed(seed: int) -> None:
     Example::
 
         >>> import accelrt as acc
+        >>> saved = acc.random.get_rng_state()
         >>> acc.random.manual_seed(42)
         >>> acc.random.initial_seed()
         42
+        >>> acc.random.set_rng_state(saved)  # put the previous state back
     """
     value = _check_seed(seed)
     b, index = _get_device(None)
@@ -116,10 +118,12 @@ def manual_seed_all(seed: int) -> None:
     Example::
 
         >>> import accelrt as acc
+        >>> saved = acc.random.get_rng_state_all()
         >>> acc.random.manual_seed_all(5)
         >>> all(int.from_bytes(s[:8].tobytes(), "little") == 5
         ...     for s in acc.random.get_rng_state_all())
         True
+        >>> acc.random.set_rng_state_all(saved)  # put the previous states back
     """
     value = _check_seed(seed)
     b, _ = _get_device(None)
@@ -133,9 +137,11 @@ def seed() -> int:
     Example::
 
         >>> import accelrt as acc
+        >>> saved = acc.random.get_rng_state()
         >>> s = acc.random.seed()
         >>> acc.random.initial_seed() == s
         True
+        >>> acc.random.set_rng_state(saved)  # put the previous state back
     """
     value = secrets.randbits(64)
     b, index = _get_device(None)
@@ -149,9 +155,11 @@ def seed_all() -> int:
     Example::
 
         >>> import accelrt as acc
+        >>> saved = acc.random.get_rng_state_all()
         >>> s = acc.random.seed_all()
         >>> acc.random.initial_seed() == s
         True
+        >>> acc.random.set_rng_state_all(saved)  # put the previous states back
     """
     value = secrets.randbits(64)
     b, _ = _get_device(None)
@@ -166,8 +174,8 @@ def initial_seed() -> int:
     Example::
 
         >>> import accelrt as acc
-        >>> acc.random.manual_seed(3); acc.random.initial_seed()
-        3
+        >>> acc.random.initial_seed() == int.from_bytes(acc.random.get_rng_state()[:8], "little")
+        True
     """
     b, index = _get_device(None)
     return _get(b, index)[0]

@@ -261,6 +261,10 @@ class CudaBackend(StreamMixin, MemoryMixin, Backend):
             dtypes.append("bfloat16")
         return {"supported_dtypes": dtypes, "compute_capability": (major, minor)}
 
+    def supports_interprocess_events(self, index: int) -> bool:
+        """True: CUDA shares events between processes (``cuIpcGetEventHandle``)."""
+        return True
+
     def get_memory_info(self, index: int) -> tuple[int, int]:
         """``(free, total)`` bytes from ``cuMemGetInfo`` (creates the context if needed)."""
         self._use(index)
