@@ -51,7 +51,11 @@ def test_info_human_subprocess_with_several_devices():
     out = r.stdout
     assert "backends:" in out and "devices:" in out
     assert "cpu:0" in out and "cpu:1" in out
-    assert out.count("self-check PASS") == 2 and "all self-checks passed" in out
+    lines = out.splitlines()
+    headers = [ln for ln in lines if ln.startswith("  ") and ln.split()[0].count(":") == 1
+               and not ln.startswith("    ")]
+    assert sum(ln.split()[0].startswith("cpu:") for ln in headers) == 2
+    assert out.count("self-check PASS") == len(headers) and "all self-checks passed" in out
     assert "unavailable" in out            # cuda/opencl are listed with the reason
     assert len(out.splitlines()) < 30
 

@@ -266,7 +266,8 @@ def test_public_api_on_opencl() -> None:
     assert str(x.device).startswith("opencl")
     assert np.array_equal(x.numpy(), host)
     s = acc.Stream("opencl:0")
-    start, end = acc.Event(enable_timing=True), acc.Event(enable_timing=True)
+    start, end = (acc.Event("opencl:0", enable_timing=True),
+                  acc.Event("opencl:0", enable_timing=True))
     start.record(s)
     end.record(s)
     end.synchronize()

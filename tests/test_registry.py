@@ -218,3 +218,25 @@ def test_acc_cpu_docstring_examples_run() -> None:
                 result = runner.run(t, out=lambda s: None)
                 assert result.failed == 0, f"accelrt.cpu.{n} example failed"
     assert ran >= 12
+
+
+@pytest.mark.parametrize("candidate", [True, False])
+def test_default_choice_skips_backends_that_opt_out(monkeypatch, candidate):
+    # A CPU-only OpenCL platform opts out of the default choice this way; an explicit
+    # ACCELRT_ACCELERATOR still selects it.
+    from accelrt import _backend, _device
+
+    class OptOut(CpuBackend):
+        def default_candidate(self) -> bool:
+            return candidate
+
+    acc.backends.register("optoutdev", lambda: OptOut(name="optoutdev"), replace=True)
+    try:
+        monkeypatch.delenv("ACCELRT_ACCELERATOR", raising=False)
+        monkeypatch.setattr(_backend, "BACKENDS", ("optoutdev", "cpu"))
+        assert _device._choose_default() == ("optoutdev" if candidate else "cpu")
+        monkeypatch.setenv("ACCELRT_ACCELERATOR", "optoutdev")
+        assert _device._choose_default() == "optoutdev"
+    finally:
+        _backend._factories.pop("optoutdev", None)
+        _backend._reset_for_tests("optoutdev")

@@ -83,6 +83,13 @@ class Backend(abc.ABC):
         install. Must not create a device context or otherwise make ``fork`` unsafe."""
         return None
 
+    def default_candidate(self) -> bool:
+        """True if this backend may be chosen as the current accelerator *by default* (when
+        neither ``ACCELRT_ACCELERATOR`` nor :func:`accelrt.set_current_accelerator` names one).
+        OpenCL returns False when its only devices are CPUs, which the ``cpu`` backend serves
+        already. Must not create a device context."""
+        return True
+
     @abc.abstractmethod
     def device_count(self) -> int:
         """Number of devices. Must not create a device context."""

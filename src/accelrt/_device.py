@@ -166,7 +166,8 @@ def _choose_default() -> str | None:
                 f"ACCELRT_ACCELERATOR={env!r} names a backend that cannot be used: {reason}")
         return env
     for name in _backend.BACKENDS:
-        if _backend.unavailable_reason(name) is None:
+        if _backend.unavailable_reason(name) is None and \
+                _backend.get_backend(name).default_candidate():
             return name
     return None
 

@@ -149,6 +149,13 @@ class OpenCLBackend(Backend):
         """
         return unavailable_reason()
 
+    def default_candidate(self) -> bool:
+        """True if some OpenCL device is not a CPU: a CPU-only OpenCL platform (PoCL) is not
+        chosen as the current accelerator by default, since the ``cpu`` backend serves that
+        processor already; ``ACCELRT_ACCELERATOR=opencl`` still selects it."""
+        cpu = self._cl.device_type.CPU
+        return any(not (d.type & cpu) for d in self._cl_devices)
+
     def device_count(self) -> int:
         """Number of OpenCL devices over all platforms (creates no context)."""
         return self._n
