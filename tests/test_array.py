@@ -537,3 +537,165 @@ def test_arrays_alive_at_interpreter_exit(mode):
     r = subprocess.run([sys.executable, "-W", "error", "-c", code], capture_output=True,
                        text=True, env=env, timeout=60)
     assert r.returncode == 0 and r.stderr == "", r.stderr
+
+
+# ---------------------------------------------------------------------- CUDA array interface
+
+class CaiDevice(HiddenCpu):
+    """A device backend that can locate ``__cuda_array_interface__`` memory (like cuda)."""
+
+    def __init__(self, **kw: object) -> None:
+        super().__init__(**kw)
+        self.blocks: dict[int, tuple[int, int]] = {}
+
+    def malloc(self, index: int, size: int) -> int:
+        ptr = super().malloc(index, size)
+        if ptr:
+            self.blocks[ptr] = (size, index)
+        return ptr
+
+    def pointer_device(self, ptr: int) -> int | None:
+        for base, (size, index) in list(self.blocks.items()):
+            if base <= ptr < base + size:
+                return index
+        return None
+
+
+backends.register("cpucai", lambda: CaiDevice(num_devices=2, async_streams=True,
+                                              name="cpucai"), replace=True)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _stop_cai_workers():
+    """Stop the worker threads of the ``cpucai`` stand-in when this module is done."""
+    yield
+    gc.collect()
+    b = backends.get_backend("cpucai")
+    for i in range(b.device_count()):
+        acc.synchronize(f"cpucai:{i}")
+    b.close()
+
+
+class Producer:
+    """A stand-in for a CUDA library's array without ``__dlpack__`` (Numba, old CuPy)."""
+
+    def __init__(self, src: acc.Array, stream: int | None = None, *,
+                 strides: tuple[int, ...] | None = None, shape: tuple[int, ...] | None = None,
+                 readonly: bool = False) -> None:
+        self.src = src
+        self.__cuda_array_interface__ = {
+            "shape": src.shape if shape is None else shape, "typestr": src.dtype.str,
+            "data": (src.data_ptr(), readonly), "version": 3, "strides": strides,
+            "stream": stream,
+        }
+
+
+class _Raw:
+    """numpy's view of ``n`` float64 at a raw address (the stand-in device's memory is host
+    memory; only the producer's 'kernel' writes it this way)."""
+
+    def __init__(self, ptr: int, n: int) -> None:
+        self.__array_interface__ = {"shape": (n,), "typestr": "<f8", "data": (ptr, False),
+                                    "version": 3}
+
+
+
+def _cai_src(values: np.ndarray, device: str = "cpucai:0") -> acc.Array:
+    return acc.asarray(values, device=device, copy=True)
+
+
+def test_cai_producer_is_wrapped_without_a_copy() -> None:
+    src = _cai_src(np.arange(6, dtype=np.float32).reshape(2, 3))
+    a = acc.asarray(Producer(src), device="cpucai:0")
+    assert a.data_ptr() == src.data_ptr() and a.shape == (2, 3) and a.dtype == np.float32
+    a.fill_(4.0)
+    assert src.numpy().tolist() == [[4.0] * 3] * 2
+    b = acc.asarray(Producer(src, stream=acc.Stream("cpucai:0").stream_id), device="cpucai:0")
+    assert b.data_ptr() == src.data_ptr() and b.device == acc.device("cpucai:0")
+    other = _cai_src(np.ones(2, np.int8), "cpucai:1")
+    c = acc.asarray(Producer(other), device="cpucai:1", copy=False)
+    assert c.device == acc.device("cpucai:1") and c.data_ptr() == other.data_ptr()
+
+
+def test_cai_copies_when_it_must() -> None:
+    host = np.arange(12, dtype=np.int32).reshape(3, 4)
+    src = _cai_src(host)
+    for kw in ({"copy": True}, {"dtype": "float64"}, {"device": "cpucai:1"}):
+        a = acc.asarray(Producer(src), **({"device": "cpucai:0"} | kw))  # type: ignore[arg-type]
+        assert a.data_ptr() != src.data_ptr()
+        assert a.numpy().tolist() == host.tolist()
+    ro = acc.asarray(Producer(src, readonly=True), device="cpucai:0")
+    assert ro.data_ptr() != src.data_ptr() and ro.numpy().tolist() == host.tolist()
+    # a transposed (strided) view is gathered into a C-contiguous copy
+    t = acc.asarray(Producer(src, shape=(4, 3), strides=(4, 16)), device="cpucai:0")
+    assert t.numpy().tolist() == host.T.tolist()
+    with pytest.raises(ValueError, match="copy=False"):
+        acc.asarray(Producer(src), device="cpucai:0", dtype="int64", copy=False)
+    with pytest.raises(ValueError, match="copy=False"):
+        acc.asarray(Producer(src, shape=(4, 3), strides=(4, 16)), device="cpucai:0",
+                    copy=False)
+    empty = acc.asarray(Producer(acc.empty(0, "float32", "cpucai:0")), device="cpucai:0")
+    assert empty.shape == (0,) and empty.device == acc.device("cpucai:0")
+
+
+def test_cai_waits_for_the_producers_stream() -> None:
+    src = _cai_src(np.zeros(1000, np.float64))
+    producer = acc.Stream("cpucai:0")
+    gate = threading.Event()
+    backend = backends.get_backend("cpucai")
+    ptr = src.data_ptr()
+
+    def write() -> None:   # the producer's kernel: blocked until the copy is enqueued
+        gate.wait(30)
+        np.copyto(np.asarray(_Raw(ptr, 1000)), 7.0)
+
+    backend.launch_host_func(0, producer.stream_id, write)
+    copied = acc.asarray(Producer(src, stream=producer.stream_id), device="cpucai:0", copy=True)
+    gate.set()
+    assert copied.numpy().tolist() == [7.0] * 1000
+    with pytest.raises(ValueError, match="not a live stream"):
+        acc.asarray(Producer(src, stream=987654321), device="cpucai:0")
+
+
+def test_cai_memory_not_on_the_device_is_refused() -> None:
+    host_memory = acc.zeros(4, device="cpu:0")         # CPU-backend memory, not a GPU's
+    with pytest.raises(ValueError, match="not device memory of cpucai"):
+        acc.asarray(Producer(host_memory), device="cpucai:0")
+
+
+@pytest.mark.skipif(backends.unavailable_reason("cuda") is None,
+                    reason="checks the refusal without CUDA")
+def test_cai_without_cuda_says_what_is_missing() -> None:
+    host_memory = acc.zeros(4, device="cpu:0")
+    with pytest.raises(acc.BackendUnavailableError, match="__cuda_array_interface__"):
+        acc.asarray(Producer(host_memory))
+    with pytest.raises(acc.BackendUnavailableError, match="cuda backend"):
+        acc.asarray(Producer(host_memory), device="cpu:0")
+
+
+@pytest.mark.parametrize(("desc", "exc", "match"), [
+    ({"shape": (2,), "typestr": "<f4", "version": 3}, ValueError, "'data'"),
+    ({"shape": (2,), "typestr": "<f4", "data": (64, False), "version": 3, "stream": 0},
+     ValueError, "stream 0"),
+    ({"shape": (2,), "typestr": "<q9", "data": (64, False), "version": 3}, ValueError,
+     "typestr"),
+    ({"shape": (2,), "typestr": "<f4", "data": (0, False), "version": 3}, ValueError,
+     "pointer is 0"),
+    ({"shape": "2", "typestr": "<f4", "data": (64, False), "version": 3}, TypeError, "shape"),
+    ({"shape": (2,), "typestr": "<f4", "data": (64, False), "version": 3,
+      "mask": object()}, ValueError, "mask"),
+    ([1, 2], TypeError, "must be a dict"),
+])
+def test_malformed_cai_is_refused_before_any_device_work(desc: object, exc: type,
+                                                         match: str) -> None:
+    class Bad:
+        __cuda_array_interface__ = desc
+
+    with pytest.raises(exc, match=match):
+        acc.asarray(Bad(), device="cpucai:0")
+
+
+def test_only_cuda_arrays_have_a_cuda_array_interface() -> None:
+    a = acc.zeros(2, device="cpu:0")
+    assert not hasattr(a, "__cuda_array_interface__")
+    assert not hasattr(acc.zeros(2, device="cpucai:0"), "__cuda_array_interface__")

@@ -273,6 +273,14 @@ ERROR_PATHS: list[tuple[str, str, Callable[[Any, dict[str, int]], Any]]] = [
     ("graph_destroy", "cuGraphExecDestroy", lambda b, o: b.graph_destroy(0, _graph(b, o))),
     ("stream_is_capturing", "cuStreamIsCapturing",
      lambda b, o: b.stream_is_capturing(0, o["s"])),
+    ("philox_fill", "cuLaunchKernel",
+     lambda b, o: b.philox_fill(o["ptr"], 64, "float32", "uniform", 1, 0, (0.0, 1.0), 0, 0)),
+    ("philox_fill", "cuModuleLoadData",
+     lambda b, o: b.philox_fill(o["ptr"], 64, "int64", "randint", 1, 0, (0, 9), 0, o["s"])),
+    ("elementwise_add", "cuLaunchKernel",
+     lambda b, o: b.elementwise_add(0, o["ptr"], o["ptr"], o["ptr"] + 512, 64, "float64", 0)),
+    ("elementwise_add", "cuModuleLoadData",
+     lambda b, o: b.elementwise_add(0, o["ptr"], o["ptr"], o["ptr"], 9, "int8", o["s"])),
 ]
 
 
@@ -406,6 +414,27 @@ BAD_CALLS: list[tuple[str, type, Callable[[Any, dict[str, int]], Any]]] = [
     ("graph-unknown", ValueError, lambda b, o: b.graph_replay(0, 987654, o["s"])),
     ("graph-destroy-unknown", ValueError, lambda b, o: b.graph_destroy(0, 987654)),
     ("host-func-not-callable", TypeError, lambda b, o: b.launch_host_func(0, 0, 42)),
+    ("philox-overrun", ValueError,
+     lambda b, o: b.philox_fill(o["ptr"], 1025, "float32", "uniform", 1, 0, (0, 1), 0, 0)),
+    ("philox-host-pointer", ValueError,
+     lambda b, o: b.philox_fill(o["hp"], 4, "float32", "uniform", 1, 0, (0, 1), 0, 0)),
+    ("philox-bad-stream", ValueError,
+     lambda b, o: b.philox_fill(o["ptr"], 4, "float32", "uniform", 1, 0, (0, 1), 0, 12345)),
+    ("philox-bad-dtype", ValueError,
+     lambda b, o: b.philox_fill(o["ptr"], 4, "int32", "normal", 1, 0, (0, 1), 0, 0)),
+    ("philox-bad-seed", TypeError,
+     lambda b, o: b.philox_fill(o["ptr"], 4, "float32", "normal", 1.5, 0, (0, 1), 0, 0)),
+    ("add-overrun", ValueError,
+     lambda b, o: b.elementwise_add(0, o["ptr"], o["ptr"], o["ptr"] + 8, 512, "float64", 0)),
+    ("add-bad-dtype", ValueError,
+     lambda b, o: b.elementwise_add(0, o["ptr"], o["ptr"], o["ptr"], 4, "object", 0)),
+    ("add-dtype-type", TypeError,
+     lambda b, o: b.elementwise_add(0, o["ptr"], o["ptr"], o["ptr"], 4, np.float32, 0)),
+    ("add-bad-count", ValueError,
+     lambda b, o: b.elementwise_add(0, o["ptr"], o["ptr"], o["ptr"], -1, "int32", 0)),
+    ("add-bad-stream", ValueError,
+     lambda b, o: b.elementwise_add(0, o["ptr"], o["ptr"], o["ptr"], 4, "int32", 777)),
+    ("pointer-device-null", ValueError, lambda b, o: b.pointer_device(0)),
 ]
 
 
@@ -533,6 +562,31 @@ def test_fill_dispatch(fake: Any, pattern: bytes, offset: int, call: str) -> Non
     assert name == call
     if call != "cuLaunchKernel":
         assert args[:3] == (ptr + offset, int.from_bytes(pattern, "little"), 16)
+
+
+def test_compute_hooks_launch_their_kernels(fake: Any) -> None:
+    b, drv = fake
+    ptr = b.malloc(0, 4096)
+    s = b.stream_create(0, 0)
+    b.philox_fill(ptr, 100, "float64", "normal", 3, 4, (0.0, 1.0), 0, s)
+    b.elementwise_add(0, ptr, ptr, ptr + 2048, 256, "complex64", s)
+    launches = [args for name, args in drv.calls if name == "cuLaunchKernel"]
+    assert len(launches) == 2
+    # (function, grid xyz, block xyz, shared memory, stream, params, extra)
+    # 100 normals = 50 Philox blocks: 1 CUDA block; 256 complex64 = 512 floats: 2 blocks
+    assert [tuple(a[1:9]) for a in launches] == [(1, 1, 1, 256, 1, 1, 0, s),
+                                                 (2, 1, 1, 256, 1, 1, 0, s)]
+    functions = [args[1] for name, args in drv.calls if name == "cuModuleGetFunction"]
+    assert functions[-2:] == [b"accelrt_philox_normal_f64", b"accelrt_add_f32"]
+    before = len(drv.calls)
+    b.philox_fill(ptr, 0, "float32", "uniform", 3, 4, (0.0, 1.0), 0, s)   # nothing to do
+    b.elementwise_add(0, ptr, ptr, ptr, 0, "int32", s)
+    assert "cuLaunchKernel" not in [n for n, _ in drv.calls[before:]]
+
+
+def test_pointer_device_of_unknown_memory_is_none(fake: Any) -> None:
+    b, _ = fake
+    assert b.pointer_device(0x1234_5000) is None   # the stand-in knows no pointer attributes
 
 
 def test_stream_pool_precreates_and_clamps(fake: Any) -> None:
@@ -971,6 +1025,35 @@ def test_gpu_host_function_error_is_reported(cuda: Any) -> None:
         cuda.stream_synchronize(0, s)
     cuda.stream_synchronize(0, s)
     cuda.stream_destroy(0, s)
+
+
+class _CaiOnly:
+    """A producer with only ``__cuda_array_interface__`` (like Numba's device arrays)."""
+
+    def __init__(self, desc: dict[str, Any], keep: Any = None) -> None:
+        self.__cuda_array_interface__ = desc
+        self.keep = keep
+
+
+@gpu
+def test_gpu_asarray_of_a_cuda_array_interface_producer(cuda: Any) -> None:
+    src = acc.asarray(np.arange(10, dtype=np.float32), device="cuda:0")
+    desc = src.__cuda_array_interface__
+    assert desc["stream"] == (acc.current_stream("cuda:0").stream_id or 1)
+    assert desc["data"] == (src.data_ptr(), False) and desc["typestr"] == "<f4"
+    s = acc.Stream("cuda:0")
+    p = _CaiOnly(dict(desc, stream=s.stream_id), keep=src)
+    a = acc.asarray(p)                                  # the producer's device, no copy
+    assert a.device == acc.device("cuda:0") and a.data_ptr() == src.data_ptr()
+    assert acc.asarray(p, dtype="float64").numpy().tolist() == list(range(10))
+    assert acc.asarray(p, device="cpu:0").numpy().tolist() == list(range(10))
+    c = acc.asarray(p, copy=True)
+    assert c.data_ptr() != src.data_ptr() and c.numpy().tolist() == list(range(10))
+    strided = _CaiOnly(dict(desc, shape=(5,), strides=(8,)), keep=src)
+    assert acc.asarray(strided).numpy().tolist() == list(range(0, 10, 2))
+    host = np.zeros(4, np.float32)
+    with pytest.raises(ValueError, match="not device memory of cuda"):
+        acc.asarray(_CaiOnly(dict(desc, shape=(4,), data=(host.ctypes.data, False)), host))
 
 
 @gpu

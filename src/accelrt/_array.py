@@ -676,18 +676,14 @@ class Array:
 
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
-        """CUDA Array Interface (version 3) of arrays on the ``cuda`` backend; other
-        backends have no such attribute."""
-        if self._b.name != "cuda":
+        """CUDA Array Interface (version 3) of arrays on the ``cuda`` backend, from
+        :func:`accelrt.interop.cuda_array_interface` (``stream`` is the current stream, ``1``
+        for the legacy default one); other backends have no such attribute."""
+        if self._b.name != "cuda" or self._mem.host:
             raise AttributeError(f"__cuda_array_interface__ exists only for cuda arrays; "
                                  f"this array is on {self.device}")
-        handle = _stream_handle(self._b, self._index)
-        return {
-            "version": 3, "shape": self._shape, "typestr": self._dtype.str,
-            "descr": self._dtype.descr, "data": (self._mem.ptr, False), "strides": None,
-            # 0 is not a valid value here; the legacy default stream is 1
-            "stream": handle if handle else 1,
-        }
+        from .interop._cai import cuda_array_interface
+        return cuda_array_interface(self)
 
 
 def _rebuild(host: np.ndarray, device: str) -> Array:
@@ -835,17 +831,20 @@ def asarray(obj: Any, device: DeviceLike = None, dtype: Any = None, *,
     """Convert ``obj`` to an :class:`Array`, sharing memory when possible (``torch.asarray``).
 
     Args:
-        obj: an :class:`Array`, a numpy array, a (nested) Python sequence or scalar, or any
-            DLPack producer (an object with ``__dlpack__`` and ``__dlpack_device__``).
-        device: the target device; ``None`` keeps an :class:`Array`'s device and otherwise
-            means the current device.
+        obj: an :class:`Array`, a numpy array, a (nested) Python sequence or scalar, any
+            DLPack producer (an object with ``__dlpack__`` and ``__dlpack_device__``), or a
+            ``__cuda_array_interface__`` producer without ``__dlpack__`` (Numba, older CuPy).
+        device: the target device; ``None`` keeps an :class:`Array`'s (or a CUDA array
+            interface producer's) device and otherwise means the current device.
         dtype: the target dtype; ``None`` keeps the source's (Python floats become float32,
             complex numbers complex64, ints int64, as in PyTorch).
         copy: ``True`` always copies; ``False`` raises instead of copying; ``None`` shares
             memory when it can: an :class:`Array` already on ``device``, or host memory
             (numpy, a ``kDLCPU`` DLPack producer) that is C-contiguous, of the wanted dtype
             and writable (DLPack memory counts as writable), when ``device`` is
-            host-accessible (the CPU backend).
+            host-accessible (the CPU backend); a ``__cuda_array_interface__`` producer's
+            memory when it is C-contiguous, writable, of the wanted dtype and on ``device``
+            (after the current stream waits for the producer's ``stream``).
 
     .. note:: Shared host memory is borrowed, not taken from the caching allocator: it is not
         counted by ``memory_allocated`` and stays valid while the array or the producer lives.
@@ -854,6 +853,9 @@ def asarray(obj: Any, device: DeviceLike = None, dtype: Any = None, *,
         TypeError: ``obj`` is not numeric data, or a wrong argument type.
         ValueError: ``copy=False`` but a copy is needed.
         BufferError: a DLPack producer on a device accelrt cannot read.
+        ValueError: a malformed ``__cuda_array_interface__``, or one whose pointer is not CUDA
+            device memory.
+        BackendUnavailableError: a ``__cuda_array_interface__`` producer but no usable CUDA.
 
     Example::
 
@@ -882,11 +884,14 @@ def asarray(obj: Any, device: DeviceLike = None, dtype: Any = None, *,
                              f"{obj.device} to {dt.name} on {b.name}:{index} needs a copy")
         out = Array(obj._shape, dt, _device_cls(b.name, index))
         return out.copy_(obj)
+    from_dlpack = not isinstance(obj, np.ndarray) and hasattr(obj, "__dlpack__") and hasattr(
+        obj, "__dlpack_device__")
+    if not from_dlpack and not isinstance(obj, np.ndarray) and hasattr(
+            obj, "__cuda_array_interface__"):
+        return _import_cai(obj, device, dtype, copy)
     b, index = _get_device(device)
     dt = None if dtype is None else _check_dtype(dtype, b, index)
     python_data = isinstance(obj, (list, tuple, int, float, complex))
-    from_dlpack = not isinstance(obj, np.ndarray) and hasattr(obj, "__dlpack__") and hasattr(
-        obj, "__dlpack_device__")
     if from_dlpack:
         obj = _import_dlpack(obj, copy)
     host = _to_numpy(obj, "asarray()")
@@ -931,3 +936,81 @@ def _import_dlpack(obj: Any, copy: bool | None) -> np.ndarray:
         raise BufferError(f"asarray(): cannot import DLPack data on device {tuple(dev)}: the "
                           f"producer could not copy it to the host ({exc}); move it to the "
                           "host first") from exc
+
+
+def _cai_reader(device: DeviceLike) -> Any:
+    """The backend that locates and reads ``__cuda_array_interface__`` memory: the target
+    device's backend when it is a device backend with ``pointer_device``, else ``cuda``."""
+    if device is not None:
+        b, index = _get_device(device)
+        if not b.host_accessible(index) and callable(getattr(b, "pointer_device", None)):
+            return b
+    from ._backend import get_backend
+    from ._errors import BackendUnavailableError
+    try:
+        return get_backend("cuda")
+    except BackendUnavailableError as exc:
+        raise BackendUnavailableError(f"asarray(): the object exposes __cuda_array_interface__ "
+                                      f"(CUDA GPU memory), which needs the cuda backend: {exc}"
+                                      ) from exc
+
+
+def _cai_host_copy(reader: Any, index: int, cai: Any) -> np.ndarray:
+    """A C-contiguous host copy of a (possibly strided) CAI array on ``reader``'s device
+    ``index``, read on the current stream (which already waits for the producer)."""
+    shape, dt = cai.shape, cai.dtype
+    strides = cai.strides
+    if strides is None or cai.is_c_contiguous:
+        lo, hi, strides = 0, cai.nbytes, None
+    else:
+        lo = sum(min(0, (n - 1) * s) for n, s in zip(shape, strides))
+        hi = sum(max(0, (n - 1) * s) for n, s in zip(shape, strides)) + dt.itemsize
+    raw = np.empty(hi - lo, np.uint8)
+    stream = _stream_handle(reader, index)
+    reader.memcpy(raw.ctypes.data, cai.ptr + lo, hi - lo, index, stream, "d2h")
+    reader.stream_synchronize(index, stream)
+    view = np.ndarray(shape, dt, buffer=raw, offset=-lo, strides=strides)
+    return np.ascontiguousarray(view)
+
+
+def _import_cai(obj: Any, device: DeviceLike, dtype: Any, copy: bool | None) -> Array:
+    """:func:`asarray` of a ``__cuda_array_interface__`` producer (see its docstring)."""
+    from .interop._cai import consume_cuda_array_interface, parse_cuda_array_interface
+    desc = obj.__cuda_array_interface__
+    cai = parse_cuda_array_interface(desc)
+    reader = _cai_reader(device)
+    src = reader.pointer_device(cai.ptr) if cai.ptr else None
+    if src is None and cai.size:
+        raise ValueError(f"asarray(): the __cuda_array_interface__ of {type(obj).__name__} "
+                         f"points at {cai.ptr:#x}, which is not device memory of "
+                         f"{reader.name}; the CUDA array interface is for GPU memory, so pass "
+                         "host data as a numpy array (or through DLPack) instead")
+    if device is None:
+        b, index = _get_device(src, backend=reader)
+    else:
+        b, index = _get_device(device)
+    dt = cai.dtype if dtype is None else _check_dtype(dtype, b, index)
+    shareable = (b is reader and index == src and dt == cai.dtype and cai.is_c_contiguous
+                 and not cai.readonly)
+    if copy is False and not shareable:
+        raise ValueError(f"asarray(copy=False): the __cuda_array_interface__ data on "
+                         f"{reader.name}:{src} cannot be shared as {dt.name} on "
+                         f"{b.name}:{index} (it needs a dtype conversion or a device move, is "
+                         "not C-contiguous, or is read-only); pass copy=None")
+    if not cai.size:
+        return Array(cai.shape, dt, _device_cls(b.name, index))
+    assert src is not None
+    _lazy_init(reader, src)
+    # the current stream of the data's device waits for the producer's stream (CAI v3)
+    consume_cuda_array_interface(desc, backend=reader, device=src)
+    if shareable and not copy:
+        mem = _Memory(cai.ptr, cai.nbytes, None, base=obj)
+        return Array._wrap(mem, cai.shape, dt, b, index)
+    if b is reader and index == src and dt == cai.dtype and cai.is_c_contiguous:
+        out = Array(cai.shape, dt, _device_cls(b.name, index))
+        stream = _stream_handle(reader, index)
+        reader.memcpy(out._mem.ptr, cai.ptr, cai.nbytes, index, stream, "d2d")
+        _keep_alive(reader, index, stream, obj, True)   # the producer outlives the copy
+        return out
+    host = _cai_host_copy(reader, src, cai)
+    return asarray(host, device=_device_cls(b.name, index), dtype=dt, copy=True)

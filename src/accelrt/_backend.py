@@ -10,6 +10,18 @@ Handles are plain ``int``\\ s chosen by the backend: a stream handle, an event h
 pointer. Handle ``0`` is never a valid event; stream handle ``default_stream(i)`` is the
 device's default (legacy null) stream.
 
+Optional hooks (not abstract; callers look them up with ``getattr``):
+
+* ``philox_fill(ptr, n, dtype, dist, seed, offset, params, index, stream)``: fill ``n`` elements
+  of numpy dtype name ``dtype`` at ``ptr`` with Philox4x32-10 numbers (``dist`` is ``"uniform"``
+  with ``(a, b)``, ``"normal"`` with ``(mean, std)`` or ``"randint"`` with ``(low, high - low)``)
+  for generator state ``(seed, offset)``, ordered on ``stream`` (see docs/random.md).
+* ``elementwise_add(index, out, a, b, count, dtype, stream)``: stream-ordered ``out = a + b`` for
+  ``count`` elements of numpy dtype name ``dtype``; ``out`` may alias ``a`` or ``b``; ValueError
+  for unsupported dtypes (used by ``accelrt.comm.reduce_add``).
+* ``pointer_device(ptr) -> int | None``: the device whose memory holds ``ptr``, or ``None``
+  (used by ``asarray`` for ``__cuda_array_interface__`` producers).
+
 Built-in backends are imported lazily by :func:`get_backend`; third-party backends come from
 the ``accelrt.backends`` entry-point group (the entry point loads a :class:`Backend` subclass or
 a zero-argument factory returning an instance) or from :func:`register`.

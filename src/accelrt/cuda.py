@@ -6,8 +6,9 @@ is here with an ``int`` device meaning a *CUDA* index. CUDA-only extras, with
 (:func:`utilization`, :func:`temperature`, :func:`power_draw`, :func:`clock_rate`,
 :func:`memory_usage`, :func:`list_gpu_processes`), :func:`get_device_name`,
 :func:`get_device_capability` (a ``(major, minor)`` tuple, as in ``torch.cuda``),
-:class:`ExternalStream`, and ``__cuda_stream__`` interop (:func:`stream_handle`,
-:func:`as_stream`).
+:class:`ExternalStream`, ``__cuda_stream__`` interop (:func:`stream_handle`,
+:func:`as_stream`), and :mod:`comm` (the same module as :mod:`accelrt.comm`, as
+``torch.cuda.comm`` mirrors ``torch.nn.parallel.comm``).
 
 Importing this module imports no NVIDIA package; each function raises
 :class:`~accelrt.BackendUnavailableError` with the reason when CUDA cannot be used here.
@@ -25,7 +26,12 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from . import _backend, _graph, _stream
+from . import (
+    _backend,
+    _graph,
+    _stream,
+    comm,  # noqa: F401 - re-exported (accelrt.cuda.comm, as torch.cuda.comm)
+)
 from ._device import _get_device, _tls
 from ._errors import BackendUnavailableError
 from ._graph import graph_pool_handle  # noqa: F401 - re-exported
@@ -38,6 +44,7 @@ _EXTRAS = [
     "ExternalStream",
     "as_stream",
     "clock_rate",
+    "comm",
     "get_device_capability",
     "get_device_name",
     "graph",

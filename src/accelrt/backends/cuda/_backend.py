@@ -1,7 +1,8 @@
 """``CudaBackend``: accelrt's backend contract over NVIDIA's driver API (``cuda.bindings``).
 
 Devices and contexts live here; memory and copies in :mod:`._memory`; streams, events, host
-functions and graphs in :mod:`._streams`. Discovery (:mod:`._discovery`) never creates a
+functions and graphs in :mod:`._streams`; the optional compute hooks ``philox_fill`` and
+``elementwise_add`` in :mod:`._ops`. Discovery (:mod:`._discovery`) never creates a
 context; the primary context of a device is retained on the first raw operation and made
 current per thread.
 
@@ -25,6 +26,7 @@ from . import _cu, _discovery
 from ._cu import CudaError, check
 from ._kernels import KernelCache, pack_args
 from ._memory import MemoryMixin, Ranges
+from ._ops import OpsMixin
 from ._streams import StreamMixin
 
 __all__ = ["CudaBackend"]
@@ -68,7 +70,7 @@ class _Tls(threading.local):
     index = -1   # the device whose primary context this thread made current
 
 
-class CudaBackend(StreamMixin, MemoryMixin, Backend):
+class CudaBackend(OpsMixin, StreamMixin, MemoryMixin, Backend):
     """NVIDIA GPUs through ``cuda.bindings`` (driver API), NVML and NVRTC.
 
     Raw handles are the driver's: stream and event handles are ``CUstream``/``CUevent``

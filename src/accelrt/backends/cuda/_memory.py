@@ -150,6 +150,27 @@ class MemoryMixin:
                              f"({int(base):#x}, {int(size)})")
         return ptr
 
+    def pointer_device(self, ptr: int) -> int | None:
+        """The index of the GPU whose device memory holds ``ptr``, or ``None`` when ``ptr``
+        is not CUDA device memory (host memory, pinned or not, or an address the driver does
+        not know). Used to locate ``__cuda_array_interface__`` producers' data.
+
+        Raises:
+            TypeError: ``ptr`` is not an int.
+            ValueError: ``ptr`` is 0 or not a 64-bit address.
+        """
+        ptr = as_ptr(ptr, "pointer")
+        self._use_any()
+        drv = self._drv
+        attr = drv.CUpointer_attribute
+        with self._relaxed():
+            err, mtype = drv.cuPointerGetAttribute(attr.CU_POINTER_ATTRIBUTE_MEMORY_TYPE, ptr)
+            if err or int(mtype) != int(drv.CUmemorytype.CU_MEMORYTYPE_DEVICE):
+                return None
+            err, ordinal = drv.cuPointerGetAttribute(attr.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                                     ptr)
+        return None if err else int(ordinal)
+
     def _check_host_range(self, value: Any, nbytes: int, what: str) -> int:
         """Host pointers: pinned ones from host_malloc are range-checked, others trusted."""
         ptr = as_ptr(value, what)
