@@ -48,6 +48,7 @@ import numpy as np
 from . import _dlpack
 from ._device import _get_device, _lazy_init
 from ._device import device as _device_cls
+from ._stream import _wait_raw
 from .memory._allocator import get_allocator
 
 if TYPE_CHECKING:
@@ -190,18 +191,6 @@ def _borrowed(*arrays: Array) -> tuple[_Memory, ...] | None:
     needs no keep-alive), or None."""
     mems = tuple(a._mem for a in arrays if a._mem.host)
     return mems or None
-
-
-def _order_after(b: Backend, waiter_index: int, waiter: int, index: int, stream: int) -> None:
-    """Make future work on stream ``waiter`` wait for the work enqueued so far on ``stream``."""
-    if waiter_index == index and waiter == stream:
-        return
-    ev = b.event_create(index, False, False, False)
-    try:
-        b.event_record(index, ev, stream)
-        b.stream_wait_event(waiter_index, waiter, ev)
-    finally:
-        b.event_destroy(index, ev)
 
 
 # ---------------------------------------------------------------------- the array
@@ -510,19 +499,19 @@ class Array:
             return
         src_stream = _stream_handle(b, sindex)
         if src._mem.host:   # borrowed host memory: an upload to the destination device
-            _order_after(b, index, dst_stream, sindex, src_stream)
+            _wait_raw(b, index, dst_stream, sindex, src_stream)
             kind = "h2h" if self._mem.host else "h2d"
             b.memcpy(self._mem.ptr, src._mem.ptr, n, index, dst_stream, kind)
             _keep_alive(b, index, dst_stream, _borrowed(src, self), non_blocking)
             return
         # peer copy on the source's current stream, after the destination's earlier work
-        _order_after(b, sindex, src_stream, index, dst_stream)
+        _wait_raw(b, sindex, src_stream, index, dst_stream)
         if self._mem.host:
             b.memcpy(self._mem.ptr, src._mem.ptr, n, sindex, src_stream, "d2h")
             _keep_alive(b, sindex, src_stream, _borrowed(src, self), non_blocking)
         else:
             b.memcpy_peer(self._mem.ptr, index, src._mem.ptr, sindex, n, src_stream)
-        _order_after(b, index, dst_stream, sindex, src_stream)
+        _wait_raw(b, index, dst_stream, sindex, src_stream)
 
     def fill_(self, value: Any) -> Array:
         """Set every element to ``value`` (enqueued on the current stream); return ``self``.
@@ -666,7 +655,7 @@ class Array:
         _lazy_init(b, index)
         if stream != -1:
             consumer = b.default_stream(index) if stream is None else stream
-            _order_after(b, index, consumer, index, _stream_handle(b, index))
+            _wait_raw(b, index, consumer, index, _stream_handle(b, index))
         versioned = max_version is not None and int(max_version[0]) >= 1
         if copy and not versioned:
             copy = None

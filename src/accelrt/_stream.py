@@ -532,3 +532,17 @@ def synchronize(device: DeviceLike = None, /) -> None:
         b, index = _get_device(device)
     if _dev._is_initialized(b, index):
         b.synchronize(index)
+
+
+def _wait_raw(b: Backend, waiter_index: int, waiter: int, index: int, stream: int) -> None:
+    """Make future work on raw stream ``waiter`` (of device ``waiter_index``) wait for the work
+    queued so far on raw stream ``stream`` (of device ``index``), through a temporary event.
+    The one helper arrays, collectives and interop order raw streams with."""
+    if waiter_index == index and waiter == stream:
+        return
+    ev = b.event_create(index, False, False, False)
+    try:
+        b.event_record(index, ev, stream)
+        b.stream_wait_event(waiter_index, waiter, ev)
+    finally:
+        b.event_destroy(index, ev)

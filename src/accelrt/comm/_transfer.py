@@ -35,7 +35,7 @@ import numpy as np
 
 from .. import _backend
 from .._device import _get_device, _lazy_init
-from .._stream import Stream, _current
+from .._stream import Stream, _current, _wait_raw
 
 if TYPE_CHECKING:
     from .._backend import Backend
@@ -91,15 +91,6 @@ def stream_of(place: Place, override: Stream | None = None) -> Stream:
     return _current(b, place.index)
 
 
-def _barrier(b: Backend, src_index: int, src_stream: int, dst_index: int,
-             dst_stream: int) -> None:
-    """Make future work on ``dst_stream`` wait for the work queued so far on ``src_stream``."""
-    ev = b.event_create(src_index, False, False, False)
-    try:
-        b.event_record(src_index, ev, src_stream)
-        b.stream_wait_event(dst_index, dst_stream, ev)
-    finally:
-        b.event_destroy(src_index, ev)
 
 
 def barrier(src: Stream, dst: Stream) -> None:
@@ -109,7 +100,7 @@ def barrier(src: Stream, dst: Stream) -> None:
         return
     _lazy_init(src._b, src._index)
     _lazy_init(dst._b, dst._index)
-    _barrier(src._b, src._index, src._handle, dst._index, dst._handle)
+    _wait_raw(src._b, dst._index, dst._handle, src._index, src._handle)
 
 
 def run_on_stream(stream: Stream, fn: Callable[[], None]) -> None:

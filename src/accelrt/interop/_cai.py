@@ -217,7 +217,7 @@ def wait_for_stream(stream: int, *, backend: Any = "cuda", device: Any = None) -
         >>> wait_for_stream(producer.stream_id, backend="cpu")
     """
     from .._device import _lazy_init
-    from .._stream import _current
+    from .._stream import _current, _wait_raw
     b, index = _backend_index(backend, device)
     if isinstance(stream, bool) or not isinstance(stream, int):
         raise TypeError(f"stream must be an int handle, got {type(stream).__name__}")
@@ -229,12 +229,7 @@ def wait_for_stream(stream: int, *, backend: Any = "cuda", device: Any = None) -
     if not b.stream_is_valid(index, stream):
         raise ValueError(f"stream {stream:#x} is not a live stream of {b.name}:{index}; the "
                          "producer's stream must belong to the device its data is on")
-    ev = b.event_create(index, False, False, False)
-    try:
-        b.event_record(index, ev, stream)
-        b.stream_wait_event(index, current, ev)
-    finally:
-        b.event_destroy(index, ev)
+    _wait_raw(b, index, current, index, stream)
 
 
 def consume_cuda_array_interface(obj: Any, *, backend: Any = "cuda",
