@@ -113,7 +113,7 @@ class Generator:
         True
     """
 
-    __slots__ = ("_b", "_index", "_seed", "_offset", "_lock", "__weakref__")
+    __slots__ = ("__weakref__", "_b", "_index", "_lock", "_offset", "_seed")
 
     def __init__(self, device: DeviceLike = None) -> None:
         b, index = _get_device(device)

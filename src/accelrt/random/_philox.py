@@ -52,9 +52,10 @@ Example::
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -96,13 +97,15 @@ _F32_SCALE = np.float32(2.0 ** -24)
 _F16_SCALE = np.float32(2.0 ** -11)
 _F64_SCALE = np.float64(2.0 ** -53)
 
-#: Blocks per inner chunk: 5 uint64 scratch arrays of this length stay in a core's L2 cache.
-CHUNK = 16384
+#: Blocks per inner chunk: the ``(2, CHUNK)`` uint64 state and product arrays (1 MiB) and the
+#: chunk's output stay in a core's L2 cache, and numpy's per-call overhead (about 1 us, some
+#: 50 calls per chunk) stays small. Measured best between 24K and 48K blocks.
+CHUNK = 32768
 #: Requests of at least this many blocks are split across a few host threads.
-PARALLEL_MIN_BLOCKS = 4 * CHUNK
+PARALLEL_MIN_BLOCKS = 2 * CHUNK
 
-_rs, _ls, _mul, _xor, _or = (np.right_shift, np.left_shift, np.multiply, np.bitwise_xor,
-                             np.bitwise_or)
+_rs, _ls, _mul, _xor, _or, _and = (np.right_shift, np.left_shift, np.multiply, np.bitwise_xor,
+                                   np.bitwise_or, np.bitwise_and)
 
 
 def _round_keys(key: tuple[int, int]) -> list[tuple[np.uint64, np.uint64]]:
@@ -210,16 +213,66 @@ def blocks_needed(n: int, dist: str, dtype: np.dtype, params: Sequence[Any] = ()
 
 
 # ---------------------------------------------------------------------- block generation
+#
+# The chunk pipeline keeps the state of ``n`` blocks as a ``(2, n)`` uint64 array ``X``: lane 0
+# holds ``c0 << 32 | c1``, lane 1 ``c2 << 32 | c3``. One round is then five (four) whole-array
+# numpy passes over both lanes at once, with ``MV = [[M0], [M1]]``::
+#
+#     A = (X >> 32) * MV          # lane 0: M0 * c0 = (hi0, lo0); lane 1: M1 * c2 = (hi1, lo1)
+#     X = (X << 32) [^ K] ^ A[::-1]   # lane 0: (hi1 ^ c1 ^ k0, lo1); lane 1: (hi0 ^ c3 ^ k1, lo0)
+#
+# ``A[::-1]`` swaps the lanes for free (a view with a negative outer stride). ``K`` holds this
+# round's key in the high halves and the next round's key in the low halves (the next round's
+# ``X << 32`` moves it into place), so only every other round has a key pass. Cost is set by
+# the bytes each pass moves and by numpy's per-call overhead (about a microsecond), so the
+# chunk is as long as the L2 cache allows and both lanes share every call.
+
+_MV = np.array([[PHILOX_M0], [PHILOX_M1]], np.uint64)
+
+
+class _Plan:
+    """The per-seed constants of the chunk pipeline (see :func:`_core`)."""
+
+    __slots__ = ("k0_1", "kv", "r1_xor", "r2_xor")
+
+    def __init__(self, seed: int) -> None:
+        k0, k1 = seed & _M32, (seed >> 32) & _M32
+        ks = [((k0 + r * PHILOX_W0) & _M32, (k1 + r * PHILOX_W1) & _M32) for r in range(ROUNDS)]
+        self.k0_1 = ks[0][0]
+        self.r1_xor = np.uint64(ks[0][1] << 32 | ks[1][1])   # round 1's k1, round 2's k1
+        self.r2_xor = np.uint64(ks[1][0] << 32)              # round 2's k0, in place
+        #: ``K`` of rounds 3, 5, 7, 9: (2, 1) arrays, one row per lane
+        self.kv = [np.array([[ks[r][0] << 32 | ks[r + 1][0]], [ks[r][1] << 32 | ks[r + 1][1]]],
+                            np.uint64) for r in range(2, ROUNDS, 2)]
+        for kv in self.kv:
+            kv.flags.writeable = False  # plans are cached and shared between threads
+
+
+@functools.lru_cache(maxsize=16)
+def _plan(seed: int) -> _Plan:
+    """The (read-only) :class:`_Plan` of ``seed``, cached: a generator keeps its seed across
+    many requests, and building a plan costs about as much as generating a few blocks."""
+    return _Plan(seed)
+
 
 class _Scratch:
     """Reusable buffers for chunks of up to ``n`` blocks (one set per thread)."""
 
-    __slots__ = ("x0", "x1", "a0", "a1", "q", "w", "base")
+    __slots__ = ("_w", "a", "m0j", "x")
 
     def __init__(self, n: int) -> None:
-        self.x0, self.x1, self.a0, self.a1, self.q = (np.empty(n, np.uint64) for _ in range(5))
-        self.w = np.empty((n, 4), _U32)
-        self.base = np.arange(n, dtype=np.uint64)
+        self.x = np.empty((2, n), np.uint64)
+        self.a = np.empty((2, n), np.uint64)
+        self.m0j = np.arange(n, dtype=np.uint64) * np.uint64(PHILOX_M0)  # M0 * j, exact
+        self._w: np.ndarray | None = None
+
+    @property
+    def w(self) -> np.ndarray:
+        """``(n, 4)`` uint32 words for the conversions that need them (made on first use:
+        standard uniform float32/float64 never do)."""
+        if self._w is None:
+            self._w = np.empty((self.x.shape[1], 4), _U32)
+        return self._w
 
 
 _tls = threading.local()
@@ -229,7 +282,7 @@ def _scratch(n: int) -> _Scratch:
     """This thread's scratch buffers for chunks of ``n`` blocks, kept between calls so their
     pages stay mapped (a fresh set costs page faults on every call)."""
     s: _Scratch | None = getattr(_tls, "scratch", None)
-    if s is None or len(s.x0) < n:
+    if s is None or s.x.shape[1] < n:
         s = _tls.scratch = _Scratch(n)
     return s
 
@@ -239,39 +292,65 @@ def _chunk_len(block0: int, n: int) -> int:
     return min(n, (1 << 32) - (block0 & _M32))
 
 
-def _blocks(block0: int, n: int, keys: Sequence[tuple[np.uint64, np.uint64]],
-            s: _Scratch) -> np.ndarray:
-    """Words of blocks ``block0 .. block0 + n - 1`` as a ``(n, 4)`` uint32 view of ``s.w``.
+def _core(block0: int, n: int, plan: _Plan, s: _Scratch) -> tuple[np.ndarray, np.ndarray]:
+    """Rounds 1 to 9 of blocks ``block0 .. block0 + n - 1`` and the products of round 10.
 
-    The blocks must share their high counter word (see :func:`_chunk_len`). Then the first
-    two rounds collapse: with ``c1`` constant and ``c2 = c3 = 0``, round 1 leaves ``x0``
-    constant and ``x1 = M0 * c0 ^ k1``, and round 2 needs one multiply per block.
+    The blocks must share their high counter word (see :func:`_chunk_len`): then rounds 1 and
+    2 collapse (``c1`` is constant and ``c2 = c3 = 0``, so round 1 leaves lane 0 constant and
+    makes lane 1 ``M0 * c0 ^ k``, with ``M0 * c0 = M0 * lo + M0 * j`` from a table).
+
+    Returns:
+        ``(X, P)``: ``X`` the ``(2, n)`` state after round 9 (with round 10's key in the low
+        halves), ``P`` round 10's products with the lanes swapped (``P[0] = M1 * c2``), both
+        views of ``s``; :func:`_finish` turns them into output words.
     """
-    b0 = block0 & _M64
-    hi = b0 >> 32
-    x0, x1, a0, a1, q = s.x0[:n], s.x1[:n], s.a0[:n], s.a1[:n], s.q[:n]
-    k0, k1 = int(keys[0][0]), int(keys[0][1])  # rounds 1 and 2 (round 2's in the low half)
-    # round 1: x0 = (0 ^ c1 ^ k0_1, 0 ^ k0_2) constant; x1 = M0 * c0 ^ (k1_1, k1_2)
-    np.add(s.base[:n], np.uint64(b0 & _M32), out=a0)
-    _mul(a0, _MUL0, a0)
-    _xor(a0, np.uint64(k1), x1)
-    c_x0 = (hi << 32) ^ k0
-    # round 2: x0 = M1 * (x1 >> 32) ^ (x0 << 32); x1 = M0 * (x0 >> 32) ^ (x1 << 32)
+    x, a = s.x[:, :n], s.a[:, :n]
+    x0, x1, a1 = x[0], x[1], a[1]
+    hi, lo = block0 >> 32, block0 & _M32
+    # round 1: lane 1 = M0 * c0 ^ (k1 of rounds 1, 2); lane 0 = (hi ^ k0 of round 1, k0 of 2)
+    np.add(s.m0j[:n], np.uint64(lo * PHILOX_M0), out=x1)
+    _xor(x1, plan.r1_xor, x1)
+    c0 = hi ^ plan.k0_1
+    # round 2: lane 0 = M1 * (x1 >> 32) ^ (k0 << 32); lane 1 = (x1 << 32) ^ M0 * c0
     _rs(x1, _S32, a1)
     _mul(a1, _MUL1, a1)
-    _xor(a1, np.uint64((c_x0 << 32) & _M64), x0)
-    _ls(x1, _S32, q)
-    _xor(q, np.uint64((PHILOX_M0 * (c_x0 >> 32)) & _M64), x1)
-    _rounds(x0, x1, a0, a1, q, keys[1:])
-    # unpack to little-endian words: (c1 << 32 | c0, c3 << 32 | c2) per block
+    _xor(a1, plan.r2_xor, x0)
+    _ls(x1, _S32, x1)
+    _xor(x1, np.uint64(PHILOX_M0 * c0), x1)
+    # rounds 3 to 9 and the products of round 10
+    p = a[::-1]
+    last = len(plan.kv) - 1
+    for i, kv in enumerate(plan.kv):
+        _rs(x, _S32, a)
+        _mul(a, _MV, a)
+        _ls(x, _S32, x)
+        _xor(x, kv, x)
+        _xor(x, p, x)                # odd round: keys of this round and the next
+        _rs(x, _S32, a)
+        _mul(a, _MV, a)
+        if i == last:
+            break
+        _ls(x, _S32, x)
+        _xor(x, p, x)                # even round: its key is already in the low halves
+    return x, p
+
+
+def _finish(x: np.ndarray, p: np.ndarray, dst: np.ndarray) -> None:
+    """Round 10 into ``dst`` (``(2, n)`` uint64, any strides): lane ``l`` of block ``j`` gets
+    the little-endian word pair ``w[2l + 1] << 32 | w[2l]``. Overwrites ``x`` and ``p``."""
+    _ls(x, _S32, x)
+    _xor(x, p, x)                    # (hi ^ c1 ^ k, lo) with hi, lo of the product
+    _rs(x, _S32, x)                  # w0 = hi ^ c1 ^ k
+    _ls(p, _S32, p)                  # w1 = lo, in the high half
+    _or(p, x, dst)
+
+
+def _blocks(block0: int, n: int, plan: _Plan, s: _Scratch) -> np.ndarray:
+    """Words of blocks ``block0 .. block0 + n - 1`` as a ``(n, 4)`` uint32 view of ``s.w``
+    (the blocks must share their high counter word, see :func:`_chunk_len`)."""
+    x, p = _core(block0, n, plan, s)
     w = s.w[:n]
-    w64 = w.view(_U64)
-    _ls(x0, _S32, a0)
-    _rs(x0, _S32, q)
-    _or(a0, q, w64[:, 0])
-    _ls(x1, _S32, a1)
-    _rs(x1, _S32, q)
-    _or(a1, q, w64[:, 1])
+    _finish(x, p, w.view(_U64).T)
     return w
 
 
@@ -285,12 +364,14 @@ def words(seed: int, offset: int, nblocks: int) -> np.ndarray:
         (1, 4)
     """
     out = np.empty((nblocks, 4), np.uint32)
-    keys = _round_keys((seed & _M32, seed >> 32))
+    plan = _plan(seed & _M64)
     s = _scratch(CHUNK)
     j = 0
     while j < nblocks:
-        n = _chunk_len(offset + j, min(CHUNK, nblocks - j))
-        out[j:j + n] = _blocks(offset + j, n, keys, s)
+        b = (offset + j) & _M64
+        n = _chunk_len(b, min(CHUNK, nblocks - j))
+        x, p = _core(b, n, plan, s)
+        _finish(x, p, out[j:j + n].view(_U64).T)
         j += n
     return out
 
@@ -298,16 +379,22 @@ def words(seed: int, offset: int, nblocks: int) -> np.ndarray:
 # ---------------------------------------------------------------------- conversions
 
 def _uniform_std(w: np.ndarray, dtype: np.dtype, out: np.ndarray) -> None:
-    """Standard uniform numbers of ``dtype`` from a ``(n, 4)`` word chunk into ``out``."""
+    """Standard uniform numbers of ``dtype`` from a ``(n, 4)`` word chunk into ``out``.
+
+    The shifted words fit the signed type of their size, whose casts to float are numpy's
+    fast ones; every cast and scaling here is exact.
+    """
     if dtype.itemsize == 8:
         v = w.view(_U64).reshape(-1)
         _rs(v, _S11, v)
-        _mul(v, _F64_SCALE, out=out, casting="unsafe", dtype=np.float64)
+        np.copyto(out, v.view(np.int64), casting="unsafe")
+        _mul(out, _F64_SCALE, out)
         return
     flat = w.reshape(-1)
     if dtype.itemsize == 4:
         _rs(flat, _S8, flat)
-        _mul(flat, _F32_SCALE, out=out, casting="unsafe", dtype=np.float32)
+        np.copyto(out, flat.view(np.int32), casting="unsafe")
+        _mul(out, _F32_SCALE, out)
     else:
         _rs(flat, _S21, flat)
         np.copyto(out, flat * _F16_SCALE, casting="unsafe")  # exact: 11-bit values
@@ -410,8 +497,33 @@ _pool_pid = 0                                                 # guarded by _pool
 _pool_lock = threading.Lock()
 
 
-def _threads() -> int:
+def _max_threads() -> int:
+    """The most host threads one request uses (the pool's size): one per CPU, up to 4."""
     return max(1, min(4, os.cpu_count() or 1))
+
+
+def _busy_elsewhere() -> float:
+    """How many CPUs other work keeps busy now: the runnable tasks of ``/proc/loadavg``
+    less the caller (an instant sample, so this function's own threads never feed back into
+    it), else the 1-minute load average less one, else 0."""
+    try:
+        with open("/proc/loadavg", encoding="ascii") as f:
+            return int(f.read().split()[3].split("/")[0]) - 1
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.getloadavg()[0] - 1.0
+    except (AttributeError, OSError):  # no load average on this platform
+        return 0.0
+
+
+def _threads() -> int:
+    """Host threads for a request now: one per CPU that other work leaves free (at least 1,
+    at most :func:`_max_threads`), in the spirit of libgomp's dynamic mode. On a busy machine
+    extra threads only fight over the same cores and caches (measured 10-30% slower); the
+    bits never depend on this."""
+    free = (os.cpu_count() or 1) - max(0.0, _busy_elsewhere())
+    return max(1, min(_max_threads(), int(free + 0.5)))
 
 
 def _get_pool() -> concurrent.futures.ThreadPoolExecutor:
@@ -421,29 +533,67 @@ def _get_pool() -> concurrent.futures.ThreadPoolExecutor:
     with _pool_lock:
         if _pool is None or _pool_pid != os.getpid():
             _pool = concurrent.futures.ThreadPoolExecutor(
-                max_workers=_threads(), thread_name_prefix="accelrt-philox")
+                max_workers=_max_threads(), thread_name_prefix="accelrt-philox")
             _pool_pid = os.getpid()
         return _pool
 
 
+def _direct(dist: str, dtype: np.dtype, params: Sequence[Any]) -> bool:
+    """True if whole blocks can be converted in the destination's own memory: standard
+    uniform float32 (four elements per block) or float64 (two)."""
+    return (dist == "uniform" and dtype.kind == "f" and dtype.itemsize in (4, 8)
+            and (float(params[0]), float(params[1])) == (0.0, 1.0))
+
+
+def _uniform_in_place(seg: np.ndarray, x: np.ndarray, p: np.ndarray, n: int) -> None:
+    """Round 10 and the standard uniform conversion of ``n`` whole blocks, in the float32
+    or float64 array ``seg`` (``4 n`` or ``2 n`` elements) itself: the words are written as
+    uint64 pairs, shifted right (``x >> 8`` per uint32 word, ``V >> 11`` per uint64 pair),
+    cast in place through the signed type of the same size (exact: at most 24 or 53 bits, and
+    signed-to-float casts are numpy's fast ones) and scaled by a power of two (exact)."""
+    d = seg.view(_U64)
+    _finish(x, p, d.reshape(n, 2).T)
+    if seg.dtype.itemsize == 4:
+        u = seg.view(_U32)
+        _rs(u, _S8, u)
+        np.copyto(seg, u.view(np.int32), casting="unsafe")
+        _mul(seg, _F32_SCALE, seg)
+    else:
+        _rs(d, _S11, d)
+        np.copyto(seg, d.view(np.int64), casting="unsafe")
+        _mul(seg, _F64_SCALE, seg)
+
+
 def _fill_range(out: np.ndarray, dist: str, dtype: np.dtype, params: Sequence[Any],
-                seed: int, offset: int, per: int, first: int, last: int) -> None:
+                plan: _Plan, offset: int, per: int, first: int, last: int,
+                chunk: int) -> None:
     """Fill the elements made from blocks ``first .. last - 1`` of the request."""
-    keys = _round_keys((seed & _M32, seed >> 32))
-    s = _scratch(CHUNK)
+    s = _scratch(chunk)
     total = len(out)
     j = first
+    direct_end = min(last, total // per) if _direct(dist, dtype, params) else first
     while j < last:
-        nb = _chunk_len(offset + j, min(CHUNK, last - j))
-        w = _blocks(offset + j, nb, keys, s)
+        b = (offset + j) & _M64
         lo = j * per
-        _convert(w, dist, dtype, params, out[lo:min(total, lo + nb * per)])
-        j += nb
+        if j < direct_end:
+            n = _chunk_len(b, min(chunk, direct_end - j))
+            x, p = _core(b, n, plan, s)
+            _uniform_in_place(out[lo:lo + n * per], x, p, n)
+        else:
+            n = _chunk_len(b, min(chunk, last - j))
+            _convert(_blocks(b, n, plan, s), dist, dtype, params,
+                     out[lo:min(total, lo + n * per)])
+        j += n
 
 
 def fill(out: np.ndarray, dist: str, seed: int, offset: int,
          params: Sequence[Any] = (), *, parallel: bool = True) -> int:
     """Fill the C-contiguous numpy array ``out`` with Philox numbers; return the blocks used.
+
+    Large requests are cut into chunks of :data:`CHUNK` blocks that :func:`_threads` threads
+    (the caller and a pool; fewer when the machine is busy) claim in turn, so a slow thread
+    delays the work rather than stalling it; every chunk's position in the output is fixed, so
+    the bits do not depend on the threads.
 
     Args:
         out: the destination (any shape, C-contiguous, float16/32/64 for ``uniform`` and
@@ -474,22 +624,38 @@ def fill(out: np.ndarray, dist: str, seed: int, offset: int,
     nblocks = -(-flat.size // per)
     if nblocks == 0:
         return 0
-    seed &= _M64
+    plan = _plan(seed & _M64)
     offset &= _M64
-    nt = _threads() if parallel and nblocks >= PARALLEL_MIN_BLOCKS else 1
-    if nt == 1:
-        _fill_range(flat, dist, dtype, params, seed, offset, per, 0, nblocks)
+    chunk = CHUNK
+    nchunks = -(-nblocks // chunk)
+    nt = min(_threads(), nchunks) if parallel and nblocks >= PARALLEL_MIN_BLOCKS else 1
+    if nt <= 1:
+        _fill_range(flat, dist, dtype, params, plan, offset, per, 0, nblocks, chunk)
         return nblocks
-    step = -(-nblocks // (nt * CHUNK)) * CHUNK
-    tasks: list[Callable[[], None]] = []
-    for first in range(0, nblocks, step):
-        last = min(nblocks, first + step)
-        tasks.append(lambda f=first, la=last: _fill_range(flat, dist, dtype, params, seed,
-                                                          offset, per, f, la))
+    lock = threading.Lock()
+    claimed = [0]
+
+    def work() -> None:
+        while True:
+            with lock:
+                i = claimed[0]
+                claimed[0] = i + 1
+            if i >= nchunks:
+                return
+            try:
+                _fill_range(flat, dist, dtype, params, plan, offset, per, i * chunk,
+                            min(nblocks, (i + 1) * chunk), chunk)
+            except BaseException:
+                with lock:
+                    claimed[0] = nchunks  # stop the other threads early
+                raise
+
     pool = _get_pool()
-    futures = [pool.submit(t) for t in tasks[1:]]
-    tasks[0]()
+    futures = [pool.submit(work) for _ in range(nt - 1)]
+    try:
+        work()
+    finally:
+        concurrent.futures.wait(futures)
     for fut in futures:
         fut.result()
     return nblocks
-
