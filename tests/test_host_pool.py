@@ -8,7 +8,11 @@ import pytest
 
 from accelrt import OutOfMemoryError
 from accelrt.memory import _config
-from accelrt.memory._host import HostCachingAllocator, get_host_allocator, peek_host_allocator
+from accelrt.memory._host import (
+    HostCachingAllocator,
+    get_host_allocator,
+    peek_host_allocator,
+)
 from accelrt.memory._simulated import SimulatedBackend
 
 
@@ -115,6 +119,19 @@ def test_record_event_on_unknown_pointer_and_bad_stream() -> None:
     assert pool.record_event(p, stream()) is False   # freed blocks take no more uses
 
 
+def test_record_event_refuses_a_stream_of_another_backend() -> None:
+    """The event would be recorded with a foreign stream handle at free time (a confusing,
+    late failure); refuse it up front."""
+    import accelrt as acc
+
+    pool = HostCachingAllocator(EventBackend())
+    p = pool.malloc(10)
+    with pytest.raises(ValueError, match="stream of backend 'cpu'.*'eventsim' host pool"):
+        pool.record_event(p, acc.Stream("cpu:0"))
+    pool.free(p)
+    assert pool.malloc(10) == p              # nothing was recorded: reused at once
+
+
 def test_double_free_and_foreign_pointer() -> None:
     pool = HostCachingAllocator(EventBackend())
     p = pool.malloc(100)
@@ -185,6 +202,39 @@ def test_round_threshold_and_cache_limit(config_guard) -> None:
     small = pool.malloc(1000)
     pool.free(small)
     assert b.host_bytes() == 1024            # cached
+
+
+def test_pending_block_stays_active_until_its_events_complete() -> None:
+    """PyTorch: active_requests/active_bytes drop when the block becomes reusable."""
+    b = EventBackend()
+    pool = HostCachingAllocator(b)
+    p = pool.malloc(4096)
+    pool.record_event(p, stream(0, 42))
+    pool.free(p)
+    st = pool.stats()
+    assert st["active_requests.current"] == 1 and st["active_bytes.current"] == 4096
+    b.done.add(b.recorded[0][1])
+    pool.empty_cache()                       # processes the event, then frees the block
+    st = pool.stats()
+    assert st["active_requests.current"] == 0 and st["active_bytes.current"] == 0
+    assert st["active_requests.freed"] == 1 and st["allocations.current"] == 0
+
+
+def test_cache_limit_is_per_block_and_stops_rounding(config_guard) -> None:
+    """pinned_max_cached_size caps each cached block (CachingHostAllocator.h
+    maybe_cache_block), and sizes above it are not rounded up."""
+    _config._reset_for_tests(_config.parse_config("pinned_max_cached_size_mb:2"))
+    b = EventBackend()
+    pool = HostCachingAllocator(b)
+    blocks = [pool.malloc(1 << 20) for _ in range(3)]
+    for ptr in blocks:
+        pool.free(ptr)
+    assert b.host_bytes() == 3 << 20         # 3 MiB cached: each block is within the cap
+    big = pool.malloc(3 * (1 << 20) + 1)     # above the cap: exact size, released on free
+    assert b.host_bytes() == (3 << 20) + 3 * (1 << 20) + 1
+    pool.free(big)
+    assert b.host_bytes() == 3 << 20
+    assert pool.stats()["active_requests.current"] == 0
 
 
 def test_registry_per_backend() -> None:

@@ -104,6 +104,8 @@ def test_parse_valid_dicts() -> None:
     ({"typestr": "<x9"}, ValueError, "unknown typestr"),
     ({"typestr": 4}, TypeError, "typestr must be a str"),
     ({"typestr": ">f4"}, ValueError, "native byte order"),
+    ({"typestr": "|O"}, ValueError, "Python objects"),       # device bytes as PyObject*: crash
+    ({"typestr": "(2,)<f4"}, ValueError, "sub-array"),
     ({"data": 4096}, TypeError, "data must be a"),
     ({"data": (4096, 0)}, TypeError, "data must be a"),
     ({"data": (0, False)}, ValueError, "data pointer is 0"),

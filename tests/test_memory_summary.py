@@ -129,3 +129,33 @@ def test_format_size_and_count_thresholds() -> None:
     assert format_count(750000, 750000) == "    750 K "
     assert format_count(1234567, 1234567) == "   1234 K "
     assert format_count(2_000_000_000, 2_000_000_000) == "   2000 M "
+
+
+def test_matches_torch_memory_summary_on_random_stats(monkeypatch) -> None:
+    """Byte-for-byte against torch.cuda.memory_summary itself (skips without torch)."""
+    import random
+
+    tm = pytest.importorskip("torch.cuda.memory")
+    rng = random.Random(7)
+    keys = [f"{k}.{p}.{c}" for k in ("allocated_bytes", "active_bytes", "requested_bytes",
+                                      "reserved_bytes", "inactive_split_bytes", "allocation",
+                                      "active", "segment", "inactive_split")
+            for p in ("all", "large_pool", "small_pool")
+            for c in ("current", "peak", "allocated", "freed")]
+    keys += [f"{k}.{c}" for k in ("oversize_allocations", "oversize_segments")
+             for c in ("current", "peak", "allocated", "freed")]
+    edges = [0, 1, 767, 768 * 1024 - 1, 768 * 1024, 749_999, 750_000, 750_000_000]
+    for _ in range(300):
+        st = {k: rng.choice(edges + [rng.randrange(2 ** rng.randint(1, 60))]) for k in keys}
+        st["num_ooms"] = rng.randrange(10 ** rng.randint(1, 13))
+        st["num_alloc_retries"] = rng.randrange(10 ** rng.randint(1, 9))
+        monkeypatch.setattr(tm, "memory_stats", lambda device=None, st=st: st)
+        for abbreviated in (False, True):
+            theirs = tm.memory_summary(0, abbreviated=abbreviated).splitlines()
+            ours = format_summary(st, 0, "cuda", abbreviated).splitlines()
+            assert len(theirs) == len(ours)
+            for i, (t, o) in enumerate(zip(theirs, ours)):
+                if i in (1, 3):       # title and OOM line name accelrt/device: widths kept
+                    assert len(t) == len(o), (t, o)
+                else:
+                    assert t == o, (t, o)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import os
 import pickle
@@ -11,7 +12,13 @@ import pytest
 
 from accelrt import OutOfMemoryError
 from accelrt.memory._config import parse_config
-from accelrt.memory._replay import load_pickle, load_trace, replay_main, replay_ops, trace_ops
+from accelrt.memory._replay import (
+    load_pickle,
+    load_trace,
+    replay_main,
+    replay_ops,
+    trace_ops,
+)
 from accelrt.memory._simulated import SimulatedBackend
 
 MiB = 1 << 20
@@ -68,7 +75,31 @@ def test_simulated_addresses_never_overlap() -> None:
         assert p % 512 == 0
         spans.append((p, p + size))
     spans.sort()
-    assert all(a[1] <= b2[0] for a, b2 in zip(spans, spans[1:]))
+    assert all(a[1] <= b2[0] for a, b2 in itertools.pairwise(spans))
+
+
+def test_simulated_addresses_stay_in_their_region_when_reused_forever() -> None:
+    """A long replay mallocs far more bytes over time than a device's address region holds;
+    the bump pointer used to run into the device's virtual range and then the next device."""
+    tib = 1 << 40
+    b = SimulatedBackend(capacity=2 * tib, device_count=2)
+    base, vm_base, next_base = 1 << 44, (1 << 44) + (1 << 43), 2 << 44
+    first = b.malloc(0, tib)
+    for _ in range(20):                      # 20 TiB over time, at most 2 TiB live
+        p = b.malloc(0, tib)
+        assert p and base <= p and p + tib <= vm_base and p != first
+        b.free(0, p)
+    for _ in range(20):
+        r = b.vm_reserve(0, tib)
+        assert vm_base <= r and r + tib <= next_base
+        b.vm_release(0, r, tib)
+    assert b.malloc(0, tib) and b.malloc(0, 1) == 0      # capacity still counts bytes
+    b2 = SimulatedBackend(capacity=tib, device_count=1)
+    empty = b2.malloc(0, 0)                  # a 0-byte block keeps its own address
+    for _ in range(20):                      # 10 TiB over time: past the 8 TiB region
+        p = b2.malloc(0, tib // 2)
+        assert p != empty
+        b2.free(0, p)
 
 
 def test_simulated_virtual_memory() -> None:
@@ -188,6 +219,48 @@ def test_load_pickle_plain_data_only() -> None:
         load_pickle(pickle.dumps(collections.OrderedDict(a=1)))
     with pytest.raises(ValueError, match="not a valid pickle"):
         load_pickle(pickle.dumps(data)[:-5])
+
+
+def test_trace_ops_frees_on_free_completed_when_free_requested_was_skipped() -> None:
+    entries = [["alloc", 16, 512, 0], ["free_completed", 16, 512, 0],
+               ["alloc", 16, 1024, 0], ["free_requested", 16, 1024, 0],
+               ["free_completed", 16, 1024, 0], ["alloc", 16, 2048, 0]]
+    assert trace_ops(entries) == [(True, 16, 512, 0), (False, 16, 0, 0), (True, 16, 1024, 0),
+                                  (False, 16, 0, 0), (True, 16, 2048, 0)]
+    r = replay_ops(trace_ops(entries))
+    assert r["peak_live_bytes"] == 2048
+
+
+def test_trace_ops_rejects_a_second_alloc_of_a_live_address() -> None:
+    with pytest.raises(ValueError, match="entry 1: address 16 is allocated again"):
+        trace_ops([["alloc", 16, 512, 0], ["alloc", 16, 512, 0]])
+
+
+@pytest.mark.parametrize("obj, match", [
+    ({"s": {1, 2}}, "a set is not plain"),
+    ([frozenset([1])], "a frozenset is not plain"),
+    ({"b": bytearray(b"x")}, "a bytearray is not plain"),
+])
+def test_load_pickle_refuses_non_plain_builtins(obj, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        load_pickle(pickle.dumps(obj, protocol=5))
+
+
+def test_load_pickle_refuses_cycles_and_deep_nesting() -> None:
+    loop: list = []
+    loop.append(loop)
+    with pytest.raises(ValueError, match="cycle"):
+        load_pickle(pickle.dumps({"frames": loop}))
+    n = 20_000                            # EMPTY_LIST x n, APPEND x (n - 1): n-deep lists
+    deep = b"\x80\x02" + b"]" * n + b"a" * (n - 1) + b"."
+    with pytest.raises(ValueError, match="nested more than 64 deep"):
+        load_pickle(deep)
+    shared = [{"name": "f"}]              # shared (not cyclic) references are fine
+    wide = [shared] * 10
+    for _ in range(40):                   # 2**40 paths if walked without memo
+        wide = [wide, wide]
+    out = load_pickle(pickle.dumps(wide))
+    assert out[0] is out[1] and out[0][0] is out[0][1]
 
 
 # ---------------------------------------------------------------------- replay

@@ -6,14 +6,19 @@ import itertools
 import pickle
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-import pytest
 
 from accelrt import backends, memory
 from accelrt.memory._replay import load_pickle
 from accelrt.memory._simulated import SimulatedBackend
-from accelrt.memory._snapshot import build_snapshot, check_snapshot, dump_snapshot, to_plain
+from accelrt.memory._snapshot import (
+    build_snapshot,
+    check_snapshot,
+    dump_snapshot,
+    to_plain,
+)
 from accelrt.memory.viz import load_snapshot, segsum, trace_text
 
 MiB = 1 << 20

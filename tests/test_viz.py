@@ -8,12 +8,19 @@ import pickle
 import re
 import shutil
 import subprocess
+import uuid
 
 import pytest
 
 from accelrt.memory._snapshot import dump_snapshot
-from accelrt.memory.viz import (format_bytes, load_snapshot, segsum, trace_html, trace_text,
-                                viz_main)
+from accelrt.memory.viz import (
+    format_bytes,
+    load_snapshot,
+    segsum,
+    trace_html,
+    trace_text,
+    viz_main,
+)
 
 MiB = 1 << 20
 CALLS: list[str] = []
@@ -132,7 +139,7 @@ def test_trace_text_unknown_addresses_use_snapshot_segments() -> None:
 
 
 def _embedded(page: str) -> dict:
-    m = re.search(r'<script id="data" type="application/json">(.*?)</script>', page, re.S)
+    m = re.search(r'<script id="data" type="application/json">(.*?)</script>', page, re.DOTALL)
     assert m, "data block missing"
     return json.loads(m.group(1))
 
@@ -220,6 +227,43 @@ def test_viz_main_writes_html(tmp_path, capsys) -> None:
     assert "b = a[0:23.0MiB]" in capsys.readouterr().out
 
 
+def _one_segment(**seg_extra) -> dict:
+    block = {"size": 4096, "state": "active_allocated", "requested_size": 4000, "frames": []}
+    seg = {"address": 0, "total_size": 4096, "stream": 0, "device": 0, "blocks": [block]}
+    seg.update(seg_extra)
+    return {"segments": [seg], "device_traces": [[{"action": "alloc", "addr": 0, "size": 4000,
+                                                   "stream": 0, "frames": []}]]}
+
+
+def _bad_block(**kw) -> dict:
+    snap = _one_segment()
+    snap["segments"][0]["blocks"][0].update(kw)
+    return snap
+
+
+def _bad_entry(**kw) -> dict:
+    snap = _one_segment()
+    snap["device_traces"][0][0].update(kw)
+    return snap
+
+
+@pytest.mark.parametrize("snap, match", [
+    (_one_segment(segment_pool_id=5), r"\['segment_pool_id'\]: expected a pair of ints"),
+    (_one_segment(device="cuda"), r"\['device'\]: expected int"),
+    (_one_segment(frames={"a": 1}), r"\['frames'\]: expected list"),
+    (_bad_block(frames=7), r"\['blocks'\]\[0\]\['frames'\]: expected list"),
+    (_bad_block(frames=[3]), r"\['frames'\]\[0\]: expected a dict"),
+    (_bad_block(state="inactive", requested_size="x"), r"\['requested_size'\]: expected int"),
+    (_bad_entry(stream="s"), r"\['stream'\]: expected int"),
+])
+def test_viz_main_reports_malformed_optional_fields(tmp_path, capsys, snap, match) -> None:
+    """Such files crashed the HTML writer with a bare TypeError/ValueError traceback."""
+    p = tmp_path / "bad.pickle"
+    p.write_bytes(pickle.dumps(snap))
+    assert viz_main([str(p), "-o", str(tmp_path / "bad.html")]) == 1
+    assert re.search(match, capsys.readouterr().err)
+
+
 def test_viz_main_errors(tmp_path, capsys) -> None:
     assert viz_main([str(tmp_path / "missing.pickle")]) == 1
     assert "error" in capsys.readouterr().err
@@ -275,3 +319,55 @@ def test_html_script_draws_in_a_dom_stub(tmp_path) -> None:
     assert result["lines"] == [5, 5]        # reserved and active, 5 memory events each
     assert result["bars"] == [2, 3]
     assert result["totals"] == "segments: 2, reserved: 42.0 MiB, allocated: 24.0 MiB"
+
+
+def test_torch_memory_viz_reads_our_dump(tmp_path) -> None:
+    """PyTorch's own _memory_viz functions read a dump_snapshot file (skips without torch)."""
+    import copy
+
+    mv = pytest.importorskip("torch.cuda._memory_viz")
+    from accelrt import backends, memory
+    from accelrt.memory._simulated import SimulatedBackend
+
+    name = f"vizcompat{uuid.uuid4().hex[:8]}"      # a fresh backend each run
+
+    class Sim(SimulatedBackend):
+        pass
+
+    Sim.name = name
+    backends.register(name, lambda: Sim(capacity=1 << 30, device_count=2))
+    mib = 1 << 20
+    d0, d1 = f"{name}:0", f"{name}:1"
+    for d in (d0, d1):
+        memory.record_memory_history(max_entries=1000, device=d)
+    try:
+        live = [memory.caching_allocator_alloc(3 * mib, d0),
+                memory.caching_allocator_alloc(1000, d0),
+                memory.caching_allocator_alloc(25 * mib, d1)]
+        gone = memory.caching_allocator_alloc(5 * mib, d0)
+        memory.caching_allocator_delete(gone)
+        path = tmp_path / "snap.pickle"
+        dump_snapshot(path, memory._snapshot(name))
+    finally:
+        for d in (d0, d1):
+            memory.record_memory_history(None, device=d)
+    with open(path, "rb") as f:
+        snap = pickle.load(f)
+    ident = lambda lines: lines
+
+    summary = mv.segsum(copy.deepcopy(snap))
+    assert "segments: 3" in summary and "total_reserved: 48.0MiB" in summary
+    trace = mv.trace(copy.deepcopy(snap))
+    assert "a = cudaMalloc(" in trace and "del e # 5.0MiB" in trace
+    assert "Device 1 ----" in trace
+    segs = mv.segments(copy.deepcopy(snap), format_flamegraph=ident)
+    assert "active_allocated;" in segs and f"seg_{snap['segments'][0]['address']};" in segs
+    assert "3145728" in mv.memory(copy.deepcopy(snap), format_flamegraph=ident)
+    assert "only_before" in mv.compare(snap["segments"], snap["segments"][:1],
+                                       format_flamegraph=ident)
+    for fn in (mv.trace_plot, mv.segment_plot):
+        assert "<html" in fn(copy.deepcopy(snap)).lower()
+    assert "<html" in mv.trace_plot(copy.deepcopy(snap), plot_segments=True,
+                                    filter_freed=True).lower()
+    for ptr in live:
+        memory.caching_allocator_delete(ptr)

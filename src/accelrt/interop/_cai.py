@@ -107,9 +107,9 @@ def parse_cuda_array_interface(desc: Any) -> CudaArrayInterface:
 
     Raises:
         TypeError: ``desc`` is not a mapping, or a field has the wrong type.
-        ValueError: a field has a bad value (negative dimension, unknown ``typestr``, a mask,
-            ``stream`` equal to 0, strides of the wrong length, a null pointer for non-empty
-            data, ...).
+        ValueError: a field has a bad value (negative dimension, unknown or object ``typestr``,
+            a mask, ``stream`` equal to 0, strides of the wrong length, a null pointer for
+            non-empty data, ...).
 
     Example::
 
@@ -144,8 +144,14 @@ def parse_cuda_array_interface(desc: Any) -> CudaArrayInterface:
                         f"{typestr!r}")
     try:
         dtype = np.dtype(typestr)
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:
         raise ValueError(f"__cuda_array_interface__: unknown typestr {typestr!r}") from exc
+    if dtype.hasobject:
+        raise ValueError(f"__cuda_array_interface__: typestr {typestr!r} means Python objects, "
+                         "which device memory cannot hold; export a numeric typestr")
+    if dtype.subdtype is not None:
+        raise ValueError(f"__cuda_array_interface__: typestr {typestr!r} is a sub-array type; "
+                         "put its extra dimensions in shape instead")
     if not dtype.isnative:
         raise ValueError(f"__cuda_array_interface__: typestr {typestr!r} is not in native byte "
                          "order")

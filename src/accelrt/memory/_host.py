@@ -5,8 +5,9 @@ Requests are rounded up to the next power of two and served from free lists buck
 ``ceil(log2(size))``; blocks are never split. A freed block that was used on streams (see
 :meth:`HostCachingAllocator.record_event`) becomes reusable only once an event recorded on each
 of those streams at free time has completed, so an asynchronous copy still reading it is never
-overwritten; a block used on no stream is reusable at once. ``empty_cache`` returns every
-cached block to the backend. Statistics use PyTorch's ``host_memory_stats`` keys.
+overwritten; a block used on no stream is reusable at once. A block larger than
+``pinned_max_cached_size_mb`` is neither rounded up nor cached: it goes back to the backend when
+it becomes reusable. ``empty_cache`` returns every cached block to the backend. Statistics use PyTorch's ``host_memory_stats`` keys.
 
 Example::
 
@@ -36,7 +37,7 @@ _DURATIONS = ("host_alloc_time", "host_free_time")
 
 
 class _Block:
-    __slots__ = ("ptr", "size", "allocated", "streams", "events")
+    __slots__ = ("allocated", "events", "ptr", "size", "streams")
 
     def __init__(self, ptr: int, size: int) -> None:
         self.ptr = ptr
@@ -49,7 +50,7 @@ class _Block:
 class _DurationStat:
     """Call durations in microseconds: total, count, max and min (PyTorch's DurationStat)."""
 
-    __slots__ = ("total", "count", "max", "min")
+    __slots__ = ("count", "max", "min", "total")
 
     def __init__(self) -> None:
         self.total = self.count = self.max = self.min = 0
@@ -58,8 +59,7 @@ class _DurationStat:
         us = int((time.perf_counter() - t0) * 1e6)
         self.total += us
         self.count += 1
-        if us > self.max:
-            self.max = us
+        self.max = max(self.max, us)
         if us and (self.min == 0 or us < self.min):
             self.min = us
 
@@ -105,7 +105,6 @@ class HostCachingAllocator:
         self._lock = threading.Lock()
         self._blocks: dict[int, _Block] = {}                 # every block, by address
         self._free: list[list[_Block]] = [[] for _ in range(65)]   # cached, by bucket
-        self._cached_bytes = 0                               # bytes in self._free
         self._pending: list[_Block] = []                     # freed, waiting on events
         self._stats = {name: Stat() for name in _STAT_NAMES}
         self._durations = {name: _DurationStat() for name in _DURATIONS}
@@ -114,12 +113,15 @@ class HostCachingAllocator:
 
     # ------------------------------------------------------------------ allocation
     def _cache(self, block: _Block) -> None:
-        """Put a reusable block on its free list, or release it if the cache is full."""
-        if self._cached_bytes + block.size > get_config().pinned_max_cached_size:
+        """A freed block became reusable: it stops being active and goes on its free list, or
+        back to the backend if it is larger than ``pinned_max_cached_size`` (PyTorch's
+        ``maybe_cache_block``)."""
+        self._stats["active_requests"].decrease(1)
+        self._stats["active_bytes"].decrease(block.size)
+        if block.size > get_config().pinned_max_cached_size:
             self._release(block)
             return
         self._free[_bucket(block.size)].append(block)
-        self._cached_bytes += block.size
 
     def _release(self, block: _Block) -> None:
         t0 = time.perf_counter()
@@ -149,13 +151,12 @@ class HostCachingAllocator:
         for bucket in self._free:
             while bucket:
                 self._release(bucket.pop())
-        self._cached_bytes = 0
 
     def malloc(self, size: int) -> int:
         """Return a pinned block of at least ``size`` bytes (``0`` for ``size == 0``).
 
-        Sizes up to ``pinned_max_round_threshold_mb`` (default: all) are rounded up to the next
-        power of two.
+        Sizes up to ``pinned_max_round_threshold_mb`` and ``pinned_max_cached_size_mb``
+        (default: all) are rounded up to the next power of two.
 
         Raises:
             TypeError: ``size`` is not an int.
@@ -169,7 +170,9 @@ class HostCachingAllocator:
             raise ValueError(f"size must not be negative, got {size}")
         if size == 0:
             return 0
-        rounded = 1 << _bucket(size) if size <= get_config().pinned_max_round_threshold else size
+        cfg = get_config()
+        small = size <= cfg.pinned_max_round_threshold and size <= cfg.pinned_max_cached_size
+        rounded = 1 << _bucket(size) if small else size
         with self._lock:
             self._process_events()
             bucket = self._free[_bucket(size)]
@@ -177,7 +180,6 @@ class HostCachingAllocator:
             for j in range(len(bucket) - 1, -1, -1):
                 if bucket[j].size >= size:
                     block = bucket.pop(j)
-                    self._cached_bytes -= block.size
                     break
             if block is None:
                 block = self._new_block(rounded)
@@ -212,6 +214,8 @@ class HostCachingAllocator:
     def free(self, ptr: int) -> None:
         """Return a block from :meth:`malloc`; it is reused once its streams' events complete.
 
+        Until then it still counts in ``active_requests`` / ``active_bytes``, as in PyTorch.
+
         Raises:
             ValueError: ``ptr`` is not a live block of this pool.
         """
@@ -223,8 +227,6 @@ class HostCachingAllocator:
                 raise ValueError(f"host pointer {ptr:#x} is not a live pinned block of the "
                                  f"{self._b.name} host pool (double free, or not from it)")
             block.allocated = False
-            self._stats["active_requests"].decrease(1)
-            self._stats["active_bytes"].decrease(block.size)
             if not block.streams:
                 self._cache(block)
                 return
@@ -242,8 +244,17 @@ class HostCachingAllocator:
 
         Returns:
             True if ``ptr`` is a live block of this pool, else False (nothing recorded).
+
+        Raises:
+            TypeError: ``stream`` is not a stream.
+            ValueError: ``stream`` belongs to another backend.
         """
         key = _stream_key(stream)
+        owner = getattr(stream, "_b", self._b)
+        if owner is not self._b:
+            raise ValueError(f"record_event() got a stream of backend "
+                             f"{getattr(owner, 'name', owner)!r}; the {self._b.name!r} host pool "
+                             "can only wait for streams of its own backend")
         with self._lock:
             block = self._blocks.get(ptr)
             if block is None or not block.allocated:

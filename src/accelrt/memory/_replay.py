@@ -3,14 +3,15 @@
 A trace is either the shared gzipped (or plain) JSON format
 ``{"info": {...}, "trace": [[action, addr, size, stream], ...]}`` or a PyTorch / accelrt
 snapshot pickle (``torch.cuda.memory._dump_snapshot``, :func:`accelrt.memory.dump_snapshot`),
-whose ``device_traces`` supply the entries. Each ``alloc`` and each ``free_requested`` is
-replayed in order through a fresh ``DeviceCachingAllocator`` on a :class:`SimulatedBackend`
-(no memory is touched, so an 8 GB trace replays anywhere); other actions are ignored, and so
-are frees of addresses allocated before recording began.
+whose ``device_traces`` supply the entries. Each ``alloc`` and the first ``free_requested``
+or ``free_completed`` of a live address are replayed in order through a fresh
+``DeviceCachingAllocator`` on a :class:`SimulatedBackend` (no memory is touched, so an 8 GB
+trace replays anywhere); other actions are ignored, and so are frees of addresses allocated
+before recording began.
 
 Pickles are read with :func:`load_pickle`, an unpickler that refuses every global: only plain
-data (dict, list, tuple, str, bytes, int, float, bool, None) loads, so a malicious file raises
-``ValueError`` instead of running code.
+data (dict, list, tuple, str, bytes, int, float, bool, None; no cycles, at most 64 levels
+deep) loads, so a malicious file raises ``ValueError`` instead of running code.
 
 Example::
 
@@ -59,8 +60,9 @@ def load_pickle(data: bytes, what: str = "pickle") -> Any:
         what: how to name the source in error messages (e.g. the file name).
 
     Raises:
-        ValueError: the pickle is corrupt, or asks for any global (a class or function),
-            which a snapshot never needs and a malicious file would use to run code.
+        ValueError: the pickle is corrupt, asks for any global (a class or function),
+            which a snapshot never needs and a malicious file would use to run code, or holds
+            anything but plain data (sets, bytearrays, cycles, nesting over 64 levels).
 
     Example::
 
@@ -70,13 +72,53 @@ def load_pickle(data: bytes, what: str = "pickle") -> Any:
         {'segments': [], 'device_traces': [[]]}
     """
     try:
-        return _DataOnlyUnpickler(io.BytesIO(data)).load()
+        obj = _DataOnlyUnpickler(io.BytesIO(data)).load()
     except _Forbidden as exc:
         raise ValueError(f"{what}: refusing to load: {exc}; only plain data (dicts, lists, "
                          "str, int, float, bool, None) is accepted in a snapshot") from exc
     except (pickle.UnpicklingError, EOFError, IndexError, KeyError, TypeError, AttributeError, ValueError,
             UnicodeDecodeError, OverflowError, MemoryError) as exc:
         raise ValueError(f"{what}: not a valid pickle ({type(exc).__name__}: {exc})") from exc
+    _check_plain(obj, what)
+    return obj
+
+
+_PLAIN_LEAVES = (str, bytes, int, float, bool, type(None))
+_MAX_DEPTH = 64                    # a snapshot nests about 8 deep
+
+
+def _check_plain(obj: Any, what: str) -> None:
+    """Refuse what the data-only unpickler can still build but a snapshot never holds: sets,
+    frozensets, bytearrays, cycles and absurd nesting (which would crash later readers)."""
+    done: set[int] = set()        # containers already checked (shared references are fine)
+    path: set[int] = set()        # containers on the current path (a repeat is a cycle)
+
+    def walk(o: Any, depth: int) -> None:
+        t = type(o)
+        if t in _PLAIN_LEAVES:
+            return
+        if t not in (dict, list, tuple):
+            raise ValueError(f"{what}: refusing to load: a {t.__name__} is not plain data; only "
+                             "dicts, lists, tuples, str, bytes, int, float, bool and None are")
+        key = id(o)
+        if key in done:
+            return
+        if key in path:
+            raise ValueError(f"{what}: refusing to load: the data refers to itself (a cycle)")
+        if depth >= _MAX_DEPTH:
+            raise ValueError(f"{what}: refusing to load: data nested more than {_MAX_DEPTH} deep")
+        path.add(key)
+        if t is dict:                 # keys and values apart: no temporary (k, v) tuples,
+            for k, v in o.items():    # whose recycled ids would poison ``done``
+                walk(k, depth + 1)
+                walk(v, depth + 1)
+        else:
+            for v in o:
+                walk(v, depth + 1)
+        path.discard(key)
+        done.add(key)
+
+    walk(obj, 0)
 
 
 def _read_bytes(path: str) -> bytes:
@@ -92,14 +134,15 @@ def _read_bytes(path: str) -> bytes:
 
 def _entries_from_json(obj: Any, path: str) -> list[Any]:
     if not isinstance(obj, dict) or not isinstance(obj.get("trace"), list):
-        raise ValueError(f"{path}: expected a JSON object with a 'trace' list of "
+        raise ValueError(f"{path}: expected a JSON object with a 'trace' list of "  # noqa: TRY004
                          "[action, addr, size, stream] entries")
-    return obj["trace"]
+    entries: list[Any] = obj["trace"]
+    return entries
 
 
 def _entries_from_snapshot(obj: Any, path: str) -> list[Any]:
     if not isinstance(obj, dict) or not isinstance(obj.get("device_traces"), list):
-        raise ValueError(f"{path}: a snapshot pickle must be a dict with a 'device_traces' "
+        raise ValueError(f"{path}: a snapshot pickle must be a dict with a 'device_traces' "  # noqa: TRY004
                          "list (record history before dumping: record_memory_history())")
     traces = [t for t in obj["device_traces"] if t]
     if len(traces) > 1:
@@ -108,7 +151,7 @@ def _entries_from_snapshot(obj: Any, path: str) -> list[Any]:
     out: list[Any] = []
     for i, e in enumerate(traces[0] if traces else []):
         if not isinstance(e, dict):
-            raise ValueError(f"{path}: device trace entry {i} is not a dict")
+            raise ValueError(f"{path}: device trace entry {i} is not a dict")  # noqa: TRY004
         try:
             out.append((e["action"], e.get("addr", 0), e["size"], e.get("stream", 0)))
         except KeyError as exc:
@@ -150,18 +193,20 @@ def load_trace(path: str) -> list[Any]:
 
 def _as_int(v: Any, what: str, i: int, path: str) -> int:
     if not isinstance(v, int) or isinstance(v, bool):
-        raise ValueError(f"{path}: entry {i}: {what} must be an int, got {v!r}")
+        raise ValueError(f"{path}: entry {i}: {what} must be an int, got {v!r}")  # noqa: TRY004
     return v
 
 
 def trace_ops(entries: Iterable[Any], path: str = "trace") -> list[Op]:
     """Turn raw entries into the replayed operations.
 
-    Keeps each ``alloc`` (size > 0) and each ``free_requested`` of an address that is live;
-    frees of addresses allocated before recording began are skipped.
+    Keeps each ``alloc`` (size > 0) and the first ``free_requested`` or ``free_completed``
+    (traces recorded with ``skip_actions=["free_requested"]`` have only the latter) of an address
+    that is live; frees of addresses allocated before recording began are skipped.
 
     Raises:
-        ValueError: an entry is malformed (names the entry and the problem).
+        ValueError: an entry is malformed, or allocates an address that is still live (names
+            the entry and the problem).
 
     Example::
 
@@ -183,9 +228,13 @@ def trace_ops(entries: Iterable[Any], path: str = "trace") -> list[Op]:
             if size < 0:
                 raise ValueError(f"{path}: entry {i}: negative size {size}")
             if size:
+                if addr in live:
+                    raise ValueError(f"{path}: entry {i}: address {addr} is allocated again "
+                                     "before it was freed; the trace is inconsistent")
                 ops.append((True, addr, size, stream))
                 live.add(addr)
-        elif action == "free_requested":
+        elif action in ("free_requested", "free_completed"):
+            # free_requested frees; free_completed only when the trace skipped free_requested
             addr = _as_int(e[1], "addr", i, path)
             if addr in live:
                 live.discard(addr)
@@ -200,8 +249,7 @@ def _peak_live(ops: Sequence[Op]) -> int:
         if is_alloc:
             sizes[addr] = size
             cur += size
-            if cur > peak:
-                peak = cur
+            peak = max(peak, cur)
         else:
             cur -= sizes.pop(addr)
     return peak
@@ -302,8 +350,7 @@ def replay_ops(ops: Sequence[Op], config: Any = None, *, name: str = "trace",
 def _trace_name(path: str) -> str:
     base = os.path.basename(path)
     for suffix in (".gz", ".json", ".pickle", ".pkl"):
-        if base.endswith(suffix):
-            base = base[: -len(suffix)]
+        base = base.removesuffix(suffix)
     return base
 
 

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._backend import Backend
+from .._errors import OutOfMemoryError
 
 __all__ = ["SimulatedBackend"]
 
@@ -44,14 +45,28 @@ def _check_size(size: object, what: str) -> int:
     return size
 
 
+def _first_fit(taken: dict[int, int], lo: int, hi: int, step: int, align: int,
+               pad: int) -> int:
+    """Lowest ``align``-aligned address in ``[lo, hi)`` with ``step`` free bytes clear of the
+    ``taken`` ranges (each followed by ``pad`` bytes), or 0 if there is none."""
+    at = lo
+    for start in sorted(taken):
+        if start - at >= step:
+            return at
+        end = start + max(taken[start], 1) + pad      # an empty block still holds its address
+        at = max(at, -(-end // align) * align)
+    return at if hi - at >= step else 0
+
+
 class _Device:
     """Book-keeping of one simulated device (all fields guarded by the backend's lock)."""
 
-    __slots__ = ("used", "next_addr", "next_vm", "blocks", "reservations", "pages")
+    __slots__ = ("base", "blocks", "next_addr", "next_vm", "pages", "reservations", "used")
 
     def __init__(self, index: int) -> None:
         base = (index + 1) * _DEVICE_STRIDE
         self.used = 0                                   # bytes of malloc + mapped pages
+        self.base = base
         self.next_addr = base                           # bump pointer for malloc
         self.next_vm = base + _VM_OFFSET                # bump pointer for vm_reserve
         self.blocks: dict[int, int] = {}                # malloc'd ptr -> size
@@ -114,8 +129,13 @@ class SimulatedBackend(Backend):
         with self._lock:
             if dev.used + size > self.capacity:
                 return 0
-            ptr = dev.next_addr
-            dev.next_addr = ptr + max(_MALLOC_ALIGN, -(-size // _MALLOC_ALIGN) * _MALLOC_ALIGN)
+            step = max(_MALLOC_ALIGN, -(-size // _MALLOC_ALIGN) * _MALLOC_ALIGN)
+            ptr, limit = dev.next_addr, dev.base + _VM_OFFSET
+            if ptr + step > limit:          # the bump pointer ran out: reuse a freed range
+                ptr = _first_fit(dev.blocks, dev.base, limit, step, _MALLOC_ALIGN, 0)
+                if not ptr:
+                    return 0
+            dev.next_addr = max(dev.next_addr, ptr + step)
             dev.used += size
             dev.blocks[ptr] = size
         return ptr
@@ -165,8 +185,15 @@ class SimulatedBackend(Backend):
         self._check_aligned(0, size, "vm_reserve")
         dev = self._devices[index]
         with self._lock:
-            ptr = dev.next_vm
-            dev.next_vm += size + _VM_GRANULARITY       # a guard page between reservations
+            ptr, limit = dev.next_vm, dev.base + _DEVICE_STRIDE
+            step = size + _VM_GRANULARITY               # a guard page after each reservation
+            if ptr + step > limit:          # the bump pointer ran out: reuse a released range
+                ptr = _first_fit(dev.reservations, dev.base + _VM_OFFSET, limit, step,
+                                 _VM_GRANULARITY, _VM_GRANULARITY)
+                if not ptr:
+                    raise OutOfMemoryError(f"simulated device {index}: no {size}-byte range "
+                                           "of virtual addresses is left", size)
+            dev.next_vm = max(dev.next_vm, ptr + step)
             dev.reservations[ptr] = size
         return ptr
 

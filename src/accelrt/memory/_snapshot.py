@@ -141,12 +141,13 @@ def build_snapshot(backend: Any, allocators: list[Any | None],
         segments.extend(a.snapshot_segments())
         traces.append(list(a.trace_entries()))
     segments.sort(key=lambda s: (s.get("device", 0), s.get("address", 0)))
-    return to_plain({
+    snap: dict[str, Any] = to_plain({
         "segments": segments,
         "device_traces": traces,
         "allocator_settings": settings,
         "external_annotations": [],
     })
+    return snap
 
 
 def dump_snapshot(path: str | os.PathLike[str], snapshot: dict[str, Any]) -> None:
@@ -182,12 +183,31 @@ def _need(obj: Any, key: str, typ: type, where: str) -> Any:
     return v
 
 
+def _opt(obj: dict[str, Any], key: str, typ: type | tuple[type, ...], where: str) -> None:
+    """Check an optional key's type when it is present."""
+    if key not in obj:
+        return
+    v = obj[key]
+    if not isinstance(v, typ) or (typ is int and isinstance(v, bool)):
+        name = typ.__name__ if isinstance(typ, type) else " or ".join(t.__name__ for t in typ)
+        raise ValueError(f"{where}[{key!r}]: expected {name}, got {type(v).__name__}")
+
+
+def _check_frames(obj: dict[str, Any], where: str) -> None:
+    _opt(obj, "frames", list, where)
+    for n, f in enumerate(obj.get("frames", ())):
+        if not isinstance(f, dict):
+            raise ValueError(f"{where}['frames'][{n}]: expected a dict with filename, line "  # noqa: TRY004
+                             f"and name, got {type(f).__name__}")
+
+
 def check_snapshot(snap: Any, what: str = "snapshot") -> dict[str, Any]:
     """Check that ``snap`` has everything the visualizers read; return it.
 
     Checks ``segments`` (``address``, ``total_size``, ``stream``, ``blocks`` with ``size`` and
     ``state``; ``requested_size`` on ``active_allocated`` blocks) and ``device_traces`` (lists of
-    dicts with a str ``action``; ``addr``/``size`` ints on alloc/free/segment actions).
+    dicts with a str ``action``; ``addr``/``size`` ints on alloc/free/segment actions), and the
+    types of optional keys where present (``device``, ``segment_pool_id``, ``frames``, ...).
 
     Raises:
         ValueError: a key is missing or has the wrong type (the message says where).
@@ -201,7 +221,7 @@ def check_snapshot(snap: Any, what: str = "snapshot") -> dict[str, Any]:
         ValueError: snapshot['segments'][0]: missing key 'address'
     """
     if not isinstance(snap, dict):
-        raise ValueError(f"{what}: expected a dict, got {type(snap).__name__}")
+        raise ValueError(f"{what}: expected a dict, got {type(snap).__name__}")  # noqa: TRY004
     segs = _need(snap, "segments", list, what)
     for i, seg in enumerate(segs):
         where = f"{what}['segments'][{i}]"
@@ -209,19 +229,32 @@ def check_snapshot(snap: Any, what: str = "snapshot") -> dict[str, Any]:
         _need(seg, "total_size", int, where)
         _need(seg, "stream", int, where)
         blocks = _need(seg, "blocks", list, where)
+        _opt(seg, "device", int, where)
+        _opt(seg, "segment_type", str, where)
+        _opt(seg, "is_expandable", bool, where)
+        _check_frames(seg, where)
+        pool = seg.get("segment_pool_id", (0, 0))
+        if (not isinstance(pool, (tuple, list)) or len(pool) != 2
+                or not all(type(x) is int for x in pool)):
+            raise ValueError(f"{where}['segment_pool_id']: expected a pair of ints, got {pool!r}")
         for j, b in enumerate(blocks):
             bw = f"{where}['blocks'][{j}]"
             _need(b, "size", int, bw)
             state = _need(b, "state", str, bw)
             if state == "active_allocated":
                 _need(b, "requested_size", int, bw)
+            else:
+                _opt(b, "requested_size", int, bw)
+            _check_frames(b, bw)
     traces = _need(snap, "device_traces", list, what)
     for d, entries in enumerate(traces):
         if not isinstance(entries, list):
-            raise ValueError(f"{what}['device_traces'][{d}]: expected a list")
+            raise ValueError(f"{what}['device_traces'][{d}]: expected a list")  # noqa: TRY004
         for k, e in enumerate(entries):
             where = f"{what}['device_traces'][{d}][{k}]"
             action = _need(e, "action", str, where)
+            _opt(e, "stream", int, where)
+            _check_frames(e, where)
             if action in ("alloc", "free_requested", "free_completed", "segment_alloc",
                           "segment_free", "segment_map", "segment_unmap"):
                 _need(e, "addr", int, where)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-__all__ = ["format_summary", "format_size", "format_count"]
+__all__ = ["format_count", "format_size", "format_summary"]
 
 _WIDTH = 75
 
@@ -44,7 +44,7 @@ _SIZE_UNITS = ("B  ", "KiB", "MiB", "GiB", "TiB", "PiB")
 _COUNT_UNITS = (" ", "K", "M")
 
 
-def format_size(sz: int, pref_sz: int | float) -> str:
+def format_size(sz: int, pref_sz: float) -> str:
     """Format ``sz`` bytes in the unit that suits ``pref_sz`` (10 characters).
 
     Example::
@@ -63,7 +63,7 @@ def format_size(sz: int, pref_sz: int | float) -> str:
     return f"{sz:6d} {unit}"
 
 
-def format_count(cnt: int, pref_cnt: int | float) -> str:
+def format_count(cnt: int, pref_cnt: float) -> str:
     """Format a count in the unit that suits ``pref_cnt`` (10 characters).
 
     Example::
@@ -120,7 +120,7 @@ def format_summary(stats: Mapping[str, int], device: int, backend: str,
              _oom_line(backend, int(get("num_ooms", 0)), int(get("num_alloc_retries", 0))),
              "=" * _WIDTH,
              "        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  "]
-    pools = [("all", None)]
+    pools: list[tuple[str, str | None]] = [("all", None)]
     if not abbreviated:
         pools += [("large_pool", "      from large pool"), ("small_pool", "      from small pool")]
     for metrics, fmt in ((_SIZE_METRICS, format_size), (_COUNT_METRICS, format_count)):

@@ -158,8 +158,8 @@ def segsum(snapshot: dict[str, Any]) -> str:
             "    ' ': page is completely free",
             "    *: page is completely full with multiple blocks",
             "    0-9: page is partially full with tensors of multiple blocks (9 == 90% full)",
-            "    (X% internal) - of the free memory, X% is free because allocation sizes "
-            "were rounded up."]
+            ("    (X% internal) - of the free memory, X% is free because allocation sizes "
+             "were rounded up.")]
     return "\n".join(out) + "\n"
 
 
@@ -209,11 +209,11 @@ def _trace_device(snapshot: dict[str, Any], device: int, entries: list[dict[str,
         elif action == "free_requested":
             out.append(f"del {allocs.get(e['addr'], e['addr'])} # {format_bytes(e['size'])}")
         elif action == "free_completed":
-            name = allocs.pop(e["addr"], None)
+            freed = allocs.pop(e["addr"], None)
             live -= e["size"]
-            out.append(f"# free completed for {name or e['addr']} {format_bytes(e['size'])}")
-            if name is not None:
-                names.give_back(name)
+            out.append(f"# free completed for {freed or e['addr']} {format_bytes(e['size'])}")
+            if freed is not None:
+                names.give_back(freed)
         elif action in ("segment_alloc", "segment_map"):
             name = names.take()
             segs[e["addr"]] = (name, e["size"])
