@@ -534,7 +534,7 @@ def test_arrays_alive_at_interpreter_exit(mode):
             "with s:\n    a.fill_(2.0)\n"
             "a.record_stream(s)\n")
     env = {**os.environ, "ACCELRT_CPU_STREAMS": mode, "ACCELRT_CPU_DEVICES": "2"}
-    r = subprocess.run([sys.executable, "-W", "error", "-c", code], capture_output=True,
+    r = subprocess.run([sys.executable, "-W", "error", "-c", code], capture_output=True,  # noqa: PLW1510
                        text=True, env=env, timeout=60)
     assert r.returncode == 0 and r.stderr == "", r.stderr
 

@@ -18,7 +18,7 @@ def run(*args: str, env: dict[str, str] | None = None,
         code: str | None = None) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, **(env or {})}
     cmd = [sys.executable, "-c", code] if code else [sys.executable, "-m", "accelrt", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=60)
+    return subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=60)  # noqa: PLW1510
 
 
 def test_info_json_in_process(capsys):
@@ -81,12 +81,12 @@ def test_failing_self_check_gives_nonzero_exit():
         backends.register("brokendev", lambda: Broken(name="brokendev"))
         sys.exit(cli.main(sys.argv[1:]))
     """)
-    r = subprocess.run([sys.executable, "-c", code, "info", "--backend", "brokendev"],
+    r = subprocess.run([sys.executable, "-c", code, "info", "--backend", "brokendev"],  # noqa: PLW1510
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "self-check FAIL" in r.stdout and "copy round-trip FAILED" in r.stdout
     assert "SOME CHECKS FAILED" in r.stdout
-    r = subprocess.run([sys.executable, "-c", code, "info", "--json"],
+    r = subprocess.run([sys.executable, "-c", code, "info", "--json"],  # noqa: PLW1510
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 1
     info = json.loads(r.stdout)
@@ -138,7 +138,7 @@ def test_console_script_and_module_agree():
     script = os.path.join(os.path.dirname(sys.executable), "accelrt")
     if not os.path.exists(script):
         pytest.skip(f"the accelrt console script is not installed next to {sys.executable}")
-    r = subprocess.run([script, "info", "--no-check", "--json"], capture_output=True,
+    r = subprocess.run([script, "info", "--no-check", "--json"], capture_output=True,  # noqa: PLW1510
                        text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["version"] == accelrt.__version__
@@ -146,7 +146,7 @@ def test_console_script_and_module_agree():
 
 def test_replay_and_viz_are_delegated(monkeypatch, capsys):
     import accelrt.memory._replay as replay
-    import accelrt.memory.viz as viz
+    from accelrt.memory import viz
     seen = []
     monkeypatch.setattr(replay, "replay_main", lambda argv: seen.append(("replay", argv)) or 3)
     monkeypatch.setattr(viz, "viz_main", lambda argv: seen.append(("viz", argv)) or 0)

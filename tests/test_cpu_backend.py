@@ -622,7 +622,7 @@ def test_event_error_surfaces_on_event_sync(async_b):
     b = async_b
     s = b.stream_create(0, 0)
     e = b.event_create(0, False, False, False)
-    b.launch_host_func(0, s, lambda: [][1])
+    b.launch_host_func(0, s, lambda: [][1])  # noqa: PLE0643 - the work must fail
     b.event_record(0, e, s)
     with pytest.raises(DeviceError, match="IndexError"):
         b.event_synchronize(0, e)
@@ -777,3 +777,67 @@ def test_close_stops_workers():
     b.close()
     b.close()
     assert not any(t.is_alive() for t in workers)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+def test_async_streams_work_in_a_forked_child():
+    # worker threads do not survive fork(): the child must get new workers (and count work
+    # that was in flight in the parent as done) instead of queueing forever
+    import subprocess
+    import sys
+    import textwrap
+    code = textwrap.dedent("""
+        import os
+        import threading
+        from accelrt.backends.cpu import CpuBackend
+        b = CpuBackend(async_streams=True)
+        s = b.stream_create(0, 0)
+        started, gate = threading.Event(), threading.Event()
+        b.launch_host_func(0, s, lambda: None)
+        b.stream_synchronize(0, s)                 # s has a worker thread now
+        b.launch_host_func(0, s, lambda: (started.set(), gate.wait()))
+        b.launch_host_func(0, s, lambda: None)     # queued behind it
+        started.wait()                             # the gate is in flight at fork time
+        pid = os.fork()
+        if pid == 0:
+            ran = []
+            b.launch_host_func(0, s, lambda: ran.append(1))
+            b.stream_synchronize(0, s)
+            b.launch_host_func(0, 0, lambda: ran.append(2))
+            b.synchronize(0)
+            os._exit(0 if ran == [1, 2] and b.stream_query(0, s) else 3)
+        gate.set()
+        b.stream_synchronize(0, s)
+        _, status = os.waitpid(pid, 0)
+        print(os.waitstatus_to_exitcode(status))
+    """)
+    out = subprocess.run(  # noqa: PLW1510
+        [sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True,
+        timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "0"
+
+
+def test_gc_finalizer_inside_backend_lock_does_not_deadlock():
+    # a garbage collection can run inside any allocation, including the ones the backend
+    # makes while holding its lock; an Event collected there destroys its handle re-entrantly
+    import gc
+    backends.register("cpugclock", lambda: CpuBackend(name="cpugclock"), replace=True)
+    b = backends.get_backend("cpugclock")
+
+    class Cycle:
+        pass
+
+    def collect_under_lock():
+        c = Cycle()
+        c.me, c.event = c, acc.Event("cpugclock:0")
+        c.event.record()
+        del c
+        with b._lock:
+            gc.collect()
+
+    t = threading.Thread(target=collect_under_lock, daemon=True)
+    t.start()
+    t.join(10)
+    assert not t.is_alive(), "deadlock: a finalizer waited for the lock its thread holds"
+    assert not b._events

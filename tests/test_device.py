@@ -27,7 +27,7 @@ def cpu4() -> str:
 
 def _run(code: str, **env: str) -> str:
     full_env = {**os.environ, **env}
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=full_env,
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=full_env,  # noqa: PLW1510
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     return out.stdout.strip()
@@ -173,21 +173,35 @@ def test_device_index_context(cpu4: str) -> None:
 
 def test_device_index_restores_on_error_and_reuse(cpu4: str) -> None:
     ctx = acc.device_index(2)
-    with pytest.raises(KeyError):
-        with ctx:
-            raise KeyError
+    with pytest.raises(KeyError), ctx:
+        raise KeyError
     assert acc.current_device_index() == 0
     with ctx:  # reusable
         assert acc.current_device_index() == 2
     assert acc.current_device_index() == 0
 
 
+def test_device_index_same_object_nested_restores_each_level(cpu4: str) -> None:
+    # a reusable context object entered again while active (e.g. by a nested helper) must
+    # restore the index of each level, not leave the inner index behind
+    on_two = acc.device_index(2)
+    acc.set_device_index(1)
+    with on_two:
+        acc.set_device_index(3)
+        with on_two:
+            assert acc.current_device_index() == 2
+        assert acc.current_device_index() == 3
+    assert acc.current_device_index() == 1
+    with on_two:  # still reusable afterwards
+        assert acc.current_device_index() == 2
+    assert acc.current_device_index() == 1
+
+
 def test_device_index_bad_inputs(cpu4: str) -> None:
     with pytest.raises(TypeError, match="int or None"):
         acc.device_index("cpu4:1")  # type: ignore[arg-type]
-    with pytest.raises(IndexError):
-        with acc.device_index(9):
-            pass
+    with pytest.raises(IndexError), acc.device_index(9):
+        pass
     assert acc.current_device_index() == 0
     with acc.device_index(-1):  # negative: no-op
         assert acc.current_device_index() == 0

@@ -122,7 +122,7 @@ def test_dlpack_arguments():
     np.from_dlpack(Wrap(a.__dlpack__(stream=-1)))
     with pytest.raises(BufferError, match="stream must be None"):
         a.__dlpack__(stream=5)
-    with pytest.raises(BufferError, match="cannot export"):
+    with pytest.raises(BufferError, match=r"cannot export.*go to \(1, 0\) \(the host\)$"):
         a.__dlpack__(dl_device=(_dlpack.kDLCUDA, 0))
     with pytest.raises(TypeError):
         a.__dlpack__(5)   # keyword-only
@@ -133,7 +133,7 @@ def test_no_cuda_array_interface_off_cuda():
     a = acc.empty(2, device="cpu")
     assert not hasattr(a, "__cuda_array_interface__")
     with pytest.raises(AttributeError, match="only for cuda arrays"):
-        a.__cuda_array_interface__
+        _ = a.__cuda_array_interface__
 
 
 def test_empty_array_export():
@@ -182,7 +182,7 @@ def test_unconsumed_device_capsule_frees_its_owner():
 
 def test_device_capsule_copy_flag_and_host_request():
     a = acc.full(3, 4.5, dtype="float64", device="cpudlhidden:0")
-    name, managed, t = consume(a.__dlpack__(max_version=(1, 0), copy=True))
+    _name, managed, t = consume(a.__dlpack__(max_version=(1, 0), copy=True))
     assert managed.flags & 2 and t.data != a.data_ptr()
     assert np.ctypeslib.as_array(ctypes.cast(t.data, ctypes.POINTER(ctypes.c_double)),
                                  (3,)).tolist() == [4.5] * 3

@@ -42,3 +42,11 @@ def test_runtime_modules_document_their_members(module: str) -> None:
 
 def test_dir_lists_public_names() -> None:
     assert set(acc.__all__) <= set(dir(acc))
+
+
+def test_all_covers_every_lazy_name_and_submodule() -> None:
+    # __all__ is a literal list (so type checkers see the re-exports): it must not drift
+    from accelrt import _LAZY, _SUBMODULES
+    assert set(_LAZY) | set(_SUBMODULES) <= set(acc.__all__)
+    eager = set(acc.__all__) - set(_LAZY) - set(_SUBMODULES)
+    assert all(name in vars(acc) for name in eager)

@@ -158,9 +158,8 @@ def test_state_errors() -> None:
         with pytest.raises(RuntimeError, match="capture_end"):
             g.reset()
         g.capture_end()
-    with pytest.raises(RuntimeError, match="reset"):
-        with acc.graph(g):
-            pass
+    with pytest.raises(RuntimeError, match="reset"), acc.graph(g):
+        pass
     g.reset()
 
 
@@ -179,9 +178,8 @@ def test_argument_errors() -> None:
 def test_error_in_body_ends_capture_and_propagates() -> None:
     before = acc.current_stream("cpu:0")
     g = acc.Graph()
-    with pytest.raises(KeyError):
-        with acc.graph(g):
-            raise KeyError("boom")
+    with pytest.raises(KeyError), acc.graph(g):
+        raise KeyError("boom")
     assert acc.current_stream("cpu:0") == before
     assert not acc.backends.get_backend("cpu").stream_is_capturing(
         0, acc.graph(acc.Graph()).capture_stream.stream_id)
@@ -202,12 +200,10 @@ def test_backend_without_capture_raises_capture_not_supported() -> None:
     registry.register("nographs", _NoGraphs, replace=True)
     acc.set_current_accelerator("nographs")
     g = acc.Graph()
-    with acc.Stream():
-        with pytest.raises(acc.CaptureNotSupportedError, match="cannot capture"):
-            g.capture_begin()
-    with pytest.raises(NotImplementedError):    # CaptureNotSupportedError is one
-        with acc.graph(g):
-            pass
+    with acc.Stream(), pytest.raises(acc.CaptureNotSupportedError, match="cannot capture"):
+        g.capture_begin()
+    with pytest.raises(NotImplementedError), acc.graph(g):  # CaptureNotSupportedError is one
+        pass
 
 
 class _CpuGraph(acc.Graph):
@@ -232,9 +228,9 @@ def test_graph_follows_its_stream_or_fixed_backend() -> None:
         fixed.capture_begin()
         fixed.capture_end()
     fixed.reset()
-    with pytest.raises(ValueError, match="captures cpu work"):
-        with acc.graph(_CpuGraph(), stream=acc.Stream("nographs:0")):
-            pass
+    with pytest.raises(ValueError, match="captures cpu work"), \
+            acc.graph(_CpuGraph(), stream=acc.Stream("nographs:0")):
+        pass
 
 
 def test_repr() -> None:
@@ -249,3 +245,21 @@ def test_repr() -> None:
 def test_exported() -> None:
     assert acc.Graph is acc._graph.Graph and acc.graph is acc._graph.graph
     assert set(acc._graph.__all__) == {"Graph", "graph", "graph_pool_handle"}
+
+
+def test_default_capture_stream_follows_a_replaced_backend() -> None:
+    registry.register("cpugraphre", lambda: CpuBackend(name="cpugraphre"), replace=True)
+    acc.set_current_accelerator("cpugraphre")
+    first = acc.graph(acc.Graph()).capture_stream
+    registry.register("cpugraphre", lambda: CpuBackend(name="cpugraphre"), replace=True)
+    second = registry.get_backend("cpugraphre")
+    ctx = acc.graph(acc.Graph())
+    assert ctx.capture_stream._b is second and first._b is not second
+    a = acc.zeros(2, dtype="int32", device="cpugraphre:0")
+    with ctx:
+        a.fill_(3)        # captured on the new backend's side stream, not run
+    assert a.numpy().tolist() == [0, 0]
+    ctx.cuda_graph.replay()
+    acc.synchronize("cpugraphre:0")
+    assert a.numpy().tolist() == [3, 3]
+    ctx.cuda_graph.reset()

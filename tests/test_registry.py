@@ -9,7 +9,7 @@ import pytest
 from helpers import ToyBackend, register_toy
 
 import accelrt as acc
-from accelrt import _specific
+from accelrt import _backend, _specific
 from accelrt.backends.cpu import CpuBackend
 
 
@@ -36,6 +36,21 @@ def test_register_validation() -> None:
         acc.backends.register("okname", 3)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="already registered"):
         acc.backends.register("cpu", CpuBackend)
+
+
+def test_backend_registered_under_another_name_than_its_own_is_refused() -> None:
+    # a "misnamed" instance would hand out objects of another device type ("cpu:0" for
+    # "wrongname:0") and share that backend's per-name state (allocators, current device)
+    acc.backends.register("wrongname", lambda: CpuBackend(), replace=True)
+    try:
+        with pytest.raises(acc.BackendUnavailableError,
+                           match="named 'cpu', not 'wrongname'.*name='wrongname'"):
+            acc.backends.get_backend("wrongname")
+        with pytest.raises(acc.BackendUnavailableError):
+            acc.Stream("wrongname:0")
+    finally:
+        _backend._factories.pop("wrongname", None)
+        _backend._reset_for_tests("wrongname")
 
 
 def test_unknown_backend_names_the_known_ones() -> None:
@@ -72,6 +87,18 @@ def test_replacing_a_backend_invalidates_cached_default_streams() -> None:
     assert d2._b is second and d1 != d2
 
 
+def test_replacing_the_current_accelerator_takes_effect_for_int_and_none_devices() -> None:
+    name, first = register_toy()
+    acc.set_current_accelerator(name)
+    assert acc.Stream()._b is first
+    second = type(first)()
+    acc.backends.register(name, lambda: second, replace=True)
+    assert acc.current_accelerator() == acc.device(name)
+    assert acc.Stream()._b is second and acc.Event(0)._b is second
+    assert acc.current_stream()._b is second and acc.current_stream(0)._b is second
+    assert acc.Stream(f"{name}:0")._b is second
+
+
 def test_unusable_backend_reports_reason() -> None:
     acc.backends.register("unusable_dev", _Unusable, replace=True)
     reason = acc.backends.unavailable_reason("unusable_dev")
@@ -95,9 +122,9 @@ def test_export_bound_on_unusable_backend() -> None:
             ns[fname]()  # type: ignore[operator]
     with pytest.raises(acc.BackendUnavailableError, match="frobnicator"):
         ns["set_device_index"](0)  # type: ignore[operator]
-    with pytest.raises(acc.BackendUnavailableError, match="frobnicator"):
-        with ns["device_index"](0):  # type: ignore[operator]
-            pass
+    with pytest.raises(acc.BackendUnavailableError, match="frobnicator"), \
+            ns["device_index"](0):  # type: ignore[operator]
+        pass
 
 
 def test_export_bound_keeps_existing_names_and_checks_type() -> None:
@@ -110,7 +137,7 @@ def test_export_bound_keeps_existing_names_and_checks_type() -> None:
 
 
 def test_bound_functions_ignore_current_accelerator() -> None:
-    name, toy = register_toy(num_devices=3)
+    name, _toy = register_toy(num_devices=3)
     acc.set_current_accelerator(name)
     acc.set_device_index(2)
     assert acc.cpu.current_device_index() == 0
@@ -122,7 +149,7 @@ def test_bound_functions_ignore_current_accelerator() -> None:
     with acc.cpu.device_index(0):
         assert acc.current_device_index() == 2
     with pytest.raises(IndexError):
-        acc.cpu.Stream(1)  # one cpu device
+        acc.cpu.Stream(acc.cpu.device_count())  # a cpu index, whatever the current accelerator
     with pytest.raises(ValueError, match="is not a cpu device"):
         acc.cpu.current_stream(f"{name}:0")
     with pytest.raises(ValueError, match="takes a cpu stream"):
@@ -161,7 +188,7 @@ def test_acc_cpu_memory_limit_from_env_in_subprocess() -> None:
     import sys
     code = "import accelrt as acc; print(acc.cpu.memory_limit(1), acc.cpu.device_count())"
     env = {**os.environ, "ACCELRT_CPU_MEMORY": "3MiB", "ACCELRT_CPU_DEVICES": "2"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,  # noqa: PLW1510
                          timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == [str(3 << 20), "2"]
@@ -169,7 +196,7 @@ def test_acc_cpu_memory_limit_from_env_in_subprocess() -> None:
 
 def test_bind_device_arg_variants() -> None:
     seen: list[object] = []
-    conv = lambda d: ("conv", d)  # noqa: E731
+    conv = lambda d: ("conv", d)
 
     def first(device=None, /, abbreviated=False):  # type: ignore[no-untyped-def]
         seen.append((device, abbreviated))

@@ -34,7 +34,7 @@ def test_fields_and_default_device(backend: str) -> None:
 
 def test_distinct_live_streams_differ(backend: str) -> None:
     a, b = acc.Stream(), acc.Stream()
-    assert a != b and not (a == b)
+    assert a != b and not (a == b)  # noqa: SIM201 - tests __eq__ itself
     assert a != acc.current_stream()
     assert len({a, b, acc.current_stream()}) == 3
 
@@ -43,7 +43,7 @@ def test_equality_and_hash_follow_backend_index_handle(backend: str) -> None:
     s = acc.Stream()
     again = acc.Stream(stream_id=s.stream_id, device_index=s.device_index, device_type=backend)
     assert again == s and hash(again) == hash(s)
-    assert not (again != s)
+    assert not (again != s)  # noqa: SIM202 - tests __ne__ itself
     assert {s: 1}[again] == 1
 
 
@@ -51,11 +51,11 @@ def test_compare_with_non_stream_and_ordering() -> None:
     s = acc.Stream("cpu")
     assert (s == 1) is False
     assert (s != "x") is True
-    assert s != None  # noqa: E711
+    assert s != None
     with pytest.raises(TypeError):
         s < acc.Stream("cpu")  # noqa: B015
     with pytest.raises(TypeError):
-        s >= s  # noqa: B015
+        s >= s  # noqa: B015, PLR0124
 
 
 def test_repr_and_pickle() -> None:
@@ -111,9 +111,8 @@ def test_context_manager_sets_and_restores_stream(backend: str) -> None:
 def test_context_manager_restores_on_exception() -> None:
     before = acc.current_stream("cpu")
     s = acc.Stream("cpu")
-    with pytest.raises(KeyError):
-        with s:
-            raise KeyError("boom")
+    with pytest.raises(KeyError), s:
+        raise KeyError("boom")
     assert acc.current_stream("cpu") == before
 
 
@@ -221,6 +220,16 @@ def test_foreign_stream_validation() -> None:
         acc.Stream(stream_id=0, device_index=-1, device_type="cpu")
 
 
+def test_backend_fixed_stream_class_wraps_only_its_backends_streams() -> None:
+    name, _toy = register_toy()
+    other = acc.Stream(f"{name}:0")
+    with pytest.raises(ValueError, match=f"accelrt.cpu.Stream wraps cpu streams, not {name}"):
+        acc.cpu.Stream(stream_id=other.stream_id, device_index=0, device_type=name)
+    own = acc.cpu.Stream()
+    again = acc.cpu.Stream(stream_id=own.stream_id, device_index=0, device_type="cpu")
+    assert again == own and type(again) is acc.cpu.Stream
+
+
 def test_owned_streams_return_to_pool_and_foreign_never_destroyed() -> None:
     name, toy = register_toy()
     s = acc.Stream(f"{name}:0")
@@ -249,7 +258,7 @@ def test_pool_overflow_destroys_streams(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_priorities_use_separate_pools() -> None:
-    name, toy = register_toy()
+    name, _toy = register_toy()
     s = acc.Stream(f"{name}:0", priority=-2)
     h = s.stream_id
     del s

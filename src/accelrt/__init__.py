@@ -93,27 +93,71 @@ _LAZY: dict[str, str] = {
 }
 _SUBMODULES = ("backends", "comm", "cpu", "cuda", "memory", "random", "interop")
 
-__all__ = sorted([
+# A literal list (not computed) so type checkers see the re-exports; test_exported_members
+# checks that it is sorted and covers _LAZY and _SUBMODULES.
+__all__ = [
     "AcceleratorError",
+    "Array",
     "BackendUnavailableError",
     "CaptureNotSupportedError",
     "DeviceError",
+    "Event",
+    "Graph",
+    "MemPool",
     "OutOfMemoryError",
+    "Stream",
+    "asarray",
+    "backends",
+    "can_device_access_peer",
+    "comm",
+    "cpu",
+    "cuda",
     "current_accelerator",
     "current_device_idx",  # deprecated
     "current_device_index",
+    "current_stream",
     "device",
     "device_count",
     "device_index",
+    "empty",
+    "empty_cache",
+    "empty_host_cache",
+    "full",
     "get_device_capability",
     "get_device_properties",
+    "get_memory_info",
+    "get_rng_state",
+    "graph",
+    "host_memory_stats",
+    "initial_seed",
+    "interop",
     "is_available",
+    "manual_seed",
+    "max_memory_allocated",
+    "max_memory_reserved",
+    "memory",
+    "memory_allocated",
+    "memory_reserved",
+    "memory_snapshot",
+    "memory_stats",
+    "memory_stats_as_nested_dict",
+    "memory_summary",
+    "rand",
+    "randint",
+    "randn",
+    "random",
+    "reset_accumulated_memory_stats",
+    "reset_peak_memory_stats",
+    "seed",
     "set_current_accelerator",
     "set_device_idx",  # deprecated
     "set_device_index",
-    *_LAZY,
-    *_SUBMODULES,
-])
+    "set_rng_state",
+    "set_stream",
+    "synchronize",
+    "use_mem_pool",
+    "zeros",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import _dlpack
-from ._device import _get_device, _lazy_init
+from ._device import _device_obj, _get_device, _lazy_init
 from ._device import device as _device_cls
 from ._stream import _wait_raw
 from .memory._allocator import get_allocator
@@ -71,7 +71,7 @@ class _Memory:
     host memory rather than memory of the device's backend (a zero-copy import from numpy).
     """
 
-    __slots__ = ("ptr", "nbytes", "alloc", "base", "host", "__weakref__")
+    __slots__ = ("__weakref__", "alloc", "base", "host", "nbytes", "ptr")
 
     def __init__(self, ptr: int, nbytes: int, alloc: Any, base: Any = None,
                  host: bool = False) -> None:
@@ -136,7 +136,7 @@ def _check_dtype(dtype: Any, b: Backend, index: int) -> np.dtype:
     if dtype is None:
         raise TypeError("dtype must not be None; pass a numpy dtype such as 'float32'")
     try:
-        dt = np.dtype(dtype)
+        dt: np.dtype[Any] = np.dtype(dtype)
     except TypeError as exc:
         raise TypeError(f"unknown dtype {dtype!r}; pass a numpy dtype such as 'float32' or "
                         f"np.int64 ({exc})") from None
@@ -220,7 +220,7 @@ class Array:
         ((2, 2), 2, 4, 32, 'cpu:0')
     """
 
-    __slots__ = ("_mem", "_shape", "_dtype", "_b", "_index", "__weakref__")
+    __slots__ = ("__weakref__", "_b", "_dtype", "_index", "_mem", "_shape")
 
     _mem: _Memory
     _shape: tuple[int, ...]
@@ -261,7 +261,7 @@ class Array:
     @property
     def device(self) -> _device_cls:
         """The device holding the memory, an :class:`accelrt.device` with an index."""
-        return _device_cls(self._b.name, self._index)
+        return _device_obj(self._b.name, self._index)
 
     @property
     def ndim(self) -> int:
@@ -626,10 +626,11 @@ class Array:
         """
         own = self.__dlpack_device__()
         if dl_device is not None and tuple(dl_device) != own:
-            if tuple(dl_device) != (_dlpack.kDLCPU, 0):
+            host = (_dlpack.kDLCPU, 0)
+            if tuple(dl_device) != host:
+                where = f"{host} (the host)" if own == host else f"{own} or the host {host}"
                 raise BufferError(f"cannot export {self.device} memory to DLPack device "
-                                  f"{tuple(dl_device)}; it can go to {own} or the host "
-                                  f"({_dlpack.kDLCPU}, 0)")
+                                  f"{tuple(dl_device)}; it can go to {where}")
             if copy is False:
                 raise BufferError(f"exporting {self.device} memory to the host needs a copy; "
                                   "pass copy=None or copy=True")
@@ -865,13 +866,13 @@ def asarray(obj: Any, device: DeviceLike = None, dtype: Any = None, *,
             b, index = obj._b, obj._index
         else:
             b, index = _get_device(device)
-        dt = obj._dtype if dtype is None else _check_dtype(dtype, b, index)
-        if b is obj._b and index == obj._index and dt == obj._dtype and not copy:
+        want = obj._dtype if dtype is None else _check_dtype(dtype, b, index)
+        if b is obj._b and index == obj._index and want == obj._dtype and not copy:
             return obj
         if copy is False:
             raise ValueError(f"asarray(copy=False): converting the {obj._dtype.name} array on "
-                             f"{obj.device} to {dt.name} on {b.name}:{index} needs a copy")
-        out = Array(obj._shape, dt, _device_cls(b.name, index))
+                             f"{obj.device} to {want.name} on {b.name}:{index} needs a copy")
+        out = Array(obj._shape, want, _device_cls(b.name, index))
         return out.copy_(obj)
     from_dlpack = not isinstance(obj, np.ndarray) and hasattr(obj, "__dlpack__") and hasattr(
         obj, "__dlpack_device__")

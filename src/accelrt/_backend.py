@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import abc
 import importlib
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any, ClassVar
@@ -379,9 +380,12 @@ def register(name: str, factory: Callable[[], Backend] | type[Backend], *,
         if not replace and (name in _factories or name in _BUILTIN_MODULES):
             raise ValueError(f"a backend named {name!r} is already registered; "
                              "pass replace=True to override it")
-        _factories[name] = factory  # type: ignore[assignment]
+        _factories[name] = factory
         _instances.pop(name, None)
         _failures.pop(name, None)
+    device_module = sys.modules.get("accelrt._device")   # loaded: it imports this module
+    if device_module is not None:   # outside _lock: _device takes its lock, then ours
+        device_module._forget_backend(name)
 
 
 def _load_entry_points() -> None:
@@ -397,9 +401,10 @@ def _load_entry_points() -> None:
     for ep in eps:
         name = ep.name
 
-        def _factory(ep=ep) -> Backend:  # type: ignore[no-untyped-def]
+        def _factory(ep: Any = ep) -> Backend:
             obj = ep.load()
-            return obj() if callable(obj) else obj
+            backend: Backend = obj() if callable(obj) else obj
+            return backend
 
         _factories.setdefault(name, _factory)
 
@@ -438,6 +443,12 @@ def _make(name: str) -> Backend:
     if not isinstance(backend, Backend):
         raise TypeError(f"backend factory for {name!r} returned {type(backend).__name__}, "
                         "not an accelrt.backends.Backend")
+    if backend.name != name:
+        # per-backend state (current device, streams, allocators) is keyed by the name
+        raise BackendUnavailableError(
+            f"Backend {name!r} is not available: its factory returned a backend named "
+            f"{backend.name!r}, not {name!r}; set the class attribute name = {name!r} (or "
+            f"pass name={name!r} to CpuBackend)")
     if backend.device_count() <= 0:
         raise BackendUnavailableError(f"Backend {name!r} is not available: it reports no devices")
     return backend
@@ -468,7 +479,7 @@ def get_backend(name: str) -> Backend:
             if name in _BUILTIN_MODULES or name in _factories:
                 _failures[name] = str(exc)
             raise
-        except Exception as exc:  # noqa: BLE001 - a broken backend is reported, not fatal
+        except Exception as exc:  # a broken backend is reported, not fatal
             msg = f"Backend {name!r} is not available: {type(exc).__name__}: {exc}"
             _failures[name] = msg
             raise BackendUnavailableError(msg) from exc

@@ -60,7 +60,7 @@ class device:
         True
     """
 
-    __slots__ = ("_type", "_index")
+    __slots__ = ("_index", "_type")
 
     _type: str
     _index: int | None
@@ -178,12 +178,21 @@ def _current() -> Backend | None:
     if _current_backend is not None:
         return _current_backend
     with _acc_lock:
-        if _current_backend is None and _current_name is None:
-            name = _choose_default()
+        if _current_backend is None:
+            name = _choose_default() if _current_name is None else _current_name
             if name is not None:
                 _current_backend = _backend.get_backend(name)
                 _current_name = name
     return _current_backend
+
+
+def _forget_backend(name: str) -> None:
+    """Called by :func:`accelrt.backends.register` when backend ``name`` is replaced: if it is
+    the current accelerator, look its new instance up on next use."""
+    global _current_backend
+    with _acc_lock:
+        if _current_name == name:
+            _current_backend = None
 
 
 def _require_current() -> Backend:
@@ -407,6 +416,14 @@ def _get_device(dev: DeviceLike, *, optional: bool = True,
     return b, _check_index(b, dev._index)
 
 
+def _get_device_of(dev: DeviceLike, backend_name: str | None) -> tuple[Backend, int]:
+    """:func:`_get_device` with the backend fixed by name (the classes of device-specific
+    modules, such as ``accelrt.cpu.Stream``, set ``_backend_name``) or, for ``None``, not."""
+    if backend_name is None:
+        return _get_device(dev)
+    return _get_device(dev, backend=_backend.get_backend(backend_name))
+
+
 def _get_current_device_index(dev: DeviceLike, *, optional: bool = True) -> tuple[Backend, int]:
     """Like :func:`_get_device` but the device must be of the current accelerator (PyTorch's
     ``_get_device_index``); used by functions about *the* current device."""
@@ -442,6 +459,7 @@ def set_device_index(device: DeviceLike, /) -> None:
         device: an int, a device of the current accelerator, or a string such as ``"cpu:0"``.
 
     Raises:
+        TypeError: ``device`` is not an int, str or device.
         ValueError: the device is of another backend, or has no index.
         IndexError: the index is out of range.
 
@@ -470,7 +488,8 @@ class device_index:
     """Context manager that sets the calling thread's current device index and restores the
     previous one on exit.
 
-    ``None`` (or a negative index) makes it a no-op. The index is checked on entry.
+    ``None`` (or a negative index) makes it a no-op. The index is checked on entry. One
+    object may be entered again while active (nested); each exit restores its own level.
 
     Args:
         device: a device index of the current accelerator, or ``None``.
@@ -489,7 +508,9 @@ class device_index:
         ...     pass
     """
 
-    __slots__ = ("idx", "prev_idx", "_b")
+    __slots__ = ("_b", "_outer", "idx", "prev_idx")
+    # _b: the backend entered (None when not active); _outer: (backend, prev_idx) of the
+    # enclosing entries when the same object is entered again while active (None until then)
 
     #: Fixed backend name (device-specific modules such as ``accelrt.cpu``); ``None`` means the
     #: current accelerator.
@@ -502,6 +523,7 @@ class device_index:
         self.idx = device
         self.prev_idx = -1
         self._b: Backend | None = None
+        self._outer: list[tuple[Backend, int]] | None = None
 
     def __enter__(self) -> None:
         idx = self.idx
@@ -514,16 +536,24 @@ class device_index:
             b = _current_backend if _current_backend is not None else _require_current()
         if idx >= b.device_count():
             _check_index(b, idx)
+        if self._b is not None:  # entered again while active: keep the outer level's state
+            if self._outer is None:
+                self._outer = []
+            self._outer.append((self._b, self.prev_idx))
         d = _tls.device
-        self.prev_idx = d.get(b.name, 0)
-        d[b.name] = idx
+        bname = b.name
+        self.prev_idx = d.get(bname, 0)
+        d[bname] = idx
         self._b = b
 
     def __exit__(self, *exc: object) -> None:
         b = self._b
         if b is not None:
             _tls.device[b.name] = self.prev_idx
-            self._b = None
+            if self._outer:
+                self._b, self.prev_idx = self._outer.pop()
+            else:
+                self._b = None
 
 
 def _deprecated(old: str, new: str) -> None:

@@ -47,7 +47,6 @@ __all__ = [
     "DLPACK_VERSION",
     "backend_device_type",
     "dtype_to_dlpack",
-    "make_capsule",
     "kDLCPU",
     "kDLCUDA",
     "kDLCUDAHost",
@@ -58,6 +57,7 @@ __all__ = [
     "kDLOpenCL",
     "kDLROCM",
     "kDLVulkan",
+    "make_capsule",
 ]
 
 # DLDeviceType values (dlpack.h).
@@ -211,8 +211,8 @@ _gc_hooked = False                       # guarded by _sweep_lock
 
 
 def _deleter_impl(managed_ptr: int | None) -> None:
-    if managed_ptr in _live:
-        del _live[managed_ptr]
+    if managed_ptr is not None:
+        _live.pop(managed_ptr, None)
 
 
 _deleter = _Deleter(_deleter_impl)

@@ -94,5 +94,5 @@ def map_backend_errors(backend: str, what: str) -> Iterator[None]:
         yield
     except (AcceleratorError, TypeError, ValueError, IndexError, KeyboardInterrupt):
         raise
-    except Exception as exc:  # noqa: BLE001 - this is the one mapping boundary
+    except Exception as exc:  # the one mapping boundary
         raise DeviceError(f"{backend}: {what} failed: {type(exc).__name__}: {exc}") from exc

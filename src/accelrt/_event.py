@@ -21,9 +21,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from . import _backend
 from . import _device as _dev
-from ._device import _get_device, _lazy_init, _require_current, _tls
+from ._device import _get_device_of, _lazy_init, _require_current, _tls
 from ._stream import Stream, _current, _default, _defaults
 
 if TYPE_CHECKING:
@@ -67,8 +66,18 @@ class Event:
         True
     """
 
-    __slots__ = ("_b", "_index", "_handle", "_timing", "_blocking", "_interprocess", "_key",
-                 "_rec", "_q", "__weakref__")
+    __slots__ = (
+        "__weakref__",
+        "_b",
+        "_blocking",
+        "_handle",
+        "_index",
+        "_interprocess",
+        "_key",
+        "_q",
+        "_rec",
+        "_timing",
+    )
 
     #: Fixed backend name for device-specific subclasses (``accelrt.cpu.Event``).
     _backend_name: str | None = None
@@ -86,10 +95,8 @@ class Event:
             if b is None:
                 b = _require_current()
             index = _tls.device.get(b.name, 0)
-        elif self._backend_name is None:
-            b, index = _get_device(device)
         else:
-            b, index = _get_device(device, backend=_backend.get_backend(self._backend_name))
+            b, index = _get_device_of(device, self._backend_name)
         self._timing = _check_flag("enable_timing", enable_timing)
         self._blocking = _check_flag("blocking", blocking)
         self._interprocess = _check_flag("interprocess", interprocess)
@@ -115,7 +122,7 @@ class Event:
             if h:
                 self._handle = 0
                 self._b.event_destroy(self._index, h)
-        except Exception:  # noqa: BLE001 - never raise from a finaliser (e.g. at shutdown)
+        except Exception:  # noqa: BLE001, S110 - never raise from a finaliser (e.g. at shutdown)
             pass
 
     # ------------------------------------------------------------------ fields

@@ -31,6 +31,8 @@ from ._device import _lazy_init, _require_current, _tls
 from ._errors import CaptureNotSupportedError
 
 if TYPE_CHECKING:
+    from types import TracebackType
+
     from ._backend import Backend
 
 __all__ = ["Graph", "graph", "graph_pool_handle"]
@@ -248,7 +250,7 @@ class Graph:
         try:
             if not self._capturing:
                 self.reset()
-        except Exception:  # noqa: BLE001 - never raise from a finaliser
+        except Exception:  # noqa: BLE001, S110 - never raise from a finaliser
             pass
 
     def __repr__(self) -> str:
@@ -308,7 +310,7 @@ class graph:
             index = _tls.device.get(b.name, 0)
             with _lock:
                 stream = self._default_streams.get((b.name, index))
-                if stream is None:
+                if stream is None or stream._b is not b:   # none yet, or a replaced backend
                     stream = self._default_streams[(b.name, index)] = \
                         _stream.Stream(_dev._device_obj(b.name, index))
         self.capture_stream = stream
@@ -329,7 +331,8 @@ class graph:
             s.__exit__(None, None, None)
             raise
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         try:
             try:
                 self.cuda_graph.capture_end()

@@ -26,9 +26,8 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
-from . import _backend
 from . import _device as _dev
-from ._device import _get_device, _lazy_init, _require_current, _tls
+from ._device import _get_device, _get_device_of, _lazy_init, _require_current, _tls
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -49,7 +48,7 @@ _get_ident = threading.get_ident
 class _DevicePool:
     """Free stream handles of one device, per priority (list append/pop are atomic)."""
 
-    __slots__ = ("b", "index", "lo", "hi", "free", "free0")
+    __slots__ = ("b", "free", "free0", "hi", "index", "lo")
 
     def __init__(self, b: Backend, index: int) -> None:
         least, greatest = b.stream_priority_range(index)
@@ -101,7 +100,9 @@ class Stream:
     Raises:
         TypeError: an argument has the wrong type, or only some of ``stream_id``,
             ``device_index``, ``device_type`` are given.
-        ValueError: ``priority`` is out of range, or ``stream_id`` is not a live stream.
+        ValueError: ``priority`` is out of range, ``stream_id`` is not a live stream, or a
+            device-specific class (``accelrt.cpu.Stream``) is asked to wrap another backend's
+            stream.
         IndexError: the device index is out of range.
 
     .. note:: A stream made here is returned to a per-device pool (not destroyed) when the
@@ -118,7 +119,7 @@ class Stream:
         True
     """
 
-    __slots__ = ("_b", "_index", "_handle", "_priority", "_free", "_saved", "__weakref__")
+    __slots__ = ("__weakref__", "_b", "_free", "_handle", "_index", "_priority", "_saved")
     # _saved (per thread id: stack of (previous device, previous stream)) is set on the first
     # __enter__; _free (the pool list an owned handle returns to) is None for foreign streams.
 
@@ -143,10 +144,8 @@ class Stream:
             if b is None:
                 b = _require_current()
             index = _tls.device.get(b.name, 0)
-        elif self._backend_name is None:
-            b, index = _get_device(device)
         else:
-            b, index = _get_device(device, backend=_backend.get_backend(self._backend_name))
+            b, index = _get_device_of(device, self._backend_name)
         per = _pools.get(b)
         pool = per.get(index) if per is not None else None
         if pool is None:
@@ -194,6 +193,10 @@ class Stream:
                             f"{type(device_type).__name__}")
         if device_index < 0:
             raise ValueError(f"device_index must not be negative, got {device_index}")
+        fixed = self._backend_name
+        if fixed is not None and device_type != fixed:
+            raise ValueError(f"{type(self).__module__}.Stream wraps {fixed} streams, not "
+                             f"{device_type} ones; use accelrt.Stream(stream_id=...)")
         b, index = _get_device(_dev._device_obj(device_type, device_index))
         if not b.stream_is_valid(index, stream_id):
             raise ValueError(f"stream_id={stream_id:#x} is not a live stream of "
@@ -213,7 +216,7 @@ class Stream:
                     free.append(self._handle)
                 else:
                     self._b.stream_destroy(self._index, self._handle)
-        except Exception:  # noqa: BLE001 - never raise from a finaliser (e.g. at shutdown);
+        except Exception:  # noqa: BLE001, S110 - never raise from a finaliser (at shutdown);
             pass           # AttributeError: __init__ failed before the fields were set
 
     # ------------------------------------------------------------------ fields
@@ -351,7 +354,7 @@ class Stream:
         return event
 
     # ------------------------------------------------------------------ context manager
-    def __enter__(self) -> Stream:
+    def __enter__(self) -> Stream:  # noqa: PYI034 - typing.Self needs Python 3.11
         devs, streams, _ = _tls.hot
         name = self._b.name
         index = self._index
@@ -399,12 +402,6 @@ class Stream:
         if isinstance(other, Stream):
             return (self._handle == other._handle and self._index == other._index
                     and self._b is other._b)
-        return NotImplemented
-
-    def __ne__(self, other: object) -> bool:
-        if isinstance(other, Stream):
-            return not (self._handle == other._handle and self._index == other._index
-                        and self._b is other._b)
         return NotImplemented
 
     def __hash__(self) -> int:

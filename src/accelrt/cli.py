@@ -222,6 +222,7 @@ def collect_info(self_check: bool = True, backends: Sequence[str] | None = None
         'cpu:0'
     """
     import accelrt as acc
+
     from . import _backend
 
     run_check = self_check
@@ -298,8 +299,7 @@ def format_info(info: dict[str, Any]) -> str:
         else:
             reason = str(b["reason"])
             prefix = f"Backend {b['name']!r} is not available: "
-            if reason.startswith(prefix):
-                reason = reason[len(prefix):]
+            reason = reason.removeprefix(prefix)
             lines.append(f"  {b['name']:<{width}}  unavailable  {reason}")
     devices = [d for b in info["backends"] for d in b["devices"]]
     if devices:

@@ -55,4 +55,4 @@ def memory_limit(device: Any = None, /) -> int:
     return int(get_device_properties(device)["total_memory"])  # type: ignore[name-defined]  # noqa: F821
 
 
-__all__ = sorted([*_bound, "memory_limit"])
+__all__ = sorted([*_bound, "memory_limit"])  # noqa: PLE0605 - names made by export_bound

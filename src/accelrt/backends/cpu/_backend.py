@@ -129,7 +129,9 @@ class CpuBackend(Backend):
         self._async = self._config.async_streams
         self._mem = [DeviceMemory(i, self._config.memory_limit) for i in range(n)]
         self._host = HostMemory()
-        self._lock = threading.Lock()                 # guards creation/removal below
+        # guards creation/removal below; re-entrant because a garbage collection can run an
+        # Event/Stream finalizer (event_destroy, stream_destroy) inside a locked section
+        self._lock = threading.RLock()
         self._handles = itertools.count(1)
         self._default = [CpuStream(i, 0, 0) for i in range(n)]
         self._streams: dict[int, CpuStream] = {}      # guarded by _lock (writes)

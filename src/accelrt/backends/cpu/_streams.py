@@ -1,7 +1,10 @@
 """Streams, events and capture sessions of the cpu backend.
 
 In asynchronous mode each :class:`CpuStream` owns a daemon worker thread (started on its first
-piece of work) that runs the stream's work in FIFO order. Completion is tracked by sequence
+piece of work) that runs the stream's work in FIFO order. Threads do not survive ``fork()``: in
+a forked child every stream forgets its worker (and its lock, which a parent thread may have
+held), counts the work that was running in the parent as done, and starts a new worker for the
+work still queued. Completion is tracked by sequence
 numbers: work number ``n`` of a stream has completed once ``stream.completed >= n``. An event
 record is the pair ``(stream, n)`` plus the timestamp taken when the work before it is done.
 
@@ -17,7 +20,9 @@ Example::
 
 from __future__ import annotations
 
+import os
 import threading
+import weakref
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -65,6 +70,7 @@ class CpuStream:
         self.error: BaseException | None = None    # guarded by cv
         self.thread: threading.Thread | None = None  # guarded by cv
         self.closed = False                        # guarded by cv
+        _all_streams.add(self)
 
     def submit(self, fn: Callable[[], object]) -> int:
         """Queue ``fn`` and return its sequence number."""
@@ -75,13 +81,27 @@ class CpuStream:
             self.submitted += 1
             seq = self.submitted
             if self.thread is None:
-                self.thread = threading.Thread(
-                    target=self._run, name=f"accelrt-cpu{self.device}-stream{self.handle}",
-                    daemon=True)
-                self.thread.start()
+                self._start()
             else:
                 self.cv.notify_all()
             return seq
+
+    def _start(self) -> None:
+        """Start the worker thread (the caller holds ``cv``, or no other thread exists)."""
+        self.thread = threading.Thread(
+            target=self._run, name=f"accelrt-cpu{self.device}-stream{self.handle}",
+            daemon=True)
+        self.thread.start()
+
+    def _after_fork(self) -> None:
+        """In a forked child: drop the parent's worker and lock, and restart the queue."""
+        self.cv = threading.Condition(threading.Lock())
+        self.thread = None
+        queued = sum(1 for fn in self.queue if fn is not _STOP)
+        # work popped by the parent's worker but not counted: it ran (or runs) in the parent
+        self.completed = self.submitted - queued
+        if self.queue:
+            self._start()
 
     def _run(self) -> None:
         queue, cv = self.queue, self.cv
@@ -133,6 +153,19 @@ class CpuStream:
             if self.thread is not None:
                 self.queue.append(_STOP)
                 self.cv.notify_all()
+
+
+#: Every live stream, so that a forked child can reset their workers.
+_all_streams: weakref.WeakSet[CpuStream] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for s in list(_all_streams):
+        s._after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class Record:
