@@ -6,6 +6,8 @@
    (from ``traces/README.md``).
 2. Times ``malloc`` + ``free`` of a cached block (512 B, 1 MiB, 20 MiB) on the allocator.
 3. Times ``accelrt.memory.memory_allocated()`` and ``memory_stats()`` on the cpu backend.
+4. Times an empty method call as a calibration: the machine's speed varies with load, so every
+   hot-path time is also printed in units of that call (compare those across runs).
 
 Every timing is the median of ``--repeat`` runs; each ``bench_*(loops)`` returns seconds per
 call with lookups hoisted out of the loop.
@@ -80,6 +82,20 @@ def bench_alloc_free(size: int, loops: int) -> float:
     return (time.perf_counter() - t0) / loops
 
 
+class _Empty:
+    def m(self) -> None:
+        pass
+
+
+def bench_calibration(loops: int) -> float:
+    """Seconds per empty method call ``obj.m()`` (the unit for load-independent numbers)."""
+    m = _Empty().m
+    t0 = time.perf_counter()
+    for _ in range(loops):
+        m()
+    return (time.perf_counter() - t0) / loops
+
+
 def bench_memory_allocated(loops: int) -> float:
     """Seconds per ``accelrt.memory.memory_allocated()`` (current device)."""
     fn = memory.memory_allocated
@@ -134,24 +150,30 @@ def main() -> None:
                   f"{r['us_per_op']:.2f} | {peers if conf == '' else ''} |")
 
     print()
-    print("## Hot paths (median of repeats, microseconds per call)")
-    print("| operation | us | target |")
-    print("|---|---|---|")
+    calib = _median(lambda: bench_calibration(args.loops * 5), args.repeat) * 1e6
+    print(f"## Hot paths (median of repeats; us per call, and in empty method calls "
+          f"of {calib * 1000:.1f} ns)")
+    print("| operation | us | calls | target us |")
+    print("|---|---|---|---|")
+
+    def row(label: str, us: float, target: float) -> None:
+        print(f"| {label} | {us:.3f} | {us / calib:.1f} | <= {target} |")
+
     for size, label in ((512, "512 B"), (1 << 20, "1 MiB"), (20 << 20, "20 MiB")):
         us = _median(lambda: bench_alloc_free(size, args.loops), args.repeat) * 1e6
-        print(f"| alloc+free cached {label} | {us:.3f} | <= {TARGETS_US['alloc+free']} |")
+        row(f"alloc+free cached {label}", us, TARGETS_US["alloc+free"])
     keep = memory.caching_allocator_alloc(4096)  # the current device's allocator exists
     try:
         us = _median(lambda: bench_memory_allocated(args.loops), args.repeat) * 1e6
-        print(f"| memory_allocated() | {us:.3f} | <= {TARGETS_US['memory_allocated']} |")
+        row("memory_allocated()", us, TARGETS_US["memory_allocated"])
         us = _median(lambda: bench_memory_stats(max(1, args.loops // 10)), args.repeat) * 1e6
-        print(f"| memory_stats() | {us:.3f} | <= {TARGETS_US['memory_stats']} |")
+        row("memory_stats()", us, TARGETS_US["memory_stats"])
     finally:
         memory.caching_allocator_delete(keep)
     if replay_us:
-        print(f"| replay (median over traces and settings) | "
-              f"{statistics.median(replay_us):.3f} | <= {TARGETS_US['replay']} |")
-
+        row("replay (median over traces and settings)", statistics.median(replay_us),
+            TARGETS_US["replay"])
+    print(f"| empty method call (calibration) | {calib:.4f} | 1.0 | |")
 
 if __name__ == "__main__":
     main()

@@ -138,7 +138,7 @@ def memory_stats(device: DeviceLike = None, /) -> collections.OrderedDict[str, i
     a = _peek(device)
     if a is None:
         return collections.OrderedDict()
-    return _sorted_stats(a.stats())
+    return a.sorted_stats()
 
 
 _key_order: tuple[Any, list[str]] = (frozenset(), [])   # last key set seen, and its sorted keys

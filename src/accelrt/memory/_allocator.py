@@ -7,6 +7,14 @@ free-and-retry chain before an out-of-memory error, garbage collection, the per-
 fraction, stream-ordered frees, private pools, expandable segments, statistics, snapshots and
 the history trace (see ``ALLOCATOR_SPEC.md``).
 
+This module holds the allocation and free paths, rounding, pools and statistics; the rest of
+the allocator's methods live in mixins: :mod:`._history` (trace ring buffer, stack frames),
+:mod:`._segments` (snapshots), :mod:`._oom` (OOM messages and observers), :mod:`._pools`
+(private pools), :mod:`._release`
+(release and garbage-collection policies), :mod:`._events` (stream-ordered frees) and
+:mod:`._expandable` (expandable segments). Hot-path state lives in flat attributes; see
+:mod:`._stats` for the packed counters and :mod:`._lock` for the lock.
+
 Example::
 
     >>> from accelrt.backends import get_backend
@@ -24,54 +32,29 @@ from __future__ import annotations
 
 import collections
 import operator
-import sys
 import threading
-import time
 from bisect import bisect_left, insort
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from .._errors import OutOfMemoryError
-from ._block import ADDR_MASK, KEY_SHIFT, Block, BlockPool, PrivatePool
+from ._block import (ADDR_MASK, DEFAULT_POOL, K_MIN_BLOCK, K_MIN_LARGE_ALLOC, K_ROUND_LARGE,
+                     K_SMALL_BUFFER, K_SMALL_SIZE, KEY_SHIFT, Block, BlockPool, PrivatePool)
 from ._config import SIZE_MAX, AllocatorConfig, get_config
-from ._expandable import ExpandableSegment
-from ._stats import DeviceStats
+from ._events import EventsMixin
+from ._expandable import ExpandableMixin, ExpandableSegment
+from ._history import CTX_ALL, CTX_ALLOC, CTX_NEVER, HistoryMixin, capture_frames
+from ._lock import FastLock
+from ._oom import OomMixin, format_size
+from ._pools import PoolsMixin, check_pool_id
+from ._release import ReleaseMixin
+from ._segments import SegmentsMixin
+from ._stats import FLAT_KEYS, SORTED_KEYS, DeviceStats, HotCounters
 
 __all__ = ["DeviceCachingAllocator", "format_size", "get_allocator", "peek_allocator"]
 
-K_MIN_BLOCK = 512
-K_SMALL_SIZE = 1 << 20
-K_SMALL_BUFFER = 2 << 20
-K_MIN_LARGE_ALLOC = 10 << 20
-K_ROUND_LARGE = 2 << 20
 _MAX_ALLOC = 1 << 60
-_DEFAULT_POOL = (0, 0)
-
-_TRACE_ACTIONS = frozenset({
-    "alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
-    "segment_map", "segment_unmap", "snapshot", "oom", "annotate"})
-# record-context levels (PyTorch's RecordContext)
-_CTX_NEVER, _CTX_STATE, _CTX_ALLOC, _CTX_ALL = 0, 1, 2, 3
-_CTX_LEVELS = {None: _CTX_NEVER, "state": _CTX_STATE, "alloc": _CTX_ALLOC, "all": _CTX_ALL}
-_THIS_FILE = __file__
-
-
-def format_size(n: int) -> str:
-    """PyTorch's ``format_size`` for OOM messages.
-
-    Example::
-
-        >>> from accelrt.memory._allocator import format_size
-        >>> format_size(1000), format_size(20 * 2**20), format_size(15 * 2**30)
-        ('1000 bytes', '20.00 MiB', '15.00 GiB')
-    """
-    if n <= 1024:
-        return f"{n} bytes"
-    if n <= 1048576:
-        return f"{n / 1024:.2f} KiB"
-    if n <= 1073741824:
-        return f"{n / 1048576:.2f} MiB"
-    return f"{n / 1073741824:.2f} GiB"
+_DEFAULT_POOL = DEFAULT_POOL
 
 
 def _check_size(size: object) -> int:
@@ -80,28 +63,8 @@ def _check_size(size: object) -> int:
     return operator.index(size)
 
 
-def _check_pool_id(pool_id: object) -> tuple[int, int]:
-    if (not isinstance(pool_id, tuple) or len(pool_id) != 2
-            or not all(isinstance(x, int) and not isinstance(x, bool) for x in pool_id)):
-        raise TypeError(f"pool_id must be a tuple of two ints, got {pool_id!r}")
-    if pool_id == _DEFAULT_POOL:
-        raise ValueError("pool_id (0, 0) names the default pool; use a private pool id")
-    return pool_id
-
-
-def _capture_frames() -> list[dict[str, Any]]:
-    """Python frames of the caller (innermost first), skipping this module."""
-    out = []
-    f: Any = sys._getframe(1)
-    while f is not None:
-        code = f.f_code
-        if code.co_filename != _THIS_FILE:
-            out.append({"filename": code.co_filename, "line": f.f_lineno, "name": code.co_name})
-        f = f.f_back
-    return out
-
-
-class DeviceCachingAllocator:
+class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, ReleaseMixin,
+                             EventsMixin, ExpandableMixin):
     """The caching allocator of one device of one backend.
 
     Args:
@@ -127,7 +90,12 @@ class DeviceCachingAllocator:
         self._b = backend                    # immutable
         self._index = index                  # immutable
         self._name: str = backend.name       # immutable
-        self._lock = threading.Lock()
+        self._lock = FastLock()
+        self._acquire = self._lock.acquire                 # bound C methods of _lock
+        self._release = self._lock.put                     # put(None) releases
+        # guarded by _lock: Block objects merged away, reused by splits (at most as many as
+        # the most blocks ever alive at once)
+        self._spares: list[Block] = []
         self._device_total: int = int(backend.get_device_properties(index)["total_memory"])
         self._stats = DeviceStats(-1 if cfg.max_split_size >= SIZE_MAX else cfg.max_split_size)
         hot = self._stats.hot
@@ -146,7 +114,7 @@ class DeviceCachingAllocator:
         self._oom_observers: list[Callable[[int, int, int, int], None]] = []  # guarded by _lock
         # history recording, guarded by _lock
         self._history = False          # trace entries are recorded
-        self._ctx = _CTX_NEVER         # stack gathering level
+        self._ctx = CTX_NEVER          # stack gathering level
         self._trace: collections.deque[dict[str, Any]] = collections.deque()
         self._skip_actions: frozenset[str] = frozenset()
         self._vm_ok: bool | None = None                    # guarded by _lock: backend vm support
@@ -234,130 +202,231 @@ class DeviceCachingAllocator:
             0
             >>> a.free(p)
         """
-        if type(size) is not int:
-            size = _check_size(size)
-        if size <= 0:
+        if type(size) is not int or size <= 0 or size >= _MAX_ALLOC:
+            size = self._check_request(size)
             if size == 0:
                 return 0
+        self._acquire()
+        try:
+            if self._fast:
+                # Nothing special in force: default rounding and pools, no events, history,
+                # captures, expandable segments or oversize limit. A cached block is split
+                # and accounted for right here; anything else goes to _malloc_locked.
+                rounded = (size + 511) & -512
+                if rounded <= K_SMALL_SIZE:
+                    pool = self._small
+                    split_min = K_MIN_BLOCK
+                else:
+                    pool = self._large
+                    split_min = K_SMALL_SIZE + 1
+                fl = pool.free.get(stream)
+                if fl:
+                    i = bisect_left(fl, rounded << 64)
+                    if i < len(fl):
+                        blk = self._blocks[fl.pop(i) & ADDR_MASK]
+                        c = pool.hot
+                        addr = blk.addr
+                        remaining = blk.size - rounded
+                        if remaining >= split_min:
+                            nx = blk.next
+                            raddr = addr + rounded
+                            spares = self._spares
+                            if not spares:
+                                rem = Block(raddr, remaining, stream, pool)
+                            else:
+                                # a block object freed by a merge, reused
+                                rem = spares.pop()
+                                rem.addr = raddr
+                                rem.size = remaining
+                                rem.stream = stream
+                                rem.pool = pool
+                                rem.exp = None
+                                rem.requested = 0
+                                rem.frames = None
+                            rem.prev = blk
+                            rem.next = nx
+                            blk.next = rem
+                            blk.size = rounded
+                            self._blocks[raddr] = rem
+                            insort(fl, (remaining << 64) | raddr)
+                            rem.gc_base = pool.gc_calls
+                            if nx is not None or blk.prev is not None:
+                                if nx is not None:
+                                    nx.prev = rem
+                                st = self._stats
+                                if st.dirty_split:
+                                    st.settle_split()
+                                c.sb -= rounded
+                            else:
+                                # a new inactive split block: update the peaks at once
+                                sn = c.sn + 1
+                                c.sn = sn
+                                c.tsn += 1
+                                sb = c.sb + remaining
+                                c.sb = sb
+                                c.tsb += remaining
+                                if sn > c.ksn:
+                                    c.ksn = sn
+                                if sb > c.ksb:
+                                    c.ksb = sb
+                                o = c.o
+                                a = c.a
+                                sn += o.sn
+                                if sn > a.ksn:
+                                    a.ksn = sn
+                                sb += o.sb
+                                if sb > a.ksb:
+                                    a.ksb = sb
+                        elif blk.next is not None or blk.prev is not None:
+                            st = self._stats
+                            if st.dirty_split:
+                                st.settle_split()
+                            c.sb -= blk.size
+                            c.sn -= 1
+                        blk.allocated = True
+                        blk.requested = size
+                        bsize = blk.size
+                        c.n += 1
+                        c.b += bsize
+                        c.r += size
+                        c.tn += 1
+                        c.tb += bsize
+                        c.tr += size
+                        st = self._stats
+                        d = st.dirty
+                        if d is not c:
+                            st.dirty = True if d else c
+                        return addr
+            res = self._malloc_locked(size, stream)
+        finally:
+            self._release(None)
+        if type(res) is int:
+            return res
+        self._raise_oom(*res)
+        raise AssertionError("unreachable")
+
+    def _malloc_locked(self, size: int, stream: int) -> int | tuple[str, int, int, int, int]:
+        """:meth:`malloc` with every option considered (``_lock`` held): the address, or the
+        arguments of :meth:`_raise_oom`."""
+        block = None
+        fl = None
+        if (self._events or self._deferred) and not self._captures:
+            self._process_events()
+        if self._divs is None:
+            rounded = (size + 511) & -512
+        else:
+            rounded = self._round_size(size)
+        if self._captures:
+            pool = self._get_private_pool(rounded, stream)
+        elif rounded <= K_SMALL_SIZE:
+            pool = self._small
+        else:
+            pool = self._large
+        frames = capture_frames() if self._ctx else None
+        if self._simple:
+            # Inlined best-fit lookup (no oversize limit, GC or expandable blocks).
+            fl = pool.free.get(stream)
+            if fl:
+                i = bisect_left(fl, rounded << 64)
+                if i < len(fl):
+                    block = self._blocks[fl.pop(i) & ADDR_MASK]
+        else:
+            block = self._get_free_block(pool, stream, rounded)
+        if block is None:
+            fl = None
+            block = self._alloc_slow(pool, stream, rounded, frames)
+            if block is None:
+                if self._rejected:
+                    return self._prepare_rejection(rounded)
+                return self._prepare_oom(pool, stream, rounded, frames)
+        # ---- alloc_found_block: split, stats, trace
+        blk: Block = block
+        st = self._stats
+        c = pool.hot
+        remaining = blk.size - rounded
+        addr = blk.addr
+        if remaining >= K_MIN_BLOCK and (
+                pool.is_small or self._expandable
+                or (rounded < self._mss and remaining > K_SMALL_SIZE)):
+            nx = blk.next
+            exp = blk.exp
+            raddr = addr + rounded
+            spares = self._spares
+            if not spares:
+                rem = Block(raddr, remaining, stream, pool, exp)
+            else:
+                # a block object freed by a merge, reused (fields a new one differs in)
+                rem = spares.pop()
+                rem.addr = raddr
+                rem.size = remaining
+                rem.stream = stream
+                rem.pool = pool
+                rem.exp = exp
+                rem.requested = 0
+                rem.frames = None
+            rem.prev = blk
+            rem.next = nx
+            if nx is not None:
+                nx.prev = rem
+            already_split = nx is not None or blk.prev is not None
+            blk.next = rem
+            blk.size = rounded
+            self._blocks[raddr] = rem
+            if fl is None:
+                fl = pool.free.get(stream)
+                if fl is None:
+                    fl = pool.free[stream] = []
+            insort(fl, (remaining << 64) | raddr)
+            rem.gc_base = pool.gc_calls
+            if exp is None:
+                if already_split:
+                    if st.dirty_split:
+                        st.settle_split()
+                    c.sb -= rounded
+                else:
+                    c.sn += 1
+                    c.tsn += 1
+                    c.sb += remaining
+                    c.tsb += remaining
+                    st.dirty_split = True
+        elif blk.exp is None and (blk.next is not None or blk.prev is not None):
+            if st.dirty_split:
+                st.settle_split()
+            c.sb -= blk.size
+            c.sn -= 1
+        blk.allocated = True
+        blk.requested = size
+        bsize = blk.size
+        c.n += 1
+        c.b += bsize
+        c.r += size
+        c.tn += 1
+        c.tb += bsize
+        c.tr += size
+        d = st.dirty
+        if d is not c:
+            st.dirty = True if d else c
+        if bsize >= self._mss:
+            st.oversize_allocations.increase(1)
+        if frames is not None:
+            blk.frames = frames
+            if self._history:
+                self._record("alloc", addr, size, stream,
+                             frames if self._ctx >= CTX_ALLOC else None)
+        elif self._history:
+            self._record("alloc", addr, size, stream, None)
+        return addr
+
+    def _check_request(self, size: object) -> int:
+        """Validate a ``malloc`` size outside the fast range: 0, or raise."""
+        size = _check_size(size)
+        if size < 0:
             raise ValueError(f"allocation size must be >= 0, got {size}")
         if size >= _MAX_ALLOC:
             raise OutOfMemoryError(
                 f"{self._name} out of memory. Tried to allocate more than 1EB memory.",
                 size, self.memory_allocated(), self._device_total)
-        oom: tuple[str, int, int, int, int] | None = None
-        with self._lock:
-            block = None
-            if self._fast:
-                # Nothing special in force: default rounding and pools, no events, no
-                # history, no captures, plain best fit.
-                rounded = (size + 511) & -512
-                pool = self._small if rounded <= K_SMALL_SIZE else self._large
-                frames = None
-                fl = pool.free.get(stream)
-                if fl:
-                    i = bisect_left(fl, rounded << KEY_SHIFT)
-                    if i < len(fl):
-                        block = self._blocks[fl.pop(i) & ADDR_MASK]
-            else:
-                if (self._events or self._deferred) and not self._captures:
-                    self._process_events()
-                if self._divs is None:
-                    rounded = (size + 511) & -512
-                else:
-                    rounded = self._round_size(size)
-                if self._captures:
-                    pool = self._get_private_pool(rounded, stream)
-                elif rounded <= K_SMALL_SIZE:
-                    pool = self._small
-                else:
-                    pool = self._large
-                frames = _capture_frames() if self._ctx else None
-                if self._simple:
-                    # Inlined best-fit lookup (no oversize limit, GC or expandable blocks).
-                    fl = pool.free.get(stream)
-                    if fl:
-                        i = bisect_left(fl, rounded << KEY_SHIFT)
-                        if i < len(fl):
-                            block = self._blocks[fl.pop(i) & ADDR_MASK]
-                else:
-                    block = self._get_free_block(pool, stream, rounded)
-            if block is None:
-                block = self._alloc_slow(pool, stream, rounded, frames)
-                if block is None:
-                    if self._rejected:
-                        oom = self._prepare_rejection(rounded)
-                    else:
-                        oom = self._prepare_oom(pool, stream, rounded, frames)
-            if oom is None:
-                # ---- alloc_found_block: split, stats, trace (inlined: the hot path)
-                blk: Block = block  # type: ignore[assignment]
-                st = self._stats
-                c = pool.hot
-                remaining = blk.size - rounded
-                if pool.is_small or self._expandable:
-                    split = remaining >= K_MIN_BLOCK
-                else:
-                    split = rounded < self._mss and remaining > K_SMALL_SIZE
-                nx = blk.next
-                addr = blk.addr
-                if split:
-                    exp = blk.exp
-                    raddr = addr + rounded
-                    rem = Block(raddr, remaining, stream, pool, exp)
-                    rem.prev = blk
-                    rem.next = nx
-                    if nx is not None:
-                        nx.prev = rem
-                    already_split = nx is not None or blk.prev is not None
-                    blk.next = rem
-                    blk.size = rounded
-                    self._blocks[raddr] = rem
-                    fl = pool.free.get(stream)
-                    if fl is None:
-                        pool.free[stream] = [(remaining << KEY_SHIFT) | raddr]
-                    else:
-                        insort(fl, (remaining << KEY_SHIFT) | raddr)
-                    rem.gc_base = pool.gc_calls
-                    if exp is None:
-                        if already_split:
-                            if st.dirty_split:
-                                st.settle_split()
-                            c.sb -= rounded
-                        else:
-                            c.sb += remaining
-                            c.tsb += remaining
-                            c.sn += 1
-                            c.tsn += 1
-                            st.dirty_split = True
-                elif (nx is not None or blk.prev is not None) and blk.exp is None:
-                    if st.dirty_split:
-                        st.settle_split()
-                    c.sb -= blk.size
-                    c.sn -= 1
-                blk.allocated = True
-                blk.requested = size
-                bsize = blk.size
-                c.n += 1
-                c.b += bsize
-                c.r += size
-                c.tn += 1
-                c.tb += bsize
-                c.tr += size
-                d = st.dirty
-                if d is not c:
-                    st.dirty = True if d else c
-                if bsize >= self._mss:
-                    st.oversize_allocations.increase(1)
-                if frames is not None:
-                    blk.frames = frames
-                    if self._history:
-                        self._record("alloc", addr, size, stream,
-                                     frames if self._ctx >= _CTX_ALLOC else None)
-                elif self._history:
-                    self._record("alloc", addr, size, stream, None)
-                return addr
-        self._raise_oom(*oom)
-        raise AssertionError("unreachable")
+        return size
 
     def free(self, ptr: int) -> None:
         """Return memory from :meth:`malloc` (free *requested*).
@@ -377,47 +446,151 @@ class DeviceCachingAllocator:
             >>> a.stats()["allocation.all.freed"]
             1
         """
-        with self._lock:
+        self._acquire()
+        try:
             blk = self._blocks.get(ptr)
             if blk is None or not blk.allocated:
                 raise self._bad_ptr(ptr, blk)
             blk.allocated = False
             st = self._stats
-            if st.dirty:
-                st.settle()
+            pool = blk.pool
+            c = pool.hot
+            d = st.dirty
+            if d:
+                if d is c and not st.pending_seen:
+                    # DeviceStats.settle() for one pool type, inlined (the hot path)
+                    n = c.n
+                    b = c.b
+                    r = c.r
+                    if n > c.kn:
+                        c.kn = n
+                    if b > c.kb:
+                        c.kb = b
+                    if r > c.kr:
+                        c.kr = r
+                    o = c.o
+                    a = c.a
+                    n += o.n
+                    if n > a.kn:
+                        a.kn = n
+                    b += o.b
+                    if b > a.kb:
+                        a.kb = b
+                    r += o.r
+                    if r > a.kr:
+                        a.kr = r
+                    st.dirty = False
+                else:
+                    st.settle()
             size = blk.size
-            c = blk.pool.hot
             c.n -= 1
             c.b -= size
             if size >= self._mss:
                 st.oversize_allocations.decrease(1)
             if self._history:
                 self._record("free_requested", ptr, blk.requested, blk.stream,
-                             _capture_frames() if self._ctx >= _CTX_ALL else blk.frames)
-            if blk.stream_uses is None:
-                if blk.prev is None and blk.next is None and not self._history:
-                    # unsplit segment: nothing to merge
-                    c.r -= blk.requested
-                    fl = blk.pool.free.get(blk.stream)
-                    if fl is None:
-                        blk.pool.free[blk.stream] = [(size << KEY_SHIFT) | ptr]
-                    else:
-                        insort(fl, (size << KEY_SHIFT) | ptr)
-                    blk.gc_base = blk.pool.gc_calls
-                    return
-                self._free_block(blk, False)
-            elif blk.stream_uses:
-                if not st.pending_seen:
-                    st.mark_pending()
-                c.pn += 1
-                c.pb += size
-                if self._captures:
-                    self._deferred.append(blk)
-                    self._fast = False
+                             capture_frames() if self._ctx >= CTX_ALL else blk.frames)
+                if blk.stream_uses:
+                    self._free_pending(blk, st, c, size)
                 else:
-                    self._insert_events(blk)
+                    self._free_block(blk, False)
+                return
+            if blk.stream_uses is None:
+                # ---- free completed at once: merge and cache (inlined _free_block)
+                c.r -= blk.requested
+                stream = blk.stream
+                prev = blk.prev
+                nx = blk.next
+                fl = pool.free.get(stream)
+                if fl is None:
+                    fl = pool.free[stream] = []
+                if prev is None and nx is None:
+                    # unsplit segment: nothing to merge
+                    insort(fl, (size << 64) | ptr)
+                    blk.gc_base = pool.gc_calls
+                    return
+                b = blk
+                merged = 0
+                merged_bytes = 0
+                if (prev is not None and not prev.allocated and not prev.event_count
+                        and not prev.stream_uses and prev.mapped):
+                    psize = prev.size
+                    del fl[bisect_left(fl, (psize << 64) | prev.addr)]
+                    merged = 1
+                    merged_bytes = psize
+                    del self._blocks[ptr]
+                    prev.size = psize + size
+                    prev.next = nx
+                    if nx is not None:
+                        nx.prev = prev
+                    prev.requested = blk.requested
+                    prev.frames = blk.frames
+                    b = prev
+                    self._spares.append(blk)
+                if (nx is not None and not nx.allocated and not nx.event_count
+                        and not nx.stream_uses and nx.mapped):
+                    nsize = nx.size
+                    del fl[bisect_left(fl, (nsize << 64) | nx.addr)]
+                    merged += 1
+                    merged_bytes += nsize
+                    del self._blocks[nx.addr]
+                    b.size += nsize
+                    nn = nx.next
+                    b.next = nn
+                    if nn is not None:
+                        nn.prev = b
+                    self._spares.append(nx)
+                if blk.exp is None:
+                    # inactive_split stats; increases update the peaks at once
+                    if b.prev is not None or b.next is not None:
+                        # still split: this block joins them (minus the ones merged into it)
+                        if merged == 2 and st.dirty_split:
+                            st.settle_split()
+                        if merged != 1:
+                            sn = c.sn + 1 - merged
+                            c.sn = sn
+                            if not merged:
+                                c.tsn += 1
+                                if sn > c.ksn:
+                                    c.ksn = sn
+                                sn += c.o.sn
+                                a = c.a
+                                if sn > a.ksn:
+                                    a.ksn = sn
+                        sb = c.sb + size
+                        c.sb = sb
+                        c.tsb += size
+                        if sb > c.ksb:
+                            c.ksb = sb
+                        sb += c.o.sb
+                        a = c.a
+                        if sb > a.ksb:
+                            a.ksb = sb
+                    else:
+                        if st.dirty_split:
+                            st.settle_split()
+                        c.sn -= merged
+                        c.sb -= merged_bytes
+                insort(fl, (b.size << 64) | b.addr)
+                b.gc_base = pool.gc_calls
+            elif blk.stream_uses:
+                self._free_pending(blk, st, c, size)
             else:
                 self._free_block(blk, False)
+        finally:
+            self._release(None)
+
+    def _free_pending(self, blk: Block, st: DeviceStats, c: HotCounters, size: int) -> None:
+        """Free of a block recorded on other streams: it completes after their events."""
+        if not st.pending_seen:
+            st.mark_pending()
+        c.pn += 1
+        c.pb += size
+        if self._captures:
+            self._deferred.append(blk)
+            self._fast = False
+        else:
+            self._insert_events(blk)
 
     def _bad_ptr(self, ptr: object, blk: Block | None) -> Exception:
         if not isinstance(ptr, int) or isinstance(ptr, bool):
@@ -476,7 +649,7 @@ class DeviceCachingAllocator:
             >>> a.empty_cache(); a.memory_reserved()
             0
         """
-        pid = _DEFAULT_POOL if pool_id is None else _check_pool_id(pool_id)
+        pid = _DEFAULT_POOL if pool_id is None else check_pool_id(pool_id)
         with self._lock:
             self._release_cached_blocks(pid)
 
@@ -507,13 +680,6 @@ class DeviceCachingAllocator:
             return self._lss
         return -(-rounded // K_ROUND_LARGE) * K_ROUND_LARGE
 
-    def _get_private_pool(self, rounded: int, stream: int) -> BlockPool:
-        for pool_id, filt in reversed(self._captures):
-            if filt is None or filt(stream):
-                pp = self._private[pool_id]
-                return pp.small if rounded <= K_SMALL_SIZE else pp.large
-        return self._small if rounded <= K_SMALL_SIZE else self._large
-
     # ------------------------------------------------------------------ free lists
     def _insert_free(self, b: Block) -> None:
         pool = b.pool
@@ -528,14 +694,6 @@ class DeviceCachingAllocator:
         fl = b.pool.free[b.stream]
         key = (b.size << KEY_SHIFT) | b.addr
         del fl[bisect_left(fl, key)]
-
-    def _insert_unmapped(self, b: Block) -> None:
-        ul = b.pool.unmapped.setdefault(b.stream, [])
-        insort(ul, b.addr)
-
-    def _remove_unmapped(self, b: Block) -> None:
-        ul = b.pool.unmapped[b.stream]
-        del ul[bisect_left(ul, b.addr)]
 
     def _get_free_block(self, pool: BlockPool, stream: int, rounded: int) -> Block | None:
         if self._gc_on:
@@ -642,186 +800,10 @@ class DeviceCachingAllocator:
         st.num_device_alloc += 1
         if self._history:
             self._record("segment_alloc", ptr, alloc_size, stream,
-                         frames if self._ctx >= _CTX_ALLOC else None)
+                         frames if self._ctx >= CTX_ALLOC else None)
         return blk
 
-    def _release_block(self, blk: Block) -> None:
-        """cudaFree of a whole free unsplit non-expandable segment (in its free list)."""
-        self._remove_free(blk)
-        st = self._stats
-        size = blk.size
-        st.num_device_free += 1
-        if self._history:
-            self._record("segment_free", blk.addr, size, blk.stream, blk.seg_frames)
-        self._b.free(self._index, blk.addr)
-        del self._blocks[blk.addr]
-        self._total_reserved -= size
-        pool = blk.pool
-        if pool.owner is not None:
-            pool.owner.reserved -= size
-        ti = pool.type_index
-        st.segment[0].decrease(1)
-        st.segment[ti].decrease(1)
-        st.reserved_bytes[0].decrease(size)
-        st.reserved_bytes[ti].decrease(size)
-        if size >= self._mss:
-            st.oversize_segments.decrease(1)
-
-    def _release_available_cached_blocks(self, pool: BlockPool, stream: int,
-                                         rounded: int) -> bool:
-        mss = self._mss
-        if mss >= SIZE_MAX:
-            return False
-        fl = pool.free.get(stream)
-        if not fl:
-            return False
-        target = max(mss, rounded)
-        i = bisect_left(fl, target << KEY_SHIFT)
-        if i < len(fl):
-            blk = self._blocks[fl[i] & ADDR_MASK]
-            if blk.exp is None:
-                if blk.prev is None and blk.next is None:
-                    self._release_block(blk)
-                    return True
-                return False
-        # No single block is large enough: free oversize blocks, largest first.
-        released = 0
-        j = i - 1
-        while j >= 0 and released < target:
-            blk = self._blocks[fl[j] & ADDR_MASK]
-            if blk.size < mss:
-                break
-            if blk.exp is None and blk.prev is None and blk.next is None:
-                released += blk.size
-                self._release_block(blk)
-            j -= 1
-        return released >= target
-
-    def _release_cached_blocks(self, pool_id: tuple[int, int]) -> bool:
-        if pool_id == _DEFAULT_POOL and not self._captures:
-            self._synchronize_and_free_events(None)
-            self._release_blocks(self._large)
-            self._release_blocks(self._small)
-        for pid in list(self._freeable):
-            pp = self._freeable[pid]
-            if pool_id != _DEFAULT_POOL:
-                if pid != pool_id:
-                    continue
-                self._synchronize_and_free_events(pp)
-            self._release_blocks(pp.small)
-            self._release_blocks(pp.large)
-            if pp.reserved == 0:
-                del self._private[pid]
-                del self._freeable[pid]
-        return True
-
-    def _release_blocks(self, pool: BlockPool) -> None:
-        to_unmap: list[Block] = []
-        for stream in sorted(pool.free):
-            for key in list(pool.free[stream]):
-                blk = self._blocks[key & ADDR_MASK]
-                if blk.exp is not None:
-                    to_unmap.append(blk)
-                elif blk.prev is None and blk.next is None:
-                    self._release_block(blk)
-        for blk in to_unmap:
-            u = self._unmap_block(blk)
-            if u is not None:
-                self._release_expandable_segment(u)
-        # reservations left fully unmapped earlier (page_reuse) go back as well
-        for stream in sorted(pool.unmapped):
-            for addr in list(pool.unmapped[stream]):
-                u = self._blocks[addr]
-                if u.prev is None and u.next is None:
-                    self._release_expandable_segment(u)
-
-    def _garbage_collect(self) -> None:
-        assert self._allowed_max is not None
-        gc_threshold = int(self._gc_threshold * self._allowed_max)
-        if self._total_reserved <= gc_threshold:
-            return
-        target = self._total_reserved - gc_threshold
-        pool = self._large
-        calls = pool.gc_calls
-
-        def candidates() -> list[Block]:
-            out = []
-            for stream in sorted(pool.free):
-                for key in pool.free[stream]:
-                    b = self._blocks[key & ADDR_MASK]
-                    if b.prev is None and b.next is None:
-                        out.append(b)
-            return out
-
-        cands = candidates()
-        total_age = sum(calls - b.gc_base for b in cands)
-        count = len(cands)
-        if count == 0:
-            return
-        reclaimed = 0
-        freed = True
-        while reclaimed < target and freed and count > 0:
-            threshold = total_age / count
-            freed = False
-            for b in candidates():
-                age = calls - b.gc_base
-                if b.exp is None and age >= threshold:
-                    freed = True
-                    reclaimed += b.size
-                    total_age -= age
-                    count -= 1
-                    self._release_block(b)
-
     # ------------------------------------------------------------------ freeing
-    def _merge_neighbours(self, b: Block) -> tuple[Block, int, int]:
-        """Merge ``b`` (in no container) with mergeable neighbours, removing them from their
-        containers. Returns the surviving block (in no container), merges, merged bytes.
-
-        Neighbours merge when neither is allocated, awaiting events or recorded on other
-        streams, and both are mapped or both unmapped (PyTorch's ``try_merge_blocks``).
-        """
-        n = 0
-        nbytes = 0
-        mapped = b.mapped
-        prev = b.prev
-        if (prev is not None and not prev.allocated and not prev.event_count
-                and not prev.stream_uses and prev.mapped == mapped):
-            psize = prev.size
-            if mapped:
-                fl = prev.pool.free[prev.stream]
-                del fl[bisect_left(fl, (psize << KEY_SHIFT) | prev.addr)]
-            else:
-                self._remove_unmapped(prev)
-            n = 1
-            nbytes = psize
-            del self._blocks[b.addr]
-            prev.size = psize + b.size
-            nx = b.next
-            prev.next = nx
-            if nx is not None:
-                nx.prev = prev
-            prev.requested = b.requested
-            prev.frames = b.frames
-            b = prev
-        nx = b.next
-        if (nx is not None and not nx.allocated and not nx.event_count
-                and not nx.stream_uses and nx.mapped == mapped):
-            nsize = nx.size
-            if mapped:
-                fl = nx.pool.free[nx.stream]
-                del fl[bisect_left(fl, (nsize << KEY_SHIFT) | nx.addr)]
-            else:
-                self._remove_unmapped(nx)
-            n += 1
-            nbytes += nsize
-            del self._blocks[nx.addr]
-            b.size += nsize
-            nn = nx.next
-            b.next = nn
-            if nn is not None:
-                nn.prev = b
-        return b, n, nbytes
-
     def _free_block(self, blk: Block, pending: bool) -> None:
         """Free *completed*: merge with free neighbours and cache the block.
 
@@ -833,7 +815,7 @@ class DeviceCachingAllocator:
         st = self._stats
         if self._history:
             self._record("free_completed", blk.addr, req, blk.stream, blk.frames
-                         if self._ctx >= _CTX_ALLOC else None)
+                         if self._ctx >= CTX_ALLOC else None)
         blk.stream_uses = None
         pool = blk.pool
         stream = blk.stream
@@ -863,10 +845,11 @@ class DeviceCachingAllocator:
                 prev.requested = req
                 prev.frames = blk.frames
                 b = prev
+                self._spares.append(blk)
             if (nx is not None and not nx.allocated and not nx.event_count
                     and not nx.stream_uses and nx.mapped):
                 nsize = nx.size
-                del fl[bisect_left(fl, (nsize << KEY_SHIFT) | nx.addr)]
+                del fl[bisect_left(fl, (nsize << 64) | nx.addr)]
                 merged += 1
                 merged_bytes += nsize
                 del self._blocks[nx.addr]
@@ -875,6 +858,7 @@ class DeviceCachingAllocator:
                 b.next = nn
                 if nn is not None:
                     nn.prev = b
+                self._spares.append(nx)
             if blk.exp is None:
                 net_n = -merged
                 net_b = -merged_bytes
@@ -899,341 +883,6 @@ class DeviceCachingAllocator:
         if pending:
             c.pn -= 1
             c.pb -= orig_size
-
-    # ------------------------------------------------------------------ events
-    def _insert_events(self, blk: Block) -> None:
-        """Record one event per recorded stream; the pending free completes when all have.
-
-        A stream destroyed since ``record_stream`` cannot take an event: the device is
-        synchronized instead (its queued work still runs), which is safe. Any other backend
-        failure leaves the allocator consistent (the block waits only for the events that were
-        recorded, completing at once if none was) and is then raised.
-        """
-        b = self._b
-        idx = self._index
-        uses = blk.stream_uses or ()
-        blk.stream_uses = None
-        error: BaseException | None = None
-        for s in sorted(uses):
-            try:
-                ev = self._event_pool.pop() if self._event_pool else \
-                    b.event_create(idx, False, False, False)
-            except Exception as exc:  # noqa: BLE001 - re-raised below, state kept consistent
-                error = error or exc
-                continue
-            try:
-                b.event_record(idx, ev, s)
-            except Exception as exc:  # noqa: BLE001 - re-raised below, state kept consistent
-                self._event_pool.append(ev)
-                failure: BaseException | None = exc
-                try:
-                    if not b.stream_is_valid(idx, s):
-                        b.synchronize(idx)   # a destroyed stream: wait for everything
-                        failure = None
-                except Exception as exc2:  # noqa: BLE001 - re-raised below
-                    failure = exc2
-                if failure is not None:
-                    error = error or failure
-                continue
-            blk.event_count += 1
-            q = self._events.get(s)
-            if q is None:
-                q = self._events[s] = collections.deque()
-            q.append((ev, blk))
-            self._fast = False
-        if blk.event_count == 0:
-            self._free_block(blk, True)
-        if error is not None:
-            raise error
-
-    def _insert_deferred(self) -> None:
-        deferred = self._deferred
-        self._deferred = []
-        error: BaseException | None = None
-        for blk in deferred:
-            try:
-                self._insert_events(blk)
-            except Exception as exc:  # noqa: BLE001 - every block is handled, then raised
-                error = error or exc
-        if error is not None:
-            raise error
-
-    def _process_events(self) -> None:
-        if self._deferred:
-            self._insert_deferred()
-        b = self._b
-        idx = self._index
-        for s in list(self._events):
-            q = self._events[s]
-            while q:
-                ev, blk = q[0]
-                if not b.event_query(idx, ev):
-                    break
-                q.popleft()
-                self._event_pool.append(ev)
-                blk.event_count -= 1
-                if blk.event_count == 0:
-                    self._free_block(blk, True)
-            if not q:
-                del self._events[s]
-        if not self._events:
-            self._update_simple()
-
-    def _synchronize_and_free_events(self, only: PrivatePool | None) -> None:
-        if only is None:
-            self._stats.num_sync_all_streams += 1
-        if self._deferred and not self._captures:
-            self._insert_deferred()
-        b = self._b
-        idx = self._index
-        for s in list(self._events):
-            q = self._events[s]
-            keep: collections.deque[tuple[int, Block]] = collections.deque()
-            for ev, blk in q:
-                if only is not None and blk.pool.owner is not only:
-                    keep.append((ev, blk))
-                    continue
-                b.event_synchronize(idx, ev)
-                self._event_pool.append(ev)
-                blk.event_count -= 1
-                if blk.event_count == 0:
-                    self._free_block(blk, True)
-            if keep:
-                self._events[s] = keep
-            else:
-                del self._events[s]
-        self._update_simple()
-
-    # ------------------------------------------------------------------ expandable segments
-    def _page_size(self, pool: BlockPool) -> int:
-        seg = K_SMALL_BUFFER if pool.is_small else self._lss
-        gran = int(self._b.vm_granularity(self._index))
-        return -(-seg // gran) * gran
-
-    def _find_expandable_block(self, pool: BlockPool, stream: int, size: int) -> Block:
-        def allocatable(b: Block | None) -> bool:
-            return (b is not None and not b.allocated and b.event_count == 0
-                    and not b.stream_uses)
-
-        def has_space(b: Block | None) -> bool:
-            got = 0
-            while got < size and allocatable(b):
-                got += b.size  # type: ignore[union-attr]
-                b = b.next  # type: ignore[union-attr]
-            return got >= size
-
-        for addr in pool.unmapped.get(stream, ()):
-            c = self._blocks[addr]
-            if allocatable(c.prev):
-                c = c.prev  # type: ignore[assignment]
-            if has_space(c):
-                return c
-        es = ExpandableSegment(self._b, self._index, stream, pool, self._page_size(pool),
-                               self._device_total)
-        self._expandable_segments.append(es)
-        self._update_simple()
-        blk = Block(es.base, es.size, stream, pool, es, mapped=False)
-        self._blocks[es.base] = blk
-        self._insert_unmapped(blk)
-        return blk
-
-    def _map_block(self, blk: Block, size: int, frames: list[dict[str, Any]] | None
-                   ) -> Block | None:
-        """Map the first ``size`` bytes (page-rounded) of unmapped ``blk``; return the merged
-        free block now holding them (in the free list), or ``None`` on out-of-memory."""
-        es = blk.exp
-        mapped = es.map(blk.addr, size)
-        if mapped == 0:
-            return None
-        self._remove_unmapped(blk)
-        blk.mapped = True
-        if mapped < blk.size:
-            rest = Block(blk.addr + mapped, blk.size - mapped, blk.stream, blk.pool, es,
-                         mapped=False)
-            nx = blk.next
-            rest.prev = blk
-            rest.next = nx
-            if nx is not None:
-                nx.prev = rest
-            blk.next = rest
-            blk.size = mapped
-            self._blocks[rest.addr] = rest
-            self._insert_unmapped(rest)
-        addr = blk.addr
-        b, _, _ = self._merge_neighbours(blk)
-        self._insert_free(b)
-        self._total_reserved += mapped
-        pool = b.pool
-        if pool.owner is not None:
-            pool.owner.reserved += mapped
-        st = self._stats
-        st.reserved_bytes[0].increase(mapped)
-        st.reserved_bytes[pool.type_index].increase(mapped)
-        st.num_device_alloc += 1
-        if es.frames is None:
-            es.frames = frames
-        if self._history:
-            self._record("segment_map", addr, mapped, b.stream,
-                         frames if self._ctx >= _CTX_ALLOC else None)
-        return b
-
-    def _try_allocate_expandable(self, pool: BlockPool, stream: int, size: int,
-                                 frames: list[dict[str, Any]] | None) -> Block | None:
-        if self._page_reuse and pool.owner is None:
-            self._unmap_free_pages()
-        c: Block | None = self._find_expandable_block(pool, stream, size)
-        assert c is not None
-        if not c.mapped:
-            c = self._map_block(c, min(c.size, size), frames)
-            if c is None:
-                return None
-        while c.size < size:
-            nxt = c.next
-            assert nxt is not None and not nxt.mapped
-            c = self._map_block(nxt, min(size - c.size, nxt.size), frames)
-            if c is None:
-                return None
-        self._remove_free(c)
-        return c
-
-    def _unmap_block(self, blk: Block) -> Block | None:
-        """Unmap the whole pages of free mapped ``blk`` (in its free list); return the
-        resulting unmapped block, or ``None`` if no whole page was inside."""
-        es = blk.exp
-        ptr, nbytes = es.unmap(blk.addr, blk.size)
-        if nbytes == 0:
-            return None
-        self._remove_free(blk)
-        before = ptr - blk.addr
-        after = blk.size - before - nbytes
-        nx = blk.next
-        if before > 0:
-            blk.size = before
-            self._insert_free(blk)
-            u = Block(ptr, nbytes, blk.stream, blk.pool, es, mapped=False)
-            u.prev = blk
-            blk.next = u
-            self._blocks[ptr] = u
-        else:
-            u = blk
-            u.size = nbytes
-            u.mapped = False
-            u.requested = 0
-            u.frames = None
-        u.next = nx
-        if nx is not None:
-            nx.prev = u
-        if after > 0:
-            a = Block(ptr + nbytes, after, blk.stream, blk.pool, es)
-            a.prev = u
-            a.next = nx
-            u.next = a
-            if nx is not None:
-                nx.prev = a
-            self._blocks[a.addr] = a
-            self._insert_free(a)
-        u, _, _ = self._merge_neighbours(u)
-        self._insert_unmapped(u)
-        self._total_reserved -= nbytes
-        pool = u.pool
-        if pool.owner is not None:
-            pool.owner.reserved -= nbytes
-        st = self._stats
-        st.reserved_bytes[0].decrease(nbytes)
-        st.reserved_bytes[pool.type_index].decrease(nbytes)
-        st.num_device_free += 1
-        if self._history:
-            self._record("segment_unmap", ptr, nbytes, u.stream, None)
-        return u
-
-    def _release_expandable_segment(self, u: Block) -> None:
-        es = u.exp
-        if u.size != es.size:
-            return
-        self._remove_unmapped(u)
-        del self._blocks[u.addr]
-        self._expandable_segments.remove(es)
-        es.release()
-        self._update_simple()
-
-    def _unmap_free_pages(self) -> None:
-        """accelrt's ``page_reuse`` policy: before mapping new pages, unmap every whole free
-        page of the default pools' expandable segments, so the new mapping reuses that
-        physical memory at the lowest address that fits instead of adding to it."""
-        for pool in (self._small, self._large):
-            # only blocks at least one page long can hold a whole page (lists sorted by size)
-            first = self._page_size(pool) << KEY_SHIFT
-            todo = [self._blocks[key & ADDR_MASK] for stream in sorted(pool.free)
-                    for key in pool.free[stream][bisect_left(pool.free[stream], first):]]
-            for blk in todo:
-                if blk.exp is not None:
-                    self._unmap_block(blk)
-
-    # ------------------------------------------------------------------ OOM
-    def _prepare_oom(self, pool: BlockPool, stream: int, rounded: int,
-                     frames: list[dict[str, Any]] | None) -> tuple[str, int, int, int, int]:
-        st = self._stats
-        st.num_ooms += 1
-        alloc_size = self._allocation_size(rounded)
-        try:
-            dev_free, dev_total = self._b.get_memory_info(self._index)
-        except Exception:  # noqa: BLE001 - the OOM report must not fail
-            dev_free, dev_total = 0, self._device_total
-        if self._history:
-            self._record("oom", 0, rounded, stream, frames, device_free=dev_free)
-        priv = 0
-        for pp in self._private.values():
-            for p in (pp.small, pp.large):
-                for keys in p.free.values():
-                    for key in keys:
-                        priv += key >> KEY_SHIFT
-        allocated = st.allocated_bytes()
-        reserved = st.reserved_bytes[0].current
-        allowed = self._allowed_max
-        allowed_info = f"{format_size(allowed)} allowed; " if allowed is not None else ""
-        priv_msg = (f"with {format_size(priv)} allocated in private pools, "
-                    if priv > 0 else "")
-        name = self._name
-        msg = (f"{name} out of memory. Tried to allocate {format_size(alloc_size)}. Device "
-               f"{name}:{self._index} has a total capacity of {format_size(dev_total)} of which "
-               f"{format_size(dev_free)} is free. {allowed_info}Of the allocated memory "
-               f"{format_size(allocated + priv)} is allocated by accelrt, {priv_msg}and "
-               f"{format_size(reserved - allocated - priv)} is reserved by accelrt but "
-               "unallocated. If reserved but unallocated memory is large try setting "
-               "ACCELRT_ALLOC_CONF=expandable_segments:True to avoid fragmentation.")
-        limit = allowed if allowed is not None else dev_total
-        return msg, alloc_size, allocated, limit, dev_free
-
-    def _prepare_rejection(self, rounded: int) -> tuple[str, int, int, int, int]:
-        alloc_size = self._allocation_size(rounded)
-        allowed = self._allowed_max
-        assert allowed is not None
-        try:
-            dev_free = int(self._b.get_memory_info(self._index)[0])
-        except Exception:  # noqa: BLE001 - the OOM report must not fail
-            dev_free = 0
-        allocated = self._stats.allocated_bytes()
-        msg = (f"{self._name} out of memory. Allocation was preemptively rejected because it "
-               f"would exceed per_process_memory_fraction limit. Requested size: "
-               f"{format_size(alloc_size)}. Reserved: {format_size(self._total_reserved)}, "
-               f"allowed: {format_size(allowed)} (throw_on_malloc_oom is set).")
-        return msg, alloc_size, allocated, allowed, dev_free
-
-    def _raise_oom(self, msg: str, alloc_size: int, allocated: int, limit: int,
-                   dev_free: int) -> None:
-        with self._lock:
-            observers = list(self._oom_observers)
-        for fn in observers:
-            fn(self._index, alloc_size, limit, dev_free)
-        raise OutOfMemoryError(msg, alloc_size, allocated, limit)
-
-    def attach_oom_observer(self, fn: Callable[[int, int, int, int], None]) -> None:
-        """Call ``fn(device, alloc_size, limit, device_free)`` before raising an OOM error
-        (PyTorch's ``_attach_out_of_memory_observer``); called without the lock held."""
-        if not callable(fn):
-            raise TypeError(f"OOM observer must be callable, got {fn!r}")
-        with self._lock:
-            self._oom_observers.append(fn)
 
     # ------------------------------------------------------------------ fraction
     def _set_fraction_locked(self, fraction: float) -> None:
@@ -1269,97 +918,6 @@ class DeviceCachingAllocator:
         allowed = self._allowed_max
         return 1.0 if allowed is None else allowed / self._device_total
 
-    # ------------------------------------------------------------------ private pools
-    def begin_allocate_to_pool(self, pool_id: tuple[int, int],
-                               stream_filter: Callable[[int], bool] | None = None) -> None:
-        """Route allocations on streams accepted by ``stream_filter`` (all streams if
-        ``None``) to private pool ``pool_id``, creating it or taking a reference to it.
-
-        Raises:
-            TypeError: bad ``pool_id`` or a non-callable filter.
-            RuntimeError: already allocating to ``pool_id``.
-
-        Example::
-
-            >>> from accelrt.backends import get_backend
-            >>> from accelrt.memory._allocator import DeviceCachingAllocator
-            >>> a = DeviceCachingAllocator(get_backend("cpu"), 0)
-            >>> a.begin_allocate_to_pool((1, 1))
-            >>> p = a.malloc(100, 0)
-            >>> a.end_allocate_to_pool((1, 1))
-            >>> [s["segment_pool_id"] for s in a.snapshot_segments()]
-            [(1, 1)]
-            >>> a.free(p); a.release_pool((1, 1)); a.empty_cache()
-        """
-        pool_id = _check_pool_id(pool_id)
-        if stream_filter is not None and not callable(stream_filter):
-            raise TypeError(f"stream_filter must be callable or None, got {stream_filter!r}")
-        with self._lock:
-            for pid, _ in self._captures:
-                if pid == pool_id:
-                    raise RuntimeError(f"begin_allocate_to_pool: already allocating to pool "
-                                       f"{pool_id}")
-            pp = self._private.get(pool_id)
-            if pp is None:
-                hot = self._stats.hot
-                self._private[pool_id] = PrivatePool(pool_id, hot[1], hot[2])
-            else:
-                pp.use_count += 1
-                self._freeable.pop(pool_id, None)
-            self._captures.append((pool_id, stream_filter))
-            self._fast = False
-
-    def end_allocate_to_pool(self, pool_id: tuple[int, int]) -> None:
-        """Stop routing allocations to ``pool_id`` (the reference stays until
-        :meth:`release_pool`).
-
-        Raises:
-            RuntimeError: not allocating to ``pool_id``.
-        """
-        pool_id = _check_pool_id(pool_id)
-        with self._lock:
-            for i, (pid, _) in enumerate(self._captures):
-                if pid == pool_id:
-                    del self._captures[i]
-                    self._update_simple()
-                    return
-        raise RuntimeError(f"end_allocate_to_pool: not allocating to pool {pool_id}")
-
-    def create_pool(self, pool_id: tuple[int, int]) -> None:
-        """Create private pool ``pool_id`` or take one more reference to it."""
-        pool_id = _check_pool_id(pool_id)
-        with self._lock:
-            pp = self._private.get(pool_id)
-            if pp is None:
-                hot = self._stats.hot
-                self._private[pool_id] = PrivatePool(pool_id, hot[1], hot[2])
-            else:
-                pp.use_count += 1
-                self._freeable.pop(pool_id, None)
-
-    def release_pool(self, pool_id: tuple[int, int]) -> None:
-        """Drop one reference to private pool ``pool_id``; at zero its cached memory becomes
-        releasable by :meth:`empty_cache` (blocks still allocated stay valid).
-
-        Raises:
-            ValueError: no such pool, or no reference left.
-        """
-        pool_id = _check_pool_id(pool_id)
-        with self._lock:
-            pp = self._private.get(pool_id)
-            if pp is None or pp.use_count <= 0:
-                raise ValueError(f"release_pool: no live private pool {pool_id}")
-            pp.use_count -= 1
-            if pp.use_count == 0:
-                self._freeable[pool_id] = pp
-
-    def pool_use_count(self, pool_id: tuple[int, int]) -> int:
-        """References to private pool ``pool_id`` (0 if it does not exist)."""
-        pool_id = _check_pool_id(pool_id)
-        with self._lock:
-            pp = self._private.get(pool_id)
-            return 0 if pp is None else pp.use_count
-
     # ------------------------------------------------------------------ statistics
     def stats(self) -> dict[str, int]:
         """PyTorch's flat ``memory_stats`` dict (unsorted).
@@ -1374,7 +932,24 @@ class DeviceCachingAllocator:
             1000
         """
         with self._lock:
-            return self._stats.as_flat_dict()
+            vals = self._stats.flat_values()
+        return dict(zip(FLAT_KEYS, vals))
+
+    def sorted_stats(self) -> collections.OrderedDict[str, int]:
+        """:meth:`stats` as an ``OrderedDict`` sorted by key (``memory_stats()``).
+
+        Example::
+
+            >>> from accelrt.backends import get_backend
+            >>> from accelrt.memory._allocator import DeviceCachingAllocator
+            >>> a = DeviceCachingAllocator(get_backend("cpu"), 0)
+            >>> st = a.sorted_stats()
+            >>> list(st) == sorted(st), st == a.stats()
+            (True, True)
+        """
+        with self._lock:
+            vals = self._stats.sorted_values()
+        return collections.OrderedDict(zip(SORTED_KEYS, vals))
 
     def memory_allocated(self) -> int:
         """``allocated_bytes.all.current``."""
@@ -1403,160 +978,6 @@ class DeviceCachingAllocator:
         """Zero every ``allocated``/``freed`` sum and the ``num_*`` counters."""
         with self._lock:
             self._stats.reset_accumulated()
-
-    # ------------------------------------------------------------------ snapshots, history
-    def snapshot_segments(self, pool_id: tuple[int, int] | None = None) -> list[dict[str, Any]]:
-        """PyTorch's segment dicts (all pools, or only ``pool_id``), sorted by address.
-
-        Expandable segments give one segment per contiguous mapped range.
-
-        Example::
-
-            >>> from accelrt.backends import get_backend
-            >>> from accelrt.memory._allocator import DeviceCachingAllocator
-            >>> a = DeviceCachingAllocator(get_backend("cpu"), 0)
-            >>> p = a.malloc(3 * 2**20, 0)
-            >>> [b["state"] for b in a.snapshot_segments()[0]["blocks"]]
-            ['active_allocated', 'inactive']
-            >>> a.free(p)
-        """
-        with self._lock:
-            owner_filter = None if pool_id is None else tuple(pool_id)
-            segments = []
-            total_active = 0
-            for blk in self._blocks.values():
-                if not blk.mapped or (blk.prev is not None and blk.prev.mapped):
-                    continue
-                pool = blk.pool
-                pid = pool.owner.id if pool.owner is not None else _DEFAULT_POOL
-                if owner_filter is not None and pid != owner_filter:
-                    continue
-                blocks = []
-                total = alloc = active = req = 0
-                b: Block | None = blk
-                addr = blk.addr
-                while b is not None and b.mapped:
-                    pending = b.event_count > 0 or bool(b.stream_uses)
-                    is_active = b.allocated or pending
-                    state = ("active_allocated" if b.allocated else
-                             "active_pending_free" if pending else "inactive")
-                    blocks.append({"address": addr, "size": b.size,
-                                   "requested_size": b.requested, "state": state,
-                                   "frames": list(b.frames) if b.frames else []})
-                    addr += b.size
-                    total += b.size
-                    if b.allocated:
-                        alloc += b.size
-                    if is_active:
-                        active += b.size
-                        req += b.requested
-                    b = b.next
-                total_active += active
-                seg_frames = blk.exp.frames if blk.exp is not None else blk.seg_frames
-                segments.append({
-                    "device": self._index, "address": blk.addr, "total_size": total,
-                    "allocated_size": alloc, "active_size": active, "requested_size": req,
-                    "stream": blk.stream, "segment_type": "small" if pool.is_small else "large",
-                    "segment_pool_id": pid, "is_expandable": blk.exp is not None,
-                    "frames": list(seg_frames) if seg_frames else [], "blocks": blocks})
-            segments.sort(key=lambda s: s["address"])
-            if self._history:
-                self._record("snapshot", 0, total_active, 0, None)
-            return segments
-
-    def _record(self, action: str, addr: int, size: int, stream: int,
-                frames: list[dict[str, Any]] | None, device_free: int | None = None) -> None:
-        if action in self._skip_actions:
-            return
-        entry: dict[str, Any] = {"action": action}
-        if device_free is not None:
-            entry["device_free"] = device_free
-        else:
-            entry["addr"] = addr
-        entry["size"] = size
-        entry["stream"] = stream
-        entry["time_us"] = time.time_ns() // 1000
-        entry["compile_context"] = "N/A"
-        entry["user_metadata"] = ""
-        entry["frames"] = list(frames) if frames else []
-        self._trace.append(entry)
-
-    def trace_entries(self) -> list[dict[str, Any]]:
-        """The recorded history, oldest first (copies)."""
-        with self._lock:
-            return [dict(e) for e in self._trace]
-
-    def record_history(self, enabled: str | bool | None, context: str | None = "all",
-                       stacks: str = "all", max_entries: int = sys.maxsize,
-                       clear_history: bool = False,
-                       skip_actions: Iterable[str] | None = None) -> None:
-        """Start or stop recording allocation history (PyTorch's ``_record_memory_history``).
-
-        Args:
-            enabled: ``None``/``False`` stop (and clear the trace), ``"state"`` keeps only
-                the stacks of live allocations, ``"all"``/``True`` also keeps the trace.
-            context: ``None``, ``"state"``, ``"alloc"`` or ``"all"``: which stacks to gather.
-            stacks: ``"python"`` or ``"all"`` (only Python frames exist here).
-            max_entries: trace ring-buffer length.
-            clear_history: drop the entries recorded so far.
-            skip_actions: trace actions not to record.
-
-        Raises:
-            ValueError: an unknown value.
-            TypeError: ``max_entries`` is not an int.
-
-        Example::
-
-            >>> from accelrt.backends import get_backend
-            >>> from accelrt.memory._allocator import DeviceCachingAllocator
-            >>> a = DeviceCachingAllocator(get_backend("cpu"), 0)
-            >>> a.record_history("all", max_entries=100)
-            >>> a.free(a.malloc(100, 0))
-            >>> [e["action"] for e in a.trace_entries()][-2:]
-            ['free_requested', 'free_completed']
-            >>> a.record_history(None)
-        """
-        if enabled is True:
-            enabled = "all"
-        elif enabled is False:
-            enabled = None
-        if enabled not in (None, "state", "all"):
-            raise ValueError(f"enabled must be None, 'state' or 'all', got {enabled!r}")
-        if context not in _CTX_LEVELS:
-            raise ValueError(f"context must be None, 'state', 'alloc' or 'all', got {context!r}")
-        if stacks not in ("python", "all"):
-            raise ValueError(f"stacks must be 'python' or 'all', got {stacks!r}")
-        if not isinstance(max_entries, int) or isinstance(max_entries, bool):
-            raise TypeError(f"max_entries must be an int, got {type(max_entries).__name__}")
-        if max_entries < 1:
-            raise ValueError(f"max_entries must be >= 1, got {max_entries}")
-        skip = frozenset(skip_actions or ())
-        unknown = skip - _TRACE_ACTIONS
-        if unknown:
-            raise ValueError(f"unknown trace actions in skip_actions: {sorted(unknown)}; "
-                             f"known: {sorted(_TRACE_ACTIONS)}")
-        with self._lock:
-            if enabled is None:
-                self._history = False
-                self._ctx = _CTX_NEVER
-                self._trace.clear()
-                self._update_simple()
-                return
-            self._ctx = _CTX_LEVELS[context]
-            self._history = enabled == "all"
-            self._skip_actions = skip
-            if clear_history:
-                self._trace.clear()
-            if self._trace.maxlen != max_entries:
-                self._trace = collections.deque(self._trace, maxlen=max_entries)
-            self._update_simple()
-
-    def record_annotation(self, metadata: dict[str, Any]) -> None:
-        """Append an ``annotate`` trace entry carrying ``metadata`` as user_metadata."""
-        with self._lock:
-            if self._history and "annotate" not in self._skip_actions:
-                self._record("annotate", 0, 0, 0, None)
-                self._trace[-1]["user_metadata"] = dict(metadata)
 
     # ------------------------------------------------------------------ introspection
     @property

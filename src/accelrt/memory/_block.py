@@ -22,10 +22,21 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["ADDR_MASK", "KEY_SHIFT", "Block", "BlockPool", "PrivatePool", "free_key"]
+__all__ = ["ADDR_MASK", "DEFAULT_POOL", "KEY_SHIFT", "K_MIN_BLOCK", "K_MIN_LARGE_ALLOC",
+           "K_ROUND_LARGE", "K_SMALL_BUFFER", "K_SMALL_SIZE", "Block", "BlockPool",
+           "PrivatePool", "free_key"]
 
 KEY_SHIFT = 64
 ADDR_MASK = (1 << KEY_SHIFT) - 1
+
+# PyTorch's allocator constants
+K_MIN_BLOCK = 512                 # every block is a multiple of this
+K_SMALL_SIZE = 1 << 20            # largest request served by the small pool
+K_SMALL_BUFFER = 2 << 20          # segment size of the small pool
+K_MIN_LARGE_ALLOC = 10 << 20      # requests from here on get a segment of their own size
+K_ROUND_LARGE = 2 << 20           # ... rounded up to this
+#: The id of the default (not private) pools.
+DEFAULT_POOL = (0, 0)
 
 
 class Block:

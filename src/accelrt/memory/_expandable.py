@@ -16,9 +16,13 @@ Example::
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from typing import Any
 
-__all__ = ["ExpandableSegment", "page_count"]
+from ._block import ADDR_MASK, K_SMALL_BUFFER, KEY_SHIFT, Block, BlockPool
+from ._history import CTX_ALLOC
+
+__all__ = ["ExpandableMixin", "ExpandableSegment", "page_count"]
 
 
 def page_count(total: int, page: int) -> int:
@@ -96,3 +100,258 @@ class ExpandableSegment:
     def release(self) -> None:
         """Give the (fully unmapped) address range back to the backend."""
         self.backend.vm_release(self.index, self.base, self.size)
+
+
+class ExpandableMixin:
+    """Expandable-segment methods of the caching allocator (called with its ``_lock`` held):
+    find room in a reservation, map and unmap pages, merge unmapped ranges, and the
+    ``page_reuse`` policy.
+
+    Example::
+
+        >>> from accelrt.backends import get_backend
+        >>> from accelrt.memory._allocator import DeviceCachingAllocator
+        >>> from accelrt.memory._config import parse_config
+        >>> a = DeviceCachingAllocator(get_backend("cpu"), 0,
+        ...                            parse_config("expandable_segments:True"))
+        >>> p = a.malloc(512, 0)
+        >>> a.snapshot_segments()[0]["is_expandable"]
+        True
+        >>> a.free(p); a.empty_cache(); a.memory_reserved()
+        0
+    """
+
+    _b: Any
+    _index: int
+    _blocks: dict[int, Block]
+    _stats: Any
+    _small: BlockPool
+    _large: BlockPool
+    _lss: int
+    _history: bool
+    _ctx: int
+    _page_reuse: bool
+    _device_total: int
+    _total_reserved: int
+    _expandable_segments: list[ExpandableSegment]
+
+    def _insert_unmapped(self, b: Block) -> None:
+        ul = b.pool.unmapped.setdefault(b.stream, [])
+        insort(ul, b.addr)
+
+    def _remove_unmapped(self, b: Block) -> None:
+        ul = b.pool.unmapped[b.stream]
+        del ul[bisect_left(ul, b.addr)]
+
+    def _merge_neighbours(self, b: Block) -> tuple[Block, int, int]:
+        """Merge ``b`` (in no container) with mergeable neighbours, removing them from their
+        containers. Returns the surviving block (in no container), merges, merged bytes.
+
+        Neighbours merge when neither is allocated, awaiting events or recorded on other
+        streams, and both are mapped or both unmapped (PyTorch's ``try_merge_blocks``).
+        """
+        n = 0
+        nbytes = 0
+        mapped = b.mapped
+        prev = b.prev
+        if (prev is not None and not prev.allocated and not prev.event_count
+                and not prev.stream_uses and prev.mapped == mapped):
+            psize = prev.size
+            if mapped:
+                fl = prev.pool.free[prev.stream]
+                del fl[bisect_left(fl, (psize << KEY_SHIFT) | prev.addr)]
+            else:
+                self._remove_unmapped(prev)
+            n = 1
+            nbytes = psize
+            del self._blocks[b.addr]
+            prev.size = psize + b.size
+            nx = b.next
+            prev.next = nx
+            if nx is not None:
+                nx.prev = prev
+            prev.requested = b.requested
+            prev.frames = b.frames
+            b = prev
+        nx = b.next
+        if (nx is not None and not nx.allocated and not nx.event_count
+                and not nx.stream_uses and nx.mapped == mapped):
+            nsize = nx.size
+            if mapped:
+                fl = nx.pool.free[nx.stream]
+                del fl[bisect_left(fl, (nsize << KEY_SHIFT) | nx.addr)]
+            else:
+                self._remove_unmapped(nx)
+            n += 1
+            nbytes += nsize
+            del self._blocks[nx.addr]
+            b.size += nsize
+            nn = nx.next
+            b.next = nn
+            if nn is not None:
+                nn.prev = b
+        return b, n, nbytes
+
+    def _page_size(self, pool: BlockPool) -> int:
+        seg = K_SMALL_BUFFER if pool.is_small else self._lss
+        gran = int(self._b.vm_granularity(self._index))
+        return -(-seg // gran) * gran
+
+    def _find_expandable_block(self, pool: BlockPool, stream: int, size: int) -> Block:
+        def allocatable(b: Block | None) -> bool:
+            return (b is not None and not b.allocated and b.event_count == 0
+                    and not b.stream_uses)
+
+        def has_space(b: Block | None) -> bool:
+            got = 0
+            while got < size and allocatable(b):
+                got += b.size  # type: ignore[union-attr]
+                b = b.next  # type: ignore[union-attr]
+            return got >= size
+
+        for addr in pool.unmapped.get(stream, ()):
+            c = self._blocks[addr]
+            if allocatable(c.prev):
+                c = c.prev  # type: ignore[assignment]
+            if has_space(c):
+                return c
+        es = ExpandableSegment(self._b, self._index, stream, pool, self._page_size(pool),
+                               self._device_total)
+        self._expandable_segments.append(es)
+        self._update_simple()
+        blk = Block(es.base, es.size, stream, pool, es, mapped=False)
+        self._blocks[es.base] = blk
+        self._insert_unmapped(blk)
+        return blk
+
+    def _map_block(self, blk: Block, size: int, frames: list[dict[str, Any]] | None
+                   ) -> Block | None:
+        """Map the first ``size`` bytes (page-rounded) of unmapped ``blk``; return the merged
+        free block now holding them (in the free list), or ``None`` on out-of-memory."""
+        es = blk.exp
+        mapped = es.map(blk.addr, size)
+        if mapped == 0:
+            return None
+        self._remove_unmapped(blk)
+        blk.mapped = True
+        if mapped < blk.size:
+            rest = Block(blk.addr + mapped, blk.size - mapped, blk.stream, blk.pool, es,
+                         mapped=False)
+            nx = blk.next
+            rest.prev = blk
+            rest.next = nx
+            if nx is not None:
+                nx.prev = rest
+            blk.next = rest
+            blk.size = mapped
+            self._blocks[rest.addr] = rest
+            self._insert_unmapped(rest)
+        addr = blk.addr
+        b, _, _ = self._merge_neighbours(blk)
+        self._insert_free(b)
+        self._total_reserved += mapped
+        pool = b.pool
+        if pool.owner is not None:
+            pool.owner.reserved += mapped
+        st = self._stats
+        st.reserved_bytes[0].increase(mapped)
+        st.reserved_bytes[pool.type_index].increase(mapped)
+        st.num_device_alloc += 1
+        if es.frames is None:
+            es.frames = frames
+        if self._history:
+            self._record("segment_map", addr, mapped, b.stream,
+                         frames if self._ctx >= CTX_ALLOC else None)
+        return b
+
+    def _try_allocate_expandable(self, pool: BlockPool, stream: int, size: int,
+                                 frames: list[dict[str, Any]] | None) -> Block | None:
+        if self._page_reuse and pool.owner is None:
+            self._unmap_free_pages()
+        c: Block | None = self._find_expandable_block(pool, stream, size)
+        assert c is not None
+        if not c.mapped:
+            c = self._map_block(c, min(c.size, size), frames)
+            if c is None:
+                return None
+        while c.size < size:
+            nxt = c.next
+            assert nxt is not None and not nxt.mapped
+            c = self._map_block(nxt, min(size - c.size, nxt.size), frames)
+            if c is None:
+                return None
+        self._remove_free(c)
+        return c
+
+    def _unmap_block(self, blk: Block) -> Block | None:
+        """Unmap the whole pages of free mapped ``blk`` (in its free list); return the
+        resulting unmapped block, or ``None`` if no whole page was inside."""
+        es = blk.exp
+        ptr, nbytes = es.unmap(blk.addr, blk.size)
+        if nbytes == 0:
+            return None
+        self._remove_free(blk)
+        before = ptr - blk.addr
+        after = blk.size - before - nbytes
+        nx = blk.next
+        if before > 0:
+            blk.size = before
+            self._insert_free(blk)
+            u = Block(ptr, nbytes, blk.stream, blk.pool, es, mapped=False)
+            u.prev = blk
+            blk.next = u
+            self._blocks[ptr] = u
+        else:
+            u = blk
+            u.size = nbytes
+            u.mapped = False
+            u.requested = 0
+            u.frames = None
+        u.next = nx
+        if nx is not None:
+            nx.prev = u
+        if after > 0:
+            a = Block(ptr + nbytes, after, blk.stream, blk.pool, es)
+            a.prev = u
+            a.next = nx
+            u.next = a
+            if nx is not None:
+                nx.prev = a
+            self._blocks[a.addr] = a
+            self._insert_free(a)
+        u, _, _ = self._merge_neighbours(u)
+        self._insert_unmapped(u)
+        self._total_reserved -= nbytes
+        pool = u.pool
+        if pool.owner is not None:
+            pool.owner.reserved -= nbytes
+        st = self._stats
+        st.reserved_bytes[0].decrease(nbytes)
+        st.reserved_bytes[pool.type_index].decrease(nbytes)
+        st.num_device_free += 1
+        if self._history:
+            self._record("segment_unmap", ptr, nbytes, u.stream, None)
+        return u
+
+    def _release_expandable_segment(self, u: Block) -> None:
+        es = u.exp
+        if u.size != es.size:
+            return
+        self._remove_unmapped(u)
+        del self._blocks[u.addr]
+        self._expandable_segments.remove(es)
+        es.release()
+        self._update_simple()
+
+    def _unmap_free_pages(self) -> None:
+        """accelrt's ``page_reuse`` policy: before mapping new pages, unmap every whole free
+        page of the default pools' expandable segments, so the new mapping reuses that
+        physical memory at the lowest address that fits instead of adding to it."""
+        for pool in (self._small, self._large):
+            # only blocks at least one page long can hold a whole page (lists sorted by size)
+            first = self._page_size(pool) << KEY_SHIFT
+            todo = [self._blocks[key & ADDR_MASK] for stream in sorted(pool.free)
+                    for key in pool.free[stream][bisect_left(pool.free[stream], first):]]
+            for blk in todo:
+                if blk.exp is not None:
+                    self._unmap_block(blk)

@@ -26,22 +26,28 @@ Example::
 
 from __future__ import annotations
 
-__all__ = ["STAT_TYPES", "DeviceStats", "HotCounters", "Stat"]
+
+__all__ = ["FLAT_KEYS", "SORTED_KEYS", "STAT_TYPES", "DeviceStats", "HotCounters", "Stat"]
 
 #: Names of the three stat types, in index order.
 STAT_TYPES = ("all", "small_pool", "large_pool")
 
 
-_FIELDS = ("current", "peak", "allocated", "freed")
-_HOT_NAMES = ("allocation", "allocated_bytes", "active", "active_bytes", "requested_bytes",
-              "inactive_split", "inactive_split_bytes")
-_FLAT_KEYS = tuple(
-    [f"{n}.{t}.{f}" for n in _HOT_NAMES for t in STAT_TYPES for f in _FIELDS]
-    + [f"{n}.{t}.{f}" for n in ("segment", "reserved_bytes") for t in STAT_TYPES
-       for f in _FIELDS]
+_FIELDS = ("allocated", "current", "freed", "peak")     # alphabetical
+_TYPES = ("all", "large_pool", "small_pool")            # alphabetical
+#: PyTorch's flat stat keys, in sorted order (``memory_stats()`` order), which is the order
+#: of :meth:`DeviceStats.flat_values`.
+FLAT_KEYS = tuple(
+    [f"{n}.{t}.{f}" for n in ("active", "active_bytes", "allocated_bytes", "allocation",
+                              "inactive_split", "inactive_split_bytes")
+     for t in _TYPES for f in _FIELDS]
+    + ["max_split_size", "num_alloc_retries", "num_device_alloc", "num_device_free",
+       "num_oom_rejections", "num_ooms", "num_sync_all_streams"]
     + [f"{n}.{f}" for n in ("oversize_allocations", "oversize_segments") for f in _FIELDS]
-    + ["num_alloc_retries", "num_ooms", "num_sync_all_streams", "num_device_alloc",
-       "num_device_free", "num_oom_rejections", "max_split_size"])
+    + [f"{n}.{t}.{f}" for n in ("requested_bytes", "reserved_bytes", "segment")
+       for t in _TYPES for f in _FIELDS])
+#: The same keys: :data:`FLAT_KEYS` is sorted already (a test checks it).
+SORTED_KEYS = FLAT_KEYS
 
 
 class Stat:
@@ -96,10 +102,15 @@ class HotCounters:
     ``tr`` sums of increases since the last accumulated reset; ``k*`` peaks; ``b*`` bases
     (current values at the last accumulated reset); ``sn``/``sb`` inactive_split count and
     bytes, with their sums of increases ``tsn``/``tsb``, peaks ``ksn``/``ksb`` and bases
-    ``bsn``/``bsb``.
+    ``bsn``/``bsb``; ``a`` the ``all`` row and ``o`` the other pool type (pool rows only, so
+    that the hot path reaches them in one attribute load).
+
+    Plain int fields on purpose: small-int arithmetic on slots is the cheapest update CPython
+    has (packing several counters into one big int costs more per operation than it saves).
     """
 
     __slots__ = (
+        "a",
         "b",
         "bab",
         "ban",
@@ -116,6 +127,7 @@ class HotCounters:
         "ksb",
         "ksn",
         "n",
+        "o",
         "pb",
         "pn",
         "r",
@@ -129,6 +141,8 @@ class HotCounters:
     )
 
     def __init__(self) -> None:
+        self.a: HotCounters | None = None   # the ``all`` row (set by DeviceStats)
+        self.o: HotCounters | None = None   # the other pool type's counters
         self.n = 0
         self.b = 0
         self.r = 0
@@ -192,6 +206,10 @@ class DeviceStats:
 
     def __init__(self, max_split_size: int) -> None:
         self.hot = (HotCounters(), HotCounters(), HotCounters())
+        a, s, g = self.hot
+        s.a = g.a = a
+        s.o = g
+        g.o = s
         self.segment = (Stat(), Stat(), Stat())
         self.reserved_bytes = (Stat(), Stat(), Stat())
         self.oversize_allocations = Stat()
@@ -318,41 +336,68 @@ class DeviceStats:
         return self.hot[0].kb
 
     # ------------------------------------------------------------------ views
-    def as_flat_dict(self) -> dict[str, int]:
-        """PyTorch's flat ``memory_stats`` keys (unsorted)."""
+    def flat_values(self) -> list[int]:
+        """The values of PyTorch's flat ``memory_stats`` keys, in :data:`FLAT_KEYS` (sorted)
+        order: for each stat ``allocated``, ``current``, ``freed``, ``peak``; rows ``all``,
+        ``large_pool``, ``small_pool``."""
         self.settle_all()
+        a, s, g = self.hot
         vals: list[int] = []
         add = vals.extend
-        a, s, g = self.hot
-        sums = (s.n + g.n, s.b + g.b, s.r + g.r, s.pn + g.pn, s.pb + g.pb, s.tn + g.tn,
-                s.tb + g.tb, s.tr + g.tr, s.sn + g.sn, s.sb + g.sb, s.tsn + g.tsn,
-                s.tsb + g.tsb)
-        rows = ((a, sums), (s, (s.n, s.b, s.r, s.pn, s.pb, s.tn, s.tb, s.tr, s.sn, s.sb,
-                                s.tsn, s.tsb)),
-                (g, (g.n, g.b, g.r, g.pn, g.pb, g.tn, g.tb, g.tr, g.sn, g.sb, g.tsn, g.tsb)))
-        # order of _HOT_KEYS: per stat name, per type, current/peak/allocated/freed
-        per_type = []
-        for c, (n, b, r, pn, pb, tn, tb, tr, sn, sb, tsn, tsb) in rows:
-            per_type.append((
-                (n, c.kn, tn, c.bn + tn - n),
-                (b, c.kb, tb, c.bb + tb - b),
-                (n + pn, c.kan, tn, c.ban + tn - n - pn),
-                (b + pb, c.kab, tb, c.bab + tb - b - pb),
-                (r, c.kr, tr, c.br + tr - r),
-                (sn, c.ksn, tsn, c.bsn + tsn - sn),
-                (sb, c.ksb, tsb, c.bsb + tsb - sb)))
-        for i in range(len(_HOT_NAMES)):
-            for t in range(3):
-                add(per_type[t][i])
-        for arr in (self.segment, self.reserved_bytes):
-            for st in arr:
-                add((st.current, st.peak, st.allocated, st.freed))
+        sn, sb, sr, stn, stb, str_ = s.n, s.b, s.r, s.tn, s.tb, s.tr
+        gn, gb, gr, gtn, gtb, gtr = g.n, g.b, g.r, g.tn, g.tb, g.tr
+        ssn, ssb, stsn, stsb = s.sn, s.sb, s.tsn, s.tsb
+        gsn, gsb, gtsn, gtsb = g.sn, g.sb, g.tsn, g.tsb
+        an, ab, ar = sn + gn, sb + gb, sr + gr
+        atn, atb, atr = stn + gtn, stb + gtb, str_ + gtr
+        apn, apb = s.pn + g.pn, s.pb + g.pb
+        asn, asb, atsn, atsb = ssn + gsn, ssb + gsb, stsn + gtsn, stsb + gtsb
+        add((
+            # active
+            atn, an + apn, a.ban + atn - an - apn, a.kan,
+            gtn, gn + g.pn, g.ban + gtn - gn - g.pn, g.kan,
+            stn, sn + s.pn, s.ban + stn - sn - s.pn, s.kan,
+            # active_bytes
+            atb, ab + apb, a.bab + atb - ab - apb, a.kab,
+            gtb, gb + g.pb, g.bab + gtb - gb - g.pb, g.kab,
+            stb, sb + s.pb, s.bab + stb - sb - s.pb, s.kab,
+            # allocated_bytes
+            atb, ab, a.bb + atb - ab, a.kb,
+            gtb, gb, g.bb + gtb - gb, g.kb,
+            stb, sb, s.bb + stb - sb, s.kb,
+            # allocation
+            atn, an, a.bn + atn - an, a.kn,
+            gtn, gn, g.bn + gtn - gn, g.kn,
+            stn, sn, s.bn + stn - sn, s.kn,
+            # inactive_split
+            atsn, asn, a.bsn + atsn - asn, a.ksn,
+            gtsn, gsn, g.bsn + gtsn - gsn, g.ksn,
+            stsn, ssn, s.bsn + stsn - ssn, s.ksn,
+            # inactive_split_bytes
+            atsb, asb, a.bsb + atsb - asb, a.ksb,
+            gtsb, gsb, g.bsb + gtsb - gsb, g.ksb,
+            stsb, ssb, s.bsb + stsb - ssb, s.ksb,
+            self.max_split_size, self.num_alloc_retries, self.num_device_alloc,
+            self.num_device_free, self.num_oom_rejections, self.num_ooms,
+            self.num_sync_all_streams))
         for st in (self.oversize_allocations, self.oversize_segments):
-            add((st.current, st.peak, st.allocated, st.freed))
-        add((self.num_alloc_retries, self.num_ooms, self.num_sync_all_streams,
-             self.num_device_alloc, self.num_device_free, self.num_oom_rejections,
-             self.max_split_size))
-        return dict(zip(_FLAT_KEYS, vals))
+            add((st.allocated, st.current, st.freed, st.peak))
+        add((atr, ar, a.br + atr - ar, a.kr,
+             gtr, gr, g.br + gtr - gr, g.kr,
+             str_, sr, s.br + str_ - sr, s.kr))
+        for arr in (self.reserved_bytes, self.segment):
+            for st in (arr[0], arr[2], arr[1]):     # all, large_pool, small_pool
+                add((st.allocated, st.current, st.freed, st.peak))
+        return vals
+
+    def as_flat_dict(self) -> dict[str, int]:
+        """PyTorch's flat ``memory_stats`` keys (unsorted)."""
+        return dict(zip(FLAT_KEYS, self.flat_values()))
+
+    def sorted_values(self) -> list[int]:
+        """The values of :meth:`as_flat_dict` in :data:`SORTED_KEYS` order, so that
+        ``OrderedDict(zip(SORTED_KEYS, values))`` is ``memory_stats()``."""
+        return self.flat_values()
 
     def _rare(self) -> list[Stat]:
         return [*self.segment, *self.reserved_bytes, self.oversize_allocations,

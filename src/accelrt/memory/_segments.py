@@ -1,0 +1,97 @@
+"""Snapshots of the caching allocator's segments (``torch.cuda.memory_snapshot()`` format).
+
+Example::
+
+    >>> from accelrt.backends import get_backend
+    >>> from accelrt.memory._allocator import DeviceCachingAllocator
+    >>> a = DeviceCachingAllocator(get_backend("cpu"), 0)
+    >>> p = a.malloc(512, 0)
+    >>> seg = a.snapshot_segments()[0]
+    >>> seg["segment_type"], seg["total_size"], seg["allocated_size"]
+    ('small', 2097152, 512)
+    >>> a.free(p); a.empty_cache()
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._block import DEFAULT_POOL, Block
+
+__all__ = ["SegmentsMixin"]
+
+
+class SegmentsMixin:
+    """The snapshot method of the caching allocator (reads under its ``_lock``).
+
+    Example::
+
+        >>> from accelrt.backends import get_backend
+        >>> from accelrt.memory._allocator import DeviceCachingAllocator
+        >>> DeviceCachingAllocator(get_backend("cpu"), 0).snapshot_segments()
+        []
+    """
+
+    _lock: Any
+    _index: int
+    _blocks: dict[int, Block]
+    _history: bool
+
+    def snapshot_segments(self, pool_id: tuple[int, int] | None = None) -> list[dict[str, Any]]:
+        """PyTorch's segment dicts (all pools, or only ``pool_id``), sorted by address.
+
+        Expandable segments give one segment per contiguous mapped range.
+
+        Example::
+
+            >>> from accelrt.backends import get_backend
+            >>> from accelrt.memory._allocator import DeviceCachingAllocator
+            >>> a = DeviceCachingAllocator(get_backend("cpu"), 0)
+            >>> p = a.malloc(3 * 2**20, 0)
+            >>> [b["state"] for b in a.snapshot_segments()[0]["blocks"]]
+            ['active_allocated', 'inactive']
+            >>> a.free(p)
+        """
+        with self._lock:
+            owner_filter = None if pool_id is None else tuple(pool_id)
+            segments = []
+            total_active = 0
+            for blk in self._blocks.values():
+                if not blk.mapped or (blk.prev is not None and blk.prev.mapped):
+                    continue
+                pool = blk.pool
+                pid = pool.owner.id if pool.owner is not None else DEFAULT_POOL
+                if owner_filter is not None and pid != owner_filter:
+                    continue
+                blocks = []
+                total = alloc = active = req = 0
+                b: Block | None = blk
+                addr = blk.addr
+                while b is not None and b.mapped:
+                    pending = b.event_count > 0 or bool(b.stream_uses)
+                    is_active = b.allocated or pending
+                    state = ("active_allocated" if b.allocated else
+                             "active_pending_free" if pending else "inactive")
+                    blocks.append({"address": addr, "size": b.size,
+                                   "requested_size": b.requested, "state": state,
+                                   "frames": list(b.frames) if b.frames else []})
+                    addr += b.size
+                    total += b.size
+                    if b.allocated:
+                        alloc += b.size
+                    if is_active:
+                        active += b.size
+                        req += b.requested
+                    b = b.next
+                total_active += active
+                seg_frames = blk.exp.frames if blk.exp is not None else blk.seg_frames
+                segments.append({
+                    "device": self._index, "address": blk.addr, "total_size": total,
+                    "allocated_size": alloc, "active_size": active, "requested_size": req,
+                    "stream": blk.stream, "segment_type": "small" if pool.is_small else "large",
+                    "segment_pool_id": pid, "is_expandable": blk.exp is not None,
+                    "frames": list(seg_frames) if seg_frames else [], "blocks": blocks})
+            segments.sort(key=lambda s: s["address"])
+            if self._history:
+                self._record("snapshot", 0, total_active, 0, None)
+            return segments
