@@ -13,6 +13,17 @@ array's device. Copies that touch host memory wait for completion unless
 ``non_blocking=True``; device-to-device copies are ordered on the streams but never block
 the host. ``numpy()`` and ``__dlpack__`` synchronize the current stream first.
 
+Copies between numpy memory and a device the host cannot read (CUDA, OpenCL in buffer mode)
+go through pinned blocks of the backend's host caching pool, as PyTorch's do (see
+:mod:`accelrt._staging`): an upload first copies the data into a block (so the numpy source
+may change as soon as ``copy_`` returns, even with ``non_blocking=True``), and the block is
+reused only after the copy's event has completed; a download lands in a block and is copied
+out after the stream is synchronized. Blocking and non-blocking uploads take the same path
+(the blocking one then synchronizes). Backends without pinned host memory, out-of-pinned-memory
+and graph capture fall back to copying directly from or to the numpy memory (a non-blocking
+upload then keeps its source alive until the stream reaches the copy). The pool shows in
+``accelrt.memory.host_memory_stats()`` and is emptied by ``accelrt.memory.empty_host_cache()``.
+
 Internal API (used by ``accelrt.random`` and ``accelrt.comm``): ``Array._b`` (backend),
 ``Array._index`` (device index), ``Array._mem`` (the memory owner: ``ptr``, ``nbytes``,
 ``alloc``, ``host``), ``_host_ok()`` (host can read the memory), ``_view()`` (zero-copy numpy
@@ -45,10 +56,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _dlpack
+from . import _dlpack, _staging
 from ._device import _device_obj, _get_device, _lazy_init
 from ._device import device as _device_cls
-from ._stream import _wait_raw
+from ._stream import _current, _wait_raw
 from .memory._allocator import get_allocator
 
 if TYPE_CHECKING:
@@ -163,7 +174,6 @@ def _check_flag(name: str, value: Any) -> bool:
 
 
 def _stream_handle(b: Backend, index: int) -> int:
-    from ._stream import _current
     return _current(b, index)._handle
 
 
@@ -320,6 +330,9 @@ class Array:
             return
         b, index = self._b, self._index
         _lazy_init(b, index)
+        if not self._host_ok() and _staging.upload(b, _current(b, index), self._mem.ptr, host,
+                                                   non_blocking):
+            return
         stream = _stream_handle(b, index)
         kind = "h2h" if self._mem.host else "h2d"
         b.memcpy(self._mem.ptr, host.ctypes.data, self._mem.nbytes, index, stream, kind)
@@ -332,6 +345,9 @@ class Array:
             return out
         b, index = self._b, self._index
         _lazy_init(b, index)
+        if not self._host_ok() and _staging.download(b, _current(b, index), out.ctypes.data,
+                                                     self._mem.ptr, self._mem.nbytes):
+            return out
         stream = _stream_handle(b, index)
         kind = "h2h" if self._mem.host else "d2h"
         b.memcpy(out.ctypes.data, self._mem.ptr, self._mem.nbytes, index, stream, kind)
@@ -956,9 +972,11 @@ def _cai_host_copy(reader: Any, index: int, cai: Any) -> np.ndarray:
         lo = sum(min(0, (n - 1) * s) for n, s in zip(shape, strides))
         hi = sum(max(0, (n - 1) * s) for n, s in zip(shape, strides)) + dt.itemsize
     raw = np.empty(hi - lo, np.uint8)
-    stream = _stream_handle(reader, index)
-    reader.memcpy(raw.ctypes.data, cai.ptr + lo, hi - lo, index, stream, "d2h")
-    reader.stream_synchronize(index, stream)
+    if not _staging.download(reader, _current(reader, index), raw.ctypes.data, cai.ptr + lo,
+                             hi - lo):
+        stream = _stream_handle(reader, index)
+        reader.memcpy(raw.ctypes.data, cai.ptr + lo, hi - lo, index, stream, "d2h")
+        reader.stream_synchronize(index, stream)
     view = np.ndarray(shape, dt, buffer=raw, offset=-lo, strides=strides)
     return np.ascontiguousarray(view)
 
