@@ -101,7 +101,9 @@ class _Memory:
         # process is releasing everything anyway.
         if _is_finalizing is None or _is_finalizing():
             return
-        alloc.free(self.ptr)
+        # Never blocks: the garbage collector may run this inside the allocator's own
+        # critical section on this thread (its lock is not reentrant).
+        alloc.free(self.ptr, True)   # free_from_finalizer, one call less
 
 
 class _HostView:

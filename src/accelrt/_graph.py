@@ -227,6 +227,11 @@ class Graph:
         """
         if self._capturing:
             raise RuntimeError("reset() during capture; call capture_end() first")
+        self._reset(finalizer=False)
+
+    def _reset(self, finalizer: bool) -> None:
+        # finalizer: called by __del__, which the garbage collector may run inside the
+        # allocator's critical section on this thread: release the pool without blocking.
         b = self._b
         if self._handle is not None and b is not None:
             handle, self._handle = self._handle, None
@@ -234,7 +239,10 @@ class Graph:
         if self._pool is not None and self._allocator is not None:
             a, pid = self._allocator, self._pool
             self._allocator = None
-            a.release_pool(pid)
+            if finalizer:
+                a.release_pool_from_finalizer(pid)
+            else:
+                a.release_pool(pid)
 
     def pool(self) -> tuple[int, int]:
         """Id of this graph's private memory pool, to share it with another capture.
@@ -249,7 +257,7 @@ class Graph:
     def __del__(self) -> None:
         try:
             if not self._capturing:
-                self.reset()
+                self._reset(finalizer=True)
         except Exception:  # noqa: BLE001, S110 - never raise from a finaliser
             pass
 

@@ -39,7 +39,7 @@ def cuda_backend(name: str = "cuda") -> Any:
 def _free(alloc: Any, ptr: int) -> None:
     if sys.is_finalizing():
         return   # the process is exiting: the driver reclaims everything
-    alloc.free(ptr)
+    alloc.free(ptr, True)   # runs from a finalizer: never block on the allocator's lock
 
 
 class BlockOwner:

@@ -32,9 +32,12 @@ from __future__ import annotations
 
 import collections
 import operator
+import sys
 import threading
+import traceback
 from bisect import bisect_left, insort
 from collections.abc import Callable
+from queue import Empty as _Empty
 from typing import Any
 
 from .._errors import OutOfMemoryError
@@ -93,6 +96,12 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
         self._lock = FastLock()
         self._acquire = self._lock.acquire                 # bound C methods of _lock
         self._release = self._lock.put                     # put(None) releases
+        self._try_acquire = self._lock.try_acquire
+        self._acquire_nowait = self._lock.acquire_nowait   # raises queue.Empty if held
+        # Frees (int addresses) and private-pool releases (pool ids) requested by finalizers
+        # while the lock was held, possibly by their own thread (see free_from_finalizer).
+        # Appended without the lock (deque.append is atomic); drained under _lock.
+        self._gc_pending: collections.deque[int | tuple[int, int]] = collections.deque()
         # guarded by _lock: Block objects merged away, reused by splits (at most as many as
         # the most blocks ever alive at once)
         self._spares: list[Block] = []
@@ -118,6 +127,7 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
         self._trace: collections.deque[dict[str, Any]] = collections.deque()
         self._skip_actions: frozenset[str] = frozenset()
         self._vm_ok: bool | None = None                    # guarded by _lock: backend vm support
+        self._gran: int | None = None                      # guarded by _lock: vm granularity
         self._rejected = False                             # guarded by _lock: last slow path
         self._set_config_locked(cfg)
         if cfg.per_process_memory_fraction is not None:
@@ -310,6 +320,8 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
         arguments of :meth:`_raise_oom`."""
         block = None
         fl = None
+        if self._gc_pending:
+            self._drain_pending_locked()
         if (self._events or self._deferred) and not self._captures:
             self._process_events()
         if self._divs is None:
@@ -428,14 +440,20 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
                 size, self.memory_allocated(), self._device_total)
         return size
 
-    def free(self, ptr: int) -> None:
+    def free(self, ptr: int, nonblocking: bool = False) -> None:
         """Return memory from :meth:`malloc` (free *requested*).
 
         If streams were recorded with :meth:`record_stream`, the block is reused only after
         events recorded now on those streams complete.
 
+        Args:
+            ptr: the address :meth:`malloc` returned.
+            nonblocking: never wait for the lock (for finalizers; see
+                :meth:`free_from_finalizer`): if it is held, the free is queued.
+
         Raises:
-            ValueError: ``ptr`` was not allocated here, or was already freed.
+            ValueError: ``ptr`` was not allocated here, or was already freed (with
+                ``nonblocking`` and a held lock: printed when the queued free runs).
 
         Example::
 
@@ -446,7 +464,23 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
             >>> a.stats()["allocation.all.freed"]
             1
         """
-        self._acquire()
+        if nonblocking:
+            try:
+                self._acquire_nowait()
+            except _Empty:
+                self._gc_pending.append(ptr)
+                # The holder may have passed its last drain point before the append: if the
+                # lock is free now, drain here.
+                self.drain_pending()
+                return
+            if self._gc_pending:
+                try:
+                    self._drain_pending_locked()
+                except BaseException:
+                    self._release(None)
+                    raise
+        else:
+            self._acquire()
         try:
             blk = self._blocks.get(ptr)
             if blk is None or not blk.allocated:
@@ -580,6 +614,89 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
         finally:
             self._release(None)
 
+    def free_from_finalizer(self, ptr: int) -> None:
+        """:meth:`free` for finalizers (``__del__``, ``weakref.finalize``): never blocks.
+
+        The garbage collector may run a finalizer at any object allocation, including inside
+        this allocator's critical section on the thread that holds the (non-reentrant) lock;
+        a blocking :meth:`free` there would deadlock. This takes the lock only if it is free;
+        otherwise the free is queued and completed by the lock holder's next drain point
+        (the start of a malloc that misses the cache, :meth:`empty_cache`, the statistics
+        getters, snapshots). Once no thread holds the lock, :meth:`memory_allocated` and
+        :meth:`stats` are exact.
+
+        Errors (a pointer not allocated here, a double free) cannot be raised to anyone
+        meaningful: they are printed to ``sys.stderr`` as "Exception ignored".
+
+        Example::
+
+            >>> from accelrt.backends import get_backend
+            >>> from accelrt.memory._allocator import DeviceCachingAllocator
+            >>> a = DeviceCachingAllocator(get_backend("cpu"), 0)
+            >>> p = a.malloc(100, 0)
+            >>> with a._lock:                # as if the GC ran a finalizer in a critical section
+            ...     a.free_from_finalizer(p)
+            >>> a.memory_allocated()         # the getter completes the queued free
+            0
+        """
+        self.free(ptr, True)
+
+    def _drain_pending_locked(self) -> None:
+        """Complete the frees and pool releases queued by finalizers (``_lock`` held)."""
+        q = self._gc_pending
+        while q:
+            item = q.popleft()
+            try:
+                if type(item) is int:
+                    self._free_locked(item)
+                else:
+                    self._release_pool_locked(item)  # type: ignore[arg-type]
+            except Exception as e:  # noqa: BLE001 - a finalizer's error is only reported
+                _report_finalizer_error(item, e)
+
+    def drain_pending(self) -> bool:
+        """Complete the frees queued by finalizers now, unless some thread holds the lock.
+
+        Returns:
+            True if nothing is left queued.
+
+        Example::
+
+            >>> from accelrt.backends import get_backend
+            >>> from accelrt.memory._allocator import DeviceCachingAllocator
+            >>> DeviceCachingAllocator(get_backend("cpu"), 0).drain_pending()
+            True
+        """
+        if self._gc_pending and self._try_acquire():
+            try:
+                self._drain_pending_locked()
+            finally:
+                self._release(None)
+        return not self._gc_pending
+
+    def _free_locked(self, ptr: int) -> None:
+        """:meth:`free` with ``_lock`` held (the unhurried path, for queued frees)."""
+        blk = self._blocks.get(ptr)
+        if blk is None or not blk.allocated:
+            raise self._bad_ptr(ptr, blk)
+        blk.allocated = False
+        st = self._stats
+        if st.dirty:
+            st.settle()
+        c = blk.pool.hot
+        size = blk.size
+        c.n -= 1
+        c.b -= size
+        if size >= self._mss:
+            st.oversize_allocations.decrease(1)
+        if self._history:
+            self._record("free_requested", ptr, blk.requested, blk.stream,
+                         capture_frames() if self._ctx >= CTX_ALL else blk.frames)
+        if blk.stream_uses:
+            self._free_pending(blk, st, c, size)
+        else:
+            self._free_block(blk, False)
+
     def _free_pending(self, blk: Block, st: DeviceStats, c: HotCounters, size: int) -> None:
         """Free of a block recorded on other streams: it completes after their events."""
         if not st.pending_seen:
@@ -651,6 +768,8 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
         """
         pid = _DEFAULT_POOL if pool_id is None else check_pool_id(pool_id)
         with self._lock:
+            if self._gc_pending:
+                self._drain_pending_locked()
             self._release_cached_blocks(pid)
 
     # ------------------------------------------------------------------ rounding, pools
@@ -932,6 +1051,8 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
             1000
         """
         with self._lock:
+            if self._gc_pending:
+                self._drain_pending_locked()
             vals = self._stats.flat_values()
         return dict(zip(FLAT_KEYS, vals))
 
@@ -948,17 +1069,23 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
             (True, True)
         """
         with self._lock:
+            if self._gc_pending:
+                self._drain_pending_locked()
             vals = self._stats.sorted_values()
         return collections.OrderedDict(zip(SORTED_KEYS, vals))
 
     def memory_allocated(self) -> int:
         """``allocated_bytes.all.current``."""
+        if self._gc_pending:
+            self.drain_pending()
         h = self._stats.hot
         return h[1].b + h[2].b
 
     def max_memory_allocated(self) -> int:
         """``allocated_bytes.all.peak``."""
         with self._lock:
+            if self._gc_pending:
+                self._drain_pending_locked()
             return self._stats.max_allocated_bytes()
 
     def memory_reserved(self) -> int:
@@ -972,6 +1099,8 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
     def reset_peak_stats(self) -> None:
         """Set every peak to its current value."""
         with self._lock:
+            if self._gc_pending:
+                self._drain_pending_locked()
             self._stats.reset_peak()
 
     def reset_accumulated_stats(self) -> None:
@@ -991,6 +1120,12 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
     def __repr__(self) -> str:
         return (f"<DeviceCachingAllocator {self._name}:{self._index} allocated="
                 f"{self.memory_allocated()} reserved={self.memory_reserved()}>")
+
+
+def _report_finalizer_error(item: object, e: BaseException) -> None:
+    what = f"free of pointer {item:#x}" if isinstance(item, int) else f"release_pool({item})"
+    print(f"Exception ignored in a queued finalizer {what}:", file=sys.stderr)
+    traceback.print_exception(type(e), e, e.__traceback__, file=sys.stderr)
 
 
 def _roundup_power2_next_division(size: int, divisions: int) -> int:

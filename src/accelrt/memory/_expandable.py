@@ -71,31 +71,44 @@ class ExpandableSegment:
         ``ptr`` (a multiple of the page), or 0 when the device is out of memory (nothing
         stays mapped then)."""
         page = self.page
-        begin = (ptr - self.base) // page
-        end = -(-(ptr + size - self.base) // page)
-        done: list[int] = []
+        base = self.base
+        index = self.index
+        flags = self.mapped
+        vm_map = self.backend.vm_map
+        begin = (ptr - base) // page
+        end = -(-(ptr + size - base) // page)
         for p in range(begin, end):
-            if not self.backend.vm_map(self.index, self.base + p * page, page):
-                for q in done:
-                    self.backend.vm_unmap(self.index, self.base + q * page, page)
-                    self.mapped[q] = 0
+            if not vm_map(index, base + p * page, page):
+                vm_unmap = self.backend.vm_unmap
+                for q in range(begin, p):
+                    vm_unmap(index, base + q * page, page)
+                    flags[q] = 0
                 return 0
-            self.mapped[p] = 1
-            done.append(p)
+            flags[p] = 1
         return (end - begin) * page
+
+    def unmappable(self, ptr: int, size: int) -> bool:
+        """True if ``[ptr, ptr+size)`` holds a whole page (:meth:`unmap` would unmap some)."""
+        page = self.page
+        base = self.base
+        return -(-(ptr - base) // page) < (ptr + size - base) // page
 
     def unmap(self, ptr: int, size: int) -> tuple[int, int]:
         """Unmap the whole pages inside ``[ptr, ptr+size)``; return the unmapped range
         ``(start, nbytes)`` (``nbytes`` 0 when no whole page fits)."""
         page = self.page
-        begin = -(-(ptr - self.base) // page)
-        end = (ptr + size - self.base) // page
+        base = self.base
+        begin = -(-(ptr - base) // page)
+        end = (ptr + size - base) // page
         if begin >= end:
             return ptr, 0
+        index = self.index
+        flags = self.mapped
+        vm_unmap = self.backend.vm_unmap
         for p in range(begin, end):
-            self.backend.vm_unmap(self.index, self.base + p * page, page)
-            self.mapped[p] = 0
-        return self.base + begin * page, (end - begin) * page
+            vm_unmap(index, base + p * page, page)
+            flags[p] = 0
+        return base + begin * page, (end - begin) * page
 
     def release(self) -> None:
         """Give the (fully unmapped) address range back to the backend."""
@@ -131,6 +144,7 @@ class ExpandableMixin:
     _history: bool
     _ctx: int
     _page_reuse: bool
+    _gran: int | None
     _device_total: int
     _total_reserved: int
     _expandable_segments: list[ExpandableSegment]
@@ -194,7 +208,9 @@ class ExpandableMixin:
 
     def _page_size(self, pool: BlockPool) -> int:
         seg = K_SMALL_BUFFER if pool.is_small else self._lss
-        gran = int(self._b.vm_granularity(self._index))
+        gran = self._gran
+        if gran is None:   # a device's granularity does not change: ask the backend once
+            gran = self._gran = int(self._b.vm_granularity(self._index))
         return -(-seg // gran) * gran
 
     def _find_expandable_block(self, pool: BlockPool, stream: int, size: int) -> Block:
@@ -347,11 +363,20 @@ class ExpandableMixin:
         """accelrt's ``page_reuse`` policy: before mapping new pages, unmap every whole free
         page of the default pools' expandable segments, so the new mapping reuses that
         physical memory at the lowest address that fits instead of adding to it."""
+        blocks = self._blocks
         for pool in (self._small, self._large):
+            free = pool.free
+            if not free:
+                continue
             # only blocks at least one page long can hold a whole page (lists sorted by size)
             first = self._page_size(pool) << KEY_SHIFT
-            todo = [self._blocks[key & ADDR_MASK] for stream in sorted(pool.free)
-                    for key in pool.free[stream][bisect_left(pool.free[stream], first):]]
-            for blk in todo:
-                if blk.exp is not None:
+            todo = []
+            for stream in sorted(free) if len(free) > 1 else free:
+                fl = free[stream]
+                i = bisect_left(fl, first)
+                if i < len(fl):
+                    todo.extend(fl[i:])
+            for key in todo:
+                blk = blocks[key & ADDR_MASK]
+                if blk.exp is not None and blk.exp.unmappable(blk.addr, blk.size):
                     self._unmap_block(blk)

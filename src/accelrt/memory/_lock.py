@@ -8,7 +8,9 @@ atomic; ``get`` on an empty queue blocks (releasing the GIL) until another threa
 token back, so a contended acquire waits without spinning.
 
 Like :class:`threading.Lock` it is not reentrant: a thread that acquires it twice deadlocks.
-Only the thread that acquired it may release it.
+Only the thread that acquired it may release it. Code that may run while its own thread holds
+the lock (finalizers run by the garbage collector) must use :meth:`FastLock.try_acquire`,
+which never blocks.
 
 Example::
 
@@ -25,7 +27,6 @@ from __future__ import annotations
 
 import queue
 from functools import partial
-from typing import Any
 
 __all__ = ["FastLock"]
 
@@ -37,6 +38,8 @@ class FastLock:
         acquire: block until the lock is free, then take it (a bound C method: hoist it).
         release: give the lock back (a C callable: hoist it).
         put: ``put(None)`` gives the lock back too; a bound C method, the cheapest release.
+        acquire_nowait: take the lock if it is free, else raise :class:`queue.Empty` (a bound
+            C method, the cheapest non-blocking acquire; see :meth:`try_acquire`).
 
     Example::
 
@@ -45,14 +48,35 @@ class FastLock:
         >>> lock.acquire(); lock.release()
     """
 
-    __slots__ = ("_q", "acquire", "put", "release")
+    __slots__ = ("_q", "acquire", "acquire_nowait", "put", "release")
 
     def __init__(self) -> None:
         self._q: queue.SimpleQueue[None] = queue.SimpleQueue()
         self._q.put(None)
         self.acquire = self._q.get
+        self.acquire_nowait = self._q.get_nowait
         self.release = partial(self._q.put, None)
         self.put = self._q.put
+
+    def try_acquire(self) -> bool:
+        """Take the lock if it is free, without blocking.
+
+        Returns:
+            True if the lock was taken (release it), False if some thread holds it.
+
+        Example::
+
+            >>> from accelrt.memory._lock import FastLock
+            >>> lock = FastLock()
+            >>> lock.try_acquire(), lock.try_acquire()
+            (True, False)
+            >>> lock.release()
+        """
+        try:
+            self._q.get_nowait()
+        except queue.Empty:
+            return False
+        return True
 
     def locked(self) -> bool:
         """True while some thread holds the lock."""
@@ -61,7 +85,7 @@ class FastLock:
     def __enter__(self) -> None:
         self._q.get()
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._q.put(None)
 
     def __repr__(self) -> str:

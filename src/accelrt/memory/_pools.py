@@ -61,8 +61,12 @@ class PoolsMixin:
     _private: dict[tuple[int, int], PrivatePool]
     _freeable: dict[tuple[int, int], PrivatePool]
     _fast: bool
+    _gc_pending: Any
 
     def _update_simple(self) -> None:  # pragma: no cover - provided by the allocator
+        raise NotImplementedError
+
+    def _drain_pending_locked(self) -> None:  # pragma: no cover - provided by the allocator
         raise NotImplementedError
 
     def _get_private_pool(self, rounded: int, stream: int) -> BlockPool:
@@ -97,6 +101,8 @@ class PoolsMixin:
         if stream_filter is not None and not callable(stream_filter):
             raise TypeError(f"stream_filter must be callable or None, got {stream_filter!r}")
         with self._lock:
+            if self._gc_pending:
+                self._drain_pending_locked()   # a queued release_pool of this id comes first
             for pid, _ in self._captures:
                 if pid == pool_id:
                     raise RuntimeError(f"begin_allocate_to_pool: already allocating to pool "
@@ -131,6 +137,8 @@ class PoolsMixin:
         """Create private pool ``pool_id`` or take one more reference to it."""
         pool_id = check_pool_id(pool_id)
         with self._lock:
+            if self._gc_pending:
+                self._drain_pending_locked()   # a queued release_pool of this id comes first
             pp = self._private.get(pool_id)
             if pp is None:
                 hot = self._stats.hot
@@ -148,16 +156,48 @@ class PoolsMixin:
         """
         pool_id = check_pool_id(pool_id)
         with self._lock:
-            pp = self._private.get(pool_id)
-            if pp is None or pp.use_count <= 0:
-                raise ValueError(f"release_pool: no live private pool {pool_id}")
-            pp.use_count -= 1
-            if pp.use_count == 0:
-                self._freeable[pool_id] = pp
+            self._release_pool_locked(pool_id)
+
+    def _release_pool_locked(self, pool_id: tuple[int, int]) -> None:
+        pp = self._private.get(pool_id)
+        if pp is None or pp.use_count <= 0:
+            raise ValueError(f"release_pool: no live private pool {pool_id}")
+        pp.use_count -= 1
+        if pp.use_count == 0:
+            self._freeable[pool_id] = pp
+
+    def release_pool_from_finalizer(self, pool_id: tuple[int, int]) -> None:
+        """:meth:`release_pool` for finalizers (``Graph.__del__``): never blocks.
+
+        If the lock is held (maybe by this very thread, the garbage collector having run the
+        finalizer inside the allocator's critical section) the release is queued and done at
+        the holder's next drain point, like :meth:`free_from_finalizer`.
+
+        Raises:
+            TypeError: ``pool_id`` is not a pair of ints (checked at once).
+
+        Example::
+
+            >>> from accelrt.backends import get_backend
+            >>> from accelrt.memory._allocator import DeviceCachingAllocator
+            >>> a = DeviceCachingAllocator(get_backend("cpu"), 0)
+            >>> a.create_pool((0, 1)); a.release_pool_from_finalizer((0, 1))
+            >>> a.pool_use_count((0, 1))
+            0
+        """
+        pool_id = check_pool_id(pool_id)
+        self._gc_pending.append(pool_id)
+        if self._lock.try_acquire():
+            try:
+                self._drain_pending_locked()
+            finally:
+                self._lock.release()
 
     def pool_use_count(self, pool_id: tuple[int, int]) -> int:
         """References to private pool ``pool_id`` (0 if it does not exist)."""
         pool_id = check_pool_id(pool_id)
         with self._lock:
+            if self._gc_pending:
+                self._drain_pending_locked()
             pp = self._private.get(pool_id)
             return 0 if pp is None else pp.use_count

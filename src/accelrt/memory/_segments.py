@@ -36,6 +36,10 @@ class SegmentsMixin:
     _index: int
     _blocks: dict[int, Block]
     _history: bool
+    _gc_pending: Any
+
+    def _drain_pending_locked(self) -> None:  # pragma: no cover - provided by the allocator
+        raise NotImplementedError
 
     def snapshot_segments(self, pool_id: tuple[int, int] | None = None) -> list[dict[str, Any]]:
         """PyTorch's segment dicts (all pools, or only ``pool_id``), sorted by address.
@@ -53,6 +57,8 @@ class SegmentsMixin:
             >>> a.free(p)
         """
         with self._lock:
+            if self._gc_pending:
+                self._drain_pending_locked()
             owner_filter = None if pool_id is None else tuple(pool_id)
             segments = []
             total_active = 0

@@ -217,7 +217,7 @@ class SimulatedBackend(Backend):
         dev = self._devices[index]
         with self._lock:
             pages = self._pages(dev, ptr, size, "vm_map")
-            if any(p in dev.pages for p in pages):
+            if not dev.pages.isdisjoint(pages):
                 raise ValueError(f"vm_map: [{ptr:#x}, +{size}) overlaps mapped pages")
             if dev.used + size > self.capacity:
                 return False
@@ -229,7 +229,7 @@ class SimulatedBackend(Backend):
         dev = self._devices[index]
         with self._lock:
             pages = self._pages(dev, ptr, size, "vm_unmap")
-            if not all(p in dev.pages for p in pages):
+            if not dev.pages.issuperset(pages):
                 raise ValueError(f"vm_unmap: [{ptr:#x}, +{size}) is not entirely mapped")
             dev.pages.difference_update(pages)
             dev.used -= size
