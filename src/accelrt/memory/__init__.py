@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from .. import _device
 from .._device import _get_device, _tls
 from . import _host
-from ._allocator import get_allocator, peek_allocator
+from ._allocator import DeviceCachingAllocator, get_allocator, peek_allocator
 from ._config import get_allocator_settings, get_config, set_allocator_settings
 from ._snapshot import build_snapshot, to_plain
 from ._snapshot import dump_snapshot as _dump
@@ -80,7 +80,7 @@ __all__ = [
 ]
 
 
-def _peek(device: DeviceLike) -> Any:
+def _peek(device: DeviceLike) -> DeviceCachingAllocator | None:
     """The allocator of ``device`` if it was started, else None (never starts one)."""
     if device is None:
         b = _device._current_backend
@@ -402,7 +402,7 @@ def memory_snapshot(mempool_id: tuple[int, int] | None = None) -> list[dict[str,
         >>> isinstance(memory.memory_snapshot(), list)
         True
     """
-    segments = _snapshot()["segments"]
+    segments: list[dict[str, Any]] = _snapshot()["segments"]
     if mempool_id is None:
         return segments
     want = tuple(mempool_id)
@@ -613,7 +613,9 @@ class MemPool:
     def snapshot(self) -> list[dict[str, Any]]:
         """The segments of this pool on every device it was used on, sorted by address."""
         segments = [s for a in self._users for s in a.snapshot_segments(self._id)]
-        return to_plain(sorted(segments, key=lambda s: (s["device"], s["address"])))
+        segments.sort(key=lambda s: (s["device"], s["address"]))
+        plain: list[dict[str, Any]] = to_plain(segments)
+        return plain
 
     def __repr__(self) -> str:
         return f"MemPool(id={self._id})"

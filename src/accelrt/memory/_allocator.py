@@ -38,11 +38,23 @@ import traceback
 from bisect import bisect_left, insort
 from collections.abc import Callable
 from queue import Empty as _Empty
-from typing import Any
+from typing import Any, cast
 
+from .._backend import Backend
 from .._errors import OutOfMemoryError
-from ._block import (ADDR_MASK, DEFAULT_POOL, K_MIN_BLOCK, K_MIN_LARGE_ALLOC, K_ROUND_LARGE,
-                     K_SMALL_BUFFER, K_SMALL_SIZE, KEY_SHIFT, Block, BlockPool, PrivatePool)
+from ._block import (
+    ADDR_MASK,
+    DEFAULT_POOL,
+    K_MIN_BLOCK,
+    K_MIN_LARGE_ALLOC,
+    K_ROUND_LARGE,
+    K_SMALL_BUFFER,
+    K_SMALL_SIZE,
+    KEY_SHIFT,
+    Block,
+    BlockPool,
+    PrivatePool,
+)
 from ._config import SIZE_MAX, AllocatorConfig, get_config
 from ._events import EventsMixin
 from ._expandable import ExpandableMixin, ExpandableSegment
@@ -88,7 +100,7 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
         >>> a.free(p)
     """
 
-    def __init__(self, backend: Any, index: int, config: AllocatorConfig | None = None) -> None:
+    def __init__(self, backend: Backend, index: int, config: AllocatorConfig | None = None) -> None:
         cfg = config if config is not None else get_config()
         self._b = backend                    # immutable
         self._index = index                  # immutable
@@ -312,7 +324,7 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
             self._release(None)
         if type(res) is int:
             return res
-        self._raise_oom(*res)
+        self._raise_oom(*cast("tuple[str, int, int, int, int]", res))  # not an int: OOM
         raise AssertionError("unreachable")
 
     def _malloc_locked(self, size: int, stream: int) -> int | tuple[str, int, int, int, int]:
@@ -489,7 +501,9 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
             st = self._stats
             pool = blk.pool
             c = pool.hot
-            d = st.dirty
+            # bool | HotCounters; typed Any so that ``d is c`` does not narrow the duck-typed
+            # pool row ``c`` (whose ``o``/``a`` rows are always set) for the checker
+            d: Any = st.dirty
             if d:
                 if d is c and not st.pending_seen:
                     # DeviceStats.settle() for one pool type, inlined (the hot path)
@@ -1145,7 +1159,7 @@ _lock = threading.Lock()
 _allocators: dict[tuple[str, int], DeviceCachingAllocator] = {}   # guarded by _lock
 
 
-def get_allocator(backend: Any, index: int) -> DeviceCachingAllocator:
+def get_allocator(backend: Backend, index: int) -> DeviceCachingAllocator:
     """The caching allocator of device ``index`` of ``backend`` (created on first use).
 
     Example::

@@ -21,9 +21,15 @@ Example::
 from __future__ import annotations
 
 import collections
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ._block import Block, PrivatePool
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from .._backend import Backend
+    from ._stats import DeviceStats
 
 __all__ = ["EventsMixin"]
 
@@ -40,14 +46,18 @@ class EventsMixin:
         0
     """
 
-    _b: Any
+    _b: Backend
     _index: int
-    _stats: Any
+    _stats: DeviceStats
     _events: dict[int, collections.deque[tuple[int, Block]]]
     _event_pool: list[int]
     _deferred: list[Block]
-    _captures: list[Any]
+    _captures: list[tuple[tuple[int, int], Callable[[int], bool] | None]]
     _fast: bool
+
+    if TYPE_CHECKING:  # provided by the allocator or another mixin
+        def _free_block(self, blk: Block, pending: bool) -> None: ...
+        def _update_simple(self) -> None: ...
 
     def _insert_events(self, blk: Block) -> None:
         """Record one event per recorded stream; the pending free completes when all have.

@@ -17,10 +17,14 @@ Example::
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._block import ADDR_MASK, K_SMALL_BUFFER, KEY_SHIFT, Block, BlockPool
 from ._history import CTX_ALLOC
+
+if TYPE_CHECKING:
+    from .._backend import Backend
+    from ._stats import DeviceStats
 
 __all__ = ["ExpandableMixin", "ExpandableSegment", "page_count"]
 
@@ -134,10 +138,10 @@ class ExpandableMixin:
         0
     """
 
-    _b: Any
+    _b: Backend
     _index: int
     _blocks: dict[int, Block]
-    _stats: Any
+    _stats: DeviceStats
     _small: BlockPool
     _large: BlockPool
     _lss: int
@@ -148,6 +152,13 @@ class ExpandableMixin:
     _device_total: int
     _total_reserved: int
     _expandable_segments: list[ExpandableSegment]
+
+    if TYPE_CHECKING:  # provided by the allocator or another mixin
+        def _update_simple(self) -> None: ...
+        def _insert_free(self, b: Block) -> None: ...
+        def _remove_free(self, b: Block) -> None: ...
+        def _record(self, action: str, addr: int, size: int, stream: int,
+                    frames: list[dict[str, Any]] | None, device_free: int | None = None) -> None: ...
 
     def _insert_unmapped(self, b: Block) -> None:
         ul = b.pool.unmapped.setdefault(b.stream, [])

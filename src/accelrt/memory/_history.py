@@ -25,7 +25,10 @@ import os
 import sys
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._lock import FastLock
 
 __all__ = ["CTX_ALL", "CTX_ALLOC", "CTX_LEVELS", "CTX_NEVER", "CTX_STATE", "TRACE_ACTIONS",
            "HistoryMixin", "capture_frames"]
@@ -81,7 +84,7 @@ class HistoryMixin:
         []
     """
 
-    _lock: Any
+    _lock: FastLock
     _history: bool
     _ctx: int
     _trace: collections.deque[dict[str, Any]]

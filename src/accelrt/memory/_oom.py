@@ -14,10 +14,16 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._errors import OutOfMemoryError
 from ._block import KEY_SHIFT, BlockPool
+
+if TYPE_CHECKING:
+    from .._backend import Backend
+    from ._block import PrivatePool
+    from ._lock import FastLock
+    from ._stats import DeviceStats
 
 __all__ = ["OomMixin", "format_size"]
 
@@ -61,17 +67,22 @@ class OomMixin:
         1
     """
 
-    _lock: Any
-    _b: Any
+    _lock: FastLock
+    _b: Backend
     _index: int
     _name: str
-    _stats: Any
-    _private: dict[tuple[int, int], Any]
+    _stats: DeviceStats
+    _private: dict[tuple[int, int], PrivatePool]
     _allowed_max: int | None
     _total_reserved: int
     _device_total: int
     _history: bool
     _oom_observers: list[Callable[[int, int, int, int], None]]
+
+    if TYPE_CHECKING:  # provided by the allocator or another mixin
+        def _allocation_size(self, rounded: int) -> int: ...
+        def _record(self, action: str, addr: int, size: int, stream: int,
+                    frames: list[dict[str, Any]] | None, device_free: int | None = None) -> None: ...
 
     def _prepare_oom(self, pool: BlockPool, stream: int, rounded: int,
                      frames: list[dict[str, Any]] | None) -> tuple[str, int, int, int, int]:

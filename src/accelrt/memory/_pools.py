@@ -18,9 +18,15 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ._block import DEFAULT_POOL, K_SMALL_SIZE, BlockPool, PrivatePool
+
+if TYPE_CHECKING:
+    import collections
+
+    from ._lock import FastLock
+    from ._stats import DeviceStats
 
 __all__ = ["PoolsMixin", "check_pool_id"]
 
@@ -53,15 +59,15 @@ class PoolsMixin:
         0
     """
 
-    _lock: Any
-    _stats: Any
+    _lock: FastLock
+    _stats: DeviceStats
     _small: BlockPool
     _large: BlockPool
     _captures: list[tuple[tuple[int, int], Callable[[int], bool] | None]]
     _private: dict[tuple[int, int], PrivatePool]
     _freeable: dict[tuple[int, int], PrivatePool]
     _fast: bool
-    _gc_pending: Any
+    _gc_pending: collections.deque[int | tuple[int, int]]
 
     def _update_simple(self) -> None:  # pragma: no cover - provided by the allocator
         raise NotImplementedError

@@ -19,10 +19,17 @@ Example::
 from __future__ import annotations
 
 from bisect import bisect_left
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._block import ADDR_MASK, DEFAULT_POOL, KEY_SHIFT, Block, BlockPool
 from ._config import SIZE_MAX
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from .._backend import Backend
+    from ._block import PrivatePool
+    from ._stats import DeviceStats
 
 __all__ = ["ReleaseMixin"]
 
@@ -39,20 +46,28 @@ class ReleaseMixin:
         0
     """
 
-    _b: Any
+    _b: Backend
     _index: int
     _blocks: dict[int, Block]
-    _stats: Any
+    _stats: DeviceStats
     _small: BlockPool
     _large: BlockPool
     _mss: int
     _history: bool
-    _captures: list[Any]
-    _freeable: dict[tuple[int, int], Any]
-    _private: dict[tuple[int, int], Any]
+    _captures: list[tuple[tuple[int, int], Callable[[int], bool] | None]]
+    _freeable: dict[tuple[int, int], PrivatePool]
+    _private: dict[tuple[int, int], PrivatePool]
     _total_reserved: int
     _allowed_max: int | None
     _gc_threshold: float
+
+    if TYPE_CHECKING:  # provided by the allocator or another mixin
+        def _remove_free(self, b: Block) -> None: ...
+        def _record(self, action: str, addr: int, size: int, stream: int,
+                    frames: list[dict[str, Any]] | None, device_free: int | None = None) -> None: ...
+        def _synchronize_and_free_events(self, only: PrivatePool | None) -> None: ...
+        def _unmap_block(self, blk: Block) -> Block | None: ...
+        def _release_expandable_segment(self, u: Block) -> None: ...
 
     def _release_block(self, blk: Block) -> None:
         """cudaFree of a whole free unsplit non-expandable segment (in its free list)."""

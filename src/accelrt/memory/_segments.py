@@ -14,9 +14,14 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._block import DEFAULT_POOL, Block
+
+if TYPE_CHECKING:
+    import collections
+
+    from ._lock import FastLock
 
 __all__ = ["SegmentsMixin"]
 
@@ -32,11 +37,15 @@ class SegmentsMixin:
         []
     """
 
-    _lock: Any
+    _lock: FastLock
     _index: int
     _blocks: dict[int, Block]
     _history: bool
-    _gc_pending: Any
+    _gc_pending: collections.deque[int | tuple[int, int]]
+
+    if TYPE_CHECKING:  # provided by the allocator or another mixin
+        def _record(self, action: str, addr: int, size: int, stream: int,
+                    frames: list[dict[str, Any]] | None, device_free: int | None = None) -> None: ...
 
     def _drain_pending_locked(self) -> None:  # pragma: no cover - provided by the allocator
         raise NotImplementedError

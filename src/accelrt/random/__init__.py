@@ -280,15 +280,15 @@ def _real(name: str, value: Any) -> float:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer,
                                                                        np.floating)):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
-    value = float(value)
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value}")
-    return value
+    x = float(value)
+    if not math.isfinite(x):
+        raise ValueError(f"{name} must be finite, got {x}")
+    return x
 
 
 def _float_dtype(dtype: Any, fname: str) -> np.dtype:
     try:
-        dt = np.dtype(dtype)
+        dt: np.dtype[Any] = np.dtype(dtype)
     except TypeError:
         raise TypeError(f"{fname}(): unknown dtype {dtype!r}") from None
     if dt.name not in _FLOAT_DTYPES:

@@ -13,6 +13,7 @@ Example::
 
 from __future__ import annotations
 
+import importlib
 import os
 import threading
 from typing import Any
@@ -39,10 +40,10 @@ def import_cl() -> Any:
         ImportError: pyopencl is not installed (the message says how to install it).
     """
     try:
-        import pyopencl
+        # by name: pyopencl is optional and need not be installed where the package is checked
+        return importlib.import_module("pyopencl")
     except ImportError as exc:
         raise ImportError(f"pyopencl is not installed ({exc}); {INSTALL_HINT}") from exc
-    return pyopencl
 
 
 def _discover() -> tuple[list[Any], str | None]:
