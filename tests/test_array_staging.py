@@ -393,3 +393,34 @@ def test_opencl_buffer_mode_stages_through_the_pool(opencl_buffer: str,
     assert st["num_host_alloc"] - before == 1           # upload, upload and download share it
     pool.empty_cache()
     assert pool.stats()["allocations.current"] == 0
+
+
+def test_captured_host_copy_on_a_backend_that_cannot_keep_host_memory_alive_is_refused():
+    # A backend whose host callbacks cannot be captured (CUDA) must refuse a non_blocking
+    # copy from host memory inside a capture with a clear message, not a raw driver error.
+    import accelrt as acc
+    from accelrt._errors import DeviceError
+    from accelrt.backends.cpu import CpuBackend
+
+    class NoCapturedHostFuncs(CpuBackend):
+        def launch_host_func(self, index, stream, fn):
+            if self.stream_is_capturing(index, stream):
+                raise DeviceError("host functions cannot be captured here")
+            return super().launch_host_func(index, stream, fn)
+
+    name = "nocapturehost"
+    acc.backends.register(name, lambda: NoCapturedHostFuncs(name=name), replace=True)
+    try:
+        x = acc.empty(4, "float32", f"{name}:0")
+        host = np.arange(4, dtype=np.float32)
+        s = acc.Stream(f"{name}:0")
+        g = acc.Graph()
+        with pytest.raises(DeviceError, match="captured into a graph"):
+            with acc.graph(g, stream=s):
+                x.copy_(host, non_blocking=True)
+        x.copy_(host)                       # outside a capture it works
+        assert np.array_equal(x.numpy(), host)
+    finally:
+        from accelrt import _backend
+        _backend._factories.pop(name, None)
+        _backend._reset_for_tests(name)

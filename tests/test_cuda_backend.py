@@ -101,6 +101,28 @@ CTX = 0xC0DE000
 GRAN = 2 << 20
 
 
+def _libcuda_loadable(real: Any) -> bool:
+    try:
+        real.cuInit(0)
+    except Exception:  # noqa: BLE001 - libcuda could not be loaded (the type varies)
+        return False
+    return True
+
+
+def _typecheck(real: Any, name: str, args: tuple[Any, ...]) -> None:
+    """Call the real ``cuda.bindings`` function with the backend's arguments, on a machine
+    without libcuda: argument conversion (CUdeviceptr/CUstream/int/enum/struct types, value
+    ranges) runs first, then loading the library fails. Any other error is the backend
+    building arguments the real binding would refuse on a GPU."""
+    try:
+        getattr(real, name)(*args)
+    except Exception as exc:   # classified below
+        if type(exc).__name__ == "DynamicLibNotFoundError" or "libcuda" in str(exc):
+            return
+        raise AssertionError(f"the real {name} refuses the backend's arguments {args!r}: "
+                             f"{type(exc).__name__}: {exc}") from exc
+
+
 class FakeDriver:
     """Answers driver calls from a table (enums and structs come from the real bindings);
     ``fail[name] = code`` makes ``name`` return that CUresult. Calls are recorded."""
@@ -111,6 +133,9 @@ class FakeDriver:
         self.calls: list[tuple[str, tuple[Any, ...]]] = []
         self.handles = itertools.count(0x7F0000010000, 0x1000)
         self.reserve = itertools.count(0x7E0000000000, 1 << 32)
+        #: also hand each call to the real binding, which converts the arguments before it
+        #: finds that libcuda is missing (only where it is missing: never on a GPU machine)
+        self.typecheck = not _libcuda_loadable(real)
 
     def names(self) -> list[str]:
         return [c[0] for c in self.calls]
@@ -167,6 +192,8 @@ class FakeDriver:
             return getattr(self.real, name)
 
         def call(*args: Any) -> tuple[Any, ...]:
+            if self.typecheck:
+                _typecheck(self.real, name, args)
             self.calls.append((name, args))
             if name in self.fail:
                 return (self.real.CUresult(self.fail[name]), *(None,) * OUTPUTS[name])
@@ -692,6 +719,16 @@ def test_forked_child_refuses_cuda_after_a_context(fake: Any) -> None:
         b.malloc(0, 64)
 
 
+def test_forked_child_refuses_cuda_after_cuinit_alone(fake: Any) -> None:
+    b, drv = fake
+    b.get_device_properties(1)           # cuInit, but no context
+    assert "cuDevicePrimaryCtxRetain" not in drv.names()
+    b._after_fork()
+    with pytest.raises(RuntimeError, match="spawn"):
+        b.malloc(0, 64)
+    assert b.get_device_properties(1)["name"] == "Fake GPU"   # cached: no driver call
+
+
 # ====================================================================== kernels
 
 def test_committed_ptx_matches_the_sources() -> None:
@@ -1208,3 +1245,80 @@ def test_bench_says_no_gpu() -> None:
     out = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_cuda.py")],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.startswith("no GPU: "), out.stdout + out.stderr
+
+
+def test_stand_in_checks_arguments_against_the_real_binding(fake: Any) -> None:
+    """Without libcuda every call above also went through the real binding's argument
+    conversion; this shows that check can fail."""
+    _, drv = fake
+    if not drv.typecheck:
+        pytest.skip("libcuda is loadable here: the real binding must not see fake handles")
+    with pytest.raises(AssertionError, match="cuStreamQuery"):
+        drv.cuStreamQuery("not a stream")
+    with pytest.raises(AssertionError, match="OverflowError"):
+        drv.cuMemsetD32Async(0x1000, 1 << 32, 1, 0)
+
+
+def test_host_function_is_refused_while_the_stream_captures(fake: Any) -> None:
+    b, drv = fake
+    s = b.stream_create(0, 0)
+    b.graph_capture_begin(0, s)
+    with pytest.raises(acc.DeviceError, match="captures a graph"):
+        b.launch_host_func(0, s, lambda: None)
+    assert "cuLaunchHostFunc" not in drv.names()
+    b.launch_host_func(0, 0, lambda: None)   # another stream, not capturing: allowed
+    b.graph_capture_end(0, s)
+    b.launch_host_func(0, s, lambda: None)
+
+
+@pytest.mark.parametrize(("call", "match"), [
+    (lambda b, p, s: b.philox_fill(p + 4, 4, "float64", "uniform", 1, 0, (0.0, 1.0), 0, s),
+     "philox_fill pointer .* 8 bytes"),
+    (lambda b, p, s: b.philox_fill(p + 1, 4, "float16", "normal", 1, 0, (0.0, 1.0), 0, s),
+     "philox_fill pointer .* 2 bytes"),
+    (lambda b, p, s: b.philox_fill(p + 2, 4, "int32", "randint", 1, 0, (0, 9), 0, s),
+     "philox_fill pointer .* 4 bytes"),
+    (lambda b, p, s: b.elementwise_add(0, p, p + 2, p, 4, "float32", s),
+     "elementwise_add a .* 4 bytes"),
+    (lambda b, p, s: b.elementwise_add(0, p, p, p + 4, 4, "complex128", s),
+     "elementwise_add b .* 8 bytes"),
+])
+def test_misaligned_kernel_pointers_never_reach_the_gpu(fake: Any, call: Any,
+                                                        match: str) -> None:
+    b, drv = fake
+    ptr = b.malloc(0, 4096)
+    s = b.stream_create(0, 0)
+    with pytest.raises(ValueError, match=match):
+        call(b, ptr, s)
+    assert "cuLaunchKernel" not in drv.names()
+    b.elementwise_add(0, ptr + 4, ptr + 8, ptr + 12, 4, "complex64", s)   # 4-byte parts
+    assert drv.names()[-1] == "cuLaunchKernel"
+
+
+#: attribute keys the backend reads from get_device_properties()["attributes"]
+_ATTRS_READ = [
+    "multiprocessor_count", "compute_capability_major", "compute_capability_minor",
+    "l2_cache_size", "clock_rate", "memory_clock_rate", "global_memory_bus_width", "warp_size",
+    "max_threads_per_block", "max_threads_per_multiprocessor",
+    "max_registers_per_multiprocessor", "max_shared_memory_per_block",
+    "max_shared_memory_per_multiprocessor", "integrated", "multi_gpu_board", "pci_bus_id",
+    "pci_device_id", "pci_domain_id", "virtual_memory_management_supported",
+]
+
+
+def test_attribute_names_read_exist_in_the_binding() -> None:
+    real = pytest.importorskip("cuda.bindings.driver")
+    members = real.CUdevice_attribute.__members__
+    assert [k for k in _ATTRS_READ if f"CU_DEVICE_ATTRIBUTE_{k.upper()}" not in members] == []
+
+
+def test_aliased_attributes_are_reported_under_every_name(fake: Any) -> None:
+    b, drv = fake
+    attrs = b.get_device_properties(0)["attributes"]
+    # an alias of virtual_address_management_supported, which iterating the enum yields
+    assert attrs["virtual_memory_management_supported"] == 8
+    assert attrs["virtual_address_management_supported"] == 8
+    assert [k for k in _ATTRS_READ if k not in attrs] == []
+    assert b.vm_supported(0) is True
+    asked = [a[0] for n, a in drv.calls if n == "cuDeviceGetAttribute"]
+    assert len({int(m) for m in asked}) == len(asked)   # each value asked once

@@ -28,6 +28,7 @@ import pytest
 import accelrt as acc
 from accelrt import _backend as registry
 from accelrt.backends.cuda import _kernels
+from accelrt.backends.cuda._memory import fill_launch
 from accelrt.backends.cuda._ops import BLOCK, add_launch, grid_for, philox_launch
 from accelrt.random import _philox
 
@@ -200,7 +201,7 @@ def host_kernels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, HostKern
         pytest.skip("no C++ compiler (g++/clang++) to build the kernels for the host")
     out = {}
     tmp = tmp_path_factory.mktemp("host_kernels")
-    for name in ("philox", "reduce"):
+    for name in ("philox", "reduce", "fill"):
         src = tmp / f"{name}_host.cpp"
         src.write_text(SHIM + f'#include "{_kernels.KERNEL_DIR / (name + ".cu")}"\n')
         lib = tmp / f"{name}.so"
@@ -209,6 +210,27 @@ def host_kernels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, HostKern
                        check=True, capture_output=True, timeout=90)
         out[name] = HostKernels(ctypes.CDLL(str(lib)))
     return out
+
+
+@pytest.mark.parametrize(("width", "offset"), [(8, 0), (8, 4), (8, 3), (4, 2), (2, 1), (1, 0),
+                                               (4, 0)])
+@pytest.mark.parametrize("count", [1, 5, 37])
+def test_host_fill_kernels_write_exactly_the_pattern(host_kernels: dict[str, HostKernels],
+                                                     width: int, offset: int,
+                                                     count: int) -> None:
+    pattern = bytes(range(0xA1, 0xA1 + width))
+    buf = np.zeros(16 + count * width + 16, np.uint8)   # room around the range: no overrun
+    base = buf.ctypes.data
+    start = base + (-base % 8) + offset                  # an 8-aligned address plus offset
+    kernel, args, grid = fill_launch(start, int.from_bytes(pattern, "little"), width, count)
+    assert kernel == ("accelrt_fill_u64" if width == 8 and offset % 8 == 0
+                      else "accelrt_fill_bytes")
+    assert grid >= 1
+    host_kernels["fill"].launch(kernel, args)
+    want = np.zeros_like(buf)
+    lo = start - base
+    want[lo:lo + count * width] = np.frombuffer(pattern * count, np.uint8)
+    assert buf.tobytes() == want.tobytes()
 
 
 def _philox_host(hk: HostKernels, n: int, dtype: str, dist: str, seed: int, offset: int,

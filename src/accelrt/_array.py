@@ -58,6 +58,7 @@ import numpy as np
 
 from . import _dlpack, _staging
 from ._device import _device_obj, _get_device, _lazy_init
+from ._errors import DeviceError
 from ._device import device as _device_cls
 from ._stream import _current, _wait_raw
 from .memory._allocator import get_allocator
@@ -195,6 +196,14 @@ def _keep_alive(b: Backend, index: int, stream: int, obj: object, non_blocking: 
             return
         except NotImplementedError:
             pass
+        except DeviceError as exc:
+            if b.stream_is_capturing(index, stream):
+                raise DeviceError(
+                    f"a non_blocking copy touching host memory was captured into a graph on "
+                    f"{b.name}:{index}, and this backend cannot keep the host memory alive for "
+                    "every replay; copy the data to the device before the capture, or make "
+                    "the copy outside it") from exc
+            raise
     b.stream_synchronize(index, stream)
 
 

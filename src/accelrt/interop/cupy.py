@@ -41,7 +41,7 @@ _active: list[AllocatorHandle] = []   # guarded by _lock: active installs, inner
 
 def _cupy() -> Any:
     try:
-        import cupy  # type: ignore[import-not-found]
+        import cupy
     except ImportError as exc:
         raise missing("CuPy", _INSTALL, exc) from exc
     return cupy

@@ -40,7 +40,7 @@ _plugin_class: type | None = None
 
 def _numba_cuda() -> Any:
     try:
-        from numba import cuda  # type: ignore[import-not-found]
+        from numba import cuda
     except ImportError as exc:
         raise missing("numba.cuda", _INSTALL, exc) from exc
     return cuda
@@ -48,7 +48,7 @@ def _numba_cuda() -> Any:
 
 def _device_pointer(ptr: int) -> Any:
     """A device pointer in the form Numba's driver layer expects."""
-    from numba.cuda.cudadrv import driver as drv  # type: ignore[import-not-found]
+    from numba.cuda.cudadrv import driver as drv
     if getattr(drv, "USE_NV_BINDING", True) and hasattr(drv, "binding"):
         return drv.binding.CUdeviceptr(ptr)
     return ctypes.c_uint64(ptr)

@@ -175,7 +175,7 @@ class CudaBackend(OpsMixin, StreamMixin, MemoryMixin, Backend):
     def _use_any(self) -> _Device:
         """The thread's current device, or device 0 (for context-wide calls like pinning)."""
         index = self._tls.index
-        return self._use(index if index >= 0 else 0)
+        return self._use(max(index, 0))
 
     def init_device(self, index: int) -> None:
         """Retain device ``index``'s primary context and make it current in this thread."""
@@ -184,11 +184,19 @@ class CudaBackend(OpsMixin, StreamMixin, MemoryMixin, Backend):
         self._tls.index = index
 
     def _after_fork(self) -> None:
-        """In a forked child: forget driver state; refuse CUDA if the parent had a context."""
-        self._inited = False       # cuInit alone is fork-safe: the child may call it again
-        if self._devices:          # a context existed: the child cannot use CUDA
+        """In a forked child: forget driver state; refuse CUDA if the parent initialised the
+        driver (``cuInit``: a context, device queries, or discovery without NVML).
+
+        The driver does not survive ``fork`` once initialised (the child's calls fail with
+        ``CUDA_ERROR_INITIALIZATION_ERROR``), which is why discovery asks NVML first and
+        PyTorch marks the child as a bad fork after its lazy init.
+        """
+        probed = _discovery._cached
+        if self._inited or self._devices or (probed is not None and probed.source == "driver"):
             self._forked = True
-            self._devices = {}
+        self._inited = False
+        self._devices = {}
+        self._lock = threading.Lock()   # another parent thread may have held it at the fork
         self._tls = _Tls()
 
     # ------------------------------------------------------------------ queries
@@ -208,14 +216,25 @@ class CudaBackend(OpsMixin, StreamMixin, MemoryMixin, Backend):
             if isinstance(raw_name, bytes) else str(raw_name)
         total = int(check(drv.cuDeviceTotalMem(dev), "cuDeviceTotalMem"))
         attrs: dict[str, int] = {}
-        for member in drv.CUdevice_attribute:
-            if member.name.endswith("_MAX"):
+        answers: dict[int, int | None] = {}   # one driver call per attribute value
+        # __members__ includes aliases: iterating the enum yields one name per value only
+        # (e.g. VIRTUAL_ADDRESS_MANAGEMENT_SUPPORTED, never VIRTUAL_MEMORY_MANAGEMENT_...).
+        enum = drv.CUdevice_attribute
+        members = getattr(enum, "__members__", None)
+        items = members.items() if members is not None else ((m.name, m) for m in enum)
+        for attr_name, member in items:
+            if attr_name.endswith("_MAX"):
                 continue
-            try:
-                value = check(drv.cuDeviceGetAttribute(member, dev), "cuDeviceGetAttribute")
-            except CudaError:
-                continue   # attribute unknown to this driver
-            attrs[member.name.removeprefix("CU_DEVICE_ATTRIBUTE_").lower()] = int(value)
+            key = int(member)
+            if key not in answers:
+                try:
+                    answers[key] = int(check(drv.cuDeviceGetAttribute(member, dev),
+                                             "cuDeviceGetAttribute"))
+                except CudaError:
+                    answers[key] = None   # attribute unknown to this driver
+            value = answers[key]
+            if value is not None:
+                attrs[attr_name.removeprefix("CU_DEVICE_ATTRIBUTE_").lower()] = value
         raw_uuid = check(drv.cuDeviceGetUuid(dev), "cuDeviceGetUuid").bytes
         if isinstance(raw_uuid, str):
             raw_uuid = raw_uuid.encode("latin-1")

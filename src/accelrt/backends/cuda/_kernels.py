@@ -140,17 +140,17 @@ def compile_source(source: bytes, name: str, arch: str, *, cubin: bool = False) 
         (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
         if err:
             size = _nvrtc_check(nvrtc, nvrtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
-            buf = b" " * size
+            buf = bytearray(size)   # writable (b" " * 1 is a shared object)
             _nvrtc_check(nvrtc, nvrtc.nvrtcGetProgramLog(prog, buf), "nvrtcGetProgramLog")
             _nvrtc_check(nvrtc, (err,), f"nvrtcCompileProgram({name}, {arch})",
                          buf.rstrip(b"\0 ").decode(errors="replace"))
         if cubin:
             size = _nvrtc_check(nvrtc, nvrtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
-            buf = b" " * size
+            buf = bytearray(size)
             _nvrtc_check(nvrtc, nvrtc.nvrtcGetCUBIN(prog, buf), "nvrtcGetCUBIN")
             return bytes(buf)
         size = _nvrtc_check(nvrtc, nvrtc.nvrtcGetPTXSize(prog), "nvrtcGetPTXSize")
-        buf = b" " * size
+        buf = bytearray(size)
         _nvrtc_check(nvrtc, nvrtc.nvrtcGetPTX(prog, buf), "nvrtcGetPTX")
         return bytes(buf).rstrip(b"\0")
     finally:

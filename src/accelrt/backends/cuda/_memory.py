@@ -22,11 +22,31 @@ from ._cu import as_int, as_ptr, as_size, check
 if TYPE_CHECKING:
     from ._backend import _Device
 
-__all__ = ["MemoryMixin", "Ranges"]
+__all__ = ["MemoryMixin", "Ranges", "fill_launch"]
 
 _KINDS = ("h2d", "d2h", "d2d", "h2h")
 _FILL_BLOCK = 256
 _FILL_MAX_GRID = 65535
+
+
+def fill_launch(ptr: int, value: int, width: int, count: int) -> tuple[str, list[Any], int]:
+    """Kernel of ``fill.cu``, its arguments and grid (of ``_FILL_BLOCK`` threads) that write
+    the little-endian ``width``-byte ``value`` ``count`` times from ``ptr``:
+    ``accelrt_fill_u64`` for 8-byte patterns at 8-byte aligned addresses, else byte by byte.
+
+    Example::
+
+        >>> from accelrt.backends.cuda._memory import fill_launch
+        >>> k, args, grid = fill_launch(0x1003, 0x0201, 2, 1000)
+        >>> k, [int(a) for a in args], grid
+        ('accelrt_fill_bytes', [4099, 513, 2, 1000], 8)
+    """
+    if width == 8 and ptr % 8 == 0:
+        grid = min(-(-count // _FILL_BLOCK), _FILL_MAX_GRID)
+        return "accelrt_fill_u64", [np.uint64(ptr), np.uint64(value), np.uint64(count)], grid
+    grid = min(-(-(count * width) // _FILL_BLOCK), _FILL_MAX_GRID)
+    return ("accelrt_fill_bytes",
+            [np.uint64(ptr), np.uint64(value), np.uint32(width), np.uint64(count)], grid)
 
 
 class Ranges:
@@ -476,12 +496,6 @@ class MemoryMixin:
             check(drv.cuMemsetD16Async(ptr, value, count, stream), "cuMemsetD16Async")
         elif width == 4 and ptr % 4 == 0:
             check(drv.cuMemsetD32Async(ptr, value, count, stream), "cuMemsetD32Async")
-        elif width == 8 and ptr % 8 == 0:
-            grid = min(-(-count // _FILL_BLOCK), _FILL_MAX_GRID)
-            self.launch_kernel(index, stream, "fill", "accelrt_fill_u64", grid, _FILL_BLOCK,
-                               [np.uint64(ptr), np.uint64(value), np.uint64(count)])
         else:
-            grid = min(-(-(count * width) // _FILL_BLOCK), _FILL_MAX_GRID)
-            self.launch_kernel(index, stream, "fill", "accelrt_fill_bytes", grid, _FILL_BLOCK,
-                               [np.uint64(ptr), np.uint64(value), np.uint32(width),
-                                np.uint64(count)])
+            kernel, args, grid = fill_launch(ptr, value, width, count)
+            self.launch_kernel(index, stream, "fill", kernel, grid, _FILL_BLOCK, args)

@@ -82,7 +82,7 @@ def mark(msg: str) -> None:
 
 
 @contextlib.contextmanager
-def range(msg: str, *args: Any, **kwargs: Any) -> Iterator[None]:  # noqa: A001 - torch's name
+def range(msg: str, *args: Any, **kwargs: Any) -> Iterator[None]:
     """Context manager / decorator for a range named ``msg.format(*args, **kwargs)``."""
     range_push(msg.format(*args, **kwargs))
     try:

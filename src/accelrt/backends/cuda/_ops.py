@@ -99,6 +99,15 @@ def _pair(params: Any, what: str) -> tuple[Any, Any]:
     return params[0], params[1]
 
 
+def _check_aligned(ptr: int, align: int, what: str, dtype: str) -> None:
+    """``ValueError`` unless ``ptr`` is a multiple of ``align``: the kernels access whole
+    elements, and a misaligned access is a sticky error that ruins the CUDA context."""
+    if ptr % align:
+        raise ValueError(f"{what} {ptr:#x} is not aligned to {align} bytes, as {dtype} "
+                         "elements must be on the GPU; use an address that is a multiple of "
+                         "the element size")
+
+
 def philox_launch(ptr: int, n: int, dtype: str, dist: str, seed: int, offset: int,
                   params: Any, *, sms: int) -> tuple[str, list[np.generic], int]:
     """Kernel, arguments and grid that fill ``n`` elements of ``dtype`` at ``ptr``.
@@ -259,6 +268,7 @@ class OpsMixin:
             return
         dt = _dtype(dtype)
         ptr = self._check_device_range(d, ptr, n * dt.itemsize, "philox_fill pointer")
+        _check_aligned(ptr, dt.itemsize, "philox_fill pointer", dt.name)
         kernel, args, grid = philox_launch(ptr, n, dt.name, dist, seed, offset, params,
                                            sms=self._sms(index))
         self.launch_kernel(index, stream, "philox", kernel, grid, BLOCK, args)
@@ -287,5 +297,8 @@ class OpsMixin:
         out = self._check_device_range(d, out, nbytes, "elementwise_add out")
         a = self._check_device_range(d, a, nbytes, "elementwise_add a")
         b = self._check_device_range(d, b, nbytes, "elementwise_add b")
+        align = dt.itemsize // 2 if dt.kind == "c" else dt.itemsize
+        for name, p in (("out", out), ("a", a), ("b", b)):
+            _check_aligned(p, align, f"elementwise_add {name}", dt.name)
         kernel, args, grid = add_launch(out, a, b, count, dt.name, sms=self._sms(index))
         self.launch_kernel(index, stream, "reduce", kernel, grid, BLOCK, args)

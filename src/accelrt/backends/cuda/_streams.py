@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..._errors import DeviceError
 from . import _cu
-from ._cu import as_handle, check
+from ._cu import as_handle, as_int, check
 
 if TYPE_CHECKING:
     from ._backend import _Device
@@ -164,6 +164,7 @@ class StreamMixin:
 
     def stream_create(self, index: int, priority: int) -> int:
         """A non-blocking stream of ``priority`` (clamped into the device's range)."""
+        priority = as_int(priority, "stream priority")
         least, greatest = self.stream_priority_range(index)
         priority = min(max(priority, greatest), least)
         d = self._use(index)
@@ -276,10 +277,20 @@ class StreamMixin:
         (a driver thread cannot propagate it) is raised as a :class:`~accelrt.DeviceError`
         chaining it by the next :meth:`stream_synchronize` of that stream or
         :meth:`synchronize` of the device, once.
+
+        Raises:
+            DeviceError: ``stream`` is capturing a graph. A captured host node would run
+                ``fn`` on the first replay only: the backend forgets ``fn`` once it ran, and
+                ``cuda.bindings``' host-function wrapper is one-shot as well
+                (NVIDIA/cuda-python#790).
         """
         if not callable(fn):
             raise TypeError(f"launch_host_func needs a callable, got {type(fn).__name__}")
         stream = self._check_stream(self._use(index), stream)
+        if self._capturing and self.stream_is_capturing(index, stream):
+            raise DeviceError(f"cuda: cannot launch a host function on stream {stream:#x} "
+                              "while it captures a graph (cuda.bindings host functions run "
+                              "once, not on every replay); launch it outside the capture")
         drv = self._drv
         key = next(_host_keys)
         _host_funcs[key] = (fn, self._host_errors, (index, stream))
@@ -332,6 +343,7 @@ class StreamMixin:
 
     def event_query(self, index: int, event: int) -> bool:
         """``cuEventQuery``: ``CUDA_ERROR_NOT_READY`` means False."""
+        self._use(index)   # a thread's first CUDA call may be this one: no context current yet
         if self._check_event(event)[2]:
             raise DeviceError("cuda: this event was last recorded inside a graph capture; "
                               "query it after recording it outside the capture")
@@ -346,6 +358,7 @@ class StreamMixin:
 
     def event_synchronize(self, index: int, event: int) -> None:
         """``cuEventSynchronize``."""
+        self._use(index)
         if self._check_event(event)[2]:
             raise DeviceError("cuda: this event was last recorded inside a graph capture; "
                               "synchronize on it after recording it outside the capture")
@@ -354,6 +367,7 @@ class StreamMixin:
 
     def event_elapsed_time(self, index: int, start: int, end: int) -> float:
         """``cuEventElapsedTime`` in milliseconds."""
+        self._use(index)
         for e in (start, end):
             if not self._check_event(e)[1]:
                 raise ValueError("elapsed_time needs both events created with "
