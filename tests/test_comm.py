@@ -1,11 +1,13 @@
 """accelrt.comm: every collective against a numpy reference on simulated cpu devices, the
 argument rules of torch.cuda.comm, stream ordering with async cpu streams, and the staging /
-kernel / no-peer-copy paths through cpu-backed test backends."""
+kernel / no-peer-copy paths through cpu-backed test backends, and the pinned host pool
+staging of host <-> device copies (pool use, reuse, no leaks, direct fallback)."""
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -545,3 +547,195 @@ def test_scatter_stream_on_source_device_waits_for_current_stream() -> None:
     (piece,) = comm.scatter(a, [f"{be}:0"], streams=[s])
     s.synchronize()
     assert np.asarray(piece.numpy()).tolist() == [4.0] * 6
+
+
+# ---------------------------------------------------------------------- pinned host staging
+
+class PinnedNoHostCpu(NoHostCpu):
+    """NoHostCpu that records its pinned host blocks, its copies and its live events."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.pinned: set[int] = set()
+        self.copies: list[tuple[str, int, int]] = []        # (kind, dst, src)
+        self.live_events = 0
+
+    def host_malloc(self, size: int) -> int:
+        ptr = super().host_malloc(size)
+        if ptr:
+            self.pinned.add(ptr)
+        return ptr
+
+    def host_free(self, ptr: int) -> None:
+        self.pinned.remove(ptr)
+        super().host_free(ptr)
+
+    def memcpy(self, dst: int, src: int, nbytes: int, index: int, stream: int,
+               kind: str) -> None:
+        self.copies.append((kind, dst, src))
+        super().memcpy(dst, src, nbytes, index, stream, kind)
+
+    def event_create(self, index: int, enable_timing: bool, blocking: bool,
+                     interprocess: bool) -> int:
+        self.live_events += 1
+        return super().event_create(index, enable_timing, blocking, interprocess)
+
+    def event_destroy(self, index: int, event: int) -> None:
+        self.live_events -= 1
+        super().event_destroy(index, event)
+
+
+class NoPinnedNoHostCpu(PinnedNoHostCpu):
+    """Pinned host memory is always exhausted: every copy falls back to a direct one."""
+
+    def host_malloc(self, size: int) -> int:
+        return 0
+
+
+_PINNED = {
+    "commpinsync": lambda: PinnedNoHostCpu(num_devices=N, async_streams=False,
+                                           name="commpinsync"),
+    "commpinasync": lambda: PinnedNoHostCpu(num_devices=N, async_streams=True,
+                                            name="commpinasync"),
+    "commnopin": lambda: NoPinnedNoHostCpu(num_devices=2, async_streams=True, name="commnopin"),
+}
+for _name, _factory in _PINNED.items():
+    backends.register(_name, _factory, replace=True)
+
+
+@pytest.fixture(params=["commpinsync", "commpinasync"])
+def pin_be(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A pinned-recording backend made the current accelerator (acc.memory's host functions
+    read its pool); call :func:`fresh` once the inputs are made."""
+    prev = acc.current_accelerator()
+    acc.set_current_accelerator(request.param)
+    try:
+        yield request.param
+    finally:
+        acc.set_current_accelerator(prev.type if prev is not None else "cpu")
+
+
+def fresh(name: str) -> PinnedNoHostCpu:
+    """Settle every device of ``name``, empty its host pool and zero its counters."""
+    b = backends.get_backend(name)
+    assert isinstance(b, PinnedNoHostCpu)
+    for i in range(b.device_count()):
+        acc.synchronize(f"{name}:{i}")
+    acc.memory.empty_host_cache()
+    acc.memory.reset_accumulated_host_memory_stats()
+    b.copies.clear()
+    return b
+
+
+def host_stats() -> dict[str, int]:
+    return dict(acc.memory.host_memory_stats())
+
+
+def copies_of(b: PinnedNoHostCpu, kind: str) -> list[tuple[int, int]]:
+    return [(d, s) for k, d, s in b.copies if k == kind]
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+def test_gather_to_host_goes_through_the_pinned_pool(pin_be: str, dim: int) -> None:
+    parts = [rand((3, 4) if dim == 1 else (4, 3), "int32", seed=i) for i in range(N)]
+    inputs = [put(p, f"{pin_be}:{i}") for i, p in enumerate(parts)]
+    b = fresh(pin_be)
+    out = comm.gather(inputs, dim=dim, destination=-1)
+    np.testing.assert_array_equal(out, np.concatenate(parts, axis=dim))
+    d2h = copies_of(b, "d2h")
+    assert len(d2h) == N and not copies_of(b, "h2d")
+    assert all(dst in b.pinned for dst, _ in d2h)          # each landed in a pinned block
+    assert all(dst != out.ctypes.data for dst, _ in d2h)
+    st = host_stats()
+    assert st["num_host_alloc"] == 1                       # one block served every input
+    assert st["active_requests.current"] == 0 and st["allocations.current"] == 1
+    host_out = np.zeros_like(out)
+    assert comm.gather(inputs, dim=dim, out=host_out) is host_out
+    np.testing.assert_array_equal(host_out, out)
+    assert host_stats()["num_host_alloc"] == 1             # reused, not reallocated
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+def test_scatter_from_host_goes_through_the_pinned_pool(pin_be: str, dim: int) -> None:
+    b = fresh(pin_be)
+    src = np.arange(8 * 6, dtype=np.float32).reshape(8, 6)
+    devices = [f"{pin_be}:{i}" for i in range(N)]
+    pieces = comm.scatter(src, devices, chunk_sizes=[1, 2, 3, 2] if dim == 0 else [2, 2, 1, 1],
+                          dim=dim)
+    h2d = copies_of(b, "h2d")
+    assert len(h2d) == N and not copies_of(b, "d2h")
+    assert all(s in b.pinned for _, s in h2d)              # each read a pinned block
+    assert host_stats()["active_requests.current"] == 0
+    buckets = {(p.nbytes - 1).bit_length() for p in pieces}
+    assert host_stats()["num_host_alloc"] == len(buckets)  # one block per power-of-two size
+    src[...] = -1                                          # the pieces hold their own copy
+    want = np.split(np.arange(8 * 6, dtype=np.float32).reshape(8, 6),
+                    [1, 3, 6] if dim == 0 else [2, 4, 5], axis=dim)
+    for piece, w in zip(pieces, want):
+        np.testing.assert_array_equal(host(piece), w)
+    outs = [acc.empty(w.shape, "float32", device=d) for w, d in zip(want, devices)]
+    b.copies.clear()
+    comm.scatter(np.concatenate(want, axis=dim) + 1, out=outs, dim=dim)
+    assert all(s in b.pinned for _, s in copies_of(b, "h2d"))
+    assert host_stats()["num_host_alloc"] == len(buckets)  # the cached blocks were reused
+    for o, w in zip(outs, want):
+        np.testing.assert_array_equal(host(o), w + 1)
+
+
+def test_strided_device_side_is_staged_per_run(pin_be: str) -> None:
+    """Across backends the device side of a copy can be strided (gather along dim 1 into a
+    device, scatter along dim 1 out of one): each run goes through the pool."""
+    parts = [rand((3, 2 + i), seed=i) for i in range(2)]
+    on_cpu = [put(p, f"commcpua:{i}") for i, p in enumerate(parts)]
+    b = fresh(pin_be)
+    g = comm.gather(on_cpu, dim=1, destination=f"{pin_be}:1")
+    h2d = copies_of(b, "h2d")
+    assert len(h2d) == 2 * 3 and all(s in b.pinned for _, s in h2d)
+    whole = np.concatenate(parts, axis=1)
+    np.testing.assert_array_equal(host(g), whole)
+    b.copies.clear()
+    pieces = comm.scatter(g, ["commcpua:0", "commcpua:1"], chunk_sizes=[2, 3], dim=1)
+    d2h = copies_of(b, "d2h")
+    assert len(d2h) == 2 * 3 and all(d in b.pinned for d, _ in d2h)
+    for piece, w in zip(pieces, np.split(whole, [2], axis=1)):
+        np.testing.assert_array_equal(host(piece), w)
+    assert host_stats()["active_requests.current"] == 0
+
+
+def test_many_collectives_through_the_pool_leak_nothing(pin_be: str) -> None:
+    rng = np.random.default_rng(3)
+    b = fresh(pin_be)
+    events_before = b.live_events
+    devices = [f"{pin_be}:{i}" for i in range(N)]
+    for i in range(30):
+        src = rng.integers(-99, 99, (8, 5 + i % 3)).astype(np.int64)
+        pieces = comm.scatter(src, devices, dim=i % 2)
+        back = comm.gather(pieces, dim=i % 2, destination=-1)
+        np.testing.assert_array_equal(back, src)
+        outs = comm.broadcast(src, devices=devices[:2])
+        total = comm.reduce_add(outs, destination=1)    # host staging sum
+        np.testing.assert_array_equal(host(total), 2 * src)
+    for d in devices:
+        acc.synchronize(d)
+    st = host_stats()
+    assert st["num_host_alloc"] <= 8                      # a few blocks served everything
+    assert st["active_requests.current"] == 0 and st["active_bytes.current"] == 0
+    acc.memory.empty_host_cache()
+    st = host_stats()
+    assert st["allocations.current"] == 0 and not b.pinned
+    assert b.live_events == events_before                 # every pool event was destroyed
+
+
+def test_without_pinned_memory_collectives_copy_directly() -> None:
+    be = "commnopin"
+    b = backends.get_backend(be)
+    assert isinstance(b, NoPinnedNoHostCpu)
+    src = np.arange(24, dtype=np.int16).reshape(4, 6)
+    b.copies.clear()
+    pieces = comm.scatter(src, [f"{be}:0", f"{be}:1"], dim=1)
+    np.testing.assert_array_equal(comm.gather(pieces, dim=1, destination=-1), src)
+    g = comm.gather([put(src[:, :2], "commcpua:0"), put(src[:, 2:], "commcpua:1")], dim=1,
+                    destination=f"{be}:0")
+    back = comm.scatter(g, ["commcpua:0", "commcpua:1"], chunk_sizes=[4, 2], dim=1)
+    np.testing.assert_array_equal(np.concatenate([host(p) for p in back], axis=1), src)
+    assert b.copies and not b.pinned                      # every copy was a direct one

@@ -9,7 +9,10 @@ work already queued on the destination's stream (so nobody is still using the de
 memory), and the destination's stream waits for the copy (so later work there sees the data).
 Each barrier is an event recorded on one stream and waited on by the other. Copies that touch
 plain host memory or cross backends are synchronous with respect to the host (the host buffer
-must be valid when the call returns, as with pageable memory in CUDA).
+must be valid when the call returns, as with pageable memory in CUDA). Between host memory and
+device memory the host cannot read, they go through pinned blocks of the backend's host pool
+(:mod:`accelrt._staging`, as ``Array`` copies do): the pool reuses a block only once the copy
+that used it has completed; without pinned memory they copy directly.
 
 Example::
 
@@ -33,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .. import _backend
+from .. import _backend, _staging
 from .._device import _get_device, _lazy_init
 from .._stream import Stream, _current, _wait_raw
 
@@ -231,26 +234,84 @@ def _strided_host_copy(dst: Place, dst_ptr: int, src: Place, src_ptr: int, run: 
     fn()
 
 
+def _contiguous(run: int, count: int, pitch: int) -> bool:
+    return count == 1 or pitch == run
+
+
 def _d2h(src: Place, dst_ptr: int, src_ptr: int, run: int, count: int, dst_pitch: int,
          src_pitch: int, stream: Stream | None) -> None:
+    """Device (or host-readable memory of a backend) to host-readable memory; returns with
+    the copy complete. Memory the host cannot read goes through the backend's pinned host
+    pool (:func:`accelrt._staging.download`) where it can."""
     b = src.backend
     assert b is not None
     s = stream_of(src, stream)
+    if not src.host_readable() and _download_staged(b, s, dst_ptr, src_ptr, run, count,
+                                                    dst_pitch, src_pitch):
+        return
     for k in range(count):
         b.memcpy(dst_ptr + k * dst_pitch, src_ptr + k * src_pitch, run, src.index,
                  s._handle, "d2h")
     s.synchronize()
 
 
+def _download_staged(b: Backend, s: Stream, dst_ptr: int, src_ptr: int, run: int, count: int,
+                     dst_pitch: int, src_pitch: int) -> bool:
+    """Download through pinned blocks; False (nothing copied) when staging does not apply."""
+    total = run * count
+    if _contiguous(run, count, src_pitch):
+        if _contiguous(run, count, dst_pitch):
+            return _staging.download(b, s, dst_ptr, src_ptr, total)
+        tmp = np.empty(total, dtype=np.uint8)      # one staged copy, then scatter the runs
+        if not _staging.download(b, s, tmp.ctypes.data, src_ptr, total):
+            return False
+        _strided_copy(dst_ptr, tmp.ctypes.data, run, count, dst_pitch, run)
+        return True
+    # strided device memory: one staged copy per run (each falls back on its own)
+    for k in range(count):
+        d, sp = dst_ptr + k * dst_pitch, src_ptr + k * src_pitch
+        if not _staging.download(b, s, d, sp, run):
+            b.memcpy(d, sp, run, s._index, s._handle, "d2h")
+            s.synchronize()
+    return True
+
+
 def _h2d(dst: Place, dst_ptr: int, src_ptr: int, run: int, count: int, dst_pitch: int,
          src_pitch: int, stream: Stream | None) -> None:
+    """Host-readable memory to a device (or host-readable memory of a backend); returns with
+    the copy complete. Memory the host cannot read is filled from the backend's pinned host
+    pool (:func:`accelrt._staging.upload`) where it can."""
     b = dst.backend
     assert b is not None
     s = stream_of(dst, stream)
+    if not dst.host_readable() and _upload_staged(b, s, dst_ptr, src_ptr, run, count,
+                                                  dst_pitch, src_pitch):
+        return
     for k in range(count):
         b.memcpy(dst_ptr + k * dst_pitch, src_ptr + k * src_pitch, run, dst.index,
                  s._handle, "h2d")
     s.synchronize()
+
+
+def _upload_staged(b: Backend, s: Stream, dst_ptr: int, src_ptr: int, run: int, count: int,
+                   dst_pitch: int, src_pitch: int) -> bool:
+    """Upload through pinned blocks and synchronize ``s``; False (nothing copied) when
+    staging does not apply."""
+    if _contiguous(run, count, dst_pitch):
+        if _contiguous(run, count, src_pitch):
+            host = host_view(src_ptr, (run * count,), np.dtype(np.uint8))
+        else:                                      # pack the runs; upload copies them again
+            host = np.ascontiguousarray(_strided_view(src_ptr, run, count, src_pitch))
+        return _staging.upload(b, s, dst_ptr, host, non_blocking=False)
+    # strided device memory: one staged copy per run, enqueued (the pool reuses a block once
+    # its copy has run), each falling back on its own, then one synchronize
+    for k in range(count):
+        d, sp = dst_ptr + k * dst_pitch, src_ptr + k * src_pitch
+        if not _staging.upload(b, s, d, host_view(sp, (run,), np.dtype(np.uint8)),
+                               non_blocking=True):
+            b.memcpy(d, sp, run, s._index, s._handle, "h2d")
+    s.synchronize()
+    return True
 
 
 def _staged(dst: Place, dst_ptr: int, src: Place, src_ptr: int, run: int, count: int,
