@@ -181,6 +181,38 @@ def test_timeline_downsampling_keeps_the_peak() -> None:
     assert max(t["active"]) == 10 * MiB + 512
 
 
+def test_timeline_stacks_the_largest_allocations() -> None:
+    """Each large allocation is a band stacked in allocation order; when one is freed the
+    bands above it drop by its size (PyTorch's active memory timeline)."""
+    t = _embedded(trace_html(torch_like_snapshot()))["timelines"][0]
+    assert t["bands"] == [[1, 6, 23 * MiB, "train.py:12:forward", [1, 0]],
+                          [2, 4, MiB, "", [2, 23 * MiB]],
+                          [5, 6, 2 * MiB, "", [5, 23 * MiB]]]
+    assert t["kept"] == t["active"] and t["elided"] == 0
+    entries = [{"action": "alloc", "addr": 1, "size": 10}, {"action": "alloc", "addr": 2, "size": 5},
+               {"action": "alloc", "addr": 3, "size": 7}, {"action": "free_requested", "addr": 1,
+                                                           "size": 10}]
+    t = _embedded(trace_html({"segments": [], "device_traces": [entries]}))["timelines"][0]
+    assert [b[4] for b in t["bands"]] == [[0, 0], [1, 10, 3, 0], [2, 15, 3, 5]]
+    assert [b[1] for b in t["bands"]] == [3, 3, 3]
+
+
+def test_timeline_sums_small_allocations_into_one_band(monkeypatch) -> None:
+    """Beyond _MAX_BANDS (or the point budget), the smaller allocations form one band on top
+    of the large ones: ``kept`` is the height of the large bands, ``active`` the total."""
+    from accelrt.memory import viz
+
+    entries = [{"action": "alloc", "addr": a, "size": s} for a, s in ((1, 4), (2, 9), (3, 1))]
+    monkeypatch.setattr(viz, "_MAX_BANDS", 1)
+    t = viz._timeline(entries)
+    assert [b[2] for b in t["bands"]] == [9] and t["elided"] == 2
+    assert t["kept"] == [0, 9, 9] and t["active"] == [4, 13, 14]
+    monkeypatch.setattr(viz, "_MAX_BANDS", 3)
+    monkeypatch.setattr(viz, "_MAX_BAND_POINTS", 4)     # 3 bands need 6 numbers: halve to 1
+    t = viz._timeline(entries)
+    assert len(t["bands"]) == 1 and t["elided"] == 2
+
+
 def test_load_snapshot_reads_torch_pickles_and_gzip(tmp_path) -> None:
     p = tmp_path / "torch.pickle"
     p.write_bytes(pickle.dumps(torch_like_snapshot(), protocol=2))
@@ -295,30 +327,79 @@ global.document = {
   createElement: mk, createElementNS: (ns, tag) => mk(tag),
 };
 eval(code);
-const lines = [];
+const lines = [], polys = [], labels = [];
 (function walk(e) {
   if (e.tag === "polyline") lines.push(e.attrs.points.split(" ").length);
+  if (e.tag === "polygon") polys.push(e.attrs.points.split(" ").length);
+  if (e.tag === "text") labels.push(e.textContent);
   e.children.forEach(walk);
 })(ids["timelines"]);
-const bars = ids["segments"].children.map(r => r.children[1].children.length);
-console.log(JSON.stringify({lines, bars, totals: ids["totals"].textContent}));
+const rows = ids["segments"].children;
+const bars = rows.map(r => r.children[1].children.length);
+const cells = rows.map(r => r.children[1].children.map(
+  c => ({left: parseFloat(c.style.left), width: parseFloat(c.style.width), title: c.title,
+         sep: c.className === "sep"})));
+console.log(JSON.stringify({lines, polys, labels, bars, cells,
+                            totals: ids["totals"].textContent}));
 """
 
 
-@pytest.mark.skipif(shutil.which("node") is None, reason="node.js is not installed")
-def test_html_script_draws_in_a_dom_stub(tmp_path) -> None:
-    """Run the page's inline JavaScript against a minimal DOM: it must draw one polyline per
-    series with one point per timeline entry, and one bar per segment with one cell per block."""
+NO_NODE = pytest.mark.skipif(shutil.which("node") is None, reason="node.js is not installed")
+
+
+def _run_page(tmp_path, snap: dict) -> dict:
     page = tmp_path / "p.html"
-    page.write_text(trace_html(torch_like_snapshot()))
+    page.write_text(trace_html(snap))
     runner = tmp_path / "run.js"
     runner.write_text(NODE_RUNNER)
     out = subprocess.run(["node", str(runner), str(page)], capture_output=True, text=True,
                          timeout=60, check=True)
-    result = json.loads(out.stdout)
-    assert result["lines"] == [5, 5]        # reserved and active, 5 memory events each
+    return json.loads(out.stdout)
+
+
+@NO_NODE
+def test_html_script_draws_in_a_dom_stub(tmp_path) -> None:
+    """Run the page's inline JavaScript against a minimal DOM: it must draw each series as a
+    step line (two points per memory event but the first), fill the area under the active
+    line, and draw one bar per segment with one cell per block."""
+    result = _run_page(tmp_path, torch_like_snapshot())
+    assert result["lines"] == [9, 9]        # reserved and active, 5 memory events each
+    assert result["polys"] == [4, 4, 4, 18]  # 3 allocation bands, then the smaller-allocation
+    #                                        band between the band stack and the active line
     assert result["bars"] == [2, 3]
     assert result["totals"] == "segments: 2, reserved: 42.0 MiB, allocated: 24.0 MiB"
+    first = result["cells"][0]
+    assert [c["left"] for c in first] == [0, 60] and [c["width"] for c in first] == [60, 40]
+    assert first[0]["title"] == "active_allocated 24.0 MiB (requested 23.0 MiB)\ntrain.py:12:forward"
+
+
+@NO_NODE
+def test_html_axes_have_round_ticks_covering_the_peak(tmp_path) -> None:
+    """Regression: the y grid stopped below the peak (the top of the reserved line had no
+    label) and the x axis had no ticks at all."""
+    labels = _run_page(tmp_path, torch_like_snapshot())["labels"]
+    mib_ticks = [float(v.split()[0]) for v in labels if v.endswith(" MiB") or v == "0.0 B"]
+    assert mib_ticks == [0, 10, 20, 30, 40]                 # peak reserved is 40 MiB
+    assert labels[labels.index("40.0 MiB") + 1:labels.index("40.0 MiB") + 8] == [
+        "0", "1", "2", "3", "4", "5", "6"]                   # entries 0..6
+    assert "trace entry (event number)" in labels
+
+
+@NO_NODE
+def test_html_merges_blocks_too_narrow_to_see(tmp_path) -> None:
+    """Regression: a 2 MiB segment holding hundreds of small blocks drew as a white bar,
+    because every sub-pixel cell was all white separator. Narrow neighbours of one state
+    are now merged into one cell, and cells are placed absolutely so they never overflow."""
+    blocks = [{"size": 4096, "requested_size": 4000, "state": "active_allocated"}] * 400
+    blocks += [{"size": 2 * MiB - 400 * 4096, "requested_size": 0, "state": "inactive"}]
+    snap = torch_like_snapshot()
+    snap["segments"].append({"address": 1 << 34, "total_size": 2 * MiB, "stream": 0,
+                             "blocks": blocks})
+    cells = _run_page(tmp_path, snap)["cells"][2]
+    assert len(cells) == 2
+    assert cells[0]["title"] == "400 allocated blocks, 1.6 MiB"
+    assert cells[1]["left"] == pytest.approx(78.125)
+    assert sum(c["width"] for c in cells) == pytest.approx(100)
 
 
 def test_torch_memory_viz_reads_our_dump(tmp_path) -> None:

@@ -40,6 +40,8 @@ __all__ = ["format_bytes", "load_snapshot", "segsum", "trace_html", "trace_text"
 
 PAGE_SIZE = 20 << 20          # one character of segsum's bars
 _MAX_POINTS = 4000            # timeline points embedded in the HTML (peaks preserved)
+_MAX_BANDS = 1000             # largest allocations drawn as their own band in the timeline
+_MAX_BAND_POINTS = 200_000    # numbers in all band edges together (bounds the page size)
 
 
 def format_bytes(num: float) -> str:
@@ -272,20 +274,74 @@ def trace_text(snapshot: dict[str, Any]) -> str:
 
 # ---------------------------------------------------------------------- HTML
 
-def _timeline(entries: list[dict[str, Any]]) -> dict[str, list[int]]:
-    """Active and reserved bytes after each event, downsampled keeping each bucket's peak."""
+def _where(frames: Any) -> str:
+    """``file:line:function`` of the innermost frame, or ``""``."""
+    top = frames[0] if isinstance(frames, list) and frames and isinstance(frames[0], dict) else {}
+    return f"{top.get('filename', '')}:{top.get('line', '')}:{top.get('name', '')}" if top else ""
+
+
+def _timeline(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """Active and reserved bytes after each event, downsampled keeping each bucket's peak,
+    and the stacked bands of the largest allocations.
+
+    The ``_MAX_BANDS`` largest allocations seen in the trace are stacked bottom-up in
+    allocation order (a band drops when one below it is freed, as in PyTorch's active memory
+    timeline); every other allocation is summed into one band on top (``kept`` is the height
+    of the stack of large bands after each point). A band is ``[first entry, last entry,
+    size, where, [entry, bottom, entry, bottom, ...]]``, the bottom edge as a step function.
+    """
     completes = any(e["action"] == "free_completed" for e in entries)
     free_action = "free_completed" if completes else "free_requested"
-    active = reserved = 0
+    # Pass 1: the lifetime of every allocation seen (addr reuse gives a new lifetime).
+    allocs: list[list[Any]] = []            # [start, end, size, where]
+    live_ids: dict[int, int] = {}
+    for i, e in enumerate(entries):
+        if e["action"] == "alloc":
+            live_ids[e["addr"]] = len(allocs)
+            allocs.append([i, len(entries) - 1, e["size"], _where(e.get("frames"))])
+        elif e["action"] == free_action and e["addr"] in live_ids:
+            allocs[live_ids.pop(e["addr"])][1] = i
+    by_size = sorted(range(len(allocs)), key=lambda k: -allocs[k][2])
+    n_bands = _MAX_BANDS
+    while True:
+        kept_ids = set(by_size[:n_bands])
+        out = _replay_bands(entries, free_action, allocs, kept_ids)
+        if n_bands <= 1 or sum(len(b[4]) for b in out["bands"]) <= _MAX_BAND_POINTS:
+            return out
+        n_bands //= 2                       # long-lived bands stepping often: draw fewer
+
+
+def _replay_bands(entries: list[dict[str, Any]], free_action: str, allocs: list[list[Any]],
+                  kept_ids: set[int]) -> dict[str, Any]:
+    """Pass 2 of :func:`_timeline`: the totals and each large band's bottom edge."""
+    active = reserved = kept_sum = 0
     xs: list[int] = []
     act: list[int] = []
     res: list[int] = []
+    kept: list[int] = []
+    stack: list[int] = []                   # live large allocation ids, bottom first
+    bottoms: dict[int, list[int]] = {}
+    live_ids: dict[int, int] = {}
+    n_allocs = 0
     for i, e in enumerate(entries):
         a = e["action"]
         if a == "alloc":
             active += e["size"]
+            k = live_ids[e["addr"]] = n_allocs      # allocations numbered as in pass 1
+            n_allocs += 1
+            if k in kept_ids:
+                bottoms[k] = [i, kept_sum]
+                stack.append(k)
+                kept_sum += e["size"]
         elif a == free_action:
             active -= e["size"]
+            k = live_ids.pop(e["addr"], -1)
+            if k in kept_ids:
+                pos = stack.index(k)
+                stack.pop(pos)
+                kept_sum -= allocs[k][2]
+                for above in stack[pos:]:
+                    bottoms[above] += [i, bottoms[above][-1] - allocs[k][2]]
         elif a in ("segment_alloc", "segment_map"):
             reserved += e["size"]
         elif a in ("segment_free", "segment_unmap"):
@@ -295,26 +351,29 @@ def _timeline(entries: list[dict[str, Any]]) -> dict[str, list[int]]:
         xs.append(i)
         act.append(active)
         res.append(reserved)
+        kept.append(kept_sum)
     if len(xs) > _MAX_POINTS:
         step = -(-len(xs) // _MAX_POINTS)
-        xs2, act2, res2 = [], [], []
+        xs2, act2, res2, kept2 = [], [], [], []
         for k in range(0, len(xs), step):
             j = max(range(k, min(k + step, len(xs))), key=act.__getitem__)
             xs2.append(xs[j])
             act2.append(act[j])
             res2.append(max(res[k:k + step]))
-        xs, act, res = xs2, act2, res2
-    return {"x": xs, "active": act, "reserved": res}
+            kept2.append(kept[j])
+        xs, act, res, kept = xs2, act2, res2, kept2
+    bands = [[allocs[k][0], allocs[k][1], allocs[k][2], allocs[k][3], bottoms[k]]
+             for k in sorted(kept_ids)]
+    return {"x": xs, "active": act, "reserved": res, "kept": kept, "bands": bands,
+            "elided": len(allocs) - len(kept_ids)}
 
 
 def _segment_view(seg: dict[str, Any]) -> dict[str, Any]:
     blocks = []
     for b in seg["blocks"]:
-        frames = b.get("frames") or []
-        top = frames[0] if frames and isinstance(frames[0], dict) else {}
-        where = f"{top.get('filename', '')}:{top.get('line', '')}:{top.get('name', '')}" if top else ""
         blocks.append({"size": b["size"], "state": b["state"],
-                       "requested": int(b.get("requested_size") or 0), "where": where})
+                       "requested": int(b.get("requested_size") or 0),
+                       "where": _where(b.get("frames"))})
     return {"device": seg.get("device", 0), "address": seg["address"],
             "total": seg["total_size"], "stream": seg["stream"],
             "type": seg.get("segment_type", ""), "pool": list(seg.get("segment_pool_id", (0, 0))),
@@ -323,25 +382,33 @@ def _segment_view(seg: dict[str, Any]) -> dict[str, Any]:
 
 _PAGE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>__TITLE__</title>
+<meta name="viewport" content="width=device-width,initial-scale=1">
 <style>
-body{font:13px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}
+body{font:13px/1.4 system-ui,sans-serif;margin:1.5em;color:#222;max-width:1200px}
 h1{font-size:1.3em} h2{font-size:1.1em;margin-top:1.5em}
-svg{background:#fafafa;border:1px solid #ddd}
+svg.tl{background:#fafafa;border:1px solid #ddd;width:100%;max-width:960px;height:auto;display:block}
 .seg{margin:2px 0;display:flex;align-items:center;gap:8px}
-.bar{display:flex;height:14px;border:1px solid #999;background:#eee}
-.bar div{height:100%;border-right:1px solid #fff;box-sizing:border-box}
-.lbl{font:11px monospace;white-space:nowrap;width:23em}
-.k{display:inline-block;width:10px;height:10px;margin:0 4px 0 12px}
+.bar{position:relative;flex:none;height:14px;border:1px solid #999;background:#eee;overflow:hidden}
+.bar div{position:absolute;top:0;height:100%;box-sizing:border-box}
+.bar div.sep{border-right:1px solid #fff}
+.lbl{font:11px monospace;white-space:nowrap;flex:none;width:27em;overflow:hidden;text-overflow:ellipsis}
+.k{display:inline-block;width:10px;height:10px;margin:0 4px 0 12px;vertical-align:-1px}
+.k:first-child{margin-left:0}
 pre{background:#f4f4f4;padding:8px;overflow:auto}
 </style></head><body>
 <h1>__TITLE__</h1>
 <p id="totals"></p>
 <h2>Active memory timeline</h2>
+<p><span class="k" style="background:#3b75af;height:2px;vertical-align:3px"></span>active (allocated)
+<span class="k" style="background:#999999;height:2px;vertical-align:3px"></span>reserved (segments)
+<span class="k" style="background:linear-gradient(90deg,#4e79a7,#f28e2b,#e15759,#59a14f)"></span>the largest allocations, one band each, stacked in allocation order
+<span class="k" style="background:#c4d5e7"></span>all smaller allocations (hover a band for details)</p>
 <div id="timelines"></div>
 <h2>Segments</h2>
 <p><span class="k" style="background:#3b75af"></span>allocated
 <span class="k" style="background:#ef8636"></span>freed, waiting on a stream
-<span class="k" style="background:#cccccc"></span>free (cached)</p>
+<span class="k" style="background:#cccccc"></span>free (cached)
+&nbsp; (bar length grows with the square root of the segment size; hover a block for details)</p>
 <div id="segments"></div>
 <h2>Segment summary</h2>
 <pre id="segsum"></pre>
@@ -350,8 +417,13 @@ pre{background:#f4f4f4;padding:8px;overflow:auto}
 (function(){
 "use strict";
 var D=JSON.parse(document.getElementById("data").textContent);
-function fmt(n){var u=["B","KiB","MiB","GiB","TiB","PiB"],i=0;n=+n;
- while(Math.abs(n)>=1024&&i<u.length-1){n/=1024;i++;}return n.toFixed(1)+" "+u[i];}
+var UNITS=["B","KiB","MiB","GiB","TiB","PiB"];
+function fmt(n){var i=0;n=+n;
+ while(Math.abs(n)>=1024&&i<UNITS.length-1){n/=1024;i++;}return n.toFixed(1)+" "+UNITS[i];}
+function nice(v){var p=Math.pow(10,Math.floor(Math.log10(v))),m=v/p;
+ return (m<=1?1:m<=2?2:m<=5?5:10)*p;}
+function byteTicks(ymax){var u=1;while(ymax/u>=1024&&u<Math.pow(1024,5))u*=1024;
+ var step=nice(ymax/u/4)*u,t=[0];while(t[t.length-1]<ymax)t.push(t.length*step);return t;}
 function el(tag,attrs,parent){var e=document.createElementNS("http://www.w3.org/2000/svg",tag);
  for(var k in attrs)e.setAttribute(k,attrs[k]);if(parent)parent.appendChild(e);return e;}
 document.getElementById("totals").textContent="segments: "+D.segments.length+
@@ -360,37 +432,64 @@ document.getElementById("segsum").textContent=D.segsum;
 var host=document.getElementById("timelines");
 if(!D.timelines.length){host.textContent="No trace recorded (call record_memory_history() before dump_snapshot()).";}
 D.timelines.forEach(function(t){
- var W=960,H=260,L=70,B=30,n=t.x.length;
+ var W=960,H=280,L=72,R=16,T=12,B=40,n=t.x.length;
  var cap=document.createElement("p");cap.textContent="device "+t.device+": "+t.entries+
-  " entries, peak active "+fmt(Math.max.apply(null,t.active.concat([0])))+
+  " entries, "+(t.elided?t.bands.length+" largest of "+(t.bands.length+t.elided):"all "+t.bands.length)+
+  " allocations drawn as bands, peak active "+fmt(Math.max.apply(null,t.active.concat([0])))+
   ", peak reserved "+fmt(Math.max.apply(null,t.reserved.concat([0])));host.appendChild(cap);
- var svg=el("svg",{width:W,height:H});host.appendChild(svg);
+ var svg=el("svg",{"class":"tl",viewBox:"0 0 "+W+" "+H,width:W,height:H});host.appendChild(svg);
  var ymax=Math.max(1,Math.max.apply(null,t.active.concat(t.reserved)));
+ var yt=byteTicks(ymax);ymax=Math.max(ymax,yt[yt.length-1]);
  var xmax=Math.max(1,t.entries-1);
- function X(v){return L+(W-L-10)*v/xmax;} function Y(v){return H-B-(H-B-10)*v/ymax;}
- for(var g=0;g<=4;g++){var v=ymax*g/4;el("line",{x1:L,x2:W-10,y1:Y(v),y2:Y(v),stroke:"#e2e2e2"},svg);
-  el("text",{x:L-6,y:Y(v)+4,"text-anchor":"end","font-size":10},svg).textContent=fmt(v);}
- el("text",{x:(W+L)/2,y:H-8,"text-anchor":"middle","font-size":10},svg).textContent="trace entry";
- [["reserved","#999999"],["active","#3b75af"]].forEach(function(s){
-  var pts=[],ys=t[s[0]];for(var i=0;i<n;i++)pts.push(X(t.x[i]).toFixed(1)+","+Y(ys[i]).toFixed(1));
-  if(n)el("polyline",{points:pts.join(" "),fill:"none",stroke:s[1],"stroke-width":1.5},svg);
-  el("text",{x:W-14,y:s[0]=="active"?24:40,"text-anchor":"end",fill:s[1],"font-size":11},svg).textContent=s[0];});
+ function X(v){return L+(W-L-R)*v/xmax;} function Y(v){return H-B-(H-B-T)*v/ymax;}
+ yt.forEach(function(v){el("line",{x1:L,x2:W-R,y1:Y(v),y2:Y(v),stroke:"#e2e2e2"},svg);
+  el("text",{x:L-6,y:Y(v)+4,"text-anchor":"end","font-size":11},svg).textContent=fmt(v);});
+ var xs=nice(xmax/8);
+ for(var xv=0;xv<=xmax;xv+=xs){el("line",{x1:X(xv),x2:X(xv),y1:H-B,y2:H-B+4,stroke:"#888"},svg);
+  el("text",{x:X(xv),y:H-B+16,"text-anchor":"middle","font-size":11},svg).textContent=String(xv);}
+ el("line",{x1:L,x2:W-R,y1:H-B,y2:H-B,stroke:"#888"},svg);
+ el("line",{x1:L,x2:L,y1:T,y2:H-B,stroke:"#888"},svg);
+ el("text",{x:(W+L)/2,y:H-6,"text-anchor":"middle","font-size":11},svg).textContent="trace entry (event number)";
+ function steps(ys){var p=[];for(var i=0;i<n;i++){var x=X(t.x[i]).toFixed(1);
+  if(i)p.push(x+","+Y(ys[i-1]).toFixed(1));p.push(x+","+Y(ys[i]).toFixed(1));}return p;}
+ var PAL=["#4e79a7","#f28e2b","#e15759","#76b7b2","#59a14f","#edc948","#b07aa1","#ff9da7","#9c755f","#86bcb6"];
+ t.bands.forEach(function(b,bi){var lo=[],hi=[],pts=b[4],end=X(b[1]).toFixed(1);
+  for(var i=0;i<pts.length;i+=2){var x=X(pts[i]).toFixed(1),nx=i+2<pts.length?X(pts[i+2]).toFixed(1):end;
+   lo.push(x+","+Y(pts[i+1]).toFixed(1),nx+","+Y(pts[i+1]).toFixed(1));
+   hi.push(x+","+Y(pts[i+1]+b[2]).toFixed(1),nx+","+Y(pts[i+1]+b[2]).toFixed(1));}
+  var g=el("polygon",{points:lo.concat(hi.reverse()).join(" "),fill:PAL[bi%PAL.length],stroke:"none"},svg);
+  el("title",{},g).textContent=fmt(b[2])+" allocated at entry "+b[0]+", "+
+   (b[1]>=t.entries-1?"still live":"freed at entry "+b[1])+(b[3]?"\\n"+b[3]:"");});
+ if(n){var a=steps(t.active);
+  var g=el("polygon",{points:a.concat(steps(t.kept).reverse()).join(" "),fill:"#3b75af","fill-opacity":0.3,stroke:"none"},svg);
+  el("title",{},g).textContent=t.elided+" smaller allocations";
+  el("polyline",{points:steps(t.reserved).join(" "),fill:"none",stroke:"#999999","stroke-width":1.5},svg);
+  el("polyline",{points:a.join(" "),fill:"none",stroke:"#3b75af","stroke-width":1.2},svg);}
 });
 var colors={active_allocated:"#3b75af",active_pending_free:"#ef8636",inactive:"#cccccc"};
+var names={active_allocated:"allocated",active_pending_free:"freed, waiting on a stream",inactive:"free"};
 var segs=document.getElementById("segments");
 var maxTotal=Math.max.apply(null,D.segments.map(function(s){return s.total;}).concat([1]));
+function cell(bar,run,s,px){var d=document.createElement("div");
+ d.style.left=(100*run.start/s.total)+"%";d.style.width=(100*run.size/s.total)+"%";
+ d.style.background=colors[run.state]||"#c33";if(run.size/s.total*px>=4)d.className="sep";
+ var b=run.first;d.title=run.count>1?run.count+" "+(names[run.state]||run.state)+" blocks, "+fmt(run.size):
+  b.state+" "+fmt(b.size)+(b.state=="active_allocated"?" (requested "+fmt(b.requested)+")":"")+
+  (b.where?"\\n"+b.where:"");bar.appendChild(d);}
 D.segments.forEach(function(s){
  var row=document.createElement("div");row.className="seg";
  var lbl=document.createElement("span");lbl.className="lbl";
  lbl.textContent="dev"+s.device+" 0x"+s.address.toString(16)+" "+fmt(s.total)+" "+s.type+
   (s.expandable?" exp":"")+(s.stream?" stream "+s.stream:"")+(s.pool[0]||s.pool[1]?" pool "+s.pool:"");
- row.appendChild(lbl);
+ lbl.title=lbl.textContent+", "+s.blocks.length+" blocks";row.appendChild(lbl);
  var bar=document.createElement("div");bar.className="bar";
- bar.style.width=Math.max(4,Math.round(640*Math.sqrt(s.total/maxTotal)))+"px";
- s.blocks.forEach(function(b){var d=document.createElement("div");
-  d.style.width=(100*b.size/s.total)+"%";d.style.background=colors[b.state]||"#c33";
-  d.title=b.state+" "+fmt(b.size)+(b.state=="active_allocated"?" (requested "+fmt(b.requested)+")":"")+
-   (b.where?"\\n"+b.where:"");bar.appendChild(d);});
+ var px=Math.max(4,Math.round(640*Math.sqrt(s.total/maxTotal)));bar.style.width=px+"px";
+ var run=null,off=0;
+ s.blocks.forEach(function(b){var narrow=b.size/s.total*px<3;
+  if(run&&run.narrow&&narrow&&run.state==b.state){run.size+=b.size;run.count++;}
+  else{if(run)cell(bar,run,s,px);run={start:off,size:b.size,state:b.state,count:1,first:b,narrow:narrow};}
+  off+=b.size;});
+ if(run)cell(bar,run,s,px);
  row.appendChild(bar);segs.appendChild(row);
 });
 })();
