@@ -7,8 +7,16 @@ import sys
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 sys.path.insert(0, os.path.dirname(__file__))  # make ``helpers`` importable
+
+# CI machines are small and shared: no per-example deadline, no "too slow" health check, and
+# a fixed example sequence (set HYPOTHESIS_PROFILE=dev locally for fresh random examples).
+settings.register_profile("ci", deadline=None, derandomize=True,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("dev", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
 
 from accelrt import _backend, _device  # noqa: E402
 
