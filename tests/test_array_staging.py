@@ -12,6 +12,7 @@ from typing import final
 
 import numpy as np
 import pytest
+from helpers.staging import RecordingNoHostCpu
 
 import accelrt as acc
 from accelrt import backends
@@ -20,41 +21,8 @@ from accelrt.backends.cpu import CpuBackend
 from accelrt.memory._host import peek_host_allocator
 
 
-class StagedCpu(CpuBackend):
+class StagedCpu(RecordingNoHostCpu):
     """cpu devices the core must treat like GPU memory; records pinned blocks and copies."""
-
-    def __init__(self, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
-        self.pinned: set[int] = set()
-        self.copies: list[tuple[str, int, int]] = []        # (kind, dst, src)
-        self.live_events = 0
-
-    def host_accessible(self, index: int) -> bool:
-        return False
-
-    def host_malloc(self, size: int) -> int:
-        ptr = super().host_malloc(size)
-        if ptr:
-            self.pinned.add(ptr)
-        return ptr
-
-    def host_free(self, ptr: int) -> None:
-        self.pinned.remove(ptr)
-        super().host_free(ptr)
-
-    def memcpy(self, dst: int, src: int, nbytes: int, index: int, stream: int,
-               kind: str) -> None:
-        self.copies.append((kind, dst, src))
-        super().memcpy(dst, src, nbytes, index, stream, kind)
-
-    def event_create(self, index: int, enable_timing: bool, blocking: bool,
-                     interprocess: bool) -> int:
-        self.live_events += 1
-        return super().event_create(index, enable_timing, blocking, interprocess)
-
-    def event_destroy(self, index: int, event: int) -> None:
-        self.live_events -= 1
-        super().event_destroy(index, event)
 
 
 class NoPinnedCpu(StagedCpu):

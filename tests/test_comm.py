@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from helpers.staging import RecordingNoHostCpu
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -551,38 +552,8 @@ def test_scatter_stream_on_source_device_waits_for_current_stream() -> None:
 
 # ---------------------------------------------------------------------- pinned host staging
 
-class PinnedNoHostCpu(NoHostCpu):
+class PinnedNoHostCpu(RecordingNoHostCpu):
     """NoHostCpu that records its pinned host blocks, its copies and its live events."""
-
-    def __init__(self, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
-        self.pinned: set[int] = set()
-        self.copies: list[tuple[str, int, int]] = []        # (kind, dst, src)
-        self.live_events = 0
-
-    def host_malloc(self, size: int) -> int:
-        ptr = super().host_malloc(size)
-        if ptr:
-            self.pinned.add(ptr)
-        return ptr
-
-    def host_free(self, ptr: int) -> None:
-        self.pinned.remove(ptr)
-        super().host_free(ptr)
-
-    def memcpy(self, dst: int, src: int, nbytes: int, index: int, stream: int,
-               kind: str) -> None:
-        self.copies.append((kind, dst, src))
-        super().memcpy(dst, src, nbytes, index, stream, kind)
-
-    def event_create(self, index: int, enable_timing: bool, blocking: bool,
-                     interprocess: bool) -> int:
-        self.live_events += 1
-        return super().event_create(index, enable_timing, blocking, interprocess)
-
-    def event_destroy(self, index: int, event: int) -> None:
-        self.live_events -= 1
-        super().event_destroy(index, event)
 
 
 class NoPinnedNoHostCpu(PinnedNoHostCpu):

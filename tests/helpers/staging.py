@@ -1,0 +1,46 @@
+"""A cpu backend the core must treat like GPU memory, recording its pinned host blocks, its
+copies and its live events (shared by the array-staging and collectives tests)."""
+
+from __future__ import annotations
+
+from accelrt.backends.cpu import CpuBackend
+
+__all__ = ["RecordingNoHostCpu"]
+
+
+class RecordingNoHostCpu(CpuBackend):
+    """cpu devices with ``host_accessible() == False`` that record pinned blocks (``pinned``),
+    copies (``copies``: ``(kind, dst, src)``) and the number of live events."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.pinned: set[int] = set()
+        self.copies: list[tuple[str, int, int]] = []
+        self.live_events = 0
+
+    def host_accessible(self, index: int) -> bool:
+        return False
+
+    def host_malloc(self, size: int) -> int:
+        ptr = super().host_malloc(size)
+        if ptr:
+            self.pinned.add(ptr)
+        return ptr
+
+    def host_free(self, ptr: int) -> None:
+        self.pinned.remove(ptr)
+        super().host_free(ptr)
+
+    def memcpy(self, dst: int, src: int, nbytes: int, index: int, stream: int,
+               kind: str) -> None:
+        self.copies.append((kind, dst, src))
+        super().memcpy(dst, src, nbytes, index, stream, kind)
+
+    def event_create(self, index: int, enable_timing: bool, blocking: bool,
+                     interprocess: bool) -> int:
+        self.live_events += 1
+        return super().event_create(index, enable_timing, blocking, interprocess)
+
+    def event_destroy(self, index: int, event: int) -> None:
+        self.live_events -= 1
+        super().event_destroy(index, event)
