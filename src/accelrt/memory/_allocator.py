@@ -942,6 +942,9 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
 
         The merge of :meth:`_merge_neighbours` is inlined here (the hot path): ``blk`` is
         mapped, so only free mapped neighbours of the same pool and stream can merge.
+        :meth:`free` inlines this method once more for the common case (no history, no
+        recorded streams); a change to the merge or its stats must be made in both places
+        (the stateful and lazy-stats tests compare them with the model).
         """
         orig_size = blk.size
         req = blk.requested
