@@ -1,6 +1,6 @@
 """Caching-allocator benchmarks: trace replay, the cached fast path, and the stats getters.
 
-1. Replays the two shared real traces (``/work/shared/traces``) through a fresh allocator on a
+1. Replays the two shared real traces (vendored in ``tests/data/traces``) through a fresh allocator on a
    simulated device, with the default settings, with ``expandable_segments:True`` and with
    accelrt's low-fragmentation ``expandable_segments:True,page_reuse:True``, and
    prints reserved/live, device mallocs and us/op beside the peers' numbers measured on an H100
@@ -124,7 +124,7 @@ def main() -> None:
     here = os.path.dirname(os.path.abspath(__file__))
     default = os.path.join(here, "..", "tests", "data", "traces")
     parser.add_argument("--traces", default=default if os.path.isdir(default)
-                        else "/work/shared/traces",
+                        else os.path.join(here, "..", "..", "shared", "traces"),
                         help="folder with trace_resnet50_train.json.gz and "
                              "trace_varlen_encoder.json.gz")
     parser.add_argument("--repeat", type=int, default=5)

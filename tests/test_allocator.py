@@ -18,7 +18,8 @@ from accelrt.memory._config import AllocatorConfig, parse_config
 KiB = 1 << 10
 MiB = 1 << 20
 GiB = 1 << 30
-TRACES = Path("/work/shared/traces")
+# The shared real traces, vendored with the tests (see tests/data/traces/README.md).
+TRACES = Path(__file__).parent / "data" / "traces"
 
 
 def make(conf: str = "", **kw) -> tuple[DeviceCachingAllocator, FakeBackend]:
