@@ -94,6 +94,7 @@ OUTPUTS = {  # number of values each driver function returns after its CUresult
     "cuIpcGetEventHandle": 1, "cuIpcOpenEventHandle": 1, "cuStreamBeginCapture": 0,
     "cuStreamEndCapture": 1, "cuGraphInstantiate": 1, "cuGraphLaunch": 0,
     "cuGraphExecDestroy": 0, "cuGraphDestroy": 0, "cuStreamIsCapturing": 1,
+    "cuGraphGetNodes": 2,
     "cuPointerGetAttribute": 1, "cuGetErrorString": 1, "cuThreadExchangeStreamCaptureMode": 1,
     "cuCtxGetCurrent": 1,
 }
@@ -181,6 +182,8 @@ class FakeDriver:
             return (h,)
         if name == "cuDeviceCanAccessPeer":
             return (1,)
+        if name == "cuGraphGetNodes":   # (nodes, count): the fake captures nothing
+            return (None, 0)
         if name == "cuGetErrorString":
             return (b"fake description",)
         if name == "cuThreadExchangeStreamCaptureMode":
@@ -298,6 +301,7 @@ ERROR_PATHS: list[tuple[str, str, Callable[[Any, dict[str, int]], Any]]] = [
     ("graph_capture_end", "cuGraphInstantiate", lambda b, o: _graph(b, o)),
     ("graph_replay", "cuGraphLaunch", lambda b, o: b.graph_replay(0, _graph(b, o), o["s"])),
     ("graph_destroy", "cuGraphExecDestroy", lambda b, o: b.graph_destroy(0, _graph(b, o))),
+    ("graph_node_count", "cuGraphGetNodes", lambda b, o: b.graph_node_count(0, _graph(b, o))),
     ("stream_is_capturing", "cuStreamIsCapturing",
      lambda b, o: b.stream_is_capturing(0, o["s"])),
     ("philox_fill", "cuLaunchKernel",
