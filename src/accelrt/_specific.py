@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     import numpy as np
+    import numpy.typing as npt
 
     from ._typing import DeviceLike
     from .memory import MemPool as _MemPool
@@ -163,7 +164,7 @@ class Stream(_stream.Stream):
     def _view(cls, s: _stream.Stream) -> Stream:
         """``s`` itself if it is of this class, else a non-owning object of this class for the
         same stream (it keeps ``s`` alive)."""
-        if type(s) is cls:
+        if isinstance(s, cls):
             return s
         v = cls.__new__(cls)
         v._b, v._index, v._handle = s._b, s._index, s._handle
@@ -405,8 +406,8 @@ class DeviceModule(Generic[_S, _E]):
 
     def __init__(self, backend_name: str, module: str, *, stream: type[_S], event: type[_E],
                  stream_context: type[StreamContext], device: type[_DeviceCM],
-                 device_of: type[_DeviceOfCM], graph_class: type[_graph.Graph],
-                 graph: type[_graph.graph]) -> None:
+                 device_of: type[_DeviceOfCM], device_index: type[_dev.device_index],
+                 graph_class: type[_graph.Graph], graph: type[_graph.graph]) -> None:
         if not isinstance(backend_name, str):
             raise TypeError(f"backend_name must be a str, got {type(backend_name).__name__}")
         self.name = backend_name
@@ -416,6 +417,7 @@ class DeviceModule(Generic[_S, _E]):
         self.StreamContext = stream_context
         self.device = device
         self.device_of = device_of
+        self.device_index = device_index
         self.Graph = graph_class
         self.graph = graph
 
@@ -432,6 +434,33 @@ class DeviceModule(Generic[_S, _E]):
         """
         from .memory import MemPool
         return MemPool
+
+    @staticmethod
+    def get_allocator_settings() -> str:
+        """The process-wide allocator settings (:func:`accelrt.memory.get_allocator_settings`).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> isinstance(acc.backends.device_module("cpu").get_allocator_settings(), str)
+            True
+        """
+        from .memory import get_allocator_settings
+        return get_allocator_settings()
+
+    @staticmethod
+    def set_allocator_settings(settings: str) -> None:
+        """Change the process-wide allocator settings
+        (:func:`accelrt.memory.set_allocator_settings`).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> m = acc.backends.device_module("cpu")
+            >>> m.set_allocator_settings(m.get_allocator_settings())
+        """
+        from .memory import set_allocator_settings
+        set_allocator_settings(settings)
 
     def __repr__(self) -> str:
         return f"<accelrt device module {self.module!r} for backend {self.name!r}>"
@@ -718,7 +747,7 @@ class DeviceModule(Generic[_S, _E]):
         return _graph.graph_pool_handle()
 
     # ------------------------------------------------------------------ properties
-    def get_device_properties(self, device: DeviceLike = None) -> Any:
+    def get_device_properties(self, device: DeviceLike = None) -> dict[str, Any]:
         """Properties of a device (``name``, ``total_memory``, ``multi_processor_count``,
         extras): :func:`accelrt.get_device_properties` for this backend.
 
@@ -886,7 +915,7 @@ class DeviceModule(Generic[_S, _E]):
         b = self._b()
         return g._get(b, _tls.device.get(b.name, 0))[0]
 
-    def get_rng_state(self, device: DeviceLike = None) -> np.ndarray:
+    def get_rng_state(self, device: DeviceLike = None) -> npt.NDArray[np.uint8]:
         """The 16-byte state of a device's default generator (``numpy.uint8``).
 
         Example::
@@ -915,7 +944,7 @@ class DeviceModule(Generic[_S, _E]):
         b, index = self._resolve(device)
         g._set(b, index, seed_, offset)
 
-    def get_rng_state_all(self) -> list[np.ndarray]:
+    def get_rng_state_all(self) -> list[npt.NDArray[np.uint8]]:
         """The states of every device of the backend, by index.
 
         Example::
@@ -1105,11 +1134,12 @@ class DeviceModule(Generic[_S, _E]):
         from .memory._summary import format_summary
         d = _typed(self.name, device)
         b = self._usable()
-        index = 0 if b is None else _index_of(b, d)
-        if b is None and isinstance(d, int) and d > 0:
-            index = d
-        elif b is None and isinstance(d, _dev.device) and d.index is not None:
-            index = d.index
+        if b is not None:
+            index = _index_of(b, d)
+        elif isinstance(d, _dev.device):
+            index = d.index or 0
+        else:
+            index = max(d or 0, 0)
         return format_summary(self.memory_stats(device), index, self.name, abbreviated)
 
     def mem_get_info(self, device: DeviceLike = None) -> tuple[int, int]:
@@ -1420,7 +1450,8 @@ def device_module(name: str) -> DeviceModule[Stream, Event]:
             m = _modules[name] = DeviceModule(
                 name, module, stream=make(Stream, "Stream", _event_class=ev), event=ev,
                 stream_context=make(StreamContext, "StreamContext"), device=dev_cls,
-                device_of=make(device_of, "device_of"), graph_class=graph_cls,
+                device_of=make(device_of, "device_of"),
+                device_index=make(_dev.device_index, "device_index"), graph_class=graph_cls,
                 graph=type("graph", (_graph.graph,), {"__module__": module,
                                                       "_graph_class": graph_cls}))
     return m

@@ -256,7 +256,7 @@ class graph(_graph.graph):  # noqa: N801 - torch.cuda.graph's name
 
 _m: DeviceModule[Stream, Event] = _specific._register(DeviceModule(
     "cuda", __name__, stream=Stream, event=Event, stream_context=StreamContext,
-    device=device, device_of=device_of, graph_class=CUDAGraph, graph=graph))
+    device=device, device_of=device_of, device_index=device_index, graph_class=CUDAGraph, graph=graph))
 
 # The torch.cuda runtime of the cuda backend (documented on accelrt._specific.DeviceModule).
 # Sync debug mode and pluggable allocators (bound by the lead): set_sync_debug_mode,

@@ -226,7 +226,7 @@ class graph(_graph.graph):  # noqa: N801 - torch.cuda.graph's name
 
 _m: DeviceModule[Stream, Event] = _specific._register(DeviceModule(
     "opencl", __name__, stream=Stream, event=Event, stream_context=StreamContext,
-    device=device, device_of=device_of, graph_class=Graph, graph=graph))
+    device=device, device_of=device_of, device_index=device_index, graph_class=Graph, graph=graph))
 
 # The torch.cuda runtime of the opencl backend (documented on accelrt._specific.DeviceModule).
 # Sync debug mode and pluggable allocators (bound by the lead): set_sync_debug_mode,
