@@ -342,6 +342,26 @@ def test_error_paths_cover_the_backend_methods() -> None:
     assert not methods - covered - no_driver, sorted(methods - covered - no_driver)
 
 
+@pytest.mark.parametrize("nvrtc", [None, (12, 4)])
+def test_arch_list_names_what_the_kernels_are_built_for(fake: Any, nvrtc: Any,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from accelrt.backends.cuda import _kernels
+    b, _ = fake
+    monkeypatch.setattr(_kernels, "nvrtc_version", lambda: nvrtc)
+    # the fake reports compute capability 8.8 for both devices: one NVRTC target, then the PTX
+    assert b.arch_list() == (["sm_88"] if nvrtc else []) + ["compute_70"]
+
+
+def test_graph_node_count_asks_the_driver(fake: Any) -> None:
+    b, drv = fake
+    s = b.stream_create(0, 0)
+    g = _graph(b, {"s": s})
+    assert b.graph_node_count(0, g) == 0       # the fake captures nothing
+    assert "cuGraphGetNodes" in drv.names()
+    assert b.graph_node_count(1, g) is None    # not a graph of that device
+    assert b.graph_node_count(0, 987654) is None
+
+
 def test_out_of_memory_is_a_zero_not_an_error(fake: Any) -> None:
     b, drv = fake
     drv.fail["cuMemAlloc"] = OOM
