@@ -137,7 +137,8 @@ def test_device_module_checks_its_argument() -> None:
         _specific.DeviceModule(1, "x", stream=acc.cpu.Stream,  # type: ignore[arg-type]
                                event=acc.cpu.Event, stream_context=acc.cpu.StreamContext,
                                device=acc.cpu.device, device_of=acc.cpu.device_of,
-                               graph_class=acc.cpu.Graph, graph=acc.cpu.graph)
+                               device_index=acc.cpu.device_index, graph_class=acc.cpu.Graph,
+                               graph=acc.cpu.graph)
 
 
 def test_bound_functions_ignore_current_accelerator() -> None:
