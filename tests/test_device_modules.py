@@ -238,6 +238,13 @@ def test_streams_are_the_modules_types(m: Any) -> None:
     assert type(m.default_stream()) is m.Stream and m.default_stream() == cur
     s = m.Stream()
     assert type(s.record_event()) is m.Event
+    # torch.cuda.Event(enable_timing=False, blocking=False, interprocess=False), positionally
+    e = m.Event(True, False)
+    assert e.enable_timing is True and type(e) is m.Event
+    e.record(s)
+    e.synchronize()
+    with pytest.raises(TypeError, match="enable_timing must be a bool"):
+        m.Event(f"{_name(m)}:0")
     # what Event's repr prints (PyTorch's form, from type(self).__module__ / __qualname__)
     assert (type(m.Event()).__module__, type(m.Event()).__qualname__) == (mod, "Event")
     m.set_stream(s)

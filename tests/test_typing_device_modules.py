@@ -24,7 +24,7 @@ MODULES = ("cpu", "cuda", "opencl")
 #: Calls whose results a user would use, per module ``{m}``.
 CALLS = [
     "{m}.current_stream()", "{m}.default_stream(0)", "{m}.Stream(priority=0)",
-    "{m}.Stream().record_event()", "{m}.Event()", "{m}.Stream.priority_range()",
+    "{m}.Stream().record_event()", "{m}.Event()", "{m}.Event(True, device=0)", "{m}.Stream.priority_range()",
     "{m}.Stream().is_capturing()", "{m}.current_device()", "{m}.device(0)",
     "{m}.device_of(None)", "{m}.stream(None)", "{m}.StreamContext(None)", "{m}.device_count()",
     "{m}.is_available()", "{m}.is_initialized()", "{m}.memory_allocated()",

@@ -111,18 +111,25 @@ def _index_of(b: _backend.Backend, d: _dev.device | int | None) -> int:
 
 class Event(_event.Event):
     """Base of the ``Event`` class of every device module (``accelrt.cuda.Event`` is a
-    subclass fixed to the cuda backend); an :class:`accelrt.Event` whose ``int`` device means
-    an index of that backend.
+    subclass fixed to the cuda backend): an :class:`accelrt.Event` with
+    ``torch.cuda.Event``'s signature ``Event(enable_timing=False, blocking=False,
+    interprocess=False)``; the keyword-only ``device`` (an ``int`` is an index of the module's
+    backend) is accelrt's, as ``torch.Event`` has one.
 
     Example::
 
         >>> import accelrt as acc
-        >>> e = acc.cpu.Event()
-        >>> isinstance(e, acc.Event), type(e).__module__
-        (True, 'accelrt.cpu')
+        >>> e = acc.cpu.Event(True)
+        >>> isinstance(e, acc.Event), type(e).__module__, e.enable_timing
+        (True, 'accelrt.cpu', True)
     """
 
     __slots__ = ()
+
+    def __init__(self, enable_timing: bool = False, blocking: bool = False,
+                 interprocess: bool = False, *, device: DeviceLike = None) -> None:
+        super().__init__(device, enable_timing=enable_timing, blocking=blocking,
+                         interprocess=interprocess)
 
 
 class Stream(_stream.Stream):
@@ -215,7 +222,7 @@ class Stream(_stream.Stream):
             'accelrt.cpu'
         """
         if event is None:
-            event = self._event_class(self.device)
+            event = self._event_class(device=self.device)
         return super().record_event(event)
 
     def __repr__(self) -> str:
