@@ -523,44 +523,60 @@ def test_acc_cuda_memory_queries_without_a_gpu() -> None:
 
 # ---------------------------------------------------------------------- acc.cpu itself
 
-@pytest.mark.parametrize("streams", ["sync", "async"])
-def test_acc_cpu_with_two_devices(streams: str) -> None:
-    code = textwrap.dedent("""
-        import warnings
-        import accelrt as acc
-        from accelrt import cpu
-        assert cpu.device_count() == 2
-        cpu.set_device(1)
-        assert cpu.current_device() == 1
-        with cpu.device(0):
-            s = cpu.Stream()
-            assert s.device_index == 0
-        with cpu.stream(s):
-            assert cpu.current_device() == 0 and cpu.current_stream() == s
-        assert cpu.current_device() == 1
-        x = acc.zeros(1 << 16, device="cpu:1")
-        with cpu.device_of(x):
-            assert cpu.current_device() == 1
-        g = cpu.Graph()
-        with cpu.graph(g):
+TWO_DEVICES = textwrap.dedent("""
+    import sys, warnings
+    import accelrt as acc
+    name = sys.argv[1]
+    m = getattr(acc, name)
+    if m.device_count() < 2:
+        print("skip", m.device_count(), m.unavailable_reason())
+        raise SystemExit(0)
+    acc.set_current_accelerator("cpu")
+    m.set_device(1)
+    assert m.current_device() == 1
+    with m.device(0):
+        s = m.Stream()
+        assert s.device_index == 0
+    with m.stream(s):
+        assert m.current_device() == 0 and m.current_stream() == s
+    assert m.current_device() == 1
+    x = acc.zeros(1 << 16, device=f"{name}:1")
+    with m.device_of(x):
+        assert m.current_device() == 1
+    if name == "cpu":
+        g = m.Graph()
+        with m.graph(g):
             x.fill_(2.0)
         g.replay()
-        cpu.synchronize(1)
-        assert float(x.numpy()[0]) == 2.0
-        assert cpu.memory_allocated(1) >= 1 << 18
-        cpu.manual_seed_all(3)
-        assert [int(st[0]) for st in cpu.get_rng_state_all()] == [3, 3]
-        with warnings.catch_warnings(record=True) as w:
-            warnings.simplefilter("always")
-            cpu.memory_cached(1)
-        assert w and w[0].category is FutureWarning
-        print("ok", repr(cpu.current_stream(1)).split()[0])
-    """)
-    env = {**os.environ, "ACCELRT_CPU_DEVICES": "2", "ACCELRT_CPU_STREAMS": streams}
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                       timeout=60, check=False)
+    else:
+        x.fill_(2.0)
+    m.synchronize(1)
+    assert float(x.numpy()[0]) == 2.0
+    assert m.memory_allocated(1) >= 1 << 18 and m.memory_allocated(0) == 0
+    m.manual_seed_all(3)
+    assert [int(st[0]) for st in m.get_rng_state_all()] == [3, 3]
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        m.memory_cached(1)
+    assert w and w[0].category is FutureWarning
+    e = m.Stream(1).record_event()
+    e.synchronize()
+    print("ok", repr(m.current_stream(1)).split()[0], type(e).__module__)
+""")
+
+
+@pytest.mark.parametrize(("name", "env"), [
+    ("cpu", {"ACCELRT_CPU_DEVICES": "2", "ACCELRT_CPU_STREAMS": "sync"}),
+    ("cpu", {"ACCELRT_CPU_DEVICES": "2", "ACCELRT_CPU_STREAMS": "async"}),
+    ("opencl", {"POCL_DEVICES": "pthread pthread"}),
+], ids=["acc.cpu-sync", "acc.cpu-async", "acc.opencl"])
+def test_the_module_itself_with_two_devices(name: str, env: dict[str, str]) -> None:
+    r = subprocess.run([sys.executable, "-c", TWO_DEVICES, name], env={**os.environ, **env},
+                       capture_output=True, text=True, timeout=90, check=False)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.split() == ["ok", "<accelrt.cpu.Stream"]
+    if r.stdout.startswith("skip"):
+        pytest.skip(f"acc.{name} has fewer than two devices here: {r.stdout.strip()}")
+    assert r.stdout.split() == ["ok", f"<accelrt.{name}.Stream", f"accelrt.{name}"]
 
 
 def test_backend_replaced_under_the_same_name_is_followed() -> None:
