@@ -196,6 +196,9 @@ def test_current_device_set_device_and_device_context(m: Any) -> None:
     with pytest.raises(ValueError, match="Expected a device with a specified index"):
         m.set_device(None)
     assert repr(m.device(1)).endswith("device(1)")
+    assert m.get_device_properties(m.device(1))["index"] == 1   # a device() stands for its index
+    with pytest.raises(ValueError, match=f"Expected a {name} device, but got: "):
+        m.current_stream((acc.cpu if name != "cpu" else acc.opencl).device(0))
 
 
 def test_current_device_is_per_thread(m: Any) -> None:

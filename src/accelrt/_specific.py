@@ -83,7 +83,9 @@ def _typed(name: str, device: Any) -> _dev.device | int | None:
         return None
     if isinstance(device, int) and not isinstance(device, bool):
         return device
-    if isinstance(device, _DeviceContext):
+    if isinstance(device, _DeviceContext):   # torch.cuda.device(1) stands for index 1
+        if device._backend_name != name:
+            raise _expected(name, f"{device._backend_name}:{device.idx}")
         return device.idx
     d = _dev.device(device) if isinstance(device, str) else device
     if not isinstance(d, _dev.device):
