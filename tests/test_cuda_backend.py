@@ -94,6 +94,7 @@ OUTPUTS = {  # number of values each driver function returns after its CUresult
     "cuIpcGetEventHandle": 1, "cuIpcOpenEventHandle": 1, "cuStreamBeginCapture": 0,
     "cuStreamEndCapture": 1, "cuGraphInstantiate": 1, "cuGraphLaunch": 0,
     "cuGraphExecDestroy": 0, "cuGraphDestroy": 0, "cuStreamIsCapturing": 1,
+    "cuGraphGetNodes": 2,
     "cuPointerGetAttribute": 1, "cuGetErrorString": 1, "cuThreadExchangeStreamCaptureMode": 1,
     "cuCtxGetCurrent": 1,
 }
@@ -181,6 +182,8 @@ class FakeDriver:
             return (h,)
         if name == "cuDeviceCanAccessPeer":
             return (1,)
+        if name == "cuGraphGetNodes":   # (nodes, count): the fake captures nothing
+            return (None, 0)
         if name == "cuGetErrorString":
             return (b"fake description",)
         if name == "cuThreadExchangeStreamCaptureMode":
@@ -298,6 +301,7 @@ ERROR_PATHS: list[tuple[str, str, Callable[[Any, dict[str, int]], Any]]] = [
     ("graph_capture_end", "cuGraphInstantiate", lambda b, o: _graph(b, o)),
     ("graph_replay", "cuGraphLaunch", lambda b, o: b.graph_replay(0, _graph(b, o), o["s"])),
     ("graph_destroy", "cuGraphExecDestroy", lambda b, o: b.graph_destroy(0, _graph(b, o))),
+    ("graph_node_count", "cuGraphGetNodes", lambda b, o: b.graph_node_count(0, _graph(b, o))),
     ("stream_is_capturing", "cuStreamIsCapturing",
      lambda b, o: b.stream_is_capturing(0, o["s"])),
     ("philox_fill", "cuLaunchKernel",
@@ -336,6 +340,26 @@ def test_error_paths_cover_the_backend_methods() -> None:
     methods = {n for n in vars(Backend) if not n.startswith("_") and callable(getattr(Backend, n))
                and getattr(CudaBackend, n) is not getattr(Backend, n)}
     assert not methods - covered - no_driver, sorted(methods - covered - no_driver)
+
+
+@pytest.mark.parametrize("nvrtc", [None, (12, 4)])
+def test_arch_list_names_what_the_kernels_are_built_for(fake: Any, nvrtc: Any,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from accelrt.backends.cuda import _kernels
+    b, _ = fake
+    monkeypatch.setattr(_kernels, "nvrtc_version", lambda: nvrtc)
+    # the fake reports compute capability 8.8 for both devices: one NVRTC target, then the PTX
+    assert b.arch_list() == (["sm_88"] if nvrtc else []) + ["compute_70"]
+
+
+def test_graph_node_count_asks_the_driver(fake: Any) -> None:
+    b, drv = fake
+    s = b.stream_create(0, 0)
+    g = _graph(b, {"s": s})
+    assert b.graph_node_count(0, g) == 0       # the fake captures nothing
+    assert "cuGraphGetNodes" in drv.names()
+    assert b.graph_node_count(1, g) is None    # not a graph of that device
+    assert b.graph_node_count(0, 987654) is None
 
 
 def test_out_of_memory_is_a_zero_not_an_error(fake: Any) -> None:

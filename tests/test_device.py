@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import accelrt as acc
-from accelrt import _backend, _specific
+from accelrt import _backend
 from accelrt.backends.cpu import CpuBackend
 
 
@@ -255,13 +255,12 @@ def _unregister(name: str) -> None:
 
 
 @pytest.fixture
-def bound() -> Iterator[tuple[str, dict[str, Any]]]:
-    """A fresh 2-device cpu backend under a unique name (fresh allocators), and the namespace
-    ``export_bound`` makes for it; the current accelerator stays ``cpu``."""
+def bound() -> Iterator[tuple[str, Any]]:
+    """A fresh 2-device cpu backend under a unique name (fresh allocators), and its device
+    module (``accelrt.backends.device_module``); the current accelerator stays ``cpu``."""
     name = "cpub_" + uuid.uuid4().hex[:8]
     acc.backends.register(name, lambda: CpuBackend(num_devices=2, name=name))
-    ns: dict[str, Any] = {"__name__": f"accelrt.{name}"}
-    _specific.export_bound(name, ns)
+    ns = acc.backends.device_module(name)
     acc.set_current_accelerator("cpu")
     yield name, ns
     _unregister(name)
@@ -275,7 +274,7 @@ def test_cpu_module_binds_every_memory_function() -> None:
 
 
 def test_bound_empty_cache_releases_that_backends_devices_only(
-        bound: tuple[str, dict[str, Any]]) -> None:
+        bound: tuple[str, Any]) -> None:
     name, ns = bound
     for i in (0, 1):
         acc.memory.caching_allocator_delete(
@@ -283,68 +282,68 @@ def test_bound_empty_cache_releases_that_backends_devices_only(
         assert acc.memory.memory_reserved(f"{name}:{i}") >= 1 << 20
     acc.memory.empty_cache()  # the current accelerator (cpu): leaves the other backend alone
     assert acc.memory.memory_reserved(f"{name}:1") >= 1 << 20
-    ns["empty_cache"]()
+    ns.empty_cache()
     assert [acc.memory.memory_reserved(f"{name}:{i}") for i in (0, 1)] == [0, 0]
 
 
 def test_bound_caching_allocator_delete_takes_only_its_backends_pointers(
-        bound: tuple[str, dict[str, Any]]) -> None:
+        bound: tuple[str, Any]) -> None:
     name, ns = bound
     p = acc.memory.caching_allocator_alloc(512, "cpu:0")
     with pytest.raises(ValueError, match=f"allocated on cpu:0, not on a {name} device"):
-        ns["caching_allocator_delete"](p)
+        ns.caching_allocator_delete(p)
     acc.memory.caching_allocator_delete(p)  # still owned: the bound call freed nothing
-    q = ns["caching_allocator_alloc"](512, 1)
+    q = ns.caching_allocator_alloc(512, 1)
     assert acc.memory.memory_allocated(f"{name}:1") == 512
-    ns["caching_allocator_delete"](q)
+    ns.caching_allocator_delete(q)
     assert acc.memory.memory_allocated(f"{name}:1") == 0
     with pytest.raises(ValueError, match="already deleted"):
-        ns["caching_allocator_delete"](q)
+        ns.caching_allocator_delete(q)
     with pytest.raises(TypeError, match="ptr must be an int"):
-        ns["caching_allocator_delete"]("0x10")
+        ns.caching_allocator_delete("0x10")
 
 
 def test_bound_snapshots_and_pools_cover_that_backend(
-        bound: tuple[str, dict[str, Any]], tmp_path: Any) -> None:
+        bound: tuple[str, Any], tmp_path: Any) -> None:
     from accelrt.memory.viz import load_snapshot
     name, ns = bound
-    assert ns["memory_snapshot"]() == []
-    ns["record_memory_history"](max_entries=100)  # device=None: every device of the backend
-    p1 = ns["caching_allocator_alloc"](1 << 20, 1)
-    pool = ns["MemPool"]()
-    with ns["use_mem_pool"](pool):  # the backend's current device, 0
-        p0 = ns["caching_allocator_alloc"](4096)
-    segments = ns["memory_snapshot"]()
+    assert ns.memory_snapshot() == []
+    ns.record_memory_history(max_entries=100)  # device=None: every device of the backend
+    p1 = ns.caching_allocator_alloc(1 << 20, 1)
+    pool = ns.MemPool()
+    with ns.use_mem_pool(pool):  # the backend's current device, 0
+        p0 = ns.caching_allocator_alloc(4096)
+    segments = ns.memory_snapshot()
     assert sorted(s["device"] for s in segments) == [0, 1]
-    assert [s["device"] for s in ns["memory_snapshot"](pool.id)] == [0]
-    ns["dump_snapshot"](str(tmp_path / "snap.pickle"))
+    assert [s["device"] for s in ns.memory_snapshot(pool.id)] == [0]
+    ns.dump_snapshot(str(tmp_path / "snap.pickle"))
     snap = load_snapshot(str(tmp_path / "snap.pickle"))
     assert len(snap["segments"]) == 2
     assert [any(e["action"] == "alloc" for e in trace) for trace in snap["device_traces"]] \
         == [True, True]
-    ns["record_memory_history"](None)
+    ns.record_memory_history(None)
     for p in (p0, p1):
-        ns["caching_allocator_delete"](p)
-    ns["record_memory_history"](max_entries=10, device=1)  # an int is an index of the backend
-    ns["record_memory_history"](None, device=f"{name}:1")
-    with pytest.raises(ValueError, match=f"not a {name} device"):
-        ns["record_memory_history"](None, device="cpu:0")
+        ns.caching_allocator_delete(p)
+    ns.record_memory_history(max_entries=10, device=1)  # an int is an index of the backend
+    ns.record_memory_history(None, device=f"{name}:1")
+    with pytest.raises(ValueError, match=f"Expected a {name} device, but got: cpu:0"):
+        ns.record_memory_history(None, device="cpu:0")
 
 
-def test_bound_host_pool_functions(bound: tuple[str, dict[str, Any]]) -> None:
+def test_bound_host_pool_functions(bound: tuple[str, Any]) -> None:
     from accelrt.memory import _host
     name, ns = bound
-    assert ns["host_memory_stats"]() == {}
-    ns["empty_host_cache"]()  # no pool yet: no-op
+    assert ns.host_memory_stats() == {}
+    ns.empty_host_cache()  # no pool yet: no-op
     pool = _host.get_host_allocator(acc.backends.get_backend(name))
     pool.free(pool.malloc(1000))
-    stats = ns["host_memory_stats"]()
+    stats = ns.host_memory_stats()
     assert list(stats) == sorted(stats) and stats["num_host_alloc"] == 1
-    ns["reset_accumulated_host_memory_stats"]()
-    assert ns["host_memory_stats"]()["num_host_alloc"] == 0
-    ns["reset_peak_host_memory_stats"]()
-    ns["empty_host_cache"]()
-    assert ns["host_memory_stats"]()["allocated_bytes.current"] == 0
+    ns.reset_accumulated_host_memory_stats()
+    assert ns.host_memory_stats()["num_host_alloc"] == 0
+    ns.reset_peak_host_memory_stats()
+    ns.empty_host_cache()
+    assert ns.host_memory_stats()["allocated_bytes.current"] == 0
 
 
 def test_bound_memory_functions_on_an_unusable_backend() -> None:
@@ -359,14 +358,13 @@ def test_bound_memory_functions_on_an_unusable_backend() -> None:
 
     acc.backends.register("unusable_mem", Unusable, replace=True)
     try:
-        ns: dict[str, Any] = {"__name__": "accelrt.unusable_mem"}
-        _specific.export_bound("unusable_mem", ns)
-        ns["empty_cache"]()        # nothing was ever cached: no-ops, as in PyTorch
-        ns["empty_host_cache"]()
+        ns = acc.backends.device_module("unusable_mem")
+        ns.empty_cache()        # nothing was ever cached: no-ops, as in PyTorch
+        ns.empty_host_cache()
         for fn, args in (("memory_snapshot", ()), ("dump_snapshot", ("x.pickle",)),
                          ("host_memory_stats", ()), ("record_memory_history", ()),
                          ("caching_allocator_alloc", (512,))):
             with pytest.raises(acc.BackendUnavailableError, match="frobnicator"):
-                ns[fn](*args)
+                getattr(ns, fn)(*args)
     finally:
         _unregister("unusable_mem")

@@ -26,7 +26,8 @@ def test_all_is_sorted_and_unique() -> None:
 
 
 @pytest.mark.parametrize("module", ["accelrt._stream", "accelrt._event", "accelrt._device",
-                                    "accelrt.cpu", "accelrt._specific"])
+                                    "accelrt.cpu", "accelrt._specific", "accelrt.opencl",
+                                    "accelrt.cuda"])
 def test_runtime_modules_document_their_members(module: str) -> None:
     mod = importlib.import_module(module)
     assert mod.__doc__

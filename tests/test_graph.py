@@ -21,6 +21,10 @@ def _cpu() -> None:
     acc.set_device_index(0)
 
 
+#: These tests capture no stream work (nothing, or allocations only), which PyTorch warns about.
+EMPTY_CAPTURE = pytest.mark.filterwarnings("ignore:The CUDA Graph is empty:UserWarning")
+
+
 def _pools() -> dict[tuple[int, int], int]:
     """Bytes reserved per pool id on cpu:0."""
     out: dict[tuple[int, int], int] = {}
@@ -59,6 +63,7 @@ def test_replay_goes_to_the_current_stream() -> None:
     g.reset()
 
 
+@EMPTY_CAPTURE
 def test_graph_captures_on_a_side_stream_and_restores() -> None:
     before = acc.current_stream("cpu:0")
     g = acc.Graph()
@@ -77,6 +82,7 @@ def test_graph_captures_on_a_side_stream_and_restores() -> None:
         x.reset()
 
 
+@EMPTY_CAPTURE
 def test_allocations_during_capture_use_a_private_pool() -> None:
     g = acc.Graph()
     with acc.graph(g):
@@ -96,6 +102,7 @@ def test_allocations_during_capture_use_a_private_pool() -> None:
     assert pid not in _pools()                 # released once no graph uses the pool
 
 
+@EMPTY_CAPTURE
 def test_graphs_can_share_a_pool() -> None:
     g1, g2 = acc.Graph(), acc.Graph()
     with acc.graph(g1):
@@ -116,6 +123,7 @@ def test_graphs_can_share_a_pool() -> None:
         g.reset()
 
 
+@EMPTY_CAPTURE
 def test_mempool_as_graph_pool() -> None:
     pool = acc.memory.MemPool()
     g = acc.Graph()
@@ -141,6 +149,7 @@ def test_capture_begin_end_by_hand() -> None:
     g.reset()                                   # idempotent
 
 
+@EMPTY_CAPTURE
 def test_state_errors() -> None:
     g = acc.Graph()
     with pytest.raises(RuntimeError, match="replay"):
@@ -175,6 +184,7 @@ def test_argument_errors() -> None:
         acc.graph(g, stream=3)                  # type: ignore[arg-type]
 
 
+@EMPTY_CAPTURE
 def test_error_in_body_ends_capture_and_propagates() -> None:
     before = acc.current_stream("cpu:0")
     g = acc.Graph()
@@ -211,6 +221,7 @@ class _CpuGraph(acc.Graph):
     _backend_name = "cpu"
 
 
+@EMPTY_CAPTURE
 def test_graph_follows_its_stream_or_fixed_backend() -> None:
     registry.register("nographs", _NoGraphs, replace=True)
     acc.set_current_accelerator("nographs")    # the current accelerator cannot capture ...
@@ -233,6 +244,7 @@ def test_graph_follows_its_stream_or_fixed_backend() -> None:
         pass
 
 
+@EMPTY_CAPTURE
 def test_repr() -> None:
     g = acc.Graph()
     assert "empty" in repr(g)

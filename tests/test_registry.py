@@ -1,5 +1,5 @@
 """Backends registered from tests through the public registry, and device-specific modules
-(``accelrt.cpu`` and ``export_bound``)."""
+(``accelrt.cpu`` and ``accelrt.backends.device_module``)."""
 
 from __future__ import annotations
 
@@ -108,32 +108,37 @@ def test_unusable_backend_reports_reason() -> None:
         acc.set_current_accelerator("unusable_dev")
 
 
-def test_export_bound_on_unusable_backend() -> None:
+def test_device_module_on_unusable_backend() -> None:
     acc.backends.register("unusable_dev", _Unusable, replace=True)
-    ns: dict[str, object] = {"__name__": "accelrt.unusable_dev"}
-    names = _specific.export_bound("unusable_dev", ns)
-    assert ns["is_available"]() is False  # type: ignore[operator]
-    assert ns["device_count"]() == 0  # type: ignore[operator]
-    assert "frobnicator" in ns["unavailable_reason"]()  # type: ignore[operator]
-    for fname in ("current_stream", "current_device_index", "synchronize",
-                  "get_device_properties", "get_device_capability", "Stream", "Event"):
-        assert fname in names
+    m = acc.backends.device_module("unusable_dev")
+    assert m.is_available() is False
+    assert m.device_count() == 0
+    assert m.is_initialized() is False
+    assert "frobnicator" in (m.unavailable_reason() or "")
+    for fn in (m.current_stream, m.current_device, m.synchronize, m.get_device_properties,
+               m.get_device_capability, m.Stream, m.init):
         with pytest.raises(acc.BackendUnavailableError, match="frobnicator"):
-            ns[fname]()  # type: ignore[operator]
+            fn()
     with pytest.raises(acc.BackendUnavailableError, match="frobnicator"):
-        ns["set_device_index"](0)  # type: ignore[operator]
-    with pytest.raises(acc.BackendUnavailableError, match="frobnicator"), \
-            ns["device_index"](0):  # type: ignore[operator]
+        m.set_device(0)
+    with pytest.raises(acc.BackendUnavailableError, match="frobnicator"), m.device(0):
+        pass
+    with m.device(None), m.device(-1):  # no-ops never touch the backend
         pass
 
 
-def test_export_bound_keeps_existing_names_and_checks_type() -> None:
-    ns: dict[str, object] = {"__name__": "x.cpu", "synchronize": "mine"}
-    names = _specific.export_bound("cpu", ns)
-    assert ns["synchronize"] == "mine" and "synchronize" not in names
-    assert names == sorted(names)
+def test_device_module_checks_its_argument() -> None:
+    with pytest.raises(TypeError, match="takes a backend name"):
+        acc.backends.device_module(1)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="no backend named 'nope'"):
+        acc.backends.device_module("nope")
+    assert acc.backends.device_module("cpu") is acc.backends.device_module("cpu")
     with pytest.raises(TypeError, match="backend_name must be a str"):
-        _specific.export_bound(1, {})  # type: ignore[arg-type]
+        _specific.DeviceModule(1, "x", stream=acc.cpu.Stream,  # type: ignore[arg-type]
+                               event=acc.cpu.Event, stream_context=acc.cpu.StreamContext,
+                               device=acc.cpu.device, device_of=acc.cpu.device_of,
+                               device_index=acc.cpu.device_index, graph_class=acc.cpu.Graph,
+                               graph=acc.cpu.graph)
 
 
 def test_bound_functions_ignore_current_accelerator() -> None:
@@ -150,7 +155,7 @@ def test_bound_functions_ignore_current_accelerator() -> None:
         assert acc.current_device_index() == 2
     with pytest.raises(IndexError):
         acc.cpu.Stream(acc.cpu.device_count())  # a cpu index, whatever the current accelerator
-    with pytest.raises(ValueError, match="is not a cpu device"):
+    with pytest.raises(ValueError, match=f"Expected a cpu device, but got: {name}:0"):
         acc.cpu.current_stream(f"{name}:0")
     with pytest.raises(ValueError, match="takes a cpu stream"):
         acc.cpu.set_stream(acc.Stream())
@@ -174,7 +179,7 @@ def test_acc_cpu_module_api() -> None:
     acc.cpu.set_device_index(-5)  # no-op
     with pytest.raises(ValueError, match="Expected a device with a specified index"):
         acc.cpu.set_device_index(None)
-    with pytest.raises(ValueError, match="is not a cpu device"):
+    with pytest.raises(ValueError, match="Expected a cpu device, but got: cuda:0"):
         acc.cpu.memory_limit("cuda:0")
     with pytest.raises(TypeError):
         acc.cpu.memory_limit(0.5)
@@ -192,34 +197,6 @@ def test_acc_cpu_memory_limit_from_env_in_subprocess() -> None:
                          timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == [str(3 << 20), "2"]
-
-
-def test_bind_device_arg_variants() -> None:
-    seen: list[object] = []
-    conv = lambda d: ("conv", d)
-
-    def first(device=None, /, abbreviated=False):  # type: ignore[no-untyped-def]
-        seen.append((device, abbreviated))
-
-    def second(fraction, device=None):  # type: ignore[no-untyped-def]
-        seen.append((fraction, device))
-
-    def kwonly(size, *, device=None):  # type: ignore[no-untyped-def]
-        seen.append((size, device))
-
-    assert _specific._bind_device_arg(lambda: None, conv) is None
-    f, s, k = (_specific._bind_device_arg(fn, conv) for fn in (first, second, kwonly))
-    f()
-    f(1, abbreviated=True)
-    s(0.5)
-    s(0.5, 2)
-    s(0.5, device=3)
-    k(7)
-    k(7, device=1)
-    assert seen == [(("conv", None), False), (("conv", 1), True), (0.5, ("conv", None)),
-                    (0.5, ("conv", 2)), (0.5, ("conv", 3)), (7, ("conv", None)),
-                    (7, ("conv", 1))]
-    assert inspect.signature(s) == inspect.signature(second)
 
 
 def test_memory_functions_with_device_are_bound_in_acc_cpu() -> None:

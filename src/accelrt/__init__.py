@@ -20,7 +20,7 @@ Example::
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._device import (
     current_accelerator,
@@ -43,6 +43,11 @@ from ._errors import (
     DeviceError,
     OutOfMemoryError,
 )
+
+if TYPE_CHECKING:  # the device modules load on first use; type checkers see them here
+    from . import cpu as cpu
+    from . import cuda as cuda
+    from . import opencl as opencl
 
 __version__ = "0.1.0"
 
@@ -91,7 +96,7 @@ _LAZY: dict[str, str] = {
     # collectives
     "can_device_access_peer": ".comm",
 }
-_SUBMODULES = ("backends", "comm", "cpu", "cuda", "memory", "random", "interop")
+_SUBMODULES = ("backends", "comm", "cpu", "cuda", "memory", "opencl", "random", "interop")
 
 # A literal list (not computed) so type checkers see the re-exports; test_exported_members
 # checks that it is sorted and covers _LAZY and _SUBMODULES.
@@ -142,6 +147,7 @@ __all__ = [
     "memory_stats",
     "memory_stats_as_nested_dict",
     "memory_summary",
+    "opencl",
     "rand",
     "randint",
     "randn",

@@ -328,6 +328,11 @@ class Backend(abc.ABC):
         """True while ``stream`` is capturing."""
         return False
 
+    def graph_node_count(self, index: int, graph: int) -> int | None:
+        """Number of operations in a captured graph (``None``: the backend cannot tell); an
+        empty capture makes :class:`accelrt.Graph` warn as PyTorch does."""
+        return None
+
     def __repr__(self) -> str:
         return f"<accelrt backend {self.name!r}>"
 

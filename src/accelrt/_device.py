@@ -404,7 +404,7 @@ def _get_device(dev: DeviceLike, *, optional: bool = True,
         raise TypeError(f"expected a device, int, str or None, got {type(dev).__name__}")
     if backend is not None:
         if dev._type != backend.name:
-            raise ValueError(f"{dev._type} doesn't match the current accelerator {backend.name}.")
+            raise ValueError(f"Expected a {backend.name} device, but got: {dev}")
         b = backend
     else:
         b = _backend.get_backend(dev._type)

@@ -10,10 +10,11 @@ can share a pool with ``capture_begin(pool=other.pool())``. Backends that cannot
 Example::
 
     >>> import accelrt as acc
+    >>> x = acc.zeros(4, device="cpu")
     >>> g = acc.Graph()
     >>> s = acc.Stream("cpu")
     >>> with acc.graph(g, stream=s):
-    ...     pass
+    ...     _ = x.fill_(1.0)
     >>> g.replay()
     >>> g.reset()
 """
@@ -23,6 +24,7 @@ from __future__ import annotations
 import gc
 import itertools
 import threading
+import warnings
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from . import _device as _dev
@@ -87,9 +89,11 @@ class Graph:
     Example::
 
         >>> import accelrt as acc
+        >>> x = acc.zeros(4, device="cpu:0")
         >>> g = acc.Graph()
         >>> with acc.Stream("cpu:0"):
         ...     g.capture_begin()
+        ...     _ = x.fill_(2.0)
         ...     g.capture_end()
         >>> g.replay()
         >>> isinstance(g.pool(), tuple)
@@ -205,6 +209,10 @@ class Graph:
             self._handle = b.graph_capture_end(index, self._stream)
         finally:
             self._allocator.end_allocate_to_pool(self._pool)
+        if b.graph_node_count(index, self._handle) == 0:
+            warnings.warn("The CUDA Graph is empty. This usually means that the graph was "
+                          "attempted to be captured on wrong device or stream.", UserWarning,
+                          stacklevel=2)
 
     def replay(self) -> None:
         """Submit the captured work on the current stream of the graph's device.
@@ -287,9 +295,11 @@ class graph:
     Example::
 
         >>> import accelrt as acc
+        >>> x = acc.zeros(4, device="cpu")
         >>> g = acc.Graph()
         >>> with acc.graph(g):
         ...     side = acc.current_stream()
+        ...     _ = x.fill_(1.0)
         >>> side != acc.current_stream()
         True
     """

@@ -1,261 +1,342 @@
-"""Builds device-specific modules (``accelrt.cpu``, ``accelrt.cuda``): the device-agnostic
-functions bound to one backend.
+"""The ``torch.cuda`` runtime, written once for every backend: :class:`DeviceModule` and the
+classes that device modules (``accelrt.cuda``, ``accelrt.cpu``, ``accelrt.opencl``, and
+:func:`device_module` for any registered backend) subclass.
 
-A device-specific module calls ``__all__ = export_bound("cpu", globals())`` and gets
-``is_available``, ``device_count``, ``unavailable_reason``, ``current_device_index``,
-``set_device_index``, ``device_index``, ``current_stream``, ``set_stream``, ``synchronize``,
-``get_device_properties``, ``get_device_capability``, ``Stream``, ``Event``, and the functions of
-:mod:`accelrt.memory`, all fixed to that backend. An ``int`` device means an index of that
-backend, not of the current accelerator. Memory functions with a ``device`` argument default to
-the backend's current device; those without one act on the backend as a whole:
-``empty_cache`` (every started device), ``caching_allocator_delete`` (only pointers of that
-backend), ``memory_snapshot`` and ``dump_snapshot`` (every device), ``empty_host_cache`` and
-``host_memory_stats`` and its resets (the backend's pinned host pool); ``record_memory_history``
-with ``device=None`` records on every device of the backend. ``MemPool``, ``use_mem_pool``
-(bound) and the process-wide ``get_allocator_settings``/``set_allocator_settings`` are
-re-exported.
+A device module is a :class:`DeviceModule` bound to one backend whose methods the module binds
+to module-level names (``memory_allocated = _m.memory_allocated``), plus that module's own
+:class:`Stream`, :class:`Event`, :class:`device`, :class:`device_of`, :class:`StreamContext`,
+``Graph`` and ``graph`` subclasses fixed to the backend. Every name keeps ``torch.cuda``'s
+signature and semantics; an ``int`` device means an index of *that* backend whatever the
+current accelerator is, and a device of another type raises PyTorch's ``ValueError``
+(``Expected a cuda device, but got: cpu``).
 
-``is_available``, ``device_count`` and ``unavailable_reason`` never raise, and ``empty_cache``
-and ``empty_host_cache`` are no-ops where the backend cannot be used (nothing was cached, as in
-PyTorch); everything else raises :class:`~accelrt.BackendUnavailableError` (with the reason)
-when the backend cannot be used here. The generated examples of a backend other than ``cpu``
-run only where it is available, so they are valid on every machine.
+Where the backend cannot be used here (no driver, no device), PyTorch's rules hold:
+``is_available``, ``device_count``, ``is_initialized``, ``is_current_stream_capturing`` and
+``get_arch_list`` answer without raising; the statistics getters (``memory_stats``,
+``memory_allocated``, ``max_memory_reserved``, ``memory_summary``, ...) report ``{}``/``0``;
+``empty_cache``, ``empty_host_cache`` and the seeding functions (``manual_seed``, ``seed``,
+...) are no-ops; everything else raises :class:`~accelrt.BackendUnavailableError` with the
+reason.
 
 Example::
 
-    >>> from accelrt._specific import export_bound
-    >>> ns = {"__name__": "mycpu"}
-    >>> names = export_bound("cpu", ns)
-    >>> ns["device_count"]() >= 1, ns["current_stream"]().device_type
-    (True, 'cpu')
+    >>> import accelrt as acc
+    >>> from accelrt._specific import device_module
+    >>> m = device_module("cpu")
+    >>> m.device_count() >= 1, type(m.current_stream()).__name__
+    (True, 'Stream')
+    >>> with m.device(0):
+    ...     m.current_device()
+    0
 """
 
 from __future__ import annotations
 
 import collections
-import functools
-import importlib
-import inspect
+import contextlib
 import sys
-from collections.abc import Callable, MutableMapping, Sequence
-from typing import TYPE_CHECKING, Any
+import threading
+import warnings
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
-from . import _backend, _device, _event, _stream
-from ._device import _get_device, _tls
+from . import _backend, _event, _graph, _stream
+from . import _device as _dev
+from ._device import _check_index, _lazy_init, _tls
+from ._errors import BackendUnavailableError, OutOfMemoryError
 
 if TYPE_CHECKING:
     import os
+    from types import TracebackType
 
-__all__ = ["export_bound"]
+    import numpy as np
+    import numpy.typing as npt
+
+    from ._typing import DeviceLike
+    from .memory import MemPool as _MemPool
+    from .memory._allocator import DeviceCachingAllocator
+
+__all__ = [
+    "DeviceModule",
+    "Event",
+    "Stream",
+    "StreamContext",
+    "device",
+    "device_module",
+    "device_of",
+]
 
 
-def _fix(fn: Any, module: str, name: str, doc: str) -> Any:
-    fn.__module__ = module
-    fn.__name__ = name
-    fn.__qualname__ = name
-    fn.__doc__ = doc
-    return fn
+# ---------------------------------------------------------------------- device arguments
+
+def _expected(name: str, got: object) -> ValueError:
+    """PyTorch's error for a device of the wrong type (``torch.cuda._utils``)."""
+    return ValueError(f"Expected a {name} device, but got: {got}")
 
 
-def _bind_device_arg(fn: Callable[..., Any], convert: Callable[[Any], Any]) -> Callable[..., Any] | None:
-    """Wrap ``fn`` so that its ``device`` argument is converted (``None`` -> this backend's
-    current device); ``None`` if ``fn`` has no ``device`` parameter."""
-    try:
-        params = list(inspect.signature(fn).parameters.values())
-    except (TypeError, ValueError):
+def _typed(name: str, device: Any) -> _dev.device | int | None:
+    """Check the type of a ``device`` argument of backend ``name``'s module without touching
+    the backend: ``None``, an ``int`` index (a negative one is returned as is), or a
+    :class:`accelrt.device` of that type (a ``str`` is parsed; a ``device`` context manager
+    gives its index)."""
+    if device is None:
         return None
-    pos = next((i for i, p in enumerate(params) if p.name == "device"), None)
-    if pos is None:
-        return None
-    kind = params[pos].kind
-    positional = kind in (inspect.Parameter.POSITIONAL_ONLY,
-                          inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    keyword = kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-
-    @functools.wraps(fn)
-    def bound(*args: Any, **kwargs: Any) -> Any:
-        if positional and len(args) > pos:
-            args = (*args[:pos], convert(args[pos]), *args[pos + 1:])
-        elif keyword and "device" in kwargs:
-            kwargs["device"] = convert(kwargs["device"])
-        elif keyword:
-            kwargs["device"] = convert(None)
-        elif len(args) == pos:
-            args = (*args, convert(None))
-        return fn(*args, **kwargs)
-
-    return bound
+    if isinstance(device, int) and not isinstance(device, bool):
+        return device
+    if isinstance(device, _DeviceContext):   # torch.cuda.device(1) stands for index 1
+        if device._backend_name != name:
+            raise _expected(name, f"{device._backend_name}:{device.idx}")
+        return device.idx
+    d = _dev.device(device) if isinstance(device, str) else device
+    if not isinstance(d, _dev.device):
+        raise TypeError(f"expected a device, int, str or None, got {type(device).__name__}")
+    if d.type != name:
+        raise _expected(name, d)
+    return d
 
 
-def export_bound(backend_name: str, namespace: MutableMapping[str, Any]) -> list[str]:
-    """Define in ``namespace`` the device-agnostic API bound to backend ``backend_name``.
-
-    Args:
-        backend_name: a registered backend name, e.g. ``"cpu"`` (it need not be usable).
-        namespace: a module's ``globals()``; names already defined there are kept.
-
-    Returns:
-        the sorted names it defined, for the module's ``__all__``.
-
-    Raises:
-        TypeError: ``backend_name`` is not a string.
-
-    Example::
-
-        >>> from accelrt._specific import export_bound
-        >>> ns = {"__name__": "mycpu"}
-        >>> "current_stream" in export_bound("cpu", ns)
-        True
-    """
-    if not isinstance(backend_name, str):
-        raise TypeError(f"backend_name must be a str, got {type(backend_name).__name__}")
-    name = backend_name
-    module = str(namespace.get("__name__", f"accelrt.{name}"))
-    short = module.rpartition(".")[2]
-    get = _backend.get_backend
-
-    def _b() -> _backend.Backend:
-        return get(name)
-
-    def _convert(device: Any) -> _device.device:
-        """A device of this backend for ``device`` (``None`` -> its current device)."""
-        _b()
-        if device is None:
-            return _device._type_device(name)
-        if isinstance(device, int) and not isinstance(device, bool):
-            if device < 0:
-                raise ValueError(f"device index must not be negative, got {device}")
-            return _device._device_obj(name, device)
-        d = _device.device(device) if isinstance(device, str) else device
-        if not isinstance(d, _device.device):
-            raise TypeError(f"expected a device, int, str or None, got {type(device).__name__}")
-        if d.type != name:
-            raise ValueError(f"{d.type} is not a {name} device; {module} only takes {name} "
-                             "devices (use accelrt's device-agnostic functions for others)")
-        return d
-
-    defs: dict[str, Any] = {}
-
-    def ex(*steps: tuple[str, str | None]) -> str:
-        return _example(name, short, steps)
-
-    def is_available() -> bool:
-        try:
-            return _backend.unavailable_reason(name) is None
-        except Exception:  # noqa: BLE001 - availability probes never raise
-            return False
-
-    defs["is_available"] = _fix(is_available, module, "is_available", f"""True if the {name}
-    backend is usable here (installed, a driver, at least one device). Never raises and never
-    creates a device context.
-
-    Example::
-
-        >>> import accelrt as acc
-        >>> isinstance(acc.{short}.is_available(), bool)
-        True
-    """)
-
-    def device_count() -> int:
-        try:
-            return get(name).device_count()
-        except Exception:  # noqa: BLE001 - an unusable backend has no devices
-            return 0
-
-    defs["device_count"] = _fix(device_count, module, "device_count", f"""Number of {name}
-    devices (0 if the backend cannot be used). Never raises.
-
-    Example::
-
-        >>> import accelrt as acc
-        >>> acc.{short}.device_count() >= 0
-        True
-    """)
-
-    def unavailable_reason() -> str | None:
-        return _backend.unavailable_reason(name)
-
-    defs["unavailable_reason"] = _fix(unavailable_reason, module, "unavailable_reason", f"""Why
-    the {name} backend cannot be used here, or ``None`` if it can.
-
-    Example::
-
-        >>> import accelrt as acc
-        >>> r = acc.{short}.unavailable_reason()
-        >>> r is None or isinstance(r, str)
-        True
-    """)
-
-    def current_device_index() -> int:
-        b = _b()
+def _index_of(b: _backend.Backend, d: _dev.device | int | None) -> int:
+    """A checked device index of ``b`` for a :func:`_typed` argument (``None`` or a device
+    without an index: the backend's current device)."""
+    if d is None:
         return _tls.device.get(b.name, 0)
+    if isinstance(d, int):
+        if d < 0:
+            raise ValueError(f"device index must not be negative, got {d}")
+        return _check_index(b, d)
+    if d.index is None:
+        return _tls.device.get(b.name, 0)
+    return _check_index(b, d.index)
 
-    defs["current_device_index"] = _fix(current_device_index, module, "current_device_index",
-                                        f"""Index of the calling thread's current {name} device.
 
-    Raises:
-        BackendUnavailableError: the backend cannot be used here.
+# ---------------------------------------------------------------------- classes
+
+class Event(_event.Event):
+    """Base of the ``Event`` class of every device module (``accelrt.cuda.Event`` is a
+    subclass fixed to the cuda backend): an :class:`accelrt.Event` with
+    ``torch.cuda.Event``'s signature ``Event(enable_timing=False, blocking=False,
+    interprocess=False)``; the keyword-only ``device`` (an ``int`` is an index of the module's
+    backend) is accelrt's, as ``torch.Event`` has one.
 
     Example::
 
-{ex(("{m}.current_device_index() >= 0", "True"))}
-    """)
+        >>> import accelrt as acc
+        >>> e = acc.cpu.Event(True)
+        >>> isinstance(e, acc.Event), type(e).__module__, e.enable_timing
+        (True, 'accelrt.cpu', True)
+    """
 
-    def set_device_index(device: Any, /) -> None:
-        if isinstance(device, int) and not isinstance(device, bool) and device < 0:
-            _b()
+    __slots__ = ()
+
+    def __init__(self, enable_timing: bool = False, blocking: bool = False,
+                 interprocess: bool = False, *, device: DeviceLike = None) -> None:
+        super().__init__(device, enable_timing=enable_timing, blocking=blocking,
+                         interprocess=interprocess)
+
+
+class Stream(_stream.Stream):
+    """Base of the ``Stream`` class of every device module (``accelrt.cuda.Stream`` is a
+    subclass fixed to the cuda backend): an :class:`accelrt.Stream` whose ``int`` device means
+    an index of that backend, with ``torch.cuda.Stream``'s extras :meth:`is_capturing` and
+    :meth:`priority_range`. A ``None`` device or a negative index means the backend's current
+    device, as in PyTorch.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> s = acc.cpu.Stream()
+        >>> s
+        <accelrt.cpu.Stream device=cpu:0 stream_id=0x... priority=0>
+        >>> s.is_capturing(), isinstance(s.record_event(), acc.cpu.Event)
+        (False, True)
+    """
+
+    __slots__ = ("_origin",)
+    # _origin: the stream object this one views (keeps an owned handle alive), or None
+
+    #: The device module's ``Event`` class (what :meth:`record_event` makes).
+    _event_class: ClassVar[type[Event]] = Event
+
+    def __init__(self, device: DeviceLike = None, *, priority: int = 0,
+                 stream_id: int | None = None, device_index: int | None = None,
+                 device_type: str | None = None) -> None:
+        name = self._backend_name
+        if name is not None and stream_id is None and device_index is None \
+                and device_type is None:
+            d = _typed(name, device)
+            device = None if isinstance(d, int) and d < 0 else d
+        self._origin: _stream.Stream | None = None
+        super().__init__(device, priority=priority, stream_id=stream_id,
+                         device_index=device_index, device_type=device_type)
+
+    @classmethod
+    def _view(cls, s: _stream.Stream) -> Stream:
+        """``s`` itself if it is of this class, else a non-owning object of this class for the
+        same stream (it keeps ``s`` alive)."""
+        if isinstance(s, cls):
+            return s
+        v = cls.__new__(cls)
+        v._b, v._index, v._handle = s._b, s._index, s._handle
+        v._priority, v._free = s._priority, None
+        v._origin = s if s._free is not None else None
+        return v
+
+    def is_capturing(self) -> bool:
+        """True while a graph capture records the work submitted to this stream.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.Stream().is_capturing()
+            False
+        """
+        return bool(self._b.stream_is_capturing(self._index, self._handle))
+
+    @classmethod
+    def priority_range(cls) -> tuple[int, int]:
+        """``(least, greatest)`` stream priority of the backend's current device, as
+        ``torch.cuda.Stream.priority_range()`` (lower numbers are higher priorities, so
+        ``greatest <= least``).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> least, greatest = acc.cpu.Stream.priority_range()
+            >>> greatest <= 0 <= least
+            True
+        """
+        name = cls._backend_name
+        if name is None:
+            b = _dev._require_current()
+        else:
+            b = _backend.get_backend(name)
+        lo, hi = b.stream_priority_range(_tls.device.get(b.name, 0))
+        return max(lo, hi), min(lo, hi)
+
+    def record_event(self, event: _event.Event | None = None) -> _event.Event:
+        """Record ``event`` (a new event of this device module if ``None``) on this stream and
+        return it.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> type(acc.cpu.Stream().record_event()).__module__
+            'accelrt.cpu'
+        """
+        if event is None:
+            event = self._event_class(device=self.device)
+        return super().record_event(event)
+
+    def __repr__(self) -> str:
+        cls = type(self)
+        return (f"<{cls.__module__}.{cls.__qualname__} device={self._b.name}:{self._index} "
+                f"stream_id={self._handle:#x} priority={self._priority}>")
+
+
+class _DeviceContext:
+    """Shared machinery of :class:`device` and :class:`device_of`."""
+
+    __slots__ = ("_stack", "idx", "prev_idx")
+
+    #: The backend whose current device this context manager sets.
+    _backend_name: ClassVar[str] = ""
+
+    def __init__(self, idx: int) -> None:
+        self.idx = idx
+        self.prev_idx = -1
+        self._stack: list[tuple[str, int]] = []   # (backend name, previous index) per entry
+
+    def __enter__(self) -> None:
+        idx = self.idx
+        if idx < 0:
+            self._stack.append(("", -1))
             return
-        b, index = _get_device(_convert(device) if device is not None else device,
-                               optional=False, backend=_b())
-        _tls.device[b.name] = index
+        b = _backend.get_backend(self._backend_name)
+        _check_index(b, idx)
+        devices = _tls.device
+        self.prev_idx = devices.get(b.name, 0)
+        self._stack.append((b.name, self.prev_idx))
+        devices[b.name] = idx
 
-    defs["set_device_index"] = _fix(set_device_index, module, "set_device_index", f"""Set the
-    calling thread's current {name} device. A negative index is a no-op.
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if not self._stack:
+            raise RuntimeError("device.__exit__ without a matching __enter__; use 'with'")
+        name, prev = self._stack.pop()
+        if name:
+            _tls.device[name] = prev
+
+    def __repr__(self) -> str:
+        cls = type(self)
+        return f"{cls.__module__}.{cls.__qualname__}({self.idx})"
+
+
+class device(_DeviceContext):  # noqa: N801 - torch.cuda.device's name
+    """Context manager that makes a device of the module's backend the calling thread's
+    current one and restores the previous one on exit (``torch.cuda.device``).
+
+    ``None``, a negative index, or a device without an index make it a no-op.
 
     Args:
-        device: an index, or a {name} device or string.
+        device: an index, a device or string of the module's backend, or ``None``.
 
     Raises:
-        ValueError: the device is of another backend, or has no index.
-        IndexError: the index is out of range.
+        ValueError: the device is of another backend.
+        IndexError: (on entry) the index is out of range.
 
     Example::
 
-{ex(("{m}.set_device_index(0)", None), ("{m}.current_device_index()", "0"))}
-    """)
+        >>> import accelrt as acc
+        >>> with acc.cpu.device(0):
+        ...     acc.cpu.current_device()
+        0
+        >>> with acc.cpu.device(None):   # no-op
+        ...     pass
+    """
 
-    ex_device_index = ex(("with {m}.device_index(0):\n    i = {m}.current_device_index()", None),
-                         ("i", "0"))
-    defs["device_index"] = type("device_index", (_device.device_index,), {
-        "__slots__": (), "_backend_name": name, "__module__": module,
-        "__doc__": f"""Context manager that sets the calling thread's current {name} device
-    index and restores the previous one (``None`` or a negative index: no-op).
+    __slots__ = ()
+
+    def __init__(self, device: DeviceLike) -> None:
+        d = _typed(self._backend_name, device)
+        if isinstance(d, _dev.device):
+            d = -1 if d.index is None else d.index
+        super().__init__(-1 if d is None else d)
+
+
+class device_of(device):  # noqa: N801 - torch.cuda.device_of's name
+    """Context manager that makes the device of ``obj`` (an array, stream or event of the
+    module's backend) current (``torch.cuda.device_of``); a no-op for an object of another
+    backend or without a device.
 
     Example::
 
-{ex_device_index}
-    """})
+        >>> import accelrt as acc
+        >>> x = acc.zeros(2, device="cpu:0")
+        >>> with acc.cpu.device_of(x):
+        ...     acc.cpu.current_device()
+        0
+    """
 
-    def current_stream(device: Any = None, /) -> _stream.Stream:
-        b, index = _get_device(device if device is None else _convert(device), backend=_b())
-        return _stream._current(b, index)
+    __slots__ = ()
 
-    defs["current_stream"] = _fix(current_stream, module, "current_stream", f"""The calling
-    thread's current stream of a {name} device (the current one by default).
+    def __init__(self, obj: Any) -> None:
+        d = getattr(obj, "device", None)
+        idx = -1
+        if isinstance(d, _dev.device) and d.type == self._backend_name and d.index is not None:
+            idx = d.index
+        _DeviceContext.__init__(self, idx)
 
-    Example::
 
-{ex(("{m}.current_stream().device_type", repr(name)))}
-    """)
+_DeviceCM = device
+_DeviceOfCM = device_of
 
-    def set_stream(stream: _stream.Stream) -> None:
-        if isinstance(stream, _stream.Stream) and stream._b is not _b():
-            raise ValueError(f"set_stream() of {module} takes a {name} stream, got a "
-                             f"{stream.device_type} stream; use accelrt.set_stream()")
-        _stream.set_stream(stream)
 
-    defs["set_stream"] = _fix(set_stream, module, "set_stream", f"""Make a {name} stream
-    current on its device and make its device the current {name} device.
+class StreamContext:
+    """Context manager that makes ``stream`` current on its device, and its device current,
+    restoring both on exit (``torch.cuda.StreamContext``); ``None`` makes it a no-op.
+
+    Args:
+        stream: a stream of the module's backend, or ``None``.
 
     Raises:
         TypeError: ``stream`` is not a Stream.
@@ -263,338 +344,1123 @@ def export_bound(backend_name: str, namespace: MutableMapping[str, Any]) -> list
 
     Example::
 
-{ex(("{m}.set_stream({m}.current_stream())", None))}
-    """)
+        >>> import accelrt as acc
+        >>> s = acc.cpu.Stream()
+        >>> with acc.cpu.StreamContext(s):
+        ...     acc.cpu.current_stream() == s
+        True
+    """
 
-    def synchronize(device: Any = None, /) -> None:
-        b, index = _get_device(device if device is None else _convert(device), backend=_b())
-        if _device._is_initialized(b, index):
+    __slots__ = ("_entered", "stream")
+
+    #: The backend whose streams this context manager takes.
+    _backend_name: ClassVar[str] = ""
+
+    def __init__(self, stream: _stream.Stream | None) -> None:
+        if stream is not None:
+            if not isinstance(stream, _stream.Stream):
+                raise TypeError(f"StreamContext takes an accelrt.Stream or None, got "
+                                f"{type(stream).__name__}")
+            if stream.device_type != self._backend_name:
+                raise _expected(self._backend_name, stream.device)
+        self.stream = stream
+        self._entered = 0
+
+    def __enter__(self) -> _stream.Stream | None:
+        if self.stream is not None:
+            self.stream.__enter__()
+            self._entered += 1
+        return self.stream
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self.stream is not None and self._entered:
+            self._entered -= 1
+            self.stream.__exit__(exc_type, exc, tb)
+
+
+# ---------------------------------------------------------------------- the runtime
+
+_S = TypeVar("_S", bound=Stream)
+_E = TypeVar("_E", bound=Event)
+
+
+class DeviceModule(Generic[_S, _E]):
+    """The ``torch.cuda`` runtime bound to one backend; device modules bind its methods to
+    module-level names.
+
+    Args:
+        backend_name: a registered backend name (it need not be usable here).
+        module: the name of the device module, e.g. ``"accelrt.cuda"``.
+        stream_class: the module's :class:`Stream` subclass.
+        event_class: the module's :class:`Event` subclass.
+        stream_context_class: the module's :class:`StreamContext` subclass.
+        graph_class: the module's graph class (``accelrt.cuda.CUDAGraph``).
+
+    Example::
+
+        >>> from accelrt._specific import device_module
+        >>> device_module("cpu").memory_allocated(0) >= 0
+        True
+    """
+
+    #: Sync debug mode and pluggable allocators: the lead binds ``set_sync_debug_mode`` /
+    #: ``get_sync_debug_mode`` (``accelrt.set_sync_debug_mode(mode, device_type=...)``) and
+    #: ``CUDAPluggableAllocator`` / ``change_current_allocator`` / ``get_allocator_backend``
+    #: (``accelrt.memory.PluggableAllocator`` etc., with ``device_type=self.name``) here and in
+    #: the modules' binding lists.
+
+    #: ``torch.cuda.OutOfMemoryError`` (the one :class:`accelrt.OutOfMemoryError`).
+    OutOfMemoryError = OutOfMemoryError
+
+    def __init__(self, backend_name: str, module: str, *, stream: type[_S], event: type[_E],
+                 stream_context: type[StreamContext], device: type[_DeviceCM],
+                 device_of: type[_DeviceOfCM], device_index: type[_dev.device_index],
+                 graph_class: type[_graph.Graph], graph: type[_graph.graph]) -> None:
+        if not isinstance(backend_name, str):
+            raise TypeError(f"backend_name must be a str, got {type(backend_name).__name__}")
+        self.name = backend_name
+        self.module = module
+        self.Stream = stream
+        self.Event = event
+        self.StreamContext = stream_context
+        self.device = device
+        self.device_of = device_of
+        self.device_index = device_index
+        self.Graph = graph_class
+        self.graph = graph
+
+    @property
+    def MemPool(self) -> type[_MemPool]:  # noqa: N802 - torch.cuda.MemPool's name
+        """:class:`accelrt.memory.MemPool` (pools are per device; pass a device of this
+        backend to ``use_mem_pool``).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.backends.device_module("cpu").MemPool is acc.memory.MemPool
+            True
+        """
+        from .memory import MemPool
+        return MemPool
+
+    @staticmethod
+    def get_allocator_settings() -> str:
+        """The process-wide allocator settings (:func:`accelrt.memory.get_allocator_settings`).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> isinstance(acc.backends.device_module("cpu").get_allocator_settings(), str)
+            True
+        """
+        from .memory import get_allocator_settings
+        return get_allocator_settings()
+
+    @staticmethod
+    def set_allocator_settings(settings: str) -> None:
+        """Change the process-wide allocator settings
+        (:func:`accelrt.memory.set_allocator_settings`).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> m = acc.backends.device_module("cpu")
+            >>> m.set_allocator_settings(m.get_allocator_settings())
+        """
+        from .memory import set_allocator_settings
+        set_allocator_settings(settings)
+
+    def __repr__(self) -> str:
+        return f"<accelrt device module {self.module!r} for backend {self.name!r}>"
+
+    # ------------------------------------------------------------------ helpers
+    def _b(self) -> _backend.Backend:
+        return _backend.get_backend(self.name)
+
+    def _resolve(self, device: Any) -> tuple[_backend.Backend, int]:
+        """``(backend, checked index)`` of a device argument (``None``: current device)."""
+        d = _typed(self.name, device)
+        b = self._b()
+        return b, _index_of(b, d)
+
+    def _device(self, device: Any) -> _dev.device:
+        """The :class:`accelrt.device` (with index) of a device argument."""
+        b, index = self._resolve(device)
+        return _dev._device_obj(b.name, index)
+
+    def _peek(self, device: Any) -> DeviceCachingAllocator | None:
+        """The allocator of a device if it was started; ``None`` before that or where the
+        backend cannot be used (never starts anything)."""
+        d = _typed(self.name, device)
+        try:
+            b = self._b()
+        except BackendUnavailableError:
+            return None
+        from .memory._allocator import peek_allocator
+        return peek_allocator(b.name, _index_of(b, d))
+
+    def _usable(self) -> _backend.Backend | None:
+        try:
+            return self._b()
+        except BackendUnavailableError:
+            return None
+
+    # ------------------------------------------------------------------ availability
+    def is_available(self) -> bool:
+        """True if the backend is usable here (installed, a driver, at least one device).
+        Never raises and never creates a device context.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.is_available()
+            True
+        """
+        try:
+            return _backend.unavailable_reason(self.name) is None
+        except Exception:  # noqa: BLE001 - availability probes never raise
+            return False
+
+    def unavailable_reason(self) -> str | None:
+        """Why the backend cannot be used here, or ``None`` if it can.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.unavailable_reason() is None
+            True
+        """
+        return _backend.unavailable_reason(self.name)
+
+    def device_count(self) -> int:
+        """Number of devices of the backend (0 if it cannot be used). Never raises.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.device_count() >= 1
+            True
+        """
+        try:
+            return self._b().device_count()
+        except Exception:  # noqa: BLE001 - an unusable backend has no devices
+            return 0
+
+    def is_initialized(self) -> bool:
+        """True once some device of the backend was initialised in this process (by
+        :meth:`init` or any use). Never raises.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.init()
+            >>> acc.cpu.is_initialized()
+            True
+        """
+        return any(name == self.name for name, _ in list(_dev._initialized))
+
+    def init(self) -> None:
+        """Initialise the backend's current device now (``torch.cuda.init``); other calls do
+        it lazily. Does nothing more if it is initialised already.
+
+        Raises:
+            BackendUnavailableError: the backend cannot be used here.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.init()
+        """
+        b = self._b()
+        _lazy_init(b, _tls.device.get(b.name, 0))
+
+    def ipc_collect(self) -> None:
+        """``torch.cuda.ipc_collect``: accelrt never shares device memory with other processes
+        (only interprocess events), so no memory waits to be collected; this initialises the
+        backend, as PyTorch's does, and returns.
+
+        Raises:
+            BackendUnavailableError: the backend cannot be used here.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.ipc_collect()
+        """
+        self.init()
+
+    # ------------------------------------------------------------------ current device
+    def current_device(self) -> int:
+        """Index of the calling thread's current device of the backend.
+
+        Raises:
+            BackendUnavailableError: the backend cannot be used here.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.current_device()
+            0
+        """
+        b = self._b()
+        return _tls.device.get(b.name, 0)
+
+    def current_device_index(self) -> int:
+        """Same as :meth:`current_device` (``torch.accelerator``'s name).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.current_device_index()
+            0
+        """
+        return self.current_device()
+
+    def set_device(self, device: DeviceLike) -> None:
+        """Set the calling thread's current device of the backend; a negative index is a
+        no-op (``torch.cuda.set_device``).
+
+        Raises:
+            ValueError: the device is of another backend, or is ``None``/has no index.
+            IndexError: the index is out of range.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.set_device(0)
+            >>> acc.cpu.current_device()
+            0
+        """
+        d = _typed(self.name, device)
+        if isinstance(d, int) and d < 0:
+            return
+        b = self._b()
+        if d is None or (isinstance(d, _dev.device) and d.index is None):
+            raise ValueError(f"Expected a device with a specified index or an integer, but "
+                             f"got: {device}")
+        _tls.device[b.name] = _index_of(b, d)
+
+    def set_device_index(self, device: DeviceLike, /) -> None:
+        """Same as :meth:`set_device` (``torch.accelerator``'s name).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.set_device_index(0)
+        """
+        self.set_device(device)
+
+    # ------------------------------------------------------------------ streams
+    def current_stream(self, device: DeviceLike = None) -> _S:
+        """The calling thread's current stream of a device (the current one by default), as
+        an object of the module's ``Stream`` class.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.current_stream()
+            <accelrt.cpu.Stream device=cpu:0 stream_id=0x0 priority=0>
+        """
+        b, index = self._resolve(device)
+        return cast("_S", self.Stream._view(_stream._current(b, index)))
+
+    def default_stream(self, device: DeviceLike = None) -> _S:
+        """The default stream of a device (the current one by default).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.default_stream() == acc.cpu.current_stream()
+            True
+        """
+        b, index = self._resolve(device)
+        return cast("_S", self.Stream._view(_stream._default(b, (b.name, index))))
+
+    def set_stream(self, stream: _stream.Stream | None) -> None:
+        """Make ``stream`` current on its device and its device the current device of the
+        backend; ``None`` is a no-op (``torch.cuda.set_stream``).
+
+        Raises:
+            TypeError: ``stream`` is not a Stream.
+            ValueError: ``stream`` belongs to another backend.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.set_stream(acc.cpu.current_stream())
+        """
+        if stream is None:
+            return
+        if isinstance(stream, _stream.Stream) and stream.device_type != self.name:
+            raise ValueError(f"set_stream() of {self.module} takes a {self.name} stream, got a "
+                             f"{stream.device_type} stream; use accelrt.set_stream()")
+        _stream.set_stream(stream)
+
+    def stream(self, stream: _stream.Stream | None) -> StreamContext:
+        """``with stream(s):`` makes ``s`` current (and its device), restoring both on exit;
+        ``None`` is a no-op (``torch.cuda.stream``).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> s = acc.cpu.Stream()
+            >>> with acc.cpu.stream(s):
+            ...     acc.cpu.current_stream() == s
+            True
+            >>> with acc.cpu.stream(None):
+            ...     pass
+        """
+        return self.StreamContext(stream)
+
+    def synchronize(self, device: DeviceLike = None) -> None:
+        """Wait for all streams of a device (the current one by default); a no-op before the
+        device is initialised.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.synchronize()
+        """
+        b, index = self._resolve(device)
+        if _dev._is_initialized(b, index):
             b.synchronize(index)
 
-    defs["synchronize"] = _fix(synchronize, module, "synchronize", f"""Wait for all streams of
-    a {name} device (the current one by default). A no-op before the device is initialised.
+    def is_current_stream_capturing(self) -> bool:
+        """True if the current stream of the backend's current device is capturing a graph;
+        False where the backend was never used or cannot be used (no context is created).
 
-    Example::
+        Example::
 
-{ex(("{m}.synchronize()", None))}
-    """)
+            >>> import accelrt as acc
+            >>> acc.cpu.is_current_stream_capturing()
+            False
+        """
+        b = self._usable()
+        if b is None:
+            return False
+        index = _tls.device.get(b.name, 0)
+        if not _dev._is_initialized(b, index):
+            return False
+        return bool(b.stream_is_capturing(index, int(_stream._current(b, index)._handle)))
 
-    def get_device_properties(device: Any = None, /) -> dict[str, Any]:
-        return _device.get_device_properties(_convert(device))
+    def graph_pool_handle(self) -> tuple[int, int]:
+        """A new memory-pool id that graphs can share (``torch.cuda.graph_pool_handle``).
 
-    defs["get_device_properties"] = _fix(get_device_properties, module, "get_device_properties",
-                                         f"""Properties of a {name} device (``name``,
-    ``total_memory``, ``multi_processor_count``, extras).
+        Example::
 
-    Example::
+            >>> import accelrt as acc
+            >>> acc.cpu.graph_pool_handle() != acc.cpu.graph_pool_handle()
+            True
+        """
+        return _graph.graph_pool_handle()
 
-{ex(('{m}.get_device_properties()["total_memory"] > 0', "True"))}
-    """)
+    # ------------------------------------------------------------------ properties
+    def get_device_properties(self, device: DeviceLike = None) -> dict[str, Any]:
+        """Properties of a device (``name``, ``total_memory``, ``multi_processor_count``,
+        extras): :func:`accelrt.get_device_properties` for this backend.
 
-    def get_device_capability(device: Any = None, /) -> dict[str, Any]:
-        return _device.get_device_capability(_convert(device))
+        Example::
 
-    defs["get_device_capability"] = _fix(get_device_capability, module, "get_device_capability",
-                                         f"""Capabilities of a {name} device (at least
-    ``supported_dtypes``).
+            >>> import accelrt as acc
+            >>> acc.cpu.get_device_properties()["total_memory"] > 0
+            True
+        """
+        return _dev.get_device_properties(self._device(device))
 
-    Example::
+    def get_device_capability(self, device: DeviceLike = None) -> dict[str, Any]:
+        """Capabilities of a device (at least ``supported_dtypes``), as
+        :func:`accelrt.get_device_capability` (``accelrt.cuda`` returns PyTorch's
+        ``(major, minor)`` instead).
 
-{ex(('"float32" in {m}.get_device_capability()["supported_dtypes"]', "True"))}
-    """)
+        Example::
 
-    defs["Stream"] = type("Stream", (_stream.Stream,), {
-        "__slots__": (), "_backend_name": name, "__module__": module,
-        "__doc__": f"""A stream of a {name} device: :class:`accelrt.Stream` whose ``device``
-    defaults to the current {name} device and whose ``int`` device means a {name} index.
+            >>> import accelrt as acc
+            >>> "float32" in acc.cpu.get_device_capability()["supported_dtypes"]
+            True
+        """
+        return _dev.get_device_capability(self._device(device))
 
-    Example::
+    def get_device_name(self, device: DeviceLike = None) -> str:
+        """The name of a device (``get_device_properties(device)["name"]``).
 
-{ex(("{m}.Stream().device_type", repr(name)))}
-    """})
-    defs["Event"] = type("Event", (_event.Event,), {
-        "__slots__": (), "_backend_name": name, "__module__": module,
-        "__doc__": f"""An event of a {name} device: :class:`accelrt.Event` whose ``device``
-    defaults to the current {name} device and whose ``int`` device means a {name} index.
+        Example::
 
-    Example::
+            >>> import accelrt as acc
+            >>> isinstance(acc.cpu.get_device_name(), str)
+            True
+        """
+        b, index = self._resolve(device)
+        return str(b.get_device_properties(index)["name"])
 
-{ex(("{m}.Event().query()", "True"))}
-    """})
+    def can_device_access_peer(self, device: DeviceLike, peer_device: DeviceLike) -> bool:
+        """True if ``device`` can access memory of ``peer_device`` directly.
 
-    defs.update(_memory_defs(name, module, ex, _b, _convert, device_count))
-    for fname, fn in _memory_functions():
-        if fname in defs:
-            continue
-        bound = _bind_device_arg(fn, _convert)
-        if bound is not None:
-            bound.__module__ = module
-            bound.__doc__ = (f"{fn.__doc__ or ''}\n\n    .. note:: Bound to the {name} backend: "
-                             f"``device`` defaults to the current {name} device.\n")
-            defs[fname] = bound
+        Example::
 
-    exported = []
-    for key, value in defs.items():
-        if key not in namespace:
-            namespace[key] = value
-            exported.append(key)
-    return sorted(exported)
+            >>> import accelrt as acc
+            >>> acc.cpu.can_device_access_peer(0, 0)
+            True
+        """
+        b, index = self._resolve(device)
+        _, peer = self._resolve(peer_device)
+        return bool(b.can_access_peer(index, peer))
 
+    def get_arch_list(self) -> list[str]:
+        """The architectures accelrt's device kernels are built for (``torch.cuda``'s
+        ``sm_XY``/``compute_XY`` names; on CUDA: NVRTC's target for each visible device and
+        the committed PTX's virtual architecture); ``[]`` where the backend cannot be used or
+        compiles no kernels of its own (cpu, opencl).
 
-#: Backends whose generated examples run unguarded (always usable: the reference backend).
-_ALWAYS_AVAILABLE = frozenset({"cpu"})
+        Example::
 
+            >>> import accelrt as acc
+            >>> acc.cpu.get_arch_list()
+            []
+        """
+        b = self._usable()
+        fn = getattr(b, "arch_list", None)
+        if b is None or fn is None:
+            return []
+        return [str(a) for a in fn()]
 
-def _example(name: str, short: str, steps: Sequence[tuple[str, str | None]]) -> str:
-    """Doctest text (indented for a generated docstring) running ``steps`` on backend ``name``.
+    def get_gencode_flags(self) -> str:
+        """:meth:`get_arch_list` as ``nvcc`` ``-gencode`` flags (``""`` when it is empty).
 
-    Each step is ``(source, expected output or None)``; ``{m}`` in a source stands for
-    ``acc.<short>``. For a backend that may be missing here, the steps run inside
-    ``if acc.<short>.is_available():`` with each expected output turned into an ``assert``, so
-    the example is valid (and still checks the results) on every machine.
-    """
-    mod = f"acc.{short}"
-    pad = " " * 8
-    lines = [f"{pad}>>> import accelrt as acc"]
-    if name in _ALWAYS_AVAILABLE:
-        for source, expected in steps:
-            first, *rest = source.replace("{m}", mod).split("\n")
-            lines.append(f"{pad}>>> {first}")
-            lines.extend(f"{pad}... {line}" for line in rest)
-            if expected is not None:
-                lines.append(f"{pad}{expected}")
-        return "\n".join(lines)
-    lines.append(f"{pad}>>> if {mod}.is_available():")
-    for source, expected in steps:
-        source = source.replace("{m}", mod)
-        if expected is not None:
-            if expected != "True":
-                source = f"({source}) == {expected}" if " " in source else \
-                    f"{source} == {expected}"
-            source = f"assert {source}"
-        lines.extend(f"{pad}...     {line}" for line in source.split("\n"))
-    return "\n".join(lines)
+        Example::
 
+            >>> import accelrt as acc
+            >>> acc.cpu.get_gencode_flags()
+            ''
+        """
+        flags = []
+        for arch in self.get_arch_list():
+            kind, _, number = arch.partition("_")
+            flags.append(f"-gencode compute=compute_{number},code={kind}_{number}")
+        return " ".join(flags)
 
-def _memory_defs(name: str, module: str, ex: Callable[..., str],
-                 get_b: Callable[[], _backend.Backend], convert: Callable[[Any], Any],
-                 device_count: Callable[[], int]) -> dict[str, Any]:
-    """The functions of :mod:`accelrt.memory` without a ``device`` argument (and
-    ``record_memory_history``, whose ``None`` device means every device), bound to backend
-    ``name``; ``{}`` if :mod:`accelrt.memory` cannot be imported yet."""
-    try:
-        mem = importlib.import_module("accelrt.memory")
-        from .memory import _host
+    # ------------------------------------------------------------------ random
+    def manual_seed(self, seed: int) -> None:
+        """Seed the default generator of the backend's current device; silently ignored where
+        the backend cannot be used (as in PyTorch).
+
+        Raises:
+            TypeError/ValueError: ``seed`` is not an int in ``[-2**63, 2**64)``.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> saved = acc.cpu.get_rng_state()
+            >>> acc.cpu.manual_seed(7)
+            >>> acc.cpu.initial_seed()
+            7
+            >>> acc.cpu.set_rng_state(saved)
+        """
+        from .random import _generator as g
+        value = g._check_seed(seed)
+        b = self._usable()
+        if b is not None:
+            g._set(b, _tls.device.get(b.name, 0), value, 0)
+
+    def manual_seed_all(self, seed: int) -> None:
+        """Seed the default generators of every device of the backend; silently ignored where
+        the backend cannot be used.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> saved = acc.cpu.get_rng_state_all()
+            >>> acc.cpu.manual_seed_all(7)
+            >>> acc.cpu.set_rng_state_all(saved)
+        """
+        from .random import _generator as g
+        value = g._check_seed(seed)
+        b = self._usable()
+        if b is not None:
+            for index in range(b.device_count()):
+                g._set(b, index, value, 0)
+
+    def seed(self) -> None:
+        """Seed the current device's default generator with a random number (see
+        :meth:`initial_seed`); silently ignored where the backend cannot be used.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> saved = acc.cpu.get_rng_state()
+            >>> acc.cpu.seed()
+            >>> acc.cpu.set_rng_state(saved)
+        """
+        import secrets
+        self.manual_seed(secrets.randbits(64))
+
+    def seed_all(self) -> None:
+        """Seed every device's default generator with one random number; silently ignored
+        where the backend cannot be used.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> saved = acc.cpu.get_rng_state_all()
+            >>> acc.cpu.seed_all()
+            >>> acc.cpu.set_rng_state_all(saved)
+        """
+        import secrets
+        self.manual_seed_all(secrets.randbits(64))
+
+    def initial_seed(self) -> int:
+        """The seed of the current device's default generator.
+
+        Raises:
+            BackendUnavailableError: the backend cannot be used here.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.initial_seed() >= 0
+            True
+        """
+        from .random import _generator as g
+        b = self._b()
+        return g._get(b, _tls.device.get(b.name, 0))[0]
+
+    def get_rng_state(self, device: DeviceLike = None) -> npt.NDArray[np.uint8]:
+        """The 16-byte state of a device's default generator (``numpy.uint8``).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.get_rng_state().shape
+            (16,)
+        """
+        from .random import _generator as g
+        b, index = self._resolve(device)
+        return g._pack_state(*g._get(b, index))
+
+    def set_rng_state(self, new_state: Any, device: DeviceLike = None) -> None:
+        """Restore a device's default generator from :meth:`get_rng_state`.
+
+        Raises:
+            TypeError/ValueError: the state is not 16 uint8 bytes.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.set_rng_state(acc.cpu.get_rng_state())
+        """
+        from .random import _generator as g
+        seed_, offset = g._unpack_state(new_state)
+        b, index = self._resolve(device)
+        g._set(b, index, seed_, offset)
+
+    def get_rng_state_all(self) -> list[npt.NDArray[np.uint8]]:
+        """The states of every device of the backend, by index.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> len(acc.cpu.get_rng_state_all()) == acc.cpu.device_count()
+            True
+        """
+        from .random import _generator as g
+        b = self._b()
+        return [g._pack_state(*g._get(b, i)) for i in range(b.device_count())]
+
+    def set_rng_state_all(self, new_states: Iterable[Any]) -> None:
+        """Set the state of device ``i`` to ``new_states[i]``.
+
+        Raises:
+            IndexError: more states than devices.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.set_rng_state_all(acc.cpu.get_rng_state_all())
+        """
+        from .random import _generator as g
+        b = self._b()
+        parsed = [g._unpack_state(s) for s in new_states]   # validate all before changing any
+        n = b.device_count()
+        if len(parsed) > n:
+            raise IndexError(f"set_rng_state_all got {len(parsed)} states but {b.name!r} has "
+                             f"only {n} device(s)")
+        for index, (seed_, offset) in enumerate(parsed):
+            g._set(b, index, seed_, offset)
+
+    # ------------------------------------------------------------------ memory statistics
+    def memory_stats(self, device: DeviceLike = None) -> collections.OrderedDict[str, int]:
+        """The allocator statistics of a device (PyTorch's flat keys, sorted); empty before
+        the first allocation and where the backend cannot be used.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> isinstance(acc.cpu.memory_stats(), dict)
+            True
+        """
+        a = self._peek(device)
+        return collections.OrderedDict() if a is None else a.sorted_stats()
+
+    def memory_stats_as_nested_dict(self, device: DeviceLike = None) -> dict[str, Any]:
+        """:meth:`memory_stats` as nested dicts; ``{}`` before the first allocation and where
+        the backend cannot be used.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> isinstance(acc.cpu.memory_stats_as_nested_dict(), dict)
+            True
+        """
+        nested: dict[str, Any] = {}
+        for key, value in self.memory_stats(device).items():
+            *path, leaf = key.split(".")
+            d = nested
+            for part in path:
+                d = d.setdefault(part, {})
+            d[leaf] = value
+        return nested
+
+    def memory_allocated(self, device: DeviceLike = None) -> int:
+        """Bytes handed out by the caching allocator on a device (0 where the backend cannot
+        be used).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.memory_allocated() >= 0
+            True
+        """
+        a = self._peek(device)
+        return 0 if a is None else a.memory_allocated()
+
+    def max_memory_allocated(self, device: DeviceLike = None) -> int:
+        """Peak of :meth:`memory_allocated` (0 where the backend cannot be used).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.max_memory_allocated() >= acc.cpu.memory_allocated()
+            True
+        """
+        a = self._peek(device)
+        return 0 if a is None else a.max_memory_allocated()
+
+    def memory_reserved(self, device: DeviceLike = None) -> int:
+        """Bytes the caching allocator holds from a device (0 where the backend cannot be
+        used).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.memory_reserved() >= acc.cpu.memory_allocated()
+            True
+        """
+        a = self._peek(device)
+        return 0 if a is None else a.memory_reserved()
+
+    def max_memory_reserved(self, device: DeviceLike = None) -> int:
+        """Peak of :meth:`memory_reserved` (0 where the backend cannot be used).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.max_memory_reserved() >= acc.cpu.memory_reserved()
+            True
+        """
+        a = self._peek(device)
+        return 0 if a is None else a.max_memory_reserved()
+
+    def memory_cached(self, device: DeviceLike = None) -> int:
+        """Deprecated: :meth:`memory_reserved` (emits ``FutureWarning``)."""
+        warnings.warn(f"{self.module}.memory_cached has been renamed to "
+                      f"{self.module}.memory_reserved", FutureWarning, stacklevel=2)
+        return self.memory_reserved(device)
+
+    def max_memory_cached(self, device: DeviceLike = None) -> int:
+        """Deprecated: :meth:`max_memory_reserved` (emits ``FutureWarning``)."""
+        warnings.warn(f"{self.module}.max_memory_cached has been renamed to "
+                      f"{self.module}.max_memory_reserved", FutureWarning, stacklevel=2)
+        return self.max_memory_reserved(device)
+
+    def reset_peak_memory_stats(self, device: DeviceLike = None) -> None:
+        """Set every ``peak`` statistic of a device to its ``current`` value.
+
+        Raises:
+            BackendUnavailableError: the backend cannot be used here.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.reset_peak_memory_stats()
+        """
+        self._resolve(device)
+        a = self._peek(device)
+        if a is not None:
+            a.reset_peak_stats()
+
+    def reset_accumulated_memory_stats(self, device: DeviceLike = None) -> None:
+        """Zero the totals and ``num_*`` counters of a device.
+
+        Raises:
+            BackendUnavailableError: the backend cannot be used here.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.reset_accumulated_memory_stats()
+        """
+        self._resolve(device)
+        a = self._peek(device)
+        if a is not None:
+            a.reset_accumulated_stats()
+
+    def reset_max_memory_allocated(self, device: DeviceLike = None) -> None:
+        """Deprecated: :meth:`reset_peak_memory_stats`, which resets *all* peaks (emits
+        ``FutureWarning``)."""
+        warnings.warn(f"{self.module}.reset_max_memory_allocated now calls "
+                      f"{self.module}.reset_peak_memory_stats, which resets /all/ peak memory "
+                      "stats.", FutureWarning, stacklevel=2)
+        self.reset_peak_memory_stats(device)
+
+    def reset_max_memory_cached(self, device: DeviceLike = None) -> None:
+        """Deprecated: :meth:`reset_peak_memory_stats`, which resets *all* peaks (emits
+        ``FutureWarning``)."""
+        warnings.warn(f"{self.module}.reset_max_memory_cached now calls "
+                      f"{self.module}.reset_peak_memory_stats, which resets /all/ peak memory "
+                      "stats.", FutureWarning, stacklevel=2)
+        self.reset_peak_memory_stats(device)
+
+    def memory_summary(self, device: DeviceLike = None, abbreviated: bool = False) -> str:
+        """A human-readable table of :meth:`memory_stats` (all zeros where the backend cannot
+        be used).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> "memory summary" in acc.cpu.memory_summary()
+            True
+        """
+        from .memory._summary import format_summary
+        d = _typed(self.name, device)
+        b = self._usable()
+        if b is not None:
+            index = _index_of(b, d)
+        elif isinstance(d, _dev.device):
+            index = d.index or 0
+        else:
+            index = max(d or 0, 0)
+        return format_summary(self.memory_stats(device), index, self.name, abbreviated)
+
+    def mem_get_info(self, device: DeviceLike = None) -> tuple[int, int]:
+        """``(free, total)`` bytes of a device as the device reports them
+        (``torch.cuda.mem_get_info``).
+
+        Raises:
+            BackendUnavailableError: the backend cannot be used here.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> free, total = acc.cpu.mem_get_info()
+            >>> 0 <= free <= total
+            True
+        """
+        b, index = self._resolve(device)
+        free, total = b.get_memory_info(index)
+        return int(free), int(total)
+
+    def get_memory_info(self, device: DeviceLike = None) -> tuple[int, int]:
+        """Same as :meth:`mem_get_info` (:func:`accelrt.memory.get_memory_info`'s name).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.get_memory_info() == acc.cpu.mem_get_info()
+            True
+        """
+        return self.mem_get_info(device)
+
+    # ------------------------------------------------------------------ memory control
+    def empty_cache(self) -> None:
+        """Release every unused cached block of every started device of the backend; a no-op
+        before any allocation and where the backend cannot be used (as in PyTorch).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.empty_cache()
+        """
         from .memory._allocator import peek_allocator
-        from .memory._snapshot import dump_snapshot as _dump
-    except ImportError:
-        return {}
-    defs: dict[str, Any] = {}
-
-    def _type_device() -> _device.device:
-        get_b()
-        return _device._type_device(name)
-
-    def empty_cache() -> None:
-        for i in range(device_count()):
-            a = peek_allocator(name, i)
+        for i in range(self.device_count()):
+            a = peek_allocator(self.name, i)
             if a is not None:
                 a.empty_cache()
 
-    defs["empty_cache"] = _fix(empty_cache, module, "empty_cache", f"""Release every unused
-    cached block of every started {name} device back to the device. Memory held by live
-    allocations is not freed. A no-op before any allocation, and where the backend cannot be
-    used (nothing was cached), as in PyTorch.
+    def set_per_process_memory_fraction(self, fraction: float,
+                                        device: DeviceLike = None) -> None:
+        """Cap what the caching allocator may reserve on a device at ``fraction`` of it.
 
-    Example::
+        Example::
 
-        >>> import accelrt as acc
-        >>> acc.{module.rpartition(".")[2]}.empty_cache()
-    """)
+            >>> import accelrt as acc
+            >>> acc.cpu.set_per_process_memory_fraction(1.0)
+        """
+        from . import memory
+        memory.set_per_process_memory_fraction(fraction, self._device(device))
 
-    def caching_allocator_delete(ptr: int) -> None:
-        raw_owner: dict[int, Any] = getattr(mem, "_raw_owner", {})  # pointer -> allocator
-        owner = raw_owner.get(ptr) if isinstance(ptr, int) else None
+    def get_per_process_memory_fraction(self, device: DeviceLike = None) -> float:
+        """The fraction set by :meth:`set_per_process_memory_fraction` (1.0: no cap).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.get_per_process_memory_fraction()
+            1.0
+        """
+        from . import memory
+        return memory.get_per_process_memory_fraction(self._device(device))
+
+    def caching_allocator_alloc(self, size: int, device: DeviceLike = None,
+                                stream: Any = None) -> int:
+        """Allocate ``size`` bytes from a device's caching allocator; returns the pointer.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> p = acc.cpu.caching_allocator_alloc(512)
+            >>> acc.cpu.caching_allocator_delete(p)
+        """
+        from . import memory
+        return memory.caching_allocator_alloc(size, self._device(device), stream)
+
+    def caching_allocator_delete(self, mem_ptr: int) -> None:
+        """Free memory from :meth:`caching_allocator_alloc` (back to the cache).
+
+        Raises:
+            TypeError: ``mem_ptr`` is not an int.
+            ValueError: ``mem_ptr`` was allocated on another backend's device, did not come
+                from ``caching_allocator_alloc``, or was already deleted.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.caching_allocator_delete(acc.cpu.caching_allocator_alloc(64))
+        """
+        from . import memory
+        owner = memory._raw_owner.get(mem_ptr) if isinstance(mem_ptr, int) else None
         b = getattr(owner, "_b", None)
-        if b is not None and b.name != name:
+        if b is not None and b.name != self.name:
             where = f"{b.name}:{getattr(owner, '_index', '?')}"
-            raise ValueError(f"pointer {ptr:#x} was allocated on {where}, not "
-                             f"on a {name} device; free it with "
+            raise ValueError(f"pointer {mem_ptr:#x} was allocated on {where}, not on a "
+                             f"{self.name} device; free it with "
                              "accelrt.memory.caching_allocator_delete()")
-        mem.caching_allocator_delete(ptr)
+        memory.caching_allocator_delete(mem_ptr)
 
-    defs["caching_allocator_delete"] = _fix(caching_allocator_delete, module,
-                                            "caching_allocator_delete", f"""Free memory from
-    :func:`caching_allocator_alloc` on a {name} device (back to the cache, not the device).
+    def use_mem_pool(self, pool: _MemPool, device: DeviceLike = None
+                     ) -> contextlib.AbstractContextManager[None]:
+        """Route the calling thread's allocations on a device (the current one by default)
+        into ``pool`` (``torch.cuda.use_mem_pool``).
 
-    Raises:
-        TypeError: ``ptr`` is not an int.
-        ValueError: ``ptr`` was allocated on another backend's device, did not come from
-            ``caching_allocator_alloc``, or was already deleted.
+        Example::
 
-    Example::
+            >>> import accelrt as acc
+            >>> pool = acc.cpu.MemPool()
+            >>> with acc.cpu.use_mem_pool(pool):
+            ...     x = acc.zeros(4, device="cpu")
+            >>> del x
+        """
+        from . import memory
+        return memory.use_mem_pool(pool, self._device(device))
 
-{ex(("p = {m}.caching_allocator_alloc(512)", None), ("{m}.caching_allocator_delete(p)", None))}
-    """)
+    # ------------------------------------------------------------------ history, snapshots
+    def _snapshot(self) -> dict[str, Any]:
+        from . import memory
+        self._b()
+        return memory._snapshot(_dev._type_device(self.name))
 
-    def memory_snapshot(mempool_id: tuple[int, int] | None = None) -> list[dict[str, Any]]:
-        segments: list[dict[str, Any]] = mem._snapshot(_type_device())["segments"]
+    def memory_snapshot(self, mempool_id: tuple[int, int] | None = None
+                        ) -> list[dict[str, Any]]:
+        """The segments of every started device of the backend, sorted by address.
+
+        Args:
+            mempool_id: only the segments of this private pool (a ``MemPool.id``).
+
+        Raises:
+            BackendUnavailableError: the backend cannot be used here.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> isinstance(acc.cpu.memory_snapshot(), list)
+            True
+        """
+        segments: list[dict[str, Any]] = self._snapshot()["segments"]
         if mempool_id is None:
             return segments
         want = tuple(mempool_id)
         return [s for s in segments if tuple(s.get("segment_pool_id", (0, 0))) == want]
 
-    defs["memory_snapshot"] = _fix(memory_snapshot, module, "memory_snapshot", f"""The
-    segments of every started {name} device, sorted by address (PyTorch's format).
+    def dump_snapshot(self, path: str | os.PathLike[str] = "dump_snapshot.pickle") -> None:
+        """Pickle the backend's full memory snapshot (every device) to ``path``.
 
-    Args:
-        mempool_id: only the segments of this private pool (a ``MemPool.id``).
+        Example::
 
-    Raises:
-        BackendUnavailableError: the backend cannot be used here.
+            >>> import accelrt as acc, os, tempfile
+            >>> with tempfile.TemporaryDirectory() as d:
+            ...     acc.cpu.dump_snapshot(os.path.join(d, "snap.pickle"))
+        """
+        from .memory._snapshot import dump_snapshot
+        dump_snapshot(path, self._snapshot())
 
-    Example::
-
-{ex(("isinstance({m}.memory_snapshot(), list)", "True"))}
-    """)
-
-    def dump_snapshot(path: str | os.PathLike[str] = "dump_snapshot.pickle") -> None:
-        _dump(path, mem._snapshot(_type_device()))
-
-    ex_dump = ex(("import os, tempfile", None),
-                 (("with tempfile.TemporaryDirectory() as d:\n"
-                   "    {m}.dump_snapshot(os.path.join(d, 'snap.pickle'))"), None))
-    defs["dump_snapshot"] = _fix(dump_snapshot, module, "dump_snapshot", f"""Pickle the full
-    memory snapshot of the {name} backend (segments and traces of every device) to ``path``,
-    for ``accelrt memory viz`` or PyTorch's visualizer.
-
-    Raises:
-        BackendUnavailableError: the backend cannot be used here.
-
-    Example::
-
-{ex_dump}
-    """)
-
-    def record_memory_history(enabled: str | bool | None = "all", context: str | None = "all",
-                              stacks: str = "all", max_entries: int = sys.maxsize,
-                              device: Any = None, clear_history: bool = False,
+    def record_memory_history(self, enabled: str | bool | None = "all",
+                              context: str | None = "all", stacks: str = "all",
+                              max_entries: int = sys.maxsize, device: DeviceLike = None,
+                              clear_history: bool = False,
                               skip_actions: list[str] | None = None) -> None:
+        """:func:`accelrt.memory.record_memory_history` on the backend's devices; ``device=None``
+        means every device of the backend.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.record_memory_history(max_entries=100)
+            >>> acc.cpu.record_memory_history(None)
+        """
+        from . import memory
         if device is not None:
-            targets = [convert(device)]
+            targets = [self._device(device)]
         else:
-            targets = [_device._device_obj(name, i) for i in range(get_b().device_count())]
+            targets = [_dev._device_obj(self.name, i) for i in range(self._b().device_count())]
         for d in targets:
-            mem.record_memory_history(enabled, context, stacks, max_entries, d, clear_history,
-                                      skip_actions)
+            memory.record_memory_history(enabled, context, stacks, max_entries, d,
+                                         clear_history, skip_actions)
 
-    defs["record_memory_history"] = _fix(record_memory_history, module, "record_memory_history",
-                                         f"""Start or stop recording allocator history on
-    {name} devices: :func:`accelrt.memory.record_memory_history` with ``device=None`` meaning
-    every {name} device (an ``int`` device is a {name} index).
+    # ------------------------------------------------------------------ pinned host pool
+    def empty_host_cache(self) -> None:
+        """Return the backend's cached pinned host blocks to the OS (a no-op before the first
+        pinned allocation and where the backend cannot be used).
 
-    Raises:
-        TypeError/ValueError: an argument has a wrong type or value.
-        BackendUnavailableError: the backend cannot be used here.
+        Example::
 
-    Example::
-
-{ex(("{m}.record_memory_history(max_entries=1000)", None),
-    ("{m}.record_memory_history(None)", None))}
-    """)
-
-    def empty_host_cache() -> None:
-        pool = _host.peek_host_allocator(name)
+            >>> import accelrt as acc
+            >>> acc.cpu.empty_host_cache()
+        """
+        from .memory import _host
+        pool = _host.peek_host_allocator(self.name)
         if pool is not None:
             pool.empty_cache()
 
-    defs["empty_host_cache"] = _fix(empty_host_cache, module, "empty_host_cache", f"""Return
-    the cached pinned host blocks of the {name} backend to the OS (a no-op before the first
-    pinned allocation, and where the backend cannot be used).
+    def host_memory_stats(self) -> collections.OrderedDict[str, int]:
+        """Statistics of the backend's pinned host pool (flat, sorted; empty before use).
 
-    Example::
+        Raises:
+            BackendUnavailableError: the backend cannot be used here.
 
-        >>> import accelrt as acc
-        >>> acc.{module.rpartition(".")[2]}.empty_host_cache()
-    """)
+        Example::
 
-    def _host_pool() -> Any:
-        get_b()
-        return _host.peek_host_allocator(name)
-
-    def host_memory_stats() -> collections.OrderedDict[str, int]:
-        pool = _host_pool()
+            >>> import accelrt as acc
+            >>> isinstance(acc.cpu.host_memory_stats(), dict)
+            True
+        """
+        from .memory import _host
+        self._b()
+        pool = _host.peek_host_allocator(self.name)
         if pool is None:
             return collections.OrderedDict()
         return collections.OrderedDict(sorted(pool.stats().items()))
 
-    defs["host_memory_stats"] = _fix(host_memory_stats, module, "host_memory_stats", f"""The
-    statistics of the {name} backend's pinned host pool, flat and key-sorted (the keys of
-    :func:`accelrt.memory.host_memory_stats`); empty before the first pinned allocation.
+    def reset_peak_host_memory_stats(self) -> None:
+        """Set every ``peak`` of :meth:`host_memory_stats` to its ``current`` value.
 
-    Raises:
-        BackendUnavailableError: the backend cannot be used here.
+        Example::
 
-    Example::
-
-{ex(("isinstance({m}.host_memory_stats(), dict)", "True"))}
-    """)
-
-    def reset_peak_host_memory_stats() -> None:
-        pool = _host_pool()
+            >>> import accelrt as acc
+            >>> acc.cpu.reset_peak_host_memory_stats()
+        """
+        from .memory import _host
+        self._b()
+        pool = _host.peek_host_allocator(self.name)
         if pool is not None:
             pool.reset_peak_stats()
 
-    defs["reset_peak_host_memory_stats"] = _fix(
-        reset_peak_host_memory_stats, module, "reset_peak_host_memory_stats", f"""Set every
-    ``peak`` of the {name} backend's :func:`host_memory_stats` to its ``current`` value.
+    def reset_accumulated_host_memory_stats(self) -> None:
+        """Zero the totals, call counts and durations of :meth:`host_memory_stats`.
 
-    Raises:
-        BackendUnavailableError: the backend cannot be used here.
+        Example::
 
-    Example::
-
-{ex(("{m}.reset_peak_host_memory_stats()", None))}
-    """)
-
-    def reset_accumulated_host_memory_stats() -> None:
-        pool = _host_pool()
+            >>> import accelrt as acc
+            >>> acc.cpu.reset_accumulated_host_memory_stats()
+        """
+        from .memory import _host
+        self._b()
+        pool = _host.peek_host_allocator(self.name)
         if pool is not None:
             pool.reset_accumulated_stats()
 
-    defs["reset_accumulated_host_memory_stats"] = _fix(
-        reset_accumulated_host_memory_stats, module, "reset_accumulated_host_memory_stats",
-        f"""Zero the totals, call counts and durations of the {name} backend's
-    :func:`host_memory_stats`.
+
+# ---------------------------------------------------------------------- registry
+
+_modules: dict[str, DeviceModule[Any, Any]] = {}
+_modules_lock = threading.Lock()
+_BUILTIN = {"cpu": "accelrt.cpu", "cuda": "accelrt.cuda", "opencl": "accelrt.opencl"}
+
+
+def _register(m: DeviceModule[_S, _E]) -> DeviceModule[_S, _E]:
+    """Record the :class:`DeviceModule` of a built-in device module (called at its import)."""
+    with _modules_lock:
+        _modules[m.name] = m
+    return m
+
+
+def device_module(name: str) -> DeviceModule[Stream, Event]:
+    """The ``torch.cuda``-style runtime of a registered backend: for ``"cpu"``, ``"cuda"`` and
+    ``"opencl"`` the object behind ``accelrt.cpu`` etc.; for a third-party backend, one made
+    on first use with its own ``Stream``/``Event``/``Graph`` classes (printed as
+    ``accelrt.<name>.Stream``). Re-exported as :func:`accelrt.backends.device_module`.
 
     Raises:
-        BackendUnavailableError: the backend cannot be used here.
+        TypeError: ``name`` is not a str.
+        ValueError: no backend of that name is registered.
 
     Example::
 
-{ex(("{m}.reset_accumulated_host_memory_stats()", None))}
-    """)
+        >>> import accelrt as acc
+        >>> m = acc.backends.device_module("cpu")
+        >>> m.current_stream() == acc.cpu.current_stream()
+        True
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"device_module() takes a backend name, got {type(name).__name__}")
+    m = _modules.get(name)
+    if m is not None:
+        return m
+    builtin = _BUILTIN.get(name)
+    if builtin is not None:
+        import importlib
+        importlib.import_module(builtin)
+        return _modules[name]
+    if name not in _backend.registered():
+        raise ValueError(f"no backend named {name!r} is registered (registered: "
+                         f"{sorted(_backend.registered())}); register it with "
+                         "accelrt.backends.register() first")
+    module = f"accelrt.{name}"
 
-    # Not bound to a device: the same objects as in accelrt.memory.
-    for shared in ("MemPool", "get_allocator_settings", "set_allocator_settings"):
-        obj = getattr(mem, shared, None)
-        if obj is not None:
-            defs[shared] = obj
-    return defs
+    def make(base: type, cls_name: str, **extra: Any) -> Any:
+        return type(cls_name, (base,), {"__slots__": (), "__module__": module,
+                                        "__qualname__": cls_name, "_backend_name": name,
+                                        **extra})
 
-
-def _memory_functions() -> list[tuple[str, Callable[..., Any]]]:
-    """Public functions of :mod:`accelrt.memory` (none if it cannot be imported yet)."""
-    try:
-        mem = importlib.import_module("accelrt.memory")
-    except ImportError:
-        return []
-    names = getattr(mem, "__all__", None)
-    if names is None:
-        names = [n for n in dir(mem) if not n.startswith("_")]
-    out: list[tuple[str, Callable[..., Any]]] = []
-    for n in names:
-        fn = getattr(mem, n, None)
-        if inspect.isfunction(fn):
-            out.append((n, fn))
-    return out
+    ev = make(Event, "Event")
+    dev_cls = make(device, "device")
+    graph_cls = make(_graph.Graph, "Graph")
+    with _modules_lock:
+        m = _modules.get(name)
+        if m is None:
+            m = _modules[name] = DeviceModule(
+                name, module, stream=make(Stream, "Stream", _event_class=ev), event=ev,
+                stream_context=make(StreamContext, "StreamContext"), device=dev_cls,
+                device_of=make(device_of, "device_of"),
+                device_index=make(_dev.device_index, "device_index"), graph_class=graph_cls,
+                graph=type("graph", (_graph.graph,), {"__module__": module,
+                                                      "_graph_class": graph_cls}))
+    return m

@@ -1,8 +1,9 @@
-"""``accelrt.cpu``: the device-agnostic API bound to the cpu backend, plus its settings.
+"""``accelrt.cpu``: the ``torch.cuda`` runtime of the cpu backend, plus its settings.
 
 The cpu backend simulates accelerator devices in host memory. Every function here takes an
 ``int`` device as a *cpu* index, whatever the current accelerator is, so ``acc.cpu`` works next
-to ``acc.cuda`` in one process.
+to ``acc.cuda`` in one process. The names and their semantics are ``torch.cuda``'s (see
+:class:`accelrt._specific.DeviceModule`, which implements them once for every backend).
 
 Settings (read when the backend is first used):
 
@@ -29,14 +30,284 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any
+from typing import ClassVar
 
-from ._specific import export_bound
+from . import _device, _graph, _specific
+from ._errors import OutOfMemoryError
+from ._specific import DeviceModule
+from ._typing import DeviceLike
+from .memory import MemPool, get_allocator_settings, set_allocator_settings
 
-_bound = export_bound("cpu", globals())
+__all__ = [
+    "Event",
+    "Graph",
+    "MemPool",
+    "OutOfMemoryError",
+    "Stream",
+    "StreamContext",
+    "caching_allocator_alloc",
+    "caching_allocator_delete",
+    "can_device_access_peer",
+    "current_device",
+    "current_device_index",
+    "current_stream",
+    "default_stream",
+    "device",
+    "device_count",
+    "device_index",
+    "device_of",
+    "dump_snapshot",
+    "empty_cache",
+    "empty_host_cache",
+    "get_allocator_settings",
+    "get_arch_list",
+    "get_device_capability",
+    "get_device_name",
+    "get_device_properties",
+    "get_gencode_flags",
+    "get_memory_info",
+    "get_per_process_memory_fraction",
+    "get_rng_state",
+    "get_rng_state_all",
+    "graph",
+    "graph_pool_handle",
+    "host_memory_stats",
+    "init",
+    "initial_seed",
+    "ipc_collect",
+    "is_available",
+    "is_current_stream_capturing",
+    "is_initialized",
+    "manual_seed",
+    "manual_seed_all",
+    "max_memory_allocated",
+    "max_memory_cached",
+    "max_memory_reserved",
+    "mem_get_info",
+    "memory_allocated",
+    "memory_cached",
+    "memory_limit",
+    "memory_reserved",
+    "memory_snapshot",
+    "memory_stats",
+    "memory_stats_as_nested_dict",
+    "memory_summary",
+    "record_memory_history",
+    "reset_accumulated_host_memory_stats",
+    "reset_accumulated_memory_stats",
+    "reset_max_memory_allocated",
+    "reset_max_memory_cached",
+    "reset_peak_host_memory_stats",
+    "reset_peak_memory_stats",
+    "seed",
+    "seed_all",
+    "set_allocator_settings",
+    "set_device",
+    "set_device_index",
+    "set_per_process_memory_fraction",
+    "set_rng_state",
+    "set_rng_state_all",
+    "set_stream",
+    "stream",
+    "synchronize",
+    "unavailable_reason",
+    "use_mem_pool",
+]
 
 
-def memory_limit(device: Any = None, /) -> int:
+class Event(_specific.Event):
+    """An event of a cpu device (``torch.cuda.Event`` for this backend): an
+    :class:`accelrt.Event` whose ``int`` device is a cpu index.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> issubclass(acc.cpu.Event, acc.Event)
+        True
+    """
+
+    __slots__ = ()
+    _backend_name = "cpu"
+
+
+class Stream(_specific.Stream):
+    """A stream of a cpu device (``torch.cuda.Stream`` for this backend): an
+    :class:`accelrt.Stream` whose ``int`` device is a cpu index (``None`` or a negative
+    index: the current cpu device), with :meth:`is_capturing` and :meth:`priority_range`.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> issubclass(acc.cpu.Stream, acc.Stream)
+        True
+    """
+
+    __slots__ = ()
+    _backend_name = "cpu"
+    _event_class = Event
+
+
+class StreamContext(_specific.StreamContext):
+    """``with StreamContext(stream):`` makes a cpu stream and its device current,
+    restoring both on exit; ``None`` is a no-op (``torch.cuda.StreamContext``).
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> with acc.cpu.StreamContext(None):
+        ...     pass
+    """
+
+    __slots__ = ()
+    _backend_name = "cpu"
+
+
+class device(_specific.device):  # noqa: N801 - torch.cuda.device's name
+    """Context manager that makes a cpu device current and restores the previous one
+    (``torch.cuda.device``); ``None`` or a negative index is a no-op.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> with acc.cpu.device(None):
+        ...     pass
+    """
+
+    __slots__ = ()
+    _backend_name = "cpu"
+
+
+class device_of(_specific.device_of):  # noqa: N801 - torch.cuda.device_of's name
+    """Context manager that makes the device of an array, stream or event current if it is a
+    cpu device (a no-op otherwise), as ``torch.cuda.device_of``.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> with acc.cpu.device_of(None):   # no device: no-op
+        ...     pass
+    """
+
+    __slots__ = ()
+    _backend_name = "cpu"
+
+
+class device_index(_device.device_index):  # noqa: N801 - torch.accelerator's name
+    """Context manager that sets the calling thread's current cpu device index and
+    restores the previous one (``None`` or a negative index: no-op).
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> with acc.cpu.device_index(None):
+        ...     pass
+    """
+
+    __slots__ = ()
+    _backend_name = "cpu"
+
+
+class Graph(_graph.Graph):
+    """A graph of cpu stream work (``torch.cuda.CUDAGraph`` for this backend):
+    :class:`accelrt.Graph` fixed to the cpu backend.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> issubclass(acc.cpu.Graph, acc.Graph)
+        True
+    """
+
+    __slots__ = ()
+    _backend_name: ClassVar[str | None] = "cpu"
+
+
+class graph(_graph.graph):  # noqa: N801 - torch.cuda.graph's name
+    """``with graph(g):`` captures the body's cpu work into ``g`` on a side stream
+    (``torch.cuda.graph`` for this backend).
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> issubclass(acc.cpu.graph, acc.graph)
+        True
+    """
+
+    _graph_class: ClassVar[type[_graph.Graph]] = Graph
+
+
+_m: DeviceModule[Stream, Event] = _specific._register(DeviceModule(
+    "cpu", __name__, stream=Stream, event=Event, stream_context=StreamContext,
+    device=device, device_of=device_of, device_index=device_index, graph_class=Graph, graph=graph))
+
+# The torch.cuda runtime of the cpu backend (documented on accelrt._specific.DeviceModule).
+# Sync debug mode and pluggable allocators (bound by the lead): set_sync_debug_mode,
+# get_sync_debug_mode, CUDAPluggableAllocator, change_current_allocator and
+# get_allocator_backend go here, each with device_type="cpu".
+
+is_available = _m.is_available
+unavailable_reason = _m.unavailable_reason
+device_count = _m.device_count
+is_initialized = _m.is_initialized
+init = _m.init
+ipc_collect = _m.ipc_collect
+current_device = _m.current_device
+current_device_index = _m.current_device_index
+set_device = _m.set_device
+set_device_index = _m.set_device_index
+current_stream = _m.current_stream
+default_stream = _m.default_stream
+set_stream = _m.set_stream
+stream = _m.stream
+synchronize = _m.synchronize
+is_current_stream_capturing = _m.is_current_stream_capturing
+graph_pool_handle = _m.graph_pool_handle
+get_device_properties = _m.get_device_properties
+get_device_capability = _m.get_device_capability
+get_device_name = _m.get_device_name
+can_device_access_peer = _m.can_device_access_peer
+get_arch_list = _m.get_arch_list
+get_gencode_flags = _m.get_gencode_flags
+manual_seed = _m.manual_seed
+manual_seed_all = _m.manual_seed_all
+seed = _m.seed
+seed_all = _m.seed_all
+initial_seed = _m.initial_seed
+get_rng_state = _m.get_rng_state
+set_rng_state = _m.set_rng_state
+get_rng_state_all = _m.get_rng_state_all
+set_rng_state_all = _m.set_rng_state_all
+memory_stats = _m.memory_stats
+memory_stats_as_nested_dict = _m.memory_stats_as_nested_dict
+memory_allocated = _m.memory_allocated
+max_memory_allocated = _m.max_memory_allocated
+memory_reserved = _m.memory_reserved
+max_memory_reserved = _m.max_memory_reserved
+memory_cached = _m.memory_cached
+max_memory_cached = _m.max_memory_cached
+reset_peak_memory_stats = _m.reset_peak_memory_stats
+reset_accumulated_memory_stats = _m.reset_accumulated_memory_stats
+reset_max_memory_allocated = _m.reset_max_memory_allocated
+reset_max_memory_cached = _m.reset_max_memory_cached
+memory_summary = _m.memory_summary
+mem_get_info = _m.mem_get_info
+get_memory_info = _m.get_memory_info
+empty_cache = _m.empty_cache
+set_per_process_memory_fraction = _m.set_per_process_memory_fraction
+get_per_process_memory_fraction = _m.get_per_process_memory_fraction
+caching_allocator_alloc = _m.caching_allocator_alloc
+caching_allocator_delete = _m.caching_allocator_delete
+use_mem_pool = _m.use_mem_pool
+memory_snapshot = _m.memory_snapshot
+dump_snapshot = _m.dump_snapshot
+record_memory_history = _m.record_memory_history
+empty_host_cache = _m.empty_host_cache
+host_memory_stats = _m.host_memory_stats
+reset_peak_host_memory_stats = _m.reset_peak_host_memory_stats
+reset_accumulated_host_memory_stats = _m.reset_accumulated_host_memory_stats
+
+
+def memory_limit(device: DeviceLike = None, /) -> int:
     """The memory budget in bytes of a simulated cpu device (``ACCELRT_CPU_MEMORY``).
 
     Args:
@@ -52,7 +323,4 @@ def memory_limit(device: Any = None, /) -> int:
         >>> acc.cpu.memory_limit(0) == acc.cpu.get_device_properties(0)["total_memory"]
         True
     """
-    return int(get_device_properties(device)["total_memory"])  # type: ignore[name-defined]  # noqa: F821
-
-
-__all__ = sorted([*_bound, "memory_limit"])  # noqa: PLE0605 - names made by export_bound
+    return int(get_device_properties(device)["total_memory"])

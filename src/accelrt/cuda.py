@@ -1,7 +1,10 @@
-"""``accelrt.cuda``: the device-agnostic API bound to the CUDA backend, plus CUDA-only extras.
+"""``accelrt.cuda``: the ``torch.cuda`` runtime of the CUDA backend, plus CUDA-only extras.
 
-Every device-agnostic function (``device_count``, ``current_stream``, ``memory_stats``, ...)
-is here with an ``int`` device meaning a *CUDA* index. CUDA-only extras, with
+Every ``torch.cuda`` runtime name (``set_device``, ``current_stream``, ``with stream(s):``,
+``memory_stats``, ``manual_seed``, ``graph``, ...) is here with ``torch.cuda``'s signature and
+semantics and an ``int`` device meaning a *CUDA* index (see
+:class:`accelrt._specific.DeviceModule`, which implements them once for every backend).
+CUDA-only extras, with
 ``torch.cuda``'s names and signatures: :data:`nvtx` ranges, NVML monitoring
 (:func:`utilization`, :func:`temperature`, :func:`power_draw`, :func:`clock_rate`,
 :func:`memory_usage`, :func:`list_gpu_processes`), :func:`get_device_name`,
@@ -10,8 +13,9 @@ is here with an ``int`` device meaning a *CUDA* index. CUDA-only extras, with
 :func:`as_stream`), and :mod:`comm` (the same module as :mod:`accelrt.comm`, as
 ``torch.cuda.comm`` mirrors ``torch.nn.parallel.comm``).
 
-Importing this module imports no NVIDIA package; each function raises
-:class:`~accelrt.BackendUnavailableError` with the reason when CUDA cannot be used here.
+Importing this module imports no NVIDIA package. Where CUDA cannot be used, PyTorch's rules
+hold: ``is_available()`` is False, statistics are ``0``/``{}``, seeding is ignored, and the
+rest raises :class:`~accelrt.BackendUnavailableError` with the reason.
 
 Example::
 
@@ -28,68 +32,314 @@ from typing import Any, ClassVar
 
 from . import (
     _backend,
+    _device,
     _graph,
+    _specific,
     _stream,
     comm,  # noqa: F401 - re-exported (accelrt.cuda.comm, as torch.cuda.comm)
 )
-from ._device import _get_device, _tls
-from ._errors import BackendUnavailableError
-from ._graph import graph_pool_handle  # noqa: F401 - re-exported
-from ._specific import export_bound
+from ._typing import DeviceLike
+from ._errors import OutOfMemoryError
+from ._specific import DeviceModule
 from .backends.cuda import _nvml
 from .backends.cuda import _nvtx as nvtx  # noqa: F401 - re-exported (accelrt.cuda.nvtx)
+from .memory import MemPool, get_allocator_settings, set_allocator_settings
 
-_EXTRAS = [
+__all__ = [
     "CUDAGraph",
+    "Event",
     "ExternalStream",
+    "Graph",
+    "MemPool",
+    "OutOfMemoryError",
+    "Stream",
+    "StreamContext",
     "as_stream",
+    "caching_allocator_alloc",
+    "caching_allocator_delete",
+    "can_device_access_peer",
     "clock_rate",
     "comm",
+    "current_device",
+    "current_device_index",
+    "current_stream",
+    "default_stream",
+    "device",
+    "device_count",
+    "device_index",
+    "device_of",
+    "dump_snapshot",
+    "empty_cache",
+    "empty_host_cache",
+    "get_allocator_settings",
+    "get_arch_list",
     "get_device_capability",
     "get_device_name",
+    "get_device_properties",
+    "get_gencode_flags",
+    "get_memory_info",
+    "get_per_process_memory_fraction",
+    "get_rng_state",
+    "get_rng_state_all",
     "graph",
     "graph_pool_handle",
+    "host_memory_stats",
+    "init",
+    "initial_seed",
+    "ipc_collect",
+    "is_available",
     "is_current_stream_capturing",
+    "is_initialized",
     "list_gpu_processes",
+    "manual_seed",
+    "manual_seed_all",
+    "max_memory_allocated",
+    "max_memory_cached",
+    "max_memory_reserved",
+    "mem_get_info",
+    "memory_allocated",
+    "memory_cached",
+    "memory_reserved",
+    "memory_snapshot",
+    "memory_stats",
+    "memory_stats_as_nested_dict",
+    "memory_summary",
     "memory_usage",
     "nvtx",
     "power_draw",
+    "record_memory_history",
+    "reset_accumulated_host_memory_stats",
+    "reset_accumulated_memory_stats",
+    "reset_max_memory_allocated",
+    "reset_max_memory_cached",
+    "reset_peak_host_memory_stats",
+    "reset_peak_memory_stats",
+    "seed",
+    "seed_all",
+    "set_allocator_settings",
+    "set_device",
+    "set_device_index",
+    "set_per_process_memory_fraction",
+    "set_rng_state",
+    "set_rng_state_all",
+    "set_stream",
+    "stream",
     "stream_handle",
+    "synchronize",
     "temperature",
+    "unavailable_reason",
+    "use_mem_pool",
     "utilization",
 ]
 
 
-def _index(device: Any) -> tuple[Any, int]:
+class Event(_specific.Event):
+    """An event of a cuda device (``torch.cuda.Event`` for this backend): an
+    :class:`accelrt.Event` whose ``int`` device is a cuda index.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> issubclass(acc.cuda.Event, acc.Event)
+        True
+    """
+
+    __slots__ = ()
+    _backend_name = "cuda"
+
+
+class Stream(_specific.Stream):
+    """A stream of a cuda device (``torch.cuda.Stream`` for this backend): an
+    :class:`accelrt.Stream` whose ``int`` device is a cuda index (``None`` or a negative
+    index: the current cuda device), with :meth:`is_capturing` and :meth:`priority_range`.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> issubclass(acc.cuda.Stream, acc.Stream)
+        True
+    """
+
+    __slots__ = ()
+    _backend_name = "cuda"
+    _event_class = Event
+
+
+class StreamContext(_specific.StreamContext):
+    """``with StreamContext(stream):`` makes a cuda stream and its device current,
+    restoring both on exit; ``None`` is a no-op (``torch.cuda.StreamContext``).
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> with acc.cuda.StreamContext(None):
+        ...     pass
+    """
+
+    __slots__ = ()
+    _backend_name = "cuda"
+
+
+class device(_specific.device):  # noqa: N801 - torch.cuda.device's name
+    """Context manager that makes a cuda device current and restores the previous one
+    (``torch.cuda.device``); ``None`` or a negative index is a no-op.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> with acc.cuda.device(None):
+        ...     pass
+    """
+
+    __slots__ = ()
+    _backend_name = "cuda"
+
+
+class device_of(_specific.device_of):  # noqa: N801 - torch.cuda.device_of's name
+    """Context manager that makes the device of an array, stream or event current if it is a
+    cuda device (a no-op otherwise), as ``torch.cuda.device_of``.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> with acc.cuda.device_of(None):   # no device: no-op
+        ...     pass
+    """
+
+    __slots__ = ()
+    _backend_name = "cuda"
+
+
+class device_index(_device.device_index):  # noqa: N801 - torch.accelerator's name
+    """Context manager that sets the calling thread's current cuda device index and
+    restores the previous one (``None`` or a negative index: no-op).
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> with acc.cuda.device_index(None):
+        ...     pass
+    """
+
+    __slots__ = ()
+    _backend_name = "cuda"
+
+
+class CUDAGraph(_graph.Graph):
+    """A graph of cuda stream work (``torch.cuda.CUDAGraph`` for this backend):
+    :class:`accelrt.Graph` fixed to the cuda backend.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> issubclass(acc.cuda.CUDAGraph, acc.Graph)
+        True
+    """
+
+    __slots__ = ()
+    _backend_name: ClassVar[str | None] = "cuda"
+
+
+class graph(_graph.graph):  # noqa: N801 - torch.cuda.graph's name
+    """``with graph(g):`` captures the body's cuda work into ``g`` on a side stream
+    (``torch.cuda.graph`` for this backend).
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> issubclass(acc.cuda.graph, acc.graph)
+        True
+    """
+
+    _graph_class: ClassVar[type[_graph.Graph]] = CUDAGraph
+
+
+_m: DeviceModule[Stream, Event] = _specific._register(DeviceModule(
+    "cuda", __name__, stream=Stream, event=Event, stream_context=StreamContext,
+    device=device, device_of=device_of, device_index=device_index, graph_class=CUDAGraph, graph=graph))
+
+# The torch.cuda runtime of the cuda backend (documented on accelrt._specific.DeviceModule).
+# Sync debug mode and pluggable allocators (bound by the lead): set_sync_debug_mode,
+# get_sync_debug_mode, CUDAPluggableAllocator, change_current_allocator and
+# get_allocator_backend go here, each with device_type="cuda".
+
+
+Graph = CUDAGraph
+
+is_available = _m.is_available
+unavailable_reason = _m.unavailable_reason
+device_count = _m.device_count
+is_initialized = _m.is_initialized
+init = _m.init
+ipc_collect = _m.ipc_collect
+current_device = _m.current_device
+current_device_index = _m.current_device_index
+set_device = _m.set_device
+set_device_index = _m.set_device_index
+current_stream = _m.current_stream
+default_stream = _m.default_stream
+set_stream = _m.set_stream
+stream = _m.stream
+synchronize = _m.synchronize
+is_current_stream_capturing = _m.is_current_stream_capturing
+graph_pool_handle = _m.graph_pool_handle
+get_device_properties = _m.get_device_properties
+get_device_name = _m.get_device_name
+can_device_access_peer = _m.can_device_access_peer
+get_arch_list = _m.get_arch_list
+get_gencode_flags = _m.get_gencode_flags
+manual_seed = _m.manual_seed
+manual_seed_all = _m.manual_seed_all
+seed = _m.seed
+seed_all = _m.seed_all
+initial_seed = _m.initial_seed
+get_rng_state = _m.get_rng_state
+set_rng_state = _m.set_rng_state
+get_rng_state_all = _m.get_rng_state_all
+set_rng_state_all = _m.set_rng_state_all
+memory_stats = _m.memory_stats
+memory_stats_as_nested_dict = _m.memory_stats_as_nested_dict
+memory_allocated = _m.memory_allocated
+max_memory_allocated = _m.max_memory_allocated
+memory_reserved = _m.memory_reserved
+max_memory_reserved = _m.max_memory_reserved
+memory_cached = _m.memory_cached
+max_memory_cached = _m.max_memory_cached
+reset_peak_memory_stats = _m.reset_peak_memory_stats
+reset_accumulated_memory_stats = _m.reset_accumulated_memory_stats
+reset_max_memory_allocated = _m.reset_max_memory_allocated
+reset_max_memory_cached = _m.reset_max_memory_cached
+memory_summary = _m.memory_summary
+mem_get_info = _m.mem_get_info
+get_memory_info = _m.get_memory_info
+empty_cache = _m.empty_cache
+set_per_process_memory_fraction = _m.set_per_process_memory_fraction
+get_per_process_memory_fraction = _m.get_per_process_memory_fraction
+caching_allocator_alloc = _m.caching_allocator_alloc
+caching_allocator_delete = _m.caching_allocator_delete
+use_mem_pool = _m.use_mem_pool
+memory_snapshot = _m.memory_snapshot
+dump_snapshot = _m.dump_snapshot
+record_memory_history = _m.record_memory_history
+empty_host_cache = _m.empty_host_cache
+host_memory_stats = _m.host_memory_stats
+reset_peak_host_memory_stats = _m.reset_peak_host_memory_stats
+reset_accumulated_host_memory_stats = _m.reset_accumulated_host_memory_stats
+
+
+def _index(device: DeviceLike) -> tuple[_backend.Backend, int]:
     """(backend, index) of a CUDA device argument (``None``: the current CUDA device)."""
-    b = _backend.get_backend("cuda")
-    return _get_device(device, backend=b)
+    return _m._resolve(device)
 
 
-def _nvml_handle(device: Any) -> tuple[int, Any]:
+def _nvml_handle(device: DeviceLike) -> tuple[int, Any]:
     from .backends.cuda import _discovery
     b, idx = _index(device)
     uuid = None if _discovery.probe().nvml_indices else b.get_device_properties(idx)["uuid"]
     return idx, _nvml.handle(idx, uuid)
 
 
-def get_device_name(device: Any = None) -> str:
-    """Name of a CUDA device, e.g. ``"NVIDIA H100 80GB HBM3"``.
-
-    Raises:
-        BackendUnavailableError: CUDA cannot be used here.
-
-    Example::
-
-        >>> import accelrt as acc
-        >>> acc.cuda.is_available() is False or isinstance(acc.cuda.get_device_name(0), str)
-        True
-    """
-    b, idx = _index(device)
-    return str(b.get_device_properties(idx)["name"])
-
-
-def get_device_capability(device: Any = None) -> tuple[int, int]:
+def get_device_capability(device: DeviceLike = None) -> tuple[int, int]:
     """``(major, minor)`` compute capability, as ``torch.cuda.get_device_capability``.
 
     (``accelrt.get_device_capability`` is the device-agnostic dict form.)
@@ -105,7 +355,7 @@ def get_device_capability(device: Any = None) -> tuple[int, int]:
     return int(props["major"]), int(props["minor"])
 
 
-def utilization(device: Any = None) -> int:
+def utilization(device: DeviceLike = None) -> int:
     """Percent of the last sample period in which a kernel ran (NVML), as ``torch.cuda``.
 
     Example::
@@ -117,7 +367,7 @@ def utilization(device: Any = None) -> int:
     return _nvml.utilization(_nvml_handle(device)[1])
 
 
-def memory_usage(device: Any = None) -> int:
+def memory_usage(device: DeviceLike = None) -> int:
     """Percent of the last sample period in which device memory was read or written (NVML).
 
     Example::
@@ -129,7 +379,7 @@ def memory_usage(device: Any = None) -> int:
     return _nvml.memory_usage(_nvml_handle(device)[1])
 
 
-def temperature(device: Any = None) -> int:
+def temperature(device: DeviceLike = None) -> int:
     """GPU temperature in degrees Celsius (NVML).
 
     Example::
@@ -141,7 +391,7 @@ def temperature(device: Any = None) -> int:
     return _nvml.temperature(_nvml_handle(device)[1])
 
 
-def power_draw(device: Any = None) -> int:
+def power_draw(device: DeviceLike = None) -> int:
     """Power draw in milliwatts (NVML).
 
     Example::
@@ -153,7 +403,7 @@ def power_draw(device: Any = None) -> int:
     return _nvml.power_draw(_nvml_handle(device)[1])
 
 
-def clock_rate(device: Any = None) -> int:
+def clock_rate(device: DeviceLike = None) -> int:
     """Current SM clock in MHz (NVML).
 
     Example::
@@ -165,7 +415,7 @@ def clock_rate(device: Any = None) -> int:
     return _nvml.clock_rate(_nvml_handle(device)[1])
 
 
-def list_gpu_processes(device: Any = None) -> str:
+def list_gpu_processes(device: DeviceLike = None) -> str:
     """Human-readable list of processes using the device and their memory (NVML).
 
     Example::
@@ -178,53 +428,7 @@ def list_gpu_processes(device: Any = None) -> str:
     return _nvml.list_gpu_processes(idx, h)
 
 
-class CUDAGraph(_graph.Graph):
-    """A CUDA graph (``torch.cuda.CUDAGraph``): :class:`accelrt.Graph` fixed to the CUDA
-    backend, whatever the current accelerator is.
-
-    Example::
-
-        >>> import accelrt as acc
-        >>> issubclass(acc.cuda.CUDAGraph, acc.Graph)
-        True
-    """
-
-    __slots__ = ()
-    _backend_name: ClassVar[str | None] = "cuda"
-
-
-class graph(_graph.graph):  # noqa: N801 - torch.cuda.graph's name
-    """``torch.cuda.graph``: :class:`accelrt.graph` capturing on a CUDA side stream.
-
-    Example::
-
-        >>> import accelrt as acc
-        >>> issubclass(acc.cuda.graph, acc.graph)
-        True
-    """
-
-    _graph_class: ClassVar[type[_graph.Graph]] = CUDAGraph
-
-
-def is_current_stream_capturing() -> bool:
-    """True if the current stream of the current CUDA device is capturing a graph
-    (``torch.cuda.is_current_stream_capturing``); False when CUDA was never used.
-
-    Example::
-
-        >>> import accelrt as acc
-        >>> acc.cuda.is_available() is False or acc.cuda.is_current_stream_capturing() is False
-        True
-    """
-    try:
-        b = _backend.get_backend("cuda")
-    except BackendUnavailableError:
-        return False
-    index = _tls.device.get("cuda", 0)
-    return bool(b.stream_is_capturing(index, int(_stream._current(b, index)._handle)))
-
-
-class ExternalStream(_stream.Stream):
+class ExternalStream(Stream):
     """Wrap a CUDA stream made elsewhere (CuPy, PyTorch, cuda.core, C code) without owning it.
 
     Args:
@@ -247,7 +451,7 @@ class ExternalStream(_stream.Stream):
 
     __slots__ = ()
 
-    def __init__(self, stream_ptr: int, device: Any = None) -> None:
+    def __init__(self, stream_ptr: int, device: DeviceLike = None) -> None:
         if not isinstance(stream_ptr, int) or isinstance(stream_ptr, bool):
             raise TypeError(f"ExternalStream takes the stream handle as an int, got "
                             f"{type(stream_ptr).__name__}")
@@ -293,7 +497,7 @@ def stream_handle(stream: Any) -> int:
                     f"(CuPy, PyTorch, cuda.core), got {type(stream).__name__}")
 
 
-def as_stream(stream: Any, device: Any = None) -> _stream.Stream:
+def as_stream(stream: Any, device: DeviceLike = None) -> _stream.Stream:
     """An :class:`accelrt.Stream` for ``stream``: itself if it already is one, else an
     :class:`ExternalStream` over its ``__cuda_stream__`` handle on ``device``.
 
@@ -308,5 +512,3 @@ def as_stream(stream: Any, device: Any = None) -> _stream.Stream:
         return stream
     return ExternalStream(stream_handle(stream), device)
 
-
-__all__ = sorted(set(export_bound("cuda", globals())) | set(_EXTRAS))

@@ -18,11 +18,13 @@ from .._backend import (
     registered,
     unavailable_reason,
 )
+from .._specific import device_module
 
 __all__ = [
     "BACKENDS",
     "Backend",
     "available",
+    "device_module",
     "get_all_backends",
     "get_available_backends",
     "get_backend",

@@ -731,6 +731,11 @@ class CpuBackend(Backend):
                 raise ValueError(f"graph handle {graph} is not a live graph of cpu:{index}")
             del self._graphs[graph]
 
+    def graph_node_count(self, index: int, graph: int) -> int | None:
+        """Number of recorded operations of a live graph (``None`` for an unknown handle)."""
+        g = self._graphs.get(graph)
+        return None if g is None or g.device != index else len(g.ops)
+
     def stream_is_capturing(self, index: int, stream: int) -> bool:
         """True while ``stream`` records work into a capture."""
         return self._stream(index, stream) in self._capturing

@@ -292,6 +292,21 @@ class CudaBackend(OpsMixin, StreamMixin, MemoryMixin, Backend):
         free, total = check(self._drv.cuMemGetInfo(), "cuMemGetInfo")
         return int(free), int(total)
 
+    def arch_list(self) -> list[str]:
+        """What accelrt's kernels are built for here, in ``torch.cuda.get_arch_list``'s names:
+        ``sm_XY`` of each visible device when NVRTC compiles the kernels for it, then the
+        virtual architecture of the committed PTX (the fallback the driver JIT-compiles)."""
+        from ._kernels import PTX_ARCH, nvrtc_version
+        archs: list[str] = []
+        if nvrtc_version() is not None:
+            for i in range(self.device_count()):
+                props = self.get_device_properties(i)
+                arch = f"sm_{props['major']}{props['minor']}"
+                if arch not in archs:
+                    archs.append(arch)
+        archs.append(PTX_ARCH)
+        return archs
+
     def can_access_peer(self, index: int, peer: int) -> bool:
         """``cuDeviceCanAccessPeer`` (a device can always access itself)."""
         if index == peer:

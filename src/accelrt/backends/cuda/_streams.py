@@ -462,6 +462,14 @@ class StreamMixin:
         check(self._drv.cuGraphExecDestroy(graph), "cuGraphExecDestroy")
         check(self._drv.cuGraphDestroy(rec[1]), "cuGraphDestroy")
 
+    def graph_node_count(self, index: int, graph: int) -> int | None:
+        """``cuGraphGetNodes`` of a live graph's CUgraph (``None`` for an unknown handle)."""
+        rec = self._graphs.get(graph) if type(graph) is int else None
+        if rec is None or rec[0] != index:
+            return None
+        _, count = check(self._drv.cuGraphGetNodes(rec[1], 0), "cuGraphGetNodes")
+        return int(count)
+
     def stream_is_capturing(self, index: int, stream: int) -> bool:
         """``cuStreamIsCapturing`` reports an active capture."""
         stream = self._check_stream(self._use(index), stream)
