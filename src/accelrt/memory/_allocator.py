@@ -888,6 +888,7 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
             if blk is not None:
                 return blk
         if not self._captures:
+            self._check_retry_sync()   # sync debug mode: the release below waits for events
             self._release_cached_blocks(_DEFAULT_POOL)
             return self._alloc_block(pool, stream, rounded, alloc_size, True, frames)
         return None
