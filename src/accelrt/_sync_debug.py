@@ -96,7 +96,7 @@ def set_sync_debug_mode(debug_mode: int | str, device_type: str | None = None) -
         BackendUnavailableError: the backend cannot be used here.
 
     .. note:: The checked operations are listed in :mod:`accelrt._sync_debug`
-        (``docs/runtime.md``). The mode is process-wide, per backend.
+        (``docs/sync_debug.md``). The mode is process-wide, per backend.
 
     Example::
 
