@@ -17,6 +17,15 @@ for _name, _async in (("nssync", False), ("nsasync", True)):
                                                                   name=n), replace=True)
 
 
+def _ocl() -> object:
+    from accelrt.backends.opencl import OpenCLBackend
+    return OpenCLBackend(name="nsocl")
+
+
+backends.register("nsocl", _ocl, replace=True)   # type: ignore[arg-type]
+_OCL_REASON = backends.unavailable_reason("nsocl")
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _stop_async_workers() -> Iterator[None]:
     yield
@@ -26,7 +35,8 @@ def _stop_async_workers() -> Iterator[None]:
     b.close()
 
 
-@pytest.fixture(params=["nssync", "nsasync"])
+@pytest.fixture(params=["nssync", "nsasync", pytest.param("nsocl", marks=pytest.mark.skipif(
+    _OCL_REASON is not None, reason=f"opencl unavailable: {_OCL_REASON}"))])
 def dev(request: pytest.FixtureRequest) -> Iterator[str]:
     name = f"{request.param}:0"
     yield name
