@@ -18,6 +18,7 @@ import accelrt as acc
 from accelrt import backends, memory
 from accelrt.backends.cpu import CpuBackend
 from accelrt.memory._allocator import get_allocator
+from accelrt.memory._config import parse_config
 
 MiB = 1 << 20
 
@@ -193,19 +194,18 @@ def test_pool_with_allocator_and_expandable_segments_uses_the_library(lib: Lib) 
     name = _fresh_backend(False)
     dev = f"{name}:0"
     a = get_allocator(backends.get_backend(name), 0)
-    old = memory.get_allocator_settings()
-    memory.set_allocator_settings("expandable_segments:True")
-    try:
-        pool = memory.MemPool(allocator=lib.allocator())
-        n_alloc = lib.n_alloc
-        with memory.use_mem_pool(pool, dev):
-            x = acc.zeros(64, device=dev)
-        assert lib.n_alloc == n_alloc + 1 and x.data_ptr() == lib.last_ptr
-        assert x.tolist() == [0.0] * 64
-        del x, pool
-        a.empty_cache()
-    finally:
-        memory.set_allocator_settings(old or "expandable_segments:False")
+    a.set_config(parse_config("expandable_segments:True"))   # this device only
+    pool = memory.MemPool(allocator=lib.allocator())
+    n_alloc = lib.n_alloc
+    with memory.use_mem_pool(pool, dev):
+        x = acc.zeros(64, device=dev)
+    y = acc.zeros(64, device=dev)                       # outside the pool: expandable
+    assert lib.n_alloc == n_alloc + 1 and x.data_ptr() == lib.last_ptr
+    assert x.tolist() == [0.0] * 64
+    assert [s["is_expandable"] for s in pool.snapshot()] == [False]
+    assert y.data_ptr() != lib.last_ptr
+    del x, y, pool
+    a.empty_cache()
 
 
 # ---------------------------------------------------------------------- change_current_allocator
