@@ -34,10 +34,13 @@ def _msg(name: str) -> str:
     return f"called a synchronizing {label} operation"
 
 
-def _opencl_params() -> list[Any]:
-    reason = backends.unavailable_reason("opencl")
-    return [pytest.param("opencl", marks=pytest.mark.skipif(
-        reason is not None, reason=f"opencl unavailable: {reason}"))]
+def _device_params() -> list[Any]:
+    out = []
+    for name in ("opencl", "cuda"):
+        reason = backends.unavailable_reason(name)
+        out.append(pytest.param(name, marks=pytest.mark.skipif(
+            reason is not None, reason=f"{name} unavailable: {reason}")))
+    return out
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -54,12 +57,12 @@ def _stop_async_workers() -> Iterator[None]:
 @pytest.fixture(autouse=True)
 def _reset_modes() -> Iterator[None]:
     yield
-    for name in (*_BACKENDS, "cpu", "opencl"):
+    for name in (*_BACKENDS, "cpu", "opencl", "cuda"):
         if backends.unavailable_reason(name) is None:
             acc.set_sync_debug_mode("default", name)
 
 
-@pytest.fixture(params=["sdsync", "sdasync", "sdnohost", *_opencl_params()])
+@pytest.fixture(params=["sdsync", "sdasync", "sdnohost", *_device_params()])
 def be(request: pytest.FixtureRequest) -> str:
     name: str = request.param
     return name
