@@ -317,3 +317,19 @@ def test_free_after_recorded_stream_destroyed_warns() -> None:
 
     caught = _warns("sdasync", free)
     assert [str(w.message) for w in caught] == [_msg("sdasync")]
+
+
+# ---------------------------------------------------------------------- collectives
+
+@pytest.mark.parametrize("name", ["sdsync", "sdasync"])
+def test_collective_to_the_host_is_checked_and_between_devices_is_not(name: str) -> None:
+    from accelrt import comm
+    x = acc.asarray(np.arange(8, dtype=np.float32), device=f"{name}:0", copy=True)
+    parts = _warns(name, lambda: comm.scatter(x, devices=[f"{name}:0", f"{name}:1"]))
+    assert parts == []
+    shards = comm.scatter(x, devices=[f"{name}:0", f"{name}:1"])
+    assert _warns(name, lambda: comm.broadcast(x, devices=[f"{name}:0", f"{name}:1"])) == []
+    out: list[Any] = []
+    caught = _warns(name, lambda: out.append(comm.gather(shards, dim=0, destination=-1)))
+    assert caught and all(str(w.message) == _msg(name) for w in caught)
+    assert np.asarray(out[0]).tolist() == list(range(8))
