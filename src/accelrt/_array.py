@@ -57,6 +57,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import _dlpack, _staging
+from . import _sync_debug as _sd
 from ._device import _device_obj, _get_device, _lazy_init
 from ._errors import DeviceError
 from ._device import device as _device_cls
@@ -194,8 +195,11 @@ def _keep_alive(b: Backend, index: int, stream: int, obj: object, non_blocking: 
         try:
             b.launch_host_func(index, stream, functools.partial(_noop, obj))
             return
-        except NotImplementedError:
-            pass
+        except NotImplementedError:   # no host callbacks: wait, then report the sync
+            b.stream_synchronize(index, stream)
+            if _sd.active:
+                _sd.check(b.name)
+            return
         except DeviceError as exc:
             if b.stream_is_capturing(index, stream):
                 raise DeviceError(
@@ -332,6 +336,8 @@ class Array:
 
     def _sync_current(self) -> None:
         b, index = self._b, self._index
+        if _sd.active:
+            _sd.check(b.name)
         _lazy_init(b, index)
         b.stream_synchronize(index, _stream_handle(b, index))
 
@@ -340,6 +346,8 @@ class Array:
         if not self._mem.nbytes:
             return
         b, index = self._b, self._index
+        if _sd.active and not non_blocking:   # before the copy is enqueued, as PyTorch
+            _sd.check(b.name)
         _lazy_init(b, index)
         if not self._host_ok() and _staging.upload(b, _current(b, index), self._mem.ptr, host,
                                                    non_blocking):
@@ -355,6 +363,8 @@ class Array:
         if not self._mem.nbytes:
             return out
         b, index = self._b, self._index
+        if _sd.active:
+            _sd.check(b.name)
         _lazy_init(b, index)
         if not self._host_ok() and _staging.download(b, _current(b, index), out.ctypes.data,
                                                      self._mem.ptr, self._mem.nbytes):
@@ -520,11 +530,15 @@ class Array:
             src_kind = "h" if src._mem.host else "d"
             dst_kind = "h" if self._mem.host else "d"
             kind = f"{src_kind}2{dst_kind}"
+            if _sd.active and kind != "d2d" and not non_blocking:
+                _sd.check(b.name)
             b.memcpy(self._mem.ptr, src._mem.ptr, n, index, dst_stream, kind)
             if kind != "d2d":
                 _keep_alive(b, index, dst_stream, _borrowed(src, self), non_blocking)
             return
         src_stream = _stream_handle(b, sindex)
+        if _sd.active and not non_blocking and (src._mem.host or self._mem.host):
+            _sd.check(b.name)
         if src._mem.host:   # borrowed host memory: an upload to the destination device
             _wait_raw(b, index, dst_stream, sindex, src_stream)
             kind = "h2h" if self._mem.host else "h2d"
@@ -983,6 +997,8 @@ def _cai_host_copy(reader: Any, index: int, cai: Any) -> np.ndarray:
         lo = sum(min(0, (n - 1) * s) for n, s in zip(shape, strides))
         hi = sum(max(0, (n - 1) * s) for n, s in zip(shape, strides)) + dt.itemsize
     raw = np.empty(hi - lo, np.uint8)
+    if _sd.active:
+        _sd.check(reader.name)
     if not _staging.download(reader, _current(reader, index), raw.ctypes.data, cai.ptr + lo,
                              hi - lo):
         stream = _stream_handle(reader, index)

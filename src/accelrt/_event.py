@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from . import _device as _dev
+from . import _sync_debug as _sd
 from ._device import _get_device_of, _lazy_init, _require_current, _tls
 from ._stream import Stream, _current, _default, _defaults
 
@@ -214,6 +215,8 @@ class Event:
         h = self._handle
         if h:
             self._b.event_synchronize(self._index, h)
+            if _sd.active:   # after the wait, as Stream.synchronize
+                _sd.check(self._b.name)
 
     def wait(self, stream: Stream | None = None) -> None:
         """Make all future work on ``stream`` wait for the last record of this event.

@@ -336,7 +336,7 @@ class graph:
     def __enter__(self) -> None:
         s = self.capture_stream
         b, index = s._b, s._index
-        _stream.synchronize(_dev._device_obj(b.name, index))
+        _stream._synchronize(b, index)   # as torch.cuda.graph: not a checked sync
         gc.collect()
         from .memory import _allocator
         a = _allocator.peek_allocator(b.name, index)

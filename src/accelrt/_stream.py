@@ -27,6 +27,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from . import _device as _dev
+from . import _sync_debug as _sd
 from ._device import _get_device, _get_device_of, _lazy_init, _require_current, _tls
 
 if TYPE_CHECKING:
@@ -291,6 +292,8 @@ class Stream:
             >>> acc.Stream("cpu").synchronize()
         """
         self._b.stream_synchronize(self._index, self._handle)
+        if _sd.active:   # after the wait: internal callers rely on it having happened
+            _sd.check(self._b.name)
 
     def wait_event(self, event: Event) -> None:
         """Make all future work on this stream wait for ``event``'s last record.
@@ -527,6 +530,14 @@ def synchronize(device: DeviceLike = None, /) -> None:
         index = _tls.device.get(b.name, 0)
     else:
         b, index = _get_device(device)
+    if _dev._is_initialized(b, index):
+        b.synchronize(index)
+        if _sd.active:
+            _sd.check(b.name)
+
+
+def _synchronize(b: Backend, index: int) -> None:
+    """:func:`synchronize` for accelrt's own use (graph capture): never sync-debug checked."""
     if _dev._is_initialized(b, index):
         b.synchronize(index)
 

@@ -38,6 +38,7 @@ from .._device import _get_device, _tls
 from . import _host
 from ._allocator import DeviceCachingAllocator, get_allocator, peek_allocator
 from ._config import get_allocator_settings, get_config, set_allocator_settings
+from ._pluggable import PluggableAllocator, change_current_allocator, get_allocator_backend
 from ._snapshot import build_snapshot, to_plain
 from ._snapshot import dump_snapshot as _dump
 from ._summary import format_summary
@@ -50,11 +51,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MemPool",
+    "PluggableAllocator",
     "caching_allocator_alloc",
     "caching_allocator_delete",
+    "change_current_allocator",
     "dump_snapshot",
     "empty_cache",
     "empty_host_cache",
+    "get_allocator_backend",
     "get_allocator_settings",
     "get_memory_info",
     "get_per_process_memory_fraction",
@@ -560,11 +564,17 @@ class MemPool:
     cached memory is returned to the device (blocks still allocated stay valid).
 
     Args:
-        allocator: must be ``None`` (accelrt has no pluggable raw allocators).
+        allocator: a :class:`PluggableAllocator` whose library allocates and frees the pool's
+            segments (under the caching allocator: its ``NULL`` is an out-of-memory with the
+            usual release and retry); ``None``: the backend's own memory.
         use_on_oom: accepted for PyTorch compatibility; must be False.
+        no_split: never split a segment of the pool: every allocation gets a whole segment
+            of its own (``allocated_bytes`` counts the whole segment), and a cached segment is
+            reused by one allocation at a time (PyTorch's ``no_split``).
 
     Raises:
-        TypeError: ``allocator`` is not None.
+        TypeError: ``allocator`` is not a :class:`PluggableAllocator` or None, or
+            ``no_split`` is not a bool.
         ValueError: ``use_on_oom`` is True.
 
     Example::
@@ -578,12 +588,18 @@ class MemPool:
         >>> memory.caching_allocator_delete(p)
     """
 
-    def __init__(self, allocator: Any = None, use_on_oom: bool = False) -> None:
-        if allocator is not None:
-            raise TypeError("MemPool(allocator=...) is not supported: accelrt pools always use "
-                            "the backend's own memory; pass allocator=None")
+    def __init__(self, allocator: PluggableAllocator | None = None, use_on_oom: bool = False,
+                 no_split: bool = False) -> None:
+        if allocator is not None and not isinstance(allocator, PluggableAllocator):
+            raise TypeError(f"MemPool(allocator=...) takes an accelrt.memory.PluggableAllocator "
+                            f"or None, got {type(allocator).__name__}")
         if use_on_oom:
             raise ValueError("MemPool(use_on_oom=True) is not supported by accelrt's allocator")
+        if not isinstance(no_split, bool):
+            raise TypeError(f"MemPool(no_split=...) must be a bool, got "
+                            f"{type(no_split).__name__}")
+        self._allocator = allocator
+        self._no_split = no_split
         with _pool_lock:
             self._id = (0, next(_pool_ids))
         self._users: list[Any] = []          # allocators holding this pool's own reference
@@ -595,14 +611,15 @@ class MemPool:
         return self._id
 
     @property
-    def allocator(self) -> None:
-        """Always ``None``: the pool uses the caching allocator's own device memory."""
-        return None
+    def allocator(self) -> PluggableAllocator | None:
+        """The pluggable allocator of the pool's segments, or ``None`` (the backend's own
+        device memory)."""
+        return self._allocator
 
     def _attach(self, a: Any) -> None:
         with _pool_lock:
             if a not in self._users:
-                a.create_pool(self._id)
+                a.create_pool(self._id, no_split=self._no_split, allocator=self._allocator)
                 self._users.append(a)
 
     def use_count(self) -> int:

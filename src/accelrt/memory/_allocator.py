@@ -369,7 +369,7 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
         c = pool.hot
         remaining = blk.size - rounded
         addr = blk.addr
-        if remaining >= K_MIN_BLOCK and (
+        if remaining >= K_MIN_BLOCK and not pool.no_split and (
                 pool.is_small or self._expandable
                 or (rounded < self._mss and remaining > K_SMALL_SIZE)):
             nx = blk.next
@@ -888,6 +888,7 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
             if blk is not None:
                 return blk
         if not self._captures:
+            self._check_retry_sync()   # sync debug mode: the release below waits for events
             self._release_cached_blocks(_DEFAULT_POOL)
             return self._alloc_block(pool, stream, rounded, alloc_size, True, frames)
         return None
@@ -903,18 +904,18 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
                 st.num_oom_rejections += 1
                 self._rejected = True
             return None
-        if self._expandable:
+        if self._expandable and (pool.owner is None or pool.owner.allocator is None):
             return self._try_allocate_expandable(pool, stream, rounded, frames)
         if self._cfg.release_lock_on_malloc:
             # release_lock_on_cudamalloc: other threads may use the allocator meanwhile; the
             # new segment is not visible to them until it is linked below.
             self._lock.release()
             try:
-                ptr = self._b.malloc(self._index, alloc_size)
+                ptr = self._raw_malloc(pool, alloc_size, stream)
             finally:
                 self._lock.acquire()
         else:
-            ptr = self._b.malloc(self._index, alloc_size)
+            ptr = self._raw_malloc(pool, alloc_size, stream)
         if not ptr:
             return None
         blk = Block(ptr, alloc_size, stream, pool)
@@ -1180,7 +1181,10 @@ def get_allocator(backend: Backend, index: int) -> DeviceCachingAllocator:
         with _lock:
             a = _allocators.get(key)
             if a is None:
-                a = DeviceCachingAllocator(backend, index, cfg)
+                plug = sys.modules.get("accelrt.memory._pluggable")   # change_current_allocator
+                a = plug._make_allocator(backend, index) if plug is not None else None
+                if a is None:
+                    a = DeviceCachingAllocator(backend, index, cfg)
                 _allocators[key] = a
         latest = get_config()
         if latest is not cfg:  # settings changed while it was being created

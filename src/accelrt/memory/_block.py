@@ -118,9 +118,11 @@ class BlockPool:
         hot: the :class:`~accelrt.memory._stats.HotCounters` of this pool's type.
         type_index: 1 (small_pool) or 2 (large_pool), the stat row.
         gc_calls: free-block lookups counted for the garbage collector's ages.
+        no_split: never split a block of this pool (a ``MemPool(no_split=True)``'s pools).
     """
 
-    __slots__ = ("free", "gc_calls", "hot", "is_small", "owner", "type_index", "unmapped")
+    __slots__ = ("free", "gc_calls", "hot", "is_small", "no_split", "owner", "type_index",
+                 "unmapped")
 
     def __init__(self, is_small: bool, owner: PrivatePool | None, hot: Any,
                  type_index: int) -> None:
@@ -131,6 +133,7 @@ class BlockPool:
         self.hot = hot
         self.type_index = type_index
         self.gc_calls = 0
+        self.no_split = False
 
     def free_block_count(self) -> int:
         return sum(len(v) for v in self.free.values())
@@ -143,13 +146,21 @@ class PrivatePool:
         id: the pool id, a tuple of two ints.
         use_count: references from ``MemPool`` objects and active ``begin_allocate_to_pool``.
         reserved: bytes of device memory currently held by the pool's segments.
+        no_split: segments are never split: each allocation gets a whole segment, and a
+            cached segment serves one allocation at a time (``MemPool(no_split=True)``).
+        allocator: the raw allocator of the pool's segments (a ``PluggableAllocator``), or
+            ``None`` for the backend's own memory.
     """
 
-    __slots__ = ("id", "large", "reserved", "small", "use_count")
+    __slots__ = ("allocator", "id", "large", "no_split", "reserved", "small", "use_count")
 
-    def __init__(self, pool_id: tuple[int, int], small_hot: Any, large_hot: Any) -> None:
+    def __init__(self, pool_id: tuple[int, int], small_hot: Any, large_hot: Any, *,
+                 no_split: bool = False, allocator: Any = None) -> None:
         self.id = pool_id
         self.use_count = 1
         self.reserved = 0
+        self.no_split = no_split
+        self.allocator = allocator
         self.small = BlockPool(True, self, small_hot, 1)
         self.large = BlockPool(False, self, large_hot, 2)
+        self.small.no_split = self.large.no_split = no_split

@@ -23,6 +23,7 @@ from __future__ import annotations
 import collections
 from typing import TYPE_CHECKING
 
+from .. import _sync_debug
 from ._block import Block, PrivatePool
 
 if TYPE_CHECKING:
@@ -88,6 +89,8 @@ class EventsMixin:
                     if not b.stream_is_valid(idx, s):
                         b.synchronize(idx)   # a destroyed stream: wait for everything
                         failure = None
+                        if _sync_debug.active:   # after the wait: the block is then free
+                            _sync_debug.check(b.name)
                 except Exception as exc2:  # noqa: BLE001 - re-raised below
                     failure = exc2
                 if failure is not None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .. import _sync_debug
 from .._errors import OutOfMemoryError
 from ._block import KEY_SHIFT, BlockPool
 
@@ -78,6 +79,8 @@ class OomMixin:
     _device_total: int
     _history: bool
     _oom_observers: list[Callable[[int, int, int, int], None]]
+    _events: dict[int, Any]
+    _deferred: list[Any]
 
     if TYPE_CHECKING:  # provided by the allocator or another mixin
         def _allocation_size(self, rounded: int) -> int: ...
@@ -132,6 +135,12 @@ class OomMixin:
                f"{format_size(alloc_size)}. Reserved: {format_size(self._total_reserved)}, "
                f"allowed: {format_size(allowed)} (throw_on_malloc_oom is set).")
         return msg, alloc_size, allocated, allowed, dev_free
+
+    def _check_retry_sync(self) -> None:
+        """Sync debug mode: the release before the OOM retry is about to wait for pending
+        frees' events (raised with the allocator unchanged; lock held, as PyTorch warns)."""
+        if _sync_debug.active and (self._events or self._deferred):
+            _sync_debug.check(self._b.name)
 
     def _raise_oom(self, msg: str, alloc_size: int, allocated: int, limit: int,
                    dev_free: int) -> None:

@@ -18,13 +18,15 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ._block import DEFAULT_POOL, K_SMALL_SIZE, BlockPool, PrivatePool
 
 if TYPE_CHECKING:
     import collections
 
+    from .._backend import Backend
+    from ._block import Block
     from ._lock import FastLock
     from ._stats import DeviceStats
 
@@ -60,6 +62,8 @@ class PoolsMixin:
     """
 
     _lock: FastLock
+    _b: Backend
+    _index: int
     _stats: DeviceStats
     _small: BlockPool
     _large: BlockPool
@@ -74,6 +78,22 @@ class PoolsMixin:
 
     def _drain_pending_locked(self) -> None:  # pragma: no cover - provided by the allocator
         raise NotImplementedError
+
+    def _raw_malloc(self, pool: BlockPool, size: int, stream: int) -> int:
+        """A new segment for ``pool``: from its ``MemPool``'s pluggable allocator if it has
+        one, else from the backend; 0 when out of memory."""
+        owner = pool.owner
+        if owner is not None and owner.allocator is not None:
+            return int(owner.allocator._raw_alloc(self._b, self._index, size, stream))
+        return self._b.malloc(self._index, size)
+
+    def _raw_free(self, blk: Block) -> None:
+        """Give a whole segment back to where :meth:`_raw_malloc` got it."""
+        owner = blk.pool.owner
+        if owner is not None and owner.allocator is not None:
+            owner.allocator._raw_free(blk.addr)
+        else:
+            self._b.free(self._index, blk.addr)
 
     def _get_private_pool(self, rounded: int, stream: int) -> BlockPool:
         for pool_id, filt in reversed(self._captures):
@@ -139,8 +159,32 @@ class PoolsMixin:
                     return
         raise RuntimeError(f"end_allocate_to_pool: not allocating to pool {pool_id}")
 
-    def create_pool(self, pool_id: tuple[int, int]) -> None:
-        """Create private pool ``pool_id`` or take one more reference to it."""
+    def create_pool(self, pool_id: tuple[int, int], *, no_split: bool = False,
+                    allocator: Any = None) -> None:
+        """Create private pool ``pool_id`` or take one more reference to it.
+
+        Args:
+            pool_id: the pool id.
+            no_split: the new pool never splits a segment (PyTorch's ``MemPool(no_split=)``).
+            allocator: a ``PluggableAllocator`` whose library allocates and frees the new
+                pool's segments (``MemPool(allocator=)``); ``None``: the backend's memory.
+
+        The options apply when the pool is created; a further reference keeps them.
+
+        Example::
+
+            >>> from accelrt.backends import get_backend
+            >>> from accelrt.memory._allocator import DeviceCachingAllocator
+            >>> a = DeviceCachingAllocator(get_backend("cpu"), 0)
+            >>> a.create_pool((5, 5), no_split=True)
+            >>> a.begin_allocate_to_pool((5, 5))
+            >>> p, q = a.malloc(512, 0), a.malloc(512, 0)   # one 2 MiB segment each
+            >>> a.end_allocate_to_pool((5, 5))
+            >>> len(a.snapshot_segments((5, 5)))
+            2
+            >>> a.free(p); a.free(q); a.release_pool((5, 5)); a.release_pool((5, 5))
+            >>> a.empty_cache()
+        """
         pool_id = check_pool_id(pool_id)
         with self._lock:
             if self._gc_pending:
@@ -148,7 +192,8 @@ class PoolsMixin:
             pp = self._private.get(pool_id)
             if pp is None:
                 hot = self._stats.hot
-                self._private[pool_id] = PrivatePool(pool_id, hot[1], hot[2])
+                self._private[pool_id] = PrivatePool(pool_id, hot[1], hot[2],
+                                                     no_split=no_split, allocator=allocator)
             else:
                 pp.use_count += 1
                 self._freeable.pop(pool_id, None)

@@ -68,6 +68,7 @@ class ReleaseMixin:
         def _synchronize_and_free_events(self, only: PrivatePool | None) -> None: ...
         def _unmap_block(self, blk: Block) -> Block | None: ...
         def _release_expandable_segment(self, u: Block) -> None: ...
+        def _raw_free(self, blk: Block) -> None: ...
 
     def _release_block(self, blk: Block) -> None:
         """cudaFree of a whole free unsplit non-expandable segment (in its free list)."""
@@ -77,7 +78,7 @@ class ReleaseMixin:
         st.num_device_free += 1
         if self._history:
             self._record("segment_free", blk.addr, size, blk.stream, blk.seg_frames)
-        self._b.free(self._index, blk.addr)
+        self._raw_free(blk)
         del self._blocks[blk.addr]
         self._total_reserved -= size
         pool = blk.pool

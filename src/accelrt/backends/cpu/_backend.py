@@ -235,6 +235,21 @@ class CpuBackend(Backend):
         self._drain()
         mem.free(ptr)
 
+    def adopt_memory(self, index: int, ptr: int, size: int) -> None:
+        """Treat ``size`` bytes of host memory at ``ptr``, allocated by someone else (a
+        pluggable allocator's library), as memory of device ``index`` until
+        :meth:`disown_memory` (an optional capability the core finds by ``getattr``)."""
+        mem = self._mem[self._check_index(index)]
+        mem.adopt(self._check_ptr(ptr), check_size(size))
+
+    def disown_memory(self, index: int, ptr: int) -> None:
+        """End :meth:`adopt_memory`, after the work queued on every stream (in async mode),
+        so the owner may free the memory at once."""
+        mem = self._mem[self._check_index(index)]
+        self._check_ptr(ptr)
+        self._drain()
+        mem.disown(ptr)
+
     def host_malloc(self, size: int) -> int:
         """Aligned host memory (not charged to a device); ``0`` when out of memory."""
         return self._host.malloc(check_size(size))

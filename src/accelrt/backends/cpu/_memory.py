@@ -149,6 +149,10 @@ class _Region:
         self.mapped: set[int] | None = None if buf is not None else set()
 
 
+#: The ``buf`` of an adopted region (memory allocated elsewhere, see ``DeviceMemory.adopt``).
+_ADOPTED = np.empty(0, dtype=np.uint8)
+
+
 class DeviceMemory:
     """Allocations, reservations and the memory budget of one simulated device.
 
@@ -213,12 +217,50 @@ class DeviceMemory:
         """
         with self._lock:
             region = self._regions.get(ptr)
-            if region is None or region.buf is None:
+            if region is None or region.buf is None or region.buf is _ADOPTED:
                 raise ValueError(
                     f"free: pointer {ptr:#x} was not returned by malloc on cpu:{self.index} "
                     "or was already freed")
             self._remove(region)
             self.used -= region.size
+
+    def adopt(self, ptr: int, size: int) -> None:
+        """Accept ``[ptr, ptr+size)``, host memory allocated elsewhere (by a pluggable
+        allocator's library), as memory of this device until :meth:`disown`: copies and fills
+        may use it. It is not charged to the budget.
+
+        Raises:
+            ValueError: the range overlaps memory this device already has.
+
+        Example::
+
+            >>> import numpy as np
+            >>> from accelrt.backends.cpu._memory import DeviceMemory
+            >>> mem, buf = DeviceMemory(index=0, budget=0), np.zeros(64, np.uint8)
+            >>> mem.adopt(buf.ctypes.data, 64); mem.check_range(buf.ctypes.data, 64, "copy")
+            >>> mem.disown(buf.ctypes.data)
+        """
+        with self._lock:
+            pos = bisect.bisect_left(self._bases, ptr + size) - 1
+            if pos >= 0:
+                last = self._regions[self._bases[pos]]
+                if last.base + last.size > ptr:
+                    raise ValueError(f"adopt: [{ptr:#x}, {ptr + size:#x}) overlaps memory of "
+                                     f"cpu:{self.index} at {last.base:#x}")
+            self._add(_Region(ptr, size, _ADOPTED))
+
+    def disown(self, ptr: int) -> None:
+        """End :meth:`adopt` of the range starting at ``ptr`` (the memory is not freed).
+
+        Raises:
+            ValueError: ``ptr`` does not start adopted memory of this device.
+        """
+        with self._lock:
+            region = self._regions.get(ptr)
+            if region is None or region.buf is not _ADOPTED:
+                raise ValueError(f"disown: pointer {ptr:#x} is not memory adopted by "
+                                 f"cpu:{self.index}")
+            self._remove(region)
 
     def check_range(self, ptr: int, nbytes: int, what: str) -> None:
         """Check that ``[ptr, ptr+nbytes)`` is memory of this device (allocated or mapped).

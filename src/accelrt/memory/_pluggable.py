@@ -1,0 +1,419 @@
+"""Pluggable allocators: device memory from a shared library (or two Python callables).
+
+:class:`PluggableAllocator` is PyTorch's ``CUDAPluggableAllocator`` for every backend: a shared
+library exporting ``void* alloc(ssize_t size, int device, void* stream)`` and ``void
+free(void* ptr, ssize_t size, int device, void* stream)``, loaded with :mod:`ctypes`. It is
+used in one of two ways, as in PyTorch:
+
+* :func:`change_current_allocator` replaces a backend's caching allocator before the backend
+  allocated anything: every allocation then calls the library's ``alloc`` and every free its
+  ``free`` (no caching, no statistics: ``memory_stats()`` and the other statistics, snapshots
+  and memory history raise PyTorch's "does not yet support" errors, ``empty_cache()`` and
+  ``set_per_process_memory_fraction()`` do nothing); :func:`get_allocator_backend` then says
+  ``"pluggable"``.
+* ``MemPool(allocator=PluggableAllocator(...))`` keeps the caching allocator and makes the
+  library the raw allocator of that pool's segments: a ``NULL`` from ``alloc`` is an
+  out-of-memory of the device, with the allocator's usual release-and-retry before
+  :class:`~accelrt.OutOfMemoryError`; ``empty_cache()`` gives the segments back through
+  ``free``.
+
+``alloc`` receives the requested size, the device index and the raw stream handle the memory is
+allocated on; ``free`` receives the pointer with the size, device and stream of its ``alloc``.
+On the cpu backend the library returns ordinary host memory, which the backend adopts as that
+device's memory while it is allocated (it is not charged to the device's memory budget).
+
+Example::
+
+    >>> from accelrt import memory
+    >>> import numpy as np
+    >>> blocks = {}
+    >>> def alloc(size, device, stream):
+    ...     buf = np.zeros(size, np.uint8); blocks[buf.ctypes.data] = buf
+    ...     return buf.ctypes.data
+    >>> def free(ptr, size, device, stream):
+    ...     del blocks[ptr]
+    >>> pool = memory.MemPool(memory.PluggableAllocator.from_callables(alloc, free))
+    >>> with memory.use_mem_pool(pool, "cpu:0"):
+    ...     p = memory.caching_allocator_alloc(4096, "cpu:0")
+    >>> p in blocks    # the pool's segment came from alloc()
+    True
+    >>> memory.caching_allocator_delete(p); del pool; memory.empty_cache()
+    >>> blocks
+    {}
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import os
+import sys
+import threading
+import traceback
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .. import _device
+from .._errors import OutOfMemoryError
+from ._allocator import _MAX_ALLOC, DeviceCachingAllocator, _check_size
+from ._oom import format_size
+
+if TYPE_CHECKING:
+    from .._backend import Backend
+
+__all__ = ["PluggableAllocator", "change_current_allocator", "get_allocator_backend"]
+
+AllocFn = Callable[[int, int, int], int]
+FreeFn = Callable[[int, int, int, int], None]
+
+class PluggableAllocator:
+    """A raw device allocator in a shared library, PyTorch's ``CUDAPluggableAllocator``.
+
+    Args:
+        path_to_so_file: path of the shared library.
+        alloc_fn_name: name of its ``void* alloc(ssize_t size, int device, void* stream)``
+            function; it returns ``NULL`` when it cannot allocate.
+        free_fn_name: name of its ``void free(void* ptr, ssize_t size, int device, void*
+            stream)`` function.
+
+    Raises:
+        TypeError: an argument is not a string (or a path for ``path_to_so_file``).
+        ValueError: the library cannot be loaded, or lacks one of the functions.
+
+    Use it with :func:`change_current_allocator` or ``MemPool(allocator=...)``;
+    :meth:`from_callables` makes one from two Python functions.
+
+    Example::
+
+        >>> from accelrt import memory
+        >>> try:
+        ...     memory.PluggableAllocator("/no/such/lib.so", "my_alloc", "my_free")
+        ... except ValueError as e:
+        ...     print(str(e).split(":")[0])
+        cannot load the pluggable allocator library '/no/such/lib.so'
+    """
+
+    def __init__(self, path_to_so_file: str | os.PathLike[str], alloc_fn_name: str,
+                 free_fn_name: str) -> None:
+        if not isinstance(path_to_so_file, (str, os.PathLike)):
+            raise TypeError(f"path_to_so_file must be a str or a path, got "
+                            f"{type(path_to_so_file).__name__}")
+        for what, val in (("alloc_fn_name", alloc_fn_name), ("free_fn_name", free_fn_name)):
+            if not isinstance(val, str):
+                raise TypeError(f"{what} must be a str, got {type(val).__name__}")
+        path = os.fspath(path_to_so_file)
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError as exc:
+            raise ValueError(f"cannot load the pluggable allocator library {path!r}: {exc}; "
+                             "pass the path of a shared library (.so) built for this "
+                             "machine") from exc
+        fns = []
+        for what, name in (("alloc", alloc_fn_name), ("free", free_fn_name)):
+            try:
+                fn = getattr(lib, name)
+            except AttributeError:
+                raise ValueError(f"the pluggable allocator library {path!r} has no {what} "
+                                 f"function {name!r}; export it with C linkage (extern \"C\" in "
+                                 "C++)") from None
+            fns.append(fn)
+        c_alloc, c_free = fns
+        c_alloc.restype = ctypes.c_void_p
+        c_alloc.argtypes = [ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
+        c_free.restype = None
+        c_free.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
+
+        def alloc(size: int, device: int, stream: int) -> int:
+            return int(c_alloc(size, device, stream or None) or 0)
+
+        def free(ptr: int, size: int, device: int, stream: int) -> None:
+            c_free(ptr, size, device, stream or None)
+
+        self._setup(alloc, free, f"{path}:{alloc_fn_name}/{free_fn_name}")
+        self._lib: ctypes.CDLL | None = lib   # keeps the library loaded while this lives
+
+    def _setup(self, alloc: AllocFn, free: FreeFn, what: str) -> None:
+        self._alloc = alloc
+        self._free = free
+        self._what = what
+        # pointer -> (size, backend, device, stream) of its alloc; single dict operations
+        # only (atomic), so a free from a finalizer can never deadlock against an alloc
+        self._live: dict[int, tuple[int, Backend, int, int]] = {}
+
+    @classmethod
+    def from_callables(cls, alloc: AllocFn, free: FreeFn) -> PluggableAllocator:
+        """A pluggable allocator calling two Python functions with the C functions' arguments:
+        ``alloc(size, device, stream) -> int`` returns an address (``0``: out of memory) and
+        ``free(ptr, size, device, stream)`` releases one. ``stream`` is the raw stream handle.
+
+        Raises:
+            TypeError: ``alloc`` or ``free`` is not callable.
+
+        Example::
+
+            >>> import numpy as np
+            >>> from accelrt import memory
+            >>> held = {}
+            >>> def alloc(size, device, stream):
+            ...     b = np.empty(size, np.uint8); held[b.ctypes.data] = b; return b.ctypes.data
+            >>> a = memory.PluggableAllocator.from_callables(alloc, lambda p, *_: held.pop(p))
+            >>> a
+            PluggableAllocator(<callables alloc/<lambda>>)
+        """
+        for what, fn in (("alloc", alloc), ("free", free)):
+            if not callable(fn):
+                raise TypeError(f"PluggableAllocator.from_callables: {what} must be callable, "
+                                f"got {type(fn).__name__}")
+        self = cls.__new__(cls)
+        names = "/".join(getattr(f, "__name__", type(f).__name__) for f in (alloc, free))
+        self._setup(alloc, free, f"<callables {names}>")
+        self._lib = None
+        return self
+
+    def __repr__(self) -> str:
+        return f"PluggableAllocator({self._what})"
+
+    # ------------------------------------------------------------------ raw operations
+    def _raw_alloc(self, b: Backend, index: int, size: int, stream: int) -> int:
+        """Call ``alloc``; the address, or 0 when it returned NULL."""
+        ptr = self._alloc(size, index, stream)
+        if not isinstance(ptr, int) or isinstance(ptr, bool) or ptr < 0:
+            raise TypeError(f"the pluggable allocator's alloc returned {ptr!r}; it must return "
+                            "an address (an int, 0 for out of memory)")
+        if not ptr:
+            return 0
+        adopt = getattr(b, "adopt_memory", None)
+        if adopt is not None:
+            try:
+                adopt(index, ptr, size)
+            except BaseException:
+                self._free(ptr, size, index, stream)
+                raise
+        self._live[ptr] = (size, b, index, stream)
+        return ptr
+
+    def _raw_free(self, ptr: int) -> None:
+        """Call ``free`` with the arguments of the pointer's ``alloc``.
+
+        Raises:
+            ValueError: ``ptr`` is not live memory of this allocator (PyTorch's message).
+        """
+        meta = self._live.pop(ptr, None)
+        if meta is None:
+            raise ValueError(f"Trying to free a pointer not allocated here ({ptr:#x})")
+        size, b, index, stream = meta
+        disown = getattr(b, "disown_memory", None)
+        if disown is not None:
+            disown(index, ptr)       # waits for queued work on the memory (cpu, async mode)
+        self._free(ptr, size, index, stream)
+
+    def _live_count(self) -> int:
+        return len(self._live)
+
+
+# ---------------------------------------------------------------------- the replacing allocator
+
+def _unsupported(what: str) -> RuntimeError:
+    return RuntimeError(f"PluggableAllocator does not yet support {what}. If you need it, "
+                        "please file an issue describing your use case.")
+
+
+class _PluggableDeviceAllocator(DeviceCachingAllocator):
+    """What :func:`~accelrt.memory._allocator.get_allocator` returns for a device of a backend
+    whose allocator was replaced by :func:`change_current_allocator`: every malloc and free
+    goes to the library (PyTorch's ``CUDAPluggableAllocator`` as the current allocator)."""
+
+    def __init__(self, backend: Backend, index: int, plug: PluggableAllocator) -> None:
+        super().__init__(backend, index)
+        self._plug = plug
+
+    # allocation: straight to the library
+    def malloc(self, size: int, stream: int = 0) -> int:
+        if type(size) is not int:
+            size = _check_size(size)
+        if size < 0:
+            raise ValueError(f"allocation size must be >= 0, got {size}")
+        if size == 0:
+            return 0
+        if size >= _MAX_ALLOC:
+            raise OutOfMemoryError(f"{self._name} out of memory. Tried to allocate more than "
+                                   "1EB memory.", size, 0, self._device_total)
+        ptr = self._plug._raw_alloc(self._b, self._index, size, stream)
+        if not ptr:
+            raise OutOfMemoryError(
+                f"{self._name} out of memory. Tried to allocate {format_size(size)}. The "
+                f"pluggable allocator {self._plug._what} returned NULL for device "
+                f"{self._name}:{self._index}.", size, 0, self._device_total)
+        return ptr
+
+    def free(self, ptr: int, nonblocking: bool = False) -> None:
+        self._plug._raw_free(ptr)
+
+    def free_from_finalizer(self, ptr: int) -> None:
+        try:
+            self._plug._raw_free(ptr)
+        except Exception:  # noqa: BLE001 - a finalizer must not raise
+            print(f"Exception ignored in the free of pointer {ptr:#x} by a pluggable "
+                  "allocator:", file=sys.stderr)
+            traceback.print_exc()
+
+    def record_stream(self, ptr: int, stream: int) -> None:
+        """No-op, as PyTorch's pluggable allocator without a record_stream function."""
+
+    def empty_cache(self, pool_id: tuple[int, int] | None = None) -> None:
+        """No-op: nothing is cached."""
+
+    def set_memory_fraction(self, fraction: float) -> None:
+        """No-op, as PyTorch's pluggable allocator without a memory-fraction function."""
+
+    def get_memory_fraction(self) -> float:
+        raise _unsupported("getMemoryFraction")
+
+    # statistics, snapshots, history, observers: PyTorch's errors
+    def stats(self) -> dict[str, int]:
+        raise _unsupported("getDeviceStats")
+
+    def sorted_stats(self) -> collections.OrderedDict[str, int]:
+        raise _unsupported("getDeviceStats")
+
+    def memory_allocated(self) -> int:
+        raise _unsupported("getDeviceStats")
+
+    def max_memory_allocated(self) -> int:
+        raise _unsupported("getDeviceStats")
+
+    def memory_reserved(self) -> int:
+        raise _unsupported("getDeviceStats")
+
+    def max_memory_reserved(self) -> int:
+        raise _unsupported("getDeviceStats")
+
+    def reset_peak_stats(self) -> None:
+        raise _unsupported("resetPeakStats")
+
+    def reset_accumulated_stats(self) -> None:
+        raise _unsupported("resetAccumulatedStats")
+
+    def snapshot_segments(self, pool_id: tuple[int, int] | None = None) -> list[dict[str, Any]]:
+        raise _unsupported("snapshot")
+
+    def trace_entries(self) -> list[dict[str, Any]]:
+        raise _unsupported("snapshot")
+
+    def record_history(self, *args: Any, **kwargs: Any) -> None:
+        raise _unsupported("recordHistory")
+
+    def attach_oom_observer(self, fn: Callable[[int, int, int, int], None]) -> None:
+        raise _unsupported("attachOutOfMemoryObserver")
+
+    # private pools: the library has no pool functions, so these do nothing (as PyTorch's)
+    def begin_allocate_to_pool(self, pool_id: tuple[int, int],
+                               stream_filter: Callable[[int], bool] | None = None) -> None:
+        """No-op."""
+
+    def end_allocate_to_pool(self, pool_id: tuple[int, int]) -> None:
+        """No-op."""
+
+    def create_pool(self, pool_id: tuple[int, int], *, no_split: bool = False,
+                    allocator: Any = None) -> None:
+        """No-op."""
+
+    def release_pool(self, pool_id: tuple[int, int]) -> None:
+        """No-op."""
+
+    def release_pool_from_finalizer(self, pool_id: tuple[int, int]) -> None:
+        """No-op."""
+
+    def pool_use_count(self, pool_id: tuple[int, int]) -> int:
+        return 0
+
+    def __repr__(self) -> str:
+        return f"<pluggable allocator {self._plug._what} on {self._name}:{self._index}>"
+
+
+_current: dict[str, PluggableAllocator] = {}   # backend name -> its replacing allocator
+_current_lock = threading.Lock()
+
+
+def _backend_of(device_type: object) -> Backend:
+    if device_type is None:
+        b = _device._current()
+        if b is None:
+            b = _device._require_current()
+        return b
+    if not isinstance(device_type, str):
+        raise TypeError(f"device_type must be a backend name such as 'cuda' or None, got "
+                        f"{type(device_type).__name__}")
+    from .._backend import get_backend
+    return get_backend(device_type)
+
+
+def change_current_allocator(allocator: PluggableAllocator, device_type: str | None = None
+                             ) -> None:
+    """Make ``allocator`` the allocator of every device of a backend, replacing its caching
+    allocator (PyTorch's ``torch.cuda.memory.change_current_allocator``).
+
+    Args:
+        allocator: a :class:`PluggableAllocator`.
+        device_type: the backend name; ``None`` is the current accelerator. Device modules
+            (``accelrt.cuda``) bind their own.
+
+    Raises:
+        TypeError: ``allocator`` is not a :class:`PluggableAllocator`.
+        RuntimeError: the backend's allocator was already initialized (it allocated, or was
+            asked for, on some device; or an allocator was already swapped in): PyTorch's
+            "Can't swap an already initialized allocator".
+
+    Example::
+
+        >>> from accelrt import backends, memory
+        >>> from accelrt.backends.cpu import CpuBackend
+        >>> backends.register("plugdoc", lambda: CpuBackend(name="plugdoc"), replace=True)
+        >>> import numpy as np
+        >>> held = {}
+        >>> def alloc(size, device, stream):
+        ...     b = np.empty(size, np.uint8); held[b.ctypes.data] = b; return b.ctypes.data
+        >>> plug = memory.PluggableAllocator.from_callables(alloc, lambda p, *_: held.pop(p))
+        >>> memory.change_current_allocator(plug, "plugdoc")
+        >>> memory.get_allocator_backend("plugdoc")
+        'pluggable'
+        >>> import accelrt as acc
+        >>> x = acc.full(4, 7, dtype="int32", device="plugdoc:0")
+        >>> x.data_ptr() in held, x.tolist()
+        (True, [7, 7, 7, 7])
+        >>> del x; held     # freed through the allocator's free
+        {}
+    """
+    if not isinstance(allocator, PluggableAllocator):
+        raise TypeError(f"change_current_allocator() takes an accelrt.memory."
+                        f"PluggableAllocator, got {type(allocator).__name__}")
+    b = _backend_of(device_type)
+    from . import _allocator
+    with _current_lock, _allocator._lock:
+        initialized = b.name in _current or any(
+            name == b.name for name, _ in _allocator._allocators)
+        if initialized:
+            raise RuntimeError("Can't swap an already initialized allocator")
+        _current[b.name] = allocator
+
+
+def get_allocator_backend(device_type: str | None = None) -> str:
+    """The allocator of a backend: ``"native"`` (accelrt's caching allocator) or
+    ``"pluggable"`` (replaced by :func:`change_current_allocator`), as PyTorch's
+    ``torch.cuda.get_allocator_backend``.
+
+    Example::
+
+        >>> from accelrt import memory
+        >>> memory.get_allocator_backend("cpu")
+        'native'
+    """
+    return "pluggable" if _backend_of(device_type).name in _current else "native"
+
+
+def _make_allocator(backend: Backend, index: int) -> DeviceCachingAllocator | None:
+    """The replacing allocator of ``backend``'s device ``index``, or ``None`` (native)."""
+    plug = _current.get(backend.name)
+    if plug is None:
+        return None
+    return _PluggableDeviceAllocator(backend, index, plug)

@@ -1,0 +1,364 @@
+"""Pluggable allocators: a C library compiled here (PyTorch's ``alloc``/``free`` signatures),
+or two Python callables, replacing a backend's allocator or under a ``MemPool``."""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import accelrt as acc
+from accelrt import backends, memory
+from accelrt.backends.cpu import CpuBackend
+from accelrt.memory._allocator import get_allocator
+from accelrt.memory._config import parse_config
+
+MiB = 1 << 20
+
+C_SOURCE = r"""
+#include <stdlib.h>
+#include <sys/types.h>
+
+static long n_alloc, n_free, fail_next;
+static long last_device = -1, last_free_device = -1;
+static ssize_t last_size = -1, last_free_size = -1, live_bytes;
+static void *last_stream, *last_free_stream, *last_ptr, *last_free_ptr;
+
+void *plug_alloc(ssize_t size, int device, void *stream) {
+    void *p = NULL;
+    n_alloc++; last_size = size; last_device = device; last_stream = stream;
+    if (fail_next > 0) { fail_next--; return NULL; }
+    if (posix_memalign(&p, 256, (size_t)size) != 0) return NULL;
+    live_bytes += size; last_ptr = p;
+    return p;
+}
+
+void plug_free(void *ptr, ssize_t size, int device, void *stream) {
+    n_free++; last_free_ptr = ptr; last_free_size = size; last_free_device = device;
+    last_free_stream = stream; live_bytes -= size;
+    free(ptr);
+}
+
+long get_n_alloc(void) { return n_alloc; }
+long get_n_free(void) { return n_free; }
+long get_last_device(void) { return last_device; }
+long get_last_free_device(void) { return last_free_device; }
+ssize_t get_last_size(void) { return last_size; }
+ssize_t get_last_free_size(void) { return last_free_size; }
+ssize_t get_live_bytes(void) { return live_bytes; }
+void *get_last_stream(void) { return last_stream; }
+void *get_last_free_stream(void) { return last_free_stream; }
+void *get_last_ptr(void) { return last_ptr; }
+void *get_last_free_ptr(void) { return last_free_ptr; }
+void set_fail_next(long n) { fail_next = n; }
+"""
+
+
+class Lib:
+    """The compiled library's counters, read through its own getters."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = str(path)
+        self._lib = ctypes.CDLL(self.path)     # the same handle the allocator gets
+        for name in ("get_last_stream", "get_last_free_stream", "get_last_ptr",
+                     "get_last_free_ptr"):
+            getattr(self._lib, name).restype = ctypes.c_void_p
+        for name in ("get_last_size", "get_last_free_size", "get_live_bytes"):
+            getattr(self._lib, name).restype = ctypes.c_ssize_t
+        for name in ("get_n_alloc", "get_n_free", "get_last_device", "get_last_free_device"):
+            getattr(self._lib, name).restype = ctypes.c_long
+        self._lib.set_fail_next.argtypes = [ctypes.c_long]
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._lib, "get_" + name)()
+        return 0 if value is None else value
+
+    def fail_next(self, n: int) -> None:
+        self._lib.set_fail_next(n)
+
+    def allocator(self) -> memory.PluggableAllocator:
+        return memory.PluggableAllocator(self.path, "plug_alloc", "plug_free")
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory: pytest.TempPathFactory) -> Lib:
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if cc is None:
+        pytest.skip("no C compiler (cc, gcc or clang) to build the test allocator library")
+    d = tmp_path_factory.mktemp("plug")
+    src, so = d / "plug.c", d / "libplug.so"
+    src.write_text(C_SOURCE)
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(so), str(src)], check=True,
+                   capture_output=True, timeout=120)
+    return Lib(so)
+
+
+_names = itertools.count()
+_made: list[CpuBackend] = []
+
+
+def _fresh_backend(async_streams: bool, **kw: Any) -> str:
+    """A new cpu backend (2 devices) under a new name: its allocator is not initialized yet."""
+    name = f"plug{next(_names)}"
+
+    def factory() -> CpuBackend:
+        b = CpuBackend(num_devices=2, async_streams=async_streams, name=name, **kw)
+        _made.append(b)
+        return b
+
+    backends.register(name, factory, replace=True)
+    return name
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _stop_async_workers() -> Iterator[None]:
+    yield
+    for b in _made:
+        for i in range(b.device_count()):
+            b.synchronize(i)
+        b.close()
+
+
+@pytest.fixture(params=[False, True], ids=["sync", "async"])
+def fresh(request: pytest.FixtureRequest) -> str:
+    return _fresh_backend(bool(request.param))
+
+
+# ---------------------------------------------------------------------- MemPool(allocator=)
+
+def test_mempool_segments_come_from_the_library(lib: Lib, fresh: str) -> None:
+    dev = f"{fresh}:1"
+    pool = memory.MemPool(allocator=lib.allocator())
+    assert pool.allocator is not None
+    n_alloc, n_free = lib.n_alloc, lib.n_free
+    s = acc.Stream(dev)
+    with s, memory.use_mem_pool(pool, dev):
+        x = acc.empty(1000, dtype="int32", device=dev)
+    assert lib.n_alloc == n_alloc + 1
+    ptr = lib.last_ptr
+    assert x.data_ptr() == ptr                         # the block starts the library's segment
+    assert lib.last_size == 2 * MiB                    # the caching allocator's segment size
+    assert lib.last_device == 1
+    assert lib.last_stream == s.stream_id              # the stream the memory is for
+    with s:
+        x.copy_(np.arange(1000, dtype=np.int32))       # really used: written and read back
+        assert x.tolist() == list(range(1000))
+        x.fill_(-3)
+        assert set(x.tolist()) == {-3}
+    assert [seg["segment_pool_id"] for seg in pool.snapshot()] == [pool.id]
+    del x
+    acc.synchronize(dev)
+    assert lib.n_free == n_free                        # cached, not freed
+    del pool
+    acc.set_current_accelerator(fresh)
+    memory.empty_cache()
+    assert lib.n_free == n_free + 1
+    assert (lib.last_free_ptr, lib.last_free_size, lib.last_free_device,
+            lib.last_free_stream) == (ptr, 2 * MiB, 1, s.stream_id)
+    assert memory.memory_reserved(dev) == 0
+
+
+def test_null_from_the_library_is_out_of_memory(lib: Lib, fresh: str) -> None:
+    # As in PyTorch, a pool in use counts as a capture underway: after the library's NULL the
+    # allocator frees what it may (oversize blocks) but does not empty the whole cache, and
+    # raises OutOfMemoryError with its usual message and statistics.
+    dev = f"{fresh}:0"
+    pool = memory.MemPool(allocator=lib.allocator())
+    a = get_allocator(backends.get_backend(fresh), 0)
+    lib.fail_next(1)
+    n_alloc, live = lib.n_alloc, lib.live_bytes
+    with memory.use_mem_pool(pool, dev), pytest.raises(
+            acc.OutOfMemoryError, match=rf"{fresh} out of memory. Tried to allocate 2.00 MiB"):
+        memory.caching_allocator_alloc(4096, dev)
+    assert lib.n_alloc == n_alloc + 1 and lib.live_bytes == live
+    stats = a.stats()
+    assert stats["num_ooms"] == 1 and stats["segment.all.current"] == 0
+    with memory.use_mem_pool(pool, dev):               # consistent: the next one works
+        p = memory.caching_allocator_alloc(4096, dev)
+    assert lib.n_alloc == n_alloc + 2 and p == lib.last_ptr
+    memory.caching_allocator_delete(p)
+    del pool
+    acc.set_current_accelerator(fresh)
+    memory.empty_cache()
+    assert memory.memory_reserved(dev) == 0 and lib.live_bytes == live
+
+
+def test_pool_with_allocator_and_expandable_segments_uses_the_library(lib: Lib) -> None:
+    name = _fresh_backend(False)
+    dev = f"{name}:0"
+    a = get_allocator(backends.get_backend(name), 0)
+    a.set_config(parse_config("expandable_segments:True"))   # this device only
+    pool = memory.MemPool(allocator=lib.allocator())
+    n_alloc = lib.n_alloc
+    with memory.use_mem_pool(pool, dev):
+        x = acc.zeros(64, device=dev)
+    y = acc.zeros(64, device=dev)                       # outside the pool: expandable
+    assert lib.n_alloc == n_alloc + 1 and x.data_ptr() == lib.last_ptr
+    assert x.tolist() == [0.0] * 64
+    assert [s["is_expandable"] for s in pool.snapshot()] == [False]
+    assert y.data_ptr() != lib.last_ptr
+    del x, y, pool
+    a.empty_cache()
+
+
+# ---------------------------------------------------------------------- change_current_allocator
+
+def test_replacing_allocator_sends_every_malloc_and_free_to_the_library(lib: Lib,
+                                                                        fresh: str) -> None:
+    memory.change_current_allocator(lib.allocator(), fresh)
+    assert memory.get_allocator_backend(fresh) == "pluggable"
+    assert memory.get_allocator_backend("cpu") == "native"
+    dev = f"{fresh}:1"
+    n_alloc, n_free = lib.n_alloc, lib.n_free
+    with acc.Stream(dev) as s:
+        x = acc.full(10, 7, dtype="int32", device=dev)
+        assert x.tolist() == [7] * 10
+    assert lib.n_alloc == n_alloc + 1
+    assert (lib.last_ptr, lib.last_size, lib.last_device, lib.last_stream) == \
+        (x.data_ptr(), 40, 1, s.stream_id)            # the exact size: no caching, no rounding
+    ptr = x.data_ptr()
+    del x
+    assert lib.n_free == n_free + 1                    # freed at once, not cached
+    assert (lib.last_free_ptr, lib.last_free_size, lib.last_free_device,
+            lib.last_free_stream) == (ptr, 40, 1, s.stream_id)
+    p = memory.caching_allocator_alloc(100, dev)
+    memory.caching_allocator_delete(p)
+    assert lib.n_free == n_free + 2
+
+
+def test_replacing_allocator_statistics_raise_as_pytorch(lib: Lib) -> None:
+    name = _fresh_backend(False)
+    memory.change_current_allocator(lib.allocator(), name)
+    dev = f"{name}:0"
+    x = acc.zeros(4, device=dev)
+    for fn in (memory.memory_stats, memory.memory_allocated, memory.max_memory_reserved,
+               memory.memory_reserved, memory.max_memory_allocated):
+        with pytest.raises(RuntimeError, match="does not yet support getDeviceStats"):
+            fn(dev)
+    with pytest.raises(RuntimeError, match="does not yet support resetPeakStats"):
+        memory.reset_peak_memory_stats(dev)
+    with pytest.raises(RuntimeError, match="does not yet support recordHistory"):
+        memory.record_memory_history("all", device=dev)
+    acc.set_current_accelerator(name)
+    with pytest.raises(RuntimeError, match="does not yet support snapshot"):
+        memory.memory_snapshot()
+    memory.empty_cache()                               # nothing cached: nothing to do
+    memory.set_per_process_memory_fraction(0.5, dev)   # as PyTorch: ignored
+    assert x.tolist() == [0.0] * 4
+    del x
+
+
+def test_replacing_allocator_null_is_out_of_memory(lib: Lib) -> None:
+    name = _fresh_backend(True)
+    memory.change_current_allocator(lib.allocator(), name)
+    lib.fail_next(1)
+    with pytest.raises(acc.OutOfMemoryError, match=r"out of memory.*returned NULL"):
+        acc.empty(1000, device=f"{name}:0")
+    lib.fail_next(0)
+    live = lib.live_bytes
+    y = acc.empty(1000, device=f"{name}:0")
+    assert lib.live_bytes == live + 4000
+    del y
+    acc.synchronize(f"{name}:0")
+    assert lib.live_bytes == live
+
+
+def test_swapping_an_initialized_allocator_raises(lib: Lib) -> None:
+    name = _fresh_backend(False)
+    acc.zeros(1, device=f"{name}:1")                   # the native allocator is initialized
+    with pytest.raises(RuntimeError, match="Can't swap an already initialized allocator"):
+        memory.change_current_allocator(lib.allocator(), name)
+    assert memory.get_allocator_backend(name) == "native"
+    other = _fresh_backend(False)
+    memory.change_current_allocator(lib.allocator(), other)
+    with pytest.raises(RuntimeError, match="Can't swap an already initialized allocator"):
+        memory.change_current_allocator(lib.allocator(), other)
+
+
+def test_current_accelerator_is_the_default_device_type(lib: Lib) -> None:
+    name = _fresh_backend(False)
+    acc.set_current_accelerator(name)
+    assert memory.get_allocator_backend() == "native"
+    memory.change_current_allocator(lib.allocator())
+    assert memory.get_allocator_backend() == "pluggable"
+    assert memory.get_allocator_backend(name) == "pluggable"
+
+
+# ---------------------------------------------------------------------- Python callables
+
+def test_from_callables_receives_the_c_arguments() -> None:
+    calls: list[tuple[Any, ...]] = []
+    held: dict[int, np.ndarray] = {}
+
+    def alloc(size: int, device: int, stream: int) -> int:
+        buf = np.zeros(size, np.uint8)
+        held[buf.ctypes.data] = buf
+        calls.append(("alloc", size, device, stream))
+        return int(buf.ctypes.data)
+
+    def free(ptr: int, size: int, device: int, stream: int) -> None:
+        calls.append(("free", ptr in held, size, device, stream))
+        del held[ptr]
+
+    name = _fresh_backend(True)
+    memory.change_current_allocator(memory.PluggableAllocator.from_callables(alloc, free), name)
+    s = acc.Stream(f"{name}:1")
+    with s:
+        x = acc.asarray(np.arange(6, dtype=np.int16), device=f"{name}:1", copy=True)
+        assert x.tolist() == list(range(6))
+    del x
+    assert calls == [("alloc", 12, 1, s.stream_id), ("free", True, 12, 1, s.stream_id)]
+    assert held == {}
+
+
+# ---------------------------------------------------------------------- hostile inputs
+
+def test_missing_file_symbol_and_bad_types(lib: Lib, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="cannot load the pluggable allocator library"):
+        memory.PluggableAllocator(str(tmp_path / "missing.so"), "plug_alloc", "plug_free")
+    (tmp_path / "not_a_lib.so").write_text("hello")
+    with pytest.raises(ValueError, match="cannot load"):
+        memory.PluggableAllocator(tmp_path / "not_a_lib.so", "plug_alloc", "plug_free")
+    with pytest.raises(ValueError, match="no alloc function 'nope'"):
+        memory.PluggableAllocator(lib.path, "nope", "plug_free")
+    with pytest.raises(ValueError, match="no free function 'gone'"):
+        memory.PluggableAllocator(lib.path, "plug_alloc", "gone")
+    with pytest.raises(TypeError, match="alloc_fn_name"):
+        memory.PluggableAllocator(lib.path, None, "plug_free")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="path_to_so_file"):
+        memory.PluggableAllocator(3, "plug_alloc", "plug_free")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="alloc must be callable"):
+        memory.PluggableAllocator.from_callables(5, lambda *a: None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="free must be callable"):
+        memory.PluggableAllocator.from_callables(lambda *a: 0, "x")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="PluggableAllocator"):
+        memory.change_current_allocator("libplug.so")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="PluggableAllocator"):
+        memory.MemPool(allocator=object())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="device_type"):
+        memory.get_allocator_backend(0)  # type: ignore[arg-type]
+    with pytest.raises(acc.BackendUnavailableError):
+        memory.change_current_allocator(lib.allocator(), "nosuchbackend")
+
+
+def test_alloc_returning_garbage_is_a_clear_error() -> None:
+    name = _fresh_backend(False)
+    plug = memory.PluggableAllocator.from_callables(lambda *a: "0x10", lambda *a: None)
+    memory.change_current_allocator(plug, name)
+    with pytest.raises(TypeError, match="must return an address"):
+        acc.empty(4, device=f"{name}:0")
+
+
+def test_freeing_a_foreign_pointer_is_refused(lib: Lib) -> None:
+    name = _fresh_backend(False)
+    memory.change_current_allocator(lib.allocator(), name)
+    a = get_allocator(backends.get_backend(name), 0)
+    with pytest.raises(ValueError, match="Trying to free a pointer not allocated here"):
+        a.free(12345)
