@@ -41,9 +41,11 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
 from . import _backend, _event, _graph, _stream
+from . import _sync_debug as _sd
 from . import _device as _dev
 from ._device import _check_index, _lazy_init, _tls
 from ._errors import BackendUnavailableError, OutOfMemoryError
+from .memory import _pluggable
 
 if TYPE_CHECKING:
     import os
@@ -404,14 +406,11 @@ class DeviceModule(Generic[_S, _E]):
         True
     """
 
-    #: Sync debug mode and pluggable allocators: the lead binds ``set_sync_debug_mode`` /
-    #: ``get_sync_debug_mode`` (``accelrt.set_sync_debug_mode(mode, device_type=...)``) and
-    #: ``CUDAPluggableAllocator`` / ``change_current_allocator`` / ``get_allocator_backend``
-    #: (``accelrt.memory.PluggableAllocator`` etc., with ``device_type=self.name``) here and in
-    #: the modules' binding lists.
-
     #: ``torch.cuda.OutOfMemoryError`` (the one :class:`accelrt.OutOfMemoryError`).
     OutOfMemoryError = OutOfMemoryError
+    #: ``torch.cuda.memory.CUDAPluggableAllocator`` (:class:`accelrt.memory.PluggableAllocator`).
+    CUDAPluggableAllocator = _pluggable.PluggableAllocator
+    PluggableAllocator = _pluggable.PluggableAllocator
 
     def __init__(self, backend_name: str, module: str, *, stream: type[_S], event: type[_E],
                  stream_context: type[StreamContext], device: type[_DeviceCM],
@@ -725,6 +724,8 @@ class DeviceModule(Generic[_S, _E]):
         b, index = self._resolve(device)
         if _dev._is_initialized(b, index):
             b.synchronize(index)
+            if _sd.active:
+                _sd.check(b.name)
 
     def is_current_stream_capturing(self) -> bool:
         """True if the current stream of the backend's current device is capturing a graph;
@@ -1179,6 +1180,66 @@ class DeviceModule(Generic[_S, _E]):
             True
         """
         return self.mem_get_info(device)
+
+    # ------------------------------------------------------------------ sync debug mode
+    def set_sync_debug_mode(self, debug_mode: int | str) -> None:
+        """Warn (``"warn"``/1) or raise (``"error"``/2) on every synchronizing operation of this
+        backend, or stop (``"default"``/0): ``torch.cuda.set_sync_debug_mode``. See
+        :func:`accelrt.set_sync_debug_mode`.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.set_sync_debug_mode("warn"); acc.cpu.get_sync_debug_mode()
+            1
+            >>> acc.cpu.set_sync_debug_mode(0)
+        """
+        from ._sync_debug import set_sync_debug_mode
+        set_sync_debug_mode(debug_mode, self.name)
+
+    def get_sync_debug_mode(self) -> int:
+        """This backend's sync debug mode: 0 (default), 1 (warn) or 2 (error).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.get_sync_debug_mode()
+            0
+        """
+        from ._sync_debug import get_sync_debug_mode
+        return get_sync_debug_mode(self.name)
+
+    # ------------------------------------------------------------------ pluggable allocators
+    def change_current_allocator(self, allocator: _pluggable.PluggableAllocator) -> None:
+        """Replace this backend's caching allocator by ``allocator`` (a
+        :class:`accelrt.memory.PluggableAllocator`) before any allocation:
+        ``torch.cuda.memory.change_current_allocator``. See
+        :func:`accelrt.memory.change_current_allocator`.
+
+        Raises:
+            RuntimeError: an allocator of this backend was already initialised.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.get_allocator_backend()
+            'native'
+        """
+        from .memory._pluggable import change_current_allocator
+        change_current_allocator(allocator, self.name)
+
+    def get_allocator_backend(self) -> str:
+        """``"native"`` (accelrt's caching allocator) or ``"pluggable"`` (replaced by
+        :meth:`change_current_allocator`): ``torch.cuda.get_allocator_backend``.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.get_allocator_backend()
+            'native'
+        """
+        from .memory._pluggable import get_allocator_backend
+        return get_allocator_backend(self.name)
 
     # ------------------------------------------------------------------ memory control
     def empty_cache(self) -> None:

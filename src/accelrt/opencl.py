@@ -26,17 +26,22 @@ from . import _device, _graph, _specific
 from ._errors import OutOfMemoryError
 from ._specific import DeviceModule
 from .memory import MemPool, get_allocator_settings, set_allocator_settings
+from .memory._pluggable import PluggableAllocator
+from .memory._pluggable import PluggableAllocator as CUDAPluggableAllocator
 
 __all__ = [
+    "CUDAPluggableAllocator",
     "Event",
     "Graph",
     "MemPool",
     "OutOfMemoryError",
+    "PluggableAllocator",
     "Stream",
     "StreamContext",
     "caching_allocator_alloc",
     "caching_allocator_delete",
     "can_device_access_peer",
+    "change_current_allocator",
     "current_device",
     "current_device_index",
     "current_stream",
@@ -48,6 +53,7 @@ __all__ = [
     "dump_snapshot",
     "empty_cache",
     "empty_host_cache",
+    "get_allocator_backend",
     "get_allocator_settings",
     "get_arch_list",
     "get_device_capability",
@@ -58,6 +64,7 @@ __all__ = [
     "get_per_process_memory_fraction",
     "get_rng_state",
     "get_rng_state_all",
+    "get_sync_debug_mode",
     "graph",
     "graph_pool_handle",
     "host_memory_stats",
@@ -96,6 +103,7 @@ __all__ = [
     "set_rng_state",
     "set_rng_state_all",
     "set_stream",
+    "set_sync_debug_mode",
     "stream",
     "synchronize",
     "unavailable_reason",
@@ -229,9 +237,6 @@ _m: DeviceModule[Stream, Event] = _specific._register(DeviceModule(
     device=device, device_of=device_of, device_index=device_index, graph_class=Graph, graph=graph))
 
 # The torch.cuda runtime of the opencl backend (documented on accelrt._specific.DeviceModule).
-# Sync debug mode and pluggable allocators (bound by the lead): set_sync_debug_mode,
-# get_sync_debug_mode, CUDAPluggableAllocator, change_current_allocator and
-# get_allocator_backend go here, each with device_type="opencl".
 
 is_available = _m.is_available
 unavailable_reason = _m.unavailable_reason
@@ -281,6 +286,10 @@ memory_summary = _m.memory_summary
 mem_get_info = _m.mem_get_info
 get_memory_info = _m.get_memory_info
 empty_cache = _m.empty_cache
+set_sync_debug_mode = _m.set_sync_debug_mode
+get_sync_debug_mode = _m.get_sync_debug_mode
+change_current_allocator = _m.change_current_allocator
+get_allocator_backend = _m.get_allocator_backend
 set_per_process_memory_fraction = _m.set_per_process_memory_fraction
 get_per_process_memory_fraction = _m.get_per_process_memory_fraction
 caching_allocator_alloc = _m.caching_allocator_alloc
