@@ -408,8 +408,11 @@ class Stream:
         return hash((self._b.name, self._index, self._handle))
 
     def __repr__(self) -> str:
-        return (f"<accelrt.Stream device={self._b.name}:{self._index} "
-                f"stream_id={self._handle:#x} priority={self._priority}>")
+        # torch.cuda.Stream's shape; a device module's subclass prints as its own type
+        cls = type(self)
+        mod = "accelrt" if cls.__module__ == __name__ else cls.__module__
+        return (f"<{mod}.{cls.__qualname__} device={self._b.name}:{self._index} "
+                f"stream_id={self._handle:#x}>")
 
     def __reduce__(self) -> Any:
         raise TypeError("accelrt.Stream cannot be pickled: a stream handle is only valid in "
