@@ -20,7 +20,7 @@ Example::
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._device import (
     current_accelerator,
@@ -43,6 +43,45 @@ from ._errors import (
     DeviceError,
     OutOfMemoryError,
 )
+
+if TYPE_CHECKING:
+    # What the lazy names below resolve to, for type checkers only: at run time these modules
+    # load on first attribute access (``__getattr__``), so ``import accelrt`` stays cheap.
+    # tests/test_typing_public_api.py checks that mypy sees a real type for every public name.
+    from . import backends, comm, cpu, cuda, interop, memory, random
+    from ._array import Array, asarray, empty, full, zeros
+    from ._event import Event
+    from ._graph import Graph, graph
+    from ._stream import Stream, current_stream, set_stream, synchronize
+    from .comm import can_device_access_peer
+    from .memory import (
+        MemPool,
+        empty_cache,
+        empty_host_cache,
+        get_memory_info,
+        host_memory_stats,
+        max_memory_allocated,
+        max_memory_reserved,
+        memory_allocated,
+        memory_reserved,
+        memory_snapshot,
+        memory_stats,
+        memory_stats_as_nested_dict,
+        memory_summary,
+        reset_accumulated_memory_stats,
+        reset_peak_memory_stats,
+        use_mem_pool,
+    )
+    from .random import (
+        get_rng_state,
+        initial_seed,
+        manual_seed,
+        rand,
+        randint,
+        randn,
+        seed,
+        set_rng_state,
+    )
 
 __version__ = "0.1.0"
 
@@ -160,15 +199,16 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
-    elif name in _SUBMODULES:
-        value = importlib.import_module("." + name, __name__)
-    else:
-        raise AttributeError(f"module 'accelrt' has no attribute {name!r}")
-    globals()[name] = value
-    return value
+if not TYPE_CHECKING:  # hidden from type checkers: a typo must not type-check as ``Any``
+    def __getattr__(name: str) -> Any:
+        if name in _LAZY:
+            value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        elif name in _SUBMODULES:
+            value = importlib.import_module("." + name, __name__)
+        else:
+            raise AttributeError(f"module 'accelrt' has no attribute {name!r}")
+        globals()[name] = value
+        return value
 
 
 def __dir__() -> list[str]:

@@ -35,7 +35,7 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 import numpy as np
 
@@ -52,6 +52,12 @@ from ._arrays import (
     whole,
 )
 from ._transfer import Place
+
+if TYPE_CHECKING:
+    from .._array import Array
+    from .._typing import DeviceLike, DeviceSpec, HostArray
+
+_OutT = TypeVar("_OutT", "Array", "HostArray")
 
 __all__ = [
     "broadcast",
@@ -83,7 +89,7 @@ def _check_same(ref: Info, x: Info, what: str, i: int) -> None:
 
 # ---------------------------------------------------------------------- peer access
 
-def can_device_access_peer(device: Any, peer_device: Any) -> bool:
+def can_device_access_peer(device: DeviceLike, peer_device: DeviceLike) -> bool:
     """True if ``device`` can directly access memory of ``peer_device``.
 
     Args:
@@ -115,8 +121,8 @@ def can_device_access_peer(device: Any, peer_device: Any) -> bool:
 
 # ---------------------------------------------------------------------- broadcast
 
-def broadcast(array: Any, devices: Iterable[Any] | None = None, *,
-              out: Sequence[Any] | None = None) -> tuple[Any, ...]:
+def broadcast(array: Array | HostArray, devices: Iterable[DeviceSpec] | None = None, *,
+              out: Sequence[Array] | None = None) -> tuple[Array, ...]:
     """Copy ``array`` to several devices.
 
     Args:
@@ -193,8 +199,8 @@ def broadcast(array: Any, devices: Iterable[Any] | None = None, *,
     return tuple(outs)
 
 
-def broadcast_coalesced(arrays: Sequence[Any], devices: Iterable[Any],
-                        buffer_size: int = _DEFAULT_BUFFER) -> list[list[Any]]:
+def broadcast_coalesced(arrays: Sequence[Array], devices: Iterable[DeviceSpec],
+                        buffer_size: int = _DEFAULT_BUFFER) -> list[list[Array]]:
     """Broadcast several arrays to several devices, coalescing small ones.
 
     Arrays of one dtype are packed into flat buffers of at most ``buffer_size`` bytes, each
@@ -292,7 +298,7 @@ def _sum_infos(infos: Sequence[Info], destination: Any) -> Any:
     return _reduce.sum_into(dest, root, others)
 
 
-def reduce_add(inputs: Sequence[Any], destination: Any = None) -> Any:
+def reduce_add(inputs: Sequence[Array], destination: DeviceLike = None) -> Array:
     """Sum arrays that live on several devices; the sum is placed on ``destination``.
 
     Args:
@@ -319,11 +325,12 @@ def reduce_add(inputs: Sequence[Any], destination: Any = None) -> Any:
         >>> acc.comm.reduce_add(xs, destination="cpu:0").tolist()
         [6, 6]
     """
-    return _sum_infos(_reduce_inputs(inputs), destination)
+    result: Array = _sum_infos(_reduce_inputs(inputs), destination)
+    return result
 
 
-def reduce_add_coalesced(inputs: Sequence[Sequence[Any]], destination: Any = None,
-                         buffer_size: int = _DEFAULT_BUFFER) -> tuple[Any, ...]:
+def reduce_add_coalesced(inputs: Sequence[Sequence[Array]], destination: DeviceLike = None,
+                         buffer_size: int = _DEFAULT_BUFFER) -> tuple[Array, ...]:
     """Sum lists of arrays across devices, coalescing small arrays into flat buffers.
 
     Args:
@@ -429,10 +436,10 @@ def _check_streams(streams: Any, places: Sequence[Place]) -> list[Stream | None]
     return out
 
 
-def scatter(array: Any, devices: Iterable[Any] | None = None,
+def scatter(array: Array | HostArray, devices: Iterable[DeviceSpec] | None = None,
             chunk_sizes: Sequence[int] | None = None, dim: int = 0,
             streams: Sequence[Stream | None] | None = None, *,
-            out: Sequence[Any] | None = None) -> tuple[Any, ...]:
+            out: Sequence[Array] | None = None) -> tuple[Array, ...]:
     """Split ``array`` along ``dim`` and copy the pieces to several devices.
 
     Args:
@@ -563,8 +570,22 @@ def scatter(array: Any, devices: Iterable[Any] | None = None,
     return tuple(outs)
 
 
-def gather(arrays: Sequence[Any], dim: int = 0, destination: Any = None, *,
-           out: Any = None) -> Any:
+# destination=-1 (host memory) gives a numpy array: the first two overloads are narrower than
+# the third and take precedence (as typeshed does for such literals)
+@overload
+def gather(arrays: Sequence[Array], dim: int = 0, *,  # type: ignore[overload-overlap]
+           destination: Literal[-1], out: None = None) -> HostArray: ...
+@overload
+def gather(arrays: Sequence[Array], dim: int,  # type: ignore[overload-overlap]
+           destination: Literal[-1], *, out: None = None) -> HostArray: ...
+@overload
+def gather(arrays: Sequence[Array], dim: int = 0, destination: DeviceLike = None, *,
+           out: None = None) -> Array: ...
+@overload
+def gather(arrays: Sequence[Array], dim: int = 0, destination: None = None, *,
+           out: _OutT) -> _OutT: ...
+def gather(arrays: Sequence[Array], dim: int = 0, destination: DeviceLike = None, *,
+           out: Array | HostArray | None = None) -> Array | HostArray:
     """Concatenate arrays from several devices along ``dim`` on one device.
 
     Args:
