@@ -86,7 +86,8 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 # Public names defined in submodules, loaded on first attribute access (PEP 562) so that
-# ``import accelrt`` stays cheap and side-effect free.
+# ``import accelrt`` stays cheap and side-effect free. Import each one in the TYPE_CHECKING
+# block above too (tests/test_typing_public_api.py checks that type checkers see them).
 _LAZY: dict[str, str] = {
     # streams, events, graphs
     "Stream": "._stream",
