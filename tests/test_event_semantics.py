@@ -49,10 +49,12 @@ def test_event_made_on_device0_recorded_on_device1_belongs_to_device1(two: str) 
     assert e.query()
     # the binding sticks: a later record() without a stream uses device 1's current stream
     e.record()
+    assert e.device == acc.device(two, 1)
     end = acc.Event(enable_timing=True)
-    end.record(s1)
+    end.record(acc.current_stream(f"{two}:1"))   # the same stream: ordered after e
     end.synchronize()
-    assert e.elapsed_time(end) >= 0.0
+    assert end.device == acc.device(two, 1)
+    assert e.query() and e.elapsed_time(end) >= 0.0
 
 
 def test_record_on_another_device_later_raises_pytorch_runtime_error(two: str) -> None:
@@ -160,3 +162,26 @@ def test_device_module_types_print_as_their_module() -> None:
 
     assert repr(MyEvent("cpu")) == f"<{__name__}.test_device_module_types_print_as_their_module" \
                                    ".<locals>.MyEvent uninitialized>"
+
+
+def test_binding_on_every_backend(backend: str) -> None:
+    # each available backend (cpu, opencl where PoCL is present, cuda where a GPU is)
+    other = "evsync" if backend != "evsync" else "cpu"
+    e = acc.Event(enable_timing=True)
+    assert e.device is None and repr(e) == "<accelrt.Event uninitialized>"
+    n = acc.device_count()
+    s = acc.Stream(f"{backend}:{n - 1}")
+    e.record(s)
+    assert e.device == acc.device(backend, n - 1)
+    assert repr(e) == f"<accelrt.Event {e.event_id:#x}>"
+    end = acc.Event(enable_timing=True)
+    end.record(s)
+    end.synchronize()
+    assert e.query() and e.elapsed_time(end) >= 0.0
+    with pytest.raises(RuntimeError, match=rf"^Event device type {backend} does not match "
+                                           rf"recording stream's device type {other}\."):
+        e.record(acc.Stream(f"{other}:0"))
+    if n > 1:
+        with pytest.raises(RuntimeError, match=rf"^Event device {n - 1} does not match "
+                                               r"recording stream's device 0\."):
+            e.record(acc.Stream(f"{backend}:0"))
