@@ -84,8 +84,13 @@ def test_event_misuse_is_runtime_error() -> None:
     with pytest.raises(RuntimeError, match=r"^Event device type errcpu does not match other's "
                                            r"device type cpu\."):
         e.elapsed_time(acc.Event("cpu", enable_timing=True))
-    with pytest.raises(RuntimeError, match="cannot wait for"):
+    with pytest.raises(RuntimeError, match=r"^Event device type errcpu does not match blocking "
+                                           r"stream's device type cpu\."):
         e.wait(acc.Stream("cpu"))
+    with pytest.raises(RuntimeError, match=r"^Event device type errcpu does not match blocking "
+                                           r"stream's device type cpu\.") as info:
+        acc.Stream("cpu").wait_stream(acc.Stream("errcpu:0"))
+    assert isinstance(info.value, ValueError)
 
 
 # ---------------------------------------------------------------------- comm

@@ -292,9 +292,11 @@ class Event:
             raise TypeError(f"wait() takes an accelrt.Stream or None, got "
                             f"{type(stream).__name__}")
         elif stream._b is not b:
+            # PyTorch's InlineEvent::block wording
             raise AcceleratorValueError(
-                f"a {stream._b.name} stream cannot wait for a {b.name} event; synchronize the "
-                "event instead")
+                f"Event device type {b.name} does not match blocking stream's device type "
+                f"{stream._b.name}. A stream cannot wait for another backend's event: "
+                "synchronize the event instead.")
         h = self._handle
         if h:
             _lazy_init(b, stream._index)

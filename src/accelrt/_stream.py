@@ -328,8 +328,11 @@ class Stream:
         if not isinstance(stream, Stream):
             raise TypeError(f"wait_stream() takes an accelrt.Stream, got {type(stream).__name__}")
         if stream._b is not self._b:
-            raise ValueError(f"cannot make a {self._b.name} stream wait for a "
-                             f"{stream._b.name} stream: synchronize the other stream instead")
+            from ._errors import AcceleratorValueError   # a RuntimeError too, as in PyTorch
+            raise AcceleratorValueError(
+                f"Event device type {stream._b.name} does not match blocking stream's device "
+                f"type {self._b.name}. (accelrt cannot make a {self._b.name} stream wait for a "
+                f"{stream._b.name} stream: synchronize the other stream instead.)")
         if stream is self:
             return
         self.wait_event(stream.record_event())
