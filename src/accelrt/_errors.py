@@ -8,8 +8,8 @@
           ├── DeviceError                       a device call failed (driver error, bad state)
           ├── OutOfMemoryError (+MemoryError)   the caching allocator could not satisfy a request
           ├── CaptureNotSupportedError (+NotImplementedError)  backend cannot capture graphs
-          ├── AcceleratorValueError (+ValueError)   a bad value where PyTorch raises RuntimeError
-          ├── AcceleratorIndexError (+IndexError)   an out-of-range device index (ditto)
+          ├── AcceleratorValueError (+ValueError)   bad value; PyTorch raises RuntimeError
+          ├── AcceleratorIndexError (+IndexError)   device index out of range (ditto)
           └── AcceleratorTypeError (+TypeError)     a wrong kind of object (ditto)
 
 Wrong argument types raise :class:`TypeError`, bad values :class:`ValueError` (or
@@ -71,8 +71,8 @@ class AcceleratorValueError(AcceleratorError, ValueError):
 
     Example::
 
-        >>> from accelrt._errors import AcceleratorValueError
-        >>> issubclass(AcceleratorValueError, RuntimeError), issubclass(AcceleratorValueError, ValueError)
+        >>> from accelrt._errors import AcceleratorValueError as E
+        >>> issubclass(E, RuntimeError), issubclass(E, ValueError)
         (True, True)
     """
 
@@ -98,8 +98,8 @@ class AcceleratorTypeError(AcceleratorError, TypeError):
 
     Example::
 
-        >>> from accelrt._errors import AcceleratorTypeError
-        >>> issubclass(AcceleratorTypeError, RuntimeError), issubclass(AcceleratorTypeError, TypeError)
+        >>> from accelrt._errors import AcceleratorTypeError as E
+        >>> issubclass(E, RuntimeError), issubclass(E, TypeError)
         (True, True)
     """
 
