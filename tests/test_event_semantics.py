@@ -157,6 +157,17 @@ def test_device_module_types_print_as_their_module() -> None:
     s = acc.cpu.Stream()
     assert repr(s).startswith("<accelrt.cpu.Stream device=cpu:0 stream_id=0x")
 
+    class CudaLikeStream(acc.Stream):   # as torch.cuda.Stream: the handle is cuda_stream
+        __slots__ = ()
+
+        @property
+        def cuda_stream(self) -> int:
+            return self.stream_id
+
+    c = CudaLikeStream("cpu:0")
+    assert repr(c) == (f"<{__name__}.test_device_module_types_print_as_their_module.<locals>."
+                       f"CudaLikeStream device=cpu:0 cuda_stream={c.stream_id:#x}>")
+
     class MyEvent(acc.Event):
         __slots__ = ()
 

@@ -411,11 +411,13 @@ class Stream:
         return hash((self._b.name, self._index, self._handle))
 
     def __repr__(self) -> str:
-        # torch.cuda.Stream's shape; a device module's subclass prints as its own type
+        # torch.cuda.Stream's shape; a device module's subclass prints as its own type (and
+        # names the handle cuda_stream where that class has such an attribute, as torch does)
         cls = type(self)
         mod = "accelrt" if cls.__module__ == __name__ else cls.__module__
+        field = "cuda_stream" if hasattr(cls, "cuda_stream") else "stream_id"
         return (f"<{mod}.{cls.__qualname__} device={self._b.name}:{self._index} "
-                f"stream_id={self._handle:#x}>")
+                f"{field}={self._handle:#x}>")
 
     def __reduce__(self) -> Any:
         raise TypeError("accelrt.Stream cannot be pickled: a stream handle is only valid in "
