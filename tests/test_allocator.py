@@ -742,7 +742,8 @@ def test_state_history_records_block_frames_only():
     a, _ = make()
     a.record_history("state", context="alloc")
     p = a.malloc(100, 0)
-    assert a.trace_entries() == []
+    # PyTorch keeps a one-entry trace buffer for "state" (test_history_context.py)
+    assert [e["action"] for e in a.trace_entries()] == ["alloc"]
     blk = a.snapshot_segments()[0]["blocks"][0]
     assert any(f["name"] == "test_state_history_records_block_frames_only"
                for f in blk["frames"])

@@ -204,3 +204,23 @@ def test_page_reuse_key():
     assert parse_config("expandable_segments:True,page_reuse:True").page_reuse
     with pytest.raises(ValueError, match="page_reuse"):
         parse_config("page_reuse:maybe")
+
+
+@pytest.mark.parametrize("bad", ["1.5", "-0.1", "nan", "inf"])
+def test_per_process_memory_fraction_out_of_range_uses_pytorch_message(bad):
+    # c10's CUDAAllocatorConfig: "per_process_memory_fraction is invalid, set it in [0.0, 1.0]"
+    with pytest.raises(ValueError, match=r"per_process_memory_fraction is invalid, set it in "
+                                         r"\[0\.0, 1\.0\]; got " + bad):
+        parse_config(f"per_process_memory_fraction:{bad}")
+    from accelrt import memory
+    before = memory.get_allocator_settings()
+    with pytest.raises(ValueError, match=r"per_process_memory_fraction is invalid, set it in "
+                                         r"\[0\.0, 1\.0\]"):
+        memory.set_allocator_settings(f"per_process_memory_fraction:{bad}")
+    assert memory.get_allocator_settings() == before
+
+
+@pytest.mark.parametrize("good", ["0", "0.0", "0.25", "1", "1.0"])
+def test_per_process_memory_fraction_accepts_the_closed_unit_interval(good):
+    assert parse_config(f"per_process_memory_fraction:{good}").per_process_memory_fraction \
+        == float(good)

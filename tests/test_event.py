@@ -20,6 +20,8 @@ def test_fresh_event_is_complete_and_has_no_handle(backend: str) -> None:
     e.synchronize()  # no-op
     e.wait()         # no-op
     assert e.event_id == 0
+    assert e.device is None  # no device until the first record, as torch.cuda.Event
+    e.record()
     assert e.device == acc.device(backend, acc.current_device_index())
 
 
@@ -188,7 +190,9 @@ def test_event_destroyed_when_collected_only_if_created() -> None:
 
 def test_repr_and_pickle() -> None:
     e = acc.Event("cpu:0", enable_timing=True)
-    assert repr(e) == "<accelrt.Event device=cpu:0 event_id=0x0 enable_timing=True>"
+    assert repr(e) == "<accelrt.Event uninitialized>"
+    e.record()
+    assert repr(e) == f"<accelrt.Event {e.event_id:#x}>"
     with pytest.raises(TypeError, match="cannot be pickled"):
         pickle.dumps(e)
 

@@ -150,7 +150,10 @@ def test_bound_functions_ignore_current_accelerator() -> None:
     assert acc.current_device_index() == 2
     assert acc.cpu.current_stream().device_type == "cpu"
     assert acc.cpu.Stream().device == acc.device("cpu", 0)
-    assert acc.cpu.Event().device == acc.device("cpu", 0)
+    ev = acc.cpu.Event()
+    assert ev.device is None  # no device until recorded (PyTorch); then a cpu one
+    ev.record()
+    assert ev.device == acc.device("cpu", 0)
     with acc.cpu.device_index(0):
         assert acc.current_device_index() == 2
     with pytest.raises(IndexError):

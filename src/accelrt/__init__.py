@@ -44,15 +44,51 @@ from ._errors import (
     OutOfMemoryError,
 )
 
-if TYPE_CHECKING:  # the device modules load on first use; type checkers see them here
-    from . import cpu as cpu
-    from . import cuda as cuda
-    from . import opencl as opencl
+if TYPE_CHECKING:
+    # What the lazy names below resolve to, for type checkers only: at run time these modules
+    # load on first attribute access (``__getattr__``), so ``import accelrt`` stays cheap.
+    # tests/test_typing_public_api.py checks that mypy sees a real type for every public name.
+    from . import backends, comm, cpu, cuda, interop, memory, opencl, random
+    from ._array import Array, asarray, empty, full, zeros
+    from ._event import Event
+    from ._graph import Graph, graph
+    from ._stream import Stream, current_stream, set_stream, synchronize
+    from ._sync_debug import get_sync_debug_mode, set_sync_debug_mode
+    from .comm import can_device_access_peer
+    from .memory import (
+        MemPool,
+        empty_cache,
+        empty_host_cache,
+        get_memory_info,
+        host_memory_stats,
+        max_memory_allocated,
+        max_memory_reserved,
+        memory_allocated,
+        memory_reserved,
+        memory_snapshot,
+        memory_stats,
+        memory_stats_as_nested_dict,
+        memory_summary,
+        reset_accumulated_memory_stats,
+        reset_peak_memory_stats,
+        use_mem_pool,
+    )
+    from .random import (
+        get_rng_state,
+        initial_seed,
+        manual_seed,
+        rand,
+        randint,
+        randn,
+        seed,
+        set_rng_state,
+    )
 
 __version__ = "0.1.0"
 
 # Public names defined in submodules, loaded on first attribute access (PEP 562) so that
-# ``import accelrt`` stays cheap and side-effect free.
+# ``import accelrt`` stays cheap and side-effect free. Import each one in the TYPE_CHECKING
+# block above too (tests/test_typing_public_api.py checks that type checkers see them).
 _LAZY: dict[str, str] = {
     # streams, events, graphs
     "Stream": "._stream",
@@ -170,15 +206,16 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
-    elif name in _SUBMODULES:
-        value = importlib.import_module("." + name, __name__)
-    else:
-        raise AttributeError(f"module 'accelrt' has no attribute {name!r}")
-    globals()[name] = value
-    return value
+if not TYPE_CHECKING:  # hidden from type checkers: a typo must not type-check as ``Any``
+    def __getattr__(name: str) -> Any:
+        if name in _LAZY:
+            value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        elif name in _SUBMODULES:
+            value = importlib.import_module("." + name, __name__)
+        else:
+            raise AttributeError(f"module 'accelrt' has no attribute {name!r}")
+        globals()[name] = value
+        return value
 
 
 def __dir__() -> list[str]:

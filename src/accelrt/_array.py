@@ -67,7 +67,7 @@ from .memory._allocator import get_allocator
 if TYPE_CHECKING:
     from ._backend import Backend
     from ._stream import Stream
-    from ._typing import DeviceLike
+    from ._typing import DeviceLike, DTypeLike, ScalarLike
 
 __all__ = ["Array", "asarray", "empty", "full", "zeros"]
 
@@ -253,7 +253,7 @@ class Array:
     _b: Backend
     _index: int
 
-    def __init__(self, shape: int | Sequence[int], dtype: Any = "float32",
+    def __init__(self, shape: int | Sequence[int], dtype: DTypeLike = "float32",
                  device: DeviceLike = None) -> None:
         b, index = _get_device(device)
         shape = _check_shape(shape)
@@ -778,7 +778,7 @@ def _fill_scalar(value: Any, dt: np.dtype) -> np.ndarray:
 
 # ---------------------------------------------------------------------- factories
 
-def empty(shape: int | Sequence[int], dtype: Any = "float32",
+def empty(shape: int | Sequence[int], dtype: DTypeLike = "float32",
           device: DeviceLike = None) -> Array:
     """An uninitialised array from the device's caching allocator.
 
@@ -801,7 +801,7 @@ def empty(shape: int | Sequence[int], dtype: Any = "float32",
     return Array(shape, dtype, device)
 
 
-def zeros(shape: int | Sequence[int], dtype: Any = "float32",
+def zeros(shape: int | Sequence[int], dtype: DTypeLike = "float32",
           device: DeviceLike = None) -> Array:
     """An array of zeros (a stream-ordered memset on the current stream).
 
@@ -818,7 +818,7 @@ def zeros(shape: int | Sequence[int], dtype: Any = "float32",
     return out
 
 
-def full(shape: int | Sequence[int], fill_value: Any, dtype: Any = None,
+def full(shape: int | Sequence[int], fill_value: ScalarLike, dtype: DTypeLike | None = None,
          device: DeviceLike = None) -> Array:
     """An array filled with ``fill_value``.
 
@@ -857,7 +857,7 @@ def full(shape: int | Sequence[int], fill_value: Any, dtype: Any = None,
 _HOST_DLPACK = (_dlpack.kDLCPU, _dlpack.kDLCUDAHost, _dlpack.kDLROCMHost)
 
 
-def asarray(obj: Any, device: DeviceLike = None, dtype: Any = None, *,
+def asarray(obj: object, device: DeviceLike = None, dtype: DTypeLike | None = None, *,
             copy: bool | None = None) -> Array:
     """Convert ``obj`` to an :class:`Array`, sharing memory when possible (``torch.asarray``).
 

@@ -19,7 +19,7 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 from . import _backend
-from ._errors import BackendUnavailableError
+from ._errors import AcceleratorIndexError, AcceleratorValueError, BackendUnavailableError
 
 if TYPE_CHECKING:
     from ._backend import Backend
@@ -91,7 +91,7 @@ class device:
         else:
             raise TypeError(f"device() takes a str, int or device, not {type(type_or_str).__name__}")
         if idx is not None and idx < 0:
-            raise ValueError(f"Device index must not be negative, got {idx}")
+            raise AcceleratorValueError(f"Device index must not be negative, got {idx}")
         object.__setattr__(self, "_type", typ)
         object.__setattr__(self, "_index", idx)
 
@@ -374,8 +374,10 @@ def _current_index(b: Backend) -> int:
 def _check_index(b: Backend, index: int) -> int:
     n = b.device_count()
     if index >= n:
-        raise IndexError(f"device index {index} is out of range for backend {b.name!r}, "
-                         f"which has {n} device(s) (valid: 0..{n - 1})")
+        # PyTorch's c10 check_device_index wording (a RuntimeError there; an IndexError too here)
+        raise AcceleratorIndexError(
+            f"device is out of range, device is {index}, total number of device is {n}. "
+            f"(backend {b.name!r}: valid indices are 0..{n - 1})")
     return index
 
 
@@ -396,7 +398,7 @@ def _get_device(dev: DeviceLike, *, optional: bool = True,
     if isinstance(dev, int) and not isinstance(dev, bool):
         b = backend if backend is not None else _require_current()
         if dev < 0:
-            raise ValueError(f"device index must not be negative, got {dev}")
+            raise AcceleratorValueError(f"Device index must not be negative, got {dev}")
         return b, _check_index(b, dev)
     if isinstance(dev, str):
         dev = device(dev)

@@ -7,11 +7,18 @@
           ├── BackendUnavailableError (+LookupError)   backend not installed / no driver / no device
           ├── DeviceError                       a device call failed (driver error, bad state)
           ├── OutOfMemoryError (+MemoryError)   the caching allocator could not satisfy a request
-          └── CaptureNotSupportedError (+NotImplementedError)  backend cannot capture graphs
+          ├── CaptureNotSupportedError (+NotImplementedError)  backend cannot capture graphs
+          ├── AcceleratorValueError (+ValueError)   bad value; PyTorch raises RuntimeError
+          ├── AcceleratorIndexError (+IndexError)   device index out of range (ditto)
+          └── AcceleratorTypeError (+TypeError)     a wrong kind of object (ditto)
 
 Wrong argument types raise :class:`TypeError`, bad values :class:`ValueError` (or
-:class:`IndexError` for device indices out of range, as PyTorch does), and calls made in the
-wrong state :class:`RuntimeError`.  Backends translate their library's exceptions at one
+:class:`IndexError` for device indices out of range), and calls made in the wrong state
+:class:`RuntimeError`.  Where PyTorch raises ``RuntimeError`` for a bad argument (comm
+argument checks, an out-of-range device index, event/stream misuse, ...), accelrt raises one of
+the three ``Accelerator*Error`` classes: an instance of ``RuntimeError`` (as in PyTorch) *and*
+of ``ValueError``/``IndexError``/``TypeError`` (so ``except ValueError`` keeps working), with
+PyTorch's message text.  Backends translate their library's exceptions at one
 boundary (``map_backend_errors``) so user code only ever sees this tree.
 
 Example::
@@ -28,6 +35,9 @@ from collections.abc import Iterator
 
 __all__ = [
     "AcceleratorError",
+    "AcceleratorIndexError",
+    "AcceleratorTypeError",
+    "AcceleratorValueError",
     "BackendUnavailableError",
     "CaptureNotSupportedError",
     "DeviceError",
@@ -53,6 +63,45 @@ class DeviceError(AcceleratorError):
 
 class CaptureNotSupportedError(AcceleratorError, NotImplementedError):
     """The backend cannot capture or replay graphs."""
+
+
+class AcceleratorValueError(AcceleratorError, ValueError):
+    """A bad argument value where PyTorch raises ``RuntimeError``: both a ``RuntimeError`` and a
+    ``ValueError``.
+
+    Example::
+
+        >>> from accelrt._errors import AcceleratorValueError as E
+        >>> issubclass(E, RuntimeError), issubclass(E, ValueError)
+        (True, True)
+    """
+
+
+class AcceleratorIndexError(AcceleratorError, IndexError):
+    """An index out of range (a device index, ...) where PyTorch raises ``RuntimeError``: both
+    a ``RuntimeError`` and an ``IndexError``.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> try:
+        ...     acc.get_device_properties("cpu:99")
+        ... except RuntimeError as e:
+        ...     print(type(e).__name__, isinstance(e, IndexError))
+        AcceleratorIndexError True
+    """
+
+
+class AcceleratorTypeError(AcceleratorError, TypeError):
+    """An object of the wrong kind where PyTorch raises ``RuntimeError`` (an array on the wrong
+    kind of device, ...): both a ``RuntimeError`` and a ``TypeError``.
+
+    Example::
+
+        >>> from accelrt._errors import AcceleratorTypeError as E
+        >>> issubclass(E, RuntimeError), issubclass(E, TypeError)
+        (True, True)
+    """
 
 
 class OutOfMemoryError(AcceleratorError, MemoryError):

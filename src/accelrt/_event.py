@@ -1,11 +1,14 @@
 """``accelrt.Event``: a marker in a stream, for synchronisation and timing.
 
-As in PyTorch, the backend event is created lazily at the first :meth:`Event.record`; until
-then the event counts as complete (``query()`` is True, ``synchronize()`` and ``wait()`` are
+As in PyTorch, the backend event is created lazily at the first :meth:`Event.record`, and an
+event made without a device index belongs to no device until then: ``Event().device`` is
+``None``, and the first record binds it to the recording stream's device. Until its first
+record the event counts as complete (``query()`` is True, ``synchronize()`` and ``wait()`` are
 no-ops).
 
 Internal API (see ``docs/architecture.md``): ``Event._b`` (backend), ``Event._index`` (device
-index), ``Event._handle`` (raw handle, ``0`` until the first record).
+index, ``None`` until the first record of an event made without one), ``Event._handle`` (raw
+handle, ``0`` until the first record).
 
 Example::
 
@@ -22,8 +25,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from . import _device as _dev
+from . import _backend
 from . import _sync_debug as _sd
 from ._device import _get_device_of, _lazy_init, _require_current, _tls
+from ._errors import AcceleratorValueError
 from ._stream import Stream, _current, _default, _defaults
 
 if TYPE_CHECKING:
@@ -43,8 +48,11 @@ class Event:
     """A synchronisation marker recorded in a stream of one device.
 
     Args:
-        device: the event's device (the current device of the current accelerator by
-            default; ``"cpu:1"`` names another backend's device).
+        device: the event's backend and, optionally, device. ``None`` (the default) means the
+            current accelerator and ``"cpu"`` (no index) the cpu backend: the event then
+            belongs to no device until its first :meth:`record`, which binds it to the
+            recording stream's device (as ``torch.cuda.Event`` does). ``"cpu:1"`` or an
+            ``int`` fixes the device at once.
         enable_timing: allow :meth:`elapsed_time` (costs a timestamp per record).
         blocking: make :meth:`synchronize` block the thread instead of spinning (a backend
             hint; the result is the same).
@@ -60,11 +68,13 @@ class Event:
 
         >>> import accelrt as acc
         >>> e = acc.Event("cpu")
-        >>> e.query(), e.event_id      # never recorded: complete, no backend event yet
-        (True, 0)
-        >>> e.record()
-        >>> e.synchronize(); e.query()
-        True
+        >>> e.query(), e.event_id, e.device   # never recorded: complete, no device yet
+        (True, 0, None)
+        >>> e
+        <accelrt.Event uninitialized>
+        >>> e.record(acc.Stream("cpu:0"))
+        >>> e.synchronize(); e.query(), e.device
+        (True, device(type='cpu', index=0))
     """
 
     __slots__ = (
@@ -84,36 +94,54 @@ class Event:
     _backend_name: str | None = None
 
     _b: Backend
-    _index: int
+    _index: int | None
     _handle: int
-    _key: tuple[str, int]
+    _key: tuple[str, int] | None
 
     def __init__(self, device: DeviceLike = None, *, enable_timing: bool = False,
                  blocking: bool = False, interprocess: bool = False) -> None:
         self._handle = 0   # set first: __del__ must see it even if __init__ raises
-        if device is None and self._backend_name is None:
-            b = _dev._current_backend
-            if b is None:
-                b = _require_current()
-            index = _tls.device.get(b.name, 0)
+        index: int | None
+        if device is None:
+            if self._backend_name is None:
+                b = _dev._current_backend
+                if b is None:
+                    b = _require_current()
+            else:
+                b = _backend.get_backend(self._backend_name)
+            index = None
         else:
             b, index = _get_device_of(device, self._backend_name)
+            if isinstance(device, (str, _dev.device)) and _dev.device(device).index is None:
+                index = None   # a backend without an index ("cpu"): the first record decides
         self._timing = _check_flag("enable_timing", enable_timing)
         self._blocking = _check_flag("blocking", blocking)
         self._interprocess = _check_flag("interprocess", interprocess)
-        if interprocess and not b.supports_interprocess_events(index):
+        if interprocess and not b.supports_interprocess_events(
+                _tls.device.get(b.name, 0) if index is None else index):
             raise ValueError(f"the {b.name} backend cannot share events between processes; "
                              "create the event with interprocess=False")
         self._b = b
         self._index = index
-        self._key = (b.name, index)
+        self._key = None if index is None else (b.name, index)
         self._rec = b.event_record
         self._q = b.event_query
 
+    def _bind(self, index: int) -> tuple[str, int]:
+        """Make ``index`` the event's device (at its first record)."""
+        key = (self._b.name, index)
+        self._index = index
+        self._key = key
+        return key
+
     def _create(self) -> int:
         b = self._b
-        _lazy_init(b, self._index)
-        h = b.event_create(self._index, self._timing, self._blocking, self._interprocess)
+        index = self._index
+        if index is None:   # ipc_handle() before any record: the current device, as PyTorch
+            index = _tls.device.get(b.name, 0)
+            self._bind(index)
+        _lazy_init(b, index)
+        h = b.event_create(index, self._timing, self._blocking, self._interprocess)
         self._handle = h
         return h
 
@@ -122,7 +150,7 @@ class Event:
             h = self._handle
             if h:
                 self._handle = 0
-                self._b.event_destroy(self._index, h)
+                self._b.event_destroy(self._index, h)  # type: ignore[arg-type]
         except Exception:  # noqa: BLE001, S110 - never raise from a finaliser (e.g. at shutdown)
             pass
 
@@ -133,9 +161,13 @@ class Event:
         return self._handle
 
     @property
-    def device(self) -> _dev.device:
-        """The event's device as an :class:`accelrt.device`."""
-        return _dev._device_obj(self._b.name, self._index)
+    def device(self) -> _dev.device | None:
+        """The event's device as an :class:`accelrt.device`; ``None`` until the first
+        :meth:`record` of an event made without a device index (as in PyTorch)."""
+        index = self._index
+        if index is None:
+            return None
+        return _dev._device_obj(self._b.name, index)
 
     @property
     def enable_timing(self) -> bool:
@@ -146,13 +178,19 @@ class Event:
     def record(self, stream: Stream | None = None) -> None:
         """Record the event at the current end of ``stream``.
 
+        The first record of an event made without a device index binds the event to the
+        stream's device; later records must use streams of that device.
+
         Args:
             stream: a stream of the event's device; by default the calling thread's current
-                stream of that device.
+                stream of the event's device (of the current device of the event's backend
+                before the first record).
 
         Raises:
             TypeError: ``stream`` is not an :class:`accelrt.Stream`.
-            ValueError: ``stream`` belongs to another device than the event.
+            RuntimeError: (also a ``ValueError``) ``stream`` belongs to another device than
+                the event, with PyTorch's message ("Event device 0 does not match recording
+                stream's device 1.").
 
         Example::
 
@@ -166,6 +204,8 @@ class Event:
         b = self._b
         _, streams, inited = _tls.hot
         if stream is None:
+            if key is None:
+                key = (b.name, _tls.device.get(b.name, 0))
             s = streams.get(key)
             if s is None or s._b is not b:
                 s = _defaults.get(key)
@@ -173,21 +213,31 @@ class Event:
                     s = _default(b, key)
             sh = s._handle
         elif isinstance(stream, Stream):
-            if stream._index != self._index or stream._b is not b:
-                raise ValueError(
-                    f"Event device {key[0]}:{key[1]} does not match recording stream's device "
-                    f"{stream._b.name}:{stream._index}. Record on a stream of the event's "
-                    "device, or make the event on the stream's device.")
+            if stream._b is not b:
+                # PyTorch's InlineEvent wording
+                raise AcceleratorValueError(
+                    f"Event device type {b.name} does not match recording stream's device "
+                    f"type {stream._b.name}.")
+            if key is None:
+                key = (b.name, stream._index)
+            elif stream._index != key[1]:
+                # PyTorch's CUDAEvent wording
+                raise AcceleratorValueError(
+                    f"Event device {key[1]} does not match recording stream's device "
+                    f"{stream._index}. Record on a stream of device {b.name}:{key[1]}, or "
+                    f"use another event for {b.name}:{stream._index}.")
             sh = stream._handle
         else:
             raise TypeError(f"record() takes an accelrt.Stream or None, got "
                             f"{type(stream).__name__}")
+        if self._key is None:
+            self._bind(key[1])
         h = self._handle
         if not h:
             h = self._create()
         elif key not in inited:
-            _lazy_init(b, self._index)
-        self._rec(self._index, h, sh)
+            _lazy_init(b, key[1])
+        self._rec(key[1], h, sh)
 
     def query(self) -> bool:
         """True if all work before the last record has completed (True if never recorded).
@@ -201,7 +251,7 @@ class Event:
         h = self._handle
         if not h:
             return True
-        return self._q(self._index, h)
+        return self._q(self._index, h)  # type: ignore[arg-type]
 
     def synchronize(self) -> None:
         """Block until all work before the last record has completed (no-op if never
@@ -214,7 +264,7 @@ class Event:
         """
         h = self._handle
         if h:
-            self._b.event_synchronize(self._index, h)
+            self._b.event_synchronize(self._index, h)  # type: ignore[arg-type]
             if _sd.active:   # after the wait, as Stream.synchronize
                 _sd.check(self._b.name)
 
@@ -245,7 +295,11 @@ class Event:
             raise TypeError(f"wait() takes an accelrt.Stream or None, got "
                             f"{type(stream).__name__}")
         elif stream._b is not b:
-            raise ValueError(f"a {stream._b.name} stream cannot wait for a {b.name} event")
+            # PyTorch's InlineEvent::block wording
+            raise AcceleratorValueError(
+                f"Event device type {b.name} does not match blocking stream's device type "
+                f"{stream._b.name}. A stream cannot wait for another backend's event: "
+                "synchronize the event instead.")
         h = self._handle
         if h:
             _lazy_init(b, stream._index)
@@ -256,9 +310,10 @@ class Event:
 
         Raises:
             TypeError: ``end_event`` is not an :class:`accelrt.Event`.
-            ValueError: the events belong to different devices; either was made without
-                ``enable_timing=True``; or either was never recorded.
-            RuntimeError: either event has not completed yet (synchronize first).
+            ValueError: either was made without ``enable_timing=True``, or either was never
+                recorded (PyTorch's ``ValueError`` messages).
+            RuntimeError: the events belong to different backends or devices (also a
+                ``ValueError``), or either event has not completed yet (synchronize first).
 
         Example::
 
@@ -272,20 +327,21 @@ class Event:
             raise TypeError(f"elapsed_time() takes an accelrt.Event, got "
                             f"{type(end_event).__name__}")
         if end_event._b is not self._b:
-            raise ValueError(f"Event device type {self._b.name} does not match other's device "
-                             f"type {end_event._b.name}.")
+            raise AcceleratorValueError(f"Event device type {self._b.name} does not match "
+                                        f"other's device type {end_event._b.name}.")
         if not (self._timing and end_event._timing):
             raise ValueError("Both events must be created with argument 'enable_timing=True'.")
         if not (self._handle and end_event._handle):
             raise ValueError("Both events must be recorded before calculating elapsed time.")
         if end_event._index != self._index:
-            raise ValueError(f"Both events must be on the same device to calculate elapsed "
-                             f"time, got {self._b.name}:{self._index} and "
-                             f"{self._b.name}:{end_event._index}.")
+            raise AcceleratorValueError(
+                f"Both events must be on the same device to calculate elapsed time, got "
+                f"{self._b.name}:{self._index} and {self._b.name}:{end_event._index}.")
         if not (self.query() and end_event.query()):
             raise RuntimeError("Both events must be completed before calculating elapsed time. "
                                "Call end_event.synchronize() first.")
-        return float(self._b.event_elapsed_time(self._index, self._handle, end_event._handle))
+        return float(self._b.event_elapsed_time(
+            self._index, self._handle, end_event._handle))  # type: ignore[arg-type]
 
     # ------------------------------------------------------------------ interprocess
     def ipc_handle(self) -> bytes:
@@ -309,7 +365,7 @@ class Event:
         h = self._handle
         if not h:
             h = self._create()
-        return self._b.event_ipc_handle(self._index, h)
+        return self._b.event_ipc_handle(self._index, h)  # type: ignore[arg-type]
 
     @classmethod
     def from_ipc_handle(cls, device: DeviceLike, handle: bytes) -> Event:
@@ -331,14 +387,21 @@ class Event:
         if not isinstance(handle, bytes):
             raise TypeError(f"handle must be bytes, got {type(handle).__name__}")
         e = cls(device, interprocess=True)
-        _lazy_init(e._b, e._index)
-        e._handle = e._b.event_from_ipc_handle(e._index, handle)
+        index = e._index
+        if index is None:
+            index = e._bind(_tls.device.get(e._b.name, 0))[1]
+        _lazy_init(e._b, index)
+        e._handle = e._b.event_from_ipc_handle(index, handle)
         return e
 
     # ------------------------------------------------------------------ identity
     def __repr__(self) -> str:
-        return (f"<accelrt.Event device={self._b.name}:{self._index} "
-                f"event_id={self._handle:#x} enable_timing={self._timing}>")
+        # torch.cuda.Event's shape; a device module's subclass prints as its own type
+        cls = type(self)
+        mod = "accelrt" if cls.__module__ == __name__ else cls.__module__
+        if self._handle:
+            return f"<{mod}.{cls.__qualname__} {self._handle:#x}>"
+        return f"<{mod}.{cls.__qualname__} uninitialized>"
 
     def __reduce__(self) -> Any:
         raise TypeError("accelrt.Event cannot be pickled; share it between processes with "

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from ._backend import Backend
+    from ._typing import PoolLike
 
 __all__ = ["Graph", "graph", "graph_pool_handle"]
 
@@ -116,7 +117,7 @@ class Graph:
         self._allocator: Any = None
         self._capturing = False
 
-    def capture_begin(self, pool: Any = None, capture_error_mode: str = "global") -> None:
+    def capture_begin(self, pool: PoolLike = None, capture_error_mode: str = "global") -> None:
         """Begin capturing work submitted to the current stream of the current device.
 
         Args:
@@ -308,7 +309,8 @@ class graph:
     #: Graph class accepted and backend used (``accelrt.cuda.graph`` fixes cuda).
     _graph_class: ClassVar[type[Graph]] = Graph
 
-    def __init__(self, cuda_graph: Graph, pool: Any = None, stream: _stream.Stream | None = None,
+    def __init__(self, cuda_graph: Graph, pool: PoolLike = None,
+                 stream: _stream.Stream | None = None,
                  capture_error_mode: str = "global") -> None:
         if not isinstance(cuda_graph, Graph):
             raise TypeError(f"graph() takes an accelrt.Graph, got {type(cuda_graph).__name__}")

@@ -331,8 +331,11 @@ class Stream:
         if not isinstance(stream, Stream):
             raise TypeError(f"wait_stream() takes an accelrt.Stream, got {type(stream).__name__}")
         if stream._b is not self._b:
-            raise ValueError(f"cannot make a {self._b.name} stream wait for a "
-                             f"{stream._b.name} stream: synchronize the other stream instead")
+            from ._errors import AcceleratorValueError   # a RuntimeError too, as in PyTorch
+            raise AcceleratorValueError(
+                f"Event device type {stream._b.name} does not match blocking stream's device "
+                f"type {self._b.name}. (accelrt cannot make a {self._b.name} stream wait for a "
+                f"{stream._b.name} stream: synchronize the other stream instead.)")
         if stream is self:
             return
         self.wait_event(stream.record_event())
@@ -411,8 +414,13 @@ class Stream:
         return hash((self._b.name, self._index, self._handle))
 
     def __repr__(self) -> str:
-        return (f"<accelrt.Stream device={self._b.name}:{self._index} "
-                f"stream_id={self._handle:#x} priority={self._priority}>")
+        # torch.cuda.Stream's shape; a device module's subclass prints as its own type (and
+        # names the handle cuda_stream where that class has such an attribute, as torch does)
+        cls = type(self)
+        mod = "accelrt" if cls.__module__ == __name__ else cls.__module__
+        field = "cuda_stream" if hasattr(cls, "cuda_stream") else "stream_id"
+        return (f"<{mod}.{cls.__qualname__} device={self._b.name}:{self._index} "
+                f"{field}={self._handle:#x}>")
 
     def __reduce__(self) -> Any:
         raise TypeError("accelrt.Stream cannot be pickled: a stream handle is only valid in "

@@ -13,8 +13,10 @@ host memory (numpy arrays) or cross backends are synchronous. See ``docs/comm.md
 Devices: an ``int`` is an index on the backend of the arrays involved (``reduce_add`` and
 ``gather``: of the inputs; ``broadcast``/``scatter``: of the source array, or the current
 accelerator for a numpy source); strings (``"cpu:1"``) and :class:`accelrt.device` name their
-own backend. Differences from PyTorch: bad arguments raise ``TypeError``/``ValueError``/
-``IndexError`` (PyTorch raises ``RuntimeError`` for most); dtypes are never converted; outputs
+own backend. Argument errors raise what PyTorch raises, with its messages ("tensor" reads
+"array"): where PyTorch raises ``RuntimeError`` the exception is a ``RuntimeError`` that is also
+a ``ValueError`` or ``TypeError`` (``accelrt._errors.AcceleratorValueError`` /
+``AcceleratorTypeError``). Differences from PyTorch: dtypes are never converted; outputs
 are new arrays except where PyTorch returns the input itself (``broadcast`` to the source's
 own device, ``reduce_add`` of one input) — a ``scatter`` chunk for the source's device is a
 copy, not a view.
@@ -33,10 +35,11 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 import numpy as np
 
+from .._errors import AcceleratorTypeError, AcceleratorValueError
 from .._stream import Stream
 from . import _args, _arrays, _coalesce, _reduce
 from ._arrays import (
@@ -49,6 +52,12 @@ from ._arrays import (
     whole,
 )
 from ._transfer import Place
+
+if TYPE_CHECKING:
+    from .._array import Array
+    from .._typing import DeviceLike, DeviceSpec, HostArray
+
+_OutT = TypeVar("_OutT", "Array", "HostArray")
 
 __all__ = [
     "broadcast",
@@ -73,13 +82,14 @@ def _seq(obj: Any, what: str) -> list[Any]:
 
 def _check_same(ref: Info, x: Info, what: str, i: int) -> None:
     if x.dtype != ref.dtype:
-        raise ValueError(f"Expected all {what} to have dtype {ref.dtype.name}, but {what[:-1]} "
-                         f"at index {i} has dtype {x.dtype.name} (comm never converts dtypes)")
+        raise AcceleratorValueError(
+            f"Expected all {what} to have dtype {ref.dtype.name}, but {what[:-1]} "
+            f"at index {i} has dtype {x.dtype.name} (comm never converts dtypes)")
 
 
 # ---------------------------------------------------------------------- peer access
 
-def can_device_access_peer(device: Any, peer_device: Any) -> bool:
+def can_device_access_peer(device: DeviceLike, peer_device: DeviceLike) -> bool:
     """True if ``device`` can directly access memory of ``peer_device``.
 
     Args:
@@ -101,17 +111,18 @@ def can_device_access_peer(device: Any, peer_device: Any) -> bool:
     p = _args.one_device(peer_device, a.backend, "peer_device", optional=True)
     if a.backend is not p.backend:
         assert a.backend is not None and p.backend is not None
-        raise ValueError(f"device {a} and peer_device {p} belong to different backends "
-                         f"({a.backend.name!r} and {p.backend.name!r}); peer access is between "
-                         "devices of one backend")
+        raise AcceleratorValueError(
+            f"device {a} and peer_device {p} belong to different backends "
+            f"({a.backend.name!r} and {p.backend.name!r}); peer access is between "
+            "devices of one backend")
     assert a.backend is not None
     return bool(a.backend.can_access_peer(a.index, p.index))
 
 
 # ---------------------------------------------------------------------- broadcast
 
-def broadcast(array: Any, devices: Iterable[Any] | None = None, *,
-              out: Sequence[Any] | None = None) -> tuple[Any, ...]:
+def broadcast(array: Array | HostArray, devices: Iterable[DeviceSpec] | None = None, *,
+              out: Sequence[Array] | None = None) -> tuple[Array, ...]:
     """Copy ``array`` to several devices.
 
     Args:
@@ -140,14 +151,16 @@ def broadcast(array: Any, devices: Iterable[Any] | None = None, *,
         [[7, 7], [7, 7]]
     """
     if (devices is None) == (out is None):
-        raise ValueError(f"Exactly one of 'devices' and 'out' must be specified, but got "
-                         f"devices={devices!r} and out={out!r}")
+        raise AcceleratorValueError(
+            f"Exactly one of 'devices' and 'out' must be specified, but got "
+            f"devices={devices!r} and out={out!r}")
     src = describe(array, "the array to broadcast", host_ok=True)
     if devices is not None:
         places = _args.device_list(devices, src.place.backend)
         if not places:
-            raise ValueError("Expected at least one device to broadcast to, but 'devices' is "
-                             "empty")
+            raise AcceleratorValueError(
+                "Expected at least one device to broadcast to, but 'devices' is "
+                "empty")
         results: list[Any] = []
         for p in places:
             if p == src.place and src.place.backend is not None:
@@ -159,22 +172,26 @@ def broadcast(array: Any, devices: Iterable[Any] | None = None, *,
         return tuple(results)
     outs = _seq(out, "out")
     if not outs:
-        raise ValueError("Expected at least one output array to broadcast to, but 'out' is "
-                         "empty")
+        raise AcceleratorValueError(
+            "Expected at least one output array to broadcast to, but 'out' is "
+            "empty")
     infos = []
     for i, o in enumerate(outs):
         if not _arrays.is_array(o):
-            raise TypeError(f"Expected all output arrays to be accelrt arrays on a device, but "
-                            f"output at index {i} is a {type(o).__name__}")
+            raise AcceleratorTypeError(
+                f"Expected all output arrays to be accelrt arrays on a device, but "
+                f"output at index {i} is a {type(o).__name__}")
         x = describe(o, "output", i)
         if x.shape != src.shape:
-            raise ValueError(f"Expected all output arrays to have the same shape as the source "
-                             f"array {shape_str(src.shape)}, but output array at index {i} has "
-                             f"shape {shape_str(x.shape)}")
+            raise AcceleratorValueError(
+                f"Expected all output arrays to have same shape as the source "
+                f"array {shape_str(src.shape)}, but output array at index {i} has "
+                f"shape {shape_str(x.shape)}")
         if x.dtype != src.dtype:
-            raise ValueError(f"Expected all output arrays to have the source's dtype "
-                             f"{src.dtype.name}, but output array at index {i} has dtype "
-                             f"{x.dtype.name} (comm never converts dtypes)")
+            raise AcceleratorValueError(
+                f"Expected all output arrays to have the source's dtype "
+                f"{src.dtype.name}, but output array at index {i} has dtype "
+                f"{x.dtype.name} (comm never converts dtypes)")
         infos.append(x)
     for x in infos:
         if x.ptr != src.ptr or x.mem != src.mem:
@@ -182,8 +199,8 @@ def broadcast(array: Any, devices: Iterable[Any] | None = None, *,
     return tuple(outs)
 
 
-def broadcast_coalesced(arrays: Sequence[Any], devices: Iterable[Any],
-                        buffer_size: int = _DEFAULT_BUFFER) -> list[list[Any]]:
+def broadcast_coalesced(arrays: Sequence[Array], devices: Iterable[DeviceSpec],
+                        buffer_size: int = _DEFAULT_BUFFER) -> list[list[Array]]:
     """Broadcast several arrays to several devices, coalescing small ones.
 
     Arrays of one dtype are packed into flat buffers of at most ``buffer_size`` bytes, each
@@ -218,12 +235,14 @@ def broadcast_coalesced(arrays: Sequence[Any], devices: Iterable[Any],
     default = infos[0].place.backend if infos else None
     places = _args.device_list(devices, default)
     if not places:
-        raise ValueError("Expected at least one device to broadcast to, but 'devices' is empty")
+        raise AcceleratorValueError(
+            "Expected at least one device to broadcast to, but 'devices' is empty")
     root = places[0]
     for i, x in enumerate(infos):
         if x.place != root:
-            raise ValueError(f"All arrays must be on devices[0] ({root}), but array at index "
-                             f"{i} is on {x.place}")
+            raise AcceleratorValueError(
+                f"All arrays must be on devices[0] ({root}), but array at index "
+                f"{i} is on {x.place}")
     outputs: list[list[Any]] = [list(items)] + [[None] * len(items) for _ in places[1:]]
     for chunk in _coalesce.take_chunks([(x.dtype, x.nbytes) for x in infos], buffer_size):
         parts = [infos[i] for i in chunk]
@@ -242,13 +261,14 @@ def broadcast_coalesced(arrays: Sequence[Any], devices: Iterable[Any],
 def _reduce_inputs(inputs: Any, what: str = "inputs") -> list[Info]:
     items = _seq(inputs, what)
     if not items:
-        raise ValueError(f"Expected at least one input to reduce_add, but '{what}' is empty")
+        raise AcceleratorValueError(
+            f"Expected at least one input to reduce_add, but '{what}' is empty")
     infos = [describe(a, "input", i) for i, a in enumerate(items)]
     b = infos[0].place.backend
     for i, x in enumerate(infos):
         if x.place.backend is not b:
-            raise ValueError(f"reduce_add expects all inputs on devices of one backend "
-                             f"({infos[0].place}), but input {i} is on {x.place}")
+            raise AcceleratorValueError(f"reduce_add expects all inputs on devices of one backend "
+                                        f"({infos[0].place}), but input {i} is on {x.place}")
     return infos
 
 
@@ -267,8 +287,10 @@ def _sum_infos(infos: Sequence[Info], destination: Any) -> Any:
             raise ValueError(f"input {i} has invalid size: got {got}, but expected {expected}")
         _check_same(infos[0], x, "inputs", i)
     if root_index is None:
-        raise ValueError(f"reduce_add expects destination ({dest}) to be the device of one of "
-                         "the inputs; copy one input there first or pick such a destination")
+        raise AcceleratorValueError(
+            f"reduce_add expects destination to be on the same device with one of the "
+            f"arrays (destination: {dest}); copy one input there first or pick such a "
+            "destination")
     if len(infos) == 1:
         return infos[0].obj
     root = infos[root_index]
@@ -276,7 +298,7 @@ def _sum_infos(infos: Sequence[Info], destination: Any) -> Any:
     return _reduce.sum_into(dest, root, others)
 
 
-def reduce_add(inputs: Sequence[Any], destination: Any = None) -> Any:
+def reduce_add(inputs: Sequence[Array], destination: DeviceLike = None) -> Array:
     """Sum arrays that live on several devices; the sum is placed on ``destination``.
 
     Args:
@@ -303,11 +325,12 @@ def reduce_add(inputs: Sequence[Any], destination: Any = None) -> Any:
         >>> acc.comm.reduce_add(xs, destination="cpu:0").tolist()
         [6, 6]
     """
-    return _sum_infos(_reduce_inputs(inputs), destination)
+    result: Array = _sum_infos(_reduce_inputs(inputs), destination)
+    return result
 
 
-def reduce_add_coalesced(inputs: Sequence[Sequence[Any]], destination: Any = None,
-                         buffer_size: int = _DEFAULT_BUFFER) -> tuple[Any, ...]:
+def reduce_add_coalesced(inputs: Sequence[Sequence[Array]], destination: DeviceLike = None,
+                         buffer_size: int = _DEFAULT_BUFFER) -> tuple[Array, ...]:
     """Sum lists of arrays across devices, coalescing small arrays into flat buffers.
 
     Args:
@@ -334,28 +357,32 @@ def reduce_add_coalesced(inputs: Sequence[Sequence[Any]], destination: Any = Non
     """
     groups = _seq(inputs, "inputs")
     if not groups:
-        raise ValueError("Expected at least one list of inputs to reduce_add_coalesced, but "
-                         "'inputs' is empty")
+        raise AcceleratorValueError(
+            "Expected at least one list of inputs to reduce_add_coalesced, but "
+            "'inputs' is empty")
     buffer_size = _args.check_buffer_size(buffer_size)
     lists = [[describe(a, f"inputs[{g}] entry", i) for i, a in enumerate(_seq(grp,
               f"inputs[{g}]"))] for g, grp in enumerate(groups)]
     n = len(lists[0])
     for g, lst in enumerate(lists):
         if len(lst) != n:
-            raise ValueError(f"Expected every device's list to hold the same number of arrays, "
-                             f"but inputs[0] has {n} and inputs[{g}] has {len(lst)}")
+            raise AcceleratorValueError(
+                f"Expected every device's list to hold the same number of arrays, "
+                f"but inputs[0] has {n} and inputs[{g}] has {len(lst)}")
         for i, x in enumerate(lst):
             ref = lists[0][i]
             if x.shape != ref.shape or x.dtype != ref.dtype:
-                raise ValueError(f"inputs[{g}][{i}] has shape {shape_str(x.shape)} and dtype "
-                                 f"{x.dtype.name}, but inputs[0][{i}] has shape "
-                                 f"{shape_str(ref.shape)} and dtype {ref.dtype.name}")
+                raise AcceleratorValueError(
+                    f"inputs[{g}][{i}] has shape {shape_str(x.shape)} and dtype "
+                    f"{x.dtype.name}, but inputs[0][{i}] has shape "
+                    f"{shape_str(ref.shape)} and dtype {ref.dtype.name}")
     b = lists[0][0].place.backend if n else None
     for g, lst in enumerate(lists):
         for x in lst:
             if x.place.backend is not b:
-                raise ValueError(f"reduce_add expects all inputs on devices of one backend, "
-                                 f"but inputs[{g}] has an array on {x.place}")
+                raise AcceleratorValueError(
+                    f"reduce_add expects all inputs on devices of one backend, "
+                    f"but inputs[{g}] has an array on {x.place}")
     results: list[Any] = [None] * n
     for chunk in _coalesce.take_chunks([(x.dtype, x.nbytes) for x in lists[0]], buffer_size):
         if len(chunk) == 1:
@@ -401,17 +428,18 @@ def _check_streams(streams: Any, places: Sequence[Place]) -> list[Stream | None]
             raise TypeError(f"streams[{i}] must be an accelrt.Stream or None, got "
                             f"{type(s).__name__}")
         if s._b is not p.backend or s._index != p.index:
-            raise ValueError(f"Expected the device associated with the stream at index {i} "
-                             f"(was {s._b.name}:{s._index}) to match the device supplied at "
-                             f"that index (expected {p})")
+            raise AcceleratorValueError(
+                f"Expected the device associated with the stream at index {i} "
+                f"(was {s._b.name}:{s._index}) to match the device supplied at "
+                f"that index (expected {p})")
         out.append(s)
     return out
 
 
-def scatter(array: Any, devices: Iterable[Any] | None = None,
+def scatter(array: Array | HostArray, devices: Iterable[DeviceSpec] | None = None,
             chunk_sizes: Sequence[int] | None = None, dim: int = 0,
             streams: Sequence[Stream | None] | None = None, *,
-            out: Sequence[Any] | None = None) -> tuple[Any, ...]:
+            out: Sequence[Array] | None = None) -> tuple[Array, ...]:
     """Split ``array`` along ``dim`` and copy the pieces to several devices.
 
     Args:
@@ -450,29 +478,34 @@ def scatter(array: Any, devices: Iterable[Any] | None = None,
     src = describe(array, "the array to scatter", host_ok=True)
     if out is None:
         if devices is None:
-            raise ValueError("Exactly one of 'devices' and 'out' must be specified, but got "
-                             "devices=None and out=None")
+            raise AcceleratorValueError(
+                "Exactly one of 'devices' and 'out' must be specified, but got "
+                "devices=None and out=None")
         places = _args.device_list(devices, src.place.backend)
         if not places:
-            raise ValueError("Expected at least one device to scatter to, but 'devices' is "
-                             "empty")
+            raise AcceleratorValueError(
+                "Expected at least one device to scatter to, but 'devices' is "
+                "empty")
         if not src.shape:
-            raise ValueError("scatter expects at least a 1-dimensional array; a 0-d array has "
-                             "no dimension to split")
+            raise AcceleratorValueError(
+                "scatter expects at least a 1-dimensional array; a 0-d array has "
+                "no dimension to split")
         d = _args.wrap_dim(dim, len(src.shape))
         size = src.shape[d]
         if chunk_sizes is not None:
             sizes = _args.int_list(chunk_sizes, "chunk_sizes")
             if len(sizes) != len(places):
-                raise ValueError(f"Expected devices and chunk_sizes to be of same length, but "
-                                 f"got len(devices) = {len(places)} and len(chunk_sizes) = "
-                                 f"{len(sizes)}")
+                raise AcceleratorValueError(
+                    f"Expected devices and chunk_sizes to be of same length, but "
+                    f"got len(devices) = {len(places)} and len(chunk_sizes) = "
+                    f"{len(sizes)}")
             if any(s < 0 for s in sizes):
-                raise ValueError(f"chunk_sizes must be non-negative, but got "
-                                 f"chunk_sizes={sizes}")
+                raise AcceleratorValueError(f"chunk_sizes must be non-negative, but got "
+                                            f"chunk_sizes={sizes}")
             if sum(sizes) != size:
-                raise ValueError(f"given chunk sizes don't sum up to the array's size "
-                                 f"(sum(chunk_sizes) == {sum(sizes)}, but expected {size})")
+                raise AcceleratorValueError(
+                    f"given chunk sizes don't sum up to the array's size "
+                    f"(sum(chunk_sizes) == {sum(sizes)}, but expected {size})")
         else:
             sizes = _chunk_sizes(size, len(places))
         strm = _check_streams(streams, places[:len(sizes)])
@@ -487,40 +520,48 @@ def scatter(array: Any, devices: Iterable[Any] | None = None,
         return tuple(pieces)
 
     if devices is not None:
-        raise ValueError(f"'devices' must not be specified when 'out' is specified, but got "
-                         f"devices={devices!r}")
+        raise AcceleratorValueError(
+            f"'devices' must not be specified when 'out' is specified, but got "
+            f"devices={devices!r}")
     if chunk_sizes is not None:
-        raise ValueError(f"'chunk_sizes' must not be specified when 'out' is specified, but "
-                         f"got chunk_sizes={chunk_sizes!r}")
+        raise AcceleratorValueError(
+            f"'chunk_sizes' must not be specified when 'out' is specified, but "
+            f"got chunk_sizes={chunk_sizes!r}")
     outs = _seq(out, "out")
     if not outs:
-        raise ValueError("Expected at least one output array to scatter to, but 'out' is empty")
+        raise AcceleratorValueError(
+            "Expected at least one output array to scatter to, but 'out' is empty")
     if not src.shape:
-        raise ValueError("scatter expects at least a 1-dimensional array; a 0-d array has no "
-                         "dimension to split")
+        raise AcceleratorValueError(
+            "scatter expects at least a 1-dimensional array; a 0-d array has no "
+            "dimension to split")
     d = _args.wrap_dim(dim, len(src.shape))
     infos = []
     total = 0
     for i, o in enumerate(outs):
         if not _arrays.is_array(o):
-            raise TypeError(f"Expected all output arrays to be accelrt arrays on a device, but "
-                            f"output at index {i} is a {type(o).__name__}")
+            raise AcceleratorTypeError(
+                f"Expected all output arrays to be accelrt arrays on a device, but "
+                f"output at index {i} is a {type(o).__name__}")
         x = describe(o, "output", i)
         same = len(x.shape) == len(src.shape) and all(
             a == b for k, (a, b) in enumerate(zip(x.shape, src.shape)) if k != d)
         if not same:
-            raise ValueError(f"Output array at index {i} has incorrect shape: "
-                             f"{shape_str(x.shape)}. Expected same shape except for scatter "
-                             f"dim {d} as the source array: {shape_str(src.shape)}")
+            raise AcceleratorValueError(
+                f"Output array at index {i} has incorrect shape: "
+                f"{shape_str(x.shape)}. Expected same shape except for scatter "
+                f"dim {d} as the source array: {shape_str(src.shape)}")
         if x.dtype != src.dtype:
-            raise ValueError(f"Output array at index {i} has dtype {x.dtype.name}, but the "
-                             f"source has {src.dtype.name} (comm never converts dtypes)")
+            raise AcceleratorValueError(
+                f"Output array at index {i} has dtype {x.dtype.name}, but the "
+                f"source has {src.dtype.name} (comm never converts dtypes)")
         total += x.shape[d]
         infos.append(x)
     if total != src.shape[d]:
-        raise ValueError(f"Total size for output arrays along scatter dim {d} does not match "
-                         f"the source array size at dim {d}. Expected {src.shape[d]}, but got "
-                         f"total size {total}")
+        raise AcceleratorValueError(
+            f"Total size for output arrays along scatter dim {d} does not match "
+            f"the source array size at dim {d}. Expected {src.shape[d]}, but got "
+            f"total size {total}")
     strm = _check_streams(streams, [x.place for x in infos])
     start = 0
     for x, s in zip(infos, strm):
@@ -529,8 +570,22 @@ def scatter(array: Any, devices: Iterable[Any] | None = None,
     return tuple(outs)
 
 
-def gather(arrays: Sequence[Any], dim: int = 0, destination: Any = None, *,
-           out: Any = None) -> Any:
+# destination=-1 (host memory) gives a numpy array: the first two overloads are narrower than
+# the third and take precedence (as typeshed does for such literals)
+@overload
+def gather(arrays: Sequence[Array], dim: int = 0, *,  # type: ignore[overload-overlap]
+           destination: Literal[-1], out: None = None) -> HostArray: ...
+@overload
+def gather(arrays: Sequence[Array], dim: int,  # type: ignore[overload-overlap]
+           destination: Literal[-1], *, out: None = None) -> HostArray: ...
+@overload
+def gather(arrays: Sequence[Array], dim: int = 0, destination: DeviceLike = None, *,
+           out: None = None) -> Array: ...
+@overload
+def gather(arrays: Sequence[Array], dim: int = 0, destination: None = None, *,
+           out: _OutT) -> _OutT: ...
+def gather(arrays: Sequence[Array], dim: int = 0, destination: DeviceLike = None, *,
+           out: Array | HostArray | None = None) -> Array | HostArray:
     """Concatenate arrays from several devices along ``dim`` on one device.
 
     Args:
@@ -564,28 +619,31 @@ def gather(arrays: Sequence[Any], dim: int = 0, destination: Any = None, *,
     """
     items = _seq(arrays, "arrays")
     if not items:
-        raise ValueError("Expected at least one array to gather from, but 'arrays' is empty")
+        raise AcceleratorValueError(
+            "Expected at least one array to gather from, but 'arrays' is empty")
     infos = []
     for i, a in enumerate(items):
         if not _arrays.is_array(a):
-            raise TypeError(f"Expected all input arrays to be accelrt arrays, but input at "
-                            f"index {i} is a {type(a).__name__}")
+            raise AcceleratorTypeError(
+                f"Expected all input arrays to be accelrt arrays, but input at "
+                f"index {i} is a {type(a).__name__}")
         infos.append(describe(a, "input", i))
     first = infos[0]
     if not first.shape:
-        raise ValueError("gather expects arrays with at least one dimension; 0-d arrays "
-                         "cannot be concatenated")
+        raise AcceleratorValueError("gather expects arrays with at least one dimension; 0-d arrays "
+                                    "cannot be concatenated")
     d = _args.wrap_dim(dim, len(first.shape))
     total = 0
     for i, x in enumerate(infos):
         if len(x.shape) != len(first.shape):
-            raise ValueError(f"Expected all input arrays to have the same number of "
-                             f"dimensions, but array at index {i} has {len(x.shape)} "
-                             f"dimensions (expected {len(first.shape)})")
+            raise AcceleratorValueError(f"Expected all input arrays to have the same number of "
+                                        f"dimensions, but array at index {i} has {len(x.shape)} "
+                                        f"dimensions (expected {len(first.shape)})")
         expected = first.shape[:d] + (x.shape[d],) + first.shape[d + 1:]
         if x.shape != expected:
-            raise ValueError(f"Input array at index {i} has invalid shape {shape_str(x.shape)}, "
-                             f"but expected {shape_str(expected)}")
+            raise AcceleratorValueError(
+                f"Input array at index {i} has invalid shape {shape_str(x.shape)}, "
+                f"but expected {shape_str(expected)}")
         _check_same(first, x, "inputs", i)
         total += x.shape[d]
     shape = first.shape[:d] + (total,) + first.shape[d + 1:]
@@ -595,18 +653,21 @@ def gather(arrays: Sequence[Any], dim: int = 0, destination: Any = None, *,
         res = info_of_new(new_array(dest, shape, first.dtype))
     else:
         if destination is not None:
-            raise ValueError(f"'destination' must not be specified when 'out' is specified, "
-                             f"but got destination={destination!r}")
+            raise AcceleratorValueError(
+                f"'destination' must not be specified when 'out' is specified, "
+                f"but got destination={destination!r}")
         if isinstance(out, np.ndarray) and not (out.flags.c_contiguous
                                                 and out.flags.writeable):
-            raise ValueError("out must be a C-contiguous, writable numpy array")
+            raise AcceleratorValueError("out must be a C-contiguous, writable numpy array")
         res = describe(out, "out", host_ok=True)
         if res.shape != shape:
-            raise ValueError(f"Expected out array to have shape {shape_str(shape)}, but got "
-                             f"{shape_str(res.shape)}")
+            raise AcceleratorValueError(
+                f"Expected out array to have shape {shape_str(shape)}, but got "
+                f"{shape_str(res.shape)}")
         if res.dtype != first.dtype:
-            raise ValueError(f"Expected out array to have dtype {first.dtype.name}, but got "
-                             f"{res.dtype.name} (comm never converts dtypes)")
+            raise AcceleratorValueError(
+                f"Expected out array to have dtype {first.dtype.name}, but got "
+                f"{res.dtype.name} (comm never converts dtypes)")
     start = 0
     for x in infos:
         copy_region(res, start, x, 0, x.shape[d], d)

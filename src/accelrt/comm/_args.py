@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _backend
 from .._device import _check_index, _get_device, _require_current, device
+from .._errors import AcceleratorValueError
 from ._transfer import HOST, Place
 
 if TYPE_CHECKING:
@@ -47,7 +48,8 @@ def one_device(d: Any, default: Backend | None, what: str, *, optional: bool = F
         if d == -1 and allow_host:
             return HOST
         if d < 0:
-            raise ValueError(f"Expected non-negative device index for {what}, but got {d}")
+            raise AcceleratorValueError(
+                f"Expected non-negative device index for {what}, but got {d}")
         b = b or _require_current()
         return Place(b, _check_index(b, int(d)))
     if isinstance(d, (str, device)):
@@ -70,7 +72,7 @@ def check_buffer_size(buffer_size: Any) -> int:
     if not _is_int(buffer_size):
         raise TypeError(f"buffer_size must be an int (bytes), got {type(buffer_size).__name__}")
     if buffer_size <= 0:
-        raise ValueError(f"buffer_size must be positive, got {buffer_size}")
+        raise AcceleratorValueError(f"buffer_size must be positive, got {buffer_size}")
     return int(buffer_size)
 
 

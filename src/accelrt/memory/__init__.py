@@ -47,7 +47,9 @@ if TYPE_CHECKING:
     import os
 
     from .._backend import Backend
-    from .._typing import DeviceLike
+    from .._stream import Stream
+    from .._typing import DeviceLike, NestedStats
+    from ._snapshot import Segment
 
 __all__ = [
     "MemPool",
@@ -159,7 +161,7 @@ def _sorted_stats(stats: dict[str, int]) -> collections.OrderedDict[str, int]:
     return collections.OrderedDict(zip(order, map(stats.__getitem__, order)))
 
 
-def memory_stats_as_nested_dict(device: DeviceLike = None, /) -> dict[str, Any]:
+def memory_stats_as_nested_dict(device: DeviceLike = None, /) -> NestedStats:
     """:func:`memory_stats` as nested dicts (``stats["allocated_bytes"]["all"]["peak"]``).
 
     Example::
@@ -394,7 +396,7 @@ def _snapshot(device: DeviceLike = None) -> dict[str, Any]:
     return build_snapshot(b, allocators, _settings_dict())
 
 
-def memory_snapshot(mempool_id: tuple[int, int] | None = None) -> list[dict[str, Any]]:
+def memory_snapshot(mempool_id: tuple[int, int] | None = None) -> list[Segment]:
     """The segments of every started device of the current accelerator, sorted by address.
 
     Args:
@@ -406,7 +408,7 @@ def memory_snapshot(mempool_id: tuple[int, int] | None = None) -> list[dict[str,
         >>> isinstance(memory.memory_snapshot(), list)
         True
     """
-    segments: list[dict[str, Any]] = _snapshot()["segments"]
+    segments: list[Segment] = _snapshot()["segments"]
     if mempool_id is None:
         return segments
     want = tuple(mempool_id)
@@ -486,7 +488,8 @@ def _stream_of(b: Backend, i: int, stream: Any) -> int:
     return handle
 
 
-def caching_allocator_alloc(size: int, device: DeviceLike = None, stream: Any = None) -> int:
+def caching_allocator_alloc(size: int, device: DeviceLike = None,
+                            stream: Stream | int | None = None) -> int:
     """Allocate ``size`` bytes from the caching allocator and return the device pointer.
 
     Args:
@@ -511,7 +514,7 @@ def caching_allocator_alloc(size: int, device: DeviceLike = None, stream: Any = 
     if size < 0:
         raise ValueError(f"size must not be negative, got {size}")
     if device is None and getattr(stream, "_b", None) is not None:
-        b, i = stream._b, stream._index
+        b, i = stream._b, stream._index  # type: ignore[union-attr]  # duck-typed above
     else:
         b, i = _get_device(device)
     handle = _stream_of(b, i, stream)

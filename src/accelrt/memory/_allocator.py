@@ -951,8 +951,9 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
         req = blk.requested
         st = self._stats
         if self._history:
-            self._record("free_completed", blk.addr, req, blk.stream, blk.frames
-                         if self._ctx >= CTX_ALLOC else None)
+            # a direct free carries the freeing call's stack with context="all" (PyTorch)
+            self._record("free_completed", blk.addr, req, blk.stream, capture_frames()
+                         if self._ctx >= CTX_ALL and not pending else blk.frames)
         blk.stream_uses = None
         pool = blk.pool
         stream = blk.stream

@@ -106,7 +106,8 @@ class AllocatorConfig:
             raise ValueError("large_segment_size must be greater than 10 MiB")
         if self.per_process_memory_fraction is not None and not (
                 0.0 <= self.per_process_memory_fraction <= 1.0):
-            raise ValueError("per_process_memory_fraction must be in [0, 1]")
+            raise ValueError("per_process_memory_fraction is invalid, set it in [0.0, 1.0]; "
+                             f"got {self.per_process_memory_fraction}")
 
 
 # ---------------------------------------------------------------------- parsing
@@ -333,8 +334,9 @@ def _apply_key(vals: dict[str, object], key: str, tok: str, lss_mb: int) -> None
     elif key == "per_process_memory_fraction":
         f = _float(key, tok, "a float in [0.0, 1.0]")
         if not 0.0 <= f <= 1.0:
-            raise ValueError("accelrt allocator config: per_process_memory_fraction must be in "
-                             f"[0.0, 1.0], got {tok}")
+            # PyTorch's CUDAAllocatorConfig message (a ValueError there too)
+            raise ValueError("accelrt allocator config: per_process_memory_fraction is invalid, "
+                             f"set it in [0.0, 1.0]; got {tok}")
         vals["per_process_memory_fraction"] = f
     elif key == "expandable_segments":
         vals["expandable_segments"] = _bool(key, tok)

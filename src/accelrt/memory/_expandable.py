@@ -20,7 +20,7 @@ from bisect import bisect_left, insort
 from typing import TYPE_CHECKING, Any
 
 from ._block import ADDR_MASK, K_SMALL_BUFFER, KEY_SHIFT, Block, BlockPool
-from ._history import CTX_ALLOC
+from ._history import CTX_ALL, CTX_ALLOC, capture_frames
 
 if TYPE_CHECKING:
     from .._backend import Backend
@@ -357,7 +357,8 @@ class ExpandableMixin:
         st.reserved_bytes[pool.type_index].decrease(nbytes)
         st.num_device_free += 1
         if self._history:
-            self._record("segment_unmap", ptr, nbytes, u.stream, None)
+            self._record("segment_unmap", ptr, nbytes, u.stream,
+                         capture_frames() if self._ctx >= CTX_ALL else None)
         return u
 
     def _release_expandable_segment(self, u: Block) -> None:

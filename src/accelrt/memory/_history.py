@@ -2,7 +2,16 @@
 
 PyTorch's ``_record_memory_history``: while enabled, every allocator action appends a trace
 entry (``alloc``, ``free_requested``, ``free_completed``, ``segment_alloc``, ...) to a ring
-buffer of ``max_entries``, and allocations keep the Python stack that made them.
+buffer of ``max_entries`` (of one entry with ``enabled="state"``, as in PyTorch), and
+allocations keep the Python stack that made them.
+
+Stacks follow PyTorch's record-context levels: ``context="state"`` keeps stacks on live blocks
+only (trace entries carry none); ``"alloc"`` also puts the allocating stack on trace entries
+(a free entry carries its block's allocation stack); ``"all"`` records the stack of the call
+that frees (``free_requested``, a direct ``free_completed``, and the ``segment_free`` /
+``segment_unmap`` of the call that released the segment, such as ``empty_cache()``).
+Recorded stacks start at the user's frames: accelrt's own frames are left out, as PyTorch
+leaves out its internals.
 :class:`HistoryMixin` holds the methods of :class:`~accelrt.memory._allocator.DeviceCachingAllocator`
 that do this; the allocator checks its ``_history``/``_ctx`` flags inline on the hot path.
 
@@ -41,16 +50,22 @@ TRACE_ACTIONS = frozenset({
 CTX_NEVER, CTX_STATE, CTX_ALLOC, CTX_ALL = 0, 1, 2, 3
 CTX_LEVELS = {None: CTX_NEVER, "state": CTX_STATE, "alloc": CTX_ALLOC, "all": CTX_ALL}
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-#: The allocator's own modules: their frames are left out of recorded stacks.
-_ALLOCATOR_FILES = frozenset(
-    os.path.join(_HERE, f"{name}.py") for name in (
-        "_allocator", "_history", "_events", "_expandable", "_oom", "_pools", "_release",
-        "_segments"))
+#: accelrt's package directory: frames of files under it are left out of recorded stacks.
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+#: co_filename -> True for accelrt's own files (a cache of the prefix test).
+_internal: dict[str, bool] = {}
+
+
+def _is_internal(filename: str) -> bool:
+    hit = _internal.get(filename)
+    if hit is None:
+        hit = _internal[filename] = os.path.abspath(filename).startswith(_PACKAGE)
+    return hit
 
 
 def capture_frames() -> list[dict[str, Any]]:
-    """Python frames of the caller (innermost first), leaving out the allocator's modules.
+    """Python frames of the caller (innermost first), leaving out accelrt's own frames, so a
+    stack starts at the user's code that called into accelrt.
 
     Example::
 
@@ -59,12 +74,16 @@ def capture_frames() -> list[dict[str, Any]]:
         '<module>'
     """
     out = []
-    skip = _ALLOCATOR_FILES
+    internal = _internal
     f: Any = sys._getframe(1)
     while f is not None:
         code = f.f_code
-        if code.co_filename not in skip:
-            out.append({"filename": code.co_filename, "line": f.f_lineno, "name": code.co_name})
+        fn = code.co_filename
+        hit = internal.get(fn)
+        if hit is None:
+            hit = _is_internal(fn)
+        if not hit:
+            out.append({"filename": fn, "line": f.f_lineno, "name": code.co_name})
         f = f.f_back
     return out
 
@@ -97,6 +116,8 @@ class HistoryMixin:
                 frames: list[dict[str, Any]] | None, device_free: int | None = None) -> None:
         if action in self._skip_actions:
             return
+        if self._ctx < CTX_ALLOC:
+            frames = None   # PyTorch: trace entries carry stacks from context="alloc" up
         entry: dict[str, Any] = {"action": action}
         if device_free is not None:
             entry["device_free"] = device_free
@@ -122,8 +143,9 @@ class HistoryMixin:
         """Start or stop recording allocation history (PyTorch's ``_record_memory_history``).
 
         Args:
-            enabled: ``None``/``False`` stop (and clear the trace), ``"state"`` keeps only
-                the stacks of live allocations, ``"all"``/``True`` also keeps the trace.
+            enabled: ``None``/``False`` stop (and clear the trace), ``"state"`` keeps the
+                stacks of live allocations and, as PyTorch, a trace buffer of one entry (the
+                latest action); ``"all"``/``True`` keeps a trace of ``max_entries``.
             context: ``None``, ``"state"``, ``"alloc"`` or ``"all"``: which stacks to gather.
             stacks: ``"python"`` or ``"all"`` (only Python frames exist here).
             max_entries: trace ring-buffer length.
@@ -172,7 +194,10 @@ class HistoryMixin:
                 self._update_simple()
                 return
             self._ctx = CTX_LEVELS[context]
-            self._history = enabled == "all"
+            # PyTorch records the trace for "state" too, in a buffer of one entry
+            self._history = True
+            if enabled != "all":
+                max_entries = 1
             self._skip_actions = skip
             if clear_history:
                 self._trace.clear()

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._block import ADDR_MASK, DEFAULT_POOL, KEY_SHIFT, Block, BlockPool
 from ._config import SIZE_MAX
+from ._history import CTX_ALL, capture_frames
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -54,6 +55,7 @@ class ReleaseMixin:
     _large: BlockPool
     _mss: int
     _history: bool
+    _ctx: int
     _captures: list[tuple[tuple[int, int], Callable[[int], bool] | None]]
     _freeable: dict[tuple[int, int], PrivatePool]
     _private: dict[tuple[int, int], PrivatePool]
@@ -77,7 +79,8 @@ class ReleaseMixin:
         size = blk.size
         st.num_device_free += 1
         if self._history:
-            self._record("segment_free", blk.addr, size, blk.stream, blk.seg_frames)
+            self._record("segment_free", blk.addr, size, blk.stream, capture_frames()
+                         if self._ctx >= CTX_ALL else blk.seg_frames)
         self._raw_free(blk)
         del self._blocks[blk.addr]
         self._total_reserved -= size

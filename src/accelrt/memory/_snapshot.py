@@ -26,11 +26,19 @@ import os
 import pickle
 from typing import Any, TypedDict
 
-__all__ = ["Block", "Segment", "TraceEntry", "build_snapshot", "check_snapshot",
+__all__ = ["Block", "Frame", "Segment", "TraceEntry", "build_snapshot", "check_snapshot",
            "dump_snapshot", "to_plain"]
 
 #: The pickle protocol of dump files; PyTorch's visualizer reads protocols 2 to 4.
 PICKLE_PROTOCOL = 4
+
+
+class Frame(TypedDict):
+    """One Python frame of a recorded stack."""
+
+    filename: str
+    line: int
+    name: str
 
 
 class Block(TypedDict, total=False):
@@ -40,7 +48,7 @@ class Block(TypedDict, total=False):
     size: int
     requested_size: int
     state: str          # "active_allocated" | "active_pending_free" | "inactive"
-    frames: list[dict[str, Any]]
+    frames: list[Frame]
 
 
 class Segment(TypedDict, total=False):
@@ -56,7 +64,7 @@ class Segment(TypedDict, total=False):
     segment_type: str   # "large" | "small"
     segment_pool_id: tuple[int, int]
     is_expandable: bool
-    frames: list[dict[str, Any]]
+    frames: list[Frame]
     blocks: list[Block]
 
 
@@ -69,7 +77,7 @@ class TraceEntry(TypedDict, total=False):
     stream: int
     time_us: int
     device_free: int
-    frames: list[dict[str, Any]]
+    frames: list[Frame]
 
 
 _PLAIN = (str, int, float, bool, type(None))

@@ -38,7 +38,7 @@ import math
 import operator
 import secrets
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, SupportsIndex
 
 import numpy as np
 
@@ -60,7 +60,7 @@ from ._generator import (
 if TYPE_CHECKING:
     from .._array import Array
     from .._backend import Backend
-    from .._typing import DeviceLike
+    from .._typing import DeviceLike, DTypeLike, RngState, RngStateLike, SizeLike
 
 __all__ = [
     "DEFAULT_SEED",
@@ -181,7 +181,7 @@ def initial_seed() -> int:
     return _get(b, index)[0]
 
 
-def get_rng_state(device: DeviceLike = None) -> np.ndarray:
+def get_rng_state(device: DeviceLike = None) -> RngState:
     """The 16-byte state of ``device``'s default generator (seed then offset, little-endian
     uint64 each) as a ``numpy.uint8`` array. Does not create the generator.
 
@@ -195,7 +195,7 @@ def get_rng_state(device: DeviceLike = None) -> np.ndarray:
     return _pack_state(*_get(b, index))
 
 
-def set_rng_state(new_state: Any, device: DeviceLike = None) -> None:
+def set_rng_state(new_state: RngStateLike, device: DeviceLike = None) -> None:
     """Restore ``device``'s default generator from :func:`get_rng_state` (remembered if the
     generator does not exist yet).
 
@@ -217,7 +217,7 @@ def set_rng_state(new_state: Any, device: DeviceLike = None) -> None:
     _set(b, index, seed_, offset)
 
 
-def get_rng_state_all() -> list[np.ndarray]:
+def get_rng_state_all() -> list[RngState]:
     """The states of every device of the current accelerator, by index.
 
     Example::
@@ -230,7 +230,7 @@ def get_rng_state_all() -> list[np.ndarray]:
     return [_pack_state(*_get(b, i)) for i in range(b.device_count())]
 
 
-def set_rng_state_all(new_states: Iterable[Any]) -> None:
+def set_rng_state_all(new_states: Iterable[RngStateLike]) -> None:
     """Set the state of device ``i`` of the current accelerator to ``new_states[i]``.
 
     Raises:
@@ -419,8 +419,8 @@ def normal_(array: Array, mean: float = 0.0, std: float = 1.0, *,
     return array
 
 
-def rand(*size: Any, generator: Generator | None = None, dtype: Any = "float32",
-         device: DeviceLike = None, **kw: Any) -> Array:
+def rand(*size: SizeLike, generator: Generator | None = None, dtype: DTypeLike = "float32",
+         device: DeviceLike = None, **kw: SizeLike) -> Array:
     """An array of uniform numbers in ``[0, 1)`` (PyTorch's ``rand``).
 
     Args:
@@ -447,8 +447,8 @@ def rand(*size: Any, generator: Generator | None = None, dtype: Any = "float32",
     return out
 
 
-def randn(*size: Any, generator: Generator | None = None, dtype: Any = "float32",
-          device: DeviceLike = None, **kw: Any) -> Array:
+def randn(*size: SizeLike, generator: Generator | None = None, dtype: DTypeLike = "float32",
+          device: DeviceLike = None, **kw: SizeLike) -> Array:
     """An array of standard normal numbers (PyTorch's ``randn``); arguments as :func:`rand`.
 
     Example::
@@ -480,9 +480,9 @@ def _int_bound(name: str, value: Any) -> int:
         raise TypeError(f"randint() {name} must be an int, got {type(value).__name__}") from None
 
 
-def randint(*args: Any, size: Any = None, low: Any = None, high: Any = None,
-            generator: Generator | None = None, dtype: Any = "int64",
-            device: DeviceLike = None) -> Array:
+def randint(*args: SizeLike, size: SizeLike | None = None, low: SupportsIndex | None = None,
+            high: SupportsIndex | None = None, generator: Generator | None = None,
+            dtype: DTypeLike = "int64", device: DeviceLike = None) -> Array:
     """Uniform integers in ``[low, high)``: ``randint(high, size)`` or
     ``randint(low, high, size)`` (PyTorch's argument conventions; keywords also work).
 
@@ -505,7 +505,7 @@ def randint(*args: Any, size: Any = None, low: Any = None, high: Any = None,
         (3, 6)
     """
     from .._array import empty
-    pos = list(args)
+    pos: list[Any] = list(args)   # checked below (_int_bound, _size)
     if len(pos) > 3:
         raise TypeError(f"randint() takes at most 3 positional arguments, got {len(pos)}")
     if len(pos) == 3:
