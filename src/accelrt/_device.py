@@ -14,6 +14,7 @@ Example::
 from __future__ import annotations
 
 import os
+import re
 import threading
 import warnings
 from typing import TYPE_CHECKING, Any
@@ -130,20 +131,31 @@ class device:
 
 _parse_cache: dict[str, tuple[str, int | None]] = {}
 
+# PyTorch's grammar (c10/core/Device.cpp), ASCII only: a type of letters, digits and '_' (not
+# starting with a digit), then optionally ':' and an index without sign, spaces, '_' or a
+# leading zero. str.isdigit() would also accept '١' (Arabic-Indic one) and '²'.
+_DEVICE_RE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?::([0-9]+))?", re.ASCII)
+_MAX_INDEX_DIGITS = 18
+
 
 def _parse(s: str) -> tuple[str, int | None]:
     hit = _parse_cache.get(s)
     if hit is not None:
         return hit
-    typ, sep, rest = s.partition(":")
-    if not typ or not typ.replace("_", "a").isalnum() or not typ[0].isalpha() or typ != typ.strip():
-        raise ValueError(f"Invalid device string: {s!r}; expected 'type' or 'type:index', "
-                         "e.g. 'cuda:0' or 'cpu'")
+    m = _DEVICE_RE.fullmatch(s)
+    shown = s if len(s) <= 60 else s[:57] + "..."
+    if m is None:
+        raise ValueError(f"Invalid device string: {shown!r}; expected 'type' or 'type:index' "
+                         "with an index of ASCII digits, e.g. 'cuda:0' or 'cpu'")
+    typ, rest = m.group(1), m.group(2)
     idx: int | None = None
-    if sep:
-        if not rest.isdigit() or (len(rest) > 1 and rest[0] == "0"):
-            raise ValueError(f"Invalid device string: {s!r}; the index after ':' must be a "
-                             "non-negative integer, e.g. 'cuda:1'")
+    if rest is not None:
+        if len(rest) > 1 and rest[0] == "0":
+            raise ValueError(f"Invalid device string: {shown!r}; the index after ':' must not "
+                             "have leading zeros, e.g. 'cuda:1'")
+        if len(rest) > _MAX_INDEX_DIGITS:
+            raise ValueError(f"Could not parse device index {rest[:20] + '...'!r} in device "
+                             f"string {shown!r}: it is too large")
         idx = int(rest)
     if len(_parse_cache) < 1024:
         _parse_cache[s] = (typ, idx)
@@ -198,8 +210,10 @@ def _forget_backend(name: str) -> None:
 def _require_current() -> Backend:
     b = _current()
     if b is None:
-        raise BackendUnavailableError("No accelerator backend is available; the cpu backend "
-                                      "should always be: check ACCELRT_CPU_DEVICES")
+        reason = _backend.unavailable_reason("cpu")
+        why = (f": {reason}" if reason is not None
+               else "; the cpu backend should always be (check ACCELRT_ACCELERATOR)")
+        raise BackendUnavailableError(f"No accelerator backend is available{why}")
     return b
 
 
