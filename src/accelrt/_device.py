@@ -24,6 +24,7 @@ from ._errors import BackendUnavailableError
 
 if TYPE_CHECKING:
     from ._backend import Backend
+    from ._properties import DeviceProperties
     from ._typing import DeviceLike
 
 __all__ = [
@@ -586,16 +587,22 @@ def set_device_idx(device: DeviceLike, /) -> None:
     set_device_index(device)
 
 
-def get_device_properties(device: DeviceLike = None, /) -> dict[str, Any]:
-    """Properties of a device: ``name``, ``total_memory``, ``multi_processor_count`` and
-    backend-specific extras, plus ``type`` and ``index``. Does not initialise a device context.
+def get_device_properties(device: DeviceLike = None, /) -> DeviceProperties:
+    """Properties of a device, as PyTorch's ``get_device_properties``: attributes
+    ``name``, ``total_memory``, ``multi_processor_count``, ``major``, ``minor``, ``uuid``
+    (stable across calls and processes), ``L2_cache_size``, ``is_integrated``,
+    ``is_multi_gpu_board``, ``warp_size``, ``max_threads_per_multi_processor``,
+    ``regs_per_multiprocessor``, ``gcnArchName``, ``type`` and ``index``, plus the backend's
+    extras. Item access works too (``props["name"]``): the result is a dict. Does not
+    initialise a device context.
 
     Args:
         device: an index of the current accelerator, a device or string (may name another
             backend, e.g. ``"cpu:1"``), or ``None`` for the current device.
 
     Returns:
-        a new dict (changing it changes nothing in the backend).
+        a new :class:`~accelrt._properties.DeviceProperties` (changing it changes nothing in
+        the backend).
 
     Raises:
         TypeError: ``device`` has the wrong type.
@@ -606,18 +613,19 @@ def get_device_properties(device: DeviceLike = None, /) -> dict[str, Any]:
 
         >>> import accelrt as acc
         >>> props = acc.get_device_properties("cpu:0")
-        >>> props["total_memory"] > 0
+        >>> props.total_memory > 0 and props["total_memory"] == props.total_memory
+        True
+        >>> props.uuid == acc.get_device_properties("cpu:0").uuid
         True
     """
+    from ._properties import make_properties
     b, idx = _get_device(device)
-    props = dict(b.get_device_properties(idx))
-    props.setdefault("type", b.name)
-    props.setdefault("index", idx)
-    return props
+    return make_properties(b.name, idx, b.get_device_properties(idx))
 
 
 def get_device_capability(device: DeviceLike = None, /) -> dict[str, Any]:
-    """Capabilities of a device, at least ``supported_dtypes`` (numpy dtype names).
+    """Capabilities of a device, at least ``supported_dtypes``: the set of numpy dtype names
+    the device supports.
 
     Args:
         device: as for :func:`get_device_properties`.
@@ -631,6 +639,10 @@ def get_device_capability(device: DeviceLike = None, /) -> dict[str, Any]:
         >>> import accelrt as acc
         >>> "float32" in acc.get_device_capability("cpu")["supported_dtypes"]
         True
+        >>> type(acc.get_device_capability("cpu")["supported_dtypes"])
+        <class 'set'>
     """
     b, idx = _get_device(device)
-    return dict(b.get_device_capability(idx))
+    cap = dict(b.get_device_capability(idx))
+    cap["supported_dtypes"] = set(cap.get("supported_dtypes", ()))
+    return cap

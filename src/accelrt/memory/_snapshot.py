@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 import pickle
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast
 
 __all__ = ["Block", "Segment", "TraceEntry", "build_snapshot", "check_snapshot",
            "dump_snapshot", "to_plain"]
@@ -183,8 +183,9 @@ def _need(obj: Any, key: str, typ: type, where: str) -> Any:
     v = obj[key]
     if not isinstance(v, typ) or (typ is int and isinstance(v, bool)):
         raise ValueError(f"{where}[{key!r}]: expected {typ.__name__}, got {type(v).__name__}")
-    if typ is int and not 0 <= v < _MAX_UINT:
-        raise ValueError(f"{where}[{key!r}]: {v if abs(v) < 1 << 128 else 'a huge int'} is "
+    n = cast("int", v)
+    if typ is int and not 0 <= n < _MAX_UINT:
+        raise ValueError(f"{where}[{key!r}]: {n if abs(n) < 1 << 128 else 'a huge int'} is "
                          "out of range [0, 2**64)")
     return v
 

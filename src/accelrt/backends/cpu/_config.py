@@ -29,6 +29,7 @@ from dataclasses import dataclass
 __all__ = [
     "CpuConfig",
     "config_error",
+    "l2_cache_size",
     "parse_memory_size",
     "physical_memory",
     "processor_name",
@@ -143,6 +144,22 @@ def physical_memory() -> int:
     if pages <= 0 or page_size <= 0:
         return 16 << 30
     return int(pages) * int(page_size)
+
+
+def l2_cache_size() -> int:
+    """Bytes of L2 cache per core (``os.sysconf("SC_LEVEL2_CACHE_SIZE")``), or 0 if unknown.
+
+    Example::
+
+        >>> from accelrt.backends.cpu._config import l2_cache_size
+        >>> l2_cache_size() >= 0
+        True
+    """
+    try:
+        size = os.sysconf("SC_LEVEL2_CACHE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return 0
+    return max(0, int(size))
 
 
 _processor_name: str | None = None
