@@ -277,7 +277,7 @@ def _step_text(step: dict[str, Any]) -> str:
     return f"{step['name']} {step['ms']:.2f} ms"
 
 
-_SHOWN = {"name", "total_memory", "multi_processor_count", "type", "index"}
+_SHOWN = {"name", "total_memory", "multi_processor_count", "type", "index", "gcnArchName"}
 
 
 def format_info(info: dict[str, Any]) -> str:

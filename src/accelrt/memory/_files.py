@@ -141,8 +141,8 @@ def short_repr(value: Any) -> str:
     Example::
 
         >>> from accelrt.memory._files import short_repr
-        >>> short_repr(["x" * 100, [[[[1]]]]])
-        "['xxxxxxxxxxxxxxxxxxxxxxxxxxxx...xxxxxxxxxxxxxxxxxxxxxxxxxxxxx', [[[...]]]]"
+        >>> short_repr(["\x1b" + "x" * 100, [[[[1]]]]])
+        "['\\\\x1bxxxxxxxxxxxxxxxxxxxxxxx...xxxxxxxxxxxxxxxxxxxxxxxxxxxx', [[[...]]]]"
     """
     try:
         text = _repr.repr(value)

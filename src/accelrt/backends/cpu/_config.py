@@ -147,7 +147,8 @@ def physical_memory() -> int:
 
 
 def l2_cache_size() -> int:
-    """Bytes of L2 cache per core (``os.sysconf("SC_LEVEL2_CACHE_SIZE")``), or 0 if unknown.
+    """Bytes of L2 cache of the first core (Linux sysfs, else ``os.sysconf``), or 0 if
+    unknown.
 
     Example::
 
@@ -155,11 +156,28 @@ def l2_cache_size() -> int:
         >>> l2_cache_size() >= 0
         True
     """
+    base = "/sys/devices/system/cpu/cpu0/cache"
     try:
-        size = os.sysconf("SC_LEVEL2_CACHE_SIZE")
+        entries = sorted(os.listdir(base))
+    except OSError:
+        entries = []
+    for entry in entries:
+        try:
+            with open(f"{base}/{entry}/level", encoding="ascii") as f:
+                level = f.read().strip()
+            with open(f"{base}/{entry}/size", encoding="ascii") as f:
+                size = f.read().strip()
+        except OSError:
+            continue
+        if level == "2":
+            try:
+                return parse_memory_size(size)      # "512K"
+            except ValueError:
+                break
+    try:
+        return max(0, int(os.sysconf("SC_LEVEL2_CACHE_SIZE")))
     except (AttributeError, ValueError, OSError):
         return 0
-    return max(0, int(size))
 
 
 _processor_name: str | None = None
