@@ -171,3 +171,31 @@ def test_device_module_functions_return_the_same(backend: str) -> None:
     p = mod.get_device_properties(f"{backend}:0")
     assert p.uuid == acc.get_device_properties(f"{backend}:0").uuid
     assert isinstance(mod.get_device_capability(f"{backend}:0")["supported_dtypes"], set)
+
+
+def test_type_checkers_see_the_attributes(tmp_path: Any) -> None:
+    pytest.importorskip("mypy")
+    import os
+    snippet = tmp_path / "user.py"
+    snippet.write_text(
+        "from accelrt._device import get_device_capability, get_device_properties\n"
+        "p = get_device_properties('cpu:0')\n"
+        "reveal_type(p.name)\n"
+        "reveal_type(p.total_memory)\n"
+        "reveal_type(p.is_integrated)\n"
+        "reveal_type(p.uuid)\n"
+        "reveal_type(p['name'])\n"
+        "p.nmae\n"
+        "p.major = 3\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MYPY")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-color-output", "--no-pretty",
+         "--no-error-summary", "--cache-dir", str(tmp_path / "cache"), str(snippet)],
+        env=env, capture_output=True, text=True, timeout=110, check=False)
+    lines = proc.stdout.splitlines()
+    reveals = [ln.split("Revealed type is ")[1].replace("builtins.", "")
+               for ln in lines if "Revealed type" in ln]
+    assert reveals == ['"str"', '"int"', '"bool"', '"accelrt._properties.DeviceUUID"',
+                       '"Any"'], proc.stdout
+    assert any(":8:" in ln and "nmae" in ln for ln in lines), proc.stdout
+    assert any(":9:" in ln and "error" in ln for ln in lines), proc.stdout

@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import socket
 import uuid as _uuid
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar, overload
 
 __all__ = ["DeviceProperties", "DeviceUUID", "derived_uuid", "host_id", "make_properties"]
 
@@ -117,6 +117,10 @@ class _Key(Generic[_T]):
         except KeyError:
             raise AttributeError(f"device properties have no {self._key!r}") from None
 
+    def __set__(self, obj: object, value: NoReturn) -> NoReturn:   # read-only, also for mypy
+        raise AttributeError("device properties are read-only attributes; copy them with "
+                             "dict(props) to change values")
+
 
 class DeviceProperties(dict[str, Any]):
     """Properties of one device: a dict of every property, with the common ones also as
@@ -165,17 +169,17 @@ class DeviceProperties(dict[str, Any]):
     index: _Key[int] = _Key()
     """The device index."""
 
-    if not TYPE_CHECKING:      # extras at run time; typed code uses props["key"] for them
-        def __getattr__(self, key: str) -> Any:
+    if not TYPE_CHECKING:      # hidden from type checkers: typos and assignments stay errors
+        def __getattr__(self, key: str) -> Any:     # extras; typed code uses props["key"]
             try:
                 return self[key]
             except KeyError:
                 raise AttributeError(f"{type(self).__name__} has no attribute {key!r}; the "
                                      f"keys are {', '.join(self)}") from None
 
-    def __setattr__(self, key: str, value: object) -> None:
-        raise AttributeError("device properties are read-only attributes; copy them with "
-                             "dict(props) to change values")
+        def __setattr__(self, key: str, value: object) -> None:
+            raise AttributeError("device properties are read-only attributes; copy them with "
+                                 "dict(props) to change values")
 
     def __dir__(self) -> list[str]:
         return sorted(set(super().__dir__()) | {k for k in self if k.isidentifier()})
