@@ -361,3 +361,38 @@ def test_load_snapshot_rejects_non_snapshots(tmp_path: Path) -> None:
         p.write_bytes(pickle.dumps(obj))
         with pytest.raises(ValueError):
             load_snapshot(str(p))
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(_plain, st.fixed_dictionaries({"device_traces": st.one_of(
+    _plain, st.lists(st.one_of(_plain, st.lists(st.one_of(_entry, _plain), max_size=5)),
+                     max_size=3))})))
+def test_fuzz_replay_of_malformed_snapshot_pickles(tmp_path_factory: pytest.TempPathFactory,
+                                                   snap: Any) -> None:
+    p = tmp_path_factory.mktemp("fuzz") / "s.pickle"
+    p.write_bytes(pickle.dumps(snap, protocol=4))
+    try:
+        ops = trace_ops(load_trace(str(p)), str(p))
+    except ValueError:
+        return
+    assert all(isinstance(op, tuple) and len(op) == 4 for op in ops)
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.one_of(_plain, st.tuples(_leaf, _leaf, _leaf, _leaf)), max_size=8))
+def test_fuzz_trace_entries_raise_only_value_error(entries: list[Any]) -> None:
+    from accelrt.memory._replay import replay_ops
+    try:
+        ops = trace_ops(entries)
+    except ValueError:
+        return
+    try:
+        replay_ops(ops)
+    except MemoryError:       # the simulated device is out of memory: reported, exit 1
+        pass
+
+
+def test_replay_of_a_snapshot_with_a_non_list_trace(tmp_path: Path) -> None:
+    p = tmp_path / "s.pickle"
+    p.write_bytes(pickle.dumps({"device_traces": [5]}))
+    assert_one_line_error(run_cli("replay", str(p)), "must be a list of lists")

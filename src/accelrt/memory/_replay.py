@@ -151,6 +151,8 @@ def _entries_from_snapshot(obj: Any, path: str) -> list[Any]:
     if not isinstance(obj, dict) or not isinstance(obj.get("device_traces"), list):
         raise ValueError(f"{path}: a snapshot pickle must be a dict with a 'device_traces' "  # noqa: TRY004
                          "list (record history before dumping: record_memory_history())")
+    if not all(isinstance(t, list) for t in obj["device_traces"]):
+        raise ValueError(f"{path}: 'device_traces' must be a list of lists of trace entries")
     traces = [t for t in obj["device_traces"] if t]
     if len(traces) > 1:
         raise ValueError(f"{path}: the snapshot holds traces of {len(traces)} devices; "
