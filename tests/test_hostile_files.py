@@ -396,3 +396,11 @@ def test_replay_of_a_snapshot_with_a_non_list_trace(tmp_path: Path) -> None:
     p = tmp_path / "s.pickle"
     p.write_bytes(pickle.dumps({"device_traces": [5]}))
     assert_one_line_error(run_cli("replay", str(p)), "must be a list of lists")
+
+
+def test_gzip_from_a_pipe(tmp_path: Path) -> None:
+    data = gzip.compress(pickle.dumps(snap_with()))
+    proc = subprocess.run([sys.executable, "-m", "accelrt", "memory", "viz", "/dev/stdin",
+                           "--segsum"], input=data, capture_output=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert b"segments: 0" in proc.stdout

@@ -22,6 +22,7 @@ import gzip
 import os
 import re
 import reprlib
+import stat
 import zlib
 from typing import Any
 
@@ -75,12 +76,10 @@ def read_input(path: str, limit: int | None = None) -> bytes:
         >>> d.cleanup()
     """
     with open(path, "rb") as f:
-        head = f.read(2)
-        if head != b"\x1f\x8b":
-            return head + f.read()
-        f.seek(0, os.SEEK_END)
-        size = f.tell()
-        f.seek(0)
+        if f.peek(2)[:2] != b"\x1f\x8b":
+            return f.read()
+        st = os.fstat(f.fileno())
+        size = st.st_size if stat.S_ISREG(st.st_mode) else 0    # a pipe: the floor applies
         cap = inflate_limit(size) if limit is None else limit
         out = bytearray()
         try:
