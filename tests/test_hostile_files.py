@@ -170,6 +170,13 @@ def test_replay_rejects_out_of_range_ints(tmp_path: Path) -> None:
     assert_one_line_error(run_cli("replay", str(p)), "must be an int")
 
 
+def test_replay_of_a_pickle_with_a_huge_int(tmp_path: Path) -> None:
+    p = tmp_path / "s.pickle"
+    p.write_bytes(pickle.dumps({"device_traces": [[
+        {"action": "alloc", "addr": 0, "size": 10**5000, "stream": 0}]]}))
+    assert_one_line_error(run_cli("replay", str(p)), "size (a huge int) is out of range")
+
+
 def test_shared_references_cannot_multiply_the_work(tmp_path: Path) -> None:
     seg = {"address": 0, "total_size": 2 * MiB, "stream": 0,
            "blocks": [{"size": 1, "state": "inactive"}] * 100_000}

@@ -209,7 +209,8 @@ def _as_int(v: Any, what: str, i: int, path: str) -> int:
         raise ValueError(f"{path}: entry {i}: {what} must be an int, got "  # noqa: TRY004
                          f"{short_repr(v)}")
     if not 0 <= v < _MAX_INT:
-        raise ValueError(f"{path}: entry {i}: {what} {v} is out of range [0, 2**64)")
+        shown = v if abs(v) < 1 << 128 else "(a huge int)"
+        raise ValueError(f"{path}: entry {i}: {what} {shown} is out of range [0, 2**64)")
     return v
 
 
