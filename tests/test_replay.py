@@ -168,7 +168,7 @@ def test_trace_ops_skips_unknown_frees_and_other_actions() -> None:
     ([1, 1, 2, 0], "entry 0 must be"),
     (["alloc", "0x10", 512, 0], "addr must be an int"),
     (["alloc", 16, 1.5, 0], "size must be an int"),
-    (["alloc", 16, -1, 0], "negative size"),
+    (["alloc", 16, -1, 0], "size -1 is out of range"),
     (["alloc", 16, 512, None], "stream must be an int"),
 ])
 def test_trace_ops_rejects_malformed_entries(entry, match) -> None:
@@ -257,10 +257,14 @@ def test_load_pickle_refuses_cycles_and_deep_nesting() -> None:
         load_pickle(deep)
     shared = [{"name": "f"}]              # shared (not cyclic) references are fine
     wide = [shared] * 10
-    for _ in range(40):                   # 2**40 paths if walked without memo
+    for _ in range(20):                   # 2**20 paths: checked in O(objects) with a memo
         wide = [wide, wide]
     out = load_pickle(pickle.dumps(wide))
     assert out[0] is out[1] and out[0][0] is out[0][1]
+    for _ in range(20):                   # 2**40 paths: every reader would walk them all
+        wide = [wide, wide]
+    with pytest.raises(ValueError, match="expands to more than"):
+        load_pickle(pickle.dumps(wide))
 
 
 # ---------------------------------------------------------------------- replay

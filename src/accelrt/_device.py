@@ -14,6 +14,7 @@ Example::
 from __future__ import annotations
 
 import os
+import re
 import threading
 import warnings
 from typing import TYPE_CHECKING, Any
@@ -23,6 +24,7 @@ from ._errors import AcceleratorIndexError, AcceleratorValueError, BackendUnavai
 
 if TYPE_CHECKING:
     from ._backend import Backend
+    from ._properties import DeviceProperties
     from ._typing import DeviceLike
 
 __all__ = [
@@ -130,20 +132,31 @@ class device:
 
 _parse_cache: dict[str, tuple[str, int | None]] = {}
 
+# PyTorch's grammar (c10/core/Device.cpp), ASCII only: a type of letters, digits and '_' (not
+# starting with a digit), then optionally ':' and an index without sign, spaces, '_' or a
+# leading zero. str.isdigit() would also accept '١' (Arabic-Indic one) and '²'.
+_DEVICE_RE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?::([0-9]+))?", re.ASCII)
+_MAX_INDEX_DIGITS = 18
+
 
 def _parse(s: str) -> tuple[str, int | None]:
     hit = _parse_cache.get(s)
     if hit is not None:
         return hit
-    typ, sep, rest = s.partition(":")
-    if not typ or not typ.replace("_", "a").isalnum() or not typ[0].isalpha() or typ != typ.strip():
-        raise ValueError(f"Invalid device string: {s!r}; expected 'type' or 'type:index', "
-                         "e.g. 'cuda:0' or 'cpu'")
+    m = _DEVICE_RE.fullmatch(s)
+    shown = s if len(s) <= 60 else s[:57] + "..."
+    if m is None:
+        raise ValueError(f"Invalid device string: {shown!r}; expected 'type' or 'type:index' "
+                         "with an index of ASCII digits, e.g. 'cuda:0' or 'cpu'")
+    typ, rest = m.group(1), m.group(2)
     idx: int | None = None
-    if sep:
-        if not rest.isdigit() or (len(rest) > 1 and rest[0] == "0"):
-            raise ValueError(f"Invalid device string: {s!r}; the index after ':' must be a "
-                             "non-negative integer, e.g. 'cuda:1'")
+    if rest is not None:
+        if len(rest) > 1 and rest[0] == "0":
+            raise ValueError(f"Invalid device string: {shown!r}; the index after ':' must not "
+                             "have leading zeros, e.g. 'cuda:1'")
+        if len(rest) > _MAX_INDEX_DIGITS:
+            raise ValueError(f"Could not parse device index {rest[:20] + '...'!r} in device "
+                             f"string {shown!r}: it is too large")
         idx = int(rest)
     if len(_parse_cache) < 1024:
         _parse_cache[s] = (typ, idx)
@@ -198,8 +211,10 @@ def _forget_backend(name: str) -> None:
 def _require_current() -> Backend:
     b = _current()
     if b is None:
-        raise BackendUnavailableError("No accelerator backend is available; the cpu backend "
-                                      "should always be: check ACCELRT_CPU_DEVICES")
+        reason = _backend.unavailable_reason("cpu")
+        why = (f": {reason}" if reason is not None
+               else "; the cpu backend should always be (check ACCELRT_ACCELERATOR)")
+        raise BackendUnavailableError(f"No accelerator backend is available{why}")
     return b
 
 
@@ -574,16 +589,22 @@ def set_device_idx(device: DeviceLike, /) -> None:
     set_device_index(device)
 
 
-def get_device_properties(device: DeviceLike = None, /) -> dict[str, Any]:
-    """Properties of a device: ``name``, ``total_memory``, ``multi_processor_count`` and
-    backend-specific extras, plus ``type`` and ``index``. Does not initialise a device context.
+def get_device_properties(device: DeviceLike = None, /) -> DeviceProperties:
+    """Properties of a device, as PyTorch's ``get_device_properties``: attributes
+    ``name``, ``total_memory``, ``multi_processor_count``, ``major``, ``minor``, ``uuid``
+    (stable across calls and processes), ``L2_cache_size``, ``is_integrated``,
+    ``is_multi_gpu_board``, ``warp_size``, ``max_threads_per_multi_processor``,
+    ``regs_per_multiprocessor``, ``gcnArchName``, ``type`` and ``index``, plus the backend's
+    extras. Item access works too (``props["name"]``): the result is a dict. Does not
+    initialise a device context.
 
     Args:
         device: an index of the current accelerator, a device or string (may name another
             backend, e.g. ``"cpu:1"``), or ``None`` for the current device.
 
     Returns:
-        a new dict (changing it changes nothing in the backend).
+        a new :class:`~accelrt._properties.DeviceProperties` (changing it changes nothing in
+        the backend).
 
     Raises:
         TypeError: ``device`` has the wrong type.
@@ -594,18 +615,19 @@ def get_device_properties(device: DeviceLike = None, /) -> dict[str, Any]:
 
         >>> import accelrt as acc
         >>> props = acc.get_device_properties("cpu:0")
-        >>> props["total_memory"] > 0
+        >>> props.total_memory > 0 and props["total_memory"] == props.total_memory
+        True
+        >>> props.uuid == acc.get_device_properties("cpu:0").uuid
         True
     """
+    from ._properties import make_properties
     b, idx = _get_device(device)
-    props = dict(b.get_device_properties(idx))
-    props.setdefault("type", b.name)
-    props.setdefault("index", idx)
-    return props
+    return make_properties(b.name, idx, b.get_device_properties(idx))
 
 
 def get_device_capability(device: DeviceLike = None, /) -> dict[str, Any]:
-    """Capabilities of a device, at least ``supported_dtypes`` (numpy dtype names).
+    """Capabilities of a device, at least ``supported_dtypes``: the set of numpy dtype names
+    the device supports.
 
     Args:
         device: as for :func:`get_device_properties`.
@@ -619,6 +641,10 @@ def get_device_capability(device: DeviceLike = None, /) -> dict[str, Any]:
         >>> import accelrt as acc
         >>> "float32" in acc.get_device_capability("cpu")["supported_dtypes"]
         True
+        >>> type(acc.get_device_capability("cpu")["supported_dtypes"])
+        <class 'set'>
     """
     b, idx = _get_device(device)
-    return dict(b.get_device_capability(idx))
+    cap = dict(b.get_device_capability(idx))
+    cap["supported_dtypes"] = set(cap.get("supported_dtypes", ()))
+    return cap

@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
+    from ._properties import DeviceProperties
     from ._typing import DeviceLike
     from .memory import MemPool as _MemPool
     from .memory._allocator import DeviceCachingAllocator
@@ -757,14 +758,15 @@ class DeviceModule(Generic[_S, _E]):
         return _graph.graph_pool_handle()
 
     # ------------------------------------------------------------------ properties
-    def get_device_properties(self, device: DeviceLike = None) -> dict[str, Any]:
-        """Properties of a device (``name``, ``total_memory``, ``multi_processor_count``,
-        extras): :func:`accelrt.get_device_properties` for this backend.
+    def get_device_properties(self, device: DeviceLike = None) -> DeviceProperties:
+        """Properties of a device with PyTorch's attributes (``name``, ``total_memory``,
+        ``multi_processor_count``, ``major``, ``minor``, ``uuid``, ...) and the backend's extras
+        by item: :func:`accelrt.get_device_properties` for this backend.
 
         Example::
 
             >>> import accelrt as acc
-            >>> acc.cpu.get_device_properties()["total_memory"] > 0
+            >>> acc.cpu.get_device_properties().total_memory > 0
             True
         """
         return _dev.get_device_properties(self._device(device))

@@ -80,12 +80,12 @@ def _check_dtype(dev: str) -> np.dtype:
     """``uint8`` if the device supports it, else its smallest supported dtype."""
     import accelrt as acc
     try:
-        names = list(acc.get_device_capability(dev)["supported_dtypes"])
+        names = sorted(acc.get_device_capability(dev)["supported_dtypes"])
     except Exception:  # noqa: BLE001 - the allocate step then reports the problem
         return np.dtype("uint8")
     if "uint8" in names or not names:
         return np.dtype("uint8")
-    return min((np.dtype(n) for n in names), key=lambda d: (d.itemsize, d.kind == "b"))
+    return min((np.dtype(n) for n in names), key=lambda d: (d.itemsize, d.kind == "b", d.name))
 
 
 def self_check(dev: str, nbytes: int = CHECK_BYTES) -> dict[str, Any]:
@@ -277,7 +277,7 @@ def _step_text(step: dict[str, Any]) -> str:
     return f"{step['name']} {step['ms']:.2f} ms"
 
 
-_SHOWN = {"name", "total_memory", "multi_processor_count", "type", "index"}
+_SHOWN = {"name", "total_memory", "multi_processor_count", "type", "index", "gcnArchName"}
 
 
 def format_info(info: dict[str, Any]) -> str:

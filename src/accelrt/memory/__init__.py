@@ -402,12 +402,20 @@ def memory_snapshot(mempool_id: tuple[int, int] | None = None) -> list[Segment]:
     Args:
         mempool_id: only the segments of this private pool (a :attr:`MemPool.id`).
 
+    Raises:
+        TypeError: ``mempool_id`` is not a pair of ints or None.
+
     Example::
 
         >>> from accelrt import memory
         >>> isinstance(memory.memory_snapshot(), list)
         True
     """
+    if mempool_id is not None and (
+            not isinstance(mempool_id, (tuple, list)) or len(mempool_id) != 2
+            or not all(isinstance(x, int) and not isinstance(x, bool) for x in mempool_id)):
+        raise TypeError("mempool_id must be a pair of ints (a MemPool.id) or None, got "
+                        f"{type(mempool_id).__name__} {mempool_id!r:.60}")
     segments: list[Segment] = _snapshot()["segments"]
     if mempool_id is None:
         return segments
@@ -477,6 +485,9 @@ def _stream_of(b: Backend, i: int, stream: Any) -> int:
         from .._stream import _current
         return int(_current(b, i)._handle)
     if isinstance(stream, int) and not isinstance(stream, bool):
+        if not b.stream_is_valid(i, stream):
+            raise ValueError(f"stream={stream:#x} is not a live stream handle of {b.name}:{i}; "
+                             "pass an accelrt.Stream or the stream_id of a live one")
         return stream
     handle = getattr(stream, "_handle", None)
     if not isinstance(handle, int):
@@ -500,7 +511,8 @@ def caching_allocator_alloc(size: int, device: DeviceLike = None,
 
     Raises:
         TypeError: wrong argument types.
-        ValueError: negative size, or a stream of another device.
+        ValueError: negative size, a stream of another device, or an int that is not a live
+            stream handle of the device.
         OutOfMemoryError: the device is full.
 
     Example::

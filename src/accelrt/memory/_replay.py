@@ -24,7 +24,6 @@ Example::
 from __future__ import annotations
 
 import argparse
-import gzip
 import io
 import json
 import os
@@ -34,11 +33,14 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any, TextIO
 
+from ._files import read_input, short_repr, terminal_safe
+
 __all__ = ["Op", "load_pickle", "load_trace", "replay_main", "replay_ops", "trace_ops"]
 
 #: One replayed operation: (is_alloc, trace address, size in bytes, stream handle).
 Op = tuple[bool, int, int, int]
 
+_MAX_INT = 1 << 64                 # addresses, sizes and stream handles are 64-bit
 _CHUNK = 8192                      # ops timed per chunk (progress updates between chunks)
 _PROGRESS_MIN_OPS = 100_000        # show a progress bar from this many ops on
 
@@ -74,62 +76,67 @@ def load_pickle(data: bytes, what: str = "pickle") -> Any:
     try:
         obj = _DataOnlyUnpickler(io.BytesIO(data)).load()
     except _Forbidden as exc:
-        raise ValueError(f"{what}: refusing to load: {exc}; only plain data (dicts, lists, "
+        raise ValueError(f"{what}: refusing to load: {terminal_safe(str(exc), one_line=True)}; "
+                         "only plain data (dicts, lists, "
                          "str, int, float, bool, None) is accepted in a snapshot") from exc
     except (pickle.UnpicklingError, EOFError, IndexError, KeyError, TypeError, AttributeError, ValueError,
             UnicodeDecodeError, OverflowError, MemoryError) as exc:
-        raise ValueError(f"{what}: not a valid pickle ({type(exc).__name__}: {exc})") from exc
+        raise ValueError(f"{what}: not a valid pickle ({type(exc).__name__}: "
+                         f"{terminal_safe(str(exc)[:200], one_line=True)})") from exc
     _check_plain(obj, what)
     return obj
 
 
 _PLAIN_LEAVES = (str, bytes, int, float, bool, type(None))
 _MAX_DEPTH = 64                    # a snapshot nests about 8 deep
+_MAX_ELEMENTS = 100_000_000        # elements of the data walked as a tree (no sharing)
 
 
 def _check_plain(obj: Any, what: str) -> None:
     """Refuse what the data-only unpickler can still build but a snapshot never holds: sets,
-    frozensets, bytearrays, cycles and absurd nesting (which would crash later readers)."""
-    done: set[int] = set()        # containers already checked (shared references are fine)
+    frozensets, bytearrays, cycles, absurd nesting (which would crash later readers), and
+    shared references that multiply the data (a few KB whose readers would walk 2**40
+    elements: a list referring twice to a list referring twice to ...)."""
+    done: dict[int, int] = {}     # container id -> elements under it, counted as a tree
     path: set[int] = set()        # containers on the current path (a repeat is a cycle)
 
-    def walk(o: Any, depth: int) -> None:
+    def walk(o: Any, depth: int) -> int:
         t = type(o)
         if t in _PLAIN_LEAVES:
-            return
+            return 1
         if t not in (dict, list, tuple):
             raise ValueError(f"{what}: refusing to load: a {t.__name__} is not plain data; only "
                              "dicts, lists, tuples, str, bytes, int, float, bool and None are")
         key = id(o)
-        if key in done:
-            return
+        size = done.get(key)
+        if size is not None:
+            return size
         if key in path:
             raise ValueError(f"{what}: refusing to load: the data refers to itself (a cycle)")
         if depth >= _MAX_DEPTH:
             raise ValueError(f"{what}: refusing to load: data nested more than {_MAX_DEPTH} deep")
         path.add(key)
-        if t is dict:                 # keys and values apart: no temporary (k, v) tuples,
-            for k, v in o.items():    # whose recycled ids would poison ``done``
-                walk(k, depth + 1)
-                walk(v, depth + 1)
+        size = 1
+        if t is dict:                 # keys and values apart: no temporary (k, v) tuples
+            for k, v in o.items():
+                size += walk(k, depth + 1) + walk(v, depth + 1)
         else:
             for v in o:
-                walk(v, depth + 1)
+                size += walk(v, depth + 1)
+        if size > _MAX_ELEMENTS:
+            raise ValueError(f"{what}: refusing to load: the data expands to more than "
+                             f"{_MAX_ELEMENTS:,} elements through shared references")
         path.discard(key)
-        done.add(key)
+        done[key] = size     # o stays alive inside obj, so its id stays unique
+        return size
 
     walk(obj, 0)
 
 
 def _read_bytes(path: str) -> bytes:
-    with open(path, "rb") as f:
-        data = f.read()
-    if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError) as exc:
-            raise ValueError(f"{path}: corrupt gzip data ({exc})") from exc
-    return data
+    """The file's bytes, gzip inflated within :func:`~accelrt.memory._files.read_input`'s
+    bound (a gzip bomb raises ``ValueError``)."""
+    return read_input(path)
 
 
 def _entries_from_json(obj: Any, path: str) -> list[Any]:
@@ -144,6 +151,8 @@ def _entries_from_snapshot(obj: Any, path: str) -> list[Any]:
     if not isinstance(obj, dict) or not isinstance(obj.get("device_traces"), list):
         raise ValueError(f"{path}: a snapshot pickle must be a dict with a 'device_traces' "  # noqa: TRY004
                          "list (record history before dumping: record_memory_history())")
+    if not all(isinstance(t, list) for t in obj["device_traces"]):
+        raise ValueError(f"{path}: 'device_traces' must be a list of lists of trace entries")
     traces = [t for t in obj["device_traces"] if t]
     if len(traces) > 1:
         raise ValueError(f"{path}: the snapshot holds traces of {len(traces)} devices; "
@@ -186,14 +195,22 @@ def load_trace(path: str) -> list[Any]:
         return _entries_from_snapshot(load_pickle(data, path), path)
     try:
         obj = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: neither JSON nor a snapshot pickle ({exc})") from exc
+    except RecursionError:
+        raise ValueError(f"{path}: refusing to load: the JSON is nested too deeply for a "
+                         "trace") from None
+    except ValueError as exc:   # JSONDecodeError, UnicodeDecodeError, over-long integers
+        raise ValueError(f"{path}: neither JSON nor a snapshot pickle "
+                         f"({terminal_safe(str(exc)[:200], one_line=True)})") from None
     return _entries_from_json(obj, path)
 
 
 def _as_int(v: Any, what: str, i: int, path: str) -> int:
     if not isinstance(v, int) or isinstance(v, bool):
-        raise ValueError(f"{path}: entry {i}: {what} must be an int, got {v!r}")  # noqa: TRY004
+        raise ValueError(f"{path}: entry {i}: {what} must be an int, got "  # noqa: TRY004
+                         f"{short_repr(v)}")
+    if not 0 <= v < _MAX_INT:
+        shown = v if abs(v) < 1 << 128 else "(a huge int)"
+        raise ValueError(f"{path}: entry {i}: {what} {shown} is out of range [0, 2**64)")
     return v
 
 
@@ -219,14 +236,13 @@ def trace_ops(entries: Iterable[Any], path: str = "trace") -> list[Op]:
     live: set[int] = set()
     for i, e in enumerate(entries):
         if not isinstance(e, (list, tuple)) or len(e) != 4 or not isinstance(e[0], str):
-            raise ValueError(f"{path}: entry {i} must be [action, addr, size, stream], got {e!r}")
+            raise ValueError(f"{path}: entry {i} must be [action, addr, size, stream], got "
+                             f"{short_repr(e)}")
         action = e[0]
         if action == "alloc":
             addr = _as_int(e[1], "addr", i, path)
             size = _as_int(e[2], "size", i, path)
             stream = _as_int(e[3], "stream", i, path)
-            if size < 0:
-                raise ValueError(f"{path}: entry {i}: negative size {size}")
             if size:
                 if addr in live:
                     raise ValueError(f"{path}: entry {i}: address {addr} is allocated again "
@@ -348,7 +364,7 @@ def replay_ops(ops: Sequence[Op], config: Any = None, *, name: str = "trace",
 
 
 def _trace_name(path: str) -> str:
-    base = os.path.basename(path)
+    base = terminal_safe(os.path.basename(path), one_line=True)
     for suffix in (".gz", ".json", ".pickle", ".pkl"):
         base = base.removesuffix(suffix)
     return base
@@ -418,8 +434,9 @@ def replay_main(argv: Sequence[str] | None = None) -> int:
                 row = replay_ops(ops, config, name=_trace_name(path))
             else:
                 row = replay_ops(ops, config, name=_trace_name(path), progress=progress)
-        except (OSError, ValueError, MemoryError) as exc:
-            print(f"accelrt replay: error: {exc}", file=sys.stderr)
+        except (OSError, ValueError, MemoryError, RecursionError, OverflowError) as exc:
+            print(f"accelrt replay: error: {terminal_safe(str(exc), one_line=True)}",
+                  file=sys.stderr)
             status = 1
             continue
         if args.json:

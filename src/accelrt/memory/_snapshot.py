@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 import pickle
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast
 
 __all__ = ["Block", "Frame", "Segment", "TraceEntry", "build_snapshot", "check_snapshot",
            "dump_snapshot", "to_plain"]
@@ -182,12 +182,19 @@ def dump_snapshot(path: str | os.PathLike[str], snapshot: dict[str, Any]) -> Non
         f.write(data)
 
 
+_MAX_UINT = 1 << 64    # addresses, sizes and stream handles are 64-bit unsigned
+
+
 def _need(obj: Any, key: str, typ: type, where: str) -> Any:
     if not isinstance(obj, dict) or key not in obj:
         raise ValueError(f"{where}: missing key {key!r}")
     v = obj[key]
     if not isinstance(v, typ) or (typ is int and isinstance(v, bool)):
         raise ValueError(f"{where}[{key!r}]: expected {typ.__name__}, got {type(v).__name__}")
+    n = cast("int", v)
+    if typ is int and not 0 <= n < _MAX_UINT:
+        raise ValueError(f"{where}[{key!r}]: {n if abs(n) < 1 << 128 else 'a huge int'} is "
+                         "out of range [0, 2**64)")
     return v
 
 
@@ -199,6 +206,8 @@ def _opt(obj: dict[str, Any], key: str, typ: type | tuple[type, ...], where: str
     if not isinstance(v, typ) or (typ is int and isinstance(v, bool)):
         name = typ.__name__ if isinstance(typ, type) else " or ".join(t.__name__ for t in typ)
         raise ValueError(f"{where}[{key!r}]: expected {name}, got {type(v).__name__}")
+    if typ is int:
+        _need(obj, key, int, where)     # the range check
 
 
 def _check_frames(obj: dict[str, Any], where: str) -> None:
@@ -212,7 +221,8 @@ def _check_frames(obj: dict[str, Any], where: str) -> None:
 def check_snapshot(snap: Any, what: str = "snapshot") -> dict[str, Any]:
     """Check that ``snap`` has everything the visualizers read; return it.
 
-    Checks ``segments`` (``address``, ``total_size``, ``stream``, ``blocks`` with ``size`` and
+    Integers the visualizers read (addresses, sizes, streams, devices) must lie in
+    ``[0, 2**64)``. Checks ``segments`` (``address``, ``total_size``, ``stream``, ``blocks`` with ``size`` and
     ``state``; ``requested_size`` on ``active_allocated`` blocks) and ``device_traces`` (lists of
     dicts with a str ``action``; ``addr``/``size`` ints on alloc/free/segment actions), and the
     types of optional keys where present (``device``, ``segment_pool_id``, ``frames``, ...).
@@ -262,6 +272,8 @@ def check_snapshot(snap: Any, what: str = "snapshot") -> dict[str, Any]:
             where = f"{what}['device_traces'][{d}][{k}]"
             action = _need(e, "action", str, where)
             _opt(e, "stream", int, where)
+            _opt(e, "addr", int, where)
+            _opt(e, "size", int, where)
             _check_frames(e, where)
             if action in ("alloc", "free_requested", "free_completed", "segment_alloc",
                           "segment_free", "segment_map", "segment_unmap"):

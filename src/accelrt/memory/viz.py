@@ -26,6 +26,7 @@ Example::
 from __future__ import annotations
 
 import argparse
+import bisect
 import html
 import json
 import os
@@ -33,12 +34,14 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ._replay import _read_bytes, load_pickle
+from ._files import read_input, short_repr, terminal_safe
+from ._replay import load_pickle
 from ._snapshot import check_snapshot
 
 __all__ = ["format_bytes", "load_snapshot", "segsum", "trace_html", "trace_text", "viz_main"]
 
 PAGE_SIZE = 20 << 20          # one character of segsum's bars
+_MAX_BAR = 4096               # characters of one segsum bar at most (80 GiB at 20 MiB each)
 _MAX_POINTS = 4000            # timeline points embedded in the HTML (peaks preserved)
 _MAX_BANDS = 1000             # largest allocations drawn as their own band in the timeline
 _MAX_BAND_POINTS = 200_000    # numbers in all band edges together (bounds the page size)
@@ -79,7 +82,7 @@ def load_snapshot(path: str) -> dict[str, Any]:
         []
         >>> d.cleanup()
     """
-    return check_snapshot(load_pickle(_read_bytes(path), path), path)
+    return check_snapshot(load_pickle(read_input(path), path), path)
 
 
 def _report_free(external: int, internal: int) -> str:
@@ -93,8 +96,16 @@ def _block_requested(b: dict[str, Any]) -> int:
 
 
 def _segment_bar(seg: dict[str, Any]) -> tuple[str, int, int, int]:
-    """(bar, allocated, internal free, external free) of one segment."""
-    pages = max(1, (seg["total_size"] - 1) // PAGE_SIZE + 1)
+    """(bar, allocated, internal free, external free) of one segment.
+
+    One character per 20 MiB page, but never more than :data:`_MAX_BAR` characters: a larger
+    segment's characters each stand for an equal share of it. The work is proportional to the
+    number of blocks plus characters, never to the size a file claims; blocks that reach past
+    the segment's end are cut off.
+    """
+    total = seg["total_size"]
+    pages = max(1, min(_MAX_BAR, -(-total // PAGE_SIZE)))
+    page = max(PAGE_SIZE, -(-total // pages))      # bytes per character
     chars = [" "] * pages
     fill = [0.0] * pages
     allocated = internal = external = 0
@@ -108,11 +119,13 @@ def _segment_bar(seg: dict[str, Any]) -> tuple[str, int, int, int]:
             internal += size - used
             letter = chr(ord("a") + n % 26)
             n += 1
-            end = offset + used
-            for p in range(offset // PAGE_SIZE, (end - 1) // PAGE_SIZE + 1 if used else 0):
-                lo, hi = max(offset, p * PAGE_SIZE), min(end, (p + 1) * PAGE_SIZE)
-                fill[p] += (hi - lo) / PAGE_SIZE
-                chars[p] = letter if chars[p] == " " else "0123456789*"[min(10, int(fill[p] * 10))]
+            end = min(offset + used, total)
+            if used and offset < end:
+                for p in range(offset // page, min(pages, (end - 1) // page + 1)):
+                    lo, hi = max(offset, p * page), min(end, (p + 1) * page)
+                    fill[p] += (hi - lo) / page
+                    chars[p] = letter if chars[p] == " " else \
+                        "0123456789*"[min(10, int(fill[p] * 10))]
         else:
             external += size
         offset += size
@@ -123,7 +136,8 @@ def segsum(snapshot: dict[str, Any]) -> str:
     """How full each segment is, one bar per segment (PyTorch's ``segsum`` layout).
 
     Segments are listed smallest first; only those of at least 20 MiB get a bar, all count in
-    the totals. Internal free memory is rounding inside allocated blocks, external free memory
+    the totals. A bar has one character per 20 MiB, at most 4096 (a larger segment's
+    characters each stand for 1/4096 of it). Internal free memory is rounding inside allocated blocks, external free memory
     the unallocated blocks.
 
     Raises:
@@ -183,23 +197,51 @@ class _Names:
         self._free.append(name)
 
 
+class _Ranges:
+    """Named address ranges ``[base, base + size)`` found by address in O(log n)."""
+
+    def __init__(self) -> None:
+        self._bases: list[int] = []
+        self._items: list[tuple[str, int]] = []     # (name, size), parallel to _bases
+
+    def add(self, base: int, name: str, size: int) -> None:
+        i = bisect.bisect_left(self._bases, base)
+        if i < len(self._bases) and self._bases[i] == base:
+            self._items[i] = (name, size)
+        else:
+            self._bases.insert(i, base)
+            self._items.insert(i, (name, size))
+
+    def pop(self, base: int) -> tuple[str, int] | None:
+        i = bisect.bisect_left(self._bases, base)
+        if i < len(self._bases) and self._bases[i] == base:
+            del self._bases[i]
+            return self._items.pop(i)
+        return None
+
+    def find(self, addr: int) -> str | None:
+        """``name[offset`` of the range holding ``addr`` that starts closest below it."""
+        i = bisect.bisect_right(self._bases, addr) - 1
+        if i >= 0:
+            name, size = self._items[i]
+            if addr < self._bases[i] + size:
+                return f"{name}[{addr - self._bases[i]}"
+        return None
+
+
 def _trace_device(snapshot: dict[str, Any], device: int, entries: list[dict[str, Any]]) -> list[str]:
     out = [f"{len(entries)} entries"]
     names = _Names()
-    segs: dict[int, tuple[str, int]] = {}           # address -> (name, size) from the trace
+    segs = _Ranges()                                # segments seen in the trace
     allocs: dict[int, str] = {}                     # live allocation address -> name
-    known = [(f"seg_{i}", s["address"], s["total_size"])
-             for i, s in enumerate(snapshot["segments"]) if s.get("device", device) == device]
+    known = _Ranges()                               # segments of the snapshot
+    for i, s in enumerate(snapshot["segments"]):
+        if s.get("device", device) == device:
+            known.add(s["address"], f"seg_{i}", s["total_size"])
     live = 0
 
     def where(addr: int) -> str:
-        for base, (name, size) in segs.items():
-            if base <= addr < base + size:
-                return f"{name}[{addr - base}"
-        for name, base, size in known:
-            if base <= addr < base + size:
-                return f"{name}[{addr - base}"
-        return f"MEM[{addr}"
+        return segs.find(addr) or known.find(addr) or f"MEM[{addr}"
 
     for e in entries:
         action = e["action"]
@@ -218,11 +260,14 @@ def _trace_device(snapshot: dict[str, Any], device: int, entries: list[dict[str,
                 names.give_back(freed)
         elif action in ("segment_alloc", "segment_map"):
             name = names.take()
-            segs[e["addr"]] = (name, e["size"])
+            old = segs.pop(e["addr"])
+            if old is not None:
+                names.give_back(old[0])
+            segs.add(e["addr"], name, e["size"])
             verb = "cudaMalloc" if action == "segment_alloc" else "map"
             out.append(f"{name} = {verb}({e['addr']}, {format_bytes(e['size'])})")
         elif action in ("segment_free", "segment_unmap"):
-            name_size = segs.pop(e["addr"], None)
+            name_size = segs.pop(e["addr"])
             verb = "cudaFree" if action == "segment_free" else "unmap"
             out.append(f"{verb}({name_size[0] if name_size else e['addr']}) "
                        f"# {format_bytes(e['size'])}")
@@ -234,7 +279,9 @@ def _trace_device(snapshot: dict[str, Any], device: int, entries: list[dict[str,
         elif action == "snapshot":
             out.append(f"# snapshot taken, {format_bytes(e.get('size', 0))} active")
         else:
-            out.append(f"# {action} {e.get('user_metadata', '')}".rstrip())
+            meta = e.get("user_metadata", "")
+            text = meta if isinstance(meta, str) else short_repr(meta)
+            out.append(terminal_safe(f"# {action} {text}".rstrip(), one_line=True))
     out.append(f"TOTAL MEM: {format_bytes(live)}")
     return out
 
@@ -526,7 +573,9 @@ def trace_html(snapshot: dict[str, Any], title: str = "accelrt memory snapshot")
 def viz_main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``accelrt memory viz SNAPSHOT [-o FILE.html] [--segsum | --trace]``.
 
-    Returns 0 on success, 1 when the snapshot cannot be read, 2 on bad arguments.
+    Returns 0 on success, 1 when the snapshot cannot be read (a one-line message on stderr),
+    2 on bad arguments (including an output file that is the snapshot itself). Text that
+    came from the file is printed with control characters escaped.
 
     Example::
 
@@ -549,7 +598,8 @@ def viz_main(argv: Sequence[str] | None = None) -> int:
                     "or print it as text.")
     parser.add_argument("snapshot", metavar="SNAPSHOT", help="snapshot pickle file")
     parser.add_argument("-o", "--output", metavar="FILE.html", default=None,
-                        help="HTML file to write (default: SNAPSHOT with .html)")
+                        help="HTML file to write (default: SNAPSHOT with .html for its "
+                             "extension; never the snapshot itself)")
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--segsum", action="store_true",
                        help="print the segment summary instead of writing HTML")
@@ -559,23 +609,46 @@ def viz_main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
+    def fail(msg: str) -> int:
+        print(f"accelrt memory viz: error: {terminal_safe(msg, one_line=True)}", file=sys.stderr)
+        return 1
+
+    out = args.output if args.output is not None else _default_output(args.snapshot)
+    if not (args.segsum or args.trace) and _same_file(out, args.snapshot):
+        print(f"accelrt memory viz: error: {terminal_safe(out, one_line=True)} is the snapshot "
+              "itself; choose another output file with -o", file=sys.stderr)
+        return 2
     try:
         snap = load_snapshot(args.snapshot)
-    except (OSError, ValueError) as exc:
-        print(f"accelrt memory viz: error: {exc}", file=sys.stderr)
-        return 1
-    if args.segsum:
-        sys.stdout.write(segsum(snap))
+        if args.segsum:
+            text = segsum(snap)
+        elif args.trace:
+            text = trace_text(snap) + "\n"
+        else:
+            text = trace_html(snap, title=f"accelrt memory: {os.path.basename(args.snapshot)}")
+    except (OSError, ValueError, MemoryError, RecursionError, OverflowError) as exc:
+        return fail(str(exc))
+    if args.segsum or args.trace:
+        sys.stdout.write(terminal_safe(text))
         return 0
-    if args.trace:
-        print(trace_text(snap))
-        return 0
-    out = args.output or os.path.splitext(args.snapshot)[0] + ".html"
     try:
         with open(out, "w", encoding="utf-8") as f:
-            f.write(trace_html(snap, title=f"accelrt memory: {os.path.basename(args.snapshot)}"))
+            f.write(text)
     except OSError as exc:
-        print(f"accelrt memory viz: error: cannot write {out}: {exc}", file=sys.stderr)
-        return 1
-    print(f"wrote {out}")
+        return fail(f"cannot write {out}: {exc}")
+    print(f"wrote {terminal_safe(out, one_line=True)}")
     return 0
+
+
+def _default_output(snapshot: str) -> str:
+    """``SNAPSHOT`` with ``.html`` for its extension, or ``.viz.html`` added when that would
+    be the snapshot itself (``snap.html``)."""
+    out = os.path.splitext(snapshot)[0] + ".html"
+    return snapshot + ".viz.html" if _same_file(out, snapshot) else out
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:         # one of them does not exist (yet)
+        return os.path.abspath(a) == os.path.abspath(b)

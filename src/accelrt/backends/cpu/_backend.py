@@ -35,7 +35,8 @@ import numpy as np
 
 from ..._backend import Backend
 from ..._errors import DeviceError, map_backend_errors
-from ._config import CpuConfig, config_error, processor_name, resolve_config
+from ..._properties import derived_uuid
+from ._config import CpuConfig, config_error, l2_cache_size, processor_name, resolve_config
 from ._memory import (
     VM_GRANULARITY,
     DeviceMemory,
@@ -197,7 +198,9 @@ class CpuBackend(Backend):
 
     def get_device_properties(self, index: int) -> dict[str, Any]:
         """``name`` (processor model), ``total_memory`` (the budget), ``multi_processor_count``
-        (``os.cpu_count()``), plus ``async_streams``, ``vm_supported``, ``vm_granularity``,
+        (``os.cpu_count()``), ``uuid`` (derived from this machine's id, the backend name and
+        the index: stable across processes), ``L2_cache_size``, ``is_integrated`` (True),
+        ``warp_size`` and ``max_threads_per_multi_processor`` (1), plus ``async_streams``, ``vm_supported``, ``vm_granularity``,
         ``host_accessible``.
 
         Example::
@@ -211,6 +214,11 @@ class CpuBackend(Backend):
             "name": processor_name(),
             "total_memory": self._config.memory_limit,
             "multi_processor_count": os.cpu_count() or 1,
+            "uuid": str(derived_uuid(self.name, index)),   # this machine + backend + index
+            "L2_cache_size": l2_cache_size(),
+            "is_integrated": True,                       # device memory is host memory
+            "warp_size": 1,
+            "max_threads_per_multi_processor": 1,
             "async_streams": self._async,
             "vm_supported": vm_available(),
             "vm_granularity": VM_GRANULARITY,

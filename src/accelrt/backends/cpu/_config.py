@@ -29,6 +29,7 @@ from dataclasses import dataclass
 __all__ = [
     "CpuConfig",
     "config_error",
+    "l2_cache_size",
     "parse_memory_size",
     "physical_memory",
     "processor_name",
@@ -46,7 +47,8 @@ _UNITS: dict[str, int] = {
     "g": 1 << 30, "gib": 1 << 30, "gb": 10**9,
     "t": 1 << 40, "tib": 1 << 40, "tb": 10**12,
 }
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*$")
+_SIZE_RE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-zA-Z]*)\s*", re.ASCII)
+_DIGITS_RE = re.compile(r"[0-9]+", re.ASCII)
 _MEMORY_FORM = ("a byte count or a number with a unit, e.g. 8GiB, 512MiB, 1.5GB or 1000000 "
                 "(units: B, KB, MB, GB, TB = powers of 1000; KiB, MiB, GiB, TiB = powers of 1024)")
 
@@ -108,7 +110,7 @@ def parse_memory_size(text: str) -> int:
     """
     if not isinstance(text, str):
         raise TypeError(f"memory size must be a str, got {type(text).__name__}")
-    match = _SIZE_RE.match(text)
+    match = _SIZE_RE.fullmatch(text)
     unit = match.group(2).lower() if match else ""
     if match is None or unit not in _UNITS:
         raise ValueError(f"{text!r} is not a memory size; use {_MEMORY_FORM}")
@@ -142,6 +144,40 @@ def physical_memory() -> int:
     if pages <= 0 or page_size <= 0:
         return 16 << 30
     return int(pages) * int(page_size)
+
+
+def l2_cache_size() -> int:
+    """Bytes of L2 cache of the first core (Linux sysfs, else ``os.sysconf``), or 0 if
+    unknown.
+
+    Example::
+
+        >>> from accelrt.backends.cpu._config import l2_cache_size
+        >>> l2_cache_size() >= 0
+        True
+    """
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        entries = sorted(os.listdir(base))
+    except OSError:
+        entries = []
+    for entry in entries:
+        try:
+            with open(f"{base}/{entry}/level", encoding="ascii") as f:
+                level = f.read().strip()
+            with open(f"{base}/{entry}/size", encoding="ascii") as f:
+                size = f.read().strip()
+        except OSError:
+            continue
+        if level == "2":
+            try:
+                return parse_memory_size(size)      # "512K"
+            except ValueError:
+                break
+    try:
+        return max(0, int(os.sysconf("SC_LEVEL2_CACHE_SIZE")))
+    except (AttributeError, ValueError, OSError):
+        return 0
 
 
 _processor_name: str | None = None
@@ -180,10 +216,9 @@ def _env_devices(env: Mapping[str, str]) -> int:
     raw = env.get(ENV_DEVICES)
     if raw is None or raw.strip() == "":
         return 1
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        value = 0
+    text = raw.strip()
+    # ASCII digits only: int() would also take '+4', '1_0' and '٤' (Arabic-Indic four)
+    value = int(text) if _DIGITS_RE.fullmatch(text) and len(text) <= 18 else 0
     if value < 1:
         raise ValueError(f"{ENV_DEVICES}={raw!r} is invalid; set it to an integer >= 1 "
                          f"(the number of simulated cpu devices), e.g. {ENV_DEVICES}=4")

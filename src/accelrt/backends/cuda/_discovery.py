@@ -133,7 +133,7 @@ def parse_visible_devices(value: str) -> list[int | str]:
         else:
             digits = ""
             for ch in tok:
-                if not ch.isdigit():
+                if not "0" <= ch <= "9":      # ASCII only, as the CUDA runtime
                     break
                 digits += ch
             if not digits:

@@ -20,6 +20,7 @@ import contextlib
 import ctypes
 import itertools
 import threading
+import uuid
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -62,6 +63,55 @@ def _close_all(streams: list[ClStream]) -> None:
     for s in streams:
         with contextlib.suppress(Exception):  # best effort at interpreter exit
             s.close()
+
+
+def _info(d: Any, attr: str, default: Any) -> Any:
+    """An optional device query (deprecated or extension-only ones), or ``default``."""
+    try:
+        return getattr(d, attr)
+    except Exception:  # noqa: BLE001 - pyopencl raises LogicError, AttributeError, ...
+        return default
+
+
+_CL_DEVICE_UUID_KHR = 0x106A
+
+
+def device_uuid(d: Any) -> str:
+    """A stable UUID of an OpenCL device: ``CL_DEVICE_UUID_KHR`` where the driver offers
+    ``cl_khr_device_uuid``, else one derived from this machine's id and the device's identity
+    (platform, vendor id, name, and its position among the platform's devices), so that two
+    identical devices differ and a process sees the same value as every other.
+
+    Example::
+
+        >>> from accelrt.backends.opencl._backend import device_uuid
+        >>> class Platform:
+        ...     name = "P"
+        ...     def get_devices(self): return [dev]
+        >>> class Dev:
+        ...     name, vendor_id, extensions, platform = "D", 1, "", Platform()
+        >>> dev = Dev()
+        >>> device_uuid(dev) == device_uuid(dev)
+        True
+    """
+    from ..._properties import DeviceUUID, derived_uuid
+    if "cl_khr_device_uuid" in str(_info(d, "extensions", "")).split():
+        raw = _info_raw(d, _CL_DEVICE_UUID_KHR)
+        if isinstance(raw, (bytes, bytearray, list, tuple)) and len(raw) == 16 and any(raw):
+            return str(DeviceUUID(uuid.UUID(bytes=bytes(raw))))
+    platform = _info(d, "platform", None)
+    siblings = list(_info(platform, "get_devices", lambda: [])()) if platform is not None else []
+    position = next((i for i, s in enumerate(siblings) if s == d), -1)
+    return str(derived_uuid("opencl", str(_info(platform, "name", "")).strip(),
+                            _info(d, "vendor_id", 0), str(_info(d, "name", "")).strip(),
+                            position))
+
+
+def _info_raw(d: Any, param: int) -> Any:
+    try:
+        return d.get_info(param)
+    except Exception:  # noqa: BLE001 - pyopencl may not know how to decode the answer
+        return None
 
 
 def _device_type(cl: Any, bits: int) -> str:
@@ -204,7 +254,9 @@ class OpenCLBackend(Backend):
 
     def get_device_properties(self, index: int) -> dict[str, Any]:
         """``name``, ``total_memory`` (global memory), ``multi_processor_count`` (compute
-        units), plus ``platform``, ``vendor``, ``version``, ``driver_version``,
+        units), ``uuid`` (:func:`device_uuid`), ``L2_cache_size`` (the global memory cache),
+        ``is_integrated`` (host-unified memory), ``max_threads_per_multi_processor`` (the
+        largest work-group), plus ``platform``, ``vendor``, ``version``, ``driver_version``,
         ``device_type``, ``max_mem_alloc_size``, ``memory_mode`` (``"svm"``/``"buffer"``),
         ``host_accessible`` and ``vm_supported`` (both False). Creates no context."""
         d = self._cl_devices[self._check_index(index)]
@@ -214,6 +266,10 @@ class OpenCLBackend(Backend):
                 "name": d.name.strip(),
                 "total_memory": int(d.global_mem_size),
                 "multi_processor_count": int(d.max_compute_units),
+                "uuid": device_uuid(d),
+                "L2_cache_size": int(d.global_mem_cache_size),
+                "is_integrated": bool(_info(d, "host_unified_memory", False)),
+                "max_threads_per_multi_processor": int(d.max_work_group_size),
                 "platform": d.platform.name.strip(),
                 "vendor": d.vendor.strip(),
                 "version": d.version.strip(),

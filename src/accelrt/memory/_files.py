@@ -1,0 +1,150 @@
+"""Reading files from strangers safely: the one bounded reader and the text sanitiser shared
+by ``accelrt replay`` and ``accelrt memory viz``.
+
+* :func:`read_input` reads a file, inflating gzip data as a stream and refusing to inflate
+  more than :func:`inflate_limit` bytes (a 0.5 MB gzip bomb that would inflate to 512 MiB is
+  refused after at most 64 MiB, with a clear ``ValueError``).
+* :func:`terminal_safe` escapes control characters (ESC, BEL, carriage return, C1 codes,
+  Unicode bidi overrides, ...) so text that came from a file cannot retitle, clear or
+  rewrite the terminal it is printed on.
+* :func:`short_repr` is a bounded, escaped ``repr`` for error messages about file content.
+
+Example::
+
+    >>> from accelrt.memory._files import terminal_safe
+    >>> terminal_safe("ok\\x1b]0;pwned\\x07")
+    'ok\\\\x1b]0;pwned\\\\x07'
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import reprlib
+import stat
+import zlib
+from typing import Any
+
+__all__ = ["INFLATE_FLOOR", "INFLATE_RATIO", "inflate_limit", "read_input", "short_repr",
+           "terminal_safe"]
+
+#: Gzip input may always inflate to this many bytes...
+INFLATE_FLOOR = 64 << 20
+#: ...or to this many times its compressed size, whichever is larger. Allocator traces and
+#: snapshots compress 10x to 30x; a gzip bomb compresses about 1000x.
+INFLATE_RATIO = 100
+
+_CHUNK = 1 << 20
+
+
+def inflate_limit(compressed_size: int) -> int:
+    """The most bytes gzip data of ``compressed_size`` bytes may inflate to.
+
+    Example::
+
+        >>> from accelrt.memory._files import inflate_limit
+        >>> inflate_limit(1000) == 64 << 20, inflate_limit(10 << 20) == 1000 << 20
+        (True, True)
+    """
+    return max(INFLATE_FLOOR, INFLATE_RATIO * compressed_size)
+
+
+def read_input(path: str, limit: int | None = None) -> bytes:
+    """Read ``path``; gzip data is inflated, but never to more than ``limit`` bytes.
+
+    Args:
+        path: the file.
+        limit: the most inflated bytes accepted (default :func:`inflate_limit` of the file's
+            size).
+
+    Raises:
+        OSError: the file cannot be read.
+        ValueError: the gzip data is corrupt, or inflates to more than ``limit`` bytes (a
+            "gzip bomb"); the message names the file and the limit.
+
+    Example::
+
+        >>> import gzip, os, tempfile
+        >>> from accelrt.memory._files import read_input
+        >>> d = tempfile.TemporaryDirectory()
+        >>> p = os.path.join(d.name, "t.gz")
+        >>> with open(p, "wb") as f:
+        ...     _ = f.write(gzip.compress(b"hello"))
+        >>> read_input(p)
+        b'hello'
+        >>> d.cleanup()
+    """
+    with open(path, "rb") as f:
+        if f.peek(2)[:2] != b"\x1f\x8b":
+            return f.read()
+        st = os.fstat(f.fileno())
+        size = st.st_size if stat.S_ISREG(st.st_mode) else 0    # a pipe: the floor applies
+        cap = inflate_limit(size) if limit is None else limit
+        out = bytearray()
+        try:
+            with gzip.GzipFile(fileobj=f, mode="rb") as z:
+                while True:
+                    chunk = z.read(min(_CHUNK, cap + 1 - len(out)))
+                    if not chunk:
+                        break
+                    out += chunk
+                    if len(out) > cap:
+                        raise ValueError(
+                            f"{path}: refusing to inflate: the {size:,}-byte gzip data inflates "
+                            f"to more than {cap:,} bytes (at most {INFLATE_RATIO}x its size or "
+                            f"{INFLATE_FLOOR >> 20} MiB is accepted); decompress it yourself if "
+                            "you trust it")
+        except (OSError, EOFError, zlib.error) as exc:
+            raise ValueError(f"{path}: corrupt gzip data ({exc})") from exc
+    return bytes(out)
+
+
+# C0 and C1 control characters except newline and tab, DEL, the Unicode line/paragraph
+# separators and the bidirectional overrides/isolates (which reorder what a terminal shows).
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029"
+                     "\u202a-\u202e\u2066-\u2069]")
+_UNSAFE_LINE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029"
+                          "\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape(m: re.Match[str]) -> str:
+    c = ord(m.group())
+    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+
+
+def terminal_safe(text: str, *, one_line: bool = False) -> str:
+    """``text`` with every control character escaped (``\\x1b``, ``\\u202e``); newlines and
+    tabs are kept unless ``one_line``.
+
+    Example::
+
+        >>> from accelrt.memory._files import terminal_safe
+        >>> terminal_safe("a\\tb\\r\\n"), terminal_safe("a\\nb", one_line=True)
+        ('a\\tb\\\\x0d\\n', 'a\\\\x0ab')
+    """
+    return (_UNSAFE_LINE if one_line else _UNSAFE).sub(_escape, text)
+
+
+_repr = reprlib.Repr()
+_repr.maxlevel = 3
+_repr.maxstring = 60
+_repr.maxother = 60
+_repr.maxlong = 60
+
+
+def short_repr(value: Any) -> str:
+    """A ``repr`` of file content for error messages: bounded in length and nesting (a
+    100,000-deep list prints as ``[[[[...]]]]``), control characters escaped.
+
+    Example::
+
+        >>> from accelrt.memory._files import short_repr
+        >>> short_repr(["\x1b" + "x" * 100, [[[[1]]]]])
+        "['\\\\x1bxxxxxxxxxxxxxxxxxxxxxxx...xxxxxxxxxxxxxxxxxxxxxxxxxxxx', [[[...]]]]"
+    """
+    try:
+        text = _repr.repr(value)
+    except (RecursionError, ValueError, MemoryError):   # absurd ints or nesting
+        text = f"<{type(value).__name__}>"
+    return terminal_safe(text[:200], one_line=True)
