@@ -44,9 +44,14 @@ _ALL_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "ui
 
 
 class _Device:
-    """Per-device state, created on first use (context, default queue, memory)."""
+    """Per-device state, created on first use (context, default queue, memory).
 
-    __slots__ = ("ctx", "default", "index", "lock", "mem", "props", "used")
+    ``peer`` is a private in-order queue, made on the first peer copy into the device, that
+    carries the device side of peer copies (see :meth:`OpenCLBackend.memcpy_peer`): no user
+    stream orders it, so a copy never waits behind work that itself waits for that copy.
+    """
+
+    __slots__ = ("ctx", "default", "index", "lock", "mem", "peer", "props", "used")
 
     def __init__(self, index: int, ctx: Any, props: Any, mem: Any, default: ClStream) -> None:
         self.index = index
@@ -56,6 +61,7 @@ class _Device:
         self.default = default
         self.used = 0                  # guarded by lock: bytes allocated through malloc
         self.lock = threading.Lock()
+        self.peer: Any = None          # guarded by lock (creation): the peer-copy queue
 
 
 def _close_all(streams: list[ClStream]) -> None:
@@ -342,6 +348,22 @@ class OpenCLBackend(Backend):
             with map_backend_errors(self.name, "synchronize"):
                 s.queue.finish()
             s.drop_completed()
+        peer = self._dev(index).peer
+        if peer is not None:
+            with map_backend_errors(self.name, "synchronize"):
+                peer.finish()
+
+    def _peer_queue(self, d: _Device) -> Any:
+        """The private queue of device ``d`` that peer copies write through (made once)."""
+        q = d.peer
+        if q is None:
+            with d.lock:
+                q = d.peer
+                if q is None:
+                    with map_backend_errors(self.name, "creating the peer-copy queue of "
+                                            f"opencl:{d.index}"):
+                        q = d.peer = self._cl.CommandQueue(d.ctx, self._cl_devices[d.index])
+        return q
 
     def _host_call(self, s: ClStream, fn: Callable[[], object]) -> None:
         """Run ``fn`` on the host in stream order; later work on ``s`` waits for it."""
@@ -388,7 +410,12 @@ class OpenCLBackend(Backend):
     def memcpy_peer(self, dst: int, dst_index: int, src: int, src_index: int, nbytes: int,
                     stream: int) -> None:
         """Copy between devices, ordered on ``stream`` of the source: a device-to-host copy
-        into a staging buffer, then (on the stream's host worker) a write to ``dst``."""
+        into a staging buffer, then (on the stream's host worker) a write to ``dst``.
+
+        The write goes through the destination's private peer-copy queue, never one of its
+        streams: the caller orders the copy against the destination's streams with events (as
+        CUDA's ``cudaMemcpyPeerAsync``), and a destination stream that waits for an event
+        recorded after the copy must not also be in the copy's way."""
         if dst_index == src_index:
             self.memcpy(dst, src, nbytes, src_index, stream, "d2d")
             return
@@ -405,9 +432,10 @@ class OpenCLBackend(Backend):
         hptr = int(staging.ctypes.data)
         self._enqueue(s, "memcpy_peer", lambda q: smem.d2h(q, hptr, src, n))
 
+        dq = self._peer_queue(dd)
+
         def write() -> None:
             staging.shape  # noqa: B018 - keeps the staging buffer alive until here
-            dq = dd.default.queue
             ev = dd.mem.h2d(dq, dst, hptr, n)
             dq.flush()
             ev.wait()
