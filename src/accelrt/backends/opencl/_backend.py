@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import itertools
+import os
 import threading
 import weakref
 from collections import deque
@@ -30,8 +31,10 @@ import numpy as np
 
 from ..._backend import Backend
 from ..._errors import BackendUnavailableError, DeviceError, map_backend_errors
+from ..._fork import reinit_after_fork
 from ..cpu._memory import HostMemory, check_size
-from ._discovery import import_cl, list_devices, memory_mode_setting, unavailable_reason
+from ._discovery import (FORKED_MSG, import_cl, list_devices, memory_mode_setting,
+                         unavailable_reason)
 from ._memory import BufferMemory, SvmMemory
 from ._streams import ClEvent, ClStream, HostWorker
 
@@ -60,7 +63,7 @@ class _Device:
         self.mem = mem
         self.default = default
         self.used = 0                  # guarded by lock: bytes allocated through malloc
-        self.lock = threading.Lock()
+        self.lock = reinit_after_fork(threading.Lock())
         self.peer: Any = None          # guarded by lock (creation): the peer-copy queue
 
 
@@ -132,7 +135,7 @@ class OpenCLBackend(Backend):
                              "coarse-grained SVM; use 'auto' or 'buffer'")
         self._svm = [ok and mode != "buffer" for ok in svm]
         self._mode = mode
-        self._lock = threading.Lock()                 # guards creation/removal below
+        self._lock = reinit_after_fork(threading.Lock())  # guards creation/removal below
         self._state: list[_Device | None] = [None] * self._n   # guarded by _lock (writes)
         self._handles = itertools.count(1)
         self._streams: dict[int, ClStream] = {}       # guarded by _lock (writes)
@@ -140,7 +143,9 @@ class OpenCLBackend(Backend):
         self._all: list[ClStream] = []                # guarded by _lock: every stream ever
         self._host = HostMemory()
         self._orphans: deque[Any] = deque()          # guarded by _lock: see stream_destroy
+        self._forked = False                          # a forked child's copy: see _after_fork
         self._finalizer = weakref.finalize(self, _close_all, self._all)
+        _instances.add(self)
 
     # ------------------------------------------------------------------ discovery
     @classmethod
@@ -178,6 +183,7 @@ class OpenCLBackend(Backend):
         st = self._state[index] if type(index) is int and 0 <= index < self._n else None
         if st is not None:
             return st
+        self._check_forked()
         self._check_index(index)
         cl = self._cl
         with self._lock:
@@ -194,6 +200,21 @@ class OpenCLBackend(Backend):
                 st = _Device(index, ctx, props, mem_cls(cl, ctx, index), default)
                 self._state[index] = st
         return st
+
+    def _check_forked(self) -> None:
+        if self._forked:
+            raise BackendUnavailableError(FORKED_MSG)
+
+    def _after_fork(self) -> None:
+        """In a forked child: forget the parent's contexts, queues, streams and events (the
+        OpenCL driver's threads are gone: a command would never complete) and refuse every
+        operation that needs them with :data:`FORKED_MSG`, as CUDA does after ``cuInit``."""
+        self._forked = True
+        self._state = [None] * self._n
+        self._streams = {}
+        self._events = {}
+        self._all.clear()                  # nothing of the parent's to close at exit
+        self._orphans.clear()
 
     def _queue_props(self, device: Any) -> int:
         cl = self._cl
@@ -304,6 +325,7 @@ class OpenCLBackend(Backend):
                 s = self._streams.get(stream)
                 if s is not None and s.device == index:
                     return s
+        self._check_forked()
         self._check_index(index)
         if isinstance(stream, bool) or not isinstance(stream, int):
             raise TypeError(f"stream handle must be an int, got {type(stream).__name__}")
@@ -313,6 +335,7 @@ class OpenCLBackend(Backend):
     def _event(self, event: int, index: int) -> ClEvent:
         ev = self._events.get(event) if type(event) is int else None
         if ev is None or type(index) is not int or ev.device != index:
+            self._check_forked()
             self._check_index(index)
             if isinstance(event, bool) or not isinstance(event, int):
                 raise TypeError(f"event handle must be an int, got {type(event).__name__}")
@@ -559,6 +582,7 @@ class OpenCLBackend(Backend):
         s = self._stream(index, stream)
         ev = self._events.get(event) if type(event) is int else None
         if ev is None:
+            self._check_forked()
             if isinstance(event, bool) or not isinstance(event, int):
                 raise TypeError(f"event handle must be an int, got {type(event).__name__}")
             raise ValueError(f"event handle {event} is not a live event; use a handle from "
@@ -678,3 +702,16 @@ class OpenCLBackend(Backend):
     def __repr__(self) -> str:
         return f"<accelrt backend {self.name!r}: {self._n} OpenCL device(s), {self._mode} memory>"
 
+
+# ---------------------------------------------------------------------- fork safety
+
+_instances: weakref.WeakSet[OpenCLBackend] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for b in list(_instances):
+        b._after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
