@@ -37,8 +37,7 @@ _HARNESS = textwrap.dedent("""
                 except BaseException:
                     traceback.print_exc()
                     code = 3
-                sys.stdout.flush(); sys.stderr.flush()
-                os._exit(code)
+                sys.exit(code)   # through interpreter exit: nothing may hang there either
             pids.append(pid)
         deadline = time.monotonic() + deadline_s
         ok = hung = failed = 0
