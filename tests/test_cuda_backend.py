@@ -17,6 +17,7 @@ import ctypes
 import itertools
 import os
 import pickle
+import re
 import subprocess
 import sys
 import textwrap
@@ -741,6 +742,20 @@ def test_forked_child_refuses_cuda_after_a_context(fake: Any) -> None:
     b._after_fork()                    # a context existed in the "parent"
     with pytest.raises(RuntimeError, match="spawn"):
         b.malloc(0, 64)
+
+
+def test_forked_child_gets_pytorchs_error_for_every_operation(fake: Any) -> None:
+    b, _ = fake
+    p = b.malloc(0, 64)
+    s = b.stream_create(0, 0)
+    b._after_fork()                    # what the at-fork handler runs in a child
+    msg = re.escape("Cannot re-initialize CUDA in forked subprocess. To use CUDA with "
+                    "multiprocessing, you must use the 'spawn' start method")
+    for op in (lambda: b.malloc(0, 64), lambda: b.free(0, p), lambda: b.stream_create(0, 0),
+               lambda: b.stream_synchronize(0, s), lambda: b.event_create(0, False, False, False),
+               lambda: b.synchronize(0), lambda: b.init_device(1)):
+        with pytest.raises(acc.BackendUnavailableError, match=msg):
+            op()
 
 
 def test_forked_child_refuses_cuda_after_cuinit_alone(fake: Any) -> None:

@@ -45,6 +45,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from ._errors import BackendUnavailableError
+from ._fork import reinit_after_fork
 
 __all__ = [
     "BACKENDS",
@@ -339,7 +340,7 @@ class Backend(abc.ABC):
 
 # ---------------------------------------------------------------------- registry
 
-_lock = threading.RLock()
+_lock = reinit_after_fork(threading.RLock())
 _factories: dict[str, Callable[[], Backend]] = {}   # guarded by _lock
 _instances: dict[str, Backend] = {}                  # guarded by _lock
 _failures: dict[str, str] = {}                       # guarded by _lock

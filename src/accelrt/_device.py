@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import _backend
 from ._errors import AcceleratorIndexError, AcceleratorValueError, BackendUnavailableError
+from ._fork import reinit_after_fork
 
 if TYPE_CHECKING:
     from ._backend import Backend
@@ -165,7 +166,7 @@ def _parse(s: str) -> tuple[str, int | None]:
 
 # ---------------------------------------------------------------------- current accelerator
 
-_acc_lock = threading.Lock()
+_acc_lock = reinit_after_fork(threading.Lock())
 _current_name: str | None = None          # guarded by _acc_lock; None = not chosen yet
 _current_backend: Backend | None = None   # guarded by _acc_lock
 

@@ -43,6 +43,8 @@ from typing import Any
 
 import numpy as np
 
+from ._fork import reinit_after_fork
+
 __all__ = [
     "DLPACK_VERSION",
     "backend_device_type",
@@ -206,7 +208,7 @@ _PyCapsule_GetName.argtypes = [ctypes.py_object]
 #   nobody else references: unconsumed ones completely, consumed ones (renamed by the
 #   consumer) only their capsule reference, leaving the rest to the deleter.
 _live: dict[int, list[Any]] = {}         # mutated with single dict operations (atomic)
-_sweep_lock = threading.Lock()           # serialises _sweep
+_sweep_lock = reinit_after_fork(threading.Lock())  # serialises _sweep
 _gc_hooked = False                       # guarded by _sweep_lock
 
 

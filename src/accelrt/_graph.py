@@ -31,6 +31,7 @@ from . import _device as _dev
 from . import _stream
 from ._device import _lazy_init, _require_current, _tls
 from ._errors import CaptureNotSupportedError
+from ._fork import reinit_after_fork
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -42,7 +43,7 @@ __all__ = ["Graph", "graph", "graph_pool_handle"]
 
 _CAPTURE_MODES = ("global", "thread_local", "relaxed")
 _ids = itertools.count(1)
-_lock = threading.Lock()
+_lock = reinit_after_fork(threading.Lock())
 #: Captures in progress per (backend name, device index); guarded by _lock.
 _active: dict[tuple[str, int], int] = {}
 

@@ -45,6 +45,7 @@ from . import _sync_debug as _sd
 from . import _device as _dev
 from ._device import _check_index, _lazy_init, _tls
 from ._errors import BackendUnavailableError, OutOfMemoryError
+from ._fork import reinit_after_fork
 from .memory import _pluggable
 
 if TYPE_CHECKING:
@@ -1464,7 +1465,7 @@ class DeviceModule(Generic[_S, _E]):
 # ---------------------------------------------------------------------- registry
 
 _modules: dict[str, DeviceModule[Any, Any]] = {}
-_modules_lock = threading.Lock()
+_modules_lock = reinit_after_fork(threading.Lock())
 _BUILTIN = {"cpu": "accelrt.cpu", "cuda": "accelrt.cuda", "opencl": "accelrt.opencl"}
 
 

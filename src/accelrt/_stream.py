@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from . import _device as _dev
 from . import _sync_debug as _sd
 from ._device import _get_device, _get_device_of, _lazy_init, _require_current, _tls
+from ._fork import reinit_after_fork
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -63,7 +64,7 @@ class _DevicePool:
 
 # backend -> device index -> pool; guarded by _pools_lock for writes
 _pools: dict[Backend, dict[int, _DevicePool]] = {}
-_pools_lock = threading.Lock()
+_pools_lock = reinit_after_fork(threading.Lock())
 _ZERO = 0  # ``priority is _ZERO``: the int 0 (small ints are cached), a fast path only
 
 

@@ -41,13 +41,14 @@ import threading
 import warnings
 
 from ._errors import AcceleratorError
+from ._fork import reinit_after_fork
 
 __all__ = ["get_sync_debug_mode", "set_sync_debug_mode"]
 
 #: True while some backend's mode is not "default" (the one global the hot paths read).
 active = False
 _modes: dict[str, int] = {}          # backend name -> 1 (warn) or 2 (error); guarded by _lock
-_lock = threading.Lock()
+_lock = reinit_after_fork(threading.Lock())
 _NAMES = {"default": 0, "warn": 1, "error": 2}
 _PKG = os.path.dirname(os.path.abspath(__file__)) + os.sep
 #: How messages spell a backend (PyTorch's text says "CUDA").

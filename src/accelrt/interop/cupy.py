@@ -26,6 +26,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from .._device import _lazy_init
+from .._fork import reinit_after_fork
 from ._common import BlockOwner, cuda_backend, missing
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ __all__ = ["AccelrtCupyAllocator", "AllocatorHandle", "restore", "use_accelrt_al
 
 _INSTALL = 'pip install cupy-cuda12x (or cupy-cuda13x), matching your CUDA driver'
 
-_lock = threading.Lock()
+_lock = reinit_after_fork(threading.Lock())
 _active: list[AllocatorHandle] = []   # guarded by _lock: active installs, innermost last
 
 

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _device
 from .._device import _get_device, _tls
+from .._fork import reinit_after_fork
 from . import _host
 from ._allocator import DeviceCachingAllocator, get_allocator, peek_allocator
 from ._config import get_allocator_settings, get_config, set_allocator_settings
@@ -564,7 +565,7 @@ def caching_allocator_delete(ptr: int) -> None:
 # ---------------------------------------------------------------------- private pools
 
 _pool_ids = itertools.count(1)
-_pool_lock = threading.Lock()
+_pool_lock = reinit_after_fork(threading.Lock())
 
 
 def _release_pool(pool_id: tuple[int, int], users: list[Any]) -> None:

@@ -42,6 +42,7 @@ from typing import Any, cast
 
 from .._backend import Backend
 from .._errors import OutOfMemoryError
+from .._fork import hold_across_fork, reinit_after_fork
 from ._block import (
     ADDR_MASK,
     DEFAULT_POOL,
@@ -105,7 +106,7 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
         self._b = backend                    # immutable
         self._index = index                  # immutable
         self._name: str = backend.name       # immutable
-        self._lock = FastLock()
+        self._lock = hold_across_fork(FastLock())
         self._acquire = self._lock.acquire                 # bound C methods of _lock
         self._release = self._lock.put                     # put(None) releases
         self._try_acquire = self._lock.try_acquire
@@ -1160,7 +1161,7 @@ def _roundup_power2_next_division(size: int, divisions: int) -> int:
 
 # ---------------------------------------------------------------------- registry
 
-_lock = threading.Lock()
+_lock = reinit_after_fork(threading.Lock())
 _allocators: dict[tuple[str, int], DeviceCachingAllocator] = {}   # guarded by _lock
 
 

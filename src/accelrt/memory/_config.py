@@ -39,6 +39,8 @@ import os
 import threading
 from dataclasses import dataclass, field
 
+from .._fork import reinit_after_fork
+
 __all__ = [
     "ENV_VAR",
     "MB",
@@ -372,7 +374,7 @@ def _apply_key(vals: dict[str, object], key: str, tok: str, lss_mb: int) -> None
 
 # ---------------------------------------------------------------------- process-wide options
 
-_lock = threading.Lock()
+_lock = reinit_after_fork(threading.Lock())
 _current: AllocatorConfig | None = None   # guarded by _lock
 
 

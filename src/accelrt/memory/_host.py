@@ -27,6 +27,7 @@ import time
 from typing import Any
 
 from .._errors import OutOfMemoryError
+from .._fork import hold_across_fork, reinit_after_fork
 from ._config import get_config
 from ._stats import Stat
 
@@ -102,7 +103,7 @@ class HostCachingAllocator:
 
     def __init__(self, backend: Any) -> None:
         self._b = backend
-        self._lock = threading.Lock()
+        self._lock = hold_across_fork(threading.Lock())
         self._blocks: dict[int, _Block] = {}                 # every block, by address
         self._free: list[list[_Block]] = [[] for _ in range(65)]   # cached, by bucket
         self._pending: list[_Block] = []                     # freed, waiting on events
@@ -297,7 +298,7 @@ class HostCachingAllocator:
                 st.reset_peak()
 
 
-_registry_lock = threading.Lock()
+_registry_lock = reinit_after_fork(threading.Lock())
 _pools: dict[str, HostCachingAllocator] = {}               # guarded by _registry_lock
 
 

@@ -48,7 +48,7 @@ class FastLock:
         >>> lock.acquire(); lock.release()
     """
 
-    __slots__ = ("_q", "acquire", "acquire_nowait", "put", "release")
+    __slots__ = ("__weakref__", "_q", "acquire", "acquire_nowait", "put", "release")
 
     def __init__(self) -> None:
         self._q: queue.SimpleQueue[None] = queue.SimpleQueue()

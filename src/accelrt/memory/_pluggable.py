@@ -54,6 +54,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .. import _device
+from .._fork import reinit_after_fork
 from .._errors import OutOfMemoryError
 from ._allocator import _MAX_ALLOC, DeviceCachingAllocator, _check_size
 from ._oom import format_size
@@ -332,7 +333,7 @@ class _PluggableDeviceAllocator(DeviceCachingAllocator):
 
 
 _current: dict[str, PluggableAllocator] = {}   # backend name -> its replacing allocator
-_current_lock = threading.Lock()
+_current_lock = reinit_after_fork(threading.Lock())
 
 
 def _backend_of(device_type: object) -> Backend:

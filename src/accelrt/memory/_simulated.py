@@ -26,6 +26,7 @@ from typing import Any
 
 from .._backend import Backend
 from .._errors import OutOfMemoryError
+from .._fork import reinit_after_fork
 
 __all__ = ["SimulatedBackend"]
 
@@ -105,7 +106,7 @@ class SimulatedBackend(Backend):
         if not 0 < device_count <= 64:
             raise ValueError(f"device_count must be in 1..64, got {device_count}")
         self.capacity = capacity
-        self._lock = threading.Lock()
+        self._lock = reinit_after_fork(threading.Lock())
         self._devices = [_Device(i) for i in range(device_count)]
         self._handles = itertools.count(1)              # streams and events
         self._host: dict[int, int] = {}                 # pinned ptr -> size, guarded by _lock

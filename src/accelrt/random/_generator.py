@@ -29,6 +29,7 @@ import numpy as np
 
 from .._device import _get_device
 from .._device import device as _device_cls
+from .._fork import reinit_after_fork
 
 if TYPE_CHECKING:
     from .._backend import Backend
@@ -122,7 +123,7 @@ class Generator:
     def _init(self, b: Backend, index: int, seed: int, offset: int) -> None:
         self._b = b
         self._index = index
-        self._lock = threading.Lock()
+        self._lock = reinit_after_fork(threading.Lock())
         self._seed = seed      # guarded by _lock
         self._offset = offset  # guarded by _lock
 
@@ -197,7 +198,7 @@ class Generator:
 
 # ---------------------------------------------------------------------- default generators
 
-_lock = threading.Lock()
+_lock = reinit_after_fork(threading.Lock())
 _defaults: dict[tuple[str, int], Generator] = {}             # guarded by _lock
 _pending: dict[tuple[str, int], tuple[int, int]] = {}        # guarded by _lock
 

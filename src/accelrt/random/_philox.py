@@ -60,6 +60,8 @@ from typing import Any
 
 import numpy as np
 
+from .._fork import reinit_after_fork
+
 __all__ = [
     "DISTRIBUTIONS",
     "PHILOX_M0",
@@ -494,7 +496,7 @@ def _convert(w: np.ndarray, dist: str, dtype: np.dtype, params: Sequence[Any],
 
 _pool: concurrent.futures.ThreadPoolExecutor | None = None  # guarded by _pool_lock
 _pool_pid = 0                                                 # guarded by _pool_lock
-_pool_lock = threading.Lock()
+_pool_lock = reinit_after_fork(threading.Lock())
 
 
 def _max_threads() -> int:

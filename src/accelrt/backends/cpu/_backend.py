@@ -35,6 +35,7 @@ import numpy as np
 
 from ..._backend import Backend
 from ..._errors import DeviceError, map_backend_errors
+from ..._fork import reinit_after_fork
 from ..._properties import derived_uuid
 from ._config import CpuConfig, config_error, l2_cache_size, processor_name, resolve_config
 from ._memory import (
@@ -132,7 +133,7 @@ class CpuBackend(Backend):
         self._host = HostMemory()
         # guards creation/removal below; re-entrant because a garbage collection can run an
         # Event/Stream finalizer (event_destroy, stream_destroy) inside a locked section
-        self._lock = threading.RLock()
+        self._lock = reinit_after_fork(threading.RLock())
         self._handles = itertools.count(1)
         self._default = [CpuStream(i, 0, 0) for i in range(n)]
         self._streams: dict[int, CpuStream] = {}      # guarded by _lock (writes)

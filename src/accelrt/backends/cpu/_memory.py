@@ -30,6 +30,8 @@ from typing import Any, SupportsIndex, cast
 
 import numpy as np
 
+from ..._fork import reinit_after_fork
+
 __all__ = ["ALIGNMENT", "VM_GRANULARITY", "DeviceMemory", "HostMemory", "check_size",
            "host_view", "vm_available"]
 
@@ -98,7 +100,7 @@ def _aligned_buffer(size: int) -> tuple[int, np.ndarray] | None:
 # ---------------------------------------------------------------------- libc virtual memory
 
 _libc: Any = None
-_libc_lock = threading.Lock()
+_libc_lock = reinit_after_fork(threading.Lock())
 
 
 def _get_libc() -> Any:
@@ -173,7 +175,7 @@ class DeviceMemory:
     def __init__(self, index: int, budget: int) -> None:
         self.index = index
         self.budget = budget
-        self._lock = threading.Lock()
+        self._lock = reinit_after_fork(threading.Lock())
         self.used = 0                              # guarded by _lock
         self._regions: dict[int, _Region] = {}     # guarded by _lock; base -> region
         self._bases: list[int] = []                # guarded by _lock; sorted region bases
@@ -392,7 +394,7 @@ class HostMemory:
     """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = reinit_after_fork(threading.Lock())
         self._bufs: dict[int, np.ndarray] = {}  # guarded by _lock
 
     def malloc(self, size: int) -> int:

@@ -3,8 +3,8 @@
 In asynchronous mode each :class:`CpuStream` owns a daemon worker thread (started on its first
 piece of work) that runs the stream's work in FIFO order. Threads do not survive ``fork()``: in
 a forked child every stream forgets its worker (and its lock, which a parent thread may have
-held), counts the work that was running in the parent as done, and starts a new worker for the
-work still queued. Completion is tracked by sequence
+held) and the parent's queued work, which the parent runs: the child starts with every stream
+idle, all its work counted as done. Completion is tracked by sequence
 numbers: work number ``n`` of a stream has completed once ``stream.completed >= n``. An event
 record is the pair ``(stream, n)`` plus the timestamp taken when the work before it is done.
 
@@ -94,14 +94,17 @@ class CpuStream:
         self.thread.start()
 
     def _after_fork(self) -> None:
-        """In a forked child: drop the parent's worker and lock, and restart the queue."""
+        """In a forked child: drop the parent's worker, lock and queued work.
+
+        That work is the parent's (it runs there): run again here, a host function's side
+        effects would happen twice, and one waiting for a parent thread would never return.
+        The stream starts idle, its work counted as done (what that work would have written is
+        unspecified in the child, as device memory is in a CUDA child).
+        """
         self.cv = threading.Condition(threading.Lock())
         self.thread = None
-        queued = sum(1 for fn in self.queue if fn is not _STOP)
-        # work popped by the parent's worker but not counted: it ran (or runs) in the parent
-        self.completed = self.submitted - queued
-        if self.queue:
-            self._start()
+        self.queue.clear()
+        self.completed = self.submitted
 
     def _run(self) -> None:
         queue, cv = self.queue, self.cv

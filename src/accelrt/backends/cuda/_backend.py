@@ -22,6 +22,7 @@ import uuid as _uuid
 from typing import Any
 
 from ..._backend import Backend
+from ..._errors import BackendUnavailableError
 from . import _cu, _discovery
 from ._cu import CudaError, check
 from ._kernels import KernelCache, pack_args
@@ -35,9 +36,10 @@ _BASE_DTYPES = [
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float16", "float32", "float64", "complex64", "complex128",
 ]
-_FORKED_MSG = ("Cannot re-initialize CUDA in a forked subprocess: this process was forked "
-               "after CUDA was initialised in its parent. To use CUDA with multiprocessing, "
-               "use the 'spawn' start method (multiprocessing.set_start_method('spawn')).")
+_FORKED_MSG = ("Cannot re-initialize CUDA in forked subprocess. To use CUDA with "
+               "multiprocessing, you must use the 'spawn' start method (this process was forked "
+               "after CUDA was initialised in its parent: multiprocessing.set_start_method("
+               "'spawn'))")
 
 
 class _Device:
@@ -115,7 +117,7 @@ class CudaBackend(OpsMixin, StreamMixin, MemoryMixin, Backend):
     def _init_driver(self) -> None:
         if not self._inited:
             if self._forked:
-                raise RuntimeError(_FORKED_MSG)
+                raise BackendUnavailableError(_FORKED_MSG)
             check(self._drv.cuInit(0), "cuInit")
             self._inited = True
 
@@ -139,7 +141,7 @@ class CudaBackend(OpsMixin, StreamMixin, MemoryMixin, Backend):
         if d is not None:
             return d
         if self._forked:
-            raise RuntimeError(_FORKED_MSG)
+            raise BackendUnavailableError(_FORKED_MSG)
         index = self._check_index(index)
         dev = self._cu_device(index)
         drv = self._drv

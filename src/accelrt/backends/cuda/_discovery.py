@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from ..._fork import reinit_after_fork
 from . import _cu
 
 __all__ = [
@@ -271,7 +272,7 @@ def _probe_uncached() -> Probe:
     return _probe_driver(drv, missing)
 
 
-_lock = threading.Lock()
+_lock = reinit_after_fork(threading.Lock())
 _cached: Probe | None = None   # guarded by _lock
 
 

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from ..._fork import reinit_after_fork
 from . import _cu
 from ._cu import CudaError, check
 
@@ -186,7 +187,7 @@ class KernelCache:
     """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = reinit_after_fork(threading.Lock())
         self._modules: dict[tuple[int, str], Any] = {}     # guarded by _lock
         self._functions: dict[tuple[int, str, str], Any] = {}   # guarded by _lock
         #: How each module was obtained, ``"nvrtc-cubin"`` or ``"ptx"`` (for tests and docs).

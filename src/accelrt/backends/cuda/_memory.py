@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..._fork import reinit_after_fork
 from . import _cu
 from ._cu import as_int, as_ptr, as_size, check
 
@@ -69,7 +70,7 @@ class Ranges:
     def __init__(self) -> None:
         self._bases: list[int] = []          # sorted; guarded by _lock
         self._sizes: dict[int, int] = {}     # base -> size; guarded by _lock
-        self._lock = threading.Lock()
+        self._lock = reinit_after_fork(threading.Lock())
 
     def add(self, base: int, size: int) -> None:
         with self._lock:

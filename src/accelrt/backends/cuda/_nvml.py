@@ -18,6 +18,7 @@ import threading
 from typing import Any
 
 from ..._errors import BackendUnavailableError, DeviceError
+from ..._fork import reinit_after_fork
 from . import _cu, _discovery
 
 __all__ = [
@@ -31,7 +32,7 @@ __all__ = [
     "utilization",
 ]
 
-_lock = threading.Lock()
+_lock = reinit_after_fork(threading.Lock())
 _inited = False   # guarded by _lock; NVML stays initialised once monitoring is used
 
 

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..._errors import DeviceError
+from ..._fork import reinit_after_fork
 from . import _cu
 from ._cu import as_handle, as_int, check
 
@@ -93,7 +94,7 @@ class StreamMixin:
 
     def __init__(self) -> None:
         self._graphs: dict[int, tuple[int, Any]] = {}   # exec -> (index, CUgraph); _graph_lock
-        self._graph_lock = threading.Lock()
+        self._graph_lock = reinit_after_fork(threading.Lock())
         #: live events: handle -> [device index, timing, captured]; item ops are atomic
         self._events: dict[int, list[Any]] = {}
         #: streams capturing a graph: handle -> device index; guarded by _graph_lock

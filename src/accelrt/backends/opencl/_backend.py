@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import itertools
+import os
 import threading
 import uuid
 import weakref
@@ -31,8 +32,10 @@ import numpy as np
 
 from ..._backend import Backend
 from ..._errors import BackendUnavailableError, DeviceError, map_backend_errors
+from ..._fork import reinit_after_fork
 from ..cpu._memory import HostMemory, check_size
-from ._discovery import import_cl, list_devices, memory_mode_setting, unavailable_reason
+from ._discovery import (FORKED_MSG, import_cl, list_devices, memory_mode_setting,
+                         unavailable_reason)
 from ._memory import BufferMemory, SvmMemory
 from ._streams import ClEvent, ClStream, HostWorker
 
@@ -45,9 +48,14 @@ _ALL_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "ui
 
 
 class _Device:
-    """Per-device state, created on first use (context, default queue, memory)."""
+    """Per-device state, created on first use (context, default queue, memory).
 
-    __slots__ = ("ctx", "default", "index", "lock", "mem", "props", "used")
+    ``peer`` is a private in-order queue, made on the first peer copy into the device, that
+    carries the device side of peer copies (see :meth:`OpenCLBackend.memcpy_peer`): no user
+    stream orders it, so a copy never waits behind work that itself waits for that copy.
+    """
+
+    __slots__ = ("ctx", "default", "index", "lock", "mem", "peer", "props", "used")
 
     def __init__(self, index: int, ctx: Any, props: Any, mem: Any, default: ClStream) -> None:
         self.index = index
@@ -56,7 +64,8 @@ class _Device:
         self.mem = mem
         self.default = default
         self.used = 0                  # guarded by lock: bytes allocated through malloc
-        self.lock = threading.Lock()
+        self.lock = reinit_after_fork(threading.Lock())
+        self.peer: Any = None          # guarded by lock (creation): the peer-copy queue
 
 
 def _close_all(streams: list[ClStream]) -> None:
@@ -176,7 +185,7 @@ class OpenCLBackend(Backend):
                              "coarse-grained SVM; use 'auto' or 'buffer'")
         self._svm = [ok and mode != "buffer" for ok in svm]
         self._mode = mode
-        self._lock = threading.Lock()                 # guards creation/removal below
+        self._lock = reinit_after_fork(threading.Lock())  # guards creation/removal below
         self._state: list[_Device | None] = [None] * self._n   # guarded by _lock (writes)
         self._handles = itertools.count(1)
         self._streams: dict[int, ClStream] = {}       # guarded by _lock (writes)
@@ -184,7 +193,9 @@ class OpenCLBackend(Backend):
         self._all: list[ClStream] = []                # guarded by _lock: every stream ever
         self._host = HostMemory()
         self._orphans: deque[Any] = deque()          # guarded by _lock: see stream_destroy
+        self._forked = False                          # a forked child's copy: see _after_fork
         self._finalizer = weakref.finalize(self, _close_all, self._all)
+        _instances.add(self)
 
     # ------------------------------------------------------------------ discovery
     @classmethod
@@ -222,6 +233,7 @@ class OpenCLBackend(Backend):
         st = self._state[index] if type(index) is int and 0 <= index < self._n else None
         if st is not None:
             return st
+        self._check_forked()
         self._check_index(index)
         cl = self._cl
         with self._lock:
@@ -238,6 +250,21 @@ class OpenCLBackend(Backend):
                 st = _Device(index, ctx, props, mem_cls(cl, ctx, index), default)
                 self._state[index] = st
         return st
+
+    def _check_forked(self) -> None:
+        if self._forked:
+            raise BackendUnavailableError(FORKED_MSG)
+
+    def _after_fork(self) -> None:
+        """In a forked child: forget the parent's contexts, queues, streams and events (the
+        OpenCL driver's threads are gone: a command would never complete) and refuse every
+        operation that needs them with :data:`FORKED_MSG`, as CUDA does after ``cuInit``."""
+        self._forked = True
+        self._state = [None] * self._n
+        self._streams = {}
+        self._events = {}
+        self._all.clear()                  # nothing of the parent's to close at exit
+        self._orphans.clear()
 
     def _queue_props(self, device: Any) -> int:
         cl = self._cl
@@ -354,6 +381,7 @@ class OpenCLBackend(Backend):
                 s = self._streams.get(stream)
                 if s is not None and s.device == index:
                     return s
+        self._check_forked()
         self._check_index(index)
         if isinstance(stream, bool) or not isinstance(stream, int):
             raise TypeError(f"stream handle must be an int, got {type(stream).__name__}")
@@ -363,6 +391,7 @@ class OpenCLBackend(Backend):
     def _event(self, event: int, index: int) -> ClEvent:
         ev = self._events.get(event) if type(event) is int else None
         if ev is None or type(index) is not int or ev.device != index:
+            self._check_forked()
             self._check_index(index)
             if isinstance(event, bool) or not isinstance(event, int):
                 raise TypeError(f"event handle must be an int, got {type(event).__name__}")
@@ -398,6 +427,22 @@ class OpenCLBackend(Backend):
             with map_backend_errors(self.name, "synchronize"):
                 s.queue.finish()
             s.drop_completed()
+        peer = self._dev(index).peer
+        if peer is not None:
+            with map_backend_errors(self.name, "synchronize"):
+                peer.finish()
+
+    def _peer_queue(self, d: _Device) -> Any:
+        """The private queue of device ``d`` that peer copies write through (made once)."""
+        q = d.peer
+        if q is None:
+            with d.lock:
+                q = d.peer
+                if q is None:
+                    with map_backend_errors(self.name, "creating the peer-copy queue of "
+                                            f"opencl:{d.index}"):
+                        q = d.peer = self._cl.CommandQueue(d.ctx, self._cl_devices[d.index])
+        return q
 
     def _host_call(self, s: ClStream, fn: Callable[[], object]) -> None:
         """Run ``fn`` on the host in stream order; later work on ``s`` waits for it."""
@@ -444,7 +489,12 @@ class OpenCLBackend(Backend):
     def memcpy_peer(self, dst: int, dst_index: int, src: int, src_index: int, nbytes: int,
                     stream: int) -> None:
         """Copy between devices, ordered on ``stream`` of the source: a device-to-host copy
-        into a staging buffer, then (on the stream's host worker) a write to ``dst``."""
+        into a staging buffer, then (on the stream's host worker) a write to ``dst``.
+
+        The write goes through the destination's private peer-copy queue, never one of its
+        streams: the caller orders the copy against the destination's streams with events (as
+        CUDA's ``cudaMemcpyPeerAsync``), and a destination stream that waits for an event
+        recorded after the copy must not also be in the copy's way."""
         if dst_index == src_index:
             self.memcpy(dst, src, nbytes, src_index, stream, "d2d")
             return
@@ -461,9 +511,10 @@ class OpenCLBackend(Backend):
         hptr = int(staging.ctypes.data)
         self._enqueue(s, "memcpy_peer", lambda q: smem.d2h(q, hptr, src, n))
 
+        dq = self._peer_queue(dd)
+
         def write() -> None:
             staging.shape  # noqa: B018 - keeps the staging buffer alive until here
-            dq = dd.default.queue
             ev = dd.mem.h2d(dq, dst, hptr, n)
             dq.flush()
             ev.wait()
@@ -587,6 +638,7 @@ class OpenCLBackend(Backend):
         s = self._stream(index, stream)
         ev = self._events.get(event) if type(event) is int else None
         if ev is None:
+            self._check_forked()
             if isinstance(event, bool) or not isinstance(event, int):
                 raise TypeError(f"event handle must be an int, got {type(event).__name__}")
             raise ValueError(f"event handle {event} is not a live event; use a handle from "
@@ -706,3 +758,16 @@ class OpenCLBackend(Backend):
     def __repr__(self) -> str:
         return f"<accelrt backend {self.name!r}: {self._n} OpenCL device(s), {self._mode} memory>"
 
+
+# ---------------------------------------------------------------------- fork safety
+
+_instances: weakref.WeakSet[OpenCLBackend] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for b in list(_instances):
+        b._after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

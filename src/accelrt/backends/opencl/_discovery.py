@@ -18,8 +18,10 @@ import os
 import threading
 from typing import Any
 
-__all__ = ["ENV_MEMORY", "INSTALL_HINT", "import_cl", "list_devices", "memory_mode_error",
-           "memory_mode_setting", "unavailable_reason"]
+from ..._fork import reinit_after_fork
+
+__all__ = ["ENV_MEMORY", "FORKED_MSG", "INSTALL_HINT", "import_cl", "list_devices",
+           "memory_mode_error", "memory_mode_setting", "unavailable_reason"]
 
 #: How device memory is represented: ``auto`` (SVM where supported), ``svm`` or ``buffer``.
 ENV_MEMORY = "ACCELRT_OPENCL_MEMORY"
@@ -28,9 +30,29 @@ _ICD_HINT = ("install an OpenCL driver (ICD) for your device, or PoCL for CPUs: 
              "pip install pocl-binary-distribution")
 _MODES = ("auto", "svm", "buffer")
 
-_lock = threading.Lock()
+#: What every OpenCL call raises in a child forked after the parent loaded its platforms.
+FORKED_MSG = ("Cannot re-initialize OpenCL in forked subprocess. To use OpenCL with "
+              "multiprocessing, you must use the 'spawn' start method (this process was forked "
+              "after its parent loaded the OpenCL platforms; OpenCL drivers, PoCL among them, "
+              "run worker threads that do not survive fork)")
+
+_lock = reinit_after_fork(threading.Lock())
 _devices: list[Any] | None = None     # guarded by _lock: the cached device list
 _error: str | None = None             # guarded by _lock: why there are no devices
+
+
+def _after_fork_in_child() -> None:
+    """A child of a process that loaded the OpenCL platforms cannot use them: PoCL's device
+    threads (and a GPU driver's) are gone, and its first blocking command would wait forever.
+    Such a child sees no devices, with :data:`FORKED_MSG` as the reason; a child of a process
+    that never listed devices loads the platforms itself and works."""
+    global _devices, _error
+    if _devices:
+        _devices, _error = [], FORKED_MSG
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def import_cl() -> Any:

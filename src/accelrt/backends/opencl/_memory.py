@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from ..._fork import reinit_after_fork
+
 __all__ = ["ALIGNMENT", "AddressTable", "BufferMemory", "SvmMemory", "host_view", "svm_view"]
 
 #: Alignment of every address :meth:`SvmMemory.alloc` / :meth:`BufferMemory.alloc` return.
@@ -60,7 +62,7 @@ class AddressTable:
 
     def __init__(self, where: str) -> None:
         self.where = where
-        self._lock = threading.Lock()
+        self._lock = reinit_after_fork(threading.Lock())
         self._objs: dict[int, tuple[int, Any]] = {}   # guarded by _lock
         self._bases: list[int] = []                   # guarded by _lock; sorted
 
@@ -141,7 +143,7 @@ class BufferMemory:
         self.ctx = ctx
         self.table = AddressTable(f"opencl:{index}")
         self._start = (index + 1) * _FAKE_SPAN
-        self._lock = threading.Lock()
+        self._lock = reinit_after_fork(threading.Lock())
         self._next = self._start                      # guarded by _lock
 
     def _place(self, size: int) -> int:

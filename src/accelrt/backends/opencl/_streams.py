@@ -21,6 +21,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from ..._fork import reinit_after_fork
+
 __all__ = ["ClEvent", "ClStream", "HostWorker"]
 
 _STOP = object()
@@ -38,7 +40,7 @@ class HostWorker:
     def __init__(self, cl: Any, name: str, keep: Callable[[BaseException], None]) -> None:
         self._cl = cl
         self._keep = keep
-        self._cv = threading.Condition(threading.Lock())
+        self._cv = reinit_after_fork(threading.Condition(threading.Lock()))
         self._items: deque[Any] = deque()             # guarded by _cv
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
         self.thread.start()
@@ -104,7 +106,7 @@ class ClStream:
         self.queue = queue
         self.last: Any = None                     # written under lock
         self.worker: HostWorker | None = None     # guarded by lock
-        self.lock = threading.Lock()
+        self.lock = reinit_after_fork(threading.Lock())
         self.error: BaseException | None = None   # guarded by lock
         # events of host transfers not known to be complete: pyopencl's NannyEvent waits for
         # its transfer when collected, so they must outlive it (see :meth:`track`)

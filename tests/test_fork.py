@@ -1,0 +1,338 @@
+"""``os.fork()`` while other threads use accelrt: the child can use the cpu backend at once.
+
+Every scenario runs in a subprocess bounded by a timeout (a regression is a hang, and Python
+3.12+ warns about forking a process that has threads). Inside it, the children are watched
+with ``os.waitpid(WNOHANG)`` against a deadline and killed if they hang; the script prints
+how many children succeeded, hung or failed.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+
+from accelrt import _backend, _fork
+from accelrt.memory._lock import FastLock
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+
+# Shared by the scenario scripts: fork ``n`` children running ``child()`` and wait for them
+# with a deadline, killing the ones that hang.
+_HARNESS = textwrap.dedent("""
+    import os, signal, sys, time, traceback
+
+    def fork_children(n, child, deadline_s=60.0):
+        pids = []
+        for _ in range(n):
+            pid = os.fork()
+            if pid == 0:
+                code = 0
+                try:
+                    child()
+                except BaseException:
+                    traceback.print_exc()
+                    code = 3
+                sys.exit(code)   # through interpreter exit: nothing may hang there either
+            pids.append(pid)
+        deadline = time.monotonic() + deadline_s
+        ok = hung = failed = 0
+        for pid in pids:
+            while True:
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    if os.waitstatus_to_exitcode(status) == 0:
+                        ok += 1
+                    else:
+                        failed += 1
+                    break
+                if time.monotonic() > deadline:
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+                    hung += 1
+                    break
+                time.sleep(0.005)   # polling a child's exit status, not ordering work
+        print(f"children ok={ok} hung={hung} failed={failed}", flush=True)
+""")
+
+
+def _run(script: str, env: dict[str, str] | None = None,
+         timeout: float = 150) -> subprocess.CompletedProcess[str]:
+    full = _HARNESS + textwrap.dedent(script)
+    try:
+        return subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", "-c", full],
+                              env=dict(os.environ, **(env or {})), capture_output=True,
+                              text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"the fork scenario itself hung:\n{exc.stdout!r:.2000}\n{exc.stderr!r:.3000}")
+
+
+_STRESS = """
+    import gc, sys, threading
+    import numpy as np
+    import accelrt as acc
+
+    acc.set_current_accelerator("cpu")
+    DEVS = ["cpu:0", "cpu:1"]
+
+    def churn(i, stop):
+        dev = DEVS[i % 2]
+        while True:
+            s = acc.Stream(dev)
+            with s:
+                a = acc.empty((1024 + 64 * i,), device=dev)
+                a.fill_(1.0)
+                b = acc.zeros((4096,), device=dev)
+                b.copy_(acc.full((4096,), 2.0, device=dev), non_blocking=True)
+                ev = acc.Event(enable_timing=True)
+                ev.record(s)
+                r = acc.rand((256,), device=dev, generator=gens[i])
+                big = acc.empty((3 << 20,), dtype="uint8", device=dev)   # a large-pool block
+            a.record_stream(acc.current_stream(dev))
+            del a, b, s, ev, r, big
+            if i == 0:
+                acc.empty_cache()
+            if stop.is_set():
+                return
+
+    gens = [acc.random.Generator(DEVS[i % 2]) for i in range(3)]
+    once = threading.Event()
+    once.set()
+    for i in range(3):   # import and initialise everything first: a module import in
+        churn(i, once)   # progress at the fork is CPython's problem (its import locks)
+    acc.memory_summary("cpu:0"), acc.memory_stats("cpu:0"), acc.synchronize("cpu:0")
+
+    def consistent(index):
+        # the statistics agree with the blocks: no half-done malloc or free was inherited
+        segs = [seg for seg in acc.memory_snapshot() if seg["device"] == index]
+        dev = DEVS[index]
+        stats = acc.memory_stats(dev)
+        assert acc.memory_reserved(dev) == sum(seg["total_size"] for seg in segs)
+        assert acc.memory_allocated(dev) == sum(seg["allocated_size"] for seg in segs)
+        assert stats["segment.all.current"] == len(segs)
+        assert stats["allocation.all.current"] == sum(
+            blk["state"] == "active_allocated" for seg in segs for blk in seg["blocks"])
+        for seg in segs:
+            assert sum(blk["size"] for blk in seg["blocks"]) == seg["total_size"]
+
+    def child():
+        gc.collect()
+        for index, dev in enumerate(DEVS):
+            consistent(index)
+            # arrays the parent's other threads held stay allocated (their frames are never
+            # released in a child); everything the child does comes and goes on top of that
+            base = acc.memory_allocated(dev)
+            s = acc.Stream(dev)
+            with s:
+                a = acc.full((1000,), 3.0, device=dev)
+                x = acc.empty((5000,), device=dev)
+                x.copy_(acc.asarray(np.arange(5000, dtype=np.float32), device=dev))
+                start, end = acc.Event(enable_timing=True), acc.Event(enable_timing=True)
+                start.record(); end.record()
+                r = acc.rand((100,), device=dev)
+                acc.manual_seed(7)
+            s.synchronize()
+            end.synchronize()
+            assert start.elapsed_time(end) >= 0.0
+            assert float(a.numpy().sum()) == 3000.0
+            assert np.array_equal(x.numpy(), np.arange(5000, dtype=np.float32))
+            r = r.numpy()
+            assert r.shape == (100,) and ((r >= 0) & (r < 1)).all()
+            assert acc.memory_allocated(dev) >= base + a.nbytes + x.nbytes
+            del a, x, r
+            gc.collect()
+            acc.synchronize(dev)
+            assert acc.memory_allocated(dev) == base, acc.memory_summary(dev)
+            acc.empty_cache()
+            consistent(index)
+            segs = [seg for seg in acc.memory_snapshot() if seg["device"] == index]
+            assert all(seg["allocated_size"] for seg in segs)   # every free segment went back
+
+    sys.setswitchinterval(1e-6)   # preempt the threads often, also inside locked sections
+    stop = threading.Event()
+    threads = [threading.Thread(target=churn, args=(i, stop)) for i in range(3)]
+    for t in threads:
+        t.start()
+    try:
+        fork_children(20, child)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+"""
+
+
+@pytest.mark.parametrize("streams", ["sync", "async"])
+def test_fork_while_threads_allocate(streams: str) -> None:
+    # three threads allocate, free, make streams and events and draw random numbers while the
+    # main thread forks twenty children: no child may hang on a lock a parent thread held,
+    # and each child's allocator is consistent (statistics agree with its blocks)
+    out = _run(_STRESS, {"ACCELRT_CPU_DEVICES": "2", "ACCELRT_CPU_STREAMS": streams})
+    assert "children ok=20 hung=0 failed=0" in out.stdout, (out.stdout, out.stderr[-4000:])
+    assert out.returncode == 0, out.stderr[-4000:]
+
+
+def test_forked_child_drops_the_parents_queued_work() -> None:
+    # work queued in the parent is the parent's: the child neither runs it (a gated host
+    # function would wait forever for a parent thread) nor waits for it
+    out = _run("""
+        import threading
+        import accelrt as acc
+        from accelrt.backends import get_backend
+
+        b = get_backend("cpu")
+        s = acc.Stream("cpu:0")
+        started, gate, ran = threading.Event(), threading.Event(), []
+        b.launch_host_func(0, s.stream_id, lambda: (started.set(), gate.wait()))
+        b.launch_host_func(0, s.stream_id, lambda: (gate.wait(), ran.append("parent")))
+        x = acc.zeros((256,), device="cpu:0")
+        with s:
+            x.fill_(5.0)                                 # queued behind the gates
+            ev = acc.Event(); ev.record()
+        started.wait()                                   # the first gate is in flight
+
+        def child():
+            assert s.query() and ev.query()
+            s.synchronize(); ev.synchronize(); acc.synchronize("cpu:0")
+            with s:
+                x.fill_(2.0)                             # the stream still works
+            s.synchronize()
+            assert float(x.numpy().sum()) == 512.0 and ran == []
+
+        fork_children(1, child)
+        gate.set()
+        s.synchronize()
+        assert ran == ["parent"] and float(x.numpy().sum()) == 5.0 * 256
+        print("parent-ok")
+    """, {"ACCELRT_CPU_STREAMS": "async"})
+    assert "children ok=1 hung=0 failed=0" in out.stdout, (out.stdout, out.stderr[-4000:])
+    assert "parent-ok" in out.stdout, out.stderr[-4000:]
+
+
+def test_opencl_in_a_forked_child() -> None:
+    # OpenCL drivers (PoCL's device threads among them) do not survive fork: once the parent
+    # listed the platforms, the child gets PyTorch's "spawn" error at once instead of hanging
+    # on its first copy; a child of a parent that never touched OpenCL uses it normally.
+    # One parent goes through the three states, forking a child in each.
+    reason = _backend.unavailable_reason("opencl")
+    if reason is not None:
+        pytest.skip(f"opencl unavailable: {reason}")
+    out = _run("""
+        import numpy as np
+        import accelrt as acc
+
+        x = np.arange(64, dtype=np.float32)
+
+        def child(use):
+            assert float(acc.full((8,), 2.0, device="cpu:0").numpy().sum()) == 16.0
+            if use == "nothing":
+                assert np.array_equal(acc.asarray(x, device="opencl:0").numpy(), x)
+                return
+            ops = [lambda: acc.asarray(x, device="opencl:0"), lambda: acc.Stream("opencl:0"),
+                   lambda: acc.Event("opencl:0").record(acc.current_stream("opencl:0"))]
+            if use == "arrays":   # (a device never initialised has nothing to synchronize)
+                ops += [lambda: acc.synchronize("opencl:0"), lambda: y.numpy()]
+            for op in ops:
+                try:
+                    op()
+                except acc.BackendUnavailableError as exc:
+                    assert "Cannot re-initialize OpenCL in forked subprocess" in str(exc)
+                    assert "'spawn' start method" in str(exc)
+                else:
+                    raise AssertionError("OpenCL worked in a forked child")
+            assert float(acc.full((8,), 1.0, device="cpu:0").numpy().sum()) == 8.0
+
+        fork_children(1, lambda: child("nothing"))
+        assert acc.backends.unavailable_reason("opencl") is None    # lists the platforms
+        fork_children(1, lambda: child("discovery"))
+        y = acc.asarray(np.ones(64, np.float32), device="opencl:0")
+        assert float(y.numpy().sum()) == 64.0
+        fork_children(1, lambda: child("arrays"))
+    """)
+    assert out.stdout.count("children ok=1 hung=0 failed=0") == 3, (out.stdout,
+                                                                     out.stderr[-4000:])
+
+
+def test_hold_across_fork_takes_every_registered_lock_and_gives_them_back() -> None:
+    fast, plain = _fork.hold_across_fork(FastLock()), _fork.hold_across_fork(threading.Lock())
+    plain.acquire()                       # another thread's critical section in progress
+    done = threading.Event()
+
+    def forking() -> None:
+        _fork._before()
+        done.set()
+
+    t = threading.Thread(target=forking)
+    t.start()
+    assert not done.is_set()              # it cannot have taken ``plain`` yet
+    plain.release()                       # the critical section ends: the fork may proceed
+    t.join(30)
+    assert done.is_set() and fast.locked() and plain.locked()
+    _fork._after()
+    assert not fast.locked() and not plain.locked()
+
+
+def test_every_module_lock_is_registered() -> None:
+    from accelrt import _backend as registry
+    from accelrt import _device, _dlpack, _graph, _stream
+    from accelrt.backends import get_backend
+    from accelrt.memory import _allocator, _config, _host
+    from accelrt.random import _generator, _philox
+    b = get_backend("cpu")
+    reinit = [registry._lock, _device._acc_lock, _stream._pools_lock, _graph._lock,
+              _dlpack._sweep_lock, _allocator._lock, _config._lock, _host._registry_lock,
+              _generator._lock, _philox._pool_lock, b._lock, b._mem[0]._lock, b._host._lock]
+    assert all(lock in _fork._reinit for lock in reinit)
+    assert _allocator.get_allocator(b, 0)._lock in _fork._hold
+
+
+def test_locks_held_by_another_thread_at_the_fork_are_free_in_the_child() -> None:
+    # deterministic: a thread holds the registry's, the current accelerator's, the stream
+    # pools', the allocator registry's, the RNG's and the cpu backend's locks across the fork
+    out = _run("""
+        import contextlib, threading
+        import numpy as np
+        import accelrt as acc
+        from accelrt import _backend, _device, _stream
+        from accelrt.backends import get_backend
+        from accelrt.memory import _allocator, _config
+        from accelrt.random import _generator
+
+        acc.set_current_accelerator("cpu")
+        b = get_backend("cpu")
+        acc.rand((4,), device="cpu:0")
+        locks = [_backend._lock, _device._acc_lock, _stream._pools_lock, _allocator._lock,
+                 _config._lock, _generator._lock, _generator._default_for(b, 0)._lock, b._lock,
+                 b._mem[0]._lock]
+        held, release = threading.Event(), threading.Event()
+
+        def holder():
+            with contextlib.ExitStack() as st:
+                for lock in locks:
+                    st.enter_context(lock)
+                held.set()
+                release.wait()
+
+        t = threading.Thread(target=holder)
+        t.start()
+        held.wait()
+
+        def child():
+            acc.set_current_accelerator("cpu")
+            s = acc.Stream("cpu:0")
+            with s:
+                x = acc.asarray(np.arange(16, dtype=np.float32), device="cpu:0", copy=True)
+                r = acc.rand((16,), device="cpu:0")
+            s.synchronize()
+            assert x.numpy().sum() == 120.0 and r.shape == (16,)
+            acc.empty_cache()
+
+        fork_children(1, child, deadline_s=30)
+        release.set()
+        t.join()
+    """)
+    assert "children ok=1 hung=0 failed=0" in out.stdout, (out.stdout, out.stderr[-4000:])
