@@ -371,3 +371,42 @@ def test_del_of_an_array_whose_random_fill_is_queued_frees_it_at_once(fn: str) -
     assert here in names, f"the free was not recorded with the user's stack: {names}"
     acc.synchronize(dev)
     assert not y.numpy().any(), "the queued fill overwrote a later allocation"
+
+
+# ---------------------------------------------------------------------- collectives
+
+class _LateHostFuncs(CpuBackend):
+    """Async cpu devices whose next host function waits behind ``gate`` (the stream's worker
+    is late), so work queued by a collective is still pending when it returns."""
+
+    gate: Gate | None = None
+
+    def launch_host_func(self, index: int, stream: int, fn: Callable[[], None]) -> None:
+        gate, self.gate = self.gate, None
+        if gate is not None:
+            super().launch_host_func(index, stream, gate)
+        super().launch_host_func(index, stream, fn)
+
+
+backends.register("cpulate", lambda: _LateHostFuncs(num_devices=1, async_streams=True,
+                                                    name="cpulate"), replace=True)
+
+
+def test_reduce_add_holds_borrowed_inputs_until_the_queued_sum_ran() -> None:
+    dev = "cpulate:0"
+    b = backends.get_backend("cpulate")
+    memory = [np.full(100, 1.0, np.float32), np.full(100, 2.0, np.float32)]
+    views = [m[:] for m in memory]                    # the memory itself outlives the test
+    xs = [acc.asarray(v, device=dev) for v in views]
+    alive = [weakref.ref(v) for v in views]
+    assert isinstance(b, _LateHostFuncs)
+    with Gate() as gate:
+        b.gate = gate
+        out = acc.comm.reduce_add(xs, destination=dev)
+        del xs, views
+        gc.collect()
+        assert all(r() is not None for r in alive), "an input was released before the sum"
+    acc.synchronize(dev)
+    gc.collect()
+    assert all(r() is None for r in alive)
+    assert out.tolist() == [3.0] * 100

@@ -20,9 +20,17 @@ may change as soon as ``copy_`` returns, even with ``non_blocking=True``), and t
 reused only after the copy's event has completed; a download lands in a block and is copied
 out after the stream is synchronized. Blocking and non-blocking uploads take the same path
 (the blocking one then synchronizes). Backends without pinned host memory, out-of-pinned-memory
-and graph capture fall back to copying directly from or to the numpy memory (a non-blocking
-upload then keeps its source alive until the stream reaches the copy). The pool shows in
+and graph capture fall back to copying directly from or to the numpy memory. The pool shows in
 ``accelrt.memory.host_memory_stats()`` and is emptied by ``accelrt.memory.empty_host_cache()``.
+Host-accessible devices (the CPU backend) copy directly too; everywhere, a non-blocking upload
+reads the numpy data at the call (a direct one copies it to a private buffer first), except
+under graph capture, where the captured copy reads the numpy memory at every replay.
+
+Lifetimes of queued work (see ``docs/architecture.md``): an array may be dropped while work
+on it is queued. Caching-allocator memory is then freed at once, stream-ordered; memory not
+from the allocator (borrowed by :func:`asarray`, or a host buffer a copy reads) is held by the
+queued work until it has run: every enqueue passes what it touches to ``_held`` and holds the
+result with ``_hold`` (one rule for every operation, random fills and collectives included).
 
 Internal API (used by ``accelrt.random`` and ``accelrt.comm``): ``Array._b`` (backend),
 ``Array._index`` (device index), ``Array._mem`` (the memory owner: ``ptr``, ``nbytes``,
