@@ -26,11 +26,13 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pytest
 from helpers.gates import Gate, open_when_blocked
+from helpers.staging import RecordingNoHostCpu
 
 import accelrt as acc
 from accelrt import backends
 from accelrt._stream import _POOL_MAX
 from accelrt.backends.cpu import CpuBackend
+from accelrt.memory._host import peek_host_allocator
 
 backends.register("cpulife", lambda: CpuBackend(num_devices=2, async_streams=True,
                                                 name="cpulife"), replace=True)
@@ -410,3 +412,39 @@ def test_reduce_add_holds_borrowed_inputs_until_the_queued_sum_ran() -> None:
     gc.collect()
     assert all(r() is None for r in alive)
     assert out.tolist() == [3.0] * 100
+
+
+# ---------------------------------------------------------------------- staging (issue 9 §6)
+
+class _StagedAsync(RecordingNoHostCpu):
+    """Async cpu devices the core treats like GPU memory (copies stage through pinned
+    blocks)."""
+
+
+backends.register("cpustagelife", lambda: _StagedAsync(num_devices=1, async_streams=True,
+                                                       name="cpustagelife"), replace=True)
+
+
+def test_download_after_a_pending_upload_reuses_its_pinned_block() -> None:
+    """A download waits for the stream before it takes a pinned block, so the block of an
+    upload still queued there is reused: how many blocks a download needs never depends on
+    how far the stream got (test_opencl_buffer_mode_stages_through_the_pool[True] failed
+    under load for that reason)."""
+    dev = "cpustagelife:0"
+    b = backends.get_backend("cpustagelife")
+    a = acc.empty(256, dtype="float32", device=dev)
+    acc.synchronize(dev)
+    pool = peek_host_allocator("cpustagelife")
+    before = pool.stats()["num_host_alloc"] if pool is not None else 0
+    with Gate() as gate:
+        _launch(acc.current_stream(dev), gate)
+        a.copy_(np.arange(256, dtype=np.float32), non_blocking=True)   # its block is pending
+        with open_when_blocked(gate):
+            out = a.numpy()                                          # the download
+    np.testing.assert_array_equal(out, np.arange(256, dtype=np.float32))
+    pool = peek_host_allocator("cpustagelife")
+    assert pool is not None
+    assert pool.stats()["num_host_alloc"] - before == 1, "the download took a second block"
+    assert isinstance(b, _StagedAsync)
+    b.synchronize(0)
+    pool.empty_cache()
