@@ -46,12 +46,15 @@ def _opencl_param() -> list[object]:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _drain_at_end() -> Iterator[None]:
+def _stop_workers_at_end() -> Iterator[None]:
     yield
     gc.collect()
-    b = backends.get_backend("cpulife")
-    for i in range(b.device_count()):
-        b.synchronize(i)
+    for name in ("cpulife", "cpulate", "cpustagelife"):
+        b = backends.get_backend(name)
+        for i in range(b.device_count()):
+            b.synchronize(i)
+        assert isinstance(b, CpuBackend)
+        b.close()
 
 
 @pytest.fixture(params=[pytest.param("cpulife", id="cpu-async"), *_opencl_param()])
