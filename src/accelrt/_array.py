@@ -20,9 +20,17 @@ may change as soon as ``copy_`` returns, even with ``non_blocking=True``), and t
 reused only after the copy's event has completed; a download lands in a block and is copied
 out after the stream is synchronized. Blocking and non-blocking uploads take the same path
 (the blocking one then synchronizes). Backends without pinned host memory, out-of-pinned-memory
-and graph capture fall back to copying directly from or to the numpy memory (a non-blocking
-upload then keeps its source alive until the stream reaches the copy). The pool shows in
+and graph capture fall back to copying directly from or to the numpy memory. The pool shows in
 ``accelrt.memory.host_memory_stats()`` and is emptied by ``accelrt.memory.empty_host_cache()``.
+Host-accessible devices (the CPU backend) copy directly too; everywhere, a non-blocking upload
+reads the numpy data at the call (a direct one copies it to a private buffer first), except
+under graph capture, where the captured copy reads the numpy memory at every replay.
+
+Lifetimes of queued work (see ``docs/architecture.md``): an array may be dropped while work
+on it is queued. Caching-allocator memory is then freed at once, stream-ordered; memory not
+from the allocator (borrowed by :func:`asarray`, or a host buffer a copy reads) is held by the
+queued work until it has run: every enqueue passes what it touches to ``_held`` and holds the
+result with ``_hold`` (one rule for every operation, random fills and collectives included).
 
 Internal API (used by ``accelrt.random`` and ``accelrt.comm``): ``Array._b`` (backend),
 ``Array._index`` (device index), ``Array._mem`` (the memory owner: ``ptr``, ``nbytes``,
@@ -47,6 +55,7 @@ Example::
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import math
 import operator
@@ -185,15 +194,48 @@ def _noop(*keep: object) -> None:
     """Host callback whose only job is to hold references until the stream reaches it."""
 
 
-def _keep_alive(b: Backend, index: int, stream: int, obj: object, non_blocking: bool) -> None:
+def _held(*items: object) -> tuple[object, ...]:
+    """What work queued on ``items`` must keep alive until it has run.
+
+    The one lifetime rule of queued work: memory the caching allocator does not own (an
+    array's borrowed memory: numpy, DLPack or ``__cuda_array_interface__`` buffers shared by
+    :func:`asarray`, and plain host buffers such as numpy arrays) is held by the work that
+    touches it. Caching-allocator memory is not held: its free is stream-ordered (the block is
+    reused only after the work queued on its stream), so an array may be dropped while work
+    on it is queued, and its memory counts as freed at once, as in PyTorch.
+
+    Args:
+        items: :class:`Array`, :class:`_Memory`, numpy arrays or other host buffer owners;
+            ``None`` is skipped.
+    """
+    out: list[object] = []
+    for item in items:
+        if isinstance(item, Array):
+            item = item._mem
+        if isinstance(item, _Memory):
+            if item.alloc is None and item.ptr:
+                out.append(item)
+        elif item is not None:
+            out.append(item)
+    return tuple(out)
+
+
+def _hold(b: Backend, index: int, stream: int, keep: tuple[object, ...]) -> None:
+    """Keep ``keep`` (from :func:`_held`) alive until ``stream`` reaches the work enqueued
+    so far, with a host callback; without host callbacks, synchronize the stream."""
+    _keep_alive(b, index, stream, keep, non_blocking=True)
+
+
+def _keep_alive(b: Backend, index: int, stream: int, keep: tuple[object, ...],
+                non_blocking: bool) -> None:
     """Finish a copy that touches host memory: wait for the stream (blocking copies), or hold
-    the host memory ``obj`` (None: nothing to hold) in a host callback enqueued after the
-    work so it outlives it."""
+    ``keep`` (from :func:`_held`; empty: nothing to hold) in a host callback enqueued after
+    the work so it outlives it."""
     if non_blocking:
-        if obj is None:
+        if not keep:
             return
         try:
-            b.launch_host_func(index, stream, functools.partial(_noop, obj))
+            b.launch_host_func(index, stream, functools.partial(_noop, keep))
             return
         except NotImplementedError:   # no host callbacks: wait, then report the sync
             b.stream_synchronize(index, stream)
@@ -211,11 +253,14 @@ def _keep_alive(b: Backend, index: int, stream: int, obj: object, non_blocking: 
     b.stream_synchronize(index, stream)
 
 
-def _borrowed(*arrays: Array) -> tuple[_Memory, ...] | None:
-    """The borrowed host memory among ``arrays`` (allocator memory is stream-ordered and
-    needs no keep-alive), or None."""
-    mems = tuple(a._mem for a in arrays if a._mem.host)
-    return mems or None
+def _raw_view(ptr: int, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """A writable numpy view of host-readable memory at ``ptr`` that owns nothing (for work
+    queued on a stream: it must not keep the array's memory allocated)."""
+    nbytes = math.prod(shape) * dtype.itemsize
+    if not nbytes:
+        return np.empty(shape, dtype)
+    buf: Any = (ctypes.c_char * nbytes).from_address(ptr)
+    return np.frombuffer(buf, dtype=dtype).reshape(shape)
 
 
 # ---------------------------------------------------------------------- the array
@@ -341,8 +386,13 @@ class Array:
         _lazy_init(b, index)
         b.stream_synchronize(index, _stream_handle(b, index))
 
-    def _upload(self, host: np.ndarray, non_blocking: bool) -> None:
-        """Copy a C-contiguous host array of the same dtype and size into this array."""
+    def _upload(self, host: np.ndarray, non_blocking: bool, private: bool = False) -> None:
+        """Copy a C-contiguous host array of the same dtype and size into this array.
+
+        The values ``host`` has now are copied (PyTorch reads pageable host memory at call
+        time): a non-blocking upload that is not staged first copies ``host`` to a private
+        buffer unless ``private`` says nobody else can write it (or a graph is being
+        captured: the captured copy reads ``host`` at every replay)."""
         if not self._mem.nbytes:
             return
         b, index = self._b, self._index
@@ -354,8 +404,10 @@ class Array:
             return
         stream = _stream_handle(b, index)
         kind = "h2h" if self._mem.host else "h2d"
+        if non_blocking and not private and not b.stream_is_capturing(index, stream):
+            host = host.copy()
         b.memcpy(self._mem.ptr, host.ctypes.data, self._mem.nbytes, index, stream, kind)
-        _keep_alive(b, index, stream, host, non_blocking)
+        _keep_alive(b, index, stream, _held(host, self), non_blocking)
 
     def _download(self) -> np.ndarray:
         """A host copy of the contents (synchronizing)."""
@@ -502,7 +554,7 @@ class Array:
                 return self
             if src._dtype != self._dtype:
                 host = np.ascontiguousarray(src._host_array(), dtype=self._dtype)
-                self._upload(host, non_blocking)
+                self._upload(host, non_blocking, private=True)   # converted: a new array
             else:
                 self._copy_from(src, non_blocking)
             return self
@@ -510,7 +562,9 @@ class Array:
         if host.shape != self._shape:
             raise ValueError(f"copy_(): shape mismatch: destination has shape {self._shape} "
                              f"but source has shape {host.shape}")
-        self._upload(np.ascontiguousarray(host, dtype=self._dtype), non_blocking)
+        data = np.ascontiguousarray(host, dtype=self._dtype)
+        self._upload(data, non_blocking, private=data is not host or isinstance(
+            src, (list, tuple, int, float, complex)))
         return self
 
     def _copy_from(self, src: Array, non_blocking: bool) -> None:
@@ -533,8 +587,10 @@ class Array:
             if _sd.active and kind != "d2d" and not non_blocking:
                 _sd.check(b.name)
             b.memcpy(self._mem.ptr, src._mem.ptr, n, index, dst_stream, kind)
-            if kind != "d2d":
-                _keep_alive(b, index, dst_stream, _borrowed(src, self), non_blocking)
+            if kind == "d2d":
+                _hold(b, index, dst_stream, _held(src, self))
+            else:
+                _keep_alive(b, index, dst_stream, _held(src, self), non_blocking)
             return
         src_stream = _stream_handle(b, sindex)
         if _sd.active and not non_blocking and (src._mem.host or self._mem.host):
@@ -543,15 +599,16 @@ class Array:
             _wait_raw(b, index, dst_stream, sindex, src_stream)
             kind = "h2h" if self._mem.host else "h2d"
             b.memcpy(self._mem.ptr, src._mem.ptr, n, index, dst_stream, kind)
-            _keep_alive(b, index, dst_stream, _borrowed(src, self), non_blocking)
+            _keep_alive(b, index, dst_stream, _held(src, self), non_blocking)
             return
         # peer copy on the source's current stream, after the destination's earlier work
         _wait_raw(b, sindex, src_stream, index, dst_stream)
         if self._mem.host:
             b.memcpy(self._mem.ptr, src._mem.ptr, n, sindex, src_stream, "d2h")
-            _keep_alive(b, sindex, src_stream, _borrowed(src, self), non_blocking)
+            _keep_alive(b, sindex, src_stream, _held(src, self), non_blocking)
         else:
             b.memcpy_peer(self._mem.ptr, index, src._mem.ptr, sindex, n, src_stream)
+            _hold(b, sindex, src_stream, _held(src, self))
         _wait_raw(b, index, dst_stream, sindex, src_stream)
 
     def fill_(self, value: Any) -> Array:
@@ -580,16 +637,20 @@ class Array:
         stream = _stream_handle(b, index)
         pattern = scalar.tobytes()
         if self._mem.host:
-            self._upload(np.full(self._shape, scalar, self._dtype), non_blocking=True)
-        elif pattern.count(pattern[:1]) == len(pattern):
+            self._upload(np.full(self._shape, scalar, self._dtype), True, private=True)
+            return self
+        if pattern.count(pattern[:1]) == len(pattern):
             b.memset(self._mem.ptr, pattern[0], n, index, stream)
         elif len(pattern) in (2, 4, 8):
             try:
                 b.fill(self._mem.ptr, pattern, self.size, index, stream)
             except NotImplementedError:
-                self._upload(np.full(self._shape, scalar, self._dtype), non_blocking=True)
+                self._upload(np.full(self._shape, scalar, self._dtype), True, private=True)
+                return self
         else:
-            self._upload(np.full(self._shape, scalar, self._dtype), non_blocking=True)
+            self._upload(np.full(self._shape, scalar, self._dtype), True, private=True)
+            return self
+        _hold(b, index, stream, _held(self))
         return self
 
     def record_stream(self, stream: Stream) -> None:
@@ -1045,7 +1106,7 @@ def _import_cai(obj: Any, device: DeviceLike, dtype: Any, copy: bool | None) -> 
         out = Array(cai.shape, dt, _device_cls(b.name, index))
         stream = _stream_handle(reader, index)
         reader.memcpy(out._mem.ptr, cai.ptr, cai.nbytes, index, stream, "d2d")
-        _keep_alive(reader, index, stream, obj, True)   # the producer outlives the copy
+        _hold(reader, index, stream, _held(obj))   # the producer outlives the copy
         return out
     host = _cai_host_copy(reader, src, cai)
     return asarray(host, device=_device_cls(b.name, index), dtype=dt, copy=True)

@@ -142,7 +142,9 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def free(self, index: int, ptr: int) -> None:
-        """Release memory returned by :meth:`malloc`. Synchronizes as the backend requires."""
+        """Release memory returned by :meth:`malloc`. Work already queued that may touch it
+        (on any stream of the device, destroyed streams included) completes first, as with
+        ``cudaFree``; the backend synchronizes as it requires."""
         raise _abstract("free")
 
     def host_malloc(self, size: int) -> int:
@@ -227,7 +229,9 @@ class Backend(abc.ABC):
         raise _abstract("stream_create")
 
     def stream_destroy(self, index: int, stream: int) -> None:
-        """Destroy a stream made by :meth:`stream_create` (after its work completes)."""
+        """Destroy a stream made by :meth:`stream_create` and return at once, as
+        ``cudaStreamDestroy``: its queued work still runs to completion, and :meth:`free`,
+        :meth:`vm_unmap` and :meth:`synchronize` of the device wait for it."""
 
     @abc.abstractmethod
     def stream_query(self, index: int, stream: int) -> bool:
@@ -249,7 +253,8 @@ class Backend(abc.ABC):
         return True
 
     def synchronize(self, index: int) -> None:
-        """Block until all work on every stream of device ``index`` has completed."""
+        """Block until all work on every stream of device ``index`` has completed, including
+        work queued on streams destroyed since (:meth:`stream_destroy`)."""
         raise _abstract("synchronize")
 
     def launch_host_func(self, index: int, stream: int, fn: Callable[[], None]) -> None:

@@ -13,8 +13,12 @@ memory of a backend whose device memory is not host-accessible (CUDA, OpenCL in 
   pool: the pool reuses it only after an event recorded on the stream at free time has
   completed. ``non_blocking=False`` takes the same path and then synchronizes the stream, so the
   block is reusable at once.
-* :func:`download` enqueues the device-to-host copy into a pinned block, synchronizes the
-  stream and copies the block into the caller's host memory.
+* :func:`download` synchronizes the stream, then enqueues the device-to-host copy into a
+  pinned block, synchronizes the stream again and copies the block into the caller's host
+  memory. Waiting for the stream *before* taking the block (the download blocks anyway) makes
+  the blocks of every copy queued earlier on the stream reusable, so how many blocks a
+  download needs never depends on how far the stream has got (the pool grows only when
+  copies really overlap).
 
 Staging is an optimisation, so both return False (and the caller copies directly between the
 numpy memory and the device, as before) when it does not apply: the backend has no pinned host
@@ -75,14 +79,18 @@ def pinned_pool(b: Backend) -> HostCachingAllocator | None:
     return get_host_allocator(b)
 
 
-def _stage(b: Backend, stream: Stream, nbytes: int) -> tuple[HostCachingAllocator, int] | None:
+def _stage(b: Backend, stream: Stream, nbytes: int,
+           wait: bool = False) -> tuple[HostCachingAllocator, int] | None:
     """A pinned block of ``nbytes`` for a copy on ``stream``, or None when staging does not
-    apply (see the module docstring)."""
+    apply (see the module docstring). ``wait``: synchronize ``stream`` before taking the
+    block (a download), so the blocks of copies queued on it earlier can be reused."""
     if nbytes <= 0 or b.stream_is_capturing(stream._index, stream._handle):
         return None
     pool = pinned_pool(b)
     if pool is None:
         return None
+    if wait:
+        b.stream_synchronize(stream._index, stream._handle)
     try:
         return pool, pool.malloc(nbytes)
     except (NotImplementedError, OutOfMemoryError):
@@ -165,7 +173,7 @@ def download(b: Backend, stream: Stream, out: int, src: int, nbytes: int) -> boo
         True
         >>> b.free(0, dev)
     """
-    got = _stage(b, stream, nbytes)
+    got = _stage(b, stream, nbytes, wait=True)
     if got is None:
         return False
     pool, ptr = got

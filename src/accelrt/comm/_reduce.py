@@ -99,6 +99,10 @@ def _host_sum(dest: Place, dst_stream: Any, res: Info, root: Info,
             hold.append(tmp)
     fn = functools.partial(_numpy_sum, (res.ptr, res.shape, res.dtype), parts)
     run_on_stream(dst_stream, fn)
+    # inputs in borrowed memory (acc.asarray of numpy) are read in place by the queued sum:
+    # held until it ran, the rule for all queued work (allocator memory is stream-ordered)
+    from .._array import _held, _hold
+    _hold(b, dest.index, dst_stream._handle, _held(root.obj, *(x.obj for x in others)))
     # the staging arrays were allocated on dst_stream and are used only there: dropping them
     # now that the sum is enqueued is safe in stream order
     del hold

@@ -330,23 +330,30 @@ def _generate(out: Array, dist: str, params: tuple[Any, ...], generator: Generat
     dtype = out.dtype
     seed_, offset = g._reserve(_philox.blocks_needed(n, dist, dtype, params))
     _lazy_init(b, index)
+    from .._array import _held, _hold, _raw_view
     from .._stream import _current
     stream = _current(b, index)._handle
+    # Queued work holds only borrowed memory (_held): allocator memory is freed
+    # stream-ordered, so ``del out`` while the fill is queued frees it at once, as for any op.
+    keep = _held(out)
     device_fill = getattr(b, "philox_fill", None)
     if callable(device_fill):
         device_fill(out.data_ptr(), n, dtype.name, dist, seed_, offset, params, index, stream)
+        _hold(b, index, stream, keep)
         return
     if out._host_ok():
-        view = out._view()
+        ptr, shape = out.data_ptr(), out.shape
 
         def work() -> None:
-            _philox.fill(view, dist, seed_, offset, params)
+            _philox.fill(_raw_view(ptr, shape, dtype), dist, seed_, offset, params)
 
         try:
             b.launch_host_func(index, stream, work)
         except NotImplementedError:
             b.stream_synchronize(index, stream)
             work()
+            return
+        _hold(b, index, stream, keep)
         return
     host = np.empty(out.shape, dtype)
     _philox.fill(host, dist, seed_, offset, params)

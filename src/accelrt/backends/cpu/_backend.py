@@ -137,6 +137,9 @@ class CpuBackend(Backend):
         self._handles = itertools.count(1)
         self._default = [CpuStream(i, 0, 0) for i in range(n)]
         self._streams: dict[int, CpuStream] = {}      # guarded by _lock (writes)
+        # destroyed streams whose queued work may still run (CUDA's model: the work completes,
+        # and free, vm_unmap and synchronize wait for it); see _retiring
+        self._retired: list[CpuStream] = []           # guarded by _lock
         self._events: dict[int, CpuEvent] = {}        # guarded by _lock (writes)
         self._graphs: dict[int, _Graph] = {}          # guarded by _lock (writes)
         self._capturing: dict[CpuStream, Capture] = {}  # guarded by _lock (writes)
@@ -177,7 +180,8 @@ class CpuBackend(Backend):
             >>> b.launch_host_func(0, 0, lambda: None)
             >>> b.close()
         """
-        streams = list(itertools.chain(self._default, list(self._streams.values())))
+        streams = list(itertools.chain(self._default, list(self._streams.values()),
+                                       self._retiring()))
         self._finalizer()
         me = threading.current_thread()
         for s in streams:
@@ -280,13 +284,24 @@ class CpuBackend(Backend):
         return ptr
 
     def _drain(self) -> None:
-        """Async mode: wait for all submitted work of every stream (errors stay kept)."""
+        """Async mode: wait for all submitted work of every stream, destroyed streams
+        included (errors stay kept)."""
         if not self._async:
             return
         me = threading.current_thread()
-        for s in itertools.chain(self._default, list(self._streams.values())):
+        for s in itertools.chain(self._default, list(self._streams.values()), self._retiring()):
             if s.thread is not me and s not in self._capturing:
                 s.wait(s.submitted)
+
+    def _retiring(self, index: int | None = None) -> list[CpuStream]:
+        """Destroyed streams (of device ``index``, or of all) whose work may still run or
+        whose kept error was not raised yet; finished ones are forgotten here."""
+        if not self._retired:
+            return []
+        with self._lock:
+            self._retired = [s for s in self._retired
+                             if s.completed < s.submitted or s.error is not None]
+            return [s for s in self._retired if index is None or s.device == index]
 
     # ------------------------------------------------------------------ virtual memory
     def vm_supported(self, index: int) -> bool:
@@ -487,7 +502,9 @@ class CpuBackend(Backend):
         return handle
 
     def stream_destroy(self, index: int, stream: int) -> None:
-        """Destroy a stream; its queued work still runs, then its worker exits."""
+        """Destroy a stream and return at once, as ``cudaStreamDestroy``: its queued work
+        still runs to completion (then its worker exits), and :meth:`free`, :meth:`vm_unmap`
+        and :meth:`synchronize` of the device wait for that work as for any stream's."""
         s = self._stream(index, stream)
         if s.handle == 0:
             raise ValueError(f"the default stream of cpu:{index} cannot be destroyed")
@@ -495,6 +512,8 @@ class CpuBackend(Backend):
         with self._lock:
             self._streams.pop(s.handle, None)
             self._valid[index].discard(s.handle)
+            if s.completed < s.submitted or s.error is not None:
+                self._retired.append(s)
         s.close()
 
     def stream_is_valid(self, index: int, stream: int) -> bool:
@@ -567,6 +586,7 @@ class CpuBackend(Backend):
         streams += [s for s in list(self._streams.values()) if s.device == index]
         for s in streams:
             self._check_not_capturing(s, "synchronize")
+        streams += self._retiring(index)   # destroyed streams' work completes first too
         if self._async:
             for s in streams:
                 s.wait(s.submitted)

@@ -68,6 +68,12 @@ class _Device:
         self.peer: Any = None          # guarded by lock (creation): the peer-copy queue
 
 
+def _finished(s: ClStream) -> bool:
+    """True once a (destroyed) stream's last command completed and no error is kept."""
+    last = s.last
+    return s.error is None and (last is None or last.command_execution_status == 0)
+
+
 def _close_all(streams: list[ClStream]) -> None:
     for s in streams:
         with contextlib.suppress(Exception):  # best effort at interpreter exit
@@ -194,6 +200,9 @@ class OpenCLBackend(Backend):
         self._host = HostMemory()
         self._orphans: deque[Any] = deque()          # guarded by _lock: see stream_destroy
         self._forked = False                          # a forked child's copy: see _after_fork
+        # destroyed streams whose queued work may still run: free (SVM) and synchronize wait
+        # for them as for live streams (CUDA's model); see _device_streams
+        self._retired: list[ClStream] = []           # guarded by _lock
         self._finalizer = weakref.finalize(self, _close_all, self._all)
         _instances.add(self)
 
@@ -419,8 +428,15 @@ class OpenCLBackend(Backend):
                 raise err from exc
 
     def _device_streams(self, index: int) -> list[ClStream]:
-        return [self._dev(index).default] + [s for s in list(self._streams.values())
-                                             if s.device == index]
+        """The streams of device ``index``: its live ones and the destroyed ones whose work
+        may still run (or whose kept error was not raised yet); finished ones are forgotten."""
+        streams = [self._dev(index).default] + [s for s in list(self._streams.values())
+                                                if s.device == index]
+        if self._retired:
+            with self._lock:
+                self._retired = [s for s in self._retired if not _finished(s)]
+                streams += [s for s in self._retired if s.device == index]
+        return streams
 
     def _finish(self, index: int) -> None:
         for s in self._device_streams(index):
@@ -584,13 +600,15 @@ class OpenCLBackend(Backend):
         return handle
 
     def stream_destroy(self, index: int, stream: int) -> None:
-        """Destroy a stream; its queued work still completes."""
+        """Destroy a stream and return at once; its queued work still completes, and
+        :meth:`free` (SVM) and :meth:`synchronize` of the device wait for it."""
         s = self._stream(index, stream)
         if s.handle == 0:
             raise ValueError(f"the default stream of opencl:{index} cannot be destroyed")
         with self._lock:
             self._streams.pop(s.handle, None)
             self._all.remove(s)
+            self._retired.append(s)
         with map_backend_errors(self.name, "stream_destroy"):
             s.close()
         with s.lock:
