@@ -95,6 +95,9 @@ class CpuBackend(Backend):
             "async"``; synchronous otherwise).
         name: the registry name of this instance (default ``"cpu"``); set it when registering
             a variant under another name.
+        shared_memory: allocate device memory from POSIX shared memory so that
+            :mod:`accelrt.multiprocessing` can share arrays with other processes (default
+            ``ACCELRT_CPU_SHARED_MEMORY`` or off).
 
     Raises:
         TypeError: an argument has the wrong type.
@@ -116,8 +119,10 @@ class CpuBackend(Backend):
     name: ClassVar[str] = "cpu"
 
     def __init__(self, num_devices: int | None = None, memory_limit: int | str | None = None,
-                 async_streams: bool | None = None, *, name: str | None = None) -> None:
-        self._config: CpuConfig = resolve_config(num_devices, memory_limit, async_streams)
+                 async_streams: bool | None = None, *, name: str | None = None,
+                 shared_memory: bool | None = None) -> None:
+        self._config: CpuConfig = resolve_config(num_devices, memory_limit, async_streams,
+                                                 shared_memory=shared_memory)
         if name is not None:
             if not isinstance(name, str):
                 raise TypeError(f"name must be a str, got {type(name).__name__}")
@@ -127,7 +132,8 @@ class CpuBackend(Backend):
         n = self._config.num_devices
         self._n = n
         self._async = self._config.async_streams
-        self._mem = [DeviceMemory(i, self._config.memory_limit) for i in range(n)]
+        self._mem = [DeviceMemory(i, self._config.memory_limit, self._config.shared_memory)
+                     for i in range(n)]
         self._host = HostMemory()
         # guards creation/removal below; re-entrant because a garbage collection can run an
         # Event/Stream finalizer (event_destroy, stream_destroy) inside a locked section
@@ -249,6 +255,24 @@ class CpuBackend(Backend):
         self._check_ptr(ptr)
         self._drain()
         mem.disown(ptr)
+
+    def ipc_mem_handle(self, index: int, ptr: int) -> bytes:
+        """The interprocess handle of the allocation starting at ``ptr`` (shared-memory
+        option only; ValueError naming the reason and the fix otherwise)."""
+        mem = self._mem[self._check_index(index)]
+        return mem.ipc_handle(self._check_ptr(ptr))
+
+    def ipc_open_mem_handle(self, index: int, handle: bytes) -> tuple[int, int]:
+        """Map another process's allocation as memory of device ``index``: ``(ptr, size)``."""
+        mem = self._mem[self._check_index(index)]
+        return mem.ipc_open(handle)
+
+    def ipc_close_mem_handle(self, index: int, ptr: int) -> None:
+        """Unmap memory from :meth:`ipc_open_mem_handle` (after pending stream work)."""
+        mem = self._mem[self._check_index(index)]
+        self._check_ptr(ptr)
+        self._drain()
+        mem.ipc_close(ptr)
 
     def host_malloc(self, size: int) -> int:
         """Aligned host memory (not charged to a device); ``0`` when out of memory."""
