@@ -76,7 +76,8 @@ class SegmentsMixin:
             head = blk
             while head.prev is not None:
                 head = head.prev
-            size, cur = 0, head
+            size = 0
+            cur: Block | None = head
             while cur is not None:
                 size += cur.size
                 cur = cur.next

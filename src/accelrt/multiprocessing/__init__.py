@@ -50,7 +50,7 @@ __all__ = [
     "spawn",
     "start_processes",
 ]
-__all__ += multiprocessing.__all__  # type: ignore[attr-defined]
+__all__ += multiprocessing.__all__  # type: ignore[attr-defined,unused-ignore]
 
 
 def ipc_collect() -> int:

@@ -22,6 +22,7 @@ Example::
     Traceback (most recent call last):
         ...
     ValueError: cannot share memory between processes: ...
+    >>> del a
 """
 
 from __future__ import annotations

@@ -86,7 +86,7 @@ class ProcessContext:
         ready = multiprocessing.connection.wait(list(self.sentinels), timeout=timeout)
         failed = None
         for sentinel in ready:
-            i = self.sentinels.pop(sentinel)  # type: ignore[call-overload]
+            i = self.sentinels.pop(sentinel)  # type: ignore[call-overload,unused-ignore]
             p = self.processes[i]
             p.join()
             if p.exitcode != 0:
@@ -127,7 +127,7 @@ def start_processes(fn: Callable[..., Any], args: tuple[Any, ...] = (), nprocs: 
     """
     if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:
         raise ValueError(f"nprocs={nprocs!r} must be a positive int")
-    ctx = multiprocessing.get_context(start_method)
+    ctx: Any = multiprocessing.get_context(start_method)
     processes, pipes = [], []
     for i in range(nprocs):
         reader, writer = ctx.Pipe(duplex=False)

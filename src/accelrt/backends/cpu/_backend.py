@@ -44,6 +44,7 @@ from ._memory import (
     host_view,
     vm_available,
 )
+from ._ipc import IpcEventState
 from ._streams import Capture, CpuEvent, CpuStream, Record
 
 __all__ = ["CpuBackend"]
@@ -546,7 +547,20 @@ class CpuBackend(Backend):
         """Make later work on ``stream`` wait for ``event``'s current record (any device)."""
         s = self._stream(index, stream)
         ev = self._event(event)
+        if ev.ipc is not None:
+            self._ipc_wait(s, ev.ipc)
+            return
         self._wait(s, ev)
+
+    def _ipc_wait(self, s: CpuStream, ipc: IpcEventState) -> None:
+        self._check_not_capturing(s, "waiting on an interprocess event")
+        gen = ipc.target()
+        if ipc.completed.value >= gen:
+            return
+        if self._async:
+            s.submit(partial(ipc.wait, gen))
+        else:
+            ipc.wait(gen)
 
     def _wait(self, s: CpuStream, ev: CpuEvent) -> None:
         if self._capturing:
@@ -590,21 +604,31 @@ class CpuBackend(Backend):
     # ------------------------------------------------------------------ events
     def event_create(self, index: int, enable_timing: bool, blocking: bool,
                      interprocess: bool) -> int:
-        """Create an event (``interprocess`` is not supported)."""
+        """Create an event; an ``interprocess`` one keeps its state in shared memory."""
         self._check_index(index)
+        ipc = None
         if interprocess:
-            raise ValueError("the cpu backend has no interprocess events; create the event "
-                             "with interprocess=False")
+            if enable_timing:
+                raise ValueError("an interprocess event cannot have enable_timing=True (as "
+                                 "CUDA's); create it with enable_timing=False")
+            ipc = IpcEventState.create()
         with self._lock:
             handle = next(self._handles)
-            self._events[handle] = CpuEvent(index, bool(enable_timing))
+            self._events[handle] = CpuEvent(index, bool(enable_timing), ipc)
         return handle
+
+    def supports_interprocess_events(self, index: int) -> bool:
+        """True: interprocess events live in POSIX shared memory (see ``_ipc``)."""
+        return True
 
     def event_destroy(self, index: int, event: int) -> None:
         """Destroy an event (a pending record still completes harmlessly)."""
         self._event(event, index)
         with self._lock:
-            self._events.pop(event, None)
+            ev = self._events.pop(event, None)
+        if ev is not None and ev.ipc is not None:
+            self._drain()   # a queued completion write still targets the shared words
+            ev.ipc.close()
 
     def event_record(self, index: int, event: int, stream: int) -> None:
         """Record ``event`` at the end of ``stream``; replaces the previous record."""
@@ -617,12 +641,23 @@ class CpuBackend(Backend):
         if not ok:
             ev = self._event(event, index)
             self._stream(index, stream)
+        if ev.ipc is not None:
+            self._ipc_record(ev.ipc, self._stream(index, stream))
+            return
         if self._slow:
             self._record(ev, self._stream(index, stream))
         elif ev.timing:
             ev.ts = _now()
         else:
             ev.ts = 0  # recorded; only timing events need the time
+
+    def _ipc_record(self, ipc: IpcEventState, s: CpuStream) -> None:
+        self._check_not_capturing(s, "recording an interprocess event")
+        gen = ipc.begin_record()
+        if self._async:
+            s.submit(partial(ipc.complete, gen))
+        else:
+            ipc.complete(gen)
 
     def _record(self, ev: CpuEvent, s: CpuStream) -> None:
         if self._capturing:
@@ -659,6 +694,8 @@ class CpuBackend(Backend):
             ok = False
         if not ok:
             ev = self._event(event, index)
+        if ev.ipc is not None:
+            return ev.ipc.query()
         if not self._slow or (ev.record is None and ev.capture is None):
             return True
         rec = self._event_state(ev, "event_query")
@@ -667,6 +704,9 @@ class CpuBackend(Backend):
     def event_synchronize(self, index: int, event: int) -> None:
         """Block until the last record completed; raises a kept error of its stream."""
         ev = self._event(event, index)
+        if ev.ipc is not None:
+            ev.ipc.wait(ev.ipc.target())
+            return
         rec = self._event_state(ev, "event_synchronize")
         if rec is not None:
             rec.stream.wait(rec.seq)
@@ -699,12 +739,24 @@ class CpuBackend(Backend):
         return (t1 - t0) / 1e6
 
     def event_ipc_handle(self, index: int, event: int) -> bytes:
-        """Not supported: raises ValueError."""
-        raise ValueError("the cpu backend has no interprocess events; share data, not events")
+        """The handle of an interprocess event made in this process."""
+        ev = self._event(event, index)
+        if ev.ipc is None:
+            raise ValueError(f"event {event} was created without interprocess=True; only "
+                             "interprocess events have IPC handles")
+        if ev.ipc.seg.fd < 0:
+            raise ValueError(f"event {event} was opened from another process's handle; share "
+                             "that process's handle instead")
+        return ev.ipc.handle()
 
     def event_from_ipc_handle(self, index: int, handle: bytes) -> int:
-        """Not supported: raises ValueError."""
-        raise ValueError("the cpu backend has no interprocess events; share data, not events")
+        """Open another process's interprocess event from its :meth:`event_ipc_handle`."""
+        self._check_index(index)
+        ipc = IpcEventState.open(handle)
+        with self._lock:
+            h = next(self._handles)
+            self._events[h] = CpuEvent(index, False, ipc)
+        return h
 
     # ------------------------------------------------------------------ graphs
     def graph_supported(self, index: int) -> bool:
