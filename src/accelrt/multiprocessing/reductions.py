@@ -56,6 +56,7 @@ class _Opened:
 
     def __init__(self, b: Any, index: int, handle: bytes) -> None:
         self.b, self.index, self.handle = b, index, handle
+        self.base = 0   # first: __del__ must see it even if opening fails
         self.base, self.size = b.ipc_open_mem_handle(index, handle)
 
     def __del__(self) -> None:

@@ -625,10 +625,9 @@ class CpuBackend(Backend):
         """Destroy an event (a pending record still completes harmlessly)."""
         self._event(event, index)
         with self._lock:
-            ev = self._events.pop(event, None)
-        if ev is not None and ev.ipc is not None:
-            self._drain()   # a queued completion write still targets the shared words
-            ev.ipc.close()
+            # an interprocess event's shared words are unmapped when its state is collected,
+            # after any completion write or wait still queued on a stream (they refer to it)
+            self._events.pop(event, None)
 
     def event_record(self, index: int, event: int, stream: int) -> None:
         """Record ``event`` at the end of ``stream``; replaces the previous record."""

@@ -139,8 +139,12 @@ class IpcEventState:
             delay = min(delay * 2, _POLL_MAX)
 
     def close(self) -> None:
-        """Unmap the words (the event of the owner is then gone for new openers)."""
-        seg = self.seg
-        # drop the ctypes views first: they point into the mapping
-        del self.recorded, self.completed, self.pid
-        seg.close()
+        """Unmap the words (the owner's event is then gone for new openers). Only call it
+        when nothing can use this state any more; collection calls it."""
+        self.seg.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001, S110 - never raise from a finaliser
+            pass
