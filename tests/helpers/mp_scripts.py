@@ -174,7 +174,68 @@ def spawn() -> None:
         pass
 
 
+# ---------------------------------------------------------------------- CUDA (one GPU, two processes)
+
+N_CUDA = 1 << 22
+
+
+def _cuda_consumer(conn: Any) -> None:
+    a = conn.recv()                   # its current stream waits on the producer's event
+    assert a.device == acc.device("cuda", 0)
+    np.testing.assert_array_equal(a.cpu().numpy(), np.full(N_CUDA, 3, dtype=np.float32))
+    a.fill_(5)                        # the producer sees this write
+    acc.cuda.synchronize()
+    e = conn.recv()                   # an interprocess event, pickled on its own
+    e.synchronize()
+    conn.send("written")
+    assert conn.poll(T) and conn.recv() == "producer dropped its array"
+    np.testing.assert_array_equal(a.cpu().numpy(), np.full(N_CUDA, 5, dtype=np.float32))
+    del a
+    gc.collect()
+    conn.send("released")
+
+
+def cuda_share() -> None:
+    ctx = amp.get_context("spawn")
+    mine, theirs = ctx.Pipe()
+    p = ctx.Process(target=_cuda_consumer, args=(theirs,))
+    p.start()
+    base = acc.cuda.memory_allocated(0)
+    pad = acc.zeros(1000, device="cuda:0")        # the shared block is not at offset 0
+    a = acc.zeros(N_CUDA, device="cuda:0")
+    a.fill_(3)                                    # queued; the consumer waits on an event
+    mine.send(a)
+    e = acc.cuda.Event(interprocess=True)
+    e.record()
+    mine.send(e)
+    assert mine.poll(T) and mine.recv() == "written"
+    np.testing.assert_array_equal(a.cpu().numpy(), np.full(N_CUDA, 5, dtype=np.float32))
+    del a
+    gc.collect()
+    assert amp.ipc_collect() == 1                 # the consumer still holds it
+    mine.send("producer dropped its array")
+    assert mine.poll(T) and mine.recv() == "released"
+    acc.cuda.ipc_collect()
+    assert amp.reductions._refs.pending_count() == 0
+    del pad
+    gc.collect()
+    assert acc.cuda.memory_allocated(0) == base
+    p.join(T)
+    assert p.exitcode == 0, p.exitcode
+
+
+def cuda_refusals() -> None:
+    from multiprocessing.reduction import ForkingPickler
+    a = acc.zeros(1 << 20, device="cuda:0")       # expandable_segments:True in the env
+    try:
+        ForkingPickler.dumps(a)
+    except ValueError as exc:
+        assert "expandable segment" in str(exc), exc
+    else:
+        raise AssertionError("an expandable segment was shared")
+
+
 if __name__ == "__main__":
     {"share": share, "crash": crash, "ready": ready, "producer_dies": producer_dies,
-     "spawn": spawn}[sys.argv[1]]()
+     "spawn": spawn, "cuda_share": cuda_share, "cuda_refusals": cuda_refusals}[sys.argv[1]]()
     print("ok")
