@@ -22,6 +22,17 @@ import accelrt.multiprocessing as amp
 T = 30  # seconds for any single wait
 
 
+def _open_segments() -> int:
+    """This process's open accelrt shared-memory segments (memfd descriptors)."""
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            n += os.readlink(f"/proc/self/fd/{fd}").startswith("/memfd:accelrt-seg-")
+        except OSError:
+            pass
+    return n
+
+
 def _share_consumer(q: Any, conn: Any) -> None:
     a = q.get(timeout=T)
     np.testing.assert_array_equal(a.numpy(), np.arange(1000, dtype=np.float32))
@@ -66,6 +77,8 @@ def share() -> None:
     assert mine.poll(T) and mine.recv() == "done"
     p.join(T)
     assert p.exitcode == 0, p.exitcode
+    acc.memory.empty_cache()
+    assert _open_segments() == 0                      # no segment leaked
 
 
 def _crash_consumer(conn: Any) -> None:
@@ -76,7 +89,7 @@ def _crash_consumer(conn: Any) -> None:
 
 
 def crash() -> None:
-    ctx = amp.get_context("spawn")
+    ctx = amp.get_context("fork")
     mine, theirs = ctx.Pipe()
     p = ctx.Process(target=_crash_consumer, args=(theirs,))
     p.start()
@@ -86,8 +99,10 @@ def crash() -> None:
     gc.collect()
     assert mine.poll(T) and mine.recv() == "got it"
     p.join(T)
-    assert p.exitcode == -signal.SIGKILL
+    assert p.exitcode == -signal.SIGKILL, p.exitcode
     assert amp.ipc_collect() == 0                     # the kernel dropped the dead hold
+    acc.memory.empty_cache()
+    assert _open_segments() == 0
 
 
 def _ready_consumer(conn: Any) -> None:
@@ -133,7 +148,7 @@ def _dying_producer(conn: Any) -> None:
 
 
 def producer_dies() -> None:
-    ctx = amp.get_context("spawn")
+    ctx = amp.get_context("fork")
     mine, theirs = ctx.Pipe()
     p = ctx.Process(target=_dying_producer, args=(theirs,))
     p.start()
@@ -159,7 +174,7 @@ def _spawn_worker(i: int, a: Any, fail: bool) -> None:
 
 def spawn() -> None:
     a = acc.zeros(2, dtype="int64", device="cpu")
-    amp.spawn(_spawn_worker, args=(a, False), nprocs=2)
+    amp.spawn(_spawn_worker, args=(a, False), nprocs=2, start_method="fork")
     assert a.numpy().tolist() == [1, 2]
     try:
         amp.spawn(_spawn_worker, args=(a, True), nprocs=2, start_method="fork")
@@ -182,14 +197,14 @@ N_CUDA = 1 << 22
 def _cuda_consumer(conn: Any) -> None:
     a = conn.recv()                   # its current stream waits on the producer's event
     assert a.device == acc.device("cuda", 0)
-    np.testing.assert_array_equal(a.cpu().numpy(), np.full(N_CUDA, 3, dtype=np.float32))
+    np.testing.assert_array_equal(a.numpy(), np.full(N_CUDA, 3, dtype=np.float32))
     a.fill_(5)                        # the producer sees this write
     acc.cuda.synchronize()
     e = conn.recv()                   # an interprocess event, pickled on its own
     e.synchronize()
     conn.send("written")
     assert conn.poll(T) and conn.recv() == "producer dropped its array"
-    np.testing.assert_array_equal(a.cpu().numpy(), np.full(N_CUDA, 5, dtype=np.float32))
+    np.testing.assert_array_equal(a.numpy(), np.full(N_CUDA, 5, dtype=np.float32))
     del a
     gc.collect()
     conn.send("released")
@@ -209,7 +224,7 @@ def cuda_share() -> None:
     e.record()
     mine.send(e)
     assert mine.poll(T) and mine.recv() == "written"
-    np.testing.assert_array_equal(a.cpu().numpy(), np.full(N_CUDA, 5, dtype=np.float32))
+    np.testing.assert_array_equal(a.numpy(), np.full(N_CUDA, 5, dtype=np.float32))
     del a
     gc.collect()
     assert amp.ipc_collect() == 1                 # the consumer still holds it

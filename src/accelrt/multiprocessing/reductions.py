@@ -70,7 +70,10 @@ class _Opened:
 
 class _Hold:
     """Keeps a received array's memory: the mapping and the claim on the producer's slot.
-    Stored as the ``base`` of the consumer array's memory owner (never the allocator's)."""
+    Stored as the ``base`` of the consumer array's memory owner (never the allocator's).
+
+    When the last consumer array goes, the device's queued work is waited for before the
+    claim is released, so the producer never reuses memory this process still writes."""
 
     __slots__ = ("__weakref__", "claim", "desc", "opened")
 
@@ -78,6 +81,14 @@ class _Hold:
         self.opened, self.claim, self.desc = opened, claim, desc
 
     def __del__(self) -> None:
+        try:
+            opened = self.opened
+            # never from a stream's own worker thread (the cpu backend's), which would wait
+            # for itself; work queued there runs before anything it could reuse anyway
+            if not threading.current_thread().name.startswith("accelrt-"):
+                opened.b.synchronize(opened.index)
+        except Exception:  # noqa: BLE001, S110 - never raise from a finaliser
+            pass
         try:
             self.claim.release()
         except Exception:  # noqa: BLE001, S110 - never raise from a finaliser
