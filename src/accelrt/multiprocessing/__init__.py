@@ -20,7 +20,6 @@ Example::
 
     >>> import accelrt as acc
     >>> import accelrt.multiprocessing as amp
-    >>> q = amp.get_context("spawn").SimpleQueue
     >>> amp.ipc_collect()
     0
 """
