@@ -20,8 +20,8 @@ Example::
 
     >>> import accelrt as acc
     >>> import accelrt.multiprocessing as amp
-    >>> amp.ipc_collect()
-    0
+    >>> amp.ipc_collect() >= 0
+    True
 """
 
 from __future__ import annotations
@@ -43,13 +43,62 @@ __all__ = [
     "ProcessContext",
     "ProcessExitedException",
     "ProcessRaisedException",
+    "get_all_sharing_strategies",
+    "get_sharing_strategy",
     "init_reductions",
     "ipc_collect",
     "reductions",
+    "set_sharing_strategy",
     "spawn",
     "start_processes",
 ]
 __all__ += multiprocessing.__all__  # type: ignore[attr-defined,unused-ignore]
+
+
+_STRATEGIES = frozenset({"file_descriptor"})
+
+
+def get_all_sharing_strategies() -> set[str]:
+    """``{"file_descriptor"}``: accelrt shares memory only through descriptors of anonymous
+    memfds (cpu) or driver handles (CUDA), so no file exists that could be left behind.
+
+    Example::
+
+        >>> import accelrt.multiprocessing as amp
+        >>> amp.get_all_sharing_strategies()
+        {'file_descriptor'}
+    """
+    return set(_STRATEGIES)
+
+
+def get_sharing_strategy() -> str:
+    """The sharing strategy, always ``"file_descriptor"``.
+
+    Example::
+
+        >>> import accelrt.multiprocessing as amp
+        >>> amp.get_sharing_strategy()
+        'file_descriptor'
+    """
+    return "file_descriptor"
+
+
+def set_sharing_strategy(new_strategy: str) -> None:
+    """Accept ``"file_descriptor"`` (``torch.multiprocessing.set_sharing_strategy``).
+
+    Raises:
+        ValueError: another strategy, e.g. ``"file_system"``: accelrt never shares through
+            named files (which leak when a process crashes); descriptors are all it uses.
+
+    Example::
+
+        >>> import accelrt.multiprocessing as amp
+        >>> amp.set_sharing_strategy("file_descriptor")
+    """
+    if new_strategy not in _STRATEGIES:
+        raise ValueError(f"sharing strategy {new_strategy!r} is not supported: accelrt shares "
+                         "memory only through descriptors ('file_descriptor'), never named "
+                         "files, so nothing is left behind when a process crashes")
 
 
 def ipc_collect() -> int:
@@ -62,8 +111,8 @@ def ipc_collect() -> int:
     Example::
 
         >>> import accelrt.multiprocessing as amp
-        >>> amp.ipc_collect()
-        0
+        >>> amp.ipc_collect() >= 0      # entries still kept for consumers
+        True
     """
     return _refs.collect()
 

@@ -179,6 +179,7 @@ class SharedSegment:
     @classmethod
     def create(cls, size: int) -> SharedSegment | None:
         """A new zero-filled segment of ``size`` bytes; ``None`` when out of memory."""
+        _raise_fd_limit()
         token = os.urandom(16)
         try:
             fd = os.memfd_create(_MEMFD_PREFIX + token.hex(), os.MFD_CLOEXEC)
@@ -207,6 +208,25 @@ class SharedSegment:
         fd, self.fd = self.fd, -1
         if fd >= 0:
             os.close(fd)
+
+
+_fd_limit_raised = False
+
+
+def _raise_fd_limit() -> None:
+    """Each live segment keeps a descriptor open (receivers open it through /proc): lift the
+    soft descriptor limit to the hard one once, as programs with many descriptors do."""
+    global _fd_limit_raised
+    if _fd_limit_raised:
+        return
+    _fd_limit_raised = True
+    try:
+        import resource
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ImportError, ValueError, OSError):
+        pass
 
 
 def _map_shared(fd: int, size: int) -> int:
