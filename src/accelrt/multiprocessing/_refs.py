@@ -121,7 +121,8 @@ def share(keepalive: Any) -> tuple[bytes, int, bytes]:
 
 def add_pending(ref: bytes, slot: int, token: bytes) -> None:
     """One more pickle in flight of a slot this process holds (re-sharing received memory)."""
-    fd = _open_ref(ref)
+    with _lock:
+        fd = _open_ref(ref)
     with _Mutex(fd, slot):
         got = os.pread(fd, 24, slot * _SLOT)
         if got[:16] != token:

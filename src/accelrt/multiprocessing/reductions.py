@@ -105,9 +105,12 @@ def _refuse(why: str) -> ValueError:
 
 
 def _readiness(b: Any, index: int) -> tuple[bytes | None, Any]:
-    """An interprocess event recorded on the current stream (``None`` where the backend has
-    none; then the producer waits for its queued work instead)."""
+    """An interprocess event recorded on the current stream, or ``None`` when that stream has
+    no unfinished work (nothing to wait for) or the backend has no interprocess events (then
+    the producer waits for its queued work instead)."""
     stream = _current(b, index)
+    if stream.query():
+        return None, None
     if b.supports_interprocess_events(index):
         ev = _event.Event(f"{b.name}:{index}", interprocess=True)
         ev.record(stream)

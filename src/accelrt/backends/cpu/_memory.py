@@ -320,6 +320,9 @@ class DeviceMemory:
     def __init__(self, index: int, budget: int, shared: bool = False) -> None:
         self.index = index
         self.budget = budget
+        if shared and not hasattr(os, "memfd_create"):
+            raise ValueError("the cpu backend's shared-memory option (ACCELRT_CPU_SHARED_MEMORY)"
+                             " needs Linux (memfd_create); unset it on this platform")
         self.shared = shared
         self._segments: dict[int, SharedSegment] = {}  # guarded by _lock; shared + opened
         self._lock = threading.Lock()
