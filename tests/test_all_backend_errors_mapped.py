@@ -397,8 +397,8 @@ CASES: list[tuple[str, Callable[[Ctx], Any]]] = _bad_index_cases() + [
     ("stream_wait_event:stream-unknown",
      lambda c: c.b.stream_wait_event(0, 987654, c.event)),
     # events
-    ("event_create:interprocess-unsupported",
-     lambda c: c.b.event_create(0, False, False, True) if c.reference else None),
+    ("event_create:interprocess-timing",
+     lambda c: c.b.event_create(0, True, False, True) if c.reference else None),
     ("event_destroy:unknown", lambda c: c.b.event_destroy(0, 987654)),
     ("event_destroy:zero", lambda c: c.b.event_destroy(0, 0)),
     ("event_record:unknown", lambda c: c.b.event_record(0, 987654, 0)),
@@ -413,6 +413,12 @@ CASES: list[tuple[str, Callable[[Ctx], Any]]] = _bad_index_cases() + [
     ("event_ipc_handle:non-ipc", lambda c: c.b.event_ipc_handle(0, c.event_nt)),
     ("event_from_ipc_handle:garbage", lambda c: c.b.event_from_ipc_handle(0, b"\x00garbage")),
     ("event_from_ipc_handle:str", lambda c: c.b.event_from_ipc_handle(0, "handle")),
+    # interprocess memory
+    ("ipc_mem_handle:private-or-unknown", lambda c: c.b.ipc_mem_handle(0, c.ptr + 256)),
+    ("ipc_mem_handle:str", lambda c: c.b.ipc_mem_handle(0, "p")),
+    ("ipc_open_mem_handle:garbage", lambda c: c.b.ipc_open_mem_handle(0, b"\x00garbage")),
+    ("ipc_open_mem_handle:str", lambda c: c.b.ipc_open_mem_handle(0, "handle")),
+    ("ipc_close_mem_handle:not-opened", lambda c: c.b.ipc_close_mem_handle(0, c.ptr)),
     # graphs
     ("graph_capture_begin:default-stream",
      lambda c: c.b.graph_capture_begin(0, c.b.default_stream(0))),

@@ -97,7 +97,8 @@ OUTPUTS = {  # number of values each driver function returns after its CUresult
     "cuGraphExecDestroy": 0, "cuGraphDestroy": 0, "cuStreamIsCapturing": 1,
     "cuGraphGetNodes": 2,
     "cuPointerGetAttribute": 1, "cuGetErrorString": 1, "cuThreadExchangeStreamCaptureMode": 1,
-    "cuCtxGetCurrent": 1,
+    "cuCtxGetCurrent": 1, "cuIpcGetMemHandle": 1, "cuIpcOpenMemHandle": 1,
+    "cuIpcCloseMemHandle": 0, "cuMemGetAddressRange": 2,
 }
 CTX = 0xC0DE000
 GRAN = 2 << 20
@@ -181,6 +182,12 @@ class FakeDriver:
             h = r.CUipcEventHandle()
             ctypes.memmove(h.getPtr(), bytes(range(64)), 64)
             return (h,)
+        if name == "cuIpcGetMemHandle":
+            m = r.CUipcMemHandle()
+            ctypes.memmove(m.getPtr(), bytes(range(64, 128)), 64)
+            return (m,)
+        if name == "cuMemGetAddressRange":   # the opened pointer starts a 1 MiB allocation
+            return (int(args[0]), 1 << 20)
         if name == "cuDeviceCanAccessPeer":
             return (1,)
         if name == "cuGraphGetNodes":   # (nodes, count): the fake captures nothing
@@ -296,6 +303,13 @@ ERROR_PATHS: list[tuple[str, str, Callable[[Any, dict[str, int]], Any]]] = [
     ("event_ipc_handle", "cuIpcGetEventHandle", lambda b, o: b.event_ipc_handle(0, o["ipc"])),
     ("event_from_ipc_handle", "cuIpcOpenEventHandle",
      lambda b, o: b.event_from_ipc_handle(0, bytes(64))),
+    ("ipc_mem_handle", "cuIpcGetMemHandle", lambda b, o: b.ipc_mem_handle(0, o["ptr"])),
+    ("ipc_open_mem_handle", "cuIpcOpenMemHandle",
+     lambda b, o: b.ipc_open_mem_handle(0, bytes(64))),
+    ("ipc_open_mem_handle", "cuMemGetAddressRange",
+     lambda b, o: b.ipc_open_mem_handle(0, bytes(64))),
+    ("ipc_close_mem_handle", "cuIpcCloseMemHandle",
+     lambda b, o: b.ipc_close_mem_handle(0, b.ipc_open_mem_handle(0, bytes(64))[0])),
     ("graph_capture_begin", "cuStreamBeginCapture",
      lambda b, o: b.graph_capture_begin(0, o["s"])),
     ("graph_capture_end", "cuStreamEndCapture", lambda b, o: _graph(b, o)),
@@ -709,6 +723,35 @@ def test_ipc_handle_bytes(fake: Any) -> None:
     assert h == bytes(range(64))
     opened = b.event_from_ipc_handle(0, h)
     assert b.event_query(0, opened) is True
+
+
+def test_ipc_mem_handle_calls(fake: Any) -> None:
+    """Memory IPC goes through cuIpcGetMemHandle / cuIpcOpenMemHandle (lazy peer access) /
+    cuIpcCloseMemHandle with the real bindings' argument types (checked where libcuda is
+    missing); only segment bases can be shared and only opened memory closed."""
+    b, drv = fake
+    ptr = b.malloc(0, 4096)
+    h = b.ipc_mem_handle(0, ptr)
+    assert h == bytes(range(64, 128)) and drv.calls[-1] == ("cuIpcGetMemHandle", (ptr,))
+    with pytest.raises(ValueError, match="does not start a cuMemAlloc allocation"):
+        b.ipc_mem_handle(0, ptr + 256)
+    base = b.vm_reserve(0, GRAN)
+    with pytest.raises(ValueError, match="expandable segment"):
+        b.ipc_mem_handle(0, base)
+    with pytest.raises(ValueError, match="64 bytes"):
+        b.ipc_open_mem_handle(0, b"short")
+    with pytest.raises(TypeError):
+        b.ipc_open_mem_handle(0, "handle")
+    opened, size = b.ipc_open_mem_handle(0, h)
+    name, args = next(c for c in drv.calls if c[0] == "cuIpcOpenMemHandle")
+    assert ctypes.string_at(args[0].getPtr(), 64) == h and int(args[1]) == 1  # lazy peer
+    assert size == 1 << 20
+    with pytest.raises(ValueError, match="not memory opened"):
+        b.ipc_close_mem_handle(0, ptr)
+    b.ipc_close_mem_handle(0, opened)
+    assert drv.calls[-1] == ("cuIpcCloseMemHandle", (opened,))
+    with pytest.raises(ValueError, match="not memory opened"):
+        b.ipc_close_mem_handle(0, opened)
 
 
 def test_properties_and_capability(fake: Any) -> None:

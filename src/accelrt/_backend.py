@@ -78,6 +78,12 @@ def _abstract(name: str) -> NotImplementedError:
     return NotImplementedError(f"The {name!r} method must be implemented.")
 
 
+def _no_ipc(name: str) -> ValueError:
+    return ValueError(f"the {name} backend cannot share device memory between processes (it "
+                      "has no interprocess memory handles); copy the array to a backend that "
+                      "can (cpu with ACCELRT_CPU_SHARED_MEMORY=1, or cuda) or send its contents")
+
+
 class Backend(abc.ABC):
     """Raw operations of one device family; subclass it to add a backend.
 
@@ -159,6 +165,24 @@ class Backend(abc.ABC):
         """True if device memory of ``index`` can be read and written directly by the host
         at its address (the CPU backend); enables zero-copy ``numpy()`` and DLPack on kDLCPU."""
         return False
+
+    # interprocess memory (optional: accelrt.multiprocessing)
+    def ipc_mem_handle(self, index: int, ptr: int) -> bytes:
+        """An interprocess handle (bytes) of the allocation that *starts* at ``ptr`` (a pointer
+        :meth:`malloc` returned), which :meth:`ipc_open_mem_handle` in another process of this
+        machine maps (``cuIpcGetMemHandle``). ValueError naming the reason and the fix when
+        this allocation cannot be shared; the default says the backend cannot share memory."""
+        raise _no_ipc(self.name)
+
+    def ipc_open_mem_handle(self, index: int, handle: bytes) -> tuple[int, int]:
+        """Map another process's allocation from its :meth:`ipc_mem_handle` bytes on device
+        ``index``; return ``(ptr, size)`` (``cuIpcOpenMemHandle``). ValueError for a handle that
+        names no live allocation. The mapping is not this process's :meth:`malloc` memory."""
+        raise _no_ipc(self.name)
+
+    def ipc_close_mem_handle(self, index: int, ptr: int) -> None:
+        """Unmap memory from :meth:`ipc_open_mem_handle` (``cuIpcCloseMemHandle``)."""
+        raise _no_ipc(self.name)
 
     # virtual memory (optional: enables expandable segments)
     def vm_supported(self, index: int) -> bool:

@@ -379,10 +379,9 @@ class Event:
         Example::
 
             >>> import accelrt as acc
-            >>> acc.Event.from_ipc_handle("cpu", bytes(64))
-            Traceback (most recent call last):
-                ...
-            ValueError: the cpu backend cannot share events between processes; ...
+            >>> e = acc.Event("cpu", interprocess=True); e.record()
+            >>> acc.Event.from_ipc_handle("cpu", e.ipc_handle()).query()
+            True
         """
         if not isinstance(handle, bytes):
             raise TypeError(f"handle must be bytes, got {type(handle).__name__}")

@@ -577,9 +577,9 @@ class DeviceModule(Generic[_S, _E]):
         _lazy_init(b, _tls.device.get(b.name, 0))
 
     def ipc_collect(self) -> None:
-        """``torch.cuda.ipc_collect``: accelrt never shares device memory with other processes
-        (only interprocess events), so no memory waits to be collected; this initialises the
-        backend, as PyTorch's does, and returns.
+        """``torch.cuda.ipc_collect``: free the memory this process shared with other processes
+        through :mod:`accelrt.multiprocessing` once every consumer released it (returning it to
+        the caching allocator); initialises the backend, as PyTorch's does.
 
         Raises:
             BackendUnavailableError: the backend cannot be used here.
@@ -590,6 +590,9 @@ class DeviceModule(Generic[_S, _E]):
             >>> acc.cpu.ipc_collect()
         """
         self.init()
+        refs = sys.modules.get("accelrt.multiprocessing._refs")
+        if refs is not None:   # nothing was shared unless accelrt.multiprocessing is loaded
+            refs.collect()
 
     # ------------------------------------------------------------------ current device
     def current_device(self) -> int:

@@ -50,6 +50,39 @@ class SegmentsMixin:
     def _drain_pending_locked(self) -> None:  # pragma: no cover - provided by the allocator
         raise NotImplementedError
 
+    def segment_of(self, ptr: int) -> tuple[int, int, bool] | None:
+        """``(segment base, segment size, expandable)`` of the live block that starts at
+        ``ptr``, or ``None`` if no allocated block starts there (used by
+        :mod:`accelrt.multiprocessing` to share a block as its segment's handle plus offset,
+        as CUDA IPC needs the base of the ``cudaMalloc`` allocation).
+
+        Example::
+
+            >>> from accelrt.backends import get_backend
+            >>> from accelrt.memory._allocator import DeviceCachingAllocator
+            >>> a = DeviceCachingAllocator(get_backend("cpu"), 0)
+            >>> p, q = a.malloc(512, 0), a.malloc(512, 0)
+            >>> base, size, exp = a.segment_of(q)
+            >>> (q - base, size, exp)
+            (512, 2097152, False)
+            >>> a.free(p); a.free(q)
+        """
+        with self._lock:
+            blk = self._blocks.get(ptr)
+            if blk is None or not blk.allocated:
+                return None
+            if blk.exp is not None:
+                return (blk.addr, blk.size, True)
+            head = blk
+            while head.prev is not None:
+                head = head.prev
+            size = 0
+            cur: Block | None = head
+            while cur is not None:
+                size += cur.size
+                cur = cur.next
+            return (head.addr, size, False)
+
     def snapshot_segments(self, pool_id: tuple[int, int] | None = None) -> list[dict[str, Any]]:
         """PyTorch's segment dicts (all pools, or only ``pool_id``), sorted by address.
 

@@ -46,6 +46,7 @@ from ._memory import (
     host_view,
     vm_available,
 )
+from ._ipc import IpcEventState
 from ._streams import Capture, CpuEvent, CpuStream, Record
 
 __all__ = ["CpuBackend"]
@@ -97,6 +98,9 @@ class CpuBackend(Backend):
             "async"``; synchronous otherwise).
         name: the registry name of this instance (default ``"cpu"``); set it when registering
             a variant under another name.
+        shared_memory: allocate device memory from POSIX shared memory so that
+            :mod:`accelrt.multiprocessing` can share arrays with other processes (default
+            ``ACCELRT_CPU_SHARED_MEMORY`` or off).
 
     Raises:
         TypeError: an argument has the wrong type.
@@ -118,8 +122,10 @@ class CpuBackend(Backend):
     name: ClassVar[str] = "cpu"
 
     def __init__(self, num_devices: int | None = None, memory_limit: int | str | None = None,
-                 async_streams: bool | None = None, *, name: str | None = None) -> None:
-        self._config: CpuConfig = resolve_config(num_devices, memory_limit, async_streams)
+                 async_streams: bool | None = None, *, name: str | None = None,
+                 shared_memory: bool | None = None) -> None:
+        self._config: CpuConfig = resolve_config(num_devices, memory_limit, async_streams,
+                                                 shared_memory=shared_memory)
         if name is not None:
             if not isinstance(name, str):
                 raise TypeError(f"name must be a str, got {type(name).__name__}")
@@ -129,7 +135,8 @@ class CpuBackend(Backend):
         n = self._config.num_devices
         self._n = n
         self._async = self._config.async_streams
-        self._mem = [DeviceMemory(i, self._config.memory_limit) for i in range(n)]
+        self._mem = [DeviceMemory(i, self._config.memory_limit, self._config.shared_memory)
+                     for i in range(n)]
         self._host = HostMemory()
         # guards creation/removal below; re-entrant because a garbage collection can run an
         # Event/Stream finalizer (event_destroy, stream_destroy) inside a locked section
@@ -262,6 +269,24 @@ class CpuBackend(Backend):
         self._check_ptr(ptr)
         self._drain()
         mem.disown(ptr)
+
+    def ipc_mem_handle(self, index: int, ptr: int) -> bytes:
+        """The interprocess handle of the allocation starting at ``ptr`` (shared-memory
+        option only; ValueError naming the reason and the fix otherwise)."""
+        mem = self._mem[self._check_index(index)]
+        return mem.ipc_handle(self._check_ptr(ptr))
+
+    def ipc_open_mem_handle(self, index: int, handle: bytes) -> tuple[int, int]:
+        """Map another process's allocation as memory of device ``index``: ``(ptr, size)``."""
+        mem = self._mem[self._check_index(index)]
+        return mem.ipc_open(handle)
+
+    def ipc_close_mem_handle(self, index: int, ptr: int) -> None:
+        """Unmap memory from :meth:`ipc_open_mem_handle` (after pending stream work)."""
+        mem = self._mem[self._check_index(index)]
+        self._check_ptr(ptr)
+        self._drain()
+        mem.ipc_close(ptr)
 
     def host_malloc(self, size: int) -> int:
         """Aligned host memory (not charged to a device); ``0`` when out of memory."""
@@ -550,7 +575,20 @@ class CpuBackend(Backend):
         """Make later work on ``stream`` wait for ``event``'s current record (any device)."""
         s = self._stream(index, stream)
         ev = self._event(event)
+        if ev.ipc is not None:
+            self._ipc_wait(s, ev.ipc)
+            return
         self._wait(s, ev)
+
+    def _ipc_wait(self, s: CpuStream, ipc: IpcEventState) -> None:
+        self._check_not_capturing(s, "waiting on an interprocess event")
+        gen = ipc.target()
+        if ipc.completed.value >= gen:
+            return
+        if self._async:
+            s.submit(partial(ipc.wait, gen))
+        else:
+            ipc.wait(gen)
 
     def _wait(self, s: CpuStream, ev: CpuEvent) -> None:
         if self._capturing:
@@ -595,20 +633,29 @@ class CpuBackend(Backend):
     # ------------------------------------------------------------------ events
     def event_create(self, index: int, enable_timing: bool, blocking: bool,
                      interprocess: bool) -> int:
-        """Create an event (``interprocess`` is not supported)."""
+        """Create an event; an ``interprocess`` one keeps its state in shared memory."""
         self._check_index(index)
+        ipc = None
         if interprocess:
-            raise ValueError("the cpu backend has no interprocess events; create the event "
-                             "with interprocess=False")
+            if enable_timing:
+                raise ValueError("an interprocess event cannot have enable_timing=True (as "
+                                 "CUDA's); create it with enable_timing=False")
+            ipc = IpcEventState.create()
         with self._lock:
             handle = next(self._handles)
-            self._events[handle] = CpuEvent(index, bool(enable_timing))
+            self._events[handle] = CpuEvent(index, bool(enable_timing), ipc)
         return handle
+
+    def supports_interprocess_events(self, index: int) -> bool:
+        """True: interprocess events live in POSIX shared memory (see ``_ipc``)."""
+        return True
 
     def event_destroy(self, index: int, event: int) -> None:
         """Destroy an event (a pending record still completes harmlessly)."""
         self._event(event, index)
         with self._lock:
+            # an interprocess event's shared words are unmapped when its state is collected,
+            # after any completion write or wait still queued on a stream (they refer to it)
             self._events.pop(event, None)
 
     def event_record(self, index: int, event: int, stream: int) -> None:
@@ -622,12 +669,23 @@ class CpuBackend(Backend):
         if not ok:
             ev = self._event(event, index)
             self._stream(index, stream)
+        if ev.ipc is not None:
+            self._ipc_record(ev.ipc, self._stream(index, stream))
+            return
         if self._slow:
             self._record(ev, self._stream(index, stream))
         elif ev.timing:
             ev.ts = _now()
         else:
             ev.ts = 0  # recorded; only timing events need the time
+
+    def _ipc_record(self, ipc: IpcEventState, s: CpuStream) -> None:
+        self._check_not_capturing(s, "recording an interprocess event")
+        gen = ipc.begin_record()
+        if self._async:
+            s.submit(partial(ipc.complete, gen))
+        else:
+            ipc.complete(gen)
 
     def _record(self, ev: CpuEvent, s: CpuStream) -> None:
         if self._capturing:
@@ -664,6 +722,8 @@ class CpuBackend(Backend):
             ok = False
         if not ok:
             ev = self._event(event, index)
+        if ev.ipc is not None:
+            return ev.ipc.query()
         if not self._slow or (ev.record is None and ev.capture is None):
             return True
         rec = self._event_state(ev, "event_query")
@@ -672,6 +732,9 @@ class CpuBackend(Backend):
     def event_synchronize(self, index: int, event: int) -> None:
         """Block until the last record completed; raises a kept error of its stream."""
         ev = self._event(event, index)
+        if ev.ipc is not None:
+            ev.ipc.wait(ev.ipc.target())
+            return
         rec = self._event_state(ev, "event_synchronize")
         if rec is not None:
             rec.stream.wait(rec.seq)
@@ -704,12 +767,24 @@ class CpuBackend(Backend):
         return (t1 - t0) / 1e6
 
     def event_ipc_handle(self, index: int, event: int) -> bytes:
-        """Not supported: raises ValueError."""
-        raise ValueError("the cpu backend has no interprocess events; share data, not events")
+        """The handle of an interprocess event made in this process."""
+        ev = self._event(event, index)
+        if ev.ipc is None:
+            raise ValueError(f"event {event} was created without interprocess=True; only "
+                             "interprocess events have IPC handles")
+        if ev.ipc.seg.fd < 0:
+            raise ValueError(f"event {event} was opened from another process's handle; share "
+                             "that process's handle instead")
+        return ev.ipc.handle()
 
     def event_from_ipc_handle(self, index: int, handle: bytes) -> int:
-        """Not supported: raises ValueError."""
-        raise ValueError("the cpu backend has no interprocess events; share data, not events")
+        """Open another process's interprocess event from its :meth:`event_ipc_handle`."""
+        self._check_index(index)
+        ipc = IpcEventState.open(handle)
+        with self._lock:
+            h = next(self._handles)
+            self._events[h] = CpuEvent(index, False, ipc)
+        return h
 
     # ------------------------------------------------------------------ graphs
     def graph_supported(self, index: int) -> bool:

@@ -9,6 +9,10 @@ variable                   form                                         default
 ``ACCELRT_CPU_DEVICES``    an integer >= 1                              ``1``
 ``ACCELRT_CPU_MEMORY``     bytes, or a number with a unit (``8GiB``)    physical memory
 ``ACCELRT_CPU_STREAMS``    ``sync`` or ``async``                        ``sync``
+``ACCELRT_CPU_SHARED_``    ``1``/``0`` (``true``/``false``): allocate   ``0``
+``MEMORY``                 from POSIX shared memory so arrays can be
+                           shared with other processes
+                           (:mod:`accelrt.multiprocessing`)
 =========================  ===========================================  ====================
 
 Example::
@@ -39,6 +43,7 @@ __all__ = [
 ENV_DEVICES = "ACCELRT_CPU_DEVICES"
 ENV_MEMORY = "ACCELRT_CPU_MEMORY"
 ENV_STREAMS = "ACCELRT_CPU_STREAMS"
+ENV_SHARED = "ACCELRT_CPU_SHARED_MEMORY"
 
 _UNITS: dict[str, int] = {
     "": 1, "b": 1,
@@ -61,6 +66,8 @@ class CpuConfig:
         num_devices: number of simulated devices (>= 1).
         memory_limit: memory budget of each device in bytes (>= 1).
         async_streams: True if stream work runs on worker threads.
+        shared_memory: True if device memory comes from POSIX shared memory (shareable with
+            other processes through :mod:`accelrt.multiprocessing`).
 
     Example::
 
@@ -72,6 +79,7 @@ class CpuConfig:
     num_devices: int
     memory_limit: int
     async_streams: bool
+    shared_memory: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.num_devices, int) or isinstance(self.num_devices, bool):
@@ -85,6 +93,9 @@ class CpuConfig:
         if not isinstance(self.async_streams, bool):
             raise TypeError(
                 f"async_streams must be a bool, got {type(self.async_streams).__name__}")
+        if not isinstance(self.shared_memory, bool):
+            raise TypeError(
+                f"shared_memory must be a bool, got {type(self.shared_memory).__name__}")
 
 
 def parse_memory_size(text: str) -> int:
@@ -246,9 +257,21 @@ def _env_streams(env: Mapping[str, str]) -> bool:
     return value == "async"
 
 
+def _env_shared(env: Mapping[str, str]) -> bool:
+    raw = env.get(ENV_SHARED)
+    if raw is None or raw.strip() == "":
+        return False
+    value = raw.strip().lower()
+    if value not in ("0", "1", "true", "false"):
+        raise ValueError(f"{ENV_SHARED}={raw!r} is invalid; set it to 1 (device memory comes "
+                         "from shared memory, shareable with other processes) or 0")
+    return value in ("1", "true")
+
+
 def resolve_config(num_devices: int | None = None, memory_limit: int | str | None = None,
                    async_streams: bool | None = None,
-                   env: Mapping[str, str] | None = None) -> CpuConfig:
+                   env: Mapping[str, str] | None = None, *,
+                   shared_memory: bool | None = None) -> CpuConfig:
     """Combine constructor arguments with the environment; arguments win.
 
     Args:
@@ -256,6 +279,8 @@ def resolve_config(num_devices: int | None = None, memory_limit: int | str | Non
         memory_limit: bytes (int) or a size string, or ``None`` for ``ACCELRT_CPU_MEMORY``.
         async_streams: stream mode, or ``None`` for ``ACCELRT_CPU_STREAMS``.
         env: the environment to read (default :data:`os.environ`).
+        shared_memory: allocate from shared memory, or ``None`` for
+            ``ACCELRT_CPU_SHARED_MEMORY``.
 
     Raises:
         TypeError: an argument has the wrong type.
@@ -266,7 +291,7 @@ def resolve_config(num_devices: int | None = None, memory_limit: int | str | Non
 
         >>> from accelrt.backends.cpu._config import resolve_config
         >>> resolve_config(num_devices=3, memory_limit="1MiB", async_streams=True, env={})
-        CpuConfig(num_devices=3, memory_limit=1048576, async_streams=True)
+        CpuConfig(num_devices=3, memory_limit=1048576, async_streams=True, shared_memory=False)
     """
     env = os.environ if env is None else env
     n = _env_devices(env) if num_devices is None else num_devices
@@ -277,7 +302,8 @@ def resolve_config(num_devices: int | None = None, memory_limit: int | str | Non
     else:
         mem = memory_limit  # type checked by CpuConfig
     mode = _env_streams(env) if async_streams is None else async_streams
-    return CpuConfig(num_devices=n, memory_limit=mem, async_streams=mode)
+    shared = _env_shared(env) if shared_memory is None else shared_memory
+    return CpuConfig(num_devices=n, memory_limit=mem, async_streams=mode, shared_memory=shared)
 
 
 def config_error(env: Mapping[str, str] | None = None) -> str | None:

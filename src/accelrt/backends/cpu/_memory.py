@@ -24,6 +24,7 @@ import ctypes
 import ctypes.util
 import operator
 import os
+import struct
 import sys
 import threading
 from typing import Any, SupportsIndex, cast
@@ -32,8 +33,8 @@ import numpy as np
 
 from ..._fork import reinit_after_fork
 
-__all__ = ["ALIGNMENT", "VM_GRANULARITY", "DeviceMemory", "HostMemory", "check_size",
-           "host_view", "vm_available"]
+__all__ = ["ALIGNMENT", "VM_GRANULARITY", "DeviceMemory", "HostMemory", "SharedSegment",
+           "check_size", "host_view", "open_shared", "vm_available"]
 
 #: Alignment of every pointer :meth:`DeviceMemory.malloc` returns (as cudaMalloc's 256 bytes).
 ALIGNMENT = 256
@@ -41,6 +42,7 @@ ALIGNMENT = 256
 VM_GRANULARITY = 2 << 20
 
 _PROT_NONE, _PROT_READ, _PROT_WRITE = 0, 1, 2
+_MAP_SHARED = 0x01
 _MAP_PRIVATE, _MAP_ANONYMOUS, _MAP_NORESERVE = 0x02, 0x20, 0x4000
 _MADV_DONTNEED = 4
 _MAP_FAILED = ctypes.c_void_p(-1).value
@@ -139,6 +141,145 @@ def _os_error(call: str) -> OSError:
     return OSError(err, f"{call} failed: {os.strerror(err)}")
 
 
+# ---------------------------------------------------------------------- shared memory segments
+
+#: Prefix of the memfd names of shared segments (``/proc/<pid>/fd/<fd>`` links to
+#: ``/memfd:accelrt-seg-<token> (deleted)``).
+_MEMFD_PREFIX = "accelrt-seg-"
+_HANDLE_MAGIC = b"ACCPUSHM"
+_HANDLE = struct.Struct("<8sIIQ16s")   # magic, pid, fd, size, token
+
+
+class SharedSegment:
+    """A segment of POSIX shared memory: an anonymous ``memfd`` mapped ``MAP_SHARED``.
+
+    No file is created anywhere (``/dev/shm`` stays empty): the memory lives while a process
+    holds the descriptor or a mapping, so it goes away with the last process, even one that
+    crashes. Another process of this machine maps the same memory by opening
+    ``/proc/<pid>/fd/<fd>`` of the owner (:func:`open_shared` with :meth:`handle`); the owner
+    keeps the descriptor open for that until :meth:`close`.
+
+    Example::
+
+        >>> from accelrt.backends.cpu._memory import SharedSegment, open_shared, host_view
+        >>> seg = SharedSegment.create(4096)
+        >>> host_view(seg.base, 4)[:] = [1, 2, 3, 4]
+        >>> other = open_shared(seg.handle())          # a second mapping of the same memory
+        >>> host_view(other.base, 4).tolist()
+        [1, 2, 3, 4]
+        >>> other.close(); seg.close()
+    """
+
+    __slots__ = ("base", "fd", "size", "token")
+
+    def __init__(self, base: int, size: int, fd: int, token: bytes) -> None:
+        self.base = base
+        self.size = size
+        self.fd = fd          # -1 for a mapping opened from another process's handle
+        self.token = token
+
+    @classmethod
+    def create(cls, size: int) -> SharedSegment | None:
+        """A new zero-filled segment of ``size`` bytes; ``None`` when out of memory."""
+        _raise_fd_limit()
+        token = os.urandom(16)
+        try:
+            fd = os.memfd_create(_MEMFD_PREFIX + token.hex(), os.MFD_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            os.ftruncate(fd, size)
+            base = _map_shared(fd, size)
+        except OSError:
+            os.close(fd)
+            return None
+        return cls(base, size, fd, token)
+
+    def handle(self) -> bytes:
+        """The bytes another process passes to :func:`open_shared` (owner only)."""
+        if self.fd < 0:
+            raise ValueError("a segment opened from a handle has no handle of its own; share "
+                             "the producer's handle")
+        return _HANDLE.pack(_HANDLE_MAGIC, os.getpid(), self.fd, self.size, self.token)
+
+    def close(self) -> None:
+        """Unmap the memory and close the descriptor (idempotent)."""
+        base, self.base = self.base, 0
+        if base:
+            _get_libc().munmap(base, self.size)
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+
+_fd_limit_raised = False
+
+
+def _raise_fd_limit() -> None:
+    """Each live segment keeps a descriptor open (receivers open it through /proc): lift the
+    soft descriptor limit to the hard one once, as programs with many descriptors do."""
+    global _fd_limit_raised
+    if _fd_limit_raised:
+        return
+    _fd_limit_raised = True
+    try:
+        import resource
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ImportError, ValueError, OSError):
+        pass
+
+
+def _map_shared(fd: int, size: int) -> int:
+    addr: int | None = _get_libc().mmap(None, size, _PROT_READ | _PROT_WRITE, _MAP_SHARED, fd, 0)
+    if addr is None or addr == _MAP_FAILED:
+        raise _os_error("mmap")
+    return addr
+
+
+def open_shared(handle: bytes) -> SharedSegment:
+    """Map the segment named by another process's :meth:`SharedSegment.handle`.
+
+    Raises:
+        TypeError: ``handle`` is not bytes.
+        ValueError: the handle is malformed, or names no live accelrt segment (its owner
+            exited or freed it, or it was forged); the message says which.
+
+    Example::
+
+        >>> from accelrt.backends.cpu._memory import open_shared
+        >>> open_shared(b"junk")
+        Traceback (most recent call last):
+            ...
+        ValueError: not a cpu shared-memory handle: ...
+    """
+    if not isinstance(handle, (bytes, bytearray)):
+        raise TypeError(f"a cpu shared-memory handle is bytes, got {type(handle).__name__}")
+    if len(handle) != _HANDLE.size or bytes(handle[:8]) != _HANDLE_MAGIC:
+        raise ValueError(f"not a cpu shared-memory handle: {len(handle)} bytes; pass the bytes "
+                         "of SharedSegment.handle()")
+    _, pid, fd, size, token = _HANDLE.unpack(bytes(handle))
+    where = f"/proc/{pid}/fd/{fd}"
+    gone = (f"the cpu shared-memory segment {where} (pid {pid}) does not exist any more: its "
+            "process exited or freed it, or the handle is forged; keep the producer alive and "
+            "its array referenced until consumers have opened it")
+    try:
+        link = os.readlink(where)
+        mine = os.open(where, os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        raise ValueError(gone) from None
+    try:
+        st = os.fstat(mine)
+        if (link != f"/memfd:{_MEMFD_PREFIX}{token.hex()} (deleted)" or not size
+                or st.st_size != size):
+            raise ValueError(gone)
+        base = _map_shared(mine, size)
+    finally:
+        os.close(mine)   # the mapping keeps the memory
+    return SharedSegment(base, size, -1, token)
+
+
 class _Region:
     """One allocation (``buf`` set) or one reservation (``mapped`` = mapped page numbers)."""
 
@@ -153,6 +294,10 @@ class _Region:
 
 #: The ``buf`` of an adopted region (memory allocated elsewhere, see ``DeviceMemory.adopt``).
 _ADOPTED = np.empty(0, dtype=np.uint8)
+#: The ``buf`` of a shared-memory allocation (``DeviceMemory(shared=True)``) and of a mapping
+#: opened from another process's handle (``DeviceMemory.ipc_open``).
+_SHARED = np.empty(0, dtype=np.uint8)
+_OPENED = np.empty(0, dtype=np.uint8)
 
 
 class DeviceMemory:
@@ -163,6 +308,8 @@ class DeviceMemory:
     Args:
         index: the device index (used in messages).
         budget: the device's memory budget in bytes.
+        shared: allocate from POSIX shared memory (:class:`SharedSegment`), so that
+            :meth:`ipc_handle` can share allocations with other processes.
 
     Example::
 
@@ -172,9 +319,14 @@ class DeviceMemory:
         0
     """
 
-    def __init__(self, index: int, budget: int) -> None:
+    def __init__(self, index: int, budget: int, shared: bool = False) -> None:
         self.index = index
         self.budget = budget
+        if shared and not hasattr(os, "memfd_create"):
+            raise ValueError("the cpu backend's shared-memory option (ACCELRT_CPU_SHARED_MEMORY)"
+                             " needs Linux (memfd_create); unset it on this platform")
+        self.shared = shared
+        self._segments: dict[int, SharedSegment] = {}  # guarded by _lock; shared + opened
         self._lock = reinit_after_fork(threading.Lock())
         self.used = 0                              # guarded by _lock
         self._regions: dict[int, _Region] = {}     # guarded by _lock; base -> region
@@ -203,6 +355,14 @@ class DeviceMemory:
         with self._lock:
             if self.used + size > self.budget:
                 return 0
+            if self.shared:
+                seg = SharedSegment.create(size)
+                if seg is None:
+                    return 0
+                self._segments[seg.base] = seg
+                self._add(_Region(seg.base, size, _SHARED))
+                self.used += size
+                return seg.base
             got = _aligned_buffer(size)
             if got is None:
                 return 0
@@ -219,12 +379,87 @@ class DeviceMemory:
         """
         with self._lock:
             region = self._regions.get(ptr)
-            if region is None or region.buf is None or region.buf is _ADOPTED:
+            if (region is None or region.buf is None or region.buf is _ADOPTED
+                    or region.buf is _OPENED):
                 raise ValueError(
                     f"free: pointer {ptr:#x} was not returned by malloc on cpu:{self.index} "
                     "or was already freed")
             self._remove(region)
             self.used -= region.size
+            seg = self._segments.pop(ptr, None) if region.buf is _SHARED else None
+        if seg is not None:
+            seg.close()
+
+    # ------------------------------------------------------------------ interprocess
+    def ipc_handle(self, ptr: int) -> bytes:
+        """The handle of the shared allocation starting at ``ptr`` (see :func:`open_shared`).
+
+        Raises:
+            ValueError: ``ptr`` does not start an allocation, or the allocation cannot be
+                shared (not shared memory, an expandable segment, adopted or opened memory);
+                the message names the reason and the fix.
+
+        Example::
+
+            >>> from accelrt.backends.cpu._memory import DeviceMemory
+            >>> mem = DeviceMemory(index=0, budget=1 << 20, shared=True)
+            >>> p = mem.malloc(4096); len(mem.ipc_handle(p)) > 0
+            True
+            >>> mem.free(p)
+        """
+        with self._lock:
+            region = self._regions.get(ptr)
+            seg = self._segments.get(ptr)
+            if region is not None and region.buf is _SHARED and seg is not None:
+                return seg.handle()
+        where = f"cpu:{self.index}"
+        if region is None:
+            why = (f"{ptr:#x} does not start an allocation of {where}; pass the base of a "
+                   "segment from malloc")
+        elif region.mapped is not None:
+            why = (f"{ptr:#x} is an expandable segment of {where} (private virtual memory), "
+                   "which cannot be shared; remove expandable_segments:True from "
+                   "ACCELRT_ALLOC_CONF in the producer")
+        elif region.buf is _OPENED:
+            why = (f"{ptr:#x} was opened from another process's handle; share the "
+                   "producer's handle instead")
+        elif region.buf is _ADOPTED:
+            why = (f"{ptr:#x} is memory of a pluggable allocator's library, which accelrt "
+                   "cannot share; use the caching allocator in the producer")
+        else:
+            why = (f"{ptr:#x} is private memory of {where}: the cpu backend allocates "
+                   "shareable memory only with its shared-memory option; set "
+                   "ACCELRT_CPU_SHARED_MEMORY=1 in the producer before it allocates (or "
+                   "register CpuBackend(shared_memory=True))")
+        raise ValueError(f"cannot share memory between processes: {why}")
+
+    def ipc_open(self, handle: bytes) -> tuple[int, int]:
+        """Map another process's allocation as memory of this device (not charged to the
+        budget) until :meth:`ipc_close`; return ``(base, size)``.
+
+        Raises:
+            TypeError, ValueError: see :func:`open_shared`.
+        """
+        seg = open_shared(handle)
+        with self._lock:
+            self._segments[seg.base] = seg
+            self._add(_Region(seg.base, seg.size, _OPENED))
+        return seg.base, seg.size
+
+    def ipc_close(self, ptr: int) -> None:
+        """Unmap memory opened by :meth:`ipc_open` at ``ptr``.
+
+        Raises:
+            ValueError: ``ptr`` does not start memory opened by :meth:`ipc_open`.
+        """
+        with self._lock:
+            region = self._regions.get(ptr)
+            if region is None or region.buf is not _OPENED:
+                raise ValueError(f"ipc_close: {ptr:#x} is not memory opened from an IPC handle "
+                                 f"on cpu:{self.index}")
+            self._remove(region)
+            seg = self._segments.pop(ptr)
+        seg.close()
 
     def adopt(self, ptr: int, size: int) -> None:
         """Accept ``[ptr, ptr+size)``, host memory allocated elsewhere (by a pluggable

@@ -25,7 +25,10 @@ import threading
 import weakref
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._ipc import IpcEventState
 
 __all__ = ["Capture", "CpuEvent", "CpuStream", "Record"]
 
@@ -191,16 +194,18 @@ class CpuEvent:
 
     In synchronous mode a record is just the timestamp ``ts`` (``record`` stays ``None``); in
     asynchronous mode ``record`` is a :class:`Record`. ``capture`` is the capture session the
-    event was last recorded in while that session is open.
+    event was last recorded in while that session is open. An interprocess event keeps its
+    state in ``ipc`` (:class:`~accelrt.backends.cpu._ipc.IpcEventState`) instead.
     """
 
-    __slots__ = ("capture", "device", "record", "timing", "ts")
+    __slots__ = ("capture", "device", "ipc", "record", "timing", "ts")
 
-    def __init__(self, device: int, timing: bool) -> None:
+    def __init__(self, device: int, timing: bool, ipc: IpcEventState | None = None) -> None:
         self.device = device
         self.timing = timing
         self.ts: int | None = None
         self.record: Record | None = None
+        self.ipc = ipc   # an IpcEventState for interprocess events
         self.capture: Capture | None = None
 
 

@@ -46,8 +46,8 @@ class _Device:
     """Per-device driver state (created on first use, never destroyed)."""
 
     __slots__ = ("allocs", "capability", "ctx", "ctx_int", "dead_streams", "dev",
-                 "foreign_streams", "free_streams", "index", "lock", "mappings", "owned_streams",
-                 "priorities", "reserved", "vm_gran", "vm_handles")
+                 "foreign_streams", "free_streams", "index", "ipc_opened", "lock", "mappings",
+                 "owned_streams", "priorities", "reserved", "vm_gran", "vm_handles")
 
     def __init__(self, index: int, dev: Any, ctx: Any, capability: tuple[int, int]) -> None:
         self.index = index
@@ -63,6 +63,7 @@ class _Device:
         self.allocs = Ranges()                                # malloc'd memory
         self.reserved = Ranges()                              # vm_reserve'd address space
         self.mappings = Ranges()                              # vm_map'ed ranges
+        self.ipc_opened = Ranges()                            # cuIpcOpenMemHandle'd memory
         self.vm_handles: dict[int, Any] = {}                  # guarded by lock; base -> handle
         self.vm_gran = 0                                      # guarded by lock
         self.lock = threading.Lock()

@@ -11,6 +11,7 @@ Example::
 from __future__ import annotations
 
 import bisect
+import ctypes
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 __all__ = ["MemoryMixin", "Ranges", "fill_launch"]
 
 _KINDS = ("h2d", "d2h", "d2d", "h2h")
+_IPC_HANDLE_SIZE = 64   # sizeof(CUipcMemHandle)
 _FILL_BLOCK = 256
 _FILL_MAX_GRID = 65535
 
@@ -234,6 +236,63 @@ class MemoryMixin:
     def host_accessible(self, index: int) -> bool:
         """False: device memory is not host memory."""
         return False
+
+    # ------------------------------------------------------------------ interprocess memory
+    def ipc_mem_handle(self, index: int, ptr: int) -> bytes:
+        """The 64-byte ``CUipcMemHandle`` of the ``cuMemAlloc`` allocation starting at ``ptr``
+        (``cuIpcGetMemHandle``); ValueError for virtual-memory (expandable) ranges, which legacy
+        IPC cannot share, and for pointers that do not start an allocation of this device."""
+        ptr = as_ptr(ptr, "ipc_mem_handle pointer")
+        d = self._use(index)
+        if d.allocs.size_of(ptr) is None:
+            if d.reserved.find(ptr) is not None:
+                raise ValueError(
+                    f"cannot share memory between processes: {ptr:#x} is an expandable segment "
+                    f"of cuda:{index} (cuMemCreate memory, which cuIpcGetMemHandle cannot "
+                    "share); remove expandable_segments:True from ACCELRT_ALLOC_CONF in the "
+                    "producer")
+            raise ValueError(f"cannot share memory between processes: {ptr:#x} does not start "
+                             f"a cuMemAlloc allocation of cuda:{index}; pass a segment base")
+        h = check(self._drv.cuIpcGetMemHandle(ptr), "cuIpcGetMemHandle")
+        return ctypes.string_at(h.getPtr(), _IPC_HANDLE_SIZE)
+
+    def ipc_open_mem_handle(self, index: int, handle: bytes) -> tuple[int, int]:
+        """Map another process's allocation (``cuIpcOpenMemHandle`` with lazy peer access);
+        return its ``(ptr, size)`` (``cuMemGetAddressRange``)."""
+        if not isinstance(handle, (bytes, bytearray)):
+            raise TypeError(f"an IPC memory handle is the bytes from ipc_mem_handle(), got "
+                            f"{type(handle).__name__}")
+        if len(handle) != _IPC_HANDLE_SIZE:
+            raise ValueError(f"an IPC memory handle is {_IPC_HANDLE_SIZE} bytes from "
+                             f"ipc_mem_handle(), got {len(handle)} bytes")
+        d = self._use(index)
+        drv = self._drv
+        h = drv.CUipcMemHandle()
+        ctypes.memmove(h.getPtr(), bytes(handle), _IPC_HANDLE_SIZE)
+        flags = int(drv.CUipcMem_flags.CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)
+        ptr = int(check(drv.cuIpcOpenMemHandle(h, flags), "cuIpcOpenMemHandle"))
+        try:
+            base, size = check(drv.cuMemGetAddressRange(ptr), "cuMemGetAddressRange")
+        except BaseException:
+            drv.cuIpcCloseMemHandle(ptr)
+            raise
+        size = int(size) - (ptr - int(base))
+        d.ipc_opened.add(ptr, size)
+        return ptr, size
+
+    def ipc_close_mem_handle(self, index: int, ptr: int) -> None:
+        """Unmap memory from :meth:`ipc_open_mem_handle` (``cuIpcCloseMemHandle``)."""
+        ptr = as_ptr(ptr, "ipc_close_mem_handle pointer")
+        d = self._use(index)
+        size = d.ipc_opened.pop(ptr)
+        if size is None:
+            raise ValueError(f"ipc_close_mem_handle: {ptr:#x} is not memory opened from an IPC "
+                             f"handle on cuda:{index}")
+        try:
+            check(self._drv.cuIpcCloseMemHandle(ptr), "cuIpcCloseMemHandle")
+        except BaseException:
+            d.ipc_opened.add(ptr, size)
+            raise
 
     # ------------------------------------------------------------------ pinned host memory
     def host_malloc(self, size: int) -> int:

@@ -1,0 +1,120 @@
+"""``accelrt.multiprocessing``: the standard :mod:`multiprocessing` API, whose queues, pipes
+and process arguments share :class:`accelrt.Array` memory and interprocess
+:class:`accelrt.Event` objects with the receiving process instead of copying them
+(``torch.multiprocessing``'s model; see docs/multiprocessing.md).
+
+Importing it registers the reductions (:func:`reductions.init_reductions`) with
+``multiprocessing``'s ``ForkingPickler``. A shared array is the *same memory* in both
+processes: the consumer sees the producer's data once the producer's work queued before the
+send has finished (an interprocess event the consumer's current stream waits on), and writes
+of either side are seen by the other. The producer keeps the memory alive while a consumer
+holds it; :func:`ipc_collect` (also ``acc.cpu.ipc_collect()``, ``acc.cuda.ipc_collect()``)
+returns released memory to the producer's caching allocator.
+
+What can be shared: blocks of the caching allocator on CUDA (IPC memory handles) and on cpu
+with ``ACCELRT_CPU_SHARED_MEMORY=1`` (POSIX shared memory). Everything else refuses with a
+``ValueError`` naming the reason and the fix: OpenCL, expandable segments, private cpu memory,
+memory borrowed from numpy or a pluggable allocator.
+
+Example::
+
+    >>> import accelrt as acc
+    >>> import accelrt.multiprocessing as amp
+    >>> amp.ipc_collect() >= 0
+    True
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from multiprocessing import *  # noqa: F403 - re-export the standard API, as torch does
+
+from . import _refs, reductions
+from .reductions import init_reductions
+from .spawn import (
+    ProcessContext,
+    ProcessExitedException,
+    ProcessRaisedException,
+    spawn,
+    start_processes,
+)
+
+__all__ = [
+    "ProcessContext",
+    "ProcessExitedException",
+    "ProcessRaisedException",
+    "get_all_sharing_strategies",
+    "get_sharing_strategy",
+    "init_reductions",
+    "ipc_collect",
+    "reductions",
+    "set_sharing_strategy",
+    "spawn",
+    "start_processes",
+]
+__all__ += multiprocessing.__all__  # type: ignore[attr-defined,unused-ignore]
+
+
+_STRATEGIES = frozenset({"file_descriptor"})
+
+
+def get_all_sharing_strategies() -> set[str]:
+    """``{"file_descriptor"}``: accelrt shares memory only through descriptors of anonymous
+    memfds (cpu) or driver handles (CUDA), so no file exists that could be left behind.
+
+    Example::
+
+        >>> import accelrt.multiprocessing as amp
+        >>> amp.get_all_sharing_strategies()
+        {'file_descriptor'}
+    """
+    return set(_STRATEGIES)
+
+
+def get_sharing_strategy() -> str:
+    """The sharing strategy, always ``"file_descriptor"``.
+
+    Example::
+
+        >>> import accelrt.multiprocessing as amp
+        >>> amp.get_sharing_strategy()
+        'file_descriptor'
+    """
+    return "file_descriptor"
+
+
+def set_sharing_strategy(new_strategy: str) -> None:
+    """Accept ``"file_descriptor"`` (``torch.multiprocessing.set_sharing_strategy``).
+
+    Raises:
+        ValueError: another strategy, e.g. ``"file_system"``: accelrt never shares through
+            named files (which leak when a process crashes); descriptors are all it uses.
+
+    Example::
+
+        >>> import accelrt.multiprocessing as amp
+        >>> amp.set_sharing_strategy("file_descriptor")
+    """
+    if new_strategy not in _STRATEGIES:
+        raise ValueError(f"sharing strategy {new_strategy!r} is not supported: accelrt shares "
+                         "memory only through descriptors ('file_descriptor'), never named "
+                         "files, so nothing is left behind when a process crashes")
+
+
+def ipc_collect() -> int:
+    """Free the memory this process shared whose consumers all released it (and no pickle
+    of it is still in flight); return how many shared entries are still kept.
+
+    Called on every new share and by the device modules' ``ipc_collect()`` (as
+    ``torch.cuda.ipc_collect``).
+
+    Example::
+
+        >>> import accelrt.multiprocessing as amp
+        >>> amp.ipc_collect() >= 0      # entries still kept for consumers
+        True
+    """
+    return _refs.collect()
+
+
+init_reductions()

@@ -1,0 +1,253 @@
+"""Lifetimes of memory shared with other processes: the producer's registry and the shared
+reference slots consumers hold.
+
+Every pickled array gets a *slot* in its producer's reference file, an anonymous ``memfd``
+that consumers open through ``/proc/<pid>/fd/<fd>`` (no file is ever created, so nothing is
+left behind in ``/dev/shm``). A slot is 32 bytes: a 16-byte random token, an ``int64``
+count of pickles in flight (``pending``), a *hold* byte and a *mutex* byte.
+
+* The producer writes the token and ``pending = 1`` when it pickles, and keeps the array's
+  memory owner in its registry under that slot.
+* A consumer that unpickles takes a shared open-file-description lock (``F_OFD_SETLK``,
+  ``F_RDLCK``) on the hold byte for as long as it keeps any array from that pickle, then,
+  under the slot's mutex lock, checks the token and takes over the in-flight reference
+  (``pending -= 1``).
+* :func:`collect` (``ipc_collect()`` of the device modules, and every new share) frees an
+  entry whose ``pending`` is 0 and whose hold byte nobody locks (``F_OFD_GETLK``): it clears
+  the token and drops the memory owner, which returns the block to the caching allocator.
+
+The kernel drops a process's locks when it exits, so a consumer that crashes releases its
+holds by itself. A pickle that is never unpickled keeps its memory until the producer exits
+(as torch.multiprocessing's). Locks are taken on a single open file description per process,
+so one process holding several arrays of a slot keeps a local count.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import struct
+import threading
+from typing import Any
+
+__all__ = ["Claim", "claim", "collect", "pending_count", "share"]
+
+_SLOT = 32
+_TOKEN, _PENDING, _HOLD, _MUTEX = 0, 16, 24, 25
+_PREFIX = "accelrt-refs-"
+_FLOCK = "hhqqi4x"   # struct flock: l_type, l_whence, l_start, l_len, l_pid (0 for OFD locks)
+_GROW = 256          # slots added when the file is full
+REF = struct.Struct("<II16s")  # pid, fd, file token
+
+_lock = threading.Lock()
+
+
+def _lk(fd: int, cmd: int, kind: int, start: int) -> int:
+    got = fcntl.fcntl(fd, cmd, struct.pack(_FLOCK, kind, os.SEEK_SET, start, 1, 0))
+    return int(struct.unpack(_FLOCK, got)[0])
+
+
+class _Mutex:
+    """The slot's mutex byte, locked on ``fd`` (blocking)."""
+
+    __slots__ = ("fd", "off")
+
+    def __init__(self, fd: int, slot: int) -> None:
+        self.fd, self.off = fd, slot * _SLOT + _MUTEX
+
+    def __enter__(self) -> None:
+        _lk(self.fd, fcntl.F_OFD_SETLKW, fcntl.F_WRLCK, self.off)
+
+    def __exit__(self, *exc: object) -> None:
+        _lk(self.fd, fcntl.F_OFD_SETLK, fcntl.F_UNLCK, self.off)
+
+
+# ---------------------------------------------------------------------- producer side
+
+class _Producer:
+    """This process's reference file and registry (created at the first share)."""
+
+    def __init__(self) -> None:
+        self.token = os.urandom(16)
+        self.fd = os.memfd_create(_PREFIX + self.token.hex(), os.MFD_CLOEXEC)
+        self.pid = os.getpid()
+        self.capacity = 0
+        self.free: list[int] = []
+        self.entries: dict[int, tuple[bytes, Any]] = {}   # slot -> (token, keepalive)
+
+    def ref(self) -> bytes:
+        return REF.pack(self.pid, self.fd, self.token)
+
+    def grow(self) -> None:
+        new = self.capacity + _GROW
+        os.ftruncate(self.fd, new * _SLOT)
+        self.free.extend(range(new - 1, self.capacity - 1, -1))
+        self.capacity = new
+
+
+_producer: _Producer | None = None
+
+
+def _after_fork() -> None:
+    global _producer, _lock
+    # the child is not the producer of its parent's shares; its own start fresh
+    _producer = None
+    _lock = threading.Lock()
+    _opened.clear()
+    _holds.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
+
+
+def share(keepalive: Any) -> tuple[bytes, int, bytes]:
+    """Register one pickle of memory kept alive by ``keepalive``: ``(ref file handle, slot,
+    slot token)`` for :func:`claim` in the consumer. Collects released entries first."""
+    global _producer
+    collect()
+    with _lock:
+        p = _producer
+        if p is None:
+            p = _producer = _Producer()
+        if not p.free:
+            p.grow()
+        slot = p.free.pop()
+        token = os.urandom(16)
+        os.pwrite(p.fd, token + struct.pack("<q", 1), slot * _SLOT + _TOKEN)
+        p.entries[slot] = (token, keepalive)
+        return p.ref(), slot, token
+
+
+def add_pending(ref: bytes, slot: int, token: bytes) -> None:
+    """One more pickle in flight of a slot this process holds (re-sharing received memory)."""
+    with _lock:
+        fd = _open_ref(ref)
+    with _Mutex(fd, slot):
+        got = os.pread(fd, 24, slot * _SLOT)
+        if got[:16] != token:
+            raise ValueError("the shared memory was already released by its producer")
+        pending = struct.unpack("<q", got[16:24])[0]
+        os.pwrite(fd, struct.pack("<q", pending + 1), slot * _SLOT + _PENDING)
+
+
+def collect() -> int:
+    """Free every entry no consumer holds and no pickle in flight names; return how many
+    entries are still kept."""
+    with _lock:
+        p = _producer
+        if p is None or p.pid != os.getpid():
+            return 0
+        for slot in list(p.entries):
+            with _Mutex(p.fd, slot):
+                pending = struct.unpack("<q", os.pread(p.fd, 8, slot * _SLOT + _PENDING))[0]
+                held = _lk(p.fd, fcntl.F_OFD_GETLK, fcntl.F_WRLCK,
+                           slot * _SLOT + _HOLD) != fcntl.F_UNLCK
+                if pending > 0 or held:
+                    continue
+                os.pwrite(p.fd, bytes(24), slot * _SLOT)
+            del p.entries[slot]
+            p.free.append(slot)
+        return len(p.entries)
+
+
+def pending_count() -> int:
+    """Entries the producer still keeps (``ipc_collect`` has not freed them yet)."""
+    with _lock:
+        p = _producer
+        return 0 if p is None or p.pid != os.getpid() else len(p.entries)
+
+
+# ---------------------------------------------------------------------- consumer side
+
+_opened: dict[bytes, int] = {}             # ref handle -> fd of this process's description
+_holds: dict[tuple[bytes, int], int] = {}  # (ref handle, slot) -> local hold count
+
+
+def _open_ref(ref: bytes) -> int:
+    fd = _opened.get(ref)
+    if fd is not None:
+        return fd
+    if not isinstance(ref, bytes) or len(ref) != REF.size:
+        raise ValueError("not an accelrt shared-memory reference; the pickle is corrupt")
+    pid, rfd, token = REF.unpack(ref)
+    where = f"/proc/{pid}/fd/{rfd}"
+    try:
+        if os.readlink(where) != f"/memfd:{_PREFIX}{token.hex()} (deleted)":
+            raise OSError
+        fd = os.open(where, os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        raise ValueError(f"the producer process {pid} of this shared memory has exited (its "
+                         f"reference file {where} is gone), or the handle is forged; keep the "
+                         "producer alive until consumers have received what it sent") from None
+    _opened[ref] = fd
+    return fd
+
+
+class Claim:
+    """A consumer's hold on one slot; :meth:`release` (or collection) ends it once."""
+
+    __slots__ = ("__weakref__", "key", "token")
+
+    def __init__(self, key: tuple[bytes, int], token: bytes) -> None:
+        self.key = key
+        self.token = token
+
+    def release(self) -> None:
+        key, self.key = self.key, (b"", -1)
+        if key[1] < 0:
+            return
+        with _lock:
+            n = _holds.get(key, 0) - 1
+            if n > 0:
+                _holds[key] = n
+                return
+            _holds.pop(key, None)
+            fd = _opened.get(key[0])
+            if fd is not None:
+                try:
+                    _lk(fd, fcntl.F_OFD_SETLK, fcntl.F_UNLCK, key[1] * _SLOT + _HOLD)
+                except OSError:
+                    pass
+
+    def __del__(self) -> None:
+        try:
+            self.release()
+        except Exception:  # noqa: BLE001, S110 - never raise from a finaliser
+            pass
+
+
+def claim(ref: bytes, slot: int, token: bytes) -> Claim:
+    """Hold ``slot`` of the producer's reference file and take over its in-flight pickle.
+
+    Raises:
+        ValueError: the producer exited, already released the memory, or the handle is
+            forged (wrong token or slot).
+    """
+    if not isinstance(slot, int) or slot < 0 or not isinstance(token, bytes):
+        raise ValueError("not an accelrt shared-memory reference; the pickle is corrupt")
+    with _lock:
+        fd = _open_ref(ref)
+        if os.fstat(fd).st_size < (slot + 1) * _SLOT:
+            raise ValueError(f"slot {slot} does not exist in the producer's reference file; "
+                             "the handle is forged or corrupt")
+        key = (ref, slot)
+        held = _holds.get(key, 0)
+        if not held:
+            _lk(fd, fcntl.F_OFD_SETLK, fcntl.F_RDLCK, slot * _SLOT + _HOLD)
+        try:
+            with _Mutex(fd, slot):
+                got = os.pread(fd, 24, slot * _SLOT)
+                if got[:16] != token:
+                    raise ValueError("the producer already released this shared memory (every "
+                                     "consumer had dropped it and ipc_collect() ran), or the "
+                                     "handle is forged; send the array again")
+                pending = struct.unpack("<q", got[16:24])[0]
+                if pending > 0:
+                    os.pwrite(fd, struct.pack("<q", pending - 1), slot * _SLOT + _PENDING)
+        except BaseException:
+            if not held:
+                _lk(fd, fcntl.F_OFD_SETLK, fcntl.F_UNLCK, slot * _SLOT + _HOLD)
+            raise
+        _holds[key] = held + 1
+    return Claim(key, token)
