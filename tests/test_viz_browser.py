@@ -290,3 +290,26 @@ def test_100k_entries_render_and_zoom_fast(browser, tmp_path) -> None:
     assert browser.js("__viz.S.perf.draws[__viz.S.perf.draws.length-1]") < 2000
     print(f"\n100k entries: first render {first:.0f} ms, zoom step median "
           f"{statistics.median(draws):.1f} ms, max {max(draws):.1f} ms")
+
+
+def test_blocks_too_narrow_to_see_are_merged(browser, tmp_path) -> None:
+    """A 2 MiB segment holding hundreds of small blocks drew as a white bar (every
+    sub-pixel cell was all separator): narrow neighbours of one state merge into one cell."""
+    blocks = [{"address": 4096 * i, "size": 4096, "requested_size": 4000,
+               "state": "active_allocated"} for i in range(400)]
+    blocks.append({"address": 400 * 4096, "size": 2 * MiB - 400 * 4096, "requested_size": 0,
+                   "state": "inactive"})
+    snap = {"segments": [{"device": 0, "address": 0, "total_size": 2 * MiB, "stream": 0,
+                          "blocks": blocks}], "device_traces": [[]]}
+    path = tmp_path / "narrow.html"
+    path.write_text(trace_html(snap), encoding="utf-8")
+    browser.open(str(path))
+    assert browser.errors() == []
+    cells = browser.js("Array.from(document.querySelectorAll('#segs .sbar div')).map("
+                       "function(c){return [parseFloat(c.style.left),parseFloat(c.style.width),"
+                       "c.title];})")
+    assert len(cells) == 2 and cells[0][2] == "400 allocated blocks, 1.6 MiB"
+    assert cells[1][0] == pytest.approx(78.125)
+    assert sum(c[1] for c in cells) == pytest.approx(100)
+    assert "No trace recorded" not in text(browser, "#caption")
+    assert text(browser, "#statesum").startswith("1 segments, 2.0 MiB reserved, 1.6 MiB")

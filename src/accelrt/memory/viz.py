@@ -475,8 +475,8 @@ def memory_by_location(snapshot: dict[str, Any]) -> dict[int, dict[str, tuple[in
         >>> from accelrt.memory.viz import memory_by_location
         >>> f = [{"filename": "train.py", "line": 3, "name": "step"}]
         >>> snap = {"segments": [{"address": 0, "total_size": 4096, "stream": 0, "blocks": [
-        ...     {"size": 1024, "state": "active_allocated", "frames": f},
-        ...     {"size": 3072, "state": "inactive"}]}], "device_traces": []}
+        ...     {"size": 1024, "requested_size": 1000, "state": "active_allocated", "frames": f},
+        ...     {"size": 3072, "requested_size": 0, "state": "inactive"}]}], "device_traces": []}
         >>> memory_by_location(snap)
         {0: {'train.py:3:step': (1024, 1)}}
     """
@@ -500,9 +500,9 @@ def _comparison(a: dict[str, Any], b: dict[str, Any], names: tuple[str, str]) ->
     devices: dict[str, list[list[Any]]] = {}
     for d in sorted(set(la) | set(lb)):
         pa, pb = la.get(d, {}), lb.get(d, {})
-        rows = [[loc, *pa.get(loc, (0, 0)), *pb.get(loc, (0, 0))] for loc in set(pa) | set(pb)]
-        rows.sort(key=lambda r: (-(r[3] - r[1]), r[0]))
-        devices[str(d)] = rows[:_MAX_COMPARE_ROWS]
+        rows = [(loc, *pa.get(loc, (0, 0)), *pb.get(loc, (0, 0))) for loc in set(pa) | set(pb)]
+        rows.sort(key=lambda r: (r[1] - r[3], r[0]))
+        devices[str(d)] = [list(r) for r in rows[:_MAX_COMPARE_ROWS]]
     return {"a": names[0], "b": names[1], "devices": devices}
 
 
