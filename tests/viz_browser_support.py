@@ -264,8 +264,13 @@ def main(out_dir: str) -> None:
         br.open(page)
         br.js("document.querySelector('#ooms button').click()")
         br.screenshot(os.path.join(out_dir, "memory_viz_laptop.png"))
-        br.js("window.scrollTo(0, document.getElementById('lochead').offsetTop - 8)")
-        br.screenshot(os.path.join(out_dir, "memory_viz_tables.png"))
+        br.click_element("#end")
+        br.click_element("#segs details.seg:nth-of-type(2) summary .lbl")
+        br.js("new Promise(function(r){(function f(){if(document.querySelector('#segs table'))"
+              "r(1);else requestAnimationFrame(f);})();})")
+        br.click_element("#segs table tr:nth-child(2) td")
+        br.js("window.scrollTo(0, document.getElementById('caption').offsetTop - 8)")
+        br.screenshot(os.path.join(out_dir, "memory_viz_state.png"))
         br.viewport(500, 900)
         br.open(page)
         br.js("__viz.zoom(0.5); document.querySelector('#ooms button').click()")
@@ -277,6 +282,16 @@ def main(out_dir: str) -> None:
         br.open(big)
         br.js("__viz.setView(20000, 26000)")
         br.js("new Promise(r => requestAnimationFrame(() => r(1)))")
+        # click the largest allocation drawn in the middle of the view, then hover it
+        x, y = br.js("(function(){var m=__viz.S.S?null:__viz.S.m,A=m.A,best=-1;"
+                     "m.list.forEach(function(k){if(A.start[k]<22500&&A.end[k]>23500&&"
+                     "(best<0||A.size[k]>A.size[best]))best=k;});"
+                     "var r=document.getElementById('tl').getBoundingClientRect(),b=m.steps[best];"
+                     "var bot=b[2*Math.max(0,b.length/2-1)+1];"
+                     "for(var q=0;q<b.length;q+=2)if(b[q]<=23000)bot=b[q+1];"
+                     "return [r.left+__viz.XP(23000),r.top+__viz.YP(bot+A.size[best]/2)];})()")
+        br.click(x, y)
+        br.mouse("mouseMoved", x + 1, y)
         br.screenshot(os.path.join(out_dir, "memory_viz_100k_zoomed.png"))
         print(br.errors())
     finally:

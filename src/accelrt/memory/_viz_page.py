@@ -134,7 +134,7 @@ function buildModel(di){
 // Stack the N largest allocations bottom-up in allocation order (a band drops when one
 // below it is freed); KEPT is the height of that stack at each point of the series.
 function layout(m,N){
- var A=m.A,n=m.n,kept=new Uint8Array(n),list=[],k,i;N=Math.min(N,n);
+ var tl=performance.now(),A=m.A,n=m.n,kept=new Uint8Array(n),list=[],k,i;N=Math.min(N,n);
  for(k=0;k<N;k++)kept[m.order[k]]=1;
  for(k=0;k<n;k++)if(kept[k])list.push(k);
  var steps=new Array(n),stack=[],ksum=0,KEPT=new Float64Array(m.P),p=1;
@@ -154,12 +154,14 @@ function layout(m,N){
    for(var q=a;q<b;q++){if(cur.act[q]>ma)ma=cur.act[q];if(cur.res[q]>mr)mr=cur.res[q];if(cur.kept[q]<mk2)mk2=cur.kept[q];}
    nx[g]=cur.x[a];na[g]=ma;nr[g]=mr;nk[g]=mk2;}
   cur={x:nx,act:na,res:nr,kept:nk};lv.push(cur);}
- m.levels=lv;
+ m.levels=lv;S.perf.layout=performance.now()-tl;
+ var ns=0;list.forEach(function(k){ns+=steps[k].length/2;});m.nsteps=ns;
 }
 function endOf(m,k){var e=m.A.end[k];return e<0?m.last+1:e;}
 function bsearch(arr,v){var lo=0,hi=arr.length-1;if(hi<0||arr[0]>v)return -1;
  while(lo<hi){var mid=(lo+hi+1)>>1;if(arr[mid]<=v)lo=mid;else hi=mid-1;}return lo;}
-function bottomAt(st,x){var lo=0,hi=st.length/2-1;while(lo<hi){var mid=(lo+hi+1)>>1;if(st[2*mid]<=x)lo=mid;else hi=mid-1;}return st[2*lo+1];}
+function stepAt(st,x){var lo=0,hi=st.length/2-1;while(lo<hi){var mid=(lo+hi+1)>>1;if(st[2*mid]<=x)lo=mid;else hi=mid-1;}return lo;}
+function bottomAt(st,x){return st[2*stepAt(st,x)+1];}
 
 // ---------------------------------------------------------------- allocator state at an entry
 function stateAt(m,t){
@@ -220,10 +222,11 @@ function draw(){
  var A=m.A,yscale=(H-PAD.b-PAD.t)/ymax,drawn=0;
  for(var li=0;li<m.list.length;li++){var k=m.list[li],s=Math.max(0,A.start[k]),e=endOf(m,k);
   if(e<v0||s>v1)continue;var h=A.size[k]*yscale;if(h<0.35&&!(S.sel&&S.sel.rec===k))continue;
-  var st=m.steps[k];ctx.fillStyle=PAL[k%PAL.length];ctx.beginPath();
-  var q0=0;while(q0+2<st.length&&st[q0+2]<=v0)q0+=2;
-  for(var q=q0;q<st.length;q+=2){var xa=XP(Math.max(st[q],v0)),xb=XP(Math.min(q+2<st.length?st[q+2]:e,v1+1));
-   if(st[q]>v1)break;ctx.rect(xa,YP(st[q+1]+A.size[k]),Math.max(0.5,xb-xa),Math.max(h,0.5));}
+  var st=m.steps[k],hh=Math.max(h,0.5),px0=null,py0=0;ctx.fillStyle=PAL[k%PAL.length];ctx.beginPath();
+  // steps closer than a pixel are drawn as one rectangle (at the first one's height)
+  for(var q=2*stepAt(st,v0);q<st.length;q+=2){if(st[q]>v1)break;var xa=XP(Math.max(st[q],v0));
+   if(px0===null||xa-px0>=1){if(px0!==null)ctx.rect(px0,py0,Math.max(0.5,xa-px0),hh);px0=xa;py0=YP(st[q+1]+A.size[k]);}}
+  if(px0!==null)ctx.rect(px0,py0,Math.max(0.5,XP(Math.min(e,v1+1))-px0),hh);
   ctx.fill();drawn++;}
  // smaller allocations: between the band stack and the active line
  ctx.fillStyle="rgba(59,117,175,.30)";ctx.beginPath();

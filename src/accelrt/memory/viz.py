@@ -147,6 +147,11 @@ def segsum(snapshot: dict[str, Any]) -> str:
         ['segments: 0', 'total_reserved: 0.0B']
     """
     check_snapshot(snapshot)
+    return _segsum(snapshot)
+
+
+def _segsum(snapshot: dict[str, Any]) -> str:
+    """:func:`segsum` of a checked snapshot."""
     segs = sorted(snapshot["segments"], key=lambda s: (
         s["total_size"], sum(b["size"] for b in s["blocks"] if b["state"] == "active_allocated")))
     out = [f"Summary of segments >= {format_bytes(PAGE_SIZE)} in size"]
@@ -481,6 +486,11 @@ def memory_by_location(snapshot: dict[str, Any]) -> dict[int, dict[str, tuple[in
         {0: {'train.py:3:step': (1024, 1)}}
     """
     check_snapshot(snapshot)
+    return _by_location(snapshot)
+
+
+def _by_location(snapshot: dict[str, Any]) -> dict[int, dict[str, tuple[int, int]]]:
+    """:func:`memory_by_location` of a checked snapshot."""
     st = _Stacks()
     out: dict[int, dict[str, tuple[int, int]]] = {}
     for s in snapshot["segments"]:
@@ -496,7 +506,7 @@ def memory_by_location(snapshot: dict[str, Any]) -> dict[int, dict[str, tuple[in
 def _comparison(a: dict[str, Any], b: dict[str, Any], names: tuple[str, str]) -> dict[str, Any]:
     """Rows ``[location, bytes in a, blocks in a, bytes in b, blocks in b]`` per device,
     largest growth from ``a`` to ``b`` first."""
-    la, lb = memory_by_location(a), memory_by_location(b)
+    la, lb = _by_location(a), _by_location(b)
     devices: dict[str, list[list[Any]]] = {}
     for d in sorted(set(la) | set(lb)):
         pa, pb = la.get(d, {}), lb.get(d, {})
@@ -528,6 +538,8 @@ def trace_html(snapshot: dict[str, Any], title: str = "accelrt memory snapshot",
         True
     """
     check_snapshot(snapshot)
+    if compare is not None:
+        check_snapshot(compare, "compared snapshot")
     st = _Stacks()
     by_dev: dict[int, list[dict[str, Any]]] = {}
     for s in snapshot["segments"]:
@@ -537,7 +549,7 @@ def trace_html(snapshot: dict[str, Any], title: str = "accelrt memory snapshot",
                for d in _devices(snapshot)]
     data = {
         "devices": devices, "frames": st.frames, "user": st.user, "stacks": st.stacks,
-        "loc": st.loc, "segsum": segsum(snapshot),
+        "loc": st.loc, "segsum": _segsum(snapshot),
         "compare": None if compare is None else _comparison(snapshot, compare, compare_names),
     }
     return _viz_page.render(title, data)
