@@ -170,6 +170,7 @@ def test_device_view_lifetimes() -> None:
     in with start -1, so that the state rebuilt at the last entry is the snapshot's."""
     a = _embedded(trace_html(torch_like_snapshot()))["devices"][0]["allocs"]
     rows = list(zip(a["start"], a["freq"], a["end"], a["size"], a["addr"]))
+    assert a["bsize"] == [24 * MiB, MiB, 2 * MiB, 512, 512]   # the block, where known
     assert rows == [
         (1, -1, -1, 23 * MiB, 1 << 32),                    # still live
         (2, 3, 4, MiB, (1 << 32) + 24 * MiB),              # requested at 3, completed at 4

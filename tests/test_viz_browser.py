@@ -69,6 +69,13 @@ def canvas_point(b: Browser, entry: float, nbytes: float) -> tuple[float, float]
                       f"return [r.left+__viz.XP({entry}),r.top+__viz.YP({nbytes})];}})()"))
 
 
+def until(b: Browser, cond: str, timeout_ms: int = 10_000) -> bool:
+    """Wait, frame by frame in the page, until the JavaScript ``cond`` is true."""
+    return b.js("new Promise(function(r){var t0=performance.now();(function f(){"
+                f"if({cond})r(true);else if(performance.now()-t0>{timeout_ms})r(false);"
+                "else requestAnimationFrame(f);})();})")
+
+
 def frame(b: Browser) -> None:
     b.js("new Promise(r => requestAnimationFrame(() => r(1)))")
 
@@ -138,7 +145,7 @@ def test_click_an_allocation_shows_its_stack_user_frames_first(opened) -> None:
     except RuntimeError:            # an older Chromium: check the button's answer only
         readable = False
     b.click_element("#copy")
-    assert text(b, "#copy") == "Copied"
+    assert until(b, "document.getElementById('copy').textContent=='Copied'")
     if readable:
         assert b.js("navigator.clipboard.readText()") == text(b, "#stack")
 
@@ -199,8 +206,8 @@ def test_state_at_a_moment_matches_the_snapshot(opened, snaps) -> None:
     assert check == []
     # a segment's block list opens on click and lists its blocks
     b.click_element("#segs details.seg summary .lbl")
-    rows = b.js("new Promise(function(r){(function f(){var t=document.querySelector("
-                "'#segs details.seg table');if(t)r(t.rows.length);else requestAnimationFrame(f);})();})")
+    assert until(b, "document.querySelector('#segs details.seg table')")
+    rows = b.js("document.querySelector('#segs details.seg table').rows.length")
     assert rows == 1 + len(segs[0]["blocks"])
 
 
@@ -321,3 +328,37 @@ def test_blocks_too_narrow_to_see_are_merged(browser, tmp_path) -> None:
     assert sum(c[1] for c in cells) == pytest.approx(100)
     assert "No trace recorded" not in text(browser, "#caption")
     assert text(browser, "#statesum").startswith("1 segments, 2.0 MiB reserved, 1.6 MiB")
+
+
+def test_torch_snapshot_state_and_pending_frees(browser, tmp_path) -> None:
+    """A PyTorch-shaped snapshot (free_requested/free_completed pairs, a segment and blocks
+    older than the trace, a block freed but waiting on a stream, an OOM without a stack)."""
+    from test_viz import torch_like_snapshot
+
+    snap = torch_like_snapshot()
+    base = 1 << 32       # the 2 MiB allocation of entry 5 is still there at the end
+    snap["segments"][0]["blocks"][1:] = [
+        {"address": base + 24 * MiB, "size": 2 * MiB, "requested_size": 2 * MiB,
+         "state": "active_allocated", "frames": []},
+        {"address": base + 26 * MiB, "size": 14 * MiB, "requested_size": 0,
+         "state": "inactive", "frames": []}]
+    path = tmp_path / "torch.html"
+    path.write_text(trace_html(snap), encoding="utf-8")
+    browser.open(str(path))
+    assert browser.errors() == []
+    browser.click_element("#end")
+    got = browser.js("__viz.S.state.segments.map(function(g){return [g.address,g.total,"
+                     "g.blocks.filter(function(x){return x.state!='inactive';})"
+                     ".map(function(x){return [x.address,x.size,x.state];})];})")
+    want = [[s["address"], s["total_size"],
+             [[bl["address"], bl["size"], bl["state"]] for bl in s["blocks"]
+              if bl["state"] != "inactive"]] for s in snap["segments"]]
+    assert got == want
+    assert "512.0 B freed but waiting on a stream" in text(browser, "#statesum")
+    # the 1 MiB allocation is pending between its free request (3) and completion (4)
+    assert browser.js("__viz.stateAt(3).pending") == MiB
+    assert browser.js("__viz.stateAt(4).pending") == 0
+    browser.click_element("#ooms button")
+    assert text(browser, "#stack").splitlines()[0] == \
+        "Out of memory at entry 6: 60.0 MiB requested, 3.0 MiB free on the device"
+    assert "(no stack recorded" in text(browser, "#stack")

@@ -176,7 +176,7 @@ function stateAt(m,t){
  segs.forEach(function(s){s.blocks=[];});
  var starts=segs.map(function(s){return s.address;}),loose=[];
  for(k=0;k<m.n;k++){if(A.start[k]>t||(A.end[k]>=0&&A.end[k]<=t))continue;
-  var b={address:A.addr[k],size:A.size[k],rec:k,state:(A.freq[k]>=0&&A.freq[k]<=t)?"active_pending_free":"active_allocated"};
+  var b={address:A.addr[k],size:A.bsize[k],rec:k,state:(A.freq[k]>=0&&A.freq[k]<=t)?"active_pending_free":"active_allocated"};
   var j=bsearch(starts,b.address);
   if(j>=0&&b.address<segs[j].address+segs[j].total)segs[j].blocks.push(b);else loose.push(b);}
  var out={segments:[],allocated:0,pending:0,reserved:0,nblocks:0,loose:loose};

@@ -395,8 +395,9 @@ def _device_view(device: int, entries: list[dict[str, Any]], segments: list[dict
 
     An allocation is ``start`` (entry of its ``alloc``, -1 when made before the trace began),
     ``freq`` (entry of its free request, -1 if none), ``end`` (entry where its memory became
-    free again, -1 if still live at the end), ``size``, ``addr`` and ``stack`` (an index into
-    the stack table, -1 for none). Snapshot blocks still allocated at the end with no
+    free again, -1 if still live at the end), ``size`` (as the trace records it: the size
+    asked for), ``addr``, ``stack`` (an index into the stack table, -1 for none) and ``bsize``
+    (the size of its block in the final snapshot where it is still there, else ``size``). Snapshot blocks still allocated at the end with no
     ``alloc`` in the trace are added with ``start = -1``, so that the state at the last
     entry is the snapshot's.
     """
@@ -443,21 +444,26 @@ def _device_view(device: int, entries: list[dict[str, Any]], segments: list[dict
         elif a == "oom":
             ooms.append([i, e["size"], int(e.get("device_free", 0)), st.add(e.get("frames"))])
     last = len(entries) - 1
+    bsize: dict[int, int] = {}
     segs = []
     for s in segments:
         blocks = []
         for addr, b in _block_addresses(s):
             stack = st.add(b.get("frames"))
             state = b["state"]
-            if state in ("active_allocated", "active_pending_free") and addr not in live:
-                pending = state == "active_pending_free"
-                new(-1, last if pending else -1, -1, b["size"], addr, stack)
+            if state in ("active_allocated", "active_pending_free"):
+                if addr in live:                # traces record the size asked for
+                    bsize[live[addr]] = b["size"]
+                else:
+                    pending = state == "active_pending_free"
+                    new(-1, last if pending else -1, -1, b["size"], addr, stack)
             blocks.append({"address": addr, "size": b["size"], "state": state,
                            "requested": int(b.get("requested_size") or 0), "stack": stack})
         segs.append({"address": s["address"], "total": s["total_size"], "stream": s["stream"],
                      "type": s.get("segment_type", ""),
                      "pool": list(s.get("segment_pool_id", (0, 0))),
                      "expandable": bool(s.get("is_expandable", False)), "blocks": blocks})
+    cols["bsize"] = [bsize.get(k, size) for k, size in enumerate(cols["size"])]
     return {"device": device, "entries": len(entries), "allocs": cols, "segev": segev,
             "ooms": ooms, "segments": segs}
 
