@@ -44,7 +44,7 @@ button.oom{color:#b00020;border-color:#b00020}
 #tl{display:block;width:100%;cursor:crosshair;touch-action:none}
 #tip{position:absolute;pointer-events:none;background:rgba(255,255,255,.96);border:1px solid #888;
  padding:3px 6px;font:12px/1.3 monospace;white-space:pre;display:none;max-width:70%;overflow:hidden;z-index:2}
-.legend{font-size:12px;color:#444}
+.legend{font-size:12px;color:#444} .legend>span{white-space:nowrap}
 .k{display:inline-block;width:10px;height:10px;margin:0 3px 0 10px;vertical-align:-1px}
 .panes{display:grid;grid-template-columns:minmax(0,1fr) minmax(0,1fr);gap:0 16px}
 @media (max-width:900px){.panes{grid-template-columns:minmax(0,1fr)}}
@@ -71,11 +71,11 @@ details.seg{margin:1px 0} details.seg summary{display:flex;gap:8px;align-items:c
  <button id="peak">Peak</button><button id="end">End</button><span id="ooms"></span>
 </div>
 <div id="tlwrap"><canvas id="tl" tabindex="0" aria-label="memory timeline"></canvas><div id="tip"></div></div>
-<div class="legend" id="legend"><span class="k" style="background:#3b75af;height:2px;margin-left:0"></span>active
-<span class="k" style="background:#888;height:2px"></span>reserved
-<span class="k" style="background:linear-gradient(90deg,#4e79a7,#f28e2b,#e15759,#59a14f)"></span>largest allocations
-<span class="k" style="background:#c4d5e7"></span>smaller ones, summed
-<span class="k" style="background:#d62728;width:2px"></span>OOM
+<div class="legend" id="legend"><span><span class="k" style="background:#3b75af;height:2px;margin-left:0"></span>active</span>
+<span><span class="k" style="background:#888;height:2px"></span>reserved</span>
+<span><span class="k" style="background:linear-gradient(90deg,#4e79a7,#f28e2b,#e15759,#59a14f)"></span>largest allocations</span>
+<span><span class="k" style="background:#c4d5e7"></span>smaller ones, summed</span>
+<span><span class="k" style="background:#d62728;width:2px"></span>OOM</span>
 <span class="muted">&nbsp; wheel: zoom, drag: pan, click: select a moment and an allocation</span></div>
 <p id="caption" class="muted"></p>
 <div class="panes">
@@ -343,7 +343,7 @@ function setDevice(di){S.di=di;var m=models[di]||(models[di]=buildModel(di));S.m
  caption();renderCompare();setMoment(m.E?m.peakEntry:m.last,true);}
 function caption(){var m=S.m;
  $("caption").textContent="device "+m.d.device+": "+m.E+" trace entries, "+m.n+" allocations ("+Math.min(m.n,m.layoutN)+" largest drawn one by one), peak active "+
-  fmt(m.peakBytes)+" at entry "+m.peakEntry+", peak reserved "+fmt(Math.max.apply(null,[0].concat(Array.prototype.slice.call(m.levels[m.levels.length-1].res))))+", "+m.d.ooms.length+" OOMs";}
+  fmt(m.peakBytes)+" at entry "+m.peakEntry+", peak reserved "+fmt(Math.max.apply(null,[0].concat(Array.prototype.slice.call(m.levels[m.levels.length-1].res))))+", "+m.d.ooms.length+(m.d.ooms.length==1?" OOM":" OOMs");}
 
 // ---------------------------------------------------------------- controls
 D.devices.forEach(function(d,i){var o=mk("option","device "+d.device+" ("+d.entries+" entries)");o.value=String(i);$("device").appendChild(o);});
