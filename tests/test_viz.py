@@ -16,6 +16,7 @@ from accelrt.memory._snapshot import dump_snapshot
 from accelrt.memory.viz import (
     format_bytes,
     load_snapshot,
+    memory_by_location,
     segsum,
     trace_html,
     trace_text,
@@ -148,15 +149,89 @@ def test_html_is_self_contained_and_carries_the_data() -> None:
     page = trace_html(torch_like_snapshot())
     assert page.startswith("<!DOCTYPE html>")
     assert "<script src" not in page and "<link" not in page and "import " not in page
-    assert re.findall(r"https?://[^\s\"']+", page) == ["http://www.w3.org/2000/svg"]
+    assert re.findall(r"https?://[^\s\"']+", page) == []
+    assert "innerHTML" not in page and "insertAdjacentHTML" not in page \
+        and "document.write" not in page
     data = _embedded(page)
-    assert [s["total"] for s in data["segments"]] == [40 * MiB, 2 * MiB]
-    assert data["reserved"] == 42 * MiB
-    assert data["segments"][1]["blocks"][1]["state"] == "active_pending_free"
-    t = data["timelines"][0]
-    assert t["device"] == 0 and t["entries"] == 7
-    assert max(t["active"]) == 25 * MiB and max(t["reserved"]) == 40 * MiB
-    assert data["segments"][0]["blocks"][0]["where"] == "train.py:12:forward"
+    (dev,) = data["devices"]
+    assert dev["device"] == 0 and dev["entries"] == 7
+    assert [s["total"] for s in dev["segments"]] == [40 * MiB, 2 * MiB]
+    assert dev["segments"][1]["blocks"][1]["state"] == "active_pending_free"
+    stack = dev["segments"][0]["blocks"][0]["stack"]
+    assert [data["frames"][f] for f in data["stacks"][stack]] == ["train.py:12:forward"]
+    assert data["frames"][data["loc"][stack]] == "train.py:12:forward"
+    assert dev["segev"] == [[0, 1, 1 << 32, 40 * MiB]]
+    assert dev["ooms"] == [[6, 60 * MiB, 3 * MiB, -1]]
+
+
+def test_device_view_lifetimes() -> None:
+    """Each allocation's alloc / free-request / free-completed entries; blocks of the final
+    snapshot not allocated in the trace (and frees of allocations older than the trace) come
+    in with start -1, so that the state rebuilt at the last entry is the snapshot's."""
+    a = _embedded(trace_html(torch_like_snapshot()))["devices"][0]["allocs"]
+    rows = list(zip(a["start"], a["freq"], a["end"], a["size"], a["addr"]))
+    assert a["bsize"] == [24 * MiB, MiB, 2 * MiB, 512, 512]   # the block, where known
+    assert rows == [
+        (1, -1, -1, 23 * MiB, 1 << 32),                    # still live
+        (2, 3, 4, MiB, (1 << 32) + 24 * MiB),              # requested at 3, completed at 4
+        (5, -1, -1, 2 * MiB, (1 << 32) + 24 * MiB),        # the address reused
+        (-1, -1, -1, 512, 1 << 33),                        # blocks allocated before the trace
+        (-1, 6, -1, 512, (1 << 33) + 512)]                 # pending free at the end
+    entries = [{"action": "free_requested", "addr": 64, "size": 10},   # older than the trace
+               {"action": "alloc", "addr": 8, "size": 4},
+               {"action": "alloc", "addr": 8, "size": 6}]               # its free was lost
+    a = _embedded(trace_html({"segments": [], "device_traces": [entries]}))["devices"][0]["allocs"]
+    assert list(zip(a["start"], a["freq"], a["end"], a["size"])) == [
+        (-1, 0, 0, 10), (1, -1, 2, 4), (2, -1, -1, 6)]
+
+
+def test_html_has_one_view_per_device() -> None:
+    snap = torch_like_snapshot()
+    snap["segments"].append({"device": 2, "address": 1 << 40, "total_size": 2 * MiB,
+                             "stream": 0, "blocks": [{"size": 2 * MiB, "requested_size": 0,
+                                                      "state": "inactive"}]})
+    devs = _embedded(trace_html(snap))["devices"]
+    assert [d["device"] for d in devs] == [0, 2]
+    assert [len(d["segments"]) for d in devs] == [2, 1] and devs[1]["entries"] == 0
+
+
+def test_user_frames_and_code_locations() -> None:
+    from accelrt.memory.viz import _is_user_frame
+
+    assert _is_user_frame("/home/me/train.py") and _is_user_frame("model/layer.py")
+    for f in ("/usr/lib/python3.11/site-packages/torch/nn/module.py", "<frozen runpy>",
+              "/x/dist-packages/y.py", "??", "/src/c10/cuda/CUDACachingAllocator.cpp",
+              "/opt/lib/python3.11/threading.py", "/x/accelrt/memory/_allocator.py"):
+        assert not _is_user_frame(f), f
+    lib = {"filename": "/v/site-packages/torch/nn/module.py", "line": 1, "name": "call"}
+    mine = {"filename": "train.py", "line": 7, "name": "step"}
+    snap = {"segments": [{"address": 0, "total_size": 100, "stream": 0, "blocks": [
+        {"size": 30, "state": "active_allocated", "frames": [lib, mine]},
+        {"size": 20, "state": "active_allocated", "frames": [lib]},
+        {"size": 10, "state": "active_allocated"},
+        {"size": 5, "state": "active_pending_free", "frames": [mine]},
+        {"size": 35, "state": "inactive"}]}], "device_traces": []}
+    for bl in snap["segments"][0]["blocks"]:
+        bl["requested_size"] = bl["size"]
+    assert memory_by_location(snap) == {0: {"train.py:7:step": (30, 1),
+                                            "/v/site-packages/torch/nn/module.py:1:call": (20, 1),
+                                            "(no stack recorded)": (10, 1)}}
+
+
+def test_compare_lists_what_grew_by_code_location() -> None:
+    before = torch_like_snapshot()
+    after = torch_like_snapshot()
+    after["segments"][0]["blocks"][1] = {"address": (1 << 32) + 24 * MiB, "size": 16 * MiB,
+                                         "requested_size": 16 * MiB, "state": "active_allocated",
+                                         "frames": [{"filename": "eval.py", "line": 3,
+                                                     "name": "cache"}]}
+    after["segments"][1]["blocks"][0]["state"] = "inactive"
+    cmp = _embedded(trace_html(before, compare=after, compare_names=("a.pickle", "b.pickle")))
+    assert cmp["compare"] == {"a": "a.pickle", "b": "b.pickle", "devices": {"0": [
+        ["eval.py:3:cache", 0, 0, 16 * MiB, 1],
+        ["train.py:12:forward", 24 * MiB, 1, 24 * MiB, 1],
+        ["(no stack recorded)", 512, 1, 0, 0]]}}
+    assert _embedded(trace_html(before))["compare"] is None
 
 
 def test_html_escapes_hostile_strings() -> None:
@@ -164,53 +239,10 @@ def test_html_escapes_hostile_strings() -> None:
     snap["segments"][0]["blocks"][0]["frames"] = [
         {"filename": "</script><script>alert(1)</script>", "line": 1, "name": "x"}]
     page = trace_html(snap, title="<b>t</b>")
-    assert "<script>alert(1)" not in page
+    assert "<script>alert(1)" not in page and "</script><script>" not in page
     assert "<b>t</b>" not in page and "&lt;b&gt;t&lt;/b&gt;" in page
-    assert _embedded(page)["segments"][0]["blocks"][0]["where"].startswith("</script>")
-
-
-def test_timeline_downsampling_keeps_the_peak() -> None:
-    entries = []
-    for i in range(20000):
-        entries.append({"action": "alloc", "addr": i, "size": 512 + (i == 12345) * 10 * MiB})
-        entries.append({"action": "free_requested", "addr": i,
-                        "size": 512 + (i == 12345) * 10 * MiB})
-    page = trace_html({"segments": [], "device_traces": [entries]})
-    t = _embedded(page)["timelines"][0]
-    assert len(t["x"]) <= 4000
-    assert max(t["active"]) == 10 * MiB + 512
-
-
-def test_timeline_stacks_the_largest_allocations() -> None:
-    """Each large allocation is a band stacked in allocation order; when one is freed the
-    bands above it drop by its size (PyTorch's active memory timeline)."""
-    t = _embedded(trace_html(torch_like_snapshot()))["timelines"][0]
-    assert t["bands"] == [[1, 6, 23 * MiB, "train.py:12:forward", [1, 0]],
-                          [2, 4, MiB, "", [2, 23 * MiB]],
-                          [5, 6, 2 * MiB, "", [5, 23 * MiB]]]
-    assert t["kept"] == t["active"] and t["elided"] == 0
-    entries = [{"action": "alloc", "addr": 1, "size": 10}, {"action": "alloc", "addr": 2, "size": 5},
-               {"action": "alloc", "addr": 3, "size": 7}, {"action": "free_requested", "addr": 1,
-                                                           "size": 10}]
-    t = _embedded(trace_html({"segments": [], "device_traces": [entries]}))["timelines"][0]
-    assert [b[4] for b in t["bands"]] == [[0, 0], [1, 10, 3, 0], [2, 15, 3, 5]]
-    assert [b[1] for b in t["bands"]] == [3, 3, 3]
-
-
-def test_timeline_sums_small_allocations_into_one_band(monkeypatch) -> None:
-    """Beyond _MAX_BANDS (or the point budget), the smaller allocations form one band on top
-    of the large ones: ``kept`` is the height of the large bands, ``active`` the total."""
-    from accelrt.memory import viz
-
-    entries = [{"action": "alloc", "addr": a, "size": s} for a, s in ((1, 4), (2, 9), (3, 1))]
-    monkeypatch.setattr(viz, "_MAX_BANDS", 1)
-    t = viz._timeline(entries)
-    assert [b[2] for b in t["bands"]] == [9] and t["elided"] == 2
-    assert t["kept"] == [0, 9, 9] and t["active"] == [4, 13, 14]
-    monkeypatch.setattr(viz, "_MAX_BANDS", 3)
-    monkeypatch.setattr(viz, "_MAX_BAND_POINTS", 4)     # 3 bands need 6 numbers: halve to 1
-    t = viz._timeline(entries)
-    assert len(t["bands"]) == 1 and t["elided"] == 2
+    assert "</script><script>alert(1)</script>:1:x" in _embedded(page)["frames"]
+    assert page.count("</script>") == 2          # the data block's and the code's own
 
 
 def test_load_snapshot_reads_torch_pickles_and_gzip(tmp_path) -> None:
@@ -250,7 +282,7 @@ def test_viz_main_writes_html(tmp_path, capsys) -> None:
     dump_snapshot(src, torch_like_snapshot())
     out = tmp_path / "page.html"
     assert viz_main([str(src), "-o", str(out)]) == 0
-    assert _embedded(out.read_text())["reserved"] == 42 * MiB
+    assert len(_embedded(out.read_text())["devices"][0]["segments"]) == 2
     assert viz_main([str(src)]) == 0                      # default: next to the snapshot
     assert (tmp_path / "snap.html").exists()
     assert viz_main([str(src), "--segsum"]) == 0
@@ -308,98 +340,24 @@ def test_viz_main_errors(tmp_path, capsys) -> None:
     assert viz_main(["a", "--segsum", "--trace"]) == 2
 
 
-NODE_RUNNER = r"""
-const fs = require("fs");
-const html = fs.readFileSync(process.argv[2], "utf8");
-const data = html.match(/<script id="data" type="application\/json">([\s\S]*?)<\/script>/)[1];
-const code = html.match(/<script>\n([\s\S]*?)<\/script>/)[1];
-function mk(tag) {
-  return {tag, children: [], style: {}, attrs: {}, textContent: "",
-          appendChild(c) { this.children.push(c); return c; },
-          setAttribute(k, v) { this.attrs[k] = String(v); }};
-}
-const ids = {};
-global.document = {
-  getElementById(id) {
-    if (id === "data") return {textContent: data};
-    return ids[id] || (ids[id] = mk(id));
-  },
-  createElement: mk, createElementNS: (ns, tag) => mk(tag),
-};
-eval(code);
-const lines = [], polys = [], labels = [];
-(function walk(e) {
-  if (e.tag === "polyline") lines.push(e.attrs.points.split(" ").length);
-  if (e.tag === "polygon") polys.push(e.attrs.points.split(" ").length);
-  if (e.tag === "text") labels.push(e.textContent);
-  e.children.forEach(walk);
-})(ids["timelines"]);
-const rows = ids["segments"].children;
-const bars = rows.map(r => r.children[1].children.length);
-const cells = rows.map(r => r.children[1].children.map(
-  c => ({left: parseFloat(c.style.left), width: parseFloat(c.style.width), title: c.title,
-         sep: c.className === "sep"})));
-console.log(JSON.stringify({lines, polys, labels, bars, cells,
-                            totals: ids["totals"].textContent}));
-"""
-
-
-NO_NODE = pytest.mark.skipif(shutil.which("node") is None, reason="node.js is not installed")
-
-
-def _run_page(tmp_path, snap: dict) -> dict:
-    page = tmp_path / "p.html"
-    page.write_text(trace_html(snap))
-    runner = tmp_path / "run.js"
-    runner.write_text(NODE_RUNNER)
-    out = subprocess.run(["node", str(runner), str(page)], capture_output=True, text=True,
-                         timeout=60, check=True)
-    return json.loads(out.stdout)
-
-
-@NO_NODE
-def test_html_script_draws_in_a_dom_stub(tmp_path) -> None:
-    """Run the page's inline JavaScript against a minimal DOM: it must draw each series as a
-    step line (two points per memory event but the first), fill the area under the active
-    line, and draw one bar per segment with one cell per block."""
-    result = _run_page(tmp_path, torch_like_snapshot())
-    assert result["lines"] == [9, 9]        # reserved and active, 5 memory events each
-    assert result["polys"] == [4, 4, 4, 18]  # 3 allocation bands, then the smaller-allocation
-    #                                        band between the band stack and the active line
-    assert result["bars"] == [2, 3]
-    assert result["totals"] == "segments: 2, reserved: 42.0 MiB, allocated: 24.0 MiB"
-    first = result["cells"][0]
-    assert [c["left"] for c in first] == [0, 60] and [c["width"] for c in first] == [60, 40]
-    assert first[0]["title"] == "active_allocated 24.0 MiB (requested 23.0 MiB)\ntrain.py:12:forward"
-
-
-@NO_NODE
-def test_html_axes_have_round_ticks_covering_the_peak(tmp_path) -> None:
-    """Regression: the y grid stopped below the peak (the top of the reserved line had no
-    label) and the x axis had no ticks at all."""
-    labels = _run_page(tmp_path, torch_like_snapshot())["labels"]
-    mib_ticks = [float(v.split()[0]) for v in labels if v.endswith(" MiB") or v == "0.0 B"]
-    assert mib_ticks == [0, 10, 20, 30, 40]                 # peak reserved is 40 MiB
-    assert labels[labels.index("40.0 MiB") + 1:labels.index("40.0 MiB") + 8] == [
-        "0", "1", "2", "3", "4", "5", "6"]                   # entries 0..6
-    assert "trace entry (event number)" in labels
-
-
-@NO_NODE
-def test_html_merges_blocks_too_narrow_to_see(tmp_path) -> None:
-    """Regression: a 2 MiB segment holding hundreds of small blocks drew as a white bar,
-    because every sub-pixel cell was all white separator. Narrow neighbours of one state
-    are now merged into one cell, and cells are placed absolutely so they never overflow."""
-    blocks = [{"size": 4096, "requested_size": 4000, "state": "active_allocated"}] * 400
-    blocks += [{"size": 2 * MiB - 400 * 4096, "requested_size": 0, "state": "inactive"}]
-    snap = torch_like_snapshot()
-    snap["segments"].append({"address": 1 << 34, "total_size": 2 * MiB, "stream": 0,
-                             "blocks": blocks})
-    cells = _run_page(tmp_path, snap)["cells"][2]
-    assert len(cells) == 2
-    assert cells[0]["title"] == "400 allocated blocks, 1.6 MiB"
-    assert cells[1]["left"] == pytest.approx(78.125)
-    assert sum(c["width"] for c in cells) == pytest.approx(100)
+def test_viz_main_compare(tmp_path, capsys) -> None:
+    a, b = tmp_path / "a.pickle", tmp_path / "b.pickle"
+    dump_snapshot(a, torch_like_snapshot())
+    dump_snapshot(b, {"segments": [], "device_traces": [[]]})
+    out = tmp_path / "cmp.html"
+    assert viz_main([str(a), "--compare", str(b), "-o", str(out)]) == 0
+    cmp = _embedded(out.read_text())["compare"]
+    assert (cmp["a"], cmp["b"]) == ("a.pickle", "b.pickle")
+    assert cmp["devices"]["0"][0] == ["(no stack recorded)", 512, 1, 0, 0]
+    capsys.readouterr()
+    # the compared file is refused as the output, and a bad one is named
+    assert viz_main([str(a), "--compare", str(b), "-o", str(b)]) == 2
+    assert "is the --compare snapshot itself" in capsys.readouterr().err
+    evil = tmp_path / "evil.pickle"
+    evil.write_bytes(pickle.dumps(Evil()))
+    assert viz_main([str(a), "--compare", str(evil), "-o", str(out)]) == 1
+    assert "refusing to load" in capsys.readouterr().err and CALLS == []
+    assert b.read_bytes()[:1] == b"\x80"          # untouched
 
 
 def test_torch_memory_viz_reads_our_dump(tmp_path) -> None:

@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import argparse
 import bisect
-import html
-import json
 import os
 import sys
 from collections.abc import Sequence
@@ -36,15 +34,14 @@ from typing import Any
 
 from ._files import read_input, short_repr, terminal_safe
 from ._replay import load_pickle
+from . import _viz_page
 from ._snapshot import check_snapshot
 
-__all__ = ["format_bytes", "load_snapshot", "segsum", "trace_html", "trace_text", "viz_main"]
+__all__ = ["format_bytes", "load_snapshot", "memory_by_location", "segsum", "trace_html",
+           "trace_text", "viz_main"]
 
 PAGE_SIZE = 20 << 20          # one character of segsum's bars
 _MAX_BAR = 4096               # characters of one segsum bar at most (80 GiB at 20 MiB each)
-_MAX_POINTS = 4000            # timeline points embedded in the HTML (peaks preserved)
-_MAX_BANDS = 1000             # largest allocations drawn as their own band in the timeline
-_MAX_BAND_POINTS = 200_000    # numbers in all band edges together (bounds the page size)
 
 
 def format_bytes(num: float) -> str:
@@ -150,6 +147,11 @@ def segsum(snapshot: dict[str, Any]) -> str:
         ['segments: 0', 'total_reserved: 0.0B']
     """
     check_snapshot(snapshot)
+    return _segsum(snapshot)
+
+
+def _segsum(snapshot: dict[str, Any]) -> str:
+    """:func:`segsum` of a checked snapshot."""
     segs = sorted(snapshot["segments"], key=lambda s: (
         s["total_size"], sum(b["size"] for b in s["blocks"] if b["state"] == "active_allocated")))
     out = [f"Summary of segments >= {format_bytes(PAGE_SIZE)} in size"]
@@ -321,232 +323,218 @@ def trace_text(snapshot: dict[str, Any]) -> str:
 
 # ---------------------------------------------------------------------- HTML
 
-def _where(frames: Any) -> str:
-    """``file:line:function`` of the innermost frame, or ``""``."""
-    top = frames[0] if isinstance(frames, list) and frames and isinstance(frames[0], dict) else {}
-    return f"{top.get('filename', '')}:{top.get('line', '')}:{top.get('name', '')}" if top else ""
+#: Path parts of frames that belong to libraries, the interpreter or native code rather than
+#: to the user's program: the stack pane lists the other ("user") frames first.
+_LIBRARY_MARKS = ("/site-packages/", "/dist-packages/", "/lib/python", "<frozen", "/torch/",
+                  "/accelrt/", "\\site-packages\\", "\\lib\\python")
+_NO_STACK = "(no stack recorded)"
+_MAX_COMPARE_ROWS = 2000      # code locations listed in a comparison at most
 
 
-def _timeline(entries: list[dict[str, Any]]) -> dict[str, Any]:
-    """Active and reserved bytes after each event, downsampled keeping each bucket's peak,
-    and the stacked bands of the largest allocations.
+def _is_user_frame(filename: str) -> bool:
+    """A frame of the user's own Python code (not a library, the interpreter, or C++)."""
+    if not filename.endswith(".py") or filename.startswith("<"):
+        return False
+    return not any(m in filename for m in _LIBRARY_MARKS)
 
-    The ``_MAX_BANDS`` largest allocations seen in the trace are stacked bottom-up in
-    allocation order (a band drops when one below it is freed, as in PyTorch's active memory
-    timeline); every other allocation is summed into one band on top (``kept`` is the height
-    of the stack of large bands after each point). A band is ``[first entry, last entry,
-    size, where, [entry, bottom, entry, bottom, ...]]``, the bottom edge as a step function.
+
+class _Stacks:
+    """Frames and stacks interned into tables (the page refers to them by index)."""
+
+    def __init__(self) -> None:
+        self.frames: list[str] = []
+        self.user: list[int] = []
+        self.stacks: list[list[int]] = []
+        self.loc: list[int] = []            # per stack: its code location (a frame index)
+        self._frame_ids: dict[str, int] = {}
+        self._stack_ids: dict[tuple[int, ...], int] = {}
+
+    def _frame(self, f: dict[str, Any]) -> int:
+        fn = str(f.get("filename", ""))
+        text = f"{fn}:{f.get('line', '')}:{f.get('name', '')}"
+        k = self._frame_ids.get(text)
+        if k is None:
+            k = self._frame_ids[text] = len(self.frames)
+            self.frames.append(text)
+            self.user.append(int(_is_user_frame(fn)))
+        return k
+
+    def add(self, frames: Any) -> int:
+        """The index of the stack of ``frames`` (innermost first), -1 for none."""
+        if not isinstance(frames, list) or not frames:
+            return -1
+        ids = tuple(self._frame(f) for f in frames if isinstance(f, dict))
+        if not ids:
+            return -1
+        k = self._stack_ids.get(ids)
+        if k is None:
+            k = self._stack_ids[ids] = len(self.stacks)
+            self.stacks.append(list(ids))
+            self.loc.append(next((i for i in ids if self.user[i]), ids[0]))
+        return k
+
+    def location(self, stack: int) -> str:
+        return self.frames[self.loc[stack]] if stack >= 0 else _NO_STACK
+
+
+def _block_addresses(seg: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
+    """(address, block) of each block: its own ``address`` or the running offset."""
+    out = []
+    addr = seg["address"]
+    for b in seg["blocks"]:
+        a = b.get("address", addr)
+        out.append((a if isinstance(a, int) else addr, b))
+        addr = (a if isinstance(a, int) else addr) + b["size"]
+    return out
+
+
+def _device_view(device: int, entries: list[dict[str, Any]], segments: list[dict[str, Any]],
+                 st: _Stacks) -> dict[str, Any]:
+    """What the page needs of one device: every allocation's lifetime, the segment events,
+    the OOMs and the final segments (from which the page rebuilds the state at any entry).
+
+    An allocation is ``start`` (entry of its ``alloc``, -1 when made before the trace began),
+    ``freq`` (entry of its free request, -1 if none), ``end`` (entry where its memory became
+    free again, -1 if still live at the end), ``size`` (as the trace records it: the size
+    asked for), ``addr``, ``stack`` (an index into the stack table, -1 for none) and ``bsize``
+    (the size of its block in the final snapshot where it is still there, else ``size``). Snapshot blocks still allocated at the end with no
+    ``alloc`` in the trace are added with ``start = -1``, so that the state at the last
+    entry is the snapshot's.
     """
     completes = any(e["action"] == "free_completed" for e in entries)
-    free_action = "free_completed" if completes else "free_requested"
-    # Pass 1: the lifetime of every allocation seen (addr reuse gives a new lifetime).
-    allocs: list[list[Any]] = []            # [start, end, size, where]
-    live_ids: dict[int, int] = {}
-    for i, e in enumerate(entries):
-        if e["action"] == "alloc":
-            live_ids[e["addr"]] = len(allocs)
-            allocs.append([i, len(entries) - 1, e["size"], _where(e.get("frames"))])
-        elif e["action"] == free_action and e["addr"] in live_ids:
-            allocs[live_ids.pop(e["addr"])][1] = i
-    by_size = sorted(range(len(allocs)), key=lambda k: -allocs[k][2])
-    n_bands = _MAX_BANDS
-    while True:
-        kept_ids = set(by_size[:n_bands])
-        out = _replay_bands(entries, free_action, allocs, kept_ids)
-        if n_bands <= 1 or sum(len(b[4]) for b in out["bands"]) <= _MAX_BAND_POINTS:
-            return out
-        n_bands //= 2                       # long-lived bands stepping often: draw fewer
+    cols: dict[str, list[int]] = {k: [] for k in ("start", "freq", "end", "size", "addr",
+                                                  "stack")}
+    live: dict[int, int] = {}
 
+    def new(start: int, freq: int, end: int, size: int, addr: int, stack: int) -> int:
+        for k, v in zip(cols, (start, freq, end, size, addr, stack)):
+            cols[k].append(v)
+        return len(cols["start"]) - 1
 
-def _replay_bands(entries: list[dict[str, Any]], free_action: str, allocs: list[list[Any]],
-                  kept_ids: set[int]) -> dict[str, Any]:
-    """Pass 2 of :func:`_timeline`: the totals and each large band's bottom edge."""
-    active = reserved = kept_sum = 0
-    xs: list[int] = []
-    act: list[int] = []
-    res: list[int] = []
-    kept: list[int] = []
-    stack: list[int] = []                   # live large allocation ids, bottom first
-    bottoms: dict[int, list[int]] = {}
-    live_ids: dict[int, int] = {}
-    n_allocs = 0
+    segev: list[list[int]] = []
+    ooms: list[list[int]] = []
     for i, e in enumerate(entries):
         a = e["action"]
         if a == "alloc":
-            active += e["size"]
-            k = live_ids[e["addr"]] = n_allocs      # allocations numbered as in pass 1
-            n_allocs += 1
-            if k in kept_ids:
-                bottoms[k] = [i, kept_sum]
-                stack.append(k)
-                kept_sum += e["size"]
-        elif a == free_action:
-            active -= e["size"]
-            k = live_ids.pop(e["addr"], -1)
-            if k in kept_ids:
-                pos = stack.index(k)
-                stack.pop(pos)
-                kept_sum -= allocs[k][2]
-                for above in stack[pos:]:
-                    bottoms[above] += [i, bottoms[above][-1] - allocs[k][2]]
-        elif a in ("segment_alloc", "segment_map"):
-            reserved += e["size"]
-        elif a in ("segment_free", "segment_unmap"):
-            reserved -= e["size"]
-        else:
-            continue
-        xs.append(i)
-        act.append(active)
-        res.append(reserved)
-        kept.append(kept_sum)
-    if len(xs) > _MAX_POINTS:
-        step = -(-len(xs) // _MAX_POINTS)
-        xs2, act2, res2, kept2 = [], [], [], []
-        for k in range(0, len(xs), step):
-            j = max(range(k, min(k + step, len(xs))), key=act.__getitem__)
-            xs2.append(xs[j])
-            act2.append(act[j])
-            res2.append(max(res[k:k + step]))
-            kept2.append(kept[j])
-        xs, act, res, kept = xs2, act2, res2, kept2
-    bands = [[allocs[k][0], allocs[k][1], allocs[k][2], allocs[k][3], bottoms[k]]
-             for k in sorted(kept_ids)]
-    return {"x": xs, "active": act, "reserved": res, "kept": kept, "bands": bands,
-            "elided": len(allocs) - len(kept_ids)}
+            old = live.pop(e["addr"], None)
+            if old is not None:                 # a lost free: end the old lifetime here
+                cols["end"][old] = i
+            live[e["addr"]] = new(i, -1, -1, e["size"], e["addr"], st.add(e.get("frames")))
+        elif a == "free_requested":
+            k = live.get(e["addr"])
+            if k is None:                       # allocated before the trace began
+                k = new(-1, i, -1, e["size"], e["addr"], st.add(e.get("frames")))
+                if completes:
+                    live[e["addr"]] = k
+            cols["freq"][k] = i
+            if not completes:
+                cols["end"][k] = i
+                live.pop(e["addr"], None)
+        elif a == "free_completed":
+            k = live.pop(e["addr"], None)
+            if k is None:
+                k = new(-1, i, i, e["size"], e["addr"], st.add(e.get("frames")))
+            cols["end"][k] = i
+            if cols["freq"][k] < 0:
+                cols["freq"][k] = i
+        elif a in ("segment_alloc", "segment_map", "segment_free", "segment_unmap"):
+            kind = {"segment_alloc": 1, "segment_free": -1, "segment_map": 2,
+                    "segment_unmap": -2}[a]
+            segev.append([i, kind, e["addr"], e["size"]])
+        elif a == "oom":
+            ooms.append([i, e["size"], int(e.get("device_free", 0)), st.add(e.get("frames"))])
+    last = len(entries) - 1
+    bsize: dict[int, int] = {}
+    segs = []
+    for s in segments:
+        blocks = []
+        for addr, b in _block_addresses(s):
+            stack = st.add(b.get("frames"))
+            state = b["state"]
+            if state in ("active_allocated", "active_pending_free"):
+                if addr in live:                # traces record the size asked for
+                    bsize[live[addr]] = b["size"]
+                else:
+                    pending = state == "active_pending_free"
+                    new(-1, last if pending else -1, -1, b["size"], addr, stack)
+            blocks.append({"address": addr, "size": b["size"], "state": state,
+                           "requested": int(b.get("requested_size") or 0), "stack": stack})
+        segs.append({"address": s["address"], "total": s["total_size"], "stream": s["stream"],
+                     "type": s.get("segment_type", ""),
+                     "pool": list(s.get("segment_pool_id", (0, 0))),
+                     "expandable": bool(s.get("is_expandable", False)), "blocks": blocks})
+    cols["bsize"] = [bsize.get(k, size) for k, size in enumerate(cols["size"])]
+    return {"device": device, "entries": len(entries), "allocs": cols, "segev": segev,
+            "ooms": ooms, "segments": segs}
 
 
-def _segment_view(seg: dict[str, Any]) -> dict[str, Any]:
-    blocks = []
-    for b in seg["blocks"]:
-        blocks.append({"size": b["size"], "state": b["state"],
-                       "requested": int(b.get("requested_size") or 0),
-                       "where": _where(b.get("frames"))})
-    return {"device": seg.get("device", 0), "address": seg["address"],
-            "total": seg["total_size"], "stream": seg["stream"],
-            "type": seg.get("segment_type", ""), "pool": list(seg.get("segment_pool_id", (0, 0))),
-            "expandable": bool(seg.get("is_expandable", False)), "blocks": blocks}
+def _devices(snapshot: dict[str, Any]) -> list[int]:
+    """Devices with a trace or a segment, in order."""
+    found = {d for d, t in enumerate(snapshot["device_traces"]) if t}
+    found.update(int(s.get("device", 0)) for s in snapshot["segments"])
+    return sorted(found) or [0]
 
 
-_PAGE = """<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>__TITLE__</title>
-<meta name="viewport" content="width=device-width,initial-scale=1">
-<style>
-body{font:13px/1.4 system-ui,sans-serif;margin:1.5em;color:#222;max-width:1200px}
-h1{font-size:1.3em} h2{font-size:1.1em;margin-top:1.5em}
-svg.tl{background:#fafafa;border:1px solid #ddd;width:100%;max-width:960px;height:auto;display:block}
-.seg{margin:2px 0;display:flex;align-items:center;gap:8px}
-.bar{position:relative;flex:none;height:14px;border:1px solid #999;background:#eee;overflow:hidden}
-.bar div{position:absolute;top:0;height:100%;box-sizing:border-box}
-.bar div.sep{border-right:1px solid #fff}
-.lbl{font:11px monospace;white-space:nowrap;flex:none;width:27em;overflow:hidden;text-overflow:ellipsis}
-.k{display:inline-block;width:10px;height:10px;margin:0 4px 0 12px;vertical-align:-1px}
-.k:first-child{margin-left:0}
-pre{background:#f4f4f4;padding:8px;overflow:auto}
-</style></head><body>
-<h1>__TITLE__</h1>
-<p id="totals"></p>
-<h2>Active memory timeline</h2>
-<p><span class="k" style="background:#3b75af;height:2px;vertical-align:3px"></span>active (allocated)
-<span class="k" style="background:#999999;height:2px;vertical-align:3px"></span>reserved (segments)
-<span class="k" style="background:linear-gradient(90deg,#4e79a7,#f28e2b,#e15759,#59a14f)"></span>the largest allocations, one band each, stacked in allocation order
-<span class="k" style="background:#c4d5e7"></span>all smaller allocations (hover a band for details)</p>
-<div id="timelines"></div>
-<h2>Segments</h2>
-<p><span class="k" style="background:#3b75af"></span>allocated
-<span class="k" style="background:#ef8636"></span>freed, waiting on a stream
-<span class="k" style="background:#cccccc"></span>free (cached)
-&nbsp; (bar length grows with the square root of the segment size; hover a block for details)</p>
-<div id="segments"></div>
-<h2>Segment summary</h2>
-<pre id="segsum"></pre>
-<script id="data" type="application/json">__DATA__</script>
-<script>
-(function(){
-"use strict";
-var D=JSON.parse(document.getElementById("data").textContent);
-var UNITS=["B","KiB","MiB","GiB","TiB","PiB"];
-function fmt(n){var i=0;n=+n;
- while(Math.abs(n)>=1024&&i<UNITS.length-1){n/=1024;i++;}return n.toFixed(1)+" "+UNITS[i];}
-function nice(v){var p=Math.pow(10,Math.floor(Math.log10(v))),m=v/p;
- return (m<=1?1:m<=2?2:m<=5?5:10)*p;}
-function byteTicks(ymax){var u=1;while(ymax/u>=1024&&u<Math.pow(1024,5))u*=1024;
- var step=nice(ymax/u/4)*u,t=[0];while(t[t.length-1]<ymax)t.push(t.length*step);return t;}
-function el(tag,attrs,parent){var e=document.createElementNS("http://www.w3.org/2000/svg",tag);
- for(var k in attrs)e.setAttribute(k,attrs[k]);if(parent)parent.appendChild(e);return e;}
-document.getElementById("totals").textContent="segments: "+D.segments.length+
- ", reserved: "+fmt(D.reserved)+", allocated: "+fmt(D.allocated);
-document.getElementById("segsum").textContent=D.segsum;
-var host=document.getElementById("timelines");
-if(!D.timelines.length){host.textContent="No trace recorded (call record_memory_history() before dump_snapshot()).";}
-D.timelines.forEach(function(t){
- var W=960,H=280,L=72,R=16,T=12,B=40,n=t.x.length;
- var cap=document.createElement("p");cap.textContent="device "+t.device+": "+t.entries+
-  " entries, "+(t.elided?t.bands.length+" largest of "+(t.bands.length+t.elided):"all "+t.bands.length)+
-  " allocations drawn as bands, peak active "+fmt(Math.max.apply(null,t.active.concat([0])))+
-  ", peak reserved "+fmt(Math.max.apply(null,t.reserved.concat([0])));host.appendChild(cap);
- var svg=el("svg",{"class":"tl",viewBox:"0 0 "+W+" "+H,width:W,height:H});host.appendChild(svg);
- var ymax=Math.max(1,Math.max.apply(null,t.active.concat(t.reserved)));
- var yt=byteTicks(ymax);ymax=Math.max(ymax,yt[yt.length-1]);
- var xmax=Math.max(1,t.entries-1);
- function X(v){return L+(W-L-R)*v/xmax;} function Y(v){return H-B-(H-B-T)*v/ymax;}
- yt.forEach(function(v){el("line",{x1:L,x2:W-R,y1:Y(v),y2:Y(v),stroke:"#e2e2e2"},svg);
-  el("text",{x:L-6,y:Y(v)+4,"text-anchor":"end","font-size":11},svg).textContent=fmt(v);});
- var xs=nice(xmax/8);
- for(var xv=0;xv<=xmax;xv+=xs){el("line",{x1:X(xv),x2:X(xv),y1:H-B,y2:H-B+4,stroke:"#888"},svg);
-  el("text",{x:X(xv),y:H-B+16,"text-anchor":"middle","font-size":11},svg).textContent=String(xv);}
- el("line",{x1:L,x2:W-R,y1:H-B,y2:H-B,stroke:"#888"},svg);
- el("line",{x1:L,x2:L,y1:T,y2:H-B,stroke:"#888"},svg);
- el("text",{x:(W+L)/2,y:H-6,"text-anchor":"middle","font-size":11},svg).textContent="trace entry (event number)";
- function steps(ys){var p=[];for(var i=0;i<n;i++){var x=X(t.x[i]).toFixed(1);
-  if(i)p.push(x+","+Y(ys[i-1]).toFixed(1));p.push(x+","+Y(ys[i]).toFixed(1));}return p;}
- var PAL=["#4e79a7","#f28e2b","#e15759","#76b7b2","#59a14f","#edc948","#b07aa1","#ff9da7","#9c755f","#86bcb6"];
- t.bands.forEach(function(b,bi){var lo=[],hi=[],pts=b[4],end=X(b[1]).toFixed(1);
-  for(var i=0;i<pts.length;i+=2){var x=X(pts[i]).toFixed(1),nx=i+2<pts.length?X(pts[i+2]).toFixed(1):end;
-   lo.push(x+","+Y(pts[i+1]).toFixed(1),nx+","+Y(pts[i+1]).toFixed(1));
-   hi.push(x+","+Y(pts[i+1]+b[2]).toFixed(1),nx+","+Y(pts[i+1]+b[2]).toFixed(1));}
-  var g=el("polygon",{points:lo.concat(hi.reverse()).join(" "),fill:PAL[bi%PAL.length],stroke:"none"},svg);
-  el("title",{},g).textContent=fmt(b[2])+" allocated at entry "+b[0]+", "+
-   (b[1]>=t.entries-1?"still live":"freed at entry "+b[1])+(b[3]?"\\n"+b[3]:"");});
- if(n){var a=steps(t.active);
-  var g=el("polygon",{points:a.concat(steps(t.kept).reverse()).join(" "),fill:"#3b75af","fill-opacity":0.3,stroke:"none"},svg);
-  el("title",{},g).textContent=t.elided+" smaller allocations";
-  el("polyline",{points:steps(t.reserved).join(" "),fill:"none",stroke:"#999999","stroke-width":1.5},svg);
-  el("polyline",{points:a.join(" "),fill:"none",stroke:"#3b75af","stroke-width":1.2},svg);}
-});
-var colors={active_allocated:"#3b75af",active_pending_free:"#ef8636",inactive:"#cccccc"};
-var names={active_allocated:"allocated",active_pending_free:"freed, waiting on a stream",inactive:"free"};
-var segs=document.getElementById("segments");
-var maxTotal=Math.max.apply(null,D.segments.map(function(s){return s.total;}).concat([1]));
-function cell(bar,run,s,px){var d=document.createElement("div");
- d.style.left=(100*run.start/s.total)+"%";d.style.width=(100*run.size/s.total)+"%";
- d.style.background=colors[run.state]||"#c33";if(run.size/s.total*px>=4)d.className="sep";
- var b=run.first;d.title=run.count>1?run.count+" "+(names[run.state]||run.state)+" blocks, "+fmt(run.size):
-  b.state+" "+fmt(b.size)+(b.state=="active_allocated"?" (requested "+fmt(b.requested)+")":"")+
-  (b.where?"\\n"+b.where:"");bar.appendChild(d);}
-D.segments.forEach(function(s){
- var row=document.createElement("div");row.className="seg";
- var lbl=document.createElement("span");lbl.className="lbl";
- lbl.textContent="dev"+s.device+" 0x"+s.address.toString(16)+" "+fmt(s.total)+" "+s.type+
-  (s.expandable?" exp":"")+(s.stream?" stream "+s.stream:"")+(s.pool[0]||s.pool[1]?" pool "+s.pool:"");
- lbl.title=lbl.textContent+", "+s.blocks.length+" blocks";row.appendChild(lbl);
- var bar=document.createElement("div");bar.className="bar";
- var px=Math.max(4,Math.round(640*Math.sqrt(s.total/maxTotal)));bar.style.width=px+"px";
- var run=null,off=0;
- s.blocks.forEach(function(b){var narrow=b.size/s.total*px<3;
-  if(run&&run.narrow&&narrow&&run.state==b.state){run.size+=b.size;run.count++;}
-  else{if(run)cell(bar,run,s,px);run={start:off,size:b.size,state:b.state,count:1,first:b,narrow:narrow};}
-  off+=b.size;});
- if(run)cell(bar,run,s,px);
- row.appendChild(bar);segs.appendChild(row);
-});
-})();
-</script></body></html>
-"""
+def memory_by_location(snapshot: dict[str, Any]) -> dict[int, dict[str, tuple[int, int]]]:
+    """Bytes and blocks allocated at the snapshot's moment, per device and code location.
+
+    The code location of a block is the innermost frame of the user's own code in its
+    recorded stack (else its innermost frame, else ``(no stack recorded)``).
+
+    Example::
+
+        >>> from accelrt.memory.viz import memory_by_location
+        >>> f = [{"filename": "train.py", "line": 3, "name": "step"}]
+        >>> snap = {"segments": [{"address": 0, "total_size": 4096, "stream": 0, "blocks": [
+        ...     {"size": 1024, "requested_size": 1000, "state": "active_allocated", "frames": f},
+        ...     {"size": 3072, "requested_size": 0, "state": "inactive"}]}], "device_traces": []}
+        >>> memory_by_location(snap)
+        {0: {'train.py:3:step': (1024, 1)}}
+    """
+    check_snapshot(snapshot)
+    return _by_location(snapshot)
 
 
-def trace_html(snapshot: dict[str, Any], title: str = "accelrt memory snapshot") -> str:
-    """A self-contained HTML page (inline data and JavaScript, nothing fetched) showing the
-    active and reserved memory over each device's trace and the block map of every segment.
+def _by_location(snapshot: dict[str, Any]) -> dict[int, dict[str, tuple[int, int]]]:
+    """:func:`memory_by_location` of a checked snapshot."""
+    st = _Stacks()
+    out: dict[int, dict[str, tuple[int, int]]] = {}
+    for s in snapshot["segments"]:
+        per = out.setdefault(int(s.get("device", 0)), {})
+        for b in s["blocks"]:
+            if b["state"] == "active_allocated":
+                loc = st.location(st.add(b.get("frames")))
+                nbytes, count = per.get(loc, (0, 0))
+                per[loc] = (nbytes + b["size"], count + 1)
+    return out
+
+
+def _comparison(a: dict[str, Any], b: dict[str, Any], names: tuple[str, str]) -> dict[str, Any]:
+    """Rows ``[location, bytes in a, blocks in a, bytes in b, blocks in b]`` per device,
+    largest growth from ``a`` to ``b`` first."""
+    la, lb = _by_location(a), _by_location(b)
+    devices: dict[str, list[list[Any]]] = {}
+    for d in sorted(set(la) | set(lb)):
+        pa, pb = la.get(d, {}), lb.get(d, {})
+        rows = [(loc, *pa.get(loc, (0, 0)), *pb.get(loc, (0, 0))) for loc in set(pa) | set(pb)]
+        rows.sort(key=lambda r: (r[1] - r[3], r[0]))
+        devices[str(d)] = [list(r) for r in rows[:_MAX_COMPARE_ROWS]]
+    return {"a": names[0], "b": names[1], "devices": devices}
+
+
+def trace_html(snapshot: dict[str, Any], title: str = "accelrt memory snapshot",
+               compare: dict[str, Any] | None = None,
+               compare_names: tuple[str, str] = ("this snapshot", "the other snapshot")) -> str:
+    """A self-contained, interactive HTML page (inline data and JavaScript, nothing fetched).
+
+    Per device: the active and reserved memory over the trace with the largest allocations
+    as stacked bands (zoom, pan, a detail control), the full stack of an allocation, the
+    allocator's segments and blocks at any entry (one click to the peak and to each OOM),
+    memory by code location, and with ``compare`` what grew by code location from
+    ``snapshot`` to ``compare``. Strings from the files are shown as text, never as markup.
+
+    Raises:
+        ValueError: a snapshot lacks keys the page needs.
 
     Example::
 
@@ -556,22 +544,26 @@ def trace_html(snapshot: dict[str, Any], title: str = "accelrt memory snapshot")
         True
     """
     check_snapshot(snapshot)
-    segs = [_segment_view(s) for s in snapshot["segments"]]
+    if compare is not None:
+        check_snapshot(compare, "compared snapshot")
+    st = _Stacks()
+    by_dev: dict[int, list[dict[str, Any]]] = {}
+    for s in snapshot["segments"]:
+        by_dev.setdefault(int(s.get("device", 0)), []).append(s)
+    traces = snapshot["device_traces"]
+    devices = [_device_view(d, traces[d] if d < len(traces) else [], by_dev.get(d, []), st)
+               for d in _devices(snapshot)]
     data = {
-        "segments": segs,
-        "reserved": sum(s["total"] for s in segs),
-        "allocated": sum(b["size"] for s in segs for b in s["blocks"]
-                         if b["state"] == "active_allocated"),
-        "timelines": [dict(_timeline(t), device=d, entries=len(t))
-                      for d, t in enumerate(snapshot["device_traces"]) if t],
-        "segsum": segsum(snapshot),
+        "devices": devices, "frames": st.frames, "user": st.user, "stacks": st.stacks,
+        "loc": st.loc, "segsum": _segsum(snapshot),
+        "compare": None if compare is None else _comparison(snapshot, compare, compare_names),
     }
-    blob = json.dumps(data, separators=(",", ":")).replace("<", "\\u003c")
-    return _PAGE.replace("__TITLE__", html.escape(title)).replace("__DATA__", blob)
+    return _viz_page.render(title, data)
 
 
 def viz_main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``accelrt memory viz SNAPSHOT [-o FILE.html] [--segsum | --trace]``.
+    """Entry point of ``accelrt memory viz SNAPSHOT [-o FILE.html] [--compare OTHER]
+    [--segsum | --trace]``.
 
     Returns 0 on success, 1 when the snapshot cannot be read (a one-line message on stderr),
     2 on bad arguments (including an output file that is the snapshot itself). Text that
@@ -605,6 +597,9 @@ def viz_main(argv: Sequence[str] | None = None) -> int:
                        help="print the segment summary instead of writing HTML")
     group.add_argument("--trace", action="store_true",
                        help="print the recorded history instead of writing HTML")
+    parser.add_argument("--compare", metavar="OTHER", default=None,
+                        help="another snapshot pickle: the page adds a table of what grew, "
+                             "by code location, from SNAPSHOT to OTHER")
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:
@@ -614,10 +609,12 @@ def viz_main(argv: Sequence[str] | None = None) -> int:
         return 1
 
     out = args.output if args.output is not None else _default_output(args.snapshot)
-    if not (args.segsum or args.trace) and _same_file(out, args.snapshot):
-        print(f"accelrt memory viz: error: {terminal_safe(out, one_line=True)} is the snapshot "
-              "itself; choose another output file with -o", file=sys.stderr)
-        return 2
+    inputs = {"the snapshot": args.snapshot, "the --compare snapshot": args.compare}
+    for what, path in inputs.items():
+        if not (args.segsum or args.trace) and path is not None and _same_file(out, path):
+            print(f"accelrt memory viz: error: {terminal_safe(out, one_line=True)} is {what} "
+                  "itself; choose another output file with -o", file=sys.stderr)
+            return 2
     try:
         snap = load_snapshot(args.snapshot)
         if args.segsum:
@@ -625,7 +622,11 @@ def viz_main(argv: Sequence[str] | None = None) -> int:
         elif args.trace:
             text = trace_text(snap) + "\n"
         else:
-            text = trace_html(snap, title=f"accelrt memory: {os.path.basename(args.snapshot)}")
+            other = None if args.compare is None else load_snapshot(args.compare)
+            names = (os.path.basename(args.snapshot),
+                     os.path.basename(args.compare) if args.compare is not None else "")
+            text = trace_html(snap, title=f"accelrt memory: {names[0]}", compare=other,
+                              compare_names=names)
     except (OSError, ValueError, MemoryError, RecursionError, OverflowError) as exc:
         return fail(str(exc))
     if args.segsum or args.trace:
