@@ -355,6 +355,9 @@ def _parser() -> argparse.ArgumentParser:
     mem_sub = mem.add_subparsers(dest="memory_command", metavar="COMMAND")
     mem_sub.add_parser("viz", add_help=False,
                        help="render a memory snapshot as HTML (see memory viz --help)")
+    mem_sub.add_parser("tune", add_help=False,
+                       help="replay a snapshot under candidate allocator settings and "
+                            "recommend one (see memory tune --help)")
     return p
 
 
@@ -376,6 +379,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _delegate("accelrt.memory._replay", "replay_main", args[1:], "accelrt replay")
     if args[:2] == ["memory", "viz"]:
         return _delegate("accelrt.memory.viz", "viz_main", args[2:], "accelrt memory viz")
+    if args[:2] == ["memory", "tune"]:
+        return _delegate("accelrt.memory._tune", "tune_main", args[2:], "accelrt memory tune")
     parser = _parser()
     try:
         ns = parser.parse_args(args)
