@@ -362,8 +362,8 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
             block = self._alloc_slow(pool, stream, rounded, frames)
             if block is None:
                 if self._rejected:
-                    return self._prepare_rejection(rounded)
-                return self._prepare_oom(pool, stream, rounded, frames)
+                    return self._prepare_rejection(rounded, size)
+                return self._prepare_oom(pool, stream, rounded, frames, size)
         # ---- alloc_found_block: split, stats, trace
         blk: Block = block
         st = self._stats
