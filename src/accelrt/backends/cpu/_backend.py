@@ -134,8 +134,9 @@ class CpuBackend(Backend):
                  async_streams: bool | None = None, *, name: str | None = None) -> None:
         self._config: CpuConfig = resolve_config(num_devices, memory_limit, async_streams)
         #: where the budget came from, for out-of-memory messages
-        self._budget_source = ("memory_limit" if memory_limit is not None else
-                               "env" if os.environ.get(ENV_MEMORY, "").strip() else "default")
+        self._budget_source = (f"memory_limit={memory_limit!r}" if memory_limit is not None
+                               else "env" if os.environ.get(ENV_MEMORY, "").strip()
+                               else "default")
         if name is not None:
             if not isinstance(name, str):
                 raise TypeError(f"name must be a str, got {type(name).__name__}")
@@ -252,15 +253,17 @@ class CpuBackend(Backend):
         it came from, and how to raise it (``ACCELRT_CPU_MEMORY``)."""
         mem = self._mem[self._check_index(index)]
         budget = human_size(mem.budget)
-        if self._budget_source == "memory_limit":
-            where = f"memory_limit={self._config.memory_limit} given to CpuBackend"
-        elif self._budget_source == "env":
+        bigger = format_memory_size(mem.budget * 2)
+        if self._budget_source.startswith("memory_limit="):
+            return (f"The {self.name} backend's memory budget is {budget} per device "
+                    f"({self._budget_source} given to CpuBackend); pass a larger memory_limit, "
+                    f"e.g. memory_limit={bigger!r}, for more.")
+        if self._budget_source == "env":
             where = f"{ENV_MEMORY}={os.environ.get(ENV_MEMORY, '').strip()}"
         else:
             where = f"{ENV_MEMORY} is not set, so the machine's physical memory"
         return (f"The {self.name} backend's memory budget is {budget} per device ({where}); "
-                f"set {ENV_MEMORY} to a larger size, e.g. {ENV_MEMORY}="
-                f"{format_memory_size(mem.budget * 2)}, for more.")
+                f"set {ENV_MEMORY} to a larger size, e.g. {ENV_MEMORY}={bigger}, for more.")
 
     # ------------------------------------------------------------------ memory
     def malloc(self, index: int, size: int) -> int:
