@@ -2,8 +2,9 @@
 
 The workload (a snapshot pickle with history, or a trace in the shared JSON format) is replayed
 by :func:`accelrt.memory._replay.replay_ops` on a simulated 80 GiB device once per candidate
-setting, and the candidates are ranked by peak reserved memory (then device mallocs, then time
-per operation). The candidates are chosen from what the settings do, not fitted to the trace:
+setting, and the candidates are ranked by peak reserved memory, then device mallocs (ties keep
+the order below; the time per operation is shown, not ranked, as it varies from run to run).
+The candidates are chosen from what the settings do, not fitted to the trace:
 
 * the recorded setting (the snapshot's ``allocator_settings``; PyTorch's defaults if none);
 * ``expandable_segments:True`` (grow one mapping instead of caching many segments);
@@ -361,7 +362,8 @@ def _run(ops: Sequence[Op], setting: str, on_chunk: Callable[[int], None] | None
 def _rank_key(row: dict[str, Any]) -> tuple[Any, ...]:
     if row["oom"]:
         return (1, 0, 0, 0.0)
-    return (0, row["peak_reserved_bytes"], row["device_mallocs"], row["us_per_op"])
+    # not the time: it varies from run to run; ties keep the order tried (recorded first)
+    return (0, row["peak_reserved_bytes"], row["device_mallocs"], 0.0)
 
 
 def tune_ops(ops: Sequence[Op], recorded: str = "", *, name: str = "trace",
@@ -448,6 +450,10 @@ def tune_ops(ops: Sequence[Op], recorded: str = "", *, name: str = "trace",
 # ---------------------------------------------------------------------- output
 
 def _shown(setting: str) -> str:
+    """The setting as the table shows it (a capped one without its fraction: see the note)."""
+    if _fraction(setting) is not None:
+        setting = ",".join(p for p in _split(setting)
+                           if not p.startswith("per_process_memory_fraction:"))
     return setting if setting else "default"
 
 
@@ -481,10 +487,14 @@ def format_tune(result: dict[str, Any], path: str, device: int) -> str:
     for row in (head, *body):
         lines.append("  ".join(c.ljust(w) if j == 1 else c.rjust(w)
                                for j, (c, w) in enumerate(zip(row, widths))).rstrip())
-    if any(r["capped"] for r in result["results"]):
-        lines.append("* garbage_collection_threshold acts only under a memory fraction, so it is "
-                     "replayed capped at the recorded peak reserved; a cap fitted to one run is "
-                     "not recommended")
+    capped = [r for r in result["results"] if r["capped"]]
+    if capped:
+        frac = _fraction(capped[0]["setting"])
+        lines.append(f"* replayed with per_process_memory_fraction:{frac} (the recorded peak "
+                     "reserved of the simulated")
+        lines.append("  80 GiB device): garbage_collection_threshold acts only under a memory "
+                     "fraction;")
+        lines.append("  a cap fitted to one run is not recommended.")
     lines.append("")
     best, best_pt = result["best"], result["best_pytorch"]
     lines += _advice("PyTorch", best_pt, base)
