@@ -165,11 +165,11 @@ def _check_type(typ: str, text: str) -> None:
     else:
         close = difflib.get_close_matches(typ.lower(), known, n=1)
         guess = close[0] + suffix if close else None
-    hint = f"; did you mean {guess!r}?" if guess else ""
+    hint = f"; did you mean {guess!r}?" if guess else "."
     raise BackendUnavailableError(
-        f"Expected one of {', '.join(known)} device type at start of device string: "
-        f"{shown!r}{hint} (device types are accelrt's registered backends, lower case; "
-        "third-party backends register with accelrt.backends.register())")
+        f"Unknown backend {typ!r} in device string {shown!r}{hint} Known backends: "
+        f"{', '.join(known)} (device types are lower case; third-party backends register "
+        "with accelrt.backends.register())")
 
 # PyTorch's grammar (c10/core/Device.cpp), ASCII only: a type of letters, digits and '_' (not
 # starting with a digit), then optionally ':' and an index without sign, spaces, '_' or a
