@@ -198,3 +198,20 @@ def test_replay_shows_settings_and_human_sizes(capsys: pytest.CaptureFixture[str
     assert "5.37 GiB" in out and "6.48 GiB" in out      # peak live, peak reserved
     assert replay_main([RESNET, "--alloc-conf", "expandable_segments:True"]) == 0
     assert "alloc conf: expandable_segments:True (from --alloc-conf)" in capsys.readouterr().out
+
+
+def test_a_workload_too_big_for_the_simulated_device() -> None:
+    result = _tune.tune_ops([(True, 1, 81 << 30, 0), (False, 1, 0, 0)])
+    assert all(r["oom"] for r in result["results"])
+    text = _tune.format_tune(result, "big", 0)
+    assert "out of memory" in text and "nothing to recommend" in text
+
+
+def test_recorded_setting_already_best_is_kept(tmp_path: Path) -> None:
+    # one allocation: every setting reserves the same, so the recorded one is kept
+    path = _snapshot(tmp_path, [[_entry("alloc", 1, 512)]],
+                     {"PYTORCH_CUDA_ALLOC_CONF": "roundup_power2_divisions:4"})
+    r = cli("memory", "tune", path)
+    assert r.returncode == 0, r.stderr
+    assert ("PyTorch: the recorded setting is already the best for PyTorch; keep "
+            "PYTORCH_CUDA_ALLOC_CONF=roundup_power2_divisions:4") in r.stdout

@@ -53,8 +53,8 @@ from ._replay import (
     trace_ops,
 )
 
-__all__ = ["NoHistoryError", "candidate_settings", "load_workload", "pytorch_part",
-           "recorded_setting", "tune_main", "tune_ops"]
+__all__ = ["ACCELRT_POLICY", "NoHistoryError", "candidate_settings", "format_tune",
+           "load_workload", "pytorch_part", "recorded_setting", "tune_main", "tune_ops"]
 
 _MiB = 1 << 20
 _SMALL = 1 << 20                   # PyTorch's small-request limit (kSmallSize)
@@ -396,8 +396,7 @@ def tune_ops(ops: Sequence[Op], recorded: str = "", *, name: str = "trace",
     from . import _config
     _config.parse_config(recorded)   # a bad recorded string is the caller's error
     first = candidate_settings(ops, recorded)
-    n_gc = 2
-    n_combined = 3
+    n_gc, n_combined = 2, 3   # at most; the bar's total is an estimate
     bar = _Progress(progress, len(ops) * (len(first) + n_gc + n_combined))
     rows: list[dict[str, Any]] = []
 
@@ -466,7 +465,14 @@ def _saving_text(row: dict[str, Any]) -> str:
 
 
 def format_tune(result: dict[str, Any], path: str, device: int) -> str:
-    """The human-readable report of :func:`tune_ops`."""
+    """The human-readable report of :func:`tune_ops` (the table, then the lines to use).
+
+    Example::
+
+        >>> from accelrt.memory._tune import format_tune, tune_ops
+        >>> print(format_tune(tune_ops([(True, 1, 512, 0)]), "t.json", 0).splitlines()[0])
+        t.json: device 0, 1 operations, peak live 512 B
+    """
     base = result["baseline"]
     rec = result["recorded_setting"]
     lines = [f"{terminal_safe(path, one_line=True)}: device {device}, {result['ops']:,} "
@@ -498,7 +504,7 @@ def format_tune(result: dict[str, Any], path: str, device: int) -> str:
     lines.append("")
     best, best_pt = result["best"], result["best_pytorch"]
     lines += _advice("PyTorch", best_pt, base)
-    if best is not best_pt:
+    if best is not best_pt or best["oom"]:
         lines += _advice("accelrt", best, base)
     else:
         lines.append(f"accelrt: ACCELRT_ALLOC_CONF={best['setting']}" if best["setting"] else
@@ -512,9 +518,13 @@ def _advice(who: str, row: dict[str, Any], base: dict[str, Any]) -> list[str]:
     var = "PYTORCH_CUDA_ALLOC_CONF" if who == "PyTorch" else "ACCELRT_ALLOC_CONF"
     setting = pytorch_part(row["setting"]) if who == "PyTorch" else row["setting"]
     lines = []
+    if row["oom"]:
+        return [f"{who}: every setting ran out of the simulated 80 GiB device; nothing to "
+                "recommend"]
     if row is base or not row["saving_bytes"]:
+        keep = pytorch_part(base["setting"]) if who == "PyTorch" else base["setting"]
         lines.append(f"{who}: the recorded setting is already the best for {who}"
-                     + (f"; keep {var}={setting}" if setting else f"; leave {var} unset"))
+                     + (f"; keep {var}={keep}" if keep else f"; leave {var} unset"))
         return lines
     lines.append(f"{who}: {var}={setting}" if setting else f"{who}: leave {var} unset")
     lines.append(f"  saves {_saving_text(row)} of peak reserved against the recorded setting")
