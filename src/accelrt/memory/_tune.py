@@ -309,7 +309,7 @@ def _fraction(setting: str) -> float | None:
 # ---------------------------------------------------------------------- running
 
 class _Progress:
-    """``tuning [#####     ] 45%  3/11 settings  812,345 ops/s  6 s left`` on a tty."""
+    """``tuning [#####     ]  45%  setting 6  812,345 ops/s  6 s left`` on a tty."""
 
     def __init__(self, stream: TextIO | None, total_ops: int) -> None:
         self._s = stream
@@ -403,7 +403,7 @@ def tune_ops(ops: Sequence[Op], recorded: str = "", *, name: str = "trace",
     def run(setting: str) -> dict[str, Any]:
         if any(r["setting"] == setting for r in rows):
             return next(r for r in rows if r["setting"] == setting)
-        bar.label = f"{len(rows) + 1} settings"
+        bar.label = f"setting {len(rows) + 1}"
         row = _run(ops, setting, bar.advance)
         rows.append(row)
         return row
