@@ -5,7 +5,8 @@
 usable ones with its properties and free/total memory, and runs a short self-check on each
 device: allocate through the caching allocator, copy host -> device -> device -> host and
 compare, time work between two events on a new stream, synchronize, and check the memory
-went back to the allocator. The exit status is 1 if any self-check fails. ``--json`` prints
+went back to the allocator. The exit status is 1 if any self-check fails, no backend is
+usable, or ``ACCELRT_ACCELERATOR`` names a backend that cannot be used. ``--json`` prints
 one JSON object for machines.
 
 ``accelrt replay ...``, ``accelrt memory viz ...`` and ``accelrt memory tune ...`` hand their
