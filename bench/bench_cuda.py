@@ -1,10 +1,11 @@
 """CUDA backend benchmarks (needs an NVIDIA GPU; prints "no GPU: <reason>" and exits 0 without).
 
-1. **Trace replay with real memory**: the two shared traces (``shared/traces``) replayed through
+1. **Trace replay with real memory**: the two shared traces (``tests/data/traces``) replayed through
    accelrt's caching allocator over the CUDA backend (default settings and
    ``expandable_segments:True``), side by side with the peers run by
-   ``shared/tools/replay_peer.py`` as subprocesses (``torch``, ``torch_expandable``, ``cupy``,
-   ``driverpool``; a peer that cannot run is reported with its error).
+   ``--peer-script`` (a replay script for the peers, not shipped; default
+   ``$ACCELRT_SHARED/tools/replay_peer.py``) as subprocesses (``torch``, ``torch_expandable``,
+   ``cupy``, ``driverpool``; a peer that cannot run is reported with its error).
 2. **Runtime calls** vs ``torch.cuda`` and CuPy (each when importable): stream creation, event
    record, event query, stream query, caching-allocator malloc+free of 1 MiB.
 3. **Copy bandwidth**: device-to-device and pinned host-to-device, 256 MiB, timed with events,
@@ -315,7 +316,7 @@ def print_bandwidth(table: dict[str, dict[str, float]]) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", choices=("replay", "calls", "bandwidth"), action="append")
-    ap.add_argument("--traces", type=Path, default=SHARED / "traces")
+    ap.add_argument("--traces", type=Path, default=ROOT / "tests" / "data" / "traces")
     ap.add_argument("--peer-script", type=Path, default=SHARED / "tools" / "replay_peer.py")
     ap.add_argument("--loops", type=int, default=20000)
     ap.add_argument("--repeat", type=int, default=5)

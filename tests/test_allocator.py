@@ -297,7 +297,9 @@ def test_device_oom_uses_segment_size_and_observers():
     live = [a.malloc(20 * MiB, 0) for _ in range(3)]   # 60 MiB of 64
     with pytest.raises(OutOfMemoryError) as ei:
         a.malloc(2 * MiB, 0)                           # needs a 20 MiB segment
-    assert "Tried to allocate 20.00 MiB" in str(ei.value)
+    # issue 14: the size asked for, then the segment it needed (observers get the segment)
+    assert "Tried to allocate 2.00 MiB. " in str(ei.value)
+    assert "new 20.00 MiB segment for the 2.00 MiB request" in str(ei.value)
     assert "total capacity of 64.00 MiB of which 4.00 MiB is free" in str(ei.value)
     assert "allowed" not in str(ei.value)
     assert seen == [(0, 20 * MiB, 64 * MiB, 4 * MiB)]

@@ -14,6 +14,7 @@ import pytest
 
 import accelrt as acc
 from accelrt import memory
+from accelrt._device import _parse
 from accelrt.backends.cpu._config import config_error, parse_memory_size
 from accelrt.backends.cuda._discovery import parse_visible_devices
 
@@ -50,8 +51,10 @@ def test_good_device_strings() -> None:
     assert acc.device("cpu:0").index == 0
     assert acc.device("cpu:10").index == 10
     assert acc.device("cpu").index is None
-    assert acc.device("_priv:3").type == "_priv"          # PyTorch allows a leading '_'
-    assert acc.device("cpu4:2").type == "cpu4"
+    assert _parse("_priv:3") == ("_priv", 3)             # PyTorch allows a leading '_'
+    assert _parse("cpu4:2") == ("cpu4", 2)
+    with pytest.raises(acc.BackendUnavailableError, match="Unknown backend 'nosuch_type9'.*Known backends: cuda, opencl, cpu"):
+        acc.device("nosuch_type9:2")                     # no such backend: refused when made
     with pytest.raises(ValueError, match="Could not parse device index"):
         acc.device("cpu:" + "9" * 5000)                  # not int()'s 4300-digit error
 

@@ -173,5 +173,6 @@ def test_missing_subcommand_module_is_a_clear_error(monkeypatch, capsys):
 
 def test_bad_accelerator_env_is_reported():
     r = run("info", "--no-check", env={"ACCELRT_ACCELERATOR": "nosuch"})
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 1, r.stderr        # issue 14: a setting that cannot be honoured fails
     assert "current accelerator: error" in r.stdout and "nosuch" in r.stdout
+    assert "accelrt info: error:" in r.stderr and "known backends are" in r.stderr

@@ -175,8 +175,9 @@ def test_null_from_the_library_is_out_of_memory(lib: Lib, fresh: str) -> None:
     lib.fail_next(1)
     n_alloc, live = lib.n_alloc, lib.live_bytes
     with memory.use_mem_pool(pool, dev), pytest.raises(
-            acc.OutOfMemoryError, match=rf"{fresh} out of memory. Tried to allocate 2.00 MiB"):
-        memory.caching_allocator_alloc(4096, dev)
+            acc.OutOfMemoryError, match=rf"{fresh} out of memory. Tried to allocate 4.00 KiB\. "
+                                        r".* new 2.00 MiB segment for the 4.00 KiB request"):
+        memory.caching_allocator_alloc(4096, dev)   # the size asked for, then the segment
     assert lib.n_alloc == n_alloc + 1 and lib.live_bytes == live
     stats = a.stats()
     assert stats["num_ooms"] == 1 and stats["segment.all.current"] == 0

@@ -22,8 +22,8 @@ from accelrt.memory._replay import (
 from accelrt.memory._simulated import SimulatedBackend
 
 MiB = 1 << 20
-# The shared real traces: vendored under tests/data/traces, or the team's shared folder.
-TRACE_DIRS = [os.path.join(os.path.dirname(__file__), "data", "traces"), "/work/shared/traces"]
+# The shared real traces, vendored under tests/data/traces.
+TRACE_DIRS = [os.path.join(os.path.dirname(__file__), "data", "traces")]
 
 
 def shared_trace(name: str) -> str:

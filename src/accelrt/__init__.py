@@ -219,4 +219,9 @@ if not TYPE_CHECKING:  # hidden from type checkers: a typo must not type-check a
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+    # the public API, dunders and loaded public submodules; not the imports this file uses
+    g = globals()
+    subs = {n for n, v in g.items() if isinstance(v, type(importlib)) and not n.startswith("_")
+            and v.__name__.startswith(__name__ + ".")}
+    dunders = {n for n in g if n.startswith("__") and n.endswith("__")}
+    return sorted(set(__all__) | dunders | subs)

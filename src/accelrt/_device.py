@@ -52,7 +52,10 @@ class device:
 
     Raises:
         TypeError: the argument types are wrong.
-        ValueError: the string is malformed, the index is negative, or an index is given twice.
+        ValueError: the string is malformed, the index is negative, or an index is given
+            twice.
+        BackendUnavailableError: the string names no registered backend (the message lists
+            them: ``"gpu:0"``, ``"cuda0"`` and ``"CPU:0"`` fail here, with a suggestion).
 
     Example::
 
@@ -86,6 +89,8 @@ class device:
             typ, idx = acc.type, type_or_str
         elif isinstance(type_or_str, str):
             typ, idx = _parse(type_or_str)
+            if typ not in _known_types:
+                _check_type(typ, type_or_str)
             if idx is not None and index is not None:
                 raise ValueError(f"type (string) must not include an index because index was "
                                  f"passed explicitly: {type_or_str}")
@@ -132,6 +137,39 @@ class device:
 
 
 _parse_cache: dict[str, tuple[str, int | None]] = {}
+#: device types known to name a registered backend (usable or not); grows as backends register
+_known_types: set[str] = set()
+#: what people coming from other frameworks type for a GPU
+_ALIASES = {"gpu": "cuda", "hip": "cuda", "rocm": "cuda", "nvidia": "cuda", "cl": "opencl"}
+
+
+def _check_type(typ: str, text: str) -> None:
+    """Refuse a device type that names no registered backend, listing the registered ones (as
+    PyTorch does for its device types) and suggesting the likely intended string."""
+    import difflib
+    known = _backend.registered()
+    if typ in known:
+        _known_types.add(typ)
+        return
+    shown = text if len(text) <= 60 else text[:57] + "..."
+    _, idx = _parse(text)
+    suffix = "" if idx is None else f":{idx}"
+    guess: str | None = None
+    m = re.fullmatch(r"([A-Za-z_]+?)([0-9]+)", typ)
+    if typ.lower() in known:
+        guess = typ.lower() + suffix
+    elif m is not None and m.group(1).lower() in known and idx is None:
+        guess = f"{m.group(1).lower()}:{int(m.group(2))}"
+    elif _ALIASES.get(typ.lower()) in known:
+        guess = f"{_ALIASES[typ.lower()]}{suffix}"
+    else:
+        close = difflib.get_close_matches(typ.lower(), known, n=1)
+        guess = close[0] + suffix if close else None
+    hint = f"; did you mean {guess!r}?" if guess else "."
+    raise BackendUnavailableError(
+        f"Unknown backend {typ!r} in device string {shown!r}{hint} Known backends: "
+        f"{', '.join(known)} (device types are lower case; third-party backends register "
+        "with accelrt.backends.register())")
 
 # PyTorch's grammar (c10/core/Device.cpp), ASCII only: a type of letters, digits and '_' (not
 # starting with a digit), then optionally ':' and an index without sign, spaces, '_' or a
@@ -391,9 +429,11 @@ def _check_index(b: Backend, index: int) -> int:
     n = b.device_count()
     if index >= n:
         # PyTorch's c10 check_device_index wording (a RuntimeError there; an IndexError too here)
+        more = getattr(b, "more_devices_hint", None)
+        hint = f"; {more}" if isinstance(more, str) and more else ""
         raise AcceleratorIndexError(
             f"device is out of range, device is {index}, total number of device is {n}. "
-            f"(backend {b.name!r}: valid indices are 0..{n - 1})")
+            f"(backend {b.name!r}: valid indices are 0..{n - 1}{hint})")
     return index
 
 

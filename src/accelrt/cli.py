@@ -1,14 +1,17 @@
-"""The ``accelrt`` command line: ``accelrt info``, ``accelrt replay``, ``accelrt memory viz``.
+"""The ``accelrt`` command line: ``accelrt info``, ``accelrt replay``, ``accelrt memory viz``,
+``accelrt memory tune``.
 
 ``accelrt info`` lists every known backend (usable or not, and why not), every device of the
 usable ones with its properties and free/total memory, and runs a short self-check on each
 device: allocate through the caching allocator, copy host -> device -> device -> host and
 compare, time work between two events on a new stream, synchronize, and check the memory
-went back to the allocator. The exit status is 1 if any self-check fails. ``--json`` prints
+went back to the allocator. The exit status is 1 if any self-check fails, no backend is
+usable, or ``ACCELRT_ACCELERATOR`` names a backend that cannot be used. ``--json`` prints
 one JSON object for machines.
 
-``accelrt replay ...`` and ``accelrt memory viz ...`` hand their arguments to
-:func:`accelrt.memory._replay.replay_main` and :func:`accelrt.memory.viz.viz_main`.
+``accelrt replay ...``, ``accelrt memory viz ...`` and ``accelrt memory tune ...`` hand their
+arguments to :func:`accelrt.memory._replay.replay_main`, :func:`accelrt.memory.viz.viz_main`
+and :func:`accelrt.memory._tune.tune_main`.
 
 Example::
 
@@ -23,6 +26,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import platform
 import sys
 import time
@@ -325,6 +329,20 @@ def format_info(info: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _info_problems(info: dict[str, Any]) -> list[str]:
+    """What makes ``accelrt info`` fail besides the self-checks: an ``ACCELRT_ACCELERATOR``
+    that cannot be used, or no usable backend at all."""
+    out = []
+    cur = info.get("current_accelerator")
+    if isinstance(cur, str) and cur.startswith("error: "):
+        out.append(cur.removeprefix("error: "))
+    if not any(b["available"] for b in info["backends"]):
+        names = ", ".join(b["name"] for b in info["backends"])
+        out.append(f"no usable backend among {names}; see the reasons above ('cpu' needs only "
+                   "numpy: check ACCELRT_CPU_* variables)")
+    return out
+
+
 def _delegate(module: str, func: str, argv: list[str], what: str) -> int:
     try:
         mod = importlib.import_module(module)
@@ -344,22 +362,37 @@ def _parser() -> argparse.ArgumentParser:
         prog="accelrt", description="accelrt: a device-agnostic accelerator runtime.")
     p.add_argument("--version", action="version", version=f"accelrt {_version()}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
-    info = sub.add_parser("info", help="backends, devices, memory and a self-check per device")
+    info = sub.add_parser("info", help="backends, devices, memory and a self-check per device",
+                          description=_INFO_DESCRIPTION,
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
     info.add_argument("--json", action="store_true", help="print one JSON object")
     info.add_argument("--no-check", action="store_true", help="skip the per-device self-check")
     info.add_argument("--backend", action="append", metavar="NAME",
                       help="only this backend (repeatable)")
     sub.add_parser("replay", add_help=False,
                    help="replay an allocation trace through the allocator (see replay --help)")
-    mem = sub.add_parser("memory", help="memory tools")
+    mem = sub.add_parser("memory", help="memory tools: viz (snapshot page), tune (setting "
+                                         "advice)", description=_MEMORY_DESCRIPTION,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
     mem_sub = mem.add_subparsers(dest="memory_command", metavar="COMMAND")
     mem_sub.add_parser("viz", add_help=False,
                        help="render a memory snapshot as HTML (see memory viz --help)")
+    mem_sub.add_parser("tune", add_help=False,
+                       help="replay a snapshot under candidate allocator settings and "
+                            "recommend one (see memory tune --help)")
     return p
+
+
+#: exit status after the reader of our output went away (128 + SIGPIPE, as a shell reports)
+_EXIT_BROKEN_PIPE = 141
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``accelrt`` command line; return the exit status.
+
+    Output piped into a reader that stops early (``accelrt info | head -1``) ends quietly with
+    status 141, as a program killed by ``SIGPIPE`` does, instead of a ``BrokenPipeError``
+    traceback.
 
     Args:
         argv: the arguments after the program name (default ``sys.argv[1:]``).
@@ -371,11 +404,48 @@ def main(argv: Sequence[str] | None = None) -> int:
         {...}
         0
     """
+    try:
+        code = _main(argv)
+        sys.stdout.flush()     # a late broken pipe shows up here, not at interpreter exit
+    except BrokenPipeError:
+        _silence_stdout()
+        return _EXIT_BROKEN_PIPE
+    return code
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that flushing it again at exit cannot fail."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # stdout is not a real file (tests)
+        pass
+
+
+_INFO_DESCRIPTION = """List every known backend (usable or not, and why not), every device of the usable ones with
+its properties and free/total memory, and run a short self-check on each device (allocate,
+copy host -> device -> device -> host, time work between two events on a new stream,
+synchronize, free). Exit status: 0 when all is well; 1 when a self-check or a device query
+fails, no backend is usable, or ACCELRT_ACCELERATOR names a backend that cannot be used;
+2 on bad arguments."""
+
+_MEMORY_DESCRIPTION = """Memory tools:
+  accelrt memory viz SNAPSHOT -o FILE.html   render a memory snapshot as an interactive page
+  accelrt memory tune SNAPSHOT_OR_TRACE      replay it under candidate allocator settings and
+                                             recommend PYTORCH_CUDA_ALLOC_CONF /
+                                             ACCELRT_ALLOC_CONF
+See 'accelrt memory viz --help' and 'accelrt memory tune --help'."""
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["replay"]:
         return _delegate("accelrt.memory._replay", "replay_main", args[1:], "accelrt replay")
     if args[:2] == ["memory", "viz"]:
         return _delegate("accelrt.memory.viz", "viz_main", args[2:], "accelrt memory viz")
+    if args[:2] == ["memory", "tune"]:
+        return _delegate("accelrt.memory._tune", "tune_main", args[2:], "accelrt memory tune")
     parser = _parser()
     try:
         ns = parser.parse_args(args)
@@ -391,14 +461,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                       f"{', '.join(known)}", file=sys.stderr)
                 return 2
         info = collect_info(self_check=not ns.no_check, backends=ns.backend)
+        problems = _info_problems(info)
+        if problems:
+            info["ok"] = False
         if ns.json:
             print(json.dumps(info, indent=2))
         else:
             print(format_info(info))
+        for problem in problems:
+            print(f"accelrt info: error: {problem}", file=sys.stderr)
         return 0 if info["ok"] else 1
     if ns.command == "memory":
-        print("usage: accelrt memory viz SNAPSHOT -o FILE.html (see accelrt memory viz "
-              "--help)", file=sys.stderr)
+        print("usage: accelrt memory viz SNAPSHOT -o FILE.html | accelrt memory tune "
+              "SNAPSHOT_OR_TRACE (see accelrt memory --help)", file=sys.stderr)
         return 2
     parser.print_help(sys.stderr)
     return 2

@@ -758,3 +758,12 @@ def reset_accumulated_host_memory_stats() -> None:
     pool = None if b is None else _host.peek_host_allocator(b.name)
     if pool is not None:
         pool.reset_accumulated_stats()
+
+
+def __dir__() -> list[str]:
+    # the public API, dunders and loaded public submodules; not the imports this file uses
+    g = globals()
+    subs = {n for n, v in g.items() if isinstance(v, type(sys)) and not n.startswith("_")
+            and v.__name__.startswith(__name__ + ".")}
+    dunders = {n for n in g if n.startswith("__") and n.endswith("__")}
+    return sorted(set(__all__) | dunders | subs)

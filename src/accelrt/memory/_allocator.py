@@ -34,7 +34,6 @@ import collections
 import operator
 import sys
 import threading
-import traceback
 from bisect import bisect_left, insort
 from collections.abc import Callable
 from queue import Empty as _Empty
@@ -362,8 +361,8 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
             block = self._alloc_slow(pool, stream, rounded, frames)
             if block is None:
                 if self._rejected:
-                    return self._prepare_rejection(rounded)
-                return self._prepare_oom(pool, stream, rounded, frames)
+                    return self._prepare_rejection(rounded, size)
+                return self._prepare_oom(pool, stream, rounded, frames, size)
         # ---- alloc_found_block: split, stats, trace
         blk: Block = block
         st = self._stats
@@ -641,7 +640,8 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
         :meth:`stats` are exact.
 
         Errors (a pointer not allocated here, a double free) cannot be raised to anyone
-        meaningful: they are printed to ``sys.stderr`` as "Exception ignored".
+        meaningful: they are logged ("Exception ignored", logger ``accelrt.memory``; stderr
+        when logging is not configured).
 
         Example::
 
@@ -1144,8 +1144,9 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
 
 def _report_finalizer_error(item: object, e: BaseException) -> None:
     what = f"free of pointer {item:#x}" if isinstance(item, int) else f"release_pool({item})"
-    print(f"Exception ignored in a queued finalizer {what}:", file=sys.stderr)
-    traceback.print_exception(type(e), e, e.__traceback__, file=sys.stderr)
+    import logging   # the "accelrt" logger; with no handler configured it reaches stderr
+    logging.getLogger("accelrt.memory").error("Exception ignored in a queued finalizer %s:", what,
+                                              exc_info=(type(e), e, e.__traceback__))
 
 
 def _roundup_power2_next_division(size: int, divisions: int) -> int:

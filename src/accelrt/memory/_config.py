@@ -248,6 +248,20 @@ _KEYS = frozenset({
 })
 
 
+def _unknown_key_message(key: str) -> str:
+    import difflib
+    close = difflib.get_close_matches(key.lower(), sorted(_KEYS), n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]}?" if close else "."
+    return (f"Unrecognized key '{key}' in accelrt allocator config{hint} Valid keys: "
+            f"{', '.join(sorted(_KEYS))}.")
+
+
+def _from(source: str, settings: str, exc: ValueError) -> ValueError:
+    """``exc`` with where the settings string came from in front."""
+    shown = settings if len(settings) <= 200 else settings[:197] + "..."
+    return ValueError(f"{source}={shown!r}: {exc}")
+
+
 def parse_config(settings: str, base: AllocatorConfig | None = None) -> AllocatorConfig:
     """Parse a settings string in PyTorch's ``PYTORCH_CUDA_ALLOC_CONF`` syntax.
 
@@ -301,7 +315,7 @@ def parse_config(settings: str, base: AllocatorConfig | None = None) -> Allocato
         if key == ",":
             continue
         if key not in _KEYS:
-            raise ValueError(f"Unrecognized key '{key}' in accelrt allocator config.")
+            raise ValueError(_unknown_key_message(key))
         if key == "roundup_power2_divisions":
             vals["roundup_power2_divisions"] = _parse_divisions(p)
         else:
@@ -382,7 +396,9 @@ def get_config() -> AllocatorConfig:
     """The process-wide options (``ACCELRT_ALLOC_CONF`` is read on the first call).
 
     Raises:
-        ValueError: the environment variable holds a malformed string.
+        ValueError: the environment variable holds a malformed string (the message starts
+            with ``ACCELRT_ALLOC_CONF='...'``; an unknown key lists the valid ones and the
+            closest).
 
     Example::
 
@@ -401,7 +417,10 @@ def _load_env() -> AllocatorConfig:
     with _lock:
         if _current is None:
             env = os.environ.get(ENV_VAR)
-            _current = parse_config(env) if env else AllocatorConfig()
+            try:
+                _current = parse_config(env) if env else AllocatorConfig()
+            except ValueError as exc:
+                raise _from(ENV_VAR, env or "", exc) from None
         return _current
 
 
@@ -433,7 +452,10 @@ def set_allocator_settings(settings: str) -> None:
     from . import _allocator  # late import: the allocator module imports this one
 
     base = get_config()
-    cfg = parse_config(settings, base)
+    try:
+        cfg = parse_config(settings, base)
+    except ValueError as exc:
+        raise _from("set_allocator_settings", settings, exc) from None
     _allocator._check_config_for_all(cfg)
     with _lock:
         _current = cfg

@@ -2,7 +2,10 @@
 
 When the retry chain fails, the allocator counts the OOM, records an ``oom`` trace entry, and
 raises :class:`~accelrt.OutOfMemoryError` with PyTorch's message (sizes by :func:`format_size`)
-after calling the observers attached with ``attach_oom_observer``.
+after calling the observers attached with ``attach_oom_observer``. "Tried to allocate" names
+the size asked for; when the allocator needed a larger new segment for it, a sentence says so,
+and a backend may append advice (``Backend.oom_advice(index)``: the cpu backend names
+``ACCELRT_CPU_MEMORY`` and its budget).
 
 Example::
 
@@ -87,8 +90,26 @@ class OomMixin:
         def _record(self, action: str, addr: int, size: int, stream: int,
                     frames: list[dict[str, Any]] | None, device_free: int | None = None) -> None: ...
 
+    def _advice(self, requested: int, alloc_size: int) -> str:
+        """What follows PyTorch's message: the segment the request needed when it is larger
+        than the request, and the backend's own advice (the cpu backend names its budget)."""
+        extra = ""
+        if alloc_size > requested:
+            extra += (f" The allocator needed a new {format_size(alloc_size)} segment for the "
+                      f"{format_size(requested)} request.")
+        fn = getattr(self._b, "oom_advice", None)
+        if callable(fn):
+            try:
+                hint = fn(self._index)
+            except Exception:  # noqa: BLE001 - the OOM report must not fail
+                hint = None
+            if isinstance(hint, str) and hint:
+                extra += " " + hint
+        return extra
+
     def _prepare_oom(self, pool: BlockPool, stream: int, rounded: int,
-                     frames: list[dict[str, Any]] | None) -> tuple[str, int, int, int, int]:
+                     frames: list[dict[str, Any]] | None,
+                     requested: int | None = None) -> tuple[str, int, int, int, int]:
         st = self._stats
         st.num_ooms += 1
         alloc_size = self._allocation_size(rounded)
@@ -111,18 +132,22 @@ class OomMixin:
         priv_msg = (f"with {format_size(priv)} allocated in private pools, "
                     if priv > 0 else "")
         name = self._name
-        msg = (f"{name} out of memory. Tried to allocate {format_size(alloc_size)}. Device "
+        asked = rounded if requested is None else requested
+        msg = (f"{name} out of memory. Tried to allocate {format_size(asked)}. Device "
                f"{name}:{self._index} has a total capacity of {format_size(dev_total)} of which "
                f"{format_size(dev_free)} is free. {allowed_info}Of the allocated memory "
                f"{format_size(allocated + priv)} is allocated by accelrt, {priv_msg}and "
                f"{format_size(reserved - allocated - priv)} is reserved by accelrt but "
                "unallocated. If reserved but unallocated memory is large try setting "
-               "ACCELRT_ALLOC_CONF=expandable_segments:True to avoid fragmentation.")
+               "ACCELRT_ALLOC_CONF=expandable_segments:True to avoid fragmentation."
+               + self._advice(asked, alloc_size))
         limit = allowed if allowed is not None else dev_total
         return msg, alloc_size, allocated, limit, dev_free
 
-    def _prepare_rejection(self, rounded: int) -> tuple[str, int, int, int, int]:
+    def _prepare_rejection(self, rounded: int,
+                           requested: int | None = None) -> tuple[str, int, int, int, int]:
         alloc_size = self._allocation_size(rounded)
+        asked = rounded if requested is None else requested
         allowed = self._allowed_max
         assert allowed is not None
         try:
@@ -132,8 +157,9 @@ class OomMixin:
         allocated = self._stats.allocated_bytes()
         msg = (f"{self._name} out of memory. Allocation was preemptively rejected because it "
                f"would exceed per_process_memory_fraction limit. Requested size: "
-               f"{format_size(alloc_size)}. Reserved: {format_size(self._total_reserved)}, "
-               f"allowed: {format_size(allowed)} (throw_on_malloc_oom is set).")
+               f"{format_size(asked)}. Reserved: {format_size(self._total_reserved)}, "
+               f"allowed: {format_size(allowed)} (throw_on_malloc_oom is set)."
+               + self._advice(asked, alloc_size))
         return msg, alloc_size, allocated, allowed, dev_free
 
     def _check_retry_sync(self) -> None:

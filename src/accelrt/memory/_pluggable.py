@@ -47,9 +47,7 @@ from __future__ import annotations
 import collections
 import ctypes
 import os
-import sys
 import threading
-import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -254,9 +252,9 @@ class _PluggableDeviceAllocator(DeviceCachingAllocator):
         try:
             self._plug._raw_free(ptr)
         except Exception:  # noqa: BLE001 - a finalizer must not raise
-            print(f"Exception ignored in the free of pointer {ptr:#x} by a pluggable "
-                  "allocator:", file=sys.stderr)
-            traceback.print_exc()
+            import logging   # the "accelrt" logger; with no handler it reaches stderr
+            logging.getLogger("accelrt.memory").exception(
+                "Exception ignored in the free of pointer %#x by a pluggable allocator:", ptr)
 
     def record_stream(self, ptr: int, stream: int) -> None:
         """No-op, as PyTorch's pluggable allocator without a record_stream function."""

@@ -30,12 +30,13 @@ import os
 import pickle
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TextIO
 
 from ._files import read_input, short_repr, terminal_safe
 
-__all__ = ["Op", "load_pickle", "load_trace", "replay_main", "replay_ops", "trace_ops"]
+__all__ = ["Op", "human_bytes", "load_pickle", "load_trace", "replay_main", "replay_ops",
+           "settings_text", "trace_ops"]
 
 #: One replayed operation: (is_alloc, trace address, size in bytes, stream handle).
 Op = tuple[bool, int, int, int]
@@ -307,7 +308,8 @@ def _parse_conf(alloc_conf: str | None) -> Any:
 
 
 def replay_ops(ops: Sequence[Op], config: Any = None, *, name: str = "trace",
-               progress: TextIO | None = None) -> dict[str, Any]:
+               progress: TextIO | None = None,
+               on_chunk: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Replay operations through a fresh allocator on a :class:`SimulatedBackend`.
 
     Args:
@@ -315,6 +317,8 @@ def replay_ops(ops: Sequence[Op], config: Any = None, *, name: str = "trace",
         config: an ``AllocatorConfig`` (``None``: the allocator's defaults).
         name: the trace's name in the result and the progress bar.
         progress: a text stream for a progress bar, or ``None``.
+        on_chunk: called with the number of operations replayed after each chunk of them
+            (``accelrt memory tune``'s progress bar).
 
     Returns:
         ``{"trace", "ops", "peak_live_bytes", "peak_reserved_bytes", "reserved_over_live",
@@ -347,6 +351,8 @@ def replay_ops(ops: Sequence[Op], config: Any = None, *, name: str = "trace",
                     free(handles.pop(addr))
             elapsed += clock() - t0
             bar.update(start + len(chunk))
+            if on_chunk is not None:
+                on_chunk(len(chunk))
     finally:
         bar.close()
     st = alloc.stats()
@@ -370,11 +376,34 @@ def _trace_name(path: str) -> str:
     return base
 
 
+def human_bytes(n: int) -> str:
+    """``n`` bytes in binary units with three significant figures, e.g. ``"5.41 GiB"``.
+
+    Example::
+
+        >>> from accelrt.memory._replay import human_bytes
+        >>> human_bytes(5807013888), human_bytes(3 << 20), human_bytes(512)
+        ('5.41 GiB', '3.00 MiB', '512 B')
+    """
+    sign, n = ("-", -n) if n < 0 else ("", n)
+    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            v = n / size
+            return f"{sign}{v:.{2 if v < 10 else 1 if v < 100 else 0}f} {unit}"
+    return f"{sign}{n} B"
+
+
+def settings_text(config: Any) -> str:
+    """How a replay's allocator settings are shown: the string, or ``default``."""
+    text = getattr(config, "settings", "") or ""
+    return text if text else "default"
+
+
 def _table(rows: list[dict[str, Any]]) -> str:
     head = ("trace", "ops", "peak live", "peak reserved", "reserved/live", "device mallocs",
             "us/op")
-    body = [(r["trace"], f"{r['ops']:,}", f"{r['peak_live_bytes']:,}",
-             f"{r['peak_reserved_bytes']:,}",
+    body = [(r["trace"], f"{r['ops']:,}", human_bytes(r["peak_live_bytes"]),
+             human_bytes(r["peak_reserved_bytes"]),
              "-" if r["reserved_over_live"] is None else f"{r['reserved_over_live']:.3f}",
              f"{r['device_mallocs']:,}", f"{r['us_per_op']:.2f}") for r in rows]
     widths = [max(len(c) for c in col) for col in zip(head, *body)]
@@ -443,7 +472,9 @@ def replay_main(argv: Sequence[str] | None = None) -> int:
             print(json.dumps(row), flush=True)
         rows.append(row)
     if rows and not args.json:
-        if args.alloc_conf:
-            print(f"alloc conf: {args.alloc_conf}")
+        source = "from --alloc-conf" if args.alloc_conf is not None else (
+            "from ACCELRT_ALLOC_CONF" if os.environ.get("ACCELRT_ALLOC_CONF")
+            else "ACCELRT_ALLOC_CONF is not set")
+        print(f"alloc conf: {settings_text(config)} ({source})")
         print(_table(rows))
     return status

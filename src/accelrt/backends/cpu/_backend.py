@@ -37,7 +37,16 @@ from ..._backend import Backend
 from ..._errors import DeviceError, map_backend_errors
 from ..._fork import reinit_after_fork
 from ..._properties import derived_uuid
-from ._config import CpuConfig, config_error, l2_cache_size, processor_name, resolve_config
+from ._config import (
+    ENV_MEMORY,
+    CpuConfig,
+    config_error,
+    format_memory_size,
+    human_size,
+    l2_cache_size,
+    processor_name,
+    resolve_config,
+)
 from ._memory import (
     VM_GRANULARITY,
     DeviceMemory,
@@ -120,12 +129,20 @@ class CpuBackend(Backend):
     """
 
     name: ClassVar[str] = "cpu"
+    #: how to get more devices, for out-of-range index errors
+    more_devices_hint: ClassVar[str] = (
+        "set ACCELRT_CPU_DEVICES=N before the first use of accelrt for N simulated cpu "
+        "devices, e.g. ACCELRT_CPU_DEVICES=4")
 
     def __init__(self, num_devices: int | None = None, memory_limit: int | str | None = None,
                  async_streams: bool | None = None, *, name: str | None = None,
                  shared_memory: bool | None = None) -> None:
         self._config: CpuConfig = resolve_config(num_devices, memory_limit, async_streams,
                                                  shared_memory=shared_memory)
+        #: where the budget came from, for out-of-memory messages
+        self._budget_source = (f"memory_limit={memory_limit!r}" if memory_limit is not None
+                               else "env" if os.environ.get(ENV_MEMORY, "").strip()
+                               else "default")
         if name is not None:
             if not isinstance(name, str):
                 raise TypeError(f"name must be a str, got {type(name).__name__}")
@@ -241,6 +258,23 @@ class CpuBackend(Backend):
         """``(budget - used, budget)`` of device ``index``."""
         mem = self._mem[self._check_index(index)]
         return mem.budget - mem.used, mem.budget
+
+    def oom_advice(self, index: int) -> str:
+        """The sentence an out-of-memory error on device ``index`` ends with: the budget, where
+        it came from, and how to raise it (``ACCELRT_CPU_MEMORY``)."""
+        mem = self._mem[self._check_index(index)]
+        budget = human_size(mem.budget)
+        bigger = format_memory_size(mem.budget * 2)
+        if self._budget_source.startswith("memory_limit="):
+            return (f"The {self.name} backend's memory budget is {budget} per device "
+                    f"({self._budget_source} given to CpuBackend); pass a larger memory_limit, "
+                    f"e.g. memory_limit={bigger!r}, for more.")
+        if self._budget_source == "env":
+            where = f"{ENV_MEMORY}={os.environ.get(ENV_MEMORY, '').strip()}"
+        else:
+            where = f"{ENV_MEMORY} is not set, so the machine's physical memory"
+        return (f"The {self.name} backend's memory budget is {budget} per device ({where}); "
+                f"set {ENV_MEMORY} to a larger size, e.g. {ENV_MEMORY}={bigger}, for more.")
 
     # ------------------------------------------------------------------ memory
     def malloc(self, index: int, size: int) -> int:

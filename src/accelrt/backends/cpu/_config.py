@@ -33,6 +33,8 @@ from dataclasses import dataclass
 __all__ = [
     "CpuConfig",
     "config_error",
+    "format_memory_size",
+    "human_size",
     "l2_cache_size",
     "parse_memory_size",
     "physical_memory",
@@ -138,6 +140,58 @@ def parse_memory_size(text: str) -> int:
     return size
 
 
+def format_memory_size(n: int) -> str:
+    """``n`` bytes as a size :func:`parse_memory_size` reads back: the largest binary unit that
+    divides it, else whole MiB rounded up (for messages that suggest a value).
+
+    Example::
+
+        >>> from accelrt.backends.cpu._config import format_memory_size
+        >>> format_memory_size(16 << 20), format_memory_size(3 << 30), format_memory_size(1000)
+        ('16MiB', '3GiB', '1MiB')
+    """
+    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20)):
+        if n >= size and n % size == 0:
+            return f"{n // size}{unit}"
+    return f"{-(-n // (1 << 20))}MiB"
+
+
+def human_size(n: int) -> str:
+    """``n`` bytes for people, e.g. ``"23.4 GiB"``.
+
+    Example::
+
+        >>> from accelrt.backends.cpu._config import human_size
+        >>> human_size(8 << 20), human_size(int(1.5 * 2**30)), human_size(100)
+        ('8.0 MiB', '1.5 GiB', '100 B')
+    """
+    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
+def _known_physical_memory() -> int | None:
+    try:
+        pages = os.sysconf("SC_PHYS_PAGES")
+        page_size = os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+    if pages <= 0 or page_size <= 0:
+        return None
+    return int(pages) * int(page_size)
+
+
+def _check_budget(mem: int, what: str) -> None:
+    """Refuse a per-device budget larger than the machine's memory (when it is known)."""
+    phys = _known_physical_memory()
+    if phys is not None and mem > phys:
+        raise ValueError(f"{what} asks for a budget of {human_size(mem)} per device, more than "
+                         f"this machine's physical memory ({human_size(phys)}); set it to at "
+                         f"most {format_memory_size(phys - phys % (1 << 20))}, or leave it "
+                         "unset for the physical memory")
+
+
 def physical_memory() -> int:
     """Physical memory of this machine in bytes (``os.sysconf``), or 16 GiB if unknown.
 
@@ -147,14 +201,8 @@ def physical_memory() -> int:
         >>> physical_memory() > 0
         True
     """
-    try:
-        pages = os.sysconf("SC_PHYS_PAGES")
-        page_size = os.sysconf("SC_PAGE_SIZE")
-    except (AttributeError, ValueError, OSError):
-        return 16 << 30
-    if pages <= 0 or page_size <= 0:
-        return 16 << 30
-    return int(pages) * int(page_size)
+    phys = _known_physical_memory()
+    return 16 << 30 if phys is None else phys
 
 
 def l2_cache_size() -> int:
@@ -241,9 +289,11 @@ def _env_memory(env: Mapping[str, str]) -> int:
     if raw is None or raw.strip() == "":
         return physical_memory()
     try:
-        return parse_memory_size(raw)
+        mem = parse_memory_size(raw)
     except ValueError:
         raise ValueError(f"{ENV_MEMORY}={raw!r} is invalid; set it to {_MEMORY_FORM}") from None
+    _check_budget(mem, f"{ENV_MEMORY}={raw!r}")
+    return mem
 
 
 def _env_streams(env: Mapping[str, str]) -> bool:
@@ -284,7 +334,8 @@ def resolve_config(num_devices: int | None = None, memory_limit: int | str | Non
 
     Raises:
         TypeError: an argument has the wrong type.
-        ValueError: an argument or an environment variable is malformed; the message names
+        ValueError: an argument or an environment variable is malformed, or asks for a
+            per-device budget larger than the machine's physical memory; the message names
             the variable and the expected form.
 
     Example::
@@ -299,8 +350,11 @@ def resolve_config(num_devices: int | None = None, memory_limit: int | str | Non
         mem: int = _env_memory(env)
     elif isinstance(memory_limit, str):
         mem = parse_memory_size(memory_limit)
+        _check_budget(mem, f"memory_limit={memory_limit!r}")
     else:
         mem = memory_limit  # type checked by CpuConfig
+        if isinstance(mem, int) and not isinstance(mem, bool):
+            _check_budget(mem, f"memory_limit={memory_limit!r}")
     mode = _env_streams(env) if async_streams is None else async_streams
     shared = _env_shared(env) if shared_memory is None else shared_memory
     return CpuConfig(num_devices=n, memory_limit=mem, async_streams=mode, shared_memory=shared)

@@ -15,9 +15,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import itertools
-import sys
 import threading
-import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -55,9 +53,9 @@ def _host_trampoline(user_data: int | None) -> None:
         # Kept (the first one per stream) and raised by the next synchronization.
         errors.setdefault(where, exc)
         if not isinstance(exc, Exception):   # KeyboardInterrupt, SystemExit: say it now too
-            print("accelrt: a host function launched with launch_host_func raised:",
-                  file=sys.stderr)
-            traceback.print_exc()
+            import logging   # the "accelrt" logger; with no handler it reaches stderr
+            logging.getLogger("accelrt.cuda").exception(
+                "a host function launched with launch_host_func raised:")
 
 
 # One C trampoline for the whole process, kept alive forever; the callable is found by key.
