@@ -132,6 +132,7 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
         self._freeable: dict[tuple[int, int], PrivatePool] = {}  # guarded by _lock
         self._expandable_segments: list[ExpandableSegment] = []  # guarded by _lock
         self._total_reserved = 0                           # guarded by _lock (total_allocated_memory)
+        self._vm_high = 0               # guarded by _lock: most bytes ever mapped (page_reuse)
         self._allowed_max: int | None = None               # guarded by _lock
         self._oom_observers: list[Callable[[int, int, int, int], None]] = []  # guarded by _lock
         # history recording, guarded by _lock
