@@ -19,7 +19,15 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from typing import TYPE_CHECKING, Any
 
-from ._block import ADDR_MASK, K_SMALL_BUFFER, KEY_SHIFT, Block, BlockPool
+from ._block import (
+    ADDR_MASK,
+    K_SMALL_BUFFER,
+    KEY_SHIFT,
+    Block,
+    BlockPool,
+    fl_iter_ge,
+    fl_remove,
+)
 from ._history import CTX_ALL, CTX_ALLOC, capture_frames
 
 if TYPE_CHECKING:
@@ -236,8 +244,7 @@ class ExpandableMixin:
                 and not prev.stream_uses and prev.mapped == mapped):
             psize = prev.size
             if mapped:
-                fl = prev.pool.free[prev.stream]
-                del fl[bisect_left(fl, (psize << KEY_SHIFT) | prev.addr)]
+                fl_remove(prev.pool.free[prev.stream], (psize << KEY_SHIFT) | prev.addr)
             else:
                 self._remove_unmapped(prev)
             n = 1
@@ -256,8 +263,7 @@ class ExpandableMixin:
                 and not nx.stream_uses and nx.mapped == mapped):
             nsize = nx.size
             if mapped:
-                fl = nx.pool.free[nx.stream]
-                del fl[bisect_left(fl, (nsize << KEY_SHIFT) | nx.addr)]
+                fl_remove(nx.pool.free[nx.stream], (nsize << KEY_SHIFT) | nx.addr)
             else:
                 self._remove_unmapped(nx)
             n += 1
@@ -437,9 +443,10 @@ class ExpandableMixin:
         self._update_simple()
 
     def _unmap_free_pages(self, need: int = -1) -> None:
-        """accelrt's ``page_reuse`` policy: before mapping new pages, unmap every whole free
-        page of the default pools' expandable segments, so the new mapping reuses that
-        physical memory at the lowest address that fits instead of adding to it."""
+        """accelrt's ``page_reuse`` policy: before mapping would raise the high-water mark,
+        unmap whole free mappings of the default pools' expandable segments, largest first,
+        until ``need`` bytes are unmapped (all of them when ``need`` is negative), so that the
+        new mapping reuses that physical memory instead of adding to it."""
         blocks = self._blocks
         for pool in (self._small, self._large):
             free = pool.free
@@ -447,12 +454,9 @@ class ExpandableMixin:
                 continue
             # only blocks at least one page long can hold a whole page (lists sorted by size)
             first = self._page_size(pool) << KEY_SHIFT
-            todo = []
+            todo: list[int] = []
             for stream in sorted(free) if len(free) > 1 else free:
-                fl = free[stream]
-                i = bisect_left(fl, first)
-                if i < len(fl):
-                    todo.extend(fl[i:])
+                todo.extend(fl_iter_ge(free[stream], first))
             if need >= 0:
                 todo.reverse()
             for key in todo:

@@ -35,7 +35,8 @@ from typing import Any, TextIO
 
 from ._files import read_input, short_repr, terminal_safe
 
-__all__ = ["H100_US", "Op", "driver_cost_us", "load_pickle", "load_trace", "replay_main", "replay_ops", "trace_ops"]
+__all__ = ["H100_US", "Op", "driver_cost_us", "load_pickle", "load_trace", "replay_main",
+           "replay_ops", "trace_ops"]
 
 #: One replayed operation: (is_alloc, trace address, size in bytes, stream handle).
 Op = tuple[bool, int, int, int]
