@@ -8,7 +8,8 @@
    total (Python time at this machine's speed + driver time) against the default policy.
 2. Times ``malloc`` + ``free`` of a cached block (512 B, 1 MiB, 20 MiB).
 3. Scaling: calls per operation with 1,000 and with 300,000 free blocks in the free lists.
-4. ``memory_allocated()`` / ``memory_stats()`` on the cpu backend.
+4. A snapshot of 10,000 segments, ``acc.rand`` against numpy's Philox generator, and
+   ``memory_allocated()`` / ``memory_stats()`` on the cpu backend.
 
 Every time is in *calls*: the thread CPU time of the measurement divided by that of one empty
 method call, measured right before and right after it (paired), so that the load of a
@@ -157,6 +158,47 @@ def bench_getter(fn: Callable[[], Any], loops: int) -> tuple[float, int]:
     return _clock() - t0, loops
 
 
+def snapshot_row(segments: int = 10_000) -> None:
+    """``snapshot_segments()`` (the core of ``memory_snapshot()``) of ``segments`` segments of
+    7 blocks each; target 100 ms (wall time, best of 3)."""
+    a = DeviceCachingAllocator(SimulatedBackend(capacity=1 << 40), 0, parse_config(""))
+    for _ in range(segments):
+        for _ in range(6):                      # 6 blocks + the free rest of a 2 MiB segment
+            a.malloc(256 << 10, 0)
+    best = math.inf
+    for _ in range(3):
+        gc.collect()
+        t0 = time.perf_counter()
+        a.snapshot_segments()
+        best = min(best, time.perf_counter() - t0)
+    ms = best * 1000
+    print(f"| snapshot_segments(): {segments:,} segments of 7 blocks <= 100 ms | {ms:.0f} ms | "
+          f"{_mark(ms <= 100)} |")
+
+
+def rng_row(repeat: int) -> None:
+    """``acc.rand(n)`` against numpy's Philox generator for the same count (thread CPU time,
+    alternating); targets 3x at 1,000 elements and 1.1x at 10 million."""
+    import numpy as np
+
+    import accelrt as acc
+
+    gen = np.random.Generator(np.random.Philox(0))
+    for n, target, loops in ((1000, 3.0, 2000), (10_000_000, 1.1, 1)):
+        ratios = []
+        for _ in range(repeat):
+            t0 = _clock()
+            for _ in range(loops):
+                acc.rand(n)
+            t1 = _clock()
+            for _ in range(loops):
+                gen.random(n, dtype=np.float32)
+            t2 = _clock()
+            ratios.append((t1 - t0) / max(t2 - t1, 1e-9))
+        r = statistics.median(ratios)
+        print(f"| acc.rand({n:,}) <= {target}x numpy Philox | {r:.1f}x | {_mark(r <= target)} |")
+
+
 def _traces(folder: str) -> list[tuple[str, list[Any]]]:
     out = []
     for path in sorted(glob.glob(os.path.join(folder, "trace_*.json*"))):
@@ -249,6 +291,8 @@ def main() -> None:
         print(f"| scaling: {args.scaling:,} free blocks <= {TARGETS['scaling']}x of 1,000 | "
               f"{res[1000]:.1f} -> {res[args.scaling]:.1f} calls/op ({ratio:.2f}x) | "
               f"{_mark(ratio <= TARGETS['scaling'])} |")
+    snapshot_row()
+    rng_row(args.repeat)
     keep = memory.caching_allocator_alloc(4096)  # the current device's allocator exists
     try:
         c = statistics.median(paired(lambda: bench_getter(memory.memory_allocated, args.loops),
