@@ -109,3 +109,17 @@ def test_low_fragmentation_out_of_memory_leaves_nothing_mapped() -> None:
     a.free(q)
     a.empty_cache()
     assert b.get_memory_info(0)[0] == 100 * MiB
+
+
+@pytest.mark.parametrize("name, reserved, mallocs", [
+    ("resnet50_train", 6_962_544_640, 108),
+    ("varlen_encoder", 1_608_515_584, 30),
+])
+def test_default_policy_matches_pytorch_device_mallocs(name: str, reserved: int,
+                                                      mallocs: int) -> None:
+    """Conformance, counted at the device: PyTorch's peak reserved bytes and cudaMalloc calls
+    (traces/README.md) on the shared traces, and not one free or mapping."""
+    path = os.path.join(os.path.dirname(__file__), "data", "traces", f"trace_{name}.json.gz")
+    r = replay_ops(_ops(path))
+    assert (r["peak_reserved_bytes"], r["device_mallocs"]) == (reserved, mallocs)
+    assert r["device_frees"] == r["vm_maps"] == r["vm_unmaps"] == 0
