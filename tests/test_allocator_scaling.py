@@ -73,12 +73,12 @@ def _cost(a: DeviceCachingAllocator, work: list[int]) -> float:
 
 def test_cost_per_operation_barely_grows_with_free_blocks() -> None:
     small, sizes = _allocator_with_free_blocks(1000)
-    big, _ = _allocator_with_free_blocks(60_000)
+    big, _ = _allocator_with_free_blocks(30_000)
     work = [random.Random(1).choice(sizes) for _ in range(3000)]
     ratios = []
     for _ in range(5):                            # alternate: load affects both alike
         ratios.append(_cost(big, work) / _cost(small, work))
-    # linear lists: about 4x at 60,000 free blocks; bucketed ones about 1.2x
+    # linear lists: about 3.5x at 30,000 free blocks (6x at 60,000); bucketed ones about 1.2x
     assert statistics.median(ratios) < 2.2, ratios
     s = big.stats()
-    assert s["inactive_split.all.current"] >= 50_000
+    assert s["inactive_split.all.current"] >= 25_000
