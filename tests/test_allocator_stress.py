@@ -18,7 +18,8 @@ THREADS = 4
 OPS = 10_000
 
 
-@pytest.mark.parametrize("conf", ["", "expandable_segments:True"])
+@pytest.mark.parametrize("conf", ["", "expandable_segments:True",
+                                  "expandable_segments:True,page_reuse:True"])
 def test_four_threads_mixed_operations(conf):
     b = FakeBackend(capacity=2048 * MiB, auto_complete=False)
     a = DeviceCachingAllocator(b, 0, parse_config(conf) if conf else None)

@@ -117,12 +117,17 @@ def test_simulated_virtual_memory() -> None:
         b.vm_map(0, base + 64 * MiB, 2 * MiB)
     with pytest.raises(ValueError, match="still has mapped pages"):
         b.vm_release(0, base, 64 * MiB)
-    b.vm_unmap(0, base, 2 * MiB)
-    b.vm_unmap(0, base + 2 * MiB, 2 * MiB)   # unmapping need not match the map calls
+    with pytest.raises(ValueError, match="cuts a mapping"):   # whole mappings only, as on CUDA
+        b.vm_unmap(0, base, 2 * MiB)
+    assert b.vm_map(0, base + 4 * MiB, 2 * MiB)
+    b.vm_unmap(0, base, 6 * MiB)              # a run of two whole mappings in one call
     with pytest.raises(ValueError, match="not entirely mapped"):
         b.vm_unmap(0, base, 2 * MiB)
     b.vm_release(0, base, 64 * MiB)
     assert b.get_memory_info(0)[0] == 8 * MiB
+    calls = b.calls(0)
+    assert (calls["vm_map"], calls["vm_unmap"], calls["vm_unmapped_mappings"]) == (2, 1, 2)
+    assert (calls["vm_reserve"], calls["vm_release"], calls["malloc"]) == (1, 1, 0)
 
 
 def test_simulated_bad_arguments() -> None:

@@ -53,7 +53,12 @@ from ._block import (
     KEY_SHIFT,
     Block,
     BlockPool,
+    SMALL_MAX,
     PrivatePool,
+    fl_add,
+    fl_iter_ge,
+    fl_pop_ge,
+    fl_remove,
 )
 from ._config import SIZE_MAX, AllocatorConfig, get_config
 from ._events import EventsMixin
@@ -131,6 +136,7 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
         self._freeable: dict[tuple[int, int], PrivatePool] = {}  # guarded by _lock
         self._expandable_segments: list[ExpandableSegment] = []  # guarded by _lock
         self._total_reserved = 0                           # guarded by _lock (total_allocated_memory)
+        self._vm_high = 0               # guarded by _lock: most bytes ever mapped (page_reuse)
         self._allowed_max: int | None = None               # guarded by _lock
         self._oom_observers: list[Callable[[int, int, int, int], None]] = []  # guarded by _lock
         # history recording, guarded by _lock
@@ -243,9 +249,26 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
                     split_min = K_SMALL_SIZE + 1
                 fl = pool.free.get(stream)
                 if fl:
-                    i = bisect_left(fl, rounded << 64)
-                    if i < len(fl):
-                        blk = self._blocks[fl.pop(i) & ADDR_MASK]
+                    if type(fl) is list:
+                        i = bisect_left(fl, rounded << 64)
+                        key = fl.pop(i) if i < len(fl) else -1
+                    else:
+                        # a long FreeList: its pop_ge inlined
+                        maxes = fl.maxes  # type: ignore[union-attr]
+                        j = bisect_left(maxes, rounded << 64)
+                        if j < len(maxes):
+                            sub = fl.lists[j]  # type: ignore[union-attr]
+                            i = bisect_left(sub, rounded << 64)
+                            key = sub.pop(i)
+                            if not sub:
+                                del fl.lists[j]  # type: ignore[union-attr]
+                                del maxes[j]
+                            elif i == len(sub):
+                                maxes[j] = sub[-1]
+                        else:
+                            key = -1
+                    if key >= 0:
+                        blk = self._blocks[key & ADDR_MASK]
                         c = pool.hot
                         addr = blk.addr
                         remaining = blk.size - rounded
@@ -270,7 +293,12 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
                             blk.next = rem
                             blk.size = rounded
                             self._blocks[raddr] = rem
-                            insort(fl, (remaining << 64) | raddr)
+                            if type(fl) is not list:
+                                fl.add((remaining << 64) | raddr)  # type: ignore[union-attr]
+                            elif len(fl) < SMALL_MAX:
+                                insort(fl, (remaining << 64) | raddr)
+                            else:
+                                fl_add(pool.free, stream, (remaining << 64) | raddr)
                             rem.gc_base = pool.gc_calls
                             if nx is not None or blk.prev is not None:
                                 if nx is not None:
@@ -351,9 +379,9 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
             # Inlined best-fit lookup (no oversize limit, GC or expandable blocks).
             fl = pool.free.get(stream)
             if fl:
-                i = bisect_left(fl, rounded << 64)
-                if i < len(fl):
-                    block = self._blocks[fl.pop(i) & ADDR_MASK]
+                key = fl_pop_ge(fl, rounded << 64)
+                if key >= 0:
+                    block = self._blocks[key & ADDR_MASK]
         else:
             block = self._get_free_block(pool, stream, rounded)
         if block is None:
@@ -396,11 +424,7 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
             blk.next = rem
             blk.size = rounded
             self._blocks[raddr] = rem
-            if fl is None:
-                fl = pool.free.get(stream)
-                if fl is None:
-                    fl = pool.free[stream] = []
-            insort(fl, (remaining << 64) | raddr)
+            fl_add(pool.free, stream, (remaining << 64) | raddr)
             rem.gc_base = pool.gc_calls
             if exp is None:
                 if already_split:
@@ -554,7 +578,12 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
                     fl = pool.free[stream] = []
                 if prev is None and nx is None:
                     # unsplit segment: nothing to merge
-                    insort(fl, (size << 64) | ptr)
+                    if type(fl) is not list:
+                        fl.add((size << 64) | ptr)  # type: ignore[union-attr]  # a long FreeList
+                    elif len(fl) < SMALL_MAX:
+                        insort(fl, (size << 64) | ptr)
+                    else:
+                        fl_add(pool.free, stream, (size << 64) | ptr)
                     blk.gc_base = pool.gc_calls
                     return
                 b = blk
@@ -563,7 +592,10 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
                 if (prev is not None and not prev.allocated and not prev.event_count
                         and not prev.stream_uses and prev.mapped):
                     psize = prev.size
-                    del fl[bisect_left(fl, (psize << 64) | prev.addr)]
+                    if type(fl) is list:
+                        del fl[bisect_left(fl, (psize << 64) | prev.addr)]
+                    else:
+                        fl.remove((psize << 64) | prev.addr)
                     merged = 1
                     merged_bytes = psize
                     del self._blocks[ptr]
@@ -578,7 +610,10 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
                 if (nx is not None and not nx.allocated and not nx.event_count
                         and not nx.stream_uses and nx.mapped):
                     nsize = nx.size
-                    del fl[bisect_left(fl, (nsize << 64) | nx.addr)]
+                    if type(fl) is list:
+                        del fl[bisect_left(fl, (nsize << 64) | nx.addr)]
+                    else:
+                        fl.remove((nsize << 64) | nx.addr)
                     merged += 1
                     merged_bytes += nsize
                     del self._blocks[nx.addr]
@@ -619,7 +654,12 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
                             st.settle_split()
                         c.sn -= merged
                         c.sb -= merged_bytes
-                insort(fl, (b.size << 64) | b.addr)
+                if type(fl) is not list:
+                    fl.add((b.size << 64) | b.addr)  # type: ignore[union-attr]  # a long FreeList
+                elif len(fl) < SMALL_MAX:
+                    insort(fl, (b.size << 64) | b.addr)
+                else:
+                    fl_add(pool.free, stream, (b.size << 64) | b.addr)
                 b.gc_base = pool.gc_calls
             elif blk.stream_uses:
                 self._free_pending(blk, st, c, size)
@@ -817,17 +857,11 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
     # ------------------------------------------------------------------ free lists
     def _insert_free(self, b: Block) -> None:
         pool = b.pool
-        fl = pool.free.get(b.stream)
-        if fl is None:
-            pool.free[b.stream] = [(b.size << KEY_SHIFT) | b.addr]
-        else:
-            insort(fl, (b.size << KEY_SHIFT) | b.addr)
+        fl_add(pool.free, b.stream, (b.size << KEY_SHIFT) | b.addr)
         b.gc_base = pool.gc_calls
 
     def _remove_free(self, b: Block) -> None:
-        fl = b.pool.free[b.stream]
-        key = (b.size << KEY_SHIFT) | b.addr
-        del fl[bisect_left(fl, key)]
+        fl_remove(b.pool.free[b.stream], (b.size << KEY_SHIFT) | b.addr)
 
     def _get_free_block(self, pool: BlockPool, stream: int, rounded: int) -> Block | None:
         if self._gc_on:
@@ -835,32 +869,38 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
         fl = pool.free.get(stream)
         if not fl:
             return None
-        i = bisect_left(fl, rounded << KEY_SHIFT)
-        n = len(fl)
-        if i == n:
+        blocks = self._blocks
+        keys = fl_iter_ge(fl, rounded << KEY_SHIFT)
+        key = next(keys, -1)
+        if key < 0:
             return None
-        key = fl[i]
-        blk = self._blocks[key & ADDR_MASK]
+        blk = blocks[key & ADDR_MASK]
         if blk.exp is not None:
             if self._expandable:
-                def exp_size(b: Block) -> int:
-                    nx = b.next
-                    return b.size + (nx.size if nx is not None and not nx.mapped else 0)
-                while blk.exp is not None and i + 1 < n:
-                    nb = self._blocks[fl[i + 1] & ADDR_MASK]
-                    if exp_size(nb) < exp_size(blk):
-                        i += 1
+                # among expandable candidates, prefer the one whose size including the
+                # unmapped range after it is smallest (PyTorch's expandable best fit)
+                size = blk.size
+                nx = blk.next
+                esize = size + (nx.size if nx is not None and not nx.mapped else 0)
+                for k in keys:
+                    nb = blocks[k & ADDR_MASK]
+                    nx = nb.next
+                    nsize = nb.size + (nx.size if nx is not None and not nx.mapped else 0)
+                    if nsize < esize:
+                        key = k
                         blk = nb
+                        esize = nsize
+                        if nb.exp is None:
+                            break
                     else:
                         break
             else:
-                i += 1
-                while i < n:
-                    blk = self._blocks[fl[i] & ADDR_MASK]
+                for k in keys:
+                    blk = blocks[k & ADDR_MASK]
                     if blk.exp is None:
+                        key = k
                         break
-                    i += 1
-                if i == n:
+                else:
                     return None
         bsize = blk.size
         mss = self._mss
@@ -869,7 +909,7 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
                 return None
         elif bsize >= rounded + self._mnsr:
             return None
-        del fl[i]
+        fl_remove(fl, key)
         return blk
 
     # ------------------------------------------------------------------ allocation
@@ -973,7 +1013,7 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
             if (prev is not None and not prev.allocated and not prev.event_count
                     and not prev.stream_uses and prev.mapped):
                 psize = prev.size
-                del fl[bisect_left(fl, (psize << KEY_SHIFT) | prev.addr)]
+                fl_remove(fl, (psize << KEY_SHIFT) | prev.addr)
                 merged = 1
                 merged_bytes = psize
                 del self._blocks[blk.addr]
@@ -988,7 +1028,7 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
             if (nx is not None and not nx.allocated and not nx.event_count
                     and not nx.stream_uses and nx.mapped):
                 nsize = nx.size
-                del fl[bisect_left(fl, (nsize << 64) | nx.addr)]
+                fl_remove(fl, (nsize << 64) | nx.addr)
                 merged += 1
                 merged_bytes += nsize
                 del self._blocks[nx.addr]
@@ -1016,7 +1056,7 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
                     if net_b > 0:
                         c.tsb += net_b
                         st.dirty_split = True
-        insort(fl, (b.size << KEY_SHIFT) | b.addr)
+        fl_add(pool.free, stream, (b.size << KEY_SHIFT) | b.addr)
         b.gc_base = pool.gc_calls
         c.r -= req
         if pending:

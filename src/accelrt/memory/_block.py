@@ -20,11 +20,14 @@ Example::
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
+from collections.abc import Iterator
 from typing import Any
 
 __all__ = ["ADDR_MASK", "DEFAULT_POOL", "KEY_SHIFT", "K_MIN_BLOCK", "K_MIN_LARGE_ALLOC",
-           "K_ROUND_LARGE", "K_SMALL_BUFFER", "K_SMALL_SIZE", "Block", "BlockPool",
-           "PrivatePool", "free_key"]
+           "K_ROUND_LARGE", "K_SMALL_BUFFER", "K_SMALL_SIZE", "Block", "BlockPool", "FreeList",
+           "PrivatePool", "SMALL_MAX", "fl_add", "fl_iter_ge", "fl_iter_lt", "fl_pop_ge",
+           "fl_remove", "free_key"]
 
 KEY_SHIFT = 64
 ADDR_MASK = (1 << KEY_SHIFT) - 1
@@ -107,11 +110,189 @@ def free_key(b: Block) -> int:
     return (b.size << KEY_SHIFT) | b.addr
 
 
+#: A :class:`FreeList` bucket splits in two when it grows past this many keys.
+BUCKET_MAX = 1024
+#: A per-stream free list is a plain sorted ``list`` (the fastest for few keys) until it grows
+#: past this many keys; then it becomes a :class:`FreeList` (logarithmic for many).
+SMALL_MAX = 2048
+
+
+class FreeList:
+    """A sorted collection of distinct free-list keys with logarithmic updates.
+
+    The keys sit in sorted buckets of at most :data:`BUCKET_MAX` (``lists``), with the last
+    key of each bucket in ``maxes``: a lookup is a bisection of ``maxes`` and one of a
+    bucket, an insertion or removal moves at most one bucket's keys, and a bucket is split or
+    dropped only once per many updates. So every operation costs O(log n) in the number of
+    free blocks, where one sorted ``list`` costs O(n) per insertion or removal.
+
+    A stream's free list starts as a plain sorted ``list`` and becomes a ``FreeList`` past
+    :data:`SMALL_MAX` keys; the ``fl_*`` functions below work on either (the allocator's hot
+    paths inline the plain-list case).
+
+    Example::
+
+        >>> from accelrt.memory._block import FreeList
+        >>> fl = FreeList([1, 5, 9])
+        >>> fl.pop_ge(4), list(fl), len(fl)
+        (5, [1, 9], 2)
+        >>> fl.add(3); list(fl.iter_ge(2)), list(fl.iter_lt(9))
+        ([3, 9], [3, 1])
+    """
+
+    __slots__ = ("lists", "maxes")
+
+    def __init__(self, keys: list[int] | None = None) -> None:
+        """``keys``: sorted distinct keys to start with."""
+        self.lists: list[list[int]] = []
+        self.maxes: list[int] = []
+        if keys:
+            half = BUCKET_MAX // 2
+            self.lists = [keys[i:i + half] for i in range(0, len(keys), half)]
+            self.maxes = [sub[-1] for sub in self.lists]
+
+    def __len__(self) -> int:
+        return sum(map(len, self.lists))
+
+    def __bool__(self) -> bool:
+        return bool(self.maxes)
+
+    def __iter__(self) -> Iterator[int]:
+        for sub in self.lists:
+            yield from sub
+
+    def __repr__(self) -> str:
+        return f"FreeList({list(self)!r})"
+
+    def add(self, key: int) -> None:
+        """Add ``key`` (not present)."""
+        maxes = self.maxes
+        j = bisect_left(maxes, key)
+        if j == len(maxes):
+            if not j:
+                self.lists.append([key])
+                maxes.append(key)
+                return
+            j -= 1
+            sub = self.lists[j]
+            sub.append(key)
+            maxes[j] = key
+        else:
+            sub = self.lists[j]
+            insort(sub, key)
+        if len(sub) > BUCKET_MAX:
+            self.split(j)
+
+    def split(self, j: int) -> None:
+        """Cut bucket ``j`` in two halves."""
+        sub = self.lists[j]
+        half = len(sub) >> 1
+        self.lists.insert(j + 1, sub[half:])
+        del sub[half:]
+        self.maxes.insert(j, sub[-1])
+
+    def remove(self, key: int) -> None:
+        """Remove ``key`` (present)."""
+        maxes = self.maxes
+        j = bisect_left(maxes, key)
+        sub = self.lists[j]
+        i = bisect_left(sub, key)
+        del sub[i]
+        if not sub:
+            del self.lists[j]
+            del maxes[j]
+        elif i == len(sub):
+            maxes[j] = sub[-1]
+
+    def pop_ge(self, key: int) -> int:
+        """Remove and return the smallest key ``>= key``; -1 if there is none."""
+        maxes = self.maxes
+        j = bisect_left(maxes, key)
+        if j == len(maxes):
+            return -1
+        sub = self.lists[j]
+        i = bisect_left(sub, key)
+        k = sub.pop(i)
+        if not sub:
+            del self.lists[j]
+            del maxes[j]
+        elif i == len(sub):
+            maxes[j] = sub[-1]
+        return k
+
+    def iter_ge(self, key: int) -> Iterator[int]:
+        """The keys ``>= key``, ascending (do not change the list while iterating)."""
+        maxes = self.maxes
+        j = bisect_left(maxes, key)
+        if j == len(maxes):
+            return
+        lists = self.lists
+        sub = lists[j]
+        yield from sub[bisect_left(sub, key):]
+        for sub in lists[j + 1:]:
+            yield from sub
+
+    def iter_lt(self, key: int) -> Iterator[int]:
+        """The keys ``< key``, descending (do not change the list while iterating)."""
+        maxes = self.maxes
+        j = bisect_left(maxes, key)
+        lists = self.lists
+        if j < len(maxes):
+            sub = lists[j]
+            yield from reversed(sub[:bisect_left(sub, key)])
+        for sub in reversed(lists[:j]):
+            yield from reversed(sub)
+
+
+def fl_add(free: dict[int, list[int] | FreeList], stream: int, key: int) -> None:
+    """Add ``key`` to ``free[stream]`` (created if missing; a long plain list is converted)."""
+    fl = free.get(stream)
+    if fl is None:
+        free[stream] = [key]
+    elif type(fl) is list:
+        insort(fl, key)
+        if len(fl) > SMALL_MAX:
+            free[stream] = FreeList(fl)
+    else:
+        fl.add(key)  # type: ignore[union-attr]
+
+
+def fl_remove(fl: list[int] | FreeList, key: int) -> None:
+    """Remove ``key`` (present) from a free list."""
+    if type(fl) is list:
+        del fl[bisect_left(fl, key)]
+    else:
+        fl.remove(key)
+
+
+def fl_pop_ge(fl: list[int] | FreeList, key: int) -> int:
+    """Remove and return the smallest key ``>= key`` of a free list; -1 if none."""
+    if type(fl) is list:
+        i = bisect_left(fl, key)
+        return fl.pop(i) if i < len(fl) else -1
+    return fl.pop_ge(key)  # type: ignore[union-attr]
+
+
+def fl_iter_ge(fl: list[int] | FreeList, key: int) -> Iterator[int]:
+    """The keys ``>= key`` of a free list, ascending (no changes while iterating)."""
+    if type(fl) is list:
+        return iter(fl[bisect_left(fl, key):])
+    return fl.iter_ge(key)  # type: ignore[union-attr]
+
+
+def fl_iter_lt(fl: list[int] | FreeList, key: int) -> Iterator[int]:
+    """The keys ``< key`` of a free list, descending (no changes while iterating)."""
+    if type(fl) is list:
+        return reversed(fl[:bisect_left(fl, key)])
+    return fl.iter_lt(key)  # type: ignore[union-attr]
+
+
 class BlockPool:
     """The free blocks of one pool (small or large, default or private).
 
     Attributes:
-        free: stream -> sorted list of :func:`free_key` values of free mapped blocks.
+        free: stream -> sorted free-list keys (:func:`free_key`) of free mapped blocks: a
+            plain ``list``, or a :class:`FreeList` once long.
         unmapped: stream -> sorted list of addresses of unmapped (expandable) blocks.
         is_small: the small (<= 1 MiB) pool.
         owner: the :class:`PrivatePool`, or ``None`` for the default pools.
@@ -126,7 +307,7 @@ class BlockPool:
 
     def __init__(self, is_small: bool, owner: PrivatePool | None, hot: Any,
                  type_index: int) -> None:
-        self.free: dict[int, list[int]] = {}
+        self.free: dict[int, list[int] | FreeList] = {}
         self.unmapped: dict[int, list[int]] = {}
         self.is_small = is_small
         self.owner = owner

@@ -17,8 +17,10 @@ Keys (see ``docs`` of PyTorch's ``PYTORCH_CUDA_ALLOC_CONF``):
   ``pinned_num_register_threads``, ``pinned_reserve_segment_size_mb``,
   ``pinned_use_background_threads``, ``pinned_free_catch_all``,
   ``pinned_max_round_threshold_mb``, ``pinned_max_cached_size_mb``;
-* accelrt's own policy: ``page_reuse`` (True/False): with ``expandable_segments:True``, unmap
-  free pages inside a reservation and reuse them before mapping new ones (less fragmentation).
+* accelrt's own policy: ``page_reuse`` (True/False): with ``expandable_segments:True``, the
+  low-fragmentation policy: pages of the device's granularity (2 MiB), mapped when a block
+  needs them in mappings of at most 1/256 of the high-water mark, and free mappings unmapped
+  before mapping more would raise that mark (see docs/memory.md).
 
 Each parse starts from the current options but resets ``max_split_size_mb``,
 ``roundup_power2_divisions`` and ``garbage_collection_threshold`` to their defaults (and

@@ -19,14 +19,26 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from typing import TYPE_CHECKING, Any
 
-from ._block import ADDR_MASK, K_SMALL_BUFFER, KEY_SHIFT, Block, BlockPool
+from ._block import (
+    ADDR_MASK,
+    K_SMALL_BUFFER,
+    KEY_SHIFT,
+    Block,
+    BlockPool,
+    fl_iter_ge,
+    fl_remove,
+)
 from ._history import CTX_ALL, CTX_ALLOC, capture_frames
 
 if TYPE_CHECKING:
     from .._backend import Backend
     from ._stats import DeviceStats
 
-__all__ = ["ExpandableMixin", "ExpandableSegment", "page_count"]
+__all__ = ["MAP_FRACTION", "ExpandableMixin", "ExpandableSegment", "page_count"]
+
+#: The low-fragmentation policy caps each mapping at this fraction of the memory mapped at the
+#: high-water mark (see :meth:`ExpandableMixin._map_block`).
+MAP_FRACTION = 256
 
 
 def page_count(total: int, page: int) -> int:
@@ -42,23 +54,33 @@ class ExpandableSegment:
         base: first address; ``size``: reservation bytes; ``page``: bytes per page.
         stream, pool: the owner (blocks of this reservation belong to that stream and pool).
         mapped: one flag per page.
+        coalesce: each :meth:`map` call makes one mapping of all the pages it needs (the
+            low-fragmentation policy); otherwise one mapping per page (PyTorch).
+        starts: page indices where a mapping starts, sorted; ``lengths``: its page count.
         frames: stack of the first mapping (history recording), or ``None``.
+
+    A mapping can only be unmapped whole (as on CUDA), so :meth:`unmap` removes the
+    mappings that lie entirely inside the range it is given.
     """
 
     __slots__ = (
         "backend",
         "base",
+        "cmax",
+        "coalesce",
         "frames",
         "index",
+        "lengths",
         "mapped",
         "page",
         "pool",
         "size",
+        "starts",
         "stream",
     )
 
     def __init__(self, backend: Any, index: int, stream: int, pool: Any, page: int,
-                 total: int) -> None:
+                 total: int, coalesce: bool = False) -> None:
         n = page_count(total, page)
         self.backend = backend
         self.index = index
@@ -68,6 +90,10 @@ class ExpandableSegment:
         self.stream = stream
         self.pool = pool
         self.mapped = bytearray(n)
+        self.coalesce = coalesce
+        self.cmax = 1
+        self.starts: list[int] = []
+        self.lengths: dict[int, int] = {}
         self.frames: list[dict[str, Any]] | None = None
 
     def map(self, ptr: int, size: int) -> int:
@@ -81,37 +107,71 @@ class ExpandableSegment:
         vm_map = self.backend.vm_map
         begin = (ptr - base) // page
         end = -(-(ptr + size - base) // page)
-        for p in range(begin, end):
-            if not vm_map(index, base + p * page, page):
+        cmax = self.cmax if self.coalesce else 1
+        p = begin
+        while p < end:
+            step = min(end - p, cmax)
+            if not vm_map(index, base + p * page, step * page):
                 vm_unmap = self.backend.vm_unmap
-                for q in range(begin, p):
-                    vm_unmap(index, base + q * page, page)
-                    flags[q] = 0
+                q = begin
+                while q < p:
+                    n = self.lengths[q]
+                    vm_unmap(index, base + q * page, n * page)
+                    self._forget(q)
+                    q += n
+                flags[begin:p] = bytes(p - begin)
                 return 0
-            flags[p] = 1
+            insort(self.starts, p)
+            self.lengths[p] = step
+            p += step
+        flags[begin:end] = b"\x01" * (end - begin)
         return (end - begin) * page
 
-    def unmappable(self, ptr: int, size: int) -> bool:
-        """True if ``[ptr, ptr+size)`` holds a whole page (:meth:`unmap` would unmap some)."""
-        page = self.page
-        base = self.base
-        return -(-(ptr - base) // page) < (ptr + size - base) // page
+    def _forget(self, p: int) -> None:
+        starts = self.starts
+        del starts[bisect_left(starts, p)]
+        del self.lengths[p]
 
-    def unmap(self, ptr: int, size: int) -> tuple[int, int]:
-        """Unmap the whole pages inside ``[ptr, ptr+size)``; return the unmapped range
-        ``(start, nbytes)`` (``nbytes`` 0 when no whole page fits)."""
+    def _whole(self, ptr: int, size: int) -> tuple[int, int, int, int]:
+        """The run of mappings entirely inside ``[ptr, ptr+size)`` (all mapped): its first and
+        last page index + 1, and the slice of :attr:`starts` holding them."""
         page = self.page
         base = self.base
         begin = -(-(ptr - base) // page)
         end = (ptr + size - base) // page
         if begin >= end:
+            return begin, begin, 0, 0
+        starts = self.starts
+        i = bisect_left(starts, begin)
+        j = bisect_left(starts, end)
+        # the mappings starting in [begin, end); the last one may run past ``end``
+        while j > i and starts[j - 1] + self.lengths[starts[j - 1]] > end:
+            j -= 1
+        if j == i:
+            return begin, begin, i, i
+        last = starts[j - 1]
+        return starts[i], last + self.lengths[last], i, j
+
+    def unmappable(self, ptr: int, size: int) -> bool:
+        """True if ``[ptr, ptr+size)`` holds a whole mapping (:meth:`unmap` would unmap some)."""
+        b, e, _, _ = self._whole(ptr, size)
+        return b < e
+
+    def unmap(self, ptr: int, size: int) -> tuple[int, int]:
+        """Unmap the whole mappings inside ``[ptr, ptr+size)`` (one backend call each); return
+        the unmapped range ``(start, nbytes)`` (``nbytes`` 0 when no whole mapping fits)."""
+        begin, end, i, j = self._whole(ptr, size)
+        if begin >= end:
             return ptr, 0
+        page = self.page
+        base = self.base
         index = self.index
-        flags = self.mapped
         vm_unmap = self.backend.vm_unmap
-        for p in range(begin, end):
-            vm_unmap(index, base + p * page, page)
-            flags[p] = 0
+        lengths = self.lengths
+        for p in self.starts[i:j]:
+            vm_unmap(index, base + p * page, lengths.pop(p) * page)
+        del self.starts[i:j]
+        self.mapped[begin:end] = bytes(end - begin)
         return base + begin * page, (end - begin) * page
 
     def release(self) -> None:
@@ -151,6 +211,7 @@ class ExpandableMixin:
     _gran: int | None
     _device_total: int
     _total_reserved: int
+    _vm_high: int
     _expandable_segments: list[ExpandableSegment]
 
     if TYPE_CHECKING:  # provided by the allocator or another mixin
@@ -183,8 +244,7 @@ class ExpandableMixin:
                 and not prev.stream_uses and prev.mapped == mapped):
             psize = prev.size
             if mapped:
-                fl = prev.pool.free[prev.stream]
-                del fl[bisect_left(fl, (psize << KEY_SHIFT) | prev.addr)]
+                fl_remove(prev.pool.free[prev.stream], (psize << KEY_SHIFT) | prev.addr)
             else:
                 self._remove_unmapped(prev)
             n = 1
@@ -203,8 +263,7 @@ class ExpandableMixin:
                 and not nx.stream_uses and nx.mapped == mapped):
             nsize = nx.size
             if mapped:
-                fl = nx.pool.free[nx.stream]
-                del fl[bisect_left(fl, (nsize << KEY_SHIFT) | nx.addr)]
+                fl_remove(nx.pool.free[nx.stream], (nsize << KEY_SHIFT) | nx.addr)
             else:
                 self._remove_unmapped(nx)
             n += 1
@@ -218,10 +277,12 @@ class ExpandableMixin:
         return b, n, nbytes
 
     def _page_size(self, pool: BlockPool) -> int:
-        seg = K_SMALL_BUFFER if pool.is_small else self._lss
         gran = self._gran
         if gran is None:   # a device's granularity does not change: ask the backend once
             gran = self._gran = int(self._b.vm_granularity(self._index))
+        if self._page_reuse and pool.owner is None:
+            return gran    # the low-fragmentation policy: the device's own page
+        seg = K_SMALL_BUFFER if pool.is_small else self._lss
         return -(-seg // gran) * gran
 
     def _find_expandable_block(self, pool: BlockPool, stream: int, size: int) -> Block:
@@ -243,7 +304,7 @@ class ExpandableMixin:
             if has_space(c):
                 return c
         es = ExpandableSegment(self._b, self._index, stream, pool, self._page_size(pool),
-                               self._device_total)
+                               self._device_total, self._page_reuse and pool.owner is None)
         self._expandable_segments.append(es)
         self._update_simple()
         blk = Block(es.base, es.size, stream, pool, es, mapped=False)
@@ -256,6 +317,11 @@ class ExpandableMixin:
         """Map the first ``size`` bytes (page-rounded) of unmapped ``blk``; return the merged
         free block now holding them (in the free list), or ``None`` on out-of-memory."""
         es = blk.exp
+        if es.coalesce:
+            # a mapping holds at most 1/MAP_FRACTION of the most memory ever mapped (counting
+            # this request): one left pinned by a single live page wastes at most that much
+            es.cmax = max(1, (max(self._vm_high, self._total_reserved + size) // es.page)
+                          // MAP_FRACTION)
         mapped = es.map(blk.addr, size)
         if mapped == 0:
             return None
@@ -277,6 +343,8 @@ class ExpandableMixin:
         b, _, _ = self._merge_neighbours(blk)
         self._insert_free(b)
         self._total_reserved += mapped
+        if self._total_reserved > self._vm_high:
+            self._vm_high = self._total_reserved
         pool = b.pool
         if pool.owner is not None:
             pool.owner.reserved += mapped
@@ -294,7 +362,10 @@ class ExpandableMixin:
     def _try_allocate_expandable(self, pool: BlockPool, stream: int, size: int,
                                  frames: list[dict[str, Any]] | None) -> Block | None:
         if self._page_reuse and pool.owner is None:
-            self._unmap_free_pages()
+            need = self._total_reserved + size - self._vm_high
+            if need > 0:
+                # mapping would raise the high-water mark: give back free mappings first
+                self._unmap_free_pages(need)
         c: Block | None = self._find_expandable_block(pool, stream, size)
         assert c is not None
         if not c.mapped:
@@ -371,10 +442,11 @@ class ExpandableMixin:
         es.release()
         self._update_simple()
 
-    def _unmap_free_pages(self) -> None:
-        """accelrt's ``page_reuse`` policy: before mapping new pages, unmap every whole free
-        page of the default pools' expandable segments, so the new mapping reuses that
-        physical memory at the lowest address that fits instead of adding to it."""
+    def _unmap_free_pages(self, need: int = -1) -> None:
+        """accelrt's ``page_reuse`` policy: before mapping would raise the high-water mark,
+        unmap whole free mappings of the default pools' expandable segments, largest first,
+        until ``need`` bytes are unmapped (all of them when ``need`` is negative), so that the
+        new mapping reuses that physical memory instead of adding to it."""
         blocks = self._blocks
         for pool in (self._small, self._large):
             free = pool.free
@@ -382,13 +454,17 @@ class ExpandableMixin:
                 continue
             # only blocks at least one page long can hold a whole page (lists sorted by size)
             first = self._page_size(pool) << KEY_SHIFT
-            todo = []
+            todo: list[int] = []
             for stream in sorted(free) if len(free) > 1 else free:
-                fl = free[stream]
-                i = bisect_left(fl, first)
-                if i < len(fl):
-                    todo.extend(fl[i:])
+                todo.extend(fl_iter_ge(free[stream], first))
+            if need >= 0:
+                todo.reverse()
             for key in todo:
                 blk = blocks[key & ADDR_MASK]
                 if blk.exp is not None and blk.exp.unmappable(blk.addr, blk.size):
+                    before = self._total_reserved
                     self._unmap_block(blk)
+                    if need >= 0:
+                        need -= before - self._total_reserved
+                        if need <= 0:
+                            return

@@ -18,10 +18,17 @@ Example::
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from typing import TYPE_CHECKING, Any
 
-from ._block import ADDR_MASK, DEFAULT_POOL, KEY_SHIFT, Block, BlockPool
+from ._block import (
+    ADDR_MASK,
+    DEFAULT_POOL,
+    KEY_SHIFT,
+    Block,
+    BlockPool,
+    fl_iter_ge,
+    fl_iter_lt,
+)
 from ._config import SIZE_MAX
 from ._history import CTX_ALL, capture_frames
 
@@ -104,9 +111,9 @@ class ReleaseMixin:
         if not fl:
             return False
         target = max(mss, rounded)
-        i = bisect_left(fl, target << KEY_SHIFT)
-        if i < len(fl):
-            blk = self._blocks[fl[i] & ADDR_MASK]
+        key = next(fl_iter_ge(fl, target << KEY_SHIFT), -1)
+        if key >= 0:
+            blk = self._blocks[key & ADDR_MASK]
             if blk.exp is None:
                 if blk.prev is None and blk.next is None:
                     self._release_block(blk)
@@ -114,15 +121,15 @@ class ReleaseMixin:
                 return False
         # No single block is large enough: free oversize blocks, largest first.
         released = 0
-        j = i - 1
-        while j >= 0 and released < target:
-            blk = self._blocks[fl[j] & ADDR_MASK]
+        for k in list(fl_iter_lt(fl, target << KEY_SHIFT)):
+            if released >= target:
+                break
+            blk = self._blocks[k & ADDR_MASK]
             if blk.size < mss:
                 break
             if blk.exp is None and blk.prev is None and blk.next is None:
                 released += blk.size
                 self._release_block(blk)
-            j -= 1
         return released >= target
 
     def _release_cached_blocks(self, pool_id: tuple[int, int]) -> bool:

@@ -35,8 +35,8 @@ from typing import Any, TextIO
 
 from ._files import read_input, short_repr, terminal_safe
 
-__all__ = ["Op", "human_bytes", "load_pickle", "load_trace", "replay_main", "replay_ops",
-           "settings_text", "trace_ops"]
+__all__ = ["H100_US", "Op", "driver_cost_us", "human_bytes", "load_pickle", "load_trace",
+           "replay_main", "replay_ops", "settings_text", "trace_ops"]
 
 #: One replayed operation: (is_alloc, trace address, size in bytes, stream handle).
 Op = tuple[bool, int, int, int]
@@ -322,8 +322,11 @@ def replay_ops(ops: Sequence[Op], config: Any = None, *, name: str = "trace",
 
     Returns:
         ``{"trace", "ops", "peak_live_bytes", "peak_reserved_bytes", "reserved_over_live",
-        "device_mallocs", "us_per_op"}``; ``us_per_op`` is the wall time of the malloc/free
-        loop alone divided by the number of operations.
+        "device_mallocs", "device_frees", "vm_maps", "vm_unmaps", "driver_us_h100",
+        "us_per_op"}``; the device calls are counted at the simulated device's boundary
+        (``vm_unmaps``: mappings removed), ``driver_us_h100`` prices them at their H100 cost
+        (:func:`driver_cost_us`), ``us_per_op`` is the wall time of the malloc/free loop alone
+        divided by the number of operations.
 
     Raises:
         OutOfMemoryError: the trace needs more than the simulated device's 80 GiB.
@@ -356,6 +359,7 @@ def replay_ops(ops: Sequence[Op], config: Any = None, *, name: str = "trace",
     finally:
         bar.close()
     st = alloc.stats()
+    calls = alloc.backend.calls(0)
     live = _peak_live(ops)
     reserved = int(st["reserved_bytes.all.peak"])
     return {
@@ -364,9 +368,34 @@ def replay_ops(ops: Sequence[Op], config: Any = None, *, name: str = "trace",
         "peak_live_bytes": live,
         "peak_reserved_bytes": reserved,
         "reserved_over_live": round(reserved / live, 4) if live else None,
-        "device_mallocs": int(st["num_device_alloc"]),
+        "device_mallocs": calls["malloc"],
+        "device_frees": calls["free"],
+        "vm_maps": calls["vm_map"],
+        "vm_unmaps": calls["vm_unmapped_mappings"],
+        "driver_us_h100": driver_cost_us(calls),
         "us_per_op": round(elapsed / len(ops) * 1e6, 3) if ops else 0.0,
     }
+
+
+#: Measured cost on an H100 of the driver calls behind the simulated device's calls, in us:
+#: cuMemAlloc + cuMemFree, the pair; cuMemMap + cuMemSetAccess + cuMemUnmap, the cycle;
+#: cuMemCreate (+ its cuMemRelease).
+H100_US = {"malloc_free": 62.0, "map_cycle": 60.0, "create": 13.5}
+
+
+def driver_cost_us(calls: dict[str, int]) -> float:
+    """The H100 time of the driver calls a replay made (:data:`H100_US`), counting a malloc
+    without its free and a mapping without its unmap at the price of the whole pair / cycle
+    (every mapping is one cuMemCreate + one cycle).
+
+    Example::
+
+        >>> from accelrt.memory._replay import driver_cost_us
+        >>> driver_cost_us({"malloc": 2, "free": 1, "vm_map": 1})
+        197.5
+    """
+    return round(calls.get("malloc", 0) * H100_US["malloc_free"]
+                 + calls.get("vm_map", 0) * (H100_US["map_cycle"] + H100_US["create"]), 1)
 
 
 def _trace_name(path: str) -> str:

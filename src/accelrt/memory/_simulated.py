@@ -28,7 +28,15 @@ from .._backend import Backend
 from .._errors import OutOfMemoryError
 from .._fork import reinit_after_fork
 
-__all__ = ["SimulatedBackend"]
+__all__ = ["CALL_NAMES", "SimulatedBackend"]
+
+#: The driver calls a :class:`SimulatedBackend` counts per device (:meth:`~SimulatedBackend.calls`):
+#: ``malloc``/``free`` (cuMemAlloc/cuMemFree), ``vm_map`` (one mapping: cuMemCreate + cuMemMap +
+#: cuMemSetAccess), ``vm_unmap`` (calls; ``vm_unmapped_mappings`` counts the mappings they
+#: removed, one cuMemUnmap + cuMemRelease each), ``vm_reserve``/``vm_release``
+#: (cuMemAddressReserve/cuMemAddressFree).
+CALL_NAMES = ("malloc", "free", "vm_map", "vm_unmap", "vm_unmapped_mappings", "vm_reserve",
+              "vm_release")
 
 _GIB = 1 << 30
 _VM_GRANULARITY = 2 << 20         # 2 MiB, as CUDA's minimum granularity on current GPUs
@@ -62,7 +70,8 @@ def _first_fit(taken: dict[int, int], lo: int, hi: int, step: int, align: int,
 class _Device:
     """Book-keeping of one simulated device (all fields guarded by the backend's lock)."""
 
-    __slots__ = ("base", "blocks", "next_addr", "next_vm", "pages", "reservations", "used")
+    __slots__ = ("base", "blocks", "calls", "mappings", "next_addr", "next_vm", "pages",
+                 "reservations", "used")
 
     def __init__(self, index: int) -> None:
         base = (index + 1) * _DEVICE_STRIDE
@@ -73,6 +82,9 @@ class _Device:
         self.blocks: dict[int, int] = {}                # malloc'd ptr -> size
         self.reservations: dict[int, int] = {}          # reserved base -> size
         self.pages: set[int] = set()                    # addresses of mapped pages
+        self.mappings: dict[int, int] = {}              # vm_map'd base -> size
+        # successful calls at the backend boundary, by name (see SimulatedBackend.calls)
+        self.calls = dict.fromkeys(CALL_NAMES, 0)
 
 
 class SimulatedBackend(Backend):
@@ -139,6 +151,7 @@ class SimulatedBackend(Backend):
             dev.next_addr = max(dev.next_addr, ptr + step)
             dev.used += size
             dev.blocks[ptr] = size
+            dev.calls["malloc"] += 1
         return ptr
 
     def free(self, index: int, ptr: int) -> None:
@@ -149,6 +162,7 @@ class SimulatedBackend(Backend):
                 raise ValueError(f"simulated device {index}: free of {ptr:#x}, which malloc "
                                  "did not return or which was already freed")
             dev.used -= size
+            dev.calls["free"] += 1
 
     def host_malloc(self, size: int) -> int:
         _check_size(size, "host_malloc")
@@ -196,6 +210,7 @@ class SimulatedBackend(Backend):
                                            "of virtual addresses is left", size)
             dev.next_vm = max(dev.next_vm, ptr + step)
             dev.reservations[ptr] = size
+            dev.calls["vm_reserve"] += 1
         return ptr
 
     def vm_release(self, index: int, ptr: int, size: int) -> None:
@@ -206,6 +221,7 @@ class SimulatedBackend(Backend):
             if any(ptr <= p < ptr + size for p in dev.pages):
                 raise ValueError(f"vm_release: [{ptr:#x}, +{size}) still has mapped pages")
             del dev.reservations[ptr]
+            dev.calls["vm_release"] += 1
 
     def _pages(self, dev: _Device, ptr: int, size: int, what: str) -> range:
         self._check_aligned(ptr, size, what)
@@ -215,6 +231,8 @@ class SimulatedBackend(Backend):
         raise ValueError(f"{what}: [{ptr:#x}, +{size}) is not inside a reservation")
 
     def vm_map(self, index: int, ptr: int, size: int) -> bool:
+        """Back ``[ptr, ptr+size)`` with one mapping (as cuMemCreate + cuMemMap would): it can
+        only be unmapped whole, alone or with adjacent mappings."""
         dev = self._devices[index]
         with self._lock:
             pages = self._pages(dev, ptr, size, "vm_map")
@@ -223,17 +241,50 @@ class SimulatedBackend(Backend):
             if dev.used + size > self.capacity:
                 return False
             dev.pages.update(pages)
+            dev.mappings[ptr] = size
             dev.used += size
+            dev.calls["vm_map"] += 1
         return True
 
     def vm_unmap(self, index: int, ptr: int, size: int) -> None:
+        """Unmap ``[ptr, ptr+size)``: a run of whole mappings made by :meth:`vm_map` (a range
+        that cuts a mapping raises ``ValueError``, as on CUDA)."""
         dev = self._devices[index]
         with self._lock:
             pages = self._pages(dev, ptr, size, "vm_unmap")
             if not dev.pages.issuperset(pages):
                 raise ValueError(f"vm_unmap: [{ptr:#x}, +{size}) is not entirely mapped")
+            mappings = dev.mappings
+            cur, end = ptr, ptr + size
+            parts = []
+            while cur < end:
+                msize = mappings.get(cur)
+                if msize is None or cur + msize > end:
+                    raise ValueError(f"vm_unmap: [{ptr:#x}, +{size}) cuts a mapping at "
+                                     f"{cur:#x}; unmap whole ranges given to vm_map")
+                parts.append(cur)
+                cur += msize
+            for base in parts:
+                del mappings[base]
             dev.pages.difference_update(pages)
             dev.used -= size
+            calls = dev.calls
+            calls["vm_unmap"] += 1
+            calls["vm_unmapped_mappings"] += len(parts)
+
+    def calls(self, index: int = 0) -> dict[str, int]:
+        """Successful driver calls made on device ``index`` so far, by name (:data:`CALL_NAMES`).
+
+        Example::
+
+            >>> from accelrt.memory._simulated import SimulatedBackend
+            >>> b = SimulatedBackend()
+            >>> b.free(0, b.malloc(0, 512))
+            >>> b.calls(0)["malloc"], b.calls(0)["free"], b.calls(0)["vm_map"]
+            (1, 1, 0)
+        """
+        with self._lock:
+            return dict(self._devices[index].calls)
 
     # ------------------------------------------------------------------ copies (no memory)
     def memcpy(self, dst: int, src: int, nbytes: int, index: int, stream: int,

@@ -352,18 +352,22 @@ def _run(ops: Sequence[Op], setting: str, on_chunk: Callable[[int], None] | None
     try:
         r = replay_ops(ops, cfg, on_chunk=on_chunk)
     except OutOfMemoryError:
-        row.update(oom=True, peak_reserved_bytes=None, device_mallocs=None, us_per_op=None)
+        row.update(oom=True, peak_reserved_bytes=None, device_mallocs=None, vm_maps=None,
+                   driver_us_h100=None, us_per_op=None)
         return row
     row.update(oom=False, peak_reserved_bytes=r["peak_reserved_bytes"],
-               device_mallocs=r["device_mallocs"], us_per_op=r["us_per_op"])
+               device_mallocs=r["device_mallocs"], vm_maps=r["vm_maps"],
+               driver_us_h100=r["driver_us_h100"], us_per_op=r["us_per_op"])
     return row
 
 
 def _rank_key(row: dict[str, Any]) -> tuple[Any, ...]:
     if row["oom"]:
         return (1, 0, 0, 0.0)
-    # not the time: it varies from run to run; ties keep the order tried (recorded first)
-    return (0, row["peak_reserved_bytes"], row["device_mallocs"], 0.0)
+    # then the driver calls priced at H100 cost (mallocs and frees, or mappings under
+    # expandable segments); not the Python time: it varies from run to run; ties keep the
+    # order tried (recorded first)
+    return (0, row["peak_reserved_bytes"], row["driver_us_h100"], 0.0)
 
 
 def tune_ops(ops: Sequence[Op], recorded: str = "", *, name: str = "trace",
@@ -381,7 +385,9 @@ def tune_ops(ops: Sequence[Op], recorded: str = "", *, name: str = "trace",
         ``{"trace", "ops", "peak_live_bytes", "recorded_setting", "baseline", "results",
         "best", "best_pytorch"}``; ``results`` are ranked best first, each ``{"setting",
         "pytorch_compatible", "capped", "oom", "peak_reserved_bytes", "saving_bytes", "saving_fraction",
-        "device_mallocs", "us_per_op"}``.
+        "device_mallocs", "vm_maps", "driver_us_h100", "us_per_op"}``: the device calls are
+        ``cudaMalloc``s, or mappings under expandable segments, and ``driver_us_h100`` prices
+        them at H100 cost.
 
     Raises:
         ValueError: ``recorded`` is not a valid settings string.
@@ -480,15 +486,18 @@ def format_tune(result: dict[str, Any], path: str, device: int) -> str:
              f"recorded setting: {_shown(rec)}"
              + ("" if rec else " (no allocator settings recorded: PyTorch's defaults)"),
              ""]
-    head = ("rank", "setting", "peak reserved", "saving", "device mallocs", "us/op")
+    head = ("rank", "setting", "peak reserved", "saving", "mallocs+maps", "driver ms",
+            "us/op")
     body = []
     for i, r in enumerate(result["results"], 1):
         mark = " (recorded)" if r is base else " *" if r["capped"] else ""
         if r["oom"]:
-            body.append((str(i), _shown(r["setting"]) + mark, "out of memory", "-", "-", "-"))
+            body.append((str(i), _shown(r["setting"]) + mark, "out of memory", "-", "-", "-",
+                         "-"))
             continue
         body.append((str(i), _shown(r["setting"]) + mark, human_bytes(r["peak_reserved_bytes"]),
-                     _saving_text(r), f"{r['device_mallocs']:,}", f"{r['us_per_op']:.2f}"))
+                     _saving_text(r), f"{r['device_mallocs'] + r['vm_maps']:,}",
+                     f"{r['driver_us_h100'] / 1000:.1f}", f"{r['us_per_op']:.2f}"))
     widths = [max(len(c) for c in col) for col in zip(head, *body)]
     for row in (head, *body):
         lines.append("  ".join(c.ljust(w) if j == 1 else c.rjust(w)

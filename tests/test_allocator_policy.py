@@ -1,0 +1,125 @@
+"""The low-fragmentation policy (``expandable_segments:True,page_reuse:True``) and the driver
+calls a replay reports at the simulated device's boundary."""
+
+from __future__ import annotations
+
+import glob
+import math
+import os
+
+import pytest
+
+from accelrt.memory._allocator import DeviceCachingAllocator
+from accelrt.memory._config import parse_config
+from accelrt.memory._expandable import MAP_FRACTION
+from accelrt.memory._replay import driver_cost_us, load_trace, replay_ops, trace_ops
+from accelrt.memory._simulated import SimulatedBackend
+from accelrt.memory._synthetic import convnet_inference_ops
+
+MiB = 1 << 20
+LOW_FRAG = "expandable_segments:True,page_reuse:True"
+TRACES = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "data", "traces",
+                                       "trace_*.json.gz")))
+
+
+def _ops(path: str):
+    return trace_ops(load_trace(path), path)
+
+
+def test_low_fragmentation_on_every_trace() -> None:
+    """Geometric mean of peak reserved / peak live <= 1.01, no trace above 1.02."""
+    assert TRACES
+    ratios = [replay_ops(_ops(p), parse_config(LOW_FRAG))["reserved_over_live"] for p in TRACES]
+    assert max(ratios) <= 1.02, dict(zip(TRACES, ratios))
+    assert math.exp(sum(math.log(r) for r in ratios) / len(ratios)) <= 1.01, ratios
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_low_fragmentation_on_varying_batch_sizes(seed: int) -> None:
+    """A synthetic convnet serving batches of 1..32: the policy stays within a few percent of
+    live memory (it reserved 19-25% more before the page-granular mappings)."""
+    ops = convnet_inference_ops(batches=40, seed=seed)
+    low = replay_ops(ops, parse_config(LOW_FRAG))
+    exp = replay_ops(ops, parse_config("expandable_segments:True"))
+    assert low["reserved_over_live"] <= 1.04
+    assert low["reserved_over_live"] < exp["reserved_over_live"]
+
+
+def test_replay_reports_driver_calls() -> None:
+    ops = [(True, 1, 3 * MiB, 0), (True, 2, 1000, 0), (False, 1, 0, 0), (False, 2, 0, 0)]
+    r = replay_ops(ops)
+    assert (r["device_mallocs"], r["device_frees"], r["vm_maps"], r["vm_unmaps"]) == (2, 0, 0, 0)
+    assert r["driver_us_h100"] == driver_cost_us({"malloc": 2}) == 124.0
+    r = replay_ops(ops, parse_config("expandable_segments:True"))
+    assert r["device_mallocs"] == 0 and r["vm_maps"] == 2   # a 20 MiB and a 2 MiB page
+    assert r["vm_unmaps"] == 0 and r["driver_us_h100"] == 2 * 73.5
+
+
+def test_replay_counts_unmaps_of_the_low_fragmentation_policy() -> None:
+    # a 40 MiB block freed, then a 60 MiB one: the high-water mark would rise, so the free
+    # mapping goes back first and its memory is mapped again where the 60 MiB fit
+    ops = [(True, 1, 40 * MiB, 0), (True, 2, 512, 0), (False, 1, 0, 0), (True, 3, 60 * MiB, 0)]
+    r = replay_ops(ops, parse_config(LOW_FRAG))
+    assert r["vm_unmaps"] >= 1
+    assert r["peak_reserved_bytes"] == 60 * MiB + 2 * MiB
+
+
+def test_mappings_are_coalesced_and_unmapped_whole() -> None:
+    b = SimulatedBackend()
+    a = DeviceCachingAllocator(b, 0, parse_config(LOW_FRAG))
+    a.free(a.malloc(MAP_FRACTION * 8 * MiB, 0))  # high-water mark: mappings of up to 8 MiB
+    a.empty_cache()
+    before = b.calls(0)["vm_map"]
+    p = a.malloc(64 * MiB, 0)
+    assert b.calls(0)["vm_map"] - before == 8    # not one call per 2 MiB page
+    assert a.memory_reserved() == 64 * MiB       # pages of the device's 2 MiB granularity
+    a.free(p)
+    a.empty_cache()                              # the simulated device refuses partial unmaps
+    assert a.memory_reserved() == 0
+    calls = b.calls(0)
+    assert calls["vm_unmapped_mappings"] == calls["vm_map"]
+    assert calls["vm_release"] == calls["vm_reserve"]
+
+
+def test_mapping_size_is_bounded_by_the_high_water_mark() -> None:
+    """A mapping holds at most 1/MAP_FRACTION of the most memory mapped, so a small live
+    block pins little: after freeing all but one 2 MiB block, the rest can be unmapped."""
+    b = SimulatedBackend()
+    a = DeviceCachingAllocator(b, 0, parse_config(LOW_FRAG))
+    ps = [a.malloc(2 * MiB, 0) for _ in range(2 * MAP_FRACTION)]
+    for p in ps[1:]:
+        a.free(p)
+    a.empty_cache()
+    assert a.memory_reserved() <= 2 * MiB * 2
+    a.free(ps[0])
+    a.empty_cache()
+    assert a.memory_reserved() == 0
+
+
+def test_low_fragmentation_out_of_memory_leaves_nothing_mapped() -> None:
+    b = SimulatedBackend(capacity=100 * MiB)
+    a = DeviceCachingAllocator(b, 0, parse_config(LOW_FRAG))
+    p = a.malloc(60 * MiB, 0)
+    with pytest.raises(Exception, match="out of memory"):
+        a.malloc(60 * MiB, 0)
+    assert a.memory_reserved() == 60 * MiB
+    assert b.get_memory_info(0)[0] == 40 * MiB
+    a.free(p)
+    q = a.malloc(90 * MiB, 0)                    # the freed mapping is reused after an unmap
+    a.free(q)
+    a.empty_cache()
+    assert b.get_memory_info(0)[0] == 100 * MiB
+
+
+@pytest.mark.parametrize("name, reserved, mallocs", [
+    ("resnet50_train", 6_962_544_640, 108),
+    ("varlen_encoder", 1_608_515_584, 30),
+])
+def test_default_policy_matches_pytorch_device_mallocs(name: str, reserved: int,
+                                                      mallocs: int) -> None:
+    """Conformance, counted at the device: PyTorch's peak reserved bytes and cudaMalloc calls
+    (traces/README.md) on the shared traces, and not one free or mapping."""
+    path = os.path.join(os.path.dirname(__file__), "data", "traces", f"trace_{name}.json.gz")
+    r = replay_ops(_ops(path))
+    assert (r["peak_reserved_bytes"], r["device_mallocs"]) == (reserved, mallocs)
+    assert r["device_frees"] == r["vm_maps"] == r["vm_unmaps"] == 0
