@@ -78,7 +78,7 @@ class SegmentsMixin:
                 pid = pool.owner.id if pool.owner is not None else DEFAULT_POOL
                 if owner_filter is not None and pid != owner_filter:
                     continue
-                blocks = []
+                blocks: list[dict[str, Any]] = []
                 append = blocks.append
                 total = alloc = active = req = 0
                 b: Block | None = blk

@@ -378,6 +378,41 @@ def words(seed: int, offset: int, nblocks: int) -> np.ndarray:
     return out
 
 
+# ---------------------------------------------------------------------- small requests
+#
+# A request of a few hundred blocks costs little arithmetic but some 60 numpy calls (about a
+# microsecond each, more on the strided lanes), so its cost is all fixed overhead. Blocks are
+# a pure function of (seed, counter) and a generator hands out consecutive counters, so a
+# small request computes a run of SMALL_RUN blocks from its first counter on (one pass of the
+# chunk pipeline) and the requests that follow take theirs from that run: the same words,
+# hence the same bits, at the cost of a copy.
+
+#: Requests of at most this many blocks are served from the per-thread run of blocks.
+SMALL_MAX_BLOCKS = 2048
+#: Blocks computed at once for small requests.
+SMALL_RUN = 8192
+
+
+class _Run:
+    """Words of blocks ``start .. start + len(w) - 1`` under key ``seed`` (one per thread)."""
+
+    __slots__ = ("seed", "start", "w")
+
+    def __init__(self, seed: int, start: int, w: np.ndarray) -> None:
+        self.seed, self.start, self.w = seed, start, w
+
+
+def _small_words(seed: int, offset: int, nblocks: int) -> np.ndarray:
+    """A fresh ``(nblocks, 4)`` uint32 copy of the words of blocks ``offset ..``, from this
+    thread's run of blocks (computed anew when the request is not inside it)."""
+    r: _Run | None = getattr(_tls, "run", None)
+    if r is None or r.seed != seed or not r.start <= offset <= r.start + len(r.w) - nblocks:
+        n = max(nblocks, min(SMALL_RUN, (1 << 64) - offset))
+        r = _tls.run = _Run(seed, offset, words(seed, offset, n))
+    i = offset - r.start
+    return r.w[i:i + nblocks].copy()
+
+
 # ---------------------------------------------------------------------- conversions
 
 def _uniform_std(w: np.ndarray, dtype: np.dtype, out: np.ndarray) -> None:
@@ -626,8 +661,11 @@ def fill(out: np.ndarray, dist: str, seed: int, offset: int,
     nblocks = -(-flat.size // per)
     if nblocks == 0:
         return 0
-    plan = _plan(seed & _M64)
     offset &= _M64
+    if nblocks <= SMALL_MAX_BLOCKS and offset + nblocks <= 1 << 64:
+        _convert(_small_words(seed & _M64, offset, nblocks), dist, dtype, params, flat)
+        return nblocks
+    plan = _plan(seed & _M64)
     chunk = CHUNK
     nchunks = -(-nblocks // chunk)
     nt = min(_threads(), nchunks) if parallel and nblocks >= PARALLEL_MIN_BLOCKS else 1
