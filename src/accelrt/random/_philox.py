@@ -394,23 +394,46 @@ SMALL_RUN = 8192
 
 
 class _Run:
-    """Words of blocks ``start .. start + len(w) - 1`` under key ``seed`` (one per thread)."""
+    """Words of blocks ``start .. start + len(w) - 1`` under key ``seed`` (one per thread),
+    and their standard uniform float32/float64 conversions, made on first use."""
 
-    __slots__ = ("seed", "start", "w")
+    __slots__ = ("seed", "start", "uniform", "w")
 
     def __init__(self, seed: int, start: int, w: np.ndarray) -> None:
         self.seed, self.start, self.w = seed, start, w
+        self.uniform: dict[str, np.ndarray] = {}
+
+    def standard_uniform(self, dtype: np.dtype) -> np.ndarray:
+        """The run's words as standard uniform numbers of ``dtype`` (float32: one per word,
+        float64: one per word pair), flat: the conversion of :func:`_uniform_std`."""
+        u = self.uniform.get(dtype.char)
+        if u is None:
+            u = np.empty(self.w.size // words_per_element("uniform", dtype), dtype)
+            _uniform_std(self.w.copy(), dtype, u)
+            self.uniform[dtype.char] = u
+        return u
 
 
-def _small_words(seed: int, offset: int, nblocks: int) -> np.ndarray:
-    """A fresh ``(nblocks, 4)`` uint32 copy of the words of blocks ``offset ..``, from this
-    thread's run of blocks (computed anew when the request is not inside it)."""
+def _small_run(seed: int, offset: int, nblocks: int) -> tuple[_Run, int]:
+    """This thread's run of blocks holding blocks ``offset .. offset + nblocks - 1`` (made
+    anew when the request is not inside the current one), and the request's first block's
+    index in it."""
     r: _Run | None = getattr(_tls, "run", None)
     if r is None or r.seed != seed or not r.start <= offset <= r.start + len(r.w) - nblocks:
         n = max(nblocks, min(SMALL_RUN, (1 << 64) - offset))
         r = _tls.run = _Run(seed, offset, words(seed, offset, n))
-    i = offset - r.start
-    return r.w[i:i + nblocks].copy()
+    return r, offset - r.start
+
+
+def _small_fill(out: np.ndarray, dist: str, dtype: np.dtype, params: Sequence[Any],
+                seed: int, offset: int, nblocks: int) -> None:
+    """Fill the flat ``out`` from the run of blocks (see :func:`_small_run`)."""
+    r, i = _small_run(seed, offset, nblocks)
+    if _direct(dist, dtype, params):
+        per = 4 // words_per_element(dist, dtype)
+        np.copyto(out, r.standard_uniform(dtype)[i * per:i * per + len(out)])
+        return
+    _convert(r.w[i:i + nblocks].copy(), dist, dtype, params, out)
 
 
 # ---------------------------------------------------------------------- conversions
@@ -663,7 +686,7 @@ def fill(out: np.ndarray, dist: str, seed: int, offset: int,
         return 0
     offset &= _M64
     if nblocks <= SMALL_MAX_BLOCKS and offset + nblocks <= 1 << 64:
-        _convert(_small_words(seed & _M64, offset, nblocks), dist, dtype, params, flat)
+        _small_fill(flat, dist, dtype, params, seed & _M64, offset, nblocks)
         return nblocks
     plan = _plan(seed & _M64)
     chunk = CHUNK
