@@ -9,6 +9,10 @@
 3. Times ``accelrt.memory.memory_allocated()`` and ``memory_stats()`` on the cpu backend.
 4. Times an empty method call as a calibration: the machine's speed varies with load, so every
    hot-path time is also printed in units of that call (compare those across runs).
+5. ``snapshot_row``: ``memory_snapshot()`` (and the full ``_snapshot()``) over 10,000 segments of
+   7 blocks on a simulated device, in thread CPU time and in paired empty method calls.
+6. ``rng_row``: ``acc.rand(n)`` against numpy's ``Generator(Philox)`` for 1,000 and 10 million
+   float32 numbers, alternating, with the median of the paired ratios.
 
 Every timing is the median of ``--repeat`` runs; each ``bench_*(loops)`` returns seconds per
 call with lookups hoisted out of the loop.

@@ -87,8 +87,9 @@ REASONS = {
 
 def _classify(size: int, stack: tuple[str, ...], freed_inside: int) -> str | None:
     """The filter an allocation falls under (None: keep). ``stack`` holds the names of the
-    enclosing operators, innermost last; ``freed_inside`` is the depth (index in ``stack``)
-    of the outermost operator the allocation is freed inside of, or -1."""
+    enclosing operators, outermost first; ``freed_inside`` is the depth (index in ``stack``)
+    of the innermost of them still running when the allocation is freed, or -1 (freed after
+    they all returned, or never)."""
     if size == 0:
         return "zero_size"
     inner = stack[-1] if stack else ""
@@ -98,16 +99,16 @@ def _classify(size: int, stack: tuple[str, ...], freed_inside: int) -> str | Non
         return "scalar_wrap"
     for depth, name in enumerate(stack):
         if "mkldnn" in name or "onednn" in name:
-            if 0 <= freed_inside <= depth and depth < len(stack) - 1 or (
-                    depth == len(stack) - 1 and 0 <= freed_inside <= depth):
+            if freed_inside >= depth:       # freed before the oneDNN operator returned
                 return "onednn_temporary"
             break
     if inner in ("aten::_to_copy", "aten::to") and len(stack) >= 2:
-        outer = stack[:-1]
-        # a conversion the model asked for is made by aten::to/_to_copy directly under
-        # Python (or a module); one inside a compute operator is the kernel's own
-        if not all(n in ("aten::to", "aten::_to_copy", "aten::copy_") or not n.startswith(
-                "aten::") for n in outer) and 0 <= freed_inside < len(stack) - 1:
+        # a conversion the model asked for is made by aten::to/_to_copy directly; one inside
+        # a compute operator, freed before that operator returns, is the kernel's own
+        parent = len(stack) - 2
+        while parent >= 0 and stack[parent] in ("aten::to", "aten::_to_copy"):
+            parent -= 1
+        if parent >= 0 and stack[parent].startswith("aten::") and freed_inside >= parent:
             return "cpu_dtype_copy"
     return None
 
@@ -136,8 +137,7 @@ def record(step: Callable[[int], Any], steps: int, warmup: int = 0) -> tuple[lis
             if f.device.type == "cpu":
                 allocs.append((e.start_time_ns, int(f.ptr), int(f.alloc_size), names, ends))
             return
-        if e.tag in (_EventType.TorchOp, _EventType.PyCall, _EventType.PyCCall) and \
-                e.tag == _EventType.TorchOp:
+        if e.tag == _EventType.TorchOp:
             names = names + (e.name,)
             ends = ends + (e.end_time_ns,)
         for c in e.children:
@@ -166,12 +166,11 @@ def record(step: Callable[[int], Any], steps: int, warmup: int = 0) -> tuple[lis
     for k, (t, ptr, size, names, ends) in enumerate(allocs):
         if size >= 0:
             ft = free_time.get(k)
-            inside = -1
+            inside = -1            # innermost enclosing operator still running at the free
             if ft is not None:
                 for depth, end in enumerate(ends):
                     if ft <= end:
                         inside = depth
-                        break
             why = _classify(size, names, inside)
             if why is not None:
                 filtered[why][0] += 1
@@ -528,10 +527,10 @@ def speech_varlen_train(cfg: dict[str, Any]) -> Callable[[int], None]:
 #: name -> (factory, config, recorded steps, warm-up steps, description)
 WORKLOADS: dict[str, tuple[Callable[[dict[str, Any]], Callable[[int], None]], dict[str, Any],
                            int, int, str]] = {
-    "unet_train": (unet_train, {"channels": [128, 256, 512], "blocks": 2, "batch": 8,
+    "unet_train": (unet_train, {"channels": [128, 256, 512], "blocks": 2, "batch": 4,
                                 "res": 32}, 2, 1,
                    "diffusion U-Net training (channels 128/256/512, 2 res blocks per level, "
-                   "attention at 16x16 and 8x8), AdamW foreach, batch 8 of 4x32x32 latents "
+                   "attention at 16x16 and 8x8), AdamW foreach, batch 4 of 4x32x32 latents "
                    "(256 px images), 2 steps after 1 warm-up"),
     "llama_varlen_train": (llama_varlen_train, {"vocab": 32000, "d": 512, "layers": 8,
                                                 "heads": 8, "kv_heads": 2, "ffn": 1408,
@@ -550,12 +549,12 @@ WORKLOADS: dict[str, tuple[Callable[[dict[str, Any]], Callable[[int], None]], di
                    "4 steps after 1 warm-up"),
     "speech_varlen_train": (speech_varlen_train, {"mels": 80, "d": 256, "layers": 8,
                                                   "heads": 4, "ffn": 1024, "kernel": 31,
-                                                  "vocab": 32, "batch": [2, 16],
-                                                  "frames": [200, 1600]}, 8, 1,
+                                                  "vocab": 32, "batch": [2, 8],
+                                                  "frames": [200, 1000]}, 8, 1,
                             "Conformer speech encoder training with CTC (d256, 8 blocks, "
                             "4 heads, conv kernel 31, 4x conv subsampling of 80 log-mels), "
-                            "AdamW foreach, batches of random 2-16 utterances of 2-16 s "
-                            "(200-1600 frames), padded, 8 steps after 1 warm-up"),
+                            "AdamW foreach, batches of random 2-8 utterances of 2-10 s "
+                            "(200-1000 frames), padded, 8 steps after 1 warm-up"),
 }
 
 

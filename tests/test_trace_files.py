@@ -21,6 +21,7 @@ ACTIONS = {"alloc", "free_requested", "free_completed", "segment_alloc", "segmen
 #: mallocs (from ``accelrt replay`` when the trace was added).
 RECORDED = {
     "llama_varlen_train": (2_061_211_916, 3_208_642_560, 51),
+    "dlrm_train": (1_452_119_100, 1_501_560_832, 23),
 }
 
 
