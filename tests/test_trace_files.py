@@ -20,8 +20,10 @@ ACTIONS = {"alloc", "free_requested", "free_completed", "segment_alloc", "segmen
 #: Recorded traces: peak live bytes, then the default policy's peak reserved bytes and device
 #: mallocs (from ``accelrt replay`` when the trace was added).
 RECORDED = {
+    "unet_train": (513_429_584, 595_591_168, 76),
     "llama_varlen_train": (2_061_211_916, 3_208_642_560, 51),
     "dlrm_train": (1_452_119_100, 1_501_560_832, 23),
+    "speech_varlen_train": (820_356_328, 1_832_910_848, 80),
 }
 
 
