@@ -59,9 +59,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import torch
-from torch import nn
-from torch.nn import functional as F
+try:
+    import torch
+    from torch import nn
+    from torch.nn import functional as F
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise SystemExit(f"record_trace.py needs PyTorch (any CPU or GPU build), a tool for this "
+                     f"script only: run it with a Python that has torch installed, e.g. "
+                     f"'python -m venv /tmp/torchenv && /tmp/torchenv/bin/pip install torch' "
+                     f"({exc})") from None
 
 # ---------------------------------------------------------------------- filters
 
