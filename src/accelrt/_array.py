@@ -133,6 +133,8 @@ class _HostView:
 # ---------------------------------------------------------------------- argument checks
 
 def _check_shape(shape: Any) -> tuple[int, ...]:
+    if type(shape) is tuple and all(type(d) is int and d >= 0 for d in shape):
+        return shape    # the common case, already plain non-negative ints (bool is not int)
     if isinstance(shape, bool):
         raise TypeError("shape must be an int or a sequence of ints, got bool")
     if isinstance(shape, (int, np.integer)):
@@ -156,7 +158,26 @@ def _check_shape(shape: Any) -> tuple[int, ...]:
 _supported: dict[tuple[str, int], frozenset[str]] = {}
 
 
+#: (dtype argument, backend name, device index) -> the checked dtype (np.dtype() and the
+#: checks below cost microseconds on every allocation otherwise)
+_checked_dtypes: dict[tuple[Any, str, int], np.dtype] = {}
+
+
 def _check_dtype(dtype: Any, b: Backend, index: int) -> np.dtype:
+    try:
+        return _checked_dtypes[(dtype, b.name, index)]
+    except (KeyError, TypeError):   # TypeError: an unhashable argument
+        pass
+    dt = _check_dtype_uncached(dtype, b, index)
+    if len(_checked_dtypes) < 256:
+        try:
+            _checked_dtypes[(dtype, b.name, index)] = dt
+        except TypeError:
+            pass
+    return dt
+
+
+def _check_dtype_uncached(dtype: Any, b: Backend, index: int) -> np.dtype:
     if dtype is None:
         raise TypeError("dtype must not be None; pass a numpy dtype such as 'float32'")
     try:

@@ -40,7 +40,7 @@ from . import _host
 from ._allocator import DeviceCachingAllocator, get_allocator, peek_allocator
 from ._config import get_allocator_settings, get_config, set_allocator_settings
 from ._pluggable import PluggableAllocator, change_current_allocator, get_allocator_backend
-from ._snapshot import build_snapshot, to_plain
+from ._snapshot import build_snapshot, snapshot_segments, to_plain
 from ._snapshot import dump_snapshot as _dump
 from ._summary import format_summary
 
@@ -417,7 +417,9 @@ def memory_snapshot(mempool_id: tuple[int, int] | None = None) -> list[Segment]:
             or not all(isinstance(x, int) and not isinstance(x, bool) for x in mempool_id)):
         raise TypeError("mempool_id must be a pair of ints (a MemPool.id) or None, got "
                         f"{type(mempool_id).__name__} {mempool_id!r:.60}")
-    segments: list[Segment] = _snapshot()["segments"]
+    b, _ = _get_device(None)
+    segments: list[Segment] = snapshot_segments(
+        [peek_allocator(b.name, i) for i in range(b.device_count())])
     if mempool_id is None:
         return segments
     want = tuple(mempool_id)

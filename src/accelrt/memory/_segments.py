@@ -111,25 +111,30 @@ class SegmentsMixin:
                 pid = pool.owner.id if pool.owner is not None else DEFAULT_POOL
                 if owner_filter is not None and pid != owner_filter:
                     continue
-                blocks = []
+                blocks: list[dict[str, Any]] = []
+                append = blocks.append
                 total = alloc = active = req = 0
                 b: Block | None = blk
                 addr = blk.addr
                 while b is not None and b.mapped:
-                    pending = b.event_count > 0 or bool(b.stream_uses)
-                    is_active = b.allocated or pending
-                    state = ("active_allocated" if b.allocated else
-                             "active_pending_free" if pending else "inactive")
-                    blocks.append({"address": addr, "size": b.size,
-                                   "requested_size": b.requested, "state": state,
-                                   "frames": list(b.frames) if b.frames else []})
-                    addr += b.size
-                    total += b.size
+                    size = b.size
                     if b.allocated:
-                        alloc += b.size
-                    if is_active:
-                        active += b.size
+                        state = "active_allocated"
+                        alloc += size
+                        active += size
                         req += b.requested
+                    elif b.event_count > 0 or b.stream_uses:
+                        state = "active_pending_free"
+                        active += size
+                        req += b.requested
+                    else:
+                        state = "inactive"
+                    fr = b.frames
+                    # fresh dicts and lists only: the snapshot is returned without a deep copy
+                    append({"address": addr, "size": size, "requested_size": b.requested,
+                            "state": state, "frames": [dict(f) for f in fr] if fr else []})
+                    addr += size
+                    total += size
                     b = b.next
                 total_active += active
                 seg_frames = blk.exp.frames if blk.exp is not None else blk.seg_frames
@@ -138,7 +143,7 @@ class SegmentsMixin:
                     "allocated_size": alloc, "active_size": active, "requested_size": req,
                     "stream": blk.stream, "segment_type": "small" if pool.is_small else "large",
                     "segment_pool_id": pid, "is_expandable": blk.exp is not None,
-                    "frames": list(seg_frames) if seg_frames else [], "blocks": blocks})
+                    "frames": [dict(f) for f in seg_frames] if seg_frames else [], "blocks": blocks})
             segments.sort(key=lambda s: s["address"])
             if self._history:
                 self._record("snapshot", 0, total_active, 0, None)

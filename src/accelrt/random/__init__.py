@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, SupportsIndex
 import numpy as np
 
 from .._device import _get_device, _lazy_init
+from .._stream import _current
 from . import _philox
 from ._generator import (
     DEFAULT_SEED,
@@ -254,6 +255,8 @@ def set_rng_state_all(new_states: Iterable[RngStateLike]) -> None:
 # ---------------------------------------------------------------------- argument checks
 
 def _size(size: tuple[Any, ...], kw: Any, fname: str) -> tuple[int, ...]:
+    if kw is None and len(size) == 1 and type(size[0]) is int and size[0] >= 0:
+        return size     # the common rand(n): already a tuple of one plain int
     if kw is not None:
         if size:
             raise TypeError(f"{fname}() got the size both positionally and as size=")
@@ -286,7 +289,16 @@ def _real(name: str, value: Any) -> float:
     return x
 
 
+#: dtype argument -> its float dtype, for the arguments seen so far (``np.dtype()`` and
+#: ``dtype.name`` cost microseconds, more than a small request's arithmetic).
+_float_dtype_cache: dict[Any, np.dtype] = {}
+
+
 def _float_dtype(dtype: Any, fname: str) -> np.dtype:
+    try:
+        return _float_dtype_cache[dtype]
+    except (KeyError, TypeError):   # TypeError: an unhashable argument
+        pass
     try:
         dt: np.dtype[Any] = np.dtype(dtype)
     except TypeError:
@@ -294,6 +306,11 @@ def _float_dtype(dtype: Any, fname: str) -> np.dtype:
     if dt.name not in _FLOAT_DTYPES:
         raise TypeError(f"{fname}() makes floating numbers; dtype must be one of "
                         f"{', '.join(_FLOAT_DTYPES)}, got {dt.name}")
+    if len(_float_dtype_cache) < 64:
+        try:
+            _float_dtype_cache[dtype] = dt
+        except TypeError:
+            pass
     return dt
 
 
@@ -331,7 +348,6 @@ def _generate(out: Array, dist: str, params: tuple[Any, ...], generator: Generat
     seed_, offset = g._reserve(_philox.blocks_needed(n, dist, dtype, params))
     _lazy_init(b, index)
     from .._array import _held, _hold, _raw_view
-    from .._stream import _current
     stream = _current(b, index)._handle
     # Queued work holds only borrowed memory (_held): allocator memory is freed
     # stream-ordered, so ``del out`` while the fill is queued frees it at once, as for any op.

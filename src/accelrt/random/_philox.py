@@ -378,6 +378,64 @@ def words(seed: int, offset: int, nblocks: int) -> np.ndarray:
     return out
 
 
+# ---------------------------------------------------------------------- small requests
+#
+# A request of a few hundred blocks costs little arithmetic but some 60 numpy calls (about a
+# microsecond each, more on the strided lanes), so its cost is all fixed overhead. Blocks are
+# a pure function of (seed, counter) and a generator hands out consecutive counters, so a
+# small request computes a run of SMALL_RUN blocks from its first counter on (one pass of the
+# chunk pipeline) and the requests that follow take theirs from that run: the same words,
+# hence the same bits, at the cost of a copy.
+
+#: Requests of at most this many blocks are served from the per-thread run of blocks.
+SMALL_MAX_BLOCKS = 2048
+#: Blocks computed at once for small requests.
+SMALL_RUN = 8192
+
+
+class _Run:
+    """Words of blocks ``start .. start + len(w) - 1`` under key ``seed`` (one per thread),
+    and their standard uniform float32/float64 conversions, made on first use."""
+
+    __slots__ = ("seed", "start", "uniform", "w")
+
+    def __init__(self, seed: int, start: int, w: np.ndarray) -> None:
+        self.seed, self.start, self.w = seed, start, w
+        self.uniform: dict[str, np.ndarray] = {}
+
+    def standard_uniform(self, dtype: np.dtype) -> np.ndarray:
+        """The run's words as standard uniform numbers of ``dtype`` (float32: one per word,
+        float64: one per word pair), flat: the conversion of :func:`_uniform_std`."""
+        u = self.uniform.get(dtype.char)
+        if u is None:
+            u = np.empty(self.w.size // words_per_element("uniform", dtype), dtype)
+            _uniform_std(self.w.copy(), dtype, u)
+            self.uniform[dtype.char] = u
+        return u
+
+
+def _small_run(seed: int, offset: int, nblocks: int) -> tuple[_Run, int]:
+    """This thread's run of blocks holding blocks ``offset .. offset + nblocks - 1`` (made
+    anew when the request is not inside the current one), and the request's first block's
+    index in it."""
+    r: _Run | None = getattr(_tls, "run", None)
+    if r is None or r.seed != seed or not r.start <= offset <= r.start + len(r.w) - nblocks:
+        n = max(nblocks, min(SMALL_RUN, (1 << 64) - offset))
+        r = _tls.run = _Run(seed, offset, words(seed, offset, n))
+    return r, offset - r.start
+
+
+def _small_fill(out: np.ndarray, dist: str, dtype: np.dtype, params: Sequence[Any],
+                seed: int, offset: int, nblocks: int) -> None:
+    """Fill the flat ``out`` from the run of blocks (see :func:`_small_run`)."""
+    r, i = _small_run(seed, offset, nblocks)
+    if _direct(dist, dtype, params):
+        per = 4 // words_per_element(dist, dtype)
+        np.copyto(out, r.standard_uniform(dtype)[i * per:i * per + len(out)])
+        return
+    _convert(r.w[i:i + nblocks].copy(), dist, dtype, params, out)
+
+
 # ---------------------------------------------------------------------- conversions
 
 def _uniform_std(w: np.ndarray, dtype: np.dtype, out: np.ndarray) -> None:
@@ -626,8 +684,11 @@ def fill(out: np.ndarray, dist: str, seed: int, offset: int,
     nblocks = -(-flat.size // per)
     if nblocks == 0:
         return 0
-    plan = _plan(seed & _M64)
     offset &= _M64
+    if nblocks <= SMALL_MAX_BLOCKS and offset + nblocks <= 1 << 64:
+        _small_fill(flat, dist, dtype, params, seed & _M64, offset, nblocks)
+        return nblocks
+    plan = _plan(seed & _M64)
     chunk = CHUNK
     nchunks = -(-nblocks // chunk)
     nt = min(_threads(), nchunks) if parallel and nblocks >= PARALLEL_MIN_BLOCKS else 1

@@ -1,0 +1,74 @@
+"""Small requests come from a per-thread run of precomputed blocks: same bits as the chunk
+pipeline, one pipeline pass per run (not per request)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import accelrt as acc
+from accelrt.random import _philox
+
+DISTS = [("uniform", "float32", (0.0, 1.0)), ("uniform", "float64", (0.0, 1.0)),
+         ("uniform", "float16", (0.0, 1.0)), ("uniform", "float32", (-2.0, 3.0)),
+         ("normal", "float32", (0.0, 1.0)), ("normal", "float64", (1.0, 2.0)),
+         ("randint", "int64", (-5, 1000)), ("randint", "int64", (0, 1 << 40))]
+
+
+def _reference(n: int, dist: str, dtype: str, params, seed: int, offset: int) -> np.ndarray:
+    """The pipeline path (small path off)."""
+    out = np.empty(n, dtype)
+    old = _philox.SMALL_MAX_BLOCKS
+    _philox.SMALL_MAX_BLOCKS = -1
+    try:
+        _philox.fill(out, dist, seed, offset, params)
+    finally:
+        _philox.SMALL_MAX_BLOCKS = old
+    return out
+
+
+@pytest.mark.parametrize(("dist", "dtype", "params"), DISTS)
+@pytest.mark.parametrize("offset", [0, 5, (1 << 32) - 3, (1 << 64) - 2, (1 << 64) - 9000])
+def test_small_path_bits_match_pipeline(dist, dtype, params, offset) -> None:
+    seed = 0x1234_5678_9ABC
+    _philox._tls.__dict__.pop("run", None)
+    for n in (1, 3, 7, 1000):
+        out = np.empty(n, dtype)
+        used = _philox.fill(out, dist, seed, offset, params)
+        np.testing.assert_array_equal(out, _reference(n, dist, dtype, params, seed, offset))
+        offset = (offset + used) & ((1 << 64) - 1)
+
+
+def test_consecutive_small_requests_share_one_run(monkeypatch) -> None:
+    calls = []
+    real = _philox.words
+
+    def spy(seed, offset, nblocks):
+        calls.append((offset, nblocks))
+        return real(seed, offset, nblocks)
+
+    monkeypatch.setattr(_philox, "words", spy)
+    _philox._tls.__dict__.pop("run", None)
+    g = acc.random.Generator("cpu:0").manual_seed(7)
+    parts = [acc.rand(1000, device="cpu:0", generator=g).numpy() for _ in range(40)]
+    second = _philox.SMALL_RUN - _philox.SMALL_RUN % 250   # the request that left the run
+    assert calls == [(0, _philox.SMALL_RUN), (second, _philox.SMALL_RUN)]
+    whole = acc.rand(40_000, device="cpu:0",
+                     generator=acc.random.Generator("cpu:0").manual_seed(7)).numpy()
+    np.testing.assert_array_equal(np.concatenate(parts), whole)
+
+
+def test_another_seed_or_a_jump_recomputes(monkeypatch) -> None:
+    calls = []
+    real = _philox.words
+    monkeypatch.setattr(_philox, "words",
+                        lambda s, o, n: calls.append((s, o)) or real(s, o, n))
+    _philox._tls.__dict__.pop("run", None)
+    a = np.empty(8, np.float32)
+    _philox.fill(a, "uniform", 1, 100, (0.0, 1.0))
+    _philox.fill(a, "uniform", 2, 102, (0.0, 1.0))      # another seed
+    _philox.fill(a, "uniform", 2, 50, (0.0, 1.0))       # before the run
+    _philox.fill(a, "uniform", 2, 102 + _philox.SMALL_RUN, (0.0, 1.0))  # past it
+    assert calls == [(1, 100), (2, 102), (2, 50), (2, 102 + _philox.SMALL_RUN)]
+    np.testing.assert_array_equal(a, _reference(8, "uniform", "float32", (0.0, 1.0), 2,
+                                                102 + _philox.SMALL_RUN))
