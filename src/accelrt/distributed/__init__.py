@@ -154,12 +154,9 @@ def _seconds(timeout: Any, default: float) -> float:
     return value
 
 
-_MPI_LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE",
-                      "MPI_LOCALNRANKS", "HYDI_CONTROL_FD", "MPIR_CVAR_NUM_CLIQUES")
-
-
 def _under_mpi_launcher() -> bool:
-    return any(v in os.environ for v in _MPI_LAUNCHER_VARS)
+    from ._mpi import under_launcher
+    return under_launcher()
 
 
 def _install_abort_hook(comm_world: Any) -> None:

@@ -32,11 +32,33 @@ __all__ = ["MpiEngine", "mpi", "mpi_datatype"]
 _MPI: Any = None
 
 
+#: Variables MPI launchers (hydra, PRRTE/Open MPI, PMIx, Slurm's PMI) set in each rank.
+LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE",
+                 "MPI_LOCALNRANKS", "HYDI_CONTROL_FD")
+
+
+def under_launcher() -> bool:
+    """True if this process was started by an MPI launcher."""
+    return any(v in os.environ for v in LAUNCHER_VARS)
+
+
 def mpi() -> Any:
-    """The ``mpi4py.MPI`` module (imported, and MPI initialized, on first use)."""
+    """The ``mpi4py.MPI`` module (imported, and MPI initialized, on first use).
+
+    A process not started by a launcher is a singleton world: its MPI needs no network, so
+    UCX is limited to shared memory during the init (unless ``UCX_TLS`` is set) instead of
+    opening listeners on every interface.
+    """
     global _MPI
     if _MPI is None:
-        _MPI = importlib.import_module("mpi4py.MPI")
+        pin = not under_launcher() and "UCX_TLS" not in os.environ
+        if pin:
+            os.environ["UCX_TLS"] = "self,sm"
+        try:
+            _MPI = importlib.import_module("mpi4py.MPI")
+        finally:
+            if pin:
+                del os.environ["UCX_TLS"]
     return _MPI
 
 
@@ -87,7 +109,7 @@ def _mpi_op(op: ReduceOp, dtype: np.dtype[Any]) -> Any:
 def _host_view(buf: Buf) -> np.ndarray:
     if buf.count == 0:
         return np.empty(0, buf.dtype)
-    raw = (ctypes.c_char * buf.nbytes).from_address(buf.ptr)
+    raw = memoryview((ctypes.c_char * buf.nbytes).from_address(buf.ptr)).cast("B")
     return np.frombuffer(raw, dtype=buf.dtype)
 
 
