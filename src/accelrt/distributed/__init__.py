@@ -534,7 +534,9 @@ def _op(op: Any) -> ReduceOp:
 
 
 def _desc(a: Any) -> tuple[str, tuple[int, ...]]:
-    return (str(np.dtype(a.dtype)), tuple(a.shape))
+    """(dtype, shape) of an array for the debug fingerprint (checked later for the type)."""
+    dt, shape = getattr(a, "dtype", None), getattr(a, "shape", ())
+    return (str(dt), tuple(shape))
 
 
 def _check_same(what: str, a: Any, b: Any) -> None:
@@ -865,18 +867,33 @@ def _temp_like(a: Any, count: int) -> Any:
     return empty((count,), dtype=a.dtype, device=a.device)
 
 
-def _pack(stage: Any, parts: list[Any]) -> None:
-    """Copy ``parts`` back to back into ``stage`` (stream-ordered on device arrays)."""
-    if isinstance(stage, np.ndarray):
-        flat = [np.ascontiguousarray(p).reshape(-1) for p in parts]
-        np.concatenate(flat, out=stage) if flat else None
+def _copy(dst: Any, dst_off: int, src: Any, src_off: int, nbytes: int) -> None:
+    """Copy bytes between two arrays of one device, in order on its current stream."""
+    if nbytes == 0:
         return
-    from ..comm import _transfer
-    place = _transfer.place_of(stage)
+    if isinstance(dst, np.ndarray):
+        d = dst.reshape(-1).view(np.uint8)
+        s = src.reshape(-1).view(np.uint8)
+        d[dst_off:dst_off + nbytes] = s[src_off:src_off + nbytes]
+        return
+    from .._stream import _current
+    b, index = dst._b, dst._index
+    cur = _current(b, index)
+    dptr, sptr = dst.data_ptr() + dst_off, src.data_ptr() + src_off
+    if b.host_accessible(index):   # cpu arrays may borrow host memory: copy in stream order
+        import ctypes
+
+        from ..comm._transfer import run_on_stream
+        run_on_stream(cur, lambda: ctypes.memmove(dptr, sptr, nbytes) and None)
+    else:
+        b.memcpy(dptr, sptr, nbytes, index, cur._handle, "d2d")
+
+
+def _pack(stage: Any, parts: list[Any]) -> None:
+    """Copy ``parts`` back to back into ``stage``."""
     off = 0
     for p in parts:
-        _transfer.copy_bytes(place, stage.data_ptr() + off, _transfer.place_of(p),
-                             p.data_ptr(), p.nbytes)
+        _copy(stage, off, p, 0, p.nbytes)
         off += p.nbytes
 
 
@@ -885,19 +902,10 @@ def _split_out(g: ProcessGroup, op: str, w: Work | None, stage: Any, outs: list[
     """Copy the blocks of ``stage`` into ``outs`` after ``w`` (stream-ordered)."""
     assert w is not None
     w.wait()
-    if isinstance(stage, np.ndarray):
-        k = 0
-        for o in outs:
-            o.reshape(-1)[...] = stage[k:k + o.size]
-            k += o.size
-    else:
-        from ..comm import _transfer
-        place = _transfer.place_of(stage)
-        off = 0
-        for o in outs:
-            _transfer.copy_bytes(_transfer.place_of(o), o.data_ptr(), place,
-                                 stage.data_ptr() + off, o.nbytes)
-            off += o.nbytes
+    off = 0
+    for o in outs:
+        _copy(o, 0, stage, off, o.nbytes)
+        off += o.nbytes
     return Work.completed(outs) if async_op else None
 
 

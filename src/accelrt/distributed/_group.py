@@ -480,7 +480,9 @@ class ProcessGroup:
         if eng.stream_ordered:
             return self._enqueue(op, seq, eng, ctx, cur, b, index, arrays, body, async_op,
                                  result)
-        host_ok = b.host_accessible(index) and not _force_stage()
+        # borrowed host memory (cpu arrays made from numpy) is never staged
+        borrowed = all(a._mem.host for a in arrays)
+        host_ok = borrowed or (b.host_accessible(index) and not _force_stage())
         if host_ok or eng.device_aware(loc.type):
             if ctx.idle() and cur.query():
                 self._inline(op, seq, lambda: body(_buf, None))
@@ -635,7 +637,8 @@ class ProcessGroup:
             w = Work(self, op, seq, event=done, stream_of=(b, index), outputs=[array])
             w._source = peer
             return w
-        if b.host_accessible(index) and not _force_stage() or eng.device_aware(loc.type):
+        if (array._mem.host or b.host_accessible(index) and not _force_stage()
+                or eng.device_aware(loc.type)):
             if not cur.query():
                 cur.synchronize()
             if not ctx.idle():

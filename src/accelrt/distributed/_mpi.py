@@ -207,7 +207,9 @@ class MpiEngine(Engine):
 
     def reduce_scatter(self, send: Buf, recv: Buf, op: ReduceOp, stream: Any) -> None:
         t = mpi_datatype(recv.dtype)
-        self.comm.Reduce_scatter_block(_spec(send, t), _spec(recv, t), _mpi_op(op, recv.dtype))
+        # mpi4py's count of both buffers is the per-rank block
+        self.comm.Reduce_scatter_block([_spec(send, t)[0], recv.count, t], _spec(recv, t),
+                                       _mpi_op(op, recv.dtype))
         if op is ReduceOp.AVG:
             _avg(recv, self.size)
 
