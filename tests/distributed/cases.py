@@ -25,10 +25,15 @@ import accelrt as acc
 import accelrt.distributed as dist
 from accelrt.comm._transfer import run_on_stream
 
-dist.init_process_group(backend="cpu:mpi", timeout=float(os.environ.get("CASES_TIMEOUT", "30")))
+# CASES_DEVICE / CASES_BACKEND / CASES_INIT run the same table on another device and engine
+# (the GPU runs: cuda arrays on "cuda:nccl" or staged through "cuda:mpi")
+DEV = os.environ.get("CASES_DEVICE", "cpu")
+BACKEND = os.environ.get("CASES_BACKEND", "cpu:mpi")
+dist.init_process_group(backend=BACKEND, init_method=os.environ.get("CASES_INIT") or None,
+                        timeout=float(os.environ.get("CASES_TIMEOUT", "30")))
 R, N = dist.get_rank(), dist.get_world_size()
-ASYNC = os.environ.get("ACCELRT_CPU_STREAMS") == "async"
-DEV = "cpu"
+ASYNC = os.environ.get("ACCELRT_CPU_STREAMS") == "async" and DEV == "cpu"
+NCCL = "nccl" in BACKEND
 results: list[str] = []
 SECTIONS = set((sys.argv[1] if len(sys.argv) > 1 else
                 "ops,numpy,staged,p2p,objects,groups,queued,errors,topology").split(","))
@@ -107,6 +112,9 @@ def expected_reduce(op, dtype, n_el, ranks):
 
 def valid(op, dtype):
     k = np.dtype(dtype).kind
+    if NCCL and (op in (dist.ReduceOp.BAND, dist.ReduceOp.BOR, dist.ReduceOp.BXOR)
+                 or k == "c" and op is dist.ReduceOp.PRODUCT):
+        return False
     if k == "c" and op not in (dist.ReduceOp.SUM, dist.ReduceOp.PRODUCT, dist.ReduceOp.AVG):
         return False
     if op in (dist.ReduceOp.BAND, dist.ReduceOp.BOR, dist.ReduceOp.BXOR) and k not in "biu":
@@ -225,11 +233,12 @@ def ops_section(kind, dtypes, label=""):
 
 if "ops" in SECTIONS:
     ops_section("acc", DTYPES)
-    ops_section("borrowed", ["float32"])
+    if DEV == "cpu":
+        ops_section("borrowed", ["float32"])
 if "numpy" in SECTIONS:
     ops_section("numpy", ["float32", "int64"])
 
-if "staged" in SECTIONS:
+if "staged" in SECTIONS and DEV == "cpu":
     os.environ["ACCELRT_MPI_STAGE"] = "1"
     ops_section("acc", ["float64", "int32"], label="staged ")
 

@@ -266,18 +266,20 @@ def _init_mpi(engine_map: dict[str, str], backend_str: str, op_timeout: float,
         raise ValueError(f"world_size={world_size} but the MPI launcher started {n} ranks")
     if rank not in (-1, r):
         raise ValueError(f"rank={rank} but the MPI launcher made this process rank {r}")
-    comm = world.Dup()
-    group = ProcessGroup("WORLD", r, n, list(range(n)), engine_map, backend_str, op_timeout,
-                         comm, r)
     if n > 1:
         _install_abort_hook(world)
-        if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
-            os.environ.setdefault("ACCELRT_CPU_STREAMS", "sync")
-        tok = WATCHDOG.enter(group, "init_process_group", 0, init_timeout)
-        try:
-            comm.Barrier()
-        finally:
-            WATCHDOG.exit(tok)
+    group = ProcessGroup("WORLD", r, n, list(range(n)), engine_map, backend_str, op_timeout,
+                         None, r)
+    group.threads_ok = MPI.Query_thread() == MPI.THREAD_MULTIPLE
+    # every step is collective: a rank that never arrives ends the job after init_timeout
+    tok = WATCHDOG.enter(group, "init_process_group", 0, init_timeout)
+    try:
+        group.mpi_comm = world.Dup()
+        group.control()
+        if n > 1:
+            group.mpi_comm.Barrier()
+    finally:
+        WATCHDOG.exit(tok)
     return group
 
 
@@ -295,7 +297,7 @@ def _init_env(engine_map: dict[str, str], backend_str: str, op_timeout: float,
     r = rank if rank != -1 else int(need("RANK"))
     if not 0 <= r < n:
         raise ValueError(f"rank {r} is out of range for world size {n}")
-    if n == 1 and is_mpi_available():
+    if n == 1 and is_mpi_available() and "nccl" not in engine_map.values():
         return _init_mpi(engine_map, backend_str, op_timeout, init_timeout, 1, 0)
     if "nccl" not in engine_map.values():
         raise DistError("init_method='env://' with more than one rank serves only the 'nccl' "
@@ -306,8 +308,12 @@ def _init_env(engine_map: dict[str, str], backend_str: str, op_timeout: float,
     # NCCL's own bootstrap: with NCCL_COMM_ID every rank derives the same unique id and rank 0
     # creates the bootstrap root at that address; no store, no exchange.
     os.environ["NCCL_COMM_ID"] = f"{addr}:{port}"
+    mpi_comm = None
+    if n == 1 and is_mpi_available():   # a singleton MPI world serves host arrays
+        from ._mpi import mpi
+        mpi_comm = mpi().COMM_WORLD.Dup()
     group = ProcessGroup("WORLD", r, n, list(range(n)), engine_map, backend_str, op_timeout,
-                         None, r)
+                         mpi_comm, r)
     from .._device import _get_device
     if device_id is None:
         local = int(os.environ.get("LOCAL_RANK", r))
@@ -494,10 +500,15 @@ def new_group(ranks: Sequence[int] | None = None, timeout: Any = None,
     member = me in members
     world.drain()
     sub = None
+    from ._group import WATCHDOG
     if world.mpi_comm is not None:
         from ._mpi import mpi
         MPI = mpi()
-        sub = world.mpi_comm.Split(0 if member else MPI.UNDEFINED, me)
+        tok = WATCHDOG.enter(world, "new_group", world._seq, world.timeout)
+        try:
+            sub = world.mpi_comm.Split(0 if member else MPI.UNDEFINED, me)
+        finally:
+            WATCHDOG.exit(tok)
         if not member:
             sub = None
     sub_engines: dict[tuple[str, int], Engine] = {}
@@ -510,8 +521,15 @@ def new_group(ranks: Sequence[int] | None = None, timeout: Any = None,
         return GroupMember.NON_GROUP_MEMBER
     g = ProcessGroup(name, members.index(me), len(members), members, engine_map, backend_str,
                      t, sub, me)
+    if sub is not None:
+        tok = WATCHDOG.enter(g, "new_group", 0, t)
+        try:
+            g.control()   # collective over the members: made now, while they are all here
+        finally:
+            WATCHDOG.exit(tok)
     g._preset.update(sub_engines)
     g.parent = world
+    g.threads_ok = world.threads_ok
     _S.groups.append(g)
     return g
 

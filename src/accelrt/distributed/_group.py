@@ -331,6 +331,8 @@ class ProcessGroup:
         self._preset: dict[tuple[str, int], Engine] = {}
         self.parent: ProcessGroup | None = None
         self.destroyed = False
+        # MPI_THREAD_MULTIPLE: engine calls may run on comm-stream worker threads
+        self.threads_ok = True
 
     def rank(self) -> int:
         """This process's rank in the group."""
@@ -392,6 +394,9 @@ class ProcessGroup:
                                 index, self.timeout, self.mpi_comm)
             if device_type == "cuda" and self.mpi_comm is not None and name == "nccl":
                 _check_one_rank_per_gpu(self, index)
+            # starting an engine is collective (a communicator is duplicated or created)
+            tok = WATCHDOG.enter(self, f"start of the {name!r} engine", self._seq + 1,
+                                 self.timeout)
             try:
                 eng = Backend._registry[name].factory(ctx)
             except DistError:
@@ -401,6 +406,8 @@ class ProcessGroup:
                     f"rank {self.global_rank}: could not start the {name!r} engine for "
                     f"{device_type} arrays: {type(exc).__name__}: {exc}",
                     rank=self.global_rank) from exc
+            finally:
+                WATCHDOG.exit(tok)
         self._engines[key] = eng
         return eng
 
@@ -487,7 +494,7 @@ class ProcessGroup:
             if ctx.idle() and cur.query():
                 self._inline(op, seq, lambda: body(_buf, None))
                 return Work.completed(result) if async_op else None
-            if host_ok:
+            if host_ok and self.threads_ok:
                 return self._queue_host(op, seq, ctx, cur, b, index, arrays, body, async_op,
                                         result)
             # a device-aware MPI may make CUDA calls: never inside a stream callback

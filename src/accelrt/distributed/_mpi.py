@@ -150,6 +150,7 @@ class MpiEngine(Engine):
     stream_ordered = False
 
     def __init__(self, comm: Any) -> None:
+        comm.Set_errhandler(mpi().ERRORS_RETURN)   # errors become exceptions, mapped by the group
         self.comm = comm
         self.size = comm.Get_size()
         self.rank = comm.Get_rank()
