@@ -902,7 +902,10 @@ def _copy(dst: Any, dst_off: int, src: Any, src_off: int, nbytes: int) -> None:
         import ctypes
 
         from ..comm._transfer import run_on_stream
-        run_on_stream(cur, lambda: ctypes.memmove(dptr, sptr, nbytes) and None)
+        def move() -> None:
+            ctypes.memmove(dptr, sptr, nbytes)
+
+        run_on_stream(cur, move)
     else:
         b.memcpy(dptr, sptr, nbytes, index, cur._handle, "d2d")
 
