@@ -32,11 +32,12 @@ from typing import Any
 
 import numpy as np
 
+from .._array import Array
 from .._errors import AcceleratorValueError
 from ._engine import Backend, Buf, Engine, EngineContext, ReduceOp, register_backend
 from ._engine import parse_backend as _parse_backend
 from ._errors import DistBackendError, DistError, DistTimeoutError
-from ._group import DEFAULT_TIMEOUT, ProcessGroup, Work
+from ._group import DEFAULT_TIMEOUT, ProcessGroup, Work, _buf
 
 __all__ = [
     "Backend", "DistBackendError", "DistError", "DistTimeoutError", "Engine",
@@ -246,6 +247,8 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
         set_device_index(f"{b.name}:{index}")
         if b.name == "cuda":
             group.engine("cuda", index)
+    from ._group import read_debug_level
+    read_debug_level()
     _S.world = group
     GroupMember.WORLD = group
     _S.groups = [group]
@@ -551,10 +554,9 @@ def _op(op: Any) -> ReduceOp:
     return op
 
 
-def _desc(a: Any) -> tuple[str, tuple[int, ...]]:
+def _desc(a: Any) -> tuple[Any, Any]:
     """(dtype, shape) of an array for the debug fingerprint (checked later for the type)."""
-    dt, shape = getattr(a, "dtype", None), getattr(a, "shape", ())
-    return (str(dt), tuple(shape))
+    return (getattr(a, "dtype", None), getattr(a, "shape", None))
 
 
 def _check_same(what: str, a: Any, b: Any) -> None:
@@ -583,8 +585,17 @@ def all_reduce(tensor: Any, op: ReduceOp = ReduceOp.SUM, group: GroupArg = None,
         >>> a.tolist(); dist.destroy_process_group()
         [3, 3]
     """
-    g = _group(group)
+    g = _S.world if group is None else _group(group)
+    if g is not None and type(op) is ReduceOp:
+        eng = g.fast(tensor)
+        if eng is not None:   # idle streams, host memory: call MPI right here
+            mem = tensor._mem
+            g.call_fast("all_reduce", eng.allreduce_fast, mem.ptr, mem.nbytes, tensor._dtype,
+                        op)
+            return Work.completed([tensor]) if async_op else None
     if g is None:
+        if _S.world is None:
+            _group(group)   # raises: not initialized
         _warn_not_member("all_reduce")
         return None
     red = _op(op)
@@ -607,11 +618,18 @@ def broadcast(tensor: Any, src: int, group: GroupArg = None, async_op: bool = Fa
         >>> dist.broadcast(a, src=0); a.tolist(); dist.destroy_process_group()
         [7.0, 7.0]
     """
-    g = _group(group)
+    g = _S.world if group is None else _group(group)
     if g is None:
+        if _S.world is None:
+            _group(group)
         _warn_not_member("broadcast")
         return None
     root = _grp_rank(g, src, "src")
+    eng = g.fast(tensor)
+    if eng is not None:
+        mem = tensor._mem
+        g.call_fast("broadcast", eng.bcast_fast, mem.ptr, mem.nbytes, root)
+        return Work.completed([tensor]) if async_op else None
 
     def call(eng: Engine, buf: Callable[[Any], Buf], stream: Any) -> None:
         eng.broadcast(buf(tensor), root, stream)
@@ -666,9 +684,20 @@ def all_gather_into_tensor(output_tensor: Any, input_tensor: Any, group: GroupAr
         _warn_not_member("all_gather_into_tensor")
         return None
     _check_same("all_gather_into_tensor", output_tensor, input_tensor)
+    if not isinstance(output_tensor, (Array, np.ndarray)):
+        raise TypeError(f"all_gather_into_tensor: expected an accelrt.Array, got "
+                        f"{type(output_tensor).__name__}")
     _size_check("all_gather_into_tensor", output_tensor, g.size() * input_tensor.size,
                 output_tensor.size, "output tensor size must be equal to world_size times "
                 "input tensor size")
+
+    eng = g.fast(input_tensor)
+    if (eng is not None and type(output_tensor) is type(input_tensor)
+            and output_tensor._b is input_tensor._b
+            and output_tensor._index == input_tensor._index):
+        g.call_fast("all_gather_into_tensor", eng.allgather_fast, input_tensor._mem.ptr,
+                    output_tensor._mem.ptr, input_tensor._mem.nbytes)
+        return Work.completed([output_tensor]) if async_op else None
 
     def call(eng: Engine, buf: Callable[[Any], Buf], stream: Any) -> None:
         eng.all_gather(buf(input_tensor), buf(output_tensor), stream)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -52,9 +52,12 @@ class ReduceOp(enum.Enum):
     def __repr__(self) -> str:
         return f"<ReduceOp.{self.name}>"
 
+    # members are singletons compared by identity: hash them the same way, in C (Enum's own
+    # __hash__ is Python code, measurable on the small-message path)
+    __hash__ = object.__hash__
 
-@dataclass(frozen=True, slots=True)
-class Buf:
+
+class Buf(NamedTuple):
     """``count`` elements of ``dtype`` at address ``ptr`` (host memory for host engines,
     device memory of ``device`` for device engines)."""
 

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from .. import _staging
+from .._array import Array
 from .._errors import AcceleratorValueError
 from .._event import Event
 from .._stream import Stream, _current
@@ -48,8 +49,24 @@ def debug_level() -> str:
     return os.environ.get("ACCELRT_DISTRIBUTED_DEBUG", "OFF").upper()
 
 
+#: ACCELRT_DISTRIBUTED_DEBUG=DETAIL, read by init_process_group
+DETAIL = False
+
+
+#: ACCELRT_MPI_STAGE=1: stage host-accessible device memory too (tests the staged path)
+FORCE_STAGE = False
+
+
+def read_debug_level() -> None:
+    """Read ``ACCELRT_DISTRIBUTED_DEBUG`` and ``ACCELRT_MPI_STAGE`` (at init_process_group;
+    call again after changing them)."""
+    global DETAIL, FORCE_STAGE
+    DETAIL = debug_level() == "DETAIL"
+    FORCE_STAGE = os.environ.get("ACCELRT_MPI_STAGE") == "1"
+
+
 def _force_stage() -> bool:
-    return os.environ.get("ACCELRT_MPI_STAGE") == "1"
+    return FORCE_STAGE
 
 
 # ---------------------------------------------------------------------------- watchdog
@@ -63,6 +80,13 @@ class _Watchdog:
         self._wake = threading.Event()
         self._interval = 1.0
         self.on_timeout: Callable[[ProcessGroup, str, int, float], None] = _abort_job
+        self.groups: list[ProcessGroup] = []   # their fast-path calls are watched too
+
+    def watch(self, group: ProcessGroup) -> None:
+        """Watch ``group``'s direct engine calls (its ``_t0``/``_op``/``_opseq`` slots)."""
+        self.groups = [g for g in self.groups if not g.destroyed] + [group]
+        if self._thread is None or group.timeout / 4 < self._interval:
+            self._start(min(1.0, max(0.01, group.timeout / 4)))
 
     def enter(self, group: ProcessGroup, op: str, seq: int, timeout: float) -> int:
         tok = next(self._tokens)
@@ -91,6 +115,10 @@ class _Watchdog:
             for deadline, group, op, seq, timeout in list(self._active.values()):
                 if now > deadline:
                     self.on_timeout(group, op, seq, timeout)
+            for group in self.groups:
+                t0 = group._t0
+                if t0 and now - t0 > group.timeout:
+                    self.on_timeout(group, group._op, group._opseq, group.timeout)
 
 
 def _abort_job(group: ProcessGroup, op: str, seq: int, timeout: float) -> None:
@@ -259,7 +287,6 @@ class _Loc:
 
 
 def _locate(arrays: Sequence[Any], what: str) -> _Loc:
-    from .._array import Array
     first = arrays[0]
     if isinstance(first, np.ndarray):
         for a in arrays:
@@ -329,10 +356,19 @@ class ProcessGroup:
         self._lock = threading.Lock()
         self._ctrl: Any = None
         self._preset: dict[tuple[str, int], Engine] = {}
+        self._supported: set[tuple[Engine, ReduceOp, Any]] = set()
+        # (backend, index) -> (engine, comm-stream ctx) where a host engine may be called
+        # directly on the caller's thread when both streams are idle (the fast path)
+        self._fast: dict[tuple[Any, int], tuple[Engine, _DevCtx]] = {}
         self.parent: ProcessGroup | None = None
         self.destroyed = False
         # MPI_THREAD_MULTIPLE: engine calls may run on comm-stream worker threads
         self.threads_ok = True
+        # the direct call in progress on the caller's thread (watched by the watchdog)
+        self._t0 = 0.0
+        self._op = ""
+        self._opseq = 0
+        WATCHDOG.watch(self)
 
     def rank(self) -> int:
         """This process's rank in the group."""
@@ -365,10 +401,11 @@ class ProcessGroup:
             return exc
         text = str(exc).strip().splitlines()
         reason = text[-1] if text else type(exc).__name__
-        name = type(exc).__module__.split(".")[0]
+        where = type(exc).__module__.split(".")[0]
+        kind = type(exc).__name__ if where == "builtins" else f"{where}.{type(exc).__name__}"
         return DistBackendError(
             f"rank {self.global_rank}: {op} (sequence number {seq}) on group {self.name!r} "
-            f"failed in the {name} engine: {reason}", rank=self.global_rank, op=op, seq=seq)
+            f"failed in the engine: {kind}: {reason}", rank=self.global_rank, op=op, seq=seq)
 
     # ------------------------------------------------------------------ engines and streams
     def control(self) -> Any:
@@ -466,10 +503,13 @@ class ProcessGroup:
         eng = self.engine(loc.type, loc.index)
         if red is not None:
             for a in arrays:
-                why = eng.supports(red, a.dtype)
-                if why is not None:
-                    raise AcceleratorValueError(f"{op}: {why}")
-        check = debug_level() == "DETAIL"
+                key = (eng, red, a.dtype)
+                if key not in self._supported:
+                    why = eng.supports(red, a.dtype)
+                    if why is not None:
+                        raise AcceleratorValueError(f"{op}: {why}")
+                    self._supported.add(key)
+        check = DETAIL
         full = (op, seq) + tuple(desc)
 
         def body(getbuf: Callable[[Any], Buf], stream: Any) -> None:
@@ -490,6 +530,9 @@ class ProcessGroup:
         # borrowed host memory (cpu arrays made from numpy) is never staged
         borrowed = all(a._mem.host for a in arrays)
         host_ok = borrowed or (b.host_accessible(index) and not _force_stage())
+        if (host_ok and b.host_accessible(index) and not DETAIL
+                and hasattr(eng, "allreduce_fast")):
+            self._fast[(b, index)] = (eng, ctx)
         if host_ok or eng.device_aware(loc.type):
             if ctx.idle() and cur.query():
                 self._inline(op, seq, lambda: body(_buf, None))
@@ -504,6 +547,39 @@ class ProcessGroup:
             return self._finish(op, seq, ctx, cur, b, index, arrays, async_op, result)
         return self._staged(op, seq, ctx, cur, b, index, arrays, ins, outs, body, async_op,
                             result)
+
+    def fast(self, a: Any) -> Any:
+        """The host engine to call directly for array ``a``, or None when the full path is
+        needed: a kept error, debug checks, queued comm-stream work, pending work on the
+        current stream, forced staging, or an array of a device not used before."""
+        if type(a) is not Array or self._error is not None or DETAIL or FORCE_STAGE:
+            return None
+        b, index = a._b, a._index
+        ent = self._fast.get((b, index))
+        if ent is None:
+            return None
+        eng, ctx = ent
+        if ctx.issued != ctx.finished:
+            return None
+        # the cpu backend in sync stream mode (``_slow`` false) never has pending work
+        if getattr(b, "_slow", True) and not _current(b, index).query():
+            return None
+        return eng
+
+    def call_fast(self, op: str, fn: Callable[..., None], *args: Any) -> None:
+        """``fn(*args)`` on this thread, watched and with errors mapped (after :meth:`fast`)."""
+        self._seq = seq = self._seq + 1
+        self._op, self._opseq, self._t0 = op, seq, time.monotonic()
+        try:
+            fn(*args)
+        except (DistError, AcceleratorValueError):
+            raise
+        except Exception as exc:
+            err = self._engine_error(op, seq, exc)
+            self._keep(err)
+            raise err from exc
+        finally:
+            self._t0 = 0.0
 
     def _inline(self, op: str, seq: int, fn: Callable[[], None]) -> None:
         tok = WATCHDOG.enter(self, op, seq, self.timeout)
@@ -714,7 +790,7 @@ def _describe(d: Any) -> str:
     if not isinstance(d, tuple) or len(d) < 2:
         return repr(d)
     op, seq, *rest = d
-    return f"{op} #{seq} " + " ".join(str(x) for x in rest)
+    return f"{op} #{seq} " + " ".join(str(x) for x in rest if x is not None)
 
 
 def _check_one_rank_per_gpu(group: ProcessGroup, index: int) -> None:

@@ -97,13 +97,18 @@ def _bytes(buf: Buf, parts: int = 1) -> list[Any]:
     return [MPI.buffer.fromaddress(ptr, buf.nbytes), buf.nbytes // parts, MPI.BYTE]
 
 
+_OPS: dict[ReduceOp, Any] = {}
+
+
 def _mpi_op(op: ReduceOp, dtype: np.dtype[Any]) -> Any:
-    MPI = mpi()
+    if not _OPS:
+        MPI = mpi()
+        _OPS.update({ReduceOp.SUM: MPI.SUM, ReduceOp.AVG: MPI.SUM, ReduceOp.PRODUCT: MPI.PROD,
+                     ReduceOp.MIN: MPI.MIN, ReduceOp.MAX: MPI.MAX, ReduceOp.BAND: MPI.BAND,
+                     ReduceOp.BOR: MPI.BOR, ReduceOp.BXOR: MPI.BXOR})
     if dtype.kind == "b":   # bool: sum is "any", product is "all" (as torch maps them)
         op = {ReduceOp.SUM: ReduceOp.MAX, ReduceOp.PRODUCT: ReduceOp.MIN}.get(op, op)
-    return {ReduceOp.SUM: MPI.SUM, ReduceOp.AVG: MPI.SUM, ReduceOp.PRODUCT: MPI.PROD,
-            ReduceOp.MIN: MPI.MIN, ReduceOp.MAX: MPI.MAX, ReduceOp.BAND: MPI.BAND,
-            ReduceOp.BOR: MPI.BOR, ReduceOp.BXOR: MPI.BXOR}[op]
+    return _OPS[op]
 
 
 def _host_view(buf: Buf) -> np.ndarray:
@@ -150,8 +155,12 @@ class MpiEngine(Engine):
     stream_ordered = False
 
     def __init__(self, comm: Any) -> None:
-        comm.Set_errhandler(mpi().ERRORS_RETURN)   # errors become exceptions, mapped by the group
+        MPI = mpi()
+        comm.Set_errhandler(MPI.ERRORS_RETURN)   # errors become exceptions, mapped by the group
         self.comm = comm
+        self._pre: dict[tuple[np.dtype[Any], ReduceOp], tuple[Any, Any, int]] = {}
+        self._msgs: dict[tuple[int, int, np.dtype[Any]], list[Any]] = {}
+        self._in_place, self._addr, self._byte = MPI.IN_PLACE, MPI.buffer.fromaddress, MPI.BYTE
         self.size = comm.Get_size()
         self.rank = comm.Get_rank()
 
@@ -165,6 +174,41 @@ class MpiEngine(Engine):
                 "serves only NCCL; pass backend='nccl' or launch through mpiexec)",
                 rank=ctx.rank)
         return cls(ctx.mpi_comm.Dup())
+
+    def allreduce_fast(self, ptr: int, nbytes: int, dtype: np.dtype[Any], op: ReduceOp) -> None:
+        """In-place Allreduce of ``nbytes`` of host memory with the fewest Python steps (the
+        fast path)."""
+        pre = self._pre.get((dtype, op))
+        if pre is None:
+            why = self.supports(op, dtype)
+            if why is not None:
+                from .._errors import AcceleratorValueError
+                raise AcceleratorValueError(f"all_reduce: {why}")
+            pre = self._pre[(dtype, op)] = (mpi_datatype(dtype), _mpi_op(op, dtype),
+                                            dtype.itemsize)
+        t, mop, isz = pre
+        key = (ptr, nbytes, dtype)
+        msg = self._msgs.get(key)
+        if msg is None:   # message specs are reused per (address, size, type): no re-parsing
+            if len(self._msgs) > 256:
+                self._msgs.clear()
+            msg = self._msgs[key] = [self._addr(ptr or _SCRATCH.ctypes.data, nbytes),
+                                     nbytes // isz, t]
+        self.comm.Allreduce(self._in_place, msg, mop)
+        if op is ReduceOp.AVG:
+            _avg(Buf(ptr, nbytes // isz, dtype), self.size)
+
+    def bcast_fast(self, ptr: int, nbytes: int, root: int) -> None:
+        """Bcast of host memory (the fast path)."""
+        self.comm.Bcast([self._addr(ptr or _SCRATCH.ctypes.data, nbytes), nbytes, self._byte],
+                        root)
+
+    def allgather_fast(self, sptr: int, rptr: int, nbytes: int) -> None:
+        """Allgather of host memory, ``nbytes`` per rank (the fast path)."""
+        scratch = _SCRATCH.ctypes.data
+        self.comm.Allgather([self._addr(sptr or scratch, nbytes), nbytes, self._byte],
+                            [self._addr(rptr or scratch, nbytes * self.size), nbytes,
+                             self._byte])
 
     def device_aware(self, device_type: str) -> bool:
         return (device_type == "cuda" and os.environ.get("ACCELRT_MPI_CUDA_AWARE") == "1"
