@@ -692,11 +692,11 @@ def all_gather_into_tensor(output_tensor: Any, input_tensor: Any, group: GroupAr
                 "input tensor size")
 
     eng = g.fast(input_tensor)
-    if (eng is not None and type(output_tensor) is type(input_tensor)
-            and output_tensor._b is input_tensor._b
-            and output_tensor._index == input_tensor._index):
+    out: Any = output_tensor
+    if (eng is not None and type(out) is type(input_tensor) and out._b is input_tensor._b
+            and out._index == input_tensor._index):
         g.call_fast("all_gather_into_tensor", eng.allgather_fast, input_tensor._mem.ptr,
-                    output_tensor._mem.ptr, input_tensor._mem.nbytes)
+                    out._mem.ptr, input_tensor._mem.nbytes)
         return Work.completed([output_tensor]) if async_op else None
 
     def call(eng: Engine, buf: Callable[[Any], Buf], stream: Any) -> None:

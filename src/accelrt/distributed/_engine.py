@@ -62,7 +62,7 @@ class Buf(NamedTuple):
     device memory of ``device`` for device engines)."""
 
     ptr: int
-    count: int
+    count: int  # type: ignore[assignment]  # (shadows tuple.count, unused here)
     dtype: np.dtype[Any]
     device: int = -1
 

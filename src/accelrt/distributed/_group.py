@@ -531,7 +531,7 @@ class ProcessGroup:
         borrowed = all(a._mem.host for a in arrays)
         host_ok = borrowed or (b.host_accessible(index) and not _force_stage())
         if (host_ok and b.host_accessible(index) and not DETAIL
-                and hasattr(eng, "allreduce_fast")):
+                and getattr(eng, "fast_ok", lambda: False)()):
             self._fast[(b, index)] = (eng, ctx)
         if host_ok or eng.device_aware(loc.type):
             if ctx.idle() and cur.query():

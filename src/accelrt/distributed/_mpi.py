@@ -81,11 +81,12 @@ def mpi_datatype(dtype: np.dtype[Any]) -> Any:
 
 
 _SCRATCH = np.zeros(8, np.uint8)   # a valid address for zero-length buffers
+_SCRATCH_PTR: int = _SCRATCH.ctypes.data
 
 
 def _spec(buf: Buf, t: Any) -> list[Any]:
     MPI = mpi()
-    ptr = buf.ptr or _SCRATCH.ctypes.data
+    ptr = buf.ptr or _SCRATCH_PTR
     return [MPI.buffer.fromaddress(ptr, buf.nbytes), buf.count, t]
 
 
@@ -93,7 +94,7 @@ def _bytes(buf: Buf, parts: int = 1) -> list[Any]:
     """``buf`` as bytes; ``parts``: the message is that many equal blocks, one per rank
     (the count of an MPI gather/scatter buffer is per rank)."""
     MPI = mpi()
-    ptr = buf.ptr or _SCRATCH.ctypes.data
+    ptr = buf.ptr or _SCRATCH_PTR
     return [MPI.buffer.fromaddress(ptr, buf.nbytes), buf.nbytes // parts, MPI.BYTE]
 
 
@@ -159,7 +160,7 @@ class MpiEngine(Engine):
         comm.Set_errhandler(MPI.ERRORS_RETURN)   # errors become exceptions, mapped by the group
         self.comm = comm
         self._pre: dict[tuple[np.dtype[Any], ReduceOp], tuple[Any, Any, int]] = {}
-        self._msgs: dict[tuple[int, int, np.dtype[Any]], list[Any]] = {}
+        self._msgs: dict[tuple[int, int, int, int], list[Any]] = {}
         self._in_place, self._addr, self._byte = MPI.IN_PLACE, MPI.buffer.fromaddress, MPI.BYTE
         self.size = comm.Get_size()
         self.rank = comm.Get_rank()
@@ -175,6 +176,13 @@ class MpiEngine(Engine):
                 rank=ctx.rank)
         return cls(ctx.mpi_comm.Dup())
 
+    def fast_ok(self) -> bool:
+        """True if the direct-call fast path may stand in for this engine's methods (a
+        subclass that overrides ``all_reduce``, ``broadcast`` or ``all_gather`` loses it)."""
+        cls = type(self)
+        return (cls.all_reduce is MpiEngine.all_reduce and cls.broadcast is MpiEngine.broadcast
+                and cls.all_gather is MpiEngine.all_gather)
+
     def allreduce_fast(self, ptr: int, nbytes: int, dtype: np.dtype[Any], op: ReduceOp) -> None:
         """In-place Allreduce of ``nbytes`` of host memory with the fewest Python steps (the
         fast path)."""
@@ -187,28 +195,30 @@ class MpiEngine(Engine):
             pre = self._pre[(dtype, op)] = (mpi_datatype(dtype), _mpi_op(op, dtype),
                                             dtype.itemsize)
         t, mop, isz = pre
-        key = (ptr, nbytes, dtype)
-        msg = self._msgs.get(key)
-        if msg is None:   # message specs are reused per (address, size, type): no re-parsing
-            if len(self._msgs) > 256:
-                self._msgs.clear()
-            msg = self._msgs[key] = [self._addr(ptr or _SCRATCH.ctypes.data, nbytes),
-                                     nbytes // isz, t]
+        msg = self._msg(ptr, nbytes, nbytes // isz, t)
         self.comm.Allreduce(self._in_place, msg, mop)
         if op is ReduceOp.AVG:
             _avg(Buf(ptr, nbytes // isz, dtype), self.size)
 
+    def _msg(self, ptr: int, nbytes: int, count: int, t: Any) -> list[Any]:
+        """The mpi4py message ``[buffer, count, datatype]``, reused per (address, size, count,
+        type) so that repeated calls on one array skip building and parsing it."""
+        key = (ptr, nbytes, count, t.handle)
+        msg = self._msgs.get(key)
+        if msg is None:
+            if len(self._msgs) > 512:
+                self._msgs.clear()
+            msg = self._msgs[key] = [self._addr(ptr or _SCRATCH_PTR, nbytes), count, t]
+        return msg
+
     def bcast_fast(self, ptr: int, nbytes: int, root: int) -> None:
         """Bcast of host memory (the fast path)."""
-        self.comm.Bcast([self._addr(ptr or _SCRATCH.ctypes.data, nbytes), nbytes, self._byte],
-                        root)
+        self.comm.Bcast(self._msg(ptr, nbytes, nbytes, self._byte), root)
 
     def allgather_fast(self, sptr: int, rptr: int, nbytes: int) -> None:
         """Allgather of host memory, ``nbytes`` per rank (the fast path)."""
-        scratch = _SCRATCH.ctypes.data
-        self.comm.Allgather([self._addr(sptr or scratch, nbytes), nbytes, self._byte],
-                            [self._addr(rptr or scratch, nbytes * self.size), nbytes,
-                             self._byte])
+        self.comm.Allgather(self._msg(sptr, nbytes, nbytes, self._byte),
+                            self._msg(rptr, nbytes * self.size, nbytes, self._byte))
 
     def device_aware(self, device_type: str) -> bool:
         return (device_type == "cuda" and os.environ.get("ACCELRT_MPI_CUDA_AWARE") == "1"
@@ -272,7 +282,7 @@ class MpiEngine(Engine):
         sd = [sum(sc[:k]) for k in range(len(sc))]
         rd = [sum(rc[:k]) for k in range(len(rc))]
         MPI = mpi()
-        sptr, rptr = send.ptr or _SCRATCH.ctypes.data, recv.ptr or _SCRATCH.ctypes.data
+        sptr, rptr = send.ptr or _SCRATCH_PTR, recv.ptr or _SCRATCH_PTR
         self.comm.Alltoallv([MPI.buffer.fromaddress(sptr, send.nbytes), (sc, sd), MPI.BYTE],
                             [MPI.buffer.fromaddress(rptr, recv.nbytes), (rc, rd), MPI.BYTE])
 
