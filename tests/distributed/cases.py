@@ -45,7 +45,7 @@ def case(name: str):
             fn()
             results.append(f"OK {name}")
             if os.environ.get("CASES_TRACE"):
-                print(f"[{R}] OK {name}", flush=True)
+                print(f"[{R}] OK {name} seq={dist.GroupMember.WORLD._seq}", flush=True)
         except Exception:
             msg = traceback.format_exc().strip().splitlines()
             results.append(f"FAIL {name}: {' | '.join(msg[-4:])}")
@@ -280,6 +280,7 @@ if "p2p" in SECTIONS:
 
     @case("p2p recv from any source returns the sender")
     def _():
+        dist.barrier()
         if R == 0:
             senders = set()
             for _ in range(N - 1):
