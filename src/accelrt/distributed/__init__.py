@@ -586,13 +586,9 @@ def all_reduce(tensor: Any, op: ReduceOp = ReduceOp.SUM, group: GroupArg = None,
         [3, 3]
     """
     g = _S.world if group is None else _group(group)
-    if g is not None and type(op) is ReduceOp:
-        eng = g.fast(tensor)
-        if eng is not None:   # idle streams, host memory: call MPI right here
-            mem = tensor._mem
-            g.call_fast("all_reduce", eng.allreduce_fast, mem.ptr, mem.nbytes, tensor._dtype,
-                        op)
-            return Work.completed([tensor]) if async_op else None
+    # idle streams and host memory: call MPI right here
+    if g is not None and type(op) is ReduceOp and g.all_reduce_fast(tensor, op):
+        return Work.completed([tensor]) if async_op else None
     if g is None:
         if _S.world is None:
             _group(group)   # raises: not initialized
@@ -813,7 +809,10 @@ def gather(tensor: Any, gather_list: list[Any] | None = None, dst: int = 0,
     w = g.run("gather", arrays, [tensor], arrays[1:], call, True, (root,) + _desc(tensor))
     if stage is None:
         assert w is not None
-        return w if async_op else None
+        if async_op:
+            return w
+        w.wait()   # later work on the current stream may overwrite the input
+        return None
     assert gather_list is not None
     return _split_out(g, "gather", w, stage, list(gather_list), async_op)
 

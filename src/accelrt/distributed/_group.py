@@ -42,6 +42,7 @@ from ._errors import DistBackendError, DistError, DistTimeoutError
 __all__ = ["ProcessGroup", "Work"]
 
 DEFAULT_TIMEOUT = 600.0
+_monotonic = time.monotonic
 
 
 def debug_level() -> str:
@@ -566,10 +567,38 @@ class ProcessGroup:
             return None
         return eng
 
+    def all_reduce_fast(self, a: Any, op: ReduceOp) -> bool:
+        """``all_reduce(a, op)`` through the fast path if :meth:`fast` would allow it (one
+        call, inlined: this is the small-message path); False if the full path is needed."""
+        if type(a) is not Array or self._error is not None or DETAIL or FORCE_STAGE:
+            return False
+        b, index = a._b, a._index
+        ent = self._fast.get((b, index))
+        if ent is None:
+            return False
+        eng, ctx = ent
+        if ctx.issued != ctx.finished or (getattr(b, "_slow", True)
+                                          and not _current(b, index).query()):
+            return False
+        mem = a._mem
+        self._seq = seq = self._seq + 1
+        self._op, self._opseq, self._t0 = "all_reduce", seq, _monotonic()
+        try:
+            eng.allreduce_fast(mem.ptr, mem.nbytes, a._dtype, op)  # type: ignore[attr-defined]
+        except (DistError, AcceleratorValueError):
+            raise
+        except Exception as exc:
+            err = self._engine_error("all_reduce", seq, exc)
+            self._keep(err)
+            raise err from exc
+        finally:
+            self._t0 = 0.0
+        return True
+
     def call_fast(self, op: str, fn: Callable[..., None], *args: Any) -> None:
         """``fn(*args)`` on this thread, watched and with errors mapped (after :meth:`fast`)."""
         self._seq = seq = self._seq + 1
-        self._op, self._opseq, self._t0 = op, seq, time.monotonic()
+        self._op, self._opseq, self._t0 = op, seq, _monotonic()
         try:
             fn(*args)
         except (DistError, AcceleratorValueError):

@@ -159,7 +159,7 @@ class MpiEngine(Engine):
         MPI = mpi()
         comm.Set_errhandler(MPI.ERRORS_RETURN)   # errors become exceptions, mapped by the group
         self.comm = comm
-        self._pre: dict[tuple[np.dtype[Any], ReduceOp], tuple[Any, Any, int]] = {}
+        self._pre: dict[tuple[int, ReduceOp], tuple[Any, Any, int]] = {}
         self._msgs: dict[tuple[int, int, int, int], list[Any]] = {}
         self._in_place, self._addr, self._byte = MPI.IN_PLACE, MPI.buffer.fromaddress, MPI.BYTE
         self.size = comm.Get_size()
@@ -186,14 +186,14 @@ class MpiEngine(Engine):
     def allreduce_fast(self, ptr: int, nbytes: int, dtype: np.dtype[Any], op: ReduceOp) -> None:
         """In-place Allreduce of ``nbytes`` of host memory with the fewest Python steps (the
         fast path)."""
-        pre = self._pre.get((dtype, op))
+        pre = self._pre.get((dtype.num, op))   # dtype.num: numpy's dtype hash builds a tuple
         if pre is None:
             why = self.supports(op, dtype)
             if why is not None:
                 from .._errors import AcceleratorValueError
                 raise AcceleratorValueError(f"all_reduce: {why}")
-            pre = self._pre[(dtype, op)] = (mpi_datatype(dtype), _mpi_op(op, dtype),
-                                            dtype.itemsize)
+            pre = self._pre[(dtype.num, op)] = (mpi_datatype(dtype), _mpi_op(op, dtype),
+                                                dtype.itemsize)
         t, mop, isz = pre
         msg = self._msg(ptr, nbytes, nbytes // isz, t)
         self.comm.Allreduce(self._in_place, msg, mop)
@@ -203,7 +203,7 @@ class MpiEngine(Engine):
     def _msg(self, ptr: int, nbytes: int, count: int, t: Any) -> list[Any]:
         """The mpi4py message ``[buffer, count, datatype]``, reused per (address, size, count,
         type) so that repeated calls on one array skip building and parsing it."""
-        key = (ptr, nbytes, count, t.handle)
+        key = (ptr, nbytes, count, id(t))   # datatypes are cached for the process's life
         msg = self._msgs.get(key)
         if msg is None:
             if len(self._msgs) > 512:
