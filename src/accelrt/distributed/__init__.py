@@ -620,11 +620,11 @@ def broadcast(tensor: Any, src: int, group: GroupArg = None, async_op: bool = Fa
             _group(group)
         _warn_not_member("broadcast")
         return None
-    root = _grp_rank(g, src, "src")
-    eng = g.fast(tensor)
-    if eng is not None:
-        mem = tensor._mem
-        g.call_fast("broadcast", eng.bcast_fast, mem.ptr, mem.nbytes, root)
+    if type(src) is int and 0 <= src < g._size and g.global_ranks[src] == src:
+        root = src   # the world and groups that keep world ranks
+    else:
+        root = _grp_rank(g, src, "src")
+    if g.broadcast_fast(tensor, root):
         return Work.completed([tensor]) if async_op else None
 
     def call(eng: Engine, buf: Callable[[Any], Buf], stream: Any) -> None:
@@ -675,6 +675,9 @@ def all_gather_into_tensor(output_tensor: Any, input_tensor: Any, group: GroupAr
         >>> out.tolist(); dist.destroy_process_group()
         [[4.0, 4.0]]
     """
+    g = _S.world if group is None else _group(group)
+    if g is not None and g.all_gather_fast(output_tensor, input_tensor):
+        return Work.completed([output_tensor]) if async_op else None
     g = _group(group)
     if g is None:
         _warn_not_member("all_gather_into_tensor")
@@ -686,14 +689,6 @@ def all_gather_into_tensor(output_tensor: Any, input_tensor: Any, group: GroupAr
     _size_check("all_gather_into_tensor", output_tensor, g.size() * input_tensor.size,
                 output_tensor.size, "output tensor size must be equal to world_size times "
                 "input tensor size")
-
-    eng = g.fast(input_tensor)
-    out: Any = output_tensor
-    if (eng is not None and type(out) is type(input_tensor) and out._b is input_tensor._b
-            and out._index == input_tensor._index):
-        g.call_fast("all_gather_into_tensor", eng.allgather_fast, input_tensor._mem.ptr,
-                    out._mem.ptr, input_tensor._mem.nbytes)
-        return Work.completed([output_tensor]) if async_op else None
 
     def call(eng: Engine, buf: Callable[[Any], Buf], stream: Any) -> None:
         eng.all_gather(buf(input_tensor), buf(output_tensor), stream)

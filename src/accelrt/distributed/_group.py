@@ -549,27 +549,11 @@ class ProcessGroup:
         return self._staged(op, seq, ctx, cur, b, index, arrays, ins, outs, body, async_op,
                             result)
 
-    def fast(self, a: Any) -> Any:
-        """The host engine to call directly for array ``a``, or None when the full path is
-        needed: a kept error, debug checks, queued comm-stream work, pending work on the
-        current stream, forced staging, or an array of a device not used before."""
-        if type(a) is not Array or self._error is not None or DETAIL or FORCE_STAGE:
-            return None
-        b, index = a._b, a._index
-        ent = self._fast.get((b, index))
-        if ent is None:
-            return None
-        eng, ctx = ent
-        if ctx.issued != ctx.finished:
-            return None
-        # the cpu backend in sync stream mode (``_slow`` false) never has pending work
-        if getattr(b, "_slow", True) and not _current(b, index).query():
-            return None
-        return eng
-
     def all_reduce_fast(self, a: Any, op: ReduceOp) -> bool:
-        """``all_reduce(a, op)`` through the fast path if :meth:`fast` would allow it (one
-        call, inlined: this is the small-message path); False if the full path is needed."""
+        """``all_reduce(a, op)`` called directly on this thread when nothing needs the full
+        path (a kept error, debug checks, queued comm-stream work, pending work on the current
+        stream, forced staging, an array of a device not used before); False otherwise. One
+        call with everything inlined: this is the small-message path."""
         if type(a) is not Array or self._error is not None or DETAIL or FORCE_STAGE:
             return False
         b, index = a._b, a._index
@@ -595,20 +579,60 @@ class ProcessGroup:
             self._t0 = 0.0
         return True
 
-    def call_fast(self, op: str, fn: Callable[..., None], *args: Any) -> None:
-        """``fn(*args)`` on this thread, watched and with errors mapped (after :meth:`fast`)."""
+    def broadcast_fast(self, a: Any, root: int) -> bool:
+        """``broadcast(a, root)`` through the fast path (see :meth:`all_reduce_fast`)."""
+        if type(a) is not Array or self._error is not None or DETAIL or FORCE_STAGE:
+            return False
+        b, index = a._b, a._index
+        ent = self._fast.get((b, index))
+        if ent is None:
+            return False
+        eng, ctx = ent
+        if ctx.issued != ctx.finished or (getattr(b, "_slow", True)
+                                          and not _current(b, index).query()):
+            return False
+        mem = a._mem
         self._seq = seq = self._seq + 1
-        self._op, self._opseq, self._t0 = op, seq, _monotonic()
+        self._op, self._opseq, self._t0 = "broadcast", seq, _monotonic()
         try:
-            fn(*args)
-        except (DistError, AcceleratorValueError):
-            raise
+            eng.bcast_fast(mem.ptr, mem.nbytes, root)  # type: ignore[attr-defined]
         except Exception as exc:
-            err = self._engine_error(op, seq, exc)
+            err = self._engine_error("broadcast", seq, exc)
             self._keep(err)
             raise err from exc
         finally:
             self._t0 = 0.0
+        return True
+
+    def all_gather_fast(self, out: Any, a: Any) -> bool:
+        """``all_gather_into_tensor(out, a)`` through the fast path when ``out`` is an array
+        of ``a``'s device, dtype and world_size times its bytes (else the full path checks)."""
+        if (type(a) is not Array or type(out) is not Array or self._error is not None
+                or DETAIL or FORCE_STAGE):
+            return False
+        b, index = a._b, a._index
+        mem, omem = a._mem, out._mem
+        if (out._b is not b or out._index != index or out._dtype != a._dtype
+                or omem.nbytes != mem.nbytes * self._size):
+            return False
+        ent = self._fast.get((b, index))
+        if ent is None:
+            return False
+        eng, ctx = ent
+        if ctx.issued != ctx.finished or (getattr(b, "_slow", True)
+                                          and not _current(b, index).query()):
+            return False
+        self._seq = seq = self._seq + 1
+        self._op, self._opseq, self._t0 = "all_gather_into_tensor", seq, _monotonic()
+        try:
+            eng.allgather_fast(mem.ptr, omem.ptr, mem.nbytes)  # type: ignore[attr-defined]
+        except Exception as exc:
+            err = self._engine_error("all_gather_into_tensor", seq, exc)
+            self._keep(err)
+            raise err from exc
+        finally:
+            self._t0 = 0.0
+        return True
 
     def _inline(self, op: str, seq: int, fn: Callable[[], None]) -> None:
         tok = WATCHDOG.enter(self, op, seq, self.timeout)
