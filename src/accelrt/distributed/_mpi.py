@@ -159,8 +159,8 @@ class MpiEngine(Engine):
         MPI = mpi()
         comm.Set_errhandler(MPI.ERRORS_RETURN)   # errors become exceptions, mapped by the group
         self.comm = comm
-        self._pre: dict[tuple[int, ReduceOp], tuple[Any, Any, int]] = {}
         self._msgs: dict[tuple[int, int, int, int], list[Any]] = {}
+        self._ar: dict[tuple[int, int, int, ReduceOp], tuple[list[Any], Any]] = {}
         self._in_place, self._addr, self._byte = MPI.IN_PLACE, MPI.buffer.fromaddress, MPI.BYTE
         self.size = comm.Get_size()
         self.rank = comm.Get_rank()
@@ -185,20 +185,22 @@ class MpiEngine(Engine):
 
     def allreduce_fast(self, ptr: int, nbytes: int, dtype: np.dtype[Any], op: ReduceOp) -> None:
         """In-place Allreduce of ``nbytes`` of host memory with the fewest Python steps (the
-        fast path)."""
-        pre = self._pre.get((dtype.num, op))   # dtype.num: numpy's dtype hash builds a tuple
+        fast path): the message and the MPI op are cached per (address, size, dtype, op)."""
+        key = (ptr, nbytes, dtype.num, op)   # dtype.num: numpy's dtype hash builds a tuple
+        pre = self._ar.get(key)
         if pre is None:
             why = self.supports(op, dtype)
             if why is not None:
                 from .._errors import AcceleratorValueError
                 raise AcceleratorValueError(f"all_reduce: {why}")
-            pre = self._pre[(dtype.num, op)] = (mpi_datatype(dtype), _mpi_op(op, dtype),
-                                                dtype.itemsize)
-        t, mop, isz = pre
-        msg = self._msg(ptr, nbytes, nbytes // isz, t)
-        self.comm.Allreduce(self._in_place, msg, mop)
+            t = mpi_datatype(dtype)
+            if len(self._ar) > 512:
+                self._ar.clear()
+            pre = self._ar[key] = (self._msg(ptr, nbytes, nbytes // dtype.itemsize, t),
+                                   _mpi_op(op, dtype))
+        self.comm.Allreduce(self._in_place, pre[0], pre[1])
         if op is ReduceOp.AVG:
-            _avg(Buf(ptr, nbytes // isz, dtype), self.size)
+            _avg(Buf(ptr, nbytes // dtype.itemsize, dtype), self.size)
 
     def _msg(self, ptr: int, nbytes: int, count: int, t: Any) -> list[Any]:
         """The mpi4py message ``[buffer, count, datatype]``, reused per (address, size, count,
