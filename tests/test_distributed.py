@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -74,8 +75,10 @@ def _check_cases(n: int, out: str, rc: int) -> int:
     fails = [ln for ln in lines if "FAIL " in ln]
     assert rc == 0 and not fails, f"exit {rc}; failures:\n" + "\n".join(fails[:20]) + \
         "\n--- tail ---\n" + "\n".join(lines[-30:])
-    done = sorted(int(ln.split()[1]) for ln in lines if ln.startswith("DONE "))
-    counts = {int(ln.split()[2]) for ln in lines if ln.startswith("DONE ")}
+    # the ranks' output streams are merged by mpiexec and may interleave within a line
+    found = re.findall(r"DONE (\d+) (\d+)(?!\d)", out)
+    done = sorted(int(r) for r, _ in found)
+    counts = {int(c) for _, c in found}
     assert done == list(range(n)) and len(counts) == 1, out[-3000:]
     return counts.pop()
 
