@@ -1,0 +1,1304 @@
+"""Collectives between processes, with torch.distributed's names ("tensor" reads "array").
+
+Engines: ``"mpi"`` (mpi4py over any MPI) for cpu, OpenCL and numpy arrays, with CUDA and
+OpenCL memory staged through pinned host memory when the MPI is not device-aware; ``"nccl"``
+(nccl4py) for CUDA arrays; third-party engines through :func:`register_backend`. Importing
+this module imports no engine. Launch with ``mpiexec -n N python -m accelrt.distributed.run
+script.py`` (or plain ``mpiexec python script.py``), or torchrun-style ``env://`` for NCCL.
+See ``docs/distributed.md``.
+
+Example (one process: a world of one rank)::
+
+    >>> import accelrt as acc
+    >>> import accelrt.distributed as dist
+    >>> dist.init_process_group("mpi")
+    >>> a = acc.full((3,), 2.0, device="cpu")
+    >>> dist.all_reduce(a, op=dist.ReduceOp.SUM)
+    >>> dist.get_rank(), dist.get_world_size(), a.tolist()
+    (0, 1, [2.0, 2.0, 2.0])
+    >>> dist.destroy_process_group()
+"""
+
+from __future__ import annotations
+
+import datetime
+import io
+import os
+import pickle
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .._array import Array
+from .._errors import AcceleratorValueError
+from ._engine import Backend, Buf, Engine, EngineContext, ReduceOp, register_backend
+from ._engine import parse_backend as _parse_backend
+from ._errors import DistBackendError, DistError, DistTimeoutError
+from ._group import DEFAULT_TIMEOUT, ProcessGroup, Work, _buf
+
+__all__ = [
+    "Backend", "DistBackendError", "DistError", "DistTimeoutError", "Engine",
+    "EngineContext", "GroupMember", "P2POp", "ProcessGroup", "ReduceOp", "Work",
+    "all_gather", "all_gather_into_tensor", "all_gather_object", "all_reduce",
+    "all_to_all_single", "barrier", "batch_isend_irecv", "broadcast", "broadcast_object_list",
+    "destroy_process_group", "gather", "gather_object", "get_backend", "get_node_local_rank",
+    "get_rank", "get_world_size", "init_process_group", "irecv", "is_available",
+    "is_initialized", "is_mpi_available", "is_nccl_available", "isend", "monitored_barrier",
+    "new_group", "recv", "reduce", "reduce_scatter_tensor", "register_backend", "scatter",
+    "scatter_object_list", "send",
+]
+
+DEFAULT_INIT_TIMEOUT = 300.0
+
+
+class _NonMember:
+    """The group handle of a rank that is not in a group (``GroupMember.NON_GROUP_MEMBER``)."""
+
+    def __repr__(self) -> str:
+        return "<accelrt.distributed.GroupMember.NON_GROUP_MEMBER>"
+
+
+class GroupMember:
+    """``GroupMember.WORLD`` (the default group, or None) and ``NON_GROUP_MEMBER``.
+
+    Example::
+
+        >>> from accelrt.distributed import GroupMember
+        >>> GroupMember.NON_GROUP_MEMBER
+        <accelrt.distributed.GroupMember.NON_GROUP_MEMBER>
+    """
+
+    WORLD: ProcessGroup | None = None
+    NON_GROUP_MEMBER = _NonMember()
+
+
+class _State:
+    world: ProcessGroup | None = None
+    groups: list[ProcessGroup] = []
+    counter = 0
+    hook_installed = False
+
+
+_S = _State()
+
+GroupArg = ProcessGroup | _NonMember | None
+
+
+# ---------------------------------------------------------------------------- availability
+def is_available() -> bool:
+    """True: the distributed package is always importable (engines load when used).
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> dist.is_available()
+        True
+    """
+    return True
+
+
+def is_mpi_available() -> bool:
+    """True if mpi4py can be imported (without initializing MPI).
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> isinstance(dist.is_mpi_available(), bool)
+        True
+    """
+    import importlib.util
+    return importlib.util.find_spec("mpi4py") is not None
+
+
+def is_nccl_available() -> bool:
+    """True if nccl4py (``nccl.core``) imports with its CUDA bindings.
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> isinstance(dist.is_nccl_available(), bool)
+        True
+    """
+    from ._nccl import nccl_available
+    return nccl_available()
+
+
+def is_initialized() -> bool:
+    """True between :func:`init_process_group` and :func:`destroy_process_group`.
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> dist.is_initialized()
+        False
+    """
+    return _S.world is not None
+
+
+# ---------------------------------------------------------------------------- init
+def _seconds(timeout: Any, default: float) -> float:
+    if timeout is None:
+        env = os.environ.get("ACCELRT_DISTRIBUTED_TIMEOUT")
+        return float(env) if env else default
+    if isinstance(timeout, datetime.timedelta):
+        value = timeout.total_seconds()
+    elif isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
+        value = float(timeout)
+    else:
+        raise TypeError(f"timeout must be a datetime.timedelta or a number of seconds, got "
+                        f"{type(timeout).__name__}")
+    if not value > 0:
+        raise ValueError(f"timeout must be positive, got {value}")
+    return value
+
+
+def _under_mpi_launcher() -> bool:
+    from ._mpi import under_launcher
+    return under_launcher()
+
+
+def _install_abort_hook(comm_world: Any) -> None:
+    """An uncaught exception on one rank aborts the whole job instead of hanging the others
+    (``mpi4py.run``'s behaviour, for plain ``mpiexec python script.py``)."""
+    if _S.hook_installed:
+        return
+    _S.hook_installed = True
+    previous = sys.excepthook
+
+    def hook(tp: Any, value: Any, tb: Any) -> None:
+        try:
+            previous(tp, value, tb)
+            sys.stderr.flush()
+        finally:
+            comm_world.Abort(1)
+
+    sys.excepthook = hook
+
+
+def init_process_group(backend: str | None = None, init_method: str | None = None,
+                       timeout: Any = None, world_size: int = -1, rank: int = -1,
+                       store: Any = None, group_name: str = "", pg_options: Any = None,
+                       device_id: Any = None) -> None:
+    """Start the default process group (the world).
+
+    Args:
+        backend: ``"mpi"``, ``"nccl"``, a per-device-type map such as ``"cpu:mpi,cuda:nccl"``,
+            a registered engine, or None (cpu and opencl on MPI, cuda on NCCL; or
+            ``ACCELRT_DISTRIBUTED_BACKEND``).
+        init_method: ``"mpi://"`` (ranks from the MPI launcher; the default under
+            ``mpiexec``), ``"env://"`` (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``,
+            ``MASTER_PORT``; NCCL bootstraps itself there) or None (detect).
+        timeout: a ``datetime.timedelta`` or seconds: the longest any operation of the group
+            may take before the job is aborted with the rank, operation and sequence number
+            (default 10 minutes, or ``ACCELRT_DISTRIBUTED_TIMEOUT``); also bounds init.
+        world_size, rank: must agree with the launcher's when given.
+        store: unsupported (accelrt has no store); must be None.
+        group_name, pg_options: accepted for compatibility.
+        device_id: a cuda device this rank binds to (made current; NCCL starts eagerly).
+
+    Raises:
+        ValueError: called twice, a store was passed, an unknown init method, or world_size
+            or rank disagree with the launcher's.
+        DistError: the engine could not start (its message is the cause).
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> dist.init_process_group(backend="cpu:mpi", timeout=60)
+        >>> dist.get_backend()
+        'cpu:mpi'
+        >>> dist.destroy_process_group()
+    """
+    if _S.world is not None:
+        raise ValueError("trying to initialize the default process group twice!")
+    if store is not None:
+        raise ValueError("accelrt.distributed has no store: ranks meet through the MPI "
+                         "launcher (mpi://) or NCCL's own bootstrap (env://)")
+    if backend is None:
+        backend = os.environ.get("ACCELRT_DISTRIBUTED_BACKEND") or None
+    engine_map = _parse_backend(backend)
+    backend_str = (",".join(f"{d}:{e}" for d, e in engine_map.items())
+                   if backend is None or ":" in str(backend) else str(Backend(str(backend))))
+    op_timeout = _seconds(timeout, DEFAULT_TIMEOUT)
+    init_timeout = min(op_timeout, DEFAULT_INIT_TIMEOUT) if timeout is None else op_timeout
+    method = init_method
+    if method is None:
+        if _under_mpi_launcher():
+            method = "mpi://"
+        elif "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+            method = "env://"
+        else:
+            method = "mpi://" if is_mpi_available() else "env://"
+    if method.startswith("mpi://"):
+        group = _init_mpi(engine_map, backend_str, op_timeout, init_timeout, world_size, rank)
+    elif method.startswith("env://"):
+        group = _init_env(engine_map, backend_str, op_timeout, init_timeout, world_size, rank,
+                          device_id)
+    else:
+        raise ValueError(f"init_method {method!r} is not supported: use 'mpi://' (launch with "
+                         "mpiexec) or 'env://' (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; "
+                         "NCCL)")
+    if device_id is not None:
+        from .._device import _get_device, set_device_index
+        b, index = _get_device(device_id)
+        set_device_index(f"{b.name}:{index}")
+        if b.name == "cuda":
+            group.engine("cuda", index)
+    from ._group import read_debug_level
+    read_debug_level()
+    _S.world = group
+    GroupMember.WORLD = group
+    _S.groups = [group]
+
+
+def _init_mpi(engine_map: dict[str, str], backend_str: str, op_timeout: float,
+              init_timeout: float, world_size: int, rank: int) -> ProcessGroup:
+    from ._group import WATCHDOG
+    from ._mpi import mpi
+    try:
+        MPI = mpi()
+    except ImportError as exc:
+        raise DistBackendError("init_method='mpi://' needs mpi4py and an MPI: pip install "
+                               "'accelrt[mpi]' (mpi4py and the mpich wheel)") from exc
+    world = MPI.COMM_WORLD
+    r, n = world.Get_rank(), world.Get_size()
+    if world_size not in (-1, n):
+        raise ValueError(f"world_size={world_size} but the MPI launcher started {n} ranks")
+    if rank not in (-1, r):
+        raise ValueError(f"rank={rank} but the MPI launcher made this process rank {r}")
+    if n > 1:
+        _install_abort_hook(world)
+    group = ProcessGroup("WORLD", r, n, list(range(n)), engine_map, backend_str, op_timeout,
+                         None, r)
+    group.threads_ok = MPI.Query_thread() == MPI.THREAD_MULTIPLE
+    # every step is collective: a rank that never arrives ends the job after init_timeout
+    tok = WATCHDOG.enter(group, "init_process_group", 0, init_timeout)
+    try:
+        group.mpi_comm = world.Dup()
+        group.control()
+        if n > 1:
+            group.mpi_comm.Barrier()
+    finally:
+        WATCHDOG.exit(tok)
+    return group
+
+
+def _init_env(engine_map: dict[str, str], backend_str: str, op_timeout: float,
+              init_timeout: float, world_size: int, rank: int,
+              device_id: Any) -> ProcessGroup:
+    def need(name: str) -> str:
+        v = os.environ.get(name)
+        if v is None:
+            raise ValueError(f"Error initializing torch.distributed using env:// rendezvous: "
+                             f"environment variable {name} expected, but not set")
+        return v
+
+    n = world_size if world_size != -1 else int(need("WORLD_SIZE"))
+    r = rank if rank != -1 else int(need("RANK"))
+    if not 0 <= r < n:
+        raise ValueError(f"rank {r} is out of range for world size {n}")
+    if n == 1 and is_mpi_available() and "nccl" not in engine_map.values():
+        return _init_mpi(engine_map, backend_str, op_timeout, init_timeout, 1, 0)
+    if "nccl" not in engine_map.values():
+        raise DistError("init_method='env://' with more than one rank serves only the 'nccl' "
+                        "engine (NCCL bootstraps through MASTER_ADDR:MASTER_PORT); the 'mpi' "
+                        "engine needs an MPI launcher: mpiexec -n N python -m "
+                        "accelrt.distributed.run script.py", rank=r)
+    addr, port = need("MASTER_ADDR"), need("MASTER_PORT")
+    # NCCL's own bootstrap: with NCCL_COMM_ID every rank derives the same unique id and rank 0
+    # creates the bootstrap root at that address; no store, no exchange.
+    os.environ["NCCL_COMM_ID"] = f"{addr}:{port}"
+    mpi_comm = None
+    if n == 1 and is_mpi_available():   # a singleton MPI world serves host arrays
+        from ._mpi import mpi
+        mpi_comm = mpi().COMM_WORLD.Dup()
+    group = ProcessGroup("WORLD", r, n, list(range(n)), engine_map, backend_str, op_timeout,
+                         mpi_comm, r)
+    from .._device import _get_device
+    if device_id is None:
+        local = int(os.environ.get("LOCAL_RANK", r))
+        from .. import backends
+        count = backends.get_backend("cuda").device_count()
+        if count == 0:
+            raise DistError("init_method='env://' with NCCL needs a CUDA device; none found",
+                            rank=r)
+        index = local % count
+    else:
+        _, index = _get_device(device_id)
+    from ._nccl import NcclEngine, _core
+    ctx = EngineContext(r, n, list(range(n)), "cuda", index, init_timeout, None)
+    ctx.options["unique_id"] = _core().get_unique_id()
+    try:
+        group._preset[("cuda", index)] = NcclEngine.create(ctx)
+    except DistError:
+        raise
+    except Exception as exc:
+        raise DistBackendError(f"rank {r}: NCCL init through env:// failed: "
+                               f"{type(exc).__name__}: {exc}", rank=r) from exc
+    return group
+
+
+# ---------------------------------------------------------------------------- groups
+def _group(group: GroupArg) -> ProcessGroup | None:
+    if _S.world is None:
+        raise ValueError("Default process group has not been initialized, please make sure to "
+                         "call init_process_group.")
+    if group is None:
+        return _S.world
+    if isinstance(group, _NonMember):
+        return None
+    if not isinstance(group, ProcessGroup):
+        raise TypeError(f"group must be a ProcessGroup or None, got {type(group).__name__}")
+    return group
+
+
+def _warn_not_member(op: str) -> None:
+    import warnings
+    warnings.warn(f"Running {op} on global rank {get_rank()} which does not belong to the "
+                  "given group.", stacklevel=3)
+
+
+def destroy_process_group(group: GroupArg = None) -> None:
+    """Destroy ``group`` (None: every group, then the world). Every rank must call it, in the
+    same order. Re-raises an error kept from queued communication of the group.
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> dist.init_process_group("mpi")
+        >>> dist.destroy_process_group()
+        >>> dist.is_initialized()
+        False
+    """
+    g = _group(group)
+    if g is None:
+        return
+    targets = list(_S.groups) if group is None or g is _S.world else [g]
+    kept: BaseException | None = None
+    for pg in targets:
+        try:
+            pg.drain()
+        except BaseException as exc:   # a kept stream error; re-raised after cleanup
+            kept = kept or exc
+        kept = kept or pg._error
+        for eng in pg._engines.values():
+            try:
+                eng.destroy()
+            except Exception as exc:
+                kept = kept or DistBackendError(f"destroying {pg.name!r}: {exc}")
+        pg._engines.clear()
+        for comm in (pg._ctrl, pg.mpi_comm):
+            if comm is not None:
+                try:
+                    comm.Free()
+                except Exception:
+                    pass
+        pg._ctrl = pg.mpi_comm = None
+        pg.destroyed = True
+        if pg in _S.groups:
+            _S.groups.remove(pg)
+    if group is None or g is _S.world:
+        _S.world = None
+        GroupMember.WORLD = None
+        _S.groups = []
+    if kept is not None:
+        raise kept
+
+
+def get_rank(group: GroupArg = None) -> int:
+    """This process's rank in ``group`` (-1 if not a member).
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> dist.init_process_group("mpi"); dist.get_rank(); dist.destroy_process_group()
+        0
+    """
+    g = _group(group)
+    return -1 if g is None else g.rank()
+
+
+def get_world_size(group: GroupArg = None) -> int:
+    """Number of ranks in ``group`` (-1 if this rank is not a member).
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> dist.init_process_group("mpi"); dist.get_world_size(); dist.destroy_process_group()
+        1
+    """
+    g = _group(group)
+    return -1 if g is None else g.size()
+
+
+def get_backend(group: GroupArg = None) -> str:
+    """The group's backend string (``"mpi"``, ``"nccl"`` or ``"cpu:mpi,cuda:nccl"``).
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> dist.init_process_group("mpi"); dist.get_backend(); dist.destroy_process_group()
+        'mpi'
+    """
+    g = _group(group)
+    if g is None:
+        raise ValueError("Invalid process group specified")
+    return g.backend_str
+
+
+def get_node_local_rank(fallback_rank: int | None = None) -> int:
+    """``LOCAL_RANK`` (set by ``accelrt.distributed.run`` and torchrun), or the MPI launcher's
+    node-local rank, else ``fallback_rank``.
+
+    Raises:
+        RuntimeError: none is known and no fallback was given.
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> dist.get_node_local_rank(fallback_rank=0) >= 0
+        True
+    """
+    for var in ("LOCAL_RANK", "MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"):
+        if var in os.environ:
+            return int(os.environ[var])
+    if fallback_rank is not None:
+        return int(fallback_rank)
+    raise RuntimeError("LOCAL_RANK is not in the environment: launch with "
+                       "'mpiexec -n N python -m accelrt.distributed.run' or pass fallback_rank")
+
+
+def new_group(ranks: Sequence[int] | None = None, timeout: Any = None,
+              backend: str | None = None, pg_options: Any = None,
+              use_local_synchronization: bool = False, group_desc: str | None = None,
+              device_id: Any = None) -> ProcessGroup | _NonMember:
+    """A group of the world's ``ranks`` (all by default). Every rank of the world must call
+    it, with the same ``ranks``; ranks outside get ``GroupMember.NON_GROUP_MEMBER``.
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> dist.init_process_group("mpi")
+        >>> g = dist.new_group([0])
+        >>> dist.get_rank(g), dist.get_world_size(g)
+        (0, 1)
+        >>> dist.destroy_process_group()
+    """
+    world = _group(None)
+    assert world is not None
+    n = world.size()
+    members = list(range(n)) if ranks is None else sorted(int(r) for r in ranks)
+    if len(set(members)) != len(members) or any(not 0 <= r < n for r in members):
+        raise ValueError(f"new_group(): ranks must be distinct world ranks in [0, {n}), got "
+                         f"{list(ranks or [])}")
+    engine_map = world.engine_map if backend is None else _parse_backend(backend)
+    backend_str = world.backend_str if backend is None else str(backend)
+    t = world.timeout if timeout is None else _seconds(timeout, DEFAULT_TIMEOUT)
+    _S.counter += 1
+    name = group_desc or f"group{_S.counter}"
+    me = world.rank()
+    member = me in members
+    world.drain()
+    sub = None
+    from ._group import WATCHDOG
+    if world.mpi_comm is not None:
+        from ._mpi import mpi
+        MPI = mpi()
+        tok = WATCHDOG.enter(world, "new_group", world._seq, world.timeout)
+        try:
+            sub = world.mpi_comm.Split(0 if member else MPI.UNDEFINED, me)
+        finally:
+            WATCHDOG.exit(tok)
+        if not member:
+            sub = None
+    sub_engines: dict[tuple[str, int], Engine] = {}
+    for key, eng in list(world._engines.items()):
+        if key[0] == "cuda" and eng.name == "nccl" and engine_map.get("cuda") == "nccl":
+            child = eng.split(0 if member else None, me, None)
+            if child is not None:
+                sub_engines[key] = child
+    if not member:
+        return GroupMember.NON_GROUP_MEMBER
+    g = ProcessGroup(name, members.index(me), len(members), members, engine_map, backend_str,
+                     t, sub, me)
+    if sub is not None:
+        tok = WATCHDOG.enter(g, "new_group", 0, t)
+        try:
+            g.control()   # collective over the members: made now, while they are all here
+        finally:
+            WATCHDOG.exit(tok)
+    g._preset.update(sub_engines)
+    g.parent = world
+    g.threads_ok = world.threads_ok
+    _S.groups.append(g)
+    return g
+
+
+# ---------------------------------------------------------------------------- helpers
+def _grp_rank(g: ProcessGroup, global_rank: int, what: str) -> int:
+    if isinstance(global_rank, bool) or not isinstance(global_rank, (int, np.integer)):
+        raise TypeError(f"{what} must be an int rank, got {type(global_rank).__name__}")
+    try:
+        return g.global_ranks.index(int(global_rank))
+    except ValueError:
+        raise ValueError(f"The global rank {global_rank} is not part of the group "
+                         f"{g.name!r} (ranks {g.global_ranks})") from None
+
+
+def _op(op: Any) -> ReduceOp:
+    if not isinstance(op, ReduceOp):
+        raise TypeError(f"op must be a ReduceOp, got {op!r}")
+    return op
+
+
+def _desc(a: Any) -> tuple[Any, Any]:
+    """(dtype, shape) of an array for the debug fingerprint (checked later for the type)."""
+    return (getattr(a, "dtype", None), getattr(a, "shape", None))
+
+
+def _check_same(what: str, a: Any, b: Any) -> None:
+    if a.dtype != b.dtype:
+        raise AcceleratorValueError(f"{what}: arrays must have the same dtype, got "
+                                    f"{a.dtype} and {b.dtype}")
+
+
+def _size_check(what: str, out: Any, expect: int, got: int, fix: str) -> None:
+    if expect != got:
+        raise AcceleratorValueError(f"{what}: {fix} (expected {expect} elements, got {got})")
+
+
+# ---------------------------------------------------------------------------- collectives
+def all_reduce(tensor: Any, op: ReduceOp = ReduceOp.SUM, group: GroupArg = None,
+               async_op: bool = False) -> Work | None:
+    """Reduce ``tensor`` across the group, in place on every rank.
+
+    Example::
+
+        >>> import accelrt as acc, accelrt.distributed as dist
+        >>> dist.init_process_group("mpi")
+        >>> a = acc.full((2,), 3, dtype="int64", device="cpu")
+        >>> dist.all_reduce(a, op=dist.ReduceOp.MAX, async_op=True).wait()
+        True
+        >>> a.tolist(); dist.destroy_process_group()
+        [3, 3]
+    """
+    g = _S.world if group is None else _group(group)
+    # idle streams and host memory: call MPI right here
+    if g is not None and type(op) is ReduceOp and g.all_reduce_fast(tensor, op):
+        return Work.completed([tensor]) if async_op else None
+    if g is None:
+        if _S.world is None:
+            _group(group)   # raises: not initialized
+        _warn_not_member("all_reduce")
+        return None
+    red = _op(op)
+
+    def call(eng: Engine, buf: Callable[[Any], Buf], stream: Any) -> None:
+        eng.all_reduce(None, buf(tensor), red, stream)
+
+    return g.run("all_reduce", [tensor], [tensor], [tensor], call, async_op,
+                 (red.name,) + _desc(tensor), red, [tensor])
+
+
+def broadcast(tensor: Any, src: int, group: GroupArg = None, async_op: bool = False) -> Work | None:
+    """Copy ``tensor`` of global rank ``src`` into ``tensor`` on every rank.
+
+    Example::
+
+        >>> import accelrt as acc, accelrt.distributed as dist
+        >>> dist.init_process_group("mpi")
+        >>> a = acc.full((2,), 7.0, device="cpu")
+        >>> dist.broadcast(a, src=0); a.tolist(); dist.destroy_process_group()
+        [7.0, 7.0]
+    """
+    g = _S.world if group is None else _group(group)
+    if g is None:
+        if _S.world is None:
+            _group(group)
+        _warn_not_member("broadcast")
+        return None
+    if type(src) is int and 0 <= src < g._size and g.global_ranks[src] == src:
+        root = src   # the world and groups that keep world ranks
+    else:
+        root = _grp_rank(g, src, "src")
+    if g.broadcast_fast(tensor, root):
+        return Work.completed([tensor]) if async_op else None
+
+    def call(eng: Engine, buf: Callable[[Any], Buf], stream: Any) -> None:
+        eng.broadcast(buf(tensor), root, stream)
+
+    return g.run("broadcast", [tensor], [tensor], [tensor], call, async_op,
+                 (root,) + _desc(tensor), None, [tensor])
+
+
+def reduce(tensor: Any, dst: int, op: ReduceOp = ReduceOp.SUM, group: GroupArg = None,
+           async_op: bool = False) -> Work | None:
+    """Reduce ``tensor`` across the group into ``tensor`` on global rank ``dst`` (other ranks'
+    arrays are left as they were).
+
+    Example::
+
+        >>> import accelrt as acc, accelrt.distributed as dist
+        >>> dist.init_process_group("mpi")
+        >>> a = acc.full((2,), 1.5, device="cpu")
+        >>> dist.reduce(a, dst=0); a.tolist(); dist.destroy_process_group()
+        [1.5, 1.5]
+    """
+    g = _group(group)
+    if g is None:
+        _warn_not_member("reduce")
+        return None
+    root = _grp_rank(g, dst, "dst")
+    red = _op(op)
+
+    def call(eng: Engine, buf: Callable[[Any], Buf], stream: Any) -> None:
+        eng.reduce(buf(tensor), red, root, stream)
+
+    return g.run("reduce", [tensor], [tensor], [tensor], call, async_op,
+                 (red.name, root) + _desc(tensor), red, [tensor])
+
+
+def all_gather_into_tensor(output_tensor: Any, input_tensor: Any, group: GroupArg = None,
+                           async_op: bool = False) -> Work | None:
+    """Gather every rank's ``input_tensor`` into ``output_tensor`` (world_size times as many
+    elements), in rank order.
+
+    Example::
+
+        >>> import accelrt as acc, accelrt.distributed as dist
+        >>> dist.init_process_group("mpi")
+        >>> out = acc.empty((1, 2), device="cpu")
+        >>> dist.all_gather_into_tensor(out, acc.full((2,), 4.0, device="cpu"))
+        >>> out.tolist(); dist.destroy_process_group()
+        [[4.0, 4.0]]
+    """
+    g = _S.world if group is None else _group(group)
+    if g is not None and g.all_gather_fast(output_tensor, input_tensor):
+        return Work.completed([output_tensor]) if async_op else None
+    g = _group(group)
+    if g is None:
+        _warn_not_member("all_gather_into_tensor")
+        return None
+    _check_same("all_gather_into_tensor", output_tensor, input_tensor)
+    if not isinstance(output_tensor, (Array, np.ndarray)):
+        raise TypeError(f"all_gather_into_tensor: expected an accelrt.Array, got "
+                        f"{type(output_tensor).__name__}")
+    _size_check("all_gather_into_tensor", output_tensor, g.size() * input_tensor.size,
+                output_tensor.size, "output tensor size must be equal to world_size times "
+                "input tensor size")
+
+    def call(eng: Engine, buf: Callable[[Any], Buf], stream: Any) -> None:
+        eng.all_gather(buf(input_tensor), buf(output_tensor), stream)
+
+    arrays = [input_tensor, output_tensor]
+    return g.run("all_gather_into_tensor", arrays, [input_tensor], [output_tensor], call,
+                 async_op, _desc(input_tensor), None, [output_tensor])
+
+
+def all_gather(tensor_list: list[Any], tensor: Any, group: GroupArg = None,
+               async_op: bool = False) -> Work | None:
+    """Gather every rank's ``tensor`` into ``tensor_list`` (one array per rank).
+
+    Example::
+
+        >>> import accelrt as acc, accelrt.distributed as dist
+        >>> dist.init_process_group("mpi")
+        >>> outs = [acc.empty((2,), device="cpu")]
+        >>> dist.all_gather(outs, acc.full((2,), 5.0, device="cpu"))
+        >>> outs[0].tolist(); dist.destroy_process_group()
+        [5.0, 5.0]
+    """
+    g = _group(group)
+    if g is None:
+        _warn_not_member("all_gather")
+        return None
+    if not isinstance(tensor_list, (list, tuple)) or len(tensor_list) != g.size():
+        raise AcceleratorValueError(f"all_gather: tensor_list must be a list of "
+                                    f"{g.size()} arrays (one per rank)")
+    for t in tensor_list:
+        _check_same("all_gather", t, tensor)
+        _size_check("all_gather", t, tensor.size, t.size,
+                    "every array of tensor_list must have the input's size")
+    n, size = g.size(), tensor.size
+    stage = _temp_like(tensor, n * size)
+
+    def call(eng: Engine, buf: Callable[[Any], Buf], stream: Any) -> None:
+        eng.all_gather(buf(tensor), buf(stage), stream)
+
+    w = g.run("all_gather", [tensor, stage], [tensor], [stage], call, True, _desc(tensor))
+    return _split_out(g, "all_gather", w, stage, list(tensor_list), async_op)
+
+
+def reduce_scatter_tensor(output: Any, input: Any, op: ReduceOp = ReduceOp.SUM,
+                          group: GroupArg = None, async_op: bool = False) -> Work | None:
+    """Reduce ``input`` (world_size times ``output``'s elements) across ranks and leave rank
+    k's share, the k-th block, in ``output``.
+
+    Example::
+
+        >>> import accelrt as acc, accelrt.distributed as dist
+        >>> dist.init_process_group("mpi")
+        >>> out = acc.empty((2,), device="cpu")
+        >>> dist.reduce_scatter_tensor(out, acc.full((2,), 6.0, device="cpu"))
+        >>> out.tolist(); dist.destroy_process_group()
+        [6.0, 6.0]
+    """
+    g = _group(group)
+    if g is None:
+        _warn_not_member("reduce_scatter_tensor")
+        return None
+    _check_same("reduce_scatter_tensor", output, input)
+    _size_check("reduce_scatter_tensor", input, g.size() * output.size, input.size,
+                "input tensor must be the same size as output size times world size")
+    red = _op(op)
+
+    def call(eng: Engine, buf: Callable[[Any], Buf], stream: Any) -> None:
+        eng.reduce_scatter(buf(input), buf(output), red, stream)
+
+    return g.run("reduce_scatter_tensor", [input, output], [input], [output], call, async_op,
+                 (red.name,) + _desc(output), red, [output])
+
+
+def gather(tensor: Any, gather_list: list[Any] | None = None, dst: int = 0,
+           group: GroupArg = None, async_op: bool = False) -> Work | None:
+    """Gather every rank's ``tensor`` into ``gather_list`` on global rank ``dst`` (None
+    elsewhere).
+
+    Example::
+
+        >>> import accelrt as acc, accelrt.distributed as dist
+        >>> dist.init_process_group("mpi")
+        >>> outs = [acc.empty((2,), device="cpu")]
+        >>> dist.gather(acc.full((2,), 8.0, device="cpu"), outs, dst=0)
+        >>> outs[0].tolist(); dist.destroy_process_group()
+        [8.0, 8.0]
+    """
+    g = _group(group)
+    if g is None:
+        _warn_not_member("gather")
+        return None
+    root = _grp_rank(g, dst, "dst")
+    n = g.size()
+    if g.rank() == root:
+        if not isinstance(gather_list, (list, tuple)) or len(gather_list) != n:
+            raise AcceleratorValueError(f"gather: gather_list must be a list of {n} arrays "
+                                        "on the destination rank")
+        for t in gather_list:
+            _check_same("gather", t, tensor)
+            _size_check("gather", t, tensor.size, t.size,
+                        "every array of gather_list must have the input's size")
+        stage: Any = _temp_like(tensor, n * tensor.size)
+    else:
+        if gather_list:
+            raise ValueError("Argument ``gather_list`` must NOT be specified on "
+                             "non-destination ranks.")
+        stage = None
+
+    def call(eng: Engine, buf: Callable[[Any], Buf], stream: Any) -> None:
+        eng.gather(buf(tensor), None if stage is None else buf(stage), root, stream)
+
+    arrays = [tensor] if stage is None else [tensor, stage]
+    w = g.run("gather", arrays, [tensor], arrays[1:], call, True, (root,) + _desc(tensor))
+    if stage is None:
+        assert w is not None
+        if async_op:
+            return w
+        w.wait()   # later work on the current stream may overwrite the input
+        return None
+    assert gather_list is not None
+    return _split_out(g, "gather", w, stage, list(gather_list), async_op)
+
+
+def scatter(tensor: Any, scatter_list: list[Any] | None = None, src: int = 0,
+            group: GroupArg = None, async_op: bool = False) -> Work | None:
+    """Send ``scatter_list[k]`` of global rank ``src`` into ``tensor`` on group rank k.
+
+    Example::
+
+        >>> import accelrt as acc, accelrt.distributed as dist
+        >>> dist.init_process_group("mpi")
+        >>> out = acc.empty((2,), device="cpu")
+        >>> dist.scatter(out, [acc.full((2,), 9.0, device="cpu")], src=0)
+        >>> out.tolist(); dist.destroy_process_group()
+        [9.0, 9.0]
+    """
+    g = _group(group)
+    if g is None:
+        _warn_not_member("scatter")
+        return None
+    root = _grp_rank(g, src, "src")
+    n = g.size()
+    stage: Any = None
+    if g.rank() == root:
+        if not isinstance(scatter_list, (list, tuple)) or len(scatter_list) != n:
+            raise AcceleratorValueError(f"scatter: scatter_list must be a list of {n} arrays "
+                                        "on the source rank")
+        for t in scatter_list:
+            _check_same("scatter", t, tensor)
+            _size_check("scatter", t, tensor.size, t.size,
+                        "every array of scatter_list must have the output's size")
+        stage = _temp_like(tensor, n * tensor.size)
+        _pack(stage, list(scatter_list))
+    elif scatter_list:
+        raise ValueError("Argument ``scatter_list`` must NOT be specified on non-source ranks.")
+
+    def call(eng: Engine, buf: Callable[[Any], Buf], stream: Any) -> None:
+        eng.scatter(None if stage is None else buf(stage), buf(tensor), root, stream)
+
+    arrays = [tensor] if stage is None else [stage, tensor]
+    ins = [] if stage is None else [stage]
+    return g.run("scatter", arrays, ins, [tensor], call, async_op, (root,) + _desc(tensor),
+                 None, [tensor])
+
+
+def all_to_all_single(output: Any, input: Any, output_split_sizes: Sequence[int] | None = None,
+                      input_split_sizes: Sequence[int] | None = None, group: GroupArg = None,
+                      async_op: bool = False) -> Work | None:
+    """Split ``input`` along dim 0 (equally, or by ``input_split_sizes``), send block k to
+    rank k, and concatenate the blocks received, in rank order, into ``output``.
+
+    Example::
+
+        >>> import accelrt as acc, accelrt.distributed as dist
+        >>> dist.init_process_group("mpi")
+        >>> out = acc.empty((3,), dtype="int32", device="cpu")
+        >>> dist.all_to_all_single(out, acc.asarray([1, 2, 3], device="cpu", dtype="int32"))
+        >>> out.tolist(); dist.destroy_process_group()
+        [1, 2, 3]
+    """
+    g = _group(group)
+    if g is None:
+        _warn_not_member("all_to_all_single")
+        return None
+    _check_same("all_to_all_single", output, input)
+    n = g.size()
+
+    def counts(arr: Any, splits: Sequence[int] | None, name: str) -> list[int]:
+        rows = arr.shape[0] if arr.ndim else 1
+        per_row = arr.size // rows if rows else 0
+        if splits is None or len(splits) == 0:
+            if rows % n:
+                raise AcceleratorValueError(f"all_to_all_single: {name} dim 0 ({rows}) must be "
+                                            f"divisible by the world size ({n}) without "
+                                            "split sizes")
+            return [rows // n * per_row] * n
+        if len(splits) != n or any(int(s) < 0 for s in splits) or sum(splits) != rows:
+            raise AcceleratorValueError(f"all_to_all_single: {name}_split_sizes must be {n} "
+                                        f"non-negative ints summing to dim 0 ({rows}), got "
+                                        f"{list(splits)}")
+        return [int(s) * per_row for s in splits]
+
+    sc = counts(input, input_split_sizes, "input")
+    rc = counts(output, output_split_sizes, "output")
+
+    def call(eng: Engine, buf: Callable[[Any], Buf], stream: Any) -> None:
+        eng.all_to_all(buf(input), buf(output), sc, rc, stream)
+
+    return g.run("all_to_all_single", [input, output], [input], [output], call, async_op,
+                 _desc(input), None, [output])
+
+
+def _temp_like(a: Any, count: int) -> Any:
+    if isinstance(a, np.ndarray):
+        return np.empty(count, a.dtype)
+    from .._array import empty
+    return empty((count,), dtype=a.dtype, device=a.device)
+
+
+def _copy(dst: Any, dst_off: int, src: Any, src_off: int, nbytes: int) -> None:
+    """Copy bytes between two arrays of one device, in order on its current stream."""
+    if nbytes == 0:
+        return
+    if isinstance(dst, np.ndarray):
+        d = dst.reshape(-1).view(np.uint8)
+        s = src.reshape(-1).view(np.uint8)
+        d[dst_off:dst_off + nbytes] = s[src_off:src_off + nbytes]
+        return
+    from .._stream import _current
+    b, index = dst._b, dst._index
+    cur = _current(b, index)
+    dptr, sptr = dst.data_ptr() + dst_off, src.data_ptr() + src_off
+    if b.host_accessible(index):   # cpu arrays may borrow host memory: copy in stream order
+        import ctypes
+
+        from ..comm._transfer import run_on_stream
+        def move() -> None:
+            ctypes.memmove(dptr, sptr, nbytes)
+
+        run_on_stream(cur, move)
+    else:
+        b.memcpy(dptr, sptr, nbytes, index, cur._handle, "d2d")
+
+
+def _pack(stage: Any, parts: list[Any]) -> None:
+    """Copy ``parts`` back to back into ``stage``."""
+    off = 0
+    for p in parts:
+        _copy(stage, off, p, 0, p.nbytes)
+        off += p.nbytes
+
+
+def _split_out(g: ProcessGroup, op: str, w: Work | None, stage: Any, outs: list[Any],
+               async_op: bool) -> Work | None:
+    """Copy the blocks of ``stage`` into ``outs`` after ``w`` (stream-ordered)."""
+    assert w is not None
+    w.wait()
+    off = 0
+    for o in outs:
+        _copy(o, 0, stage, off, o.nbytes)
+        off += o.nbytes
+    return Work.completed(outs) if async_op else None
+
+
+# ---------------------------------------------------------------------------- point-to-point
+def isend(tensor: Any, dst: int, group: GroupArg = None, tag: int = 0) -> Work | None:
+    """Start sending ``tensor`` to global rank ``dst``; ``wait()`` on the result.
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> callable(dist.isend)
+        True
+    """
+    g = _group(group)
+    if g is None:
+        _warn_not_member("isend")
+        return None
+    return g.p2p("isend", tensor, _grp_rank(g, dst, "dst"), int(tag), True)
+
+
+def irecv(tensor: Any, src: int | None = None, group: GroupArg = None, tag: int = 0) -> Work | None:
+    """Start receiving into ``tensor`` from global rank ``src`` (None: any, MPI only).
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> callable(dist.irecv)
+        True
+    """
+    g = _group(group)
+    if g is None:
+        _warn_not_member("irecv")
+        return None
+    peer = None if src is None else _grp_rank(g, src, "src")
+    return g.p2p("irecv", tensor, peer, int(tag), False)
+
+
+def send(tensor: Any, dst: int, group: GroupArg = None, tag: int = 0) -> None:
+    """Send ``tensor`` to global rank ``dst`` (blocks until the buffer may be reused).
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> callable(dist.send)
+        True
+    """
+    w = isend(tensor, dst, group, tag)
+    if w is not None:
+        w.wait()
+
+
+def recv(tensor: Any, src: int | None = None, group: GroupArg = None, tag: int = 0) -> int:
+    """Receive into ``tensor`` from global rank ``src`` (None: any); returns the sender's
+    global rank (-1 if not a member of ``group``).
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> callable(dist.recv)
+        True
+    """
+    w = irecv(tensor, src, group, tag)
+    if w is None:
+        return -1
+    w.wait()
+    g = _group(group)
+    assert g is not None
+    return g.global_ranks[w.source_rank()]
+
+
+@dataclass
+class P2POp:
+    """One operation for :func:`batch_isend_irecv`: ``P2POp(dist.isend, array, peer)``.
+
+    Example::
+
+        >>> import numpy as np, accelrt.distributed as dist
+        >>> dist.P2POp(dist.isend, np.zeros(2), 1).peer
+        1
+    """
+
+    op: Callable[..., Work | None]
+    tensor: Any
+    peer: int | None = None
+    group: GroupArg = None
+    tag: int = 0
+    group_peer: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.op not in (isend, irecv):
+            raise ValueError("Invalid ``op``. Expected ``op`` to be of type "
+                             "``torch.distributed.isend`` or ``torch.distributed.irecv``.")
+
+
+def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[Work]:
+    """Post every send and receive of ``p2p_op_list``; returns their work handles.
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> dist.batch_isend_irecv([])
+        []
+    """
+    if not isinstance(p2p_op_list, list) or not all(isinstance(p, P2POp) for p in p2p_op_list):
+        raise TypeError("Invalid ``p2p_op_list``. Each op is expected to to be of type "
+                        "``torch.distributed.P2POp``.")
+    if not p2p_op_list:
+        return []
+    groups = {id(_group(p.group)) for p in p2p_op_list}
+    if len(groups) != 1:
+        raise ValueError("All ops need to use the same group.")
+    g = _group(p2p_op_list[0].group)
+    ctx = None
+    if g is not None and any(e.name == "nccl" for e in g._engines.values()):
+        import importlib
+        ctx = importlib.import_module("nccl.core").group()
+    works: list[Work] = []
+    if ctx is not None:
+        ctx.__enter__()
+    try:
+        for p in p2p_op_list:
+            peer = p.peer if p.group_peer is None or g is None else g.global_ranks[p.group_peer]
+            w = p.op(p.tensor, peer, p.group, p.tag)
+            if w is not None:
+                works.append(w)
+    finally:
+        if ctx is not None:
+            ctx.__exit__(None, None, None)
+    return works
+
+
+# ---------------------------------------------------------------------------- barriers
+def barrier(group: GroupArg = None, async_op: bool = False,
+            device_ids: Sequence[int] | None = None) -> Work | None:
+    """Block until every rank of the group reached the barrier (after the group's queued
+    communication ran).
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> dist.init_process_group("mpi"); dist.barrier(); dist.destroy_process_group()
+    """
+    g = _group(group)
+    if g is None:
+        _warn_not_member("barrier")
+        return None
+    g._raise_kept()
+    g.drain()
+    seq = g.next_seq()
+    comm = g.control()
+    if comm is not None:
+        g._inline("barrier", seq, comm.Barrier)
+    else:   # NCCL only (env://): a one-element all_reduce, then wait for it
+        from .._array import zeros
+        index = g._engines and next(iter(g._engines))[1] or 0
+        one = zeros((1,), dtype="float32", device=f"cuda:{index}")
+        all_reduce(one, group=g)
+        from .._stream import current_stream
+        current_stream(f"cuda:{index}").synchronize()
+    return Work.completed() if async_op else None
+
+
+def monitored_barrier(group: GroupArg = None, timeout: Any = None,
+                      wait_all_ranks: bool = False) -> None:
+    """A barrier that names the ranks that did not arrive within ``timeout`` (rank 0 raises
+    :class:`DistTimeoutError`; host-side, needs MPI).
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> dist.init_process_group("mpi"); dist.monitored_barrier(timeout=5)
+        >>> dist.destroy_process_group()
+    """
+    g = _group(group)
+    if g is None:
+        _warn_not_member("monitored_barrier")
+        return
+    g._raise_kept()
+    comm = g.control()
+    if comm is None:
+        raise DistError("monitored_barrier needs MPI (launch through mpiexec)",
+                        rank=g.global_rank)
+    g.drain()
+    seq = g.next_seq()
+    limit = _seconds(timeout, g.timeout)
+    import time
+    from ._mpi import mpi
+    MPI = mpi()
+    tag = 0x7ACC
+    token = np.zeros(1, np.int64)
+    deadline = time.monotonic() + limit
+    ms = int(limit * 1000)
+    if g.rank() == 0:
+        bufs = {r: np.zeros(1, np.int64) for r in range(1, g.size())}
+        reqs = {r: comm.Irecv(bufs[r], r, tag) for r in bufs}
+        missing: list[int] = []
+        while reqs:
+            for r in list(reqs):
+                if reqs[r].Test():
+                    del reqs[r]
+            if reqs and time.monotonic() > deadline:
+                missing = sorted(reqs)
+                break
+            time.sleep(0)
+        if missing:
+            names = [g.global_ranks[r] for r in missing]
+            if wait_all_ranks:
+                msg = (f"[Rank 0]: Ranks {', '.join(map(str, names))} failed to pass "
+                       f"monitoredBarrier in {ms} ms")
+            else:
+                msg = f"[Rank 0]: Rank {names[0]} failed to pass monitoredBarrier in {ms} ms"
+            raise DistTimeoutError(msg, rank=g.global_rank, op="monitored_barrier", seq=seq)
+        for r in range(1, g.size()):
+            comm.Send(token, r, tag + 1)
+        return
+    comm.Send(token, 0, tag)
+    req = comm.Irecv(token, 0, tag + 1)
+    while not req.Test():
+        if time.monotonic() > deadline + 5.0:
+            raise DistTimeoutError(f"[Rank {g.global_rank}]: rank 0 did not release the "
+                                   f"monitored barrier in {ms} ms", rank=g.global_rank,
+                                   op="monitored_barrier", seq=seq)
+        time.sleep(0)
+
+
+# ---------------------------------------------------------------------------- objects
+class _HostOnlyPickler(pickle.Pickler):
+    def reducer_override(self, obj: Any) -> Any:
+        from .._array import Array
+        if isinstance(obj, Array):
+            raise TypeError("object collectives are host-only: an accelrt.Array inside the "
+                            "object would unpickle on another rank's device; send "
+                            "array.numpy() or use a collective on the array")
+        return NotImplemented
+
+
+def _dumps(obj: Any) -> bytes:
+    out = io.BytesIO()
+    _HostOnlyPickler(out, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
+    return out.getvalue()
+
+
+def _obj_comm(op: str, group: GroupArg) -> tuple[ProcessGroup | None, Any]:
+    g = _group(group)
+    if g is None:
+        _warn_not_member(op)
+        return None, None
+    g._raise_kept()
+    comm = g.control()
+    if comm is None:
+        raise DistError(f"{op} needs MPI (launch through mpiexec)", rank=g.global_rank)
+    g.drain()
+    g.next_seq()
+    return g, comm
+
+
+def broadcast_object_list(object_list: list[Any], src: int = 0, group: GroupArg = None,
+                          device: Any = None) -> None:
+    """Replace ``object_list``'s items on every rank with global rank ``src``'s (pickled).
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> dist.init_process_group("mpi")
+        >>> objs = [{"lr": 0.1}]
+        >>> dist.broadcast_object_list(objs, src=0); objs; dist.destroy_process_group()
+        [{'lr': 0.1}]
+    """
+    g, comm = _obj_comm("broadcast_object_list", group)
+    if g is None:
+        return
+    root = _grp_rank(g, src, "src")
+    data = _dumps(list(object_list)) if g.rank() == root else None
+    data = comm.bcast(data, root=root)
+    object_list[:] = pickle.loads(data)
+
+
+def all_gather_object(object_list: list[Any], obj: Any, group: GroupArg = None) -> None:
+    """Fill ``object_list`` (one slot per rank) with every rank's ``obj``.
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> dist.init_process_group("mpi")
+        >>> out = [None]
+        >>> dist.all_gather_object(out, "hi"); out; dist.destroy_process_group()
+        ['hi']
+    """
+    g, comm = _obj_comm("all_gather_object", group)
+    if g is None:
+        return
+    if len(object_list) != g.size():
+        raise ValueError(f"all_gather_object: object_list must have {g.size()} slots")
+    got = comm.allgather(_dumps(obj))
+    object_list[:] = [pickle.loads(x) for x in got]
+
+
+def gather_object(obj: Any, object_gather_list: list[Any] | None = None, dst: int = 0,
+                  group: GroupArg = None) -> None:
+    """Gather every rank's ``obj`` into ``object_gather_list`` on global rank ``dst``.
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> dist.init_process_group("mpi")
+        >>> out = [None]
+        >>> dist.gather_object(3, out, dst=0); out; dist.destroy_process_group()
+        [3]
+    """
+    g, comm = _obj_comm("gather_object", group)
+    if g is None:
+        return
+    root = _grp_rank(g, dst, "dst")
+    if g.rank() == root and (object_gather_list is None
+                             or len(object_gather_list) != g.size()):
+        raise ValueError(f"gather_object: object_gather_list must have {g.size()} slots on "
+                         "the destination rank")
+    got = comm.gather(_dumps(obj), root=root)
+    if g.rank() == root:
+        assert object_gather_list is not None
+        object_gather_list[:] = [pickle.loads(x) for x in got]
+
+
+def scatter_object_list(scatter_object_output_list: list[Any],
+                        scatter_object_input_list: list[Any] | None = None, src: int = 0,
+                        group: GroupArg = None) -> None:
+    """Set ``scatter_object_output_list[0]`` on group rank k to item k of global rank
+    ``src``'s ``scatter_object_input_list``.
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> dist.init_process_group("mpi")
+        >>> out = [None]
+        >>> dist.scatter_object_list(out, ["a"], src=0); out; dist.destroy_process_group()
+        ['a']
+    """
+    g, comm = _obj_comm("scatter_object_list", group)
+    if g is None:
+        return
+    if not isinstance(scatter_object_output_list, list) or not scatter_object_output_list:
+        raise ValueError("Expected argument scatter_object_output_list to be a list of size "
+                         "at least 1.")
+    root = _grp_rank(g, src, "src")
+    items = None
+    if g.rank() == root:
+        if scatter_object_input_list is None or len(scatter_object_input_list) != g.size():
+            raise ValueError(f"scatter_object_list: the source rank needs {g.size()} input "
+                             "objects")
+        items = [_dumps(x) for x in scatter_object_input_list]
+    mine = comm.scatter(items, root=root)
+    scatter_object_output_list[0] = pickle.loads(mine)

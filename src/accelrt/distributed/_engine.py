@@ -1,0 +1,305 @@
+"""The engine interface, reduction ops and the engine registry.
+
+An *engine* moves bytes between the ranks of one group for one device type: ``"mpi"``
+(mpi4py, host-readable memory) and ``"nccl"`` (nccl4py, CUDA memory on a stream) ship with
+accelrt; third parties add theirs with :func:`register_backend`. Engines see plain
+:class:`Buf` descriptors (address, element count, dtype); argument checks, stream ordering,
+staging through pinned host memory, timeouts and error mapping are the process group's job
+(:mod:`accelrt.distributed._group`), the same for every engine.
+
+Example::
+
+    >>> from accelrt.distributed import Backend, ReduceOp
+    >>> ReduceOp.SUM.name, "mpi" in Backend.backend_list
+    ('SUM', True)
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import numpy as np
+
+__all__ = ["Backend", "Buf", "Engine", "EngineContext", "ReduceOp", "Request",
+           "register_backend"]
+
+
+class ReduceOp(enum.Enum):
+    """Reduction operations (``torch.distributed.ReduceOp``'s members).
+
+    ``AVG`` is floating or complex only on MPI (a sum, then a division); ``BAND``, ``BOR`` and
+    ``BXOR`` are integer and bool only; complex arrays take ``SUM``, ``PRODUCT`` and ``AVG``.
+
+    Example::
+
+        >>> from accelrt.distributed import ReduceOp
+        >>> [op.name for op in ReduceOp]
+        ['SUM', 'PRODUCT', 'MIN', 'MAX', 'AVG', 'BAND', 'BOR', 'BXOR']
+    """
+
+    SUM = 0
+    PRODUCT = 1
+    MIN = 2
+    MAX = 3
+    AVG = 4
+    BAND = 5
+    BOR = 6
+    BXOR = 7
+
+    def __repr__(self) -> str:
+        return f"<ReduceOp.{self.name}>"
+
+    # members are singletons compared by identity: hash them the same way, in C (Enum's own
+    # __hash__ is Python code, measurable on the small-message path)
+    __hash__ = object.__hash__
+
+
+class Buf(NamedTuple):
+    """``count`` elements of ``dtype`` at address ``ptr`` (host memory for host engines,
+    device memory of ``device`` for device engines)."""
+
+    ptr: int
+    count: int  # type: ignore[assignment]  # (shadows tuple.count, unused here)
+    dtype: np.dtype[Any]
+    device: int = -1
+
+    @property
+    def nbytes(self) -> int:
+        return self.count * self.dtype.itemsize
+
+    def at(self, offset: int, count: int) -> Buf:
+        """The ``count`` elements starting ``offset`` elements in."""
+        return Buf(self.ptr + offset * self.dtype.itemsize, count, self.dtype, self.device)
+
+
+class Request:
+    """An engine's handle on a non-blocking point-to-point operation."""
+
+    def test(self) -> bool:
+        """True once the operation completed (raises the engine's error if it failed)."""
+        raise NotImplementedError
+
+    def wait(self) -> int:
+        """Block until completion; returns the peer's group rank."""
+        raise NotImplementedError
+
+
+@dataclass
+class EngineContext:
+    """What an engine factory gets: this rank and the group's size, the group's global ranks,
+    the device type, the device index (``-1`` for host memory), and the group's mpi4py
+    communicator when the job was launched through MPI (``None`` otherwise)."""
+
+    rank: int
+    size: int
+    global_ranks: list[int]
+    device_type: str
+    device_index: int
+    timeout: float
+    mpi_comm: Any = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+class Engine:
+    """Base class of engines. Ranks are group ranks. Each operation is called by every rank of
+    the group in the same order (the group guarantees it).
+
+    ``host_memory`` engines get host addresses (device memory is staged through pinned host
+    memory unless ``device_aware`` says the engine reads device memory itself);
+    ``stream_ordered`` engines enqueue on the ``stream`` passed to each call (an
+    :class:`accelrt.Stream`) and return before the data moved.
+    """
+
+    name = "engine"
+    host_memory = True
+    stream_ordered = False
+
+    def device_aware(self, device_type: str) -> bool:
+        """True if this engine may be given device addresses of ``device_type`` directly."""
+        return False
+
+    def supports(self, op: ReduceOp, dtype: np.dtype[Any]) -> str | None:
+        """None if ``op`` works on ``dtype``, else the reason."""
+        return None
+
+    def all_reduce(self, send: Buf | None, recv: Buf, op: ReduceOp, stream: Any) -> None:
+        raise NotImplementedError
+
+    def broadcast(self, buf: Buf, root: int, stream: Any) -> None:
+        raise NotImplementedError
+
+    def reduce(self, buf: Buf, op: ReduceOp, root: int, stream: Any) -> None:
+        raise NotImplementedError
+
+    def all_gather(self, send: Buf, recv: Buf, stream: Any) -> None:
+        raise NotImplementedError
+
+    def reduce_scatter(self, send: Buf, recv: Buf, op: ReduceOp, stream: Any) -> None:
+        raise NotImplementedError
+
+    def gather(self, send: Buf, recv: Buf | None, root: int, stream: Any) -> None:
+        raise NotImplementedError
+
+    def scatter(self, send: Buf | None, recv: Buf, root: int, stream: Any) -> None:
+        raise NotImplementedError
+
+    def all_to_all(self, send: Buf, recv: Buf, send_counts: Sequence[int],
+                   recv_counts: Sequence[int], stream: Any) -> None:
+        raise NotImplementedError
+
+    def barrier(self) -> None:
+        raise NotImplementedError
+
+    def isend(self, buf: Buf, peer: int, tag: int) -> Request:
+        raise NotImplementedError
+
+    def irecv(self, buf: Buf, peer: int | None, tag: int) -> Request:
+        raise NotImplementedError
+
+    def split(self, color: int | None, key: int, ctx: EngineContext | None) -> Engine | None:
+        """Collective over this engine's group: the sub-engine of the ranks with ``color``
+        (``None``: this rank is not a member)."""
+        raise NotImplementedError
+
+    def async_error(self) -> BaseException | None:
+        """An error of queued work, if the engine keeps any (NCCL)."""
+        return None
+
+    def abort(self) -> None:
+        """End the job (or at least this communicator) after an unrecoverable error."""
+
+    def destroy(self) -> None:
+        """Free the engine's resources (called by every rank)."""
+
+
+EngineFactory = Callable[[EngineContext], Engine]
+
+
+@dataclass
+class _Registered:
+    factory: EngineFactory
+    devices: tuple[str, ...]
+
+
+def _mpi_factory(ctx: EngineContext) -> Engine:
+    from ._mpi import MpiEngine
+    return MpiEngine.create(ctx)
+
+
+def _nccl_factory(ctx: EngineContext) -> Engine:
+    from ._nccl import NcclEngine
+    return NcclEngine.create(ctx)
+
+
+class Backend(str):
+    """Engine names (``torch.distributed.Backend``): ``Backend("MPI") == "mpi"``.
+
+    ``Backend.register_backend(name, func, extended_api=False, devices=None)`` adds an engine:
+    ``func(ctx: EngineContext) -> Engine``; ``devices`` lists the device types it serves
+    (``"cpu"``, ``"cuda"``, ``"opencl"``; all by default).
+
+    Example::
+
+        >>> from accelrt.distributed import Backend
+        >>> Backend("NCCL"), Backend.default_device_backend_map["cpu"]
+        ('nccl', 'mpi')
+    """
+
+    MPI = "mpi"
+    NCCL = "nccl"
+    UNDEFINED = "undefined"
+    backend_list: list[str] = ["mpi", "nccl"]
+    default_device_backend_map: dict[str, str] = {"cpu": "mpi", "opencl": "mpi", "cuda": "nccl"}
+    _registry: dict[str, _Registered] = {
+        "mpi": _Registered(_mpi_factory, ("cpu", "opencl", "cuda")),
+        "nccl": _Registered(_nccl_factory, ("cuda",)),
+    }
+
+    def __new__(cls, name: str) -> Backend:
+        if not isinstance(name, str):
+            raise TypeError(f"Backend name must be a string, but got: {name!r}")
+        low = name.lower()
+        if low not in cls._registry and low != "undefined":
+            raise ValueError(f"Invalid backend: '{name}'; known: "
+                             f"{', '.join(sorted(cls._registry))}")
+        return super().__new__(cls, low)
+
+    @classmethod
+    def register_backend(cls, name: str, func: EngineFactory, extended_api: bool = False,
+                         devices: str | Sequence[str] | None = None) -> None:
+        """Register a third-party engine (see the class docstring)."""
+        register_backend(name, func, devices=devices)
+
+
+def register_backend(name: str, func: EngineFactory,
+                     devices: str | Sequence[str] | None = None) -> None:
+    """Register engine ``name`` (lower-cased), made by ``func(ctx)`` for ``devices``.
+
+    Raises:
+        TypeError: ``func`` is not callable.
+        ValueError: ``name`` is already registered.
+
+    Example::
+
+        >>> from accelrt.distributed import register_backend
+        >>> from accelrt.distributed._mpi import MpiEngine
+        >>> register_backend("mympi", MpiEngine.create, devices=["cpu"])
+        >>> from accelrt.distributed import Backend
+        >>> Backend("MyMPI")
+        'mympi'
+        >>> Backend._unregister("mympi")
+    """
+    if not callable(func):
+        raise TypeError(f"register_backend() needs a callable factory, got "
+                        f"{type(func).__name__}")
+    low = name.lower()
+    if low in Backend._registry or low == "undefined":
+        raise ValueError(f"backend {name!r} is already registered")
+    devs = (devices,) if isinstance(devices, str) else tuple(devices or ("cpu", "opencl", "cuda"))
+    Backend._registry[low] = _Registered(func, devs)
+    Backend.backend_list.append(low)
+    setattr(Backend, low.upper(), low)
+
+
+def _unregister(name: str) -> None:
+    if name in ("mpi", "nccl"):
+        raise ValueError("the built-in engines cannot be unregistered")
+    Backend._registry.pop(name, None)
+    if name in Backend.backend_list:
+        Backend.backend_list.remove(name)
+    if getattr(Backend, name.upper(), None) == name:
+        delattr(Backend, name.upper())
+
+
+Backend._unregister = staticmethod(_unregister)  # type: ignore[attr-defined]
+
+
+def parse_backend(spec: str | None) -> dict[str, str]:
+    """``"cpu:mpi,cuda:nccl"`` or ``"mpi"`` (every device type the engine serves) or None
+    (the defaults) -> ``{device_type: engine}``."""
+    out = dict(Backend.default_device_backend_map)
+    if spec is None:
+        return out
+    if not isinstance(spec, str):
+        raise TypeError(f"backend must be a string like 'mpi' or 'cpu:mpi,cuda:nccl', got "
+                        f"{type(spec).__name__}")
+    text = spec.strip().lower()
+    if ":" not in text:
+        name = str(Backend(text))
+        devs = Backend._registry[name].devices
+        return {d: name for d in devs}
+    result: dict[str, str] = {}
+    for part in text.split(","):
+        dev, sep, name = part.strip().partition(":")
+        if not sep or not dev or not name:
+            raise ValueError(f"invalid backend string {spec!r}: expected 'device:engine' items "
+                             "separated by commas, e.g. 'cpu:mpi,cuda:nccl'")
+        eng = str(Backend(name.strip()))
+        if dev not in Backend._registry[eng].devices:
+            raise ValueError(f"engine {eng!r} does not serve {dev!r} devices (it serves "
+                             f"{', '.join(Backend._registry[eng].devices)})")
+        result[dev.strip()] = eng
+    return result

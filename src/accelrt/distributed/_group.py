@@ -1,0 +1,868 @@
+"""Process groups, work handles, stream ordering, staging, timeouts and errors.
+
+One rule for every engine (ProcessGroupNCCL's): each (group, device) has a *comm stream*; an
+operation makes it wait for the caller's current stream, runs there (NCCL: enqueued with
+``stream=``; MPI: a host function in stream order), protects its arrays from early reuse by the
+caching allocator (``record_stream``) and records a done event. ``async_op=False`` makes the
+current stream wait for that event; ``async_op=True`` returns a :class:`Work`. When the comm
+stream is idle and the current stream has no pending work, a host engine is called directly on
+the calling thread (no stream hop: mpi4py's own cost plus a few microseconds).
+
+Device memory an MPI cannot read (CUDA, OpenCL buffers) is staged through the backend's pinned
+host pool on the comm stream (device to host, MPI on the host, host to device); the host blocks
+for the MPI part.
+
+Errors of queued communication are kept on the group and raised by the next call on it, by
+``Work.wait()``/``synchronize()`` and by ``destroy_process_group()``. A watchdog thread ends
+the job when an engine call runs past the group's timeout (MPI has no timeouts of its own),
+printing the rank, the operation and its sequence number.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import _staging
+from .._array import Array
+from .._errors import AcceleratorValueError
+from .._event import Event
+from .._stream import Stream, _current
+from ..comm._transfer import run_on_stream
+from ._engine import Buf, Engine, EngineContext, ReduceOp, Request
+from ._errors import DistBackendError, DistError, DistTimeoutError
+
+__all__ = ["ProcessGroup", "Work"]
+
+DEFAULT_TIMEOUT = 600.0
+_monotonic = time.monotonic
+
+
+def debug_level() -> str:
+    """``ACCELRT_DISTRIBUTED_DEBUG``: ``OFF`` (default), ``INFO`` or ``DETAIL``."""
+    return os.environ.get("ACCELRT_DISTRIBUTED_DEBUG", "OFF").upper()
+
+
+#: ACCELRT_DISTRIBUTED_DEBUG=DETAIL, read by init_process_group
+DETAIL = False
+
+
+#: ACCELRT_MPI_STAGE=1: stage host-accessible device memory too (tests the staged path)
+FORCE_STAGE = False
+
+
+def read_debug_level() -> None:
+    """Read ``ACCELRT_DISTRIBUTED_DEBUG`` and ``ACCELRT_MPI_STAGE`` (at init_process_group;
+    call again after changing them)."""
+    global DETAIL, FORCE_STAGE
+    DETAIL = debug_level() == "DETAIL"
+    FORCE_STAGE = os.environ.get("ACCELRT_MPI_STAGE") == "1"
+
+
+def _force_stage() -> bool:
+    return FORCE_STAGE
+
+
+# ---------------------------------------------------------------------------- watchdog
+class _Watchdog:
+    """Ends the job when an engine call runs past its deadline (a daemon thread)."""
+
+    def __init__(self) -> None:
+        self._active: dict[int, tuple[float, ProcessGroup, str, int, float]] = {}
+        self._tokens = itertools.count(1)
+        self._thread: threading.Thread | None = None
+        self._wake = threading.Event()
+        self._interval = 1.0
+        self.on_timeout: Callable[[ProcessGroup, str, int, float], None] = _abort_job
+        self.groups: list[ProcessGroup] = []   # their fast-path calls are watched too
+
+    def watch(self, group: ProcessGroup) -> None:
+        """Watch ``group``'s direct engine calls (its ``_t0``/``_op``/``_opseq`` slots)."""
+        self.groups = [g for g in self.groups if not g.destroyed] + [group]
+        if self._thread is None or group.timeout / 4 < self._interval:
+            self._start(min(1.0, max(0.01, group.timeout / 4)))
+
+    def enter(self, group: ProcessGroup, op: str, seq: int, timeout: float) -> int:
+        tok = next(self._tokens)
+        self._active[tok] = (time.monotonic() + timeout, group, op, seq, timeout)
+        if self._thread is None or timeout / 4 < self._interval:
+            self._start(min(1.0, max(0.01, timeout / 4)))
+        return tok
+
+    def exit(self, tok: int) -> None:
+        self._active.pop(tok, None)
+
+    def _start(self, interval: float) -> None:
+        self._interval = interval
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="accelrt-dist-watchdog",
+                                            daemon=True)
+            self._thread.start()
+        else:
+            self._wake.set()
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait(self._interval)
+            self._wake.clear()
+            now = time.monotonic()
+            for deadline, group, op, seq, timeout in list(self._active.values()):
+                if now > deadline:
+                    self.on_timeout(group, op, seq, timeout)
+            for group in self.groups:
+                t0 = group._t0
+                if t0 and now - t0 > group.timeout:
+                    self.on_timeout(group, group._op, group._opseq, group.timeout)
+
+
+def _abort_job(group: ProcessGroup, op: str, seq: int, timeout: float) -> None:
+    msg = (f"accelrt.distributed: rank {group.global_rank}: {op} (sequence number {seq}) on "
+           f"group {group.name!r} did not complete within {timeout:g} s: a peer is stuck, "
+           "died, or issued a different collective. Aborting the job (set timeout= on "
+           "init_process_group/new_group to change the limit; ACCELRT_DISTRIBUTED_DEBUG=DETAIL "
+           "checks that every rank issues the same collectives).")
+    print(msg, file=sys.stderr, flush=True)
+    for eng in list(group._engines.values()):
+        try:
+            eng.abort()
+        except Exception:   # the job ends below anyway
+            pass
+    os._exit(124)
+
+
+WATCHDOG = _Watchdog()
+
+
+# ---------------------------------------------------------------------------- work
+class Work:
+    """A handle on an asynchronous operation (``torch.distributed.Work``).
+
+    ``wait()`` makes the current stream of the operation's device wait for it (host memory:
+    blocks until done), ``synchronize()`` blocks the host, ``is_completed()`` asks. Both
+    re-raise an error the operation (or earlier queued work of its group) hit.
+
+    Example::
+
+        >>> from accelrt.distributed import Work
+        >>> w = Work.completed()
+        >>> w.is_completed(), w.wait()
+        (True, True)
+    """
+
+    def __init__(self, group: ProcessGroup | None, op: str, seq: int, *,
+                 event: Event | None = None, stream_of: tuple[Any, int] | None = None,
+                 request: Request | None = None, finish: Callable[[], None] | None = None,
+                 outputs: Sequence[Any] = ()) -> None:
+        self._group, self._op, self._seq = group, op, seq
+        self._event, self._stream_of = event, stream_of
+        self._request, self._finish = request, finish
+        self._outputs = list(outputs)
+        self._done = event is None and request is None
+        self._source = -1
+        self._exc: BaseException | None = None
+
+    @classmethod
+    def completed(cls, outputs: Sequence[Any] = ()) -> Work:
+        """A finished work handle."""
+        return cls(None, "", 0, outputs=outputs)
+
+    def _check(self) -> None:
+        if self._exc is not None:
+            raise self._exc
+        if self._group is not None:
+            self._group._raise_kept()
+
+    def _complete_request(self, timeout: float | None) -> None:
+        req, g = self._request, self._group
+        assert req is not None and g is not None
+        try:
+            if timeout is not None:
+                deadline = time.monotonic() + timeout
+                while not req.test():
+                    if time.monotonic() > deadline:
+                        raise DistTimeoutError(
+                            f"rank {g.global_rank}: {self._op} (sequence number {self._seq}) "
+                            f"did not complete within {timeout:g} s", rank=g.global_rank,
+                            op=self._op, seq=self._seq)
+                    time.sleep(0)
+                self._source = req.wait()
+            else:
+                tok = WATCHDOG.enter(g, self._op, self._seq, g.timeout)
+                try:
+                    self._source = req.wait()
+                finally:
+                    WATCHDOG.exit(tok)
+        except DistTimeoutError:
+            raise
+        except Exception as exc:
+            self._exc = g._engine_error(self._op, self._seq, exc)
+            raise self._exc from exc
+        self._request = None
+        if self._finish is not None:
+            fin, self._finish = self._finish, None
+            fin()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Order the current stream after the operation (host arrays and point-to-point: block
+        until done); ``timeout`` (seconds) bounds a host wait with :class:`DistTimeoutError`.
+        Returns True."""
+        if self._request is not None:
+            self._complete_request(timeout)
+        elif self._event is not None:
+            if timeout is not None:
+                deadline = time.monotonic() + timeout
+                while not self._event.query():
+                    if time.monotonic() > deadline:
+                        g = self._group
+                        rank = -1 if g is None else g.global_rank
+                        raise DistTimeoutError(
+                            f"rank {rank}: {self._op} (sequence number {self._seq}) did not "
+                            f"complete within {timeout:g} s", rank=rank, op=self._op,
+                            seq=self._seq)
+                    time.sleep(0)
+            assert self._stream_of is not None
+            b, index = self._stream_of
+            self._event.wait(_current(b, index))
+        self._check()
+        return True
+
+    def synchronize(self) -> None:
+        """Block the host until the operation completed."""
+        if self._request is not None:
+            self._complete_request(None)
+        elif self._event is not None:
+            self._event.synchronize()
+        self._check()
+
+    def is_completed(self) -> bool:
+        """True once the operation completed (point-to-point: its data arrived)."""
+        if self._request is not None:
+            try:
+                return self._request.test()
+            except Exception as exc:
+                assert self._group is not None
+                self._exc = self._group._engine_error(self._op, self._seq, exc)
+                return True
+        if self._event is not None:
+            return self._event.query()
+        return True
+
+    def is_success(self) -> bool:
+        """True if completed without an error."""
+        return self.is_completed() and self.exception() is None
+
+    def exception(self) -> BaseException | None:
+        """The error this work (or its group) hit, or None."""
+        if self._exc is not None:
+            return self._exc
+        return None if self._group is None else self._group._error
+
+    def source_rank(self) -> int:
+        """For a receive: the group rank the data came from."""
+        if self._request is not None:
+            self._complete_request(None)
+        return self._source
+
+    def result(self) -> list[Any]:
+        """The output arrays of the operation."""
+        return list(self._outputs)
+
+    def __repr__(self) -> str:
+        return f"<accelrt.distributed.Work {self._op or 'completed'} seq={self._seq}>"
+
+
+# ---------------------------------------------------------------------------- locations
+class _Loc:
+    __slots__ = ("b", "host", "index", "type")
+
+    def __init__(self, b: Any, index: int, host: bool) -> None:
+        self.b, self.index, self.host = b, index, host
+        self.type = "cpu" if b is None else b.name
+
+
+def _locate(arrays: Sequence[Any], what: str) -> _Loc:
+    first = arrays[0]
+    if isinstance(first, np.ndarray):
+        for a in arrays:
+            if not isinstance(a, np.ndarray):
+                raise TypeError(f"{what}: mix of numpy arrays and {type(a).__name__}; pass "
+                                "arrays of one device")
+            if not a.flags.c_contiguous:
+                raise AcceleratorValueError(f"{what}: Tensors must be contiguous")
+        return _Loc(None, -1, True)
+    if not isinstance(first, Array):
+        raise TypeError(f"{what}: expected an accelrt.Array or numpy.ndarray, got "
+                        f"{type(first).__name__}")
+    b, index = first._b, first._index
+    for a in arrays:
+        if not isinstance(a, Array):
+            raise TypeError(f"{what}: expected accelrt.Array, got {type(a).__name__}")
+        if a._b is not b or a._index != index:
+            raise AcceleratorValueError(
+                f"{what}: all arrays must be on one device, got {first.device} and "
+                f"{a.device}")
+    return _Loc(b, index, False)
+
+
+def _buf(a: Any) -> Buf:
+    if isinstance(a, np.ndarray):
+        return Buf(a.ctypes.data if a.size else 0, a.size, a.dtype)
+    return Buf(a._mem.ptr, a.size, a._dtype, a._index)
+
+
+class _DevCtx:
+    """The comm stream of one (group, device) and its queue counters."""
+
+    __slots__ = ("finished", "issued", "stream")
+
+    def __init__(self, stream: Stream) -> None:
+        self.stream = stream
+        self.issued = 0
+        self.finished = 0
+
+    def idle(self) -> bool:
+        return self.issued == self.finished
+
+
+# ---------------------------------------------------------------------------- groups
+class ProcessGroup:
+    """A set of ranks that run collectives together (``torch.distributed.ProcessGroup``).
+
+    Made by :func:`~accelrt.distributed.init_process_group` (the world) and
+    :func:`~accelrt.distributed.new_group`.
+    """
+
+    def __init__(self, name: str, rank: int, size: int, global_ranks: list[int],
+                 engine_map: dict[str, str], backend_str: str, timeout: float,
+                 mpi_comm: Any, global_rank: int) -> None:
+        self.name = name
+        self._rank, self._size = rank, size
+        self.global_ranks = global_ranks
+        self.global_rank = global_rank
+        self.engine_map = engine_map
+        self.backend_str = backend_str
+        self.timeout = timeout
+        self.mpi_comm = mpi_comm          # the group's own (private) mpi4py communicator
+        self._engines: dict[tuple[str, int], Engine] = {}
+        self._ctx: dict[tuple[str, int], _DevCtx] = {}
+        self._seq = 0
+        self._error: BaseException | None = None
+        self._lock = threading.Lock()
+        self._ctrl: Any = None
+        self._preset: dict[tuple[str, int], Engine] = {}
+        self._supported: set[tuple[Engine, ReduceOp, Any]] = set()
+        # (backend, index) -> (engine, comm-stream ctx) where a host engine may be called
+        # directly on the caller's thread when both streams are idle (the fast path)
+        self._fast: dict[tuple[Any, int], tuple[Engine, _DevCtx]] = {}
+        self.parent: ProcessGroup | None = None
+        self.destroyed = False
+        # MPI_THREAD_MULTIPLE: engine calls may run on comm-stream worker threads
+        self.threads_ok = True
+        # the direct call in progress on the caller's thread (watched by the watchdog)
+        self._t0 = 0.0
+        self._op = ""
+        self._opseq = 0
+        WATCHDOG.watch(self)
+
+    def rank(self) -> int:
+        """This process's rank in the group."""
+        return self._rank
+
+    def size(self) -> int:
+        """Number of ranks in the group."""
+        return self._size
+
+    def __repr__(self) -> str:
+        return (f"<accelrt.distributed.ProcessGroup {self.name!r} rank={self._rank} "
+                f"size={self._size} backend={self.backend_str!r}>")
+
+    # ------------------------------------------------------------------ errors
+    def _raise_kept(self) -> None:
+        err = self._error
+        if err is not None:
+            raise err
+        if self.destroyed:
+            raise DistError(f"process group {self.name!r} was destroyed; create a new one",
+                            rank=self.global_rank)
+
+    def _keep(self, exc: BaseException) -> None:
+        with self._lock:
+            if self._error is None:
+                self._error = exc
+
+    def _engine_error(self, op: str, seq: int, exc: BaseException) -> DistError:
+        if isinstance(exc, DistError):
+            return exc
+        text = str(exc).strip().splitlines()
+        reason = text[-1] if text else type(exc).__name__
+        where = type(exc).__module__.split(".")[0]
+        kind = type(exc).__name__ if where == "builtins" else f"{where}.{type(exc).__name__}"
+        return DistBackendError(
+            f"rank {self.global_rank}: {op} (sequence number {seq}) on group {self.name!r} "
+            f"failed in the engine: {kind}: {reason}", rank=self.global_rank, op=op, seq=seq)
+
+    # ------------------------------------------------------------------ engines and streams
+    def control(self) -> Any:
+        """A private MPI communicator for host-side control traffic, or None without MPI."""
+        if self._ctrl is None and self.mpi_comm is not None:
+            self._ctrl = self.mpi_comm.Dup()
+        return self._ctrl
+
+    def engine(self, device_type: str, index: int) -> Engine:
+        key = (device_type, index if device_type == "cuda" else 0)
+        eng = self._engines.get(key)
+        if eng is not None:
+            return eng
+        eng = self._preset.pop(key, None)
+        if eng is None:
+            name = self.engine_map.get(device_type)
+            if name is None:
+                raise DistError(f"no engine serves {device_type} arrays in group "
+                                f"{self.name!r} (backend {self.backend_str!r}); pass e.g. "
+                                f"backend='{device_type}:mpi'", rank=self.global_rank)
+            from ._engine import Backend
+            ctx = EngineContext(self._rank, self._size, self.global_ranks, device_type,
+                                index, self.timeout, self.mpi_comm)
+            if device_type == "cuda" and self.mpi_comm is not None and name == "nccl":
+                _check_one_rank_per_gpu(self, index)
+            # starting an engine is collective (a communicator is duplicated or created)
+            tok = WATCHDOG.enter(self, f"start of the {name!r} engine", self._seq + 1,
+                                 self.timeout)
+            try:
+                eng = Backend._registry[name].factory(ctx)
+            except DistError:
+                raise
+            except Exception as exc:
+                raise DistBackendError(
+                    f"rank {self.global_rank}: could not start the {name!r} engine for "
+                    f"{device_type} arrays: {type(exc).__name__}: {exc}",
+                    rank=self.global_rank) from exc
+            finally:
+                WATCHDOG.exit(tok)
+        self._engines[key] = eng
+        return eng
+
+    def dev_ctx(self, b: Any, index: int) -> _DevCtx:
+        key = (b.name, index)
+        ctx = self._ctx.get(key)
+        if ctx is None:
+            from .._device import _device_obj
+            ctx = _DevCtx(Stream(_device_obj(b.name, index)))
+            self._ctx[key] = ctx
+        return ctx
+
+    def drain(self) -> None:
+        """Block until every operation queued on this group's comm streams has run."""
+        for ctx in list(self._ctx.values()):
+            if not ctx.idle():
+                ctx.stream.synchronize()
+
+    def next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    # ------------------------------------------------------------------ debug checks
+    def fingerprint(self, device_type: str, eng: Engine, desc: tuple[Any, ...]) -> None:
+        """ACCELRT_DISTRIBUTED_DEBUG=DETAIL: every rank compares (op, seq, dtype, shape, root,
+        reduce op) with every other rank and all raise, naming the odd rank(s), on a
+        mismatch."""
+        comm = self.control()
+        if comm is None:
+            return
+        everyone = comm.allgather(desc)
+        if all(d == everyone[0] for d in everyone):
+            return
+        counts: dict[Any, int] = {}
+        for d in everyone:
+            counts[d] = counts.get(d, 0) + 1
+        common = max(counts, key=lambda d: (counts[d], -everyone.index(d)))
+        odd = [self.global_ranks[r] for r, d in enumerate(everyone) if d != common]
+        detail = "; ".join(f"rank {self.global_ranks[r]}: {_describe(d)}"
+                           for r, d in enumerate(everyone))
+        raise DistError(
+            f"rank {self.global_rank}: collective mismatch in group {self.name!r} at sequence "
+            f"number {desc[1]}: rank(s) {', '.join(map(str, odd))} differ from the others "
+            f"({detail})", rank=self.global_rank, op=str(desc[0]), seq=int(desc[1]))
+
+    # ------------------------------------------------------------------ execution
+    def run(self, op: str, arrays: Sequence[Any], ins: Sequence[Any], outs: Sequence[Any],
+            call: Callable[[Engine, Callable[[Any], Buf], Any], None], async_op: bool,
+            desc: tuple[Any, ...] = (), red: ReduceOp | None = None,
+            result: Sequence[Any] = ()) -> Work | None:
+        """Run ``call(engine, buf, stream)`` for a collective over ``arrays`` (``ins`` are read,
+        ``outs`` written; ``buf(array)`` gives the memory the engine must use)."""
+        self._raise_kept()
+        loc = _locate(arrays, op)
+        seq = self.next_seq()
+        eng = self.engine(loc.type, loc.index)
+        if red is not None:
+            for a in arrays:
+                key = (eng, red, a.dtype)
+                if key not in self._supported:
+                    why = eng.supports(red, a.dtype)
+                    if why is not None:
+                        raise AcceleratorValueError(f"{op}: {why}")
+                    self._supported.add(key)
+        check = DETAIL
+        full = (op, seq) + tuple(desc)
+
+        def body(getbuf: Callable[[Any], Buf], stream: Any) -> None:
+            if check:
+                self.fingerprint(loc.type, eng, full)
+            call(eng, getbuf, stream)
+
+        if loc.host:
+            self.drain()
+            self._inline(op, seq, lambda: body(_buf, None))
+            return Work.completed(result) if async_op else None
+        b, index = loc.b, loc.index
+        cur = _current(b, index)
+        ctx = self.dev_ctx(b, index)
+        if eng.stream_ordered:
+            return self._enqueue(op, seq, eng, ctx, cur, b, index, arrays, body, async_op,
+                                 result)
+        # borrowed host memory (cpu arrays made from numpy) is never staged
+        borrowed = all(a._mem.host for a in arrays)
+        host_ok = borrowed or (b.host_accessible(index) and not _force_stage())
+        if (host_ok and b.host_accessible(index) and not DETAIL
+                and getattr(eng, "fast_ok", lambda: False)()):
+            self._fast[(b, index)] = (eng, ctx)
+        if host_ok or eng.device_aware(loc.type):
+            if ctx.idle() and cur.query():
+                self._inline(op, seq, lambda: body(_buf, None))
+                return Work.completed(result) if async_op else None
+            if host_ok and self.threads_ok:
+                return self._queue_host(op, seq, ctx, cur, b, index, arrays, body, async_op,
+                                        result)
+            # a device-aware MPI may make CUDA calls: never inside a stream callback
+            ctx.stream.wait_stream(cur)
+            ctx.stream.synchronize()
+            self._inline(op, seq, lambda: body(_buf, None))
+            return self._finish(op, seq, ctx, cur, b, index, arrays, async_op, result)
+        return self._staged(op, seq, ctx, cur, b, index, arrays, ins, outs, body, async_op,
+                            result)
+
+    def all_reduce_fast(self, a: Any, op: ReduceOp) -> bool:
+        """``all_reduce(a, op)`` called directly on this thread when nothing needs the full
+        path (a kept error, debug checks, queued comm-stream work, pending work on the current
+        stream, forced staging, an array of a device not used before); False otherwise. One
+        call with everything inlined: this is the small-message path."""
+        if type(a) is not Array or self._error is not None or DETAIL or FORCE_STAGE:
+            return False
+        b, index = a._b, a._index
+        ent = self._fast.get((b, index))
+        if ent is None:
+            return False
+        eng, ctx = ent
+        if ctx.issued != ctx.finished or (getattr(b, "_slow", True)
+                                          and not _current(b, index).query()):
+            return False
+        mem = a._mem
+        self._seq = seq = self._seq + 1
+        self._op, self._opseq, self._t0 = "all_reduce", seq, _monotonic()
+        try:
+            eng.allreduce_fast(mem.ptr, mem.nbytes, a._dtype, op)  # type: ignore[attr-defined]
+        except (DistError, AcceleratorValueError):
+            raise
+        except Exception as exc:
+            err = self._engine_error("all_reduce", seq, exc)
+            self._keep(err)
+            raise err from exc
+        finally:
+            self._t0 = 0.0
+        return True
+
+    def broadcast_fast(self, a: Any, root: int) -> bool:
+        """``broadcast(a, root)`` through the fast path (see :meth:`all_reduce_fast`)."""
+        if type(a) is not Array or self._error is not None or DETAIL or FORCE_STAGE:
+            return False
+        b, index = a._b, a._index
+        ent = self._fast.get((b, index))
+        if ent is None:
+            return False
+        eng, ctx = ent
+        if ctx.issued != ctx.finished or (getattr(b, "_slow", True)
+                                          and not _current(b, index).query()):
+            return False
+        mem = a._mem
+        self._seq = seq = self._seq + 1
+        self._op, self._opseq, self._t0 = "broadcast", seq, _monotonic()
+        try:
+            eng.bcast_fast(mem.ptr, mem.nbytes, root)  # type: ignore[attr-defined]
+        except Exception as exc:
+            err = self._engine_error("broadcast", seq, exc)
+            self._keep(err)
+            raise err from exc
+        finally:
+            self._t0 = 0.0
+        return True
+
+    def all_gather_fast(self, out: Any, a: Any) -> bool:
+        """``all_gather_into_tensor(out, a)`` through the fast path when ``out`` is an array
+        of ``a``'s device, dtype and world_size times its bytes (else the full path checks)."""
+        if (type(a) is not Array or type(out) is not Array or self._error is not None
+                or DETAIL or FORCE_STAGE):
+            return False
+        b, index = a._b, a._index
+        mem, omem = a._mem, out._mem
+        if (out._b is not b or out._index != index or out._dtype != a._dtype
+                or omem.nbytes != mem.nbytes * self._size):
+            return False
+        ent = self._fast.get((b, index))
+        if ent is None:
+            return False
+        eng, ctx = ent
+        if ctx.issued != ctx.finished or (getattr(b, "_slow", True)
+                                          and not _current(b, index).query()):
+            return False
+        self._seq = seq = self._seq + 1
+        self._op, self._opseq, self._t0 = "all_gather_into_tensor", seq, _monotonic()
+        try:
+            eng.allgather_fast(mem.ptr, omem.ptr, mem.nbytes)  # type: ignore[attr-defined]
+        except Exception as exc:
+            err = self._engine_error("all_gather_into_tensor", seq, exc)
+            self._keep(err)
+            raise err from exc
+        finally:
+            self._t0 = 0.0
+        return True
+
+    def _inline(self, op: str, seq: int, fn: Callable[[], None]) -> None:
+        tok = WATCHDOG.enter(self, op, seq, self.timeout)
+        try:
+            fn()
+        except (DistError, AcceleratorValueError):
+            raise
+        except Exception as exc:
+            err = self._engine_error(op, seq, exc)
+            self._keep(err)
+            raise err from exc
+        finally:
+            WATCHDOG.exit(tok)
+
+    def _finish(self, op: str, seq: int, ctx: _DevCtx, cur: Stream, b: Any, index: int,
+                arrays: Sequence[Any], async_op: bool, result: Sequence[Any]) -> Work | None:
+        comm = ctx.stream
+        for a in arrays:
+            a.record_stream(comm)
+        done = comm.record_event()
+        self._raise_kept()
+        if async_op:
+            return Work(self, op, seq, event=done, stream_of=(b, index), outputs=result)
+        cur.wait_event(done)
+        return None
+
+    def _queue_host(self, op: str, seq: int, ctx: _DevCtx, cur: Stream, b: Any, index: int,
+                    arrays: Sequence[Any], body: Callable[[Callable[[Any], Buf], Any], None],
+                    async_op: bool, result: Sequence[Any]) -> Work | None:
+        comm = ctx.stream
+        comm.wait_stream(cur)
+        bufs = [_buf(a) for a in arrays]
+        table = {id(a): bf for a, bf in zip(arrays, bufs)}
+
+        def fn() -> None:
+            try:
+                if self._error is None:
+                    self._inline(op, seq, lambda: body(lambda a: table[id(a)], None))
+            except BaseException as exc:
+                self._keep(exc)
+            finally:
+                ctx.finished += 1
+
+        ctx.issued += 1
+        try:
+            run_on_stream(comm, fn)
+        except BaseException:
+            ctx.finished = ctx.issued
+            raise
+        return self._finish(op, seq, ctx, cur, b, index, arrays, async_op, result)
+
+    def _enqueue(self, op: str, seq: int, eng: Engine, ctx: _DevCtx, cur: Stream, b: Any,
+                 index: int, arrays: Sequence[Any],
+                 body: Callable[[Callable[[Any], Buf], Any], None], async_op: bool,
+                 result: Sequence[Any]) -> Work | None:
+        comm = ctx.stream
+        comm.wait_stream(cur)
+        kept = eng.async_error()
+        if kept is not None:
+            self._keep(self._engine_error(op, seq, kept))
+            self._raise_kept()
+        self._inline(op, seq, lambda: body(_buf, comm))
+        return self._finish(op, seq, ctx, cur, b, index, arrays, async_op, result)
+
+    def _staged(self, op: str, seq: int, ctx: _DevCtx, cur: Stream, b: Any, index: int,
+                arrays: Sequence[Any], ins: Sequence[Any], outs: Sequence[Any],
+                body: Callable[[Callable[[Any], Buf], Any], None], async_op: bool,
+                result: Sequence[Any]) -> Work | None:
+        comm = ctx.stream
+        comm.wait_stream(cur)
+        pool = _staging.pinned_pool(b)
+        blocks: dict[int, Buf] = {}
+        owned: list[int] = []
+        keep: list[np.ndarray] = []
+        try:
+            for a in arrays:
+                if id(a) in blocks:
+                    continue
+                nbytes = a.nbytes
+                if nbytes == 0:
+                    ptr = 0
+                elif pool is not None:
+                    ptr = pool.malloc(nbytes)
+                    owned.append(ptr)
+                else:
+                    h = np.empty(nbytes, np.uint8)
+                    keep.append(h)
+                    ptr = h.ctypes.data
+                blocks[id(a)] = Buf(ptr, a.size, a.dtype)
+            done_in: set[int] = set()
+            for a in ins:
+                if id(a) not in done_in and a.nbytes:
+                    b.memcpy(blocks[id(a)].ptr, a.data_ptr(), a.nbytes, index, comm._handle,
+                             "d2h")
+                    done_in.add(id(a))
+            comm.synchronize()
+            self._inline(op, seq, lambda: body(lambda a: blocks[id(a)], None))
+            done_out: set[int] = set()
+            for a in outs:
+                if id(a) not in done_out and a.nbytes:
+                    b.memcpy(a.data_ptr(), blocks[id(a)].ptr, a.nbytes, index, comm._handle,
+                             "h2d")
+                    done_out.add(id(a))
+        finally:
+            assert pool is not None or not owned
+            for ptr in owned:
+                assert pool is not None
+                try:
+                    pool.record_event(ptr, comm)
+                finally:
+                    pool.free(ptr)
+        return self._finish(op, seq, ctx, cur, b, index, arrays, async_op, result)
+
+    # ------------------------------------------------------------------ point-to-point
+    def p2p(self, op: str, array: Any, peer: int | None, tag: int, send: bool) -> Work:
+        """Post a send or receive of ``array`` to or from group rank ``peer``."""
+        self._raise_kept()
+        loc = _locate([array], op)
+        seq = self.next_seq()
+        eng = self.engine(loc.type, loc.index)
+        if loc.host:
+            self.drain()
+            return self._post(op, seq, eng, _buf(array), peer, tag, send, None)
+        b, index = loc.b, loc.index
+        cur = _current(b, index)
+        ctx = self.dev_ctx(b, index)
+        if eng.stream_ordered:
+            if peer is None:
+                raise AcceleratorValueError(f"{op}: the {eng.name} engine needs an explicit "
+                                            "source rank (src=None is MPI only)")
+            comm = ctx.stream
+            comm.wait_stream(cur)
+            fn = eng.send_on if send else eng.recv_on  # type: ignore[attr-defined]
+            p = peer
+            self._inline(op, seq, lambda: fn(_buf(array), p, comm))
+            array.record_stream(comm)
+            done = comm.record_event()
+            w = Work(self, op, seq, event=done, stream_of=(b, index), outputs=[array])
+            w._source = peer
+            return w
+        if (array._mem.host or b.host_accessible(index) and not _force_stage()
+                or eng.device_aware(loc.type)):
+            if not cur.query():
+                cur.synchronize()
+            if not ctx.idle():
+                ctx.stream.synchronize()
+            return self._post(op, seq, eng, _buf(array), peer, tag, send, None, keep=array)
+        # staged through a pinned block
+        pool = _staging.pinned_pool(b)
+        nbytes = array.nbytes
+        hold: Any = None
+        if pool is not None and nbytes:
+            ptr = pool.malloc(nbytes)
+        else:
+            hold = np.empty(max(nbytes, 1), np.uint8)
+            ptr = hold.ctypes.data
+        host = Buf(ptr if nbytes else 0, array.size, array.dtype)
+
+        def release(stream: Stream | None) -> None:
+            if pool is not None and hold is None and nbytes:
+                try:
+                    if stream is not None:
+                        pool.record_event(ptr, stream)
+                finally:
+                    pool.free(ptr)
+
+        try:
+            if send and nbytes:
+                if not ctx.idle():
+                    ctx.stream.synchronize()
+                b.memcpy(ptr, array.data_ptr(), nbytes, index, cur._handle, "d2h")
+                cur.synchronize()
+        except BaseException:
+            release(None)
+            raise
+        if send:
+            return self._post(op, seq, eng, host, peer, tag, send, lambda: release(None),
+                              keep=(array, hold))
+
+        def land() -> None:
+            c = _current(b, index)
+            try:
+                if nbytes:
+                    b.memcpy(array.data_ptr(), ptr, nbytes, index, c._handle, "h2d")
+            finally:
+                release(c)
+
+        return self._post(op, seq, eng, host, peer, tag, send, land, keep=(array, hold))
+
+    def _post(self, op: str, seq: int, eng: Engine, buf: Buf, peer: int | None, tag: int,
+              send: bool, finish: Callable[[], None] | None, keep: Any = None) -> Work:
+        try:
+            if send:
+                assert peer is not None
+                req = eng.isend(buf, peer, tag)
+            else:
+                req = eng.irecv(buf, peer, tag)
+        except Exception as exc:
+            err = self._engine_error(op, seq, exc)
+            self._keep(err)
+            raise err from exc
+        w = Work(self, op, seq, request=req, finish=finish,
+                 outputs=[keep] if keep is not None else [])
+        return w
+
+
+def _describe(d: Any) -> str:
+    if not isinstance(d, tuple) or len(d) < 2:
+        return repr(d)
+    op, seq, *rest = d
+    return f"{op} #{seq} " + " ".join(str(x) for x in rest if x is not None)
+
+
+def _check_one_rank_per_gpu(group: ProcessGroup, index: int) -> None:
+    """NCCL refuses two ranks on one GPU ('Duplicate GPU detected'): say so before it does."""
+    import socket
+
+    from .._device import _get_device
+    b, _ = _get_device(f"cuda:{index}")
+    try:
+        uid = str(b.get_device_properties(index).get("uuid", index))
+    except Exception:
+        uid = f"{os.environ.get('CUDA_VISIBLE_DEVICES', '')}/{index}"
+    mine = (socket.gethostname(), uid)
+    everyone = group.control().allgather(mine)
+    twins = [group.global_ranks[r] for r, x in enumerate(everyone) if x == mine]
+    if len(twins) > 1:
+        raise DistError(
+            f"ranks {', '.join(map(str, twins))} use the same GPU (cuda:{index} on "
+            f"{mine[0]}); NCCL needs one GPU per rank. Launch through "
+            "'mpiexec -n N python -m accelrt.distributed.run', which pins rank k of a node to "
+            "device k, or pass device_id; the 'mpi' engine (backend='cuda:mpi') allows "
+            "sharing a GPU", rank=group.global_rank)

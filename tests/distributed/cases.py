@@ -1,0 +1,538 @@
+"""Many accelrt.distributed checks in one MPI launch (run by tests/test_distributed.py).
+
+Usage: mpiexec -n N python -m accelrt.distributed.run tests/distributed/cases.py [SECTIONS]
+
+Each rank prints ``OK <case>`` or ``FAIL <case>: <reason>`` per case and ``DONE <rank>
+<count>`` at the end; a case that raises is a failure, not an abort, so one launch reports
+every case. SECTIONS (comma separated) picks groups of cases: ``ops`` (every op on cpu
+arrays, several dtypes, in-place and out-of-place, sync and async work), ``numpy``,
+``staged`` (the pinned-staging path, forced with ACCELRT_MPI_STAGE=1), ``p2p``, ``objects``,
+``groups`` (new_group), ``queued`` (comm-stream ordering with a gated current stream; async
+cpu streams only), ``errors`` (local checks, kept errors, registry), ``topology``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import traceback
+import warnings
+
+import numpy as np
+
+import accelrt as acc
+import accelrt.distributed as dist
+from accelrt.comm._transfer import run_on_stream
+
+# CASES_DEVICE / CASES_BACKEND / CASES_INIT run the same table on another device and engine
+# (the GPU runs: cuda arrays on "cuda:nccl" or staged through "cuda:mpi")
+DEV = os.environ.get("CASES_DEVICE", "cpu")
+BACKEND = os.environ.get("CASES_BACKEND", "cpu:mpi")
+dist.init_process_group(backend=BACKEND, init_method=os.environ.get("CASES_INIT") or None,
+                        timeout=float(os.environ.get("CASES_TIMEOUT", "30")))
+R, N = dist.get_rank(), dist.get_world_size()
+ASYNC = os.environ.get("ACCELRT_CPU_STREAMS") == "async" and DEV == "cpu"
+NCCL = "nccl" in BACKEND
+results: list[str] = []
+SECTIONS = set((sys.argv[1] if len(sys.argv) > 1 else
+                "ops,numpy,staged,p2p,objects,groups,queued,errors,topology").split(","))
+
+
+def case(name: str):
+    def deco(fn):
+        try:
+            fn()
+            results.append(f"OK {name}")
+            if os.environ.get("CASES_TRACE"):
+                print(f"[{R}] OK {name} seq={dist.GroupMember.WORLD._seq}", flush=True)
+        except Exception:
+            msg = traceback.format_exc().strip().splitlines()
+            results.append(f"FAIL {name}: {' | '.join(msg[-4:])}")
+        return fn
+    return deco
+
+
+def eq(got, want, what=""):
+    got = np.asarray(got)
+    want = np.asarray(want)
+    if got.shape != want.shape or not np.array_equal(got, want):
+        raise AssertionError(f"{what} got {got.tolist()} want {want.tolist()}")
+
+
+def close(got, want, what=""):
+    if not np.allclose(np.asarray(got), np.asarray(want)):
+        raise AssertionError(f"{what} got {np.asarray(got).tolist()} want "
+                             f"{np.asarray(want).tolist()}")
+
+
+def arr(values, dtype, kind):
+    host = np.asarray(values, dtype=dtype)
+    if kind == "numpy":
+        return host.copy()
+    if kind == "borrowed":   # a cpu array over numpy memory
+        return acc.asarray(host, device=DEV)
+    out = acc.empty(host.shape, dtype=dtype, device=DEV)   # allocator memory
+    return out.copy_(host)
+
+
+def host(a):
+    return a.copy() if isinstance(a, np.ndarray) else a.numpy()
+
+
+def rank_values(r, n_el, dtype):
+    base = np.arange(n_el) + 1 + r
+    if np.dtype(dtype).kind == "b":
+        return (base % 2 == 0) if r == 0 else np.zeros(n_el, bool) | (r == 1)
+    if np.dtype(dtype).kind == "c":
+        return base + 1j * (r + 1)
+    return base
+
+
+DTYPES = ["float32", "float64", "int32", "int64", "uint8", "complex64", "bool", "float16"]
+
+
+def expected_reduce(op, dtype, n_el, ranks):
+    vals = [np.asarray(rank_values(r, n_el, dtype), dtype=dtype) for r in ranks]
+    stack = np.stack(vals)
+    if op is dist.ReduceOp.SUM:
+        return stack.any(0) if stack.dtype == bool else stack.sum(0, dtype=dtype)
+    if op is dist.ReduceOp.PRODUCT:
+        return stack.all(0) if stack.dtype == bool else stack.prod(0, dtype=dtype)
+    if op is dist.ReduceOp.MIN:
+        return stack.min(0)
+    if op is dist.ReduceOp.MAX:
+        return stack.max(0)
+    if op is dist.ReduceOp.AVG:
+        return (stack.sum(0, dtype=dtype) / len(ranks)).astype(dtype)
+    f = {dist.ReduceOp.BAND: np.bitwise_and, dist.ReduceOp.BOR: np.bitwise_or,
+         dist.ReduceOp.BXOR: np.bitwise_xor}[op]
+    return f.reduce(stack, axis=0)
+
+
+def valid(op, dtype):
+    k = np.dtype(dtype).kind
+    if NCCL and (op in (dist.ReduceOp.BAND, dist.ReduceOp.BOR, dist.ReduceOp.BXOR)
+                 or k == "c" and op is dist.ReduceOp.PRODUCT):
+        return False
+    if k == "c" and op not in (dist.ReduceOp.SUM, dist.ReduceOp.PRODUCT, dist.ReduceOp.AVG):
+        return False
+    if op in (dist.ReduceOp.BAND, dist.ReduceOp.BOR, dist.ReduceOp.BXOR) and k not in "biu":
+        return False
+    if op is dist.ReduceOp.AVG and k not in "fc":
+        return False
+    return True
+
+
+def ops_section(kind, dtypes, label=""):
+    for dtype in dtypes:
+        for op in dist.ReduceOp:
+            if not valid(op, dtype):
+                continue
+            for async_op in (False, True):
+                @case(f"{label}{kind} all_reduce {op.name} {dtype} async={async_op}")
+                def _():
+                    a = arr(rank_values(R, 5, dtype), dtype, kind)
+                    w = dist.all_reduce(a, op=op, async_op=async_op)
+                    if async_op:
+                        assert w.wait() is True
+                    want = expected_reduce(op, dtype, 5, range(N))
+                    (close if np.dtype(dtype).kind in "fc" else eq)(host(a), want)
+        for root in range(N):
+            @case(f"{label}{kind} broadcast {dtype} src={root}")
+            def _():
+                a = arr(rank_values(R, 3, dtype), dtype, kind)
+                dist.broadcast(a, src=root)
+                eq(host(a), np.asarray(rank_values(root, 3, dtype), dtype))
+
+            @case(f"{label}{kind} reduce {dtype} dst={root}")
+            def _():
+                mine = np.asarray(rank_values(R, 4, dtype), dtype)
+                a = arr(mine, dtype, kind)
+                op = dist.ReduceOp.SUM if np.dtype(dtype).kind == "c" else dist.ReduceOp.MAX
+                w = dist.reduce(a, dst=root, op=op, async_op=True)
+                w.synchronize()
+                eq(host(a), expected_reduce(op, dtype, 4, range(N)) if R == root else mine)
+
+        @case(f"{label}{kind} all_gather_into_tensor {dtype}")
+        def _():
+            inp = arr(rank_values(R, 3, dtype), dtype, kind)
+            out = arr(np.zeros((N, 3)), dtype, kind)
+            dist.all_gather_into_tensor(out, inp)
+            eq(host(out), np.stack([np.asarray(rank_values(r, 3, dtype), dtype)
+                                    for r in range(N)]))
+
+        @case(f"{label}{kind} all_gather list {dtype}")
+        def _():
+            inp = arr(rank_values(R, 2, dtype), dtype, kind)
+            outs = [arr(np.zeros(2), dtype, kind) for _ in range(N)]
+            w = dist.all_gather(outs, inp, async_op=True)
+            w.wait()
+            for r in range(N):
+                eq(host(outs[r]), np.asarray(rank_values(r, 2, dtype), dtype))
+
+        if dtype != "bool":
+            @case(f"{label}{kind} reduce_scatter_tensor {dtype}")
+            def _():
+                vals = [np.asarray(rank_values(r, 2 * N, dtype), dtype) for r in range(N)]
+                inp = arr(vals[R], dtype, kind)
+                out = arr(np.zeros(2), dtype, kind)
+                dist.reduce_scatter_tensor(out, inp, op=dist.ReduceOp.SUM)
+                total = np.stack(vals).sum(0, dtype=dtype)
+                (close if np.dtype(dtype).kind in "fc" else eq)(host(out),
+                                                                total[2 * R:2 * R + 2])
+
+        @case(f"{label}{kind} gather/scatter {dtype}")
+        def _():
+            root = N - 1
+            inp = arr(rank_values(R, 2, dtype), dtype, kind)
+            outs = [arr(np.zeros(2), dtype, kind) for _ in range(N)] if R == root else None
+            dist.gather(inp, outs, dst=root)
+            if R == root:
+                for r in range(N):
+                    eq(host(outs[r]), np.asarray(rank_values(r, 2, dtype), dtype))
+            got = arr(np.zeros(2), dtype, kind)
+            parts = ([arr(rank_values(r + 10, 2, dtype), dtype, kind) for r in range(N)]
+                     if R == root else None)
+            w = dist.scatter(got, parts, src=root, async_op=True)
+            w.wait()
+            eq(host(got), np.asarray(rank_values(R + 10, 2, dtype), dtype))
+
+        @case(f"{label}{kind} all_to_all_single equal {dtype}")
+        def _():
+            inp = arr(np.arange(2 * N) + 100 * R, dtype, kind)
+            out = arr(np.zeros(2 * N), dtype, kind)
+            dist.all_to_all_single(out, inp)
+            want = np.concatenate([np.arange(2 * R, 2 * R + 2) + 100 * r for r in range(N)])
+            eq(host(out), want.astype(dtype))
+
+    @case(f"{label}{kind} all_to_all_single uneven splits, 2-d")
+    def _():
+        # rank r sends (p + 1) rows of 2 to rank p; receives (r + 1) rows from everyone
+        send_rows = [p + 1 for p in range(N)]
+        inp = arr(np.arange(sum(send_rows) * 2).reshape(-1, 2) + 1000 * R, "int64", kind)
+        out = arr(np.zeros(((R + 1) * N, 2)), "int64", kind)
+        dist.all_to_all_single(out, inp, output_split_sizes=[R + 1] * N,
+                               input_split_sizes=send_rows)
+        want = []
+        for src in range(N):
+            start = sum(p + 1 for p in range(R))
+            block = np.arange(sum(send_rows) * 2).reshape(-1, 2)[start:start + R + 1]
+            want.append(block + 1000 * src)
+        eq(host(out), np.concatenate(want))
+
+    @case(f"{label}{kind} all_reduce empty and 2-d out-of-place all_gather")
+    def _():
+        e = arr(np.zeros(0), "float32", kind)
+        dist.all_reduce(e)
+        inp = arr(np.full((2, 2), R), "float32", kind)
+        out = arr(np.zeros((2 * N, 2)), "float32", kind)
+        dist.all_gather_into_tensor(out, inp)
+        eq(host(out), np.repeat(np.arange(N), 4).reshape(2 * N, 2).astype("float32"))
+
+
+if "ops" in SECTIONS:
+    ops_section("acc", DTYPES)
+    if DEV == "cpu":
+        ops_section("borrowed", ["float32"])
+if "numpy" in SECTIONS:
+    ops_section("numpy", ["float32", "int64"])
+
+if "staged" in SECTIONS and DEV == "cpu":
+    os.environ["ACCELRT_MPI_STAGE"] = "1"
+    ops_section("acc", ["float64", "int32"], label="staged ")
+
+    @case("staged p2p")
+    def _():
+        if N < 2:
+            return
+        if R == 0:
+            dist.send(acc.full((3,), 7.5, device=DEV), 1, tag=3)
+        elif R == 1:
+            b = acc.zeros((3,), device=DEV)
+            assert dist.recv(b, 0, tag=3) == 0
+            eq(b.numpy(), [7.5, 7.5, 7.5])
+    del os.environ["ACCELRT_MPI_STAGE"]
+
+if "p2p" in SECTIONS:
+    @case("p2p ring send/recv and isend/irecv")
+    def _():
+        right, left = (R + 1) % N, (R - 1) % N
+        out = acc.full((4,), float(R), device=DEV)
+        got = acc.zeros((4,), device=DEV)
+        ws = dist.isend(out, right, tag=5)
+        wr = dist.irecv(got, left, tag=5)
+        wr.wait()
+        ws.wait()
+        assert wr.is_completed() and ws.is_completed()
+        eq(got.numpy(), np.full(4, float(left), "float32"))
+
+    @case("p2p batch_isend_irecv with numpy and tags")
+    def _():
+        right, left = (R + 1) % N, (R - 1) % N
+        s1, s2 = np.full(3, R, np.int64), np.full(2, 10 + R, np.int16)
+        r1, r2 = np.zeros(3, np.int64), np.zeros(2, np.int16)
+        ops = [dist.P2POp(dist.isend, s1, right, tag=1), dist.P2POp(dist.isend, s2, right, tag=2),
+               dist.P2POp(dist.irecv, r2, left, tag=2), dist.P2POp(dist.irecv, r1, left, tag=1)]
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+        eq(r1, np.full(3, left)), eq(r2, np.full(2, 10 + left))
+
+    @case("p2p recv from any source returns the sender")
+    def _():
+        if "MPIR_CVAR_NUM_CLIQUES" in os.environ:
+            # MPICH 5.0.2 loses ANY_SOURCE matches between simulated nodes after tagged sends
+            # (reproduced with raw mpi4py: Isend/Irecv tags 1-2 in a ring, then Irecv
+            # ANY_SOURCE hangs); the case runs in the other launches
+            return
+        dist.barrier()
+        if R == 0:
+            senders = set()
+            for _ in range(N - 1):
+                b = acc.zeros((1,), dtype="int32", device=DEV)
+                src = dist.recv(b)
+                assert int(b.numpy()[0]) == src * 3, (src, b.tolist())
+                senders.add(src)
+            assert senders == set(range(1, N))
+        else:
+            dist.send(acc.full((1,), 3 * R, dtype="int32", device=DEV), 0)
+
+    @case("p2p wait(timeout) on a receive nobody sends raises DistTimeoutError")
+    def _():
+        b = np.zeros(1)
+        w = dist.irecv(b, (R + 1) % N, tag=999)
+        try:
+            w.wait(timeout=0.05)
+        except dist.DistTimeoutError as e:
+            assert "irecv" in str(e) and "did not complete" in str(e)
+        else:
+            raise AssertionError("no timeout")
+        dist.barrier()   # every rank timed out before anybody sends
+        dist.send(np.ones(1), (R - 1) % N, tag=999)
+        w.wait()
+        eq(b, [1.0])
+
+    @case("barrier and monitored_barrier")
+    def _():
+        dist.barrier()
+        assert dist.barrier(async_op=True).is_completed()
+        dist.monitored_barrier(timeout=20, wait_all_ranks=True)
+
+if "objects" in SECTIONS:
+    @case("object collectives")
+    def _():
+        objs = [{"from": R}, "x"] if R == 0 else [None, None]
+        dist.broadcast_object_list(objs, src=0)
+        assert objs == [{"from": 0}, "x"], objs
+        lst = [None] * N
+        dist.all_gather_object(lst, ("r", R))
+        assert lst == [("r", r) for r in range(N)], lst
+        root = N - 1
+        g = [None] * N if R == root else None
+        dist.gather_object(R * R, g, dst=root)
+        if R == root:
+            assert g == [r * r for r in range(N)], g
+        out = [None]
+        dist.scatter_object_list(out, [f"item{r}" for r in range(N)] if R == 0 else None, src=0)
+        assert out == [f"item{R}"], out
+
+    @case("object collectives refuse device arrays")
+    def _():
+        try:
+            dist.all_gather_object([None] * N, {"a": acc.zeros(2, device=DEV)})
+        except TypeError as e:
+            assert "host-only" in str(e)
+        else:
+            raise AssertionError("accepted a device array")
+        dist.barrier()
+
+if "groups" in SECTIONS and N >= 2:
+    @case("new_group of ranks 0 and last")
+    def _():
+        members = [0, N - 1]
+        g = dist.new_group(members)
+        if R in members:
+            assert dist.get_rank(g) == members.index(R) and dist.get_world_size(g) == 2
+            a = acc.full((3,), float(R + 1), device=DEV)
+            dist.all_reduce(a, group=g)
+            eq(a.numpy(), np.full(3, 1.0 + N, "float32"))
+            b = acc.full((2,), float(R), device=DEV)
+            dist.broadcast(b, src=N - 1, group=g)
+            eq(b.numpy(), np.full(2, float(N - 1), "float32"))
+            out = [None, None]
+            dist.all_gather_object(out, R, group=g)
+            assert out == members
+            try:
+                dist.broadcast(b, src=1 if N > 2 else 5, group=g)
+            except ValueError as e:
+                assert "not part of the group" in str(e)
+            else:
+                raise AssertionError("accepted a non-member src")
+        else:
+            assert g is dist.GroupMember.NON_GROUP_MEMBER
+            assert dist.get_rank(g) == -1
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                assert dist.all_reduce(acc.zeros(1, device=DEV), group=g) is None
+            assert any("does not belong" in str(w.message) for w in caught)
+        dist.barrier()
+        if R in members:
+            dist.destroy_process_group(g)
+
+    @case("new_group of all ranks in reverse order is the world order")
+    def _():
+        g = dist.new_group(list(reversed(range(N))))
+        a = np.array([R], np.int64)
+        dist.all_reduce(a, group=g)
+        eq(a, [N * (N - 1) // 2])
+        dist.destroy_process_group(g)
+
+if "queued" in SECTIONS and ASYNC:
+    # the current stream is held busy by a gate: every op must take the comm-stream path
+    # (wait for the current stream, run there, report through the done event)
+    def gated(fn):
+        gate = threading.Event()
+        cur = acc.current_stream(DEV)
+        run_on_stream(cur, lambda: gate.wait(30))
+        try:
+            return fn()
+        finally:
+            gate.set()
+
+    @case("queued all_reduce sees work queued before it and orders work after it")
+    def _():
+        for i in range(20):
+            a = acc.zeros((8,), device=DEV)
+            w = gated(lambda: (a.fill_(float(R + i)), dist.all_reduce(a, async_op=True))[1])
+            assert not isinstance(w, type(None))
+            w.wait()
+            a.fill_(0.0) if False else None
+            eq(a.numpy(), np.full(8, float(sum(r + i for r in range(N))), "float32"))
+
+    @case("queued sync all_reduce then read through the current stream")
+    def _():
+        a = acc.zeros((4,), dtype="int64", device=DEV)
+        gated(lambda: (a.fill_(R + 1), dist.all_reduce(a)))
+        eq(a.numpy(), np.full(4, N * (N + 1) // 2))
+
+    @case("queued work: is_completed/synchronize, outputs kept alive by record_stream")
+    def _():
+        gate = threading.Event()
+        cur = acc.current_stream(DEV)
+        run_on_stream(cur, lambda: gate.wait(30))
+        a = acc.full((1024,), 1.0, device=DEV)
+        ptr = a.data_ptr()
+        w = dist.all_reduce(a, async_op=True)
+        assert not w.is_completed()
+        del a   # the allocator must not hand this block out before the comm stream ran
+        b = acc.empty((1024,), device=DEV)
+        assert b.data_ptr() != ptr
+        gate.set()
+        w.synchronize()
+        assert w.is_completed()
+        eq(w.result()[0].numpy(), np.full(1024, float(N), "float32"))
+
+if "errors" in SECTIONS:
+    @case("local argument checks")
+    def _():
+        a = acc.zeros((3,), device=DEV)
+        checks = [
+            (lambda: dist.all_gather_into_tensor(acc.zeros((3,), device=DEV), a), ValueError,
+             "world_size times"),
+            (lambda: dist.reduce_scatter_tensor(a, acc.zeros((4,), device=DEV)), ValueError,
+             "output size times world size"),
+            (lambda: dist.all_reduce(acc.zeros((2,), dtype="complex64", device=DEV),
+                                     op=dist.ReduceOp.MAX), ValueError, "complex"),
+            (lambda: dist.all_reduce(a, op=dist.ReduceOp.BAND), ValueError, "integer or bool"),
+            (lambda: dist.all_reduce(a, op="sum"), TypeError, "ReduceOp"),
+            (lambda: dist.broadcast(a, src=N), ValueError, "not part of the group"),
+            (lambda: dist.all_gather_into_tensor(acc.zeros((3 * N,), dtype="float64",
+                                                           device=DEV), a), ValueError, "dtype"),
+            (lambda: dist.all_reduce([1, 2]), TypeError, "accelrt.Array"),
+            (lambda: dist.all_reduce(np.zeros((4, 4))[:, 1]), ValueError, "contiguous"),
+            (lambda: dist.all_to_all_single(acc.zeros((N + 1,), device=DEV),
+                                            acc.zeros((N + 1,), device=DEV)), ValueError,
+             "divisible"),
+            (lambda: dist.all_to_all_single(a, a, [1] * (N + 1), [1] * (N + 1)), ValueError,
+             "split_sizes"),
+            (lambda: dist.init_process_group("mpi"), ValueError, "twice"),
+        ]
+        for fn, exc, text in checks:
+            try:
+                fn()
+            except exc as e:
+                assert text in str(e), (text, str(e))
+            else:
+                raise AssertionError(f"no {exc.__name__} ({text})")
+        dist.barrier()   # nothing was sent: the ranks are still in step
+
+    @case("registered engine serves cpu arrays; its queued error is kept on the group")
+    def _():
+        from accelrt.distributed._mpi import MpiEngine
+
+        class Failing(MpiEngine):
+            name = "failing"
+            calls = 0
+
+            def all_reduce(self, send, recv, op, stream):
+                Failing.calls += 1
+                if recv.count == 13:
+                    raise RuntimeError("engine refused 13 elements")
+                super().all_reduce(send, recv, op, stream)
+
+        dist.register_backend("failing", Failing.create, devices=["cpu"])
+        try:
+            g = dist.new_group(backend="cpu:failing")
+            assert dist.get_backend(g) == "cpu:failing"
+            a = acc.full((4,), 1.0, device=DEV)
+            dist.all_reduce(a, group=g)
+            eq(a.numpy(), np.full(4, float(N), "float32"))
+            assert Failing.calls == 1
+            bad = acc.full((13,), 1.0, device=DEV)
+            raised = []
+            try:
+                if ASYNC:
+                    gate = threading.Event()
+                    run_on_stream(acc.current_stream(DEV), lambda: gate.wait(30))
+                    w = dist.all_reduce(bad, group=g, async_op=True)   # queued: no error yet
+                    assert w.exception() is None
+                    gate.set()
+                    w.synchronize()   # blocks until the queued call ran: raises its error
+                else:
+                    dist.all_reduce(bad, group=g)
+            except dist.DistBackendError as e:
+                raised.append(e)
+                assert "engine refused 13 elements" in str(e) and "sequence number 2" in str(e)
+                assert isinstance(e.__cause__, RuntimeError)
+            assert raised, "the engine error was lost"
+            try:   # the group stays broken: the next call raises the kept error
+                dist.all_reduce(acc.full((4,), 1.0, device=DEV), group=g)
+            except dist.DistBackendError as e:
+                assert e is raised[0]
+            else:
+                raise AssertionError("the next call did not re-raise the kept error")
+            try:
+                dist.destroy_process_group(g)
+            except dist.DistBackendError as e:
+                assert "engine refused" in str(e)
+            else:
+                raise AssertionError("destroy did not re-raise the kept error")
+        finally:
+            dist.Backend._unregister("failing")
+
+if "topology" in SECTIONS:
+    @case("launcher variables and node-local ranks")
+    def _():
+        cliques = int(os.environ.get("MPIR_CVAR_NUM_CLIQUES", "1"))
+        assert os.environ["RANK"] == str(R) and os.environ["WORLD_SIZE"] == str(N)
+        local = int(os.environ["LOCAL_RANK"])
+        assert dist.get_node_local_rank() == local
+        assert int(os.environ["LOCAL_WORLD_SIZE"]) == (N // cliques if cliques > 1 else N), \
+            os.environ["LOCAL_WORLD_SIZE"]
+        everyone = [None] * N
+        dist.all_gather_object(everyone, local)
+        assert sorted(everyone) == sorted(list(range(N // cliques)) * cliques), everyone
+
+print("\n".join(f"[{R}] {line}" for line in results), flush=True)
+dist.destroy_process_group()
+print(f"DONE {R} {len(results)}", flush=True)

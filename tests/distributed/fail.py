@@ -1,0 +1,89 @@
+"""Failure modes of accelrt.distributed, one per launch (run by tests/test_distributed.py).
+
+Usage: mpiexec -n N python [-m accelrt.distributed.run] tests/distributed/fail.py MODE
+
+Every mode must end the job within seconds: with a clear error on the surviving ranks where
+one can be raised, otherwise through the launcher's abort with a non-zero exit status.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+import numpy as np
+
+import accelrt as acc
+import accelrt.distributed as dist
+
+MODE = sys.argv[1]
+TIMEOUT = float(os.environ.get("FAIL_TIMEOUT", "2"))
+
+
+def stuck() -> None:
+    """A peer that stops communicating (no sleep: it waits on an event nobody sets; the
+    launcher kills it when the job is aborted)."""
+    threading.Event().wait(60)
+    os._exit(7)
+
+
+if MODE == "init_stuck":
+    from mpi4py import MPI
+    if MPI.COMM_WORLD.Get_rank() == 1:
+        stuck()
+    dist.init_process_group("cpu:mpi", timeout=TIMEOUT)
+    raise SystemExit("rank 0 passed init without rank 1")
+
+dist.init_process_group("cpu:mpi", timeout=TIMEOUT)
+R, N = dist.get_rank(), dist.get_world_size()
+a = acc.full((4,), 1.0, device="cpu")
+dist.all_reduce(a)   # sequence number 1: everyone is here
+
+if MODE == "ok":
+    print(f"OK {R} {a.tolist()}", flush=True)
+elif MODE == "raise":
+    if R == 1:
+        raise ValueError("boom on rank 1")
+    dist.all_reduce(a)
+elif MODE == "die":
+    if R == 1:
+        os._exit(3)
+    dist.all_reduce(a)
+elif MODE == "stuck":
+    if R == 1:
+        stuck()
+    dist.all_reduce(a)   # sequence number 2: rank 1 never joins
+elif MODE == "mismatch":
+    # rank N-1 differs: float64[2] (dtype: same bytes) or float32[8] (shape)
+    kind = os.environ["FAIL_KIND"]
+    if R == N - 1:
+        x = (acc.full((2,), 1.0, dtype="float64", device="cpu") if kind == "dtype"
+             else acc.full((8,), 1.0, device="cpu"))
+    else:
+        x = acc.full((4,), 1.0, device="cpu")
+    try:
+        dist.all_reduce(x)
+    except dist.DistError as e:
+        print(f"CAUGHT {R} {type(e).__name__}: {e}", flush=True)
+        dist.barrier()   # still in step: the check ran before any data moved
+        dist.destroy_process_group()
+        raise SystemExit(0)
+    print(f"NOT CAUGHT {R} {x.tolist()}", flush=True)
+elif MODE == "monitored":
+    if R == 1:
+        stuck()
+    dist.monitored_barrier(timeout=TIMEOUT)
+elif MODE == "two_ranks_one_gpu":
+    # the GPU machine: both ranks ask for cuda:0 under NCCL
+    dist.destroy_process_group()
+    dist.init_process_group("cuda:nccl", timeout=TIMEOUT)
+    acc.set_device_index("cuda:0")
+    try:
+        dist.all_reduce(acc.full((4,), 1.0, device="cuda:0"))
+    except dist.DistError as e:
+        print(f"CAUGHT {R} {e}", flush=True)
+        raise SystemExit(0)
+else:
+    raise SystemExit(f"unknown mode {MODE}")
+dist.destroy_process_group()

@@ -1,0 +1,175 @@
+"""accelrt.distributed in one process: lazy engines, argument checks, backend strings, the
+registry, a singleton world, and the GPU paths (skipped without a GPU)."""
+
+from __future__ import annotations
+
+import datetime
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import accelrt as acc
+import accelrt.distributed as dist
+from accelrt.distributed._engine import parse_backend
+
+ROOT = Path(__file__).resolve().parent.parent
+HAVE_MPI = importlib.util.find_spec("mpi4py") is not None
+needs_mpi = pytest.mark.skipif(not HAVE_MPI, reason="mpi4py is not installed")
+
+
+def _has_cuda_device() -> bool:
+    try:
+        from accelrt import backends
+        return backends.get_backend("cuda").device_count() > 0
+    except Exception:
+        return False
+
+
+def test_import_loads_no_engine() -> None:
+    code = ("import sys, accelrt.distributed as d; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('mpi4py', 'nccl')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT / "src")}, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_calls_before_init_raise() -> None:
+    assert not dist.is_initialized() and dist.is_available()
+    with pytest.raises(ValueError, match="Default process group has not been initialized"):
+        dist.get_rank()
+    with pytest.raises(ValueError, match="has not been initialized"):
+        dist.all_reduce(np.zeros(2))
+
+
+def test_backend_strings() -> None:
+    assert parse_backend("mpi") == {"cpu": "mpi", "opencl": "mpi", "cuda": "mpi"}
+    assert parse_backend("NCCL") == {"cuda": "nccl"}
+    assert parse_backend("cpu:mpi,cuda:nccl") == {"cpu": "mpi", "cuda": "nccl"}
+    assert parse_backend(None)["cuda"] == "nccl"
+    with pytest.raises(ValueError, match="Invalid backend: 'gloo'"):
+        parse_backend("gloo")
+    with pytest.raises(ValueError, match="does not serve 'cpu'"):
+        parse_backend("cpu:nccl")
+    with pytest.raises(ValueError, match="device:engine"):
+        parse_backend("cpu:mpi,nccl")
+    assert dist.Backend("MPI") == "mpi" and dist.Backend.NCCL == "nccl"
+
+
+def test_register_backend_checks() -> None:
+    with pytest.raises(TypeError, match="callable"):
+        dist.register_backend("x1", 3)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="already registered"):
+        dist.register_backend("mpi", lambda ctx: None)  # type: ignore[arg-type,return-value]
+    dist.Backend.register_backend("thirdparty", lambda ctx: None,  # type: ignore[arg-type,return-value]
+                                  devices=["cpu"])
+    try:
+        assert parse_backend("thirdparty") == {"cpu": "thirdparty"}
+        assert dist.Backend.THIRDPARTY == "thirdparty"  # type: ignore[attr-defined]
+    finally:
+        dist.Backend._unregister("thirdparty")  # type: ignore[attr-defined]
+    with pytest.raises(ValueError):
+        dist.Backend("thirdparty")
+
+
+def test_init_argument_errors() -> None:
+    with pytest.raises(ValueError, match="no store"):
+        dist.init_process_group("mpi", store=object())
+    with pytest.raises(ValueError, match="tcp://.* is not supported"):
+        dist.init_process_group("mpi", init_method="tcp://127.0.0.1:1234")
+    with pytest.raises(TypeError, match="timedelta"):
+        dist.init_process_group("mpi", timeout="5")
+    with pytest.raises(ValueError, match="positive"):
+        dist.init_process_group("mpi", timeout=0)
+    assert not dist.is_initialized()
+
+
+def test_env_init_needs_its_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(v, raising=False)
+    with pytest.raises(ValueError, match="environment variable WORLD_SIZE expected"):
+        dist.init_process_group("nccl", init_method="env://")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    with pytest.raises(dist.DistError, match="serves only the 'nccl' engine"):
+        dist.init_process_group("mpi", init_method="env://")
+    with pytest.raises(ValueError, match="environment variable MASTER_ADDR expected"):
+        dist.init_process_group("nccl", init_method="env://")
+    assert not dist.is_initialized()
+
+
+def test_p2pop_and_errors_tree() -> None:
+    with pytest.raises(ValueError, match="Invalid ``op``"):
+        dist.P2POp(dist.send, np.zeros(1), 0)  # type: ignore[arg-type]
+    assert issubclass(dist.DistTimeoutError, dist.DistError)
+    assert issubclass(dist.DistBackendError, acc.AcceleratorError)
+    assert issubclass(dist.DistError, RuntimeError)
+
+
+@needs_mpi
+def test_singleton_world(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ACCELRT_DISTRIBUTED_BACKEND", raising=False)
+    dist.init_process_group(timeout=datetime.timedelta(seconds=30))
+    try:
+        assert (dist.get_rank(), dist.get_world_size()) == (0, 1)
+        assert dist.get_backend() == "cpu:mpi,opencl:mpi,cuda:nccl"
+        a = acc.full((3,), 2, dtype="int32", device="cpu")
+        w = dist.all_reduce(a, op=dist.ReduceOp.PRODUCT, async_op=True)
+        assert w.wait() and w.is_completed() and w.exception() is None
+        assert a.tolist() == [2, 2, 2]
+        x = np.arange(4.0)
+        dist.all_reduce(x, op=dist.ReduceOp.AVG)
+        assert x.tolist() == [0.0, 1.0, 2.0, 3.0]
+        with pytest.raises(ValueError, match="twice"):
+            dist.init_process_group("mpi")
+        with pytest.raises(ValueError, match="world_size times input"):
+            dist.all_gather_into_tensor(acc.empty((2,), dtype="int32", device="cpu"), a)
+        g = dist.new_group([0])
+        assert dist.get_world_size(g) == 1
+        with pytest.raises(ValueError, match="ranks must be distinct world ranks"):
+            dist.new_group([0, 1])
+    finally:
+        dist.destroy_process_group()
+    assert not dist.is_initialized()
+
+
+@pytest.mark.skipif(not _has_cuda_device(), reason="needs a CUDA device")
+@pytest.mark.skipif(not dist.is_nccl_available(), reason="needs nccl4py[cu12]")
+@needs_mpi
+def test_nccl_one_rank_communicator_on_the_gpu() -> None:
+    """NCCL with one GPU: a one-rank communicator, every op on cuda arrays, through
+    mpiexec -n 1 (unique id over MPI)."""
+    from test_distributed import _check_cases, launch
+    rc, out, _ = launch(1, "cases.py", "ops,objects,groups",
+                        env={"CASES_DEVICE": "cuda", "CASES_BACKEND": "cuda:nccl,cpu:mpi"},
+                        timeout=300)
+    _check_cases(1, out, rc)
+
+
+@pytest.mark.skipif(not _has_cuda_device(), reason="needs a CUDA device")
+@pytest.mark.skipif(not dist.is_nccl_available(), reason="needs nccl4py[cu12]")
+@needs_mpi
+def test_nccl_env_rendezvous_on_the_gpu() -> None:
+    """env:// for NCCL: NCCL_COMM_ID from MASTER_ADDR:MASTER_PORT, no MPI exchange."""
+    from test_distributed import _check_cases, launch
+    rc, out, _ = launch(1, "cases.py", "ops", env={
+        "CASES_DEVICE": "cuda", "CASES_BACKEND": "cuda:nccl,cpu:mpi", "CASES_INIT": "env://",
+        "RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29561",
+        "NCCL_SOCKET_IFNAME": "lo"}, timeout=300)
+    _check_cases(1, out, rc)
+
+
+@pytest.mark.skipif(not _has_cuda_device(), reason="needs a CUDA device")
+@needs_mpi
+def test_cuda_arrays_staged_through_mpi_on_the_gpu() -> None:
+    """Two ranks on one GPU over the MPI engine: device memory staged through pinned host
+    memory (the pip MPI wheels are not CUDA-aware)."""
+    from test_distributed import _check_cases, launch
+    rc, out, _ = launch(2, "cases.py", "ops,p2p,groups,objects",
+                        env={"CASES_DEVICE": "cuda", "CASES_BACKEND": "cuda:mpi,cpu:mpi"},
+                        timeout=300)
+    _check_cases(2, out, rc)
