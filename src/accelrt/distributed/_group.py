@@ -21,8 +21,8 @@ printing the rank, the operation and its sequence number.
 from __future__ import annotations
 
 import itertools
+import logging
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -128,7 +128,8 @@ def _abort_job(group: ProcessGroup, op: str, seq: int, timeout: float) -> None:
            "died, or issued a different collective. Aborting the job (set timeout= on "
            "init_process_group/new_group to change the limit; ACCELRT_DISTRIBUTED_DEBUG=DETAIL "
            "checks that every rank issues the same collectives).")
-    print(msg, file=sys.stderr, flush=True)
+    # logging's last-resort handler puts it on stderr when the program configured no logging
+    logging.getLogger("accelrt.distributed").critical(msg)
     for eng in list(group._engines.values()):
         try:
             eng.abort()
