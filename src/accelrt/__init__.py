@@ -48,7 +48,18 @@ if TYPE_CHECKING:
     # What the lazy names below resolve to, for type checkers only: at run time these modules
     # load on first attribute access (``__getattr__``), so ``import accelrt`` stays cheap.
     # tests/test_typing_public_api.py checks that mypy sees a real type for every public name.
-    from . import backends, comm, cpu, cuda, interop, memory, opencl, random
+    from . import (
+        backends,
+        comm,
+        cpu,
+        cuda,
+        distributed,
+        interop,
+        memory,
+        multiprocessing,
+        opencl,
+        random,
+    )
     from ._array import Array, asarray, empty, full, zeros
     from ._event import Event
     from ._graph import Graph, graph
@@ -134,7 +145,8 @@ _LAZY: dict[str, str] = {
     # collectives
     "can_device_access_peer": ".comm",
 }
-_SUBMODULES = ("backends", "comm", "cpu", "cuda", "memory", "opencl", "random", "interop")
+_SUBMODULES = ("backends", "comm", "cpu", "cuda", "distributed", "memory", "multiprocessing",
+               "opencl", "random", "interop")
 
 # A literal list (not computed) so type checkers see the re-exports; test_exported_members
 # checks that it is sorted and covers _LAZY and _SUBMODULES.
@@ -156,12 +168,13 @@ __all__ = [
     "cpu",
     "cuda",
     "current_accelerator",
-    "current_device_idx",  # deprecated
+    "current_device_idx",
     "current_device_index",
     "current_stream",
     "device",
     "device_count",
     "device_index",
+    "distributed",
     "empty",
     "empty_cache",
     "empty_host_cache",
@@ -186,6 +199,7 @@ __all__ = [
     "memory_stats",
     "memory_stats_as_nested_dict",
     "memory_summary",
+    "multiprocessing",
     "opencl",
     "rand",
     "randint",
@@ -195,7 +209,7 @@ __all__ = [
     "reset_peak_memory_stats",
     "seed",
     "set_current_accelerator",
-    "set_device_idx",  # deprecated
+    "set_device_idx",
     "set_device_index",
     "set_rng_state",
     "set_stream",
