@@ -297,12 +297,37 @@ class ExpandableMixin:
                 b = b.next  # type: ignore[union-attr]
             return got >= size
 
-        for addr in pool.unmapped.get(stream, ()):
-            c = self._blocks[addr]
-            if allocatable(c.prev):
-                c = c.prev  # type: ignore[assignment]
-            if has_space(c):
-                return c
+        if self._page_reuse and pool.owner is None:
+            # the low-fragmentation policy: of the free runs (a free mapped block before an
+            # unmapped range, the range, and the free blocks after it) that can hold ``size``,
+            # take the one whose mapped head it reuses most, so that stranded partial pages are
+            # filled before new pages are mapped; then the shortest run (best fit), then the
+            # lowest address. PyTorch takes the first run by address.
+            best: Block | None = None
+            best_key = (0, 0, 0)
+            for addr in pool.unmapped.get(stream, ()):
+                c = self._blocks[addr]
+                if allocatable(c.prev):
+                    c = c.prev  # type: ignore[assignment]
+                run = 0
+                b: Block | None = c
+                while allocatable(b):
+                    run += b.size  # type: ignore[union-attr]
+                    b = b.next  # type: ignore[union-attr]
+                if run < size:
+                    continue
+                key = (-min(c.size, size) if c.mapped else 0, run, c.addr)
+                if best is None or key < best_key:
+                    best, best_key = c, key
+            if best is not None:
+                return best
+        else:
+            for addr in pool.unmapped.get(stream, ()):
+                c = self._blocks[addr]
+                if allocatable(c.prev):
+                    c = c.prev  # type: ignore[assignment]
+                if has_space(c):
+                    return c
         es = ExpandableSegment(self._b, self._index, stream, pool, self._page_size(pool),
                                self._device_total, self._page_reuse and pool.owner is None)
         self._expandable_segments.append(es)
