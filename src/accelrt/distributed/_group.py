@@ -550,90 +550,71 @@ class ProcessGroup:
         return self._staged(op, seq, ctx, cur, b, index, arrays, ins, outs, body, async_op,
                             result)
 
-    def all_reduce_fast(self, a: Any, op: ReduceOp) -> bool:
-        """``all_reduce(a, op)`` called directly on this thread when nothing needs the full
-        path (a kept error, debug checks, queued comm-stream work, pending work on the current
-        stream, forced staging, an array of a device not used before); False otherwise. One
-        call with everything inlined: this is the small-message path."""
+    def _fast_engine(self, a: Any) -> Any:
+        """The engine that can take ``a`` directly on this thread, or ``None`` when the full
+        path is needed (a kept error, debug checks, forced staging, an array of a device not
+        used before, queued comm-stream work or pending work on the current stream)."""
         if type(a) is not Array or self._error is not None or DETAIL or FORCE_STAGE:
-            return False
+            return None
         b, index = a._b, a._index
         ent = self._fast.get((b, index))
         if ent is None:
-            return False
+            return None
         eng, ctx = ent
         if ctx.issued != ctx.finished or (getattr(b, "_slow", True)
                                           and not _current(b, index).query()):
-            return False
-        mem = a._mem
+            return None
+        return eng
+
+    def _call_fast(self, op: str, call: Callable[[], None]) -> bool:
+        """Run one fast-path engine call under the group's sequence number and watchdog
+        timestamp, keeping and raising an engine failure as the full path does."""
         self._seq = seq = self._seq + 1
-        self._op, self._opseq, self._t0 = "all_reduce", seq, _monotonic()
+        self._op, self._opseq, self._t0 = op, seq, _monotonic()
         try:
-            eng.allreduce_fast(mem.ptr, mem.nbytes, a._dtype, op)  # type: ignore[attr-defined]
+            call()
         except (DistError, AcceleratorValueError):
             raise
         except Exception as exc:
-            err = self._engine_error("all_reduce", seq, exc)
+            err = self._engine_error(op, seq, exc)
             self._keep(err)
             raise err from exc
         finally:
             self._t0 = 0.0
         return True
 
-    def broadcast_fast(self, a: Any, root: int) -> bool:
-        """``broadcast(a, root)`` through the fast path (see :meth:`all_reduce_fast`)."""
-        if type(a) is not Array or self._error is not None or DETAIL or FORCE_STAGE:
-            return False
-        b, index = a._b, a._index
-        ent = self._fast.get((b, index))
-        if ent is None:
-            return False
-        eng, ctx = ent
-        if ctx.issued != ctx.finished or (getattr(b, "_slow", True)
-                                          and not _current(b, index).query()):
+    def all_reduce_fast(self, a: Any, op: ReduceOp) -> bool:
+        """``all_reduce(a, op)`` called directly on this thread when nothing needs the full
+        path (see :meth:`_fast_engine`); False otherwise. This is the small-message path."""
+        eng = self._fast_engine(a)
+        if eng is None:
             return False
         mem = a._mem
-        self._seq = seq = self._seq + 1
-        self._op, self._opseq, self._t0 = "broadcast", seq, _monotonic()
-        try:
-            eng.bcast_fast(mem.ptr, mem.nbytes, root)  # type: ignore[attr-defined]
-        except Exception as exc:
-            err = self._engine_error("broadcast", seq, exc)
-            self._keep(err)
-            raise err from exc
-        finally:
-            self._t0 = 0.0
-        return True
+        return self._call_fast("all_reduce", lambda: eng.allreduce_fast(
+            mem.ptr, mem.nbytes, a._dtype, op))
+
+    def broadcast_fast(self, a: Any, root: int) -> bool:
+        """``broadcast(a, root)`` through the fast path (see :meth:`all_reduce_fast`)."""
+        eng = self._fast_engine(a)
+        if eng is None:
+            return False
+        mem = a._mem
+        return self._call_fast("broadcast", lambda: eng.bcast_fast(mem.ptr, mem.nbytes, root))
 
     def all_gather_fast(self, out: Any, a: Any) -> bool:
         """``all_gather_into_tensor(out, a)`` through the fast path when ``out`` is an array
         of ``a``'s device, dtype and world_size times its bytes (else the full path checks)."""
-        if (type(a) is not Array or type(out) is not Array or self._error is not None
-                or DETAIL or FORCE_STAGE):
+        if type(out) is not Array or type(a) is not Array:
             return False
-        b, index = a._b, a._index
         mem, omem = a._mem, out._mem
-        if (out._b is not b or out._index != index or out._dtype != a._dtype
+        if (out._b is not a._b or out._index != a._index or out._dtype != a._dtype
                 or omem.nbytes != mem.nbytes * self._size):
             return False
-        ent = self._fast.get((b, index))
-        if ent is None:
+        eng = self._fast_engine(a)
+        if eng is None:
             return False
-        eng, ctx = ent
-        if ctx.issued != ctx.finished or (getattr(b, "_slow", True)
-                                          and not _current(b, index).query()):
-            return False
-        self._seq = seq = self._seq + 1
-        self._op, self._opseq, self._t0 = "all_gather_into_tensor", seq, _monotonic()
-        try:
-            eng.allgather_fast(mem.ptr, omem.ptr, mem.nbytes)  # type: ignore[attr-defined]
-        except Exception as exc:
-            err = self._engine_error("all_gather_into_tensor", seq, exc)
-            self._keep(err)
-            raise err from exc
-        finally:
-            self._t0 = 0.0
-        return True
+        return self._call_fast("all_gather_into_tensor", lambda: eng.allgather_fast(
+            mem.ptr, omem.ptr, mem.nbytes))
 
     def _inline(self, op: str, seq: int, fn: Callable[[], None]) -> None:
         tok = WATCHDOG.enter(self, op, seq, self.timeout)
