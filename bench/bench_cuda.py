@@ -135,7 +135,7 @@ def accelrt_calls() -> dict[str, Callable[[int], float]]:
     acc.set_current_accelerator("cuda")
     Stream, Event = acc.cuda.Stream, acc.cuda.Event
     s = Stream(0)
-    ev = Event(0)
+    ev = Event()
     alloc, delete = acc.memory.caching_allocator_alloc, acc.memory.caching_allocator_delete
 
     def bench_stream_create(loops: int) -> float:

@@ -171,7 +171,7 @@ _EMPTY_CACHE_SCRIPT = textwrap.dedent("""
 def test_empty_cache_never_releases_a_segment_queued_work_still_writes(conf: str) -> None:
     tests = os.path.dirname(os.path.abspath(__file__))
     env = {**os.environ, "ACCELRT_CPU_STREAMS": "async", "ACCELRT_ALLOC_CONF": conf,
-           "ACCELRT_CPU_DEVICES": "1"}
+           "ACCELRT_CPU_DEVICES": "1", "ACCELRT_ACCELERATOR": "cpu"}   # empty_cache(): cpu
     r = subprocess.run([sys.executable, "-c", _EMPTY_CACHE_SCRIPT.format(tests=tests)],
                        env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, f"rc={r.returncode}\n{r.stdout}\n{r.stderr}"

@@ -84,8 +84,8 @@ def test_memory_sizes_ascii_digits_only(value: str) -> None:
 
 
 def test_bad_cpu_memory_names_its_variable() -> None:
-    env = dict(os.environ, ACCELRT_CPU_MEMORY="abc")
-    env.pop("ACCELRT_ACCELERATOR", None)
+    # the cpu backend as the current accelerator also where a GPU would be the default
+    env = dict(os.environ, ACCELRT_CPU_MEMORY="abc", ACCELRT_ACCELERATOR="cpu")
     code = ("import accelrt as acc\n"
             "for f in (lambda: acc.empty(3), acc.current_device_index, acc.synchronize):\n"
             "    try:\n"

@@ -1404,3 +1404,20 @@ def test_aliased_attributes_are_reported_under_every_name(fake: Any) -> None:
     assert b.vm_supported(0) is True
     asked = [a[0] for n, a in drv.calls if n == "cuDeviceGetAttribute"]
     assert len({int(m) for m in asked}) == len(asked)   # each value asked once
+
+
+def test_unknown_stream_handle_at_an_unmapped_address_is_refused_before_the_driver() -> None:
+    """On an H200, ``caching_allocator_alloc(512, "cuda:0", stream=0xDEAD0)`` crashed the
+    interpreter: ``stream_is_valid`` handed the made-up handle to ``cuStreamGetCtx``, which
+    dereferences it. The address check that now runs first needs no GPU."""
+    import mmap
+
+    from accelrt.backends.cuda._streams import address_is_mapped
+    m = mmap.mmap(-1, mmap.PAGESIZE)
+    view = ctypes.c_char.from_buffer(m)
+    addr = ctypes.addressof(view)
+    assert address_is_mapped(addr)
+    del view
+    m.close()                                   # unmapped now
+    assert not address_is_mapped(addr)
+    assert not address_is_mapped(0xDEAD0) and not address_is_mapped(-8)

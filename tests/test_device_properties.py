@@ -170,7 +170,11 @@ def test_device_module_functions_return_the_same(backend: str) -> None:
         pytest.skip(f"no accelrt.{backend} module here")
     p = mod.get_device_properties(f"{backend}:0")
     assert p.uuid == acc.get_device_properties(f"{backend}:0").uuid
-    assert isinstance(mod.get_device_capability(f"{backend}:0")["supported_dtypes"], set)
+    cap = mod.get_device_capability(f"{backend}:0")
+    if backend == "cuda":                   # torch.cuda.get_device_capability: (major, minor)
+        assert cap == (p.major, p.minor)
+    else:
+        assert isinstance(cap["supported_dtypes"], set)
 
 
 def test_type_checkers_see_the_attributes(tmp_path: Any) -> None:

@@ -193,7 +193,7 @@ def test_device_capsule_copy_flag_and_host_request():
         a.__dlpack__(dl_device=(1, 0), copy=False)
     with pytest.raises(TypeError, match="stream"):
         a.__dlpack__(stream="s")
-    with pytest.raises(RuntimeError):
+    with pytest.raises((RuntimeError, BufferError)):   # numpy >= 2.5 raises BufferError
         np.from_dlpack(a)                           # numpy cannot read device memory
 
 

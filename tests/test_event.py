@@ -259,3 +259,13 @@ def test_cuda_backend_declares_interprocess_events() -> None:
     from accelrt.backends.cuda import CudaBackend
     unstarted = object.__new__(CudaBackend)  # the answer needs no driver
     assert unstarted.supports_interprocess_events(0) is True
+
+
+def test_device_module_event_opens_an_ipc_handle() -> None:
+    """``acc.cpu.Event`` / ``acc.cuda.Event`` take ``enable_timing`` first (torch.cuda.Event's
+    signature): ``from_ipc_handle`` on them once passed the device there (TypeError, found on
+    a GPU when a CUDA event was unpickled in another process)."""
+    e = acc.cpu.Event(interprocess=True)
+    e.record()
+    opened = acc.cpu.Event.from_ipc_handle("cpu", e.ipc_handle())
+    assert type(opened) is acc.cpu.Event and opened.query()

@@ -65,7 +65,9 @@ def _run(script: str, env: dict[str, str] | None = None,
     full = _HARNESS + textwrap.dedent(script)
     try:
         return subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", "-c", full],
-                              env=dict(os.environ, **(env or {})), capture_output=True,
+                              # device-less calls mean the cpu backend, also on a GPU machine
+                              env=dict(os.environ, ACCELRT_ACCELERATOR="cpu", **(env or {})),
+                              capture_output=True,
                               text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"the fork scenario itself hung:\n{exc.stdout!r:.2000}\n{exc.stderr!r:.3000}")

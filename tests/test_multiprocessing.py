@@ -355,7 +355,8 @@ def test_forged_event_handles_are_refused(shm: str) -> None:
 # ---------------------------------------------------------------------- two processes
 
 def _run(case: str, *, timeout: float = 60, **env: str) -> str:
-    full = dict(os.environ, ACCELRT_CPU_SHARED_MEMORY="1", PYTHONPATH=os.pathsep.join(
+    # the scripts' device-less calls (empty_cache) mean the cpu backend, also on a GPU machine
+    full = dict(os.environ, ACCELRT_CPU_SHARED_MEMORY="1", ACCELRT_ACCELERATOR="cpu", PYTHONPATH=os.pathsep.join(
         [os.path.join(HERE, "helpers"), os.environ.get("PYTHONPATH", "")]), **env)
     out = subprocess.run([sys.executable, SCRIPTS, case], env=full, capture_output=True,
                          text=True, timeout=timeout)

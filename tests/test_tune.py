@@ -153,6 +153,7 @@ def test_frees_only_history_is_no_history(tmp_path: Path) -> None:
 def test_real_accelrt_snapshot(tmp_path: Path) -> None:
     code = (
         "import accelrt as acc, sys\n"
+        "acc.set_current_accelerator('cpu')\n"     # record and dump cpu:0, also beside a GPU
         "acc.memory.record_memory_history()\n"
         "keep = [acc.empty(n * 300000, dtype='uint8', device='cpu:0') for n in range(1, 30)]\n"
         "del keep[::2]\n"

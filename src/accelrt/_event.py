@@ -385,7 +385,10 @@ class Event:
         """
         if not isinstance(handle, bytes):
             raise TypeError(f"handle must be bytes, got {type(handle).__name__}")
-        e = cls(device, interprocess=True)
+        # a device module's subclass (acc.cuda.Event) has torch.cuda.Event's signature, whose
+        # first argument is enable_timing: build through this class's own __init__
+        e = cls.__new__(cls)
+        Event.__init__(e, device, interprocess=True)
         index = e._index
         if index is None:
             index = e._bind(_tls.device.get(e._b.name, 0))[1]

@@ -92,7 +92,7 @@ class Graph:
 
         >>> import accelrt as acc
         >>> x = acc.zeros(4, device="cpu:0")
-        >>> g = acc.Graph()
+        >>> g = acc.cpu.Graph()     # acc.Graph() follows the current accelerator
         >>> with acc.Stream("cpu:0"):
         ...     g.capture_begin()
         ...     _ = x.fill_(2.0)
@@ -298,11 +298,11 @@ class graph:
 
         >>> import accelrt as acc
         >>> x = acc.zeros(4, device="cpu")
-        >>> g = acc.Graph()
-        >>> with acc.graph(g):
-        ...     side = acc.current_stream()
+        >>> g = acc.cpu.Graph()     # acc.Graph() follows the current accelerator
+        >>> with acc.cpu.graph(g):
+        ...     side = acc.current_stream("cpu")
         ...     _ = x.fill_(1.0)
-        >>> side != acc.current_stream()
+        >>> side != acc.current_stream("cpu")
         True
     """
 

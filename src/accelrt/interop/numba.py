@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -40,7 +41,11 @@ _plugin_class: type | None = None
 
 def _numba_cuda() -> Any:
     try:
-        from numba import cuda
+        with warnings.catch_warnings():
+            # numba-cuda's import warns under newer NumPy (np.timedelta64("nat")); a warning
+            # filter set to "error" must not turn Numba's own import noise into a failure
+            warnings.simplefilter("ignore", DeprecationWarning)
+            from numba import cuda
     except ImportError as exc:
         raise missing("numba.cuda", _INSTALL, exc) from exc
     return cuda

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import itertools
+import os
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -33,6 +34,39 @@ __all__ = ["STREAM_BATCH", "StreamMixin"]
 STREAM_BATCH = 4
 #: Always-valid special stream handles: the NULL stream, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD.
 _SPECIAL_STREAMS = (0, 1, 2)
+
+
+def address_is_mapped(addr: int) -> bool:
+    """True if ``addr`` lies in memory mapped into this process (``/proc/self/mem`` answers
+    a read of one byte there; an unmapped address answers ``EIO``).
+
+    Asked before an unknown stream handle goes to the driver: ``cuStreamGetCtx`` dereferences
+    its argument, and a made-up handle at an unmapped address (``0xDEAD0``) killed the
+    interpreter with SIGSEGV on an H200. A mapped address that is not a stream can still
+    mislead the driver; only real handles should be passed, as with PyTorch's
+    ``ExternalStream``. Where ``/proc/self/mem`` cannot be opened the answer is ``True``
+    (the driver decides, as before).
+
+    Example::
+
+        >>> import ctypes
+        >>> from accelrt.backends.cuda._streams import address_is_mapped
+        >>> buf = ctypes.create_string_buffer(8)
+        >>> address_is_mapped(ctypes.addressof(buf)), address_is_mapped(8)
+        (True, False)
+    """
+    if addr <= 0 or addr >= 1 << 63:
+        return False
+    try:
+        fd = os.open("/proc/self/mem", os.O_RDONLY)
+    except OSError:
+        return True
+    try:
+        return len(os.pread(fd, 1, addr)) == 1
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 IPC_HANDLE_SIZE = 64
 
 _HOSTFN_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
@@ -251,7 +285,8 @@ class StreamMixin:
         if stream in _SPECIAL_STREAMS or stream in d.owned_streams or \
                 stream in d.foreign_streams:
             return True
-        if stream % 8 or stream < 0x10000 or stream in d.dead_streams:
+        if stream % 8 or stream < 0x10000 or stream in d.dead_streams \
+                or not address_is_mapped(stream):
             return False   # not a heap pointer, or destroyed here: never ask the driver
         err, ctx = self._drv.cuStreamGetCtx(stream)
         if err or int(ctx) != d.ctx_int:
