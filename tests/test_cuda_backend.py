@@ -674,7 +674,8 @@ def test_stream_pool_precreates_and_clamps(fake: Any) -> None:
 
 def test_foreign_streams_are_validated_once(fake: Any) -> None:
     b, drv = fake
-    foreign = 0x7A0000001000
+    backing = ctypes.create_string_buffer(64)          # mapped memory plays the driver's object
+    foreign = (ctypes.addressof(backing) + 7) & ~7
     assert b.stream_is_valid(0, foreign) is True       # the driver knows it (cuStreamGetCtx)
     b.stream_query(0, foreign)                         # now accepted
     assert b.stream_is_valid(0, 987654) is False       # not a pointer: never asked
