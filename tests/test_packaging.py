@@ -132,7 +132,7 @@ def test_readme_lists_every_environment_variable_the_code_reads() -> None:
     for path in src.rglob("*.py"):
         text = path.read_text()
         names |= set(re.findall(r"environ\.get\(\s*\"([A-Z_]+)\"", text))
-        names |= set(re.findall(r"^(?:ENV\w*) = \"([A-Z_]+)\"", text, re.M))
+        names |= set(re.findall(r"^(?:ENV\w*) = \"([A-Z_]+)\"", text, re.MULTILINE))
     assert {"ACCELRT_OPENCL_MEMORY", "CUDA_VISIBLE_DEVICES", "ACCELRT_ALLOC_CONF"} <= names
     readme = (ROOT / "README.md").read_text()
     missing = [n for n in sorted(names) if f"| `{n}` |" not in readme]
