@@ -5,9 +5,11 @@ from __future__ import annotations
 import threading
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from accelrt import OutOfMemoryError
+from accelrt import _backend as registry
 from accelrt.memory import _config
 from accelrt.memory._host import (
     HostCachingAllocator,
@@ -390,3 +392,40 @@ def test_free_catch_all_logs_instead_of_raising(config_guard, caplog) -> None:
     assert "pinned_free_catch_all" in caplog.text and "driver shutting down" in caplog.text
     assert b.destroyed                       # the event made before the failure is destroyed
     assert pool.malloc(4096) not in (p, q)   # neither block is reused
+
+
+# ------------------------------------------------------------ on a GPU
+
+CUDA_REASON = registry.unavailable_reason("cuda")
+
+
+@pytest.mark.skipif(CUDA_REASON is not None, reason=f"needs a CUDA GPU: {CUDA_REASON}")
+def test_gpu_staged_copies_through_the_reserve_segment_and_background_thread(
+        config_guard) -> None:
+    """On CUDA, carved blocks of a cudaHostAlloc'd segment carry non-blocking copies, and the
+    background thread (its own thread: CUDA event queries need the context there) frees them."""
+    import accelrt as acc
+    _config._reset_for_tests(_config.parse_config(
+        "pinned_reserve_segment_size_mb:8,pinned_use_background_threads:True"))
+    b = registry.get_backend("cuda")
+    pool = get_host_allocator(b)
+    acc.synchronize("cuda:0")
+    pool.empty_cache()
+    srcs = [np.arange(n, dtype=np.float32) * 0.5 for n in (10, 1000, 5000, 100_000, 3_000_000)]
+    for rnd in range(10):                    # 12 MB for the last: beyond the 8 MiB segment
+        arrs = []
+        for src in srcs:
+            a = acc.empty(src.shape, dtype="float32", device="cuda:0")
+            a.copy_(src + rnd, non_blocking=True)
+            arrs.append(a)
+        for src, a in zip(srcs, arrs):
+            np.testing.assert_array_equal(a.numpy(), src + rnd)
+    acc.synchronize("cuda:0")
+    reserve = pool._reserve
+    assert reserve is not None and reserve.blocks, "nothing was carved from the segment"
+    worker = pool._worker
+    if worker is not None:
+        worker.join(10)
+    assert pool.stats()["active_requests.current"] == 0
+    pool.empty_cache()
+    assert pool._reserve is None and pool.stats()["allocations.current"] == 0
