@@ -153,6 +153,12 @@ def test_keys_without_an_implementation_are_refused(setting, words, fresh_config
     assert setting.split(":")[0] in msg and "remove the key" in msg
     for w in words:
         assert w in msg, (w, msg)
+    field = {"pinned_use_cuda_host_register": "pinned_use_host_register",
+             "pinned_use_host_register": "pinned_use_host_register"}.get(
+                 setting.split(":")[0], setting.split(":")[0])
+    value = 8 if field == "pinned_num_register_threads" else True
+    with pytest.raises(ValueError, match="remove the key"):
+        AllocatorConfig(**{field: value})           # built directly: refused the same way
     fresh_config.setenv(_config.ENV_VAR, setting)       # the environment says where it came from
     with pytest.raises(ValueError, match=f"^{_config.ENV_VAR}=.*remove the key"):
         _config.get_config()

@@ -137,6 +137,13 @@ class AllocatorConfig:
                 0.0 <= self.per_process_memory_fraction <= 1.0):
             raise ValueError("per_process_memory_fraction is invalid, set it in [0.0, 1.0]; "
                              f"got {self.per_process_memory_fraction}")
+        for key, refused in (("pinned_use_cuda_host_register", self.pinned_use_host_register),
+                             ("pinned_num_register_threads",
+                              self.pinned_num_register_threads != 1),
+                             ("graph_capture_record_stream_reuse",
+                              self.graph_capture_record_stream_reuse)):
+            if refused:
+                raise ValueError(REFUSED[key])
 
 
 # ---------------------------------------------------------------------- parsing
