@@ -24,8 +24,6 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 import accelrt as acc
 import accelrt.distributed as dist
 from accelrt.distributed._mpi import mpi

@@ -169,7 +169,7 @@ def record(step: Callable[[int], Any], steps: int, warmup: int = 0) -> tuple[lis
     trace: list[list[Any]] = []
     open_: dict[int, int] = {}       # ptr -> kept alloc index
     untracked = 0
-    for k, (t, ptr, size, names, ends) in enumerate(allocs):
+    for k, (_t, ptr, size, names, ends) in enumerate(allocs):
         if size >= 0:
             ft = free_time.get(k)
             inside = -1            # innermost enclosing operator still running at the free
@@ -535,32 +535,32 @@ WORKLOADS: dict[str, tuple[Callable[[dict[str, Any]], Callable[[int], None]], di
                            int, int, str]] = {
     "unet_train": (unet_train, {"channels": [128, 256, 512], "blocks": 2, "batch": 4,
                                 "res": 32}, 2, 1,
-                   "diffusion U-Net training (channels 128/256/512, 2 res blocks per level, "
-                   "attention at 16x16 and 8x8), AdamW foreach, batch 4 of 4x32x32 latents "
-                   "(256 px images), 2 steps after 1 warm-up"),
+                   ("diffusion U-Net training (channels 128/256/512, 2 res blocks per level, "
+                    "attention at 16x16 and 8x8), AdamW foreach, batch 4 of 4x32x32 latents "
+                    "(256 px images), 2 steps after 1 warm-up")),
     "llama_varlen_train": (llama_varlen_train, {"vocab": 32000, "d": 512, "layers": 8,
                                                 "heads": 8, "kv_heads": 2, "ffn": 1408,
                                                 "batch": [1, 8], "seq": [32, 384]}, 8, 1,
-                           "Llama-style decoder training (d512, 8 layers, GQA 8/2 heads, "
-                           "SwiGLU 1408, vocab 32000), AdamW foreach, grad clipping, "
-                           "batches of random 1-8 sequences x 32-384 tokens, 8 steps after "
-                           "1 warm-up"),
+                           ("Llama-style decoder training (d512, 8 layers, GQA 8/2 heads, "
+                            "SwiGLU 1408, vocab 32000), AdamW foreach, grad clipping, "
+                            "batches of random 1-8 sequences x 32-384 tokens, 8 steps after "
+                            "1 warm-up")),
     "dlrm_train": (dlrm_train, {"dense": 13, "rows": [1000000, 500000, 200000, 100000, 50000,
                                                       20000, 10000, 1000],
                                 "dim": 64, "bottom": [512, 256], "top": [512, 256],
                                 "batch": 4096, "max_hot": 20}, 4, 1,
-                   "DLRM training: 8 sum-pooled embedding tables (1M..1K rows x 64, 1.88M "
-                   "rows), multi-hot bags of 1-20 power-law ids, bottom MLP 13-512-256-64, "
-                   "dot interactions, top MLP 100-512-256-1, Adagrad foreach, batch 4096, "
-                   "4 steps after 1 warm-up"),
+                   ("DLRM training: 8 sum-pooled embedding tables (1M..1K rows x 64, 1.88M "
+                    "rows), multi-hot bags of 1-20 power-law ids, bottom MLP 13-512-256-64, "
+                    "dot interactions, top MLP 100-512-256-1, Adagrad foreach, batch 4096, "
+                    "4 steps after 1 warm-up")),
     "speech_varlen_train": (speech_varlen_train, {"mels": 80, "d": 256, "layers": 8,
                                                   "heads": 4, "ffn": 1024, "kernel": 31,
                                                   "vocab": 32, "batch": [2, 8],
                                                   "frames": [200, 1000]}, 8, 1,
-                            "Conformer speech encoder training with CTC (d256, 8 blocks, "
-                            "4 heads, conv kernel 31, 4x conv subsampling of 80 log-mels), "
-                            "AdamW foreach, batches of random 2-8 utterances of 2-10 s "
-                            "(200-1000 frames), padded, 8 steps after 1 warm-up"),
+                            ("Conformer speech encoder training with CTC (d256, 8 blocks, "
+                             "4 heads, conv kernel 31, 4x conv subsampling of 80 log-mels), "
+                             "AdamW foreach, batches of random 2-8 utterances of 2-10 s "
+                             "(200-1000 frames), padded, 8 steps after 1 warm-up")),
 }
 
 

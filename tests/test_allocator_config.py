@@ -125,16 +125,43 @@ def test_not_a_string():
 
 
 def test_pinned_keys_stored():
-    cfg = parse_config("pinned_use_cuda_host_register:True,pinned_num_register_threads:8,"
+    cfg = parse_config("pinned_use_cuda_host_register:False,pinned_num_register_threads:1,"
                        "pinned_reserve_segment_size_mb:64,pinned_use_background_threads:True,"
                        "pinned_free_catch_all:True,pinned_max_round_threshold_mb:16,"
-                       "pinned_max_cached_size_mb:1024")
-    assert cfg.pinned_use_host_register and cfg.pinned_use_background_threads
-    assert cfg.pinned_free_catch_all
-    assert cfg.pinned_num_register_threads == 8
+                       "pinned_max_cached_size_mb:1024,graph_capture_record_stream_reuse:False")
+    assert not cfg.pinned_use_host_register and cfg.pinned_use_background_threads
+    assert cfg.pinned_free_catch_all and not cfg.graph_capture_record_stream_reuse
+    assert cfg.pinned_num_register_threads == 1
     assert cfg.pinned_reserve_segment_size == 64 * MiB
     assert cfg.pinned_max_round_threshold == 16 * MiB
     assert cfg.pinned_max_cached_size == 1024 * MiB
+
+
+@pytest.mark.parametrize(("setting", "words"), [
+    ("pinned_use_cuda_host_register:True", ["cudaHostRegister", "host_malloc",
+                                             "pinned_reserve_segment_size_mb"]),
+    ("pinned_use_host_register:True", ["pinned_use_host_register:True", "cudaHostRegister"]),
+    ("pinned_num_register_threads:8", ["pinned_use_cuda_host_register:True", "got 8"]),
+    ("graph_capture_record_stream_reuse:True", ["record_stream", "capture ends"]),
+])
+def test_keys_without_an_implementation_are_refused(setting, words, fresh_config):
+    """PyTorch accepts these; accelrt has no backend operation to honour them, so it says so
+    instead of ignoring them, naming the key, what PyTorch does and what to do instead."""
+    with pytest.raises(ValueError, match="is not supported|only sets") as ei:
+        parse_config(f"max_split_size_mb:100,{setting}")
+    msg = str(ei.value)
+    assert setting.split(":")[0] in msg and "remove the key" in msg
+    for w in words:
+        assert w in msg, (w, msg)
+    field = {"pinned_use_cuda_host_register": "pinned_use_host_register",
+             "pinned_use_host_register": "pinned_use_host_register"}.get(
+                 setting.split(":")[0], setting.split(":")[0])
+    value = 8 if field == "pinned_num_register_threads" else True
+    with pytest.raises(ValueError, match="remove the key"):
+        AllocatorConfig(**{field: value})           # built directly: refused the same way
+    fresh_config.setenv(_config.ENV_VAR, setting)       # the environment says where it came from
+    with pytest.raises(ValueError, match=f"^{_config.ENV_VAR}=.*remove the key"):
+        _config.get_config()
 
 
 def test_reparse_resets_split_roundup_gc_but_keeps_others():

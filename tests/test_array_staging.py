@@ -153,7 +153,7 @@ def test_every_copy_path_moves_the_right_data(be: str, non_blocking: bool, dtype
         assert (a.numpy() == 1 - 2j).all()
     # every host <-> device copy went through a pinned block of the pool
     assert h2d_sources(b) and d2h_targets(b)
-    staged = {ptr for ptr in h2d_sources(b) + d2h_targets(b)}
+    staged = set(h2d_sources(b) + d2h_targets(b))
     assert staged <= b.pinned
     assert stats()["num_host_alloc"] >= 1
 

@@ -171,8 +171,8 @@ def test_device_module_types_print_as_their_module() -> None:
     class MyEvent(acc.Event):
         __slots__ = ()
 
-    assert repr(MyEvent("cpu")) == f"<{__name__}.test_device_module_types_print_as_their_module" \
-                                   ".<locals>.MyEvent uninitialized>"
+    assert repr(MyEvent("cpu")) == (f"<{__name__}.test_device_module_types_print_as_their_module"
+                                    ".<locals>.MyEvent uninitialized>")
 
 
 def test_binding_on_every_backend(backend: str) -> None:

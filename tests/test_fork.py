@@ -215,6 +215,55 @@ def test_forked_child_drops_the_parents_queued_work() -> None:
     assert "parent-ok" in out.stdout, out.stderr[-4000:]
 
 
+
+def test_pinned_pool_background_thread_in_a_forked_child() -> None:
+    """pinned_use_background_threads: the parent's event thread is not in the child; the
+    child's next free that waits on events starts its own, and neither process hangs."""
+    out = _run("""
+        from types import SimpleNamespace
+        from accelrt.memory._host import HostCachingAllocator
+        from accelrt.memory._simulated import SimulatedBackend
+
+        class B(SimulatedBackend):
+            name = "forkpin"
+            def __init__(self):
+                super().__init__()
+                self.done, self.recorded = set(), []
+            def event_record(self, index, event, stream):
+                self.recorded.append(event)
+            def event_query(self, index, event):
+                return event in self.done
+
+        b = B()
+        pool = HostCachingAllocator(b)
+        s = SimpleNamespace(_index=0, _handle=7)
+        p = pool.malloc(4096)
+        pool.record_event(p, s)
+        pool.free(p)                                     # pending: the parent's thread polls
+        parent_worker = pool._worker
+        assert parent_worker is not None and parent_worker.is_alive()
+
+        def child():
+            assert not pool._worker.is_alive()           # threads do not survive fork
+            q = pool.malloc(1024)
+            pool.record_event(q, s)
+            pool.free(q)
+            worker = pool._worker
+            assert worker is not parent_worker and worker.is_alive()
+            b.done.update(b.recorded)                    # both blocks' events complete
+            worker.join(30)
+            assert not worker.is_alive()
+            assert pool.stats()["active_requests.current"] == 0
+
+        fork_children(1, child)
+        b.done.update(b.recorded)
+        parent_worker.join(30)
+        assert not parent_worker.is_alive() and pool.stats()["active_requests.current"] == 0
+        print("parent-ok")
+    """, {"ACCELRT_ALLOC_CONF": "pinned_use_background_threads:True"})
+    assert "children ok=1 hung=0 failed=0" in out.stdout, (out.stdout, out.stderr[-4000:])
+    assert "parent-ok" in out.stdout, out.stderr[-4000:]
+
 def test_opencl_in_a_forked_child() -> None:
     # OpenCL drivers (PoCL's device threads among them) do not survive fork: once the parent
     # listed the platforms, the child gets PyTorch's "spawn" error at once instead of hanging

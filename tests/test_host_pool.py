@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from accelrt import OutOfMemoryError
+from accelrt import _backend as registry
 from accelrt.memory import _config
 from accelrt.memory._host import (
     HostCachingAllocator,
@@ -243,3 +246,186 @@ def test_registry_per_backend() -> None:
     assert get_host_allocator(b) is pool
     assert peek_host_allocator("eventsim") is pool
     assert peek_host_allocator("no-such-backend") is None
+
+
+# ------------------------------------------------------------ pinned_reserve_segment_size_mb
+
+def test_reserve_segment_serves_small_blocks_with_one_pinning_call(config_guard) -> None:
+    """PyTorch's PinnedReserveSegment: one segment pinned up front, blocks carved from it
+    4 KiB-aligned; a request that no longer fits gets its own pinned allocation."""
+    _config._reset_for_tests(_config.parse_config("pinned_reserve_segment_size_mb:1"))
+    b = EventBackend()
+    pool = HostCachingAllocator(b)
+    ptrs = [pool.malloc(n) for n in (100, 5000, 4096, 1)]
+    assert b.host_bytes() == 1 << 20 and pool.stats()["num_host_alloc"] == 1
+    base = ptrs[0]
+    assert [p - base for p in ptrs] == [0, 4096, 4096 + 8192, 4096 + 8192 + 4096]
+    st = pool.stats()
+    assert st["allocations.current"] == 4 and st["allocated_bytes.current"] == 128 + 8192 + 4096 + 1
+    big = pool.malloc(1 << 20)               # does not fit in what is left: its own block
+    assert b.host_bytes() == 2 << 20 and pool.stats()["num_host_alloc"] == 2
+    assert not base <= big < base + (1 << 20)
+    pool.free(ptrs[1])
+    assert pool.malloc(5000) == ptrs[1]      # carved blocks are cached and reused
+    for p in ptrs + [big]:
+        pool.free(p)
+    assert b.host_bytes() == 2 << 20
+
+
+def test_reserve_segment_goes_back_only_when_none_of_its_blocks_is_used(config_guard) -> None:
+    _config._reset_for_tests(_config.parse_config(
+        "pinned_reserve_segment_size_mb:1,pinned_max_cached_size_mb:0"))
+    b = EventBackend()
+    pool = HostCachingAllocator(b)
+    p, q = pool.malloc(100), pool.malloc(100)
+    pool.free(p)                             # above the cache cap, but carved: stays cached
+    pool.empty_cache()
+    assert b.host_bytes() == 1 << 20         # q is in use: the segment stays
+    assert pool.malloc(100) == p
+    pool.free(p)
+    pool.free(q)
+    pool.empty_cache()                       # nothing in use: the segment goes back
+    st = pool.stats()
+    assert b.host_bytes() == 0 and st["num_host_free"] == 1
+    assert st["allocations.current"] == 0 and st["allocated_bytes.current"] == 0
+    assert pool.malloc(100) and b.host_bytes() == 1 << 20   # a fresh segment
+
+
+def test_reserve_segment_that_cannot_be_pinned_names_the_key(config_guard) -> None:
+    _config._reset_for_tests(_config.parse_config("pinned_reserve_segment_size_mb:1"))
+    pool = HostCachingAllocator(EventBackend(host_limit=1 << 19))
+    with pytest.raises(OutOfMemoryError, match="pinned_reserve_segment_size_mb; lower it"):
+        pool.malloc(100)
+
+
+# ------------------------------------------------------------ pinned_use_background_threads
+
+class GatedBackend(EventBackend):
+    """Sets ``destroyed_gate`` when the pool destroys an event (its block became reusable)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.destroyed_gate = threading.Event()
+        self.query_threads: set[str] = set()
+
+    def event_query(self, index: int, event: int) -> bool:
+        self.query_threads.add(threading.current_thread().name)
+        return super().event_query(index, event)
+
+    def event_destroy(self, index: int, event: int) -> None:
+        super().event_destroy(index, event)
+        self.destroyed_gate.set()
+
+
+def test_background_thread_makes_freed_blocks_reusable(config_guard) -> None:
+    _config._reset_for_tests(_config.parse_config("pinned_use_background_threads:True"))
+    b = GatedBackend()
+    pool = HostCachingAllocator(b)
+    p = pool.malloc(4096)
+    pool.record_event(p, stream())
+    pool.free(p)
+    assert pool.stats()["active_requests.current"] == 1
+    b.done.add(b.recorded[0][1])             # the stream's work completes
+    assert b.destroyed_gate.wait(10), "the background thread never processed the event"
+    assert pool.stats()["active_requests.current"] == 0   # no malloc call was needed
+    assert any(n.startswith("accelrt-eventsim-host-events") for n in b.query_threads)
+    worker = pool._worker
+    if worker is not None:
+        worker.join(10)
+        assert not worker.is_alive()         # nothing pending: the thread ended
+    assert pool.malloc(4096) == p
+
+
+def test_background_mode_malloc_checks_only_its_own_size(config_guard) -> None:
+    """malloc leaves other sizes' pending blocks to the thread (PyTorch's
+    process_events_for_specific_size) and still reuses a completed block of its size."""
+    _config._reset_for_tests(_config.parse_config("pinned_use_background_threads:True"))
+    b = GatedBackend()
+    pool = HostCachingAllocator(b)
+    small, big = pool.malloc(1024), pool.malloc(8192)
+    for p in (small, big):
+        pool.record_event(p, stream())
+        pool.free(p)
+    b.query_threads.clear()
+    b.done.add(b.recorded[0][1])
+    assert pool.malloc(1024) == small        # its event completed: reused at once
+    assert pool.stats()["active_requests.current"] == 2        # big still waits
+    b.done.add(b.recorded[1][1])
+    worker = pool._worker
+    if worker is not None:                   # it ends once nothing is pending
+        worker.join(10)
+    assert pool.stats()["active_requests.current"] == 1
+    assert pool.malloc(8192) == big
+
+
+def test_without_background_threads_no_thread_starts(config_guard) -> None:
+    b = GatedBackend()
+    pool = HostCachingAllocator(b)
+    p = pool.malloc(4096)
+    pool.record_event(p, stream())
+    pool.free(p)
+    assert pool._worker is None
+    b.done.add(b.recorded[0][1])
+    assert pool.malloc(4096) == p            # processed by malloc itself
+    assert b.query_threads == {threading.current_thread().name}
+
+
+# ------------------------------------------------------------ pinned_free_catch_all
+
+class FailingRecordBackend(EventBackend):
+    def event_record(self, index: int, event: int, stream: int) -> None:
+        raise RuntimeError("driver shutting down")
+
+
+def test_free_catch_all_logs_instead_of_raising(config_guard, caplog) -> None:
+    b = FailingRecordBackend()
+    pool = HostCachingAllocator(b)
+    p = pool.malloc(4096)
+    pool.record_event(p, stream())
+    with pytest.raises(RuntimeError, match="driver shutting down"):
+        pool.free(p)                         # the default: the exception propagates
+    _config._reset_for_tests(_config.parse_config("pinned_free_catch_all:True"))
+    q = pool.malloc(4096)
+    pool.record_event(q, stream())
+    with caplog.at_level("WARNING", logger="accelrt.memory"):
+        pool.free(q)
+    assert "pinned_free_catch_all" in caplog.text and "driver shutting down" in caplog.text
+    assert b.destroyed                       # the event made before the failure is destroyed
+    assert pool.malloc(4096) not in (p, q)   # neither block is reused
+
+
+# ------------------------------------------------------------ on a GPU
+
+CUDA_REASON = registry.unavailable_reason("cuda")
+
+
+@pytest.mark.skipif(CUDA_REASON is not None, reason=f"needs a CUDA GPU: {CUDA_REASON}")
+def test_gpu_staged_copies_through_the_reserve_segment_and_background_thread(
+        config_guard) -> None:
+    """On CUDA, carved blocks of a cudaHostAlloc'd segment carry non-blocking copies, and the
+    background thread (its own thread: CUDA event queries need the context there) frees them."""
+    import accelrt as acc
+    _config._reset_for_tests(_config.parse_config(
+        "pinned_reserve_segment_size_mb:8,pinned_use_background_threads:True"))
+    b = registry.get_backend("cuda")
+    pool = get_host_allocator(b)
+    acc.synchronize("cuda:0")
+    pool.empty_cache()
+    srcs = [np.arange(n, dtype=np.float32) * 0.5 for n in (10, 1000, 5000, 100_000, 3_000_000)]
+    for rnd in range(10):                    # 12 MB for the last: beyond the 8 MiB segment
+        arrs = []
+        for src in srcs:
+            a = acc.empty(src.shape, dtype="float32", device="cuda:0")
+            a.copy_(src + rnd, non_blocking=True)
+            arrs.append(a)
+        for src, a in zip(srcs, arrs):
+            np.testing.assert_array_equal(a.numpy(), src + rnd)
+    acc.synchronize("cuda:0")
+    reserve = pool._reserve
+    assert reserve is not None and reserve.blocks, "nothing was carved from the segment"
+    worker = pool._worker
+    if worker is not None:
+        worker.join(10)
+    assert pool.stats()["active_requests.current"] == 0
+    pool.empty_cache()
+    assert pool._reserve is None and pool.stats()["allocations.current"] == 0

@@ -196,8 +196,7 @@ def bomb(tmp_path_factory: pytest.TempPathFactory) -> Path:
     member = gzip.compress(bytes(MiB), 9)     # 512 gzip members of 1 MiB each
     with open(p, "wb") as f:
         f.write(gzip.compress(b"\x80"))
-        for _ in range(512):
-            f.write(member)
+        f.writelines(member for _ in range(512))
     assert p.stat().st_size < MiB
     return p
 

@@ -111,7 +111,7 @@ def test_units_follow_the_all_row_per_column() -> None:
     st = {"allocated_bytes.all.current": 800 * MiB, "allocated_bytes.small_pool.current": 512,
           "allocated_bytes.all.peak": 512, "allocated_bytes.small_pool.peak": 512}
     lines = format_summary(st, 0, "cpu").splitlines()
-    row = next(i for i, l in enumerate(lines) if "Allocated memory" in l)
+    row = next(i for i, line in enumerate(lines) if "Allocated memory" in line)
     assert lines[row].split("|")[2] == "    800 MiB "
     assert lines[row].split("|")[3] == "    512 B   "
     # small pool row: current in MiB (from the all row) -> 0 MiB, peak stays in bytes

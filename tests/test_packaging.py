@@ -132,7 +132,7 @@ def test_readme_lists_every_environment_variable_the_code_reads() -> None:
     for path in src.rglob("*.py"):
         text = path.read_text()
         names |= set(re.findall(r"environ\.get\(\s*\"([A-Z_]+)\"", text))
-        names |= set(re.findall(r"^(?:ENV\w*) = \"([A-Z_]+)\"", text, re.M))
+        names |= set(re.findall(r"^(?:ENV\w*) = \"([A-Z_]+)\"", text, re.MULTILINE))
     assert {"ACCELRT_OPENCL_MEMORY", "CUDA_VISIBLE_DEVICES", "ACCELRT_ALLOC_CONF"} <= names
     readme = (ROOT / "README.md").read_text()
     missing = [n for n in sorted(names) if f"| `{n}` |" not in readme]
@@ -152,3 +152,14 @@ def test_library_code_does_not_print() -> None:
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "print":
                 offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert not offenders, offenders
+
+
+def test_changelog_records_the_current_version() -> None:
+    """CHANGELOG.md (Keep a Changelog) has an Unreleased section above the released ones, and
+    the newest release is accelrt.__version__ (the one place the version lives)."""
+    text = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    heads = re.findall(r"^## \[([^\]]+)\]", text, re.MULTILINE)
+    assert heads[:1] == ["Unreleased"], heads
+    released = heads[1:]
+    assert released and released[0] == acc.__version__, (released, acc.__version__)
+    assert len(set(heads)) == len(heads), f"a section appears twice: {heads}"

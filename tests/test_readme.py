@@ -11,7 +11,7 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def test_readme_tour_runs() -> None:
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.DOTALL)
     assert blocks, "README.md has no python example"
     for code in blocks:
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -195,7 +195,8 @@ def test_non_synchronizing_operations_are_silent(be: str) -> None:
         a.fill_(2.0)
         a.to(f"{be}:0")
         e = s.record_event()
-        e.query(); s.query()
+        e.query()
+        s.query()
         s.wait_event(e)
         acc.Event(dev).synchronize()                 # never recorded: no wait
         del a, b

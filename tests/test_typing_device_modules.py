@@ -115,6 +115,6 @@ def test_mypy_rejects_misuse_of_device_module_names(tmp_path: Path) -> None:
     source = "import accelrt as acc\n\n" + "\n".join(bad_calls) + "\n"
     proc = _mypy(tmp_path, source)
     out = proc.stdout + proc.stderr
-    flagged = {int(n) for n in re.findall(r"^user_script\.py:(\d+): error:", out, re.M)}
+    flagged = {int(n) for n in re.findall(r"^user_script\.py:(\d+): error:", out, re.MULTILINE)}
     missing = [c for i, c in enumerate(bad_calls, start=3) if i not in flagged]
     assert not missing, f"mypy accepted: {missing}\n{out}"

@@ -6,8 +6,6 @@ import gzip
 import json
 import pickle
 import re
-import shutil
-import subprocess
 import uuid
 
 import pytest
@@ -392,7 +390,8 @@ def test_torch_memory_viz_reads_our_dump(tmp_path) -> None:
             memory.record_memory_history(None, device=d)
     with open(path, "rb") as f:
         snap = pickle.load(f)
-    ident = lambda lines: lines
+    def ident(lines: list[str]) -> list[str]:
+        return lines
 
     summary = mv.segsum(copy.deepcopy(snap))
     assert "segments: 3" in summary and "total_reserved: 48.0MiB" in summary

@@ -119,9 +119,7 @@ def valid(op, dtype):
         return False
     if op in (dist.ReduceOp.BAND, dist.ReduceOp.BOR, dist.ReduceOp.BXOR) and k not in "biu":
         return False
-    if op is dist.ReduceOp.AVG and k not in "fc":
-        return False
-    return True
+    return not (op is dist.ReduceOp.AVG and k not in "fc")
 
 
 def ops_section(kind, dtypes, label=""):
@@ -404,7 +402,7 @@ if "queued" in SECTIONS and ASYNC:
         for i in range(20):
             a = acc.zeros((8,), device=DEV)
             w = gated(lambda: (a.fill_(float(R + i)), dist.all_reduce(a, async_op=True))[1])
-            assert not isinstance(w, type(None))
+            assert w is not None
             w.wait()
             a.fill_(0.0) if False else None
             eq(a.numpy(), np.full(8, float(sum(r + i for r in range(N))), "float32"))

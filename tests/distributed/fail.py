@@ -12,8 +12,6 @@ import os
 import sys
 import threading
 
-import numpy as np
-
 import accelrt as acc
 import accelrt.distributed as dist
 
@@ -68,7 +66,7 @@ elif MODE == "mismatch":
         print(f"CAUGHT {R} {type(e).__name__}: {e}", flush=True)
         dist.barrier()   # still in step: the check ran before any data moved
         dist.destroy_process_group()
-        raise SystemExit(0)
+        raise SystemExit(0) from None
     print(f"NOT CAUGHT {R} {x.tolist()}", flush=True)
 elif MODE == "monitored":
     if R == 1:
@@ -83,7 +81,7 @@ elif MODE == "two_ranks_one_gpu":
         dist.all_reduce(acc.full((4,), 1.0, device="cuda:0"))
     except dist.DistError as e:
         print(f"CAUGHT {R} {e}", flush=True)
-        raise SystemExit(0)
+        raise SystemExit(0) from None
 else:
     raise SystemExit(f"unknown mode {MODE}")
 dist.destroy_process_group()

@@ -37,7 +37,7 @@ from .._errors import AcceleratorValueError
 from ._engine import Backend, Buf, Engine, EngineContext, ReduceOp, register_backend
 from ._engine import parse_backend as _parse_backend
 from ._errors import DistBackendError, DistError, DistTimeoutError
-from ._group import DEFAULT_TIMEOUT, ProcessGroup, Work, _buf
+from ._group import DEFAULT_TIMEOUT, ProcessGroup, Work
 
 __all__ = [
     "Backend", "DistBackendError", "DistError", "DistTimeoutError", "Engine",
@@ -1137,7 +1137,7 @@ def monitored_barrier(group: GroupArg = None, timeout: Any = None,
     limit = _seconds(timeout, g.timeout)
     import time
     from ._mpi import mpi
-    MPI = mpi()
+    mpi()    # raises a clear error without mpi4py
     tag = 0x7ACC
     token = np.zeros(1, np.int64)
     deadline = time.monotonic() + limit

@@ -290,7 +290,7 @@ def parse_backend(spec: str | None) -> dict[str, str]:
     if ":" not in text:
         name = str(Backend(text))
         devs = Backend._registry[name].devices
-        return {d: name for d in devs}
+        return dict.fromkeys(devs, name)
     result: dict[str, str] = {}
     for part in text.split(","):
         dev, sep, name = part.strip().partition(":")

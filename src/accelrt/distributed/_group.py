@@ -816,9 +816,8 @@ class ProcessGroup:
             err = self._engine_error(op, seq, exc)
             self._keep(err)
             raise err from exc
-        w = Work(self, op, seq, request=req, finish=finish,
-                 outputs=[keep] if keep is not None else [])
-        return w
+        return Work(self, op, seq, request=req, finish=finish,
+                    outputs=[keep] if keep is not None else [])
 
 
 def _describe(d: Any) -> str:

@@ -328,7 +328,7 @@ def cuda_array_interface(array: Any, *, synchronize: bool = False) -> dict[str, 
         s.synchronize()
         stream: int | None = None
     else:
-        stream = s._handle if s._handle else LEGACY_DEFAULT_STREAM
+        stream = s._handle or LEGACY_DEFAULT_STREAM
     dt = np.dtype(array.dtype)
     return {
         "shape": tuple(array.shape),

@@ -80,7 +80,7 @@ class AccelrtCupyAllocator:
         _lazy_init(b, index)
         stream_ptr = int(cupy.cuda.get_current_stream().ptr)
         # CuPy's null stream (0) is the device's default stream in accelrt's terms
-        handle = stream_ptr if stream_ptr else b.default_stream(index)
+        handle = stream_ptr or b.default_stream(index)
         if handle not in self._known:
             # registers CuPy's stream with the backend (cuda tracks foreign streams)
             if not b.stream_is_valid(index, handle):

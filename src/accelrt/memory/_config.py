@@ -12,11 +12,13 @@ Keys (see ``docs`` of PyTorch's ``PYTORCH_CUDA_ALLOC_CONF``):
   (>= ``large_segment_size_mb``), ``roundup_power2_divisions`` (``N`` or ``[K:N,...,>:N]``),
   ``garbage_collection_threshold`` (a float in (0, 1)), ``expandable_segments``,
   ``release_lock_on_cudamalloc``, ``per_process_memory_fraction`` (a float in [0, 1]),
-  ``throw_on_cudamalloc_oom``, ``graph_capture_record_stream_reuse``;
-* host (pinned) pool keys, stored for ``memory._host``: ``pinned_use_cuda_host_register``,
-  ``pinned_num_register_threads``, ``pinned_reserve_segment_size_mb``,
+  ``throw_on_cudamalloc_oom``, ``graph_capture_record_stream_reuse`` (only ``False``: see
+  :data:`REFUSED`);
+* host (pinned) pool keys, used by ``memory._host``: ``pinned_reserve_segment_size_mb``,
   ``pinned_use_background_threads``, ``pinned_free_catch_all``,
-  ``pinned_max_round_threshold_mb``, ``pinned_max_cached_size_mb``;
+  ``pinned_max_round_threshold_mb``, ``pinned_max_cached_size_mb``; and
+  ``pinned_use_cuda_host_register`` (only ``False``) and ``pinned_num_register_threads`` (only
+  ``1``), which have no effect without host registration (see :data:`REFUSED`);
 * accelrt's own policy: ``page_reuse`` (True/False): with ``expandable_segments:True``, the
   low-fragmentation policy: pages of the device's granularity (2 MiB), mapped when a block
   needs them in mappings of at most 1/256 of the high-water mark, and free mappings unmapped
@@ -46,6 +48,7 @@ from .._fork import reinit_after_fork
 __all__ = [
     "ENV_VAR",
     "MB",
+    "REFUSED",
     "SIZE_MAX",
     "AllocatorConfig",
     "get_allocator_settings",
@@ -62,6 +65,28 @@ SIZE_MAX = 2**64 - 1
 _NUM_INTERVALS = 16
 _MAX_MB = SIZE_MAX // MB
 _MAX_REGISTER_THREADS = 128
+
+#: Keys PyTorch accepts whose other values accelrt refuses, with the reason: each value a
+#: ``ValueError`` message for the key (the accepted value is PyTorch's default, which is also
+#: what accelrt does).
+REFUSED: dict[str, str] = {
+    "pinned_use_cuda_host_register": (
+        "pinned_use_cuda_host_register:True is not supported: PyTorch then pins host memory with "
+        "malloc + cudaHostRegister (pages pre-faulted by pinned_num_register_threads threads) "
+        "instead of cudaHostAlloc, and accelrt's backends offer no host-register operation; "
+        "remove the key (pinned memory comes from the backend's host_malloc, cudaHostAlloc on "
+        "CUDA), or use pinned_reserve_segment_size_mb to avoid many pinning calls"),
+    "pinned_num_register_threads": (
+        "pinned_num_register_threads only sets how many threads pre-fault pages for "
+        "pinned_use_cuda_host_register:True, which accelrt does not support; remove the key "
+        "(only its default, 1, is accepted)"),
+    "graph_capture_record_stream_reuse": (
+        "graph_capture_record_stream_reuse:True is not supported: PyTorch then reuses, inside "
+        "a graph capture, blocks freed after record_stream once the captured graph orders "
+        "every recorded stream's work before the reuse, which needs the capture's dependency "
+        "graph, and accelrt's backends expose no such query; remove the key (such blocks "
+        "become reusable when the capture ends, as with False, PyTorch's default)"),
+}
 
 
 def _default_divisions() -> tuple[int, ...]:
@@ -112,6 +137,13 @@ class AllocatorConfig:
                 0.0 <= self.per_process_memory_fraction <= 1.0):
             raise ValueError("per_process_memory_fraction is invalid, set it in [0.0, 1.0]; "
                              f"got {self.per_process_memory_fraction}")
+        for key, refused in (("pinned_use_cuda_host_register", self.pinned_use_host_register),
+                             ("pinned_num_register_threads",
+                              self.pinned_num_register_threads != 1),
+                             ("graph_capture_record_stream_reuse",
+                              self.graph_capture_record_stream_reuse)):
+            if refused:
+                raise ValueError(REFUSED[key])
 
 
 # ---------------------------------------------------------------------- parsing
@@ -363,11 +395,17 @@ def _apply_key(vals: dict[str, object], key: str, tok: str, lss_mb: int) -> None
     elif key in ("throw_on_cudamalloc_oom", "throw_on_malloc_oom"):
         vals["throw_on_malloc_oom"] = _bool(key, tok)
     elif key == "graph_capture_record_stream_reuse":
-        vals["graph_capture_record_stream_reuse"] = _bool(key, tok)
+        if _bool(key, tok):
+            raise ValueError(f"accelrt allocator config: {REFUSED[key]}")
+        vals["graph_capture_record_stream_reuse"] = False
     elif key == "page_reuse":
         vals["page_reuse"] = _bool(key, tok)
     elif key in ("pinned_use_cuda_host_register", "pinned_use_host_register"):
-        vals["pinned_use_host_register"] = _bool(key, tok)
+        if _bool(key, tok):
+            raise ValueError("accelrt allocator config: "
+                             + REFUSED["pinned_use_cuda_host_register"].replace(
+                                 "pinned_use_cuda_host_register:True", f"{key}:True", 1))
+        vals["pinned_use_host_register"] = False
     elif key == "pinned_use_background_threads":
         vals["pinned_use_background_threads"] = _bool(key, tok)
     elif key == "pinned_free_catch_all":
@@ -377,6 +415,8 @@ def _apply_key(vals: dict[str, object], key: str, tok: str, lss_mb: int) -> None
         if not _is_pow2(n) or n > _MAX_REGISTER_THREADS:
             raise ValueError("accelrt allocator config: pinned_num_register_threads has to be a "
                              f"power of 2 <= {_MAX_REGISTER_THREADS}, got {n}")
+        if n != 1:
+            raise ValueError(f"accelrt allocator config: {REFUSED[key]}; got {n}")
         vals["pinned_num_register_threads"] = n
     else:  # the pinned_*_mb sizes
         mb = _int(key, tok, "a non-negative integer number of MB")

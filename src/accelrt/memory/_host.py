@@ -7,7 +7,22 @@ Requests are rounded up to the next power of two and served from free lists buck
 of those streams at free time has completed, so an asynchronous copy still reading it is never
 overwritten; a block used on no stream is reusable at once. A block larger than
 ``pinned_max_cached_size_mb`` is neither rounded up nor cached: it goes back to the backend when
-it becomes reusable. ``empty_cache`` returns every cached block to the backend. Statistics use PyTorch's ``host_memory_stats`` keys.
+it becomes reusable. ``empty_cache`` returns every cached block to the backend. Statistics use
+PyTorch's ``host_memory_stats`` keys.
+
+Three allocator options (``ACCELRT_ALLOC_CONF``) change the pool as they change PyTorch's:
+
+* ``pinned_reserve_segment_size_mb:N`` -- the first new block pins one segment of ``N`` MiB
+  and new blocks are carved from it (4 KiB-aligned, bump allocation) until it is full, so many
+  small pinned buffers cost one pinning call. Carved blocks are cached like any other but never
+  returned one by one; ``empty_cache`` returns the whole segment once none of its blocks is in
+  use, and the next new block reserves a fresh one.
+* ``pinned_use_background_threads:True`` -- ``malloc`` does not query the events of freed blocks
+  (a miss checks only the blocks of its own size); a background thread, running while freed
+  blocks wait on events, polls them every 100 us and makes them reusable.
+* ``pinned_free_catch_all:True`` -- an exception raised by the backend while ``free`` records the
+  block's stream events is logged (``accelrt.memory``) instead of raised, for frees that run
+  during shutdown; the block is then never reused.
 
 Example::
 
@@ -22,8 +37,10 @@ Example::
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
+import weakref
 from typing import Any
 
 from .._errors import OutOfMemoryError
@@ -37,15 +54,41 @@ _STAT_NAMES = ("allocations", "allocated_bytes", "active_requests", "active_byte
 _DURATIONS = ("host_alloc_time", "host_free_time")
 
 
-class _Block:
-    __slots__ = ("allocated", "events", "ptr", "size", "streams")
+_RESERVE_ALIGN = 4096          # carved blocks start on 4 KiB boundaries, as in PyTorch
+_POLL_SECONDS = 100e-6         # the background thread's event polling period (PyTorch's)
 
-    def __init__(self, ptr: int, size: int) -> None:
+
+class _Block:
+    __slots__ = ("allocated", "carved", "events", "ptr", "size", "streams")
+
+    def __init__(self, ptr: int, size: int, carved: bool = False) -> None:
         self.ptr = ptr
         self.size = size
         self.allocated = True
+        self.carved = carved                             # from the reserve segment
         self.streams: set[tuple[int, int]] = set()       # (device index, stream handle)
         self.events: list[tuple[int, int]] = []          # (device index, event handle)
+
+
+class _ReserveSegment:
+    """One pinned segment that new blocks are carved from (PyTorch's PinnedReserveSegment)."""
+
+    __slots__ = ("base", "blocks", "size", "used")
+
+    def __init__(self, base: int, size: int) -> None:
+        self.base = base
+        self.size = size
+        self.used = 0                                    # bump pointer, bytes from base
+        self.blocks: list[_Block] = []
+
+    def carve(self, size: int) -> int:
+        """The address of ``size`` bytes (rounded up to 4 KiB) from the segment, or 0."""
+        need = -(-size // _RESERVE_ALIGN) * _RESERVE_ALIGN
+        if self.used + need > self.size:
+            return 0
+        ptr = self.base + self.used
+        self.used += need
+        return ptr
 
 
 class _DurationStat:
@@ -111,6 +154,8 @@ class HostCachingAllocator:
         self._durations = {name: _DurationStat() for name in _DURATIONS}
         self._num_host_alloc = 0
         self._num_host_free = 0
+        self._reserve: _ReserveSegment | None = None
+        self._worker: threading.Thread | None = None         # the background event poller
 
     # ------------------------------------------------------------------ allocation
     def _cache(self, block: _Block) -> None:
@@ -119,8 +164,8 @@ class HostCachingAllocator:
         ``maybe_cache_block``)."""
         self._stats["active_requests"].decrease(1)
         self._stats["active_bytes"].decrease(block.size)
-        if block.size > get_config().pinned_max_cached_size:
-            self._release(block)
+        if block.size > get_config().pinned_max_cached_size and not block.carved:
+            self._release(block)       # (a carved block cannot go back alone: it stays cached)
             return
         self._free[_bucket(block.size)].append(block)
 
@@ -133,13 +178,17 @@ class HostCachingAllocator:
         self._stats["allocations"].decrease(1)
         self._stats["allocated_bytes"].decrease(block.size)
 
-    def _process_events(self) -> None:
+    def _process_events(self, bucket: int | None = None) -> None:
+        """Cache the freed blocks whose events have completed (only those of ``bucket`` if
+        given: PyTorch's ``process_events_for_specific_size``)."""
         if not self._pending:
             return
         still: list[_Block] = []
         query = self._b.event_query
         for block in self._pending:
-            if all(query(i, e) for i, e in block.events):
+            if bucket is not None and _bucket(block.size) != bucket:
+                still.append(block)
+            elif all(query(i, e) for i, e in block.events):
                 for i, e in block.events:
                     self._b.event_destroy(i, e)
                 block.events.clear()
@@ -149,9 +198,29 @@ class HostCachingAllocator:
         self._pending = still
 
     def _release_cached(self) -> None:
+        carved: list[_Block] = []
         for bucket in self._free:
             while bucket:
-                self._release(bucket.pop())
+                block = bucket.pop()
+                if block.carved:
+                    carved.append(block)
+                else:
+                    self._release(block)
+        reserve = self._reserve
+        if reserve is not None and len(carved) == len(reserve.blocks):
+            # none of the segment's blocks is in use: the whole segment goes back
+            for block in carved:
+                del self._blocks[block.ptr]
+                self._stats["allocations"].decrease(1)
+                self._stats["allocated_bytes"].decrease(block.size)
+            self._reserve = None
+            t0 = time.perf_counter()
+            self._b.host_free(reserve.base)
+            self._durations["host_free_time"].add(t0)
+            self._num_host_free += 1
+            return
+        for block in carved:
+            self._free[_bucket(block.size)].append(block)
 
     def malloc(self, size: int) -> int:
         """Return a pinned block of at least ``size`` bytes (``0`` for ``size == 0``).
@@ -174,40 +243,61 @@ class HostCachingAllocator:
         cfg = get_config()
         small = size <= cfg.pinned_max_round_threshold and size <= cfg.pinned_max_cached_size
         rounded = 1 << _bucket(size) if small else size
+        background = cfg.pinned_use_background_threads
         with self._lock:
-            self._process_events()
-            bucket = self._free[_bucket(size)]
-            block = None
-            for j in range(len(bucket) - 1, -1, -1):
-                if bucket[j].size >= size:
-                    block = bucket.pop(j)
-                    break
+            if not background:
+                self._process_events()
+            block = self._cached_block(size)
+            if block is None and background and self._pending:
+                # the background thread polls the rest: check only this size's blocks
+                self._process_events(_bucket(size))
+                block = self._cached_block(size)
             if block is None:
-                block = self._new_block(rounded)
+                block = self._new_block(rounded, cfg.pinned_reserve_segment_size)
             block.allocated = True
             self._stats["active_requests"].increase(1)
             self._stats["active_bytes"].increase(block.size)
             return block.ptr
 
-    def _new_block(self, size: int) -> _Block:
+    def _cached_block(self, size: int) -> _Block | None:
+        bucket = self._free[_bucket(size)]
+        for j in range(len(bucket) - 1, -1, -1):
+            if bucket[j].size >= size:
+                return bucket.pop(j)
+        return None
+
+    def _host_malloc(self, size: int, what: str) -> int:
+        """``host_malloc`` (timed and counted); on failure the cache is emptied and it is tried
+        once more. Raises OutOfMemoryError naming ``what`` if that fails too."""
         for attempt in range(2):
             t0 = time.perf_counter()
-            ptr = self._b.host_malloc(size)
+            ptr: int = self._b.host_malloc(size)
             self._durations["host_alloc_time"].add(t0)
             if ptr:
-                break
+                self._num_host_alloc += 1
+                return ptr
             if attempt == 0:
                 self._process_events()
                 self._release_cached()
+        pinned = self._stats["allocated_bytes"].current
+        raise OutOfMemoryError(
+            f"{self._b.name}: out of pinned host memory: tried to allocate {size} bytes "
+            f"{what}with {pinned} bytes already pinned; free pinned buffers or call "
+            "empty_host_cache()", size, pinned)
+
+    def _new_block(self, size: int, reserve_size: int) -> _Block:
+        reserve = self._reserve
+        if reserve_size and reserve is None:
+            base = self._host_malloc(reserve_size, "for the reserve segment "
+                                     "(pinned_reserve_segment_size_mb; lower it) ")
+            reserve = self._reserve = _ReserveSegment(base, reserve_size)
+        ptr = reserve.carve(size) if reserve is not None else 0
+        if reserve is not None and ptr:
+            block = _Block(ptr, size, carved=True)
+            reserve.blocks.append(block)
         else:
-            pinned = self._stats["allocated_bytes"].current
-            raise OutOfMemoryError(
-                f"{self._b.name}: out of pinned host memory: tried to allocate {size} bytes "
-                f"with {pinned} bytes already pinned; free pinned buffers or call "
-                "empty_host_cache()", size, pinned)
-        block = _Block(ptr, size)
-        self._blocks[ptr] = block
-        self._num_host_alloc += 1
+            block = _Block(self._host_malloc(size, ""), size)
+        self._blocks[block.ptr] = block
         self._stats["allocations"].increase(1)
         self._stats["allocated_bytes"].increase(size)
         return block
@@ -231,12 +321,37 @@ class HostCachingAllocator:
             if not block.streams:
                 self._cache(block)
                 return
-            for index, handle in block.streams:
-                event = self._b.event_create(index, False, False, False)
-                self._b.event_record(index, event, handle)
-                block.events.append((index, event))
+            try:
+                for index, handle in block.streams:
+                    event = self._b.event_create(index, False, False, False)
+                    block.events.append((index, event))
+                    self._b.event_record(index, event, handle)
+            except Exception:
+                if not get_config().pinned_free_catch_all:
+                    raise
+                # the streams' work cannot be waited for: the block is never reused
+                logging.getLogger("accelrt.memory").warning(
+                    "pinned_free_catch_all: exception ignored in the %s host pool's free() of "
+                    "%#x (the block is not reused)", self._b.name, ptr, exc_info=True)
+                for index, event in block.events:
+                    try:
+                        self._b.event_destroy(index, event)
+                    except Exception:  # noqa: BLE001 (best effort: the backend is failing)
+                        pass
+                block.events.clear()
+                return
             block.streams.clear()
             self._pending.append(block)
+            if get_config().pinned_use_background_threads:
+                self._start_worker()
+
+    def _start_worker(self) -> None:
+        """Start the background event poller unless it runs (``_lock`` held)."""
+        if self._worker is not None and self._worker.is_alive():
+            return
+        self._worker = threading.Thread(target=_poll_events, args=(weakref.ref(self),),
+                                        name=f"accelrt-{self._b.name}-host-events", daemon=True)
+        self._worker.start()
 
     def record_event(self, ptr: int, stream: Any) -> bool:
         """Mark the block at ``ptr`` as used by ``stream`` (an :class:`accelrt.Stream`).
@@ -296,6 +411,22 @@ class HostCachingAllocator:
         with self._lock:
             for st in self._stats.values():
                 st.reset_peak()
+
+
+def _poll_events(ref: weakref.ref[HostCachingAllocator]) -> None:
+    """The background thread of ``pinned_use_background_threads``: makes freed blocks reusable
+    as their events complete; ends when none is pending or the pool is gone."""
+    while True:
+        pool = ref()
+        if pool is None:
+            return
+        with pool._lock:
+            pool._process_events()
+            if not pool._pending:
+                pool._worker = None
+                return
+        del pool
+        time.sleep(_POLL_SECONDS)
 
 
 _registry_lock = reinit_after_fork(threading.Lock())

@@ -425,7 +425,7 @@ def human_bytes(n: int) -> str:
 def settings_text(config: Any) -> str:
     """How a replay's allocator settings are shown: the string, or ``default``."""
     text = getattr(config, "settings", "") or ""
-    return text if text else "default"
+    return text or "default"
 
 
 def _table(rows: list[dict[str, Any]]) -> str:

@@ -459,7 +459,7 @@ def _shown(setting: str) -> str:
     if _fraction(setting) is not None:
         setting = ",".join(p for p in _split(setting)
                            if not p.startswith("per_process_memory_fraction:"))
-    return setting if setting else "default"
+    return setting or "default"
 
 
 def _saving_text(row: dict[str, Any]) -> str:
@@ -481,8 +481,8 @@ def format_tune(result: dict[str, Any], path: str, device: int) -> str:
     """
     base = result["baseline"]
     rec = result["recorded_setting"]
-    lines = [f"{terminal_safe(path, one_line=True)}: device {device}, {result['ops']:,} "
-             f"operations, peak live {human_bytes(result['peak_live_bytes'])}",
+    lines = [(f"{terminal_safe(path, one_line=True)}: device {device}, {result['ops']:,} "
+              f"operations, peak live {human_bytes(result['peak_live_bytes'])}"),
              f"recorded setting: {_shown(rec)}"
              + ("" if rec else " (no allocator settings recorded: PyTorch's defaults)"),
              ""]
@@ -528,8 +528,8 @@ def _advice(who: str, row: dict[str, Any], base: dict[str, Any]) -> list[str]:
     setting = pytorch_part(row["setting"]) if who == "PyTorch" else row["setting"]
     lines = []
     if row["oom"]:
-        return [f"{who}: every setting ran out of the simulated 80 GiB device; nothing to "
-                "recommend"]
+        return [(f"{who}: every setting ran out of the simulated 80 GiB device; nothing to "
+                 "recommend")]
     if row is base or not row["saving_bytes"]:
         keep = pytorch_part(base["setting"]) if who == "PyTorch" else base["setting"]
         lines.append(f"{who}: the recorded setting is already the best for {who}"
