@@ -137,3 +137,24 @@ def test_borrowed_memory_is_filled_and_kept() -> None:
     ref = np.empty(1000, np.float32)
     _philox.fill(ref, "uniform", 12, 0, (0.0, 1.0))
     assert x.numpy().tobytes() == ref.tobytes()
+
+
+def test_factory_arrays_are_made_like_empty() -> None:
+    """``_new`` makes the array as ``Array.__init__`` does: same owner type, same allocator,
+    same accounting, freed when dropped."""
+    from accelrt import memory
+
+    start = memory.memory_allocated(D)
+    e = acc.empty((3, 5), "float64", D)
+    before = memory.memory_allocated(D)
+    r = acc.rand(3, 5, dtype="float64", device=D)
+    assert memory.memory_allocated(D) - before == before - start > 0
+    assert type(r) is type(e) and type(r._mem) is type(e._mem)
+    assert r._mem.alloc is e._mem.alloc and r._b is e._b and r._index == e._index
+    assert (r.shape, r.dtype, r.nbytes, r.device) == (e.shape, e.dtype, e.nbytes, e.device)
+    del r
+    assert memory.memory_allocated(D) == before
+    with pytest.raises(ValueError):
+        acc.rand(2, device="nonsense:x:y")
+    with pytest.raises(TypeError, match="dtype"):
+        acc.randint(0, 3, (2,), dtype="complex64", device=D)
