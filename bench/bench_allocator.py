@@ -267,93 +267,11 @@ def main() -> None:
 
 
 # ---------------------------------------------------------------------- snapshot and RNG rows
+# Defined in bench/bench_snapshot.py and bench/bench_random.py (each also runs on its own);
+# imported here so that this script prints every issue-13 row in one run.
 
-def _paired(fn: Callable[[], object], loops: int, repeat: int,
-            clock: Callable[[], float] = time.thread_time) -> tuple[float, float]:
-    """Median seconds per ``fn()`` and median ratio to an empty method call, each repeat
-    timing ``loops`` calls of ``fn`` right after as many empty calls (paired, same clock), so
-    a slow phase of a loaded machine hits both sides."""
-    m = _Empty().m
-    per, ratio = [], []
-    for _ in range(repeat):
-        n_empty = max(loops, 200_000)
-        t0 = clock()
-        for _ in range(n_empty):
-            m()
-        t1 = clock()
-        for _ in range(loops):
-            fn()
-        t2 = clock()
-        per.append((t2 - t1) / loops)
-        ratio.append(per[-1] / max((t1 - t0) / n_empty, 1e-12))
-    return statistics.median(per), statistics.median(ratio)
-
-
-def _snapshot_allocator(segments: int = 10_000) -> tuple[DeviceCachingAllocator, list[int]]:
-    """``segments`` small segments of 7 blocks each (6 x 300 KiB allocated, 2 freed)."""
-    a = DeviceCachingAllocator(SimulatedBackend(capacity=1 << 45), 0, parse_config(""))
-    groups = [[a.malloc(300 << 10, 0) for _ in range(6)] for _ in range(segments)]
-    keep = []
-    for ps in groups:
-        a.free(ps[1])
-        a.free(ps[3])
-        keep += [ps[0], ps[2], ps[4], ps[5]]
-    return a, keep
-
-
-def snapshot_row(repeat: int) -> None:
-    """``memory_snapshot()`` over 10,000 segments of 7 blocks (target: at most 100 ms)."""
-    from accelrt.memory._snapshot import build_snapshot, snapshot_segments
-    a, keep = _snapshot_allocator()
-    assert {len(s["blocks"]) for s in snapshot_segments([a])} == {7}
-    print()
-    print("## Snapshot: 10,000 segments of 7 blocks (thread CPU time, median; calls = "
-          "paired empty method calls)")
-    print("| operation | ms | calls | target ms |")
-    print("|---|---|---|---|")
-    for label, fn in (("memory_snapshot() (segments)", lambda: snapshot_segments([a])),
-                      ("_snapshot() (segments, traces, settings)",
-                       lambda: build_snapshot(None, [a], {}))):
-        sec, calls = _paired(fn, 1, max(repeat, 5))
-        print(f"| {label} | {sec * 1e3:.1f} | {calls:,.0f} | <= 100 |")
-    for p in keep:
-        a.free(p)
-
-
-def rng_row(repeat: int) -> None:
-    """``acc.rand(n)`` against numpy's Philox generator for the same count, paired
-    (targets: at most 3x at 1,000 elements, 1.1x at 10 million)."""
-    import numpy as np
-
-    import accelrt as acc
-    gen = np.random.Generator(np.random.Philox(1234))
-    acc_gen = acc.random.Generator("cpu:0").manual_seed(1234)
-    print()
-    print("## RNG: acc.rand(n) vs numpy Generator(Philox).random(n, float32) (median us; "
-          "ratio = median of paired ratios)")
-    print("| n | numpy us | accelrt us | ratio | accelrt calls | target ratio |")
-    print("|---|---|---|---|---|---|")
-    for n, loops, target, clock in ((1000, 2000, 3.0, time.thread_time),
-                                    (10_000_000, 1, 1.1, time.perf_counter)):
-        def np_fn() -> object:
-            return gen.random(n, dtype=np.float32)
-
-        def acc_fn() -> object:
-            return acc.rand(n, device="cpu:0", generator=acc_gen)
-
-        np_fn()
-        acc_fn()
-        ratios, t_np, t_acc, calls = [], [], [], []
-        for _ in range(max(repeat, 5)):
-            s_np, _ = _paired(np_fn, loops, 1, clock)
-            s_acc, c_acc = _paired(acc_fn, loops, 1, clock)
-            t_np.append(s_np)
-            t_acc.append(s_acc)
-            calls.append(c_acc)
-            ratios.append(s_acc / s_np)
-        print(f"| {n:,} | {statistics.median(t_np) * 1e6:,.1f} | "
-              f"{statistics.median(t_acc) * 1e6:,.1f} | {statistics.median(ratios):.2f} | "
-              f"{statistics.median(calls):,.0f} | <= {target} |")
+from bench_random import rng_row  # noqa: E402
+from bench_snapshot import snapshot_row  # noqa: E402
 
 
 if __name__ == "__main__":

@@ -50,8 +50,27 @@ def test_segments_are_not_deep_copied(segments: int, monkeypatch) -> None:
     assert len(segs) == segments and {len(s["blocks"]) for s in segs} == {7}
     assert calls[0] == 0
     build_snapshot(None, [a], {"k": 1})
-    # the settings and the (empty) traces only: independent of the number of blocks
-    assert calls[0] == 6
+    # the settings only (the dict and its value): independent of the number of blocks
+    assert calls[0] == 2
+
+
+def test_trace_entries_are_not_walked_value_by_value(monkeypatch) -> None:
+    a, keep = _allocator(20, history=True)
+    a.record_annotation({"step": 3})
+    calls = [0]
+    real = _snapshot.to_plain
+
+    def counting(obj, path="snapshot"):
+        calls[0] += 1
+        return real(obj, path)
+
+    monkeypatch.setattr(_snapshot, "to_plain", counting)
+    snap = build_snapshot(None, [a], {})
+    assert len(snap["device_traces"][0]) > 100
+    # the settings dict, and the annotation's metadata dict and its value
+    assert calls[0] == 3
+    for p in keep:
+        a.free(p)
 
 
 def test_segments_made_with_the_collector_paused(monkeypatch) -> None:

@@ -30,6 +30,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypedDict, cast
 
+from ._history import HistoryMixin
 from ._segments import SegmentsMixin
 
 __all__ = ["Block", "Frame", "Segment", "TraceEntry", "build_snapshot", "check_snapshot",
@@ -212,15 +213,42 @@ def build_snapshot(backend: Any, allocators: list[Any | None],
     """
     segments = snapshot_segments(allocators)
     with gc_paused():
-        traces: list[list[Any]] = [[] if a is None else list(a.trace_entries())
-                                   for a in allocators]
-        rest: dict[str, Any] = to_plain({
+        traces: list[list[Any]] = []
+        for i, a in enumerate(allocators):
+            where = f"snapshot['device_traces'][{i}]"
+            if a is None:
+                traces.append([])
+            elif isinstance(a, HistoryMixin):
+                traces.append(_plain_trace(a.trace_entries(), where))
+            else:
+                traces.append(to_plain(list(a.trace_entries()), where))
+        snap: dict[str, Any] = {
+            "segments": segments,
             "device_traces": traces,
-            "allocator_settings": settings,
+            "allocator_settings": to_plain(settings, "snapshot['allocator_settings']"),
             "external_annotations": [],
-        })
-    snap: dict[str, Any] = {"segments": segments, **rest}
+        }
     return snap
+
+
+def _plain_trace(entries: list[dict[str, Any]], where: str) -> list[dict[str, Any]]:
+    """The caching allocator's trace entries made plain in place, without :func:`to_plain`'s
+    walk of every value.
+
+    ``HistoryMixin.trace_entries`` returns fresh shallow copies of entries its ``_record``
+    built from ints, strs and captured frames (dicts of str and int), so only two keys need
+    work: ``frames`` gets fresh frame dicts (the lists are shared with the allocator), and a
+    ``user_metadata`` dict (from ``record_annotation``, user data) still goes through
+    :func:`to_plain`, which checks it.
+    """
+    for k, e in enumerate(entries):
+        fr = e.get("frames")
+        if fr is not None:
+            e["frames"] = [dict(f) for f in fr] if fr else []
+        meta = e.get("user_metadata")
+        if meta is not None and type(meta) is not str:
+            e["user_metadata"] = to_plain(meta, f"{where}[{k}]['user_metadata']")
+    return entries
 
 
 def dump_snapshot(path: str | os.PathLike[str], snapshot: dict[str, Any]) -> None:

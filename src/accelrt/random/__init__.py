@@ -34,15 +34,17 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 import secrets
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, SupportsIndex
+from typing import TYPE_CHECKING, Any, SupportsIndex, cast
 
 import numpy as np
 
 from .._device import _get_device, _lazy_init
+from .._device import device as _device_cls
 from .._stream import _current
 from . import _philox
 from ._generator import (
@@ -85,6 +87,9 @@ __all__ = [
 ]
 
 _FLOAT_DTYPES = ("float16", "float32", "float64")
+#: The largest finite value of each float dtype, by item size.
+_FLOAT_MAX = {2: float(np.finfo(np.float16).max), 4: float(np.finfo(np.float32).max),
+              8: float(np.finfo(np.float64).max)}
 
 
 # ---------------------------------------------------------------------- seeds and states
@@ -280,6 +285,8 @@ def _size(size: tuple[Any, ...], kw: Any, fname: str) -> tuple[int, ...]:
 
 
 def _real(name: str, value: Any) -> float:
+    if type(value) is float and -math.inf < value < math.inf:
+        return value    # the common case: a finite Python float
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer,
                                                                        np.floating)):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
@@ -337,53 +344,132 @@ def _check_generator(generator: Generator | None, b: Backend, index: int) -> Gen
 
 # ---------------------------------------------------------------------- generation
 
+#: Elements per Philox block of the uniform and normal requests, by distribution and element
+#: size (see ``_philox.words_per_element``): saves two calls on every request.
+_PER_BLOCK = {("uniform", 2): 4, ("uniform", 4): 4, ("uniform", 8): 2,
+              ("normal", 2): 2, ("normal", 4): 2, ("normal", 8): 2}
+_STANDARD = (0.0, 1.0)
+
+#: Array internals, bound on first use (importing ``accelrt._array`` here would load the
+#: allocator whenever anything imports ``accelrt.random``, e.g. for ``manual_seed``).
+_Array: Any = None
+_Memory: Any = None
+_hold: Any = None
+_check_dtype: Any = None
+_get_allocator: Any = None
+
+#: Device strings seen so far -> their parsed :class:`accelrt.device` (parsing a string costs
+#: more than the rest of the placement; a device object is immutable).
+_parsed: dict[str, Any] = {}
+
+
+def _bind_array() -> None:
+    global _Array, _Memory, _hold, _check_dtype, _get_allocator
+    from .._array import Array, _Memory as memory, _check_dtype as check_dtype, _hold as hold
+    from ..memory._allocator import get_allocator
+    _Memory, _hold, _check_dtype, _get_allocator = memory, hold, check_dtype, get_allocator
+    _Array = Array
+
+
+def _new(shape: tuple[int, ...], dtype: DTypeLike, device: DeviceLike,
+         generator: Generator | None, dist: str, params: tuple[Any, ...]) -> Array:
+    """``empty(shape, dtype, device)`` filled by :func:`_fill`: the factories' one path.
+
+    ``device=None`` with a generator means the generator's device. The array is made as
+    ``Array.__init__`` makes it (same checks, in the same order: device, dtype support), with
+    the placement, stream and device initialisation looked up once for both steps.
+    """
+    if _Array is None:
+        _bind_array()
+    if device is None and generator is not None:
+        device = _resolve(device, generator)
+    elif type(device) is str:
+        dev = _parsed.get(device)
+        if dev is None:
+            dev = _device_cls(device)
+            if len(_parsed) < 64:
+                _parsed[device] = dev
+        device = dev
+    b, index = _get_device(device)
+    dt = _check_dtype(dtype, b, index)
+    _lazy_init(b, index)
+    n = math.prod(shape)
+    nbytes = n * dt.itemsize
+    alloc = _get_allocator(b, index)
+    stream = _current(b, index)._handle
+    ptr = alloc.malloc(nbytes, stream) if nbytes else 0
+    out: Array = _Array._wrap(_Memory(ptr, nbytes, alloc), shape, dt, b, index)
+    _fill(out, b, index, stream, n, dist, params, generator)
+    return out
+
+
 def _generate(out: Array, dist: str, params: tuple[Any, ...], generator: Generator | None) -> None:
     """Reserve counters from the generator and fill ``out`` in stream order."""
     b, index = out._b, out._index
-    g = _check_generator(generator, b, index)
-    n = out.size
+    _lazy_init(b, index)
+    _fill(out, b, index, _current(b, index)._handle, math.prod(out._shape), dist, params,
+          generator)
+
+
+def _fill(out: Array, b: Backend, index: int, stream: int, n: int, dist: str,
+          params: tuple[Any, ...], generator: Generator | None) -> None:
+    """Fill the ``n`` elements of ``out`` (on device ``index`` of ``b``, initialised) on
+    ``stream``.
+
+    Runs on every factory call, so its common cases avoid per-call lookups: the blocks per
+    element come from a table, the host fill is one ``functools.partial`` of
+    ``_philox.fill_at`` (no closure, no numpy view for a small standard uniform request),
+    and queued work holds memory only when it is borrowed (``accelrt._array._held``'s rule,
+    checked inline).
+    """
+    if (type(generator) is not Generator or generator._b is not b
+            or generator._index != index):
+        generator = _check_generator(generator, b, index)
     if n == 0:
         return
-    dtype = out.dtype
-    seed_, offset = g._reserve(_philox.blocks_needed(n, dist, dtype, params))
-    _lazy_init(b, index)
-    from .._array import _held, _hold, _raw_view
-    stream = _current(b, index)._handle
-    # Queued work holds only borrowed memory (_held): allocator memory is freed
+    dtype = out._dtype
+    per = _PER_BLOCK.get((dist, dtype.itemsize))
+    nblocks = (-(-n // per) if per is not None
+               else _philox.blocks_needed(n, dist, dtype, params))
+    seed_, offset = generator._reserve(nblocks)
+    if _Array is None:
+        _bind_array()
+    mem = out._mem
+    ptr = mem.ptr
+    # Queued work holds only borrowed memory (``_held``'s rule): allocator memory is freed
     # stream-ordered, so ``del out`` while the fill is queued frees it at once, as for any op.
-    keep = _held(out)
+    keep = (mem,) if mem.alloc is None and ptr else ()
     device_fill = getattr(b, "philox_fill", None)
-    if callable(device_fill):
-        device_fill(out.data_ptr(), n, dtype.name, dist, seed_, offset, params, index, stream)
-        _hold(b, index, stream, keep)
+    if device_fill is not None and callable(device_fill):
+        device_fill(ptr, n, dtype.name, dist, seed_, offset, params, index, stream)
+        if keep:
+            _hold(b, index, stream, keep)
         return
-    if out._host_ok():
-        ptr, shape = out.data_ptr(), out.shape
-
-        def work() -> None:
-            _philox.fill(_raw_view(ptr, shape, dtype), dist, seed_, offset, params)
-
+    if mem.host or b.host_accessible(index):
+        work = functools.partial(_philox.fill_at, ptr, n, dtype, dist, seed_, offset, params)
         try:
             b.launch_host_func(index, stream, work)
         except NotImplementedError:
             b.stream_synchronize(index, stream)
             work()
             return
-        _hold(b, index, stream, keep)
+        if keep:
+            _hold(b, index, stream, keep)
         return
-    host = np.empty(out.shape, dtype)
+    host = np.empty(out._shape, dtype)
     _philox.fill(host, dist, seed_, offset, params)
     out._upload(host, False)
 
 
 def _check_float_array(array: Any, fname: str) -> Array:
-    from .._array import Array
-    if not isinstance(array, Array):
+    if _Array is None:
+        _bind_array()
+    if not isinstance(array, _Array):
         raise TypeError(f"{fname}() needs an accelrt.Array, got {type(array).__name__}")
     if array.dtype.name not in _FLOAT_DTYPES:
         raise TypeError(f"{fname}() needs a floating array ({', '.join(_FLOAT_DTYPES)}), got "
                         f"{array.dtype.name}")
-    return array
+    return cast("Array", array)
 
 
 def uniform_(array: Array, a: float = 0.0, b: float = 1.0, *,
@@ -412,7 +498,7 @@ def uniform_(array: Array, a: float = 0.0, b: float = 1.0, *,
     lo, hi = _real("a", a), _real("b", b)
     if lo > hi:
         raise ValueError(f"uniform_ expects to return a [a, b) range, but found a={lo} > b={hi}")
-    if hi - lo > float(np.finfo(array.dtype).max):
+    if hi - lo > _FLOAT_MAX[array.dtype.itemsize]:
         raise ValueError(f"uniform_ expects b - a <= {np.finfo(array.dtype).max} for "
                          f"{array.dtype.name}, got b - a = {hi - lo}")
     _generate(array, "uniform", (lo, hi), generator)
@@ -463,11 +549,10 @@ def rand(*size: SizeLike, generator: Generator | None = None, dtype: DTypeLike =
         >>> acc.rand(2, 3, device="cpu:0").shape
         (2, 3)
     """
-    from .._array import empty
-    shape = _size(size, _only_size(kw, "rand"), "rand")
-    out = empty(shape, _float_dtype(dtype, "rand"), _resolve(device, generator))
-    _generate(out, "uniform", (0.0, 1.0), generator)
-    return out
+    if kw or len(size) != 1 or type(size[0]) is not int or size[0] < 0:
+        size = _size(size, _only_size(kw, "rand"), "rand")
+    return _new(size, _float_dtype(dtype, "rand"), device, generator,  # type: ignore[arg-type]
+                "uniform", _STANDARD)
 
 
 def randn(*size: SizeLike, generator: Generator | None = None, dtype: DTypeLike = "float32",
@@ -480,11 +565,10 @@ def randn(*size: SizeLike, generator: Generator | None = None, dtype: DTypeLike 
         >>> acc.randn((4,), dtype="float64", device="cpu:0").dtype
         dtype('float64')
     """
-    from .._array import empty
-    shape = _size(size, _only_size(kw, "randn"), "randn")
-    out = empty(shape, _float_dtype(dtype, "randn"), _resolve(device, generator))
-    _generate(out, "normal", (0.0, 1.0), generator)
-    return out
+    if kw or len(size) != 1 or type(size[0]) is not int or size[0] < 0:
+        size = _size(size, _only_size(kw, "randn"), "randn")
+    return _new(size, _float_dtype(dtype, "randn"), device, generator,  # type: ignore[arg-type]
+                "normal", _STANDARD)
 
 
 def _only_size(kw: dict[str, Any], fname: str) -> Any:
@@ -527,7 +611,6 @@ def randint(*args: SizeLike, size: SizeLike | None = None, low: SupportsIndex | 
         >>> int(x.min()), int(x.max())
         (3, 6)
     """
-    from .._array import empty
     pos: list[Any] = list(args)   # checked below (_int_bound, _size)
     if len(pos) > 3:
         raise TypeError(f"randint() takes at most 3 positional arguments, got {len(pos)}")
@@ -577,6 +660,4 @@ def randint(*args: SizeLike, size: SizeLike | None = None, low: SupportsIndex | 
                          f"(values {fmin}..{fmax})")
     if hi - lo > 1 << 64:
         raise ValueError(f"randint() range high - low = {hi - lo} exceeds 2**64")
-    out = empty(shape, dt, _resolve(device, generator))
-    _generate(out, "randint", (lo, hi - lo), generator)
-    return out
+    return _new(shape, dt, device, generator, "randint", (lo, hi - lo))

@@ -52,6 +52,7 @@ Example::
 from __future__ import annotations
 
 import concurrent.futures
+import ctypes
 import functools
 import os
 import threading
@@ -70,6 +71,7 @@ __all__ = [
     "PHILOX_W1",
     "blocks_needed",
     "fill",
+    "fill_at",
     "philox4x32_10",
     "words",
     "words_per_element",
@@ -397,11 +399,13 @@ class _Run:
     """Words of blocks ``start .. start + len(w) - 1`` under key ``seed`` (one per thread),
     and their standard uniform float32/float64 conversions, made on first use."""
 
-    __slots__ = ("seed", "start", "uniform", "w")
+    __slots__ = ("addr", "seed", "start", "uniform", "w")
 
     def __init__(self, seed: int, start: int, w: np.ndarray) -> None:
         self.seed, self.start, self.w = seed, start, w
         self.uniform: dict[str, np.ndarray] = {}
+        #: dtype char -> address of ``uniform[char]``'s first element (for :func:`fill_at`)
+        self.addr: dict[str, int] = {}
 
     def standard_uniform(self, dtype: np.dtype) -> np.ndarray:
         """The run's words as standard uniform numbers of ``dtype`` (float32: one per word,
@@ -411,6 +415,7 @@ class _Run:
             u = np.empty(self.w.size // words_per_element("uniform", dtype), dtype)
             _uniform_std(self.w.copy(), dtype, u)
             self.uniform[dtype.char] = u
+            self.addr[dtype.char] = u.ctypes.data
         return u
 
 
@@ -722,3 +727,48 @@ def fill(out: np.ndarray, dist: str, seed: int, offset: int,
     for fut in futures:
         fut.result()
     return nblocks
+
+
+#: Elements per block of the standard uniform requests :func:`fill_at` copies straight from
+#: the run of blocks, by dtype (native float32: four, float64: two).
+_DIRECT_PER_BLOCK = {np.dtype(np.float32): 4, np.dtype(np.float64): 2}
+
+
+def fill_at(ptr: int, n: int, dtype: np.dtype, dist: str, seed: int, offset: int,
+            params: Sequence[Any]) -> None:
+    """:func:`fill` of ``n`` elements of ``dtype`` at the host address ``ptr``.
+
+    The random factories queue this on a stream (it owns nothing, so the array's memory is
+    not kept allocated by queued work). A small standard uniform float32/float64 request is
+    one ``memmove`` from this thread's run of blocks; anything else goes through a numpy view
+    of the memory and :func:`fill`. Same bits either way.
+
+    Example::
+
+        >>> import numpy as np
+        >>> from accelrt.random._philox import fill, fill_at
+        >>> a, b = np.empty(10, np.float32), np.empty(10, np.float32)
+        >>> fill_at(a.ctypes.data, 10, a.dtype, "uniform", 5, 0, (0.0, 1.0))
+        >>> fill(b, "uniform", 5, 0, (0.0, 1.0))
+        3
+        >>> a.tobytes() == b.tobytes()
+        True
+    """
+    per = _DIRECT_PER_BLOCK.get(dtype) if dist == "uniform" else None
+    if per is not None and n > 0 and (params[0] == 0.0 and params[1] == 1.0):
+        nblocks = -(-n // per)
+        offset &= _M64
+        seed &= _M64
+        if nblocks <= SMALL_MAX_BLOCKS and offset + nblocks <= 1 << 64:
+            r, i = _small_run(seed, offset, nblocks)
+            addr = r.addr.get(dtype.char)
+            if addr is None:
+                r.standard_uniform(dtype)
+                addr = r.addr[dtype.char]
+            size = dtype.itemsize
+            ctypes.memmove(ptr, addr + i * per * size, n * size)
+            return
+    nbytes = n * dtype.itemsize
+    if nbytes:
+        buf: Any = (ctypes.c_char * nbytes).from_address(ptr)
+        fill(np.frombuffer(buf, dtype=dtype), dist, seed, offset, params)
