@@ -850,9 +850,16 @@ def test_stale_ptx_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -
 
 
 def test_pack_args_needs_numpy_scalars() -> None:
-    ptrs, keep = _kernels.pack_args([np.uint64(7), np.float32(1.5), np.uint32(3)])
-    assert [int(np.frombuffer(k.tobytes(), k.dtype)[0]) for k in keep] == [7, 1, 3]
-    assert ptrs.tolist() == [k.ctypes.data for k in keep]
+    args = [np.uint64(7), np.float32(1.5), np.uint32(3), np.int8(-2), np.float64(0.25)]
+    ptrs, keep = _kernels.pack_args(args)
+    # each pointer addresses its value, in the parameter's own C type, in a live holder
+    assert len(ptrs) == len(args) and all(int(p) % 8 == 0 for p in ptrs)
+    for p, a in zip(ptrs, args):
+        assert ctypes.string_at(int(p), a.itemsize) == a.tobytes()
+    lo, hi = keep[0].ctypes.data, keep[0].ctypes.data + keep[0].nbytes
+    assert all(lo <= int(p) < hi for p in ptrs)
+    with pytest.raises(TypeError, match="numpy scalars"):
+        _kernels.pack_args([np.complex128(1)])   # wider than a kernel parameter slot
     with pytest.raises(TypeError, match="numpy scalars"):
         _kernels.pack_args([7])
 

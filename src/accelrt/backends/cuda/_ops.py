@@ -233,6 +233,7 @@ class OpsMixin:
 
     _check_stream: Any          # StreamMixin._check_stream
     _check_device_range: Any    # MemoryMixin._check_device_range
+    _props: dict[int, dict[str, Any]]   # CudaBackend's cache of get_device_properties
 
     def _use(self, index: int) -> _Device:  # provided by CudaBackend
         raise NotImplementedError
@@ -245,7 +246,9 @@ class OpsMixin:
         raise NotImplementedError  # provided by CudaBackend
 
     def _sms(self, index: int) -> int:
-        return int(self.get_device_properties(index)["multi_processor_count"]) or 1
+        # the cached properties, not get_device_properties()'s copy of ~150 entries per launch
+        props = self._props.get(index) or self.get_device_properties(index)
+        return int(props["multi_processor_count"]) or 1
 
     def philox_fill(self, ptr: int, n: int, dtype: str, dist: str, seed: int, offset: int,
                     params: Any, index: int, stream: int) -> None:
