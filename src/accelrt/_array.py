@@ -554,6 +554,8 @@ class Array:
         b, index = _get_device(device)
         _check_flag("non_blocking", non_blocking)
         if b is self._b and index == self._index:
+            if self._mem is _CLOSED:
+                self._mem.ptr   # noqa: B018 - raises ClosedError
             return self
         out = Array(self._shape, self._dtype, _device_cls(b.name, index))
         out._copy_from(self, non_blocking)

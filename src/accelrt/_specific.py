@@ -202,6 +202,7 @@ class Stream(_stream.Stream):
             >>> acc.cpu.Stream().is_capturing()
             False
         """
+        self._check_open()
         return bool(self._b.stream_is_capturing(self._index, self._handle))
 
     @classmethod
