@@ -101,7 +101,9 @@ def test_stream_close_is_idempotent_and_every_use_raises(dev: str) -> None:
     for use in (s.query, s.synchronize, s.record_event, lambda: s.stream_id,
                 lambda: s.wait_event(e), lambda: s.wait_stream(other),
                 lambda: other.wait_stream(s), lambda: acc.set_stream(s), s.__enter__,
-                lambda: e.record(s), lambda: e.wait(s), lambda: a.record_stream(s)):
+                lambda: e.record(s), lambda: e.wait(s), lambda: a.record_stream(s),
+                lambda: acc.memory.caching_allocator_alloc(16, dev, stream=s),
+                lambda: acc.comm.scatter(a, devices=[dev], streams=[s])):
         with pytest.raises(acc.ClosedError, match="was closed"):
             use()
     assert acc.current_stream(dev) != s   # set_stream refused before changing anything

@@ -298,7 +298,7 @@ class Stream:
             >>> acc.Stream("cpu").query()
             True
         """
-        self._check_open()
+        self._check_open()   # a method: a device module's view also checks its origin
         return self._b.stream_query(self._index, self._handle)
 
     def synchronize(self) -> None:
