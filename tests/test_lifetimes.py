@@ -547,3 +547,33 @@ def test_arrays_close_from_many_threads(dev: str) -> None:
         for t in threads:
             t.join()
     assert not errors, errors
+
+
+def test_closing_one_object_from_many_threads_releases_it_once(dev: str) -> None:
+    """Racing close() calls give a stream's handle back once and destroy an event once."""
+    from accelrt import _stream
+    errors: list[BaseException] = []
+    with leak_check():
+        for _ in range(20):
+            s = acc.Stream(dev)
+            e = s.record_event()
+            a = acc.zeros(64, device=dev)
+            barrier = threading.Barrier(4)
+
+            def closer() -> None:
+                try:
+                    barrier.wait()
+                    s.close()
+                    e.close()
+                    a.close()
+                except BaseException as exc:  # noqa: BLE001 - reported below
+                    errors.append(exc)
+
+            threads = [threading.Thread(target=closer) for _ in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            free = _stream._pools[s._b][0].free0
+            assert len(free) == len(set(free)), "a handle was pooled twice"
+    assert not errors, errors

@@ -84,6 +84,17 @@ _is_finalizing = sys.is_finalizing
 _getrefcount = sys.getrefcount
 
 
+def _sole_refs() -> int:
+    """What ``sys.getrefcount(local)`` returns for an object only a local variable holds (2
+    up to Python 3.13; newer interpreters may borrow the argument's reference): measured, not
+    assumed, so ``Array.close`` never mistakes shared memory for its own."""
+    mine = object()
+    return _getrefcount(mine)
+
+
+_SOLE_REFS = _sole_refs()
+
+
 # ---------------------------------------------------------------------- memory owner
 
 class _Memory:
@@ -760,7 +771,7 @@ class Array:
         if stream is not None:
             self.record_stream(stream)
         self._mem = _CLOSED
-        if mem.alloc is not None and mem.ptr and _getrefcount(mem) <= 2:
+        if mem.alloc is not None and mem.ptr and _getrefcount(mem) <= _SOLE_REFS:
             # nothing else (numpy view, DLPack export) shares it: free it here, with the
             # blocking free (a finaliser must not block; this is an ordinary call)
             alloc, mem.alloc = mem.alloc, None

@@ -30,6 +30,7 @@ from . import _sync_debug as _sd
 from ._device import _get_device_of, _lazy_init, _require_current, _tls
 from ._errors import AcceleratorValueError, ClosedError
 from ._stream import Stream, _current, _default, _defaults
+from ._stream import _close_lock
 
 if TYPE_CHECKING:
     from ._backend import Backend
@@ -434,10 +435,11 @@ class Event:
             >>> e.is_closed
             True
         """
-        if self._closed:
-            return
-        self._closed = True
-        h, self._handle = self._handle, 0
+        with _close_lock:   # two threads closing at once must not destroy the handle twice
+            if self._closed:
+                return
+            self._closed = True
+            h, self._handle = self._handle, 0
         if h:
             self._b.event_destroy(self._index, h)  # type: ignore[arg-type]
 

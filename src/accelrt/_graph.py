@@ -267,12 +267,13 @@ class Graph:
             >>> g.is_closed
             True
         """
-        if self._closed:
-            return
-        if self._capturing:
-            raise RuntimeError("close() during capture; call capture_end() first")
+        with _stream._close_lock:
+            if self._closed:
+                return
+            if self._capturing:
+                raise RuntimeError("close() during capture; call capture_end() first")
+            self._closed = True
         self._reset(finalizer=False)
-        self._closed = True
 
     @property
     def is_closed(self) -> bool:

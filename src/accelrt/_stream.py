@@ -67,6 +67,9 @@ class _DevicePool:
 # backend -> device index -> pool; guarded by _pools_lock for writes
 _pools: dict[Backend, dict[int, _DevicePool]] = {}
 _pools_lock = reinit_after_fork(threading.Lock())
+#: Guards the closed flags of streams, events and graphs in ``close()``; re-entrant because a
+#: garbage collection inside the locked section may run a finalizer that closes another object.
+_close_lock = reinit_after_fork(threading.RLock())
 _ZERO = 0  # ``priority is _ZERO``: the int 0 (small ints are cached), a fast path only
 
 
@@ -465,20 +468,18 @@ class Stream:
             ...     print("closed")
             closed
         """
-        if self._closed:
-            return
         key = (self._b.name, self._index)
-        if _defaults.get(key) is self:
-            return   # the shared default stream object of its device: never closed
-        if _tls.stream.get(key) is self or getattr(self, "_saved", None):
-            raise AcceleratorError(
-                f"cannot close the current stream of {key[0]}:{key[1]}: leave 'with stream:' "
-                "or make another stream current with set_stream() first")
-        self._closed = True
-        free = self._free
+        with _close_lock:   # two threads closing at once must not pool the handle twice
+            if self._closed or _defaults.get(key) is self:
+                return   # closed already, or the shared default stream object: never closed
+            if _tls.stream.get(key) is self or getattr(self, "_saved", None):
+                raise AcceleratorError(
+                    f"cannot close the current stream of {key[0]}:{key[1]}: leave 'with "
+                    "stream:' or make another stream current with set_stream() first")
+            self._closed = True
+            free, self._free = self._free, None
         if free is None:
             return   # not ours: only this object is closed
-        self._free = None
         if len(free) < _POOL_MAX:
             free.append(self._handle)
         else:
