@@ -577,3 +577,20 @@ def test_closing_one_object_from_many_threads_releases_it_once(dev: str) -> None
             free = _stream._pools[s._b][0].free0
             assert len(free) == len(set(free)), "a handle was pooled twice"
     assert not errors, errors
+
+
+def test_a_capturing_stream_cannot_be_closed(dev: str) -> None:
+    _graphs(dev)
+    x = acc.zeros(4, device=dev)
+    s = acc.Stream(dev)
+    g = acc.Graph()
+    with s:
+        g.capture_begin()
+        _ = x.fill_(1.0)
+    with pytest.raises(acc.AcceleratorError, match="captures"):
+        s.close()
+    with s:
+        g.capture_end()
+    s.close()
+    g.close()
+    x.close()

@@ -451,9 +451,10 @@ class Stream:
         ``contextlib.closing(stream)`` for a block that closes it.
 
         Raises:
-            AcceleratorError: the stream is the calling thread's current stream, or a thread
-                is inside ``with stream:``; leave that first (closing would let its handle
-                serve another stream while still in use).
+            AcceleratorError: the stream is the calling thread's current stream, a thread is
+                inside ``with stream:``, or a graph capture is recording its work; leave or
+                end that first (closing would let its handle serve another stream while still
+                in use).
 
         Example::
 
@@ -469,6 +470,11 @@ class Stream:
             closed
         """
         key = (self._b.name, self._index)
+        if self._free is not None and not self._closed \
+                and self._b.stream_is_capturing(self._index, self._handle):
+            raise AcceleratorError(
+                f"cannot close a stream of {key[0]}:{key[1]} while a graph captures its work; "
+                "end the capture (capture_end()) first")
         with _close_lock:   # two threads closing at once must not pool the handle twice
             if self._closed or _defaults.get(key) is self:
                 return   # closed already, or the shared default stream object: never closed
