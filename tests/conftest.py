@@ -19,6 +19,7 @@ settings.register_profile("dev", deadline=None, suppress_health_check=[HealthChe
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
 
 from accelrt import _backend, _device  # noqa: E402
+from accelrt.testing import _leaks as leaks  # noqa: E402
 
 
 def _backend_params() -> list[object]:
@@ -42,7 +43,30 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture(autouse=True)
-def _restore_runtime_state() -> Iterator[None]:
+def _leak_check(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail a test that leaves caching-allocator memory, streams, events or graphs alive that
+    it made (``accelrt.testing``'s check, run after the test's own fixtures are torn down).
+
+    A test that leaks on purpose (leak detection, out-of-memory, fork) opts out with
+    ``@pytest.mark.leaks_ok("why")``.
+    """
+    marker = request.node.get_closest_marker("leaks_ok")
+    if marker is not None:
+        if not marker.args or not isinstance(marker.args[0], str) or not marker.args[0]:
+            pytest.fail("@pytest.mark.leaks_ok needs a reason: leaks_ok(\"why it leaks\")")
+        yield
+        return
+    before = leaks.snapshot()
+    yield
+    problems = leaks.find_leaks(before)
+    if problems:
+        pytest.fail("the test left alive what it made (mark it "
+                    "@pytest.mark.leaks_ok(\"why\") if that is on purpose):\n"
+                    + "\n".join(problems), pytrace=False)
+
+
+@pytest.fixture(autouse=True)
+def _restore_runtime_state(_leak_check: None) -> Iterator[None]:
     """Restore the current accelerator and this thread's current devices/streams after each
     test, so tests can change them freely."""
     with _device._acc_lock:

@@ -188,7 +188,19 @@ def test_check_reports_failures_and_leaks(monkeypatch: pytest.MonkeyPatch) -> No
     assert "doctestdev" not in _backend.registered()  # forgotten after the examples
 
 
-@pytest.mark.parametrize("name", MODULES)
+#: Modules whose examples leave backend handles alive on purpose (teardown leak check).
+LEAKY_EXAMPLES = {
+    # examples build standalone DeviceCachingAllocators on the shared cpu backend: their
+    # pooled events for stream-ordered frees stay alive (an allocator has no close()), and
+    # record_stream's example makes a raw backend stream it does not destroy
+    "accelrt.memory._allocator": "standalone allocators keep their event pools",
+    "accelrt.memory._events": "standalone allocators keep their event pools",
+}
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=pytest.mark.leaks_ok(LEAKY_EXAMPLES[n])) if n in LEAKY_EXAMPLES else n
+    for n in MODULES])
 def test_docstring_examples(name: str) -> None:
     problems = _check(_import(name))
     assert not problems, "\n".join(problems)

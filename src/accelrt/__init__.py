@@ -40,6 +40,7 @@ from ._errors import (
     AcceleratorError,
     BackendUnavailableError,
     CaptureNotSupportedError,
+    ClosedError,
     DeviceError,
     OutOfMemoryError,
 )
@@ -155,6 +156,7 @@ __all__ = [
     "Array",
     "BackendUnavailableError",
     "CaptureNotSupportedError",
+    "ClosedError",
     "DeviceError",
     "Event",
     "Graph",

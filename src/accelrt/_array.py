@@ -68,7 +68,7 @@ import numpy as np
 from . import _dlpack, _staging
 from . import _sync_debug as _sd
 from ._device import _device_obj, _get_device, _lazy_init
-from ._errors import DeviceError
+from ._errors import ClosedError, DeviceError
 from ._device import device as _device_cls
 from ._stream import _current, _wait_raw
 from .memory._allocator import get_allocator
@@ -81,6 +81,18 @@ if TYPE_CHECKING:
 __all__ = ["Array", "asarray", "empty", "full", "zeros"]
 
 _is_finalizing = sys.is_finalizing
+_getrefcount = sys.getrefcount
+
+
+def _sole_refs() -> int:
+    """What ``sys.getrefcount(local)`` returns for an object only a local variable holds (2
+    up to Python 3.13; newer interpreters may borrow the argument's reference): measured, not
+    assumed, so ``Array.close`` never mistakes shared memory for its own."""
+    mine = object()
+    return _getrefcount(mine)
+
+
+_SOLE_REFS = _sole_refs()
 
 
 # ---------------------------------------------------------------------- memory owner
@@ -115,6 +127,21 @@ class _Memory:
         # Never blocks: the garbage collector may run this inside the allocator's own
         # critical section on this thread (its lock is not reentrant).
         alloc.free(self.ptr, True)   # free_from_finalizer, one call less
+
+
+class _ClosedMemory:
+    """The memory owner of a closed array (:meth:`Array.close`): every use of the memory
+    (``ptr``, ``nbytes``, ...) raises :class:`ClosedError`, so operations on a closed array
+    fail before anything is enqueued, at no cost to open arrays."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Any:
+        raise ClosedError("this accelrt.Array was closed (close()); its memory is no longer "
+                          "its own: use an array that is still open")
+
+
+_CLOSED: Any = _ClosedMemory()   # typed Any: it stands in for a _Memory
 
 
 class _HostView:
@@ -386,8 +413,9 @@ class Array:
         return self._mem.ptr
 
     def __repr__(self) -> str:
+        closed = ", closed" if self._mem is _CLOSED else ""
         return (f"accelrt.Array(shape={self._shape}, dtype={self._dtype.name}, "
-                f"device='{self._b.name}:{self._index}')")
+                f"device='{self._b.name}:{self._index}'{closed})")
 
     # ------------------------------------------------------------------ helpers
     def _host_ok(self) -> bool:
@@ -537,6 +565,8 @@ class Array:
         b, index = _get_device(device)
         _check_flag("non_blocking", non_blocking)
         if b is self._b and index == self._index:
+            if self._mem is _CLOSED:
+                self._mem.ptr   # noqa: B018 - raises ClosedError
             return self
         out = Array(self._shape, self._dtype, _device_cls(b.name, index))
         out._copy_from(self, non_blocking)
@@ -699,8 +729,73 @@ class Array:
                              f"{self._b.name}:{self._index}; pass a stream of the array's "
                              "device")
         mem = self._mem
+        stream._check_open()
         if mem.alloc is not None and mem.ptr:
             mem.alloc.record_stream(mem.ptr, stream._handle)
+
+    # ------------------------------------------------------------------ lifetime
+    def close(self, stream: Stream | None = None) -> None:
+        """Give the memory back now instead of when the array is collected (cuda.core's
+        ``Buffer.close``); idempotent.
+
+        A block of the caching allocator is freed at once, exactly as dropping the last
+        reference frees it: stream-ordered, so work already queued on its stream (and on
+        streams named by :meth:`record_stream`) still reads and writes it safely, and it is
+        reused only after that work. ``stream`` adds one more such stream (as
+        ``record_stream(stream)`` before the close). Memory that a ``numpy()`` view or a
+        DLPack export of the array still shares is freed when the last of those goes (as a
+        closed ``cuda.core`` buffer's memory is); borrowed memory (:func:`asarray` without a
+        copy) is released to its owner. After ``close()`` every use of the array's memory
+        raises :class:`accelrt.ClosedError` (shape, dtype and device stay readable).
+        ``with acc.empty(...) as a:`` closes it at the end of the block.
+
+        Args:
+            stream: a stream of the array's device whose queued work still uses the memory.
+
+        Raises:
+            TypeError: ``stream`` is not an :class:`accelrt.Stream`.
+            ValueError: ``stream`` belongs to another device.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> before = acc.memory.memory_allocated("cpu:0")
+            >>> with acc.empty(1024, device="cpu:0") as a:
+            ...     _ = a.fill_(1.0)
+            >>> acc.memory.memory_allocated("cpu:0") == before, a.is_closed
+            (True, True)
+        """
+        mem = self._mem
+        if mem is _CLOSED:
+            return
+        if stream is not None:
+            self.record_stream(stream)
+        self._mem = _CLOSED
+        if mem.alloc is not None and mem.ptr and _getrefcount(mem) <= _SOLE_REFS:
+            # nothing else (numpy view, DLPack export) shares it: free it here, with the
+            # blocking free (a finaliser must not block; this is an ordinary call)
+            alloc, mem.alloc = mem.alloc, None
+            alloc.free(mem.ptr)
+        # otherwise the last of the others frees it (_Memory.__del__)
+
+    @property
+    def is_closed(self) -> bool:
+        """True once :meth:`close` closed the array.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.zeros(2, device="cpu:0").is_closed
+            False
+        """
+        return self._mem is _CLOSED
+
+    def __enter__(self) -> Array:  # noqa: PYI034 - typing.Self needs Python 3.11
+        self._mem.ptr   # noqa: B018 - raises ClosedError on a closed array
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # ------------------------------------------------------------------ DLPack
     def __dlpack_device__(self) -> tuple[int, int]:

@@ -10,7 +10,8 @@
           ├── CaptureNotSupportedError (+NotImplementedError)  backend cannot capture graphs
           ├── AcceleratorValueError (+ValueError)   bad value; PyTorch raises RuntimeError
           ├── AcceleratorIndexError (+IndexError)   device index out of range (ditto)
-          └── AcceleratorTypeError (+TypeError)     a wrong kind of object (ditto)
+          ├── AcceleratorTypeError (+TypeError)     a wrong kind of object (ditto)
+          └── ClosedError (+ValueError)         a closed stream, event, graph or array was used
 
 Wrong argument types raise :class:`TypeError`, bad values :class:`ValueError` (or
 :class:`IndexError` for device indices out of range), and calls made in the wrong state
@@ -40,6 +41,7 @@ __all__ = [
     "AcceleratorValueError",
     "BackendUnavailableError",
     "CaptureNotSupportedError",
+    "ClosedError",
     "DeviceError",
     "OutOfMemoryError",
     "map_backend_errors",
@@ -101,6 +103,25 @@ class AcceleratorTypeError(AcceleratorError, TypeError):
         >>> from accelrt._errors import AcceleratorTypeError as E
         >>> issubclass(E, RuntimeError), issubclass(E, TypeError)
         (True, True)
+    """
+
+
+class ClosedError(AcceleratorError, ValueError):
+    """A stream, event, graph or array was used after its ``close()``.
+
+    A ``ValueError`` too, as Python's own closed objects raise (``f.read()`` on a closed
+    file); ``close()`` itself may be called again (it does nothing the second time).
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> e = acc.Event("cpu")
+        >>> e.close()
+        >>> try:
+        ...     e.record()
+        ... except acc.ClosedError as exc:
+        ...     print(isinstance(exc, ValueError))
+        True
     """
 
 

@@ -28,8 +28,9 @@ from . import _device as _dev
 from . import _backend
 from . import _sync_debug as _sd
 from ._device import _get_device_of, _lazy_init, _require_current, _tls
-from ._errors import AcceleratorValueError
+from ._errors import AcceleratorValueError, ClosedError
 from ._stream import Stream, _current, _default, _defaults
+from ._stream import _close_lock
 
 if TYPE_CHECKING:
     from ._backend import Backend
@@ -81,6 +82,7 @@ class Event:
         "__weakref__",
         "_b",
         "_blocking",
+        "_closed",
         "_handle",
         "_index",
         "_interprocess",
@@ -101,6 +103,7 @@ class Event:
     def __init__(self, device: DeviceLike = None, *, enable_timing: bool = False,
                  blocking: bool = False, interprocess: bool = False) -> None:
         self._handle = 0   # set first: __del__ must see it even if __init__ raises
+        self._closed = False
         index: int | None
         if device is None:
             if self._backend_name is None:
@@ -135,6 +138,8 @@ class Event:
         return key
 
     def _create(self) -> int:
+        if self._closed:   # a closed event's handle is 0: every first use comes here
+            self._check_open()
         b = self._b
         index = self._index
         if index is None:   # ipc_handle() before any record: the current device, as PyTorch
@@ -157,7 +162,13 @@ class Event:
     # ------------------------------------------------------------------ fields
     @property
     def event_id(self) -> int:
-        """The raw backend handle (``0`` until the first :meth:`record`)."""
+        """The raw backend handle (``0`` until the first :meth:`record`).
+
+        Raises:
+            ClosedError: the event was closed.
+        """
+        if self._closed:
+            self._check_open()
         return self._handle
 
     @property
@@ -213,6 +224,8 @@ class Event:
                     s = _default(b, key)
             sh = s._handle
         elif isinstance(stream, Stream):
+            if stream._closed:
+                stream._check_open()
             if stream._b is not b:
                 # PyTorch's InlineEvent wording
                 raise AcceleratorValueError(
@@ -250,6 +263,8 @@ class Event:
         """
         h = self._handle
         if not h:
+            if self._closed:
+                self._check_open()
             return True
         return self._q(self._index, h)  # type: ignore[arg-type]
 
@@ -267,6 +282,8 @@ class Event:
             self._b.event_synchronize(self._index, h)  # type: ignore[arg-type]
             if _sd.active:   # after the wait, as Stream.synchronize
                 _sd.check(self._b.name)
+        elif self._closed:
+            self._check_open()
 
     def wait(self, stream: Stream | None = None) -> None:
         """Make all future work on ``stream`` wait for the last record of this event.
@@ -289,11 +306,15 @@ class Event:
             >>> e.wait(acc.Stream("cpu"))
         """
         b = self._b
+        if self._closed:
+            self._check_open()
         if stream is None:
             stream = _current(b, _tls.device.get(b.name, 0))
         elif not isinstance(stream, Stream):
             raise TypeError(f"wait() takes an accelrt.Stream or None, got "
                             f"{type(stream).__name__}")
+        elif stream._closed:
+            stream._check_open()
         elif stream._b is not b:
             # PyTorch's InlineEvent::block wording
             raise AcceleratorValueError(
@@ -326,6 +347,8 @@ class Event:
         if not isinstance(end_event, Event):
             raise TypeError(f"elapsed_time() takes an accelrt.Event, got "
                             f"{type(end_event).__name__}")
+        self._check_open()
+        end_event._check_open()
         if end_event._b is not self._b:
             raise AcceleratorValueError(f"Event device type {self._b.name} does not match "
                                         f"other's device type {end_event._b.name}.")
@@ -360,6 +383,7 @@ class Event:
                 ...
             RuntimeError: ipc_handle() needs an event made with interprocess=True
         """
+        self._check_open()
         if not self._interprocess:
             raise RuntimeError("ipc_handle() needs an event made with interprocess=True")
         h = self._handle
@@ -396,11 +420,64 @@ class Event:
         e._handle = e._b.event_from_ipc_handle(index, handle)
         return e
 
+    # ------------------------------------------------------------------ lifetime
+    def close(self) -> None:
+        """Destroy the backend event now instead of when the object is collected (cuda.core's
+        ``Event.close``); idempotent.
+
+        Nothing already queued is lost: a pending record still completes, and a stream that
+        was made to wait for the event (:meth:`wait`) still waits for that record, as when a
+        CUDA event is destroyed. After ``close()`` every operation on the event raises
+        :class:`accelrt.ClosedError`. ``with Event() as e:`` closes it at the end of the block.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> with acc.Event("cpu") as e:
+            ...     e.record()
+            >>> e.is_closed
+            True
+        """
+        with _close_lock:   # two threads closing at once must not destroy the handle twice
+            if self._closed:
+                return
+            self._closed = True
+            h, self._handle = self._handle, 0
+        if h:
+            self._b.event_destroy(self._index, h)  # type: ignore[arg-type]
+
+    @property
+    def is_closed(self) -> bool:
+        """True once :meth:`close` closed the event.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.Event("cpu").is_closed
+            False
+        """
+        return self._closed
+
+    def _check_open(self) -> None:
+        """Raise :class:`ClosedError` if the event was closed."""
+        if self._closed:
+            raise ClosedError(f"this {type(self).__name__} was closed; create a new event "
+                              "instead of using a closed one")
+
+    def __enter__(self) -> Event:  # noqa: PYI034 - typing.Self needs Python 3.11
+        self._check_open()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     # ------------------------------------------------------------------ identity
     def __repr__(self) -> str:
         # torch.cuda.Event's shape; a device module's subclass prints as its own type
         cls = type(self)
         mod = "accelrt" if cls.__module__ == __name__ else cls.__module__
+        if self._closed:
+            return f"<{mod}.{cls.__qualname__} closed>"
         if self._handle:
             return f"<{mod}.{cls.__qualname__} {self._handle:#x}>"
         return f"<{mod}.{cls.__qualname__} uninitialized>"

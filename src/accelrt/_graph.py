@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from . import _device as _dev
 from . import _stream
 from ._device import _lazy_init, _require_current, _tls
-from ._errors import CaptureNotSupportedError
+from ._errors import CaptureNotSupportedError, ClosedError
 from ._fork import reinit_after_fork
 
 if TYPE_CHECKING:
@@ -102,8 +102,8 @@ class Graph:
         True
     """
 
-    __slots__ = ("__weakref__", "_allocator", "_b", "_capturing", "_handle", "_index", "_pool",
-                 "_stream")
+    __slots__ = ("__weakref__", "_allocator", "_b", "_capturing", "_closed", "_handle", "_index",
+                 "_pool", "_stream")
 
     #: Fixed backend for device-specific subclasses (``accelrt.cuda.CUDAGraph``); ``None``:
     #: the current accelerator.
@@ -117,6 +117,7 @@ class Graph:
         self._pool: tuple[int, int] | None = None
         self._allocator: Any = None
         self._capturing = False
+        self._closed = False
 
     def capture_begin(self, pool: PoolLike = None, capture_error_mode: str = "global") -> None:
         """Begin capturing work submitted to the current stream of the current device.
@@ -140,6 +141,7 @@ class Graph:
     def _begin(self, b: Backend, index: int, stream_obj: _stream.Stream | None, pool: Any,
                capture_error_mode: str) -> None:
         """Begin capturing on ``stream_obj`` (default: the current stream of ``b:index``)."""
+        self._check_open()
         if capture_error_mode not in _CAPTURE_MODES:
             raise ValueError(f"capture_error_mode must be one of {_CAPTURE_MODES}, got "
                              f"{capture_error_mode!r}")
@@ -198,7 +200,11 @@ class Graph:
             RuntimeError: no capture is in progress.
         """
         if not self._capturing:
+            self._check_open()
             raise RuntimeError("capture_end() without capture_begin(); begin a capture first")
+        self._end_capture(warn=True)
+
+    def _end_capture(self, warn: bool) -> None:
         b, index = self._b, self._index
         assert b is not None
         self._capturing = False
@@ -211,7 +217,7 @@ class Graph:
             self._handle = b.graph_capture_end(index, self._stream)
         finally:
             self._allocator.end_allocate_to_pool(self._pool)
-        if b.graph_node_count(index, self._handle) == 0:
+        if warn and b.graph_node_count(index, self._handle) == 0:
             warnings.warn("The CUDA Graph is empty. This usually means that the graph was "
                           "attempted to be captured on wrong device or stream.", UserWarning,
                           stacklevel=2)
@@ -223,6 +229,7 @@ class Graph:
             RuntimeError: nothing has been captured.
         """
         if self._handle is None:
+            self._check_open()
             raise RuntimeError("replay() needs a captured graph; capture one with "
                                "capture_begin()/capture_end() or accelrt.graph()")
         b, index = self._b, self._index
@@ -235,9 +242,57 @@ class Graph:
         Memory still allocated from the pool stays valid; the pool's cached memory becomes
         releasable once no graph or ``MemPool`` uses it.
         """
+        self._check_open()
         if self._capturing:
             raise RuntimeError("reset() during capture; call capture_end() first")
         self._reset(finalizer=False)
+
+    def close(self) -> None:
+        """Destroy the captured graph and release its pool now (:meth:`reset`), and close the
+        object; idempotent. A replay already submitted still runs. Afterwards every operation
+        raises :class:`accelrt.ClosedError`. ``with Graph() as g:`` closes it at the end of the
+        block (ending a capture still open there, as :class:`graph` does on an error).
+
+        Raises:
+            RuntimeError: a capture is in progress; call :meth:`capture_end` first.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> x = acc.zeros(4, device="cpu")
+            >>> with acc.Graph() as g:
+            ...     with acc.graph(g):
+            ...         _ = x.fill_(1.0)
+            ...     g.replay()
+            >>> g.is_closed
+            True
+        """
+        with _stream._close_lock:
+            if self._closed:
+                return
+            if self._capturing:
+                raise RuntimeError("close() during capture; call capture_end() first")
+            self._closed = True
+        self._reset(finalizer=False)
+
+    @property
+    def is_closed(self) -> bool:
+        """True once :meth:`close` closed the graph."""
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError(f"this {type(self).__name__} was closed; create a new graph "
+                              "instead of using a closed one")
+
+    def __enter__(self) -> Graph:  # noqa: PYI034 - typing.Self needs Python 3.11
+        self._check_open()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._capturing:   # the block raised inside a manual capture: end it first
+            self._end_capture(warn=False)
+        self.close()
 
     def _reset(self, finalizer: bool) -> None:
         # finalizer: called by __del__, which the garbage collector may run inside the
@@ -260,6 +315,7 @@ class Graph:
         Raises:
             RuntimeError: the graph has not begun a capture yet.
         """
+        self._check_open()
         if self._pool is None:
             raise RuntimeError("pool() is only available after capture_begin()")
         return self._pool
@@ -272,7 +328,7 @@ class Graph:
             pass
 
     def __repr__(self) -> str:
-        state = ("capturing" if self._capturing else
+        state = ("closed" if self._closed else "capturing" if self._capturing else
                  "captured" if self._handle is not None else "empty")
         dev = f" on {self._b.name}:{self._index}" if self._b is not None else ""
         return f"<accelrt.Graph {state}{dev}>"
@@ -315,6 +371,7 @@ class graph:
                  capture_error_mode: str = "global") -> None:
         if not isinstance(cuda_graph, Graph):
             raise TypeError(f"graph() takes an accelrt.Graph, got {type(cuda_graph).__name__}")
+        cuda_graph._check_open()
         name = self._graph_class._backend_name
         if name is not None and type(cuda_graph)._backend_name not in (None, name):
             raise ValueError(f"this graph() captures {name} work; got a "
@@ -331,7 +388,8 @@ class graph:
             index = _tls.device.get(b.name, 0)
             with _lock:
                 stream = self._default_streams.get((b.name, index))
-                if stream is None or stream._b is not b:   # none yet, or a replaced backend
+                if stream is None or stream._b is not b or stream._closed:
+                    # none yet, a replaced backend, or a user closed the shared side stream
                     stream = self._default_streams[(b.name, index)] = \
                         _stream.Stream(_dev._device_obj(b.name, index))
         self.capture_stream = stream

@@ -181,9 +181,17 @@ class Stream(_stream.Stream):
             return s
         v = cls.__new__(cls)
         v._b, v._index, v._handle = s._b, s._index, s._handle
-        v._priority, v._free = s._priority, None
+        v._priority, v._free, v._closed = s._priority, None, s._closed
         v._origin = s if s._free is not None else None
         return v
+
+    def _check_open(self) -> None:
+        """Raise :class:`~accelrt.ClosedError` if this object, or the stream it views, was
+        closed."""
+        origin = self._origin
+        if origin is not None and origin._closed:
+            origin._check_open()
+        super()._check_open()
 
     def is_capturing(self) -> bool:
         """True while a graph capture records the work submitted to this stream.
@@ -194,6 +202,7 @@ class Stream(_stream.Stream):
             >>> acc.cpu.Stream().is_capturing()
             False
         """
+        self._check_open()
         return bool(self._b.stream_is_capturing(self._index, self._handle))
 
     @classmethod
@@ -233,8 +242,9 @@ class Stream(_stream.Stream):
 
     def __repr__(self) -> str:
         cls = type(self)
+        closed = " closed" if self._closed else ""
         return (f"<{cls.__module__}.{cls.__qualname__} device={self._b.name}:{self._index} "
-                f"stream_id={self._handle:#x} priority={self._priority}>")
+                f"stream_id={self._handle:#x} priority={self._priority}{closed}>")
 
 
 class _DeviceContext:

@@ -4,7 +4,8 @@
 Each thread has, per ``(backend, device)``, a current stream: the device's default stream
 until :func:`set_stream` or ``with stream:`` changes it. Streams made by :class:`Stream` come
 from a per-device pool of backend streams: a handle goes back to the pool when its
-:class:`Stream` is collected, so creating streams in a loop is cheap and never leaks.
+:class:`Stream` is closed (:meth:`Stream.close`) or collected, so creating streams in a loop
+is cheap and never leaks.
 
 Internal API (see ``docs/architecture.md``): ``Stream._b`` (backend), ``Stream._index`` (device
 index), ``Stream._handle`` (raw handle); :func:`_current` returns the thread's current stream
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from . import _device as _dev
 from . import _sync_debug as _sd
 from ._device import _get_device, _get_device_of, _lazy_init, _require_current, _tls
+from ._errors import AcceleratorError, ClosedError
 from ._fork import reinit_after_fork
 
 if TYPE_CHECKING:
@@ -65,6 +67,9 @@ class _DevicePool:
 # backend -> device index -> pool; guarded by _pools_lock for writes
 _pools: dict[Backend, dict[int, _DevicePool]] = {}
 _pools_lock = reinit_after_fork(threading.Lock())
+#: Guards the closed flags of streams, events and graphs in ``close()``; re-entrant because a
+#: garbage collection inside the locked section may run a finalizer that closes another object.
+_close_lock = reinit_after_fork(threading.RLock())
 _ZERO = 0  # ``priority is _ZERO``: the int 0 (small ints are cached), a fast path only
 
 
@@ -107,9 +112,11 @@ class Stream:
             stream.
         IndexError: the device index is out of range.
 
-    .. note:: A stream made here is returned to a per-device pool (not destroyed) when the
-        object is collected; its handle may later serve a new :class:`Stream`, exactly as a
-        destroyed CUDA stream's handle may be reused. Wrapped streams are never destroyed.
+    .. note:: A stream made here is returned to a per-device pool (not destroyed) when it is
+        closed (:meth:`close`) or collected; its handle may later serve a new :class:`Stream`,
+        exactly as a destroyed CUDA stream's handle may be reused. Wrapped streams are never
+        destroyed. ``with stream:`` keeps PyTorch's meaning (make the stream current); use
+        ``contextlib.closing(stream)`` to close a stream at the end of a block.
 
     Example::
 
@@ -121,9 +128,11 @@ class Stream:
         True
     """
 
-    __slots__ = ("__weakref__", "_b", "_free", "_handle", "_index", "_priority", "_saved")
+    __slots__ = ("__weakref__", "_b", "_closed", "_free", "_handle", "_index", "_priority",
+                 "_saved")
     # _saved (per thread id: stack of (previous device, previous stream)) is set on the first
-    # __enter__; _free (the pool list an owned handle returns to) is None for foreign streams.
+    # __enter__; _free (the pool list an owned handle returns to) is None for foreign streams
+    # and once closed; _closed is True after close().
 
     #: Fixed backend name for device-specific subclasses (``accelrt.cpu.Stream``).
     _backend_name: str | None = None
@@ -133,6 +142,7 @@ class Stream:
     _handle: int
     _priority: int
     _free: list[int] | None
+    _closed: bool
     _saved: dict[int, list[tuple[int, Stream | None]]]
 
     def __init__(self, device: DeviceLike = None, *, priority: int = 0,
@@ -178,6 +188,7 @@ class Stream:
         self._handle = handle
         self._priority = priority
         self._free = free
+        self._closed = False
 
     def _init_foreign(self, device: Any, priority: int, stream_id: Any, device_index: Any,
                       device_type: Any) -> None:
@@ -208,6 +219,7 @@ class Stream:
         self._handle = stream_id
         self._priority = 0
         self._free = None
+        self._closed = False
 
     def __del__(self) -> None:
         # Give an owned handle back to its pool, or destroy it when the pool is full.
@@ -224,7 +236,13 @@ class Stream:
     # ------------------------------------------------------------------ fields
     @property
     def stream_id(self) -> int:
-        """The raw backend handle of the stream (an ``int``)."""
+        """The raw backend handle of the stream (an ``int``).
+
+        Raises:
+            ClosedError: the stream was closed (its handle may serve another stream now).
+        """
+        if self._closed:
+            self._check_open()
         return self._handle
 
     @property
@@ -265,6 +283,7 @@ class Stream:
         if self._b.name != "cuda":
             raise AttributeError(f"a {self._b.name} stream does not implement the CUDA stream "
                                  "protocol (__cuda_stream__); only cuda streams do")
+        self._check_open()
         handle = self._handle
 
         def __cuda_stream__() -> tuple[int, int]:
@@ -282,6 +301,7 @@ class Stream:
             >>> acc.Stream("cpu").query()
             True
         """
+        self._check_open()   # a method: a device module's view also checks its origin
         return self._b.stream_query(self._index, self._handle)
 
     def synchronize(self) -> None:
@@ -292,6 +312,7 @@ class Stream:
             >>> import accelrt as acc
             >>> acc.Stream("cpu").synchronize()
         """
+        self._check_open()
         self._b.stream_synchronize(self._index, self._handle)
         if _sd.active:   # after the wait: internal callers rely on it having happened
             _sd.check(self._b.name)
@@ -314,7 +335,7 @@ class Stream:
         from ._event import Event
         if not isinstance(event, Event):
             raise TypeError(f"wait_event() takes an accelrt.Event, got {type(event).__name__}")
-        event.wait(self)
+        event.wait(self)   # checks that both are open
 
     def wait_stream(self, stream: Stream) -> None:
         """Make all future work on this stream wait for the work submitted so far to ``stream``.
@@ -331,6 +352,8 @@ class Stream:
         """
         if not isinstance(stream, Stream):
             raise TypeError(f"wait_stream() takes an accelrt.Stream, got {type(stream).__name__}")
+        self._check_open()
+        stream._check_open()
         if stream._b is not self._b:
             from ._errors import AcceleratorValueError   # a RuntimeError too, as in PyTorch
             raise AcceleratorValueError(
@@ -352,6 +375,7 @@ class Stream:
             True
         """
         from ._event import Event
+        self._check_open()
         if event is None:
             event = Event(_dev._device_obj(self._b.name, self._index))
         elif not isinstance(event, Event):
@@ -362,6 +386,8 @@ class Stream:
 
     # ------------------------------------------------------------------ context manager
     def __enter__(self) -> Stream:  # noqa: PYI034 - typing.Self needs Python 3.11
+        if self._closed:
+            self._check_open()
         devs, streams, _ = _tls.hot
         name = self._b.name
         index = self._index
@@ -404,6 +430,86 @@ class Stream:
             streams[(name, self._index)] = prev_stream
         devs[name] = prev_dev
 
+    # ------------------------------------------------------------------ lifetime
+    def close(self) -> None:
+        """Give the stream back now instead of when the object is collected (cuda.core's
+        ``Stream.close``); idempotent.
+
+        A stream made by :class:`Stream` returns its handle to the per-device pool (or
+        destroys it when the pool is full), as collecting it does. Work already queued on it
+        is neither waited for nor lost: it still runs, in order, and
+        :func:`accelrt.synchronize` of the device and frees of memory it uses wait for it as
+        for any stream's work (a handle reused from the pool runs new work after it). Call
+        :meth:`synchronize` first to wait for it, or to see errors raised by host functions it
+        runs. A stream that accelrt does not own (one wrapped with ``stream_id=``, an
+        ``ExternalStream``) is never destroyed: only this object is closed. The default
+        stream objects that :func:`current_stream` shares are not closed at all (``close()``
+        does nothing on them).
+
+        After ``close()`` every operation on the object raises :class:`accelrt.ClosedError`.
+        ``with stream:`` keeps PyTorch's meaning (make it current) and does not close it; use
+        ``contextlib.closing(stream)`` for a block that closes it.
+
+        Raises:
+            AcceleratorError: the stream is the calling thread's current stream, a thread is
+                inside ``with stream:``, or a graph capture is recording its work; leave or
+                end that first (closing would let its handle serve another stream while still
+                in use).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> s = acc.Stream("cpu")
+            >>> s.close(); s.close()
+            >>> s.is_closed
+            True
+            >>> try:
+            ...     s.synchronize()
+            ... except acc.ClosedError as e:
+            ...     print("closed")
+            closed
+        """
+        key = (self._b.name, self._index)
+        if self._free is not None and not self._closed \
+                and self._b.stream_is_capturing(self._index, self._handle):
+            raise AcceleratorError(
+                f"cannot close a stream of {key[0]}:{key[1]} while a graph captures its work; "
+                "end the capture (capture_end()) first")
+        with _close_lock:   # two threads closing at once must not pool the handle twice
+            if self._closed or _defaults.get(key) is self:
+                return   # closed already, or the shared default stream object: never closed
+            if _tls.stream.get(key) is self or getattr(self, "_saved", None):
+                raise AcceleratorError(
+                    f"cannot close the current stream of {key[0]}:{key[1]}: leave 'with "
+                    "stream:' or make another stream current with set_stream() first")
+            self._closed = True
+            free, self._free = self._free, None
+        if free is None:
+            return   # not ours: only this object is closed
+        if len(free) < _POOL_MAX:
+            free.append(self._handle)
+        else:
+            self._b.stream_destroy(self._index, self._handle)
+
+    @property
+    def is_closed(self) -> bool:
+        """True once :meth:`close` closed this object.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.Stream("cpu").is_closed
+            False
+        """
+        return self._closed
+
+    def _check_open(self) -> None:
+        """Raise :class:`ClosedError` if the stream was closed."""
+        if self._closed:
+            raise ClosedError(
+                f"this {type(self).__name__} of {self._b.name}:{self._index} was closed; "
+                "create a new stream instead of using a closed one")
+
     # ------------------------------------------------------------------ identity
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Stream):
@@ -420,8 +526,9 @@ class Stream:
         cls = type(self)
         mod = "accelrt" if cls.__module__ == __name__ else cls.__module__
         field = "cuda_stream" if hasattr(cls, "cuda_stream") else "stream_id"
+        closed = " closed" if self._closed else ""
         return (f"<{mod}.{cls.__qualname__} device={self._b.name}:{self._index} "
-                f"{field}={self._handle:#x}>")
+                f"{field}={self._handle:#x}{closed}>")
 
     def __reduce__(self) -> Any:
         raise TypeError("accelrt.Stream cannot be pickled: a stream handle is only valid in "
@@ -436,6 +543,7 @@ def _wrap(b: Backend, index: int, handle: int) -> Stream:
     s._handle = handle
     s._priority = 0
     s._free = None
+    s._closed = False
     return s
 
 
@@ -511,6 +619,7 @@ def set_stream(stream: Stream) -> None:
     """
     if not isinstance(stream, Stream):
         raise TypeError(f"set_stream() takes an accelrt.Stream, got {type(stream).__name__}")
+    stream._check_open()
     name = stream._b.name
     _tls.stream[(name, stream._index)] = stream
     _tls.device[name] = stream._index

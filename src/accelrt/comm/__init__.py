@@ -427,6 +427,7 @@ def _check_streams(streams: Any, places: Sequence[Place]) -> list[Stream | None]
         if not isinstance(s, Stream):
             raise TypeError(f"streams[{i}] must be an accelrt.Stream or None, got "
                             f"{type(s).__name__}")
+        s._check_open()
         if s._b is not p.backend or s._index != p.index:
             raise AcceleratorValueError(
                 f"Expected the device associated with the stream at index {i} "

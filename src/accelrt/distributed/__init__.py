@@ -398,6 +398,13 @@ def destroy_process_group(group: GroupArg = None) -> None:
                     pass
         pg._ctrl = pg.mpi_comm = None
         pg.destroyed = True
+        # close the group's comm streams now (drained above), as destroying a CUDA stream
+        # does: the group object may outlive this call (the watchdog, a Work) but its
+        # streams must not
+        for ctx in list(pg._ctx.values()):
+            ctx.stream.close()
+        pg._ctx.clear()
+        pg._fast.clear()
         if pg in _S.groups:
             _S.groups.remove(pg)
     if group is None or g is _S.world:

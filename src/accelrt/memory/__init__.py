@@ -496,6 +496,9 @@ def _stream_of(b: Backend, i: int, stream: Any) -> int:
     if not isinstance(handle, int):
         raise TypeError("Invalid type for stream argument, must be `accelrt.Stream` or `int` "
                         f"representing a raw stream handle, got {type(stream).__name__}")
+    check_open = getattr(stream, "_check_open", None)
+    if check_open is not None:
+        check_open()   # a closed accelrt.Stream
     if (stream._b.name, stream._index) != (b.name, i):
         raise ValueError(f"the stream belongs to {stream._b.name}:{stream._index}, not to the "
                          f"device {b.name}:{i}; pass the stream's device")

@@ -173,6 +173,24 @@ class CpuBackend(Backend):
         self._slow = self._async                      # guarded by _lock (writes)
         self._finalizer = weakref.finalize(self, _close_all, self._default, self._streams)
 
+    # ------------------------------------------------------------------ leak checks
+    def live_handles(self) -> dict[str, int]:
+        """How many streams (default streams not counted), events and graphs made through
+        this backend are alive (not destroyed): a read-only count for leak checks
+        (``accelrt.testing.leak_check``).
+
+        Example::
+
+            >>> from accelrt.backends.cpu import CpuBackend
+            >>> b = CpuBackend()
+            >>> e = b.event_create(0, False, False, False)
+            >>> b.live_handles()
+            {'streams': 0, 'events': 1, 'graphs': 0}
+            >>> b.event_destroy(0, e)
+        """
+        return {"streams": len(self._streams), "events": len(self._events),
+                "graphs": len(self._graphs)}
+
     # ------------------------------------------------------------------ discovery
     @classmethod
     def unavailable_reason(cls) -> str | None:

@@ -206,6 +206,13 @@ class OpenCLBackend(Backend):
         self._finalizer = weakref.finalize(self, _close_all, self._all)
         _instances.add(self)
 
+    # ------------------------------------------------------------------ leak checks
+    def live_handles(self) -> dict[str, int]:
+        """How many streams (default streams not counted) and events made through this
+        backend are alive (not destroyed): a read-only count for leak checks
+        (``accelrt.testing.leak_check``)."""
+        return {"streams": len(self._streams), "events": len(self._events), "graphs": 0}
+
     # ------------------------------------------------------------------ discovery
     @classmethod
     def unavailable_reason(cls) -> str | None:

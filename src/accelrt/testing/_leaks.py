@@ -1,0 +1,218 @@
+"""A teardown check for tests: did a block of code leave caching-allocator memory, streams,
+events or graphs alive?
+
+:func:`leak_check` wraps a block (a test body); :func:`snapshot` and :func:`find_leaks` are its
+two halves, for a test framework's setup and teardown (accelrt's own suite runs them around
+every test from an autouse fixture in ``tests/conftest.py``; a test that leaks on purpose opts
+out with ``@pytest.mark.leaks_ok("reason")``).
+
+What counts, per backend instance and per caching allocator:
+
+- **memory**: ``memory_allocated()`` of every caching allocator must be back to what it was
+  (blocks freed stream-ordered count as freed at once, as in PyTorch);
+- **streams, events, graphs**: the backend's live handles (``Backend.live_handles()``, which
+  the cpu and OpenCL backends provide; other backends are not checked) less those accelrt keeps
+  for itself (the per-device stream pools, the shared side stream of :class:`accelrt.graph`,
+  the caching allocator's and the pinned host pool's events for stream-ordered frees) must not
+  have grown.
+
+The check is cheap when nothing leaked (a few counters are read); only when a count grew does
+it collect garbage (objects in reference cycles, frees queued by finalizers) and look again,
+so a test that drops its last reference in a cycle is not blamed.
+
+Example::
+
+    >>> import accelrt as acc
+    >>> from accelrt.testing import leak_check
+    >>> with leak_check():
+    ...     with acc.zeros(16, device="cpu:0") as a:
+    ...         _ = a.fill_(1.0)
+    >>> kept = []
+    >>> try:
+    ...     with leak_check():
+    ...         kept.append(acc.Event("cpu:0"))
+    ...         kept[0].record()
+    ... except AssertionError as e:
+    ...     print(str(e).splitlines()[1])
+      cpu: 1 event(s) made inside are still alive (close them with close(), or drop every reference)
+    >>> kept[0].close()
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .._backend import Backend
+
+__all__ = ["Snapshot", "find_leaks", "leak_check", "snapshot"]
+
+_KINDS = (("streams", "stream(s)"), ("events", "event(s)"), ("graphs", "graph(s)"))
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What :func:`snapshot` read: bytes allocated per caching allocator, and handles held
+    outside accelrt's own caches per backend instance."""
+
+    #: id(allocator) -> (allocator, its name "cpu:0", bytes allocated)
+    allocated: dict[int, tuple[Any, str, int]] = field(default_factory=dict)
+    #: id(backend) -> (backend, {"streams": n, "events": n, "graphs": n})
+    handles: dict[int, tuple[Any, dict[str, int]]] = field(default_factory=dict)
+
+
+def _backends() -> list[Backend]:
+    from .. import _backend
+    with _backend._lock:
+        return list(_backend._instances.values())
+
+
+def _internal_streams(b: Backend) -> int:
+    """Live stream handles of ``b`` that accelrt holds itself."""
+    from .. import _graph, _stream
+    n = 0
+    per = _stream._pools.get(b)
+    if per is not None:
+        for pool in list(per.values()):
+            for free in list(pool.free.values()):
+                n += len(free)
+    for s in list(_graph.graph._default_streams.values()):
+        if s._b is b and s._free is not None:
+            n += 1
+    return n
+
+
+def _internal_events(b: Backend) -> int:
+    """Live event handles of ``b`` that accelrt holds itself (stream-ordered frees)."""
+    from ..memory._allocator import all_allocators
+    from ..memory._host import peek_host_allocator
+    n = 0
+    for a in all_allocators():
+        if getattr(a, "_b", None) is b:
+            n += len(a._event_pool) + sum(len(q) for q in list(a._events.values()))
+    pool = peek_host_allocator(b.name)
+    if pool is not None and pool._b is b:
+        n += sum(len(block.events) for block in list(pool._pending))
+    return n
+
+
+def snapshot() -> Snapshot:
+    """Read the counters :func:`find_leaks` compares (cheap: no garbage collection).
+
+    Example::
+
+        >>> from accelrt.testing import snapshot
+        >>> isinstance(snapshot().allocated, dict)
+        True
+    """
+    from ..memory._allocator import all_allocators
+    snap = Snapshot()
+    for a in all_allocators():
+        try:
+            allocated = a.memory_allocated()
+        except RuntimeError:   # a pluggable allocator (user callables) keeps no statistics
+            continue
+        snap.allocated[id(a)] = (a, f"{a._b.name}:{a._index}", allocated)
+    for b in _backends():
+        live = getattr(b, "live_handles", None)
+        if live is None:
+            continue
+        counts = dict(live())
+        counts["streams"] -= _internal_streams(b)
+        counts["events"] -= _internal_events(b)
+        snap.handles[id(b)] = (b, counts)
+    return snap
+
+
+def _compare(before: Snapshot, after: Snapshot) -> list[str]:
+    problems = []
+    for key, (_, name, now) in after.allocated.items():
+        was = before.allocated[key][2] if key in before.allocated else 0
+        if now > was:
+            problems.append(f"  {name}: {now - was} byte(s) allocated inside are still "
+                            f"allocated by the caching allocator ({was} before, {now} after): "
+                            "close the arrays (close()), or drop every reference")
+    for key, (b, counts) in after.handles.items():
+        old = before.handles[key][1] if key in before.handles else {}
+        for kind, words in _KINDS:
+            grown = counts.get(kind, 0) - old.get(kind, 0)
+            if grown > 0:
+                problems.append(f"  {b.name}: {grown} {words} made inside are still alive "
+                                "(close them with close(), or drop every reference)")
+    return problems
+
+
+def find_leaks(before: Snapshot) -> list[str]:
+    """What leaked since ``before`` (one line each; empty when nothing did).
+
+    Only if a counter grew, garbage is collected and queued frees are completed before a
+    second look (and, if that still shows a leak, the work queued on the devices is waited
+    for before a third, since a host function still queued may hold the last reference), so
+    unreachable cycles, finalizers and queued work do not count as leaks.
+
+    Example::
+
+        >>> from accelrt.testing import find_leaks, snapshot
+        >>> before = snapshot()
+        >>> find_leaks(before)
+        []
+    """
+    problems = _compare(before, snapshot())
+    if problems:
+        _settle()
+        problems = _compare(before, snapshot())
+    if problems:   # work still queued may hold the last references (host functions)
+        _synchronize_all()
+        _settle()
+        problems = _compare(before, snapshot())
+    return problems
+
+
+def _settle() -> None:
+    """Collect garbage and complete the frees finalizers queued."""
+    from ..memory._allocator import DeviceCachingAllocator, all_allocators
+    gc.collect()
+    for a in all_allocators():
+        if isinstance(a, DeviceCachingAllocator):
+            a.drain_pending()
+
+
+def _synchronize_all() -> None:
+    """Wait for the work queued on every initialised device of the checked backends."""
+    from .._device import _is_initialized
+    for b in _backends():
+        if getattr(b, "live_handles", None) is None:
+            continue
+        for i in range(b.device_count()):
+            if _is_initialized(b, i):
+                try:
+                    b.synchronize(i)
+                except Exception:  # noqa: BLE001, S110 - an error the work kept is the
+                    pass           # test's business; only the counts matter here
+
+
+@contextmanager
+def leak_check() -> Iterator[None]:
+    """Fail (``AssertionError``) if the block leaves caching-allocator memory, streams, events
+    or graphs alive that it made; see the module docstring for what counts.
+
+    Nothing is checked when the block raises (its error is what matters).
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> from accelrt.testing import leak_check
+        >>> with leak_check():
+        ...     s = acc.Stream("cpu:0")
+        ...     s.close()
+    """
+    before = snapshot()
+    yield
+    problems = find_leaks(before)
+    if problems:
+        raise AssertionError("leak check: the block left alive what it made:\n"
+                             + "\n".join(problems))
