@@ -649,7 +649,7 @@ def test_cai_waits_for_the_producers_stream() -> None:
         gate.wait(30)
         np.copyto(np.asarray(_Raw(ptr, 1000)), 7.0)
 
-    backend.launch_host_func(0, producer.stream_id, write)
+    backend.launch_host_func(0, write, producer.stream_id)
     copied = acc.asarray(Producer(src, stream=producer.stream_id), device="cpucai:0", copy=True)
     gate.set()
     assert copied.numpy().tolist() == [7.0] * 1000

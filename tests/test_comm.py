@@ -44,7 +44,7 @@ class KernelCpu(NoHostCpu):
             from accelrt.comm._transfer import host_view
             np.add(host_view(a, (count,), dt), host_view(b, (count,), dt),
                    out=host_view(out, (count,), dt))
-        self.launch_host_func(index, stream, run)
+        self.launch_host_func(index, run, stream)
 
 
 class NoPeerCpu(NoHostCpu):
@@ -478,7 +478,7 @@ def _slow_write(dev: str, arr: acc.Array, value: float, delay: float = 0.15) -> 
     def work() -> None:
         time.sleep(delay)
         view[...] = value
-    b.launch_host_func(idx, acc.current_stream(dev).stream_id, work)
+    b.launch_host_func(idx, work, acc.current_stream(dev).stream_id)
 
 
 def test_copies_wait_for_pending_source_work() -> None:
@@ -518,7 +518,7 @@ def test_scatter_ready_on_given_stream() -> None:
     def look() -> None:
         seen.append(view.tolist())
         done.set()
-    b.launch_host_func(1, s.stream_id, look)   # on the given stream, no host sync before
+    b.launch_host_func(1, look, s.stream_id)   # on the given stream, no host sync before
     assert done.wait(10)
     assert seen == [[1.0] * 8]
     del src

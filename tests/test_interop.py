@@ -150,7 +150,7 @@ class _FakeProducer:
         def write() -> None:
             time.sleep(0.15)
             buf[...] = 9.0
-        b.launch_host_func(0, self.stream.stream_id, write)
+        b.launch_host_func(0, write, self.stream.stream_id)
 
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
@@ -172,7 +172,7 @@ def test_consume_makes_current_stream_wait_for_producer() -> None:
         seen.append(float(view.min()))
         done.set()
     # enqueued on the consumer's current stream right away: must run after the producer
-    backends.get_backend(be).launch_host_func(0, acc.current_stream(f"{be}:0").stream_id, read)
+    backends.get_backend(be).launch_host_func(0, read, acc.current_stream(f"{be}:0").stream_id)
     assert done.wait(10)
     assert seen == [9.0]
 

@@ -286,11 +286,11 @@ class _WithDeviceFill(CpuBackend):
     def host_accessible(self, index: int) -> bool:
         return False
 
-    def philox_fill(self, ptr, n, dtype, dist, seed, offset, params, index, stream):  # type: ignore[no-untyped-def]
+    def philox_fill(self, index, ptr, n, dtype, dist, seed, offset, params, stream):  # type: ignore[no-untyped-def]
         self.fills.append((n, dtype, dist, seed, offset, params, index, stream))
         host = np.empty(n, dtype)
         _philox.fill(host, dist, seed, offset, params)
-        self.memcpy(ptr, host.ctypes.data, host.nbytes, index, stream, "h2d")
+        self.memcpy(index, ptr, host.ctypes.data, host.nbytes, "h2d", stream)
 
 
 def test_non_host_backends_give_the_same_bits() -> None:

@@ -6,13 +6,16 @@ optionally virtual-memory mapping and graph capture. Everything else (caching al
 statistics, snapshots, RNG bookkeeping, collectives, graphs, current device/stream) is written
 once in accelrt's core, above this contract.
 
-Handles are plain ``int``\\ s chosen by the backend: a stream handle, an event handle, a device
-pointer. Handle ``0`` is never a valid event; stream handle ``default_stream(i)`` is the
-device's default (legacy null) stream.
+Handles are ``int``\\ s chosen by the backend, each with its own type for type checkers
+(:data:`StreamHandle`, :data:`EventHandle`, :data:`DevicePtr`, :data:`GraphHandle`, see
+:mod:`accelrt._handles`): a checker rejects a stream passed where an event goes. Handle ``0``
+is never a valid event; stream handle ``default_stream(i)`` is the device's default (legacy
+null) stream. One argument order everywhere: the device index first, the stream that orders
+the work last (``memcpy(index, dst, src, nbytes, kind, stream)``).
 
 Optional hooks (not abstract; callers look them up with ``getattr``):
 
-* ``philox_fill(ptr, n, dtype, dist, seed, offset, params, index, stream)``: fill ``n`` elements
+* ``philox_fill(index, ptr, n, dtype, dist, seed, offset, params, stream)``: fill ``n`` elements
   of numpy dtype name ``dtype`` at ``ptr`` with Philox4x32-10 numbers (``dist`` is ``"uniform"``
   with ``(a, b)``, ``"normal"`` with ``(mean, std)`` or ``"randint"`` with ``(low, high - low)``)
   for generator state ``(seed, offset)``, ordered on ``stream`` (see docs/random.md).
@@ -46,10 +49,15 @@ from typing import Any, ClassVar
 
 from ._errors import BackendUnavailableError
 from ._fork import reinit_after_fork
+from ._handles import DevicePtr, EventHandle, GraphHandle, StreamHandle
 
 __all__ = [
     "BACKENDS",
     "Backend",
+    "DevicePtr",
+    "EventHandle",
+    "GraphHandle",
+    "StreamHandle",
     "available",
     "get_all_backends",
     "get_available_backends",
@@ -141,13 +149,13 @@ class Backend(abc.ABC):
 
     # ------------------------------------------------------------------ memory
     @abc.abstractmethod
-    def malloc(self, index: int, size: int) -> int:
+    def malloc(self, index: int, size: int) -> DevicePtr:
         """Allocate ``size`` bytes on device ``index``; return the address, or ``0`` when the
         device has not enough free memory (no exception on plain out-of-memory)."""
         raise _abstract("malloc")
 
     @abc.abstractmethod
-    def free(self, index: int, ptr: int) -> None:
+    def free(self, index: int, ptr: DevicePtr) -> None:
         """Release memory returned by :meth:`malloc`. Work already queued that may touch it
         (on any stream of the device, destroyed streams included) completes first, as with
         ``cudaFree``; the backend synchronizes as it requires."""
@@ -167,20 +175,20 @@ class Backend(abc.ABC):
         return False
 
     # interprocess memory (optional: accelrt.multiprocessing)
-    def ipc_mem_handle(self, index: int, ptr: int) -> bytes:
+    def ipc_mem_handle(self, index: int, ptr: DevicePtr) -> bytes:
         """An interprocess handle (bytes) of the allocation that *starts* at ``ptr`` (a pointer
         :meth:`malloc` returned), which :meth:`ipc_open_mem_handle` in another process of this
         machine maps (``cuIpcGetMemHandle``). ValueError naming the reason and the fix when
         this allocation cannot be shared; the default says the backend cannot share memory."""
         raise _no_ipc(self.name)
 
-    def ipc_open_mem_handle(self, index: int, handle: bytes) -> tuple[int, int]:
+    def ipc_open_mem_handle(self, index: int, handle: bytes) -> tuple[DevicePtr, int]:
         """Map another process's allocation from its :meth:`ipc_mem_handle` bytes on device
         ``index``; return ``(ptr, size)`` (``cuIpcOpenMemHandle``). ValueError for a handle that
         names no live allocation. The mapping is not this process's :meth:`malloc` memory."""
         raise _no_ipc(self.name)
 
-    def ipc_close_mem_handle(self, index: int, ptr: int) -> None:
+    def ipc_close_mem_handle(self, index: int, ptr: DevicePtr) -> None:
         """Unmap memory from :meth:`ipc_open_mem_handle` (``cuIpcCloseMemHandle``)."""
         raise _no_ipc(self.name)
 
@@ -193,11 +201,11 @@ class Backend(abc.ABC):
         """Smallest mapping unit in bytes (a power of two)."""
         raise _abstract("vm_granularity")
 
-    def vm_reserve(self, index: int, size: int) -> int:
+    def vm_reserve(self, index: int, size: int) -> DevicePtr:
         """Reserve ``size`` bytes of address space (no memory behind it); return its base."""
         raise _abstract("vm_reserve")
 
-    def vm_release(self, index: int, ptr: int, size: int) -> None:
+    def vm_release(self, index: int, ptr: DevicePtr, size: int) -> None:
         """Release an address range from :meth:`vm_reserve` (all of it must be unmapped)."""
         raise _abstract("vm_release")
 
@@ -212,24 +220,27 @@ class Backend(abc.ABC):
 
     # ------------------------------------------------------------------ copies
     @abc.abstractmethod
-    def memcpy(self, dst: int, src: int, nbytes: int, index: int, stream: int,
-               kind: str) -> None:
+    def memcpy(self, index: int, dst: int, src: int, nbytes: int, kind: str,
+               stream: StreamHandle) -> None:
         """Copy ``nbytes`` from ``src`` to ``dst`` in stream order on ``stream`` of device
         ``index``. ``kind`` is ``"h2d"``, ``"d2h"``, ``"d2d"`` (same device) or ``"h2h"``.
         Host addresses used asynchronously must stay valid until the stream reaches the copy."""
         raise _abstract("memcpy")
 
-    def memcpy_peer(self, dst: int, dst_index: int, src: int, src_index: int, nbytes: int,
-                    stream: int) -> None:
-        """Copy between two devices of this backend, ordered on ``stream`` of ``src_index``."""
+    def memcpy_peer(self, dst_index: int, dst: int, src_index: int, src: int,
+                    nbytes: int, stream: StreamHandle) -> None:
+        """Copy ``nbytes`` from ``src`` on device ``src_index`` to ``dst`` on ``dst_index``,
+        ordered on ``stream`` of ``src_index``."""
         raise _abstract("memcpy_peer")
 
     @abc.abstractmethod
-    def memset(self, ptr: int, value: int, nbytes: int, index: int, stream: int) -> None:
+    def memset(self, index: int, ptr: int, value: int, nbytes: int,
+               stream: StreamHandle) -> None:
         """Set ``nbytes`` bytes at ``ptr`` to the byte ``value`` in stream order."""
         raise _abstract("memset")
 
-    def fill(self, ptr: int, pattern: bytes, count: int, index: int, stream: int) -> None:
+    def fill(self, index: int, ptr: int, pattern: bytes, count: int,
+             stream: StreamHandle) -> None:
         """Write ``pattern`` (1, 2, 4 or 8 bytes) ``count`` times from ``ptr`` in stream order."""
         raise _abstract("fill")
 
@@ -238,9 +249,9 @@ class Backend(abc.ABC):
         return index == peer
 
     # ------------------------------------------------------------------ streams
-    def default_stream(self, index: int) -> int:
+    def default_stream(self, index: int) -> StreamHandle:
         """Handle of the default stream of device ``index``."""
-        return 0
+        return StreamHandle(0)
 
     def stream_priority_range(self, index: int) -> tuple[int, int]:
         """``(least, greatest)`` priority; like CUDA, a *lower* number is a higher priority,
@@ -248,31 +259,32 @@ class Backend(abc.ABC):
         return (0, 0)
 
     @abc.abstractmethod
-    def stream_create(self, index: int, priority: int) -> int:
+    def stream_create(self, index: int, priority: int) -> StreamHandle:
         """Create a stream on device ``index`` and return its handle."""
         raise _abstract("stream_create")
 
-    def stream_destroy(self, index: int, stream: int) -> None:
+    def stream_destroy(self, index: int, stream: StreamHandle) -> None:
         """Destroy a stream made by :meth:`stream_create` and return at once, as
         ``cudaStreamDestroy``: its queued work still runs to completion, and :meth:`free`,
         :meth:`vm_unmap` and :meth:`synchronize` of the device wait for it."""
 
     @abc.abstractmethod
-    def stream_query(self, index: int, stream: int) -> bool:
+    def stream_query(self, index: int, stream: StreamHandle) -> bool:
         """True if all work submitted to ``stream`` has completed."""
         raise _abstract("stream_query")
 
     @abc.abstractmethod
-    def stream_synchronize(self, index: int, stream: int) -> None:
+    def stream_synchronize(self, index: int, stream: StreamHandle) -> None:
         """Block until all work submitted to ``stream`` has completed."""
         raise _abstract("stream_synchronize")
 
     @abc.abstractmethod
-    def stream_wait_event(self, index: int, stream: int, event: int) -> None:
+    def stream_wait_event(self, index: int, stream: StreamHandle,
+                          event: EventHandle) -> None:
         """Make future work on ``stream`` wait for the last record of ``event``."""
         raise _abstract("stream_wait_event")
 
-    def stream_is_valid(self, index: int, stream: int) -> bool:
+    def stream_is_valid(self, index: int, stream: StreamHandle) -> bool:
         """True if ``stream`` names a live stream of device ``index`` (rebuilding a Stream)."""
         return True
 
@@ -281,7 +293,8 @@ class Backend(abc.ABC):
         work queued on streams destroyed since (:meth:`stream_destroy`)."""
         raise _abstract("synchronize")
 
-    def launch_host_func(self, index: int, stream: int, fn: Callable[[], None]) -> None:
+    def launch_host_func(self, index: int, fn: Callable[[], None],
+                         stream: StreamHandle) -> None:
         """Run the Python callable ``fn`` on the host once all earlier work on ``stream`` has
         completed; later work on ``stream`` waits for it (``cuLaunchHostFunc``)."""
         raise _abstract("launch_host_func")
@@ -289,32 +302,33 @@ class Backend(abc.ABC):
     # ------------------------------------------------------------------ events
     @abc.abstractmethod
     def event_create(self, index: int, enable_timing: bool, blocking: bool,
-                     interprocess: bool) -> int:
+                     interprocess: bool) -> EventHandle:
         """Create an event on device ``index`` and return its non-zero handle."""
         raise _abstract("event_create")
 
     @abc.abstractmethod
-    def event_destroy(self, index: int, event: int) -> None:
+    def event_destroy(self, index: int, event: EventHandle) -> None:
         """Destroy an event."""
         raise _abstract("event_destroy")
 
     @abc.abstractmethod
-    def event_record(self, index: int, event: int, stream: int) -> None:
+    def event_record(self, index: int, event: EventHandle, stream: StreamHandle) -> None:
         """Record ``event`` at the current end of ``stream``."""
         raise _abstract("event_record")
 
     @abc.abstractmethod
-    def event_query(self, index: int, event: int) -> bool:
+    def event_query(self, index: int, event: EventHandle) -> bool:
         """True if the work before the event's last record has completed."""
         raise _abstract("event_query")
 
     @abc.abstractmethod
-    def event_synchronize(self, index: int, event: int) -> None:
+    def event_synchronize(self, index: int, event: EventHandle) -> None:
         """Block until the event's last record has completed."""
         raise _abstract("event_synchronize")
 
     @abc.abstractmethod
-    def event_elapsed_time(self, index: int, start: int, end: int) -> float:
+    def event_elapsed_time(self, index: int, start: EventHandle,
+                           end: EventHandle) -> float:
         """Milliseconds between two completed, timing-enabled events."""
         raise _abstract("event_elapsed_time")
 
@@ -325,11 +339,11 @@ class Backend(abc.ABC):
         :meth:`event_ipc_handle` and :meth:`event_from_ipc_handle`."""
         return False
 
-    def event_ipc_handle(self, index: int, event: int) -> bytes:
+    def event_ipc_handle(self, index: int, event: EventHandle) -> bytes:
         """Interprocess handle of an event made with ``interprocess=True``."""
         raise _abstract("event_ipc_handle")
 
-    def event_from_ipc_handle(self, index: int, handle: bytes) -> int:
+    def event_from_ipc_handle(self, index: int, handle: bytes) -> EventHandle:
         """Open an event from another process's :meth:`event_ipc_handle`."""
         raise _abstract("event_from_ipc_handle")
 
@@ -338,27 +352,27 @@ class Backend(abc.ABC):
         """True if the backend can capture stream work into graphs."""
         return False
 
-    def graph_capture_begin(self, index: int, stream: int) -> None:
+    def graph_capture_begin(self, index: int, stream: StreamHandle) -> None:
         """Start capturing the work submitted to ``stream``."""
         raise _abstract("graph_capture_begin")
 
-    def graph_capture_end(self, index: int, stream: int) -> int:
+    def graph_capture_end(self, index: int, stream: StreamHandle) -> GraphHandle:
         """Stop capturing on ``stream``; return an executable graph handle."""
         raise _abstract("graph_capture_end")
 
-    def graph_replay(self, index: int, graph: int, stream: int) -> None:
+    def graph_replay(self, index: int, graph: GraphHandle, stream: StreamHandle) -> None:
         """Launch a captured graph on ``stream``."""
         raise _abstract("graph_replay")
 
-    def graph_destroy(self, index: int, graph: int) -> None:
+    def graph_destroy(self, index: int, graph: GraphHandle) -> None:
         """Destroy a captured graph."""
         raise _abstract("graph_destroy")
 
-    def stream_is_capturing(self, index: int, stream: int) -> bool:
+    def stream_is_capturing(self, index: int, stream: StreamHandle) -> bool:
         """True while ``stream`` is capturing."""
         return False
 
-    def graph_node_count(self, index: int, graph: int) -> int | None:
+    def graph_node_count(self, index: int, graph: GraphHandle) -> int | None:
         """Number of operations in a captured graph (``None``: the backend cannot tell); an
         empty capture makes :class:`accelrt.Graph` warn as PyTorch does."""
         return None

@@ -748,7 +748,7 @@ class DeviceModule(Generic[_S, _E]):
         index = _tls.device.get(b.name, 0)
         if not _dev._is_initialized(b, index):
             return False
-        return bool(b.stream_is_capturing(index, int(_stream._current(b, index)._handle)))
+        return bool(b.stream_is_capturing(index, _stream._current(b, index)._handle))
 
     def graph_pool_handle(self) -> tuple[int, int]:
         """A new memory-pool id that graphs can share (``torch.cuda.graph_pool_handle``).

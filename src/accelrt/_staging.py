@@ -143,7 +143,7 @@ def upload(b: Backend, stream: Stream, dst: int, host: np.ndarray, non_blocking:
     pending = False
     try:
         ctypes.memmove(ptr, host.ctypes.data, nbytes)
-        b.memcpy(dst, ptr, nbytes, index, handle, "h2d")
+        b.memcpy(index, dst, ptr, nbytes, "h2d", handle)
         pending = True
         if not non_blocking:
             b.stream_synchronize(index, handle)
@@ -180,7 +180,7 @@ def download(b: Backend, stream: Stream, out: int, src: int, nbytes: int) -> boo
     index, handle = stream._index, stream._handle
     pending = False
     try:
-        b.memcpy(ptr, src, nbytes, index, handle, "d2h")
+        b.memcpy(index, ptr, src, nbytes, "d2h", handle)
         pending = True
         b.stream_synchronize(index, handle)
         pending = False

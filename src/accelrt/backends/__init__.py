@@ -10,6 +10,10 @@ Example::
 from .._backend import (
     BACKENDS,
     Backend,
+    DevicePtr,
+    EventHandle,
+    GraphHandle,
+    StreamHandle,
     available,
     get_all_backends,
     get_available_backends,
@@ -23,6 +27,10 @@ from .._specific import device_module
 __all__ = [
     "BACKENDS",
     "Backend",
+    "DevicePtr",
+    "EventHandle",
+    "GraphHandle",
+    "StreamHandle",
     "available",
     "device_module",
     "get_all_backends",

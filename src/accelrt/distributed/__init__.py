@@ -930,7 +930,7 @@ def _copy(dst: Any, dst_off: int, src: Any, src_off: int, nbytes: int) -> None:
 
         run_on_stream(cur, move)
     else:
-        b.memcpy(dptr, sptr, nbytes, index, cur._handle, "d2d")
+        b.memcpy(index, dptr, sptr, nbytes, "d2d", cur._handle)
 
 
 def _pack(stage: Any, parts: list[Any]) -> None:

@@ -17,7 +17,7 @@ few float64 ulp across backends (bit-identical across devices and chunkings of o
 
 The CPU backend generates with numpy straight into the array's memory, in stream order. A
 non-host backend generates on the device when it implements the optional
-``philox_fill(ptr, n, dtype, dist, seed, offset, params, index, stream)``; otherwise the
+``philox_fill(index, ptr, n, dtype, dist, seed, offset, params, stream)``; otherwise the
 numbers are made on the host and copied (slower, same bits).
 
 Example::
@@ -354,7 +354,7 @@ def _generate(out: Array, dist: str, params: tuple[Any, ...], generator: Generat
     keep = _held(out)
     device_fill = getattr(b, "philox_fill", None)
     if callable(device_fill):
-        device_fill(out.data_ptr(), n, dtype.name, dist, seed_, offset, params, index, stream)
+        device_fill(index, out.data_ptr(), n, dtype.name, dist, seed_, offset, params, stream)
         _hold(b, index, stream, keep)
         return
     if out._host_ok():
@@ -364,7 +364,7 @@ def _generate(out: Array, dist: str, params: tuple[Any, ...], generator: Generat
             _philox.fill(_raw_view(ptr, shape, dtype), dist, seed_, offset, params)
 
         try:
-            b.launch_host_func(index, stream, work)
+            b.launch_host_func(index, work, stream)
         except NotImplementedError:
             b.stream_synchronize(index, stream)
             work()

@@ -9,11 +9,12 @@ records the work submitted to a capturing stream and replays it in order.
 Example::
 
     >>> import numpy as np
+    >>> from accelrt.backends import StreamHandle
     >>> from accelrt.backends.cpu import CpuBackend
     >>> b = CpuBackend(num_devices=2, memory_limit="64MiB")
     >>> ptr = b.malloc(0, 16)
     >>> src = np.arange(16, dtype=np.uint8)
-    >>> b.memcpy(ptr, src.ctypes.data, 16, 0, 0, "h2d")
+    >>> b.memcpy(0, ptr, src.ctypes.data, 16, "h2d", StreamHandle(0))
     >>> b.get_memory_info(0) == (64 * 2**20 - 16, 64 * 2**20)
     True
     >>> b.free(0, ptr)
@@ -36,6 +37,7 @@ import numpy as np
 from ..._backend import Backend
 from ..._errors import DeviceError, map_backend_errors
 from ..._fork import reinit_after_fork
+from ..._handles import DevicePtr, EventHandle, GraphHandle, StreamHandle
 from ..._properties import derived_uuid
 from ._config import (
     ENV_MEMORY,
@@ -199,9 +201,10 @@ class CpuBackend(Backend):
 
         Example::
 
+            >>> from accelrt.backends import StreamHandle
             >>> from accelrt.backends.cpu import CpuBackend
             >>> b = CpuBackend(async_streams=True)
-            >>> b.launch_host_func(0, 0, lambda: None)
+            >>> b.launch_host_func(0, lambda: None, StreamHandle(0))
             >>> b.close()
         """
         streams = list(itertools.chain(self._default, list(self._streams.values()),
@@ -277,12 +280,12 @@ class CpuBackend(Backend):
                 f"set {ENV_MEMORY} to a larger size, e.g. {ENV_MEMORY}={bigger}, for more.")
 
     # ------------------------------------------------------------------ memory
-    def malloc(self, index: int, size: int) -> int:
+    def malloc(self, index: int, size: int) -> DevicePtr:
         """Allocate ``size`` (> 0) bytes, 256-byte aligned; ``0`` if over the budget."""
         mem = self._mem[self._check_index(index)]
-        return mem.malloc(check_size(size))
+        return DevicePtr(mem.malloc(check_size(size)))
 
-    def free(self, index: int, ptr: int) -> None:
+    def free(self, index: int, ptr: DevicePtr) -> None:
         """Free a :meth:`malloc` pointer (after pending stream work, in async mode)."""
         mem = self._mem[self._check_index(index)]
         self._check_ptr(ptr)
@@ -304,18 +307,19 @@ class CpuBackend(Backend):
         self._drain()
         mem.disown(ptr)
 
-    def ipc_mem_handle(self, index: int, ptr: int) -> bytes:
+    def ipc_mem_handle(self, index: int, ptr: DevicePtr) -> bytes:
         """The interprocess handle of the allocation starting at ``ptr`` (shared-memory
         option only; ValueError naming the reason and the fix otherwise)."""
         mem = self._mem[self._check_index(index)]
         return mem.ipc_handle(self._check_ptr(ptr))
 
-    def ipc_open_mem_handle(self, index: int, handle: bytes) -> tuple[int, int]:
+    def ipc_open_mem_handle(self, index: int, handle: bytes) -> tuple[DevicePtr, int]:
         """Map another process's allocation as memory of device ``index``: ``(ptr, size)``."""
         mem = self._mem[self._check_index(index)]
-        return mem.ipc_open(handle)
+        ptr, size = mem.ipc_open(handle)
+        return DevicePtr(ptr), size
 
-    def ipc_close_mem_handle(self, index: int, ptr: int) -> None:
+    def ipc_close_mem_handle(self, index: int, ptr: DevicePtr) -> None:
         """Unmap memory from :meth:`ipc_open_mem_handle` (after pending stream work)."""
         mem = self._mem[self._check_index(index)]
         self._check_ptr(ptr)
@@ -380,7 +384,7 @@ class CpuBackend(Backend):
         self._check_index(index)
         return VM_GRANULARITY
 
-    def vm_reserve(self, index: int, size: int) -> int:
+    def vm_reserve(self, index: int, size: int) -> DevicePtr:
         """Reserve ``size`` bytes (a multiple of 2 MiB) of address space; no budget used.
 
         Raises :class:`~accelrt.DeviceError` when the OS refuses the reservation (``mmap``
@@ -392,12 +396,12 @@ class CpuBackend(Backend):
             raise ValueError(f"vm_reserve: size={size} does not fit in the 64-bit address "
                              "space; reserve less")
         with map_backend_errors(self.name, f"vm_reserve of {size} bytes"):
-            return mem.vm_reserve(size)
+            return DevicePtr(mem.vm_reserve(size))
 
-    def vm_release(self, index: int, ptr: int, size: int) -> None:
+    def vm_release(self, index: int, ptr: DevicePtr, size: int) -> None:
         """Release a whole, fully unmapped reservation."""
         mem = self._vm_mem(index)
-        ptr, size = self._check_ptr(ptr), check_size(size)
+        ptr, size = DevicePtr(self._check_ptr(ptr)), check_size(size)
         with map_backend_errors(self.name, "vm_release"):
             mem.vm_release(ptr, size)
 
@@ -470,8 +474,8 @@ class CpuBackend(Backend):
                               f"cpu:{s.device} is capturing a graph; end the capture first")
 
     # ------------------------------------------------------------------ copies
-    def memcpy(self, dst: int, src: int, nbytes: int, index: int, stream: int,
-               kind: str) -> None:
+    def memcpy(self, index: int, dst: int, src: int, nbytes: int, kind: str,
+               stream: StreamHandle) -> None:
         """Stream-ordered copy; the device side(s) of ``kind`` must be memory of ``index``."""
         s = self._stream(index, stream)
         if kind not in _KINDS:
@@ -486,8 +490,8 @@ class CpuBackend(Backend):
         if nbytes:
             self._submit(s, partial(ctypes.memmove, dst, src, nbytes))
 
-    def memcpy_peer(self, dst: int, dst_index: int, src: int, src_index: int, nbytes: int,
-                    stream: int) -> None:
+    def memcpy_peer(self, dst_index: int, dst: int, src_index: int, src: int, nbytes: int,
+                    stream: StreamHandle) -> None:
         """Copy from device ``src_index`` to ``dst_index``, ordered on ``stream`` of the source."""
         self._check_index(dst_index)
         s = self._stream(src_index, stream)
@@ -498,7 +502,8 @@ class CpuBackend(Backend):
         if nbytes:
             self._submit(s, partial(ctypes.memmove, dst, src, nbytes))
 
-    def memset(self, ptr: int, value: int, nbytes: int, index: int, stream: int) -> None:
+    def memset(self, index: int, ptr: int, value: int, nbytes: int,
+               stream: StreamHandle) -> None:
         """Stream-ordered byte fill of device memory."""
         s = self._stream(index, stream)
         if isinstance(value, bool) or not isinstance(value, int):
@@ -511,7 +516,8 @@ class CpuBackend(Backend):
         if nbytes:
             self._submit(s, partial(ctypes.memset, ptr, value, nbytes))
 
-    def fill(self, ptr: int, pattern: bytes, count: int, index: int, stream: int) -> None:
+    def fill(self, index: int, ptr: int, pattern: bytes, count: int,
+             stream: StreamHandle) -> None:
         """Stream-ordered fill of ``count`` copies of a 1, 2, 4 or 8 byte ``pattern``."""
         s = self._stream(index, stream)
         if not isinstance(pattern, (bytes, bytearray, memoryview)):
@@ -535,7 +541,7 @@ class CpuBackend(Backend):
         self._check_index(peer)
         return True
 
-    def launch_host_func(self, index: int, stream: int, fn: Callable[[], None]) -> None:
+    def launch_host_func(self, index: int, fn: Callable[[], None], stream: StreamHandle) -> None:
         """Run ``fn()`` in stream order; its exception surfaces as :class:`DeviceError`."""
         s = self._stream(index, stream)
         if not callable(fn):
@@ -548,7 +554,7 @@ class CpuBackend(Backend):
         self._check_index(index)
         return (_PRIORITY_LEAST, _PRIORITY_GREATEST)
 
-    def stream_create(self, index: int, priority: int) -> int:
+    def stream_create(self, index: int, priority: int) -> StreamHandle:
         """Create a stream; ``priority`` is clamped to ``[-1, 0]`` as CUDA clamps it."""
         self._check_index(index)
         if isinstance(priority, bool) or not isinstance(priority, int):
@@ -558,9 +564,9 @@ class CpuBackend(Backend):
             handle = next(self._handles)
             self._streams[handle] = CpuStream(index, handle, priority)
             self._valid[index].add(handle)
-        return handle
+        return StreamHandle(handle)
 
-    def stream_destroy(self, index: int, stream: int) -> None:
+    def stream_destroy(self, index: int, stream: StreamHandle) -> None:
         """Destroy a stream and return at once, as ``cudaStreamDestroy``: its queued work
         still runs to completion (then its worker exits), and :meth:`free`, :meth:`vm_unmap`
         and :meth:`synchronize` of the device wait for that work as for any stream's."""
@@ -575,7 +581,7 @@ class CpuBackend(Backend):
                 self._retired.append(s)
         s.close()
 
-    def stream_is_valid(self, index: int, stream: int) -> bool:
+    def stream_is_valid(self, index: int, stream: StreamHandle) -> bool:
         """True for 0 and for live handles from :meth:`stream_create` on ``index``."""
         if isinstance(stream, bool) or not isinstance(stream, int):
             return False
@@ -584,7 +590,7 @@ class CpuBackend(Backend):
         s = self._streams.get(stream)
         return s is not None and type(index) is int and s.device == index
 
-    def stream_query(self, index: int, stream: int) -> bool:
+    def stream_query(self, index: int, stream: StreamHandle) -> bool:
         """True if all work on ``stream`` completed; raises a kept worker error."""
         try:
             ok = type(index) is int and type(stream) is int and stream in self._valid[index]
@@ -597,7 +603,7 @@ class CpuBackend(Backend):
         self._raise_kept((s,))
         return s.completed >= s.submitted
 
-    def stream_synchronize(self, index: int, stream: int) -> None:
+    def stream_synchronize(self, index: int, stream: StreamHandle) -> None:
         """Block until ``stream``'s work completed; raises a kept worker error."""
         s = self._stream(index, stream)
         self._check_not_capturing(s, "stream_synchronize")
@@ -605,7 +611,7 @@ class CpuBackend(Backend):
             s.wait(s.submitted)
             self._raise_kept((s,))
 
-    def stream_wait_event(self, index: int, stream: int, event: int) -> None:
+    def stream_wait_event(self, index: int, stream: StreamHandle, event: EventHandle) -> None:
         """Make later work on ``stream`` wait for ``event``'s current record (any device)."""
         s = self._stream(index, stream)
         ev = self._event(event)
@@ -666,7 +672,7 @@ class CpuBackend(Backend):
 
     # ------------------------------------------------------------------ events
     def event_create(self, index: int, enable_timing: bool, blocking: bool,
-                     interprocess: bool) -> int:
+                     interprocess: bool) -> EventHandle:
         """Create an event; an ``interprocess`` one keeps its state in shared memory."""
         self._check_index(index)
         ipc = None
@@ -678,13 +684,13 @@ class CpuBackend(Backend):
         with self._lock:
             handle = next(self._handles)
             self._events[handle] = CpuEvent(index, bool(enable_timing), ipc)
-        return handle
+        return EventHandle(handle)
 
     def supports_interprocess_events(self, index: int) -> bool:
         """True: interprocess events live in POSIX shared memory (see ``_ipc``)."""
         return True
 
-    def event_destroy(self, index: int, event: int) -> None:
+    def event_destroy(self, index: int, event: EventHandle) -> None:
         """Destroy an event (a pending record still completes harmlessly)."""
         self._event(event, index)
         with self._lock:
@@ -692,7 +698,7 @@ class CpuBackend(Backend):
             # after any completion write or wait still queued on a stream (they refer to it)
             self._events.pop(event, None)
 
-    def event_record(self, index: int, event: int, stream: int) -> None:
+    def event_record(self, index: int, event: EventHandle, stream: StreamHandle) -> None:
         """Record ``event`` at the end of ``stream``; replaces the previous record."""
         try:
             ev = self._events[event]
@@ -747,7 +753,7 @@ class CpuBackend(Backend):
             self._raise_kept((rec.stream,))
         return rec
 
-    def event_query(self, index: int, event: int) -> bool:
+    def event_query(self, index: int, event: EventHandle) -> bool:
         """True if the work before the last record completed (True if never recorded)."""
         try:
             ev = self._events[event]
@@ -763,7 +769,7 @@ class CpuBackend(Backend):
         rec = self._event_state(ev, "event_query")
         return rec is None or rec.done()
 
-    def event_synchronize(self, index: int, event: int) -> None:
+    def event_synchronize(self, index: int, event: EventHandle) -> None:
         """Block until the last record completed; raises a kept error of its stream."""
         ev = self._event(event, index)
         if ev.ipc is not None:
@@ -794,13 +800,13 @@ class CpuBackend(Backend):
                               "before asking for elapsed time")
         return ts
 
-    def event_elapsed_time(self, index: int, start: int, end: int) -> float:
+    def event_elapsed_time(self, index: int, start: EventHandle, end: EventHandle) -> float:
         """Milliseconds from ``start``'s record to ``end``'s (both timing, both complete)."""
         t0 = self._timestamp(self._event(start, index), start)
         t1 = self._timestamp(self._event(end, index), end)
         return (t1 - t0) / 1e6
 
-    def event_ipc_handle(self, index: int, event: int) -> bytes:
+    def event_ipc_handle(self, index: int, event: EventHandle) -> bytes:
         """The handle of an interprocess event made in this process."""
         ev = self._event(event, index)
         if ev.ipc is None:
@@ -811,14 +817,14 @@ class CpuBackend(Backend):
                              "that process's handle instead")
         return ev.ipc.handle()
 
-    def event_from_ipc_handle(self, index: int, handle: bytes) -> int:
+    def event_from_ipc_handle(self, index: int, handle: bytes) -> EventHandle:
         """Open another process's interprocess event from its :meth:`event_ipc_handle`."""
         self._check_index(index)
         ipc = IpcEventState.open(handle)
         with self._lock:
             h = next(self._handles)
             self._events[h] = CpuEvent(index, False, ipc)
-        return h
+        return EventHandle(h)
 
     # ------------------------------------------------------------------ graphs
     def graph_supported(self, index: int) -> bool:
@@ -826,7 +832,7 @@ class CpuBackend(Backend):
         self._check_index(index)
         return True
 
-    def graph_capture_begin(self, index: int, stream: int) -> None:
+    def graph_capture_begin(self, index: int, stream: StreamHandle) -> None:
         """Start recording the work submitted to ``stream`` (not the default stream)."""
         s = self._stream(index, stream)
         if s.handle == 0:
@@ -840,7 +846,7 @@ class CpuBackend(Backend):
             self._capturing[s] = Capture(index, s)
             self._slow = True
 
-    def graph_capture_end(self, index: int, stream: int) -> int:
+    def graph_capture_end(self, index: int, stream: StreamHandle) -> GraphHandle:
         """Stop the capture begun on ``stream``; return the graph handle."""
         s = self._stream(index, stream)
         with self._lock:
@@ -859,9 +865,9 @@ class CpuBackend(Backend):
                     ev.capture = None
             handle = next(self._handles)
             self._graphs[handle] = _Graph(index, tuple(cap.ops))
-        return handle
+        return GraphHandle(handle)
 
-    def graph_replay(self, index: int, graph: int, stream: int) -> None:
+    def graph_replay(self, index: int, graph: GraphHandle, stream: StreamHandle) -> None:
         """Submit the captured work, in order, on ``stream``."""
         s = self._stream(index, stream)
         g = self._graphs.get(graph)
@@ -876,7 +882,7 @@ class CpuBackend(Backend):
             else:
                 self._wait(s, arg)
 
-    def graph_destroy(self, index: int, graph: int) -> None:
+    def graph_destroy(self, index: int, graph: GraphHandle) -> None:
         """Forget a captured graph."""
         with self._lock:
             g = self._graphs.get(graph)
@@ -884,12 +890,12 @@ class CpuBackend(Backend):
                 raise ValueError(f"graph handle {graph} is not a live graph of cpu:{index}")
             del self._graphs[graph]
 
-    def graph_node_count(self, index: int, graph: int) -> int | None:
+    def graph_node_count(self, index: int, graph: GraphHandle) -> int | None:
         """Number of recorded operations of a live graph (``None`` for an unknown handle)."""
         g = self._graphs.get(graph)
         return None if g is None or g.device != index else len(g.ops)
 
-    def stream_is_capturing(self, index: int, stream: int) -> bool:
+    def stream_is_capturing(self, index: int, stream: StreamHandle) -> bool:
         """True while ``stream`` records work into a capture."""
         return self._stream(index, stream) in self._capturing
 

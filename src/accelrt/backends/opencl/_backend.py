@@ -33,6 +33,7 @@ import numpy as np
 from ..._backend import Backend
 from ..._errors import BackendUnavailableError, DeviceError, map_backend_errors
 from ..._fork import reinit_after_fork
+from ..._handles import DevicePtr, EventHandle, StreamHandle
 from ..cpu._memory import HostMemory, check_size
 from ._discovery import (FORKED_MSG, import_cl, list_devices, memory_mode_setting,
                          unavailable_reason)
@@ -336,7 +337,7 @@ class OpenCLBackend(Backend):
         return total - (st.used if st is not None else 0), total
 
     # ------------------------------------------------------------------ memory
-    def malloc(self, index: int, size: int) -> int:
+    def malloc(self, index: int, size: int) -> DevicePtr:
         """Allocate ``size`` bytes; ``0`` when over the device's global memory or its
         ``max_mem_alloc_size`` (the largest single OpenCL allocation)."""
         d = self._dev(index)
@@ -344,14 +345,14 @@ class OpenCLBackend(Backend):
         dev = self._cl_devices[index]
         with d.lock:
             if d.used + size > int(dev.global_mem_size) or size > int(dev.max_mem_alloc_size):
-                return 0
+                return DevicePtr(0)
             with map_backend_errors(self.name, "malloc"):
                 ptr = int(d.mem.alloc(size))
             if ptr:
                 d.used += size
-            return ptr
+            return DevicePtr(ptr)
 
-    def free(self, index: int, ptr: int) -> None:
+    def free(self, index: int, ptr: DevicePtr) -> None:
         """Free a :meth:`malloc` pointer. SVM memory waits for the device's queued work
         first (as ``cudaFree``); buffers are released when their queued work is done."""
         d = self._dev(index)
@@ -477,8 +478,8 @@ class OpenCLBackend(Backend):
         s.track(barrier, False)
 
     # ------------------------------------------------------------------ copies
-    def memcpy(self, dst: int, src: int, nbytes: int, index: int, stream: int,
-               kind: str) -> None:
+    def memcpy(self, index: int, dst: int, src: int, nbytes: int, kind: str,
+               stream: StreamHandle) -> None:
         """Stream-ordered copy; the device side(s) of ``kind`` must be memory of ``index``
         (any address inside an allocation); ``d2d`` ranges must not overlap."""
         s = self._stream(index, stream)
@@ -502,8 +503,8 @@ class OpenCLBackend(Backend):
         op = {"h2d": mem.h2d, "d2h": mem.d2h, "d2d": mem.d2d}[kind]
         self._enqueue(s, f"memcpy {kind}", lambda q: op(q, dst, src, n))
 
-    def memcpy_peer(self, dst: int, dst_index: int, src: int, src_index: int, nbytes: int,
-                    stream: int) -> None:
+    def memcpy_peer(self, dst_index: int, dst: int, src_index: int, src: int, nbytes: int,
+                    stream: StreamHandle) -> None:
         """Copy between devices, ordered on ``stream`` of the source: a device-to-host copy
         into a staging buffer, then (on the stream's host worker) a write to ``dst``.
 
@@ -512,7 +513,7 @@ class OpenCLBackend(Backend):
         CUDA's ``cudaMemcpyPeerAsync``), and a destination stream that waits for an event
         recorded after the copy must not also be in the copy's way."""
         if dst_index == src_index:
-            self.memcpy(dst, src, nbytes, src_index, stream, "d2d")
+            self.memcpy(src_index, dst, src, nbytes, "d2d", stream)
             return
         dd = self._dev(self._check_index(dst_index))
         s = self._stream(src_index, stream)
@@ -537,7 +538,8 @@ class OpenCLBackend(Backend):
 
         self._host_call(s, write)
 
-    def memset(self, ptr: int, value: int, nbytes: int, index: int, stream: int) -> None:
+    def memset(self, index: int, ptr: int, value: int, nbytes: int,
+               stream: StreamHandle) -> None:
         """Stream-ordered byte fill of device memory."""
         s = self._stream(index, stream)
         if isinstance(value, bool) or not isinstance(value, int):
@@ -547,7 +549,8 @@ class OpenCLBackend(Backend):
         self._fill(s, self._check_ptr(ptr), np.array([value], dtype=np.uint8),
                    check_size(nbytes, "nbytes", allow_zero=True), "memset")
 
-    def fill(self, ptr: int, pattern: bytes, count: int, index: int, stream: int) -> None:
+    def fill(self, index: int, ptr: int, pattern: bytes, count: int,
+             stream: StreamHandle) -> None:
         """Stream-ordered fill of ``count`` copies of a 1, 2, 4 or 8 byte ``pattern``;
         ``ptr`` must be aligned to the pattern size (OpenCL requires it)."""
         s = self._stream(index, stream)
@@ -576,7 +579,7 @@ class OpenCLBackend(Backend):
         """Only a device itself: each device has its own context."""
         return self._check_index(index) == self._check_index(peer)
 
-    def launch_host_func(self, index: int, stream: int, fn: Callable[[], None]) -> None:
+    def launch_host_func(self, index: int, fn: Callable[[], None], stream: StreamHandle) -> None:
         """Run ``fn()`` in stream order on a worker thread of the stream; its exception is
         raised as :class:`DeviceError` by the next synchronize/query of the stream."""
         s = self._stream(index, stream)
@@ -585,7 +588,7 @@ class OpenCLBackend(Backend):
         self._host_call(s, fn)
 
     # ------------------------------------------------------------------ streams
-    def stream_create(self, index: int, priority: int) -> int:
+    def stream_create(self, index: int, priority: int) -> StreamHandle:
         """Create an in-order queue; ``priority`` is recorded (range ``(0, 0)``)."""
         d = self._dev(index)
         if isinstance(priority, bool) or not isinstance(priority, int):
@@ -597,9 +600,9 @@ class OpenCLBackend(Backend):
             s = ClStream(index, handle, 0, queue)
             self._streams[handle] = s
             self._all.append(s)
-        return handle
+        return StreamHandle(handle)
 
-    def stream_destroy(self, index: int, stream: int) -> None:
+    def stream_destroy(self, index: int, stream: StreamHandle) -> None:
         """Destroy a stream and return at once; its queued work still completes, and
         :meth:`free` (SVM) and :meth:`synchronize` of the device wait for it."""
         s = self._stream(index, stream)
@@ -618,7 +621,7 @@ class OpenCLBackend(Backend):
             self._orphans.extend(held)   # collected once complete, never waited for here
         self._drop_orphans()
 
-    def stream_is_valid(self, index: int, stream: int) -> bool:
+    def stream_is_valid(self, index: int, stream: StreamHandle) -> bool:
         """True for 0 and for live handles from :meth:`stream_create` on ``index``."""
         if type(stream) is not int or type(index) is not int:
             return False
@@ -627,7 +630,7 @@ class OpenCLBackend(Backend):
         s = self._streams.get(stream)
         return s is not None and s.device == index
 
-    def stream_query(self, index: int, stream: int) -> bool:
+    def stream_query(self, index: int, stream: StreamHandle) -> bool:
         """True if all work on ``stream`` completed; raises a kept host-function error."""
         s = self._stream(index, stream)
         self._raise_kept((s,))
@@ -643,7 +646,7 @@ class OpenCLBackend(Backend):
                               f"with status {status}")
         return status == int(cl.command_execution_status.COMPLETE)
 
-    def stream_synchronize(self, index: int, stream: int) -> None:
+    def stream_synchronize(self, index: int, stream: StreamHandle) -> None:
         """Block until ``stream``'s work completed; raises a kept host-function error."""
         s = self._stream(index, stream)
         with map_backend_errors(self.name, "stream_synchronize"):
@@ -651,7 +654,7 @@ class OpenCLBackend(Backend):
         s.drop_completed()
         self._raise_kept((s,))
 
-    def stream_wait_event(self, index: int, stream: int, event: int) -> None:
+    def stream_wait_event(self, index: int, stream: StreamHandle, event: EventHandle) -> None:
         """Later work on ``stream`` waits for ``event``'s current record (any device)."""
         s = self._stream(index, stream)
         ev = self._events.get(event) if type(event) is int else None
@@ -682,7 +685,7 @@ class OpenCLBackend(Backend):
 
     # ------------------------------------------------------------------ events
     def event_create(self, index: int, enable_timing: bool, blocking: bool,
-                     interprocess: bool) -> int:
+                     interprocess: bool) -> EventHandle:
         """Create an event (``interprocess`` is not supported by OpenCL)."""
         self._dev(index)
         if interprocess:
@@ -691,15 +694,15 @@ class OpenCLBackend(Backend):
         with self._lock:
             handle = next(self._handles)
             self._events[handle] = ClEvent(index, bool(enable_timing))
-        return handle
+        return EventHandle(handle)
 
-    def event_destroy(self, index: int, event: int) -> None:
+    def event_destroy(self, index: int, event: EventHandle) -> None:
         """Destroy an event."""
         self._event(event, index)
         with self._lock:
             self._events.pop(event, None)
 
-    def event_record(self, index: int, event: int, stream: int) -> None:
+    def event_record(self, index: int, event: EventHandle, stream: StreamHandle) -> None:
         """Record ``event`` (a marker) at the end of ``stream``."""
         ev = self._event(event, index)
         s = self._stream(index, stream)
@@ -718,14 +721,14 @@ class OpenCLBackend(Backend):
             raise DeviceError(f"opencl: the work before the event failed with status {status}")
         return status
 
-    def event_query(self, index: int, event: int) -> bool:
+    def event_query(self, index: int, event: EventHandle) -> bool:
         """True if the work before the last record completed (True if never recorded)."""
         ev = self._event(event, index)
         if ev.marker is None:
             return True
         return self._status(ev, "event_query") == int(self._cl.command_execution_status.COMPLETE)
 
-    def event_synchronize(self, index: int, event: int) -> None:
+    def event_synchronize(self, index: int, event: EventHandle) -> None:
         """Block until the last record completed; raises a kept error of its stream."""
         ev = self._event(event, index)
         if ev.marker is None:
@@ -748,17 +751,17 @@ class OpenCLBackend(Backend):
         with map_backend_errors(self.name, "event_elapsed_time"):
             return int(ev.marker.profile.end)
 
-    def event_elapsed_time(self, index: int, start: int, end: int) -> float:
+    def event_elapsed_time(self, index: int, start: EventHandle, end: EventHandle) -> float:
         """Milliseconds between two completed timing events (OpenCL profiling clocks)."""
         t0 = self._timestamp(self._event(start, index), start)
         t1 = self._timestamp(self._event(end, index), end)
         return (t1 - t0) / 1e6
 
-    def event_ipc_handle(self, index: int, event: int) -> bytes:
+    def event_ipc_handle(self, index: int, event: EventHandle) -> bytes:
         """Not supported: raises ValueError."""
         raise ValueError("the opencl backend has no interprocess events")
 
-    def event_from_ipc_handle(self, index: int, handle: bytes) -> int:
+    def event_from_ipc_handle(self, index: int, handle: bytes) -> EventHandle:
         """Not supported: raises ValueError."""
         raise ValueError("the opencl backend has no interprocess events")
 
