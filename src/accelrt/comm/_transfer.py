@@ -165,13 +165,15 @@ def copy_runs(dst: Place, dst_ptr: int, src: Place, src_ptr: int, run: int, coun
             # the source's pending work is
             barrier(_current(sb, src.index), dst_stream)
             for k in range(count):
-                sb.memcpy(src.index, dst_ptr + k * dst_pitch, src_ptr + k * src_pitch, run, "d2d", dst_stream._handle)
+                sb.memcpy(src.index, dst_ptr + k * dst_pitch, src_ptr + k * src_pitch, run,
+                          "d2d", dst_stream._handle)
             return
         copy_stream = stream_of(src, stream)
         if _implements(sb, "memcpy_peer"):
             barrier(dst_stream, copy_stream)
             for k in range(count):
-                sb.memcpy_peer(dst.index, dst_ptr + k * dst_pitch, src.index, src_ptr + k * src_pitch, run, copy_stream._handle)
+                sb.memcpy_peer(dst.index, dst_ptr + k * dst_pitch, src.index,
+                               src_ptr + k * src_pitch, run, copy_stream._handle)
             barrier(copy_stream, dst_stream)
             return
         # no peer copies: stage through host memory
