@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import threading
 
@@ -12,14 +13,15 @@ from hypothesis import strategies as st
 
 import accelrt as acc
 from accelrt import backends
+from accelrt.backends import Capabilities
 from accelrt.backends.cpu import CpuBackend
 
 
 class HiddenCpu(CpuBackend):
     """cpu devices whose memory the host may not touch directly (like a GPU's)."""
 
-    def host_accessible(self, index: int) -> bool:
-        return False
+    def capabilities(self, index: int) -> Capabilities:
+        return dataclasses.replace(super().capabilities(index), host_accessible=False)
 
 
 # Two-device variants: sync streams, async streams (worker threads), and devices whose memory
@@ -553,6 +555,9 @@ class CaiDevice(HiddenCpu):
         if ptr:
             self.blocks[ptr] = (size, index)
         return ptr
+
+    def capabilities(self, index: int) -> Capabilities:
+        return dataclasses.replace(super().capabilities(index), pointer_lookup=True)
 
     def pointer_device(self, ptr: int) -> int | None:
         for base, (size, index) in list(self.blocks.items()):

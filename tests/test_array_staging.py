@@ -4,6 +4,7 @@ through accelrt._array)."""
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import os
 import threading
@@ -17,6 +18,7 @@ from helpers.staging import RecordingNoHostCpu
 import accelrt as acc
 from accelrt import backends
 from accelrt._backend import Backend
+from accelrt.backends import Capabilities
 from accelrt.backends.cpu import CpuBackend
 from accelrt.memory._host import peek_host_allocator
 
@@ -30,6 +32,9 @@ class NoPinnedCpu(StagedCpu):
 
     host_malloc = Backend.host_malloc      # type: ignore[assignment]
     host_free = Backend.host_free          # type: ignore[assignment]
+
+    def capabilities(self, index: int) -> Capabilities:
+        return dataclasses.replace(super().capabilities(index), pinned_host_memory=False)
 
 
 class RaisingPinnedCpu(StagedCpu):

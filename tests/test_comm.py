@@ -5,6 +5,7 @@ staging of host <-> device copies (pool use, reuse, no leaks, direct fallback)."
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from hypothesis import strategies as st
 import accelrt as acc
 from accelrt import backends, comm
 from accelrt._backend import Backend
+from accelrt.backends import Capabilities
 from accelrt.backends.cpu import CpuBackend
 
 N = 4
@@ -26,14 +28,17 @@ N = 4
 class NoHostCpu(CpuBackend):
     """cpu memory the core must treat like GPU memory (no direct host access)."""
 
-    def host_accessible(self, index: int) -> bool:
-        return False
+    def capabilities(self, index: int) -> Capabilities:
+        return dataclasses.replace(super().capabilities(index), host_accessible=False)
 
 
 class KernelCpu(NoHostCpu):
     """Like NoHostCpu, with an ``elementwise_add`` device kernel (counts its launches)."""
 
     launches = 0
+
+    def capabilities(self, index: int) -> Capabilities:
+        return dataclasses.replace(super().capabilities(index), device_add=True)
 
     def elementwise_add(self, index: int, out: int, a: int, b: int, count: int, dtype: str,
                         stream: int) -> None:
@@ -51,6 +56,9 @@ class NoPeerCpu(NoHostCpu):
     """No peer copies: transfers between devices are staged through the host."""
 
     memcpy_peer = Backend.memcpy_peer
+
+    def capabilities(self, index: int) -> Capabilities:
+        return dataclasses.replace(super().capabilities(index), peer_copies=False)
 
 
 _BACKENDS = {

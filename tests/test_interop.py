@@ -5,6 +5,7 @@ integrations, which skip with the reason when the library or a GPU is missing.""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import sys
 import threading
@@ -19,6 +20,7 @@ import pytest
 
 import accelrt as acc
 from accelrt import backends
+from accelrt.backends import Capabilities
 from accelrt.backends.cpu import CpuBackend
 from accelrt.interop import (
     consume_cuda_array_interface,
@@ -29,8 +31,8 @@ from accelrt.interop import (
 
 
 class _NoHostCpu(CpuBackend):
-    def host_accessible(self, index: int) -> bool:
-        return False
+    def capabilities(self, index: int) -> Capabilities:
+        return dataclasses.replace(super().capabilities(index), host_accessible=False)
 
 
 backends.register("interopdev", lambda: _NoHostCpu(num_devices=2, async_streams=True,

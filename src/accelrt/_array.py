@@ -714,8 +714,9 @@ class Array:
             >>> acc.empty(1, device="cpu:0").__dlpack_device__()
             (1, 0)
         """
-        host = self._host_ok()
-        return (_dlpack.backend_device_type(self._b.name, host), 0 if host else self._index)
+        if self._host_ok():
+            return (_dlpack.kDLCPU, 0)
+        return (self._b.capabilities(self._index).dlpack_device_type, self._index)
 
     def __dlpack__(self, *, stream: Any = None, max_version: tuple[int, int] | None = None,
                    dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> Any:
@@ -793,7 +794,7 @@ class Array:
         """CUDA Array Interface (version 3) of arrays on the ``cuda`` backend, from
         :func:`accelrt.interop.cuda_array_interface` (``stream`` is the current stream, ``1``
         for the legacy default one); other backends have no such attribute."""
-        if self._b.name != "cuda" or self._mem.host:
+        if self._mem.host or not self._b.capabilities(self._index).cuda_array_interface:
             raise AttributeError(f"__cuda_array_interface__ exists only for cuda arrays; "
                                  f"this array is on {self.device}")
         from .interop._cai import cuda_array_interface
@@ -1054,10 +1055,12 @@ def _import_dlpack(obj: Any, copy: bool | None) -> np.ndarray:
 
 def _cai_reader(device: DeviceLike) -> Any:
     """The backend that locates and reads ``__cuda_array_interface__`` memory: the target
-    device's backend when it is a device backend with ``pointer_device``, else ``cuda``."""
+    device's backend when it is a device backend that can look pointers up (capability
+    ``pointer_lookup``), else ``cuda``."""
     if device is not None:
         b, index = _get_device(device)
-        if not b.host_accessible(index) and callable(getattr(b, "pointer_device", None)):
+        caps = b.capabilities(index)
+        if not caps.host_accessible and caps.pointer_lookup:
             return b
     from ._backend import get_backend
     from ._errors import BackendUnavailableError

@@ -13,17 +13,14 @@ is never a valid event; stream handle ``default_stream(i)`` is the device's defa
 null) stream. One argument order everywhere: the device index first, the stream that orders
 the work last (``memcpy(index, dst, src, nbytes, kind, stream)``).
 
-Optional hooks (not abstract; callers look them up with ``getattr``):
-
-* ``philox_fill(index, ptr, n, dtype, dist, seed, offset, params, stream)``: fill ``n`` elements
-  of numpy dtype name ``dtype`` at ``ptr`` with Philox4x32-10 numbers (``dist`` is ``"uniform"``
-  with ``(a, b)``, ``"normal"`` with ``(mean, std)`` or ``"randint"`` with ``(low, high - low)``)
-  for generator state ``(seed, offset)``, ordered on ``stream`` (see docs/random.md).
-* ``elementwise_add(index, out, a, b, count, dtype, stream)``: stream-ordered ``out = a + b`` for
-  ``count`` elements of numpy dtype name ``dtype``; ``out`` may alias ``a`` or ``b``; ValueError
-  for unsupported dtypes (used by ``accelrt.comm.reduce_add``).
-* ``pointer_device(ptr) -> int | None``: the device whose memory holds ``ptr``, or ``None``
-  (used by ``asarray`` for ``__cuda_array_interface__`` producers).
+What a device can do beyond the abstract operations is declared once, by
+:meth:`Backend.capabilities` (a frozen :class:`Capabilities`): virtual memory, graphs, pinned
+host memory, host functions, peer copies, interprocess events and memory, host-accessible
+memory, the DLPack device type, the CUDA stream and array protocols, device-side RNG
+(``philox_fill``) and sums (``elementwise_add``), pointer lookup (``pointer_device``) and adopted
+memory. Every optional operation is declared on :class:`Backend` and raises
+``NotImplementedError`` naming its capability until overridden; the core asks
+``capabilities()`` and never a backend's name.
 
 Built-in backends are imported lazily by :func:`get_backend`; third-party backends come from
 the ``accelrt.backends`` entry-point group (the entry point loads a :class:`Backend` subclass or
@@ -41,6 +38,7 @@ Example::
 from __future__ import annotations
 
 import abc
+import dataclasses
 import importlib
 import sys
 import threading
@@ -54,6 +52,7 @@ from ._handles import DevicePtr, EventHandle, GraphHandle, StreamHandle
 __all__ = [
     "BACKENDS",
     "Backend",
+    "Capabilities",
     "DevicePtr",
     "EventHandle",
     "GraphHandle",
@@ -82,6 +81,86 @@ _INSTALL_HINTS = {
 }
 
 
+#: DLPack device types (``DLDeviceType``) of the device families accelrt knows by name: the
+#: default :attr:`Capabilities.dlpack_device_type` of a backend registered under one of these
+#: names that does not declare its own (any other name: ``kDLExtDev``, 12).
+_DLPACK_DEVICE_TYPES = {
+    "cuda": 2, "opencl": 4, "vulkan": 7, "metal": 8, "mps": 8, "rocm": 10, "hip": 10,
+    "oneapi": 14, "xpu": 14,
+}
+_K_DL_EXT_DEV = 12
+
+
+@dataclasses.dataclass(frozen=True)
+class Capabilities:
+    """What one device of a backend can do: the one answer the core asks (``capabilities``).
+
+    Every optional operation of :class:`Backend` belongs to one field; the core calls an
+    optional operation only where its field is True, and never looks at a backend's name or
+    probes it with ``getattr``. Fields default to "not supported".
+
+    Attributes:
+        virtual_memory: ``vm_granularity``/``vm_reserve``/``vm_map``/``vm_unmap``/
+            ``vm_release`` work (enables ``expandable_segments``).
+        graphs: ``graph_capture_begin``/``graph_capture_end``/``graph_replay``/
+            ``graph_destroy`` work (:class:`accelrt.Graph`).
+        pinned_host_memory: ``host_malloc``/``host_free`` give page-locked host memory.
+        host_functions: ``launch_host_func`` runs host callables in stream order.
+        peer_copies: ``memcpy_peer`` copies between two devices of the backend.
+        interprocess_events: ``event_create(interprocess=True)``, ``event_ipc_handle`` and
+            ``event_from_ipc_handle`` work.
+        interprocess_memory: ``ipc_mem_handle``/``ipc_open_mem_handle``/
+            ``ipc_close_mem_handle`` work (:mod:`accelrt.multiprocessing`).
+        host_accessible: device memory can be read and written by the host at its address
+            (zero-copy ``numpy()``; DLPack exports it as ``kDLCPU``).
+        dlpack_device_type: the DLPack ``DLDeviceType`` of device memory that is not host
+            accessible (``kDLCUDA`` = 2, ``kDLOpenCL`` = 4, ``kDLExtDev`` = 12, ...).
+        cuda_stream_protocol: streams expose ``__cuda_stream__`` (their handle is a
+            ``CUstream``).
+        cuda_array_interface: arrays expose ``__cuda_array_interface__`` (their memory is
+            CUDA device memory).
+        device_rng: ``philox_fill`` fills device memory with Philox numbers on the device.
+        device_add: ``elementwise_add`` sums on the device (``accelrt.comm.reduce_add``).
+        pointer_lookup: ``pointer_device`` says which device holds a foreign pointer.
+        adopt_memory: ``adopt_memory``/``disown_memory`` accept memory a pluggable
+            allocator's library allocated as the device's own.
+
+    Example::
+
+        >>> from accelrt.backends import get_backend
+        >>> caps = get_backend("cpu").capabilities(0)
+        >>> caps.host_accessible, caps.graphs, caps.cuda_array_interface
+        (True, True, False)
+    """
+
+    virtual_memory: bool = False
+    graphs: bool = False
+    pinned_host_memory: bool = False
+    host_functions: bool = False
+    peer_copies: bool = False
+    interprocess_events: bool = False
+    interprocess_memory: bool = False
+    host_accessible: bool = False
+    dlpack_device_type: int = _K_DL_EXT_DEV
+    cuda_stream_protocol: bool = False
+    cuda_array_interface: bool = False
+    device_rng: bool = False
+    device_add: bool = False
+    pointer_lookup: bool = False
+    adopt_memory: bool = False
+
+
+#: default capabilities by backend name (a backend that does not override ``capabilities``)
+_default_caps: dict[str, Capabilities] = {}
+
+
+def _unsupported(backend: Backend, operation: str, capability: str) -> NotImplementedError:
+    return NotImplementedError(
+        f"the {backend.name} backend does not implement {operation} (its capabilities() has "
+        f"{capability}=False); check backend.capabilities(index).{capability} before calling "
+        "it, or override both")
+
+
 def _abstract(name: str) -> NotImplementedError:
     return NotImplementedError(f"The {name!r} method must be implemented.")
 
@@ -95,14 +174,62 @@ def _no_ipc(name: str) -> ValueError:
 class Backend(abc.ABC):
     """Raw operations of one device family; subclass it to add a backend.
 
-    Subclasses set :attr:`name` and implement the abstract methods. Optional capabilities
-    (virtual memory, graph capture, pinned host memory, peer access) have defaults that say
-    "not supported". Methods take a device ``index`` that the core has already range-checked.
-    Every method may be called from any thread.
+    Subclasses set :attr:`name`, implement the abstract methods and declare what else they
+    can do in :meth:`capabilities`; each optional operation (virtual memory, graphs, pinned
+    host memory, host functions, peer copies, interprocess events and memory, device-side RNG
+    and sums, pointer lookup, adopted memory) is declared here and raises
+    ``NotImplementedError`` naming its capability until a subclass overrides it. Methods take
+    a device ``index`` that the core has already range-checked. Every method may be called
+    from any thread.
     """
 
     #: Registry name and device type string, e.g. ``"cpu"``.
     name: ClassVar[str] = ""
+    #: How to get more devices, appended to out-of-range device index errors (``""``: none).
+    more_devices_hint: ClassVar[str] = ""
+
+    # ------------------------------------------------------------------ capabilities
+    def capabilities(self, index: int) -> Capabilities:
+        """What device ``index`` can do: the one source the core asks (it never compares
+        backend names or probes methods). Must be cheap (the core asks it on hot paths: cache
+        the answer per device) and must not create a device context.
+
+        The default says "nothing optional", with the DLPack device type known for the
+        backend's name. Override it, e.g. ``dataclasses.replace(super().capabilities(index),
+        host_functions=True)``, together with the operations it declares.
+        """
+        caps = _default_caps.get(self.name)
+        if caps is None:
+            caps = _default_caps[self.name] = Capabilities(
+                dlpack_device_type=_DLPACK_DEVICE_TYPES.get(self.name, _K_DL_EXT_DEV))
+        return caps
+
+    def host_accessible(self, index: int) -> bool:
+        """``capabilities(index).host_accessible`` (derived; override :meth:`capabilities`)."""
+        return self.capabilities(index).host_accessible
+
+    def vm_supported(self, index: int) -> bool:
+        """``capabilities(index).virtual_memory`` (derived; override :meth:`capabilities`)."""
+        return self.capabilities(index).virtual_memory
+
+    def graph_supported(self, index: int) -> bool:
+        """``capabilities(index).graphs`` (derived; override :meth:`capabilities`)."""
+        return self.capabilities(index).graphs
+
+    def supports_interprocess_events(self, index: int) -> bool:
+        """``capabilities(index).interprocess_events`` (derived; ``accelrt.Event(
+        interprocess=True)`` raises ``ValueError`` at construction where it is False)."""
+        return self.capabilities(index).interprocess_events
+
+    def arch_list(self) -> list[str]:
+        """Architectures accelrt's device code is built for, in ``torch.cuda.get_arch_list``'s
+        names (``[]``: no device code, the default)."""
+        return []
+
+    def oom_advice(self, index: int) -> str | None:
+        """A sentence an out-of-memory error on device ``index`` ends with (how to get more
+        memory), or ``None``."""
+        return None
 
     # ------------------------------------------------------------------ discovery
     @classmethod
@@ -162,17 +289,28 @@ class Backend(abc.ABC):
         raise _abstract("free")
 
     def host_malloc(self, size: int) -> int:
-        """Allocate ``size`` bytes of page-locked host memory; ``0`` when out of memory."""
-        raise _abstract("host_malloc")
+        """Allocate ``size`` bytes of page-locked host memory; ``0`` when out of memory
+        (capability ``pinned_host_memory``)."""
+        raise _unsupported(self, "host_malloc", "pinned_host_memory")
 
     def host_free(self, ptr: int) -> None:
-        """Release memory returned by :meth:`host_malloc`."""
-        raise _abstract("host_free")
+        """Release memory returned by :meth:`host_malloc` (``pinned_host_memory``)."""
+        raise _unsupported(self, "host_free", "pinned_host_memory")
 
-    def host_accessible(self, index: int) -> bool:
-        """True if device memory of ``index`` can be read and written directly by the host
-        at its address (the CPU backend); enables zero-copy ``numpy()`` and DLPack on kDLCPU."""
-        return False
+    def adopt_memory(self, index: int, ptr: int, size: int) -> None:
+        """Treat ``size`` bytes at ``ptr``, allocated by a pluggable allocator's library, as
+        memory of device ``index`` until :meth:`disown_memory` (``adopt_memory``)."""
+        raise _unsupported(self, "adopt_memory", "adopt_memory")
+
+    def disown_memory(self, index: int, ptr: int) -> None:
+        """End :meth:`adopt_memory`, after the work queued that may touch it
+        (``adopt_memory``)."""
+        raise _unsupported(self, "disown_memory", "adopt_memory")
+
+    def pointer_device(self, ptr: int) -> int | None:
+        """The device whose memory holds ``ptr``, or ``None`` (``pointer_lookup``: used by
+        ``asarray`` for ``__cuda_array_interface__`` producers)."""
+        raise _unsupported(self, "pointer_device", "pointer_lookup")
 
     # interprocess memory (optional: accelrt.multiprocessing)
     def ipc_mem_handle(self, index: int, ptr: DevicePtr) -> bytes:
@@ -192,31 +330,27 @@ class Backend(abc.ABC):
         """Unmap memory from :meth:`ipc_open_mem_handle` (``cuIpcCloseMemHandle``)."""
         raise _no_ipc(self.name)
 
-    # virtual memory (optional: enables expandable segments)
-    def vm_supported(self, index: int) -> bool:
-        """True if the device can reserve address space and map physical memory into it."""
-        return False
-
+    # virtual memory (capability virtual_memory: enables expandable segments)
     def vm_granularity(self, index: int) -> int:
-        """Smallest mapping unit in bytes (a power of two)."""
-        raise _abstract("vm_granularity")
+        """Smallest mapping unit in bytes (a power of two); may initialize the device."""
+        raise _unsupported(self, "vm_granularity", "virtual_memory")
 
     def vm_reserve(self, index: int, size: int) -> DevicePtr:
         """Reserve ``size`` bytes of address space (no memory behind it); return its base."""
-        raise _abstract("vm_reserve")
+        raise _unsupported(self, "vm_reserve", "virtual_memory")
 
     def vm_release(self, index: int, ptr: DevicePtr, size: int) -> None:
         """Release an address range from :meth:`vm_reserve` (all of it must be unmapped)."""
-        raise _abstract("vm_release")
+        raise _unsupported(self, "vm_release", "virtual_memory")
 
     def vm_map(self, index: int, ptr: int, size: int) -> bool:
         """Back ``[ptr, ptr+size)`` (granularity-aligned, inside a reservation) with physical
         memory accessible from the device; return False when out of memory."""
-        raise _abstract("vm_map")
+        raise _unsupported(self, "vm_map", "virtual_memory")
 
     def vm_unmap(self, index: int, ptr: int, size: int) -> None:
         """Unmap and release the physical memory behind ``[ptr, ptr+size)``."""
-        raise _abstract("vm_unmap")
+        raise _unsupported(self, "vm_unmap", "virtual_memory")
 
     # ------------------------------------------------------------------ copies
     @abc.abstractmethod
@@ -230,8 +364,8 @@ class Backend(abc.ABC):
     def memcpy_peer(self, dst_index: int, dst: int, src_index: int, src: int,
                     nbytes: int, stream: StreamHandle) -> None:
         """Copy ``nbytes`` from ``src`` on device ``src_index`` to ``dst`` on ``dst_index``,
-        ordered on ``stream`` of ``src_index``."""
-        raise _abstract("memcpy_peer")
+        ordered on ``stream`` of ``src_index`` (capability ``peer_copies``)."""
+        raise _unsupported(self, "memcpy_peer", "peer_copies")
 
     @abc.abstractmethod
     def memset(self, index: int, ptr: int, value: int, nbytes: int,
@@ -297,7 +431,23 @@ class Backend(abc.ABC):
                          stream: StreamHandle) -> None:
         """Run the Python callable ``fn`` on the host once all earlier work on ``stream`` has
         completed; later work on ``stream`` waits for it (``cuLaunchHostFunc``)."""
-        raise _abstract("launch_host_func")
+        raise _unsupported(self, "launch_host_func", "host_functions")
+
+    # ------------------------------------------------------------------ device-side compute
+    def philox_fill(self, index: int, ptr: int, n: int, dtype: str, dist: str, seed: int,
+                    offset: int, params: tuple[float, float], stream: StreamHandle) -> None:
+        """Fill ``n`` elements of numpy dtype name ``dtype`` at ``ptr`` with Philox4x32-10
+        numbers (``dist`` is ``"uniform"`` with ``(a, b)``, ``"normal"`` with ``(mean, std)``
+        or ``"randint"`` with ``(low, high - low)``) for generator state ``(seed, offset)``,
+        ordered on ``stream`` (capability ``device_rng``; see docs/random.md)."""
+        raise _unsupported(self, "philox_fill", "device_rng")
+
+    def elementwise_add(self, index: int, out: int, a: int, b: int, count: int, dtype: str,
+                        stream: StreamHandle) -> None:
+        """Stream-ordered ``out = a + b`` for ``count`` elements of numpy dtype name
+        ``dtype``; ``out`` may alias ``a`` or ``b``; ValueError for unsupported dtypes
+        (capability ``device_add``: ``accelrt.comm.reduce_add``)."""
+        raise _unsupported(self, "elementwise_add", "device_add")
 
     # ------------------------------------------------------------------ events
     @abc.abstractmethod
@@ -332,41 +482,31 @@ class Backend(abc.ABC):
         """Milliseconds between two completed, timing-enabled events."""
         raise _abstract("event_elapsed_time")
 
-    def supports_interprocess_events(self, index: int) -> bool:
-        """True if device ``index`` can make events with ``interprocess=True`` and share them
-        through :meth:`event_ipc_handle`; ``accelrt.Event(interprocess=True)`` raises
-        ``ValueError`` at construction where this is False. Override it together with
-        :meth:`event_ipc_handle` and :meth:`event_from_ipc_handle`."""
-        return False
-
     def event_ipc_handle(self, index: int, event: EventHandle) -> bytes:
-        """Interprocess handle of an event made with ``interprocess=True``."""
-        raise _abstract("event_ipc_handle")
+        """Interprocess handle of an event made with ``interprocess=True``
+        (capability ``interprocess_events``)."""
+        raise _unsupported(self, "event_ipc_handle", "interprocess_events")
 
     def event_from_ipc_handle(self, index: int, handle: bytes) -> EventHandle:
         """Open an event from another process's :meth:`event_ipc_handle`."""
-        raise _abstract("event_from_ipc_handle")
+        raise _unsupported(self, "event_from_ipc_handle", "interprocess_events")
 
-    # ------------------------------------------------------------------ graphs (optional)
-    def graph_supported(self, index: int) -> bool:
-        """True if the backend can capture stream work into graphs."""
-        return False
-
+    # ------------------------------------------------------------------ graphs (capability graphs)
     def graph_capture_begin(self, index: int, stream: StreamHandle) -> None:
         """Start capturing the work submitted to ``stream``."""
-        raise _abstract("graph_capture_begin")
+        raise _unsupported(self, "graph_capture_begin", "graphs")
 
     def graph_capture_end(self, index: int, stream: StreamHandle) -> GraphHandle:
         """Stop capturing on ``stream``; return an executable graph handle."""
-        raise _abstract("graph_capture_end")
+        raise _unsupported(self, "graph_capture_end", "graphs")
 
     def graph_replay(self, index: int, graph: GraphHandle, stream: StreamHandle) -> None:
         """Launch a captured graph on ``stream``."""
-        raise _abstract("graph_replay")
+        raise _unsupported(self, "graph_replay", "graphs")
 
     def graph_destroy(self, index: int, graph: GraphHandle) -> None:
         """Destroy a captured graph."""
-        raise _abstract("graph_destroy")
+        raise _unsupported(self, "graph_destroy", "graphs")
 
     def stream_is_capturing(self, index: int, stream: StreamHandle) -> bool:
         """True while ``stream`` is capturing."""

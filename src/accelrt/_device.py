@@ -429,7 +429,7 @@ def _check_index(b: Backend, index: int) -> int:
     n = b.device_count()
     if index >= n:
         # PyTorch's c10 check_device_index wording (a RuntimeError there; an IndexError too here)
-        more = getattr(b, "more_devices_hint", None)
+        more = b.more_devices_hint
         hint = f"; {more}" if isinstance(more, str) and more else ""
         raise AcceleratorIndexError(
             f"device is out of range, device is {index}, total number of device is {n}. "

@@ -826,10 +826,9 @@ class DeviceModule(Generic[_S, _E]):
             []
         """
         b = self._usable()
-        fn = getattr(b, "arch_list", None)
-        if b is None or fn is None:
+        if b is None:
             return []
-        return [str(a) for a in fn()]
+        return [str(a) for a in b.arch_list()]
 
     def get_gencode_flags(self) -> str:
         """:meth:`get_arch_list` as ``nvcc`` ``-gencode`` flags (``""`` when it is empty).

@@ -65,7 +65,8 @@ __all__ = ["download", "pinned_pool", "upload"]
 
 
 def pinned_pool(b: Backend) -> HostCachingAllocator | None:
-    """The pinned host pool of ``b``, or None if ``b`` does not implement ``host_malloc``.
+    """The pinned host pool of ``b``, or None if ``b`` has no pinned host memory
+    (capability ``pinned_host_memory``; host memory belongs to no device: device 0 answers).
 
     Example::
 
@@ -74,7 +75,7 @@ def pinned_pool(b: Backend) -> HostCachingAllocator | None:
         >>> pinned_pool(backends.get_backend("cpu")) is not None
         True
     """
-    if getattr(type(b), "host_malloc", None) is Backend.host_malloc:
+    if not b.capabilities(0).pinned_host_memory:
         return None
     return get_host_allocator(b)
 

@@ -264,7 +264,7 @@ class Stream:
             >>> hasattr(acc.Stream("cpu"), "__cuda_stream__")
             False
         """
-        if self._b.name != "cuda":
+        if not self._b.capabilities(self._index).cuda_stream_protocol:
             raise AttributeError(f"a {self._b.name} stream does not implement the CUDA stream "
                                  "protocol (__cuda_stream__); only cuda streams do")
         handle = self._handle

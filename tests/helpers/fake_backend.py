@@ -25,7 +25,7 @@ import threading
 from typing import Any
 
 from accelrt._backend import Backend
-from accelrt.backends import DevicePtr, EventHandle, StreamHandle
+from accelrt.backends import Capabilities, DevicePtr, EventHandle, StreamHandle
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -52,6 +52,7 @@ class FakeBackend(Backend):
         self.capacity = capacity
         self.granularity = granularity
         self.vm = vm
+        self._caps = Capabilities(virtual_memory=vm)
         self.auto_complete = auto_complete
         self.devices = devices
         self._lock = threading.Lock()
@@ -108,8 +109,8 @@ class FakeBackend(Backend):
             self.used -= size
             self.free_calls += 1
 
-    def vm_supported(self, index: int) -> bool:
-        return self.vm
+    def capabilities(self, index: int) -> Capabilities:
+        return self._caps
 
     def vm_granularity(self, index: int) -> int:
         if not self.vm:

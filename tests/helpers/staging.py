@@ -3,8 +3,10 @@ copies and its live events (shared by the array-staging and collectives tests)."
 
 from __future__ import annotations
 
+import dataclasses
+
+from accelrt.backends import Capabilities, DevicePtr, EventHandle, StreamHandle  # noqa: F401
 from accelrt.backends.cpu import CpuBackend
-from accelrt.backends import DevicePtr, EventHandle, StreamHandle  # noqa: F401
 
 __all__ = ["RecordingNoHostCpu"]
 
@@ -19,8 +21,8 @@ class RecordingNoHostCpu(CpuBackend):
         self.copies: list[tuple[str, int, int]] = []
         self.live_events = 0
 
-    def host_accessible(self, index: int) -> bool:
-        return False
+    def capabilities(self, index: int) -> Capabilities:
+        return dataclasses.replace(super().capabilities(index), host_accessible=False)
 
     def host_malloc(self, size: int) -> int:
         ptr = super().host_malloc(size)

@@ -10,6 +10,7 @@ Example::
 from .._backend import (
     BACKENDS,
     Backend,
+    Capabilities,
     DevicePtr,
     EventHandle,
     GraphHandle,
@@ -27,6 +28,7 @@ from .._specific import device_module
 __all__ = [
     "BACKENDS",
     "Backend",
+    "Capabilities",
     "DevicePtr",
     "EventHandle",
     "GraphHandle",

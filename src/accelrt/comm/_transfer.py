@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .. import _backend, _staging
+from .. import _staging
 from .._device import _get_device, _lazy_init
 from .._stream import Stream, _current, _wait_raw
 
@@ -80,10 +80,6 @@ def place_of(array: Any) -> Place:
     return Place(b, index)
 
 
-def _implements(b: Backend, name: str) -> bool:
-    return getattr(type(b), name, None) is not getattr(_backend.Backend, name, None)
-
-
 def stream_of(place: Place, override: Stream | None = None) -> Stream:
     """The stream work on ``place`` is ordered on: ``override`` when it belongs to that
     device, else the calling thread's current stream of the device."""
@@ -110,7 +106,7 @@ def run_on_stream(stream: Stream, fn: Callable[[], None]) -> None:
     """Run ``fn()`` on the host in stream order on ``stream`` (``launch_host_func``), or, if
     the backend cannot, after synchronising the stream."""
     b = stream._b
-    if _implements(b, "launch_host_func"):
+    if b.capabilities(stream._index).host_functions:
         b.launch_host_func(stream._index, fn, stream._handle)
     else:
         b.stream_synchronize(stream._index, stream._handle)
@@ -169,7 +165,7 @@ def copy_runs(dst: Place, dst_ptr: int, src: Place, src_ptr: int, run: int, coun
                           "d2d", dst_stream._handle)
             return
         copy_stream = stream_of(src, stream)
-        if _implements(sb, "memcpy_peer"):
+        if sb.capabilities(src.index).peer_copies:
             barrier(dst_stream, copy_stream)
             for k in range(count):
                 sb.memcpy_peer(dst.index, dst_ptr + k * dst_pitch, src.index,

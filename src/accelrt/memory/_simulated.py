@@ -24,7 +24,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from .._backend import Backend
+from .._backend import Backend, Capabilities
 from .._handles import DevicePtr, EventHandle, StreamHandle
 from .._errors import OutOfMemoryError
 from .._fork import reinit_after_fork
@@ -45,6 +45,7 @@ _MALLOC_ALIGN = 512               # addresses returned by malloc are multiples o
 _DEVICE_STRIDE = 1 << 44          # address space of one device (16 TiB) ...
 _VM_OFFSET = 1 << 43              # ... whose upper half holds virtual reservations
 _HOST_BASE = 1 << 40              # fake pinned host addresses
+_CAPS = Capabilities(virtual_memory=True, pinned_host_memory=True, host_functions=True)
 
 
 def _check_size(size: object, what: str) -> int:
@@ -126,6 +127,11 @@ class SimulatedBackend(Backend):
         self._next_host = _HOST_BASE                    # guarded by _lock
 
     # ------------------------------------------------------------------ queries
+    def capabilities(self, index: int) -> Capabilities:
+        """Virtual memory (2 MiB granularity), pinned host memory and host functions (they
+        run at once: all work completes at once)."""
+        return _CAPS
+
     def device_count(self) -> int:
         return len(self._devices)
 
@@ -185,9 +191,6 @@ class SimulatedBackend(Backend):
             return sum(self._host.values())
 
     # ------------------------------------------------------------------ virtual memory
-    def vm_supported(self, index: int) -> bool:
-        return True
-
     def vm_granularity(self, index: int) -> int:
         return _VM_GRANULARITY
 

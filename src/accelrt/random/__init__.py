@@ -352,9 +352,8 @@ def _generate(out: Array, dist: str, params: tuple[Any, ...], generator: Generat
     # Queued work holds only borrowed memory (_held): allocator memory is freed
     # stream-ordered, so ``del out`` while the fill is queued frees it at once, as for any op.
     keep = _held(out)
-    device_fill = getattr(b, "philox_fill", None)
-    if callable(device_fill):
-        device_fill(index, out.data_ptr(), n, dtype.name, dist, seed_, offset, params, stream)
+    if b.capabilities(index).device_rng:
+        b.philox_fill(index, out.data_ptr(), n, dtype.name, dist, seed_, offset, params, stream)
         _hold(b, index, stream, keep)
         return
     if out._host_ok():

@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..._backend import Backend
+from ..._backend import Backend, Capabilities
 from ..._errors import DeviceError, map_backend_errors
 from ..._fork import reinit_after_fork
 from ..._handles import DevicePtr, EventHandle, GraphHandle, StreamHandle
@@ -174,6 +174,13 @@ class CpuBackend(Backend):
         # True when the fast synchronous paths cannot be used (async mode or open captures)
         self._slow = self._async                      # guarded by _lock (writes)
         self._finalizer = weakref.finalize(self, _close_all, self._default, self._streams)
+        # every device answers the same (device memory is host memory; graphs are recorded
+        # work; interprocess events live in POSIX shared memory, see _ipc)
+        self._caps = Capabilities(
+            virtual_memory=vm_available(), graphs=True, pinned_host_memory=True,
+            host_functions=True, peer_copies=True, interprocess_events=True,
+            interprocess_memory=self._config.shared_memory, host_accessible=True,
+            adopt_memory=True)
 
     # ------------------------------------------------------------------ discovery
     @classmethod
@@ -215,6 +222,22 @@ class CpuBackend(Backend):
             thread = s.thread
             if thread is not None and thread is not me:
                 thread.join(timeout)
+
+    def capabilities(self, index: int) -> Capabilities:
+        """Everything but the CUDA protocols and device-side compute; virtual memory on Linux,
+        interprocess memory with ``shared_memory``.
+
+        Example::
+
+            >>> from accelrt.backends.cpu import CpuBackend
+            >>> caps = CpuBackend(shared_memory=False).capabilities(0)
+            >>> caps.host_functions, caps.interprocess_memory, caps.host_accessible
+            (True, False, True)
+        """
+        if type(index) is int and 0 <= index < self._n:
+            return self._caps
+        self._check_index(index)
+        return self._caps
 
     def _check_index(self, index: object) -> int:
         if isinstance(index, bool) or not isinstance(index, int):
@@ -295,7 +318,7 @@ class CpuBackend(Backend):
     def adopt_memory(self, index: int, ptr: int, size: int) -> None:
         """Treat ``size`` bytes of host memory at ``ptr``, allocated by someone else (a
         pluggable allocator's library), as memory of device ``index`` until
-        :meth:`disown_memory` (an optional capability the core finds by ``getattr``)."""
+        :meth:`disown_memory` (capability ``adopt_memory``)."""
         mem = self._mem[self._check_index(index)]
         mem.adopt(self._check_ptr(ptr), check_size(size))
 
@@ -334,10 +357,6 @@ class CpuBackend(Backend):
         """Release :meth:`host_malloc` memory."""
         self._host.free(self._check_ptr(ptr))
 
-    def host_accessible(self, index: int) -> bool:
-        """Always True: cpu device memory is host memory."""
-        return True
-
     @staticmethod
     def _check_ptr(ptr: object, what: str = "pointer") -> int:
         if isinstance(ptr, bool) or not isinstance(ptr, int):
@@ -367,11 +386,6 @@ class CpuBackend(Backend):
             return [s for s in self._retired if index is None or s.device == index]
 
     # ------------------------------------------------------------------ virtual memory
-    def vm_supported(self, index: int) -> bool:
-        """True on Linux."""
-        self._check_index(index)
-        return vm_available()
-
     def _vm_mem(self, index: int) -> DeviceMemory:
         mem = self._mem[self._check_index(index)]
         if not vm_available():
@@ -686,10 +700,6 @@ class CpuBackend(Backend):
             self._events[handle] = CpuEvent(index, bool(enable_timing), ipc)
         return EventHandle(handle)
 
-    def supports_interprocess_events(self, index: int) -> bool:
-        """True: interprocess events live in POSIX shared memory (see ``_ipc``)."""
-        return True
-
     def event_destroy(self, index: int, event: EventHandle) -> None:
         """Destroy an event (a pending record still completes harmlessly)."""
         self._event(event, index)
@@ -827,11 +837,6 @@ class CpuBackend(Backend):
         return EventHandle(h)
 
     # ------------------------------------------------------------------ graphs
-    def graph_supported(self, index: int) -> bool:
-        """True: work on a capturing stream is recorded and can be replayed."""
-        self._check_index(index)
-        return True
-
     def graph_capture_begin(self, index: int, stream: StreamHandle) -> None:
         """Start recording the work submitted to ``stream`` (not the default stream)."""
         s = self._stream(index, stream)

@@ -3,9 +3,10 @@ virtual memory (expandable segments), copies, memset and fill.
 
 Example::
 
-    >>> from accelrt.backends.cuda._memory import MemoryMixin
-    >>> MemoryMixin.host_accessible(None, 0)
-    False
+    >>> from accelrt.backends.cuda._memory import Ranges
+    >>> r = Ranges(); r.add(4096, 256)
+    >>> r.find(4100), r.find(8192)
+    ((4096, 256), None)
 """
 
 from __future__ import annotations
@@ -234,10 +235,6 @@ class MemoryMixin:
             d.allocs.add(ptr, size)
             raise
 
-    def host_accessible(self, index: int) -> bool:
-        """False: device memory is not host memory."""
-        return False
-
     # ------------------------------------------------------------------ interprocess memory
     def ipc_mem_handle(self, index: int, ptr: DevicePtr) -> bytes:
         """The 64-byte ``CUipcMemHandle`` of the ``cuMemAlloc`` allocation starting at ``ptr``
@@ -327,11 +324,6 @@ class MemoryMixin:
             raise
 
     # ------------------------------------------------------------------ virtual memory
-    def vm_supported(self, index: int) -> bool:
-        """True if the device supports ``cuMemCreate``/``cuMemMap`` (virtual memory)."""
-        attrs = self.get_device_properties(index)["attributes"]  # type: ignore[attr-defined]
-        return bool(attrs.get("virtual_memory_management_supported", 0))
-
     def _prop(self, index: int) -> Any:
         drv = self._drv
         prop = drv.CUmemAllocationProp()

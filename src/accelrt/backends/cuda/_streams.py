@@ -397,10 +397,6 @@ class StreamMixin:
         return EventHandle(ev)
 
     # ------------------------------------------------------------------ graphs
-    def graph_supported(self, index: int) -> bool:
-        """True: CUDA streams can be captured into graphs."""
-        return True
-
     def graph_capture_begin(self, index: int, stream: StreamHandle) -> None:
         """``cuStreamBeginCapture`` in thread-local mode.
 

@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..._backend import Backend
+from ..._backend import Backend, Capabilities
 from ..._errors import BackendUnavailableError, DeviceError, map_backend_errors
 from ..._fork import reinit_after_fork
 from ..._handles import DevicePtr, EventHandle, StreamHandle
@@ -42,6 +42,7 @@ from ._streams import ClEvent, ClStream, HostWorker
 
 __all__ = ["OpenCLBackend"]
 
+_K_DL_OPENCL = 4   # DLPack kDLOpenCL
 _KINDS = frozenset(("h2d", "d2h", "d2d", "h2h"))
 _FILL_DTYPES = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 _ALL_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
@@ -206,6 +207,10 @@ class OpenCLBackend(Backend):
         self._retired: list[ClStream] = []           # guarded by _lock
         self._finalizer = weakref.finalize(self, _close_all, self._all)
         _instances.add(self)
+        # host memory from host_malloc is aligned but pageable (OpenCL has no portable pinned
+        # allocation): still what the staging pool needs
+        self._caps = Capabilities(pinned_host_memory=True, host_functions=True,
+                                  peer_copies=True, dlpack_device_type=_K_DL_OPENCL)
 
     # ------------------------------------------------------------------ discovery
     @classmethod
@@ -230,6 +235,14 @@ class OpenCLBackend(Backend):
     def device_count(self) -> int:
         """Number of OpenCL devices over all platforms (creates no context)."""
         return self._n
+
+    def capabilities(self, index: int) -> Capabilities:
+        """Host functions (a worker thread per stream), peer copies (through the host) and
+        host memory; no virtual memory, graphs or interprocess sharing."""
+        if type(index) is int and 0 <= index < self._n:
+            return self._caps
+        self._check_index(index)
+        return self._caps
 
     def _check_index(self, index: object) -> int:
         if isinstance(index, bool) or not isinstance(index, int):
