@@ -659,14 +659,14 @@ def test_pointer_device_of_unknown_memory_is_none(fake: Any) -> None:
     assert b.pointer_device(0x1234_5000) is None   # the stand-in knows no pointer attributes
 
 
-def test_stream_pool_precreates_and_clamps(fake: Any) -> None:
+def test_stream_create_makes_one_stream_and_clamps(fake: Any) -> None:
+    # the one stream pool is the core's (accelrt.Stream): the backend makes one per call
     b, drv = fake
     first = b.stream_create(0, 0)
-    made = drv.names().count("cuStreamCreateWithPriority")
-    assert made == _streams.STREAM_BATCH
-    others = [b.stream_create(0, 0) for _ in range(_streams.STREAM_BATCH - 1)]
-    assert drv.names().count("cuStreamCreateWithPriority") == made   # no driver call
-    assert len({first, *others}) == _streams.STREAM_BATCH
+    assert drv.names().count("cuStreamCreateWithPriority") == 1
+    others = [b.stream_create(0, 0) for _ in range(3)]
+    assert drv.names().count("cuStreamCreateWithPriority") == 4
+    assert len({first, *others}) == 4
     b.stream_create(0, -100)   # clamped to the greatest priority, -5
     assert drv.calls[-1] == ("cuStreamCreateWithPriority",
                              (drv.real.CUstream_flags.CU_STREAM_NON_BLOCKING, -5))

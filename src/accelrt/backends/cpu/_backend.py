@@ -58,6 +58,7 @@ from ._memory import (
     vm_available,
 )
 from ._ipc import IpcEventState
+from .._common import KeptErrors, bad_handle, check_index, check_ptr
 from ._streams import Capture, CpuEvent, CpuStream, Record
 
 __all__ = ["CpuBackend"]
@@ -83,9 +84,12 @@ def _close_all(default: list[CpuStream], streams: dict[int, CpuStream]) -> None:
         s.close()
 
 
+def _describe(s: CpuStream) -> str:
+    return f"cpu: work on stream {s.handle} of cpu:{s.device} failed"
+
+
 def _work_error(s: CpuStream, exc: BaseException) -> DeviceError:
-    err = DeviceError(f"cpu: work on stream {s.handle} of cpu:{s.device} failed: "
-                      f"{type(exc).__name__}: {exc}")
+    err = DeviceError(f"{_describe(s)}: {type(exc).__name__}: {exc}")
     err.__cause__ = exc
     return err
 
@@ -161,7 +165,9 @@ class CpuBackend(Backend):
         # Event/Stream finalizer (event_destroy, stream_destroy) inside a locked section
         self._lock = reinit_after_fork(threading.RLock())
         self._handles = itertools.count(1)
-        self._default = [CpuStream(i, 0, 0) for i in range(n)]
+        # the first exception of each stream's work, raised by its next synchronization
+        self._kept: KeptErrors[CpuStream] = KeptErrors()
+        self._default = [CpuStream(i, 0, 0, self._kept) for i in range(n)]
         self._streams: dict[int, CpuStream] = {}      # guarded by _lock (writes)
         # destroyed streams whose queued work may still run (CUDA's model: the work completes,
         # and free, vm_unmap and synchronize wait for it); see _retiring
@@ -240,12 +246,8 @@ class CpuBackend(Backend):
         return self._caps
 
     def _check_index(self, index: object) -> int:
-        if isinstance(index, bool) or not isinstance(index, int):
-            raise TypeError(f"device index must be an int, got {type(index).__name__}")
-        if not 0 <= index < self._n:
-            raise IndexError(f"cpu device index {index} is out of range; this backend has "
-                             f"{self._n} device(s) (set ACCELRT_CPU_DEVICES for more)")
-        return index
+        return check_index(index, self._n, "cpu", f"this backend has {self._n} device(s) "
+                           "(set ACCELRT_CPU_DEVICES for more)")
 
     def device_count(self) -> int:
         """Number of simulated devices."""
@@ -357,13 +359,7 @@ class CpuBackend(Backend):
         """Release :meth:`host_malloc` memory."""
         self._host.free(self._check_ptr(ptr))
 
-    @staticmethod
-    def _check_ptr(ptr: object, what: str = "pointer") -> int:
-        if isinstance(ptr, bool) or not isinstance(ptr, int):
-            raise TypeError(f"{what} must be an int address, got {type(ptr).__name__}")
-        if ptr <= 0:
-            raise ValueError(f"{what}={ptr} is not a valid address")
-        return ptr
+    _check_ptr = staticmethod(check_ptr)
 
     def _drain(self) -> None:
         """Async mode: wait for all submitted work of every stream, destroyed streams
@@ -382,7 +378,7 @@ class CpuBackend(Backend):
             return []
         with self._lock:
             self._retired = [s for s in self._retired
-                             if s.completed < s.submitted or s.error is not None]
+                             if s.completed < s.submitted or self._kept.has(s)]
             return [s for s in self._retired if index is None or s.device == index]
 
     # ------------------------------------------------------------------ virtual memory
@@ -445,9 +441,7 @@ class CpuBackend(Backend):
                 if s is not None and s.device == index:
                     return s
         self._check_index(index)
-        if isinstance(stream, bool) or not isinstance(stream, int):
-            raise TypeError(f"stream handle must be an int, got {type(stream).__name__}")
-        raise ValueError(f"stream handle {stream} is not a live stream of cpu:{index}; "
+        raise bad_handle("stream", stream, f" of cpu:{index}",
                          "use 0 (the default stream) or a handle from stream_create")
 
     def _event(self, event: int, index: int | None = None) -> CpuEvent:
@@ -455,10 +449,8 @@ class CpuBackend(Backend):
         if ev is None or (index is not None and (type(index) is not int or ev.device != index)):
             if index is not None:
                 self._check_index(index)
-            if isinstance(event, bool) or not isinstance(event, int):
-                raise TypeError(f"event handle must be an int, got {type(event).__name__}")
             where = f" of cpu:{index}" if index is not None else ""
-            raise ValueError(f"event handle {event} is not a live event{where}; "
+            raise bad_handle("event", event, where,
                              "use a handle from event_create that was not destroyed")
         return ev
 
@@ -477,10 +469,7 @@ class CpuBackend(Backend):
             raise _work_error(s, exc) from exc
 
     def _raise_kept(self, streams: Iterable[CpuStream]) -> None:
-        for s in streams:
-            exc = s.take_error()
-            if exc is not None:
-                raise _work_error(s, exc) from exc
+        self._kept.raise_for(streams, _describe)
 
     def _check_not_capturing(self, s: CpuStream, what: str) -> None:
         if s in self._capturing:
@@ -576,7 +565,7 @@ class CpuBackend(Backend):
         priority = min(_PRIORITY_LEAST, max(_PRIORITY_GREATEST, priority))
         with self._lock:
             handle = next(self._handles)
-            self._streams[handle] = CpuStream(index, handle, priority)
+            self._streams[handle] = CpuStream(index, handle, priority, self._kept)
             self._valid[index].add(handle)
         return StreamHandle(handle)
 
@@ -591,7 +580,7 @@ class CpuBackend(Backend):
         with self._lock:
             self._streams.pop(s.handle, None)
             self._valid[index].discard(s.handle)
-            if s.completed < s.submitted or s.error is not None:
+            if s.completed < s.submitted or self._kept.has(s):
                 self._retired.append(s)
         s.close()
 

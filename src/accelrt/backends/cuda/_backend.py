@@ -48,7 +48,7 @@ class _Device:
     """Per-device driver state (created on first use, never destroyed)."""
 
     __slots__ = ("allocs", "capability", "ctx", "ctx_int", "dead_streams", "dev",
-                 "foreign_streams", "free_streams", "index", "ipc_opened", "lock", "mappings",
+                 "foreign_streams", "index", "ipc_opened", "lock", "mappings",
                  "owned_streams", "priorities", "reserved", "vm_gran", "vm_handles")
 
     def __init__(self, index: int, dev: Any, ctx: Any, capability: tuple[int, int]) -> None:
@@ -58,7 +58,6 @@ class _Device:
         self.ctx_int = int(ctx)
         self.capability = capability
         self.priorities: tuple[int, int] | None = None        # guarded by lock
-        self.free_streams: dict[int, list[int]] = {}          # guarded by lock
         self.owned_streams: set[int] = set()                  # guarded by lock
         self.foreign_streams: set[int] = set()                # guarded by lock
         self.dead_streams: set[int] = set()                   # destroyed here; guarded by lock

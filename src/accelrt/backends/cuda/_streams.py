@@ -1,12 +1,12 @@
 """Streams, events, host functions and graphs of :class:`~accelrt.backends.cuda.CudaBackend`.
 
-Stream creation is cheap: streams are pre-created in small batches per (device, priority)
-and handed out once each (the core's :class:`accelrt.Stream` pools them further).
+``stream_create`` makes one driver stream per call: the one stream pool is the core's (an
+:class:`accelrt.Stream` returns its handle to it when collected), as for every backend.
 
 Example::
 
-    >>> from accelrt.backends.cuda._streams import STREAM_BATCH
-    >>> STREAM_BATCH >= 1
+    >>> from accelrt.backends.cuda._streams import StreamMixin
+    >>> callable(StreamMixin.stream_create)
     True
 """
 
@@ -22,25 +22,28 @@ from typing import TYPE_CHECKING, Any
 from ..._errors import DeviceError
 from ..._fork import reinit_after_fork
 from ..._handles import EventHandle, GraphHandle, StreamHandle
+from .._common import KeptErrors
 from . import _cu
 from ._cu import as_handle, as_int, check
 
 if TYPE_CHECKING:
     from ._backend import _Device
 
-__all__ = ["STREAM_BATCH", "StreamMixin"]
+__all__ = ["StreamMixin"]
 
-#: Streams created at once when a (device, priority) has no spare pre-created stream.
-STREAM_BATCH = 4
 #: Always-valid special stream handles: the NULL stream, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD.
 _SPECIAL_STREAMS = (0, 1, 2)
 IPC_HANDLE_SIZE = 64
 
 _HOSTFN_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-#: key -> (callable, errors dict of its backend, (device index, stream)); dict ops are atomic
-_host_funcs: dict[int, tuple[Callable[[], None], dict[tuple[int, int], BaseException],
+#: key -> (callable, kept errors of its backend, (device index, stream)); dict ops are atomic
+_host_funcs: dict[int, tuple[Callable[[], None], KeptErrors[tuple[int, int]],
                              tuple[int, int]]] = {}
 _host_keys = itertools.count(1)
+
+
+def _describe_host_error(key: tuple[int, int]) -> str:
+    return f"cuda: a host function launched on stream {key[1]:#x} of cuda:{key[0]} raised"
 
 
 def _host_trampoline(user_data: int | None) -> None:
@@ -52,7 +55,7 @@ def _host_trampoline(user_data: int | None) -> None:
         fn()
     except BaseException as exc:  # noqa: BLE001 - a driver thread cannot propagate it
         # Kept (the first one per stream) and raised by the next synchronization.
-        errors.setdefault(where, exc)
+        errors.keep(where, exc)
         if not isinstance(exc, Exception):   # KeyboardInterrupt, SystemExit: say it now too
             import logging   # the "accelrt" logger; with no handler it reaches stderr
             logging.getLogger("accelrt.cuda").exception(
@@ -99,7 +102,7 @@ class StreamMixin:
         #: streams capturing a graph: handle -> device index; guarded by _graph_lock
         self._capturing: dict[int, int] = {}
         #: first exception of a host function per (device, stream), raised at the next sync
-        self._host_errors: dict[tuple[int, int], BaseException] = {}
+        self._host_errors: KeptErrors[tuple[int, int]] = KeptErrors()
 
     def _use(self, index: int) -> _Device:  # provided by CudaBackend
         raise NotImplementedError
@@ -136,12 +139,10 @@ class StreamMixin:
         errors = self._host_errors
         if not errors:
             return
-        keys = [k for k in list(errors) if k[0] == index and (stream is None or k[1] == stream)]
-        if not keys:
-            return
-        exc = errors.pop(keys[0])
-        raise DeviceError(f"cuda: a host function launched on stream {keys[0][1]:#x} of "
-                          f"cuda:{index} raised {type(exc).__name__}: {exc}") from exc
+        if stream is None:
+            errors.raise_first(lambda k: k[0] == index, _describe_host_error)
+        else:
+            errors.raise_for([(index, stream)], _describe_host_error)
 
     def _not_capturing(self, stream: int, what: str) -> None:
         if stream in self._capturing:
@@ -168,26 +169,14 @@ class StreamMixin:
         least, greatest = self.stream_priority_range(index)
         priority = min(max(priority, greatest), least)
         d = self._use(index)
-        with d.lock:
-            spare = d.free_streams.setdefault(priority, [])
-            if spare:
-                return StreamHandle(spare.pop())
         drv = self._drv
         flags = drv.CUstream_flags.CU_STREAM_NON_BLOCKING
-        made: list[int] = []
-        for _ in range(STREAM_BATCH):
-            try:
-                made.append(int(check(drv.cuStreamCreateWithPriority(flags, priority),
-                                      "cuStreamCreateWithPriority")))
-            except _cu.CudaError:
-                if not made:
-                    raise
-                break   # keep what was made; the next call reports a lasting failure
+        made = int(check(drv.cuStreamCreateWithPriority(flags, priority),
+                         "cuStreamCreateWithPriority"))
         with d.lock:
-            d.owned_streams.update(made)
-            d.dead_streams.difference_update(made)
-            spare.extend(made[1:])
-        return StreamHandle(made[0])
+            d.owned_streams.add(made)
+            d.dead_streams.discard(made)
+        return StreamHandle(made)
 
     def stream_destroy(self, index: int, stream: StreamHandle) -> None:
         """``cuStreamDestroy`` for a stream made by :meth:`stream_create`.

@@ -38,6 +38,7 @@ from ..cpu._memory import HostMemory, check_size
 from ._discovery import (FORKED_MSG, import_cl, list_devices, memory_mode_setting,
                          unavailable_reason)
 from ._memory import BufferMemory, SvmMemory
+from .._common import KeptErrors, bad_handle, check_index, check_ptr
 from ._streams import ClEvent, ClStream, HostWorker
 
 __all__ = ["OpenCLBackend"]
@@ -73,7 +74,11 @@ class _Device:
 def _finished(s: ClStream) -> bool:
     """True once a (destroyed) stream's last command completed and no error is kept."""
     last = s.last
-    return s.error is None and (last is None or last.command_execution_status == 0)
+    return not s.kept.has(s) and (last is None or last.command_execution_status == 0)
+
+
+def _describe(s: ClStream) -> str:
+    return f"opencl: work on stream {s.handle} of opencl:{s.device} failed"
 
 
 def _close_all(streams: list[ClStream]) -> None:
@@ -194,6 +199,8 @@ class OpenCLBackend(Backend):
         self._svm = [ok and mode != "buffer" for ok in svm]
         self._mode = mode
         self._lock = reinit_after_fork(threading.Lock())  # guards creation/removal below
+        # the first exception of each stream's host functions, raised by its next sync
+        self._kept: KeptErrors[ClStream] = KeptErrors()
         self._state: list[_Device | None] = [None] * self._n   # guarded by _lock (writes)
         self._handles = itertools.count(1)
         self._streams: dict[int, ClStream] = {}       # guarded by _lock (writes)
@@ -245,12 +252,7 @@ class OpenCLBackend(Backend):
         return self._caps
 
     def _check_index(self, index: object) -> int:
-        if isinstance(index, bool) or not isinstance(index, int):
-            raise TypeError(f"device index must be an int, got {type(index).__name__}")
-        if not 0 <= index < self._n:
-            raise IndexError(f"opencl device index {index} is out of range; there are "
-                             f"{self._n} OpenCL device(s)")
-        return index
+        return check_index(index, self._n, "opencl", f"there are {self._n} OpenCL device(s)")
 
     def _dev(self, index: int) -> _Device:
         st = self._state[index] if type(index) is int and 0 <= index < self._n else None
@@ -268,7 +270,7 @@ class OpenCLBackend(Backend):
                     props = self._queue_props(device)
                     queue = cl.CommandQueue(ctx, device, properties=props)
                 mem_cls = SvmMemory if self._svm[index] else BufferMemory
-                default = ClStream(index, 0, 0, queue)
+                default = ClStream(index, 0, 0, queue, self._kept)
                 self._all.append(default)
                 st = _Device(index, ctx, props, mem_cls(cl, ctx, index), default)
                 self._state[index] = st
@@ -386,13 +388,7 @@ class OpenCLBackend(Backend):
         """Release :meth:`host_malloc` memory."""
         self._host.free(self._check_ptr(ptr))
 
-    @staticmethod
-    def _check_ptr(ptr: object, what: str = "pointer") -> int:
-        if isinstance(ptr, bool) or not isinstance(ptr, int):
-            raise TypeError(f"{what} must be an int address, got {type(ptr).__name__}")
-        if ptr <= 0:
-            raise ValueError(f"{what}={ptr} is not a valid address")
-        return ptr
+    _check_ptr = staticmethod(check_ptr)
 
     # ------------------------------------------------------------------ streams: plumbing
     def _stream(self, index: int, stream: int) -> ClStream:
@@ -406,9 +402,7 @@ class OpenCLBackend(Backend):
                     return s
         self._check_forked()
         self._check_index(index)
-        if isinstance(stream, bool) or not isinstance(stream, int):
-            raise TypeError(f"stream handle must be an int, got {type(stream).__name__}")
-        raise ValueError(f"stream handle {stream} is not a live stream of opencl:{index}; "
+        raise bad_handle("stream", stream, f" of opencl:{index}",
                          "use 0 (the default stream) or a handle from stream_create")
 
     def _event(self, event: int, index: int) -> ClEvent:
@@ -416,9 +410,7 @@ class OpenCLBackend(Backend):
         if ev is None or type(index) is not int or ev.device != index:
             self._check_forked()
             self._check_index(index)
-            if isinstance(event, bool) or not isinstance(event, int):
-                raise TypeError(f"event handle must be an int, got {type(event).__name__}")
-            raise ValueError(f"event handle {event} is not a live event of opencl:{index}; "
+            raise bad_handle("event", event, f" of opencl:{index}",
                              "use a handle from event_create that was not destroyed")
         return ev
 
@@ -434,12 +426,7 @@ class OpenCLBackend(Backend):
                 o.popleft()
 
     def _raise_kept(self, streams: Iterable[ClStream]) -> None:
-        for s in streams:
-            exc = s.take_error()
-            if exc is not None:
-                err = DeviceError(f"opencl: work on stream {s.handle} of opencl:{s.device} "
-                                  f"failed: {type(exc).__name__}: {exc}")
-                raise err from exc
+        self._kept.raise_for(streams, _describe)
 
     def _device_streams(self, index: int) -> list[ClStream]:
         """The streams of device ``index``: its live ones and the destroyed ones whose work
@@ -610,7 +597,7 @@ class OpenCLBackend(Backend):
             queue = self._cl.CommandQueue(d.ctx, self._cl_devices[index], properties=d.props)
         with self._lock:
             handle = next(self._handles)
-            s = ClStream(index, handle, 0, queue)
+            s = ClStream(index, handle, 0, queue, self._kept)
             self._streams[handle] = s
             self._all.append(s)
         return StreamHandle(handle)
