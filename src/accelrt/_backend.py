@@ -40,7 +40,6 @@ from __future__ import annotations
 import abc
 import dataclasses
 import importlib
-import sys
 import threading
 from collections.abc import Callable
 from typing import Any, ClassVar
@@ -58,12 +57,15 @@ __all__ = [
     "GraphHandle",
     "StreamHandle",
     "available",
+    "get",
     "get_all_backends",
     "get_available_backends",
     "get_backend",
+    "on_change",
     "register",
     "registered",
     "unavailable_reason",
+    "unregister",
 ]
 
 #: Built-in backends, in the default order used to choose the current accelerator.
@@ -528,6 +530,8 @@ _factories: dict[str, Callable[[], Backend]] = {}   # guarded by _lock
 _instances: dict[str, Backend] = {}                  # guarded by _lock
 _failures: dict[str, str] = {}                       # guarded by _lock
 _entry_points_loaded = False                         # guarded by _lock
+#: called with a backend's name after register()/unregister() changed what the name means
+_listeners: list[Callable[[str], None]] = []         # appended under _lock
 
 
 def _check_name(name: object) -> str:
@@ -572,9 +576,53 @@ def register(name: str, factory: Callable[[], Backend] | type[Backend], *,
         _factories[name] = factory
         _instances.pop(name, None)
         _failures.pop(name, None)
-    device_module = sys.modules.get("accelrt._device")   # loaded: it imports this module
-    if device_module is not None:   # outside _lock: _device takes its lock, then ours
-        device_module._forget_backend(name)
+    _notify(name)
+
+
+def unregister(name: str) -> None:
+    """Remove a backend added with :func:`register` (or the entry-point group), and its
+    cached instance; the symmetric of :func:`register`.
+
+    Raises:
+        ValueError: ``name`` is a built-in backend, or no registered backend has that name.
+
+    Example::
+
+        >>> from accelrt import backends
+        >>> from accelrt.backends.cpu import CpuBackend
+        >>> backends.register("tmpdev", lambda: CpuBackend(name="tmpdev"))
+        >>> backends.unregister("tmpdev")
+        >>> "tmpdev" in backends.registered()
+        False
+    """
+    name = _check_name(name)
+    with _lock:
+        _load_entry_points()
+        if name in _BUILTIN_MODULES and name not in _factories:
+            raise ValueError(f"{name!r} is a built-in backend and cannot be unregistered "
+                             "(register(name, factory, replace=True) replaces it)")
+        if name not in _factories:
+            raise ValueError(f"no backend named {name!r} is registered; registered backends "
+                             f"are {', '.join(repr(n) for n in registered())}")
+        del _factories[name]
+        _instances.pop(name, None)
+        _failures.pop(name, None)
+    _notify(name)
+
+
+def on_change(listener: Callable[[str], None]) -> None:
+    """Call ``listener(name)`` after :func:`register` or :func:`unregister` changed what
+    ``name`` refers to (how the core forgets what it cached about a backend; a listener must
+    not call back into the registry's writers)."""
+    with _lock:
+        _listeners.append(listener)
+
+
+def _notify(name: str) -> None:
+    # outside _lock: a listener may take its own lock, and that lock may be held by a thread
+    # waiting for ours
+    for listener in list(_listeners):
+        listener(name)
 
 
 def _load_entry_points() -> None:
@@ -644,7 +692,7 @@ def _make(name: str) -> Backend:
 
 
 def get_backend(name: str) -> Backend:
-    """Return the (cached) backend instance for ``name``.
+    """Return the (cached) backend instance for ``name`` (also spelled :func:`get`).
 
     Raises:
         BackendUnavailableError: unknown name, or the backend cannot be used here; the message
@@ -705,6 +753,11 @@ def get_available_backends() -> list[Backend]:
 def get_all_backends() -> list[str]:
     """Alias of :func:`registered`: every known backend name."""
     return registered()
+
+
+#: The backend instance for ``name``: :func:`get_backend` under the registry's short name
+#: (``registered()``/``available()``/``get()``, ``register()``/``unregister()``).
+get = get_backend
 
 
 def _reset_for_tests(name: str) -> None:

@@ -239,12 +239,16 @@ def _current() -> Backend | None:
 
 
 def _forget_backend(name: str) -> None:
-    """Called by :func:`accelrt.backends.register` when backend ``name`` is replaced: if it is
-    the current accelerator, look its new instance up on next use."""
+    """Called by the registry after backend ``name`` was registered again or unregistered
+    (:func:`accelrt.backends.on_change`): if it is the current accelerator, look its new
+    instance up on next use."""
     global _current_backend
     with _acc_lock:
         if _current_name == name:
             _current_backend = None
+
+
+_backend.on_change(_forget_backend)
 
 
 def _require_current() -> Backend:

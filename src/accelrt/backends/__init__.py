@@ -16,12 +16,15 @@ from .._backend import (
     GraphHandle,
     StreamHandle,
     available,
+    get,
     get_all_backends,
     get_available_backends,
     get_backend,
+    on_change,
     register,
     registered,
     unavailable_reason,
+    unregister,
 )
 from .._specific import device_module
 
@@ -35,10 +38,13 @@ __all__ = [
     "StreamHandle",
     "available",
     "device_module",
+    "get",
     "get_all_backends",
     "get_available_backends",
     "get_backend",
+    "on_change",
     "register",
     "registered",
     "unavailable_reason",
+    "unregister",
 ]
