@@ -292,6 +292,7 @@ ERROR_PATHS: list[tuple[str, str, Callable[[Any, dict[str, int]], Any]]] = [
     ("stream_wait_event", "cuStreamWaitEvent",
      lambda b, o: b.stream_wait_event(0, o["s"], o["ev"])),
     ("synchronize", "cuCtxSynchronize", lambda b, o: b.synchronize(0)),
+    ("close", "cuCtxSynchronize", lambda b, o: b.close()),
     ("launch_host_func", "cuLaunchHostFunc",
      lambda b, o: b.launch_host_func(0, lambda: None, o["s"])),
     ("event_create", "cuEventCreate", lambda b, o: b.event_create(0, False, True, False)),

@@ -44,7 +44,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from ._errors import BackendUnavailableError
+from ._errors import AcceleratorValueError, BackendUnavailableError
 from ._fork import reinit_after_fork
 from ._handles import DevicePtr, EventHandle, GraphHandle, StreamHandle
 
@@ -519,8 +519,71 @@ class Backend(abc.ABC):
         empty capture makes :class:`accelrt.Graph` warn as PyTorch does."""
         return None
 
+    # ------------------------------------------------------------------ lifetime
+    def close(self) -> None:
+        """Release the backend's device resources once the work queued on them has run;
+        idempotent. Afterwards every operation of this instance raises ``ValueError`` (an
+        ``accelrt._errors.AcceleratorValueError``) saying it is closed; closing the registry's
+        instance closes that backend for the rest of the process (what the core made on it,
+        arrays and streams, then raises the same error). ``with backend:`` closes it at the
+        end of the block.
+
+        Subclasses release what they hold, then call ``super().close()``.
+
+        Example::
+
+            >>> from accelrt.backends.cpu import CpuBackend
+            >>> with CpuBackend(async_streams=True) as b:
+            ...     p = b.malloc(0, 64)
+            >>> b.closed
+            True
+            >>> try:
+            ...     b.malloc(0, 64)
+            ... except ValueError as exc:
+            ...     print(str(exc)[:34])
+            the cpu backend instance is closed
+        """
+        if self.__dict__.get("_closed"):
+            return
+        raiser = _closed_operation(self)
+        for attr in dir(type(self)):
+            if attr.startswith("_") or attr in _OPEN_AFTER_CLOSE:
+                continue
+            if callable(getattr(type(self), attr, None)) and not isinstance(
+                    getattr(type(self), attr), (type, property)):
+                self.__dict__[attr] = raiser(attr)   # shadows the method on this instance
+        self.__dict__["_closed"] = True
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` ran."""
+        return bool(self.__dict__.get("_closed"))
+
+    def __enter__(self) -> Backend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def __repr__(self) -> str:
         return f"<accelrt backend {self.name!r}>"
+
+
+#: what stays callable on a closed backend
+_OPEN_AFTER_CLOSE = frozenset(("close", "unavailable_reason", "default_candidate"))
+
+
+def _closed_operation(backend: Backend) -> Callable[[str], Callable[..., Any]]:
+    name = backend.name
+
+    def make(attr: str) -> Callable[..., Any]:
+        def closed(*args: Any, **kwargs: Any) -> Any:
+            raise AcceleratorValueError(
+                f"the {name} backend instance is closed (close() or the end of its with "
+                f"block), so {attr}() cannot run; use an instance that is open")
+        closed.__name__ = attr
+        return closed
+    return make
 
 
 # ---------------------------------------------------------------------- registry

@@ -207,7 +207,8 @@ class CpuBackend(Backend):
         return self._config
 
     def close(self, timeout: float | None = 10.0) -> None:
-        """Stop every stream's worker thread once its queued work is done (idempotent).
+        """Stop every stream's worker thread once its queued work is done, then close the
+        instance (:meth:`Backend.close`: later operations raise; idempotent).
 
         Args:
             timeout: seconds to wait for each worker to finish its queue (``None``: forever).
@@ -220,6 +221,8 @@ class CpuBackend(Backend):
             >>> b.launch_host_func(0, lambda: None, StreamHandle(0))
             >>> b.close()
         """
+        if self.closed:
+            return
         streams = list(itertools.chain(self._default, list(self._streams.values()),
                                        self._retiring()))
         self._finalizer()
@@ -228,6 +231,7 @@ class CpuBackend(Backend):
             thread = s.thread
             if thread is not None and thread is not me:
                 thread.join(timeout)
+        super().close()
 
     def capabilities(self, index: int) -> Capabilities:
         """Everything but the CUDA protocols and device-side compute; virtual memory on Linux,

@@ -106,6 +106,17 @@ class CudaBackend(OpsMixin, StreamMixin, MemoryMixin, Backend):
         StreamMixin.__init__(self)
         _register_fork(self)
 
+    def close(self) -> None:
+        """Wait for the work queued on every device this instance used, then close it
+        (:meth:`Backend.close`: later operations raise; idempotent). The primary contexts
+        stay retained for the process, as PyTorch never releases them."""
+        if self.closed:
+            return
+        if not self._forked:
+            for index in sorted(self._devices):
+                self.synchronize(index)
+        super().close()
+
     # ------------------------------------------------------------------ discovery
     @classmethod
     def unavailable_reason(cls) -> str | None:

@@ -767,7 +767,10 @@ class OpenCLBackend(Backend):
 
     # ------------------------------------------------------------------ lifetime
     def close(self) -> None:
-        """Finish all queued work and stop the host-function workers (idempotent)."""
+        """Finish all queued work, stop the host-function workers and release the queues,
+        then close the instance (:meth:`Backend.close`: later operations raise; idempotent)."""
+        if self.closed:
+            return
         for i, st in enumerate(self._state):
             if st is not None:
                 self._finish(i)
@@ -775,6 +778,7 @@ class OpenCLBackend(Backend):
         self._finalizer()
         for w in workers:
             w.thread.join(10.0)
+        super().close()
 
     def __repr__(self) -> str:
         return f"<accelrt backend {self.name!r}: {self._n} OpenCL device(s), {self._mode} memory>"
