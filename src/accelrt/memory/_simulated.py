@@ -28,6 +28,7 @@ from .._backend import Backend, Capabilities
 from .._handles import DevicePtr, EventHandle, StreamHandle
 from .._errors import OutOfMemoryError
 from .._fork import reinit_after_fork
+from ..backends._common import KeptErrors
 
 __all__ = ["CALL_NAMES", "SimulatedBackend"]
 
@@ -46,6 +47,10 @@ _DEVICE_STRIDE = 1 << 44          # address space of one device (16 TiB) ...
 _VM_OFFSET = 1 << 43              # ... whose upper half holds virtual reservations
 _HOST_BASE = 1 << 40              # fake pinned host addresses
 _CAPS = Capabilities(virtual_memory=True, pinned_host_memory=True, host_functions=True)
+
+
+def _describe(key: tuple[int, int]) -> str:
+    return f"simulated: a host function on stream {key[1]} of simulated:{key[0]} raised"
 
 
 def _check_size(size: object, what: str) -> int:
@@ -125,6 +130,8 @@ class SimulatedBackend(Backend):
         self._handles = itertools.count(1)              # streams and events
         self._host: dict[int, int] = {}                 # pinned ptr -> size, guarded by _lock
         self._next_host = _HOST_BASE                    # guarded by _lock
+        # the first exception of a host function per (device, stream), raised by the next sync
+        self._kept: KeptErrors[tuple[int, int]] = KeptErrors()
 
     # ------------------------------------------------------------------ queries
     def capabilities(self, index: int) -> Capabilities:
@@ -308,19 +315,25 @@ class SimulatedBackend(Backend):
         return StreamHandle(next(self._handles))
 
     def stream_query(self, index: int, stream: StreamHandle) -> bool:
+        self._kept.raise_for([(index, stream)], _describe)
         return True
 
     def stream_synchronize(self, index: int, stream: StreamHandle) -> None:
-        return None
+        self._kept.raise_for([(index, stream)], _describe)
 
     def stream_wait_event(self, index: int, stream: StreamHandle, event: EventHandle) -> None:
         return None
 
     def synchronize(self, index: int) -> None:
-        return None
+        self._kept.raise_first(lambda key: key[0] == index, _describe)
 
     def launch_host_func(self, index: int, fn: Callable[[], None], stream: StreamHandle) -> None:
-        fn()
+        """Run ``fn`` at once (all work completes at once); an exception it raises is kept
+        and raised by the next synchronization of the stream or device, as on a device."""
+        try:
+            fn()
+        except BaseException as exc:  # noqa: BLE001 - kept and raised by the next sync
+            self._kept.keep((index, stream), exc)
 
     def event_create(self, index: int, enable_timing: bool, blocking: bool,
                      interprocess: bool) -> EventHandle:
