@@ -250,6 +250,8 @@ class CpuBackend(Backend):
         return self._caps
 
     def _check_index(self, index: object) -> int:
+        if type(index) is int and 0 <= index < self._n:
+            return index
         return check_index(index, self._n, "cpu", f"this backend has {self._n} device(s) "
                            "(set ACCELRT_CPU_DEVICES for more)")
 

@@ -252,6 +252,8 @@ class OpenCLBackend(Backend):
         return self._caps
 
     def _check_index(self, index: object) -> int:
+        if type(index) is int and 0 <= index < self._n:
+            return index
         return check_index(index, self._n, "opencl", f"there are {self._n} OpenCL device(s)")
 
     def _dev(self, index: int) -> _Device:
