@@ -1,8 +1,9 @@
 """The core asks a backend what it can do, never what it is called (issue 11 §1).
 
-Outside the backends themselves (``accelrt/backends/``), the registry (``accelrt/_backend.py``)
-and the device modules bound to one backend by design (``accelrt/cpu.py``, ``cuda.py``,
-``opencl.py``), no source compares a backend's name with a built-in backend's, and none probes
+Outside the backends themselves (``accelrt/backends/``), the registry (``accelrt/_backend.py``),
+the device modules bound to one backend by design (``accelrt/cpu.py``, ``cuda.py``,
+``opencl.py``) and the conformance suite that inspects backends (``accelrt/testing/``), no
+source compares a backend's name with a built-in backend's, and none probes
 a backend for an optional operation with ``getattr``: both go through
 ``Backend.capabilities(index)``.
 """
@@ -35,7 +36,7 @@ def _core_files() -> list[Path]:
     out = []
     for p in sorted(SRC.rglob("*.py")):
         parts = p.relative_to(SRC).parts
-        if parts[0] == "backends" or (len(parts) == 1 and parts[0] in EXEMPT):
+        if parts[0] in ("backends", "testing") or (len(parts) == 1 and parts[0] in EXEMPT):
             continue
         out.append(p)
     return out
