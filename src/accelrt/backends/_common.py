@@ -24,14 +24,59 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable
-from typing import Generic, NoReturn, TypeVar
+import itertools
+import threading
+from collections.abc import Callable, Hashable, Iterable, Iterator
+from typing import Any, Generic, NoReturn, TypeVar
+
+import numpy as np
 
 from .._errors import DeviceError
 
-__all__ = ["KeptErrors", "bad_handle", "check_index", "check_ptr"]
+__all__ = ["HandleTable", "KeptErrors", "bad_handle", "check_byte", "check_index", "check_ptr",
+           "fill_pattern"]
+
+_FILL_DTYPES: dict[int, Any] = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 K = TypeVar("K", bound=Hashable)
+T = TypeVar("T")
+
+
+class HandleTable(dict[int, T]):
+    """The live objects of one kind (streams, events, graphs) by handle.
+
+    Reads are plain ``dict`` reads (no lock: a handle is added before it is handed out and
+    removed after its last use); :meth:`add` and :meth:`discard` take the backend's lock.
+    Tables of one backend share ``counter``, so a handle names one object of any kind.
+
+    Example::
+
+        >>> import itertools, threading
+        >>> from accelrt.backends._common import HandleTable
+        >>> events = HandleTable(threading.Lock(), itertools.count(1))
+        >>> h = events.add("an event"); events[h], events.get(h + 1)
+        ('an event', None)
+        >>> events.discard(h); h in events
+        False
+    """
+
+    def __init__(self, lock: threading.Lock | threading.RLock,
+                 counter: Iterator[int] | None = None) -> None:
+        super().__init__()
+        self._lock = lock
+        self._counter = itertools.count(1) if counter is None else counter
+
+    def add(self, obj: T) -> int:
+        """Store ``obj`` under a new handle and return it."""
+        with self._lock:
+            handle = next(self._counter)
+            self[handle] = obj
+        return handle
+
+    def discard(self, handle: int) -> None:
+        """Forget ``handle`` (nothing if it is not here)."""
+        with self._lock:
+            self.pop(handle, None)
 
 
 class KeptErrors(Generic[K]):
@@ -133,3 +178,38 @@ def bad_handle(kind: str, handle: object, where: str, fix: str) -> Exception:
     if isinstance(handle, bool) or not isinstance(handle, int):
         return TypeError(f"{kind} handle must be an int, got {type(handle).__name__}")
     return ValueError(f"{kind} handle {handle} is not a live {kind}{where}; {fix}")
+
+
+def check_byte(value: object) -> int:
+    """``value`` if it is an int byte (``memset``'s value); TypeError or ValueError otherwise.
+
+    Example::
+
+        >>> from accelrt.backends._common import check_byte
+        >>> check_byte(255)
+        255
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"memset value must be an int, got {type(value).__name__}")
+    if not 0 <= value <= 255:
+        raise ValueError(f"memset value={value} must be a byte value in [0, 255]")
+    return value
+
+
+def fill_pattern(pattern: object) -> tuple[bytes, Any]:
+    """``(pattern as bytes, the numpy unsigned dtype of its width)`` for ``fill``: TypeError
+    for a non-bytes pattern, ValueError unless it is 1, 2, 4 or 8 bytes long.
+
+    Example::
+
+        >>> from accelrt.backends._common import fill_pattern
+        >>> fill_pattern(b"ab")
+        (b'ab', <class 'numpy.uint16'>)
+    """
+    if not isinstance(pattern, (bytes, bytearray, memoryview)):
+        raise TypeError(f"fill pattern must be bytes, got {type(pattern).__name__}")
+    data = bytes(pattern)
+    dtype = _FILL_DTYPES.get(len(data))
+    if dtype is None:
+        raise ValueError(f"fill pattern is {len(data)} bytes long; it must be 1, 2, 4 or 8 bytes")
+    return data, dtype

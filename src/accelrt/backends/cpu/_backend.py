@@ -58,14 +58,14 @@ from ._memory import (
     vm_available,
 )
 from ._ipc import IpcEventState
-from .._common import KeptErrors, bad_handle, check_index, check_ptr
+from .._common import (HandleTable, KeptErrors, bad_handle, check_byte, check_index, check_ptr,
+                       fill_pattern)
 from ._streams import Capture, CpuEvent, CpuStream, Record
 
 __all__ = ["CpuBackend"]
 
 _now = time.perf_counter_ns
 _KINDS = frozenset(("h2d", "d2h", "d2d", "h2h"))
-_FILL_DTYPES = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 _PRIORITY_LEAST, _PRIORITY_GREATEST = 0, -1
 # largest vm_reserve size: the reservation plus one alignment granule must fit in a signed size
 _MAX_RESERVATION = (1 << 63) - 2 * VM_GRANULARITY
@@ -172,7 +172,7 @@ class CpuBackend(Backend):
         # destroyed streams whose queued work may still run (CUDA's model: the work completes,
         # and free, vm_unmap and synchronize wait for it); see _retiring
         self._retired: list[CpuStream] = []           # guarded by _lock
-        self._events: dict[int, CpuEvent] = {}        # guarded by _lock (writes)
+        self._events: HandleTable[CpuEvent] = HandleTable(self._lock, self._handles)
         self._graphs: dict[int, _Graph] = {}          # guarded by _lock (writes)
         self._capturing: dict[CpuStream, Capture] = {}  # guarded by _lock (writes)
         # device index -> handles of its live streams (0 included): the fast paths' check
@@ -515,10 +515,7 @@ class CpuBackend(Backend):
                stream: StreamHandle) -> None:
         """Stream-ordered byte fill of device memory."""
         s = self._stream(index, stream)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"memset value must be an int, got {type(value).__name__}")
-        if not 0 <= value <= 255:
-            raise ValueError(f"memset value={value} must be a byte value in [0, 255]")
+        value = check_byte(value)
         nbytes = check_size(nbytes, "nbytes", allow_zero=True)
         ptr = self._check_ptr(ptr)
         self._mem[index].check_range(ptr, nbytes, "memset")
@@ -529,13 +526,7 @@ class CpuBackend(Backend):
              stream: StreamHandle) -> None:
         """Stream-ordered fill of ``count`` copies of a 1, 2, 4 or 8 byte ``pattern``."""
         s = self._stream(index, stream)
-        if not isinstance(pattern, (bytes, bytearray, memoryview)):
-            raise TypeError(f"fill pattern must be bytes, got {type(pattern).__name__}")
-        pattern = bytes(pattern)
-        dtype = _FILL_DTYPES.get(len(pattern))
-        if dtype is None:
-            raise ValueError(f"fill pattern is {len(pattern)} bytes long; it must be 1, 2, 4 "
-                             "or 8 bytes")
+        pattern, dtype = fill_pattern(pattern)
         count = check_size(count, "count", allow_zero=True)
         ptr = self._check_ptr(ptr)
         nbytes = count * len(pattern)
@@ -690,18 +681,14 @@ class CpuBackend(Backend):
                 raise ValueError("an interprocess event cannot have enable_timing=True (as "
                                  "CUDA's); create it with enable_timing=False")
             ipc = IpcEventState.create()
-        with self._lock:
-            handle = next(self._handles)
-            self._events[handle] = CpuEvent(index, bool(enable_timing), ipc)
-        return EventHandle(handle)
+        return EventHandle(self._events.add(CpuEvent(index, bool(enable_timing), ipc)))
 
     def event_destroy(self, index: int, event: EventHandle) -> None:
         """Destroy an event (a pending record still completes harmlessly)."""
         self._event(event, index)
-        with self._lock:
-            # an interprocess event's shared words are unmapped when its state is collected,
-            # after any completion write or wait still queued on a stream (they refer to it)
-            self._events.pop(event, None)
+        # an interprocess event's shared words are unmapped when its state is collected,
+        # after any completion write or wait still queued on a stream (they refer to it)
+        self._events.discard(event)
 
     def event_record(self, index: int, event: EventHandle, stream: StreamHandle) -> None:
         """Record ``event`` at the end of ``stream``; replaces the previous record."""
@@ -826,10 +813,7 @@ class CpuBackend(Backend):
         """Open another process's interprocess event from its :meth:`event_ipc_handle`."""
         self._check_index(index)
         ipc = IpcEventState.open(handle)
-        with self._lock:
-            h = next(self._handles)
-            self._events[h] = CpuEvent(index, False, ipc)
-        return EventHandle(h)
+        return EventHandle(self._events.add(CpuEvent(index, False, ipc)))
 
     # ------------------------------------------------------------------ graphs
     def graph_capture_begin(self, index: int, stream: StreamHandle) -> None:

@@ -38,14 +38,14 @@ from ..cpu._memory import HostMemory, check_size
 from ._discovery import (FORKED_MSG, import_cl, list_devices, memory_mode_setting,
                          unavailable_reason)
 from ._memory import BufferMemory, SvmMemory
-from .._common import KeptErrors, bad_handle, check_index, check_ptr
+from .._common import (HandleTable, KeptErrors, bad_handle, check_byte, check_index, check_ptr,
+                       fill_pattern)
 from ._streams import ClEvent, ClStream, HostWorker
 
 __all__ = ["OpenCLBackend"]
 
 _K_DL_OPENCL = 4   # DLPack kDLOpenCL
 _KINDS = frozenset(("h2d", "d2h", "d2d", "h2h"))
-_FILL_DTYPES = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 _ALL_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
                "uint64", "float16", "float32", "float64", "complex64", "complex128")
 
@@ -204,7 +204,7 @@ class OpenCLBackend(Backend):
         self._state: list[_Device | None] = [None] * self._n   # guarded by _lock (writes)
         self._handles = itertools.count(1)
         self._streams: dict[int, ClStream] = {}       # guarded by _lock (writes)
-        self._events: dict[int, ClEvent] = {}         # guarded by _lock (writes)
+        self._events: HandleTable[ClEvent] = HandleTable(self._lock, self._handles)
         self._all: list[ClStream] = []                # guarded by _lock: every stream ever
         self._host = HostMemory()
         self._orphans: deque[Any] = deque()          # guarded by _lock: see stream_destroy
@@ -289,7 +289,7 @@ class OpenCLBackend(Backend):
         self._forked = True
         self._state = [None] * self._n
         self._streams = {}
-        self._events = {}
+        self._events.clear()
         self._all.clear()                  # nothing of the parent's to close at exit
         self._orphans.clear()
 
@@ -544,10 +544,7 @@ class OpenCLBackend(Backend):
                stream: StreamHandle) -> None:
         """Stream-ordered byte fill of device memory."""
         s = self._stream(index, stream)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"memset value must be an int, got {type(value).__name__}")
-        if not 0 <= value <= 255:
-            raise ValueError(f"memset value={value} must be a byte value in [0, 255]")
+        value = check_byte(value)
         self._fill(s, self._check_ptr(ptr), np.array([value], dtype=np.uint8),
                    check_size(nbytes, "nbytes", allow_zero=True), "memset")
 
@@ -556,13 +553,7 @@ class OpenCLBackend(Backend):
         """Stream-ordered fill of ``count`` copies of a 1, 2, 4 or 8 byte ``pattern``;
         ``ptr`` must be aligned to the pattern size (OpenCL requires it)."""
         s = self._stream(index, stream)
-        if not isinstance(pattern, (bytes, bytearray, memoryview)):
-            raise TypeError(f"fill pattern must be bytes, got {type(pattern).__name__}")
-        pattern = bytes(pattern)
-        dtype = _FILL_DTYPES.get(len(pattern))
-        if dtype is None:
-            raise ValueError(f"fill pattern is {len(pattern)} bytes long; it must be 1, 2, 4 "
-                             "or 8 bytes")
+        pattern, dtype = fill_pattern(pattern)
         count = check_size(count, "count", allow_zero=True)
         ptr = self._check_ptr(ptr)
         if ptr % len(pattern):
@@ -693,16 +684,12 @@ class OpenCLBackend(Backend):
         if interprocess:
             raise ValueError("the opencl backend has no interprocess events; create the event "
                              "with interprocess=False")
-        with self._lock:
-            handle = next(self._handles)
-            self._events[handle] = ClEvent(index, bool(enable_timing))
-        return EventHandle(handle)
+        return EventHandle(self._events.add(ClEvent(index, bool(enable_timing))))
 
     def event_destroy(self, index: int, event: EventHandle) -> None:
         """Destroy an event."""
         self._event(event, index)
-        with self._lock:
-            self._events.pop(event, None)
+        self._events.discard(event)
 
     def event_record(self, index: int, event: EventHandle, stream: StreamHandle) -> None:
         """Record ``event`` (a marker) at the end of ``stream``."""
