@@ -522,7 +522,8 @@ class Backend(abc.ABC):
     # ------------------------------------------------------------------ lifetime
     def close(self) -> None:
         """Release the backend's device resources once the work queued on them has run;
-        idempotent. Afterwards every operation of this instance raises ``ValueError`` (an
+        idempotent. Afterwards every operation of this instance (all but the questions about
+        its devices: count, properties, memory, capabilities) raises ``ValueError`` (an
         ``accelrt._errors.AcceleratorValueError``) saying it is closed; closing the registry's
         instance closes that backend for the rest of the process (what the core made on it,
         arrays and streams, then raises the same error). ``with backend:`` closes it at the
@@ -569,8 +570,13 @@ class Backend(abc.ABC):
         return f"<accelrt backend {self.name!r}>"
 
 
-#: what stays callable on a closed backend
-_OPEN_AFTER_CLOSE = frozenset(("close", "unavailable_reason", "default_candidate"))
+#: what stays callable on a closed backend: closing again, and the questions about the devices
+#: (discovery, properties, capabilities), which need none of the resources close() released
+_OPEN_AFTER_CLOSE = frozenset((
+    "close", "unavailable_reason", "default_candidate", "device_count", "get_device_properties",
+    "get_device_capability", "get_memory_info", "capabilities", "host_accessible",
+    "vm_supported", "graph_supported", "supports_interprocess_events", "arch_list",
+    "oom_advice", "stream_priority_range", "default_stream", "can_access_peer"))
 
 
 def _closed_operation(backend: Backend) -> Callable[[str], Callable[..., Any]]:

@@ -21,7 +21,7 @@ def test_close_is_idempotent_and_operations_then_raise() -> None:
     b.close()                                # idempotent
     assert b.closed
     for call in (lambda: b.malloc(0, 16), lambda: b.stream_create(0, 0),
-                 lambda: b.capabilities(0), lambda: b.synchronize(0)):
+                 lambda: b.event_create(0, False, False, False), lambda: b.synchronize(0)):
         with pytest.raises(ValueError, match="closed"):
             call()
 
