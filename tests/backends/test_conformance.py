@@ -86,8 +86,8 @@ def test_conformance(tid: str, check_name: str) -> None:
 
 def test_a_broken_backend_fails_the_suite() -> None:
     # the suite can fail: a cpu variant whose host functions drop exceptions
-    from accelrt.backends.cpu import CpuBackend
     from accelrt.backends import StreamHandle
+    from accelrt.backends.cpu import CpuBackend
 
     class Swallowing(CpuBackend):
         def launch_host_func(self, index: int, fn: Callable[[], None],
