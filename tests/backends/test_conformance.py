@@ -109,3 +109,17 @@ def test_make_tests_gives_a_parametrised_pytest_function() -> None:
     marks = [m for m in getattr(fn, "pytestmark", []) if m.name == "parametrize"]
     assert marks and sorted(marks[0].args[1]) == sorted(CHECKS)
     fn("memcpy")    # one check, run directly
+
+
+def test_a_backend_that_ignores_waits_fails_the_suite() -> None:
+    # the gate holds the first stream, so a second stream that does not wait reads too early
+    from accelrt.backends import EventHandle, StreamHandle
+    from accelrt.backends.cpu import CpuBackend
+
+    class NoWaits(CpuBackend):
+        def stream_wait_event(self, index: int, stream: StreamHandle,
+                              event: EventHandle) -> None:
+            pass
+
+    with pytest.raises(AssertionError, match="did not order"):
+        run_check("events_order_streams", Target(lambda: NoWaits(async_streams=True)))
