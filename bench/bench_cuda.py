@@ -258,7 +258,7 @@ def accelrt_bandwidth(repeat: int) -> dict[str, float]:
         for kind, d, sp in (("d2d", dst, src), ("h2d pinned", dst, host)):
             def once(kind: str = kind, d: int = d, sp: int = sp) -> float:
                 b.event_record(0, start, s)
-                b.memcpy(d, sp, COPY_BYTES, 0, s, kind.split()[0])
+                b.memcpy(0, d, sp, COPY_BYTES, kind.split()[0], s)
                 b.event_record(0, end, s)
                 b.event_synchronize(0, end)
                 return b.event_elapsed_time(0, start, end) / 1e3

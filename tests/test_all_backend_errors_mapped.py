@@ -163,7 +163,7 @@ def _bad_index_cases() -> list[tuple[str, Callable[[Ctx], Any]]]:
         "can_access_peer": lambda c, i: c.b.can_access_peer(0, i),
         "vm_granularity": lambda c, i: c.b.vm_granularity(i),
         "vm_reserve": lambda c, i: c.b.vm_reserve(i, 2 << 20),
-        "memset": lambda c, i: c.b.memset(c.ptr, 0, 16, i, 0),
+        "memset": lambda c, i: c.b.memset(i, c.ptr, 0, 16, 0),
         "stream_query": lambda c, i: c.b.stream_query(i, c.stream),
         "event_record": lambda c, i: c.b.event_record(i, c.event, 0),
         "graph_supported": lambda c, i: c.b.graph_supported(i),
@@ -220,7 +220,7 @@ def _vm_release_mapped(c: Ctx) -> None:
 
 def _vm_copy_unmapped(c: Ctx) -> None:
     base, _ = _reserve(c)
-    c.b.memset(base, 1, 64, 0, 0)
+    c.b.memset(0, base, 1, 64, 0)
 
 
 def _capture(c: Ctx) -> None:
@@ -271,7 +271,7 @@ def _elapsed_non_timing(c: Ctx) -> None:
 def _use_destroyed_stream(c: Ctx) -> None:
     s = c.b.stream_create(0, 0)
     c.b.stream_destroy(0, s)
-    c.b.memset(c.ptr, 0, 16, 0, s)
+    c.b.memset(0, c.ptr, 0, 16, s)
 
 
 def _use_destroyed_event(c: Ctx) -> None:
@@ -283,14 +283,14 @@ def _use_destroyed_event(c: Ctx) -> None:
 def _stream_of_other_device(c: Ctx) -> None:
     if c.n < 2:
         raise ValueError("single device: nothing to check")
-    c.b.memset(c.ptr, 0, 16, 1, c.stream)
+    c.b.memset(1, c.ptr, 0, 16, c.stream)
 
 
 def _host_func_error(exc: BaseException, stream_attr: str) -> Callable[[Ctx], None]:
     def call(c: Ctx) -> None:
         s = getattr(c, stream_attr) if stream_attr else c.b.default_stream(0)
         raised: list[BaseException] = []
-        for step in (lambda: c.b.launch_host_func(0, s, _raise_in_host_func(exc)),
+        for step in (lambda: c.b.launch_host_func(0, _raise_in_host_func(exc), s),
                      lambda: c.b.stream_synchronize(0, s)):
             try:
                 step()
@@ -340,39 +340,39 @@ CASES: list[tuple[str, Callable[[Ctx], Any]]] = _bad_index_cases() + [
     ("vm_release:still-mapped", _vm_release_mapped),
     ("memset:unmapped-reservation", _vm_copy_unmapped),
     # copies
-    ("memcpy:kind-bad", lambda c: c.b.memcpy(c.ptr, c.hptr, 16, 0, 0, "x2y")),
-    ("memcpy:kind-int", lambda c: c.b.memcpy(c.ptr, c.hptr, 16, 0, 0, 1)),
-    ("memcpy:nbytes-neg", lambda c: c.b.memcpy(c.ptr, c.hptr, -1, 0, 0, "h2d")),
-    ("memcpy:nbytes-float", lambda c: c.b.memcpy(c.ptr, c.hptr, 1.5, 0, 0, "h2d")),
-    ("memcpy:h2d-overrun", lambda c: c.b.memcpy(c.ptr, c.hptr, DEV_BYTES + 1, 0, 0, "h2d")),
-    ("memcpy:d2h-overrun", lambda c: c.b.memcpy(c.hptr, c.ptr, DEV_BYTES * 2, 0, 0, "d2h")),
+    ("memcpy:kind-bad", lambda c: c.b.memcpy(0, c.ptr, c.hptr, 16, "x2y", 0)),
+    ("memcpy:kind-int", lambda c: c.b.memcpy(0, c.ptr, c.hptr, 16, 1, 0)),
+    ("memcpy:nbytes-neg", lambda c: c.b.memcpy(0, c.ptr, c.hptr, -1, "h2d", 0)),
+    ("memcpy:nbytes-float", lambda c: c.b.memcpy(0, c.ptr, c.hptr, 1.5, "h2d", 0)),
+    ("memcpy:h2d-overrun", lambda c: c.b.memcpy(0, c.ptr, c.hptr, DEV_BYTES + 1, "h2d", 0)),
+    ("memcpy:d2h-overrun", lambda c: c.b.memcpy(0, c.hptr, c.ptr, DEV_BYTES * 2, "d2h", 0)),
     ("memcpy:d2d-overrun",
-     lambda c: c.b.memcpy(c.ptr + 16, c.ptr, DEV_BYTES, 0, 0, "d2d")),
-    ("memcpy:h2d-dst-host", lambda c: c.b.memcpy(c.hptr, c.hptr + 64, 16, 0, 0, "h2d")),
-    ("memcpy:dst-zero", lambda c: c.b.memcpy(0, c.hptr, 16, 0, 0, "h2d")),
-    ("memcpy:src-none", lambda c: c.b.memcpy(c.ptr, None, 16, 0, 0, "h2d")),
-    ("memcpy:dst-str", lambda c: c.b.memcpy("p", c.hptr, 16, 0, 0, "h2d")),
-    ("memcpy:stream-unknown", lambda c: c.b.memcpy(c.ptr, c.hptr, 16, 0, 987654, "h2d")),
-    ("memcpy:stream-str", lambda c: c.b.memcpy(c.ptr, c.hptr, 16, 0, "s", "h2d")),
+     lambda c: c.b.memcpy(0, c.ptr + 16, c.ptr, DEV_BYTES, "d2d", 0)),
+    ("memcpy:h2d-dst-host", lambda c: c.b.memcpy(0, c.hptr, c.hptr + 64, 16, "h2d", 0)),
+    ("memcpy:dst-zero", lambda c: c.b.memcpy(0, 0, c.hptr, 16, "h2d", 0)),
+    ("memcpy:src-none", lambda c: c.b.memcpy(0, c.ptr, None, 16, "h2d", 0)),
+    ("memcpy:dst-str", lambda c: c.b.memcpy(0, "p", c.hptr, 16, "h2d", 0)),
+    ("memcpy:stream-unknown", lambda c: c.b.memcpy(0, c.ptr, c.hptr, 16, "h2d", 987654)),
+    ("memcpy:stream-str", lambda c: c.b.memcpy(0, c.ptr, c.hptr, 16, "h2d", "s")),
     ("memcpy:stream-other-device", _stream_of_other_device),
     ("memcpy:stream-destroyed", _use_destroyed_stream),
-    ("memcpy_peer:index-bad", lambda c: c.b.memcpy_peer(c.ptr, 7, c.ptr, 0, 16, 0)),
-    ("memcpy_peer:overrun", lambda c: c.b.memcpy_peer(c.ptr, 0, c.ptr, 0, DEV_BYTES + 8, 0)),
-    ("memcpy_peer:dst-host", lambda c: c.b.memcpy_peer(c.hptr, 0, c.ptr, 0, 16, 0)),
-    ("memset:value-big", lambda c: c.b.memset(c.ptr, 256, 16, 0, 0)),
-    ("memset:value-neg", lambda c: c.b.memset(c.ptr, -1, 16, 0, 0)),
-    ("memset:value-str", lambda c: c.b.memset(c.ptr, "a", 16, 0, 0)),
-    ("memset:value-float", lambda c: c.b.memset(c.ptr, 1.0, 16, 0, 0)),
-    ("memset:overrun", lambda c: c.b.memset(c.ptr, 0, DEV_BYTES + 1, 0, 0)),
-    ("memset:host-memory", lambda c: c.b.memset(c.hptr, 0, 16, 0, 0)),
-    ("memset:nbytes-neg", lambda c: c.b.memset(c.ptr, 0, -16, 0, 0)),
-    ("fill:pattern-3-bytes", lambda c: c.b.fill(c.ptr, b"abc", 4, 0, 0)),
-    ("fill:pattern-empty", lambda c: c.b.fill(c.ptr, b"", 4, 0, 0)),
-    ("fill:pattern-str", lambda c: c.b.fill(c.ptr, "ab", 4, 0, 0)),
-    ("fill:pattern-int", lambda c: c.b.fill(c.ptr, 7, 4, 0, 0)),
-    ("fill:count-neg", lambda c: c.b.fill(c.ptr, b"ab", -4, 0, 0)),
-    ("fill:overrun", lambda c: c.b.fill(c.ptr, b"abcdefgh", DEV_BYTES // 8 + 1, 0, 0)),
-    ("launch_host_func:not-callable", lambda c: c.b.launch_host_func(0, 0, 42)),
+    ("memcpy_peer:index-bad", lambda c: c.b.memcpy_peer(7, c.ptr, 0, c.ptr, 16, 0)),
+    ("memcpy_peer:overrun", lambda c: c.b.memcpy_peer(0, c.ptr, 0, c.ptr, DEV_BYTES + 8, 0)),
+    ("memcpy_peer:dst-host", lambda c: c.b.memcpy_peer(0, c.hptr, 0, c.ptr, 16, 0)),
+    ("memset:value-big", lambda c: c.b.memset(0, c.ptr, 256, 16, 0)),
+    ("memset:value-neg", lambda c: c.b.memset(0, c.ptr, -1, 16, 0)),
+    ("memset:value-str", lambda c: c.b.memset(0, c.ptr, "a", 16, 0)),
+    ("memset:value-float", lambda c: c.b.memset(0, c.ptr, 1.0, 16, 0)),
+    ("memset:overrun", lambda c: c.b.memset(0, c.ptr, 0, DEV_BYTES + 1, 0)),
+    ("memset:host-memory", lambda c: c.b.memset(0, c.hptr, 0, 16, 0)),
+    ("memset:nbytes-neg", lambda c: c.b.memset(0, c.ptr, 0, -16, 0)),
+    ("fill:pattern-3-bytes", lambda c: c.b.fill(0, c.ptr, b"abc", 4, 0)),
+    ("fill:pattern-empty", lambda c: c.b.fill(0, c.ptr, b"", 4, 0)),
+    ("fill:pattern-str", lambda c: c.b.fill(0, c.ptr, "ab", 4, 0)),
+    ("fill:pattern-int", lambda c: c.b.fill(0, c.ptr, 7, 4, 0)),
+    ("fill:count-neg", lambda c: c.b.fill(0, c.ptr, b"ab", -4, 0)),
+    ("fill:overrun", lambda c: c.b.fill(0, c.ptr, b"abcdefgh", DEV_BYTES // 8 + 1, 0)),
+    ("launch_host_func:not-callable", lambda c: c.b.launch_host_func(0, 42, 0)),
     ("launch_host_func:oserror-default",
      _host_func_error(OSError(5, "I/O error in a host function"), "")),
     ("launch_host_func:oserror-stream",
@@ -439,9 +439,9 @@ def test_bad_call_raises_a_mapped_error(ctx: Ctx, cid: str, case: Callable[[Ctx]
     while ctx.extra:
         ctx.extra.pop()()
     _settle(ctx)
-    ctx.b.memset(ctx.ptr, 7, 16, 0, ctx.stream)
+    ctx.b.memset(0, ctx.ptr, 7, 16, ctx.stream)
     view = np.empty(16, dtype=np.uint8)
-    ctx.b.memcpy(int(view.ctypes.data), ctx.ptr, 16, 0, ctx.stream, "d2h")
+    ctx.b.memcpy(0, int(view.ctypes.data), ctx.ptr, 16, "d2h", ctx.stream)
     ctx.b.stream_synchronize(0, ctx.stream)
     assert view.tolist() == [7] * 16
 
@@ -478,10 +478,10 @@ _FUZZ_METHODS: dict[str, tuple[str, ...]] = {
     "get_memory_info": ("index",),
     "malloc": ("index", "size"),
     "free": ("index", "dptr"),
-    "memcpy_d2d": ("dptr", "dptr", "size", "index", "stream"),
-    "memcpy_peer": ("dptr", "index", "dptr", "index", "size", "stream"),
-    "memset": ("dptr", "byte", "size", "index", "stream"),
-    "fill": ("dptr", "pattern", "size", "index", "stream"),
+    "memcpy_d2d": ("index", "dptr", "dptr", "size", "stream"),
+    "memcpy_peer": ("index", "dptr", "index", "dptr", "size", "stream"),
+    "memset": ("index", "dptr", "byte", "size", "stream"),
+    "fill": ("index", "dptr", "pattern", "size", "stream"),
     "can_access_peer": ("index", "index"),
     "stream_priority_range": ("index",),
     "stream_create": ("index", "index"),
@@ -515,7 +515,7 @@ def test_fuzzed_calls_raise_only_mapped_errors(ctx: Ctx, data: st.DataObject) ->
     made: list[tuple[str, int, int]] = []
     if method == "memcpy_d2d":
         def call() -> Any:
-            return b.memcpy(*args, "d2d")
+            return b.memcpy(*args[:4], "d2d", args[4])
     else:
         fn = getattr(b, method)
 

@@ -35,7 +35,7 @@ def view(ptr: int, nbytes: int) -> np.ndarray:
 def read(b: CpuBackend, ptr: int, nbytes: int, stream: int) -> np.ndarray:
     """Copy device memory to a fresh host array in stream order and wait for it."""
     out = np.empty(nbytes, dtype=np.uint8)
-    b.memcpy(int(out.ctypes.data), ptr, nbytes, 0, stream, "d2h")
+    b.memcpy(0, int(out.ctypes.data), ptr, nbytes, "d2h", stream)
     b.stream_synchronize(0, stream)
     return out
 
@@ -95,12 +95,12 @@ def test_block_used_by_busy_stream_is_not_reused_until_that_stream_finishes(
     gate = Gate()
     try:
         ptr = a.malloc(size, sa)
-        b.memset(ptr, 0x11, size, 0, sa)          # A initialises the block
+        b.memset(0, ptr, 0x11, size, sa)          # A initialises the block
         ev = b.event_create(0, False, False, False)
         b.event_record(0, ev, sa)
         b.stream_wait_event(0, sb, ev)            # B starts after A's initialisation
-        b.launch_host_func(0, sb, gate)           # B is busy until the gate opens
-        b.memset(ptr, 0xAB, size, 0, sb)          # ... then B writes the block
+        b.launch_host_func(0, gate, sb)           # B is busy until the gate opens
+        b.memset(0, ptr, 0xAB, size, sb)          # ... then B writes the block
         a.record_stream(ptr, sb)
         a.free(ptr)                               # free requested while B is still busy
 
@@ -116,7 +116,7 @@ def test_block_used_by_busy_stream_is_not_reused_until_that_stream_finishes(
         for q in others:
             assert q != ptr
             assert not _overlaps((q, size), (ptr, size))
-            b.memset(q, 0xCD, size, 0, sa)
+            b.memset(0, q, 0xCD, size, sa)
         b.stream_synchronize(0, sa)
         assert not b.stream_query(0, sb), "B finished although its gate is still closed"
         assert a.stats()["active_bytes.all.current"] >= 3 * ((size + 511) // 512 * 512)
@@ -147,8 +147,8 @@ def test_pending_block_is_not_given_to_another_stream_either(
     gate = Gate()
     try:
         ptr = a.malloc(4096, sa)
-        b.launch_host_func(0, sb, gate)
-        b.memset(ptr, 0x5A, 4096, 0, sb)
+        b.launch_host_func(0, gate, sb)
+        b.memset(0, ptr, 0x5A, 4096, sb)
         a.record_stream(ptr, sb)
         a.record_stream(ptr, sc)                   # used on two streams
         a.free(ptr)
@@ -190,9 +190,9 @@ def test_out_of_memory_waits_for_pending_frees_instead_of_failing(
     b.on_event_synchronize = gate.open  # B can only finish once the allocator waits for it
     done: list[bool] = []
     ptr = a.malloc(40 * MiB, sa)
-    b.launch_host_func(0, sb, gate)
-    b.memset(ptr, 0x77, 40 * MiB, 0, sb)
-    b.launch_host_func(0, sb, lambda: done.append(bool(np.all(view(ptr, 40 * MiB) == 0x77))))
+    b.launch_host_func(0, gate, sb)
+    b.memset(0, ptr, 0x77, 40 * MiB, sb)
+    b.launch_host_func(0, lambda: done.append(bool(np.all(view(ptr, 40 * MiB) == 0x77))), sb)
     a.record_stream(ptr, sb)
     a.free(ptr)
     try:
@@ -203,7 +203,7 @@ def test_out_of_memory_waits_for_pending_frees_instead_of_failing(
     assert done == [True], "B's work must complete before its block is released"
     assert a.stats()["num_sync_all_streams"] >= 1
     assert a.memory_reserved() == 40 * MiB
-    b.memset(q, 1, 40 * MiB, 0, sa)
+    b.memset(0, q, 1, 40 * MiB, sa)
     assert np.all(read(b, q, 40 * MiB, sa) == 1)
     a.free(q)
     b.synchronize(0)
@@ -235,8 +235,8 @@ def test_expandable_segment_grows_in_place_and_gives_memory_back(
     assert segs[0]["address"] == p1 and segs[0]["total_size"] == 3 * page
 
     # the memory is real and writable everywhere, across page boundaries
-    b.memset(p1, 0x3C, 30 * MiB, 0, 0)
-    b.memset(p2, 0xC3, 20 * MiB, 0, 0)
+    b.memset(0, p1, 0x3C, 30 * MiB, 0)
+    b.memset(0, p2, 0xC3, 20 * MiB, 0)
     b.synchronize(0)
     v1, v2 = view(p1, 30 * MiB), view(p2, 20 * MiB)
     assert np.all(v1 == 0x3C) and np.all(v2 == 0xC3)
@@ -297,7 +297,7 @@ def test_out_of_memory_reports_sizes_and_allocator_keeps_working(
     b, a = make(limit="64MiB", async_streams=async_streams)
     closing(b, a)
     p = a.malloc(40 * MiB, 0)
-    b.memset(p, 0x42, 40 * MiB, 0, 0)
+    b.memset(0, p, 0x42, 40 * MiB, 0)
     with pytest.raises(acc.OutOfMemoryError) as info:
         a.malloc(40 * MiB, 0)
     err = info.value
@@ -319,7 +319,7 @@ def test_out_of_memory_reports_sizes_and_allocator_keeps_working(
     a.free(p)
     q = a.malloc(40 * MiB, 0)
     assert q == p
-    b.memset(q, 0x24, 40 * MiB, 0, 0)
+    b.memset(0, q, 0x24, 40 * MiB, 0)
     assert np.all(read(b, q, 40 * MiB, 0) == 0x24)
     st = a.stats()
     assert st["allocated_bytes.all.current"] == 40 * MiB
@@ -400,7 +400,7 @@ def test_threads_with_own_streams_get_disjoint_memory(
                                           f"{other:#x}+{osize} of thread {otid}")
                     live[ptr] = (size, tid)
                 val = (tid * 60 + it) % 251 + 1
-                b.memset(ptr, val, size, 0, s)
+                b.memset(0, ptr, val, size, s)
                 mine.append((ptr, size, val))
             for ptr, size, val in mine:
                 if not np.all(read(b, ptr, size, s) == val):
@@ -451,7 +451,7 @@ def test_free_after_the_recorded_stream_was_destroyed() -> None:
     try:
         s = b.stream_create(0, 0)
         p = a.malloc(4096, 0)
-        b.memset(p, 1, 4096, 0, s)
+        b.memset(0, p, 1, 4096, s)
         a.record_stream(p, s)
         b.stream_destroy(0, s)      # its queued work still runs
         a.free(p)                   # must neither raise nor leak the block

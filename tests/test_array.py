@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import threading
 
@@ -12,14 +13,15 @@ from hypothesis import strategies as st
 
 import accelrt as acc
 from accelrt import backends
+from accelrt.backends import Capabilities
 from accelrt.backends.cpu import CpuBackend
 
 
 class HiddenCpu(CpuBackend):
     """cpu devices whose memory the host may not touch directly (like a GPU's)."""
 
-    def host_accessible(self, index: int) -> bool:
-        return False
+    def capabilities(self, index: int) -> Capabilities:
+        return dataclasses.replace(super().capabilities(index), host_accessible=False)
 
 
 # Two-device variants: sync streams, async streams (worker threads), and devices whose memory
@@ -554,6 +556,9 @@ class CaiDevice(HiddenCpu):
             self.blocks[ptr] = (size, index)
         return ptr
 
+    def capabilities(self, index: int) -> Capabilities:
+        return dataclasses.replace(super().capabilities(index), pointer_lookup=True)
+
     def pointer_device(self, ptr: int) -> int | None:
         for base, (size, index) in list(self.blocks.items()):
             if base <= ptr < base + size:
@@ -649,7 +654,7 @@ def test_cai_waits_for_the_producers_stream() -> None:
         gate.wait(30)
         np.copyto(np.asarray(_Raw(ptr, 1000)), 7.0)
 
-    backend.launch_host_func(0, producer.stream_id, write)
+    backend.launch_host_func(0, write, producer.stream_id)
     copied = acc.asarray(Producer(src, stream=producer.stream_id), device="cpucai:0", copy=True)
     gate.set()
     assert copied.numpy().tolist() == [7.0] * 1000

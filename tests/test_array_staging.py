@@ -4,6 +4,7 @@ through accelrt._array)."""
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import os
 import threading
@@ -17,6 +18,7 @@ from helpers.staging import RecordingNoHostCpu
 import accelrt as acc
 from accelrt import backends
 from accelrt._backend import Backend
+from accelrt.backends import Capabilities
 from accelrt.backends.cpu import CpuBackend
 from accelrt.memory._host import peek_host_allocator
 
@@ -30,6 +32,9 @@ class NoPinnedCpu(StagedCpu):
 
     host_malloc = Backend.host_malloc      # type: ignore[assignment]
     host_free = Backend.host_free          # type: ignore[assignment]
+
+    def capabilities(self, index: int) -> Capabilities:
+        return dataclasses.replace(super().capabilities(index), pinned_host_memory=False)
 
 
 class RaisingPinnedCpu(StagedCpu):
@@ -112,7 +117,7 @@ class Gate:
     def __enter__(self) -> Gate:
         b, index = backends.get_backend(self.dev.split(":")[0]), int(self.dev.split(":")[1])
         handle = acc.current_stream(self.dev).stream_id
-        b.launch_host_func(index, handle, lambda: self.event.wait(30))
+        b.launch_host_func(index, lambda: self.event.wait(30), handle)
         return self
 
     def open(self) -> None:
@@ -371,10 +376,10 @@ def test_captured_host_copy_on_a_backend_that_cannot_keep_host_memory_alive_is_r
     from accelrt.backends.cpu import CpuBackend
 
     class NoCapturedHostFuncs(CpuBackend):
-        def launch_host_func(self, index, stream, fn):
+        def launch_host_func(self, index, fn, stream):
             if self.stream_is_capturing(index, stream):
                 raise DeviceError("host functions cannot be captured here")
-            return super().launch_host_func(index, stream, fn)
+            return super().launch_host_func(index, fn, stream)
 
     name = "nocapturehost"
     acc.backends.register(name, lambda: NoCapturedHostFuncs(name=name), replace=True)

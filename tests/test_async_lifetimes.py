@@ -66,7 +66,7 @@ def dev(request: pytest.FixtureRequest) -> str:
 
 
 def _launch(stream: acc.Stream, fn: Callable[[], None]) -> None:
-    stream._b.launch_host_func(stream.device_index, stream.stream_id, fn)
+    stream._b.launch_host_func(stream.device_index, fn, stream.stream_id)
 
 
 def _drop(box: list[acc.Stream], destroyed: bool) -> None:
@@ -146,9 +146,9 @@ _EMPTY_CACHE_SCRIPT = textwrap.dedent("""
     b = s._b
     with s:
         y = acc.empty(24 << 20, dtype="uint8", device=dev)   # its own segment, on s
-        b.launch_host_func(0, s.stream_id, gate)
+        b.launch_host_func(0, gate, s.stream_id)
         y.fill_(7)                                           # writes the whole segment
-        b.launch_host_func(0, s.stream_id, done.set)
+        b.launch_host_func(0, done.set, s.stream_id)
     del y                                                    # stream-ordered free on s
     fill = [acc.Stream(dev) for _ in range(_POOL_MAX + 1)]
     del fill
@@ -190,9 +190,9 @@ _RAW_FREE_SCRIPT = textwrap.dedent("""
     gate, done = Gate(), threading.Event()
     s = b.stream_create(0, 0)
     p = a.malloc(4096, 0)
-    b.launch_host_func(0, s, gate)          # the stream's worker is late (a loaded machine)
-    b.memset(p, 1, 4096, 0, s)
-    b.launch_host_func(0, s, done.set)
+    b.launch_host_func(0, gate, s)          # the stream's worker is late (a loaded machine)
+    b.memset(0, p, 1, 4096, s)
+    b.launch_host_func(0, done.set, s)
     a.record_stream(p, s)
     b.stream_destroy(0, s)                  # returns at once; the memset still runs
     with open_when_blocked(gate):
@@ -275,7 +275,7 @@ _BORROWED_SCRIPT = textwrap.dedent("""
     host = np.zeros(n, dtype=np.uint8)
     a = acc.asarray(host, device=dev)
     assert a.data_ptr() == host.ctypes.data
-    s._b.launch_host_func(0, s.stream_id, gate.wait)
+    s._b.launch_host_func(0, gate.wait, s.stream_id)
     if sys.argv[1] == "fill":
         a.fill_(3)
     else:
@@ -386,11 +386,11 @@ class _LateHostFuncs(CpuBackend):
 
     gate: Gate | None = None
 
-    def launch_host_func(self, index: int, stream: int, fn: Callable[[], None]) -> None:
+    def launch_host_func(self, index: int, fn: Callable[[], None], stream: int) -> None:
         gate, self.gate = self.gate, None
         if gate is not None:
-            super().launch_host_func(index, stream, gate)
-        super().launch_host_func(index, stream, fn)
+            super().launch_host_func(index, gate, stream)
+        super().launch_host_func(index, fn, stream)
 
 
 backends.register("cpulate", lambda: _LateHostFuncs(num_devices=1, async_streams=True,

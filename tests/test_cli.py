@@ -80,7 +80,7 @@ def test_failing_self_check_gives_nonzero_exit():
         from accelrt.backends.cpu import CpuBackend
 
         class Broken(CpuBackend):
-            def memcpy(self, dst, src, nbytes, index, stream, kind):
+            def memcpy(self, index, dst, src, nbytes, kind, stream):
                 pass   # loses every copy
 
         backends.register("brokendev", lambda: Broken(name="brokendev"))

@@ -5,6 +5,7 @@ staging of host <-> device copies (pool use, reuse, no leaks, direct fallback)."
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from hypothesis import strategies as st
 import accelrt as acc
 from accelrt import backends, comm
 from accelrt._backend import Backend
+from accelrt.backends import Capabilities
 from accelrt.backends.cpu import CpuBackend
 
 N = 4
@@ -26,14 +28,17 @@ N = 4
 class NoHostCpu(CpuBackend):
     """cpu memory the core must treat like GPU memory (no direct host access)."""
 
-    def host_accessible(self, index: int) -> bool:
-        return False
+    def capabilities(self, index: int) -> Capabilities:
+        return dataclasses.replace(super().capabilities(index), host_accessible=False)
 
 
 class KernelCpu(NoHostCpu):
     """Like NoHostCpu, with an ``elementwise_add`` device kernel (counts its launches)."""
 
     launches = 0
+
+    def capabilities(self, index: int) -> Capabilities:
+        return dataclasses.replace(super().capabilities(index), device_add=True)
 
     def elementwise_add(self, index: int, out: int, a: int, b: int, count: int, dtype: str,
                         stream: int) -> None:
@@ -44,13 +49,16 @@ class KernelCpu(NoHostCpu):
             from accelrt.comm._transfer import host_view
             np.add(host_view(a, (count,), dt), host_view(b, (count,), dt),
                    out=host_view(out, (count,), dt))
-        self.launch_host_func(index, stream, run)
+        self.launch_host_func(index, run, stream)
 
 
 class NoPeerCpu(NoHostCpu):
     """No peer copies: transfers between devices are staged through the host."""
 
     memcpy_peer = Backend.memcpy_peer
+
+    def capabilities(self, index: int) -> Capabilities:
+        return dataclasses.replace(super().capabilities(index), peer_copies=False)
 
 
 _BACKENDS = {
@@ -478,7 +486,7 @@ def _slow_write(dev: str, arr: acc.Array, value: float, delay: float = 0.15) -> 
     def work() -> None:
         time.sleep(delay)
         view[...] = value
-    b.launch_host_func(idx, acc.current_stream(dev).stream_id, work)
+    b.launch_host_func(idx, work, acc.current_stream(dev).stream_id)
 
 
 def test_copies_wait_for_pending_source_work() -> None:
@@ -518,7 +526,7 @@ def test_scatter_ready_on_given_stream() -> None:
     def look() -> None:
         seen.append(view.tolist())
         done.set()
-    b.launch_host_func(1, s.stream_id, look)   # on the given stream, no host sync before
+    b.launch_host_func(1, look, s.stream_id)   # on the given stream, no host sync before
     assert done.wait(10)
     assert seen == [[1.0] * 8]
     del src

@@ -257,7 +257,7 @@ def test_dlpack_style_numpy_view(sync_b):
     a = view(p, 64).view(np.float32)
     a[:] = np.arange(16, dtype=np.float32)
     out = np.empty(16, dtype=np.float32)
-    sync_b.memcpy(out.ctypes.data, p, 64, 0, 0, "d2h")
+    sync_b.memcpy(0, out.ctypes.data, p, 64, "d2h", 0)
     np.testing.assert_array_equal(out, np.arange(16, dtype=np.float32))
     sync_b.free(0, p)
 
@@ -280,10 +280,10 @@ def test_vm_map_unmap_budget(clean_env):
     assert b.vm_map(0, base + 2 * g, 2 * g)
     assert b.get_memory_info(0)[0] == 0
     # copies into mapped memory are allowed, into unmapped memory not
-    b.memset(base + 2 * g, 5, g, 0, 0)
+    b.memset(0, base + 2 * g, 5, g, 0)
     assert view(base + 2 * g, 4)[0] == 5
     with pytest.raises(ValueError, match="not inside memory"):
-        b.memset(base + 4 * g, 5, 16, 0, 0)
+        b.memset(0, base + 4 * g, 5, 16, 0)
     b.vm_unmap(0, base, 2 * g)
     assert b.get_memory_info(0)[0] == 4 * MiB
     assert b.vm_map(0, base, g)                  # remapped pages read as zeros
@@ -334,7 +334,7 @@ def test_memcpy_kinds(b, kind):
     src = {"h2d": src_host.ctypes.data, "d2h": d1, "d2d": d1, "h2h": src_host.ctypes.data}[kind]
     dst = {"h2d": d2, "d2h": dst_host.ctypes.data, "d2d": d2,
            "h2h": dst_host.ctypes.data}[kind]
-    b.memcpy(dst, src, 256, 0, s, kind)
+    b.memcpy(0, dst, src, 256, kind, s)
     b.stream_synchronize(0, s)
     np.testing.assert_array_equal(view(dst, 256), src_host)
     b.free(0, d1)
@@ -345,36 +345,36 @@ def test_memcpy_bad_inputs(sync_b):
     d = sync_b.malloc(0, 64)
     host = np.zeros(128, np.uint8)
     with pytest.raises(ValueError, match="kind"):
-        sync_b.memcpy(d, host.ctypes.data, 8, 0, 0, "x2y")
+        sync_b.memcpy(0, d, host.ctypes.data, 8, "x2y", 0)
     with pytest.raises(ValueError, match="not inside memory"):
-        sync_b.memcpy(d, host.ctypes.data, 128, 0, 0, "h2d")      # past the allocation
+        sync_b.memcpy(0, d, host.ctypes.data, 128, "h2d", 0)      # past the allocation
     with pytest.raises(ValueError, match="not inside memory"):
-        sync_b.memcpy(host.ctypes.data, d, 8, 0, 0, "h2d")        # dst is not device memory
+        sync_b.memcpy(0, host.ctypes.data, d, 8, "h2d", 0)        # dst is not device memory
     with pytest.raises(ValueError, match="cpu:1"):
-        sync_b.memcpy(host.ctypes.data, d, 8, 1, 0, "d2h")        # d is on device 0
+        sync_b.memcpy(1, host.ctypes.data, d, 8, "d2h", 0)        # d is on device 0
     with pytest.raises(ValueError):
-        sync_b.memcpy(d, host.ctypes.data, -1, 0, 0, "h2d")
+        sync_b.memcpy(0, d, host.ctypes.data, -1, "h2d", 0)
     with pytest.raises(TypeError):
-        sync_b.memcpy(d, host.ctypes.data, 8.0, 0, 0, "h2d")
+        sync_b.memcpy(0, d, host.ctypes.data, 8.0, "h2d", 0)
     with pytest.raises(TypeError):
-        sync_b.memcpy(d, None, 8, 0, 0, "h2d")
+        sync_b.memcpy(0, d, None, 8, "h2d", 0)
     with pytest.raises(ValueError, match="not a live stream"):
-        sync_b.memcpy(d, host.ctypes.data, 8, 0, 12345, "h2d")
-    sync_b.memcpy(d, host.ctypes.data, 0, 0, 0, "h2d")           # zero bytes: no-op
+        sync_b.memcpy(0, d, host.ctypes.data, 8, "h2d", 12345)
+    sync_b.memcpy(0, d, host.ctypes.data, 0, "h2d", 0)           # zero bytes: no-op
 
 
 def test_memset_and_fill(b):
     p = b.malloc(1, 64)
-    b.memset(p, 0xAB, 64, 1, 0)
+    b.memset(1, p, 0xAB, 64, 0)
     b.synchronize(1)
     assert view(p, 64).tolist() == [0xAB] * 64
     for pattern in (b"\x01", b"\x01\x02", b"\x01\x02\x03\x04", bytes(range(8))):
-        b.memset(p, 0, 64, 1, 0)
-        b.fill(p, pattern, 64 // len(pattern) - 1, 1, 0)
+        b.memset(1, p, 0, 64, 0)
+        b.fill(1, p, pattern, 64 // len(pattern) - 1, 0)
         b.synchronize(1)
         expected = list(pattern) * (64 // len(pattern) - 1) + [0] * len(pattern)
         assert view(p, 64).tolist() == expected
-    b.fill(p + 1, b"\xff\xee", 3, 1, 0)           # unaligned destination works
+    b.fill(1, p + 1, b"\xff\xee", 3, 0)           # unaligned destination works
     b.synchronize(1)
     assert view(p, 8).tolist()[1:7] == [0xFF, 0xEE] * 3
     b.free(1, p)
@@ -383,15 +383,15 @@ def test_memset_and_fill(b):
 def test_memset_fill_bad_inputs(sync_b):
     p = sync_b.malloc(0, 64)
     with pytest.raises(ValueError, match="byte value"):
-        sync_b.memset(p, 256, 8, 0, 0)
+        sync_b.memset(0, p, 256, 8, 0)
     with pytest.raises(TypeError):
-        sync_b.memset(p, 1.0, 8, 0, 0)
+        sync_b.memset(0, p, 1.0, 8, 0)
     with pytest.raises(ValueError, match="1, 2, 4 or 8"):
-        sync_b.fill(p, b"\x00\x01\x02", 2, 0, 0)
+        sync_b.fill(0, p, b"\x00\x01\x02", 2, 0)
     with pytest.raises(TypeError):
-        sync_b.fill(p, 7, 2, 0, 0)
+        sync_b.fill(0, p, 7, 2, 0)
     with pytest.raises(ValueError, match="not inside memory"):
-        sync_b.fill(p, b"\x00\x00\x00\x00", 17, 0, 0)
+        sync_b.fill(0, p, b"\x00\x00\x00\x00", 17, 0)
 
 
 def test_peer_copies(b):
@@ -401,13 +401,13 @@ def test_peer_copies(b):
     src, dst = b.malloc(0, 128), b.malloc(1, 128)
     view(src, 128)[:] = np.arange(128, dtype=np.uint8)
     s = b.stream_create(0, 0)
-    b.memcpy_peer(dst, 1, src, 0, 128, s)
+    b.memcpy_peer(1, dst, 0, src, 128, s)
     b.stream_synchronize(0, s)
     assert view(dst, 128).tolist() == list(range(128))
     with pytest.raises(ValueError, match="cpu:0"):
-        b.memcpy_peer(dst, 1, dst, 0, 8, 0)       # dst pointer is not on device 0
+        b.memcpy_peer(1, dst, 0, dst, 8, 0)       # dst pointer is not on device 0
     with pytest.raises(ValueError):
-        b.memcpy_peer(dst, 1, src, 0, 8, b.stream_create(1, 0))  # stream of the wrong device
+        b.memcpy_peer(1, dst, 0, src, 8, b.stream_create(1, 0))  # stream of the wrong device
 
 
 # ---------------------------------------------------------------------- streams
@@ -439,13 +439,13 @@ def test_stream_handles(b):
 def test_sync_mode_runs_inline(sync_b):
     out = []
     s = sync_b.stream_create(0, 0)
-    sync_b.launch_host_func(0, s, lambda: out.append(threading.get_ident()))
+    sync_b.launch_host_func(0, lambda: out.append(threading.get_ident()), s)
     assert out == [threading.get_ident()]
     assert sync_b.stream_query(0, s)
     with pytest.raises(DeviceError, match="ZeroDivisionError"):
-        sync_b.launch_host_func(0, s, lambda: 1 / 0)
+        sync_b.launch_host_func(0, lambda: 1 / 0, s)
     with pytest.raises(TypeError):
-        sync_b.launch_host_func(0, s, "not callable")
+        sync_b.launch_host_func(0, "not callable", s)
 
 
 def test_async_ordering_with_wait_event(async_b):
@@ -453,11 +453,11 @@ def test_async_ordering_with_wait_event(async_b):
     s1, s2 = b.stream_create(0, 0), b.stream_create(0, 0)
     order = []
     gate = threading.Event()
-    b.launch_host_func(0, s1, lambda: (gate.wait(5), time.sleep(0.02), order.append("s1")))
+    b.launch_host_func(0, lambda: (gate.wait(5), time.sleep(0.02), order.append("s1")), s1)
     e = b.event_create(0, False, False, False)
     b.event_record(0, e, s1)
     b.stream_wait_event(0, s2, e)
-    b.launch_host_func(0, s2, lambda: order.append("s2"))
+    b.launch_host_func(0, lambda: order.append("s2"), s2)
     assert not b.event_query(0, e)
     assert not b.stream_query(0, s1)
     assert not b.stream_query(0, s2)
@@ -472,13 +472,13 @@ def test_async_wait_captures_record_at_wait_time(async_b):
     s1, s2 = b.stream_create(0, 0), b.stream_create(1, 0)
     e = b.event_create(0, False, False, False)
     gate_a, gate_b = threading.Event(), threading.Event()
-    b.launch_host_func(0, s1, lambda: gate_a.wait(5))
+    b.launch_host_func(0, lambda: gate_a.wait(5), s1)
     b.event_record(0, e, s1)                   # record 1, pending behind gate_a
     b.stream_wait_event(1, s2, e)              # cross-device wait on record 1
-    b.launch_host_func(0, s1, lambda: gate_b.wait(5))
+    b.launch_host_func(0, lambda: gate_b.wait(5), s1)
     b.event_record(0, e, s1)                   # record 2 replaces record 1 for the event
     done = threading.Event()
-    b.launch_host_func(1, s2, done.set)
+    b.launch_host_func(1, done.set, s2)
     time.sleep(0.01)
     assert not done.is_set()                   # s2 really waits for record 1
     gate_a.set()
@@ -494,7 +494,7 @@ def test_async_fifo_and_worker_threads(async_b):
     s = b.stream_create(0, 0)
     out = []
     for i in range(50):
-        b.launch_host_func(0, s, lambda i=i: out.append((i, threading.get_ident())))
+        b.launch_host_func(0, lambda i=i: out.append((i, threading.get_ident())), s)
     b.synchronize(0)
     assert [i for i, _ in out] == list(range(50))
     assert {t for _, t in out} != {threading.get_ident()}
@@ -508,20 +508,20 @@ def test_async_worker_exception_surfaces_once(async_b):
     def boom():
         raise KeyError("boom")
 
-    b.launch_host_func(0, s, boom)
-    b.launch_host_func(0, s, lambda: after.append(1))
+    b.launch_host_func(0, boom, s)
+    b.launch_host_func(0, lambda: after.append(1), s)
     with pytest.raises(DeviceError, match="KeyError") as info:
         b.stream_synchronize(0, s)
     assert isinstance(info.value.__cause__, KeyError)
     assert after == [1]                         # later work still ran
     b.stream_synchronize(0, s)                  # cleared
-    b.launch_host_func(0, s, boom)
+    b.launch_host_func(0, boom, s)
     with pytest.raises(DeviceError):
         b.synchronize(0)
     b.synchronize(0)
-    b.launch_host_func(0, s, boom)
+    b.launch_host_func(0, boom, s)
     ran = threading.Event()
-    b.launch_host_func(0, s, ran.set)
+    b.launch_host_func(0, ran.set, s)
     assert ran.wait(5)
     with pytest.raises(DeviceError, match="KeyError"):
         b.stream_query(0, s)                    # a query raises it too
@@ -535,8 +535,8 @@ def test_async_memory_copies_are_stream_ordered(async_b):
     p = b.malloc(0, 1024)
     view(p, 1024)[:] = 0
     gate = threading.Event()
-    b.launch_host_func(0, s, lambda: gate.wait(5))
-    b.memset(p, 7, 1024, 0, s)
+    b.launch_host_func(0, lambda: gate.wait(5), s)
+    b.memset(0, p, 7, 1024, s)
     assert view(p, 4).tolist() == [0, 0, 0, 0]
     assert not b.stream_query(0, s)
     gate.set()
@@ -550,9 +550,9 @@ def test_async_free_waits_for_pending_work(async_b):
     s = b.stream_create(0, 0)
     p = b.malloc(0, 4096)
     host = np.zeros(4096, np.uint8)
-    b.launch_host_func(0, s, lambda: time.sleep(0.02))
-    b.memset(p, 1, 4096, 0, s)
-    b.memcpy(host.ctypes.data, p, 4096, 0, s, "d2h")
+    b.launch_host_func(0, lambda: time.sleep(0.02), s)
+    b.memset(0, p, 1, 4096, s)
+    b.memcpy(0, host.ctypes.data, p, 4096, "d2h", s)
     b.free(0, p)                                # must not free under the pending copy
     assert host.tolist() == [1] * 4096
 
@@ -588,7 +588,7 @@ def test_elapsed_time(b):
     s = b.stream_create(0, 0)
     start, end = b.event_create(0, True, False, False), b.event_create(0, True, False, False)
     b.event_record(0, start, s)
-    b.launch_host_func(0, s, lambda: time.sleep(0.01))
+    b.launch_host_func(0, lambda: time.sleep(0.01), s)
     b.event_record(0, end, s)
     b.event_synchronize(0, end)
     ms = b.event_elapsed_time(0, start, end)
@@ -609,7 +609,7 @@ def test_elapsed_time_incomplete_async(async_b):
     start, end = b.event_create(0, True, False, False), b.event_create(0, True, False, False)
     gate = threading.Event()
     b.event_record(0, start, s)
-    b.launch_host_func(0, s, lambda: gate.wait(5))
+    b.launch_host_func(0, lambda: gate.wait(5), s)
     b.event_record(0, end, s)
     with pytest.raises(DeviceError, match="not completed"):
         b.event_elapsed_time(0, start, end)
@@ -622,7 +622,7 @@ def test_event_error_surfaces_on_event_sync(async_b):
     b = async_b
     s = b.stream_create(0, 0)
     e = b.event_create(0, False, False, False)
-    b.launch_host_func(0, s, lambda: [][1])  # noqa: PLE0643 - the work must fail
+    b.launch_host_func(0, lambda: [][1], s)  # noqa: PLE0643 - the work must fail
     b.event_record(0, e, s)
     with pytest.raises(DeviceError, match="IndexError"):
         b.event_synchronize(0, e)
@@ -637,14 +637,14 @@ def test_graph_record_and_replay(b):
     p = b.malloc(0, 16)
     calls = []
     e = b.event_create(0, True, False, False)
-    b.memset(p, 0, 16, 0, 0)
+    b.memset(0, p, 0, 16, 0)
     b.synchronize(0)
     b.graph_capture_begin(0, s)
     assert b.stream_is_capturing(0, s) and not b.stream_is_capturing(0, 0)
-    b.launch_host_func(0, s, lambda: calls.append(view(p, 1)[0]))
-    b.memset(p, 5, 16, 0, s)
+    b.launch_host_func(0, lambda: calls.append(view(p, 1)[0]), s)
+    b.memset(0, p, 5, 16, s)
     b.event_record(0, e, s)
-    b.launch_host_func(0, s, lambda: calls.append(view(p, 1)[0]))
+    b.launch_host_func(0, lambda: calls.append(view(p, 1)[0]), s)
     with pytest.raises(DeviceError, match="capturing"):
         b.stream_synchronize(0, s)
     with pytest.raises(DeviceError, match="capturing"):
@@ -658,7 +658,7 @@ def test_graph_record_and_replay(b):
     assert not b.stream_is_capturing(0, s)
     assert calls == []
     for _ in range(3):
-        b.memset(p, 0, 16, 0, s)
+        b.memset(0, p, 0, 16, s)
         b.graph_replay(0, g, s)
     b.stream_synchronize(0, s)
     assert calls == [0, 5] * 3
@@ -694,14 +694,14 @@ def test_graph_fork_join_capture(b):
     fork, join = b.event_create(0, False, False, False), b.event_create(0, False, False, False)
     out = []
     b.graph_capture_begin(0, origin)
-    b.launch_host_func(0, origin, lambda: out.append("a"))
+    b.launch_host_func(0, lambda: out.append("a"), origin)
     b.event_record(0, fork, origin)
     b.stream_wait_event(0, side, fork)          # side joins the capture
     assert b.stream_is_capturing(0, side)
-    b.launch_host_func(0, side, lambda: out.append("b"))
+    b.launch_host_func(0, lambda: out.append("b"), side)
     b.event_record(0, join, side)
     b.stream_wait_event(0, origin, join)
-    b.launch_host_func(0, origin, lambda: out.append("c"))
+    b.launch_host_func(0, lambda: out.append("c"), origin)
     g = b.graph_capture_end(0, origin)
     assert not b.stream_is_capturing(0, side)
     assert out == []
@@ -717,10 +717,10 @@ def test_capture_waits_on_outside_event_at_replay(async_b):
     out = []
     b.graph_capture_begin(0, s)
     b.stream_wait_event(0, s, e)
-    b.launch_host_func(0, s, lambda: out.append("graph"))
+    b.launch_host_func(0, lambda: out.append("graph"), s)
     g = b.graph_capture_end(0, s)
     gate = threading.Event()
-    b.launch_host_func(0, other, lambda: (gate.wait(5), out.append("other")))
+    b.launch_host_func(0, lambda: (gate.wait(5), out.append("other")), other)
     b.event_record(0, e, other)
     b.graph_replay(0, g, s)                     # waits for e's record made before replay
     time.sleep(0.01)
@@ -746,8 +746,8 @@ def test_thread_safety(b):
             for _ in range(20):
                 p = b.malloc(dev, nbytes)
                 assert p
-                b.memcpy(p, host.ctypes.data, nbytes, dev, s, "h2d")
-                b.memcpy(back.ctypes.data, p, nbytes, dev, s, "d2h")
+                b.memcpy(dev, p, host.ctypes.data, nbytes, "h2d", s)
+                b.memcpy(dev, back.ctypes.data, p, nbytes, "d2h", s)
                 b.event_record(dev, e, s)
                 b.event_synchronize(dev, e)
                 assert back[0] == k and back[-1] == k
@@ -769,8 +769,8 @@ def test_thread_safety(b):
 def test_close_stops_workers():
     b = CpuBackend(async_streams=True)
     s = b.stream_create(0, 0)
-    b.launch_host_func(0, s, lambda: None)
-    b.launch_host_func(0, 0, lambda: None)
+    b.launch_host_func(0, lambda: None, s)
+    b.launch_host_func(0, lambda: None, 0)
     # This backend's own workers (other tests may leave async backends with equal names).
     workers = [st.thread for st in (b._streams[s], b._default[0]) if st.thread is not None]
     assert len(workers) >= 2
@@ -793,17 +793,17 @@ def test_async_streams_work_in_a_forked_child():
         b = CpuBackend(async_streams=True)
         s = b.stream_create(0, 0)
         started, gate = threading.Event(), threading.Event()
-        b.launch_host_func(0, s, lambda: None)
+        b.launch_host_func(0, lambda: None, s)
         b.stream_synchronize(0, s)                 # s has a worker thread now
-        b.launch_host_func(0, s, lambda: (started.set(), gate.wait()))
-        b.launch_host_func(0, s, lambda: None)     # queued behind it
+        b.launch_host_func(0, lambda: (started.set(), gate.wait()), s)
+        b.launch_host_func(0, lambda: None, s)     # queued behind it
         started.wait()                             # the gate is in flight at fork time
         pid = os.fork()
         if pid == 0:
             ran = []
-            b.launch_host_func(0, s, lambda: ran.append(1))
+            b.launch_host_func(0, lambda: ran.append(1), s)
             b.stream_synchronize(0, s)
-            b.launch_host_func(0, 0, lambda: ran.append(2))
+            b.launch_host_func(0, lambda: ran.append(2), 0)
             b.synchronize(0)
             os._exit(0 if ran == [1, 2] and b.stream_query(0, s) else 3)
         gate.set()

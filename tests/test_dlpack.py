@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import gc
 import weakref
 
@@ -11,14 +12,15 @@ import pytest
 
 import accelrt as acc
 from accelrt import _dlpack, backends
+from accelrt.backends import Capabilities
 from accelrt.backends.cpu import CpuBackend
 
 
 class HiddenCpu(CpuBackend):
     """cpu devices whose memory the host may not touch directly (like a GPU's)."""
 
-    def host_accessible(self, index: int) -> bool:
-        return False
+    def capabilities(self, index: int) -> Capabilities:
+        return dataclasses.replace(super().capabilities(index), host_accessible=False)
 
 
 backends.register("cpudlhidden", lambda: HiddenCpu(num_devices=2, name="cpudlhidden"),
@@ -222,9 +224,13 @@ def test_make_capsule_bad_inputs():
 def test_dtype_and_device_type_tables():
     assert _dlpack.dtype_to_dlpack("complex64") == (_dlpack.kDLComplex, 64, 1)
     assert _dlpack.dtype_to_dlpack(np.uint16) == (_dlpack.kDLUInt, 16, 1)
-    assert _dlpack.backend_device_type("cuda", False) == _dlpack.kDLCUDA
-    assert _dlpack.backend_device_type("cuda", True) == _dlpack.kDLCPU
-    assert _dlpack.backend_device_type("mystery", False) == _dlpack.kDLExtDev
+    # a backend that does not declare its DLPack device type gets its family's by name
+    from types import SimpleNamespace
+    from accelrt._backend import Backend
+    for name, code in (("cuda", _dlpack.kDLCUDA), ("rocm", _dlpack.kDLROCM),
+                       ("mystery", _dlpack.kDLExtDev)):
+        caps = Backend.capabilities(SimpleNamespace(name=name), 0)  # type: ignore[arg-type]
+        assert caps.dlpack_device_type == code and not caps.host_accessible
 
 
 # ---------------------------------------------------------------------- import

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import pickle
 
@@ -10,6 +11,7 @@ from helpers import register_toy
 
 import accelrt as acc
 from accelrt import _backend
+from accelrt.backends import Capabilities
 from accelrt.backends.cpu import CpuBackend
 
 
@@ -231,8 +233,8 @@ def test_interprocess_event_on_a_backend_that_supports_it() -> None:
     class IpcToy(ToyBackend):
         name = "ipctoy"
 
-        def supports_interprocess_events(self, index: int) -> bool:
-            return True
+        def capabilities(self, index: int) -> Capabilities:
+            return dataclasses.replace(super().capabilities(index), interprocess_events=True)
 
         def event_ipc_handle(self, index: int, event: int) -> bytes:
             return event.to_bytes(8, "little")
@@ -257,7 +259,14 @@ def test_interprocess_event_on_a_backend_that_supports_it() -> None:
 
 def test_cuda_backend_declares_interprocess_events() -> None:
     from accelrt.backends.cuda import CudaBackend
-    unstarted = object.__new__(CudaBackend)  # the answer needs no driver
+    unstarted = object.__new__(CudaBackend)  # the answer needs no context: device attributes
+    unstarted._caps = {}
+    unstarted.get_device_properties = lambda index: {"attributes": {}}  # type: ignore[method-assign]
+
+    def no_context(index: int) -> None:
+        raise AssertionError("capabilities() must not create a device context")
+
+    unstarted._use = no_context  # type: ignore[method-assign]
     assert unstarted.supports_interprocess_events(0) is True
 
 

@@ -103,7 +103,7 @@ def test_async_event_on_device1_waits_for_gated_work() -> None:
     b = backends.get_backend("evasync")
     s1 = acc.Stream("evasync:1")
     gate = threading.Event()
-    b.launch_host_func(1, s1.stream_id, gate.wait)
+    b.launch_host_func(1, gate.wait, s1.stream_id)
     e = acc.Event()
     e.record(s1)
     assert e.device == acc.device("evasync", 1)

@@ -189,8 +189,8 @@ def test_forked_child_drops_the_parents_queued_work() -> None:
         b = get_backend("cpu")
         s = acc.Stream("cpu:0")
         started, gate, ran = threading.Event(), threading.Event(), []
-        b.launch_host_func(0, s.stream_id, lambda: (started.set(), gate.wait()))
-        b.launch_host_func(0, s.stream_id, lambda: (gate.wait(), ran.append("parent")))
+        b.launch_host_func(0, lambda: (started.set(), gate.wait()), s.stream_id)
+        b.launch_host_func(0, lambda: (gate.wait(), ran.append("parent")), s.stream_id)
         x = acc.zeros((256,), device="cpu:0")
         with s:
             x.fill_(5.0)                                 # queued behind the gates

@@ -5,6 +5,7 @@ The same code path runs on CUDA (``tests/test_cuda_backend.py`` captures a real 
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 
 import pytest
@@ -12,6 +13,7 @@ import pytest
 import accelrt as acc
 from accelrt import _backend as registry
 from accelrt._graph import graph_pool_handle
+from accelrt.backends import Capabilities
 from accelrt.backends.cpu import CpuBackend
 
 
@@ -202,8 +204,8 @@ def test_error_in_body_ends_capture_and_propagates() -> None:
 class _NoGraphs(CpuBackend):
     name = "nographs"
 
-    def graph_supported(self, index: int) -> bool:
-        return False
+    def capabilities(self, index: int) -> Capabilities:
+        return dataclasses.replace(super().capabilities(index), graphs=False)
 
 
 def test_backend_without_capture_raises_capture_not_supported() -> None:

@@ -5,6 +5,7 @@ integrations, which skip with the reason when the library or a GPU is missing.""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import sys
 import threading
@@ -19,6 +20,7 @@ import pytest
 
 import accelrt as acc
 from accelrt import backends
+from accelrt.backends import Capabilities
 from accelrt.backends.cpu import CpuBackend
 from accelrt.interop import (
     consume_cuda_array_interface,
@@ -29,8 +31,8 @@ from accelrt.interop import (
 
 
 class _NoHostCpu(CpuBackend):
-    def host_accessible(self, index: int) -> bool:
-        return False
+    def capabilities(self, index: int) -> Capabilities:
+        return dataclasses.replace(super().capabilities(index), host_accessible=False)
 
 
 backends.register("interopdev", lambda: _NoHostCpu(num_devices=2, async_streams=True,
@@ -150,7 +152,7 @@ class _FakeProducer:
         def write() -> None:
             time.sleep(0.15)
             buf[...] = 9.0
-        b.launch_host_func(0, self.stream.stream_id, write)
+        b.launch_host_func(0, write, self.stream.stream_id)
 
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
@@ -172,7 +174,7 @@ def test_consume_makes_current_stream_wait_for_producer() -> None:
         seen.append(float(view.min()))
         done.set()
     # enqueued on the consumer's current stream right away: must run after the producer
-    backends.get_backend(be).launch_host_func(0, acc.current_stream(f"{be}:0").stream_id, read)
+    backends.get_backend(be).launch_host_func(0, read, acc.current_stream(f"{be}:0").stream_id)
     assert done.wait(10)
     assert seen == [9.0]
 

@@ -74,7 +74,7 @@ def _needs_async(dev: str) -> None:
 
 
 def _host(stream: acc.Stream, fn: object) -> None:
-    stream._b.launch_host_func(stream.device_index, stream.stream_id, fn)  # type: ignore[arg-type]
+    stream._b.launch_host_func(stream.device_index, fn, stream.stream_id)  # type: ignore[arg-type]
 
 
 def _needs_host_funcs(dev: str) -> None:

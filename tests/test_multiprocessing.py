@@ -204,7 +204,7 @@ def test_interprocess_event_orders_a_consumer_stream(shm: str) -> None:
     gate = threading.Event()
     a = acc.zeros(1024, dtype="int32", device=shm)
     s = acc.current_stream(shm)
-    acc.backends.get_backend(b).launch_host_func(0, s.stream_id, gate.wait)
+    acc.backends.get_backend(b).launch_host_func(0, gate.wait, s.stream_id)
     a.fill_(7)                                          # queued behind the gate
     b = _roundtrip(a)                                   # current stream waits on the event
     assert not acc.current_stream(shm).query()

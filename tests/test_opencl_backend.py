@@ -48,12 +48,12 @@ def b(request: pytest.FixtureRequest) -> Iterator[object]:
 
 
 def h2d(b, ptr: int, data: np.ndarray, stream: int = 0) -> None:
-    b.memcpy(ptr, int(data.ctypes.data), data.nbytes, 0, stream, "h2d")
+    b.memcpy(0, ptr, int(data.ctypes.data), data.nbytes, "h2d", stream)
 
 
 def d2h(b, ptr: int, nbytes: int, stream: int = 0) -> np.ndarray:
     out = np.empty(nbytes, dtype=np.uint8)
-    b.memcpy(int(out.ctypes.data), ptr, nbytes, 0, stream, "d2h")
+    b.memcpy(0, int(out.ctypes.data), ptr, nbytes, "d2h", stream)
     b.stream_synchronize(0, stream)
     return out
 
@@ -126,10 +126,10 @@ def test_copies_and_fills_at_offsets_inside_an_allocation(b) -> None:
     try:
         data = np.arange(4096, dtype=np.uint8)
         h2d(b, p + 512, data)
-        b.memset(p + 512 + 100, 7, 10, 0, 0)
-        b.fill(p + 8192, b"\x01\x02\x03\x04", 4, 0, 0)
-        b.fill(p + 16384, np.uint64(0x1122334455667788).tobytes(), 2, 0, 0)
-        b.memcpy(p + 65536, p + 512, 4096, 0, 0, "d2d")
+        b.memset(0, p + 512 + 100, 7, 10, 0)
+        b.fill(0, p + 8192, b"\x01\x02\x03\x04", 4, 0)
+        b.fill(0, p + 16384, np.uint64(0x1122334455667788).tobytes(), 2, 0)
+        b.memcpy(0, p + 65536, p + 512, 4096, "d2d", 0)
         got = d2h(b, p + 65536, 4096)
         expect = data.copy()
         expect[100:110] = 7
@@ -137,7 +137,7 @@ def test_copies_and_fills_at_offsets_inside_an_allocation(b) -> None:
         assert d2h(b, p + 8192, 16).tolist() == [1, 2, 3, 4] * 4
         assert d2h(b, p + 16384, 16).view(np.uint64).tolist() == [0x1122334455667788] * 2
         src, dst = np.arange(64, dtype=np.uint8), np.zeros(64, dtype=np.uint8)
-        b.memcpy(int(dst.ctypes.data), int(src.ctypes.data), 64, 0, 0, "h2h")
+        b.memcpy(0, int(dst.ctypes.data), int(src.ctypes.data), 64, "h2h", 0)
         b.stream_synchronize(0, 0)
         assert np.array_equal(src, dst)
     finally:
@@ -149,17 +149,17 @@ def test_bad_copies_raise_clear_errors(b) -> None:
     host = np.zeros(8192, dtype=np.uint8)
     try:
         with pytest.raises(ValueError, match="overlap"):
-            b.memcpy(p + 16, p, 256, 0, 0, "d2d")
+            b.memcpy(0, p + 16, p, 256, "d2d", 0)
         with pytest.raises(ValueError, match="not inside memory allocated on opencl:0"):
-            b.memcpy(p, int(host.ctypes.data), 4097, 0, 0, "h2d")
+            b.memcpy(0, p, int(host.ctypes.data), 4097, "h2d", 0)
         with pytest.raises(ValueError, match="not inside memory"):
-            b.memcpy(int(host.ctypes.data), p + 4000, 200, 0, 0, "d2h")
+            b.memcpy(0, int(host.ctypes.data), p + 4000, 200, "d2h", 0)
         with pytest.raises(ValueError, match="aligned"):
-            b.fill(p + 2, b"abcd", 4, 0, 0)
+            b.fill(0, p + 2, b"abcd", 4, 0)
         with pytest.raises(ValueError, match="kind"):
-            b.memcpy(p, p, 4, 0, 0, "x")
+            b.memcpy(0, p, p, 4, "x", 0)
         with pytest.raises(ValueError, match="not a live stream"):
-            b.memset(p, 0, 4, 0, 12345)
+            b.memset(0, p, 0, 4, 12345)
     finally:
         b.free(0, p)
 
@@ -172,12 +172,12 @@ def test_streams_are_ordered_by_events_and_report_completion(b) -> None:
     gate = Gate()
     ev = b.event_create(0, False, False, False)
     try:
-        b.launch_host_func(0, sa, gate)             # A is held until the gate opens
-        b.memset(p, 0x5A, 4096, 0, sa)
+        b.launch_host_func(0, gate, sa)             # A is held until the gate opens
+        b.memset(0, p, 0x5A, 4096, sa)
         b.event_record(0, ev, sa)
         b.stream_wait_event(0, sb, ev)              # B waits for A's memset
         out = np.zeros(4096, dtype=np.uint8)
-        b.memcpy(int(out.ctypes.data), p, 4096, 0, sb, "d2h")
+        b.memcpy(0, int(out.ctypes.data), p, 4096, "d2h", sb)
         assert not b.stream_query(0, sa)
         assert not b.event_query(0, ev)
         assert not b.stream_query(0, sb)
@@ -196,8 +196,8 @@ def test_streams_are_ordered_by_events_and_report_completion(b) -> None:
 def test_host_function_error_is_raised_once_as_device_error(b) -> None:
     s = b.stream_create(0, 0)
     ran: list[int] = []
-    b.launch_host_func(0, s, lambda: 1 / 0)
-    b.launch_host_func(0, s, lambda: ran.append(1))   # later work still runs
+    b.launch_host_func(0, lambda: 1 / 0, s)
+    b.launch_host_func(0, lambda: ran.append(1), s)   # later work still runs
     with pytest.raises(acc.DeviceError, match="ZeroDivisionError") as info:
         b.stream_synchronize(0, s)
     assert isinstance(info.value.__cause__, ZeroDivisionError)
@@ -214,7 +214,7 @@ def test_event_timing(b) -> None:
         b.event_elapsed_time(0, e0, e1)
     p = b.malloc(0, 8 * MiB)
     b.event_record(0, e0, s)
-    b.memset(p, 1, 8 * MiB, 0, s)
+    b.memset(0, p, 1, 8 * MiB, s)
     b.event_record(0, e1, s)
     b.event_record(0, plain, s)
     b.event_synchronize(0, e1)
@@ -244,7 +244,7 @@ def test_caching_allocator_splits_segments_into_working_blocks(b) -> None:
     for i, p in enumerate(ptrs):
         assert np.all(d2h(b, p, 1000 + i, s) == i + 1)
     big = a.malloc(12 * MiB, s)
-    b.memset(big + 5 * MiB, 9, MiB, 0, s)
+    b.memset(0, big + 5 * MiB, 9, MiB, s)
     assert np.all(d2h(b, big + 5 * MiB, MiB, s) == 9)
     too_big = b.get_device_properties(0)["max_mem_alloc_size"] + MiB
     with pytest.raises(acc.OutOfMemoryError, match="Tried to allocate"):
@@ -291,14 +291,14 @@ _TWO_DEVICES = textwrap.dedent("""
         data = np.arange(65536, dtype=np.uint8)
         s0, s1 = b.stream_create(0, 0), b.stream_create(1, 0)
         gate = threading.Event()
-        b.launch_host_func(0, s0, lambda: gate.wait(30))
-        b.memcpy(p0, int(data.ctypes.data), 65536, 0, s0, "h2d")
-        b.memcpy_peer(p1 + 256, 1, p0, 0, 1024, s0)       # ordered on device 0's stream
+        b.launch_host_func(0, lambda: gate.wait(30), s0)
+        b.memcpy(0, p0, int(data.ctypes.data), 65536, "h2d", s0)
+        b.memcpy_peer(1, p1 + 256, 0, p0, 1024, s0)       # ordered on device 0's stream
         ev = b.event_create(0, False, False, False)
         b.event_record(0, ev, s0)
         b.stream_wait_event(1, s1, ev)                    # cross-device wait
         out = np.zeros(1024, dtype=np.uint8)
-        b.memcpy(int(out.ctypes.data), p1 + 256, 1024, 1, s1, "d2h")
+        b.memcpy(1, int(out.ctypes.data), p1 + 256, 1024, "d2h", s1)
         assert not b.stream_query(1, s1)
         gate.set()
         b.stream_synchronize(1, s1)

@@ -41,7 +41,7 @@ y = -np.arange(4096, dtype=np.float32)
 def gated(stream):
     """Hold ``stream`` until the returned event is set (a host function waiting on it)."""
     gate = threading.Event()
-    b.launch_host_func(stream.device_index, stream.stream_id, lambda: gate.wait(60))
+    b.launch_host_func(stream.device_index, lambda: gate.wait(60), stream.stream_id)
     return gate
 
 

@@ -3,6 +3,7 @@ across chunkings, threads, devices and backends, generator state, and the factor
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import uuid
 
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 
 import accelrt as acc
 from accelrt import backends
+from accelrt.backends import Capabilities
 from accelrt.backends.cpu import CpuBackend
 from accelrt.random import _generator, _philox
 
@@ -272,8 +274,8 @@ def test_concurrent_requests_never_share_counters() -> None:
 class _NoHost(CpuBackend):
     """A cpu variant whose memory the host may not touch: exercises the copy path."""
 
-    def host_accessible(self, index: int) -> bool:
-        return False
+    def capabilities(self, index: int) -> Capabilities:
+        return dataclasses.replace(super().capabilities(index), host_accessible=False)
 
 
 class _WithDeviceFill(CpuBackend):
@@ -283,14 +285,15 @@ class _WithDeviceFill(CpuBackend):
         super().__init__(**kw)
         self.fills: list[tuple[object, ...]] = []
 
-    def host_accessible(self, index: int) -> bool:
-        return False
+    def capabilities(self, index: int) -> Capabilities:
+        return dataclasses.replace(super().capabilities(index), host_accessible=False,
+                                   device_rng=True)
 
-    def philox_fill(self, ptr, n, dtype, dist, seed, offset, params, index, stream):  # type: ignore[no-untyped-def]
+    def philox_fill(self, index, ptr, n, dtype, dist, seed, offset, params, stream):  # type: ignore[no-untyped-def]
         self.fills.append((n, dtype, dist, seed, offset, params, index, stream))
         host = np.empty(n, dtype)
         _philox.fill(host, dist, seed, offset, params)
-        self.memcpy(ptr, host.ctypes.data, host.nbytes, index, stream, "h2d")
+        self.memcpy(index, ptr, host.ctypes.data, host.nbytes, "h2d", stream)
 
 
 def test_non_host_backends_give_the_same_bits() -> None:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import inspect
+import uuid
 
 import pytest
 from helpers import ToyBackend, register_toy
@@ -247,3 +248,39 @@ def test_default_choice_skips_backends_that_opt_out(monkeypatch, candidate):
     finally:
         _backend._factories.pop("optoutdev", None)
         _backend._reset_for_tests("optoutdev")
+
+
+def test_unregister_is_the_symmetric_of_register() -> None:
+    from accelrt.backends.cpu import CpuBackend
+    name = "unreg" + uuid.uuid4().hex[:8]
+    acc.backends.register(name, lambda: CpuBackend(name=name))
+    assert name in acc.backends.registered() and acc.backends.get(name).name == name
+    acc.backends.unregister(name)
+    assert name not in acc.backends.registered()
+    with pytest.raises(acc.BackendUnavailableError, match="Unknown backend"):
+        acc.backends.get(name)
+    with pytest.raises(ValueError, match="no backend named"):
+        acc.backends.unregister(name)
+    acc.backends.register(name, lambda: CpuBackend(name=name))   # the name is free again
+    assert acc.backends.get_backend(name).device_count() >= 1
+    acc.backends.unregister(name)
+
+
+def test_builtin_backends_cannot_be_unregistered() -> None:
+    with pytest.raises(ValueError, match="built-in"):
+        acc.backends.unregister("cpu")
+    assert "cpu" in acc.backends.available()
+
+
+def test_register_tells_listeners_instead_of_reaching_into_modules() -> None:
+    from accelrt.backends.cpu import CpuBackend
+    name = "listen" + uuid.uuid4().hex[:8]
+    seen: list[str] = []
+    acc.backends.on_change(seen.append)
+    try:
+        acc.backends.register(name, lambda: CpuBackend(name=name))
+        acc.backends.unregister(name)
+    finally:
+        from accelrt import _backend
+        _backend._listeners.remove(seen.append)
+    assert seen == [name, name]

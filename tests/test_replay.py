@@ -148,7 +148,7 @@ def test_simulated_streams_and_events_complete_at_once() -> None:
     b.event_record(0, e, s)
     assert b.event_query(0, e) and b.stream_query(0, s)
     ran = []
-    b.launch_host_func(0, s, lambda: ran.append(1))
+    b.launch_host_func(0, lambda: ran.append(1), s)
     assert ran == [1]
     h = b.host_malloc(100)
     assert b.host_bytes() == 100

@@ -10,6 +10,7 @@ from helpers import register_toy
 
 import accelrt as acc
 from accelrt import _stream
+from accelrt.backends import Capabilities
 from accelrt.backends.cpu import CpuBackend
 
 
@@ -375,6 +376,9 @@ def test_cuda_stream_protocol_of_a_cuda_backend_stream() -> None:
 
     class FakeCuda(ToyBackend):
         name = "cuda"
+
+        def capabilities(self, index: int) -> Capabilities:
+            return Capabilities(cuda_stream_protocol=True)
 
     s = _stream._wrap(FakeCuda(), 0, 0x1234)
     assert hasattr(s, "__cuda_stream__")

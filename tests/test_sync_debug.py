@@ -235,7 +235,7 @@ def _held_stream(name: str) -> tuple[acc.Stream, threading.Event]:
     """A stream of ``name:0`` held back by a host function until the returned gate is set."""
     s = acc.Stream(f"{name}:0")
     gate = threading.Event()
-    backends.get_backend(name).launch_host_func(0, s.stream_id, lambda: gate.wait(10))
+    backends.get_backend(name).launch_host_func(0, lambda: gate.wait(10), s.stream_id)
     return s, gate
 
 

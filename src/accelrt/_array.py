@@ -69,6 +69,7 @@ from . import _dlpack, _staging
 from . import _sync_debug as _sd
 from ._device import _device_obj, _get_device, _lazy_init
 from ._errors import ClosedError, DeviceError
+from ._handles import StreamHandle
 from ._device import device as _device_cls
 from ._stream import _current, _wait_raw
 from .memory._allocator import get_allocator
@@ -234,7 +235,7 @@ def _check_flag(name: str, value: Any) -> bool:
     return value
 
 
-def _stream_handle(b: Backend, index: int) -> int:
+def _stream_handle(b: Backend, index: int) -> StreamHandle:
     return _current(b, index)._handle
 
 
@@ -268,13 +269,13 @@ def _held(*items: object) -> tuple[object, ...]:
     return tuple(out)
 
 
-def _hold(b: Backend, index: int, stream: int, keep: tuple[object, ...]) -> None:
+def _hold(b: Backend, index: int, stream: StreamHandle, keep: tuple[object, ...]) -> None:
     """Keep ``keep`` (from :func:`_held`) alive until ``stream`` reaches the work enqueued
     so far, with a host callback; without host callbacks, synchronize the stream."""
     _keep_alive(b, index, stream, keep, non_blocking=True)
 
 
-def _keep_alive(b: Backend, index: int, stream: int, keep: tuple[object, ...],
+def _keep_alive(b: Backend, index: int, stream: StreamHandle, keep: tuple[object, ...],
                 non_blocking: bool) -> None:
     """Finish a copy that touches host memory: wait for the stream (blocking copies), or hold
     ``keep`` (from :func:`_held`; empty: nothing to hold) in a host callback enqueued after
@@ -283,7 +284,7 @@ def _keep_alive(b: Backend, index: int, stream: int, keep: tuple[object, ...],
         if not keep:
             return
         try:
-            b.launch_host_func(index, stream, functools.partial(_noop, keep))
+            b.launch_host_func(index, functools.partial(_noop, keep), stream)
             return
         except NotImplementedError:   # no host callbacks: wait, then report the sync
             b.stream_synchronize(index, stream)
@@ -455,7 +456,7 @@ class Array:
         kind = "h2h" if self._mem.host else "h2d"
         if non_blocking and not private and not b.stream_is_capturing(index, stream):
             host = host.copy()
-        b.memcpy(self._mem.ptr, host.ctypes.data, self._mem.nbytes, index, stream, kind)
+        b.memcpy(index, self._mem.ptr, host.ctypes.data, self._mem.nbytes, kind, stream)
         _keep_alive(b, index, stream, _held(host, self), non_blocking)
 
     def _download(self) -> np.ndarray:
@@ -472,7 +473,7 @@ class Array:
             return out
         stream = _stream_handle(b, index)
         kind = "h2h" if self._mem.host else "d2h"
-        b.memcpy(out.ctypes.data, self._mem.ptr, self._mem.nbytes, index, stream, kind)
+        b.memcpy(index, out.ctypes.data, self._mem.ptr, self._mem.nbytes, kind, stream)
         b.stream_synchronize(index, stream)
         return out
 
@@ -637,7 +638,7 @@ class Array:
             kind = f"{src_kind}2{dst_kind}"
             if _sd.active and kind != "d2d" and not non_blocking:
                 _sd.check(b.name)
-            b.memcpy(self._mem.ptr, src._mem.ptr, n, index, dst_stream, kind)
+            b.memcpy(index, self._mem.ptr, src._mem.ptr, n, kind, dst_stream)
             if kind == "d2d":
                 _hold(b, index, dst_stream, _held(src, self))
             else:
@@ -649,16 +650,16 @@ class Array:
         if src._mem.host:   # borrowed host memory: an upload to the destination device
             _wait_raw(b, index, dst_stream, sindex, src_stream)
             kind = "h2h" if self._mem.host else "h2d"
-            b.memcpy(self._mem.ptr, src._mem.ptr, n, index, dst_stream, kind)
+            b.memcpy(index, self._mem.ptr, src._mem.ptr, n, kind, dst_stream)
             _keep_alive(b, index, dst_stream, _held(src, self), non_blocking)
             return
         # peer copy on the source's current stream, after the destination's earlier work
         _wait_raw(b, sindex, src_stream, index, dst_stream)
         if self._mem.host:
-            b.memcpy(self._mem.ptr, src._mem.ptr, n, sindex, src_stream, "d2h")
+            b.memcpy(sindex, self._mem.ptr, src._mem.ptr, n, "d2h", src_stream)
             _keep_alive(b, sindex, src_stream, _held(src, self), non_blocking)
         else:
-            b.memcpy_peer(self._mem.ptr, index, src._mem.ptr, sindex, n, src_stream)
+            b.memcpy_peer(index, self._mem.ptr, sindex, src._mem.ptr, n, src_stream)
             _hold(b, sindex, src_stream, _held(src, self))
         _wait_raw(b, index, dst_stream, sindex, src_stream)
 
@@ -691,10 +692,10 @@ class Array:
             self._upload(np.full(self._shape, scalar, self._dtype), True, private=True)
             return self
         if pattern.count(pattern[:1]) == len(pattern):
-            b.memset(self._mem.ptr, pattern[0], n, index, stream)
+            b.memset(index, self._mem.ptr, pattern[0], n, stream)
         elif len(pattern) in (2, 4, 8):
             try:
-                b.fill(self._mem.ptr, pattern, self.size, index, stream)
+                b.fill(index, self._mem.ptr, pattern, self.size, stream)
             except NotImplementedError:
                 self._upload(np.full(self._shape, scalar, self._dtype), True, private=True)
                 return self
@@ -808,8 +809,9 @@ class Array:
             >>> acc.empty(1, device="cpu:0").__dlpack_device__()
             (1, 0)
         """
-        host = self._host_ok()
-        return (_dlpack.backend_device_type(self._b.name, host), 0 if host else self._index)
+        if self._host_ok():
+            return (_dlpack.kDLCPU, 0)
+        return (self._b.capabilities(self._index).dlpack_device_type, self._index)
 
     def __dlpack__(self, *, stream: Any = None, max_version: tuple[int, int] | None = None,
                    dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> Any:
@@ -873,7 +875,7 @@ class Array:
         b, index = self._b, self._index
         _lazy_init(b, index)
         if stream != -1:
-            consumer = b.default_stream(index) if stream is None else stream
+            consumer = b.default_stream(index) if stream is None else StreamHandle(stream)
             _wait_raw(b, index, consumer, index, _stream_handle(b, index))
         versioned = max_version is not None and int(max_version[0]) >= 1
         if copy and not versioned:
@@ -887,7 +889,7 @@ class Array:
         """CUDA Array Interface (version 3) of arrays on the ``cuda`` backend, from
         :func:`accelrt.interop.cuda_array_interface` (``stream`` is the current stream, ``1``
         for the legacy default one); other backends have no such attribute."""
-        if self._b.name != "cuda" or self._mem.host:
+        if self._mem.host or not self._b.capabilities(self._index).cuda_array_interface:
             raise AttributeError(f"__cuda_array_interface__ exists only for cuda arrays; "
                                  f"this array is on {self.device}")
         from .interop._cai import cuda_array_interface
@@ -991,7 +993,7 @@ def zeros(shape: int | Sequence[int], dtype: DTypeLike = "float32",
     out = Array(shape, dtype, device)
     if out.nbytes:
         b, index = out._b, out._index
-        b.memset(out._mem.ptr, 0, out.nbytes, index, _stream_handle(b, index))
+        b.memset(index, out._mem.ptr, 0, out.nbytes, _stream_handle(b, index))
     return out
 
 
@@ -1148,10 +1150,12 @@ def _import_dlpack(obj: Any, copy: bool | None) -> np.ndarray:
 
 def _cai_reader(device: DeviceLike) -> Any:
     """The backend that locates and reads ``__cuda_array_interface__`` memory: the target
-    device's backend when it is a device backend with ``pointer_device``, else ``cuda``."""
+    device's backend when it is a device backend that can look pointers up (capability
+    ``pointer_lookup``), else ``cuda``."""
     if device is not None:
         b, index = _get_device(device)
-        if not b.host_accessible(index) and callable(getattr(b, "pointer_device", None)):
+        caps = b.capabilities(index)
+        if not caps.host_accessible and caps.pointer_lookup:
             return b
     from ._backend import get_backend
     from ._errors import BackendUnavailableError
@@ -1179,7 +1183,7 @@ def _cai_host_copy(reader: Any, index: int, cai: Any) -> np.ndarray:
     if not _staging.download(reader, _current(reader, index), raw.ctypes.data, cai.ptr + lo,
                              hi - lo):
         stream = _stream_handle(reader, index)
-        reader.memcpy(raw.ctypes.data, cai.ptr + lo, hi - lo, index, stream, "d2h")
+        reader.memcpy(index, raw.ctypes.data, cai.ptr + lo, hi - lo, "d2h", stream)
         reader.stream_synchronize(index, stream)
     view = np.ndarray(shape, dt, buffer=raw, offset=-lo, strides=strides)
     return np.ascontiguousarray(view)
@@ -1221,7 +1225,7 @@ def _import_cai(obj: Any, device: DeviceLike, dtype: Any, copy: bool | None) -> 
     if b is reader and index == src and dt == cai.dtype and cai.is_c_contiguous:
         out = Array(cai.shape, dt, _device_cls(b.name, index))
         stream = _stream_handle(reader, index)
-        reader.memcpy(out._mem.ptr, cai.ptr, cai.nbytes, index, stream, "d2d")
+        reader.memcpy(index, out._mem.ptr, cai.ptr, cai.nbytes, "d2d", stream)
         _hold(reader, index, stream, _held(obj))   # the producer outlives the copy
         return out
     host = _cai_host_copy(reader, src, cai)

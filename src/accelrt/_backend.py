@@ -6,21 +6,21 @@ optionally virtual-memory mapping and graph capture. Everything else (caching al
 statistics, snapshots, RNG bookkeeping, collectives, graphs, current device/stream) is written
 once in accelrt's core, above this contract.
 
-Handles are plain ``int``\\ s chosen by the backend: a stream handle, an event handle, a device
-pointer. Handle ``0`` is never a valid event; stream handle ``default_stream(i)`` is the
-device's default (legacy null) stream.
+Handles are ``int``\\ s chosen by the backend, each with its own type for type checkers
+(:data:`StreamHandle`, :data:`EventHandle`, :data:`DevicePtr`, :data:`GraphHandle`, see
+:mod:`accelrt._handles`): a checker rejects a stream passed where an event goes. Handle ``0``
+is never a valid event; stream handle ``default_stream(i)`` is the device's default (legacy
+null) stream. One argument order everywhere: the device index first, the stream that orders
+the work last (``memcpy(index, dst, src, nbytes, kind, stream)``).
 
-Optional hooks (not abstract; callers look them up with ``getattr``):
-
-* ``philox_fill(ptr, n, dtype, dist, seed, offset, params, index, stream)``: fill ``n`` elements
-  of numpy dtype name ``dtype`` at ``ptr`` with Philox4x32-10 numbers (``dist`` is ``"uniform"``
-  with ``(a, b)``, ``"normal"`` with ``(mean, std)`` or ``"randint"`` with ``(low, high - low)``)
-  for generator state ``(seed, offset)``, ordered on ``stream`` (see docs/random.md).
-* ``elementwise_add(index, out, a, b, count, dtype, stream)``: stream-ordered ``out = a + b`` for
-  ``count`` elements of numpy dtype name ``dtype``; ``out`` may alias ``a`` or ``b``; ValueError
-  for unsupported dtypes (used by ``accelrt.comm.reduce_add``).
-* ``pointer_device(ptr) -> int | None``: the device whose memory holds ``ptr``, or ``None``
-  (used by ``asarray`` for ``__cuda_array_interface__`` producers).
+What a device can do beyond the abstract operations is declared once, by
+:meth:`Backend.capabilities` (a frozen :class:`Capabilities`): virtual memory, graphs, pinned
+host memory, host functions, peer copies, interprocess events and memory, host-accessible
+memory, the DLPack device type, the CUDA stream and array protocols, device-side RNG
+(``philox_fill``) and sums (``elementwise_add``), pointer lookup (``pointer_device``) and adopted
+memory. Every optional operation is declared on :class:`Backend` and raises
+``NotImplementedError`` naming its capability until overridden; the core asks
+``capabilities()`` and never a backend's name.
 
 Built-in backends are imported lazily by :func:`get_backend`; third-party backends come from
 the ``accelrt.backends`` entry-point group (the entry point loads a :class:`Backend` subclass or
@@ -38,25 +38,34 @@ Example::
 from __future__ import annotations
 
 import abc
+import dataclasses
 import importlib
-import sys
 import threading
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from ._errors import BackendUnavailableError
+from ._errors import AcceleratorValueError, BackendUnavailableError
 from ._fork import reinit_after_fork
+from ._handles import DevicePtr, EventHandle, GraphHandle, StreamHandle
 
 __all__ = [
     "BACKENDS",
     "Backend",
+    "Capabilities",
+    "DevicePtr",
+    "EventHandle",
+    "GraphHandle",
+    "StreamHandle",
     "available",
+    "get",
     "get_all_backends",
     "get_available_backends",
     "get_backend",
+    "on_change",
     "register",
     "registered",
     "unavailable_reason",
+    "unregister",
 ]
 
 #: Built-in backends, in the default order used to choose the current accelerator.
@@ -74,6 +83,86 @@ _INSTALL_HINTS = {
 }
 
 
+#: DLPack device types (``DLDeviceType``) of the device families accelrt knows by name: the
+#: default :attr:`Capabilities.dlpack_device_type` of a backend registered under one of these
+#: names that does not declare its own (any other name: ``kDLExtDev``, 12).
+_DLPACK_DEVICE_TYPES = {
+    "cuda": 2, "opencl": 4, "vulkan": 7, "metal": 8, "mps": 8, "rocm": 10, "hip": 10,
+    "oneapi": 14, "xpu": 14,
+}
+_K_DL_EXT_DEV = 12
+
+
+@dataclasses.dataclass(frozen=True)
+class Capabilities:
+    """What one device of a backend can do: the one answer the core asks (``capabilities``).
+
+    Every optional operation of :class:`Backend` belongs to one field; the core calls an
+    optional operation only where its field is True, and never looks at a backend's name or
+    probes it with ``getattr``. Fields default to "not supported".
+
+    Attributes:
+        virtual_memory: ``vm_granularity``/``vm_reserve``/``vm_map``/``vm_unmap``/
+            ``vm_release`` work (enables ``expandable_segments``).
+        graphs: ``graph_capture_begin``/``graph_capture_end``/``graph_replay``/
+            ``graph_destroy`` work (:class:`accelrt.Graph`).
+        pinned_host_memory: ``host_malloc``/``host_free`` give page-locked host memory.
+        host_functions: ``launch_host_func`` runs host callables in stream order.
+        peer_copies: ``memcpy_peer`` copies between two devices of the backend.
+        interprocess_events: ``event_create(interprocess=True)``, ``event_ipc_handle`` and
+            ``event_from_ipc_handle`` work.
+        interprocess_memory: ``ipc_mem_handle``/``ipc_open_mem_handle``/
+            ``ipc_close_mem_handle`` work (:mod:`accelrt.multiprocessing`).
+        host_accessible: device memory can be read and written by the host at its address
+            (zero-copy ``numpy()``; DLPack exports it as ``kDLCPU``).
+        dlpack_device_type: the DLPack ``DLDeviceType`` of device memory that is not host
+            accessible (``kDLCUDA`` = 2, ``kDLOpenCL`` = 4, ``kDLExtDev`` = 12, ...).
+        cuda_stream_protocol: streams expose ``__cuda_stream__`` (their handle is a
+            ``CUstream``).
+        cuda_array_interface: arrays expose ``__cuda_array_interface__`` (their memory is
+            CUDA device memory).
+        device_rng: ``philox_fill`` fills device memory with Philox numbers on the device.
+        device_add: ``elementwise_add`` sums on the device (``accelrt.comm.reduce_add``).
+        pointer_lookup: ``pointer_device`` says which device holds a foreign pointer.
+        adopt_memory: ``adopt_memory``/``disown_memory`` accept memory a pluggable
+            allocator's library allocated as the device's own.
+
+    Example::
+
+        >>> from accelrt.backends import get_backend
+        >>> caps = get_backend("cpu").capabilities(0)
+        >>> caps.host_accessible, caps.graphs, caps.cuda_array_interface
+        (True, True, False)
+    """
+
+    virtual_memory: bool = False
+    graphs: bool = False
+    pinned_host_memory: bool = False
+    host_functions: bool = False
+    peer_copies: bool = False
+    interprocess_events: bool = False
+    interprocess_memory: bool = False
+    host_accessible: bool = False
+    dlpack_device_type: int = _K_DL_EXT_DEV
+    cuda_stream_protocol: bool = False
+    cuda_array_interface: bool = False
+    device_rng: bool = False
+    device_add: bool = False
+    pointer_lookup: bool = False
+    adopt_memory: bool = False
+
+
+#: default capabilities by backend name (a backend that does not override ``capabilities``)
+_default_caps: dict[str, Capabilities] = {}
+
+
+def _unsupported(backend: Backend, operation: str, capability: str) -> NotImplementedError:
+    return NotImplementedError(
+        f"the {backend.name} backend does not implement {operation} (its capabilities() has "
+        f"{capability}=False); check backend.capabilities(index).{capability} before calling "
+        "it, or override both")
+
+
 def _abstract(name: str) -> NotImplementedError:
     return NotImplementedError(f"The {name!r} method must be implemented.")
 
@@ -87,14 +176,62 @@ def _no_ipc(name: str) -> ValueError:
 class Backend(abc.ABC):
     """Raw operations of one device family; subclass it to add a backend.
 
-    Subclasses set :attr:`name` and implement the abstract methods. Optional capabilities
-    (virtual memory, graph capture, pinned host memory, peer access) have defaults that say
-    "not supported". Methods take a device ``index`` that the core has already range-checked.
-    Every method may be called from any thread.
+    Subclasses set :attr:`name`, implement the abstract methods and declare what else they
+    can do in :meth:`capabilities`; each optional operation (virtual memory, graphs, pinned
+    host memory, host functions, peer copies, interprocess events and memory, device-side RNG
+    and sums, pointer lookup, adopted memory) is declared here and raises
+    ``NotImplementedError`` naming its capability until a subclass overrides it. Methods take
+    a device ``index`` that the core has already range-checked. Every method may be called
+    from any thread.
     """
 
     #: Registry name and device type string, e.g. ``"cpu"``.
     name: ClassVar[str] = ""
+    #: How to get more devices, appended to out-of-range device index errors (``""``: none).
+    more_devices_hint: ClassVar[str] = ""
+
+    # ------------------------------------------------------------------ capabilities
+    def capabilities(self, index: int) -> Capabilities:
+        """What device ``index`` can do: the one source the core asks (it never compares
+        backend names or probes methods). Must be cheap (the core asks it on hot paths: cache
+        the answer per device) and must not create a device context.
+
+        The default says "nothing optional", with the DLPack device type known for the
+        backend's name. Override it, e.g. ``dataclasses.replace(super().capabilities(index),
+        host_functions=True)``, together with the operations it declares.
+        """
+        caps = _default_caps.get(self.name)
+        if caps is None:
+            caps = _default_caps[self.name] = Capabilities(
+                dlpack_device_type=_DLPACK_DEVICE_TYPES.get(self.name, _K_DL_EXT_DEV))
+        return caps
+
+    def host_accessible(self, index: int) -> bool:
+        """``capabilities(index).host_accessible`` (derived; override :meth:`capabilities`)."""
+        return self.capabilities(index).host_accessible
+
+    def vm_supported(self, index: int) -> bool:
+        """``capabilities(index).virtual_memory`` (derived; override :meth:`capabilities`)."""
+        return self.capabilities(index).virtual_memory
+
+    def graph_supported(self, index: int) -> bool:
+        """``capabilities(index).graphs`` (derived; override :meth:`capabilities`)."""
+        return self.capabilities(index).graphs
+
+    def supports_interprocess_events(self, index: int) -> bool:
+        """``capabilities(index).interprocess_events`` (derived; ``accelrt.Event(
+        interprocess=True)`` raises ``ValueError`` at construction where it is False)."""
+        return self.capabilities(index).interprocess_events
+
+    def arch_list(self) -> list[str]:
+        """Architectures accelrt's device code is built for, in ``torch.cuda.get_arch_list``'s
+        names (``[]``: no device code, the default)."""
+        return []
+
+    def oom_advice(self, index: int) -> str | None:
+        """A sentence an out-of-memory error on device ``index`` ends with (how to get more
+        memory), or ``None``."""
+        return None
 
     # ------------------------------------------------------------------ discovery
     @classmethod
@@ -141,95 +278,105 @@ class Backend(abc.ABC):
 
     # ------------------------------------------------------------------ memory
     @abc.abstractmethod
-    def malloc(self, index: int, size: int) -> int:
+    def malloc(self, index: int, size: int) -> DevicePtr:
         """Allocate ``size`` bytes on device ``index``; return the address, or ``0`` when the
         device has not enough free memory (no exception on plain out-of-memory)."""
         raise _abstract("malloc")
 
     @abc.abstractmethod
-    def free(self, index: int, ptr: int) -> None:
+    def free(self, index: int, ptr: DevicePtr) -> None:
         """Release memory returned by :meth:`malloc`. Work already queued that may touch it
         (on any stream of the device, destroyed streams included) completes first, as with
         ``cudaFree``; the backend synchronizes as it requires."""
         raise _abstract("free")
 
     def host_malloc(self, size: int) -> int:
-        """Allocate ``size`` bytes of page-locked host memory; ``0`` when out of memory."""
-        raise _abstract("host_malloc")
+        """Allocate ``size`` bytes of page-locked host memory; ``0`` when out of memory
+        (capability ``pinned_host_memory``)."""
+        raise _unsupported(self, "host_malloc", "pinned_host_memory")
 
     def host_free(self, ptr: int) -> None:
-        """Release memory returned by :meth:`host_malloc`."""
-        raise _abstract("host_free")
+        """Release memory returned by :meth:`host_malloc` (``pinned_host_memory``)."""
+        raise _unsupported(self, "host_free", "pinned_host_memory")
 
-    def host_accessible(self, index: int) -> bool:
-        """True if device memory of ``index`` can be read and written directly by the host
-        at its address (the CPU backend); enables zero-copy ``numpy()`` and DLPack on kDLCPU."""
-        return False
+    def adopt_memory(self, index: int, ptr: int, size: int) -> None:
+        """Treat ``size`` bytes at ``ptr``, allocated by a pluggable allocator's library, as
+        memory of device ``index`` until :meth:`disown_memory` (``adopt_memory``)."""
+        raise _unsupported(self, "adopt_memory", "adopt_memory")
+
+    def disown_memory(self, index: int, ptr: int) -> None:
+        """End :meth:`adopt_memory`, after the work queued that may touch it
+        (``adopt_memory``)."""
+        raise _unsupported(self, "disown_memory", "adopt_memory")
+
+    def pointer_device(self, ptr: int) -> int | None:
+        """The device whose memory holds ``ptr``, or ``None`` (``pointer_lookup``: used by
+        ``asarray`` for ``__cuda_array_interface__`` producers)."""
+        raise _unsupported(self, "pointer_device", "pointer_lookup")
 
     # interprocess memory (optional: accelrt.multiprocessing)
-    def ipc_mem_handle(self, index: int, ptr: int) -> bytes:
+    def ipc_mem_handle(self, index: int, ptr: DevicePtr) -> bytes:
         """An interprocess handle (bytes) of the allocation that *starts* at ``ptr`` (a pointer
         :meth:`malloc` returned), which :meth:`ipc_open_mem_handle` in another process of this
         machine maps (``cuIpcGetMemHandle``). ValueError naming the reason and the fix when
         this allocation cannot be shared; the default says the backend cannot share memory."""
         raise _no_ipc(self.name)
 
-    def ipc_open_mem_handle(self, index: int, handle: bytes) -> tuple[int, int]:
+    def ipc_open_mem_handle(self, index: int, handle: bytes) -> tuple[DevicePtr, int]:
         """Map another process's allocation from its :meth:`ipc_mem_handle` bytes on device
         ``index``; return ``(ptr, size)`` (``cuIpcOpenMemHandle``). ValueError for a handle that
         names no live allocation. The mapping is not this process's :meth:`malloc` memory."""
         raise _no_ipc(self.name)
 
-    def ipc_close_mem_handle(self, index: int, ptr: int) -> None:
+    def ipc_close_mem_handle(self, index: int, ptr: DevicePtr) -> None:
         """Unmap memory from :meth:`ipc_open_mem_handle` (``cuIpcCloseMemHandle``)."""
         raise _no_ipc(self.name)
 
-    # virtual memory (optional: enables expandable segments)
-    def vm_supported(self, index: int) -> bool:
-        """True if the device can reserve address space and map physical memory into it."""
-        return False
-
+    # virtual memory (capability virtual_memory: enables expandable segments)
     def vm_granularity(self, index: int) -> int:
-        """Smallest mapping unit in bytes (a power of two)."""
-        raise _abstract("vm_granularity")
+        """Smallest mapping unit in bytes (a power of two); may initialize the device."""
+        raise _unsupported(self, "vm_granularity", "virtual_memory")
 
-    def vm_reserve(self, index: int, size: int) -> int:
+    def vm_reserve(self, index: int, size: int) -> DevicePtr:
         """Reserve ``size`` bytes of address space (no memory behind it); return its base."""
-        raise _abstract("vm_reserve")
+        raise _unsupported(self, "vm_reserve", "virtual_memory")
 
-    def vm_release(self, index: int, ptr: int, size: int) -> None:
+    def vm_release(self, index: int, ptr: DevicePtr, size: int) -> None:
         """Release an address range from :meth:`vm_reserve` (all of it must be unmapped)."""
-        raise _abstract("vm_release")
+        raise _unsupported(self, "vm_release", "virtual_memory")
 
     def vm_map(self, index: int, ptr: int, size: int) -> bool:
         """Back ``[ptr, ptr+size)`` (granularity-aligned, inside a reservation) with physical
         memory accessible from the device; return False when out of memory."""
-        raise _abstract("vm_map")
+        raise _unsupported(self, "vm_map", "virtual_memory")
 
     def vm_unmap(self, index: int, ptr: int, size: int) -> None:
         """Unmap and release the physical memory behind ``[ptr, ptr+size)``."""
-        raise _abstract("vm_unmap")
+        raise _unsupported(self, "vm_unmap", "virtual_memory")
 
     # ------------------------------------------------------------------ copies
     @abc.abstractmethod
-    def memcpy(self, dst: int, src: int, nbytes: int, index: int, stream: int,
-               kind: str) -> None:
+    def memcpy(self, index: int, dst: int, src: int, nbytes: int, kind: str,
+               stream: StreamHandle) -> None:
         """Copy ``nbytes`` from ``src`` to ``dst`` in stream order on ``stream`` of device
         ``index``. ``kind`` is ``"h2d"``, ``"d2h"``, ``"d2d"`` (same device) or ``"h2h"``.
         Host addresses used asynchronously must stay valid until the stream reaches the copy."""
         raise _abstract("memcpy")
 
-    def memcpy_peer(self, dst: int, dst_index: int, src: int, src_index: int, nbytes: int,
-                    stream: int) -> None:
-        """Copy between two devices of this backend, ordered on ``stream`` of ``src_index``."""
-        raise _abstract("memcpy_peer")
+    def memcpy_peer(self, dst_index: int, dst: int, src_index: int, src: int,
+                    nbytes: int, stream: StreamHandle) -> None:
+        """Copy ``nbytes`` from ``src`` on device ``src_index`` to ``dst`` on ``dst_index``,
+        ordered on ``stream`` of ``src_index`` (capability ``peer_copies``)."""
+        raise _unsupported(self, "memcpy_peer", "peer_copies")
 
     @abc.abstractmethod
-    def memset(self, ptr: int, value: int, nbytes: int, index: int, stream: int) -> None:
+    def memset(self, index: int, ptr: int, value: int, nbytes: int,
+               stream: StreamHandle) -> None:
         """Set ``nbytes`` bytes at ``ptr`` to the byte ``value`` in stream order."""
         raise _abstract("memset")
 
-    def fill(self, ptr: int, pattern: bytes, count: int, index: int, stream: int) -> None:
+    def fill(self, index: int, ptr: int, pattern: bytes, count: int,
+             stream: StreamHandle) -> None:
         """Write ``pattern`` (1, 2, 4 or 8 bytes) ``count`` times from ``ptr`` in stream order."""
         raise _abstract("fill")
 
@@ -238,9 +385,9 @@ class Backend(abc.ABC):
         return index == peer
 
     # ------------------------------------------------------------------ streams
-    def default_stream(self, index: int) -> int:
+    def default_stream(self, index: int) -> StreamHandle:
         """Handle of the default stream of device ``index``."""
-        return 0
+        return StreamHandle(0)
 
     def stream_priority_range(self, index: int) -> tuple[int, int]:
         """``(least, greatest)`` priority; like CUDA, a *lower* number is a higher priority,
@@ -248,31 +395,32 @@ class Backend(abc.ABC):
         return (0, 0)
 
     @abc.abstractmethod
-    def stream_create(self, index: int, priority: int) -> int:
+    def stream_create(self, index: int, priority: int) -> StreamHandle:
         """Create a stream on device ``index`` and return its handle."""
         raise _abstract("stream_create")
 
-    def stream_destroy(self, index: int, stream: int) -> None:
+    def stream_destroy(self, index: int, stream: StreamHandle) -> None:
         """Destroy a stream made by :meth:`stream_create` and return at once, as
         ``cudaStreamDestroy``: its queued work still runs to completion, and :meth:`free`,
         :meth:`vm_unmap` and :meth:`synchronize` of the device wait for it."""
 
     @abc.abstractmethod
-    def stream_query(self, index: int, stream: int) -> bool:
+    def stream_query(self, index: int, stream: StreamHandle) -> bool:
         """True if all work submitted to ``stream`` has completed."""
         raise _abstract("stream_query")
 
     @abc.abstractmethod
-    def stream_synchronize(self, index: int, stream: int) -> None:
+    def stream_synchronize(self, index: int, stream: StreamHandle) -> None:
         """Block until all work submitted to ``stream`` has completed."""
         raise _abstract("stream_synchronize")
 
     @abc.abstractmethod
-    def stream_wait_event(self, index: int, stream: int, event: int) -> None:
+    def stream_wait_event(self, index: int, stream: StreamHandle,
+                          event: EventHandle) -> None:
         """Make future work on ``stream`` wait for the last record of ``event``."""
         raise _abstract("stream_wait_event")
 
-    def stream_is_valid(self, index: int, stream: int) -> bool:
+    def stream_is_valid(self, index: int, stream: StreamHandle) -> bool:
         """True if ``stream`` names a live stream of device ``index`` (rebuilding a Stream)."""
         return True
 
@@ -281,90 +429,173 @@ class Backend(abc.ABC):
         work queued on streams destroyed since (:meth:`stream_destroy`)."""
         raise _abstract("synchronize")
 
-    def launch_host_func(self, index: int, stream: int, fn: Callable[[], None]) -> None:
+    def launch_host_func(self, index: int, fn: Callable[[], None],
+                         stream: StreamHandle) -> None:
         """Run the Python callable ``fn`` on the host once all earlier work on ``stream`` has
         completed; later work on ``stream`` waits for it (``cuLaunchHostFunc``)."""
-        raise _abstract("launch_host_func")
+        raise _unsupported(self, "launch_host_func", "host_functions")
+
+    # ------------------------------------------------------------------ device-side compute
+    def philox_fill(self, index: int, ptr: int, n: int, dtype: str, dist: str, seed: int,
+                    offset: int, params: tuple[float, float], stream: StreamHandle) -> None:
+        """Fill ``n`` elements of numpy dtype name ``dtype`` at ``ptr`` with Philox4x32-10
+        numbers (``dist`` is ``"uniform"`` with ``(a, b)``, ``"normal"`` with ``(mean, std)``
+        or ``"randint"`` with ``(low, high - low)``) for generator state ``(seed, offset)``,
+        ordered on ``stream`` (capability ``device_rng``; see docs/random.md)."""
+        raise _unsupported(self, "philox_fill", "device_rng")
+
+    def elementwise_add(self, index: int, out: int, a: int, b: int, count: int, dtype: str,
+                        stream: StreamHandle) -> None:
+        """Stream-ordered ``out = a + b`` for ``count`` elements of numpy dtype name
+        ``dtype``; ``out`` may alias ``a`` or ``b``; ValueError for unsupported dtypes
+        (capability ``device_add``: ``accelrt.comm.reduce_add``)."""
+        raise _unsupported(self, "elementwise_add", "device_add")
 
     # ------------------------------------------------------------------ events
     @abc.abstractmethod
     def event_create(self, index: int, enable_timing: bool, blocking: bool,
-                     interprocess: bool) -> int:
+                     interprocess: bool) -> EventHandle:
         """Create an event on device ``index`` and return its non-zero handle."""
         raise _abstract("event_create")
 
     @abc.abstractmethod
-    def event_destroy(self, index: int, event: int) -> None:
+    def event_destroy(self, index: int, event: EventHandle) -> None:
         """Destroy an event."""
         raise _abstract("event_destroy")
 
     @abc.abstractmethod
-    def event_record(self, index: int, event: int, stream: int) -> None:
+    def event_record(self, index: int, event: EventHandle, stream: StreamHandle) -> None:
         """Record ``event`` at the current end of ``stream``."""
         raise _abstract("event_record")
 
     @abc.abstractmethod
-    def event_query(self, index: int, event: int) -> bool:
+    def event_query(self, index: int, event: EventHandle) -> bool:
         """True if the work before the event's last record has completed."""
         raise _abstract("event_query")
 
     @abc.abstractmethod
-    def event_synchronize(self, index: int, event: int) -> None:
+    def event_synchronize(self, index: int, event: EventHandle) -> None:
         """Block until the event's last record has completed."""
         raise _abstract("event_synchronize")
 
     @abc.abstractmethod
-    def event_elapsed_time(self, index: int, start: int, end: int) -> float:
+    def event_elapsed_time(self, index: int, start: EventHandle,
+                           end: EventHandle) -> float:
         """Milliseconds between two completed, timing-enabled events."""
         raise _abstract("event_elapsed_time")
 
-    def supports_interprocess_events(self, index: int) -> bool:
-        """True if device ``index`` can make events with ``interprocess=True`` and share them
-        through :meth:`event_ipc_handle`; ``accelrt.Event(interprocess=True)`` raises
-        ``ValueError`` at construction where this is False. Override it together with
-        :meth:`event_ipc_handle` and :meth:`event_from_ipc_handle`."""
-        return False
+    def event_ipc_handle(self, index: int, event: EventHandle) -> bytes:
+        """Interprocess handle of an event made with ``interprocess=True``
+        (capability ``interprocess_events``)."""
+        raise _unsupported(self, "event_ipc_handle", "interprocess_events")
 
-    def event_ipc_handle(self, index: int, event: int) -> bytes:
-        """Interprocess handle of an event made with ``interprocess=True``."""
-        raise _abstract("event_ipc_handle")
-
-    def event_from_ipc_handle(self, index: int, handle: bytes) -> int:
+    def event_from_ipc_handle(self, index: int, handle: bytes) -> EventHandle:
         """Open an event from another process's :meth:`event_ipc_handle`."""
-        raise _abstract("event_from_ipc_handle")
+        raise _unsupported(self, "event_from_ipc_handle", "interprocess_events")
 
-    # ------------------------------------------------------------------ graphs (optional)
-    def graph_supported(self, index: int) -> bool:
-        """True if the backend can capture stream work into graphs."""
-        return False
-
-    def graph_capture_begin(self, index: int, stream: int) -> None:
+    # ------------------------------------------------------------------ graphs (capability graphs)
+    def graph_capture_begin(self, index: int, stream: StreamHandle) -> None:
         """Start capturing the work submitted to ``stream``."""
-        raise _abstract("graph_capture_begin")
+        raise _unsupported(self, "graph_capture_begin", "graphs")
 
-    def graph_capture_end(self, index: int, stream: int) -> int:
+    def graph_capture_end(self, index: int, stream: StreamHandle) -> GraphHandle:
         """Stop capturing on ``stream``; return an executable graph handle."""
-        raise _abstract("graph_capture_end")
+        raise _unsupported(self, "graph_capture_end", "graphs")
 
-    def graph_replay(self, index: int, graph: int, stream: int) -> None:
+    def graph_replay(self, index: int, graph: GraphHandle, stream: StreamHandle) -> None:
         """Launch a captured graph on ``stream``."""
-        raise _abstract("graph_replay")
+        raise _unsupported(self, "graph_replay", "graphs")
 
-    def graph_destroy(self, index: int, graph: int) -> None:
+    def graph_destroy(self, index: int, graph: GraphHandle) -> None:
         """Destroy a captured graph."""
-        raise _abstract("graph_destroy")
+        raise _unsupported(self, "graph_destroy", "graphs")
 
-    def stream_is_capturing(self, index: int, stream: int) -> bool:
+    def stream_is_capturing(self, index: int, stream: StreamHandle) -> bool:
         """True while ``stream`` is capturing."""
         return False
 
-    def graph_node_count(self, index: int, graph: int) -> int | None:
+    def graph_node_count(self, index: int, graph: GraphHandle) -> int | None:
         """Number of operations in a captured graph (``None``: the backend cannot tell); an
         empty capture makes :class:`accelrt.Graph` warn as PyTorch does."""
         return None
 
+    def live_handles(self) -> dict[str, int] | None:
+        """Counts of the live ``"streams"``, ``"events"`` and ``"graphs"`` this instance
+        created (``None``: the backend does not count them), read by
+        :func:`accelrt.testing.leak_check`."""
+        return None
+
+    # ------------------------------------------------------------------ lifetime
+    def close(self) -> None:
+        """Release the backend's device resources once the work queued on them has run;
+        idempotent. Afterwards every operation of this instance (all but the questions about
+        its devices: count, properties, memory, capabilities) raises ``ValueError`` (an
+        ``accelrt._errors.AcceleratorValueError``) saying it is closed; closing the registry's
+        instance closes that backend for the rest of the process (what the core made on it,
+        arrays and streams, then raises the same error). ``with backend:`` closes it at the
+        end of the block.
+
+        Subclasses release what they hold, then call ``super().close()``.
+
+        Example::
+
+            >>> from accelrt.backends.cpu import CpuBackend
+            >>> with CpuBackend(async_streams=True) as b:
+            ...     p = b.malloc(0, 64)
+            >>> b.closed
+            True
+            >>> try:
+            ...     b.malloc(0, 64)
+            ... except ValueError as exc:
+            ...     print(str(exc)[:34])
+            the cpu backend instance is closed
+        """
+        if self.__dict__.get("_closed"):
+            return
+        raiser = _closed_operation(self)
+        for attr in dir(type(self)):
+            if attr.startswith("_") or attr in _OPEN_AFTER_CLOSE:
+                continue
+            if callable(getattr(type(self), attr, None)) and not isinstance(
+                    getattr(type(self), attr), (type, property)):
+                self.__dict__[attr] = raiser(attr)   # shadows the method on this instance
+        self.__dict__["_closed"] = True
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` ran."""
+        return bool(self.__dict__.get("_closed"))
+
+    def __enter__(self) -> Backend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def __repr__(self) -> str:
         return f"<accelrt backend {self.name!r}>"
+
+
+#: what stays callable on a closed backend: closing again, and the questions about the devices
+#: (discovery, properties, capabilities), which need none of the resources close() released
+_OPEN_AFTER_CLOSE = frozenset((
+    "close", "unavailable_reason", "default_candidate", "device_count", "get_device_properties",
+    "get_device_capability", "get_memory_info", "capabilities", "host_accessible",
+    "vm_supported", "graph_supported", "supports_interprocess_events", "arch_list",
+    "oom_advice", "stream_priority_range", "default_stream", "can_access_peer"))
+
+
+def _closed_operation(backend: Backend) -> Callable[[str], Callable[..., Any]]:
+    name = backend.name
+
+    def make(attr: str) -> Callable[..., Any]:
+        def closed(*args: Any, **kwargs: Any) -> Any:
+            raise AcceleratorValueError(
+                f"the {name} backend instance is closed (close() or the end of its with "
+                f"block), so {attr}() cannot run; use an instance that is open")
+        closed.__name__ = attr
+        return closed
+    return make
 
 
 # ---------------------------------------------------------------------- registry
@@ -374,6 +605,8 @@ _factories: dict[str, Callable[[], Backend]] = {}   # guarded by _lock
 _instances: dict[str, Backend] = {}                  # guarded by _lock
 _failures: dict[str, str] = {}                       # guarded by _lock
 _entry_points_loaded = False                         # guarded by _lock
+#: called with a backend's name after register()/unregister() changed what the name means
+_listeners: list[Callable[[str], None]] = []         # appended under _lock
 
 
 def _check_name(name: object) -> str:
@@ -418,9 +651,53 @@ def register(name: str, factory: Callable[[], Backend] | type[Backend], *,
         _factories[name] = factory
         _instances.pop(name, None)
         _failures.pop(name, None)
-    device_module = sys.modules.get("accelrt._device")   # loaded: it imports this module
-    if device_module is not None:   # outside _lock: _device takes its lock, then ours
-        device_module._forget_backend(name)
+    _notify(name)
+
+
+def unregister(name: str) -> None:
+    """Remove a backend added with :func:`register` (or the entry-point group), and its
+    cached instance; the symmetric of :func:`register`.
+
+    Raises:
+        ValueError: ``name`` is a built-in backend, or no registered backend has that name.
+
+    Example::
+
+        >>> from accelrt import backends
+        >>> from accelrt.backends.cpu import CpuBackend
+        >>> backends.register("tmpdev", lambda: CpuBackend(name="tmpdev"))
+        >>> backends.unregister("tmpdev")
+        >>> "tmpdev" in backends.registered()
+        False
+    """
+    name = _check_name(name)
+    with _lock:
+        _load_entry_points()
+        if name in _BUILTIN_MODULES and name not in _factories:
+            raise ValueError(f"{name!r} is a built-in backend and cannot be unregistered "
+                             "(register(name, factory, replace=True) replaces it)")
+        if name not in _factories:
+            raise ValueError(f"no backend named {name!r} is registered; registered backends "
+                             f"are {', '.join(repr(n) for n in registered())}")
+        del _factories[name]
+        _instances.pop(name, None)
+        _failures.pop(name, None)
+    _notify(name)
+
+
+def on_change(listener: Callable[[str], None]) -> None:
+    """Call ``listener(name)`` after :func:`register` or :func:`unregister` changed what
+    ``name`` refers to (how the core forgets what it cached about a backend; a listener must
+    not call back into the registry's writers)."""
+    with _lock:
+        _listeners.append(listener)
+
+
+def _notify(name: str) -> None:
+    # outside _lock: a listener may take its own lock, and that lock may be held by a thread
+    # waiting for ours
+    for listener in list(_listeners):
+        listener(name)
 
 
 def _load_entry_points() -> None:
@@ -490,7 +767,7 @@ def _make(name: str) -> Backend:
 
 
 def get_backend(name: str) -> Backend:
-    """Return the (cached) backend instance for ``name``.
+    """Return the (cached) backend instance for ``name`` (also spelled :func:`get`).
 
     Raises:
         BackendUnavailableError: unknown name, or the backend cannot be used here; the message
@@ -551,6 +828,11 @@ def get_available_backends() -> list[Backend]:
 def get_all_backends() -> list[str]:
     """Alias of :func:`registered`: every known backend name."""
     return registered()
+
+
+#: The backend instance for ``name``: :func:`get_backend` under the registry's short name
+#: (``registered()``/``available()``/``get()``, ``register()``/``unregister()``).
+get = get_backend
 
 
 def _reset_for_tests(name: str) -> None:

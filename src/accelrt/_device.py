@@ -239,12 +239,16 @@ def _current() -> Backend | None:
 
 
 def _forget_backend(name: str) -> None:
-    """Called by :func:`accelrt.backends.register` when backend ``name`` is replaced: if it is
-    the current accelerator, look its new instance up on next use."""
+    """Called by the registry after backend ``name`` was registered again or unregistered
+    (:func:`accelrt.backends.on_change`): if it is the current accelerator, look its new
+    instance up on next use."""
     global _current_backend
     with _acc_lock:
         if _current_name == name:
             _current_backend = None
+
+
+_backend.on_change(_forget_backend)
 
 
 def _require_current() -> Backend:
@@ -429,7 +433,7 @@ def _check_index(b: Backend, index: int) -> int:
     n = b.device_count()
     if index >= n:
         # PyTorch's c10 check_device_index wording (a RuntimeError there; an IndexError too here)
-        more = getattr(b, "more_devices_hint", None)
+        more = b.more_devices_hint
         hint = f"; {more}" if isinstance(more, str) and more else ""
         raise AcceleratorIndexError(
             f"device is out of range, device is {index}, total number of device is {n}. "

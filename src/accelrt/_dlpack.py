@@ -47,7 +47,6 @@ from ._fork import reinit_after_fork
 
 __all__ = [
     "DLPACK_VERSION",
-    "backend_device_type",
     "dtype_to_dlpack",
     "kDLCPU",
     "kDLCUDA",
@@ -93,37 +92,7 @@ DLPACK_FLAG_BITMASK_IS_COPIED = 1 << 1
 #: The DLPack version this module produces for versioned capsules.
 DLPACK_VERSION: tuple[int, int] = (1, 1)
 
-#: DLPack device type of each known backend whose memory is *not* host-accessible.
-_BACKEND_DEVICE_TYPES = {
-    "cuda": kDLCUDA,
-    "opencl": kDLOpenCL,
-    "rocm": kDLROCM,
-    "hip": kDLROCM,
-    "vulkan": kDLVulkan,
-    "metal": kDLMetal,
-    "mps": kDLMetal,
-    "oneapi": kDLOneAPI,
-    "xpu": kDLOneAPI,
-}
-
 _KIND_CODES = {"b": kDLBool, "i": kDLInt, "u": kDLUInt, "f": kDLFloat, "c": kDLComplex}
-
-
-def backend_device_type(name: str, host_accessible: bool) -> int:
-    """DLPack device type for a backend's devices.
-
-    Host-accessible memory is ``kDLCPU``; known device families map to their DLPack type; any
-    other backend is ``kDLExtDev``.
-
-    Example::
-
-        >>> from accelrt._dlpack import backend_device_type
-        >>> backend_device_type("cpu", True), backend_device_type("cuda", False)
-        (1, 2)
-    """
-    if host_accessible:
-        return kDLCPU
-    return _BACKEND_DEVICE_TYPES.get(name, kDLExtDev)
 
 
 def dtype_to_dlpack(dtype: Any) -> tuple[int, int, int]:

@@ -29,6 +29,7 @@ from . import _backend
 from . import _sync_debug as _sd
 from ._device import _get_device_of, _lazy_init, _require_current, _tls
 from ._errors import AcceleratorValueError, ClosedError
+from ._handles import EventHandle
 from ._stream import Stream, _current, _default, _defaults
 from ._stream import _close_lock
 
@@ -37,6 +38,9 @@ if TYPE_CHECKING:
     from ._typing import DeviceLike
 
 __all__ = ["Event"]
+
+#: ``_handle`` of an event not created on the backend yet (handle 0 is never an event)
+_NO_EVENT = EventHandle(0)
 
 
 def _check_flag(name: str, value: object) -> bool:
@@ -97,12 +101,12 @@ class Event:
 
     _b: Backend
     _index: int | None
-    _handle: int
+    _handle: EventHandle
     _key: tuple[str, int] | None
 
     def __init__(self, device: DeviceLike = None, *, enable_timing: bool = False,
                  blocking: bool = False, interprocess: bool = False) -> None:
-        self._handle = 0   # set first: __del__ must see it even if __init__ raises
+        self._handle = _NO_EVENT   # set first: __del__ must see it even if __init__ raises
         self._closed = False
         index: int | None
         if device is None:
@@ -137,7 +141,7 @@ class Event:
         self._key = key
         return key
 
-    def _create(self) -> int:
+    def _create(self) -> EventHandle:
         if self._closed:   # a closed event's handle is 0: every first use comes here
             self._check_open()
         b = self._b
@@ -154,7 +158,7 @@ class Event:
         try:
             h = self._handle
             if h:
-                self._handle = 0
+                self._handle = _NO_EVENT
                 self._b.event_destroy(self._index, h)  # type: ignore[arg-type]
         except Exception:  # noqa: BLE001, S110 - never raise from a finaliser (e.g. at shutdown)
             pass
@@ -442,7 +446,7 @@ class Event:
             if self._closed:
                 return
             self._closed = True
-            h, self._handle = self._handle, 0
+            h, self._handle = self._handle, _NO_EVENT
         if h:
             self._b.event_destroy(self._index, h)  # type: ignore[arg-type]
 

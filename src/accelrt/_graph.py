@@ -32,6 +32,7 @@ from . import _stream
 from ._device import _lazy_init, _require_current, _tls
 from ._errors import CaptureNotSupportedError, ClosedError
 from ._fork import reinit_after_fork
+from ._handles import GraphHandle, StreamHandle
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -112,8 +113,8 @@ class Graph:
     def __init__(self) -> None:
         self._b: Backend | None = None
         self._index = -1
-        self._stream = 0
-        self._handle: int | None = None
+        self._stream = StreamHandle(0)
+        self._handle: GraphHandle | None = None
         self._pool: tuple[int, int] | None = None
         self._allocator: Any = None
         self._capturing = False
@@ -159,7 +160,7 @@ class Graph:
         _lazy_init(b, index)
         if stream_obj is None:
             stream_obj = _stream._current(b, index)
-        stream = int(stream_obj._handle)
+        stream = stream_obj._handle
         if stream == b.default_stream(index):
             raise RuntimeError("graphs must be captured on a non-default stream: wrap the "
                                "capture in `with accelrt.Stream():` or use accelrt.graph(), "
@@ -179,7 +180,8 @@ class Graph:
                 return True
             # a stream that joined the capture (waited on an event of the capturing stream)
             return (threading.get_ident() == thread and _active.get(key, 0) == 1
-                    and s != b.default_stream(index) and b.stream_is_capturing(index, s))
+                    and s != b.default_stream(index)
+                    and b.stream_is_capturing(index, StreamHandle(s)))
 
         a.begin_allocate_to_pool(pid, stream_filter)
         try:
@@ -234,7 +236,7 @@ class Graph:
                                "capture_begin()/capture_end() or accelrt.graph()")
         b, index = self._b, self._index
         assert b is not None
-        b.graph_replay(index, self._handle, int(_stream._current(b, index)._handle))
+        b.graph_replay(index, self._handle, _stream._current(b, index)._handle)
 
     def reset(self) -> None:
         """Destroy the captured graph and drop its reference to the private pool.

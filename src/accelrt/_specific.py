@@ -758,7 +758,7 @@ class DeviceModule(Generic[_S, _E]):
         index = _tls.device.get(b.name, 0)
         if not _dev._is_initialized(b, index):
             return False
-        return bool(b.stream_is_capturing(index, int(_stream._current(b, index)._handle)))
+        return bool(b.stream_is_capturing(index, _stream._current(b, index)._handle))
 
     def graph_pool_handle(self) -> tuple[int, int]:
         """A new memory-pool id that graphs can share (``torch.cuda.graph_pool_handle``).
@@ -836,10 +836,9 @@ class DeviceModule(Generic[_S, _E]):
             []
         """
         b = self._usable()
-        fn = getattr(b, "arch_list", None)
-        if b is None or fn is None:
+        if b is None:
             return []
-        return [str(a) for a in fn()]
+        return [str(a) for a in b.arch_list()]
 
     def get_gencode_flags(self) -> str:
         """:meth:`get_arch_list` as ``nvcc`` ``-gencode`` flags (``""`` when it is empty).

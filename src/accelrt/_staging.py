@@ -65,7 +65,8 @@ __all__ = ["download", "pinned_pool", "upload"]
 
 
 def pinned_pool(b: Backend) -> HostCachingAllocator | None:
-    """The pinned host pool of ``b``, or None if ``b`` does not implement ``host_malloc``.
+    """The pinned host pool of ``b``, or None if ``b`` has no pinned host memory
+    (capability ``pinned_host_memory``; host memory belongs to no device: device 0 answers).
 
     Example::
 
@@ -74,7 +75,7 @@ def pinned_pool(b: Backend) -> HostCachingAllocator | None:
         >>> pinned_pool(backends.get_backend("cpu")) is not None
         True
     """
-    if getattr(type(b), "host_malloc", None) is Backend.host_malloc:
+    if not b.capabilities(0).pinned_host_memory:
         return None
     return get_host_allocator(b)
 
@@ -143,7 +144,7 @@ def upload(b: Backend, stream: Stream, dst: int, host: np.ndarray, non_blocking:
     pending = False
     try:
         ctypes.memmove(ptr, host.ctypes.data, nbytes)
-        b.memcpy(dst, ptr, nbytes, index, handle, "h2d")
+        b.memcpy(index, dst, ptr, nbytes, "h2d", handle)
         pending = True
         if not non_blocking:
             b.stream_synchronize(index, handle)
@@ -180,7 +181,7 @@ def download(b: Backend, stream: Stream, out: int, src: int, nbytes: int) -> boo
     index, handle = stream._index, stream._handle
     pending = False
     try:
-        b.memcpy(ptr, src, nbytes, index, handle, "d2h")
+        b.memcpy(index, ptr, src, nbytes, "d2h", handle)
         pending = True
         b.stream_synchronize(index, handle)
         pending = False

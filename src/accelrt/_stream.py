@@ -32,6 +32,7 @@ from . import _sync_debug as _sd
 from ._device import _get_device, _get_device_of, _lazy_init, _require_current, _tls
 from ._errors import AcceleratorError, ClosedError
 from ._fork import reinit_after_fork
+from ._handles import StreamHandle
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -60,8 +61,8 @@ class _DevicePool:
         self.index = index
         self.lo = min(least, greatest)   # numerically smallest = highest priority
         self.hi = max(least, greatest)   # numerically largest = lowest priority
-        self.free0: list[int] = []       # priority 0 (the fast path)
-        self.free: dict[int, list[int]] = {0: self.free0}
+        self.free0: list[StreamHandle] = []   # priority 0 (the fast path)
+        self.free: dict[int, list[StreamHandle]] = {0: self.free0}
 
 
 # backend -> device index -> pool; guarded by _pools_lock for writes
@@ -139,9 +140,9 @@ class Stream:
 
     _b: Backend
     _index: int
-    _handle: int
+    _handle: StreamHandle
     _priority: int
-    _free: list[int] | None
+    _free: list[StreamHandle] | None
     _closed: bool
     _saved: dict[int, list[tuple[int, Stream | None]]]
 
@@ -211,6 +212,7 @@ class Stream:
             raise ValueError(f"{type(self).__module__}.Stream wraps {fixed} streams, not "
                              f"{device_type} ones; use accelrt.Stream(stream_id=...)")
         b, index = _get_device(_dev._device_obj(device_type, device_index))
+        stream_id = StreamHandle(stream_id)
         if not b.stream_is_valid(index, stream_id):
             raise ValueError(f"stream_id={stream_id:#x} is not a live stream of "
                              f"{device_type}:{device_index}")
@@ -280,7 +282,7 @@ class Stream:
             >>> hasattr(acc.Stream("cpu"), "__cuda_stream__")
             False
         """
-        if self._b.name != "cuda":
+        if not self._b.capabilities(self._index).cuda_stream_protocol:
             raise AttributeError(f"a {self._b.name} stream does not implement the CUDA stream "
                                  "protocol (__cuda_stream__); only cuda streams do")
         self._check_open()
@@ -535,7 +537,7 @@ class Stream:
                         "the process that made it")
 
 
-def _wrap(b: Backend, index: int, handle: int) -> Stream:
+def _wrap(b: Backend, index: int, handle: StreamHandle) -> Stream:
     """A non-owning :class:`Stream` for a known-valid ``handle`` (no validation)."""
     s = Stream.__new__(Stream)
     s._b = b
@@ -660,7 +662,8 @@ def _synchronize(b: Backend, index: int) -> None:
         b.synchronize(index)
 
 
-def _wait_raw(b: Backend, waiter_index: int, waiter: int, index: int, stream: int) -> None:
+def _wait_raw(b: Backend, waiter_index: int, waiter: StreamHandle, index: int,
+              stream: StreamHandle) -> None:
     """Make future work on raw stream ``waiter`` (of device ``waiter_index``) wait for the work
     queued so far on raw stream ``stream`` (of device ``index``), through a temporary event.
     The one helper arrays, collectives and interop order raw streams with."""

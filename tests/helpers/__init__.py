@@ -17,6 +17,7 @@ from typing import Any
 
 from accelrt import backends
 from accelrt._backend import Backend
+from accelrt.backends import DevicePtr, EventHandle, StreamHandle
 
 __all__ = ["ToyBackend", "register_toy", "run_in_thread"]
 
@@ -62,39 +63,40 @@ class ToyBackend(Backend):
         self.inited.add((threading.get_ident(), index))
 
     # memory (unused by runtime tests)
-    def malloc(self, index: int, size: int) -> int:
+    def malloc(self, index: int, size: int) -> DevicePtr:
         return 0
 
-    def free(self, index: int, ptr: int) -> None:
+    def free(self, index: int, ptr: DevicePtr) -> None:
         pass
 
-    def memcpy(self, dst: int, src: int, nbytes: int, index: int, stream: int,
-               kind: str) -> None:
+    def memcpy(self, index: int, dst: int, src: int, nbytes: int, kind: str,
+               stream: StreamHandle) -> None:
         pass
 
-    def memset(self, ptr: int, value: int, nbytes: int, index: int, stream: int) -> None:
+    def memset(self, index: int, ptr: int, value: int, nbytes: int,
+               stream: StreamHandle) -> None:
         pass
 
     # streams
-    def default_stream(self, index: int) -> int:
+    def default_stream(self, index: int) -> StreamHandle:
         return 0
 
     def stream_priority_range(self, index: int) -> tuple[int, int]:
         return self.prange
 
-    def stream_create(self, index: int, priority: int) -> int:
+    def stream_create(self, index: int, priority: int) -> StreamHandle:
         self._call("stream_create")
         h = 0x1000 + next(self._ids)
         with self._lock:
             self.streams[h] = index
         return h
 
-    def stream_destroy(self, index: int, stream: int) -> None:
+    def stream_destroy(self, index: int, stream: StreamHandle) -> None:
         self._call("stream_destroy")
         with self._lock:
             del self.streams[stream]
 
-    def stream_is_valid(self, index: int, stream: int) -> bool:
+    def stream_is_valid(self, index: int, stream: StreamHandle) -> bool:
         return stream == 0 or self.streams.get(stream) == index
 
     def submit(self, stream: int, n: int = 1) -> None:
@@ -104,15 +106,15 @@ class ToyBackend(Backend):
     def complete(self, stream: int) -> None:
         self.pending[stream] = 0
 
-    def stream_query(self, index: int, stream: int) -> bool:
+    def stream_query(self, index: int, stream: StreamHandle) -> bool:
         self._call("stream_query")
         return not self.pending.get(stream, 0)
 
-    def stream_synchronize(self, index: int, stream: int) -> None:
+    def stream_synchronize(self, index: int, stream: StreamHandle) -> None:
         self._call("stream_synchronize")
         self.complete(stream)
 
-    def stream_wait_event(self, index: int, stream: int, event: int) -> None:
+    def stream_wait_event(self, index: int, stream: StreamHandle, event: EventHandle) -> None:
         self._call("stream_wait_event")
         self.events[event]["waited_by"].append(stream)
 
@@ -124,33 +126,33 @@ class ToyBackend(Backend):
 
     # events
     def event_create(self, index: int, enable_timing: bool, blocking: bool,
-                     interprocess: bool) -> int:
+                     interprocess: bool) -> EventHandle:
         self._call("event_create")
         h = 0x9000 + next(self._ids)
         self.events[h] = {"index": index, "timing": enable_timing, "stream": None, "t": 0.0,
                           "waited_by": []}
         return h
 
-    def event_destroy(self, index: int, event: int) -> None:
+    def event_destroy(self, index: int, event: EventHandle) -> None:
         self._call("event_destroy")
         del self.events[event]
 
-    def event_record(self, index: int, event: int, stream: int) -> None:
+    def event_record(self, index: int, event: EventHandle, stream: StreamHandle) -> None:
         self._call("event_record")
         e = self.events[event]
         e["stream"] = stream
         e["t"] = time.perf_counter()
         e["ticket"] = self.pending.get(stream, 0)
 
-    def event_query(self, index: int, event: int) -> bool:
+    def event_query(self, index: int, event: EventHandle) -> bool:
         e = self.events[event]
         return not (e["ticket"] and self.pending.get(e["stream"], 0))
 
-    def event_synchronize(self, index: int, event: int) -> None:
+    def event_synchronize(self, index: int, event: EventHandle) -> None:
         self._call("event_synchronize")
         self.complete(self.events[event]["stream"])
 
-    def event_elapsed_time(self, index: int, start: int, end: int) -> float:
+    def event_elapsed_time(self, index: int, start: EventHandle, end: EventHandle) -> float:
         return (self.events[end]["t"] - self.events[start]["t"]) * 1000.0
 
 

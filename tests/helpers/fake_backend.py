@@ -25,6 +25,7 @@ import threading
 from typing import Any
 
 from accelrt._backend import Backend
+from accelrt.backends import Capabilities, DevicePtr, EventHandle, StreamHandle
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -51,6 +52,7 @@ class FakeBackend(Backend):
         self.capacity = capacity
         self.granularity = granularity
         self.vm = vm
+        self._caps = Capabilities(virtual_memory=vm)
         self.auto_complete = auto_complete
         self.devices = devices
         self._lock = threading.Lock()
@@ -91,7 +93,7 @@ class FakeBackend(Backend):
         self._next_addr += -(-size // self.granularity) * self.granularity + self.granularity
         return addr
 
-    def malloc(self, index: int, size: int) -> int:
+    def malloc(self, index: int, size: int) -> DevicePtr:
         with self._lock:
             self.malloc_calls += 1
             if self.used + size > self.capacity:
@@ -101,21 +103,21 @@ class FakeBackend(Backend):
             self.used += size
             return ptr
 
-    def free(self, index: int, ptr: int) -> None:
+    def free(self, index: int, ptr: DevicePtr) -> None:
         with self._lock:
             size = self.allocs.pop(ptr)  # KeyError on a foreign pointer: a test failure
             self.used -= size
             self.free_calls += 1
 
-    def vm_supported(self, index: int) -> bool:
-        return self.vm
+    def capabilities(self, index: int) -> Capabilities:
+        return self._caps
 
     def vm_granularity(self, index: int) -> int:
         if not self.vm:
             raise NotImplementedError("The 'vm_granularity' method must be implemented.")
         return self.granularity
 
-    def vm_reserve(self, index: int, size: int) -> int:
+    def vm_reserve(self, index: int, size: int) -> DevicePtr:
         if not self.vm:
             raise NotImplementedError("The 'vm_reserve' method must be implemented.")
         assert size % self.granularity == 0, size
@@ -124,7 +126,7 @@ class FakeBackend(Backend):
             self.reservations[base] = size
             return base
 
-    def vm_release(self, index: int, ptr: int, size: int) -> None:
+    def vm_release(self, index: int, ptr: DevicePtr, size: int) -> None:
         with self._lock:
             assert self.reservations.pop(ptr) == size
             i = bisect.bisect_left(self._map_starts, ptr)
@@ -163,11 +165,12 @@ class FakeBackend(Backend):
             self.unmap_calls += 1
 
     # ------------------------------------------------------------------ copies
-    def memcpy(self, dst: int, src: int, nbytes: int, index: int, stream: int,
-               kind: str) -> None:
+    def memcpy(self, index: int, dst: int, src: int, nbytes: int, kind: str,
+               stream: StreamHandle) -> None:
         self._submit(stream)
 
-    def memset(self, ptr: int, value: int, nbytes: int, index: int, stream: int) -> None:
+    def memset(self, index: int, ptr: int, value: int, nbytes: int,
+               stream: StreamHandle) -> None:
         self._submit(stream)
 
     # ------------------------------------------------------------------ streams
@@ -183,24 +186,24 @@ class FakeBackend(Backend):
         """Queue one unit of (pending, unless auto_complete) work on ``stream``."""
         self._submit(stream)
 
-    def stream_create(self, index: int, priority: int) -> int:
+    def stream_create(self, index: int, priority: int) -> StreamHandle:
         return next(self._ids) + 1000
 
-    def stream_destroy(self, index: int, stream: int) -> None:
+    def stream_destroy(self, index: int, stream: StreamHandle) -> None:
         """Destroy a stream; its queued work still completes (as in CUDA)."""
         self.destroyed.add(stream)
 
-    def stream_is_valid(self, index: int, stream: int) -> bool:
+    def stream_is_valid(self, index: int, stream: StreamHandle) -> bool:
         return isinstance(stream, int) and stream >= 0 and stream not in self.destroyed
 
-    def stream_query(self, index: int, stream: int) -> bool:
+    def stream_query(self, index: int, stream: StreamHandle) -> bool:
         with self._lock:
             return self._stream_done.get(stream, 0) >= self._stream_seq.get(stream, 0)
 
-    def stream_synchronize(self, index: int, stream: int) -> None:
+    def stream_synchronize(self, index: int, stream: StreamHandle) -> None:
         self.complete_stream(stream)
 
-    def stream_wait_event(self, index: int, stream: int, event: int) -> None:
+    def stream_wait_event(self, index: int, stream: StreamHandle, event: EventHandle) -> None:
         pass
 
     def synchronize(self, index: int) -> None:
@@ -220,17 +223,17 @@ class FakeBackend(Backend):
 
     # ------------------------------------------------------------------ events
     def event_create(self, index: int, enable_timing: bool, blocking: bool,
-                     interprocess: bool) -> int:
+                     interprocess: bool) -> EventHandle:
         with self._lock:
             ev = next(self._ids)
             self._events[ev] = None
             return ev
 
-    def event_destroy(self, index: int, event: int) -> None:
+    def event_destroy(self, index: int, event: EventHandle) -> None:
         with self._lock:
             del self._events[event]
 
-    def event_record(self, index: int, event: int, stream: int) -> None:
+    def event_record(self, index: int, event: EventHandle, stream: StreamHandle) -> None:
         if not self.stream_is_valid(index, stream):
             raise ValueError(f"stream {stream} is not a live stream")
         if self.fail_event_record:
@@ -240,7 +243,7 @@ class FakeBackend(Backend):
             self._events[event] = (stream, seq)
             self.events_recorded += 1
 
-    def event_query(self, index: int, event: int) -> bool:
+    def event_query(self, index: int, event: EventHandle) -> bool:
         with self._lock:
             rec = self._events[event]
             if rec is None:
@@ -248,7 +251,7 @@ class FakeBackend(Backend):
             stream, seq = rec
             return self._stream_done.get(stream, 0) >= seq
 
-    def event_synchronize(self, index: int, event: int) -> None:
+    def event_synchronize(self, index: int, event: EventHandle) -> None:
         with self._lock:
             rec = self._events[event]
             if rec is None:
@@ -257,5 +260,5 @@ class FakeBackend(Backend):
             if self._stream_done.get(stream, 0) < seq:
                 self._stream_done[stream] = seq
 
-    def event_elapsed_time(self, index: int, start: int, end: int) -> float:
+    def event_elapsed_time(self, index: int, start: EventHandle, end: EventHandle) -> float:
         return 0.0

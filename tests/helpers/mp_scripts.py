@@ -123,7 +123,7 @@ def ready() -> None:
     gate = threading.Event()
     a = acc.zeros(1 << 16, dtype="int32", device="cpu")
     stream = acc.current_stream("cpu")
-    acc.backends.get_backend("cpu").launch_host_func(0, stream.stream_id, gate.wait)
+    acc.backends.get_backend("cpu").launch_host_func(0, gate.wait, stream.stream_id)
     a.fill_(7)                                        # queued behind the closed gate
     e = acc.Event("cpu", interprocess=True)
     e.record(stream)
@@ -141,7 +141,7 @@ def _dying_producer(conn: Any) -> None:
     gate = threading.Event()                          # never opened
     a = acc.zeros(16, dtype="int32", device="cpu")
     stream = acc.current_stream("cpu")
-    acc.backends.get_backend("cpu").launch_host_func(0, stream.stream_id, gate.wait)
+    acc.backends.get_backend("cpu").launch_host_func(0, gate.wait, stream.stream_id)
     a.fill_(1)
     conn.send(a)
     conn.recv()                                       # killed while waiting here

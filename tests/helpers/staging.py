@@ -3,6 +3,9 @@ copies and its live events (shared by the array-staging and collectives tests)."
 
 from __future__ import annotations
 
+import dataclasses
+
+from accelrt.backends import Capabilities, DevicePtr, EventHandle, StreamHandle  # noqa: F401
 from accelrt.backends.cpu import CpuBackend
 
 __all__ = ["RecordingNoHostCpu"]
@@ -18,8 +21,8 @@ class RecordingNoHostCpu(CpuBackend):
         self.copies: list[tuple[str, int, int]] = []
         self.live_events = 0
 
-    def host_accessible(self, index: int) -> bool:
-        return False
+    def capabilities(self, index: int) -> Capabilities:
+        return dataclasses.replace(super().capabilities(index), host_accessible=False)
 
     def host_malloc(self, size: int) -> int:
         ptr = super().host_malloc(size)
@@ -31,16 +34,16 @@ class RecordingNoHostCpu(CpuBackend):
         super().host_free(ptr)      # an unknown pointer raises the backend's mapped error
         self.pinned.discard(ptr)
 
-    def memcpy(self, dst: int, src: int, nbytes: int, index: int, stream: int,
-               kind: str) -> None:
+    def memcpy(self, index: int, dst: int, src: int, nbytes: int, kind: str,
+               stream: StreamHandle) -> None:
         self.copies.append((kind, dst, src))
-        super().memcpy(dst, src, nbytes, index, stream, kind)
+        super().memcpy(index, dst, src, nbytes, kind, stream)
 
     def event_create(self, index: int, enable_timing: bool, blocking: bool,
-                     interprocess: bool) -> int:
+                     interprocess: bool) -> EventHandle:
         self.live_events += 1
         return super().event_create(index, enable_timing, blocking, interprocess)
 
-    def event_destroy(self, index: int, event: int) -> None:
+    def event_destroy(self, index: int, event: EventHandle) -> None:
         self.live_events -= 1
         super().event_destroy(index, event)

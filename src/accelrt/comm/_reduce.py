@@ -67,7 +67,7 @@ def sum_into(dest: Place, root: Info, others: Sequence[Info]) -> Any:
     dst_stream = stream_of(dest)
     if b.host_accessible(dest.index):
         _host_sum(dest, dst_stream, res, root, others)
-    elif callable(getattr(b, "elementwise_add", None)):
+    elif b.capabilities(dest.index).device_add:
         _kernel_sum(dest, dst_stream, res, root, others)
     else:
         _staged_sum(res, root, others)
@@ -114,8 +114,7 @@ def _kernel_sum(dest: Place, dst_stream: Any, res: Info, root: Info,
                 others: Sequence[Info]) -> None:
     b = dest.backend
     assert b is not None
-    kernel: Any = getattr(b, "elementwise_add", None)
-    assert callable(kernel)
+    kernel = b.elementwise_add
     count = int(np.prod(root.shape, dtype=np.int64))
     acc_ptr = root.ptr
     keep = []

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .. import _backend, _staging
+from .. import _staging
 from .._device import _get_device, _lazy_init
 from .._stream import Stream, _current, _wait_raw
 
@@ -80,10 +80,6 @@ def place_of(array: Any) -> Place:
     return Place(b, index)
 
 
-def _implements(b: Backend, name: str) -> bool:
-    return getattr(type(b), name, None) is not getattr(_backend.Backend, name, None)
-
-
 def stream_of(place: Place, override: Stream | None = None) -> Stream:
     """The stream work on ``place`` is ordered on: ``override`` when it belongs to that
     device, else the calling thread's current stream of the device."""
@@ -110,8 +106,8 @@ def run_on_stream(stream: Stream, fn: Callable[[], None]) -> None:
     """Run ``fn()`` on the host in stream order on ``stream`` (``launch_host_func``), or, if
     the backend cannot, after synchronising the stream."""
     b = stream._b
-    if _implements(b, "launch_host_func"):
-        b.launch_host_func(stream._index, stream._handle, fn)
+    if b.capabilities(stream._index).host_functions:
+        b.launch_host_func(stream._index, fn, stream._handle)
     else:
         b.stream_synchronize(stream._index, stream._handle)
         fn()
@@ -165,15 +161,15 @@ def copy_runs(dst: Place, dst_ptr: int, src: Place, src_ptr: int, run: int, coun
             # the source's pending work is
             barrier(_current(sb, src.index), dst_stream)
             for k in range(count):
-                sb.memcpy(dst_ptr + k * dst_pitch, src_ptr + k * src_pitch, run, src.index,
-                          dst_stream._handle, "d2d")
+                sb.memcpy(src.index, dst_ptr + k * dst_pitch, src_ptr + k * src_pitch, run,
+                          "d2d", dst_stream._handle)
             return
         copy_stream = stream_of(src, stream)
-        if _implements(sb, "memcpy_peer"):
+        if sb.capabilities(src.index).peer_copies:
             barrier(dst_stream, copy_stream)
             for k in range(count):
-                sb.memcpy_peer(dst_ptr + k * dst_pitch, dst.index, src_ptr + k * src_pitch,
-                               src.index, run, copy_stream._handle)
+                sb.memcpy_peer(dst.index, dst_ptr + k * dst_pitch, src.index,
+                               src_ptr + k * src_pitch, run, copy_stream._handle)
             barrier(copy_stream, dst_stream)
             return
         # no peer copies: stage through host memory
@@ -250,8 +246,7 @@ def _d2h(src: Place, dst_ptr: int, src_ptr: int, run: int, count: int, dst_pitch
                                                     dst_pitch, src_pitch):
         return
     for k in range(count):
-        b.memcpy(dst_ptr + k * dst_pitch, src_ptr + k * src_pitch, run, src.index,
-                 s._handle, "d2h")
+        b.memcpy(src.index, dst_ptr + k * dst_pitch, src_ptr + k * src_pitch, run, "d2h", s._handle)
     s.synchronize()
 
 
@@ -271,7 +266,7 @@ def _download_staged(b: Backend, s: Stream, dst_ptr: int, src_ptr: int, run: int
     for k in range(count):
         d, sp = dst_ptr + k * dst_pitch, src_ptr + k * src_pitch
         if not _staging.download(b, s, d, sp, run):
-            b.memcpy(d, sp, run, s._index, s._handle, "d2h")
+            b.memcpy(s._index, d, sp, run, "d2h", s._handle)
             s.synchronize()
     return True
 
@@ -288,8 +283,7 @@ def _h2d(dst: Place, dst_ptr: int, src_ptr: int, run: int, count: int, dst_pitch
                                                   dst_pitch, src_pitch):
         return
     for k in range(count):
-        b.memcpy(dst_ptr + k * dst_pitch, src_ptr + k * src_pitch, run, dst.index,
-                 s._handle, "h2d")
+        b.memcpy(dst.index, dst_ptr + k * dst_pitch, src_ptr + k * src_pitch, run, "h2d", s._handle)
     s.synchronize()
 
 
@@ -309,7 +303,7 @@ def _upload_staged(b: Backend, s: Stream, dst_ptr: int, src_ptr: int, run: int, 
         d, sp = dst_ptr + k * dst_pitch, src_ptr + k * src_pitch
         if not _staging.upload(b, s, d, host_view(sp, (run,), np.dtype(np.uint8)),
                                non_blocking=True):
-            b.memcpy(d, sp, run, s._index, s._handle, "h2d")
+            b.memcpy(s._index, d, sp, run, "h2d", s._handle)
     s.synchronize()
     return True
 

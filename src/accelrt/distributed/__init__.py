@@ -245,8 +245,10 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
         from .._device import _get_device, set_device_index
         b, index = _get_device(device_id)
         set_device_index(f"{b.name}:{index}")
-        if b.name == "cuda":
-            group.engine("cuda", index)
+        if b.capabilities(index).cuda_array_interface:
+            # CUDA device memory (what NCCL serves): start its engine now, as PyTorch's
+            # device_id makes the communicator eagerly
+            group.engine(b.name, index)
     from ._group import read_debug_level
     read_debug_level()
     _S.world = group
@@ -937,7 +939,7 @@ def _copy(dst: Any, dst_off: int, src: Any, src_off: int, nbytes: int) -> None:
 
         run_on_stream(cur, move)
     else:
-        b.memcpy(dptr, sptr, nbytes, index, cur._handle, "d2d")
+        b.memcpy(index, dptr, sptr, nbytes, "d2d", cur._handle)
 
 
 def _pack(stage: Any, parts: list[Any]) -> None:

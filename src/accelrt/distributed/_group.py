@@ -707,16 +707,14 @@ class ProcessGroup:
             done_in: set[int] = set()
             for a in ins:
                 if id(a) not in done_in and a.nbytes:
-                    b.memcpy(blocks[id(a)].ptr, a.data_ptr(), a.nbytes, index, comm._handle,
-                             "d2h")
+                    b.memcpy(index, blocks[id(a)].ptr, a.data_ptr(), a.nbytes, "d2h", comm._handle)
                     done_in.add(id(a))
             comm.synchronize()
             self._inline(op, seq, lambda: body(lambda a: blocks[id(a)], None))
             done_out: set[int] = set()
             for a in outs:
                 if id(a) not in done_out and a.nbytes:
-                    b.memcpy(a.data_ptr(), blocks[id(a)].ptr, a.nbytes, index, comm._handle,
-                             "h2d")
+                    b.memcpy(index, a.data_ptr(), blocks[id(a)].ptr, a.nbytes, "h2d", comm._handle)
                     done_out.add(id(a))
         finally:
             assert pool is not None or not owned
@@ -785,7 +783,7 @@ class ProcessGroup:
             if send and nbytes:
                 if not ctx.idle():
                     ctx.stream.synchronize()
-                b.memcpy(ptr, array.data_ptr(), nbytes, index, cur._handle, "d2h")
+                b.memcpy(index, ptr, array.data_ptr(), nbytes, "d2h", cur._handle)
                 cur.synchronize()
         except BaseException:
             release(None)
@@ -798,7 +796,7 @@ class ProcessGroup:
             c = _current(b, index)
             try:
                 if nbytes:
-                    b.memcpy(array.data_ptr(), ptr, nbytes, index, c._handle, "h2d")
+                    b.memcpy(index, array.data_ptr(), ptr, nbytes, "h2d", c._handle)
             finally:
                 release(c)
 

@@ -223,6 +223,7 @@ def wait_for_stream(stream: int, *, backend: Any = "cuda", device: Any = None) -
         >>> wait_for_stream(producer.stream_id, backend="cpu")
     """
     from .._device import _lazy_init
+    from .._handles import StreamHandle
     from .._stream import _current, _wait_raw
     b, index = _backend_index(backend, device)
     if isinstance(stream, bool) or not isinstance(stream, int):
@@ -232,6 +233,7 @@ def wait_for_stream(stream: int, *, backend: Any = "cuda", device: Any = None) -
     if stream == current:
         return
     # validates the handle, and lets backends that track foreign streams (cuda) accept it
+    stream = StreamHandle(stream)
     if not b.stream_is_valid(index, stream):
         raise ValueError(f"stream {stream:#x} is not a live stream of {b.name}:{index}; the "
                          "producer's stream must belong to the device its data is on")

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from .. import _device
 from .._device import _get_device, _tls
 from .._fork import reinit_after_fork
+from .._handles import StreamHandle
 from . import _host
 from ._allocator import DeviceCachingAllocator, get_allocator, peek_allocator
 from ._config import get_allocator_settings, get_config, set_allocator_settings
@@ -488,7 +489,7 @@ def _stream_of(b: Backend, i: int, stream: Any) -> int:
         from .._stream import _current
         return int(_current(b, i)._handle)
     if isinstance(stream, int) and not isinstance(stream, bool):
-        if not b.stream_is_valid(i, stream):
+        if not b.stream_is_valid(i, StreamHandle(stream)):
             raise ValueError(f"stream={stream:#x} is not a live stream handle of {b.name}:{i}; "
                              "pass an accelrt.Stream or the stream_id of a live one")
         return stream

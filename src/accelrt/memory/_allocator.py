@@ -42,6 +42,7 @@ from typing import Any, cast
 from .._backend import Backend
 from .._errors import OutOfMemoryError
 from .._fork import hold_across_fork, reinit_after_fork
+from .._handles import StreamHandle
 from ._block import (
     ADDR_MASK,
     DEFAULT_POOL,
@@ -795,7 +796,7 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
                 raise self._bad_ptr(ptr, blk)
             if stream == blk.stream:
                 return
-            if not self._b.stream_is_valid(self._index, stream):
+            if not self._b.stream_is_valid(self._index, StreamHandle(stream)):
                 raise ValueError(f"record_stream: {stream!r} is not a live stream handle of "
                                  f"{self._name}:{self._index}")
             if blk.stream_uses is None:

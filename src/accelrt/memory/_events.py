@@ -24,6 +24,7 @@ import collections
 from typing import TYPE_CHECKING
 
 from .. import _sync_debug
+from .._handles import EventHandle, StreamHandle
 from ._block import Block, PrivatePool
 
 if TYPE_CHECKING:
@@ -81,12 +82,12 @@ class EventsMixin:
                 error = error or exc
                 continue
             try:
-                b.event_record(idx, ev, s)
+                b.event_record(idx, EventHandle(ev), StreamHandle(s))
             except Exception as exc:  # noqa: BLE001 - re-raised below, state kept consistent
                 self._event_pool.append(ev)
                 failure: BaseException | None = exc
                 try:
-                    if not b.stream_is_valid(idx, s):
+                    if not b.stream_is_valid(idx, StreamHandle(s)):
                         b.synchronize(idx)   # a destroyed stream: wait for everything
                         failure = None
                         if _sync_debug.active:   # after the wait: the block is then free
@@ -128,7 +129,7 @@ class EventsMixin:
             q = self._events[s]
             while q:
                 ev, blk = q[0]
-                if not b.event_query(idx, ev):
+                if not b.event_query(idx, EventHandle(ev)):
                     break
                 q.popleft()
                 self._event_pool.append(ev)
@@ -154,7 +155,7 @@ class EventsMixin:
                 if only is not None and blk.pool.owner is not only:
                     keep.append((ev, blk))
                     continue
-                b.event_synchronize(idx, ev)
+                b.event_synchronize(idx, EventHandle(ev))
                 self._event_pool.append(ev)
                 blk.event_count -= 1
                 if blk.event_count == 0:

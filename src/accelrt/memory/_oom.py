@@ -97,14 +97,12 @@ class OomMixin:
         if alloc_size > requested:
             extra += (f" The allocator needed a new {format_size(alloc_size)} segment for the "
                       f"{format_size(requested)} request.")
-        fn = getattr(self._b, "oom_advice", None)
-        if callable(fn):
-            try:
-                hint = fn(self._index)
-            except Exception:  # noqa: BLE001 - the OOM report must not fail
-                hint = None
-            if isinstance(hint, str) and hint:
-                extra += " " + hint
+        try:
+            hint = self._b.oom_advice(self._index)
+        except Exception:  # noqa: BLE001 - the OOM report must not fail
+            hint = None
+        if isinstance(hint, str) and hint:
+            extra += " " + hint
         return extra
 
     def _prepare_oom(self, pool: BlockPool, stream: int, rounded: int,

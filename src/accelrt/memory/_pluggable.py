@@ -181,10 +181,9 @@ class PluggableAllocator:
                             "an address (an int, 0 for out of memory)")
         if not ptr:
             return 0
-        adopt = getattr(b, "adopt_memory", None)
-        if adopt is not None:
+        if b.capabilities(index).adopt_memory:
             try:
-                adopt(index, ptr, size)
+                b.adopt_memory(index, ptr, size)
             except BaseException:
                 self._free(ptr, size, index, stream)
                 raise
@@ -201,9 +200,8 @@ class PluggableAllocator:
         if meta is None:
             raise ValueError(f"Trying to free a pointer not allocated here ({ptr:#x})")
         size, b, index, stream = meta
-        disown = getattr(b, "disown_memory", None)
-        if disown is not None:
-            disown(index, ptr)       # waits for queued work on the memory (cpu, async mode)
+        if b.capabilities(index).adopt_memory:
+            b.disown_memory(index, ptr)  # waits for queued work on the memory (cpu, async mode)
         self._free(ptr, size, index, stream)
 
     def _live_count(self) -> int:

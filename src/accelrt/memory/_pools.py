@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .._handles import DevicePtr
 from ._block import DEFAULT_POOL, K_SMALL_SIZE, BlockPool, PrivatePool
 
 if TYPE_CHECKING:
@@ -93,7 +94,7 @@ class PoolsMixin:
         if owner is not None and owner.allocator is not None:
             owner.allocator._raw_free(blk.addr)
         else:
-            self._b.free(self._index, blk.addr)
+            self._b.free(self._index, DevicePtr(blk.addr))
 
     def _get_private_pool(self, rounded: int, stream: int) -> BlockPool:
         for pool_id, filt in reversed(self._captures):

@@ -24,9 +24,11 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from .._backend import Backend
+from .._backend import Backend, Capabilities
+from .._handles import DevicePtr, EventHandle, StreamHandle
 from .._errors import OutOfMemoryError
 from .._fork import reinit_after_fork
+from ..backends._common import KeptErrors
 
 __all__ = ["CALL_NAMES", "SimulatedBackend"]
 
@@ -44,6 +46,11 @@ _MALLOC_ALIGN = 512               # addresses returned by malloc are multiples o
 _DEVICE_STRIDE = 1 << 44          # address space of one device (16 TiB) ...
 _VM_OFFSET = 1 << 43              # ... whose upper half holds virtual reservations
 _HOST_BASE = 1 << 40              # fake pinned host addresses
+_CAPS = Capabilities(virtual_memory=True, pinned_host_memory=True, host_functions=True)
+
+
+def _describe(key: tuple[int, int]) -> str:
+    return f"simulated: a host function on stream {key[1]} of simulated:{key[0]} raised"
 
 
 def _check_size(size: object, what: str) -> int:
@@ -123,8 +130,15 @@ class SimulatedBackend(Backend):
         self._handles = itertools.count(1)              # streams and events
         self._host: dict[int, int] = {}                 # pinned ptr -> size, guarded by _lock
         self._next_host = _HOST_BASE                    # guarded by _lock
+        # the first exception of a host function per (device, stream), raised by the next sync
+        self._kept: KeptErrors[tuple[int, int]] = KeptErrors()
 
     # ------------------------------------------------------------------ queries
+    def capabilities(self, index: int) -> Capabilities:
+        """Virtual memory (2 MiB granularity), pinned host memory and host functions (they
+        run at once: all work completes at once)."""
+        return _CAPS
+
     def device_count(self) -> int:
         return len(self._devices)
 
@@ -136,25 +150,25 @@ class SimulatedBackend(Backend):
         return (self.capacity - self._devices[index].used, self.capacity)
 
     # ------------------------------------------------------------------ memory
-    def malloc(self, index: int, size: int) -> int:
+    def malloc(self, index: int, size: int) -> DevicePtr:
         _check_size(size, "malloc")
         dev = self._devices[index]
         with self._lock:
             if dev.used + size > self.capacity:
-                return 0
+                return DevicePtr(0)
             step = max(_MALLOC_ALIGN, -(-size // _MALLOC_ALIGN) * _MALLOC_ALIGN)
             ptr, limit = dev.next_addr, dev.base + _VM_OFFSET
             if ptr + step > limit:          # the bump pointer ran out: reuse a freed range
                 ptr = _first_fit(dev.blocks, dev.base, limit, step, _MALLOC_ALIGN, 0)
                 if not ptr:
-                    return 0
+                    return DevicePtr(0)
             dev.next_addr = max(dev.next_addr, ptr + step)
             dev.used += size
             dev.blocks[ptr] = size
             dev.calls["malloc"] += 1
-        return ptr
+        return DevicePtr(ptr)
 
-    def free(self, index: int, ptr: int) -> None:
+    def free(self, index: int, ptr: DevicePtr) -> None:
         dev = self._devices[index]
         with self._lock:
             size = dev.blocks.pop(ptr, None)
@@ -184,9 +198,6 @@ class SimulatedBackend(Backend):
             return sum(self._host.values())
 
     # ------------------------------------------------------------------ virtual memory
-    def vm_supported(self, index: int) -> bool:
-        return True
-
     def vm_granularity(self, index: int) -> int:
         return _VM_GRANULARITY
 
@@ -195,7 +206,7 @@ class SimulatedBackend(Backend):
             raise ValueError(f"{what}: [{ptr:#x}, +{size}) is not a non-empty range aligned to "
                              f"the {_VM_GRANULARITY}-byte granularity")
 
-    def vm_reserve(self, index: int, size: int) -> int:
+    def vm_reserve(self, index: int, size: int) -> DevicePtr:
         _check_size(size, "vm_reserve")
         self._check_aligned(0, size, "vm_reserve")
         dev = self._devices[index]
@@ -211,9 +222,9 @@ class SimulatedBackend(Backend):
             dev.next_vm = max(dev.next_vm, ptr + step)
             dev.reservations[ptr] = size
             dev.calls["vm_reserve"] += 1
-        return ptr
+        return DevicePtr(ptr)
 
-    def vm_release(self, index: int, ptr: int, size: int) -> None:
+    def vm_release(self, index: int, ptr: DevicePtr, size: int) -> None:
         dev = self._devices[index]
         with self._lock:
             if dev.reservations.get(ptr) != size:
@@ -287,50 +298,58 @@ class SimulatedBackend(Backend):
             return dict(self._devices[index].calls)
 
     # ------------------------------------------------------------------ copies (no memory)
-    def memcpy(self, dst: int, src: int, nbytes: int, index: int, stream: int,
-               kind: str) -> None:
+    def memcpy(self, index: int, dst: int, src: int, nbytes: int, kind: str,
+               stream: StreamHandle) -> None:
         """Does nothing: a simulated device holds no data."""
 
-    def memset(self, ptr: int, value: int, nbytes: int, index: int, stream: int) -> None:
+    def memset(self, index: int, ptr: int, value: int, nbytes: int,
+               stream: StreamHandle) -> None:
         """Does nothing: a simulated device holds no data."""
 
-    def fill(self, ptr: int, pattern: bytes, count: int, index: int, stream: int) -> None:
+    def fill(self, index: int, ptr: int, pattern: bytes, count: int,
+             stream: StreamHandle) -> None:
         """Does nothing: a simulated device holds no data."""
 
     # ------------------------------------------------------------------ streams and events
-    def stream_create(self, index: int, priority: int) -> int:
-        return next(self._handles)
+    def stream_create(self, index: int, priority: int) -> StreamHandle:
+        return StreamHandle(next(self._handles))
 
-    def stream_query(self, index: int, stream: int) -> bool:
+    def stream_query(self, index: int, stream: StreamHandle) -> bool:
+        self._kept.raise_for([(index, stream)], _describe)
         return True
 
-    def stream_synchronize(self, index: int, stream: int) -> None:
-        return None
+    def stream_synchronize(self, index: int, stream: StreamHandle) -> None:
+        self._kept.raise_for([(index, stream)], _describe)
 
-    def stream_wait_event(self, index: int, stream: int, event: int) -> None:
+    def stream_wait_event(self, index: int, stream: StreamHandle, event: EventHandle) -> None:
         return None
 
     def synchronize(self, index: int) -> None:
-        return None
+        self._kept.raise_first(lambda key: key[0] == index, _describe)
 
-    def launch_host_func(self, index: int, stream: int, fn: Callable[[], None]) -> None:
-        fn()
+    def launch_host_func(self, index: int, fn: Callable[[], None], stream: StreamHandle) -> None:
+        """Run ``fn`` at once (all work completes at once); an exception it raises is kept
+        and raised by the next synchronization of the stream or device, as on a device."""
+        try:
+            fn()
+        except BaseException as exc:  # noqa: BLE001 - kept and raised by the next sync
+            self._kept.keep((index, stream), exc)
 
     def event_create(self, index: int, enable_timing: bool, blocking: bool,
-                     interprocess: bool) -> int:
-        return next(self._handles)
+                     interprocess: bool) -> EventHandle:
+        return EventHandle(next(self._handles))
 
-    def event_destroy(self, index: int, event: int) -> None:
+    def event_destroy(self, index: int, event: EventHandle) -> None:
         return None
 
-    def event_record(self, index: int, event: int, stream: int) -> None:
+    def event_record(self, index: int, event: EventHandle, stream: StreamHandle) -> None:
         return None
 
-    def event_query(self, index: int, event: int) -> bool:
+    def event_query(self, index: int, event: EventHandle) -> bool:
         return True
 
-    def event_synchronize(self, index: int, event: int) -> None:
+    def event_synchronize(self, index: int, event: EventHandle) -> None:
         return None
 
-    def event_elapsed_time(self, index: int, start: int, end: int) -> float:
+    def event_elapsed_time(self, index: int, start: EventHandle, end: EventHandle) -> float:
         return 0.0

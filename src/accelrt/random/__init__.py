@@ -17,7 +17,7 @@ few float64 ulp across backends (bit-identical across devices and chunkings of o
 
 The CPU backend generates with numpy straight into the array's memory, in stream order. A
 non-host backend generates on the device when it implements the optional
-``philox_fill(ptr, n, dtype, dist, seed, offset, params, index, stream)``; otherwise the
+``philox_fill(index, ptr, n, dtype, dist, seed, offset, params, stream)``; otherwise the
 numbers are made on the host and copied (slower, same bits).
 
 Example::
@@ -46,6 +46,7 @@ import numpy as np
 from .._device import _get_device, _lazy_init
 from .._device import device as _device_cls
 from .._stream import _current
+from .._handles import StreamHandle
 from . import _philox
 from ._generator import (
     DEFAULT_SEED,
@@ -411,7 +412,7 @@ def _generate(out: Array, dist: str, params: tuple[Any, ...], generator: Generat
           generator)
 
 
-def _fill(out: Array, b: Backend, index: int, stream: int, n: int, dist: str,
+def _fill(out: Array, b: Backend, index: int, stream: StreamHandle, n: int, dist: str,
           params: tuple[Any, ...], generator: Generator | None) -> None:
     """Fill the ``n`` elements of ``out`` (on device ``index`` of ``b``, initialised) on
     ``stream``.
@@ -439,16 +440,15 @@ def _fill(out: Array, b: Backend, index: int, stream: int, n: int, dist: str,
     # Queued work holds only borrowed memory (``_held``'s rule): allocator memory is freed
     # stream-ordered, so ``del out`` while the fill is queued frees it at once, as for any op.
     keep = (mem,) if mem.alloc is None and ptr else ()
-    device_fill = getattr(b, "philox_fill", None)
-    if device_fill is not None and callable(device_fill):
-        device_fill(ptr, n, dtype.name, dist, seed_, offset, params, index, stream)
+    if b.capabilities(index).device_rng:
+        b.philox_fill(index, ptr, n, dtype.name, dist, seed_, offset, params, stream)
         if keep:
             _hold(b, index, stream, keep)
         return
     if mem.host or b.host_accessible(index):
         work = functools.partial(_philox.fill_at, ptr, n, dtype, dist, seed_, offset, params)
         try:
-            b.launch_host_func(index, stream, work)
+            b.launch_host_func(index, work, stream)
         except NotImplementedError:
             b.stream_synchronize(index, stream)
             work()

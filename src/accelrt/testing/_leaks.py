@@ -67,8 +67,8 @@ class Snapshot:
 
 def _backends() -> list[Backend]:
     from .. import _backend
-    with _backend._lock:
-        return list(_backend._instances.values())
+    with _backend._lock:   # a closed instance holds no handles (and answers no count)
+        return [b for b in _backend._instances.values() if not b.closed]
 
 
 def _internal_streams(b: Backend) -> int:
@@ -118,10 +118,10 @@ def snapshot() -> Snapshot:
             continue
         snap.allocated[id(a)] = (a, f"{a._b.name}:{a._index}", allocated)
     for b in _backends():
-        live = getattr(b, "live_handles", None)
+        live = b.live_handles()
         if live is None:
             continue
-        counts = dict(live())
+        counts = dict(live)
         counts["streams"] -= _internal_streams(b)
         counts["events"] -= _internal_events(b)
         snap.handles[id(b)] = (b, counts)
@@ -185,7 +185,7 @@ def _synchronize_all() -> None:
     """Wait for the work queued on every initialised device of the checked backends."""
     from .._device import _is_initialized
     for b in _backends():
-        if getattr(b, "live_handles", None) is None:
+        if b.live_handles() is None:
             continue
         for i in range(b.device_count()):
             if _is_initialized(b, i):

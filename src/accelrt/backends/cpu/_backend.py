@@ -9,11 +9,12 @@ records the work submitted to a capturing stream and replays it in order.
 Example::
 
     >>> import numpy as np
+    >>> from accelrt.backends import StreamHandle
     >>> from accelrt.backends.cpu import CpuBackend
     >>> b = CpuBackend(num_devices=2, memory_limit="64MiB")
     >>> ptr = b.malloc(0, 16)
     >>> src = np.arange(16, dtype=np.uint8)
-    >>> b.memcpy(ptr, src.ctypes.data, 16, 0, 0, "h2d")
+    >>> b.memcpy(0, ptr, src.ctypes.data, 16, "h2d", StreamHandle(0))
     >>> b.get_memory_info(0) == (64 * 2**20 - 16, 64 * 2**20)
     True
     >>> b.free(0, ptr)
@@ -33,9 +34,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..._backend import Backend
+from ..._backend import Backend, Capabilities
 from ..._errors import DeviceError, map_backend_errors
 from ..._fork import reinit_after_fork
+from ..._handles import DevicePtr, EventHandle, GraphHandle, StreamHandle
 from ..._properties import derived_uuid
 from ._config import (
     ENV_MEMORY,
@@ -56,13 +58,14 @@ from ._memory import (
     vm_available,
 )
 from ._ipc import IpcEventState
+from .._common import (HandleTable, KeptErrors, bad_handle, check_byte, check_index, check_ptr,
+                       fill_pattern)
 from ._streams import Capture, CpuEvent, CpuStream, Record
 
 __all__ = ["CpuBackend"]
 
 _now = time.perf_counter_ns
 _KINDS = frozenset(("h2d", "d2h", "d2d", "h2h"))
-_FILL_DTYPES = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 _PRIORITY_LEAST, _PRIORITY_GREATEST = 0, -1
 # largest vm_reserve size: the reservation plus one alignment granule must fit in a signed size
 _MAX_RESERVATION = (1 << 63) - 2 * VM_GRANULARITY
@@ -81,9 +84,12 @@ def _close_all(default: list[CpuStream], streams: dict[int, CpuStream]) -> None:
         s.close()
 
 
+def _describe(s: CpuStream) -> str:
+    return f"cpu: work on stream {s.handle} of cpu:{s.device} failed"
+
+
 def _work_error(s: CpuStream, exc: BaseException) -> DeviceError:
-    err = DeviceError(f"cpu: work on stream {s.handle} of cpu:{s.device} failed: "
-                      f"{type(exc).__name__}: {exc}")
+    err = DeviceError(f"{_describe(s)}: {type(exc).__name__}: {exc}")
     err.__cause__ = exc
     return err
 
@@ -159,12 +165,14 @@ class CpuBackend(Backend):
         # Event/Stream finalizer (event_destroy, stream_destroy) inside a locked section
         self._lock = reinit_after_fork(threading.RLock())
         self._handles = itertools.count(1)
-        self._default = [CpuStream(i, 0, 0) for i in range(n)]
+        # the first exception of each stream's work, raised by its next synchronization
+        self._kept: KeptErrors[CpuStream] = KeptErrors()
+        self._default = [CpuStream(i, 0, 0, self._kept) for i in range(n)]
         self._streams: dict[int, CpuStream] = {}      # guarded by _lock (writes)
         # destroyed streams whose queued work may still run (CUDA's model: the work completes,
         # and free, vm_unmap and synchronize wait for it); see _retiring
         self._retired: list[CpuStream] = []           # guarded by _lock
-        self._events: dict[int, CpuEvent] = {}        # guarded by _lock (writes)
+        self._events: HandleTable[CpuEvent] = HandleTable(self._lock, self._handles)
         self._graphs: dict[int, _Graph] = {}          # guarded by _lock (writes)
         self._capturing: dict[CpuStream, Capture] = {}  # guarded by _lock (writes)
         # device index -> handles of its live streams (0 included): the fast paths' check
@@ -172,6 +180,13 @@ class CpuBackend(Backend):
         # True when the fast synchronous paths cannot be used (async mode or open captures)
         self._slow = self._async                      # guarded by _lock (writes)
         self._finalizer = weakref.finalize(self, _close_all, self._default, self._streams)
+        # every device answers the same (device memory is host memory; graphs are recorded
+        # work; interprocess events live in POSIX shared memory, see _ipc)
+        self._caps = Capabilities(
+            virtual_memory=vm_available(), graphs=True, pinned_host_memory=True,
+            host_functions=True, peer_copies=True, interprocess_events=True,
+            interprocess_memory=self._config.shared_memory, host_accessible=True,
+            adopt_memory=True)
 
     # ------------------------------------------------------------------ leak checks
     def live_handles(self) -> dict[str, int]:
@@ -210,18 +225,22 @@ class CpuBackend(Backend):
         return self._config
 
     def close(self, timeout: float | None = 10.0) -> None:
-        """Stop every stream's worker thread once its queued work is done (idempotent).
+        """Stop every stream's worker thread once its queued work is done, then close the
+        instance (:meth:`Backend.close`: later operations raise; idempotent).
 
         Args:
             timeout: seconds to wait for each worker to finish its queue (``None``: forever).
 
         Example::
 
+            >>> from accelrt.backends import StreamHandle
             >>> from accelrt.backends.cpu import CpuBackend
             >>> b = CpuBackend(async_streams=True)
-            >>> b.launch_host_func(0, 0, lambda: None)
+            >>> b.launch_host_func(0, lambda: None, StreamHandle(0))
             >>> b.close()
         """
+        if self.closed:
+            return
         streams = list(itertools.chain(self._default, list(self._streams.values()),
                                        self._retiring()))
         self._finalizer()
@@ -230,14 +249,29 @@ class CpuBackend(Backend):
             thread = s.thread
             if thread is not None and thread is not me:
                 thread.join(timeout)
+        super().close()
+
+    def capabilities(self, index: int) -> Capabilities:
+        """Everything but the CUDA protocols and device-side compute; virtual memory on Linux,
+        interprocess memory with ``shared_memory``.
+
+        Example::
+
+            >>> from accelrt.backends.cpu import CpuBackend
+            >>> caps = CpuBackend(shared_memory=False).capabilities(0)
+            >>> caps.host_functions, caps.interprocess_memory, caps.host_accessible
+            (True, False, True)
+        """
+        if type(index) is int and 0 <= index < self._n:
+            return self._caps
+        self._check_index(index)
+        return self._caps
 
     def _check_index(self, index: object) -> int:
-        if isinstance(index, bool) or not isinstance(index, int):
-            raise TypeError(f"device index must be an int, got {type(index).__name__}")
-        if not 0 <= index < self._n:
-            raise IndexError(f"cpu device index {index} is out of range; this backend has "
-                             f"{self._n} device(s) (set ACCELRT_CPU_DEVICES for more)")
-        return index
+        if type(index) is int and 0 <= index < self._n:
+            return index
+        return check_index(index, self._n, "cpu", f"this backend has {self._n} device(s) "
+                           "(set ACCELRT_CPU_DEVICES for more)")
 
     def device_count(self) -> int:
         """Number of simulated devices."""
@@ -295,12 +329,12 @@ class CpuBackend(Backend):
                 f"set {ENV_MEMORY} to a larger size, e.g. {ENV_MEMORY}={bigger}, for more.")
 
     # ------------------------------------------------------------------ memory
-    def malloc(self, index: int, size: int) -> int:
+    def malloc(self, index: int, size: int) -> DevicePtr:
         """Allocate ``size`` (> 0) bytes, 256-byte aligned; ``0`` if over the budget."""
         mem = self._mem[self._check_index(index)]
-        return mem.malloc(check_size(size))
+        return DevicePtr(mem.malloc(check_size(size)))
 
-    def free(self, index: int, ptr: int) -> None:
+    def free(self, index: int, ptr: DevicePtr) -> None:
         """Free a :meth:`malloc` pointer (after pending stream work, in async mode)."""
         mem = self._mem[self._check_index(index)]
         self._check_ptr(ptr)
@@ -310,7 +344,7 @@ class CpuBackend(Backend):
     def adopt_memory(self, index: int, ptr: int, size: int) -> None:
         """Treat ``size`` bytes of host memory at ``ptr``, allocated by someone else (a
         pluggable allocator's library), as memory of device ``index`` until
-        :meth:`disown_memory` (an optional capability the core finds by ``getattr``)."""
+        :meth:`disown_memory` (capability ``adopt_memory``)."""
         mem = self._mem[self._check_index(index)]
         mem.adopt(self._check_ptr(ptr), check_size(size))
 
@@ -322,18 +356,19 @@ class CpuBackend(Backend):
         self._drain()
         mem.disown(ptr)
 
-    def ipc_mem_handle(self, index: int, ptr: int) -> bytes:
+    def ipc_mem_handle(self, index: int, ptr: DevicePtr) -> bytes:
         """The interprocess handle of the allocation starting at ``ptr`` (shared-memory
         option only; ValueError naming the reason and the fix otherwise)."""
         mem = self._mem[self._check_index(index)]
         return mem.ipc_handle(self._check_ptr(ptr))
 
-    def ipc_open_mem_handle(self, index: int, handle: bytes) -> tuple[int, int]:
+    def ipc_open_mem_handle(self, index: int, handle: bytes) -> tuple[DevicePtr, int]:
         """Map another process's allocation as memory of device ``index``: ``(ptr, size)``."""
         mem = self._mem[self._check_index(index)]
-        return mem.ipc_open(handle)
+        ptr, size = mem.ipc_open(handle)
+        return DevicePtr(ptr), size
 
-    def ipc_close_mem_handle(self, index: int, ptr: int) -> None:
+    def ipc_close_mem_handle(self, index: int, ptr: DevicePtr) -> None:
         """Unmap memory from :meth:`ipc_open_mem_handle` (after pending stream work)."""
         mem = self._mem[self._check_index(index)]
         self._check_ptr(ptr)
@@ -348,17 +383,7 @@ class CpuBackend(Backend):
         """Release :meth:`host_malloc` memory."""
         self._host.free(self._check_ptr(ptr))
 
-    def host_accessible(self, index: int) -> bool:
-        """Always True: cpu device memory is host memory."""
-        return True
-
-    @staticmethod
-    def _check_ptr(ptr: object, what: str = "pointer") -> int:
-        if isinstance(ptr, bool) or not isinstance(ptr, int):
-            raise TypeError(f"{what} must be an int address, got {type(ptr).__name__}")
-        if ptr <= 0:
-            raise ValueError(f"{what}={ptr} is not a valid address")
-        return ptr
+    _check_ptr = staticmethod(check_ptr)
 
     def _drain(self) -> None:
         """Async mode: wait for all submitted work of every stream, destroyed streams
@@ -377,15 +402,10 @@ class CpuBackend(Backend):
             return []
         with self._lock:
             self._retired = [s for s in self._retired
-                             if s.completed < s.submitted or s.error is not None]
+                             if s.completed < s.submitted or self._kept.has(s)]
             return [s for s in self._retired if index is None or s.device == index]
 
     # ------------------------------------------------------------------ virtual memory
-    def vm_supported(self, index: int) -> bool:
-        """True on Linux."""
-        self._check_index(index)
-        return vm_available()
-
     def _vm_mem(self, index: int) -> DeviceMemory:
         mem = self._mem[self._check_index(index)]
         if not vm_available():
@@ -398,7 +418,7 @@ class CpuBackend(Backend):
         self._check_index(index)
         return VM_GRANULARITY
 
-    def vm_reserve(self, index: int, size: int) -> int:
+    def vm_reserve(self, index: int, size: int) -> DevicePtr:
         """Reserve ``size`` bytes (a multiple of 2 MiB) of address space; no budget used.
 
         Raises :class:`~accelrt.DeviceError` when the OS refuses the reservation (``mmap``
@@ -410,12 +430,12 @@ class CpuBackend(Backend):
             raise ValueError(f"vm_reserve: size={size} does not fit in the 64-bit address "
                              "space; reserve less")
         with map_backend_errors(self.name, f"vm_reserve of {size} bytes"):
-            return mem.vm_reserve(size)
+            return DevicePtr(mem.vm_reserve(size))
 
-    def vm_release(self, index: int, ptr: int, size: int) -> None:
+    def vm_release(self, index: int, ptr: DevicePtr, size: int) -> None:
         """Release a whole, fully unmapped reservation."""
         mem = self._vm_mem(index)
-        ptr, size = self._check_ptr(ptr), check_size(size)
+        ptr, size = DevicePtr(self._check_ptr(ptr)), check_size(size)
         with map_backend_errors(self.name, "vm_release"):
             mem.vm_release(ptr, size)
 
@@ -445,9 +465,7 @@ class CpuBackend(Backend):
                 if s is not None and s.device == index:
                     return s
         self._check_index(index)
-        if isinstance(stream, bool) or not isinstance(stream, int):
-            raise TypeError(f"stream handle must be an int, got {type(stream).__name__}")
-        raise ValueError(f"stream handle {stream} is not a live stream of cpu:{index}; "
+        raise bad_handle("stream", stream, f" of cpu:{index}",
                          "use 0 (the default stream) or a handle from stream_create")
 
     def _event(self, event: int, index: int | None = None) -> CpuEvent:
@@ -455,10 +473,8 @@ class CpuBackend(Backend):
         if ev is None or (index is not None and (type(index) is not int or ev.device != index)):
             if index is not None:
                 self._check_index(index)
-            if isinstance(event, bool) or not isinstance(event, int):
-                raise TypeError(f"event handle must be an int, got {type(event).__name__}")
             where = f" of cpu:{index}" if index is not None else ""
-            raise ValueError(f"event handle {event} is not a live event{where}; "
+            raise bad_handle("event", event, where,
                              "use a handle from event_create that was not destroyed")
         return ev
 
@@ -477,10 +493,7 @@ class CpuBackend(Backend):
             raise _work_error(s, exc) from exc
 
     def _raise_kept(self, streams: Iterable[CpuStream]) -> None:
-        for s in streams:
-            exc = s.take_error()
-            if exc is not None:
-                raise _work_error(s, exc) from exc
+        self._kept.raise_for(streams, _describe)
 
     def _check_not_capturing(self, s: CpuStream, what: str) -> None:
         if s in self._capturing:
@@ -488,8 +501,8 @@ class CpuBackend(Backend):
                               f"cpu:{s.device} is capturing a graph; end the capture first")
 
     # ------------------------------------------------------------------ copies
-    def memcpy(self, dst: int, src: int, nbytes: int, index: int, stream: int,
-               kind: str) -> None:
+    def memcpy(self, index: int, dst: int, src: int, nbytes: int, kind: str,
+               stream: StreamHandle) -> None:
         """Stream-ordered copy; the device side(s) of ``kind`` must be memory of ``index``."""
         s = self._stream(index, stream)
         if kind not in _KINDS:
@@ -504,8 +517,8 @@ class CpuBackend(Backend):
         if nbytes:
             self._submit(s, partial(ctypes.memmove, dst, src, nbytes))
 
-    def memcpy_peer(self, dst: int, dst_index: int, src: int, src_index: int, nbytes: int,
-                    stream: int) -> None:
+    def memcpy_peer(self, dst_index: int, dst: int, src_index: int, src: int, nbytes: int,
+                    stream: StreamHandle) -> None:
         """Copy from device ``src_index`` to ``dst_index``, ordered on ``stream`` of the source."""
         self._check_index(dst_index)
         s = self._stream(src_index, stream)
@@ -516,29 +529,22 @@ class CpuBackend(Backend):
         if nbytes:
             self._submit(s, partial(ctypes.memmove, dst, src, nbytes))
 
-    def memset(self, ptr: int, value: int, nbytes: int, index: int, stream: int) -> None:
+    def memset(self, index: int, ptr: int, value: int, nbytes: int,
+               stream: StreamHandle) -> None:
         """Stream-ordered byte fill of device memory."""
         s = self._stream(index, stream)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"memset value must be an int, got {type(value).__name__}")
-        if not 0 <= value <= 255:
-            raise ValueError(f"memset value={value} must be a byte value in [0, 255]")
+        value = check_byte(value)
         nbytes = check_size(nbytes, "nbytes", allow_zero=True)
         ptr = self._check_ptr(ptr)
         self._mem[index].check_range(ptr, nbytes, "memset")
         if nbytes:
             self._submit(s, partial(ctypes.memset, ptr, value, nbytes))
 
-    def fill(self, ptr: int, pattern: bytes, count: int, index: int, stream: int) -> None:
+    def fill(self, index: int, ptr: int, pattern: bytes, count: int,
+             stream: StreamHandle) -> None:
         """Stream-ordered fill of ``count`` copies of a 1, 2, 4 or 8 byte ``pattern``."""
         s = self._stream(index, stream)
-        if not isinstance(pattern, (bytes, bytearray, memoryview)):
-            raise TypeError(f"fill pattern must be bytes, got {type(pattern).__name__}")
-        pattern = bytes(pattern)
-        dtype = _FILL_DTYPES.get(len(pattern))
-        if dtype is None:
-            raise ValueError(f"fill pattern is {len(pattern)} bytes long; it must be 1, 2, 4 "
-                             "or 8 bytes")
+        pattern, dtype = fill_pattern(pattern)
         count = check_size(count, "count", allow_zero=True)
         ptr = self._check_ptr(ptr)
         nbytes = count * len(pattern)
@@ -553,7 +559,7 @@ class CpuBackend(Backend):
         self._check_index(peer)
         return True
 
-    def launch_host_func(self, index: int, stream: int, fn: Callable[[], None]) -> None:
+    def launch_host_func(self, index: int, fn: Callable[[], None], stream: StreamHandle) -> None:
         """Run ``fn()`` in stream order; its exception surfaces as :class:`DeviceError`."""
         s = self._stream(index, stream)
         if not callable(fn):
@@ -566,7 +572,7 @@ class CpuBackend(Backend):
         self._check_index(index)
         return (_PRIORITY_LEAST, _PRIORITY_GREATEST)
 
-    def stream_create(self, index: int, priority: int) -> int:
+    def stream_create(self, index: int, priority: int) -> StreamHandle:
         """Create a stream; ``priority`` is clamped to ``[-1, 0]`` as CUDA clamps it."""
         self._check_index(index)
         if isinstance(priority, bool) or not isinstance(priority, int):
@@ -574,11 +580,11 @@ class CpuBackend(Backend):
         priority = min(_PRIORITY_LEAST, max(_PRIORITY_GREATEST, priority))
         with self._lock:
             handle = next(self._handles)
-            self._streams[handle] = CpuStream(index, handle, priority)
+            self._streams[handle] = CpuStream(index, handle, priority, self._kept)
             self._valid[index].add(handle)
-        return handle
+        return StreamHandle(handle)
 
-    def stream_destroy(self, index: int, stream: int) -> None:
+    def stream_destroy(self, index: int, stream: StreamHandle) -> None:
         """Destroy a stream and return at once, as ``cudaStreamDestroy``: its queued work
         still runs to completion (then its worker exits), and :meth:`free`, :meth:`vm_unmap`
         and :meth:`synchronize` of the device wait for that work as for any stream's."""
@@ -589,11 +595,11 @@ class CpuBackend(Backend):
         with self._lock:
             self._streams.pop(s.handle, None)
             self._valid[index].discard(s.handle)
-            if s.completed < s.submitted or s.error is not None:
+            if s.completed < s.submitted or self._kept.has(s):
                 self._retired.append(s)
         s.close()
 
-    def stream_is_valid(self, index: int, stream: int) -> bool:
+    def stream_is_valid(self, index: int, stream: StreamHandle) -> bool:
         """True for 0 and for live handles from :meth:`stream_create` on ``index``."""
         if isinstance(stream, bool) or not isinstance(stream, int):
             return False
@@ -602,7 +608,7 @@ class CpuBackend(Backend):
         s = self._streams.get(stream)
         return s is not None and type(index) is int and s.device == index
 
-    def stream_query(self, index: int, stream: int) -> bool:
+    def stream_query(self, index: int, stream: StreamHandle) -> bool:
         """True if all work on ``stream`` completed; raises a kept worker error."""
         try:
             ok = type(index) is int and type(stream) is int and stream in self._valid[index]
@@ -615,7 +621,7 @@ class CpuBackend(Backend):
         self._raise_kept((s,))
         return s.completed >= s.submitted
 
-    def stream_synchronize(self, index: int, stream: int) -> None:
+    def stream_synchronize(self, index: int, stream: StreamHandle) -> None:
         """Block until ``stream``'s work completed; raises a kept worker error."""
         s = self._stream(index, stream)
         self._check_not_capturing(s, "stream_synchronize")
@@ -623,7 +629,7 @@ class CpuBackend(Backend):
             s.wait(s.submitted)
             self._raise_kept((s,))
 
-    def stream_wait_event(self, index: int, stream: int, event: int) -> None:
+    def stream_wait_event(self, index: int, stream: StreamHandle, event: EventHandle) -> None:
         """Make later work on ``stream`` wait for ``event``'s current record (any device)."""
         s = self._stream(index, stream)
         ev = self._event(event)
@@ -684,7 +690,7 @@ class CpuBackend(Backend):
 
     # ------------------------------------------------------------------ events
     def event_create(self, index: int, enable_timing: bool, blocking: bool,
-                     interprocess: bool) -> int:
+                     interprocess: bool) -> EventHandle:
         """Create an event; an ``interprocess`` one keeps its state in shared memory."""
         self._check_index(index)
         ipc = None
@@ -693,24 +699,16 @@ class CpuBackend(Backend):
                 raise ValueError("an interprocess event cannot have enable_timing=True (as "
                                  "CUDA's); create it with enable_timing=False")
             ipc = IpcEventState.create()
-        with self._lock:
-            handle = next(self._handles)
-            self._events[handle] = CpuEvent(index, bool(enable_timing), ipc)
-        return handle
+        return EventHandle(self._events.add(CpuEvent(index, bool(enable_timing), ipc)))
 
-    def supports_interprocess_events(self, index: int) -> bool:
-        """True: interprocess events live in POSIX shared memory (see ``_ipc``)."""
-        return True
-
-    def event_destroy(self, index: int, event: int) -> None:
+    def event_destroy(self, index: int, event: EventHandle) -> None:
         """Destroy an event (a pending record still completes harmlessly)."""
         self._event(event, index)
-        with self._lock:
-            # an interprocess event's shared words are unmapped when its state is collected,
-            # after any completion write or wait still queued on a stream (they refer to it)
-            self._events.pop(event, None)
+        # an interprocess event's shared words are unmapped when its state is collected,
+        # after any completion write or wait still queued on a stream (they refer to it)
+        self._events.discard(event)
 
-    def event_record(self, index: int, event: int, stream: int) -> None:
+    def event_record(self, index: int, event: EventHandle, stream: StreamHandle) -> None:
         """Record ``event`` at the end of ``stream``; replaces the previous record."""
         try:
             ev = self._events[event]
@@ -765,7 +763,7 @@ class CpuBackend(Backend):
             self._raise_kept((rec.stream,))
         return rec
 
-    def event_query(self, index: int, event: int) -> bool:
+    def event_query(self, index: int, event: EventHandle) -> bool:
         """True if the work before the last record completed (True if never recorded)."""
         try:
             ev = self._events[event]
@@ -781,7 +779,7 @@ class CpuBackend(Backend):
         rec = self._event_state(ev, "event_query")
         return rec is None or rec.done()
 
-    def event_synchronize(self, index: int, event: int) -> None:
+    def event_synchronize(self, index: int, event: EventHandle) -> None:
         """Block until the last record completed; raises a kept error of its stream."""
         ev = self._event(event, index)
         if ev.ipc is not None:
@@ -812,13 +810,13 @@ class CpuBackend(Backend):
                               "before asking for elapsed time")
         return ts
 
-    def event_elapsed_time(self, index: int, start: int, end: int) -> float:
+    def event_elapsed_time(self, index: int, start: EventHandle, end: EventHandle) -> float:
         """Milliseconds from ``start``'s record to ``end``'s (both timing, both complete)."""
         t0 = self._timestamp(self._event(start, index), start)
         t1 = self._timestamp(self._event(end, index), end)
         return (t1 - t0) / 1e6
 
-    def event_ipc_handle(self, index: int, event: int) -> bytes:
+    def event_ipc_handle(self, index: int, event: EventHandle) -> bytes:
         """The handle of an interprocess event made in this process."""
         ev = self._event(event, index)
         if ev.ipc is None:
@@ -829,22 +827,14 @@ class CpuBackend(Backend):
                              "that process's handle instead")
         return ev.ipc.handle()
 
-    def event_from_ipc_handle(self, index: int, handle: bytes) -> int:
+    def event_from_ipc_handle(self, index: int, handle: bytes) -> EventHandle:
         """Open another process's interprocess event from its :meth:`event_ipc_handle`."""
         self._check_index(index)
         ipc = IpcEventState.open(handle)
-        with self._lock:
-            h = next(self._handles)
-            self._events[h] = CpuEvent(index, False, ipc)
-        return h
+        return EventHandle(self._events.add(CpuEvent(index, False, ipc)))
 
     # ------------------------------------------------------------------ graphs
-    def graph_supported(self, index: int) -> bool:
-        """True: work on a capturing stream is recorded and can be replayed."""
-        self._check_index(index)
-        return True
-
-    def graph_capture_begin(self, index: int, stream: int) -> None:
+    def graph_capture_begin(self, index: int, stream: StreamHandle) -> None:
         """Start recording the work submitted to ``stream`` (not the default stream)."""
         s = self._stream(index, stream)
         if s.handle == 0:
@@ -858,7 +848,7 @@ class CpuBackend(Backend):
             self._capturing[s] = Capture(index, s)
             self._slow = True
 
-    def graph_capture_end(self, index: int, stream: int) -> int:
+    def graph_capture_end(self, index: int, stream: StreamHandle) -> GraphHandle:
         """Stop the capture begun on ``stream``; return the graph handle."""
         s = self._stream(index, stream)
         with self._lock:
@@ -877,9 +867,9 @@ class CpuBackend(Backend):
                     ev.capture = None
             handle = next(self._handles)
             self._graphs[handle] = _Graph(index, tuple(cap.ops))
-        return handle
+        return GraphHandle(handle)
 
-    def graph_replay(self, index: int, graph: int, stream: int) -> None:
+    def graph_replay(self, index: int, graph: GraphHandle, stream: StreamHandle) -> None:
         """Submit the captured work, in order, on ``stream``."""
         s = self._stream(index, stream)
         g = self._graphs.get(graph)
@@ -894,7 +884,7 @@ class CpuBackend(Backend):
             else:
                 self._wait(s, arg)
 
-    def graph_destroy(self, index: int, graph: int) -> None:
+    def graph_destroy(self, index: int, graph: GraphHandle) -> None:
         """Forget a captured graph."""
         with self._lock:
             g = self._graphs.get(graph)
@@ -902,12 +892,12 @@ class CpuBackend(Backend):
                 raise ValueError(f"graph handle {graph} is not a live graph of cpu:{index}")
             del self._graphs[graph]
 
-    def graph_node_count(self, index: int, graph: int) -> int | None:
+    def graph_node_count(self, index: int, graph: GraphHandle) -> int | None:
         """Number of recorded operations of a live graph (``None`` for an unknown handle)."""
         g = self._graphs.get(graph)
         return None if g is None or g.device != index else len(g.ops)
 
-    def stream_is_capturing(self, index: int, stream: int) -> bool:
+    def stream_is_capturing(self, index: int, stream: StreamHandle) -> bool:
         """True while ``stream`` records work into a capture."""
         return self._stream(index, stream) in self._capturing
 

@@ -27,6 +27,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .._common import KeptErrors
+
 if TYPE_CHECKING:
     from ._ipc import IpcEventState
 
@@ -38,14 +40,17 @@ _STOP = object()
 class CpuStream:
     """One stream: a FIFO of callables run by a lazily started worker thread.
 
-    ``submitted``/``completed`` count work items; ``error`` keeps the first exception raised by
-    work since it was last taken with :meth:`take_error`. All fields are guarded by ``cv``
-    (reads of the counters without it are safe: they only grow).
+    ``submitted``/``completed`` count work items; the first exception raised by work is kept
+    in ``kept`` under this stream (the backend layer's rule, see
+    :class:`~accelrt.backends._common.KeptErrors`). All fields are guarded by ``cv`` (reads of
+    the counters without it are safe: they only grow).
 
     Args:
         device: device index.
         handle: the stream's handle (0 for a default stream).
         priority: its priority (as CUDA: lower is higher; informational here).
+        kept: where the first exception of its work is kept (its backend's; default: a new
+            one of its own).
     """
 
     __slots__ = (
@@ -54,23 +59,24 @@ class CpuStream:
         "completed",
         "cv",
         "device",
-        "error",
         "handle",
+        "kept",
         "priority",
         "queue",
         "submitted",
         "thread",
     )
 
-    def __init__(self, device: int, handle: int, priority: int) -> None:
+    def __init__(self, device: int, handle: int, priority: int,
+                 kept: KeptErrors[CpuStream] | None = None) -> None:
         self.device = device
+        self.kept: KeptErrors[CpuStream] = KeptErrors() if kept is None else kept
         self.handle = handle
         self.priority = priority
         self.cv = threading.Condition(threading.Lock())
         self.queue: deque[Any] = deque()           # guarded by cv
         self.submitted = 0                         # guarded by cv
         self.completed = 0                         # guarded by cv
-        self.error: BaseException | None = None    # guarded by cv
         self.thread: threading.Thread | None = None  # guarded by cv
         self.closed = False                        # guarded by cv
         _all_streams.add(self)
@@ -121,9 +127,7 @@ class CpuStream:
             try:
                 fn()
             except BaseException as exc:  # noqa: BLE001 - kept and re-raised on the host
-                with cv:
-                    if self.error is None:
-                        self.error = exc
+                self.kept.keep(self, exc)
             # Drop the work item now: what a host callback holds must not outlive its run.
             del fn
             with cv:
@@ -141,14 +145,6 @@ class CpuStream:
         with self.cv:
             while self.completed < seq:
                 self.cv.wait()
-
-    def take_error(self) -> BaseException | None:
-        """Return and clear the kept exception, if any."""
-        if self.error is None:
-            return None
-        with self.cv:
-            exc, self.error = self.error, None
-            return exc
 
     def close(self) -> None:
         """Stop the worker once the queued work is done; later submissions raise."""

@@ -21,7 +21,7 @@ import threading
 import uuid as _uuid
 from typing import Any
 
-from ..._backend import Backend
+from ..._backend import Backend, Capabilities
 from ..._errors import BackendUnavailableError
 from . import _cu, _discovery
 from ._cu import CudaError, check
@@ -31,6 +31,8 @@ from ._ops import OpsMixin
 from ._streams import StreamMixin
 
 __all__ = ["CudaBackend"]
+
+_K_DL_CUDA = 2   # DLPack kDLCUDA
 
 _BASE_DTYPES = [
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
@@ -46,7 +48,7 @@ class _Device:
     """Per-device driver state (created on first use, never destroyed)."""
 
     __slots__ = ("allocs", "capability", "ctx", "ctx_int", "dead_streams", "dev",
-                 "foreign_streams", "free_streams", "index", "ipc_opened", "lock", "mappings",
+                 "foreign_streams", "index", "ipc_opened", "lock", "mappings",
                  "owned_streams", "priorities", "reserved", "vm_gran", "vm_handles")
 
     def __init__(self, index: int, dev: Any, ctx: Any, capability: tuple[int, int]) -> None:
@@ -56,7 +58,6 @@ class _Device:
         self.ctx_int = int(ctx)
         self.capability = capability
         self.priorities: tuple[int, int] | None = None        # guarded by lock
-        self.free_streams: dict[int, list[int]] = {}          # guarded by lock
         self.owned_streams: set[int] = set()                  # guarded by lock
         self.foreign_streams: set[int] = set()                # guarded by lock
         self.dead_streams: set[int] = set()                   # destroyed here; guarded by lock
@@ -101,8 +102,20 @@ class CudaBackend(OpsMixin, StreamMixin, MemoryMixin, Backend):
         self._host_allocs = Ranges()                  # pinned host memory from host_malloc
         self._multi = self.device_count() > 1         # check the current context per call
         self.kernels = KernelCache()
+        self._caps: dict[int, Capabilities] = {}      # by device index (written once each)
         StreamMixin.__init__(self)
         _register_fork(self)
+
+    def close(self) -> None:
+        """Wait for the work queued on every device this instance used, then close it
+        (:meth:`Backend.close`: later operations raise; idempotent). The primary contexts
+        stay retained for the process, as PyTorch never releases them."""
+        if self.closed:
+            return
+        if not self._forked:
+            for index in sorted(self._devices):
+                self.synchronize(index)
+        super().close()
 
     # ------------------------------------------------------------------ discovery
     @classmethod
@@ -285,9 +298,24 @@ class CudaBackend(OpsMixin, StreamMixin, MemoryMixin, Backend):
             dtypes.append("bfloat16")
         return {"supported_dtypes": dtypes, "compute_capability": (major, minor)}
 
-    def supports_interprocess_events(self, index: int) -> bool:
-        """True: CUDA shares events between processes (``cuIpcGetEventHandle``)."""
-        return True
+    def capabilities(self, index: int) -> Capabilities:
+        """Everything but host-accessible and adopted memory: graphs, host functions,
+        interprocess events and memory (``cuIpc*``), the CUDA stream and array protocols,
+        ``philox_fill``/``elementwise_add`` kernels and ``pointer_device``; virtual memory
+        where the device reports ``virtual_memory_management_supported`` (a device attribute:
+        needs ``cuInit``, as :meth:`get_device_properties`, but never a context)."""
+        caps = self._caps.get(index) if type(index) is int else None
+        if caps is None:
+            attrs = self.get_device_properties(index)["attributes"]
+            caps = Capabilities(
+                virtual_memory=bool(attrs.get("virtual_memory_management_supported", 0)),
+                graphs=True, pinned_host_memory=True, host_functions=True, peer_copies=True,
+                interprocess_events=True, interprocess_memory=True, host_accessible=False,
+                dlpack_device_type=_K_DL_CUDA, cuda_stream_protocol=True,
+                cuda_array_interface=True, device_rng=True, device_add=True,
+                pointer_lookup=True)
+            self._caps[index] = caps
+        return caps
 
     def get_memory_info(self, index: int) -> tuple[int, int]:
         """``(free, total)`` bytes from ``cuMemGetInfo`` (creates the context if needed)."""

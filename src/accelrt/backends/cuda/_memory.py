@@ -3,9 +3,10 @@ virtual memory (expandable segments), copies, memset and fill.
 
 Example::
 
-    >>> from accelrt.backends.cuda._memory import MemoryMixin
-    >>> MemoryMixin.host_accessible(None, 0)
-    False
+    >>> from accelrt.backends.cuda._memory import Ranges
+    >>> r = Ranges(); r.add(4096, 256)
+    >>> r.find(4100), r.find(8192)
+    ((4096, 256), None)
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..._fork import reinit_after_fork
+from ..._handles import DevicePtr, StreamHandle
 from . import _cu
 from ._cu import as_int, as_ptr, as_size, check
 
@@ -204,7 +206,7 @@ class MemoryMixin:
         return ptr
 
     # ------------------------------------------------------------------ device memory
-    def malloc(self, index: int, size: int) -> int:
+    def malloc(self, index: int, size: int) -> DevicePtr:
         """``cuMemAlloc``; ``0`` on ``CUDA_ERROR_OUT_OF_MEMORY``."""
         size = as_size(size, "malloc size", positive=True)
         d = self._use(index)
@@ -212,15 +214,15 @@ class MemoryMixin:
             err, ptr = self._drv.cuMemAlloc(size)
         if err:
             if err == self._drv.CUresult.CUDA_ERROR_OUT_OF_MEMORY:
-                return 0
+                return DevicePtr(0)
             _cu.raise_error(err, "cuMemAlloc")
         ptr = int(ptr)
         d.allocs.add(ptr, size)
-        return ptr
+        return DevicePtr(ptr)
 
-    def free(self, index: int, ptr: int) -> None:
+    def free(self, index: int, ptr: DevicePtr) -> None:
         """``cuMemFree`` (synchronises with the device as CUDA does)."""
-        ptr = as_ptr(ptr, "free pointer")
+        ptr = DevicePtr(as_ptr(ptr, "free pointer"))
         d = self._use(index)
         size = d.allocs.pop(ptr)
         if size is None:
@@ -233,16 +235,12 @@ class MemoryMixin:
             d.allocs.add(ptr, size)
             raise
 
-    def host_accessible(self, index: int) -> bool:
-        """False: device memory is not host memory."""
-        return False
-
     # ------------------------------------------------------------------ interprocess memory
-    def ipc_mem_handle(self, index: int, ptr: int) -> bytes:
+    def ipc_mem_handle(self, index: int, ptr: DevicePtr) -> bytes:
         """The 64-byte ``CUipcMemHandle`` of the ``cuMemAlloc`` allocation starting at ``ptr``
         (``cuIpcGetMemHandle``); ValueError for virtual-memory (expandable) ranges, which legacy
         IPC cannot share, and for pointers that do not start an allocation of this device."""
-        ptr = as_ptr(ptr, "ipc_mem_handle pointer")
+        ptr = DevicePtr(as_ptr(ptr, "ipc_mem_handle pointer"))
         d = self._use(index)
         if d.allocs.size_of(ptr) is None:
             if d.reserved.find(ptr) is not None:
@@ -256,7 +254,7 @@ class MemoryMixin:
         h = check(self._drv.cuIpcGetMemHandle(ptr), "cuIpcGetMemHandle")
         return ctypes.string_at(h.getPtr(), _IPC_HANDLE_SIZE)
 
-    def ipc_open_mem_handle(self, index: int, handle: bytes) -> tuple[int, int]:
+    def ipc_open_mem_handle(self, index: int, handle: bytes) -> tuple[DevicePtr, int]:
         """Map another process's allocation (``cuIpcOpenMemHandle`` with lazy peer access);
         return its ``(ptr, size)`` (``cuMemGetAddressRange``)."""
         if not isinstance(handle, (bytes, bytearray)):
@@ -278,11 +276,11 @@ class MemoryMixin:
             raise
         size = int(size) - (ptr - int(base))
         d.ipc_opened.add(ptr, size)
-        return ptr, size
+        return DevicePtr(ptr), size
 
-    def ipc_close_mem_handle(self, index: int, ptr: int) -> None:
+    def ipc_close_mem_handle(self, index: int, ptr: DevicePtr) -> None:
         """Unmap memory from :meth:`ipc_open_mem_handle` (``cuIpcCloseMemHandle``)."""
-        ptr = as_ptr(ptr, "ipc_close_mem_handle pointer")
+        ptr = DevicePtr(as_ptr(ptr, "ipc_close_mem_handle pointer"))
         d = self._use(index)
         size = d.ipc_opened.pop(ptr)
         if size is None:
@@ -326,11 +324,6 @@ class MemoryMixin:
             raise
 
     # ------------------------------------------------------------------ virtual memory
-    def vm_supported(self, index: int) -> bool:
-        """True if the device supports ``cuMemCreate``/``cuMemMap`` (virtual memory)."""
-        attrs = self.get_device_properties(index)["attributes"]  # type: ignore[attr-defined]
-        return bool(attrs.get("virtual_memory_management_supported", 0))
-
     def _prop(self, index: int) -> Any:
         drv = self._drv
         prop = drv.CUmemAllocationProp()
@@ -361,7 +354,7 @@ class MemoryMixin:
                              f"granularity {gran}; use vm_granularity()")
         return gran
 
-    def vm_reserve(self, index: int, size: int) -> int:
+    def vm_reserve(self, index: int, size: int) -> DevicePtr:
         """Reserve ``size`` bytes of device address space (``cuMemAddressReserve``)."""
         gran = self._check_vm_range(index, 0, size)
         d = self._use(index)
@@ -375,9 +368,9 @@ class MemoryMixin:
             _cu.raise_error(err, "cuMemAddressReserve")
         ptr = int(ptr)
         d.reserved.add(ptr, size)
-        return ptr
+        return DevicePtr(ptr)
 
-    def vm_release(self, index: int, ptr: int, size: int) -> None:
+    def vm_release(self, index: int, ptr: DevicePtr, size: int) -> None:
         """Free a reservation (``cuMemAddressFree``); all of it must be unmapped first."""
         self._check_vm_range(index, ptr, size)
         d = self._use(index)
@@ -473,8 +466,8 @@ class MemoryMixin:
                 check(drv.cuMemRelease(handle), "cuMemRelease")
 
     # ------------------------------------------------------------------ copies
-    def memcpy(self, dst: int, src: int, nbytes: int, index: int, stream: int,
-               kind: str) -> None:
+    def memcpy(self, index: int, dst: int, src: int, nbytes: int, kind: str,
+               stream: StreamHandle) -> None:
         """Stream-ordered copy (``cuMemcpy{HtoD,DtoH,DtoD}Async``; ``h2h`` via UVA)."""
         if kind not in _KINDS:
             raise ValueError(f"memcpy kind must be one of {_KINDS}, got {kind!r}")
@@ -505,8 +498,8 @@ class MemoryMixin:
         else:
             check(drv.cuMemcpyAsync(dst, src, nbytes, stream), "cuMemcpyAsync")
 
-    def memcpy_peer(self, dst: int, dst_index: int, src: int, src_index: int, nbytes: int,
-                    stream: int) -> None:
+    def memcpy_peer(self, dst_index: int, dst: int, src_index: int, src: int, nbytes: int,
+                    stream: StreamHandle) -> None:
         """``cuMemcpyPeerAsync`` ordered on ``stream`` of ``src_index``."""
         nbytes = as_size(nbytes, "memcpy_peer nbytes")
         dd = self._use(dst_index)
@@ -520,7 +513,8 @@ class MemoryMixin:
         check(self._drv.cuMemcpyPeerAsync(dst, dst_ctx, src, src_ctx, nbytes, stream),
               "cuMemcpyPeerAsync")
 
-    def memset(self, ptr: int, value: int, nbytes: int, index: int, stream: int) -> None:
+    def memset(self, index: int, ptr: int, value: int, nbytes: int,
+               stream: StreamHandle) -> None:
         """``cuMemsetD8Async``."""
         value = as_int(value, "memset value")
         if not 0 <= value <= 255:
@@ -533,7 +527,8 @@ class MemoryMixin:
             return
         check(self._drv.cuMemsetD8Async(ptr, value, nbytes, stream), "cuMemsetD8Async")
 
-    def fill(self, ptr: int, pattern: bytes, count: int, index: int, stream: int) -> None:
+    def fill(self, index: int, ptr: int, pattern: bytes, count: int,
+             stream: StreamHandle) -> None:
         """Write ``pattern`` ``count`` times: ``cuMemsetD8/D16/D32Async`` for aligned 1/2/4
         byte patterns, the ``fill.cu`` kernels for 8-byte or unaligned patterns."""
         if not isinstance(pattern, (bytes, bytearray, memoryview)):

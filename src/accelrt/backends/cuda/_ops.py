@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..._handles import StreamHandle
 from ._cu import as_size
 
 if TYPE_CHECKING:
@@ -250,8 +251,8 @@ class OpsMixin:
         props = self._props.get(index) or self.get_device_properties(index)
         return int(props["multi_processor_count"]) or 1
 
-    def philox_fill(self, ptr: int, n: int, dtype: str, dist: str, seed: int, offset: int,
-                    params: Any, index: int, stream: int) -> None:
+    def philox_fill(self, index: int, ptr: int, n: int, dtype: str, dist: str, seed: int,
+                    offset: int, params: tuple[float, float], stream: StreamHandle) -> None:
         """Fill ``n`` elements of ``dtype`` at device pointer ``ptr`` with Philox4x32-10
         numbers of ``dist`` for generator ``(seed, offset)``, ordered on ``stream``.
 

@@ -1,12 +1,12 @@
 """Streams, events, host functions and graphs of :class:`~accelrt.backends.cuda.CudaBackend`.
 
-Stream creation is cheap: streams are pre-created in small batches per (device, priority)
-and handed out once each (the core's :class:`accelrt.Stream` pools them further).
+``stream_create`` makes one driver stream per call: the one stream pool is the core's (an
+:class:`accelrt.Stream` returns its handle to it when collected), as for every backend.
 
 Example::
 
-    >>> from accelrt.backends.cuda._streams import STREAM_BATCH
-    >>> STREAM_BATCH >= 1
+    >>> from accelrt.backends.cuda._streams import StreamMixin
+    >>> callable(StreamMixin.stream_create)
     True
 """
 
@@ -22,16 +22,16 @@ from typing import TYPE_CHECKING, Any
 
 from ..._errors import DeviceError
 from ..._fork import reinit_after_fork
+from ..._handles import EventHandle, GraphHandle, StreamHandle
+from .._common import KeptErrors
 from . import _cu
 from ._cu import as_handle, as_int, check
 
 if TYPE_CHECKING:
     from ._backend import _Device
 
-__all__ = ["STREAM_BATCH", "StreamMixin"]
+__all__ = ["StreamMixin"]
 
-#: Streams created at once when a (device, priority) has no spare pre-created stream.
-STREAM_BATCH = 4
 #: Always-valid special stream handles: the NULL stream, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD.
 _SPECIAL_STREAMS = (0, 1, 2)
 
@@ -70,10 +70,14 @@ def address_is_mapped(addr: int) -> bool:
 IPC_HANDLE_SIZE = 64
 
 _HOSTFN_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-#: key -> (callable, errors dict of its backend, (device index, stream)); dict ops are atomic
-_host_funcs: dict[int, tuple[Callable[[], None], dict[tuple[int, int], BaseException],
+#: key -> (callable, kept errors of its backend, (device index, stream)); dict ops are atomic
+_host_funcs: dict[int, tuple[Callable[[], None], KeptErrors[tuple[int, int]],
                              tuple[int, int]]] = {}
 _host_keys = itertools.count(1)
+
+
+def _describe_host_error(key: tuple[int, int]) -> str:
+    return f"cuda: a host function launched on stream {key[1]:#x} of cuda:{key[0]} raised"
 
 
 def _host_trampoline(user_data: int | None) -> None:
@@ -85,7 +89,7 @@ def _host_trampoline(user_data: int | None) -> None:
         fn()
     except BaseException as exc:  # noqa: BLE001 - a driver thread cannot propagate it
         # Kept (the first one per stream) and raised by the next synchronization.
-        errors.setdefault(where, exc)
+        errors.keep(where, exc)
         if not isinstance(exc, Exception):   # KeyboardInterrupt, SystemExit: say it now too
             import logging   # the "accelrt" logger; with no handler it reaches stderr
             logging.getLogger("accelrt.cuda").exception(
@@ -132,7 +136,7 @@ class StreamMixin:
         #: streams capturing a graph: handle -> device index; guarded by _graph_lock
         self._capturing: dict[int, int] = {}
         #: first exception of a host function per (device, stream), raised at the next sync
-        self._host_errors: dict[tuple[int, int], BaseException] = {}
+        self._host_errors: KeptErrors[tuple[int, int]] = KeptErrors()
 
     def _use(self, index: int) -> _Device:  # provided by CudaBackend
         raise NotImplementedError
@@ -142,7 +146,7 @@ class StreamMixin:
         return _RelaxedCapture(self._drv) if self._capturing else _NO_CAPTURE
 
     # ------------------------------------------------------------------ handle checks
-    def _check_stream(self, d: _Device, stream: Any) -> int:
+    def _check_stream(self, d: _Device, stream: StreamHandle) -> StreamHandle:
         """``stream`` if it is a live stream of device ``d``, else ``ValueError``: a stale or
         made-up handle given to the driver could crash the process."""
         if type(stream) is int and (stream in _SPECIAL_STREAMS or stream in d.owned_streams
@@ -150,7 +154,7 @@ class StreamMixin:
             return stream
         s = as_handle(stream, "stream")
         if s in _SPECIAL_STREAMS or s in d.owned_streams or s in d.foreign_streams:
-            return s
+            return StreamHandle(s)
         raise ValueError(f"stream {s:#x} is not a live stream of cuda:{d.index}; use a stream "
                          "from stream_create, or wrap a foreign one (accelrt.cuda.ExternalStream)")
 
@@ -169,12 +173,10 @@ class StreamMixin:
         errors = self._host_errors
         if not errors:
             return
-        keys = [k for k in list(errors) if k[0] == index and (stream is None or k[1] == stream)]
-        if not keys:
-            return
-        exc = errors.pop(keys[0])
-        raise DeviceError(f"cuda: a host function launched on stream {keys[0][1]:#x} of "
-                          f"cuda:{index} raised {type(exc).__name__}: {exc}") from exc
+        if stream is None:
+            errors.raise_first(lambda k: k[0] == index, _describe_host_error)
+        else:
+            errors.raise_for([(index, stream)], _describe_host_error)
 
     def _not_capturing(self, stream: int, what: str) -> None:
         if stream in self._capturing:
@@ -182,9 +184,9 @@ class StreamMixin:
                               "graph; end the capture first")
 
     # ------------------------------------------------------------------ streams
-    def default_stream(self, index: int) -> int:
+    def default_stream(self, index: int) -> StreamHandle:
         """``0``: the legacy default (NULL) stream of the device's primary context."""
-        return 0
+        return StreamHandle(0)
 
     def stream_priority_range(self, index: int) -> tuple[int, int]:
         """``(least, greatest)`` from ``cuCtxGetStreamPriorityRange`` (e.g. ``(0, -5)``)."""
@@ -195,41 +197,29 @@ class StreamMixin:
             d.priorities = (int(least), int(greatest))
         return d.priorities
 
-    def stream_create(self, index: int, priority: int) -> int:
+    def stream_create(self, index: int, priority: int) -> StreamHandle:
         """A non-blocking stream of ``priority`` (clamped into the device's range)."""
         priority = as_int(priority, "stream priority")
         least, greatest = self.stream_priority_range(index)
         priority = min(max(priority, greatest), least)
         d = self._use(index)
-        with d.lock:
-            spare = d.free_streams.setdefault(priority, [])
-            if spare:
-                return spare.pop()
         drv = self._drv
         flags = drv.CUstream_flags.CU_STREAM_NON_BLOCKING
-        made: list[int] = []
-        for _ in range(STREAM_BATCH):
-            try:
-                made.append(int(check(drv.cuStreamCreateWithPriority(flags, priority),
-                                      "cuStreamCreateWithPriority")))
-            except _cu.CudaError:
-                if not made:
-                    raise
-                break   # keep what was made; the next call reports a lasting failure
+        made = int(check(drv.cuStreamCreateWithPriority(flags, priority),
+                         "cuStreamCreateWithPriority"))
         with d.lock:
-            d.owned_streams.update(made)
-            d.dead_streams.difference_update(made)
-            spare.extend(made[1:])
-        return made[0]
+            d.owned_streams.add(made)
+            d.dead_streams.discard(made)
+        return StreamHandle(made)
 
-    def stream_destroy(self, index: int, stream: int) -> None:
+    def stream_destroy(self, index: int, stream: StreamHandle) -> None:
         """``cuStreamDestroy`` for a stream made by :meth:`stream_create`.
 
         Raises:
             ValueError: the handle was not made by this backend.
         """
         d = self._use(index)
-        stream = as_handle(stream, "stream")
+        stream = StreamHandle(as_handle(stream, "stream"))
         if stream in _SPECIAL_STREAMS:
             raise ValueError("the default stream cannot be destroyed")
         self._not_capturing(stream, "destroy")
@@ -247,7 +237,7 @@ class StreamMixin:
         with d.lock:
             d.dead_streams.add(stream)
 
-    def stream_query(self, index: int, stream: int) -> bool:
+    def stream_query(self, index: int, stream: StreamHandle) -> bool:
         """``cuStreamQuery``: ``CUDA_ERROR_NOT_READY`` means False."""
         stream = self._check_stream(self._use(index), stream)
         self._not_capturing(stream, "query")
@@ -260,20 +250,20 @@ class StreamMixin:
         _cu.raise_error(err, "cuStreamQuery")
         return False
 
-    def stream_synchronize(self, index: int, stream: int) -> None:
+    def stream_synchronize(self, index: int, stream: StreamHandle) -> None:
         """``cuStreamSynchronize``."""
         stream = self._check_stream(self._use(index), stream)
         self._not_capturing(stream, "synchronize")
         check(self._drv.cuStreamSynchronize(stream), "cuStreamSynchronize")
         self._raise_host_error(index, stream)
 
-    def stream_wait_event(self, index: int, stream: int, event: int) -> None:
+    def stream_wait_event(self, index: int, stream: StreamHandle, event: EventHandle) -> None:
         """``cuStreamWaitEvent``."""
         stream = self._check_stream(self._use(index), stream)
         self._check_event(event)
         check(self._drv.cuStreamWaitEvent(stream, event, 0), "cuStreamWaitEvent")
 
-    def stream_is_valid(self, index: int, stream: int) -> bool:
+    def stream_is_valid(self, index: int, stream: StreamHandle) -> bool:
         """True for the special handles, streams made here, and foreign streams the driver
         recognises as belonging to device ``index``'s primary context (``cuStreamGetCtx``).
 
@@ -281,7 +271,7 @@ class StreamMixin:
             ``torch.cuda.ExternalStream``; pass only real stream handles.
         """
         d = self._use(index)
-        stream = as_handle(stream, "stream")
+        stream = StreamHandle(as_handle(stream, "stream"))
         if stream in _SPECIAL_STREAMS or stream in d.owned_streams or \
                 stream in d.foreign_streams:
             return True
@@ -304,7 +294,7 @@ class StreamMixin:
         check(self._drv.cuCtxSynchronize(), "cuCtxSynchronize")
         self._raise_host_error(index, None)
 
-    def launch_host_func(self, index: int, stream: int, fn: Callable[[], None]) -> None:
+    def launch_host_func(self, index: int, fn: Callable[[], None], stream: StreamHandle) -> None:
         """``cuLaunchHostFunc``: run ``fn`` on a driver thread after the stream's earlier work.
 
         ``fn`` is kept alive until it has run; it must not call CUDA. An exception it raises
@@ -337,7 +327,7 @@ class StreamMixin:
 
     # ------------------------------------------------------------------ events
     def event_create(self, index: int, enable_timing: bool, blocking: bool,
-                     interprocess: bool) -> int:
+                     interprocess: bool) -> EventHandle:
         """``cuEventCreate`` with timing, blocking-sync and interprocess flags.
 
         Raises:
@@ -355,9 +345,9 @@ class StreamMixin:
         self._use(index)
         ev = int(check(self._drv.cuEventCreate(flags), "cuEventCreate"))
         self._events[ev] = [index, bool(enable_timing), False]
-        return ev
+        return EventHandle(ev)
 
-    def event_destroy(self, index: int, event: int) -> None:
+    def event_destroy(self, index: int, event: EventHandle) -> None:
         """``cuEventDestroy``."""
         self._use(index)
         self._check_event(event)
@@ -368,14 +358,14 @@ class StreamMixin:
             self._events[event] = rec
             raise
 
-    def event_record(self, index: int, event: int, stream: int) -> None:
+    def event_record(self, index: int, event: EventHandle, stream: StreamHandle) -> None:
         """``cuEventRecord`` (an event recorded during a capture becomes a graph node)."""
         stream = self._check_stream(self._use(index), stream)
         rec = self._check_event(event)
         check(self._drv.cuEventRecord(event, stream), "cuEventRecord")
         rec[2] = stream in self._capturing
 
-    def event_query(self, index: int, event: int) -> bool:
+    def event_query(self, index: int, event: EventHandle) -> bool:
         """``cuEventQuery``: ``CUDA_ERROR_NOT_READY`` means False."""
         self._use(index)   # a thread's first CUDA call may be this one: no context current yet
         if self._check_event(event)[2]:
@@ -390,7 +380,7 @@ class StreamMixin:
         _cu.raise_error(err, "cuEventQuery")
         return False
 
-    def event_synchronize(self, index: int, event: int) -> None:
+    def event_synchronize(self, index: int, event: EventHandle) -> None:
         """``cuEventSynchronize``."""
         self._use(index)
         if self._check_event(event)[2]:
@@ -399,7 +389,7 @@ class StreamMixin:
         with self._relaxed():
             check(self._drv.cuEventSynchronize(event), "cuEventSynchronize")
 
-    def event_elapsed_time(self, index: int, start: int, end: int) -> float:
+    def event_elapsed_time(self, index: int, start: EventHandle, end: EventHandle) -> float:
         """``cuEventElapsedTime`` in milliseconds."""
         self._use(index)
         for e in (start, end):
@@ -408,14 +398,14 @@ class StreamMixin:
                                  "enable_timing=True")
         return float(check(self._drv.cuEventElapsedTime(start, end), "cuEventElapsedTime"))
 
-    def event_ipc_handle(self, index: int, event: int) -> bytes:
+    def event_ipc_handle(self, index: int, event: EventHandle) -> bytes:
         """The 64-byte ``CUipcEventHandle`` of an interprocess event."""
         self._use(index)
         self._check_event(event)
         h = check(self._drv.cuIpcGetEventHandle(event), "cuIpcGetEventHandle")
         return ctypes.string_at(h.getPtr(), IPC_HANDLE_SIZE)
 
-    def event_from_ipc_handle(self, index: int, handle: bytes) -> int:
+    def event_from_ipc_handle(self, index: int, handle: bytes) -> EventHandle:
         """Open another process's event from its :meth:`event_ipc_handle` bytes."""
         if not isinstance(handle, (bytes, bytearray)):
             raise TypeError(f"an IPC event handle is the bytes from event_ipc_handle(), got "
@@ -428,14 +418,10 @@ class StreamMixin:
         ctypes.memmove(h.getPtr(), bytes(handle), IPC_HANDLE_SIZE)
         ev = int(check(self._drv.cuIpcOpenEventHandle(h), "cuIpcOpenEventHandle"))
         self._events[ev] = [index, False, False]
-        return ev
+        return EventHandle(ev)
 
     # ------------------------------------------------------------------ graphs
-    def graph_supported(self, index: int) -> bool:
-        """True: CUDA streams can be captured into graphs."""
-        return True
-
-    def graph_capture_begin(self, index: int, stream: int) -> None:
+    def graph_capture_begin(self, index: int, stream: StreamHandle) -> None:
         """``cuStreamBeginCapture`` in thread-local mode.
 
         Raises:
@@ -453,7 +439,7 @@ class StreamMixin:
             check(self._drv.cuStreamBeginCapture(stream, mode), "cuStreamBeginCapture")
             self._capturing[stream] = index
 
-    def graph_capture_end(self, index: int, stream: int) -> int:
+    def graph_capture_end(self, index: int, stream: StreamHandle) -> GraphHandle:
         """``cuStreamEndCapture`` + ``cuGraphInstantiate``; returns the executable handle."""
         stream = self._check_stream(self._use(index), stream)
         drv = self._drv
@@ -471,9 +457,9 @@ class StreamMixin:
         handle = int(exe)
         with self._graph_lock:
             self._graphs[handle] = (index, graph)
-        return handle
+        return GraphHandle(handle)
 
-    def graph_replay(self, index: int, graph: int, stream: int) -> None:
+    def graph_replay(self, index: int, graph: GraphHandle, stream: StreamHandle) -> None:
         """``cuGraphLaunch``."""
         d = self._use(index)
         rec = self._graphs.get(graph) if type(graph) is int else None
@@ -484,10 +470,10 @@ class StreamMixin:
         stream = self._check_stream(d, stream)
         check(self._drv.cuGraphLaunch(graph, stream), "cuGraphLaunch")
 
-    def graph_destroy(self, index: int, graph: int) -> None:
+    def graph_destroy(self, index: int, graph: GraphHandle) -> None:
         """``cuGraphExecDestroy`` + ``cuGraphDestroy``."""
         self._use(index)
-        graph = as_handle(graph, "graph")
+        graph = GraphHandle(as_handle(graph, "graph"))
         with self._graph_lock:
             rec = self._graphs.get(graph)
             if rec is None or rec[0] != index:
@@ -496,7 +482,7 @@ class StreamMixin:
         check(self._drv.cuGraphExecDestroy(graph), "cuGraphExecDestroy")
         check(self._drv.cuGraphDestroy(rec[1]), "cuGraphDestroy")
 
-    def graph_node_count(self, index: int, graph: int) -> int | None:
+    def graph_node_count(self, index: int, graph: GraphHandle) -> int | None:
         """``cuGraphGetNodes`` of a live graph's CUgraph (``None`` for an unknown handle)."""
         rec = self._graphs.get(graph) if type(graph) is int else None
         if rec is None or rec[0] != index:
@@ -504,7 +490,7 @@ class StreamMixin:
         _, count = check(self._drv.cuGraphGetNodes(rec[1], 0), "cuGraphGetNodes")
         return int(count)
 
-    def stream_is_capturing(self, index: int, stream: int) -> bool:
+    def stream_is_capturing(self, index: int, stream: StreamHandle) -> bool:
         """``cuStreamIsCapturing`` reports an active capture."""
         stream = self._check_stream(self._use(index), stream)
         if stream in self._capturing:

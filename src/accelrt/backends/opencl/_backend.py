@@ -30,19 +30,22 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..._backend import Backend
+from ..._backend import Backend, Capabilities
 from ..._errors import BackendUnavailableError, DeviceError, map_backend_errors
 from ..._fork import reinit_after_fork
+from ..._handles import DevicePtr, EventHandle, StreamHandle
 from ..cpu._memory import HostMemory, check_size
 from ._discovery import (FORKED_MSG, import_cl, list_devices, memory_mode_setting,
                          unavailable_reason)
 from ._memory import BufferMemory, SvmMemory
+from .._common import (HandleTable, KeptErrors, bad_handle, check_byte, check_index, check_ptr,
+                       fill_pattern)
 from ._streams import ClEvent, ClStream, HostWorker
 
 __all__ = ["OpenCLBackend"]
 
+_K_DL_OPENCL = 4   # DLPack kDLOpenCL
 _KINDS = frozenset(("h2d", "d2h", "d2d", "h2h"))
-_FILL_DTYPES = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 _ALL_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
                "uint64", "float16", "float32", "float64", "complex64", "complex128")
 
@@ -71,7 +74,11 @@ class _Device:
 def _finished(s: ClStream) -> bool:
     """True once a (destroyed) stream's last command completed and no error is kept."""
     last = s.last
-    return s.error is None and (last is None or last.command_execution_status == 0)
+    return not s.kept.has(s) and (last is None or last.command_execution_status == 0)
+
+
+def _describe(s: ClStream) -> str:
+    return f"opencl: work on stream {s.handle} of opencl:{s.device} failed"
 
 
 def _close_all(streams: list[ClStream]) -> None:
@@ -192,10 +199,12 @@ class OpenCLBackend(Backend):
         self._svm = [ok and mode != "buffer" for ok in svm]
         self._mode = mode
         self._lock = reinit_after_fork(threading.Lock())  # guards creation/removal below
+        # the first exception of each stream's host functions, raised by its next sync
+        self._kept: KeptErrors[ClStream] = KeptErrors()
         self._state: list[_Device | None] = [None] * self._n   # guarded by _lock (writes)
         self._handles = itertools.count(1)
         self._streams: dict[int, ClStream] = {}       # guarded by _lock (writes)
-        self._events: dict[int, ClEvent] = {}         # guarded by _lock (writes)
+        self._events: HandleTable[ClEvent] = HandleTable(self._lock, self._handles)
         self._all: list[ClStream] = []                # guarded by _lock: every stream ever
         self._host = HostMemory()
         self._orphans: deque[Any] = deque()          # guarded by _lock: see stream_destroy
@@ -205,6 +214,10 @@ class OpenCLBackend(Backend):
         self._retired: list[ClStream] = []           # guarded by _lock
         self._finalizer = weakref.finalize(self, _close_all, self._all)
         _instances.add(self)
+        # host memory from host_malloc is aligned but pageable (OpenCL has no portable pinned
+        # allocation): still what the staging pool needs
+        self._caps = Capabilities(pinned_host_memory=True, host_functions=True,
+                                  peer_copies=True, dlpack_device_type=_K_DL_OPENCL)
 
     # ------------------------------------------------------------------ leak checks
     def live_handles(self) -> dict[str, int]:
@@ -237,13 +250,18 @@ class OpenCLBackend(Backend):
         """Number of OpenCL devices over all platforms (creates no context)."""
         return self._n
 
+    def capabilities(self, index: int) -> Capabilities:
+        """Host functions (a worker thread per stream), peer copies (through the host) and
+        host memory; no virtual memory, graphs or interprocess sharing."""
+        if type(index) is int and 0 <= index < self._n:
+            return self._caps
+        self._check_index(index)
+        return self._caps
+
     def _check_index(self, index: object) -> int:
-        if isinstance(index, bool) or not isinstance(index, int):
-            raise TypeError(f"device index must be an int, got {type(index).__name__}")
-        if not 0 <= index < self._n:
-            raise IndexError(f"opencl device index {index} is out of range; there are "
-                             f"{self._n} OpenCL device(s)")
-        return index
+        if type(index) is int and 0 <= index < self._n:
+            return index
+        return check_index(index, self._n, "opencl", f"there are {self._n} OpenCL device(s)")
 
     def _dev(self, index: int) -> _Device:
         st = self._state[index] if type(index) is int and 0 <= index < self._n else None
@@ -261,7 +279,7 @@ class OpenCLBackend(Backend):
                     props = self._queue_props(device)
                     queue = cl.CommandQueue(ctx, device, properties=props)
                 mem_cls = SvmMemory if self._svm[index] else BufferMemory
-                default = ClStream(index, 0, 0, queue)
+                default = ClStream(index, 0, 0, queue, self._kept)
                 self._all.append(default)
                 st = _Device(index, ctx, props, mem_cls(cl, ctx, index), default)
                 self._state[index] = st
@@ -278,7 +296,7 @@ class OpenCLBackend(Backend):
         self._forked = True
         self._state = [None] * self._n
         self._streams = {}
-        self._events = {}
+        self._events.clear()
         self._all.clear()                  # nothing of the parent's to close at exit
         self._orphans.clear()
 
@@ -343,7 +361,7 @@ class OpenCLBackend(Backend):
         return total - (st.used if st is not None else 0), total
 
     # ------------------------------------------------------------------ memory
-    def malloc(self, index: int, size: int) -> int:
+    def malloc(self, index: int, size: int) -> DevicePtr:
         """Allocate ``size`` bytes; ``0`` when over the device's global memory or its
         ``max_mem_alloc_size`` (the largest single OpenCL allocation)."""
         d = self._dev(index)
@@ -351,14 +369,14 @@ class OpenCLBackend(Backend):
         dev = self._cl_devices[index]
         with d.lock:
             if d.used + size > int(dev.global_mem_size) or size > int(dev.max_mem_alloc_size):
-                return 0
+                return DevicePtr(0)
             with map_backend_errors(self.name, "malloc"):
                 ptr = int(d.mem.alloc(size))
             if ptr:
                 d.used += size
-            return ptr
+            return DevicePtr(ptr)
 
-    def free(self, index: int, ptr: int) -> None:
+    def free(self, index: int, ptr: DevicePtr) -> None:
         """Free a :meth:`malloc` pointer. SVM memory waits for the device's queued work
         first (as ``cudaFree``); buffers are released when their queued work is done."""
         d = self._dev(index)
@@ -379,13 +397,7 @@ class OpenCLBackend(Backend):
         """Release :meth:`host_malloc` memory."""
         self._host.free(self._check_ptr(ptr))
 
-    @staticmethod
-    def _check_ptr(ptr: object, what: str = "pointer") -> int:
-        if isinstance(ptr, bool) or not isinstance(ptr, int):
-            raise TypeError(f"{what} must be an int address, got {type(ptr).__name__}")
-        if ptr <= 0:
-            raise ValueError(f"{what}={ptr} is not a valid address")
-        return ptr
+    _check_ptr = staticmethod(check_ptr)
 
     # ------------------------------------------------------------------ streams: plumbing
     def _stream(self, index: int, stream: int) -> ClStream:
@@ -399,9 +411,7 @@ class OpenCLBackend(Backend):
                     return s
         self._check_forked()
         self._check_index(index)
-        if isinstance(stream, bool) or not isinstance(stream, int):
-            raise TypeError(f"stream handle must be an int, got {type(stream).__name__}")
-        raise ValueError(f"stream handle {stream} is not a live stream of opencl:{index}; "
+        raise bad_handle("stream", stream, f" of opencl:{index}",
                          "use 0 (the default stream) or a handle from stream_create")
 
     def _event(self, event: int, index: int) -> ClEvent:
@@ -409,9 +419,7 @@ class OpenCLBackend(Backend):
         if ev is None or type(index) is not int or ev.device != index:
             self._check_forked()
             self._check_index(index)
-            if isinstance(event, bool) or not isinstance(event, int):
-                raise TypeError(f"event handle must be an int, got {type(event).__name__}")
-            raise ValueError(f"event handle {event} is not a live event of opencl:{index}; "
+            raise bad_handle("event", event, f" of opencl:{index}",
                              "use a handle from event_create that was not destroyed")
         return ev
 
@@ -427,12 +435,7 @@ class OpenCLBackend(Backend):
                 o.popleft()
 
     def _raise_kept(self, streams: Iterable[ClStream]) -> None:
-        for s in streams:
-            exc = s.take_error()
-            if exc is not None:
-                err = DeviceError(f"opencl: work on stream {s.handle} of opencl:{s.device} "
-                                  f"failed: {type(exc).__name__}: {exc}")
-                raise err from exc
+        self._kept.raise_for(streams, _describe)
 
     def _device_streams(self, index: int) -> list[ClStream]:
         """The streams of device ``index``: its live ones and the destroyed ones whose work
@@ -484,8 +487,8 @@ class OpenCLBackend(Backend):
         s.track(barrier, False)
 
     # ------------------------------------------------------------------ copies
-    def memcpy(self, dst: int, src: int, nbytes: int, index: int, stream: int,
-               kind: str) -> None:
+    def memcpy(self, index: int, dst: int, src: int, nbytes: int, kind: str,
+               stream: StreamHandle) -> None:
         """Stream-ordered copy; the device side(s) of ``kind`` must be memory of ``index``
         (any address inside an allocation); ``d2d`` ranges must not overlap."""
         s = self._stream(index, stream)
@@ -509,8 +512,8 @@ class OpenCLBackend(Backend):
         op = {"h2d": mem.h2d, "d2h": mem.d2h, "d2d": mem.d2d}[kind]
         self._enqueue(s, f"memcpy {kind}", lambda q: op(q, dst, src, n))
 
-    def memcpy_peer(self, dst: int, dst_index: int, src: int, src_index: int, nbytes: int,
-                    stream: int) -> None:
+    def memcpy_peer(self, dst_index: int, dst: int, src_index: int, src: int, nbytes: int,
+                    stream: StreamHandle) -> None:
         """Copy between devices, ordered on ``stream`` of the source: a device-to-host copy
         into a staging buffer, then (on the stream's host worker) a write to ``dst``.
 
@@ -519,7 +522,7 @@ class OpenCLBackend(Backend):
         CUDA's ``cudaMemcpyPeerAsync``), and a destination stream that waits for an event
         recorded after the copy must not also be in the copy's way."""
         if dst_index == src_index:
-            self.memcpy(dst, src, nbytes, src_index, stream, "d2d")
+            self.memcpy(src_index, dst, src, nbytes, "d2d", stream)
             return
         dd = self._dev(self._check_index(dst_index))
         s = self._stream(src_index, stream)
@@ -544,27 +547,20 @@ class OpenCLBackend(Backend):
 
         self._host_call(s, write)
 
-    def memset(self, ptr: int, value: int, nbytes: int, index: int, stream: int) -> None:
+    def memset(self, index: int, ptr: int, value: int, nbytes: int,
+               stream: StreamHandle) -> None:
         """Stream-ordered byte fill of device memory."""
         s = self._stream(index, stream)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"memset value must be an int, got {type(value).__name__}")
-        if not 0 <= value <= 255:
-            raise ValueError(f"memset value={value} must be a byte value in [0, 255]")
+        value = check_byte(value)
         self._fill(s, self._check_ptr(ptr), np.array([value], dtype=np.uint8),
                    check_size(nbytes, "nbytes", allow_zero=True), "memset")
 
-    def fill(self, ptr: int, pattern: bytes, count: int, index: int, stream: int) -> None:
+    def fill(self, index: int, ptr: int, pattern: bytes, count: int,
+             stream: StreamHandle) -> None:
         """Stream-ordered fill of ``count`` copies of a 1, 2, 4 or 8 byte ``pattern``;
         ``ptr`` must be aligned to the pattern size (OpenCL requires it)."""
         s = self._stream(index, stream)
-        if not isinstance(pattern, (bytes, bytearray, memoryview)):
-            raise TypeError(f"fill pattern must be bytes, got {type(pattern).__name__}")
-        pattern = bytes(pattern)
-        dtype = _FILL_DTYPES.get(len(pattern))
-        if dtype is None:
-            raise ValueError(f"fill pattern is {len(pattern)} bytes long; it must be 1, 2, 4 "
-                             "or 8 bytes")
+        pattern, dtype = fill_pattern(pattern)
         count = check_size(count, "count", allow_zero=True)
         ptr = self._check_ptr(ptr)
         if ptr % len(pattern):
@@ -583,7 +579,7 @@ class OpenCLBackend(Backend):
         """Only a device itself: each device has its own context."""
         return self._check_index(index) == self._check_index(peer)
 
-    def launch_host_func(self, index: int, stream: int, fn: Callable[[], None]) -> None:
+    def launch_host_func(self, index: int, fn: Callable[[], None], stream: StreamHandle) -> None:
         """Run ``fn()`` in stream order on a worker thread of the stream; its exception is
         raised as :class:`DeviceError` by the next synchronize/query of the stream."""
         s = self._stream(index, stream)
@@ -592,7 +588,7 @@ class OpenCLBackend(Backend):
         self._host_call(s, fn)
 
     # ------------------------------------------------------------------ streams
-    def stream_create(self, index: int, priority: int) -> int:
+    def stream_create(self, index: int, priority: int) -> StreamHandle:
         """Create an in-order queue; ``priority`` is recorded (range ``(0, 0)``)."""
         d = self._dev(index)
         if isinstance(priority, bool) or not isinstance(priority, int):
@@ -601,12 +597,12 @@ class OpenCLBackend(Backend):
             queue = self._cl.CommandQueue(d.ctx, self._cl_devices[index], properties=d.props)
         with self._lock:
             handle = next(self._handles)
-            s = ClStream(index, handle, 0, queue)
+            s = ClStream(index, handle, 0, queue, self._kept)
             self._streams[handle] = s
             self._all.append(s)
-        return handle
+        return StreamHandle(handle)
 
-    def stream_destroy(self, index: int, stream: int) -> None:
+    def stream_destroy(self, index: int, stream: StreamHandle) -> None:
         """Destroy a stream and return at once; its queued work still completes, and
         :meth:`free` (SVM) and :meth:`synchronize` of the device wait for it."""
         s = self._stream(index, stream)
@@ -625,7 +621,7 @@ class OpenCLBackend(Backend):
             self._orphans.extend(held)   # collected once complete, never waited for here
         self._drop_orphans()
 
-    def stream_is_valid(self, index: int, stream: int) -> bool:
+    def stream_is_valid(self, index: int, stream: StreamHandle) -> bool:
         """True for 0 and for live handles from :meth:`stream_create` on ``index``."""
         if type(stream) is not int or type(index) is not int:
             return False
@@ -634,7 +630,7 @@ class OpenCLBackend(Backend):
         s = self._streams.get(stream)
         return s is not None and s.device == index
 
-    def stream_query(self, index: int, stream: int) -> bool:
+    def stream_query(self, index: int, stream: StreamHandle) -> bool:
         """True if all work on ``stream`` completed; raises a kept host-function error."""
         s = self._stream(index, stream)
         self._raise_kept((s,))
@@ -650,7 +646,7 @@ class OpenCLBackend(Backend):
                               f"with status {status}")
         return status == int(cl.command_execution_status.COMPLETE)
 
-    def stream_synchronize(self, index: int, stream: int) -> None:
+    def stream_synchronize(self, index: int, stream: StreamHandle) -> None:
         """Block until ``stream``'s work completed; raises a kept host-function error."""
         s = self._stream(index, stream)
         with map_backend_errors(self.name, "stream_synchronize"):
@@ -658,7 +654,7 @@ class OpenCLBackend(Backend):
         s.drop_completed()
         self._raise_kept((s,))
 
-    def stream_wait_event(self, index: int, stream: int, event: int) -> None:
+    def stream_wait_event(self, index: int, stream: StreamHandle, event: EventHandle) -> None:
         """Later work on ``stream`` waits for ``event``'s current record (any device)."""
         s = self._stream(index, stream)
         ev = self._events.get(event) if type(event) is int else None
@@ -689,24 +685,20 @@ class OpenCLBackend(Backend):
 
     # ------------------------------------------------------------------ events
     def event_create(self, index: int, enable_timing: bool, blocking: bool,
-                     interprocess: bool) -> int:
+                     interprocess: bool) -> EventHandle:
         """Create an event (``interprocess`` is not supported by OpenCL)."""
         self._dev(index)
         if interprocess:
             raise ValueError("the opencl backend has no interprocess events; create the event "
                              "with interprocess=False")
-        with self._lock:
-            handle = next(self._handles)
-            self._events[handle] = ClEvent(index, bool(enable_timing))
-        return handle
+        return EventHandle(self._events.add(ClEvent(index, bool(enable_timing))))
 
-    def event_destroy(self, index: int, event: int) -> None:
+    def event_destroy(self, index: int, event: EventHandle) -> None:
         """Destroy an event."""
         self._event(event, index)
-        with self._lock:
-            self._events.pop(event, None)
+        self._events.discard(event)
 
-    def event_record(self, index: int, event: int, stream: int) -> None:
+    def event_record(self, index: int, event: EventHandle, stream: StreamHandle) -> None:
         """Record ``event`` (a marker) at the end of ``stream``."""
         ev = self._event(event, index)
         s = self._stream(index, stream)
@@ -725,14 +717,14 @@ class OpenCLBackend(Backend):
             raise DeviceError(f"opencl: the work before the event failed with status {status}")
         return status
 
-    def event_query(self, index: int, event: int) -> bool:
+    def event_query(self, index: int, event: EventHandle) -> bool:
         """True if the work before the last record completed (True if never recorded)."""
         ev = self._event(event, index)
         if ev.marker is None:
             return True
         return self._status(ev, "event_query") == int(self._cl.command_execution_status.COMPLETE)
 
-    def event_synchronize(self, index: int, event: int) -> None:
+    def event_synchronize(self, index: int, event: EventHandle) -> None:
         """Block until the last record completed; raises a kept error of its stream."""
         ev = self._event(event, index)
         if ev.marker is None:
@@ -755,23 +747,26 @@ class OpenCLBackend(Backend):
         with map_backend_errors(self.name, "event_elapsed_time"):
             return int(ev.marker.profile.end)
 
-    def event_elapsed_time(self, index: int, start: int, end: int) -> float:
+    def event_elapsed_time(self, index: int, start: EventHandle, end: EventHandle) -> float:
         """Milliseconds between two completed timing events (OpenCL profiling clocks)."""
         t0 = self._timestamp(self._event(start, index), start)
         t1 = self._timestamp(self._event(end, index), end)
         return (t1 - t0) / 1e6
 
-    def event_ipc_handle(self, index: int, event: int) -> bytes:
+    def event_ipc_handle(self, index: int, event: EventHandle) -> bytes:
         """Not supported: raises ValueError."""
         raise ValueError("the opencl backend has no interprocess events")
 
-    def event_from_ipc_handle(self, index: int, handle: bytes) -> int:
+    def event_from_ipc_handle(self, index: int, handle: bytes) -> EventHandle:
         """Not supported: raises ValueError."""
         raise ValueError("the opencl backend has no interprocess events")
 
     # ------------------------------------------------------------------ lifetime
     def close(self) -> None:
-        """Finish all queued work and stop the host-function workers (idempotent)."""
+        """Finish all queued work, stop the host-function workers and release the queues,
+        then close the instance (:meth:`Backend.close`: later operations raise; idempotent)."""
+        if self.closed:
+            return
         for i, st in enumerate(self._state):
             if st is not None:
                 self._finish(i)
@@ -779,6 +774,7 @@ class OpenCLBackend(Backend):
         self._finalizer()
         for w in workers:
             w.thread.join(10.0)
+        super().close()
 
     def __repr__(self) -> str:
         return f"<accelrt backend {self.name!r}: {self._n} OpenCL device(s), {self._mode} memory>"

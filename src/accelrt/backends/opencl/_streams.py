@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..._fork import reinit_after_fork
+from .._common import KeptErrors
 
 __all__ = ["ClEvent", "ClStream", "HostWorker"]
 
@@ -77,20 +78,22 @@ class HostWorker:
 
 
 class ClStream:
-    """One stream: an in-order queue, its last enqueued event and a kept host error.
+    """One stream: an in-order queue, its last enqueued event and its host worker.
 
     Attributes:
         device, handle, priority: identity (the default stream has handle 0).
         queue: the ``pyopencl.CommandQueue``.
         last: the event of the last command enqueued (``None`` before any).
         worker: the host-function worker, started on the first host function.
+        kept: where the first exception of a host function is kept under this stream (its
+            backend's; the rule of :class:`~accelrt.backends._common.KeptErrors`).
     """
 
     __slots__ = (
         "__weakref__",
         "device",
-        "error",
         "handle",
+        "kept",
         "last",
         "lock",
         "pending",
@@ -99,15 +102,16 @@ class ClStream:
         "worker",
     )
 
-    def __init__(self, device: int, handle: int, priority: int, queue: Any) -> None:
+    def __init__(self, device: int, handle: int, priority: int, queue: Any,
+                 kept: KeptErrors[ClStream] | None = None) -> None:
         self.device = device
+        self.kept: KeptErrors[ClStream] = KeptErrors() if kept is None else kept
         self.handle = handle
         self.priority = priority
         self.queue = queue
         self.last: Any = None                     # written under lock
         self.worker: HostWorker | None = None     # guarded by lock
         self.lock = reinit_after_fork(threading.Lock())
-        self.error: BaseException | None = None   # guarded by lock
         # events of host transfers not known to be complete: pyopencl's NannyEvent waits for
         # its transfer when collected, so they must outlive it (see :meth:`track`)
         self.pending: deque[Any] = deque()        # guarded by lock
@@ -133,16 +137,8 @@ class ClStream:
                 p.popleft()
 
     def keep(self, exc: BaseException) -> None:
-        """Remember the first error since the last :meth:`take_error`."""
-        with self.lock:
-            if self.error is None:
-                self.error = exc
-
-    def take_error(self) -> BaseException | None:
-        """Return and clear the kept error."""
-        with self.lock:
-            exc, self.error = self.error, None
-            return exc
+        """Keep ``exc`` unless an earlier exception of this stream is still kept."""
+        self.kept.keep(self, exc)
 
     def close(self) -> None:
         """Stop the worker (after its functions ran) and release the queue."""

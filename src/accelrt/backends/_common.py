@@ -1,0 +1,215 @@
+"""Semantics every backend shares, written once: argument checks, handle look-up errors and
+the rule for exceptions raised by queued work.
+
+The rule (CUDA's, for host functions): the *first* exception raised by work queued on a
+stream (a host function, or a copy a worker thread runs) is kept, and the next
+synchronization that covers that stream (``stream_synchronize``, ``stream_query``,
+``event_synchronize`` of an event recorded after it, ``synchronize`` of its device) raises it
+once, as a :class:`~accelrt.DeviceError` naming the stream, with the original exception as its
+``__cause__``. Later exceptions on the same stream before that are dropped.
+
+Example::
+
+    >>> from accelrt.backends._common import KeptErrors
+    >>> kept = KeptErrors()
+    >>> kept.keep("s1", ValueError("first")); kept.keep("s1", KeyError("second"))
+    >>> try:
+    ...     kept.raise_for(["s1"], lambda key: f"test: work on stream {key} failed")
+    ... except Exception as exc:
+    ...     print(type(exc).__name__, exc)
+    DeviceError test: work on stream s1 failed: ValueError: first
+    >>> kept.has("s1")
+    False
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable, Hashable, Iterable, Iterator
+from typing import Any, Generic, NoReturn, TypeVar
+
+import numpy as np
+
+from .._errors import DeviceError
+
+__all__ = ["HandleTable", "KeptErrors", "bad_handle", "check_byte", "check_index", "check_ptr",
+           "fill_pattern"]
+
+_FILL_DTYPES: dict[int, Any] = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+K = TypeVar("K", bound=Hashable)
+T = TypeVar("T")
+
+
+class HandleTable(dict[int, T]):
+    """The live objects of one kind (streams, events, graphs) by handle.
+
+    Reads are plain ``dict`` reads (no lock: a handle is added before it is handed out and
+    removed after its last use); :meth:`add` and :meth:`discard` take the backend's lock.
+    Tables of one backend share ``counter``, so a handle names one object of any kind.
+
+    Example::
+
+        >>> import itertools, threading
+        >>> from accelrt.backends._common import HandleTable
+        >>> events = HandleTable(threading.Lock(), itertools.count(1))
+        >>> h = events.add("an event"); events[h], events.get(h + 1)
+        ('an event', None)
+        >>> events.discard(h); h in events
+        False
+    """
+
+    def __init__(self, lock: threading.Lock | threading.RLock,
+                 counter: Iterator[int] | None = None) -> None:
+        super().__init__()
+        self._lock = lock
+        self._counter = itertools.count(1) if counter is None else counter
+
+    def add(self, obj: T) -> int:
+        """Store ``obj`` under a new handle and return it."""
+        with self._lock:
+            handle = next(self._counter)
+            self[handle] = obj
+        return handle
+
+    def discard(self, handle: int) -> None:
+        """Forget ``handle`` (nothing if it is not here)."""
+        with self._lock:
+            self.pop(handle, None)
+
+
+class KeptErrors(Generic[K]):
+    """The first exception of the work queued on each stream (keyed by ``K``) until taken.
+
+    Thread-safe without a lock: ``dict.setdefault`` and ``dict.pop`` are atomic, so a worker
+    or driver thread may :meth:`keep` while another thread takes. A forked child may inherit
+    it as is (there is no lock to reset).
+    """
+
+    __slots__ = ("_errors",)
+
+    def __init__(self) -> None:
+        self._errors: dict[K, BaseException] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._errors)
+
+    def keep(self, key: K, exc: BaseException) -> None:
+        """Keep ``exc`` for ``key`` unless an earlier one is still kept (the first wins)."""
+        self._errors.setdefault(key, exc)
+
+    def has(self, key: K) -> bool:
+        """True while an exception is kept for ``key``."""
+        return key in self._errors
+
+    def take(self, key: K) -> BaseException | None:
+        """Return and forget the exception kept for ``key`` (``None`` if there is none)."""
+        return self._errors.pop(key, None)
+
+    def raise_for(self, keys: Iterable[K], describe: Callable[[K], str]) -> None:
+        """Raise (once) the exception kept for the first of ``keys`` that has one, as a
+        ``DeviceError("<describe(key)>: <type>: <message>")`` caused by it."""
+        if not self._errors:
+            return
+        for key in keys:
+            exc = self._errors.pop(key, None)
+            if exc is not None:
+                _raise(describe(key), exc)
+
+    def raise_first(self, match: Callable[[K], bool], describe: Callable[[K], str]) -> None:
+        """Like :meth:`raise_for`, for the first kept key that ``match`` accepts."""
+        if not self._errors:
+            return
+        for key in [k for k in list(self._errors) if match(k)]:
+            exc = self._errors.pop(key, None)
+            if exc is not None:
+                _raise(describe(key), exc)
+
+
+def _raise(what: str, exc: BaseException) -> NoReturn:
+    raise DeviceError(f"{what}: {type(exc).__name__}: {exc}") from exc
+
+
+def check_index(index: object, n: int, family: str, detail: str) -> int:
+    """``index`` if it is an int in ``[0, n)``; TypeError for a non-int (``bool`` included),
+    IndexError ``"<family> device index <i> is out of range; <detail>"`` otherwise.
+
+    Example::
+
+        >>> from accelrt.backends._common import check_index
+        >>> check_index(1, 2, "cpu", "there are 2 devices")
+        1
+    """
+    if isinstance(index, bool) or not isinstance(index, int):
+        raise TypeError(f"device index must be an int, got {type(index).__name__}")
+    if not 0 <= index < n:
+        raise IndexError(f"{family} device index {index} is out of range; {detail}")
+    return index
+
+
+def check_ptr(ptr: object, what: str = "pointer") -> int:
+    """``ptr`` if it is a positive int address; TypeError or ValueError naming ``what``.
+
+    Example::
+
+        >>> from accelrt.backends._common import check_ptr
+        >>> check_ptr(4096)
+        4096
+    """
+    if isinstance(ptr, bool) or not isinstance(ptr, int):
+        raise TypeError(f"{what} must be an int address, got {type(ptr).__name__}")
+    if ptr <= 0:
+        raise ValueError(f"{what}={ptr} is not a valid address")
+    return ptr
+
+
+def bad_handle(kind: str, handle: object, where: str, fix: str) -> Exception:
+    """The error for a ``kind`` handle (``"stream"``, ``"event"``) that names nothing live:
+    TypeError for a non-int, else ValueError ``"<kind> handle <h> is not a live <kind><where>;
+    <fix>"``.
+
+    Example::
+
+        >>> from accelrt.backends._common import bad_handle
+        >>> str(bad_handle("event", 7, " of cpu:0", "use a handle from event_create"))
+        'event handle 7 is not a live event of cpu:0; use a handle from event_create'
+    """
+    if isinstance(handle, bool) or not isinstance(handle, int):
+        return TypeError(f"{kind} handle must be an int, got {type(handle).__name__}")
+    return ValueError(f"{kind} handle {handle} is not a live {kind}{where}; {fix}")
+
+
+def check_byte(value: object) -> int:
+    """``value`` if it is an int byte (``memset``'s value); TypeError or ValueError otherwise.
+
+    Example::
+
+        >>> from accelrt.backends._common import check_byte
+        >>> check_byte(255)
+        255
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"memset value must be an int, got {type(value).__name__}")
+    if not 0 <= value <= 255:
+        raise ValueError(f"memset value={value} must be a byte value in [0, 255]")
+    return value
+
+
+def fill_pattern(pattern: object) -> tuple[bytes, Any]:
+    """``(pattern as bytes, the numpy unsigned dtype of its width)`` for ``fill``: TypeError
+    for a non-bytes pattern, ValueError unless it is 1, 2, 4 or 8 bytes long.
+
+    Example::
+
+        >>> from accelrt.backends._common import fill_pattern
+        >>> fill_pattern(b"ab")
+        (b'ab', <class 'numpy.uint16'>)
+    """
+    if not isinstance(pattern, (bytes, bytearray, memoryview)):
+        raise TypeError(f"fill pattern must be bytes, got {type(pattern).__name__}")
+    data = bytes(pattern)
+    dtype = _FILL_DTYPES.get(len(data))
+    if dtype is None:
+        raise ValueError(f"fill pattern is {len(data)} bytes long; it must be 1, 2, 4 or 8 bytes")
+    return data, dtype

@@ -1,0 +1,77 @@
+"""The core asks a backend what it can do, never what it is called (issue 11 §1).
+
+Outside the backends themselves (``accelrt/backends/``), the registry (``accelrt/_backend.py``),
+the device modules bound to one backend by design (``accelrt/cpu.py``, ``cuda.py``,
+``opencl.py``) and the conformance suite that inspects backends (``accelrt/testing/``), no
+source compares a backend's name with a built-in backend's, and none probes
+a backend for an optional operation with ``getattr``: both go through
+``Backend.capabilities(index)``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import accelrt
+
+SRC = Path(accelrt.__file__).resolve().parent
+EXEMPT = {"_backend.py", "cpu.py", "cuda.py", "opencl.py"}
+BUILTIN = r"(?:cpu|cuda|opencl)"
+# `b.name == "cuda"`, `self._b.name != 'cpu'`, `"cuda" == backend.name`
+NAME_COMPARE = re.compile(
+    rf"""\.name\s*[!=]=\s*["']{BUILTIN}["']|["']{BUILTIN}["']\s*[!=]=\s*\w[\w.]*\.name\b""")
+# `getattr(b, "philox_fill", None)`, `getattr(self._b, ...)`: probing a backend object
+BACKEND_VARS = r"(?:b|sb|db|be|backend|reader|self\._b|self\.backend|self\._backend)"
+GETATTR_PROBE = re.compile(rf"getattr\(\s*(?:type\()?{BACKEND_VARS}\)?\s*,")
+# Known exceptions, each with its reason (file relative to accelrt/, line text fragment).
+ALLOWED = {
+    # the distributed group reads the cpu backend's private fast-path flag; it belongs to the
+    # distributed work (issue 11 leaves distributed/ to it) and should become a capability
+    ("distributed/_group.py", 'getattr(b, "_slow", True)'),
+}
+
+
+def _core_files() -> list[Path]:
+    out = []
+    for p in sorted(SRC.rglob("*.py")):
+        parts = p.relative_to(SRC).parts
+        if parts[0] in ("backends", "testing") or (len(parts) == 1 and parts[0] in EXEMPT):
+            continue
+        out.append(p)
+    return out
+
+
+def _offences(pattern: re.Pattern[str]) -> list[str]:
+    found = []
+    for path in _core_files():
+        rel = path.relative_to(SRC).as_posix()
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if line.lstrip().startswith("#") or not pattern.search(line):
+                continue
+            if any(rel == f and frag in line for f, frag in ALLOWED):
+                continue
+            found.append(f"{rel}:{n}: {line.strip()}")
+    return found
+
+
+def test_the_core_compares_no_backend_names() -> None:
+    bad = _offences(NAME_COMPARE)
+    assert not bad, ("backend names compared in the core; declare the difference in "
+                     "Backend.capabilities() instead:\n" + "\n".join(bad))
+
+
+def test_the_core_does_not_probe_backends_with_getattr() -> None:
+    bad = _offences(GETATTR_PROBE)
+    assert not bad, ("backend probed with getattr in the core; declare the operation on "
+                     "Backend and its capability in Capabilities:\n" + "\n".join(bad))
+
+
+def test_the_patterns_catch_what_they_are_for() -> None:
+    assert NAME_COMPARE.search('if self._b.name != "cuda":')
+    assert NAME_COMPARE.search("if b.name == 'cpu' and x:")
+    assert NAME_COMPARE.search('if "opencl" == backend.name:')
+    assert not NAME_COMPARE.search('if eng.name == "nccl":')
+    assert GETATTR_PROBE.search('fn = getattr(b, "arch_list", None)')
+    assert GETATTR_PROBE.search('adopt = getattr(self._b, "adopt_memory", None)')
+    assert not GETATTR_PROBE.search('attach = getattr(pool, "_attach", None)')
