@@ -417,7 +417,7 @@ def test_gpu_rand_is_generated_on_the_device_on_the_current_stream() -> None:
             x = acc.rand(1 << 20, device="cuda:0")
     finally:
         del b.philox_fill
-    assert len(calls) == 1 and calls[0][-1] == s.stream_id and calls[0][1] == 1 << 20
+    assert len(calls) == 1 and calls[0][-1] == s.stream_id and calls[0][2] == 1 << 20
     v = x.numpy()
     assert 0.0 <= float(v.min()) and float(v.max()) < 1.0
 
