@@ -145,7 +145,7 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
         self._trace: collections.deque[dict[str, Any]] = collections.deque()
         self._skip_actions: frozenset[str] = frozenset()
         self._vm_ok: bool | None = None                    # guarded by _lock: backend vm support
-        self._gran: int | None = None                      # guarded by _lock: vm granularity
+        self._vm_granularity: int | None = None                      # guarded by _lock: vm granularity
         self._rejected = False                             # guarded by _lock: last slow path
         self._set_config_locked(cfg)
         if cfg.per_process_memory_fraction is not None:
@@ -154,11 +154,11 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
     # ------------------------------------------------------------------ configuration
     def _set_config_locked(self, cfg: AllocatorConfig) -> None:
         self._cfg = cfg                                           # guarded by _lock
-        self._mss = cfg.max_split_size                            # guarded by _lock
-        self._mnsr = cfg.max_non_split_rounding_size              # guarded by _lock
-        self._lss = cfg.large_segment_size                        # guarded by _lock
+        self._max_split_size = cfg.max_split_size                            # guarded by _lock
+        self._max_non_split_rounding = cfg.max_non_split_rounding_size              # guarded by _lock
+        self._large_segment_size = cfg.large_segment_size                        # guarded by _lock
         divs = cfg.roundup_power2_divisions
-        self._divs: tuple[int, ...] | None = divs if any(d > 1 for d in divs) else None  # _lock
+        self._roundup_divisions: tuple[int, ...] | None = divs if any(d > 1 for d in divs) else None  # _lock
         self._gc_threshold = cfg.garbage_collection_threshold     # guarded by _lock
         self._expandable = cfg.expandable_segments                # guarded by _lock
         self._page_reuse = cfg.page_reuse and cfg.expandable_segments  # guarded by _lock
@@ -167,10 +167,10 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
 
     def _update_simple(self) -> None:
         # True when the best-fit lookup needs no oversize, GC or expandable handling.
-        self._simple = (self._mss >= SIZE_MAX and not self._gc_on and not self._expandable
+        self._simple = (self._max_split_size >= SIZE_MAX and not self._gc_on and not self._expandable
                         and not self._expandable_segments)  # guarded by _lock
         # True when malloc needs nothing but rounding and the plain lookup (guarded by _lock)
-        self._fast = (self._simple and self._divs is None and not self._ctx
+        self._fast = (self._simple and self._roundup_divisions is None and not self._ctx
                       and not self._history and not self._events and not self._deferred
                       and not self._captures)
 
@@ -306,42 +306,42 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
                                 st = self._stats
                                 if st.dirty_split:
                                     st.settle_split()
-                                c.sb -= rounded
+                                c.inactive_split_bytes -= rounded
                             else:
                                 # a new inactive split block: update the peaks at once
-                                sn = c.sn + 1
-                                c.sn = sn
-                                c.tsn += 1
-                                sb = c.sb + remaining
-                                c.sb = sb
-                                c.tsb += remaining
-                                if sn > c.ksn:
-                                    c.ksn = sn
-                                if sb > c.ksb:
-                                    c.ksb = sb
-                                o = c.o
-                                a = c.a
-                                sn += o.sn
-                                if sn > a.ksn:
-                                    a.ksn = sn
-                                sb += o.sb
-                                if sb > a.ksb:
-                                    a.ksb = sb
+                                sn = c.inactive_split + 1
+                                c.inactive_split = sn
+                                c.inactive_split_sum += 1
+                                sb = c.inactive_split_bytes + remaining
+                                c.inactive_split_bytes = sb
+                                c.inactive_split_bytes_sum += remaining
+                                if sn > c.inactive_split_peak:
+                                    c.inactive_split_peak = sn
+                                if sb > c.inactive_split_bytes_peak:
+                                    c.inactive_split_bytes_peak = sb
+                                o = c.other_row
+                                a = c.all_row
+                                sn += o.inactive_split
+                                if sn > a.inactive_split_peak:
+                                    a.inactive_split_peak = sn
+                                sb += o.inactive_split_bytes
+                                if sb > a.inactive_split_bytes_peak:
+                                    a.inactive_split_bytes_peak = sb
                         elif blk.next is not None or blk.prev is not None:
                             st = self._stats
                             if st.dirty_split:
                                 st.settle_split()
-                            c.sb -= blk.size
-                            c.sn -= 1
+                            c.inactive_split_bytes -= blk.size
+                            c.inactive_split -= 1
                         blk.allocated = True
                         blk.requested = size
                         bsize = blk.size
-                        c.n += 1
-                        c.b += bsize
-                        c.r += size
-                        c.tn += 1
-                        c.tb += bsize
-                        c.tr += size
+                        c.allocations += 1
+                        c.allocated_bytes += bsize
+                        c.requested_bytes += size
+                        c.allocations_sum += 1
+                        c.allocated_bytes_sum += bsize
+                        c.requested_bytes_sum += size
                         st = self._stats
                         d = st.dirty
                         if d is not c:
@@ -364,7 +364,7 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
             self._drain_pending_locked()
         if (self._events or self._deferred) and not self._captures:
             self._process_events()
-        if self._divs is None:
+        if self._roundup_divisions is None:
             rounded = (size + 511) & -512
         else:
             rounded = self._round_size(size)
@@ -399,7 +399,7 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
         addr = blk.addr
         if remaining >= K_MIN_BLOCK and not pool.no_split and (
                 pool.is_small or self._expandable
-                or (rounded < self._mss and remaining > K_SMALL_SIZE)):
+                or (rounded < self._max_split_size and remaining > K_SMALL_SIZE)):
             nx = blk.next
             exp = blk.exp
             raddr = addr + rounded
@@ -430,31 +430,31 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
                 if already_split:
                     if st.dirty_split:
                         st.settle_split()
-                    c.sb -= rounded
+                    c.inactive_split_bytes -= rounded
                 else:
-                    c.sn += 1
-                    c.tsn += 1
-                    c.sb += remaining
-                    c.tsb += remaining
+                    c.inactive_split += 1
+                    c.inactive_split_sum += 1
+                    c.inactive_split_bytes += remaining
+                    c.inactive_split_bytes_sum += remaining
                     st.dirty_split = True
         elif blk.exp is None and (blk.next is not None or blk.prev is not None):
             if st.dirty_split:
                 st.settle_split()
-            c.sb -= blk.size
-            c.sn -= 1
+            c.inactive_split_bytes -= blk.size
+            c.inactive_split -= 1
         blk.allocated = True
         blk.requested = size
         bsize = blk.size
-        c.n += 1
-        c.b += bsize
-        c.r += size
-        c.tn += 1
-        c.tb += bsize
-        c.tr += size
+        c.allocations += 1
+        c.allocated_bytes += bsize
+        c.requested_bytes += size
+        c.allocations_sum += 1
+        c.allocated_bytes_sum += bsize
+        c.requested_bytes_sum += size
         d = st.dirty
         if d is not c:
             st.dirty = True if d else c
-        if bsize >= self._mss:
+        if bsize >= self._max_split_size:
             st.oversize_allocations.increase(1)
         if frames is not None:
             blk.frames = frames
@@ -531,33 +531,33 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
             if d:
                 if d is c and not st.pending_seen:
                     # DeviceStats.settle() for one pool type, inlined (the hot path)
-                    n = c.n
-                    b = c.b
-                    r = c.r
-                    if n > c.kn:
-                        c.kn = n
-                    if b > c.kb:
-                        c.kb = b
-                    if r > c.kr:
-                        c.kr = r
-                    o = c.o
-                    a = c.a
-                    n += o.n
-                    if n > a.kn:
-                        a.kn = n
-                    b += o.b
-                    if b > a.kb:
-                        a.kb = b
-                    r += o.r
-                    if r > a.kr:
-                        a.kr = r
+                    n = c.allocations
+                    b = c.allocated_bytes
+                    r = c.requested_bytes
+                    if n > c.allocations_peak:
+                        c.allocations_peak = n
+                    if b > c.allocated_bytes_peak:
+                        c.allocated_bytes_peak = b
+                    if r > c.requested_bytes_peak:
+                        c.requested_bytes_peak = r
+                    o = c.other_row
+                    a = c.all_row
+                    n += o.allocations
+                    if n > a.allocations_peak:
+                        a.allocations_peak = n
+                    b += o.allocated_bytes
+                    if b > a.allocated_bytes_peak:
+                        a.allocated_bytes_peak = b
+                    r += o.requested_bytes
+                    if r > a.requested_bytes_peak:
+                        a.requested_bytes_peak = r
                     st.dirty = False
                 else:
                     st.settle()
             size = blk.size
-            c.n -= 1
-            c.b -= size
-            if size >= self._mss:
+            c.allocations -= 1
+            c.allocated_bytes -= size
+            if size >= self._max_split_size:
                 st.oversize_allocations.decrease(1)
             if self._history:
                 self._record("free_requested", ptr, blk.requested, blk.stream,
@@ -569,7 +569,7 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
                 return
             if blk.stream_uses is None:
                 # ---- free completed at once: merge and cache (inlined _free_block)
-                c.r -= blk.requested
+                c.requested_bytes -= blk.requested
                 stream = blk.stream
                 prev = blk.prev
                 nx = blk.next
@@ -630,30 +630,30 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
                         if merged == 2 and st.dirty_split:
                             st.settle_split()
                         if merged != 1:
-                            sn = c.sn + 1 - merged
-                            c.sn = sn
+                            sn = c.inactive_split + 1 - merged
+                            c.inactive_split = sn
                             if not merged:
-                                c.tsn += 1
-                                if sn > c.ksn:
-                                    c.ksn = sn
-                                sn += c.o.sn
-                                a = c.a
-                                if sn > a.ksn:
-                                    a.ksn = sn
-                        sb = c.sb + size
-                        c.sb = sb
-                        c.tsb += size
-                        if sb > c.ksb:
-                            c.ksb = sb
-                        sb += c.o.sb
-                        a = c.a
-                        if sb > a.ksb:
-                            a.ksb = sb
+                                c.inactive_split_sum += 1
+                                if sn > c.inactive_split_peak:
+                                    c.inactive_split_peak = sn
+                                sn += c.other_row.inactive_split
+                                a = c.all_row
+                                if sn > a.inactive_split_peak:
+                                    a.inactive_split_peak = sn
+                        sb = c.inactive_split_bytes + size
+                        c.inactive_split_bytes = sb
+                        c.inactive_split_bytes_sum += size
+                        if sb > c.inactive_split_bytes_peak:
+                            c.inactive_split_bytes_peak = sb
+                        sb += c.other_row.inactive_split_bytes
+                        a = c.all_row
+                        if sb > a.inactive_split_bytes_peak:
+                            a.inactive_split_bytes_peak = sb
                     else:
                         if st.dirty_split:
                             st.settle_split()
-                        c.sn -= merged
-                        c.sb -= merged_bytes
+                        c.inactive_split -= merged
+                        c.inactive_split_bytes -= merged_bytes
                 if type(fl) is not list:
                     fl.add((b.size << 64) | b.addr)  # type: ignore[union-attr]  # a long FreeList
                 elif len(fl) < SMALL_MAX:
@@ -740,9 +740,9 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
             st.settle()
         c = blk.pool.hot
         size = blk.size
-        c.n -= 1
-        c.b -= size
-        if size >= self._mss:
+        c.allocations -= 1
+        c.allocated_bytes -= size
+        if size >= self._max_split_size:
             st.oversize_allocations.decrease(1)
         if self._history:
             self._record("free_requested", ptr, blk.requested, blk.stream,
@@ -756,8 +756,8 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
         """Free of a block recorded on other streams: it completes after their events."""
         if not st.pending_seen:
             st.mark_pending()
-        c.pn += 1
-        c.pb += size
+        c.pending_frees += 1
+        c.pending_bytes += size
         if self._captures:
             self._deferred.append(blk)
             self._fast = False
@@ -831,7 +831,7 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
     def _round_size(self, size: int) -> int:
         if size < K_MIN_BLOCK:
             return K_MIN_BLOCK
-        divs = self._divs
+        divs = self._roundup_divisions
         d = 0
         if divs is not None:
             idx = size.bit_length() - 1 - 20
@@ -844,14 +844,14 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
         """The size a request of ``size`` bytes occupies (PyTorch's ``round_size``)."""
         size = _check_size(size)
         with self._lock:
-            return self._round_size(size) if self._divs is not None else \
+            return self._round_size(size) if self._roundup_divisions is not None else \
                 max(K_MIN_BLOCK, (size + 511) & -512)
 
     def _allocation_size(self, rounded: int) -> int:
         if rounded <= K_SMALL_SIZE:
             return K_SMALL_BUFFER
         if rounded < K_MIN_LARGE_ALLOC:
-            return self._lss
+            return self._large_segment_size
         return -(-rounded // K_ROUND_LARGE) * K_ROUND_LARGE
 
     # ------------------------------------------------------------------ free lists
@@ -903,11 +903,11 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
                 else:
                     return None
         bsize = blk.size
-        mss = self._mss
+        mss = self._max_split_size
         if rounded < mss:
             if bsize >= mss:
                 return None
-        elif bsize >= rounded + self._mnsr:
+        elif bsize >= rounded + self._max_non_split_rounding:
             return None
         fl_remove(fl, key)
         return blk
@@ -970,7 +970,7 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
         st.segment[ti].increase(1)
         st.reserved_bytes[0].increase(alloc_size)
         st.reserved_bytes[ti].increase(alloc_size)
-        if alloc_size >= self._mss:
+        if alloc_size >= self._max_split_size:
             st.oversize_segments.increase(1)
         st.num_device_alloc += 1
         if self._history:
@@ -1047,21 +1047,21 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
                 if (net_n < 0 or net_b < 0) and st.dirty_split:
                     st.settle_split()
                 if net_n:
-                    c.sn += net_n
+                    c.inactive_split += net_n
                     if net_n > 0:
-                        c.tsn += net_n
+                        c.inactive_split_sum += net_n
                         st.dirty_split = True
                 if net_b:
-                    c.sb += net_b
+                    c.inactive_split_bytes += net_b
                     if net_b > 0:
-                        c.tsb += net_b
+                        c.inactive_split_bytes_sum += net_b
                         st.dirty_split = True
         fl_add(pool.free, stream, (b.size << KEY_SHIFT) | b.addr)
         b.gc_base = pool.gc_calls
-        c.r -= req
+        c.requested_bytes -= req
         if pending:
-            c.pn -= 1
-            c.pb -= orig_size
+            c.pending_frees -= 1
+            c.pending_bytes -= orig_size
 
     # ------------------------------------------------------------------ fraction
     def _set_fraction_locked(self, fraction: float) -> None:
@@ -1139,7 +1139,7 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
         if self._gc_pending:
             self.drain_pending()
         h = self._stats.hot
-        return h[1].b + h[2].b
+        return h[1].allocated_bytes + h[2].allocated_bytes
 
     def max_memory_allocated(self) -> int:
         """``allocated_bytes.all.peak``."""

@@ -204,11 +204,11 @@ class ExpandableMixin:
     _stats: DeviceStats
     _small: BlockPool
     _large: BlockPool
-    _lss: int
+    _large_segment_size: int
     _history: bool
     _ctx: int
     _page_reuse: bool
-    _gran: int | None
+    _vm_granularity: int | None
     _device_total: int
     _total_reserved: int
     _vm_high: int
@@ -277,12 +277,12 @@ class ExpandableMixin:
         return b, n, nbytes
 
     def _page_size(self, pool: BlockPool) -> int:
-        gran = self._gran
+        gran = self._vm_granularity
         if gran is None:   # a device's granularity does not change: ask the backend once
-            gran = self._gran = int(self._b.vm_granularity(self._index))
+            gran = self._vm_granularity = int(self._b.vm_granularity(self._index))
         if self._page_reuse and pool.owner is None:
             return gran    # the low-fragmentation policy: the device's own page
-        seg = K_SMALL_BUFFER if pool.is_small else self._lss
+        seg = K_SMALL_BUFFER if pool.is_small else self._large_segment_size
         return -(-seg // gran) * gran
 
     def _find_expandable_block(self, pool: BlockPool, stream: int, size: int) -> Block:

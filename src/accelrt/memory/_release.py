@@ -60,7 +60,7 @@ class ReleaseMixin:
     _stats: DeviceStats
     _small: BlockPool
     _large: BlockPool
-    _mss: int
+    _max_split_size: int
     _history: bool
     _ctx: int
     _captures: list[tuple[tuple[int, int], Callable[[int], bool] | None]]
@@ -99,12 +99,12 @@ class ReleaseMixin:
         st.segment[ti].decrease(1)
         st.reserved_bytes[0].decrease(size)
         st.reserved_bytes[ti].decrease(size)
-        if size >= self._mss:
+        if size >= self._max_split_size:
             st.oversize_segments.decrease(1)
 
     def _release_available_cached_blocks(self, pool: BlockPool, stream: int,
                                          rounded: int) -> bool:
-        mss = self._mss
+        mss = self._max_split_size
         if mss >= SIZE_MAX:
             return False
         fl = pool.free.get(stream)
