@@ -1237,14 +1237,7 @@ class DeviceCachingAllocator:
         self._total_reserved += alloc_size
         if pool.owner is not None:
             pool.owner.reserved += alloc_size
-        ti = pool.type_index
-        st.segment[0].increase(1)
-        st.segment[ti].increase(1)
-        st.reserved_bytes[0].increase(alloc_size)
-        st.reserved_bytes[ti].increase(alloc_size)
-        if alloc_size >= self._max_split_size:
-            st.oversize_segments.increase(1)
-        st.num_device_alloc += 1
+        st.add_segment(pool.type_index, alloc_size, alloc_size >= self._max_split_size)
         h = self._history
         if h is not None:
             h.record("segment_alloc", ptr, alloc_size, stream,

@@ -43,9 +43,7 @@ __all__ = ["garbage_collect", "release_available_cached_blocks", "release_block"
 def release_block(a: DeviceCachingAllocator, blk: Block) -> None:
     """cudaFree of a whole free unsplit non-expandable segment (in its free list)."""
     a._remove_free(blk)
-    st = a._stats
     size = blk.size
-    st.num_device_free += 1
     h = a._history
     if h is not None:
         h.record("segment_free", blk.addr, size, blk.stream,
@@ -56,13 +54,7 @@ def release_block(a: DeviceCachingAllocator, blk: Block) -> None:
     pool = blk.pool
     if pool.owner is not None:
         pool.owner.reserved -= size
-    ti = pool.type_index
-    st.segment[0].decrease(1)
-    st.segment[ti].decrease(1)
-    st.reserved_bytes[0].decrease(size)
-    st.reserved_bytes[ti].decrease(size)
-    if size >= a._max_split_size:
-        st.oversize_segments.decrease(1)
+    a._stats.remove_segment(pool.type_index, size, size >= a._max_split_size)
 
 
 def release_available_cached_blocks(a: DeviceCachingAllocator, pool: BlockPool, stream: int,

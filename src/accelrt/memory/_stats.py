@@ -173,6 +173,20 @@ class HotCounters:
         self.inactive_split_bytes_base = 0
 
 
+#: The hot stats' current values in the order of :func:`_current`, and their peak and base
+#: fields in the same order.
+_PEAKS = ("allocations_peak", "allocated_bytes_peak", "requested_bytes_peak", "active_peak",
+          "active_bytes_peak", "inactive_split_peak", "inactive_split_bytes_peak")
+_BASES = ("allocations_base", "allocated_bytes_base", "requested_bytes_base", "active_base",
+          "active_bytes_base", "inactive_split_base", "inactive_split_bytes_base")
+
+
+def _current(c: HotCounters) -> tuple[int, ...]:
+    return (c.allocations, c.allocated_bytes, c.requested_bytes,
+            c.allocations + c.pending_frees, c.allocated_bytes + c.pending_bytes,
+            c.inactive_split, c.inactive_split_bytes)
+
+
 class DeviceStats:
     """All statistics of one allocator.
 
@@ -326,6 +340,27 @@ class DeviceStats:
         self.settle_split()
         self._materialize_active()
 
+    def add_segment(self, type_index: int, size: int, oversize: bool) -> None:
+        """Count a new segment of ``size`` bytes in pool type ``type_index`` (1 small,
+        2 large)."""
+        self.segment[0].increase(1)
+        self.segment[type_index].increase(1)
+        self.reserved_bytes[0].increase(size)
+        self.reserved_bytes[type_index].increase(size)
+        if oversize:
+            self.oversize_segments.increase(1)
+        self.num_device_alloc += 1
+
+    def remove_segment(self, type_index: int, size: int, oversize: bool) -> None:
+        """Count a released segment (see :meth:`add_segment`)."""
+        self.segment[0].decrease(1)
+        self.segment[type_index].decrease(1)
+        self.reserved_bytes[0].decrease(size)
+        self.reserved_bytes[type_index].decrease(size)
+        if oversize:
+            self.oversize_segments.decrease(1)
+        self.num_device_free += 1
+
     def allocated_bytes(self) -> int:
         """``allocated_bytes.all.current`` (O(1))."""
         h = self.hot
@@ -411,25 +446,21 @@ class DeviceStats:
         return [*self.segment, *self.reserved_bytes, self.oversize_allocations,
                 self.oversize_segments]
 
+    def _set_rows(self, names: tuple[str, ...]) -> None:
+        """Set the fields ``names`` (in :data:`_CURRENT` order) of every row to the current
+        values (the ``all`` row to the sums of the pool rows)."""
+        a, s, g = self.hot
+        for c in (s, g):
+            for name, value in zip(names, _current(c)):
+                setattr(c, name, value)
+        for name, sv, gv in zip(names, _current(s), _current(g)):
+            setattr(a, name, sv + gv)
+
     def reset_peak(self) -> None:
         """``peak = current`` for every stat (PyTorch's ``reset_peak_memory_stats``)."""
         self.settle_all()
+        self._set_rows(_PEAKS)
         a, s, g = self.hot
-        for c in (s, g):
-            c.allocations_peak = c.allocations
-            c.allocated_bytes_peak = c.allocated_bytes
-            c.requested_bytes_peak = c.requested_bytes
-            c.active_peak = c.allocations + c.pending_frees
-            c.active_bytes_peak = c.allocated_bytes + c.pending_bytes
-            c.inactive_split_peak = c.inactive_split
-            c.inactive_split_bytes_peak = c.inactive_split_bytes
-        a.allocations_peak = s.allocations + g.allocations
-        a.allocated_bytes_peak = s.allocated_bytes + g.allocated_bytes
-        a.requested_bytes_peak = s.requested_bytes + g.requested_bytes
-        a.active_peak = s.active_peak + g.active_peak
-        a.active_bytes_peak = s.active_bytes_peak + g.active_bytes_peak
-        a.inactive_split_peak = s.inactive_split + g.inactive_split
-        a.inactive_split_bytes_peak = s.inactive_split_bytes + g.inactive_split_bytes
         self.pending_seen = s.pending_frees + g.pending_frees > 0
         for st in self._rare():
             st.reset_peak()
@@ -437,24 +468,10 @@ class DeviceStats:
     def reset_accumulated(self) -> None:
         """``allocated = freed = 0`` for every stat and the ``num_*`` counters to 0."""
         self.settle_all()
-        a, s, g = self.hot
-        for c in (s, g):
+        for c in self.hot[1:]:
             c.allocations_sum = c.allocated_bytes_sum = c.requested_bytes_sum = 0
             c.inactive_split_sum = c.inactive_split_bytes_sum = 0
-            c.allocations_base = c.allocations
-            c.allocated_bytes_base = c.allocated_bytes
-            c.requested_bytes_base = c.requested_bytes
-            c.active_base = c.allocations + c.pending_frees
-            c.active_bytes_base = c.allocated_bytes + c.pending_bytes
-            c.inactive_split_base = c.inactive_split
-            c.inactive_split_bytes_base = c.inactive_split_bytes
-        a.allocations_base = s.allocations + g.allocations
-        a.allocated_bytes_base = s.allocated_bytes + g.allocated_bytes
-        a.requested_bytes_base = s.requested_bytes + g.requested_bytes
-        a.active_base = s.active_base + g.active_base
-        a.active_bytes_base = s.active_bytes_base + g.active_bytes_base
-        a.inactive_split_base = s.inactive_split + g.inactive_split
-        a.inactive_split_bytes_base = s.inactive_split_bytes + g.inactive_split_bytes
+        self._set_rows(_BASES)
         for st in self._rare():
             st.reset_accumulated()
         self.num_alloc_retries = 0
