@@ -80,6 +80,9 @@ __all__ = ["DeviceCachingAllocator", "GeneralPathAllocator", "format_size", "get
            "peek_allocator"]
 
 _MAX_ALLOC = 1 << 60
+# The fast paths of malloc and free spell these constants as literals (a constant load instead
+# of a global load on every call).
+assert (K_MIN_BLOCK, KEY_SHIFT, K_SMALL_SIZE) == (512, 64, 1 << 20)
 _DEFAULT_POOL = DEFAULT_POOL
 
 
@@ -232,24 +235,23 @@ class DeviceCachingAllocator:
                 # The fast path: nothing special in force (default rounding and pools; no
                 # events, history, captures, expandable segments or oversize limit) and a
                 # cached block fits. Hand-inlined from _malloc_locked -> _get_free_block ->
-                # _cut_block, which it must match (the
-                # test_allocator_fast_paths tests run both on the same sequences and compare
-                # the state; bench/bench_allocator.py times both). Anything else goes to
-                # _malloc_locked.
-                rounded = (size + K_MIN_BLOCK - 1) & -K_MIN_BLOCK
+                # _cut_block, which it must match: tests/test_allocator_fast_paths.py runs
+                # both on the same sequences and compares the state, and
+                # bench/bench_allocator.py times both. Anything else goes to _malloc_locked.
+                rounded = (size + 511) & -512   # K_MIN_BLOCK (literals: LOAD_CONST)
                 if rounded <= K_SMALL_SIZE:
                     pool = self._small
-                    split_min = K_MIN_BLOCK
+                    split_min = 512
                 else:
                     pool = self._large
-                    split_min = K_SMALL_SIZE + 1
+                    split_min = 1048577   # K_SMALL_SIZE + 1
                 fl = pool.free.get(stream)
                 if fl:
                     if type(fl) is list:
-                        i = bisect_left(fl, rounded << KEY_SHIFT)
+                        i = bisect_left(fl, rounded << 64)
                         key = fl.pop(i) if i < len(fl) else -1
                     else:
-                        key = fl.pop_ge(rounded << KEY_SHIFT)  # type: ignore[union-attr]
+                        key = fl.pop_ge(rounded << 64)  # type: ignore[union-attr]
                     if key >= 0:
                         blk = self._blocks[key & ADDR_MASK]
                         c = pool.hot
@@ -257,8 +259,8 @@ class DeviceCachingAllocator:
                         remaining = blk.size - rounded
                         if remaining >= split_min:
                             # the split of _malloc_locked (_cut_block)
-                            was_split = blk.prev is not None or blk.next is not None
                             nx = blk.next
+                            was_split = nx is not None or blk.prev is not None
                             raddr = addr + rounded
                             spares = self._spares
                             if spares:
@@ -280,9 +282,9 @@ class DeviceCachingAllocator:
                             blk.size = rounded
                             self._blocks[raddr] = rest
                             if type(fl) is list and len(fl) < SMALL_MAX:
-                                insort(fl, (remaining << KEY_SHIFT) | raddr)
+                                insort(fl, (remaining << 64) | raddr)
                             else:
-                                fl_add(pool.free, stream, (remaining << KEY_SHIFT) | raddr)
+                                fl_add(pool.free, stream, (remaining << 64) | raddr)
                             rest.gc_base = pool.gc_calls
                             if was_split:
                                 st = self._stats
@@ -626,9 +628,9 @@ class DeviceCachingAllocator:
             if prev is None and nx is None:
                 # an unsplit segment: nothing to merge
                 if type(fl) is list and len(fl) < SMALL_MAX:
-                    insort(fl, (size << KEY_SHIFT) | ptr)
+                    insort(fl, (size << 64) | ptr)
                 else:
-                    fl_add(pool.free, stream, (size << KEY_SHIFT) | ptr)
+                    fl_add(pool.free, stream, (size << 64) | ptr)
                 blk.gc_base = pool.gc_calls
                 return
             # _merge (blk is mapped: only free mapped neighbours merge)
@@ -639,9 +641,9 @@ class DeviceCachingAllocator:
                     and not prev.stream_uses and prev.mapped):
                 psize = prev.size
                 if type(fl) is list:
-                    del fl[bisect_left(fl, (psize << KEY_SHIFT) | prev.addr)]
+                    del fl[bisect_left(fl, (psize << 64) | prev.addr)]
                 else:
-                    fl.remove((psize << KEY_SHIFT) | prev.addr)
+                    fl.remove((psize << 64) | prev.addr)
                 merged = 1
                 merged_bytes = psize
                 del self._blocks[ptr]
@@ -657,9 +659,9 @@ class DeviceCachingAllocator:
                     and not nx.stream_uses and nx.mapped):
                 nsize = nx.size
                 if type(fl) is list:
-                    del fl[bisect_left(fl, (nsize << KEY_SHIFT) | nx.addr)]
+                    del fl[bisect_left(fl, (nsize << 64) | nx.addr)]
                 else:
-                    fl.remove((nsize << KEY_SHIFT) | nx.addr)
+                    fl.remove((nsize << 64) | nx.addr)
                 merged += 1
                 merged_bytes += nsize
                 del self._blocks[nx.addr]
@@ -701,9 +703,9 @@ class DeviceCachingAllocator:
                     c.inactive_split -= merged
                     c.inactive_split_bytes -= merged_bytes
             if type(fl) is list and len(fl) < SMALL_MAX:
-                insort(fl, (b.size << KEY_SHIFT) | b.addr)
+                insort(fl, (b.size << 64) | b.addr)
             else:
-                fl_add(pool.free, stream, (b.size << KEY_SHIFT) | b.addr)
+                fl_add(pool.free, stream, (b.size << 64) | b.addr)
             b.gc_base = pool.gc_calls
         finally:
             self._release(None)
@@ -1142,12 +1144,21 @@ class DeviceCachingAllocator:
         if not fl:
             return None
         blocks = self._blocks
-        keys = fl_iter_ge(fl, rounded << KEY_SHIFT)
-        key = next(keys, -1)
-        if key < 0:
-            return None
+        start = rounded << KEY_SHIFT
+        if type(fl) is list:
+            i = bisect_left(fl, start)
+            if i == len(fl):
+                return None
+            key = fl[i]
+        else:
+            i = -1
+            key = next(fl.iter_ge(start), -1)  # type: ignore[union-attr]
+            if key < 0:
+                return None
         blk = blocks[key & ADDR_MASK]
         if blk.exp is not None:
+            # the keys after the first fit, ascending
+            keys = iter(fl[i + 1:]) if i >= 0 else fl_iter_ge(fl, key + 1)  # type: ignore[index]
             if self._expandable:
                 # among expandable candidates, prefer the one whose size including the
                 # unmapped range after it is smallest (PyTorch's expandable best fit)
@@ -1181,7 +1192,10 @@ class DeviceCachingAllocator:
                 return None
         elif bsize >= rounded + self._max_non_split_rounding:
             return None
-        fl_remove(fl, key)
+        if i >= 0 and fl[i] == key:  # type: ignore[index]
+            del fl[i]  # type: ignore[union-attr]
+        else:
+            fl_remove(fl, key)
         return blk
 
     # ------------------------------------------------------------------ allocation
