@@ -326,10 +326,7 @@ class DeviceCachingAllocator:
                         c.allocations_sum += 1
                         c.allocated_bytes_sum += bsize
                         c.requested_bytes_sum += size
-                        st = self._stats
-                        dirty = st.dirty
-                        if dirty is not c:
-                            st.dirty = True if dirty else c
+                        c.grew = True
                         return addr
             res = self._malloc_locked(size, stream)
         finally:
@@ -420,10 +417,8 @@ class DeviceCachingAllocator:
         c.allocations_sum += 1
         c.allocated_bytes_sum += bsize
         c.requested_bytes_sum += size
+        c.grew = True
         st = self._stats
-        dirty = st.dirty
-        if dirty is not c:
-            st.dirty = True if dirty else c
         if bsize >= self._max_split_size:
             st.oversize_allocations.increase(1)
         addr = blk.addr
@@ -583,11 +578,9 @@ class DeviceCachingAllocator:
             st = self._stats
             pool = blk.pool
             c = pool.hot
-            # bool | HotCounters; typed Any so that ``dirty is c`` does not narrow the
-            # duck-typed pool row ``c`` (whose other_row/all_row are always set)
-            dirty: Any = st.dirty
-            if dirty:
-                if dirty is c and not st.pending_seen:
+            other: Any = c.other_row    # (always set on a pool row; Any for the checker)
+            if c.grew:
+                if not other.grew and not st.pending_seen:
                     # DeviceStats.settle() for one pool type
                     n = c.allocations
                     nbytes = c.allocated_bytes
@@ -598,7 +591,6 @@ class DeviceCachingAllocator:
                         c.allocated_bytes_peak = nbytes
                     if req > c.requested_bytes_peak:
                         c.requested_bytes_peak = req
-                    other = c.other_row
                     row = c.all_row
                     n += other.allocations
                     if n > row.allocations_peak:
@@ -609,9 +601,11 @@ class DeviceCachingAllocator:
                     req += other.requested_bytes
                     if req > row.requested_bytes_peak:
                         row.requested_bytes_peak = req
-                    st.dirty = False
+                    c.grew = False
                 else:
                     st.settle()
+            elif other.grew:
+                st.settle()
             size = blk.size
             c.allocations -= 1
             c.allocated_bytes -= size
@@ -778,8 +772,7 @@ class DeviceCachingAllocator:
             raise self._bad_ptr(ptr, blk)
         blk.allocated = False
         st = self._stats
-        if st.dirty:
-            st.settle()
+        st.settle_grown()
         c = blk.pool.hot
         size = blk.size
         c.allocations -= 1
@@ -1273,8 +1266,7 @@ class DeviceCachingAllocator:
         blk.stream_uses = None
         pool = blk.pool
         c = pool.hot
-        if st.dirty:
-            st.settle()
+        st.settle_grown()
         b = blk
         if blk.prev is not None or blk.next is not None:
             b, merged, merged_bytes = self._merge(blk)

@@ -106,6 +106,8 @@ class HotCounters:
     ``inactive_split_bytes`` with their ``_sum``, ``_peak`` and ``_base``: PyTorch's
     inactive_split stats. ``all_row``: the ``all`` row, ``other_row``: the other pool type's
     counters (pool rows only, so that the hot path reaches them in one attribute load).
+    ``grew``: an allocation stat of this row grew since :meth:`DeviceStats.settle` (an
+    allocation sets it with one store).
 
     Plain int fields on purpose: small-int arithmetic on slots is the cheapest update CPython
     has (packing several counters into one big int costs more per operation than it saves).
@@ -125,6 +127,7 @@ class HotCounters:
         "allocations_base",
         "allocations_peak",
         "allocations_sum",
+        "grew",
         "inactive_split",
         "inactive_split_base",
         "inactive_split_bytes",
@@ -171,6 +174,7 @@ class HotCounters:
         self.inactive_split_bytes_peak = 0
         self.inactive_split_base = 0
         self.inactive_split_bytes_base = 0
+        self.grew = False       # an allocation stat of this row grew since the last settle
 
 
 #: The hot stats' current values in the order of :func:`_current`, and their peak and base
@@ -196,14 +200,11 @@ class DeviceStats:
         segment, reserved_bytes: ``(all, small, large)`` :class:`Stat` triples.
         oversize_allocations, oversize_segments: :class:`Stat`.
         num_*: scalar counters; ``max_split_size``: -1 when unlimited.
-        dirty: which allocation stats grew since the last :meth:`settle`: False (none), the
-            :class:`HotCounters` of one pool type, or True (both).
         pending_seen: a free waited for events since the last peak reset.
         dirty_split: True when an inactive_split stat grew since :meth:`settle_split`.
     """
 
     __slots__ = (
-        "dirty",
         "dirty_split",
         "hot",
         "max_split_size",
@@ -237,7 +238,6 @@ class DeviceStats:
         self.num_device_free = 0
         self.num_oom_rejections = 0
         self.max_split_size = max_split_size
-        self.dirty: bool | HotCounters = False
         self.dirty_split = False
         self.pending_seen = False
 
@@ -245,13 +245,12 @@ class DeviceStats:
     def settle(self) -> None:
         """Bring the allocation peaks (pool types and ``all``) up to date.
 
-        Only the pool type(s) marked in :attr:`dirty` are compared. While no free has waited
+        Only the pool type(s) whose ``grew`` flag is set are compared. While no free has waited
         for events since the last peak reset (``pending_seen`` False), ``active`` equals
         ``allocation`` at all times, so the active peaks are not compared here but copied
         from the allocation peaks by :meth:`_materialize_active`.
         """
         a, s, g = self.hot
-        d = self.dirty
         full = self.pending_seen
         sn = s.allocations
         sb = s.allocated_bytes
@@ -259,7 +258,7 @@ class DeviceStats:
         gn = g.allocations
         gb = g.allocated_bytes
         gr = g.requested_bytes
-        if d is not g:
+        if s.grew:
             if sn > s.allocations_peak:
                 s.allocations_peak = sn
             if sb > s.allocated_bytes_peak:
@@ -271,7 +270,7 @@ class DeviceStats:
                     s.active_peak = sn + s.pending_frees
                 if sb + s.pending_bytes > s.active_bytes_peak:
                     s.active_bytes_peak = sb + s.pending_bytes
-        if d is not s:
+        if g.grew:
             if gn > g.allocations_peak:
                 g.allocations_peak = gn
             if gb > g.allocated_bytes_peak:
@@ -298,7 +297,13 @@ class DeviceStats:
             ab = b + s.pending_bytes + g.pending_bytes
             if ab > a.active_bytes_peak:
                 a.active_bytes_peak = ab
-        self.dirty = False
+        s.grew = g.grew = False
+
+    def settle_grown(self) -> None:
+        """:meth:`settle` if an allocation stat grew since the last one (before a decrease)."""
+        h = self.hot
+        if h[1].grew or h[2].grew:
+            self.settle()
 
     def _materialize_active(self) -> None:
         if not self.pending_seen:
@@ -335,7 +340,8 @@ class DeviceStats:
 
     def settle_all(self) -> None:
         """Bring every lazily tracked peak up to date."""
-        self.dirty = True
+        h = self.hot
+        h[1].grew = h[2].grew = True
         self.settle()
         self.settle_split()
         self._materialize_active()
@@ -368,8 +374,7 @@ class DeviceStats:
 
     def max_allocated_bytes(self) -> int:
         """``allocated_bytes.all.peak`` (O(1))."""
-        if self.dirty:
-            self.settle()
+        self.settle_grown()
         return self.hot[0].allocated_bytes_peak
 
     # ------------------------------------------------------------------ views
