@@ -135,8 +135,8 @@ class DeviceCachingAllocator:
         hot = self._stats.hot
         self._small = BlockPool(True, None, hot[1], 1)     # guarded by _lock
         self._large = BlockPool(False, None, hot[2], 2)    # guarded by _lock
-        self._blocks: dict[int, Block] = {}                # guarded by _lock: every block by address
-        self._total_reserved = 0                           # guarded by _lock (total_allocated_memory)
+        self._blocks: dict[int, Block] = {}   # guarded by _lock: every block by address
+        self._total_reserved = 0              # guarded by _lock (total_allocated_memory)
         self._allowed_max: int | None = None               # guarded by _lock
         # the components (each guarded by _lock)
         self._history: History | None = None               # set while recording history
@@ -1244,7 +1244,7 @@ class DeviceCachingAllocator:
         self._total_reserved += alloc_size
         if pool.owner is not None:
             pool.owner.reserved += alloc_size
-        st.add_segment(pool.type_index, alloc_size, alloc_size >= self._max_split_size)
+        st.count_segment(pool.type_index, alloc_size, alloc_size >= self._max_split_size, True)
         h = self._history
         if h is not None:
             h.record("segment_alloc", ptr, alloc_size, stream,

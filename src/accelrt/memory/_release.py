@@ -54,7 +54,7 @@ def release_block(a: DeviceCachingAllocator, blk: Block) -> None:
     pool = blk.pool
     if pool.owner is not None:
         pool.owner.reserved -= size
-    a._stats.remove_segment(pool.type_index, size, size >= a._max_split_size)
+    a._stats.count_segment(pool.type_index, size, size >= a._max_split_size, False)
 
 
 def release_available_cached_blocks(a: DeviceCachingAllocator, pool: BlockPool, stream: int,

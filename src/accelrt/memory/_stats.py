@@ -252,36 +252,27 @@ class DeviceStats:
         """
         a, s, g = self.hot
         full = self.pending_seen
+        for c in (s, g):
+            if c.grew:
+                n = c.allocations
+                nbytes = c.allocated_bytes
+                if n > c.allocations_peak:
+                    c.allocations_peak = n
+                if nbytes > c.allocated_bytes_peak:
+                    c.allocated_bytes_peak = nbytes
+                if c.requested_bytes > c.requested_bytes_peak:
+                    c.requested_bytes_peak = c.requested_bytes
+                if full:
+                    if n + c.pending_frees > c.active_peak:
+                        c.active_peak = n + c.pending_frees
+                    if nbytes + c.pending_bytes > c.active_bytes_peak:
+                        c.active_bytes_peak = nbytes + c.pending_bytes
         sn = s.allocations
         sb = s.allocated_bytes
         sr = s.requested_bytes
         gn = g.allocations
         gb = g.allocated_bytes
         gr = g.requested_bytes
-        if s.grew:
-            if sn > s.allocations_peak:
-                s.allocations_peak = sn
-            if sb > s.allocated_bytes_peak:
-                s.allocated_bytes_peak = sb
-            if sr > s.requested_bytes_peak:
-                s.requested_bytes_peak = sr
-            if full:
-                if sn + s.pending_frees > s.active_peak:
-                    s.active_peak = sn + s.pending_frees
-                if sb + s.pending_bytes > s.active_bytes_peak:
-                    s.active_bytes_peak = sb + s.pending_bytes
-        if g.grew:
-            if gn > g.allocations_peak:
-                g.allocations_peak = gn
-            if gb > g.allocated_bytes_peak:
-                g.allocated_bytes_peak = gb
-            if gr > g.requested_bytes_peak:
-                g.requested_bytes_peak = gr
-            if full:
-                if gn + g.pending_frees > g.active_peak:
-                    g.active_peak = gn + g.pending_frees
-                if gb + g.pending_bytes > g.active_bytes_peak:
-                    g.active_bytes_peak = gb + g.pending_bytes
         n = sn + gn
         b = sb + gb
         if n > a.allocations_peak:
@@ -346,26 +337,22 @@ class DeviceStats:
         self.settle_split()
         self._materialize_active()
 
-    def add_segment(self, type_index: int, size: int, oversize: bool) -> None:
-        """Count a new segment of ``size`` bytes in pool type ``type_index`` (1 small,
-        2 large)."""
-        self.segment[0].increase(1)
-        self.segment[type_index].increase(1)
-        self.reserved_bytes[0].increase(size)
-        self.reserved_bytes[type_index].increase(size)
+    def count_segment(self, type_index: int, size: int, oversize: bool, added: bool) -> None:
+        """Count a segment of ``size`` bytes in pool type ``type_index`` (1 small, 2 large)
+        that was ``added`` (a device allocation) or released (a device free)."""
+        changes = [(self.segment[0], 1), (self.segment[type_index], 1),
+                   (self.reserved_bytes[0], size), (self.reserved_bytes[type_index], size)]
         if oversize:
-            self.oversize_segments.increase(1)
-        self.num_device_alloc += 1
-
-    def remove_segment(self, type_index: int, size: int, oversize: bool) -> None:
-        """Count a released segment (see :meth:`add_segment`)."""
-        self.segment[0].decrease(1)
-        self.segment[type_index].decrease(1)
-        self.reserved_bytes[0].decrease(size)
-        self.reserved_bytes[type_index].decrease(size)
-        if oversize:
-            self.oversize_segments.decrease(1)
-        self.num_device_free += 1
+            changes.append((self.oversize_segments, 1))
+        for stat, n in changes:
+            if added:
+                stat.increase(n)
+            else:
+                stat.decrease(n)
+        if added:
+            self.num_device_alloc += 1
+        else:
+            self.num_device_free += 1
 
     def allocated_bytes(self) -> int:
         """``allocated_bytes.all.current`` (O(1))."""
