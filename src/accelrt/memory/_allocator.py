@@ -74,7 +74,7 @@ from ._oom import OomReporter, format_size
 from ._pools import PrivatePools, check_pool_id, raw_malloc
 from ._release import garbage_collect, release_available_cached_blocks, release_cached_blocks
 from ._segments import segment_of, snapshot_segments
-from ._stats import FLAT_KEYS, SORTED_KEYS, DeviceStats, HotCounters
+from ._stats import FLAT_KEYS, SORTED_KEYS, DeviceStats
 
 __all__ = ["DeviceCachingAllocator", "GeneralPathAllocator", "format_size", "get_allocator",
            "peek_allocator"]
@@ -281,7 +281,9 @@ class DeviceCachingAllocator:
                             blk.next = rest
                             blk.size = rounded
                             self._blocks[raddr] = rest
-                            if type(fl) is list and len(fl) < SMALL_MAX:
+                            if type(fl) is not list:   # a long FreeList
+                                fl.add((remaining << 64) | raddr)  # type: ignore[union-attr]
+                            elif len(fl) < SMALL_MAX:
                                 insort(fl, (remaining << 64) | raddr)
                             else:
                                 fl_add(pool.free, stream, (remaining << 64) | raddr)
@@ -621,7 +623,9 @@ class DeviceCachingAllocator:
                 fl = pool.free[stream] = []
             if prev is None and nx is None:
                 # an unsplit segment: nothing to merge
-                if type(fl) is list and len(fl) < SMALL_MAX:
+                if type(fl) is not list:   # a long FreeList
+                    fl.add((size << 64) | ptr)  # type: ignore[union-attr]
+                elif len(fl) < SMALL_MAX:
                     insort(fl, (size << 64) | ptr)
                 else:
                     fl_add(pool.free, stream, (size << 64) | ptr)
@@ -696,7 +700,9 @@ class DeviceCachingAllocator:
                         st.settle_split()
                     c.inactive_split -= merged
                     c.inactive_split_bytes -= merged_bytes
-            if type(fl) is list and len(fl) < SMALL_MAX:
+            if type(fl) is not list:   # a long FreeList
+                fl.add((b.size << 64) | b.addr)  # type: ignore[union-attr]
+            elif len(fl) < SMALL_MAX:
                 insort(fl, (b.size << 64) | b.addr)
             else:
                 fl_add(pool.free, stream, (b.size << 64) | b.addr)
