@@ -95,3 +95,28 @@ def test_general_path_allocator_takes_no_fast_path() -> None:
     a.free(a.malloc(512, 0))
     assert not a._fast
     assert DeviceCachingAllocator(FakeBackend(), 0, parse_config(""))._fast
+
+
+def test_fast_path_returns_once_each_component_is_idle() -> None:
+    """Each component (history, private pools, stream-ordered frees) turns the fast path off
+    while it has work and gives it back when it is idle again."""
+    b = FakeBackend(auto_complete=False)
+    a = DeviceCachingAllocator(b, 0, parse_config(""))
+    a.record_history("all")
+    assert not a._fast and a._history is not None
+    a.record_history(None)
+    assert a._fast and a._history is None
+    a.begin_allocate_to_pool((1, 1))
+    assert not a._fast
+    a.end_allocate_to_pool((1, 1))
+    assert a._fast
+    a.release_pool((1, 1))
+    s = b.stream_create(0, 0)
+    p = a.malloc(512, 0)
+    a.record_stream(p, s)
+    a.free(p)                                  # waits for an event on s
+    assert not a._fast and a._stream_frees.waiting()
+    b.complete_all()
+    a.free(a.malloc(4096, 0))                  # the next malloc completes the pending free
+    assert a._fast and not a._stream_frees.waiting()
+    assert a.stats()["active.all.current"] == 0
