@@ -63,6 +63,7 @@ from ._block import (
     fl_iter_ge,
     fl_pop_ge,
     fl_remove,
+    list_iter_from,
     unmapped_remove,
 )
 from ._config import SIZE_MAX, AllocatorConfig, get_config
@@ -343,17 +344,18 @@ class DeviceCachingAllocator:
         arguments of :meth:`OomReporter.raise_oom`."""
         if self._gc_pending:
             self._drain_pending_locked()
-        pools = self._pools
-        if not pools.captures:
-            frees = self._stream_frees
-            if frees.events or frees.deferred:
-                frees.process()
         if self._roundup_divisions is None:
             rounded = (size + K_MIN_BLOCK - 1) & -K_MIN_BLOCK
         else:
             rounded = self._round_size(size)
-        pool = pools.pool_for(rounded, stream) if pools.captures else None
-        if pool is None:
+        pools = self._pools
+        if pools.captures:
+            pool = pools.pool_for(rounded, stream) or (
+                self._small if rounded <= K_SMALL_SIZE else self._large)
+        else:
+            frees = self._stream_frees
+            if frees.events or frees.deferred:
+                frees.process()   # (frees wait while a capture is on)
             pool = self._small if rounded <= K_SMALL_SIZE else self._large
         h = self._history
         frames = capture_frames() if h is not None and h.context else None
@@ -1157,7 +1159,8 @@ class DeviceCachingAllocator:
         blk = blocks[key & ADDR_MASK]
         if blk.exp is not None:
             # the keys after the first fit, ascending
-            keys = iter(fl[i + 1:]) if i >= 0 else fl_iter_ge(fl, key + 1)  # type: ignore[index]
+            keys = (list_iter_from(fl, i + 1) if i >= 0  # type: ignore[arg-type]
+                    else fl_iter_ge(fl, key + 1))
             if self._expandable:
                 # among expandable candidates, prefer the one whose size including the
                 # unmapped range after it is smallest (PyTorch's expandable best fit)

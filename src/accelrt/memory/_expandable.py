@@ -179,6 +179,21 @@ class ExpandableSegment:
         self.backend.vm_release(self.index, self.base, self.size)
 
 
+def _allocatable(b: Block | None) -> bool:
+    """``b`` exists and is free (not allocated, no pending events or recorded streams)."""
+    return b is not None and not b.allocated and b.event_count == 0 and not b.stream_uses
+
+
+def _run_bytes(b: Block | None, enough: int) -> int:
+    """Bytes of the run of free blocks from ``b`` on (stopping once ``enough`` are found;
+    all of them when ``enough`` is negative)."""
+    got = 0
+    while (enough < 0 or got < enough) and _allocatable(b):
+        got += b.size  # type: ignore[union-attr]
+        b = b.next  # type: ignore[union-attr]
+    return got
+
+
 class ExpandableSegments:
     """The expandable segments of one allocator (guarded by its lock): find room in a
     reservation, map and unmap pages, and the low-fragmentation (``page_reuse``) policy.
@@ -233,17 +248,8 @@ class ExpandableSegments:
         return -(-seg // gran) * gran
 
     def _find_block(self, pool: BlockPool, stream: int, size: int) -> Block:
-        def allocatable(b: Block | None) -> bool:
-            return (b is not None and not b.allocated and b.event_count == 0
-                    and not b.stream_uses)
-
-        def has_space(b: Block | None) -> bool:
-            got = 0
-            while got < size and allocatable(b):
-                got += b.size  # type: ignore[union-attr]
-                b = b.next  # type: ignore[union-attr]
-            return got >= size
-
+        """The block where ``size`` bytes go: the start of a free run (free mapped blocks and
+        unmapped ranges) that holds them, or a new reservation's unmapped block."""
         alloc = self._alloc
         blocks = alloc._blocks
         page_reuse = alloc._page_reuse and pool.owner is None
@@ -257,13 +263,9 @@ class ExpandableSegments:
             best_key = (0, 0, 0)
             for addr in pool.unmapped.get(stream, ()):
                 c = blocks[addr]
-                if allocatable(c.prev):
+                if _allocatable(c.prev):
                     c = c.prev  # type: ignore[assignment]
-                run = 0
-                b: Block | None = c
-                while allocatable(b):
-                    run += b.size  # type: ignore[union-attr]
-                    b = b.next  # type: ignore[union-attr]
+                run = _run_bytes(c, -1)
                 if run < size:
                     continue
                 key = (-min(c.size, size) if c.mapped else 0, run, c.addr)
@@ -274,9 +276,9 @@ class ExpandableSegments:
         else:
             for addr in pool.unmapped.get(stream, ()):
                 c = blocks[addr]
-                if allocatable(c.prev):
+                if _allocatable(c.prev):
                     c = c.prev  # type: ignore[assignment]
-                if has_space(c):
+                if _run_bytes(c, size) >= size:
                     return c
         es = ExpandableSegment(alloc._b, alloc._index, stream, pool, self.page_size(pool),
                                alloc._device_total, page_reuse)
