@@ -63,7 +63,6 @@ from ._block import (
     fl_iter_ge,
     fl_pop_ge,
     fl_remove,
-    list_iter_from,
     unmapped_remove,
 )
 from ._config import SIZE_MAX, AllocatorConfig, get_config
@@ -1159,8 +1158,7 @@ class DeviceCachingAllocator:
         blk = blocks[key & ADDR_MASK]
         if blk.exp is not None:
             # the keys after the first fit, ascending
-            keys = (list_iter_from(fl, i + 1) if i >= 0  # type: ignore[arg-type]
-                    else fl_iter_ge(fl, key + 1))
+            keys = iter(fl[i + 1:]) if i >= 0 else fl_iter_ge(fl, key + 1)  # type: ignore[index]
             if self._expandable:
                 # among expandable candidates, prefer the one whose size including the
                 # unmapped range after it is smallest (PyTorch's expandable best fit)

@@ -27,8 +27,7 @@ from typing import Any
 __all__ = ["ADDR_MASK", "DEFAULT_POOL", "KEY_SHIFT", "K_MIN_BLOCK", "K_MIN_LARGE_ALLOC",
            "K_ROUND_LARGE", "K_SMALL_BUFFER", "K_SMALL_SIZE", "Block", "BlockPool", "FreeList",
            "PrivatePool", "SMALL_MAX", "fl_add", "fl_iter_ge", "fl_iter_lt", "fl_pop_ge",
-           "fl_remove", "free_key", "list_iter_from", "unmapped_add",
-           "unmapped_remove"]
+           "fl_remove", "free_key", "unmapped_add", "unmapped_remove"]
 
 KEY_SHIFT = 64
 ADDR_MASK = (1 << KEY_SHIFT) - 1
@@ -279,15 +278,6 @@ def fl_iter_ge(fl: list[int] | FreeList, key: int) -> Iterator[int]:
     if type(fl) is list:
         return iter(fl[bisect_left(fl, key):])
     return fl.iter_ge(key)  # type: ignore[union-attr]
-
-
-def list_iter_from(fl: list[int], i: int) -> Iterator[int]:
-    """The keys of a plain free list from index ``i`` on, lazily (a lookup that stops after a
-    few keys does not copy the rest; no changes while iterating)."""
-    n = len(fl)
-    while i < n:
-        yield fl[i]
-        i += 1
 
 
 def fl_iter_lt(fl: list[int] | FreeList, key: int) -> Iterator[int]:

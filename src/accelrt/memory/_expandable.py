@@ -185,10 +185,9 @@ def _allocatable(b: Block | None) -> bool:
 
 
 def _run_bytes(b: Block | None, enough: int) -> int:
-    """Bytes of the run of free blocks from ``b`` on (stopping once ``enough`` are found;
-    all of them when ``enough`` is negative)."""
+    """Bytes of the run of free blocks from ``b`` on, stopping once ``enough`` are found."""
     got = 0
-    while (enough < 0 or got < enough) and _allocatable(b):
+    while got < enough and _allocatable(b):
         got += b.size  # type: ignore[union-attr]
         b = b.next  # type: ignore[union-attr]
     return got
@@ -265,7 +264,11 @@ class ExpandableSegments:
                 c = blocks[addr]
                 if _allocatable(c.prev):
                     c = c.prev  # type: ignore[assignment]
-                run = _run_bytes(c, -1)
+                run = 0
+                b: Block | None = c
+                while _allocatable(b):
+                    run += b.size  # type: ignore[union-attr]
+                    b = b.next  # type: ignore[union-attr]
                 if run < size:
                     continue
                 key = (-min(c.size, size) if c.mapped else 0, run, c.addr)
