@@ -1,25 +1,35 @@
 """Caching-allocator benchmarks: trace replay per policy, the cached fast path, scaling.
 
-1. Replays every trace in ``tests/data/traces`` (and a synthetic convnet serving batches of
-   1..32, :mod:`accelrt.memory._synthetic`) through a fresh allocator on a simulated device
-   with the default settings, ``expandable_segments:True`` and accelrt's low-fragmentation
-   ``expandable_segments:True,page_reuse:True``, side by side: reserved/live, Python calls per
-   operation, the driver calls the simulated device counted and their H100 cost, and the
-   total (Python time at this machine's speed + driver time) against the default policy.
+1. Replays every trace in ``tests/data/traces`` and ``../shared/traces`` (and a synthetic
+   convnet serving batches of 1..32, :mod:`accelrt.memory._synthetic`) through a fresh
+   allocator on a simulated device with the default settings, ``expandable_segments:True`` and
+   accelrt's low-fragmentation ``expandable_segments:True,page_reuse:True``, side by side:
+   reserved/live, Python calls per operation, the driver calls the simulated device counted and
+   their H100 cost, and the total (Python time at this machine's speed + driver time) against
+   the default policy.
 2. Times ``malloc`` + ``free`` of a cached block (512 B, 1 MiB, 20 MiB).
 3. Scaling: calls per operation with 1,000 and with 300,000 free blocks in the free lists.
-4. A snapshot of 10,000 segments, ``acc.rand`` against numpy's Philox generator, and
+4. The hand-inlined fast paths against the general code they mirror
+   (:class:`~accelrt.memory._allocator.GeneralPathAllocator`), on the cached alloc+free and a
+   default replay: the fast paths are kept only while this shows they pay.
+5. A snapshot of 10,000 segments, ``acc.rand`` against numpy's Philox generator, and
    ``memory_allocated()`` / ``memory_stats()`` on the cpu backend.
 
 Every time is in *calls*: the thread CPU time of the measurement divided by that of one empty
-method call, measured right before and right after it (paired), so that the load of a
-shared machine cancels out; the settings of one trace are run alternately, ``--repeat``
-times, and the median ratio is printed. Thread CPU time leaves out time the thread waits.
+method call, each measurement paired with its own calibration right before and right after it
+(same clock), so that the load of a shared machine cancels out; the variants of one row are
+run alternately, ``--repeat`` times, and the median is printed. Thread CPU time leaves out
+time the thread waits.
+
+``--anchor DIR`` adds the same rows for another copy of accelrt (``DIR/accelrt``, e.g. a
+checkout of the previous commit's ``src``), loaded in the same process under another name and
+alternated with this one, so that a before/after comparison comes from one run.
 
 Usage::
 
     python bench/bench_allocator.py
     python bench/bench_allocator.py --repeat 7 --loops 50000 --traces DIR --quick
+    git worktree add /tmp/old HEAD~1 && python bench/bench_allocator.py --anchor /tmp/old/src
 """
 
 from __future__ import annotations
@@ -27,16 +37,20 @@ from __future__ import annotations
 import argparse
 import gc
 import glob
+import importlib
+import importlib.util
 import math
 import os
 import random
 import statistics
+import sys
 import time
 from collections.abc import Callable, Sequence
+from types import ModuleType
 from typing import Any
 
 from accelrt import memory
-from accelrt.memory._allocator import DeviceCachingAllocator
+from accelrt.memory._allocator import DeviceCachingAllocator, GeneralPathAllocator
 from accelrt.memory._config import parse_config
 from accelrt.memory._replay import load_trace, replay_ops, trace_ops
 from accelrt.memory._simulated import SimulatedBackend
@@ -65,18 +79,49 @@ def _calibrate(loops: int) -> float:
     return (_clock() - t0) / loops
 
 
-def paired(fn: Callable[[], tuple[float, int]], cal_loops: int) -> float:
-    """``fn()`` returns (thread seconds, operations); the result is calls per operation, the
-    calibration measured right before and right after it."""
+def paired(fn: Callable[[], tuple[float, int]], cal_loops: int) -> tuple[float, float]:
+    """``fn()`` returns (thread seconds, operations); the result is (calls per operation,
+    seconds per operation), the calls against a calibration measured right before and right
+    after it."""
     gc.collect()
     c0 = _calibrate(cal_loops)
     t, n = fn()
     c1 = _calibrate(cal_loops)
-    return t / n / ((c0 + c1) / 2)
+    return t / n / ((c0 + c1) / 2), t / n
 
 
-def _replay_timed(ops: Sequence[Any], conf: str) -> tuple[float, int]:
-    a = DeviceCachingAllocator(SimulatedBackend(), 0, parse_config(conf))
+class Impl:
+    """One implementation under test: this accelrt, or an anchor copy loaded from a folder."""
+
+    def __init__(self, label: str, pkg: str) -> None:
+        self.label = label
+        alloc = importlib.import_module(pkg + ".memory._allocator")
+        self.allocator: Any = alloc.DeviceCachingAllocator
+        self.backend: Any = importlib.import_module(pkg + ".memory._simulated").SimulatedBackend
+        self.parse_config: Any = importlib.import_module(pkg + ".memory._config").parse_config
+
+    def new(self, conf: str, **backend_args: Any) -> Any:
+        return self.allocator(self.backend(**backend_args), 0, self.parse_config(conf))
+
+
+def load_anchor(folder: str) -> str:
+    """Import ``folder/accelrt`` as the package ``accelrt_anchor``; return that name."""
+    init = os.path.join(folder, "accelrt", "__init__.py")
+    if not os.path.exists(init):
+        raise SystemExit(f"--anchor {folder}: no accelrt/__init__.py there (give the folder "
+                         f"that holds the accelrt package, e.g. an old checkout's src)")
+    name = "accelrt_anchor"
+    spec = importlib.util.spec_from_file_location(
+        name, init, submodule_search_locations=[os.path.dirname(init)])
+    assert spec is not None and spec.loader is not None
+    mod: ModuleType = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return name
+
+
+def _replay_timed(new: Callable[[], Any], ops: Sequence[Any]) -> tuple[float, int]:
+    a = new()
     malloc, free = a.malloc, a.free
     handles: dict[int, int] = {}
     gc_was = gc.isenabled()
@@ -95,21 +140,34 @@ def _replay_timed(ops: Sequence[Any], conf: str) -> tuple[float, int]:
     return t, len(ops)
 
 
-def bench_trace(ops: Sequence[Any], repeat: int, cal_loops: int) -> dict[str, dict[str, Any]]:
-    """Per setting: replay_ops's result plus ``calls`` per op (median of alternating runs)."""
-    rows = {label: dict(replay_ops(ops, parse_config(conf))) for label, conf in SETTINGS}
-    samples: dict[str, list[float]] = {label: [] for label, _ in SETTINGS}
+def alternate(variants: dict[str, Callable[[], tuple[float, int]]], repeat: int,
+              cal_loops: int) -> dict[str, tuple[float, float]]:
+    """Per variant: median (calls per op, seconds per op) of ``repeat`` alternating runs."""
+    samples: dict[str, list[tuple[float, float]]] = {k: [] for k in variants}
     for _ in range(repeat):
-        for label, conf in SETTINGS:
-            samples[label].append(paired(lambda c=conf: _replay_timed(ops, c), cal_loops))
-    for label, _ in SETTINGS:
-        rows[label]["calls"] = statistics.median(samples[label])
+        for k, fn in variants.items():
+            samples[k].append(paired(fn, cal_loops))
+    return {k: (statistics.median(c for c, _ in v), statistics.median(t for _, t in v))
+            for k, v in samples.items()}
+
+
+def bench_trace(ops: Sequence[Any], impls: list[Impl], repeat: int,
+                cal_loops: int) -> dict[str, dict[str, Any]]:
+    """Per setting: replay_ops's result plus ``calls`` and ``sec`` per op of each
+    implementation (``calls:LABEL``), median of alternating runs."""
+    rows = {label: dict(replay_ops(ops, parse_config(conf))) for label, conf in SETTINGS}
+    variants = {(label, impl.label): (lambda i=impl, c=conf: _replay_timed(lambda: i.new(c), ops))
+                for label, conf in SETTINGS for impl in impls}
+    res = alternate(variants, repeat, cal_loops)  # type: ignore[arg-type]
+    for (label, impl_label), (calls, sec) in res.items():  # type: ignore[misc]
+        rows[label]["calls:" + impl_label] = calls
+        rows[label]["sec:" + impl_label] = sec
     return rows
 
 
-def bench_alloc_free(size: int, loops: int) -> tuple[float, int]:
+def bench_alloc_free(new: Callable[[], Any], size: int, loops: int) -> tuple[float, int]:
     """Thread seconds for ``loops`` ``malloc`` + ``free`` of a block the allocator has cached."""
-    a = DeviceCachingAllocator(SimulatedBackend(), 0, parse_config(""))
+    a = new()
     malloc, free = a.malloc, a.free
     free(malloc(size, 0))                       # warm: the segment is now cached
     t0 = _clock()
@@ -118,11 +176,11 @@ def bench_alloc_free(size: int, loops: int) -> tuple[float, int]:
     return _clock() - t0, loops
 
 
-def scaling_allocator(n_free: int, seed: int = 0) -> tuple[DeviceCachingAllocator, list[int]]:
+def scaling_allocator(impl: Impl, n_free: int, seed: int = 0) -> tuple[Any, list[int]]:
     """An allocator whose small-pool free list holds ``n_free`` blocks that cannot merge
     (each between two live ones) of sizes 512 B .. 64 KiB; returns it and the sizes used."""
     rng = random.Random(seed)
-    a = DeviceCachingAllocator(SimulatedBackend(capacity=1 << 40), 0, parse_config(""))
+    a = impl.new("", capacity=1 << 40)
     sizes = [rng.randrange(1, 129) * 512 for _ in range(2 * n_free + 1)]
     ptrs = [a.malloc(s, 0) for s in sizes]
     for p in ptrs[1::2]:
@@ -135,7 +193,7 @@ def scaling_ops(sizes: list[int], count: int, seed: int = 1) -> list[int]:
     return [rng.choice(sizes) for _ in range(count)]
 
 
-def bench_scaling(a: DeviceCachingAllocator, work: list[int]) -> tuple[float, int]:
+def bench_scaling(a: Any, work: list[int]) -> tuple[float, int]:
     """Thread seconds for a malloc and a free of each size in ``work`` (two ops each), with
     up to eight blocks live so that frees and lookups meet the big free list."""
     malloc, free = a.malloc, a.free
@@ -158,62 +216,80 @@ def bench_getter(fn: Callable[[], Any], loops: int) -> tuple[float, int]:
     return _clock() - t0, loops
 
 
-def _traces(folder: str) -> list[tuple[str, list[Any]]]:
-    out = []
-    for path in sorted(glob.glob(os.path.join(folder, "trace_*.json*"))):
-        name = os.path.basename(path).removeprefix("trace_").split(".")[0]
-        out.append((name, trace_ops(load_trace(path), path)))
-    return out
+def _traces(folders: list[str]) -> list[tuple[str, list[Any]]]:
+    """The traces of every folder, each name once (the first folder holding it wins)."""
+    seen: dict[str, list[Any]] = {}
+    for folder in folders:
+        for path in sorted(glob.glob(os.path.join(folder, "trace_*.json*"))):
+            name = os.path.basename(path).removeprefix("trace_").split(".")[0]
+            if name not in seen:
+                seen[name] = trace_ops(load_trace(path), path)
+    return sorted(seen.items())
 
 
 def _mark(ok: bool) -> str:
     return "met" if ok else "NOT met"
 
 
+def _calls(row: dict[str, Any], impls: list[Impl]) -> str:
+    return " / ".join(f"{row['calls:' + i.label]:.1f}" for i in impls)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     here = os.path.dirname(os.path.abspath(__file__))
-    parser.add_argument("--traces", default=os.path.join(here, "..", "tests", "data", "traces"),
-                        help="folder of trace_*.json.gz files")
+    root = os.path.dirname(here)
+    parser.add_argument("--traces", action="append",
+                        help="folder of trace_*.json.gz files (repeatable; default: "
+                             "tests/data/traces and ../shared/traces)")
+    parser.add_argument("--anchor", help="folder holding another accelrt package (e.g. the "
+                                         "previous commit's src) to time beside this one")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--loops", type=int, default=20000)
     parser.add_argument("--scaling", type=int, default=300_000,
                         help="free blocks of the big scaling case (the small one has 1,000)")
-    parser.add_argument("--quick", action="store_true", help="skip the scaling rows")
+    parser.add_argument("--quick", action="store_true",
+                        help="skip the scaling, snapshot and RNG rows")
     args = parser.parse_args()
     cal = max(1000, args.loops * 5)
+    folders = args.traces or [os.path.join(root, "tests", "data", "traces"),
+                              os.path.join(root, "..", "shared", "traces")]
+    impls = [Impl("this", "accelrt")]
+    if args.anchor:
+        impls.append(Impl("anchor", load_anchor(args.anchor)))
+    names = " / ".join(i.label for i in impls)
 
-    print("## Trace replay (simulated device; calls = Python time per op in empty method calls)")
+    print("## Trace replay (simulated device; calls = Python time per op in empty method calls"
+          f"{'; calls/op: this / anchor' if args.anchor else ''})")
     print("| trace | ops | setting | reserved/live | calls/op | device mallocs | vm maps | "
           "vm unmaps | driver ms (H100) | total ms vs default |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    traces = _traces(args.traces)
+    traces = _traces(folders)
     workloads = traces + [("synthetic convnet b1-32", convnet_inference_ops(batches=60, seed=0))]
-    unit_us = _calibrate(cal) * 1e6
     ratios: dict[str, list[float]] = {label: [] for label, _ in SETTINGS}
     default_calls: list[float] = []
     total_ok = True
     for name, ops in workloads:
-        rows = bench_trace(ops, args.repeat, cal)
+        rows = bench_trace(ops, impls, args.repeat, cal)
         base_total = None
         for label, _ in SETTINGS:
             r = rows[label]
-            py_ms = r["calls"] * unit_us * r["ops"] / 1000
+            py_ms = r["sec:this"] * r["ops"] * 1000
             total = py_ms + r["driver_us_h100"] / 1000
             if base_total is None:
                 base_total = total
             if label == "default" and not name.startswith("synthetic"):
-                default_calls.append(r["calls"])
+                default_calls.append(r["calls:this"])
             if not name.startswith("synthetic"):
                 ratios[label].append(r["reserved_over_live"])
                 if label == "low-frag" and total > base_total:
                     total_ok = False
             print(f"| {name} | {r['ops']:,} | {label} | {r['reserved_over_live']:.4f} | "
-                  f"{r['calls']:.1f} | {r['device_mallocs']} | {r['vm_maps']} | "
+                  f"{_calls(r, impls)} | {r['device_mallocs']} | {r['vm_maps']} | "
                   f"{r['vm_unmaps']} | {r['driver_us_h100'] / 1000:.1f} | "
-                  f"{total:.1f} ({total / base_total:.2f}x) |")
+                  f"{total:.1f} ({total / base_total:.2f}x) |", flush=True)
     print()
-    print("## Targets")
+    print(f"## Targets (calls: {names})")
     print("| target | measured | status |")
     print("|---|---|---|")
     for label, _ in SETTINGS:
@@ -231,39 +307,67 @@ def main() -> None:
     print(f"| low-frag total (Python + H100 driver time) <= default on every trace | see "
           f"table | {_mark(total_ok)} |")
     for size, label in ((512, "512 B"), (1 << 20, "1 MiB"), (20 << 20, "20 MiB")):
-        c = statistics.median(paired(lambda s=size: bench_alloc_free(s, args.loops), cal)
-                              for _ in range(args.repeat))
-        print(f"| cached alloc+free {label} <= {TARGETS['alloc+free']:.0f} calls | {c:.1f} | "
-              f"{_mark(c <= TARGETS['alloc+free'])} |")
+        res = alternate({i.label: (lambda i=i, s=size: bench_alloc_free(lambda: i.new(""), s,
+                                                                          args.loops))
+                         for i in impls}, args.repeat, cal)
+        c = res["this"][0]
+        shown = " / ".join(f"{res[i.label][0]:.1f}" for i in impls)
+        print(f"| cached alloc+free {label} <= {TARGETS['alloc+free']:.0f} calls | {shown} | "
+              f"{_mark(c <= TARGETS['alloc+free'])} |", flush=True)
     if not args.quick:
-        work = None
-        res = {}
-        for n in (1000, args.scaling):
-            a, sizes = scaling_allocator(n)
-            if work is None:
-                work = scaling_ops(sizes, max(2000, args.loops // 2))
-            res[n] = statistics.median(paired(lambda a=a: bench_scaling(a, work), cal)
-                                       for _ in range(args.repeat))
-            del a
-            gc.collect()
-        ratio = res[args.scaling] / res[1000]
-        print(f"| scaling: {args.scaling:,} free blocks <= {TARGETS['scaling']}x of 1,000 | "
-              f"{res[1000]:.1f} -> {res[args.scaling]:.1f} calls/op ({ratio:.2f}x) | "
-              f"{_mark(ratio <= TARGETS['scaling'])} |")
-    snapshot_row(args.repeat)
-    rng_row(args.repeat)
+        for impl in impls:
+            work = None
+            res_n = {}
+            for n in (1000, args.scaling):
+                a, sizes = scaling_allocator(impl, n)
+                if work is None:
+                    work = scaling_ops(sizes, max(2000, args.loops // 2))
+                res_n[n] = alternate({"x": lambda a=a: bench_scaling(a, work)},
+                                     args.repeat, cal)["x"][0]
+                del a
+                gc.collect()
+            ratio = res_n[args.scaling] / res_n[1000]
+            print(f"| scaling ({impl.label}): {args.scaling:,} free blocks <= "
+                  f"{TARGETS['scaling']}x of 1,000 | {res_n[1000]:.1f} -> "
+                  f"{res_n[args.scaling]:.1f} calls/op ({ratio:.2f}x) | "
+                  f"{_mark(ratio <= TARGETS['scaling'])} |", flush=True)
+    fast_path_rows(workloads, args.repeat, args.loops, cal)
+    if not args.quick:
+        snapshot_row(args.repeat)
+        rng_row(args.repeat)
     keep = memory.caching_allocator_alloc(4096)  # the current device's allocator exists
     try:
-        c = statistics.median(paired(lambda: bench_getter(memory.memory_allocated, args.loops),
-                                     cal) for _ in range(args.repeat))
+        c = alternate({"x": lambda: bench_getter(memory.memory_allocated, args.loops)},
+                      args.repeat, cal)["x"][0]
         print(f"| memory_allocated() | {c:.1f} calls | - |")
-        c = statistics.median(paired(lambda: bench_getter(memory.memory_stats,
-                                                          max(1, args.loops // 10)), cal)
-                              for _ in range(args.repeat))
+        c = alternate({"x": lambda: bench_getter(memory.memory_stats, max(1, args.loops // 10))},
+                      args.repeat, cal)["x"][0]
         print(f"| memory_stats() | {c:.1f} calls | - |")
     finally:
         memory.caching_allocator_delete(keep)
-    print(f"| empty method call (the unit) | {unit_us * 1000:.1f} ns thread CPU time | |")
+    print(f"| empty method call (the unit) | {_calibrate(cal) * 1e9:.1f} ns thread CPU time | |")
+
+
+def fast_path_rows(workloads: list[tuple[str, list[Any]]], repeat: int, loops: int,
+                   cal: int) -> None:
+    """The inlined fast paths of malloc/free against the general code they mirror."""
+    def make(cls: Any) -> Callable[[], Any]:
+        return lambda: cls(SimulatedBackend(), 0, parse_config(""))
+
+    fast, general = make(DeviceCachingAllocator), make(GeneralPathAllocator)
+    print()
+    print("## Fast paths: inlined malloc/free against the general code they mirror (calls)")
+    print("| workload | fast paths | general code | general / fast |")
+    print("|---|---|---|---|")
+    cases: list[tuple[str, Callable[[Callable[[], Any]], tuple[float, int]]]] = [
+        ("cached alloc+free 512 B", lambda new: bench_alloc_free(new, 512, loops))]
+    for name, ops in workloads:
+        if not name.startswith("synthetic"):
+            cases.append((f"replay {name} (default)", lambda new, o=ops: _replay_timed(new, o)))
+    for label, fn in cases:
+        res = alternate({"fast": lambda: fn(fast), "general": lambda: fn(general)}, repeat, cal)
+        f, g = res["fast"][0], res["general"][0]
+        print(f"| {label} | {f:.1f} | {g:.1f} | {g / f:.2f}x |", flush=True)
 
 
 # ---------------------------------------------------------------------- snapshot and RNG rows

@@ -82,7 +82,7 @@ def _shape(obj: Any) -> Any:
 
 def _assert_same(a: DeviceCachingAllocator, pool_id: tuple[int, int] | None = None) -> None:
     history = a._history
-    a._history = False          # the "snapshot" trace entry would differ between the calls
+    a._history = None           # the "snapshot" trace entry would differ between the calls
     try:
         ref = reference_segments(a, pool_id)
         got = a.snapshot_segments(pool_id)
@@ -172,7 +172,7 @@ def test_traces_equal_the_plain_copy_and_share_nothing() -> None:
     a.free(ps.pop())
     a.record_annotation({"plain": 1})
     snap = build_snapshot(None, [a], {"x": 1})    # records a "snapshot" entry first
-    ref = to_plain({"device_traces": [[dict(e) for e in a._trace]]})["device_traces"]
+    ref = to_plain({"device_traces": [[dict(e) for e in a._history.trace]]})["device_traces"]
     got = snap["device_traces"]
     # the previous code's result, key order and exact types included
     assert _shape(got) == _shape(ref)
@@ -180,8 +180,8 @@ def test_traces_equal_the_plain_copy_and_share_nothing() -> None:
                           "external_annotations"]
     assert type(got[0][-2]["user_metadata"]) is dict
     ids = [id(f) for e in got[0] for f in e["frames"]] + [id(e["frames"]) for e in got[0]]
-    internal = [id(f) for e in a._trace for f in e["frames"]] + [id(e["frames"])
-                                                                  for e in a._trace]
+    internal = [id(f) for e in a._history.trace for f in e["frames"]] + [id(e["frames"])
+                                                                  for e in a._history.trace]
     assert not set(ids) & set(internal)
     a.record_annotation({"bad": object()})
     with pytest.raises(TypeError, match=r"\['device_traces'\]\[0\]\[\d+\]\['user_metadata'\]"):

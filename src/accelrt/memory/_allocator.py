@@ -7,13 +7,18 @@ free-and-retry chain before an out-of-memory error, garbage collection, the per-
 fraction, stream-ordered frees, private pools, expandable segments, statistics, snapshots and
 the history trace (see ``ALLOCATOR_SPEC.md``).
 
-This module holds the allocation and free paths, rounding, pools and statistics; the rest of
-the allocator's methods live in mixins: :mod:`._history` (trace ring buffer, stack frames),
-:mod:`._segments` (snapshots), :mod:`._oom` (OOM messages and observers), :mod:`._pools`
-(private pools), :mod:`._release`
-(release and garbage-collection policies), :mod:`._events` (stream-ordered frees) and
-:mod:`._expandable` (expandable segments). Hot-path state lives in flat attributes; see
-:mod:`._stats` for the packed counters and :mod:`._lock` for the lock.
+This module holds the allocation and free paths, rounding, block split and merge (each written
+once: :meth:`DeviceCachingAllocator._cut_block` and :meth:`DeviceCachingAllocator._merge`; the
+inlined fast paths of :meth:`~DeviceCachingAllocator.malloc` and
+:meth:`~DeviceCachingAllocator.free` mirror them and are checked against them by a test) and
+the statistics. The separable features are components the allocator owns, each holding its
+own state: :class:`._history.History` (trace ring buffer, stack frames; ``None`` while not
+recording), :class:`._events.StreamFrees` (stream-ordered frees), :class:`._pools.PrivatePools`
+(private pools and captures), :class:`._expandable.ExpandableSegments` (expandable segments and
+the ``page_reuse`` policy) and :class:`._oom.OomReporter` (OOM messages and observers).
+:mod:`._release` (release and garbage-collection policies) and :mod:`._segments` (snapshots)
+are functions of the allocator. See :mod:`._stats` for the counters and :mod:`._lock` for the
+lock.
 
 Example::
 
@@ -35,7 +40,7 @@ import operator
 import sys
 import threading
 from bisect import bisect_left, insort
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from queue import Empty as _Empty
 from typing import Any, cast
 
@@ -52,29 +57,33 @@ from ._block import (
     K_SMALL_BUFFER,
     K_SMALL_SIZE,
     KEY_SHIFT,
+    SMALL_MAX,
     Block,
     BlockPool,
-    SMALL_MAX,
-    PrivatePool,
     fl_add,
     fl_iter_ge,
     fl_pop_ge,
     fl_remove,
+    unmapped_remove,
 )
 from ._config import SIZE_MAX, AllocatorConfig, get_config
-from ._events import EventsMixin
-from ._expandable import ExpandableMixin, ExpandableSegment
-from ._history import CTX_ALL, CTX_ALLOC, CTX_NEVER, HistoryMixin, capture_frames
+from ._events import StreamFrees
+from ._expandable import ExpandableSegments
+from ._history import CTX_ALL, CTX_ALLOC, CTX_LEVELS, History, capture_frames, check_history_args
 from ._lock import FastLock
-from ._oom import OomMixin, format_size
-from ._pools import PoolsMixin, check_pool_id
-from ._release import ReleaseMixin
-from ._segments import SegmentsMixin
-from ._stats import FLAT_KEYS, SORTED_KEYS, DeviceStats, HotCounters
+from ._oom import OomReporter, format_size
+from ._pools import PrivatePools, check_pool_id, raw_malloc
+from ._release import garbage_collect, release_available_cached_blocks, release_cached_blocks
+from ._segments import segment_of, snapshot_segments
+from ._stats import FLAT_KEYS, SORTED_KEYS, DeviceStats
 
-__all__ = ["DeviceCachingAllocator", "format_size", "get_allocator", "peek_allocator"]
+__all__ = ["DeviceCachingAllocator", "GeneralPathAllocator", "format_size", "get_allocator",
+           "peek_allocator"]
 
 _MAX_ALLOC = 1 << 60
+# The fast paths of malloc and free spell these constants as literals (a constant load instead
+# of a global load on every call).
+assert (K_MIN_BLOCK, KEY_SHIFT, K_SMALL_SIZE) == (512, 64, 1 << 20)
 _DEFAULT_POOL = DEFAULT_POOL
 
 
@@ -84,8 +93,7 @@ def _check_size(size: object) -> int:
     return operator.index(size)
 
 
-class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, ReleaseMixin,
-                             EventsMixin, ExpandableMixin):
+class DeviceCachingAllocator:
     """The caching allocator of one device of one backend.
 
     Args:
@@ -128,25 +136,15 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
         hot = self._stats.hot
         self._small = BlockPool(True, None, hot[1], 1)     # guarded by _lock
         self._large = BlockPool(False, None, hot[2], 2)    # guarded by _lock
-        self._blocks: dict[int, Block] = {}                # guarded by _lock: every block by address
-        self._events: dict[int, collections.deque[tuple[int, Block]]] = {}  # guarded by _lock
-        self._event_pool: list[int] = []                   # guarded by _lock: idle event handles
-        self._deferred: list[Block] = []                   # guarded by _lock: frees awaiting capture end
-        self._captures: list[tuple[tuple[int, int], Callable[[int], bool] | None]] = []  # _lock
-        self._private: dict[tuple[int, int], PrivatePool] = {}   # guarded by _lock
-        self._freeable: dict[tuple[int, int], PrivatePool] = {}  # guarded by _lock
-        self._expandable_segments: list[ExpandableSegment] = []  # guarded by _lock
-        self._total_reserved = 0                           # guarded by _lock (total_allocated_memory)
-        self._vm_high = 0               # guarded by _lock: most bytes ever mapped (page_reuse)
+        self._blocks: dict[int, Block] = {}   # guarded by _lock: every block by address
+        self._total_reserved = 0              # guarded by _lock (total_allocated_memory)
         self._allowed_max: int | None = None               # guarded by _lock
-        self._oom_observers: list[Callable[[int, int, int, int], None]] = []  # guarded by _lock
-        # history recording, guarded by _lock
-        self._history = False          # trace entries are recorded
-        self._ctx = CTX_NEVER          # stack gathering level
-        self._trace: collections.deque[dict[str, Any]] = collections.deque()
-        self._skip_actions: frozenset[str] = frozenset()
-        self._vm_ok: bool | None = None                    # guarded by _lock: backend vm support
-        self._gran: int | None = None                      # guarded by _lock: vm granularity
+        # the components (each guarded by _lock)
+        self._history: History | None = None               # set while recording history
+        self._stream_frees = StreamFrees(self)
+        self._pools = PrivatePools(self._stats)
+        self._expandable_segments = ExpandableSegments(self)
+        self._oom = OomReporter(self)
         self._rejected = False                             # guarded by _lock: last slow path
         self._set_config_locked(cfg)
         if cfg.per_process_memory_fraction is not None:
@@ -154,12 +152,14 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
 
     # ------------------------------------------------------------------ configuration
     def _set_config_locked(self, cfg: AllocatorConfig) -> None:
-        self._cfg = cfg                                           # guarded by _lock
-        self._mss = cfg.max_split_size                            # guarded by _lock
-        self._mnsr = cfg.max_non_split_rounding_size              # guarded by _lock
-        self._lss = cfg.large_segment_size                        # guarded by _lock
+        # every option below is guarded by _lock
+        self._cfg = cfg
+        self._max_split_size = cfg.max_split_size
+        self._max_non_split_rounding = cfg.max_non_split_rounding_size
+        self._large_segment_size = cfg.large_segment_size
         divs = cfg.roundup_power2_divisions
-        self._divs: tuple[int, ...] | None = divs if any(d > 1 for d in divs) else None  # _lock
+        self._roundup_divisions: tuple[int, ...] | None = (
+            divs if any(d > 1 for d in divs) else None)
         self._gc_threshold = cfg.garbage_collection_threshold     # guarded by _lock
         self._expandable = cfg.expandable_segments                # guarded by _lock
         self._page_reuse = cfg.page_reuse and cfg.expandable_segments  # guarded by _lock
@@ -168,21 +168,16 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
 
     def _update_simple(self) -> None:
         # True when the best-fit lookup needs no oversize, GC or expandable handling.
-        self._simple = (self._mss >= SIZE_MAX and not self._gc_on and not self._expandable
-                        and not self._expandable_segments)  # guarded by _lock
+        self._simple = (self._max_split_size >= SIZE_MAX and not self._gc_on
+                        and not self._expandable
+                        and not self._expandable_segments.segments)  # guarded by _lock
         # True when malloc needs nothing but rounding and the plain lookup (guarded by _lock)
-        self._fast = (self._simple and self._divs is None and not self._ctx
-                      and not self._history and not self._events and not self._deferred
-                      and not self._captures)
+        self._fast = (self._simple and self._roundup_divisions is None and self._history is None
+                      and not self._stream_frees.waiting() and not self._pools.captures)
 
     def vm_supported(self) -> bool:
         """True if the backend can map virtual memory on this device (expandable segments)."""
-        if self._vm_ok is None:
-            try:
-                self._vm_ok = bool(self._b.vm_supported(self._index))
-            except NotImplementedError:
-                self._vm_ok = False
-        return self._vm_ok
+        return self._expandable_segments.supported()
 
     def _vm_error(self) -> ValueError:
         return ValueError(
@@ -238,233 +233,288 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
         self._acquire()
         try:
             if self._fast:
-                # Nothing special in force: default rounding and pools, no events, history,
-                # captures, expandable segments or oversize limit. A cached block is split
-                # and accounted for right here; anything else goes to _malloc_locked.
-                rounded = (size + 511) & -512
+                # The fast path: nothing special in force (default rounding and pools; no
+                # events, history, captures, expandable segments or oversize limit) and a
+                # cached block fits. Hand-inlined from _malloc_locked -> _get_free_block ->
+                # _cut_block, which it must match: tests/test_allocator_fast_paths.py runs
+                # both on the same sequences and compares the state, and
+                # bench/bench_allocator.py times both. Anything else goes to _malloc_locked.
+                rounded = (size + 511) & -512   # K_MIN_BLOCK (literals: LOAD_CONST)
                 if rounded <= K_SMALL_SIZE:
                     pool = self._small
-                    split_min = K_MIN_BLOCK
+                    split_min = 512
                 else:
                     pool = self._large
-                    split_min = K_SMALL_SIZE + 1
+                    split_min = 1048577   # K_SMALL_SIZE + 1
                 fl = pool.free.get(stream)
                 if fl:
                     if type(fl) is list:
                         i = bisect_left(fl, rounded << 64)
                         key = fl.pop(i) if i < len(fl) else -1
                     else:
-                        # a long FreeList: its pop_ge inlined
-                        maxes = fl.maxes  # type: ignore[union-attr]
-                        j = bisect_left(maxes, rounded << 64)
-                        if j < len(maxes):
-                            sub = fl.lists[j]  # type: ignore[union-attr]
-                            i = bisect_left(sub, rounded << 64)
-                            key = sub.pop(i)
-                            if not sub:
-                                del fl.lists[j]  # type: ignore[union-attr]
-                                del maxes[j]
-                            elif i == len(sub):
-                                maxes[j] = sub[-1]
-                        else:
-                            key = -1
+                        key = fl.pop_ge(rounded << 64)  # type: ignore[union-attr]
                     if key >= 0:
                         blk = self._blocks[key & ADDR_MASK]
                         c = pool.hot
                         addr = blk.addr
                         remaining = blk.size - rounded
                         if remaining >= split_min:
+                            # the split of _malloc_locked (_cut_block)
                             nx = blk.next
+                            was_split = nx is not None or blk.prev is not None
                             raddr = addr + rounded
                             spares = self._spares
-                            if not spares:
-                                rem = Block(raddr, remaining, stream, pool)
+                            if spares:
+                                rest = spares.pop()
+                                rest.addr = raddr
+                                rest.size = remaining
+                                rest.stream = stream
+                                rest.pool = pool
+                                rest.exp = None
+                                rest.requested = 0
+                                rest.frames = None
                             else:
-                                # a block object freed by a merge, reused
-                                rem = spares.pop()
-                                rem.addr = raddr
-                                rem.size = remaining
-                                rem.stream = stream
-                                rem.pool = pool
-                                rem.exp = None
-                                rem.requested = 0
-                                rem.frames = None
-                            rem.prev = blk
-                            rem.next = nx
-                            blk.next = rem
+                                rest = Block(raddr, remaining, stream, pool)
+                            rest.prev = blk
+                            rest.next = nx
+                            if nx is not None:
+                                nx.prev = rest
+                            blk.next = rest
                             blk.size = rounded
-                            self._blocks[raddr] = rem
-                            if type(fl) is not list:
+                            self._blocks[raddr] = rest
+                            if type(fl) is not list:   # a long FreeList
                                 fl.add((remaining << 64) | raddr)  # type: ignore[union-attr]
                             elif len(fl) < SMALL_MAX:
                                 insort(fl, (remaining << 64) | raddr)
                             else:
                                 fl_add(pool.free, stream, (remaining << 64) | raddr)
-                            rem.gc_base = pool.gc_calls
-                            if nx is not None or blk.prev is not None:
-                                if nx is not None:
-                                    nx.prev = rem
+                            rest.gc_base = pool.gc_calls
+                            if was_split:
                                 st = self._stats
                                 if st.dirty_split:
                                     st.settle_split()
-                                c.sb -= rounded
+                                c.inactive_split_bytes -= rounded
                             else:
-                                # a new inactive split block: update the peaks at once
-                                sn = c.sn + 1
-                                c.sn = sn
-                                c.tsn += 1
-                                sb = c.sb + remaining
-                                c.sb = sb
-                                c.tsb += remaining
-                                if sn > c.ksn:
-                                    c.ksn = sn
-                                if sb > c.ksb:
-                                    c.ksb = sb
-                                o = c.o
-                                a = c.a
-                                sn += o.sn
-                                if sn > a.ksn:
-                                    a.ksn = sn
-                                sb += o.sb
-                                if sb > a.ksb:
-                                    a.ksb = sb
+                                n = c.inactive_split + 1
+                                c.inactive_split = n
+                                c.inactive_split_sum += 1
+                                nbytes = c.inactive_split_bytes + remaining
+                                c.inactive_split_bytes = nbytes
+                                c.inactive_split_bytes_sum += remaining
+                                if n > c.inactive_split_peak:
+                                    c.inactive_split_peak = n
+                                if nbytes > c.inactive_split_bytes_peak:
+                                    c.inactive_split_bytes_peak = nbytes
+                                other = c.other_row
+                                row = c.all_row
+                                n += other.inactive_split
+                                if n > row.inactive_split_peak:
+                                    row.inactive_split_peak = n
+                                nbytes += other.inactive_split_bytes
+                                if nbytes > row.inactive_split_bytes_peak:
+                                    row.inactive_split_bytes_peak = nbytes
                         elif blk.next is not None or blk.prev is not None:
                             st = self._stats
                             if st.dirty_split:
                                 st.settle_split()
-                            c.sb -= blk.size
-                            c.sn -= 1
+                            c.inactive_split_bytes -= blk.size
+                            c.inactive_split -= 1
+                        # the allocation count of _malloc_locked
                         blk.allocated = True
                         blk.requested = size
                         bsize = blk.size
-                        c.n += 1
-                        c.b += bsize
-                        c.r += size
-                        c.tn += 1
-                        c.tb += bsize
-                        c.tr += size
-                        st = self._stats
-                        d = st.dirty
-                        if d is not c:
-                            st.dirty = True if d else c
+                        c.allocations += 1
+                        c.allocated_bytes += bsize
+                        c.requested_bytes += size
+                        c.allocations_sum += 1
+                        c.allocated_bytes_sum += bsize
+                        c.requested_bytes_sum += size
+                        c.grew = True
                         return addr
             res = self._malloc_locked(size, stream)
         finally:
             self._release(None)
         if type(res) is int:
             return res
-        self._raise_oom(*cast("tuple[str, int, int, int, int]", res))  # not an int: OOM
+        self._oom.raise_oom(*cast("tuple[str, int, int, int, int]", res))  # not an int: OOM
         raise AssertionError("unreachable")
 
     def _malloc_locked(self, size: int, stream: int) -> int | tuple[str, int, int, int, int]:
         """:meth:`malloc` with every option considered (``_lock`` held): the address, or the
-        arguments of :meth:`_raise_oom`."""
-        block = None
-        fl = None
+        arguments of :meth:`OomReporter.raise_oom`."""
         if self._gc_pending:
             self._drain_pending_locked()
-        if (self._events or self._deferred) and not self._captures:
-            self._process_events()
-        if self._divs is None:
-            rounded = (size + 511) & -512
+        if self._roundup_divisions is None:
+            rounded = (size + K_MIN_BLOCK - 1) & -K_MIN_BLOCK
         else:
             rounded = self._round_size(size)
-        if self._captures:
-            pool = self._get_private_pool(rounded, stream)
-        elif rounded <= K_SMALL_SIZE:
-            pool = self._small
+        pools = self._pools
+        if pools.captures:
+            pool = pools.pool_for(rounded, stream) or (
+                self._small if rounded <= K_SMALL_SIZE else self._large)
         else:
-            pool = self._large
-        frames = capture_frames() if self._ctx else None
-        if self._simple:
-            # Inlined best-fit lookup (no oversize limit, GC or expandable blocks).
-            fl = pool.free.get(stream)
-            if fl:
-                key = fl_pop_ge(fl, rounded << 64)
-                if key >= 0:
-                    block = self._blocks[key & ADDR_MASK]
-        else:
-            block = self._get_free_block(pool, stream, rounded)
-        if block is None:
-            fl = None
-            block = self._alloc_slow(pool, stream, rounded, frames)
-            if block is None:
+            frees = self._stream_frees
+            if frees.events or frees.deferred:
+                frees.process()   # (frees wait while a capture is on)
+            pool = self._small if rounded <= K_SMALL_SIZE else self._large
+        h = self._history
+        frames = capture_frames() if h is not None and h.context else None
+        blk = self._get_free_block(pool, stream, rounded)
+        if blk is None:
+            blk = self._alloc_slow(pool, stream, rounded, frames)
+            if blk is None:
                 if self._rejected:
-                    return self._prepare_rejection(rounded, size)
-                return self._prepare_oom(pool, stream, rounded, frames, size)
-        # ---- alloc_found_block: split, stats, trace
-        blk: Block = block
-        st = self._stats
-        c = pool.hot
+                    return self._oom.prepare_rejection(rounded, size)
+                return self._oom.prepare_oom(stream, rounded, frames, size)
         remaining = blk.size - rounded
-        addr = blk.addr
         if remaining >= K_MIN_BLOCK and not pool.no_split and (
                 pool.is_small or self._expandable
-                or (rounded < self._mss and remaining > K_SMALL_SIZE)):
-            nx = blk.next
-            exp = blk.exp
-            raddr = addr + rounded
-            spares = self._spares
-            if not spares:
-                rem = Block(raddr, remaining, stream, pool, exp)
-            else:
-                # a block object freed by a merge, reused (fields a new one differs in)
-                rem = spares.pop()
-                rem.addr = raddr
-                rem.size = remaining
-                rem.stream = stream
-                rem.pool = pool
-                rem.exp = exp
-                rem.requested = 0
-                rem.frames = None
-            rem.prev = blk
-            rem.next = nx
-            if nx is not None:
-                nx.prev = rem
-            already_split = nx is not None or blk.prev is not None
-            blk.next = rem
-            blk.size = rounded
-            self._blocks[raddr] = rem
-            fl_add(pool.free, stream, (remaining << 64) | raddr)
-            rem.gc_base = pool.gc_calls
-            if exp is None:
-                if already_split:
+                or (rounded < self._max_split_size and remaining > K_SMALL_SIZE)):
+            # split: the remainder is cached; inactive_split counts it (not for expandable
+            # segments, as in PyTorch), its peaks updated at once
+            was_split = blk.prev is not None or blk.next is not None
+            rest = self._cut_block(blk, rounded)
+            fl_add(pool.free, stream, (remaining << KEY_SHIFT) | rest.addr)
+            rest.gc_base = pool.gc_calls
+            if blk.exp is None:
+                c = pool.hot
+                if was_split:
+                    st = self._stats
                     if st.dirty_split:
                         st.settle_split()
-                    c.sb -= rounded
+                    c.inactive_split_bytes -= rounded
                 else:
-                    c.sn += 1
-                    c.tsn += 1
-                    c.sb += remaining
-                    c.tsb += remaining
-                    st.dirty_split = True
+                    n = c.inactive_split + 1
+                    c.inactive_split = n
+                    c.inactive_split_sum += 1
+                    nbytes = c.inactive_split_bytes + remaining
+                    c.inactive_split_bytes = nbytes
+                    c.inactive_split_bytes_sum += remaining
+                    if n > c.inactive_split_peak:
+                        c.inactive_split_peak = n
+                    if nbytes > c.inactive_split_bytes_peak:
+                        c.inactive_split_bytes_peak = nbytes
+                    other = c.other_row
+                    row = c.all_row
+                    assert other is not None and row is not None
+                    n += other.inactive_split
+                    if n > row.inactive_split_peak:
+                        row.inactive_split_peak = n
+                    nbytes += other.inactive_split_bytes
+                    if nbytes > row.inactive_split_bytes_peak:
+                        row.inactive_split_bytes_peak = nbytes
         elif blk.exp is None and (blk.next is not None or blk.prev is not None):
+            # an inactive split block is taken whole
+            st = self._stats
             if st.dirty_split:
                 st.settle_split()
-            c.sb -= blk.size
-            c.sn -= 1
+            c = pool.hot
+            c.inactive_split_bytes -= blk.size
+            c.inactive_split -= 1
         blk.allocated = True
         blk.requested = size
         bsize = blk.size
-        c.n += 1
-        c.b += bsize
-        c.r += size
-        c.tn += 1
-        c.tb += bsize
-        c.tr += size
-        d = st.dirty
-        if d is not c:
-            st.dirty = True if d else c
-        if bsize >= self._mss:
+        c = pool.hot
+        c.allocations += 1
+        c.allocated_bytes += bsize
+        c.requested_bytes += size
+        c.allocations_sum += 1
+        c.allocated_bytes_sum += bsize
+        c.requested_bytes_sum += size
+        c.grew = True
+        st = self._stats
+        if bsize >= self._max_split_size:
             st.oversize_allocations.increase(1)
+        addr = blk.addr
         if frames is not None:
             blk.frames = frames
-            if self._history:
-                self._record("alloc", addr, size, stream,
-                             frames if self._ctx >= CTX_ALLOC else None)
-        elif self._history:
-            self._record("alloc", addr, size, stream, None)
+        if h is not None:
+            h.record("alloc", addr, size, stream, frames if h.context >= CTX_ALLOC else None)
         return addr
+
+    # ------------------------------------------------------------------ split and merge
+    def _cut_block(self, blk: Block, size: int, mapped: bool = True) -> Block:
+        """The one split of a block: ``blk`` keeps its first ``size`` bytes and the rest
+        becomes a new block right after it in the same segment (same stream, pool and
+        expandable segment; ``mapped`` as given), registered in ``_blocks`` and in no list.
+        Reuses a block object left by :meth:`_merge`. Returns the new block."""
+        addr = blk.addr + size
+        rest_size = blk.size - size
+        spares = self._spares
+        if spares:
+            rest = spares.pop()
+            rest.addr = addr
+            rest.size = rest_size
+            rest.stream = blk.stream
+            rest.pool = blk.pool
+            rest.exp = blk.exp
+            rest.mapped = mapped
+            rest.requested = 0
+            rest.frames = None
+        else:
+            rest = Block(addr, rest_size, blk.stream, blk.pool, blk.exp, mapped)
+        nx = blk.next
+        rest.prev = blk
+        rest.next = nx
+        if nx is not None:
+            nx.prev = rest
+        blk.next = rest
+        blk.size = size
+        self._blocks[addr] = rest
+        return rest
+
+    def _merge(self, b: Block) -> tuple[Block, int, int]:
+        """The one merge of blocks: merge ``b`` (in no list) with its mergeable neighbours,
+        taking them out of their lists. Returns the surviving block (in no list), how many
+        neighbours merged into it, and their bytes.
+
+        Neighbours merge when neither is allocated, awaiting events or recorded on other
+        streams, and both are mapped or both unmapped (PyTorch's ``try_merge_blocks``). Block
+        objects merged away go to ``_spares`` for :meth:`_cut_block` to reuse.
+        """
+        merged = 0
+        nbytes = 0
+        mapped = b.mapped
+        prev = b.prev
+        if (prev is not None and not prev.allocated and not prev.event_count
+                and not prev.stream_uses and prev.mapped == mapped):
+            psize = prev.size
+            if mapped:
+                fl_remove(prev.pool.free[prev.stream], (psize << KEY_SHIFT) | prev.addr)
+            else:
+                unmapped_remove(prev)
+            merged = 1
+            nbytes = psize
+            del self._blocks[b.addr]
+            prev.size = psize + b.size
+            nx = b.next
+            prev.next = nx
+            if nx is not None:
+                nx.prev = prev
+            prev.requested = b.requested
+            prev.frames = b.frames
+            if mapped:   # (the fast path of malloc reuses spares as mapped blocks)
+                self._spares.append(b)
+            b = prev
+        nx = b.next
+        if (nx is not None and not nx.allocated and not nx.event_count
+                and not nx.stream_uses and nx.mapped == mapped):
+            nsize = nx.size
+            if mapped:
+                fl_remove(nx.pool.free[nx.stream], (nsize << KEY_SHIFT) | nx.addr)
+            else:
+                unmapped_remove(nx)
+            merged += 1
+            nbytes += nsize
+            del self._blocks[nx.addr]
+            b.size += nsize
+            nn = nx.next
+            b.next = nn
+            if nn is not None:
+                nn.prev = b
+            if mapped:
+                self._spares.append(nx)
+        return b, merged, nbytes
 
     def _check_request(self, size: object) -> int:
         """Validate a ``malloc`` size outside the fast range: 0, or raise."""
@@ -520,152 +570,145 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
             self._acquire()
         try:
             blk = self._blocks.get(ptr)
-            if blk is None or not blk.allocated:
-                raise self._bad_ptr(ptr, blk)
+            if (blk is None or not blk.allocated or blk.stream_uses is not None
+                    or self._history is not None):
+                self._free_locked(ptr)
+                return
+            # The fast path: a live block with no recorded streams, no history. Hand-inlined
+            # from _free_locked -> DeviceStats.settle -> _free_block -> _merge, which it must
+            # match (the test_allocator_fast_paths tests run both on the same sequences and
+            # compare the state; bench/bench_allocator.py times both).
             blk.allocated = False
             st = self._stats
             pool = blk.pool
             c = pool.hot
-            # bool | HotCounters; typed Any so that ``d is c`` does not narrow the duck-typed
-            # pool row ``c`` (whose ``o``/``a`` rows are always set) for the checker
-            d: Any = st.dirty
-            if d:
-                if d is c and not st.pending_seen:
-                    # DeviceStats.settle() for one pool type, inlined (the hot path)
-                    n = c.n
-                    b = c.b
-                    r = c.r
-                    if n > c.kn:
-                        c.kn = n
-                    if b > c.kb:
-                        c.kb = b
-                    if r > c.kr:
-                        c.kr = r
-                    o = c.o
-                    a = c.a
-                    n += o.n
-                    if n > a.kn:
-                        a.kn = n
-                    b += o.b
-                    if b > a.kb:
-                        a.kb = b
-                    r += o.r
-                    if r > a.kr:
-                        a.kr = r
-                    st.dirty = False
+            other: Any = c.other_row    # (always set on a pool row; Any for the checker)
+            if c.grew:
+                if not other.grew and not st.pending_seen:
+                    # DeviceStats.settle() for one pool type
+                    n = c.allocations
+                    nbytes = c.allocated_bytes
+                    req = c.requested_bytes
+                    if n > c.allocations_peak:
+                        c.allocations_peak = n
+                    if nbytes > c.allocated_bytes_peak:
+                        c.allocated_bytes_peak = nbytes
+                    if req > c.requested_bytes_peak:
+                        c.requested_bytes_peak = req
+                    row = c.all_row
+                    n += other.allocations
+                    if n > row.allocations_peak:
+                        row.allocations_peak = n
+                    nbytes += other.allocated_bytes
+                    if nbytes > row.allocated_bytes_peak:
+                        row.allocated_bytes_peak = nbytes
+                    req += other.requested_bytes
+                    if req > row.requested_bytes_peak:
+                        row.requested_bytes_peak = req
+                    c.grew = False
                 else:
                     st.settle()
+            elif other.grew:
+                st.settle()
             size = blk.size
-            c.n -= 1
-            c.b -= size
-            if size >= self._mss:
+            c.allocations -= 1
+            c.allocated_bytes -= size
+            if size >= self._max_split_size:
                 st.oversize_allocations.decrease(1)
-            if self._history:
-                self._record("free_requested", ptr, blk.requested, blk.stream,
-                             capture_frames() if self._ctx >= CTX_ALL else blk.frames)
-                if blk.stream_uses:
-                    self._free_pending(blk, st, c, size)
-                else:
-                    self._free_block(blk, False)
-                return
-            if blk.stream_uses is None:
-                # ---- free completed at once: merge and cache (inlined _free_block)
-                c.r -= blk.requested
-                stream = blk.stream
-                prev = blk.prev
-                nx = blk.next
-                fl = pool.free.get(stream)
-                if fl is None:
-                    fl = pool.free[stream] = []
-                if prev is None and nx is None:
-                    # unsplit segment: nothing to merge
-                    if type(fl) is not list:
-                        fl.add((size << 64) | ptr)  # type: ignore[union-attr]  # a long FreeList
-                    elif len(fl) < SMALL_MAX:
-                        insort(fl, (size << 64) | ptr)
-                    else:
-                        fl_add(pool.free, stream, (size << 64) | ptr)
-                    blk.gc_base = pool.gc_calls
-                    return
-                b = blk
-                merged = 0
-                merged_bytes = 0
-                if (prev is not None and not prev.allocated and not prev.event_count
-                        and not prev.stream_uses and prev.mapped):
-                    psize = prev.size
-                    if type(fl) is list:
-                        del fl[bisect_left(fl, (psize << 64) | prev.addr)]
-                    else:
-                        fl.remove((psize << 64) | prev.addr)
-                    merged = 1
-                    merged_bytes = psize
-                    del self._blocks[ptr]
-                    prev.size = psize + size
-                    prev.next = nx
-                    if nx is not None:
-                        nx.prev = prev
-                    prev.requested = blk.requested
-                    prev.frames = blk.frames
-                    b = prev
-                    self._spares.append(blk)
-                if (nx is not None and not nx.allocated and not nx.event_count
-                        and not nx.stream_uses and nx.mapped):
-                    nsize = nx.size
-                    if type(fl) is list:
-                        del fl[bisect_left(fl, (nsize << 64) | nx.addr)]
-                    else:
-                        fl.remove((nsize << 64) | nx.addr)
-                    merged += 1
-                    merged_bytes += nsize
-                    del self._blocks[nx.addr]
-                    b.size += nsize
-                    nn = nx.next
-                    b.next = nn
-                    if nn is not None:
-                        nn.prev = b
-                    self._spares.append(nx)
-                if blk.exp is None:
-                    # inactive_split stats; increases update the peaks at once
-                    if b.prev is not None or b.next is not None:
-                        # still split: this block joins them (minus the ones merged into it)
-                        if merged == 2 and st.dirty_split:
-                            st.settle_split()
-                        if merged != 1:
-                            sn = c.sn + 1 - merged
-                            c.sn = sn
-                            if not merged:
-                                c.tsn += 1
-                                if sn > c.ksn:
-                                    c.ksn = sn
-                                sn += c.o.sn
-                                a = c.a
-                                if sn > a.ksn:
-                                    a.ksn = sn
-                        sb = c.sb + size
-                        c.sb = sb
-                        c.tsb += size
-                        if sb > c.ksb:
-                            c.ksb = sb
-                        sb += c.o.sb
-                        a = c.a
-                        if sb > a.ksb:
-                            a.ksb = sb
-                    else:
-                        if st.dirty_split:
-                            st.settle_split()
-                        c.sn -= merged
-                        c.sb -= merged_bytes
-                if type(fl) is not list:
-                    fl.add((b.size << 64) | b.addr)  # type: ignore[union-attr]  # a long FreeList
+            # _free_block
+            c.requested_bytes -= blk.requested
+            stream = blk.stream
+            prev = blk.prev
+            nx = blk.next
+            fl = pool.free.get(stream)
+            if fl is None:
+                fl = pool.free[stream] = []
+            if prev is None and nx is None:
+                # an unsplit segment: nothing to merge
+                if type(fl) is not list:   # a long FreeList
+                    fl.add((size << 64) | ptr)  # type: ignore[union-attr]
                 elif len(fl) < SMALL_MAX:
-                    insort(fl, (b.size << 64) | b.addr)
+                    insort(fl, (size << 64) | ptr)
                 else:
-                    fl_add(pool.free, stream, (b.size << 64) | b.addr)
-                b.gc_base = pool.gc_calls
-            elif blk.stream_uses:
-                self._free_pending(blk, st, c, size)
+                    fl_add(pool.free, stream, (size << 64) | ptr)
+                blk.gc_base = pool.gc_calls
+                return
+            # _merge (blk is mapped: only free mapped neighbours merge)
+            b = blk
+            merged = 0
+            merged_bytes = 0
+            if (prev is not None and not prev.allocated and not prev.event_count
+                    and not prev.stream_uses and prev.mapped):
+                psize = prev.size
+                if type(fl) is list:
+                    del fl[bisect_left(fl, (psize << 64) | prev.addr)]
+                else:
+                    fl.remove((psize << 64) | prev.addr)
+                merged = 1
+                merged_bytes = psize
+                del self._blocks[ptr]
+                prev.size = psize + size
+                prev.next = nx
+                if nx is not None:
+                    nx.prev = prev
+                prev.requested = blk.requested
+                prev.frames = blk.frames
+                b = prev
+                self._spares.append(blk)
+            if (nx is not None and not nx.allocated and not nx.event_count
+                    and not nx.stream_uses and nx.mapped):
+                nsize = nx.size
+                if type(fl) is list:
+                    del fl[bisect_left(fl, (nsize << 64) | nx.addr)]
+                else:
+                    fl.remove((nsize << 64) | nx.addr)
+                merged += 1
+                merged_bytes += nsize
+                del self._blocks[nx.addr]
+                b.size += nsize
+                nn = nx.next
+                b.next = nn
+                if nn is not None:
+                    nn.prev = b
+                self._spares.append(nx)
+            if blk.exp is None:
+                # inactive_split stats (as _free_block; increases update the peaks at once)
+                if b.prev is not None or b.next is not None:
+                    # still split: this block joins them (minus the ones merged into it)
+                    if merged == 2 and st.dirty_split:
+                        st.settle_split()
+                    if merged != 1:
+                        n = c.inactive_split + 1 - merged
+                        c.inactive_split = n
+                        if not merged:
+                            c.inactive_split_sum += 1
+                            if n > c.inactive_split_peak:
+                                c.inactive_split_peak = n
+                            n += c.other_row.inactive_split
+                            row = c.all_row
+                            if n > row.inactive_split_peak:
+                                row.inactive_split_peak = n
+                    nbytes = c.inactive_split_bytes + size
+                    c.inactive_split_bytes = nbytes
+                    c.inactive_split_bytes_sum += size
+                    if nbytes > c.inactive_split_bytes_peak:
+                        c.inactive_split_bytes_peak = nbytes
+                    nbytes += c.other_row.inactive_split_bytes
+                    row = c.all_row
+                    if nbytes > row.inactive_split_bytes_peak:
+                        row.inactive_split_bytes_peak = nbytes
+                else:
+                    if st.dirty_split:
+                        st.settle_split()
+                    c.inactive_split -= merged
+                    c.inactive_split_bytes -= merged_bytes
+            if type(fl) is not list:   # a long FreeList
+                fl.add((b.size << 64) | b.addr)  # type: ignore[union-attr]
+            elif len(fl) < SMALL_MAX:
+                insort(fl, (b.size << 64) | b.addr)
             else:
-                self._free_block(blk, False)
+                fl_add(pool.free, stream, (b.size << 64) | b.addr)
+            b.gc_base = pool.gc_calls
         finally:
             self._release(None)
 
@@ -706,7 +749,7 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
                 if type(item) is int:
                     self._free_locked(item)
                 else:
-                    self._release_pool_locked(item)  # type: ignore[arg-type]
+                    self._pools.release(item)  # type: ignore[arg-type]
             except Exception as e:  # noqa: BLE001 - a finalizer's error is only reported
                 _report_finalizer_error(item, e)
 
@@ -731,39 +774,32 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
         return not self._gc_pending
 
     def _free_locked(self, ptr: int) -> None:
-        """:meth:`free` with ``_lock`` held (the unhurried path, for queued frees)."""
+        """:meth:`free` with ``_lock`` held and every option considered (free *requested*)."""
         blk = self._blocks.get(ptr)
         if blk is None or not blk.allocated:
             raise self._bad_ptr(ptr, blk)
         blk.allocated = False
         st = self._stats
-        if st.dirty:
-            st.settle()
+        st.settle_grown()
         c = blk.pool.hot
         size = blk.size
-        c.n -= 1
-        c.b -= size
-        if size >= self._mss:
+        c.allocations -= 1
+        c.allocated_bytes -= size
+        if size >= self._max_split_size:
             st.oversize_allocations.decrease(1)
-        if self._history:
-            self._record("free_requested", ptr, blk.requested, blk.stream,
-                         capture_frames() if self._ctx >= CTX_ALL else blk.frames)
+        h = self._history
+        if h is not None:
+            h.record("free_requested", ptr, blk.requested, blk.stream,
+                     capture_frames() if h.context >= CTX_ALL else blk.frames)
         if blk.stream_uses:
-            self._free_pending(blk, st, c, size)
+            # used on other streams: the free completes after their events
+            if not st.pending_seen:
+                st.mark_pending()
+            c.pending_frees += 1
+            c.pending_bytes += size
+            self._stream_frees.free_later(blk)
         else:
             self._free_block(blk, False)
-
-    def _free_pending(self, blk: Block, st: DeviceStats, c: HotCounters, size: int) -> None:
-        """Free of a block recorded on other streams: it completes after their events."""
-        if not st.pending_seen:
-            st.mark_pending()
-        c.pn += 1
-        c.pb += size
-        if self._captures:
-            self._deferred.append(blk)
-            self._fast = False
-        else:
-            self._insert_events(blk)
 
     def _bad_ptr(self, ptr: object, blk: Block | None) -> Exception:
         if not isinstance(ptr, int) or isinstance(ptr, bool):
@@ -826,13 +862,242 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
         with self._lock:
             if self._gc_pending:
                 self._drain_pending_locked()
-            self._release_cached_blocks(pid)
+            release_cached_blocks(self, pid)
+
+    # ------------------------------------------------------------------ snapshots
+    def segment_of(self, ptr: int) -> tuple[int, int, bool] | None:
+        """``(segment base, segment size, expandable)`` of the live block that starts at
+        ``ptr``, or ``None`` if no allocated block starts there (used by
+        :mod:`accelrt.multiprocessing` to share a block as its segment's handle plus offset,
+        as CUDA IPC needs the base of the ``cudaMalloc`` allocation).
+
+        Example::
+
+            >>> from accelrt.backends import get_backend
+            >>> from accelrt.memory._allocator import DeviceCachingAllocator
+            >>> a = DeviceCachingAllocator(get_backend("cpu"), 0)
+            >>> p, q = a.malloc(512, 0), a.malloc(512, 0)
+            >>> base, size, exp = a.segment_of(q)
+            >>> (q - base, size, exp)
+            (512, 2097152, False)
+            >>> a.free(p); a.free(q)
+        """
+        with self._lock:
+            return segment_of(self, ptr)
+
+    def snapshot_segments(self, pool_id: tuple[int, int] | None = None) -> list[dict[str, Any]]:
+        """PyTorch's segment dicts (all pools, or only ``pool_id``), sorted by address.
+
+        Expandable segments give one segment per contiguous mapped range.
+
+        Example::
+
+            >>> from accelrt.backends import get_backend
+            >>> from accelrt.memory._allocator import DeviceCachingAllocator
+            >>> a = DeviceCachingAllocator(get_backend("cpu"), 0)
+            >>> p = a.malloc(3 * 2**20, 0)
+            >>> [b["state"] for b in a.snapshot_segments()[0]["blocks"]]
+            ['active_allocated', 'inactive']
+            >>> a.free(p)
+        """
+        with self._lock:
+            if self._gc_pending:
+                self._drain_pending_locked()
+            return snapshot_segments(self, pool_id)
+
+    # ------------------------------------------------------------------ history
+    def trace_entries(self) -> list[dict[str, Any]]:
+        """The recorded history, oldest first (copies)."""
+        with self._lock:
+            h = self._history
+            return [] if h is None else [dict(e) for e in h.trace]
+
+    def record_history(self, enabled: str | bool | None, context: str | None = "all",
+                       stacks: str = "all", max_entries: int = sys.maxsize,
+                       clear_history: bool = False,
+                       skip_actions: Iterable[str] | None = None) -> None:
+        """Start or stop recording allocation history (PyTorch's ``_record_memory_history``).
+
+        Args:
+            enabled: ``None``/``False`` stop (and clear the trace), ``"state"`` keeps the
+                stacks of live allocations and, as PyTorch, a trace buffer of one entry (the
+                latest action); ``"all"``/``True`` keeps a trace of ``max_entries``.
+            context: ``None``, ``"state"``, ``"alloc"`` or ``"all"``: which stacks to gather.
+            stacks: ``"python"`` or ``"all"`` (only Python frames exist here).
+            max_entries: trace ring-buffer length.
+            clear_history: drop the entries recorded so far.
+            skip_actions: trace actions not to record.
+
+        Raises:
+            ValueError: an unknown value.
+            TypeError: ``max_entries`` is not an int.
+
+        Example::
+
+            >>> from accelrt.backends import get_backend
+            >>> from accelrt.memory._allocator import DeviceCachingAllocator
+            >>> a = DeviceCachingAllocator(get_backend("cpu"), 0)
+            >>> a.record_history("all", max_entries=100)
+            >>> a.free(a.malloc(100, 0))
+            >>> [e["action"] for e in a.trace_entries()][-2:]
+            ['free_requested', 'free_completed']
+            >>> a.record_history(None)
+        """
+        enabled, skip = check_history_args(enabled, context, stacks, max_entries, skip_actions)
+        with self._lock:
+            h = self._history
+            if enabled is None:
+                self._history = None
+            else:
+                ctx = CTX_LEVELS[context]
+                # PyTorch records the trace for "state" too, in a buffer of one entry
+                entries = max_entries if enabled == "all" else 1
+                if h is None:
+                    self._history = History(ctx, entries, skip)
+                else:
+                    h.configure(ctx, entries, skip, clear_history)
+            self._update_simple()
+
+    def record_annotation(self, metadata: dict[str, Any]) -> None:
+        """Append an ``annotate`` trace entry carrying ``metadata`` as user_metadata."""
+        with self._lock:
+            if self._history is not None:
+                self._history.annotate(metadata)
+
+    # ------------------------------------------------------------------ OOM observers
+    def attach_oom_observer(self, fn: Callable[[int, int, int, int], None]) -> None:
+        """Call ``fn(device, alloc_size, limit, device_free)`` before raising an OOM error
+        (PyTorch's ``_attach_out_of_memory_observer``); called without the lock held."""
+        self._oom.attach_observer(fn)
+
+    # ------------------------------------------------------------------ private pools
+    def begin_allocate_to_pool(self, pool_id: tuple[int, int],
+                               stream_filter: Callable[[int], bool] | None = None) -> None:
+        """Route allocations on streams accepted by ``stream_filter`` (all streams if
+        ``None``) to private pool ``pool_id``, creating it or taking a reference to it.
+
+        Raises:
+            TypeError: bad ``pool_id`` or a non-callable filter.
+            RuntimeError: already allocating to ``pool_id``.
+
+        Example::
+
+            >>> from accelrt.backends import get_backend
+            >>> from accelrt.memory._allocator import DeviceCachingAllocator
+            >>> a = DeviceCachingAllocator(get_backend("cpu"), 0)
+            >>> a.begin_allocate_to_pool((1, 1))
+            >>> p = a.malloc(100, 0)
+            >>> a.end_allocate_to_pool((1, 1))
+            >>> [s["segment_pool_id"] for s in a.snapshot_segments()]
+            [(1, 1)]
+            >>> a.free(p); a.release_pool((1, 1)); a.empty_cache()
+        """
+        pool_id = check_pool_id(pool_id)
+        if stream_filter is not None and not callable(stream_filter):
+            raise TypeError(f"stream_filter must be callable or None, got {stream_filter!r}")
+        with self._lock:
+            if self._gc_pending:
+                self._drain_pending_locked()   # a queued release_pool of this id comes first
+            self._pools.begin(pool_id, stream_filter)
+            self._update_simple()
+
+    def end_allocate_to_pool(self, pool_id: tuple[int, int]) -> None:
+        """Stop routing allocations to ``pool_id`` (the reference stays until
+        :meth:`release_pool`).
+
+        Raises:
+            RuntimeError: not allocating to ``pool_id``.
+        """
+        pool_id = check_pool_id(pool_id)
+        with self._lock:
+            if self._pools.end(pool_id):
+                self._update_simple()
+                return
+        raise RuntimeError(f"end_allocate_to_pool: not allocating to pool {pool_id}")
+
+    def create_pool(self, pool_id: tuple[int, int], *, no_split: bool = False,
+                    allocator: Any = None) -> None:
+        """Create private pool ``pool_id`` or take one more reference to it.
+
+        Args:
+            pool_id: the pool id.
+            no_split: the new pool never splits a segment (PyTorch's ``MemPool(no_split=)``).
+            allocator: a ``PluggableAllocator`` whose library allocates and frees the new
+                pool's segments (``MemPool(allocator=)``); ``None``: the backend's memory.
+
+        The options apply when the pool is created; a further reference keeps them.
+
+        Example::
+
+            >>> from accelrt.backends import get_backend
+            >>> from accelrt.memory._allocator import DeviceCachingAllocator
+            >>> a = DeviceCachingAllocator(get_backend("cpu"), 0)
+            >>> a.create_pool((5, 5), no_split=True)
+            >>> a.begin_allocate_to_pool((5, 5))
+            >>> p, q = a.malloc(512, 0), a.malloc(512, 0)   # one 2 MiB segment each
+            >>> a.end_allocate_to_pool((5, 5))
+            >>> len(a.snapshot_segments((5, 5)))
+            2
+            >>> a.free(p); a.free(q); a.release_pool((5, 5)); a.release_pool((5, 5))
+            >>> a.empty_cache()
+        """
+        pool_id = check_pool_id(pool_id)
+        with self._lock:
+            if self._gc_pending:
+                self._drain_pending_locked()   # a queued release_pool of this id comes first
+            self._pools.create(pool_id, no_split=no_split, allocator=allocator)
+
+    def release_pool(self, pool_id: tuple[int, int]) -> None:
+        """Drop one reference to private pool ``pool_id``; at zero its cached memory becomes
+        releasable by :meth:`empty_cache` (blocks still allocated stay valid).
+
+        Raises:
+            ValueError: no such pool, or no reference left.
+        """
+        pool_id = check_pool_id(pool_id)
+        with self._lock:
+            self._pools.release(pool_id)
+
+    def release_pool_from_finalizer(self, pool_id: tuple[int, int]) -> None:
+        """:meth:`release_pool` for finalizers (``Graph.__del__``): never blocks.
+
+        If the lock is held (maybe by this very thread, the garbage collector having run the
+        finalizer inside the allocator's critical section) the release is queued and done at
+        the holder's next drain point, like :meth:`free_from_finalizer`.
+
+        Raises:
+            TypeError: ``pool_id`` is not a pair of ints (checked at once).
+
+        Example::
+
+            >>> from accelrt.backends import get_backend
+            >>> from accelrt.memory._allocator import DeviceCachingAllocator
+            >>> a = DeviceCachingAllocator(get_backend("cpu"), 0)
+            >>> a.create_pool((0, 1)); a.release_pool_from_finalizer((0, 1))
+            >>> a.pool_use_count((0, 1))
+            0
+        """
+        pool_id = check_pool_id(pool_id)
+        self._gc_pending.append(pool_id)
+        if self._lock.try_acquire():
+            try:
+                self._drain_pending_locked()
+            finally:
+                self._lock.release()
+
+    def pool_use_count(self, pool_id: tuple[int, int]) -> int:
+        """References to private pool ``pool_id`` (0 if it does not exist)."""
+        pool_id = check_pool_id(pool_id)
+        with self._lock:
+            if self._gc_pending:
+                self._drain_pending_locked()
+            return self._pools.use_count(pool_id)
 
     # ------------------------------------------------------------------ rounding, pools
     def _round_size(self, size: int) -> int:
         if size < K_MIN_BLOCK:
             return K_MIN_BLOCK
-        divs = self._divs
+        divs = self._roundup_divisions
         d = 0
         if divs is not None:
             idx = size.bit_length() - 1 - 20
@@ -845,14 +1110,14 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
         """The size a request of ``size`` bytes occupies (PyTorch's ``round_size``)."""
         size = _check_size(size)
         with self._lock:
-            return self._round_size(size) if self._divs is not None else \
+            return self._round_size(size) if self._roundup_divisions is not None else \
                 max(K_MIN_BLOCK, (size + 511) & -512)
 
     def _allocation_size(self, rounded: int) -> int:
         if rounded <= K_SMALL_SIZE:
             return K_SMALL_BUFFER
         if rounded < K_MIN_LARGE_ALLOC:
-            return self._lss
+            return self._large_segment_size
         return -(-rounded // K_ROUND_LARGE) * K_ROUND_LARGE
 
     # ------------------------------------------------------------------ free lists
@@ -865,18 +1130,36 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
         fl_remove(b.pool.free[b.stream], (b.size << KEY_SHIFT) | b.addr)
 
     def _get_free_block(self, pool: BlockPool, stream: int, rounded: int) -> Block | None:
+        """The best-fit cached block for ``rounded`` bytes on ``stream``, out of its free
+        list; ``None`` if none may serve it."""
+        fl = pool.free.get(stream)
+        if self._simple:
+            # no oversize limit, GC or expandable blocks: the smallest block that fits
+            if fl:
+                key = fl_pop_ge(fl, rounded << KEY_SHIFT)
+                if key >= 0:
+                    return self._blocks[key & ADDR_MASK]
+            return None
         if self._gc_on:
             pool.gc_calls += 1
-        fl = pool.free.get(stream)
         if not fl:
             return None
         blocks = self._blocks
-        keys = fl_iter_ge(fl, rounded << KEY_SHIFT)
-        key = next(keys, -1)
-        if key < 0:
-            return None
+        start = rounded << KEY_SHIFT
+        if type(fl) is list:
+            i = bisect_left(fl, start)
+            if i == len(fl):
+                return None
+            key = fl[i]
+        else:
+            i = -1
+            key = next(fl.iter_ge(start), -1)  # type: ignore[union-attr]
+            if key < 0:
+                return None
         blk = blocks[key & ADDR_MASK]
         if blk.exp is not None:
+            # the keys after the first fit, ascending
+            keys = iter(fl[i + 1:]) if i >= 0 else fl_iter_ge(fl, key + 1)  # type: ignore[index]
             if self._expandable:
                 # among expandable candidates, prefer the one whose size including the
                 # unmapped range after it is smallest (PyTorch's expandable best fit)
@@ -904,13 +1187,16 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
                 else:
                     return None
         bsize = blk.size
-        mss = self._mss
+        mss = self._max_split_size
         if rounded < mss:
             if bsize >= mss:
                 return None
-        elif bsize >= rounded + self._mnsr:
+        elif bsize >= rounded + self._max_non_split_rounding:
             return None
-        fl_remove(fl, key)
+        if i >= 0 and fl[i] == key:  # type: ignore[index]
+            del fl[i]  # type: ignore[union-attr]
+        else:
+            fl_remove(fl, key)
         return blk
 
     # ------------------------------------------------------------------ allocation
@@ -920,18 +1206,18 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
         if self._expandable and not self.vm_supported():
             raise self._vm_error()
         if self._gc_on:
-            self._garbage_collect()
+            garbage_collect(self)
         self._rejected = False
         blk = self._alloc_block(pool, stream, rounded, alloc_size, False, frames)
         if blk is not None or self._rejected:
             return blk
-        if self._release_available_cached_blocks(pool, stream, rounded):
+        if release_available_cached_blocks(self, pool, stream, rounded):
             blk = self._alloc_block(pool, stream, rounded, alloc_size, False, frames)
             if blk is not None:
                 return blk
-        if not self._captures:
-            self._check_retry_sync()   # sync debug mode: the release below waits for events
-            self._release_cached_blocks(_DEFAULT_POOL)
+        if not self._pools.captures:
+            self._oom.check_retry_sync()   # sync debug mode: the release below waits for events
+            release_cached_blocks(self, DEFAULT_POOL)
             return self._alloc_block(pool, stream, rounded, alloc_size, True, frames)
         return None
 
@@ -947,17 +1233,17 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
                 self._rejected = True
             return None
         if self._expandable and (pool.owner is None or pool.owner.allocator is None):
-            return self._try_allocate_expandable(pool, stream, rounded, frames)
+            return self._expandable_segments.allocate(pool, stream, rounded, frames)
         if self._cfg.release_lock_on_malloc:
             # release_lock_on_cudamalloc: other threads may use the allocator meanwhile; the
             # new segment is not visible to them until it is linked below.
             self._lock.release()
             try:
-                ptr = self._raw_malloc(pool, alloc_size, stream)
+                ptr = raw_malloc(self._b, self._index, pool, alloc_size, stream)
             finally:
                 self._lock.acquire()
         else:
-            ptr = self._raw_malloc(pool, alloc_size, stream)
+            ptr = raw_malloc(self._b, self._index, pool, alloc_size, stream)
         if not ptr:
             return None
         blk = Block(ptr, alloc_size, stream, pool)
@@ -966,80 +1252,34 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
         self._total_reserved += alloc_size
         if pool.owner is not None:
             pool.owner.reserved += alloc_size
-        ti = pool.type_index
-        st.segment[0].increase(1)
-        st.segment[ti].increase(1)
-        st.reserved_bytes[0].increase(alloc_size)
-        st.reserved_bytes[ti].increase(alloc_size)
-        if alloc_size >= self._mss:
-            st.oversize_segments.increase(1)
-        st.num_device_alloc += 1
-        if self._history:
-            self._record("segment_alloc", ptr, alloc_size, stream,
-                         frames if self._ctx >= CTX_ALLOC else None)
+        st.count_segment(pool.type_index, alloc_size, alloc_size >= self._max_split_size, True)
+        h = self._history
+        if h is not None:
+            h.record("segment_alloc", ptr, alloc_size, stream,
+                     frames if h.context >= CTX_ALLOC else None)
         return blk
 
     # ------------------------------------------------------------------ freeing
     def _free_block(self, blk: Block, pending: bool) -> None:
-        """Free *completed*: merge with free neighbours and cache the block.
-
-        The merge of :meth:`_merge_neighbours` is inlined here (the hot path): ``blk`` is
-        mapped, so only free mapped neighbours of the same pool and stream can merge.
-        :meth:`free` inlines this method once more for the common case (no history, no
-        recorded streams); a change to the merge or its stats must be made in both places
-        (the stateful and lazy-stats tests compare them with the model).
-        """
+        """Free *completed*: merge ``blk`` with its free neighbours (:meth:`_merge`), count
+        the merge and cache the block. ``pending``: the free waited for events."""
         orig_size = blk.size
         req = blk.requested
         st = self._stats
-        if self._history:
+        h = self._history
+        if h is not None:
             # a direct free carries the freeing call's stack with context="all" (PyTorch)
-            self._record("free_completed", blk.addr, req, blk.stream, capture_frames()
-                         if self._ctx >= CTX_ALL and not pending else blk.frames)
+            h.record("free_completed", blk.addr, req, blk.stream, capture_frames()
+                     if h.context >= CTX_ALL and not pending else blk.frames)
         blk.stream_uses = None
         pool = blk.pool
-        stream = blk.stream
         c = pool.hot
-        if st.dirty:
-            st.settle()
-        fl = pool.free.get(stream)
-        if fl is None:
-            fl = pool.free[stream] = []
+        st.settle_grown()
         b = blk
-        prev = blk.prev
-        nx = blk.next
-        if prev is not None or nx is not None:
-            merged = 0
-            merged_bytes = 0
-            if (prev is not None and not prev.allocated and not prev.event_count
-                    and not prev.stream_uses and prev.mapped):
-                psize = prev.size
-                fl_remove(fl, (psize << KEY_SHIFT) | prev.addr)
-                merged = 1
-                merged_bytes = psize
-                del self._blocks[blk.addr]
-                prev.size = psize + orig_size
-                prev.next = nx
-                if nx is not None:
-                    nx.prev = prev
-                prev.requested = req
-                prev.frames = blk.frames
-                b = prev
-                self._spares.append(blk)
-            if (nx is not None and not nx.allocated and not nx.event_count
-                    and not nx.stream_uses and nx.mapped):
-                nsize = nx.size
-                fl_remove(fl, (nsize << 64) | nx.addr)
-                merged += 1
-                merged_bytes += nsize
-                del self._blocks[nx.addr]
-                b.size += nsize
-                nn = nx.next
-                b.next = nn
-                if nn is not None:
-                    nn.prev = b
-                self._spares.append(nx)
+        if blk.prev is not None or blk.next is not None:
+            b, merged, merged_bytes = self._merge(blk)
             if blk.exp is None:
+                # inactive_split: the survivor joins them if still split, minus the merged
                 net_n = -merged
                 net_b = -merged_bytes
                 if b.prev is not None or b.next is not None:
@@ -1048,21 +1288,21 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
                 if (net_n < 0 or net_b < 0) and st.dirty_split:
                     st.settle_split()
                 if net_n:
-                    c.sn += net_n
+                    c.inactive_split += net_n
                     if net_n > 0:
-                        c.tsn += net_n
+                        c.inactive_split_sum += net_n
                         st.dirty_split = True
                 if net_b:
-                    c.sb += net_b
+                    c.inactive_split_bytes += net_b
                     if net_b > 0:
-                        c.tsb += net_b
+                        c.inactive_split_bytes_sum += net_b
                         st.dirty_split = True
-        fl_add(pool.free, stream, (b.size << KEY_SHIFT) | b.addr)
+        fl_add(pool.free, b.stream, (b.size << KEY_SHIFT) | b.addr)
         b.gc_base = pool.gc_calls
-        c.r -= req
+        c.requested_bytes -= req
         if pending:
-            c.pn -= 1
-            c.pb -= orig_size
+            c.pending_frees -= 1
+            c.pending_bytes -= orig_size
 
     # ------------------------------------------------------------------ fraction
     def _set_fraction_locked(self, fraction: float) -> None:
@@ -1140,7 +1380,7 @@ class DeviceCachingAllocator(PoolsMixin, HistoryMixin, SegmentsMixin, OomMixin, 
         if self._gc_pending:
             self.drain_pending()
         h = self._stats.hot
-        return h[1].b + h[2].b
+        return h[1].allocated_bytes + h[2].allocated_bytes
 
     def max_memory_allocated(self) -> int:
         """``allocated_bytes.all.peak``."""
@@ -1264,3 +1504,28 @@ def _check_config_for_all(cfg: AllocatorConfig) -> None:
 def _apply_config_to_all(cfg: AllocatorConfig) -> None:
     for a in all_allocators():
         a.set_config(cfg)
+
+
+class GeneralPathAllocator(DeviceCachingAllocator):
+    """The allocator with its hand-inlined fast paths off: every :meth:`malloc` runs
+    ``_malloc_locked`` and every :meth:`free` runs ``_free_locked``, the general code that the
+    fast paths mirror. The fast-path tests run both on the same sequences and compare their
+    state, and ``bench/bench_allocator.py`` times both; not meant for other use.
+
+    Example::
+
+        >>> from accelrt.backends import get_backend
+        >>> from accelrt.memory._allocator import GeneralPathAllocator
+        >>> a = GeneralPathAllocator(get_backend("cpu"), 0)
+        >>> a.free(a.malloc(1000, 0)); a.stats()["allocation.all.allocated"]
+        1
+    """
+
+    def _update_simple(self) -> None:
+        super()._update_simple()
+        self._fast = False
+
+    def free(self, ptr: int, nonblocking: bool = False) -> None:
+        """:meth:`DeviceCachingAllocator.free` through the general code only."""
+        with self._lock:
+            self._free_locked(ptr)

@@ -27,7 +27,7 @@ from typing import Any
 __all__ = ["ADDR_MASK", "DEFAULT_POOL", "KEY_SHIFT", "K_MIN_BLOCK", "K_MIN_LARGE_ALLOC",
            "K_ROUND_LARGE", "K_SMALL_BUFFER", "K_SMALL_SIZE", "Block", "BlockPool", "FreeList",
            "PrivatePool", "SMALL_MAX", "fl_add", "fl_iter_ge", "fl_iter_lt", "fl_pop_ge",
-           "fl_remove", "free_key"]
+           "fl_remove", "free_key", "unmapped_add", "unmapped_remove"]
 
 KEY_SHIFT = 64
 ADDR_MASK = (1 << KEY_SHIFT) - 1
@@ -285,6 +285,17 @@ def fl_iter_lt(fl: list[int] | FreeList, key: int) -> Iterator[int]:
     if type(fl) is list:
         return reversed(fl[:bisect_left(fl, key)])
     return fl.iter_lt(key)  # type: ignore[union-attr]
+
+
+def unmapped_add(b: Block) -> None:
+    """Add unmapped block ``b`` to its pool's per-stream list of unmapped addresses."""
+    insort(b.pool.unmapped.setdefault(b.stream, []), b.addr)
+
+
+def unmapped_remove(b: Block) -> None:
+    """Remove unmapped block ``b`` from its pool's per-stream list of unmapped addresses."""
+    ul = b.pool.unmapped[b.stream]
+    del ul[bisect_left(ul, b.addr)]
 
 
 class BlockPool:

@@ -1,8 +1,8 @@
 """Stream-ordered frees of the caching allocator (``record_stream``).
 
 A block used on other streams is reused only after events recorded on those streams at free
-time complete; frees during a capture wait until it ends. Called with the allocator's
-``_lock`` held.
+time complete; frees during a capture wait until it ends. :class:`StreamFrees` keeps them for
+its allocator (called with the allocator's ``_lock`` held).
 
 Example::
 
@@ -28,16 +28,23 @@ from .._handles import EventHandle, StreamHandle
 from ._block import Block, PrivatePool
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from ._allocator import DeviceCachingAllocator
 
-    from .._backend import Backend
-    from ._stats import DeviceStats
-
-__all__ = ["EventsMixin"]
+__all__ = ["StreamFrees"]
 
 
-class EventsMixin:
-    """Event bookkeeping methods of the caching allocator.
+class StreamFrees:
+    """The stream-ordered frees of one allocator: frees waiting for events on the streams a
+    block was used on, and frees made during a capture (guarded by the allocator's lock).
+
+    A free waiting here is *requested* but not *completed*; when its last event completes,
+    the allocator's :meth:`~accelrt.memory._allocator.DeviceCachingAllocator._free_block`
+    caches the block.
+
+    Attributes:
+        events: stream -> queue of ``(event, block)`` in record order.
+        event_pool: idle event handles, reused.
+        deferred: blocks freed during a capture, waiting for it to end.
 
     Example::
 
@@ -48,20 +55,29 @@ class EventsMixin:
         0
     """
 
-    _b: Backend
-    _index: int
-    _stats: DeviceStats
-    _events: dict[int, collections.deque[tuple[int, Block]]]
-    _event_pool: list[int]
-    _deferred: list[Block]
-    _captures: list[tuple[tuple[int, int], Callable[[int], bool] | None]]
-    _fast: bool
+    __slots__ = ("_alloc", "deferred", "event_pool", "events")
 
-    if TYPE_CHECKING:  # provided by the allocator or another mixin
-        def _free_block(self, blk: Block, pending: bool) -> None: ...
-        def _update_simple(self) -> None: ...
+    def __init__(self, alloc: DeviceCachingAllocator) -> None:
+        self._alloc = alloc
+        self.events: dict[int, collections.deque[tuple[int, Block]]] = {}
+        self.event_pool: list[int] = []
+        self.deferred: list[Block] = []
 
-    def _insert_events(self, blk: Block) -> None:
+    def waiting(self) -> bool:
+        """True while some free waits for events or for a capture to end."""
+        return bool(self.events or self.deferred)
+
+    def free_later(self, blk: Block) -> None:
+        """A free of ``blk`` (recorded on other streams; stats already counted it pending):
+        defer it during a capture, else record its events."""
+        alloc = self._alloc
+        if alloc._pools.captures:
+            self.deferred.append(blk)
+            alloc._update_simple()
+        else:
+            self.insert_events(blk)
+
+    def insert_events(self, blk: Block) -> None:
         """Record one event per recorded stream; the pending free completes when all have.
 
         A stream destroyed since ``record_stream`` cannot take an event: the device is
@@ -69,14 +85,15 @@ class EventsMixin:
         failure leaves the allocator consistent (the block waits only for the events that were
         recorded, completing at once if none was) and is then raised.
         """
-        b = self._b
-        idx = self._index
+        alloc = self._alloc
+        b = alloc._b
+        idx = alloc._index
         uses = blk.stream_uses or ()
         blk.stream_uses = None
         error: BaseException | None = None
         for s in sorted(uses):
             try:
-                ev = self._event_pool.pop() if self._event_pool else \
+                ev = self.event_pool.pop() if self.event_pool else \
                     b.event_create(idx, False, False, False)
             except Exception as exc:  # noqa: BLE001 - re-raised below, state kept consistent
                 error = error or exc
@@ -84,7 +101,7 @@ class EventsMixin:
             try:
                 b.event_record(idx, EventHandle(ev), StreamHandle(s))
             except Exception as exc:  # noqa: BLE001 - re-raised below, state kept consistent
-                self._event_pool.append(ev)
+                self.event_pool.append(ev)
                 failure: BaseException | None = exc
                 try:
                     if not b.stream_is_valid(idx, StreamHandle(s)):
@@ -98,70 +115,75 @@ class EventsMixin:
                     error = error or failure
                 continue
             blk.event_count += 1
-            q = self._events.get(s)
+            q = self.events.get(s)
             if q is None:
-                q = self._events[s] = collections.deque()
+                q = self.events[s] = collections.deque()
             q.append((ev, blk))
-            self._fast = False
+            alloc._fast = False
         if blk.event_count == 0:
-            self._free_block(blk, True)
+            alloc._free_block(blk, True)
         if error is not None:
             raise error
 
-    def _insert_deferred(self) -> None:
-        deferred = self._deferred
-        self._deferred = []
+    def insert_deferred(self) -> None:
+        """Record the events of the frees deferred during a capture (it has ended)."""
+        deferred = self.deferred
+        self.deferred = []
         error: BaseException | None = None
         for blk in deferred:
             try:
-                self._insert_events(blk)
+                self.insert_events(blk)
             except Exception as exc:  # noqa: BLE001 - every block is handled, then raised
                 error = error or exc
         if error is not None:
             raise error
 
-    def _process_events(self) -> None:
-        if self._deferred:
-            self._insert_deferred()
-        b = self._b
-        idx = self._index
-        for s in list(self._events):
-            q = self._events[s]
+    def process(self) -> None:
+        """Complete the frees whose events have completed (PyTorch's process_events)."""
+        if self.deferred:
+            self.insert_deferred()
+        alloc = self._alloc
+        b = alloc._b
+        idx = alloc._index
+        for s in list(self.events):
+            q = self.events[s]
             while q:
                 ev, blk = q[0]
                 if not b.event_query(idx, EventHandle(ev)):
                     break
                 q.popleft()
-                self._event_pool.append(ev)
+                self.event_pool.append(ev)
                 blk.event_count -= 1
                 if blk.event_count == 0:
-                    self._free_block(blk, True)
+                    alloc._free_block(blk, True)
             if not q:
-                del self._events[s]
-        if not self._events:
-            self._update_simple()
+                del self.events[s]
+        if not self.events:
+            alloc._update_simple()
 
-    def _synchronize_and_free_events(self, only: PrivatePool | None) -> None:
+    def synchronize_and_free(self, only: PrivatePool | None) -> None:
+        """Wait for every event (of ``only``'s blocks, when given) and complete those frees."""
+        alloc = self._alloc
         if only is None:
-            self._stats.num_sync_all_streams += 1
-        if self._deferred and not self._captures:
-            self._insert_deferred()
-        b = self._b
-        idx = self._index
-        for s in list(self._events):
-            q = self._events[s]
+            alloc._stats.num_sync_all_streams += 1
+        if self.deferred and not alloc._pools.captures:
+            self.insert_deferred()
+        b = alloc._b
+        idx = alloc._index
+        for s in list(self.events):
+            q = self.events[s]
             keep: collections.deque[tuple[int, Block]] = collections.deque()
             for ev, blk in q:
                 if only is not None and blk.pool.owner is not only:
                     keep.append((ev, blk))
                     continue
                 b.event_synchronize(idx, EventHandle(ev))
-                self._event_pool.append(ev)
+                self.event_pool.append(ev)
                 blk.event_count -= 1
                 if blk.event_count == 0:
-                    self._free_block(blk, True)
+                    alloc._free_block(blk, True)
             if keep:
-                self._events[s] = keep
+                self.events[s] = keep
             else:
-                del self._events[s]
-        self._update_simple()
+                del self.events[s]
+        alloc._update_simple()

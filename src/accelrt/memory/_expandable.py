@@ -26,18 +26,18 @@ from ._block import (
     Block,
     BlockPool,
     fl_iter_ge,
-    fl_remove,
+    unmapped_add,
+    unmapped_remove,
 )
 from ._history import CTX_ALL, CTX_ALLOC, capture_frames
 
 if TYPE_CHECKING:
-    from .._backend import Backend
-    from ._stats import DeviceStats
+    from ._allocator import DeviceCachingAllocator
 
-__all__ = ["MAP_FRACTION", "ExpandableMixin", "ExpandableSegment", "page_count"]
+__all__ = ["MAP_FRACTION", "ExpandableSegment", "ExpandableSegments", "page_count"]
 
 #: The low-fragmentation policy caps each mapping at this fraction of the memory mapped at the
-#: high-water mark (see :meth:`ExpandableMixin._map_block`).
+#: high-water mark (see :meth:`ExpandableSegments._map_block`).
 MAP_FRACTION = 256
 
 
@@ -179,10 +179,28 @@ class ExpandableSegment:
         self.backend.vm_release(self.index, self.base, self.size)
 
 
-class ExpandableMixin:
-    """Expandable-segment methods of the caching allocator (called with its ``_lock`` held):
-    find room in a reservation, map and unmap pages, merge unmapped ranges, and the
-    ``page_reuse`` policy.
+def _allocatable(b: Block | None) -> bool:
+    """``b`` exists and is free (not allocated, no pending events or recorded streams)."""
+    return b is not None and not b.allocated and b.event_count == 0 and not b.stream_uses
+
+
+def _run_bytes(b: Block | None, enough: int) -> int:
+    """Bytes of the run of free blocks from ``b`` on, stopping once ``enough`` are found."""
+    got = 0
+    while got < enough and _allocatable(b):
+        got += b.size  # type: ignore[union-attr]
+        b = b.next  # type: ignore[union-attr]
+    return got
+
+
+class ExpandableSegments:
+    """The expandable segments of one allocator (guarded by its lock): find room in a
+    reservation, map and unmap pages, and the low-fragmentation (``page_reuse``) policy.
+
+    Attributes:
+        segments: the live reservations.
+        vm_high: the most bytes ever reserved while mapping (the ``page_reuse`` high-water
+            mark).
 
     Example::
 
@@ -198,106 +216,43 @@ class ExpandableMixin:
         0
     """
 
-    _b: Backend
-    _index: int
-    _blocks: dict[int, Block]
-    _stats: DeviceStats
-    _small: BlockPool
-    _large: BlockPool
-    _lss: int
-    _history: bool
-    _ctx: int
-    _page_reuse: bool
-    _gran: int | None
-    _device_total: int
-    _total_reserved: int
-    _vm_high: int
-    _expandable_segments: list[ExpandableSegment]
+    __slots__ = ("_alloc", "_granularity", "_supported", "segments", "vm_high")
 
-    if TYPE_CHECKING:  # provided by the allocator or another mixin
-        def _update_simple(self) -> None: ...
-        def _insert_free(self, b: Block) -> None: ...
-        def _remove_free(self, b: Block) -> None: ...
-        def _record(self, action: str, addr: int, size: int, stream: int,
-                    frames: list[dict[str, Any]] | None, device_free: int | None = None) -> None: ...
+    def __init__(self, alloc: DeviceCachingAllocator) -> None:
+        self._alloc = alloc
+        self.segments: list[ExpandableSegment] = []
+        self.vm_high = 0
+        self._supported: bool | None = None      # the backend's answer, asked once
+        self._granularity: int | None = None     # the device's vm granularity, asked once
 
-    def _insert_unmapped(self, b: Block) -> None:
-        ul = b.pool.unmapped.setdefault(b.stream, [])
-        insort(ul, b.addr)
+    def supported(self) -> bool:
+        """True if the backend can map virtual memory on this device."""
+        if self._supported is None:
+            alloc = self._alloc
+            try:
+                self._supported = bool(alloc._b.vm_supported(alloc._index))
+            except NotImplementedError:
+                self._supported = False
+        return self._supported
 
-    def _remove_unmapped(self, b: Block) -> None:
-        ul = b.pool.unmapped[b.stream]
-        del ul[bisect_left(ul, b.addr)]
-
-    def _merge_neighbours(self, b: Block) -> tuple[Block, int, int]:
-        """Merge ``b`` (in no container) with mergeable neighbours, removing them from their
-        containers. Returns the surviving block (in no container), merges, merged bytes.
-
-        Neighbours merge when neither is allocated, awaiting events or recorded on other
-        streams, and both are mapped or both unmapped (PyTorch's ``try_merge_blocks``).
-        """
-        n = 0
-        nbytes = 0
-        mapped = b.mapped
-        prev = b.prev
-        if (prev is not None and not prev.allocated and not prev.event_count
-                and not prev.stream_uses and prev.mapped == mapped):
-            psize = prev.size
-            if mapped:
-                fl_remove(prev.pool.free[prev.stream], (psize << KEY_SHIFT) | prev.addr)
-            else:
-                self._remove_unmapped(prev)
-            n = 1
-            nbytes = psize
-            del self._blocks[b.addr]
-            prev.size = psize + b.size
-            nx = b.next
-            prev.next = nx
-            if nx is not None:
-                nx.prev = prev
-            prev.requested = b.requested
-            prev.frames = b.frames
-            b = prev
-        nx = b.next
-        if (nx is not None and not nx.allocated and not nx.event_count
-                and not nx.stream_uses and nx.mapped == mapped):
-            nsize = nx.size
-            if mapped:
-                fl_remove(nx.pool.free[nx.stream], (nsize << KEY_SHIFT) | nx.addr)
-            else:
-                self._remove_unmapped(nx)
-            n += 1
-            nbytes += nsize
-            del self._blocks[nx.addr]
-            b.size += nsize
-            nn = nx.next
-            b.next = nn
-            if nn is not None:
-                nn.prev = b
-        return b, n, nbytes
-
-    def _page_size(self, pool: BlockPool) -> int:
-        gran = self._gran
+    def page_size(self, pool: BlockPool) -> int:
+        """The page of ``pool``'s reservations."""
+        alloc = self._alloc
+        gran = self._granularity
         if gran is None:   # a device's granularity does not change: ask the backend once
-            gran = self._gran = int(self._b.vm_granularity(self._index))
-        if self._page_reuse and pool.owner is None:
+            gran = self._granularity = int(alloc._b.vm_granularity(alloc._index))
+        if alloc._page_reuse and pool.owner is None:
             return gran    # the low-fragmentation policy: the device's own page
-        seg = K_SMALL_BUFFER if pool.is_small else self._lss
+        seg = K_SMALL_BUFFER if pool.is_small else alloc._large_segment_size
         return -(-seg // gran) * gran
 
-    def _find_expandable_block(self, pool: BlockPool, stream: int, size: int) -> Block:
-        def allocatable(b: Block | None) -> bool:
-            return (b is not None and not b.allocated and b.event_count == 0
-                    and not b.stream_uses)
-
-        def has_space(b: Block | None) -> bool:
-            got = 0
-            while got < size and allocatable(b):
-                got += b.size  # type: ignore[union-attr]
-                b = b.next  # type: ignore[union-attr]
-            return got >= size
-
-        if self._page_reuse and pool.owner is None:
+    def _find_block(self, pool: BlockPool, stream: int, size: int) -> Block:
+        """The block where ``size`` bytes go: the start of a free run (free mapped blocks and
+        unmapped ranges) that holds them, or a new reservation's unmapped block."""
+        alloc = self._alloc
+        blocks = alloc._blocks
+        page_reuse = alloc._page_reuse and pool.owner is None
+        if page_reuse:
             # the low-fragmentation policy: of the free runs (a free mapped block before an
             # unmapped range, the range, and the free blocks after it) that can hold ``size``,
             # take the one whose mapped head it reuses most, so that stranded partial pages are
@@ -306,12 +261,12 @@ class ExpandableMixin:
             best: Block | None = None
             best_key = (0, 0, 0)
             for addr in pool.unmapped.get(stream, ()):
-                c = self._blocks[addr]
-                if allocatable(c.prev):
+                c = blocks[addr]
+                if _allocatable(c.prev):
                     c = c.prev  # type: ignore[assignment]
                 run = 0
                 b: Block | None = c
-                while allocatable(b):
+                while _allocatable(b):
                     run += b.size  # type: ignore[union-attr]
                     b = b.next  # type: ignore[union-attr]
                 if run < size:
@@ -323,75 +278,70 @@ class ExpandableMixin:
                 return best
         else:
             for addr in pool.unmapped.get(stream, ()):
-                c = self._blocks[addr]
-                if allocatable(c.prev):
+                c = blocks[addr]
+                if _allocatable(c.prev):
                     c = c.prev  # type: ignore[assignment]
-                if has_space(c):
+                if _run_bytes(c, size) >= size:
                     return c
-        es = ExpandableSegment(self._b, self._index, stream, pool, self._page_size(pool),
-                               self._device_total, self._page_reuse and pool.owner is None)
-        self._expandable_segments.append(es)
-        self._update_simple()
+        es = ExpandableSegment(alloc._b, alloc._index, stream, pool, self.page_size(pool),
+                               alloc._device_total, page_reuse)
+        self.segments.append(es)
+        alloc._update_simple()
         blk = Block(es.base, es.size, stream, pool, es, mapped=False)
-        self._blocks[es.base] = blk
-        self._insert_unmapped(blk)
+        blocks[es.base] = blk
+        unmapped_add(blk)
         return blk
 
     def _map_block(self, blk: Block, size: int, frames: list[dict[str, Any]] | None
                    ) -> Block | None:
         """Map the first ``size`` bytes (page-rounded) of unmapped ``blk``; return the merged
         free block now holding them (in the free list), or ``None`` on out-of-memory."""
+        alloc = self._alloc
         es = blk.exp
         if es.coalesce:
             # a mapping holds at most 1/MAP_FRACTION of the most memory ever mapped (counting
             # this request): one left pinned by a single live page wastes at most that much
-            es.cmax = max(1, (max(self._vm_high, self._total_reserved + size) // es.page)
+            es.cmax = max(1, (max(self.vm_high, alloc._total_reserved + size) // es.page)
                           // MAP_FRACTION)
         mapped = es.map(blk.addr, size)
         if mapped == 0:
             return None
-        self._remove_unmapped(blk)
+        unmapped_remove(blk)
         blk.mapped = True
         if mapped < blk.size:
-            rest = Block(blk.addr + mapped, blk.size - mapped, blk.stream, blk.pool, es,
-                         mapped=False)
-            nx = blk.next
-            rest.prev = blk
-            rest.next = nx
-            if nx is not None:
-                nx.prev = rest
-            blk.next = rest
-            blk.size = mapped
-            self._blocks[rest.addr] = rest
-            self._insert_unmapped(rest)
+            unmapped_add(alloc._cut_block(blk, mapped, False))
         addr = blk.addr
-        b, _, _ = self._merge_neighbours(blk)
-        self._insert_free(b)
-        self._total_reserved += mapped
-        if self._total_reserved > self._vm_high:
-            self._vm_high = self._total_reserved
+        b, _, _ = alloc._merge(blk)
+        alloc._insert_free(b)
+        alloc._total_reserved += mapped
+        if alloc._total_reserved > self.vm_high:
+            self.vm_high = alloc._total_reserved
         pool = b.pool
         if pool.owner is not None:
             pool.owner.reserved += mapped
-        st = self._stats
+        st = alloc._stats
         st.reserved_bytes[0].increase(mapped)
         st.reserved_bytes[pool.type_index].increase(mapped)
         st.num_device_alloc += 1
         if es.frames is None:
             es.frames = frames
-        if self._history:
-            self._record("segment_map", addr, mapped, b.stream,
-                         frames if self._ctx >= CTX_ALLOC else None)
+        h = alloc._history
+        if h is not None:
+            h.record("segment_map", addr, mapped, b.stream,
+                     frames if h.context >= CTX_ALLOC else None)
         return b
 
-    def _try_allocate_expandable(self, pool: BlockPool, stream: int, size: int,
-                                 frames: list[dict[str, Any]] | None) -> Block | None:
-        if self._page_reuse and pool.owner is None:
-            need = self._total_reserved + size - self._vm_high
+    def allocate(self, pool: BlockPool, stream: int, size: int,
+                 frames: list[dict[str, Any]] | None) -> Block | None:
+        """A free mapped block of at least ``size`` bytes (out of its free list), mapping
+        pages as needed; ``None`` when the device is out of memory."""
+        alloc = self._alloc
+        if alloc._page_reuse and pool.owner is None:
+            need = alloc._total_reserved + size - self.vm_high
             if need > 0:
                 # mapping would raise the high-water mark: give back free mappings first
-                self._unmap_free_pages(need)
-        c: Block | None = self._find_expandable_block(pool, stream, size)
+                self.unmap_free_pages(need)
+        c: Block | None = self._find_block(pool, stream, size)
         assert c is not None
         if not c.mapped:
             c = self._map_block(c, min(c.size, size), frames)
@@ -403,82 +353,72 @@ class ExpandableMixin:
             c = self._map_block(nxt, min(size - c.size, nxt.size), frames)
             if c is None:
                 return None
-        self._remove_free(c)
+        alloc._remove_free(c)
         return c
 
-    def _unmap_block(self, blk: Block) -> Block | None:
+    def unmap_block(self, blk: Block) -> Block | None:
         """Unmap the whole pages of free mapped ``blk`` (in its free list); return the
-        resulting unmapped block, or ``None`` if no whole page was inside."""
+        resulting unmapped block (merged, in the unmapped list), or ``None`` if no whole page
+        was inside."""
+        alloc = self._alloc
         es = blk.exp
         ptr, nbytes = es.unmap(blk.addr, blk.size)
         if nbytes == 0:
             return None
-        self._remove_free(blk)
+        alloc._remove_free(blk)
         before = ptr - blk.addr
         after = blk.size - before - nbytes
-        nx = blk.next
         if before > 0:
-            blk.size = before
-            self._insert_free(blk)
-            u = Block(ptr, nbytes, blk.stream, blk.pool, es, mapped=False)
-            u.prev = blk
-            blk.next = u
-            self._blocks[ptr] = u
+            u = alloc._cut_block(blk, before, False)
+            alloc._insert_free(blk)
         else:
             u = blk
-            u.size = nbytes
             u.mapped = False
             u.requested = 0
             u.frames = None
-        u.next = nx
-        if nx is not None:
-            nx.prev = u
         if after > 0:
-            a = Block(ptr + nbytes, after, blk.stream, blk.pool, es)
-            a.prev = u
-            a.next = nx
-            u.next = a
-            if nx is not None:
-                nx.prev = a
-            self._blocks[a.addr] = a
-            self._insert_free(a)
-        u, _, _ = self._merge_neighbours(u)
-        self._insert_unmapped(u)
-        self._total_reserved -= nbytes
+            alloc._insert_free(alloc._cut_block(u, nbytes, True))
+        u, _, _ = alloc._merge(u)
+        unmapped_add(u)
+        alloc._total_reserved -= nbytes
         pool = u.pool
         if pool.owner is not None:
             pool.owner.reserved -= nbytes
-        st = self._stats
+        st = alloc._stats
         st.reserved_bytes[0].decrease(nbytes)
         st.reserved_bytes[pool.type_index].decrease(nbytes)
         st.num_device_free += 1
-        if self._history:
-            self._record("segment_unmap", ptr, nbytes, u.stream,
-                         capture_frames() if self._ctx >= CTX_ALL else None)
+        h = alloc._history
+        if h is not None:
+            h.record("segment_unmap", ptr, nbytes, u.stream,
+                     capture_frames() if h.context >= CTX_ALL else None)
         return u
 
-    def _release_expandable_segment(self, u: Block) -> None:
+    def release_segment(self, u: Block) -> None:
+        """Give the reservation of unmapped block ``u`` back if ``u`` spans all of it."""
         es = u.exp
         if u.size != es.size:
             return
-        self._remove_unmapped(u)
-        del self._blocks[u.addr]
-        self._expandable_segments.remove(es)
+        alloc = self._alloc
+        unmapped_remove(u)
+        del alloc._blocks[u.addr]
+        self.segments.remove(es)
         es.release()
-        self._update_simple()
+        alloc._update_simple()
 
-    def _unmap_free_pages(self, need: int = -1) -> None:
+    def unmap_free_pages(self, need: int = -1) -> None:
         """accelrt's ``page_reuse`` policy: before mapping would raise the high-water mark,
         unmap whole free mappings of the default pools' expandable segments, largest first,
         until ``need`` bytes are unmapped (all of them when ``need`` is negative), so that the
         new mapping reuses that physical memory instead of adding to it."""
-        blocks = self._blocks
-        for pool in (self._small, self._large):
+        alloc = self._alloc
+        blocks = alloc._blocks
+        for pool in (alloc._small, alloc._large):
             free = pool.free
             if not free:
                 continue
             # only blocks at least one page long can hold a whole page (lists sorted by size)
-            first = self._page_size(pool) << KEY_SHIFT
+            first = self.page_size(pool) << KEY_SHIFT
             todo: list[int] = []
             for stream in sorted(free) if len(free) > 1 else free:
                 todo.extend(fl_iter_ge(free[stream], first))
@@ -487,9 +427,9 @@ class ExpandableMixin:
             for key in todo:
                 blk = blocks[key & ADDR_MASK]
                 if blk.exp is not None and blk.exp.unmappable(blk.addr, blk.size):
-                    before = self._total_reserved
-                    self._unmap_block(blk)
+                    before = alloc._total_reserved
+                    self.unmap_block(blk)
                     if need >= 0:
-                        need -= before - self._total_reserved
+                        need -= before - alloc._total_reserved
                         if need <= 0:
                             return

@@ -12,8 +12,8 @@ that frees (``free_requested``, a direct ``free_completed``, and the ``segment_f
 ``segment_unmap`` of the call that released the segment, such as ``empty_cache()``).
 Recorded stacks start at the user's frames: accelrt's own frames are left out, as PyTorch
 leaves out its internals.
-:class:`HistoryMixin` holds the methods of :class:`~accelrt.memory._allocator.DeviceCachingAllocator`
-that do this; the allocator checks its ``_history``/``_ctx`` flags inline on the hot path.
+:class:`History` is the recorder a :class:`~accelrt.memory._allocator.DeviceCachingAllocator`
+holds while recording is on; its hot paths test that attribute against ``None``.
 
 Example::
 
@@ -34,13 +34,10 @@ import os
 import sys
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from ._lock import FastLock
+from typing import Any
 
 __all__ = ["CTX_ALL", "CTX_ALLOC", "CTX_LEVELS", "CTX_NEVER", "CTX_STATE", "TRACE_ACTIONS",
-           "HistoryMixin", "capture_frames"]
+           "History", "capture_frames", "check_history_args"]
 
 #: Every trace action (``skip_actions`` must name only these).
 TRACE_ACTIONS = frozenset({
@@ -88,36 +85,89 @@ def capture_frames() -> list[dict[str, Any]]:
     return out
 
 
-class HistoryMixin:
-    """History recording methods of the caching allocator (guarded by its ``_lock``).
+def check_history_args(enabled: str | bool | None, context: str | None, stacks: str,
+                       max_entries: int, skip_actions: Iterable[str] | None
+                       ) -> tuple[str | None, frozenset[str]]:
+    """Validate :meth:`~accelrt.memory._allocator.DeviceCachingAllocator.record_history`'s
+    arguments; return ``enabled`` as ``None``, ``"state"`` or ``"all"`` and the actions to skip.
 
-    Uses the allocator's ``_history`` (trace entries are recorded), ``_ctx`` (stack gathering
-    level), ``_trace`` (the ring buffer) and ``_skip_actions``.
+    Raises:
+        ValueError: an unknown value.
+        TypeError: ``max_entries`` is not an int.
 
     Example::
 
-        >>> from accelrt.backends import get_backend
-        >>> from accelrt.memory._allocator import DeviceCachingAllocator
-        >>> a = DeviceCachingAllocator(get_backend("cpu"), 0)
-        >>> a.trace_entries()
-        []
+        >>> from accelrt.memory._history import check_history_args
+        >>> check_history_args(True, "all", "python", 10, None)
+        ('all', frozenset())
+    """
+    if enabled is True:
+        enabled = "all"
+    elif enabled is False:
+        enabled = None
+    if enabled not in (None, "state", "all"):
+        raise ValueError(f"enabled must be None, 'state' or 'all', got {enabled!r}")
+    if context not in CTX_LEVELS:
+        raise ValueError(f"context must be None, 'state', 'alloc' or 'all', got {context!r}")
+    if stacks not in ("python", "all"):
+        raise ValueError(f"stacks must be 'python' or 'all', got {stacks!r}")
+    if not isinstance(max_entries, int) or isinstance(max_entries, bool):
+        raise TypeError(f"max_entries must be an int, got {type(max_entries).__name__}")
+    if max_entries < 1:
+        raise ValueError(f"max_entries must be >= 1, got {max_entries}")
+    skip = frozenset(skip_actions or ())
+    unknown = skip - TRACE_ACTIONS
+    if unknown:
+        raise ValueError(f"unknown trace actions in skip_actions: {sorted(unknown)}; "
+                         f"known: {sorted(TRACE_ACTIONS)}")
+    return enabled, skip
+
+
+class History:
+    """The history recorder of one allocator: the trace ring buffer and the stack level.
+
+    The allocator holds one while recording is on (``None`` otherwise, so that its hot paths
+    test one attribute against ``None``); guarded by the allocator's lock.
+
+    Attributes:
+        context: the stack gathering level (:data:`CTX_NEVER` .. :data:`CTX_ALL`).
+        trace: the ring buffer of trace entries (a ``deque`` with ``maxlen``).
+        skip_actions: trace actions not recorded.
+
+    Example::
+
+        >>> from accelrt.memory._history import CTX_ALL, History
+        >>> h = History(CTX_ALL, 2, frozenset())
+        >>> for n in (1, 2, 3):
+        ...     h.record("alloc", 0x1000, n, 0, None)
+        >>> [e["size"] for e in h.trace]
+        [2, 3]
     """
 
-    _lock: FastLock
-    _history: bool
-    _ctx: int
-    _trace: collections.deque[dict[str, Any]]
-    _skip_actions: frozenset[str]
+    __slots__ = ("context", "skip_actions", "trace")
 
-    def _update_simple(self) -> None:  # pragma: no cover - provided by the allocator
-        raise NotImplementedError
+    def __init__(self, context: int, max_entries: int, skip_actions: frozenset[str]) -> None:
+        self.context = context
+        self.trace: collections.deque[dict[str, Any]] = collections.deque(maxlen=max_entries)
+        self.skip_actions = skip_actions
 
-    def _record(self, action: str, addr: int, size: int, stream: int,
-                frames: list[dict[str, Any]] | None, device_free: int | None = None) -> None:
-        if action in self._skip_actions:
+    def configure(self, context: int, max_entries: int, skip_actions: frozenset[str],
+                  clear: bool) -> None:
+        """Apply new settings, keeping the entries (unless ``clear``) that fit."""
+        self.context = context
+        self.skip_actions = skip_actions
+        if clear:
+            self.trace.clear()
+        if self.trace.maxlen != max_entries:
+            self.trace = collections.deque(self.trace, maxlen=max_entries)
+
+    def record(self, action: str, addr: int, size: int, stream: int,
+               frames: list[dict[str, Any]] | None, device_free: int | None = None) -> None:
+        """Append a trace entry (frames only from ``context="alloc"`` up, as in PyTorch)."""
+        if action in self.skip_actions:
             return
-        if self._ctx < CTX_ALLOC:
-            frames = None   # PyTorch: trace entries carry stacks from context="alloc" up
+        if self.context < CTX_ALLOC:
+            frames = None
         entry: dict[str, Any] = {"action": action}
         if device_free is not None:
             entry["device_free"] = device_free
@@ -129,85 +179,10 @@ class HistoryMixin:
         entry["compile_context"] = "N/A"
         entry["user_metadata"] = ""
         entry["frames"] = list(frames) if frames else []
-        self._trace.append(entry)
+        self.trace.append(entry)
 
-    def trace_entries(self) -> list[dict[str, Any]]:
-        """The recorded history, oldest first (copies)."""
-        with self._lock:
-            return [dict(e) for e in self._trace]
-
-    def record_history(self, enabled: str | bool | None, context: str | None = "all",
-                       stacks: str = "all", max_entries: int = sys.maxsize,
-                       clear_history: bool = False,
-                       skip_actions: Iterable[str] | None = None) -> None:
-        """Start or stop recording allocation history (PyTorch's ``_record_memory_history``).
-
-        Args:
-            enabled: ``None``/``False`` stop (and clear the trace), ``"state"`` keeps the
-                stacks of live allocations and, as PyTorch, a trace buffer of one entry (the
-                latest action); ``"all"``/``True`` keeps a trace of ``max_entries``.
-            context: ``None``, ``"state"``, ``"alloc"`` or ``"all"``: which stacks to gather.
-            stacks: ``"python"`` or ``"all"`` (only Python frames exist here).
-            max_entries: trace ring-buffer length.
-            clear_history: drop the entries recorded so far.
-            skip_actions: trace actions not to record.
-
-        Raises:
-            ValueError: an unknown value.
-            TypeError: ``max_entries`` is not an int.
-
-        Example::
-
-            >>> from accelrt.backends import get_backend
-            >>> from accelrt.memory._allocator import DeviceCachingAllocator
-            >>> a = DeviceCachingAllocator(get_backend("cpu"), 0)
-            >>> a.record_history("all", max_entries=100)
-            >>> a.free(a.malloc(100, 0))
-            >>> [e["action"] for e in a.trace_entries()][-2:]
-            ['free_requested', 'free_completed']
-            >>> a.record_history(None)
-        """
-        if enabled is True:
-            enabled = "all"
-        elif enabled is False:
-            enabled = None
-        if enabled not in (None, "state", "all"):
-            raise ValueError(f"enabled must be None, 'state' or 'all', got {enabled!r}")
-        if context not in CTX_LEVELS:
-            raise ValueError(f"context must be None, 'state', 'alloc' or 'all', got {context!r}")
-        if stacks not in ("python", "all"):
-            raise ValueError(f"stacks must be 'python' or 'all', got {stacks!r}")
-        if not isinstance(max_entries, int) or isinstance(max_entries, bool):
-            raise TypeError(f"max_entries must be an int, got {type(max_entries).__name__}")
-        if max_entries < 1:
-            raise ValueError(f"max_entries must be >= 1, got {max_entries}")
-        skip = frozenset(skip_actions or ())
-        unknown = skip - TRACE_ACTIONS
-        if unknown:
-            raise ValueError(f"unknown trace actions in skip_actions: {sorted(unknown)}; "
-                             f"known: {sorted(TRACE_ACTIONS)}")
-        with self._lock:
-            if enabled is None:
-                self._history = False
-                self._ctx = CTX_NEVER
-                self._trace.clear()
-                self._update_simple()
-                return
-            self._ctx = CTX_LEVELS[context]
-            # PyTorch records the trace for "state" too, in a buffer of one entry
-            self._history = True
-            if enabled != "all":
-                max_entries = 1
-            self._skip_actions = skip
-            if clear_history:
-                self._trace.clear()
-            if self._trace.maxlen != max_entries:
-                self._trace = collections.deque(self._trace, maxlen=max_entries)
-            self._update_simple()
-
-    def record_annotation(self, metadata: dict[str, Any]) -> None:
-        """Append an ``annotate`` trace entry carrying ``metadata`` as user_metadata."""
-        with self._lock:
-            if self._history and "annotate" not in self._skip_actions:
-                self._record("annotate", 0, 0, 0, None)
-                self._trace[-1]["user_metadata"] = dict(metadata)
+    def annotate(self, metadata: dict[str, Any]) -> None:
+        """Append an ``annotate`` entry carrying ``metadata`` as its user_metadata."""
+        if "annotate" not in self.skip_actions:
+            self.record("annotate", 0, 0, 0, None)
+            self.trace[-1]["user_metadata"] = dict(metadata)

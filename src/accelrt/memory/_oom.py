@@ -21,15 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _sync_debug
 from .._errors import OutOfMemoryError
-from ._block import KEY_SHIFT, BlockPool
 
 if TYPE_CHECKING:
-    from .._backend import Backend
-    from ._block import PrivatePool
-    from ._lock import FastLock
-    from ._stats import DeviceStats
+    from ._allocator import DeviceCachingAllocator
 
-__all__ = ["OomMixin", "format_size"]
+__all__ = ["OomReporter", "format_size"]
 
 
 def format_size(n: int) -> str:
@@ -50,8 +46,12 @@ def format_size(n: int) -> str:
     return f"{n / 1073741824:.2f} GiB"
 
 
-class OomMixin:
-    """OOM methods of the caching allocator: build the error under the lock, raise outside.
+class OomReporter:
+    """The OOM reporting of one allocator: builds the error under the allocator's lock, calls
+    the observers and raises outside it.
+
+    Attributes:
+        observers: the callables attached with :meth:`attach_observer` (guarded by the lock).
 
     Example::
 
@@ -71,24 +71,11 @@ class OomMixin:
         1
     """
 
-    _lock: FastLock
-    _b: Backend
-    _index: int
-    _name: str
-    _stats: DeviceStats
-    _private: dict[tuple[int, int], PrivatePool]
-    _allowed_max: int | None
-    _total_reserved: int
-    _device_total: int
-    _history: bool
-    _oom_observers: list[Callable[[int, int, int, int], None]]
-    _events: dict[int, Any]
-    _deferred: list[Any]
+    __slots__ = ("_alloc", "observers")
 
-    if TYPE_CHECKING:  # provided by the allocator or another mixin
-        def _allocation_size(self, rounded: int) -> int: ...
-        def _record(self, action: str, addr: int, size: int, stream: int,
-                    frames: list[dict[str, Any]] | None, device_free: int | None = None) -> None: ...
+    def __init__(self, alloc: DeviceCachingAllocator) -> None:
+        self._alloc = alloc
+        self.observers: list[Callable[[int, int, int, int], None]] = []
 
     def _advice(self, requested: int, alloc_size: int) -> str:
         """What follows PyTorch's message: the segment the request needed when it is larger
@@ -97,43 +84,40 @@ class OomMixin:
         if alloc_size > requested:
             extra += (f" The allocator needed a new {format_size(alloc_size)} segment for the "
                       f"{format_size(requested)} request.")
+        alloc = self._alloc
         try:
-            hint = self._b.oom_advice(self._index)
+            hint = alloc._b.oom_advice(alloc._index)
         except Exception:  # noqa: BLE001 - the OOM report must not fail
             hint = None
         if isinstance(hint, str) and hint:
             extra += " " + hint
         return extra
 
-    def _prepare_oom(self, pool: BlockPool, stream: int, rounded: int,
-                     frames: list[dict[str, Any]] | None,
-                     requested: int | None = None) -> tuple[str, int, int, int, int]:
-        st = self._stats
+    def prepare_oom(self, stream: int, rounded: int, frames: list[dict[str, Any]] | None,
+                    requested: int | None = None) -> tuple[str, int, int, int, int]:
+        """Count the OOM, record its trace entry and build :meth:`raise_oom`'s arguments."""
+        alloc = self._alloc
+        st = alloc._stats
         st.num_ooms += 1
-        alloc_size = self._allocation_size(rounded)
+        alloc_size = alloc._allocation_size(rounded)
         try:
-            dev_free, dev_total = self._b.get_memory_info(self._index)
+            dev_free, dev_total = alloc._b.get_memory_info(alloc._index)
         except Exception:  # noqa: BLE001 - the OOM report must not fail
-            dev_free, dev_total = 0, self._device_total
-        if self._history:
-            self._record("oom", 0, rounded, stream, frames, device_free=dev_free)
-        priv = 0
-        for pp in self._private.values():
-            for p in (pp.small, pp.large):
-                for keys in p.free.values():
-                    for key in keys:
-                        priv += key >> KEY_SHIFT
+            dev_free, dev_total = 0, alloc._device_total
+        if alloc._history is not None:
+            alloc._history.record("oom", 0, rounded, stream, frames, device_free=dev_free)
+        priv = alloc._pools.free_bytes()
         allocated = st.allocated_bytes()
         reserved = st.reserved_bytes[0].current
-        allowed = self._allowed_max
+        allowed = alloc._allowed_max
         allowed_info = f"{format_size(allowed)} allowed; " if allowed is not None else ""
         priv_msg = (f"with {format_size(priv)} allocated in private pools, "
                     if priv > 0 else "")
-        name = self._name
+        name = alloc._name
         asked = rounded if requested is None else requested
         msg = (f"{name} out of memory. Tried to allocate {format_size(asked)}. Device "
-               f"{name}:{self._index} has a total capacity of {format_size(dev_total)} of which "
-               f"{format_size(dev_free)} is free. {allowed_info}Of the allocated memory "
+               f"{name}:{alloc._index} has a total capacity of {format_size(dev_total)} of "
+               f"which {format_size(dev_free)} is free. {allowed_info}Of the allocated memory "
                f"{format_size(allocated + priv)} is allocated by accelrt, {priv_msg}and "
                f"{format_size(reserved - allocated - priv)} is reserved by accelrt but "
                "unallocated. If reserved but unallocated memory is large try setting "
@@ -142,42 +126,45 @@ class OomMixin:
         limit = allowed if allowed is not None else dev_total
         return msg, alloc_size, allocated, limit, dev_free
 
-    def _prepare_rejection(self, rounded: int,
-                           requested: int | None = None) -> tuple[str, int, int, int, int]:
-        alloc_size = self._allocation_size(rounded)
+    def prepare_rejection(self, rounded: int,
+                          requested: int | None = None) -> tuple[str, int, int, int, int]:
+        """:meth:`raise_oom`'s arguments for a request rejected by ``throw_on_malloc_oom``."""
+        alloc = self._alloc
+        alloc_size = alloc._allocation_size(rounded)
         asked = rounded if requested is None else requested
-        allowed = self._allowed_max
+        allowed = alloc._allowed_max
         assert allowed is not None
         try:
-            dev_free = int(self._b.get_memory_info(self._index)[0])
+            dev_free = int(alloc._b.get_memory_info(alloc._index)[0])
         except Exception:  # noqa: BLE001 - the OOM report must not fail
             dev_free = 0
-        allocated = self._stats.allocated_bytes()
-        msg = (f"{self._name} out of memory. Allocation was preemptively rejected because it "
+        allocated = alloc._stats.allocated_bytes()
+        msg = (f"{alloc._name} out of memory. Allocation was preemptively rejected because it "
                f"would exceed per_process_memory_fraction limit. Requested size: "
-               f"{format_size(asked)}. Reserved: {format_size(self._total_reserved)}, "
+               f"{format_size(asked)}. Reserved: {format_size(alloc._total_reserved)}, "
                f"allowed: {format_size(allowed)} (throw_on_malloc_oom is set)."
                + self._advice(asked, alloc_size))
         return msg, alloc_size, allocated, allowed, dev_free
 
-    def _check_retry_sync(self) -> None:
+    def check_retry_sync(self) -> None:
         """Sync debug mode: the release before the OOM retry is about to wait for pending
         frees' events (raised with the allocator unchanged; lock held, as PyTorch warns)."""
-        if _sync_debug.active and (self._events or self._deferred):
-            _sync_debug.check(self._b.name)
+        if _sync_debug.active and self._alloc._stream_frees.waiting():
+            _sync_debug.check(self._alloc._b.name)
 
-    def _raise_oom(self, msg: str, alloc_size: int, allocated: int, limit: int,
-                   dev_free: int) -> None:
-        with self._lock:
-            observers = list(self._oom_observers)
+    def raise_oom(self, msg: str, alloc_size: int, allocated: int, limit: int,
+                  dev_free: int) -> None:
+        """Call the observers (lock not held), then raise :class:`OutOfMemoryError`."""
+        alloc = self._alloc
+        with alloc._lock:
+            observers = list(self.observers)
         for fn in observers:
-            fn(self._index, alloc_size, limit, dev_free)
+            fn(alloc._index, alloc_size, limit, dev_free)
         raise OutOfMemoryError(msg, alloc_size, allocated, limit)
 
-    def attach_oom_observer(self, fn: Callable[[int, int, int, int], None]) -> None:
-        """Call ``fn(device, alloc_size, limit, device_free)`` before raising an OOM error
-        (PyTorch's ``_attach_out_of_memory_observer``); called without the lock held."""
+    def attach_observer(self, fn: Callable[[int, int, int, int], None]) -> None:
+        """Add an observer (see ``DeviceCachingAllocator.attach_oom_observer``)."""
         if not callable(fn):
             raise TypeError(f"OOM observer must be callable, got {fn!r}")
-        with self._lock:
-            self._oom_observers.append(fn)
+        with self._alloc._lock:
+            self.observers.append(fn)

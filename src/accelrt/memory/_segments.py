@@ -14,148 +14,93 @@ Example::
 
 from __future__ import annotations
 
-from operator import attrgetter
+import operator
 from typing import TYPE_CHECKING, Any
 
 from ._block import DEFAULT_POOL, Block
 
 if TYPE_CHECKING:
-    import collections
+    from ._allocator import DeviceCachingAllocator
 
-    from ._lock import FastLock
+__all__ = ["segment_of", "snapshot_segments"]
 
-__all__ = ["SegmentsMixin"]
-
-_by_addr = attrgetter("addr")
+_by_addr = operator.attrgetter("addr")
 
 
-class SegmentsMixin:
-    """The snapshot method of the caching allocator (reads under its ``_lock``).
+def segment_of(a: DeviceCachingAllocator, ptr: int) -> tuple[int, int, bool] | None:
+    """:meth:`~accelrt.memory._allocator.DeviceCachingAllocator.segment_of` (lock held)."""
+    blk = a._blocks.get(ptr)
+    if blk is None or not blk.allocated:
+        return None
+    if blk.exp is not None:
+        return (blk.addr, blk.size, True)
+    head = blk
+    while head.prev is not None:
+        head = head.prev
+    size = 0
+    cur: Block | None = head
+    while cur is not None:
+        size += cur.size
+        cur = cur.next
+    return (head.addr, size, False)
 
-    Example::
 
-        >>> from accelrt.backends import get_backend
-        >>> from accelrt.memory._allocator import DeviceCachingAllocator
-        >>> DeviceCachingAllocator(get_backend("cpu"), 0).snapshot_segments()
-        []
-    """
-
-    _lock: FastLock
-    _index: int
-    _blocks: dict[int, Block]
-    _history: bool
-    _gc_pending: collections.deque[int | tuple[int, int]]
-
-    if TYPE_CHECKING:  # provided by the allocator or another mixin
-        def _record(self, action: str, addr: int, size: int, stream: int,
-                    frames: list[dict[str, Any]] | None, device_free: int | None = None) -> None: ...
-
-    def _drain_pending_locked(self) -> None:  # pragma: no cover - provided by the allocator
-        raise NotImplementedError
-
-    def segment_of(self, ptr: int) -> tuple[int, int, bool] | None:
-        """``(segment base, segment size, expandable)`` of the live block that starts at
-        ``ptr``, or ``None`` if no allocated block starts there (used by
-        :mod:`accelrt.multiprocessing` to share a block as its segment's handle plus offset,
-        as CUDA IPC needs the base of the ``cudaMalloc`` allocation).
-
-        Example::
-
-            >>> from accelrt.backends import get_backend
-            >>> from accelrt.memory._allocator import DeviceCachingAllocator
-            >>> a = DeviceCachingAllocator(get_backend("cpu"), 0)
-            >>> p, q = a.malloc(512, 0), a.malloc(512, 0)
-            >>> base, size, exp = a.segment_of(q)
-            >>> (q - base, size, exp)
-            (512, 2097152, False)
-            >>> a.free(p); a.free(q)
-        """
-        with self._lock:
-            blk = self._blocks.get(ptr)
-            if blk is None or not blk.allocated:
-                return None
-            if blk.exp is not None:
-                return (blk.addr, blk.size, True)
-            head = blk
-            while head.prev is not None:
-                head = head.prev
-            size = 0
-            cur: Block | None = head
-            while cur is not None:
-                size += cur.size
-                cur = cur.next
-            return (head.addr, size, False)
-
-    def snapshot_segments(self, pool_id: tuple[int, int] | None = None) -> list[dict[str, Any]]:
-        """PyTorch's segment dicts (all pools, or only ``pool_id``), sorted by address.
-
-        Expandable segments give one segment per contiguous mapped range.
-
-        Example::
-
-            >>> from accelrt.backends import get_backend
-            >>> from accelrt.memory._allocator import DeviceCachingAllocator
-            >>> a = DeviceCachingAllocator(get_backend("cpu"), 0)
-            >>> p = a.malloc(3 * 2**20, 0)
-            >>> [b["state"] for b in a.snapshot_segments()[0]["blocks"]]
-            ['active_allocated', 'inactive']
-            >>> a.free(p)
-        """
-        with self._lock:
-            if self._gc_pending:
-                self._drain_pending_locked()
-            owner_filter = None if pool_id is None else tuple(pool_id)
-            # A segment (or mapped range) starts at a mapped block whose predecessor is not
-            # mapped; taking the starts in address order leaves the result sorted. The loop
-            # below is the whole cost of a snapshot: one dict and one list per block, built
-            # as literals, nothing called per block (see docs/memory.md, "Snapshots").
-            heads = [b for b in self._blocks.values()
-                     if b.mapped and (b.prev is None or not b.prev.mapped)]
-            heads.sort(key=_by_addr)
-            segments: list[dict[str, Any]] = []
-            add_segment = segments.append
-            index = self._index
-            total_active = 0
-            for blk in heads:
-                pool = blk.pool
-                owner = pool.owner
-                pid = owner.id if owner is not None else DEFAULT_POOL
-                if owner_filter is not None and pid != owner_filter:
-                    continue
-                blocks: list[dict[str, Any]] = []
-                append = blocks.append
-                alloc = active = req = 0
-                b: Block | None = blk
-                start = addr = blk.addr
-                while b is not None and b.mapped:
-                    size = b.size
-                    if b.allocated:
-                        state = "active_allocated"
-                        alloc += size
-                        req += b.requested
-                    elif b.event_count > 0 or b.stream_uses:
-                        state = "active_pending_free"
-                        active += size
-                        req += b.requested
-                    else:
-                        state = "inactive"
-                    fr = b.frames
-                    # fresh dicts and lists only: the snapshot is returned without a deep copy
-                    append({"address": addr, "size": size, "requested_size": b.requested,
-                            "state": state, "frames": [dict(f) for f in fr] if fr else []})
-                    addr += size
-                    b = b.next
-                active += alloc
-                total_active += active
-                exp = blk.exp
-                seg_frames = exp.frames if exp is not None else blk.seg_frames
-                add_segment({
-                    "device": index, "address": start, "total_size": addr - start,
-                    "allocated_size": alloc, "active_size": active, "requested_size": req,
-                    "stream": blk.stream, "segment_type": "small" if pool.is_small else "large",
-                    "segment_pool_id": pid, "is_expandable": exp is not None,
-                    "frames": [dict(f) for f in seg_frames] if seg_frames else [],
-                    "blocks": blocks})
-            if self._history:
-                self._record("snapshot", 0, total_active, 0, None)
-            return segments
+def snapshot_segments(a: DeviceCachingAllocator, pool_id: tuple[int, int] | None
+                      ) -> list[dict[str, Any]]:
+    """:meth:`~accelrt.memory._allocator.DeviceCachingAllocator.snapshot_segments` (lock held,
+    queued finalizer frees drained)."""
+    owner_filter = None if pool_id is None else tuple(pool_id)
+    # A segment (or mapped range) starts at a mapped block whose predecessor is not mapped;
+    # taking the starts in address order leaves the result sorted. The loop below is the whole
+    # cost of a snapshot: one dict and one list per block, built as literals, nothing called
+    # per block (see docs/memory.md, "Snapshots").
+    heads = [b for b in a._blocks.values()
+             if b.mapped and (b.prev is None or not b.prev.mapped)]
+    heads.sort(key=_by_addr)
+    segments: list[dict[str, Any]] = []
+    add_segment = segments.append
+    index = a._index
+    total_active = 0
+    for blk in heads:
+        pool = blk.pool
+        owner = pool.owner
+        pid = owner.id if owner is not None else DEFAULT_POOL
+        if owner_filter is not None and pid != owner_filter:
+            continue
+        blocks: list[dict[str, Any]] = []
+        append = blocks.append
+        alloc = active = req = 0
+        b: Block | None = blk
+        start = addr = blk.addr
+        while b is not None and b.mapped:
+            size = b.size
+            if b.allocated:
+                state = "active_allocated"
+                alloc += size
+                req += b.requested
+            elif b.event_count > 0 or b.stream_uses:
+                state = "active_pending_free"
+                active += size
+                req += b.requested
+            else:
+                state = "inactive"
+            fr = b.frames
+            # fresh dicts and lists only: the snapshot is returned without a deep copy
+            append({"address": addr, "size": size, "requested_size": b.requested,
+                    "state": state, "frames": [dict(f) for f in fr] if fr else []})
+            addr += size
+            b = b.next
+        active += alloc
+        total_active += active
+        exp = blk.exp
+        seg_frames = exp.frames if exp is not None else blk.seg_frames
+        add_segment({
+            "device": index, "address": start, "total_size": addr - start,
+            "allocated_size": alloc, "active_size": active, "requested_size": req,
+            "stream": blk.stream, "segment_type": "small" if pool.is_small else "large",
+            "segment_pool_id": pid, "is_expandable": exp is not None,
+            "frames": [dict(f) for f in seg_frames] if seg_frames else [],
+            "blocks": blocks})
+    if a._history is not None:
+        a._history.record("snapshot", 0, total_active, 0, None)
+    return segments

@@ -30,8 +30,6 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypedDict, cast
 
-from ._history import HistoryMixin
-from ._segments import SegmentsMixin
 
 __all__ = ["Block", "Frame", "Segment", "TraceEntry", "build_snapshot", "check_snapshot",
            "dump_snapshot", "gc_paused", "snapshot_segments", "to_plain"]
@@ -178,6 +176,7 @@ def snapshot_segments(allocators: Sequence[Any | None]) -> list[Any]:
         >>> snapshot_segments([None])
         []
     """
+    from ._allocator import DeviceCachingAllocator   # (it imports this module's users)
     segments: list[Any] = []
     parts = 0
     with gc_paused():
@@ -185,7 +184,7 @@ def snapshot_segments(allocators: Sequence[Any | None]) -> list[Any]:
             if a is None:
                 continue
             segs = a.snapshot_segments()
-            segments.extend(segs if isinstance(a, SegmentsMixin) else to_plain(segs))
+            segments.extend(segs if isinstance(a, DeviceCachingAllocator) else to_plain(segs))
             parts += 1
     if parts > 1:  # each allocator's list is sorted by address already
         segments.sort(key=lambda s: (s.get("device", 0), s.get("address", 0)))
@@ -211,6 +210,7 @@ def build_snapshot(backend: Any, allocators: list[Any | None],
         >>> build_snapshot(None, [None, None], {})["device_traces"]
         [[], []]
     """
+    from ._allocator import DeviceCachingAllocator
     segments = snapshot_segments(allocators)
     with gc_paused():
         traces: list[list[Any]] = []
@@ -218,7 +218,7 @@ def build_snapshot(backend: Any, allocators: list[Any | None],
             where = f"snapshot['device_traces'][{i}]"
             if a is None:
                 traces.append([])
-            elif isinstance(a, HistoryMixin):
+            elif isinstance(a, DeviceCachingAllocator):   # fresh shallow copies
                 traces.append(_plain_trace(a.trace_entries(), where))
             else:
                 traces.append(to_plain(list(a.trace_entries()), where))
@@ -235,8 +235,8 @@ def _plain_trace(entries: list[dict[str, Any]], where: str) -> list[dict[str, An
     """The caching allocator's trace entries made plain in place, without :func:`to_plain`'s
     walk of every value.
 
-    ``HistoryMixin.trace_entries`` returns fresh shallow copies of entries its ``_record``
-    built from ints, strs and captured frames (dicts of str and int), so only two keys need
+    ``DeviceCachingAllocator.trace_entries`` returns fresh shallow copies of entries its ``_record``
+    (``History.record``) built from ints, strs and captured frames (dicts of str and int), so only two keys need
     work: ``frames`` gets fresh frame dicts (the lists are shared with the allocator), and a
     ``user_metadata`` dict (from ``record_annotation``, user data) still goes through
     :func:`to_plain`, which checks it.

@@ -97,78 +97,98 @@ class Stat:
 class HotCounters:
     """The per-allocation stats of one pool type (see the module docstring).
 
-    Fields: ``n``/``b``/``r`` current allocation count, allocated bytes and requested bytes;
-    ``pn``/``pb`` count and bytes of blocks freed but awaiting their events; ``tn``/``tb``/
-    ``tr`` sums of increases since the last accumulated reset; ``k*`` peaks; ``b*`` bases
-    (current values at the last accumulated reset); ``sn``/``sb`` inactive_split count and
-    bytes, with their sums of increases ``tsn``/``tsb``, peaks ``ksn``/``ksb`` and bases
-    ``bsn``/``bsb``; ``a`` the ``all`` row and ``o`` the other pool type (pool rows only, so
-    that the hot path reaches them in one attribute load).
+    Current values: ``allocations``, ``allocated_bytes``, ``requested_bytes``, and
+    ``pending_frees`` / ``pending_bytes`` (blocks freed but awaiting their events: ``active`` is
+    ``allocations + pending_frees``). ``*_sum``: sums of increases since the last accumulated
+    reset (PyTorch's ``allocated`` field). ``*_peak``: peaks (``active_peak`` and
+    ``active_bytes_peak`` for the active stats). ``*_base``: the current values at the last
+    accumulated reset (``freed = base + sum - current``). ``inactive_split`` /
+    ``inactive_split_bytes`` with their ``_sum``, ``_peak`` and ``_base``: PyTorch's
+    inactive_split stats. ``all_row``: the ``all`` row, ``other_row``: the other pool type's
+    counters (pool rows only, so that the hot path reaches them in one attribute load).
+    ``grew``: an allocation stat of this row grew since :meth:`DeviceStats.settle` (an
+    allocation sets it with one store).
 
     Plain int fields on purpose: small-int arithmetic on slots is the cheapest update CPython
     has (packing several counters into one big int costs more per operation than it saves).
     """
 
     __slots__ = (
-        "a",
-        "b",
-        "bab",
-        "ban",
-        "bb",
-        "bn",
-        "br",
-        "bsb",
-        "bsn",
-        "kab",
-        "kan",
-        "kb",
-        "kn",
-        "kr",
-        "ksb",
-        "ksn",
-        "n",
-        "o",
-        "pb",
-        "pn",
-        "r",
-        "sb",
-        "sn",
-        "tb",
-        "tn",
-        "tr",
-        "tsb",
-        "tsn",
+        "active_base",
+        "active_bytes_base",
+        "active_bytes_peak",
+        "active_peak",
+        "all_row",
+        "allocated_bytes",
+        "allocated_bytes_base",
+        "allocated_bytes_peak",
+        "allocated_bytes_sum",
+        "allocations",
+        "allocations_base",
+        "allocations_peak",
+        "allocations_sum",
+        "grew",
+        "inactive_split",
+        "inactive_split_base",
+        "inactive_split_bytes",
+        "inactive_split_bytes_base",
+        "inactive_split_bytes_peak",
+        "inactive_split_bytes_sum",
+        "inactive_split_peak",
+        "inactive_split_sum",
+        "other_row",
+        "pending_bytes",
+        "pending_frees",
+        "requested_bytes",
+        "requested_bytes_base",
+        "requested_bytes_peak",
+        "requested_bytes_sum",
     )
 
     def __init__(self) -> None:
-        self.a: HotCounters | None = None   # the ``all`` row (set by DeviceStats)
-        self.o: HotCounters | None = None   # the other pool type's counters
-        self.n = 0
-        self.b = 0
-        self.r = 0
-        self.pn = 0
-        self.pb = 0
-        self.tn = 0
-        self.tb = 0
-        self.tr = 0
-        self.kn = 0
-        self.kb = 0
-        self.kr = 0
-        self.kan = 0
-        self.kab = 0
-        self.bn = 0
-        self.bb = 0
-        self.br = 0
-        self.ban = 0
-        self.bab = 0
-        self.sn = 0
-        self.sb = 0
-        self.tsn = 0
-        self.tsb = 0
-        self.ksn = 0
-        self.ksb = 0
-        self.bsn = 0
-        self.bsb = 0
+        self.all_row: HotCounters | None = None     # the ``all`` row (set by DeviceStats)
+        self.other_row: HotCounters | None = None   # the other pool type's counters
+        self.allocations = 0
+        self.allocated_bytes = 0
+        self.requested_bytes = 0
+        self.pending_frees = 0
+        self.pending_bytes = 0
+        self.allocations_sum = 0
+        self.allocated_bytes_sum = 0
+        self.requested_bytes_sum = 0
+        self.allocations_peak = 0
+        self.allocated_bytes_peak = 0
+        self.requested_bytes_peak = 0
+        self.active_peak = 0
+        self.active_bytes_peak = 0
+        self.allocations_base = 0
+        self.allocated_bytes_base = 0
+        self.requested_bytes_base = 0
+        self.active_base = 0
+        self.active_bytes_base = 0
+        self.inactive_split = 0
+        self.inactive_split_bytes = 0
+        self.inactive_split_sum = 0
+        self.inactive_split_bytes_sum = 0
+        self.inactive_split_peak = 0
+        self.inactive_split_bytes_peak = 0
+        self.inactive_split_base = 0
+        self.inactive_split_bytes_base = 0
+        self.grew = False       # an allocation stat of this row grew since the last settle
+
+
+#: The hot stats' current values in the order of :func:`_current`, and their peak and base
+#: fields in the same order.
+_PEAKS = ("allocations_peak", "allocated_bytes_peak", "requested_bytes_peak", "active_peak",
+          "active_bytes_peak", "inactive_split_peak", "inactive_split_bytes_peak")
+_BASES = ("allocations_base", "allocated_bytes_base", "requested_bytes_base", "active_base",
+          "active_bytes_base", "inactive_split_base", "inactive_split_bytes_base")
+
+
+def _current(c: HotCounters) -> tuple[int, ...]:
+    return (c.allocations, c.allocated_bytes, c.requested_bytes,
+            c.allocations + c.pending_frees, c.allocated_bytes + c.pending_bytes,
+            c.inactive_split, c.inactive_split_bytes)
 
 
 class DeviceStats:
@@ -180,14 +200,11 @@ class DeviceStats:
         segment, reserved_bytes: ``(all, small, large)`` :class:`Stat` triples.
         oversize_allocations, oversize_segments: :class:`Stat`.
         num_*: scalar counters; ``max_split_size``: -1 when unlimited.
-        dirty: which allocation stats grew since the last :meth:`settle`: False (none), the
-            :class:`HotCounters` of one pool type, or True (both).
         pending_seen: a free waited for events since the last peak reset.
         dirty_split: True when an inactive_split stat grew since :meth:`settle_split`.
     """
 
     __slots__ = (
-        "dirty",
         "dirty_split",
         "hot",
         "max_split_size",
@@ -207,9 +224,9 @@ class DeviceStats:
     def __init__(self, max_split_size: int) -> None:
         self.hot = (HotCounters(), HotCounters(), HotCounters())
         a, s, g = self.hot
-        s.a = g.a = a
-        s.o = g
-        g.o = s
+        s.all_row = g.all_row = a
+        s.other_row = g
+        g.other_row = s
         self.segment = (Stat(), Stat(), Stat())
         self.reserved_bytes = (Stat(), Stat(), Stat())
         self.oversize_allocations = Stat()
@@ -221,7 +238,6 @@ class DeviceStats:
         self.num_device_free = 0
         self.num_oom_rejections = 0
         self.max_split_size = max_split_size
-        self.dirty: bool | HotCounters = False
         self.dirty_split = False
         self.pending_seen = False
 
@@ -229,66 +245,62 @@ class DeviceStats:
     def settle(self) -> None:
         """Bring the allocation peaks (pool types and ``all``) up to date.
 
-        Only the pool type(s) marked in :attr:`dirty` are compared. While no free has waited
+        Only the pool type(s) whose ``grew`` flag is set are compared. While no free has waited
         for events since the last peak reset (``pending_seen`` False), ``active`` equals
         ``allocation`` at all times, so the active peaks are not compared here but copied
         from the allocation peaks by :meth:`_materialize_active`.
         """
         a, s, g = self.hot
-        d = self.dirty
         full = self.pending_seen
-        sn = s.n
-        sb = s.b
-        sr = s.r
-        gn = g.n
-        gb = g.b
-        gr = g.r
-        if d is not g:
-            if sn > s.kn:
-                s.kn = sn
-            if sb > s.kb:
-                s.kb = sb
-            if sr > s.kr:
-                s.kr = sr
-            if full:
-                if sn + s.pn > s.kan:
-                    s.kan = sn + s.pn
-                if sb + s.pb > s.kab:
-                    s.kab = sb + s.pb
-        if d is not s:
-            if gn > g.kn:
-                g.kn = gn
-            if gb > g.kb:
-                g.kb = gb
-            if gr > g.kr:
-                g.kr = gr
-            if full:
-                if gn + g.pn > g.kan:
-                    g.kan = gn + g.pn
-                if gb + g.pb > g.kab:
-                    g.kab = gb + g.pb
+        for c in (s, g):
+            if c.grew:
+                n = c.allocations
+                nbytes = c.allocated_bytes
+                if n > c.allocations_peak:
+                    c.allocations_peak = n
+                if nbytes > c.allocated_bytes_peak:
+                    c.allocated_bytes_peak = nbytes
+                if c.requested_bytes > c.requested_bytes_peak:
+                    c.requested_bytes_peak = c.requested_bytes
+                if full:
+                    if n + c.pending_frees > c.active_peak:
+                        c.active_peak = n + c.pending_frees
+                    if nbytes + c.pending_bytes > c.active_bytes_peak:
+                        c.active_bytes_peak = nbytes + c.pending_bytes
+        sn = s.allocations
+        sb = s.allocated_bytes
+        sr = s.requested_bytes
+        gn = g.allocations
+        gb = g.allocated_bytes
+        gr = g.requested_bytes
         n = sn + gn
         b = sb + gb
-        if n > a.kn:
-            a.kn = n
-        if b > a.kb:
-            a.kb = b
-        if sr + gr > a.kr:
-            a.kr = sr + gr
+        if n > a.allocations_peak:
+            a.allocations_peak = n
+        if b > a.allocated_bytes_peak:
+            a.allocated_bytes_peak = b
+        if sr + gr > a.requested_bytes_peak:
+            a.requested_bytes_peak = sr + gr
         if full:
-            an = n + s.pn + g.pn
-            if an > a.kan:
-                a.kan = an
-            ab = b + s.pb + g.pb
-            if ab > a.kab:
-                a.kab = ab
-        self.dirty = False
+            an = n + s.pending_frees + g.pending_frees
+            if an > a.active_peak:
+                a.active_peak = an
+            ab = b + s.pending_bytes + g.pending_bytes
+            if ab > a.active_bytes_peak:
+                a.active_bytes_peak = ab
+        s.grew = g.grew = False
+
+    def settle_grown(self) -> None:
+        """:meth:`settle` if an allocation stat grew since the last one (before a decrease)."""
+        h = self.hot
+        if h[1].grew or h[2].grew:
+            self.settle()
 
     def _materialize_active(self) -> None:
         if not self.pending_seen:
             for c in self.hot:
-                c.kan = c.kn
-                c.kab = c.kb
+                c.active_peak = c.allocations_peak
+                c.active_bytes_peak = c.allocated_bytes_peak
 
     def mark_pending(self) -> None:
         """Call (with peaks settled) before the first free that waits for events."""
@@ -299,41 +311,58 @@ class DeviceStats:
     def settle_split(self) -> None:
         """Bring the inactive_split peaks (pool types and ``all``) up to date."""
         a, s, g = self.hot
-        sn = s.sn
-        sb = s.sb
-        gn = g.sn
-        gb = g.sb
-        if sn > s.ksn:
-            s.ksn = sn
-        if sb > s.ksb:
-            s.ksb = sb
-        if gn > g.ksn:
-            g.ksn = gn
-        if gb > g.ksb:
-            g.ksb = gb
-        if sn + gn > a.ksn:
-            a.ksn = sn + gn
-        if sb + gb > a.ksb:
-            a.ksb = sb + gb
+        sn = s.inactive_split
+        sb = s.inactive_split_bytes
+        gn = g.inactive_split
+        gb = g.inactive_split_bytes
+        if sn > s.inactive_split_peak:
+            s.inactive_split_peak = sn
+        if sb > s.inactive_split_bytes_peak:
+            s.inactive_split_bytes_peak = sb
+        if gn > g.inactive_split_peak:
+            g.inactive_split_peak = gn
+        if gb > g.inactive_split_bytes_peak:
+            g.inactive_split_bytes_peak = gb
+        if sn + gn > a.inactive_split_peak:
+            a.inactive_split_peak = sn + gn
+        if sb + gb > a.inactive_split_bytes_peak:
+            a.inactive_split_bytes_peak = sb + gb
         self.dirty_split = False
 
     def settle_all(self) -> None:
         """Bring every lazily tracked peak up to date."""
-        self.dirty = True
+        h = self.hot
+        h[1].grew = h[2].grew = True
         self.settle()
         self.settle_split()
         self._materialize_active()
 
+    def count_segment(self, type_index: int, size: int, oversize: bool, added: bool) -> None:
+        """Count a segment of ``size`` bytes in pool type ``type_index`` (1 small, 2 large)
+        that was ``added`` (a device allocation) or released (a device free)."""
+        changes = [(self.segment[0], 1), (self.segment[type_index], 1),
+                   (self.reserved_bytes[0], size), (self.reserved_bytes[type_index], size)]
+        if oversize:
+            changes.append((self.oversize_segments, 1))
+        for stat, n in changes:
+            if added:
+                stat.increase(n)
+            else:
+                stat.decrease(n)
+        if added:
+            self.num_device_alloc += 1
+        else:
+            self.num_device_free += 1
+
     def allocated_bytes(self) -> int:
         """``allocated_bytes.all.current`` (O(1))."""
         h = self.hot
-        return h[1].b + h[2].b
+        return h[1].allocated_bytes + h[2].allocated_bytes
 
     def max_allocated_bytes(self) -> int:
         """``allocated_bytes.all.peak`` (O(1))."""
-        if self.dirty:
-            self.settle()
-        return self.hot[0].kb
+        self.settle_grown()
+        return self.hot[0].allocated_bytes_peak
 
     # ------------------------------------------------------------------ views
     def flat_values(self) -> list[int]:
@@ -344,47 +373,53 @@ class DeviceStats:
         a, s, g = self.hot
         vals: list[int] = []
         add = vals.extend
-        sn, sb, sr, stn, stb, str_ = s.n, s.b, s.r, s.tn, s.tb, s.tr
-        gn, gb, gr, gtn, gtb, gtr = g.n, g.b, g.r, g.tn, g.tb, g.tr
-        ssn, ssb, stsn, stsb = s.sn, s.sb, s.tsn, s.tsb
-        gsn, gsb, gtsn, gtsb = g.sn, g.sb, g.tsn, g.tsb
+        sn, sb, sr = s.allocations, s.allocated_bytes, s.requested_bytes
+        stn, stb, str_ = s.allocations_sum, s.allocated_bytes_sum, s.requested_bytes_sum
+        gn, gb, gr = g.allocations, g.allocated_bytes, g.requested_bytes
+        gtn, gtb, gtr = g.allocations_sum, g.allocated_bytes_sum, g.requested_bytes_sum
+        ssn, ssb = s.inactive_split, s.inactive_split_bytes
+        stsn, stsb = s.inactive_split_sum, s.inactive_split_bytes_sum
+        gsn, gsb = g.inactive_split, g.inactive_split_bytes
+        gtsn, gtsb = g.inactive_split_sum, g.inactive_split_bytes_sum
         an, ab, ar = sn + gn, sb + gb, sr + gr
         atn, atb, atr = stn + gtn, stb + gtb, str_ + gtr
-        apn, apb = s.pn + g.pn, s.pb + g.pb
+        apn, apb = s.pending_frees + g.pending_frees, s.pending_bytes + g.pending_bytes
         asn, asb, atsn, atsb = ssn + gsn, ssb + gsb, stsn + gtsn, stsb + gtsb
         add((
             # active
-            atn, an + apn, a.ban + atn - an - apn, a.kan,
-            gtn, gn + g.pn, g.ban + gtn - gn - g.pn, g.kan,
-            stn, sn + s.pn, s.ban + stn - sn - s.pn, s.kan,
+            atn, an + apn, a.active_base + atn - an - apn, a.active_peak,
+            gtn, gn + g.pending_frees, g.active_base + gtn - gn - g.pending_frees, g.active_peak,
+            stn, sn + s.pending_frees, s.active_base + stn - sn - s.pending_frees, s.active_peak,
             # active_bytes
-            atb, ab + apb, a.bab + atb - ab - apb, a.kab,
-            gtb, gb + g.pb, g.bab + gtb - gb - g.pb, g.kab,
-            stb, sb + s.pb, s.bab + stb - sb - s.pb, s.kab,
+            atb, ab + apb, a.active_bytes_base + atb - ab - apb, a.active_bytes_peak,
+            gtb, gb + g.pending_bytes, g.active_bytes_base + gtb - gb - g.pending_bytes,
+            g.active_bytes_peak,
+            stb, sb + s.pending_bytes, s.active_bytes_base + stb - sb - s.pending_bytes,
+            s.active_bytes_peak,
             # allocated_bytes
-            atb, ab, a.bb + atb - ab, a.kb,
-            gtb, gb, g.bb + gtb - gb, g.kb,
-            stb, sb, s.bb + stb - sb, s.kb,
+            atb, ab, a.allocated_bytes_base + atb - ab, a.allocated_bytes_peak,
+            gtb, gb, g.allocated_bytes_base + gtb - gb, g.allocated_bytes_peak,
+            stb, sb, s.allocated_bytes_base + stb - sb, s.allocated_bytes_peak,
             # allocation
-            atn, an, a.bn + atn - an, a.kn,
-            gtn, gn, g.bn + gtn - gn, g.kn,
-            stn, sn, s.bn + stn - sn, s.kn,
+            atn, an, a.allocations_base + atn - an, a.allocations_peak,
+            gtn, gn, g.allocations_base + gtn - gn, g.allocations_peak,
+            stn, sn, s.allocations_base + stn - sn, s.allocations_peak,
             # inactive_split
-            atsn, asn, a.bsn + atsn - asn, a.ksn,
-            gtsn, gsn, g.bsn + gtsn - gsn, g.ksn,
-            stsn, ssn, s.bsn + stsn - ssn, s.ksn,
+            atsn, asn, a.inactive_split_base + atsn - asn, a.inactive_split_peak,
+            gtsn, gsn, g.inactive_split_base + gtsn - gsn, g.inactive_split_peak,
+            stsn, ssn, s.inactive_split_base + stsn - ssn, s.inactive_split_peak,
             # inactive_split_bytes
-            atsb, asb, a.bsb + atsb - asb, a.ksb,
-            gtsb, gsb, g.bsb + gtsb - gsb, g.ksb,
-            stsb, ssb, s.bsb + stsb - ssb, s.ksb,
+            atsb, asb, a.inactive_split_bytes_base + atsb - asb, a.inactive_split_bytes_peak,
+            gtsb, gsb, g.inactive_split_bytes_base + gtsb - gsb, g.inactive_split_bytes_peak,
+            stsb, ssb, s.inactive_split_bytes_base + stsb - ssb, s.inactive_split_bytes_peak,
             self.max_split_size, self.num_alloc_retries, self.num_device_alloc,
             self.num_device_free, self.num_oom_rejections, self.num_ooms,
             self.num_sync_all_streams))
         for st in (self.oversize_allocations, self.oversize_segments):
             add((st.allocated, st.current, st.freed, st.peak))
-        add((atr, ar, a.br + atr - ar, a.kr,
-             gtr, gr, g.br + gtr - gr, g.kr,
-             str_, sr, s.br + str_ - sr, s.kr))
+        add((atr, ar, a.requested_bytes_base + atr - ar, a.requested_bytes_peak,
+             gtr, gr, g.requested_bytes_base + gtr - gr, g.requested_bytes_peak,
+             str_, sr, s.requested_bytes_base + str_ - sr, s.requested_bytes_peak))
         for arr in (self.reserved_bytes, self.segment):
             for st in (arr[0], arr[2], arr[1]):     # all, large_pool, small_pool
                 add((st.allocated, st.current, st.freed, st.peak))
@@ -403,31 +438,32 @@ class DeviceStats:
         return [*self.segment, *self.reserved_bytes, self.oversize_allocations,
                 self.oversize_segments]
 
+    def _set_rows(self, names: tuple[str, ...]) -> None:
+        """Set the fields ``names`` (in :data:`_CURRENT` order) of every row to the current
+        values (the ``all`` row to the sums of the pool rows)."""
+        a, s, g = self.hot
+        for c in (s, g):
+            for name, value in zip(names, _current(c)):
+                setattr(c, name, value)
+        for name, sv, gv in zip(names, _current(s), _current(g)):
+            setattr(a, name, sv + gv)
+
     def reset_peak(self) -> None:
         """``peak = current`` for every stat (PyTorch's ``reset_peak_memory_stats``)."""
         self.settle_all()
+        self._set_rows(_PEAKS)
         a, s, g = self.hot
-        for c in (s, g):
-            c.kn, c.kb, c.kr, c.kan, c.kab = c.n, c.b, c.r, c.n + c.pn, c.b + c.pb
-            c.ksn, c.ksb = c.sn, c.sb
-        n, b, r = s.n + g.n, s.b + g.b, s.r + g.r
-        a.kn, a.kb, a.kr, a.kan, a.kab = n, b, r, n + s.pn + g.pn, b + s.pb + g.pb
-        a.ksn, a.ksb = s.sn + g.sn, s.sb + g.sb
-        self.pending_seen = s.pn + g.pn > 0
+        self.pending_seen = s.pending_frees + g.pending_frees > 0
         for st in self._rare():
             st.reset_peak()
 
     def reset_accumulated(self) -> None:
         """``allocated = freed = 0`` for every stat and the ``num_*`` counters to 0."""
         self.settle_all()
-        a, s, g = self.hot
-        for c in (s, g):
-            c.tn = c.tb = c.tr = c.tsn = c.tsb = 0
-            c.bn, c.bb, c.br, c.ban, c.bab = c.n, c.b, c.r, c.n + c.pn, c.b + c.pb
-            c.bsn, c.bsb = c.sn, c.sb
-        n, b, r = s.n + g.n, s.b + g.b, s.r + g.r
-        a.bn, a.bb, a.br, a.ban, a.bab = n, b, r, n + s.pn + g.pn, b + s.pb + g.pb
-        a.bsn, a.bsb = s.sn + g.sn, s.sb + g.sb
+        for c in self.hot[1:]:
+            c.allocations_sum = c.allocated_bytes_sum = c.requested_bytes_sum = 0
+            c.inactive_split_sum = c.inactive_split_bytes_sum = 0
+        self._set_rows(_BASES)
         for st in self._rare():
             st.reset_accumulated()
         self.num_alloc_retries = 0

@@ -93,7 +93,8 @@ def _internal_events(b: Backend) -> int:
     n = 0
     for a in all_allocators():
         if getattr(a, "_b", None) is b:
-            n += len(a._event_pool) + sum(len(q) for q in list(a._events.values()))
+            frees = a._stream_frees
+            n += len(frees.event_pool) + sum(len(q) for q in list(frees.events.values()))
     pool = peek_host_allocator(b.name)
     if pool is not None and pool._b is b:
         n += sum(len(block.events) for block in list(pool._pending))
