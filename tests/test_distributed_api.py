@@ -137,8 +137,59 @@ def test_singleton_world(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not dist.is_initialized()
 
 
+def test_nccl_all_to_all_plan() -> None:
+    """The per-peer element offsets and counts the NCCL all_to_all sends and receives (the
+    GPU run of cases.py checks the data)."""
+    from accelrt.distributed._nccl import a2a_plan
+    assert a2a_plan([2], [2]) == [(0, 0, 2, 0, 2)]          # one rank: a copy to itself
+    assert a2a_plan([1, 1], [1, 1]) == [(0, 0, 1, 0, 1), (1, 1, 1, 1, 1)]
+    # uneven splits: offsets are running sums of the counts, in elements (not bytes)
+    assert a2a_plan([3, 0, 1], [0, 2, 5]) == [(0, 0, 3, 0, 0), (1, 3, 0, 0, 2),
+                                              (2, 3, 1, 2, 5)]
+    assert a2a_plan([0, 0], [0, 0]) == []
+    with pytest.raises(ValueError, match="2 send counts but 3 receive counts"):
+        a2a_plan([1, 1], [1, 1, 1])
+    with pytest.raises(ValueError, match="negative count for peer 1"):
+        a2a_plan([1, -1], [1, 1])
+
+
+class _ScriptedComm:
+    """Answers get_async_error() with a fixed sequence of NCCL results."""
+
+    def __init__(self, *results: int) -> None:
+        self.results = list(results)
+        self.polls = 0
+
+    def get_async_error(self) -> int:
+        self.polls += 1
+        return self.results.pop(0) if len(self.results) > 1 else self.results[0]
+
+
+def test_nccl_settle_polls_until_enqueued() -> None:
+    """A non-blocking communicator answers ncclInProgress (7) while a background thread
+    enqueues a group; the engine must not record its done event before ncclSuccess (0)."""
+    from accelrt.distributed._nccl import settle
+    c = _ScriptedComm(0)
+    settle(c, 5.0, "x")
+    assert c.polls == 1
+    c = _ScriptedComm(7, 7, 7, 0)
+    settle(c, 5.0, "x")
+    assert c.polls == 4
+    with pytest.raises(RuntimeError, match="did not finish enqueueing all_to_all within"):
+        settle(_ScriptedComm(7), 0.01, "all_to_all")
+
+
+def test_launch_keeps_the_callers_pythonpath(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Engines installed with pip --target reach the launched ranks (the GPU machine's
+    nccl4py was lost when the harness replaced PYTHONPATH)."""
+    from test_distributed import _env
+    monkeypatch.setenv("PYTHONPATH", "/opt/site-extra")
+    parts = _env({})["PYTHONPATH"].split(os.pathsep)
+    assert parts == [str(ROOT / "src"), "/opt/site-extra"]
+
+
 @pytest.mark.skipif(not _has_cuda_device(), reason="needs a CUDA device")
-@pytest.mark.skipif(not dist.is_nccl_available(), reason="needs nccl4py[cu12]")
+@pytest.mark.skipif(not dist.is_nccl_available(), reason="needs nccl4py[cu12] or [cu13]")
 @needs_mpi
 def test_nccl_one_rank_communicator_on_the_gpu() -> None:
     """NCCL with one GPU: a one-rank communicator, every op on cuda arrays, through
@@ -151,7 +202,7 @@ def test_nccl_one_rank_communicator_on_the_gpu() -> None:
 
 
 @pytest.mark.skipif(not _has_cuda_device(), reason="needs a CUDA device")
-@pytest.mark.skipif(not dist.is_nccl_available(), reason="needs nccl4py[cu12]")
+@pytest.mark.skipif(not dist.is_nccl_available(), reason="needs nccl4py[cu12] or [cu13]")
 @needs_mpi
 def test_nccl_env_rendezvous_on_the_gpu() -> None:
     """env:// for NCCL: NCCL_COMM_ID from MASTER_ADDR:MASTER_PORT, no MPI exchange."""
