@@ -36,7 +36,7 @@ from .._errors import AcceleratorValueError
 from .._event import Event
 from .._stream import Stream, _current
 from ..comm._transfer import run_on_stream
-from ._engine import Buf, Engine, EngineContext, ReduceOp, Request
+from ._engine import Buf, Engine, EngineContext, PremulSum, RedOp, ReduceOp, Request
 from ._errors import DistBackendError, DistError, DistTimeoutError
 
 __all__ = ["ProcessGroup", "Work"]
@@ -495,7 +495,7 @@ class ProcessGroup:
     # ------------------------------------------------------------------ execution
     def run(self, op: str, arrays: Sequence[Any], ins: Sequence[Any], outs: Sequence[Any],
             call: Callable[[Engine, Callable[[Any], Buf], Any], None], async_op: bool,
-            desc: tuple[Any, ...] = (), red: ReduceOp | None = None,
+            desc: tuple[Any, ...] = (), red: RedOp | None = None,
             result: Sequence[Any] = ()) -> Work | None:
         """Run ``call(engine, buf, stream)`` for a collective over ``arrays`` (``ins`` are read,
         ``outs`` written; ``buf(array)`` gives the memory the engine must use)."""
@@ -504,10 +504,11 @@ class ProcessGroup:
         seq = self.next_seq()
         eng = self.engine(loc.type, loc.index)
         if red is not None:
+            base = red.op if isinstance(red, PremulSum) else red   # PremulSum: its kind
             for a in arrays:
-                key = (eng, red, a.dtype)
+                key = (eng, base, a.dtype)
                 if key not in self._supported:
-                    why = eng.supports(red, a.dtype)
+                    why = eng.supports(base, a.dtype)
                     if why is not None:
                         raise AcceleratorValueError(f"{op}: {why}")
                     self._supported.add(key)

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from ._engine import Buf, Engine, EngineContext, ReduceOp, Request
+from ._engine import Buf, Engine, EngineContext, PremulSum, RedOp, ReduceOp, Request
 
 __all__ = ["NcclEngine", "Span", "a2a_plan", "nccl_available"]
 
@@ -63,6 +63,9 @@ class Span:
 
 def _op(op: ReduceOp, dtype: np.dtype[Any]) -> Any:
     core = _core()
+    if op is ReduceOp.PREMUL_SUM:
+        raise ValueError("ReduceOp.PREMUL_SUM needs its factor: pass "
+                         "op=accelrt.distributed._make_nccl_premul_sum(factor)")
     if dtype.kind == "b":
         op = {ReduceOp.SUM: ReduceOp.MAX, ReduceOp.PRODUCT: ReduceOp.MIN}.get(op, op)
     return {ReduceOp.SUM: core.SUM, ReduceOp.PRODUCT: core.PROD, ReduceOp.MIN: core.MIN,
@@ -185,36 +188,56 @@ class NcclEngine(Engine):
     def supports(self, op: ReduceOp, dtype: np.dtype[Any]) -> str | None:
         if op in (ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR):
             return f"{op} is not supported by NCCL"
+        if op is ReduceOp.PREMUL_SUM and dtype.kind != "f":
+            return f"{op} needs a floating dtype on NCCL, got {dtype.name}"
         if dtype.kind == "c" and op not in (ReduceOp.SUM, ReduceOp.AVG):
             return f"{op} is not defined for complex {dtype.name} on NCCL (use SUM or AVG)"
         if dtype.kind not in "biufc":
             return f"NCCL cannot move {dtype.name}"
         return None
 
-    def all_reduce(self, send: Buf | None, recv: Buf, op: ReduceOp, stream: Any) -> None:
+    def _red(self, op: RedOp, dtype: np.dtype[Any]) -> Any:
+        """NCCL's op for ``op``: PREMUL_SUM is NCCL's own (``ncclRedOpCreatePreMulSum`` with
+        the factor in host memory, in the buffer's dtype), made per call and closed after."""
+        if type(op) is PremulSum:
+            return self.comm.create_pre_mul_sum(np.array([op.factor], dtype=dtype))
+        assert type(op) is ReduceOp
+        return _op(op, dtype)
+
+    @staticmethod
+    def _done(red: Any) -> None:
+        close = getattr(red, "close", None)   # a CustomRedOp, once its call is enqueued
+        if close is not None:
+            close()
+
+    def all_reduce(self, send: Buf | None, recv: Buf, op: RedOp, stream: Any) -> None:
         r = _as_nccl(recv)
-        self.comm.allreduce(r if send is None else _as_nccl(send), r, _op(op, recv.dtype),
-                            stream=stream)
+        red = self._red(op, recv.dtype)
+        self.comm.allreduce(r if send is None else _as_nccl(send), r, red, stream=stream)
         settle(self.comm, self.timeout, "allreduce")
+        self._done(red)
 
     def broadcast(self, buf: Buf, root: int, stream: Any) -> None:
         b = _as_nccl(buf)
         self.comm.broadcast(b, b, root, stream=stream)
         settle(self.comm, self.timeout, "broadcast")
 
-    def reduce(self, buf: Buf, op: ReduceOp, root: int, stream: Any) -> None:
+    def reduce(self, buf: Buf, op: RedOp, root: int, stream: Any) -> None:
         b = _as_nccl(buf)
-        self.comm.reduce(b, b, _op(op, buf.dtype), root, stream=stream)
+        red = self._red(op, buf.dtype)
+        self.comm.reduce(b, b, red, root, stream=stream)
         settle(self.comm, self.timeout, "reduce")
+        self._done(red)
 
     def all_gather(self, send: Buf, recv: Buf, stream: Any) -> None:
         self.comm.allgather(_as_nccl(send), _as_nccl(recv), stream=stream)
         settle(self.comm, self.timeout, "allgather")
 
-    def reduce_scatter(self, send: Buf, recv: Buf, op: ReduceOp, stream: Any) -> None:
-        self.comm.reduce_scatter(_as_nccl(send), _as_nccl(recv), _op(op, recv.dtype),
-                                 stream=stream)
+    def reduce_scatter(self, send: Buf, recv: Buf, op: RedOp, stream: Any) -> None:
+        red = self._red(op, recv.dtype)
+        self.comm.reduce_scatter(_as_nccl(send), _as_nccl(recv), red, stream=stream)
         settle(self.comm, self.timeout, "reduce_scatter")
+        self._done(red)
 
     def gather(self, send: Buf, recv: Buf | None, root: int, stream: Any) -> None:
         s = _as_nccl(send)
