@@ -188,6 +188,87 @@ def test_launch_keeps_the_callers_pythonpath(monkeypatch: pytest.MonkeyPatch) ->
     assert parts == [str(ROOT / "src"), "/opt/site-extra"]
 
 
+@needs_mpi
+def test_direct_call_plans(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The small-message path: a second call on the same array runs the plan the first left;
+    plans are dropped when debug flags change, an error is kept or the group is destroyed."""
+    import importlib
+    gm = importlib.import_module("accelrt.distributed._group")
+    monkeypatch.setenv("ACCELRT_CPU_STREAMS", "sync")
+    monkeypatch.delenv("ACCELRT_DISTRIBUTED_DEBUG", raising=False)
+    dist.init_process_group("cpu:mpi", timeout=30)
+    try:
+        w = dist.group.WORLD
+        assert w is not None and dist.GroupMember.WORLD is w
+        a = acc.full((4,), 3.0, device="cpu")
+        out = acc.empty((4,), device="cpu")
+        for _ in range(3):
+            dist.all_reduce(a, op=dist.ReduceOp.AVG)
+            dist.broadcast(a, src=0)
+            dist.all_gather_into_tensor(out, a)
+        assert len(w.plans_ar) == len(w.plans_bc) == len(w.plans_ag) == 1
+        assert a.tolist() == out.tolist() == [3.0] * 4
+        seq = w._seq
+        dist.all_reduce(a)
+        assert w._seq == seq + 1 and a.tolist() == [3.0] * 4
+        # a plan is per dtype and op: another op takes the checked path first
+        with pytest.raises(ValueError, match="integer or bool"):
+            dist.all_reduce(a, op=dist.ReduceOp.BAND)
+        monkeypatch.setenv("ACCELRT_DISTRIBUTED_DEBUG", "DETAIL")
+        gm.read_debug_level()
+        assert not w.plans_ar and not w.plans_bc and not w.plans_ag
+        dist.all_reduce(a)
+        assert not w.plans_ar   # debug checks run on every call
+        monkeypatch.delenv("ACCELRT_DISTRIBUTED_DEBUG")
+        gm.read_debug_level()
+        g = dist.new_group([0])
+        b = acc.full((2,), 1.0, device="cpu")
+        dist.all_reduce(b, group=g)
+        dist.all_reduce(b, group=g)
+        assert isinstance(g, dist.ProcessGroup) and g.plans_ar
+        dist.destroy_process_group(g)
+        with pytest.raises(dist.DistError, match="was destroyed"):
+            dist.all_reduce(b, group=g)
+        g._keep(RuntimeError("kept"))   # a kept error drops the plans too
+        assert not g.plans_ar
+    finally:
+        dist.destroy_process_group()
+        gm.read_debug_level()
+
+
+@needs_mpi
+def test_singleton_new_apis() -> None:
+    dist.init_process_group("cpu:mpi", timeout=30)
+    try:
+        a = acc.full((3,), 2.0, device="cpu")
+        dist.all_reduce(a, op=dist._make_nccl_premul_sum(acc.full((1,), 1.5, device="cpu")))
+        assert a.tolist() == [3.0] * 3
+        x = np.arange(3.0)
+        dist.reduce(x, 0, op=dist._make_nccl_premul_sum(np.float32(2)))
+        assert x.tolist() == [0.0, 2.0, 4.0]
+        outs = [np.zeros(2, np.int32)]
+        dist.all_to_all(outs, [np.array([5, 6], np.int32)])
+        assert outs[0].tolist() == [5, 6]
+        with pytest.raises(ValueError, match="same dtype"):
+            dist.all_to_all([np.zeros(2)], [np.zeros(2, np.float32)])
+        with pytest.raises(TypeError, match="bool"):
+            dist._make_nccl_premul_sum(True)
+        with pytest.raises(ValueError, match="Must specify either dst or group_dst"):
+            dist.send_object_list([1])
+        with pytest.raises(ValueError, match="Cannot specify both src and group_src"):
+            dist.recv_object_list([None], src=0, group_src=0)
+        with pytest.raises(ValueError, match="NON_GROUP_MEMBER is not registered"):
+            dist.get_process_group_ranks(dist.GroupMember.NON_GROUP_MEMBER)
+        with pytest.raises(ValueError, match="only the default group"):
+            dist.new_subgroups(1, group=dist.new_group([0]))
+        if not _has_cuda_device():
+            with pytest.raises(ValueError, match="only takes effect when CUDA is available"):
+                dist.new_subgroups()
+    finally:
+        dist.destroy_process_group()
+    assert dist.group.WORLD is None
+
+
 @pytest.mark.skipif(not _has_cuda_device(), reason="needs a CUDA device")
 @pytest.mark.skipif(not dist.is_nccl_available(), reason="needs nccl4py[cu12] or [cu13]")
 @needs_mpi

@@ -223,6 +223,15 @@ def ops_section(kind, dtypes, label=""):
             want.append(block + 1000 * src)
         eq(host(out), np.concatenate(want))
 
+    @case(f"{label}{kind} all_to_all_single, input shapes differ between ranks")
+    def _():
+        # rank r sends r + 1 elements to every rank (debug mode must not call it a mismatch)
+        inp = arr(np.full(N * (R + 1), R), "int32", kind)
+        out = arr(np.zeros(N * (N + 1) // 2), "int32", kind)
+        dist.all_to_all_single(out, inp, output_split_sizes=[p + 1 for p in range(N)],
+                               input_split_sizes=[R + 1] * N)
+        eq(host(out), np.concatenate([np.full(p + 1, p) for p in range(N)]).astype("int32"))
+
     @case(f"{label}{kind} all_to_all list form, uneven sizes")
     def _():
         # rank r sends p + r + 1 elements to rank p
@@ -284,7 +293,20 @@ if "numpy" in SECTIONS:
     ops_section("numpy", ["float32", "int64"])
 
 if "staged" in SECTIONS and DEV == "cpu":
+    from accelrt.distributed._group import read_debug_level
     os.environ["ACCELRT_MPI_STAGE"] = "1"
+    read_debug_level()   # read at init_process_group: read it again
+
+    @case("staged: the fast path stands aside")
+    def _():
+        import importlib
+        assert importlib.import_module("accelrt.distributed._group").FORCE_STAGE
+        g = dist.GroupMember.WORLD
+        a = acc.full((2,), 1.0, device=DEV)
+        dist.all_reduce(a)
+        assert not g.plans_ar and g._fast_engine(a) is None
+        eq(a.numpy(), np.full(2, float(N), "float32"))
+
     ops_section("acc", ["float64", "int32"], label="staged ")
 
     @case("staged p2p")
@@ -298,6 +320,7 @@ if "staged" in SECTIONS and DEV == "cpu":
             assert dist.recv(b, 0, tag=3) == 0
             eq(b.numpy(), [7.5, 7.5, 7.5])
     del os.environ["ACCELRT_MPI_STAGE"]
+    read_debug_level()
 
 if "p2p" in SECTIONS:
     @case("p2p ring send/recv and isend/irecv")

@@ -20,7 +20,7 @@ from __future__ import annotations
 import ctypes
 import importlib
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -178,7 +178,8 @@ class MpiEngine(Engine):
         comm.Set_errhandler(MPI.ERRORS_RETURN)   # errors become exceptions, mapped by the group
         self.comm = comm
         self._msgs: dict[tuple[int, int, int, int], list[Any]] = {}
-        self._ar: dict[tuple[int, int, int, ReduceOp], tuple[list[Any], Any]] = {}
+        self._ar: dict[tuple[int, int, int, ReduceOp],
+                       tuple[Callable[..., Any], tuple[Any, ...], Callable[[], None] | None]] = {}
         self._in_place, self._addr, self._byte = MPI.IN_PLACE, MPI.buffer.fromaddress, MPI.BYTE
         self.size = comm.Get_size()
         self.rank = comm.Get_rank()
@@ -201,9 +202,12 @@ class MpiEngine(Engine):
         return (cls.all_reduce is MpiEngine.all_reduce and cls.broadcast is MpiEngine.broadcast
                 and cls.all_gather is MpiEngine.all_gather)
 
-    def allreduce_fast(self, ptr: int, nbytes: int, dtype: np.dtype[Any], op: ReduceOp) -> None:
-        """In-place Allreduce of ``nbytes`` of host memory with the fewest Python steps (the
-        fast path): the message and the MPI op are cached per (address, size, dtype, op)."""
+    def plan_allreduce(self, ptr: int, nbytes: int, dtype: np.dtype[Any],
+                       op: ReduceOp) -> tuple[Callable[..., Any], tuple[Any, ...],
+                                              Callable[[], None] | None]:
+        """An in-place Allreduce of ``nbytes`` of host memory as ``(fn, args, post)``:
+        ``fn(*args)`` then ``post()`` when not None (AVG's division). Messages and MPI ops are
+        cached per (address, size, dtype, op), so a plan costs a dict lookup after the first."""
         key = (ptr, nbytes, dtype.num, op)   # dtype.num: numpy's dtype hash builds a tuple
         pre = self._ar.get(key)
         if pre is None:
@@ -214,11 +218,26 @@ class MpiEngine(Engine):
             t = mpi_datatype(dtype)
             if len(self._ar) > 512:
                 self._ar.clear()
-            pre = self._ar[key] = (self._msg(ptr, nbytes, nbytes // dtype.itemsize, t),
-                                   _mpi_op(op, dtype))
-        self.comm.Allreduce(self._in_place, pre[0], pre[1])
-        if op is ReduceOp.AVG:
-            _avg(Buf(ptr, nbytes // dtype.itemsize, dtype), self.size)
+            post = None
+            if op is ReduceOp.AVG:
+                avg_buf, size = Buf(ptr, nbytes // dtype.itemsize, dtype), self.size
+
+                def post() -> None:
+                    _avg(avg_buf, size)
+
+            pre = self._ar[key] = (self.comm.Allreduce,
+                                   (self._in_place, self._msg(ptr, nbytes,
+                                                              nbytes // dtype.itemsize, t),
+                                    _mpi_op(op, dtype)), post)
+        return pre
+
+    def allreduce_fast(self, ptr: int, nbytes: int, dtype: np.dtype[Any], op: ReduceOp) -> None:
+        """In-place Allreduce of ``nbytes`` of host memory with the fewest Python steps (the
+        fast path; see :meth:`plan_allreduce`)."""
+        fn, args, post = self.plan_allreduce(ptr, nbytes, dtype, op)
+        fn(*args)
+        if post is not None:
+            post()
 
     def _msg(self, ptr: int, nbytes: int, count: int, t: Any) -> list[Any]:
         """The mpi4py message ``[buffer, count, datatype]``, reused per (address, size, count,
@@ -231,9 +250,21 @@ class MpiEngine(Engine):
             msg = self._msgs[key] = [self._addr(ptr or _SCRATCH_PTR, nbytes), count, t]
         return msg
 
+    def plan_bcast(self, ptr: int, nbytes: int,
+                   root: int) -> tuple[Callable[..., Any], tuple[Any, ...], None]:
+        """Bcast of host memory as ``(fn, args, None)`` (see :meth:`plan_allreduce`)."""
+        return self.comm.Bcast, (self._msg(ptr, nbytes, nbytes, self._byte), root), None
+
     def bcast_fast(self, ptr: int, nbytes: int, root: int) -> None:
         """Bcast of host memory (the fast path)."""
         self.comm.Bcast(self._msg(ptr, nbytes, nbytes, self._byte), root)
+
+    def plan_allgather(self, sptr: int, rptr: int,
+                       nbytes: int) -> tuple[Callable[..., Any], tuple[Any, ...], None]:
+        """Allgather of host memory, ``nbytes`` per rank, as ``(fn, args, None)``."""
+        return self.comm.Allgather, (self._msg(sptr, nbytes, nbytes, self._byte),
+                                     self._msg(rptr, nbytes * self.size, nbytes,
+                                               self._byte)), None
 
     def allgather_fast(self, sptr: int, rptr: int, nbytes: int) -> None:
         """Allgather of host memory, ``nbytes`` per rank (the fast path)."""
