@@ -276,7 +276,7 @@ def test_nccl_one_rank_communicator_on_the_gpu() -> None:
     """NCCL with one GPU: a one-rank communicator, every op on cuda arrays, through
     mpiexec -n 1 (unique id over MPI)."""
     from test_distributed import _check_cases, launch
-    rc, out, _ = launch(1, "cases.py", "ops,objects,groups",
+    rc, out, _ = launch(1, "cases.py", "ops,objects,groups,batch",
                         env={"CASES_DEVICE": "cuda", "CASES_BACKEND": "cuda:nccl,cpu:mpi"},
                         timeout=300)
     _check_cases(1, out, rc)

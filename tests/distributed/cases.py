@@ -386,6 +386,25 @@ if "p2p" in SECTIONS:
         assert dist.barrier(async_op=True).is_completed()
         dist.monitored_barrier(timeout=20, wait_all_ranks=True)
 
+if "p2p" in SECTIONS or "batch" in SECTIONS:
+    # ("batch" alone: the one point-to-point case a one-rank NCCL communicator can run, a
+    # send to itself and its receive in one batch)
+    @case("p2p batch_isend_irecv of device arrays, one batch, to the right and itself")
+    def _():
+        right, left = (R + 1) % N, (R - 1) % N
+        s1 = acc.full((5,), float(R + 1), device=DEV)
+        s2 = acc.full((3,), 2.0 * R, device=DEV)
+        r1, r2 = acc.zeros((5,), device=DEV), acc.zeros((3,), device=DEV)
+        ops = [dist.P2POp(dist.isend, s1, right), dist.P2POp(dist.irecv, r1, left),
+               dist.P2POp(dist.isend, s2, R, tag=4), dist.P2POp(dist.irecv, r2, R, tag=4)]
+        if NCCL and N == 1:
+            ops = ops[2:]   # one rank: the self pair only (right == left == R)
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+        if not (NCCL and N == 1):
+            eq(r1.numpy(), np.full(5, float(left + 1), "float32"))
+        eq(r2.numpy(), np.full(3, 2.0 * R, "float32"))
+
 if "objects" in SECTIONS:
     @case("object collectives")
     def _():

@@ -1409,7 +1409,8 @@ def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[Work]:
         raise ValueError("All ops need to use the same group.")
     g = _group(p2p_op_list[0].group)
     ctx = None
-    if g is not None and any(e.name == "nccl" for e in g._engines.values()):
+    nccl = [] if g is None else [e for e in g._engines.values() if e.name == "nccl"]
+    if nccl:
         import importlib
         ctx = importlib.import_module("nccl.core").group()
     works: list[Work] = []
@@ -1424,6 +1425,18 @@ def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[Work]:
     finally:
         if ctx is not None:
             ctx.__exit__(None, None, None)
+    if ctx is not None and g is not None:
+        # NCCL launches the grouped sends and receives at the group's end (through a
+        # background thread on a non-blocking communicator): the done events recorded inside
+        # the group covered nothing. Wait until the group reached the streams, then record
+        # them again.
+        from ._nccl import settle
+        for e in nccl:
+            settle(e.comm, g.timeout,  # type: ignore[attr-defined]
+                   "batch_isend_irecv")
+        for w in works:
+            if w._event is not None and w._stream_of is not None:
+                w._event = g.dev_ctx(*w._stream_of).stream.record_event()
     return works
 
 
