@@ -176,6 +176,10 @@ def _install_abort_hook(comm_world: Any) -> None:
         try:
             previous(tp, value, tb)
             sys.stderr.flush()
+            import time
+
+            from ._group import ABORT_GRACE
+            time.sleep(ABORT_GRACE)   # the launcher forwards the traceback before the abort
         finally:
             comm_world.Abort(1)
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -135,6 +136,15 @@ def _abort_job(group: ProcessGroup, op: str, seq: int, timeout: float) -> None:
            "checks that every rank issues the same collectives).")
     # logging's last-resort handler puts it on stderr when the program configured no logging
     logging.getLogger("accelrt.distributed").critical(msg)
+    for f in (sys.stderr, sys.stdout):
+        try:
+            f.flush()
+        except Exception:   # a closed stream: nothing to lose
+            pass
+    # MPI launchers tear the job down at the abort, dropping rank output they have not
+    # forwarded yet (seen with MPICH's hydra: the whole output lost in about one abort in
+    # twelve): give the launcher a moment to forward this message first
+    time.sleep(ABORT_GRACE)
     for eng in list(group._engines.values()):
         try:
             eng.abort()
@@ -142,6 +152,9 @@ def _abort_job(group: ProcessGroup, op: str, seq: int, timeout: float) -> None:
             pass
     os._exit(124)
 
+
+#: seconds between printing the timeout message and aborting the job (see _abort_job)
+ABORT_GRACE = 0.25
 
 WATCHDOG = _Watchdog()
 
