@@ -43,7 +43,10 @@ def _env(extra: dict[str, str]) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("ACCELRT_", "PMI_", "PMIX_", "OMPI_", "MPIR_", "HYDI_", "UCX_",
                                 "CASES_", "FAIL_"))}
-    env.update(UCX_TLS="self,sm", PYTHONPATH=str(ROOT / "src"), **extra)
+    # keep the caller's PYTHONPATH behind src: engines installed with pip --target (nccl4py on
+    # the GPU machine) live there
+    path = os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH")) if p)
+    env.update(UCX_TLS="self,sm", PYTHONPATH=path, **extra)
     env.setdefault("ACCELRT_CPU_STREAMS", "sync")
     return env
 

@@ -137,21 +137,153 @@ def test_singleton_world(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not dist.is_initialized()
 
 
+def test_nccl_all_to_all_plan() -> None:
+    """The per-peer element offsets and counts the NCCL all_to_all sends and receives (the
+    GPU run of cases.py checks the data)."""
+    from accelrt.distributed._nccl import a2a_plan
+    assert a2a_plan([2], [2]) == [(0, 0, 2, 0, 2)]          # one rank: a copy to itself
+    assert a2a_plan([1, 1], [1, 1]) == [(0, 0, 1, 0, 1), (1, 1, 1, 1, 1)]
+    # uneven splits: offsets are running sums of the counts, in elements (not bytes)
+    assert a2a_plan([3, 0, 1], [0, 2, 5]) == [(0, 0, 3, 0, 0), (1, 3, 0, 0, 2),
+                                              (2, 3, 1, 2, 5)]
+    assert a2a_plan([0, 0], [0, 0]) == []
+    with pytest.raises(ValueError, match="2 send counts but 3 receive counts"):
+        a2a_plan([1, 1], [1, 1, 1])
+    with pytest.raises(ValueError, match="negative count for peer 1"):
+        a2a_plan([1, -1], [1, 1])
+
+
+class _ScriptedComm:
+    """Answers get_async_error() with a fixed sequence of NCCL results."""
+
+    def __init__(self, *results: int) -> None:
+        self.results = list(results)
+        self.polls = 0
+
+    def get_async_error(self) -> int:
+        self.polls += 1
+        return self.results.pop(0) if len(self.results) > 1 else self.results[0]
+
+
+def test_nccl_settle_polls_until_enqueued() -> None:
+    """A non-blocking communicator answers ncclInProgress (7) while a background thread
+    enqueues a group; the engine must not record its done event before ncclSuccess (0)."""
+    from accelrt.distributed._nccl import settle
+    c = _ScriptedComm(0)
+    settle(c, 5.0, "x")
+    assert c.polls == 1
+    c = _ScriptedComm(7, 7, 7, 0)
+    settle(c, 5.0, "x")
+    assert c.polls == 4
+    with pytest.raises(RuntimeError, match="did not finish enqueueing all_to_all within"):
+        settle(_ScriptedComm(7), 0.01, "all_to_all")
+
+
+def test_launch_keeps_the_callers_pythonpath(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Engines installed with pip --target reach the launched ranks (the GPU machine's
+    nccl4py was lost when the harness replaced PYTHONPATH)."""
+    from test_distributed import _env
+    monkeypatch.setenv("PYTHONPATH", "/opt/site-extra")
+    parts = _env({})["PYTHONPATH"].split(os.pathsep)
+    assert parts == [str(ROOT / "src"), "/opt/site-extra"]
+
+
+@needs_mpi
+def test_direct_call_plans(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The small-message path: a second call on the same array runs the plan the first left;
+    plans are dropped when debug flags change, an error is kept or the group is destroyed."""
+    import importlib
+    gm = importlib.import_module("accelrt.distributed._group")
+    monkeypatch.setenv("ACCELRT_CPU_STREAMS", "sync")
+    monkeypatch.delenv("ACCELRT_DISTRIBUTED_DEBUG", raising=False)
+    dist.init_process_group("cpu:mpi", timeout=30)
+    try:
+        w = dist.group.WORLD
+        assert w is not None and dist.GroupMember.WORLD is w
+        a = acc.full((4,), 3.0, device="cpu")
+        out = acc.empty((4,), device="cpu")
+        for _ in range(3):
+            dist.all_reduce(a, op=dist.ReduceOp.AVG)
+            dist.broadcast(a, src=0)
+            dist.all_gather_into_tensor(out, a)
+        assert len(w.plans_ar) == len(w.plans_bc) == len(w.plans_ag) == 1
+        assert a.tolist() == out.tolist() == [3.0] * 4
+        seq = w._seq
+        dist.all_reduce(a)
+        assert w._seq == seq + 1 and a.tolist() == [3.0] * 4
+        # a plan is per dtype and op: another op takes the checked path first
+        with pytest.raises(ValueError, match="integer or bool"):
+            dist.all_reduce(a, op=dist.ReduceOp.BAND)
+        monkeypatch.setenv("ACCELRT_DISTRIBUTED_DEBUG", "DETAIL")
+        gm.read_debug_level()
+        assert not w.plans_ar and not w.plans_bc and not w.plans_ag
+        dist.all_reduce(a)
+        assert not w.plans_ar   # debug checks run on every call
+        monkeypatch.delenv("ACCELRT_DISTRIBUTED_DEBUG")
+        gm.read_debug_level()
+        g = dist.new_group([0])
+        b = acc.full((2,), 1.0, device="cpu")
+        dist.all_reduce(b, group=g)
+        dist.all_reduce(b, group=g)
+        assert isinstance(g, dist.ProcessGroup) and g.plans_ar
+        dist.destroy_process_group(g)
+        with pytest.raises(dist.DistError, match="was destroyed"):
+            dist.all_reduce(b, group=g)
+        g._keep(RuntimeError("kept"))   # a kept error drops the plans too
+        assert not g.plans_ar
+    finally:
+        dist.destroy_process_group()
+        gm.read_debug_level()
+
+
+@needs_mpi
+def test_singleton_new_apis() -> None:
+    dist.init_process_group("cpu:mpi", timeout=30)
+    try:
+        a = acc.full((3,), 2.0, device="cpu")
+        dist.all_reduce(a, op=dist._make_nccl_premul_sum(acc.full((1,), 1.5, device="cpu")))
+        assert a.tolist() == [3.0] * 3
+        x = np.arange(3.0)
+        dist.reduce(x, 0, op=dist._make_nccl_premul_sum(np.float32(2)))
+        assert x.tolist() == [0.0, 2.0, 4.0]
+        outs = [np.zeros(2, np.int32)]
+        dist.all_to_all(outs, [np.array([5, 6], np.int32)])
+        assert outs[0].tolist() == [5, 6]
+        with pytest.raises(ValueError, match="same dtype"):
+            dist.all_to_all([np.zeros(2)], [np.zeros(2, np.float32)])
+        with pytest.raises(TypeError, match="bool"):
+            dist._make_nccl_premul_sum(True)
+        with pytest.raises(ValueError, match="Must specify either dst or group_dst"):
+            dist.send_object_list([1])
+        with pytest.raises(ValueError, match="Cannot specify both src and group_src"):
+            dist.recv_object_list([None], src=0, group_src=0)
+        with pytest.raises(ValueError, match="NON_GROUP_MEMBER is not registered"):
+            dist.get_process_group_ranks(dist.GroupMember.NON_GROUP_MEMBER)
+        with pytest.raises(ValueError, match="only the default group"):
+            dist.new_subgroups(1, group=dist.new_group([0]))
+        if not _has_cuda_device():
+            with pytest.raises(ValueError, match="only takes effect when CUDA is available"):
+                dist.new_subgroups()
+    finally:
+        dist.destroy_process_group()
+    assert dist.group.WORLD is None
+
+
 @pytest.mark.skipif(not _has_cuda_device(), reason="needs a CUDA device")
-@pytest.mark.skipif(not dist.is_nccl_available(), reason="needs nccl4py[cu12]")
+@pytest.mark.skipif(not dist.is_nccl_available(), reason="needs nccl4py[cu12] or [cu13]")
 @needs_mpi
 def test_nccl_one_rank_communicator_on_the_gpu() -> None:
     """NCCL with one GPU: a one-rank communicator, every op on cuda arrays, through
     mpiexec -n 1 (unique id over MPI)."""
     from test_distributed import _check_cases, launch
-    rc, out, _ = launch(1, "cases.py", "ops,objects,groups",
+    rc, out, _ = launch(1, "cases.py", "ops,objects,groups,batch",
                         env={"CASES_DEVICE": "cuda", "CASES_BACKEND": "cuda:nccl,cpu:mpi"},
                         timeout=300)
     _check_cases(1, out, rc)
 
 
 @pytest.mark.skipif(not _has_cuda_device(), reason="needs a CUDA device")
-@pytest.mark.skipif(not dist.is_nccl_available(), reason="needs nccl4py[cu12]")
+@pytest.mark.skipif(not dist.is_nccl_available(), reason="needs nccl4py[cu12] or [cu13]")
 @needs_mpi
 def test_nccl_env_rendezvous_on_the_gpu() -> None:
     """env:// for NCCL: NCCL_COMM_ID from MASTER_ADDR:MASTER_PORT, no MPI exchange."""

@@ -112,6 +112,8 @@ def expected_reduce(op, dtype, n_el, ranks):
 
 def valid(op, dtype):
     k = np.dtype(dtype).kind
+    if op is dist.ReduceOp.PREMUL_SUM:   # needs a factor: its own cases below
+        return False
     if NCCL and (op in (dist.ReduceOp.BAND, dist.ReduceOp.BOR, dist.ReduceOp.BXOR)
                  or k == "c" and op is dist.ReduceOp.PRODUCT):
         return False
@@ -219,6 +221,58 @@ def ops_section(kind, dtypes, label=""):
             want.append(block + 1000 * src)
         eq(host(out), np.concatenate(want))
 
+    @case(f"{label}{kind} all_to_all_single, input shapes differ between ranks")
+    def _():
+        # rank r sends r + 1 elements to every rank (debug mode must not call it a mismatch)
+        inp = arr(np.full(N * (R + 1), R), "int32", kind)
+        out = arr(np.zeros(N * (N + 1) // 2), "int32", kind)
+        dist.all_to_all_single(out, inp, output_split_sizes=[p + 1 for p in range(N)],
+                               input_split_sizes=[R + 1] * N)
+        eq(host(out), np.concatenate([np.full(p + 1, p) for p in range(N)]).astype("int32"))
+
+    @case(f"{label}{kind} all_to_all list form, uneven sizes")
+    def _():
+        # rank r sends p + r + 1 elements to rank p
+        ins = [arr(np.full(p + R + 1, 10 * R + p), "float32", kind) for p in range(N)]
+        outs = [arr(np.zeros(R + src + 1), "float32", kind) for src in range(N)]
+        w = dist.all_to_all(outs, ins, async_op=True)
+        w.wait()
+        for src in range(N):
+            eq(host(outs[src]), np.full(R + src + 1, 10 * src + R, "float32"), f"from {src}")
+
+    @case(f"{label}{kind} reduce_scatter list form (SUM, MAX)")
+    def _():
+        for op in (dist.ReduceOp.SUM, dist.ReduceOp.MAX):
+            ins = [arr(np.arange(3) + 100 * p + R, "int64", kind) for p in range(N)]
+            out = arr(np.zeros(3), "int64", kind)
+            dist.reduce_scatter(out, ins, op=op)
+            vals = np.stack([np.arange(3) + 100 * R + r for r in range(N)])
+            eq(host(out), vals.sum(0) if op is dist.ReduceOp.SUM else vals.max(0), op.name)
+
+    for dtype in (["float32", "float64"] if NCCL else ["float32", "float64", "complex64"]):
+        @case(f"{label}{kind} PREMUL_SUM {dtype}: all_reduce, reduce, reduce_scatter(_tensor)")
+        def _():
+            f = 0.5 + R   # a different factor on every rank
+            op = dist._make_nccl_premul_sum(f)
+            want = sum((0.5 + r) * (np.arange(4) + r) for r in range(N)).astype(dtype)
+            a = arr(np.arange(4) + R, dtype, kind)
+            dist.all_reduce(a, op=op)
+            close(host(a), want, "all_reduce")
+            root = N - 1
+            mine = (np.arange(4) + R).astype(dtype)
+            b = arr(mine, dtype, kind)
+            dist.reduce(b, dst=root, op=dist._make_nccl_premul_sum(np.array([f])))
+            close(host(b), want if R == root else mine, "reduce")   # others: unchanged
+            inp = arr(np.tile(np.arange(4) + R, N), dtype, kind)
+            out = arr(np.zeros(4), dtype, kind)
+            dist.reduce_scatter_tensor(out, inp, op=op)
+            close(host(out), want, "reduce_scatter_tensor")
+            close(host(inp), np.tile(np.arange(4) + R, N).astype(dtype), "input unchanged")
+            out2 = arr(np.zeros(4), dtype, kind)
+            dist.reduce_scatter(out2, [arr(np.arange(4) + R, dtype, kind) for _ in range(N)],
+                                op=op)
+            close(host(out2), want, "reduce_scatter")
+
     @case(f"{label}{kind} all_reduce empty and 2-d out-of-place all_gather")
     def _():
         e = arr(np.zeros(0), "float32", kind)
@@ -237,7 +291,20 @@ if "numpy" in SECTIONS:
     ops_section("numpy", ["float32", "int64"])
 
 if "staged" in SECTIONS and DEV == "cpu":
+    from accelrt.distributed._group import read_debug_level
     os.environ["ACCELRT_MPI_STAGE"] = "1"
+    read_debug_level()   # read at init_process_group: read it again
+
+    @case("staged: the fast path stands aside")
+    def _():
+        import importlib
+        assert importlib.import_module("accelrt.distributed._group").FORCE_STAGE
+        g = dist.GroupMember.WORLD
+        a = acc.full((2,), 1.0, device=DEV)
+        dist.all_reduce(a)
+        assert not g.plans_ar and g._fast_engine(a) is None
+        eq(a.numpy(), np.full(2, float(N), "float32"))
+
     ops_section("acc", ["float64", "int32"], label="staged ")
 
     @case("staged p2p")
@@ -251,6 +318,7 @@ if "staged" in SECTIONS and DEV == "cpu":
             assert dist.recv(b, 0, tag=3) == 0
             eq(b.numpy(), [7.5, 7.5, 7.5])
     del os.environ["ACCELRT_MPI_STAGE"]
+    read_debug_level()
 
 if "p2p" in SECTIONS:
     @case("p2p ring send/recv and isend/irecv")
@@ -316,6 +384,25 @@ if "p2p" in SECTIONS:
         assert dist.barrier(async_op=True).is_completed()
         dist.monitored_barrier(timeout=20, wait_all_ranks=True)
 
+if "p2p" in SECTIONS or "batch" in SECTIONS:
+    # ("batch" alone: the one point-to-point case a one-rank NCCL communicator can run, a
+    # send to itself and its receive in one batch)
+    @case("p2p batch_isend_irecv of device arrays, one batch, to the right and itself")
+    def _():
+        right, left = (R + 1) % N, (R - 1) % N
+        s1 = acc.full((5,), float(R + 1), device=DEV)
+        s2 = acc.full((3,), 2.0 * R, device=DEV)
+        r1, r2 = acc.zeros((5,), device=DEV), acc.zeros((3,), device=DEV)
+        ops = [dist.P2POp(dist.isend, s1, right), dist.P2POp(dist.irecv, r1, left),
+               dist.P2POp(dist.isend, s2, R, tag=4), dist.P2POp(dist.irecv, r2, R, tag=4)]
+        if NCCL and N == 1:
+            ops = ops[2:]   # one rank: the self pair only (right == left == R)
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+        if not (NCCL and N == 1):
+            eq(r1.numpy(), np.full(5, float(left + 1), "float32"))
+        eq(r2.numpy(), np.full(3, 2.0 * R, "float32"))
+
 if "objects" in SECTIONS:
     @case("object collectives")
     def _():
@@ -333,6 +420,58 @@ if "objects" in SECTIONS:
         out = [None]
         dist.scatter_object_list(out, [f"item{r}" for r in range(N)] if R == 0 else None, src=0)
         assert out == [f"item{R}"], out
+
+    @case("send_object_list / recv_object_list in a ring, from any source")
+    def _():
+        if N < 2:
+            for bad in (lambda: dist.send_object_list([1], dst=R),
+                        lambda: dist.send_object_list([1])):
+                try:
+                    bad()
+                except ValueError:
+                    pass
+                else:
+                    raise AssertionError("accepted a bad destination")
+            return
+        right, left = (R + 1) % N, (R - 1) % N
+        if R % 2 == 0:
+            dist.send_object_list([{"from": R}, [R] * R], dst=right)
+            got = [None, None]
+            assert dist.recv_object_list(got, src=left) == left
+        else:
+            got = [None, None]
+            assert dist.recv_object_list(got, src=left) == left
+            dist.send_object_list([{"from": R}, [R] * R], dst=right)
+        assert got == [{"from": left}, [left] * left], got
+        # any source (not between MPICH's simulated nodes: see the p2p any-source case)
+        if "MPIR_CVAR_NUM_CLIQUES" not in os.environ:
+            if R == 0:
+                senders = set()
+                for _ in range(N - 1):
+                    slot = [None]
+                    senders.add(dist.recv_object_list(slot))
+                    assert slot[0][0] == "hi" and slot[0][1] in senders, slot
+                assert senders == set(range(1, N))
+            else:
+                dist.send_object_list([("hi", R)], dst=0)
+        dist.barrier()
+        if R == 0:   # a list of another length is refused by name
+            short = []
+            try:
+                dist.recv_object_list(short, group_src=1)
+            except ValueError as e:
+                assert "sent 1 objects but object_list has 0 slots" in str(e), str(e)
+            else:
+                raise AssertionError("accepted a list of another length")
+        elif R == 1:
+            dist.send_object_list(["extra"], group_dst=0)
+        try:
+            dist.send_object_list([1], dst=R)
+        except ValueError as e:
+            assert "should not be the same" in str(e)
+        else:
+            raise AssertionError("sent to itself")
+        dist.barrier()
 
     @case("object collectives refuse device arrays")
     def _():
@@ -385,6 +524,47 @@ if "groups" in SECTIONS and N >= 2:
         eq(a, [N * (N - 1) // 2])
         dist.destroy_process_group(g)
 
+if "groups" in SECTIONS:
+    @case("new_subgroups, get_process_group_ranks, get_global_rank/get_group_rank")
+    def _():
+        size = 2 if N % 2 == 0 else 1
+        cur, groups = dist.new_subgroups(group_size=size)
+        assert len(groups) == N // size
+        mine = list(range(R - R % size, R - R % size + size))
+        assert dist.get_process_group_ranks(cur) == mine
+        assert [dist.get_process_group_ranks(g) for g in groups if g is cur] == [mine]
+        assert sum(g is dist.GroupMember.NON_GROUP_MEMBER for g in groups) == N // size - 1
+        assert dist.get_global_rank(cur, dist.get_rank(cur)) == R
+        assert dist.get_group_rank(cur, R) == R % size
+        a = np.array([R], np.int64)
+        dist.all_reduce(a, group=cur)
+        eq(a, [sum(mine)])
+        assert dist.get_process_group_ranks(dist.group.WORLD) == list(range(N))
+        assert dist.get_process_group_ranks(None) == list(range(N))
+        for bad, text in ((lambda: dist.get_group_rank(cur, (R + size) % N if N > size
+                                                       else N), "is not part of group"),
+                          (lambda: dist.get_global_rank(cur, size), "is not part of group"),
+                          (lambda: dist.new_subgroups(group_size=0), "must be positive"),
+                          (lambda: dist.new_subgroups(group_size=N + 1), "divisible"),
+                          (lambda: dist.new_subgroups_by_enumeration([[0], [0]]),
+                           "has appeared in both")):
+            try:
+                bad()
+            except ValueError as e:
+                assert text in str(e), (text, str(e))
+            else:
+                raise AssertionError(f"no ValueError ({text})")
+        # ranks are sorted, as torch's new_group does
+        cur2, groups2 = dist.new_subgroups_by_enumeration([list(range(N))[::-1]])
+        assert dist.get_process_group_ranks(cur2) == list(range(N))
+        assert dist.get_group_rank(cur2, R) == R
+        b = np.array([R + 1.0])
+        dist.broadcast(b, src=N - 1, group=cur2)
+        eq(b, [float(N)])
+        for g in groups + groups2:
+            if g is not dist.GroupMember.NON_GROUP_MEMBER:
+                dist.destroy_process_group(g)
+
 if "queued" in SECTIONS and ASYNC:
     # the current stream is held busy by a gate: every op must take the comm-stream path
     # (wait for the current stream, run there, report through the done event)
@@ -435,14 +615,27 @@ if "errors" in SECTIONS:
     def _():
         a = acc.zeros((3,), device=DEV)
         checks = [
-            (lambda: dist.all_gather_into_tensor(acc.zeros((3,), device=DEV), a), ValueError,
-             "world_size times"),
+            (lambda: dist.all_gather_into_tensor(acc.zeros((3 * N + 1,), device=DEV), a),
+             ValueError, "world_size times"),
             (lambda: dist.reduce_scatter_tensor(a, acc.zeros((4,), device=DEV)), ValueError,
              "output size times world size"),
             (lambda: dist.all_reduce(acc.zeros((2,), dtype="complex64", device=DEV),
                                      op=dist.ReduceOp.MAX), ValueError, "complex"),
             (lambda: dist.all_reduce(a, op=dist.ReduceOp.BAND), ValueError, "integer or bool"),
             (lambda: dist.all_reduce(a, op="sum"), TypeError, "ReduceOp"),
+            (lambda: dist.all_reduce(a, op=dist.ReduceOp.PREMUL_SUM), ValueError,
+             "needs its factor"),
+            (lambda: dist.reduce(a, 0, op=dist.ReduceOp.PREMUL_SUM), ValueError,
+             "needs its factor"),
+            (lambda: dist.all_reduce(acc.zeros((2,), dtype="int32", device=DEV),
+                                     op=dist._make_nccl_premul_sum(2)), ValueError,
+             "floating"),
+            (lambda: dist._make_nccl_premul_sum("2"), TypeError, "number"),
+            (lambda: dist._make_nccl_premul_sum(np.ones(2)), TypeError, "one element"),
+            (lambda: dist.all_to_all([a] * N, [a] * (N + 1)), ValueError,
+             f"list of {N} arrays"),
+            (lambda: dist.reduce_scatter(a, [acc.zeros((4,), device=DEV)] * N), ValueError,
+             "output's size"),
             (lambda: dist.broadcast(a, src=N), ValueError, "not part of the group"),
             (lambda: dist.all_gather_into_tensor(acc.zeros((3 * N,), dtype="float64",
                                                            device=DEV), a), ValueError, "dtype"),
@@ -456,6 +649,8 @@ if "errors" in SECTIONS:
             (lambda: dist.init_process_group("mpi"), ValueError, "twice"),
         ]
         for fn, exc, text in checks:
+            if N == 1 and text == "divisible":   # every size divides by one
+                continue
             try:
                 fn()
             except exc as e:

@@ -33,6 +33,11 @@ if MODE == "init_stuck":
     dist.init_process_group("cpu:mpi", timeout=TIMEOUT)
     raise SystemExit("rank 0 passed init without rank 1")
 
+# the short TIMEOUT bounds init too: start it together, so that a loaded machine's start-up
+# skew between the ranks (imports taking seconds) is not mistaken for a stuck peer
+from mpi4py import MPI  # noqa: E402
+
+MPI.COMM_WORLD.Barrier()
 dist.init_process_group("cpu:mpi", timeout=TIMEOUT)
 R, N = dist.get_rank(), dist.get_world_size()
 a = acc.full((4,), 1.0, device="cpu")

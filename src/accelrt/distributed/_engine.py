@@ -23,8 +23,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["Backend", "Buf", "Engine", "EngineContext", "ReduceOp", "Request",
-           "register_backend"]
+__all__ = ["Backend", "Buf", "Engine", "EngineContext", "PremulSum", "RedOp", "ReduceOp",
+           "Request", "register_backend"]
 
 
 class ReduceOp(enum.Enum):
@@ -32,12 +32,14 @@ class ReduceOp(enum.Enum):
 
     ``AVG`` is floating or complex only on MPI (a sum, then a division); ``BAND``, ``BOR`` and
     ``BXOR`` are integer and bool only; complex arrays take ``SUM``, ``PRODUCT`` and ``AVG``.
+    ``PREMUL_SUM`` needs its factor: pass ``op=dist._make_nccl_premul_sum(factor)`` (each rank
+    multiplies its input by its factor, then the results are summed; floating dtypes).
 
     Example::
 
         >>> from accelrt.distributed import ReduceOp
         >>> [op.name for op in ReduceOp]
-        ['SUM', 'PRODUCT', 'MIN', 'MAX', 'AVG', 'BAND', 'BOR', 'BXOR']
+        ['SUM', 'PRODUCT', 'MIN', 'MAX', 'AVG', 'BAND', 'BOR', 'BXOR', 'PREMUL_SUM']
     """
 
     SUM = 0
@@ -48,6 +50,7 @@ class ReduceOp(enum.Enum):
     BAND = 5
     BOR = 6
     BXOR = 7
+    PREMUL_SUM = 8
 
     def __repr__(self) -> str:
         return f"<ReduceOp.{self.name}>"
@@ -55,6 +58,33 @@ class ReduceOp(enum.Enum):
     # members are singletons compared by identity: hash them the same way, in C (Enum's own
     # __hash__ is Python code, measurable on the small-message path)
     __hash__ = object.__hash__
+
+
+class PremulSum:
+    """``ReduceOp.PREMUL_SUM`` with its factor (``torch.distributed._make_nccl_premul_sum``):
+    every rank multiplies its input by ``factor`` (a number), then the inputs are summed.
+    Engines receive it in place of a :class:`ReduceOp`; ``op`` is ``ReduceOp.PREMUL_SUM``.
+
+    Example::
+
+        >>> from accelrt.distributed._engine import PremulSum
+        >>> PremulSum(0.5)
+        <ReduceOp.PREMUL_SUM factor=0.5>
+    """
+
+    __slots__ = ("factor",)
+    op = ReduceOp.PREMUL_SUM
+    name = "PREMUL_SUM"
+
+    def __init__(self, factor: float | int | complex) -> None:
+        self.factor = factor
+
+    def __repr__(self) -> str:
+        return f"<ReduceOp.PREMUL_SUM factor={self.factor!r}>"
+
+
+#: what engines' reduction methods receive
+RedOp = ReduceOp | PremulSum
 
 
 class Buf(NamedTuple):
@@ -122,22 +152,23 @@ class Engine:
         return False
 
     def supports(self, op: ReduceOp, dtype: np.dtype[Any]) -> str | None:
-        """None if ``op`` works on ``dtype``, else the reason."""
+        """None if ``op`` works on ``dtype``, else the reason (``PREMUL_SUM`` stands for every
+        :class:`PremulSum`; reductions receive the :class:`PremulSum` itself)."""
         return None
 
-    def all_reduce(self, send: Buf | None, recv: Buf, op: ReduceOp, stream: Any) -> None:
+    def all_reduce(self, send: Buf | None, recv: Buf, op: RedOp, stream: Any) -> None:
         raise NotImplementedError
 
     def broadcast(self, buf: Buf, root: int, stream: Any) -> None:
         raise NotImplementedError
 
-    def reduce(self, buf: Buf, op: ReduceOp, root: int, stream: Any) -> None:
+    def reduce(self, buf: Buf, op: RedOp, root: int, stream: Any) -> None:
         raise NotImplementedError
 
     def all_gather(self, send: Buf, recv: Buf, stream: Any) -> None:
         raise NotImplementedError
 
-    def reduce_scatter(self, send: Buf, recv: Buf, op: ReduceOp, stream: Any) -> None:
+    def reduce_scatter(self, send: Buf, recv: Buf, op: RedOp, stream: Any) -> None:
         raise NotImplementedError
 
     def gather(self, send: Buf, recv: Buf | None, root: int, stream: Any) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -36,10 +37,13 @@ from .._errors import AcceleratorValueError
 from .._event import Event
 from .._stream import Stream, _current
 from ..comm._transfer import run_on_stream
-from ._engine import Buf, Engine, EngineContext, ReduceOp, Request
+from ._engine import Buf, Engine, EngineContext, PremulSum, RedOp, ReduceOp, Request
 from ._errors import DistBackendError, DistError, DistTimeoutError
 
 __all__ = ["ProcessGroup", "Work"]
+
+#: a direct-call plan: (fn, args, post, comm-stream context, backend); see ProcessGroup
+Plan = tuple[Callable[..., Any], tuple[Any, ...], "Callable[[], None] | None", "_DevCtx", Any]
 
 DEFAULT_TIMEOUT = 600.0
 _monotonic = time.monotonic
@@ -64,6 +68,8 @@ def read_debug_level() -> None:
     global DETAIL, FORCE_STAGE
     DETAIL = debug_level() == "DETAIL"
     FORCE_STAGE = os.environ.get("ACCELRT_MPI_STAGE") == "1"
+    for g in WATCHDOG.groups:   # the inline plans assume neither
+        g.drop_plans()
 
 
 def _force_stage() -> bool:
@@ -130,6 +136,15 @@ def _abort_job(group: ProcessGroup, op: str, seq: int, timeout: float) -> None:
            "checks that every rank issues the same collectives).")
     # logging's last-resort handler puts it on stderr when the program configured no logging
     logging.getLogger("accelrt.distributed").critical(msg)
+    for f in (sys.stderr, sys.stdout):
+        try:
+            f.flush()
+        except Exception:   # a closed stream: nothing to lose
+            pass
+    # MPI launchers tear the job down at the abort, dropping rank output they have not
+    # forwarded yet (seen with MPICH's hydra: the whole output lost in about one abort in
+    # twelve): give the launcher a moment to forward this message first
+    time.sleep(ABORT_GRACE)
     for eng in list(group._engines.values()):
         try:
             eng.abort()
@@ -137,6 +152,9 @@ def _abort_job(group: ProcessGroup, op: str, seq: int, timeout: float) -> None:
             pass
     os._exit(124)
 
+
+#: seconds between printing the timeout message and aborting the job (see _abort_job)
+ABORT_GRACE = 0.25
 
 WATCHDOG = _Watchdog()
 
@@ -321,10 +339,11 @@ def _buf(a: Any) -> Buf:
 class _DevCtx:
     """The comm stream of one (group, device) and its queue counters."""
 
-    __slots__ = ("finished", "issued", "stream")
+    __slots__ = ("finished", "index", "issued", "stream")
 
-    def __init__(self, stream: Stream) -> None:
+    def __init__(self, stream: Stream, index: int) -> None:
         self.stream = stream
+        self.index = index
         self.issued = 0
         self.finished = 0
 
@@ -362,6 +381,13 @@ class ProcessGroup:
         # (backend, index) -> (engine, comm-stream ctx) where a host engine may be called
         # directly on the caller's thread when both streams are idle (the fast path)
         self._fast: dict[tuple[Any, int], tuple[Engine, _DevCtx]] = {}
+        # direct-call plans that all_reduce, broadcast and all_gather_into_tensor run inline
+        # (no further Python frames) when the comm stream is idle: key -> (fn, args, post,
+        # comm-stream ctx, backend). Made by the *_fast methods after a successful call;
+        # dropped when an error is kept, the debug flags change or the group is destroyed.
+        self.plans_ar: dict[tuple[int, int, int, ReduceOp], Plan] = {}
+        self.plans_bc: dict[tuple[int, int, int], Plan] = {}
+        self.plans_ag: dict[tuple[int, int, int, int], Plan] = {}
         self.parent: ProcessGroup | None = None
         self.destroyed = False
         # MPI_THREAD_MULTIPLE: engine calls may run on comm-stream worker threads
@@ -397,6 +423,7 @@ class ProcessGroup:
         with self._lock:
             if self._error is None:
                 self._error = exc
+        self.drop_plans()
 
     def _engine_error(self, op: str, seq: int, exc: BaseException) -> DistError:
         if isinstance(exc, DistError):
@@ -455,7 +482,7 @@ class ProcessGroup:
         ctx = self._ctx.get(key)
         if ctx is None:
             from .._device import _device_obj
-            ctx = _DevCtx(Stream(_device_obj(b.name, index)))
+            ctx = _DevCtx(Stream(_device_obj(b.name, index)), index)
             self._ctx[key] = ctx
         return ctx
 
@@ -495,7 +522,7 @@ class ProcessGroup:
     # ------------------------------------------------------------------ execution
     def run(self, op: str, arrays: Sequence[Any], ins: Sequence[Any], outs: Sequence[Any],
             call: Callable[[Engine, Callable[[Any], Buf], Any], None], async_op: bool,
-            desc: tuple[Any, ...] = (), red: ReduceOp | None = None,
+            desc: tuple[Any, ...] = (), red: RedOp | None = None,
             result: Sequence[Any] = ()) -> Work | None:
         """Run ``call(engine, buf, stream)`` for a collective over ``arrays`` (``ins`` are read,
         ``outs`` written; ``buf(array)`` gives the memory the engine must use)."""
@@ -504,10 +531,11 @@ class ProcessGroup:
         seq = self.next_seq()
         eng = self.engine(loc.type, loc.index)
         if red is not None:
+            base = red.op if isinstance(red, PremulSum) else red   # PremulSum: its kind
             for a in arrays:
-                key = (eng, red, a.dtype)
+                key = (eng, base, a.dtype)
                 if key not in self._supported:
-                    why = eng.supports(red, a.dtype)
+                    why = eng.supports(base, a.dtype)
                     if why is not None:
                         raise AcceleratorValueError(f"{op}: {why}")
                     self._supported.add(key)
@@ -550,21 +578,22 @@ class ProcessGroup:
         return self._staged(op, seq, ctx, cur, b, index, arrays, ins, outs, body, async_op,
                             result)
 
-    def _fast_engine(self, a: Any) -> Any:
-        """The engine that can take ``a`` directly on this thread, or ``None`` when the full
-        path is needed (a kept error, debug checks, forced staging, an array of a device not
-        used before, queued comm-stream work or pending work on the current stream)."""
+    def _fast_engine(self, a: Any) -> tuple[Any, _DevCtx] | None:
+        """The engine (and comm-stream context) that can take ``a`` directly on this thread,
+        or ``None`` when the full path is needed (a kept error, debug checks, forced staging,
+        an array of a device not used before, queued comm-stream work or pending work on the
+        current stream)."""
         if type(a) is not Array or self._error is not None or DETAIL or FORCE_STAGE:
             return None
         b, index = a._b, a._index
         ent = self._fast.get((b, index))
         if ent is None:
             return None
-        eng, ctx = ent
+        ctx = ent[1]
         if ctx.issued != ctx.finished or (getattr(b, "_slow", True)
                                           and not _current(b, index).query()):
             return None
-        return eng
+        return ent
 
     def _call_fast(self, op: str, call: Callable[[], None]) -> bool:
         """Run one fast-path engine call under the group's sequence number and watchdog
@@ -576,30 +605,65 @@ class ProcessGroup:
         except (DistError, AcceleratorValueError):
             raise
         except Exception as exc:
-            err = self._engine_error(op, seq, exc)
-            self._keep(err)
-            raise err from exc
+            self._fast_failed(op, seq, exc)
         finally:
             self._t0 = 0.0
         return True
 
+    def _fast_failed(self, op: str, seq: int, exc: Exception) -> None:
+        """Keep and raise an engine failure of a direct call (as the full path does)."""
+        if isinstance(exc, (DistError, AcceleratorValueError)):
+            raise exc
+        err = self._engine_error(op, seq, exc)
+        self._keep(err)
+        raise err from exc
+
+    def _remember(self, plans: dict[Any, Plan], key: Any, plan: tuple[Any, Any, Any],
+                  ctx: _DevCtx, b: Any) -> None:
+        """Keep an engine's direct-call plan for the inline path of the public functions
+        (only for backends whose ``_slow`` flag says when the current stream may be busy)."""
+        if hasattr(b, "_slow"):
+            if len(plans) >= 256:
+                plans.clear()
+            plans[key] = (plan[0], plan[1], plan[2], ctx, b)
+
+    def drop_plans(self) -> None:
+        """Forget the direct-call plans (an error was kept, debug flags changed, destroyed)."""
+        self.plans_ar.clear()
+        self.plans_bc.clear()
+        self.plans_ag.clear()
+
     def all_reduce_fast(self, a: Any, op: ReduceOp) -> bool:
         """``all_reduce(a, op)`` called directly on this thread when nothing needs the full
-        path (see :meth:`_fast_engine`); False otherwise. This is the small-message path."""
-        eng = self._fast_engine(a)
-        if eng is None:
+        path (see :meth:`_fast_engine`); False otherwise. This is the small-message path: a
+        successful call leaves a plan that ``all_reduce`` itself runs next time."""
+        ent = self._fast_engine(a)
+        if ent is None:
             return False
+        eng, ctx = ent
         mem = a._mem
-        return self._call_fast("all_reduce", lambda: eng.allreduce_fast(
+        self._call_fast("all_reduce", lambda: eng.allreduce_fast(
             mem.ptr, mem.nbytes, a._dtype, op))
+        plan = getattr(eng, "plan_allreduce", None)
+        if plan is not None:
+            self._remember(self.plans_ar, (mem.ptr, mem.nbytes, a._dtype.num, op),
+                           plan(mem.ptr, mem.nbytes, a._dtype, op), ctx, a._b)
+        return True
 
-    def broadcast_fast(self, a: Any, root: int) -> bool:
-        """``broadcast(a, root)`` through the fast path (see :meth:`all_reduce_fast`)."""
-        eng = self._fast_engine(a)
-        if eng is None:
+    def broadcast_fast(self, a: Any, root: int, src: int) -> bool:
+        """``broadcast(a, root)`` through the fast path (see :meth:`all_reduce_fast`);
+        ``src`` is the caller's (global) source rank, the plan's key."""
+        ent = self._fast_engine(a)
+        if ent is None:
             return False
+        eng, ctx = ent
         mem = a._mem
-        return self._call_fast("broadcast", lambda: eng.bcast_fast(mem.ptr, mem.nbytes, root))
+        self._call_fast("broadcast", lambda: eng.bcast_fast(mem.ptr, mem.nbytes, root))
+        plan = getattr(eng, "plan_bcast", None)
+        if plan is not None:
+            self._remember(self.plans_bc, (mem.ptr, mem.nbytes, src),
+                           plan(mem.ptr, mem.nbytes, root), ctx, a._b)
+        return True
 
     def all_gather_fast(self, out: Any, a: Any) -> bool:
         """``all_gather_into_tensor(out, a)`` through the fast path when ``out`` is an array
@@ -610,11 +674,17 @@ class ProcessGroup:
         if (out._b is not a._b or out._index != a._index or out._dtype != a._dtype
                 or omem.nbytes != mem.nbytes * self._size):
             return False
-        eng = self._fast_engine(a)
-        if eng is None:
+        ent = self._fast_engine(a)
+        if ent is None:
             return False
-        return self._call_fast("all_gather_into_tensor", lambda: eng.allgather_fast(
+        eng, ctx = ent
+        self._call_fast("all_gather_into_tensor", lambda: eng.allgather_fast(
             mem.ptr, omem.ptr, mem.nbytes))
+        plan = getattr(eng, "plan_allgather", None)
+        if plan is not None and out._b is a._b:
+            self._remember(self.plans_ag, (mem.ptr, omem.ptr, mem.nbytes, omem.nbytes),
+                           plan(mem.ptr, omem.ptr, mem.nbytes), ctx, a._b)
+        return True
 
     def _inline(self, op: str, seq: int, fn: Callable[[], None]) -> None:
         tok = WATCHDOG.enter(self, op, seq, self.timeout)

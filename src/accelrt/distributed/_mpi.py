@@ -20,12 +20,12 @@ from __future__ import annotations
 import ctypes
 import importlib
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from ._engine import Buf, Engine, EngineContext, ReduceOp, Request
+from ._engine import Buf, Engine, EngineContext, PremulSum, RedOp, ReduceOp, Request
 
 __all__ = ["MpiEngine", "mpi", "mpi_datatype"]
 
@@ -100,8 +100,13 @@ def _bytes(buf: Buf, parts: int = 1) -> list[Any]:
 
 _OPS: dict[ReduceOp, Any] = {}
 
+_NEEDS_FACTOR = ("ReduceOp.PREMUL_SUM needs its factor: pass "
+                 "op=accelrt.distributed._make_nccl_premul_sum(factor)")
 
-def _mpi_op(op: ReduceOp, dtype: np.dtype[Any]) -> Any:
+
+def _mpi_op(op: RedOp, dtype: np.dtype[Any]) -> Any:
+    if isinstance(op, PremulSum):   # the inputs were scaled: a plain sum
+        op = ReduceOp.SUM
     if not _OPS:
         MPI = mpi()
         _OPS.update({ReduceOp.SUM: MPI.SUM, ReduceOp.AVG: MPI.SUM, ReduceOp.PRODUCT: MPI.PROD,
@@ -122,6 +127,19 @@ def _host_view(buf: Buf) -> np.ndarray:
 def _avg(buf: Buf, n: int) -> None:
     v = _host_view(buf)
     np.divide(v, n, out=v, casting="unsafe")
+
+
+def _premul(buf: Buf, op: PremulSum) -> None:
+    """PREMUL_SUM's local step, in place: ``buf`` times the factor."""
+    v = _host_view(buf)
+    np.multiply(v, op.factor, out=v, casting="unsafe")
+
+
+def _premul_copy(buf: Buf, op: PremulSum) -> tuple[Buf, np.ndarray]:
+    """PREMUL_SUM's local step into a new host block (returned with its owner, which the
+    caller keeps alive until MPI has read it)."""
+    out = np.multiply(_host_view(buf), op.factor).astype(buf.dtype, copy=False)
+    return Buf(out.ctypes.data if out.size else 0, buf.count, buf.dtype), out
 
 
 def cuda_aware() -> bool:
@@ -160,7 +178,8 @@ class MpiEngine(Engine):
         comm.Set_errhandler(MPI.ERRORS_RETURN)   # errors become exceptions, mapped by the group
         self.comm = comm
         self._msgs: dict[tuple[int, int, int, int], list[Any]] = {}
-        self._ar: dict[tuple[int, int, int, ReduceOp], tuple[list[Any], Any]] = {}
+        self._ar: dict[tuple[int, int, int, ReduceOp],
+                       tuple[Callable[..., Any], tuple[Any, ...], Callable[[], None] | None]] = {}
         self._in_place, self._addr, self._byte = MPI.IN_PLACE, MPI.buffer.fromaddress, MPI.BYTE
         self.size = comm.Get_size()
         self.rank = comm.Get_rank()
@@ -183,24 +202,42 @@ class MpiEngine(Engine):
         return (cls.all_reduce is MpiEngine.all_reduce and cls.broadcast is MpiEngine.broadcast
                 and cls.all_gather is MpiEngine.all_gather)
 
-    def allreduce_fast(self, ptr: int, nbytes: int, dtype: np.dtype[Any], op: ReduceOp) -> None:
-        """In-place Allreduce of ``nbytes`` of host memory with the fewest Python steps (the
-        fast path): the message and the MPI op are cached per (address, size, dtype, op)."""
+    def plan_allreduce(self, ptr: int, nbytes: int, dtype: np.dtype[Any],
+                       op: ReduceOp) -> tuple[Callable[..., Any], tuple[Any, ...],
+                                              Callable[[], None] | None]:
+        """An in-place Allreduce of ``nbytes`` of host memory as ``(fn, args, post)``:
+        ``fn(*args)`` then ``post()`` when not None (AVG's division). Messages and MPI ops are
+        cached per (address, size, dtype, op), so a plan costs a dict lookup after the first."""
         key = (ptr, nbytes, dtype.num, op)   # dtype.num: numpy's dtype hash builds a tuple
         pre = self._ar.get(key)
         if pre is None:
-            why = self.supports(op, dtype)
+            why = (_NEEDS_FACTOR if op is ReduceOp.PREMUL_SUM else self.supports(op, dtype))
             if why is not None:
                 from .._errors import AcceleratorValueError
                 raise AcceleratorValueError(f"all_reduce: {why}")
             t = mpi_datatype(dtype)
             if len(self._ar) > 512:
                 self._ar.clear()
-            pre = self._ar[key] = (self._msg(ptr, nbytes, nbytes // dtype.itemsize, t),
-                                   _mpi_op(op, dtype))
-        self.comm.Allreduce(self._in_place, pre[0], pre[1])
-        if op is ReduceOp.AVG:
-            _avg(Buf(ptr, nbytes // dtype.itemsize, dtype), self.size)
+            post = None
+            if op is ReduceOp.AVG:
+                avg_buf, size = Buf(ptr, nbytes // dtype.itemsize, dtype), self.size
+
+                def post() -> None:
+                    _avg(avg_buf, size)
+
+            pre = self._ar[key] = (self.comm.Allreduce,
+                                   (self._in_place, self._msg(ptr, nbytes,
+                                                              nbytes // dtype.itemsize, t),
+                                    _mpi_op(op, dtype)), post)
+        return pre
+
+    def allreduce_fast(self, ptr: int, nbytes: int, dtype: np.dtype[Any], op: ReduceOp) -> None:
+        """In-place Allreduce of ``nbytes`` of host memory with the fewest Python steps (the
+        fast path; see :meth:`plan_allreduce`)."""
+        fn, args, post = self.plan_allreduce(ptr, nbytes, dtype, op)
+        fn(*args)
+        if post is not None:
+            post()
 
     def _msg(self, ptr: int, nbytes: int, count: int, t: Any) -> list[Any]:
         """The mpi4py message ``[buffer, count, datatype]``, reused per (address, size, count,
@@ -213,9 +250,21 @@ class MpiEngine(Engine):
             msg = self._msgs[key] = [self._addr(ptr or _SCRATCH_PTR, nbytes), count, t]
         return msg
 
+    def plan_bcast(self, ptr: int, nbytes: int,
+                   root: int) -> tuple[Callable[..., Any], tuple[Any, ...], None]:
+        """Bcast of host memory as ``(fn, args, None)`` (see :meth:`plan_allreduce`)."""
+        return self.comm.Bcast, (self._msg(ptr, nbytes, nbytes, self._byte), root), None
+
     def bcast_fast(self, ptr: int, nbytes: int, root: int) -> None:
         """Bcast of host memory (the fast path)."""
         self.comm.Bcast(self._msg(ptr, nbytes, nbytes, self._byte), root)
+
+    def plan_allgather(self, sptr: int, rptr: int,
+                       nbytes: int) -> tuple[Callable[..., Any], tuple[Any, ...], None]:
+        """Allgather of host memory, ``nbytes`` per rank, as ``(fn, args, None)``."""
+        return self.comm.Allgather, (self._msg(sptr, nbytes, nbytes, self._byte),
+                                     self._msg(rptr, nbytes * self.size, nbytes,
+                                               self._byte)), None
 
     def allgather_fast(self, sptr: int, rptr: int, nbytes: int) -> None:
         """Allgather of host memory, ``nbytes`` per rank (the fast path)."""
@@ -229,16 +278,25 @@ class MpiEngine(Engine):
     def supports(self, op: ReduceOp, dtype: np.dtype[Any]) -> str | None:
         if mpi_datatype(dtype) is None:
             return f"MPI has no datatype for {dtype.name}"
-        if dtype.kind == "c" and op not in (ReduceOp.SUM, ReduceOp.PRODUCT, ReduceOp.AVG):
-            return f"{op} is not defined for complex {dtype.name} (use SUM, PRODUCT or AVG)"
+        if dtype.kind == "c" and op not in (ReduceOp.SUM, ReduceOp.PRODUCT, ReduceOp.AVG,
+                                            ReduceOp.PREMUL_SUM):
+            return (f"{op} is not defined for complex {dtype.name} (use SUM, PRODUCT, AVG or "
+                    "PREMUL_SUM)")
         if op in (ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR) and dtype.kind not in "biu":
             return f"{op} needs an integer or bool dtype, got {dtype.name}"
         if op is ReduceOp.AVG and dtype.kind not in "fc":
             return f"{op} needs a floating or complex dtype on MPI, got {dtype.name}"
+        if op is ReduceOp.PREMUL_SUM and dtype.kind not in "fc":
+            return f"{op} needs a floating or complex dtype, got {dtype.name}"
         return None
 
-    def all_reduce(self, send: Buf | None, recv: Buf, op: ReduceOp, stream: Any) -> None:
+    def all_reduce(self, send: Buf | None, recv: Buf, op: RedOp, stream: Any) -> None:
         t = mpi_datatype(recv.dtype)
+        if type(op) is PremulSum:
+            if send is not None and recv.nbytes:
+                ctypes.memmove(recv.ptr, send.ptr, recv.nbytes)
+            send = None
+            _premul(recv, op)
         src = mpi().IN_PLACE if send is None else _spec(send, t)
         self.comm.Allreduce(src, _spec(recv, t), _mpi_op(op, recv.dtype))
         if op is ReduceOp.AVG:
@@ -247,14 +305,17 @@ class MpiEngine(Engine):
     def broadcast(self, buf: Buf, root: int, stream: Any) -> None:
         self.comm.Bcast(_bytes(buf), root)
 
-    def reduce(self, buf: Buf, op: ReduceOp, root: int, stream: Any) -> None:
+    def reduce(self, buf: Buf, op: RedOp, root: int, stream: Any) -> None:
         t = mpi_datatype(buf.dtype)
         if self.rank == root:
+            if type(op) is PremulSum:
+                _premul(buf, op)
             self.comm.Reduce(mpi().IN_PLACE, _spec(buf, t), _mpi_op(op, buf.dtype), root)
             if op is ReduceOp.AVG:
                 _avg(buf, self.size)
-        else:
-            self.comm.Reduce(_spec(buf, t), None, _mpi_op(op, buf.dtype), root)
+        else:   # the other ranks' arrays stay as they were: scale a copy
+            send, _owner = _premul_copy(buf, op) if type(op) is PremulSum else (buf, None)
+            self.comm.Reduce(_spec(send, t), None, _mpi_op(op, buf.dtype), root)
 
     def all_gather(self, send: Buf, recv: Buf, stream: Any) -> None:
         if send.ptr == recv.ptr + self.rank * send.nbytes and send.ptr:
@@ -262,8 +323,11 @@ class MpiEngine(Engine):
         else:
             self.comm.Allgather(_bytes(send), _bytes(recv, self.size))
 
-    def reduce_scatter(self, send: Buf, recv: Buf, op: ReduceOp, stream: Any) -> None:
+    def reduce_scatter(self, send: Buf, recv: Buf, op: RedOp, stream: Any) -> None:
         t = mpi_datatype(recv.dtype)
+        _owner = None
+        if type(op) is PremulSum:
+            send, _owner = _premul_copy(send, op)
         # mpi4py's count of both buffers is the per-rank block
         self.comm.Reduce_scatter_block([_spec(send, t)[0], recv.count, t], _spec(recv, t),
                                        _mpi_op(op, recv.dtype))

@@ -26,9 +26,11 @@ from typing import Any
 
 import numpy as np
 
-from ._engine import Buf, Engine, EngineContext, ReduceOp, Request
+from ._engine import Buf, Engine, EngineContext, PremulSum, RedOp, ReduceOp, Request
 
-__all__ = ["NcclEngine", "Span", "nccl_available"]
+__all__ = ["NcclEngine", "Span", "a2a_plan", "nccl_available"]
+
+_IN_PROGRESS = 7   # ncclInProgress
 
 
 def _core() -> Any:
@@ -61,6 +63,9 @@ class Span:
 
 def _op(op: ReduceOp, dtype: np.dtype[Any]) -> Any:
     core = _core()
+    if op is ReduceOp.PREMUL_SUM:
+        raise ValueError("ReduceOp.PREMUL_SUM needs its factor: pass "
+                         "op=accelrt.distributed._make_nccl_premul_sum(factor)")
     if dtype.kind == "b":
         op = {ReduceOp.SUM: ReduceOp.MAX, ReduceOp.PRODUCT: ReduceOp.MIN}.get(op, op)
     return {ReduceOp.SUM: core.SUM, ReduceOp.PRODUCT: core.PROD, ReduceOp.MIN: core.MIN,
@@ -73,6 +78,55 @@ def _as_nccl(buf: Buf) -> Span:
     elif buf.dtype.kind == "c":   # complex as twice as many reals (sum only), as cupyx does
         buf = Buf(buf.ptr, buf.count * 2, np.dtype(f"f{buf.dtype.itemsize // 2}"), buf.device)
     return Span(buf)
+
+
+def a2a_plan(send_counts: Sequence[int],
+             recv_counts: Sequence[int]) -> list[tuple[int, int, int, int, int]]:
+    """The point-to-point steps of an all-to-all: ``(peer, send_offset, send_count,
+    recv_offset, recv_count)`` per peer, offsets and counts in elements, peers with nothing to
+    send or receive left out.
+
+    Example::
+
+        >>> a2a_plan([1, 0, 2], [2, 1, 0])
+        [(0, 0, 1, 0, 2), (1, 1, 0, 2, 1), (2, 1, 2, 3, 0)]
+    """
+    if len(send_counts) != len(recv_counts):
+        raise ValueError(f"all_to_all: {len(send_counts)} send counts but "
+                         f"{len(recv_counts)} receive counts")
+    plan = []
+    so = ro = 0
+    for peer, (sc, rc) in enumerate(zip(send_counts, recv_counts)):
+        if sc < 0 or rc < 0:
+            raise ValueError(f"all_to_all: negative count for peer {peer}")
+        if sc or rc:
+            plan.append((peer, so, sc, ro, rc))
+        so += sc
+        ro += rc
+    return plan
+
+
+def settle(comm: Any, timeout: float, what: str) -> None:
+    """Wait until a non-blocking communicator is done *enqueueing* (not executing) its last
+    call.
+
+    NCCL's non-blocking communicators may return ``ncclInProgress`` from any call, and
+    nccl4py's bindings do not raise on it. A group with point-to-point work (``all_to_all``,
+    ``send``/``recv``) is then launched by a background thread, so the kernels reach the stream
+    *later*: an event recorded on the stream before that covers nothing. NCCL's rule (nccl4py's
+    ``get_async_error``): poll until ``ncclSuccess`` before any other NCCL call or stream work.
+    """
+    res = comm.get_async_error()
+    if int(res) == 0:
+        return
+    deadline = time.monotonic() + timeout
+    while int(res) == _IN_PROGRESS:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"NCCL did not finish enqueueing {what} within {timeout:g} s")
+        time.sleep(0)
+        res = comm.get_async_error()
+    if int(res) != 0:
+        raise RuntimeError(f"NCCL error {res!r} in {what}: {_core().get_error_string(res)}")
 
 
 class _NcclRequest(Request):
@@ -94,16 +148,23 @@ class NcclEngine(Engine):
     host_memory = False
     stream_ordered = True
 
-    def __init__(self, comm: Any, device: int) -> None:
+    def __init__(self, comm: Any, device: int, timeout: float = 600.0) -> None:
         self.comm = comm
         self.device = device
+        self.timeout = timeout
         self.size = int(comm.nranks)
         self.rank = int(comm.rank)
 
     @classmethod
     def create(cls, ctx: EngineContext) -> NcclEngine:
-        core = _core()
         from ._errors import DistBackendError, DistTimeoutError
+        try:
+            core = _core()
+        except ImportError as exc:
+            raise DistBackendError(
+                "the 'nccl' engine needs nccl4py built for your CUDA major version: pip "
+                "install 'accelrt[nccl-cu12]' or 'accelrt[nccl-cu13]' (nccl4py[cu12] or "
+                f"nccl4py[cu13]); importing nccl.core failed: {exc}", rank=ctx.rank) from exc
         uid = ctx.options.get("unique_id")
         if uid is None:
             if ctx.mpi_comm is None:
@@ -119,7 +180,7 @@ class NcclEngine(Engine):
         comm = core.Communicator.init(ctx.size, ctx.rank, uid, config=config)
         _wait_ready(comm, ctx.timeout, ctx.rank, "init_process_group (NCCL communicator)",
                     DistTimeoutError)
-        return cls(comm, ctx.device_index)
+        return cls(comm, ctx.device_index, ctx.timeout)
 
     def device_aware(self, device_type: str) -> bool:
         return device_type == "cuda"
@@ -127,68 +188,99 @@ class NcclEngine(Engine):
     def supports(self, op: ReduceOp, dtype: np.dtype[Any]) -> str | None:
         if op in (ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR):
             return f"{op} is not supported by NCCL"
+        if op is ReduceOp.PREMUL_SUM and dtype.kind != "f":
+            return f"{op} needs a floating dtype on NCCL, got {dtype.name}"
         if dtype.kind == "c" and op not in (ReduceOp.SUM, ReduceOp.AVG):
             return f"{op} is not defined for complex {dtype.name} on NCCL (use SUM or AVG)"
         if dtype.kind not in "biufc":
             return f"NCCL cannot move {dtype.name}"
         return None
 
-    def all_reduce(self, send: Buf | None, recv: Buf, op: ReduceOp, stream: Any) -> None:
+    def _red(self, op: RedOp, dtype: np.dtype[Any]) -> Any:
+        """NCCL's op for ``op``: PREMUL_SUM is NCCL's own (``ncclRedOpCreatePreMulSum`` with
+        the factor in host memory, in the buffer's dtype), made per call and closed after."""
+        if type(op) is PremulSum:
+            return self.comm.create_pre_mul_sum(np.array([op.factor], dtype=dtype))
+        assert type(op) is ReduceOp
+        return _op(op, dtype)
+
+    @staticmethod
+    def _done(red: Any) -> None:
+        close = getattr(red, "close", None)   # a CustomRedOp, once its call is enqueued
+        if close is not None:
+            close()
+
+    def all_reduce(self, send: Buf | None, recv: Buf, op: RedOp, stream: Any) -> None:
         r = _as_nccl(recv)
-        self.comm.allreduce(r if send is None else _as_nccl(send), r, _op(op, recv.dtype),
-                            stream=stream)
+        red = self._red(op, recv.dtype)
+        self.comm.allreduce(r if send is None else _as_nccl(send), r, red, stream=stream)
+        settle(self.comm, self.timeout, "allreduce")
+        self._done(red)
 
     def broadcast(self, buf: Buf, root: int, stream: Any) -> None:
         b = _as_nccl(buf)
         self.comm.broadcast(b, b, root, stream=stream)
+        settle(self.comm, self.timeout, "broadcast")
 
-    def reduce(self, buf: Buf, op: ReduceOp, root: int, stream: Any) -> None:
+    def reduce(self, buf: Buf, op: RedOp, root: int, stream: Any) -> None:
         b = _as_nccl(buf)
-        self.comm.reduce(b, b, _op(op, buf.dtype), root, stream=stream)
+        red = self._red(op, buf.dtype)
+        self.comm.reduce(b, b, red, root, stream=stream)
+        settle(self.comm, self.timeout, "reduce")
+        self._done(red)
 
     def all_gather(self, send: Buf, recv: Buf, stream: Any) -> None:
         self.comm.allgather(_as_nccl(send), _as_nccl(recv), stream=stream)
+        settle(self.comm, self.timeout, "allgather")
 
-    def reduce_scatter(self, send: Buf, recv: Buf, op: ReduceOp, stream: Any) -> None:
-        self.comm.reduce_scatter(_as_nccl(send), _as_nccl(recv), _op(op, recv.dtype),
-                                 stream=stream)
+    def reduce_scatter(self, send: Buf, recv: Buf, op: RedOp, stream: Any) -> None:
+        red = self._red(op, recv.dtype)
+        self.comm.reduce_scatter(_as_nccl(send), _as_nccl(recv), red, stream=stream)
+        settle(self.comm, self.timeout, "reduce_scatter")
+        self._done(red)
 
     def gather(self, send: Buf, recv: Buf | None, root: int, stream: Any) -> None:
         s = _as_nccl(send)
         self.comm.gather(s, s if recv is None else _as_nccl(recv), root, stream=stream)
+        settle(self.comm, self.timeout, "gather")
 
     def scatter(self, send: Buf | None, recv: Buf, root: int, stream: Any) -> None:
         r = _as_nccl(recv)
         self.comm.scatter(r if send is None else _as_nccl(send), r, root, stream=stream)
+        settle(self.comm, self.timeout, "scatter")
 
     def all_to_all(self, send: Buf, recv: Buf, send_counts: Sequence[int],
                    recv_counts: Sequence[int], stream: Any) -> None:
         core = _core()
-        so = ro = 0
+        plan = a2a_plan(send_counts, recv_counts)
         with core.group():
-            for peer in range(self.size):
-                sc, rc = send_counts[peer], recv_counts[peer]
+            for peer, so, sc, ro, rc in plan:
                 if sc:
                     self.comm.send(_as_nccl(send.at(so, sc)), peer, stream=stream)
                 if rc:
                     self.comm.recv(_as_nccl(recv.at(ro, rc)), peer, stream=stream)
-                so += sc
-                ro += rc
+        # the group (point-to-point work) is launched by a background thread of a
+        # non-blocking communicator: wait until it reached the stream
+        settle(self.comm, self.timeout, "all_to_all")
 
     def barrier(self) -> None:
         raise NotImplementedError("the group runs barriers on the comm stream")
 
     def send_on(self, buf: Buf, peer: int, stream: Any) -> None:
         self.comm.send(_as_nccl(buf), peer, stream=stream)
+        settle(self.comm, self.timeout, "send")
 
     def recv_on(self, buf: Buf, peer: int, stream: Any) -> None:
         self.comm.recv(_as_nccl(buf), peer, stream=stream)
+        settle(self.comm, self.timeout, "recv")
 
     def split(self, color: int | None, key: int, ctx: EngineContext | None) -> Engine | None:
         sub = self.comm.split(color, key)
+        settle(self.comm, self.timeout, "split")   # the parent is busy until the split ends
         if color is None:
             return None
-        return NcclEngine(sub, self.device)
+        settle(sub, self.timeout, "split (the new communicator)")
+        return NcclEngine(sub, self.device, self.timeout)
 
     def async_error(self) -> BaseException | None:
         core = _core()

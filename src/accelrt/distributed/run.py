@@ -67,6 +67,15 @@ def setup_rank(MPI: Any) -> tuple[int, int, int, int]:
     return rank, size, local, local_size
 
 
+def _grace() -> None:
+    """Let the launcher forward what this rank printed before the abort tears the job down
+    (see ``_group.ABORT_GRACE``)."""
+    import time
+
+    from ._group import ABORT_GRACE
+    time.sleep(ABORT_GRACE)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point (see the module docstring)."""
     kind, target, args = parse_args(sys.argv[1:] if argv is None else argv)
@@ -90,6 +99,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.stderr.write("".join(f"[rank {rank}] {line}\n" for line in text.splitlines()))
         sys.stderr.write(f"[rank {rank}] accelrt.distributed.run: aborting the job\n")
         sys.stderr.flush()
+        _grace()
         MPI.COMM_WORLD.Abort(1)
     if code not in (None, 0):
         if not isinstance(code, int):
@@ -98,6 +108,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         if MPI.COMM_WORLD.Get_size() > 1:
+            _grace()
             MPI.COMM_WORLD.Abort(code)
         raise SystemExit(code)
 
