@@ -74,7 +74,8 @@ __all__ = ["CALL_NAMES", "SimulatedBackend"]
 #: cuMemUnmap + cuMemRelease each), ``vm_reserve``/``vm_release`` (cuMemAddressReserve/
 #: cuMemAddressFree). The rest are the contract's stream, event and copy operations.
 CALL_NAMES = ("malloc", "free", "vm_map", "vm_unmap", "vm_unmapped_mappings", "vm_reserve",
-              "vm_release", "memcpy", "memset", "fill", "stream_create", "stream_destroy",
+              "vm_release", "memcpy", "memset", "fill", "init_device", "stream_create",
+              "stream_destroy",
               "stream_query", "stream_synchronize", "stream_wait_event", "synchronize",
               "launch_host_func", "event_create", "event_destroy", "event_record",
               "event_query", "event_synchronize", "event_elapsed_time")
@@ -162,6 +163,8 @@ class SimulatedBackend(Backend):
             pending until :meth:`complete_stream`, :meth:`complete_all` or a synchronization.
         host_capacity: bytes of pinned host memory ``host_malloc`` gives before it returns 0
             (default: unlimited).
+        priority_range: ``stream_priority_range()``, ``(least, greatest)`` (default
+            ``(0, 0)``: one priority).
         name: the backend's name, to register an instance under another name (default
             the class's, ``"simulated"``).
 
@@ -185,7 +188,7 @@ class SimulatedBackend(Backend):
     def __init__(self, capacity: int = 80 * _GIB, device_count: int = 1, *,
                  granularity: int = _VM_GRANULARITY, vm: bool = True,
                  auto_complete: bool = True, host_capacity: int | None = None,
-                 name: str | None = None) -> None:
+                 priority_range: tuple[int, int] = (0, 0), name: str | None = None) -> None:
         if not isinstance(capacity, int) or isinstance(capacity, bool):
             raise TypeError(f"capacity must be an int number of bytes, got {type(capacity).__name__}")
         if not isinstance(device_count, int) or isinstance(device_count, bool):
@@ -199,6 +202,11 @@ class SimulatedBackend(Backend):
             raise ValueError(f"granularity must be a power of two, got {granularity}")
         if host_capacity is not None:
             _check_int(host_capacity, "host_capacity", 0)
+        if (not isinstance(priority_range, tuple) or len(priority_range) != 2
+                or not all(isinstance(p, int) for p in priority_range)
+                or priority_range[1] > priority_range[0]):
+            raise ValueError(f"priority_range must be a (least, greatest) pair of ints with "
+                             f"greatest <= least, as CUDA's, got {priority_range!r}")
         for flag, what in ((vm, "vm"), (auto_complete, "auto_complete")):
             if not isinstance(flag, bool):
                 raise TypeError(f"{what} must be a bool, got {type(flag).__name__}")
@@ -209,11 +217,13 @@ class SimulatedBackend(Backend):
         self.granularity = granularity
         self.host_capacity = host_capacity
         self.auto_complete = auto_complete
+        self._priority_range = priority_range
         self._caps = Capabilities(virtual_memory=vm, pinned_host_memory=True,
                                   host_functions=True)
         self._lock = reinit_after_fork(threading.Lock())
         self._devices = [_Device(i) for i in range(device_count)]
         self._handles = itertools.count(1)              # streams and events
+        self._streams: set[int] = set()                 # live streams made, guarded by _lock
         # event -> (device, stream, work number) of its last record, or None; guarded by _lock
         self._events: dict[int, tuple[int, int, int] | None] = {}
         self._host: dict[int, int] = {}                 # pinned ptr -> size, guarded by _lock
@@ -262,6 +272,23 @@ class SimulatedBackend(Backend):
         """
         with self._lock:
             return dict(self._devices[index].calls)
+
+    def live_handles(self) -> dict[str, int]:
+        """Streams made and not destroyed, and events not destroyed (read by
+        :func:`accelrt.testing.leak_check`)."""
+        with self._lock:
+            return {"streams": len(self._streams), "events": len(self._events), "graphs": 0}
+
+    def last_record(self, event: EventHandle) -> tuple[int, StreamHandle] | None:
+        """``(device, stream)`` of the last :meth:`event_record` of ``event`` (``None``:
+        never recorded)."""
+        rec = self._event(event)
+        return None if rec is None else (rec[0], StreamHandle(rec[1]))
+
+    def init_device(self, index: int) -> None:
+        """Counted only (``calls(index)["init_device"]``): the core calls it once per thread
+        and device before the first operation there, as it would make a context current."""
+        self._count(index, "init_device")
 
     def _count(self, index: int, what: str) -> _Device:
         dev = self._devices[index]
@@ -484,6 +511,13 @@ class SimulatedBackend(Backend):
             for stream in streams:
                 self._complete(index, stream)
 
+    def close(self) -> None:
+        """Complete the work still queued (running its host functions), then close (see
+        :meth:`Backend.close`)."""
+        if not self.closed:
+            self.complete_all()
+        super().close()
+
     # ------------------------------------------------------------------ copies (no memory)
     def memcpy(self, index: int, dst: int, src: int, nbytes: int, kind: str,
                stream: StreamHandle) -> None:
@@ -501,9 +535,15 @@ class SimulatedBackend(Backend):
         self._submit(index, stream, "fill")
 
     # ------------------------------------------------------------------ streams
+    def stream_priority_range(self, index: int) -> tuple[int, int]:
+        return self._priority_range
+
     def stream_create(self, index: int, priority: int) -> StreamHandle:
         self._count(index, "stream_create")
-        return StreamHandle(next(self._handles))
+        with self._lock:
+            stream = next(self._handles)
+            self._streams.add(stream)
+        return StreamHandle(stream)
 
     def stream_destroy(self, index: int, stream: StreamHandle) -> None:
         """Forget ``stream``; its queued work still completes (as in CUDA) and
@@ -511,6 +551,7 @@ class SimulatedBackend(Backend):
         dev = self._count(index, "stream_destroy")
         with self._lock:
             dev.destroyed.add(stream)
+            self._streams.discard(stream)
 
     def stream_is_valid(self, index: int, stream: StreamHandle) -> bool:
         """Any non-negative int names a stream until it is destroyed (a test may queue work
