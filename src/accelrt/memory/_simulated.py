@@ -395,6 +395,7 @@ class SimulatedBackend(Backend):
             dev.calls["vm_release"] += 1
 
     def _pages(self, dev: _Device, ptr: int, size: int, what: str) -> range:
+        self._check_vm(what)
         self._check_aligned(ptr, size, what)
         for base, rsize in dev.reservations.items():
             if base <= ptr and ptr + size <= base + rsize:
@@ -404,7 +405,6 @@ class SimulatedBackend(Backend):
     def vm_map(self, index: int, ptr: int, size: int) -> bool:
         """Back ``[ptr, ptr+size)`` with one mapping (as cuMemCreate + cuMemMap would): it can
         only be unmapped whole, alone or with adjacent mappings."""
-        self._check_vm("vm_map")
         dev = self._devices[index]
         with self._lock:
             pages = self._pages(dev, ptr, size, "vm_map")
@@ -421,7 +421,6 @@ class SimulatedBackend(Backend):
     def vm_unmap(self, index: int, ptr: int, size: int) -> None:
         """Unmap ``[ptr, ptr+size)``: a run of whole mappings made by :meth:`vm_map` (a range
         that cuts a mapping raises ``ValueError``, as on CUDA)."""
-        self._check_vm("vm_unmap")
         dev = self._devices[index]
         with self._lock:
             pages = self._pages(dev, ptr, size, "vm_unmap")
