@@ -1,4 +1,4 @@
-"""The caching allocator's rules (ALLOCATOR_SPEC §1-8, §11-14), on FakeBackend."""
+"""The caching allocator's rules (ALLOCATOR_SPEC §1-8, §11-14), on SimulatedBackend."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers.fake_backend import FakeBackend
 
 from accelrt import OutOfMemoryError
 from accelrt.memory._allocator import DeviceCachingAllocator, format_size
 from accelrt.memory._config import AllocatorConfig, parse_config
+from accelrt.testing import SimulatedBackend
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -22,12 +22,12 @@ GiB = 1 << 30
 TRACES = Path(__file__).parent / "data" / "traces"
 
 
-def make(conf: str = "", **kw) -> tuple[DeviceCachingAllocator, FakeBackend]:
-    b = FakeBackend(**kw)
+def make(conf: str = "", **kw) -> tuple[DeviceCachingAllocator, SimulatedBackend]:
+    b = SimulatedBackend(**kw)
     return DeviceCachingAllocator(b, 0, parse_config(conf) if conf else AllocatorConfig()), b
 
 
-def check_consistent(a: DeviceCachingAllocator, b: FakeBackend) -> None:
+def check_consistent(a: DeviceCachingAllocator, b: SimulatedBackend) -> None:
     """Stats agree with the segments the snapshot shows and with the backend."""
     segs = a.snapshot_segments()
     st = a.stats()
@@ -134,7 +134,7 @@ def test_large_segment_size_option():
 def test_release_lock_on_malloc_lets_other_threads_in():
     import threading
 
-    class SlowBackend(FakeBackend):
+    class SlowBackend(SimulatedBackend):
         def malloc(self, index, size):
             entered.set()
             assert proceed.wait(5)
@@ -271,8 +271,8 @@ def test_fraction_oom_message_and_continued_use():
         a.malloc(100 * MiB, 0)
     e = ei.value
     msg = str(e)
-    assert msg.startswith("fake out of memory. Tried to allocate 100.00 MiB. Device fake:0 has "
-                          "a total capacity of 1024.00 MiB of which 824.00 MiB is free. "
+    assert msg.startswith("simulated out of memory. Tried to allocate 100.00 MiB. Device "
+                          "simulated:0 has a total capacity of 1024.00 MiB of which 824.00 MiB is free. "
                           "256.00 MiB allowed; Of the allocated memory 200.00 MiB is allocated "
                           "by accelrt, and 0 bytes is reserved by accelrt but unallocated.")
     assert "ACCELRT_ALLOC_CONF=expandable_segments:True" in msg
@@ -330,7 +330,7 @@ def test_huge_and_zero_sizes():
     assert a.malloc(0, 0) == 0
     with pytest.raises(OutOfMemoryError, match="more than 1EB"):
         a.malloc(2**60, 0)
-    assert a.stats()["num_ooms"] == 0 and b.malloc_calls == 0
+    assert a.stats()["num_ooms"] == 0 and b.calls(0)["malloc"] == 0
     assert a.malloc(np.int64(100), 0) != 0
 
 
@@ -503,22 +503,26 @@ def test_free_after_recorded_stream_destroyed_synchronizes():
     b.launch_work(3)
     b.stream_destroy(0, 3)
     a.free(p)                      # cannot record on stream 3: the device is synchronized
-    assert b.synchronize_calls == 1 and b.stream_query(0, 3)
+    assert b.calls(0)["synchronize"] == 1 and b.stream_query(0, 3)
     st = a.stats()
     assert st["active.all.current"] == 0 and st["allocation.all.current"] == 0
     a.empty_cache()
     assert a.memory_reserved() == 0 == b.used
 
 
-def test_event_record_failure_keeps_state_consistent():
+def test_event_record_failure_keeps_state_consistent(monkeypatch):
     a, b = make(auto_complete=False)
     p = a.malloc(4096, 0)
     a.record_stream(p, 3)
     a.record_stream(p, 4)
-    b.fail_event_record = True
+
+    def fail(*args: object) -> None:
+        raise RuntimeError("fake event_record failure")
+
+    monkeypatch.setattr(b, "event_record", fail)
     with pytest.raises(RuntimeError, match="fake event_record failure"):
         a.free(p)
-    b.fail_event_record = False
+    monkeypatch.undo()
     st = a.stats()
     assert st["allocation.all.current"] == 0 and st["active.all.current"] == 0
     with pytest.raises(ValueError, match="double free"):
@@ -532,7 +536,7 @@ def test_record_stream_on_own_stream_is_ignored():
     p = a.malloc(4096, 3)
     a.record_stream(p, 3)
     a.free(p)
-    assert b.events_recorded == 0
+    assert b.calls(0)["event_record"] == 0
     assert a.malloc(4096, 3) == p
 
 
@@ -543,7 +547,7 @@ def test_empty_cache_synchronizes_pending_frees():
     a.record_stream(p, 10)
     b.launch_work(9)
     a.free(p)
-    assert b.events_recorded == 2
+    assert b.calls(0)["event_record"] == 2
     a.empty_cache()
     st = a.stats()
     assert st["active_bytes.all.current"] == 0
@@ -630,11 +634,11 @@ def test_capture_defers_record_stream_frees():
     a.record_stream(p, 1)
     a.begin_allocate_to_pool((9, 9))
     a.free(p)                                   # deferred until no capture is underway
-    assert b.events_recorded == 0
+    assert b.calls(0)["event_record"] == 0
     a.end_allocate_to_pool((9, 9))
     b.complete_all()
     a.free(a.malloc(4096, 0))                   # inserts the deferred event
-    assert b.events_recorded == 1
+    assert b.calls(0)["event_record"] == 1
     b.complete_all()
     a.free(a.malloc(4096, 0))
     assert a.stats()["active.all.current"] == 0
@@ -764,7 +768,7 @@ def test_registry_one_allocator_per_device(monkeypatch):
     from accelrt.memory import _allocator
     from accelrt.memory._allocator import get_allocator, peek_allocator
     monkeypatch.setattr(_allocator, "_allocators", {})
-    b = FakeBackend(devices=2, name="fakereg")
+    b = SimulatedBackend(device_count=2, name="fakereg")
     assert peek_allocator("fakereg", 1) is None
     a0, a1 = get_allocator(b, 0), get_allocator(b, 1)
     assert a0 is get_allocator(b, 0) and a0 is not a1

@@ -5,11 +5,11 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from helpers.fake_backend import FakeBackend
 
 from accelrt.memory import _allocator, _config
 from accelrt.memory._allocator import DeviceCachingAllocator
 from accelrt.memory._config import SIZE_MAX, AllocatorConfig, parse_config
+from accelrt.testing import SimulatedBackend
 
 MiB = 1 << 20
 
@@ -190,7 +190,7 @@ def test_bad_env_raises_on_first_use(fresh_config):
 
 
 def test_set_allocator_settings_applies_to_existing(fresh_config):
-    b = FakeBackend()
+    b = SimulatedBackend()
     a = _allocator.get_allocator(b, 0)
     assert a.stats()["max_split_size"] == -1
     _config.set_allocator_settings("max_split_size_mb:40")
@@ -214,9 +214,9 @@ def test_set_allocator_settings_bad_string_changes_nothing(fresh_config):
 
 
 def test_expandable_refused_for_backend_without_vm(fresh_config):
-    b = FakeBackend(vm=False)
+    b = SimulatedBackend(vm=False)
     a = _allocator.get_allocator(b, 0)
-    with pytest.raises(ValueError, match="'fake' backend"):
+    with pytest.raises(ValueError, match="'simulated' backend"):
         _config.set_allocator_settings("expandable_segments:True")
     assert not _config.get_config().expandable_segments
     assert not a.config.expandable_segments

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import pytest
-from helpers.fake_backend import FakeBackend
 
 from accelrt import OutOfMemoryError
 from accelrt.memory._allocator import DeviceCachingAllocator
 from accelrt.memory._config import parse_config
+from accelrt.testing import SimulatedBackend
 
 MiB = 1 << 20
 GiB = 1 << 30
 
 
 def make(conf: str = "expandable_segments:True", **kw):
-    b = FakeBackend(**kw)
+    b = SimulatedBackend(**kw)
     return DeviceCachingAllocator(b, 0, parse_config(conf)), b
 
 
@@ -111,7 +111,7 @@ def test_granularity_rounds_page_size():
 
 def test_refused_without_vm():
     a, b = make(vm=False)
-    with pytest.raises(ValueError, match="'fake' backend"):
+    with pytest.raises(ValueError, match="'simulated' backend"):
         a.malloc(1000, 0)
     assert a.memory_reserved() == 0 and b.used == 0
 

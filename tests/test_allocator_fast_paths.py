@@ -14,7 +14,6 @@ import os
 
 import hypothesis.strategies as st
 import pytest
-from helpers.fake_backend import FakeBackend
 from hypothesis import given, settings
 
 from accelrt.memory._allocator import DeviceCachingAllocator, GeneralPathAllocator
@@ -49,8 +48,8 @@ ops = st.lists(st.one_of(
 @settings(max_examples=40, deadline=None)
 @given(seq=ops)
 def test_fast_paths_match_the_general_code(conf: str, seq: list[tuple[str, int, int]]) -> None:
-    fast = DeviceCachingAllocator(FakeBackend(capacity=1 << 34), 0, parse_config(conf))
-    general = GeneralPathAllocator(FakeBackend(capacity=1 << 34), 0, parse_config(conf))
+    fast = DeviceCachingAllocator(SimulatedBackend(capacity=1 << 34), 0, parse_config(conf))
+    general = GeneralPathAllocator(SimulatedBackend(capacity=1 << 34), 0, parse_config(conf))
     live: list[int] = []
     for op, arg, stream in seq:
         if op == "alloc":
@@ -91,16 +90,16 @@ def test_fast_paths_match_the_general_code_on_traces(path: str) -> None:
 
 
 def test_general_path_allocator_takes_no_fast_path() -> None:
-    a = GeneralPathAllocator(FakeBackend(), 0, parse_config(""))
+    a = GeneralPathAllocator(SimulatedBackend(), 0, parse_config(""))
     a.free(a.malloc(512, 0))
     assert not a._fast
-    assert DeviceCachingAllocator(FakeBackend(), 0, parse_config(""))._fast
+    assert DeviceCachingAllocator(SimulatedBackend(), 0, parse_config(""))._fast
 
 
 def test_fast_path_returns_once_each_component_is_idle() -> None:
     """Each component (history, private pools, stream-ordered frees) turns the fast path off
     while it has work and gives it back when it is idle again."""
-    b = FakeBackend(auto_complete=False)
+    b = SimulatedBackend(auto_complete=False)
     a = DeviceCachingAllocator(b, 0, parse_config(""))
     a.record_history("all")
     assert not a._fast and a._history is not None

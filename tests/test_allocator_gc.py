@@ -17,7 +17,6 @@ from typing import Any
 
 import hypothesis.strategies as st
 import pytest
-from helpers.fake_backend import FakeBackend
 from hypothesis import settings
 from hypothesis.stateful import initialize, invariant, rule
 from test_allocator_stateful import CONFIGS, AllocatorMachine, sizes
@@ -27,6 +26,7 @@ from accelrt.backends import get_backend
 from accelrt.memory._allocator import DeviceCachingAllocator
 from accelrt.memory._config import parse_config
 from accelrt.memory._lock import FastLock
+from accelrt.testing import SimulatedBackend
 
 MiB = 1 << 20
 
@@ -188,7 +188,7 @@ def test_queued_release_happens_before_a_later_create(alloc: Any) -> None:
 
 # ---------------------------------------------------------------------- stress
 
-class GCBackend(FakeBackend):
+class GCBackend(SimulatedBackend):
     """A fake device whose memory calls (made under the allocator's lock) collect garbage."""
 
     def malloc(self, index: int, size: int) -> int:

@@ -10,12 +10,12 @@ statistics) after every step.
 from __future__ import annotations
 
 import hypothesis.strategies as st
-from helpers.fake_backend import FakeBackend
 from hypothesis import given, settings
 
 from accelrt import OutOfMemoryError
 from accelrt.memory._allocator import DeviceCachingAllocator
 from accelrt.memory._config import parse_config
+from accelrt.testing import SimulatedBackend
 
 MiB = 1 << 20
 NAMES = ("allocation", "allocated_bytes", "active", "active_bytes", "requested_bytes",
@@ -77,7 +77,7 @@ def _check(a: DeviceCachingAllocator, maxima: dict[str, int], cur: dict[str, int
 @given(conf=st.sampled_from(["", "max_split_size_mb:24", "expandable_segments:True"]),
        seq=ops)
 def test_rarely_read_stats_are_exact(conf: str, seq: list[tuple[str, int, int]]) -> None:
-    b = FakeBackend(capacity=256 * MiB, auto_complete=False)
+    b = SimulatedBackend(capacity=256 * MiB, auto_complete=False)
     a = DeviceCachingAllocator(b, 0, parse_config(conf))
     live: list[int] = []
     maxima = _currents(a)
@@ -113,7 +113,7 @@ def test_rarely_read_stats_are_exact(conf: str, seq: list[tuple[str, int, int]])
 
 def test_alternating_cycles_keep_peaks() -> None:
     """The churn the fast path is built for: peaks stay those of one live block, sums grow."""
-    b = FakeBackend(capacity=256 * MiB)
+    b = SimulatedBackend(capacity=256 * MiB)
     a = DeviceCachingAllocator(b, 0, parse_config(""))
     keep = a.malloc(3 * MiB, 0)
     for size in (512, MiB, 20 * MiB):
@@ -137,7 +137,7 @@ def test_stat_keys_are_pytorchs_sorted_and_match_stats() -> None:
     from accelrt.memory._stats import FLAT_KEYS, SORTED_KEYS
 
     assert list(SORTED_KEYS) == sorted(FLAT_KEYS) and len(set(FLAT_KEYS)) == len(FLAT_KEYS) == 123
-    a = DeviceCachingAllocator(FakeBackend(capacity=256 * MiB), 0, parse_config(""))
+    a = DeviceCachingAllocator(SimulatedBackend(capacity=256 * MiB), 0, parse_config(""))
     p = a.malloc(3 * MiB, 0)
     s = a.sorted_stats()
     assert list(s) == list(SORTED_KEYS) and s == a.stats()

@@ -4,7 +4,6 @@ allocator's blocks, statistics and backend usage consistent."""
 from __future__ import annotations
 
 import hypothesis.strategies as st
-from helpers.fake_backend import FakeBackend
 from hypothesis import settings
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -18,6 +17,7 @@ from accelrt import OutOfMemoryError
 from accelrt.memory import _allocator, _block
 from accelrt.memory._allocator import DeviceCachingAllocator
 from accelrt.memory._config import parse_config
+from accelrt.testing import SimulatedBackend
 
 MiB = 1 << 20
 TYPES = ("small", "large")
@@ -43,7 +43,7 @@ class AllocatorMachine(RuleBasedStateMachine):
         self.old_limits = (_block.BUCKET_MAX, _block.SMALL_MAX, _allocator.SMALL_MAX)
         if tiny:
             _block.BUCKET_MAX, _block.SMALL_MAX, _allocator.SMALL_MAX = 2, 0, 0
-        self.b = FakeBackend(capacity=256 * MiB, auto_complete=False)
+        self.b = SimulatedBackend(capacity=256 * MiB, auto_complete=False)
         self.a = DeviceCachingAllocator(self.b, 0, parse_config(conf))
 
     # ------------------------------------------------------------------ rules

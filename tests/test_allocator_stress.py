@@ -7,11 +7,11 @@ import random
 import threading
 
 import pytest
-from helpers.fake_backend import FakeBackend
 
 from accelrt import OutOfMemoryError
 from accelrt.memory._allocator import DeviceCachingAllocator
 from accelrt.memory._config import parse_config
+from accelrt.testing import SimulatedBackend
 
 MiB = 1 << 20
 THREADS = 4
@@ -21,7 +21,7 @@ OPS = 10_000
 @pytest.mark.parametrize("conf", ["", "expandable_segments:True",
                                   "expandable_segments:True,page_reuse:True"])
 def test_four_threads_mixed_operations(conf):
-    b = FakeBackend(capacity=2048 * MiB, auto_complete=False)
+    b = SimulatedBackend(capacity=2048 * MiB, auto_complete=False)
     a = DeviceCachingAllocator(b, 0, parse_config(conf) if conf else None)
     errors: list[BaseException] = []
     owned: list[dict[int, int]] = [{} for _ in range(THREADS)]

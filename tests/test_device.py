@@ -348,9 +348,9 @@ def test_bound_host_pool_functions(bound: tuple[str, Any]) -> None:
 
 
 def test_bound_memory_functions_on_an_unusable_backend() -> None:
-    from helpers import ToyBackend
+    from accelrt.testing import SimulatedBackend
 
-    class Unusable(ToyBackend):
+    class Unusable(SimulatedBackend):
         name = "unusable_mem"
 
         @classmethod

@@ -16,18 +16,18 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import ToyBackend
 
 import accelrt as acc
 from accelrt import _backend
 from accelrt.backends.cpu import CpuBackend
+from accelrt.testing import SimulatedBackend
 
 SYNC, ASYNC = "dmsync", "dmasync"
 acc.backends.register(SYNC, lambda: CpuBackend(num_devices=2, async_streams=False, name=SYNC))
 acc.backends.register(ASYNC, lambda: CpuBackend(num_devices=2, async_streams=True, name=ASYNC))
 
 
-class _Unusable(ToyBackend):
+class _Unusable(SimulatedBackend):
     name = "dmunusable"
 
     @classmethod
@@ -35,7 +35,7 @@ class _Unusable(ToyBackend):
         return "no driver installed; install the frobnicator"
 
 
-class _WithArch(ToyBackend):
+class _WithArch(SimulatedBackend):
     name = "dmarch"
 
     def arch_list(self) -> list[str]:

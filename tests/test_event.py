@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import pickle
+from typing import Any
 
 import pytest
 from helpers import register_toy
@@ -13,6 +14,7 @@ import accelrt as acc
 from accelrt import _backend
 from accelrt.backends import Capabilities
 from accelrt.backends.cpu import CpuBackend
+from accelrt.testing import SimulatedBackend
 
 
 def test_fresh_event_is_complete_and_has_no_handle(backend: str) -> None:
@@ -44,20 +46,20 @@ def test_record_on_current_stream_by_default() -> None:
     e = acc.Event(f"{name}:0")
     with s:
         e.record()
-    assert toy.events[e.event_id]["stream"] == s.stream_id
+    assert toy.last_record(e.event_id) == (0, s.stream_id)
     e.record()
-    assert toy.events[e.event_id]["stream"] == 0  # the default stream again
+    assert toy.last_record(e.event_id) == (0, 0)  # the default stream again
 
 
 def test_query_and_synchronize_follow_pending_work() -> None:
     name, toy = register_toy()
     s = acc.Stream(f"{name}:0")
-    toy.submit(s.stream_id)
+    toy.launch_work(s.stream_id)
     e = s.record_event()
     assert e.query() is False
     e.synchronize()
     assert e.query() is True
-    assert toy.calls["event_synchronize"] == 1
+    assert toy.calls(0)["event_synchronize"] == 1
 
 
 def test_record_on_other_device_is_value_error() -> None:
@@ -72,14 +74,21 @@ def test_record_on_other_device_is_value_error() -> None:
 
 
 def test_wait_makes_stream_wait_and_checks_types() -> None:
-    name, toy = register_toy()
+    waits: list[tuple[int, int, int]] = []
+
+    class Waits(SimulatedBackend):
+        def stream_wait_event(self, index: int, stream: Any, event: Any) -> None:
+            waits.append((index, stream, event))
+            super().stream_wait_event(index, stream, event)
+
+    name, _ = register_toy(cls=Waits)
     e = acc.Event(f"{name}:0")
     e.record()
     other = acc.Stream(f"{name}:1")
     e.wait(other)  # cross-device wait within a backend is allowed
-    assert toy.events[e.event_id]["waited_by"] == [other.stream_id]
+    assert waits == [(1, other.stream_id, e.event_id)]
     e.wait()  # current stream of the current device of that backend
-    assert toy.events[e.event_id]["waited_by"][-1] == 0
+    assert waits[-1] == (0, 0, e.event_id)
     with pytest.raises(TypeError, match="accelrt.Stream or None"):
         e.wait(1)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="cannot wait"):
@@ -126,7 +135,7 @@ def test_elapsed_time_needs_completion() -> None:
     a = acc.Event(f"{name}:0", enable_timing=True)
     b = acc.Event(f"{name}:0", enable_timing=True)
     a.record(s)
-    toy.submit(s.stream_id)
+    toy.launch_work(s.stream_id)
     b.record(s)
     with pytest.raises(RuntimeError, match="Both events must be completed"):
         a.elapsed_time(b)
@@ -181,13 +190,12 @@ def test_event_destroyed_when_collected_only_if_created() -> None:
     e = acc.Event(f"{name}:0")
     del e
     gc.collect()
-    assert toy.calls["event_destroy"] == 0
+    assert toy.calls(0)["event_destroy"] == 0
     e = acc.Event(f"{name}:0")
     e.record()
-    h = e.event_id
     del e
     gc.collect()
-    assert toy.calls["event_destroy"] == 1 and h not in toy.events
+    assert toy.calls(0)["event_destroy"] == 1 and toy.live_handles()["events"] == 0
 
 
 def test_repr_and_pickle() -> None:
@@ -213,9 +221,9 @@ def test_record_in_a_new_thread_initialises_device_there() -> None:
     name, toy = register_toy()
     e = acc.Event(f"{name}:0")
     e.record()
-    n = toy.calls["init_device"]
+    n = toy.calls(0)["init_device"]
     run_in_thread(e.record)
-    assert toy.calls["init_device"] == n + 1
+    assert toy.calls(0)["init_device"] == n + 1
 
 
 # ---------------------------------------------------------------------- interprocess events
@@ -224,13 +232,12 @@ def test_interprocess_event_refused_at_construction_where_unsupported() -> None:
     name, toy = register_toy()  # the Backend default: no interprocess events
     with pytest.raises(ValueError, match=f"{name} backend cannot share events"):
         acc.Event(f"{name}:0", interprocess=True)
-    assert toy.calls["event_create"] == 0
+    assert toy.calls(0)["event_create"] == 0
 
 
 def test_interprocess_event_on_a_backend_that_supports_it() -> None:
-    from helpers import ToyBackend
 
-    class IpcToy(ToyBackend):
+    class IpcToy(SimulatedBackend):
         name = "ipctoy"
 
         def capabilities(self, index: int) -> Capabilities:
@@ -242,7 +249,7 @@ def test_interprocess_event_on_a_backend_that_supports_it() -> None:
         def event_from_ipc_handle(self, index: int, handle: bytes) -> int:
             return int.from_bytes(handle, "little")
 
-    toy = IpcToy()
+    toy = IpcToy(device_count=2)
     acc.backends.register("ipctoy", lambda: toy, replace=True)
     try:
         e = acc.Event("ipctoy:1", interprocess=True)

@@ -82,9 +82,9 @@ def test_event_records_on_the_stream_of_the_device_it_binds_to() -> None:
     acc.set_device_index(0)
     e = acc.Event()
     s1 = acc.Stream(f"{name}:1")
-    toy.submit(s1.stream_id)
+    toy.launch_work(s1.stream_id, 1)
     e.record(s1)
-    assert toy.events[e.event_id]["stream"] == s1.stream_id
+    assert toy.last_record(e.event_id) == (1, s1.stream_id)
     assert e.query() is False
     e.synchronize()
     assert e.query() is True

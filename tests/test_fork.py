@@ -222,19 +222,9 @@ def test_pinned_pool_background_thread_in_a_forked_child() -> None:
     out = _run("""
         from types import SimpleNamespace
         from accelrt.memory._host import HostCachingAllocator
-        from accelrt.memory._simulated import SimulatedBackend
+        from accelrt.testing import SimulatedBackend
 
-        class B(SimulatedBackend):
-            name = "forkpin"
-            def __init__(self):
-                super().__init__()
-                self.done, self.recorded = set(), []
-            def event_record(self, index, event, stream):
-                self.recorded.append(event)
-            def event_query(self, index, event):
-                return event in self.done
-
-        b = B()
+        b = SimulatedBackend(auto_complete=False, name="forkpin")
         pool = HostCachingAllocator(b)
         s = SimpleNamespace(_index=0, _handle=7)
         p = pool.malloc(4096)
@@ -250,13 +240,13 @@ def test_pinned_pool_background_thread_in_a_forked_child() -> None:
             pool.free(q)
             worker = pool._worker
             assert worker is not parent_worker and worker.is_alive()
-            b.done.update(b.recorded)                    # both blocks' events complete
+            b.complete_all()                             # both blocks' events complete
             worker.join(30)
             assert not worker.is_alive()
             assert pool.stats()["active_requests.current"] == 0
 
         fork_children(1, child)
-        b.done.update(b.recorded)
+        b.complete_all()
         parent_worker.join(30)
         assert not parent_worker.is_alive() and pool.stats()["active_requests.current"] == 0
         print("parent-ok")

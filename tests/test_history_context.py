@@ -10,13 +10,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers.fake_backend import FakeBackend
 
 import accelrt as acc
 from accelrt import backends, memory
 from accelrt.backends.cpu import CpuBackend
 from accelrt.memory._allocator import DeviceCachingAllocator, peek_allocator
 from accelrt.memory._config import parse_config
+from accelrt.testing import SimulatedBackend
 
 PKG = os.path.dirname(os.path.abspath(acc.__file__)) + os.sep
 MiB = 1 << 20
@@ -159,7 +159,7 @@ def test_stacks_start_at_the_users_frames(dev: str) -> None:
 
 
 def test_expandable_segment_unmap_carries_the_releasing_call() -> None:
-    b = FakeBackend()
+    b = SimulatedBackend()
     a = DeviceCachingAllocator(b, 0, parse_config("expandable_segments:True"))
     a.record_history("all", context="all")
 

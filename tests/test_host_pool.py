@@ -16,34 +16,12 @@ from accelrt.memory._host import (
     get_host_allocator,
     peek_host_allocator,
 )
-from accelrt.memory._simulated import SimulatedBackend
+from accelrt.testing import SimulatedBackend
 
 
-class EventBackend(SimulatedBackend):
-    """Events complete only when the test says so; host memory can be limited."""
-
-    name = "eventsim"
-
-    def __init__(self, host_limit: int | None = None) -> None:
-        super().__init__()
-        self.done: set[int] = set()
-        self.recorded: list[tuple[int, int, int]] = []
-        self.destroyed: list[int] = []
-        self.host_limit = host_limit
-
-    def event_record(self, index: int, event: int, stream: int) -> None:
-        self.recorded.append((index, event, stream))
-
-    def event_query(self, index: int, event: int) -> bool:
-        return event in self.done
-
-    def event_destroy(self, index: int, event: int) -> None:
-        self.destroyed.append(event)
-
-    def host_malloc(self, size: int) -> int:
-        if self.host_limit is not None and self.host_bytes() + size > self.host_limit:
-            return 0
-        return super().host_malloc(size)
+def sim(host_capacity: int | None = None) -> SimulatedBackend:
+    """A device whose events complete only when the test completes their stream."""
+    return SimulatedBackend(auto_complete=False, host_capacity=host_capacity, name="eventsim")
 
 
 def stream(index: int = 0, handle: int = 7) -> SimpleNamespace:
@@ -58,7 +36,7 @@ def config_guard():
 
 
 def test_rounds_to_power_of_two_and_reuses() -> None:
-    b = EventBackend()
+    b = sim()
     pool = HostCachingAllocator(b)
     p = pool.malloc(3000)
     assert b.host_bytes() == 4096
@@ -73,7 +51,7 @@ def test_rounds_to_power_of_two_and_reuses() -> None:
 
 
 def test_zero_size_and_bad_sizes() -> None:
-    pool = HostCachingAllocator(EventBackend())
+    pool = HostCachingAllocator(sim())
     assert pool.malloc(0) == 0
     pool.free(0)
     with pytest.raises(TypeError):
@@ -83,37 +61,37 @@ def test_zero_size_and_bad_sizes() -> None:
 
 
 def test_block_used_on_a_stream_waits_for_its_event() -> None:
-    b = EventBackend()
+    b = sim()
     pool = HostCachingAllocator(b)
     p = pool.malloc(1 << 20)
     assert pool.record_event(p, stream(0, 42))
     pool.free(p)
-    assert len(b.recorded) == 1 and b.recorded[0][2] == 42
+    assert b.calls(0)["event_record"] == 1 and not b.stream_query(0, 42)
     q = pool.malloc(1 << 20)                 # event pending: not reused
     assert q != p
-    b.done.add(b.recorded[0][1])
+    b.complete_stream(42)
     r = pool.malloc(1 << 20)                 # event complete: reused
     assert r == p
-    assert b.destroyed == [b.recorded[0][1]]
+    assert b.calls(0)["event_destroy"] == 1
 
 
 def test_block_waits_for_every_stream() -> None:
-    b = EventBackend()
+    b = sim()
     pool = HostCachingAllocator(b)
     p = pool.malloc(4096)
     pool.record_event(p, stream(0, 1))
     pool.record_event(p, stream(0, 2))
     pool.record_event(p, stream(0, 2))       # the same stream twice records one event
     pool.free(p)
-    assert len(b.recorded) == 2
-    b.done.add(b.recorded[0][1])
+    assert b.calls(0)["event_record"] == 2
+    b.complete_stream(1)
     assert pool.malloc(4096) != p
-    b.done.add(b.recorded[1][1])
+    b.complete_stream(2)
     assert pool.malloc(4096) == p
 
 
 def test_record_event_on_unknown_pointer_and_bad_stream() -> None:
-    pool = HostCachingAllocator(EventBackend())
+    pool = HostCachingAllocator(sim())
     assert pool.record_event(12345, stream()) is False
     p = pool.malloc(10)
     with pytest.raises(TypeError, match="Stream"):
@@ -127,7 +105,7 @@ def test_record_event_refuses_a_stream_of_another_backend() -> None:
     late failure); refuse it up front."""
     import accelrt as acc
 
-    pool = HostCachingAllocator(EventBackend())
+    pool = HostCachingAllocator(sim())
     p = pool.malloc(10)
     with pytest.raises(ValueError, match="stream of backend 'cpu'.*'eventsim' host pool"):
         pool.record_event(p, acc.Stream("cpu:0"))
@@ -136,7 +114,7 @@ def test_record_event_refuses_a_stream_of_another_backend() -> None:
 
 
 def test_double_free_and_foreign_pointer() -> None:
-    pool = HostCachingAllocator(EventBackend())
+    pool = HostCachingAllocator(sim())
     p = pool.malloc(100)
     pool.free(p)
     with pytest.raises(ValueError, match="double free"):
@@ -146,7 +124,7 @@ def test_double_free_and_foreign_pointer() -> None:
 
 
 def test_empty_cache_returns_free_blocks_only() -> None:
-    b = EventBackend()
+    b = sim()
     pool = HostCachingAllocator(b)
     keep = pool.malloc(1000)
     pending = pool.malloc(5000)
@@ -158,14 +136,14 @@ def test_empty_cache_returns_free_blocks_only() -> None:
     st = pool.stats()
     assert st["num_host_free"] == 1
     assert st["allocations.current"] == 2 and st["allocations.freed"] == 1
-    b.done.add(b.recorded[0][1])
+    b.complete_stream(7)
     pool.empty_cache()
     assert b.host_bytes() == 1024
     pool.free(keep)
 
 
 def test_out_of_pinned_memory_empties_cache_then_raises() -> None:
-    b = EventBackend(host_limit=8192)
+    b = sim(host_capacity=8192)
     pool = HostCachingAllocator(b)
     pool.free(pool.malloc(4096))
     p = pool.malloc(8192)                    # only fits after the cached 4 KiB block goes
@@ -176,7 +154,7 @@ def test_out_of_pinned_memory_empties_cache_then_raises() -> None:
 
 
 def test_duration_and_peak_stats() -> None:
-    pool = HostCachingAllocator(EventBackend())
+    pool = HostCachingAllocator(sim())
     ptrs = [pool.malloc(1 << k) for k in range(4, 10)]
     for p in ptrs:
         pool.free(p)
@@ -196,7 +174,7 @@ def test_duration_and_peak_stats() -> None:
 def test_round_threshold_and_cache_limit(config_guard) -> None:
     _config._reset_for_tests(_config.parse_config(
         "pinned_max_round_threshold_mb:1,pinned_max_cached_size_mb:2"))
-    b = EventBackend()
+    b = sim()
     pool = HostCachingAllocator(b)
     big = pool.malloc(3 * (1 << 20) + 1)     # above the threshold: not rounded
     assert b.host_bytes() == 3 * (1 << 20) + 1
@@ -209,14 +187,14 @@ def test_round_threshold_and_cache_limit(config_guard) -> None:
 
 def test_pending_block_stays_active_until_its_events_complete() -> None:
     """PyTorch: active_requests/active_bytes drop when the block becomes reusable."""
-    b = EventBackend()
+    b = sim()
     pool = HostCachingAllocator(b)
     p = pool.malloc(4096)
     pool.record_event(p, stream(0, 42))
     pool.free(p)
     st = pool.stats()
     assert st["active_requests.current"] == 1 and st["active_bytes.current"] == 4096
-    b.done.add(b.recorded[0][1])
+    b.complete_stream(42)
     pool.empty_cache()                       # processes the event, then frees the block
     st = pool.stats()
     assert st["active_requests.current"] == 0 and st["active_bytes.current"] == 0
@@ -227,7 +205,7 @@ def test_cache_limit_is_per_block_and_stops_rounding(config_guard) -> None:
     """pinned_max_cached_size caps each cached block (CachingHostAllocator.h
     maybe_cache_block), and sizes above it are not rounded up."""
     _config._reset_for_tests(_config.parse_config("pinned_max_cached_size_mb:2"))
-    b = EventBackend()
+    b = sim()
     pool = HostCachingAllocator(b)
     blocks = [pool.malloc(1 << 20) for _ in range(3)]
     for ptr in blocks:
@@ -241,7 +219,7 @@ def test_cache_limit_is_per_block_and_stops_rounding(config_guard) -> None:
 
 
 def test_registry_per_backend() -> None:
-    b = EventBackend()
+    b = sim()
     pool = get_host_allocator(b)
     assert get_host_allocator(b) is pool
     assert peek_host_allocator("eventsim") is pool
@@ -254,7 +232,7 @@ def test_reserve_segment_serves_small_blocks_with_one_pinning_call(config_guard)
     """PyTorch's PinnedReserveSegment: one segment pinned up front, blocks carved from it
     4 KiB-aligned; a request that no longer fits gets its own pinned allocation."""
     _config._reset_for_tests(_config.parse_config("pinned_reserve_segment_size_mb:1"))
-    b = EventBackend()
+    b = sim()
     pool = HostCachingAllocator(b)
     ptrs = [pool.malloc(n) for n in (100, 5000, 4096, 1)]
     assert b.host_bytes() == 1 << 20 and pool.stats()["num_host_alloc"] == 1
@@ -275,7 +253,7 @@ def test_reserve_segment_serves_small_blocks_with_one_pinning_call(config_guard)
 def test_reserve_segment_goes_back_only_when_none_of_its_blocks_is_used(config_guard) -> None:
     _config._reset_for_tests(_config.parse_config(
         "pinned_reserve_segment_size_mb:1,pinned_max_cached_size_mb:0"))
-    b = EventBackend()
+    b = sim()
     pool = HostCachingAllocator(b)
     p, q = pool.malloc(100), pool.malloc(100)
     pool.free(p)                             # above the cache cap, but carved: stays cached
@@ -293,18 +271,18 @@ def test_reserve_segment_goes_back_only_when_none_of_its_blocks_is_used(config_g
 
 def test_reserve_segment_that_cannot_be_pinned_names_the_key(config_guard) -> None:
     _config._reset_for_tests(_config.parse_config("pinned_reserve_segment_size_mb:1"))
-    pool = HostCachingAllocator(EventBackend(host_limit=1 << 19))
+    pool = HostCachingAllocator(sim(host_capacity=1 << 19))
     with pytest.raises(OutOfMemoryError, match="pinned_reserve_segment_size_mb; lower it"):
         pool.malloc(100)
 
 
 # ------------------------------------------------------------ pinned_use_background_threads
 
-class GatedBackend(EventBackend):
+class GatedBackend(SimulatedBackend):
     """Sets ``destroyed_gate`` when the pool destroys an event (its block became reusable)."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(auto_complete=False, name="eventsim")
         self.destroyed_gate = threading.Event()
         self.query_threads: set[str] = set()
 
@@ -325,7 +303,7 @@ def test_background_thread_makes_freed_blocks_reusable(config_guard) -> None:
     pool.record_event(p, stream())
     pool.free(p)
     assert pool.stats()["active_requests.current"] == 1
-    b.done.add(b.recorded[0][1])             # the stream's work completes
+    b.complete_stream(7)                     # the stream's work completes
     assert b.destroyed_gate.wait(10), "the background thread never processed the event"
     assert pool.stats()["active_requests.current"] == 0   # no malloc call was needed
     assert any(n.startswith("accelrt-eventsim-host-events") for n in b.query_threads)
@@ -343,14 +321,14 @@ def test_background_mode_malloc_checks_only_its_own_size(config_guard) -> None:
     b = GatedBackend()
     pool = HostCachingAllocator(b)
     small, big = pool.malloc(1024), pool.malloc(8192)
-    for p in (small, big):
-        pool.record_event(p, stream())
+    for p, s in ((small, 1), (big, 2)):
+        pool.record_event(p, stream(0, s))
         pool.free(p)
     b.query_threads.clear()
-    b.done.add(b.recorded[0][1])
+    b.complete_stream(1)
     assert pool.malloc(1024) == small        # its event completed: reused at once
     assert pool.stats()["active_requests.current"] == 2        # big still waits
-    b.done.add(b.recorded[1][1])
+    b.complete_stream(2)
     worker = pool._worker
     if worker is not None:                   # it ends once nothing is pending
         worker.join(10)
@@ -365,20 +343,20 @@ def test_without_background_threads_no_thread_starts(config_guard) -> None:
     pool.record_event(p, stream())
     pool.free(p)
     assert pool._worker is None
-    b.done.add(b.recorded[0][1])
+    b.complete_stream(7)
     assert pool.malloc(4096) == p            # processed by malloc itself
     assert b.query_threads == {threading.current_thread().name}
 
 
 # ------------------------------------------------------------ pinned_free_catch_all
 
-class FailingRecordBackend(EventBackend):
+class FailingRecordBackend(SimulatedBackend):
     def event_record(self, index: int, event: int, stream: int) -> None:
         raise RuntimeError("driver shutting down")
 
 
 def test_free_catch_all_logs_instead_of_raising(config_guard, caplog) -> None:
-    b = FailingRecordBackend()
+    b = FailingRecordBackend(auto_complete=False)
     pool = HostCachingAllocator(b)
     p = pool.malloc(4096)
     pool.record_event(p, stream())
@@ -390,7 +368,7 @@ def test_free_catch_all_logs_instead_of_raising(config_guard, caplog) -> None:
     with caplog.at_level("WARNING", logger="accelrt.memory"):
         pool.free(q)
     assert "pinned_free_catch_all" in caplog.text and "driver shutting down" in caplog.text
-    assert b.destroyed                       # the event made before the failure is destroyed
+    assert b.calls(0)["event_destroy"] >= 1  # the event made before the failure is destroyed
     assert pool.malloc(4096) not in (p, q)   # neither block is reused
 
 

@@ -30,11 +30,7 @@ def dev() -> str:
     """A fresh two-device simulated backend (1 GiB each) under a new name."""
     name = f"memsim{next(_names)}"
 
-    class Sim(SimulatedBackend):
-        pass
-
-    Sim.name = name
-    backends.register(name, lambda: Sim(capacity=GiB, device_count=2))
+    backends.register(name, lambda: SimulatedBackend(name=name, capacity=GiB, device_count=2))
     return name
 
 

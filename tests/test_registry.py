@@ -7,14 +7,15 @@ import inspect
 import uuid
 
 import pytest
-from helpers import ToyBackend, register_toy
+from helpers import register_toy
 
 import accelrt as acc
 from accelrt import _backend, _specific
 from accelrt.backends.cpu import CpuBackend
+from accelrt.testing import SimulatedBackend
 
 
-class _Unusable(ToyBackend):
+class _Unusable(SimulatedBackend):
     name = "unusable_dev"
 
     @classmethod
@@ -82,7 +83,7 @@ def test_cpu_subclass_under_another_name_runs_the_runtime() -> None:
 def test_replacing_a_backend_invalidates_cached_default_streams() -> None:
     name, first = register_toy()
     d1 = acc.current_stream(f"{name}:0")
-    second = type(first)()
+    second = type(first)(name=name)
     acc.backends.register(name, lambda: second, replace=True)
     d2 = acc.current_stream(f"{name}:0")
     assert d2._b is second and d1 != d2
@@ -92,7 +93,7 @@ def test_replacing_the_current_accelerator_takes_effect_for_int_and_none_devices
     name, first = register_toy()
     acc.set_current_accelerator(name)
     assert acc.Stream()._b is first
-    second = type(first)()
+    second = type(first)(name=name)
     acc.backends.register(name, lambda: second, replace=True)
     assert acc.current_accelerator() == acc.device(name)
     assert acc.Stream()._b is second and acc.Event(0)._b is second

@@ -39,11 +39,7 @@ def dev() -> str:
     """A fresh two-device simulated backend, registered under a new name."""
     name = f"snapsim{next(_names)}"
 
-    class Sim(SimulatedBackend):
-        pass
-
-    Sim.name = name
-    backends.register(name, lambda: Sim(capacity=1 << 30, device_count=2))
+    backends.register(name, lambda: SimulatedBackend(name=name, capacity=1 << 30, device_count=2))
     return name
 
 

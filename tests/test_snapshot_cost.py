@@ -140,11 +140,7 @@ def test_result_shares_nothing_with_the_allocator() -> None:
 def test_memory_snapshot_equals_full_snapshot_segments(monkeypatch) -> None:
     name = f"snapcost{next(_names)}"
 
-    class Sim(SimulatedBackend):
-        pass
-
-    Sim.name = name
-    backends.register(name, lambda: Sim(capacity=1 << 30, device_count=2))
+    backends.register(name, lambda: SimulatedBackend(name=name, capacity=1 << 30, device_count=2))
     import accelrt._device as d
     monkeypatch.setattr(d, "_current_backend", backends.get_backend(name))
     ps = [memory.caching_allocator_alloc(s, f"{name}:{i}")

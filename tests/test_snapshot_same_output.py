@@ -13,7 +13,6 @@ import random
 from typing import Any
 
 import pytest
-from helpers.fake_backend import FakeBackend
 
 from accelrt.memory._allocator import DeviceCachingAllocator
 from accelrt.memory._block import DEFAULT_POOL
@@ -123,7 +122,7 @@ def test_random_workloads_give_the_reference_snapshot(conf: str, seed: int) -> N
 
 
 def test_pending_frees_private_pools_and_pool_filter() -> None:
-    b = FakeBackend(auto_complete=False)
+    b = SimulatedBackend(auto_complete=False)
     a = DeviceCachingAllocator(b, 0, AllocatorConfig())
     p = a.malloc(4096, 0)
     a.record_stream(p, 5)

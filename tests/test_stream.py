@@ -238,13 +238,13 @@ def test_owned_streams_return_to_pool_and_foreign_never_destroyed() -> None:
     foreign = acc.Stream(stream_id=h, device_index=0, device_type=name)
     del foreign
     gc.collect()
-    assert h in toy.streams and toy.calls["stream_destroy"] == 0
+    assert toy.live_handles()["streams"] == 1 and toy.calls(0)["stream_destroy"] == 0
     del s
     gc.collect()
-    assert h in toy.streams  # pooled, not destroyed
+    assert toy.live_handles()["streams"] == 1  # pooled, not destroyed
     t = acc.Stream(f"{name}:0")
     assert t.stream_id == h  # reused from the pool
-    assert toy.calls["stream_create"] == 1
+    assert toy.calls(0)["stream_create"] == 1
 
 
 def test_pool_overflow_destroys_streams(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -254,8 +254,8 @@ def test_pool_overflow_destroys_streams(monkeypatch: pytest.MonkeyPatch) -> None
     assert len({s.stream_id for s in streams}) == 5  # live streams never share a handle
     del streams
     gc.collect()
-    assert toy.calls["stream_destroy"] == 3
-    assert len(toy.streams) == 2
+    assert toy.calls(0)["stream_destroy"] == 3
+    assert toy.live_handles()["streams"] == 2
 
 
 def test_priorities_use_separate_pools() -> None:
@@ -272,11 +272,11 @@ def test_wait_stream_and_wait_event() -> None:
     name, toy = register_toy()
     a, b = acc.Stream(f"{name}:0"), acc.Stream(f"{name}:1")
     a.wait_stream(b)  # cross-device, same backend
-    assert toy.calls["stream_wait_event"] == 1
+    assert toy.calls(0)["stream_wait_event"] == 1
     a.wait_stream(a)  # waiting for itself is a no-op
-    assert toy.calls["stream_wait_event"] == 1
+    assert toy.calls(0)["stream_wait_event"] == 1
     a.wait_event(acc.Event(f"{name}:0"))  # never recorded: no-op as in PyTorch
-    assert toy.calls["stream_wait_event"] == 1
+    assert toy.calls(0)["stream_wait_event"] == 1
     with pytest.raises(TypeError, match="accelrt.Event"):
         a.wait_event(b)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="accelrt.Stream"):
@@ -300,7 +300,7 @@ def test_record_event_creates_or_reuses() -> None:
 def test_query_reflects_pending_work() -> None:
     name, toy = register_toy()
     s = acc.Stream(f"{name}:0")
-    toy.submit(s.stream_id)
+    toy.launch_work(s.stream_id)
     assert s.query() is False
     s.synchronize()
     assert s.query() is True
@@ -326,15 +326,15 @@ def test_current_stream_bad_arguments() -> None:
 def test_synchronize_is_noop_before_init_and_waits_after() -> None:
     name, toy = register_toy()  # overrides init_device: needs lazy initialisation
     acc.synchronize(f"{name}:1")
-    assert toy.calls["synchronize"] == 0 and toy.calls["init_device"] == 0
+    assert toy.calls(1)["synchronize"] == 0 and toy.calls(1)["init_device"] == 0
     s = acc.Stream(f"{name}:1")
-    assert toy.calls["init_device"] == 1
-    toy.submit(s.stream_id)
+    assert toy.calls(1)["init_device"] == 1
+    toy.launch_work(s.stream_id, 1)
     acc.synchronize(f"{name}:1")
-    assert toy.calls["synchronize"] == 1
+    assert toy.calls(1)["synchronize"] == 1
     assert s.query()
     acc.synchronize(f"{name}:0")  # device 0 still untouched
-    assert toy.calls["synchronize"] == 1
+    assert toy.calls(0)["synchronize"] == 0 and toy.calls(1)["synchronize"] == 1
 
 
 def test_synchronize_current_and_explicit(backend: str) -> None:
@@ -372,9 +372,9 @@ def test_cuda_stream_protocol_absent_on_non_cuda_streams() -> None:
 def test_cuda_stream_protocol_of_a_cuda_backend_stream() -> None:
     # A stream of a backend named "cuda" (a toy instance, never registered), wrapped through
     # the internal API: the protocol gives (version 0, raw handle), as CuPy/PyTorch expect.
-    from helpers import ToyBackend
+    from accelrt.testing import SimulatedBackend
 
-    class FakeCuda(ToyBackend):
+    class FakeCuda(SimulatedBackend):
         name = "cuda"
 
         def capabilities(self, index: int) -> Capabilities:

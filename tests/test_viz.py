@@ -368,11 +368,7 @@ def test_torch_memory_viz_reads_our_dump(tmp_path) -> None:
 
     name = f"vizcompat{uuid.uuid4().hex[:8]}"      # a fresh backend each run
 
-    class Sim(SimulatedBackend):
-        pass
-
-    Sim.name = name
-    backends.register(name, lambda: Sim(capacity=1 << 30, device_count=2))
+    backends.register(name, lambda: SimulatedBackend(name=name, capacity=1 << 30, device_count=2))
     mib = 1 << 20
     d0, d1 = f"{name}:0", f"{name}:1"
     for d in (d0, d1):

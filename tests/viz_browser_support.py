@@ -180,11 +180,7 @@ def real_snapshot(capacity: int = 96 * MiB) -> dict[str, Any]:
 
     name = f"vizsim{uuid.uuid4().hex[:8]}"
 
-    class Sim(SimulatedBackend):
-        pass
-
-    Sim.name = name
-    backends.register(name, lambda: Sim(capacity=capacity, device_count=2))
+    backends.register(name, lambda: SimulatedBackend(name=name, capacity=capacity, device_count=2))
     d0, d1 = f"{name}:0", f"{name}:1"
     alloc, free = memory.caching_allocator_alloc, memory.caching_allocator_delete
     for d in (d0, d1):

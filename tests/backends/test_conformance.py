@@ -1,6 +1,7 @@
 """The conformance suite of the raw backend contract (``accelrt.testing.backend_conformance``)
 on every (backend, options) pair present: cpu with synchronous and asynchronous streams (and
-shared memory, for interprocess memory), the simulated backend, OpenCL in SVM and buffer modes
+shared memory, for interprocess memory), the simulated backend (work completing at once, or
+only when a synchronization waits for it), OpenCL in SVM and buffer modes
 (PoCL in CI) and CUDA where a GPU is; a backend that is not here is skipped with the reason."""
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ def _cpu(**kw: Any) -> Callable[[], Backend]:
     return lambda: CpuBackend(num_devices=2, memory_limit="256MiB", **kw)
 
 
-def _simulated() -> Backend:
-    from accelrt.memory._simulated import SimulatedBackend
-    return SimulatedBackend(capacity=1 << 30, device_count=2)
+def _simulated(auto_complete: bool) -> Callable[[], Backend]:
+    from accelrt.testing import SimulatedBackend
+    return lambda: SimulatedBackend(capacity=1 << 30, device_count=2,
+                                    auto_complete=auto_complete)
 
 
 def _opencl(mode: str) -> Callable[[], Backend]:
@@ -56,7 +58,8 @@ TARGETS: list[tuple[str, Callable[[], Target], Callable[[], str | None]]] = [
     ("cpu-async", lambda: Target(_cpu(async_streams=True)), lambda: None),
     ("cpu-async-shm", lambda: Target(_cpu(async_streams=True, shared_memory=True)),
      lambda: None),
-    ("simulated", lambda: Target(_simulated, holds_data=False), lambda: None),
+    ("simulated", lambda: Target(_simulated(True), holds_data=False), lambda: None),
+    ("simulated-manual", lambda: Target(_simulated(False), holds_data=False), lambda: None),
     ("opencl-svm", lambda: Target(_opencl("svm")), _opencl_svm_reason),
     ("opencl-buffer", lambda: Target(_opencl("buffer")),
      lambda: backends.unavailable_reason("opencl")),

@@ -1,20 +1,55 @@
-"""A simulated device: it hands out address ranges and counts bytes, touching no memory.
+"""The simulated backend: devices that hand out address ranges and count bytes and calls,
+touching no memory. It is accelrt's one fake device.
 
 :class:`SimulatedBackend` lets the caching allocator run anywhere at full speed: ``accelrt
-replay`` drives an 8 GB training trace through it on a laptop, and allocator tests use it as
-their fake device. Every device has a configurable capacity (default 80 GiB); ``malloc``
-returns ``0`` once that capacity would be exceeded, exactly as a real backend reports plain
-out-of-memory. Virtual memory (``vm_*``) is supported with a 2 MiB granularity so expandable
-segments replay too. Streams and events exist only as numbers: all work completes at once.
+replay`` drives an 8 GB training trace through it on a laptop, ``accelrt tune`` and the
+benchmarks measure the allocator on it, and accelrt's own tests use it wherever they need a
+device they can fill, count and stall at will. It is public as
+``accelrt.testing.SimulatedBackend``; this module keeps its historical path.
+
+What it simulates:
+
+* **devices and capacity**: ``device_count`` devices of ``capacity`` bytes each; ``malloc``
+  returns ``0`` and ``vm_map`` returns ``False`` once the capacity would be exceeded, exactly as
+  a real backend reports plain out-of-memory; :attr:`~SimulatedBackend.used` is the bytes in
+  use. Pinned host memory is counted too (``host_capacity`` limits it).
+* **virtual memory** (``vm_*``) with a configurable granularity (2 MiB, CUDA's, by default),
+  or none at all (``vm=False``), so expandable segments replay too.
+* **a deterministic address layout**: device ``i``'s ``malloc`` addresses start at
+  ``(i + 1) << 44``, are multiples of 512 and are handed out by a bump pointer (ranges are
+  reused first-fit only once its 8 TiB run out); virtual reservations come from the upper 8 TiB
+  of the device's range, each followed by a one-granule guard; pinned host addresses start at
+  ``1 << 40``. The same calls give the same addresses in every run.
+* **call counting**: :meth:`~SimulatedBackend.calls` counts every successful operation per
+  device, by name (:data:`CALL_NAMES`).
+* **completion**: with ``auto_complete=True`` (the default) all work completes at once, and a
+  host function runs at its launch. With ``auto_complete=False`` every operation queued on a
+  stream (copies, memsets, fills, event records, host functions, :meth:`~SimulatedBackend.
+  launch_work`) stays pending until :meth:`~SimulatedBackend.complete_stream`,
+  :meth:`~SimulatedBackend.complete_all`, or a synchronization that waits for it
+  (``stream_synchronize``, ``event_synchronize``, ``synchronize``): a test decides when a
+  stream-ordered free becomes reusable, with no thread and no sleep. Host functions then run
+  when their stream's work completes up to them; the first exception one raises is kept and
+  raised by the next synchronization of its stream or device, as on a device.
 
 Example::
 
-    >>> from accelrt.memory._simulated import SimulatedBackend
-    >>> b = SimulatedBackend(capacity=1 << 30)
+    >>> from accelrt.testing import SimulatedBackend
+    >>> b = SimulatedBackend(capacity=1 << 30, auto_complete=False)
     >>> p = b.malloc(0, 4096)
-    >>> b.get_memory_info(0)[0] == (1 << 30) - 4096
+    >>> b.get_memory_info(0)[0] == (1 << 30) - 4096, b.used
+    (True, 4096)
+    >>> s = b.stream_create(0, 0)
+    >>> e = b.event_create(0, False, False, False)
+    >>> b.event_record(0, e, s)
+    >>> b.event_query(0, e)            # pending until the test completes the stream
+    False
+    >>> b.complete_stream(s)
+    >>> b.event_query(0, e)
     True
     >>> b.free(0, p)
+    >>> b.calls(0)["malloc"], b.calls(0)["event_record"], b.used
+    (1, 1, 0)
 """
 
 from __future__ import annotations
@@ -25,20 +60,25 @@ from collections.abc import Callable
 from typing import Any
 
 from .._backend import Backend, Capabilities
-from .._handles import DevicePtr, EventHandle, StreamHandle
 from .._errors import OutOfMemoryError
 from .._fork import reinit_after_fork
-from ..backends._common import KeptErrors
+from .._handles import DevicePtr, EventHandle, StreamHandle
+from ..backends._common import KeptErrors, bad_handle
 
 __all__ = ["CALL_NAMES", "SimulatedBackend"]
 
-#: The driver calls a :class:`SimulatedBackend` counts per device (:meth:`~SimulatedBackend.calls`):
-#: ``malloc``/``free`` (cuMemAlloc/cuMemFree), ``vm_map`` (one mapping: cuMemCreate + cuMemMap +
-#: cuMemSetAccess), ``vm_unmap`` (calls; ``vm_unmapped_mappings`` counts the mappings they
-#: removed, one cuMemUnmap + cuMemRelease each), ``vm_reserve``/``vm_release``
-#: (cuMemAddressReserve/cuMemAddressFree).
+#: The operations a :class:`SimulatedBackend` counts per device (:meth:`~SimulatedBackend.calls`),
+#: each once per successful call. The memory ones stand for driver calls: ``malloc``/``free``
+#: (cuMemAlloc/cuMemFree), ``vm_map`` (one mapping: cuMemCreate + cuMemMap + cuMemSetAccess),
+#: ``vm_unmap`` (calls; ``vm_unmapped_mappings`` counts the mappings they removed, one
+#: cuMemUnmap + cuMemRelease each), ``vm_reserve``/``vm_release`` (cuMemAddressReserve/
+#: cuMemAddressFree). The rest are the contract's stream, event and copy operations.
 CALL_NAMES = ("malloc", "free", "vm_map", "vm_unmap", "vm_unmapped_mappings", "vm_reserve",
-              "vm_release")
+              "vm_release", "memcpy", "memset", "fill", "init_device", "stream_create",
+              "stream_destroy",
+              "stream_query", "stream_synchronize", "stream_wait_event", "synchronize",
+              "launch_host_func", "event_create", "event_destroy", "event_record",
+              "event_query", "event_synchronize", "event_elapsed_time")
 
 _GIB = 1 << 30
 _VM_GRANULARITY = 2 << 20         # 2 MiB, as CUDA's minimum granularity on current GPUs
@@ -46,7 +86,7 @@ _MALLOC_ALIGN = 512               # addresses returned by malloc are multiples o
 _DEVICE_STRIDE = 1 << 44          # address space of one device (16 TiB) ...
 _VM_OFFSET = 1 << 43              # ... whose upper half holds virtual reservations
 _HOST_BASE = 1 << 40              # fake pinned host addresses
-_CAPS = Capabilities(virtual_memory=True, pinned_host_memory=True, host_functions=True)
+_MAX_DEVICES = 64
 
 
 def _describe(key: tuple[int, int]) -> str:
@@ -59,6 +99,15 @@ def _check_size(size: object, what: str) -> int:
     if size < 0:
         raise ValueError(f"{what} size must not be negative, got {size}")
     return size
+
+
+def _check_int(value: object, what: str, lo: int, hi: int | None = None) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{what} must be an int, got {type(value).__name__}")
+    if value < lo or (hi is not None and value > hi):
+        bound = f"in {lo}..{hi}" if hi is not None else f"at least {lo}"
+        raise ValueError(f"{what} must be {bound}, got {value}")
+    return value
 
 
 def _first_fit(taken: dict[int, int], lo: int, hi: int, step: int, align: int,
@@ -77,8 +126,8 @@ def _first_fit(taken: dict[int, int], lo: int, hi: int, step: int, align: int,
 class _Device:
     """Book-keeping of one simulated device (all fields guarded by the backend's lock)."""
 
-    __slots__ = ("base", "blocks", "calls", "mappings", "next_addr", "next_vm", "pages",
-                 "reservations", "used")
+    __slots__ = ("base", "blocks", "calls", "destroyed", "done", "host_funcs", "mappings",
+                 "next_addr", "next_vm", "pages", "queued", "reservations", "used")
 
     def __init__(self, index: int) -> None:
         base = (index + 1) * _DEVICE_STRIDE
@@ -92,42 +141,91 @@ class _Device:
         self.mappings: dict[int, int] = {}              # vm_map'd base -> size
         # successful calls at the backend boundary, by name (see SimulatedBackend.calls)
         self.calls = dict.fromkeys(CALL_NAMES, 0)
+        # work on each stream: numbered in submission order; done up to done[stream]
+        self.queued: dict[int, int] = {}
+        self.done: dict[int, int] = {}
+        self.destroyed: set[int] = set()                # destroyed stream handles
+        # host functions waiting for their stream: stream -> [(work number, fn)]
+        self.host_funcs: dict[int, list[tuple[int, Callable[[], None]]]] = {}
 
 
 class SimulatedBackend(Backend):
-    """A backend whose devices only count bytes: nothing is read, written or waited for.
+    """A backend whose devices only count bytes and calls: nothing is read or written, and
+    work completes at once or when the caller says (see the module docstring).
 
     Args:
-        capacity: bytes each device can hold (default 80 GiB).
-        device_count: number of devices (default 1).
+        capacity: bytes each device holds (default 80 GiB); allocations and mappings beyond
+            it fail as plain out-of-memory.
+        device_count: number of devices (1 to 64, default 1).
+        granularity: ``vm_granularity`` in bytes, a power of two (default 2 MiB).
+        vm: whether the devices have virtual memory (``capabilities().virtual_memory``).
+        auto_complete: work completes as soon as it is queued (default); False keeps it
+            pending until :meth:`complete_stream`, :meth:`complete_all` or a synchronization.
+        host_capacity: bytes of pinned host memory ``host_malloc`` gives before it returns 0
+            (default: unlimited).
+        priority_range: ``stream_priority_range()``, ``(least, greatest)`` (default
+            ``(0, 0)``: one priority).
+        name: the backend's name, to register an instance under another name (default
+            the class's, ``"simulated"``).
 
     Raises:
-        TypeError: an argument is not an int.
-        ValueError: capacity or device count is not positive.
+        TypeError: an argument has the wrong type.
+        ValueError: an argument is out of range (capacity not positive, granularity not a
+            power of two, a name that is not a lower-case identifier, ...).
 
     Example::
 
-        >>> from accelrt.memory._simulated import SimulatedBackend
-        >>> b = SimulatedBackend(capacity=2 << 20)
+        >>> from accelrt.testing import SimulatedBackend
+        >>> b = SimulatedBackend(capacity=2 << 20, device_count=2)
         >>> b.malloc(0, 4 << 20)   # more than the capacity: plain out-of-memory
         0
+        >>> hex(b.malloc(1, 1000))  # device 1's first address (the layout is deterministic)
+        '0x200000000000'
     """
 
     name = "simulated"
 
-    def __init__(self, capacity: int = 80 * _GIB, device_count: int = 1) -> None:
+    def __init__(self, capacity: int = 80 * _GIB, device_count: int = 1, *,
+                 granularity: int = _VM_GRANULARITY, vm: bool = True,
+                 auto_complete: bool = True, host_capacity: int | None = None,
+                 priority_range: tuple[int, int] = (0, 0), name: str | None = None) -> None:
         if not isinstance(capacity, int) or isinstance(capacity, bool):
             raise TypeError(f"capacity must be an int number of bytes, got {type(capacity).__name__}")
         if not isinstance(device_count, int) or isinstance(device_count, bool):
             raise TypeError(f"device_count must be an int, got {type(device_count).__name__}")
         if capacity <= 0:
             raise ValueError(f"capacity must be positive, got {capacity}")
-        if not 0 < device_count <= 64:
-            raise ValueError(f"device_count must be in 1..64, got {device_count}")
+        if not 0 < device_count <= _MAX_DEVICES:
+            raise ValueError(f"device_count must be in 1..{_MAX_DEVICES}, got {device_count}")
+        _check_int(granularity, "granularity", 512, _VM_OFFSET)
+        if granularity & (granularity - 1):
+            raise ValueError(f"granularity must be a power of two, got {granularity}")
+        if host_capacity is not None:
+            _check_int(host_capacity, "host_capacity", 0)
+        if (not isinstance(priority_range, tuple) or len(priority_range) != 2
+                or not all(isinstance(p, int) for p in priority_range)
+                or priority_range[1] > priority_range[0]):
+            raise ValueError(f"priority_range must be a (least, greatest) pair of ints with "
+                             f"greatest <= least, as CUDA's, got {priority_range!r}")
+        for flag, what in ((vm, "vm"), (auto_complete, "auto_complete")):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{what} must be a bool, got {type(flag).__name__}")
+        if name is not None:
+            from .._backend import _check_name
+            self.name = _check_name(name)  # type: ignore[misc]  # shadows the class's name
         self.capacity = capacity
+        self.granularity = granularity
+        self.host_capacity = host_capacity
+        self.auto_complete = auto_complete
+        self._priority_range = priority_range
+        self._caps = Capabilities(virtual_memory=vm, pinned_host_memory=True,
+                                  host_functions=True)
         self._lock = reinit_after_fork(threading.Lock())
         self._devices = [_Device(i) for i in range(device_count)]
         self._handles = itertools.count(1)              # streams and events
+        self._streams: set[int] = set()                 # live streams made, guarded by _lock
+        # event -> (device, stream, work number) of its last record, or None; guarded by _lock
+        self._events: dict[int, tuple[int, int, int] | None] = {}
         self._host: dict[int, int] = {}                 # pinned ptr -> size, guarded by _lock
         self._next_host = _HOST_BASE                    # guarded by _lock
         # the first exception of a host function per (device, stream), raised by the next sync
@@ -135,9 +233,8 @@ class SimulatedBackend(Backend):
 
     # ------------------------------------------------------------------ queries
     def capabilities(self, index: int) -> Capabilities:
-        """Virtual memory (2 MiB granularity), pinned host memory and host functions (they
-        run at once: all work completes at once)."""
-        return _CAPS
+        """Virtual memory (unless ``vm=False``), pinned host memory and host functions."""
+        return self._caps
 
     def device_count(self) -> int:
         return len(self._devices)
@@ -148,6 +245,56 @@ class SimulatedBackend(Backend):
 
     def get_memory_info(self, index: int) -> tuple[int, int]:
         return (self.capacity - self._devices[index].used, self.capacity)
+
+    @property
+    def used(self) -> int:
+        """Bytes of device memory in use (``malloc``'d or mapped) on all devices together."""
+        with self._lock:
+            return sum(dev.used for dev in self._devices)
+
+    @property
+    def reservations(self) -> dict[int, int]:
+        """The live virtual reservations of all devices, base address -> size (a copy)."""
+        with self._lock:
+            return {base: size for dev in self._devices
+                    for base, size in dev.reservations.items()}
+
+    def calls(self, index: int = 0) -> dict[str, int]:
+        """Successful calls made on device ``index`` so far, by operation (:data:`CALL_NAMES`).
+
+        Example::
+
+            >>> from accelrt.testing import SimulatedBackend
+            >>> b = SimulatedBackend()
+            >>> b.free(0, b.malloc(0, 512))
+            >>> b.calls(0)["malloc"], b.calls(0)["free"], b.calls(0)["vm_map"]
+            (1, 1, 0)
+        """
+        with self._lock:
+            return dict(self._devices[index].calls)
+
+    def live_handles(self) -> dict[str, int]:
+        """Streams made and not destroyed, and events not destroyed (read by
+        :func:`accelrt.testing.leak_check`)."""
+        with self._lock:
+            return {"streams": len(self._streams), "events": len(self._events), "graphs": 0}
+
+    def last_record(self, event: EventHandle) -> tuple[int, StreamHandle] | None:
+        """``(device, stream)`` of the last :meth:`event_record` of ``event`` (``None``:
+        never recorded)."""
+        rec = self._event(event)
+        return None if rec is None else (rec[0], StreamHandle(rec[1]))
+
+    def init_device(self, index: int) -> None:
+        """Counted only (``calls(index)["init_device"]``): the core calls it once per thread
+        and device before the first operation there, as it would make a context current."""
+        self._count(index, "init_device")
+
+    def _count(self, index: int, what: str) -> _Device:
+        dev = self._devices[index]
+        with self._lock:
+            dev.calls[what] += 1
+        return dev
 
     # ------------------------------------------------------------------ memory
     def malloc(self, index: int, size: int) -> DevicePtr:
@@ -181,6 +328,9 @@ class SimulatedBackend(Backend):
     def host_malloc(self, size: int) -> int:
         _check_size(size, "host_malloc")
         with self._lock:
+            if (self.host_capacity is not None
+                    and sum(self._host.values()) + size > self.host_capacity):
+                return 0
             ptr = self._next_host
             self._next_host += max(_MALLOC_ALIGN, -(-size // _MALLOC_ALIGN) * _MALLOC_ALIGN)
             self._host[ptr] = size
@@ -198,24 +348,33 @@ class SimulatedBackend(Backend):
             return sum(self._host.values())
 
     # ------------------------------------------------------------------ virtual memory
+    def _check_vm(self, what: str) -> None:
+        if not self._caps.virtual_memory:
+            raise NotImplementedError(
+                f"the {self.name} backend was made with vm=False, so it does not implement "
+                f"{what} (its capabilities() has virtual_memory=False); check "
+                "backend.capabilities(index).virtual_memory before calling it")
+
     def vm_granularity(self, index: int) -> int:
-        return _VM_GRANULARITY
+        self._check_vm("vm_granularity")
+        return self.granularity
 
     def _check_aligned(self, ptr: int, size: int, what: str) -> None:
-        if ptr % _VM_GRANULARITY or size % _VM_GRANULARITY or size <= 0:
+        g = self.granularity
+        if ptr % g or size % g or size <= 0:
             raise ValueError(f"{what}: [{ptr:#x}, +{size}) is not a non-empty range aligned to "
-                             f"the {_VM_GRANULARITY}-byte granularity")
+                             f"the {g}-byte granularity")
 
     def vm_reserve(self, index: int, size: int) -> DevicePtr:
+        self._check_vm("vm_reserve")
         _check_size(size, "vm_reserve")
         self._check_aligned(0, size, "vm_reserve")
-        dev = self._devices[index]
+        dev, g = self._devices[index], self.granularity
         with self._lock:
             ptr, limit = dev.next_vm, dev.base + _DEVICE_STRIDE
-            step = size + _VM_GRANULARITY               # a guard page after each reservation
+            step = size + g                             # a guard granule after each reservation
             if ptr + step > limit:          # the bump pointer ran out: reuse a released range
-                ptr = _first_fit(dev.reservations, dev.base + _VM_OFFSET, limit, step,
-                                 _VM_GRANULARITY, _VM_GRANULARITY)
+                ptr = _first_fit(dev.reservations, dev.base + _VM_OFFSET, limit, step, g, g)
                 if not ptr:
                     raise OutOfMemoryError(f"simulated device {index}: no {size}-byte range "
                                            "of virtual addresses is left", size)
@@ -225,6 +384,7 @@ class SimulatedBackend(Backend):
         return DevicePtr(ptr)
 
     def vm_release(self, index: int, ptr: DevicePtr, size: int) -> None:
+        self._check_vm("vm_release")
         dev = self._devices[index]
         with self._lock:
             if dev.reservations.get(ptr) != size:
@@ -235,10 +395,11 @@ class SimulatedBackend(Backend):
             dev.calls["vm_release"] += 1
 
     def _pages(self, dev: _Device, ptr: int, size: int, what: str) -> range:
+        self._check_vm(what)
         self._check_aligned(ptr, size, what)
         for base, rsize in dev.reservations.items():
             if base <= ptr and ptr + size <= base + rsize:
-                return range(ptr, ptr + size, _VM_GRANULARITY)
+                return range(ptr, ptr + size, self.granularity)
         raise ValueError(f"{what}: [{ptr:#x}, +{size}) is not inside a reservation")
 
     def vm_map(self, index: int, ptr: int, size: int) -> bool:
@@ -283,73 +444,204 @@ class SimulatedBackend(Backend):
             calls["vm_unmap"] += 1
             calls["vm_unmapped_mappings"] += len(parts)
 
-    def calls(self, index: int = 0) -> dict[str, int]:
-        """Successful driver calls made on device ``index`` so far, by name (:data:`CALL_NAMES`).
-
-        Example::
-
-            >>> from accelrt.memory._simulated import SimulatedBackend
-            >>> b = SimulatedBackend()
-            >>> b.free(0, b.malloc(0, 512))
-            >>> b.calls(0)["malloc"], b.calls(0)["free"], b.calls(0)["vm_map"]
-            (1, 1, 0)
-        """
+    # ------------------------------------------------------------------ work and completion
+    def _submit(self, index: int, stream: int, what: str,
+                fn: Callable[[], None] | None = None) -> int:
+        """Queue one operation on ``stream``; return its work number."""
+        dev = self._devices[index]
         with self._lock:
-            return dict(self._devices[index].calls)
+            dev.calls[what] += 1
+            seq = dev.queued.get(stream, 0) + 1
+            dev.queued[stream] = seq
+            if fn is not None and not self.auto_complete:
+                dev.host_funcs.setdefault(stream, []).append((seq, fn))
+                return seq
+            if self.auto_complete:
+                dev.done[stream] = seq
+        if fn is not None:
+            self._run_host_func(index, stream, fn)
+        return seq
 
-    # ------------------------------------------------------------------ copies (no memory)
-    def memcpy(self, index: int, dst: int, src: int, nbytes: int, kind: str,
-               stream: StreamHandle) -> None:
-        """Does nothing: a simulated device holds no data."""
-
-    def memset(self, index: int, ptr: int, value: int, nbytes: int,
-               stream: StreamHandle) -> None:
-        """Does nothing: a simulated device holds no data."""
-
-    def fill(self, index: int, ptr: int, pattern: bytes, count: int,
-             stream: StreamHandle) -> None:
-        """Does nothing: a simulated device holds no data."""
-
-    # ------------------------------------------------------------------ streams and events
-    def stream_create(self, index: int, priority: int) -> StreamHandle:
-        return StreamHandle(next(self._handles))
-
-    def stream_query(self, index: int, stream: StreamHandle) -> bool:
-        self._kept.raise_for([(index, stream)], _describe)
-        return True
-
-    def stream_synchronize(self, index: int, stream: StreamHandle) -> None:
-        self._kept.raise_for([(index, stream)], _describe)
-
-    def stream_wait_event(self, index: int, stream: StreamHandle, event: EventHandle) -> None:
-        return None
-
-    def synchronize(self, index: int) -> None:
-        self._kept.raise_first(lambda key: key[0] == index, _describe)
-
-    def launch_host_func(self, index: int, fn: Callable[[], None], stream: StreamHandle) -> None:
-        """Run ``fn`` at once (all work completes at once); an exception it raises is kept
-        and raised by the next synchronization of the stream or device, as on a device."""
+    def _run_host_func(self, index: int, stream: int, fn: Callable[[], None]) -> None:
         try:
             fn()
         except BaseException as exc:  # noqa: BLE001 - kept and raised by the next sync
             self._kept.keep((index, stream), exc)
 
+    def _complete(self, index: int, stream: int, upto: int | None = None) -> None:
+        """Complete the work queued on ``stream`` (up to work number ``upto``), running the
+        host functions it reaches, in order, outside the lock."""
+        dev = self._devices[index]
+        with self._lock:
+            last = dev.queued.get(stream, 0)
+            target = last if upto is None else min(upto, last)
+            if dev.done.get(stream, 0) >= target:
+                return
+            dev.done[stream] = target
+            waiting = dev.host_funcs.get(stream)
+            ready: list[Callable[[], None]] = []
+            if waiting:
+                while waiting and waiting[0][0] <= target:
+                    ready.append(waiting.pop(0)[1])
+                if not waiting:
+                    del dev.host_funcs[stream]
+        for fn in ready:
+            self._run_host_func(index, stream, fn)
+
+    def launch_work(self, stream: int, index: int = 0) -> None:
+        """Queue one operation on ``stream`` of device ``index`` (it stays pending unless
+        ``auto_complete``): what a kernel launch would do to the stream's completion."""
+        dev = self._devices[index]
+        with self._lock:
+            seq = dev.queued.get(stream, 0) + 1
+            dev.queued[stream] = seq
+            if self.auto_complete:
+                dev.done[stream] = seq
+
+    def complete_stream(self, stream: int, index: int = 0) -> None:
+        """Complete every operation queued on ``stream`` of device ``index`` so far."""
+        self._complete(index, stream)
+
+    def complete_all(self) -> None:
+        """Complete every operation queued so far on every stream of every device."""
+        for index, dev in enumerate(self._devices):
+            with self._lock:
+                streams = list(dev.queued)
+            for stream in streams:
+                self._complete(index, stream)
+
+    def close(self) -> None:
+        """Complete the work still queued (running its host functions), then close (see
+        :meth:`Backend.close`)."""
+        if not self.closed:
+            self.complete_all()
+        super().close()
+
+    # ------------------------------------------------------------------ copies (no memory)
+    def memcpy(self, index: int, dst: int, src: int, nbytes: int, kind: str,
+               stream: StreamHandle) -> None:
+        """Queue a copy that copies nothing: a simulated device holds no data."""
+        self._submit(index, stream, "memcpy")
+
+    def memset(self, index: int, ptr: int, value: int, nbytes: int,
+               stream: StreamHandle) -> None:
+        """Queue a memset that writes nothing: a simulated device holds no data."""
+        self._submit(index, stream, "memset")
+
+    def fill(self, index: int, ptr: int, pattern: bytes, count: int,
+             stream: StreamHandle) -> None:
+        """Queue a fill that writes nothing: a simulated device holds no data."""
+        self._submit(index, stream, "fill")
+
+    # ------------------------------------------------------------------ streams
+    def stream_priority_range(self, index: int) -> tuple[int, int]:
+        return self._priority_range
+
+    def stream_create(self, index: int, priority: int) -> StreamHandle:
+        self._count(index, "stream_create")
+        with self._lock:
+            stream = next(self._handles)
+            self._streams.add(stream)
+        return StreamHandle(stream)
+
+    def stream_destroy(self, index: int, stream: StreamHandle) -> None:
+        """Forget ``stream``; its queued work still completes (as in CUDA) and
+        :meth:`synchronize` still waits for it."""
+        dev = self._count(index, "stream_destroy")
+        with self._lock:
+            dev.destroyed.add(stream)
+            self._streams.discard(stream)
+
+    def stream_is_valid(self, index: int, stream: StreamHandle) -> bool:
+        """Any non-negative int names a stream until it is destroyed (a test may queue work
+        on stream 3 without making it)."""
+        if isinstance(stream, bool) or not isinstance(stream, int) or stream < 0:
+            return False
+        return stream not in self._devices[index].destroyed
+
+    def stream_query(self, index: int, stream: StreamHandle) -> bool:
+        dev = self._count(index, "stream_query")
+        self._kept.raise_for([(index, stream)], _describe)
+        with self._lock:
+            return dev.done.get(stream, 0) >= dev.queued.get(stream, 0)
+
+    def stream_synchronize(self, index: int, stream: StreamHandle) -> None:
+        self._count(index, "stream_synchronize")
+        self._complete(index, stream)
+        self._kept.raise_for([(index, stream)], _describe)
+
+    def stream_wait_event(self, index: int, stream: StreamHandle, event: EventHandle) -> None:
+        """Counted only: the caller completes streams in the order it wants."""
+        self._count(index, "stream_wait_event")
+
+    def synchronize(self, index: int) -> None:
+        dev = self._count(index, "synchronize")
+        with self._lock:
+            streams = list(dev.queued)
+        for stream in streams:
+            self._complete(index, stream)
+        self._kept.raise_first(lambda key: key[0] == index, _describe)
+
+    def launch_host_func(self, index: int, fn: Callable[[], None], stream: StreamHandle) -> None:
+        """Run ``fn`` once the work queued on ``stream`` before it completes (at once with
+        ``auto_complete``); an exception it raises is kept and raised by the next
+        synchronization of the stream or device, as on a device."""
+        self._submit(index, stream, "launch_host_func", fn)
+
+    # ------------------------------------------------------------------ events
+    def _event(self, event: int) -> tuple[int, int, int] | None:
+        try:
+            return self._events[event]
+        except (KeyError, TypeError):
+            raise bad_handle("event", event, " of the simulated backend",
+                             "use a handle from event_create that was not destroyed") from None
+
     def event_create(self, index: int, enable_timing: bool, blocking: bool,
                      interprocess: bool) -> EventHandle:
-        return EventHandle(next(self._handles))
+        self._count(index, "event_create")
+        with self._lock:
+            event = next(self._handles)
+            self._events[event] = None
+        return EventHandle(event)
 
     def event_destroy(self, index: int, event: EventHandle) -> None:
-        return None
+        self._event(event)
+        self._count(index, "event_destroy")
+        with self._lock:
+            self._events.pop(event, None)
 
     def event_record(self, index: int, event: EventHandle, stream: StreamHandle) -> None:
-        return None
+        """Record ``event`` on ``stream``: one more operation of the stream, which completes
+        with it."""
+        self._event(event)
+        if not self.stream_is_valid(index, stream):
+            raise bad_handle("stream", stream, f" of simulated:{index}",
+                             "record on a stream that was not destroyed")
+        seq = self._submit(index, stream, "event_record")
+        with self._lock:
+            self._events[event] = (index, stream, seq)
 
     def event_query(self, index: int, event: EventHandle) -> bool:
-        return True
+        rec = self._event(event)
+        self._count(index, "event_query")
+        if rec is None:
+            return True
+        dev_index, stream, seq = rec
+        dev = self._devices[dev_index]
+        with self._lock:
+            return dev.done.get(stream, 0) >= seq
 
     def event_synchronize(self, index: int, event: EventHandle) -> None:
-        return None
+        rec = self._event(event)
+        self._count(index, "event_synchronize")
+        if rec is not None:
+            dev_index, stream, seq = rec
+            self._complete(dev_index, stream, seq)
+            self._kept.raise_for([(dev_index, stream)], _describe)
 
     def event_elapsed_time(self, index: int, start: EventHandle, end: EventHandle) -> float:
+        """0.0: simulated work takes no time."""
+        self._event(start)
+        self._event(end)
+        self._count(index, "event_elapsed_time")
         return 0.0
