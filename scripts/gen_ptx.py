@@ -3,7 +3,7 @@
 
 The CUDA backend compiles the ``.cu`` sources with NVRTC at run time when an NVRTC library is
 installed; otherwise it loads these PTX files, which the driver JIT-compiles for the GPU. Each
-PTX starts with a comment holding its source's sha256, and ``tests/test_cuda_backend.py``
+PTX starts with a comment holding its source's sha256, and ``tests/backends/test_cuda_backend.py``
 checks that every committed PTX matches the current source, so the ``.cu`` stays the one
 source of truth.
 

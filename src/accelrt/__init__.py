@@ -48,7 +48,7 @@ from ._errors import (
 if TYPE_CHECKING:
     # What the lazy names below resolve to, for type checkers only: at run time these modules
     # load on first attribute access (``__getattr__``), so ``import accelrt`` stays cheap.
-    # tests/test_typing_public_api.py checks that mypy sees a real type for every public name.
+    # tests/package/test_typing_public_api.py checks that mypy sees a real type for every public name.
     from . import (
         backends,
         comm,
@@ -100,7 +100,7 @@ __version__ = "0.1.0"
 
 # Public names defined in submodules, loaded on first attribute access (PEP 562) so that
 # ``import accelrt`` stays cheap and side-effect free. Import each one in the TYPE_CHECKING
-# block above too (tests/test_typing_public_api.py checks that type checkers see them).
+# block above too (tests/package/test_typing_public_api.py checks that type checkers see them).
 _LAZY: dict[str, str] = {
     # streams, events, graphs
     "Stream": "._stream",

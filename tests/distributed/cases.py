@@ -1,4 +1,4 @@
-"""Many accelrt.distributed checks in one MPI launch (run by tests/test_distributed.py).
+"""Many accelrt.distributed checks in one MPI launch (run by tests/distributed/test_distributed.py).
 
 Usage: mpiexec -n N python -m accelrt.distributed.run tests/distributed/cases.py [SECTIONS]
 

@@ -1,4 +1,4 @@
-"""Failure modes of accelrt.distributed, one per launch (run by tests/test_distributed.py).
+"""Failure modes of accelrt.distributed, one per launch (run by tests/distributed/test_distributed.py).
 
 Usage: mpiexec -n N python [-m accelrt.distributed.run] tests/distributed/fail.py MODE
 

@@ -1,4 +1,4 @@
-"""Two-process scenarios of tests/test_multiprocessing.py: ``python mp_scripts.py CASE``.
+"""Two-process scenarios of tests/distributed/test_multiprocessing.py: ``python mp_scripts.py CASE``.
 
 Each case prints ``ok`` on success and fails with an assertion (non-zero exit) otherwise.
 Every wait has a timeout, so a broken case ends instead of hanging; the test adds a hard

@@ -236,7 +236,7 @@ class DeviceCachingAllocator:
                 # The fast path: nothing special in force (default rounding and pools; no
                 # events, history, captures, expandable segments or oversize limit) and a
                 # cached block fits. Hand-inlined from _malloc_locked -> _get_free_block ->
-                # _cut_block, which it must match: tests/test_allocator_fast_paths.py runs
+                # _cut_block, which it must match: tests/memory/test_allocator_fast_paths.py runs
                 # both on the same sequences and compares the state, and
                 # bench/bench_allocator.py times both. Anything else goes to _malloc_locked.
                 rounded = (size + 511) & -512   # K_MIN_BLOCK (literals: LOAD_CONST)

@@ -1,8 +1,8 @@
 """Headless Chromium driven over the DevTools protocol, and the snapshots the visualizer's
-browser tests (tests/test_viz_browser.py) and its documentation screenshots use.
+browser tests (tests/tools/test_viz_browser.py) and its documentation screenshots use.
 
 Run as a script to regenerate the screenshots in docs/images/:
-``python tests/viz_browser_support.py docs/images``.
+``python tests/helpers/viz_browser.py docs/images``.
 """
 
 from __future__ import annotations

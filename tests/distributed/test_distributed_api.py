@@ -17,7 +17,7 @@ import accelrt as acc
 import accelrt.distributed as dist
 from accelrt.distributed._engine import parse_backend
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 HAVE_MPI = importlib.util.find_spec("mpi4py") is not None
 needs_mpi = pytest.mark.skipif(not HAVE_MPI, reason="mpi4py is not installed")
 

@@ -15,8 +15,8 @@ import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-from viz_browser_support import MiB, Browser, big_snapshot, find_chromium, real_snapshot  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/
+from helpers.viz_browser import MiB, Browser, big_snapshot, find_chromium, real_snapshot  # noqa: E402
 
 from accelrt.memory.viz import trace_html  # noqa: E402
 

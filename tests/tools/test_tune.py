@@ -17,7 +17,7 @@ import pytest
 from accelrt.memory import _tune
 from accelrt.memory._replay import replay_main
 
-TRACES = Path(__file__).parent / "data" / "traces"
+TRACES = Path(__file__).parent.parent / "data" / "traces"
 RESNET = str(TRACES / "trace_resnet50_train.json.gz")
 MiB = 1 << 20
 

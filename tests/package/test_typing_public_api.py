@@ -22,7 +22,7 @@ import accelrt.comm
 import accelrt.memory
 import accelrt.random
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # Names whose signature belongs to work in progress elsewhere (issue 10 §1), with the one
 # place where an ``Any`` is still allowed; everything else must be free of ``Any``.

@@ -4,7 +4,7 @@ In-process tests pickle with ``ForkingPickler`` and unpickle in the same process
 consumer path still maps the producer's segment a second time through ``/proc/<pid>/fd``, so
 the two arrays are distinct mappings of one memory). Tests that need two processes run a
 script in a subprocess with a hard timeout (``tests/helpers/mp_scripts.py``), so a hang fails
-the test instead of the suite. CUDA IPC tests are in ``tests/test_multiprocessing_cuda.py``.
+the test instead of the suite. CUDA IPC tests are in ``tests/distributed/test_multiprocessing_cuda.py``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from accelrt import _backend
 from accelrt.backends.cpu import CpuBackend
 from accelrt.multiprocessing import _refs, reductions
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # tests/
 SCRIPTS = os.path.join(HERE, "helpers", "mp_scripts.py")
 
 

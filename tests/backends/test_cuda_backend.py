@@ -33,7 +33,7 @@ from accelrt import _backend as registry
 from accelrt.backends.cuda import CudaError, _cu, _discovery, _kernels, _streams
 from accelrt.backends.cuda._cu import check
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CUDA_REASON = registry.unavailable_reason("cuda")
 gpu = pytest.mark.skipif(CUDA_REASON is not None, reason=f"needs a CUDA GPU: {CUDA_REASON}")
 

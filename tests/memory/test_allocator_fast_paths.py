@@ -22,7 +22,7 @@ from accelrt.memory._replay import load_trace, trace_ops
 from accelrt.memory._simulated import SimulatedBackend
 
 MiB = 1 << 20
-TRACES = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "data", "traces",
+TRACES = sorted(glob.glob(os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "traces",
                                        "trace_*.json.gz")))
 
 

@@ -1,6 +1,6 @@
 """accelrt.Graph / accelrt.graph on the cpu backend (which records and replays stream work).
 
-The same code path runs on CUDA (``tests/test_cuda_backend.py`` captures a real graph there).
+The same code path runs on CUDA (``tests/backends/test_cuda_backend.py`` captures a real graph there).
 """
 
 from __future__ import annotations

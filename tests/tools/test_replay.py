@@ -23,7 +23,7 @@ from accelrt.memory._simulated import SimulatedBackend
 
 MiB = 1 << 20
 # The shared real traces, vendored under tests/data/traces.
-TRACE_DIRS = [os.path.join(os.path.dirname(__file__), "data", "traces")]
+TRACE_DIRS = [os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "traces")]
 
 
 def shared_trace(name: str) -> str:

@@ -1,7 +1,7 @@
 """CUDA IPC through accelrt.multiprocessing: two processes on one GPU.
 
 Skipped without a usable CUDA backend. On a GPU machine run:
-``.venv/bin/python -m pytest -q -p no:cacheprovider tests/test_multiprocessing_cuda.py``.
+``.venv/bin/python -m pytest -q -p no:cacheprovider tests/distributed/test_multiprocessing_cuda.py``.
 Each case is a script in a subprocess with a hard timeout (tests/helpers/mp_scripts.py).
 """
 
@@ -15,7 +15,7 @@ import pytest
 
 from accelrt import _backend
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # tests/
 SCRIPTS = os.path.join(HERE, "helpers", "mp_scripts.py")
 
 pytestmark = pytest.mark.skipif(_backend.unavailable_reason("cuda") is not None,

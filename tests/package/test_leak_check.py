@@ -24,7 +24,7 @@ from accelrt.testing import find_leaks, leak_check, snapshot
 backends.register("cpuleak", lambda: CpuBackend(num_devices=1, async_streams=True,
                                                 name="cpuleak"), replace=True)
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _params() -> list[object]:

@@ -184,7 +184,7 @@ def test_output_into_a_closed_pipe_ends_quietly(cmd: list[str]) -> None:
     read_end, write_end = os.pipe()
     os.close(read_end)
     try:
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         r = subprocess.run([sys.executable, "-m", "accelrt", *cmd], stdout=write_end,  # noqa: PLW1510
                            stderr=subprocess.PIPE, text=True, timeout=120, cwd=root)
     finally:

@@ -2,7 +2,7 @@
 granularity, call counting, completion on demand, host functions, handles, layout, names.
 
 (Its raw contract is checked by tests/backends/test_conformance.py in both completion modes;
-the replay-specific address tests stay in tests/test_replay.py.)"""
+the replay-specific address tests stay in tests/tools/test_replay.py.)"""
 
 from __future__ import annotations
 

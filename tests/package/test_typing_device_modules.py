@@ -18,7 +18,7 @@ import pytest
 
 import accelrt as acc
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MODULES = ("cpu", "cuda", "opencl")
 
 #: Calls whose results a user would use, per module ``{m}``.
@@ -88,7 +88,7 @@ def test_device_module_names_have_real_types(tmp_path: Path) -> None:
             bad.append(f"{expr}: {typ}")
     assert not bad, "Any seen by mypy:\n" + "\n".join(bad)
     # errors in the user's script only: accelrt's own source is checked with the project's
-    # mypy configuration by tests/test_typing.py (here, without it, an installed-but-untyped
+    # mypy configuration by tests/package/test_typing.py (here, without it, an installed-but-untyped
     # optional library such as nvtx would be reported inside accelrt when MYPYPATH finds it)
     errors = [line for line in out.splitlines()
               if ": error:" in line and line.startswith("user_script.py:")]

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).parent / "distributed"
-ROOT = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _mpiexec() -> str | None:

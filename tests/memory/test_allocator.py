@@ -19,7 +19,7 @@ KiB = 1 << 10
 MiB = 1 << 20
 GiB = 1 << 30
 # The shared real traces, vendored with the tests (see tests/data/traces/README.md).
-TRACES = Path(__file__).parent / "data" / "traces"
+TRACES = Path(__file__).parent.parent / "data" / "traces"
 
 
 def make(conf: str = "", **kw) -> tuple[DeviceCachingAllocator, SimulatedBackend]:

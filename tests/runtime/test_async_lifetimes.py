@@ -169,7 +169,7 @@ _EMPTY_CACHE_SCRIPT = textwrap.dedent("""
 @pytest.mark.parametrize("conf", ["", "expandable_segments:True"],
                          ids=["segments", "expandable"])
 def test_empty_cache_never_releases_a_segment_queued_work_still_writes(conf: str) -> None:
-    tests = os.path.dirname(os.path.abspath(__file__))
+    tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {**os.environ, "ACCELRT_CPU_STREAMS": "async", "ACCELRT_ALLOC_CONF": conf,
            "ACCELRT_CPU_DEVICES": "1", "ACCELRT_ACCELERATOR": "cpu"}   # empty_cache(): cpu
     r = subprocess.run([sys.executable, "-c", _EMPTY_CACHE_SCRIPT.format(tests=tests)],
@@ -206,11 +206,11 @@ _RAW_FREE_SCRIPT = textwrap.dedent("""
 
 
 def test_free_of_a_block_recorded_on_a_destroyed_stream_waits_for_its_work() -> None:
-    """The allocator-level form (tests/test_allocator_cpu.py's last case, made
+    """The allocator-level form (tests/memory/test_allocator_cpu.py's last case, made
     deterministic): on the old code the memset ran after empty_cache had freed its segment,
     a write into freed heap memory that aborted a later test ("corrupted double-linked
     list") or crashed."""
-    tests = os.path.dirname(os.path.abspath(__file__))
+    tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     r = subprocess.run([sys.executable, "-c", _RAW_FREE_SCRIPT.format(tests=tests)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, f"rc={r.returncode}\n{r.stdout}\n{r.stderr}"

@@ -18,7 +18,7 @@ from accelrt.memory._synthetic import convnet_inference_ops
 
 MiB = 1 << 20
 LOW_FRAG = "expandable_segments:True,page_reuse:True"
-TRACES = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "data", "traces",
+TRACES = sorted(glob.glob(os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "traces",
                                        "trace_*.json.gz")))
 
 
@@ -133,7 +133,7 @@ def test_default_policy_matches_pytorch_device_mallocs(name: str, reserved: int,
                                                       mallocs: int) -> None:
     """Conformance, counted at the device: PyTorch's peak reserved bytes and cudaMalloc calls
     (traces/README.md) on the shared traces, and not one free or mapping."""
-    path = os.path.join(os.path.dirname(__file__), "data", "traces", f"trace_{name}.json.gz")
+    path = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "traces", f"trace_{name}.json.gz")
     r = replay_ops(_ops(path))
     assert (r["peak_reserved_bytes"], r["device_mallocs"]) == (reserved, mallocs)
     assert r["device_frees"] == r["vm_maps"] == r["vm_unmaps"] == 0

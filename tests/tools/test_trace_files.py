@@ -13,7 +13,7 @@ import pytest
 from accelrt.memory._config import parse_config
 from accelrt.memory._replay import load_trace, replay_ops, trace_ops
 
-TRACES = Path(__file__).parent / "data" / "traces"
+TRACES = Path(__file__).parent.parent / "data" / "traces"
 FILES = sorted(TRACES.glob("trace_*.json.gz"))
 ACTIONS = {"alloc", "free_requested", "free_completed", "segment_alloc", "segment_free"}
 
