@@ -137,6 +137,9 @@ class Stream:
 
     #: Fixed backend name for device-specific subclasses (``accelrt.cpu.Stream``).
     _backend_name: str | None = None
+    #: The stream a device module's view stands for (a slot there); None here, read by the
+    #: inlined closed checks of the hot paths so that a view also checks what it views.
+    _origin: Stream | None = None
 
     _b: Backend
     _index: int
@@ -303,7 +306,8 @@ class Stream:
             >>> acc.Stream("cpu").query()
             True
         """
-        self._check_open()   # a method: a device module's view also checks its origin
+        if self._closed or self._origin is not None:   # a view also checks its origin
+            self._check_open()
         return self._b.stream_query(self._index, self._handle)
 
     def synchronize(self) -> None:
@@ -314,7 +318,8 @@ class Stream:
             >>> import accelrt as acc
             >>> acc.Stream("cpu").synchronize()
         """
-        self._check_open()
+        if self._closed or self._origin is not None:   # a view also checks its origin
+            self._check_open()
         self._b.stream_synchronize(self._index, self._handle)
         if _sd.active:   # after the wait: internal callers rely on it having happened
             _sd.check(self._b.name)
