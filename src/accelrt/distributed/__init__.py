@@ -822,7 +822,7 @@ def all_reduce(tensor: Any, op: ReduceOp = ReduceOp.SUM, group: GroupArg = None,
         plan = g.plans_ar.get((mem.ptr, mem.nbytes, tensor._dtype.num, op))
         if plan is not None:
             ctx, b = plan[3], plan[4]
-            if ctx.issued == ctx.finished and (not b._slow or _current(b, ctx.index).query()):
+            if ctx.issued == ctx.finished and (b.streams_idle or _current(b, ctx.index).query()):
                 g._seq = seq = g._seq + 1
                 g._op, g._opseq, g._t0 = "all_reduce", seq, _monotonic()
                 try:
@@ -872,7 +872,7 @@ def broadcast(tensor: Any, src: int, group: GroupArg = None, async_op: bool = Fa
         plan = g.plans_bc.get((mem.ptr, mem.nbytes, src))
         if plan is not None:
             ctx, b = plan[3], plan[4]
-            if ctx.issued == ctx.finished and (not b._slow or _current(b, ctx.index).query()):
+            if ctx.issued == ctx.finished and (b.streams_idle or _current(b, ctx.index).query()):
                 g._seq = seq = g._seq + 1
                 g._op, g._opseq, g._t0 = "broadcast", seq, _monotonic()
                 try:
@@ -943,7 +943,7 @@ def all_gather_into_tensor(output_tensor: Any, input_tensor: Any, group: GroupAr
         plan = g.plans_ag.get((mem.ptr, omem.ptr, mem.nbytes, omem.nbytes))
         if plan is not None and input_tensor._dtype is output_tensor._dtype:
             ctx, b = plan[3], plan[4]
-            if ctx.issued == ctx.finished and (not b._slow or _current(b, ctx.index).query()):
+            if ctx.issued == ctx.finished and (b.streams_idle or _current(b, ctx.index).query()):
                 g._seq = seq = g._seq + 1
                 g._op, g._opseq, g._t0 = "all_gather_into_tensor", seq, _monotonic()
                 try:

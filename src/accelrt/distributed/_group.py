@@ -590,7 +590,7 @@ class ProcessGroup:
         if ent is None:
             return None
         ctx = ent[1]
-        if ctx.issued != ctx.finished or (getattr(b, "_slow", True)
+        if ctx.issued != ctx.finished or (not b.streams_idle
                                           and not _current(b, index).query()):
             return None
         return ent
@@ -621,11 +621,10 @@ class ProcessGroup:
     def _remember(self, plans: dict[Any, Plan], key: Any, plan: tuple[Any, Any, Any],
                   ctx: _DevCtx, b: Any) -> None:
         """Keep an engine's direct-call plan for the inline path of the public functions
-        (only for backends whose ``_slow`` flag says when the current stream may be busy)."""
-        if hasattr(b, "_slow"):
-            if len(plans) >= 256:
-                plans.clear()
-            plans[key] = (plan[0], plan[1], plan[2], ctx, b)
+        (which runs it where ``b.streams_idle`` or a query says the current stream is idle)."""
+        if len(plans) >= 256:
+            plans.clear()
+        plans[key] = (plan[0], plan[1], plan[2], ctx, b)
 
     def drop_plans(self) -> None:
         """Forget the direct-call plans (an error was kept, debug flags changed, destroyed)."""
