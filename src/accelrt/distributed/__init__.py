@@ -536,7 +536,8 @@ def new_group(ranks: Sequence[int] | None = None, timeout: Any = None,
             sub = None
     sub_engines: dict[tuple[str, int], Engine] = {}
     for key, eng in list(world._engines.items()):
-        if key[0] == "cuda" and eng.name == "nccl" and engine_map.get("cuda") == "nccl":
+        # NCCL communicators are split (ncclCommSplit); MPI engines start from `sub`
+        if eng.name == "nccl" and engine_map.get(key[0]) == "nccl":
             child = eng.split(0 if member else None, me, None)
             if child is not None:
                 sub_engines[key] = child

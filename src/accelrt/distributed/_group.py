@@ -444,21 +444,23 @@ class ProcessGroup:
         return self._ctrl
 
     def engine(self, device_type: str, index: int) -> Engine:
-        key = (device_type, index if device_type == "cuda" else 0)
+        from ._engine import Backend
+        name = self.engine_map.get(device_type)
+        reg = None if name is None else Backend._registry.get(name)
+        # one engine per device where its communicator is bound to one (NCCL), else per type
+        key = (device_type, index if reg is not None and reg.per_device else 0)
         eng = self._engines.get(key)
         if eng is not None:
             return eng
         eng = self._preset.pop(key, None)
         if eng is None:
-            name = self.engine_map.get(device_type)
             if name is None:
                 raise DistError(f"no engine serves {device_type} arrays in group "
                                 f"{self.name!r} (backend {self.backend_str!r}); pass e.g. "
                                 f"backend='{device_type}:mpi'", rank=self.global_rank)
-            from ._engine import Backend
             ctx = EngineContext(self._rank, self._size, self.global_ranks, device_type,
                                 index, self.timeout, self.mpi_comm)
-            if device_type == "cuda" and self.mpi_comm is not None and name == "nccl":
+            if name == "nccl" and self.mpi_comm is not None:
                 _check_one_rank_per_gpu(self, index)
             # starting an engine is collective (a communicator is duplicated or created)
             tok = WATCHDOG.enter(self, f"start of the {name!r} engine", self._seq + 1,
