@@ -189,6 +189,14 @@ class Backend(abc.ABC):
     name: ClassVar[str] = ""
     #: How to get more devices, appended to out-of-range device index errors (``""``: none).
     more_devices_hint: ClassVar[str] = ""
+    #: A hint the core reads on its fastest paths (the inline plans of small collectives),
+    #: where even a call costs: True while no stream of this instance can hold queued or
+    #: captured work, because every operation has completed when its call returns (the cpu
+    #: backend with synchronous streams and no open capture). The core then treats every
+    #: stream as idle without asking :meth:`stream_query`. ``False``, the default, is always
+    #: correct: the core asks. A backend that sets it True sets it False, before returning,
+    #: in any call that leaves work queued or begins a capture; :meth:`close` sets it False.
+    streams_idle: bool = False
 
     # ------------------------------------------------------------------ capabilities
     def capabilities(self, index: int) -> Capabilities:
@@ -559,6 +567,7 @@ class Backend(abc.ABC):
             if callable(getattr(type(self), attr, None)) and not isinstance(
                     getattr(type(self), attr), (type, property)):
                 self.__dict__[attr] = raiser(attr)   # shadows the method on this instance
+        self.streams_idle = False   # the core asks stream_query again, which says "closed"
         self.__dict__["_closed"] = True
 
     @property

@@ -3,9 +3,11 @@
 Outside the backends themselves (``accelrt/backends/``), the registry (``accelrt/_backend.py``),
 the device modules bound to one backend by design (``accelrt/cpu.py``, ``cuda.py``,
 ``opencl.py``) and the conformance suite that inspects backends (``accelrt/testing/``), no
-source compares a backend's name with a built-in backend's, and none probes
-a backend for an optional operation with ``getattr``: both go through
-``Backend.capabilities(index)``.
+source compares a backend's name (or a device type) with a built-in backend's, none probes
+a backend for an optional operation with ``getattr``, and none reads a backend's private
+attributes (``b._flag``, ``hasattr(b, "_flag")``): what a backend can do goes through
+``Backend.capabilities(index)`` and the other declared members of the contract
+(``Backend.streams_idle``).
 """
 
 from __future__ import annotations
@@ -18,18 +20,19 @@ import accelrt
 SRC = Path(accelrt.__file__).resolve().parent
 EXEMPT = {"_backend.py", "cpu.py", "cuda.py", "opencl.py"}
 BUILTIN = r"(?:cpu|cuda|opencl)"
-# `b.name == "cuda"`, `self._b.name != 'cpu'`, `"cuda" == backend.name`
-NAME_COMPARE = re.compile(
-    rf"""\.name\s*[!=]=\s*["']{BUILTIN}["']|["']{BUILTIN}["']\s*[!=]=\s*\w[\w.]*\.name\b""")
+# `b.name == "cuda"`, `self._b.name != 'cpu'`, `"cuda" == backend.name`, and any other value
+# compared with a built-in name: `device_type == "cuda"`, `key[0] != "cpu"`
+NAME_COMPARE = re.compile(rf"""[!=]=\s*["']{BUILTIN}["']|["']{BUILTIN}["']\s*[!=]=""")
 # `getattr(b, "philox_fill", None)`, `getattr(self._b, ...)`: probing a backend object
 BACKEND_VARS = r"(?:b|sb|db|be|backend|reader|self\._b|self\.backend|self\._backend)"
 GETATTR_PROBE = re.compile(rf"getattr\(\s*(?:type\()?{BACKEND_VARS}\)?\s*,")
-# Known exceptions, each with its reason (file relative to accelrt/, line text fragment).
-ALLOWED = {
-    # the distributed group reads the cpu backend's private fast-path flag; it belongs to the
-    # distributed work (issue 11 leaves distributed/ to it) and should become a capability
-    ("distributed/_group.py", 'getattr(b, "_slow", True)'),
-}
+# `b._slow`, `hasattr(b, "_slow")`, `getattr(self._b, '_lock')`: a backend's private state
+PRIVATE_READ = re.compile(
+    rf"""(?<![\w.]){BACKEND_VARS}\._\w|(?:has|get)attr\(\s*(?:type\()?{BACKEND_VARS}\)?\s*,"""
+    rf"""\s*["']_""")
+# Known exceptions, each with its reason (file relative to accelrt/, line text fragment):
+# none left. An entry needs a reason the contract cannot answer.
+ALLOWED: set[tuple[str, str]] = set()
 
 
 def _core_files() -> list[Path]:
@@ -67,11 +70,29 @@ def test_the_core_does_not_probe_backends_with_getattr() -> None:
                      "Backend and its capability in Capabilities:\n" + "\n".join(bad))
 
 
+def test_the_core_reads_no_backend_privates() -> None:
+    bad = _offences(PRIVATE_READ)
+    assert not bad, ("a backend's private attribute read in the core; declare what the core "
+                     "needs on Backend (a capability or a documented member):\n"
+                     + "\n".join(bad))
+
+
 def test_the_patterns_catch_what_they_are_for() -> None:
     assert NAME_COMPARE.search('if self._b.name != "cuda":')
     assert NAME_COMPARE.search("if b.name == 'cpu' and x:")
     assert NAME_COMPARE.search('if "opencl" == backend.name:')
     assert not NAME_COMPARE.search('if eng.name == "nccl":')
+    assert NAME_COMPARE.search('key = (device_type, index if device_type == "cuda" else 0)')
+    assert NAME_COMPARE.search('if key[0] == "cuda" and eng.name == "nccl":')
+    assert not NAME_COMPARE.search('if name == "nccl" and engine_map.get(key[0]) == "nccl":')
     assert GETATTR_PROBE.search('fn = getattr(b, "arch_list", None)')
     assert GETATTR_PROBE.search('adopt = getattr(self._b, "adopt_memory", None)')
     assert not GETATTR_PROBE.search('attach = getattr(pool, "_attach", None)')
+    # what the distributed fast path read before Backend.streams_idle
+    assert PRIVATE_READ.search('if ctx.issued == ctx.finished and (not b._slow or q()):')
+    assert PRIVATE_READ.search('if ctx.issued != ctx.finished or (getattr(b, "_slow", True)')
+    assert PRIVATE_READ.search('        if hasattr(b, "_slow"):')
+    assert PRIVATE_READ.search("lock = self._b._lock")
+    assert not PRIVATE_READ.search("b, index = a._b, a._index")
+    assert not PRIVATE_READ.search("if b.streams_idle or q():")
+    assert not PRIVATE_READ.search("sub._seq = 0")

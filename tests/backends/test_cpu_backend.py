@@ -841,3 +841,26 @@ def test_gc_finalizer_inside_backend_lock_does_not_deadlock():
     t.join(10)
     assert not t.is_alive(), "deadlock: a finalizer waited for the lock its thread holds"
     assert not b._events
+
+
+@pytest.mark.parametrize("async_streams", [False, True], ids=["sync", "async"])
+def test_streams_idle_follows_mode_and_captures(async_streams: bool) -> None:
+    """The contract's ``streams_idle`` hint (read by the distributed inline plans): True only
+    with synchronous streams and no open capture; False on a closed instance; False by
+    default on a backend that does not maintain it."""
+    b = CpuBackend(num_devices=1, memory_limit="16MiB", async_streams=async_streams)
+    assert b.streams_idle is (not async_streams)
+    s = b.stream_create(0, 0)
+    s2 = b.stream_create(0, 0)
+    b.graph_capture_begin(0, s)
+    b.graph_capture_begin(0, s2)
+    assert b.streams_idle is False
+    b.graph_destroy(0, b.graph_capture_end(0, s))
+    assert b.streams_idle is False          # the other capture is still open
+    b.graph_destroy(0, b.graph_capture_end(0, s2))
+    assert b.streams_idle is (not async_streams)
+    b.stream_destroy(0, s)
+    b.stream_destroy(0, s2)
+    b.close()
+    assert b.streams_idle is False
+    assert registry.Backend.streams_idle is False

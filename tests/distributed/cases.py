@@ -587,6 +587,18 @@ if "queued" in SECTIONS and ASYNC:
             a.fill_(0.0) if False else None
             eq(a.numpy(), np.full(8, float(sum(r + i for r in range(N))), "float32"))
 
+    @case("a direct-call plan waits for work pending on the current stream")
+    def _():
+        a = acc.zeros((4,), device=DEV)
+        for _ in range(2):          # on idle streams: the fast path, which leaves a plan
+            acc.synchronize(DEV)
+            dist.all_reduce(a)
+        assert dist.group.WORLD.plans_ar and not acc.backends.get_backend(DEV).streams_idle
+        w = gated(lambda: (a.fill_(float(R + 1)), dist.all_reduce(a, async_op=True))[1])
+        if w is not None:
+            w.wait()
+        eq(a.numpy(), np.full(4, float(N * (N + 1) // 2), "float32"))
+
     @case("queued sync all_reduce then read through the current stream")
     def _():
         a = acc.zeros((4,), dtype="int64", device=DEV)

@@ -305,3 +305,26 @@ def test_cuda_arrays_staged_through_mpi_on_the_gpu() -> None:
                         env={"CASES_DEVICE": "cuda", "CASES_BACKEND": "cuda:mpi,cpu:mpi"},
                         timeout=300)
     _check_cases(2, out, rc)
+
+
+@needs_mpi
+def test_per_device_engines_are_declared_at_registration() -> None:
+    """One engine per device where the registration says so (NCCL's communicators are bound
+    to a device), else one per device type: decided by the engine, never by a device type's
+    name."""
+    from accelrt.distributed._mpi import MpiEngine
+    dist.init_process_group("cpu:mpi", timeout=30)
+    dist.register_backend("perdev", MpiEngine.create, devices=["cpu"], per_device=True)
+    try:
+        w = dist.group.WORLD
+        assert w is not None
+        assert w.engine("cpu", 0) is w.engine("cpu", 1)        # mpi: one per type
+        g = dist.new_group([0], backend="cpu:perdev")
+        assert isinstance(g, dist.ProcessGroup)
+        e0, e1 = g.engine("cpu", 0), g.engine("cpu", 1)
+        assert e0 is not e1 and g.engine("cpu", 0) is e0 and g.engine("cpu", 1) is e1
+        assert dist.Backend._registry["nccl"].per_device
+        assert not dist.Backend._registry["mpi"].per_device
+    finally:
+        dist.destroy_process_group()
+        dist.Backend._unregister("perdev")

@@ -536,7 +536,8 @@ def new_group(ranks: Sequence[int] | None = None, timeout: Any = None,
             sub = None
     sub_engines: dict[tuple[str, int], Engine] = {}
     for key, eng in list(world._engines.items()):
-        if key[0] == "cuda" and eng.name == "nccl" and engine_map.get("cuda") == "nccl":
+        # NCCL communicators are split (ncclCommSplit); MPI engines start from `sub`
+        if eng.name == "nccl" and engine_map.get(key[0]) == "nccl":
             child = eng.split(0 if member else None, me, None)
             if child is not None:
                 sub_engines[key] = child
@@ -822,7 +823,7 @@ def all_reduce(tensor: Any, op: ReduceOp = ReduceOp.SUM, group: GroupArg = None,
         plan = g.plans_ar.get((mem.ptr, mem.nbytes, tensor._dtype.num, op))
         if plan is not None:
             ctx, b = plan[3], plan[4]
-            if ctx.issued == ctx.finished and (not b._slow or _current(b, ctx.index).query()):
+            if ctx.issued == ctx.finished and (b.streams_idle or _current(b, ctx.index).query()):
                 g._seq = seq = g._seq + 1
                 g._op, g._opseq, g._t0 = "all_reduce", seq, _monotonic()
                 try:
@@ -872,7 +873,7 @@ def broadcast(tensor: Any, src: int, group: GroupArg = None, async_op: bool = Fa
         plan = g.plans_bc.get((mem.ptr, mem.nbytes, src))
         if plan is not None:
             ctx, b = plan[3], plan[4]
-            if ctx.issued == ctx.finished and (not b._slow or _current(b, ctx.index).query()):
+            if ctx.issued == ctx.finished and (b.streams_idle or _current(b, ctx.index).query()):
                 g._seq = seq = g._seq + 1
                 g._op, g._opseq, g._t0 = "broadcast", seq, _monotonic()
                 try:
@@ -943,7 +944,7 @@ def all_gather_into_tensor(output_tensor: Any, input_tensor: Any, group: GroupAr
         plan = g.plans_ag.get((mem.ptr, omem.ptr, mem.nbytes, omem.nbytes))
         if plan is not None and input_tensor._dtype is output_tensor._dtype:
             ctx, b = plan[3], plan[4]
-            if ctx.issued == ctx.finished and (not b._slow or _current(b, ctx.index).query()):
+            if ctx.issued == ctx.finished and (b.streams_idle or _current(b, ctx.index).query()):
                 g._seq = seq = g._seq + 1
                 g._op, g._opseq, g._t0 = "all_gather_into_tensor", seq, _monotonic()
                 try:

@@ -213,6 +213,19 @@ EngineFactory = Callable[[EngineContext], Engine]
 class _Registered:
     factory: EngineFactory
     devices: tuple[str, ...]
+    #: one engine per device of a device type (its communicator is bound to one device, as
+    #: NCCL's is), not one engine for all the devices of the type
+    per_device: bool = False
+
+
+def cuda_memory(device_type: str) -> bool:
+    """True if arrays of the backend ``device_type`` live in CUDA device memory (its
+    capability ``cuda_array_interface``): the memory NCCL and a CUDA-aware MPI read."""
+    from .._backend import get_backend
+    try:
+        return get_backend(device_type).capabilities(0).cuda_array_interface
+    except Exception:   # not registered or not available: no arrays of it either
+        return False
 
 
 def _mpi_factory(ctx: EngineContext) -> Engine:
@@ -228,9 +241,11 @@ def _nccl_factory(ctx: EngineContext) -> Engine:
 class Backend(str):
     """Engine names (``torch.distributed.Backend``): ``Backend("MPI") == "mpi"``.
 
-    ``Backend.register_backend(name, func, extended_api=False, devices=None)`` adds an engine:
-    ``func(ctx: EngineContext) -> Engine``; ``devices`` lists the device types it serves
-    (``"cpu"``, ``"cuda"``, ``"opencl"``; all by default).
+    ``Backend.register_backend(name, func, extended_api=False, devices=None,
+    per_device=False)`` adds an engine: ``func(ctx: EngineContext) -> Engine``; ``devices``
+    lists the device types it serves (``"cpu"``, ``"cuda"``, ``"opencl"``; all by default);
+    ``per_device=True`` makes one engine per device (``ctx.index``) instead of one per device
+    type, for an engine whose communicator is bound to one device (as NCCL's is).
 
     Example::
 
@@ -246,7 +261,7 @@ class Backend(str):
     default_device_backend_map: dict[str, str] = {"cpu": "mpi", "opencl": "mpi", "cuda": "nccl"}
     _registry: dict[str, _Registered] = {
         "mpi": _Registered(_mpi_factory, ("cpu", "opencl", "cuda")),
-        "nccl": _Registered(_nccl_factory, ("cuda",)),
+        "nccl": _Registered(_nccl_factory, ("cuda",), per_device=True),
     }
 
     def __new__(cls, name: str) -> Backend:
@@ -260,14 +275,18 @@ class Backend(str):
 
     @classmethod
     def register_backend(cls, name: str, func: EngineFactory, extended_api: bool = False,
-                         devices: str | Sequence[str] | None = None) -> None:
+                         devices: str | Sequence[str] | None = None,
+                         per_device: bool = False) -> None:
         """Register a third-party engine (see the class docstring)."""
-        register_backend(name, func, devices=devices)
+        register_backend(name, func, devices=devices, per_device=per_device)
 
 
 def register_backend(name: str, func: EngineFactory,
-                     devices: str | Sequence[str] | None = None) -> None:
-    """Register engine ``name`` (lower-cased), made by ``func(ctx)`` for ``devices``.
+                     devices: str | Sequence[str] | None = None,
+                     per_device: bool = False) -> None:
+    """Register engine ``name`` (lower-cased), made by ``func(ctx)`` for ``devices``: one
+    engine per device type, or, with ``per_device=True``, one per device (``ctx.index``), for
+    an engine whose communicator is bound to one device (as NCCL's is).
 
     Raises:
         TypeError: ``func`` is not callable.
@@ -290,7 +309,7 @@ def register_backend(name: str, func: EngineFactory,
     if low in Backend._registry or low == "undefined":
         raise ValueError(f"backend {name!r} is already registered")
     devs = (devices,) if isinstance(devices, str) else tuple(devices or ("cpu", "opencl", "cuda"))
-    Backend._registry[low] = _Registered(func, devs)
+    Backend._registry[low] = _Registered(func, devs, bool(per_device))
     Backend.backend_list.append(low)
     setattr(Backend, low.upper(), low)
 

@@ -444,21 +444,23 @@ class ProcessGroup:
         return self._ctrl
 
     def engine(self, device_type: str, index: int) -> Engine:
-        key = (device_type, index if device_type == "cuda" else 0)
+        from ._engine import Backend
+        name = self.engine_map.get(device_type)
+        reg = None if name is None else Backend._registry.get(name)
+        # one engine per device where its communicator is bound to one (NCCL), else per type
+        key = (device_type, index if reg is not None and reg.per_device else 0)
         eng = self._engines.get(key)
         if eng is not None:
             return eng
         eng = self._preset.pop(key, None)
         if eng is None:
-            name = self.engine_map.get(device_type)
             if name is None:
                 raise DistError(f"no engine serves {device_type} arrays in group "
                                 f"{self.name!r} (backend {self.backend_str!r}); pass e.g. "
                                 f"backend='{device_type}:mpi'", rank=self.global_rank)
-            from ._engine import Backend
             ctx = EngineContext(self._rank, self._size, self.global_ranks, device_type,
                                 index, self.timeout, self.mpi_comm)
-            if device_type == "cuda" and self.mpi_comm is not None and name == "nccl":
+            if name == "nccl" and self.mpi_comm is not None:
                 _check_one_rank_per_gpu(self, index)
             # starting an engine is collective (a communicator is duplicated or created)
             tok = WATCHDOG.enter(self, f"start of the {name!r} engine", self._seq + 1,
@@ -590,7 +592,7 @@ class ProcessGroup:
         if ent is None:
             return None
         ctx = ent[1]
-        if ctx.issued != ctx.finished or (getattr(b, "_slow", True)
+        if ctx.issued != ctx.finished or (not b.streams_idle
                                           and not _current(b, index).query()):
             return None
         return ent
@@ -621,11 +623,10 @@ class ProcessGroup:
     def _remember(self, plans: dict[Any, Plan], key: Any, plan: tuple[Any, Any, Any],
                   ctx: _DevCtx, b: Any) -> None:
         """Keep an engine's direct-call plan for the inline path of the public functions
-        (only for backends whose ``_slow`` flag says when the current stream may be busy)."""
-        if hasattr(b, "_slow"):
-            if len(plans) >= 256:
-                plans.clear()
-            plans[key] = (plan[0], plan[1], plan[2], ctx, b)
+        (which runs it where ``b.streams_idle`` or a query says the current stream is idle)."""
+        if len(plans) >= 256:
+            plans.clear()
+        plans[key] = (plan[0], plan[1], plan[2], ctx, b)
 
     def drop_plans(self) -> None:
         """Forget the direct-call plans (an error was kept, debug flags changed, destroyed)."""

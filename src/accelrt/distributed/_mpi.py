@@ -25,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from ._engine import Buf, Engine, EngineContext, PremulSum, RedOp, ReduceOp, Request
+from ._engine import (Buf, Engine, EngineContext, PremulSum, RedOp, ReduceOp, Request,
+                      cuda_memory)
 
 __all__ = ["MpiEngine", "mpi", "mpi_datatype"]
 
@@ -272,7 +273,7 @@ class MpiEngine(Engine):
                             self._msg(rptr, nbytes * self.size, nbytes, self._byte))
 
     def device_aware(self, device_type: str) -> bool:
-        return (device_type == "cuda" and os.environ.get("ACCELRT_MPI_CUDA_AWARE") == "1"
+        return (os.environ.get("ACCELRT_MPI_CUDA_AWARE") == "1" and cuda_memory(device_type)
                 and cuda_aware())
 
     def supports(self, op: ReduceOp, dtype: np.dtype[Any]) -> str | None:

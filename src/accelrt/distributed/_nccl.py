@@ -26,7 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from ._engine import Buf, Engine, EngineContext, PremulSum, RedOp, ReduceOp, Request
+from ._engine import (Buf, Engine, EngineContext, PremulSum, RedOp, ReduceOp, Request,
+                      cuda_memory)
 
 __all__ = ["NcclEngine", "Span", "a2a_plan", "nccl_available"]
 
@@ -183,7 +184,7 @@ class NcclEngine(Engine):
         return cls(comm, ctx.device_index, ctx.timeout)
 
     def device_aware(self, device_type: str) -> bool:
-        return device_type == "cuda"
+        return cuda_memory(device_type)
 
     def supports(self, op: ReduceOp, dtype: np.dtype[Any]) -> str | None:
         if op in (ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR):

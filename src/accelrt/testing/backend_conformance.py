@@ -520,6 +520,33 @@ def close(b: Backend, t: Target) -> None:
         raise AssertionError("malloc on a closed backend did not raise")
 
 
+@check
+def streams_idle_hint(b: Backend, t: Target) -> None:
+    """``Backend.streams_idle`` reads True only while every stream's work is done: after
+    queued copies and host functions, not during a graph capture, and never after close()."""
+    s = b.stream_create(0, 0)
+    p = _malloc(b, 0, 256)
+    b.memset(0, p, 1, 256, s)
+    if b.streams_idle:
+        assert b.stream_query(0, s), "streams_idle is True while a memset is pending"
+    if _caps(b).host_functions:
+        ran: list[int] = []
+        b.launch_host_func(0, lambda: ran.append(1), s)
+        if b.streams_idle:
+            assert ran == [1], "streams_idle is True while a host function is pending"
+    b.stream_synchronize(0, s)
+    if _caps(b).graphs:
+        b.graph_capture_begin(0, s)
+        try:
+            assert not b.streams_idle, "streams_idle is True while a capture is open"
+        finally:
+            b.graph_destroy(0, b.graph_capture_end(0, s))
+    b.free(0, p)
+    b.stream_destroy(0, s)
+    b.close()
+    assert not b.streams_idle, "streams_idle is True after close()"
+
+
 # ---------------------------------------------------------------------- running
 
 def run_check(name: str, target: Target) -> str:

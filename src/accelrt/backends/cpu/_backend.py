@@ -177,8 +177,9 @@ class CpuBackend(Backend):
         self._capturing: dict[CpuStream, Capture] = {}  # guarded by _lock (writes)
         # device index -> handles of its live streams (0 included): the fast paths' check
         self._valid: dict[int, set[int]] = {i: {0} for i in range(n)}  # guarded by _lock
-        # True when the fast synchronous paths cannot be used (async mode or open captures)
-        self._slow = self._async                      # guarded by _lock (writes)
+        # the contract's hint (Backend.streams_idle), also this backend's own fast-path
+        # switch: False in async mode and while a capture is open
+        self.streams_idle = not self._async           # guarded by _lock (writes)
         self._finalizer = weakref.finalize(self, _close_all, self._default, self._streams)
         # every device answers the same (device memory is host memory; graphs are recorded
         # work; interprocess events live in POSIX shared memory, see _ipc)
@@ -614,7 +615,7 @@ class CpuBackend(Backend):
             ok = type(index) is int and type(stream) is int and stream in self._valid[index]
         except (KeyError, TypeError):
             ok = False
-        if ok and not self._slow:
+        if ok and self.streams_idle:
             return True
         s = self._stream(index, stream)
         self._check_not_capturing(s, "stream_query")
@@ -676,7 +677,7 @@ class CpuBackend(Backend):
     def synchronize(self, index: int) -> None:
         """Block until every stream of device ``index`` finished; raises kept worker errors."""
         self._check_index(index)
-        if not self._slow:
+        if self.streams_idle:
             return
         streams = [self._default[index]]
         streams += [s for s in list(self._streams.values()) if s.device == index]
@@ -722,7 +723,7 @@ class CpuBackend(Backend):
         if ev.ipc is not None:
             self._ipc_record(ev.ipc, self._stream(index, stream))
             return
-        if self._slow:
+        if not self.streams_idle:
             self._record(ev, self._stream(index, stream))
         elif ev.timing:
             ev.ts = _now()
@@ -774,7 +775,7 @@ class CpuBackend(Backend):
             ev = self._event(event, index)
         if ev.ipc is not None:
             return ev.ipc.query()
-        if not self._slow or (ev.record is None and ev.capture is None):
+        if self.streams_idle or (ev.record is None and ev.capture is None):
             return True
         rec = self._event_state(ev, "event_query")
         return rec is None or rec.done()
@@ -846,7 +847,7 @@ class CpuBackend(Backend):
                 raise DeviceError(f"cpu: stream {s.handle} of cpu:{index} is already "
                                   "capturing; end that capture first")
             self._capturing[s] = Capture(index, s)
-            self._slow = True
+            self.streams_idle = False
 
     def graph_capture_end(self, index: int, stream: StreamHandle) -> GraphHandle:
         """Stop the capture begun on ``stream``; return the graph handle."""
@@ -861,7 +862,7 @@ class CpuBackend(Backend):
                                   "end it on that stream")
             for joined in cap.streams:
                 self._capturing.pop(joined, None)
-            self._slow = self._async or bool(self._capturing)
+            self.streams_idle = not (self._async or self._capturing)
             for ev in cap.events:
                 if ev.capture is cap:
                     ev.capture = None
