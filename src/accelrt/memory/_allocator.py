@@ -351,12 +351,18 @@ class DeviceCachingAllocator:
         pools = self._pools
         if pools.captures:
             pool = pools.pool_for(rounded, stream) or (
-                self._small if rounded <= K_SMALL_SIZE else self._large)
+                self._small if rounded <= K_SMALL_SIZE and not self._page_reuse
+                else self._large)
         else:
             frees = self._stream_frees
             if frees.events or frees.deferred:
                 frees.process()   # (frees wait while a capture is on)
-            pool = self._small if rounded <= K_SMALL_SIZE else self._large
+            # the low-fragmentation policy serves every request from the large pool: it maps
+            # memory page by page, so the small pool's reason (small blocks kept out of large
+            # segments) is gone, and one pool lets small blocks fill the partial pages and
+            # holes that large blocks leave (docs/memory.md, rule 5)
+            pool = (self._small if rounded <= K_SMALL_SIZE and not self._page_reuse
+                    else self._large)
         h = self._history
         frames = capture_frames() if h is not None and h.context else None
         blk = self._get_free_block(pool, stream, rounded)
