@@ -177,3 +177,21 @@ def test_new_mappings_fill_mapped_partial_pages_first() -> None:
         a.free(p)
     a.empty_cache()
     assert a.memory_reserved() == 0
+
+
+def test_block_goes_against_its_live_neighbour() -> None:
+    """A cached block whose only live neighbour follows it serves a smaller request from its
+    end: the new block shares that neighbour's page, and the free pages before it stay
+    unmappable, where starting at the front would pin a page of its own."""
+    a = DeviceCachingAllocator(SimulatedBackend(), 0, parse_config(LOW_FRAG))
+    x = a.malloc(5 * MiB, 0)               # [0, 5) MiB, pages [0, 6)
+    z = a.malloc(2 * MiB, 0)               # [5, 7), pages up to 8
+    a.free(x)                              # free [0, 5) before live z
+    y = a.malloc(MiB, 0)
+    assert y == x + 4 * MiB                # [4, 5): in z's page [4, 6)
+    a.empty_cache()                        # unmaps pages [0, 4)
+    assert a.memory_reserved() == 4 * MiB
+    a.free(y)
+    a.free(z)
+    a.empty_cache()
+    assert a.memory_reserved() == 0

@@ -373,6 +373,16 @@ class DeviceCachingAllocator:
                     return self._oom.prepare_rejection(rounded, size)
                 return self._oom.prepare_oom(stream, rounded, frames, size)
         remaining = blk.size - rounded
+        if (self._page_reuse and remaining >= K_MIN_BLOCK and blk.exp is not None
+                and pool.owner is None and blk.next is not None and blk.next.allocated
+                and not (blk.prev is not None and blk.prev.allocated)):
+            # the low-fragmentation policy places a block against its live neighbour, where
+            # it shares that neighbour's page and mapping instead of pinning free ones
+            # (docs/memory.md, rule 6): only the next block is live, so take the tail
+            tail = self._cut_block(blk, remaining)
+            self._insert_free(blk)
+            blk = tail
+            remaining = 0
         if remaining >= K_MIN_BLOCK and not pool.no_split and (
                 pool.is_small or self._expandable
                 or (rounded < self._max_split_size and remaining > K_SMALL_SIZE)):
