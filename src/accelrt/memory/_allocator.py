@@ -351,12 +351,18 @@ class DeviceCachingAllocator:
         pools = self._pools
         if pools.captures:
             pool = pools.pool_for(rounded, stream) or (
-                self._small if rounded <= K_SMALL_SIZE else self._large)
+                self._small if rounded <= K_SMALL_SIZE and not self._page_reuse
+                else self._large)
         else:
             frees = self._stream_frees
             if frees.events or frees.deferred:
                 frees.process()   # (frees wait while a capture is on)
-            pool = self._small if rounded <= K_SMALL_SIZE else self._large
+            # the low-fragmentation policy serves every request from the large pool: it maps
+            # memory page by page, so the small pool's reason (small blocks kept out of large
+            # segments) is gone, and one pool lets small blocks fill the partial pages and
+            # holes that large blocks leave (docs/memory.md, rule 5)
+            pool = (self._small if rounded <= K_SMALL_SIZE and not self._page_reuse
+                    else self._large)
         h = self._history
         frames = capture_frames() if h is not None and h.context else None
         blk = self._get_free_block(pool, stream, rounded)
@@ -367,6 +373,16 @@ class DeviceCachingAllocator:
                     return self._oom.prepare_rejection(rounded, size)
                 return self._oom.prepare_oom(stream, rounded, frames, size)
         remaining = blk.size - rounded
+        if (self._page_reuse and remaining >= K_MIN_BLOCK and blk.exp is not None
+                and pool.owner is None and blk.next is not None and blk.next.allocated
+                and not (blk.prev is not None and blk.prev.allocated)):
+            # the low-fragmentation policy places a block against its live neighbour, where
+            # it shares that neighbour's page and mapping instead of pinning free ones
+            # (docs/memory.md, rule 6): only the next block is live, so take the tail
+            tail = self._cut_block(blk, remaining)
+            self._insert_free(blk)
+            blk = tail
+            remaining = 0
         if remaining >= K_MIN_BLOCK and not pool.no_split and (
                 pool.is_small or self._expandable
                 or (rounded < self._max_split_size and remaining > K_SMALL_SIZE)):
