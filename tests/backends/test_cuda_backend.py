@@ -722,6 +722,36 @@ def test_host_function_errors_surface_at_the_next_sync(fake: Any) -> None:
     b.synchronize(0)
 
 
+def test_host_function_errors_surface_at_query_and_event_synchronize(fake: Any) -> None:
+    """The contract's rule (backends/_common.py, as the cpu backend does): a stream_query that
+    finds the work done and an event_synchronize of an event recorded after the host function
+    raise its exception, once."""
+    b, drv = fake
+    s = b.stream_create(0, 0)
+    boom = OSError("boom")
+
+    def fail() -> None:
+        raise boom
+    b.launch_host_func(0, fail, s)
+    _streams._HOST_TRAMPOLINE(drv.calls[-1][1][2])   # the driver thread runs it
+    assert b.stream_query(0, 0) is True               # another stream: nothing to report
+    with pytest.raises(acc.DeviceError, match="OSError") as info:
+        b.stream_query(0, s)
+    assert info.value.__cause__ is boom
+    assert b.stream_query(0, s) is True               # reported once
+    ev = b.event_create(0, False, False, False)
+    b.event_synchronize(0, ev)                        # never recorded: nothing to report
+    b.launch_host_func(0, fail, s)
+    _streams._HOST_TRAMPOLINE(drv.calls[-1][1][2])
+    b.event_record(0, ev, s)
+    with pytest.raises(acc.DeviceError, match="OSError"):
+        b.event_synchronize(0, ev)
+    b.event_synchronize(0, ev)
+    b.stream_synchronize(0, s)                        # taken already
+    b.event_destroy(0, ev)
+    b.stream_destroy(0, s)
+
+
 def test_ipc_handle_bytes(fake: Any) -> None:
     b, _ = fake
     ev = b.event_create(0, False, False, True)

@@ -8,13 +8,19 @@ still pending when the call returns.
 
 "Blocked inside accelrt" is read from the thread's Python stack: its innermost frame is
 ``threading.Condition.wait`` called from accelrt (the cpu backend's stream waits), or an accelrt
-frame sitting in a C call (an OpenCL ``finish``/``wait``) while Linux reports the thread as
-sleeping (``/proc``) on several consecutive looks with the same frame and instruction.
+frame sitting in a C call on several consecutive looks with the same frame and instruction,
+where that call either sleeps (Linux reports the thread as sleeping in ``/proc``: an OpenCL
+``finish``/``wait``) or is a CUDA driver wait (``cuStreamSynchronize``, ``cuCtxSynchronize``,
+``cuEventSynchronize``): with the default scheduling (``CU_CTX_SCHED_AUTO``, one context on a
+machine with more cores than contexts) those *spin*, so the thread reads as running, never
+sleeping, and a gate waiting for "sleeping" would never open (the test would hang).
 """
 
 from __future__ import annotations
 
+import linecache
 import os
+import re
 import sys
 import threading
 import time
@@ -62,6 +68,16 @@ def _state(tid: int) -> str:
         return "?"
 
 
+#: a CUDA driver wait on the current source line of an accelrt frame (the cuda backend's
+#: ``check(self._drv.cuStreamSynchronize(stream), ...)``): the driver spins in it
+_DRIVER_WAIT = re.compile(r"\bcu(Stream|Ctx|Event)Synchronize\(")
+
+
+def _in_driver_wait(f: FrameType) -> bool:
+    line = linecache.getline(f.f_code.co_filename, f.f_lineno or 0)
+    return _DRIVER_WAIT.search(line) is not None
+
+
 def _blocked(ident: int, native_id: int, seen: list[tuple[int, int]]) -> bool:
     f = sys._current_frames().get(ident)
     if f is None:
@@ -69,7 +85,7 @@ def _blocked(ident: int, native_id: int, seen: list[tuple[int, int]]) -> bool:
     if os.path.abspath(f.f_code.co_filename) == _THREADING and f.f_code.co_name == "wait":
         caller = f.f_back
         return caller is not None and _in_accelrt(caller)
-    if not _in_accelrt(f) or _state(native_id) != "S":
+    if not _in_accelrt(f) or (_state(native_id) != "S" and not _in_driver_wait(f)):
         seen.clear()
         return False
     key = (id(f), f.f_lasti)

@@ -131,7 +131,8 @@ class StreamMixin:
     def __init__(self) -> None:
         self._graphs: dict[int, tuple[int, Any]] = {}   # exec -> (index, CUgraph); _graph_lock
         self._graph_lock = reinit_after_fork(threading.Lock())
-        #: live events: handle -> [device index, timing, captured]; item ops are atomic
+        #: live events: handle -> [device index, timing, captured, last recording stream or
+        #: None]; item ops are atomic
         self._events: dict[int, list[Any]] = {}
         #: streams capturing a graph: handle -> device index; guarded by _graph_lock
         self._capturing: dict[int, int] = {}
@@ -238,12 +239,15 @@ class StreamMixin:
             d.dead_streams.add(stream)
 
     def stream_query(self, index: int, stream: StreamHandle) -> bool:
-        """``cuStreamQuery``: ``CUDA_ERROR_NOT_READY`` means False."""
+        """``cuStreamQuery``: ``CUDA_ERROR_NOT_READY`` means False; once the work is done,
+        raises (once) what a host function queued on the stream raised."""
         stream = self._check_stream(self._use(index), stream)
         self._not_capturing(stream, "query")
         with self._relaxed():   # legal for a stream outside the capture (the allocator asks)
             (err,) = self._drv.cuStreamQuery(stream)
         if not err:
+            if self._host_errors:   # the contract's rule (backends/_common.py), as the cpu's
+                self._raise_host_error(index, stream)
             return True
         if err == self._drv.CUresult.CUDA_ERROR_NOT_READY:
             return False
@@ -299,7 +303,8 @@ class StreamMixin:
 
         ``fn`` is kept alive until it has run; it must not call CUDA. An exception it raises
         (a driver thread cannot propagate it) is raised as a :class:`~accelrt.DeviceError`
-        chaining it by the next :meth:`stream_synchronize` of that stream or
+        chaining it by the next :meth:`stream_synchronize` (or :meth:`stream_query` finding it
+        done) of that stream, :meth:`event_synchronize` of an event recorded on it after, or
         :meth:`synchronize` of the device, once.
 
         Raises:
@@ -344,7 +349,7 @@ class StreamMixin:
             flags |= int(fl.CU_EVENT_INTERPROCESS)
         self._use(index)
         ev = int(check(self._drv.cuEventCreate(flags), "cuEventCreate"))
-        self._events[ev] = [index, bool(enable_timing), False]
+        self._events[ev] = [index, bool(enable_timing), False, None]
         return EventHandle(ev)
 
     def event_destroy(self, index: int, event: EventHandle) -> None:
@@ -364,6 +369,7 @@ class StreamMixin:
         rec = self._check_event(event)
         check(self._drv.cuEventRecord(event, stream), "cuEventRecord")
         rec[2] = stream in self._capturing
+        rec[3] = stream
 
     def event_query(self, index: int, event: EventHandle) -> bool:
         """``cuEventQuery``: ``CUDA_ERROR_NOT_READY`` means False."""
@@ -381,13 +387,18 @@ class StreamMixin:
         return False
 
     def event_synchronize(self, index: int, event: EventHandle) -> None:
-        """``cuEventSynchronize``."""
+        """``cuEventSynchronize``; then raises (once) what a host function queued on the
+        stream the event was last recorded on raised."""
         self._use(index)
-        if self._check_event(event)[2]:
+        rec = self._check_event(event)
+        if rec[2]:
             raise DeviceError("cuda: this event was last recorded inside a graph capture; "
                               "synchronize on it after recording it outside the capture")
         with self._relaxed():
             check(self._drv.cuEventSynchronize(event), "cuEventSynchronize")
+        if self._host_errors and rec[3] is not None:
+            # the contract's rule (backends/_common.py): the wait covers the recording stream
+            self._raise_host_error(index, rec[3])
 
     def event_elapsed_time(self, index: int, start: EventHandle, end: EventHandle) -> float:
         """``cuEventElapsedTime`` in milliseconds."""
@@ -417,7 +428,7 @@ class StreamMixin:
         h = self._drv.CUipcEventHandle()
         ctypes.memmove(h.getPtr(), bytes(handle), IPC_HANDLE_SIZE)
         ev = int(check(self._drv.cuIpcOpenEventHandle(h), "cuIpcOpenEventHandle"))
-        self._events[ev] = [index, False, False]
+        self._events[ev] = [index, False, False, None]
         return EventHandle(ev)
 
     # ------------------------------------------------------------------ graphs
