@@ -38,8 +38,7 @@ from ._engine import (Backend, Buf, Engine, EngineContext, PremulSum, RedOp, Red
                       register_backend)
 from ._engine import parse_backend as _parse_backend
 from ._errors import DistBackendError, DistError, DistTimeoutError
-from .._stream import _current
-from ._group import DEFAULT_TIMEOUT, ProcessGroup, Work, _monotonic
+from ._group import DEFAULT_TIMEOUT, ProcessGroup, Work
 
 __all__ = [
     "Backend", "DistBackendError", "DistError", "DistTimeoutError", "Engine", "EngineContext",
@@ -821,20 +820,8 @@ def all_reduce(tensor: Any, op: ReduceOp = ReduceOp.SUM, group: GroupArg = None,
         # idle streams, host memory and a plan left by an earlier call: call MPI right here
         mem = tensor._mem
         plan = g.plans_ar.get((mem.ptr, mem.nbytes, tensor._dtype.num, op))
-        if plan is not None:
-            ctx, b = plan[3], plan[4]
-            if ctx.issued == ctx.finished and (b.streams_idle or _current(b, ctx.index).query()):
-                g._seq = seq = g._seq + 1
-                g._op, g._opseq, g._t0 = "all_reduce", seq, _monotonic()
-                try:
-                    plan[0](*plan[1])
-                    if plan[2] is not None:
-                        plan[2]()
-                except Exception as exc:
-                    g._fast_failed("all_reduce", seq, exc)
-                finally:
-                    g._t0 = 0.0
-                return Work.completed([tensor]) if async_op else None
+        if plan is not None and g.run_plan("all_reduce", plan):
+            return Work.completed([tensor]) if async_op else None
         if type(op) is ReduceOp and g.all_reduce_fast(tensor, op):
             return Work.completed([tensor]) if async_op else None
     if g is None:
@@ -871,18 +858,8 @@ def broadcast(tensor: Any, src: int, group: GroupArg = None, async_op: bool = Fa
     if type(tensor) is Array and type(src) is int:
         mem = tensor._mem
         plan = g.plans_bc.get((mem.ptr, mem.nbytes, src))
-        if plan is not None:
-            ctx, b = plan[3], plan[4]
-            if ctx.issued == ctx.finished and (b.streams_idle or _current(b, ctx.index).query()):
-                g._seq = seq = g._seq + 1
-                g._op, g._opseq, g._t0 = "broadcast", seq, _monotonic()
-                try:
-                    plan[0](*plan[1])
-                except Exception as exc:
-                    g._fast_failed("broadcast", seq, exc)
-                finally:
-                    g._t0 = 0.0
-                return Work.completed([tensor]) if async_op else None
+        if plan is not None and g.run_plan("broadcast", plan):
+            return Work.completed([tensor]) if async_op else None
     if type(src) is int and 0 <= src < g._size and g.global_ranks[src] == src:
         root = src   # the world and groups that keep world ranks
     else:
@@ -942,18 +919,9 @@ def all_gather_into_tensor(output_tensor: Any, input_tensor: Any, group: GroupAr
     if g is not None and type(input_tensor) is Array and type(output_tensor) is Array:
         mem, omem = input_tensor._mem, output_tensor._mem
         plan = g.plans_ag.get((mem.ptr, omem.ptr, mem.nbytes, omem.nbytes))
-        if plan is not None and input_tensor._dtype is output_tensor._dtype:
-            ctx, b = plan[3], plan[4]
-            if ctx.issued == ctx.finished and (b.streams_idle or _current(b, ctx.index).query()):
-                g._seq = seq = g._seq + 1
-                g._op, g._opseq, g._t0 = "all_gather_into_tensor", seq, _monotonic()
-                try:
-                    plan[0](*plan[1])
-                except Exception as exc:
-                    g._fast_failed("all_gather_into_tensor", seq, exc)
-                finally:
-                    g._t0 = 0.0
-                return Work.completed([output_tensor]) if async_op else None
+        if (plan is not None and input_tensor._dtype is output_tensor._dtype
+                and g.run_plan("all_gather_into_tensor", plan)):
+            return Work.completed([output_tensor]) if async_op else None
         if g.all_gather_fast(output_tensor, input_tensor):
             return Work.completed([output_tensor]) if async_op else None
     g = _group(group)

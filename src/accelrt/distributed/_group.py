@@ -604,8 +604,26 @@ class ProcessGroup:
         self._op, self._opseq, self._t0 = op, seq, _monotonic()
         try:
             call()
-        except (DistError, AcceleratorValueError):
-            raise
+        except Exception as exc:   # DistError and AcceleratorValueError pass through as is
+            self._fast_failed(op, seq, exc)
+        finally:
+            self._t0 = 0.0
+        return True
+
+    def run_plan(self, op: str, plan: Plan) -> bool:
+        """Run a direct-call plan left by an earlier call (``plans_ar``/``plans_bc``/
+        ``plans_ag``) if its comm stream and the current stream are idle; False otherwise
+        (the caller takes the full path). The inline path of the small collectives."""
+        ctx, b = plan[3], plan[4]
+        if ctx.issued != ctx.finished or not (b.streams_idle
+                                              or _current(b, ctx.index).query()):
+            return False
+        self._seq = seq = self._seq + 1
+        self._op, self._opseq, self._t0 = op, seq, _monotonic()
+        try:
+            plan[0](*plan[1])
+            if plan[2] is not None:
+                plan[2]()
         except Exception as exc:
             self._fast_failed(op, seq, exc)
         finally:
