@@ -18,20 +18,12 @@ settings.register_profile("ci", deadline=None, derandomize=True,
 settings.register_profile("dev", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
 
-from accelrt import _backend, _device  # noqa: E402
+from accelrt import _device  # noqa: E402
 from accelrt.testing import _leaks as leaks  # noqa: E402
+from helpers.params import backend_params  # noqa: E402
 
 
-def _backend_params() -> list[object]:
-    params = []
-    for name in _backend.registered():
-        reason = _backend.unavailable_reason(name)
-        marks = [pytest.mark.skip(reason=f"backend {name!r} unavailable: {reason}")] if reason else []
-        params.append(pytest.param(name, marks=marks, id=name))
-    return params
-
-
-@pytest.fixture(params=_backend_params())
+@pytest.fixture(params=backend_params())
 def backend(request: pytest.FixtureRequest) -> str:
     """The name of each registered backend in turn; skipped (with the reason) where unusable.
 

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers.params import backend_params
 
 import accelrt as acc
 from accelrt import backends
@@ -27,19 +28,7 @@ backends.register("cpuleak", lambda: CpuBackend(num_devices=1, async_streams=Tru
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _params() -> list[object]:
-    out = []
-    for name in ("cpu", "cpuleak", "opencl"):
-        reason = backends.unavailable_reason(name) if name in backends.registered() \
-            else "not registered"
-        marks = [pytest.mark.skip(reason=f"backend {name!r} unavailable: {reason}")] \
-            if reason else []
-        out.append(pytest.param(name, marks=marks, id="cpu-async" if name == "cpuleak"
-                                else name))
-    return out
-
-
-@pytest.fixture(params=_params())
+@pytest.fixture(params=backend_params(("cpu", "cpuleak", "opencl"), {"cpuleak": "cpu-async"}))
 def dev(request: pytest.FixtureRequest) -> Iterator[str]:
     name: str = request.param
     acc.set_current_accelerator(name)
@@ -174,7 +163,9 @@ def test_the_fixture_fails_leaking_tests(tmp_path: Path) -> None:
         markers =
             leaks_ok(reason): leaks on purpose
         '''))
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "ACCELRT_CPU_STREAMS": ""}
+    # the copied conftest imports the tests' helpers package
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests")]),
+           "ACCELRT_CPU_STREAMS": ""}
     out = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider",
          "-c", str(ini), str(tmp_path / "test_leaky.py"), "-rE"],

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from helpers.params import backend_params
 from helpers.gates import Gate, open_when_blocked
 
 import accelrt as acc
@@ -42,19 +43,7 @@ backends.register("cpuuncounted", lambda: _Uncounted(num_devices=2, async_stream
 _NAMES = ["cpu", "cpuclose", "cpuuncounted", "opencl", "cuda"]
 
 
-def _params() -> list[object]:
-    out = []
-    for name in _NAMES:
-        reason = backends.unavailable_reason(name) if name in backends.registered() \
-            else "not registered"
-        marks = [pytest.mark.skip(reason=f"backend {name!r} unavailable: {reason}")] \
-            if reason else []
-        out.append(pytest.param(name, marks=marks, id="cpu-async" if name == "cpuclose"
-                                else name))
-    return out
-
-
-@pytest.fixture(params=_params())
+@pytest.fixture(params=backend_params(_NAMES, {"cpuclose": "cpu-async"}))
 def dev(request: pytest.FixtureRequest) -> Iterator[str]:
     """Device 0 of each backend, made the current accelerator."""
     name: str = request.param
