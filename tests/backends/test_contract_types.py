@@ -8,17 +8,14 @@ handle is an ``int``.
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from helpers.typecheck import run_mypy
 
 from accelrt.backends import DevicePtr, EventHandle, GraphHandle, StreamHandle
 
-ROOT = Path(__file__).resolve().parents[2]
 
 HEADER = [
     "from accelrt.backends import Backend, get_backend",
@@ -55,14 +52,7 @@ NEGATIVE = [
 
 def _run_mypy(tmp: Path, source: str) -> str:
     pytest.importorskip("mypy")
-    script = tmp / "backend_author.py"
-    script.write_text(source)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MYPY")}
-    env["MYPYPATH"] = str(ROOT / "src")
-    proc = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "--no-color-output", "--no-pretty",
-         "--no-error-summary", "--cache-dir", str(tmp / "mypy_cache"), str(script)],
-        cwd=tmp, env=env, capture_output=True, text=True, timeout=170, check=False)
+    proc = run_mypy(tmp, source, "backend_author.py")
     return proc.stdout + proc.stderr
 
 

@@ -8,17 +8,15 @@ tree (``MYPYPATH=src``) in a subprocess with a fresh cache.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from helpers.typecheck import run_mypy
 
 import accelrt as acc
 
-ROOT = Path(__file__).resolve().parents[2]
 MODULES = ("cpu", "cuda", "opencl")
 
 #: Calls whose results a user would use, per module ``{m}``.
@@ -58,14 +56,7 @@ def _snippet() -> str:
 
 
 def _mypy(tmp_path: Path, source: str) -> subprocess.CompletedProcess[str]:
-    script = tmp_path / "user_script.py"
-    script.write_text(source)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MYPY")}
-    env["MYPYPATH"] = str(ROOT / "src")
-    return subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "--no-color-output", "--no-pretty",
-         "--no-error-summary", "--cache-dir", str(tmp_path / "mypy_cache"), str(script)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=150, check=False)
+    return run_mypy(tmp_path, source, timeout=150)
 
 
 def test_device_module_names_have_real_types(tmp_path: Path) -> None:

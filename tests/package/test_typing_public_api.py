@@ -9,20 +9,17 @@ modules (``acc.cpu``, ``acc.cuda``) are only checked to be modules here.
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from helpers.typecheck import run_mypy
 
 import accelrt as acc
 import accelrt.comm
 import accelrt.memory
 import accelrt.random
 
-ROOT = Path(__file__).resolve().parents[2]
 
 # Names whose signature belongs to work in progress elsewhere (issue 10 §1), with the one
 # place where an ``Any`` is still allowed; everything else must be free of ``Any``.
@@ -106,14 +103,7 @@ def checked(tmp_path_factory: pytest.TempPathFactory) -> Checked:
 
 def _run_mypy(tmp: Path, source: str) -> tuple[int, str]:
     pytest.importorskip("mypy")
-    script = tmp / "user_script.py"
-    script.write_text(source)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MYPY")}
-    env["MYPYPATH"] = str(ROOT / "src")
-    proc = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "--no-color-output", "--no-pretty",
-         "--no-error-summary", "--cache-dir", str(tmp / "mypy_cache"), str(script)],
-        cwd=tmp, env=env, capture_output=True, text=True, timeout=170, check=False)
+    proc = run_mypy(tmp, source)
     return proc.returncode, proc.stdout + proc.stderr
 
 
