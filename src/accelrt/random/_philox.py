@@ -385,48 +385,86 @@ def words(seed: int, offset: int, nblocks: int) -> np.ndarray:
 # A request of a few hundred blocks costs little arithmetic but some 60 numpy calls (about a
 # microsecond each, more on the strided lanes), so its cost is all fixed overhead. Blocks are
 # a pure function of (seed, counter) and a generator hands out consecutive counters, so a
-# small request computes a run of SMALL_RUN blocks from its first counter on (one pass of the
-# chunk pipeline) and the requests that follow take theirs from that run: the same words,
-# hence the same bits, at the cost of a copy.
+# small request computes a run of blocks from its first counter on (one pass of the chunk
+# pipeline) and the requests that follow take theirs from that run: the same words, hence
+# the same bits, at the cost of a copy.
+#
+# The first run after a jump (another seed, or a counter outside the run) is short
+# (:data:`SMALL_RUN_MIN` blocks), so a lone request or generators used in turn pay little
+# for blocks nobody takes; each run that the requests run past is twice as long as the last,
+# up to :data:`SMALL_RUN`, where the pipeline's per-call cost is spread over enough blocks
+# that a request pays about the arithmetic of its own blocks. A run computes only what its
+# requests read: standard uniform float32/float64 straight from the pipeline (the
+# conversion of :func:`_uniform_in_place`, no word array), the words for anything else.
 
 #: Requests of at most this many blocks are served from the per-thread run of blocks.
 SMALL_MAX_BLOCKS = 2048
-#: Blocks computed at once for small requests.
-SMALL_RUN = 8192
+#: Blocks of the first run after a jump.
+SMALL_RUN_MIN = 2048
+#: The most blocks a run holds (a request stream's runs double up to this; the pipeline's
+#: per-block cost is near its floor from here on).
+SMALL_RUN = 32768
 
 
 class _Run:
-    """Words of blocks ``start .. start + len(w) - 1`` under key ``seed`` (one per thread),
-    and their standard uniform float32/float64 conversions, made on first use."""
+    """Blocks ``start .. start + n - 1`` under key ``seed`` (one run per thread): their
+    words and their standard uniform float32/float64 numbers, each made on first use."""
 
-    __slots__ = ("addr", "seed", "start", "uniform", "w")
+    __slots__ = ("_w", "addr", "n", "seed", "start", "uniform")
 
-    def __init__(self, seed: int, start: int, w: np.ndarray) -> None:
-        self.seed, self.start, self.w = seed, start, w
+    def __init__(self, seed: int, start: int, n: int) -> None:
+        self.seed, self.start, self.n = seed, start, n
+        self._w: np.ndarray | None = None
         self.uniform: dict[str, np.ndarray] = {}
         #: dtype char -> address of ``uniform[char]``'s first element (for :func:`fill_at`)
         self.addr: dict[str, int] = {}
 
+    @property
+    def w(self) -> np.ndarray:
+        """The run's words, ``(n, 4)`` uint32."""
+        if self._w is None:
+            self._w = words(self.seed, self.start, self.n)
+        return self._w
+
     def standard_uniform(self, dtype: np.dtype) -> np.ndarray:
-        """The run's words as standard uniform numbers of ``dtype`` (float32: one per word,
-        float64: one per word pair), flat: the conversion of :func:`_uniform_std`."""
+        """The run's standard uniform numbers of ``dtype`` (float32: one per word, float64:
+        one per word pair), flat: the numbers :func:`_uniform_in_place` makes."""
         u = self.uniform.get(dtype.char)
         if u is None:
-            u = np.empty(self.w.size // words_per_element("uniform", dtype), dtype)
-            _uniform_std(self.w.copy(), dtype, u)
-            self.uniform[dtype.char] = u
+            u = self.uniform[dtype.char] = _uniform_blocks(self.seed, self.start, self.n,
+                                                           dtype)
             self.addr[dtype.char] = u.ctypes.data
         return u
 
 
+def _uniform_blocks(seed: int, offset: int, nblocks: int, dtype: np.dtype) -> np.ndarray:
+    """Standard uniform float32 (float64) numbers of ``nblocks`` blocks from ``offset``:
+    four (two) per block, converted in their own memory as the pipeline does."""
+    per = 4 // words_per_element("uniform", dtype)
+    out = np.empty(nblocks * per, dtype)
+    plan = _plan(seed & _M64)
+    s = _scratch(CHUNK)
+    j = 0
+    while j < nblocks:
+        b = (offset + j) & _M64
+        n = _chunk_len(b, min(CHUNK, nblocks - j))
+        x, p = _core(b, n, plan, s)
+        _uniform_in_place(out[j * per:(j + n) * per], x, p, n)
+        j += n
+    return out
+
+
 def _small_run(seed: int, offset: int, nblocks: int) -> tuple[_Run, int]:
     """This thread's run of blocks holding blocks ``offset .. offset + nblocks - 1`` (made
-    anew when the request is not inside the current one), and the request's first block's
-    index in it."""
+    anew when the request is not inside the current one: twice as long as the current one
+    when the request starts inside it or right after it, else :data:`SMALL_RUN_MIN` long),
+    and the request's first block's index in it."""
     r: _Run | None = getattr(_tls, "run", None)
-    if r is None or r.seed != seed or not r.start <= offset <= r.start + len(r.w) - nblocks:
-        n = max(nblocks, min(SMALL_RUN, (1 << 64) - offset))
-        r = _tls.run = _Run(seed, offset, words(seed, offset, n))
+    if r is None or r.seed != seed or not r.start <= offset <= r.start + r.n - nblocks:
+        size = SMALL_RUN_MIN
+        if r is not None and r.seed == seed and r.start <= offset <= r.start + r.n:
+            size = min(SMALL_RUN, 2 * r.n)     # the requests ran past the run: a stream
+        r = _tls.run = _Run(seed, offset, max(nblocks, min(size, (1 << 64) - offset)))
     return r, offset - r.start
 
 
