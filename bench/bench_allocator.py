@@ -334,7 +334,7 @@ def main() -> None:
     fast_path_rows(workloads, args.repeat, args.loops, cal)
     if not args.quick:
         snapshot_row(args.repeat)
-        rng_row(args.repeat)
+        rng_row(args.repeat, "accelrt_anchor" if args.anchor else None)
     keep = memory.caching_allocator_alloc(4096)  # the current device's allocator exists
     try:
         c = alternate({"x": lambda: bench_getter(memory.memory_allocated, args.loops)},

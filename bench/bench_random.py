@@ -19,7 +19,10 @@ Then the issue-13 rows (:func:`rng_row`, also printed by ``bench/bench_allocator
 ``acc.rand(n)`` against numpy's Philox for the same count at 1,000 elements (a fixed per-call
 cost: target at most 3x) and at 10 million (target at most 1.1x), paired repeat by repeat.
 
-Run: ``python bench/bench_random.py [--repeat 11] [--json out.json]``. Not part of pytest.
+Run: ``python bench/bench_random.py [--repeat 11] [--json out.json] [--targets-only]
+[--anchor OLD/src]`` (``--anchor``: time another copy of accelrt's ``acc.rand`` beside this one
+in the issue-13 rows, alternating, e.g. ``git archive HEAD~1 src | tar -x -C /tmp/old`` then
+``--anchor /tmp/old/src``). Not part of pytest.
 """
 
 from __future__ import annotations
@@ -79,7 +82,19 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=11)
     parser.add_argument("--sizes", type=int, nargs="*", default=[1 << 20, 1 << 24])
     parser.add_argument("--json", help="write the results to this file")
+    parser.add_argument("--anchor", help="folder holding another accelrt package (e.g. an old "
+                                         "checkout's src) whose acc.rand the issue-13 rows "
+                                         "time beside this one, alternating")
+    parser.add_argument("--targets-only", action="store_true",
+                        help="print only the issue-13 rows")
     args = parser.parse_args()
+    anchor = None
+    if args.anchor:
+        from bench_allocator import load_anchor
+        anchor = load_anchor(args.anchor)
+    if args.targets_only:
+        rng_row(args.repeat, anchor)
+        return
     rows = bench_sizes(args.sizes, args.repeat)
     print(f"cpu count: {os.cpu_count()}, numpy {np.__version__}, repeat {args.repeat}, "
           f"load average {os.getloadavg()[0]:.2f}")
@@ -91,7 +106,7 @@ def main() -> None:
             best = row[f"{name} best"] / row["numpy best"]
             print(f"{n:>10} {name:>18} {t * 1e3:9.2f} {4 * n / t / 1e9:7.2f} "
                   f"{row[f'{name} ratio']:8.2f}x {best:6.2f}x")
-    rows.append({"targets": rng_row(args.repeat)})  # type: ignore[dict-item]
+    rows.append({"targets": rng_row(args.repeat, anchor)})  # type: ignore[dict-item]
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
@@ -113,68 +128,104 @@ def _empty_call_seconds(clock: Callable[[], float], loops: int = 200_000) -> flo
     return (clock() - t0) / loops
 
 
-def _loop_seconds(fn: Callable[[], object], loops: int,
-                  clock: Callable[[], float]) -> float:
-    t0 = clock()
-    for _ in range(loops):
-        fn()
-    return (clock() - t0) / loops
-
-
 #: (elements, calls per timing, target ratio to numpy)
 RNG_TARGETS = ((1000, 2000, 3.0), (10_000_000, 1, 1.1))
 
 
-def rng_row(repeat: int) -> list[dict[str, float]]:
+def _timed_loop(fn: Callable[[], object], loops: int,
+                clock: Callable[[], float]) -> tuple[float, float]:
+    """Seconds per call of ``fn`` on ``clock`` and in process CPU time (every thread)."""
+    c0, p0 = clock(), time.process_time()
+    for _ in range(loops):
+        fn()
+    return (clock() - c0) / loops, (time.process_time() - p0) / loops
+
+
+def rng_row(repeat: int, anchor: str | None = None) -> list[dict[str, float]]:
     """``acc.rand(n)`` against ``numpy.random.Generator(numpy.random.Philox(seed))
     .random(n, dtype=np.float32)`` (issue 13's anchor), for the sizes of
     :data:`RNG_TARGETS`; prints a markdown table and returns its rows.
 
-    Each repeat times numpy's calls, then accelrt's, back to back (an empty-method-call
-    calibration right before them gives the ``calls`` column), and the ratio of the two; the
-    median over repeats is printed. The 1,000-element row uses the calling thread's CPU time
-    when the cpu backend runs stream work on the calling thread (its default), so other
-    processes on a shared machine do not count; 10 million elements use wall time, since
-    large requests are split across host threads.
+    Each repeat times numpy's calls, then accelrt's (and, with ``anchor``, the same calls of
+    the package of that name, e.g. ``accelrt_anchor`` from ``bench_allocator.py --anchor``),
+    back to back, with an empty-method-call calibration right before them for the ``calls``
+    column; ``ratio`` is the median over repeats of each one's time divided by numpy's time
+    in the same repeat. The 1,000-element rows use the calling thread's CPU time when the cpu
+    backend runs stream work on the calling thread (its default), so other processes on a
+    shared machine do not count. 10 million elements use wall time, since large requests are
+    split across host threads when cores are free, and also show the process CPU time of all
+    threads (``cpu ratio``: the work, whatever the number of free cores) and a row with the
+    generator held to one thread (the target must not depend on a free core).
     """
+    import importlib
+    pkgs = {"this": acc}
+    if anchor:
+        pkgs["anchor"] = importlib.import_module(anchor)
+        # its registry names the built-in backends by absolute module; point it at its own
+        reg = importlib.import_module(anchor + "._backend")
+        reg._BUILTIN_MODULES = {k: anchor + v[len("accelrt"):] if v.startswith("accelrt.") else v
+                                for k, v in reg._BUILTIN_MODULES.items()}
     gen = np.random.Generator(np.random.Philox(1234))
-    acc_gen = acc.random.Generator("cpu:0").manual_seed(1234)
+    gens = {k: m.random.Generator("cpu:0").manual_seed(1234) for k, m in pkgs.items()}
     sync = not acc.get_device_properties("cpu:0").get("async_streams", False)
     print()
     print("## RNG: acc.rand(n) vs numpy Generator(Philox).random(n, float32) (median us; "
-          "ratio = median of paired ratios)")
-    print("| n | numpy us | accelrt us | ratio | accelrt calls | target ratio | status |")
-    print("|---|---|---|---|---|---|---|")
+          "ratio = median of paired ratios" + ("; this / anchor" if anchor else "") + ")")
+    print("| n | threads | numpy us | accelrt us | ratio | cpu ratio | accelrt calls | "
+          "target ratio | status |")
+    print("|---|---|---|---|---|---|---|---|---|")
     out = []
     for n, loops, target in RNG_TARGETS:
-        clock = time.thread_time if sync and n < 100_000 else time.perf_counter
+        for threads in (("any", "1") if n >= 100_000 else ("1",)):
+            clock = time.thread_time if sync and n < 100_000 else time.perf_counter
 
-        def np_fn(n: int = n) -> object:
-            return gen.random(n, dtype=np.float32)
+            def np_fn(n: int = n) -> object:
+                return gen.random(n, dtype=np.float32)
 
-        def acc_fn(n: int = n) -> object:
-            return acc.rand(n, device="cpu:0", generator=acc_gen)
+            fns: dict[str, Callable[[], object]] = {"numpy": np_fn}
+            for k, m in pkgs.items():
+                fns[k] = functools.partial(m.rand, n, device="cpu:0", generator=gens[k])
+            saved = {}
+            if threads == "1" and n >= 100_000:   # hold the generator to the calling thread
+                for k, m in pkgs.items():
+                    ph = importlib.import_module(m.__name__ + ".random._philox")
+                    saved[k] = (ph, ph._threads)
+                    ph._threads = lambda: 1
+            try:
+                for _ in range(3):   # warm up: allocator cache, thread pool, run of blocks
+                    for fn in fns.values():
+                        fn()
+                wall: dict[str, list[float]] = {k: [] for k in fns}
+                cpu: dict[str, list[float]] = {k: [] for k in fns}
+                units = []
+                for _ in range(max(repeat, 5)):
+                    units.append(_empty_call_seconds(clock))
+                    for k, fn in fns.items():
+                        w, c = _timed_loop(fn, loops, clock)
+                        wall[k].append(w)
+                        cpu[k].append(c)
+            finally:
+                for ph, real in saved.values():
+                    ph._threads = real
+            med = statistics.median
+            row: dict[str, float] = {"n": n, "threads": 0 if threads == "any" else 1,
+                                     "numpy_us": med(wall["numpy"]) * 1e6, "target": target}
+            for k in pkgs:
+                row[f"{k}_us"] = med(wall[k]) * 1e6
+                row[f"{k}_ratio"] = med(t / b for t, b in zip(wall[k], wall["numpy"]))
+                row[f"{k}_cpu_ratio"] = med(t / b for t, b in zip(cpu[k], cpu["numpy"]))
+                row[f"{k}_calls"] = med(t / u for t, u in zip(wall[k], units))
+            row["accelrt_us"], row["ratio"] = row["this_us"], row["this_ratio"]
+            row["calls"] = row["this_calls"]
+            out.append(row)
 
-        for _ in range(3):   # warm up: allocator cache, thread pool, run of blocks
-            np_fn()
-            acc_fn()
-        ratios, t_np, t_acc, calls = [], [], [], []
-        for _ in range(max(repeat, 5)):
-            unit = _empty_call_seconds(clock)
-            s_np = _loop_seconds(np_fn, loops, clock)
-            s_acc = _loop_seconds(acc_fn, loops, clock)
-            t_np.append(s_np)
-            t_acc.append(s_acc)
-            calls.append(s_acc / unit)
-            ratios.append(s_acc / s_np)
-        row = {"n": n, "numpy_us": statistics.median(t_np) * 1e6,
-               "accelrt_us": statistics.median(t_acc) * 1e6,
-               "ratio": statistics.median(ratios), "calls": statistics.median(calls),
-               "target": target}
-        out.append(row)
-        print(f"| {n:,} | {row['numpy_us']:,.1f} | {row['accelrt_us']:,.1f} | "
-              f"{row['ratio']:.2f} | {row['calls']:,.0f} | <= {target} | "
-              f"{'met' if row['ratio'] <= target else 'NOT met'} |")
+            def both(key: str, fmt: str) -> str:
+                return " / ".join(format(row[f"{k}_{key}"], fmt) for k in pkgs)
+
+            print(f"| {n:,} | {threads} | {row['numpy_us']:,.1f} | {both('us', ',.1f')} | "
+                  f"{both('ratio', '.2f')} | {both('cpu_ratio', '.2f')} | "
+                  f"{both('calls', ',.0f')} | <= {target} | "
+                  f"{'met' if row['ratio'] <= target else 'NOT met'} |", flush=True)
     return out
 
 

@@ -158,3 +158,67 @@ def test_factory_arrays_are_made_like_empty() -> None:
         acc.rand(2, device="nonsense:x:y")
     with pytest.raises(TypeError, match="dtype"):
         acc.randint(0, 3, (2,), dtype="complex64", device=D)
+
+
+def test_device_strings_without_an_index_follow_the_current_device() -> None:
+    from accelrt import _device
+
+    name = "rngidx" + uuid.uuid4().hex[:8]
+    backends.register(name, lambda: CpuBackend(num_devices=2, name=name), replace=True)
+    assert acc.rand(2, device=name).device == acc.device(f"{name}:0")
+    assert acc.rand(2, device=f"{name}:1").device == acc.device(f"{name}:1")
+    _device._tls.device[name] = 1       # this thread's current device of that backend
+    try:
+        assert acc.rand(2, device=name).device == acc.device(f"{name}:1")
+        assert acc.rand(2, device=f"{name}:0").device == acc.device(f"{name}:0")
+    finally:
+        _device._tls.device.pop(name, None)
+    assert acc.rand(2, device=name).device == acc.device(f"{name}:0")
+
+
+def test_a_bad_device_string_raises_every_time() -> None:
+    for _ in range(2):
+        with pytest.raises(IndexError):
+            acc.rand(2, device="cpu:99")
+        with pytest.raises(ValueError):
+            acc.rand(2, device="cpu:x")
+        assert acc.rand(2, device=D).device == acc.device(D)
+
+
+def test_each_thread_initialises_the_device_it_draws_on() -> None:
+    import threading
+
+    inits: list[tuple[int, int]] = []
+
+    class Recording(CpuBackend):
+        def init_device(self, index: int) -> None:
+            inits.append((threading.get_ident(), index))
+            super().init_device(index)
+
+    name = "rnginit" + uuid.uuid4().hex[:8]
+    backends.register(name, lambda: Recording(num_devices=1, name=name), replace=True)
+    acc.rand(2, device=f"{name}:0")
+    acc.rand(2, device=f"{name}:0")
+    t = threading.Thread(target=lambda: acc.rand(2, device=f"{name}:0"))
+    t.start()
+    t.join()
+    assert len(inits) == 2 and inits[0][0] != inits[1][0]
+
+
+def test_factories_follow_the_current_stream() -> None:
+    from accelrt import memory
+
+    s = acc.Stream(D)
+    g = acc.random.Generator(D).manual_seed(4)
+    with s:                                   # the thread's current stream of cpu:0
+        x = acc.rand(1000, device=D, generator=g)
+    y = acc.rand(1000, device=D, generator=g)
+    stream_of = {}
+    for seg in memory.memory_snapshot():
+        for p in (x._mem.ptr, y._mem.ptr):
+            if seg["address"] <= p < seg["address"] + seg["total_size"]:
+                stream_of[p] = seg["stream"]
+    assert stream_of == {x._mem.ptr: s.stream_id, y._mem.ptr: 0}
+    ref = np.empty(2000, np.float32)
+    _philox.fill(ref, "uniform", 4, 0, (0.0, 1.0))
+    assert np.concatenate([x.numpy(), y.numpy()]).tobytes() == ref.tobytes()

@@ -44,7 +44,9 @@ from typing import TYPE_CHECKING, Any, SupportsIndex, cast
 import numpy as np
 
 from .._device import _get_device, _lazy_init
+from .._device import _tls as _dev_tls
 from .._device import device as _device_cls
+from .. import _backend, _stream
 from .._stream import _current
 from .._handles import StreamHandle
 from . import _philox
@@ -358,17 +360,30 @@ _Memory: Any = None
 _hold: Any = None
 _check_dtype: Any = None
 _get_allocator: Any = None
+_alloc_mod: Any = None
 
-#: Device strings seen so far -> their parsed :class:`accelrt.device` (parsing a string costs
-#: more than the rest of the placement; a device object is immutable).
-_parsed: dict[str, Any] = {}
+#: Device strings with an index seen so far -> what :func:`_get_device` returned for them
+#: (parsing a string and checking the index cost more than the rest of the placement), used
+#: while the backend is still the registered instance of its name.
+_placed: dict[str, tuple[Backend, int]] = {}
+
+
+def _place(text: str) -> tuple[Backend, int]:
+    """``_get_device(text)``, remembered in :data:`_placed` when ``text`` names an index (a
+    string without one means the calling thread's current device, which may change)."""
+    dev = _device_cls(text)
+    placed = _get_device(dev)
+    if dev.index is not None and len(_placed) < 64:
+        _placed[text] = placed
+    return placed
 
 
 def _bind_array() -> None:
-    global _Array, _Memory, _hold, _check_dtype, _get_allocator
+    global _Array, _Memory, _hold, _check_dtype, _get_allocator, _alloc_mod
     from .._array import Array, _Memory as memory, _check_dtype as check_dtype, _hold as hold
-    from ..memory._allocator import get_allocator
-    _Memory, _hold, _check_dtype, _get_allocator = memory, hold, check_dtype, get_allocator
+    from ..memory import _allocator
+    _Memory, _hold, _check_dtype = memory, hold, check_dtype
+    _get_allocator, _alloc_mod = _allocator.get_allocator, _allocator
     _Array = Array
 
 
@@ -384,20 +399,31 @@ def _new(shape: tuple[int, ...], dtype: DTypeLike, device: DeviceLike,
         _bind_array()
     if device is None and generator is not None:
         device = _resolve(device, generator)
-    elif type(device) is str:
-        dev = _parsed.get(device)
-        if dev is None:
-            dev = _device_cls(device)
-            if len(_parsed) < 64:
-                _parsed[device] = dev
-        device = dev
-    b, index = _get_device(device)
+    if type(device) is str:
+        placed = _placed.get(device)
+        if placed is None or _backend._instances.get(placed[0].name) is not placed[0]:
+            placed = _place(device)
+        b, index = placed
+    else:
+        b, index = _get_device(device)
     dt = _check_dtype(dtype, b, index)
-    _lazy_init(b, index)
+    # _lazy_init, get_allocator and _current with one key and no calls on the common path
+    # (the device initialised by this thread, its allocator made, a current stream set)
+    key = (b.name, index)
+    _, streams, inited = _dev_tls.hot
+    if key not in inited:
+        _lazy_init(b, index)
     n = math.prod(shape)
     nbytes = n * dt.itemsize
-    alloc = _get_allocator(b, index)
-    stream = _current(b, index)._handle
+    alloc = _alloc_mod._allocators.get(key)
+    if alloc is None:
+        alloc = _get_allocator(b, index)
+    s = streams.get(key)                # _current's two lookups
+    if s is None:
+        s = _stream._defaults.get(key)
+    if s is None or s._b is not b:
+        s = _current(b, index)
+    stream = s._handle
     ptr = alloc.malloc(nbytes, stream) if nbytes else 0
     out: Array = _Array._wrap(_Memory(ptr, nbytes, alloc), shape, dt, b, index)
     _fill(out, b, index, stream, n, dist, params, generator)
@@ -440,12 +466,13 @@ def _fill(out: Array, b: Backend, index: int, stream: StreamHandle, n: int, dist
     # Queued work holds only borrowed memory (``_held``'s rule): allocator memory is freed
     # stream-ordered, so ``del out`` while the fill is queued frees it at once, as for any op.
     keep = (mem,) if mem.alloc is None and ptr else ()
-    if b.capabilities(index).device_rng:
+    caps = b.capabilities(index)
+    if caps.device_rng:
         b.philox_fill(index, ptr, n, dtype.name, dist, seed_, offset, params, stream)
         if keep:
             _hold(b, index, stream, keep)
         return
-    if mem.host or b.host_accessible(index):
+    if mem.host or caps.host_accessible:
         work = functools.partial(_philox.fill_at, ptr, n, dtype, dist, seed_, offset, params)
         try:
             b.launch_host_func(index, work, stream)

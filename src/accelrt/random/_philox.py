@@ -101,6 +101,23 @@ _F32_SCALE = np.float32(2.0 ** -24)
 _F16_SCALE = np.float32(2.0 ** -11)
 _F64_SCALE = np.float64(2.0 ** -53)
 
+
+def _const(value: Any, dtype: Any) -> np.ndarray:
+    """A read-only 0-d array: a ufunc takes one faster than a numpy scalar (about 0.3 us a
+    call, a fifth of a small pass), same types and values."""
+    c = np.array(value, dtype)
+    c.flags.writeable = False
+    return c
+
+
+# The hot paths' constants (the pipeline makes some 90 numpy calls per chunk).
+_C8 = _const(8, np.uint32)
+_C11 = _const(11, np.uint64)
+_C32 = _const(32, np.uint64)
+_CMUL1 = _const(PHILOX_M1, np.uint64)
+_CF32_SCALE = _const(2.0 ** -24, np.float32)
+_CF64_SCALE = _const(2.0 ** -53, np.float64)
+
 #: Blocks per inner chunk: the ``(2, CHUNK)`` uint64 state and product arrays (1 MiB) and the
 #: chunk's output stay in a core's L2 cache, and numpy's per-call overhead (about 1 us, some
 #: 50 calls per chunk) stays small. Measured best between 24K and 48K blocks.
@@ -243,8 +260,8 @@ class _Plan:
         k0, k1 = seed & _M32, (seed >> 32) & _M32
         ks = [((k0 + r * PHILOX_W0) & _M32, (k1 + r * PHILOX_W1) & _M32) for r in range(ROUNDS)]
         self.k0_1 = ks[0][0]
-        self.r1_xor = np.uint64(ks[0][1] << 32 | ks[1][1])   # round 1's k1, round 2's k1
-        self.r2_xor = np.uint64(ks[1][0] << 32)              # round 2's k0, in place
+        self.r1_xor = _const(ks[0][1] << 32 | ks[1][1], np.uint64)  # round 1's k1, round 2's
+        self.r2_xor = _const(ks[1][0] << 32, np.uint64)             # round 2's k0, in place
         #: ``K`` of rounds 3, 5, 7, 9: (2, 1) arrays, one row per lane
         self.kv = [np.array([[ks[r][0] << 32 | ks[r + 1][0]], [ks[r][1] << 32 | ks[r + 1][1]]],
                             np.uint64) for r in range(2, ROUNDS, 2)]
@@ -260,13 +277,19 @@ def _plan(seed: int) -> _Plan:
 
 
 class _Scratch:
-    """Reusable buffers for chunks of up to ``n`` blocks (one set per thread)."""
+    """Reusable buffers for chunks of up to ``n`` blocks (one set per thread).
 
-    __slots__ = ("_w", "a", "m0j", "x")
+    The ``(2, m)`` state and product arrays of a chunk of ``m <= n`` blocks are contiguous
+    views of the front of flat buffers (a ``[:, :m]`` slice of a ``(2, n)`` array is not
+    contiguous, and numpy sets up every call on it several times slower).
+    """
+
+    __slots__ = ("_w", "a", "m0j", "n", "x")
 
     def __init__(self, n: int) -> None:
-        self.x = np.empty((2, n), np.uint64)
-        self.a = np.empty((2, n), np.uint64)
+        self.n = n
+        self.x = np.empty(2 * n, np.uint64)
+        self.a = np.empty(2 * n, np.uint64)
         self.m0j = np.arange(n, dtype=np.uint64) * np.uint64(PHILOX_M0)  # M0 * j, exact
         self._w: np.ndarray | None = None
 
@@ -275,7 +298,7 @@ class _Scratch:
         """``(n, 4)`` uint32 words for the conversions that need them (made on first use:
         standard uniform float32/float64 never do)."""
         if self._w is None:
-            self._w = np.empty((self.x.shape[1], 4), _U32)
+            self._w = np.empty((self.n, 4), _U32)
         return self._w
 
 
@@ -286,7 +309,7 @@ def _scratch(n: int) -> _Scratch:
     """This thread's scratch buffers for chunks of ``n`` blocks, kept between calls so their
     pages stay mapped (a fresh set costs page faults on every call)."""
     s: _Scratch | None = getattr(_tls, "scratch", None)
-    if s is None or s.x.shape[1] < n:
+    if s is None or s.n < n:
         s = _tls.scratch = _Scratch(n)
     return s
 
@@ -308,33 +331,34 @@ def _core(block0: int, n: int, plan: _Plan, s: _Scratch) -> tuple[np.ndarray, np
         halves), ``P`` round 10's products with the lanes swapped (``P[0] = M1 * c2``), both
         views of ``s``; :func:`_finish` turns them into output words.
     """
-    x, a = s.x[:, :n], s.a[:, :n]
+    x, a = s.x[:2 * n].reshape(2, n), s.a[:2 * n].reshape(2, n)
     x0, x1, a1 = x[0], x[1], a[1]
     hi, lo = block0 >> 32, block0 & _M32
     # round 1: lane 1 = M0 * c0 ^ (k1 of rounds 1, 2); lane 0 = (hi ^ k0 of round 1, k0 of 2)
-    np.add(s.m0j[:n], np.uint64(lo * PHILOX_M0), out=x1)
+    # (Python int operands below are below 2**64: numpy takes them as uint64)
+    np.add(s.m0j[:n], lo * PHILOX_M0, out=x1)
     _xor(x1, plan.r1_xor, x1)
     c0 = hi ^ plan.k0_1
     # round 2: lane 0 = M1 * (x1 >> 32) ^ (k0 << 32); lane 1 = (x1 << 32) ^ M0 * c0
-    _rs(x1, _S32, a1)
-    _mul(a1, _MUL1, a1)
+    _rs(x1, _C32, a1)
+    _mul(a1, _CMUL1, a1)
     _xor(a1, plan.r2_xor, x0)
-    _ls(x1, _S32, x1)
-    _xor(x1, np.uint64(PHILOX_M0 * c0), x1)
+    _ls(x1, _C32, x1)
+    _xor(x1, PHILOX_M0 * c0, x1)
     # rounds 3 to 9 and the products of round 10
     p = a[::-1]
     last = len(plan.kv) - 1
     for i, kv in enumerate(plan.kv):
-        _rs(x, _S32, a)
+        _rs(x, _C32, a)
         _mul(a, _MV, a)
-        _ls(x, _S32, x)
+        _ls(x, _C32, x)
         _xor(x, kv, x)
         _xor(x, p, x)                # odd round: keys of this round and the next
-        _rs(x, _S32, a)
+        _rs(x, _C32, a)
         _mul(a, _MV, a)
         if i == last:
             break
-        _ls(x, _S32, x)
+        _ls(x, _C32, x)
         _xor(x, p, x)                # even round: its key is already in the low halves
     return x, p
 
@@ -342,10 +366,10 @@ def _core(block0: int, n: int, plan: _Plan, s: _Scratch) -> tuple[np.ndarray, np
 def _finish(x: np.ndarray, p: np.ndarray, dst: np.ndarray) -> None:
     """Round 10 into ``dst`` (``(2, n)`` uint64, any strides): lane ``l`` of block ``j`` gets
     the little-endian word pair ``w[2l + 1] << 32 | w[2l]``. Overwrites ``x`` and ``p``."""
-    _ls(x, _S32, x)
+    _ls(x, _C32, x)
     _xor(x, p, x)                    # (hi ^ c1 ^ k, lo) with hi, lo of the product
-    _rs(x, _S32, x)                  # w0 = hi ^ c1 ^ k
-    _ls(p, _S32, p)                  # w1 = lo, in the high half
+    _rs(x, _C32, x)                  # w0 = hi ^ c1 ^ k
+    _ls(p, _C32, p)                  # w1 = lo, in the high half
     _or(p, x, dst)
 
 
@@ -385,48 +409,86 @@ def words(seed: int, offset: int, nblocks: int) -> np.ndarray:
 # A request of a few hundred blocks costs little arithmetic but some 60 numpy calls (about a
 # microsecond each, more on the strided lanes), so its cost is all fixed overhead. Blocks are
 # a pure function of (seed, counter) and a generator hands out consecutive counters, so a
-# small request computes a run of SMALL_RUN blocks from its first counter on (one pass of the
-# chunk pipeline) and the requests that follow take theirs from that run: the same words,
-# hence the same bits, at the cost of a copy.
+# small request computes a run of blocks from its first counter on (one pass of the chunk
+# pipeline) and the requests that follow take theirs from that run: the same words, hence
+# the same bits, at the cost of a copy.
+#
+# The first run after a jump (another seed, or a counter outside the run) is short
+# (:data:`SMALL_RUN_MIN` blocks), so a lone request or generators used in turn pay little
+# for blocks nobody takes; each run that the requests run past is twice as long as the last,
+# up to :data:`SMALL_RUN`, where the pipeline's per-call cost is spread over enough blocks
+# that a request pays about the arithmetic of its own blocks. A run computes only what its
+# requests read: standard uniform float32/float64 straight from the pipeline (the
+# conversion of :func:`_uniform_in_place`, no word array), the words for anything else.
 
 #: Requests of at most this many blocks are served from the per-thread run of blocks.
 SMALL_MAX_BLOCKS = 2048
-#: Blocks computed at once for small requests.
-SMALL_RUN = 8192
+#: Blocks of the first run after a jump.
+SMALL_RUN_MIN = 2048
+#: The most blocks a run holds (a request stream's runs double up to this; the pipeline's
+#: per-block cost is near its floor from here on).
+SMALL_RUN = 32768
 
 
 class _Run:
-    """Words of blocks ``start .. start + len(w) - 1`` under key ``seed`` (one per thread),
-    and their standard uniform float32/float64 conversions, made on first use."""
+    """Blocks ``start .. start + n - 1`` under key ``seed`` (one run per thread): their
+    words and their standard uniform float32/float64 numbers, each made on first use."""
 
-    __slots__ = ("addr", "seed", "start", "uniform", "w")
+    __slots__ = ("_w", "addr", "n", "seed", "start", "uniform")
 
-    def __init__(self, seed: int, start: int, w: np.ndarray) -> None:
-        self.seed, self.start, self.w = seed, start, w
+    def __init__(self, seed: int, start: int, n: int) -> None:
+        self.seed, self.start, self.n = seed, start, n
+        self._w: np.ndarray | None = None
         self.uniform: dict[str, np.ndarray] = {}
         #: dtype char -> address of ``uniform[char]``'s first element (for :func:`fill_at`)
         self.addr: dict[str, int] = {}
 
+    @property
+    def w(self) -> np.ndarray:
+        """The run's words, ``(n, 4)`` uint32."""
+        if self._w is None:
+            self._w = words(self.seed, self.start, self.n)
+        return self._w
+
     def standard_uniform(self, dtype: np.dtype) -> np.ndarray:
-        """The run's words as standard uniform numbers of ``dtype`` (float32: one per word,
-        float64: one per word pair), flat: the conversion of :func:`_uniform_std`."""
+        """The run's standard uniform numbers of ``dtype`` (float32: one per word, float64:
+        one per word pair), flat: the numbers :func:`_uniform_in_place` makes."""
         u = self.uniform.get(dtype.char)
         if u is None:
-            u = np.empty(self.w.size // words_per_element("uniform", dtype), dtype)
-            _uniform_std(self.w.copy(), dtype, u)
-            self.uniform[dtype.char] = u
+            u = self.uniform[dtype.char] = _uniform_blocks(self.seed, self.start, self.n,
+                                                           dtype)
             self.addr[dtype.char] = u.ctypes.data
         return u
 
 
+def _uniform_blocks(seed: int, offset: int, nblocks: int, dtype: np.dtype) -> np.ndarray:
+    """Standard uniform float32 (float64) numbers of ``nblocks`` blocks from ``offset``:
+    four (two) per block, converted in their own memory as the pipeline does."""
+    per = 4 // words_per_element("uniform", dtype)
+    out = np.empty(nblocks * per, dtype)
+    plan = _plan(seed & _M64)
+    s = _scratch(CHUNK)
+    j = 0
+    while j < nblocks:
+        b = (offset + j) & _M64
+        n = _chunk_len(b, min(CHUNK, nblocks - j))
+        x, p = _core(b, n, plan, s)
+        _uniform_in_place(out[j * per:(j + n) * per], x, p, n)
+        j += n
+    return out
+
+
 def _small_run(seed: int, offset: int, nblocks: int) -> tuple[_Run, int]:
     """This thread's run of blocks holding blocks ``offset .. offset + nblocks - 1`` (made
-    anew when the request is not inside the current one), and the request's first block's
-    index in it."""
+    anew when the request is not inside the current one: twice as long as the current one
+    when the request starts inside it or right after it, else :data:`SMALL_RUN_MIN` long),
+    and the request's first block's index in it."""
     r: _Run | None = getattr(_tls, "run", None)
-    if r is None or r.seed != seed or not r.start <= offset <= r.start + len(r.w) - nblocks:
-        n = max(nblocks, min(SMALL_RUN, (1 << 64) - offset))
-        r = _tls.run = _Run(seed, offset, words(seed, offset, n))
+    if r is None or r.seed != seed or not r.start <= offset <= r.start + r.n - nblocks:
+        size = SMALL_RUN_MIN
+        if r is not None and r.seed == seed and r.start <= offset <= r.start + r.n:
+            size = min(SMALL_RUN, 2 * r.n)     # the requests ran past the run: a stream
+        r = _tls.run = _Run(seed, offset, max(nblocks, min(size, (1 << 64) - offset)))
     return r, offset - r.start
 
 
@@ -620,13 +682,13 @@ def _uniform_in_place(seg: np.ndarray, x: np.ndarray, p: np.ndarray, n: int) -> 
     _finish(x, p, d.reshape(n, 2).T)
     if seg.dtype.itemsize == 4:
         u = seg.view(_U32)
-        _rs(u, _S8, u)
+        _rs(u, _C8, u)
         np.copyto(seg, u.view(np.int32), casting="unsafe")
-        _mul(seg, _F32_SCALE, seg)
+        _mul(seg, _CF32_SCALE, seg)
     else:
-        _rs(d, _S11, d)
+        _rs(d, _C11, d)
         np.copyto(seg, d.view(np.int64), casting="unsafe")
-        _mul(seg, _F64_SCALE, seg)
+        _mul(seg, _CF64_SCALE, seg)
 
 
 def _fill_range(out: np.ndarray, dist: str, dtype: np.dtype, params: Sequence[Any],
@@ -760,7 +822,11 @@ def fill_at(ptr: int, n: int, dtype: np.dtype, dist: str, seed: int, offset: int
         offset &= _M64
         seed &= _M64
         if nblocks <= SMALL_MAX_BLOCKS and offset + nblocks <= 1 << 64:
-            r, i = _small_run(seed, offset, nblocks)
+            r: _Run | None = getattr(_tls, "run", None)
+            if r is not None and r.seed == seed and r.start <= offset <= r.start + r.n - nblocks:
+                i = offset - r.start            # _small_run's test, inlined: the common case
+            else:
+                r, i = _small_run(seed, offset, nblocks)
             addr = r.addr.get(dtype.char)
             if addr is None:
                 r.standard_uniform(dtype)
