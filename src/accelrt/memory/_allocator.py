@@ -174,6 +174,11 @@ class DeviceCachingAllocator:
         # True when malloc needs nothing but rounding and the plain lookup (guarded by _lock)
         self._fast = (self._simple and self._roundup_divisions is None and self._history is None
                       and not self._stream_frees.waiting() and not self._pools.captures)
+        # the same for the low-fragmentation policy (expandable segments + page_reuse)
+        self._fast_reuse = (self._page_reuse and self._max_split_size >= SIZE_MAX
+                            and not self._gc_on and self._roundup_divisions is None
+                            and self._history is None and not self._stream_frees.waiting()
+                            and not self._pools.captures)   # guarded by _lock
 
     def vm_supported(self) -> bool:
         """True if the backend can map virtual memory on this device (expandable segments)."""
@@ -331,6 +336,12 @@ class DeviceCachingAllocator:
                         c.requested_bytes_sum += size
                         c.grew = True
                         return addr
+            elif self._fast_reuse:
+                # the low-fragmentation policy's fast path (a cached block fits; see
+                # ExpandableSegments.malloc_cached); 0: the general path runs
+                addr = self._expandable_segments.malloc_cached(size, stream)
+                if addr:
+                    return addr
             res = self._malloc_locked(size, stream)
         finally:
             self._release(None)
@@ -366,6 +377,10 @@ class DeviceCachingAllocator:
         h = self._history
         frames = capture_frames() if h is not None and h.context else None
         blk = self._get_free_block(pool, stream, rounded)
+        if (blk is not None and self._page_reuse and blk.exp is not None and pool.owner is None
+                and self._expandable_segments.split_for(blk, rounded)):
+            # the low-fragmentation policy split the mappings the block would pin partly
+            blk = self._get_free_block(pool, stream, rounded)
         if blk is None:
             blk = self._alloc_slow(pool, stream, rounded, frames)
             if blk is None:
@@ -1540,6 +1555,7 @@ class GeneralPathAllocator(DeviceCachingAllocator):
     def _update_simple(self) -> None:
         super()._update_simple()
         self._fast = False
+        self._fast_reuse = False
 
     def free(self, ptr: int, nonblocking: bool = False) -> None:
         """:meth:`DeviceCachingAllocator.free` through the general code only."""
