@@ -371,7 +371,7 @@ class DeviceCachingAllocator:
             # the low-fragmentation policy serves every request from the large pool: it maps
             # memory page by page, so the small pool's reason (small blocks kept out of large
             # segments) is gone, and one pool lets small blocks fill the partial pages and
-            # holes that large blocks leave (docs/memory.md, rule 5)
+            # holes that large blocks leave (docs/memory.md, rule 6)
             pool = (self._small if rounded <= K_SMALL_SIZE and not self._page_reuse
                     else self._large)
         h = self._history
@@ -393,7 +393,7 @@ class DeviceCachingAllocator:
                 and not (blk.prev is not None and blk.prev.allocated)):
             # the low-fragmentation policy places a block against its live neighbour, where
             # it shares that neighbour's page and mapping instead of pinning free ones
-            # (docs/memory.md, rule 6): only the next block is live, so take the tail
+            # (docs/memory.md, rule 7): only the next block is live, so take the tail
             tail = self._cut_block(blk, remaining)
             self._insert_free(blk)
             blk = tail

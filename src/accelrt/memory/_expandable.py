@@ -172,19 +172,20 @@ class ExpandableSegment:
         return b < e
 
     def unmap(self, ptr: int, size: int) -> tuple[int, int]:
-        """Unmap the whole mappings inside ``[ptr, ptr+size)`` (one backend call each); return
-        the unmapped range ``(start, nbytes)`` (``nbytes`` 0 when no whole mapping fits)."""
+        """Unmap the whole mappings inside ``[ptr, ptr+size)`` (one backend call for their
+        run); return the unmapped range ``(start, nbytes)`` (``nbytes`` 0 when no whole
+        mapping fits)."""
         begin, end, i, j = self._whole(ptr, size)
         if begin >= end:
             return ptr, 0
         page = self.page
         base = self.base
-        index = self.index
-        vm_unmap = self.backend.vm_unmap
         lengths = self.lengths
         for p in self.starts[i:j]:
-            vm_unmap(index, base + p * page, lengths.pop(p) * page)
+            del lengths[p]
         del self.starts[i:j]
+        # one call for the run of whole mappings (the backend takes runs)
+        self.backend.vm_unmap(self.index, base + begin * page, (end - begin) * page)
         self.mapped[begin:end] = bytes(end - begin)
         return base + begin * page, (end - begin) * page
 
@@ -309,7 +310,7 @@ class ExpandableSegments:
         remaining = bsize - rounded
         nx = blk.next
         prev = blk.prev
-        # rule 6 (_malloc_locked): against a live next block (only), take the tail
+        # rule 7 (_malloc_locked): against a live next block (only), take the tail
         tail = (remaining >= 512 and nx is not None and nx.allocated
                 and not (prev is not None and prev.allocated))
         es = blk.exp
@@ -318,13 +319,35 @@ class ExpandableSegments:
             return 0                     # a mapping to split first: split_for
         del fl[i]
         if remaining >= 512:
-            if tail:
-                blk = alloc._cut_block(blk, remaining)
-                key = (remaining << 64) | blk.prev.addr  # type: ignore[union-attr]
-                blk.prev.gc_base = pool.gc_calls  # type: ignore[union-attr]
+            # _cut_block: blk keeps its first ``first`` bytes, ``rest`` the others
+            first = remaining if tail else rounded
+            raddr = blk.addr + first
+            spares = alloc._spares
+            if spares:
+                rest = spares.pop()
+                rest.addr = raddr
+                rest.size = bsize - first
+                rest.stream = stream
+                rest.pool = pool
+                rest.exp = es
+                rest.mapped = True
+                rest.requested = 0
+                rest.frames = None
             else:
-                rest = alloc._cut_block(blk, rounded)
-                key = (remaining << 64) | rest.addr
+                rest = Block(raddr, bsize - first, stream, pool, es, True)
+            rest.prev = blk
+            rest.next = nx
+            if nx is not None:
+                nx.prev = rest
+            blk.next = rest
+            blk.size = first
+            blocks[raddr] = rest
+            if tail:             # the free head stays cached, the tail is allocated
+                key = (remaining << 64) | blk.addr
+                blk.gc_base = pool.gc_calls
+                blk = rest
+            else:
+                key = (remaining << 64) | raddr
                 rest.gc_base = pool.gc_calls
             if len(fl) < SMALL_MAX:
                 insort(fl, key)
