@@ -289,10 +289,15 @@ class ExpandableSegments:
         if blk.exp is None:
             return 0
         # _get_free_block's expandable best fit: of the fits in size order, the first whose
-        # size including the unmapped range after it is not above the next one's
+        # size including the unmapped range after it is not above the next one's (only a
+        # block followed by an unmapped range can be above: the list is sorted by size)
         nx = blk.next
-        esize = blk.size + (nx.size if nx is not None and not nx.mapped else 0)
-        j = i + 1
+        if nx is not None and not nx.mapped:
+            esize = blk.size + nx.size
+            j = i + 1
+        else:
+            esize = 0
+            j = n
         while j < n:
             k = fl[j]
             nb = blocks[k & ADDR_MASK]
