@@ -69,11 +69,13 @@ def test_fast_paths_match_the_general_code(conf: str, seq: list[tuple[str, int, 
         assert state(fast) == state(general)
 
 
+@pytest.mark.parametrize("conf", ["", "expandable_segments:True,page_reuse:True"],
+                         ids=["default", "low-frag"])
 @pytest.mark.parametrize("path", TRACES, ids=lambda p: os.path.basename(p).split(".")[0])
-def test_fast_paths_match_the_general_code_on_traces(path: str) -> None:
+def test_fast_paths_match_the_general_code_on_traces(path: str, conf: str) -> None:
     ops_ = trace_ops(load_trace(path), path)[:6000]
-    fast = DeviceCachingAllocator(SimulatedBackend(), 0, parse_config(""))
-    general = GeneralPathAllocator(SimulatedBackend(), 0, parse_config(""))
+    fast = DeviceCachingAllocator(SimulatedBackend(), 0, parse_config(conf))
+    general = GeneralPathAllocator(SimulatedBackend(), 0, parse_config(conf))
     handles: dict[int, int] = {}
     for i, (is_alloc, addr, size, stream) in enumerate(ops_):
         if is_alloc:
@@ -94,6 +96,9 @@ def test_general_path_allocator_takes_no_fast_path() -> None:
     a.free(a.malloc(512, 0))
     assert not a._fast
     assert DeviceCachingAllocator(SimulatedBackend(), 0, parse_config(""))._fast
+    low_frag = parse_config("expandable_segments:True,page_reuse:True")
+    assert not GeneralPathAllocator(SimulatedBackend(), 0, low_frag)._fast_reuse
+    assert DeviceCachingAllocator(SimulatedBackend(), 0, low_frag)._fast_reuse
 
 
 def test_fast_path_returns_once_each_component_is_idle() -> None:

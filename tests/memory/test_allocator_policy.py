@@ -15,6 +15,7 @@ from accelrt.memory._expandable import MAP_FRACTION
 from accelrt.memory._replay import driver_cost_us, load_trace, replay_ops, trace_ops
 from accelrt.memory._simulated import SimulatedBackend
 from accelrt.memory._synthetic import convnet_inference_ops
+from tests.helpers.mappings import check_mappings
 
 MiB = 1 << 20
 LOW_FRAG = "expandable_segments:True,page_reuse:True"
@@ -24,6 +25,13 @@ TRACES = sorted(glob.glob(os.path.join(os.path.dirname(os.path.dirname(__file__)
 
 def _ops(path: str):
     return trace_ops(load_trace(path), path)
+
+
+def _mappings_of(a: DeviceCachingAllocator, b: SimulatedBackend, ptr: int) -> list[int]:
+    """The sizes of the device's mappings that the block at ``ptr`` touches, by address."""
+    end = ptr + a._blocks[ptr].size
+    maps = b._devices[0].mappings
+    return [maps[m] for m in sorted(maps) if m < end and m + maps[m] > ptr]
 
 
 def _low_frag_ratios() -> list[float]:
@@ -98,16 +106,19 @@ def test_replay_counts_unmaps_of_the_low_fragmentation_policy() -> None:
     assert r["peak_reserved_bytes"] == 60 * MiB + 2 * MiB
 
 
-def test_mappings_are_coalesced_and_unmapped_whole() -> None:
+def test_mappings_are_made_whole_and_unmapped_whole() -> None:
+    """A request's whole pages are one mapping (one driver call however large), its partial
+    last page, which the next block shares, another; freed, they unmap whole."""
     b = SimulatedBackend()
     a = DeviceCachingAllocator(b, 0, parse_config(LOW_FRAG))
-    a.free(a.malloc(MAP_FRACTION * 8 * MiB, 0))  # high-water mark: mappings of up to 8 MiB
-    a.empty_cache()
-    before = b.calls(0)["vm_map"]
     p = a.malloc(64 * MiB, 0)
-    assert b.calls(0)["vm_map"] - before == 8    # not one call per 2 MiB page
-    assert a.memory_reserved() == 64 * MiB       # pages of the device's 2 MiB granularity
+    assert b.calls(0)["vm_map"] == 1              # not one call per 2 MiB page
+    q = a.malloc(63 * MiB + MiB // 2, 0)           # 31 whole pages + a partial one
+    assert b.calls(0)["vm_map"] == 3
+    assert _mappings_of(a, b, q) == [62 * MiB, 2 * MiB]
+    assert a.memory_reserved() == 128 * MiB       # pages of the device's 2 MiB granularity
     a.free(p)
+    a.free(q)
     a.empty_cache()                              # the simulated device refuses partial unmaps
     assert a.memory_reserved() == 0
     calls = b.calls(0)
@@ -115,17 +126,122 @@ def test_mappings_are_coalesced_and_unmapped_whole() -> None:
     assert calls["vm_release"] == calls["vm_reserve"]
 
 
-def test_mapping_size_is_bounded_by_the_high_water_mark() -> None:
-    """A mapping holds at most 1/MAP_FRACTION of the most memory mapped, so a small live
-    block pins little: after freeing all but one 2 MiB block, the rest can be unmapped."""
+def test_reusing_a_mapping_whole_makes_no_driver_call() -> None:
+    """A loop that frees and allocates the same shapes reuses its mappings: no call."""
     b = SimulatedBackend()
     a = DeviceCachingAllocator(b, 0, parse_config(LOW_FRAG))
-    ps = [a.malloc(2 * MiB, 0) for _ in range(2 * MAP_FRACTION)]
-    for p in ps[1:]:
+    for _ in range(3):
+        ps = [a.malloc(s, 0) for s in (300 * MiB, 7 * MiB, 120 * MiB + 5)]
+        for p in ps:
+            a.free(p)
+    calls = b.calls(0)
+    # 300 MiB: one; 7 MiB: 6 + a partial page; 120 MiB + 5 B after it: 118 + a partial page
+    assert (calls["vm_map"], calls["vm_unmap"]) == (5, 0)
+
+
+def test_partial_reuse_splits_a_wholly_free_mapping() -> None:
+    """A block that would fill part of a wholly free mapping longer than 1/MAP_FRACTION of the
+    high-water mark first splits it into mappings of that size, so that the block pins only
+    the pieces it touches: after the rest is freed, all but those can be unmapped."""
+    b = SimulatedBackend()
+    a = DeviceCachingAllocator(b, 0, parse_config(LOW_FRAG))
+    big = MAP_FRACTION * 8 * MiB                  # high-water mark: pieces of 4 pages (8 MiB)
+    p = a.malloc(big, 0)
+    assert b.calls(0)["vm_map"] == 1
+    a.free(p)
+    q = a.malloc(3 * MiB, 0)                      # the head of the free mapping
+    assert q == p
+    assert b.calls(0)["vm_map"] == 1 + MAP_FRACTION and b.calls(0)["vm_unmap"] == 1
+    assert _mappings_of(a, b, q) == [8 * MiB]
+    assert a.memory_reserved() == big             # split in place: nothing more mapped
+    check_mappings(a, b)
+    r = a.malloc(3 * MiB, 0)                      # beside q, in a piece already pinned
+    assert r == q + 3 * MiB and b.calls(0)["vm_map"] == 1 + MAP_FRACTION
+    a.empty_cache()
+    assert a.memory_reserved() == 8 * MiB         # q and r pin one 8 MiB piece
+    a.free(q)
+    a.free(r)
+    a.empty_cache()
+    assert a.memory_reserved() == 0
+
+
+def test_split_beside_an_unmapped_range() -> None:
+    """The split of a free mapping that starts right after an unmapped range (its unmap merges
+    with that range for a moment) keeps the blocks, the lists and the device in step."""
+    b = SimulatedBackend()
+    a = DeviceCachingAllocator(b, 0, parse_config(LOW_FRAG))
+    x = a.malloc(8 * MiB, 0)
+    y = a.malloc(64 * MiB, 0)                     # one 32-page mapping
+    z = a.malloc(2 * MiB, 0)
+    a.free(x)
+    a.empty_cache()                               # x's pages unmapped, before y's
+    a.free(y)
+    w = a.malloc(4 * MiB, 0)                      # against live z: the tail of y's range
+    assert w == y + 60 * MiB
+    check_mappings(a, b)
+    assert _mappings_of(a, b, w) == [2 * MiB, 2 * MiB]  # y's mapping split into pages
+    a.empty_cache()
+    assert a.memory_reserved() == 6 * MiB         # w's two pages and z's
+    a.free(w)
+    a.free(z)
+    a.empty_cache()
+    assert a.memory_reserved() == 0 == b.used
+
+
+class _FailingMaps(SimulatedBackend):
+    """Refuses vm_map after ``allow`` more successful ones (device memory taken elsewhere)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.allow = -1
+
+    def vm_map(self, index: int, ptr: int, size: int) -> bool:
+        if self.allow == 0:
+            return False
+        self.allow -= 1
+        return super().vm_map(index, ptr, size)
+
+
+def test_split_out_of_memory_leaves_a_consistent_state() -> None:
+    """If mapping the pieces of a split fails (the memory went to another process in between),
+    the pages stay unmapped and the allocation proceeds from there."""
+    b = _FailingMaps()
+    a = DeviceCachingAllocator(b, 0, parse_config(LOW_FRAG))
+    x = a.malloc(64 * MiB, 0)
+    z = a.malloc(2 * MiB, 0)
+    a.free(x)
+    b.allow = 3                                   # three of the 32 pieces, then failures
+    with pytest.raises(Exception, match="out of memory"):
+        a.malloc(4 * MiB, 0)
+    check_mappings(a, b)                          # x's pages all unmapped again
+    assert a.memory_reserved() == b.used == 2 * MiB
+    b.allow = -1
+    w = a.malloc(4 * MiB, 0)
+    check_mappings(a, b)
+    for p in (w, z):
         a.free(p)
     a.empty_cache()
-    assert a.memory_reserved() <= 2 * MiB * 2
-    a.free(ps[0])
+    assert a.memory_reserved() == 0 == b.used
+
+
+def test_growth_keeps_the_free_head_of_its_run_mapped() -> None:
+    """A request that extends a free mapped block into the unmapped range after it maps only
+    the difference; when that would raise the high-water mark, other free mappings are
+    unmapped first, never that block (which was unmapped and mapped again before)."""
+    b = SimulatedBackend()
+    a = DeviceCachingAllocator(b, 0, parse_config(LOW_FRAG))
+    x = a.malloc(20 * MiB, 0)
+    y = a.malloc(40 * MiB, 0)
+    z = a.malloc(40 * MiB, 0)
+    a.free(x)
+    a.free(z)                                     # z's range is the free head of the run
+    w = a.malloc(60 * MiB, 0)
+    assert w == z                                 # z's 40 MiB and 20 MiB more
+    calls = b.calls(0)
+    assert calls["vm_unmapped_mappings"] == 1     # x's mapping only
+    assert a.max_memory_reserved() == 100 * MiB == a.memory_reserved()
+    for p in (y, w):
+        a.free(p)
     a.empty_cache()
     assert a.memory_reserved() == 0
 

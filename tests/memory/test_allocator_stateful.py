@@ -14,10 +14,11 @@ from hypothesis.stateful import (
 )
 
 from accelrt import OutOfMemoryError
-from accelrt.memory import _allocator, _block
+from accelrt.memory import _allocator, _block, _expandable
 from accelrt.memory._allocator import DeviceCachingAllocator
 from accelrt.memory._config import parse_config
 from accelrt.testing import SimulatedBackend
+from tests.helpers.mappings import check_mappings
 
 MiB = 1 << 20
 TYPES = ("small", "large")
@@ -40,9 +41,11 @@ class AllocatorMachine(RuleBasedStateMachine):
     def setup(self, conf: str, tiny: bool) -> None:
         # tiny free lists: every stream's list is a bucketed FreeList of 2-key buckets, so
         # their splits and removals run on few blocks
-        self.old_limits = (_block.BUCKET_MAX, _block.SMALL_MAX, _allocator.SMALL_MAX)
+        self.old_limits = (_block.BUCKET_MAX, _block.SMALL_MAX, _allocator.SMALL_MAX,
+                           _expandable.SMALL_MAX)
         if tiny:
-            _block.BUCKET_MAX, _block.SMALL_MAX, _allocator.SMALL_MAX = 2, 0, 0
+            (_block.BUCKET_MAX, _block.SMALL_MAX, _allocator.SMALL_MAX,
+             _expandable.SMALL_MAX) = 2, 0, 0, 0
         self.b = SimulatedBackend(capacity=256 * MiB, auto_complete=False)
         self.a = DeviceCachingAllocator(self.b, 0, parse_config(conf))
 
@@ -172,12 +175,16 @@ class AllocatorMachine(RuleBasedStateMachine):
                        if not b_.allocated and b_.mapped and not b_.event_count
                        and not b_.stream_uses and b_.pool.owner is None]
         assert sorted(keys) == sorted(free_blocks)
+        # expandable segments: the mappings (made whole, split by the low-fragmentation
+        # policy) are exactly the simulated device's
+        check_mappings(a, b)
 
     def teardown(self) -> None:
         if not hasattr(self, "a"):
             return
         if hasattr(self, "old_limits"):
-            _block.BUCKET_MAX, _block.SMALL_MAX, _allocator.SMALL_MAX = self.old_limits
+            (_block.BUCKET_MAX, _block.SMALL_MAX, _allocator.SMALL_MAX,
+             _expandable.SMALL_MAX) = self.old_limits
         for p in list(self.live):
             self.a.free(p)
         self.live.clear()

@@ -12,6 +12,7 @@ from accelrt import OutOfMemoryError
 from accelrt.memory._allocator import DeviceCachingAllocator
 from accelrt.memory._config import parse_config
 from accelrt.testing import SimulatedBackend
+from tests.helpers.mappings import check_mappings
 
 MiB = 1 << 20
 THREADS = 4
@@ -85,6 +86,7 @@ def test_four_threads_mixed_operations(conf):
         blk["size"] for seg in segs for blk in seg["blocks"]
         if blk["state"] == "active_allocated")
     assert st["reserved_bytes.all.current"] == sum(seg["total_size"] for seg in segs) == b.used
+    check_mappings(a, b)
 
     for p, _ in live:
         a.free(p)

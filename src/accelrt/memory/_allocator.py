@@ -174,6 +174,11 @@ class DeviceCachingAllocator:
         # True when malloc needs nothing but rounding and the plain lookup (guarded by _lock)
         self._fast = (self._simple and self._roundup_divisions is None and self._history is None
                       and not self._stream_frees.waiting() and not self._pools.captures)
+        # the same for the low-fragmentation policy (expandable segments + page_reuse)
+        self._fast_reuse = (self._page_reuse and self._max_split_size >= SIZE_MAX
+                            and not self._gc_on and self._roundup_divisions is None
+                            and self._history is None and not self._stream_frees.waiting()
+                            and not self._pools.captures)   # guarded by _lock
 
     def vm_supported(self) -> bool:
         """True if the backend can map virtual memory on this device (expandable segments)."""
@@ -331,6 +336,12 @@ class DeviceCachingAllocator:
                         c.requested_bytes_sum += size
                         c.grew = True
                         return addr
+            elif self._fast_reuse:
+                # the low-fragmentation policy's fast path (a cached block fits; see
+                # ExpandableSegments.malloc_cached); 0: the general path runs
+                addr = self._expandable_segments.malloc_cached(size, stream)
+                if addr:
+                    return addr
             res = self._malloc_locked(size, stream)
         finally:
             self._release(None)
@@ -360,12 +371,16 @@ class DeviceCachingAllocator:
             # the low-fragmentation policy serves every request from the large pool: it maps
             # memory page by page, so the small pool's reason (small blocks kept out of large
             # segments) is gone, and one pool lets small blocks fill the partial pages and
-            # holes that large blocks leave (docs/memory.md, rule 5)
+            # holes that large blocks leave (docs/memory.md, rule 6)
             pool = (self._small if rounded <= K_SMALL_SIZE and not self._page_reuse
                     else self._large)
         h = self._history
         frames = capture_frames() if h is not None and h.context else None
         blk = self._get_free_block(pool, stream, rounded)
+        if (blk is not None and self._page_reuse and blk.exp is not None and pool.owner is None
+                and self._expandable_segments.split_for(blk, rounded)):
+            # the low-fragmentation policy split the mappings the block would pin partly
+            blk = self._get_free_block(pool, stream, rounded)
         if blk is None:
             blk = self._alloc_slow(pool, stream, rounded, frames)
             if blk is None:
@@ -378,7 +393,7 @@ class DeviceCachingAllocator:
                 and not (blk.prev is not None and blk.prev.allocated)):
             # the low-fragmentation policy places a block against its live neighbour, where
             # it shares that neighbour's page and mapping instead of pinning free ones
-            # (docs/memory.md, rule 6): only the next block is live, so take the tail
+            # (docs/memory.md, rule 7): only the next block is live, so take the tail
             tail = self._cut_block(blk, remaining)
             self._insert_free(blk)
             blk = tail
@@ -1540,6 +1555,7 @@ class GeneralPathAllocator(DeviceCachingAllocator):
     def _update_simple(self) -> None:
         super()._update_simple()
         self._fast = False
+        self._fast_reuse = False
 
     def free(self, ptr: int, nonblocking: bool = False) -> None:
         """:meth:`DeviceCachingAllocator.free` through the general code only."""

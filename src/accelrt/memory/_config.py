@@ -21,8 +21,9 @@ Keys (see ``docs`` of PyTorch's ``PYTORCH_CUDA_ALLOC_CONF``):
   ``1``), which have no effect without host registration (see :data:`REFUSED`);
 * accelrt's own policy: ``page_reuse`` (True/False): with ``expandable_segments:True``, the
   low-fragmentation policy: pages of the device's granularity (2 MiB), mapped when a block
-  needs them in mappings of at most 1/256 of the high-water mark, and free mappings unmapped
-  before mapping more would raise that mark (see docs/memory.md).
+  needs them (its whole pages in one mapping), a free mapping split into pieces of at most
+  1/128 of the high-water mark when a block of another size reuses part of it, and free
+  mappings unmapped before mapping more would raise that mark (see docs/memory.md).
 
 Each parse starts from the current options but resets ``max_split_size_mb``,
 ``roundup_power2_divisions`` and ``garbage_collection_threshold`` to their defaults (and

@@ -16,15 +16,18 @@ Example::
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
+from bisect import bisect_left, bisect_right, insort
 from typing import TYPE_CHECKING, Any
 
 from ._block import (
     ADDR_MASK,
+    K_MIN_BLOCK,
     K_SMALL_BUFFER,
     KEY_SHIFT,
+    SMALL_MAX,
     Block,
     BlockPool,
+    fl_add,
     fl_iter_ge,
     unmapped_add,
     unmapped_remove,
@@ -36,9 +39,11 @@ if TYPE_CHECKING:
 
 __all__ = ["MAP_FRACTION", "ExpandableSegment", "ExpandableSegments", "page_count"]
 
-#: The low-fragmentation policy caps each mapping at this fraction of the memory mapped at the
-#: high-water mark (see :meth:`ExpandableSegments._map_block`).
-MAP_FRACTION = 256
+#: The low-fragmentation policy splits a wholly free mapping that a new block would fill only
+#: partly into mappings of at most this fraction of the memory mapped at the high-water mark
+#: (see :meth:`ExpandableSegments.split_for`): one left pinned by a single live page later
+#: strands at most that much.
+MAP_FRACTION = 128
 
 
 def page_count(total: int, page: int) -> int:
@@ -54,8 +59,9 @@ class ExpandableSegment:
         base: first address; ``size``: reservation bytes; ``page``: bytes per page.
         stream, pool: the owner (blocks of this reservation belong to that stream and pool).
         mapped: one flag per page.
-        coalesce: each :meth:`map` call makes one mapping of all the pages it needs (the
-            low-fragmentation policy); otherwise one mapping per page (PyTorch).
+        coalesce: each :meth:`map` call makes one mapping of the pages its range covers
+            whole and one of its partial last page (the low-fragmentation policy); otherwise
+            one mapping per page (PyTorch).
         starts: page indices where a mapping starts, sorted; ``lengths``: its page count.
         frames: stack of the first mapping (history recording), or ``None``.
 
@@ -66,7 +72,6 @@ class ExpandableSegment:
     __slots__ = (
         "backend",
         "base",
-        "cmax",
         "coalesce",
         "frames",
         "index",
@@ -91,15 +96,20 @@ class ExpandableSegment:
         self.pool = pool
         self.mapped = bytearray(n)
         self.coalesce = coalesce
-        self.cmax = 1
         self.starts: list[int] = []
         self.lengths: dict[int, int] = {}
         self.frames: list[dict[str, Any]] | None = None
 
-    def map(self, ptr: int, size: int) -> int:
-        """Map the pages covering ``[ptr, ptr+size)`` (all unmapped); return bytes mapped from
-        ``ptr`` (a multiple of the page), or 0 when the device is out of memory (nothing
-        stays mapped then)."""
+    def map(self, ptr: int, size: int, pieces: list[int] | None = None) -> int:
+        """Map the pages covering ``[ptr, ptr+size)`` (all unmapped; ``ptr`` on a page);
+        return bytes mapped from ``ptr`` (a multiple of the page), or 0 when the device is out
+        of memory (nothing stays mapped then).
+
+        ``pieces``: the page counts of the mappings to make, in address order (they sum to
+        the pages of the range). By default, with :attr:`coalesce`, the pages the range covers
+        whole are one mapping (one block holds them until it is freed) and a partial last
+        page, which the next block will share, is another; without :attr:`coalesce`, each page
+        is a mapping (PyTorch)."""
         page = self.page
         base = self.base
         index = self.index
@@ -107,10 +117,14 @@ class ExpandableSegment:
         vm_map = self.backend.vm_map
         begin = (ptr - base) // page
         end = -(-(ptr + size - base) // page)
-        cmax = self.cmax if self.coalesce else 1
+        if pieces is None:
+            if not self.coalesce:
+                pieces = [1] * (end - begin)
+            else:
+                n = end - begin
+                pieces = [n - 1, 1] if (ptr + size - base) % page and n > 1 else [n]
         p = begin
-        while p < end:
-            step = min(end - p, cmax)
+        for step in pieces:
             if not vm_map(index, base + p * page, step * page):
                 vm_unmap = self.backend.vm_unmap
                 q = begin
@@ -158,19 +172,20 @@ class ExpandableSegment:
         return b < e
 
     def unmap(self, ptr: int, size: int) -> tuple[int, int]:
-        """Unmap the whole mappings inside ``[ptr, ptr+size)`` (one backend call each); return
-        the unmapped range ``(start, nbytes)`` (``nbytes`` 0 when no whole mapping fits)."""
+        """Unmap the whole mappings inside ``[ptr, ptr+size)`` (one backend call for their
+        run); return the unmapped range ``(start, nbytes)`` (``nbytes`` 0 when no whole
+        mapping fits)."""
         begin, end, i, j = self._whole(ptr, size)
         if begin >= end:
             return ptr, 0
         page = self.page
         base = self.base
-        index = self.index
-        vm_unmap = self.backend.vm_unmap
         lengths = self.lengths
         for p in self.starts[i:j]:
-            vm_unmap(index, base + p * page, lengths.pop(p) * page)
+            del lengths[p]
         del self.starts[i:j]
+        # one call for the run of whole mappings (the backend takes runs)
+        self.backend.vm_unmap(self.index, base + begin * page, (end - begin) * page)
         self.mapped[begin:end] = bytes(end - begin)
         return base + begin * page, (end - begin) * page
 
@@ -216,12 +231,15 @@ class ExpandableSegments:
         0
     """
 
-    __slots__ = ("_alloc", "_granularity", "_supported", "segments", "vm_high")
+    __slots__ = ("_alloc", "_granularity", "_supported", "segments", "split_pages", "vm_high")
 
     def __init__(self, alloc: DeviceCachingAllocator) -> None:
         self._alloc = alloc
         self.segments: list[ExpandableSegment] = []
         self.vm_high = 0
+        # the low-fragmentation policy: mappings longer than this many pages are split when a
+        # block would fill one partly (max(1, vm_high in pages // MAP_FRACTION))
+        self.split_pages = 1
         self._supported: bool | None = None      # the backend's answer, asked once
         self._granularity: int | None = None     # the device's vm granularity, asked once
 
@@ -245,6 +263,199 @@ class ExpandableSegments:
             return gran    # the low-fragmentation policy: the device's own page
         seg = K_SMALL_BUFFER if pool.is_small else alloc._large_segment_size
         return -(-seg // gran) * gran
+
+    def malloc_cached(self, size: int, stream: int) -> int:
+        """The low-fragmentation policy's fast path of ``malloc`` (``_lock`` held and nothing
+        special in force: ``DeviceCachingAllocator._fast_reuse``): the address of a cached
+        block now holding ``size`` bytes, or 0 (nothing changed) when the general path must
+        run. Hand-inlined from ``_malloc_locked`` -> ``_get_free_block`` -> ``_cut_block`` for
+        that case, which it must match: tests/memory/test_allocator_fast_paths.py runs both on
+        the same sequences and compares the state."""
+        alloc = self._alloc
+        if alloc._gc_pending:
+            return 0
+        rounded = (size + 511) & -512
+        pool = alloc._large              # the policy serves every request from the large pool
+        fl = pool.free.get(stream)
+        if not fl or type(fl) is not list:
+            return 0
+        i = bisect_left(fl, rounded << 64)
+        n = len(fl)
+        if i == n:
+            return 0
+        blocks = alloc._blocks
+        key = fl[i]
+        blk = blocks[key & ADDR_MASK]
+        if blk.exp is None:
+            return 0
+        # _get_free_block's expandable best fit: of the fits in size order, the first whose
+        # size including the unmapped range after it is not above the next one's (only a
+        # block followed by an unmapped range can be above: the list is sorted by size)
+        nx = blk.next
+        if nx is not None and not nx.mapped:
+            esize = blk.size + nx.size
+            j = i + 1
+        else:
+            esize = 0
+            j = n
+        while j < n:
+            k = fl[j]
+            nb = blocks[k & ADDR_MASK]
+            nx = nb.next
+            nsize = nb.size + (nx.size if nx is not None and not nx.mapped else 0)
+            if nsize >= esize:
+                break
+            if nb.exp is None:
+                return 0
+            blk = nb
+            esize = nsize
+            i = j
+            j += 1
+        bsize = blk.size
+        remaining = bsize - rounded
+        nx = blk.next
+        prev = blk.prev
+        # rule 7 (_malloc_locked): against a live next block (only), take the tail
+        tail = (remaining >= 512 and nx is not None and nx.allocated
+                and not (prev is not None and prev.allocated))
+        es = blk.exp
+        if bsize > self.split_pages * es.page and self._stranding(
+                blk, blk.addr + remaining if tail else blk.addr, rounded):
+            return 0                     # a mapping to split first: split_for
+        del fl[i]
+        if remaining >= 512:
+            # _cut_block: blk keeps its first ``first`` bytes, ``rest`` the others
+            first = remaining if tail else rounded
+            raddr = blk.addr + first
+            spares = alloc._spares
+            if spares:
+                rest = spares.pop()
+                rest.addr = raddr
+                rest.size = bsize - first
+                rest.stream = stream
+                rest.pool = pool
+                rest.exp = es
+                rest.mapped = True
+                rest.requested = 0
+                rest.frames = None
+            else:
+                rest = Block(raddr, bsize - first, stream, pool, es, True)
+            rest.prev = blk
+            rest.next = nx
+            if nx is not None:
+                nx.prev = rest
+            blk.next = rest
+            blk.size = first
+            blocks[raddr] = rest
+            if tail:             # the free head stays cached, the tail is allocated
+                key = (remaining << 64) | blk.addr
+                blk.gc_base = pool.gc_calls
+                blk = rest
+            else:
+                key = (remaining << 64) | raddr
+                rest.gc_base = pool.gc_calls
+            if len(fl) < SMALL_MAX:
+                insort(fl, key)
+            else:
+                fl_add(pool.free, stream, key)
+        blk.allocated = True
+        blk.requested = size
+        bsize = blk.size
+        c = pool.hot
+        c.allocations += 1
+        c.allocated_bytes += bsize
+        c.requested_bytes += size
+        c.allocations_sum += 1
+        c.allocated_bytes_sum += bsize
+        c.requested_bytes_sum += size
+        c.grew = True
+        return blk.addr
+
+    def _stranding(self, blk: Block, ptr: int, size: int) -> list[int]:
+        """The page indices (in ``blk.exp``) of the mappings longer than :attr:`split_pages`
+        that lie wholly inside free block ``blk`` and that ``[ptr, ptr+size)`` (inside
+        ``blk``) would fill only partly: placed there, it would pin them whole."""
+        es = blk.exp
+        page = es.page
+        base = es.base
+        starts = es.starts
+        lengths = es.lengths
+        cap = self.split_pages
+        lo = blk.addr
+        hi = lo + blk.size
+        end = ptr + size
+        found: list[int] = []
+        for edge in (ptr, end - 1):
+            s = starts[bisect_right(starts, (edge - base) // page) - 1]
+            n = lengths[s]
+            if n <= cap or s in found:
+                continue
+            ms = base + s * page
+            me = ms + n * page
+            if lo <= ms and me <= hi and not (ptr <= ms and me <= end):
+                found.append(s)
+        return found
+
+    def split_for(self, blk: Block, size: int) -> bool:
+        """The low-fragmentation policy, before ``size`` bytes go into free mapped ``blk``
+        (out of its free list; placed as ``_malloc_locked`` will place them): split each
+        wholly free mapping the block would fill only partly into mappings of at most
+        :attr:`split_pages` pages (unmap it, map it again), so that the block pins only the
+        pieces it touches. Mappings are made whole for the blocks that first need them (few
+        driver calls while a workload repeats its shapes) and split only when a block of
+        another shape reuses their memory.
+
+        Returns:
+            False if nothing needed a split (``blk`` untouched); True if ``blk`` went back to
+            its free list and mappings were split: look the block up again (on an
+            out-of-memory error while mapping again, the pages stay unmapped).
+        """
+        alloc = self._alloc
+        es = blk.exp
+        if blk.size <= self.split_pages * es.page:
+            return False
+        remaining = blk.size - size
+        nx = blk.next
+        prev = blk.prev
+        ptr = blk.addr
+        if (remaining >= K_MIN_BLOCK and nx is not None and nx.allocated
+                and not (prev is not None and prev.allocated)):
+            ptr += remaining
+        todo = self._stranding(blk, ptr, size)
+        if not todo:
+            return False
+        lo = blk.addr
+        alloc._insert_free(blk)
+        page = es.page
+        cap = self.split_pages
+        for s in todo:
+            ms = es.base + s * page
+            nbytes = es.lengths[s] * page
+            f = alloc._blocks[lo]        # the free block holding the mapping (merged again)
+            alloc._remove_free(f)
+            if ms > f.addr:
+                g = alloc._cut_block(f, ms - f.addr)
+                alloc._insert_free(f)
+            else:
+                g = f
+            if g.size > nbytes:
+                alloc._insert_free(alloc._cut_block(g, nbytes))
+            alloc._insert_free(g)
+            u = self.unmap_block(g)
+            assert u is not None and u.addr <= ms and u.size >= nbytes
+            if u.addr < ms:              # merged with the unmapped block before it
+                u = alloc._cut_block(u, ms - u.addr, False)
+                unmapped_add(u)
+            n = nbytes // page
+            pieces = [cap] * (n // cap) + ([n % cap] if n % cap else [])
+            if self._map_block(u, nbytes, None, pieces) is None:
+                # out of memory (another process took the memory meanwhile): the pages
+                # stay unmapped, merged with the unmapped blocks around them
+                unmapped_remove(u)
+                u, _, _ = alloc._merge(u)
+                unmapped_add(u)
+                break
+        return True
 
     def _find_block(self, pool: BlockPool, stream: int, size: int) -> Block:
         """The block where ``size`` bytes go: the start of a free run (free mapped blocks and
@@ -292,18 +503,14 @@ class ExpandableSegments:
         unmapped_add(blk)
         return blk
 
-    def _map_block(self, blk: Block, size: int, frames: list[dict[str, Any]] | None
-                   ) -> Block | None:
-        """Map the first ``size`` bytes (page-rounded) of unmapped ``blk``; return the merged
-        free block now holding them (in the free list), or ``None`` on out-of-memory."""
+    def _map_block(self, blk: Block, size: int, frames: list[dict[str, Any]] | None,
+                   pieces: list[int] | None = None) -> Block | None:
+        """Map the first ``size`` bytes (page-rounded) of unmapped ``blk`` (as ``pieces``, see
+        :meth:`ExpandableSegment.map`); return the merged free block now holding them (in the
+        free list), or ``None`` on out-of-memory."""
         alloc = self._alloc
         es = blk.exp
-        if es.coalesce:
-            # a mapping holds at most 1/MAP_FRACTION of the most memory ever mapped (counting
-            # this request): one left pinned by a single live page wastes at most that much
-            es.cmax = max(1, (max(self.vm_high, alloc._total_reserved + size) // es.page)
-                          // MAP_FRACTION)
-        mapped = es.map(blk.addr, size)
+        mapped = es.map(blk.addr, size, pieces)
         if mapped == 0:
             return None
         unmapped_remove(blk)
@@ -316,6 +523,9 @@ class ExpandableSegments:
         alloc._total_reserved += mapped
         if alloc._total_reserved > self.vm_high:
             self.vm_high = alloc._total_reserved
+            # (in pages of the policy: the device's granularity)
+            self.split_pages = max(1, self.vm_high // (self._granularity or es.page)
+                                   // MAP_FRACTION)
         pool = b.pool
         if pool.owner is not None:
             pool.owner.reserved += mapped
@@ -336,13 +546,16 @@ class ExpandableSegments:
         """A free mapped block of at least ``size`` bytes (out of its free list), mapping
         pages as needed; ``None`` when the device is out of memory."""
         alloc = self._alloc
-        if alloc._page_reuse and pool.owner is None:
-            need = alloc._total_reserved + size - self.vm_high
-            if need > 0:
-                # mapping would raise the high-water mark: give back free mappings first
-                self.unmap_free_pages(need)
         c: Block | None = self._find_block(pool, stream, size)
         assert c is not None
+        if alloc._page_reuse and pool.owner is None:
+            # the pages to map: the request less the free mapped head of its run
+            new = size - c.size if c.mapped else size
+            need = alloc._total_reserved + -(-new // c.exp.page) * c.exp.page - self.vm_high
+            if need > 0:
+                # mapping would raise the high-water mark: give back free mappings first, not
+                # the head of the run the request goes to (it would be mapped again at once)
+                self.unmap_free_pages(need, c if c.mapped else None)
         if not c.mapped:
             c = self._map_block(c, min(c.size, size), frames)
             if c is None:
@@ -406,11 +619,12 @@ class ExpandableSegments:
         es.release()
         alloc._update_simple()
 
-    def unmap_free_pages(self, need: int = -1) -> None:
+    def unmap_free_pages(self, need: int = -1, keep: Block | None = None) -> None:
         """accelrt's ``page_reuse`` policy: before mapping would raise the high-water mark,
         unmap whole free mappings of the default pools' expandable segments, largest first,
         until ``need`` bytes are unmapped (all of them when ``need`` is negative), so that the
-        new mapping reuses that physical memory instead of adding to it."""
+        new mapping reuses that physical memory instead of adding to it; free block ``keep``
+        stays mapped."""
         alloc = self._alloc
         blocks = alloc._blocks
         for pool in (alloc._small, alloc._large):
@@ -426,6 +640,8 @@ class ExpandableSegments:
                 todo.reverse()
             for key in todo:
                 blk = blocks[key & ADDR_MASK]
+                if blk is keep:
+                    continue
                 if blk.exp is not None and blk.exp.unmappable(blk.addr, blk.size):
                     before = alloc._total_reserved
                     self.unmap_block(blk)

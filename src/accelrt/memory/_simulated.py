@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from typing import Any
 
@@ -126,8 +127,8 @@ def _first_fit(taken: dict[int, int], lo: int, hi: int, step: int, align: int,
 class _Device:
     """Book-keeping of one simulated device (all fields guarded by the backend's lock)."""
 
-    __slots__ = ("base", "blocks", "calls", "destroyed", "done", "host_funcs", "mappings",
-                 "next_addr", "next_vm", "pages", "queued", "reservations", "used")
+    __slots__ = ("base", "blocks", "calls", "destroyed", "done", "host_funcs", "map_starts",
+                 "mappings", "next_addr", "next_vm", "queued", "reservations", "used")
 
     def __init__(self, index: int) -> None:
         base = (index + 1) * _DEVICE_STRIDE
@@ -137,8 +138,8 @@ class _Device:
         self.next_vm = base + _VM_OFFSET                # bump pointer for vm_reserve
         self.blocks: dict[int, int] = {}                # malloc'd ptr -> size
         self.reservations: dict[int, int] = {}          # reserved base -> size
-        self.pages: set[int] = set()                    # addresses of mapped pages
         self.mappings: dict[int, int] = {}              # vm_map'd base -> size
+        self.map_starts: list[int] = []                 # the bases of mappings, sorted
         # successful calls at the backend boundary, by name (see SimulatedBackend.calls)
         self.calls = dict.fromkeys(CALL_NAMES, 0)
         # work on each stream: numbered in submission order; done up to done[stream]
@@ -389,17 +390,19 @@ class SimulatedBackend(Backend):
         with self._lock:
             if dev.reservations.get(ptr) != size:
                 raise ValueError(f"vm_release: [{ptr:#x}, +{size}) is not a reservation")
-            if any(ptr <= p < ptr + size for p in dev.pages):
+            starts = dev.map_starts
+            i = bisect_left(starts, ptr)
+            if i < len(starts) and starts[i] < ptr + size:
                 raise ValueError(f"vm_release: [{ptr:#x}, +{size}) still has mapped pages")
             del dev.reservations[ptr]
             dev.calls["vm_release"] += 1
 
-    def _pages(self, dev: _Device, ptr: int, size: int, what: str) -> range:
+    def _check_range(self, dev: _Device, ptr: int, size: int, what: str) -> None:
         self._check_vm(what)
         self._check_aligned(ptr, size, what)
         for base, rsize in dev.reservations.items():
             if base <= ptr and ptr + size <= base + rsize:
-                return range(ptr, ptr + size, self.granularity)
+                return
         raise ValueError(f"{what}: [{ptr:#x}, +{size}) is not inside a reservation")
 
     def vm_map(self, index: int, ptr: int, size: int) -> bool:
@@ -407,12 +410,15 @@ class SimulatedBackend(Backend):
         only be unmapped whole, alone or with adjacent mappings."""
         dev = self._devices[index]
         with self._lock:
-            pages = self._pages(dev, ptr, size, "vm_map")
-            if not dev.pages.isdisjoint(pages):
+            self._check_range(dev, ptr, size, "vm_map")
+            starts = dev.map_starts
+            i = bisect_left(starts, ptr)
+            if ((i < len(starts) and starts[i] < ptr + size)
+                    or (i and starts[i - 1] + dev.mappings[starts[i - 1]] > ptr)):
                 raise ValueError(f"vm_map: [{ptr:#x}, +{size}) overlaps mapped pages")
             if dev.used + size > self.capacity:
                 return False
-            dev.pages.update(pages)
+            starts.insert(i, ptr)
             dev.mappings[ptr] = size
             dev.used += size
             dev.calls["vm_map"] += 1
@@ -423,22 +429,31 @@ class SimulatedBackend(Backend):
         that cuts a mapping raises ``ValueError``, as on CUDA)."""
         dev = self._devices[index]
         with self._lock:
-            pages = self._pages(dev, ptr, size, "vm_unmap")
-            if not dev.pages.issuperset(pages):
-                raise ValueError(f"vm_unmap: [{ptr:#x}, +{size}) is not entirely mapped")
+            self._check_range(dev, ptr, size, "vm_unmap")
             mappings = dev.mappings
-            cur, end = ptr, ptr + size
-            parts = []
-            while cur < end:
-                msize = mappings.get(cur)
-                if msize is None or cur + msize > end:
-                    raise ValueError(f"vm_unmap: [{ptr:#x}, +{size}) cuts a mapping at "
-                                     f"{cur:#x}; unmap whole ranges given to vm_map")
-                parts.append(cur)
-                cur += msize
+            starts = dev.map_starts
+            end = ptr + size
+            # the mappings meeting [ptr, end): from the one holding ptr, if any
+            i = bisect_right(starts, ptr)
+            if i and starts[i - 1] + mappings[starts[i - 1]] > ptr:
+                i -= 1
+            j = i
+            cur = ptr
+            while j < len(starts) and starts[j] < end:
+                if starts[j] > cur:
+                    break                             # a gap: an unmapped page
+                cur = starts[j] + mappings[starts[j]]
+                j += 1
+            if cur < end:
+                raise ValueError(f"vm_unmap: [{ptr:#x}, +{size}) is not entirely mapped")
+            if starts[i] != ptr or cur != end:
+                cut = ptr if starts[i] != ptr else starts[j - 1]
+                raise ValueError(f"vm_unmap: [{ptr:#x}, +{size}) cuts a mapping at "
+                                 f"{cut:#x}; unmap whole ranges given to vm_map")
+            parts = starts[i:j]
             for base in parts:
                 del mappings[base]
-            dev.pages.difference_update(pages)
+            del starts[i:j]
             dev.used -= size
             calls = dev.calls
             calls["vm_unmap"] += 1
