@@ -66,6 +66,16 @@ class AllocatorMachine(RuleBasedStateMachine):
         self.a.free(p)
 
     @precondition(lambda self: self.live)
+    @rule(data=st.data(), delta=st.integers(-600, 600))
+    def realloc(self, data: st.DataObject, delta: int) -> None:
+        """Free a block and at once allocate about its size on its stream (the fast path's
+        immediate reuse of a deferred free when the rounded size is the same)."""
+        p = data.draw(st.sampled_from(sorted(self.live)))
+        size, stream = self.live.pop(p)
+        self.a.free(p)
+        self.alloc(max(1, size + delta), stream)
+
+    @precondition(lambda self: self.live)
     @rule(data=st.data(), stream=st.sampled_from([1, 2, 3]))
     def record_stream(self, data: st.DataObject, stream: int) -> None:
         p = data.draw(st.sampled_from(sorted(self.live)))

@@ -131,6 +131,12 @@ class DeviceCachingAllocator:
         # guarded by _lock: Block objects merged away, reused by splits (at most as many as
         # the most blocks ever alive at once)
         self._spares: list[Block] = []
+        # guarded by _lock: the block whose free-list insertion (and merge with the free
+        # block after it, _deferred_next) the fast path of free deferred (_flush_deferred)
+        self._deferred: Block | None = None
+        self._deferred_next: Block | None = None
+        self._defer_misses = 0   # guarded by _lock: deferrals flushed since the last reuse
+        self._defer_skip = 0     # guarded by _lock: deferrable frees to skip before the next
         self._device_total: int = int(backend.get_device_properties(index)["total_memory"])
         self._stats = DeviceStats(-1 if cfg.max_split_size >= SIZE_MAX else cfg.max_split_size)
         hot = self._stats.hot
@@ -167,6 +173,8 @@ class DeviceCachingAllocator:
         self._update_simple()
 
     def _update_simple(self) -> None:
+        if self._deferred is not None:
+            self._flush_deferred()   # the reuse in malloc holds only while _fast is
         # True when the best-fit lookup needs no oversize, GC or expandable handling.
         self._simple = (self._max_split_size >= SIZE_MAX and not self._gc_on
                         and not self._expandable
@@ -246,6 +254,47 @@ class DeviceCachingAllocator:
                 else:
                     pool = self._large
                     split_min = 1048577   # K_SMALL_SIZE + 1
+                d = self._deferred
+                if d is not None:
+                    if d.size == rounded and d.stream == stream and d.pool is pool:
+                        # Immediate reuse of the block that free() just cached, whose
+                        # free-list insertion (and merge with the free block after it)
+                        # free() deferred because that block is this request's best fit
+                        # (see free and _flush_deferred). The eager free + this malloc
+                        # would merge and split it again: the same blocks result, and only
+                        # the statistics change. Mirrors the eager code (the fast-path
+                        # tests compare it with the general code).
+                        self._deferred = None
+                        self._defer_misses = 0
+                        c = pool.hot
+                        nx = self._deferred_next
+                        if nx is not None:
+                            # the split that undoes the deferred merge (nx is the rest): the
+                            # inactive_split counts return to the values free() found, which
+                            # it settled before its decrease, so no peak can move
+                            nsize = nx.size
+                            c.inactive_split += 1
+                            c.inactive_split_sum += 1
+                            c.inactive_split_bytes += nsize
+                            c.inactive_split_bytes_sum += nsize
+                            nx.requested = 0
+                            nx.frames = None
+                            nx.gc_base = pool.gc_calls
+                        d.allocated = True
+                        old = d.requested
+                        d.requested = size
+                        c.allocations += 1
+                        c.allocated_bytes += rounded
+                        c.requested_bytes += size
+                        c.allocations_sum += 1
+                        c.allocated_bytes_sum += rounded
+                        c.requested_bytes_sum += size
+                        if size > old:
+                            # the counts are back to the values free() settled before
+                            # its decrease; only a larger request can pass a peak
+                            c.grew = True
+                        return d.addr
+                    self._flush_deferred()
                 fl = pool.free.get(stream)
                 if fl:
                     if type(fl) is list:
@@ -342,6 +391,8 @@ class DeviceCachingAllocator:
     def _malloc_locked(self, size: int, stream: int) -> int | tuple[str, int, int, int, int]:
         """:meth:`malloc` with every option considered (``_lock`` held): the address, or the
         arguments of :meth:`OomReporter.raise_oom`."""
+        if self._deferred is not None:
+            self._flush_deferred()
         if self._gc_pending:
             self._drain_pending_locked()
         if self._roundup_divisions is None:
@@ -633,12 +684,48 @@ class DeviceCachingAllocator:
                 st.oversize_allocations.decrease(1)
             # _free_block
             c.requested_bytes -= blk.requested
+            if self._deferred is not None:
+                self._flush_deferred()
             stream = blk.stream
             prev = blk.prev
             nx = blk.next
             fl = pool.free.get(stream)
             if fl is None:
                 fl = pool.free[stream] = []
+            if prev is None and self._fast and pool.owner is None and type(fl) is list:
+                # The free leaves its whole segment free. If that segment is the best fit of
+                # a request of this block's size, defer its free-list insertion and the merge
+                # with the free rest of the segment after it: an immediate malloc of the same
+                # size on the same stream takes the block back with no list or block work
+                # (see malloc), and anything else first completes them (_flush_deferred).
+                # The statistics are counted now, as the eager code below does. After
+                # deferrals that were not reused, the next ones are tried less often
+                # (_defer_skip: 1, 3, 7, ... 63 such frees are skipped).
+                if self._defer_skip:
+                    self._defer_skip -= 1
+                elif nx is None:
+                    i = bisect_left(fl, size << 64)
+                    if i == len(fl) or fl[i] > (size << 64) | ptr:
+                        self._deferred = blk
+                        self._deferred_next = None
+                        return
+                elif (nx.next is None and not nx.allocated and not nx.event_count
+                        and not nx.stream_uses):
+                    nsize = nx.size
+                    i = bisect_left(fl, size << 64)
+                    if i < len(fl) and fl[i] == (nsize << 64) | nx.addr:
+                        i += 1
+                    # (a large block is split again only with more than 1 MiB left)
+                    if (i == len(fl) or fl[i] > ((size + nsize) << 64) | ptr) and (
+                            nsize > 1048576 or pool.is_small):
+                        # inactive_split: the rest merges, leaving the segment unsplit
+                        if st.dirty_split:
+                            st.settle_split()
+                        c.inactive_split -= 1
+                        c.inactive_split_bytes -= nsize
+                        self._deferred = blk
+                        self._deferred_next = nx
+                        return
             if prev is None and nx is None:
                 # an unsplit segment: nothing to merge
                 if type(fl) is not list:   # a long FreeList
@@ -728,6 +815,37 @@ class DeviceCachingAllocator:
         finally:
             self._release(None)
 
+    def _flush_deferred(self) -> None:
+        """Complete the free-list insertion, and the merge with the free block after it, that
+        the fast path of :meth:`free` deferred (``_lock`` held): the state the eager free
+        leaves (its statistics were counted at the free). Every path that reads or changes
+        blocks or free lists, except the immediate reuse in :meth:`malloc`, calls this first."""
+        blk = self._deferred
+        if blk is None:
+            return
+        self._deferred = None
+        misses = self._defer_misses + 1     # not reused: defer less often for a while
+        self._defer_misses = misses
+        self._defer_skip = (1 << misses) - 1 if misses < 6 else 63
+        pool = blk.pool
+        stream = blk.stream
+        fl: list[int] = pool.free[stream]  # type: ignore[assignment]  # (a list: see free)
+        nx = self._deferred_next
+        if nx is not None:
+            # _merge with the rest of the segment (the last block)
+            self._deferred_next = None
+            nsize = nx.size
+            del fl[bisect_left(fl, (nsize << KEY_SHIFT) | nx.addr)]
+            del self._blocks[nx.addr]
+            blk.size += nsize
+            blk.next = None
+            self._spares.append(nx)
+        if len(fl) < SMALL_MAX:
+            insort(fl, (blk.size << KEY_SHIFT) | blk.addr)
+        else:
+            fl_add(pool.free, stream, (blk.size << KEY_SHIFT) | blk.addr)
+        blk.gc_base = pool.gc_calls
+
     def free_from_finalizer(self, ptr: int) -> None:
         """:meth:`free` for finalizers (``__del__``, ``weakref.finalize``): never blocks.
 
@@ -791,6 +909,8 @@ class DeviceCachingAllocator:
 
     def _free_locked(self, ptr: int) -> None:
         """:meth:`free` with ``_lock`` held and every option considered (free *requested*)."""
+        if self._deferred is not None:
+            self._flush_deferred()
         blk = self._blocks.get(ptr)
         if blk is None or not blk.allocated:
             raise self._bad_ptr(ptr, blk)
@@ -878,6 +998,7 @@ class DeviceCachingAllocator:
         with self._lock:
             if self._gc_pending:
                 self._drain_pending_locked()
+            self._flush_deferred()
             release_cached_blocks(self, pid)
 
     # ------------------------------------------------------------------ snapshots
@@ -899,6 +1020,7 @@ class DeviceCachingAllocator:
             >>> a.free(p); a.free(q)
         """
         with self._lock:
+            self._flush_deferred()
             return segment_of(self, ptr)
 
     def snapshot_segments(self, pool_id: tuple[int, int] | None = None) -> list[dict[str, Any]]:
@@ -919,6 +1041,7 @@ class DeviceCachingAllocator:
         with self._lock:
             if self._gc_pending:
                 self._drain_pending_locked()
+            self._flush_deferred()
             return snapshot_segments(self, pool_id)
 
     # ------------------------------------------------------------------ history
@@ -1418,6 +1541,7 @@ class DeviceCachingAllocator:
         with self._lock:
             if self._gc_pending:
                 self._drain_pending_locked()
+            self._flush_deferred()   # (its reuse in malloc counts on the peaks of the free)
             self._stats.reset_peak()
 
     def reset_accumulated_stats(self) -> None:
