@@ -131,10 +131,8 @@ class DeviceCachingAllocator:
         # guarded by _lock: Block objects merged away, reused by splits (at most as many as
         # the most blocks ever alive at once)
         self._spares: list[Block] = []
-        # guarded by _lock: the block whose free-list insertion (and merge with the free
-        # block after it, _deferred_next) the fast path of free deferred (_flush_deferred)
+        # guarded by _lock: the block whose free the fast path of free deferred (see free)
         self._deferred: Block | None = None
-        self._deferred_next: Block | None = None
         self._defer_misses = 0   # guarded by _lock: deferrals flushed since the last reuse
         self._defer_skip = 0     # guarded by _lock: deferrable frees to skip before the next
         self._device_total: int = int(backend.get_device_properties(index)["total_memory"])
@@ -173,8 +171,6 @@ class DeviceCachingAllocator:
         self._update_simple()
 
     def _update_simple(self) -> None:
-        if self._deferred is not None:
-            self._flush_deferred()   # the reuse in malloc holds only while _fast is
         # True when the best-fit lookup needs no oversize, GC or expandable handling.
         self._simple = (self._max_split_size >= SIZE_MAX and not self._gc_on
                         and not self._expandable
@@ -203,6 +199,7 @@ class DeviceCachingAllocator:
         if cfg.expandable_segments and not self.vm_supported():
             raise self._vm_error()
         with self._lock:
+            self._flush_deferred()   # (before any setting changes: it frees under the old)
             self._set_config_locked(cfg)
 
     @property
@@ -267,32 +264,28 @@ class DeviceCachingAllocator:
                         self._deferred = None
                         self._defer_misses = 0
                         c = pool.hot
-                        nx = self._deferred_next
+                        nx = d.next
                         if nx is not None:
-                            # the split that undoes the deferred merge (nx is the rest): the
-                            # inactive_split counts return to the values free() found, which
-                            # it settled before its decrease, so no peak can move
-                            nsize = nx.size
-                            c.inactive_split += 1
+                            # the merge with nx and the split that undoes it: inactive_split
+                            # goes down and back up, counting one more split
                             c.inactive_split_sum += 1
-                            c.inactive_split_bytes += nsize
-                            c.inactive_split_bytes_sum += nsize
+                            c.inactive_split_bytes_sum += nx.size
                             nx.requested = 0
                             nx.frames = None
                             nx.gc_base = pool.gc_calls
                         d.allocated = True
                         old = d.requested
-                        d.requested = size
-                        c.allocations += 1
-                        c.allocated_bytes += rounded
-                        c.requested_bytes += size
+                        if size != old:
+                            if size < old:
+                                if c.grew or c.other_row.grew:   # (peaks before a decrease)
+                                    self._stats.settle()
+                            else:
+                                c.grew = True
+                            d.requested = size
+                            c.requested_bytes += size - old
                         c.allocations_sum += 1
                         c.allocated_bytes_sum += rounded
                         c.requested_bytes_sum += size
-                        if size > old:
-                            # the counts are back to the values free() settled before
-                            # its decrease; only a larger request can pass a peak
-                            c.grew = True
                         return d.addr
                     self._flush_deferred()
                 fl = pool.free.get(stream)
@@ -641,13 +634,59 @@ class DeviceCachingAllocator:
                     or self._history is not None):
                 self._free_locked(ptr)
                 return
+            if self._deferred is not None:
+                self._flush_deferred()
+            pool = blk.pool
+            if blk.prev is None and self._fast and pool.owner is None:
+                # The free leaves its whole segment free (the block, and the rest of the
+                # segment after it if that is free). If the segment is the best fit of a
+                # request of this block's size, the free is deferred: an immediate malloc of
+                # the same size on the same stream takes the block back, counting only the
+                # statistics that change over a free and a malloc (see malloc); anything
+                # else first completes the free through the general code (_flush_deferred).
+                # Deferrals not reused make the next ones rarer (_defer_skip: 1, 3, 7, ...
+                # 63 such frees are skipped).
+                if self._defer_skip:
+                    self._defer_skip -= 1
+                else:
+                    fl = pool.free.get(blk.stream)
+                    size = blk.size
+                    nx = blk.next
+                    if not fl:
+                        if fl is None:
+                            pool.free[blk.stream] = []   # (as the eager free leaves it)
+                        if nx is None or (nx.next is None and not nx.allocated
+                                          and not nx.event_count and not nx.stream_uses and (
+                                              nx.size > 1048576 or pool.is_small)):
+                            blk.allocated = False
+                            self._deferred = blk
+                            return
+                    elif type(fl) is list:
+                        i = bisect_left(fl, size << 64)
+                        if nx is None:
+                            if i == len(fl) or fl[i] > (size << 64) | ptr:
+                                blk.allocated = False
+                                self._deferred = blk
+                                return
+                        elif (nx.next is None and not nx.allocated and not nx.event_count
+                                and not nx.stream_uses):
+                            # merged with nx, the best fit unless a key between (other than
+                            # nx's) fits first; a large block is split again only with more
+                            # than 1 MiB left
+                            nsize = nx.size
+                            if i < len(fl) and fl[i] == (nsize << 64) | nx.addr:
+                                i += 1
+                            if (i == len(fl) or fl[i] > ((size + nsize) << 64) | ptr) and (
+                                    nsize > 1048576 or pool.is_small):
+                                blk.allocated = False
+                                self._deferred = blk
+                                return
             # The fast path: a live block with no recorded streams, no history. Hand-inlined
             # from _free_locked -> DeviceStats.settle -> _free_block -> _merge, which it must
             # match (the test_allocator_fast_paths tests run both on the same sequences and
             # compare the state; bench/bench_allocator.py times both).
             blk.allocated = False
             st = self._stats
-            pool = blk.pool
             c = pool.hot
             other: Any = c.other_row    # (always set on a pool row; Any for the checker)
             if c.grew:
@@ -684,48 +723,12 @@ class DeviceCachingAllocator:
                 st.oversize_allocations.decrease(1)
             # _free_block
             c.requested_bytes -= blk.requested
-            if self._deferred is not None:
-                self._flush_deferred()
             stream = blk.stream
             prev = blk.prev
             nx = blk.next
             fl = pool.free.get(stream)
             if fl is None:
                 fl = pool.free[stream] = []
-            if prev is None and self._fast and pool.owner is None and type(fl) is list:
-                # The free leaves its whole segment free. If that segment is the best fit of
-                # a request of this block's size, defer its free-list insertion and the merge
-                # with the free rest of the segment after it: an immediate malloc of the same
-                # size on the same stream takes the block back with no list or block work
-                # (see malloc), and anything else first completes them (_flush_deferred).
-                # The statistics are counted now, as the eager code below does. After
-                # deferrals that were not reused, the next ones are tried less often
-                # (_defer_skip: 1, 3, 7, ... 63 such frees are skipped).
-                if self._defer_skip:
-                    self._defer_skip -= 1
-                elif nx is None:
-                    i = bisect_left(fl, size << 64)
-                    if i == len(fl) or fl[i] > (size << 64) | ptr:
-                        self._deferred = blk
-                        self._deferred_next = None
-                        return
-                elif (nx.next is None and not nx.allocated and not nx.event_count
-                        and not nx.stream_uses):
-                    nsize = nx.size
-                    i = bisect_left(fl, size << 64)
-                    if i < len(fl) and fl[i] == (nsize << 64) | nx.addr:
-                        i += 1
-                    # (a large block is split again only with more than 1 MiB left)
-                    if (i == len(fl) or fl[i] > ((size + nsize) << 64) | ptr) and (
-                            nsize > 1048576 or pool.is_small):
-                        # inactive_split: the rest merges, leaving the segment unsplit
-                        if st.dirty_split:
-                            st.settle_split()
-                        c.inactive_split -= 1
-                        c.inactive_split_bytes -= nsize
-                        self._deferred = blk
-                        self._deferred_next = nx
-                        return
             if prev is None and nx is None:
                 # an unsplit segment: nothing to merge
                 if type(fl) is not list:   # a long FreeList
@@ -816,10 +819,10 @@ class DeviceCachingAllocator:
             self._release(None)
 
     def _flush_deferred(self) -> None:
-        """Complete the free-list insertion, and the merge with the free block after it, that
-        the fast path of :meth:`free` deferred (``_lock`` held): the state the eager free
-        leaves (its statistics were counted at the free). Every path that reads or changes
-        blocks or free lists, except the immediate reuse in :meth:`malloc`, calls this first."""
+        """Complete the free that the fast path of :meth:`free` deferred (``_lock`` held),
+        through the general code, as if it ran then: nothing changed the allocator since,
+        for every path that reads or changes blocks, free lists, statistics or settings, except
+        the immediate reuse in :meth:`malloc`, calls this first."""
         blk = self._deferred
         if blk is None:
             return
@@ -827,24 +830,8 @@ class DeviceCachingAllocator:
         misses = self._defer_misses + 1     # not reused: defer less often for a while
         self._defer_misses = misses
         self._defer_skip = (1 << misses) - 1 if misses < 6 else 63
-        pool = blk.pool
-        stream = blk.stream
-        fl: list[int] = pool.free[stream]  # type: ignore[assignment]  # (a list: see free)
-        nx = self._deferred_next
-        if nx is not None:
-            # _merge with the rest of the segment (the last block)
-            self._deferred_next = None
-            nsize = nx.size
-            del fl[bisect_left(fl, (nsize << KEY_SHIFT) | nx.addr)]
-            del self._blocks[nx.addr]
-            blk.size += nsize
-            blk.next = None
-            self._spares.append(nx)
-        if len(fl) < SMALL_MAX:
-            insort(fl, (blk.size << KEY_SHIFT) | blk.addr)
-        else:
-            fl_add(pool.free, stream, (blk.size << KEY_SHIFT) | blk.addr)
-        blk.gc_base = pool.gc_calls
+        blk.allocated = True
+        self._free_locked(blk.addr)
 
     def free_from_finalizer(self, ptr: int) -> None:
         """:meth:`free` for finalizers (``__del__``, ``weakref.finalize``): never blocks.
@@ -900,8 +887,9 @@ class DeviceCachingAllocator:
             >>> DeviceCachingAllocator(get_backend("cpu"), 0).drain_pending()
             True
         """
-        if self._gc_pending and self._try_acquire():
+        if (self._gc_pending or self._deferred is not None) and self._try_acquire():
             try:
+                self._flush_deferred()
                 self._drain_pending_locked()
             finally:
                 self._release(None)
@@ -996,9 +984,9 @@ class DeviceCachingAllocator:
         """
         pid = _DEFAULT_POOL if pool_id is None else check_pool_id(pool_id)
         with self._lock:
+            self._flush_deferred()
             if self._gc_pending:
                 self._drain_pending_locked()
-            self._flush_deferred()
             release_cached_blocks(self, pid)
 
     # ------------------------------------------------------------------ snapshots
@@ -1039,9 +1027,9 @@ class DeviceCachingAllocator:
             >>> a.free(p)
         """
         with self._lock:
+            self._flush_deferred()
             if self._gc_pending:
                 self._drain_pending_locked()
-            self._flush_deferred()
             return snapshot_segments(self, pool_id)
 
     # ------------------------------------------------------------------ history
@@ -1084,6 +1072,7 @@ class DeviceCachingAllocator:
         """
         enabled, skip = check_history_args(enabled, context, stacks, max_entries, skip_actions)
         with self._lock:
+            self._flush_deferred()
             h = self._history
             if enabled is None:
                 self._history = None
@@ -1135,6 +1124,7 @@ class DeviceCachingAllocator:
         if stream_filter is not None and not callable(stream_filter):
             raise TypeError(f"stream_filter must be callable or None, got {stream_filter!r}")
         with self._lock:
+            self._flush_deferred()
             if self._gc_pending:
                 self._drain_pending_locked()   # a queued release_pool of this id comes first
             self._pools.begin(pool_id, stream_filter)
@@ -1149,6 +1139,7 @@ class DeviceCachingAllocator:
         """
         pool_id = check_pool_id(pool_id)
         with self._lock:
+            self._flush_deferred()
             if self._pools.end(pool_id):
                 self._update_simple()
                 return
@@ -1182,6 +1173,7 @@ class DeviceCachingAllocator:
         """
         pool_id = check_pool_id(pool_id)
         with self._lock:
+            self._flush_deferred()
             if self._gc_pending:
                 self._drain_pending_locked()   # a queued release_pool of this id comes first
             self._pools.create(pool_id, no_split=no_split, allocator=allocator)
@@ -1195,6 +1187,7 @@ class DeviceCachingAllocator:
         """
         pool_id = check_pool_id(pool_id)
         with self._lock:
+            self._flush_deferred()
             self._pools.release(pool_id)
 
     def release_pool_from_finalizer(self, pool_id: tuple[int, int]) -> None:
@@ -1470,6 +1463,7 @@ class DeviceCachingAllocator:
         if not 0.0 <= fraction <= 1.0:
             raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
         with self._lock:
+            self._flush_deferred()
             self._set_fraction_locked(fraction)
 
     def get_memory_fraction(self) -> float:
@@ -1491,6 +1485,7 @@ class DeviceCachingAllocator:
             1000
         """
         with self._lock:
+            self._flush_deferred()
             if self._gc_pending:
                 self._drain_pending_locked()
             vals = self._stats.flat_values()
@@ -1509,6 +1504,7 @@ class DeviceCachingAllocator:
             (True, True)
         """
         with self._lock:
+            self._flush_deferred()
             if self._gc_pending:
                 self._drain_pending_locked()
             vals = self._stats.sorted_values()
@@ -1516,7 +1512,7 @@ class DeviceCachingAllocator:
 
     def memory_allocated(self) -> int:
         """``allocated_bytes.all.current``."""
-        if self._gc_pending:
+        if self._gc_pending or self._deferred is not None:
             self.drain_pending()
         h = self._stats.hot
         return h[1].allocated_bytes + h[2].allocated_bytes
@@ -1524,6 +1520,7 @@ class DeviceCachingAllocator:
     def max_memory_allocated(self) -> int:
         """``allocated_bytes.all.peak``."""
         with self._lock:
+            self._flush_deferred()
             if self._gc_pending:
                 self._drain_pending_locked()
             return self._stats.max_allocated_bytes()
@@ -1539,14 +1536,15 @@ class DeviceCachingAllocator:
     def reset_peak_stats(self) -> None:
         """Set every peak to its current value."""
         with self._lock:
+            self._flush_deferred()
             if self._gc_pending:
                 self._drain_pending_locked()
-            self._flush_deferred()   # (its reuse in malloc counts on the peaks of the free)
             self._stats.reset_peak()
 
     def reset_accumulated_stats(self) -> None:
         """Zero every ``allocated``/``freed`` sum and the ``num_*`` counters."""
         with self._lock:
+            self._flush_deferred()
             self._stats.reset_accumulated()
 
     # ------------------------------------------------------------------ introspection
