@@ -83,7 +83,7 @@ __all__ = ["DeviceCachingAllocator", "GeneralPathAllocator", "format_size", "get
 _MAX_ALLOC = 1 << 60
 # The fast paths of malloc and free spell these constants as literals (a constant load instead
 # of a global load on every call).
-assert (K_MIN_BLOCK, KEY_SHIFT, K_SMALL_SIZE) == (512, 64, 1 << 20)
+assert (K_MIN_BLOCK, KEY_SHIFT, K_SMALL_SIZE, ADDR_MASK) == (512, 64, 1 << 20, 2**64 - 1)
 _DEFAULT_POOL = DEFAULT_POOL
 
 
@@ -231,7 +231,7 @@ class DeviceCachingAllocator:
             0
             >>> a.free(p)
         """
-        if type(size) is not int or size <= 0 or size >= _MAX_ALLOC:
+        if type(size) is not int or size <= 0:
             size = self._check_request(size)
             if size == 0:
                 return 0
@@ -245,7 +245,7 @@ class DeviceCachingAllocator:
                 # both on the same sequences and compares the state, and
                 # bench/bench_allocator.py times both. Anything else goes to _malloc_locked.
                 rounded = (size + 511) & -512   # K_MIN_BLOCK (literals: LOAD_CONST)
-                if rounded <= K_SMALL_SIZE:
+                if rounded <= 1048576:          # K_SMALL_SIZE
                     pool = self._small
                     split_min = 512
                 else:
@@ -289,14 +289,17 @@ class DeviceCachingAllocator:
                         return d.addr
                     self._flush_deferred()
                 fl = pool.free.get(stream)
-                if fl:
-                    if type(fl) is list:
-                        i = bisect_left(fl, rounded << 64)
-                        key = fl.pop(i) if i < len(fl) else -1
+                if fl is not None:
+                    plain = type(fl) is list
+                    if plain:
+                        try:
+                            key = fl.pop(bisect_left(fl, rounded << 64))
+                        except IndexError:   # no block large enough
+                            key = -1
                     else:
                         key = fl.pop_ge(rounded << 64)  # type: ignore[union-attr]
                     if key >= 0:
-                        blk = self._blocks[key & ADDR_MASK]
+                        blk = self._blocks[key & 0xFFFFFFFFFFFFFFFF]   # ADDR_MASK
                         c = pool.hot
                         addr = blk.addr
                         remaining = blk.size - rounded
@@ -324,12 +327,10 @@ class DeviceCachingAllocator:
                             blk.next = rest
                             blk.size = rounded
                             self._blocks[raddr] = rest
-                            if type(fl) is not list:   # a long FreeList
-                                fl.add((remaining << 64) | raddr)  # type: ignore[union-attr]
-                            elif len(fl) < SMALL_MAX:
+                            if plain:   # (a key was just taken out: the list cannot grow)
                                 insort(fl, (remaining << 64) | raddr)
-                            else:
-                                fl_add(pool.free, stream, (remaining << 64) | raddr)
+                            else:       # a long FreeList
+                                fl.add((remaining << 64) | raddr)  # type: ignore[union-attr]
                             rest.gc_base = pool.gc_calls
                             if was_split:
                                 st = self._stats
@@ -373,9 +374,14 @@ class DeviceCachingAllocator:
                         c.requested_bytes_sum += size
                         c.grew = True
                         return addr
-            res = self._malloc_locked(size, stream)
+            if size >= _MAX_ALLOC:
+                res = 0    # (raised below, without the lock)
+            else:
+                res = self._malloc_locked(size, stream)
         finally:
             self._release(None)
+        if not res:
+            self._check_request(size)   # more than 1 EB: raises
         if type(res) is int:
             return res
         self._oom.raise_oom(*cast("tuple[str, int, int, int, int]", res))  # not an int: OOM
@@ -650,18 +656,11 @@ class DeviceCachingAllocator:
                     self._defer_skip -= 1
                 else:
                     fl = pool.free.get(blk.stream)
-                    size = blk.size
-                    nx = blk.next
-                    if not fl:
-                        if fl is None:
-                            pool.free[blk.stream] = []   # (as the eager free leaves it)
-                        if nx is None or (nx.next is None and not nx.allocated
-                                          and not nx.event_count and not nx.stream_uses and (
-                                              nx.size > 1048576 or pool.is_small)):
-                            blk.allocated = False
-                            self._deferred = blk
-                            return
-                    elif type(fl) is list:
+                    if fl is None:
+                        fl = pool.free[blk.stream] = []   # (as the eager free leaves it)
+                    if type(fl) is list:
+                        size = blk.size
+                        nx = blk.next
                         i = bisect_left(fl, size << 64)
                         if nx is None:
                             if i == len(fl) or fl[i] > (size << 64) | ptr:
@@ -729,9 +728,10 @@ class DeviceCachingAllocator:
             fl = pool.free.get(stream)
             if fl is None:
                 fl = pool.free[stream] = []
+            plain = type(fl) is list
             if prev is None and nx is None:
                 # an unsplit segment: nothing to merge
-                if type(fl) is not list:   # a long FreeList
+                if not plain:   # a long FreeList
                     fl.add((size << 64) | ptr)  # type: ignore[union-attr]
                 elif len(fl) < SMALL_MAX:
                     insort(fl, (size << 64) | ptr)
@@ -746,7 +746,7 @@ class DeviceCachingAllocator:
             if (prev is not None and not prev.allocated and not prev.event_count
                     and not prev.stream_uses and prev.mapped):
                 psize = prev.size
-                if type(fl) is list:
+                if plain:
                     del fl[bisect_left(fl, (psize << 64) | prev.addr)]
                 else:
                     fl.remove((psize << 64) | prev.addr)
@@ -764,7 +764,7 @@ class DeviceCachingAllocator:
             if (nx is not None and not nx.allocated and not nx.event_count
                     and not nx.stream_uses and nx.mapped):
                 nsize = nx.size
-                if type(fl) is list:
+                if plain:
                     del fl[bisect_left(fl, (nsize << 64) | nx.addr)]
                 else:
                     fl.remove((nsize << 64) | nx.addr)
@@ -808,9 +808,9 @@ class DeviceCachingAllocator:
                         st.settle_split()
                     c.inactive_split -= merged
                     c.inactive_split_bytes -= merged_bytes
-            if type(fl) is not list:   # a long FreeList
+            if not plain:   # a long FreeList
                 fl.add((b.size << 64) | b.addr)  # type: ignore[union-attr]
-            elif len(fl) < SMALL_MAX:
+            elif merged or len(fl) < SMALL_MAX:   # (a merge took a key out: it cannot grow)
                 insort(fl, (b.size << 64) | b.addr)
             else:
                 fl_add(pool.free, stream, (b.size << 64) | b.addr)
