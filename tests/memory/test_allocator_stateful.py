@@ -40,9 +40,11 @@ class AllocatorMachine(RuleBasedStateMachine):
     def setup(self, conf: str, tiny: bool) -> None:
         # tiny free lists: every stream's list is a bucketed FreeList of 2-key buckets, so
         # their splits and removals run on few blocks
-        self.old_limits = (_block.BUCKET_MAX, _block.SMALL_MAX, _allocator.SMALL_MAX)
+        self.old_limits = (_block.BUCKET_MAX, _block.SMALL_MAX, _allocator.SMALL_MAX,
+                           _allocator.BUCKET_MAX)
         if tiny:
-            _block.BUCKET_MAX, _block.SMALL_MAX, _allocator.SMALL_MAX = 2, 0, 0
+            (_block.BUCKET_MAX, _block.SMALL_MAX, _allocator.SMALL_MAX,
+             _allocator.BUCKET_MAX) = 2, 0, 0, 2
         self.b = SimulatedBackend(capacity=256 * MiB, auto_complete=False)
         self.a = DeviceCachingAllocator(self.b, 0, parse_config(conf))
 
@@ -187,7 +189,8 @@ class AllocatorMachine(RuleBasedStateMachine):
         if not hasattr(self, "a"):
             return
         if hasattr(self, "old_limits"):
-            _block.BUCKET_MAX, _block.SMALL_MAX, _allocator.SMALL_MAX = self.old_limits
+            (_block.BUCKET_MAX, _block.SMALL_MAX, _allocator.SMALL_MAX,
+             _allocator.BUCKET_MAX) = self.old_limits
         for p in list(self.live):
             self.a.free(p)
         self.live.clear()

@@ -50,6 +50,7 @@ from .._fork import hold_across_fork, reinit_after_fork
 from .._handles import StreamHandle
 from ._block import (
     ADDR_MASK,
+    BUCKET_MAX,
     DEFAULT_POOL,
     K_MIN_BLOCK,
     K_MIN_LARGE_ALLOC,
@@ -293,11 +294,24 @@ class DeviceCachingAllocator:
                     plain = type(fl) is list
                     if plain:
                         try:
-                            key = fl.pop(bisect_left(fl, rounded << 64))
+                            i = bisect_left(fl, rounded << 64)  # type: ignore[arg-type]
+                            key = fl.pop(i)  # type: ignore[union-attr]
                         except IndexError:   # no block large enough
                             key = -1
-                    else:
-                        key = fl.pop_ge(rounded << 64)  # type: ignore[union-attr]
+                    else:   # a long FreeList: FreeList.pop_ge, inlined
+                        maxes = fl.maxes  # type: ignore[union-attr]
+                        j = bisect_left(maxes, rounded << 64)
+                        if j < len(maxes):
+                            sub = fl.lists[j]  # type: ignore[union-attr]
+                            i = bisect_left(sub, rounded << 64)
+                            key = sub.pop(i)
+                            if not sub:
+                                del fl.lists[j]  # type: ignore[union-attr]
+                                del maxes[j]
+                            elif i == len(sub):
+                                maxes[j] = sub[-1]
+                        else:
+                            key = -1
                     if key >= 0:
                         blk = self._blocks[key & 0xFFFFFFFFFFFFFFFF]   # ADDR_MASK
                         c = pool.hot
@@ -328,7 +342,7 @@ class DeviceCachingAllocator:
                             blk.size = rounded
                             self._blocks[raddr] = rest
                             if plain:   # (a key was just taken out: the list cannot grow)
-                                insort(fl, (remaining << 64) | raddr)
+                                insort(fl, (remaining << 64) | raddr)  # type: ignore[arg-type]
                             else:       # a long FreeList
                                 fl.add((remaining << 64) | raddr)  # type: ignore[union-attr]
                             rest.gc_base = pool.gc_calls
@@ -374,6 +388,7 @@ class DeviceCachingAllocator:
                         c.requested_bytes_sum += size
                         c.grew = True
                         return addr
+            res: int | tuple[str, int, int, int, int]
             if size >= _MAX_ALLOC:
                 res = 0    # (raised below, without the lock)
             else:
@@ -731,10 +746,19 @@ class DeviceCachingAllocator:
             plain = type(fl) is list
             if prev is None and nx is None:
                 # an unsplit segment: nothing to merge
-                if not plain:   # a long FreeList
-                    fl.add((size << 64) | ptr)  # type: ignore[union-attr]
+                if not plain:   # a long FreeList: FreeList.add, inlined but for a new last key
+                    key = (size << 64) | ptr
+                    maxes = fl.maxes  # type: ignore[union-attr]
+                    j = bisect_left(maxes, key)
+                    if j < len(maxes):
+                        sub = fl.lists[j]  # type: ignore[union-attr]
+                        insort(sub, key)
+                        if len(sub) > BUCKET_MAX:
+                            fl.split(j)  # type: ignore[union-attr]
+                    else:
+                        fl.add(key)  # type: ignore[union-attr]
                 elif len(fl) < SMALL_MAX:
-                    insort(fl, (size << 64) | ptr)
+                    insort(fl, (size << 64) | ptr)  # type: ignore[arg-type]
                 else:
                     fl_add(pool.free, stream, (size << 64) | ptr)
                 blk.gc_base = pool.gc_calls
@@ -747,7 +771,8 @@ class DeviceCachingAllocator:
                     and not prev.stream_uses and prev.mapped):
                 psize = prev.size
                 if plain:
-                    del fl[bisect_left(fl, (psize << 64) | prev.addr)]
+                    i = bisect_left(fl, (psize << 64) | prev.addr)  # type: ignore[arg-type]
+                    del fl[i]  # type: ignore[union-attr]
                 else:
                     fl.remove((psize << 64) | prev.addr)
                 merged = 1
@@ -765,7 +790,8 @@ class DeviceCachingAllocator:
                     and not nx.stream_uses and nx.mapped):
                 nsize = nx.size
                 if plain:
-                    del fl[bisect_left(fl, (nsize << 64) | nx.addr)]
+                    i = bisect_left(fl, (nsize << 64) | nx.addr)  # type: ignore[arg-type]
+                    del fl[i]  # type: ignore[union-attr]
                 else:
                     fl.remove((nsize << 64) | nx.addr)
                 merged += 1
@@ -808,10 +834,19 @@ class DeviceCachingAllocator:
                         st.settle_split()
                     c.inactive_split -= merged
                     c.inactive_split_bytes -= merged_bytes
-            if not plain:   # a long FreeList
-                fl.add((b.size << 64) | b.addr)  # type: ignore[union-attr]
+            if not plain:   # a long FreeList: FreeList.add, inlined but for a new last key
+                key = (b.size << 64) | b.addr
+                maxes = fl.maxes  # type: ignore[union-attr]
+                j = bisect_left(maxes, key)
+                if j < len(maxes):
+                    sub = fl.lists[j]  # type: ignore[union-attr]
+                    insort(sub, key)
+                    if len(sub) > BUCKET_MAX:
+                        fl.split(j)  # type: ignore[union-attr]
+                else:
+                    fl.add(key)  # type: ignore[union-attr]
             elif merged or len(fl) < SMALL_MAX:   # (a merge took a key out: it cannot grow)
-                insort(fl, (b.size << 64) | b.addr)
+                insort(fl, (b.size << 64) | b.addr)  # type: ignore[arg-type]
             else:
                 fl_add(pool.free, stream, (b.size << 64) | b.addr)
             b.gc_base = pool.gc_calls
