@@ -658,7 +658,9 @@ class DeviceCachingAllocator:
             if self._deferred is not None:
                 self._flush_deferred()
             pool = blk.pool
-            if blk.prev is None and self._fast and pool.owner is None:
+            nx = blk.next
+            if blk.prev is None and (nx is None or (nx.next is None and not nx.allocated)) and (
+                    self._fast and pool.owner is None):
                 # The free leaves its whole segment free (the block, and the rest of the
                 # segment after it if that is free). If the segment is the best fit of a
                 # request of this block's size, the free is deferred: an immediate malloc of
@@ -675,7 +677,6 @@ class DeviceCachingAllocator:
                         fl = pool.free[blk.stream] = []   # (as the eager free leaves it)
                     if type(fl) is list:
                         size = blk.size
-                        nx = blk.next
                         i = bisect_left(fl, size << 64)
                         if nx is None:
                             if i == len(fl) or fl[i] > (size << 64) | ptr:
