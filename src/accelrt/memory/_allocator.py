@@ -677,22 +677,30 @@ class DeviceCachingAllocator:
                         fl = pool.free[blk.stream] = []   # (as the eager free leaves it)
                     if type(fl) is list:
                         size = blk.size
-                        i = bisect_left(fl, size << 64)
                         if nx is None:
-                            if i == len(fl) or fl[i] > (size << 64) | ptr:
+                            # the best fit unless a block of this size at a lower address is
+                            # cached (an empty list: at once)
+                            ok = not fl
+                            if not ok:
+                                i = bisect_left(fl, size << 64)
+                                ok = i == len(fl) or fl[i] > (size << 64) | ptr
+                            if ok:
                                 blk.allocated = False
                                 self._deferred = blk
                                 return
-                        elif (nx.next is None and not nx.allocated and not nx.event_count
-                                and not nx.stream_uses):
+                        elif not nx.event_count and not nx.stream_uses and (
+                                nx.size > 1048576 or pool.is_small):
                             # merged with nx, the best fit unless a key between (other than
-                            # nx's) fits first; a large block is split again only with more
-                            # than 1 MiB left
-                            nsize = nx.size
-                            if i < len(fl) and fl[i] == (nsize << 64) | nx.addr:
-                                i += 1
-                            if (i == len(fl) or fl[i] > ((size + nsize) << 64) | ptr) and (
-                                    nsize > 1048576 or pool.is_small):
+                            # nx's) fits first (nx's key alone in the list: at once); a large
+                            # block is split again only with more than 1 MiB left
+                            ok = len(fl) == 1
+                            if not ok:
+                                nsize = nx.size
+                                i = bisect_left(fl, size << 64)
+                                if i < len(fl) and fl[i] == (nsize << 64) | nx.addr:
+                                    i += 1
+                                ok = i == len(fl) or fl[i] > ((size + nsize) << 64) | ptr
+                            if ok:
                                 blk.allocated = False
                                 self._deferred = blk
                                 return
