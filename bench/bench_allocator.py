@@ -316,16 +316,16 @@ def main() -> None:
               f"{_mark(c <= TARGETS['alloc+free'])} |", flush=True)
     if not args.quick:
         for impl in impls:
-            work = None
-            res_n = {}
-            for n in (1000, args.scaling):
-                a, sizes = scaling_allocator(impl, n)
-                if work is None:
-                    work = scaling_ops(sizes, max(2000, args.loops // 2))
-                res_n[n] = alternate({"x": lambda a=a: bench_scaling(a, work)},
-                                     args.repeat, cal)["x"][0]
-                del a
-                gc.collect()
+            # both sizes built first and timed alternately (load drifts between two separate
+            # measurements would go straight into their ratio)
+            small, sizes = scaling_allocator(impl, 1000)
+            big, _ = scaling_allocator(impl, args.scaling)
+            work = scaling_ops(sizes, max(2000, args.loops // 2))
+            res = alternate({"small": lambda: bench_scaling(small, work),
+                             "big": lambda: bench_scaling(big, work)}, args.repeat, cal)
+            res_n = {1000: res["small"][0], args.scaling: res["big"][0]}
+            del small, big
+            gc.collect()
             ratio = res_n[args.scaling] / res_n[1000]
             print(f"| scaling ({impl.label}): {args.scaling:,} free blocks <= "
                   f"{TARGETS['scaling']}x of 1,000 | {res_n[1000]:.1f} -> "

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import glob
 import os
+import random
 
 import hypothesis.strategies as st
 import pytest
@@ -27,10 +28,14 @@ TRACES = sorted(glob.glob(os.path.join(os.path.dirname(os.path.dirname(__file__)
 
 
 def state(a: DeviceCachingAllocator) -> tuple[object, ...]:
-    """Everything observable plus the free lists (keys per pool and stream)."""
+    """Everything observable plus the free lists (keys per pool and stream); the statistics
+    are read first, while a free the fast path deferred is still pending (the snapshot
+    completes it before the free lists are read)."""
+    stats = a.stats()
+    segments = a.snapshot_segments()
     free = [(id_, s, list(fl)) for id_, pool in (("small", a._small), ("large", a._large))
             for s, fl in sorted(pool.free.items())]
-    return (a.snapshot_segments(), a.stats(), free, len(a._blocks))
+    return (segments, stats, free, len(a._blocks))
 
 
 sizes = st.one_of(st.integers(1, 4096), st.integers(4097, 1 * MiB),
@@ -38,6 +43,10 @@ sizes = st.one_of(st.integers(1, 4096), st.integers(4097, 1 * MiB),
 ops = st.lists(st.one_of(
     st.tuples(st.just("alloc"), sizes, st.sampled_from([0, 0, 0, 7])),
     st.tuples(st.just("free"), st.integers(0, 1000), st.just(0)),
+    # free a live block and at once allocate about its size again (the same rounded size
+    # when |delta| is small: the fast path's immediate reuse of a deferred free)
+    st.tuples(st.just("realloc"), st.integers(0, 1000),
+              st.one_of(st.just(0), st.integers(-700, 700))),
     st.tuples(st.just("reset_peak"), st.just(0), st.just(0)),
     st.tuples(st.just("empty_cache"), st.just(0), st.just(0)),
 ), min_size=1, max_size=80)
@@ -50,16 +59,24 @@ ops = st.lists(st.one_of(
 def test_fast_paths_match_the_general_code(conf: str, seq: list[tuple[str, int, int]]) -> None:
     fast = DeviceCachingAllocator(SimulatedBackend(capacity=1 << 34), 0, parse_config(conf))
     general = GeneralPathAllocator(SimulatedBackend(capacity=1 << 34), 0, parse_config(conf))
-    live: list[int] = []
+    live: list[tuple[int, int, int]] = []
     for op, arg, stream in seq:
         if op == "alloc":
             p = fast.malloc(arg, stream)
             assert general.malloc(arg, stream) == p
-            live.append(p)
+            live.append((p, arg, stream))
         elif op == "free" and live:
-            p = live.pop(arg % len(live))
+            p = live.pop(arg % len(live))[0]
             fast.free(p)
             general.free(p)
+        elif op == "realloc" and live:
+            p, size, s = live.pop(arg % len(live))
+            fast.free(p)
+            general.free(p)
+            size = max(1, size + stream)
+            q = fast.malloc(size, s)
+            assert general.malloc(size, s) == q
+            live.append((q, size, s))
         elif op == "reset_peak":
             fast.reset_peak_stats()
             general.reset_peak_stats()
@@ -124,3 +141,158 @@ def test_fast_path_returns_once_each_component_is_idle() -> None:
     a.free(a.malloc(4096, 0))                  # the next malloc completes the pending free
     assert a._fast and not a._stream_frees.waiting()
     assert a.stats()["active.all.current"] == 0
+
+
+def _pair() -> tuple[DeviceCachingAllocator, GeneralPathAllocator]:
+    return (DeviceCachingAllocator(SimulatedBackend(capacity=1 << 34), 0, parse_config("")),
+            GeneralPathAllocator(SimulatedBackend(capacity=1 << 34), 0, parse_config("")))
+
+
+def _both(pair: tuple[DeviceCachingAllocator, GeneralPathAllocator], name: str,
+          *args: object) -> object:
+    fast, general = pair
+    r = getattr(fast, name)(*args)
+    assert getattr(general, name)(*args) == r
+    return r
+
+
+@pytest.mark.parametrize("size", [512, 1000, MiB, 3 * MiB, 20 * MiB])
+def test_immediate_reuse_takes_the_deferred_free_back(size: int) -> None:
+    """free() of a block that leaves its segment free defers the list insertion (and the merge
+    with the segment's free rest); malloc() of the same size takes the block back at once.
+    Addresses, statistics (requested sizes smaller and larger) and the final state match the
+    general code. (Reading statistics in between would complete the free: see below.)"""
+    pair = _pair()
+    fast = pair[0]
+    ksize = 5 * MiB if size <= MiB else 4096        # a live block of the other pool
+    keep = _both(pair, "malloc", ksize, 0)
+    p = _both(pair, "malloc", size, 0)
+    for req in (size, size - 100, size, size - 7, size):
+        _both(pair, "free", p)
+        assert fast._deferred is not None
+        q = _both(pair, "malloc", req, 0)
+        assert q == p and fast._deferred is None
+        assert fast.stats() == pair[1].stats()
+    assert state(fast) == state(pair[1])
+    s = fast.stats()
+    assert s["requested_bytes.all.peak"] == ksize + size
+    assert s["allocation.all.allocated"] == 7 and s["allocation.all.current"] == 2
+    _both(pair, "free", p)
+    _both(pair, "free", keep)
+    assert state(fast) == state(pair[1])
+
+
+FLUSHES = ["snapshot_segments", "empty_cache", "reset_peak_stats", "reset_accumulated_stats",
+           "stats", "sorted_stats", "memory_allocated", "max_memory_allocated", "segment_of", "other_malloc", "other_free", "set_fraction", "history",
+           "double_free", "other_stream", "pool"]
+
+
+@pytest.mark.parametrize("what", FLUSHES)
+def test_every_other_operation_sees_the_deferred_free_completed(what: str) -> None:
+    """Between a deferred free and the next malloc, any other operation leaves the allocator
+    exactly as the general code does (the deferred insertion and merge done first)."""
+    pair = _pair()
+    fast, general = pair
+    keep = _both(pair, "malloc", 4096, 0)
+    other = _both(pair, "malloc", 3 * MiB, 0)
+    p = _both(pair, "malloc", 512, 0)
+    _both(pair, "free", keep)     # (the block before p is now free: p's free is eager)
+    keep = _both(pair, "malloc", 4096, 0)
+    q = _both(pair, "malloc", 20 * MiB, 0)
+    _both(pair, "free", q)        # leaves its segment free: deferred
+    assert fast._deferred is not None
+    if what in ("snapshot_segments", "empty_cache", "reset_peak_stats",
+                "reset_accumulated_stats", "stats", "sorted_stats", "memory_allocated",
+                "max_memory_allocated"):
+        _both(pair, what)
+    elif what == "segment_of":
+        _both(pair, what, p)
+    elif what == "other_malloc":
+        _both(pair, "malloc", 600, 0)
+    elif what == "other_free":
+        _both(pair, "free", other)
+        other = 0
+    elif what == "set_fraction":
+        _both(pair, "set_memory_fraction", 0.5)
+    elif what == "history":
+        _both(pair, "record_history", "all")
+        _both(pair, "record_history", None)   # (the stacks of the two calls differ)
+    elif what == "double_free":
+        for a in pair:
+            with pytest.raises(ValueError, match="double free"):
+                a.free(q)
+    elif what == "other_stream":
+        _both(pair, "malloc", 20 * MiB, 7)
+    elif what == "pool":
+        _both(pair, "begin_allocate_to_pool", (1, 1))
+        _both(pair, "malloc", 20 * MiB, 0)
+        _both(pair, "end_allocate_to_pool", (1, 1))
+    assert state(fast) == state(general)
+    # the peak after a reset: the reuse must not skip a peak the reset lowered
+    r = _both(pair, "malloc", 20 * MiB, 0)
+    assert state(fast) == state(general)
+    for x in (p, keep, other, r):
+        if x:
+            _both(pair, "free", x)
+    assert state(fast) == state(general)
+
+
+def test_deferral_backs_off_when_not_reused() -> None:
+    """Frees that are not followed by a reuse are deferred less and less often (1, 3, 7, ...
+    skipped), and a reuse makes the next one deferred again; the state never differs."""
+    pair = _pair()
+    fast = pair[0]
+    ps = [_both(pair, "malloc", 20 * MiB, 0) for _ in range(40)]
+    deferred = []
+    for p in reversed(ps[10:]):                    # (each the lowest free: a best fit)
+        _both(pair, "free", p)
+        deferred.append(fast._deferred is not None)
+        _both(pair, "malloc", 4096, 0)             # not a reuse
+    assert deferred[:7] == [True, False, True, False, False, False, True]
+    assert sum(deferred) == 4                      # the 1st, 3rd, 7th and 15th
+    assert state(fast) == state(pair[1])
+    assert fast._defer_misses == 4 and fast._defer_skip == 0   # the next one is deferred
+    _both(pair, "free", ps[0])
+    assert fast._deferred is not None
+    assert _both(pair, "malloc", 20 * MiB, 0) == ps[0]
+    assert fast._defer_misses == 0
+    assert state(fast) == state(pair[1])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_reuse_heavy_sequences_match_the_general_code(seed: int) -> None:
+    """Many immediate reuses (free + malloc of about the same size, few sizes) mixed with
+    plain frees, allocations on two streams, stat reads and resets: the fast allocator (with
+    its deferred frees) and the general code stay in the same state."""
+    rng = random.Random(seed)
+    pair = _pair()
+    fast = pair[0]
+    sizes = [512, 3000, MiB, 3 * MiB, 12 * MiB, 20 * MiB]
+    live: list[tuple[int, int, int]] = []
+    reuses = 0
+    for i in range(1500):
+        r = rng.random()
+        if r < 0.3 or not live:
+            size, s = rng.choice(sizes) - rng.randrange(0, 400), rng.choice((0, 0, 0, 1))
+            live.append((_both(pair, "malloc", size, s), size, s))   # type: ignore[arg-type]
+        elif r < 0.45:
+            _both(pair, "free", live.pop(rng.randrange(len(live)))[0])
+        elif r < 0.95:
+            p, size, s = live.pop(rng.randrange(len(live)))
+            _both(pair, "free", p)
+            deferred = fast._deferred is not None
+            size = max(1, size + rng.choice((0, 0, -300, 200)))
+            q = _both(pair, "malloc", size, s)
+            reuses += deferred and q == p and fast._deferred is None
+            live.append((q, size, s))   # type: ignore[arg-type]
+        elif r < 0.98:
+            assert fast.stats() == pair[1].stats()
+        else:
+            _both(pair, "reset_peak_stats")
+        if i % 100 == 0:
+            assert state(fast) == state(pair[1])
+    assert reuses > 25
+    assert state(fast) == state(pair[1])
+    for p, _, _ in live:
+        _both(pair, "free", p)
+    assert state(fast) == state(pair[1])

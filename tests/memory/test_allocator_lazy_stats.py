@@ -29,6 +29,9 @@ sizes = st.one_of(st.integers(1, 4096), st.integers(4097, 1 * MiB),
 ops = st.lists(st.one_of(
     st.tuples(st.just("alloc"), sizes, st.sampled_from([0, 0, 0, 1])),
     st.tuples(st.just("free"), st.integers(0, 1000), st.just(0)),
+    # free and at once allocate about the same size (the fast path's immediate reuse)
+    st.tuples(st.just("realloc"), st.integers(0, 1000),
+              st.one_of(st.just(0), st.integers(-600, 600))),
     st.tuples(st.just("record"), st.integers(0, 1000), st.sampled_from([2, 3])),
     st.tuples(st.just("complete"), st.just(0), st.sampled_from([2, 3])),
     st.tuples(st.just("read"), st.just(0), st.just(0)),
@@ -80,15 +83,27 @@ def test_rarely_read_stats_are_exact(conf: str, seq: list[tuple[str, int, int]])
     b = SimulatedBackend(capacity=256 * MiB, auto_complete=False)
     a = DeviceCachingAllocator(b, 0, parse_config(conf))
     live: list[int] = []
+    sizes: dict[int, tuple[int, int]] = {}
     maxima = _currents(a)
     for op, x, stream in seq:
         if op == "alloc":
             try:
                 live.append(a.malloc(x, stream))
+                sizes[live[-1]] = (x, stream)
             except OutOfMemoryError:
                 pass
         elif op == "free" and live:
             a.free(live.pop(x % len(live)))
+        elif op == "realloc" and live:
+            p = live.pop(x % len(live))
+            a.free(p)
+            size, s = sizes[p]
+            size = max(1, size + stream)
+            try:
+                live.append(a.malloc(size, s))
+                sizes[live[-1]] = (size, s)
+            except OutOfMemoryError:
+                pass
         elif op == "record" and live:
             b.launch_work(stream)
             a.record_stream(live[x % len(live)], stream)

@@ -42,10 +42,10 @@ class AllocatorMachine(RuleBasedStateMachine):
         # tiny free lists: every stream's list is a bucketed FreeList of 2-key buckets, so
         # their splits and removals run on few blocks
         self.old_limits = (_block.BUCKET_MAX, _block.SMALL_MAX, _allocator.SMALL_MAX,
-                           _expandable.SMALL_MAX)
+                           _expandable.SMALL_MAX, _allocator.BUCKET_MAX)
         if tiny:
             (_block.BUCKET_MAX, _block.SMALL_MAX, _allocator.SMALL_MAX,
-             _expandable.SMALL_MAX) = 2, 0, 0, 0
+             _expandable.SMALL_MAX, _allocator.BUCKET_MAX) = 2, 0, 0, 0, 2
         self.b = SimulatedBackend(capacity=256 * MiB, auto_complete=False)
         self.a = DeviceCachingAllocator(self.b, 0, parse_config(conf))
 
@@ -67,6 +67,16 @@ class AllocatorMachine(RuleBasedStateMachine):
         p = data.draw(st.sampled_from(sorted(self.live)))
         del self.live[p]
         self.a.free(p)
+
+    @precondition(lambda self: self.live)
+    @rule(data=st.data(), delta=st.one_of(st.just(0), st.integers(-600, 600)))
+    def realloc(self, data: st.DataObject, delta: int) -> None:
+        """Free a block and at once allocate about its size on its stream (the fast path's
+        immediate reuse of a deferred free when the rounded size is the same)."""
+        p = data.draw(st.sampled_from(sorted(self.live)))
+        size, stream = self.live.pop(p)
+        self.a.free(p)
+        self.alloc(max(1, size + delta), stream)
 
     @precondition(lambda self: self.live)
     @rule(data=st.data(), stream=st.sampled_from([1, 2, 3]))
@@ -184,7 +194,7 @@ class AllocatorMachine(RuleBasedStateMachine):
             return
         if hasattr(self, "old_limits"):
             (_block.BUCKET_MAX, _block.SMALL_MAX, _allocator.SMALL_MAX,
-             _expandable.SMALL_MAX) = self.old_limits
+             _expandable.SMALL_MAX, _allocator.BUCKET_MAX) = self.old_limits
         for p in list(self.live):
             self.a.free(p)
         self.live.clear()

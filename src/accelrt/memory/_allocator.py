@@ -50,6 +50,7 @@ from .._fork import hold_across_fork, reinit_after_fork
 from .._handles import StreamHandle
 from ._block import (
     ADDR_MASK,
+    BUCKET_MAX,
     DEFAULT_POOL,
     K_MIN_BLOCK,
     K_MIN_LARGE_ALLOC,
@@ -83,7 +84,7 @@ __all__ = ["DeviceCachingAllocator", "GeneralPathAllocator", "format_size", "get
 _MAX_ALLOC = 1 << 60
 # The fast paths of malloc and free spell these constants as literals (a constant load instead
 # of a global load on every call).
-assert (K_MIN_BLOCK, KEY_SHIFT, K_SMALL_SIZE) == (512, 64, 1 << 20)
+assert (K_MIN_BLOCK, KEY_SHIFT, K_SMALL_SIZE, ADDR_MASK) == (512, 64, 1 << 20, 2**64 - 1)
 _DEFAULT_POOL = DEFAULT_POOL
 
 
@@ -131,6 +132,10 @@ class DeviceCachingAllocator:
         # guarded by _lock: Block objects merged away, reused by splits (at most as many as
         # the most blocks ever alive at once)
         self._spares: list[Block] = []
+        # guarded by _lock: the block whose free the fast path of free deferred (see free)
+        self._deferred: Block | None = None
+        self._defer_misses = 0   # guarded by _lock: deferrals flushed since the last reuse
+        self._defer_skip = 0     # guarded by _lock: deferrable frees to skip before the next
         self._device_total: int = int(backend.get_device_properties(index)["total_memory"])
         self._stats = DeviceStats(-1 if cfg.max_split_size >= SIZE_MAX else cfg.max_split_size)
         hot = self._stats.hot
@@ -200,6 +205,7 @@ class DeviceCachingAllocator:
         if cfg.expandable_segments and not self.vm_supported():
             raise self._vm_error()
         with self._lock:
+            self._flush_deferred()   # (before any setting changes: it frees under the old)
             self._set_config_locked(cfg)
 
     @property
@@ -231,7 +237,7 @@ class DeviceCachingAllocator:
             0
             >>> a.free(p)
         """
-        if type(size) is not int or size <= 0 or size >= _MAX_ALLOC:
+        if type(size) is not int or size <= 0:
             size = self._check_request(size)
             if size == 0:
                 return 0
@@ -245,21 +251,74 @@ class DeviceCachingAllocator:
                 # both on the same sequences and compares the state, and
                 # bench/bench_allocator.py times both. Anything else goes to _malloc_locked.
                 rounded = (size + 511) & -512   # K_MIN_BLOCK (literals: LOAD_CONST)
-                if rounded <= K_SMALL_SIZE:
+                if rounded <= 1048576:          # K_SMALL_SIZE
                     pool = self._small
                     split_min = 512
                 else:
                     pool = self._large
                     split_min = 1048577   # K_SMALL_SIZE + 1
+                d = self._deferred
+                if d is not None:
+                    if d.size == rounded and d.stream == stream and d.pool is pool:
+                        # Immediate reuse of the block that free() just cached, whose
+                        # free-list insertion (and merge with the free block after it)
+                        # free() deferred because that block is this request's best fit
+                        # (see free and _flush_deferred). The eager free + this malloc
+                        # would merge and split it again: the same blocks result, and only
+                        # the statistics change. Mirrors the eager code (the fast-path
+                        # tests compare it with the general code).
+                        self._deferred = None
+                        self._defer_misses = 0
+                        c = pool.hot
+                        nx = d.next
+                        if nx is not None:
+                            # the merge with nx and the split that undoes it: inactive_split
+                            # goes down and back up, counting one more split
+                            c.inactive_split_sum += 1
+                            c.inactive_split_bytes_sum += nx.size
+                            nx.requested = 0
+                            nx.frames = None
+                            nx.gc_base = pool.gc_calls
+                        d.allocated = True
+                        old = d.requested
+                        if size != old:
+                            if size < old:
+                                if c.grew or c.other_row.grew:   # (peaks before a decrease)
+                                    self._stats.settle()
+                            else:
+                                c.grew = True
+                            d.requested = size
+                            c.requested_bytes += size - old
+                        c.allocations_sum += 1
+                        c.allocated_bytes_sum += rounded
+                        c.requested_bytes_sum += size
+                        return d.addr
+                    self._flush_deferred()
                 fl = pool.free.get(stream)
-                if fl:
-                    if type(fl) is list:
-                        i = bisect_left(fl, rounded << 64)
-                        key = fl.pop(i) if i < len(fl) else -1
-                    else:
-                        key = fl.pop_ge(rounded << 64)  # type: ignore[union-attr]
+                if fl is not None:
+                    plain = type(fl) is list
+                    if plain:
+                        try:
+                            i = bisect_left(fl, rounded << 64)  # type: ignore[arg-type]
+                            key = fl.pop(i)  # type: ignore[union-attr]
+                        except IndexError:   # no block large enough
+                            key = -1
+                    else:   # a long FreeList: FreeList.pop_ge, inlined
+                        maxes = fl.maxes  # type: ignore[union-attr]
+                        j = bisect_left(maxes, rounded << 64)
+                        if j < len(maxes):
+                            sub = fl.lists[j]  # type: ignore[union-attr]
+                            i = bisect_left(sub, rounded << 64)
+                            key = sub.pop(i)
+                            if not sub:
+                                del fl.lists[j]  # type: ignore[union-attr]
+                                del maxes[j]
+                            elif i == len(sub):
+                                maxes[j] = sub[-1]
+                        else:
+                            key = -1
                     if key >= 0:
-                        blk = self._blocks[key & ADDR_MASK]
+                        blk = self._blocks[key & 0xFFFFFFFFFFFFFFFF]   # ADDR_MASK
                         c = pool.hot
                         addr = blk.addr
                         remaining = blk.size - rounded
@@ -287,12 +346,10 @@ class DeviceCachingAllocator:
                             blk.next = rest
                             blk.size = rounded
                             self._blocks[raddr] = rest
-                            if type(fl) is not list:   # a long FreeList
+                            if plain:   # (a key was just taken out: the list cannot grow)
+                                insort(fl, (remaining << 64) | raddr)  # type: ignore[arg-type]
+                            else:       # a long FreeList
                                 fl.add((remaining << 64) | raddr)  # type: ignore[union-attr]
-                            elif len(fl) < SMALL_MAX:
-                                insort(fl, (remaining << 64) | raddr)
-                            else:
-                                fl_add(pool.free, stream, (remaining << 64) | raddr)
                             rest.gc_base = pool.gc_calls
                             if was_split:
                                 st = self._stats
@@ -342,9 +399,15 @@ class DeviceCachingAllocator:
                 addr = self._expandable_segments.malloc_cached(size, stream)
                 if addr:
                     return addr
-            res = self._malloc_locked(size, stream)
+            res: int | tuple[str, int, int, int, int]
+            if size >= _MAX_ALLOC:
+                res = 0    # (raised below, without the lock)
+            else:
+                res = self._malloc_locked(size, stream)
         finally:
             self._release(None)
+        if not res:
+            self._check_request(size)   # more than 1 EB: raises
         if type(res) is int:
             return res
         self._oom.raise_oom(*cast("tuple[str, int, int, int, int]", res))  # not an int: OOM
@@ -353,6 +416,8 @@ class DeviceCachingAllocator:
     def _malloc_locked(self, size: int, stream: int) -> int | tuple[str, int, int, int, int]:
         """:meth:`malloc` with every option considered (``_lock`` held): the address, or the
         arguments of :meth:`OomReporter.raise_oom`."""
+        if self._deferred is not None:
+            self._flush_deferred()
         if self._gc_pending:
             self._drain_pending_locked()
         if self._roundup_divisions is None:
@@ -605,13 +670,61 @@ class DeviceCachingAllocator:
                     or self._history is not None):
                 self._free_locked(ptr)
                 return
+            if self._deferred is not None:
+                self._flush_deferred()
+            pool = blk.pool
+            nx = blk.next
+            if blk.prev is None and (nx is None or (nx.next is None and not nx.allocated)) and (
+                    self._fast and pool.owner is None):
+                # The free leaves its whole segment free (the block, and the rest of the
+                # segment after it if that is free). If the segment is the best fit of a
+                # request of this block's size, the free is deferred: an immediate malloc of
+                # the same size on the same stream takes the block back, counting only the
+                # statistics that change over a free and a malloc (see malloc); anything
+                # else first completes the free through the general code (_flush_deferred).
+                # Deferrals not reused make the next ones rarer (_defer_skip: 1, 3, 7, ...
+                # 63 such frees are skipped).
+                if self._defer_skip:
+                    self._defer_skip -= 1
+                else:
+                    fl = pool.free.get(blk.stream)
+                    if fl is None:
+                        fl = pool.free[blk.stream] = []   # (as the eager free leaves it)
+                    if type(fl) is list:
+                        size = blk.size
+                        if nx is None:
+                            # the best fit unless a block of this size at a lower address is
+                            # cached (an empty list: at once)
+                            ok = not fl
+                            if not ok:
+                                i = bisect_left(fl, size << 64)
+                                ok = i == len(fl) or fl[i] > (size << 64) | ptr
+                            if ok:
+                                blk.allocated = False
+                                self._deferred = blk
+                                return
+                        elif not nx.event_count and not nx.stream_uses and (
+                                nx.size > 1048576 or pool.is_small):
+                            # merged with nx, the best fit unless a key between (other than
+                            # nx's) fits first (nx's key alone in the list: at once); a large
+                            # block is split again only with more than 1 MiB left
+                            ok = len(fl) == 1
+                            if not ok:
+                                nsize = nx.size
+                                i = bisect_left(fl, size << 64)
+                                if i < len(fl) and fl[i] == (nsize << 64) | nx.addr:
+                                    i += 1
+                                ok = i == len(fl) or fl[i] > ((size + nsize) << 64) | ptr
+                            if ok:
+                                blk.allocated = False
+                                self._deferred = blk
+                                return
             # The fast path: a live block with no recorded streams, no history. Hand-inlined
             # from _free_locked -> DeviceStats.settle -> _free_block -> _merge, which it must
             # match (the test_allocator_fast_paths tests run both on the same sequences and
             # compare the state; bench/bench_allocator.py times both).
             blk.allocated = False
             st = self._stats
-            pool = blk.pool
             c = pool.hot
             other: Any = c.other_row    # (always set on a pool row; Any for the checker)
             if c.grew:
@@ -654,12 +767,22 @@ class DeviceCachingAllocator:
             fl = pool.free.get(stream)
             if fl is None:
                 fl = pool.free[stream] = []
+            plain = type(fl) is list
             if prev is None and nx is None:
                 # an unsplit segment: nothing to merge
-                if type(fl) is not list:   # a long FreeList
-                    fl.add((size << 64) | ptr)  # type: ignore[union-attr]
+                if not plain:   # a long FreeList: FreeList.add, inlined but for a new last key
+                    key = (size << 64) | ptr
+                    maxes = fl.maxes  # type: ignore[union-attr]
+                    j = bisect_left(maxes, key)
+                    if j < len(maxes):
+                        sub = fl.lists[j]  # type: ignore[union-attr]
+                        insort(sub, key)
+                        if len(sub) > BUCKET_MAX:
+                            fl.split(j)  # type: ignore[union-attr]
+                    else:
+                        fl.add(key)  # type: ignore[union-attr]
                 elif len(fl) < SMALL_MAX:
-                    insort(fl, (size << 64) | ptr)
+                    insort(fl, (size << 64) | ptr)  # type: ignore[arg-type]
                 else:
                     fl_add(pool.free, stream, (size << 64) | ptr)
                 blk.gc_base = pool.gc_calls
@@ -671,8 +794,9 @@ class DeviceCachingAllocator:
             if (prev is not None and not prev.allocated and not prev.event_count
                     and not prev.stream_uses and prev.mapped):
                 psize = prev.size
-                if type(fl) is list:
-                    del fl[bisect_left(fl, (psize << 64) | prev.addr)]
+                if plain:
+                    i = bisect_left(fl, (psize << 64) | prev.addr)  # type: ignore[arg-type]
+                    del fl[i]  # type: ignore[union-attr]
                 else:
                     fl.remove((psize << 64) | prev.addr)
                 merged = 1
@@ -689,8 +813,9 @@ class DeviceCachingAllocator:
             if (nx is not None and not nx.allocated and not nx.event_count
                     and not nx.stream_uses and nx.mapped):
                 nsize = nx.size
-                if type(fl) is list:
-                    del fl[bisect_left(fl, (nsize << 64) | nx.addr)]
+                if plain:
+                    i = bisect_left(fl, (nsize << 64) | nx.addr)  # type: ignore[arg-type]
+                    del fl[i]  # type: ignore[union-attr]
                 else:
                     fl.remove((nsize << 64) | nx.addr)
                 merged += 1
@@ -733,15 +858,39 @@ class DeviceCachingAllocator:
                         st.settle_split()
                     c.inactive_split -= merged
                     c.inactive_split_bytes -= merged_bytes
-            if type(fl) is not list:   # a long FreeList
-                fl.add((b.size << 64) | b.addr)  # type: ignore[union-attr]
-            elif len(fl) < SMALL_MAX:
-                insort(fl, (b.size << 64) | b.addr)
+            if not plain:   # a long FreeList: FreeList.add, inlined but for a new last key
+                key = (b.size << 64) | b.addr
+                maxes = fl.maxes  # type: ignore[union-attr]
+                j = bisect_left(maxes, key)
+                if j < len(maxes):
+                    sub = fl.lists[j]  # type: ignore[union-attr]
+                    insort(sub, key)
+                    if len(sub) > BUCKET_MAX:
+                        fl.split(j)  # type: ignore[union-attr]
+                else:
+                    fl.add(key)  # type: ignore[union-attr]
+            elif merged or len(fl) < SMALL_MAX:   # (a merge took a key out: it cannot grow)
+                insort(fl, (b.size << 64) | b.addr)  # type: ignore[arg-type]
             else:
                 fl_add(pool.free, stream, (b.size << 64) | b.addr)
             b.gc_base = pool.gc_calls
         finally:
             self._release(None)
+
+    def _flush_deferred(self) -> None:
+        """Complete the free that the fast path of :meth:`free` deferred (``_lock`` held),
+        through the general code, as if it ran then: nothing changed the allocator since,
+        for every path that reads or changes blocks, free lists, statistics or settings, except
+        the immediate reuse in :meth:`malloc`, calls this first."""
+        blk = self._deferred
+        if blk is None:
+            return
+        self._deferred = None
+        misses = self._defer_misses + 1     # not reused: defer less often for a while
+        self._defer_misses = misses
+        self._defer_skip = (1 << misses) - 1 if misses < 6 else 63
+        blk.allocated = True
+        self._free_locked(blk.addr)
 
     def free_from_finalizer(self, ptr: int) -> None:
         """:meth:`free` for finalizers (``__del__``, ``weakref.finalize``): never blocks.
@@ -797,8 +946,9 @@ class DeviceCachingAllocator:
             >>> DeviceCachingAllocator(get_backend("cpu"), 0).drain_pending()
             True
         """
-        if self._gc_pending and self._try_acquire():
+        if (self._gc_pending or self._deferred is not None) and self._try_acquire():
             try:
+                self._flush_deferred()
                 self._drain_pending_locked()
             finally:
                 self._release(None)
@@ -806,6 +956,8 @@ class DeviceCachingAllocator:
 
     def _free_locked(self, ptr: int) -> None:
         """:meth:`free` with ``_lock`` held and every option considered (free *requested*)."""
+        if self._deferred is not None:
+            self._flush_deferred()
         blk = self._blocks.get(ptr)
         if blk is None or not blk.allocated:
             raise self._bad_ptr(ptr, blk)
@@ -891,6 +1043,7 @@ class DeviceCachingAllocator:
         """
         pid = _DEFAULT_POOL if pool_id is None else check_pool_id(pool_id)
         with self._lock:
+            self._flush_deferred()
             if self._gc_pending:
                 self._drain_pending_locked()
             release_cached_blocks(self, pid)
@@ -914,6 +1067,7 @@ class DeviceCachingAllocator:
             >>> a.free(p); a.free(q)
         """
         with self._lock:
+            self._flush_deferred()
             return segment_of(self, ptr)
 
     def snapshot_segments(self, pool_id: tuple[int, int] | None = None) -> list[dict[str, Any]]:
@@ -932,6 +1086,7 @@ class DeviceCachingAllocator:
             >>> a.free(p)
         """
         with self._lock:
+            self._flush_deferred()
             if self._gc_pending:
                 self._drain_pending_locked()
             return snapshot_segments(self, pool_id)
@@ -976,6 +1131,7 @@ class DeviceCachingAllocator:
         """
         enabled, skip = check_history_args(enabled, context, stacks, max_entries, skip_actions)
         with self._lock:
+            self._flush_deferred()
             h = self._history
             if enabled is None:
                 self._history = None
@@ -1027,6 +1183,7 @@ class DeviceCachingAllocator:
         if stream_filter is not None and not callable(stream_filter):
             raise TypeError(f"stream_filter must be callable or None, got {stream_filter!r}")
         with self._lock:
+            self._flush_deferred()
             if self._gc_pending:
                 self._drain_pending_locked()   # a queued release_pool of this id comes first
             self._pools.begin(pool_id, stream_filter)
@@ -1041,6 +1198,7 @@ class DeviceCachingAllocator:
         """
         pool_id = check_pool_id(pool_id)
         with self._lock:
+            self._flush_deferred()
             if self._pools.end(pool_id):
                 self._update_simple()
                 return
@@ -1074,6 +1232,7 @@ class DeviceCachingAllocator:
         """
         pool_id = check_pool_id(pool_id)
         with self._lock:
+            self._flush_deferred()
             if self._gc_pending:
                 self._drain_pending_locked()   # a queued release_pool of this id comes first
             self._pools.create(pool_id, no_split=no_split, allocator=allocator)
@@ -1087,6 +1246,7 @@ class DeviceCachingAllocator:
         """
         pool_id = check_pool_id(pool_id)
         with self._lock:
+            self._flush_deferred()
             self._pools.release(pool_id)
 
     def release_pool_from_finalizer(self, pool_id: tuple[int, int]) -> None:
@@ -1362,6 +1522,7 @@ class DeviceCachingAllocator:
         if not 0.0 <= fraction <= 1.0:
             raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
         with self._lock:
+            self._flush_deferred()
             self._set_fraction_locked(fraction)
 
     def get_memory_fraction(self) -> float:
@@ -1383,6 +1544,7 @@ class DeviceCachingAllocator:
             1000
         """
         with self._lock:
+            self._flush_deferred()
             if self._gc_pending:
                 self._drain_pending_locked()
             vals = self._stats.flat_values()
@@ -1401,6 +1563,7 @@ class DeviceCachingAllocator:
             (True, True)
         """
         with self._lock:
+            self._flush_deferred()
             if self._gc_pending:
                 self._drain_pending_locked()
             vals = self._stats.sorted_values()
@@ -1408,7 +1571,7 @@ class DeviceCachingAllocator:
 
     def memory_allocated(self) -> int:
         """``allocated_bytes.all.current``."""
-        if self._gc_pending:
+        if self._gc_pending or self._deferred is not None:
             self.drain_pending()
         h = self._stats.hot
         return h[1].allocated_bytes + h[2].allocated_bytes
@@ -1416,6 +1579,7 @@ class DeviceCachingAllocator:
     def max_memory_allocated(self) -> int:
         """``allocated_bytes.all.peak``."""
         with self._lock:
+            self._flush_deferred()
             if self._gc_pending:
                 self._drain_pending_locked()
             return self._stats.max_allocated_bytes()
@@ -1431,6 +1595,7 @@ class DeviceCachingAllocator:
     def reset_peak_stats(self) -> None:
         """Set every peak to its current value."""
         with self._lock:
+            self._flush_deferred()
             if self._gc_pending:
                 self._drain_pending_locked()
             self._stats.reset_peak()
@@ -1438,6 +1603,7 @@ class DeviceCachingAllocator:
     def reset_accumulated_stats(self) -> None:
         """Zero every ``allocated``/``freed`` sum and the ``num_*`` counters."""
         with self._lock:
+            self._flush_deferred()
             self._stats.reset_accumulated()
 
     # ------------------------------------------------------------------ introspection
