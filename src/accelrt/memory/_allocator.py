@@ -42,7 +42,7 @@ import threading
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable
 from queue import Empty as _Empty
-from typing import Any, cast
+from typing import Any, SupportsIndex, cast
 
 from .._backend import Backend
 from .._errors import OutOfMemoryError
@@ -203,7 +203,7 @@ class DeviceCachingAllocator:
         return self._cfg
 
     # ------------------------------------------------------------------ public: allocation
-    def malloc(self, size: int, stream: int = 0) -> int:
+    def malloc(self, size: SupportsIndex, stream: int = 0) -> int:
         """Allocate ``size`` bytes for use on ``stream`` (a raw stream handle).
 
         Returns:
@@ -1326,7 +1326,7 @@ class DeviceCachingAllocator:
         self._gc_on = self._gc_threshold > 0.0 and self._allowed_max is not None
         self._update_simple()
 
-    def set_memory_fraction(self, fraction: float) -> None:
+    def set_memory_fraction(self, fraction: object) -> None:
         """Limit this process's reserved memory on the device to ``fraction`` of its total.
 
         Raises:
