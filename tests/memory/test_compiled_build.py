@@ -27,7 +27,7 @@ def _setup_script() -> ModuleType:
 
 
 def test_flag_says_which_build_is_loaded() -> None:
-    assert isinstance(memory.compiled, bool) and "compiled" in dir(memory)
+    assert isinstance(memory.compiled, bool)
     names = compiled_module_names()
     assert "accelrt.memory._allocator" in names
     loaded = {name: is_extension(importlib.import_module(name)) for name in names}

@@ -778,4 +778,4 @@ def __dir__() -> list[str]:
     subs = {n for n, v in g.items() if isinstance(v, type(sys)) and not n.startswith("_")
             and v.__name__.startswith(__name__ + ".")}
     dunders = {n for n in g if n.startswith("__") and n.endswith("__")}
-    return sorted(set(__all__) | dunders | subs | {"compiled"})
+    return sorted(set(__all__) | dunders | subs)
