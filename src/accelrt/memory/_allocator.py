@@ -42,7 +42,7 @@ import threading
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable
 from queue import Empty as _Empty
-from typing import Any, SupportsIndex, cast
+from typing import Any, Final, SupportsIndex, cast
 
 from .._backend import Backend
 from .._errors import OutOfMemoryError
@@ -80,11 +80,11 @@ from ._stats import FLAT_KEYS, SORTED_KEYS, DeviceStats
 __all__ = ["DeviceCachingAllocator", "GeneralPathAllocator", "format_size", "get_allocator",
            "peek_allocator"]
 
-_MAX_ALLOC = 1 << 60
+_MAX_ALLOC: Final = 1 << 60
 # The fast paths of malloc and free spell these constants as literals (a constant load instead
 # of a global load on every call).
 assert (K_MIN_BLOCK, KEY_SHIFT, K_SMALL_SIZE) == (512, 64, 1 << 20)
-_DEFAULT_POOL = DEFAULT_POOL
+_DEFAULT_POOL: Final = DEFAULT_POOL
 
 
 def _check_size(size: object) -> int:
@@ -598,7 +598,7 @@ class DeviceCachingAllocator:
             st = self._stats
             pool = blk.pool
             c = pool.hot
-            other: Any = c.other_row    # (always set on a pool row; Any for the checker)
+            other = c.other_row
             if c.grew:
                 if not other.grew and not st.pending_seen:
                     # DeviceStats.settle() for one pool type
