@@ -39,7 +39,6 @@ import collections
 import operator
 import sys
 import threading
-from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable
 from queue import Empty as _Empty
 from typing import Any, Final, SupportsIndex, cast
@@ -60,10 +59,12 @@ from ._block import (
     SMALL_MAX,
     Block,
     BlockPool,
+    bisect_left,
     fl_add,
     fl_iter_ge,
     fl_pop_ge,
     fl_remove,
+    insort,
     unmapped_remove,
 )
 from ._config import SIZE_MAX, AllocatorConfig, get_config

@@ -20,7 +20,7 @@ Example::
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
+import bisect as _bisect
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Final
 
@@ -31,6 +31,13 @@ __all__ = ["ADDR_MASK", "DEFAULT_POOL", "KEY_SHIFT", "K_MIN_BLOCK", "K_MIN_LARGE
            "K_ROUND_LARGE", "K_SMALL_BUFFER", "K_SMALL_SIZE", "Block", "BlockPool", "FreeList",
            "PrivatePool", "SMALL_MAX", "fl_add", "fl_iter_ge", "fl_iter_lt", "fl_pop_ge",
            "fl_remove", "free_key", "unmapped_add", "unmapped_remove"]
+
+#: ``bisect``'s functions, bound here as ``Final`` names: the compiled build
+#: (``ACCELRT_COMPILE=1``) holds a ``Final`` in a C variable, where a name imported with
+#: ``from bisect import ...`` would be a module-dict lookup on every call. The allocator's
+#: modules import them from here.
+bisect_left: Final = _bisect.bisect_left
+insort: Final = _bisect.insort
 
 KEY_SHIFT: Final = 64
 ADDR_MASK: Final = (1 << KEY_SHIFT) - 1

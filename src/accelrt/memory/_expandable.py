@@ -16,7 +16,6 @@ Example::
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
 from typing import TYPE_CHECKING, Any
 
 from ._block import (
@@ -25,7 +24,9 @@ from ._block import (
     KEY_SHIFT,
     Block,
     BlockPool,
+    bisect_left,
     fl_iter_ge,
+    insort,
     unmapped_add,
     unmapped_remove,
 )
@@ -297,7 +298,7 @@ class ExpandableSegments:
         """Map the first ``size`` bytes (page-rounded) of unmapped ``blk``; return the merged
         free block now holding them (in the free list), or ``None`` on out-of-memory."""
         alloc = self._alloc
-        es = blk.exp
+        es: ExpandableSegment = blk.exp    # (typed: native field access when compiled)
         if es.coalesce:
             # a mapping holds at most 1/MAP_FRACTION of the most memory ever mapped (counting
             # this request): one left pinned by a single live page wastes at most that much
@@ -361,7 +362,7 @@ class ExpandableSegments:
         resulting unmapped block (merged, in the unmapped list), or ``None`` if no whole page
         was inside."""
         alloc = self._alloc
-        es = blk.exp
+        es: ExpandableSegment = blk.exp
         ptr, nbytes = es.unmap(blk.addr, blk.size)
         if nbytes == 0:
             return None
@@ -396,7 +397,7 @@ class ExpandableSegments:
 
     def release_segment(self, u: Block) -> None:
         """Give the reservation of unmapped block ``u`` back if ``u`` spans all of it."""
-        es = u.exp
+        es: ExpandableSegment = u.exp
         if u.size != es.size:
             return
         alloc = self._alloc
@@ -426,7 +427,8 @@ class ExpandableSegments:
                 todo.reverse()
             for key in todo:
                 blk = blocks[key & ADDR_MASK]
-                if blk.exp is not None and blk.exp.unmappable(blk.addr, blk.size):
+                es: ExpandableSegment | None = blk.exp
+                if es is not None and es.unmappable(blk.addr, blk.size):
                     before = alloc._total_reserved
                     self.unmap_block(blk)
                     if need >= 0:
