@@ -23,8 +23,10 @@ COMPILE_REQUIRES = ["mypy>=1.10"]
 
 @contextlib.contextmanager
 def _requirements_only() -> Iterator[bool]:
-    """Whether the compiled build is asked for; meanwhile setup.py runs as the pure build,
-    since asking setuptools for its requirements runs setup.py before mypyc is installed."""
+    """Whether the compiled build is asked for; meanwhile setup.py runs as the pure build:
+    asking setuptools for its requirements runs setup.py before mypyc is installed, and the
+    metadata is the same for both builds (compiling to prepare it would be thrown away: mypyc
+    would run twice, about 8 s)."""
     value = os.environ.get(ENV)
     if value is None or value.strip() != "1":
         yield False
@@ -47,3 +49,17 @@ def get_requires_for_build_editable(config_settings: dict[str, object] | None = 
     with _requirements_only() as compiled:
         reqs = _setuptools.get_requires_for_build_editable(config_settings)
     return [*reqs, *COMPILE_REQUIRES] if compiled else reqs
+
+
+def prepare_metadata_for_build_wheel(metadata_directory: str,
+                                     config_settings: dict[str, object] | None = None) -> str:
+    with _requirements_only():
+        return str(_setuptools.prepare_metadata_for_build_wheel(metadata_directory,
+                                                                config_settings))
+
+
+def prepare_metadata_for_build_editable(metadata_directory: str,
+                                        config_settings: dict[str, object] | None = None) -> str:
+    with _requirements_only():
+        return str(_setuptools.prepare_metadata_for_build_editable(metadata_directory,
+                                                                   config_settings))

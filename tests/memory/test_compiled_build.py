@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
 from types import ModuleType
 
@@ -75,3 +76,33 @@ def test_compiled_build_without_mypyc_fails_clearly(monkeypatch: pytest.MonkeyPa
     monkeypatch.setitem(sys.modules, "mypyc.build", None)
     with pytest.raises(SystemExit, match="needs mypyc .* install mypy first"):
         setup.ext_modules()
+
+
+def _build_backend() -> ModuleType:
+    """The in-tree PEP 517 build backend (``_build/backend.py``) as a module."""
+    spec = importlib.util.spec_from_file_location("accelrt_build_backend",
+                                                  ROOT / "_build" / "backend.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("hook", ["prepare_metadata_for_build_wheel",
+                                  "prepare_metadata_for_build_editable"])
+def test_metadata_is_prepared_without_compiling(hook: str,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    # pip prepares the metadata before it builds the wheel; the metadata is the same for both
+    # builds, so compiling there (mypyc runs in setup.py) would only be thrown away
+    backend = _build_backend()
+    seen: list[str | None] = []
+
+    def setuptools_hook(metadata_directory: str, config_settings: object = None) -> str:
+        seen.append(os.environ.get("ACCELRT_COMPILE"))
+        return "accelrt-0.1.0.dist-info"
+
+    monkeypatch.setattr(backend._setuptools, hook, setuptools_hook)
+    monkeypatch.setenv("ACCELRT_COMPILE", "1")
+    assert getattr(backend, hook)("metadata-dir") == "accelrt-0.1.0.dist-info"
+    assert seen == ["0"]                               # setup.py ran as the pure build
+    assert os.environ["ACCELRT_COMPILE"] == "1"        # and the wheel build still compiles
