@@ -12,7 +12,8 @@ Every object here is guarded by the owning allocator's lock.
 Example::
 
     >>> from accelrt.memory._block import Block, BlockPool, free_key
-    >>> pool = BlockPool(is_small=True, owner=None, hot=None, type_index=1)
+    >>> from accelrt.memory._stats import HotCounters
+    >>> pool = BlockPool(is_small=True, owner=None, hot=HotCounters(), type_index=1)
     >>> b = Block(0x1000, 2048, 0, pool)
     >>> free_key(b) == (2048 << 64) | 0x1000
     True
