@@ -23,7 +23,10 @@ time the thread waits.
 
 ``--anchor DIR`` adds the same rows for another copy of accelrt (``DIR/accelrt``, e.g. a
 checkout of the previous commit's ``src``), loaded in the same process under another name and
-alternated with this one, so that a before/after comparison comes from one run.
+alternated with this one, so that a before/after comparison comes from one run. The first line
+says which build each copy is (pure Python, or the compiled build of ``ACCELRT_COMPILE=1``);
+a compiled copy cannot be an anchor (its extension modules keep their package name), so the
+two builds are compared by running this script once in each environment.
 
 Usage::
 
@@ -99,6 +102,9 @@ class Impl:
         self.allocator: Any = alloc.DeviceCachingAllocator
         self.backend: Any = importlib.import_module(pkg + ".memory._simulated").SimulatedBackend
         self.parse_config: Any = importlib.import_module(pkg + ".memory._config").parse_config
+        #: "pure" or "compiled" (the optional mypyc build, ``accelrt.memory.compiled``)
+        self.build = "compiled" if getattr(importlib.import_module(pkg + ".memory"),
+                                           "compiled", False) else "pure"
 
     def new(self, conf: str, **backend_args: Any) -> Any:
         return self.allocator(self.backend(**backend_args), 0, self.parse_config(conf))
@@ -110,6 +116,11 @@ def load_anchor(folder: str) -> str:
     if not os.path.exists(init):
         raise SystemExit(f"--anchor {folder}: no accelrt/__init__.py there (give the folder "
                          f"that holds the accelrt package, e.g. an old checkout's src)")
+    compiled = glob.glob(os.path.join(folder, "accelrt", "memory", "_allocator.*.so"))
+    if compiled:
+        raise SystemExit(f"--anchor {folder}: that accelrt is a compiled build ({compiled[0]}), "
+                         f"whose extension modules cannot be loaded under another package "
+                         f"name; time each build in its own run (calls make runs comparable)")
     name = "accelrt_anchor"
     spec = importlib.util.spec_from_file_location(
         name, init, submodule_search_locations=[os.path.dirname(init)])
@@ -258,6 +269,10 @@ def main() -> None:
     if args.anchor:
         impls.append(Impl("anchor", load_anchor(args.anchor)))
     names = " / ".join(i.label for i in impls)
+    print("accelrt build: " + ", ".join(f"{i.label} = {i.build} ({i.allocator.__module__} from "
+                                        f"{sys.modules[i.allocator.__module__].__file__})"
+                                        for i in impls))
+    print()
 
     print("## Trace replay (simulated device; calls = Python time per op in empty method calls"
           f"{'; calls/op: this / anchor' if args.anchor else ''})")

@@ -213,7 +213,8 @@ def collect_info(self_check: bool = True, backends: Sequence[str] | None = None
         backends: only these backends (default: every registered one).
 
     Returns:
-        ``{"version", "python", "numpy", "platform", "current_accelerator", "ok",
+        ``{"version", "python", "numpy", "platform", "allocator_build" ("pure" or
+        "compiled", see :data:`accelrt.memory.compiled`), "current_accelerator", "ok",
         "backends": [{"name", "available", "reason", "devices": [{"device", "properties",
         "memory": {"free", "total"}, "self_check"}]}]}``; ``ok`` is False if a device query or
         a self-check failed.
@@ -238,7 +239,9 @@ def collect_info(self_check: bool = True, backends: Sequence[str] | None = None
         current = f"error: {_err(exc)}"
     info: dict[str, Any] = {
         "version": _version(), "python": platform.python_version(), "numpy": np.__version__,
-        "platform": platform.platform(), "current_accelerator": current, "ok": True,
+        "platform": platform.platform(),
+        "allocator_build": "compiled" if acc.memory.compiled else "pure",
+        "current_accelerator": current, "ok": True,
         "backends": [],
     }
     for name in names:
@@ -294,6 +297,7 @@ def format_info(info: dict[str, Any]) -> str:
         True
     """
     lines = [f"accelrt {info['version']} (Python {info['python']}, numpy {info['numpy']})",
+             f"caching allocator: {info['allocator_build']} build",
              f"current accelerator: {info['current_accelerator']}", "", "backends:"]
     width = max([len(b["name"]) for b in info["backends"]] + [4])
     for b in info["backends"]:

@@ -14,6 +14,7 @@ hidden meanwhile, and backends the examples register are forgotten after them.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import doctest
 import importlib
@@ -26,6 +27,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from helpers.builds import compiled_module_names, is_extension, source_path
 
 import accelrt
 from accelrt import _backend, _device
@@ -112,12 +114,50 @@ def _fresh_registry() -> Iterator[None]:
                 d.update(saved)
 
 
+def _source_examples(module: Any, source: str, path: str) -> list[doctest.DocTest]:
+    """The examples in the docstrings of ``source`` (the module, its classes, their methods;
+    what :class:`doctest.DocTestFinder` finds in Python modules), to run in ``module``'s
+    namespace. The compiled build (mypyc, setup.py) keeps no docstrings in its extension
+    modules; their source ships beside them, so the same examples run against compiled code."""
+    parser = doctest.DocTestParser()
+    tests = []
+
+    def visit(node: ast.AST, name: str) -> None:
+        doc = ast.get_docstring(node, clean=False)  # type: ignore[arg-type]
+        if doc and ">>>" in doc:
+            line = node.body[0].lineno - 1 if not isinstance(node, ast.Module) else 0  # type: ignore[attr-defined]
+            tests.append(parser.get_doctest(doc, dict(vars(module)), name, path, line))
+        for child in getattr(node, "body", []):
+            if isinstance(child, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    continue   # nested functions: doctest does not look there either
+                visit(child, f"{name}.{child.name}")
+
+    visit(ast.parse(source), module.__name__)
+    return tests
+
+
+def _compiled_source(module: Any) -> str | None:
+    """The Python source shipped beside a compiled module, or None for a Python module."""
+    if not is_extension(module):
+        return None
+    path = source_path(module)
+    assert os.path.exists(path), f"{module.__name__} is compiled and its source is missing"
+    return path
+
+
 def _run_examples(module: Any) -> tuple[int, int, str]:
     """Run ``module``'s examples; return (attempted, failed, report)."""
     finder = doctest.DocTestFinder(exclude_empty=True)
     runner = doctest.DocTestRunner(optionflags=OPTIONFLAGS)
     out = io.StringIO()
-    for test in sorted(finder.find(module, module.__name__), key=lambda t: t.name):
+    path = _compiled_source(module)
+    if path is None:
+        tests = finder.find(module, module.__name__)
+    else:
+        with open(path) as f:
+            tests = _source_examples(module, f.read(), path)
+    for test in sorted(tests, key=lambda t: t.name):
         runner.run(test, out=out.write, clear_globs=True)
     return runner.tries, runner.failures, out.getvalue()
 
@@ -186,6 +226,25 @@ def test_check_reports_failures_and_leaks(monkeypatch: pytest.MonkeyPatch) -> No
         ">>> backends.register('doctestdev', lambda: CpuBackend(name='doctestdev'))\n"))
     assert _check(registering) == []
     assert "doctestdev" not in _backend.registered()  # forgotten after the examples
+
+
+@pytest.mark.parametrize("name", compiled_module_names())
+def test_source_examples_are_the_ones_doctest_finds(name: str) -> None:
+    # the compiled build runs its modules' examples from their source (_source_examples):
+    # on the pure build, that finds exactly what doctest finds in the module
+    module = importlib.import_module(name)
+    path = source_path(module)
+    with open(path) as f:
+        from_source = _source_examples(module, f.read(), path)
+    found = doctest.DocTestFinder(exclude_empty=True).find(module, name)
+
+    def examples(tests: list[doctest.DocTest]) -> dict[str, list[str]]:
+        return {t.name: [e.source for e in t.examples] for t in tests if t.examples}
+
+    if is_extension(module):   # mypyc keeps no docstrings: the source is where they live
+        assert not examples(found)
+    else:
+        assert examples(from_source) == examples(found)
 
 
 #: Modules whose examples leave backend handles alive on purpose (teardown leak check).

@@ -37,6 +37,7 @@ from .. import _device
 from .._device import _get_device, _tls
 from .._fork import reinit_after_fork
 from .._handles import StreamHandle
+from . import _allocator as _allocator_module
 from . import _host
 from ._allocator import DeviceCachingAllocator, get_allocator, peek_allocator
 from ._config import get_allocator_settings, get_config, set_allocator_settings
@@ -44,6 +45,11 @@ from ._pluggable import PluggableAllocator, change_current_allocator, get_alloca
 from ._snapshot import build_snapshot, snapshot_segments, to_plain
 from ._snapshot import dump_snapshot as _dump
 from ._summary import format_summary
+
+#: True when the caching allocator runs from the optional compiled build (mypyc, installed
+#: with ``ACCELRT_COMPILE=1``; see docs/memory.md), False for the pure-Python build. Both
+#: behave the same; benchmarks and bug reports say which one they ran (``accelrt info`` too).
+compiled: bool = not _allocator_module.__file__.endswith(".py")
 
 if TYPE_CHECKING:
     import os

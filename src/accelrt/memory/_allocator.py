@@ -39,10 +39,9 @@ import collections
 import operator
 import sys
 import threading
-from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable
 from queue import Empty as _Empty
-from typing import Any, cast
+from typing import Any, Final, SupportsIndex, cast
 
 from .._backend import Backend
 from .._errors import OutOfMemoryError
@@ -61,10 +60,12 @@ from ._block import (
     SMALL_MAX,
     Block,
     BlockPool,
+    bisect_left,
     fl_add,
     fl_iter_ge,
     fl_pop_ge,
     fl_remove,
+    insort,
     unmapped_remove,
 )
 from ._config import SIZE_MAX, AllocatorConfig, get_config
@@ -81,11 +82,11 @@ from ._stats import FLAT_KEYS, SORTED_KEYS, DeviceStats
 __all__ = ["DeviceCachingAllocator", "GeneralPathAllocator", "format_size", "get_allocator",
            "peek_allocator"]
 
-_MAX_ALLOC = 1 << 60
+_MAX_ALLOC: Final = 1 << 60
 # The fast paths of malloc and free spell these constants as literals (a constant load instead
 # of a global load on every call).
 assert (K_MIN_BLOCK, KEY_SHIFT, K_SMALL_SIZE, ADDR_MASK) == (512, 64, 1 << 20, 2**64 - 1)
-_DEFAULT_POOL = DEFAULT_POOL
+_DEFAULT_POOL: Final = DEFAULT_POOL
 
 
 def _check_size(size: object) -> int:
@@ -214,7 +215,7 @@ class DeviceCachingAllocator:
         return self._cfg
 
     # ------------------------------------------------------------------ public: allocation
-    def malloc(self, size: int, stream: int = 0) -> int:
+    def malloc(self, size: SupportsIndex, stream: int = 0) -> int:
         """Allocate ``size`` bytes for use on ``stream`` (a raw stream handle).
 
         Returns:
@@ -726,7 +727,7 @@ class DeviceCachingAllocator:
             blk.allocated = False
             st = self._stats
             c = pool.hot
-            other: Any = c.other_row    # (always set on a pool row; Any for the checker)
+            other = c.other_row
             if c.grew:
                 if not other.grew and not st.pending_seen:
                     # DeviceStats.settle() for one pool type
@@ -1501,7 +1502,7 @@ class DeviceCachingAllocator:
         self._gc_on = self._gc_threshold > 0.0 and self._allowed_max is not None
         self._update_simple()
 
-    def set_memory_fraction(self, fraction: float) -> None:
+    def set_memory_fraction(self, fraction: object) -> None:
         """Limit this process's reserved memory on the device to ``fraction`` of its total.
 
         Raises:

@@ -12,7 +12,8 @@ Every object here is guarded by the owning allocator's lock.
 Example::
 
     >>> from accelrt.memory._block import Block, BlockPool, free_key
-    >>> pool = BlockPool(is_small=True, owner=None, hot=None, type_index=1)
+    >>> from accelrt.memory._stats import HotCounters
+    >>> pool = BlockPool(is_small=True, owner=None, hot=HotCounters(), type_index=1)
     >>> b = Block(0x1000, 2048, 0, pool)
     >>> free_key(b) == (2048 << 64) | 0x1000
     True
@@ -20,26 +21,37 @@ Example::
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
+import bisect as _bisect
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from ._stats import HotCounters
 
 __all__ = ["ADDR_MASK", "DEFAULT_POOL", "KEY_SHIFT", "K_MIN_BLOCK", "K_MIN_LARGE_ALLOC",
            "K_ROUND_LARGE", "K_SMALL_BUFFER", "K_SMALL_SIZE", "Block", "BlockPool", "FreeList",
            "PrivatePool", "SMALL_MAX", "fl_add", "fl_iter_ge", "fl_iter_lt", "fl_pop_ge",
            "fl_remove", "free_key", "unmapped_add", "unmapped_remove"]
 
-KEY_SHIFT = 64
-ADDR_MASK = (1 << KEY_SHIFT) - 1
+#: ``bisect``'s functions, bound here as ``Final`` names: the compiled build
+#: (``ACCELRT_COMPILE=1``) holds a ``Final`` in a C variable, where a name imported with
+#: ``from bisect import ...`` would be a module-dict lookup on every call. The allocator's
+#: modules import them from here.
+bisect_left: Final = _bisect.bisect_left
+bisect_right: Final = _bisect.bisect_right
+insort: Final = _bisect.insort
+
+KEY_SHIFT: Final = 64
+ADDR_MASK: Final = (1 << KEY_SHIFT) - 1
 
 # PyTorch's allocator constants
-K_MIN_BLOCK = 512                 # every block is a multiple of this
-K_SMALL_SIZE = 1 << 20            # largest request served by the small pool
-K_SMALL_BUFFER = 2 << 20          # segment size of the small pool
-K_MIN_LARGE_ALLOC = 10 << 20      # requests from here on get a segment of their own size
-K_ROUND_LARGE = 2 << 20           # ... rounded up to this
+K_MIN_BLOCK: Final = 512                 # every block is a multiple of this
+K_SMALL_SIZE: Final = 1 << 20            # largest request served by the small pool
+K_SMALL_BUFFER: Final = 2 << 20          # segment size of the small pool
+K_MIN_LARGE_ALLOC: Final = 10 << 20      # requests from here on get a segment of their own size
+K_ROUND_LARGE: Final = 2 << 20           # ... rounded up to this
 #: The id of the default (not private) pools.
-DEFAULT_POOL = (0, 0)
+DEFAULT_POOL: Final = (0, 0)
 
 
 class Block:
@@ -316,7 +328,7 @@ class BlockPool:
     __slots__ = ("free", "gc_calls", "hot", "is_small", "no_split", "owner", "type_index",
                  "unmapped")
 
-    def __init__(self, is_small: bool, owner: PrivatePool | None, hot: Any,
+    def __init__(self, is_small: bool, owner: PrivatePool | None, hot: HotCounters,
                  type_index: int) -> None:
         self.free: dict[int, list[int] | FreeList] = {}
         self.unmapped: dict[int, list[int]] = {}
@@ -346,7 +358,8 @@ class PrivatePool:
 
     __slots__ = ("allocator", "id", "large", "no_split", "reserved", "small", "use_count")
 
-    def __init__(self, pool_id: tuple[int, int], small_hot: Any, large_hot: Any, *,
+    def __init__(self, pool_id: tuple[int, int], small_hot: HotCounters,
+                 large_hot: HotCounters, *,
                  no_split: bool = False, allocator: Any = None) -> None:
         self.id = pool_id
         self.use_count = 1

@@ -16,7 +16,6 @@ Example::
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right, insort
 from typing import TYPE_CHECKING, Any
 
 from ._block import (
@@ -27,8 +26,11 @@ from ._block import (
     SMALL_MAX,
     Block,
     BlockPool,
+    bisect_left,
+    bisect_right,
     fl_add,
     fl_iter_ge,
+    insort,
     unmapped_add,
     unmapped_remove,
 )
@@ -318,7 +320,7 @@ class ExpandableSegments:
         # rule 7 (_malloc_locked): against a live next block (only), take the tail
         tail = (remaining >= 512 and nx is not None and nx.allocated
                 and not (prev is not None and prev.allocated))
-        es = blk.exp
+        es: ExpandableSegment = blk.exp
         if bsize > self.split_pages * es.page and self._stranding(
                 blk, blk.addr + remaining if tail else blk.addr, rounded):
             return 0                     # a mapping to split first: split_for
@@ -509,7 +511,7 @@ class ExpandableSegments:
         :meth:`ExpandableSegment.map`); return the merged free block now holding them (in the
         free list), or ``None`` on out-of-memory."""
         alloc = self._alloc
-        es = blk.exp
+        es: ExpandableSegment = blk.exp    # (typed: native field access when compiled)
         mapped = es.map(blk.addr, size, pieces)
         if mapped == 0:
             return None
@@ -551,7 +553,8 @@ class ExpandableSegments:
         if alloc._page_reuse and pool.owner is None:
             # the pages to map: the request less the free mapped head of its run
             new = size - c.size if c.mapped else size
-            need = alloc._total_reserved + -(-new // c.exp.page) * c.exp.page - self.vm_high
+            page: int = c.exp.page
+            need = alloc._total_reserved + -(-new // page) * page - self.vm_high
             if need > 0:
                 # mapping would raise the high-water mark: give back free mappings first, not
                 # the head of the run the request goes to (it would be mapped again at once)
@@ -574,7 +577,7 @@ class ExpandableSegments:
         resulting unmapped block (merged, in the unmapped list), or ``None`` if no whole page
         was inside."""
         alloc = self._alloc
-        es = blk.exp
+        es: ExpandableSegment = blk.exp
         ptr, nbytes = es.unmap(blk.addr, blk.size)
         if nbytes == 0:
             return None
@@ -609,7 +612,7 @@ class ExpandableSegments:
 
     def release_segment(self, u: Block) -> None:
         """Give the reservation of unmapped block ``u`` back if ``u`` spans all of it."""
-        es = u.exp
+        es: ExpandableSegment = u.exp
         if u.size != es.size:
             return
         alloc = self._alloc
@@ -642,7 +645,8 @@ class ExpandableSegments:
                 blk = blocks[key & ADDR_MASK]
                 if blk is keep:
                     continue
-                if blk.exp is not None and blk.exp.unmappable(blk.addr, blk.size):
+                es: ExpandableSegment | None = blk.exp
+                if es is not None and es.unmappable(blk.addr, blk.size):
                     before = alloc._total_reserved
                     self.unmap_block(blk)
                     if need >= 0:

@@ -44,18 +44,15 @@ Example::
 
 from __future__ import annotations
 
-import collections
 import ctypes
 import os
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .. import _device
 from .._fork import reinit_after_fork
-from .._errors import OutOfMemoryError
-from ._allocator import _MAX_ALLOC, DeviceCachingAllocator, _check_size
-from ._oom import format_size
+from ._allocator import DeviceCachingAllocator
 
 if TYPE_CHECKING:
     from .._backend import Backend
@@ -208,126 +205,6 @@ class PluggableAllocator:
         return len(self._live)
 
 
-# ---------------------------------------------------------------------- the replacing allocator
-
-def _unsupported(what: str) -> RuntimeError:
-    return RuntimeError(f"PluggableAllocator does not yet support {what}. If you need it, "
-                        "please file an issue describing your use case.")
-
-
-class _PluggableDeviceAllocator(DeviceCachingAllocator):
-    """What :func:`~accelrt.memory._allocator.get_allocator` returns for a device of a backend
-    whose allocator was replaced by :func:`change_current_allocator`: every malloc and free
-    goes to the library (PyTorch's ``CUDAPluggableAllocator`` as the current allocator)."""
-
-    def __init__(self, backend: Backend, index: int, plug: PluggableAllocator) -> None:
-        super().__init__(backend, index)
-        self._plug = plug
-
-    # allocation: straight to the library
-    def malloc(self, size: int, stream: int = 0) -> int:
-        if type(size) is not int:
-            size = _check_size(size)
-        if size < 0:
-            raise ValueError(f"allocation size must be >= 0, got {size}")
-        if size == 0:
-            return 0
-        if size >= _MAX_ALLOC:
-            raise OutOfMemoryError(f"{self._name} out of memory. Tried to allocate more than "
-                                   "1EB memory.", size, 0, self._device_total)
-        ptr = self._plug._raw_alloc(self._b, self._index, size, stream)
-        if not ptr:
-            raise OutOfMemoryError(
-                f"{self._name} out of memory. Tried to allocate {format_size(size)}. The "
-                f"pluggable allocator {self._plug._what} returned NULL for device "
-                f"{self._name}:{self._index}.", size, 0, self._device_total)
-        return ptr
-
-    def free(self, ptr: int, nonblocking: bool = False) -> None:
-        self._plug._raw_free(ptr)
-
-    def free_from_finalizer(self, ptr: int) -> None:
-        try:
-            self._plug._raw_free(ptr)
-        except Exception:  # noqa: BLE001 - a finalizer must not raise
-            import logging   # the "accelrt" logger; with no handler it reaches stderr
-            logging.getLogger("accelrt.memory").exception(
-                "Exception ignored in the free of pointer %#x by a pluggable allocator:", ptr)
-
-    def record_stream(self, ptr: int, stream: int) -> None:
-        """No-op, as PyTorch's pluggable allocator without a record_stream function."""
-
-    def empty_cache(self, pool_id: tuple[int, int] | None = None) -> None:
-        """No-op: nothing is cached."""
-
-    def set_memory_fraction(self, fraction: float) -> None:
-        """No-op, as PyTorch's pluggable allocator without a memory-fraction function."""
-
-    def get_memory_fraction(self) -> float:
-        raise _unsupported("getMemoryFraction")
-
-    # statistics, snapshots, history, observers: PyTorch's errors
-    def stats(self) -> dict[str, int]:
-        raise _unsupported("getDeviceStats")
-
-    def sorted_stats(self) -> collections.OrderedDict[str, int]:
-        raise _unsupported("getDeviceStats")
-
-    def memory_allocated(self) -> int:
-        raise _unsupported("getDeviceStats")
-
-    def max_memory_allocated(self) -> int:
-        raise _unsupported("getDeviceStats")
-
-    def memory_reserved(self) -> int:
-        raise _unsupported("getDeviceStats")
-
-    def max_memory_reserved(self) -> int:
-        raise _unsupported("getDeviceStats")
-
-    def reset_peak_stats(self) -> None:
-        raise _unsupported("resetPeakStats")
-
-    def reset_accumulated_stats(self) -> None:
-        raise _unsupported("resetAccumulatedStats")
-
-    def snapshot_segments(self, pool_id: tuple[int, int] | None = None) -> list[dict[str, Any]]:
-        raise _unsupported("snapshot")
-
-    def trace_entries(self) -> list[dict[str, Any]]:
-        raise _unsupported("snapshot")
-
-    def record_history(self, *args: Any, **kwargs: Any) -> None:
-        raise _unsupported("recordHistory")
-
-    def attach_oom_observer(self, fn: Callable[[int, int, int, int], None]) -> None:
-        raise _unsupported("attachOutOfMemoryObserver")
-
-    # private pools: the library has no pool functions, so these do nothing (as PyTorch's)
-    def begin_allocate_to_pool(self, pool_id: tuple[int, int],
-                               stream_filter: Callable[[int], bool] | None = None) -> None:
-        """No-op."""
-
-    def end_allocate_to_pool(self, pool_id: tuple[int, int]) -> None:
-        """No-op."""
-
-    def create_pool(self, pool_id: tuple[int, int], *, no_split: bool = False,
-                    allocator: Any = None) -> None:
-        """No-op."""
-
-    def release_pool(self, pool_id: tuple[int, int]) -> None:
-        """No-op."""
-
-    def release_pool_from_finalizer(self, pool_id: tuple[int, int]) -> None:
-        """No-op."""
-
-    def pool_use_count(self, pool_id: tuple[int, int]) -> int:
-        return 0
-
-    def __repr__(self) -> str:
-        return f"<pluggable allocator {self._plug._what} on {self._name}:{self._index}>"
-
-
 _current: dict[str, PluggableAllocator] = {}   # backend name -> its replacing allocator
 _current_lock = reinit_after_fork(threading.Lock())
 
@@ -413,4 +290,5 @@ def _make_allocator(backend: Backend, index: int) -> DeviceCachingAllocator | No
     plug = _current.get(backend.name)
     if plug is None:
         return None
-    return _PluggableDeviceAllocator(backend, index, plug)
+    from ._pluggable_device import PluggableDeviceAllocator   # (it imports this module)
+    return PluggableDeviceAllocator(backend, index, plug)

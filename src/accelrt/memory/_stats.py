@@ -105,7 +105,8 @@ class HotCounters:
     accumulated reset (``freed = base + sum - current``). ``inactive_split`` /
     ``inactive_split_bytes`` with their ``_sum``, ``_peak`` and ``_base``: PyTorch's
     inactive_split stats. ``all_row``: the ``all`` row, ``other_row``: the other pool type's
-    counters (pool rows only, so that the hot path reaches them in one attribute load).
+    counters (so that the hot path reaches them in one attribute load; on the ``all`` row
+    itself both are that row).
     ``grew``: an allocation stat of this row grew since :meth:`DeviceStats.settle` (an
     allocation sets it with one store).
 
@@ -146,8 +147,11 @@ class HotCounters:
     )
 
     def __init__(self) -> None:
-        self.all_row: HotCounters | None = None     # the ``all`` row (set by DeviceStats)
-        self.other_row: HotCounters | None = None   # the other pool type's counters
+        # the ``all`` row and the other pool type's counters: set by DeviceStats on the pool
+        # rows; itself until then (typed without None, so that the compiled build reads
+        # their fields directly)
+        self.all_row: HotCounters = self
+        self.other_row: HotCounters = self
         self.allocations = 0
         self.allocated_bytes = 0
         self.requested_bytes = 0

@@ -1,0 +1,142 @@
+"""The caching allocator's stand-in for a device whose allocator was replaced by
+:func:`~accelrt.memory.change_current_allocator`: every malloc and free goes to the
+:class:`~accelrt.memory.PluggableAllocator`'s library, as PyTorch's ``CUDAPluggableAllocator``.
+
+A module of its own (not in :mod:`accelrt.memory._pluggable`) because it subclasses
+:class:`~accelrt.memory._allocator.DeviceCachingAllocator`: the compiled build (``setup.py``)
+compiles both, while ``_pluggable`` (ctypes, the process-wide registry) stays pure Python.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, SupportsIndex
+
+from .._errors import OutOfMemoryError
+from ._allocator import _MAX_ALLOC, DeviceCachingAllocator, _check_size
+from ._oom import format_size
+from ._pluggable import PluggableAllocator
+
+if TYPE_CHECKING:
+    from .._backend import Backend
+
+__all__ = ["PluggableDeviceAllocator"]
+
+
+def _unsupported(what: str) -> RuntimeError:
+    return RuntimeError(f"PluggableAllocator does not yet support {what}. If you need it, "
+                        "please file an issue describing your use case.")
+
+
+class PluggableDeviceAllocator(DeviceCachingAllocator):
+    """What :func:`~accelrt.memory._allocator.get_allocator` returns for a device of a backend
+    whose allocator was replaced by :func:`change_current_allocator`: every malloc and free
+    goes to the library (PyTorch's ``CUDAPluggableAllocator`` as the current allocator)."""
+
+    def __init__(self, backend: Backend, index: int, plug: PluggableAllocator) -> None:
+        super().__init__(backend, index)
+        self._plug = plug
+
+    # allocation: straight to the library
+    def malloc(self, size: SupportsIndex, stream: int = 0) -> int:
+        if type(size) is not int:
+            size = _check_size(size)
+        if size < 0:
+            raise ValueError(f"allocation size must be >= 0, got {size}")
+        if size == 0:
+            return 0
+        if size >= _MAX_ALLOC:
+            raise OutOfMemoryError(f"{self._name} out of memory. Tried to allocate more than "
+                                   "1EB memory.", size, 0, self._device_total)
+        ptr = self._plug._raw_alloc(self._b, self._index, size, stream)
+        if not ptr:
+            raise OutOfMemoryError(
+                f"{self._name} out of memory. Tried to allocate {format_size(size)}. The "
+                f"pluggable allocator {self._plug._what} returned NULL for device "
+                f"{self._name}:{self._index}.", size, 0, self._device_total)
+        return ptr
+
+    def free(self, ptr: int, nonblocking: bool = False) -> None:
+        self._plug._raw_free(ptr)
+
+    def free_from_finalizer(self, ptr: int) -> None:
+        try:
+            self._plug._raw_free(ptr)
+        except Exception:  # noqa: BLE001 - a finalizer must not raise
+            import logging   # the "accelrt" logger; with no handler it reaches stderr
+            logging.getLogger("accelrt.memory").exception(
+                "Exception ignored in the free of pointer %#x by a pluggable allocator:", ptr)
+
+    def record_stream(self, ptr: int, stream: int) -> None:
+        """No-op, as PyTorch's pluggable allocator without a record_stream function."""
+
+    def empty_cache(self, pool_id: tuple[int, int] | None = None) -> None:
+        """No-op: nothing is cached."""
+
+    def set_memory_fraction(self, fraction: object) -> None:
+        """No-op, as PyTorch's pluggable allocator without a memory-fraction function."""
+
+    def get_memory_fraction(self) -> float:
+        raise _unsupported("getMemoryFraction")
+
+    # statistics, snapshots, history, observers: PyTorch's errors
+    def stats(self) -> dict[str, int]:
+        raise _unsupported("getDeviceStats")
+
+    def sorted_stats(self) -> collections.OrderedDict[str, int]:
+        raise _unsupported("getDeviceStats")
+
+    def memory_allocated(self) -> int:
+        raise _unsupported("getDeviceStats")
+
+    def max_memory_allocated(self) -> int:
+        raise _unsupported("getDeviceStats")
+
+    def memory_reserved(self) -> int:
+        raise _unsupported("getDeviceStats")
+
+    def max_memory_reserved(self) -> int:
+        raise _unsupported("getDeviceStats")
+
+    def reset_peak_stats(self) -> None:
+        raise _unsupported("resetPeakStats")
+
+    def reset_accumulated_stats(self) -> None:
+        raise _unsupported("resetAccumulatedStats")
+
+    def snapshot_segments(self, pool_id: tuple[int, int] | None = None) -> list[dict[str, Any]]:
+        raise _unsupported("snapshot")
+
+    def trace_entries(self) -> list[dict[str, Any]]:
+        raise _unsupported("snapshot")
+
+    def record_history(self, *args: Any, **kwargs: Any) -> None:
+        raise _unsupported("recordHistory")
+
+    def attach_oom_observer(self, fn: Callable[[int, int, int, int], None]) -> None:
+        raise _unsupported("attachOutOfMemoryObserver")
+
+    # private pools: the library has no pool functions, so these do nothing (as PyTorch's)
+    def begin_allocate_to_pool(self, pool_id: tuple[int, int],
+                               stream_filter: Callable[[int], bool] | None = None) -> None:
+        """No-op."""
+
+    def end_allocate_to_pool(self, pool_id: tuple[int, int]) -> None:
+        """No-op."""
+
+    def create_pool(self, pool_id: tuple[int, int], *, no_split: bool = False,
+                    allocator: Any = None) -> None:
+        """No-op."""
+
+    def release_pool(self, pool_id: tuple[int, int]) -> None:
+        """No-op."""
+
+    def release_pool_from_finalizer(self, pool_id: tuple[int, int]) -> None:
+        """No-op."""
+
+    def pool_use_count(self, pool_id: tuple[int, int]) -> int:
+        return 0
+
+    def __repr__(self) -> str:
+        return f"<pluggable allocator {self._plug._what} on {self._name}:{self._index}>"

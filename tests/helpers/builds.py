@@ -1,0 +1,38 @@
+"""Which build of accelrt is under test: the pure-Python one or the compiled one (setup.py)."""
+
+from __future__ import annotations
+
+import ast
+import importlib.machinery
+from pathlib import Path
+from types import ModuleType
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def compiled_module_names() -> list[str]:
+    """The modules ``ACCELRT_COMPILE=1`` compiles: setup.py's ``COMPILED`` list, as names."""
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "COMPILED" for t in node.targets):
+            paths = ast.literal_eval(node.value)
+            return [p.removeprefix("src/").removesuffix(".py").replace("/", ".") for p in paths]
+    raise AssertionError("setup.py has no COMPILED list")
+
+
+def is_extension(module: ModuleType) -> bool:
+    """Whether ``module`` was loaded from a compiled extension (not from Python source)."""
+    origin = getattr(module, "__file__", None) or ""
+    return origin.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
+
+
+def source_path(module: ModuleType) -> str:
+    """The Python source of ``module``: its own file, or the one shipped beside a compiled
+    extension (``x.cpython-311-x86_64-linux-gnu.so`` -> ``x.py``)."""
+    path = module.__file__
+    assert path is not None, f"{module.__name__} has no file"
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        if path.endswith(suffix):
+            return path[:-len(suffix)] + ".py"
+    return path
