@@ -1,8 +1,10 @@
 """CUDA backend benchmarks (needs an NVIDIA GPU; prints "no GPU: <reason>" and exits 0 without).
 
-1. **Trace replay with real memory**: the two shared traces (``tests/data/traces``) replayed through
-   accelrt's caching allocator over the CUDA backend (default settings and
-   ``expandable_segments:True``), side by side with the peers run by
+1. **Trace replay with real memory**: the traces in ``tests/data/traces`` replayed through
+   accelrt's caching allocator over the CUDA backend (default settings,
+   ``expandable_segments:True`` and the low-fragmentation policy
+   ``expandable_segments:True,page_reuse:True``, whose real driver time per operation checks the
+   H100 prices :func:`accelrt.memory._replay.driver_cost_us` charges), side by side with the peers run by
    ``--peer-script`` (a replay script for the peers, not shipped; default
    ``$ACCELRT_SHARED/tools/replay_peer.py``) as subprocesses (``torch``, ``torch_expandable``,
    ``cupy``, ``driverpool``; a peer that cannot run is reported with its error).
@@ -39,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("ACCELRT_SHARED", ROOT.parent / "shared"))
 TRACES = ("resnet50_train", "varlen_encoder")
 PEERS = ("torch", "torch_expandable", "cupy", "driverpool")
-SETTINGS = ("", "expandable_segments:True")
+SETTINGS = ("", "expandable_segments:True", "expandable_segments:True,page_reuse:True")
 COPY_BYTES = 256 << 20
 
 
