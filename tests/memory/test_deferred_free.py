@@ -1,0 +1,200 @@
+"""Hostile sequences against the deferred free of the default policy's fast path.
+
+The plain :class:`DeviceCachingAllocator` defers a free that leaves its whole segment free
+(see ``DeviceCachingAllocator.free``); :class:`GeneralPathAllocator` never does. Both run the
+same random sequences of every public operation (statistics and snapshot readers, resets,
+record_stream with pending work, private pools, history on and off, settings and fraction
+changes, out-of-memory on a small device, empty_cache) and must agree on every result and on
+the whole state whenever it is read, and leave nothing mapped at the end.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+
+import pytest
+
+from accelrt import OutOfMemoryError
+from accelrt.memory._allocator import DeviceCachingAllocator, GeneralPathAllocator
+from accelrt.memory._config import parse_config
+from accelrt.memory._simulated import SimulatedBackend
+
+MiB = 1 << 20
+
+CONFS = ["", "max_split_size_mb:40", "roundup_power2_divisions:4",
+         "expandable_segments:True", "expandable_segments:True,page_reuse:True"]
+
+
+def state(a: DeviceCachingAllocator) -> tuple[object, ...]:
+    stats = a.stats()
+    segments = a.snapshot_segments()
+    free = [(id_, s, list(fl)) for id_, pool in (("small", a._small), ("large", a._large))
+            for s, fl in sorted(pool.free.items())]
+    return (segments, stats, free, len(a._blocks), a.memory_reserved(),
+            a.max_memory_reserved())
+
+
+class Pair:
+    """The same operation on a fast and a general allocator, each on its own backend."""
+
+    def __init__(self, capacity: int, conf: str = "", auto_complete: bool = False) -> None:
+        self.backends = [SimulatedBackend(capacity=capacity, auto_complete=auto_complete)
+                         for _ in range(2)]
+        self.fast = DeviceCachingAllocator(self.backends[0], 0, parse_config(conf))
+        self.general = GeneralPathAllocator(self.backends[1], 0, parse_config(conf))
+        self.streams = [0] + [self.both_backends("stream_create", 0, 0) for _ in range(2)]
+
+    def both_backends(self, name: str, *args: object) -> object:
+        r = getattr(self.backends[0], name)(*args)
+        assert getattr(self.backends[1], name)(*args) == r
+        return r
+
+    def both(self, name: str, *args: object) -> object:
+        """Run on both; the results, or the exception types and messages, are equal."""
+        results = []
+        for a in (self.fast, self.general):
+            try:
+                results.append(("ok", getattr(a, name)(*args)))
+            except (OutOfMemoryError, ValueError, RuntimeError) as e:
+                results.append((type(e).__name__, str(e)))
+        assert results[0] == results[1], (name, args)
+        return results[0][1] if results[0][0] == "ok" else None
+
+    def check(self) -> None:
+        assert state(self.fast) == state(self.general)
+
+
+def run_sequence(seed: int, steps: int, conf: str = "") -> Pair:
+    rng = random.Random(seed)
+    pair = Pair(capacity=rng.choice([64 * MiB, 200 * MiB, 1 << 34]), conf=conf)
+    sizes = [512, 3000, MiB, 3 * MiB, 12 * MiB, 20 * MiB, 50 * MiB]
+    live: list[tuple[int, int, int]] = []
+    pool_open = False
+    pools_made = 0
+    for _ in range(steps):
+        r = rng.random()
+        if r < 0.25 or not live:
+            size = rng.choice(sizes) - rng.randrange(0, 400)
+            s = rng.choice(pair.streams[:2] + [0, 0])
+            p = pair.both("malloc", size, s)
+            if p:
+                live.append((p, size, s))   # type: ignore[arg-type]
+        elif r < 0.55:
+            # free + malloc of about the same size (the deferred free's reuse), or of another
+            p, size, s = live.pop(rng.randrange(len(live)))
+            pair.both("free", p)
+            size = max(1, size + rng.choice((0, 0, -300, 200, 5 * MiB)))
+            s = rng.choice((s, s, s, pair.streams[1]))
+            q = pair.both("malloc", size, s)
+            if q:
+                live.append((q, size, s))   # type: ignore[arg-type]
+        elif r < 0.65:
+            pair.both("free", live.pop(rng.randrange(len(live)))[0])
+        else:
+            # a free, then one other operation while it may still be deferred
+            if live and rng.random() < 0.7:
+                pair.both("free", live.pop(rng.randrange(len(live)))[0])
+            what = rng.randrange(19)
+            if what == 0:
+                pair.both("stats")
+            elif what == 1:
+                pair.both("sorted_stats")
+            elif what == 2:
+                pair.both("memory_allocated")
+            elif what == 3:
+                pair.both("max_memory_allocated")
+            elif what == 4:
+                pair.both("reset_peak_stats")
+            elif what == 5:
+                pair.both("reset_accumulated_stats")
+            elif what == 6:
+                pair.both("snapshot_segments")
+            elif what == 7:
+                pair.both("empty_cache")
+            elif what == 8 and live:
+                # used on another stream with work queued there: the free waits for it
+                p = rng.choice(live)[0]
+                s = pair.streams[2]
+                pair.both("record_stream", p, s)
+                pair.both_backends("launch_work", s)
+            elif what == 9:
+                pair.both_backends("complete_all")
+            elif what == 10:
+                pair.both("set_memory_fraction", rng.choice((0.3, 0.9, 1.0)))
+            elif what == 11:
+                pair.both("record_history", rng.choice(("all", "state", None)), "all", "python")
+                pair.both("record_history", None)
+            elif what == 12 and not pool_open:
+                pools_made += 1
+                pair.both("begin_allocate_to_pool", (1, pools_made))
+                pool_open = True
+            elif what == 13 and pool_open:
+                pair.both("end_allocate_to_pool", (1, pools_made))
+                pair.both("release_pool", (1, pools_made))
+                pool_open = False
+            elif what == 14:
+                pair.both("set_config", parse_config(rng.choice(CONFS[:3])))
+            elif what == 15 and live:
+                pair.both("segment_of", rng.choice(live)[0])
+            elif what == 16 and live:
+                # a double free of a freed block (or of a live one's neighbour address)
+                p = rng.choice(live)[0]
+                pair.both("free", p)
+                pair.both("free", p)
+                live = [x for x in live if x[0] != p]
+            elif what == 17:
+                pair.check()
+            elif what == 18:
+                pair.both("drain_pending")
+    if pool_open:
+        pair.both("end_allocate_to_pool", (1, pools_made))
+        pair.both("release_pool", (1, pools_made))
+    pair.check()
+    for p, _, _ in live:
+        pair.both("free", p)
+    pair.both_backends("complete_all")
+    pair.both("empty_cache")
+    pair.check()
+    for b, a in zip(pair.backends, (pair.fast, pair.general)):
+        assert a.memory_reserved() == 0
+        assert b.used == 0 and not b.reservations, a.snapshot_segments()
+    return pair
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_every_public_operation_after_a_deferred_free_matches_the_general_code(
+        seed: int) -> None:
+    run_sequence(seed, 400)
+
+
+@pytest.mark.parametrize("conf", CONFS[1:])
+def test_other_settings_match_the_general_code(conf: str) -> None:
+    run_sequence(100 + CONFS.index(conf), 300, conf)
+
+
+@pytest.mark.parametrize("conf", ["", "expandable_segments:True,page_reuse:True"],
+                         ids=["default", "low-frag"])
+def test_a_free_waiting_for_events_turns_every_fast_malloc_path_off(conf: str) -> None:
+    """A free recorded on another stream waits for an event; every malloc then completes the
+    frees whose events have completed first (PyTorch's process_events), so the fast malloc
+    paths (the default policy's and the low-fragmentation policy's malloc_cached) are off
+    until no free waits. (The low-frag fast path kept serving cached blocks, leaving the
+    completed free pending and its memory active.)"""
+    pair = Pair(capacity=1 << 34, conf=conf)
+    s = pair.streams[2]
+    keep = pair.both("malloc", 4096, 0)
+    small = pair.both("malloc", 4096, 0)
+    pair.both("free", small)                       # cached: the next malloc's fast path fits
+    big = pair.both("malloc", 50 * MiB, 0)
+    pair.both("record_stream", big, s)
+    pair.both_backends("launch_work", s)
+    pair.both("free", big)                         # waits for the work queued on s
+    assert not pair.fast._fast and not pair.fast._fast_reuse
+    pair.both_backends("complete_all")
+    small = pair.both("malloc", 4096, 0)           # completes the free of big first
+    assert pair.fast.stats()["active_bytes.all.current"] == 8192
+    pair.check()
+    for p in (small, keep):
+        pair.both("free", p)
+    pair.check()
