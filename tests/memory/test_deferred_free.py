@@ -287,3 +287,58 @@ def test_a_forked_child_sees_the_parents_deferred_free() -> None:
     assert os.waitstatus_to_exitcode(status) == 0
     assert a.memory_allocated() == base            # the parent's own copy
     a.empty_cache()
+
+
+def test_a_free_recorded_on_another_stream_is_never_deferred() -> None:
+    """record_stream then free: the block waits for the stream's work (no deferral, no
+    immediate reuse by a same-size malloc); once the work completes the next malloc takes it.
+    A same-size malloc after the wait matches the general code."""
+    pair = Pair(capacity=1 << 34)
+    fast = pair.fast
+    s = pair.streams[2]
+    p = pair.both("malloc", 20 * MiB, 0)
+    pair.both("record_stream", p, s)
+    pair.both_backends("launch_work", s)
+    pair.both("free", p)
+    assert fast._deferred is None
+    q = pair.both("malloc", 20 * MiB, 0)
+    assert q != p                                 # p's memory may still be in use on s
+    pair.both_backends("complete_stream", s)
+    pair.both("free", q)                          # (deferred: q's segment is its best fit)
+    r = pair.both("malloc", 20 * MiB, 0)
+    assert r in (p, q)
+    pair.check()
+    pair.both("free", r)
+    pair.both("empty_cache")
+    pair.check()
+    assert fast.memory_reserved() == 0
+    # record_stream on a freed (deferred) block is a double use, as in the general code
+    for _ in range(64):                           # (past the deferral's back-off)
+        p = pair.both("malloc", 20 * MiB, 0)
+        pair.both("free", p)
+        if fast._deferred is not None:
+            break
+    assert fast._deferred is not None
+    for a in (pair.fast, pair.general):
+        with pytest.raises(ValueError, match="not allocated"):
+            a.record_stream(p, s)
+    pair.check()
+
+
+def test_out_of_memory_retry_releases_a_deferred_free() -> None:
+    """A malloc that does not fit the device frees the cache and retries (PyTorch's
+    release_cached_blocks): the block whose free was deferred is part of that cache."""
+    pair = Pair(capacity=64 * MiB)
+    keep = pair.both("malloc", 4096, 0)
+    p = pair.both("malloc", 40 * MiB, 0)
+    pair.both("free", p)
+    assert pair.fast._deferred is not None
+    q = pair.both("malloc", 50 * MiB, 0)          # fits only once p's segment is released
+    assert q
+    s = pair.fast.stats()
+    assert s["num_alloc_retries"] == 1 and s["reserved_bytes.all.current"] == 52 * MiB
+    pair.check()
+    pair.both("free", q)
+    pair.both("free", keep)
+    pair.both("empty_cache")
+    pair.check()
