@@ -253,3 +253,53 @@ def test_random_sequences_on_a_small_device(seed: int) -> None:
     assert fast.stats() == general.stats()
     all_back(fast, bs[0], live)
     all_back(general, bs[1], live)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_simulated_mappings_match_a_page_model(seed: int) -> None:
+    """The simulated device's interval book-keeping (sorted mapping starts) accepts and
+    refuses exactly what a page-by-page model does: a map overlapping any mapped page, an
+    unmap with an unmapped page in it or cutting a mapping at either end, a release with a
+    page still mapped; the capacity counts mapped bytes."""
+    rng = random.Random(seed)
+    page = 2 * MiB
+    b = SimulatedBackend(capacity=40 * page)
+    base = b.vm_reserve(0, 64 * page)
+    maps: dict[int, int] = {}                  # first page -> pages
+    for _ in range(600):
+        first, n = rng.randrange(64), rng.randrange(1, 6)
+        n = min(n, 64 - first)
+        pages = {p for s, m in maps.items() for p in range(s, s + m)}
+        want = set(range(first, first + n))
+        if rng.random() < 0.5:
+            if want & pages:
+                with pytest.raises(ValueError, match="overlaps"):
+                    b.vm_map(0, base + first * page, n * page)
+            elif len(pages) + n > 40:
+                assert not b.vm_map(0, base + first * page, n * page)
+            else:
+                assert b.vm_map(0, base + first * page, n * page)
+                maps[first] = n
+        else:
+            if not want <= pages:
+                with pytest.raises(ValueError, match="not entirely mapped"):
+                    b.vm_unmap(0, base + first * page, n * page)
+                continue
+            run = sorted(s for s in maps if first <= s < first + n)
+            whole = (run and run[0] == first and run[-1] + maps[run[-1]] == first + n)
+            if not whole:
+                with pytest.raises(ValueError, match="cuts a mapping"):
+                    b.vm_unmap(0, base + first * page, n * page)
+            else:
+                b.vm_unmap(0, base + first * page, n * page)
+                for s in run:
+                    del maps[s]
+        assert b.used == sum(maps.values()) * page
+        assert b._devices[0].mappings == {base + s * page: m * page for s, m in maps.items()}
+    if maps:
+        with pytest.raises(ValueError, match="still has mapped pages"):
+            b.vm_release(0, base, 64 * page)
+    for s, m in list(maps.items()):
+        b.vm_unmap(0, base + s * page, m * page)
+    b.vm_release(0, base, 64 * page)
+    assert b.used == 0 and b.reservations == {}
