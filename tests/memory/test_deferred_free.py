@@ -342,3 +342,61 @@ def test_out_of_memory_retry_releases_a_deferred_free() -> None:
     pair.both("free", keep)
     pair.both("empty_cache")
     pair.check()
+
+
+class _GatedMalloc(SimulatedBackend):
+    """A device whose next malloc (made without the allocator's lock under
+    release_lock_on_cudamalloc) blocks until its gate opens."""
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__(capacity=capacity)
+        self.gate = threading.Event()
+        self.inside = threading.Event()
+        self.armed = False
+
+    def malloc(self, index: int, size: int) -> int:  # type: ignore[override]
+        if self.armed:
+            self.armed = False
+            self.inside.set()
+            assert self.gate.wait(30)
+        return super().malloc(index, size)  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("cls", [DeviceCachingAllocator, GeneralPathAllocator],
+                         ids=["fast", "general"])
+def test_a_free_deferred_while_the_lock_is_released_for_a_device_malloc(cls: type) -> None:
+    """release_lock_on_cudamalloc: another thread's free runs while a malloc waits for the
+    device without the lock. When the device is out of memory, the malloc frees the cache
+    and retries: the block freed meanwhile is part of that cache (its free deferred by the
+    fast path must be completed before the malloc goes on), so the retry succeeds, and the
+    peak counts the free before the new allocation."""
+    b = _GatedMalloc(capacity=64 * MiB)
+    a = cls(b, 0, parse_config("release_lock_on_cudamalloc:True"))
+    keep = a.malloc(4096, 0)
+    p = a.malloc(40 * MiB, 0)                       # 42 MiB reserved: 30 more do not fit
+    b.armed = True
+    got: list[object] = []
+
+    def other() -> None:
+        try:
+            got.append(a.malloc(30 * MiB, 0))
+        except Exception as e:  # noqa: BLE001 - reported below
+            got.append(e)
+
+    t = threading.Thread(target=other)
+    t.start()
+    assert b.inside.wait(30)                        # in the device malloc, without the lock
+    a.free(p)                                       # (the fast path may defer it)
+    b.gate.set()
+    t.join(30)
+    assert not t.is_alive()
+    assert isinstance(got[0], int), got
+    s = a.stats()
+    assert s["num_alloc_retries"] == 1
+    assert s["allocated_bytes.all.current"] == 4096 + 30 * MiB
+    assert s["allocated_bytes.all.peak"] == 4096 + 40 * MiB
+    assert a.memory_reserved() == 2 * MiB + 30 * MiB
+    a.free(got[0])
+    a.free(keep)
+    a.empty_cache()
+    assert a.memory_reserved() == 0 == b.used

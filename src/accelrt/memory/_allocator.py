@@ -1433,6 +1433,9 @@ class DeviceCachingAllocator:
                 ptr = raw_malloc(self._b, self._index, pool, alloc_size, stream)
             finally:
                 self._lock.acquire()
+                # a free that another thread's fast path deferred meanwhile happened before
+                # what follows (a cache release and retry on out-of-memory, the statistics)
+                self._flush_deferred()
         else:
             ptr = raw_malloc(self._b, self._index, pool, alloc_size, stream)
         if not ptr:
