@@ -403,3 +403,50 @@ def test_a_free_deferred_while_the_lock_is_released_for_a_device_malloc(
     a.free(keep)
     a.empty_cache()
     assert a.memory_reserved() == 0 == b.used
+
+
+PUBLIC_READERS = [
+    ("memory_stats", lambda m: m.memory_stats("cpu:0")["allocated_bytes.all.current"]),
+    ("memory_stats_as_nested_dict",
+     lambda m: m.memory_stats_as_nested_dict("cpu:0")["allocated_bytes"]["all"]["current"]),
+    ("memory_allocated", lambda m: m.memory_allocated("cpu:0")),
+    ("max_memory_allocated", lambda m: m.max_memory_allocated("cpu:0") and None),
+    ("memory_summary", lambda m: m.memory_summary("cpu:0") and None),
+    ("memory_snapshot", lambda m: m.memory_snapshot() and None),
+    ("reset_peak_memory_stats", lambda m: m.reset_peak_memory_stats("cpu:0")),
+    ("reset_accumulated_memory_stats", lambda m: m.reset_accumulated_memory_stats("cpu:0")),
+    ("empty_cache", lambda m: m.empty_cache()),
+    ("set_per_process_memory_fraction",
+     lambda m: m.set_per_process_memory_fraction(1.0, "cpu:0")),
+    ("record_memory_history", lambda m: (m.record_memory_history("all", device="cpu:0"),
+                                         m.record_memory_history(None, device="cpu:0"))
+     and None),
+    ("set_allocator_settings", lambda m: m.set_allocator_settings(m.get_allocator_settings())),
+]
+
+
+@pytest.mark.parametrize("name,read", PUBLIC_READERS, ids=[n for n, _ in PUBLIC_READERS])
+def test_public_memory_api_sees_a_deferred_free_completed(name: str, read: object) -> None:
+    """Through the public API (the cpu device's caching allocator): every reader or setting
+    call after a free the fast path deferred sees the allocator as if the free had completed
+    (the block inactive in the snapshot, not counted as allocated)."""
+    import accelrt as acc
+    from accelrt.backends import get_backend
+    from accelrt.memory._allocator import get_allocator
+
+    a = get_allocator(get_backend("cpu"), 0)
+    base = a.memory_allocated()
+    for _ in range(64):                            # (past the deferral's back-off)
+        p = acc.memory.caching_allocator_alloc(20 * MiB + 4096, "cpu:0")
+        acc.memory.caching_allocator_delete(p)
+        if a._deferred is not None:
+            break
+    assert a._deferred is not None
+    got = read(acc.memory)  # type: ignore[operator]
+    assert a._deferred is None
+    if got is not None:
+        assert got == base
+    assert a.memory_allocated() == base
+    blocks = [b for seg in a.snapshot_segments() for b in seg["blocks"] if b["address"] == p]
+    assert all(b["state"] == "inactive" for b in blocks)
+    a.empty_cache()
