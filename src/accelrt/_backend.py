@@ -359,7 +359,9 @@ class Backend(abc.ABC):
         raise _unsupported(self, "vm_map", "virtual_memory")
 
     def vm_unmap(self, index: int, ptr: int, size: int) -> None:
-        """Unmap and release the physical memory behind ``[ptr, ptr+size)``."""
+        """Unmap and release the physical memory behind ``[ptr, ptr+size)``: one whole
+        range given to :meth:`vm_map`, or a run of several adjacent ones (the caching
+        allocator unmaps a run of free mappings in one call; it never cuts a mapping)."""
         raise _unsupported(self, "vm_unmap", "virtual_memory")
 
     # ------------------------------------------------------------------ copies

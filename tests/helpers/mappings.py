@@ -60,4 +60,8 @@ def check_mappings(a: Any, b: Any, index: int = 0) -> None:
     if a._page_reuse and es_all.segments:
         page = es_all.segments[0].page
         assert es_all.split_pages == max(1, es_all.vm_high // page // MAP_FRACTION)
-        assert es_all.vm_high >= a.memory_reserved()
+        # (the most bytes reserved while mapping: at least the mapped bytes; all the reserved
+        # bytes unless segments were allocated under another policy since)
+        assert es_all.vm_high >= sum(sum(es.mapped) * es.page for es in es_all.segments)
+        if all(blk.exp is not None for blk in a._blocks.values()):
+            assert es_all.vm_high >= a.memory_reserved()

@@ -36,6 +36,9 @@ class AllocatorMachine(RuleBasedStateMachine):
         super().__init__()
         self.live: dict[int, tuple[int, int]] = {}   # ptr -> (requested size, stream)
         self.peaks: dict[str, int] = {}
+        self.pools: list[tuple[int, int]] = []       # private pools made (released at the end)
+        self.acc_base: dict[str, int] = {}           # each current value at the last
+                                                     # reset_accumulated_stats
 
     @initialize(conf=st.sampled_from(CONFIGS), tiny=st.booleans())
     def setup(self, conf: str, tiny: bool) -> None:
@@ -92,6 +95,12 @@ class AllocatorMachine(RuleBasedStateMachine):
     @rule()
     def empty_cache(self) -> None:
         self.a.empty_cache()
+        # every free mapping of the default pools went back (a partly free one cannot)
+        for blk in self.a._blocks.values():
+            if (not blk.allocated and blk.mapped and blk.exp is not None
+                    and not blk.event_count and not blk.stream_uses
+                    and blk.pool.owner is None):
+                assert not blk.exp.unmappable(blk.addr, blk.size), "a free mapping stayed"
 
     @rule()
     def reset_peak(self) -> None:
@@ -101,6 +110,41 @@ class AllocatorMachine(RuleBasedStateMachine):
     @rule(f=st.sampled_from([0.3, 0.6, 1.0]))
     def set_fraction(self, f: float) -> None:
         self.a.set_memory_fraction(f)
+
+    @rule()
+    def reset_accumulated(self) -> None:
+        self.a.reset_accumulated_stats()
+        # (what allocated - freed means from now on: the current value at the reset; frees
+        # that finalizers queued may complete between the reset and this read)
+        s = self.a.stats()
+        self.acc_base = {k[:-len(".current")]: v - s[k[:-len("current")] + "allocated"]
+                         + s[k[:-len("current")] + "freed"]
+                         for k, v in s.items() if k.endswith(".current")
+                         and k[:-len("current")] + "allocated" in s}
+
+    @rule(conf=st.sampled_from(CONFIGS))
+    def set_config(self, conf: str) -> None:
+        """Another policy mid-way (a free deferred by the fast path completes under the old
+        one; the blocks and segments made under it stay until freed and released)."""
+        self.a.set_config(parse_config(conf))
+
+    @rule(enabled=st.sampled_from(["all", "state", None]))
+    def history(self, enabled: str | None) -> None:
+        self.a.record_history(enabled, "all", "python")
+
+    @rule(size=sizes, stream=st.sampled_from([0, 1]), new=st.booleans())
+    def pool_alloc(self, size: int, stream: int, new: bool) -> None:
+        """An allocation in a private pool (a MemPool's use_mem_pool on one allocation)."""
+        if new or not self.pools:
+            self.pools.append((7, len(self.pools) + 1))
+            self.a.create_pool(self.pools[-1])
+        pid = self.pools[-1]
+        self.a.begin_allocate_to_pool(pid)
+        try:
+            self.alloc(size, stream)
+        finally:
+            self.a.end_allocate_to_pool(pid)
+            self.a.release_pool(pid)   # (the reference begin_allocate_to_pool took)
 
     @rule()
     def bad_free(self) -> None:
@@ -154,9 +198,10 @@ class AllocatorMachine(RuleBasedStateMachine):
             assert s[f"{name}.all.current"] == small + large, name
             for t in ("all", "small_pool", "large_pool"):
                 cur = s[f"{name}.{t}.current"]
-                assert s[f"{name}.{t}.allocated"] - s[f"{name}.{t}.freed"] == cur
-                assert s[f"{name}.{t}.peak"] >= cur
                 key = f"{name}.{t}"
+                assert (s[f"{key}.allocated"] - s[f"{key}.freed"]
+                        == cur - self.acc_base.get(key, 0))
+                assert s[f"{key}.peak"] >= cur
                 self.peaks[key] = max(self.peaks.get(key, 0), cur)
                 if name in ("allocation", "allocated_bytes", "active", "active_bytes",
                             "requested_bytes", "inactive_split", "inactive_split_bytes",
@@ -195,10 +240,13 @@ class AllocatorMachine(RuleBasedStateMachine):
         if hasattr(self, "old_limits"):
             (_block.BUCKET_MAX, _block.SMALL_MAX, _allocator.SMALL_MAX,
              _expandable.SMALL_MAX, _allocator.BUCKET_MAX) = self.old_limits
+        self.a.record_history(None)
         for p in list(self.live):
             self.a.free(p)
         self.live.clear()
         self.b.complete_all()
+        for pid in self.pools:
+            self.a.release_pool(pid)
         self.a.empty_cache()
         assert self.a.memory_reserved() == 0 == self.b.used
         assert self.b.reservations == {}

@@ -160,7 +160,10 @@ class DeviceCachingAllocator:
     def _set_config_locked(self, cfg: AllocatorConfig) -> None:
         # every option below is guarded by _lock
         self._cfg = cfg
+        old_split = getattr(self, "_max_split_size", cfg.max_split_size)
         self._max_split_size = cfg.max_split_size
+        if old_split != cfg.max_split_size:
+            self._recount_oversize(old_split)
         self._max_non_split_rounding = cfg.max_non_split_rounding_size
         self._large_segment_size = cfg.large_segment_size
         divs = cfg.roundup_power2_divisions
@@ -171,6 +174,29 @@ class DeviceCachingAllocator:
         self._page_reuse = cfg.page_reuse and cfg.expandable_segments  # guarded by _lock
         self._gc_on = self._gc_threshold > 0.0 and getattr(self, "_allowed_max", None) is not None
         self._update_simple()
+
+    def _recount_oversize(self, old: int) -> None:
+        """``max_split_size`` changed from ``old`` (``_lock`` held): the live allocations and
+        segments count as oversize by the new limit, so that their frees (which test the
+        limit in force then) bring ``oversize_*.current`` back to 0, never below."""
+        new = self._max_split_size
+        allocs = segments = 0
+        for blk in self._blocks.values():
+            if blk.allocated:
+                allocs += (blk.size >= new) - (blk.size >= old)
+            if blk.prev is None and blk.exp is None:   # a segment of its own (not expandable)
+                size = blk.size
+                b = blk.next
+                while b is not None:
+                    size += b.size
+                    b = b.next
+                segments += (size >= new) - (size >= old)
+        st = self._stats
+        for stat, delta in ((st.oversize_allocations, allocs), (st.oversize_segments, segments)):
+            if delta > 0:
+                stat.increase(delta)
+            elif delta < 0:
+                stat.decrease(-delta)
 
     def _update_simple(self) -> None:
         # True when the best-fit lookup needs no oversize, GC or expandable handling.
@@ -1434,6 +1460,9 @@ class DeviceCachingAllocator:
                 ptr = raw_malloc(self._b, self._index, pool, alloc_size, stream)
             finally:
                 self._lock.acquire()
+                # a free that another thread's fast path deferred meanwhile happened before
+                # what follows (a cache release and retry on out-of-memory, the statistics)
+                self._flush_deferred()
         else:
             ptr = raw_malloc(self._b, self._index, pool, alloc_size, stream)
         if not ptr:
