@@ -249,6 +249,39 @@ def test_memory_allocated_counts_a_deferred_free_while_another_thread_holds_the_
     assert a.memory_allocated() == 0
 
 
+def test_memory_allocated_counts_a_deferred_free_while_another_thread_has_just_taken_the_lock(
+        ) -> None:
+    """The window the test above leaves: another thread holds the lock and has not yet
+    completed the deferred free (it is at the very start of its operation). The freeing
+    thread's memory_allocated() must still leave the freed block out, without waiting."""
+    a = DeviceCachingAllocator(SimulatedBackend(), 0, parse_config(""))
+    keep = a.malloc(4096, 0)
+    p = a.malloc(20 * MiB, 0)
+    a.free(p)                                  # leaves its segment free: deferred
+    assert a._deferred is not None
+    held, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        a._acquire()                           # another operation's first step
+        held.set()
+        done.wait(10)
+        a._release(None)
+
+    other = threading.Thread(target=hold)
+    other.start()
+    try:
+        assert held.wait(10)
+        assert a.memory_allocated() == 4096
+        assert a._deferred is not None         # (still pending: the lock was held)
+    finally:
+        done.set()
+        other.join(10)
+    assert a.memory_allocated() == 4096
+    a.free(keep)
+    assert a.memory_allocated() == 0
+    assert a.stats()["allocated_bytes.all.current"] == 0
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_a_forked_child_sees_the_parents_deferred_free() -> None:
     """A child forked while a free is deferred reads the statistics with it completed, takes

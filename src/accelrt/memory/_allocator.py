@@ -1604,7 +1604,16 @@ class DeviceCachingAllocator:
         if self._gc_pending or self._deferred is not None:
             self.drain_pending()
         h = self._stats.hot
-        return h[1].allocated_bytes + h[2].allocated_bytes
+        while True:
+            # Without the lock (another thread holds it, before it completed a deferred free):
+            # the counters still hold the deferred block, so leave it out. Read the block and
+            # its size, then the counters, and retry if the deferral changed meanwhile (a
+            # thread completed or reused it).
+            d = self._deferred
+            size = d.size if d is not None else 0
+            n: int = h[1].allocated_bytes + h[2].allocated_bytes
+            if self._deferred is d:
+                return n - size
 
     def max_memory_allocated(self) -> int:
         """``allocated_bytes.all.peak``."""
