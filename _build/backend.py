@@ -17,8 +17,10 @@ from setuptools.build_meta import *  # noqa: F403  (the other PEP 517 hooks, unc
 
 ENV = "ACCELRT_COMPILE"
 
-#: What the compiled build needs besides setuptools: mypyc ships with mypy.
-COMPILE_REQUIRES = ["mypy>=1.10"]
+#: What the compiled build needs besides setuptools: mypyc ships with mypy, and mypyc
+#: type-checks the package, which imports numpy (without numpy in the build environment the
+#: build worked only where the calling environment happened to have it installed).
+COMPILE_REQUIRES = ["mypy>=1.10", "numpy>=1.24"]
 
 
 @contextlib.contextmanager

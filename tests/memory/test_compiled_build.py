@@ -106,3 +106,19 @@ def test_metadata_is_prepared_without_compiling(hook: str,
     assert getattr(backend, hook)("metadata-dir") == "accelrt-0.1.0.dist-info"
     assert seen == ["0"]                               # setup.py ran as the pure build
     assert os.environ["ACCELRT_COMPILE"] == "1"        # and the wheel build still compiles
+
+
+@pytest.mark.parametrize("hook", ["get_requires_for_build_wheel",
+                                  "get_requires_for_build_editable"])
+def test_compiled_build_requires_what_mypyc_type_checks(hook: str,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # mypyc type-checks the package, which imports numpy: without numpy in the isolated build
+    # environment the compiled build failed on a machine whose environment lacked numpy
+    backend = _build_backend()
+    monkeypatch.setattr(backend._setuptools, hook, lambda config_settings=None: ["wheel"])
+    monkeypatch.setenv("ACCELRT_COMPILE", "1")
+    reqs = getattr(backend, hook)()
+    names = {r.split(">")[0].split("=")[0].strip() for r in reqs}
+    assert {"wheel", "mypy", "numpy"} <= names
+    monkeypatch.setenv("ACCELRT_COMPILE", "0")
+    assert getattr(backend, hook)() == ["wheel"]       # the pure build needs neither
