@@ -199,18 +199,19 @@ class DeviceCachingAllocator:
                 stat.decrease(-delta)
 
     def _update_simple(self) -> None:
+        # No option that changes a lookup or a malloc's book-keeping is in force: no oversize
+        # limit, GC threshold, power-of-two rounding, history, waiting frees or capture.
+        plain = (self._max_split_size >= SIZE_MAX and not self._gc_on
+                 and self._roundup_divisions is None and self._history is None
+                 and not self._stream_frees.waiting() and not self._pools.captures)
         # True when the best-fit lookup needs no oversize, GC or expandable handling.
         self._simple = (self._max_split_size >= SIZE_MAX and not self._gc_on
                         and not self._expandable
                         and not self._expandable_segments.segments)  # guarded by _lock
         # True when malloc needs nothing but rounding and the plain lookup (guarded by _lock)
-        self._fast = (self._simple and self._roundup_divisions is None and self._history is None
-                      and not self._stream_frees.waiting() and not self._pools.captures)
+        self._fast = plain and self._simple
         # the same for the low-fragmentation policy (expandable segments + page_reuse)
-        self._fast_reuse = (self._page_reuse and self._max_split_size >= SIZE_MAX
-                            and not self._gc_on and self._roundup_divisions is None
-                            and self._history is None and not self._stream_frees.waiting()
-                            and not self._pools.captures)   # guarded by _lock
+        self._fast_reuse = plain and self._page_reuse       # guarded by _lock
 
     def vm_supported(self) -> bool:
         """True if the backend can map virtual memory on this device (expandable segments)."""
@@ -795,96 +796,78 @@ class DeviceCachingAllocator:
             if fl is None:
                 fl = pool.free[stream] = []
             plain = type(fl) is list
-            if prev is None and nx is None:
-                # an unsplit segment: nothing to merge
-                if not plain:   # a long FreeList: FreeList.add, inlined but for a new last key
-                    key = (size << 64) | ptr
-                    maxes = fl.maxes  # type: ignore[union-attr]
-                    j = bisect_left(maxes, key)
-                    if j < len(maxes):
-                        sub = fl.lists[j]  # type: ignore[union-attr]
-                        insort(sub, key)
-                        if len(sub) > BUCKET_MAX:
-                            fl.split(j)  # type: ignore[union-attr]
-                    else:
-                        fl.add(key)  # type: ignore[union-attr]
-                elif len(fl) < SMALL_MAX:
-                    insort(fl, (size << 64) | ptr)  # type: ignore[arg-type]
-                else:
-                    fl_add(pool.free, stream, (size << 64) | ptr)
-                blk.gc_base = pool.gc_calls
-                return
-            # _merge (blk is mapped: only free mapped neighbours merge)
             b = blk
             merged = 0
-            merged_bytes = 0
-            if (prev is not None and not prev.allocated and not prev.event_count
-                    and not prev.stream_uses and prev.mapped):
-                psize = prev.size
-                if plain:
-                    i = bisect_left(fl, (psize << 64) | prev.addr)  # type: ignore[arg-type]
-                    del fl[i]  # type: ignore[union-attr]
-                else:
-                    fl.remove((psize << 64) | prev.addr)
-                merged = 1
-                merged_bytes = psize
-                del self._blocks[ptr]
-                prev.size = psize + size
-                prev.next = nx
-                if nx is not None:
-                    nx.prev = prev
-                prev.requested = blk.requested
-                prev.frames = blk.frames
-                b = prev
-                self._spares.append(blk)
-            if (nx is not None and not nx.allocated and not nx.event_count
-                    and not nx.stream_uses and nx.mapped):
-                nsize = nx.size
-                if plain:
-                    i = bisect_left(fl, (nsize << 64) | nx.addr)  # type: ignore[arg-type]
-                    del fl[i]  # type: ignore[union-attr]
-                else:
-                    fl.remove((nsize << 64) | nx.addr)
-                merged += 1
-                merged_bytes += nsize
-                del self._blocks[nx.addr]
-                b.size += nsize
-                nn = nx.next
-                b.next = nn
-                if nn is not None:
-                    nn.prev = b
-                self._spares.append(nx)
-            if blk.exp is None:
-                # inactive_split stats (as _free_block; increases update the peaks at once)
-                if b.prev is not None or b.next is not None:
-                    # still split: this block joins them (minus the ones merged into it)
-                    if merged == 2 and st.dirty_split:
-                        st.settle_split()
-                    if merged != 1:
-                        n = c.inactive_split + 1 - merged
-                        c.inactive_split = n
-                        if not merged:
-                            c.inactive_split_sum += 1
-                            if n > c.inactive_split_peak:
-                                c.inactive_split_peak = n
-                            n += c.other_row.inactive_split
-                            row = c.all_row
-                            if n > row.inactive_split_peak:
-                                row.inactive_split_peak = n
-                    nbytes = c.inactive_split_bytes + size
-                    c.inactive_split_bytes = nbytes
-                    c.inactive_split_bytes_sum += size
-                    if nbytes > c.inactive_split_bytes_peak:
-                        c.inactive_split_bytes_peak = nbytes
-                    nbytes += c.other_row.inactive_split_bytes
-                    row = c.all_row
-                    if nbytes > row.inactive_split_bytes_peak:
-                        row.inactive_split_bytes_peak = nbytes
-                else:
-                    if st.dirty_split:
-                        st.settle_split()
-                    c.inactive_split -= merged
-                    c.inactive_split_bytes -= merged_bytes
+            if prev is not None or nx is not None:   # (an unsplit segment: nothing to merge)
+                # _merge (blk is mapped: only free mapped neighbours merge)
+                merged_bytes = 0
+                if (prev is not None and not prev.allocated and not prev.event_count
+                        and not prev.stream_uses and prev.mapped):
+                    psize = prev.size
+                    if plain:
+                        i = bisect_left(fl, (psize << 64) | prev.addr)  # type: ignore[arg-type]
+                        del fl[i]  # type: ignore[union-attr]
+                    else:
+                        fl.remove((psize << 64) | prev.addr)
+                    merged = 1
+                    merged_bytes = psize
+                    del self._blocks[ptr]
+                    prev.size = psize + size
+                    prev.next = nx
+                    if nx is not None:
+                        nx.prev = prev
+                    prev.requested = blk.requested
+                    prev.frames = blk.frames
+                    b = prev
+                    self._spares.append(blk)
+                if (nx is not None and not nx.allocated and not nx.event_count
+                        and not nx.stream_uses and nx.mapped):
+                    nsize = nx.size
+                    if plain:
+                        i = bisect_left(fl, (nsize << 64) | nx.addr)  # type: ignore[arg-type]
+                        del fl[i]  # type: ignore[union-attr]
+                    else:
+                        fl.remove((nsize << 64) | nx.addr)
+                    merged += 1
+                    merged_bytes += nsize
+                    del self._blocks[nx.addr]
+                    b.size += nsize
+                    nn = nx.next
+                    b.next = nn
+                    if nn is not None:
+                        nn.prev = b
+                    self._spares.append(nx)
+                if blk.exp is None:
+                    # inactive_split stats (as _free_block; increases update the peaks at once)
+                    if b.prev is not None or b.next is not None:
+                        # still split: this block joins them (minus the ones merged into it)
+                        if merged == 2 and st.dirty_split:
+                            st.settle_split()
+                        if merged != 1:
+                            n = c.inactive_split + 1 - merged
+                            c.inactive_split = n
+                            if not merged:
+                                c.inactive_split_sum += 1
+                                if n > c.inactive_split_peak:
+                                    c.inactive_split_peak = n
+                                n += c.other_row.inactive_split
+                                row = c.all_row
+                                if n > row.inactive_split_peak:
+                                    row.inactive_split_peak = n
+                        nbytes = c.inactive_split_bytes + size
+                        c.inactive_split_bytes = nbytes
+                        c.inactive_split_bytes_sum += size
+                        if nbytes > c.inactive_split_bytes_peak:
+                            c.inactive_split_bytes_peak = nbytes
+                        nbytes += c.other_row.inactive_split_bytes
+                        row = c.all_row
+                        if nbytes > row.inactive_split_bytes_peak:
+                            row.inactive_split_bytes_peak = nbytes
+                    else:
+                        if st.dirty_split:
+                            st.settle_split()
+                        c.inactive_split -= merged
+                        c.inactive_split_bytes -= merged_bytes
             if not plain:   # a long FreeList: FreeList.add, inlined but for a new last key
                 key = (b.size << 64) | b.addr
                 maxes = fl.maxes  # type: ignore[union-attr]
@@ -961,10 +944,12 @@ class DeviceCachingAllocator:
                 _report_finalizer_error(item, e)
 
     def drain_pending(self) -> bool:
-        """Complete the frees queued by finalizers now, unless some thread holds the lock.
+        """Complete the frees queued by finalizers, and a deferred free, now, unless some
+        thread holds the lock.
 
         Returns:
-            True if nothing is left queued.
+            True if no finalizer's free is left queued (a deferred free left pending is
+            complete for every reader: see :meth:`memory_allocated`).
 
         Example::
 
