@@ -315,6 +315,13 @@ def test_replay_main_json_and_table(tmp_path, capsys) -> None:
     out = capsys.readouterr().out
     assert "alloc conf: expandable_segments:True" in out
     assert "peak reserved" in out and "small" in out
+    # the table shows a policy's driver calls too (mappings and their H100 time)
+    head, row_line = out.splitlines()[1:3]
+    assert head.endswith("device mallocs  vm maps  vm unmaps  driver ms (H100)  us/op")
+    mallocs, maps, unmaps, driver_ms, _ = row_line.split()[-5:]
+    # one 20 MiB page of the large pool, one 2 MiB page of the small pool; nothing unmapped
+    assert (mallocs, maps, unmaps) == ("0", "2", "0")
+    assert float(driver_ms) == pytest.approx(2 * 73.5 / 1000, abs=0.05)
 
 
 def test_replay_main_errors(tmp_path, capsys) -> None:

@@ -430,11 +430,12 @@ def settings_text(config: Any) -> str:
 
 def _table(rows: list[dict[str, Any]]) -> str:
     head = ("trace", "ops", "peak live", "peak reserved", "reserved/live", "device mallocs",
-            "us/op")
+            "vm maps", "vm unmaps", "driver ms (H100)", "us/op")
     body = [(r["trace"], f"{r['ops']:,}", human_bytes(r["peak_live_bytes"]),
              human_bytes(r["peak_reserved_bytes"]),
              "-" if r["reserved_over_live"] is None else f"{r['reserved_over_live']:.3f}",
-             f"{r['device_mallocs']:,}", f"{r['us_per_op']:.2f}") for r in rows]
+             f"{r['device_mallocs']:,}", f"{r['vm_maps']:,}", f"{r['vm_unmaps']:,}",
+             f"{r['driver_us_h100'] / 1000:.1f}", f"{r['us_per_op']:.2f}") for r in rows]
     widths = [max(len(c) for c in col) for col in zip(head, *body)]
     lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in
                        enumerate(zip(row, widths))) for row in (head, *body)]
