@@ -70,6 +70,12 @@ class Pair:
         assert state(self.fast) == state(self.general)
 
 
+
+#: The operations without arguments the random sequences interleave with deferred frees.
+_READS_AND_RESETS = ("stats", "sorted_stats", "memory_allocated", "max_memory_allocated",
+                     "reset_peak_stats", "reset_accumulated_stats", "snapshot_segments",
+                     "empty_cache")
+
 def run_sequence(seed: int, steps: int, conf: str = "") -> Pair:
     rng = random.Random(seed)
     pair = Pair(capacity=rng.choice([64 * MiB, 200 * MiB, 1 << 34]), conf=conf)
@@ -101,22 +107,8 @@ def run_sequence(seed: int, steps: int, conf: str = "") -> Pair:
             if live and rng.random() < 0.7:
                 pair.both("free", live.pop(rng.randrange(len(live)))[0])
             what = rng.randrange(19)
-            if what == 0:
-                pair.both("stats")
-            elif what == 1:
-                pair.both("sorted_stats")
-            elif what == 2:
-                pair.both("memory_allocated")
-            elif what == 3:
-                pair.both("max_memory_allocated")
-            elif what == 4:
-                pair.both("reset_peak_stats")
-            elif what == 5:
-                pair.both("reset_accumulated_stats")
-            elif what == 6:
-                pair.both("snapshot_segments")
-            elif what == 7:
-                pair.both("empty_cache")
+            if what < len(_READS_AND_RESETS):
+                pair.both(_READS_AND_RESETS[what])
             elif what == 8 and live:
                 # used on another stream with work queued there: the free waits for it
                 p = rng.choice(live)[0]

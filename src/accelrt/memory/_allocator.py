@@ -520,7 +520,6 @@ class DeviceCachingAllocator:
                         c.inactive_split_bytes_peak = nbytes
                     other = c.other_row
                     row = c.all_row
-                    assert other is not None and row is not None
                     n += other.inactive_split
                     if n > row.inactive_split_peak:
                         row.inactive_split_peak = n
