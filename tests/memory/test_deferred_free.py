@@ -70,11 +70,11 @@ class Pair:
         assert state(self.fast) == state(self.general)
 
 
-
 #: The operations without arguments the random sequences interleave with deferred frees.
 _READS_AND_RESETS = ("stats", "sorted_stats", "memory_allocated", "max_memory_allocated",
                      "reset_peak_stats", "reset_accumulated_stats", "snapshot_segments",
                      "empty_cache")
+
 
 def run_sequence(seed: int, steps: int, conf: str = "") -> Pair:
     rng = random.Random(seed)
