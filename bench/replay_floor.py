@@ -1,0 +1,553 @@
+"""The floor of a pure-Python caching allocator: how fast can PyTorch's default policy replay?
+
+Issue 13 asks the default policy to replay traces at no more than 30 *calls* per operation in
+pure Python (calls: thread CPU time divided by that of one empty method call, measured in the
+same process). This script answers whether *any* pure-Python allocator with that policy can,
+by timing deliberately minimal allocators that implement only what the policy needs to choose
+the same blocks, side by side with accelrt's :class:`~accelrt.memory._allocator.
+DeviceCachingAllocator` and with the replay loop alone:
+
+- sizes rounded up to 512 B; the small pool (rounded size <= 1 MiB) and the large pool;
+- a miss takes a new segment from the device: 2 MiB for the small pool, 20 MiB for requests
+  up to 10 MiB, else the request rounded up to 2 MiB (a bump pointer starting where the
+  simulated device's does, so the addresses are the simulated device's);
+- best fit per (stream, pool): the smallest free block of the stream's pool that fits, ties
+  to the lowest address;
+- splitting: the small pool splits off a remainder of at least 512 B, the large pool one of
+  more than 1 MiB; freeing merges the block with its free neighbours in the segment.
+
+Nothing else: no statistics, no lock, no stream-ordered frees (events), no history, no
+release of cached segments (the traces fit the simulated 80 GiB device without one; a miss
+that would not fit raises ``MemoryError``), no argument checks, no other settings.
+
+Before timing, every allocator is checked against accelrt: on every trace each operation must
+return the address accelrt's allocator returns on a :class:`~accelrt.memory._simulated.
+SimulatedBackend`, and the peak reserved bytes and segment mallocs must equal what
+:func:`accelrt.memory._replay.replay_ops` reports for the default policy; a random workload
+on three streams (frees in random order, sizes from 1 B to 44 MiB, a third of them at the
+sizes where the rules change), each of those sizes on an empty stream (a new segment) and
+bench_allocator.py's synthetic convnet are checked the same way.
+A mismatch stops the script.
+
+Three data-structure choices are timed (each a class below):
+
+``floor``
+    :class:`FloorAllocator`: block objects with ``__slots__`` linked to their neighbours, one
+    sorted list of int keys ``size << 64 | address`` per (stream, pool), searched with
+    ``bisect``. A free block holds its key (``None`` while allocated, which is also the free
+    flag); blocks merged away are reused by later splits; a split or merge that leaves the new
+    key where the old one was in the sorted order overwrites it in place instead of deleting
+    and inserting.
+``blocks``
+    :class:`BlocksAllocator`: the same structures written plainly: pop the key, insert the
+    remainder's, delete a merged neighbour's, a new object per split.
+``dicts``
+    :class:`DictAllocator`: no block objects: free blocks in two dicts (start -> size,
+    end -> start), allocated blocks in a dict of (size, free list), segment starts in a set,
+    the same sorted key lists.
+
+and two references: ``accelrt`` (the default policy of accelrt's allocator, with its
+statistics, lock and fast paths) and ``loop`` (the replay loop alone: ``malloc`` bumps a
+counter and returns it, ``free`` bumps another), the share of every column that is the
+harness's own. The replay loop, the calls unit and its calibration are bench_allocator.py's
+(``_replay_timed``, ``alternate``: every variant run alternately ``--repeat`` times, each run
+paired with a calibration right before and after it; the median is printed).
+
+What it shows (2-core shared machine, CPython 3.11, median of 5 alternating runs): ``floor``
+replays the six traces at 19-23 calls per operation, ``loop`` alone costs 3-4 of them,
+``accelrt`` 42-55. So a pure-Python allocator with this policy *can* replay at under 30, but
+the policy's own work (lookup, split, merge, the sorted-list upkeep) already takes about 16-19
+calls: 30 leaves about 8-10 calls per operation for everything else accelrt must do
+(statistics, the lock, events, history, options, checks).
+
+Usage::
+
+    python bench/replay_floor.py
+    python bench/replay_floor.py --repeat 7 --traces DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+from bisect import bisect_left, insort
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from bench_allocator import _calibrate, _replay_timed, _traces, alternate
+
+from accelrt.memory._allocator import DeviceCachingAllocator
+from accelrt.memory._config import parse_config
+from accelrt.memory._replay import replay_ops
+from accelrt.memory._simulated import SimulatedBackend
+from accelrt.memory._synthetic import convnet_inference_ops
+
+Op = tuple[bool, int, int, int]
+
+_BASE = 1 << 44            # the simulated device 0's first malloc address
+_CAPACITY = 80 << 30       # the simulated device's default capacity
+_SMALL = 1 << 20           # largest rounded size of the small pool
+_MASK = (1 << 64) - 1      # the address part of a key
+
+
+class _Device:
+    """The slow path shared by the allocators: a new segment from a bump-pointer device."""
+
+    def __init__(self) -> None:
+        self._next = _BASE
+        self.reserved = 0
+        self.peak_reserved = 0
+        self.segment_mallocs = 0
+
+    def _new_segment(self, rounded: int) -> tuple[int, int]:
+        """(address, size) of a new segment for a request of ``rounded`` bytes."""
+        if rounded <= _SMALL:
+            seg = 2 << 20
+        elif rounded < 10 << 20:
+            seg = 20 << 20
+        else:
+            seg = -(-rounded // (2 << 20)) * (2 << 20)
+        if self.reserved + seg > _CAPACITY:
+            raise MemoryError(f"floor allocator: {seg} more bytes would exceed the device's "
+                              f"{_CAPACITY}; it has no release-and-retry chain")
+        addr = self._next
+        self._next = addr + seg
+        self.reserved += seg
+        self.peak_reserved = max(self.peak_reserved, self.reserved)
+        self.segment_mallocs += 1
+        return addr, seg
+
+
+class _Block:
+    __slots__ = ("addr", "fl", "key", "next", "prev", "size")
+
+    addr: int
+    size: int
+    prev: _Block | None
+    next: _Block | None
+    key: int | None            # its key in fl while free; None while allocated
+    fl: list[int]              # the free list of its (stream, pool)
+
+
+class FloorAllocator(_Device):
+    """The fastest of the three: see the module docstring (``floor``).
+
+    Example::
+
+        >>> a = FloorAllocator()
+        >>> p = a.malloc(3 << 20, 0)
+        >>> q = a.malloc(1000, 0)
+        >>> a.free(p); a.peak_reserved == 22 << 20, a.segment_mallocs
+        (True, 2)
+        >>> a.malloc(1 << 21, 0) == p    # best fit: the freed 20 MiB segment, split again
+        True
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._blocks: dict[int, _Block] = {}
+        self._lists: dict[int, tuple[list[int], list[int]]] = {}   # stream -> (small, large)
+        self._spares: list[_Block] = []
+
+    def malloc(self, size: int, stream: int) -> int:
+        rounded = (size + 511) & -512
+        try:
+            lists = self._lists[stream]
+        except KeyError:
+            lists = self._lists[stream] = ([], [])
+        if rounded <= 1048576:
+            fl = lists[0]
+            split_min = 512
+        else:
+            fl = lists[1]
+            split_min = 1048577
+        i = bisect_left(fl, rounded << 64)
+        if i == len(fl):
+            return self._miss(rounded, fl, split_min)
+        addr = fl[i] & 0xFFFFFFFFFFFFFFFF
+        blk = self._blocks[addr]
+        blk.key = None
+        rem = blk.size - rounded
+        if rem < split_min:
+            del fl[i]
+            return addr
+        # split: the remainder [addr + rounded, rem) stays free
+        raddr = addr + rounded
+        nx = blk.next
+        spares = self._spares
+        r = spares.pop() if spares else _Block()
+        r.addr = raddr
+        r.size = rem
+        r.prev = blk
+        r.next = nx
+        r.fl = fl
+        r.key = key = (rem << 64) | raddr
+        if nx is not None:
+            nx.prev = r
+        blk.next = r
+        blk.size = rounded
+        self._blocks[raddr] = r
+        if i and fl[i - 1] > key:          # the smaller key sorts lower: move it
+            del fl[i]
+            insort(fl, key, 0, i)
+        else:                              # it sorts where the block's key was
+            fl[i] = key
+        return addr
+
+    def _miss(self, rounded: int, fl: list[int], split_min: int) -> int:
+        addr, seg = self._new_segment(rounded)
+        blk = _Block()
+        blk.addr = addr
+        blk.size = seg
+        blk.prev = blk.next = blk.key = None
+        blk.fl = fl
+        self._blocks[addr] = blk
+        rem = seg - rounded
+        if rem >= split_min:
+            r = _Block()
+            r.addr = raddr = addr + rounded
+            r.size = rem
+            r.prev = blk
+            r.next = None
+            r.fl = fl
+            r.key = key = (rem << 64) | raddr
+            blk.next = r
+            blk.size = rounded
+            self._blocks[raddr] = r
+            insort(fl, key)
+        return addr
+
+    def free(self, ptr: int) -> None:
+        blk = self._blocks[ptr]
+        fl = blk.fl
+        nx = blk.next
+        pv = blk.prev
+        if pv is not None and pv.key is not None:
+            # merge into the free block before it (and the free one after it)
+            size = pv.size + blk.size
+            del self._blocks[ptr]
+            self._spares.append(blk)
+            if nx is not None and nx.key is not None:
+                del fl[bisect_left(fl, nx.key)]
+                del self._blocks[nx.addr]
+                self._spares.append(nx)
+                size += nx.size
+                nx = nx.next
+            blk = pv
+            ptr = pv.addr
+            j = bisect_left(fl, pv.key)   # type: ignore[arg-type]
+        elif nx is not None and nx.key is not None:
+            # merge the free block after it into it
+            j = bisect_left(fl, nx.key)
+            del self._blocks[nx.addr]
+            self._spares.append(nx)
+            size = blk.size + nx.size
+            nx = nx.next
+        else:
+            blk.key = key = (blk.size << 64) | ptr
+            insort(fl, key)
+            return
+        blk.size = size
+        blk.next = nx
+        if nx is not None:
+            nx.prev = blk
+        # the merged block's key replaces the key at j (a neighbour's) if it sorts there
+        blk.key = key = (size << 64) | ptr
+        j1 = j + 1
+        if j1 == len(fl) or fl[j1] > key:
+            fl[j] = key
+        else:
+            del fl[j]
+            insort(fl, key, j)
+
+
+class _PlainBlock:
+    __slots__ = ("addr", "fl", "free", "next", "prev", "size")
+
+    def __init__(self, addr: int, size: int, prev: _PlainBlock | None,
+                 nxt: _PlainBlock | None, fl: list[int], free: bool) -> None:
+        self.addr = addr
+        self.size = size
+        self.prev = prev
+        self.next = nxt
+        self.fl = fl
+        self.free = free
+
+
+class BlocksAllocator(_Device):
+    """``blocks``: the structures of :class:`FloorAllocator`, written plainly.
+
+    Example::
+
+        >>> a = BlocksAllocator()
+        >>> a.free(a.malloc(1000, 0)); a.malloc(512, 0) == 1 << 44
+        True
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._blocks: dict[int, _PlainBlock] = {}
+        self._lists: dict[int, tuple[list[int], list[int]]] = {}
+
+    def malloc(self, size: int, stream: int) -> int:
+        rounded = (size + 511) & -512
+        lists = self._lists.get(stream)
+        if lists is None:
+            lists = self._lists[stream] = ([], [])
+        if rounded <= _SMALL:
+            fl, split_min = lists[0], 512
+        else:
+            fl, split_min = lists[1], _SMALL + 1
+        i = bisect_left(fl, rounded << 64)
+        if i < len(fl):
+            blk = self._blocks[fl.pop(i) & _MASK]
+            blk.free = False
+        else:
+            addr, seg = self._new_segment(rounded)
+            blk = self._blocks[addr] = _PlainBlock(addr, seg, None, None, fl, False)
+        rem = blk.size - rounded
+        if rem >= split_min:
+            raddr = blk.addr + rounded
+            r = _PlainBlock(raddr, rem, blk, blk.next, fl, True)
+            if blk.next is not None:
+                blk.next.prev = r
+            blk.next = r
+            blk.size = rounded
+            self._blocks[raddr] = r
+            insort(fl, (rem << 64) | raddr)
+        return blk.addr
+
+    def free(self, ptr: int) -> None:
+        blk = self._blocks[ptr]
+        fl = blk.fl
+        nx = blk.next
+        if nx is not None and nx.free:
+            fl.remove((nx.size << 64) | nx.addr)
+            del self._blocks[nx.addr]
+            blk.size += nx.size
+            blk.next = nx.next
+            if nx.next is not None:
+                nx.next.prev = blk
+        pv = blk.prev
+        if pv is not None and pv.free:
+            fl.remove((pv.size << 64) | pv.addr)
+            del self._blocks[ptr]
+            pv.size += blk.size
+            pv.next = blk.next
+            if blk.next is not None:
+                blk.next.prev = pv
+            blk = pv
+        blk.free = True
+        insort(fl, (blk.size << 64) | blk.addr)
+
+
+class DictAllocator(_Device):
+    """``dicts``: no block objects; free blocks in dicts by start and by end.
+
+    Example::
+
+        >>> a = DictAllocator()
+        >>> a.free(a.malloc(1000, 0)); a.malloc(512, 0) == 1 << 44
+        True
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._live: dict[int, tuple[int, list[int]]] = {}   # allocated: addr -> (size, list)
+        self._free_size: dict[int, int] = {}                # free: addr -> size
+        self._free_end: dict[int, int] = {}                 # free: end -> addr
+        self._segments: set[int] = set()                    # segment start addresses
+        self._lists: dict[int, tuple[list[int], list[int]]] = {}
+
+    def malloc(self, size: int, stream: int) -> int:
+        rounded = (size + 511) & -512
+        lists = self._lists.get(stream)
+        if lists is None:
+            lists = self._lists[stream] = ([], [])
+        if rounded <= _SMALL:
+            fl, split_min = lists[0], 512
+        else:
+            fl, split_min = lists[1], _SMALL + 1
+        i = bisect_left(fl, rounded << 64)
+        if i < len(fl):
+            key = fl.pop(i)
+            addr = key & _MASK
+            bsize = key >> 64
+            del self._free_size[addr]
+            del self._free_end[addr + bsize]
+        else:
+            addr, bsize = self._new_segment(rounded)
+            self._segments.add(addr)
+        rem = bsize - rounded
+        if rem >= split_min:
+            raddr = addr + rounded
+            insort(fl, (rem << 64) | raddr)
+            self._free_size[raddr] = rem
+            self._free_end[addr + bsize] = raddr
+            bsize = rounded
+        self._live[addr] = (bsize, fl)
+        return addr
+
+    def free(self, ptr: int) -> None:
+        size, fl = self._live.pop(ptr)
+        free_size, free_end, segments = self._free_size, self._free_end, self._segments
+        end = ptr + size
+        nsize = free_size.get(end)
+        if nsize is not None and end not in segments:     # (the next segment's first block)
+            del fl[bisect_left(fl, (nsize << 64) | end)]
+            del free_size[end]
+            size += nsize
+            end += nsize
+        prev = free_end.get(ptr)
+        if prev is not None and ptr not in segments:     # (the last block of the one before)
+            psize = ptr - prev
+            del fl[bisect_left(fl, (psize << 64) | prev)]
+            del free_end[ptr]
+            ptr = prev
+            size += psize
+        free_size[ptr] = size
+        free_end[end] = ptr
+        insort(fl, (size << 64) | ptr)
+
+
+class LoopOnly:
+    """The replay loop's own cost: ``malloc`` and ``free`` only bump a counter."""
+
+    def __init__(self) -> None:
+        self.mallocs = 0
+        self.frees = 0
+
+    def malloc(self, size: int, stream: int) -> int:
+        self.mallocs += 1
+        return self.mallocs
+
+    def free(self, ptr: int) -> None:
+        self.frees += 1
+
+
+FLOORS: dict[str, Callable[[], Any]] = {
+    "floor": FloorAllocator, "blocks": BlocksAllocator, "dicts": DictAllocator}
+
+
+def _accelrt() -> DeviceCachingAllocator:
+    return DeviceCachingAllocator(SimulatedBackend(), 0, parse_config(""))
+
+
+def replay_addresses(alloc: Any, ops: Sequence[Op]) -> list[int]:
+    """Replay ``ops`` through ``alloc``; the address each malloc returned, in order."""
+    handles: dict[int, int] = {}
+    out: list[int] = []
+    for is_alloc, addr, size, stream in ops:
+        if is_alloc:
+            handles[addr] = ptr = alloc.malloc(size, stream)
+            out.append(ptr)
+        else:
+            alloc.free(handles.pop(addr))
+    return out
+
+
+#: Sizes where the policy's rules change (pool, split, segment size), each tried exactly and
+#: 512 B either side by :func:`random_ops`.
+EDGES = (512, 1 << 20, (1 << 20) + 512, 2 << 20, 3 << 20, 10 << 20, 19 << 20, 20 << 20,
+         21 << 20, 22 << 20)
+
+
+def random_ops(count: int, seed: int = 0, streams: Sequence[int] = (0, 7, 1 << 40)) -> list[Op]:
+    """A random workload on several streams: mallocs of 1 B .. 24 MiB (log-uniform; one in
+    three at or next to a size in :data:`EDGES` or a sum of two of them), frees of random live
+    blocks, then frees of all that is left."""
+    rng = random.Random(seed)
+    ops: list[Op] = []
+    live: list[int] = []
+    for handle in range(count):
+        if live and rng.random() < 0.48:
+            ops.append((False, live.pop(rng.randrange(len(live))), 0, 0))
+            continue
+        if rng.random() < 1 / 3:
+            size = rng.choice(EDGES) + rng.choice((0, 0, rng.choice(EDGES))) + rng.choice(
+                (-512, -1, 0, 1, 512))
+        else:
+            size = int(2 ** rng.uniform(0, 24.6))
+        ops.append((True, handle, max(1, size), rng.choice(streams)))
+        live.append(handle)
+    ops.extend((False, h, 0, 0) for h in live)
+    return ops
+
+
+def edge_ops() -> list[Op]:
+    """Each size at or next to :data:`EDGES` (or a sum of two) on a stream of its own, so that
+    it misses and takes a new segment: two mallocs of it, a free of the first and a third
+    malloc of it, then frees of the rest."""
+    sizes = sorted({max(1, a + b + d) for a in EDGES for b in (0, *EDGES)
+                    for d in (-512, -1, 0, 1, 512)})
+    ops: list[Op] = []
+    for stream, size in enumerate(sizes, 1):
+        h = 3 * stream
+        ops += [(True, h, size, stream), (True, h + 1, size, stream), (False, h, 0, stream),
+                (True, h + 2, size, stream), (False, h + 1, 0, stream), (False, h + 2, 0, stream)]
+    return ops
+
+
+def check(name: str, ops: Sequence[Op]) -> None:
+    """Every floor allocator returns accelrt's address for each malloc of ``ops`` and ends with
+    replay_ops's peak reserved bytes and device mallocs; raises SystemExit if not."""
+    want = replay_addresses(_accelrt(), ops)
+    ref = replay_ops(ops, parse_config(""))
+    for label, cls in FLOORS.items():
+        a = cls()
+        got = replay_addresses(a, ops)
+        if got != want:
+            i = next(i for i, (g, w) in enumerate(zip(got, want)) if g != w)
+            raise SystemExit(f"{name}: {label} malloc #{i} returned {got[i]:#x}, accelrt "
+                             f"{want[i]:#x}")
+        if (a.peak_reserved, a.segment_mallocs) != (ref["peak_reserved_bytes"],
+                                                    ref["device_mallocs"]):
+            raise SystemExit(f"{name}: {label} peak reserved {a.peak_reserved}, segment "
+                             f"mallocs {a.segment_mallocs}; replay_ops: "
+                             f"{ref['peak_reserved_bytes']}, {ref['device_mallocs']}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    parser.add_argument("--traces", action="append",
+                        help="folder of trace_*.json.gz files (repeatable; default: "
+                             "tests/data/traces and ../shared/traces)")
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--loops", type=int, default=20000,
+                        help="sets the calibration length, as in bench_allocator.py")
+    args = parser.parse_args()
+    cal = max(1000, args.loops * 5)
+    folders = args.traces or [os.path.join(root, "tests", "data", "traces"),
+                              os.path.join(root, "..", "shared", "traces")]
+    traces = _traces(folders)
+    if not traces:
+        raise SystemExit(f"no trace_*.json* files in {', '.join(folders)}")
+    check("edge sizes", edge_ops())
+    check("random 3-stream workload", random_ops(30000))
+    check("synthetic convnet b1-32", convnet_inference_ops(batches=60, seed=0))
+    for name, ops in traces:
+        check(name, ops)
+    print(f"checked: {', '.join(FLOORS)} return accelrt's address for every malloc and its peak "
+          f"reserved bytes and segment mallocs, on {len(traces)} traces, the edge sizes, a "
+          f"random 3-stream workload and the synthetic convnet ({sys.implementation.name} {sys.version.split()[0]})")
+    print()
+    columns: dict[str, Callable[[], Any]] = {**FLOORS, "accelrt": _accelrt, "loop": LoopOnly}
+    print(f"## Default-policy replay, calls per operation (median of {args.repeat} alternating "
+          f"runs)")
+    print("| trace | ops | " + " | ".join(columns) + " | floor - loop | accelrt / floor |")
+    print("|---|---|" + "---|" * (len(columns) + 2))
+    for name, ops in traces:
+        res = alternate({label: (lambda new=new, o=ops: _replay_timed(new, o))
+                         for label, new in columns.items()}, args.repeat, cal)
+        calls = {label: res[label][0] for label in columns}
+        print(f"| {name} | {len(ops):,} | " + " | ".join(f"{c:.1f}" for c in calls.values())
+              + f" | {calls['floor'] - calls['loop']:.1f} | "
+              f"{calls['accelrt'] / calls['floor']:.2f}x |", flush=True)
+    print(f"| empty method call (the unit) | {_calibrate(cal) * 1e9:.1f} ns thread CPU time |")
+
+
+if __name__ == "__main__":
+    main()
