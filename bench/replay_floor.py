@@ -51,14 +51,21 @@ statistics, lock and fast paths) and ``loop`` (the replay loop alone: ``malloc``
 counter and returns it, ``free`` bumps another), the share of every column that is the
 harness's own. The replay loop, the calls unit and its calibration are bench_allocator.py's
 (``_replay_timed``, ``alternate``: every variant run alternately ``--repeat`` times, each run
-paired with a calibration right before and after it; the median is printed).
+paired with a calibration right before and after it; the median is printed). ``immediate
+reuse`` is the share of mallocs that take back the block the operation before freed.
 
-What it shows (2-core shared machine, CPython 3.11, median of 5 alternating runs): ``floor``
-replays the six traces at 19-23 calls per operation, ``loop`` alone costs 3-4 of them,
-``accelrt`` 42-55. So a pure-Python allocator with this policy *can* replay at under 30, but
-the policy's own work (lookup, split, merge, the sorted-list upkeep) already takes about 16-19
-calls: 30 leaves about 8-10 calls per operation for everything else accelrt must do
-(statistics, the lock, events, history, options, checks).
+What it shows (2-core shared machine, CPython 3.11.7, ``--repeat 5``; the columns move by
+about 1 call between runs): ``floor`` replays the six traces at 19.3-22.0 calls per
+operation, ``blocks`` at 21.8-24.7, ``dicts`` at 26.9-30.4, ``accelrt`` at 42.2-55.7
+(2.2-2.5x ``floor``); ``loop`` alone costs 3.7-4.9 of them, and taking accelrt's lock once
+per operation 2.3. So a pure-Python allocator with this policy *can* replay under 30 calls per
+operation, but the policy's own work (lookup, split, merge, keeping the sorted lists) already
+takes 15-18 calls above the loop: 30 leaves about 7-10 calls per operation for everything else
+accelrt does (statistics, the lock, stream-ordered frees, history, options, argument checks).
+Tricks that skip work on some operations cannot lower the floor much: a malloc takes back the
+very block the previous operation freed in 0-13% of mallocs on these traces (``immediate
+reuse``). Also tried and no faster, within the noise: the blocks kept in a second list parallel
+to the sorted keys (no address dict lookup after the search), and no reuse of merged blocks.
 
 Usage::
 
@@ -76,10 +83,11 @@ from bisect import bisect_left, insort
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from bench_allocator import _calibrate, _replay_timed, _traces, alternate
+from bench_allocator import _calibrate, _clock, _replay_timed, _traces, alternate
 
 from accelrt.memory._allocator import DeviceCachingAllocator
 from accelrt.memory._config import parse_config
+from accelrt.memory._lock import FastLock
 from accelrt.memory._replay import replay_ops
 from accelrt.memory._simulated import SimulatedBackend
 from accelrt.memory._synthetic import convnet_inference_ops
@@ -237,7 +245,7 @@ class FloorAllocator(_Device):
                 nx = nx.next
             blk = pv
             ptr = pv.addr
-            j = bisect_left(fl, pv.key)   # type: ignore[arg-type]
+            j = bisect_left(fl, pv.key)
         elif nx is not None and nx.key is not None:
             # merge the free block after it into it
             j = bisect_left(fl, nx.key)
@@ -476,6 +484,27 @@ def random_ops(count: int, seed: int = 0, streams: Sequence[int] = (0, 7, 1 << 4
     return ops
 
 
+def immediate_reuse(ops: Sequence[Op]) -> float:
+    """The share of mallocs of ``ops`` that return the very block (address and size) that the
+    operation just before them freed: the most that a trick pairing a free with the next
+    malloc (as accelrt's deferred free does) could skip."""
+    a = FloorAllocator()
+    handles: dict[int, int] = {}
+    freed: tuple[int, int] | None = None
+    same = mallocs = 0
+    for is_alloc, addr, size, stream in ops:
+        if is_alloc:
+            handles[addr] = ptr = a.malloc(size, stream)
+            mallocs += 1
+            same += freed == (ptr, a._blocks[ptr].size)
+            freed = None
+        else:
+            ptr = handles.pop(addr)
+            freed = (ptr, a._blocks[ptr].size)
+            a.free(ptr)
+    return same / mallocs if mallocs else 0.0
+
+
 def edge_ops() -> list[Op]:
     """Each size at or next to :data:`EDGES` (or a sum of two) on a stream of its own, so that
     it misses and takes a new segment: two mallocs of it, a free of the first and a third
@@ -509,6 +538,37 @@ def check(name: str, ops: Sequence[Op]) -> None:
                              f"{ref['peak_reserved_bytes']}, {ref['device_mallocs']}")
 
 
+class _LockProbe:
+    """A method with and without accelrt's allocator lock around its body (as accelrt's
+    ``malloc`` and ``free`` take it): the difference is what the lock adds to an operation."""
+
+    def __init__(self) -> None:
+        lock = FastLock()
+        self._acquire = lock.acquire
+        self._release = lock.put
+
+    def locked(self, size: int, stream: int) -> int:
+        self._acquire()
+        try:
+            return size
+        finally:
+            self._release(None)
+
+    def plain(self, size: int, stream: int) -> int:
+        return size
+
+
+def _time_calls(method: Callable[[int, int], int], loops: int) -> tuple[float, int]:
+    t0 = _clock()
+    for _ in range(loops):
+        method(512, 0)
+    return _clock() - t0, loops
+
+
+def _replayer(new: Callable[[], Any], ops: Sequence[Op]) -> Callable[[], tuple[float, int]]:
+    return lambda: _replay_timed(new, ops)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -537,15 +597,22 @@ def main() -> None:
     columns: dict[str, Callable[[], Any]] = {**FLOORS, "accelrt": _accelrt, "loop": LoopOnly}
     print(f"## Default-policy replay, calls per operation (median of {args.repeat} alternating "
           f"runs)")
-    print("| trace | ops | " + " | ".join(columns) + " | floor - loop | accelrt / floor |")
-    print("|---|---|" + "---|" * (len(columns) + 2))
+    print("| trace | ops | " + " | ".join(columns) + " | floor - loop | accelrt / floor | "
+          "immediate reuse |")
+    print("|---|---|" + "---|" * (len(columns) + 3))
     for name, ops in traces:
-        res = alternate({label: (lambda new=new, o=ops: _replay_timed(new, o))
-                         for label, new in columns.items()}, args.repeat, cal)
+        res = alternate({label: _replayer(new, ops) for label, new in columns.items()},
+                        args.repeat, cal)
         calls = {label: res[label][0] for label in columns}
         print(f"| {name} | {len(ops):,} | " + " | ".join(f"{c:.1f}" for c in calls.values())
               + f" | {calls['floor'] - calls['loop']:.1f} | "
-              f"{calls['accelrt'] / calls['floor']:.2f}x |", flush=True)
+              f"{calls['accelrt'] / calls['floor']:.2f}x | {immediate_reuse(ops):.1%} |",
+              flush=True)
+    probe = _LockProbe()
+    res = alternate({"locked": lambda: _time_calls(probe.locked, args.loops * 5),
+                     "plain": lambda: _time_calls(probe.plain, args.loops * 5)}, args.repeat, cal)
+    print(f"| accelrt's lock taken and released once (per operation) | "
+          f"{res['locked'][0] - res['plain'][0]:.1f} calls |")
     print(f"| empty method call (the unit) | {_calibrate(cal) * 1e9:.1f} ns thread CPU time |")
 
 
