@@ -8,8 +8,8 @@ the same blocks, side by side with accelrt's :class:`~accelrt.memory._allocator.
 DeviceCachingAllocator` and with the replay loop alone:
 
 - sizes rounded up to 512 B; the small pool (rounded size <= 1 MiB) and the large pool;
-- a miss takes a new segment from the device: 2 MiB for the small pool, 20 MiB for requests
-  up to 10 MiB, else the request rounded up to 2 MiB (a bump pointer starting where the
+- a miss takes a new segment from the device: 2 MiB for the small pool, 20 MiB for larger
+  requests below 10 MiB, else the request rounded up to 2 MiB (a bump pointer starting where the
   simulated device's does, so the addresses are the simulated device's);
 - best fit per (stream, pool): the smallest free block of the stream's pool that fits, ties
   to the lowest address;
@@ -46,6 +46,17 @@ Three data-structure choices are timed (each a class below):
     end -> start), allocated blocks in a dict of (size, free list), segment starts in a set,
     the same sorted key lists.
 
+Two more columns add to ``floor`` what accelrt must do beyond choosing blocks on these
+traces:
+
+``floor+lock``
+    :class:`LockedFloorAllocator`: ``floor`` with accelrt's lock taken around the body of
+    each ``malloc`` and ``free``, as accelrt takes it.
+``floor+lock+stats``
+    :class:`StatsFloorAllocator`: that, and PyTorch's statistics kept exactly: its
+    ``stats()`` must equal accelrt's (all 123 keys) every 97 operations of every checked
+    workload.
+
 and two references: ``accelrt`` (the default policy of accelrt's allocator, with its
 statistics, lock and fast paths) and ``loop`` (the replay loop alone: ``malloc`` bumps a
 counter and returns it, ``free`` bumps another), the share of every column that is the
@@ -54,18 +65,24 @@ harness's own. The replay loop, the calls unit and its calibration are bench_all
 paired with a calibration right before and after it; the median is printed). ``immediate
 reuse`` is the share of mallocs that take back the block the operation before freed.
 
-What it shows (2-core shared machine, CPython 3.11.7, ``--repeat 5``; the columns move by
-about 1 call between runs): ``floor`` replays the six traces at 19.3-22.0 calls per
-operation, ``blocks`` at 21.8-24.7, ``dicts`` at 26.9-30.4, ``accelrt`` at 42.2-55.7
-(2.2-2.5x ``floor``); ``loop`` alone costs 3.7-4.9 of them, and taking accelrt's lock once
-per operation 2.3. So a pure-Python allocator with this policy *can* replay under 30 calls per
-operation, but the policy's own work (lookup, split, merge, keeping the sorted lists) already
-takes 15-18 calls above the loop: 30 leaves about 7-10 calls per operation for everything else
-accelrt does (statistics, the lock, stream-ordered frees, history, options, argument checks).
-Tricks that skip work on some operations cannot lower the floor much: a malloc takes back the
-very block the previous operation freed in 0-13% of mallocs on these traces (``immediate
-reuse``). Also tried and no faster, within the noise: the blocks kept in a second list parallel
-to the sorted keys (no address dict lookup after the search), and no reuse of merged blocks.
+What it shows (2-core shared machine, CPython 3.11.7, ``--repeat 5``; a column moves by about
+1 call between runs), in calls per operation over the six traces:
+
+- ``loop``: 3.6 - 4.7
+- ``floor``: 19.0 - 22.7 (``blocks``: 22.3 - 25.6, ``dicts``: 27.9 - 32.0)
+- ``floor+lock``: 22.7 - 26.6
+- ``floor+lock+stats``: 35.4 - 38.9
+- ``accelrt``: 44.2 - 55.5
+
+So a pure-Python allocator with PyTorch's default policy *can* replay these traces under 30
+calls per operation, and still can with the lock, but not by much: the policy's own work
+(lookup, split, merge, keeping the sorted lists) takes 15-18 calls above the loop, the lock 3-4
+more, which leaves 3-7 calls per operation for statistics; keeping PyTorch's statistics exactly,
+inline, costs 12-15 more here. Tricks that skip work on some operations cannot lower the floor
+much: a malloc takes back the very block that the operation before it freed in 0-13% of the
+mallocs on these traces (``immediate reuse``). Also tried for ``floor`` and no faster, within
+the noise: the blocks kept in a second list parallel to the sorted keys (no dict lookup after
+the search), and no reuse of merged-away block objects.
 
 Usage::
 
@@ -83,7 +100,7 @@ from bisect import bisect_left, insort
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from bench_allocator import _calibrate, _clock, _replay_timed, _traces, alternate
+from bench_allocator import _calibrate, _replay_timed, _traces, alternate
 
 from accelrt.memory._allocator import DeviceCachingAllocator
 from accelrt.memory._config import parse_config
@@ -129,7 +146,7 @@ class _Device:
 
 
 class _Block:
-    __slots__ = ("addr", "fl", "key", "next", "prev", "size")
+    __slots__ = ("addr", "fl", "key", "next", "prev", "req", "size")
 
     addr: int
     size: int
@@ -137,6 +154,7 @@ class _Block:
     next: _Block | None
     key: int | None            # its key in fl while free; None while allocated
     fl: list[int]              # the free list of its (stream, pool)
+    req: int                   # the requested size (StatsFloorAllocator only)
 
 
 class FloorAllocator(_Device):
@@ -269,6 +287,451 @@ class FloorAllocator(_Device):
         else:
             del fl[j]
             insort(fl, key, j)
+
+
+class LockedFloorAllocator(FloorAllocator):
+    """``floor+lock``: :class:`FloorAllocator` with accelrt's allocator lock
+    (:class:`~accelrt.memory._lock.FastLock`) taken around the body of ``malloc`` and ``free``
+    as accelrt takes it: the same code, indented into ``try``/``finally``.
+
+    Example::
+
+        >>> a = LockedFloorAllocator()
+        >>> a.free(a.malloc(1000, 0)); a.malloc(512, 0) == 1 << 44
+        True
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        lock = FastLock()
+        self._acquire = lock.acquire
+        self._release = lock.put
+
+    def malloc(self, size: int, stream: int) -> int:
+        self._acquire()
+        try:
+            rounded = (size + 511) & -512
+            try:
+                lists = self._lists[stream]
+            except KeyError:
+                lists = self._lists[stream] = ([], [])
+            if rounded <= 1048576:
+                fl = lists[0]
+                split_min = 512
+            else:
+                fl = lists[1]
+                split_min = 1048577
+            i = bisect_left(fl, rounded << 64)
+            if i == len(fl):
+                return self._miss(rounded, fl, split_min)
+            addr = fl[i] & 0xFFFFFFFFFFFFFFFF
+            blk = self._blocks[addr]
+            blk.key = None
+            rem = blk.size - rounded
+            if rem < split_min:
+                del fl[i]
+                return addr
+            # split: the remainder [addr + rounded, rem) stays free
+            raddr = addr + rounded
+            nx = blk.next
+            spares = self._spares
+            r = spares.pop() if spares else _Block()
+            r.addr = raddr
+            r.size = rem
+            r.prev = blk
+            r.next = nx
+            r.fl = fl
+            r.key = key = (rem << 64) | raddr
+            if nx is not None:
+                nx.prev = r
+            blk.next = r
+            blk.size = rounded
+            self._blocks[raddr] = r
+            if i and fl[i - 1] > key:          # the smaller key sorts lower: move it
+                del fl[i]
+                insort(fl, key, 0, i)
+            else:                              # it sorts where the block's key was
+                fl[i] = key
+            return addr
+        finally:
+            self._release(None)
+
+    def _miss(self, rounded: int, fl: list[int], split_min: int) -> int:
+        addr, seg = self._new_segment(rounded)
+        blk = _Block()
+        blk.addr = addr
+        blk.size = seg
+        blk.prev = blk.next = blk.key = None
+        blk.fl = fl
+        self._blocks[addr] = blk
+        rem = seg - rounded
+        if rem >= split_min:
+            r = _Block()
+            r.addr = raddr = addr + rounded
+            r.size = rem
+            r.prev = blk
+            r.next = None
+            r.fl = fl
+            r.key = key = (rem << 64) | raddr
+            blk.next = r
+            blk.size = rounded
+            self._blocks[raddr] = r
+            insort(fl, key)
+        return addr
+
+    def free(self, ptr: int) -> None:
+        self._acquire()
+        try:
+            blk = self._blocks[ptr]
+            fl = blk.fl
+            nx = blk.next
+            pv = blk.prev
+            if pv is not None and pv.key is not None:
+                # merge into the free block before it (and the free one after it)
+                size = pv.size + blk.size
+                del self._blocks[ptr]
+                self._spares.append(blk)
+                if nx is not None and nx.key is not None:
+                    del fl[bisect_left(fl, nx.key)]
+                    del self._blocks[nx.addr]
+                    self._spares.append(nx)
+                    size += nx.size
+                    nx = nx.next
+                blk = pv
+                ptr = pv.addr
+                j = bisect_left(fl, pv.key)
+            elif nx is not None and nx.key is not None:
+                # merge the free block after it into it
+                j = bisect_left(fl, nx.key)
+                del self._blocks[nx.addr]
+                self._spares.append(nx)
+                size = blk.size + nx.size
+                nx = nx.next
+            else:
+                blk.key = key = (blk.size << 64) | ptr
+                insort(fl, key)
+                return
+            blk.size = size
+            blk.next = nx
+            if nx is not None:
+                nx.prev = blk
+            # the merged block's key replaces the key at j (a neighbour's) if it sorts there
+            blk.key = key = (size << 64) | ptr
+            j1 = j + 1
+            if j1 == len(fl) or fl[j1] > key:
+                fl[j] = key
+            else:
+                del fl[j]
+                insort(fl, key, j)
+        finally:
+            self._release(None)
+
+
+class _Row:
+    """The statistics of one pool type (or, peaks only, of both: the ``all`` row)."""
+
+    __slots__ = ("ba", "bf", "na", "nf", "pb", "pn", "pr", "psb", "psi", "ra", "reserved",
+                 "rf", "sb", "sba", "sbf", "segments", "si", "sia", "sif")
+
+    def __init__(self) -> None:
+        self.na = self.nf = 0      # allocations (and active blocks): allocated, freed
+        self.ba = self.bf = 0      # allocated (and active) bytes: allocated, freed
+        self.ra = self.rf = 0      # requested bytes: allocated, freed
+        self.pn = self.pb = self.pr = 0          # their peaks (settled before a decrease)
+        self.si = self.sb = 0      # inactive split blocks and bytes, current
+        self.sia = self.sif = self.sba = self.sbf = 0     # ... allocated and freed
+        self.psi = self.psb = 0    # ... peaks (updated at each increase)
+        self.segments = self.reserved = 0        # never decrease: no cache release
+
+
+class StatsFloorAllocator(LockedFloorAllocator):
+    """``floor+lock+stats``: :class:`FloorAllocator` with accelrt's lock taken around each
+    call and PyTorch's statistics kept exactly (every key of accelrt's ``stats()`` for the
+    default policy; checked against it): what the policy costs with the bookkeeping that
+    ``memory_stats()`` needs and thread safety, still without events, history or options.
+
+    The cumulative counts are kept as sums (current = allocated - freed); the peaks of
+    allocations, allocated and requested bytes are settled only before a decrease that follows
+    an increase (between two decreases values only grow), those of the inactive split
+    counters at each increase.
+
+    Example::
+
+        >>> a = StatsFloorAllocator()
+        >>> p = a.malloc(3 << 20, 0); q = a.malloc(1000, 0); a.free(p)
+        >>> st = a.stats()
+        >>> st["inactive_split_bytes.all.peak"], st["allocated_bytes.all.current"]
+        (19921920, 1024)
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._rows = (_Row(), _Row())              # small pool, large pool
+        self._all = _Row()
+        self._grew = False
+
+    def _settle(self) -> None:
+        """Bring the peaks of allocations and allocated/requested bytes up to date (free
+        inlines this)."""
+        self._grew = False
+        sm, lg = self._rows
+        t = self._all
+        n0 = sm.na - sm.nf
+        n1 = lg.na - lg.nf
+        if n0 > sm.pn:
+            sm.pn = n0
+        if n1 > lg.pn:
+            lg.pn = n1
+        if n0 + n1 > t.pn:
+            t.pn = n0 + n1
+        n0 = sm.ba - sm.bf
+        n1 = lg.ba - lg.bf
+        if n0 > sm.pb:
+            sm.pb = n0
+        if n1 > lg.pb:
+            lg.pb = n1
+        if n0 + n1 > t.pb:
+            t.pb = n0 + n1
+        n0 = sm.ra - sm.rf
+        n1 = lg.ra - lg.rf
+        if n0 > sm.pr:
+            sm.pr = n0
+        if n1 > lg.pr:
+            lg.pr = n1
+        if n0 + n1 > t.pr:
+            t.pr = n0 + n1
+
+    def _split_grew(self, c: _Row, blocks: int, nbytes: int) -> None:
+        """The inactive split counters of ``c`` grew by ``blocks`` (0 or 1) and ``nbytes``
+        (> 0), the peaks with them (the hot paths inline this)."""
+        sm, lg = self._rows
+        t = self._all
+        if blocks:
+            c.si += 1
+            c.sia += 1
+            if c.si > c.psi:
+                c.psi = c.si
+            if sm.si + lg.si > t.psi:
+                t.psi = sm.si + lg.si
+        c.sb += nbytes
+        c.sba += nbytes
+        if c.sb > c.psb:
+            c.psb = c.sb
+        if sm.sb + lg.sb > t.psb:
+            t.psb = sm.sb + lg.sb
+
+    def malloc(self, size: int, stream: int) -> int:
+        self._acquire()
+        try:
+            rounded = (size + 511) & -512
+            try:
+                lists = self._lists[stream]
+            except KeyError:
+                lists = self._lists[stream] = ([], [])
+            if rounded <= 1048576:
+                fl = lists[0]
+                split_min = 512
+                c = self._rows[0]
+            else:
+                fl = lists[1]
+                split_min = 1048577
+                c = self._rows[1]
+            i = bisect_left(fl, rounded << 64)
+            if i == len(fl):
+                addr = self._miss(rounded, fl, split_min)
+                blk = self._blocks[addr]
+                nx = blk.next
+                c.segments += 1
+                c.reserved += blk.size if nx is None else blk.size + nx.size
+                if nx is not None:                     # a new split block
+                    self._split_grew(c, 1, nx.size)
+            else:
+                addr = fl[i] & 0xFFFFFFFFFFFFFFFF
+                blk = self._blocks[addr]
+                blk.key = None
+                bsize = blk.size
+                rem = bsize - rounded
+                nx = blk.next
+                if rem < split_min:
+                    del fl[i]
+                    if nx is not None or blk.prev is not None:   # a split block, now active
+                        c.si -= 1
+                        c.sif += 1
+                        c.sb -= bsize
+                        c.sbf += bsize
+                else:
+                    if nx is not None or blk.prev is not None:   # already split: shrinks
+                        c.sb -= rounded
+                        c.sbf += rounded
+                    else:
+                        self._split_grew(c, 1, rem)
+                    raddr = addr + rounded
+                    spares = self._spares
+                    r = spares.pop() if spares else _Block()
+                    r.addr = raddr
+                    r.size = rem
+                    r.prev = blk
+                    r.next = nx
+                    r.fl = fl
+                    r.key = key = (rem << 64) | raddr
+                    if nx is not None:
+                        nx.prev = r
+                    blk.next = r
+                    blk.size = bsize = rounded
+                    self._blocks[raddr] = r
+                    if i and fl[i - 1] > key:
+                        del fl[i]
+                        insort(fl, key, 0, i)
+                    else:
+                        fl[i] = key
+                blk.req = size
+                c.na += 1
+                c.ba += bsize
+                c.ra += size
+                self._grew = True
+                return addr
+            blk.req = size
+            c.na += 1
+            c.ba += blk.size
+            c.ra += size
+            self._grew = True
+            return addr
+        finally:
+            self._release(None)
+
+    def free(self, ptr: int) -> None:
+        self._acquire()
+        try:
+            if self._grew:   # _settle, inlined
+                self._grew = False
+                sm, lg = self._rows
+                t = self._all
+                n0 = sm.na - sm.nf
+                n1 = lg.na - lg.nf
+                if n0 > sm.pn:
+                    sm.pn = n0
+                if n1 > lg.pn:
+                    lg.pn = n1
+                if n0 + n1 > t.pn:
+                    t.pn = n0 + n1
+                n0 = sm.ba - sm.bf
+                n1 = lg.ba - lg.bf
+                if n0 > sm.pb:
+                    sm.pb = n0
+                if n1 > lg.pb:
+                    lg.pb = n1
+                if n0 + n1 > t.pb:
+                    t.pb = n0 + n1
+                n0 = sm.ra - sm.rf
+                n1 = lg.ra - lg.rf
+                if n0 > sm.pr:
+                    sm.pr = n0
+                if n1 > lg.pr:
+                    lg.pr = n1
+                if n0 + n1 > t.pr:
+                    t.pr = n0 + n1
+            blk = self._blocks[ptr]
+            osize = blk.size
+            c = self._rows[osize > 1048576]
+            c.nf += 1
+            c.bf += osize
+            c.rf += blk.req
+            fl = blk.fl
+            nx = blk.next
+            pv = blk.prev
+            if pv is not None and pv.key is not None:
+                size = pv.size + osize
+                merged = 1
+                merged_bytes = pv.size
+                del self._blocks[ptr]
+                self._spares.append(blk)
+                if nx is not None and nx.key is not None:
+                    del fl[bisect_left(fl, nx.key)]
+                    del self._blocks[nx.addr]
+                    self._spares.append(nx)
+                    size += nx.size
+                    merged = 2
+                    merged_bytes += nx.size
+                    nx = nx.next
+                blk = pv
+                ptr = pv.addr
+                j = bisect_left(fl, pv.key)
+            elif nx is not None and nx.key is not None:
+                j = bisect_left(fl, nx.key)
+                del self._blocks[nx.addr]
+                self._spares.append(nx)
+                size = osize + nx.size
+                merged = 1
+                merged_bytes = nx.size
+                nx = nx.next
+            else:
+                blk.key = key = (osize << 64) | ptr
+                insort(fl, key)
+                if nx is not None or pv is not None:       # one more inactive split block
+                    self._split_grew(c, 1, osize)
+                return
+            blk.size = size
+            blk.next = nx
+            if nx is not None:
+                nx.prev = blk
+            blk.key = key = (size << 64) | ptr
+            j1 = j + 1
+            if j1 == len(fl) or fl[j1] > key:
+                fl[j] = key
+            else:
+                del fl[j]
+                insort(fl, key, j)
+            if nx is not None or blk.prev is not None:
+                # still split: net 1 - merged blocks, + osize bytes (_split_grew, inlined)
+                if merged == 2:
+                    c.si -= 1
+                    c.sif += 1
+                nbytes = c.sb + osize
+                c.sb = nbytes
+                c.sba += osize
+                if nbytes > c.psb:
+                    c.psb = nbytes
+                sm, lg = self._rows
+                if sm.sb + lg.sb > self._all.psb:
+                    self._all.psb = sm.sb + lg.sb
+            else:                                          # the whole segment is free
+                c.si -= merged
+                c.sif += merged
+                c.sb -= merged_bytes
+                c.sbf += merged_bytes
+        finally:
+            self._release(None)
+
+    def stats(self) -> dict[str, int]:
+        """The keys and values of accelrt's ``DeviceCachingAllocator.stats()``."""
+        self._settle()
+        small, large = self._rows
+        out: dict[str, int] = {}
+        segs = small.segments + large.segments
+        for name, get in (
+                ("allocation", lambda r: (r.na, r.nf, r.pn)),
+                ("active", lambda r: (r.na, r.nf, r.pn)),
+                ("allocated_bytes", lambda r: (r.ba, r.bf, r.pb)),
+                ("active_bytes", lambda r: (r.ba, r.bf, r.pb)),
+                ("requested_bytes", lambda r: (r.ra, r.rf, r.pr)),
+                ("inactive_split", lambda r: (r.sia, r.sif, r.psi)),
+                ("inactive_split_bytes", lambda r: (r.sba, r.sbf, r.psb)),
+                ("segment", lambda r: (r.segments, 0, r.segments)),
+                ("reserved_bytes", lambda r: (r.reserved, 0, r.reserved))):
+            (sa, sf, sp), (la, lf, lp) = get(small), get(large)
+            allp = get(self._all)[2] if name not in ("segment", "reserved_bytes") else sa + la
+            for pool, (a, f, pk) in (("all", (sa + la, sf + lf, allp)),
+                                     ("small_pool", (sa, sf, sp)), ("large_pool", (la, lf, lp))):
+                out.update({f"{name}.{pool}.allocated": a, f"{name}.{pool}.current": a - f,
+                            f"{name}.{pool}.freed": f, f"{name}.{pool}.peak": pk})
+        for name in ("oversize_allocations", "oversize_segments"):
+            out.update(dict.fromkeys(
+                (f"{name}.{k}" for k in ("allocated", "current", "freed", "peak")), 0))
+        out.update(dict.fromkeys(("num_alloc_retries", "num_device_free", "num_oom_rejections",
+                                  "num_ooms", "num_sync_all_streams"), 0))
+        out["num_device_alloc"] = segs
+        out["max_split_size"] = -1
+        return out
 
 
 class _PlainBlock:
@@ -436,7 +899,8 @@ class LoopOnly:
 
 
 FLOORS: dict[str, Callable[[], Any]] = {
-    "floor": FloorAllocator, "blocks": BlocksAllocator, "dicts": DictAllocator}
+    "floor": FloorAllocator, "blocks": BlocksAllocator, "dicts": DictAllocator,
+    "floor+lock": LockedFloorAllocator, "floor+lock+stats": StatsFloorAllocator}
 
 
 def _accelrt() -> DeviceCachingAllocator:
@@ -519,9 +983,32 @@ def edge_ops() -> list[Op]:
     return ops
 
 
+def check_stats(name: str, ops: Sequence[Op], every: int = 97) -> None:
+    """:class:`StatsFloorAllocator`'s ``stats()`` equal accelrt's every ``every`` operations
+    of ``ops`` and after the last; raises SystemExit if not."""
+    ours, theirs = StatsFloorAllocator(), _accelrt()
+    h_ours: dict[int, int] = {}
+    h_theirs: dict[int, int] = {}
+    for k, (is_alloc, addr, size, stream) in enumerate(ops):
+        if is_alloc:
+            h_ours[addr] = ours.malloc(size, stream)
+            h_theirs[addr] = theirs.malloc(size, stream)
+        else:
+            ours.free(h_ours.pop(addr))
+            theirs.free(h_theirs.pop(addr))
+        if k % every == 0 or k == len(ops) - 1:
+            a, b = ours.stats(), dict(theirs.stats())
+            if a != b:
+                diff = {key: (a.get(key), b.get(key)) for key in sorted(set(a) | set(b))
+                        if a.get(key) != b.get(key)}
+                raise SystemExit(f"{name}: after operation {k}, floor+lock+stats's stats() "
+                                 f"differ from accelrt's (ours, accelrt): {diff}")
+
+
 def check(name: str, ops: Sequence[Op]) -> None:
     """Every floor allocator returns accelrt's address for each malloc of ``ops`` and ends with
-    replay_ops's peak reserved bytes and device mallocs; raises SystemExit if not."""
+    replay_ops's peak reserved bytes and device mallocs, and :func:`check_stats` holds; raises
+    SystemExit if not."""
     want = replay_addresses(_accelrt(), ops)
     ref = replay_ops(ops, parse_config(""))
     for label, cls in FLOORS.items():
@@ -536,33 +1023,7 @@ def check(name: str, ops: Sequence[Op]) -> None:
             raise SystemExit(f"{name}: {label} peak reserved {a.peak_reserved}, segment "
                              f"mallocs {a.segment_mallocs}; replay_ops: "
                              f"{ref['peak_reserved_bytes']}, {ref['device_mallocs']}")
-
-
-class _LockProbe:
-    """A method with and without accelrt's allocator lock around its body (as accelrt's
-    ``malloc`` and ``free`` take it): the difference is what the lock adds to an operation."""
-
-    def __init__(self) -> None:
-        lock = FastLock()
-        self._acquire = lock.acquire
-        self._release = lock.put
-
-    def locked(self, size: int, stream: int) -> int:
-        self._acquire()
-        try:
-            return size
-        finally:
-            self._release(None)
-
-    def plain(self, size: int, stream: int) -> int:
-        return size
-
-
-def _time_calls(method: Callable[[int, int], int], loops: int) -> tuple[float, int]:
-    t0 = _clock()
-    for _ in range(loops):
-        method(512, 0)
-    return _clock() - t0, loops
+    check_stats(name, ops)
 
 
 def _replayer(new: Callable[[], Any], ops: Sequence[Op]) -> Callable[[], tuple[float, int]]:
@@ -591,7 +1052,8 @@ def main() -> None:
     for name, ops in traces:
         check(name, ops)
     print(f"checked: {', '.join(FLOORS)} return accelrt's address for every malloc and its peak "
-          f"reserved bytes and segment mallocs, on {len(traces)} traces, the edge sizes, a "
+          f"reserved bytes and segment mallocs, floor+lock+stats also its stats() (every 97 "
+          f"operations), on {len(traces)} traces, the edge sizes, a "
           f"random 3-stream workload and the synthetic convnet ({sys.implementation.name} {sys.version.split()[0]})")
     print()
     columns: dict[str, Callable[[], Any]] = {**FLOORS, "accelrt": _accelrt, "loop": LoopOnly}
@@ -608,11 +1070,6 @@ def main() -> None:
               + f" | {calls['floor'] - calls['loop']:.1f} | "
               f"{calls['accelrt'] / calls['floor']:.2f}x | {immediate_reuse(ops):.1%} |",
               flush=True)
-    probe = _LockProbe()
-    res = alternate({"locked": lambda: _time_calls(probe.locked, args.loops * 5),
-                     "plain": lambda: _time_calls(probe.plain, args.loops * 5)}, args.repeat, cal)
-    print(f"| accelrt's lock taken and released once (per operation) | "
-          f"{res['locked'][0] - res['plain'][0]:.1f} calls |")
     print(f"| empty method call (the unit) | {_calibrate(cal) * 1e9:.1f} ns thread CPU time |")
 
 
