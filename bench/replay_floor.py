@@ -356,29 +356,6 @@ class LockedFloorAllocator(FloorAllocator):
         finally:
             self._release(None)
 
-    def _miss(self, rounded: int, fl: list[int], split_min: int) -> int:
-        addr, seg = self._new_segment(rounded)
-        blk = _Block()
-        blk.addr = addr
-        blk.size = seg
-        blk.prev = blk.next = blk.key = None
-        blk.fl = fl
-        self._blocks[addr] = blk
-        rem = seg - rounded
-        if rem >= split_min:
-            r = _Block()
-            r.addr = raddr = addr + rounded
-            r.size = rem
-            r.prev = blk
-            r.next = None
-            r.fl = fl
-            r.key = key = (rem << 64) | raddr
-            blk.next = r
-            blk.size = rounded
-            self._blocks[raddr] = r
-            insort(fl, key)
-        return addr
-
     def free(self, ptr: int) -> None:
         self._acquire()
         try:
