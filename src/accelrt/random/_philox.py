@@ -791,6 +791,37 @@ def fill(out: np.ndarray, dist: str, seed: int, offset: int,
     return nblocks
 
 
+def _copy_uniform(ptr: int, nbytes: int, char: str, seed: int, offset: int,
+                  nblocks: int) -> None:
+    """:func:`fill_at` of a small standard uniform float32 (``char`` ``"f"``) or float64
+    (``"d"``) request with the caller's checks done: ``nbytes`` bytes of the numbers of blocks
+    ``offset .. offset + nblocks - 1`` (at most :data:`SMALL_MAX_BLOCKS`, below ``2**64``)
+    copied to ``ptr`` from this thread's run of blocks. Every block holds 16 bytes of numbers
+    in either dtype (four float32 or two float64).
+
+    Example::
+
+        >>> import numpy as np
+        >>> from accelrt.random._philox import _copy_uniform, fill
+        >>> a, b = np.empty(10, np.float32), np.empty(10, np.float32)
+        >>> _copy_uniform(a.ctypes.data, a.nbytes, "f", 5, 0, 3)
+        >>> fill(b, "uniform", 5, 0, (0.0, 1.0))
+        3
+        >>> a.tobytes() == b.tobytes()
+        True
+    """
+    r: _Run | None = getattr(_tls, "run", None)
+    if r is not None and r.seed == seed and r.start <= offset <= r.start + r.n - nblocks:
+        i = offset - r.start                # _small_run's test, inlined: the common case
+    else:
+        r, i = _small_run(seed, offset, nblocks)
+    addr = r.addr.get(char)
+    if addr is None:
+        r.standard_uniform(np.dtype(char))
+        addr = r.addr[char]
+    ctypes.memmove(ptr, addr + 16 * i, nbytes)
+
+
 #: Elements per block of the standard uniform requests :func:`fill_at` copies straight from
 #: the run of blocks, by dtype (native float32: four, float64: two).
 _DIRECT_PER_BLOCK = {np.dtype(np.float32): 4, np.dtype(np.float64): 2}
