@@ -354,15 +354,20 @@ def _check_generator(generator: Generator | None, b: Backend, index: int) -> Gen
 _PER_BLOCK = {("uniform", 2): 4, ("uniform", 4): 4, ("uniform", 8): 2,
               ("normal", 2): 2, ("normal", 4): 2, ("normal", 8): 2}
 _STANDARD = (0.0, 1.0)
+#: ``rand``'s parameters: equal to :data:`_STANDARD`, but only ``rand`` passes this object
+#: (``_new`` tells its requests by identity; built at run time, since the compiler shares
+#: equal constant tuples).
+_STANDARD_UNIFORM = tuple([0.0, 1.0])
 
 #: Array internals, bound on first use (importing ``accelrt._array`` here would load the
 #: allocator whenever anything imports ``accelrt.random``, e.g. for ``manual_seed``).
 _Array: Any = None
 _Memory: Any = None
 _hold: Any = None
+_wrap: Any = None
+_allocators: Any = None
 _check_dtype: Any = None
 _get_allocator: Any = None
-_alloc_mod: Any = None
 
 _instances = _backend._instances    # the registry's instances by name (never rebound)
 
@@ -423,11 +428,12 @@ def _place(text: str) -> _Site:
 
 
 def _bind_array() -> None:
-    global _Array, _Memory, _hold, _check_dtype, _get_allocator, _alloc_mod
+    global _Array, _Memory, _hold, _wrap, _allocators, _check_dtype, _get_allocator
     from .._array import Array, _Memory as memory, _check_dtype as check_dtype, _hold as hold
     from ..memory import _allocator
-    _Memory, _hold, _check_dtype = memory, hold, check_dtype
-    _get_allocator, _alloc_mod = _allocator.get_allocator, _allocator
+    _Memory, _hold, _check_dtype, _wrap = memory, hold, check_dtype, Array._wrap
+    # (the allocator table is one dict, never rebound)
+    _get_allocator, _allocators = _allocator.get_allocator, _allocator._allocators
     _Array = Array
 
 
@@ -481,7 +487,7 @@ def _new(shape: tuple[int, ...], dtype: DTypeLike, device: DeviceLike,
     n = shape[0] if len(shape) == 1 else math.prod(shape)
     size = dt.itemsize
     nbytes = n * size
-    alloc = _alloc_mod._allocators.get(key)
+    alloc = _allocators.get(key)
     if alloc is None:
         alloc = _get_allocator(b, index)
     s = streams.get(key)                # _current's two lookups
@@ -491,17 +497,15 @@ def _new(shape: tuple[int, ...], dtype: DTypeLike, device: DeviceLike,
         s = _current(b, index)
     stream = s._handle
     ptr = alloc.malloc(nbytes, stream) if nbytes else 0
-    out: Array = _Array._wrap(_Memory(ptr, nbytes, alloc), shape, dt, b, index)
-    if not n:
-        return out
-    per = _PER_BLOCK.get((dist, size))
-    if (per is None or params is not _STANDARD or dist != "uniform" or size == 2
-            or -(-n // per) > _philox.SMALL_MAX_BLOCKS):
+    out: Array = _wrap(_Memory(ptr, nbytes, alloc), shape, dt, b, index)
+    # (_STANDARD_UNIFORM: only rand's requests; float16 has no copy from the run)
+    nblocks = (n + 3) >> 2 if size == 4 else (n + 1) >> 1
+    if (params is not _STANDARD_UNIFORM or size == 2 or not n
+            or nblocks > _philox.SMALL_MAX_BLOCKS):
         _fill(out, b, index, stream, n, dist, params, generator)
         return out
     # _fill of a small standard uniform float32/float64 request on fresh allocator memory:
     # reserve the counters, then queue the copy from the thread's run of blocks
-    nblocks = -(-n // per)
     with generator._lock:               # Generator._reserve
         seed_, offset = generator._seed, generator._offset
         generator._offset = (offset + nblocks) & _M64
@@ -683,7 +687,8 @@ def rand(*size: SizeLike, generator: Generator | None = None, dtype: DTypeLike =
         dt = _float_dtype_cache[dtype]          # _float_dtype's cache, without the call
     except (KeyError, TypeError):
         dt = _float_dtype(dtype, "rand")
-    return _new(size, dt, device, generator, "uniform", _STANDARD)  # type: ignore[arg-type]
+    return _new(size, dt, device, generator, "uniform",  # type: ignore[arg-type]
+                _STANDARD_UNIFORM)
 
 
 def randn(*size: SizeLike, generator: Generator | None = None, dtype: DTypeLike = "float32",
