@@ -357,7 +357,7 @@ _STANDARD = (0.0, 1.0)
 #: ``rand``'s parameters: equal to :data:`_STANDARD`, but only ``rand`` passes this object
 #: (``_new`` tells its requests by identity; built at run time, since the compiler shares
 #: equal constant tuples).
-_STANDARD_UNIFORM = tuple([0.0, 1.0])
+_STANDARD_UNIFORM = _STANDARD[:1] + _STANDARD[1:]
 
 #: Array internals, bound on first use (importing ``accelrt._array`` here would load the
 #: allocator whenever anything imports ``accelrt.random``, e.g. for ``manual_seed``).
