@@ -86,6 +86,17 @@ def test_counter_layout_including_64_bit_carry_and_wrap() -> None:
         assert w.reshape(-1).tolist() == ref_words(seed, offset, 5)
 
 
+@pytest.mark.parametrize("nblocks", [_philox.LANES_BELOW - 1, _philox.LANES_BELOW, 40_000])
+def test_lane_by_lane_and_two_lane_rounds_match_the_reference(nblocks: int) -> None:
+    """Chunks below LANES_BELOW blocks run the rounds lane by lane, longer ones on both lanes
+    per call; both give the reference words (sampled), across a high-word carry."""
+    seed = 0x0123456789ABCDEF
+    for offset in (5, (1 << 32) - 3):
+        w = _philox.words(seed, offset, nblocks)
+        for j in (0, 1, 2, 3, 4, nblocks // 2, nblocks - 1):
+            assert w[j].tolist() == ref_words(seed, offset + j, 1), (offset, j)
+
+
 def test_philox_rejects_bad_input() -> None:
     with pytest.raises(ValueError, match=r"shape \(n, 4\)"):
         _philox.philox4x32_10(np.zeros((2, 3), np.uint32), (0, 0))

@@ -222,3 +222,94 @@ def test_factories_follow_the_current_stream() -> None:
     ref = np.empty(2000, np.float32)
     _philox.fill(ref, "uniform", 4, 0, (0.0, 1.0))
     assert np.concatenate([x.numpy(), y.numpy()]).tobytes() == ref.tobytes()
+
+
+def _state(seed: int, offset: int) -> np.ndarray:
+    return np.frombuffer(seed.to_bytes(8, "little") + offset.to_bytes(8, "little"), np.uint8)
+
+
+def _ref(n: int, dtype: str, seed: int, offset: int) -> bytes:
+    out = np.empty(n, dtype)
+    _philox.fill(out, "uniform", seed, offset, (0.0, 1.0))
+    return out.tobytes()
+
+
+def test_small_standard_uniform_requests_copy_from_the_run(monkeypatch) -> None:
+    """rand's small float32/float64 requests queue one copy from the thread's run (no
+    fill_at, no numpy view); every other request (float16, bounds, normals, large) does not."""
+    g = acc.random.Generator(D).manual_seed(21)
+    expect = {"float32": _ref(1000, "float32", 21, 0), "float64": _ref(1000, "float64", 21, 250)}
+
+    def refuse(*args: object) -> None:
+        raise AssertionError("the small standard uniform path must not call fill_at")
+
+    monkeypatch.setattr(_philox, "fill_at", refuse)
+    for dtype, ref in expect.items():
+        assert acc.rand(1000, dtype=dtype, device=D, generator=g).numpy().tobytes() == ref
+    assert g.get_offset() == 750
+    monkeypatch.undo()
+    monkeypatch.setattr(_philox, "_copy_uniform", refuse)
+    for make in (lambda: acc.rand(10, dtype="float16", device=D, generator=g),
+                 lambda: acc.randn(10, device=D, generator=g),
+                 lambda: acc.random.uniform_(acc.empty(10, device=D), generator=g),
+                 lambda: acc.rand(8193, device=D, generator=g)):
+        make()
+
+
+@pytest.mark.parametrize("offset", [M64 - 100, (1 << 64) - 250, (1 << 32) - 7])
+def test_small_requests_near_the_end_of_the_counter(offset) -> None:
+    """A request whose blocks would pass 2**64 wraps as the reference fill does (it leaves
+    the copy path); one that ends exactly at 2**64 stays on it."""
+    g = acc.random.Generator(D)
+    g.set_state(_state(9, offset))
+    out = acc.rand(1000, device=D, generator=g).numpy()
+    assert out.tobytes() == _ref(1000, "float32", 9, offset)
+    assert g.get_offset() == (offset + 250) & M64
+
+
+def test_default_generators_follow_a_re_registered_backend() -> None:
+    name = "rngdef" + uuid.uuid4().hex[:8]
+    backends.register(name, lambda: CpuBackend(num_devices=1, name=name), replace=True)
+    acc.random.set_rng_state(_state(5, 0), f"{name}:0")
+    assert acc.rand(8, device=f"{name}:0").numpy().tobytes() == _ref(8, "float32", 5, 0)
+    backends.register(name, lambda: CpuBackend(num_devices=1, name=name), replace=True)
+    acc.random.set_rng_state(_state(6, 0), f"{name}:0")     # the new instance's generator
+    assert acc.rand(8, device=f"{name}:0").numpy().tobytes() == _ref(8, "float32", 6, 0)
+    assert acc.random.get_rng_state(f"{name}:0").tobytes() == _state(6, 2).tobytes()
+
+
+def test_a_generator_of_a_replaced_backend_is_refused_without_a_device() -> None:
+    name = "rnggen" + uuid.uuid4().hex[:8]
+    backends.register(name, lambda: CpuBackend(num_devices=1, name=name), replace=True)
+    g = acc.random.Generator(f"{name}:0").manual_seed(1)
+    assert acc.rand(3, generator=g).device == acc.device(f"{name}:0")
+    backends.register(name, lambda: CpuBackend(num_devices=1, name=name), replace=True)
+    with pytest.raises(ValueError, match="belongs to"):
+        acc.rand(3, generator=g)
+    assert g.get_offset() == 1
+
+
+def test_no_device_means_this_threads_current_device_and_its_default_generator() -> None:
+    import threading
+
+    name = "rngcur" + uuid.uuid4().hex[:8]
+    backends.register(name, lambda: CpuBackend(num_devices=2, name=name), replace=True)
+    prev = acc.current_accelerator()
+    acc.set_current_accelerator(name)
+    try:
+        acc.random.set_rng_state(_state(11, 0), f"{name}:0")
+        acc.random.set_rng_state(_state(12, 0), f"{name}:1")
+        assert acc.rand(4).numpy().tobytes() == _ref(4, "float32", 11, 0)
+        acc.set_device_index(1)
+        x = acc.rand(4)
+        assert x.device == acc.device(f"{name}:1")
+        assert x.numpy().tobytes() == _ref(4, "float32", 12, 0)
+        seen = []
+        t = threading.Thread(target=lambda: seen.append(acc.rand(4)))   # starts on device 0
+        t.start()
+        t.join()
+        assert seen[0].device == acc.device(f"{name}:0")
+        assert seen[0].numpy().tobytes() == _ref(4, "float32", 11, 1)
+    finally:
+        acc.set_device_index(0)
+        acc.set_current_accelerator(prev.type if prev is not None else "cpu")

@@ -47,10 +47,12 @@ from .._device import _get_device, _lazy_init
 from .._device import _tls as _dev_tls
 from .._device import device as _device_cls
 from .. import _backend, _stream
+from .. import _device as _device_mod
 from .._stream import _current
 from .._handles import StreamHandle
 from . import _philox
 from ._generator import (
+    _M64,
     DEFAULT_SEED,
     STATE_SIZE,
     Generator,
@@ -352,70 +354,140 @@ def _check_generator(generator: Generator | None, b: Backend, index: int) -> Gen
 _PER_BLOCK = {("uniform", 2): 4, ("uniform", 4): 4, ("uniform", 8): 2,
               ("normal", 2): 2, ("normal", 4): 2, ("normal", 8): 2}
 _STANDARD = (0.0, 1.0)
+#: ``rand``'s parameters: equal to :data:`_STANDARD`, but only ``rand`` passes this object
+#: (``_new`` tells its requests by identity; built at run time, since the compiler shares
+#: equal constant tuples).
+_STANDARD_UNIFORM = _STANDARD[:1] + _STANDARD[1:]
 
 #: Array internals, bound on first use (importing ``accelrt._array`` here would load the
 #: allocator whenever anything imports ``accelrt.random``, e.g. for ``manual_seed``).
 _Array: Any = None
 _Memory: Any = None
 _hold: Any = None
+_wrap: Any = None
+_allocators: Any = None
 _check_dtype: Any = None
 _get_allocator: Any = None
-_alloc_mod: Any = None
 
-#: Device strings with an index seen so far -> what :func:`_get_device` returned for them
-#: (parsing a string and checking the index cost more than the rest of the placement), used
-#: while the backend is still the registered instance of its name.
-_placed: dict[str, tuple[Backend, int]] = {}
+_instances = _backend._instances    # the registry's instances by name (never rebound)
+
+#: Device strings with an index seen so far -> their :class:`_Site` (parsing a string and
+#: checking the index cost more than the rest of the placement), used while the backend is
+#: still the registered instance of its name.
+_placed: dict[str, _Site] = {}
 
 
-def _place(text: str) -> tuple[Backend, int]:
-    """``_get_device(text)``, remembered in :data:`_placed` when ``text`` names an index (a
-    string without one means the calling thread's current device, which may change)."""
+class _Site:
+    """A device's placement, resolved once: the backend and index, the ``(name, index)`` key
+    of the per-device tables, the dtype arguments already checked there and the default
+    generator."""
+
+    __slots__ = ("b", "default", "dtypes", "index", "key", "name")
+
+    def __init__(self, b: Backend, index: int) -> None:
+        self.b, self.index, self.name = b, index, b.name
+        self.key = (b.name, index)
+        #: the device's default generator once a factory used it (the one ``_default_for``
+        #: returns for this backend instance: it is made once and never replaced)
+        self.default: Generator | None = None
+        #: dtype argument -> the dtype ``_check_dtype`` returned for it on this device
+        self.dtypes: dict[Any, np.dtype] = {}
+
+    def check_dtype(self, dtype: Any) -> np.dtype:
+        """``_check_dtype(dtype, b, index)``, remembered in :attr:`dtypes`."""
+        dt: np.dtype = _check_dtype(dtype, self.b, self.index)
+        if len(self.dtypes) < 16:
+            self.dtypes[dtype] = dt
+        return dt
+
+
+#: ``(backend name, index)`` -> the :class:`_Site` of that device of the backend instance
+#: it holds (replaced when the name refers to another instance).
+_sites: dict[tuple[str, int], _Site] = {}
+
+
+def _site(b: Backend, index: int) -> _Site:
+    """The :class:`_Site` of device ``index`` of ``b`` (a checked placement)."""
+    site = _sites.get((b.name, index))
+    if site is None or site.b is not b:
+        site = _Site(b, index)
+        if len(_sites) < 256:
+            _sites[site.key] = site
+    return site
+
+
+def _place(text: str) -> _Site:
+    """``_get_device(text)`` as a :class:`_Site`, remembered in :data:`_placed` when ``text``
+    names an index (a string without one means the calling thread's current device, which may
+    change)."""
     dev = _device_cls(text)
-    placed = _get_device(dev)
+    site = _site(*_get_device(dev))
     if dev.index is not None and len(_placed) < 64:
-        _placed[text] = placed
-    return placed
+        _placed[text] = site
+    return site
 
 
 def _bind_array() -> None:
-    global _Array, _Memory, _hold, _check_dtype, _get_allocator, _alloc_mod
+    global _Array, _Memory, _hold, _wrap, _allocators, _check_dtype, _get_allocator
     from .._array import Array, _Memory as memory, _check_dtype as check_dtype, _hold as hold
     from ..memory import _allocator
-    _Memory, _hold, _check_dtype = memory, hold, check_dtype
-    _get_allocator, _alloc_mod = _allocator.get_allocator, _allocator
+    _Memory, _hold, _check_dtype, _wrap = memory, hold, check_dtype, Array._wrap
+    # (the allocator table is one dict, never rebound)
+    _get_allocator, _allocators = _allocator.get_allocator, _allocator._allocators
     _Array = Array
 
 
 def _new(shape: tuple[int, ...], dtype: DTypeLike, device: DeviceLike,
          generator: Generator | None, dist: str, params: tuple[Any, ...]) -> Array:
-    """``empty(shape, dtype, device)`` filled by :func:`_fill`: the factories' one path.
+    """``empty(shape, dtype, device)`` filled as :func:`_fill` fills: the factories' one path.
 
     ``device=None`` with a generator means the generator's device. The array is made as
     ``Array.__init__`` makes it (same checks, in the same order: device, dtype support), with
-    the placement, stream and device initialisation looked up once for both steps.
+    the placement, stream and device initialisation looked up once for both steps, and the
+    generator checked before anything is allocated. Runs on every factory call, so the common
+    case (a device string seen before, a generator of that device or none, a host-accessible
+    device) is written out here rather than in :func:`_fill`; it must do what :func:`_fill`
+    does (tests/runtime/test_random_fast_path.py pins the bits and the rules).
     """
     if _Array is None:
         _bind_array()
-    if device is None and generator is not None:
-        device = _resolve(device, generator)
+    # the calling thread's current devices and streams, and the devices it initialised
+    devices, streams, inited = _dev_tls.hot
     if type(device) is str:
-        placed = _placed.get(device)
-        if placed is None or _backend._instances.get(placed[0].name) is not placed[0]:
-            placed = _place(device)
-        b, index = placed
+        site = _placed.get(device)
+        if site is None or _instances.get(site.name) is not site.b:
+            site = _place(device)
+    elif device is None and generator is None and _device_mod._current_backend is not None:
+        # _get_device(None): the current accelerator's current device of this thread
+        cur = _device_mod._current_backend
+        site = _site(cur, devices.get(cur.name, 0))
+    elif (device is None and type(generator) is Generator
+            and _instances.get(generator._b.name) is generator._b):
+        # the generator's device (what generator.device names while its backend is the
+        # registered instance of its name; its index was checked when it was made)
+        site = _site(generator._b, generator._index)
     else:
-        b, index = _get_device(device)
-    dt = _check_dtype(dtype, b, index)
+        if device is None and generator is not None:
+            device = _resolve(device, generator)
+        site = _site(*_get_device(device))
+    b, index, key = site.b, site.index, site.key
+    dt = site.dtypes.get(dtype)     # (the factories pass hashable dtype arguments)
+    if dt is None:
+        dt = site.check_dtype(dtype)
+    if generator is None:
+        generator = site.default
+        if generator is None:
+            generator = site.default = _default_for(b, index)
+    elif type(generator) is not Generator or generator._b is not b or generator._index != index:
+        generator = _check_generator(generator, b, index)
     # _lazy_init, get_allocator and _current with one key and no calls on the common path
     # (the device initialised by this thread, its allocator made, a current stream set)
-    key = (b.name, index)
-    _, streams, inited = _dev_tls.hot
     if key not in inited:
         _lazy_init(b, index)
-    n = math.prod(shape)
-    nbytes = n * dt.itemsize
-    alloc = _alloc_mod._allocators.get(key)
+    n = shape[0] if len(shape) == 1 else math.prod(shape)
+    size = dt.itemsize
+    nbytes = n * size
+    alloc = _allocators.get(key)
     if alloc is None:
         alloc = _get_allocator(b, index)
     s = streams.get(key)                # _current's two lookups
@@ -425,8 +497,35 @@ def _new(shape: tuple[int, ...], dtype: DTypeLike, device: DeviceLike,
         s = _current(b, index)
     stream = s._handle
     ptr = alloc.malloc(nbytes, stream) if nbytes else 0
-    out: Array = _Array._wrap(_Memory(ptr, nbytes, alloc), shape, dt, b, index)
-    _fill(out, b, index, stream, n, dist, params, generator)
+    out: Array = _wrap(_Memory(ptr, nbytes, alloc), shape, dt, b, index)
+    # (_STANDARD_UNIFORM: only rand's requests; float16 has no copy from the run)
+    nblocks = (n + 3) >> 2 if size == 4 else (n + 1) >> 1
+    if (params is not _STANDARD_UNIFORM or size == 2 or not n
+            or nblocks > _philox.SMALL_MAX_BLOCKS):
+        _fill(out, b, index, stream, n, dist, params, generator)
+        return out
+    # _fill of a small standard uniform float32/float64 request on fresh allocator memory:
+    # reserve the counters, then queue the copy from the thread's run of blocks
+    with generator._lock:               # Generator._reserve
+        seed_, offset = generator._seed, generator._offset
+        generator._offset = (offset + nblocks) & _M64
+    caps = b.capabilities(index)
+    if caps.device_rng:
+        b.philox_fill(index, ptr, n, dt.name, dist, seed_, offset, params, stream)
+        return out
+    if not caps.host_accessible:
+        _fill_host_copy(out, dist, params, seed_, offset)
+        return out
+    if offset + nblocks <= 1 << 64:
+        work = functools.partial(_philox._copy_uniform, ptr, nbytes, dt.char, seed_, offset,
+                                 nblocks)
+    else:
+        work = functools.partial(_philox.fill_at, ptr, n, dt, dist, seed_, offset, params)
+    try:
+        b.launch_host_func(index, work, stream)
+    except NotImplementedError:
+        b.stream_synchronize(index, stream)
+        work()
     return out
 
 
@@ -483,8 +582,14 @@ def _fill(out: Array, b: Backend, index: int, stream: StreamHandle, n: int, dist
         if keep:
             _hold(b, index, stream, keep)
         return
-    host = np.empty(out._shape, dtype)
-    _philox.fill(host, dist, seed_, offset, params)
+    _fill_host_copy(out, dist, params, seed_, offset)
+
+
+def _fill_host_copy(out: Array, dist: str, params: tuple[Any, ...], seed: int,
+                    offset: int) -> None:
+    """Fill ``out`` (on a device the host cannot address) with numbers made on the host."""
+    host = np.empty(out._shape, out._dtype)
+    _philox.fill(host, dist, seed, offset, params)
     out._upload(host, False)
 
 
@@ -578,8 +683,12 @@ def rand(*size: SizeLike, generator: Generator | None = None, dtype: DTypeLike =
     """
     if kw or len(size) != 1 or type(size[0]) is not int or size[0] < 0:
         size = _size(size, _only_size(kw, "rand"), "rand")
-    return _new(size, _float_dtype(dtype, "rand"), device, generator,  # type: ignore[arg-type]
-                "uniform", _STANDARD)
+    try:
+        dt = _float_dtype_cache[dtype]          # _float_dtype's cache, without the call
+    except (KeyError, TypeError):
+        dt = _float_dtype(dtype, "rand")
+    return _new(size, dt, device, generator, "uniform",  # type: ignore[arg-type]
+                _STANDARD_UNIFORM)
 
 
 def randn(*size: SizeLike, generator: Generator | None = None, dtype: DTypeLike = "float32",

@@ -114,6 +114,7 @@ def _const(value: Any, dtype: Any) -> np.ndarray:
 _C8 = _const(8, np.uint32)
 _C11 = _const(11, np.uint64)
 _C32 = _const(32, np.uint64)
+_CMUL0 = _const(PHILOX_M0, np.uint64)
 _CMUL1 = _const(PHILOX_M1, np.uint64)
 _CF32_SCALE = _const(2.0 ** -24, np.float32)
 _CF64_SCALE = _const(2.0 ** -53, np.float64)
@@ -122,6 +123,10 @@ _CF64_SCALE = _const(2.0 ** -53, np.float64)
 #: chunk's output stay in a core's L2 cache, and numpy's per-call overhead (about 1 us, some
 #: 50 calls per chunk) stays small. Measured best between 24K and 48K blocks.
 CHUNK = 32768
+#: Chunks of fewer blocks run the rounds lane by lane (:func:`_lanes`): below it numpy's
+#: set-up of the two-lane calls costs more than a second call (measured 1.5-2x faster at
+#: 2048 and 4096 blocks, the same from 8192 on).
+LANES_BELOW = 8192
 #: Requests of at least this many blocks are split across a few host threads.
 PARALLEL_MIN_BLOCKS = 2 * CHUNK
 
@@ -254,7 +259,7 @@ _MV = np.array([[PHILOX_M0], [PHILOX_M1]], np.uint64)
 class _Plan:
     """The per-seed constants of the chunk pipeline (see :func:`_core`)."""
 
-    __slots__ = ("k0_1", "kv", "r1_xor", "r2_xor")
+    __slots__ = ("k0_1", "kv", "kv_lanes", "r1_xor", "r2_xor")
 
     def __init__(self, seed: int) -> None:
         k0, k1 = seed & _M32, (seed >> 32) & _M32
@@ -267,6 +272,9 @@ class _Plan:
                             np.uint64) for r in range(2, ROUNDS, 2)]
         for kv in self.kv:
             kv.flags.writeable = False  # plans are cached and shared between threads
+        #: the same per lane, as 0-d constants (for chunks below :data:`LANES_BELOW`)
+        self.kv_lanes = [(_const(int(kv[0, 0]), np.uint64), _const(int(kv[1, 0]), np.uint64))
+                         for kv in self.kv]
 
 
 @functools.lru_cache(maxsize=16)
@@ -348,6 +356,9 @@ def _core(block0: int, n: int, plan: _Plan, s: _Scratch) -> tuple[np.ndarray, np
     # rounds 3 to 9 and the products of round 10
     p = a[::-1]
     last = len(plan.kv) - 1
+    if n < LANES_BELOW:
+        _lanes(x, a, plan)
+        return x, p
     for i, kv in enumerate(plan.kv):
         _rs(x, _C32, a)
         _mul(a, _MV, a)
@@ -361,6 +372,32 @@ def _core(block0: int, n: int, plan: _Plan, s: _Scratch) -> tuple[np.ndarray, np
         _ls(x, _C32, x)
         _xor(x, p, x)                # even round: its key is already in the low halves
     return x, p
+
+
+def _lanes(x: np.ndarray, a: np.ndarray, plan: _Plan) -> None:
+    """:func:`_core`'s rounds 3 to 9 and round 10's products, with the passes that mix the
+    lanes (the multiplier and key columns, the swapped products) made per lane: the same
+    arithmetic, for short chunks, where numpy sets up a broadcast or a reversed operand
+    several times slower than two plain 1-D calls."""
+    x0, x1, a0, a1 = x[0], x[1], a[0], a[1]
+    last = len(plan.kv_lanes) - 1
+    for i, (k0, k1) in enumerate(plan.kv_lanes):
+        _rs(x, _C32, a)
+        _mul(a0, _CMUL0, a0)
+        _mul(a1, _CMUL1, a1)
+        _ls(x, _C32, x)
+        _xor(x0, k0, x0)
+        _xor(x1, k1, x1)
+        _xor(x0, a1, x0)             # odd round: keys of this round and the next
+        _xor(x1, a0, x1)
+        _rs(x, _C32, a)
+        _mul(a0, _CMUL0, a0)
+        _mul(a1, _CMUL1, a1)
+        if i == last:
+            break
+        _ls(x, _C32, x)
+        _xor(x0, a1, x0)             # even round: its key is already in the low halves
+        _xor(x1, a0, x1)
 
 
 def _finish(x: np.ndarray, p: np.ndarray, dst: np.ndarray) -> None:
@@ -789,6 +826,37 @@ def fill(out: np.ndarray, dist: str, seed: int, offset: int,
     for fut in futures:
         fut.result()
     return nblocks
+
+
+def _copy_uniform(ptr: int, nbytes: int, char: str, seed: int, offset: int,
+                  nblocks: int) -> None:
+    """:func:`fill_at` of a small standard uniform float32 (``char`` ``"f"``) or float64
+    (``"d"``) request with the caller's checks done: ``nbytes`` bytes of the numbers of blocks
+    ``offset .. offset + nblocks - 1`` (at most :data:`SMALL_MAX_BLOCKS`, below ``2**64``)
+    copied to ``ptr`` from this thread's run of blocks. Every block holds 16 bytes of numbers
+    in either dtype (four float32 or two float64).
+
+    Example::
+
+        >>> import numpy as np
+        >>> from accelrt.random._philox import _copy_uniform, fill
+        >>> a, b = np.empty(10, np.float32), np.empty(10, np.float32)
+        >>> _copy_uniform(a.ctypes.data, a.nbytes, "f", 5, 0, 3)
+        >>> fill(b, "uniform", 5, 0, (0.0, 1.0))
+        3
+        >>> a.tobytes() == b.tobytes()
+        True
+    """
+    r: _Run | None = getattr(_tls, "run", None)
+    if r is not None and r.seed == seed and r.start <= offset <= r.start + r.n - nblocks:
+        i = offset - r.start                # _small_run's test, inlined: the common case
+    else:
+        r, i = _small_run(seed, offset, nblocks)
+    addr = r.addr.get(char)
+    if addr is None:
+        r.standard_uniform(np.dtype(char))
+        addr = r.addr[char]
+    ctypes.memmove(ptr, addr + 16 * i, nbytes)
 
 
 #: Elements per block of the standard uniform requests :func:`fill_at` copies straight from
