@@ -125,6 +125,8 @@ class ExpandableSegment:
             else:
                 n = end - begin
                 pieces = [n - 1, 1] if (ptr + size - base) % page and n > 1 else [n]
+        starts = self.starts
+        lengths = self.lengths
         p = begin
         for step in pieces:
             if not vm_map(index, base + p * page, step * page):
@@ -137,8 +139,8 @@ class ExpandableSegment:
                     q += n
                 flags[begin:p] = bytes(p - begin)
                 return 0
-            insort(self.starts, p)
-            self.lengths[p] = step
+            insort(starts, p)
+            lengths[p] = step
             p += step
         flags[begin:end] = b"\x01" * (end - begin)
         return (end - begin) * page
@@ -490,13 +492,17 @@ class ExpandableSegments:
             best_key = (0, 0, 0)
             for addr in pool.unmapped.get(stream, ()):
                 c = blocks[addr]
-                if _allocatable(c.prev):
-                    c = c.prev  # type: ignore[assignment]
+                # (_allocatable, inlined: the run's free mapped head, then the run)
+                b = c.prev
+                if (b is not None and not b.allocated and b.event_count == 0
+                        and not b.stream_uses):
+                    c = b
                 run = 0
-                b: Block | None = c
-                while _allocatable(b):
-                    run += b.size  # type: ignore[union-attr]
-                    b = b.next  # type: ignore[union-attr]
+                b = c
+                while (b is not None and not b.allocated and b.event_count == 0
+                       and not b.stream_uses):
+                    run += b.size
+                    b = b.next
                 if run < size:
                     continue
                 key = (-min(c.size, size) if c.mapped else 0, run, c.addr)
@@ -530,25 +536,38 @@ class ExpandableSegments:
         mapped = es.map(blk.addr, size, pieces)
         if mapped == 0:
             return None
-        unmapped_remove(blk)
+        # unmapped_remove(blk), and unmapped_add of the unmapped rest (cut off when the
+        # mapping is shorter than blk): the rest's address takes blk's place in the list
+        addr = blk.addr
+        pool = blk.pool
+        ul = pool.unmapped[blk.stream]
+        k = bisect_left(ul, addr)
         blk.mapped = True
         if mapped < blk.size:
-            unmapped_add(alloc._cut_block(blk, mapped, False))
-        addr = blk.addr
+            ul[k] = alloc._cut_block(blk, mapped, False).addr
+        else:
+            del ul[k]
         b, _, _ = alloc._merge(blk)
-        alloc._insert_free(b)
-        alloc._total_reserved += mapped
-        if alloc._total_reserved > self.vm_high:
-            self.vm_high = alloc._total_reserved
+        # _insert_free(b)
+        fl_add(pool.free, b.stream, (b.size << KEY_SHIFT) | b.addr)
+        b.gc_base = pool.gc_calls
+        total = alloc._total_reserved + mapped
+        alloc._total_reserved = total
+        if total > self.vm_high:
+            self.vm_high = total
             # (in pages of the policy: the device's granularity)
-            self.split_pages = max(1, self.vm_high // (self._granularity or es.page)
-                                   // MAP_FRACTION)
-        pool = b.pool
+            self.split_pages = max(1, total // (self._granularity or es.page) // MAP_FRACTION)
         if pool.owner is not None:
             pool.owner.reserved += mapped
         st = alloc._stats
-        st.reserved_bytes[0].increase(mapped)
-        st.reserved_bytes[pool.type_index].increase(mapped)
+        # Stat.increase(mapped) of reserved_bytes' all and pool rows, inlined
+        for row in (0, pool.type_index):
+            stat = st.reserved_bytes[row]
+            cur = stat.current + mapped
+            stat.current = cur
+            if cur > stat.peak:
+                stat.peak = cur
+            stat.allocated += mapped
         st.num_device_alloc += 1
         if es.frames is None:
             es.frames = frames
@@ -616,8 +635,11 @@ class ExpandableSegments:
         if pool.owner is not None:
             pool.owner.reserved -= nbytes
         st = alloc._stats
-        st.reserved_bytes[0].decrease(nbytes)
-        st.reserved_bytes[pool.type_index].decrease(nbytes)
+        # Stat.decrease(nbytes) of reserved_bytes' all and pool rows, inlined
+        for row in (0, pool.type_index):
+            stat = st.reserved_bytes[row]
+            stat.current -= nbytes
+            stat.freed += nbytes
         st.num_device_free += 1
         h = alloc._history
         if h is not None:
