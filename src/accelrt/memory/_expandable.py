@@ -23,7 +23,6 @@ from ._block import (
     K_MIN_BLOCK,
     K_SMALL_BUFFER,
     KEY_SHIFT,
-    SMALL_MAX,
     Block,
     BlockPool,
     bisect_left,
