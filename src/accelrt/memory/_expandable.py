@@ -23,6 +23,7 @@ from ._block import (
     K_MIN_BLOCK,
     K_SMALL_BUFFER,
     KEY_SHIFT,
+    SMALL_MAX,
     Block,
     BlockPool,
     bisect_left,
@@ -368,12 +369,16 @@ class ExpandableSegments:
                 rest.gc_base = pool.gc_calls
             # the block's key out of the free list, the remainder's in (insort): the new key
             # is below the old one, so where nothing lies between them it takes its place
-            j = bisect_left(fl, key, 0, i)
-            if j == i:
-                fl[i] = key
-            else:
+            if len(fl) <= SMALL_MAX:
+                j = bisect_left(fl, key, 0, i)
+                if j == i:
+                    fl[i] = key
+                else:
+                    del fl[i]
+                    fl.insert(j, key)
+            else:    # (only where a test lowers SMALL_MAX: a plain list holds at most that)
                 del fl[i]
-                fl.insert(j, key)
+                fl_add(pool.free, stream, key)
         else:
             del fl[i]
         blk.allocated = True
