@@ -790,15 +790,13 @@ class DeviceCachingAllocator:
             c.requested_bytes -= blk.requested
             stream = blk.stream
             prev = blk.prev
+            nx = blk.next
             fl = pool.free.get(stream)
             if fl is None:
                 fl = pool.free[stream] = []
             plain = type(fl) is list
             b = blk
             merged = 0
-            # a plain list: where the key of the last neighbour merged sits, left there for
-            # the merged block's key (larger than it) to take its place below
-            hole = -1
             if prev is not None or nx is not None:   # (an unsplit segment: nothing to merge)
                 # _merge (blk is mapped: only free mapped neighbours merge)
                 merged_bytes = 0
@@ -806,7 +804,8 @@ class DeviceCachingAllocator:
                         and not prev.stream_uses and prev.mapped):
                     psize = prev.size
                     if plain:
-                        hole = bisect_left(fl, (psize << 64) | prev.addr)  # type: ignore[arg-type]
+                        i = bisect_left(fl, (psize << 64) | prev.addr)  # type: ignore[arg-type]
+                        del fl[i]  # type: ignore[union-attr]
                     else:
                         fl.remove((psize << 64) | prev.addr)
                     merged = 1
@@ -824,9 +823,8 @@ class DeviceCachingAllocator:
                         and not nx.stream_uses and nx.mapped):
                     nsize = nx.size
                     if plain:
-                        if hole >= 0:
-                            del fl[hole]  # type: ignore[union-attr]
-                        hole = bisect_left(fl, (nsize << 64) | nx.addr)  # type: ignore[arg-type]
+                        i = bisect_left(fl, (nsize << 64) | nx.addr)  # type: ignore[arg-type]
+                        del fl[i]  # type: ignore[union-attr]
                     else:
                         fl.remove((nsize << 64) | nx.addr)
                     merged += 1
@@ -880,17 +878,7 @@ class DeviceCachingAllocator:
                         fl.split(j)  # type: ignore[union-attr]
                 else:
                     fl.add(key)  # type: ignore[union-attr]
-            elif hole >= 0:
-                # the merged key replaces the neighbour's at ``hole`` (insort, without the
-                # deletion and insertion where no key lies between them)
-                key = (b.size << 64) | b.addr
-                i = hole + 1
-                if i == len(fl) or fl[i] > key:  # type: ignore[index]
-                    fl[hole] = key  # type: ignore[index]
-                else:
-                    del fl[hole]  # type: ignore[union-attr]
-                    insort(fl, key, hole)  # type: ignore[arg-type]
-            elif len(fl) < SMALL_MAX:
+            elif merged or len(fl) < SMALL_MAX:   # (a merge took a key out: it cannot grow)
                 insort(fl, (b.size << 64) | b.addr)  # type: ignore[arg-type]
             else:
                 fl_add(pool.free, stream, (b.size << 64) | b.addr)
