@@ -125,6 +125,8 @@ class ExpandableSegment:
             else:
                 n = end - begin
                 pieces = [n - 1, 1] if (ptr + size - base) % page and n > 1 else [n]
+        starts = self.starts
+        lengths = self.lengths
         p = begin
         for step in pieces:
             if not vm_map(index, base + p * page, step * page):
@@ -137,8 +139,8 @@ class ExpandableSegment:
                     q += n
                 flags[begin:p] = bytes(p - begin)
                 return 0
-            insort(self.starts, p)
-            self.lengths[p] = step
+            insort(starts, p)
+            lengths[p] = step
             p += step
         flags[begin:end] = b"\x01" * (end - begin)
         return (end - begin) * page
@@ -270,9 +272,9 @@ class ExpandableSegments:
         """The low-fragmentation policy's fast path of ``malloc`` (``_lock`` held and nothing
         special in force: ``DeviceCachingAllocator._fast_reuse``): the address of a cached
         block now holding ``size`` bytes, or 0 (nothing changed) when the general path must
-        run. Hand-inlined from ``_malloc_locked`` -> ``_get_free_block`` -> ``_cut_block`` for
-        that case, which it must match: tests/memory/test_allocator_fast_paths.py runs both on
-        the same sequences and compares the state."""
+        run. Hand-inlined from ``_malloc_locked`` -> ``_get_free_block`` -> ``split_for`` ->
+        ``_cut_block`` for that case, which it must match: tests/memory/test_allocator_fast_paths.py
+        runs both on the same sequences and compares the state."""
         alloc = self._alloc
         if alloc._gc_pending:
             return 0
@@ -286,9 +288,9 @@ class ExpandableSegments:
         if i == n:
             return 0
         blocks = alloc._blocks
-        key = fl[i]
-        blk = blocks[key & ADDR_MASK]
-        if blk.exp is None:
+        blk = blocks[fl[i] & ADDR_MASK]
+        es: ExpandableSegment | None = blk.exp
+        if es is None:
             return 0
         # _get_free_block's expandable best fit: of the fits in size order, the first whose
         # size including the unmapped range after it is not above the next one's (only a
@@ -297,47 +299,55 @@ class ExpandableSegments:
         if nx is not None and not nx.mapped:
             esize = blk.size + nx.size
             j = i + 1
-        else:
-            esize = 0
-            j = n
-        while j < n:
-            k = fl[j]
-            nb = blocks[k & ADDR_MASK]
-            nx = nb.next
-            nsize = nb.size + (nx.size if nx is not None and not nx.mapped else 0)
-            if nsize >= esize:
-                break
-            if nb.exp is None:
-                return 0
-            blk = nb
-            esize = nsize
-            i = j
-            j += 1
+            while j < n:
+                nb = blocks[fl[j] & ADDR_MASK]
+                nx = nb.next
+                nsize = nb.size + (nx.size if nx is not None and not nx.mapped else 0)
+                if nsize >= esize:
+                    break
+                es = nb.exp
+                if es is None:
+                    return 0
+                blk = nb
+                esize = nsize
+                i = j
+                j += 1
+            nx = blk.next
         bsize = blk.size
         remaining = bsize - rounded
-        nx = blk.next
-        prev = blk.prev
+        addr = blk.addr
         # rule 7 (_malloc_locked): against a live next block (only), take the tail
+        prev = blk.prev
         tail = (remaining >= 512 and nx is not None and nx.allocated
                 and not (prev is not None and prev.allocated))
-        es: ExpandableSegment = blk.exp
-        if bsize > self.split_pages * es.page and self._stranding(
-                blk, blk.addr + remaining if tail else blk.addr, rounded):
-            return 0                     # a mapping to split first: split_for
-        del fl[i]
+        cap = self.split_pages
+        page = es.page
+        if bsize > cap * page:
+            # split_for: a mapping to split first when the block would fill one longer than
+            # ``cap`` pages partly (only a mapping holding the first or the last byte can be
+            # one; _stranding decides)
+            ptr = addr + remaining if tail else addr
+            starts = es.starts
+            lengths = es.lengths
+            base = es.base
+            if ((lengths[starts[bisect_right(starts, (ptr - base) // page) - 1]] > cap
+                 or lengths[starts[bisect_right(starts, (ptr + rounded - 1 - base) // page)
+                                   - 1]] > cap)
+                    and self._stranding(blk, ptr, rounded)):
+                return 0                 # a mapping to split first: split_for
         if remaining >= 512:
             # _cut_block: blk keeps its first ``first`` bytes, ``rest`` the others
             first = remaining if tail else rounded
-            raddr = blk.addr + first
+            raddr = addr + first
             spares = alloc._spares
             if spares:
+                # (a spare is a mapped block: _merge keeps only those)
                 rest = spares.pop()
                 rest.addr = raddr
-                rest.size = bsize - first
+                rest.size = remaining if not tail else rounded
                 rest.stream = stream
                 rest.pool = pool
                 rest.exp = es
-                rest.mapped = True
                 rest.requested = 0
                 rest.frames = None
             else:
@@ -350,16 +360,27 @@ class ExpandableSegments:
             blk.size = first
             blocks[raddr] = rest
             if tail:             # the free head stays cached, the tail is allocated
-                key = (remaining << 64) | blk.addr
+                key = (remaining << 64) | addr
                 blk.gc_base = pool.gc_calls
                 blk = rest
+                addr = raddr
             else:
                 key = (remaining << 64) | raddr
                 rest.gc_base = pool.gc_calls
-            if len(fl) < SMALL_MAX:
-                insort(fl, key)
-            else:
+            # the block's key out of the free list, the remainder's in (insort): the new key
+            # is below the old one, so where nothing lies between them it takes its place
+            if len(fl) <= SMALL_MAX:
+                j = bisect_left(fl, key, 0, i)
+                if j == i:
+                    fl[i] = key
+                else:
+                    del fl[i]
+                    fl.insert(j, key)
+            else:    # (only where a test lowers SMALL_MAX: a plain list holds at most that)
+                del fl[i]
                 fl_add(pool.free, stream, key)
+        else:
+            del fl[i]
         blk.allocated = True
         blk.requested = size
         bsize = blk.size
@@ -371,7 +392,7 @@ class ExpandableSegments:
         c.allocated_bytes_sum += bsize
         c.requested_bytes_sum += size
         c.grew = True
-        return blk.addr
+        return addr
 
     def _stranding(self, blk: Block, ptr: int, size: int) -> list[int]:
         """The page indices (in ``blk.exp``) of the mappings longer than :attr:`split_pages`
@@ -475,13 +496,17 @@ class ExpandableSegments:
             best_key = (0, 0, 0)
             for addr in pool.unmapped.get(stream, ()):
                 c = blocks[addr]
-                if _allocatable(c.prev):
-                    c = c.prev  # type: ignore[assignment]
+                # (_allocatable, inlined: the run's free mapped head, then the run)
+                b = c.prev
+                if (b is not None and not b.allocated and b.event_count == 0
+                        and not b.stream_uses):
+                    c = b
                 run = 0
-                b: Block | None = c
-                while _allocatable(b):
-                    run += b.size  # type: ignore[union-attr]
-                    b = b.next  # type: ignore[union-attr]
+                b = c
+                while (b is not None and not b.allocated and b.event_count == 0
+                       and not b.stream_uses):
+                    run += b.size
+                    b = b.next
                 if run < size:
                     continue
                 key = (-min(c.size, size) if c.mapped else 0, run, c.addr)
@@ -515,25 +540,38 @@ class ExpandableSegments:
         mapped = es.map(blk.addr, size, pieces)
         if mapped == 0:
             return None
-        unmapped_remove(blk)
+        # unmapped_remove(blk), and unmapped_add of the unmapped rest (cut off when the
+        # mapping is shorter than blk): the rest's address takes blk's place in the list
+        addr = blk.addr
+        pool = blk.pool
+        ul = pool.unmapped[blk.stream]
+        k = bisect_left(ul, addr)
         blk.mapped = True
         if mapped < blk.size:
-            unmapped_add(alloc._cut_block(blk, mapped, False))
-        addr = blk.addr
+            ul[k] = alloc._cut_block(blk, mapped, False).addr
+        else:
+            del ul[k]
         b, _, _ = alloc._merge(blk)
-        alloc._insert_free(b)
-        alloc._total_reserved += mapped
-        if alloc._total_reserved > self.vm_high:
-            self.vm_high = alloc._total_reserved
+        # _insert_free(b)
+        fl_add(pool.free, b.stream, (b.size << KEY_SHIFT) | b.addr)
+        b.gc_base = pool.gc_calls
+        total = alloc._total_reserved + mapped
+        alloc._total_reserved = total
+        if total > self.vm_high:
+            self.vm_high = total
             # (in pages of the policy: the device's granularity)
-            self.split_pages = max(1, self.vm_high // (self._granularity or es.page)
-                                   // MAP_FRACTION)
-        pool = b.pool
+            self.split_pages = max(1, total // (self._granularity or es.page) // MAP_FRACTION)
         if pool.owner is not None:
             pool.owner.reserved += mapped
         st = alloc._stats
-        st.reserved_bytes[0].increase(mapped)
-        st.reserved_bytes[pool.type_index].increase(mapped)
+        # Stat.increase(mapped) of reserved_bytes' all and pool rows, inlined
+        for row in (0, pool.type_index):
+            stat = st.reserved_bytes[row]
+            cur = stat.current + mapped
+            stat.current = cur
+            if cur > stat.peak:
+                stat.peak = cur
+            stat.allocated += mapped
         st.num_device_alloc += 1
         if es.frames is None:
             es.frames = frames
@@ -601,8 +639,11 @@ class ExpandableSegments:
         if pool.owner is not None:
             pool.owner.reserved -= nbytes
         st = alloc._stats
-        st.reserved_bytes[0].decrease(nbytes)
-        st.reserved_bytes[pool.type_index].decrease(nbytes)
+        # Stat.decrease(nbytes) of reserved_bytes' all and pool rows, inlined
+        for row in (0, pool.type_index):
+            stat = st.reserved_bytes[row]
+            stat.current -= nbytes
+            stat.freed += nbytes
         st.num_device_free += 1
         h = alloc._history
         if h is not None:
