@@ -25,8 +25,8 @@ return the address accelrt's allocator returns on a :class:`~accelrt.memory._sim
 SimulatedBackend`, and the peak reserved bytes and segment mallocs must equal what
 :func:`accelrt.memory._replay.replay_ops` reports for the default policy; a random workload
 on three streams (frees in random order, sizes from 1 B to 44 MiB, a third of them at the
-sizes where the rules change), each of those sizes on an empty stream (a new segment) and
-bench_allocator.py's synthetic convnet are checked the same way.
+sizes where the rules change), each of those sizes on an empty stream (a new segment), 6,000
+mallocs in a row and bench_allocator.py's synthetic convnet are checked the same way.
 A mismatch stops the script.
 
 Three data-structure choices are timed (each a class below):
@@ -1282,6 +1282,16 @@ def edge_ops() -> list[Op]:
     return ops
 
 
+def malloc_run_ops(count: int = 6000, seed: int = 1) -> list[Op]:
+    """``count`` mallocs of 1 B .. 4 MiB in a row, then their frees in random order: a log
+    that outgrows :class:`LogStatsFloorAllocator`'s scratch before any free folds it."""
+    rng = random.Random(seed)
+    ops: list[Op] = [(True, h, int(2 ** rng.uniform(0, 22)), 0) for h in range(count)]
+    order = list(range(count))
+    rng.shuffle(order)
+    return ops + [(False, h, 0, 0) for h in order]
+
+
 STATS: dict[str, Callable[[], Any]] = {"floor+lock+stats": StatsFloorAllocator,
                                        "floor+lock+stats2": LogStatsFloorAllocator}
 
@@ -1381,13 +1391,14 @@ def main() -> None:
         raise SystemExit(f"no trace_*.json* files in {', '.join(folders)}")
     check("edge sizes", edge_ops())
     check("random 3-stream workload", random_ops(30000))
+    check("6,000 mallocs in a row", malloc_run_ops())
     check("synthetic convnet b1-32", convnet_inference_ops(batches=60, seed=0))
     for name, ops in traces:
         check(name, ops)
     print(f"checked: {', '.join(FLOORS)} return accelrt's address for every malloc and its peak "
           f"reserved bytes and segment mallocs, {' and '.join(STATS)} also its stats() (every "
           f"97 and every 9,973 operations), on {len(traces)} traces, the edge sizes, a "
-          f"random 3-stream workload and the synthetic convnet ({sys.implementation.name} {sys.version.split()[0]})")
+          f"random 3-stream workload, a run of 6,000 mallocs and the synthetic convnet ({sys.implementation.name} {sys.version.split()[0]})")
     print()
     columns: dict[str, Callable[[], Any]] = {**FLOORS, "accelrt": _accelrt, "loop": LoopOnly}
     print(f"## Default-policy replay, calls per operation (median of {args.repeat} alternating "
