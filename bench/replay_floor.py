@@ -85,23 +85,24 @@ moves by 1-3 calls between runs), in calls per operation over the six traces:
 So a pure-Python allocator with PyTorch's default policy *can* replay these traces under 30
 calls per operation, and still can with the lock, but not by much: the policy's own work
 (lookup, split, merge, keeping the sorted lists) takes 15-18 calls above the loop, the lock 3-4
-more, which leaves 3-7 calls per operation for statistics (3-4 on resnet50_train); keeping
-PyTorch's statistics exactly costs 11-14 more inline, 7-13 with the log: the log is cheaper by
-0-5 calls (most on the long traces), and no design tried keeps them in the 3-7 calls left.
+more, which leaves 3-8 calls per operation for statistics (3-4 on resnet50_train); keeping
+PyTorch's statistics exactly costs 10-15 more inline, 8-14 with the log: the log is cheaper by
+-1 to 5 calls (most on the long traces), and no design tried keeps them in the 3-8 calls left.
 Where the log's calls go: 3-5 on the hot path (the append about 1, the entry's flags and the
-whole-segment checks 1-3, ``memory_allocated()``'s counter 0-3, within the noise); the fold 3-4
-calls per entry (a third to a half of it turning the list's ints, long out of the cache, into
-an array; then decoding, ``cumsum`` of 10 series, sums) and about 1,400 calls per fold, which a
-short trace's final fold pays whole. Also measured, not kept: the pool's three cumulative
-counters packed into one int (64-bit fields, one ``+=`` per operation, unpacked at each settle)
-is 1-3 calls *slower* than separate counters (packing costs three big-int operations per
-malloc); the log handed through the lock's queue as its token (no attribute load) saves 0.5-1;
-folding every 1,024, 2,048, 8,192 or 16,384 entries instead of 4,096 is no faster (1,024: 1-3
-slower). Tricks that skip work on some operations cannot lower the floor much: a malloc takes
-back the very block that the operation before it freed in 0-13% of the mallocs on these traces
-(``immediate reuse``). Also tried for ``floor`` and no faster, within the noise: the blocks
-kept in a second list parallel to the sorted keys (no dict lookup after the search), and no
-reuse of merged-away block objects.
+whole-segment checks 1-3, ``memory_allocated()``'s counter up to 2); the fold 3-4 calls per
+entry (a third to a half of it turning the list's ints, long out of the cache, into an array;
+then decoding, ``cumsum`` of 10 series, sums) and about 1,400 calls per fold, which a short
+trace's final fold pays whole. Also measured, not kept: the pool's three cumulative counters
+packed into one int (64-bit fields, one ``+=`` per operation, unpacked at each settle) is 0-3
+calls *slower* than separate counters (packing costs three big-int operations per malloc); the
+log handed through the lock's queue as its token (no attribute load), and no
+``memory_allocated()`` counter, are within the noise (-2 to +2 calls); folding every 1,024,
+2,048, 8,192 or 16,384 entries instead of 4,096 is no faster (1,024: 1-3 slower). Tricks that
+skip work on some operations cannot lower the floor much: a malloc takes back the very block
+that the operation before it freed in 0-13% of the mallocs on these traces (``immediate
+reuse``). Also tried for ``floor`` and no faster, within the noise: the blocks kept in a second
+list parallel to the sorted keys (no dict lookup after the search), and no reuse of merged-away
+block objects.
 
 Usage::
 
