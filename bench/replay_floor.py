@@ -97,11 +97,15 @@ packed into one int (64-bit fields, one ``+=`` per operation, unpacked at each s
 calls *slower* than separate counters (packing costs three big-int operations per malloc); the
 log handed through the lock's queue as its token (no attribute load), and no
 ``memory_allocated()`` counter, are within the noise (-2 to +2 calls); folding every 1,024,
-2,048, 8,192 or 16,384 entries instead of 4,096 is no faster (1,024: 1-3 slower). Tricks that
-skip work on some operations cannot lower the floor much: a malloc takes back the very block
-that the operation before it freed in 0-13% of the mallocs on these traces (``immediate
-reuse``). Also tried for ``floor`` and no faster, within the noise: the blocks kept in a second
-list parallel to the sorted keys (no dict lookup after the search), and no reuse of merged-away
+2,048, 8,192 or 16,384 entries instead of 4,096 is no faster (1,024: 1-3 slower). Inline again,
+with the inactive split counters derived instead of kept (blocks: +-1 in the branches that
+split or merge; bytes: reserved - allocated - whole free segments) and both groups of peaks
+settled where the direction turns (malloc to free, free to malloc: 26-41% of the operations
+here) is 0-9 calls *slower* than the inline column: each turn costs a settle. Tricks that skip
+work on some operations cannot lower the floor much: a malloc takes back the very block that
+the operation before it freed in 0-13% of the mallocs on these traces (``immediate reuse``).
+Also tried for ``floor`` and no faster, within the noise: the blocks kept in a second list
+parallel to the sorted keys (no dict lookup after the search), and no reuse of merged-away
 block objects.
 
 Usage::
