@@ -73,29 +73,30 @@ what they defer is paid inside the timed region. ``immediate reuse`` is the shar
 that take back the block the operation before freed.
 
 What it shows (2-core shared machine, CPython 3.11.7, ``--repeat 5``, three runs; a column
-moves by 1-3 calls between runs), in calls per operation over the six traces:
+moves by 1-5 calls between runs, with the machine's load), in calls per operation over the six
+traces:
 
-- ``loop``: 3.4 - 5.2
-- ``floor``: 18.8 - 23.3 (``blocks``: 21.6 - 26.2, ``dicts``: 27.4 - 34.6)
-- ``floor+lock``: 21.4 - 27.1
-- ``floor+lock+stats``: 32.6 - 40.7
-- ``floor+lock+stats2``: 30.7 - 40.2
-- ``accelrt``: 42.7 - 55.6
+- ``loop``: 3.5 - 5.2
+- ``floor``: 19.2 - 25.5 (``blocks``: 21.6 - 26.8, ``dicts``: 27.4 - 34.6)
+- ``floor+lock``: 22.7 - 31.4
+- ``floor+lock+stats``: 32.6 - 43.6
+- ``floor+lock+stats2``: 30.7 - 40.5
+- ``accelrt``: 42.7 - 60.4
 
 So a pure-Python allocator with PyTorch's default policy *can* replay these traces under 30
 calls per operation, and still can with the lock, but not by much: the policy's own work
 (lookup, split, merge, keeping the sorted lists) takes 15-18 calls above the loop, the lock 3-4
 more, which leaves 3-8 calls per operation for statistics (3-4 on resnet50_train); keeping
-PyTorch's statistics exactly costs 10-15 more inline, 8-14 with the log: the log is cheaper by
--1 to 5 calls (most on the long traces), and no design tried keeps them in the 3-8 calls left.
-Where the log's calls go: 3-5 on the hot path (the append about 1, the entry's flags and the
-whole-segment checks 1-3, ``memory_allocated()``'s counter up to 2); the fold 3-4 calls per
-entry (a third to a half of it turning the list's ints, long out of the cache, into an array;
-then decoding, ``cumsum`` of 10 series, sums) and about 1,400 calls per fold, which a short
-trace's final fold pays whole. Also measured, not kept: the pool's three cumulative counters
-packed into one int (64-bit fields, one ``+=`` per operation, unpacked at each settle) is 0-3
-calls *slower* than separate counters (packing costs three big-int operations per malloc); the
-log handed through the lock's queue as its token (no attribute load), and no
+PyTorch's statistics exactly costs 10-15 more inline, 8-13 with the log (the same run): the log
+is cheaper by 0-5 calls (most on the long traces), and no design tried keeps them in the 3-8
+calls left. Where the log's calls go: 3-5 on the hot path (the append about 1, the entry's
+flags and the whole-segment checks 1-3, ``memory_allocated()``'s counter up to 2); the fold 3-4
+calls per entry (a third to a half of it turning the list's ints, long out of the cache, into
+an array; then decoding, ``cumsum`` of 10 series, sums) and about 1,400 calls per fold, which a
+short trace's final fold pays whole. Also measured, not kept: the pool's three cumulative
+counters packed into one int (64-bit fields, one ``+=`` per operation, unpacked at each settle)
+is 0-3 calls *slower* than separate counters (packing costs three big-int operations per
+malloc); the log handed through the lock's queue as its token (no attribute load), and no
 ``memory_allocated()`` counter, are within the noise (-2 to +2 calls); folding every 1,024,
 2,048, 8,192 or 16,384 entries instead of 4,096 is no faster (1,024: 1-3 slower). Inline again,
 with the inactive split counters derived instead of kept (blocks: +-1 in the branches that
