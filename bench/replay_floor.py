@@ -25,8 +25,8 @@ return the address accelrt's allocator returns on a :class:`~accelrt.memory._sim
 SimulatedBackend`, and the peak reserved bytes and segment mallocs must equal what
 :func:`accelrt.memory._replay.replay_ops` reports for the default policy; a random workload
 on three streams (frees in random order, sizes from 1 B to 44 MiB, a third of them at the
-sizes where the rules change), each of those sizes on an empty stream (a new segment) and
-bench_allocator.py's synthetic convnet are checked the same way.
+sizes where the rules change), each of those sizes on an empty stream (a new segment), 6,000
+mallocs in a row and bench_allocator.py's synthetic convnet are checked the same way.
 A mismatch stops the script.
 
 Three data-structure choices are timed (each a class below):
@@ -46,7 +46,7 @@ Three data-structure choices are timed (each a class below):
     end -> start), allocated blocks in a dict of (size, free list), segment starts in a set,
     the same sorted key lists.
 
-Two more columns add to ``floor`` what accelrt must do beyond choosing blocks on these
+Three more columns add to ``floor`` what accelrt must do beyond choosing blocks on these
 traces:
 
 ``floor+lock``
@@ -55,34 +55,59 @@ traces:
 ``floor+lock+stats``
     :class:`StatsFloorAllocator`: that, and PyTorch's statistics kept exactly: its
     ``stats()`` must equal accelrt's (all 123 keys) every 97 operations of every checked
-    workload.
+    workload (and every 9,973, as for the next column).
+``floor+lock+stats2``
+    :class:`LogStatsFloorAllocator`: the same statistics, checked the same way, kept by a
+    log: each operation appends one int to a list, folded with numpy (decode, ``cumsum``,
+    ``max``) every 4,096 entries and when asked; only ``memory_allocated()``'s counter is kept
+    at each operation.
 
 and two references: ``accelrt`` (the default policy of accelrt's allocator, with its
 statistics, lock and fast paths) and ``loop`` (the replay loop alone: ``malloc`` bumps a
 counter and returns it, ``free`` bumps another), the share of every column that is the
 harness's own. The replay loop, the calls unit and its calibration are bench_allocator.py's
 (``_replay_timed``, ``alternate``: every variant run alternately ``--repeat`` times, each run
-paired with a calibration right before and after it; the median is printed). ``immediate
-reuse`` is the share of mallocs that take back the block the operation before freed.
+paired with a calibration right before and after it; the median is printed); the two
+statistics columns are timed up to their ``settle()`` (peaks, a log's pending entries), so
+what they defer is paid inside the timed region. ``immediate reuse`` is the share of mallocs
+that take back the block the operation before freed.
 
-What it shows (2-core shared machine, CPython 3.11.7, ``--repeat 5``; a column moves by about
-1 call between runs), in calls per operation over the six traces:
+What it shows (2-core shared machine, CPython 3.11.7, ``--repeat 5``, three runs; a column
+moves by 1-5 calls between runs, with the machine's load), in calls per operation over the six
+traces:
 
-- ``loop``: 3.6 - 4.7
-- ``floor``: 19.0 - 22.7 (``blocks``: 22.3 - 25.6, ``dicts``: 27.9 - 32.0)
-- ``floor+lock``: 22.7 - 26.6
-- ``floor+lock+stats``: 35.4 - 38.9
-- ``accelrt``: 44.2 - 55.5
+- ``loop``: 3.5 - 5.2
+- ``floor``: 19.2 - 25.5 (``blocks``: 21.6 - 26.8, ``dicts``: 27.4 - 34.6)
+- ``floor+lock``: 22.7 - 31.4
+- ``floor+lock+stats``: 32.6 - 43.6
+- ``floor+lock+stats2``: 30.7 - 40.5
+- ``accelrt``: 42.7 - 60.4
 
 So a pure-Python allocator with PyTorch's default policy *can* replay these traces under 30
 calls per operation, and still can with the lock, but not by much: the policy's own work
 (lookup, split, merge, keeping the sorted lists) takes 15-18 calls above the loop, the lock 3-4
-more, which leaves 3-7 calls per operation for statistics; keeping PyTorch's statistics exactly,
-inline, costs 12-15 more here. Tricks that skip work on some operations cannot lower the floor
-much: a malloc takes back the very block that the operation before it freed in 0-13% of the
-mallocs on these traces (``immediate reuse``). Also tried for ``floor`` and no faster, within
-the noise: the blocks kept in a second list parallel to the sorted keys (no dict lookup after
-the search), and no reuse of merged-away block objects.
+more, which leaves 3-8 calls per operation for statistics (3-4 on resnet50_train); keeping
+PyTorch's statistics exactly costs 10-15 more inline, 8-13 with the log (the same run): the log
+is cheaper by 0-5 calls (most on the long traces), and no design tried keeps them in the 3-8
+calls left. Where the log's calls go: 3-5 on the hot path (the append about 1, the entry's
+flags and the whole-segment checks 1-3, ``memory_allocated()``'s counter up to 2); the fold 3-4
+calls per entry (a third to a half of it turning the list's ints, long out of the cache, into
+an array; then decoding, ``cumsum`` of 10 series, sums) and about 1,400 calls per fold, which a
+short trace's final fold pays whole. Also measured, not kept: the pool's three cumulative
+counters packed into one int (64-bit fields, one ``+=`` per operation, unpacked at each settle)
+is 0-3 calls *slower* than separate counters (packing costs three big-int operations per
+malloc); the log handed through the lock's queue as its token (no attribute load), and no
+``memory_allocated()`` counter, are within the noise (-2 to +2 calls); folding every 1,024,
+2,048, 8,192 or 16,384 entries instead of 4,096 is no faster (1,024: 1-3 slower). Inline again,
+with the inactive split counters derived instead of kept (blocks: +-1 in the branches that
+split or merge; bytes: reserved - allocated - whole free segments) and both groups of peaks
+settled where the direction turns (malloc to free, free to malloc: 26-41% of the operations
+here) is 0-9 calls *slower* than the inline column: each turn costs a settle. Tricks that skip
+work on some operations cannot lower the floor much: a malloc takes back the very block that
+the operation before it freed in 0-13% of the mallocs on these traces (``immediate reuse``).
+Also tried for ``floor`` and no faster, within the noise: the blocks kept in a second list
+parallel to the sorted keys (no dict lookup after the search), and no reuse of merged-away
+block objects.
 
 Usage::
 
@@ -93,6 +118,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import random
 import sys
@@ -100,7 +126,9 @@ from bisect import bisect_left, insort
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from bench_allocator import _calibrate, _replay_timed, _traces, alternate
+import numpy as np
+
+from bench_allocator import _calibrate, _clock, _replay_timed, _traces, alternate
 
 from accelrt.memory._allocator import DeviceCachingAllocator
 from accelrt.memory._config import parse_config
@@ -447,7 +475,7 @@ class StatsFloorAllocator(LockedFloorAllocator):
         self._all = _Row()
         self._grew = False
 
-    def _settle(self) -> None:
+    def settle(self) -> None:
         """Bring the peaks of allocations and allocated/requested bytes up to date (free
         inlines this)."""
         self._grew = False
@@ -579,7 +607,7 @@ class StatsFloorAllocator(LockedFloorAllocator):
     def free(self, ptr: int) -> None:
         self._acquire()
         try:
-            if self._grew:   # _settle, inlined
+            if self._grew:   # settle, inlined
                 self._grew = False
                 sm, lg = self._rows
                 t = self._all
@@ -681,7 +709,7 @@ class StatsFloorAllocator(LockedFloorAllocator):
 
     def stats(self) -> dict[str, int]:
         """The keys and values of accelrt's ``DeviceCachingAllocator.stats()``."""
-        self._settle()
+        self.settle()
         small, large = self._rows
         out: dict[str, int] = {}
         segs = small.segments + large.segments
@@ -707,6 +735,305 @@ class StatsFloorAllocator(LockedFloorAllocator):
         out.update(dict.fromkeys(("num_alloc_retries", "num_device_free", "num_oom_rejections",
                                   "num_ooms", "num_sync_all_streams"), 0))
         out["num_device_alloc"] = segs
+        out["max_split_size"] = -1
+        return out
+
+
+# The operation log of LogStatsFloorAllocator: one int64 per malloc or free.
+_REQ = (1 << 40) - 1       # bits 0-39: the requested size
+_XTRA = 0xFFF << 9         # bits 40-51 (as (v >> 31) & _XTRA): block size - rounded size
+_D1 = 1 << 53              # bits 53-54: d: a malloc that did not split (1), a free's merges
+_D2 = 2 << 53
+_SEG = 1 << 61             # reserved - whole-free-segment bytes changed: next value of _seg
+_FREE = 1 << 62            # a free (else a malloc)
+_FOLD = 4096               # fold the log once a free finds this many entries
+
+
+class LogStatsFloorAllocator(LockedFloorAllocator):
+    """``floor+lock+stats2``: :class:`LockedFloorAllocator` with PyTorch's statistics kept
+    exactly by an operation log folded with numpy (checked against accelrt's ``stats()`` as
+    :class:`StatsFloorAllocator` is).
+
+    The hot path only appends one int per operation to a list: a malloc that splits a block
+    appends the requested size itself (the block's size is that rounded up to 512 B); other
+    operations OR in flags: the bytes a block taken whole has beyond the rounded size, ``d``
+    (a malloc that does not split; a free's number of merged neighbours), ``_SEG`` (the
+    operation turned a whole free segment into a split or allocated one or back, or took a
+    new segment: its bytes go to a second list) and ``_FREE``. A block's ``req`` holds its
+    malloc's entry, so a free ORs flags into it. ``allocated`` (``memory_allocated()``) is
+    kept current at each operation; everything else waits for :meth:`settle`, which every free
+    calls once the log holds ``_FOLD`` entries, and ``stats()``.
+
+    :meth:`settle` decodes the log into per-operation deltas of the five peaked quantities per
+    pool: allocations, allocated bytes, requested bytes, inactive split blocks (= free blocks -
+    whole free segments: delta ``free - d``, +-1 at a ``_SEG`` operation) and inactive split
+    bytes (= reserved - allocated - whole free segments' bytes: delta ``-allocated delta``,
+    +- the segment's bytes at a ``_SEG`` operation); a peak is the maximum of the running sum
+    (``cumsum``), the ``all`` row's of the two pools' running sums added; ``allocated`` and
+    ``freed`` are the sums of the positive and negative deltas, as accelrt nets each operation.
+
+    Example::
+
+        >>> a = LogStatsFloorAllocator()
+        >>> p = a.malloc(3 << 20, 0); q = a.malloc(1000, 0); a.free(p)
+        >>> st = a.stats()
+        >>> st["inactive_split_bytes.all.peak"], st["allocated_bytes.all.current"], a.allocated
+        (19921920, 1024, 1024)
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._log: list[int] = []
+        self._seg: list[int] = []
+        self.allocated = 0
+        self._segments = [0, 0]     # per pool; segments are never released here
+        self._reserved = [0, 0]
+        # (allocations, allocated, requested, inactive split, inactive split bytes) x
+        # (small pool, large pool, all): current, peak, sums of increases and decreases
+        self._cur = np.zeros(15, np.int64)
+        self._peak = np.zeros(15, np.int64)
+        self._inc = np.zeros(15, np.int64)
+        self._dec = np.zeros(15, np.int64)
+        # scratch for settle(), written once here so that no fold pays for page faults
+        self._buf = np.zeros(35 * (_FOLD + 1024), np.int64)
+        self._buf.fill(1)
+
+    def _miss_logged(self, rounded: int, size: int, fl: list[int], split_min: int) -> int:
+        addr = self._miss(rounded, fl, split_min)
+        blk = self._blocks[addr]
+        nx = blk.next
+        bsize = blk.size
+        seg = bsize if nx is None else bsize + nx.size
+        pool = rounded > 1048576
+        self._segments[pool] += 1
+        self._reserved[pool] += seg
+        self._seg.append(seg)
+        if nx is None:
+            blk.req = e = size | (bsize - rounded) << 31
+            self._log.append(e | (_SEG | _D1))
+        else:
+            blk.req = size
+            self._log.append(size | _SEG)
+        self.allocated += bsize
+        return addr
+
+    def malloc(self, size: int, stream: int) -> int:
+        self._acquire()
+        try:
+            rounded = (size + 511) & -512
+            try:
+                lists = self._lists[stream]
+            except KeyError:
+                lists = self._lists[stream] = ([], [])
+            if rounded <= 1048576:
+                fl = lists[0]
+                split_min = 512
+            else:
+                fl = lists[1]
+                split_min = 1048577
+            i = bisect_left(fl, rounded << 64)
+            if i == len(fl):
+                return self._miss_logged(rounded, size, fl, split_min)
+            addr = fl[i] & 0xFFFFFFFFFFFFFFFF
+            blk = self._blocks[addr]
+            blk.key = None
+            bsize = blk.size
+            rem = bsize - rounded
+            if rem < split_min:
+                del fl[i]
+                blk.req = e = size | (rem << 31)
+                if blk.next is None and blk.prev is None:      # a whole free segment
+                    self._seg.append(bsize)
+                    self._log.append(e | (_SEG | _D1))
+                else:
+                    self._log.append(e | _D1)
+                self.allocated += bsize
+                return addr
+            blk.req = size
+            self.allocated += rounded
+            # split: the remainder [addr + rounded, rem) stays free
+            raddr = addr + rounded
+            nx = blk.next
+            spares = self._spares
+            r = spares.pop() if spares else _Block()
+            r.addr = raddr
+            r.size = rem
+            r.prev = blk
+            r.next = nx
+            r.fl = fl
+            r.key = key = (rem << 64) | raddr
+            if nx is not None:
+                nx.prev = r
+                self._log.append(size)
+            elif blk.prev is None:                             # a whole free segment
+                self._seg.append(bsize)
+                self._log.append(size | _SEG)
+            else:
+                self._log.append(size)
+            blk.next = r
+            blk.size = rounded
+            self._blocks[raddr] = r
+            if i and fl[i - 1] > key:          # the smaller key sorts lower: move it
+                del fl[i]
+                insort(fl, key, 0, i)
+            else:                              # it sorts where the block's key was
+                fl[i] = key
+            return addr
+        finally:
+            self._release(None)
+
+    def free(self, ptr: int) -> None:
+        self._acquire()
+        try:
+            log = self._log
+            if len(log) >= _FOLD:
+                self.settle()
+            blk = self._blocks[ptr]
+            osize = blk.size
+            self.allocated -= osize
+            fl = blk.fl
+            nx = blk.next
+            pv = blk.prev
+            if pv is not None and pv.key is not None:
+                # merge into the free block before it (and the free one after it)
+                size = pv.size + osize
+                del self._blocks[ptr]
+                self._spares.append(blk)
+                if nx is not None and nx.key is not None:
+                    e = blk.req | (_FREE | _D2)
+                    del fl[bisect_left(fl, nx.key)]
+                    del self._blocks[nx.addr]
+                    self._spares.append(nx)
+                    size += nx.size
+                    nx = nx.next
+                else:
+                    e = blk.req | (_FREE | _D1)
+                blk = pv
+                ptr = pv.addr
+                j = bisect_left(fl, pv.key)
+            elif nx is not None and nx.key is not None:
+                # merge the free block after it into it
+                e = blk.req | (_FREE | _D1)
+                j = bisect_left(fl, nx.key)
+                del self._blocks[nx.addr]
+                self._spares.append(nx)
+                size = osize + nx.size
+                nx = nx.next
+            else:
+                blk.key = key = (osize << 64) | ptr
+                insort(fl, key)
+                if nx is None and pv is None:                  # a whole free segment again
+                    self._seg.append(osize)
+                    log.append(blk.req | (_FREE | _SEG))
+                else:
+                    log.append(blk.req | _FREE)
+                return
+            blk.size = size
+            blk.next = nx
+            if nx is not None:
+                nx.prev = blk
+                log.append(e)
+            elif blk.prev is None:                             # a whole free segment again
+                self._seg.append(size)
+                log.append(e | _SEG)
+            else:
+                log.append(e)
+            # the merged block's key replaces the key at j (a neighbour's) if it sorts there
+            blk.key = key = (size << 64) | ptr
+            j1 = j + 1
+            if j1 == len(fl) or fl[j1] > key:
+                fl[j] = key
+            else:
+                del fl[j]
+                insort(fl, key, j)
+        finally:
+            self._release(None)
+
+    def settle(self) -> None:
+        """Fold the log into the current values, peaks and sums (:meth:`free` calls this
+        every ``_FOLD`` entries; call it with the lock held or no other thread running)."""
+        log = self._log
+        n = len(log)
+        if not n:
+            return
+        buf = self._buf
+        if len(buf) < 35 * n:           # a run of mallocs past _FOLD
+            buf = self._buf = np.empty(35 * n, np.int64)
+        # contiguous arrays carved from the scratch
+        v, free, req, t, small = (buf[k * n:(k + 1) * n] for k in range(5))
+        x = buf[5 * n:15 * n].reshape(10, n)     # deltas: small pool rows 0-4, large 5-9
+        xs, xl = x[:5], x[5:]
+        c = buf[15 * n:25 * n].reshape(10, n)    # their running sums
+        tmp = buf[25 * n:35 * n].reshape(10, n)
+        v[:] = log
+        log.clear()
+        np.right_shift(v, 62, out=free)
+        np.bitwise_and(v, _REQ, out=req)
+        np.less_equal(req, 1048576, out=small)
+        sign = xl[0]
+        np.multiply(free, -2, out=sign)
+        sign += 1
+        bsz = xl[1]                # block sizes: the rounded size, plus what a whole block has
+        np.add(req, 511, out=bsz)
+        bsz &= -512
+        np.right_shift(v, 31, out=t)
+        t &= _XTRA
+        bsz += t
+        bsz *= sign
+        np.multiply(req, sign, out=xl[2])
+        np.right_shift(v, 53, out=t)
+        t &= 3
+        np.subtract(free, t, out=xl[3])
+        np.negative(bsz, out=xl[4])
+        if self._seg:
+            at = np.flatnonzero(v & _SEG)
+            sg = sign[at]
+            xl[3, at] += sg
+            xl[4, at] += sg * np.array(self._seg, dtype=np.int64)
+            self._seg.clear()
+        np.multiply(xl, small, out=xs)
+        xl -= xs
+        np.maximum(x, 0, out=tmp)
+        inc = tmp.sum(axis=1)
+        tot = x.sum(axis=1)
+        cur = self._cur
+        x[:, 0] += cur[:10]
+        np.cumsum(x, axis=1, out=c)
+        peak = self._peak
+        np.maximum(peak[:10], c.max(axis=1), out=peak[:10])
+        both = tmp[:5]
+        np.add(c[:5], c[5:], out=both)
+        np.maximum(peak[10:], both.max(axis=1), out=peak[10:])
+        cur[:10] += tot
+        cur[10:] = cur[:5] + cur[5:10]
+        self._inc[:10] += inc
+        self._dec[:10] += inc - tot
+        self._inc[10:] = self._inc[:5] + self._inc[5:10]
+        self._dec[10:] = self._dec[:5] + self._dec[5:10]
+
+    def stats(self) -> dict[str, int]:
+        """The keys and values of accelrt's ``DeviceCachingAllocator.stats()``."""
+        self.settle()
+        inc, dec, peak = self._inc.tolist(), self._dec.tolist(), self._peak.tolist()
+        out: dict[str, int] = {}
+        for k, names in enumerate((("allocation", "active"), ("allocated_bytes", "active_bytes"),
+                                   ("requested_bytes",), ("inactive_split",),
+                                   ("inactive_split_bytes",))):
+            for pool, q in (("all", 10 + k), ("small_pool", k), ("large_pool", 5 + k)):
+                for name in names:
+                    out.update({f"{name}.{pool}.allocated": inc[q],
+                                f"{name}.{pool}.current": inc[q] - dec[q],
+                                f"{name}.{pool}.freed": dec[q], f"{name}.{pool}.peak": peak[q]})
+        for name, (sv, lv) in (("segment", self._segments), ("reserved_bytes", self._reserved)):
+            for pool, val in (("all", sv + lv), ("small_pool", sv), ("large_pool", lv)):
+                out.update({f"{name}.{pool}.allocated": val, f"{name}.{pool}.current": val,
+                            f"{name}.{pool}.freed": 0, f"{name}.{pool}.peak": val})
+        for name in ("oversize_allocations", "oversize_segments"):
+            out.update(dict.fromkeys(
+                (f"{name}.{k}" for k in ("allocated", "current", "freed", "peak")), 0))
+        out.update(dict.fromkeys(("num_alloc_retries", "num_device_free", "num_oom_rejections",
+                                  "num_ooms", "num_sync_all_streams"), 0))
+        out["num_device_alloc"] = self._segments[0] + self._segments[1]
         out["max_split_size"] = -1
         return out
 
@@ -877,7 +1204,8 @@ class LoopOnly:
 
 FLOORS: dict[str, Callable[[], Any]] = {
     "floor": FloorAllocator, "blocks": BlocksAllocator, "dicts": DictAllocator,
-    "floor+lock": LockedFloorAllocator, "floor+lock+stats": StatsFloorAllocator}
+    "floor+lock": LockedFloorAllocator, "floor+lock+stats": StatsFloorAllocator,
+    "floor+lock+stats2": LogStatsFloorAllocator}
 
 
 def _accelrt() -> DeviceCachingAllocator:
@@ -960,26 +1288,45 @@ def edge_ops() -> list[Op]:
     return ops
 
 
+def malloc_run_ops(count: int = 6000, seed: int = 1) -> list[Op]:
+    """``count`` mallocs of 1 B .. 4 MiB in a row, then their frees in random order: a log
+    that outgrows :class:`LogStatsFloorAllocator`'s scratch before any free folds it."""
+    rng = random.Random(seed)
+    ops: list[Op] = [(True, h, int(2 ** rng.uniform(0, 22)), 0) for h in range(count)]
+    order = list(range(count))
+    rng.shuffle(order)
+    return ops + [(False, h, 0, 0) for h in order]
+
+
+STATS: dict[str, Callable[[], Any]] = {"floor+lock+stats": StatsFloorAllocator,
+                                       "floor+lock+stats2": LogStatsFloorAllocator}
+
+
 def check_stats(name: str, ops: Sequence[Op], every: int = 97) -> None:
-    """:class:`StatsFloorAllocator`'s ``stats()`` equal accelrt's every ``every`` operations
-    of ``ops`` and after the last; raises SystemExit if not."""
-    ours, theirs = StatsFloorAllocator(), _accelrt()
-    h_ours: dict[int, int] = {}
-    h_theirs: dict[int, int] = {}
-    for k, (is_alloc, addr, size, stream) in enumerate(ops):
-        if is_alloc:
-            h_ours[addr] = ours.malloc(size, stream)
-            h_theirs[addr] = theirs.malloc(size, stream)
-        else:
-            ours.free(h_ours.pop(addr))
-            theirs.free(h_theirs.pop(addr))
-        if k % every == 0 or k == len(ops) - 1:
-            a, b = ours.stats(), dict(theirs.stats())
-            if a != b:
-                diff = {key: (a.get(key), b.get(key)) for key in sorted(set(a) | set(b))
-                        if a.get(key) != b.get(key)}
-                raise SystemExit(f"{name}: after operation {k}, floor+lock+stats's stats() "
-                                 f"differ from accelrt's (ours, accelrt): {diff}")
+    """The ``stats()`` of each allocator of :data:`STATS` equal accelrt's every ``every``
+    operations of ``ops`` and after the last (and ``LogStatsFloorAllocator.allocated`` its
+    ``allocated_bytes.all.current``); then the same every 9,973 operations, so that the log
+    is also folded in long runs (every ``_FOLD`` entries); raises SystemExit if not."""
+    for label, cls in STATS.items():
+        for step in (every, 9973):
+            ours, theirs = cls(), _accelrt()
+            h_ours: dict[int, int] = {}
+            h_theirs: dict[int, int] = {}
+            for k, (is_alloc, addr, size, stream) in enumerate(ops):
+                if is_alloc:
+                    h_ours[addr] = ours.malloc(size, stream)
+                    h_theirs[addr] = theirs.malloc(size, stream)
+                else:
+                    ours.free(h_ours.pop(addr))
+                    theirs.free(h_theirs.pop(addr))
+                if k % step == 0 or k == len(ops) - 1:
+                    a, b = ours.stats(), dict(theirs.stats())
+                    if a != b or getattr(ours, "allocated", b["allocated_bytes.all.current"]) \
+                            != b["allocated_bytes.all.current"]:
+                        diff = {key: (a.get(key), b.get(key)) for key in sorted(set(a) | set(b))
+                                if a.get(key) != b.get(key)}
+                        raise SystemExit(f"{name}: after operation {k}, {label}'s stats() "
+                                         f"differ from accelrt's (ours, accelrt): {diff}")
 
 
 def check(name: str, ops: Sequence[Op]) -> None:
@@ -1003,7 +1350,32 @@ def check(name: str, ops: Sequence[Op]) -> None:
     check_stats(name, ops)
 
 
+def _replay_settled(new: Callable[[], Any], ops: Sequence[Op]) -> tuple[float, int]:
+    """bench_allocator.py's ``_replay_timed``, then ``settle()`` (the statistics brought up to
+    date: peaks, a log's pending entries) inside the timed region."""
+    a = new()
+    malloc, free, settle = a.malloc, a.free, a.settle
+    handles: dict[int, int] = {}
+    gc_was = gc.isenabled()
+    gc.disable()
+    try:
+        t0 = _clock()
+        for is_alloc, addr, size, stream in ops:
+            if is_alloc:
+                handles[addr] = malloc(size, stream)
+            else:
+                free(handles.pop(addr))
+        settle()
+        t = _clock() - t0
+    finally:
+        if gc_was:
+            gc.enable()
+    return t, len(ops)
+
+
 def _replayer(new: Callable[[], Any], ops: Sequence[Op]) -> Callable[[], tuple[float, int]]:
+    if hasattr(new, "settle"):
+        return lambda: _replay_settled(new, ops)
     return lambda: _replay_timed(new, ops)
 
 
@@ -1025,13 +1397,14 @@ def main() -> None:
         raise SystemExit(f"no trace_*.json* files in {', '.join(folders)}")
     check("edge sizes", edge_ops())
     check("random 3-stream workload", random_ops(30000))
+    check("6,000 mallocs in a row", malloc_run_ops())
     check("synthetic convnet b1-32", convnet_inference_ops(batches=60, seed=0))
     for name, ops in traces:
         check(name, ops)
     print(f"checked: {', '.join(FLOORS)} return accelrt's address for every malloc and its peak "
-          f"reserved bytes and segment mallocs, floor+lock+stats also its stats() (every 97 "
-          f"operations), on {len(traces)} traces, the edge sizes, a "
-          f"random 3-stream workload and the synthetic convnet ({sys.implementation.name} {sys.version.split()[0]})")
+          f"reserved bytes and segment mallocs, {' and '.join(STATS)} also its stats() (every "
+          f"97 and every 9,973 operations), on {len(traces)} traces, the edge sizes, a "
+          f"random 3-stream workload, a run of 6,000 mallocs and the synthetic convnet ({sys.implementation.name} {sys.version.split()[0]})")
     print()
     columns: dict[str, Callable[[], Any]] = {**FLOORS, "accelrt": _accelrt, "loop": LoopOnly}
     print(f"## Default-policy replay, calls per operation (median of {args.repeat} alternating "
