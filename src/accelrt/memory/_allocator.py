@@ -290,7 +290,8 @@ class DeviceCachingAllocator:
                 # _get_free_block -> _cut_block, which it must match:
                 # tests/memory/test_allocator_fast_paths.py runs both on the same sequences and
                 # compares the state, and bench/bench_allocator.py times both. Anything else
-                # goes to _malloc_locked.
+                # goes to _malloc_locked. (Locals are few and reused: each one costs every
+                # call its initialization and clearing.)
                 rounded = (size + 511) & -512   # K_MIN_BLOCK (literals: LOAD_CONST)
                 if rounded <= 1048576:          # K_SMALL_SIZE
                     pool = self._small
@@ -299,73 +300,38 @@ class DeviceCachingAllocator:
                     pool = self._large
                     split_min = 1048577   # K_SMALL_SIZE + 1
                 try:
-                    fl = pool.free[stream]
+                    fl = pool.free[stream]      # KeyError: no free list on this stream
                     plain = type(fl) is list
                     if plain:
                         # the best fit's key stays in the list for now: a split's remainder
                         # key usually takes its place (below)
                         i = bisect_left(fl, rounded << 64)  # type: ignore[arg-type]
-                        key = fl[i]  # type: ignore[index]
+                        key = fl[i]  # type: ignore[index]   # IndexError: none fits
                     else:   # a long FreeList: FreeList.pop_ge, inlined
-                        i = 0
                         maxes = fl.maxes  # type: ignore[union-attr]
-                        j = bisect_left(maxes, rounded << 64)
-                        if j < len(maxes):
-                            sub = fl.lists[j]  # type: ignore[union-attr]
-                            i = bisect_left(sub, rounded << 64)
-                            key = sub.pop(i)
-                            if not sub:
-                                del fl.lists[j]  # type: ignore[union-attr]
-                                del maxes[j]
-                            elif i == len(sub):
-                                maxes[j] = sub[-1]
-                        else:
-                            key = -1
-                except LookupError:   # no free list on this stream (KeyError), no block
-                    key = -1          # large enough (IndexError)
-                if key >= 0:
-                    blk = self._blocks[key & 0xFFFFFFFFFFFFFFFF]   # ADDR_MASK
+                        n = bisect_left(maxes, rounded << 64)
+                        sub = fl.lists[n]  # type: ignore[union-attr]   # IndexError: none fits
+                        i = bisect_left(sub, rounded << 64)
+                        key = sub.pop(i)
+                        if not sub:
+                            del fl.lists[n]  # type: ignore[union-attr]
+                            del maxes[n]
+                        elif i == len(sub):
+                            maxes[n] = sub[-1]
+                except LookupError:
+                    pass   # (the general path)
+                else:
+                    addr = key & 0xFFFFFFFFFFFFFFFF   # ADDR_MASK
+                    blk = self._blocks[addr]
                     c = pool.hot
-                    addr = blk.addr
-                    remaining = blk.size - rounded
+                    bsize = blk.size    # (the block's size once allocated)
+                    remaining = bsize - rounded
                     if remaining >= split_min:
-                        # the split of _malloc_locked (_cut_block)
+                        # the split of _malloc_locked (_cut_block); inactive_split first
                         nx = blk.next
-                        was_split = nx is not None or blk.prev is not None
-                        raddr = addr + rounded
-                        spares = self._spares
-                        if spares:
-                            rest = spares.pop()
-                            rest.addr = raddr
-                            rest.size = remaining
-                            rest.stream = stream
-                            rest.pool = pool
-                            rest.exp = None
-                            rest.requested = 0
-                            rest.frames = None
-                        else:
-                            rest = Block(raddr, remaining, stream, pool)
-                        rest.prev = blk
-                        rest.next = nx
-                        if nx is not None:
-                            nx.prev = rest
-                        blk.next = rest
-                        blk.size = rounded
-                        self._blocks[raddr] = rest
-                        key = (remaining << 64) | raddr
-                        if not plain:   # a long FreeList
-                            fl.add(key)  # type: ignore[union-attr]
-                        elif i and fl[i - 1] > key:  # type: ignore[index]
-                            # (keys between: the remainder's moves below them; as insort)
-                            del fl[i]  # type: ignore[union-attr]
-                            insort(fl, key, 0, i)  # type: ignore[arg-type]
-                        else:   # the remainder's key takes the place of the block's
-                            fl[i] = key  # type: ignore[index]
-                        rest.gc_base = pool.gc_calls
-                        if was_split:
-                            st = self._stats
-                            if st.dirty_split:
-                                st.settle_split()
+                        if nx is not None or blk.prev is not None:   # already split
+                            if self._stats.dirty_split:
+                                self._stats.settle_split()
                             c.inactive_split_bytes -= rounded
                         else:
                             n = c.inactive_split + 1
@@ -386,19 +352,46 @@ class DeviceCachingAllocator:
                             nbytes += other.inactive_split_bytes
                             if nbytes > row.inactive_split_bytes_peak:
                                 row.inactive_split_bytes_peak = nbytes
+                        raddr = addr + rounded
+                        if self._spares:
+                            rest = self._spares.pop()
+                            rest.addr = raddr
+                            rest.size = remaining
+                            rest.stream = stream
+                            rest.pool = pool
+                            rest.exp = None
+                            rest.requested = 0
+                            rest.frames = None
+                        else:
+                            rest = Block(raddr, remaining, stream, pool)
+                        rest.prev = blk
+                        rest.next = nx
+                        if nx is not None:
+                            nx.prev = rest
+                        blk.next = rest
+                        blk.size = bsize = rounded
+                        self._blocks[raddr] = rest
+                        key = (remaining << 64) | raddr
+                        if not plain:   # a long FreeList
+                            fl.add(key)  # type: ignore[union-attr]
+                        elif i and fl[i - 1] > key:  # type: ignore[index]
+                            # (keys between: the remainder's moves below them; as insort)
+                            del fl[i]  # type: ignore[union-attr]
+                            insort(fl, key, 0, i)  # type: ignore[arg-type]
+                        else:   # the remainder's key takes the place of the block's
+                            fl[i] = key  # type: ignore[index]
+                        rest.gc_base = pool.gc_calls
                     else:
                         if plain:
                             del fl[i]  # type: ignore[union-attr]
                         if blk.next is not None or blk.prev is not None:
-                            st = self._stats
-                            if st.dirty_split:
-                                st.settle_split()
-                            c.inactive_split_bytes -= blk.size
+                            if self._stats.dirty_split:
+                                self._stats.settle_split()
+                            c.inactive_split_bytes -= bsize
                             c.inactive_split -= 1
                     # the allocation count of _malloc_locked
                     blk.allocated = True
                     blk.requested = size
-                    bsize = blk.size
                     c.allocations += 1
                     c.allocated_bytes += bsize
                     c.requested_bytes += size
@@ -443,15 +436,15 @@ class DeviceCachingAllocator:
                             nx.frames = None
                             nx.gc_base = pool.gc_calls
                         d.allocated = True
-                        old = d.requested
-                        if size != old:
-                            if size < old:
+                        n = d.requested
+                        if size != n:
+                            if size < n:
                                 if c.grew or c.other_row.grew:   # (peaks before a decrease)
                                     self._stats.settle()
                             else:
                                 c.grew = True
                             d.requested = size
-                            c.requested_bytes += size - old
+                            c.requested_bytes += size - n
                         c.allocations_sum += 1
                         c.allocated_bytes_sum += rounded
                         c.requested_bytes_sum += size
@@ -757,8 +750,8 @@ class DeviceCachingAllocator:
                             # the best fit unless a block of this size at a lower address is
                             # cached (an empty list: at once)
                             if fl:
-                                i = bisect_left(fl, size << 64)
-                                ok = i == len(fl) or fl[i] > (size << 64) | ptr
+                                j = bisect_left(fl, size << 64)
+                                ok = j == len(fl) or fl[j] > (size << 64) | ptr
                             else:
                                 ok = True
                         elif not nx.event_count and not nx.stream_uses and (
@@ -770,10 +763,10 @@ class DeviceCachingAllocator:
                                 ok = True
                             else:
                                 nsize = nx.size
-                                i = bisect_left(fl, size << 64)
-                                if i < len(fl) and fl[i] == (nsize << 64) | nx.addr:
-                                    i += 1
-                                ok = i == len(fl) or fl[i] > ((size + nsize) << 64) | ptr
+                                j = bisect_left(fl, size << 64)
+                                if j < len(fl) and fl[j] == (nsize << 64) | nx.addr:
+                                    j += 1
+                                ok = j == len(fl) or fl[j] > ((size + nsize) << 64) | ptr
                         else:
                             ok = False
                         if ok:
@@ -823,11 +816,10 @@ class DeviceCachingAllocator:
                 self._stats.oversize_allocations.decrease(1)
             # _free_block
             c.requested_bytes -= blk.requested
-            stream = blk.stream
             try:
-                fl = pool.free[stream]
+                fl = pool.free[blk.stream]
             except KeyError:
-                fl = pool.free[stream] = []
+                fl = pool.free[blk.stream] = []
             plain = type(fl) is list
             b = blk
             merged = 0
@@ -839,14 +831,13 @@ class DeviceCachingAllocator:
                 okey = 0
                 if (prev is not None and not prev.allocated and not prev.event_count
                         and not prev.stream_uses and prev.mapped):
-                    psize = prev.size
-                    okey = (psize << 64) | prev.addr
+                    merged_bytes = prev.size
+                    okey = (merged_bytes << 64) | prev.addr
                     if not plain:
                         fl.remove(okey)
                     merged = 1
-                    merged_bytes = psize
                     del self._blocks[ptr]
-                    prev.size = psize + size
+                    prev.size = merged_bytes + size
                     prev.next = nx
                     if nx is not None:
                         nx.prev = prev
@@ -867,11 +858,11 @@ class DeviceCachingAllocator:
                     merged_bytes += nsize
                     del self._blocks[nx.addr]
                     b.size += nsize
-                    nn = nx.next
-                    b.next = nn
-                    if nn is not None:
-                        nn.prev = b
                     self._spares.append(nx)
+                    nx = nx.next
+                    b.next = nx
+                    if nx is not None:
+                        nx.prev = b
                 if blk.exp is None:
                     # inactive_split stats (as _free_block; increases update the peaks at once)
                     if b.prev is not None or b.next is not None:
@@ -899,9 +890,8 @@ class DeviceCachingAllocator:
                         if nbytes > row.inactive_split_bytes_peak:
                             row.inactive_split_bytes_peak = nbytes
                     else:
-                        st = self._stats
-                        if st.dirty_split:
-                            st.settle_split()
+                        if self._stats.dirty_split:
+                            self._stats.settle_split()
                         c.inactive_split -= merged
                         c.inactive_split_bytes -= merged_bytes
                 if merged and plain:
@@ -931,7 +921,7 @@ class DeviceCachingAllocator:
             elif len(fl) < SMALL_MAX:   # (a plain list that stays short)
                 insort(fl, (b.size << 64) | b.addr)  # type: ignore[arg-type]
             else:
-                fl_add(pool.free, stream, (b.size << 64) | b.addr)
+                fl_add(pool.free, b.stream, (b.size << 64) | b.addr)
             b.gc_base = pool.gc_calls
         finally:
             self._release(None)
