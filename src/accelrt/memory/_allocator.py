@@ -821,108 +821,128 @@ class DeviceCachingAllocator:
             except KeyError:
                 fl = pool.free[blk.stream] = []
             plain = type(fl) is list
-            b = blk
-            merged = 0
-            if prev is not None or nx is not None:   # (an unsplit segment: nothing to merge)
-                # _merge (blk is mapped: only free mapped neighbours merge). In a plain list
-                # the merged block's key takes the place of a merged neighbour's (okey) where
-                # it sorts there (below).
-                merged_bytes = 0
-                okey = 0
-                if (prev is not None and not prev.allocated and not prev.event_count
-                        and not prev.stream_uses and prev.mapped):
-                    merged_bytes = prev.size
-                    okey = (merged_bytes << 64) | prev.addr
-                    if not plain:
-                        fl.remove(okey)
-                    merged = 1
-                    del self._blocks[ptr]
-                    prev.size = merged_bytes + size
-                    prev.next = nx
-                    if nx is not None:
-                        nx.prev = prev
-                    prev.requested = blk.requested
-                    prev.frames = blk.frames
-                    b = prev
-                    self._spares.append(blk)
+            # _merge (blk is mapped: only free mapped neighbours merge), in three cases: the
+            # block before is free (and maybe the one after), only the one after, neither
+            if (prev is not None and not prev.allocated and not prev.event_count
+                    and not prev.stream_uses and prev.mapped):
+                merged_bytes = prev.size
+                okey = (merged_bytes << 64) | prev.addr   # (its key's place: see below)
+                if not plain:
+                    fl.remove(okey)
+                del self._blocks[ptr]
+                self._spares.append(blk)
+                prev.requested = blk.requested
+                prev.frames = blk.frames
                 if (nx is not None and not nx.allocated and not nx.event_count
                         and not nx.stream_uses and nx.mapped):
                     nsize = nx.size
-                    if not plain:
-                        fl.remove((nsize << 64) | nx.addr)
-                    elif merged:
+                    if plain:
                         del fl[bisect_left(fl, (nsize << 64) | nx.addr)]  # type: ignore[arg-type,union-attr]
                     else:
-                        okey = (nsize << 64) | nx.addr
-                    merged += 1
-                    merged_bytes += nsize
+                        fl.remove((nsize << 64) | nx.addr)
                     del self._blocks[nx.addr]
-                    b.size += nsize
                     self._spares.append(nx)
+                    merged = 2
+                    merged_bytes += nsize
                     nx = nx.next
-                    b.next = nx
-                    if nx is not None:
-                        nx.prev = b
-                if blk.exp is None:
-                    # inactive_split stats (as _free_block; increases update the peaks at once)
-                    if b.prev is not None or b.next is not None:
-                        # still split: this block joins them (minus the ones merged into it)
-                        if merged == 2 and self._stats.dirty_split:
-                            self._stats.settle_split()
-                        if merged != 1:
-                            n = c.inactive_split + 1 - merged
-                            c.inactive_split = n
-                            if not merged:
-                                c.inactive_split_sum += 1
-                                if n > c.inactive_split_peak:
-                                    c.inactive_split_peak = n
-                                n += c.other_row.inactive_split
-                                row = c.all_row
-                                if n > row.inactive_split_peak:
-                                    row.inactive_split_peak = n
-                        nbytes = c.inactive_split_bytes + size
-                        c.inactive_split_bytes = nbytes
-                        c.inactive_split_bytes_sum += size
-                        if nbytes > c.inactive_split_bytes_peak:
-                            c.inactive_split_bytes_peak = nbytes
-                        nbytes += c.other_row.inactive_split_bytes
-                        row = c.all_row
-                        if nbytes > row.inactive_split_bytes_peak:
-                            row.inactive_split_bytes_peak = nbytes
+                else:
+                    merged = 1
+                prev.size = merged_bytes + size
+                prev.next = nx
+                if nx is not None:
+                    nx.prev = prev
+                blk = prev
+            elif (nx is not None and not nx.allocated and not nx.event_count
+                    and not nx.stream_uses and nx.mapped):
+                merged_bytes = nx.size
+                okey = (merged_bytes << 64) | nx.addr   # (its key's place: see below)
+                if not plain:
+                    fl.remove(okey)
+                del self._blocks[nx.addr]
+                self._spares.append(nx)
+                merged = 1
+                blk.size = size + merged_bytes
+                nx = nx.next
+                blk.next = nx
+                if nx is not None:
+                    nx.prev = blk
+            else:
+                # nothing to merge
+                if (prev is not None or nx is not None) and blk.exp is None:
+                    # inactive_split (as _free_block; increases update the peaks at once): a
+                    # split block joins them
+                    n = c.inactive_split + 1
+                    c.inactive_split = n
+                    c.inactive_split_sum += 1
+                    if n > c.inactive_split_peak:
+                        c.inactive_split_peak = n
+                    n += c.other_row.inactive_split
+                    row = c.all_row
+                    if n > row.inactive_split_peak:
+                        row.inactive_split_peak = n
+                    n = c.inactive_split_bytes + size
+                    c.inactive_split_bytes = n
+                    c.inactive_split_bytes_sum += size
+                    if n > c.inactive_split_bytes_peak:
+                        c.inactive_split_bytes_peak = n
+                    n += c.other_row.inactive_split_bytes
+                    if n > row.inactive_split_bytes_peak:
+                        row.inactive_split_bytes_peak = n
+                key = (size << 64) | ptr
+                if not plain:   # a long FreeList: FreeList.add, inlined but for a new last key
+                    maxes = fl.maxes  # type: ignore[union-attr]
+                    n = bisect_left(maxes, key)
+                    if n < len(maxes):
+                        sub = fl.lists[n]  # type: ignore[union-attr]
+                        insort(sub, key)
+                        if len(sub) > BUCKET_MAX:
+                            fl.split(n)  # type: ignore[union-attr]
                     else:
+                        fl.add(key)  # type: ignore[union-attr]
+                elif len(fl) < SMALL_MAX:   # (a plain list that stays short)
+                    insort(fl, key)  # type: ignore[arg-type]
+                else:
+                    fl_add(pool.free, blk.stream, key)
+                blk.gc_base = pool.gc_calls
+                return
+            # merged: blk is the surviving block
+            if blk.exp is None:
+                # inactive_split (as _free_block): the freed block's bytes join them if the
+                # survivor is still split (one block fewer if it merged with both), else the
+                # merged ones leave
+                if blk.prev is not None or blk.next is not None:
+                    if merged == 2:
                         if self._stats.dirty_split:
                             self._stats.settle_split()
-                        c.inactive_split -= merged
-                        c.inactive_split_bytes -= merged_bytes
-                if merged and plain:
-                    # the merged key is above okey (a larger size; or, for the block after,
-                    # the same block grown): it takes okey's place unless keys lie between
-                    key = (b.size << 64) | b.addr
-                    j = bisect_left(fl, okey)  # type: ignore[arg-type]
-                    j1 = j + 1
-                    if j1 == len(fl) or fl[j1] > key:  # type: ignore[index]
-                        fl[j] = key  # type: ignore[index]
-                    else:
-                        del fl[j]  # type: ignore[union-attr]
-                        insort(fl, key, j)  # type: ignore[arg-type]
-                    b.gc_base = pool.gc_calls
-                    return
-            if not plain:   # a long FreeList: FreeList.add, inlined but for a new last key
-                key = (b.size << 64) | b.addr
-                maxes = fl.maxes  # type: ignore[union-attr]
-                j = bisect_left(maxes, key)
-                if j < len(maxes):
-                    sub = fl.lists[j]  # type: ignore[union-attr]
-                    insort(sub, key)
-                    if len(sub) > BUCKET_MAX:
-                        fl.split(j)  # type: ignore[union-attr]
+                        c.inactive_split -= 1
+                    n = c.inactive_split_bytes + size
+                    c.inactive_split_bytes = n
+                    c.inactive_split_bytes_sum += size
+                    if n > c.inactive_split_bytes_peak:
+                        c.inactive_split_bytes_peak = n
+                    n += c.other_row.inactive_split_bytes
+                    row = c.all_row
+                    if n > row.inactive_split_bytes_peak:
+                        row.inactive_split_bytes_peak = n
                 else:
-                    fl.add(key)  # type: ignore[union-attr]
-            elif len(fl) < SMALL_MAX:   # (a plain list that stays short)
-                insort(fl, (b.size << 64) | b.addr)  # type: ignore[arg-type]
+                    if self._stats.dirty_split:
+                        self._stats.settle_split()
+                    c.inactive_split -= merged
+                    c.inactive_split_bytes -= merged_bytes
+            key = (blk.size << 64) | blk.addr
+            if plain:
+                # the merged key is above okey (a larger size; or, for the block after,
+                # the same block grown): it takes okey's place unless keys lie between
+                n = bisect_left(fl, okey)  # type: ignore[arg-type]
+                j = n + 1
+                if j == len(fl) or fl[j] > key:  # type: ignore[index]
+                    fl[n] = key  # type: ignore[index]
+                else:
+                    del fl[n]  # type: ignore[union-attr]
+                    insort(fl, key, n)  # type: ignore[arg-type]
             else:
-                fl_add(pool.free, b.stream, (b.size << 64) | b.addr)
-            b.gc_base = pool.gc_calls
+                fl.add(key)  # type: ignore[union-attr]
+            blk.gc_base = pool.gc_calls
         finally:
             self._release(None)
 
