@@ -328,3 +328,77 @@ def test_long_free_lists_match_the_general_code(conf: str, seed: int) -> None:
     for p in live:
         _both(pair, "free", p)
     assert state(fast) == state(general)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_bucketed_free_lists_match_the_general_code(monkeypatch: pytest.MonkeyPatch,
+                                                     seed: int) -> None:
+    """With tiny limits (a stream's list becomes a bucketed FreeList past 6 keys, buckets of
+    at most 3), the fast paths' FreeList branches (the inlined best-fit pop, a split's
+    remainder added, merges with the block before, after and both, the inlined add) and the
+    plain-list ones (short lists, in-place key replacement) run on two streams and match the
+    general code step by step."""
+    from accelrt.memory import _allocator, _block, _expandable
+    from accelrt.memory._block import FreeList
+    for mod in (_block, _allocator, _expandable):
+        monkeypatch.setattr(mod, "SMALL_MAX", 6)
+    for mod in (_block, _allocator):
+        monkeypatch.setattr(mod, "BUCKET_MAX", 3)
+    rng = random.Random(seed)
+    pair = _pair()
+    fast, general = pair
+    live: list[int] = []
+    bucketed = 0
+    for i in range(1500):
+        if len(live) < 10 or (rng.random() < 0.5 and len(live) < 120):
+            r = rng.random()
+            size = (rng.randrange(1, 64 * 1024) if r < 0.5 else
+                    rng.randrange(1, 3 * MiB) if r < 0.85 else rng.randrange(1, 30 * MiB))
+            live.append(_both(pair, "malloc", size, rng.choice((0, 0, 1))))  # type: ignore[arg-type]
+        else:
+            _both(pair, "free", live.pop(rng.randrange(len(live))))
+        bucketed += any(type(fl) is FreeList for pool in (fast._small, fast._large)
+                        for fl in pool.free.values())
+        if i % 25 == 0:
+            assert state(fast) == state(general)
+    assert bucketed > 500
+    for p in live:
+        _both(pair, "free", p)
+    assert state(fast) == state(general)
+
+
+def test_the_hot_flags_follow_the_deferred_free() -> None:
+    """malloc's fast path is off exactly while a free is deferred, free's general path is
+    taken exactly then (or while history is recorded); a reuse and a flush turn them back."""
+    pair = _pair()
+    fast = pair[0]
+    p = _both(pair, "malloc", 3 * MiB, 0)
+    assert fast._fast_malloc and not fast._free_slow
+    _both(pair, "free", p)                            # leaves its segment free: deferred
+    assert fast._deferred is not None and not fast._fast_malloc and fast._free_slow
+    assert _both(pair, "malloc", 3 * MiB, 0) == p     # the immediate reuse
+    assert fast._deferred is None and fast._fast_malloc and not fast._free_slow
+    _both(pair, "free", p)
+    assert fast._deferred is not None
+    q = _both(pair, "malloc", 4096, 0)                # not a reuse: completed, general path
+    assert fast._deferred is None and fast._fast_malloc and not fast._free_slow
+    _both(pair, "record_history", "all")
+    assert not fast._fast_malloc and fast._free_slow
+    _both(pair, "record_history", None)
+    assert fast._fast_malloc and not fast._free_slow
+    _both(pair, "free", q)
+    assert state(fast) == state(pair[1])
+
+
+def test_a_bad_free_raises_without_a_chained_lookup_error() -> None:
+    """The fast path looks the pointer up by subscript: an unknown one still raises the
+    general path's ValueError, with no KeyError chained to it."""
+    a = _pair()[0]
+    p = a.malloc(4096, 0)
+    with pytest.raises(ValueError) as info:
+        a.free(p + 512)
+    assert info.value.__context__ is None and info.value.__cause__ is None
+    a.free(p)
+    with pytest.raises(ValueError, match="double free") as info:
+        a.free(p)
+    assert info.value.__context__ is None

@@ -77,7 +77,7 @@ from ._oom import OomReporter, format_size
 from ._pools import PrivatePools, check_pool_id, raw_malloc
 from ._release import garbage_collect, release_available_cached_blocks, release_cached_blocks
 from ._segments import segment_of, snapshot_segments
-from ._stats import FLAT_KEYS, SORTED_KEYS, DeviceStats
+from ._stats import FLAT_KEYS, SORTED_KEYS, DeviceStats, HotCounters
 
 __all__ = ["DeviceCachingAllocator", "GeneralPathAllocator", "format_size", "get_allocator",
            "peek_allocator"]
@@ -87,6 +87,9 @@ _MAX_ALLOC: Final = 1 << 60
 # of a global load on every call).
 assert (K_MIN_BLOCK, KEY_SHIFT, K_SMALL_SIZE, ADDR_MASK) == (512, 64, 1 << 20, 2**64 - 1)
 _DEFAULT_POOL: Final = DEFAULT_POOL
+#: What the fast path of free finds for an address that is no block's: a block that is not
+#: allocated (the general path then raises the error).
+_NO_BLOCK: Final = Block(0, 0, 0, BlockPool(True, None, HotCounters(), 1))
 
 
 def _check_size(size: object) -> int:
@@ -212,6 +215,15 @@ class DeviceCachingAllocator:
         self._fast = plain and self._simple
         # the same for the low-fragmentation policy (expandable segments + page_reuse)
         self._fast_reuse = plain and self._page_reuse       # guarded by _lock
+        self._fast_flags()
+
+    def _fast_flags(self) -> None:
+        # The flags the hot paths test, each in one attribute load (guarded by _lock):
+        # malloc's fast path runs while _fast holds and no free is deferred; free's while no
+        # history is recorded and no free is deferred (then _free_locked completes it first).
+        deferred = self._deferred is not None
+        self._fast_malloc = self._fast and not deferred
+        self._free_slow = self._history is not None or deferred
 
     def vm_supported(self) -> bool:
         """True if the backend can map virtual memory on this device (expandable segments)."""
@@ -271,13 +283,15 @@ class DeviceCachingAllocator:
                 return 0
         self._acquire()
         try:
-            if self._fast:
+            if self._fast_malloc:
                 # The fast path: nothing special in force (default rounding and pools; no
-                # events, history, captures, expandable segments or oversize limit) and a
-                # cached block fits. Hand-inlined from _malloc_locked -> _get_free_block ->
-                # _cut_block, which it must match: tests/memory/test_allocator_fast_paths.py runs
-                # both on the same sequences and compares the state, and
-                # bench/bench_allocator.py times both. Anything else goes to _malloc_locked.
+                # events, history, captures, expandable segments, oversize limit or deferred
+                # free) and a cached block fits. Hand-inlined from _malloc_locked ->
+                # _get_free_block -> _cut_block, which it must match:
+                # tests/memory/test_allocator_fast_paths.py runs both on the same sequences and
+                # compares the state, and bench/bench_allocator.py times both. Anything else
+                # goes to _malloc_locked. (Locals are few and reused: each one costs every
+                # call its initialization and clearing.)
                 rounded = (size + 511) & -512   # K_MIN_BLOCK (literals: LOAD_CONST)
                 if rounded <= 1048576:          # K_SMALL_SIZE
                     pool = self._small
@@ -285,18 +299,132 @@ class DeviceCachingAllocator:
                 else:
                     pool = self._large
                     split_min = 1048577   # K_SMALL_SIZE + 1
+                try:
+                    fl = pool.free[stream]      # KeyError: no free list on this stream
+                    plain = type(fl) is list
+                    if plain:
+                        # the best fit's key stays in the list for now: a split's remainder
+                        # key usually takes its place (below)
+                        i = bisect_left(fl, rounded << 64)  # type: ignore[arg-type]
+                        key = fl[i]  # type: ignore[index]   # IndexError: none fits
+                    else:   # a long FreeList: FreeList.pop_ge, inlined
+                        maxes = fl.maxes  # type: ignore[union-attr]
+                        n = bisect_left(maxes, rounded << 64)
+                        sub = fl.lists[n]  # type: ignore[union-attr]   # IndexError: none fits
+                        i = bisect_left(sub, rounded << 64)
+                        key = sub.pop(i)
+                        if not sub:
+                            del fl.lists[n]  # type: ignore[union-attr]
+                            del maxes[n]
+                        elif i == len(sub):
+                            maxes[n] = sub[-1]
+                except LookupError:
+                    pass   # (the general path)
+                else:
+                    addr = key & 0xFFFFFFFFFFFFFFFF   # ADDR_MASK
+                    blk = self._blocks[addr]
+                    c = pool.hot
+                    bsize = blk.size    # (the block's size once allocated)
+                    remaining = bsize - rounded
+                    if remaining >= split_min:
+                        # the split of _malloc_locked (_cut_block); inactive_split first
+                        nx = blk.next
+                        if nx is not None or blk.prev is not None:   # already split
+                            if self._stats.dirty_split:
+                                self._stats.settle_split()
+                            c.inactive_split_bytes -= rounded
+                        else:
+                            n = c.inactive_split + 1
+                            c.inactive_split = n
+                            c.inactive_split_sum += 1
+                            nbytes = c.inactive_split_bytes + remaining
+                            c.inactive_split_bytes = nbytes
+                            c.inactive_split_bytes_sum += remaining
+                            if n > c.inactive_split_peak:
+                                c.inactive_split_peak = n
+                            if nbytes > c.inactive_split_bytes_peak:
+                                c.inactive_split_bytes_peak = nbytes
+                            other = c.other_row
+                            row = c.all_row
+                            n += other.inactive_split
+                            if n > row.inactive_split_peak:
+                                row.inactive_split_peak = n
+                            nbytes += other.inactive_split_bytes
+                            if nbytes > row.inactive_split_bytes_peak:
+                                row.inactive_split_bytes_peak = nbytes
+                        raddr = addr + rounded
+                        if self._spares:
+                            rest = self._spares.pop()
+                            rest.addr = raddr
+                            rest.size = remaining
+                            rest.stream = stream
+                            rest.pool = pool
+                            rest.exp = None
+                            rest.requested = 0
+                            rest.frames = None
+                        else:
+                            rest = Block(raddr, remaining, stream, pool)
+                        rest.prev = blk
+                        rest.next = nx
+                        if nx is not None:
+                            nx.prev = rest
+                        blk.next = rest
+                        blk.size = bsize = rounded
+                        self._blocks[raddr] = rest
+                        key = (remaining << 64) | raddr
+                        if not plain:   # a long FreeList
+                            fl.add(key)  # type: ignore[union-attr]
+                        elif i and fl[i - 1] > key:  # type: ignore[index]
+                            # (keys between: the remainder's moves below them; as insort)
+                            del fl[i]  # type: ignore[union-attr]
+                            insort(fl, key, 0, i)  # type: ignore[arg-type]
+                        else:   # the remainder's key takes the place of the block's
+                            fl[i] = key  # type: ignore[index]
+                        rest.gc_base = pool.gc_calls
+                    else:
+                        if plain:
+                            del fl[i]  # type: ignore[union-attr]
+                        if blk.next is not None or blk.prev is not None:
+                            if self._stats.dirty_split:
+                                self._stats.settle_split()
+                            c.inactive_split_bytes -= bsize
+                            c.inactive_split -= 1
+                    # the allocation count of _malloc_locked
+                    blk.allocated = True
+                    blk.requested = size
+                    c.allocations += 1
+                    c.allocated_bytes += bsize
+                    c.requested_bytes += size
+                    c.allocations_sum += 1
+                    c.allocated_bytes_sum += bsize
+                    c.requested_bytes_sum += size
+                    c.grew = True
+                    return addr
+            elif self._fast_reuse:
+                # the low-fragmentation policy's fast path (a cached block fits; see
+                # ExpandableSegments.malloc_cached); 0: the general path runs
+                addr = self._expandable_segments.malloc_cached(size, stream)
+                if addr:
+                    return addr
+            else:
                 d = self._deferred
                 if d is not None:
-                    if d.size == rounded and d.stream == stream and d.pool is pool:
+                    rounded = (size + 511) & -512
+                    pool = d.pool   # (a default pool: is_small tells which)
+                    if d.size == rounded and d.stream == stream and (
+                            pool.is_small is (rounded <= 1048576)):   # K_SMALL_SIZE
                         # Immediate reuse of the block that free() just cached, whose
-                        # free-list insertion (and merge with the free block after it)
-                        # free() deferred because that block is this request's best fit
-                        # (see free and _flush_deferred). The eager free + this malloc
-                        # would merge and split it again: the same blocks result, and only
-                        # the statistics change. Mirrors the eager code (the fast-path
-                        # tests compare it with the general code).
+                        # free-list insertion (and merge with the free block after it) free()
+                        # deferred because that block is this request's best fit (see free
+                        # and _flush_deferred). The eager free + this malloc would merge and
+                        # split it again: the same blocks result, and only the statistics
+                        # change. Mirrors the eager code (the fast-path tests compare it with
+                        # the general code).
                         self._deferred = None
                         self._defer_misses = 0
+                        # (_fast_flags: a free is deferred only with _fast: no history)
+                        self._fast_malloc = True
+                        self._free_slow = False
                         c = pool.hot
                         nx = d.next
                         if nx is not None:
@@ -308,125 +436,20 @@ class DeviceCachingAllocator:
                             nx.frames = None
                             nx.gc_base = pool.gc_calls
                         d.allocated = True
-                        old = d.requested
-                        if size != old:
-                            if size < old:
+                        n = d.requested
+                        if size != n:
+                            if size < n:
                                 if c.grew or c.other_row.grew:   # (peaks before a decrease)
                                     self._stats.settle()
                             else:
                                 c.grew = True
                             d.requested = size
-                            c.requested_bytes += size - old
+                            c.requested_bytes += size - n
                         c.allocations_sum += 1
                         c.allocated_bytes_sum += rounded
                         c.requested_bytes_sum += size
                         return d.addr
-                    self._flush_deferred()
-                fl = pool.free.get(stream)
-                if fl is not None:
-                    plain = type(fl) is list
-                    if plain:
-                        try:
-                            i = bisect_left(fl, rounded << 64)  # type: ignore[arg-type]
-                            key = fl.pop(i)  # type: ignore[union-attr]
-                        except IndexError:   # no block large enough
-                            key = -1
-                    else:   # a long FreeList: FreeList.pop_ge, inlined
-                        maxes = fl.maxes  # type: ignore[union-attr]
-                        j = bisect_left(maxes, rounded << 64)
-                        if j < len(maxes):
-                            sub = fl.lists[j]  # type: ignore[union-attr]
-                            i = bisect_left(sub, rounded << 64)
-                            key = sub.pop(i)
-                            if not sub:
-                                del fl.lists[j]  # type: ignore[union-attr]
-                                del maxes[j]
-                            elif i == len(sub):
-                                maxes[j] = sub[-1]
-                        else:
-                            key = -1
-                    if key >= 0:
-                        blk = self._blocks[key & 0xFFFFFFFFFFFFFFFF]   # ADDR_MASK
-                        c = pool.hot
-                        addr = blk.addr
-                        remaining = blk.size - rounded
-                        if remaining >= split_min:
-                            # the split of _malloc_locked (_cut_block)
-                            nx = blk.next
-                            was_split = nx is not None or blk.prev is not None
-                            raddr = addr + rounded
-                            spares = self._spares
-                            if spares:
-                                rest = spares.pop()
-                                rest.addr = raddr
-                                rest.size = remaining
-                                rest.stream = stream
-                                rest.pool = pool
-                                rest.exp = None
-                                rest.requested = 0
-                                rest.frames = None
-                            else:
-                                rest = Block(raddr, remaining, stream, pool)
-                            rest.prev = blk
-                            rest.next = nx
-                            if nx is not None:
-                                nx.prev = rest
-                            blk.next = rest
-                            blk.size = rounded
-                            self._blocks[raddr] = rest
-                            if plain:   # (a key was just taken out: the list cannot grow)
-                                insort(fl, (remaining << 64) | raddr)  # type: ignore[arg-type]
-                            else:       # a long FreeList
-                                fl.add((remaining << 64) | raddr)  # type: ignore[union-attr]
-                            rest.gc_base = pool.gc_calls
-                            if was_split:
-                                st = self._stats
-                                if st.dirty_split:
-                                    st.settle_split()
-                                c.inactive_split_bytes -= rounded
-                            else:
-                                n = c.inactive_split + 1
-                                c.inactive_split = n
-                                c.inactive_split_sum += 1
-                                nbytes = c.inactive_split_bytes + remaining
-                                c.inactive_split_bytes = nbytes
-                                c.inactive_split_bytes_sum += remaining
-                                if n > c.inactive_split_peak:
-                                    c.inactive_split_peak = n
-                                if nbytes > c.inactive_split_bytes_peak:
-                                    c.inactive_split_bytes_peak = nbytes
-                                other = c.other_row
-                                row = c.all_row
-                                n += other.inactive_split
-                                if n > row.inactive_split_peak:
-                                    row.inactive_split_peak = n
-                                nbytes += other.inactive_split_bytes
-                                if nbytes > row.inactive_split_bytes_peak:
-                                    row.inactive_split_bytes_peak = nbytes
-                        elif blk.next is not None or blk.prev is not None:
-                            st = self._stats
-                            if st.dirty_split:
-                                st.settle_split()
-                            c.inactive_split_bytes -= blk.size
-                            c.inactive_split -= 1
-                        # the allocation count of _malloc_locked
-                        blk.allocated = True
-                        blk.requested = size
-                        bsize = blk.size
-                        c.allocations += 1
-                        c.allocated_bytes += bsize
-                        c.requested_bytes += size
-                        c.allocations_sum += 1
-                        c.allocated_bytes_sum += bsize
-                        c.requested_bytes_sum += size
-                        c.grew = True
-                        return addr
-            elif self._fast_reuse:
-                # the low-fragmentation policy's fast path (a cached block fits; see
-                # ExpandableSegments.malloc_cached); 0: the general path runs
-                addr = self._expandable_segments.malloc_cached(size, stream)
-                if addr:
-                    return addr
+                    # not reused: _malloc_locked completes the free, then serves the request
             res: int | tuple[str, int, int, int, int]
             if size >= _MAX_ALLOC:
                 res = 0    # (raised below, without the lock)
@@ -692,16 +715,19 @@ class DeviceCachingAllocator:
         else:
             self._acquire()
         try:
-            blk = self._blocks.get(ptr)
-            if (blk is None or not blk.allocated or blk.stream_uses is not None
-                    or self._history is not None):
+            try:
+                blk = self._blocks[ptr]
+            except KeyError:
+                blk = _NO_BLOCK   # (not allocated: _free_locked raises the error)
+            if not blk.allocated or blk.stream_uses is not None or self._free_slow:
+                # not allocated here, used on other streams, history recorded or a free
+                # deferred (_free_locked completes it first)
                 self._free_locked(ptr)
                 return
-            if self._deferred is not None:
-                self._flush_deferred()
             pool = blk.pool
             nx = blk.next
-            if blk.prev is None and (nx is None or (nx.next is None and not nx.allocated)) and (
+            prev = blk.prev
+            if prev is None and (nx is None or (nx.next is None and not nx.allocated)) and (
                     self._fast and pool.owner is None):
                 # The free leaves its whole segment free (the block, and the rest of the
                 # segment after it if that is free). If the segment is the best fit of a
@@ -714,48 +740,50 @@ class DeviceCachingAllocator:
                 if self._defer_skip:
                     self._defer_skip -= 1
                 else:
-                    fl = pool.free.get(blk.stream)
-                    if fl is None:
+                    try:
+                        fl = pool.free[blk.stream]
+                    except KeyError:
                         fl = pool.free[blk.stream] = []   # (as the eager free leaves it)
                     if type(fl) is list:
                         size = blk.size
                         if nx is None:
                             # the best fit unless a block of this size at a lower address is
                             # cached (an empty list: at once)
-                            ok = not fl
-                            if not ok:
-                                i = bisect_left(fl, size << 64)
-                                ok = i == len(fl) or fl[i] > (size << 64) | ptr
-                            if ok:
-                                blk.allocated = False
-                                self._deferred = blk
-                                return
+                            if fl:
+                                j = bisect_left(fl, size << 64)
+                                ok = j == len(fl) or fl[j] > (size << 64) | ptr
+                            else:
+                                ok = True
                         elif not nx.event_count and not nx.stream_uses and (
                                 nx.size > 1048576 or pool.is_small):
                             # merged with nx, the best fit unless a key between (other than
                             # nx's) fits first (nx's key alone in the list: at once); a large
                             # block is split again only with more than 1 MiB left
-                            ok = len(fl) == 1
-                            if not ok:
+                            if len(fl) == 1:
+                                ok = True
+                            else:
                                 nsize = nx.size
-                                i = bisect_left(fl, size << 64)
-                                if i < len(fl) and fl[i] == (nsize << 64) | nx.addr:
-                                    i += 1
-                                ok = i == len(fl) or fl[i] > ((size + nsize) << 64) | ptr
-                            if ok:
-                                blk.allocated = False
-                                self._deferred = blk
-                                return
+                                j = bisect_left(fl, size << 64)
+                                if j < len(fl) and fl[j] == (nsize << 64) | nx.addr:
+                                    j += 1
+                                ok = j == len(fl) or fl[j] > ((size + nsize) << 64) | ptr
+                        else:
+                            ok = False
+                        if ok:
+                            blk.allocated = False
+                            self._deferred = blk
+                            self._fast_malloc = False   # (_fast_flags)
+                            self._free_slow = True
+                            return
             # The fast path: a live block with no recorded streams, no history. Hand-inlined
             # from _free_locked -> DeviceStats.settle -> _free_block -> _merge, which it must
             # match (the test_allocator_fast_paths tests run both on the same sequences and
             # compare the state; bench/bench_allocator.py times both).
             blk.allocated = False
-            st = self._stats
             c = pool.hot
-            other = c.other_row
             if c.grew:
-                if not other.grew and not st.pending_seen:
+                other = c.other_row
+                if not other.grew and not self._stats.pending_seen:
                     # DeviceStats.settle() for one pool type
                     n = c.allocations
                     nbytes = c.allocated_bytes
@@ -778,111 +806,143 @@ class DeviceCachingAllocator:
                         row.requested_bytes_peak = req
                     c.grew = False
                 else:
-                    st.settle()
-            elif other.grew:
-                st.settle()
+                    self._stats.settle()
+            elif c.other_row.grew:
+                self._stats.settle()
             size = blk.size
             c.allocations -= 1
             c.allocated_bytes -= size
             if size >= self._max_split_size:
-                st.oversize_allocations.decrease(1)
+                self._stats.oversize_allocations.decrease(1)
             # _free_block
             c.requested_bytes -= blk.requested
-            stream = blk.stream
-            prev = blk.prev
-            nx = blk.next
-            fl = pool.free.get(stream)
-            if fl is None:
-                fl = pool.free[stream] = []
+            try:
+                fl = pool.free[blk.stream]
+            except KeyError:
+                fl = pool.free[blk.stream] = []
             plain = type(fl) is list
-            b = blk
-            merged = 0
-            if prev is not None or nx is not None:   # (an unsplit segment: nothing to merge)
-                # _merge (blk is mapped: only free mapped neighbours merge)
-                merged_bytes = 0
-                if (prev is not None and not prev.allocated and not prev.event_count
-                        and not prev.stream_uses and prev.mapped):
-                    psize = prev.size
-                    if plain:
-                        i = bisect_left(fl, (psize << 64) | prev.addr)  # type: ignore[arg-type]
-                        del fl[i]  # type: ignore[union-attr]
-                    else:
-                        fl.remove((psize << 64) | prev.addr)
-                    merged = 1
-                    merged_bytes = psize
-                    del self._blocks[ptr]
-                    prev.size = psize + size
-                    prev.next = nx
-                    if nx is not None:
-                        nx.prev = prev
-                    prev.requested = blk.requested
-                    prev.frames = blk.frames
-                    b = prev
-                    self._spares.append(blk)
+            # _merge (blk is mapped: only free mapped neighbours merge), in three cases: the
+            # block before is free (and maybe the one after), only the one after, neither
+            if (prev is not None and not prev.allocated and not prev.event_count
+                    and not prev.stream_uses and prev.mapped):
+                merged_bytes = prev.size
+                okey = (merged_bytes << 64) | prev.addr   # (its key's place: see below)
+                if not plain:
+                    fl.remove(okey)
+                del self._blocks[ptr]
+                self._spares.append(blk)
+                prev.requested = blk.requested
+                prev.frames = blk.frames
                 if (nx is not None and not nx.allocated and not nx.event_count
                         and not nx.stream_uses and nx.mapped):
                     nsize = nx.size
                     if plain:
-                        i = bisect_left(fl, (nsize << 64) | nx.addr)  # type: ignore[arg-type]
-                        del fl[i]  # type: ignore[union-attr]
+                        del fl[bisect_left(fl, (nsize << 64) | nx.addr)]  # type: ignore[arg-type,union-attr]
                     else:
                         fl.remove((nsize << 64) | nx.addr)
-                    merged += 1
-                    merged_bytes += nsize
                     del self._blocks[nx.addr]
-                    b.size += nsize
-                    nn = nx.next
-                    b.next = nn
-                    if nn is not None:
-                        nn.prev = b
                     self._spares.append(nx)
-                if blk.exp is None:
-                    # inactive_split stats (as _free_block; increases update the peaks at once)
-                    if b.prev is not None or b.next is not None:
-                        # still split: this block joins them (minus the ones merged into it)
-                        if merged == 2 and st.dirty_split:
-                            st.settle_split()
-                        if merged != 1:
-                            n = c.inactive_split + 1 - merged
-                            c.inactive_split = n
-                            if not merged:
-                                c.inactive_split_sum += 1
-                                if n > c.inactive_split_peak:
-                                    c.inactive_split_peak = n
-                                n += c.other_row.inactive_split
-                                row = c.all_row
-                                if n > row.inactive_split_peak:
-                                    row.inactive_split_peak = n
-                        nbytes = c.inactive_split_bytes + size
-                        c.inactive_split_bytes = nbytes
-                        c.inactive_split_bytes_sum += size
-                        if nbytes > c.inactive_split_bytes_peak:
-                            c.inactive_split_bytes_peak = nbytes
-                        nbytes += c.other_row.inactive_split_bytes
-                        row = c.all_row
-                        if nbytes > row.inactive_split_bytes_peak:
-                            row.inactive_split_bytes_peak = nbytes
-                    else:
-                        if st.dirty_split:
-                            st.settle_split()
-                        c.inactive_split -= merged
-                        c.inactive_split_bytes -= merged_bytes
-            if not plain:   # a long FreeList: FreeList.add, inlined but for a new last key
-                key = (b.size << 64) | b.addr
-                maxes = fl.maxes  # type: ignore[union-attr]
-                j = bisect_left(maxes, key)
-                if j < len(maxes):
-                    sub = fl.lists[j]  # type: ignore[union-attr]
-                    insort(sub, key)
-                    if len(sub) > BUCKET_MAX:
-                        fl.split(j)  # type: ignore[union-attr]
+                    merged = 2
+                    merged_bytes += nsize
+                    nx = nx.next
                 else:
-                    fl.add(key)  # type: ignore[union-attr]
-            elif merged or len(fl) < SMALL_MAX:   # (a merge took a key out: it cannot grow)
-                insort(fl, (b.size << 64) | b.addr)  # type: ignore[arg-type]
+                    merged = 1
+                prev.size = merged_bytes + size
+                prev.next = nx
+                if nx is not None:
+                    nx.prev = prev
+                blk = prev
+            elif (nx is not None and not nx.allocated and not nx.event_count
+                    and not nx.stream_uses and nx.mapped):
+                merged_bytes = nx.size
+                okey = (merged_bytes << 64) | nx.addr   # (its key's place: see below)
+                if not plain:
+                    fl.remove(okey)
+                del self._blocks[nx.addr]
+                self._spares.append(nx)
+                merged = 1
+                blk.size = size + merged_bytes
+                nx = nx.next
+                blk.next = nx
+                if nx is not None:
+                    nx.prev = blk
             else:
-                fl_add(pool.free, stream, (b.size << 64) | b.addr)
-            b.gc_base = pool.gc_calls
+                # nothing to merge
+                if (prev is not None or nx is not None) and blk.exp is None:
+                    # inactive_split (as _free_block; increases update the peaks at once): a
+                    # split block joins them
+                    n = c.inactive_split + 1
+                    c.inactive_split = n
+                    c.inactive_split_sum += 1
+                    if n > c.inactive_split_peak:
+                        c.inactive_split_peak = n
+                    n += c.other_row.inactive_split
+                    row = c.all_row
+                    if n > row.inactive_split_peak:
+                        row.inactive_split_peak = n
+                    n = c.inactive_split_bytes + size
+                    c.inactive_split_bytes = n
+                    c.inactive_split_bytes_sum += size
+                    if n > c.inactive_split_bytes_peak:
+                        c.inactive_split_bytes_peak = n
+                    n += c.other_row.inactive_split_bytes
+                    if n > row.inactive_split_bytes_peak:
+                        row.inactive_split_bytes_peak = n
+                key = (size << 64) | ptr
+                if not plain:   # a long FreeList: FreeList.add, inlined but for a new last key
+                    maxes = fl.maxes  # type: ignore[union-attr]
+                    n = bisect_left(maxes, key)
+                    if n < len(maxes):
+                        sub = fl.lists[n]  # type: ignore[union-attr]
+                        insort(sub, key)
+                        if len(sub) > BUCKET_MAX:
+                            fl.split(n)  # type: ignore[union-attr]
+                    else:
+                        fl.add(key)  # type: ignore[union-attr]
+                elif len(fl) < SMALL_MAX:   # (a plain list that stays short)
+                    insort(fl, key)  # type: ignore[arg-type]
+                else:
+                    fl_add(pool.free, blk.stream, key)
+                blk.gc_base = pool.gc_calls
+                return
+            # merged: blk is the surviving block
+            if blk.exp is None:
+                # inactive_split (as _free_block): the freed block's bytes join them if the
+                # survivor is still split (one block fewer if it merged with both), else the
+                # merged ones leave
+                if blk.prev is not None or blk.next is not None:
+                    if merged == 2:
+                        if self._stats.dirty_split:
+                            self._stats.settle_split()
+                        c.inactive_split -= 1
+                    n = c.inactive_split_bytes + size
+                    c.inactive_split_bytes = n
+                    c.inactive_split_bytes_sum += size
+                    if n > c.inactive_split_bytes_peak:
+                        c.inactive_split_bytes_peak = n
+                    n += c.other_row.inactive_split_bytes
+                    row = c.all_row
+                    if n > row.inactive_split_bytes_peak:
+                        row.inactive_split_bytes_peak = n
+                else:
+                    if self._stats.dirty_split:
+                        self._stats.settle_split()
+                    c.inactive_split -= merged
+                    c.inactive_split_bytes -= merged_bytes
+            key = (blk.size << 64) | blk.addr
+            if plain:
+                # the merged key is above okey (a larger size; or, for the block after,
+                # the same block grown): it takes okey's place unless keys lie between
+                n = bisect_left(fl, okey)  # type: ignore[arg-type]
+                j = n + 1
+                if j == len(fl) or fl[j] > key:  # type: ignore[index]
+                    fl[n] = key  # type: ignore[index]
+                else:
+                    del fl[n]  # type: ignore[union-attr]
+                    insort(fl, key, n)  # type: ignore[arg-type]
+            else:
+                fl.add(key)  # type: ignore[union-attr]
+            blk.gc_base = pool.gc_calls
         finally:
             self._release(None)
 
@@ -895,6 +955,7 @@ class DeviceCachingAllocator:
         if blk is None:
             return
         self._deferred = None
+        self._fast_flags()
         misses = self._defer_misses + 1     # not reused: defer less often for a while
         self._defer_misses = misses
         self._defer_skip = (1 << misses) - 1 if misses < 6 else 63
@@ -1743,7 +1804,7 @@ class GeneralPathAllocator(DeviceCachingAllocator):
 
     def _update_simple(self) -> None:
         super()._update_simple()
-        self._fast = False
+        self._fast = self._fast_malloc = False
         self._fast_reuse = False
 
     def free(self, ptr: int, nonblocking: bool = False) -> None:

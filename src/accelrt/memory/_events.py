@@ -119,7 +119,7 @@ class StreamFrees:
             if q is None:
                 q = self.events[s] = collections.deque()
             q.append((ev, blk))
-            alloc._fast = alloc._fast_reuse = False   # (both fast malloc paths: see malloc)
+            alloc._fast = alloc._fast_malloc = alloc._fast_reuse = False   # (see malloc)
         if blk.event_count == 0:
             alloc._free_block(blk, True)
         if error is not None:

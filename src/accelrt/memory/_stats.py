@@ -252,10 +252,48 @@ class DeviceStats:
         Only the pool type(s) whose ``grew`` flag is set are compared. While no free has waited
         for events since the last peak reset (``pending_seen`` False), ``active`` equals
         ``allocation`` at all times, so the active peaks are not compared here but copied
-        from the allocation peaks by :meth:`_materialize_active`.
+        from the allocation peaks by :meth:`_materialize_active`. (Unrolled: the fast path
+        of ``free`` calls this whenever both pool types grew since the last call.)
         """
+        if self.pending_seen:
+            self._settle_full()
+            return
         a, s, g = self.hot
-        full = self.pending_seen
+        sn = s.allocations
+        sb = s.allocated_bytes
+        sr = s.requested_bytes
+        if s.grew:
+            if sn > s.allocations_peak:
+                s.allocations_peak = sn
+            if sb > s.allocated_bytes_peak:
+                s.allocated_bytes_peak = sb
+            if sr > s.requested_bytes_peak:
+                s.requested_bytes_peak = sr
+            s.grew = False
+        gn = g.allocations
+        gb = g.allocated_bytes
+        gr = g.requested_bytes
+        if g.grew:
+            if gn > g.allocations_peak:
+                g.allocations_peak = gn
+            if gb > g.allocated_bytes_peak:
+                g.allocated_bytes_peak = gb
+            if gr > g.requested_bytes_peak:
+                g.requested_bytes_peak = gr
+            g.grew = False
+        sn += gn
+        if sn > a.allocations_peak:
+            a.allocations_peak = sn
+        sb += gb
+        if sb > a.allocated_bytes_peak:
+            a.allocated_bytes_peak = sb
+        sr += gr
+        if sr > a.requested_bytes_peak:
+            a.requested_bytes_peak = sr
+
+    def _settle_full(self) -> None:
+        """:meth:`settle` once a free has waited for events: the active peaks too."""
+        a, s, g = self.hot
         for c in (s, g):
             if c.grew:
                 n = c.allocations
@@ -266,11 +304,10 @@ class DeviceStats:
                     c.allocated_bytes_peak = nbytes
                 if c.requested_bytes > c.requested_bytes_peak:
                     c.requested_bytes_peak = c.requested_bytes
-                if full:
-                    if n + c.pending_frees > c.active_peak:
-                        c.active_peak = n + c.pending_frees
-                    if nbytes + c.pending_bytes > c.active_bytes_peak:
-                        c.active_bytes_peak = nbytes + c.pending_bytes
+                if n + c.pending_frees > c.active_peak:
+                    c.active_peak = n + c.pending_frees
+                if nbytes + c.pending_bytes > c.active_bytes_peak:
+                    c.active_bytes_peak = nbytes + c.pending_bytes
         sn = s.allocations
         sb = s.allocated_bytes
         sr = s.requested_bytes
@@ -285,13 +322,12 @@ class DeviceStats:
             a.allocated_bytes_peak = b
         if sr + gr > a.requested_bytes_peak:
             a.requested_bytes_peak = sr + gr
-        if full:
-            an = n + s.pending_frees + g.pending_frees
-            if an > a.active_peak:
-                a.active_peak = an
-            ab = b + s.pending_bytes + g.pending_bytes
-            if ab > a.active_bytes_peak:
-                a.active_bytes_peak = ab
+        an = n + s.pending_frees + g.pending_frees
+        if an > a.active_peak:
+            a.active_peak = an
+        ab = b + s.pending_bytes + g.pending_bytes
+        if ab > a.active_bytes_peak:
+            a.active_bytes_peak = ab
         s.grew = g.grew = False
 
     def settle_grown(self) -> None:
@@ -344,18 +380,24 @@ class DeviceStats:
     def count_segment(self, type_index: int, size: int, oversize: bool, added: bool) -> None:
         """Count a segment of ``size`` bytes in pool type ``type_index`` (1 small, 2 large)
         that was ``added`` (a device allocation) or released (a device free)."""
-        changes = [(self.segment[0], 1), (self.segment[type_index], 1),
-                   (self.reserved_bytes[0], size), (self.reserved_bytes[type_index], size)]
-        if oversize:
-            changes.append((self.oversize_segments, 1))
-        for stat, n in changes:
-            if added:
-                stat.increase(n)
-            else:
-                stat.decrease(n)
+        changes = ((self.segment[0], 1), (self.segment[type_index], 1),
+                   (self.reserved_bytes[0], size), (self.reserved_bytes[type_index], size))
         if added:
+            for stat, n in changes:   # (Stat.increase, inlined)
+                c = stat.current + n
+                stat.current = c
+                if c > stat.peak:
+                    stat.peak = c
+                stat.allocated += n
+            if oversize:
+                self.oversize_segments.increase(1)
             self.num_device_alloc += 1
         else:
+            for stat, n in changes:   # (Stat.decrease, inlined)
+                stat.current -= n
+                stat.freed += n
+            if oversize:
+                self.oversize_segments.decrease(1)
             self.num_device_free += 1
 
     def allocated_bytes(self) -> int:
