@@ -81,7 +81,8 @@ traces:
 - ``floor+lock``: 22.7 - 31.4
 - ``floor+lock+stats``: 32.6 - 43.6
 - ``floor+lock+stats2``: 30.7 - 40.5
-- ``accelrt``: 42.7 - 60.4
+- ``accelrt``: 42.7 - 60.4 (42.0 - 53.1 after the fast-path changes that followed this
+  script: one run, ``--repeat 5``, 2026-11-26)
 
 So a pure-Python allocator with PyTorch's default policy *can* replay these traces under 30
 calls per operation, and still can with the lock, but not by much: the policy's own work
