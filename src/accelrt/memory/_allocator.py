@@ -1808,6 +1808,24 @@ class GeneralPathAllocator(DeviceCachingAllocator):
         self._fast_reuse = False
 
     def free(self, ptr: int, nonblocking: bool = False) -> None:
-        """:meth:`DeviceCachingAllocator.free` through the general code only."""
-        with self._lock:
+        """:meth:`DeviceCachingAllocator.free` through the general code only (with
+        ``nonblocking``, a held lock queues the free, as there)."""
+        if nonblocking:
+            try:
+                self._acquire_nowait()
+            except _Empty:
+                self._gc_pending.append(ptr)
+                self.drain_pending()
+                return
+            if self._gc_pending:
+                try:
+                    self._drain_pending_locked()
+                except BaseException:
+                    self._release(None)
+                    raise
+        else:
+            self._acquire()
+        try:
             self._free_locked(ptr)
+        finally:
+            self._release(None)
