@@ -368,6 +368,23 @@ def test_bad_frees_leave_state_intact():
     assert a.memory_reserved() == 0 == b.used
 
 
+@pytest.mark.parametrize("conf", ["", "expandable_segments:True,page_reuse:True"])
+@pytest.mark.parametrize("bad", [[1], {}, bytearray(b"x"), 1.5, None, "0x10"])
+def test_a_pointer_that_is_not_an_int_is_a_type_error(conf, bad):
+    # an unhashable object used to escape as "unhashable type: 'list'" from the block table
+    a, _ = make(conf)
+    p = a.malloc(1000, 0)
+    a.free(a.malloc(3000, 0))     # a cached block (and, by default, a deferred free)
+    before = a.stats()
+    with pytest.raises(TypeError, match="pointer must be an int"):
+        a.free(bad)
+    with pytest.raises(TypeError, match="pointer must be an int"):
+        a.record_stream(bad, 0)
+    assert a.stats() == before
+    a.free(p)
+    assert a.memory_allocated() == 0
+
+
 def test_fraction_argument_checks():
     a, _ = make()
     with pytest.raises(TypeError, match="float"):

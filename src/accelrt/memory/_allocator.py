@@ -717,7 +717,7 @@ class DeviceCachingAllocator:
         try:
             try:
                 blk = self._blocks[ptr]
-            except KeyError:
+            except (KeyError, TypeError):   # (TypeError: unhashable, so not a pointer)
                 blk = _NO_BLOCK   # (not allocated: _free_locked raises the error)
             if not blk.allocated or blk.stream_uses is not None or self._free_slow:
                 # not allocated here, used on other streams, history recorded or a free
@@ -1030,7 +1030,7 @@ class DeviceCachingAllocator:
         """:meth:`free` with ``_lock`` held and every option considered (free *requested*)."""
         if self._deferred is not None:
             self._flush_deferred()
-        blk = self._blocks.get(ptr)
+        blk = self._block_at(ptr)
         if blk is None or not blk.allocated:
             raise self._bad_ptr(ptr, blk)
         blk.allocated = False
@@ -1055,6 +1055,14 @@ class DeviceCachingAllocator:
             self._stream_frees.free_later(blk)
         else:
             self._free_block(blk, False)
+
+    def _block_at(self, ptr: Any) -> Block | None:
+        """The block that starts at ``ptr``, or ``None`` (also for an unhashable ``ptr``, which
+        :meth:`_bad_ptr` then names)."""
+        try:
+            return self._blocks.get(ptr)
+        except TypeError:
+            return None
 
     def _bad_ptr(self, ptr: object, blk: Block | None) -> Exception:
         if not isinstance(ptr, int) or isinstance(ptr, bool):
@@ -1082,7 +1090,7 @@ class DeviceCachingAllocator:
             >>> a.free(p)
         """
         with self._lock:
-            blk = self._blocks.get(ptr)
+            blk = self._block_at(ptr)
             if blk is None or not blk.allocated:
                 raise self._bad_ptr(ptr, blk)
             if stream == blk.stream:
