@@ -131,7 +131,10 @@ def load_anchor(folder: str) -> str:
     return name
 
 
-def _replay_timed(new: Callable[[], Any], ops: Sequence[Any]) -> tuple[float, int]:
+def _replay_timed(new: Callable[[], Any], ops: Sequence[Any],
+                  settle: bool = False) -> tuple[float, int]:
+    """Thread seconds to replay ``ops`` on ``new()`` (with ``settle``, its ``settle()`` too:
+    work an allocator defers, paid inside the timed region), and the number of operations."""
     a = new()
     malloc, free = a.malloc, a.free
     handles: dict[int, int] = {}
@@ -144,6 +147,8 @@ def _replay_timed(new: Callable[[], Any], ops: Sequence[Any]) -> tuple[float, in
                 handles[addr] = malloc(size, stream)
             else:
                 free(handles.pop(addr))
+        if settle:
+            a.settle()
         t = _clock() - t0
     finally:
         if gc_was:

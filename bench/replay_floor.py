@@ -119,7 +119,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import random
 import sys
@@ -129,7 +128,7 @@ from typing import Any
 
 import numpy as np
 
-from bench_allocator import _calibrate, _clock, _replay_timed, _traces, alternate
+from bench_allocator import _calibrate, _replay_timed, _traces, alternate
 
 from accelrt.memory._allocator import DeviceCachingAllocator
 from accelrt.memory._config import parse_config
@@ -1351,33 +1350,9 @@ def check(name: str, ops: Sequence[Op]) -> None:
     check_stats(name, ops)
 
 
-def _replay_settled(new: Callable[[], Any], ops: Sequence[Op]) -> tuple[float, int]:
-    """bench_allocator.py's ``_replay_timed``, then ``settle()`` (the statistics brought up to
-    date: peaks, a log's pending entries) inside the timed region."""
-    a = new()
-    malloc, free, settle = a.malloc, a.free, a.settle
-    handles: dict[int, int] = {}
-    gc_was = gc.isenabled()
-    gc.disable()
-    try:
-        t0 = _clock()
-        for is_alloc, addr, size, stream in ops:
-            if is_alloc:
-                handles[addr] = malloc(size, stream)
-            else:
-                free(handles.pop(addr))
-        settle()
-        t = _clock() - t0
-    finally:
-        if gc_was:
-            gc.enable()
-    return t, len(ops)
-
-
 def _replayer(new: Callable[[], Any], ops: Sequence[Op]) -> Callable[[], tuple[float, int]]:
-    if hasattr(new, "settle"):
-        return lambda: _replay_settled(new, ops)
-    return lambda: _replay_timed(new, ops)
+    settle = hasattr(new, "settle")
+    return lambda: _replay_timed(new, ops, settle)
 
 
 def main() -> None:
