@@ -19,6 +19,24 @@ THREADS = 4
 OPS = 10_000
 
 
+def _run_threads(worker, errors: list[BaseException]) -> None:
+    """Run ``worker(tid)`` on THREADS threads to the end; fail with what they raised."""
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(THREADS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
+def _disjoint_live(owned: list[dict[int, int]]) -> list[tuple[int, int]]:
+    """The threads' live ``(address, size)`` pairs by address, checked not to overlap."""
+    live = sorted((p, s) for m in owned for p, s in m.items())
+    for (p, s), (q, _) in itertools.pairwise(live):
+        assert p + s <= q
+    return live
+
+
 @pytest.mark.parametrize("conf", ["", "expandable_segments:True",
                                   "expandable_segments:True,page_reuse:True"])
 def test_four_threads_mixed_operations(conf):
@@ -65,17 +83,10 @@ def test_four_threads_mixed_operations(conf):
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
-    threads = [threading.Thread(target=worker, args=(t,)) for t in range(THREADS)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    _run_threads(worker, errors)
 
     # live allocations never overlap and are exactly what the allocator shows
-    live = sorted((p, s) for m in owned for p, s in m.items())
-    for (p, s), (q, _) in itertools.pairwise(live):
-        assert p + s <= q
+    live = _disjoint_live(owned)
     segs = a.snapshot_segments()
     shown = sorted((blk["address"], blk["requested_size"]) for seg in segs
                    for blk in seg["blocks"] if blk["state"] == "active_allocated")
@@ -148,16 +159,9 @@ def test_threads_reusing_deferred_frees():
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
-    threads = [threading.Thread(target=worker, args=(t,)) for t in range(THREADS)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    _run_threads(worker, errors)
     assert sum(reuses) > 0
-    live = sorted((p, s) for m in owned for p, s in m.items())
-    for (p, s), (q, _) in itertools.pairwise(live):
-        assert p + s <= q
+    live = _disjoint_live(owned)
     st = a.stats()
     segs = a.snapshot_segments()
     assert st["allocation.all.current"] == len(live)
