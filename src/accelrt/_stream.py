@@ -91,8 +91,9 @@ class Stream:
     ``Stream(stream_id=h, device_index=i, device_type="cpu")`` wraps an existing backend stream
     without owning it.
 
-    Streams compare equal when they have the same backend, device index and handle; they are
-    hashable and cannot be ordered. ``with stream:`` makes the stream current on its device and
+    Open streams compare equal when they have the same backend, device index and handle; a
+    closed stream is equal only to itself (its handle may serve another stream now). Streams
+    are hashable (the hash does not change on close) and cannot be ordered. ``with stream:`` makes the stream current on its device and
     makes its device the current device of its backend, restoring both on exit (re-entrant,
     nestable and per thread).
 
@@ -500,7 +501,8 @@ class Stream:
 
     @property
     def is_closed(self) -> bool:
-        """True once :meth:`close` closed this object.
+        """True once :meth:`close` closed this object (or, for a device module's view, the
+        stream it views).
 
         Example::
 
@@ -508,7 +510,8 @@ class Stream:
             >>> acc.Stream("cpu").is_closed
             False
         """
-        return self._closed
+        origin = self._origin
+        return self._closed or (origin is not None and origin._closed)
 
     def _check_open(self) -> None:
         """Raise :class:`ClosedError` if the stream was closed."""
@@ -519,12 +522,27 @@ class Stream:
 
     # ------------------------------------------------------------------ identity
     def __eq__(self, other: object) -> bool:
+        """Open streams are equal when they have the same backend, device and handle; a
+        closed one only to itself, since its handle may serve another stream now.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> s = acc.Stream("cpu"); s.close()
+            >>> t = acc.Stream("cpu")           # may reuse s's handle
+            >>> s == s, s == t
+            (True, False)
+        """
+        if self is other:
+            return True
         if isinstance(other, Stream):
             return (self._handle == other._handle and self._index == other._index
-                    and self._b is other._b)
+                    and self._b is other._b and not self.is_closed and not other.is_closed)
         return NotImplemented
 
     def __hash__(self) -> int:
+        # the same over the object's lifetime (close() does not change it), so a stream put in
+        # a dict or set while open is still found there after close()
         return hash((self._b.name, self._index, self._handle))
 
     def __repr__(self) -> str:

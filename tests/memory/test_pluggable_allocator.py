@@ -7,6 +7,8 @@ import ctypes
 import itertools
 import shutil
 import subprocess
+import sys
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -58,6 +60,16 @@ void *get_last_free_stream(void) { return last_free_stream; }
 void *get_last_ptr(void) { return last_ptr; }
 void *get_last_free_ptr(void) { return last_free_ptr; }
 void set_fail_next(long n) { fail_next = n; }
+
+/* a broken library: its addresses are 8 bytes past malloc's alignment */
+void *plug_alloc_off8(ssize_t size, int device, void *stream) {
+    char *p = plug_alloc(size + 8, device, stream);
+    return p ? p + 8 : NULL;
+}
+
+void plug_free_off8(void *ptr, ssize_t size, int device, void *stream) {
+    plug_free((char *)ptr - 8, size + 8, device, stream);
+}
 """
 
 
@@ -357,9 +369,320 @@ def test_alloc_returning_garbage_is_a_clear_error() -> None:
         acc.empty(4, device=f"{name}:0")
 
 
+def test_misaligned_address_from_a_library_goes_back_to_its_free(lib: Lib) -> None:
+    name = _fresh_backend(False)
+    plug = memory.PluggableAllocator(lib.path, "plug_alloc_off8", "plug_free_off8")
+    memory.change_current_allocator(plug, name)
+    n_alloc, n_free, live = lib.n_alloc, lib.n_free, lib.live_bytes
+    with pytest.raises(ValueError, match=rf"libplug.so:plug_alloc_off8/plug_free_off8 returned "
+                                         rf"\[0x[0-9a-f]+8, 0x[0-9a-f]+\) \(40 bytes\) for "
+                                         rf"{name}:0, which is not aligned to 16 bytes"):
+        acc.zeros(10, dtype="int32", device=f"{name}:0")
+    assert (lib.n_alloc, lib.n_free, lib.live_bytes) == (n_alloc + 1, n_free + 1, live)
+    assert plug._live_count() == 0
+
+
 def test_freeing_a_foreign_pointer_is_refused(lib: Lib) -> None:
     name = _fresh_backend(False)
     memory.change_current_allocator(lib.allocator(), name)
     a = get_allocator(backends.get_backend(name), 0)
     with pytest.raises(ValueError, match="Trying to free a pointer not allocated here"):
         a.free(12345)
+
+
+# ---------------------------------------------------------------------- what alloc returns
+
+CRASH = """
+    import sys
+    import numpy as np
+    import accelrt as acc
+    from accelrt import backends, memory
+    from accelrt.backends.cpu import CpuBackend
+
+    where, bad = sys.argv[1], int(sys.argv[2], 0)
+    backends.register("plugcrash", lambda: CpuBackend(num_devices=2, name="plugcrash"))
+    freed = []
+
+    def alloc(size, device, stream):
+        return bad
+
+    def free(ptr, size, device, stream):
+        freed.append(ptr)
+
+    plug = memory.PluggableAllocator.from_callables(alloc, free)
+    if where == "replace":
+        memory.change_current_allocator(plug, "plugcrash")
+    pool = memory.MemPool(allocator=plug)
+    try:
+        with memory.use_mem_pool(pool, "plugcrash:1"):
+            x = acc.empty(1024, dtype="uint8", device="plugcrash:1")
+        x.fill_(1)               # the memory is used: a bad address crashed here
+        print("USED", x.tolist()[:1])
+    except ValueError as e:
+        print("REFUSED", freed, e)
+"""
+
+
+@pytest.mark.parametrize("where", ["replace", "mempool"])
+@pytest.mark.parametrize("bad", [hex((1 << 64) + 4096), hex((1 << 64) - 256)],
+                         ids=["beyond-2**64", "wraps-past-2**64"])
+def test_alloc_returning_no_usable_address_is_refused_before_any_use(where: str,
+                                                                     bad: str) -> None:
+    # an address at or beyond 2**64, or a range running past it, once crashed the interpreter
+    # in the first fill_ (the address reached memset); it is refused before any use, with an
+    # error naming the allocator and the device, and not handed to free (no memory there)
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(CRASH), where, bad],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr[-2000:])
+    assert proc.stdout.startswith("REFUSED [] the pluggable allocator <callables alloc/free> "
+                                  "returned "), proc.stdout
+    assert "for plugcrash:1, which" in proc.stdout
+    assert "2**64" in proc.stdout and "alloc must return" in proc.stdout
+
+
+class Hostile:
+    """A Python allocator holding real memory, whose next alloc returns ``self.ret(ptr)``
+    (the good address by default) and which records every call."""
+
+    def __init__(self) -> None:
+        self.held: dict[int, np.ndarray] = {}
+        self.freed: list[tuple[int, int, int, int]] = []
+        self.ret: Any = None            # None: return the address; else ret(address) -> value
+        self.raise_in_free: BaseException | None = None
+
+    def alloc(self, size: int, device: int, stream: int) -> Any:
+        buf = np.zeros(size + 256, np.uint8)
+        ptr = (buf.ctypes.data + 255) // 256 * 256
+        ret, self.ret = self.ret, None
+        if ret is not None:
+            value = ret(ptr)
+            if isinstance(value, BaseException):
+                raise value
+            if not (isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+                    and value == ptr):
+                return value          # a bad value: nothing of it is kept
+            self.held[ptr] = buf
+            return value
+        self.held[ptr] = buf
+        return ptr
+
+    def free(self, ptr: int, size: int, device: int, stream: int) -> None:
+        self.freed.append((ptr, size, device, stream))
+        if ptr in self.held:
+            del self.held[ptr]
+        exc, self.raise_in_free = self.raise_in_free, None
+        if exc is not None:
+            raise exc
+
+    def allocator(self) -> memory.PluggableAllocator:
+        return memory.PluggableAllocator.from_callables(self.alloc, self.free)
+
+
+NO_ADDRESS = {   # what alloc returns instead of address p -> (error, message)
+    "None": (lambda p: None, TypeError,
+             r"returned None for plug\d+:1 \(a missing return statement\?\)"),
+    "float": (float, TypeError,
+              (r"returned \d+\.0 for plug\d+:1; its alloc must return an address \(an int, 0 "
+               r"for out of memory\)")),
+    "bool": (lambda p: True, TypeError, r"returned True for plug\d+:1"),
+    "str": (lambda p: "0x1000", TypeError, r"returned '0x1000'"),
+    "negative": (lambda p: -4096, ValueError,
+                 r"returned -0x1000 for plug\d+:1, which is not an address"),
+    "2**64": (lambda p: 1 << 64, ValueError,
+              (r"returned 0x10000000000000000 for plug\d+:1, which is not an address \(a void\* "
+               r"lies in \[0, 2\*\*64\)\)")),
+    "wraps": (lambda p: (1 << 64) - 512, ValueError,
+              (r"returned \[0xfffffffffffffe00, 0x1[0-9a-f]+\) \(\d+ bytes\) for plug\d+:1, "
+               r"which runs past the end of the 64-bit address space")),
+}
+
+
+@pytest.mark.parametrize(("ret", "error", "match"), NO_ADDRESS.values(), ids=NO_ADDRESS.keys())
+@pytest.mark.parametrize("where", ["replace", "mempool"])
+def test_alloc_returning_no_address_is_refused_and_not_freed(ret: Any, error: type,
+                                                             match: str, where: str) -> None:
+    h = Hostile()
+    name = _fresh_backend(False)
+    dev = f"{name}:1"
+    plug = h.allocator()
+    if where == "replace":
+        memory.change_current_allocator(plug, name)
+    pool = memory.MemPool(allocator=plug)
+    h.ret = ret
+    with memory.use_mem_pool(pool, dev), pytest.raises(error, match=match) as info:
+        acc.empty(1000, dtype="uint8", device=dev)
+    assert "<callables alloc/free>" in str(info.value)
+    assert h.freed == [] and h.held == {} and plug._live_count() == 0
+    with memory.use_mem_pool(pool, dev):              # the allocator still works
+        x = acc.full(1000, 3, dtype="uint8", device=dev)
+    assert x.tolist() == [3] * 1000 and x.data_ptr() in h.held
+    del x, pool
+    acc.set_current_accelerator(name)
+    memory.empty_cache()
+    assert h.held == {} and plug._live_count() == 0
+
+
+def test_numpy_integer_addresses_are_accepted() -> None:
+    h = Hostile()
+    name = _fresh_backend(False)
+    memory.change_current_allocator(h.allocator(), name)
+    h.ret = np.uint64
+    x = acc.full(8, 5, dtype="int32", device=f"{name}:0")
+    assert x.tolist() == [5] * 8 and x.data_ptr() in h.held
+    assert type(x.data_ptr()) is int
+    del x
+    assert h.held == {}
+
+
+def _stats(name: str, index: int) -> dict[str, int]:
+    return dict(get_allocator(backends.get_backend(name), index).stats())
+
+
+def test_misaligned_address_is_handed_back_to_free_and_stats_do_not_move() -> None:
+    h = Hostile()
+    name = _fresh_backend(False)
+    dev = f"{name}:1"
+    plug = h.allocator()
+    pool = memory.MemPool(allocator=plug)
+    with memory.use_mem_pool(pool, dev):
+        keep = acc.zeros(4, device=dev)                # a live segment: stats are not empty
+    before = _stats(name, 1)
+    misaligned: list[int] = []
+
+    def off_by_8(p: int) -> int:
+        misaligned.append(p + 8)
+        h.held[p + 8] = np.zeros(1)                    # what its free will give back
+        return p + 8
+
+    h.ret = off_by_8
+    with memory.use_mem_pool(pool, dev), pytest.raises(
+            ValueError, match=rf"for {name}:1, which is not aligned to 16 bytes .*\(handed back "
+                              r"to its free\); alloc must return the address of 20971520 "
+                              r"bytes"):
+        acc.empty(4 * MiB, dtype="uint8", device=dev)  # a new 20 MiB segment: alloc is called
+    assert h.freed == [(misaligned[0], 20 * MiB, 1, 0)]
+    assert _stats(name, 1) == before                   # nothing counted, nothing lost
+    assert plug._live_count() == 1
+    del keep, pool
+    acc.set_current_accelerator(name)
+    memory.empty_cache()
+    assert h.held == {} and plug._live_count() == 0
+
+
+@pytest.mark.parametrize("same_device", [True, False], ids=["same-device", "other-device"])
+def test_range_overlapping_live_memory_is_refused_naming_allocator_and_device(
+        same_device: bool) -> None:
+    # the same memory handed out twice: refused (not adopted, not counted, not given to free,
+    # which would free the live block), naming this allocator and device, and the live range's
+    h = Hostile()
+    name = _fresh_backend(False)
+    plug = h.allocator()
+    pool = memory.MemPool(allocator=plug)
+    with memory.use_mem_pool(pool, f"{name}:1"):
+        x = acc.full(1000, 7, dtype="int32", device=f"{name}:1")
+    seg = x.data_ptr()
+    dev = f"{name}:1" if same_device else f"{name}:0"
+    index = int(dev[-1])
+    before = _stats(name, index)
+    h.ret = lambda p: seg + 4096
+    with memory.use_mem_pool(pool, dev), pytest.raises(
+            ValueError, match=rf"<callables alloc/free> returned \[{seg + 4096:#x}, "
+                              rf"{seg + 4096 + 20 * MiB:#x}\) \(20971520 bytes\) for {dev}, "
+                              rf"which overlaps \[{seg:#x}, {seg + 2 * MiB:#x}\), which the "
+                              rf"pluggable allocator <callables alloc/free> returned for {name}:1 "
+                              r"and is still allocated \(not handed back to free"):
+        acc.empty(4 * MiB, dtype="uint8", device=dev)  # a new 20 MiB segment: alloc is called
+    assert h.freed == [] and _stats(name, index) == before
+    assert x.tolist() == [7] * 1000                    # the live block is untouched
+    del x, pool
+    acc.set_current_accelerator(name)
+    memory.empty_cache()
+    assert h.held == {} and plug._live_count() == 0
+
+
+def test_range_overlapping_the_devices_own_memory_is_refused_naming_the_device() -> None:
+    h = Hostile()
+    name = _fresh_backend(False)
+    dev = f"{name}:1"
+    own = acc.zeros(1 << 18, dtype="uint8", device=dev)    # the caching allocator's memory
+    pool = memory.MemPool(allocator=h.allocator())
+    addr = own.data_ptr()
+    h.ret = lambda p: addr
+    with memory.use_mem_pool(pool, dev), pytest.raises(
+            ValueError, match=rf"returned \[{addr:#x}, .* for {dev}, which the "
+                              r"device refused \(adopt: .*overlaps memory"):
+        acc.empty(10, device=dev)
+    assert h.freed == []
+    del own, pool
+
+
+def test_alloc_that_raises_propagates_and_changes_nothing() -> None:
+    h = Hostile()
+    name = _fresh_backend(False)
+    dev = f"{name}:0"
+    plug = h.allocator()
+    pool = memory.MemPool(allocator=plug)
+    before = _stats(name, 0)
+    boom = KeyError("allocator exhausted")
+    h.ret = lambda p: boom
+    with memory.use_mem_pool(pool, dev), pytest.raises(KeyError) as info:
+        acc.empty(10, device=dev)
+    assert info.value is boom
+    assert _stats(name, 0) == before and plug._live_count() == 0 and h.freed == []
+    with memory.use_mem_pool(pool, dev):
+        y = acc.full(3, 1.0, device=dev)
+    assert y.tolist() == [1.0] * 3
+    del y, pool
+
+
+def test_free_that_raises_propagates_and_the_memory_is_given_back() -> None:
+    # the pointer went to free: accelrt no longer counts or uses it, whatever free did
+    h = Hostile()
+    name = _fresh_backend(False)
+    dev = f"{name}:0"
+    plug = h.allocator()
+    pool = memory.MemPool(allocator=plug)
+    with memory.use_mem_pool(pool, dev):
+        x = acc.zeros(4, device=dev)
+    del pool                                           # x keeps the segment until empty_cache
+    del x
+    assert memory.memory_reserved(dev) == 2 * MiB
+    h.raise_in_free = OSError("free failed")
+    acc.set_current_accelerator(name)
+    with pytest.raises(OSError, match="free failed"):
+        memory.empty_cache()
+    assert memory.memory_reserved(dev) == 0 and plug._live_count() == 0
+    stats = _stats(name, 0)
+    assert stats["segment.all.current"] == 0 and stats["reserved_bytes.all.current"] == 0
+    memory.empty_cache()                               # consistent: nothing left to free
+    assert len(h.freed) == 1
+
+    other = _fresh_backend(False)                      # the replacing allocator: the same
+    memory.change_current_allocator(plug, other)
+    p = memory.caching_allocator_alloc(64, f"{other}:0")
+    h.raise_in_free = OSError("free failed")
+    with pytest.raises(OSError, match="free failed"):
+        memory.caching_allocator_delete(p)
+    assert plug._live_count() == 0
+    with pytest.raises(ValueError, match="already deleted"):
+        memory.caching_allocator_delete(p)
+
+
+def test_free_that_raises_in_a_collected_mempool_still_releases_every_device(
+        caplog: pytest.LogCaptureFixture) -> None:
+    h = Hostile()
+    name = _fresh_backend(False)
+    plug = h.allocator()
+    pool = memory.MemPool(allocator=plug)
+    for i in (0, 1):
+        with memory.use_mem_pool(pool, f"{name}:{i}"):
+            acc.zeros(4, device=f"{name}:{i}")
+    assert plug._live_count() == 2
+    h.raise_in_free = OSError("free failed")
+    with caplog.at_level("ERROR", logger="accelrt.memory"):
+        del pool                                       # the finalizer gives both back
+    errors = [r.exc_info[1] for r in caplog.records if r.exc_info]
+    assert len(errors) == 1 and isinstance(errors[0], OSError)   # reported once, not raised
+    assert "free failed" in caplog.text and "MemPool" in caplog.text
+    assert len(h.freed) == 2 and plug._live_count() == 0 and h.held == {}
+    assert [memory.memory_reserved(f"{name}:{i}") for i in (0, 1)] == [0, 0]

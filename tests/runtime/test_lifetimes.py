@@ -128,6 +128,42 @@ def test_stream_close_returns_the_handle_to_the_pool_now(dev: str) -> None:
     again.close()
 
 
+def test_a_closed_stream_equals_only_itself_after_its_handle_is_reused(dev: str) -> None:
+    s = acc.Stream(dev)
+    key = hash(s)
+    found = {s: "s"}
+    handle, index, name = s.stream_id, s.device_index, s.device_type
+    s.close()
+    t = acc.Stream(dev)                    # the pool is LIFO: t reuses s's handle
+    assert t.stream_id == handle
+    assert s != t and t != s and not (s == t)  # noqa: SIM201 - tests __eq__ itself
+    assert s == s and t == t               # noqa: PLR0124 - an object equals itself
+    assert hash(s) == key and found[s] == "s" and t not in found   # the hash did not change
+    assert len({s, t}) == 2
+    wrapped = acc.Stream(stream_id=handle, device_index=index, device_type=name)
+    assert wrapped == t and hash(wrapped) == hash(t)   # open objects: by handle
+    assert wrapped != s and s != wrapped
+    wrapped.close()                        # a closed wrapper: only itself, not its stream
+    assert wrapped != t and wrapped == wrapped  # noqa: PLR0124
+    t.close()
+    assert s != t                          # two closed objects of one handle differ
+
+
+def test_a_view_of_a_closed_stream_equals_only_itself(dev: str) -> None:
+    name = dev.split(":")[0]
+    mod = {"cpu": acc.cpu, "opencl": acc.opencl, "cuda": acc.cuda}.get(name)
+    if mod is None:
+        pytest.skip("no device module for this test backend")
+    s = acc.Stream(dev)
+    view = mod.Stream._view(s)             # what mod.current_stream() returns in 'with s:'
+    assert view == s and not view.is_closed
+    s.close()
+    t = acc.Stream(dev)
+    assert t.stream_id == view._handle     # t reuses the handle the view stands for
+    assert view.is_closed and view != t and t != view and view != s
+    t.close()
+
+
 def test_stream_close_with_a_full_pool_destroys_the_handle(dev: str) -> None:
     b = acc.Stream(dev)._b
     live = b.live_handles

@@ -44,11 +44,13 @@ Example::
 
 from __future__ import annotations
 
+import bisect
 import ctypes
+import operator
 import os
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final, NoReturn, SupportsIndex
 
 from .. import _device
 from .._fork import reinit_after_fork
@@ -61,6 +63,78 @@ __all__ = ["PluggableAllocator", "change_current_allocator", "get_allocator_back
 
 AllocFn = Callable[[int, int, int], int]
 FreeFn = Callable[[int, int, int, int], None]
+
+#: Every address ``alloc`` returns must be a multiple of this (``alignof(max_align_t)``: what
+#: ``malloc``, ``posix_memalign``, numpy and Python's allocators always give on 64-bit machines).
+ALIGNMENT: Final = 16
+#: Addresses are ``void*``: a range must end at or below this.
+_ADDRESS_END: Final = 1 << 64
+
+
+class _LiveRanges:
+    """The address ranges that pluggable allocators handed out and that are still allocated,
+    over the whole process (every allocator, backend and device: a live address is unique in a
+    process), so that an ``alloc`` returning memory still in use is refused before any use.
+
+    Re-entrant: a garbage collection inside :meth:`claim` may run a finalizer whose free calls
+    :meth:`release` on the same thread. A release only removes ranges; :meth:`claim` repeats its
+    search when one happened meanwhile and inserts with ``bisect.insort`` (a single call).
+
+    Example::
+
+        >>> from accelrt.memory._pluggable import _LiveRanges
+        >>> r = _LiveRanges()
+        >>> r.claim(0x1000, 0x2000, ("a", "cpu:0")), r.claim(0x1800, 0x2800, ("b", "cpu:1"))
+        (None, (4096, 8192, ('a', 'cpu:0')))
+        >>> r.release(0x1000); r.claim(0x1800, 0x2800, ("b", "cpu:1")) is None
+        True
+    """
+
+    def __init__(self) -> None:
+        self._lock = reinit_after_fork(threading.RLock())
+        # guarded by _lock: base -> (end, (allocator, device)) of every live range
+        self._ends: dict[int, tuple[int, tuple[str, str]]] = {}
+        self._bases: list[int] = []                   # guarded by _lock; sorted bases
+        self._releases = 0                            # guarded by _lock; counts releases
+
+    def claim(self, base: int, end: int, owner: tuple[str, str]
+              ) -> tuple[int, int, tuple[str, str]] | None:
+        """Record ``[base, end)`` as live for ``owner`` (the allocator and the device); or,
+        when it overlaps a live range, record nothing and return that range's ``(base, end,
+        owner)``."""
+        entry = (end, owner)
+        with self._lock:
+            while True:
+                seen = self._releases
+                hit = self._overlap(base, end)
+                if self._releases == seen:
+                    break
+            if hit is not None:
+                return hit
+            self._ends[base] = entry
+            bisect.insort(self._bases, base)
+        return None
+
+    def _overlap(self, base: int, end: int) -> tuple[int, int, tuple[str, str]] | None:
+        bases = self._bases
+        i = bisect.bisect_right(bases, base)
+        for j in (i - 1, i):
+            if 0 <= j < len(bases):
+                other = bases[j]
+                found = self._ends.get(other)
+                if found is not None and other < end and base < found[0]:
+                    return other, found[0], found[1]
+        return None
+
+    def release(self, base: int) -> None:
+        """Forget the live range starting at ``base`` (nothing if there is none)."""
+        with self._lock:
+            if self._ends.pop(base, None) is not None:
+                self._bases.remove(base)
+                self._releases += 1
+
+
+_live_ranges = _LiveRanges()
 
 class PluggableAllocator:
     """A raw device allocator in a shared library, PyTorch's ``CUDAPluggableAllocator``.
@@ -171,24 +245,91 @@ class PluggableAllocator:
 
     # ------------------------------------------------------------------ raw operations
     def _raw_alloc(self, b: Backend, index: int, size: int, stream: int) -> int:
-        """Call ``alloc``; the address, or 0 when it returned NULL."""
-        ptr = self._alloc(size, index, stream)
-        if not isinstance(ptr, int) or isinstance(ptr, bool) or ptr < 0:
-            raise TypeError(f"the pluggable allocator's alloc returned {ptr!r}; it must return "
-                            "an address (an int, 0 for out of memory)")
+        """Call ``alloc``; the address, or 0 when it returned NULL.
+
+        Everything ``alloc`` returns is checked before any use. An exception of ``alloc``
+        propagates (nothing was allocated). An address not aligned to :data:`ALIGNMENT` may be
+        real memory of the library: it is handed back to ``free`` before the error. Any other
+        refused value is not given to ``free``: it is no address (not an int, a bool, negative,
+        ``2**64`` or more), or no memory the library can own (its range runs past ``2**64``,
+        overlaps memory still allocated by a pluggable allocator, or the device refuses it as
+        memory it already has), so that ``free`` could crash or release memory in use; leaking
+        it is the safe side.
+
+        Raises:
+            TypeError: ``alloc`` returned something other than an int.
+            ValueError: ``alloc`` returned an address that cannot be used.
+        """
+        ret = self._alloc(size, index, stream)
+        dev = f"{b.name}:{index}"
+        ptr = self._address(ret, dev)
         if not ptr:
             return 0
+        end = ptr + size
+        if end > _ADDRESS_END:
+            self._refuse(ptr, size, index, stream, dev, "runs past the end of the 64-bit "
+                         "address space (2**64)", give_back=False)
+        if ptr % ALIGNMENT:
+            self._refuse(ptr, size, index, stream, dev, f"is not aligned to {ALIGNMENT} bytes "
+                         "(malloc's alignment)", give_back=True)
+        hit = _live_ranges.claim(ptr, end, (self._what, dev))
+        if hit is not None:
+            base, hit_end, (by, on) = hit
+            self._refuse(ptr, size, index, stream, dev,
+                         f"overlaps [{base:#x}, {hit_end:#x}), which the pluggable allocator "
+                         f"{by} returned for {on} and is still allocated", give_back=False)
         if b.capabilities(index).adopt_memory:
             try:
                 b.adopt_memory(index, ptr, size)
-            except BaseException:
+            except Exception as exc:
+                _live_ranges.release(ptr)
+                self._refuse(ptr, size, index, stream, dev, f"the device refused ({exc})",
+                             give_back=False, cause=exc)
+            except BaseException:   # interrupted (KeyboardInterrupt): the memory goes back
+                _live_ranges.release(ptr)
                 self._free(ptr, size, index, stream)
                 raise
         self._live[ptr] = (size, b, index, stream)
         return ptr
 
+    def _address(self, ret: object, dev: str) -> int:
+        """``ret``, what ``alloc`` returned for ``dev``, as an address (0: NULL)."""
+        ptr = None
+        if isinstance(ret, SupportsIndex) and not isinstance(ret, bool):
+            ptr = operator.index(ret)   # an int, or an integer such as numpy's
+        if ptr is None:
+            hint = " (a missing return statement?)" if ret is None else ""
+            raise TypeError(f"the pluggable allocator {self._what} returned {ret!r} for {dev}"
+                            f"{hint}; its alloc must return an address (an int, 0 for out of "
+                            "memory)")
+        if not 0 <= ptr < _ADDRESS_END:
+            raise ValueError(f"the pluggable allocator {self._what} returned {ptr:#x} for {dev}, "
+                             "which is not an address (a void* lies in [0, 2**64)); its alloc "
+                             "must return the address of the memory, 0 for out of memory")
+        return ptr
+
+    def _refuse(self, ptr: int, size: int, index: int, stream: int, dev: str, why: str, *,
+                give_back: bool, cause: BaseException | None = None) -> NoReturn:
+        """Raise ValueError for the range ``alloc`` returned, after handing it back to
+        ``free`` when ``give_back``."""
+        what = (f"the pluggable allocator {self._what} returned [{ptr:#x}, {ptr + size:#x}) "
+                f"({size} bytes) for {dev}, which {why}")
+        if give_back:
+            try:
+                self._free(ptr, size, index, stream)
+            except Exception as exc:  # noqa: BLE001 - reported in the error below
+                what += f" (handing it back to free raised {type(exc).__name__}: {exc})"
+            else:
+                what += " (handed back to its free)"
+        else:
+            what += " (not handed back to free: it is no memory the library can own)"
+        raise ValueError(f"{what}; alloc must return the address of {size} bytes that nothing "
+                         f"else uses, aligned to {ALIGNMENT} bytes, or 0 for out of memory"
+                         ) from cause
+
     def _raw_free(self, ptr: int) -> None:
-        """Call ``free`` with the arguments of the pointer's ``alloc``.
+        """Call ``free`` with the arguments of the pointer's ``alloc``. Once called, accelrt
+        no longer uses the memory, even when ``free`` raises (its exception propagates).
 
         Raises:
             ValueError: ``ptr`` is not live memory of this allocator (PyTorch's message).
@@ -197,9 +338,19 @@ class PluggableAllocator:
         if meta is None:
             raise ValueError(f"Trying to free a pointer not allocated here ({ptr:#x})")
         size, b, index, stream = meta
-        if b.capabilities(index).adopt_memory:
-            b.disown_memory(index, ptr)  # waits for queued work on the memory (cpu, async mode)
-        self._free(ptr, size, index, stream)
+        try:
+            if b.capabilities(index).adopt_memory:
+                b.disown_memory(index, ptr)  # waits for queued work on the memory (cpu, async)
+        finally:
+            _live_ranges.release(ptr)
+        try:
+            self._free(ptr, size, index, stream)
+        except Exception as exc:
+            note = getattr(exc, "add_note", None)   # Python 3.11+
+            if note is not None:
+                note(f"raised by the free of the pluggable allocator {self._what} for pointer "
+                     f"{ptr:#x} of {b.name}:{index}; accelrt no longer uses that memory")
+            raise
 
     def _live_count(self) -> int:
         return len(self._live)

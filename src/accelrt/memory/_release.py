@@ -41,20 +41,24 @@ __all__ = ["garbage_collect", "release_available_cached_blocks", "release_block"
 
 
 def release_block(a: DeviceCachingAllocator, blk: Block) -> None:
-    """cudaFree of a whole free unsplit non-expandable segment (in its free list)."""
+    """cudaFree of a whole free unsplit non-expandable segment (in its free list).
+
+    The segment leaves the allocator's books before the raw free, so that a raw free that
+    raises (a pluggable allocator's ``free``) leaves them consistent: the segment was given
+    back either way."""
     a._remove_free(blk)
     size = blk.size
     h = a._history
     if h is not None:
         h.record("segment_free", blk.addr, size, blk.stream,
                  capture_frames() if h.context >= CTX_ALL else blk.seg_frames)
-    raw_free(a._b, a._index, blk)
     del a._blocks[blk.addr]
     a._total_reserved -= size
     pool = blk.pool
     if pool.owner is not None:
         pool.owner.reserved -= size
     a._stats.count_segment(pool.type_index, size, size >= a._max_split_size, False)
+    raw_free(a._b, a._index, blk)
 
 
 def release_available_cached_blocks(a: DeviceCachingAllocator, pool: BlockPool, stream: int,

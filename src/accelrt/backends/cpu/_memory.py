@@ -467,7 +467,8 @@ class DeviceMemory:
         may use it. It is not charged to the budget.
 
         Raises:
-            ValueError: the range overlaps memory this device already has.
+            ValueError: the range runs past the 64-bit address space, or overlaps memory this
+                device already has.
 
         Example::
 
@@ -477,6 +478,9 @@ class DeviceMemory:
             >>> mem.adopt(buf.ctypes.data, 64); mem.check_range(buf.ctypes.data, 64, "copy")
             >>> mem.disown(buf.ctypes.data)
         """
+        if ptr + size > 1 << 64:
+            raise ValueError(f"adopt: [{ptr:#x}, {ptr + size:#x}) runs past the end of the "
+                             "64-bit address space; pass host memory")
         with self._lock:
             pos = bisect.bisect_left(self._bases, ptr + size) - 1
             if pos >= 0:
