@@ -126,6 +126,11 @@ class Capabilities:
         pointer_lookup: ``pointer_device`` says which device holds a foreign pointer.
         adopt_memory: ``adopt_memory``/``disown_memory`` accept memory a pluggable
             allocator's library allocated as the device's own.
+        fork_shares_memory: memory from ``malloc`` stays shared with a child made by
+            ``fork`` (POSIX shared memory, not copy-on-write), and both processes can use it:
+            the caching allocator then stops handing out, in the parent and in the child, the
+            segments it had at the fork (no operation; False where a child cannot use the
+            device at all, as CUDA's).
 
     Example::
 
@@ -150,6 +155,7 @@ class Capabilities:
     device_add: bool = False
     pointer_lookup: bool = False
     adopt_memory: bool = False
+    fork_shares_memory: bool = False
 
 
 #: default capabilities by backend name (a backend that does not override ``capabilities``)

@@ -14,10 +14,15 @@ Every lock of accelrt is registered here, next to where it is made, in one of tw
   These locks are taken together without ever waiting for one while holding another, so
   taking them cannot deadlock with threads that take several of them.
 
-Other per-process state is reset next to its owner: asynchronous cpu streams forget their
-worker threads and the parent's queued work (``backends/cpu/_streams.py``); CUDA and OpenCL
-refuse to work in a child whose parent had initialised them (their drivers' threads and
-contexts do not survive ``fork``), with PyTorch's message. See ``docs/architecture.md``.
+Work that must see the state of the moment of the fork, in the parent and in the child, is
+registered with :func:`after_fork_locked`: it runs after the fork while the forking thread
+still holds the :func:`hold_across_fork` locks (the caching allocators stop handing out, in
+both processes, the segments of memory that stays shared with the child: see
+``memory/_pools.py``). Other per-process state is reset next to its owner: asynchronous cpu
+streams forget their worker threads and the parent's queued work
+(``backends/cpu/_streams.py``); CUDA and OpenCL refuse to work in a child whose parent had
+initialised them (their drivers' threads and contexts do not survive ``fork``), with
+PyTorch's message. See ``docs/architecture.md``.
 
 Example::
 
@@ -36,7 +41,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["hold_across_fork", "reinit_after_fork"]
+__all__ = ["after_fork_locked", "hold_across_fork", "reinit_after_fork"]
 
 _L = TypeVar("_L")
 
@@ -46,6 +51,8 @@ _reinit: weakref.WeakSet[Any] = weakref.WeakSet()
 _hold: weakref.WeakSet[Any] = weakref.WeakSet()
 #: The locks :func:`_before` took, released by :func:`_after` (strong references).
 _held: list[Any] = []
+#: Called with ``in_child`` after a fork, while the forking thread holds the held locks.
+_locked_hooks: list[Callable[[bool], None]] = []
 
 
 def reinit_after_fork(lock: _L) -> _L:
@@ -77,6 +84,25 @@ def hold_across_fork(lock: _L) -> _L:
     """
     _hold.add(lock)
     return lock
+
+
+def after_fork_locked(fn: Callable[[bool], None]) -> Callable[[bool], None]:
+    """Register ``fn(in_child)`` to run after every ``fork``, in the parent (``False``) and
+    in the child (``True``), while the forking thread still holds every
+    :func:`hold_across_fork` lock (and, in the child, after the :func:`reinit_after_fork`
+    locks were freed); return it. ``fn`` must not take a held lock, nor wait for another
+    thread. An exception it raises stops the hooks after it and is reported by Python as
+    "Exception ignored" (the held locks are given back all the same).
+
+    Example::
+
+        >>> from accelrt._fork import after_fork_locked
+        >>> @after_fork_locked
+        ... def _note(in_child: bool) -> None:
+        ...     pass
+    """
+    _locked_hooks.append(fn)
+    return fn
 
 
 def _snapshot(locks: weakref.WeakSet[Any]) -> list[Any]:
@@ -125,11 +151,24 @@ def _after() -> None:
         lock.release()
 
 
+def _after_in_parent() -> None:
+    try:
+        for fn in list(_locked_hooks):
+            fn(False)
+    finally:
+        _after()
+
+
 def _after_in_child() -> None:
-    _after()
     for lock in _snapshot(_reinit):
         lock._at_fork_reinit()
+    try:
+        for fn in list(_locked_hooks):
+            fn(True)
+    finally:
+        _after()
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(before=_before, after_in_parent=_after, after_in_child=_after_in_child)
+    os.register_at_fork(before=_before, after_in_parent=_after_in_parent,
+                        after_in_child=_after_in_child)

@@ -398,6 +398,13 @@ def test_producer_exit_fails_waits_instead_of_hanging() -> None:
     assert "ok" in out.splitlines()
 
 
+def test_consumer_of_many_short_lived_producers_keeps_no_descriptor() -> None:
+    # 80 producers, each exiting after the consumer received its arrays, under a limit of 64
+    # open files: the consumer's descriptor and mappings of a producer go with its last array
+    out = _run("many_producers")
+    assert "ok" in out.splitlines()
+
+
 def test_spawn_runs_and_reports_failures() -> None:
     out = _run("spawn")
     assert "ok" in out.splitlines()

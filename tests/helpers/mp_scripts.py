@@ -189,6 +189,56 @@ def spawn() -> None:
         pass
 
 
+def _accelrt_fds() -> int:
+    """This process's open descriptors of accelrt's memfds (segments and reference files)."""
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            n += os.readlink(f"/proc/self/fd/{fd}").startswith("/memfd:accelrt-")
+        except OSError:
+            pass
+    return n
+
+
+def _accelrt_maps() -> int:
+    """This process's mappings of accelrt's memfds."""
+    with open("/proc/self/maps") as f:
+        return sum("/memfd:accelrt-" in line for line in f)
+
+
+def _short_producer(conn: Any) -> None:
+    a = acc.full((256,), 3, dtype="int32", device="cpu")
+    b = acc.full((3 << 18,), 4, dtype="int32", device="cpu")   # another segment, another slot
+    conn.send((a, b))
+    assert conn.poll(T) and conn.recv() == "received"
+
+
+def many_producers() -> None:
+    # a consumer of many short-lived producers, under a limit of 64 open files: what it keeps
+    # of a producer (descriptor, mappings) goes when its last array from it goes
+    import resource
+    resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+    ctx = amp.get_context("fork")
+    fds, maps = _accelrt_fds(), _accelrt_maps()
+    for _ in range(80):
+        mine, theirs = ctx.Pipe()
+        p = ctx.Process(target=_short_producer, args=(theirs,))
+        p.start()
+        assert mine.poll(T)
+        a, b = mine.recv()
+        mine.send("received")
+        p.join(T)
+        assert p.exitcode == 0, p.exitcode
+        assert _accelrt_fds() > fds and _accelrt_maps() >= maps + 2
+        del a                                     # one array of the producer's is left
+        gc.collect()
+        assert _accelrt_fds() > fds
+        assert (b.numpy() == 4).all()             # valid after its producer exited
+        del b, mine, theirs, p
+        gc.collect()
+        assert (_accelrt_fds(), _accelrt_maps()) == (fds, maps)
+
+
 # ------------------------------------------------------------------ CUDA: one GPU, two processes
 
 N_CUDA = 1 << 22
@@ -252,5 +302,6 @@ def cuda_refusals() -> None:
 
 if __name__ == "__main__":
     {"share": share, "crash": crash, "ready": ready, "producer_dies": producer_dies,
-     "spawn": spawn, "cuda_share": cuda_share, "cuda_refusals": cuda_refusals}[sys.argv[1]]()
+     "spawn": spawn, "many_producers": many_producers, "cuda_share": cuda_share,
+     "cuda_refusals": cuda_refusals}[sys.argv[1]]()
     print("ok")

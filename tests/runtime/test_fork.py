@@ -178,6 +178,16 @@ def test_fork_while_threads_allocate(streams: str) -> None:
     assert out.returncode == 0, out.stderr[-4000:]
 
 
+def test_fork_while_threads_allocate_shared_memory() -> None:
+    # the same with memory shared with the children (ACCELRT_CPU_SHARED_MEMORY=1): the
+    # segments of each fork's moment leave use in both processes, and every child's allocator
+    # stays consistent and gives them all back on empty_cache
+    out = _run(_STRESS, {"ACCELRT_CPU_DEVICES": "2", "ACCELRT_CPU_STREAMS": "async",
+                         "ACCELRT_CPU_SHARED_MEMORY": "1"})
+    assert "children ok=20 hung=0 failed=0" in out.stdout, (out.stdout, out.stderr[-4000:])
+    assert out.returncode == 0, out.stderr[-4000:]
+
+
 def test_forked_child_drops_the_parents_queued_work() -> None:
     # work queued in the parent is the parent's: the child neither runs it (a gated host
     # function would wait forever for a parent thread) nor waits for it
@@ -377,3 +387,149 @@ def test_locks_held_by_another_thread_at_the_fork_are_free_in_the_child() -> Non
         t.join()
     """)
     assert "children ok=1 hung=0 failed=0" in out.stdout, (out.stdout, out.stderr[-4000:])
+
+
+def test_shared_memory_parent_and_child_never_hand_out_the_same_block() -> None:
+    # With ACCELRT_CPU_SHARED_MEMORY=1 device memory stays shared with a forked child: each
+    # process must allocate only memory the other will never hand out (as CUDA's allocator is
+    # per process), while the arrays of the fork's moment stay shared. Gates are pipe bytes.
+    out = _run("""
+        import gc
+        import numpy as np
+        import accelrt as acc
+
+        acc.set_current_accelerator("cpu")
+        dev = "cpu:0"
+        MB = 1 << 20
+        keep = acc.full((1024,), 7, dtype="int32", device=dev)       # shared with the child
+        old = acc.full((1024,), 3, dtype="int32", device=dev)        # the parent drops it
+        big = acc.full((3 * MB // 4,), 3, dtype="int32", device=dev)  # a large-pool block
+        cached = [acc.zeros((1024,), dtype="int32", device=dev),       # cached blocks, small
+                  acc.zeros((3 * MB // 4,), dtype="int32", device=dev)]  # and large
+        del cached
+        acc.synchronize(dev)
+        to_parent, to_child = os.pipe(), os.pipe()
+
+        def say(pipe, word):
+            os.write(pipe[1], word)
+
+        def hear(pipe, word):
+            got = os.read(pipe[0], len(word))
+            assert got == word, (got, word)
+
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                c = acc.full((1024,), 1, dtype="int32", device=dev)
+                cb = acc.full((3 * MB // 4,), 1, dtype="int32", device=dev)
+                acc.synchronize(dev)
+                say(to_parent, b"a")
+                hear(to_child, b"b")               # the parent allocated and wrote its own
+                assert (c.numpy() == 1).all() and (cb.numpy() == 1).all()
+                assert (old.numpy() == 3).all() and (big.numpy() == 3).all()
+                c.fill_(4)
+                cb.fill_(4)
+                keep.fill_(9)                      # still shared: the parent sees it
+                acc.synchronize(dev)
+                del c, cb, old, big, keep          # the child's copies go back ...
+                gc.collect()
+                acc.empty_cache()                  # ... and every segment is released
+                assert acc.memory_reserved(dev) == 0, acc.memory_summary(dev)
+                code = 0
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                say(to_parent, b"c")
+                os._exit(code)
+        hear(to_parent, b"a")                      # the child allocated first
+        del old, big                               # free pre-fork blocks the child still holds
+        gc.collect()
+        p = acc.full((1024,), 2, dtype="int32", device=dev)
+        pb = acc.full((3 * MB // 4,), 2, dtype="int32", device=dev)
+        q = acc.full((1024,), 5, dtype="int32", device=dev)          # old's size
+        qb = acc.full((3 * MB // 4,), 5, dtype="int32", device=dev)  # big's size
+        acc.synchronize(dev)
+        say(to_child, b"b")
+        hear(to_parent, b"c")
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, status
+        assert (p.numpy() == 2).all() and (pb.numpy() == 2).all()
+        assert (q.numpy() == 5).all() and (qb.numpy() == 5).all()
+        assert (keep.numpy() == 9).all()
+        del p, pb, q, qb, keep
+        gc.collect()
+        acc.empty_cache()                          # the parent's retired segments go too
+        assert acc.memory_reserved(dev) == 0, acc.memory_summary(dev)
+        print("ok")
+    """, {"ACCELRT_CPU_SHARED_MEMORY": "1"}, timeout=60)
+    assert out.returncode == 0 and "ok" in out.stdout.split(), (out.stdout, out.stderr[-4000:])
+
+
+def test_retired_segments_are_never_handed_out_and_empty_cache_returns_them() -> None:
+    # what a fork does to memory shared with the child (ACCELRT_CPU_SHARED_MEMORY=1), on one
+    # allocator: cached and later-freed blocks of the fork's segments are never reused, the
+    # statistics still agree with the blocks, and empty_cache gives the segments back
+    from accelrt.backends import get_backend
+    from accelrt.memory._allocator import DeviceCachingAllocator
+    from accelrt.memory._pools import retire_segments
+
+    a = DeviceCachingAllocator(get_backend("cpu"), 0)
+    live = [a.malloc(n, 0) for n in (512, 4096, 3 << 20, 12 << 20)]
+    cached = [a.malloc(n, 0) for n in (512, 3 << 20)]
+    for p in cached:
+        a.free(p)
+    before = a.memory_reserved()
+    with a._lock:
+        assert retire_segments(a) == 2         # a small and a large segment
+        assert retire_segments(a) == 0         # (already retired)
+    old = {s["address"]: s["total_size"] for s in a.snapshot_segments()}
+
+    def in_old(p: int) -> bool:
+        return any(b <= p < b + n for b, n in old.items())
+
+    for p in live[:2]:
+        a.free(p)                              # freed into the retired pool
+    fresh = [a.malloc(n, 0) for n in (512, 512, 4096, 3 << 20, 12 << 20)]
+    assert not any(in_old(p) for p in fresh)
+    assert a.memory_reserved() > before
+    segs = a.snapshot_segments()
+    assert a.memory_reserved() == sum(s["total_size"] for s in segs)
+    assert a.memory_allocated() == sum(s["allocated_size"] for s in segs)
+    assert all(s["segment_pool_id"] == (0, 0) for s in segs)
+    a.empty_cache()                            # the retired small segment is free: it goes
+    assert not any(s["address"] in old and s["segment_type"] == "small"
+                   for s in a.snapshot_segments())
+    for p in live[2:] + fresh:
+        a.free(p)
+    a.empty_cache()
+    assert a.memory_reserved() == 0 and a.stats()["segment.all.current"] == 0
+
+
+def test_a_live_private_pools_retired_segments_stay_until_it_is_released() -> None:
+    # a graph may still replay into its private pool's memory: empty_cache keeps the retired
+    # segments of a pool that is in use, as it keeps the pool's own
+    from accelrt.backends import get_backend
+    from accelrt.memory._allocator import DeviceCachingAllocator
+    from accelrt.memory._pools import retire_segments
+
+    a = DeviceCachingAllocator(get_backend("cpu"), 0)
+    pid = (3, 1)
+    a.begin_allocate_to_pool(pid)
+    p = a.malloc(512, 0)
+    a.end_allocate_to_pool(pid)
+    a.free(p)
+    with a._lock:
+        assert retire_segments(a) == 1
+    a.begin_allocate_to_pool(pid)
+    q = a.malloc(512, 0)                       # a new segment of the pool
+    a.end_allocate_to_pool(pid)
+    segs = a.snapshot_segments(pid)
+    assert q != p and len(segs) == 2           # the retired twin keeps the pool's id
+    a.free(q)
+    a.empty_cache()
+    assert a.memory_reserved() == 2 * segs[0]["total_size"]
+    a.release_pool(pid)
+    a.release_pool(pid)                        # (each begin_allocate_to_pool took one)
+    a.empty_cache()
+    assert a.memory_reserved() == 0 and a.snapshot_segments() == []

@@ -45,7 +45,7 @@ from typing import Any, Final, SupportsIndex, cast
 
 from .._backend import Backend
 from .._errors import OutOfMemoryError
-from .._fork import hold_across_fork, reinit_after_fork
+from .._fork import after_fork_locked, hold_across_fork, reinit_after_fork
 from .._handles import StreamHandle
 from ._block import (
     ADDR_MASK,
@@ -74,7 +74,7 @@ from ._expandable import ExpandableSegments
 from ._history import CTX_ALL, CTX_ALLOC, CTX_LEVELS, History, capture_frames, check_history_args
 from ._lock import FastLock
 from ._oom import OomReporter, format_size
-from ._pools import PrivatePools, check_pool_id, raw_malloc
+from ._pools import PrivatePools, check_pool_id, raw_malloc, retire_segments
 from ._release import garbage_collect, release_available_cached_blocks, release_cached_blocks
 from ._segments import segment_of, snapshot_segments
 from ._stats import FLAT_KEYS, SORTED_KEYS, DeviceStats, HotCounters
@@ -1781,6 +1781,19 @@ def all_allocators() -> list[DeviceCachingAllocator]:
     """Every allocator created so far."""
     with _lock:
         return list(_allocators.values())
+
+
+def _retire_after_fork(in_child: bool) -> None:
+    """After a ``fork`` (every allocator's lock held by the forking thread): where the
+    backend's memory stays shared with the child, each process stops handing out the segments
+    of the fork's moment (``_pools.retire_segments``), as CUDA's allocator is per process; the
+    arrays in them keep working in both."""
+    for a in list(_allocators.values()):
+        if a._blocks and a._b.capabilities(a._index).fork_shares_memory:
+            retire_segments(a)
+
+
+after_fork_locked(_retire_after_fork)
 
 
 def _check_config_for_all(cfg: AllocatorConfig) -> None:

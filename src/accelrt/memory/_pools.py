@@ -4,6 +4,13 @@ While ``begin_allocate_to_pool(pool_id, filter)`` is in force, allocations on th
 filter accepts come from the private pool's own small and large block pools; the pool is
 reference-counted and its cached memory becomes releasable when the count drops to zero.
 
+After a ``fork`` that leaves device memory shared with the child (the backend's
+``fork_shares_memory``), :func:`retire_segments` moves every segment of that memory into a
+*retired* twin of its pool, in the parent and in the child: no allocation is served from it
+any more (both processes' free lists name the same blocks, and the other process's arrays may
+still use the rest), its blocks are freed into it as usual, and its free segments are given
+back by ``empty_cache`` and the out-of-memory retry, as a released private pool's.
+
 Example::
 
     >>> from accelrt.backends import get_backend
@@ -21,14 +28,24 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .._handles import DevicePtr
-from ._block import DEFAULT_POOL, K_SMALL_SIZE, KEY_SHIFT, BlockPool, PrivatePool
+from ._block import (
+    ADDR_MASK,
+    DEFAULT_POOL,
+    K_SMALL_SIZE,
+    KEY_SHIFT,
+    BlockPool,
+    PrivatePool,
+    fl_add,
+    fl_remove,
+)
 
 if TYPE_CHECKING:
     from .._backend import Backend
+    from ._allocator import DeviceCachingAllocator
     from ._block import Block
     from ._stats import DeviceStats
 
-__all__ = ["PrivatePools", "check_pool_id", "raw_free", "raw_malloc"]
+__all__ = ["PrivatePools", "check_pool_id", "raw_free", "raw_malloc", "retire_segments"]
 
 
 def check_pool_id(pool_id: object) -> tuple[int, int]:
@@ -58,6 +75,9 @@ class PrivatePools:
             by ``empty_cache``).
         captures: ``(pool id, stream filter)`` of each active ``begin_allocate_to_pool``, in
             order (the last accepting one wins).
+        retired: ``(pool, twin)`` for each pool (``None``: the default one) that had segments
+            shared with another process by a ``fork``: the twin (a pool of the same id, never
+            allocated from) holds them (:func:`retire_segments`).
 
     Example::
 
@@ -70,13 +90,25 @@ class PrivatePools:
         (True, None, [(1, 1)])
     """
 
-    __slots__ = ("_stats", "captures", "freeable", "private")
+    __slots__ = ("_stats", "captures", "freeable", "private", "retired")
 
     def __init__(self, stats: DeviceStats) -> None:
         self._stats = stats
         self.private: dict[tuple[int, int], PrivatePool] = {}
         self.freeable: dict[tuple[int, int], PrivatePool] = {}
         self.captures: list[tuple[tuple[int, int], Callable[[int], bool] | None]] = []
+        self.retired: list[tuple[PrivatePool | None, PrivatePool]] = []
+
+    def retired_twin(self, owner: PrivatePool | None) -> PrivatePool:
+        """The retired twin of ``owner``'s pool (``None``: the default pool), made once."""
+        for src, twin in self.retired:
+            if src is owner:
+                return twin
+        hot = self._stats.hot
+        twin = PrivatePool(DEFAULT_POOL if owner is None else owner.id, hot[1], hot[2])
+        twin.use_count = 0
+        self.retired.append((owner, twin))
+        return twin
 
     def pool_for(self, rounded: int, stream: int) -> BlockPool | None:
         """The private block pool a request of ``rounded`` bytes on ``stream`` goes to, or
@@ -158,3 +190,62 @@ def raw_free(backend: Backend, index: int, blk: Block) -> None:
         owner.allocator._raw_free(blk.addr)
     else:
         backend.free(index, DevicePtr(blk.addr))
+
+
+def retire_segments(a: DeviceCachingAllocator) -> int:
+    """Move every segment of the backend's memory (not expandable, not a pluggable
+    allocator's) out of use in ``a`` (``_lock`` held), with its cached blocks: after a
+    ``fork`` that leaves the memory shared, neither process may hand out what the other also
+    holds. A pool's segments go to its retired twin (same id), which no allocation uses;
+    ``empty_cache`` gives a twin's free segments back once its pool could be emptied (the
+    default pool's at once, a private pool's once released: a graph may still replay there).
+    Returns how many segments moved.
+
+    Example::
+
+        >>> from accelrt.backends import get_backend
+        >>> from accelrt.memory._allocator import DeviceCachingAllocator
+        >>> from accelrt.memory._pools import retire_segments
+        >>> a = DeviceCachingAllocator(get_backend("cpu"), 0)
+        >>> p = a.malloc(512, 0)
+        >>> with a._lock:
+        ...     retire_segments(a)
+        1
+        >>> q = a.malloc(512, 0)              # a new segment, not the rest of p's
+        >>> len(a.snapshot_segments())
+        2
+        >>> a.free(p); a.free(q); a.empty_cache(); a.memory_reserved()
+        0
+    """
+    a._flush_deferred()   # (a deferred free's block is in no free list yet)
+    pools = a._pools
+    twins = {id(twin) for _, twin in pools.retired}
+    sources: list[BlockPool] = []
+    moved = 0
+    for head in [b for b in a._blocks.values() if b.prev is None and b.exp is None]:
+        src = head.pool
+        owner = src.owner
+        if owner is not None and (id(owner) in twins or owner.allocator is not None):
+            continue
+        twin = pools.retired_twin(owner)
+        twins.add(id(twin))
+        dest = twin.small if src.is_small else twin.large
+        size = 0
+        b: Block | None = head
+        while b is not None:
+            b.pool = dest
+            size += b.size
+            b = b.next
+        if owner is not None:
+            owner.reserved -= size
+        twin.reserved += size
+        if src not in sources:
+            sources.append(src)
+        moved += 1
+    blocks = a._blocks
+    for src in sources:
+        for stream, fl in src.free.items():
+            for key in [k for k in fl if blocks[k & ADDR_MASK].pool is not src]:
+                fl_remove(fl, key)
+                fl_add(blocks[key & ADDR_MASK].pool.free, stream, key)
+    return moved

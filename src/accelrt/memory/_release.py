@@ -96,7 +96,7 @@ def release_available_cached_blocks(a: DeviceCachingAllocator, pool: BlockPool, 
 
 def release_cached_blocks(a: DeviceCachingAllocator, pool_id: tuple[int, int]) -> bool:
     """``empty_cache`` (of the default pools and every freeable private pool, or of private
-    pool ``pool_id``), waiting for pending frees first."""
+    pool ``pool_id``, with their retired twins), waiting for pending frees first."""
     pools = a._pools
     if pool_id == DEFAULT_POOL and not pools.captures:
         a._stream_frees.synchronize_and_free(None)
@@ -113,7 +113,28 @@ def release_cached_blocks(a: DeviceCachingAllocator, pool_id: tuple[int, int]) -
         if pp.reserved == 0:
             del pools.private[pid]
             del pools.freeable[pid]
+    if pools.retired:
+        _release_retired(a, pool_id)
     return True
+
+
+def _release_retired(a: DeviceCachingAllocator, pool_id: tuple[int, int]) -> None:
+    """Give back the free segments of the retired twins (``_pools.retire_segments``) whose
+    pool ``empty_cache`` of ``pool_id`` empties: the default pool's (no capture open), or a
+    released private pool's."""
+    pools = a._pools
+    keep = []
+    for src, twin in pools.retired:
+        if src is None:
+            empties = pool_id == DEFAULT_POOL and not pools.captures
+        else:
+            empties = src.use_count == 0 and pool_id in (DEFAULT_POOL, src.id)
+        if empties:
+            _release_blocks(a, twin.large)
+            _release_blocks(a, twin.small)
+        if twin.reserved:
+            keep.append((src, twin))
+    pools.retired = keep
 
 
 def _release_blocks(a: DeviceCachingAllocator, pool: BlockPool) -> None:

@@ -19,7 +19,9 @@ count of pickles in flight (``pending``), a *hold* byte and a *mutex* byte.
 The kernel drops a process's locks when it exits, so a consumer that crashes releases its
 holds by itself. A pickle that is never unpickled keeps its memory until the producer exits
 (as torch.multiprocessing's). Locks are taken on a single open file description per process,
-so one process holding several arrays of a slot keeps a local count.
+so one process holding several arrays of a slot keeps a local count; that description is
+closed when the consumer holds no slot of the file any more (its last array from that
+producer went), so a consumer of many short-lived producers keeps no descriptor of theirs.
 """
 
 from __future__ import annotations
@@ -90,11 +92,22 @@ _producer: _Producer | None = None
 
 def _after_fork() -> None:
     global _producer, _lock
-    # the child is not the producer of its parent's shares; its own start fresh
+    # the child is not the producer of its parent's shares, and holds none of the slots its
+    # parent holds (the locks belong to the parent's descriptions): its own start fresh, and
+    # its copies of the parent's descriptors are closed (the parent's stay open)
+    fds = list(_opened.values())
+    if _producer is not None:
+        fds.append(_producer.fd)
     _producer = None
     _lock = threading.Lock()
     _opened.clear()
     _holds.clear()
+    _held.clear()
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
 
 if hasattr(os, "register_at_fork"):
@@ -123,12 +136,15 @@ def add_pending(ref: bytes, slot: int, token: bytes) -> None:
     """One more pickle in flight of a slot this process holds (re-sharing received memory)."""
     with _lock:
         fd = _open_ref(ref)
-    with _Mutex(fd, slot):
-        got = os.pread(fd, 24, slot * _SLOT)
-        if got[:16] != token:
-            raise ValueError("the shared memory was already released by its producer")
-        pending = struct.unpack("<q", got[16:24])[0]
-        os.pwrite(fd, struct.pack("<q", pending + 1), slot * _SLOT + _PENDING)
+        try:
+            with _Mutex(fd, slot):
+                got = os.pread(fd, 24, slot * _SLOT)
+                if got[:16] != token:
+                    raise ValueError("the shared memory was already released by its producer")
+                pending = struct.unpack("<q", got[16:24])[0]
+                os.pwrite(fd, struct.pack("<q", pending + 1), slot * _SLOT + _PENDING)
+        finally:
+            _close_unused(ref)
 
 
 def collect() -> int:
@@ -160,8 +176,19 @@ def pending_count() -> int:
 
 # ---------------------------------------------------------------------- consumer side
 
+# each guarded by _lock
 _opened: dict[bytes, int] = {}             # ref handle -> fd of this process's description
 _holds: dict[tuple[bytes, int], int] = {}  # (ref handle, slot) -> local hold count
+_held: dict[bytes, int] = {}               # ref handle -> slots of it in _holds
+
+
+def _close_unused(ref: bytes) -> None:
+    """Close this process's description of ``ref`` once it holds no slot of it (``_lock``
+    held): its last array from that producer went. The next array opens it again."""
+    if not _held.get(ref):
+        fd = _opened.pop(ref, None)
+        if fd is not None:
+            os.close(fd)
 
 
 def _open_ref(ref: bytes) -> int:
@@ -202,13 +229,21 @@ class Claim:
             if n > 0:
                 _holds[key] = n
                 return
-            _holds.pop(key, None)
-            fd = _opened.get(key[0])
+            if _holds.pop(key, None) is None:
+                return   # (a hold of the parent's, in a forked child: never taken here)
+            ref = key[0]
+            left = _held.get(ref, 1) - 1
+            if left > 0:
+                _held[ref] = left
+            else:
+                _held.pop(ref, None)
+            fd = _opened.get(ref)
             if fd is not None:
                 try:
                     _lk(fd, fcntl.F_OFD_SETLK, fcntl.F_UNLCK, key[1] * _SLOT + _HOLD)
                 except OSError:
                     pass
+            _close_unused(ref)
 
     def __del__(self) -> None:
         try:
@@ -228,14 +263,16 @@ def claim(ref: bytes, slot: int, token: bytes) -> Claim:
         raise ValueError("not an accelrt shared-memory reference; the pickle is corrupt")
     with _lock:
         fd = _open_ref(ref)
-        if os.fstat(fd).st_size < (slot + 1) * _SLOT:
-            raise ValueError(f"slot {slot} does not exist in the producer's reference file; "
-                             "the handle is forged or corrupt")
         key = (ref, slot)
         held = _holds.get(key, 0)
-        if not held:
-            _lk(fd, fcntl.F_OFD_SETLK, fcntl.F_RDLCK, slot * _SLOT + _HOLD)
+        locked = False
         try:
+            if os.fstat(fd).st_size < (slot + 1) * _SLOT:
+                raise ValueError(f"slot {slot} does not exist in the producer's reference "
+                                 "file; the handle is forged or corrupt")
+            if not held:
+                _lk(fd, fcntl.F_OFD_SETLK, fcntl.F_RDLCK, slot * _SLOT + _HOLD)
+                locked = True
             with _Mutex(fd, slot):
                 got = os.pread(fd, 24, slot * _SLOT)
                 if got[:16] != token:
@@ -246,8 +283,11 @@ def claim(ref: bytes, slot: int, token: bytes) -> Claim:
                 if pending > 0:
                     os.pwrite(fd, struct.pack("<q", pending - 1), slot * _SLOT + _PENDING)
         except BaseException:
-            if not held:
+            if locked:
                 _lk(fd, fcntl.F_OFD_SETLK, fcntl.F_UNLCK, slot * _SLOT + _HOLD)
+            _close_unused(ref)
             raise
         _holds[key] = held + 1
+        if not held:
+            _held[ref] = _held.get(ref, 0) + 1
     return Claim(key, token)

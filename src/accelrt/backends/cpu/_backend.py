@@ -187,7 +187,7 @@ class CpuBackend(Backend):
             virtual_memory=vm_available(), graphs=True, pinned_host_memory=True,
             host_functions=True, peer_copies=True, interprocess_events=True,
             interprocess_memory=self._config.shared_memory, host_accessible=True,
-            adopt_memory=True)
+            adopt_memory=True, fork_shares_memory=self._config.shared_memory)
 
     # ------------------------------------------------------------------ leak checks
     def live_handles(self) -> dict[str, int]:
