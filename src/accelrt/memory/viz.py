@@ -32,7 +32,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ._files import read_input, short_repr, terminal_safe
+from ._files import read_input, short_repr, terminal_safe, write_atomic
 from ._replay import load_pickle
 from . import _viz_page
 from ._snapshot import check_snapshot
@@ -615,6 +615,7 @@ def viz_main(argv: Sequence[str] | None = None) -> int:
             print(f"accelrt memory viz: error: {terminal_safe(out, one_line=True)} is {what} "
                   "itself; choose another output file with -o", file=sys.stderr)
             return 2
+    text, page = "", b""
     try:
         snap = load_snapshot(args.snapshot)
         if args.segsum:
@@ -623,22 +624,26 @@ def viz_main(argv: Sequence[str] | None = None) -> int:
             text = trace_text(snap) + "\n"
         else:
             other = None if args.compare is None else load_snapshot(args.compare)
-            names = (os.path.basename(args.snapshot),
-                     os.path.basename(args.compare) if args.compare is not None else "")
-            text = trace_html(snap, title=f"accelrt memory: {names[0]}", compare=other,
-                              compare_names=names)
+            names = (_shown_name(args.snapshot),
+                     _shown_name(args.compare) if args.compare is not None else "")
+            page = trace_html(snap, title=f"accelrt memory: {names[0]}", compare=other,
+                              compare_names=names).encode("utf-8")
     except (OSError, ValueError, MemoryError, RecursionError, OverflowError) as exc:
         return fail(str(exc))
     if args.segsum or args.trace:
         sys.stdout.write(terminal_safe(text))
         return 0
     try:
-        with open(out, "w", encoding="utf-8") as f:
-            f.write(text)
+        write_atomic(out, page)
     except OSError as exc:
         return fail(f"cannot write {out}: {exc}")
     print(f"wrote {terminal_safe(out, one_line=True)}")
     return 0
+
+
+def _shown_name(path: str) -> str:
+    """A file's name as the page shows it (a byte that is not UTF-8 as ``\\xff``)."""
+    return terminal_safe(os.path.basename(path), one_line=True)
 
 
 def _default_output(snapshot: str) -> str:
