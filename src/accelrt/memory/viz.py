@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ._files import read_input, short_repr, terminal_safe, write_atomic
+from ._history import is_library_file
 from ._replay import load_pickle
 from . import _viz_page
 from ._snapshot import check_snapshot
@@ -323,25 +324,23 @@ def trace_text(snapshot: dict[str, Any]) -> str:
 
 # ---------------------------------------------------------------------- HTML
 
-#: Path parts of frames that belong to libraries, the interpreter or native code rather than
-#: to the user's program: the stack pane lists the other ("user") frames first.
-_LIBRARY_MARKS = ("/site-packages/", "/dist-packages/", "/lib/python", "<frozen", "/torch/",
-                  "/accelrt/", "\\site-packages\\", "\\lib\\python")
 _NO_STACK = "(no stack recorded)"
 _MAX_COMPARE_ROWS = 2000      # code locations listed in a comparison at most
 
 
-def _is_user_frame(filename: str) -> bool:
-    """A frame of the user's own Python code (not a library, the interpreter, or C++)."""
-    if not filename.endswith(".py") or filename.startswith("<"):
-        return False
-    return not any(m in filename for m in _LIBRARY_MARKS)
+def _is_user_frame(filename: str, roots: Sequence[str] | None = None) -> bool:
+    """A frame of the user's own Python code (not a library, the interpreter, or C++), by the
+    recording machine's library folders ``roots`` (a snapshot's ``library_roots``; see
+    :func:`accelrt.memory._history.is_library_file` for snapshots without them)."""
+    return not is_library_file(filename, roots)
 
 
 class _Stacks:
-    """Frames and stacks interned into tables (the page refers to them by index)."""
+    """Frames and stacks interned into tables (the page refers to them by index); the user's
+    frames are told from the libraries' by the snapshot's ``library_roots``."""
 
-    def __init__(self) -> None:
+    def __init__(self, snapshot: dict[str, Any]) -> None:
+        self._roots: list[str] | None = snapshot.get("library_roots")
         self.frames: list[str] = []
         self.user: list[int] = []
         self.stacks: list[list[int]] = []
@@ -356,7 +355,7 @@ class _Stacks:
         if k is None:
             k = self._frame_ids[text] = len(self.frames)
             self.frames.append(text)
-            self.user.append(int(_is_user_frame(fn)))
+            self.user.append(int(_is_user_frame(fn, self._roots)))
         return k
 
     def add(self, frames: Any) -> int:
@@ -497,7 +496,7 @@ def memory_by_location(snapshot: dict[str, Any]) -> dict[int, dict[str, tuple[in
 
 def _by_location(snapshot: dict[str, Any]) -> dict[int, dict[str, tuple[int, int]]]:
     """:func:`memory_by_location` of a checked snapshot."""
-    st = _Stacks()
+    st = _Stacks(snapshot)
     out: dict[int, dict[str, tuple[int, int]]] = {}
     for s in snapshot["segments"]:
         per = out.setdefault(int(s.get("device", 0)), {})
@@ -546,7 +545,7 @@ def trace_html(snapshot: dict[str, Any], title: str = "accelrt memory snapshot",
     check_snapshot(snapshot)
     if compare is not None:
         check_snapshot(compare, "compared snapshot")
-    st = _Stacks()
+    st = _Stacks(snapshot)
     by_dev: dict[int, list[dict[str, Any]]] = {}
     for s in snapshot["segments"]:
         by_dev.setdefault(int(s.get("device", 0)), []).append(s)
