@@ -202,7 +202,7 @@ def test_user_frames_and_code_locations() -> None:
 
     assert _is_user_frame("/opt/me/train.py") and _is_user_frame("model/layer.py")
     # a folder's name never decides: projects in folders named accelrt or torch are the user's
-    assert _is_user_frame("/home/me/accelrt/train.py") and _is_user_frame("/x/torch/run.py")
+    assert _is_user_frame("/u/me/accelrt/train.py") and _is_user_frame("/x/torch/run.py")
     here = os.path.join(os.path.dirname(accelrt.__file__), "memory", "_allocator.py")
     for f in ("/usr/lib/python3.11/site-packages/torch/nn/module.py", "<frozen runpy>",
               "/x/dist-packages/y.py", "??", "/src/c10/cuda/CUDACachingAllocator.cpp",
@@ -228,15 +228,15 @@ def test_recorded_library_roots_decide_the_user_frames() -> None:
     # and the user's project sits in a folder named accelrt
     roots = ["/opt/py/", "/srv/deps/"]
     frames = [{"filename": "/srv/deps/numpy/core.py", "line": 1, "name": "empty"},
-              {"filename": "/home/me/accelrt/train.py", "line": 9, "name": "step"},
+              {"filename": "/u/me/accelrt/train.py", "line": 9, "name": "step"},
               {"filename": "/opt/py/runpy.py", "line": 2, "name": "_run_code"}]
     snap = {"segments": [{"address": 0, "total_size": 100, "stream": 0, "blocks": [
         {"size": 100, "requested_size": 100, "state": "active_allocated", "frames": frames}]}],
         "device_traces": [], "library_roots": roots}
-    assert memory_by_location(snap) == {0: {"/home/me/accelrt/train.py:9:step": (100, 1)}}
+    assert memory_by_location(snap) == {0: {"/u/me/accelrt/train.py:9:step": (100, 1)}}
     data = _embedded(trace_html(snap))
     assert [f for f, u in zip(data["frames"], data["user"]) if u] == \
-        ["/home/me/accelrt/train.py:9:step"]
+        ["/u/me/accelrt/train.py:9:step"]
     with pytest.raises(ValueError, match="library_roots"):
         trace_html({**snap, "library_roots": [3]})
 

@@ -132,7 +132,7 @@ def is_library_file(filename: str, roots: Sequence[str] | None = None) -> bool:
     Example::
 
         >>> from accelrt.memory._history import is_library_file
-        >>> is_library_file("/home/me/accelrt/train.py"), is_library_file("<frozen runpy>")
+        >>> is_library_file("/u/me/accelrt/train.py"), is_library_file("<frozen runpy>")
         (False, True)
         >>> is_library_file("/venv/lib/python3.11/site-packages/numpy/core.py")
         True
