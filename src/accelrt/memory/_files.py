@@ -197,7 +197,8 @@ def write_atomic(path: str, data: bytes) -> None:
         st: os.stat_result | None = os.stat(target)
     except FileNotFoundError:
         st = None
-    if st is not None and not stat.S_ISREG(st.st_mode):
+    if (st is not None and not stat.S_ISREG(st.st_mode)
+            or os.path.abspath(path).startswith(("/dev/", "/proc/"))):   # /dev/stdout > file
         with open(path, "wb") as f:
             f.write(data)
         return
