@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from accelrt import backends, memory
+from accelrt.memory._history import library_roots
 from accelrt.memory._replay import load_pickle
 from accelrt.memory._simulated import SimulatedBackend
 from accelrt.memory._snapshot import (
@@ -70,7 +71,7 @@ def test_full_snapshot_structure(dev: str) -> None:
     live = _workload(dev)
     snap = memory._snapshot(dev)
     assert set(snap) == {"segments", "device_traces", "allocator_settings",
-                         "external_annotations"}
+                         "external_annotations", "library_roots"}
     _walk_plain(snap)
     assert len(snap["device_traces"]) == 2 and snap["device_traces"][1] == []
     segs = snap["segments"]
@@ -182,7 +183,8 @@ def test_memory_snapshot_filters_by_pool(dev: str, monkeypatch) -> None:
 def test_build_snapshot_without_allocators() -> None:
     snap = build_snapshot(None, [None, None, None], {"k": 1})
     assert snap == {"segments": [], "device_traces": [[], [], []],
-                    "allocator_settings": {"k": 1}, "external_annotations": []}
+                    "allocator_settings": {"k": 1}, "external_annotations": [],
+                    "library_roots": list(library_roots())}
 
 
 def test_to_plain() -> None:

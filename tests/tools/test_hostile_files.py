@@ -13,6 +13,8 @@ import json
 import os
 import pickle
 import resource
+import signal
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from accelrt.memory._files import read_input, short_repr, terminal_safe
+from accelrt.memory._files import read_input, short_repr, terminal_safe, write_atomic
 from accelrt.memory._replay import load_pickle, load_trace, trace_ops
 from accelrt.memory._snapshot import check_snapshot, dump_snapshot
 from accelrt.memory.viz import load_snapshot, segsum, trace_html, trace_text
@@ -265,6 +267,8 @@ def test_html_page_carries_no_raw_control_characters() -> None:
 def test_terminal_safe_and_short_repr() -> None:
     assert terminal_safe("a\tb\nc\x1b\x7f\x85\u2028") == "a\tb\nc\\x1b\\x7f\\x85\\u2028"
     assert terminal_safe("é ü 日本") == "é ü 日本"
+    assert terminal_safe(os.fsdecode(b"a\xff\xe9")) == "a\\xff\\xe9"   # undecodable bytes
+    assert terminal_safe("\ud800", one_line=True) == "\\ud800"
     assert len(short_repr(list(range(10**5)))) < 200
     assert short_repr(10**5000) == "<int>"
 
@@ -289,6 +293,94 @@ def test_viz_never_overwrites_its_input(tmp_path: Path) -> None:
     assert proc.returncode == 2 and p.read_bytes() == before
     proc = run_cli("memory", "viz", "snapshot.html", cwd=tmp_path)   # relative path
     assert proc.returncode == 0 and p.read_bytes() == before
+
+
+def _undecodable_name(tmp_path: Path, name: bytes) -> Path:
+    """``tmp_path / name`` for a name that is not UTF-8 (skips where the file system refuses
+    such names, as macOS's does)."""
+    path = Path(os.fsdecode(os.path.join(os.fsencode(tmp_path), name)))
+    try:
+        path.write_bytes(b"")
+    except (OSError, UnicodeEncodeError):
+        pytest.skip("this file system refuses file names that are not UTF-8")
+    path.unlink()
+    return path
+
+
+def test_every_command_takes_file_names_that_are_not_utf8(tmp_path: Path) -> None:
+    # a name with the byte 0xff, as a Latin-1 system writes "snapÿ"; Python holds it as the
+    # lone surrogate U+DCFF, which neither a strict UTF-8 terminal nor an HTML page can carry
+    frames = [{"filename": os.fsdecode(b"/home/\xe9t\xe9/train.py"), "line": 7, "name": "step"}]
+    trace = [{"action": "alloc", "addr": 1 << 20, "size": 4 * MiB, "stream": 0,
+              "frames": frames}]
+    snap = _undecodable_name(tmp_path, b"snap\xff.pickle")
+    dump_snapshot(snap, snap_with(traces=[trace]))
+    env = dict(os.environ, PYTHONIOENCODING="utf-8:strict")    # a UTF-8 locale's terminal
+    html_out = _undecodable_name(tmp_path, b"page\xfe.html")
+    missing = str(snap) + "-missing"
+    for args, status in [
+            (("memory", "viz", str(snap)), 0),
+            (("memory", "viz", str(snap), "-o", str(html_out), "--compare", str(snap)), 0),
+            (("memory", "viz", str(snap), "--segsum"), 0),
+            (("memory", "viz", str(snap), "--trace"), 0),
+            (("memory", "tune", str(snap)), 0),
+            (("memory", "tune", str(snap), "--json"), 0),
+            (("replay", str(snap)), 0),
+            (("replay", str(snap), "--json"), 0),
+            (("memory", "viz", missing), 1),
+            (("memory", "tune", missing), 1),
+            (("replay", missing), 1)]:
+        proc = subprocess.run([sys.executable, "-m", "accelrt", *args], capture_output=True,
+                              timeout=120, env=env, check=False)
+        err = proc.stderr.decode("utf-8")
+        assert proc.returncode == status and "Traceback" not in err, (args, err[-2000:])
+        out = proc.stdout.decode("utf-8")      # what reached the terminal is UTF-8
+        if args[-1] not in ("--segsum", "--trace", "--json") and status == 0:
+            assert ("snap\\xff" in out or "page\\xfe" in out), (args, out)
+    page = snap.with_suffix(".html")
+    text = page.read_bytes().decode("utf-8")
+    assert "<title>accelrt memory: snap\\xff.pickle</title>" in text
+    assert "snap\\\\xff.pickle" in html_out.read_bytes().decode("utf-8")   # the compare names
+    assert sorted(os.listdir(tmp_path)) == sorted(
+        os.path.basename(str(p)) for p in (snap, page, html_out))
+
+
+def test_a_failed_write_leaves_no_file_behind(tmp_path: Path) -> None:
+    # a full disk, made by a file-size limit: the page fails to write part way through
+    snap = tmp_path / "s.pickle"
+    dump_snapshot(snap, snap_with(traces=[[{"action": "alloc", "addr": 1 << 20, "size": MiB,
+                                            "stream": 0, "frames": []}]]))
+    kept = tmp_path / "kept.html"
+    kept.write_bytes(b"an earlier page")
+
+    def small_disk() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)     # EFBIG instead of a signal
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+
+    for out in (tmp_path / "new.html", kept):
+        proc = subprocess.run([sys.executable, "-m", "accelrt", "memory", "viz", str(snap),
+                               "-o", str(out)], capture_output=True, text=True, timeout=120,
+                              preexec_fn=small_disk, check=False)
+        assert_one_line_error(proc, "cannot write")
+    assert sorted(os.listdir(tmp_path)) == ["kept.html", "s.pickle"]    # no part, no temp
+    assert kept.read_bytes() == b"an earlier page"
+
+
+def test_write_atomic_keeps_what_open_would(tmp_path: Path) -> None:
+    old = tmp_path / "old.html"
+    old.write_bytes(b"x")
+    old.chmod(0o640)
+    write_atomic(str(old), b"new")
+    assert old.read_bytes() == b"new" and stat.S_IMODE(old.stat().st_mode) == 0o640
+    link = tmp_path / "link.html"
+    link.symlink_to(old)
+    write_atomic(str(link), b"through")           # a link is written through, as open does
+    assert link.is_symlink() and old.read_bytes() == b"through"
+    write_atomic(os.devnull, b"not replaced")     # not a regular file: written in place
+    assert not stat.S_ISREG(os.stat(os.devnull).st_mode)
+    with pytest.raises(OSError):
+        write_atomic(str(tmp_path / "no-such-folder" / "p.html"), b"")
+    assert sorted(os.listdir(tmp_path)) == ["link.html", "old.html"]
 
 
 def test_default_output_replaces_the_extension(tmp_path: Path) -> None:

@@ -216,3 +216,36 @@ def test_recorded_setting_already_best_is_kept(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert ("PyTorch: the recorded setting is already the best for PyTorch; keep "
             "PYTORCH_CUDA_ALLOC_CONF=roundup_power2_divisions:4") in r.stdout
+
+
+def test_recorded_fraction_too_small_for_its_own_history_ranks_the_others(
+        tmp_path: Path) -> None:
+    # recorded on a 141 GiB H200 under a 0.5 fraction: 60 GiB live fits there, but the same
+    # fraction of the simulated 80 GiB device is 40 GiB: the recorded setting runs out of memory
+    GiB = 1 << 30
+    trace = [_entry("alloc", 1 + i, 10 * GiB) for i in range(6)]
+    trace += [_entry("free_completed", 1 + i, 10 * GiB) for i in range(6)]
+    path = _snapshot(tmp_path, [trace],
+                     {"PYTORCH_CUDA_ALLOC_CONF": "per_process_memory_fraction:0.5"})
+    r = cli("memory", "tune", path)
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr
+    out = r.stdout
+    assert "recorded setting: per_process_memory_fraction:0.5" in out
+    rows = [ln.split() for ln in out.splitlines() if ln[:6].strip().isdigit()]
+    assert rows[0][1] == "default" and rows[0][2:4] == ["60.0", "GiB"]
+    assert rows[-1][1:3] == ["per_process_memory_fraction:0.5", "(recorded)"]
+    assert rows[-1][3:6] == ["out", "of", "memory"]
+    assert "caps the device at 40.0 GiB, under the 60.0 GiB" in out
+    assert "PyTorch: leave PYTORCH_CUDA_ALLOC_CONF unset" in out
+    assert "where the recorded setting ran out of memory" in out
+    assert "already the best" not in out
+    # the garbage-collection candidates are capped at the defaults' peak, not skipped
+    r = cli("memory", "tune", path, "--json")
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    by = {x["setting"]: x for x in res["results"]}
+    assert by["per_process_memory_fraction:0.5"]["oom"] is True
+    assert any(s.startswith("garbage_collection_threshold:0.6,per_process_memory_fraction:0.75")
+               for s in by)
+    assert res["best"] == res["best_pytorch"] == ""

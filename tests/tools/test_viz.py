@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import pickle
 import re
+import subprocess
+import sys
 import uuid
 
 import pytest
@@ -194,12 +197,16 @@ def test_html_has_one_view_per_device() -> None:
 
 
 def test_user_frames_and_code_locations() -> None:
+    import accelrt
     from accelrt.memory.viz import _is_user_frame
 
     assert _is_user_frame("/opt/me/train.py") and _is_user_frame("model/layer.py")
+    # a folder's name never decides: projects in folders named accelrt or torch are the user's
+    assert _is_user_frame("/u/me/accelrt/train.py") and _is_user_frame("/x/torch/run.py")
+    here = os.path.join(os.path.dirname(accelrt.__file__), "memory", "_allocator.py")
     for f in ("/usr/lib/python3.11/site-packages/torch/nn/module.py", "<frozen runpy>",
               "/x/dist-packages/y.py", "??", "/src/c10/cuda/CUDACachingAllocator.cpp",
-              "/opt/lib/python3.11/threading.py", "/x/accelrt/memory/_allocator.py"):
+              "/opt/lib/python3.11/threading.py", "C:\\Python311\\Lib\\threading.py", here):
         assert not _is_user_frame(f), f
     lib = {"filename": "/v/site-packages/torch/nn/module.py", "line": 1, "name": "call"}
     mine = {"filename": "train.py", "line": 7, "name": "step"}
@@ -214,6 +221,53 @@ def test_user_frames_and_code_locations() -> None:
     assert memory_by_location(snap) == {0: {"train.py:7:step": (30, 1),
                                             "/v/site-packages/torch/nn/module.py:1:call": (20, 1),
                                             "(no stack recorded)": (10, 1)}}
+
+
+def test_recorded_library_roots_decide_the_user_frames() -> None:
+    # recorded on another machine: its libraries sit where no folder name gives them away,
+    # and the user's project sits in a folder named accelrt
+    roots = ["/opt/py/", "/srv/deps/"]
+    frames = [{"filename": "/srv/deps/numpy/core.py", "line": 1, "name": "empty"},
+              {"filename": "/u/me/accelrt/train.py", "line": 9, "name": "step"},
+              {"filename": "/opt/py/runpy.py", "line": 2, "name": "_run_code"}]
+    snap = {"segments": [{"address": 0, "total_size": 100, "stream": 0, "blocks": [
+        {"size": 100, "requested_size": 100, "state": "active_allocated", "frames": frames}]}],
+        "device_traces": [], "library_roots": roots}
+    assert memory_by_location(snap) == {0: {"/u/me/accelrt/train.py:9:step": (100, 1)}}
+    data = _embedded(trace_html(snap))
+    assert [f for f, u in zip(data["frames"], data["user"]) if u] == \
+        ["/u/me/accelrt/train.py:9:step"]
+    with pytest.raises(ValueError, match="library_roots"):
+        trace_html({**snap, "library_roots": [3]})
+
+
+def test_viz_finds_the_users_frames_in_a_folder_named_accelrt(tmp_path) -> None:
+    # a project (and its snapshot) under a folder named accelrt, as a `git clone` of this
+    # repository is: its frames are the user's, in a snapshot with library_roots and without
+    proj = tmp_path / "accelrt" / "proj"
+    proj.mkdir(parents=True)
+    (proj / "train.py").write_text(
+        "import sys\n"
+        "import accelrt as acc\n"
+        "def load_weights():\n"
+        "    return acc.memory.caching_allocator_alloc(3 << 20, 'cpu:0')\n"
+        "acc.memory.record_memory_history(device='cpu:0')\n"
+        "w = load_weights()\n"
+        "acc.memory.dump_snapshot(sys.argv[1])\n")
+    snap_path = proj / "snap.pickle"
+    r = subprocess.run([sys.executable, str(proj / "train.py"), str(snap_path)], cwd=proj,
+                       capture_output=True, text=True, timeout=120, check=False)
+    assert r.returncode == 0, r.stderr
+    snap = load_snapshot(str(snap_path))
+    assert snap["library_roots"] and all(r.endswith(os.sep) for r in snap["library_roots"])
+    old = {k: v for k, v in snap.items() if k != "library_roots"}   # PyTorch's, older accelrt's
+    for s in (snap, old):
+        data = _embedded(trace_html(s))
+        user = [f for f, u in zip(data["frames"], data["user"]) if u]
+        assert any(f.endswith("train.py:4:load_weights") for f in user), user
+        assert all("/accelrt/proj/train.py:" in f for f in user), user
+        locs = memory_by_location(s)[0]
+        assert [loc.rsplit("/", 1)[1] for loc in locs] == ["train.py:4:load_weights"]
 
 
 def test_compare_lists_what_grew_by_code_location() -> None:

@@ -391,13 +391,14 @@ def _snapshot(device: DeviceLike = None) -> dict[str, Any]:
     """The full snapshot of the device's backend: every device's segments and trace.
 
     Returns a plain dict ``{"segments", "device_traces", "allocator_settings",
-    "external_annotations"}`` in PyTorch's format (see ``accelrt.memory._snapshot``).
+    "external_annotations", "library_roots"}`` in PyTorch's format (see
+    ``accelrt.memory._snapshot``; ``library_roots`` is accelrt's addition).
 
     Example::
 
         >>> from accelrt import memory
         >>> sorted(memory._snapshot("cpu"))
-        ['allocator_settings', 'device_traces', 'external_annotations', 'segments']
+        ['allocator_settings', 'device_traces', 'external_annotations', 'library_roots', 'segments']
     """
     b, _ = _get_device(device)
     allocators = [peek_allocator(b.name, i) for i in range(b.device_count())]

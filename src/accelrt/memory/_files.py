@@ -1,12 +1,17 @@
-"""Reading files from strangers safely: the one bounded reader and the text sanitiser shared
-by ``accelrt replay`` and ``accelrt memory viz``.
+"""Reading files from strangers safely, and writing the command line's output files: the one
+bounded reader, the text sanitiser and the one output writer shared by ``accelrt replay``,
+``accelrt memory viz`` and ``accelrt memory tune``.
 
 * :func:`read_input` reads a file, inflating gzip data as a stream and refusing to inflate
   more than :func:`inflate_limit` bytes (a 0.5 MB gzip bomb that would inflate to 512 MiB is
   refused after at most 64 MiB, with a clear ``ValueError``).
 * :func:`terminal_safe` escapes control characters (ESC, BEL, carriage return, C1 codes,
   Unicode bidi overrides, ...) so text that came from a file cannot retitle, clear or
-  rewrite the terminal it is printed on.
+  rewrite the terminal it is printed on; it also shows the bytes of a file name that is not
+  valid UTF-8 (Python keeps them as lone surrogates, ``surrogateescape``) as ``\\xff``, so
+  such a name never makes printing or writing UTF-8 fail.
+* :func:`write_atomic` writes an output file whole or not at all: to a new file beside it,
+  renamed over it once written, so a failure never leaves an empty or partial file behind.
 * :func:`short_repr` is a bounded, escaped ``repr`` for error messages about file content.
 
 Example::
@@ -18,16 +23,18 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import os
 import re
 import reprlib
+import secrets
 import stat
 import zlib
 from typing import Any
 
 __all__ = ["INFLATE_FLOOR", "INFLATE_RATIO", "inflate_limit", "read_input", "short_repr",
-           "terminal_safe"]
+           "terminal_safe", "write_atomic"]
 
 #: Gzip input may always inflate to this many bytes...
 INFLATE_FLOOR = 64 << 20
@@ -101,27 +108,35 @@ def read_input(path: str, limit: int | None = None) -> bytes:
 
 
 # C0 and C1 control characters except newline and tab, DEL, the Unicode line/paragraph
-# separators and the bidirectional overrides/isolates (which reorder what a terminal shows).
+# separators, the bidirectional overrides/isolates (which reorder what a terminal shows) and
+# lone surrogates (no UTF-8 encodes them; U+DC80..U+DCFF are the undecodable bytes of a file
+# name, os.fsdecode's surrogateescape).
 _UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029"
-                     "\u202a-\u202e\u2066-\u2069]")
+                     "\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 _UNSAFE_LINE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029"
-                          "\u202a-\u202e\u2066-\u2069]")
+                          "\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
 
 def _escape(m: re.Match[str]) -> str:
     c = ord(m.group())
+    if 0xDC80 <= c <= 0xDCFF:           # the byte surrogateescape kept
+        return f"\\x{c - 0xDC00:02x}"
     return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
 
 
 def terminal_safe(text: str, *, one_line: bool = False) -> str:
     """``text`` with every control character escaped (``\\x1b``, ``\\u202e``); newlines and
-    tabs are kept unless ``one_line``.
+    tabs are kept unless ``one_line``. The undecodable bytes of a file name (``os.fsdecode``'s
+    lone surrogates) show as the bytes they were, so the result always encodes to UTF-8.
 
     Example::
 
+        >>> import os
         >>> from accelrt.memory._files import terminal_safe
         >>> terminal_safe("a\\tb\\r\\n"), terminal_safe("a\\nb", one_line=True)
         ('a\\tb\\\\x0d\\n', 'a\\\\x0ab')
+        >>> terminal_safe(os.fsdecode(b"snap\\xff.pickle"))
+        'snap\\\\xff.pickle'
     """
     return (_UNSAFE_LINE if one_line else _UNSAFE).sub(_escape, text)
 
@@ -148,3 +163,61 @@ def short_repr(value: Any) -> str:
     except (RecursionError, ValueError, MemoryError):   # absurd ints or nesting
         text = f"<{type(value).__name__}>"
     return terminal_safe(text[:200], one_line=True)
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` whole or not at all.
+
+    The bytes go to a new file in the same folder, which is renamed over ``path`` once written
+    (``os.replace``), so a failure (a full disk, an interrupt) never leaves an empty or partial
+    file behind, and a file that was there is kept. A new file gets the permissions ``open``
+    would give it (``0o666`` less the umask), a replaced one keeps its own; a symbolic link is
+    written through, as ``open`` does. A path that is not a regular file (``/dev/stdout``, a
+    pipe) is written directly.
+
+    Raises:
+        OSError: the file cannot be written (nothing is left behind).
+
+    Example::
+
+        >>> import os, tempfile
+        >>> from accelrt.memory._files import write_atomic
+        >>> d = tempfile.TemporaryDirectory()
+        >>> p = os.path.join(d.name, "page.html")
+        >>> write_atomic(p, b"<html>")
+        >>> with open(p, "rb") as f:
+        ...     f.read()
+        b'<html>'
+        >>> os.listdir(d.name)
+        ['page.html']
+        >>> d.cleanup()
+    """
+    target = os.path.realpath(path)
+    try:
+        st: os.stat_result | None = os.stat(target)
+    except FileNotFoundError:
+        st = None
+    if (st is not None and not stat.S_ISREG(st.st_mode)
+            or os.path.abspath(path).startswith(("/dev/", "/proc/"))):   # /dev/stdout > file
+        with open(path, "wb") as f:
+            f.write(data)
+        return
+    folder = os.path.dirname(target)
+    while True:
+        tmp = os.path.join(folder, f".{secrets.token_hex(8)}.accelrt-tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0),
+                         0o666)
+            break
+        except FileExistsError:     # pragma: no cover - 64 random bits collided
+            continue
+    try:
+        with open(fd, "wb") as f:
+            f.write(data)
+        if st is not None:
+            os.chmod(tmp, stat.S_IMODE(st.st_mode))
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

@@ -11,7 +11,10 @@ only (trace entries carry none); ``"alloc"`` also puts the allocating stack on t
 that frees (``free_requested``, a direct ``free_completed``, and the ``segment_free`` /
 ``segment_unmap`` of the call that released the segment, such as ``empty_cache()``).
 Recorded stacks start at the user's frames: accelrt's own frames are left out, as PyTorch
-leaves out its internals.
+leaves out its internals. Which files are accelrt's is decided by where the package really is
+(its folder), never by a folder's name; :func:`library_roots` lists, the same way, the folders
+of this machine's libraries, which a snapshot carries so that ``accelrt memory viz`` can tell
+the user's frames from the libraries' on any machine.
 :class:`History` is the recorder a :class:`~accelrt.memory._allocator.DeviceCachingAllocator`
 holds while recording is on; its hot paths test that attribute against ``None``.
 
@@ -30,14 +33,20 @@ Example::
 from __future__ import annotations
 
 import collections
+import functools
+import importlib.util
 import os
+import re
+import site
 import sys
+import sysconfig
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 __all__ = ["CTX_ALL", "CTX_ALLOC", "CTX_LEVELS", "CTX_NEVER", "CTX_STATE", "TRACE_ACTIONS",
-           "History", "capture_frames", "check_history_args"]
+           "History", "capture_frames", "check_history_args", "is_library_file",
+           "library_roots"]
 
 #: Every trace action (``skip_actions`` must name only these).
 TRACE_ACTIONS = frozenset({
@@ -58,6 +67,93 @@ def _is_internal(filename: str) -> bool:
     if hit is None:
         hit = _internal[filename] = os.path.abspath(filename).startswith(_PACKAGE)
     return hit
+
+
+@functools.cache
+def library_roots() -> tuple[str, ...]:
+    """The folders of this machine's libraries, each ending in a path separator: the Python
+    standard library, every ``site-packages`` folder (the environment's, the interpreter's, the
+    user's), and the real folders of accelrt and of PyTorch (found, not imported, where
+    installed; an editable install is where its source is). Files under them are library code;
+    anything else is the user's program. Given as written and with symbolic links resolved.
+
+    Example::
+
+        >>> import os, sysconfig, accelrt
+        >>> from accelrt.memory._history import library_roots
+        >>> roots = library_roots()
+        >>> os.path.dirname(accelrt.__file__) + os.sep in roots
+        True
+        >>> os.path.join(sysconfig.get_paths()["stdlib"], "") in roots
+        True
+    """
+    found: list[str] = [sysconfig.get_paths().get(k, "")
+                        for k in ("stdlib", "platstdlib", "purelib", "platlib")]
+    found += getattr(site, "getsitepackages", list)()
+    if site.ENABLE_USER_SITE:
+        found.append(site.getusersitepackages())
+    found.append(_PACKAGE)
+    try:
+        torch = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):       # a broken or half-imported install
+        torch = None
+    if torch is not None and torch.submodule_search_locations:
+        found += list(torch.submodule_search_locations)
+    out: set[str] = set()
+    for folder in found:
+        if folder:
+            for form in (os.path.abspath(folder), os.path.realpath(folder)):
+                out.add(os.path.join(form, ""))
+    return tuple(sorted(out))
+
+
+#: A path part that holds installed packages, or the standard library's ``lib/python3.11``
+#: (``Lib`` under ``Python311`` on Windows).
+_SITE_PARTS = frozenset({"site-packages", "dist-packages"})
+_PY_DIR = re.compile(r"python\d+(\.\d+)*t?", re.IGNORECASE)
+
+
+def is_library_file(filename: str, roots: Sequence[str] | None = None) -> bool:
+    """Whether a recorded frame's file is library code rather than the user's program.
+
+    Args:
+        filename: the frame's file (``co_filename``), as recorded.
+        roots: the recording machine's :func:`library_roots` (a snapshot's
+            ``library_roots``): the file is library code when it lies under one of them.
+            ``None`` (a snapshot from PyTorch or an older accelrt): under one of this
+            machine's roots, or in a folder that only installed code is in wherever it was
+            recorded (a ``site-packages`` or ``dist-packages`` folder, the standard library's
+            ``lib/python3.X``).
+
+    Files that are not Python source (``<frozen runpy>``, C++ frames) count as library code.
+    Folder names alone never decide: a project in a folder named ``accelrt`` or ``torch`` is
+    the user's.
+
+    Example::
+
+        >>> from accelrt.memory._history import is_library_file
+        >>> is_library_file("/u/me/accelrt/train.py"), is_library_file("<frozen runpy>")
+        (False, True)
+        >>> is_library_file("/venv/lib/python3.11/site-packages/numpy/core.py")
+        True
+        >>> is_library_file("/opt/lib/x/y.py", roots=["/opt/lib/"])
+        True
+    """
+    if not filename.endswith(".py") or filename.startswith("<"):
+        return True
+    if roots is not None:
+        return filename.startswith(tuple(roots))
+    if os.path.abspath(filename).startswith(library_roots()):
+        return True
+    parts = re.split(r"[\\/]", filename)
+    if _SITE_PARTS.intersection(parts):
+        return True
+    for a, b in zip(parts, parts[1:]):
+        if a.lower() in ("lib", "lib64") and _PY_DIR.fullmatch(b):       # lib/python3.11
+            return True
+        if _PY_DIR.fullmatch(a) and b.lower() == "lib":                 # Python311\Lib
+            return True
+    return False
 
 
 def capture_frames() -> list[dict[str, Any]]:

@@ -6,12 +6,17 @@ A snapshot is a plain dict (only dicts, lists, tuples, str, int, float, bool and
     {"segments": [Segment, ...],            # every device of the backend, sorted by address
      "device_traces": [[TraceEntry, ...], ...],   # one list per device, oldest first
      "allocator_settings": {...},           # PYTORCH_CUDA_ALLOC_CONF-style settings
-     "external_annotations": []}
+     "external_annotations": [],
+     "library_roots": [str, ...]}           # accelrt's addition (see below)
 
 Segment keys: ``device, address, total_size, allocated_size, active_size, requested_size,
 stream, segment_type, segment_pool_id, is_expandable, frames, blocks``; block keys: ``address,
 size, requested_size, state, frames``; trace entry keys: ``action, addr, size, stream,
 time_us`` (+ ``frames`` etc.). :func:`check_snapshot` validates what the visualizers read.
+``library_roots`` is the recording machine's
+:func:`~accelrt.memory._history.library_roots`: the folders of its libraries, so that
+``accelrt memory viz`` tells the user's frames from the libraries' on any machine (PyTorch's
+visualizer ignores the key; snapshots without it are read too).
 
 Example::
 
@@ -202,7 +207,7 @@ def build_snapshot(backend: Any, allocators: list[Any | None],
 
     Returns:
         A plain dict: ``segments`` (all devices, by address), ``device_traces`` (one list per
-        device), ``allocator_settings``, ``external_annotations``.
+        device), ``allocator_settings``, ``external_annotations``, ``library_roots``.
 
     Example::
 
@@ -211,6 +216,7 @@ def build_snapshot(backend: Any, allocators: list[Any | None],
         [[], []]
     """
     from ._allocator import DeviceCachingAllocator
+    from ._history import library_roots
     segments = snapshot_segments(allocators)
     with gc_paused():
         traces: list[list[Any]] = []
@@ -227,6 +233,7 @@ def build_snapshot(backend: Any, allocators: list[Any | None],
             "device_traces": traces,
             "allocator_settings": to_plain(settings, "snapshot['allocator_settings']"),
             "external_annotations": [],
+            "library_roots": list(library_roots()),
         }
     return snap
 
@@ -357,6 +364,9 @@ def check_snapshot(snap: Any, what: str = "snapshot") -> dict[str, Any]:
             else:
                 _opt(b, "requested_size", int, bw)
             _check_frames(b, bw)
+    _opt(snap, "library_roots", list, what)
+    if not all(isinstance(r, str) for r in snap.get("library_roots", ())):
+        raise ValueError(f"{what}['library_roots']: expected a list of str")
     traces = _need(snap, "device_traces", list, what)
     for d, entries in enumerate(traces):
         if not isinstance(entries, list):

@@ -14,7 +14,8 @@ The candidates are chosen from what the settings do, not fitted to the trace:
 * ``roundup_power2_divisions`` 1, 2, 4 and 8 (requests rounded to fewer sizes reuse more);
 * ``garbage_collection_threshold`` 0.6 and 0.8, which PyTorch applies only under a memory
   fraction: it is replayed with ``per_process_memory_fraction`` capping the device at the
-  recorded setting's peak reserved bytes;
+  recorded setting's peak reserved bytes (PyTorch's defaults' where the recorded setting runs
+  out of memory, e.g. under a recorded ``per_process_memory_fraction`` too small for it);
 * the best value of each PyTorch key above combined with ``expandable_segments:True``;
 * accelrt's low-fragmentation policy ``expandable_segments:True,page_reuse:True``
   (``page_reuse`` is accelrt's own key: PyTorch rejects it).
@@ -417,10 +418,13 @@ def tune_ops(ops: Sequence[Op], recorded: str = "", *, name: str = "trace",
     try:
         for setting in first:
             run(setting)
-        baseline = rows[0]
-        # garbage collection acts only under a memory fraction: cap at the recorded peak
-        if not baseline["oom"] and baseline["peak_reserved_bytes"]:
-            frac = math.ceil(baseline["peak_reserved_bytes"] / _SIMULATED_TOTAL * 1e4) / 1e4
+        # what the other settings are measured against while tuning: the recorded setting, or
+        # PyTorch's defaults where the recorded one ran out of memory (a too small recorded
+        # per_process_memory_fraction: the out-of-memory case this tool is for)
+        ref = next((r for r in (rows[0], run("")) if not r["oom"]), None)
+        # garbage collection acts only under a memory fraction: cap at the reference's peak
+        if ref is not None and ref["peak_reserved_bytes"]:
+            frac = math.ceil(ref["peak_reserved_bytes"] / _SIMULATED_TOTAL * 1e4) / 1e4
             frac = min(frac, 1.0)
             for t in (0.6, 0.8):
                 run(f"garbage_collection_threshold:{t},per_process_memory_fraction:{frac}")
@@ -428,9 +432,9 @@ def tune_ops(ops: Sequence[Op], recorded: str = "", *, name: str = "trace",
         for key in ("max_split_size_mb", "roundup_power2_divisions",
                     "garbage_collection_threshold"):
             mine = [r for r in rows if r["setting"].startswith(key) and not r["oom"]]
-            if mine:
+            if mine and ref is not None:
                 best = min(mine, key=_rank_key)
-                if best["peak_reserved_bytes"] < baseline["peak_reserved_bytes"]:   # it helped
+                if best["peak_reserved_bytes"] < ref["peak_reserved_bytes"]:   # it helped
                     run("expandable_segments:True," + best["setting"])
     finally:
         bar.close()
@@ -454,9 +458,10 @@ def tune_ops(ops: Sequence[Op], recorded: str = "", *, name: str = "trace",
 
 # ---------------------------------------------------------------------- output
 
-def _shown(setting: str) -> str:
-    """The setting as the table shows it (a capped one without its fraction: see the note)."""
-    if _fraction(setting) is not None:
+def _shown(setting: str, recorded: bool = False) -> str:
+    """The setting as the table shows it (one the tuner capped without its fraction: see the
+    note; the recorded one whole)."""
+    if _fraction(setting) is not None and not recorded:
         setting = ",".join(p for p in _split(setting)
                            if not p.startswith("per_process_memory_fraction:"))
     return setting or "default"
@@ -483,7 +488,7 @@ def format_tune(result: dict[str, Any], path: str, device: int) -> str:
     rec = result["recorded_setting"]
     lines = [(f"{terminal_safe(path, one_line=True)}: device {device}, {result['ops']:,} "
               f"operations, peak live {human_bytes(result['peak_live_bytes'])}"),
-             f"recorded setting: {_shown(rec)}"
+             f"recorded setting: {_shown(rec, recorded=True)}"
              + ("" if rec else " (no allocator settings recorded: PyTorch's defaults)"),
              ""]
     head = ("rank", "setting", "peak reserved", "saving", "mallocs+maps", "driver ms",
@@ -491,25 +496,29 @@ def format_tune(result: dict[str, Any], path: str, device: int) -> str:
     body = []
     for i, r in enumerate(result["results"], 1):
         mark = " (recorded)" if r is base else " *" if r["capped"] else ""
+        shown = _shown(r["setting"], recorded=r is base) + mark
         if r["oom"]:
-            body.append((str(i), _shown(r["setting"]) + mark, "out of memory", "-", "-", "-",
-                         "-"))
+            body.append((str(i), shown, "out of memory", "-", "-", "-", "-"))
             continue
-        body.append((str(i), _shown(r["setting"]) + mark, human_bytes(r["peak_reserved_bytes"]),
+        body.append((str(i), shown, human_bytes(r["peak_reserved_bytes"]),
                      _saving_text(r), f"{r['device_mallocs'] + r['vm_maps']:,}",
                      f"{r['driver_us_h100'] / 1000:.1f}", f"{r['us_per_op']:.2f}"))
     widths = [max(len(c) for c in col) for col in zip(head, *body)]
     for row in (head, *body):
         lines.append("  ".join(c.ljust(w) if j == 1 else c.rjust(w)
                                for j, (c, w) in enumerate(zip(row, widths))).rstrip())
-    capped = [r for r in result["results"] if r["capped"]]
+    capped = [r for r in result["results"] if r["capped"] and r is not base]
     if capped:
         frac = _fraction(capped[0]["setting"])
-        lines.append(f"* replayed with per_process_memory_fraction:{frac} (the recorded peak "
+        whose = "defaults'" if base["oom"] else "recorded"
+        lines.append(f"* replayed with per_process_memory_fraction:{frac} (the {whose} peak "
                      "reserved of the simulated")
         lines.append("  80 GiB device): garbage_collection_threshold acts only under a memory "
                      "fraction;")
         lines.append("  a cap fitted to one run is not recommended.")
+    if base["oom"] and not all(r["oom"] for r in result["results"]):
+        lines.append("the recorded setting ran out of memory replaying its own history on the "
+                     "simulated 80 GiB device" + _cap_text(rec, result["peak_live_bytes"]))
     lines.append("")
     best, best_pt = result["best"], result["best_pytorch"]
     lines += _advice("PyTorch", best_pt, base)
@@ -530,6 +539,11 @@ def _advice(who: str, row: dict[str, Any], base: dict[str, Any]) -> list[str]:
     if row["oom"]:
         return [(f"{who}: every setting ran out of the simulated 80 GiB device; nothing to "
                  "recommend")]
+    if base["oom"]:
+        lines.append(f"{who}: {var}={setting}" if setting else f"{who}: leave {var} unset")
+        lines.append(f"  peaks at {human_bytes(row['peak_reserved_bytes'])} reserved, where the "
+                     "recorded setting ran out of memory")
+        return lines
     if row is base or not row["saving_bytes"]:
         keep = pytorch_part(base["setting"]) if who == "PyTorch" else base["setting"]
         lines.append(f"{who}: the recorded setting is already the best for {who}"
@@ -538,6 +552,15 @@ def _advice(who: str, row: dict[str, Any], base: dict[str, Any]) -> list[str]:
     lines.append(f"{who}: {var}={setting}" if setting else f"{who}: leave {var} unset")
     lines.append(f"  saves {_saving_text(row)} of peak reserved against the recorded setting")
     return lines
+
+
+def _cap_text(setting: str, peak_live: int) -> str:
+    frac = _fraction(setting)
+    if frac is None:
+        return ""
+    return (f":\n  its per_process_memory_fraction:{frac} caps the device at "
+            f"{human_bytes(int(frac * _SIMULATED_TOTAL))}, under the {human_bytes(peak_live)} "
+            "this history\n  holds live at its peak: raise the fraction or leave it unset")
 
 
 def _json_result(result: dict[str, Any], path: str, device: int) -> dict[str, Any]:

@@ -12,6 +12,8 @@ import html
 import json
 from typing import Any
 
+from ._files import terminal_safe
+
 __all__ = ["render"]
 
 
@@ -26,7 +28,8 @@ def render(title: str, data: dict[str, Any]) -> str:
         True
     """
     blob = json.dumps(data, separators=(",", ":"), ensure_ascii=True).replace("<", "\\u003c")
-    return _PAGE.replace("__TITLE__", html.escape(title)).replace("__DATA__", blob)
+    title = html.escape(terminal_safe(title, one_line=True))   # always encodes to UTF-8
+    return _PAGE.replace("__TITLE__", title).replace("__DATA__", blob)
 
 
 _PAGE = r"""<!DOCTYPE html>

@@ -32,7 +32,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ._files import read_input, short_repr, terminal_safe
+from ._files import read_input, short_repr, terminal_safe, write_atomic
+from ._history import is_library_file
 from ._replay import load_pickle
 from . import _viz_page
 from ._snapshot import check_snapshot
@@ -323,25 +324,23 @@ def trace_text(snapshot: dict[str, Any]) -> str:
 
 # ---------------------------------------------------------------------- HTML
 
-#: Path parts of frames that belong to libraries, the interpreter or native code rather than
-#: to the user's program: the stack pane lists the other ("user") frames first.
-_LIBRARY_MARKS = ("/site-packages/", "/dist-packages/", "/lib/python", "<frozen", "/torch/",
-                  "/accelrt/", "\\site-packages\\", "\\lib\\python")
 _NO_STACK = "(no stack recorded)"
 _MAX_COMPARE_ROWS = 2000      # code locations listed in a comparison at most
 
 
-def _is_user_frame(filename: str) -> bool:
-    """A frame of the user's own Python code (not a library, the interpreter, or C++)."""
-    if not filename.endswith(".py") or filename.startswith("<"):
-        return False
-    return not any(m in filename for m in _LIBRARY_MARKS)
+def _is_user_frame(filename: str, roots: Sequence[str] | None = None) -> bool:
+    """A frame of the user's own Python code (not a library, the interpreter, or C++), by the
+    recording machine's library folders ``roots`` (a snapshot's ``library_roots``; see
+    :func:`accelrt.memory._history.is_library_file` for snapshots without them)."""
+    return not is_library_file(filename, roots)
 
 
 class _Stacks:
-    """Frames and stacks interned into tables (the page refers to them by index)."""
+    """Frames and stacks interned into tables (the page refers to them by index); the user's
+    frames are told from the libraries' by the snapshot's ``library_roots``."""
 
-    def __init__(self) -> None:
+    def __init__(self, snapshot: dict[str, Any]) -> None:
+        self._roots: list[str] | None = snapshot.get("library_roots")
         self.frames: list[str] = []
         self.user: list[int] = []
         self.stacks: list[list[int]] = []
@@ -356,7 +355,7 @@ class _Stacks:
         if k is None:
             k = self._frame_ids[text] = len(self.frames)
             self.frames.append(text)
-            self.user.append(int(_is_user_frame(fn)))
+            self.user.append(int(_is_user_frame(fn, self._roots)))
         return k
 
     def add(self, frames: Any) -> int:
@@ -497,7 +496,7 @@ def memory_by_location(snapshot: dict[str, Any]) -> dict[int, dict[str, tuple[in
 
 def _by_location(snapshot: dict[str, Any]) -> dict[int, dict[str, tuple[int, int]]]:
     """:func:`memory_by_location` of a checked snapshot."""
-    st = _Stacks()
+    st = _Stacks(snapshot)
     out: dict[int, dict[str, tuple[int, int]]] = {}
     for s in snapshot["segments"]:
         per = out.setdefault(int(s.get("device", 0)), {})
@@ -546,7 +545,7 @@ def trace_html(snapshot: dict[str, Any], title: str = "accelrt memory snapshot",
     check_snapshot(snapshot)
     if compare is not None:
         check_snapshot(compare, "compared snapshot")
-    st = _Stacks()
+    st = _Stacks(snapshot)
     by_dev: dict[int, list[dict[str, Any]]] = {}
     for s in snapshot["segments"]:
         by_dev.setdefault(int(s.get("device", 0)), []).append(s)
@@ -615,6 +614,7 @@ def viz_main(argv: Sequence[str] | None = None) -> int:
             print(f"accelrt memory viz: error: {terminal_safe(out, one_line=True)} is {what} "
                   "itself; choose another output file with -o", file=sys.stderr)
             return 2
+    text, page = "", b""
     try:
         snap = load_snapshot(args.snapshot)
         if args.segsum:
@@ -623,22 +623,26 @@ def viz_main(argv: Sequence[str] | None = None) -> int:
             text = trace_text(snap) + "\n"
         else:
             other = None if args.compare is None else load_snapshot(args.compare)
-            names = (os.path.basename(args.snapshot),
-                     os.path.basename(args.compare) if args.compare is not None else "")
-            text = trace_html(snap, title=f"accelrt memory: {names[0]}", compare=other,
-                              compare_names=names)
+            names = (_shown_name(args.snapshot),
+                     _shown_name(args.compare) if args.compare is not None else "")
+            page = trace_html(snap, title=f"accelrt memory: {names[0]}", compare=other,
+                              compare_names=names).encode("utf-8")
     except (OSError, ValueError, MemoryError, RecursionError, OverflowError) as exc:
         return fail(str(exc))
     if args.segsum or args.trace:
         sys.stdout.write(terminal_safe(text))
         return 0
     try:
-        with open(out, "w", encoding="utf-8") as f:
-            f.write(text)
+        write_atomic(out, page)
     except OSError as exc:
         return fail(f"cannot write {out}: {exc}")
     print(f"wrote {terminal_safe(out, one_line=True)}")
     return 0
+
+
+def _shown_name(path: str) -> str:
+    """A file's name as the page shows it (a byte that is not UTF-8 as ``\\xff``)."""
+    return terminal_safe(os.path.basename(path), one_line=True)
 
 
 def _default_output(snapshot: str) -> str:
