@@ -383,6 +383,26 @@ def test_write_atomic_keeps_what_open_would(tmp_path: Path) -> None:
     assert sorted(os.listdir(tmp_path)) == ["link.html", "old.html"]
 
 
+def test_write_atomic_updates_a_writable_file_in_a_folder_it_cannot_create_files_in(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a read-only folder (simulated: the suite runs as root, which chmod does not stop)
+    page = tmp_path / "page.html"
+    page.write_bytes(b"old")
+    real_open = os.open
+
+    def no_new_files(name: str, flags: int, *args: int) -> int:
+        if flags & os.O_CREAT:
+            raise PermissionError(13, "Permission denied", name)
+        return real_open(name, flags, *args)
+
+    monkeypatch.setattr(os, "open", no_new_files)
+    write_atomic(str(page), b"new")                # in place, as open() would
+    assert page.read_bytes() == b"new" and os.listdir(tmp_path) == ["page.html"]
+    with pytest.raises(PermissionError):           # a new file there: still refused
+        write_atomic(str(tmp_path / "other.html"), b"x")
+    assert os.listdir(tmp_path) == ["page.html"]
+
+
 def test_default_output_replaces_the_extension(tmp_path: Path) -> None:
     p = tmp_path / "s.pickle"
     dump_snapshot(p, snap_with())

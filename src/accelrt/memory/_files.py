@@ -173,7 +173,8 @@ def write_atomic(path: str, data: bytes) -> None:
     file behind, and a file that was there is kept. A new file gets the permissions ``open``
     would give it (``0o666`` less the umask), a replaced one keeps its own; a symbolic link is
     written through, as ``open`` does. A path that is not a regular file (``/dev/stdout``, a
-    pipe) is written directly.
+    pipe) is written directly, and so is an existing file in a folder where no new file can be
+    made (a read-only folder).
 
     Raises:
         OSError: the file cannot be written (nothing is left behind).
@@ -211,6 +212,14 @@ def write_atomic(path: str, data: bytes) -> None:
             break
         except FileExistsError:     # pragma: no cover - 64 random bits collided
             continue
+        except PermissionError:
+            if st is None:
+                raise
+            # a writable file in a folder we may not create files in: write it in place, as
+            # ``open`` would (the only way left to update it)
+            with open(path, "wb") as f:
+                f.write(data)
+            return
     try:
         with open(fd, "wb") as f:
             f.write(data)
