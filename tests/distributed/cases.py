@@ -41,6 +41,8 @@ SECTIONS = set((sys.argv[1] if len(sys.argv) > 1 else
 
 def case(name: str):
     def deco(fn):
+        if os.environ.get("CASES_ONLY", "") not in name:   # one case (by part of its name)
+            return fn
         try:
             fn()
             results.append(f"OK {name}")
