@@ -8,7 +8,10 @@ every case. SECTIONS (comma separated) picks groups of cases: ``ops`` (every op 
 arrays, several dtypes, in-place and out-of-place, sync and async work), ``numpy``,
 ``staged`` (the pinned-staging path, forced with ACCELRT_MPI_STAGE=1), ``p2p``, ``objects``,
 ``groups`` (new_group), ``queued`` (comm-stream ordering with a gated current stream; async
-cpu streams only), ``errors`` (local checks, kept errors, registry), ``topology``.
+cpu streams only), ``errors`` (local checks, kept errors, registry), ``args`` (the one argument
+check: object dtypes, read-only outputs, closed arrays, aliasing, self send/recv, Work after
+destroy), ``bounded`` (a stuck peer meets the group's timeout in every blocking call),
+``topology``.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 import traceback
 import warnings
 
@@ -41,6 +45,8 @@ SECTIONS = set((sys.argv[1] if len(sys.argv) > 1 else
 
 def case(name: str):
     def deco(fn):
+        if os.environ.get("CASES_ONLY", "") not in name:   # one case (by part of its name)
+            return fn
         try:
             fn()
             results.append(f"OK {name}")
@@ -724,6 +730,305 @@ if "errors" in SECTIONS:
                 raise AssertionError("destroy did not re-raise the kept error")
         finally:
             dist.Backend._unregister("failing")
+
+if "args" in SECTIONS and N >= 2:
+    # issue 20, section 2: ONE argument check (ProcessGroup.check_args) refuses bad arguments on
+    # the calling rank before anything is enqueued, and leaves the group usable
+    RIGHT, LEFT = (R + 1) % N, (R - 1) % N
+
+    def refused(fn, exc, text, what=""):
+        try:
+            fn()
+        except exc as e:
+            assert text in str(e), (what, text, str(e))
+            return e
+        raise AssertionError(f"{what}: no {exc.__name__} ({text})")
+
+    def in_step(before):
+        """Nothing moved: the group's sequence number is unchanged (the ranks stay in step:
+        ACCELRT_DISTRIBUTED_DEBUG=DETAIL compares it), and the next collective works."""
+        g = dist.group.WORLD
+        assert g._seq == before and g._error is None, (g._seq, before, g._error)
+        a = acc.full((2,), 1.0, device=DEV)
+        dist.all_reduce(a)
+        eq(a.numpy(), np.full(2, float(N), "float32"))
+
+    def every_op(make, fixed=None):
+        """Every collective and point-to-point operation, each given arrays from ``make(n)``
+        (n elements; ``fixed(n)`` for the operand that is not under test)."""
+        fixed = fixed or make
+        n = 2
+        return {
+            "broadcast": lambda: dist.broadcast(make(n), src=0),
+            "all_reduce": lambda: dist.all_reduce(make(n)),
+            "reduce": lambda: dist.reduce(make(n), dst=0),
+            "all_gather_into_tensor": lambda: dist.all_gather_into_tensor(make(n * N), fixed(n)),
+            "all_gather": lambda: dist.all_gather([make(n) for _ in range(N)], fixed(n)),
+            "reduce_scatter_tensor": lambda: dist.reduce_scatter_tensor(make(n), fixed(n * N)),
+            "reduce_scatter": lambda: dist.reduce_scatter(make(n), [fixed(n)] * N),
+            "scatter": lambda: dist.scatter(make(n), [fixed(n)] * N if R == 0 else None, src=0),
+            "all_to_all_single": lambda: dist.all_to_all_single(make(n * N), fixed(n * N)),
+            "all_to_all": lambda: dist.all_to_all([make(n) for _ in range(N)], [fixed(n)] * N),
+            "irecv": lambda: dist.irecv(make(n), LEFT),
+            "recv": lambda: dist.recv(make(n), LEFT),
+            "batch_isend_irecv": lambda: dist.batch_isend_irecv(
+                [dist.P2POp(dist.isend, fixed(n), RIGHT), dist.P2POp(dist.irecv, make(n), LEFT)]),
+        }
+
+    @case("args: object and StringDType arrays are refused on every operation (no pointers sent)")
+    def _():
+        before = dist.group.WORLD._seq
+
+        def obj(n):
+            return np.array([object() for _ in range(n)], dtype=object)
+
+        ops = every_op(obj)
+        # the inputs too: gather, isend/send, and object-holding dtypes other than object
+        ops.update({
+            "gather": lambda: dist.gather(obj(2), [obj(2) for _ in range(N)] if R == 0
+                                          else None, dst=0),
+            "isend": lambda: dist.isend(obj(2), RIGHT),
+            "send": lambda: dist.send(obj(2), RIGHT),
+            "broadcast StringDType": lambda: dist.broadcast(
+                np.array(["a", "b"], dtype=np.dtypes.StringDType()), src=0),
+            "broadcast structured with an object field": lambda: dist.broadcast(
+                np.zeros(2, dtype=[("x", "f4"), ("o", "O")]), src=0),
+        })
+        for name, fn in ops.items():
+            e = refused(fn, TypeError, "holds pointers to Python objects", name)
+            assert isinstance(e, RuntimeError), name
+        in_step(before)
+
+    @case("args: read-only outputs are refused (an immutable bytes buffer keeps its bytes)")
+    def _():
+        before = dist.group.WORLD._seq
+        raw = bytes(4 * 2 * N)
+
+        def ro(n):
+            return np.frombuffer(raw, np.float32, count=n)
+
+        def ok(n):
+            return np.full(n, 1.0, np.float32)
+
+        for name, fn in every_op(ro, ok).items():
+            refused(fn, ValueError, "read-only", name)
+        assert raw == bytes(len(raw))
+        in_step(before)
+        # a read-only array is fine where it is only read
+        out = np.zeros(2 * N, np.float32)
+        dist.all_gather_into_tensor(out, np.frombuffer(np.full(2, R, np.float32).tobytes(),
+                                                       np.float32))
+        eq(out, np.repeat(np.arange(N), 2).astype("float32"))
+        w = dist.isend(np.frombuffer(np.full(2, R, np.float32).tobytes(), np.float32), RIGHT)
+        got = np.zeros(2, np.float32)
+        dist.recv(got, LEFT)
+        w.wait()
+        eq(got, np.full(2, LEFT, "float32"))
+
+    @case("args: closed arrays raise ClosedError before anything is enqueued; the group "
+          "stays usable")
+    def _():
+        before = dist.group.WORLD._seq
+
+        def closed(n):
+            a = acc.zeros((n,), device=DEV)
+            a.close()
+            return a
+
+        def ok(n):
+            return acc.zeros((n,), device=DEV)
+
+        ops = every_op(closed, ok)
+        ops["gather"] = lambda: dist.gather(closed(2), [ok(2)] * N if R == 0 else None, dst=0)
+        ops["isend"] = lambda: dist.isend(closed(2), RIGHT)
+        ops["send"] = lambda: dist.send(closed(2), RIGHT)
+        # an input closed, the output open (the output first: the fast paths read it first)
+        ops["all_gather_into_tensor, closed input"] = (
+            lambda: dist.all_gather_into_tensor(ok(2 * N), closed(2)))
+        ops["reduce_scatter_tensor, closed input"] = (
+            lambda: dist.reduce_scatter_tensor(ok(2), closed(2 * N)))
+        for name, fn in ops.items():
+            try:
+                fn()
+            except acc.ClosedError:
+                pass
+            except Exception as e:   # a DistBackendError from inside the engine, before
+                raise AssertionError(f"{name}: {type(e).__name__}: {e}") from None
+            else:
+                raise AssertionError(f"{name}: accepted a closed array")
+        assert dist.group.WORLD._error is None
+        in_step(before)
+
+    @case("args: all_gather_into_tensor/reduce_scatter_tensor take torch's in-place form and "
+          "refuse any other overlap")
+    def _():
+        before = dist.group.WORLD._seq
+        k = 3
+        wrong = R * k + (1 if R < N - 1 else -1)   # one element off this rank's chunk
+        for kind in ("numpy", "borrowed"):
+            def view(host, lo, n):
+                part = host[lo:lo + n]
+                return part if kind == "numpy" else acc.asarray(part, device=DEV)
+
+            o = np.zeros(k * N, np.float32)
+            out = o if kind == "numpy" else acc.asarray(o, device=DEV)
+            refused(lambda: dist.all_gather_into_tensor(out, view(o, wrong, k)), ValueError,
+                    "not the output's chunk at this rank's offset")
+            i = np.zeros(k * N, np.float32)
+            inp = i if kind == "numpy" else acc.asarray(i, device=DEV)
+            refused(lambda: dist.reduce_scatter_tensor(view(i, wrong, k), inp), ValueError,
+                    "not the input's chunk at this rank's offset")
+            refused(lambda: dist.all_to_all_single(inp, inp), ValueError, "no in-place form")
+            both = np.zeros(k * N + 1, np.float32)
+            refused(lambda: dist.all_to_all_single(view(both, 0, k * N), view(both, 1, k * N)),
+                    ValueError, "no in-place form")
+            in_step(before)
+            for rnd in range(3):   # the full path, then the fast path, then its plan
+                acc.synchronize(DEV)   # numpy writes below: the streams are done with o and i
+                o[:] = -1
+                o[R * k:(R + 1) * k] = np.arange(k) + 10 * R
+                dist.all_gather_into_tensor(out, view(o, R * k, k))
+                acc.synchronize(DEV)
+                eq(o, np.concatenate([np.arange(k) + 10 * r for r in range(N)]).astype("f4"),
+                   f"{kind} all_gather_into_tensor in place, round {rnd}")
+                i[:] = np.arange(k * N) + R
+                dist.reduce_scatter_tensor(view(i, R * k, k), inp)
+                acc.synchronize(DEV)
+                want = sum(np.arange(k * N) + r for r in range(N))[R * k:(R + 1) * k]
+                eq(i[R * k:(R + 1) * k], want.astype("f4"),
+                   f"{kind} reduce_scatter_tensor in place, round {rnd}")
+            before = dist.group.WORLD._seq
+
+    @case("args: blocking send/recv name another rank (torch's ValueError); isend/irecv may "
+          "name their own")
+    def _():
+        before = dist.group.WORLD._seq
+        a = np.ones(1 << 16, np.float32)   # large: a send to itself would not complete eagerly
+        refused(lambda: dist.send(a, R), ValueError,
+                "Invalid destination rank: destination rank should not be the same as the rank "
+                "of the current process.")
+        refused(lambda: dist.recv(a, R), ValueError,
+                "Invalid source rank: source rank should not be the same as the rank of the "
+                "current process.")
+        refused(lambda: dist.recv_object_list([None], src=R), ValueError,
+                "Invalid source rank: source rank should not be the same")
+        refused(lambda: dist.send_object_list([1], dst=R), ValueError,
+                "Invalid destination rank: destination rank should not be the same")
+        in_step(before)
+        got = np.zeros_like(a)
+        ws = dist.isend(np.full(1 << 16, R, np.float32), R, tag=7)
+        wr = dist.irecv(got, R, tag=7)
+        wr.wait()
+        ws.wait()
+        eq(got[:3], np.full(3, R, "float32"))
+        # recv(src=None) that matched this rank's own isend: torch's check after the fact
+        ws = dist.isend(np.ones(1, np.float32), R, tag=8)
+        refused(lambda: dist.recv(np.zeros(1, np.float32), tag=8), ValueError,
+                "Invalid source rank")
+        ws.wait()
+
+    @case("args: an argument error on one rank only moves nothing (sequence numbers in step)")
+    def _():
+        before = dist.group.WORLD._seq
+        if R == 0:
+            c = acc.zeros((2,), device=DEV)
+            c.close()
+            refused(lambda: dist.reduce(c, dst=0), ValueError, "closed")
+            a = acc.zeros((2,), device=DEV)
+            for _ in range(2):   # twice: the first call leaves the fast path's entry
+                refused(lambda: dist.all_reduce(a, op=dist.ReduceOp.BAND), ValueError,
+                        "integer or bool")
+                refused(lambda: dist.all_reduce(a, op=dist.ReduceOp.PREMUL_SUM), ValueError,
+                        "needs its factor")
+            refused(lambda: dist.gather_object(1, [None], dst=0), ValueError, "slots")
+            refused(lambda: dist.all_gather_object([None] * (N + 1), 1), ValueError, "slots")
+        in_step(before)
+
+    @case("args: Work.wait() after destroy_process_group() returns True (torch: the group's "
+          "work was flushed)")
+    def _():
+        g = dist.new_group(group_desc="waited")
+        a = acc.full((4,), 1.0, device=DEV)
+        gate = threading.Event()
+        if ASYNC:   # keep the operation queued behind a gate: a real handle on its work
+            run_on_stream(acc.current_stream(DEV), lambda: gate.wait(30))
+        w = dist.all_reduce(a, group=g, async_op=True)
+        gate.set()
+        dist.destroy_process_group(g)
+        assert w.wait() is True
+        w.synchronize()
+        assert w.is_completed() and w.exception() is None
+        eq(a.numpy(), np.full(4, float(N), "float32"))
+
+if "bounded" in SECTIONS and N >= 2:
+    @case("bounded: a stuck peer makes every blocking call, object collectives included, hit "
+          "the group's timeout, naming the rank, operation and sequence number")
+    def _():
+        import importlib
+
+        from mpi4py import MPI
+        _group = importlib.import_module("accelrt.distributed._group")
+        if MPI.Query_thread() != MPI.THREAD_MULTIPLE:
+            return   # the watchdog thread releases the late ranks through MPI
+        wd = _group.WATCHDOG
+        side = MPI.COMM_WORLD.Dup()
+        seen, sends, current = [], [], [None]
+        default = wd.on_timeout
+
+        def on_timeout(group, op, seq, timeout):
+            # the watchdog's report (by default it ends the job): record it and release the
+            # late ranks, so that the call completes and the next one can be checked
+            if group.name != "bounded":
+                return default(group, op, seq, timeout)
+            if op != current[0] or any(s[:2] == (op, seq) for s in seen):
+                return None
+            seen.append((op, seq, group.global_rank))
+            sends.extend(side.Isend(np.zeros(1, np.int8), r, 5) for r in range(1, N))
+            return None
+
+        wd.on_timeout = on_timeout
+        try:
+            g = dist.new_group(timeout=0.2, group_desc="bounded")
+            dist.all_reduce(np.zeros(1), group=g)   # starts its engine (collective) now
+            ops = {
+                "broadcast_object_list": lambda: dist.broadcast_object_list(
+                    [R], src=1, group=g),
+                "all_gather_object": lambda: dist.all_gather_object([None] * N, R, group=g),
+                "gather_object": lambda: dist.gather_object(R, [None] * N if R == 0 else None,
+                                                            dst=0, group=g),
+                "scatter_object_list": lambda: dist.scatter_object_list(
+                    [None], list(range(N)) if R == 1 else None, src=1, group=g),
+                "recv_object_list": lambda: (
+                    dist.recv_object_list([None], src=1, group=g) if R == 0 else
+                    dist.send_object_list([R], dst=0, group=g) if R == 1 else None),
+                "recv": lambda: (dist.recv(np.zeros(1), 1, group=g) if R == 0 else
+                                 dist.send(np.ones(1), 0, group=g) if R == 1 else None),
+                "barrier": lambda: dist.barrier(group=g),
+            }
+            missed = []
+            for name, fn in ops.items():
+                dist.barrier()
+                if R == 0:
+                    current[0] = name
+                    fn()   # blocks until the late ranks come: past the 0.2 s timeout
+                    if not seen or seen[-1] != (name, g._seq, 0):
+                        missed.append(f"{name}: watchdog saw {seen[-1:]}, seq {g._seq}")
+                else:
+                    release = side.Irecv(np.zeros(1, np.int8), 0, 5)
+                    give_up = time.monotonic() + 8.0   # the failure case: no report, no release
+                    while not release.Test():
+                        if time.monotonic() > give_up:
+                            release.Cancel()
+                            break
+                        time.sleep(0)
+                    fn()
+            MPI.Request.Waitall(sends)
+            dist.barrier()
+            dist.destroy_process_group(g)
+            assert not missed, missed
+        finally:
+            wd.on_timeout = default
+            side.Free()
 
 if "topology" in SECTIONS:
     @case("launcher variables and node-local ranks")

@@ -56,7 +56,11 @@ elif MODE == "die":
 elif MODE == "stuck":
     if R == 1:
         stuck()
-    dist.all_reduce(a)   # sequence number 2: rank 1 never joins
+    # sequence number 2: rank 1 never joins (FAIL_OP: an object collective, rank 1 its source)
+    if os.environ.get("FAIL_OP") == "broadcast_object_list":
+        dist.broadcast_object_list([None], src=1)
+    else:
+        dist.all_reduce(a)
 elif MODE == "mismatch":
     # rank N-1 differs: float64[2] (dtype: same bytes) or float32[8] (shape)
     kind = os.environ["FAIL_KIND"]

@@ -285,14 +285,11 @@ def _init_mpi(engine_map: dict[str, str], backend_str: str, op_timeout: float,
                          None, r)
     group.threads_ok = MPI.Query_thread() == MPI.THREAD_MULTIPLE
     # every step is collective: a rank that never arrives ends the job after init_timeout
-    tok = WATCHDOG.enter(group, "init_process_group", 0, init_timeout)
-    try:
+    with WATCHDOG.watching(group, "init_process_group", 0, init_timeout):
         group.mpi_comm = world.Dup()
         group.control()
         if n > 1:
             group.mpi_comm.Barrier()
-    finally:
-        WATCHDOG.exit(tok)
     return group
 
 
@@ -526,11 +523,8 @@ def new_group(ranks: Sequence[int] | None = None, timeout: Any = None,
     if world.mpi_comm is not None:
         from ._mpi import mpi
         MPI = mpi()
-        tok = WATCHDOG.enter(world, "new_group", world._seq, world.timeout)
-        try:
+        with WATCHDOG.watching(world, "new_group", world._seq):
             sub = world.mpi_comm.Split(0 if member else MPI.UNDEFINED, me)
-        finally:
-            WATCHDOG.exit(tok)
         if not member:
             sub = None
     sub_engines: dict[tuple[str, int], Engine] = {}
@@ -545,11 +539,8 @@ def new_group(ranks: Sequence[int] | None = None, timeout: Any = None,
     g = ProcessGroup(name, members.index(me), len(members), members, engine_map, backend_str,
                      t, sub, me)
     if sub is not None:
-        tok = WATCHDOG.enter(g, "new_group", 0, t)
-        try:
+        with WATCHDOG.watching(g, "new_group", 0):
             g.control()   # collective over the members: made now, while they are all here
-        finally:
-            WATCHDOG.exit(tok)
     g._preset.update(sub_engines)
     g.parent = world
     g.threads_ok = world.threads_ok
@@ -835,7 +826,7 @@ def all_reduce(tensor: Any, op: ReduceOp = ReduceOp.SUM, group: GroupArg = None,
         eng.all_reduce(None, buf(tensor), red, stream)
 
     return g.run("all_reduce", [tensor], [tensor], [tensor], call, async_op,
-                 (red.name,) + _desc(tensor), red, [tensor])
+                 (red.name,) + _desc(tensor), red, [tensor], alias="inplace")
 
 
 def broadcast(tensor: Any, src: int, group: GroupArg = None, async_op: bool = False) -> Work | None:
@@ -871,7 +862,7 @@ def broadcast(tensor: Any, src: int, group: GroupArg = None, async_op: bool = Fa
         eng.broadcast(buf(tensor), root, stream)
 
     return g.run("broadcast", [tensor], [tensor], [tensor], call, async_op,
-                 (root,) + _desc(tensor), None, [tensor])
+                 (root,) + _desc(tensor), None, [tensor], alias="inplace")
 
 
 def reduce(tensor: Any, dst: int, op: ReduceOp = ReduceOp.SUM, group: GroupArg = None,
@@ -898,7 +889,7 @@ def reduce(tensor: Any, dst: int, op: ReduceOp = ReduceOp.SUM, group: GroupArg =
         eng.reduce(buf(tensor), red, root, stream)
 
     return g.run("reduce", [tensor], [tensor], [tensor], call, async_op,
-                 (red.name, root) + _desc(tensor), red, [tensor])
+                 (red.name, root) + _desc(tensor), red, [tensor], alias="inplace")
 
 
 def all_gather_into_tensor(output_tensor: Any, input_tensor: Any, group: GroupArg = None,
@@ -941,7 +932,7 @@ def all_gather_into_tensor(output_tensor: Any, input_tensor: Any, group: GroupAr
 
     arrays = [input_tensor, output_tensor]
     return g.run("all_gather_into_tensor", arrays, [input_tensor], [output_tensor], call,
-                 async_op, _desc(input_tensor), None, [output_tensor])
+                 async_op, _desc(input_tensor), None, [output_tensor], alias="gather")
 
 
 def all_gather(tensor_list: list[Any], tensor: Any, group: GroupArg = None,
@@ -964,6 +955,7 @@ def all_gather(tensor_list: list[Any], tensor: Any, group: GroupArg = None,
     if not isinstance(tensor_list, (list, tuple)) or len(tensor_list) != g.size():
         raise AcceleratorValueError(f"all_gather: tensor_list must be a list of "
                                     f"{g.size()} arrays (one per rank)")
+    g.check_args("all_gather", [tensor], tensor_list, alias="staged")
     for t in tensor_list:
         _check_same("all_gather", t, tensor)
         _size_check("all_gather", t, tensor.size, t.size,
@@ -1005,7 +997,7 @@ def reduce_scatter_tensor(output: Any, input: Any, op: ReduceOp = ReduceOp.SUM,
         eng.reduce_scatter(buf(input), buf(output), red, stream)
 
     return g.run("reduce_scatter_tensor", [input, output], [input], [output], call, async_op,
-                 (red.name,) + _desc(output), red, [output])
+                 (red.name,) + _desc(output), red, [output], alias="scatter")
 
 
 def gather(tensor: Any, gather_list: list[Any] | None = None, dst: int = 0,
@@ -1032,6 +1024,7 @@ def gather(tensor: Any, gather_list: list[Any] | None = None, dst: int = 0,
         if not isinstance(gather_list, (list, tuple)) or len(gather_list) != n:
             raise AcceleratorValueError(f"gather: gather_list must be a list of {n} arrays "
                                         "on the destination rank")
+        g.check_args("gather", [tensor], gather_list, alias="staged")
         for t in gather_list:
             _check_same("gather", t, tensor)
             _size_check("gather", t, tensor.size, t.size,
@@ -1082,6 +1075,7 @@ def scatter(tensor: Any, scatter_list: list[Any] | None = None, src: int = 0,
         if not isinstance(scatter_list, (list, tuple)) or len(scatter_list) != n:
             raise AcceleratorValueError(f"scatter: scatter_list must be a list of {n} arrays "
                                         "on the source rank")
+        g.check_args("scatter", scatter_list, [tensor], alias="staged")
         for t in scatter_list:
             _check_same("scatter", t, tensor)
             _size_check("scatter", t, tensor.size, t.size,
@@ -1173,6 +1167,7 @@ def all_to_all(output_tensor_list: list[Any], input_tensor_list: list[Any],
         if not isinstance(lst, (list, tuple)) or len(lst) != n:
             raise AcceleratorValueError(f"all_to_all: {name} must be a list of {n} arrays "
                                         "(one per rank)")
+    g.check_args("all_to_all", input_tensor_list, output_tensor_list, alias="staged")
     first = input_tensor_list[0]
     for t in list(output_tensor_list) + list(input_tensor_list):
         _check_same("all_to_all", t, first)
@@ -1213,6 +1208,7 @@ def reduce_scatter(output: Any, input_list: list[Any], op: ReduceOp | PremulSum 
     if not isinstance(input_list, (list, tuple)) or len(input_list) != n:
         raise AcceleratorValueError(f"reduce_scatter: input_list must be a list of {n} arrays "
                                     "(one per rank)")
+    g.check_args("reduce_scatter", input_list, [output], alias="staged")
     for t in input_list:
         _check_same("reduce_scatter", t, output)
         _size_check("reduce_scatter", t, output.size, t.size,
@@ -1290,11 +1286,7 @@ def isend(tensor: Any, dst: int, group: GroupArg = None, tag: int = 0) -> Work |
         >>> callable(dist.isend)
         True
     """
-    g = _group(group)
-    if g is None:
-        _warn_not_member("isend")
-        return None
-    return g.p2p("isend", tensor, _grp_rank(g, dst, "dst"), int(tag), True)
+    return _p2p("isend", tensor, dst, group, tag, send=True, blocking=False)
 
 
 def irecv(tensor: Any, src: int | None = None, group: GroupArg = None, tag: int = 0) -> Work | None:
@@ -1306,16 +1298,15 @@ def irecv(tensor: Any, src: int | None = None, group: GroupArg = None, tag: int 
         >>> callable(dist.irecv)
         True
     """
-    g = _group(group)
-    if g is None:
-        _warn_not_member("irecv")
-        return None
-    peer = None if src is None else _grp_rank(g, src, "src")
-    return g.p2p("irecv", tensor, peer, int(tag), False)
+    return _p2p("irecv", tensor, src, group, tag, send=False, blocking=False)
 
 
 def send(tensor: Any, dst: int, group: GroupArg = None, tag: int = 0) -> None:
     """Send ``tensor`` to global rank ``dst`` (blocks until the buffer may be reused).
+
+    Raises:
+        ValueError: ``dst`` is this rank (a blocking send to itself would wait for ever;
+            :func:`isend` may send to itself).
 
     Example::
 
@@ -1323,7 +1314,7 @@ def send(tensor: Any, dst: int, group: GroupArg = None, tag: int = 0) -> None:
         >>> callable(dist.send)
         True
     """
-    w = isend(tensor, dst, group, tag)
+    w = _p2p("send", tensor, dst, group, tag, send=True, blocking=True)
     if w is not None:
         w.wait()
 
@@ -1332,19 +1323,39 @@ def recv(tensor: Any, src: int | None = None, group: GroupArg = None, tag: int =
     """Receive into ``tensor`` from global rank ``src`` (None: any); returns the sender's
     global rank (-1 if not a member of ``group``).
 
+    Raises:
+        ValueError: ``src`` is this rank (a blocking receive from itself would wait for
+            ever; :func:`irecv` may receive from itself), or, with ``src=None``, the data
+            came from this rank's own :func:`isend` (torch's check).
+
     Example::
 
         >>> import accelrt.distributed as dist
         >>> callable(dist.recv)
         True
     """
-    w = irecv(tensor, src, group, tag)
+    w = _p2p("recv", tensor, src, group, tag, send=False, blocking=True)
     if w is None:
         return -1
     w.wait()
     g = _group(group)
     assert g is not None
-    return g.global_ranks[w.source_rank()]
+    source = w.source_rank()
+    if src is None:
+        g.check_args("recv", peer=source, peer_role="source")
+    return g.global_ranks[source]
+
+
+def _p2p(op: str, tensor: Any, rank: int | None, group: GroupArg, tag: int, *, send: bool,
+         blocking: bool) -> Work | None:
+    """Post ``op`` (global ``rank``: the peer; None: any source) after the argument check
+    (:meth:`ProcessGroup.check_args`)."""
+    g = _group(group)
+    if g is None:
+        _warn_not_member(op)
+        return None
+    peer = None if rank is None else _grp_rank(g, rank, "dst" if send else "src")
+    return g.p2p(op, tensor, peer, int(tag), send, blocking)
 
 
 @dataclass
@@ -1389,6 +1400,11 @@ def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[Work]:
     if len(groups) != 1:
         raise ValueError("All ops need to use the same group.")
     g = _group(p2p_op_list[0].group)
+    if g is not None:   # every operation's arguments, before any is posted
+        for p in p2p_op_list:
+            send = p.op is isend
+            g.check_args("isend" if send else "irecv", (p.tensor,) if send else (),
+                         () if send else (p.tensor,))
     ctx = None
     nccl = [] if g is None else [e for e in g._engines.values() if e.name == "nccl"]
     if nccl:
@@ -1475,44 +1491,40 @@ def monitored_barrier(group: GroupArg = None, timeout: Any = None,
     g.drain()
     seq = g.next_seq()
     limit = _seconds(timeout, g.timeout)
-    import time
+    from ._group import wait_until
     from ._mpi import mpi
     mpi()    # raises a clear error without mpi4py
     tag = 0x7ACC
     token = np.zeros(1, np.int64)
-    deadline = time.monotonic() + limit
     ms = int(limit * 1000)
     if g.rank() == 0:
         bufs = {r: np.zeros(1, np.int64) for r in range(1, g.size())}
         reqs = {r: comm.Irecv(bufs[r], r, tag) for r in bufs}
-        missing: list[int] = []
-        while reqs:
+
+        def arrived() -> bool:
             for r in list(reqs):
                 if reqs[r].Test():
                     del reqs[r]
-            if reqs and time.monotonic() > deadline:
-                missing = sorted(reqs)
-                break
-            time.sleep(0)
-        if missing:
-            names = [g.global_ranks[r] for r in missing]
+            return not reqs
+
+        def missing() -> DistTimeoutError:
+            names = [g.global_ranks[r] for r in sorted(reqs)]
             if wait_all_ranks:
                 msg = (f"[Rank 0]: Ranks {', '.join(map(str, names))} failed to pass "
                        f"monitoredBarrier in {ms} ms")
             else:
                 msg = f"[Rank 0]: Rank {names[0]} failed to pass monitoredBarrier in {ms} ms"
-            raise DistTimeoutError(msg, rank=g.global_rank, op="monitored_barrier", seq=seq)
+            return DistTimeoutError(msg, rank=g.global_rank, op="monitored_barrier", seq=seq)
+
+        wait_until(arrived, limit, missing)
         for r in range(1, g.size()):
             comm.Send(token, r, tag + 1)
         return
     comm.Send(token, 0, tag)
     req = comm.Irecv(token, 0, tag + 1)
-    while not req.Test():
-        if time.monotonic() > deadline + 5.0:
-            raise DistTimeoutError(f"[Rank {g.global_rank}]: rank 0 did not release the "
-                                   f"monitored barrier in {ms} ms", rank=g.global_rank,
-                                   op="monitored_barrier", seq=seq)
-        time.sleep(0)
+    wait_until(req.Test, limit + 5.0, lambda: DistTimeoutError(
+        f"[Rank {g.global_rank}]: rank 0 did not release the monitored barrier in {ms} ms",
+        rank=g.global_rank, op="monitored_barrier", seq=seq))
 
 
 # ---------------------------------------------------------------------------- objects
@@ -1541,9 +1553,18 @@ def _obj_comm(op: str, group: GroupArg) -> tuple[ProcessGroup | None, Any]:
     comm = g.control()
     if comm is None:
         raise DistError(f"{op} needs MPI (launch through mpiexec)", rank=g.global_rank)
-    g.drain()
-    g.next_seq()
     return g, comm
+
+
+def _obj_call(g: ProcessGroup, op: str, fn: Callable[[], Any]) -> Any:
+    """Run an object collective's MPI call ``fn`` after the group's queued work, under the
+    group's sequence number and timeout (:meth:`ProcessGroup._inline`); returns its result.
+    Arguments are checked and objects pickled before: nothing here raises for them."""
+    g.drain()
+    seq = g.next_seq()
+    box: list[Any] = []
+    g._inline(op, seq, lambda: box.append(fn()))
+    return box[0]
 
 
 def broadcast_object_list(object_list: list[Any], src: int = 0, group: GroupArg = None,
@@ -1563,7 +1584,7 @@ def broadcast_object_list(object_list: list[Any], src: int = 0, group: GroupArg 
         return
     root = _grp_rank(g, src, "src")
     data = _dumps(list(object_list)) if g.rank() == root else None
-    data = comm.bcast(data, root=root)
+    data = _obj_call(g, "broadcast_object_list", lambda: comm.bcast(data, root=root))
     object_list[:] = pickle.loads(data)
 
 
@@ -1583,7 +1604,8 @@ def all_gather_object(object_list: list[Any], obj: Any, group: GroupArg = None) 
         return
     if len(object_list) != g.size():
         raise ValueError(f"all_gather_object: object_list must have {g.size()} slots")
-    got = comm.allgather(_dumps(obj))
+    data = _dumps(obj)
+    got = _obj_call(g, "all_gather_object", lambda: comm.allgather(data))
     object_list[:] = [pickle.loads(x) for x in got]
 
 
@@ -1607,7 +1629,8 @@ def gather_object(obj: Any, object_gather_list: list[Any] | None = None, dst: in
                              or len(object_gather_list) != g.size()):
         raise ValueError(f"gather_object: object_gather_list must have {g.size()} slots on "
                          "the destination rank")
-    got = comm.gather(_dumps(obj), root=root)
+    data = _dumps(obj)
+    got = _obj_call(g, "gather_object", lambda: comm.gather(data, root=root))
     if g.rank() == root:
         assert object_gather_list is not None
         object_gather_list[:] = [pickle.loads(x) for x in got]
@@ -1640,7 +1663,7 @@ def scatter_object_list(scatter_object_output_list: list[Any],
             raise ValueError(f"scatter_object_list: the source rank needs {g.size()} input "
                              "objects")
         items = [_dumps(x) for x in scatter_object_input_list]
-    mine = comm.scatter(items, root=root)
+    mine = _obj_call(g, "scatter_object_list", lambda: comm.scatter(items, root=root))
     scatter_object_output_list[0] = pickle.loads(mine)
 
 
@@ -1667,11 +1690,9 @@ def send_object_list(object_list: list[Any], dst: int | None = None, group: Grou
     if g is None:
         return
     peer = _obj_peer(g, dst, group_dst, "dst")
-    if peer == g.rank():
-        raise ValueError("Invalid destination rank: destination rank should not be the same "
-                         "as the rank of the current process.")
-    g._inline("send_object_list", g._seq, lambda: comm.send(_dumps(list(object_list)),
-                                                            dest=peer, tag=_OBJ_TAG))
+    g.check_args("send_object_list", peer=peer, peer_role="destination")
+    data = _dumps(list(object_list))
+    _obj_call(g, "send_object_list", lambda: comm.send(data, dest=peer, tag=_OBJ_TAG))
 
 
 def recv_object_list(object_list: list[Any], src: int | None = None, group: GroupArg = None,
@@ -1693,14 +1714,15 @@ def recv_object_list(object_list: list[Any], src: int | None = None, group: Grou
     if g is None:
         return -1
     peer = None if src is None and group_src is None else _obj_peer(g, src, group_src, "src")
+    if peer is not None:
+        g.check_args("recv_object_list", peer=peer, peer_role="source")
     from ._mpi import mpi
     MPI = mpi()
     status = MPI.Status()
-    box: list[Any] = []
-    g._inline("recv_object_list", g._seq, lambda: box.append(comm.recv(
-        source=MPI.ANY_SOURCE if peer is None else peer, tag=_OBJ_TAG, status=status)))
+    data = _obj_call(g, "recv_object_list", lambda: comm.recv(
+        source=MPI.ANY_SOURCE if peer is None else peer, tag=_OBJ_TAG, status=status))
     sender = g.global_ranks[int(status.Get_source())]
-    got = pickle.loads(box[0])
+    got = pickle.loads(data)
     if len(got) != len(object_list):
         raise ValueError(f"recv_object_list: rank {sender} sent {len(got)} objects but "
                          f"object_list has {len(object_list)} slots; pass a list of the "

@@ -27,13 +27,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from .. import _staging
 from .._array import Array
-from .._errors import AcceleratorValueError
+from .._errors import AcceleratorTypeError, AcceleratorValueError, ClosedError
 from .._event import Event
 from .._stream import Stream, _current
 from ..comm._transfer import run_on_stream
@@ -95,6 +95,13 @@ class _Watchdog:
         if self._thread is None or group.timeout / 4 < self._interval:
             self._start(min(1.0, max(0.01, group.timeout / 4)))
 
+    def watching(self, group: ProcessGroup, op: str, seq: int,
+                 timeout: float | None = None) -> _Watched:
+        """``with WATCHDOG.watching(group, op, seq):`` around a call that blocks on peers: the
+        one bounded wait of accelrt.distributed. Past ``timeout`` (the group's by default) the
+        watchdog ends the job naming the rank, ``op`` and ``seq`` (:func:`_abort_job`)."""
+        return _Watched(self, group, op, seq, group.timeout if timeout is None else timeout)
+
     def enter(self, group: ProcessGroup, op: str, seq: int, timeout: float) -> int:
         tok = next(self._tokens)
         self._active[tok] = (time.monotonic() + timeout, group, op, seq, timeout)
@@ -126,6 +133,34 @@ class _Watchdog:
                 t0 = group._t0
                 if t0 and now - t0 > group.timeout:
                     self.on_timeout(group, group._op, group._opseq, group.timeout)
+
+
+class _Watched:
+    """A watched blocking call (see :meth:`_Watchdog.watching`)."""
+
+    __slots__ = ("_args", "_tok", "_wd")
+
+    def __init__(self, wd: _Watchdog, group: ProcessGroup, op: str, seq: int,
+                 timeout: float) -> None:
+        self._wd, self._args, self._tok = wd, (group, op, seq, timeout), 0
+
+    def __enter__(self) -> None:
+        self._tok = self._wd.enter(*self._args)
+
+    def __exit__(self, *exc: object) -> None:
+        self._wd.exit(self._tok)
+
+
+def wait_until(done: Callable[[], bool], timeout: float,
+               error: Callable[[], DistTimeoutError]) -> None:
+    """Poll ``done()`` until it answers True, raising ``error()`` after ``timeout`` seconds:
+    a wait the caller bounds itself (``Work.wait(timeout=)``, ``monitored_barrier``) and can
+    recover from, where :meth:`_Watchdog.watching` ends the job."""
+    deadline = _monotonic() + timeout
+    while not done():
+        if _monotonic() > deadline:
+            raise error()
+        time.sleep(0)
 
 
 def _abort_job(group: ProcessGroup, op: str, seq: int, timeout: float) -> None:
@@ -193,31 +228,31 @@ class Work:
         return cls(None, "", 0, outputs=outputs)
 
     def _check(self) -> None:
+        # the operation's own error, or one kept by its group (queued work fails together);
+        # not the group's destruction: destroy_process_group() drained every operation first
+        # (as ProcessGroupNCCL::shutdown flushes its work), so a handle on one that finished
+        # still answers after it, as a torch Work does
         if self._exc is not None:
             raise self._exc
-        if self._group is not None:
-            self._group._raise_kept()
+        if self._group is not None and self._group._error is not None:
+            raise self._group._error
+
+    def _timed_out(self, timeout: float) -> DistTimeoutError:
+        rank = -1 if self._group is None else self._group.global_rank
+        return DistTimeoutError(f"rank {rank}: {self._op} (sequence number {self._seq}) did not "
+                                f"complete within {timeout:g} s", rank=rank, op=self._op,
+                                seq=self._seq)
 
     def _complete_request(self, timeout: float | None) -> None:
         req, g = self._request, self._group
         assert req is not None and g is not None
         try:
             if timeout is not None:
-                deadline = time.monotonic() + timeout
-                while not req.test():
-                    if time.monotonic() > deadline:
-                        raise DistTimeoutError(
-                            f"rank {g.global_rank}: {self._op} (sequence number {self._seq}) "
-                            f"did not complete within {timeout:g} s", rank=g.global_rank,
-                            op=self._op, seq=self._seq)
-                    time.sleep(0)
+                wait_until(req.test, timeout, lambda: self._timed_out(timeout))
                 self._source = req.wait()
             else:
-                tok = WATCHDOG.enter(g, self._op, self._seq, g.timeout)
-                try:
+                with WATCHDOG.watching(g, self._op, self._seq):
                     self._source = req.wait()
-                finally:
-                    WATCHDOG.exit(tok)
         except DistTimeoutError:
             raise
         except Exception as exc:
@@ -236,16 +271,7 @@ class Work:
             self._complete_request(timeout)
         elif self._event is not None:
             if timeout is not None:
-                deadline = time.monotonic() + timeout
-                while not self._event.query():
-                    if time.monotonic() > deadline:
-                        g = self._group
-                        rank = -1 if g is None else g.global_rank
-                        raise DistTimeoutError(
-                            f"rank {rank}: {self._op} (sequence number {self._seq}) did not "
-                            f"complete within {timeout:g} s", rank=rank, op=self._op,
-                            seq=self._seq)
-                    time.sleep(0)
+                wait_until(self._event.query, timeout, lambda: self._timed_out(timeout))
             assert self._stream_of is not None
             b, index = self._stream_of
             self._event.wait(_current(b, index))
@@ -328,6 +354,22 @@ def _locate(arrays: Sequence[Any], what: str) -> _Loc:
                 f"{what}: all arrays must be on one device, got {first.device} and "
                 f"{a.device}")
     return _Loc(b, index, False)
+
+
+#: the numpy dtype kinds that are plain data (no pointers into this process): bool, integers,
+#: floating, complex, timedelta/datetime, fixed-width bytes/str, void (structured: checked
+#: for object fields by ``dtype.hasobject``)
+_PLAIN_KINDS = "biufcmMSUV"
+
+#: the in-place forms of :meth:`ProcessGroup.check_args`
+Alias = Literal["none", "inplace", "gather", "scatter", "staged"]
+
+
+def _span(a: Any) -> tuple[int, int]:
+    """(address, bytes) of an array's memory."""
+    if isinstance(a, np.ndarray):
+        return (a.ctypes.data if a.size else 0), a.nbytes
+    return a._mem.ptr, a.nbytes
 
 
 def _buf(a: Any) -> Buf:
@@ -460,22 +502,20 @@ class ProcessGroup:
                                 f"backend='{device_type}:mpi'", rank=self.global_rank)
             ctx = EngineContext(self._rank, self._size, self.global_ranks, device_type,
                                 index, self.timeout, self.mpi_comm)
-            if name == "nccl" and self.mpi_comm is not None:
-                _check_one_rank_per_gpu(self, index)
-            # starting an engine is collective (a communicator is duplicated or created)
-            tok = WATCHDOG.enter(self, f"start of the {name!r} engine", self._seq + 1,
-                                 self.timeout)
-            try:
-                eng = Backend._registry[name].factory(ctx)
-            except DistError:
-                raise
-            except Exception as exc:
-                raise DistBackendError(
-                    f"rank {self.global_rank}: could not start the {name!r} engine for "
-                    f"{device_type} arrays: {type(exc).__name__}: {exc}",
-                    rank=self.global_rank) from exc
-            finally:
-                WATCHDOG.exit(tok)
+            # starting an engine is collective (ranks compare GPUs, a communicator is
+            # duplicated or created)
+            with WATCHDOG.watching(self, f"start of the {name!r} engine", self._seq + 1):
+                if name == "nccl" and self.mpi_comm is not None:
+                    _check_one_rank_per_gpu(self, index)
+                try:
+                    eng = Backend._registry[name].factory(ctx)
+                except DistError:
+                    raise
+                except Exception as exc:
+                    raise DistBackendError(
+                        f"rank {self.global_rank}: could not start the {name!r} engine for "
+                        f"{device_type} arrays: {type(exc).__name__}: {exc}",
+                        rank=self.global_rank) from exc
         self._engines[key] = eng
         return eng
 
@@ -521,26 +561,120 @@ class ProcessGroup:
             f"number {desc[1]}: rank(s) {', '.join(map(str, odd))} differ from the others "
             f"({detail})", rank=self.global_rank, op=str(desc[0]), seq=int(desc[1]))
 
+    # ------------------------------------------------------------------ argument checks
+    def check_args(self, op: str, ins: Sequence[Any] = (), outs: Sequence[Any] = (), *,
+                   alias: Alias = "none", peer: int | None = None,
+                   peer_role: str | None = None) -> _Loc | None:
+        """The one argument check of every collective and point-to-point operation: it runs
+        on the calling rank before anything is enqueued and before the group's sequence
+        number moves, so an argument error raises here and leaves the group usable.
+
+        - ``peer_role`` (a blocking ``send``/``recv``: ``"destination"``/``"source"``): the
+          group rank ``peer`` is not this rank's (``ValueError``, torch's message);
+        - arrays of one device, contiguous (:func:`_locate`); none closed (``ClosedError``);
+        - plain-data dtypes only: an object (or ``StringDType``) array holds pointers into
+          this process, which no peer can read (``TypeError``);
+        - ``outs`` (the arrays the operation writes, in-place operands included) writable: a
+          numpy array over ``bytes`` is not (``ValueError``);
+        - no input shares memory with an output, except in the operation's in-place form
+          ``alias``: ``"inplace"`` (the output is the input itself), ``"gather"`` (the input
+          is exactly the output's chunk at this rank's offset, as torch's in-place
+          ``all_gather_into_tensor``), ``"scatter"`` (the output is exactly the input's chunk
+          at this rank's offset, in-place ``reduce_scatter_tensor``), ``"staged"`` (the
+          engine sees copies, the list forms: any overlap is harmless) (``ValueError``).
+
+        Returns where the arrays live (None without arrays)."""
+        if peer_role is not None and peer == self._rank:
+            raise ValueError(f"Invalid {peer_role} rank: {peer_role} rank should not be the "
+                             "same as the rank of the current process.")
+        if not ins and not outs:
+            return None
+        loc = _locate([*ins, *outs], op)
+        for a in (*ins, *outs):
+            if not loc.host and a.is_closed:
+                raise ClosedError(f"{op}: an accelrt.Array passed to it was closed (close()); "
+                                  "its memory is no longer its own: pass an open array")
+            dt = a.dtype
+            if dt.hasobject or dt.kind not in _PLAIN_KINDS:
+                raise AcceleratorTypeError(
+                    f"{op}: an array of dtype {dt} holds pointers to Python objects, not "
+                    "data, and no other process can read them; send plain-data dtypes "
+                    "(numbers, bool, fixed-width strings), or move Python objects with the "
+                    "object collectives (broadcast_object_list, all_gather_object, ...)")
+        if loc.host:
+            for a in outs:
+                if not a.flags.writeable:
+                    raise AcceleratorValueError(
+                        f"{op}: an output array is read-only (numpy writeable=False, e.g. a "
+                        "view of bytes); the operation writes into it: pass a writable array "
+                        "(np.array(x) makes a writable copy)")
+        if alias != "staged":
+            for i in ins:
+                for o in outs:
+                    if not (i is o and alias == "inplace"):   # all_reduce's one array
+                        self._check_overlap(op, i, o, alias)
+        return loc
+
+    def _check_overlap(self, op: str, i: Any, o: Any, alias: Alias) -> None:
+        ip, inb = _span(i)
+        op_, onb = _span(o)
+        if not inb or not onb or ip >= op_ + onb or op_ >= ip + inb:
+            return
+        r, n = self._rank, self._size
+        if alias == "inplace" and ip == op_ and inb == onb:
+            return
+        if alias == "gather":
+            if ip == op_ + r * inb and onb == n * inb:
+                return
+            raise AcceleratorValueError(
+                f"{op}: the input overlaps the output in memory but is not the output's chunk "
+                f"at this rank's offset (rank {r}: input at byte {ip - op_:+d} of the output, "
+                f"expected {r * inb}); pass a separate input array, or torch's in-place form: "
+                "the input is exactly output[rank * k:(rank + 1) * k] (k = the input's "
+                "elements)")
+        if alias == "scatter":
+            if op_ == ip + r * onb and inb == n * onb:
+                return
+            raise AcceleratorValueError(
+                f"{op}: the output overlaps the input in memory but is not the input's chunk "
+                f"at this rank's offset (rank {r}: output at byte {op_ - ip:+d} of the input, "
+                f"expected {r * onb}); pass a separate output array, or torch's in-place "
+                "form: the output is exactly input[rank * k:(rank + 1) * k] (k = the "
+                "output's elements)")
+        raise AcceleratorValueError(f"{op}: the input and output arrays overlap in memory; "
+                                    "this operation has no in-place form: pass separate "
+                                    "arrays")
+
+    def _check_red(self, op: str, eng: Engine, red: RedOp, arrays: Sequence[Any]) -> None:
+        """The engine supports ``red`` on the arrays' dtypes (part of the argument check; it
+        needs the engine, so it runs once that is known, still before anything is enqueued)."""
+        if red is ReduceOp.PREMUL_SUM:
+            raise AcceleratorValueError(f"{op}: ReduceOp.PREMUL_SUM needs its factor: pass "
+                                        "op=accelrt.distributed._make_nccl_premul_sum(factor)")
+        base = red.op if isinstance(red, PremulSum) else red   # PremulSum: its kind
+        for a in arrays:
+            key = (eng, base, a.dtype)
+            if key not in self._supported:
+                why = eng.supports(base, a.dtype)
+                if why is not None:
+                    raise AcceleratorValueError(f"{op}: {why}")
+                self._supported.add(key)
+
     # ------------------------------------------------------------------ execution
     def run(self, op: str, arrays: Sequence[Any], ins: Sequence[Any], outs: Sequence[Any],
             call: Callable[[Engine, Callable[[Any], Buf], Any], None], async_op: bool,
             desc: tuple[Any, ...] = (), red: RedOp | None = None,
-            result: Sequence[Any] = ()) -> Work | None:
+            result: Sequence[Any] = (), alias: Alias = "none") -> Work | None:
         """Run ``call(engine, buf, stream)`` for a collective over ``arrays`` (``ins`` are read,
-        ``outs`` written; ``buf(array)`` gives the memory the engine must use)."""
+        ``outs`` written; ``buf(array)`` gives the memory the engine must use; ``alias``: the
+        operation's in-place form, see :meth:`check_args`)."""
         self._raise_kept()
-        loc = _locate(arrays, op)
-        seq = self.next_seq()
+        loc = self.check_args(op, ins, outs, alias=alias)
+        assert loc is not None
         eng = self.engine(loc.type, loc.index)
         if red is not None:
-            base = red.op if isinstance(red, PremulSum) else red   # PremulSum: its kind
-            for a in arrays:
-                key = (eng, base, a.dtype)
-                if key not in self._supported:
-                    why = eng.supports(base, a.dtype)
-                    if why is not None:
-                        raise AcceleratorValueError(f"{op}: {why}")
-                    self._supported.add(key)
+            self._check_red(op, eng, red, arrays)
+        seq = self.next_seq()
         check = DETAIL
         full = (op, seq) + tuple(desc)
 
@@ -660,6 +794,8 @@ class ProcessGroup:
         if ent is None:
             return False
         eng, ctx = ent
+        self.check_args("all_reduce", (a,), (a,), alias="inplace")
+        self._check_red("all_reduce", eng, op, (a,))
         mem = a._mem
         self._call_fast("all_reduce", lambda: eng.allreduce_fast(
             mem.ptr, mem.nbytes, a._dtype, op))
@@ -676,6 +812,7 @@ class ProcessGroup:
         if ent is None:
             return False
         eng, ctx = ent
+        self.check_args("broadcast", (a,), (a,), alias="inplace")
         mem = a._mem
         self._call_fast("broadcast", lambda: eng.bcast_fast(mem.ptr, mem.nbytes, root))
         plan = getattr(eng, "plan_bcast", None)
@@ -697,6 +834,7 @@ class ProcessGroup:
         if ent is None:
             return False
         eng, ctx = ent
+        self.check_args("all_gather_into_tensor", (a,), (out,), alias="gather")
         self._call_fast("all_gather_into_tensor", lambda: eng.allgather_fast(
             mem.ptr, omem.ptr, mem.nbytes))
         plan = getattr(eng, "plan_allgather", None)
@@ -706,17 +844,17 @@ class ProcessGroup:
         return True
 
     def _inline(self, op: str, seq: int, fn: Callable[[], None]) -> None:
-        tok = WATCHDOG.enter(self, op, seq, self.timeout)
+        """Call ``fn`` (which talks to the peers) on this thread under the group's timeout;
+        an engine failure is kept on the group (its peers may be mid-operation) and raised."""
         try:
-            fn()
+            with WATCHDOG.watching(self, op, seq):
+                fn()
         except (DistError, AcceleratorValueError):
             raise
         except Exception as exc:
             err = self._engine_error(op, seq, exc)
             self._keep(err)
             raise err from exc
-        finally:
-            WATCHDOG.exit(tok)
 
     def _finish(self, op: str, seq: int, ctx: _DevCtx, cur: Stream, b: Any, index: int,
                 arrays: Sequence[Any], async_op: bool, result: Sequence[Any]) -> Work | None:
@@ -816,22 +954,29 @@ class ProcessGroup:
         return self._finish(op, seq, ctx, cur, b, index, arrays, async_op, result)
 
     # ------------------------------------------------------------------ point-to-point
-    def p2p(self, op: str, array: Any, peer: int | None, tag: int, send: bool) -> Work:
-        """Post a send or receive of ``array`` to or from group rank ``peer``."""
+    def p2p(self, op: str, array: Any, peer: int | None, tag: int, send: bool,
+            blocking: bool = False) -> Work:
+        """Post a send or receive of ``array`` to or from group rank ``peer`` (``blocking``:
+        for ``send``/``recv``, which may not name this rank)."""
         self._raise_kept()
-        loc = _locate([array], op)
-        seq = self.next_seq()
+        role = None if not blocking else "destination" if send else "source"
+        loc = self.check_args(op, (array,) if send else (), () if send else (array,),
+                              peer=peer, peer_role=role)
+        assert loc is not None
         eng = self.engine(loc.type, loc.index)
+        if eng.stream_ordered and peer is None:
+            raise AcceleratorValueError(f"{op}: the {eng.name} engine needs an explicit "
+                                        "source rank (src=None is MPI only)")
+        seq = self.next_seq()
         if loc.host:
             self.drain()
-            return self._post(op, seq, eng, _buf(array), peer, tag, send, None)
+            # the Work keeps the numpy array alive until the engine is done with it
+            return self._post(op, seq, eng, _buf(array), peer, tag, send, None, keep=array)
         b, index = loc.b, loc.index
         cur = _current(b, index)
         ctx = self.dev_ctx(b, index)
         if eng.stream_ordered:
-            if peer is None:
-                raise AcceleratorValueError(f"{op}: the {eng.name} engine needs an explicit "
-                                            "source rank (src=None is MPI only)")
+            assert peer is not None
             comm = ctx.stream
             comm.wait_stream(cur)
             fn = eng.send_on if send else eng.recv_on  # type: ignore[attr-defined]

@@ -262,15 +262,17 @@ class MpiEngine(Engine):
 
     def plan_allgather(self, sptr: int, rptr: int,
                        nbytes: int) -> tuple[Callable[..., Any], tuple[Any, ...], None]:
-        """Allgather of host memory, ``nbytes`` per rank, as ``(fn, args, None)``."""
-        return self.comm.Allgather, (self._msg(sptr, nbytes, nbytes, self._byte),
-                                     self._msg(rptr, nbytes * self.size, nbytes,
-                                               self._byte)), None
+        """Allgather of host memory, ``nbytes`` per rank, as ``(fn, args, None)`` (in place,
+        ``MPI_IN_PLACE``, where the input is the output's block of this rank)."""
+        recv = self._msg(rptr, nbytes * self.size, nbytes, self._byte)
+        if sptr and sptr == rptr + self.rank * nbytes:
+            return self.comm.Allgather, (self._in_place, recv), None
+        return self.comm.Allgather, (self._msg(sptr, nbytes, nbytes, self._byte), recv), None
 
     def allgather_fast(self, sptr: int, rptr: int, nbytes: int) -> None:
         """Allgather of host memory, ``nbytes`` per rank (the fast path)."""
-        self.comm.Allgather(self._msg(sptr, nbytes, nbytes, self._byte),
-                            self._msg(rptr, nbytes * self.size, nbytes, self._byte))
+        fn, args, _ = self.plan_allgather(sptr, rptr, nbytes)
+        fn(*args)
 
     def device_aware(self, device_type: str) -> bool:
         return (os.environ.get("ACCELRT_MPI_CUDA_AWARE") == "1" and cuda_memory(device_type)
@@ -329,6 +331,11 @@ class MpiEngine(Engine):
         _owner = None
         if type(op) is PremulSum:
             send, _owner = _premul_copy(send, op)
+        elif recv.nbytes and send.ptr <= recv.ptr < send.ptr + send.nbytes:
+            # in place (recv is this rank's block of send; MPI's own MPI_IN_PLACE would leave
+            # the result at the start of send): reduce from a copy of the input
+            _owner = _host_view(send).copy()
+            send = Buf(_owner.ctypes.data, send.count, send.dtype)
         # mpi4py's count of both buffers is the per-rank block
         self.comm.Reduce_scatter_block([_spec(send, t)[0], recv.count, t], _spec(recv, t),
                                        _mpi_op(op, recv.dtype))
