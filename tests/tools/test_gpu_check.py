@@ -339,6 +339,48 @@ def test_summary_table_marks_missing_peers(gc: ModuleType, tmp_path: Path) -> No
         ["1,048,576", "0.080", "(52)", "|", "-"]]
 
 
+def test_summary_fits_the_device_tools_output_tail(gc: ModuleType, tmp_path: Path) -> None:
+    """The device tool returns the last 12000 characters of the output: the closing summary
+    stays shorter, however many phases failed, so its phase table always comes back."""
+    long = "x" * 400
+    phases = [{"name": p.name, "status": "fail", "passed": 1000, "failed": 100, "errors": 9,
+               "skipped": 99, "duration_s": 99.0, "budget_s": 100.0, "note": long,
+               "failures": [f"tests/a.py::test_{i} - {long}" for i in range(100)],
+               "unfinished": [f"tests/a.py::test_{i}[{long}]" for i in range(10)],
+               "gpu_tests_skipped": [f"tests/a.py::test_gpu_{i} - {long}" for i in range(50)]}
+              for p in gc.phases()]
+    summary = {"phases": phases, "deadline_s": 470, "elapsed_s": 470, "exit": 1,
+               "gpu": {"devices": [{"name": "NVIDIA H200"}], "nvidia_smi": long[:200]},
+               "missing": dict.fromkeys(("nvtx", "nccl", "torch", "cupy", "mpiexec", "xdist",
+                                         "mypy", "nvrtc", "websocket"), long)}
+    rows = [{"trace": f"trace_{t}.json.gz", "allocator": f"accelrt [{long[:40]}]",
+             "us_per_op": 1.0, "peak_reserved": 1 << 40} for t in range(2) for _ in range(7)]
+    bench = {"replay": rows, "replay_compiled": rows[:6],
+             "calls_us": {w: {"accelrt": 1.0, "torch": 1.0, "cupy": 1.0} for w in "abcde"},
+             "bandwidth_gbs": {"d2d": {"accelrt": 1.0, "torch": 1.0}},
+             "rand": {"1048576": {"accelrt": {"ms": 1.0, "gbs": 1.0}}}}
+    (tmp_path / "summary.json").write_text("{}")
+    text = gc.format_summary(summary, bench, tmp_path)
+    assert len(text) < 11000, len(text)
+    assert text.rstrip().endswith("exit status 1: a phase failed, timed out or could not run")
+
+
+def test_bench_parts_the_script_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """bench_cuda.py's ``--peers`` and its ``rand`` part (run here on the cpu backend: the
+    function takes the device)."""
+    import argparse
+    bench = _load(ROOT / "bench" / "bench_cuda.py", "bench_cuda_under_test")
+    assert bench._peers("none") == () and bench._peers("") == ()
+    assert bench._peers("torch, cupy") == ("torch", "cupy")
+    with pytest.raises(argparse.ArgumentTypeError, match="unknown peer tor: choose from"):
+        bench._peers("tor")
+    monkeypatch.setattr(bench, "RAND_SIZES", (1 << 12,))
+    monkeypatch.setattr(bench, "RAND_CALLS", 2)
+    out = bench.accelrt_rand("cpu:0")
+    assert list(out) == ["4096"] and out["4096"]["ms"] > 0
+    assert out["4096"]["gbs"] == pytest.approx(4 * 4096 / out["4096"]["ms"] / 1e6)
+
+
 # ---------------------------------------------------------------------- the pytest plugins
 
 HANGS = '''
