@@ -76,7 +76,10 @@ PEERS_BY_MODULE = {"torch": ("torch", "torch_expandable", "driverpool"), "cupy":
 #: what ``pip install`` is tried for when missing (module -> requirement)
 PIP_NAMES = {"nvtx": "nvtx", "nccl": "nccl4py", "websocket": "websocket-client",
              "xdist": "pytest-xdist", "pytest_timeout": "pytest-timeout",
-             "hypothesis": "hypothesis", "mypy": "mypy librt ast-serialize pathspec"}
+             "hypothesis": "hypothesis"}
+#: the compiled build's own packages (mypyc ships with mypy): installed apart from the
+#: suite's, so that the suite's mypy tests keep skipping as they do without the build
+BUILD_PACKAGES = ("mypy", "librt", "ast-serialize", "pathspec")
 
 SUITE = {   # the whole suite in four pytest runs; the dedicated phases' tests are left out
     "suite-backends": ["tests/backends"],
@@ -158,7 +161,6 @@ def cupy():
         raise RuntimeError("cupy sees no GPU")
     return cupy.__version__
 check("cupy", cupy)
-check("mypy", lambda: imp("mypyc.build"))
 check("cc", lambda: shutil.which("cc") or shutil.which("gcc"))
 def python_h():
     path = os.path.join(sysconfig.get_paths()["include"], "Python.h")
@@ -475,9 +477,11 @@ class Runner:
             return {"status": "error", "note": "the package probe failed (see the log)"}
         missing = [m for m in PIP_NAMES if not self.have(m)]
         if missing and not self.offline and time.monotonic() < end - 10:
-            notes.append(self.pip_try([n for m in missing for n in PIP_NAMES[m].split()], end))
+            notes.append(self.pip_try([PIP_NAMES[m] for m in missing], self.work / "site", end))
             self.env = self.make_env(ROOT / "src")
             self.probe = self.run_probe(self.python, self.env, end) or self.probe
+        if any(name.startswith("compiled-") for name in self.selected):
+            self.check_mypyc(end, notes)
         self.tools(end, notes)
         self.find_peer_script()
         self.env = self.make_env(ROOT / "src")
@@ -486,11 +490,14 @@ class Runner:
         self.summary["packages"] = self.probe.get("versions", {})
         missing_now = {m: self.why_not(m) for m in
                        ("cuda.bindings", "pynvml", "nvtx", "nvrtc", "nccl", "mpi4py", "mpiexec",
-                        "xdist", "pytest_timeout", "hypothesis", "websocket", "mypy")
+                        "xdist", "pytest_timeout", "hypothesis", "websocket")
                        if not self.have(m)}
+        if any(name.startswith("compiled-") for name in self.selected) and \
+                not self.have("mypy"):
+            missing_now["mypy"] = self.why_not("mypy")[:60] + "; the compiled build is skipped"
         for m in ("torch", "cupy"):
             if not self.have(m, self.tools_probe):
-                missing_now[m] = self.why_not(m, self.tools_probe) + \
+                missing_now[m] = self.why_not(m, self.tools_probe)[:60] + \
                     "; its benchmark columns are skipped"
         if self.peer_script is None:
             missing_now["replay_peer.py"] = ("not carried (bash scripts/gpu_check.sh --prepare "
@@ -509,30 +516,34 @@ class Runner:
         its ``lib/``), the rest with ``--target``; no index, no dependencies."""
         pip = [self.python, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
                "--no-compile", "--no-cache-dir", "--disable-pip-version-check"]
+        def name(w: Path) -> str:
+            return w.name.split("-")[0].replace("_", "-").lower()
         target = ["--upgrade", "--target", str(self.work / "site")]
+        build = ["--upgrade", "--target", str(self.work / "build-site")]
         prefix = ["--ignore-installed", "--prefix", str(self.work / "mpich")]
-        mpich = [w for w in wheels if w.name.startswith("mpich-")]
-        rest = [w for w in wheels if not w.name.startswith("mpich-")]
+        mpich = [w for w in wheels if name(w) == "mpich"]
+        for_build = [w for w in wheels if name(w) in BUILD_PACKAGES]
+        rest = [w for w in wheels if w not in mpich and w not in for_build]
         failed: list[str] = []
-        for batch, where in ((rest, target), (mpich, prefix)):
+        for batch, where in ((rest, target), (for_build, build), (mpich, prefix)):
             if not batch:
                 continue
             r = self.run_cmd(pip + where + [str(w) for w in batch], end - time.monotonic())
             if r.rc != 0 and len(batch) > 1:   # one bad wheel stops a whole install: retry
                 for w in batch:                 # one by one, to keep the others
                     if self.run_cmd(pip + where + [str(w)], end - time.monotonic()).rc != 0:
-                        failed.append(w.name.split("-")[0])
+                        failed.append(name(w))
             elif r.rc != 0:
-                failed.append(batch[0].name.split("-")[0])
+                failed.append(name(batch[0]))
         return (f"{len(wheels) - len(failed)} of {len(wheels)} carried wheels installed"
                 + (f" ({', '.join(failed)} failed: see the log)" if failed else ""))
 
-    def pip_try(self, names: list[str], end: float) -> str:
-        """One ``pip install`` of ``names`` from whatever index is configured, with short
-        network timeouts (the GPU machine may have no network)."""
+    def pip_try(self, names: list[str], target: Path, end: float) -> str:
+        """One ``pip install`` of ``names`` into ``target`` from whatever index is
+        configured, with short network timeouts (the GPU machine may have no network)."""
         r = self.run_cmd([self.python, "-m", "pip", "install", "-q", "--no-deps",
                           "--disable-pip-version-check", "--retries", "0", "--timeout", "5",
-                          "--upgrade", "--target", str(self.work / "site"), *names],
+                          "--upgrade", "--target", str(target), *names],
                          min(60.0, end - time.monotonic() - 5))
         if r.rc == 0:
             return f"pip installed {' '.join(names)}"
@@ -590,6 +601,29 @@ class Runner:
                 self.peer_script = path
                 return
 
+    def build_env(self) -> dict[str, str]:
+        """The compiled build's environment: its own packages first, then the carried ones
+        (no accelrt on the path: mypyc reads the copy it builds)."""
+        env = dict(self.env)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in [str(self.work / "build-site"), str(self.work / "site"),
+                        os.environ.get("PYTHONPATH", "")] if p)
+        return env
+
+    def check_mypyc(self, end: float, notes: list[str]) -> None:
+        """Whether mypyc imports in the build's environment (``pip`` is tried once if not);
+        recorded as the probe's ``mypy``."""
+        code = "import mypyc.build, setuptools"
+        r = self.run_cmd([self.python, "-c", code], min(60.0, end - time.monotonic()),
+                         env=self.build_env())
+        if r.rc != 0 and not self.offline and time.monotonic() < end - 10:
+            notes.append(self.pip_try(list(BUILD_PACKAGES), self.work / "build-site", end))
+            r = self.run_cmd([self.python, "-c", code], min(60.0, end - time.monotonic()),
+                             env=self.build_env())
+        self.probe.setdefault("modules", {})["mypy"] = r.rc == 0 or None
+        if r.rc != 0:
+            self.probe.setdefault("errors", {})["mypy"] = _last_line(r.output) or "not found"
+
     def start_compiled_build(self) -> None:
         """Start the mypyc build of setup.py's ``COMPILED`` modules in the background, in a
         copy of ``src/accelrt`` (built in place there; the tree's ``src`` stays pure)."""
@@ -607,9 +641,7 @@ class Runner:
         code = ("import sys\nfrom setuptools import setup\nfrom mypyc.build import mypycify\n"
                 f"setup(name='accelrt-compiled', ext_modules=mypycify(sys.argv[1:], "
                 f"**{options!r}), script_args=['build_ext', '--inplace'])\n")
-        env = dict(self.env)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in [str(self.work / "site"),
-                                                        os.environ.get("PYTHONPATH", "")] if p)
+        env = self.build_env()
         log = open(self.work / "compiled-build.log", "w")   # noqa: SIM115
         cmd = [self.python, "-c", code, f"--config-file={ROOT / 'pyproject.toml'}", *modules]
         self.note(f"$ (background, in {dst}) {shlex.join(cmd)}")
@@ -915,7 +947,7 @@ def format_summary(summary: dict[str, Any], bench: dict[str, Any], out: Path) ->
         took = (f"{r['duration_s']:.0f}" if "duration_s" in r else "-") + \
             f"/{r.get('budget_s', 0):.0f}"
         lines.append(f"{r['name']:16} {r['status']:8} {counts[0]:>7} {counts[1]:>7} "
-                     f"{counts[2]:>7} {counts[3]:>7} {took:>14}  {str(r.get('note', ''))[:90]}")
+                     f"{counts[2]:>7} {counts[3]:>7} {took:>14}  {str(r.get('note', ''))[:80]}")
     failures = [(r["name"], f) for r in summary["phases"] for f in r.get("failures", [])]
     if failures:
         lines.append(f"failures ({len(failures)}; all in results.jsonl / junit.xml):")
@@ -929,7 +961,7 @@ def format_summary(summary: dict[str, Any], bench: dict[str, Any], out: Path) ->
         lines.append("test_gpu_* tests skipped (only second-GPU, CuPy or PyTorch ones may be):")
         lines += [f"  {s[:150]}" for s in skipped[:8]]
     if summary.get("missing"):
-        lines.append("missing: " + "; ".join(f"{k} ({str(v)[:60]})"
+        lines.append("missing: " + "; ".join(f"{k} ({str(v)[:80]})"
                                              for k, v in summary["missing"].items()))
     lines += format_bench(bench)
     lines.append(f"files in {out}: " + ", ".join(n for n in OUT_FILES if (out / n).exists()))
