@@ -12,6 +12,9 @@
    record, event query, stream query, caching-allocator malloc+free of 1 MiB.
 3. **Copy bandwidth**: device-to-device and pinned host-to-device, 256 MiB, timed with events,
    accelrt vs ``torch``.
+4. **Random fill**: ``accelrt.random.uniform_`` of float32, 1 Mi and 64 Mi elements, mean of 20
+   calls between two events (ms per call and GB/s written), vs ``torch.Tensor.uniform_``. At
+   1 Mi elements the host's per-call cost, not the kernel, sets the time.
 
 Each ``bench_*(loops)`` returns seconds per call, lookups hoisted; timings are the median of
 ``--repeat`` runs.
@@ -21,6 +24,7 @@ Usage::
     python bench/bench_cuda.py                      # everything
     python bench/bench_cuda.py --only replay --json out.json
     python bench/bench_cuda.py --traces DIR --peer-script PATH
+    python bench/bench_cuda.py --only replay --peers none     # accelrt's rows only
 """
 
 from __future__ import annotations
@@ -99,7 +103,8 @@ def replay_peer(script: Path, trace: Path, which: str) -> dict[str, Any]:
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
-def run_replay(traces_dir: Path, script: Path) -> list[dict[str, Any]]:
+def run_replay(traces_dir: Path, script: Path,
+               peers: tuple[str, ...] = PEERS) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for name in TRACES:
         trace = traces_dir / f"trace_{name}.json.gz"
@@ -108,7 +113,7 @@ def run_replay(traces_dir: Path, script: Path) -> list[dict[str, Any]]:
             continue
         for conf in SETTINGS:
             rows.append(replay_accelrt(trace, conf))
-        for peer in PEERS:
+        for peer in peers:
             if script.exists():
                 rows.append(replay_peer(script, trace, peer))
             else:
@@ -313,13 +318,94 @@ def print_bandwidth(table: dict[str, dict[str, float]]) -> None:
                                      for p in ("accelrt", "torch")))
 
 
+# ---------------------------------------------------------------------- 4. random fill
+
+RAND_SIZES = (1 << 20, 1 << 26)
+RAND_CALLS = 20
+
+
+def accelrt_rand(device: str = "cuda:0") -> dict[str, dict[str, float]]:
+    """``accelrt.random.uniform_`` of float32 on ``device``: ms per call (mean of
+    ``RAND_CALLS`` between two events, after one warm-up call) and GB/s written."""
+    import accelrt as acc
+    out = {}
+    for n in RAND_SIZES:
+        x = acc.empty(n, "float32", device)
+        acc.random.uniform_(x)
+        acc.synchronize(device)
+        start, end = (acc.Event(device, enable_timing=True) for _ in range(2))
+        start.record()
+        for _ in range(RAND_CALLS):
+            acc.random.uniform_(x)
+        end.record()
+        end.synchronize()
+        ms = start.elapsed_time(end) / RAND_CALLS
+        out[str(n)] = {"ms": ms, "gbs": 4 * n / ms / 1e6}
+        del x
+    return out
+
+
+def torch_rand() -> dict[str, dict[str, float]] | None:
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    out = {}
+    for n in RAND_SIZES:
+        x = torch.empty(n, dtype=torch.float32, device="cuda")
+        x.uniform_()
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(RAND_CALLS):
+            x.uniform_()
+        end.record()
+        end.synchronize()
+        ms = start.elapsed_time(end) / RAND_CALLS
+        out[str(n)] = {"ms": ms, "gbs": 4 * n / ms / 1e6}
+        del x
+    return out
+
+
+def run_rand() -> dict[str, dict[str, dict[str, float]]]:
+    """``{elements: {who: {"ms": ..., "gbs": ...}}}`` for accelrt and torch (when importable)."""
+    table: dict[str, dict[str, dict[str, float]]] = {}
+    for who, fn in (("accelrt", accelrt_rand), ("torch", torch_rand)):
+        for n, row in (fn() or {}).items():
+            table.setdefault(n, {})[who] = row
+    return table
+
+
+def print_rand(table: dict[str, dict[str, dict[str, float]]]) -> None:
+    print(f"{'uniform_ float32':20}{'accelrt ms':>12}{'GB/s':>9}{'torch ms':>12}{'GB/s':>9}")
+    for n, row in table.items():
+        cells = "".join(f"{row[p]['ms']:>12.3f}{row[p]['gbs']:>9.1f}" if p in row
+                        else f"{'-':>12}{'-':>9}" for p in ("accelrt", "torch"))
+        print(f"{int(n):<20,}{cells}")
+
+
 # ---------------------------------------------------------------------- main
+
+def _peers(text: str) -> tuple[str, ...]:
+    """``--peers``: a comma-separated subset of :data:`PEERS`, or ``none``."""
+    names = tuple(p for p in text.replace(" ", "").split(",") if p and p != "none")
+    unknown = [p for p in names if p not in PEERS]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown peer {', '.join(unknown)}: choose from {', '.join(PEERS)} or none")
+    return names
+
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", choices=("replay", "calls", "bandwidth"), action="append")
+    ap.add_argument("--only", choices=("replay", "calls", "bandwidth", "rand"), action="append")
     ap.add_argument("--traces", type=Path, default=ROOT / "tests" / "data" / "traces")
     ap.add_argument("--peer-script", type=Path, default=SHARED / "tools" / "replay_peer.py")
+    ap.add_argument("--peers", type=_peers, default=PEERS,
+                    help=f"peers replayed beside accelrt: a comma-separated subset of "
+                         f"{','.join(PEERS)}, or none (default: all)")
     ap.add_argument("--loops", type=int, default=20000)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--json", type=Path, help="also write the results as JSON here")
@@ -330,13 +416,13 @@ def main(argv: list[str] | None = None) -> int:
     if reason is not None:
         print(f"no GPU: {reason}")
         return 0
-    parts = args.only or ["replay", "calls", "bandwidth"]
+    parts = args.only or ["replay", "calls", "bandwidth", "rand"]
     results: dict[str, Any] = {"device": None}
     import accelrt as acc
     results["device"] = acc.cuda.get_device_name(0)
     print(f"device: {results['device']}")
     if "replay" in parts:
-        results["replay"] = run_replay(args.traces, args.peer_script)
+        results["replay"] = run_replay(args.traces, args.peer_script, args.peers)
         print_replay(results["replay"])
     if "calls" in parts:
         results["calls_us"] = run_calls(args.loops, args.repeat)
@@ -344,6 +430,9 @@ def main(argv: list[str] | None = None) -> int:
     if "bandwidth" in parts:
         results["bandwidth_gbs"] = run_bandwidth(args.repeat)
         print_bandwidth(results["bandwidth_gbs"])
+    if "rand" in parts:
+        results["rand"] = run_rand()
+        print_rand(results["rand"])
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     return 0
