@@ -408,3 +408,30 @@ def test_consumer_of_many_short_lived_producers_keeps_no_descriptor() -> None:
 def test_spawn_runs_and_reports_failures() -> None:
     out = _run("spawn")
     assert "ok" in out.splitlines()
+
+
+_GC_IN_LOCKED_REGION = r"""
+import gc
+from accelrt.multiprocessing import _refs
+
+c = _refs.Claim((b"r" * _refs.REF.size, 3), b"t" * 16)
+box = [c]
+box.append(box)        # garbage only a collection finds (then Claim.__del__ runs)
+del c, box
+probe = _refs.Claim((b"q" * _refs.REF.size, 4), b"t" * 16)
+gc.disable()
+with _refs._lock:      # a collection inside any locked region of the module, on this thread
+    gc.collect()       # runs Claim.__del__ -> release(), which waited for ever on the lock
+    probe.release()    # so did a release through weakref.finalize
+    assert probe.key[1] == 4, "a release inside a locked region must wait for its end"
+assert probe.key[1] == -1, "the queued release ran when the region ended"
+print("ok")
+"""
+
+
+def test_a_claim_released_by_the_collector_inside_a_locked_region_does_not_hang() -> None:
+    # regression: _refs._lock was a plain Lock, and a Claim's finaliser (run by a collection
+    # that started inside a locked region of the same thread) took it again and hung
+    proc = subprocess.run([sys.executable, "-c", _GC_IN_LOCKED_REGION], capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr

@@ -41,7 +41,44 @@ _FLOCK = "hhqqi4x"   # struct flock: l_type, l_whence, l_start, l_len, l_pid (0 
 _GROW = 256          # slots added when the file is full
 REF = struct.Struct("<II16s")  # pid, fd, file token
 
-_lock = threading.Lock()
+class _RefLock:
+    """The module's lock, safe against the garbage collector: a :class:`Claim` released by a
+    finaliser (``weakref.finalize`` or ``__del__``, run by a collection that may start inside
+    any locked region of this module, on the thread that holds the lock) cannot take the lock
+    again, so its release is queued and done when the region ends (:meth:`__exit__`, still
+    under the lock), when the module's state is whole again. Releases from other threads wait
+    for the lock as usual."""
+
+    __slots__ = ("_deferred", "_lock", "_owner")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._owner: int | None = None        # the thread in a locked region
+        self._deferred: list[Claim] = []      # releases queued by that thread's finalisers
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+        self._owner = threading.get_ident()
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            deferred = self._deferred
+            while deferred:          # a release may queue more (a collection inside it)
+                deferred.pop()._release_locked()
+        finally:
+            self._owner = None
+            self._lock.release()
+
+    def held_here(self) -> bool:
+        """True on the thread inside a locked region."""
+        return self._owner == threading.get_ident()
+
+    def defer(self, claim: Claim) -> None:
+        """Release ``claim`` when this thread's locked region ends."""
+        self._deferred.append(claim)
+
+
+_lock = _RefLock()
 
 
 def _lk(fd: int, cmd: int, kind: int, start: int) -> int:
@@ -99,7 +136,7 @@ def _after_fork() -> None:
     if _producer is not None:
         fds.append(_producer.fd)
     _producer = None
-    _lock = threading.Lock()
+    _lock = _RefLock()
     _opened.clear()
     _holds.clear()
     _held.clear()
@@ -221,29 +258,40 @@ class Claim:
         self.token = token
 
     def release(self) -> None:
+        if self.key[1] < 0:
+            return
+        if _lock.held_here():
+            # a finaliser run by a collection inside a locked region of this thread: the lock
+            # cannot be taken again (it would wait for ever), and the state may be half-way
+            _lock.defer(self)
+            return
+        with _lock:
+            self._release_locked()
+
+    def _release_locked(self) -> None:
+        """:meth:`release`'s work (``_lock`` held)."""
         key, self.key = self.key, (b"", -1)
         if key[1] < 0:
             return
-        with _lock:
-            n = _holds.get(key, 0) - 1
-            if n > 0:
-                _holds[key] = n
-                return
-            if _holds.pop(key, None) is None:
-                return   # (a hold of the parent's, in a forked child: never taken here)
-            ref = key[0]
-            left = _held.get(ref, 1) - 1
-            if left > 0:
-                _held[ref] = left
-            else:
-                _held.pop(ref, None)
-            fd = _opened.get(ref)
-            if fd is not None:
-                try:
-                    _lk(fd, fcntl.F_OFD_SETLK, fcntl.F_UNLCK, key[1] * _SLOT + _HOLD)
-                except OSError:
-                    pass
-            _close_unused(ref)
+        n = _holds.get(key, 0) - 1
+        if n > 0:
+            _holds[key] = n
+            return
+        if _holds.pop(key, None) is None:
+            return   # (a hold of the parent's, in a forked child: never taken here)
+        ref = key[0]
+        left = _held.get(ref, 1) - 1
+        if left > 0:
+            _held[ref] = left
+        else:
+            _held.pop(ref, None)
+        fd = _opened.get(ref)
+        if fd is not None:
+            try:
+                _lk(fd, fcntl.F_OFD_SETLK, fcntl.F_UNLCK, key[1] * _SLOT + _HOLD)
+            except OSError:
+                pass
+        _close_unused(ref)
 
     def __del__(self) -> None:
         try:
