@@ -335,8 +335,10 @@ def no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     """A machine with nccl4py installed but no CUDA GPU (the CI machine has neither)."""
     import importlib
     eng = importlib.import_module("accelrt.distributed._engine")
-    monkeypatch.setattr(eng, "_nccl_available", lambda: True)
-    monkeypatch.setattr(eng, "cuda_device_count", lambda: 0)
+    # raising=False: before the fix these did not exist, and the tests failed on the
+    # behaviour (init succeeded), not on the patch
+    monkeypatch.setattr(eng, "_nccl_available", lambda: True, raising=False)
+    monkeypatch.setattr(eng, "cuda_device_count", lambda: 0, raising=False)
     monkeypatch.delenv("ACCELRT_DISTRIBUTED_BACKEND", raising=False)
 
 
@@ -368,7 +370,7 @@ def test_nccl_without_a_gpu_fails_at_init(no_gpu: None, backend: str) -> None:
 def test_nccl_without_nccl4py_fails_at_init(monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib
     eng = importlib.import_module("accelrt.distributed._engine")
-    monkeypatch.setattr(eng, "_nccl_available", lambda: False)
+    monkeypatch.setattr(eng, "_nccl_available", lambda: False, raising=False)
     with pytest.raises(dist.DistBackendError, match="Distributed package doesn't have NCCL "
                                                     "built in: .*accelrt\\[nccl-cu12\\]"):
         dist.init_process_group("cpu:mpi,cuda:nccl", timeout=30)
