@@ -530,6 +530,67 @@ if "groups" in SECTIONS and N >= 2:
         eq(a, [N * (N - 1) // 2])
         dist.destroy_process_group(g)
 
+    @case("group_src/group_dst/group_peer name ranks of the group, src/dst global ranks")
+    def _():
+        members = list(range(1, N))   # group rank k is global rank k + 1
+        g = dist.new_group(members)
+        try:
+            if R in members:
+                me, last = dist.get_rank(g), len(members) - 1
+                b = np.array([float(R)])
+                dist.broadcast(b, group=g, group_src=last)
+                eq(b, [float(N - 1)], "broadcast")
+                r = np.array([R], np.int64)
+                dist.reduce(r, group=g, group_dst=0)
+                if me == 0:
+                    eq(r, [sum(members)], "reduce")
+                outs = [np.zeros(1, np.int64) for _ in members] if me == last else None
+                dist.gather(np.array([R], np.int64), outs, group=g, group_dst=last)
+                if outs is not None:
+                    eq(np.concatenate(outs), members, "gather")
+                got = np.zeros(1, np.int64)
+                dist.scatter(got, [np.array([10 * m]) for m in members] if me == 0 else None,
+                             group=g, group_src=0)
+                eq(got, [10 * R], "scatter")
+                objs = [R]
+                dist.broadcast_object_list(objs, group=g, group_src=last)
+                assert objs == [N - 1], objs
+                lst = [None] * len(members) if me == 0 else None
+                dist.gather_object(R, lst, group=g, group_dst=0)
+                assert me != 0 or lst == members, lst
+                out = [None]
+                dist.scatter_object_list(out, [f"o{m}" for m in members] if me == last else None,
+                                         group=g, group_src=last)
+                assert out == [f"o{R}"], out
+                if me < 2 and len(members) >= 2:   # group ranks 0 and 1: global ranks 1 and 2
+                    other = 1 - me
+                    x = np.zeros(1)
+                    if me == 0:
+                        dist.send(np.array([7.0]), group=g, group_dst=1)
+                        dist.send_object_list([("o", R)], group=g, group_dst=1)
+                    else:
+                        assert dist.recv(x, group=g, group_src=0) == 1
+                        eq(x, [7.0], "recv")
+                        slot = [None]
+                        assert dist.recv_object_list(slot, group=g, group_src=0) == 1
+                        assert slot == [("o", 1)], slot
+                    s, t = np.array([float(R)]), np.zeros(1)
+                    for w in dist.batch_isend_irecv([
+                            dist.P2POp(dist.isend, s, group=g, group_peer=other),
+                            dist.P2POp(dist.irecv, t, group=g, group_peer=other)]):
+                        w.wait()
+                    eq(t, [float(members[other])], "batch_isend_irecv")
+                    t2 = np.zeros(1)
+                    ws = dist.isend(s, group=g, group_dst=other, tag=3)
+                    wr = dist.irecv(t2, group=g, group_src=other, tag=3)
+                    wr.wait()
+                    ws.wait()
+                    eq(t2, [float(members[other])], "isend/irecv")
+        finally:   # a failure above leaves the ranks in step for the next case
+            dist.barrier()
+            if R in members:
+                dist.destroy_process_group(g)
+
 if "groups" in SECTIONS:
     @case("new_subgroups, get_process_group_ranks, get_global_rank/get_group_rank")
     def _():
@@ -926,6 +987,53 @@ if "args" in SECTIONS and N >= 2:
         refused(lambda: dist.recv(np.zeros(1, np.float32), tag=8), ValueError,
                 "Invalid source rank")
         ws.wait()
+
+    @case("args: src/group_src, dst/group_dst, peer/group_peer: both, neither (where torch "
+          "has no default) or a rank outside the group raise before anything moves")
+    def _():
+        before = dist.group.WORLD._seq
+        a = np.zeros(2, np.float32)
+        P = dist.P2POp
+        both = {
+            "broadcast": lambda: dist.broadcast(a, src=0, group_src=0),
+            "reduce": lambda: dist.reduce(a, dst=0, group_dst=0),
+            "gather": lambda: dist.gather(a, [a] * N if R == 0 else None, dst=0, group_dst=0),
+            "scatter": lambda: dist.scatter(a, [a] * N if R == 0 else None, src=0, group_src=0),
+            "send": lambda: dist.send(a, RIGHT, group_dst=RIGHT),
+            "isend": lambda: dist.isend(a, RIGHT, group_dst=RIGHT),
+            "recv": lambda: dist.recv(a, LEFT, group_src=LEFT),
+            "irecv": lambda: dist.irecv(a, LEFT, group_src=LEFT),
+            "broadcast_object_list": lambda: dist.broadcast_object_list([1], 0, group_src=0),
+            "gather_object": lambda: dist.gather_object(1, [None] * N, 0, group_dst=0),
+            "scatter_object_list": lambda: dist.scatter_object_list([None], [1] * N, 0,
+                                                                    group_src=0),
+            "send_object_list": lambda: dist.send_object_list([1], RIGHT, group_dst=RIGHT),
+            "recv_object_list": lambda: dist.recv_object_list([1], LEFT, group_src=LEFT),
+            "P2POp": lambda: P(dist.isend, a, RIGHT, group_peer=RIGHT),
+        }
+        for name, fn in both.items():
+            refused(fn, ValueError, "Can't specify both group_rank and global_rank", name)
+        neither = {
+            "broadcast": lambda: dist.broadcast(a),
+            "reduce": lambda: dist.reduce(a),
+            "send": lambda: dist.send(a),
+            "isend": lambda: dist.isend(a),
+            "send_object_list": lambda: dist.send_object_list([1]),
+            "P2POp": lambda: P(dist.irecv, a),
+        }
+        for name, fn in neither.items():
+            refused(fn, ValueError, "Must specify global_rank or group_rank", name)
+        outside = {
+            "broadcast": lambda: dist.broadcast(a, group_src=N),
+            "reduce": lambda: dist.reduce(a, group_dst=-1),
+            "send": lambda: dist.send(a, group_dst=N),
+            "batch_isend_irecv": lambda: dist.batch_isend_irecv(
+                [P(dist.isend, a, group_peer=RIGHT), P(dist.irecv, a, group_peer=N)]),
+        }
+        for name, fn in outside.items():
+            refused(fn, ValueError, "is not part of group 'WORLD'", name)
+        refused(lambda: dist.broadcast(a, group_src=True), TypeError, "group_src must be an int")
+        in_step(before)
 
     @case("args: an argument error on one rank only moves nothing (sequence numbers in step)")
     def _():

@@ -51,8 +51,8 @@ def test_backend_strings() -> None:
     assert parse_backend("NCCL") == {"cuda": "nccl"}
     assert parse_backend("cpu:mpi,cuda:nccl") == {"cpu": "mpi", "cuda": "nccl"}
     assert parse_backend(None)["cuda"] == "nccl"
-    with pytest.raises(ValueError, match="Invalid backend: 'gloo'"):
-        parse_backend("gloo")
+    with pytest.raises(ValueError, match="Invalid backend: 'nosuch'"):
+        parse_backend("nosuch")
     with pytest.raises(ValueError, match="does not serve 'cpu'"):
         parse_backend("cpu:nccl")
     with pytest.raises(ValueError, match="device:engine"):
@@ -253,9 +253,9 @@ def test_singleton_new_apis() -> None:
             dist.all_to_all([np.zeros(2)], [np.zeros(2, np.float32)])
         with pytest.raises(TypeError, match="bool"):
             dist._make_nccl_premul_sum(True)
-        with pytest.raises(ValueError, match="Must specify either dst or group_dst"):
+        with pytest.raises(ValueError, match="Must specify global_rank or group_rank: pass dst="):
             dist.send_object_list([1])
-        with pytest.raises(ValueError, match="Cannot specify both src and group_src"):
+        with pytest.raises(ValueError, match="Can't specify both group_rank and global_rank"):
             dist.recv_object_list([None], src=0, group_src=0)
         with pytest.raises(ValueError, match="NON_GROUP_MEMBER is not registered"):
             dist.get_process_group_ranks(dist.GroupMember.NON_GROUP_MEMBER)
@@ -328,3 +328,185 @@ def test_per_device_engines_are_declared_at_registration() -> None:
     finally:
         dist.destroy_process_group()
         dist.Backend._unregister("perdev")
+
+
+@pytest.fixture
+def no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A machine with nccl4py installed but no CUDA GPU (the CI machine has neither)."""
+    import importlib
+    eng = importlib.import_module("accelrt.distributed._engine")
+    # raising=False: before the fix these did not exist, and the tests failed on the
+    # behaviour (init succeeded), not on the patch
+    monkeypatch.setattr(eng, "_nccl_available", lambda: True, raising=False)
+    monkeypatch.setattr(eng, "cuda_device_count", lambda: 0, raising=False)
+    monkeypatch.delenv("ACCELRT_DISTRIBUTED_BACKEND", raising=False)
+
+
+@needs_mpi
+@pytest.mark.parametrize("backend", ["nccl", "cpu:gloo,cuda:nccl", "cpu:mpi,cuda:nccl"])
+def test_nccl_without_a_gpu_fails_at_init(no_gpu: None, backend: str) -> None:
+    """torch constructs every backend of the map at init, and ProcessGroupNCCL refuses a
+    machine without GPUs there; accelrt initialised and failed at the first collective."""
+    with pytest.raises(ValueError, match=r"ProcessGroupNCCL is only supported with GPUs, no "
+                                         r"GPUs found! .*backend='mpi'") as info:
+        dist.init_process_group(backend, timeout=30)
+    assert isinstance(info.value, RuntimeError)   # torch < 2.6 raised RuntimeError
+    assert not dist.is_initialized()
+    # nothing was left behind: the world starts, and new_group checks a named engine too
+    dist.init_process_group(timeout=30)   # backend=None: NCCL is started when first used
+    try:
+        a = np.ones(2)
+        dist.all_reduce(a)
+        with pytest.raises(ValueError, match="no GPUs found"):
+            dist.new_group([0], backend="nccl")
+        g = dist.new_group([0], backend="cpu:gloo")
+        dist.all_reduce(a, group=g)
+        assert a.tolist() == [1.0, 1.0]
+    finally:
+        dist.destroy_process_group()
+
+
+@needs_mpi
+def test_nccl_without_nccl4py_fails_at_init(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+    eng = importlib.import_module("accelrt.distributed._engine")
+    monkeypatch.setattr(eng, "_nccl_available", lambda: False, raising=False)
+    with pytest.raises(dist.DistBackendError, match="Distributed package doesn't have NCCL "
+                                                    "built in: .*accelrt\\[nccl-cu12\\]"):
+        dist.init_process_group("cpu:mpi,cuda:nccl", timeout=30)
+    assert not dist.is_initialized()
+
+
+@pytest.mark.skipif(_has_cuda_device() and dist.is_nccl_available(),
+                    reason="NCCL can start on this machine")
+@needs_mpi
+def test_nccl_fails_at_init_on_this_machine() -> None:
+    with pytest.raises(RuntimeError, match="NCCL built in|no GPUs found"):
+        dist.init_process_group("nccl", timeout=30)
+    assert not dist.is_initialized()
+
+
+def test_env_init_checks_nccl_after_the_rendezvous_variables(
+        no_gpu: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    for k, v in {"WORLD_SIZE": "2", "RANK": "1", "MASTER_ADDR": "127.0.0.1",
+                 "MASTER_PORT": "29599"}.items():
+        monkeypatch.setenv(k, v)
+    with pytest.raises(ValueError, match="no GPUs found"):
+        dist.init_process_group("nccl", init_method="env://")
+    assert not dist.is_initialized()
+
+
+@needs_mpi
+def test_gloo_names_the_host_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """backend="gloo" (what every CPU port of torch code says) runs on MPI and keeps its
+    name; the availability queries and the default engine per device are torch's."""
+    assert parse_backend("gloo") == {"cpu": "gloo", "opencl": "gloo", "cuda": "gloo"}
+    assert parse_backend("cpu:gloo,cuda:nccl") == {"cpu": "gloo", "cuda": "nccl"}
+    assert dist.Backend("GLOO") == dist.Backend.GLOO == "gloo"
+    assert "gloo" in dist.Backend.backend_list
+    with pytest.raises(ValueError, match="cannot be unregistered"):
+        dist.Backend._unregister("gloo")  # type: ignore[attr-defined]
+    assert dist.is_gloo_available() is dist.is_mpi_available() is True
+    assert dist.is_backend_available("gloo") and dist.is_backend_available("MPI")
+    assert dist.is_backend_available("nccl") is dist.is_nccl_available()
+    assert dist.is_backend_available("cpu:gloo,cuda:nccl") is dist.is_nccl_available()
+    assert dist.is_backend_available("cpu:gloo")
+    assert not dist.is_backend_available("ucc") and not dist.is_backend_available("cpu:ucc")
+    assert dist.get_default_backend_for_device("cpu") == "mpi"
+    assert dist.get_default_backend_for_device("cuda:1") == "nccl"
+    assert dist.get_default_backend_for_device(acc.device("opencl", 0)) == "mpi"
+    assert dist.get_default_backend_for_device(0) in ("mpi", "nccl")
+    with pytest.raises(ValueError, match="Default backend not registered for device : xla"):
+        dist.get_default_backend_for_device("xla")
+    monkeypatch.delenv("ACCELRT_DISTRIBUTED_BACKEND", raising=False)
+    dist.init_process_group("gloo", timeout=30)
+    try:
+        assert dist.get_backend() == "gloo"
+        w = dist.group.WORLD
+        assert w is not None and w.engine("cpu", 0).name == "mpi"
+        a = acc.full((3,), 2.0, device="cpu")
+        dist.all_reduce(a)
+        x = np.arange(3.0)
+        dist.broadcast(x, src=0)
+        assert a.tolist() == [2.0] * 3 and x.tolist() == [0.0, 1.0, 2.0]
+    finally:
+        dist.destroy_process_group()
+
+
+@needs_mpi
+def test_group_src_and_group_dst_in_a_world_of_one() -> None:
+    """torch 2.14's group_src/group_dst/group_peer keywords on every rooted and
+    point-to-point operation (a world of one: rank 0 of every group is global rank 0; the
+    launches of cases.py check groups whose ranks differ)."""
+    dist.init_process_group("cpu:mpi", timeout=30)
+    try:
+        w = dist.group.WORLD
+        assert w is not None
+        g = dist.new_group([0])
+        before = w._seq
+        x = np.ones(2)
+        refused = {
+            "send to itself": (lambda: dist.send(x, group_dst=0), "Invalid destination rank"),
+            "recv from itself": (lambda: dist.recv(x, group_src=0), "Invalid source rank"),
+            "send neither": (lambda: dist.send(x), "Must specify global_rank or group_rank"),
+            "isend neither": (lambda: dist.isend(x), "Must specify global_rank or group_rank"),
+            "send both": (lambda: dist.send(x, 0, group_dst=0), "Can't specify both"),
+            "irecv both": (lambda: dist.irecv(x, 0, group_src=0), "Can't specify both"),
+            "broadcast neither": (lambda: dist.broadcast(x), r"pass src= \(a global rank\)"),
+            "broadcast both": (lambda: dist.broadcast(x, 0, group_src=0), "Can't specify both"),
+            "reduce neither": (lambda: dist.reduce(x), "Must specify global_rank"),
+            "gather both": (lambda: dist.gather(x, [x], 0, group_dst=0), "Can't specify both"),
+            "scatter both": (lambda: dist.scatter(x, [x], 0, group_src=0), "Can't specify"),
+            "group rank out of range": (lambda: dist.broadcast(x, group=g, group_src=1),
+                                        "Group rank 1 is not part of group"),
+            "object both": (lambda: dist.broadcast_object_list([1], 0, group_src=0),
+                            "Can't specify both"),
+            "gather_object both": (lambda: dist.gather_object(1, [None], 0, group_dst=0),
+                                   "Can't specify both"),
+            "scatter_object_list both": (
+                lambda: dist.scatter_object_list([None], [1], 0, group_src=0), "Can't"),
+            "send_object_list to itself": (lambda: dist.send_object_list([1], group_dst=0),
+                                           "Invalid destination rank"),
+            "batch: group_peer out of range": (lambda: dist.batch_isend_irecv(
+                [dist.P2POp(dist.isend, x, group=g, group_peer=3)]), "not part of group"),
+        }
+        for name, (fn, text) in refused.items():
+            with pytest.raises(ValueError, match=text):
+                fn()
+            assert w._seq == before, name   # nothing moved: the group stays usable
+        with pytest.raises(ValueError, match="Must specify global_rank or group_rank"):
+            dist.P2POp(dist.isend, x)
+        with pytest.raises(ValueError, match="Can't specify both"):
+            dist.P2POp(dist.irecv, x, 0, group_peer=0)
+        for grp in (None, g):
+            a = np.array([5.0, 6.0])
+            dist.broadcast(a, group=grp, group_src=0)
+            dist.reduce(a, group=grp, group_dst=0)
+            outs = [np.zeros(2)]
+            dist.gather(a, outs, group=grp, group_dst=0)
+            dist.gather(a, outs, group=grp)              # neither: global rank 0
+            got = np.zeros(2)
+            dist.scatter(got, [a], group=grp, group_src=0)
+            assert outs[0].tolist() == got.tolist() == a.tolist() == [5.0, 6.0]
+            r = np.zeros(2)
+            ws = dist.isend(a, group=grp, group_dst=0, tag=4)
+            wr = dist.irecv(r, group=grp, group_src=0, tag=4)
+            assert ws is not None and wr is not None
+            wr.wait()
+            ws.wait()
+            assert r.tolist() == [5.0, 6.0]
+            r2 = np.zeros(2)
+            for work in dist.batch_isend_irecv([
+                    dist.P2POp(dist.isend, a + 1, group=grp, group_peer=0, tag=5),
+                    dist.P2POp(dist.irecv, r2, group=grp, group_peer=0, tag=5)]):
+                work.wait()
+            assert r2.tolist() == [6.0, 7.0]
+            objs = ["x"]
+            dist.broadcast_object_list(objs, group=grp, group_src=0)
+            lst: list[object] = [None]
+            dist.gather_object("y", lst, group=grp, group_dst=0)
+            out: list[object] = [None]
+            dist.scatter_object_list(out, ["z"], group=grp, group_src=0)
+            assert (objs, lst, out) == (["x"], ["y"], ["z"])
+    finally:
+        dist.destroy_process_group()

@@ -37,6 +37,7 @@ from .._errors import AcceleratorValueError
 from ._engine import (Backend, Buf, Engine, EngineContext, PremulSum, RedOp, ReduceOp,
                       register_backend)
 from ._engine import parse_backend as _parse_backend
+from ._engine import require_engines as _require_engines
 from ._errors import DistBackendError, DistError, DistTimeoutError
 from ._group import DEFAULT_TIMEOUT, ProcessGroup, Work
 
@@ -45,10 +46,11 @@ __all__ = [
     "GroupMember", "P2POp", "PremulSum", "ProcessGroup", "ReduceOp", "Work", "all_gather",
     "all_gather_into_tensor", "all_gather_object", "all_reduce", "all_to_all",
     "all_to_all_single", "barrier", "batch_isend_irecv", "broadcast", "broadcast_object_list",
-    "destroy_process_group", "gather", "gather_object", "get_backend", "get_global_rank",
-    "get_group_rank", "get_node_local_rank", "get_process_group_ranks", "get_rank",
-    "get_world_size", "group", "init_process_group", "irecv", "is_available", "is_initialized",
-    "is_mpi_available", "is_nccl_available", "isend", "monitored_barrier", "new_group",
+    "destroy_process_group", "gather", "gather_object", "get_backend",
+    "get_default_backend_for_device", "get_global_rank", "get_group_rank",
+    "get_node_local_rank", "get_process_group_ranks", "get_rank", "get_world_size", "group",
+    "init_process_group", "irecv", "is_available", "is_backend_available", "is_gloo_available",
+    "is_initialized", "is_mpi_available", "is_nccl_available", "isend", "monitored_barrier", "new_group",
     "new_subgroups", "new_subgroups_by_enumeration", "recv", "recv_object_list", "reduce",
     "reduce_scatter", "reduce_scatter_tensor", "register_backend", "scatter",
     "scatter_object_list", "send", "send_object_list",
@@ -117,7 +119,8 @@ def is_mpi_available() -> bool:
 
 
 def is_nccl_available() -> bool:
-    """True if nccl4py (``nccl.core``) imports with its CUDA bindings.
+    """True if nccl4py (``nccl.core``) imports with its CUDA bindings (torch's "built with
+    NCCL"; whether a GPU is present is :func:`init_process_group`'s check).
 
     Example::
 
@@ -127,6 +130,75 @@ def is_nccl_available() -> bool:
     """
     from ._nccl import nccl_available
     return nccl_available()
+
+
+def is_gloo_available() -> bool:
+    """True if ``backend="gloo"`` can run: it names the host engine, MPI, here (accelrt has no
+    gloo of its own), so this is :func:`is_mpi_available`.
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> dist.is_gloo_available() == dist.is_mpi_available()
+        True
+    """
+    return is_mpi_available()
+
+
+def is_backend_available(backend: str) -> bool:
+    """True if ``backend`` (an engine name, or a ``"cpu:mpi,cuda:nccl"`` map: every engine it
+    names) is available: the built-in engines' ``is_<name>_available()``, and a registered
+    third-party engine always. An unknown name is False.
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> dist.is_backend_available("mpi") == dist.is_mpi_available()
+        True
+        >>> dist.is_backend_available("nosuchengine")
+        False
+    """
+    if not isinstance(backend, str):
+        raise TypeError(f"backend must be a string, got {type(backend).__name__}")
+    names = [part.partition(":")[2] if ":" in part else part
+             for part in backend.lower().split(",")]
+    for name in names:
+        reg = Backend._registry.get(name.strip())
+        if reg is None or (reg.available is not None and not reg.available()):
+            return False
+    return True
+
+
+def get_default_backend_for_device(device: Any) -> str:
+    """The engine ``init_process_group(backend=None)`` uses for arrays of ``device`` (a device
+    type, ``"cuda:1"``, an :class:`accelrt.device`, or an index of the current accelerator):
+    ``"mpi"`` for cpu and OpenCL, ``"nccl"`` for CUDA (torch answers ``"gloo"`` for cpu: that
+    is the MPI engine here).
+
+    Raises:
+        ValueError: no default engine for that device type.
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> dist.get_default_backend_for_device("cuda:0"), dist.get_default_backend_for_device("cpu")
+        ('nccl', 'mpi')
+    """
+    if isinstance(device, str):
+        kind = device.partition(":")[0]
+    elif isinstance(device, int) and not isinstance(device, bool):
+        from .. import current_accelerator
+        acc_dev = current_accelerator()
+        kind = "cpu" if acc_dev is None else acc_dev.type
+    elif isinstance(getattr(device, "type", None), str):
+        kind = device.type
+    else:
+        raise TypeError(f"device must be a device string, an accelrt.device or an int, got "
+                        f"{type(device).__name__}")
+    backend = Backend.default_device_backend_map.get(kind)
+    if backend is None:
+        raise ValueError(f"Default backend not registered for device : {device}")
+    return backend
 
 
 def is_initialized() -> bool:
@@ -192,9 +264,12 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
     """Start the default process group (the world).
 
     Args:
-        backend: ``"mpi"``, ``"nccl"``, a per-device-type map such as ``"cpu:mpi,cuda:nccl"``,
-            a registered engine, or None (cpu and opencl on MPI, cuda on NCCL; or
-            ``ACCELRT_DISTRIBUTED_BACKEND``).
+        backend: ``"mpi"``, ``"gloo"`` (torch's CPU backend: the MPI engine here;
+            ``get_backend()`` answers ``"gloo"``), ``"nccl"``, a per-device-type map such as
+            ``"cpu:gloo,cuda:nccl"``, a registered engine, or None (cpu and opencl on MPI,
+            cuda on NCCL, each started when first used; or ``ACCELRT_DISTRIBUTED_BACKEND``).
+            Every engine the string names must be able to start here (torch's init
+            constructs each backend of the map).
         init_method: ``"mpi://"`` (ranks from the MPI launcher; the default under
             ``mpiexec``), ``"env://"`` (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``,
             ``MASTER_PORT``; NCCL bootstraps itself there) or None (detect).
@@ -208,8 +283,11 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
 
     Raises:
         ValueError: called twice, a store was passed, an unknown init method, or world_size
-            or rank disagree with the launcher's.
-        DistError: the engine could not start (its message is the cause).
+            or rank disagree with the launcher's; ``"nccl"`` named on a machine without a
+            CUDA GPU (``AcceleratorValueError``: torch's "ProcessGroupNCCL is only supported
+            with GPUs, no GPUs found!").
+        DistError: the engine could not start (its message is the cause);
+            ``DistBackendError`` when ``"nccl"`` is named without nccl4py.
 
     Example::
 
@@ -229,6 +307,10 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
     engine_map = _parse_backend(backend)
     backend_str = (",".join(f"{d}:{e}" for d, e in engine_map.items())
                    if backend is None or ":" in str(backend) else str(Backend(str(backend))))
+    # the engines a backend string names must be able to start (torch constructs each backend
+    # of the map at init: "nccl" without a GPU fails there); the defaults of backend=None
+    # start when first used, and only for arrays that exist
+    named = {} if backend is None else engine_map
     op_timeout = _seconds(timeout, DEFAULT_TIMEOUT)
     init_timeout = min(op_timeout, DEFAULT_INIT_TIMEOUT) if timeout is None else op_timeout
     method = init_method
@@ -240,10 +322,11 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
         else:
             method = "mpi://" if is_mpi_available() else "env://"
     if method.startswith("mpi://"):
-        group = _init_mpi(engine_map, backend_str, op_timeout, init_timeout, world_size, rank)
+        group = _init_mpi(engine_map, backend_str, op_timeout, init_timeout, world_size, rank,
+                          named)
     elif method.startswith("env://"):
         group = _init_env(engine_map, backend_str, op_timeout, init_timeout, world_size, rank,
-                          device_id)
+                          device_id, named)
     else:
         raise ValueError(f"init_method {method!r} is not supported: use 'mpi://' (launch with "
                          "mpiexec) or 'env://' (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; "
@@ -265,7 +348,8 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
 
 
 def _init_mpi(engine_map: dict[str, str], backend_str: str, op_timeout: float,
-              init_timeout: float, world_size: int, rank: int) -> ProcessGroup:
+              init_timeout: float, world_size: int, rank: int,
+              named: dict[str, str]) -> ProcessGroup:
     from ._group import WATCHDOG
     from ._mpi import mpi
     try:
@@ -279,6 +363,7 @@ def _init_mpi(engine_map: dict[str, str], backend_str: str, op_timeout: float,
         raise ValueError(f"world_size={world_size} but the MPI launcher started {n} ranks")
     if rank not in (-1, r):
         raise ValueError(f"rank={rank} but the MPI launcher made this process rank {r}")
+    _require_engines(named)   # every rank, before any collective step: none waits
     if n > 1:
         _install_abort_hook(world)
     group = ProcessGroup("WORLD", r, n, list(range(n)), engine_map, backend_str, op_timeout,
@@ -295,7 +380,7 @@ def _init_mpi(engine_map: dict[str, str], backend_str: str, op_timeout: float,
 
 def _init_env(engine_map: dict[str, str], backend_str: str, op_timeout: float,
               init_timeout: float, world_size: int, rank: int,
-              device_id: Any) -> ProcessGroup:
+              device_id: Any, named: dict[str, str]) -> ProcessGroup:
     def need(name: str) -> str:
         v = os.environ.get(name)
         if v is None:
@@ -308,13 +393,14 @@ def _init_env(engine_map: dict[str, str], backend_str: str, op_timeout: float,
     if not 0 <= r < n:
         raise ValueError(f"rank {r} is out of range for world size {n}")
     if n == 1 and is_mpi_available() and "nccl" not in engine_map.values():
-        return _init_mpi(engine_map, backend_str, op_timeout, init_timeout, 1, 0)
+        return _init_mpi(engine_map, backend_str, op_timeout, init_timeout, 1, 0, named)
     if "nccl" not in engine_map.values():
         raise DistError("init_method='env://' with more than one rank serves only the 'nccl' "
                         "engine (NCCL bootstraps through MASTER_ADDR:MASTER_PORT); the 'mpi' "
                         "engine needs an MPI launcher: mpiexec -n N python -m "
                         "accelrt.distributed.run script.py", rank=r)
     addr, port = need("MASTER_ADDR"), need("MASTER_PORT")
+    _require_engines(named)
     # NCCL's own bootstrap: with NCCL_COMM_ID every rank derives the same unique id and rank 0
     # creates the bootstrap root at that address; no store, no exchange.
     os.environ["NCCL_COMM_ID"] = f"{addr}:{port}"
@@ -512,6 +598,8 @@ def new_group(ranks: Sequence[int] | None = None, timeout: Any = None,
                          f"{list(ranks or [])}")
     engine_map = world.engine_map if backend is None else _parse_backend(backend)
     backend_str = world.backend_str if backend is None else str(backend)
+    if backend is not None:
+        _require_engines(engine_map)   # every rank, before the collective split
     t = world.timeout if timeout is None else _seconds(timeout, DEFAULT_TIMEOUT)
     _S.counter += 1
     name = group_desc or f"group{_S.counter}"
@@ -721,16 +809,6 @@ _GroupNS = group   # functions whose parameter is named ``group`` set group.WORL
 
 
 # ---------------------------------------------------------------------------- helpers
-def _grp_rank(g: ProcessGroup, global_rank: int, what: str) -> int:
-    if isinstance(global_rank, bool) or not isinstance(global_rank, (int, np.integer)):
-        raise TypeError(f"{what} must be an int rank, got {type(global_rank).__name__}")
-    try:
-        return g.global_ranks.index(int(global_rank))
-    except ValueError:
-        raise ValueError(f"The global rank {global_rank} is not part of the group "
-                         f"{g.name!r} (ranks {g.global_ranks})") from None
-
-
 def _op(op: Any) -> RedOp:
     if type(op) is PremulSum:
         return op
@@ -829,8 +907,10 @@ def all_reduce(tensor: Any, op: ReduceOp = ReduceOp.SUM, group: GroupArg = None,
                  (red.name,) + _desc(tensor), red, [tensor], alias="inplace")
 
 
-def broadcast(tensor: Any, src: int, group: GroupArg = None, async_op: bool = False) -> Work | None:
-    """Copy ``tensor`` of global rank ``src`` into ``tensor`` on every rank.
+def broadcast(tensor: Any, src: int | None = None, group: GroupArg = None,
+              async_op: bool = False, group_src: int | None = None) -> Work | None:
+    """Copy ``tensor`` of global rank ``src`` (or group rank ``group_src``: give exactly one)
+    into ``tensor`` on every rank.
 
     Example::
 
@@ -846,16 +926,17 @@ def broadcast(tensor: Any, src: int, group: GroupArg = None, async_op: bool = Fa
             _group(group)
         _warn_not_member("broadcast")
         return None
-    if type(tensor) is Array and type(src) is int:
+    if type(tensor) is Array and type(src) is int and group_src is None:
         mem = tensor._mem
         plan = g.plans_bc.get((mem.ptr, mem.nbytes, src))
         if plan is not None and g.run_plan("broadcast", plan):
             return Work.completed([tensor]) if async_op else None
-    if type(src) is int and 0 <= src < g._size and g.global_ranks[src] == src:
+    if (type(src) is int and group_src is None and 0 <= src < g._size
+            and g.global_ranks[src] == src):
         root = src   # the world and groups that keep world ranks
     else:
-        root = _grp_rank(g, src, "src")
-    if g.broadcast_fast(tensor, root, src):
+        root = g.canonical_rank(src, group_src, "src")
+    if g.broadcast_fast(tensor, root, g.global_ranks[root]):
         return Work.completed([tensor]) if async_op else None
 
     def call(eng: Engine, buf: Callable[[Any], Buf], stream: Any) -> None:
@@ -865,10 +946,11 @@ def broadcast(tensor: Any, src: int, group: GroupArg = None, async_op: bool = Fa
                  (root,) + _desc(tensor), None, [tensor], alias="inplace")
 
 
-def reduce(tensor: Any, dst: int, op: ReduceOp = ReduceOp.SUM, group: GroupArg = None,
-           async_op: bool = False) -> Work | None:
-    """Reduce ``tensor`` across the group into ``tensor`` on global rank ``dst`` (other ranks'
-    arrays are left as they were).
+def reduce(tensor: Any, dst: int | None = None, op: ReduceOp = ReduceOp.SUM,
+           group: GroupArg = None, async_op: bool = False,
+           group_dst: int | None = None) -> Work | None:
+    """Reduce ``tensor`` across the group into ``tensor`` on global rank ``dst`` (or group rank
+    ``group_dst``: give exactly one); other ranks' arrays are left as they were.
 
     Example::
 
@@ -882,7 +964,7 @@ def reduce(tensor: Any, dst: int, op: ReduceOp = ReduceOp.SUM, group: GroupArg =
     if g is None:
         _warn_not_member("reduce")
         return None
-    root = _grp_rank(g, dst, "dst")
+    root = g.canonical_rank(dst, group_dst, "dst")
     red = _op(op)
 
     def call(eng: Engine, buf: Callable[[Any], Buf], stream: Any) -> None:
@@ -1000,10 +1082,11 @@ def reduce_scatter_tensor(output: Any, input: Any, op: ReduceOp = ReduceOp.SUM,
                  (red.name,) + _desc(output), red, [output], alias="scatter")
 
 
-def gather(tensor: Any, gather_list: list[Any] | None = None, dst: int = 0,
-           group: GroupArg = None, async_op: bool = False) -> Work | None:
-    """Gather every rank's ``tensor`` into ``gather_list`` on global rank ``dst`` (None
-    elsewhere).
+def gather(tensor: Any, gather_list: list[Any] | None = None, dst: int | None = None,
+           group: GroupArg = None, async_op: bool = False,
+           group_dst: int | None = None) -> Work | None:
+    """Gather every rank's ``tensor`` into ``gather_list`` on global rank ``dst`` (or group
+    rank ``group_dst``; neither: global rank 0); None elsewhere.
 
     Example::
 
@@ -1018,7 +1101,7 @@ def gather(tensor: Any, gather_list: list[Any] | None = None, dst: int = 0,
     if g is None:
         _warn_not_member("gather")
         return None
-    root = _grp_rank(g, dst, "dst")
+    root = g.canonical_rank(dst, group_dst, "dst", default=0)
     n = g.size()
     if g.rank() == root:
         if not isinstance(gather_list, (list, tuple)) or len(gather_list) != n:
@@ -1051,9 +1134,11 @@ def gather(tensor: Any, gather_list: list[Any] | None = None, dst: int = 0,
     return _split_out(g, "gather", w, stage, list(gather_list), async_op)
 
 
-def scatter(tensor: Any, scatter_list: list[Any] | None = None, src: int = 0,
-            group: GroupArg = None, async_op: bool = False) -> Work | None:
-    """Send ``scatter_list[k]`` of global rank ``src`` into ``tensor`` on group rank k.
+def scatter(tensor: Any, scatter_list: list[Any] | None = None, src: int | None = None,
+            group: GroupArg = None, async_op: bool = False,
+            group_src: int | None = None) -> Work | None:
+    """Send ``scatter_list[k]`` of global rank ``src`` (or group rank ``group_src``; neither:
+    global rank 0) into ``tensor`` on group rank k.
 
     Example::
 
@@ -1068,7 +1153,7 @@ def scatter(tensor: Any, scatter_list: list[Any] | None = None, src: int = 0,
     if g is None:
         _warn_not_member("scatter")
         return None
-    root = _grp_rank(g, src, "src")
+    root = g.canonical_rank(src, group_src, "src", default=0)
     n = g.size()
     stage: Any = None
     if g.rank() == root:
@@ -1277,8 +1362,10 @@ def _split_out(g: ProcessGroup, op: str, w: Work | None, stage: Any, outs: list[
 
 
 # ---------------------------------------------------------------------------- point-to-point
-def isend(tensor: Any, dst: int, group: GroupArg = None, tag: int = 0) -> Work | None:
-    """Start sending ``tensor`` to global rank ``dst``; ``wait()`` on the result.
+def isend(tensor: Any, dst: int | None = None, group: GroupArg = None, tag: int = 0,
+          group_dst: int | None = None) -> Work | None:
+    """Start sending ``tensor`` to global rank ``dst`` (or group rank ``group_dst``: give
+    exactly one); ``wait()`` on the result.
 
     Example::
 
@@ -1286,11 +1373,13 @@ def isend(tensor: Any, dst: int, group: GroupArg = None, tag: int = 0) -> Work |
         >>> callable(dist.isend)
         True
     """
-    return _p2p("isend", tensor, dst, group, tag, send=True, blocking=False)
+    return _p2p("isend", tensor, dst, group_dst, group, tag, send=True, blocking=False)
 
 
-def irecv(tensor: Any, src: int | None = None, group: GroupArg = None, tag: int = 0) -> Work | None:
-    """Start receiving into ``tensor`` from global rank ``src`` (None: any, MPI only).
+def irecv(tensor: Any, src: int | None = None, group: GroupArg = None, tag: int = 0,
+          group_src: int | None = None) -> Work | None:
+    """Start receiving into ``tensor`` from global rank ``src`` or group rank ``group_src``
+    (neither: any rank, MPI only).
 
     Example::
 
@@ -1298,15 +1387,18 @@ def irecv(tensor: Any, src: int | None = None, group: GroupArg = None, tag: int 
         >>> callable(dist.irecv)
         True
     """
-    return _p2p("irecv", tensor, src, group, tag, send=False, blocking=False)
+    return _p2p("irecv", tensor, src, group_src, group, tag, send=False, blocking=False)
 
 
-def send(tensor: Any, dst: int, group: GroupArg = None, tag: int = 0) -> None:
-    """Send ``tensor`` to global rank ``dst`` (blocks until the buffer may be reused).
+def send(tensor: Any, dst: int | None = None, group: GroupArg = None, tag: int = 0,
+         group_dst: int | None = None) -> None:
+    """Send ``tensor`` to global rank ``dst`` or group rank ``group_dst`` (give exactly one;
+    blocks until the buffer may be reused).
 
     Raises:
         ValueError: ``dst`` is this rank (a blocking send to itself would wait for ever;
-            :func:`isend` may send to itself).
+            :func:`isend` may send to itself), or both or neither of ``dst`` and
+            ``group_dst`` were given.
 
     Example::
 
@@ -1314,14 +1406,15 @@ def send(tensor: Any, dst: int, group: GroupArg = None, tag: int = 0) -> None:
         >>> callable(dist.send)
         True
     """
-    w = _p2p("send", tensor, dst, group, tag, send=True, blocking=True)
+    w = _p2p("send", tensor, dst, group_dst, group, tag, send=True, blocking=True)
     if w is not None:
         w.wait()
 
 
-def recv(tensor: Any, src: int | None = None, group: GroupArg = None, tag: int = 0) -> int:
-    """Receive into ``tensor`` from global rank ``src`` (None: any); returns the sender's
-    global rank (-1 if not a member of ``group``).
+def recv(tensor: Any, src: int | None = None, group: GroupArg = None, tag: int = 0,
+         group_src: int | None = None) -> int:
+    """Receive into ``tensor`` from global rank ``src`` or group rank ``group_src`` (neither:
+    any rank); returns the sender's global rank (-1 if not a member of ``group``).
 
     Raises:
         ValueError: ``src`` is this rank (a blocking receive from itself would wait for
@@ -1334,33 +1427,36 @@ def recv(tensor: Any, src: int | None = None, group: GroupArg = None, tag: int =
         >>> callable(dist.recv)
         True
     """
-    w = _p2p("recv", tensor, src, group, tag, send=False, blocking=True)
+    w = _p2p("recv", tensor, src, group_src, group, tag, send=False, blocking=True)
     if w is None:
         return -1
     w.wait()
     g = _group(group)
     assert g is not None
     source = w.source_rank()
-    if src is None:
+    if src is None and group_src is None:
         g.check_args("recv", peer=source, peer_role="source")
     return g.global_ranks[source]
 
 
-def _p2p(op: str, tensor: Any, rank: int | None, group: GroupArg, tag: int, *, send: bool,
-         blocking: bool) -> Work | None:
-    """Post ``op`` (global ``rank``: the peer; None: any source) after the argument check
-    (:meth:`ProcessGroup.check_args`)."""
+def _p2p(op: str, tensor: Any, rank: int | None, group_rank: int | None, group: GroupArg,
+         tag: int, *, send: bool, blocking: bool) -> Work | None:
+    """Post ``op`` (the peer: global ``rank`` or ``group_rank``; neither: any source) after
+    the argument check (:meth:`ProcessGroup.canonical_rank`, :meth:`ProcessGroup.check_args`)."""
     g = _group(group)
     if g is None:
         _warn_not_member(op)
         return None
-    peer = None if rank is None else _grp_rank(g, rank, "dst" if send else "src")
+    peer = (None if not send and rank is None and group_rank is None else
+            g.canonical_rank(rank, group_rank, "dst" if send else "src"))
     return g.p2p(op, tensor, peer, int(tag), send, blocking)
 
 
 @dataclass
 class P2POp:
-    """One operation for :func:`batch_isend_irecv`: ``P2POp(dist.isend, array, peer)``.
+    """One operation for :func:`batch_isend_irecv`: ``P2POp(dist.isend, array, peer)``, or
+    ``P2POp(dist.irecv, array, group=g, group_peer=k)`` (a rank of ``g``); exactly one of
+    ``peer`` and ``group_peer``.
 
     Example::
 
@@ -1380,6 +1476,14 @@ class P2POp:
         if self.op not in (isend, irecv):
             raise ValueError("Invalid ``op``. Expected ``op`` to be of type "
                              "``torch.distributed.isend`` or ``torch.distributed.irecv``.")
+        # torch's P2POp names its peer by exactly one of peer and group_peer (the ranks are
+        # resolved against the group by batch_isend_irecv's argument check)
+        if self.peer is not None and self.group_peer is not None:
+            raise ValueError("Can't specify both group_rank and global_rank: pass peer= (a "
+                             "global rank) or group_peer= (a rank of the group), not both")
+        if self.peer is None and self.group_peer is None:
+            raise ValueError("Must specify global_rank or group_rank: pass peer= (a global "
+                             "rank) or group_peer= (a rank of the group)")
 
 
 def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[Work]:
@@ -1403,6 +1507,7 @@ def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[Work]:
     if g is not None:   # every operation's arguments, before any is posted
         for p in p2p_op_list:
             send = p.op is isend
+            g.canonical_rank(p.peer, p.group_peer, "peer")
             g.check_args("isend" if send else "irecv", (p.tensor,) if send else (),
                          () if send else (p.tensor,))
     ctx = None
@@ -1415,8 +1520,7 @@ def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[Work]:
         ctx.__enter__()
     try:
         for p in p2p_op_list:
-            peer = p.peer if p.group_peer is None or g is None else g.global_ranks[p.group_peer]
-            w = p.op(p.tensor, peer, p.group, p.tag)
+            w = p.op(p.tensor, p.peer, p.group, p.tag, p.group_peer)
             if w is not None:
                 works.append(w)
     finally:
@@ -1567,9 +1671,11 @@ def _obj_call(g: ProcessGroup, op: str, fn: Callable[[], Any]) -> Any:
     return box[0]
 
 
-def broadcast_object_list(object_list: list[Any], src: int = 0, group: GroupArg = None,
-                          device: Any = None) -> None:
-    """Replace ``object_list``'s items on every rank with global rank ``src``'s (pickled).
+def broadcast_object_list(object_list: list[Any], src: int | None = None,
+                          group: GroupArg = None, device: Any = None,
+                          group_src: int | None = None) -> None:
+    """Replace ``object_list``'s items on every rank with those (pickled) of global rank
+    ``src`` or group rank ``group_src`` (neither: global rank 0).
 
     Example::
 
@@ -1582,7 +1688,7 @@ def broadcast_object_list(object_list: list[Any], src: int = 0, group: GroupArg 
     g, comm = _obj_comm("broadcast_object_list", group)
     if g is None:
         return
-    root = _grp_rank(g, src, "src")
+    root = g.canonical_rank(src, group_src, "src", default=0)
     data = _dumps(list(object_list)) if g.rank() == root else None
     data = _obj_call(g, "broadcast_object_list", lambda: comm.bcast(data, root=root))
     object_list[:] = pickle.loads(data)
@@ -1609,9 +1715,11 @@ def all_gather_object(object_list: list[Any], obj: Any, group: GroupArg = None) 
     object_list[:] = [pickle.loads(x) for x in got]
 
 
-def gather_object(obj: Any, object_gather_list: list[Any] | None = None, dst: int = 0,
-                  group: GroupArg = None) -> None:
-    """Gather every rank's ``obj`` into ``object_gather_list`` on global rank ``dst``.
+def gather_object(obj: Any, object_gather_list: list[Any] | None = None,
+                  dst: int | None = None, group: GroupArg = None,
+                  group_dst: int | None = None) -> None:
+    """Gather every rank's ``obj`` into ``object_gather_list`` on global rank ``dst`` or group
+    rank ``group_dst`` (neither: global rank 0).
 
     Example::
 
@@ -1624,7 +1732,7 @@ def gather_object(obj: Any, object_gather_list: list[Any] | None = None, dst: in
     g, comm = _obj_comm("gather_object", group)
     if g is None:
         return
-    root = _grp_rank(g, dst, "dst")
+    root = g.canonical_rank(dst, group_dst, "dst", default=0)
     if g.rank() == root and (object_gather_list is None
                              or len(object_gather_list) != g.size()):
         raise ValueError(f"gather_object: object_gather_list must have {g.size()} slots on "
@@ -1637,10 +1745,12 @@ def gather_object(obj: Any, object_gather_list: list[Any] | None = None, dst: in
 
 
 def scatter_object_list(scatter_object_output_list: list[Any],
-                        scatter_object_input_list: list[Any] | None = None, src: int = 0,
-                        group: GroupArg = None) -> None:
-    """Set ``scatter_object_output_list[0]`` on group rank k to item k of global rank
-    ``src``'s ``scatter_object_input_list``.
+                        scatter_object_input_list: list[Any] | None = None,
+                        src: int | None = None, group: GroupArg = None,
+                        group_src: int | None = None) -> None:
+    """Set ``scatter_object_output_list[0]`` on group rank k to item k of the
+    ``scatter_object_input_list`` of global rank ``src`` or group rank ``group_src``
+    (neither: global rank 0).
 
     Example::
 
@@ -1656,7 +1766,7 @@ def scatter_object_list(scatter_object_output_list: list[Any],
     if not isinstance(scatter_object_output_list, list) or not scatter_object_output_list:
         raise ValueError("Expected argument scatter_object_output_list to be a list of size "
                          "at least 1.")
-    root = _grp_rank(g, src, "src")
+    root = g.canonical_rank(src, group_src, "src", default=0)
     items = None
     if g.rank() == root:
         if scatter_object_input_list is None or len(scatter_object_input_list) != g.size():
@@ -1689,7 +1799,7 @@ def send_object_list(object_list: list[Any], dst: int | None = None, group: Grou
     g, comm = _obj_comm("send_object_list", group)
     if g is None:
         return
-    peer = _obj_peer(g, dst, group_dst, "dst")
+    peer = g.canonical_rank(dst, group_dst, "dst")
     g.check_args("send_object_list", peer=peer, peer_role="destination")
     data = _dumps(list(object_list))
     _obj_call(g, "send_object_list", lambda: comm.send(data, dest=peer, tag=_OBJ_TAG))
@@ -1697,9 +1807,10 @@ def send_object_list(object_list: list[Any], dst: int | None = None, group: Grou
 
 def recv_object_list(object_list: list[Any], src: int | None = None, group: GroupArg = None,
                      device: Any = None, group_src: int | None = None) -> int:
-    """Receive :func:`send_object_list`'s objects from global rank ``src`` (None: any rank)
-    into ``object_list`` (same length as the sender's); returns the sender's global rank
-    (-1 if this rank is not in ``group``).
+    """Receive :func:`send_object_list`'s objects from global rank ``src`` or group rank
+    ``group_src`` (neither: any rank, an accelrt addition: torch asks for one) into
+    ``object_list`` (same length as the sender's); returns the sender's global rank (-1 if
+    this rank is not in ``group``).
 
     Raises:
         ValueError: the sender's list has another length (``object_list`` is left as it was).
@@ -1713,7 +1824,8 @@ def recv_object_list(object_list: list[Any], src: int | None = None, group: Grou
     g, comm = _obj_comm("recv_object_list", group)
     if g is None:
         return -1
-    peer = None if src is None and group_src is None else _obj_peer(g, src, group_src, "src")
+    peer = (None if src is None and group_src is None else
+            g.canonical_rank(src, group_src, "src"))
     if peer is not None:
         g.check_args("recv_object_list", peer=peer, peer_role="source")
     from ._mpi import mpi
@@ -1730,12 +1842,3 @@ def recv_object_list(object_list: list[Any], src: int | None = None, group: Grou
     object_list[:] = got
     return sender
 
-
-def _obj_peer(g: ProcessGroup, rank: int | None, group_rank: int | None, what: str) -> int:
-    if rank is not None and group_rank is not None:
-        raise ValueError(f"Cannot specify both {what} and group_{what}")
-    if group_rank is not None:
-        return _grp_rank(g, get_global_rank(g, group_rank), f"group_{what}")
-    if rank is None:
-        raise ValueError(f"Must specify either {what} or group_{what}")
-    return _grp_rank(g, rank, what)

@@ -216,6 +216,13 @@ class _Registered:
     #: one engine per device of a device type (its communicator is bound to one device, as
     #: NCCL's is), not one engine for all the devices of the type
     per_device: bool = False
+    #: raises if the engine cannot start in this process at all (a missing package, no
+    #: device): ``init_process_group``/``new_group`` call it for every engine the backend
+    #: string names, so such a backend fails at init, as torch's does, not at first use
+    require: Callable[[], None] | None = None
+    #: ``is_<name>_available()``: the engine's package is importable (torch's meaning: built
+    #: in, whether or not a device is present); None: always
+    available: Callable[[], bool] | None = None
 
 
 def cuda_memory(device_type: str) -> bool:
@@ -238,6 +245,43 @@ def _nccl_factory(ctx: EngineContext) -> Engine:
     return NcclEngine.create(ctx)
 
 
+def _mpi_available() -> bool:
+    import importlib.util
+    return importlib.util.find_spec("mpi4py") is not None
+
+
+def _nccl_available() -> bool:
+    from ._nccl import nccl_available
+    return nccl_available()
+
+
+def cuda_device_count() -> int:
+    """CUDA devices visible to this process (0 without the cuda backend or a driver)."""
+    from .. import backends
+    try:
+        return int(backends.get_backend("cuda").device_count())
+    except Exception:   # no driver, no cuda-bindings: no devices
+        return 0
+
+
+def _nccl_require() -> None:
+    """What ProcessGroupNCCL's construction checks at torch's init: NCCL is there (torch:
+    "Distributed package doesn't have NCCL built in") and so is a GPU."""
+    from .._errors import AcceleratorValueError
+    from ._errors import DistBackendError
+    if not _nccl_available():
+        raise DistBackendError(
+            "Distributed package doesn't have NCCL built in: the 'nccl' engine needs nccl4py "
+            "built for your CUDA major version: pip install 'accelrt[nccl-cu12]' or "
+            "'accelrt[nccl-cu13]'; for host arrays use backend='mpi' (or 'gloo', the same "
+            "engine)")
+    if cuda_device_count() == 0:
+        raise AcceleratorValueError(
+            "ProcessGroupNCCL is only supported with GPUs, no GPUs found! The 'nccl' engine "
+            "serves CUDA arrays only: on a machine without a CUDA GPU pass backend='mpi' (or "
+            "'gloo', the same host engine), or 'cpu:mpi' for cpu arrays")
+
+
 class Backend(str):
     """Engine names (``torch.distributed.Backend``): ``Backend("MPI") == "mpi"``.
 
@@ -247,21 +291,30 @@ class Backend(str):
     ``per_device=True`` makes one engine per device (``ctx.index``) instead of one per device
     type, for an engine whose communicator is bound to one device (as NCCL's is).
 
+    ``"gloo"`` (torch's CPU backend) names the MPI engine here: ``backend="gloo"`` runs on
+    MPI and ``get_backend()`` answers ``"gloo"``.
+
     Example::
 
         >>> from accelrt.distributed import Backend
-        >>> Backend("NCCL"), Backend.default_device_backend_map["cpu"]
-        ('nccl', 'mpi')
+        >>> Backend("NCCL"), Backend.default_device_backend_map["cpu"], Backend.GLOO
+        ('nccl', 'mpi', 'gloo')
     """
 
     MPI = "mpi"
     NCCL = "nccl"
+    GLOO = "gloo"
     UNDEFINED = "undefined"
-    backend_list: list[str] = ["mpi", "nccl"]
+    backend_list: list[str] = ["mpi", "nccl", "gloo"]
     default_device_backend_map: dict[str, str] = {"cpu": "mpi", "opencl": "mpi", "cuda": "nccl"}
     _registry: dict[str, _Registered] = {
-        "mpi": _Registered(_mpi_factory, ("cpu", "opencl", "cuda")),
-        "nccl": _Registered(_nccl_factory, ("cuda",), per_device=True),
+        "mpi": _Registered(_mpi_factory, ("cpu", "opencl", "cuda"), available=_mpi_available),
+        "nccl": _Registered(_nccl_factory, ("cuda",), per_device=True, require=_nccl_require,
+                            available=_nccl_available),
+        # torch's CPU backend: here the host engine, MPI (accelrt has no gloo of its own;
+        # docs/distributed.md "gloo"), serving what MPI serves, as torch's gloo serves cpu and
+        # (copied through host memory) cuda tensors
+        "gloo": _Registered(_mpi_factory, ("cpu", "opencl", "cuda"), available=_mpi_available),
     }
 
     def __new__(cls, name: str) -> Backend:
@@ -315,7 +368,7 @@ def register_backend(name: str, func: EngineFactory,
 
 
 def _unregister(name: str) -> None:
-    if name in ("mpi", "nccl"):
+    if name in ("mpi", "nccl", "gloo"):
         raise ValueError("the built-in engines cannot be unregistered")
     Backend._registry.pop(name, None)
     if name in Backend.backend_list:
@@ -325,6 +378,15 @@ def _unregister(name: str) -> None:
 
 
 Backend._unregister = staticmethod(_unregister)  # type: ignore[attr-defined]
+
+
+def require_engines(engine_map: dict[str, str]) -> None:
+    """Raise the first reason an engine of ``engine_map`` cannot start in this process (each
+    engine's ``require``; the NCCL engine: nccl4py and a GPU)."""
+    for name in dict.fromkeys(engine_map.values()):
+        reg = Backend._registry.get(name)
+        if reg is not None and reg.require is not None:
+            reg.require()
 
 
 def parse_backend(spec: str | None) -> dict[str, str]:

@@ -562,6 +562,40 @@ class ProcessGroup:
             f"({detail})", rank=self.global_rank, op=str(desc[0]), seq=int(desc[1]))
 
     # ------------------------------------------------------------------ argument checks
+    def canonical_rank(self, rank: Any, group_rank: Any, what: str,
+                       default: int | None = None) -> int:
+        """The group rank that exactly one of ``rank`` (a global rank: the argument ``what``,
+        e.g. ``src``) and ``group_rank`` (a rank of this group: ``group_<what>``) names, as
+        torch's ``_canonicalize_group_rank``. Neither: ``default`` (a global rank; torch's 0
+        of ``gather``, ``scatter`` and the object collectives), else ``ValueError``. Part of
+        the argument check: it raises before anything is enqueued or the sequence number
+        moves, so the group stays usable."""
+        if group_rank is not None:
+            if rank is not None:
+                raise ValueError(f"Can't specify both group_rank and global_rank: pass {what}= "
+                                 f"(a global rank) or group_{what}= (a rank of the group), not "
+                                 f"both (got {what}={rank!r}, group_{what}={group_rank!r})")
+            if isinstance(group_rank, bool) or not isinstance(group_rank, (int, np.integer)):
+                raise TypeError(f"group_{what} must be an int rank of the group, got "
+                                f"{type(group_rank).__name__}")
+            if not 0 <= int(group_rank) < self._size:
+                raise ValueError(f"Group rank {group_rank} is not part of group {self.name!r} "
+                                 f"(group_{what} is a rank of the group: 0..{self._size - 1})")
+            return int(group_rank)
+        if rank is None:
+            if default is None:
+                raise ValueError(f"Must specify global_rank or group_rank: pass {what}= (a "
+                                 f"global rank) or group_{what}= (a rank of the group)")
+            rank = default
+        if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)):
+            raise TypeError(f"{what} must be an int rank, got {type(rank).__name__}")
+        try:
+            return self.global_ranks.index(int(rank))
+        except ValueError:
+            raise ValueError(f"The global rank {rank} is not part of the group {self.name!r} "
+                             f"(ranks {self.global_ranks}); group_{what}= takes a rank of the "
+                             "group") from None
+
     def check_args(self, op: str, ins: Sequence[Any] = (), outs: Sequence[Any] = (), *,
                    alias: Alias = "none", peer: int | None = None,
                    peer_role: str | None = None) -> _Loc | None:
