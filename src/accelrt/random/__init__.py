@@ -415,7 +415,7 @@ def _bind_array() -> None:
 
 def _new(shape: tuple[int, ...], dtype: DTypeLike, device: DeviceLike,
          generator: Generator | None, dist: str, params: tuple[Any, ...]) -> Array:
-    """``empty(shape, dtype, device)`` filled as :func:`_fill` fills: the factories' one path.
+    """``empty(shape, dtype=dtype, device=device)`` filled as :func:`_fill` fills: the factories' one path.
 
     ``device=None`` with a generator means the generator's device. The array is made as
     ``Array.__init__`` makes it (same checks, in the same order: device, dtype support), with
