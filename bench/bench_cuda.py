@@ -330,7 +330,7 @@ def accelrt_rand(device: str = "cuda:0") -> dict[str, dict[str, float]]:
     import accelrt as acc
     out = {}
     for n in RAND_SIZES:
-        x = acc.empty(n, "float32", device)
+        x = acc.empty(n, dtype="float32", device=device)
         acc.random.uniform_(x)
         acc.synchronize(device)
         start, end = (acc.Event(device, enable_timing=True) for _ in range(2))

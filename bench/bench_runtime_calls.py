@@ -69,7 +69,7 @@ def measure(loops: int) -> dict[str, float]:
         "Event.query": timed(e.query),
         "current_stream": timed(lambda: acc.current_stream("cpu:0")),
         "Stream.synchronize": timed(s.synchronize),
-        "empty(4) + free": timed(lambda: acc.empty(4, "float32", "cpu:0")),
+        "empty(4) + free": timed(lambda: acc.empty(4, dtype="float32", device="cpu:0")),
     }
     return {name: _calls_per_op(fn, loops) for name, fn in rows.items()}
 

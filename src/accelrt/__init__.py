@@ -29,10 +29,12 @@ from ._device import (
     device,
     device_count,
     device_index,
+    get_default_device,
     get_device_capability,
     get_device_properties,
     is_available,
     set_current_accelerator,
+    set_default_device,
     set_device_idx,  # deprecated
     set_device_index,
 )
@@ -61,7 +63,7 @@ if TYPE_CHECKING:
         opencl,
         random,
     )
-    from ._array import Array, asarray, empty, full, zeros
+    from ._array import Array, asarray, empty, full, ones, zeros
     from ._event import Event
     from ._graph import Graph, graph
     from ._stream import Stream, current_stream, set_stream, synchronize
@@ -117,6 +119,7 @@ _LAZY: dict[str, str] = {
     "asarray": "._array",
     "empty": "._array",
     "full": "._array",
+    "ones": "._array",
     "zeros": "._array",
     "rand": ".random",
     "randn": ".random",
@@ -181,6 +184,7 @@ __all__ = [
     "empty_cache",
     "empty_host_cache",
     "full",
+    "get_default_device",
     "get_device_capability",
     "get_device_properties",
     "get_memory_info",
@@ -202,6 +206,7 @@ __all__ = [
     "memory_stats_as_nested_dict",
     "memory_summary",
     "multiprocessing",
+    "ones",
     "opencl",
     "rand",
     "randint",
@@ -211,6 +216,7 @@ __all__ = [
     "reset_peak_memory_stats",
     "seed",
     "set_current_accelerator",
+    "set_default_device",
     "set_device_idx",
     "set_device_index",
     "set_rng_state",

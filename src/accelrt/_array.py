@@ -1,5 +1,5 @@
 """``accelrt.Array``: just enough of an array to hold device memory, and its factories
-``empty``, ``zeros``, ``full`` and ``asarray``.
+``empty``, ``zeros``, ``ones``, ``full`` and ``asarray``.
 
 An :class:`Array` is a C-contiguous block of device memory with a shape and a numpy dtype.
 Its memory comes from the device's caching allocator, allocated on the calling thread's
@@ -58,18 +58,17 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
-import operator
 import sys
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from . import _dlpack, _staging
 from . import _sync_debug as _sd
-from ._device import _device_obj, _get_device, _lazy_init
+from ._device import _device_obj, _factory_device, _get_device, _lazy_init
 from ._errors import ClosedError, DeviceError
 from ._handles import StreamHandle
+from ._size import normalize_size, size_keyword
 from ._device import device as _device_cls
 from ._stream import _current, _wait_raw
 from .memory._allocator import get_allocator
@@ -77,9 +76,9 @@ from .memory._allocator import get_allocator
 if TYPE_CHECKING:
     from ._backend import Backend
     from ._stream import Stream
-    from ._typing import DeviceLike, DTypeLike, ScalarLike
+    from ._typing import DeviceLike, DTypeLike, ScalarLike, SizeLike
 
-__all__ = ["Array", "asarray", "empty", "full", "zeros"]
+__all__ = ["Array", "asarray", "empty", "full", "ones", "zeros"]
 
 _is_finalizing = sys.is_finalizing
 _getrefcount = sys.getrefcount
@@ -159,29 +158,6 @@ class _HostView:
 
 
 # ---------------------------------------------------------------------- argument checks
-
-def _check_shape(shape: Any) -> tuple[int, ...]:
-    if type(shape) is tuple and all(type(d) is int and d >= 0 for d in shape):
-        return shape    # the common case, already plain non-negative ints (bool is not int)
-    if isinstance(shape, bool):
-        raise TypeError("shape must be an int or a sequence of ints, got bool")
-    if isinstance(shape, (int, np.integer)):
-        shape = (shape,)
-    elif not isinstance(shape, Sequence) or isinstance(shape, (str, bytes)):
-        if not isinstance(shape, np.ndarray):
-            raise TypeError(f"shape must be an int or a sequence of ints, got "
-                            f"{type(shape).__name__}")
-        shape = shape.tolist()
-    dims = []
-    for d in shape:
-        if isinstance(d, bool) or not isinstance(d, (int, np.integer)):
-            raise TypeError(f"shape entries must be ints, got {d!r} in {tuple(shape)!r}")
-        dims.append(operator.index(d))
-    if any(d < 0 for d in dims):
-        raise ValueError(f"shape {tuple(dims)} has a negative dimension; dimensions must be "
-                         ">= 0")
-    return tuple(dims)
-
 
 _supported: dict[tuple[str, int], frozenset[str]] = {}
 
@@ -317,24 +293,31 @@ def _raw_view(ptr: int, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
 class Array:
     """A C-contiguous block of device memory with a shape and a numpy dtype.
 
-    ``Array(shape, dtype="float32", device=None)`` is :func:`empty`. Arrays are usually made
-    with :func:`empty`, :func:`zeros`, :func:`full` or :func:`asarray`.
+    ``Array(*size, dtype="float32", device=None)`` is :func:`empty`. Arrays are usually made
+    with :func:`empty`, :func:`zeros`, :func:`ones`, :func:`full` or :func:`asarray`.
 
     Args:
-        shape: an int or a sequence of non-negative ints.
-        dtype: a numpy dtype (bool, integer, floating or complex) the device supports.
-        device: where to allocate; ``None`` is the current device of the current accelerator.
+        *size: the shape, as non-negative ints (``Array(2, 3)``) or one sequence of them
+            (``Array((2, 3))``); ``size=`` also works.
+        dtype: a numpy dtype (bool, integer, floating or complex) the device supports;
+            keyword-only, as in PyTorch.
+        device: where to allocate (keyword-only); ``None`` is the default device
+            (:func:`accelrt.get_default_device`: a ``with acc.device(...)`` block, else
+            :func:`accelrt.set_default_device`, else the current device of the current
+            accelerator).
 
     Raises:
-        TypeError: a wrong type, or an unknown or unsupported dtype.
-        ValueError: a negative dimension.
+        TypeError: a wrong type (a size entry that is not an int, ints mixed with a
+            sequence), or an unknown or unsupported dtype.
+        ValueError: a negative dimension (an ``AcceleratorValueError``, also a
+            ``RuntimeError`` as in PyTorch).
         IndexError: the device index is out of range.
         OutOfMemoryError: the caching allocator could not satisfy the request.
 
     Example::
 
         >>> import accelrt as acc
-        >>> a = acc.Array((2, 2), dtype="float64", device="cpu:0")
+        >>> a = acc.Array(2, 2, dtype="float64", device="cpu:0")
         >>> a.shape, a.ndim, a.size, a.nbytes, str(a.device)
         ((2, 2), 2, 4, 32, 'cpu:0')
     """
@@ -347,10 +330,14 @@ class Array:
     _b: Backend
     _index: int
 
-    def __init__(self, shape: int | Sequence[int], dtype: DTypeLike = "float32",
-                 device: DeviceLike = None) -> None:
+    def __init__(self, *size: SizeLike, dtype: DTypeLike = "float32", device: DeviceLike = None,
+                 **kw: SizeLike) -> None:
+        self._alloc(normalize_size(size, size_keyword(kw, "Array"), "Array"), dtype,
+                    _factory_device(device))
+
+    def _alloc(self, shape: tuple[int, ...], dtype: DTypeLike, device: DeviceLike) -> None:
+        """Allocate a checked ``shape`` of ``dtype`` on ``device`` (the factories' one path)."""
         b, index = _get_device(device)
-        shape = _check_shape(shape)
         dt = _check_dtype(dtype, b, index)
         _lazy_init(b, index)
         nbytes = math.prod(shape) * dt.itemsize
@@ -358,6 +345,13 @@ class Array:
         ptr = alloc.malloc(nbytes, _stream_handle(b, index)) if nbytes else 0
         self._mem = _Memory(ptr, nbytes, alloc)
         self._shape, self._dtype, self._b, self._index = shape, dt, b, index
+
+    @classmethod
+    def _new(cls, shape: tuple[int, ...], dtype: DTypeLike, device: DeviceLike) -> Array:
+        """:meth:`_alloc` into a new array: a factory's checked size, dtype and device."""
+        self = object.__new__(cls)
+        self._alloc(shape, dtype, device)
+        return self
 
     @classmethod
     def _wrap(cls, mem: _Memory, shape: tuple[int, ...], dtype: np.dtype, b: Backend,
@@ -569,7 +563,7 @@ class Array:
             if self._mem is _CLOSED:
                 self._mem.ptr   # noqa: B018 - raises ClosedError
             return self
-        out = Array(self._shape, self._dtype, _device_cls(b.name, index))
+        out = Array._new(self._shape, self._dtype, _device_cls(b.name, index))
         out._copy_from(self, non_blocking)
         return out
 
@@ -870,7 +864,7 @@ class Array:
             raise TypeError(f"stream must be an int or None, got {type(stream).__name__}")
         src = self
         if copy:
-            src = Array(self._shape, self._dtype, self.device)
+            src = Array._new(self._shape, self._dtype, self.device)
             src._copy_from(self, non_blocking=False)
         b, index = self._b, self._index
         _lazy_init(b, index)
@@ -957,32 +951,46 @@ def _fill_scalar(value: Any, dt: np.dtype) -> np.ndarray:
 
 # ---------------------------------------------------------------------- factories
 
-def empty(shape: int | Sequence[int], dtype: DTypeLike = "float32",
-          device: DeviceLike = None) -> Array:
-    """An uninitialised array from the device's caching allocator.
+def empty(*size: SizeLike, dtype: DTypeLike = "float32", device: DeviceLike = None,
+          **kw: SizeLike) -> Array:
+    """An uninitialised array from the device's caching allocator (``torch.empty``).
 
     Args:
-        shape: an int or a sequence of non-negative ints.
-        dtype: a numpy dtype (bool, integer, floating or complex).
-        device: where to allocate; ``None`` is the current device.
+        *size: the shape, as non-negative ints (``empty(2, 3)``) or one sequence of them
+            (``empty((2, 3))``, ``empty([2, 3])``); ``size=(2, 3)`` also works.
+        dtype: a numpy dtype (bool, integer, floating or complex); keyword-only.
+        device: where to allocate (keyword-only); ``None`` is the default device
+            (:func:`accelrt.get_default_device`).
 
     Raises:
-        TypeError: a wrong type, or an unknown or unsupported dtype.
-        ValueError: a negative dimension.
+        TypeError: a wrong type (a size entry that is not an int, such as a dtype passed
+            positionally; ints mixed with a sequence), or an unknown or unsupported dtype.
+        ValueError: a negative dimension (also a ``RuntimeError``, as in PyTorch).
         OutOfMemoryError: the allocator could not satisfy the request.
 
     Example::
 
         >>> import accelrt as acc
-        >>> acc.empty((2, 3), dtype="int16", device="cpu:0").nbytes
+        >>> acc.empty(2, 3, dtype="int16", device="cpu:0").nbytes
         12
+        >>> acc.empty((2, 3), device="cpu:0").shape == acc.empty(size=[2, 3], device="cpu:0").shape
+        True
     """
-    return Array(shape, dtype, device)
+    return Array._new(normalize_size(size, size_keyword(kw, "empty"), "empty"), dtype,
+                      _factory_device(device))
 
 
-def zeros(shape: int | Sequence[int], dtype: DTypeLike = "float32",
-          device: DeviceLike = None) -> Array:
-    """An array of zeros (a stream-ordered memset on the current stream).
+def _memset0(out: Array) -> Array:
+    if out.nbytes:
+        b, index = out._b, out._index
+        b.memset(index, out._mem.ptr, 0, out.nbytes, _stream_handle(b, index))
+    return out
+
+
+def zeros(*size: SizeLike, dtype: DTypeLike = "float32", device: DeviceLike = None,
+          **kw: SizeLike) -> Array:
+    """An array of zeros (a stream-ordered memset on the current stream); arguments as
+    :func:`empty`.
 
     Example::
 
@@ -990,23 +998,41 @@ def zeros(shape: int | Sequence[int], dtype: DTypeLike = "float32",
         >>> acc.zeros(3, device="cpu:0").tolist()
         [0.0, 0.0, 0.0]
     """
-    out = Array(shape, dtype, device)
-    if out.nbytes:
-        b, index = out._b, out._index
-        b.memset(index, out._mem.ptr, 0, out.nbytes, _stream_handle(b, index))
-    return out
+    return _memset0(Array._new(normalize_size(size, size_keyword(kw, "zeros"), "zeros"), dtype,
+                               _factory_device(device)))
 
 
-def full(shape: int | Sequence[int], fill_value: ScalarLike, dtype: DTypeLike | None = None,
+def ones(*size: SizeLike, dtype: DTypeLike = "float32", device: DeviceLike = None,
+         **kw: SizeLike) -> Array:
+    """An array of ones (``torch.ones``); arguments as :func:`empty`.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> acc.ones(2, 2, dtype="int32", device="cpu:0").tolist()
+        [[1, 1], [1, 1]]
+    """
+    out = Array._new(normalize_size(size, size_keyword(kw, "ones"), "ones"), dtype,
+                     _factory_device(device))
+    return out.fill_(True if out._dtype.kind == "b" else 1)
+
+
+def full(size: SizeLike, fill_value: ScalarLike, *, dtype: DTypeLike | None = None,
          device: DeviceLike = None) -> Array:
-    """An array filled with ``fill_value``.
+    """An array filled with ``fill_value`` (``torch.full``).
 
     Args:
-        shape: an int or a sequence of non-negative ints.
+        size: the shape: one sequence of non-negative ints (or one int), as in PyTorch
+            (``full((2, 3), 1.5)``; not ``full(2, 3, 1.5)``).
         fill_value: a bool, int, float or complex.
-        dtype: the dtype; ``None`` infers it from ``fill_value`` as PyTorch does (bool ->
-            bool, int -> int64, float -> float32, complex -> complex64).
-        device: where to allocate; ``None`` is the current device.
+        dtype: the dtype (keyword-only); ``None`` infers it from ``fill_value`` as PyTorch
+            does (bool -> bool, int -> int64, float -> float32, complex -> complex64).
+        device: where to allocate (keyword-only); ``None`` is the default device
+            (:func:`accelrt.get_default_device`).
+
+    Raises:
+        TypeError: a bad size or dtype, or a fill value that is not a number.
+        ValueError: a negative dimension, or a fill value the dtype cannot hold.
 
     Example::
 
@@ -1015,6 +1041,7 @@ def full(shape: int | Sequence[int], fill_value: ScalarLike, dtype: DTypeLike | 
         >>> a.dtype, a.tolist()
         (dtype('int64'), [7, 7])
     """
+    shape = normalize_size((size,), None, "full")
     if dtype is None:
         v = fill_value.item() if isinstance(fill_value, (np.generic, np.ndarray)) and \
             np.ndim(fill_value) == 0 else fill_value
@@ -1029,7 +1056,7 @@ def full(shape: int | Sequence[int], fill_value: ScalarLike, dtype: DTypeLike | 
         else:
             raise TypeError(f"fill value must be a bool, int, float or complex, got "
                             f"{type(fill_value).__name__}")
-    out = Array(shape, dtype, device)
+    out = Array._new(shape, dtype, _factory_device(device))
     return out.fill_(fill_value)
 
 
@@ -1081,6 +1108,7 @@ def asarray(obj: object, device: DeviceLike = None, dtype: DTypeLike | None = No
     """
     if copy is not None:
         _check_flag("copy", copy)
+    device = _factory_device(device)
     if isinstance(obj, Array):
         if device is None:
             b, index = obj._b, obj._index
@@ -1092,7 +1120,7 @@ def asarray(obj: object, device: DeviceLike = None, dtype: DTypeLike | None = No
         if copy is False:
             raise ValueError(f"asarray(copy=False): converting the {obj._dtype.name} array on "
                              f"{obj.device} to {want.name} on {b.name}:{index} needs a copy")
-        out = Array(obj._shape, want, _device_cls(b.name, index))
+        out = Array._new(obj._shape, want, _device_cls(b.name, index))
         return out.copy_(obj)
     from_dlpack = not isinstance(obj, np.ndarray) and hasattr(obj, "__dlpack__") and hasattr(
         obj, "__dlpack_device__")
@@ -1126,7 +1154,7 @@ def asarray(obj: object, device: DeviceLike = None, dtype: DTypeLike | None = No
                          f"{b.name}:{index} (it needs a dtype conversion, is not C-contiguous "
                          "or writable, or the device cannot read host memory); pass "
                          "copy=None")
-    out = Array(host.shape, dt, _device_cls(b.name, index))
+    out = Array._new(host.shape, dt, _device_cls(b.name, index))
     out._upload(np.ascontiguousarray(host, dtype=dt), non_blocking=False)
     return out
 
@@ -1214,7 +1242,7 @@ def _import_cai(obj: Any, device: DeviceLike, dtype: Any, copy: bool | None) -> 
                          f"{b.name}:{index} (it needs a dtype conversion or a device move, is "
                          "not C-contiguous, or is read-only); pass copy=None")
     if not cai.size:
-        return Array(cai.shape, dt, _device_cls(b.name, index))
+        return Array._new(cai.shape, dt, _device_cls(b.name, index))
     assert src is not None
     _lazy_init(reader, src)
     # the current stream of the data's device waits for the producer's stream (CAI v3)
@@ -1223,7 +1251,7 @@ def _import_cai(obj: Any, device: DeviceLike, dtype: Any, copy: bool | None) -> 
         mem = _Memory(cai.ptr, cai.nbytes, None, base=obj)
         return Array._wrap(mem, cai.shape, dt, b, index)
     if b is reader and index == src and dt == cai.dtype and cai.is_c_contiguous:
-        out = Array(cai.shape, dt, _device_cls(b.name, index))
+        out = Array._new(cai.shape, dt, _device_cls(b.name, index))
         stream = _stream_handle(reader, index)
         reader.memcpy(index, out._mem.ptr, cai.ptr, cai.nbytes, "d2d", stream)
         _hold(reader, index, stream, _held(obj))   # the producer outlives the copy

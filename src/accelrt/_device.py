@@ -35,10 +35,12 @@ __all__ = [
     "device",
     "device_count",
     "device_index",
+    "get_default_device",
     "get_device_capability",
     "get_device_properties",
     "is_available",
     "set_current_accelerator",
+    "set_default_device",
     "set_device_idx",
     "set_device_index",
 ]
@@ -49,6 +51,15 @@ class device:
 
     ``device("cuda:1")``, ``device("cuda", 1)``, ``device("cpu")`` (no index: "the current
     one"), ``device(1)`` (index 1 of the current accelerator), ``device(other_device)``.
+
+    As a context manager (``with acc.device("cpu:1"):``, as ``with torch.device(...)``) it is
+    the calling thread's default device of the factories (``Array``, ``empty``, ``zeros``,
+    ``ones``, ``full``, ``asarray``, ``rand``, ``randn``, ``randint``) inside the block: a
+    factory called without ``device=`` (or with ``device=None``) allocates there. Blocks nest
+    (the innermost wins, exiting restores the outer one) and win over
+    :func:`set_default_device`; an explicit ``device=`` wins over both. It does not change
+    the current device (:func:`current_device_index`) or stream, and nothing but the
+    factories reads it.
 
     Raises:
         TypeError: the argument types are wrong.
@@ -135,6 +146,21 @@ class device:
     def __reduce__(self):  # type: ignore[no-untyped-def]
         return (device, (self._type, self._index))
 
+    def __enter__(self) -> device:  # noqa: PYI034 - typing.Self needs Python 3.11
+        global _defaults_used
+        _defaults_used = True
+        _tls.default_stack.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        stack = _tls.default_stack
+        if stack and stack[-1] is self:
+            stack.pop()
+        elif self in stack:     # exited out of order (e.g. ExitStack misuse): drop this one
+            del stack[len(stack) - 1 - stack[::-1].index(self)]
+
+
+_device_class = device     # for functions whose ``device`` argument shadows the class
 
 _parse_cache: dict[str, tuple[str, int | None]] = {}
 #: device types known to name a registered backend (usable or not); grows as backends register
@@ -372,12 +398,77 @@ class _ThreadState(threading.local):
         self.device: dict[str, int] = {}                 # backend name -> current index
         self.stream: dict[tuple[str, int], Any] = {}     # (backend, index) -> current Stream
         self.inited: set[tuple[str, int]] = set()        # devices init_device()'d in this thread
+        # the factories' default device: ``with device:`` blocks (innermost last) over
+        # set_default_device()'s; read only once _defaults_used is set
+        self.default_stack: list[device] = []
+        self.default_device: device | None = None
         # (device, stream, inited) in one thread-local lookup for the hot paths; never rebind
         # the containers above (mutate them), or this alias goes stale
         self.hot = (self.device, self.stream, self.inited)
 
 
 _tls = _ThreadState()
+
+#: set once any thread enters a ``with device:`` block or calls set_default_device(): until
+#: then the factories skip the thread-local lookup of :func:`_factory_device`
+_defaults_used = False
+
+
+def _factory_device(dev: DeviceLike) -> DeviceLike:
+    """The device a factory allocates on: ``dev`` unless it is ``None``; then the calling
+    thread's innermost ``with device:`` block, else its :func:`set_default_device`, else
+    ``None`` (the current device of the current accelerator)."""
+    if dev is not None or not _defaults_used:
+        return dev
+    t = _tls
+    stack = t.default_stack
+    return stack[-1] if stack else t.default_device
+
+
+def set_default_device(device: DeviceLike) -> None:
+    """Make ``device`` the calling thread's default device of the factories
+    (``torch.set_default_device``); ``None`` restores the default, the current device.
+
+    Factories (``Array``, ``empty``, ``zeros``, ``ones``, ``full``, ``asarray``, ``rand``,
+    ``randn``, ``randint``) called without ``device=`` allocate there; a ``with device:``
+    block wins over it inside the block, an explicit ``device=`` wins over both. As in
+    PyTorch it is per thread (a new thread starts without one) and it changes neither the
+    current device nor the current stream. A device without an index means the current
+    device of its type at each factory call.
+
+    Raises:
+        TypeError, ValueError, BackendUnavailableError: ``device`` is malformed (as
+            :class:`device` raises).
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> acc.set_default_device("cpu")
+        >>> acc.get_default_device(), acc.empty(2).device
+        (device(type='cpu', index=0), device(type='cpu', index=0))
+        >>> acc.set_default_device(None)
+    """
+    global _defaults_used
+    if device is not None:
+        device = _device_class(device)
+        _defaults_used = True
+    _tls.default_device = device
+
+
+def get_default_device() -> device:
+    """The device a factory called without ``device=`` allocates on in the calling thread
+    (``torch.get_default_device``), with its index: the innermost ``with device:`` block's,
+    else :func:`set_default_device`'s, else the current device of the current accelerator.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> with acc.device("cpu:0"):
+        ...     acc.get_default_device()
+        device(type='cpu', index=0)
+    """
+    b, index = _get_device(_factory_device(None))
+    return _device_obj(b.name, index)
 
 #: ``(backend name, index)`` of every device that some thread has initialised (set.add is
 #: atomic under the GIL, so no lock).

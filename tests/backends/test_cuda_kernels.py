@@ -364,9 +364,9 @@ def test_gpu_rand_equals_cpu_bit_for_bit(dtype: str) -> None:
                 x = acc.rand(*shape, dtype=dtype, device="cuda:0", generator=gc).numpy()
                 y = acc.rand(*shape, dtype=dtype, device="cpu:0", generator=gh).numpy()
             else:
-                x = acc.random.uniform_(acc.empty(shape, dtype, "cuda:0"), *params,
+                x = acc.random.uniform_(acc.empty(shape, dtype=dtype, device="cuda:0"), *params,
                                         generator=gc).numpy()
-                y = acc.random.uniform_(acc.empty(shape, dtype, "cpu:0"), *params,
+                y = acc.random.uniform_(acc.empty(shape, dtype=dtype, device="cpu:0"), *params,
                                         generator=gh).numpy()
             assert x.tobytes() == y.tobytes()
             assert gc.get_offset() == gh.get_offset()
@@ -395,8 +395,10 @@ def test_gpu_randn_matches_cpu_to_the_documented_ulps(dtype: str, tol: int) -> N
     assert _ulps(x, y) <= tol
     if dtype != "float64":   # docs/random.md: float32/float16 almost always agree exactly
         assert np.count_nonzero(x != y) <= 2
-    x = acc.random.normal_(acc.empty(999, dtype, "cuda:0"), 3.0, 0.5, generator=gc).numpy()
-    y = acc.random.normal_(acc.empty(999, dtype, "cpu:0"), 3.0, 0.5, generator=gh).numpy()
+    x = acc.random.normal_(acc.empty(999, dtype=dtype, device="cuda:0"), 3.0, 0.5,
+                           generator=gc).numpy()
+    y = acc.random.normal_(acc.empty(999, dtype=dtype, device="cpu:0"), 3.0, 0.5,
+                           generator=gh).numpy()
     assert _ulps(x, y) <= tol
 
 
@@ -446,8 +448,8 @@ def test_gpu_reduce_add_uses_the_kernel(dtype: str) -> None:
 def test_gpu_reduce_kernel_is_stream_ordered() -> None:
     cuda = registry.get_backend("cuda")
     s = acc.Stream("cuda:0")
-    x = acc.zeros(1 << 22, "float32", "cuda:0")
-    y = acc.full((1 << 22,), 1.0, "float32", "cuda:0")
+    x = acc.zeros(1 << 22, dtype="float32", device="cuda:0")
+    y = acc.full((1 << 22,), 1.0, dtype="float32", device="cuda:0")
     acc.synchronize("cuda:0")
     with s:
         for _ in range(8):

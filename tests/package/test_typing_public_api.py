@@ -58,6 +58,12 @@ CORRECT = [
     "g = acc.comm.gather([x, x], destination=-1)",
     "h = acc.comm.gather([x, x])",
     "print(g.shape, h.device, d, n)",
+    # the factories take the size as ints or one sequence, dtype and device by keyword
+    'z = [acc.empty(2, 3), acc.empty((2, 3)), acc.zeros([2, 3], dtype="int32"), acc.ones(4)]',
+    'z += [acc.Array(2, 3), acc.empty(size=(2, 3), device="cpu"), acc.full((2, 3), 1.5)]',
+    "with acc.device(\"cpu:0\") as dev: print(z, dev, acc.randn(2, 3))",
+    "acc.set_default_device(None)",
+    "dd: acc.device = acc.get_default_device()",
 ]
 
 # Calls that must be type errors, with the error code expected on their line.
@@ -72,6 +78,7 @@ NEGATIVE = [
     ('acc.random.manual_seed("x")', "arg-type"),
     ("acc.rand(2, 3, dtype=object())", "arg-type"),
     ("acc.empty((2,), dtype=3.5)", "arg-type"),
+    ('acc.empty(2, "float32")', "arg-type"),
     ("acc.comm.broadcast([1, 2], devices=[0])", "arg-type"),
     ("acc.comm.reduce_add([acc.zeros(2)], destination=1.5)", "arg-type"),
     ("y1: str = acc.memory.memory_stats()", "assignment"),

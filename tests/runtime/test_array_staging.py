@@ -384,7 +384,7 @@ def test_captured_host_copy_on_a_backend_that_cannot_keep_host_memory_alive_is_r
     name = "nocapturehost"
     acc.backends.register(name, lambda: NoCapturedHostFuncs(name=name), replace=True)
     try:
-        x = acc.empty(4, "float32", f"{name}:0")
+        x = acc.empty(4, dtype="float32", device=f"{name}:0")
         host = np.arange(4, dtype=np.float32)
         s = acc.Stream(f"{name}:0")
         g = acc.Graph()

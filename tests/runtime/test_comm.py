@@ -113,7 +113,7 @@ def test_broadcast_to_all_devices(be: str) -> None:
 
 def test_broadcast_out_and_numpy_source(be: str) -> None:
     src = rand((3, 4), "int32")
-    outs = [acc.zeros((3, 4), "int32", device=f"{be}:{i}") for i in range(N)]
+    outs = [acc.zeros((3, 4), dtype="int32", device=f"{be}:{i}") for i in range(N)]
     res = comm.broadcast(put(src, f"{be}:0"), out=outs)
     assert all(r is o for r, o in zip(res, outs))
     for o in outs:
@@ -144,13 +144,13 @@ def test_broadcast_argument_rules(sync_be: str) -> None:
     with pytest.raises(ValueError, match="specified index"):
         comm.broadcast(a, devices=[sync_be])
     with pytest.raises(TypeError, match="output at index 1 is a ndarray"):
-        comm.broadcast(a, out=[acc.empty((2, 2), "float64", device=f"{sync_be}:1"),
+        comm.broadcast(a, out=[acc.empty((2, 2), dtype="float64", device=f"{sync_be}:1"),
                                np.empty((2, 2))])
     with pytest.raises(ValueError, match=r"same shape as the source array \(2, 2\).*index 0 "
                                          r"has shape \(4,\)"):
-        comm.broadcast(a, out=[acc.empty(4, "float64", device=f"{sync_be}:1")])
+        comm.broadcast(a, out=[acc.empty(4, dtype="float64", device=f"{sync_be}:1")])
     with pytest.raises(ValueError, match="dtype"):
-        comm.broadcast(a, out=[acc.empty((2, 2), "float32", device=f"{sync_be}:1")])
+        comm.broadcast(a, out=[acc.empty((2, 2), dtype="float32", device=f"{sync_be}:1")])
     with pytest.raises(ValueError, match="at least one output"):
         comm.broadcast(a, out=[])
 
@@ -316,7 +316,8 @@ def test_scatter(be: str, shape: tuple[int, ...], dim: int, chunks: list[int] | 
 def test_scatter_out_and_streams(be: str) -> None:
     src = rand((4, 6), "int64")
     a = put(src, f"{be}:1")
-    outs = [acc.empty((4, w), "int64", device=f"{be}:{i}") for i, w in enumerate((1, 2, 0, 3))]
+    outs = [acc.empty((4, w), dtype="int64", device=f"{be}:{i}")
+            for i, w in enumerate((1, 2, 0, 3))]
     streams = [acc.Stream(f"{be}:{i}") for i in range(N)]
     res = comm.scatter(a, dim=1, streams=streams, out=outs)
     assert all(r is o for r, o in zip(res, outs))
@@ -332,7 +333,7 @@ def test_scatter_out_and_streams(be: str) -> None:
 
 def test_scatter_argument_rules(sync_be: str) -> None:
     a = put(rand((4, 2)), f"{sync_be}:0")
-    out2 = [acc.empty((2, 2), "float64", device=f"{sync_be}:{i}") for i in range(2)]
+    out2 = [acc.empty((2, 2), dtype="float64", device=f"{sync_be}:{i}") for i in range(2)]
     with pytest.raises(ValueError, match="Exactly one of 'devices' and 'out'"):
         comm.scatter(a)
     with pytest.raises(ValueError, match="'devices' must not be specified when 'out'"):
@@ -363,7 +364,7 @@ def test_scatter_argument_rules(sync_be: str) -> None:
     with pytest.raises(TypeError, match=r"streams\[0\] must be an accelrt.Stream"):
         comm.scatter(a, [0, 1], streams=["s"])
     with pytest.raises(ValueError, match="Output array at index 1 has incorrect shape"):
-        comm.scatter(a, out=[out2[0], acc.empty((2, 3), "float64", device=f"{sync_be}:1")])
+        comm.scatter(a, out=[out2[0], acc.empty((2, 3), dtype="float64", device=f"{sync_be}:1")])
     with pytest.raises(ValueError, match="Total size for output arrays along scatter dim 0 does "
                                          "not match .* Expected 4, but got total size 2"):
         comm.scatter(a, out=out2[:1])
@@ -401,7 +402,7 @@ def test_gather_default_destination_and_out(sync_be: str) -> None:
     assert str(out.device) == f"{sync_be}:3"
     expected = np.repeat(np.arange(N, dtype="int16"), 2).reshape(N, 2)
     np.testing.assert_array_equal(host(out), expected)
-    dev_out = acc.zeros((N, 2), "int16", device=f"{sync_be}:1")
+    dev_out = acc.zeros((N, 2), dtype="int16", device=f"{sync_be}:1")
     assert comm.gather(inputs, out=dev_out) is dev_out
     np.testing.assert_array_equal(host(dev_out), expected)
     np_out = np.zeros((2, N), "int16")
@@ -426,11 +427,11 @@ def test_gather_argument_rules(sync_be: str) -> None:
     with pytest.raises(ValueError, match="dtype"):
         comm.gather([a, put(rand((2, 3), "float32"), f"{sync_be}:1")])
     with pytest.raises(ValueError, match="'destination' must not be specified when 'out'"):
-        comm.gather([a, b], dim=1, destination=0, out=acc.empty((2, 7), "float64",
+        comm.gather([a, b], dim=1, destination=0, out=acc.empty((2, 7), dtype="float64",
                                                                  device=f"{sync_be}:0"))
     with pytest.raises(ValueError, match=r"Expected out array to have shape \(2, 7\), but got "
                                          r"\(7, 2\)"):
-        comm.gather([a, b], dim=1, out=acc.empty((7, 2), "float64", device=f"{sync_be}:0"))
+        comm.gather([a, b], dim=1, out=acc.empty((7, 2), dtype="float64", device=f"{sync_be}:0"))
     with pytest.raises(ValueError, match="dtype"):
         comm.gather([a, b], dim=1, out=np.empty((2, 7), "float32"))
     with pytest.raises(TypeError, match="to be an accelrt.Array or a numpy.ndarray"):
@@ -505,7 +506,7 @@ def test_copies_wait_for_pending_source_work() -> None:
 def test_copies_wait_for_pending_destination_work() -> None:
     be = "commcpua"
     a = put(np.full(500, 3.0), f"{be}:0")
-    out = acc.zeros(500, "float64", device=f"{be}:2")
+    out = acc.zeros(500, dtype="float64", device=f"{be}:2")
     _slow_write(f"{be}:2", out, -1.0)        # the destination is still busy
     comm.broadcast(a, out=[out])
     assert host(out).tolist() == [3.0] * 500  # the copy ran after the pending write
@@ -652,7 +653,7 @@ def test_scatter_from_host_goes_through_the_pinned_pool(pin_be: str, dim: int) -
                     [1, 3, 6] if dim == 0 else [2, 4, 5], axis=dim)
     for piece, w in zip(pieces, want):
         np.testing.assert_array_equal(host(piece), w)
-    outs = [acc.empty(w.shape, "float32", device=d) for w, d in zip(want, devices)]
+    outs = [acc.empty(w.shape, dtype="float32", device=d) for w, d in zip(want, devices)]
     b.copies.clear()
     comm.scatter(np.concatenate(want, axis=dim) + 1, out=outs, dim=dim)
     assert all(s in b.pinned for _, s in copies_of(b, "h2d"))

@@ -37,7 +37,7 @@ SEQUENCE = [
      "08bde385aecbeb53"),
     ("uniform_ -2 3", lambda g: acc.random.uniform_(acc.empty(513, device=D), -2, 3,
                                                      generator=g), "5c87a689c9e259c0"),
-    ("normal_ f64", lambda g: acc.random.normal_(acc.empty(77, "float64", D), 1.5, 2.0,
+    ("normal_ f64", lambda g: acc.random.normal_(acc.empty(77, dtype="float64", device=D), 1.5, 2.0,
                                                  generator=g), None),
     ("rand 300000", lambda g: acc.rand(300_000, device=D, generator=g), "559bb48b57a335b5"),
     ("randn 70001 f64", lambda g: acc.randn(70_001, dtype="float64", device=D, generator=g),
@@ -145,7 +145,7 @@ def test_factory_arrays_are_made_like_empty() -> None:
     from accelrt import memory
 
     start = memory.memory_allocated(D)
-    e = acc.empty((3, 5), "float64", D)
+    e = acc.empty((3, 5), dtype="float64", device=D)
     before = memory.memory_allocated(D)
     r = acc.rand(3, 5, dtype="float64", device=D)
     assert memory.memory_allocated(D) - before == before - start > 0

@@ -89,8 +89,8 @@ def new_array(place: Place, shape: tuple[int, ...], dtype: np.dtype[Any],
     dev = _device_obj(place.backend.name, place.index)
     if stream is not None and stream._b is place.backend and stream._index == place.index:
         with stream:
-            return Array(shape, dtype, dev)
-    return Array(shape, dtype, dev)
+            return Array(shape, dtype=dtype, device=dev)
+    return Array(shape, dtype=dtype, device=dev)
 
 
 def copy_region(dst: Info, dst_start: int, src: Info, src_start: int, length: int,

@@ -191,7 +191,7 @@ def rebuild_array(version: int, meta: tuple[Any, ...], shared: tuple[Any, ...] |
     if shared is None:
         if nbytes:
             raise ValueError("a shared-array pickle without memory must describe an empty array")
-        return Array(shape, dt, device)
+        return Array(shape, dtype=dt, device=device)
     seg, seg_size, offset, size, ref, slot, token, ev_handle = shared
     if (size != nbytes or offset < 0 or offset + size > seg_size) or not isinstance(seg, bytes):
         raise ValueError(f"inconsistent shared-array pickle: {nbytes} bytes of shape {shape} "

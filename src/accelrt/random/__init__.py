@@ -38,12 +38,13 @@ import functools
 import math
 import operator
 import secrets
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, SupportsIndex, cast
 
 import numpy as np
 
 from .._device import _get_device, _lazy_init
+from .._size import normalize_size, size_keyword
 from .._device import _tls as _dev_tls
 from .._device import device as _device_cls
 from .. import _backend, _stream
@@ -264,31 +265,6 @@ def set_rng_state_all(new_states: Iterable[RngStateLike]) -> None:
 
 # ---------------------------------------------------------------------- argument checks
 
-def _size(size: tuple[Any, ...], kw: Any, fname: str) -> tuple[int, ...]:
-    if kw is None and len(size) == 1 and type(size[0]) is int and size[0] >= 0:
-        return size     # the common rand(n): already a tuple of one plain int
-    if kw is not None:
-        if size:
-            raise TypeError(f"{fname}() got the size both positionally and as size=")
-        size = (kw,)
-    if not size:
-        raise TypeError(f"{fname}() missing the size, e.g. {fname}(2, 3) or {fname}((2, 3))")
-    if len(size) == 1 and not isinstance(size[0], (int, np.integer)):
-        size = size[0]
-        if isinstance(size, (str, bytes)) or not isinstance(size, (Sequence, np.ndarray)):
-            raise TypeError(f"{fname}() size must be ints or a sequence of ints, got "
-                            f"{type(size).__name__}")
-    dims = []
-    for d in size:
-        if isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer)):
-            raise TypeError(f"{fname}() size entries must be ints, got {d!r}")
-        d = operator.index(d)
-        if d < 0:
-            raise ValueError(f"{fname}() size {tuple(size)} has a negative dimension")
-        dims.append(d)
-    return tuple(dims)
-
-
 def _real(name: str, value: Any) -> float:
     if type(value) is float and -math.inf < value < math.inf:
         return value    # the common case: a finite Python float
@@ -439,7 +415,7 @@ def _bind_array() -> None:
 
 def _new(shape: tuple[int, ...], dtype: DTypeLike, device: DeviceLike,
          generator: Generator | None, dist: str, params: tuple[Any, ...]) -> Array:
-    """``empty(shape, dtype, device)`` filled as :func:`_fill` fills: the factories' one path.
+    """``empty(shape, dtype=dtype, device=device)`` filled as :func:`_fill` fills: the factories' one path.
 
     ``device=None`` with a generator means the generator's device. The array is made as
     ``Array.__init__`` makes it (same checks, in the same order: device, dtype support), with
@@ -451,6 +427,8 @@ def _new(shape: tuple[int, ...], dtype: DTypeLike, device: DeviceLike,
     """
     if _Array is None:
         _bind_array()
+    if device is None and _device_mod._defaults_used:
+        device = _device_mod._factory_device(None)     # a with-device block's, or the default
     # the calling thread's current devices and streams, and the devices it initialised
     devices, streams, inited = _dev_tls.hot
     if type(device) is str:
@@ -667,9 +645,12 @@ def rand(*size: SizeLike, generator: Generator | None = None, dtype: DTypeLike =
     Args:
         *size: the shape, as ints or one sequence (``size=`` also works).
         generator: a generator of ``device`` (default: the device's default generator); with
-            ``device=None`` the generator's device is used.
-        dtype: float16, float32 (default) or float64.
-        device: where to make the array (``None``: the current device).
+            ``device=None`` the generator's device is used, unless a ``with acc.device(...)``
+            block or :func:`accelrt.set_default_device` names the default device (then the
+            generator must be of that device, as in PyTorch).
+        dtype: float16, float32 (default) or float64; keyword-only.
+        device: where to make the array (keyword-only; ``None``: the default device,
+            :func:`accelrt.get_default_device`).
 
     Raises:
         TypeError: bad size or dtype.
@@ -682,7 +663,7 @@ def rand(*size: SizeLike, generator: Generator | None = None, dtype: DTypeLike =
         (2, 3)
     """
     if kw or len(size) != 1 or type(size[0]) is not int or size[0] < 0:
-        size = _size(size, _only_size(kw, "rand"), "rand")
+        size = normalize_size(size, size_keyword(kw, "rand"), "rand")
     try:
         dt = _float_dtype_cache[dtype]          # _float_dtype's cache, without the call
     except (KeyError, TypeError):
@@ -702,16 +683,9 @@ def randn(*size: SizeLike, generator: Generator | None = None, dtype: DTypeLike 
         dtype('float64')
     """
     if kw or len(size) != 1 or type(size[0]) is not int or size[0] < 0:
-        size = _size(size, _only_size(kw, "randn"), "randn")
+        size = normalize_size(size, size_keyword(kw, "randn"), "randn")
     return _new(size, _float_dtype(dtype, "randn"), device, generator,  # type: ignore[arg-type]
                 "normal", _STANDARD)
-
-
-def _only_size(kw: dict[str, Any], fname: str) -> Any:
-    extra = set(kw) - {"size"}
-    if extra:
-        raise TypeError(f"{fname}() got unexpected keyword argument(s) {sorted(extra)}")
-    return kw.get("size")
 
 
 def _int_bound(name: str, value: Any) -> int:
@@ -747,7 +721,7 @@ def randint(*args: SizeLike, size: SizeLike | None = None, low: SupportsIndex | 
         >>> int(x.min()), int(x.max())
         (3, 6)
     """
-    pos: list[Any] = list(args)   # checked below (_int_bound, _size)
+    pos: list[Any] = list(args)   # checked below (_int_bound, normalize_size)
     if len(pos) > 3:
         raise TypeError(f"randint() takes at most 3 positional arguments, got {len(pos)}")
     if len(pos) == 3:
@@ -775,7 +749,7 @@ def randint(*args: SizeLike, size: SizeLike | None = None, low: SupportsIndex | 
         raise TypeError("randint() missing the 'size' argument, e.g. randint(10, (3,))")
     lo = 0 if low is None else _int_bound("low", low)
     hi = _int_bound("high", high)
-    shape = _size((size,), None, "randint")
+    shape = normalize_size((size,), None, "randint")
     try:
         dt = np.dtype(dtype)
     except TypeError:

@@ -1,0 +1,112 @@
+"""The one size normaliser of every factory (``Array``, ``empty``, ``zeros``, ``ones``,
+``full``, ``rand``, ``randn``, ``randint``), with PyTorch's argument rules.
+
+A size is given as ints (``empty(2, 3)``), as one sequence of ints (``empty((2, 3))``,
+``empty([2, 3])``) or as the ``size=`` keyword (``empty(size=(2, 3))``); a single int is a 1-D
+size in every form. Entries are ints or objects with ``__index__`` (numpy integers), never bools
+or floats. ``dtype`` and ``device`` are keyword-only, as in PyTorch, so ``empty(2, "int32")``
+is a bad size, not a dtype.
+
+Example::
+
+    >>> from accelrt._size import normalize_size
+    >>> normalize_size((2, 3), None, "empty"), normalize_size(([2, 3],), None, "empty")
+    ((2, 3), (2, 3))
+    >>> normalize_size((), (4,), "empty")
+    (4,)
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ._errors import AcceleratorValueError
+
+__all__ = ["normalize_size", "size_keyword"]
+
+
+def size_keyword(kw: dict[str, Any], fname: str) -> Any:
+    """The ``size=`` keyword out of a factory's ``**kw`` (``None`` when absent); any other
+    keyword is a :class:`TypeError`, as for a function without ``**kw``."""
+    if not kw:
+        return None
+    extra = set(kw) - {"size"}
+    if extra:
+        raise TypeError(f"{fname}() got unexpected keyword argument(s) {sorted(extra)}; it "
+                        "takes the size, dtype=, device= (and the documented keywords)")
+    return kw["size"]
+
+
+#: the factories that take the size as one argument, as in PyTorch (no ``f(2, 3)`` form)
+_ONE_ARGUMENT = {"full": "full((2, 3), 1.5)", "randint": "randint(10, (2, 3))"}
+
+
+def _usage(fname: str) -> str:
+    if fname in _ONE_ARGUMENT:
+        return (f"pass the size as one sequence of ints, {_ONE_ARGUMENT[fname]}; dtype and "
+                "device are keyword-only")
+    return (f"pass the size as ints, {fname}(2, 3), or as one sequence, {fname}((2, 3)); "
+            f"dtype and device are keyword-only: {fname}(2, 3, dtype='float64', "
+            "device='cpu:0')")
+
+
+def _entry(d: Any, fname: str, size: Any) -> int:
+    if isinstance(d, (bool, np.bool_)):
+        raise TypeError(f"{fname}() size entries must be ints, got the bool {d!r} in {size!r}")
+    try:
+        return operator.index(d)
+    except TypeError:
+        pass
+    if isinstance(d, (Sequence, np.ndarray)) and not isinstance(d, (str, bytes)):
+        raise TypeError(f"{fname}() got a size that mixes ints and sequences ({size!r}); "
+                        f"{_usage(fname)}") from None
+    raise TypeError(f"{fname}() size entries must be ints, got {type(d).__name__} {d!r} in "
+                    f"{size!r}; {_usage(fname)}") from None
+
+
+def normalize_size(args: tuple[Any, ...], size: Any, fname: str) -> tuple[int, ...]:
+    """The checked shape of a factory call: ``args`` are its positional size arguments,
+    ``size`` its ``size=`` keyword (``None`` when not given), ``fname`` names it in errors.
+
+    Raises:
+        TypeError: no size, the size given twice, ints mixed with sequences, or an entry that
+            is not an int (a float, a bool, a string: a positional dtype).
+        AcceleratorValueError: a negative dimension (a ``ValueError`` and, as in PyTorch, a
+            ``RuntimeError``).
+    """
+    if size is None:
+        n = len(args)
+        if n == 1:
+            first = args[0]
+            if type(first) is int and first >= 0:
+                return args         # the common f(n): already a tuple of one plain int
+            if type(first) is tuple and all(type(d) is int and d >= 0 for d in first):
+                return first        # the common f((m, n))
+        elif n and all(type(d) is int and d >= 0 for d in args):
+            return args             # the common f(m, n) (bool is not int here)
+        elif not n:
+            raise TypeError(f"{fname}() missing the size; {_usage(fname)}")
+    elif args:
+        raise TypeError(f"{fname}() got the size both positionally ({args!r}) and as "
+                        f"size={size!r}; pass it once")
+    else:
+        args = (size,)
+    given: Any = args
+    if len(args) == 1 and not isinstance(args[0], (bool, np.bool_)):
+        one = args[0]
+        if isinstance(one, np.ndarray):
+            if one.ndim > 1:
+                raise TypeError(f"{fname}() size must be 1-D, got an array of shape {one.shape}")
+            given = one.tolist() if one.ndim == 1 else args
+        elif isinstance(one, Sequence) and not isinstance(one, (str, bytes)):
+            given = one
+    dims = tuple(_entry(d, fname, given) for d in given)
+    for d in dims:
+        if d < 0:
+            raise AcceleratorValueError(f"Trying to create tensor with negative dimension {d}: "
+                                        f"{list(dims)}; every dimension must be >= 0")
+    return dims
