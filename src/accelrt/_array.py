@@ -68,7 +68,7 @@ from . import _sync_debug as _sd
 from ._device import _device_obj, _factory_device, _get_device, _lazy_init
 from ._errors import ClosedError, DeviceError
 from ._handles import StreamHandle
-from ._size import normalize_size, size_keyword
+from ._size import legacy_dtype_device, normalize_size, size_keyword
 from ._device import device as _device_cls
 from ._stream import _current, _wait_raw
 from .memory._allocator import get_allocator
@@ -332,6 +332,7 @@ class Array:
 
     def __init__(self, *size: SizeLike, dtype: DTypeLike = "float32", device: DeviceLike = None,
                  **kw: SizeLike) -> None:
+        size, dtype, device = legacy_dtype_device(size, dtype, device, "float32", "Array")
         self._alloc(normalize_size(size, size_keyword(kw, "Array"), "Array"), dtype,
                     _factory_device(device))
 
@@ -958,7 +959,8 @@ def empty(*size: SizeLike, dtype: DTypeLike = "float32", device: DeviceLike = No
     Args:
         *size: the shape, as non-negative ints (``empty(2, 3)``) or one sequence of them
             (``empty((2, 3))``, ``empty([2, 3])``); ``size=(2, 3)`` also works.
-        dtype: a numpy dtype (bool, integer, floating or complex); keyword-only.
+        dtype: a numpy dtype (bool, integer, floating or complex); keyword-only (0.1's
+            ``empty(shape, dtype, device)`` still works, with a ``FutureWarning``).
         device: where to allocate (keyword-only); ``None`` is the default device
             (:func:`accelrt.get_default_device`).
 
@@ -976,6 +978,7 @@ def empty(*size: SizeLike, dtype: DTypeLike = "float32", device: DeviceLike = No
         >>> acc.empty((2, 3), device="cpu:0").shape == acc.empty(size=[2, 3], device="cpu:0").shape
         True
     """
+    size, dtype, device = legacy_dtype_device(size, dtype, device, "float32", "empty")
     return Array._new(normalize_size(size, size_keyword(kw, "empty"), "empty"), dtype,
                       _factory_device(device))
 
@@ -998,6 +1001,7 @@ def zeros(*size: SizeLike, dtype: DTypeLike = "float32", device: DeviceLike = No
         >>> acc.zeros(3, device="cpu:0").tolist()
         [0.0, 0.0, 0.0]
     """
+    size, dtype, device = legacy_dtype_device(size, dtype, device, "float32", "zeros")
     return _memset0(Array._new(normalize_size(size, size_keyword(kw, "zeros"), "zeros"), dtype,
                                _factory_device(device)))
 

@@ -19,6 +19,7 @@ Example::
 from __future__ import annotations
 
 import operator
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,7 +27,7 @@ import numpy as np
 
 from ._errors import AcceleratorValueError
 
-__all__ = ["normalize_size", "size_keyword"]
+__all__ = ["legacy_dtype_device", "normalize_size", "size_keyword"]
 
 
 def size_keyword(kw: dict[str, Any], fname: str) -> Any:
@@ -39,6 +40,44 @@ def size_keyword(kw: dict[str, Any], fname: str) -> Any:
         raise TypeError(f"{fname}() got unexpected keyword argument(s) {sorted(extra)}; it "
                         "takes the size, dtype=, device= (and the documented keywords)")
     return kw["size"]
+
+
+def legacy_dtype_device(args: tuple[Any, ...], dtype: Any, device: Any, default_dtype: Any,
+                        fname: str) -> tuple[tuple[Any, ...], Any, Any]:
+    """accelrt 0.1's positional form ``f(shape, dtype[, device])`` of ``Array``, ``empty``
+    and ``zeros`` (the contract's ``empty(shape, dtype="float32", device=None)``), kept with a
+    :class:`FutureWarning`: ``(size args, dtype, device)`` with a positional dtype (a string,
+    ``numpy.dtype`` or type, never an int, so ``f(2, 3)`` stays a size) moved to the keywords.
+
+    Raises:
+        TypeError: the dtype or device given both positionally and as a keyword.
+
+    Example::
+
+        >>> import warnings
+        >>> from accelrt._size import legacy_dtype_device
+        >>> legacy_dtype_device((2, 3), "float32", None, "float32", "empty")
+        ((2, 3), 'float32', None)
+        >>> with warnings.catch_warnings():
+        ...     warnings.simplefilter("ignore", FutureWarning)
+        ...     legacy_dtype_device(((2, 3), "int8", "cpu:0"), "float32", None, "float32",
+        ...                         "empty")
+        (((2, 3),), 'int8', 'cpu:0')
+    """
+    if not 2 <= len(args) <= 3 or not isinstance(args[1], (str, np.dtype, type)):
+        return args, dtype, device
+    warnings.warn(f"{fname}(shape, dtype, device) with a positional dtype is deprecated: dtype "
+                  f"and device are keyword-only, as in PyTorch; write {fname}(shape, "
+                  f"dtype={args[1]!r}, device=...)", FutureWarning, stacklevel=3)
+    if dtype is not default_dtype and dtype != default_dtype:
+        raise TypeError(f"{fname}() got the dtype twice (positionally {args[1]!r} and "
+                        f"dtype={dtype!r}); pass it once, as dtype=")
+    if len(args) == 3:
+        if device is not None:
+            raise TypeError(f"{fname}() got the device twice (positionally {args[2]!r} and "
+                            f"device={device!r}); pass it once, as device=")
+        device = args[2]
+    return args[:1], args[1], device
 
 
 #: the factories that take the size as one argument, as in PyTorch (no ``f(2, 3)`` form)
