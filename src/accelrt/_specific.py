@@ -143,7 +143,9 @@ class Stream(_stream.Stream):
     subclass fixed to the cuda backend): an :class:`accelrt.Stream` whose ``int`` device means
     an index of that backend, with ``torch.cuda.Stream``'s extras :meth:`is_capturing` and
     :meth:`priority_range`. A ``None`` device or a negative index means the backend's current
-    device, as in PyTorch.
+    device, as in PyTorch. The signature is ``torch.cuda.Stream``'s ``Stream(device=None,
+    priority=0)`` (``acc.cuda.Stream("cuda:0", -1)``); :class:`accelrt.Stream` keeps
+    ``torch.Stream``'s keyword-only ``priority``.
 
     Example::
 
@@ -161,7 +163,7 @@ class Stream(_stream.Stream):
     #: The device module's ``Event`` class (what :meth:`record_event` makes).
     _event_class: ClassVar[type[Event]] = Event
 
-    def __init__(self, device: DeviceLike = None, *, priority: int = 0,
+    def __init__(self, device: DeviceLike = None, priority: int = 0, *,
                  stream_id: int | None = None, device_index: int | None = None,
                  device_type: str | None = None) -> None:
         name = self._backend_name

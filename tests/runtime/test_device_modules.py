@@ -307,6 +307,20 @@ def test_stream_capture_queries_and_priority_range(m: Any) -> None:
         m.Stream(priority=greatest - 1)
 
 
+def test_stream_takes_priority_positionally(m: Any) -> None:
+    # torch.cuda.Stream(device=None, priority=0, **kwargs): the priority may be positional
+    least, greatest = m.Stream.priority_range()
+    name = _name(m)
+    s = m.Stream(f"{name}:0", greatest)
+    assert s.priority == greatest and s.device_index == 0
+    assert m.Stream(None, least).priority == least
+    with pytest.raises(ValueError, match="out of range"):
+        m.Stream(0, greatest - 1)
+    # torch.Stream(device=None, *, priority=0) keeps priority keyword-only
+    with pytest.raises(TypeError):
+        acc.Stream(f"{name}:0", 0)  # type: ignore[misc]
+
+
 def test_graph_in_the_module(m: Any) -> None:
     name = _name(m)
     g = m.Graph()
