@@ -1351,10 +1351,10 @@ class DeviceModule(Generic[_S, _E]):
         return memory.use_mem_pool(pool, self._device(device))
 
     # ------------------------------------------------------------------ history, snapshots
-    def _snapshot(self) -> dict[str, Any]:
+    def _snapshot(self, augment_with_fx_traces: bool = False) -> dict[str, Any]:
         from . import memory
         self._b()
-        return memory._snapshot(_dev._type_device(self.name))
+        return memory._snapshot(_dev._type_device(self.name), augment_with_fx_traces)
 
     def memory_snapshot(self, mempool_id: tuple[int, int] | None = None
                         ) -> list[dict[str, Any]]:
@@ -1378,8 +1378,11 @@ class DeviceModule(Generic[_S, _E]):
         want = tuple(mempool_id)
         return [s for s in segments if tuple(s.get("segment_pool_id", (0, 0))) == want]
 
-    def dump_snapshot(self, path: str | os.PathLike[str] = "dump_snapshot.pickle") -> None:
-        """Pickle the backend's full memory snapshot (every device) to ``path``.
+    def dump_snapshot(self, filename: str | os.PathLike[str] = "dump_snapshot.pickle",
+                      augment_with_fx_traces: bool = False) -> None:
+        """Pickle the backend's full memory snapshot (every device) to ``filename``
+        (PyTorch's ``_dump_snapshot``; ``augment_with_fx_traces=True`` is a ``ValueError``:
+        accelrt runs no torch.fx code).
 
         Example::
 
@@ -1388,12 +1391,13 @@ class DeviceModule(Generic[_S, _E]):
             ...     acc.cpu.dump_snapshot(os.path.join(d, "snap.pickle"))
         """
         from .memory._snapshot import dump_snapshot
-        dump_snapshot(path, self._snapshot())
+        dump_snapshot(filename, self._snapshot(augment_with_fx_traces))
 
     def record_memory_history(self, enabled: str | bool | None = "all",
                               context: str | None = "all", stacks: str = "all",
                               max_entries: int = sys.maxsize, device: DeviceLike = None,
-                              clear_history: bool = False,
+                              clear_history: bool = False, compile_context: bool = False,
+                              global_record_annotations: bool = False,
                               skip_actions: list[str] | None = None) -> None:
         """:func:`accelrt.memory.record_memory_history` on the backend's devices; ``device=None``
         means every device of the backend.
@@ -1405,13 +1409,16 @@ class DeviceModule(Generic[_S, _E]):
             >>> acc.cpu.record_memory_history(None)
         """
         from . import memory
+        memory._torch_only(compile_context=compile_context,
+                           global_record_annotations=global_record_annotations)
         if device is not None:
             targets = [self._device(device)]
         else:
             targets = [_dev._device_obj(self.name, i) for i in range(self._b().device_count())]
         for d in targets:
             memory.record_memory_history(enabled, context, stacks, max_entries, d,
-                                         clear_history, skip_actions)
+                                         clear_history, compile_context,
+                                         global_record_annotations, skip_actions)
 
     # ------------------------------------------------------------------ pinned host pool
     def empty_host_cache(self) -> None:

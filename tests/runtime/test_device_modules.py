@@ -318,7 +318,7 @@ def test_stream_takes_priority_positionally(m: Any) -> None:
         m.Stream(0, greatest - 1)
     # torch.Stream(device=None, *, priority=0) keeps priority keyword-only
     with pytest.raises(TypeError):
-        acc.Stream(f"{name}:0", 0)  # type: ignore[misc]
+        acc.Stream(f"{name}:0", 0)  # type: ignore[call-arg]
 
 
 def test_graph_in_the_module(m: Any) -> None:
