@@ -119,8 +119,18 @@ class Event(_event.Event):
     """Base of the ``Event`` class of every device module (``accelrt.cuda.Event`` is a
     subclass fixed to the cuda backend): an :class:`accelrt.Event` with
     ``torch.cuda.Event``'s signature ``Event(enable_timing=False, blocking=False,
-    interprocess=False)``; the keyword-only ``device`` (an ``int`` is an index of the module's
-    backend) is accelrt's, as ``torch.Event`` has one.
+    interprocess=False, external=False)``; the keyword-only ``device`` (an ``int`` is an index
+    of the module's backend) is accelrt's, as ``torch.Event`` has one.
+
+    ``external=True`` changes what the event does inside a graph capture only, as in PyTorch:
+    a record adds an event record node (every replay records the event, which stays usable
+    outside the graph) and a wait adds an event wait node (every replay waits for the
+    event's latest record), instead of an internal cross-stream dependency of the capture
+    (``cudaEventRecordExternal``/``cudaEventWaitExternal``). Outside a capture it is an
+    ordinary event. A backend without graphs has no capture, so nothing changes there.
+
+    Raises:
+        TypeError: a flag is not a ``bool``.
 
     Example::
 
@@ -133,9 +143,13 @@ class Event(_event.Event):
     __slots__ = ()
 
     def __init__(self, enable_timing: bool = False, blocking: bool = False,
-                 interprocess: bool = False, *, device: DeviceLike = None) -> None:
+                 interprocess: bool = False, external: bool = False, *,
+                 device: DeviceLike = None) -> None:
         super().__init__(device, enable_timing=enable_timing, blocking=blocking,
                          interprocess=interprocess)
+        if _event._check_flag("external", external):
+            self._rec = self._b.event_record_external
+            self._wt = self._b.stream_wait_event_external
 
 
 class Stream(_stream.Stream):

@@ -69,12 +69,14 @@ CORRECT = [
     'acc.memory.record_memory_history("all", "all", "all", 10, None, False, False, False, [])',
     'acc.memory.dump_snapshot(filename="s.pickle", augment_with_fx_traces=False)',
     'acc.cpu.dump_snapshot(filename="s.pickle", augment_with_fx_traces=False)',
+    "ev = [acc.cuda.Event(False, False, False, True), acc.cpu.Event(external=True)]",
 ]
 
 # Calls that must be type errors, with the error code expected on their line.
 NEGATIVE = [
     ('acc.Stream(priority="high")', "arg-type"),
     ('acc.Stream("cpu:0", 0)', "call-arg"),
+    ('acc.cpu.Event(external="yes")', "arg-type"),
     ("acc.Stream(device=1.5)", "arg-type"),
     ('acc.Event(enable_timing="yes")', "arg-type"),
     ("acc.set_stream(1)", "arg-type"),
