@@ -36,6 +36,7 @@ import collections
 import contextlib
 import sys
 import threading
+import types
 import warnings
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
@@ -456,6 +457,8 @@ class DeviceModule(Generic[_S, _E]):
         self.device_index = device_index
         self.Graph = graph_class
         self.graph = graph
+        #: ``torch.cuda.memory`` of this module (:class:`MemoryModule`).
+        self.memory = MemoryModule(self)
 
     @property
     def MemPool(self) -> type[_MemPool]:  # noqa: N802 - torch.cuda.MemPool's name
@@ -1504,10 +1507,76 @@ _modules_lock = reinit_after_fork(threading.Lock())
 _BUILTIN = {"cpu": "accelrt.cpu", "cuda": "accelrt.cuda", "opencl": "accelrt.opencl"}
 
 
+#: ``torch.cuda.memory``'s public names that a :class:`MemoryModule` takes from its device
+#: module (those the device module has).
+_MEMORY_NAMES = (
+    "caching_allocator_alloc", "caching_allocator_delete", "change_current_allocator",
+    "empty_cache", "get_allocator_backend", "get_per_process_memory_fraction",
+    "host_memory_stats", "list_gpu_processes", "max_memory_allocated", "max_memory_cached",
+    "max_memory_reserved", "mem_get_info", "memory_allocated", "memory_cached",
+    "memory_reserved", "memory_snapshot", "memory_stats", "memory_stats_as_nested_dict",
+    "memory_summary", "reset_accumulated_host_memory_stats", "reset_accumulated_memory_stats",
+    "reset_max_memory_allocated", "reset_max_memory_cached", "reset_peak_host_memory_stats",
+    "reset_peak_memory_stats", "set_per_process_memory_fraction", "use_mem_pool", "MemPool",
+    "CUDAPluggableAllocator", "OutOfMemoryError",
+)
+
+
+class MemoryModule(types.ModuleType):
+    """``torch.cuda.memory`` for one device module: ``accelrt.cuda.memory`` (importable as
+    ``import accelrt.cuda.memory``) has the device module's memory functions and PyTorch's
+    private-but-used ``_record_memory_history``, ``_snapshot`` and ``_dump_snapshot``, fixed
+    to the module's backend.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> acc.cpu.memory._record_memory_history(max_entries=100)
+        >>> sorted(acc.cpu.memory._snapshot())[:2]
+        ['allocator_settings', 'device_traces']
+        >>> acc.cpu.memory._record_memory_history(None)
+    """
+
+    def __init__(self, dm: DeviceModule[Any, Any]) -> None:
+        super().__init__(f"{dm.module}.memory", f"``torch.cuda.memory`` of {dm.module}.")
+        self._dm = dm
+        for name in _MEMORY_NAMES:
+            if hasattr(dm, name):
+                setattr(self, name, getattr(dm, name))
+
+    def _record_memory_history(self, enabled: str | bool | None = "all",
+                               context: str | None = "all", stacks: str = "all",
+                               max_entries: int = sys.maxsize, device: DeviceLike = None,
+                               clear_history: bool = False, compile_context: bool = False,
+                               global_record_annotations: bool = False,
+                               skip_actions: list[str] | None = None) -> None:
+        """``torch.cuda.memory._record_memory_history`` (see
+        :func:`accelrt.memory.record_memory_history`); ``device=None``: every device of the
+        backend."""
+        self._dm.record_memory_history(enabled, context, stacks, max_entries, device,
+                                       clear_history, compile_context,
+                                       global_record_annotations, skip_actions)
+
+    def _snapshot(self, device: DeviceLike = None, augment_with_fx_traces: bool = False
+                  ) -> dict[str, Any]:
+        """``torch.cuda.memory._snapshot``: the backend's full snapshot (every device, as
+        PyTorch's; ``device`` is checked to be one of the backend's)."""
+        if device is not None:
+            self._dm._device(device)
+        return self._dm._snapshot(augment_with_fx_traces)
+
+    def _dump_snapshot(self, filename: str | os.PathLike[str] = "dump_snapshot.pickle",
+                       augment_with_fx_traces: bool = False) -> None:
+        """``torch.cuda.memory._dump_snapshot``: pickle :meth:`_snapshot` to ``filename``."""
+        self._dm.dump_snapshot(filename, augment_with_fx_traces)
+
+
 def _register(m: DeviceModule[_S, _E]) -> DeviceModule[_S, _E]:
-    """Record the :class:`DeviceModule` of a built-in device module (called at its import)."""
+    """Record the :class:`DeviceModule` of a built-in device module (called at its import)
+    and make its ``memory`` submodule importable (``import accelrt.cuda.memory``)."""
     with _modules_lock:
         _modules[m.name] = m
+    sys.modules[m.memory.__name__] = m.memory
     return m
 
 
