@@ -44,7 +44,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from ._errors import AcceleratorValueError, BackendUnavailableError
+from ._errors import AcceleratorValueError, BackendUnavailableError, CaptureNotSupportedError
 from ._fork import reinit_after_fork
 from ._handles import DevicePtr, EventHandle, GraphHandle, StreamHandle
 
@@ -499,6 +499,36 @@ class Backend(abc.ABC):
                            end: EventHandle) -> float:
         """Milliseconds between two completed, timing-enabled events."""
         raise _abstract("event_elapsed_time")
+
+    def event_record_external(self, index: int, event: EventHandle,
+                              stream: StreamHandle) -> None:
+        """Record an event made with ``external=True`` (``torch.cuda.Event(external=True)``).
+
+        Outside a graph capture this is :meth:`event_record`. Inside one it adds an event
+        record node (``cudaEventRecordExternal``): every replay records the event, which stays
+        usable outside the graph, instead of an internal cross-stream dependency of the
+        capture. The default does :meth:`event_record` where ``stream`` is not capturing and
+        raises :class:`~accelrt.CaptureNotSupportedError` where it is; a backend with graphs
+        overrides it."""
+        if self.stream_is_capturing(index, stream):
+            raise CaptureNotSupportedError(
+                f"the {self.name} backend cannot record an external event inside a graph "
+                "capture; record it outside the capture, or use an event made with "
+                "external=False")
+        self.event_record(index, event, stream)
+
+    def stream_wait_event_external(self, index: int, stream: StreamHandle,
+                                   event: EventHandle) -> None:
+        """:meth:`stream_wait_event` for an event made with ``external=True``: inside a graph
+        capture an event wait node (``cudaEventWaitExternal``) that waits, at every replay,
+        for the event's latest record. The default does :meth:`stream_wait_event` where
+        ``stream`` is not capturing and raises :class:`~accelrt.CaptureNotSupportedError`
+        where it is; a backend with graphs overrides it."""
+        if self.stream_is_capturing(index, stream):
+            raise CaptureNotSupportedError(
+                f"the {self.name} backend cannot wait on an external event inside a graph "
+                "capture; wait outside the capture, or use an event made with external=False")
+        self.stream_wait_event(index, stream, event)
 
     def event_ipc_handle(self, index: int, event: EventHandle) -> bytes:
         """Interprocess handle of an event made with ``interprocess=True``

@@ -94,6 +94,7 @@ class Event:
         "_q",
         "_rec",
         "_timing",
+        "_wt",
     )
 
     #: Fixed backend name for device-specific subclasses (``accelrt.cpu.Event``).
@@ -132,6 +133,7 @@ class Event:
         self._index = index
         self._key = None if index is None else (b.name, index)
         self._rec = b.event_record
+        self._wt = b.stream_wait_event
         self._q = b.event_query
 
     def _bind(self, index: int) -> tuple[str, int]:
@@ -328,7 +330,7 @@ class Event:
         h = self._handle
         if h:
             _lazy_init(b, stream._index)
-            b.stream_wait_event(stream._index, stream._handle, h)
+            self._wt(stream._index, stream._handle, h)
 
     def elapsed_time(self, end_event: Event) -> float:
         """Milliseconds between this event's and ``end_event``'s records.

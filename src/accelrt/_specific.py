@@ -36,6 +36,7 @@ import collections
 import contextlib
 import sys
 import threading
+import types
 import warnings
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
@@ -119,8 +120,18 @@ class Event(_event.Event):
     """Base of the ``Event`` class of every device module (``accelrt.cuda.Event`` is a
     subclass fixed to the cuda backend): an :class:`accelrt.Event` with
     ``torch.cuda.Event``'s signature ``Event(enable_timing=False, blocking=False,
-    interprocess=False)``; the keyword-only ``device`` (an ``int`` is an index of the module's
-    backend) is accelrt's, as ``torch.Event`` has one.
+    interprocess=False, external=False)``; the keyword-only ``device`` (an ``int`` is an index
+    of the module's backend) is accelrt's, as ``torch.Event`` has one.
+
+    ``external=True`` changes what the event does inside a graph capture only, as in PyTorch:
+    a record adds an event record node (every replay records the event, which stays usable
+    outside the graph) and a wait adds an event wait node (every replay waits for the
+    event's latest record), instead of an internal cross-stream dependency of the capture
+    (``cudaEventRecordExternal``/``cudaEventWaitExternal``). Outside a capture it is an
+    ordinary event. A backend without graphs has no capture, so nothing changes there.
+
+    Raises:
+        TypeError: a flag is not a ``bool``.
 
     Example::
 
@@ -133,9 +144,13 @@ class Event(_event.Event):
     __slots__ = ()
 
     def __init__(self, enable_timing: bool = False, blocking: bool = False,
-                 interprocess: bool = False, *, device: DeviceLike = None) -> None:
+                 interprocess: bool = False, external: bool = False, *,
+                 device: DeviceLike = None) -> None:
         super().__init__(device, enable_timing=enable_timing, blocking=blocking,
                          interprocess=interprocess)
+        if _event._check_flag("external", external):
+            self._rec = self._b.event_record_external
+            self._wt = self._b.stream_wait_event_external
 
 
 class Stream(_stream.Stream):
@@ -143,7 +158,9 @@ class Stream(_stream.Stream):
     subclass fixed to the cuda backend): an :class:`accelrt.Stream` whose ``int`` device means
     an index of that backend, with ``torch.cuda.Stream``'s extras :meth:`is_capturing` and
     :meth:`priority_range`. A ``None`` device or a negative index means the backend's current
-    device, as in PyTorch.
+    device, as in PyTorch. The signature is ``torch.cuda.Stream``'s ``Stream(device=None,
+    priority=0)`` (``acc.cuda.Stream("cuda:0", -1)``); :class:`accelrt.Stream` keeps
+    ``torch.Stream``'s keyword-only ``priority``.
 
     Example::
 
@@ -161,7 +178,7 @@ class Stream(_stream.Stream):
     #: The device module's ``Event`` class (what :meth:`record_event` makes).
     _event_class: ClassVar[type[Event]] = Event
 
-    def __init__(self, device: DeviceLike = None, *, priority: int = 0,
+    def __init__(self, device: DeviceLike = None, priority: int = 0, *,
                  stream_id: int | None = None, device_index: int | None = None,
                  device_type: str | None = None) -> None:
         name = self._backend_name
@@ -440,6 +457,8 @@ class DeviceModule(Generic[_S, _E]):
         self.device_index = device_index
         self.Graph = graph_class
         self.graph = graph
+        #: ``torch.cuda.memory`` of this module (:class:`MemoryModule`).
+        self.memory = MemoryModule(self)
 
     @property
     def MemPool(self) -> type[_MemPool]:  # noqa: N802 - torch.cuda.MemPool's name
@@ -1349,10 +1368,10 @@ class DeviceModule(Generic[_S, _E]):
         return memory.use_mem_pool(pool, self._device(device))
 
     # ------------------------------------------------------------------ history, snapshots
-    def _snapshot(self) -> dict[str, Any]:
+    def _snapshot(self, augment_with_fx_traces: bool = False) -> dict[str, Any]:
         from . import memory
         self._b()
-        return memory._snapshot(_dev._type_device(self.name))
+        return memory._snapshot(_dev._type_device(self.name), augment_with_fx_traces)
 
     def memory_snapshot(self, mempool_id: tuple[int, int] | None = None
                         ) -> list[dict[str, Any]]:
@@ -1376,8 +1395,11 @@ class DeviceModule(Generic[_S, _E]):
         want = tuple(mempool_id)
         return [s for s in segments if tuple(s.get("segment_pool_id", (0, 0))) == want]
 
-    def dump_snapshot(self, path: str | os.PathLike[str] = "dump_snapshot.pickle") -> None:
-        """Pickle the backend's full memory snapshot (every device) to ``path``.
+    def dump_snapshot(self, filename: str | os.PathLike[str] = "dump_snapshot.pickle",
+                      augment_with_fx_traces: bool = False) -> None:
+        """Pickle the backend's full memory snapshot (every device) to ``filename``
+        (PyTorch's ``_dump_snapshot``; ``augment_with_fx_traces=True`` is a ``ValueError``:
+        accelrt runs no torch.fx code).
 
         Example::
 
@@ -1386,12 +1408,13 @@ class DeviceModule(Generic[_S, _E]):
             ...     acc.cpu.dump_snapshot(os.path.join(d, "snap.pickle"))
         """
         from .memory._snapshot import dump_snapshot
-        dump_snapshot(path, self._snapshot())
+        dump_snapshot(filename, self._snapshot(augment_with_fx_traces))
 
     def record_memory_history(self, enabled: str | bool | None = "all",
                               context: str | None = "all", stacks: str = "all",
                               max_entries: int = sys.maxsize, device: DeviceLike = None,
-                              clear_history: bool = False,
+                              clear_history: bool = False, compile_context: bool = False,
+                              global_record_annotations: bool = False,
                               skip_actions: list[str] | None = None) -> None:
         """:func:`accelrt.memory.record_memory_history` on the backend's devices; ``device=None``
         means every device of the backend.
@@ -1403,13 +1426,16 @@ class DeviceModule(Generic[_S, _E]):
             >>> acc.cpu.record_memory_history(None)
         """
         from . import memory
+        memory._torch_only(compile_context=compile_context,
+                           global_record_annotations=global_record_annotations)
         if device is not None:
             targets = [self._device(device)]
         else:
             targets = [_dev._device_obj(self.name, i) for i in range(self._b().device_count())]
         for d in targets:
             memory.record_memory_history(enabled, context, stacks, max_entries, d,
-                                         clear_history, skip_actions)
+                                         clear_history, compile_context,
+                                         global_record_annotations, skip_actions)
 
     # ------------------------------------------------------------------ pinned host pool
     def empty_host_cache(self) -> None:
@@ -1481,10 +1507,76 @@ _modules_lock = reinit_after_fork(threading.Lock())
 _BUILTIN = {"cpu": "accelrt.cpu", "cuda": "accelrt.cuda", "opencl": "accelrt.opencl"}
 
 
+#: ``torch.cuda.memory``'s public names that a :class:`MemoryModule` takes from its device
+#: module (those the device module has).
+_MEMORY_NAMES = (
+    "caching_allocator_alloc", "caching_allocator_delete", "change_current_allocator",
+    "empty_cache", "get_allocator_backend", "get_per_process_memory_fraction",
+    "host_memory_stats", "list_gpu_processes", "max_memory_allocated", "max_memory_cached",
+    "max_memory_reserved", "mem_get_info", "memory_allocated", "memory_cached",
+    "memory_reserved", "memory_snapshot", "memory_stats", "memory_stats_as_nested_dict",
+    "memory_summary", "reset_accumulated_host_memory_stats", "reset_accumulated_memory_stats",
+    "reset_max_memory_allocated", "reset_max_memory_cached", "reset_peak_host_memory_stats",
+    "reset_peak_memory_stats", "set_per_process_memory_fraction", "use_mem_pool", "MemPool",
+    "CUDAPluggableAllocator", "OutOfMemoryError",
+)
+
+
+class MemoryModule(types.ModuleType):
+    """``torch.cuda.memory`` for one device module: ``accelrt.cuda.memory`` (importable as
+    ``import accelrt.cuda.memory``) has the device module's memory functions and PyTorch's
+    private-but-used ``_record_memory_history``, ``_snapshot`` and ``_dump_snapshot``, fixed
+    to the module's backend.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> acc.cpu.memory._record_memory_history(max_entries=100)
+        >>> sorted(acc.cpu.memory._snapshot())[:2]
+        ['allocator_settings', 'device_traces']
+        >>> acc.cpu.memory._record_memory_history(None)
+    """
+
+    def __init__(self, dm: DeviceModule[Any, Any]) -> None:
+        super().__init__(f"{dm.module}.memory", f"``torch.cuda.memory`` of {dm.module}.")
+        self._dm = dm
+        for name in _MEMORY_NAMES:
+            if hasattr(dm, name):
+                setattr(self, name, getattr(dm, name))
+
+    def _record_memory_history(self, enabled: str | bool | None = "all",
+                               context: str | None = "all", stacks: str = "all",
+                               max_entries: int = sys.maxsize, device: DeviceLike = None,
+                               clear_history: bool = False, compile_context: bool = False,
+                               global_record_annotations: bool = False,
+                               skip_actions: list[str] | None = None) -> None:
+        """``torch.cuda.memory._record_memory_history`` (see
+        :func:`accelrt.memory.record_memory_history`); ``device=None``: every device of the
+        backend."""
+        self._dm.record_memory_history(enabled, context, stacks, max_entries, device,
+                                       clear_history, compile_context,
+                                       global_record_annotations, skip_actions)
+
+    def _snapshot(self, device: DeviceLike = None, augment_with_fx_traces: bool = False
+                  ) -> dict[str, Any]:
+        """``torch.cuda.memory._snapshot``: the backend's full snapshot (every device, as
+        PyTorch's; ``device`` is checked to be one of the backend's)."""
+        if device is not None:
+            self._dm._device(device)
+        return self._dm._snapshot(augment_with_fx_traces)
+
+    def _dump_snapshot(self, filename: str | os.PathLike[str] = "dump_snapshot.pickle",
+                       augment_with_fx_traces: bool = False) -> None:
+        """``torch.cuda.memory._dump_snapshot``: pickle :meth:`_snapshot` to ``filename``."""
+        self._dm.dump_snapshot(filename, augment_with_fx_traces)
+
+
 def _register(m: DeviceModule[_S, _E]) -> DeviceModule[_S, _E]:
-    """Record the :class:`DeviceModule` of a built-in device module (called at its import)."""
+    """Record the :class:`DeviceModule` of a built-in device module (called at its import)
+    and make its ``memory`` submodule importable (``import accelrt.cuda.memory``)."""
     with _modules_lock:
         _modules[m.name] = m
+    sys.modules[m.memory.__name__] = m.memory
     return m
 
 

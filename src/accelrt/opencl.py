@@ -298,6 +298,7 @@ use_mem_pool = _m.use_mem_pool
 memory_snapshot = _m.memory_snapshot
 dump_snapshot = _m.dump_snapshot
 record_memory_history = _m.record_memory_history
+memory = _m.memory
 empty_host_cache = _m.empty_host_cache
 host_memory_stats = _m.host_memory_stats
 reset_peak_host_memory_stats = _m.reset_peak_host_memory_stats

@@ -91,7 +91,7 @@ OUTPUTS = {  # number of values each driver function returns after its CUresult
     "cuMemsetD32Async": 0, "cuCtxGetStreamPriorityRange": 2, "cuStreamCreateWithPriority": 1,
     "cuStreamDestroy": 0, "cuStreamQuery": 0, "cuStreamSynchronize": 0, "cuStreamWaitEvent": 0,
     "cuStreamGetCtx": 1, "cuLaunchHostFunc": 0, "cuEventCreate": 1, "cuEventDestroy": 0,
-    "cuEventRecord": 0, "cuEventQuery": 0, "cuEventSynchronize": 0, "cuEventElapsedTime": 1,
+    "cuEventRecord": 0, "cuEventRecordWithFlags": 0, "cuEventQuery": 0, "cuEventSynchronize": 0, "cuEventElapsedTime": 1,
     "cuIpcGetEventHandle": 1, "cuIpcOpenEventHandle": 1, "cuStreamBeginCapture": 0,
     "cuStreamEndCapture": 1, "cuGraphInstantiate": 1, "cuGraphLaunch": 0,
     "cuGraphExecDestroy": 0, "cuGraphDestroy": 0, "cuStreamIsCapturing": 1,
@@ -298,6 +298,12 @@ ERROR_PATHS: list[tuple[str, str, Callable[[Any, dict[str, int]], Any]]] = [
     ("event_create", "cuEventCreate", lambda b, o: b.event_create(0, False, True, False)),
     ("event_destroy", "cuEventDestroy", lambda b, o: b.event_destroy(0, o["ev"])),
     ("event_record", "cuEventRecord", lambda b, o: b.event_record(0, o["ev"], o["s"])),
+    ("event_record_external", "cuEventRecordWithFlags",
+     lambda b, o: (b.graph_capture_begin(0, o["s"]),
+                   b.event_record_external(0, o["ev"], o["s"]))),
+    ("stream_wait_event_external", "cuStreamWaitEvent",
+     lambda b, o: (b.graph_capture_begin(0, o["s"]),
+                   b.stream_wait_event_external(0, o["s"], o["ev"]))),
     ("event_query", "cuEventQuery", lambda b, o: b.event_query(0, o["ev"])),
     ("event_synchronize", "cuEventSynchronize", lambda b, o: b.event_synchronize(0, o["ev"])),
     ("event_elapsed_time", "cuEventElapsedTime",
@@ -1464,3 +1470,31 @@ def test_unknown_stream_handle_at_an_unmapped_address_is_refused_before_the_driv
     m.close()                                   # unmapped now
     assert not address_is_mapped(addr)
     assert not address_is_mapped(0xDEAD0) and not address_is_mapped(-8)
+
+
+def test_external_events_take_the_external_flags_inside_a_capture(
+        fake: tuple[Any, FakeDriver]) -> None:
+    # torch.cuda.Event(external=True): cudaEventRecordExternal / cudaEventWaitExternal while
+    # the stream captures (the flags are invalid outside a capture)
+    b, drv = fake
+    o = _objs(b)
+
+    def ev_calls() -> list[tuple[str, list[int]]]:
+        names = ("cuEventRecord", "cuEventRecordWithFlags", "cuStreamWaitEvent")
+        return [(n, [int(a) for a in args]) for n, args in drv.calls if n in names][-2:]
+
+    b.event_record_external(0, o["ev2"], o["s"])
+    b.stream_wait_event_external(0, o["s"], o["ev2"])
+    assert ev_calls() == [
+        ("cuEventRecord", [o["ev2"], o["s"]]), ("cuStreamWaitEvent", [o["s"], o["ev2"], 0])]
+    b.graph_capture_begin(0, o["s"])
+    b.event_record_external(0, o["ev2"], o["s"])
+    b.stream_wait_event_external(0, o["s"], o["ev"])
+    assert ev_calls() == [
+        ("cuEventRecordWithFlags", [o["ev2"], o["s"], 1]),
+        ("cuStreamWaitEvent", [o["s"], o["ev"], 1])]
+    assert b.event_query(0, o["ev2"]) is True   # a record node: still usable outside
+    b.event_record(0, o["ev"], o["s"])          # an internal record: not until the end
+    with pytest.raises(acc.DeviceError, match="inside a graph capture"):
+        b.event_query(0, o["ev"])
+    b.graph_capture_end(0, o["s"])

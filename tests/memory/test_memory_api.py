@@ -52,7 +52,12 @@ def test_signatures_match_pytorch() -> None:
         assert param.kind is inspect.Parameter.POSITIONAL_ONLY, name
     params = inspect.signature(memory.record_memory_history).parameters
     assert list(params) == ["enabled", "context", "stacks", "max_entries", "device",
-                            "clear_history", "skip_actions"]
+                            "clear_history", "compile_context", "global_record_annotations",
+                            "skip_actions"]   # torch 2.14's _record_memory_history_impl
+    assert list(inspect.signature(memory._snapshot).parameters) == [
+        "device", "augment_with_fx_traces"]
+    assert list(inspect.signature(memory.dump_snapshot).parameters) == [
+        "filename", "augment_with_fx_traces"]
     assert list(inspect.signature(memory.caching_allocator_alloc).parameters) == [
         "size", "device", "stream"]
     assert list(inspect.signature(memory.memory_summary).parameters) == ["device", "abbreviated"]

@@ -253,3 +253,36 @@ def test_snapshot_agrees_with_stats_and_replays(tmp_path_factory, steps, expanda
     assert r["peak_reserved_bytes"] == stats["reserved_bytes.all.peak"]
     for p in live:
         a.free(p)
+
+
+def test_history_and_snapshot_take_torch_2_14_parameters(dev: str, tmp_path) -> None:
+    import accelrt as acc
+    d0 = f"{dev}:0"
+    # torch 2.14's positional order: ..., clear_history, compile_context,
+    # global_record_annotations, skip_actions
+    memory.record_memory_history("all", "all", "all", 100, d0, True, False, False,
+                                 ["free_completed"])
+    memory.caching_allocator_delete(memory.caching_allocator_alloc(MiB, d0))
+    snap = memory._snapshot(dev, augment_with_fx_traces=False)
+    actions = [e["action"] for e in snap["device_traces"][0]]
+    assert "free_requested" in actions and "free_completed" not in actions
+    # _dump_snapshot(filename=..., augment_with_fx_traces=False) on the module and a device module
+    memory.dump_snapshot(filename=tmp_path / "m.pickle", augment_with_fx_traces=False)
+    acc.cpu.dump_snapshot(filename=tmp_path / "c.pickle", augment_with_fx_traces=False)
+    for name in ("m.pickle", "c.pickle"):
+        with open(tmp_path / name, "rb") as f:
+            assert "segments" in pickle.load(f)
+    acc.cpu.record_memory_history(None, compile_context=False, global_record_annotations=False)
+    # what cannot apply here: a clear ValueError naming the parameter and the fix
+    for call in (lambda: memory.record_memory_history(device=d0, compile_context=True),
+                 lambda: memory.record_memory_history(device=d0, global_record_annotations=True),
+                 lambda: acc.cpu.record_memory_history(compile_context=True),
+                 lambda: memory._snapshot(dev, augment_with_fx_traces=True),
+                 lambda: memory.dump_snapshot(tmp_path / "x.pickle", True),
+                 lambda: acc.cpu.dump_snapshot(tmp_path / "x.pickle", True)):
+        with pytest.raises(ValueError, match=r"=True is not supported.*=False \(the default\)"):
+            call()
+    assert not (tmp_path / "x.pickle").exists()
+    with pytest.raises(TypeError, match="compile_context must be a bool"):
+        memory.record_memory_history(device=d0, compile_context="yes")  # type: ignore[arg-type]
+    memory.record_memory_history(None, device=d0)

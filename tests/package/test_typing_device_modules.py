@@ -22,6 +22,7 @@ MODULES = ("cpu", "cuda", "opencl")
 #: Calls whose results a user would use, per module ``{m}``.
 CALLS = [
     "{m}.current_stream()", "{m}.default_stream(0)", "{m}.Stream(priority=0)",
+    "{m}.Stream(0, 0)",
     "{m}.Stream().record_event()", "{m}.Event()", "{m}.Event(True, device=0)", "{m}.Stream.priority_range()",
     "{m}.Stream().is_capturing()", "{m}.current_device()", "{m}.device(0)",
     "{m}.device_of(None)", "{m}.stream(None)", "{m}.StreamContext(None)", "{m}.device_count()",
@@ -97,6 +98,7 @@ def test_mypy_rejects_misuse_of_device_module_names(tmp_path: Path) -> None:
     pytest.importorskip("mypy")
     bad_calls = [
         'acc.cuda.Stream(priority="high")',
+        'acc.cpu.Stream(0, "high")',
         "acc.cpu.memory_allocated(1.5)",
         "acc.opencl.set_device([0])",
         'acc.cuda.manual_seed("7")',

@@ -64,11 +64,22 @@ CORRECT = [
     "with acc.device(\"cpu:0\") as dev: print(z, dev, acc.randn(2, 3))",
     "acc.set_default_device(None)",
     "dd: acc.device = acc.get_default_device()",
+    # torch 2.14's names: torch.cuda.Stream's positional priority, the history parameters
+    'cs = [acc.cpu.Stream("cpu:0", 0), acc.cpu.Stream(None, 0)]',
+    'acc.memory.record_memory_history("all", "all", "all", 10, None, False, False, False, [])',
+    'acc.memory.dump_snapshot(filename="s.pickle", augment_with_fx_traces=False)',
+    'acc.cpu.dump_snapshot(filename="s.pickle", augment_with_fx_traces=False)',
+    "ev = [acc.cuda.Event(False, False, False, True), acc.cpu.Event(external=True)]",
+    'acc.cuda.memory._dump_snapshot(filename="s.pickle", augment_with_fx_traces=False)',
+    "sn: dict[str, object] = acc.opencl.memory._snapshot(0)",
 ]
 
 # Calls that must be type errors, with the error code expected on their line.
 NEGATIVE = [
     ('acc.Stream(priority="high")', "arg-type"),
+    ('acc.Stream("cpu:0", 0)', "call-arg"),
+    ('acc.cpu.Event(external="yes")', "arg-type"),
+    ("acc.cuda.memory._record_memory_history(max_entries=1.5)", "arg-type"),
     ("acc.Stream(device=1.5)", "arg-type"),
     ('acc.Event(enable_timing="yes")', "arg-type"),
     ("acc.set_stream(1)", "arg-type"),

@@ -307,6 +307,20 @@ def test_stream_capture_queries_and_priority_range(m: Any) -> None:
         m.Stream(priority=greatest - 1)
 
 
+def test_stream_takes_priority_positionally(m: Any) -> None:
+    # torch.cuda.Stream(device=None, priority=0, **kwargs): the priority may be positional
+    least, greatest = m.Stream.priority_range()
+    name = _name(m)
+    s = m.Stream(f"{name}:0", greatest)
+    assert s.priority == greatest and s.device_index == 0
+    assert m.Stream(None, least).priority == least
+    with pytest.raises(ValueError, match="out of range"):
+        m.Stream(0, greatest - 1)
+    # torch.Stream(device=None, *, priority=0) keeps priority keyword-only
+    with pytest.raises(TypeError):
+        acc.Stream(f"{name}:0", 0)  # type: ignore[call-arg]
+
+
 def test_graph_in_the_module(m: Any) -> None:
     name = _name(m)
     g = m.Graph()
@@ -592,3 +606,27 @@ def test_backend_replaced_under_the_same_name_is_followed() -> None:
     with _backend._lock:
         for d in (_backend._factories, _backend._instances, _backend._failures):
             d.pop(name, None)
+
+
+@pytest.mark.parametrize("mod", ["cpu", "cuda", "opencl"])
+def test_memory_submodule_has_torch_cuda_memory_names(mod: str, tmp_path: Any) -> None:
+    # torch.cuda.memory._record_memory_history / _snapshot / _dump_snapshot, importable
+    import importlib
+    m = getattr(acc, mod)
+    mm = importlib.import_module(f"accelrt.{mod}.memory")
+    assert mm is m.memory and mm.__name__ == f"accelrt.{mod}.memory"
+    assert mm.memory_allocated == m.memory_allocated and mm.MemPool is acc.memory.MemPool
+    if not m.is_available():
+        with pytest.raises(acc.BackendUnavailableError):
+            mm._snapshot()
+        return
+    mm._record_memory_history("all", "all", "all", 1000, None, True, False, False, None)
+    p = m.caching_allocator_alloc(4096, 0)
+    m.caching_allocator_delete(p)
+    snap = mm._snapshot(0, augment_with_fx_traces=False)
+    assert any(e["action"] == "alloc" and e["addr"] == p for e in snap["device_traces"][0])
+    mm._dump_snapshot(filename=str(tmp_path / "s.pickle"))
+    assert (tmp_path / "s.pickle").stat().st_size > 0
+    with pytest.raises(ValueError, match="compile_context=True is not supported"):
+        mm._record_memory_history(compile_context=True)
+    mm._record_memory_history(None)

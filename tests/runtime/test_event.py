@@ -285,3 +285,50 @@ def test_device_module_event_opens_an_ipc_handle() -> None:
     e.record()
     opened = acc.cpu.Event.from_ipc_handle("cpu", e.ipc_handle())
     assert type(opened) is acc.cpu.Event and opened.query()
+
+
+_EXT = "evext"
+acc.backends.register(_EXT, lambda: CpuBackend(num_devices=1, async_streams=True, name=_EXT))
+
+
+def test_external_event_is_a_record_node_of_a_capture() -> None:
+    # torch.cuda.Event(enable_timing, blocking, interprocess, external): inside a capture an
+    # external event is recorded at every replay and stays usable outside the capture
+    from helpers.gates import Gate
+
+    m = acc.backends.device_module(_EXT)
+    b = _backend.get_backend(_EXT)
+    s, side = m.Stream(0), m.Stream(0)
+    ext, internal = m.Event(False, False, False, True), m.Event()
+    g = m.Graph()
+    with Gate() as gate:
+        with m.graph(g, stream=s):
+            b.launch_host_func(0, gate, s.stream_id)
+            ext.record()
+            internal.record()
+            assert ext.query() is True   # a record node: not one of the capture's events
+            with pytest.raises(acc.DeviceError, match="open graph capture"):
+                internal.query()
+            ext.wait(side)               # an external event never joins a stream to it
+            assert not side.is_capturing()
+        assert ext.query() is True       # captured, not run
+        with s:
+            g.replay()
+        assert ext.query() is False      # the replay recorded it behind the closed gate
+        gate.open()
+        ext.synchronize()
+        assert ext.query() is True
+    with pytest.raises(TypeError, match="external must be a bool"):
+        m.Event(external=1)  # type: ignore[arg-type]
+
+
+def test_external_event_is_an_ordinary_event_outside_a_capture() -> None:
+    name, _toy = register_toy()
+    m = acc.backends.device_module(name)
+    s = m.Stream(0)
+    e = m.Event(external=True)
+    e.record(s)
+    e.wait(m.Stream(0))
+    e.synchronize()
+    assert e.query() is True
+    assert acc.cpu.Event(external=False).query() is True

@@ -326,9 +326,34 @@ def memory_summary(device: DeviceLike = None, abbreviated: bool = False) -> str:
 
 # ---------------------------------------------------------------------- history and snapshots
 
+#: What each torch-only option of the history and snapshot functions would need.
+_TORCH_ONLY = {
+    "compile_context": "records torch.compile's compile context on each trace entry, and "
+                       "accelrt runs no torch.compile",
+    "global_record_annotations": "records torch.profiler.record_function ranges of every "
+                                 "thread, and accelrt has no record_function ranges",
+    "augment_with_fx_traces": "maps the frames of torch.fx generated code back to the model "
+                              "source, and accelrt runs no torch.fx code",
+}
+
+
+def _torch_only(**flags: bool) -> None:
+    """Accept torch 2.14's parameters that cannot apply to accelrt at their default
+    (``False``); raise for ``True`` (a ``ValueError``) or a non-bool (a ``TypeError``)."""
+    for name, value in flags.items():
+        if value is False:
+            continue
+        if not isinstance(value, bool):
+            raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+        raise ValueError(f"{name}=True is not supported: in PyTorch it {_TORCH_ONLY[name]}; "
+                         f"pass {name}=False (the default)")
+
+
 def record_memory_history(enabled: str | bool | None = "all", context: str | None = "all",
                           stacks: str = "all", max_entries: int = sys.maxsize,
                           device: DeviceLike = None, clear_history: bool = False,
+                          compile_context: bool = False,
+                          global_record_annotations: bool = False,
                           skip_actions: list[str] | None = None) -> None:
     """Start or stop recording allocator history (PyTorch's ``_record_memory_history``).
 
@@ -343,10 +368,15 @@ def record_memory_history(enabled: str | bool | None = "all", context: str | Non
         max_entries: size of the trace ring buffer (the oldest entries are dropped).
         device: one device, or ``None`` for every device of the current accelerator.
         clear_history: drop what was recorded so far.
+        compile_context: must be ``False`` (torch 2.14's parameter: torch.compile context,
+            which accelrt does not have).
+        global_record_annotations: must be ``False`` (torch 2.14's parameter: record_function
+            annotations of every thread, which accelrt does not have).
         skip_actions: trace actions not to record, e.g. ``["free_completed"]``.
 
     Raises:
-        TypeError/ValueError: an argument has a wrong type or value.
+        TypeError/ValueError: an argument has a wrong type or value (``compile_context=True``
+            and ``global_record_annotations=True`` are a ``ValueError``).
 
     Example::
 
@@ -354,6 +384,8 @@ def record_memory_history(enabled: str | bool | None = "all", context: str | Non
         >>> memory.record_memory_history(max_entries=1000, device="cpu:0")
         >>> memory.record_memory_history(None, device="cpu:0")
     """
+    _torch_only(compile_context=compile_context,
+                global_record_annotations=global_record_annotations)
     if skip_actions is not None and (isinstance(skip_actions, str) or not all(
             isinstance(s, str) for s in skip_actions)):
         raise TypeError("skip_actions must be a list of action names such as "
@@ -387,12 +419,15 @@ def _settings_dict() -> dict[str, Any]:
     }
 
 
-def _snapshot(device: DeviceLike = None) -> dict[str, Any]:
+def _snapshot(device: DeviceLike = None, augment_with_fx_traces: bool = False
+              ) -> dict[str, Any]:
     """The full snapshot of the device's backend: every device's segments and trace.
 
     Returns a plain dict ``{"segments", "device_traces", "allocator_settings",
     "external_annotations", "library_roots"}`` in PyTorch's format (see
     ``accelrt.memory._snapshot``; ``library_roots`` is accelrt's addition).
+    ``augment_with_fx_traces`` (torch 2.14's) must be ``False``: accelrt runs no torch.fx
+    code (``True`` is a ``ValueError``).
 
     Example::
 
@@ -400,6 +435,7 @@ def _snapshot(device: DeviceLike = None) -> dict[str, Any]:
         >>> sorted(memory._snapshot("cpu"))
         ['allocator_settings', 'device_traces', 'external_annotations', 'library_roots', 'segments']
     """
+    _torch_only(augment_with_fx_traces=augment_with_fx_traces)
     b, _ = _get_device(device)
     allocators = [peek_allocator(b.name, i) for i in range(b.device_count())]
     return build_snapshot(b, allocators, _settings_dict())
@@ -434,9 +470,12 @@ def memory_snapshot(mempool_id: tuple[int, int] | None = None) -> list[Segment]:
     return [s for s in segments if tuple(s.get("segment_pool_id", (0, 0))) == want]
 
 
-def dump_snapshot(path: str | os.PathLike[str] = "dump_snapshot.pickle") -> None:
-    """Pickle :func:`_snapshot` to ``path`` for ``accelrt memory viz`` or PyTorch's
-    visualizer (https://pytorch.org/memory_viz accepts the file as is).
+def dump_snapshot(filename: str | os.PathLike[str] = "dump_snapshot.pickle",
+                  augment_with_fx_traces: bool = False) -> None:
+    """Pickle :func:`_snapshot` to ``filename`` for ``accelrt memory viz`` or PyTorch's
+    visualizer (https://pytorch.org/memory_viz accepts the file as is); PyTorch's
+    ``_dump_snapshot(filename=..., augment_with_fx_traces=False)`` (``True`` is a
+    ``ValueError``: accelrt runs no torch.fx code).
 
     Example::
 
@@ -445,7 +484,7 @@ def dump_snapshot(path: str | os.PathLike[str] = "dump_snapshot.pickle") -> None
         >>> with tempfile.TemporaryDirectory() as d:
         ...     memory.dump_snapshot(os.path.join(d, "snap.pickle"))
     """
-    _dump(path, _snapshot())
+    _dump(filename, _snapshot(augment_with_fx_traces=augment_with_fx_traces))
 
 
 # ---------------------------------------------------------------------- fraction, raw alloc

@@ -730,6 +730,32 @@ class CpuBackend(Backend):
         else:
             ev.ts = 0  # recorded; only timing events need the time
 
+    def event_record_external(self, index: int, event: EventHandle,
+                              stream: StreamHandle) -> None:
+        """:meth:`event_record`; inside a capture, a record node only: every replay records
+        the event, and the event stays usable outside the open capture (it is not one of
+        the capture's events that streams joining by waiting on it)."""
+        ev = self._event(event, index)
+        s = self._stream(index, stream)
+        cap = self._capturing.get(s) if self._capturing and ev.ipc is None else None
+        if cap is None:
+            self.event_record(index, event, stream)
+            return
+        cap.ops.append(("record", ev))
+
+    def stream_wait_event_external(self, index: int, stream: StreamHandle,
+                                   event: EventHandle) -> None:
+        """:meth:`stream_wait_event`; inside a capture, a wait node only: every replay waits
+        for the event's latest record (an external event never joins a stream to a
+        capture)."""
+        s = self._stream(index, stream)
+        ev = self._event(event)
+        cap = self._capturing.get(s) if self._capturing and ev.ipc is None else None
+        if cap is None:
+            self.stream_wait_event(index, stream, event)
+            return
+        cap.ops.append(("wait", ev))
+
     def _ipc_record(self, ipc: IpcEventState, s: CpuStream) -> None:
         self._check_not_capturing(s, "recording an interprocess event")
         gen = ipc.begin_record()

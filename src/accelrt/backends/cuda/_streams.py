@@ -371,6 +371,31 @@ class StreamMixin:
         rec[2] = stream in self._capturing
         rec[3] = stream
 
+    def event_record_external(self, index: int, event: EventHandle,
+                              stream: StreamHandle) -> None:
+        """``cuEventRecordWithFlags(CU_EVENT_RECORD_EXTERNAL)`` inside a capture (an event
+        record node: the event stays usable outside the graph), ``cuEventRecord`` outside
+        (the flag is invalid there)."""
+        stream = self._check_stream(self._use(index), stream)
+        rec = self._check_event(event)
+        if stream not in self._capturing:
+            self.event_record(index, event, stream)
+            return
+        flag = int(self._drv.CUevent_record_flags.CU_EVENT_RECORD_EXTERNAL)
+        check(self._drv.cuEventRecordWithFlags(event, stream, flag), "cuEventRecordWithFlags")
+        rec[2] = False   # a record node: queries and waits outside the graph stay legal
+
+    def stream_wait_event_external(self, index: int, stream: StreamHandle,
+                                   event: EventHandle) -> None:
+        """``cuStreamWaitEvent(CU_EVENT_WAIT_EXTERNAL)`` inside a capture (an event wait
+        node), ``cuStreamWaitEvent`` outside."""
+        stream = self._check_stream(self._use(index), stream)
+        self._check_event(event)
+        flags = 0
+        if stream in self._capturing:
+            flags = int(self._drv.CUevent_wait_flags.CU_EVENT_WAIT_EXTERNAL)
+        check(self._drv.cuStreamWaitEvent(stream, event, flags), "cuStreamWaitEvent")
+
     def event_query(self, index: int, event: EventHandle) -> bool:
         """``cuEventQuery``: ``CUDA_ERROR_NOT_READY`` means False."""
         self._use(index)   # a thread's first CUDA call may be this one: no context current yet
