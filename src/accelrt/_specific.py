@@ -38,7 +38,7 @@ import sys
 import threading
 import types
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
 from . import _backend, _event, _graph, _stream
@@ -112,6 +112,30 @@ def _index_of(b: _backend.Backend, d: _dev.device | int | None) -> int:
     if d.index is None:
         return _tls.device.get(b.name, 0)
     return _check_index(b, d.index)
+
+
+def _nest(flat: dict[str, Any]) -> dict[str, Any]:
+    """Flat dotted statistics (``"a.b.c": v``) as nested dicts (``{"a": {"b": {"c": v}}}``)."""
+    nested: dict[str, Any] = {}
+    for key, value in flat.items():
+        *path, leaf = key.split(".")
+        d = nested
+        for part in path:
+            d = d.setdefault(part, {})
+        d[leaf] = value
+    return nested
+
+
+@contextlib.contextmanager
+def _caching_disabled(dm: DeviceModule[Any, Any]) -> Iterator[None]:
+    """:meth:`DeviceModule.caching_allocator_disabled`."""
+    from .memory._allocator import caching_enabled
+    prev = caching_enabled(dm.name)
+    dm.caching_allocator_enable(False)
+    try:
+        yield
+    finally:
+        dm.caching_allocator_enable(prev)
 
 
 # ---------------------------------------------------------------------- classes
@@ -459,6 +483,14 @@ class DeviceModule(Generic[_S, _E]):
         self.graph = graph
         #: ``torch.cuda.memory`` of this module (:class:`MemoryModule`).
         self.memory = MemoryModule(self)
+        #: ``torch.cuda.random`` and ``torch.cuda.streams`` of this module.
+        self.random = RandomModule(self)
+        self.streams = StreamsModule(self)
+        #: ``torch.cuda.profiler`` of this module (:class:`ProfilerModule`).
+        self.profiler = ProfilerModule(self)
+        #: ``torch.cuda.nvtx``: NVTX annotates host threads, the same on every module.
+        from .backends.cuda import _nvtx
+        self.nvtx = _nvtx
 
     @property
     def MemPool(self) -> type[_MemPool]:  # noqa: N802 - torch.cuda.MemPool's name
@@ -1046,14 +1078,7 @@ class DeviceModule(Generic[_S, _E]):
             >>> isinstance(acc.cpu.memory_stats_as_nested_dict(), dict)
             True
         """
-        nested: dict[str, Any] = {}
-        for key, value in self.memory_stats(device).items():
-            *path, leaf = key.split(".")
-            d = nested
-            for part in path:
-                d = d.setdefault(part, {})
-            d[leaf] = value
-        return nested
+        return _nest(self.memory_stats(device))
 
     def memory_allocated(self, device: DeviceLike = None) -> int:
         """Bytes handed out by the caching allocator on a device (0 where the backend cannot
@@ -1499,6 +1524,219 @@ class DeviceModule(Generic[_S, _E]):
         if pool is not None:
             pool.reset_accumulated_stats()
 
+    # ------------------------------------------------------------------ torch 2.14: memory,
+    # monitoring and profiling surface (issue 23 §3; kept together to ease merges)
+    def caching_allocator_enable(self, value: bool = True) -> None:
+        """Turn the caching allocator of every device of the backend on or off
+        (``torch.cuda.caching_allocator_enable``). While it is off, each allocation comes
+        straight from the backend at its exact size and each free of one gives it back at once
+        (after the work of the streams that used it), as PyTorch's uncached path: neither
+        shows in the statistics, snapshots or history, which stay PyTorch-exact for what the
+        cache served. Blocks cached before stay cached (``empty_cache`` releases them).
+
+        Raises:
+            TypeError: ``value`` is not a bool.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.caching_allocator_enable(False)
+            >>> x = acc.zeros(256, device="cpu")    # not counted in memory_allocated()
+            >>> del x
+            >>> acc.cpu.caching_allocator_enable(True)
+        """
+        if not isinstance(value, bool):
+            raise TypeError(f"caching_allocator_enable() takes a bool, got "
+                            f"{type(value).__name__}")
+        from .memory._allocator import set_caching
+        set_caching(self.name, value)
+
+    def caching_allocator_disabled(self) -> contextlib.AbstractContextManager[None]:
+        """Context manager that turns the caching allocator off and restores its previous
+        state on exit (``torch.cuda.caching_allocator_disabled``); see
+        :meth:`caching_allocator_enable`.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> before = acc.cpu.memory_allocated()
+            >>> with acc.cpu.caching_allocator_disabled():
+            ...     x = acc.zeros(256, device="cpu")
+            ...     acc.cpu.memory_allocated() == before
+            True
+            >>> del x
+        """
+        return _caching_disabled(self)
+
+    def host_memory_stats_as_nested_dict(self) -> dict[str, Any]:
+        """:meth:`host_memory_stats` as nested dicts (``torch.cuda``'s name); ``{}`` before
+        the first pinned allocation.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> isinstance(acc.cpu.host_memory_stats_as_nested_dict(), dict)
+            True
+        """
+        return _nest(self.host_memory_stats())
+
+    def get_stream_from_external(self, data_ptr: int, device: DeviceLike = None) -> _S:
+        """A stream object of this module for a stream made elsewhere, from its raw handle
+        (``torch.cuda.get_stream_from_external``); it does not own the stream, which must
+        outlive it. On cuda the handle is a ``CUstream``/``cudaStream_t``; on other backends
+        it is the ``stream_id`` of a live stream of theirs.
+
+        Raises:
+            TypeError: ``data_ptr`` is not an int.
+            ValueError: the backend does not know the stream on that device.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> s = acc.cpu.Stream()
+            >>> acc.cpu.get_stream_from_external(s.stream_id) == s
+            True
+        """
+        if not isinstance(data_ptr, int) or isinstance(data_ptr, bool):
+            raise TypeError(f"get_stream_from_external() takes the stream handle as an int, "
+                            f"got {type(data_ptr).__name__}")
+        b, index = self._resolve(device)
+        return self.Stream(stream_id=data_ptr, device_index=index, device_type=b.name)
+
+    def is_bf16_supported(self, including_emulation: bool = True) -> bool:
+        """Whether the current device computes in bfloat16 (``torch.cuda.is_bf16_supported``):
+        natively per its properties (``has_bfloat16``: CUDA compute capability 8.0 or newer;
+        OpenCL's ``cl_intel_bfloat16_conversions``; a CPU's AVX512-BF16, AMX-BF16 or Arm BF16
+        instructions), or, with ``including_emulation``, in software on any device. False
+        where the backend cannot be used. Never raises for that.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.is_bf16_supported()
+            True
+        """
+        if not self.is_available():
+            return False
+        if self.get_device_properties().get("has_bfloat16", False):
+            return True
+        return bool(including_emulation)
+
+    def is_tf32_supported(self) -> bool:
+        """Whether the current device has TensorFloat-32 matrix units
+        (``torch.cuda.is_tf32_supported``), per its properties (``has_tf32``: CUDA compute
+        capability 8.0 or newer; OpenCL's ``cl_intel_subgroup_matrix_multiply_accumulate``;
+        never a CPU). False where the backend cannot be used.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.is_tf32_supported()
+            False
+        """
+        if not self.is_available():
+            return False
+        return bool(self.get_device_properties().get("has_tf32", False))
+
+    def device_memory_used(self, device: DeviceLike = None) -> int:
+        """Bytes of a device's memory in use, as the device reports them
+        (``torch.cuda.device_memory_used``): NVML's on cuda (every process's, as
+        ``nvidia-smi``), ``total - free`` of :meth:`mem_get_info` elsewhere (on opencl, which
+        has no such query, what this process allocated).
+
+        Raises:
+            BackendUnavailableError: the backend cannot be used here.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> 0 <= acc.cpu.device_memory_used() <= acc.cpu.mem_get_info()[1]
+            True
+        """
+        free, total = self.mem_get_info(device)
+        return total - free
+
+    def _no_monitoring(self, what: str, device: DeviceLike) -> BackendUnavailableError:
+        self._resolve(device)   # a bad device argument is reported first
+        return BackendUnavailableError(
+            f"{self.name}: {what}() needs a device monitoring library for {self.name} "
+            f"devices, which accelrt does not have (NVML answers it for NVIDIA GPUs: "
+            f"accelrt.cuda.{what}())")
+
+    def utilization(self, device: DeviceLike = None) -> int:
+        """Percent of the last sample period in which a kernel ran
+        (``torch.cuda.utilization``; NVML on cuda).
+
+        Raises:
+            BackendUnavailableError: the backend has no device monitoring (cpu, opencl), or
+                cannot be used here.
+        """
+        raise self._no_monitoring("utilization", device)
+
+    def memory_usage(self, device: DeviceLike = None) -> int:
+        """Percent of the last sample period in which device memory was read or written
+        (``torch.cuda.memory_usage``; NVML on cuda).
+
+        Raises:
+            BackendUnavailableError: the backend has no device monitoring (cpu, opencl), or
+                cannot be used here.
+        """
+        raise self._no_monitoring("memory_usage", device)
+
+    def temperature(self, device: DeviceLike = None) -> int:
+        """Device temperature in degrees Celsius (``torch.cuda.temperature``; NVML on cuda).
+
+        Raises:
+            BackendUnavailableError: the backend has no device monitoring (cpu, opencl), or
+                cannot be used here.
+        """
+        raise self._no_monitoring("temperature", device)
+
+    def power_draw(self, device: DeviceLike = None) -> int:
+        """Power draw in milliwatts (``torch.cuda.power_draw``; NVML on cuda).
+
+        Raises:
+            BackendUnavailableError: the backend has no device monitoring (cpu, opencl), or
+                cannot be used here.
+        """
+        raise self._no_monitoring("power_draw", device)
+
+    def clock_rate(self, device: DeviceLike = None) -> int:
+        """Current clock of the device's cores in MHz (``torch.cuda.clock_rate``; NVML on
+        cuda).
+
+        Raises:
+            BackendUnavailableError: the backend has no device monitoring (cpu, opencl), or
+                cannot be used here.
+        """
+        raise self._no_monitoring("clock_rate", device)
+
+    def list_gpu_processes(self, device: DeviceLike = None) -> str:
+        """The processes using the device and their memory, one line each
+        (``torch.cuda.list_gpu_processes``; NVML on cuda).
+
+        Raises:
+            BackendUnavailableError: the backend has no device monitoring (cpu, opencl), or
+                cannot be used here.
+        """
+        raise self._no_monitoring("list_gpu_processes", device)
+
+    def _profiler_start(self) -> None:
+        """``profiler.start()`` on the current device (the cuda module overrides it)."""
+        raise self._no_profiler("start")
+
+    def _profiler_stop(self) -> None:
+        """``profiler.stop()`` on the current device (the cuda module overrides it)."""
+        raise self._no_profiler("stop")
+
+    def _no_profiler(self, what: str) -> BackendUnavailableError:
+        self._b()
+        return BackendUnavailableError(
+            f"{self.name}: profiler.{what}() switches a device profiler's collection "
+            f"(cuProfilerStart/cuProfilerStop on cuda: accelrt.cuda.profiler), and {self.name} "
+            "devices have none; profile host code with cProfile or a sampling profiler, and "
+            "annotate it with nvtx ranges")
+
 
 # ---------------------------------------------------------------------- registry
 
@@ -1518,7 +1756,8 @@ _MEMORY_NAMES = (
     "memory_summary", "reset_accumulated_host_memory_stats", "reset_accumulated_memory_stats",
     "reset_max_memory_allocated", "reset_max_memory_cached", "reset_peak_host_memory_stats",
     "reset_peak_memory_stats", "set_per_process_memory_fraction", "use_mem_pool", "MemPool",
-    "CUDAPluggableAllocator", "OutOfMemoryError",
+    "CUDAPluggableAllocator", "OutOfMemoryError", "caching_allocator_disabled",
+    "caching_allocator_enable", "host_memory_stats_as_nested_dict",
 )
 
 
@@ -1570,13 +1809,143 @@ class MemoryModule(types.ModuleType):
         """``torch.cuda.memory._dump_snapshot``: pickle :meth:`_snapshot` to ``filename``."""
         self._dm.dump_snapshot(filename, augment_with_fx_traces)
 
+    def _memory_metadata_supported(self) -> bool:
+        """``torch.cuda.memory._memory_metadata_supported``: True while the backend's
+        allocator is the caching allocator (``get_allocator_backend() == "native"``), the only
+        one that records metadata."""
+        return bool(self._dm.get_allocator_backend() == "native")
 
-def _register(m: DeviceModule[_S, _E]) -> DeviceModule[_S, _E]:
+    def _set_memory_metadata(self, metadata: str) -> None:
+        """``torch.cuda.memory._set_memory_metadata``: the ``user_metadata`` of the history
+        trace entries that the calling thread's allocations and frees on this backend record
+        from now on (``""`` clears it); thread-local, for every device of the backend. It shows
+        in :meth:`_snapshot`'s ``device_traces`` only, never on segments, blocks or
+        statistics; with an allocator other than the caching one it is ignored.
+
+        Raises:
+            TypeError: ``metadata`` is not a str.
+        """
+        from .memory._history import set_metadata
+        if not isinstance(metadata, str):
+            raise TypeError(f"memory metadata must be a str, got {type(metadata).__name__}; "
+                            "pass '' to clear it")
+        if self._memory_metadata_supported():
+            set_metadata(self._dm.name, metadata)
+
+    def _get_memory_metadata(self) -> str:
+        """``torch.cuda.memory._get_memory_metadata``: the calling thread's metadata of this
+        backend (``""`` when none is set, and always with an allocator other than the caching
+        one)."""
+        from .memory._history import get_metadata
+        if not self._memory_metadata_supported():
+            return ""
+        return get_metadata(self._dm.name)
+
+
+#: ``torch.cuda.random``'s names (every one is a method of the device module).
+_RANDOM_NAMES = ("get_rng_state", "get_rng_state_all", "set_rng_state", "set_rng_state_all",
+                 "manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed")
+
+
+class RandomModule(types.ModuleType):
+    """``torch.cuda.random`` for one device module: ``accelrt.cuda.random`` (importable as
+    ``import accelrt.cuda.random``) has the module's seeding and RNG-state functions.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> acc.cpu.random.initial_seed() == acc.cpu.initial_seed()
+        True
+    """
+
+    def __init__(self, dm: DeviceModule[Any, Any]) -> None:
+        super().__init__(f"{dm.module}.random", f"``torch.cuda.random`` of {dm.module}.")
+        self.__all__ = list(_RANDOM_NAMES)
+        for name in _RANDOM_NAMES:
+            setattr(self, name, getattr(dm, name))
+
+
+class StreamsModule(types.ModuleType):
+    """``torch.cuda.streams`` for one device module: ``accelrt.cuda.streams`` (importable)
+    has the module's ``Stream`` and ``Event`` classes (and ``ExternalStream`` on cuda).
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> acc.cpu.streams.Stream is acc.cpu.Stream
+        True
+    """
+
+    def __init__(self, dm: DeviceModule[Any, Any]) -> None:
+        super().__init__(f"{dm.module}.streams", f"``torch.cuda.streams`` of {dm.module}.")
+        self.__all__ = ["Event", "Stream"]
+        self.Stream = dm.Stream
+        self.Event = dm.Event
+
+
+class ProfilerModule(types.ModuleType):
+    """``torch.cuda.profiler`` for one device module: :meth:`start`, :meth:`stop` and
+    :meth:`profile` switch the collection of a device profiler started with collection off
+    (cuda: ``cuProfilerStart``/``cuProfilerStop`` on the current device's context, as
+    PyTorch's ``cudaProfilerStart``). Other backends have no device profiler: there they raise
+    :class:`~accelrt.BackendUnavailableError`, as ``torch.cuda.profiler`` fails without CUDA.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> try:
+        ...     acc.cpu.profiler.start()
+        ... except acc.BackendUnavailableError as e:
+        ...     print(str(e)[:33])
+        cpu: profiler.start() switches a
+    """
+
+    def __init__(self, dm: DeviceModule[Any, Any]) -> None:
+        super().__init__(f"{dm.module}.profiler", f"``torch.cuda.profiler`` of {dm.module}.")
+        self.__all__ = ["profile", "start", "stop"]
+        self._dm = dm
+        for name in self.__all__:   # module attributes, as dir() and inspect show them
+            setattr(self, name, getattr(self, name))
+
+    def start(self) -> None:
+        """Start the device profiler's collection (``torch.cuda.profiler.start``).
+
+        Raises:
+            BackendUnavailableError: the backend has no device profiler, or cannot be used.
+            DeviceError: the driver refused.
+        """
+        self._dm._profiler_start()
+
+    def stop(self) -> None:
+        """Stop the device profiler's collection (``torch.cuda.profiler.stop``)."""
+        self._dm._profiler_stop()
+
+    def profile(self) -> contextlib.AbstractContextManager[None]:
+        """``with profile():`` collects for the body only (``torch.cuda.profiler.profile``)."""
+        return _profiling(self)
+
+
+@contextlib.contextmanager
+def _profiling(p: ProfilerModule) -> Iterator[None]:
+    p.start()
+    try:
+        yield
+    finally:
+        p.stop()
+
+
+_M = TypeVar("_M", bound="DeviceModule[Any, Any]")
+
+
+def _register(m: _M) -> _M:
     """Record the :class:`DeviceModule` of a built-in device module (called at its import)
-    and make its ``memory`` submodule importable (``import accelrt.cuda.memory``)."""
+    and make its submodules importable (``import accelrt.cuda.memory``, ``.random``,
+    ``.streams``, ``.profiler``, ``.nvtx``)."""
     with _modules_lock:
         _modules[m.name] = m
-    sys.modules[m.memory.__name__] = m.memory
+    for sub in (m.memory, m.random, m.streams, m.profiler):
+        sys.modules[sub.__name__] = sub
+    sys.modules[f"{m.module}.nvtx"] = m.nvtx
     return m
 
 

@@ -28,7 +28,7 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from . import (
     _backend,
@@ -47,6 +47,9 @@ from .memory import MemPool, get_allocator_settings, set_allocator_settings
 from .memory._pluggable import PluggableAllocator
 from .memory._pluggable import PluggableAllocator as CUDAPluggableAllocator
 
+if TYPE_CHECKING:
+    from .backends.cuda._backend import CudaBackend
+
 __all__ = [
     "CUDAGraph",
     "CUDAPluggableAllocator",
@@ -61,6 +64,8 @@ __all__ = [
     "as_stream",
     "caching_allocator_alloc",
     "caching_allocator_delete",
+    "caching_allocator_disabled",
+    "caching_allocator_enable",
     "can_device_access_peer",
     "change_current_allocator",
     "clock_rate",
@@ -72,6 +77,7 @@ __all__ = [
     "device",
     "device_count",
     "device_index",
+    "device_memory_used",
     "device_of",
     "dump_snapshot",
     "empty_cache",
@@ -87,16 +93,20 @@ __all__ = [
     "get_per_process_memory_fraction",
     "get_rng_state",
     "get_rng_state_all",
+    "get_stream_from_external",
     "get_sync_debug_mode",
     "graph",
     "graph_pool_handle",
     "host_memory_stats",
+    "host_memory_stats_as_nested_dict",
     "init",
     "initial_seed",
     "ipc_collect",
     "is_available",
+    "is_bf16_supported",
     "is_current_stream_capturing",
     "is_initialized",
+    "is_tf32_supported",
     "list_gpu_processes",
     "manual_seed",
     "manual_seed_all",
@@ -104,6 +114,7 @@ __all__ = [
     "max_memory_cached",
     "max_memory_reserved",
     "mem_get_info",
+    "memory",
     "memory_allocated",
     "memory_cached",
     "memory_reserved",
@@ -114,6 +125,8 @@ __all__ = [
     "memory_usage",
     "nvtx",
     "power_draw",
+    "profiler",
+    "random",
     "record_memory_history",
     "reset_accumulated_host_memory_stats",
     "reset_accumulated_memory_stats",
@@ -133,6 +146,7 @@ __all__ = [
     "set_sync_debug_mode",
     "stream",
     "stream_handle",
+    "streams",
     "synchronize",
     "temperature",
     "unavailable_reason",
@@ -262,7 +276,109 @@ class graph(_graph.graph):  # noqa: N801 - torch.cuda.graph's name
     _graph_class: ClassVar[type[_graph.Graph]] = CUDAGraph
 
 
-_m: DeviceModule[Stream, Event] = _specific._register(DeviceModule(
+class _CudaModule(DeviceModule[Stream, Event]):
+    """The cuda backend's :class:`~accelrt._specific.DeviceModule`: device monitoring through
+    NVML (no CUDA context is created), the CUDA profiler's switch (``cuProfilerStart``) and
+    the NVML ``device_memory_used``, as ``torch.cuda``."""
+
+    def _nvml_handle(self, device: DeviceLike) -> tuple[int, Any]:
+        from .backends.cuda import _discovery
+        b, idx = self._resolve(device)
+        uuid = None if _discovery.probe().nvml_indices else b.get_device_properties(idx)["uuid"]
+        return idx, _nvml.handle(idx, uuid)
+
+    def utilization(self, device: DeviceLike = None) -> int:
+        """Percent of the last sample period in which a kernel ran (NVML), as ``torch.cuda``.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cuda.is_available() is False or 0 <= acc.cuda.utilization() <= 100
+            True
+        """
+        return _nvml.utilization(self._nvml_handle(device)[1])
+
+    def memory_usage(self, device: DeviceLike = None) -> int:
+        """Percent of the last sample period in which device memory was read or written
+        (NVML).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cuda.is_available() is False or 0 <= acc.cuda.memory_usage() <= 100
+            True
+        """
+        return _nvml.memory_usage(self._nvml_handle(device)[1])
+
+    def temperature(self, device: DeviceLike = None) -> int:
+        """GPU temperature in degrees Celsius (NVML).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cuda.is_available() is False or acc.cuda.temperature() > 0
+            True
+        """
+        return _nvml.temperature(self._nvml_handle(device)[1])
+
+    def power_draw(self, device: DeviceLike = None) -> int:
+        """Power draw in milliwatts (NVML).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cuda.is_available() is False or acc.cuda.power_draw() > 0
+            True
+        """
+        return _nvml.power_draw(self._nvml_handle(device)[1])
+
+    def clock_rate(self, device: DeviceLike = None) -> int:
+        """Current SM clock in MHz (NVML).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cuda.is_available() is False or acc.cuda.clock_rate() > 0
+            True
+        """
+        return _nvml.clock_rate(self._nvml_handle(device)[1])
+
+    def list_gpu_processes(self, device: DeviceLike = None) -> str:
+        """Human-readable list of processes using the device and their memory (NVML).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cuda.is_available() is False or acc.cuda.list_gpu_processes().startswith("GPU:")
+            True
+        """
+        idx, h = self._nvml_handle(device)
+        return _nvml.list_gpu_processes(idx, h)
+
+    def device_memory_used(self, device: DeviceLike = None) -> int:
+        """Bytes of device memory in use by every process, as ``nvidia-smi`` reports them
+        (NVML's ``nvmlDeviceGetMemoryInfo().used``; ``torch.cuda.device_memory_used``).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cuda.is_available() is False or acc.cuda.device_memory_used() > 0
+            True
+        """
+        return _nvml.memory_used(self._nvml_handle(device)[1])
+
+    def _profiler_start(self) -> None:
+        from .backends.cuda import _profiler
+        b, idx = self._resolve(None)
+        _profiler.start(cast("CudaBackend", b), idx)
+
+    def _profiler_stop(self) -> None:
+        from .backends.cuda import _profiler
+        b, idx = self._resolve(None)
+        _profiler.stop(cast("CudaBackend", b), idx)
+
+
+_m: _CudaModule = _specific._register(_CudaModule(
     "cuda", __name__, stream=Stream, event=Event, stream_context=StreamContext,
     device=device, device_of=device_of, device_index=device_index, graph_class=CUDAGraph, graph=graph))
 
@@ -335,18 +451,28 @@ empty_host_cache = _m.empty_host_cache
 host_memory_stats = _m.host_memory_stats
 reset_peak_host_memory_stats = _m.reset_peak_host_memory_stats
 reset_accumulated_host_memory_stats = _m.reset_accumulated_host_memory_stats
+# torch 2.14's memory, monitoring and profiling surface (issue 23 §3)
+random = _m.random
+streams = _m.streams
+profiler = _m.profiler
+caching_allocator_enable = _m.caching_allocator_enable
+caching_allocator_disabled = _m.caching_allocator_disabled
+host_memory_stats_as_nested_dict = _m.host_memory_stats_as_nested_dict
+get_stream_from_external = _m.get_stream_from_external
+is_bf16_supported = _m.is_bf16_supported
+is_tf32_supported = _m.is_tf32_supported
+device_memory_used = _m.device_memory_used
+utilization = _m.utilization
+memory_usage = _m.memory_usage
+temperature = _m.temperature
+power_draw = _m.power_draw
+clock_rate = _m.clock_rate
+list_gpu_processes = _m.list_gpu_processes
 
 
 def _index(device: DeviceLike) -> tuple[_backend.Backend, int]:
     """(backend, index) of a CUDA device argument (``None``: the current CUDA device)."""
     return _m._resolve(device)
-
-
-def _nvml_handle(device: DeviceLike) -> tuple[int, Any]:
-    from .backends.cuda import _discovery
-    b, idx = _index(device)
-    uuid = None if _discovery.probe().nvml_indices else b.get_device_properties(idx)["uuid"]
-    return idx, _nvml.handle(idx, uuid)
 
 
 def get_device_capability(device: DeviceLike = None) -> tuple[int, int]:
@@ -363,79 +489,6 @@ def get_device_capability(device: DeviceLike = None) -> tuple[int, int]:
     b, idx = _index(device)
     props = b.get_device_properties(idx)
     return int(props["major"]), int(props["minor"])
-
-
-def utilization(device: DeviceLike = None) -> int:
-    """Percent of the last sample period in which a kernel ran (NVML), as ``torch.cuda``.
-
-    Example::
-
-        >>> import accelrt as acc
-        >>> acc.cuda.is_available() is False or 0 <= acc.cuda.utilization() <= 100
-        True
-    """
-    return _nvml.utilization(_nvml_handle(device)[1])
-
-
-def memory_usage(device: DeviceLike = None) -> int:
-    """Percent of the last sample period in which device memory was read or written (NVML).
-
-    Example::
-
-        >>> import accelrt as acc
-        >>> acc.cuda.is_available() is False or 0 <= acc.cuda.memory_usage() <= 100
-        True
-    """
-    return _nvml.memory_usage(_nvml_handle(device)[1])
-
-
-def temperature(device: DeviceLike = None) -> int:
-    """GPU temperature in degrees Celsius (NVML).
-
-    Example::
-
-        >>> import accelrt as acc
-        >>> acc.cuda.is_available() is False or acc.cuda.temperature() > 0
-        True
-    """
-    return _nvml.temperature(_nvml_handle(device)[1])
-
-
-def power_draw(device: DeviceLike = None) -> int:
-    """Power draw in milliwatts (NVML).
-
-    Example::
-
-        >>> import accelrt as acc
-        >>> acc.cuda.is_available() is False or acc.cuda.power_draw() > 0
-        True
-    """
-    return _nvml.power_draw(_nvml_handle(device)[1])
-
-
-def clock_rate(device: DeviceLike = None) -> int:
-    """Current SM clock in MHz (NVML).
-
-    Example::
-
-        >>> import accelrt as acc
-        >>> acc.cuda.is_available() is False or acc.cuda.clock_rate() > 0
-        True
-    """
-    return _nvml.clock_rate(_nvml_handle(device)[1])
-
-
-def list_gpu_processes(device: DeviceLike = None) -> str:
-    """Human-readable list of processes using the device and their memory (NVML).
-
-    Example::
-
-        >>> import accelrt as acc
-        >>> acc.cuda.is_available() is False or acc.cuda.list_gpu_processes().startswith("GPU:")
-        True
-    """
-    idx, h = _nvml_handle(device)
-    return _nvml.list_gpu_processes(idx, h)
 
 
 class ExternalStream(Stream):
@@ -522,3 +575,6 @@ def as_stream(stream: Any, device: DeviceLike = None) -> _stream.Stream:
         return stream
     return ExternalStream(stream_handle(stream), device)
 
+
+setattr(streams, "ExternalStream", ExternalStream)   # noqa: B010 - torch.cuda.streams has it
+streams.__all__ = ["Event", "ExternalStream", "Stream"]

@@ -40,8 +40,11 @@ __all__ = [
     "StreamContext",
     "caching_allocator_alloc",
     "caching_allocator_delete",
+    "caching_allocator_disabled",
+    "caching_allocator_enable",
     "can_device_access_peer",
     "change_current_allocator",
+    "clock_rate",
     "current_device",
     "current_device_index",
     "current_stream",
@@ -49,6 +52,7 @@ __all__ = [
     "device",
     "device_count",
     "device_index",
+    "device_memory_used",
     "device_of",
     "dump_snapshot",
     "empty_cache",
@@ -64,22 +68,28 @@ __all__ = [
     "get_per_process_memory_fraction",
     "get_rng_state",
     "get_rng_state_all",
+    "get_stream_from_external",
     "get_sync_debug_mode",
     "graph",
     "graph_pool_handle",
     "host_memory_stats",
+    "host_memory_stats_as_nested_dict",
     "init",
     "initial_seed",
     "ipc_collect",
     "is_available",
+    "is_bf16_supported",
     "is_current_stream_capturing",
     "is_initialized",
+    "is_tf32_supported",
+    "list_gpu_processes",
     "manual_seed",
     "manual_seed_all",
     "max_memory_allocated",
     "max_memory_cached",
     "max_memory_reserved",
     "mem_get_info",
+    "memory",
     "memory_allocated",
     "memory_cached",
     "memory_reserved",
@@ -87,6 +97,11 @@ __all__ = [
     "memory_stats",
     "memory_stats_as_nested_dict",
     "memory_summary",
+    "memory_usage",
+    "nvtx",
+    "power_draw",
+    "profiler",
+    "random",
     "record_memory_history",
     "reset_accumulated_host_memory_stats",
     "reset_accumulated_memory_stats",
@@ -105,9 +120,12 @@ __all__ = [
     "set_stream",
     "set_sync_debug_mode",
     "stream",
+    "streams",
     "synchronize",
+    "temperature",
     "unavailable_reason",
     "use_mem_pool",
+    "utilization",
 ]
 
 
@@ -303,3 +321,21 @@ empty_host_cache = _m.empty_host_cache
 host_memory_stats = _m.host_memory_stats
 reset_peak_host_memory_stats = _m.reset_peak_host_memory_stats
 reset_accumulated_host_memory_stats = _m.reset_accumulated_host_memory_stats
+# torch 2.14's memory, monitoring and profiling surface (issue 23 §3)
+random = _m.random
+streams = _m.streams
+profiler = _m.profiler
+nvtx = _m.nvtx
+caching_allocator_enable = _m.caching_allocator_enable
+caching_allocator_disabled = _m.caching_allocator_disabled
+host_memory_stats_as_nested_dict = _m.host_memory_stats_as_nested_dict
+get_stream_from_external = _m.get_stream_from_external
+is_bf16_supported = _m.is_bf16_supported
+is_tf32_supported = _m.is_tf32_supported
+device_memory_used = _m.device_memory_used
+utilization = _m.utilization
+memory_usage = _m.memory_usage
+temperature = _m.temperature
+power_draw = _m.power_draw
+clock_rate = _m.clock_rate
+list_gpu_processes = _m.list_gpu_processes

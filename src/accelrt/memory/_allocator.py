@@ -46,7 +46,7 @@ from typing import Any, Final, SupportsIndex, cast
 from .._backend import Backend
 from .._errors import OutOfMemoryError
 from .._fork import after_fork_locked, hold_across_fork, reinit_after_fork
-from .._handles import StreamHandle
+from .._handles import DevicePtr, StreamHandle
 from ._block import (
     ADDR_MASK,
     BUCKET_MAX,
@@ -155,6 +155,11 @@ class DeviceCachingAllocator:
         self._expandable_segments = ExpandableSegments(self)
         self._oom = OomReporter(self)
         self._rejected = False                             # guarded by _lock: last slow path
+        # guarded by _lock: caching on (caching_allocator_enable); while off, requests come
+        # straight from the backend and go back to it at their free, outside the statistics
+        self._cache_on = backend.name not in _cache_disabled
+        # guarded by _lock: uncached address -> the streams that used it (its own first)
+        self._uncached: dict[int, list[int]] = {}
         self._set_config_locked(cfg)
         if cfg.per_process_memory_fraction is not None:
             self._set_fraction_locked(cfg.per_process_memory_fraction)
@@ -206,7 +211,8 @@ class DeviceCachingAllocator:
         # limit, GC threshold, power-of-two rounding, history, waiting frees or capture.
         plain = (self._max_split_size >= SIZE_MAX and not self._gc_on
                  and self._roundup_divisions is None and self._history is None
-                 and not self._stream_frees.waiting() and not self._pools.captures)
+                 and not self._stream_frees.waiting() and not self._pools.captures
+                 and self._cache_on)
         # True when the best-fit lookup needs no oversize, GC or expandable handling.
         self._simple = (self._max_split_size >= SIZE_MAX and not self._gc_on
                         and not self._expandable
@@ -467,6 +473,8 @@ class DeviceCachingAllocator:
     def _malloc_locked(self, size: int, stream: int) -> int | tuple[str, int, int, int, int]:
         """:meth:`malloc` with every option considered (``_lock`` held): the address, or the
         arguments of :meth:`OomReporter.raise_oom`."""
+        if not self._cache_on:
+            return self._malloc_uncached(size, stream)
         if self._deferred is not None:
             self._flush_deferred()
         if self._gc_pending:
@@ -1032,6 +1040,8 @@ class DeviceCachingAllocator:
             self._flush_deferred()
         blk = self._block_at(ptr)
         if blk is None or not blk.allocated:
+            if blk is None and self._uncached and self._free_uncached(ptr):
+                return
             raise self._bad_ptr(ptr, blk)
         blk.allocated = False
         st = self._stats
@@ -1055,6 +1065,48 @@ class DeviceCachingAllocator:
             self._stream_frees.free_later(blk)
         else:
             self._free_block(blk, False)
+
+    # ------------------------------------------------------------------ caching on/off
+    def set_caching(self, enabled: bool) -> None:
+        """Turn caching on or off (``caching_allocator_enable``). While it is off, each request
+        is a raw allocation of exactly its size from the backend and each free of one gives it
+        back at once (after its stream's work), as PyTorch's uncached path: neither is counted
+        in the statistics, the snapshot or the history. Cached blocks stay cached; a request
+        made while caching was off is freed uncached whenever its free comes."""
+        with self._lock:
+            self._flush_deferred()
+            self._cache_on = bool(enabled)
+            self._update_simple()
+
+    @property
+    def caching(self) -> bool:
+        """True unless :meth:`set_caching` turned caching off."""
+        return self._cache_on
+
+    def _malloc_uncached(self, size: int, stream: int) -> int | tuple[str, int, int, int, int]:
+        """A raw allocation of ``size`` bytes (``_lock`` held), outside the statistics."""
+        if self._gc_pending:
+            self._drain_pending_locked()
+        ptr = int(self._b.malloc(self._index, size))
+        if not ptr:
+            free, total = self._b.get_memory_info(self._index)
+            msg = (f"{self._name}:{self._index} out of memory: tried to allocate "
+                   f"{format_size(size)} with the caching allocator disabled "
+                   f"({format_size(free)} of {format_size(total)} free)")
+            return msg, size, 0, total, free
+        self._uncached[ptr] = [stream]
+        return ptr
+
+    def _free_uncached(self, ptr: int) -> bool:
+        """Give an uncached allocation back to the backend once its stream's work is done
+        (``_lock`` held); False if ``ptr`` is not one."""
+        streams = self._uncached.pop(ptr, None)
+        if streams is None:
+            return False
+        for s in streams:
+            self._b.stream_synchronize(self._index, StreamHandle(s))
+        self._b.free(self._index, DevicePtr(ptr))
+        return True
 
     def _block_at(self, ptr: Any) -> Block | None:
         """The block that starts at ``ptr``, or ``None`` (also for an unhashable ``ptr``, which
@@ -1091,6 +1143,10 @@ class DeviceCachingAllocator:
         """
         with self._lock:
             blk = self._block_at(ptr)
+            if blk is None and type(ptr) is int and ptr in self._uncached:   # after these streams' work
+                if stream not in self._uncached[ptr]:
+                    self._uncached[ptr].append(stream)
+                return
             if blk is None or not blk.allocated:
                 raise self._bad_ptr(ptr, blk)
             if stream == blk.stream:
@@ -1220,7 +1276,7 @@ class DeviceCachingAllocator:
                 # PyTorch records the trace for "state" too, in a buffer of one entry
                 entries = max_entries if enabled == "all" else 1
                 if h is None:
-                    self._history = History(ctx, entries, skip)
+                    self._history = History(ctx, entries, skip, self._name)
                 else:
                     h.configure(ctx, entries, skip, clear_history)
             self._update_simple()
@@ -1734,6 +1790,26 @@ def _roundup_power2_next_division(size: int, divisions: int) -> int:
 
 _lock = reinit_after_fork(threading.Lock())
 _allocators: dict[tuple[str, int], DeviceCachingAllocator] = {}   # guarded by _lock
+#: Backends whose caching is turned off (caching_allocator_enable(False)); guarded by _lock
+_cache_disabled: set[str] = set()
+
+
+def set_caching(name: str, enabled: bool) -> None:
+    """Turn caching on or off for every device of backend ``name``, now and for devices
+    started later (``torch.cuda.caching_allocator_enable``)."""
+    with _lock:
+        if enabled:
+            _cache_disabled.discard(name)
+        else:
+            _cache_disabled.add(name)
+        targets = [a for (n, _), a in _allocators.items() if n == name]
+    for a in targets:
+        a.set_caching(enabled)
+
+
+def caching_enabled(name: str) -> bool:
+    """False while :func:`set_caching` has caching of backend ``name`` off."""
+    return name not in _cache_disabled
 
 
 def get_allocator(backend: Backend, index: int) -> DeviceCachingAllocator:

@@ -40,6 +40,7 @@ import re
 import site
 import sys
 import sysconfig
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -240,9 +241,11 @@ class History:
         [2, 3]
     """
 
-    __slots__ = ("context", "skip_actions", "trace")
+    __slots__ = ("backend", "context", "skip_actions", "trace")
 
-    def __init__(self, context: int, max_entries: int, skip_actions: frozenset[str]) -> None:
+    def __init__(self, context: int, max_entries: int, skip_actions: frozenset[str],
+                 backend: str = "") -> None:
+        self.backend = backend   # whose metadata (set_metadata) the entries carry
         self.context = context
         self.trace: collections.deque[dict[str, Any]] = collections.deque(maxlen=max_entries)
         self.skip_actions = skip_actions
@@ -273,7 +276,8 @@ class History:
         entry["stream"] = stream
         entry["time_us"] = time.time_ns() // 1000
         entry["compile_context"] = "N/A"
-        entry["user_metadata"] = ""
+        md = getattr(_metadata, "by_backend", None)
+        entry["user_metadata"] = md.get(self.backend, "") if md else ""
         entry["frames"] = list(frames) if frames else []
         self.trace.append(entry)
 
@@ -282,3 +286,41 @@ class History:
         if "annotate" not in self.skip_actions:
             self.record("annotate", 0, 0, 0, None)
             self.trace[-1]["user_metadata"] = dict(metadata)
+
+
+#: The calling thread's memory metadata per backend name (``_set_memory_metadata``).
+_metadata = threading.local()
+
+
+def set_metadata(backend: str, metadata: str) -> None:
+    """Attach ``metadata`` (``""``: none) to the trace entries that the calling thread's
+    allocations and frees on backend ``backend`` record from now on
+    (``torch.cuda.memory._set_memory_metadata``).
+
+    Raises:
+        TypeError: ``metadata`` is not a str.
+
+    Example::
+
+        >>> from accelrt.memory._history import get_metadata, set_metadata
+        >>> set_metadata("cpu", "step 1"); get_metadata("cpu")
+        'step 1'
+        >>> set_metadata("cpu", ""); get_metadata("cpu")
+        ''
+    """
+    if not isinstance(metadata, str):
+        raise TypeError(f"memory metadata must be a str, got {type(metadata).__name__}; pass "
+                        "'' to clear it")
+    md = getattr(_metadata, "by_backend", None)
+    if md is None:
+        md = _metadata.by_backend = {}
+    if metadata:
+        md[backend] = metadata
+    else:
+        md.pop(backend, None)
+
+
+def get_metadata(backend: str) -> str:
+    """The calling thread's metadata of backend ``backend`` (``""``: none)."""
+    md = getattr(_metadata, "by_backend", None)
+    return md.get(backend, "") if md else ""

@@ -180,16 +180,19 @@ def seed_all() -> int:
     return value
 
 
-def initial_seed() -> int:
-    """The seed of the current device's default generator.
+def initial_seed(device: DeviceLike = None, /) -> int:
+    """The seed of ``device``'s default generator (the current device's by default), as
+    ``torch.accelerator.random.initial_seed(device=None, /)``.
 
     Example::
 
         >>> import accelrt as acc
         >>> acc.random.initial_seed() == int.from_bytes(acc.random.get_rng_state()[:8], "little")
         True
+        >>> acc.random.initial_seed("cpu:0") == acc.cpu.initial_seed()
+        True
     """
-    b, index = _get_device(None)
+    b, index = _get_device(device)
     return _get(b, index)[0]
 
 

@@ -43,6 +43,7 @@ from ._config import (
     ENV_MEMORY,
     CpuConfig,
     config_error,
+    cpu_has_bf16,
     format_memory_size,
     human_size,
     l2_cache_size,
@@ -305,6 +306,8 @@ class CpuBackend(Backend):
             "vm_supported": vm_available(),
             "vm_granularity": VM_GRANULARITY,
             "host_accessible": True,
+            "has_bfloat16": cpu_has_bf16(),   # AVX512-BF16 / AMX-BF16 / Arm BF16 instructions
+            "has_tf32": False,                # no CPU has TF32 matrix units
         }
 
     def get_memory_info(self, index: int) -> tuple[int, int]:

@@ -271,6 +271,40 @@ def processor_name() -> str:
     return name
 
 
+#: /proc/cpuinfo flags (x86 ``flags``, Arm ``Features``) of bfloat16 arithmetic instructions.
+_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
+_bf16: bool | None = None
+
+
+def cpu_has_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """True if the processor has bfloat16 arithmetic instructions (x86 AVX512-BF16 or
+    AMX-BF16, Arm BF16), per ``/proc/cpuinfo``; False where that cannot be read.
+
+    Example::
+
+        >>> from accelrt.backends.cpu._config import cpu_has_bf16
+        >>> cpu_has_bf16("/nonexistent")
+        False
+    """
+    global _bf16
+    default = cpuinfo == "/proc/cpuinfo"
+    if default and _bf16 is not None:
+        return _bf16
+    found = False
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, sep, value = line.partition(":")
+                if sep and key.strip().lower() in ("flags", "features"):
+                    found = not _BF16_FLAGS.isdisjoint(value.split())
+                    break
+    except OSError:
+        found = False
+    if default:
+        _bf16 = found
+    return found
+
+
 def _env_devices(env: Mapping[str, str]) -> int:
     raw = env.get(ENV_DEVICES)
     if raw is None or raw.strip() == "":

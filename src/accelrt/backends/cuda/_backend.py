@@ -279,6 +279,9 @@ class CudaBackend(OpsMixin, StreamMixin, MemoryMixin, Backend):
             "pci_domain_id": g("pci_domain_id"),
             "attributes": attrs,
         }
+        # bfloat16 and TF32 tensor-core math from compute capability 8.0 (Ampere), the
+        # rule of torch.cuda.is_bf16_supported(including_emulation=False) / is_tf32_supported
+        props["has_bfloat16"] = props["has_tf32"] = int(props["major"]) >= 8
         with self._lock:
             self._props[index] = props
         return dict(props)

@@ -27,6 +27,7 @@ __all__ = [
     "handle",
     "list_gpu_processes",
     "memory_usage",
+    "memory_used",
     "power_draw",
     "temperature",
     "utilization",
@@ -89,6 +90,12 @@ def memory_usage(h: Any) -> int:
     """Percent of the last sample period during which device memory was read or written."""
     nvml = _nvml()
     return int(_call(nvml, "memory utilization", nvml.nvmlDeviceGetUtilizationRates, h).memory)
+
+
+def memory_used(h: Any) -> int:
+    """Bytes of device memory in use by every process (``nvidia-smi``'s "used")."""
+    nvml = _nvml()
+    return int(_call(nvml, "memory info", nvml.nvmlDeviceGetMemoryInfo, h).used)
 
 
 def temperature(h: Any) -> int:

@@ -1,9 +1,11 @@
 """NVTX ranges and markers (``accelrt.cuda.nvtx``) over NVIDIA's ``nvtx`` package.
 
-Same functions as ``torch.cuda.nvtx``: :func:`range_push`, :func:`range_pop`, :func:`mark`
-and the :func:`range` context manager/decorator. They show up in Nsight Systems timelines.
-Without the ``nvtx`` package each call raises a :class:`~accelrt.BackendUnavailableError`
-saying what to install.
+Same functions as ``torch.cuda.nvtx``: :func:`range_push`, :func:`range_pop`,
+:func:`range_start`, :func:`range_end`, :func:`mark` and the :func:`range` context
+manager/decorator. They show up in Nsight Systems timelines. NVTX annotates host threads, so
+the same functions serve every device module (``accelrt.cpu.nvtx`` is this module too): no GPU
+is needed. Without the ``nvtx`` package each call raises a
+:class:`~accelrt.BackendUnavailableError` saying what to install.
 
 Example::
 
@@ -22,9 +24,12 @@ from typing import Any
 from ..._errors import BackendUnavailableError
 from . import _cu
 
-__all__ = ["available", "mark", "range", "range_pop", "range_push"]
+__all__ = ["available", "mark", "range", "range_end", "range_pop", "range_push", "range_start"]
 
 _depth = threading.local()
+_ranges_lock = threading.Lock()
+_ranges: dict[int, Any] = {}   # guarded by _ranges_lock: open range_start ids -> nvtx handle
+_next_id = 1                   # guarded by _ranges_lock
 
 
 def _lib() -> Any:
@@ -68,6 +73,50 @@ def range_pop() -> int:
     _lib().pop_range()
     _depth.n = depth - 1
     return depth - 1
+
+
+def range_start(msg: str) -> int:
+    """Open a range that any thread may end (``torch.cuda.nvtx.range_start``); return its id
+    for :func:`range_end`. Unlike :func:`range_push` ranges, these need not nest.
+
+    Raises:
+        TypeError: ``msg`` is not a str.
+
+    Example::
+
+        >>> from accelrt.backends.cuda import _nvtx
+        >>> if _nvtx.available():
+        ...     rid = _nvtx.range_start("load")
+        ...     _nvtx.range_end(rid)
+    """
+    global _next_id
+    if not isinstance(msg, str):
+        raise TypeError(f"range_start() takes a str message, got {type(msg).__name__}")
+    handle = _lib().start_range(message=msg)
+    with _ranges_lock:
+        rid = _next_id
+        _next_id += 1
+        _ranges[rid] = handle
+    return rid
+
+
+def range_end(range_id: int) -> None:
+    """End the range that :func:`range_start` opened and whose id it returned.
+
+    Raises:
+        TypeError: ``range_id`` is not an int.
+        ValueError: no range with that id is open (never started, or ended already).
+    """
+    if not isinstance(range_id, int) or isinstance(range_id, bool):
+        raise TypeError(f"range_end() takes the int id that range_start() returned, got "
+                        f"{type(range_id).__name__}")
+    with _ranges_lock:
+        if range_id not in _ranges:
+            raise ValueError(f"no NVTX range with id {range_id} is open: pass the id that "
+                             "range_start() returned, once")
+        handle = _ranges.pop(range_id)
+    if handle is not None:   # (None: no tool is attached, and nvtx recorded nothing)
+        _lib().end_range(handle)
 
 
 def mark(msg: str) -> None:

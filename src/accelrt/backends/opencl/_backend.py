@@ -136,6 +136,11 @@ def _info_raw(d: Any, param: int) -> Any:
         return None
 
 
+def _extensions(d: Any) -> set[str]:
+    """The extension names a device reports (``CL_DEVICE_EXTENSIONS``)."""
+    return set(str(_info(d, "extensions", "")).split())
+
+
 def _device_type(cl: Any, bits: int) -> str:
     for flag, label in ((cl.device_type.GPU, "gpu"), (cl.device_type.CPU, "cpu"),
                         (cl.device_type.ACCELERATOR, "accelerator")):
@@ -340,6 +345,10 @@ class OpenCLBackend(Backend):
                 "memory_mode": "svm" if self._svm[index] else "buffer",
                 "host_accessible": False,
                 "vm_supported": False,
+                # bfloat16 conversions and the matrix units that run TF32 (the extensions of
+                # torch.xpu's has_bfloat16_conversions / has_subgroup_matrix_multiply_accumulate)
+                "has_bfloat16": "cl_intel_bfloat16_conversions" in _extensions(d),
+                "has_tf32": "cl_intel_subgroup_matrix_multiply_accumulate" in _extensions(d),
             }
 
     def get_device_capability(self, index: int) -> dict[str, Any]:
