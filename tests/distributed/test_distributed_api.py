@@ -299,11 +299,25 @@ def test_nccl_one_rank_communicator_on_the_gpu() -> None:
 @pytest.mark.skipif(not dist.is_nccl_available(), reason="needs nccl4py[cu12] or [cu13]")
 @needs_mpi
 def test_nccl_env_rendezvous_on_the_gpu() -> None:
-    """env:// for NCCL: NCCL_COMM_ID from MASTER_ADDR:MASTER_PORT, no MPI exchange."""
+    """env:// for NCCL: rank 0 serves a TCPStore at MASTER_ADDR:MASTER_PORT and NCCL's
+    unique id goes through it (as torch), no MPI exchange."""
     from test_distributed import _check_cases, launch
     rc, out, _ = launch(1, "cases.py", "ops", env={
         "CASES_DEVICE": "cuda", "CASES_BACKEND": "cuda:nccl,cpu:mpi", "CASES_INIT": "env://",
         "RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29561",
+        "NCCL_SOCKET_IFNAME": "lo"}, timeout=300)
+    _check_cases(1, out, rc)
+
+
+@pytest.mark.skipif(not _has_cuda_device(), reason="needs a CUDA device")
+@pytest.mark.skipif(not dist.is_nccl_available(), reason="needs nccl4py[cu12] or [cu13]")
+@needs_mpi
+def test_nccl_tcp_store_rendezvous_on_the_gpu() -> None:
+    """tcp://host:port?rank=&world_size= for NCCL: the unique id through a TCPStore."""
+    from test_distributed import _check_cases, launch
+    rc, out, _ = launch(1, "cases.py", "ops", env={
+        "CASES_DEVICE": "cuda", "CASES_BACKEND": "cuda:nccl,cpu:mpi",
+        "CASES_INIT": "tcp://127.0.0.1:29562?rank=0&world_size=1",
         "NCCL_SOCKET_IFNAME": "lo"}, timeout=300)
     _check_cases(1, out, rc)
 
