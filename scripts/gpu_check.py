@@ -811,7 +811,7 @@ def phases() -> list[Phase]:
               f"{pt} tests/backends/test_conformance.py -k cuda"),
         Phase("cuda-ipc", 60, 20, "CUDA IPC between two processes on one GPU", Runner.cuda_ipc,
               f"{pt} tests/distributed/test_multiprocessing_cuda.py"),
-        Phase("nccl", 150, 20, "one-rank NCCL communicator (MPI and env:// rendezvous), cuda "
+        Phase("nccl", 150, 20, "one-rank NCCL communicator (MPI, env:// and tcp:// store rendezvous), cuda "
               "arrays staged over MPI (two ranks)", Runner.nccl,
               f"{pt} tests/distributed/test_distributed_api.py -k on_the_gpu"),
         Phase("nccl-refusal", 45, 10, "two ranks on one GPU with NCCL are refused",

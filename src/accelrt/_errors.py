@@ -11,7 +11,9 @@
           ├── AcceleratorValueError (+ValueError)   bad value; PyTorch raises RuntimeError
           ├── AcceleratorIndexError (+IndexError)   device index out of range (ditto)
           ├── AcceleratorTypeError (+TypeError)     a wrong kind of object (ditto)
-          └── ClosedError (+ValueError)         a closed stream, event, graph or array was used
+          ├── ClosedError (+ValueError)         a closed stream, event, graph or array was used
+          └── DistError                         accelrt.distributed: DistBackendError,
+                                                DistTimeoutError, DistStoreError, DistNetworkError
 
 Wrong argument types raise :class:`TypeError`, bad values :class:`ValueError` (or
 :class:`IndexError` for device indices out of range), and calls made in the wrong state

@@ -77,9 +77,17 @@ def test_register_backend_checks() -> None:
 
 
 def test_init_argument_errors() -> None:
-    with pytest.raises(ValueError, match="no store"):
-        dist.init_process_group("mpi", store=object())
-    with pytest.raises(ValueError, match="tcp://.* is not supported"):
+    with pytest.raises(TypeError, match="store must be an accelrt.distributed.Store"):
+        dist.init_process_group("mpi", store=object(), rank=0, world_size=1)
+    with pytest.raises(ValueError, match="Cannot specify both init_method and store"):
+        dist.init_process_group("mpi", init_method="env://", store=dist.HashStore())
+    with pytest.raises(ValueError, match="world_size must be positive if using store"):
+        dist.init_process_group("mpi", store=dist.HashStore(), rank=0)
+    with pytest.raises(ValueError, match="rank must be non-negative if using store"):
+        dist.init_process_group("mpi", store=dist.HashStore(), world_size=2)
+    with pytest.raises(ValueError, match="udp://.* is not supported"):
+        dist.init_process_group("mpi", init_method="udp://127.0.0.1:1234")
+    with pytest.raises(ValueError, match="tcp:// rendezvous: rank parameter missing"):
         dist.init_process_group("mpi", init_method="tcp://127.0.0.1:1234")
     with pytest.raises(TypeError, match="timedelta"):
         dist.init_process_group("mpi", timeout="5")
@@ -91,12 +99,17 @@ def test_init_argument_errors() -> None:
 def test_env_init_needs_its_variables(monkeypatch: pytest.MonkeyPatch) -> None:
     for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(v, raising=False)
-    with pytest.raises(ValueError, match="environment variable WORLD_SIZE expected"):
+    with pytest.raises(ValueError, match="environment variable RANK expected"):
         dist.init_process_group("nccl", init_method="env://")
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "1")
-    with pytest.raises(dist.DistError, match="serves only the 'nccl' engine"):
+    with pytest.raises(ValueError, match="environment variable MASTER_ADDR expected"):
         dist.init_process_group("mpi", init_method="env://")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "1")   # nothing listens: the check comes first
+    with pytest.raises(dist.DistBackendError, match="mpiexec -n N"):
+        dist.init_process_group("mpi", init_method="env://")
+    monkeypatch.delenv("MASTER_ADDR")
     with pytest.raises(ValueError, match="environment variable MASTER_ADDR expected"):
         dist.init_process_group("nccl", init_method="env://")
     assert not dist.is_initialized()
@@ -286,11 +299,25 @@ def test_nccl_one_rank_communicator_on_the_gpu() -> None:
 @pytest.mark.skipif(not dist.is_nccl_available(), reason="needs nccl4py[cu12] or [cu13]")
 @needs_mpi
 def test_nccl_env_rendezvous_on_the_gpu() -> None:
-    """env:// for NCCL: NCCL_COMM_ID from MASTER_ADDR:MASTER_PORT, no MPI exchange."""
+    """env:// for NCCL: rank 0 serves a TCPStore at MASTER_ADDR:MASTER_PORT and NCCL's
+    unique id goes through it (as torch), no MPI exchange."""
     from test_distributed import _check_cases, launch
     rc, out, _ = launch(1, "cases.py", "ops", env={
         "CASES_DEVICE": "cuda", "CASES_BACKEND": "cuda:nccl,cpu:mpi", "CASES_INIT": "env://",
         "RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29561",
+        "NCCL_SOCKET_IFNAME": "lo"}, timeout=300)
+    _check_cases(1, out, rc)
+
+
+@pytest.mark.skipif(not _has_cuda_device(), reason="needs a CUDA device")
+@pytest.mark.skipif(not dist.is_nccl_available(), reason="needs nccl4py[cu12] or [cu13]")
+@needs_mpi
+def test_nccl_tcp_store_rendezvous_on_the_gpu() -> None:
+    """tcp://host:port?rank=&world_size= for NCCL: the unique id through a TCPStore."""
+    from test_distributed import _check_cases, launch
+    rc, out, _ = launch(1, "cases.py", "ops", env={
+        "CASES_DEVICE": "cuda", "CASES_BACKEND": "cuda:nccl,cpu:mpi",
+        "CASES_INIT": "tcp://127.0.0.1:29562?rank=0&world_size=1",
         "NCCL_SOCKET_IFNAME": "lo"}, timeout=300)
     _check_cases(1, out, rc)
 

@@ -38,12 +38,16 @@ from ._engine import (Backend, Buf, Engine, EngineContext, PremulSum, RedOp, Red
                       register_backend)
 from ._engine import parse_backend as _parse_backend
 from ._engine import require_engines as _require_engines
-from ._errors import DistBackendError, DistError, DistTimeoutError
+from ._errors import (DistBackendError, DistError, DistNetworkError, DistStoreError,
+                      DistTimeoutError, QueueEmptyError)
 from ._group import DEFAULT_TIMEOUT, ProcessGroup, Work
+from ._store import FileStore, HashStore, PrefixStore, Store, TCPStore
 
 __all__ = [
-    "Backend", "DistBackendError", "DistError", "DistTimeoutError", "Engine", "EngineContext",
-    "GroupMember", "P2POp", "PremulSum", "ProcessGroup", "ReduceOp", "Work", "all_gather",
+    "Backend", "DistBackendError", "DistError", "DistNetworkError", "DistStoreError",
+    "DistTimeoutError", "Engine", "EngineContext", "FileStore", "GroupMember", "HashStore",
+    "P2POp", "PrefixStore", "PremulSum", "ProcessGroup", "QueueEmptyError", "ReduceOp", "Store",
+    "TCPStore", "Work", "all_gather",
     "all_gather_into_tensor", "all_gather_object", "all_reduce", "all_to_all",
     "all_to_all_single", "barrier", "batch_isend_irecv", "broadcast", "broadcast_object_list",
     "destroy_process_group", "gather", "gather_object", "get_backend",
@@ -82,6 +86,7 @@ class GroupMember:
 
 class _State:
     world: ProcessGroup | None = None
+    store: Store | None = None   # the store the world met through (kept alive with it)
     groups: list[ProcessGroup] = []
     counter = 0
     hook_installed = False
@@ -272,18 +277,25 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
             constructs each backend of the map).
         init_method: ``"mpi://"`` (ranks from the MPI launcher; the default under
             ``mpiexec``), ``"env://"`` (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``,
-            ``MASTER_PORT``; NCCL bootstraps itself there) or None (detect).
+            ``MASTER_PORT``, as torchrun sets them: rank 0 serves a :class:`TCPStore` there),
+            ``"tcp://host:port"``, ``"file:///path"`` (a :class:`FileStore`) or None
+            (detect). Through a store, NCCL's unique id is exchanged as in torch; the MPI
+            engine cannot join ranks that no MPI launcher started (see
+            ``docs/distributed.md``), so a store-based world of more than one rank serves
+            NCCL only.
         timeout: a ``datetime.timedelta`` or seconds: the longest any operation of the group
             may take before the job is aborted with the rank, operation and sequence number
             (default 10 minutes, or ``ACCELRT_DISTRIBUTED_TIMEOUT``); also bounds init.
         world_size, rank: must agree with the launcher's when given.
-        store: unsupported (accelrt has no store); must be None.
+        store: a :class:`Store` the ranks share (with ``rank`` and ``world_size``), instead
+            of ``init_method``.
         group_name, pg_options: accepted for compatibility.
         device_id: a cuda device this rank binds to (made current; NCCL starts eagerly).
 
     Raises:
-        ValueError: called twice, a store was passed, an unknown init method, or world_size
-            or rank disagree with the launcher's; ``"nccl"`` named on a machine without a
+        ValueError: called twice, both a store and an init method, a store without rank
+            and world_size, an unknown init method, or world_size or rank disagree with the
+            launcher's; ``"nccl"`` named on a machine without a
             CUDA GPU (``AcceleratorValueError``: torch's "ProcessGroupNCCL is only supported
             with GPUs, no GPUs found!").
         DistError: the engine could not start (its message is the cause);
@@ -300,8 +312,15 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
     if _S.world is not None:
         raise ValueError("trying to initialize the default process group twice!")
     if store is not None:
-        raise ValueError("accelrt.distributed has no store: ranks meet through the MPI "
-                         "launcher (mpi://) or NCCL's own bootstrap (env://)")
+        if init_method is not None:
+            raise ValueError("Cannot specify both init_method and store.")
+        if not isinstance(store, Store):
+            raise TypeError(f"store must be an accelrt.distributed.Store, got "
+                            f"{type(store).__name__}")
+        if not world_size > 0:
+            raise ValueError("world_size must be positive if using store")
+        if not rank >= 0:
+            raise ValueError("rank must be non-negative if using store")
     if backend is None:
         backend = os.environ.get("ACCELRT_DISTRIBUTED_BACKEND") or None
     engine_map = _parse_backend(backend)
@@ -314,7 +333,9 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
     op_timeout = _seconds(timeout, DEFAULT_TIMEOUT)
     init_timeout = min(op_timeout, DEFAULT_INIT_TIMEOUT) if timeout is None else op_timeout
     method = init_method
-    if method is None:
+    if store is not None:
+        method = "store"
+    elif method is None:
         if _under_mpi_launcher():
             method = "mpi://"
         elif "RANK" in os.environ and "WORLD_SIZE" in os.environ:
@@ -324,13 +345,14 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
     if method.startswith("mpi://"):
         group = _init_mpi(engine_map, backend_str, op_timeout, init_timeout, world_size, rank,
                           named)
-    elif method.startswith("env://"):
-        group = _init_env(engine_map, backend_str, op_timeout, init_timeout, world_size, rank,
-                          device_id, named)
     else:
-        raise ValueError(f"init_method {method!r} is not supported: use 'mpi://' (launch with "
-                         "mpiexec) or 'env://' (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; "
-                         "NCCL)")
+        from ._rendezvous import RendezvousPlan, plan
+        where: Store | RendezvousPlan = (store if store is not None
+                                         else plan(method, rank, world_size))
+        r, n = (rank, world_size) if isinstance(where, Store) else (where.rank,
+                                                                     where.world_size)
+        group = _init_store(engine_map, backend_str, op_timeout, init_timeout, n, r,
+                            device_id, named, where)
     if device_id is not None:
         from .._device import _get_device, set_device_index
         b, index = _get_device(device_id)
@@ -378,32 +400,48 @@ def _init_mpi(engine_map: dict[str, str], backend_str: str, op_timeout: float,
     return group
 
 
-def _init_env(engine_map: dict[str, str], backend_str: str, op_timeout: float,
-              init_timeout: float, world_size: int, rank: int,
-              device_id: Any, named: dict[str, str]) -> ProcessGroup:
-    def need(name: str) -> str:
-        v = os.environ.get(name)
-        if v is None:
-            raise ValueError(f"Error initializing torch.distributed using env:// rendezvous: "
-                             f"environment variable {name} expected, but not set")
-        return v
+def _mpi_needs_launcher(n: int) -> DistBackendError:
+    return DistBackendError(
+        f"the 'mpi' engine (backend 'mpi' or 'gloo') cannot join {n} processes that no MPI "
+        "launcher started: MPICH's singleton MPI_Comm_connect/MPI_Comm_accept, which would "
+        "join them through the store, fails (pmodels/mpich#7805). Launch with mpiexec -n N "
+        "python -m accelrt.distributed.run script.py (init_method='mpi://'), or use "
+        "backend='nccl' for CUDA arrays")
 
-    n = world_size if world_size != -1 else int(need("WORLD_SIZE"))
-    r = rank if rank != -1 else int(need("RANK"))
-    if not 0 <= r < n:
-        raise ValueError(f"rank {r} is out of range for world size {n}")
-    if n == 1 and is_mpi_available() and "nccl" not in engine_map.values():
+
+def _init_store(engine_map: dict[str, str], backend_str: str, op_timeout: float,
+                init_timeout: float, n: int, r: int, device_id: Any,
+                named: dict[str, str], where: Any) -> ProcessGroup:
+    """A world met through a store (``store=``, ``env://``, ``tcp://``, ``file://``): the
+    rendezvous ``where`` is a :class:`Store` or a plan to make one."""
+    if (n == 1 and is_mpi_available() and "nccl" not in named.values()
+            and ("nccl" not in engine_map.values() or not _cuda_count())):
+        # one rank: a singleton MPI world serves every engine map without a CUDA device
         return _init_mpi(engine_map, backend_str, op_timeout, init_timeout, 1, 0, named)
-    if "nccl" not in engine_map.values():
-        raise DistError("init_method='env://' with more than one rank serves only the 'nccl' "
-                        "engine (NCCL bootstraps through MASTER_ADDR:MASTER_PORT); the 'mpi' "
-                        "engine needs an MPI launcher: mpiexec -n N python -m "
-                        "accelrt.distributed.run script.py", rank=r)
-    addr, port = need("MASTER_ADDR"), need("MASTER_PORT")
-    _require_engines(named)
-    # NCCL's own bootstrap: with NCCL_COMM_ID every rank derives the same unique id and rank 0
-    # creates the bootstrap root at that address; no store, no exchange.
-    os.environ["NCCL_COMM_ID"] = f"{addr}:{port}"
+    _require_engines(named)   # before the rendezvous: no rank waits for one that failed
+    if n > 1 and any(e in ("mpi", "gloo") for e in named.values()):
+        raise _mpi_needs_launcher(n)
+    if "nccl" not in engine_map.values() or (not named and not _cuda_count()):
+        raise _mpi_needs_launcher(n)
+    base = (where if isinstance(where, Store)
+            else where.connect(datetime.timedelta(seconds=init_timeout)))
+    try:
+        group = _init_nccl_world(engine_map, backend_str, op_timeout, init_timeout, n, r,
+                                 device_id, PrefixStore("default_pg", base))
+    except BaseException:
+        if base is not where and isinstance(base, (TCPStore, FileStore)):
+            base.close()
+        raise
+    _S.store = base   # a TCPStore master serves the others as long as the world lives
+    return group
+
+
+def _init_nccl_world(engine_map: dict[str, str], backend_str: str, op_timeout: float,
+                     init_timeout: float, n: int, r: int, device_id: Any,
+                     store: Store) -> ProcessGroup:
+    """The world of a store-based init: NCCL's unique id made by rank 0 and shared through
+    ``store`` (as torch's ProcessGroupNCCL does); a singleton MPI world for host arrays."""
+    from ._rendezvous import share
     mpi_comm = None
     if n == 1 and is_mpi_available():   # a singleton MPI world serves host arrays
         from ._mpi import mpi
@@ -412,26 +450,31 @@ def _init_env(engine_map: dict[str, str], backend_str: str, op_timeout: float,
                          mpi_comm, r)
     from .._device import _get_device
     if device_id is None:
-        local = int(os.environ.get("LOCAL_RANK", r))
-        from .. import backends
-        count = backends.get_backend("cuda").device_count()
+        count = _cuda_count()
         if count == 0:
-            raise DistError("init_method='env://' with NCCL needs a CUDA device; none found",
+            raise DistError("init_process_group with NCCL needs a CUDA device; none found",
                             rank=r)
-        index = local % count
+        index = int(os.environ.get("LOCAL_RANK", r)) % count
     else:
         _, index = _get_device(device_id)
     from ._nccl import NcclEngine, _core
+    core = _core()
     ctx = EngineContext(r, n, list(range(n)), "cuda", index, init_timeout, None)
-    ctx.options["unique_id"] = _core().get_unique_id()
+    raw = share(store, "nccl/unique_id/0", r, lambda: bytes(core.get_unique_id()))
+    ctx.options["unique_id"] = core.UniqueId.from_bytes(raw)
     try:
         group._preset[("cuda", index)] = NcclEngine.create(ctx)
     except DistError:
         raise
     except Exception as exc:
-        raise DistBackendError(f"rank {r}: NCCL init through env:// failed: "
+        raise DistBackendError(f"rank {r}: NCCL init through the store failed: "
                                f"{type(exc).__name__}: {exc}", rank=r) from exc
     return group
+
+
+def _cuda_count() -> int:
+    from . import _engine
+    return _engine.cuda_device_count()
 
 
 # ---------------------------------------------------------------------------- groups
@@ -503,6 +546,7 @@ def destroy_process_group(group: GroupArg = None) -> None:
             _S.groups.remove(pg)
     if group is None or g is _S.world:
         _S.world = None
+        _S.store = None
         GroupMember.WORLD = None
         _GroupNS.WORLD = None
         _S.groups = []

@@ -6,7 +6,10 @@
      └── DistError                  a collective or point-to-point operation failed
           ├── DistBackendError      the engine (MPI, NCCL) reported an error; its own exception
           │                         is kept as ``__cause__``
-          └── DistTimeoutError      an operation did not complete within the group's timeout
+          ├── DistTimeoutError      an operation did not complete within the group's timeout
+          ├── DistStoreError        a store operation failed or timed out (torch's name)
+          │    └── QueueEmptyError  ``queue_pop(key, block=False)`` on an empty queue
+          └── DistNetworkError      a store could not connect, or its connection broke
 
 Each carries the global ``rank``, the ``op`` name and the group's ``seq`` (sequence number of
 the collective) where known.
@@ -23,7 +26,8 @@ from __future__ import annotations
 
 from .._errors import AcceleratorError
 
-__all__ = ["DistBackendError", "DistError", "DistTimeoutError"]
+__all__ = ["DistBackendError", "DistError", "DistNetworkError", "DistStoreError",
+           "DistTimeoutError", "QueueEmptyError"]
 
 
 class DistError(AcceleratorError):
@@ -44,6 +48,20 @@ class DistBackendError(DistError):
 
 class DistTimeoutError(DistError, TimeoutError):
     """An operation did not complete within the timeout of its process group."""
+
+
+class DistStoreError(DistError):
+    """A store operation failed: a key did not appear within the store's timeout, workers did
+    not join a ``TCPStore`` in time, or the store was closed (torch's ``DistStoreError``)."""
+
+
+class QueueEmptyError(DistStoreError):
+    """``Store.queue_pop(key, block=False)`` found the queue empty."""
+
+
+class DistNetworkError(DistError):
+    """A ``TCPStore`` could not listen or connect, or its connection was lost (torch's
+    ``DistNetworkError``)."""
 
 
 def _rebuild(cls: type[DistError], msg: str, rank: int | None, op: str | None,

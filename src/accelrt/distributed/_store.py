@@ -1,0 +1,1251 @@
+"""Key-value stores with torch.distributed's names: :class:`Store`, :class:`HashStore`,
+:class:`TCPStore`, :class:`FileStore` and :class:`PrefixStore`.
+
+Processes of a job meet through a store: rank 0 writes what the others need (NCCL's unique
+id, a barrier count) and the others block in :meth:`Store.get` until it is there. Values are
+bytes (a ``str`` is stored as UTF-8); counters written by :meth:`Store.add` are decimal text,
+as in torch.
+
+One table implementation serves every store: :class:`HashStore` holds it in the process,
+:class:`TCPStore`'s master serves the same table to its clients, and :class:`FileStore` keeps
+it as an append-only log in a file locked with ``fcntl.flock``. The TCP transport is Python's
+own: ``socketserver`` (a thread per client) and ``multiprocessing.connection``'s
+length-prefixed frames (``send_bytes``/``recv_bytes``); a request is a frame holding a list of
+byte strings, never a pickle, so a peer can only read and write keys.
+
+Example::
+
+    >>> import datetime
+    >>> from accelrt.distributed import HashStore, PrefixStore
+    >>> store = HashStore()
+    >>> store.set("first_key", "first_value")
+    >>> store.get("first_key")
+    b'first_value'
+    >>> store.add("counter", 2), store.add("counter", 5)
+    (2, 7)
+    >>> PrefixStore("job", store).set("k", "v"); store.get("job/k")
+    b'v'
+    >>> store.set_timeout(datetime.timedelta(seconds=10)); store.timeout
+    datetime.timedelta(seconds=10)
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime
+import errno
+import os
+import socket
+import socketserver
+import struct
+import threading
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from multiprocessing.connection import Connection
+from typing import Any
+
+from ._errors import DistNetworkError, DistStoreError, QueueEmptyError
+
+__all__ = ["FileStore", "HashStore", "PrefixStore", "Store", "TCPStore"]
+
+#: torch's default store timeout (``torch.distributed.constants.default_pg_timeout``'s store
+#: counterpart in ``TCPStore``'s signature).
+DEFAULT_STORE_TIMEOUT = datetime.timedelta(seconds=300)
+
+_PROTOCOL = b"accelrt-store/1"
+
+
+# ---------------------------------------------------------------------------- arguments
+def _key(key: object, what: str = "key") -> str:
+    if not isinstance(key, str):
+        raise TypeError(f"{what} must be a str, got {type(key).__name__}")
+    return key
+
+
+def _keys(keys: object) -> list[str]:
+    if isinstance(keys, (str, bytes)) or not isinstance(keys, Sequence):
+        raise TypeError(f"keys must be a list of str, got {type(keys).__name__}")
+    return [_key(k) for k in keys]
+
+
+def _value(value: object, what: str = "value") -> bytes:
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    raise TypeError(f"{what} must be a str or bytes, got {type(value).__name__}")
+
+
+def _amount(amount: object) -> int:
+    if isinstance(amount, bool) or not isinstance(amount, int):
+        raise TypeError(f"amount must be an int, got {type(amount).__name__}")
+    return amount
+
+
+def _timedelta(timeout: object) -> datetime.timedelta:
+    if not isinstance(timeout, datetime.timedelta):
+        raise TypeError(f"timeout must be a datetime.timedelta, got {type(timeout).__name__} "
+                        "(e.g. datetime.timedelta(seconds=30))")
+    return timeout
+
+
+def _wait_timeout(keys: Sequence[str], timeout: float) -> DistStoreError:
+    return DistStoreError(f"wait timeout after {timeout * 1000:.0f}ms, keys: "
+                          f"{', '.join(keys)}: no process set them in time; check that every "
+                          "rank started, or raise the store's timeout (set_timeout)")
+
+
+def _counter(key: str, old: bytes, amount: int) -> int:
+    try:
+        return int(old) + amount
+    except ValueError:
+        raise ValueError(f"add({key!r}, {amount}): the value stored under {key!r} is not a "
+                         f"counter ({old[:40]!r}); add() only counts keys that set() did not "
+                         "write") from None
+
+
+# ---------------------------------------------------------------------------- the table
+class _Table:
+    """The operations every store performs, with explicit timeouts in seconds."""
+
+    def set(self, key: str, value: bytes) -> None:
+        raise NotImplementedError("The 'set' method must be implemented.")
+
+    def get(self, key: str, timeout: float) -> bytes:
+        return self.multi_get([key], timeout)[0]
+
+    def add(self, key: str, amount: int) -> int:
+        raise NotImplementedError("The 'add' method must be implemented.")
+
+    def compare_set(self, key: str, expected: bytes, desired: bytes) -> bytes:
+        raise NotImplementedError("The 'compare_set' method must be implemented.")
+
+    def append(self, key: str, value: bytes) -> None:
+        raise NotImplementedError("The 'append' method must be implemented.")
+
+    def wait(self, keys: list[str], timeout: float) -> None:
+        raise NotImplementedError("The 'wait' method must be implemented.")
+
+    def check(self, keys: list[str]) -> bool:
+        raise NotImplementedError("The 'check' method must be implemented.")
+
+    def delete_key(self, key: str) -> bool:
+        raise NotImplementedError("The 'delete_key' method must be implemented.")
+
+    def num_keys(self) -> int:
+        raise NotImplementedError("The 'num_keys' method must be implemented.")
+
+    def list_keys(self) -> list[str]:
+        raise NotImplementedError("The 'list_keys' method must be implemented.")
+
+    def multi_get(self, keys: list[str], timeout: float) -> list[bytes]:
+        raise NotImplementedError("The 'multi_get' method must be implemented.")
+
+    def multi_set(self, keys: list[str], values: list[bytes]) -> None:
+        for k, v in zip(keys, values):
+            self.set(k, v)
+
+    def queue_push(self, key: str, value: bytes) -> None:
+        raise NotImplementedError("queue support is not implemented.")
+
+    def queue_pop(self, key: str, block: bool, timeout: float) -> bytes:
+        raise NotImplementedError("queue support is not implemented.")
+
+    def queue_len(self, key: str) -> int:
+        raise NotImplementedError("queue support is not implemented.")
+
+
+class _MemoryTable(_Table):
+    """The table in this process's memory (HashStore, and the TCPStore master's server)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._data: dict[str, bytes] = {}                            # guarded by _cond
+        self._queues: dict[str, collections.deque[bytes]] = {}       # guarded by _cond
+        self.closed = False                                          # guarded by _cond
+
+    def _present(self, key: str) -> bool:
+        return key in self._data or bool(self._queues.get(key))
+
+    def _wait_for(self, pred: Callable[[], bool], keys: Sequence[str], timeout: float) -> None:
+        """Wait (holding ``_cond``) until ``pred()``; DistStoreError after ``timeout`` s."""
+        deadline = time.monotonic() + timeout
+        while not pred():
+            if self.closed:
+                raise DistStoreError("the store was closed while waiting for keys "
+                                     f"{', '.join(keys)}")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise _wait_timeout([k for k in keys if not self._present(k)] or list(keys),
+                                    timeout)
+            self._cond.wait(left)
+
+    def set(self, key: str, value: bytes) -> None:
+        with self._cond:
+            self._data[key] = value
+            self._cond.notify_all()
+
+    def add(self, key: str, amount: int) -> int:
+        with self._cond:
+            new = _counter(key, self._data.get(key, b"0"), amount)
+            self._data[key] = str(new).encode()
+            self._cond.notify_all()
+            return new
+
+    def compare_set(self, key: str, expected: bytes, desired: bytes) -> bytes:
+        with self._cond:
+            cur = self._data.get(key)
+            if cur is None:
+                if expected:
+                    return expected
+            elif cur != expected:
+                return cur
+            self._data[key] = desired
+            self._cond.notify_all()
+            return desired
+
+    def append(self, key: str, value: bytes) -> None:
+        with self._cond:
+            self._data[key] = self._data.get(key, b"") + value
+            self._cond.notify_all()
+
+    def wait(self, keys: list[str], timeout: float) -> None:
+        with self._cond:
+            self._wait_for(lambda: all(self._present(k) for k in keys), keys, timeout)
+
+    def check(self, keys: list[str]) -> bool:
+        with self._cond:
+            return all(self._present(k) for k in keys)
+
+    def delete_key(self, key: str) -> bool:
+        with self._cond:
+            return self._data.pop(key, None) is not None
+
+    def num_keys(self) -> int:
+        with self._cond:
+            return len(self._data)
+
+    def list_keys(self) -> list[str]:
+        with self._cond:
+            return list(self._data)
+
+    def multi_get(self, keys: list[str], timeout: float) -> list[bytes]:
+        with self._cond:
+            self._wait_for(lambda: all(k in self._data for k in keys), keys, timeout)
+            return [self._data[k] for k in keys]
+
+    def multi_set(self, keys: list[str], values: list[bytes]) -> None:
+        with self._cond:
+            self._data.update(zip(keys, values))
+            self._cond.notify_all()
+
+    def queue_push(self, key: str, value: bytes) -> None:
+        with self._cond:
+            self._queues.setdefault(key, collections.deque()).append(value)
+            self._cond.notify_all()
+
+    def queue_pop(self, key: str, block: bool, timeout: float) -> bytes:
+        with self._cond:
+            if not block and not self._queues.get(key):
+                raise QueueEmptyError(f"queue_pop({key!r}, block=False): the queue is empty")
+            self._wait_for(lambda: bool(self._queues.get(key)), [key], timeout)
+            return self._queues[key].popleft()
+
+    def queue_len(self, key: str) -> int:
+        with self._cond:
+            return len(self._queues.get(key, ()))
+
+    def wait_count(self, key: str, target: int, timeout: float) -> int:
+        """Wait until the counter ``key`` reaches ``target``; its value when it did, or at
+        the timeout."""
+        with self._cond:
+            deadline = time.monotonic() + timeout
+            while True:
+                value = int(self._data.get(key, b"0"))
+                left = deadline - time.monotonic()
+                if value >= target or left <= 0 or self.closed:
+                    return value
+                self._cond.wait(left)
+
+    def close(self) -> None:
+        with self._cond:
+            self.closed = True
+            self._cond.notify_all()
+
+
+# ---------------------------------------------------------------------------- the stores
+class Store:
+    """Base class of the stores (torch's ``torch.distributed.Store``).
+
+    A subclass implements ``set``, ``get``, ``add``, ``compare_set``, ``wait``, ``check``,
+    ``delete_key`` and ``num_keys``; ``append``, ``multi_get``, ``multi_set`` and ``barrier``
+    then work through them (as torch's defaults do). The built-in stores implement all of
+    them atomically.
+
+    Example::
+
+        >>> from accelrt.distributed import Store
+        >>> class Mine(Store):
+        ...     def __init__(self):
+        ...         super().__init__(); self.d = {}
+        ...     def set(self, key, value): self.d[key] = value.encode() if isinstance(value, str) else value
+        ...     def get(self, key): return self.d[key]
+        ...     def check(self, keys): return all(k in self.d for k in keys)
+        ...     def compare_set(self, key, expected, desired):
+        ...         self.set(key, desired); return self.get(key)
+        >>> s = Mine(); s.multi_set(["a", "b"], ["1", "2"]); s.multi_get(["a", "b"])
+        [b'1', b'2']
+    """
+
+    def __init__(self) -> None:
+        self._timeout = DEFAULT_STORE_TIMEOUT
+
+    # timeouts ----------------------------------------------------------------
+    @property
+    def timeout(self) -> datetime.timedelta:
+        """The store's default timeout (used by ``get``, ``wait`` and ``multi_get``)."""
+        return self._timeout
+
+    def set_timeout(self, timeout: datetime.timedelta) -> None:
+        """Set the store's default timeout (a ``datetime.timedelta``)."""
+        self._timeout = _timedelta(timeout)
+
+    def _seconds(self, timeout: datetime.timedelta | None = None) -> float:
+        t = self.timeout if timeout is None else _timedelta(timeout)
+        return max(t.total_seconds(), 0.0)
+
+    # primitives (a subclass implements these) --------------------------------
+    def set(self, key: str, value: str | bytes) -> None:
+        """Insert ``key`` with ``value`` (str or bytes), overwriting an existing value."""
+        raise NotImplementedError("The 'set' method must be implemented.")
+
+    def get(self, key: str) -> bytes:
+        """The value of ``key``, waiting up to the store's timeout for it to be set.
+
+        Raises:
+            DistStoreError: ``key`` was not set within the timeout.
+        """
+        raise NotImplementedError("The 'get' method must be implemented.")
+
+    def add(self, key: str, amount: int) -> int:
+        """Add ``amount`` to the counter ``key`` (created at 0) and return the new value.
+
+        Raises:
+            ValueError: ``key`` holds a value that is not a counter.
+        """
+        raise NotImplementedError("The 'add' method must be implemented.")
+
+    def compare_set(self, key: str, expected_value: str | bytes,
+                    desired_value: str | bytes) -> bytes:
+        """Set ``key`` to ``desired_value`` if it holds ``expected_value`` (or is missing and
+        ``expected_value`` is empty); returns the value ``key`` holds afterwards (for a
+        missing key with a non-empty ``expected_value``: ``expected_value``)."""
+        raise NotImplementedError("The 'compare_set' method must be implemented.")
+
+    def wait(self, keys: list[str], timeout: datetime.timedelta | None = None) -> None:
+        """Wait until every key of ``keys`` is set (``timeout``: default the store's).
+
+        Raises:
+            DistStoreError: not all were set within the timeout.
+        """
+        deadline = time.monotonic() + self._seconds(timeout)
+        keys = _keys(keys)
+        while not self.check(keys):
+            if time.monotonic() > deadline:
+                raise _wait_timeout(keys, self._seconds(timeout))
+            time.sleep(0.01)
+
+    def check(self, keys: list[str]) -> bool:
+        """True if every key of ``keys`` is set (does not wait)."""
+        raise NotImplementedError("The 'check' method must be implemented.")
+
+    def delete_key(self, key: str) -> bool:
+        """Delete ``key``; True if it existed."""
+        raise NotImplementedError("The 'delete_key' method must be implemented.")
+
+    def num_keys(self) -> int:
+        """The number of keys in the store (the stores' own bookkeeping keys included, as in
+        torch)."""
+        raise NotImplementedError("The 'num_keys' method must be implemented.")
+
+    def list_keys(self) -> list[str]:
+        """Every key set in the store."""
+        raise NotImplementedError("The 'list_keys' method must be implemented.")
+
+    # extended API (defaults in terms of the primitives) ----------------------
+    def has_extended_api(self) -> bool:
+        """True if the store implements ``append``, ``multi_get`` and ``multi_set`` natively
+        (the base class runs them through the primitives)."""
+        return False
+
+    def append(self, key: str, value: str | bytes) -> None:
+        """Append ``value`` to the value of ``key`` (created if missing)."""
+        key, data = _key(key), _value(value)
+        cur = b""
+        while True:   # compare-and-swap loop, as torch's default
+            new = cur + data
+            got = self.compare_set(key, cur, new)
+            if got == new:
+                return
+            cur = got
+
+    def multi_get(self, keys: list[str]) -> list[bytes]:
+        """The values of ``keys``, waiting up to the store's timeout for each."""
+        return [self.get(k) for k in _keys(keys)]
+
+    def multi_set(self, keys: list[str], values: list[str | bytes]) -> None:
+        """Set each key of ``keys`` to the value at the same position of ``values``."""
+        keys = _keys(keys)
+        if len(keys) != len(values):
+            raise ValueError(f"multi_set: {len(keys)} keys but {len(values)} values")
+        for k, v in zip(keys, values):
+            self.set(k, v)
+
+    def barrier(self, key: str, world_size: int,
+                timeout: datetime.timedelta | None = None) -> None:
+        """Block until ``world_size`` callers have called ``barrier`` with ``key``.
+
+        Raises:
+            DistStoreError: they did not all arrive within ``timeout`` (default: the store's).
+        """
+        key = _key(key)
+        if int(self.add(f"{key}/num_members", 1)) == world_size:
+            self.set(f"{key}/last_member", b"1")
+        self.wait([f"{key}/last_member"], timeout)
+
+    def queue_push(self, key: str, value: str | bytes) -> None:
+        """Push ``value`` onto the queue ``key``."""
+        raise NotImplementedError("queue support is not implemented.")
+
+    def queue_pop(self, key: str, block: bool = True) -> bytes:
+        """Pop the oldest value of the queue ``key``, waiting up to the store's timeout if it
+        is empty (``block=False``: raise :class:`QueueEmptyError` instead)."""
+        raise NotImplementedError("queue support is not implemented.")
+
+    def queue_len(self, key: str) -> int:
+        """The number of values in the queue ``key`` (0 if there is none)."""
+        raise NotImplementedError("queue support is not implemented.")
+
+    def clone(self) -> Store:
+        """A new store object on the same data (for use from another thread)."""
+        raise NotImplementedError("The 'clone' method must be implemented.")
+
+
+class _TableStore(Store):
+    """A store whose every operation is one call of a :class:`_Table`."""
+
+    def __init__(self, table: _Table) -> None:
+        super().__init__()
+        self._table = table
+
+    def has_extended_api(self) -> bool:
+        return True
+
+    def set(self, key: str, value: str | bytes) -> None:
+        self._table.set(_key(key), _value(value))
+
+    def get(self, key: str) -> bytes:
+        return self._table.get(_key(key), self._seconds())
+
+    def add(self, key: str, amount: int) -> int:
+        return self._table.add(_key(key), _amount(amount))
+
+    def compare_set(self, key: str, expected_value: str | bytes,
+                    desired_value: str | bytes) -> bytes:
+        return self._table.compare_set(_key(key), _value(expected_value, "expected_value"),
+                                       _value(desired_value, "desired_value"))
+
+    def wait(self, keys: list[str], timeout: datetime.timedelta | None = None) -> None:
+        self._table.wait(_keys(keys), self._seconds(timeout))
+
+    def check(self, keys: list[str]) -> bool:
+        return self._table.check(_keys(keys))
+
+    def delete_key(self, key: str) -> bool:
+        return self._table.delete_key(_key(key))
+
+    def num_keys(self) -> int:
+        return self._table.num_keys()
+
+    def list_keys(self) -> list[str]:
+        return self._table.list_keys()
+
+    def append(self, key: str, value: str | bytes) -> None:
+        self._table.append(_key(key), _value(value))
+
+    def multi_get(self, keys: list[str]) -> list[bytes]:
+        return self._table.multi_get(_keys(keys), self._seconds())
+
+    def multi_set(self, keys: list[str], values: list[str | bytes]) -> None:
+        keys = _keys(keys)
+        if len(keys) != len(values):
+            raise ValueError(f"multi_set: {len(keys)} keys but {len(values)} values")
+        self._table.multi_set(keys, [_value(v) for v in values])
+
+    def queue_push(self, key: str, value: str | bytes) -> None:
+        self._table.queue_push(_key(key), _value(value))
+
+    def queue_pop(self, key: str, block: bool = True) -> bytes:
+        return self._table.queue_pop(_key(key), bool(block), self._seconds())
+
+    def queue_len(self, key: str) -> int:
+        return self._table.queue_len(_key(key))
+
+
+class HashStore(_TableStore):
+    """A store in this process's memory, shared by its threads (torch's ``HashStore``).
+
+    Example::
+
+        >>> from accelrt.distributed import HashStore
+        >>> s = HashStore(); s.append("k", "po"); s.append("k", "tato"); s.get("k")
+        b'potato'
+    """
+
+    def __init__(self) -> None:
+        super().__init__(_MemoryTable())
+
+    def clone(self) -> HashStore:
+        twin = HashStore.__new__(HashStore)
+        _TableStore.__init__(twin, self._table)
+        twin._timeout = self._timeout
+        return twin
+
+
+# ---------------------------------------------------------------------------- TCP transport
+def _pack(fields: Sequence[bytes]) -> bytes:
+    return b"".join(struct.pack("!I", len(f)) + f for f in fields)
+
+
+def _unpack(frame: bytes) -> list[bytes]:
+    out, pos, n = [], 0, len(frame)
+    while pos < n:
+        if pos + 4 > n:
+            raise ValueError("truncated store message")
+        (size,) = struct.unpack_from("!I", frame, pos)
+        pos += 4
+        if pos + size > n:
+            raise ValueError("truncated store message")
+        out.append(frame[pos:pos + size])
+        pos += size
+    return out
+
+
+def _ms(seconds: float) -> bytes:
+    return str(int(seconds * 1000)).encode()
+
+
+def _serve_one(table: _MemoryTable, req: list[bytes]) -> list[bytes]:
+    """Run one decoded request on ``table``; the reply's fields (without the status)."""
+    op, args = req[0].decode(), req[1:]
+
+    def key(i: int) -> str:
+        return args[i].decode()
+
+    def secs(i: int) -> float:
+        return int(args[i]) / 1000.0
+
+    if op == "set":
+        table.set(key(0), args[1])
+        return []
+    if op == "get":
+        return [table.get(key(0), secs(1))]
+    if op == "add":
+        return [str(table.add(key(0), int(args[1]))).encode()]
+    if op == "compare_set":
+        return [table.compare_set(key(0), args[1], args[2])]
+    if op == "append":
+        table.append(key(0), args[1])
+        return []
+    if op == "wait":
+        table.wait([a.decode() for a in args[1:]], secs(0))
+        return []
+    if op == "check":
+        return [b"1" if table.check([a.decode() for a in args]) else b"0"]
+    if op == "delete_key":
+        return [b"1" if table.delete_key(key(0)) else b"0"]
+    if op == "num_keys":
+        return [str(table.num_keys()).encode()]
+    if op == "list_keys":
+        return [k.encode() for k in table.list_keys()]
+    if op == "multi_get":
+        return table.multi_get([a.decode() for a in args[1:]], secs(0))
+    if op == "multi_set":
+        half = len(args) // 2
+        table.multi_set([a.decode() for a in args[:half]], list(args[half:]))
+        return []
+    if op == "queue_push":
+        table.queue_push(key(0), args[1])
+        return []
+    if op == "queue_pop":
+        return [table.queue_pop(key(0), args[1] == b"1", secs(2))]
+    if op == "queue_len":
+        return [str(table.queue_len(key(0))).encode()]
+    if op == "hello":
+        return [_PROTOCOL]
+    raise ValueError(f"unknown store request {op!r}")
+
+
+#: exception kinds a server sends back, and the class a client raises for each
+_ERRORS: dict[bytes, type[Exception]] = {
+    b"store": DistStoreError, b"queue_empty": QueueEmptyError, b"value": ValueError,
+    b"type": TypeError, b"not_implemented": NotImplementedError,
+}
+
+
+def _error_kind(exc: Exception) -> bytes:
+    for kind, cls in (((b"queue_empty", QueueEmptyError), (b"store", DistStoreError),
+                       (b"not_implemented", NotImplementedError), (b"type", TypeError),
+                       (b"value", ValueError))):
+        if isinstance(exc, cls):
+            return kind
+    return b"store"
+
+
+class _Handler(socketserver.BaseRequestHandler):
+    server: _Server
+
+    def handle(self) -> None:
+        conn = Connection(os.dup(self.request.fileno()))
+        try:
+            while True:
+                try:
+                    frame = conn.recv_bytes()
+                except (EOFError, OSError):
+                    return
+                try:
+                    reply = [b"ok", *_serve_one(self.server.table, _unpack(frame))]
+                except Exception as exc:   # sent back; the client raises it
+                    reply = [b"err", _error_kind(exc), str(exc).encode()]
+                try:
+                    conn.send_bytes(_pack(reply))
+                except OSError:
+                    return
+        finally:
+            conn.close()
+
+
+class _Server(socketserver.ThreadingMixIn, socketserver.TCPServer):
+    """The TCPStore master's server: a thread per client over one :class:`_MemoryTable`."""
+
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self, sock: socket.socket) -> None:
+        super().__init__(sock.getsockname()[:2], _Handler, bind_and_activate=False)
+        self.socket.close()
+        self.socket = sock
+        self.address_family = sock.family
+        self.table = _MemoryTable()
+        self.port: int = sock.getsockname()[1]
+        self.users = 0                                   # guarded by _SERVERS_LOCK
+        self._open: set[socket.socket] = set()           # guarded by _open_lock
+        self._open_lock = threading.Lock()
+        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name=f"accelrt-TCPStore:{self.port}", daemon=True)
+        self._thread.start()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._open_lock:
+            self._open.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._open_lock:
+            self._open.discard(request)
+        super().shutdown_request(request)
+
+    def stop(self) -> None:
+        self.table.close()
+        self.shutdown()
+        self.server_close()
+        with self._open_lock:
+            conns = list(self._open)
+        for s in conns:   # end the client threads (their clients see the connection close)
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+_SERVERS: dict[int, _Server] = {}      # multi-tenant servers by port; guarded by _SERVERS_LOCK
+_SERVERS_LOCK = threading.Lock()
+
+
+def _listen(port: int, fd: int | None) -> socket.socket:
+    if fd is not None:
+        return socket.socket(fileno=os.dup(fd))
+    try:
+        if socket.has_dualstack_ipv6():
+            return socket.create_server(("", port), family=socket.AF_INET6,
+                                        dualstack_ipv6=True)
+        return socket.create_server(("", port))
+    except OSError as exc:
+        name = errno.errorcode.get(exc.errno or 0, "?")
+        raise DistNetworkError(f"The server socket has failed to listen on any local network "
+                               f"address. port: {port}, code: {-(exc.errno or 0)}, name: "
+                               f"{name}, message: {exc.strerror}") from exc
+
+
+def _acquire_server(port: int, multi_tenant: bool, fd: int | None) -> _Server:
+    with _SERVERS_LOCK:
+        server = _SERVERS.get(port) if multi_tenant and port else None
+        if server is None:
+            server = _Server(_listen(port, fd))
+            if multi_tenant:
+                _SERVERS[server.port] = server
+        server.users += 1
+        return server
+
+
+def _release_server(server: _Server) -> None:
+    with _SERVERS_LOCK:
+        server.users -= 1
+        if server.users > 0:
+            return
+        if _SERVERS.get(server.port) is server:
+            del _SERVERS[server.port]
+    server.stop()
+
+
+class _RemoteTable(_Table):
+    """A client of a TCPStore master: every operation is one request and one reply."""
+
+    def __init__(self, host: str, port: int, timeout: float) -> None:
+        self.host, self.port, self.timeout = host, port, timeout
+        self._lock = threading.Lock()
+        self._conn = self._connect()
+        if self._call(["hello"]) != [_PROTOCOL]:
+            raise DistNetworkError(f"{host}:{port} is not an accelrt TCPStore")
+
+    def _connect(self) -> Connection:
+        deadline = time.monotonic() + self.timeout
+        delay = 0.01
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                sock = socket.create_connection((self.host, self.port),
+                                                timeout=max(min(left, 5.0), 0.01))
+                break
+            except OSError as exc:
+                if time.monotonic() + delay > deadline:
+                    raise DistNetworkError(
+                        f"The client socket has timed out after {self.timeout * 1000:.0f}ms "
+                        f"while trying to connect to ({self.host}, {self.port}): {exc}. Check "
+                        "that the master store (rank 0) is running and that MASTER_ADDR and "
+                        "MASTER_PORT name it") from exc
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)
+        sock.settimeout(None)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return Connection(sock.detach())
+
+    def _call(self, fields: Sequence[str | bytes], wait: float = 0.0) -> list[bytes]:
+        req = _pack([f.encode() if isinstance(f, str) else f for f in fields])
+        with self._lock:
+            try:
+                self._conn.send_bytes(req)
+                # the server answers a blocking request when its own timeout ends
+                if not self._conn.poll(wait + max(self.timeout, 1.0)):
+                    raise DistNetworkError(f"the TCPStore server at {self.host}:{self.port} "
+                                           f"did not answer {fields[0]!s} in time")
+                reply = _unpack(self._conn.recv_bytes())
+            except (EOFError, OSError) as exc:
+                raise DistNetworkError(
+                    f"the connection to the TCPStore server at {self.host}:{self.port} was "
+                    f"closed during {fields[0]!s}: did the master store (rank 0) exit or "
+                    "crash?") from exc
+        if reply[0] == b"ok":
+            return reply[1:]
+        raise _ERRORS.get(reply[1], DistStoreError)(reply[2].decode())
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def set(self, key: str, value: bytes) -> None:
+        self._call(["set", key, value])
+
+    def get(self, key: str, timeout: float) -> bytes:
+        return self._call(["get", key, _ms(timeout)], timeout)[0]
+
+    def add(self, key: str, amount: int) -> int:
+        return int(self._call(["add", key, str(amount)])[0])
+
+    def compare_set(self, key: str, expected: bytes, desired: bytes) -> bytes:
+        return self._call(["compare_set", key, expected, desired])[0]
+
+    def append(self, key: str, value: bytes) -> None:
+        self._call(["append", key, value])
+
+    def wait(self, keys: list[str], timeout: float) -> None:
+        self._call(["wait", _ms(timeout), *keys], timeout)
+
+    def check(self, keys: list[str]) -> bool:
+        return self._call(["check", *keys]) == [b"1"]
+
+    def delete_key(self, key: str) -> bool:
+        return self._call(["delete_key", key]) == [b"1"]
+
+    def num_keys(self) -> int:
+        return int(self._call(["num_keys"])[0])
+
+    def list_keys(self) -> list[str]:
+        return [k.decode() for k in self._call(["list_keys"])]
+
+    def multi_get(self, keys: list[str], timeout: float) -> list[bytes]:
+        return self._call(["multi_get", _ms(timeout), *keys], timeout)
+
+    def multi_set(self, keys: list[str], values: list[bytes]) -> None:
+        self._call(["multi_set", *keys, *values])
+
+    def queue_push(self, key: str, value: bytes) -> None:
+        self._call(["queue_push", key, value])
+
+    def queue_pop(self, key: str, block: bool, timeout: float) -> bytes:
+        return self._call(["queue_pop", key, b"1" if block else b"0", _ms(timeout)],
+                          timeout)[0]
+
+    def queue_len(self, key: str) -> int:
+        return int(self._call(["queue_len", key])[0])
+
+
+_INIT_KEY = "init/"
+
+
+class TCPStore(_TableStore):
+    """A store served over TCP by the master process (torch's ``TCPStore``).
+
+    The master (``is_master=True``) listens on ``port`` on every interface (``port=0``: a free
+    port, read it from :attr:`port`) and holds the data; the others connect to
+    ``host_name:port``, retrying until ``timeout``. With ``world_size``, each store counts
+    itself in, and the master waits (``wait_for_workers``) until ``world_size`` stores joined.
+
+    Args:
+        host_name: the master's host name or address (clients connect to it).
+        port: the master's port.
+        world_size: the number of stores that will join (None: not counted).
+        is_master: serve the store from this process.
+        timeout: the default timeout of the store's operations, and of joining.
+        wait_for_workers: on the master, wait until ``world_size`` stores joined.
+        multi_tenant: masters of one process on the same port share one server (as
+            ``init_process_group``'s ``env://`` and ``tcp://`` do).
+        master_listen_fd: a socket already listening, to serve from (Linux).
+        use_libuv: accepted for compatibility: the server is Python's ``socketserver``.
+
+    Raises:
+        DistNetworkError: the master could not listen, or a client could not connect within
+            ``timeout``.
+        DistStoreError: the master's wait for the workers timed out.
+
+    Example::
+
+        >>> import datetime
+        >>> from accelrt.distributed import TCPStore
+        >>> master = TCPStore("127.0.0.1", 0, 1, True, datetime.timedelta(seconds=30))
+        >>> client = TCPStore("127.0.0.1", master.port, timeout=datetime.timedelta(seconds=30))
+        >>> client.set("first_key", "first_value"); master.get("first_key")
+        b'first_value'
+        >>> client.close(); master.close()
+    """
+
+    def __init__(self, host_name: str, port: int, world_size: int | None = None,
+                 is_master: bool = False,
+                 timeout: datetime.timedelta = DEFAULT_STORE_TIMEOUT,
+                 wait_for_workers: bool = True, multi_tenant: bool = False,
+                 master_listen_fd: int | None = None, use_libuv: bool = True) -> None:
+        host_name = _key(host_name, "host_name")
+        if isinstance(port, bool) or not isinstance(port, int):
+            raise TypeError(f"port must be an int, got {type(port).__name__}")
+        if not 0 <= port < 2 ** 16:
+            raise ValueError(f"port must have value from 0 to 65535 but was {port}.")
+        if world_size is not None and (isinstance(world_size, bool)
+                                       or not isinstance(world_size, int) or world_size < 1):
+            raise ValueError(f"world_size must be None or a positive int, got {world_size!r}")
+        if not is_master and port == 0 and master_listen_fd is None:
+            raise ValueError("port=0 picks a free port on the master only: a client "
+                             "(is_master=False) needs the master's port (master.port)")
+        seconds = _timedelta(timeout).total_seconds()
+        self._server: _Server | None = None
+        self._host, self._libuv = host_name, bool(use_libuv)
+        self._world_size, self._multi_tenant = world_size, bool(multi_tenant)
+        table: _Table
+        if is_master:
+            self._server = _acquire_server(port, bool(multi_tenant), master_listen_fd)
+            self._port = self._server.port
+            table = self._server.table
+            self._finalizer: weakref.finalize[Any, Any] = weakref.finalize(
+                self, _release_server, self._server)
+        else:
+            self._port = port
+            remote = _RemoteTable(host_name, port, seconds)
+            table = remote
+            self._finalizer = weakref.finalize(self, remote.close)
+        super().__init__(table)
+        self._timeout = timeout
+        if world_size is not None:
+            joined = self._table.add(_INIT_KEY, 1)
+            if is_master and wait_for_workers:
+                self._wait_workers(world_size, joined, seconds)
+
+    def _wait_workers(self, world_size: int, joined: int, seconds: float) -> None:
+        assert self._server is not None
+        joined = self._server.table.wait_count(_INIT_KEY, world_size, seconds)
+        if joined < world_size:
+            self.close()
+            raise DistStoreError(f"Timed out after {seconds:g} seconds waiting for clients. "
+                                 f"{joined}/{world_size} clients joined.")
+
+    @property
+    def host(self) -> str:
+        """The master's host name, as given."""
+        return self._host
+
+    @property
+    def port(self) -> int:
+        """The master's port (the one it picked for ``port=0``)."""
+        return self._port
+
+    @property
+    def libuvBackend(self) -> bool:  # noqa: N802 (torch's name)
+        """False: the server is Python's ``socketserver``, not libuv."""
+        return False
+
+    def set_timeout(self, timeout: datetime.timedelta) -> None:
+        super().set_timeout(timeout)
+        if isinstance(self._table, _RemoteTable):
+            self._table.timeout = timeout.total_seconds()
+
+    def list_keys(self) -> list[str]:
+        return [k for k in super().list_keys() if k != _INIT_KEY]
+
+    def clone(self) -> TCPStore:
+        """A new client connection to the same master."""
+        twin = TCPStore("127.0.0.1" if self._server is not None else self._host, self._port,
+                        None, False, self._timeout)
+        twin._host = self._host
+        return twin
+
+    def close(self) -> None:
+        """Close the connection; on the master, stop serving (when the last master store of
+        a multi-tenant server closes). Also done when the store is garbage collected."""
+        self._finalizer()
+
+    def __enter__(self) -> TCPStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        role = "master" if self._server is not None else "client"
+        return f"TCPStore({role}, {self._host}:{self._port})"
+
+
+# ---------------------------------------------------------------------------- FileStore
+_SET, _DELETE = 1, 2
+_HEAD = struct.Struct("!BII")
+_REFCOUNT_KEY, _CLEANUP_KEY = "refcount/", "cleanup/"
+
+
+class _FileTable(_Table):
+    """The table as an append-only log of set/delete records in a file, read incrementally
+    and written under ``fcntl.flock`` (shared to read, exclusive to write)."""
+
+    def __init__(self, path: str) -> None:
+        import fcntl
+        self._fcntl = fcntl
+        self.path = path
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self._pos = 0                        # bytes of the log applied to _data
+        self._data: dict[str, bytes] = {}
+        self._lock = threading.Lock()        # this object's threads; flock orders processes
+
+    def _sync(self) -> None:
+        """Apply the records other processes appended since the last read."""
+        end = os.fstat(self._fd).st_size
+        if end < self._pos:   # the file was recreated: read it again
+            self._pos, self._data = 0, {}
+        if end == self._pos:
+            return
+        buf = os.pread(self._fd, end - self._pos, self._pos)
+        pos = 0
+        while pos + _HEAD.size <= len(buf):
+            kind, klen, vlen = _HEAD.unpack_from(buf, pos)
+            stop = pos + _HEAD.size + klen + vlen
+            if stop > len(buf):
+                break
+            key = buf[pos + _HEAD.size:pos + _HEAD.size + klen].decode()
+            if kind == _SET:
+                self._data[key] = buf[pos + _HEAD.size + klen:stop]
+            else:
+                self._data.pop(key, None)
+            pos = stop
+        self._pos += pos
+
+    def _locked(self, exclusive: bool) -> Any:
+        table = self
+
+        class _Held:
+            def __enter__(self) -> None:
+                table._lock.acquire()
+                table._fcntl.flock(table._fd, table._fcntl.LOCK_EX if exclusive
+                                   else table._fcntl.LOCK_SH)
+                table._sync()
+
+            def __exit__(self, *exc: object) -> None:
+                table._fcntl.flock(table._fd, table._fcntl.LOCK_UN)
+                table._lock.release()
+
+        return _Held()
+
+    def _write(self, kind: int, key: str, value: bytes = b"") -> None:
+        k = key.encode()
+        rec = _HEAD.pack(kind, len(k), len(value)) + k + value
+        os.write(self._fd, rec)   # O_APPEND, under the exclusive lock
+        self._sync()
+
+    def _poll(self, pred: Callable[[], bool], keys: Sequence[str], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._locked(False):
+                if pred():
+                    return
+            if time.monotonic() > deadline:
+                with self._locked(False):
+                    missing = [k for k in keys if k not in self._data]
+                raise _wait_timeout(missing or list(keys), timeout)
+            time.sleep(0.01)
+
+    def set(self, key: str, value: bytes) -> None:
+        with self._locked(True):
+            self._write(_SET, key, value)
+
+    def add(self, key: str, amount: int) -> int:
+        with self._locked(True):
+            new = _counter(key, self._data.get(key, b"0"), amount)
+            self._write(_SET, key, str(new).encode())
+            return new
+
+    def compare_set(self, key: str, expected: bytes, desired: bytes) -> bytes:
+        with self._locked(True):
+            cur = self._data.get(key)
+            if cur is None:
+                if expected:
+                    return expected
+            elif cur != expected:
+                return cur
+            self._write(_SET, key, desired)
+            return desired
+
+    def append(self, key: str, value: bytes) -> None:
+        with self._locked(True):
+            self._write(_SET, key, self._data.get(key, b"") + value)
+
+    def wait(self, keys: list[str], timeout: float) -> None:
+        self._poll(lambda: all(k in self._data for k in keys), keys, timeout)
+
+    def check(self, keys: list[str]) -> bool:
+        with self._locked(False):
+            return all(k in self._data for k in keys)
+
+    def delete_key(self, key: str) -> bool:
+        with self._locked(True):
+            if key not in self._data:
+                return False
+            self._write(_DELETE, key)
+            return True
+
+    def num_keys(self) -> int:
+        with self._locked(False):
+            return len(self._data)
+
+    def list_keys(self) -> list[str]:
+        with self._locked(False):
+            return list(self._data)
+
+    def multi_get(self, keys: list[str], timeout: float) -> list[bytes]:
+        out: list[bytes] = []
+
+        def ready() -> bool:
+            if all(k in self._data for k in keys):
+                out[:] = [self._data[k] for k in keys]
+                return True
+            return False
+
+        self._poll(ready, keys, timeout)
+        return out
+
+    def multi_set(self, keys: list[str], values: list[bytes]) -> None:
+        with self._locked(True):
+            for k, v in zip(keys, values):
+                self._write(_SET, k, v)
+
+    def close(self, world_size: int) -> None:
+        """Count this store out; the last of ``world_size`` removes the file (as torch)."""
+        try:
+            done = self.add(_CLEANUP_KEY, 1)
+            if world_size > 0 and done >= world_size:
+                os.unlink(self.path)
+        except OSError:
+            pass
+        finally:
+            os.close(self._fd)
+
+
+class FileStore(_TableStore):
+    """A store in a file that every process of one machine (or of a shared file system with
+    working ``flock``) opens (torch's ``FileStore``).
+
+    With ``world_size`` (> 0), the file is removed when that many stores on it were closed
+    (or garbage collected), so a later job starts empty; with -1 it is kept.
+
+    Args:
+        file_name: the path of the file (created if missing).
+        world_size: the number of processes using the file, or -1.
+
+    Example::
+
+        >>> import os, tempfile
+        >>> from accelrt.distributed import FileStore
+        >>> path = os.path.join(tempfile.mkdtemp(), "store")
+        >>> s = FileStore(path, 1); s.set("k", "v"); s.add("n", 3)
+        3
+        >>> FileStore(path).get("k")
+        b'v'
+    """
+
+    def __init__(self, file_name: str, world_size: int = -1) -> None:
+        if not isinstance(file_name, (str, os.PathLike)):
+            raise TypeError(f"file_name must be a path, got {type(file_name).__name__}")
+        if isinstance(world_size, bool) or not isinstance(world_size, int):
+            raise TypeError(f"world_size must be an int, got {type(world_size).__name__}")
+        if world_size == 0 or world_size < -1:
+            raise ValueError(f"world_size must be positive or -1, got {world_size}")
+        path = os.fspath(file_name)
+        try:
+            table = _FileTable(path)
+        except OSError as exc:
+            raise DistStoreError(f"FileStore cannot open {path!r}: {exc.strerror}; pass a "
+                                 "path in a writable directory") from exc
+        super().__init__(table)
+        self._path, self._world_size = path, world_size
+        table.add(_REFCOUNT_KEY, 1)
+        self._finalizer = weakref.finalize(self, table.close, world_size)
+
+    @property
+    def path(self) -> str:
+        """The store's file."""
+        return self._path
+
+    def has_extended_api(self) -> bool:
+        return False   # as torch's FileStore (append/multi_get/multi_set still work)
+
+    def clone(self) -> FileStore:
+        twin = FileStore.__new__(FileStore)
+        table = _FileTable(self._path)
+        _TableStore.__init__(twin, table)
+        twin._path, twin._world_size, twin._timeout = self._path, -1, self._timeout
+        twin._finalizer = weakref.finalize(twin, table.close, -1)
+        return twin
+
+    def close(self) -> None:
+        """Close the file (counting this store out; see the class docstring). Also done when
+        the store is garbage collected."""
+        self._finalizer()
+
+    def __enter__(self) -> FileStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# ---------------------------------------------------------------------------- PrefixStore
+class PrefixStore(Store):
+    """Every key of ``store`` under ``prefix + "/"`` (torch's ``PrefixStore``): so that
+    several users of one store cannot clash. The timeout is the underlying store's.
+
+    Example::
+
+        >>> from accelrt.distributed import HashStore, PrefixStore
+        >>> base = HashStore(); p = PrefixStore("job1", base); p.set("k", "v")
+        >>> base.get("job1/k"), p.list_keys()
+        (b'v', ['k'])
+    """
+
+    def __init__(self, prefix: str, store: Store) -> None:
+        super().__init__()
+        self._prefix = _key(prefix, "prefix")
+        if not isinstance(store, Store):
+            raise TypeError(f"store must be an accelrt.distributed.Store, got "
+                            f"{type(store).__name__}")
+        self._store = store
+
+    def _k(self, key: str) -> str:
+        return f"{self._prefix}/{_key(key)}"
+
+    @property
+    def underlying_store(self) -> Store:
+        """The wrapped store."""
+        return self._store
+
+    @property
+    def timeout(self) -> datetime.timedelta:
+        return self._store.timeout
+
+    def set_timeout(self, timeout: datetime.timedelta) -> None:
+        self._store.set_timeout(timeout)
+
+    def has_extended_api(self) -> bool:
+        return self._store.has_extended_api()
+
+    def set(self, key: str, value: str | bytes) -> None:
+        self._store.set(self._k(key), value)
+
+    def get(self, key: str) -> bytes:
+        return self._store.get(self._k(key))
+
+    def add(self, key: str, amount: int) -> int:
+        return self._store.add(self._k(key), amount)
+
+    def compare_set(self, key: str, expected_value: str | bytes,
+                    desired_value: str | bytes) -> bytes:
+        return self._store.compare_set(self._k(key), expected_value, desired_value)
+
+    def wait(self, keys: list[str], timeout: datetime.timedelta | None = None) -> None:
+        self._store.wait([self._k(k) for k in _keys(keys)], timeout)
+
+    def check(self, keys: list[str]) -> bool:
+        return self._store.check([self._k(k) for k in _keys(keys)])
+
+    def delete_key(self, key: str) -> bool:
+        return self._store.delete_key(self._k(key))
+
+    def num_keys(self) -> int:
+        return self._store.num_keys()
+
+    def list_keys(self) -> list[str]:
+        head = f"{self._prefix}/"
+        return [k[len(head):] for k in self._store.list_keys() if k.startswith(head)]
+
+    def append(self, key: str, value: str | bytes) -> None:
+        self._store.append(self._k(key), value)
+
+    def multi_get(self, keys: list[str]) -> list[bytes]:
+        return self._store.multi_get([self._k(k) for k in _keys(keys)])
+
+    def multi_set(self, keys: list[str], values: list[str | bytes]) -> None:
+        self._store.multi_set([self._k(k) for k in _keys(keys)], values)
+
+    def queue_push(self, key: str, value: str | bytes) -> None:
+        self._store.queue_push(self._k(key), value)
+
+    def queue_pop(self, key: str, block: bool = True) -> bytes:
+        return self._store.queue_pop(self._k(key), block)
+
+    def queue_len(self, key: str) -> int:
+        return self._store.queue_len(self._k(key))
+
+    def clone(self) -> PrefixStore:
+        return PrefixStore(self._prefix, self._store.clone())
