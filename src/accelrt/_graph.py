@@ -201,14 +201,14 @@ def export_dot(path: str | os.PathLike[str], *,
 
     Example::
 
-        >>> import os, tempfile, accelrt as acc
-        >>> path = os.path.join(tempfile.mkdtemp(), "g.dot")
+        >>> import pathlib, tempfile, accelrt as acc
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "g.dot"
         >>> g = acc.cpu.Graph()
         >>> _ = g.register_capture_end_hook(acc.cpu.graphs.export_dot(path))
         >>> x = acc.zeros(4, device="cpu")
         >>> with acc.cpu.graph(g):
         ...     _ = x.fill_(1.0)
-        >>> open(path).read().startswith("digraph")
+        >>> path.read_text().startswith("digraph")
         True
     """
     target = os.fspath(path)
@@ -508,14 +508,14 @@ class Graph:
 
         Example::
 
-            >>> import os, tempfile, accelrt as acc
+            >>> import pathlib, tempfile, accelrt as acc
             >>> g = acc.cpu.Graph(keep_graph=True)
             >>> x = acc.zeros(4, device="cpu")
             >>> with acc.Stream("cpu"), g:
             ...     _ = x.fill_(1.0)
-            >>> path = os.path.join(tempfile.mkdtemp(), "g.dot")
+            >>> path = pathlib.Path(tempfile.mkdtemp()) / "g.dot"
             >>> g.debug_dump(path)
-            >>> open(path).read().startswith("digraph")
+            >>> path.read_text().startswith("digraph")
             True
         """
         self._dump_dot(os.fspath(path), True)

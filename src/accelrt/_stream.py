@@ -318,9 +318,10 @@ class Stream:
         Example::
 
             >>> import accelrt as acc
-            >>> s = acc.Stream("cpu")
+            >>> s, x = acc.Stream("cpu"), acc.zeros(4, device="cpu")
             >>> g = acc.cpu.Graph()
             >>> with s, acc.cpu.graph(g, stream=s):
+            ...     _ = x.fill_(1.0)
             ...     s.is_capturing()
             True
             >>> s.is_capturing()
