@@ -671,8 +671,11 @@ class Runner:
         return None
 
     def conformance(self, budget: float) -> dict[str, Any]:
+        # the backend contract on the GPU, and torch 2.14's graph API over it (keep_graph,
+        # instantiate, raw handles, cuGraphDebugDotPrint)
         return self.pytest_phase("conformance", budget,
-                                 ["tests/backends/test_conformance.py", "-k", "cuda"])
+                                 ["tests/backends/test_conformance.py",
+                                  "tests/runtime/test_graph_torch214.py", "-k", "cuda"])
 
     def cuda_ipc(self, budget: float) -> dict[str, Any]:
         return self.pytest_phase("cuda-ipc", budget,

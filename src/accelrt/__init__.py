@@ -57,6 +57,7 @@ if TYPE_CHECKING:
         cpu,
         cuda,
         distributed,
+        graphs,
         interop,
         memory,
         multiprocessing,
@@ -149,8 +150,8 @@ _LAZY: dict[str, str] = {
     # collectives
     "can_device_access_peer": ".comm",
 }
-_SUBMODULES = ("backends", "comm", "cpu", "cuda", "distributed", "memory", "multiprocessing",
-               "opencl", "random", "interop")
+_SUBMODULES = ("backends", "comm", "cpu", "cuda", "distributed", "graphs", "memory",
+               "multiprocessing", "opencl", "random", "interop")
 
 # A literal list (not computed) so type checkers see the re-exports; test_exported_members
 # checks that it is sorted and covers _LAZY and _SUBMODULES.
@@ -191,6 +192,7 @@ __all__ = [
     "get_rng_state",
     "get_sync_debug_mode",
     "graph",
+    "graphs",
     "host_memory_stats",
     "initial_seed",
     "interop",

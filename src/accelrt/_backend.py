@@ -105,7 +105,12 @@ class Capabilities:
         virtual_memory: ``vm_granularity``/``vm_reserve``/``vm_map``/``vm_unmap``/
             ``vm_release`` work (enables ``expandable_segments``).
         graphs: ``graph_capture_begin``/``graph_capture_end``/``graph_replay``/
-            ``graph_destroy`` work (:class:`accelrt.Graph`).
+            ``graph_destroy`` work (:class:`accelrt.Graph`; ``graph_instantiate`` is
+            optional).
+        graph_dot: ``graph_debug_dot`` writes a captured graph in Graphviz DOT format
+            (``Graph.debug_dump``, ``export_dot``).
+        graph_native_handles: ``graph_native_handles`` gives a captured graph's native
+            handles (``CUDAGraph.raw_cuda_graph``/``raw_cuda_graph_exec``).
         pinned_host_memory: ``host_malloc``/``host_free`` give page-locked host memory.
         host_functions: ``launch_host_func`` runs host callables in stream order.
         peer_copies: ``memcpy_peer`` copies between two devices of the backend.
@@ -142,6 +147,8 @@ class Capabilities:
 
     virtual_memory: bool = False
     graphs: bool = False
+    graph_dot: bool = False
+    graph_native_handles: bool = False
     pinned_host_memory: bool = False
     host_functions: bool = False
     peer_copies: bool = False
@@ -548,9 +555,29 @@ class Backend(abc.ABC):
         """Stop capturing on ``stream``; return an executable graph handle."""
         raise _unsupported(self, "graph_capture_end", "graphs")
 
+    def graph_instantiate(self, index: int, graph: GraphHandle) -> int:
+        """Make (again) the executable form of a captured graph, destroying the previous one,
+        and return its id (CUDA: ``cuGraphExecGetId``). :class:`accelrt.Graph` calls it before
+        the first replay (at ``capture_end`` unless ``keep_graph=True``); ``graph_replay`` of
+        a graph never instantiated instantiates it. The default, for a backend whose captured
+        graph replays as it is: nothing to make; the id is the graph handle."""
+        return int(graph)
+
     def graph_replay(self, index: int, graph: GraphHandle, stream: StreamHandle) -> None:
         """Launch a captured graph on ``stream``."""
         raise _unsupported(self, "graph_replay", "graphs")
+
+    def graph_debug_dot(self, index: int, graph: GraphHandle, path: str,
+                        verbose: bool) -> None:
+        """Write a captured graph to the file ``path`` in Graphviz DOT format (``verbose``:
+        every detail the backend has) (capability ``graph_dot``)."""
+        raise _unsupported(self, "graph_debug_dot", "graph_dot")
+
+    def graph_native_handles(self, index: int, graph: GraphHandle) -> tuple[int, int | None]:
+        """The native handles of a captured graph: ``(graph, executable graph or None before
+        it is instantiated)``, e.g. CUDA's ``CUgraph``/``CUgraphExec`` (capability
+        ``graph_native_handles``)."""
+        raise _unsupported(self, "graph_native_handles", "graph_native_handles")
 
     def graph_destroy(self, index: int, graph: GraphHandle) -> None:
         """Destroy a captured graph."""

@@ -1,17 +1,25 @@
-"""``accelrt.Graph`` and the ``accelrt.graph`` context manager: capture stream work once,
-replay it many times (``torch.cuda.CUDAGraph`` / ``torch.cuda.graph`` semantics).
+"""``accelrt.Graph`` (``torch.accelerator.Graph``), the device modules' graph classes
+(``torch.cuda.CUDAGraph``), the ``graph`` context manager and the graph hooks of
+``torch.cuda.graphs``: capture stream work once, replay it many times.
 
-Capture runs on a non-default stream of the current device. While a graph captures, memory
+A capture records the work submitted to one non-default stream. While a graph captures, memory
 the caching allocator hands out on the capturing stream comes from a *private pool* of that
 graph, so addresses baked into the graph stay valid and are not reused by other work; graphs
-can share a pool with ``capture_begin(pool=other.pool())``. Backends that cannot capture
-(``Backend.graph_supported`` is False) raise :class:`~accelrt.CaptureNotSupportedError`.
+can share a pool (``Graph(pool=other.pool())``). The life of a graph follows PyTorch's:
+``capture_begin`` -> ``capture_end`` (which instantiates the executable graph unless
+``keep_graph=True``) -> ``instantiate`` (explicit, or on the first ``replay``) -> ``replay`` ...
+-> ``reset``. Backends that cannot capture (``Backend.graph_supported`` is False) raise
+:class:`~accelrt.CaptureNotSupportedError`.
+
+Hooks (``register_graph_capture_start_hook`` and the rest, ``torch.cuda.graphs``' names) are
+kept per backend: a hook registered through ``accelrt.cuda.graphs`` runs for every graph that
+captures cuda work, an :class:`accelrt.Graph` included.
 
 Example::
 
     >>> import accelrt as acc
     >>> x = acc.zeros(4, device="cpu")
-    >>> g = acc.Graph()
+    >>> g = acc.cpu.Graph()
     >>> s = acc.Stream("cpu")
     >>> with acc.graph(g, stream=s):
     ...     _ = x.fill_(1.0)
@@ -21,11 +29,15 @@ Example::
 
 from __future__ import annotations
 
+import collections
 import gc
 import itertools
+import os
 import threading
 import warnings
-from typing import TYPE_CHECKING, Any, ClassVar
+import weakref
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from . import _device as _dev
 from . import _stream
@@ -40,18 +52,24 @@ if TYPE_CHECKING:
     from ._backend import Backend
     from ._typing import PoolLike
 
-__all__ = ["Graph", "graph", "graph_pool_handle"]
+__all__ = ["DeviceGraph", "Graph", "RemovableHandle", "export_dot", "graph", "graph_pool_handle",
+           "register_global_hook"]
 
-_CAPTURE_MODES = ("global", "thread_local", "relaxed")
+#: ``capture_error_mode`` values (``torch.accelerator.Graph``'s; ``"default"`` is the
+#: backend's own, which is the one mode every backend here captures in: see docs/differences.md)
+_CAPTURE_MODES = ("default", "global", "thread_local", "relaxed")
 _ids = itertools.count(1)
 _lock = reinit_after_fork(threading.Lock())
 #: Captures in progress per (backend name, device index); guarded by _lock.
 _active: dict[tuple[str, int], int] = {}
 
+_D = TypeVar("_D", bound="DeviceGraph")
+
 
 def graph_pool_handle() -> tuple[int, int]:
-    """A new pool id that graphs can share: pass it to ``capture_begin(pool=...)`` or
-    ``graph(..., pool=...)`` (``torch.cuda.graph_pool_handle``).
+    """A new pool id that graphs can share: pass it to ``Graph(pool=...)``,
+    ``capture_begin(pool=...)`` of a device module's graph, or ``graph(..., pool=...)``
+    (``torch.cuda.graph_pool_handle``).
 
     Example::
 
@@ -83,34 +101,178 @@ def _pool_id(pool: Any) -> tuple[int, int] | None:
                     f"or a MemPool, got {pool!r}")
 
 
-class Graph:
-    """A captured sequence of stream work that can be replayed (``torch.cuda.CUDAGraph``).
+def _check_mode(capture_error_mode: object) -> str:
+    if capture_error_mode not in _CAPTURE_MODES:
+        raise ValueError(f"capture_error_mode must be one of {_CAPTURE_MODES}, got "
+                         f"{capture_error_mode!r}")
+    return str(capture_error_mode)
 
-    Use it through :class:`graph`, or call :meth:`capture_begin` / :meth:`capture_end`
-    around work submitted to the current, non-default stream.
+
+def _torch_only(name: str, value: object) -> None:
+    """Refuse a PyTorch option that needs tensors (accepted as False, as PyTorch's default)."""
+    if value is not False:
+        raise ValueError(f"{name}={value!r} is not supported: it tracks PyTorch tensors, which "
+                         f"accelrt does not have; pass {name}=False (see docs/differences.md)")
+
+
+# ---------------------------------------------------------------------- hooks
+
+class RemovableHandle:
+    """What a ``register_*_hook`` call returns (``torch.utils.hooks.RemovableHandle``):
+    :meth:`remove` unregisters the hook; ``with handle:`` removes it at the end of the block.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> h = acc.cpu.graphs.register_graph_replay_start_hook(lambda g: None)
+        >>> h.remove(); h.remove()     # idempotent
+    """
+
+    _next_id: ClassVar[itertools.count[int]] = itertools.count()
+
+    def __init__(self, hooks: collections.OrderedDict[int, Any]) -> None:
+        self.id = next(RemovableHandle._next_id)
+        self._hooks = weakref.ref(hooks)
+
+    def remove(self) -> None:
+        """Unregister the hook (nothing happens if it was removed already)."""
+        hooks = self._hooks()
+        if hooks is not None:
+            hooks.pop(self.id, None)
+
+    def __enter__(self) -> RemovableHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+    def __repr__(self) -> str:
+        return f"<accelrt RemovableHandle id={self.id}>"
+
+
+def _add_hook(hooks: collections.OrderedDict[int, Any], fn: Any) -> RemovableHandle:
+    if not callable(fn):
+        raise TypeError(f"a hook must be callable, got {type(fn).__name__}")
+    handle = RemovableHandle(hooks)
+    hooks[handle.id] = fn
+    return handle
+
+
+#: ``torch.cuda.graphs``' module-level hook kinds; each hook receives the graph, except
+#: ``destroy`` hooks, which receive the set of executable-graph ids of the destroyed graph.
+HOOK_KINDS = ("capture_start", "capture_end", "instantiate", "replay_start", "replay_end",
+              "destroy")
+#: Module-level hooks per backend name and kind (``accelrt.cuda.graphs.register_graph_*``);
+#: registration and removal are single dict operations, runs iterate over a copy.
+_global_hooks: dict[str, dict[str, collections.OrderedDict[int, Callable[..., None]]]] = {}
+
+
+def register_global_hook(backend_name: str, kind: str,
+                         fn: Callable[..., None]) -> RemovableHandle:
+    """Register a ``torch.cuda.graphs.register_graph_<kind>_hook`` hook for the graphs of
+    backend ``backend_name`` (what the device modules' ``graphs`` submodules call)."""
+    if kind not in HOOK_KINDS:
+        raise ValueError(f"unknown graph hook kind {kind!r}; use one of {HOOK_KINDS}")
+    with _lock:
+        kinds = _global_hooks.setdefault(backend_name, {})
+        hooks = kinds.setdefault(kind, collections.OrderedDict())
+    return _add_hook(hooks, fn)
+
+
+def _run_global(backend_name: str, kind: str, arg: object) -> None:
+    """Run the module-level hooks of one kind; a failing hook never breaks the graph's step
+    (nor the other hooks), as in PyTorch."""
+    hooks = _global_hooks.get(backend_name, {}).get(kind)
+    if not hooks:
+        return
+    for fn in list(hooks.values()):
+        try:
+            fn(arg)
+        except Exception:  # noqa: BLE001, S112 - PyTorch swallows module-level hook errors
+            continue
+
+
+def export_dot(path: str | os.PathLike[str], *,
+               verbose: bool = True) -> Callable[[Graph], None]:
+    """A capture-end hook that writes the captured graph to ``path`` in Graphviz DOT format
+    (``torch.cuda.graphs.export_dot``): register it with a graph's
+    ``register_capture_end_hook`` (or ``register_graph_capture_end_hook``); it works whatever
+    ``keep_graph`` is, since it runs while the captured graph is still there.
+
+    Example::
+
+        >>> import pathlib, tempfile, accelrt as acc
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "g.dot"
+        >>> g = acc.cpu.Graph()
+        >>> _ = g.register_capture_end_hook(acc.cpu.graphs.export_dot(path))
+        >>> x = acc.zeros(4, device="cpu")
+        >>> with acc.cpu.graph(g):
+        ...     _ = x.fill_(1.0)
+        >>> path.read_text().startswith("digraph")
+        True
+    """
+    target = os.fspath(path)
+
+    def _hook(cuda_graph: Graph) -> None:
+        cuda_graph._dump_dot(target, verbose)
+
+    return _hook
+
+
+# ---------------------------------------------------------------------- graphs
+class Graph:
+    """A captured sequence of stream work that can be replayed (``torch.accelerator.Graph``).
+
+    ``with g:`` synchronizes the device, empties the caches and captures the body's work on
+    the *current* stream (which must not be the default stream: ``with stream, g:``), as
+    PyTorch's does; :meth:`capture_begin` / :meth:`capture_end` do the same by hand. To close
+    the object when a block ends, use ``contextlib.closing(g)`` (as for :class:`Stream`).
+
+    Args:
+        keep_graph: if False, :meth:`capture_end` instantiates the executable graph and the
+            captured graph is no longer available; if True, the captured graph is kept (for
+            :meth:`debug_dump`) and the executable graph is made by :meth:`instantiate`, or by
+            the first :meth:`replay`.
+        pool: a memory pool to share (:meth:`pool` of another graph, a
+            :func:`graph_pool_handle`, or a ``MemPool``); ``None``: a new private pool.
+        capture_error_mode: ``"default"``, ``"global"``, ``"thread_local"`` or ``"relaxed"``
+            (how a backend treats unsafe calls during capture; see docs/differences.md).
+
+    The attributes ``graph_pool`` and ``capture_error_mode`` hold the last two and may be
+    changed before capturing again (after :meth:`reset`).
+
+    Raises:
+        TypeError: ``keep_graph`` is not a bool, or ``pool`` is not a pool.
+        ValueError: an unknown ``capture_error_mode``.
 
     Example::
 
         >>> import accelrt as acc
         >>> x = acc.zeros(4, device="cpu:0")
         >>> g = acc.cpu.Graph()     # acc.Graph() follows the current accelerator
-        >>> with acc.Stream("cpu:0"):
-        ...     g.capture_begin()
+        >>> with acc.Stream("cpu:0"), g:
         ...     _ = x.fill_(2.0)
-        ...     g.capture_end()
         >>> g.replay()
         >>> isinstance(g.pool(), tuple)
         True
     """
 
-    __slots__ = ("__weakref__", "_allocator", "_b", "_capturing", "_closed", "_handle", "_index",
-                 "_pool", "_stream")
+    __slots__ = ("__weakref__", "_allocator", "_b", "_capturing", "_closed", "_exec",
+                 "_exec_ids", "_handle", "_hooks", "_index", "_keep_graph", "_pool", "_stream",
+                 "_template", "capture_error_mode", "graph_pool")
 
     #: Fixed backend for device-specific subclasses (``accelrt.cuda.CUDAGraph``); ``None``:
     #: the current accelerator.
     _backend_name: ClassVar[str | None] = None
 
-    def __init__(self) -> None:
+    def __init__(self, keep_graph: bool = False, *, pool: PoolLike = None,
+                 capture_error_mode: str = "default") -> None:
+        if not isinstance(keep_graph, bool):
+            raise TypeError(f"keep_graph must be a bool, got {type(keep_graph).__name__}")
+        _pool_id(pool)
+        self.graph_pool = pool
+        self.capture_error_mode = _check_mode(capture_error_mode)
+        self._keep_graph = keep_graph
         self._b: Backend | None = None
         self._index = -1
         self._stream = StreamHandle(0)
@@ -119,33 +281,32 @@ class Graph:
         self._allocator: Any = None
         self._capturing = False
         self._closed = False
+        self._exec = False        # the executable graph exists (instantiate() ran)
+        self._template = False    # the captured graph may be read (keep_graph, capture-end hooks)
+        self._exec_ids: set[int] = set()
+        self._hooks: dict[str, collections.OrderedDict[int, Callable[[Any], None]]] = {
+            k: collections.OrderedDict() for k in HOOK_KINDS[:-1]}
 
-    def capture_begin(self, pool: PoolLike = None, capture_error_mode: str = "global") -> None:
-        """Begin capturing work submitted to the current stream of the current device.
-
-        Args:
-            pool: share the private memory pool of another graph (``other.pool()``), a
-                :func:`graph_pool_handle`, or a ``MemPool``; ``None`` makes a new pool.
-            capture_error_mode: ``"global"``, ``"thread_local"`` or ``"relaxed"``; accepted for
-                PyTorch compatibility (the CUDA backend captures in thread-local mode).
+    # ------------------------------------------------------------------ capture
+    def capture_begin(self) -> None:
+        """Begin capturing the work submitted to the current stream of the current device,
+        with the ``graph_pool`` and ``capture_error_mode`` given at construction.
 
         Raises:
             RuntimeError: the graph is already captured or capturing, or the current stream
                 is the default stream.
             CaptureNotSupportedError: the backend cannot capture graphs.
-            ValueError: unknown ``capture_error_mode``.
         """
         b = _graph_backend(self._backend_name)
-        index = _tls.device.get(b.name, 0)
-        self._begin(b, index, None, pool, capture_error_mode)
+        self._begin(b, _tls.device.get(b.name, 0), None, self.graph_pool,
+                    self.capture_error_mode)
 
     def _begin(self, b: Backend, index: int, stream_obj: _stream.Stream | None, pool: Any,
                capture_error_mode: str) -> None:
-        """Begin capturing on ``stream_obj`` (default: the current stream of ``b:index``)."""
+        """Begin capturing on ``stream_obj`` (default: the current stream of ``b:index``),
+        then run the capture-start hooks."""
         self._check_open()
-        if capture_error_mode not in _CAPTURE_MODES:
-            raise ValueError(f"capture_error_mode must be one of {_CAPTURE_MODES}, got "
-                             f"{capture_error_mode!r}")
+        _check_mode(capture_error_mode)
         if self._capturing or self._handle is not None:
             raise RuntimeError("this Graph is already captured or capturing; call reset() "
                                "before capturing again")
@@ -194,19 +355,38 @@ class Graph:
             _active[key] = _active.get(key, 0) + 1
         self._b, self._index, self._stream = b, index, stream
         self._pool, self._allocator, self._capturing = pid, a, True
+        self._exec, self._template, self._exec_ids = False, False, set()
+        # the capture is live: work a hook submits to this stream is captured
+        _run_global(b.name, "capture_start", self)
+        for hook in list(self._hooks["capture_start"].values()):
+            hook(self)
 
     def capture_end(self) -> None:
-        """End the capture begun by :meth:`capture_begin` and make the graph replayable.
+        """End the capture begun by :meth:`capture_begin`: run the capture-end hooks (the
+        captured graph is readable there), then, unless ``keep_graph=True``, instantiate the
+        executable graph and drop the captured one.
 
         Raises:
             RuntimeError: no capture is in progress.
         """
+        self._capture_end_pre(warn=True)
+        self._finish_capture()
+
+    def _finish_capture(self) -> None:
+        b = self._b
+        assert b is not None
+        _run_global(b.name, "capture_end", self)
+        for hook in list(self._hooks["capture_end"].values()):
+            hook(self)
+        if not self._keep_graph:
+            self.instantiate()
+        self._capture_end_post()
+
+    def _capture_end_pre(self, warn: bool) -> None:
+        """End the backend's capture; the captured graph stays readable."""
         if not self._capturing:
             self._check_open()
             raise RuntimeError("capture_end() without capture_begin(); begin a capture first")
-        self._end_capture(warn=True)
-
-    def _end_capture(self, warn: bool) -> None:
         b, index = self._b, self._index
         assert b is not None
         self._capturing = False
@@ -219,13 +399,51 @@ class Graph:
             self._handle = b.graph_capture_end(index, self._stream)
         finally:
             self._allocator.end_allocate_to_pool(self._pool)
+        self._template = True
         if warn and b.graph_node_count(index, self._handle) == 0:
             warnings.warn("The CUDA Graph is empty. This usually means that the graph was "
                           "attempted to be captured on wrong device or stream.", UserWarning,
-                          stacklevel=2)
+                          stacklevel=3)
+
+    def _capture_end_post(self) -> None:
+        """Finish :meth:`_capture_end_pre`: without ``keep_graph`` the captured graph is no
+        longer readable (the executable graph must exist)."""
+        self._check_open()
+        if self._handle is None or self._capturing:
+            raise RuntimeError("capture_end_post() needs a capture ended by capture_end_pre()")
+        if not self._keep_graph and not self._exec:
+            raise RuntimeError("with keep_graph=False, instantiate() must run before "
+                               "capture_end_post() (capture_end() does both)")
+        self._template = self._keep_graph
+
+    def instantiate(self) -> None:
+        """Make the executable graph from the captured one (again, with ``keep_graph=True``:
+        the previous executable graph is destroyed), then run the instantiate hooks.
+        :meth:`capture_end` calls it when ``keep_graph`` is False, :meth:`replay` when it was
+        not called yet.
+
+        Raises:
+            RuntimeError: nothing was captured, or the graph was instantiated already and
+                ``keep_graph`` is False.
+        """
+        self._check_open()
+        b = self._b
+        if self._handle is None or b is None:
+            raise RuntimeError("capture_end() must have been called before calling "
+                               "instantiate(); capture a graph first")
+        if self._exec and not self._keep_graph:
+            raise RuntimeError("instantiate() is intended to be called by the user only when "
+                               "keep_graph=True; make the graph with Graph(keep_graph=True) to "
+                               "instantiate it again")
+        self._exec_ids.add(int(b.graph_instantiate(self._index, self._handle)))
+        self._exec = True
+        _run_global(b.name, "instantiate", self)
+        for hook in list(self._hooks["instantiate"].values()):
+            hook(self)
 
     def replay(self) -> None:
-        """Submit the captured work on the current stream of the graph's device.
+        """Submit the captured work on the current stream of the graph's device (instantiating
+        it first if that was not done), between the replay-start and replay-end hooks.
 
         Raises:
             RuntimeError: nothing has been captured.
@@ -234,12 +452,23 @@ class Graph:
             self._check_open()
             raise RuntimeError("replay() needs a captured graph; capture one with "
                                "capture_begin()/capture_end() or accelrt.graph()")
+        if not self._exec:
+            self.instantiate()
         b, index = self._b, self._index
         assert b is not None
-        b.graph_replay(index, self._handle, _stream._current(b, index)._handle)
+        _run_global(b.name, "replay_start", self)
+        for hook in list(self._hooks["replay_start"].values()):
+            hook(self)
+        try:
+            b.graph_replay(index, self._handle, _stream._current(b, index)._handle)
+        finally:   # an end balances every start, even when the launch failed
+            _run_global(b.name, "replay_end", self)
+            for hook in list(self._hooks["replay_end"].values()):
+                hook(self)
 
     def reset(self) -> None:
-        """Destroy the captured graph and drop its reference to the private pool.
+        """Destroy the captured graph (running the destroy hooks) and drop its reference to
+        the private pool; the object can capture again.
 
         Memory still allocated from the pool stays valid; the pool's cached memory becomes
         releasable once no graph or ``MemPool`` uses it.
@@ -249,21 +478,77 @@ class Graph:
             raise RuntimeError("reset() during capture; call capture_end() first")
         self._reset(finalizer=False)
 
+    def pool(self) -> tuple[int, int]:
+        """Id of this graph's private memory pool, to share it with another capture.
+
+        Raises:
+            RuntimeError: the graph has not begun a capture yet.
+        """
+        self._check_open()
+        if self._pool is None:
+            raise RuntimeError("pool() is only available after capture_begin()")
+        return self._pool
+
+    # ------------------------------------------------------------------ debugging
+    def enable_debug_mode(self) -> None:
+        """Keep the captured graph (as ``keep_graph=True``) so that :meth:`debug_dump` can
+        write it; call it before the capture ends."""
+        self._check_open()
+        self._keep_graph = True
+
+    def debug_dump(self, path: str | os.PathLike[str]) -> None:
+        """Write the captured graph to ``path`` in Graphviz DOT format.
+
+        Raises:
+            RuntimeError: there is no captured graph to write: capture with
+                ``keep_graph=True`` or after :meth:`enable_debug_mode` (or dump from a
+                capture-end hook, see :func:`export_dot`).
+            CaptureNotSupportedError: the backend cannot write DOT
+                (``capabilities().graph_dot`` is False).
+
+        Example::
+
+            >>> import pathlib, tempfile, accelrt as acc
+            >>> g = acc.cpu.Graph(keep_graph=True)
+            >>> x = acc.zeros(4, device="cpu")
+            >>> with acc.Stream("cpu"), g:
+            ...     _ = x.fill_(1.0)
+            >>> path = pathlib.Path(tempfile.mkdtemp()) / "g.dot"
+            >>> g.debug_dump(path)
+            >>> path.read_text().startswith("digraph")
+            True
+        """
+        self._dump_dot(os.fspath(path), True)
+
+    def _dump_dot(self, path: str, verbose: bool) -> None:
+        self._check_open()
+        b = self._b
+        if self._handle is None or b is None or not self._template:
+            raise RuntimeError("there is no captured graph to dump: make the graph with "
+                               "keep_graph=True or call enable_debug_mode() before the capture "
+                               "ends (or dump it from a capture-end hook: export_dot())")
+        if not b.capabilities(self._index).graph_dot:
+            raise CaptureNotSupportedError(
+                f"the {b.name} backend cannot write a graph in DOT format (its "
+                "capabilities().graph_dot is False); debug_dump()/export_dot() need cuda or cpu")
+        b.graph_debug_dot(self._index, self._handle, path, bool(verbose))
+
+    # ------------------------------------------------------------------ lifetime
     def close(self) -> None:
         """Destroy the captured graph and release its pool now (:meth:`reset`), and close the
         object; idempotent. A replay already submitted still runs. Afterwards every operation
-        raises :class:`accelrt.ClosedError`. ``with Graph() as g:`` closes it at the end of the
-        block (ending a capture still open there, as :class:`graph` does on an error).
+        raises :class:`accelrt.ClosedError`. ``with g:`` captures (PyTorch's meaning); use
+        ``contextlib.closing(g)`` for a block that closes it.
 
         Raises:
             RuntimeError: a capture is in progress; call :meth:`capture_end` first.
 
         Example::
 
-            >>> import accelrt as acc
+            >>> import contextlib, accelrt as acc
             >>> x = acc.zeros(4, device="cpu")
-            >>> with acc.Graph() as g:
-            ...     with acc.graph(g):
+            >>> with contextlib.closing(acc.cpu.Graph()) as g:
+            ...     with acc.cpu.graph(g):
             ...         _ = x.fill_(1.0)
             ...     g.replay()
             >>> g.is_closed
@@ -287,14 +572,34 @@ class Graph:
             raise ClosedError(f"this {type(self).__name__} was closed; create a new graph "
                               "instead of using a closed one")
 
-    def __enter__(self) -> Graph:  # noqa: PYI034 - typing.Self needs Python 3.11
+    def __enter__(self) -> None:
+        """Synchronize the device, empty the device and pinned-host caches, and begin
+        capturing on the current stream (``torch.accelerator.Graph.__enter__``)."""
         self._check_open()
-        return self
+        b = _graph_backend(self._backend_name)
+        index = _tls.device.get(b.name, 0)
+        _stream._synchronize(b, index)   # as torch: not a checked sync
+        from .memory import _allocator, _host
+        a = _allocator.peek_allocator(b.name, index)
+        if a is not None:
+            a.empty_cache()
+        host = _host.peek_host_allocator(b.name)
+        if host is not None:
+            host.empty_cache()
+        self.capture_begin()
 
-    def __exit__(self, *exc: object) -> None:
-        if self._capturing:   # the block raised inside a manual capture: end it first
-            self._end_capture(warn=False)
-        self.close()
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if not self._capturing:
+            return
+        try:
+            self._capture_end_pre(warn=exc_type is None)
+            self._finish_capture()
+        except Exception:
+            if exc_type is None:
+                raise
+            # the body already failed: its error matters more than the broken capture
+            self.reset()
 
     def _reset(self, finalizer: bool) -> None:
         # finalizer: called by __del__, which the garbage collector may run inside the
@@ -302,7 +607,10 @@ class Graph:
         b = self._b
         if self._handle is not None and b is not None:
             handle, self._handle = self._handle, None
+            exec_ids, self._exec_ids = self._exec_ids, set()
+            self._exec = self._template = False
             b.graph_destroy(self._index, handle)
+            _run_global(b.name, "destroy", exec_ids)
         if self._pool is not None and self._allocator is not None:
             a, pid = self._allocator, self._pool
             self._allocator = None
@@ -310,17 +618,6 @@ class Graph:
                 a.release_pool_from_finalizer(pid)
             else:
                 a.release_pool(pid)
-
-    def pool(self) -> tuple[int, int]:
-        """Id of this graph's private memory pool, to share it with another capture.
-
-        Raises:
-            RuntimeError: the graph has not begun a capture yet.
-        """
-        self._check_open()
-        if self._pool is None:
-            raise RuntimeError("pool() is only available after capture_begin()")
-        return self._pool
 
     def __del__(self) -> None:
         try:
@@ -334,6 +631,143 @@ class Graph:
                  "captured" if self._handle is not None else "empty")
         dev = f" on {self._b.name}:{self._index}" if self._b is not None else ""
         return f"<accelrt.Graph {state}{dev}>"
+
+
+class DeviceGraph(Graph):
+    """Base of the device modules' graph classes (``torch.cuda.CUDAGraph``:
+    ``accelrt.cuda.CUDAGraph``, ``accelrt.cpu.Graph``, ...): an :class:`Graph` whose
+    :meth:`capture_begin` takes the pool and capture mode, with ``torch.cuda.CUDAGraph``'s
+    per-graph hooks, :meth:`capture_end_pre`/:meth:`capture_end_post`, :meth:`pools` and the
+    raw handles of a CUDA graph.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> g = acc.cpu.Graph(keep_graph=True)
+        >>> x = acc.zeros(4, device="cpu")
+        >>> with acc.cpu.graph(g):
+        ...     _ = x.fill_(3.0)
+        >>> g.instantiate(); g.replay()
+    """
+
+    __slots__ = ()
+
+    def __init__(self, keep_graph: bool = False) -> None:
+        super().__init__(keep_graph, capture_error_mode="global")
+
+    def capture_begin(self, pool: PoolLike = None, capture_error_mode: str = "global",
+                      check_input_liveness: bool = False) -> None:
+        """Begin capturing the work submitted to the current stream of the current device.
+
+        Args:
+            pool: share the private memory pool of another graph (``other.pool()``), a
+                :func:`graph_pool_handle`, or a ``MemPool``; ``None`` makes a new pool.
+            capture_error_mode: ``"global"``, ``"thread_local"``, ``"relaxed"`` or
+                ``"default"`` (see docs/differences.md).
+            check_input_liveness: PyTorch's tensor-liveness tracking; only False here.
+
+        Raises:
+            RuntimeError: the graph is already captured or capturing, or the current stream
+                is the default stream.
+            CaptureNotSupportedError: the backend cannot capture graphs.
+            ValueError: unknown ``capture_error_mode``, or ``check_input_liveness=True``.
+        """
+        _torch_only("check_input_liveness", check_input_liveness)
+        b = _graph_backend(self._backend_name)
+        self._begin(b, _tls.device.get(b.name, 0), None, pool, capture_error_mode)
+
+    def capture_end_pre(self) -> None:
+        """End the capture without finishing it: the captured graph stays readable (for
+        :meth:`raw_cuda_graph`, :meth:`debug_dump`) until :meth:`capture_end_post`."""
+        self._capture_end_pre(warn=True)
+
+    def capture_end_post(self) -> None:
+        """Finish a capture ended by :meth:`capture_end_pre`: with ``keep_graph=False`` the
+        graph must be instantiated (:meth:`instantiate`) and the captured graph is dropped."""
+        self._capture_end_post()
+
+    def pools(self) -> list[tuple[int, int]]:
+        """Ids of every memory pool this graph keeps (its own: :meth:`pool`)."""
+        return [self.pool()]
+
+    def debug_dump(self, debug_path: str | os.PathLike[str], *,
+                   verbose: bool = True) -> None:
+        """Write the captured graph to ``debug_path`` in Graphviz DOT format (``verbose``:
+        the most detailed output); see :meth:`Graph.debug_dump`."""
+        self._dump_dot(os.fspath(debug_path), verbose)
+
+    # ------------------------------------------------------------------ raw handles
+    def _native(self, executable: bool) -> int:
+        self._check_open()
+        b = self._b if self._b is not None else _graph_backend(self._backend_name)
+        index = self._index if self._b is not None else _tls.device.get(b.name, 0)
+        if not b.capabilities(index).graph_native_handles:
+            raise CaptureNotSupportedError(
+                f"the {b.name} backend has no native graph handles (raw_cuda_graph() and "
+                "raw_cuda_graph_exec() return CUDA's cudaGraph_t / cudaGraphExec_t); use "
+                "debug_dump() to inspect a graph")
+        if executable:
+            if self._handle is None or not self._exec:
+                raise RuntimeError("You cannot access the raw cudaGraphExec_t instance until "
+                                   "instantiate() has been called")
+            exe = b.graph_native_handles(self._index, self._handle)[1]
+            assert exe is not None
+            return exe
+        if self._handle is None or not self._template:
+            raise RuntimeError("You cannot access the raw cudaGraph_t instance unless "
+                               "CUDAGraph was initialized with keep_graph=True (or from a "
+                               "capture-end hook) and a capture has ended")
+        return b.graph_native_handles(self._index, self._handle)[0]
+
+    def raw_cuda_graph(self) -> int:
+        """The captured ``cudaGraph_t`` (``CUgraph``) as an int: with ``keep_graph=True`` after
+        the capture, or inside a capture-end hook.
+
+        Raises:
+            RuntimeError: the captured graph is not kept.
+            CaptureNotSupportedError: the backend has no native graph handles (not cuda).
+        """
+        return self._native(False)
+
+    def raw_cuda_graph_exec(self) -> int:
+        """The executable ``cudaGraphExec_t`` (``CUgraphExec``) as an int, once instantiated
+        (a later :meth:`instantiate` destroys it).
+
+        Raises:
+            RuntimeError: the graph was not instantiated.
+            CaptureNotSupportedError: the backend has no native graph handles (not cuda).
+        """
+        return self._native(True)
+
+    # ------------------------------------------------------------------ hooks
+    def _hook(self, kind: str, hook: Callable[[Any], None]) -> RemovableHandle:
+        self._check_open()
+        return _add_hook(self._hooks[kind], hook)
+
+    def register_capture_start_hook(self: _D, hook: Callable[[_D], None]) -> RemovableHandle:
+        """Run ``hook(graph)`` right after this graph's capture begins (work it submits to the
+        capturing stream is captured); errors propagate. Returns a handle to remove it."""
+        return self._hook("capture_start", hook)
+
+    def register_capture_end_hook(self: _D, hook: Callable[[_D], None]) -> RemovableHandle:
+        """Run ``hook(graph)`` when the capture ends, while the captured graph is readable
+        (before instantiation). Returns a handle to remove it."""
+        return self._hook("capture_end", hook)
+
+    def register_post_instantiate_hook(self: _D,
+                                       hook: Callable[[_D], None]) -> RemovableHandle:
+        """Run ``hook(graph)`` after each instantiation. Returns a handle to remove it."""
+        return self._hook("instantiate", hook)
+
+    def register_replay_start_hook(self: _D, hook: Callable[[_D], None]) -> RemovableHandle:
+        """Run ``hook(graph)`` at the start of every :meth:`replay`, before the launch (keep
+        it cheap). Returns a handle to remove it."""
+        return self._hook("replay_start", hook)
+
+    def register_replay_end_hook(self: _D, hook: Callable[[_D], None]) -> RemovableHandle:
+        """Run ``hook(graph)`` at the end of every :meth:`replay`, once the work is submitted
+        (not finished), even if the launch failed. Returns a handle to remove it."""
+        return self._hook("replay_end", hook)
 
 
 class graph:
@@ -350,7 +784,11 @@ class graph:
         cuda_graph: the :class:`Graph` to capture into.
         pool: a pool to share (see :meth:`Graph.capture_begin`).
         stream: the non-default stream to capture on.
-        capture_error_mode: see :meth:`Graph.capture_begin`.
+        capture_error_mode: see :meth:`DeviceGraph.capture_begin`.
+        enable_annotations, check_input_liveness: PyTorch's kernel-annotation and
+            tensor-liveness options; only False here (they need PyTorch's kernels/tensors).
+
+    A :class:`Graph` made with ``pool=`` shares that pool when ``pool`` is not given here.
 
     Example::
 
@@ -370,7 +808,11 @@ class graph:
 
     def __init__(self, cuda_graph: Graph, pool: PoolLike = None,
                  stream: _stream.Stream | None = None,
-                 capture_error_mode: str = "global") -> None:
+                 capture_error_mode: str = "global", enable_annotations: bool = False,
+                 check_input_liveness: bool = False) -> None:
+        _torch_only("enable_annotations", enable_annotations)
+        _torch_only("check_input_liveness", check_input_liveness)
+        _check_mode(capture_error_mode)
         if not isinstance(cuda_graph, Graph):
             raise TypeError(f"graph() takes an accelrt.Graph, got {type(cuda_graph).__name__}")
         cuda_graph._check_open()
@@ -383,7 +825,7 @@ class graph:
                             f"{type(stream).__name__}")
         _pool_id(pool)
         self.cuda_graph = cuda_graph
-        self.pool = pool
+        self.pool = pool if pool is not None else cuda_graph.graph_pool
         self.capture_error_mode = capture_error_mode
         if stream is None:
             b = _graph_backend(name)

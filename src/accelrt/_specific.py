@@ -38,7 +38,7 @@ import sys
 import threading
 import types
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
 from . import _backend, _event, _graph, _stream
@@ -180,8 +180,7 @@ class Event(_event.Event):
 class Stream(_stream.Stream):
     """Base of the ``Stream`` class of every device module (``accelrt.cuda.Stream`` is a
     subclass fixed to the cuda backend): an :class:`accelrt.Stream` whose ``int`` device means
-    an index of that backend, with ``torch.cuda.Stream``'s extras :meth:`is_capturing` and
-    :meth:`priority_range`. A ``None`` device or a negative index means the backend's current
+    an index of that backend, with ``torch.cuda.Stream``'s extra :meth:`priority_range`. A ``None`` device or a negative index means the backend's current
     device, as in PyTorch. The signature is ``torch.cuda.Stream``'s ``Stream(device=None,
     priority=0)`` (``acc.cuda.Stream("cuda:0", -1)``); :class:`accelrt.Stream` keeps
     ``torch.Stream``'s keyword-only ``priority``.
@@ -233,18 +232,6 @@ class Stream(_stream.Stream):
         if origin is not None and origin._closed:
             origin._check_open()
         super()._check_open()
-
-    def is_capturing(self) -> bool:
-        """True while a graph capture records the work submitted to this stream.
-
-        Example::
-
-            >>> import accelrt as acc
-            >>> acc.cpu.Stream().is_capturing()
-            False
-        """
-        self._check_open()
-        return bool(self._b.stream_is_capturing(self._index, self._handle))
 
     @classmethod
     def priority_range(cls) -> tuple[int, int]:
@@ -468,7 +455,7 @@ class DeviceModule(Generic[_S, _E]):
     def __init__(self, backend_name: str, module: str, *, stream: type[_S], event: type[_E],
                  stream_context: type[StreamContext], device: type[_DeviceCM],
                  device_of: type[_DeviceOfCM], device_index: type[_dev.device_index],
-                 graph_class: type[_graph.Graph], graph: type[_graph.graph]) -> None:
+                 graph_class: type[_graph.DeviceGraph], graph: type[_graph.graph]) -> None:
         if not isinstance(backend_name, str):
             raise TypeError(f"backend_name must be a str, got {type(backend_name).__name__}")
         self.name = backend_name
@@ -491,6 +478,8 @@ class DeviceModule(Generic[_S, _E]):
         #: ``torch.cuda.nvtx``: NVTX annotates host threads, the same on every module.
         from .backends.cuda import _nvtx
         self.nvtx = _nvtx
+        #: ``torch.cuda.graphs`` of this module (:class:`GraphsModule`).
+        self.graphs = GraphsModule(self)
 
     @property
     def MemPool(self) -> type[_MemPool]:  # noqa: N802 - torch.cuda.MemPool's name
@@ -1934,16 +1923,92 @@ def _profiling(p: ProfilerModule) -> Iterator[None]:
         p.stop()
 
 
+class GraphsModule(types.ModuleType):
+    """``torch.cuda.graphs`` for one device module: ``accelrt.cuda.graphs`` (importable as
+    ``import accelrt.cuda.graphs``) has the module's ``CUDAGraph`` (its graph class),
+    ``graph``, ``graph_pool_handle``, ``is_current_stream_capturing``, ``export_dot`` and the
+    ``register_graph_*_hook`` functions, whose hooks run for every graph capturing this
+    backend's work (an :class:`accelrt.Graph` too). ``make_graphed_callables`` and
+    ``export_graph_data`` need PyTorch's autograd and CUDA tools ids (docs/differences.md).
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> seen = []
+        >>> h = acc.cpu.graphs.register_graph_instantiate_hook(seen.append)
+        >>> x = acc.zeros(4, device="cpu")
+        >>> g = acc.cpu.graphs.CUDAGraph()
+        >>> with acc.cpu.graphs.graph(g):
+        ...     _ = x.fill_(1.0)
+        >>> seen == [g]
+        True
+        >>> h.remove()
+    """
+
+    def __init__(self, dm: DeviceModule[Any, Any]) -> None:
+        super().__init__(f"{dm.module}.graphs", f"``torch.cuda.graphs`` of {dm.module}.")
+        self._name = dm.name
+        self.CUDAGraph = dm.Graph
+        self.graph = dm.graph
+        self.graph_pool_handle = dm.graph_pool_handle
+        self.is_current_stream_capturing = dm.is_current_stream_capturing
+        self.export_dot = _graph.export_dot
+        self.RemovableHandle = _graph.RemovableHandle
+        self.__all__ = ["CUDAGraph", "export_dot", "graph", "graph_pool_handle",
+                        "is_current_stream_capturing", "register_graph_capture_end_hook",
+                        "register_graph_capture_start_hook", "register_graph_destroy_hook",
+                        "register_graph_instantiate_hook", "register_graph_replay_end_hook",
+                        "register_graph_replay_start_hook"]
+
+    def register_graph_capture_start_hook(
+            self, fn: Callable[[_graph.Graph], None]) -> _graph.RemovableHandle:
+        """Run ``fn(graph)`` as each graph's capture begins (the capture is live: work ``fn``
+        submits to the capturing stream is captured). A failing hook is ignored. Returns a
+        handle whose ``remove()`` unregisters it."""
+        return _graph.register_global_hook(self._name, "capture_start", fn)
+
+    def register_graph_capture_end_hook(
+            self, fn: Callable[[_graph.Graph], None]) -> _graph.RemovableHandle:
+        """Run ``fn(graph)`` as each graph's capture ends, while the captured graph is
+        readable (before instantiation). A failing hook is ignored. Returns a handle."""
+        return _graph.register_global_hook(self._name, "capture_end", fn)
+
+    def register_graph_instantiate_hook(
+            self, fn: Callable[[_graph.Graph], None]) -> _graph.RemovableHandle:
+        """Run ``fn(graph)`` right after each graph is instantiated. A failing hook is
+        ignored. Returns a handle."""
+        return _graph.register_global_hook(self._name, "instantiate", fn)
+
+    def register_graph_replay_start_hook(
+            self, fn: Callable[[_graph.Graph], None]) -> _graph.RemovableHandle:
+        """Run ``fn(graph)`` at the start of every replay of every graph, before the launch
+        (keep it cheap). A failing hook is ignored. Returns a handle."""
+        return _graph.register_global_hook(self._name, "replay_start", fn)
+
+    def register_graph_replay_end_hook(
+            self, fn: Callable[[_graph.Graph], None]) -> _graph.RemovableHandle:
+        """Run ``fn(graph)`` at the end of every replay, once submitted (not finished), even
+        if the launch failed. A failing hook is ignored. Returns a handle."""
+        return _graph.register_global_hook(self._name, "replay_end", fn)
+
+    def register_graph_destroy_hook(
+            self, fn: Callable[[set[int]], None]) -> _graph.RemovableHandle:
+        """Run ``fn(exec_ids)`` when a graph is destroyed (``reset``, ``close``, or
+        collected), with the ids of the executable graphs it instantiated since its capture
+        (CUDA's ``cuGraphExecGetId``). A failing hook is ignored. Returns a handle."""
+        return _graph.register_global_hook(self._name, "destroy", fn)
+
+
 _M = TypeVar("_M", bound="DeviceModule[Any, Any]")
 
 
 def _register(m: _M) -> _M:
     """Record the :class:`DeviceModule` of a built-in device module (called at its import)
-    and make its submodules importable (``import accelrt.cuda.memory``, ``.random``,
-    ``.streams``, ``.profiler``, ``.nvtx``)."""
+    and make its submodules importable (``import accelrt.cuda.memory``, ``.graphs``,
+    ``.random``, ``.streams``, ``.profiler``, ``.nvtx``)."""
     with _modules_lock:
         _modules[m.name] = m
-    for sub in (m.memory, m.random, m.streams, m.profiler):
+    for sub in (m.memory, m.graphs, m.random, m.streams, m.profiler):
         sys.modules[sub.__name__] = sub
     sys.modules[f"{m.module}.nvtx"] = m.nvtx
     return m
@@ -1989,7 +2054,7 @@ def device_module(name: str) -> DeviceModule[Stream, Event]:
 
     ev = make(Event, "Event")
     dev_cls = make(device, "device")
-    graph_cls = make(_graph.Graph, "Graph")
+    graph_cls = make(_graph.DeviceGraph, "Graph")
     with _modules_lock:
         m = _modules.get(name)
         if m is None:

@@ -311,6 +311,25 @@ class Stream:
             self._check_open()
         return self._b.stream_query(self._index, self._handle)
 
+    def is_capturing(self) -> bool:
+        """True while a graph capture records the work submitted to this stream
+        (``torch.Stream.is_capturing``).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> s, x = acc.Stream("cpu"), acc.zeros(4, device="cpu")
+            >>> g = acc.cpu.Graph()
+            >>> with s, acc.cpu.graph(g, stream=s):
+            ...     _ = x.fill_(1.0)
+            ...     s.is_capturing()
+            True
+            >>> s.is_capturing()
+            False
+        """
+        self._check_open()
+        return bool(self._b.stream_is_capturing(self._index, self._handle))
+
     def synchronize(self) -> None:
         """Wait until all work submitted to the stream has completed.
 

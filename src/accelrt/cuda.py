@@ -247,7 +247,7 @@ class device_index(_device.device_index):  # noqa: N801 - torch.accelerator's na
     _backend_name = "cuda"
 
 
-class CUDAGraph(_graph.Graph):
+class CUDAGraph(_graph.DeviceGraph):
     """A graph of cuda stream work (``torch.cuda.CUDAGraph`` for this backend):
     :class:`accelrt.Graph` fixed to the cuda backend.
 
@@ -447,6 +447,7 @@ memory_snapshot = _m.memory_snapshot
 dump_snapshot = _m.dump_snapshot
 record_memory_history = _m.record_memory_history
 memory = _m.memory
+graphs = _m.graphs
 empty_host_cache = _m.empty_host_cache
 host_memory_stats = _m.host_memory_stats
 reset_peak_host_memory_stats = _m.reset_peak_host_memory_stats

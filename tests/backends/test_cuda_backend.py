@@ -95,7 +95,7 @@ OUTPUTS = {  # number of values each driver function returns after its CUresult
     "cuIpcGetEventHandle": 1, "cuIpcOpenEventHandle": 1, "cuStreamBeginCapture": 0,
     "cuStreamEndCapture": 1, "cuGraphInstantiate": 1, "cuGraphLaunch": 0,
     "cuGraphExecDestroy": 0, "cuGraphDestroy": 0, "cuStreamIsCapturing": 1,
-    "cuGraphGetNodes": 2,
+    "cuGraphGetNodes": 2, "cuGraphExecGetId": 1, "cuGraphDebugDotPrint": 0,
     "cuPointerGetAttribute": 1, "cuGetErrorString": 1, "cuThreadExchangeStreamCaptureMode": 1,
     "cuCtxGetCurrent": 1, "cuIpcGetMemHandle": 1, "cuIpcOpenMemHandle": 1,
     "cuIpcCloseMemHandle": 0, "cuMemGetAddressRange": 2,
@@ -249,6 +249,12 @@ def _graph(b: Any, o: dict[str, int]) -> int:
     return b.graph_capture_end(0, o["s"])
 
 
+def _instantiated(b: Any, o: dict[str, int]) -> int:
+    g = _graph(b, o)
+    b.graph_instantiate(0, g)
+    return g
+
+
 def _mapped(b: Any, o: dict[str, int]) -> int:
     assert b.vm_map(0, o["base"], GRAN)
     return o["base"]
@@ -321,9 +327,18 @@ ERROR_PATHS: list[tuple[str, str, Callable[[Any, dict[str, int]], Any]]] = [
     ("graph_capture_begin", "cuStreamBeginCapture",
      lambda b, o: b.graph_capture_begin(0, o["s"])),
     ("graph_capture_end", "cuStreamEndCapture", lambda b, o: _graph(b, o)),
-    ("graph_capture_end", "cuGraphInstantiate", lambda b, o: _graph(b, o)),
+    ("graph_instantiate", "cuGraphInstantiate", lambda b, o: _instantiated(b, o)),
+    ("graph_instantiate", "cuGraphExecGetId", lambda b, o: _instantiated(b, o)),
+    ("graph_instantiate", "cuGraphExecDestroy",     # of the previous executable graph
+     lambda b, o: b.graph_instantiate(0, _instantiated(b, o))),
     ("graph_replay", "cuGraphLaunch", lambda b, o: b.graph_replay(0, _graph(b, o), o["s"])),
-    ("graph_destroy", "cuGraphExecDestroy", lambda b, o: b.graph_destroy(0, _graph(b, o))),
+    ("graph_replay", "cuGraphInstantiate",          # a graph never instantiated
+     lambda b, o: b.graph_replay(0, _graph(b, o), o["s"])),
+    ("graph_destroy", "cuGraphExecDestroy",
+     lambda b, o: b.graph_destroy(0, _instantiated(b, o))),
+    ("graph_destroy", "cuGraphDestroy", lambda b, o: b.graph_destroy(0, _graph(b, o))),
+    ("graph_debug_dot", "cuGraphDebugDotPrint",
+     lambda b, o: b.graph_debug_dot(0, _graph(b, o), "graph.dot", True)),
     ("graph_node_count", "cuGraphGetNodes", lambda b, o: b.graph_node_count(0, _graph(b, o))),
     ("stream_is_capturing", "cuStreamIsCapturing",
      lambda b, o: b.stream_is_capturing(0, o["s"])),
@@ -362,7 +377,9 @@ def test_error_paths_cover_the_backend_methods() -> None:
                  "get_device_capability", "supports_interprocess_events",
                  # driver errors mean "not device memory" (None); arch_list asks NVRTC and
                  # get_device_properties, whose error path is above
-                 "pointer_device", "arch_list"}
+                 "pointer_device", "arch_list",
+                 # the handles the backend keeps for a graph (no driver call)
+                 "graph_native_handles"}
     methods = {n for n in vars(Backend) if not n.startswith("_") and callable(getattr(Backend, n))
                and getattr(CudaBackend, n) is not getattr(Backend, n)}
     assert not methods - covered - no_driver, sorted(methods - covered - no_driver)
@@ -386,6 +403,40 @@ def test_graph_node_count_asks_the_driver(fake: Any) -> None:
     assert "cuGraphGetNodes" in drv.names()
     assert b.graph_node_count(1, g) is None    # not a graph of that device
     assert b.graph_node_count(0, 987654) is None
+
+
+def test_graph_instantiate_dot_and_native_handles_call_the_driver(fake: Any,
+                                                                  tmp_path: Path) -> None:
+    """keep_graph's split: capture_end gives the CUgraph, instantiate makes (and remakes)
+    the CUgraphExec, the DOT file comes from cuGraphDebugDotPrint with the real binding's
+    argument types (checked where libcuda is missing)."""
+    b, drv = fake
+    s = b.stream_create(0, 0)
+    g = _graph(b, {"s": s})
+    assert "cuGraphInstantiate" not in drv.names()
+    raw, exe = b.graph_native_handles(0, g)
+    assert raw == g and exe is None
+    first = b.graph_instantiate(0, g)
+    _, exe1 = b.graph_native_handles(0, g)
+    assert isinstance(first, int) and exe1 is not None
+    b.graph_instantiate(0, g)                   # again: the first executable is destroyed
+    _, exe2 = b.graph_native_handles(0, g)
+    assert exe2 != exe1 and ("cuGraphExecDestroy", (exe1,)) in [
+        (n, tuple(int(a) for a in args)) for n, args in drv.calls if n == "cuGraphExecDestroy"]
+    for verbose in (True, False):
+        b.graph_debug_dot(0, g, str(tmp_path / "g.dot"), verbose)
+    dots = [args for n, args in drv.calls if n == "cuGraphDebugDotPrint"]
+    assert [int(a[0]) for a in dots] == [g, g]
+    assert dots[0][1] == os.fsencode(str(tmp_path / "g.dot")) and dots[1][2] == 0
+    assert dots[0][2] == int(drv.real.CUgraphDebugDot_flags.CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE)
+    b.graph_replay(0, g, s)
+    launched = [args for n, args in drv.calls if n == "cuGraphLaunch"]
+    assert int(launched[-1][0]) == exe2          # the newest executable graph runs
+    with pytest.raises(ValueError, match="not a live graph"):
+        b.graph_native_handles(1, g)
+    b.graph_destroy(0, g)
+    with pytest.raises(ValueError, match="not a live graph"):
+        b.graph_debug_dot(0, g, "x.dot", True)
 
 
 def test_out_of_memory_is_a_zero_not_an_error(fake: Any) -> None:

@@ -177,7 +177,9 @@ def test_state_errors() -> None:
 def test_argument_errors() -> None:
     g = acc.Graph()
     with pytest.raises(ValueError, match="capture_error_mode"):
-        g.capture_begin(capture_error_mode="strict")
+        acc.Graph(capture_error_mode="strict")
+    with pytest.raises(ValueError, match="capture_error_mode"):
+        acc.cpu.Graph().capture_begin(capture_error_mode="strict")
     with pytest.raises(TypeError, match="pool"):
         acc.graph(g, pool="mine")
     with pytest.raises(TypeError, match="Graph"):
@@ -258,7 +260,8 @@ def test_repr() -> None:
 
 def test_exported() -> None:
     assert acc.Graph is acc._graph.Graph and acc.graph is acc._graph.graph
-    assert set(acc._graph.__all__) == {"Graph", "graph", "graph_pool_handle"}
+    assert set(acc._graph.__all__) == {"DeviceGraph", "Graph", "RemovableHandle", "export_dot",
+                                       "graph", "graph_pool_handle", "register_global_hook"}
 
 
 def test_default_capture_stream_follows_a_replaced_backend() -> None:

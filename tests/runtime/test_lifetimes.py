@@ -428,11 +428,11 @@ def _graphs(dev: str) -> None:
         pytest.skip("the backend cannot capture graphs")
 
 
-def test_graph_with_closes_it_and_releases_its_pool(dev: str) -> None:
+def test_graph_closing_closes_it_and_releases_its_pool(dev: str) -> None:
     _graphs(dev)
     x = acc.zeros(4, device=dev)
     before = acc.memory.memory_reserved(dev)
-    with acc.Graph() as g:
+    with contextlib.closing(acc.Graph()) as g:
         with acc.graph(g):
             y = acc.full(4, 1.0, device=dev)   # from the graph's private pool
             _ = x.copy_(y)
@@ -463,12 +463,14 @@ def test_graph_close_during_capture_is_refused_and_with_ends_it(dev: str) -> Non
             g.close()
         g.capture_end()
     g.close()
-    # an error inside a manual capture in 'with Graph()': the capture ends, the graph closes
-    with pytest.raises(KeyError), s, acc.Graph() as g2:
-        g2.capture_begin()
+    # an error inside 'with stream, Graph()' (which captures): the capture still ends, the
+    # error propagates, and the graph is not closed (contextlib.closing closes)
+    g2 = acc.Graph()
+    with pytest.raises(KeyError), s, g2:
         _ = x.fill_(4.0)
         raise KeyError("in capture")
-    assert g2.is_closed and not s._b.stream_is_capturing(0, s.stream_id)
+    assert not g2.is_closed and not s._b.stream_is_capturing(0, s.stream_id)
+    g2.close()
     s.close()
     x.close()
 

@@ -29,6 +29,8 @@ Example::
 
 from __future__ import annotations
 
+import os
+import tempfile
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -172,6 +174,8 @@ def capabilities_match_operations(b: Backend, t: Target) -> None:
         "virtual_memory": ("vm_granularity", "vm_reserve", "vm_release", "vm_map", "vm_unmap"),
         "graphs": ("graph_capture_begin", "graph_capture_end", "graph_replay",
                    "graph_destroy"),
+        "graph_dot": ("graph_debug_dot",),
+        "graph_native_handles": ("graph_native_handles",),
         "pinned_host_memory": ("host_malloc", "host_free"),
         "host_functions": ("launch_host_func",),
         "peer_copies": ("memcpy_peer",),
@@ -439,9 +443,26 @@ def graphs(b: Backend, t: Target) -> None:
     assert (_download(b, 0, p, 512, other) == 0).all(), "captured work ran during capture"
     nodes = b.graph_node_count(0, g)
     assert nodes is None or nodes >= 1, f"graph_node_count is {nodes}"
+    caps = _caps(b)
+    if caps.graph_dot:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "graph.dot")
+            b.graph_debug_dot(0, g, path, True)
+            with open(path, encoding="utf-8", errors="replace") as f:
+                assert "digraph" in f.read(), "graph_debug_dot wrote no DOT digraph"
+    first = b.graph_instantiate(0, g)
+    assert isinstance(first, int), f"graph_instantiate returned {first!r}"
+    if caps.graph_native_handles:
+        raw, exe = b.graph_native_handles(0, g)
+        assert raw and exe, f"graph_native_handles after instantiate: {(raw, exe)}"
     b.graph_replay(0, g, s)
     b.stream_synchronize(0, s)
     assert (_download(b, 0, p, 512, other) == 7).all(), "replay did not run the work"
+    b.memset(0, p, 0, 512, s)
+    b.graph_instantiate(0, g)      # again: the new executable graph replays the same work
+    b.graph_replay(0, g, s)
+    b.stream_synchronize(0, s)
+    assert (_download(b, 0, p, 512, other) == 7).all(), "a re-instantiated graph did not run"
     b.graph_destroy(0, g)
     b.free(0, p)
     b.stream_destroy(0, s)

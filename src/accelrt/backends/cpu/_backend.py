@@ -95,6 +95,20 @@ def _work_error(s: CpuStream, exc: BaseException) -> DeviceError:
     return err
 
 
+def _call_name(fn: Callable[..., object]) -> str:
+    """The name of a recorded call (a ``functools.partial``'s function)."""
+    while isinstance(fn, partial):
+        fn = fn.func
+    if fn is ctypes.memmove or fn is ctypes.memset:   # copies and fills: C functions
+        return "memmove" if fn is ctypes.memmove else "memset"
+    return str(getattr(fn, "__qualname__", None) or type(fn).__qualname__)
+
+
+def _dot_text(text: str) -> str:
+    """``text`` inside a DOT double-quoted string (a newline becomes DOT's ``\\n``)."""
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
 class _Graph:
     __slots__ = ("device", "ops")
 
@@ -185,7 +199,7 @@ class CpuBackend(Backend):
         # every device answers the same (device memory is host memory; graphs are recorded
         # work; interprocess events live in POSIX shared memory, see _ipc)
         self._caps = Capabilities(
-            virtual_memory=vm_available(), graphs=True, pinned_host_memory=True,
+            virtual_memory=vm_available(), graphs=True, graph_dot=True, pinned_host_memory=True,
             host_functions=True, peer_copies=True, interprocess_events=True,
             interprocess_memory=self._config.shared_memory, host_accessible=True,
             adopt_memory=True, fork_shares_memory=self._config.shared_memory)
@@ -913,6 +927,45 @@ class CpuBackend(Backend):
                 self._record(arg, s)
             else:
                 self._wait(s, arg)
+
+    def _graph(self, index: int, graph: GraphHandle) -> _Graph:
+        g = self._graphs.get(graph)
+        if g is None or g.device != index:
+            self._check_index(index)
+            raise ValueError(f"graph handle {graph} is not a live graph of cpu:{index}; use "
+                             "a handle from graph_capture_end that was not destroyed")
+        return g
+
+    def graph_instantiate(self, index: int, graph: GraphHandle) -> int:
+        """A recorded graph replays as it is: check the handle and return a new executable
+        id."""
+        self._graph(index, graph)
+        return next(self._handles)
+
+    def graph_debug_dot(self, index: int, graph: GraphHandle, path: str,
+                        verbose: bool) -> None:
+        """Write the recorded operations to ``path`` as a DOT digraph: one node per operation
+        (a call with its function's name, an event record or wait with the event), edges in
+        replay order (a replay runs them in that order on one stream); ``verbose`` adds each
+        call's full description."""
+        g = self._graph(index, graph)
+        title = f"cpu:{index} graph {int(graph)}: {len(g.ops)} operations, replayed in order"
+        lines = [f"digraph accelrt_cpu_graph_{int(graph)} {{",
+                 f'  label="{_dot_text(title)}";',
+                 "  node [shape=box];"]
+        for i, (kind, arg) in enumerate(g.ops):
+            if kind == "call":
+                text = f"{i}: call {_call_name(arg)}"
+                if verbose:
+                    text += f"\n{arg!r}"
+            else:
+                what = "event record" if kind == "record" else "event wait"
+                text = f"{i}: {what} {arg.device}:{id(arg):#x}" if verbose else f"{i}: {what}"
+            lines.append(f'  n{i} [label="{_dot_text(text)}"];')
+        lines.extend(f"  n{i - 1} -> n{i};" for i in range(1, len(g.ops)))
+        lines.append("}")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
 
     def graph_destroy(self, index: int, graph: GraphHandle) -> None:
         """Forget a captured graph."""

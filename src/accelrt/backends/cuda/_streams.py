@@ -129,7 +129,8 @@ class StreamMixin:
     _drv: Any
 
     def __init__(self) -> None:
-        self._graphs: dict[int, tuple[int, Any]] = {}   # exec -> (index, CUgraph); _graph_lock
+        #: CUgraph handle -> [index, CUgraph, CUgraphExec or None]; guarded by _graph_lock
+        self._graphs: dict[int, list[Any]] = {}
         self._graph_lock = reinit_after_fork(threading.Lock())
         #: live events: handle -> [device index, timing, captured, last recording stream or
         #: None]; item ops are atomic
@@ -476,7 +477,8 @@ class StreamMixin:
             self._capturing[stream] = index
 
     def graph_capture_end(self, index: int, stream: StreamHandle) -> GraphHandle:
-        """``cuStreamEndCapture`` + ``cuGraphInstantiate``; returns the executable handle."""
+        """``cuStreamEndCapture``; returns the ``CUgraph`` handle (instantiated by
+        :meth:`graph_instantiate`, or by the first :meth:`graph_replay`)."""
         stream = self._check_stream(self._use(index), stream)
         drv = self._drv
         with self._graph_lock:
@@ -485,29 +487,47 @@ class StreamMixin:
                                   "call graph_capture_begin first")
             del self._capturing[stream]
             graph = check(drv.cuStreamEndCapture(stream), "cuStreamEndCapture")
-        try:
-            exe = check(drv.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
-        except BaseException:
-            drv.cuGraphDestroy(graph)
-            raise
-        handle = int(exe)
-        with self._graph_lock:
-            self._graphs[handle] = (index, graph)
+            handle = int(graph)
+            self._graphs[handle] = [index, graph, None]
         return GraphHandle(handle)
 
-    def graph_replay(self, index: int, graph: GraphHandle, stream: StreamHandle) -> None:
-        """``cuGraphLaunch``."""
-        d = self._use(index)
+    def _graph_rec(self, index: int, graph: GraphHandle) -> list[Any]:
         rec = self._graphs.get(graph) if type(graph) is int else None
         if rec is None or rec[0] != index:
             raise ValueError(f"graph handle {as_handle(graph, 'graph'):#x} is not a live graph "
                              f"of cuda:{index}; use a handle from graph_capture_end that was "
                              "not destroyed")
+        return rec
+
+    def graph_instantiate(self, index: int, graph: GraphHandle) -> int:
+        """``cuGraphInstantiate`` (then ``cuGraphExecDestroy`` of the previous executable
+        graph); returns ``cuGraphExecGetId`` of the new one."""
+        self._use(index)
+        rec = self._graph_rec(index, graph)
+        drv = self._drv
+        exe = check(drv.cuGraphInstantiate(rec[1], 0), "cuGraphInstantiate")
+        try:
+            exec_id = int(check(drv.cuGraphExecGetId(exe), "cuGraphExecGetId"))
+        except BaseException:
+            drv.cuGraphExecDestroy(exe)
+            raise
+        with self._graph_lock:
+            old, rec[2] = rec[2], exe
+        if old is not None:
+            check(drv.cuGraphExecDestroy(old), "cuGraphExecDestroy")
+        return exec_id
+
+    def graph_replay(self, index: int, graph: GraphHandle, stream: StreamHandle) -> None:
+        """``cuGraphLaunch`` (instantiating a graph never instantiated)."""
+        d = self._use(index)
+        rec = self._graph_rec(index, graph)
         stream = self._check_stream(d, stream)
-        check(self._drv.cuGraphLaunch(graph, stream), "cuGraphLaunch")
+        if rec[2] is None:
+            self.graph_instantiate(index, graph)
+        check(self._drv.cuGraphLaunch(rec[2], stream), "cuGraphLaunch")
 
     def graph_destroy(self, index: int, graph: GraphHandle) -> None:
-        """``cuGraphExecDestroy`` + ``cuGraphDestroy``."""
+        """``cuGraphExecDestroy`` (if instantiated) + ``cuGraphDestroy``."""
         self._use(index)
         graph = GraphHandle(as_handle(graph, "graph"))
         with self._graph_lock:
@@ -515,8 +535,25 @@ class StreamMixin:
             if rec is None or rec[0] != index:
                 raise ValueError(f"graph handle {graph:#x} is not a live graph of cuda:{index}")
             del self._graphs[graph]
-        check(self._drv.cuGraphExecDestroy(graph), "cuGraphExecDestroy")
+        if rec[2] is not None:
+            check(self._drv.cuGraphExecDestroy(rec[2]), "cuGraphExecDestroy")
         check(self._drv.cuGraphDestroy(rec[1]), "cuGraphDestroy")
+
+    def graph_debug_dot(self, index: int, graph: GraphHandle, path: str,
+                        verbose: bool) -> None:
+        """``cuGraphDebugDotPrint`` of the captured ``CUgraph`` (``verbose``:
+        ``CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE``)."""
+        self._use(index)
+        rec = self._graph_rec(index, graph)
+        drv = self._drv
+        flags = int(drv.CUgraphDebugDot_flags.CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE) if verbose else 0
+        check(drv.cuGraphDebugDotPrint(rec[1], os.fsencode(path), flags),
+              "cuGraphDebugDotPrint")
+
+    def graph_native_handles(self, index: int, graph: GraphHandle) -> tuple[int, int | None]:
+        """``(CUgraph, CUgraphExec or None)`` as ints."""
+        rec = self._graph_rec(index, graph)
+        return int(rec[1]), (None if rec[2] is None else int(rec[2]))
 
     def graph_node_count(self, index: int, graph: GraphHandle) -> int | None:
         """``cuGraphGetNodes`` of a live graph's CUgraph (``None`` for an unknown handle)."""
