@@ -41,7 +41,7 @@ def test_classes_are_runtime_errors_of_the_one_tree(cls: type[Exception],
 
 # ---------------------------------------------------------------------- device indices
 
-OUT_OF_RANGE = r"^device is out of range, device is 7, total number of device is 2\."
+OUT_OF_RANGE = r"^Device index value 7 is out of index range \[0, 2\)"
 
 
 @pytest.mark.parametrize("call", [
