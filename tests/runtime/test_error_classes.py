@@ -108,8 +108,8 @@ COMM_RUNTIME_ERRORS: list[tuple[str, Callable[[], Any], str, type[Exception]]] =
      r"^Expected at least one device to broadcast to", ValueError),
     ("broadcast_out_not_on_device",
      lambda: acc.comm.broadcast(_arr("errcpu:0"), out=[np.zeros(4)]),
-     r"^Expected all output arrays to be accelrt arrays, but output array at index 0 has "
-     r"device 'host'", TypeError),
+     (r"^Expected all output arrays to be accelrt arrays, but output array at index 0 has "
+      r"device 'host'"), TypeError),
     ("broadcast_out_shape",
      lambda: acc.comm.broadcast(_arr("errcpu:0"), out=[_arr("errcpu:1", 3)]),
      r"^Expected all output arrays to have same shape as the source array", ValueError),
