@@ -523,12 +523,13 @@ def _current_index(b: Backend) -> int:
 def _check_index(b: Backend, index: int) -> int:
     n = b.device_count()
     if index >= n:
-        # PyTorch's c10 check_device_index wording (a RuntimeError there; an IndexError too here)
+        # torch 2.14's wording (c10/cuda's device index check, a RuntimeError there; an
+        # IndexError too here)
         more = b.more_devices_hint
         hint = f"; {more}" if isinstance(more, str) and more else ""
         raise AcceleratorIndexError(
-            f"device is out of range, device is {index}, total number of device is {n}. "
-            f"(backend {b.name!r}: valid indices are 0..{n - 1}{hint})")
+            f"Device index value {index} is out of index range [0, {n}) (backend "
+            f"{b.name!r} has {n} device{'s' if n != 1 else ''}{hint})")
     return index
 
 

@@ -612,7 +612,7 @@ if "groups" in SECTIONS:
                                                        else N), "is not part of group"),
                           (lambda: dist.get_global_rank(cur, size), "is not part of group"),
                           (lambda: dist.new_subgroups(group_size=0), "must be positive"),
-                          (lambda: dist.new_subgroups(group_size=N + 1), "divisible"),
+                          (lambda: dist.new_subgroups(group_size=N + 1), "must not exceed"),
                           (lambda: dist.new_subgroups_by_enumeration([[0], [0]]),
                            "has appeared in both")):
             try:

@@ -272,8 +272,9 @@ def test_singleton_new_apis() -> None:
             dist.recv_object_list([None], src=0, group_src=0)
         with pytest.raises(ValueError, match="NON_GROUP_MEMBER is not registered"):
             dist.get_process_group_ranks(dist.GroupMember.NON_GROUP_MEMBER)
-        with pytest.raises(ValueError, match="only the default group"):
-            dist.new_subgroups(1, group=dist.new_group([0]))
+        # torch 2.14 splits any group's ranks (issue 23: was refused)
+        sub, _ = dist.new_subgroups(1, group=dist.new_group([0]))
+        assert dist.get_process_group_ranks(sub) == [0]
         if not _has_cuda_device():
             with pytest.raises(ValueError, match="only takes effect when CUDA is available"):
                 dist.new_subgroups()

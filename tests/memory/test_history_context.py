@@ -123,6 +123,31 @@ def test_context_state_or_none_trace_entries_carry_no_stacks(dev: str,
     user_free(q)
 
 
+@pytest.mark.parametrize("context", ["state", "alloc", "all"])
+def test_a_freed_allocation_leaves_no_stack_on_its_block(dev: str, context: str) -> None:
+    # PyTorch's free_block drops the block's allocation context: once freed, a block is
+    # inactive and stackless in the snapshot, and with context="state" (no stacks on trace
+    # entries) the freed allocation's stack is nowhere in it (torch's
+    # test_memory_plots_free_stack); "alloc" and "all" keep it on the trace entries (issue 23)
+    memory.record_memory_history("all", context=context, device=dev, clear_history=True)
+    user_free(user_alloc(dev))
+    acc.synchronize(dev)
+    snap = memory._snapshot(dev)
+    blocks = [b for s in snap["segments"] if s["device"] == 1 for b in s["blocks"]]
+    assert blocks and all(b["state"] == "inactive" for b in blocks)
+    assert all(b["frames"] == [] for b in blocks), [b["frames"] for b in blocks]
+    in_trace = any(f["name"] == "user_alloc" for e in snap["device_traces"][1]
+                   for f in e["frames"])
+    assert in_trace == (context != "state")
+    # the block's next allocation, made with recording off, has no stack either
+    memory.record_memory_history(None, device=dev)
+    p = user_alloc(dev)
+    live = [b for s in memory._snapshot(dev)["segments"] if s["device"] == 1
+            for b in s["blocks"] if b["state"] == "active_allocated"]
+    assert [b["frames"] for b in live] == [[]]
+    user_free(p)
+
+
 def test_enabled_state_keeps_a_one_entry_buffer(dev: str) -> None:
     memory.record_memory_history("state", device=dev, max_entries=1000, clear_history=True)
     p = user_alloc(dev)

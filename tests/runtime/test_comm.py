@@ -135,7 +135,7 @@ def test_broadcast_argument_rules(sync_be: str) -> None:
         comm.broadcast(a, devices=f"{sync_be}:0")
     with pytest.raises(TypeError, match="to be an accelrt.Array or a numpy.ndarray"):
         comm.broadcast([1.0, 2.0], devices=[0])
-    with pytest.raises(IndexError, match="out of range"):
+    with pytest.raises(IndexError, match="out of index range"):
         comm.broadcast(a, devices=[0, N])
     with pytest.raises(ValueError, match="non-negative"):
         comm.broadcast(a, devices=[-1])
@@ -143,7 +143,7 @@ def test_broadcast_argument_rules(sync_be: str) -> None:
         comm.broadcast(a, devices=[1.5])
     with pytest.raises(ValueError, match="specified index"):
         comm.broadcast(a, devices=[sync_be])
-    with pytest.raises(TypeError, match="output at index 1 is a ndarray"):
+    with pytest.raises(TypeError, match="output array at index 1 has device 'host'"):
         comm.broadcast(a, out=[acc.empty((2, 2), dtype="float64", device=f"{sync_be}:1"),
                                np.empty((2, 2))])
     with pytest.raises(ValueError, match=r"same shape as the source array \(2, 2\).*index 0 "
@@ -368,7 +368,7 @@ def test_scatter_argument_rules(sync_be: str) -> None:
     with pytest.raises(ValueError, match="Total size for output arrays along scatter dim 0 does "
                                          "not match .* Expected 4, but got total size 2"):
         comm.scatter(a, out=out2[:1])
-    with pytest.raises(TypeError, match="output at index 0 is a ndarray"):
+    with pytest.raises(TypeError, match="output array at index 0 has device 'host'"):
         comm.scatter(a, out=[np.empty((4, 2))])
     with pytest.raises(ValueError, match="at least one output"):
         comm.scatter(a, out=[])
@@ -417,7 +417,7 @@ def test_gather_argument_rules(sync_be: str) -> None:
     b = put(rand((2, 4)), f"{sync_be}:1")
     with pytest.raises(ValueError, match="at least one array to gather"):
         comm.gather([])
-    with pytest.raises(TypeError, match="input at index 1 is a ndarray"):
+    with pytest.raises(TypeError, match="array at index 1 has device 'host'"):
         comm.gather([a, np.zeros((2, 3))])
     with pytest.raises(ValueError, match=r"Input array at index 1 has invalid shape \(2, 4\), "
                                          r"but expected \(2, 3\)"):
@@ -719,3 +719,22 @@ def test_without_pinned_memory_collectives_copy_directly() -> None:
     back = comm.scatter(g, ["commcpua:0", "commcpua:1"], chunk_sizes=[4, 2], dim=1)
     np.testing.assert_array_equal(np.concatenate([host(p) for p in back], axis=1), src)
     assert b.copies and not b.pinned                      # every copy was a direct one
+
+
+def test_not_a_device_array_errors_have_pytorchs_wording(sync_be: str) -> None:
+    # torch/csrc/cuda/comm.cpp: "Expected all output tensors to be CUDA tensors, but output
+    # tensor at index 1 has device 'cpu'" (broadcast and scatter) and "Expected all input
+    # tensors to be CUDA tensors, but tensor at index 1 has device 'cpu'" (gather): the same
+    # sentences with arrays for tensors (issue 23)
+    a = put(rand((2, 2)), f"{sync_be}:0")
+    good = acc.empty((2, 2), dtype="float64", device=f"{sync_be}:1")
+    with pytest.raises(TypeError, match=r"^Expected all output arrays to be accelrt arrays, but "
+                                        r"output array at index 1 has device 'host' \(a "
+                                        r"numpy\.ndarray"):
+        comm.broadcast(a, out=[good, np.empty((2, 2))])
+    with pytest.raises(TypeError, match=r"^Expected all output arrays to be accelrt arrays, but "
+                                        r"output array at index 0 has device 'host'"):
+        comm.scatter(a, out=[np.empty((1, 2)), good])
+    with pytest.raises(TypeError, match=r"^Expected all input arrays to be accelrt arrays, but "
+                                        r"array at index 1 has device 'none' \(a list"):
+        comm.gather([a, [1.0, 2.0]])

@@ -144,7 +144,7 @@ def test_set_device_index_negative_is_noop(cpu4: str) -> None:
 
 
 def test_set_device_index_errors(cpu4: str) -> None:
-    with pytest.raises(IndexError, match="out of range"):
+    with pytest.raises(IndexError, match="out of index range"):
         acc.set_device_index(4)
     with pytest.raises(ValueError, match="cpu doesn't match the current accelerator cpu4"):
         acc.set_device_index("cpu:0")

@@ -41,7 +41,7 @@ def test_classes_are_runtime_errors_of_the_one_tree(cls: type[Exception],
 
 # ---------------------------------------------------------------------- device indices
 
-OUT_OF_RANGE = r"^device is out of range, device is 7, total number of device is 2\."
+OUT_OF_RANGE = r"^Device index value 7 is out of index range \[0, 2\)"
 
 
 @pytest.mark.parametrize("call", [
@@ -108,7 +108,8 @@ COMM_RUNTIME_ERRORS: list[tuple[str, Callable[[], Any], str, type[Exception]]] =
      r"^Expected at least one device to broadcast to", ValueError),
     ("broadcast_out_not_on_device",
      lambda: acc.comm.broadcast(_arr("errcpu:0"), out=[np.zeros(4)]),
-     r"^Expected all output arrays to be accelrt arrays on a device", TypeError),
+     (r"^Expected all output arrays to be accelrt arrays, but output array at index 0 has "
+      r"device 'host'"), TypeError),
     ("broadcast_out_shape",
      lambda: acc.comm.broadcast(_arr("errcpu:0"), out=[_arr("errcpu:1", 3)]),
      r"^Expected all output arrays to have same shape as the source array", ValueError),

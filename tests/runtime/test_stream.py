@@ -193,7 +193,7 @@ def test_priority_range_and_errors() -> None:
 def test_bad_device_arguments() -> None:
     with pytest.raises(TypeError, match="expected a device"):
         acc.Stream(1.0)  # type: ignore[arg-type]
-    with pytest.raises(IndexError, match="out of range"):
+    with pytest.raises(IndexError, match="out of index range"):
         acc.Stream("cpu:99")
     with pytest.raises(ValueError, match="Invalid device string"):
         acc.Stream("cpu:x")

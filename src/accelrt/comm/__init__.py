@@ -80,6 +80,22 @@ def _seq(obj: Any, what: str) -> list[Any]:
     return list(obj)
 
 
+def _not_device_array(all_of: str, one: str, i: int, obj: Any) -> AcceleratorTypeError:
+    """torch.cuda.comm's "Expected all output tensors to be CUDA tensors, but output tensor at
+    index 1 has device 'cpu'", for arrays: ``obj`` (at index ``i``) is no accelrt array. A
+    numpy array's device is the host; another object's is its ``device`` attribute, if any."""
+    if isinstance(obj, np.ndarray):
+        where = "host"
+    else:
+        dev = getattr(obj, "device", None)
+        where = "none" if dev is None or callable(dev) else str(dev)
+    kind = type(obj)
+    name = kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__name__}"
+    return AcceleratorTypeError(
+        f"Expected all {all_of} to be accelrt arrays, but {one} at index {i} has device "
+        f"'{where}' (a {name}; pass an accelrt.Array on a device)")
+
+
 def _check_same(ref: Info, x: Info, what: str, i: int) -> None:
     if x.dtype != ref.dtype:
         raise AcceleratorValueError(
@@ -178,9 +194,7 @@ def broadcast(array: Array | HostArray, devices: Iterable[DeviceSpec] | None = N
     infos = []
     for i, o in enumerate(outs):
         if not _arrays.is_array(o):
-            raise AcceleratorTypeError(
-                f"Expected all output arrays to be accelrt arrays on a device, but "
-                f"output at index {i} is a {type(o).__name__}")
+            raise _not_device_array("output arrays", "output array", i, o)
         x = describe(o, "output", i)
         if x.shape != src.shape:
             raise AcceleratorValueError(
@@ -541,9 +555,7 @@ def scatter(array: Array | HostArray, devices: Iterable[DeviceSpec] | None = Non
     total = 0
     for i, o in enumerate(outs):
         if not _arrays.is_array(o):
-            raise AcceleratorTypeError(
-                f"Expected all output arrays to be accelrt arrays on a device, but "
-                f"output at index {i} is a {type(o).__name__}")
+            raise _not_device_array("output arrays", "output array", i, o)
         x = describe(o, "output", i)
         same = len(x.shape) == len(src.shape) and all(
             a == b for k, (a, b) in enumerate(zip(x.shape, src.shape)) if k != d)
@@ -625,9 +637,7 @@ def gather(arrays: Sequence[Array], dim: int = 0, destination: DeviceLike = None
     infos = []
     for i, a in enumerate(items):
         if not _arrays.is_array(a):
-            raise AcceleratorTypeError(
-                f"Expected all input arrays to be accelrt arrays, but input at "
-                f"index {i} is a {type(a).__name__}")
+            raise _not_device_array("input arrays", "array", i, a)
         infos.append(describe(a, "input", i))
     first = infos[0]
     if not first.shape:

@@ -28,7 +28,7 @@ import pickle
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NewType
 
 import numpy as np
 
@@ -40,24 +40,28 @@ from ._engine import parse_backend as _parse_backend
 from ._engine import require_engines as _require_engines
 from ._errors import (DistBackendError, DistError, DistNetworkError, DistStoreError,
                       DistTimeoutError, QueueEmptyError)
-from ._group import DEFAULT_TIMEOUT, ProcessGroup, Work
+from ._group import DEFAULT_TIMEOUT, DebugLevel, ProcessGroup, Work
 from ._store import FileStore, HashStore, PrefixStore, Store, TCPStore
 
 __all__ = [
-    "Backend", "DistBackendError", "DistError", "DistNetworkError", "DistStoreError",
-    "DistTimeoutError", "Engine", "EngineContext", "FileStore", "GroupMember", "HashStore",
-    "P2POp", "PrefixStore", "PremulSum", "ProcessGroup", "QueueEmptyError", "ReduceOp", "Store",
-    "TCPStore", "Work", "all_gather",
-    "all_gather_into_tensor", "all_gather_object", "all_reduce", "all_to_all",
-    "all_to_all_single", "barrier", "batch_isend_irecv", "broadcast", "broadcast_object_list",
-    "destroy_process_group", "gather", "gather_object", "get_backend",
-    "get_default_backend_for_device", "get_global_rank", "get_group_rank",
-    "get_node_local_rank", "get_process_group_ranks", "get_rank", "get_world_size", "group",
-    "init_process_group", "irecv", "is_available", "is_backend_available", "is_gloo_available",
-    "is_initialized", "is_mpi_available", "is_nccl_available", "isend", "monitored_barrier", "new_group",
-    "new_subgroups", "new_subgroups_by_enumeration", "recv", "recv_object_list", "reduce",
-    "reduce_scatter", "reduce_scatter_tensor", "register_backend", "scatter",
-    "scatter_object_list", "send", "send_object_list",
+    "Backend", "DebugLevel", "DistBackendError", "DistError", "DistNetworkError",
+    "DistStoreError", "DistTimeoutError", "Engine", "EngineContext", "FileStore", "GroupMember",
+    "GroupName", "HashStore", "P2POp", "PrefixStore", "PremulSum", "ProcessGroup",
+    "QueueEmptyError", "ReduceOp", "Store", "TCPStore", "Work", "all_gather",
+    "all_gather_coalesced", "all_gather_into_tensor", "all_gather_object", "all_gather_single",
+    "all_reduce", "all_reduce_coalesced", "all_to_all", "all_to_all_single", "barrier",
+    "batch_isend_irecv", "broadcast", "broadcast_object_list", "default_pg_timeout",
+    "destroy_process_group", "gather", "gather_into_tensor", "gather_object", "gather_single",
+    "get_backend", "get_backend_config", "get_debug_level", "get_default_backend_for_device",
+    "get_global_rank", "get_group_rank", "get_node_local_rank", "get_pg_count",
+    "get_process_group_ranks", "get_rank", "get_world_size", "group", "init_process_group",
+    "irecv", "is_available", "is_backend_available", "is_gloo_available", "is_initialized",
+    "is_mpi_available", "is_nccl_available", "is_torchelastic_launched", "is_ucc_available",
+    "is_xccl_available", "isend", "monitored_barrier", "new_group", "new_subgroups",
+    "new_subgroups_by_enumeration", "recv", "recv_object_list", "reduce", "reduce_scatter",
+    "reduce_scatter_single", "reduce_scatter_tensor", "register_backend", "scatter",
+    "scatter_object_list", "send", "send_object_list", "set_debug_level",
+    "set_debug_level_from_env", "set_timeout", "split_group", "supports_complex",
 ]
 
 DEFAULT_INIT_TIMEOUT = 300.0
@@ -89,6 +93,7 @@ class _State:
     store: Store | None = None   # the store the world met through (kept alive with it)
     groups: list[ProcessGroup] = []
     counter = 0
+    pg_count = 0   # get_pg_count(): groups made since init (the world included)
     hook_installed = False
 
 
@@ -216,6 +221,169 @@ def is_initialized() -> bool:
         False
     """
     return _S.world is not None
+
+
+def is_ucc_available() -> bool:
+    """False: accelrt has no UCC engine (torch's ``is_ucc_available``).
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> dist.is_ucc_available(), dist.is_xccl_available()
+        (False, False)
+    """
+    return False
+
+
+def is_xccl_available() -> bool:
+    """False: accelrt has no XCCL (Intel GPU) engine."""
+    return False
+
+
+def is_torchelastic_launched() -> bool:
+    """True if ``TORCHELASTIC_RUN_ID`` is set (torchrun's, as torch checks).
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> isinstance(dist.is_torchelastic_launched(), bool)
+        True
+    """
+    return os.getenv("TORCHELASTIC_RUN_ID") is not None
+
+
+def supports_complex(reduceOp: ReduceOp) -> bool:   # noqa: N803  (torch's name)
+    """False for the reductions torch refuses on complex arrays (``MAX``, ``MIN``,
+    ``PRODUCT``, ``BAND``, ``BOR``, ``BXOR``), else True.
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> dist.supports_complex(dist.ReduceOp.SUM), dist.supports_complex(dist.ReduceOp.MAX)
+        (True, False)
+    """
+    return reduceOp not in (ReduceOp.MAX, ReduceOp.MIN, ReduceOp.PRODUCT, ReduceOp.BAND,
+                            ReduceOp.BOR, ReduceOp.BXOR)
+
+
+#: the default timeout of accelrt's process groups (torch's ``default_pg_timeout``; here 10
+#: minutes for every engine, or ``ACCELRT_DISTRIBUTED_TIMEOUT``)
+default_pg_timeout = datetime.timedelta(seconds=DEFAULT_TIMEOUT)
+
+#: the type of process group names (torch's ``GroupName``)
+GroupName = NewType("GroupName", str)
+
+
+def get_debug_level() -> DebugLevel:
+    """The debug level: :class:`DebugLevel` ``OFF``, ``INFO`` or ``DETAIL`` (from
+    :func:`set_debug_level`, or the environment, read at :func:`init_process_group`).
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> dist.get_debug_level() in list(dist.DebugLevel)
+        True
+    """
+    from ._group import LEVEL   # (read at the call: set_level rebinds it)
+    return LEVEL
+
+
+def set_debug_level(level: DebugLevel) -> None:
+    """Make ``level`` (a :class:`DebugLevel`) the debug level, at once and over the
+    environment. ``DETAIL`` makes every rank compare each collective's arguments (operation,
+    sequence number, dtype, shape, root, reduction) with every other rank of the group before
+    running it, raising :class:`DistError` naming the odd ranks on all of them: torch's
+    collective fingerprint check. Every rank must use the same level.
+
+    Raises:
+        TypeError: ``level`` is not a :class:`DebugLevel`.
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> dist.set_debug_level(dist.DebugLevel.DETAIL); dist.get_debug_level()
+        <DebugLevel.DETAIL: 2>
+        >>> dist.set_debug_level(dist.DebugLevel.OFF)
+    """
+    if not isinstance(level, DebugLevel):
+        raise TypeError(f"set_debug_level() takes a DebugLevel (DebugLevel.OFF, .INFO or "
+                        f".DETAIL), got {level!r}")
+    from ._group import set_level
+    set_level(level, True)
+
+
+def set_debug_level_from_env() -> None:
+    """Set the debug level from ``ACCELRT_DISTRIBUTED_DEBUG``, else torch's
+    ``TORCH_DISTRIBUTED_DEBUG`` (``OFF``, ``INFO`` or ``DETAIL``; neither: ``OFF``).
+
+    Raises:
+        ValueError: another value ("The value of TORCH_DISTRIBUTED_DEBUG must be OFF, INFO,
+            or DETAIL.").
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> dist.set_debug_level_from_env()
+    """
+    from ._group import debug_level, set_level
+    set_level(DebugLevel[debug_level()], False)
+
+
+def set_timeout(timeout: Any, group: GroupArg = None) -> None:
+    """Make ``timeout`` (a ``datetime.timedelta`` or seconds) the limit of ``group``'s (the
+    world's by default) future operations, for every engine of it (the watchdog enforces it;
+    torch's MPI backend ignores this).
+
+    Raises:
+        ValueError: this rank is not in ``group``, or ``timeout`` is not positive.
+
+    Example::
+
+        >>> import datetime, accelrt.distributed as dist
+        >>> dist.init_process_group("mpi")
+        >>> dist.set_timeout(datetime.timedelta(seconds=30)); dist.group.WORLD.timeout
+        30.0
+        >>> dist.destroy_process_group()
+    """
+    g = _group(group)
+    if g is None:
+        raise ValueError("Invalid process group specified")
+    if timeout is None:
+        raise TypeError("set_timeout() needs a timeout (a datetime.timedelta or seconds)")
+    g.set_timeout(_seconds(timeout, g.timeout))
+
+
+def get_pg_count() -> int:
+    """The number of process groups made since :func:`init_process_group` (the world, the
+    groups of :func:`new_group` and :func:`split_group` on this rank).
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> dist.get_pg_count()
+        0
+    """
+    return _S.pg_count
+
+
+def get_backend_config(group: GroupArg = None) -> str:
+    """The engine of each device type of ``group`` (the world by default), as
+    ``"cpu:mpi, cuda:nccl"`` (torch's ``BackendConfig`` string).
+
+    Raises:
+        ValueError: this rank is not in ``group``.
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> dist.init_process_group("cpu:mpi"); dist.get_backend_config()
+        'cpu:mpi'
+        >>> dist.destroy_process_group()
+    """
+    g = _group(group)
+    if g is None:
+        raise ValueError("Invalid process group specified")
+    return ", ".join(f"{d}:{e}" for d, e in g.engine_map.items())
 
 
 # ---------------------------------------------------------------------------- init
@@ -367,6 +535,7 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
     GroupMember.WORLD = group
     _GroupNS.WORLD = group
     _S.groups = [group]
+    _S.pg_count = 1
 
 
 def _init_mpi(engine_map: dict[str, str], backend_str: str, op_timeout: float,
@@ -550,6 +719,7 @@ def destroy_process_group(group: GroupArg = None) -> None:
         GroupMember.WORLD = None
         _GroupNS.WORLD = None
         _S.groups = []
+        _S.pg_count = 0
     if kept is not None:
         raise kept
 
@@ -645,52 +815,153 @@ def new_group(ranks: Sequence[int] | None = None, timeout: Any = None,
     if backend is not None:
         _require_engines(engine_map)   # every rank, before the collective split
     t = world.timeout if timeout is None else _seconds(timeout, DEFAULT_TIMEOUT)
+    me = world.rank()
+    return _split(world, members if me in members else None, me, engine_map, backend_str, t,
+                  group_desc, "new_group")
+
+
+def _split(parent: ProcessGroup, members: list[int] | None, key: int,
+           engine_map: dict[str, str], backend_str: str, timeout: float,
+           group_desc: str | None, op: str) -> ProcessGroup | _NonMember:
+    """The one split of a group, collective over ``parent``'s ranks: this rank joins the group
+    of the parent ranks ``members`` (None: it joins none) at the place ``key`` orders it
+    (the members' keys order them as ``members`` does). The parent's MPI communicator is split
+    (``MPI_Comm_split``, colored by the member list) and so are its NCCL communicators
+    (``ncclCommSplit``); the other engines start from the new communicator when first used.
+    Returns the new group, or ``GroupMember.NON_GROUP_MEMBER``."""
     _S.counter += 1
     name = group_desc or f"group{_S.counter}"
-    me = world.rank()
-    member = me in members
-    world.drain()
+    color = None if members is None else min(members)   # disjoint lists: a unique color
+    parent.drain()
     sub = None
     from ._group import WATCHDOG
-    if world.mpi_comm is not None:
+    if parent.mpi_comm is not None:
         from ._mpi import mpi
         MPI = mpi()
-        with WATCHDOG.watching(world, "new_group", world._seq):
-            sub = world.mpi_comm.Split(0 if member else MPI.UNDEFINED, me)
-        if not member:
+        with WATCHDOG.watching(parent, op, parent._seq):
+            sub = parent.mpi_comm.Split(MPI.UNDEFINED if color is None else color, key)
+        if color is None:
             sub = None
     sub_engines: dict[tuple[str, int], Engine] = {}
-    for key, eng in list(world._engines.items()):
+    for ekey, eng in list(parent._engines.items()):
         # NCCL communicators are split (ncclCommSplit); MPI engines start from `sub`
-        if eng.name == "nccl" and engine_map.get(key[0]) == "nccl":
-            child = eng.split(0 if member else None, me, None)
+        if eng.name == "nccl" and engine_map.get(ekey[0]) == "nccl":
+            child = eng.split(color, key, None)
             if child is not None:
-                sub_engines[key] = child
-    if not member:
+                sub_engines[ekey] = child
+    if members is None:
         return GroupMember.NON_GROUP_MEMBER
-    g = ProcessGroup(name, members.index(me), len(members), members, engine_map, backend_str,
-                     t, sub, me)
+    ranks = [parent.global_ranks[r] for r in members]
+    g = ProcessGroup(name, members.index(parent.rank()), len(members), ranks, engine_map,
+                     backend_str, timeout, sub, parent.global_rank)
     if sub is not None:
-        with WATCHDOG.watching(g, "new_group", 0):
+        with WATCHDOG.watching(g, op, 0):
             g.control()   # collective over the members: made now, while they are all here
     g._preset.update(sub_engines)
-    g.parent = world
-    g.threads_ok = world.threads_ok
+    g.parent = parent
+    g.threads_ok = parent.threads_ok
     _S.groups.append(g)
+    _S.pg_count += 1
     return g
+
+
+def split_group(parent_pg: ProcessGroup | None = None,
+                split_ranks: Sequence[Sequence[int]] | None = None, timeout: Any = None,
+                pg_options: Any = None, group_desc: str | None = None,
+                backend: str | None = None) -> ProcessGroup | _NonMember:
+    """Split ``parent_pg`` (the world by default) into the groups of ``split_ranks``: lists of
+    *parent group* ranks, disjoint; a rank's place in its list is its rank in the new group.
+    Every rank of the parent must call it, with the same lists. Returns this rank's group, or
+    ``GroupMember.NON_GROUP_MEMBER`` if no list names it. ``backend`` keeps some of the
+    parent's per-device engines (each must be the parent's engine for that device type).
+
+    Raises:
+        ValueError: no lists, an empty list, a list longer than the world, a repeated rank, a
+            rank in two lists, a rank not in the parent, a parent this rank is not in, or a
+            ``backend`` the parent does not run.
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> dist.init_process_group("mpi")
+        >>> g = dist.split_group(split_ranks=[[0]])
+        >>> dist.get_process_group_ranks(g); dist.destroy_process_group()
+        [0]
+    """
+    if split_ranks is None or len(split_ranks) == 0:
+        raise ValueError("split_ranks cannot be None or empty")
+    world = _group(None)
+    assert world is not None
+    if parent_pg is None:
+        parent_pg = world
+    if not isinstance(parent_pg, ProcessGroup):
+        raise ValueError(f"Global rank {world.rank()} is not part of the parent group "
+                         f"{parent_pg!r}")
+    if parent_pg.destroyed:
+        raise ValueError(f"Group {parent_pg!r} is not registered (it was destroyed)")
+    n = parent_pg.size()
+    seen: dict[int, int] = {}
+    lists = [list(r) for r in split_ranks]
+    for k, ranks in enumerate(lists):
+        if len(ranks) == 0:
+            raise ValueError("the split group cannot be empty")
+        if len(ranks) > world.size():
+            raise ValueError("the split group's size should be less or equal to the "
+                             "world_size set by init_process_group")
+        if len(ranks) != len(set(ranks)):
+            raise ValueError("the split group cannot have duplicate ranks")
+        for r in ranks:
+            if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or not 0 <= r < n:
+                raise ValueError(f"split_ranks holds {r!r}, which is not a rank of the parent "
+                                 f"group (its ranks are 0..{n - 1}; split_ranks are group "
+                                 "ranks, not global ranks)")
+            if int(r) in seen:
+                raise ValueError(f"Rank {r} is in two splits, {lists[seen[int(r)]]} and "
+                                 f"{ranks}; the splits must not overlap")
+            seen[int(r)] = k
+    engine_map, backend_str = parent_pg.engine_map, parent_pg.backend_str
+    if backend is not None:
+        wanted = _parse_backend(str(backend))
+        if ":" not in str(backend):   # a bare engine name: the parent's devices running it
+            wanted = {d: e for d, e in parent_pg.engine_map.items() if e == wanted[d]
+                      } if any(parent_pg.engine_map.get(d) == e for d, e in wanted.items()) \
+                else {}
+            if not wanted:
+                raise ValueError(f"Requested backend '{str(backend).lower()}' is not present "
+                                 f"in the parent process group (parent backends: "
+                                 f"{parent_pg.engine_map})")
+        for dev, eng in wanted.items():
+            if dev not in parent_pg.engine_map:
+                raise ValueError(f"Requested backend for device '{dev}' is not present in the "
+                                 f"parent process group (parent backends: "
+                                 f"{parent_pg.engine_map})")
+            if parent_pg.engine_map[dev] != eng:
+                raise ValueError(f"Backend mismatch for device '{dev}': parent has "
+                                 f"'{parent_pg.engine_map[dev]}', requested '{eng}'. Backend "
+                                 "names must match exactly when filtering split_group "
+                                 "backends.")
+        engine_map = wanted
+        backend_str = str(backend).lower()
+    t = parent_pg.timeout if timeout is None else _seconds(timeout, DEFAULT_TIMEOUT)
+    me = parent_pg.rank()
+    mine = next((ranks for ranks in lists if me in ranks), None)
+    members = None if mine is None else [int(r) for r in mine]
+    return _split(parent_pg, members, 0 if mine is None else mine.index(me), engine_map,
+                  backend_str, t, group_desc, "split_group")
 
 
 def new_subgroups(group_size: int | None = None, group: GroupArg = None, timeout: Any = None,
                   backend: str | None = None, pg_options: Any = None,
                   group_desc: str | None = None) -> tuple[ProcessGroup | _NonMember,
                                                           list[ProcessGroup | _NonMember]]:
-    """Split the world into groups of ``group_size`` consecutive ranks (default: the number
-    of CUDA devices of a node). Every rank must call it. Returns (this rank's group, every
-    group: ``GroupMember.NON_GROUP_MEMBER`` where this rank is not a member).
+    """Split ``group``'s ranks (the world's by default) into groups of ``group_size``
+    consecutive ranks (default: the number of CUDA devices of a node). Every rank of the world
+    must call it (as torch's). Returns (this rank's group, every group:
+    ``GroupMember.NON_GROUP_MEMBER`` where this rank is not a member).
 
     Raises:
-        ValueError: ``group_size`` is not positive or does not divide the world size, or it
-            is None without CUDA devices.
+        ValueError: ``group_size`` is not positive, exceeds or does not divide the group's
+            size, or is None without CUDA devices; this rank is not in ``group``.
 
     Example::
 
@@ -701,8 +972,6 @@ def new_subgroups(group_size: int | None = None, group: GroupArg = None, timeout
         ([0], 1)
         >>> dist.destroy_process_group()
     """
-    if group is not None and group is not _S.world:
-        raise ValueError("new_subgroups: only the default group can be split (group=None)")
     world = _group(None)
     assert world is not None
     if group_size is None:
@@ -718,13 +987,19 @@ def new_subgroups(group_size: int | None = None, group: GroupArg = None, timeout
         group_size = count
     if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size <= 0:
         raise ValueError(f"The arg 'group_size' ({group_size}) must be positive")
-    n = world.size()
+    ranks = get_process_group_ranks(group)
+    n = len(ranks)
+    if n < group_size:
+        raise ValueError(f"The arg 'group_size' ({group_size}) must not exceed the world size "
+                         f"({n})")
     if n % group_size:
         raise ValueError(f"The world size ({n}) must be divisible by 'group_size={group_size}'")
     cur, groups = new_subgroups_by_enumeration(
-        [list(range(k, k + group_size)) for k in range(0, n, group_size)], timeout=timeout,
+        [ranks[k:k + group_size] for k in range(0, n, group_size)], timeout=timeout,
         backend=backend, pg_options=pg_options, group_desc=group_desc)
-    assert cur is not None   # the subgroups cover the world
+    if cur is None:
+        raise ValueError(f"new_subgroups: global rank {world.rank()} is not in group "
+                         f"{group!r}, whose ranks it splits")
     return cur, groups
 
 
@@ -1353,6 +1628,200 @@ def reduce_scatter(output: Any, input_list: list[Any], op: ReduceOp | PremulSum 
                  (red.name,) + _desc(output), red, [output])
 
 
+def all_gather_single(output_tensor: Any, input_tensor: Any, group: GroupArg = None,
+                      async_op: bool = False) -> Work | None:
+    """torch 2.14's name of :func:`all_gather_into_tensor` (same arguments and behaviour;
+    ``all_gather_into_tensor`` is not deprecated here).
+
+    Example::
+
+        >>> import accelrt as acc, accelrt.distributed as dist
+        >>> dist.init_process_group("mpi")
+        >>> out = acc.empty((2,), device="cpu")
+        >>> dist.all_gather_single(out, acc.full((2,), 4.0, device="cpu"))
+        >>> out.tolist(); dist.destroy_process_group()
+        [4.0, 4.0]
+    """
+    return all_gather_into_tensor(output_tensor, input_tensor, group, async_op)
+
+
+def reduce_scatter_single(output: Any, input: Any, op: ReduceOp = ReduceOp.SUM,
+                          group: GroupArg = None, async_op: bool = False) -> Work | None:
+    """torch 2.14's name of :func:`reduce_scatter_tensor` (same arguments and behaviour).
+
+    Example::
+
+        >>> import accelrt as acc, accelrt.distributed as dist
+        >>> dist.init_process_group("mpi")
+        >>> out = acc.empty((2,), device="cpu")
+        >>> dist.reduce_scatter_single(out, acc.full((2,), 6.0, device="cpu"))
+        >>> out.tolist(); dist.destroy_process_group()
+        [6.0, 6.0]
+    """
+    return reduce_scatter_tensor(output, input, op, group, async_op)
+
+
+def gather_single(tensor: Any, gather_tensor: Any = None, dst: int | None = None,
+                  group: GroupArg = None, async_op: bool = False,
+                  group_dst: int | None = None) -> Work | None:
+    """Gather every rank's ``tensor`` into one array, ``gather_tensor`` (world_size times its
+    elements, rank order; a flat or stacked shape), on global rank ``dst`` or group rank
+    ``group_dst`` (neither: global rank 0); ``gather_tensor`` is ignored elsewhere. Unlike
+    :func:`gather` the engine writes it directly (no staging copy).
+
+    Raises:
+        ValueError: no ``gather_tensor`` on the destination rank, or its size or dtype differ.
+
+    Example::
+
+        >>> import accelrt as acc, accelrt.distributed as dist
+        >>> dist.init_process_group("mpi")
+        >>> out = acc.empty((1, 2), device="cpu")
+        >>> dist.gather_single(acc.full((2,), 8.0, device="cpu"), out, dst=0)
+        >>> out.tolist(); dist.destroy_process_group()
+        [[8.0, 8.0]]
+    """
+    g = _group(group)
+    if g is None:
+        _warn_not_member("gather_single")
+        return None
+    root = g.canonical_rank(dst, group_dst, "dst", default=0)
+    out = None
+    if g.rank() == root:
+        if gather_tensor is None:
+            raise ValueError("gather_tensor must be specified on the destination rank")
+        _check_same("gather_single", gather_tensor, tensor)
+        _size_check("gather_single", gather_tensor, g.size() * tensor.size, gather_tensor.size,
+                    "gather_tensor must hold world_size times the input's elements")
+        out = gather_tensor
+
+    def call(eng: Engine, buf: Callable[[Any], Buf], stream: Any) -> None:
+        eng.gather(buf(tensor), None if out is None else buf(out), root, stream)
+
+    arrays = [tensor] if out is None else [tensor, out]
+    w = g.run("gather_single", arrays, [tensor], arrays[1:], call, True,
+              (root,) + _desc(tensor), None, arrays[1:])
+    assert w is not None
+    if async_op:
+        return w
+    w.wait()
+    return None
+
+
+def gather_into_tensor(tensor: Any, gather_tensor: Any = None, dst: int | None = None,
+                       group: GroupArg = None, async_op: bool = False,
+                       group_dst: int | None = None) -> Work | None:
+    """torch 2.14's other name of :func:`gather_single`.
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> callable(dist.gather_into_tensor)
+        True
+    """
+    return gather_single(tensor, gather_tensor, dst, group, async_op, group_dst)
+
+
+def _array_list(arrays: Any, what: str, op: str) -> list[Any]:
+    if isinstance(arrays, (Array, np.ndarray)):
+        return [arrays]
+    if not isinstance(arrays, (list, tuple)) or not arrays or not all(
+            isinstance(a, (Array, np.ndarray)) for a in arrays):
+        raise TypeError(f"{op}: Invalid function argument. Expected parameter `{what}` of "
+                        "type List[accelrt.Array] with at least one array")
+    first = arrays[0]
+    for a in arrays:
+        if a.dtype != first.dtype:
+            raise AcceleratorValueError(f"{op}: Invalid usage of arrays with different dtypes "
+                                        f"Found {first.dtype} and  {a.dtype}")
+    return list(arrays)
+
+
+def all_reduce_coalesced(tensors: Any, op: ReduceOp = ReduceOp.SUM, group: GroupArg = None,
+                         async_op: bool = False) -> Work | None:
+    """Reduce each array of ``tensors`` (one dtype, one device; or one array) across the
+    group, in place, as one collective: the arrays are packed into one buffer, reduced once,
+    and copied back. As in torch, shapes are not compared across ranks.
+
+    Example::
+
+        >>> import accelrt as acc, accelrt.distributed as dist
+        >>> dist.init_process_group("mpi")
+        >>> a, b = acc.full((2,), 1.0, device="cpu"), acc.full((3,), 2.0, device="cpu")
+        >>> dist.all_reduce_coalesced([a, b])
+        >>> a.tolist(), b.tolist(); dist.destroy_process_group()
+        ([1.0, 1.0], [2.0, 2.0, 2.0])
+    """
+    arrays = _array_list(tensors, "tensor", "all_reduce_coalesced")
+    g = _group(group)
+    if g is None:
+        _warn_not_member("all_reduce_coalesced")
+        return None
+    g.check_args("all_reduce_coalesced", arrays, arrays, alias="staged")
+    red = _op(op)
+    stage = _temp_like(arrays[0], sum(a.size for a in arrays))
+    _pack(stage, arrays)
+
+    def call(eng: Engine, buf: Callable[[Any], Buf], stream: Any) -> None:
+        eng.all_reduce(None, buf(stage), red, stream)
+
+    w = g.run("all_reduce_coalesced", [stage], [stage], [stage], call, True,
+              (red.name, arrays[0].dtype, tuple(a.shape for a in arrays)), red, [stage],
+              alias="inplace")
+    return _split_out(g, "all_reduce_coalesced", w, stage, arrays, async_op)
+
+
+def all_gather_coalesced(output_tensor_lists: list[list[Any]], input_tensor_list: list[Any],
+                         group: GroupArg = None, async_op: bool = False) -> Work | None:
+    """Gather every rank's ``input_tensor_list`` as one collective:
+    ``output_tensor_lists[k][i]`` receives array ``i`` of group rank k (each output list
+    matches the inputs' sizes; one dtype and device throughout).
+
+    Example::
+
+        >>> import accelrt as acc, accelrt.distributed as dist
+        >>> dist.init_process_group("mpi")
+        >>> out = [[acc.empty((2,), device="cpu"), acc.empty((1,), device="cpu")]]
+        >>> dist.all_gather_coalesced(out, [acc.full((2,), 3.0, device="cpu"),
+        ...                                 acc.full((1,), 4.0, device="cpu")])
+        >>> [o.tolist() for o in out[0]]; dist.destroy_process_group()
+        [[3.0, 3.0], [4.0]]
+    """
+    g = _group(group)
+    if g is None:
+        _warn_not_member("all_gather_coalesced")
+        return None
+    ins = _array_list(input_tensor_list, "input_tensor_list", "all_gather_coalesced")
+    if not isinstance(output_tensor_lists, list):
+        raise TypeError("Invalid function argument: output_tensor_lists should be a list")
+    n = g.size()
+    if len(output_tensor_lists) != n:
+        raise AcceleratorValueError(f"all_gather_coalesced: output_tensor_lists must hold {n} "
+                                    "lists (one per rank)")
+    outs: list[Any] = []
+    for lst in output_tensor_lists:
+        lst = _array_list(lst, "output_tensor_lists", "all_gather_coalesced")
+        if [o.size for o in lst] != [i.size for i in ins]:
+            raise AcceleratorValueError(
+                f"all_gather_coalesced: each output list must match the inputs' sizes "
+                f"{[i.size for i in ins]}, got {[o.size for o in lst]}")
+        outs += lst
+    g.check_args("all_gather_coalesced", ins, outs, alias="staged")
+    for o in outs:
+        _check_same("all_gather_coalesced", o, ins[0])
+    total = sum(i.size for i in ins)
+    send = _temp_like(ins[0], total)
+    recv = _temp_like(ins[0], n * total)
+    _pack(send, ins)
+
+    def call(eng: Engine, buf: Callable[[Any], Buf], stream: Any) -> None:
+        eng.all_gather(buf(send), buf(recv), stream)
+
+    w = g.run("all_gather_coalesced", [send, recv], [send], [recv], call, True,
+              (ins[0].dtype, tuple(i.shape for i in ins)))
+    return _split_out(g, "all_gather_coalesced", w, recv, outs, async_op)
+
+
 def _temp_like(a: Any, count: int) -> Any:
     if isinstance(a, np.ndarray):
         return np.empty(count, a.dtype)
@@ -1587,31 +2056,69 @@ def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[Work]:
 
 # ---------------------------------------------------------------------------- barriers
 def barrier(group: GroupArg = None, async_op: bool = False,
-            device_ids: Sequence[int] | None = None) -> Work | None:
+            device_ids: Sequence[int] | None = None, timeout: Any = None) -> Work | None:
     """Block until every rank of the group reached the barrier (after the group's queued
     communication ran).
+
+    Args:
+        device_ids: the CUDA device of an NCCL-only group's barrier (its first item; an
+            all_reduce of one element there, as ProcessGroupNCCL's barrier).
+        timeout: a ``datetime.timedelta`` or seconds (torch 2.14's ``timeout``): a rank that
+            has not arrived by then makes this rank raise :class:`DistTimeoutError`, and the
+            group keeps that error (its barrier is still in flight: destroy the group).
+            None: the group's timeout, past which the watchdog ends the job.
 
     Example::
 
         >>> import accelrt.distributed as dist
-        >>> dist.init_process_group("mpi"); dist.barrier(); dist.destroy_process_group()
+        >>> dist.init_process_group("mpi"); dist.barrier(timeout=30)
+        >>> dist.destroy_process_group()
     """
     g = _group(group)
     if g is None:
         _warn_not_member("barrier")
         return None
+    if device_ids is not None and (not isinstance(device_ids, (list, tuple)) or not device_ids
+                                   or not all(isinstance(d, int) for d in device_ids)):
+        raise TypeError(f"device_ids must be a list of device indices, got {device_ids!r}")
+    limit = None if timeout is None else _seconds(timeout, g.timeout)
     g._raise_kept()
     g.drain()
     seq = g.next_seq()
     comm = g.control()
     if comm is not None:
-        g._inline("barrier", seq, comm.Barrier)
+        if limit is None:
+            g._inline("barrier", seq, comm.Barrier)
+        else:
+            from ._group import wait_until
+            req = comm.Ibarrier()
+            ms = int(limit * 1000)
+
+            def late() -> DistTimeoutError:
+                return DistTimeoutError(
+                    f"[Rank {g.global_rank}]: barrier (sequence number {seq}) on group "
+                    f"{g.name!r} timed out after {ms} ms: a rank of the group did not reach "
+                    "it (monitored_barrier names the missing ranks). The group keeps this "
+                    "error: destroy it", rank=g.global_rank, op="barrier", seq=seq)
+
+            try:
+                wait_until(req.Test, limit, late)
+            except DistTimeoutError as err:
+                g._keep(err)   # the barrier is still in flight on the group's communicator
+                raise
     else:   # NCCL only (env://): a one-element all_reduce, then wait for it
         from .._array import zeros
-        index = g._engines and next(iter(g._engines))[1] or 0
+        if device_ids is not None:
+            index = int(device_ids[0])
+        else:
+            index = g._engines and next(iter(g._engines))[1] or 0
         one = zeros((1,), dtype="float32", device=f"cuda:{index}")
-        all_reduce(one, group=g)
+        w = all_reduce(one, group=g, async_op=True)
+        assert w is not None
+        if limit is not None:
+            w.wait(timeout=limit)
         from .._stream import current_stream
+        w.wait()
         current_stream(f"cuda:{index}").synchronize()
     return Work.completed() if async_op else None
 

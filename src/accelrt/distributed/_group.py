@@ -20,6 +20,7 @@ printing the rank, the operation and its sequence number.
 
 from __future__ import annotations
 
+import enum
 import itertools
 import logging
 import os
@@ -40,7 +41,7 @@ from ..comm._transfer import run_on_stream
 from ._engine import Buf, Engine, EngineContext, PremulSum, RedOp, ReduceOp, Request
 from ._errors import DistBackendError, DistError, DistTimeoutError
 
-__all__ = ["ProcessGroup", "Work"]
+__all__ = ["DebugLevel", "ProcessGroup", "Work"]
 
 #: a direct-call plan: (fn, args, post, comm-stream context, backend); see ProcessGroup
 Plan = tuple[Callable[..., Any], tuple[Any, ...], "Callable[[], None] | None", "_DevCtx", Any]
@@ -49,12 +50,52 @@ DEFAULT_TIMEOUT = 600.0
 _monotonic = time.monotonic
 
 
+class DebugLevel(enum.IntEnum):
+    """``torch.distributed.DebugLevel``: ``OFF``, ``INFO`` (as ``OFF`` here: accelrt logs no
+    more at INFO) and ``DETAIL`` (every collective's arguments are compared across the ranks
+    of its group before it runs; see :meth:`ProcessGroup.fingerprint`).
+
+    Example::
+
+        >>> from accelrt.distributed import DebugLevel
+        >>> DebugLevel.DETAIL, int(DebugLevel.DETAIL)
+        (<DebugLevel.DETAIL: 2>, 2)
+    """
+
+    OFF = 0
+    INFO = 1
+    DETAIL = 2
+
+    def __str__(self) -> str:
+        return f"DebugLevel.{self.name}"
+
+
+#: the environment variables of the debug level, accelrt's first, then torch's
+DEBUG_ENV = ("ACCELRT_DISTRIBUTED_DEBUG", "TORCH_DISTRIBUTED_DEBUG")
+
+
 def debug_level() -> str:
-    """``ACCELRT_DISTRIBUTED_DEBUG``: ``OFF`` (default), ``INFO`` or ``DETAIL``."""
-    return os.environ.get("ACCELRT_DISTRIBUTED_DEBUG", "OFF").upper()
+    """The debug level the environment names (``ACCELRT_DISTRIBUTED_DEBUG``, else torch's
+    ``TORCH_DISTRIBUTED_DEBUG``): ``OFF`` (neither set), ``INFO`` or ``DETAIL``.
+
+    Raises:
+        ValueError: another value (torch's message).
+    """
+    for var in DEBUG_ENV:
+        value = os.environ.get(var)
+        if value is not None:
+            level = value.strip().upper()
+            if level not in DebugLevel.__members__:
+                raise ValueError(f"The value of {var} must be OFF, INFO, or DETAIL.")
+            return level
+    return "OFF"
 
 
-#: ACCELRT_DISTRIBUTED_DEBUG=DETAIL, read by init_process_group
+#: the debug level (get_debug_level/set_debug_level); DETAIL mirrors it for the hot paths
+LEVEL = DebugLevel.OFF
+#: True once set_debug_level chose the level: an environment without the variable keeps it
+_LEVEL_SET = False
+#: LEVEL is DETAIL
 DETAIL = False
 
 
@@ -62,14 +103,24 @@ DETAIL = False
 FORCE_STAGE = False
 
 
-def read_debug_level() -> None:
-    """Read ``ACCELRT_DISTRIBUTED_DEBUG`` and ``ACCELRT_MPI_STAGE`` (at init_process_group;
-    call again after changing them)."""
-    global DETAIL, FORCE_STAGE
-    DETAIL = debug_level() == "DETAIL"
-    FORCE_STAGE = os.environ.get("ACCELRT_MPI_STAGE") == "1"
-    for g in WATCHDOG.groups:   # the inline plans assume neither
+def set_level(level: DebugLevel, explicit: bool) -> None:
+    """Make ``level`` the debug level (``explicit``: chosen by ``set_debug_level``)."""
+    global LEVEL, DETAIL, _LEVEL_SET
+    LEVEL, DETAIL = level, level is DebugLevel.DETAIL
+    _LEVEL_SET = explicit
+    for g in WATCHDOG.groups:   # the inline plans assume no debug checks
         g.drop_plans()
+
+
+def read_debug_level() -> None:
+    """Read the debug level (:func:`debug_level`; without the variable, a level chosen by
+    ``set_debug_level`` stays) and ``ACCELRT_MPI_STAGE`` (at init_process_group; call again
+    after changing them)."""
+    global FORCE_STAGE
+    keep = _LEVEL_SET and not any(v in os.environ for v in DEBUG_ENV)
+    level = LEVEL if keep else DebugLevel[debug_level()]
+    FORCE_STAGE = os.environ.get("ACCELRT_MPI_STAGE") == "1"
+    set_level(level, keep)
 
 
 def _force_stage() -> bool:
@@ -443,6 +494,15 @@ class ProcessGroup:
     def rank(self) -> int:
         """This process's rank in the group."""
         return self._rank
+
+    def set_timeout(self, timeout: float) -> None:
+        """Make ``timeout`` (seconds, positive) the limit of this group's future operations
+        (torch's ``ProcessGroup.set_timeout``; :func:`accelrt.distributed.set_timeout` takes a
+        ``timedelta`` too). The watchdog enforces it for every engine."""
+        self.timeout = float(timeout)
+        wd = WATCHDOG
+        if wd._thread is None or self.timeout / 4 < wd._interval:
+            wd._start(min(1.0, max(0.01, self.timeout / 4)))
 
     def size(self) -> int:
         """Number of ranks in the group."""

@@ -779,6 +779,7 @@ class DeviceCachingAllocator:
                             ok = False
                         if ok:
                             blk.allocated = False
+                            blk.frames = None   # (as _free_block)
                             self._deferred = blk
                             self._fast_malloc = False   # (_fast_flags)
                             self._free_slow = True
@@ -788,6 +789,7 @@ class DeviceCachingAllocator:
             # match (the test_allocator_fast_paths tests run both on the same sequences and
             # compare the state; bench/bench_allocator.py times both).
             blk.allocated = False
+            blk.frames = None
             c = pool.hot
             if c.grew:
                 other = c.other_row
@@ -1601,6 +1603,9 @@ class DeviceCachingAllocator:
             # a direct free carries the freeing call's stack with context="all" (PyTorch)
             h.record("free_completed", blk.addr, req, blk.stream, capture_frames()
                      if h.context >= CTX_ALL and not pending else blk.frames)
+        # a free block has no allocation stack (PyTorch's free_block resets
+        # context_when_allocated): a snapshot's inactive blocks carry no frames
+        blk.frames = None
         blk.stream_uses = None
         pool = blk.pool
         c = pool.hot
