@@ -106,7 +106,11 @@ class Capabilities:
             ``vm_release`` work (enables ``expandable_segments``).
         graphs: ``graph_capture_begin``/``graph_capture_end``/``graph_replay``/
             ``graph_destroy`` work (:class:`accelrt.Graph`).
-        pinned_host_memory: ``host_malloc``/``host_free`` give page-locked host memory.
+        pinned_host_memory: ``host_malloc``/``host_free`` give host memory for the pinned host
+            pool, which stages copies between numpy memory and the device.
+        page_locked_host_memory: that memory is page-locked (pinned), so users may pin host
+            arrays in the pool (``accelrt.pin_memory``, ``pin_memory=True``); False where it
+            is ordinary memory that only stages copies (OpenCL).
         host_functions: ``launch_host_func`` runs host callables in stream order.
         peer_copies: ``memcpy_peer`` copies between two devices of the backend.
         interprocess_events: ``event_create(interprocess=True)``, ``event_ipc_handle`` and
@@ -143,6 +147,7 @@ class Capabilities:
     virtual_memory: bool = False
     graphs: bool = False
     pinned_host_memory: bool = False
+    page_locked_host_memory: bool = False
     host_functions: bool = False
     peer_copies: bool = False
     interprocess_events: bool = False

@@ -309,7 +309,8 @@ class CudaBackend(OpsMixin, StreamMixin, MemoryMixin, Backend):
             attrs = self.get_device_properties(index)["attributes"]
             caps = Capabilities(
                 virtual_memory=bool(attrs.get("virtual_memory_management_supported", 0)),
-                graphs=True, pinned_host_memory=True, host_functions=True, peer_copies=True,
+                graphs=True, pinned_host_memory=True, page_locked_host_memory=True,
+                host_functions=True, peer_copies=True,
                 interprocess_events=True, interprocess_memory=True, host_accessible=False,
                 dlpack_device_type=_K_DL_CUDA, cuda_stream_protocol=True,
                 cuda_array_interface=True, device_rng=True, device_add=True,
