@@ -24,7 +24,9 @@ and graph capture fall back to copying directly from or to the numpy memory. The
 ``accelrt.memory.host_memory_stats()`` and is emptied by ``accelrt.memory.empty_host_cache()``.
 Host-accessible devices (the CPU backend) copy directly too; everywhere, a non-blocking upload
 reads the numpy data at the call (a direct one copies it to a private buffer first), except
-under graph capture, where the captured copy reads the numpy memory at every replay.
+under graph capture, where the captured copy reads the numpy memory at every replay, and from
+a pinned host array (:func:`accelrt.pin_memory`), which is copied straight from its pinned
+block, asynchronously, as PyTorch copies from pinned memory (see :mod:`accelrt._pinned`).
 
 Lifetimes of queued work (see ``docs/architecture.md``): an array may be dropped while work
 on it is queued. Caching-allocator memory is then freed at once, stream-ordered; memory not

@@ -336,8 +336,8 @@ print("ok", acc.cuda.host_memory_stats()["num_host_alloc"])
     except ImportError:
         pytest.skip("no cuda-bindings")
     env = dict(os.environ, ACCELRT_ACCELERATOR="cuda")
-    if subprocess.run([sys.executable, "-c", "import accelrt as acc; "
-                       "raise SystemExit(0 if acc.cuda.is_available() else 1)"],
+    probe = "import accelrt as acc; raise SystemExit(0 if acc.cuda.is_available() else 1)"
+    if subprocess.run([sys.executable, "-c", probe],
                       env=env, timeout=120).returncode:
         pytest.skip("no CUDA GPU")
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
