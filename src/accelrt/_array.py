@@ -78,7 +78,7 @@ from .memory._allocator import get_allocator
 if TYPE_CHECKING:
     from ._backend import Backend
     from ._stream import Stream
-    from ._typing import DeviceLike, DTypeLike, ScalarLike, SizeLike
+    from ._typing import DeviceLike, DTypeLike, HostArray, ScalarLike, SizeLike
 
 __all__ = ["Array", "asarray", "empty", "full", "ones", "zeros"]
 
@@ -996,12 +996,12 @@ def empty(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
           pin_memory: Literal[False] = ..., **kw: SizeLike) -> Array: ...
 @overload
 def empty(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
-          pin_memory: Literal[True], **kw: SizeLike) -> np.ndarray: ...
+          pin_memory: Literal[True], **kw: SizeLike) -> HostArray: ...
 @overload
 def empty(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
-          pin_memory: bool, **kw: SizeLike) -> Array | np.ndarray: ...
+          pin_memory: bool, **kw: SizeLike) -> Array | HostArray: ...
 def empty(*size: SizeLike, dtype: DTypeLike = "float32", device: DeviceLike = None,
-          pin_memory: bool = False, **kw: SizeLike) -> Array | np.ndarray:
+          pin_memory: bool = False, **kw: SizeLike) -> Array | HostArray:
     """An uninitialised array from the device's caching allocator (``torch.empty``).
 
     Args:
@@ -1053,12 +1053,12 @@ def zeros(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
           pin_memory: Literal[False] = ..., **kw: SizeLike) -> Array: ...
 @overload
 def zeros(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
-          pin_memory: Literal[True], **kw: SizeLike) -> np.ndarray: ...
+          pin_memory: Literal[True], **kw: SizeLike) -> HostArray: ...
 @overload
 def zeros(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
-          pin_memory: bool, **kw: SizeLike) -> Array | np.ndarray: ...
+          pin_memory: bool, **kw: SizeLike) -> Array | HostArray: ...
 def zeros(*size: SizeLike, dtype: DTypeLike = "float32", device: DeviceLike = None,
-          pin_memory: bool = False, **kw: SizeLike) -> Array | np.ndarray:
+          pin_memory: bool = False, **kw: SizeLike) -> Array | HostArray:
     """An array of zeros (a stream-ordered memset on the current stream); arguments as
     :func:`empty` (``pin_memory=True``: a pinned host array of zeros).
 
@@ -1082,12 +1082,12 @@ def ones(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
          pin_memory: Literal[False] = ..., **kw: SizeLike) -> Array: ...
 @overload
 def ones(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
-         pin_memory: Literal[True], **kw: SizeLike) -> np.ndarray: ...
+         pin_memory: Literal[True], **kw: SizeLike) -> HostArray: ...
 @overload
 def ones(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
-         pin_memory: bool, **kw: SizeLike) -> Array | np.ndarray: ...
+         pin_memory: bool, **kw: SizeLike) -> Array | HostArray: ...
 def ones(*size: SizeLike, dtype: DTypeLike = "float32", device: DeviceLike = None,
-         pin_memory: bool = False, **kw: SizeLike) -> Array | np.ndarray:
+         pin_memory: bool = False, **kw: SizeLike) -> Array | HostArray:
     """An array of ones (``torch.ones``); arguments as :func:`empty` (``pin_memory=True``: a
     pinned host array of ones).
 
@@ -1111,12 +1111,12 @@ def full(size: SizeLike, fill_value: ScalarLike, *, dtype: DTypeLike | None = ..
          device: DeviceLike = ..., pin_memory: Literal[False] = ...) -> Array: ...
 @overload
 def full(size: SizeLike, fill_value: ScalarLike, *, dtype: DTypeLike | None = ...,
-         device: DeviceLike = ..., pin_memory: Literal[True]) -> np.ndarray: ...
+         device: DeviceLike = ..., pin_memory: Literal[True]) -> HostArray: ...
 @overload
 def full(size: SizeLike, fill_value: ScalarLike, *, dtype: DTypeLike | None = ...,
-         device: DeviceLike = ..., pin_memory: bool) -> Array | np.ndarray: ...
+         device: DeviceLike = ..., pin_memory: bool) -> Array | HostArray: ...
 def full(size: SizeLike, fill_value: ScalarLike, *, dtype: DTypeLike | None = None,
-         device: DeviceLike = None, pin_memory: bool = False) -> Array | np.ndarray:
+         device: DeviceLike = None, pin_memory: bool = False) -> Array | HostArray:
     """An array filled with ``fill_value`` (``torch.full``).
 
     Args:

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -47,7 +47,7 @@ from .memory._host import HostCachingAllocator, get_host_allocator, host_allocat
 
 if TYPE_CHECKING:
     from ._backend import Backend
-    from ._typing import DeviceLike
+    from ._typing import DeviceLike, HostArray
 
 __all__ = ["factory_backend", "is_pinned", "new_pinned", "pin_memory", "pinned_pool_of"]
 
@@ -104,7 +104,7 @@ def _check_host_array(a: object, what: str) -> np.ndarray:
     return a
 
 
-def is_pinned(a: Any, device: DeviceLike = None) -> bool:
+def is_pinned(a: object, device: DeviceLike = None) -> bool:
     """True if the host array ``a`` resides in pinned memory (``Tensor.is_pinned()``).
 
     An array made by :func:`pin_memory` or by a factory with ``pin_memory=True``, and every
@@ -170,7 +170,7 @@ def new_pinned(b: Backend, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarra
     return np.asarray(buf).view(dtype).reshape(shape)
 
 
-def pin_memory(a: np.ndarray, device: DeviceLike = None) -> np.ndarray:
+def pin_memory(a: HostArray, device: DeviceLike = None) -> HostArray:
     """A copy of the host array ``a`` in pinned memory, or ``a`` itself if it already is
     pinned (``Tensor.pin_memory()``).
 

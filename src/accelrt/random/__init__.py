@@ -69,7 +69,7 @@ from ._generator import (
 if TYPE_CHECKING:
     from .._array import Array
     from .._backend import Backend
-    from .._typing import DeviceLike, DTypeLike, RngState, RngStateLike, SizeLike
+    from .._typing import DeviceLike, DTypeLike, HostArray, RngState, RngStateLike, SizeLike
 
 __all__ = [
     "DEFAULT_SEED",
@@ -658,14 +658,14 @@ def rand(*size: SizeLike, generator: Generator | None = ..., dtype: DTypeLike = 
          **kw: SizeLike) -> Array: ...
 @overload
 def rand(*size: SizeLike, generator: Generator | None = ..., dtype: DTypeLike = ...,
-         device: DeviceLike = ..., pin_memory: Literal[True], **kw: SizeLike) -> np.ndarray: ...
+         device: DeviceLike = ..., pin_memory: Literal[True], **kw: SizeLike) -> HostArray: ...
 @overload
 def rand(*size: SizeLike, generator: Generator | None = ..., dtype: DTypeLike = ...,
          device: DeviceLike = ..., pin_memory: bool,
-         **kw: SizeLike) -> Array | np.ndarray: ...
+         **kw: SizeLike) -> Array | HostArray: ...
 def rand(*size: SizeLike, generator: Generator | None = None, dtype: DTypeLike = "float32",
          device: DeviceLike = None, pin_memory: bool = False,
-         **kw: SizeLike) -> Array | np.ndarray:
+         **kw: SizeLike) -> Array | HostArray:
     """An array of uniform numbers in ``[0, 1)`` (PyTorch's ``rand``).
 
     Args:
@@ -715,14 +715,14 @@ def randn(*size: SizeLike, generator: Generator | None = ..., dtype: DTypeLike =
           **kw: SizeLike) -> Array: ...
 @overload
 def randn(*size: SizeLike, generator: Generator | None = ..., dtype: DTypeLike = ...,
-          device: DeviceLike = ..., pin_memory: Literal[True], **kw: SizeLike) -> np.ndarray: ...
+          device: DeviceLike = ..., pin_memory: Literal[True], **kw: SizeLike) -> HostArray: ...
 @overload
 def randn(*size: SizeLike, generator: Generator | None = ..., dtype: DTypeLike = ...,
           device: DeviceLike = ..., pin_memory: bool,
-          **kw: SizeLike) -> Array | np.ndarray: ...
+          **kw: SizeLike) -> Array | HostArray: ...
 def randn(*size: SizeLike, generator: Generator | None = None, dtype: DTypeLike = "float32",
           device: DeviceLike = None, pin_memory: bool = False,
-          **kw: SizeLike) -> Array | np.ndarray:
+          **kw: SizeLike) -> Array | HostArray:
     """An array of standard normal numbers (PyTorch's ``randn``); arguments as :func:`rand`.
 
     Example::
