@@ -67,6 +67,7 @@ if TYPE_CHECKING:
     from ._array import Array, asarray, empty, full, ones, zeros
     from ._event import Event
     from ._graph import Graph, graph
+    from ._pinned import is_pinned, pin_memory
     from ._stream import Stream, current_stream, set_stream, synchronize
     from ._sync_debug import get_sync_debug_mode, set_sync_debug_mode
     from .comm import can_device_access_peer
@@ -122,6 +123,8 @@ _LAZY: dict[str, str] = {
     "full": "._array",
     "ones": "._array",
     "zeros": "._array",
+    "pin_memory": "._pinned",
+    "is_pinned": "._pinned",
     "rand": ".random",
     "randn": ".random",
     "randint": ".random",
@@ -197,6 +200,7 @@ __all__ = [
     "initial_seed",
     "interop",
     "is_available",
+    "is_pinned",
     "manual_seed",
     "max_memory_allocated",
     "max_memory_reserved",
@@ -210,6 +214,7 @@ __all__ = [
     "multiprocessing",
     "ones",
     "opencl",
+    "pin_memory",
     "rand",
     "randint",
     "randn",

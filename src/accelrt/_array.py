@@ -24,7 +24,9 @@ and graph capture fall back to copying directly from or to the numpy memory. The
 ``accelrt.memory.host_memory_stats()`` and is emptied by ``accelrt.memory.empty_host_cache()``.
 Host-accessible devices (the CPU backend) copy directly too; everywhere, a non-blocking upload
 reads the numpy data at the call (a direct one copies it to a private buffer first), except
-under graph capture, where the captured copy reads the numpy memory at every replay.
+under graph capture, where the captured copy reads the numpy memory at every replay, and from
+a pinned host array (:func:`accelrt.pin_memory`), which is copied straight from its pinned
+block, asynchronously, as PyTorch copies from pinned memory (see :mod:`accelrt._pinned`).
 
 Lifetimes of queued work (see ``docs/architecture.md``): an array may be dropped while work
 on it is queued. Caching-allocator memory is then freed at once, stream-ordered; memory not
@@ -59,11 +61,11 @@ import ctypes
 import functools
 import math
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import numpy as np
 
-from . import _dlpack, _staging
+from . import _dlpack, _pinned, _staging
 from . import _sync_debug as _sd
 from ._device import _device_obj, _factory_device, _get_device, _lazy_init
 from ._errors import ClosedError, DeviceError
@@ -76,7 +78,7 @@ from .memory._allocator import get_allocator
 if TYPE_CHECKING:
     from ._backend import Backend
     from ._stream import Stream
-    from ._typing import DeviceLike, DTypeLike, ScalarLike, SizeLike
+    from ._typing import DeviceLike, DTypeLike, HostArray, ScalarLike, SizeLike
 
 __all__ = ["Array", "asarray", "empty", "full", "ones", "zeros"]
 
@@ -437,13 +439,18 @@ class Array:
         The values ``host`` has now are copied (PyTorch reads pageable host memory at call
         time): a non-blocking upload that is not staged first copies ``host`` to a private
         buffer unless ``private`` says nobody else can write it (or a graph is being
-        captured: the captured copy reads ``host`` at every replay)."""
+        captured: the captured copy reads ``host`` at every replay). A pinned ``host`` (in
+        a block of this backend's pinned host pool) is copied directly, as PyTorch copies
+        from pinned memory: see :meth:`_upload_pinned`."""
         if not self._mem.nbytes:
             return
         b, index = self._b, self._index
         if _sd.active and not non_blocking:   # before the copy is enqueued, as PyTorch
             _sd.check(b.name)
         _lazy_init(b, index)
+        pool = _pinned.pinned_pool_of(b, host)
+        if pool is not None and self._upload_pinned(pool, host, non_blocking):
+            return
         if not self._host_ok() and _staging.upload(b, _current(b, index), self._mem.ptr, host,
                                                    non_blocking):
             return
@@ -453,6 +460,30 @@ class Array:
             host = host.copy()
         b.memcpy(index, self._mem.ptr, host.ctypes.data, self._mem.nbytes, kind, stream)
         _keep_alive(b, index, stream, _held(host, self), non_blocking)
+
+    def _upload_pinned(self, pool: Any, host: np.ndarray, non_blocking: bool) -> bool:
+        """Copy the pinned C-contiguous ``host`` (a block of ``pool``) into this array with no
+        staging block and no private copy; a non-blocking copy stays queued, reads ``host``
+        when the stream runs it, and records the stream on the block so that the pool does not
+        reuse it before the copy has run (PyTorch's ``CachingHostAllocator_recordEvent``).
+
+        Returns:
+            False (nothing done) while the stream captures a graph: the captured copy reads
+            the memory at every replay, so the general path holds ``host`` for the graph.
+        """
+        b, index = self._b, self._index
+        stream = _current(b, index)
+        handle = stream._handle
+        if b.stream_is_capturing(index, handle):
+            return False
+        kind = "h2h" if self._mem.host else "h2d"
+        b.memcpy(index, self._mem.ptr, host.ctypes.data, self._mem.nbytes, kind, handle)
+        if non_blocking:
+            pool.record_event(host.ctypes.data, stream)
+            _hold(b, index, handle, _held(self))
+        else:
+            b.stream_synchronize(index, handle)
+        return True
 
     def _download(self) -> np.ndarray:
         """A host copy of the contents (synchronizing)."""
@@ -952,8 +983,25 @@ def _fill_scalar(value: Any, dt: np.dtype) -> np.ndarray:
 
 # ---------------------------------------------------------------------- factories
 
+def _pinned_new(shape: tuple[int, ...], dtype: DTypeLike, device: DeviceLike,
+                fname: str) -> np.ndarray:
+    """A factory's ``pin_memory=True`` result: an uninitialised pinned host (numpy) array,
+    pinned for the current accelerator (see :mod:`accelrt._pinned`)."""
+    b, index = _pinned.factory_backend(device, fname)
+    return _pinned.new_pinned(b, shape, _check_dtype(dtype, b, index))
+
+
+@overload
+def empty(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
+          pin_memory: Literal[False] = ..., **kw: SizeLike) -> Array: ...
+@overload
+def empty(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
+          pin_memory: Literal[True], **kw: SizeLike) -> HostArray: ...
+@overload
+def empty(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
+          pin_memory: bool, **kw: SizeLike) -> Array | HostArray: ...
 def empty(*size: SizeLike, dtype: DTypeLike = "float32", device: DeviceLike = None,
-          **kw: SizeLike) -> Array:
+          pin_memory: bool = False, **kw: SizeLike) -> Array | HostArray:
     """An uninitialised array from the device's caching allocator (``torch.empty``).
 
     Args:
@@ -963,11 +1011,17 @@ def empty(*size: SizeLike, dtype: DTypeLike = "float32", device: DeviceLike = No
             ``empty(shape, dtype, device)`` still works, with a ``FutureWarning``).
         device: where to allocate (keyword-only); ``None`` is the default device
             (:func:`accelrt.get_default_device`).
+        pin_memory: return a pinned host array instead: a ``numpy.ndarray`` in the pinned
+            host pool of the current accelerator (as PyTorch's ``pin_memory=True`` returns
+            a pinned CPU tensor; see :func:`accelrt.pin_memory`). Then no device may be
+            given or be the default.
 
     Raises:
         TypeError: a wrong type (a size entry that is not an int, such as a dtype passed
             positionally; ints mixed with a sequence), or an unknown or unsupported dtype.
-        ValueError: a negative dimension (also a ``RuntimeError``, as in PyTorch).
+        ValueError: a negative dimension (also a ``RuntimeError``, as in PyTorch), or
+            ``pin_memory=True`` with a device (an ``AcceleratorValueError``).
+        AcceleratorError: ``pin_memory=True`` but the backend cannot pin host memory.
         OutOfMemoryError: the allocator could not satisfy the request.
 
     Example::
@@ -977,10 +1031,14 @@ def empty(*size: SizeLike, dtype: DTypeLike = "float32", device: DeviceLike = No
         12
         >>> acc.empty((2, 3), device="cpu:0").shape == acc.empty(size=[2, 3], device="cpu:0").shape
         True
+        >>> acc.is_pinned(acc.empty(2, 3, pin_memory=True))
+        True
     """
     size, dtype, device = legacy_dtype_device(size, dtype, device, "float32", "empty")
-    return Array._new(normalize_size(size, size_keyword(kw, "empty"), "empty"), dtype,
-                      _factory_device(device))
+    shape = normalize_size(size, size_keyword(kw, "empty"), "empty")
+    if _check_flag("pin_memory", pin_memory):
+        return _pinned_new(shape, dtype, device, "empty")
+    return Array._new(shape, dtype, _factory_device(device))
 
 
 def _memset0(out: Array) -> Array:
@@ -990,10 +1048,19 @@ def _memset0(out: Array) -> Array:
     return out
 
 
+@overload
+def zeros(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
+          pin_memory: Literal[False] = ..., **kw: SizeLike) -> Array: ...
+@overload
+def zeros(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
+          pin_memory: Literal[True], **kw: SizeLike) -> HostArray: ...
+@overload
+def zeros(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
+          pin_memory: bool, **kw: SizeLike) -> Array | HostArray: ...
 def zeros(*size: SizeLike, dtype: DTypeLike = "float32", device: DeviceLike = None,
-          **kw: SizeLike) -> Array:
+          pin_memory: bool = False, **kw: SizeLike) -> Array | HostArray:
     """An array of zeros (a stream-ordered memset on the current stream); arguments as
-    :func:`empty`.
+    :func:`empty` (``pin_memory=True``: a pinned host array of zeros).
 
     Example::
 
@@ -1002,13 +1069,27 @@ def zeros(*size: SizeLike, dtype: DTypeLike = "float32", device: DeviceLike = No
         [0.0, 0.0, 0.0]
     """
     size, dtype, device = legacy_dtype_device(size, dtype, device, "float32", "zeros")
-    return _memset0(Array._new(normalize_size(size, size_keyword(kw, "zeros"), "zeros"), dtype,
-                               _factory_device(device)))
+    shape = normalize_size(size, size_keyword(kw, "zeros"), "zeros")
+    if _check_flag("pin_memory", pin_memory):
+        host = _pinned_new(shape, dtype, device, "zeros")
+        host.fill(0)
+        return host
+    return _memset0(Array._new(shape, dtype, _factory_device(device)))
 
 
+@overload
+def ones(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
+         pin_memory: Literal[False] = ..., **kw: SizeLike) -> Array: ...
+@overload
+def ones(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
+         pin_memory: Literal[True], **kw: SizeLike) -> HostArray: ...
+@overload
+def ones(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
+         pin_memory: bool, **kw: SizeLike) -> Array | HostArray: ...
 def ones(*size: SizeLike, dtype: DTypeLike = "float32", device: DeviceLike = None,
-         **kw: SizeLike) -> Array:
-    """An array of ones (``torch.ones``); arguments as :func:`empty`.
+         pin_memory: bool = False, **kw: SizeLike) -> Array | HostArray:
+    """An array of ones (``torch.ones``); arguments as :func:`empty` (``pin_memory=True``: a
+    pinned host array of ones).
 
     Example::
 
@@ -1016,13 +1097,26 @@ def ones(*size: SizeLike, dtype: DTypeLike = "float32", device: DeviceLike = Non
         >>> acc.ones(2, 2, dtype="int32", device="cpu:0").tolist()
         [[1, 1], [1, 1]]
     """
-    out = Array._new(normalize_size(size, size_keyword(kw, "ones"), "ones"), dtype,
-                     _factory_device(device))
+    shape = normalize_size(size, size_keyword(kw, "ones"), "ones")
+    if _check_flag("pin_memory", pin_memory):
+        host = _pinned_new(shape, dtype, device, "ones")
+        host.fill(1)
+        return host
+    out = Array._new(shape, dtype, _factory_device(device))
     return out.fill_(True if out._dtype.kind == "b" else 1)
 
 
+@overload
+def full(size: SizeLike, fill_value: ScalarLike, *, dtype: DTypeLike | None = ...,
+         device: DeviceLike = ..., pin_memory: Literal[False] = ...) -> Array: ...
+@overload
+def full(size: SizeLike, fill_value: ScalarLike, *, dtype: DTypeLike | None = ...,
+         device: DeviceLike = ..., pin_memory: Literal[True]) -> HostArray: ...
+@overload
+def full(size: SizeLike, fill_value: ScalarLike, *, dtype: DTypeLike | None = ...,
+         device: DeviceLike = ..., pin_memory: bool) -> Array | HostArray: ...
 def full(size: SizeLike, fill_value: ScalarLike, *, dtype: DTypeLike | None = None,
-         device: DeviceLike = None) -> Array:
+         device: DeviceLike = None, pin_memory: bool = False) -> Array | HostArray:
     """An array filled with ``fill_value`` (``torch.full``).
 
     Args:
@@ -1033,10 +1127,12 @@ def full(size: SizeLike, fill_value: ScalarLike, *, dtype: DTypeLike | None = No
             does (bool -> bool, int -> int64, float -> float32, complex -> complex64).
         device: where to allocate (keyword-only); ``None`` is the default device
             (:func:`accelrt.get_default_device`).
+        pin_memory: return a pinned host ``numpy.ndarray`` instead (see :func:`empty`).
 
     Raises:
         TypeError: a bad size or dtype, or a fill value that is not a number.
-        ValueError: a negative dimension, or a fill value the dtype cannot hold.
+        ValueError: a negative dimension, a fill value the dtype cannot hold, or
+            ``pin_memory=True`` with a device.
 
     Example::
 
@@ -1060,6 +1156,10 @@ def full(size: SizeLike, fill_value: ScalarLike, *, dtype: DTypeLike | None = No
         else:
             raise TypeError(f"fill value must be a bool, int, float or complex, got "
                             f"{type(fill_value).__name__}")
+    if _check_flag("pin_memory", pin_memory):
+        host = _pinned_new(shape, dtype, device, "full")
+        host[...] = _fill_scalar(fill_value, host.dtype)
+        return host
     out = Array._new(shape, dtype, _factory_device(device))
     return out.fill_(fill_value)
 

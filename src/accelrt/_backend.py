@@ -111,7 +111,11 @@ class Capabilities:
             (``Graph.debug_dump``, ``export_dot``).
         graph_native_handles: ``graph_native_handles`` gives a captured graph's native
             handles (``CUDAGraph.raw_cuda_graph``/``raw_cuda_graph_exec``).
-        pinned_host_memory: ``host_malloc``/``host_free`` give page-locked host memory.
+        pinned_host_memory: ``host_malloc``/``host_free`` give host memory for the pinned host
+            pool, which stages copies between numpy memory and the device.
+        page_locked_host_memory: that memory is page-locked (pinned), so users may pin host
+            arrays in the pool (``accelrt.pin_memory``, ``pin_memory=True``); False where it
+            is ordinary memory that only stages copies (OpenCL).
         host_functions: ``launch_host_func`` runs host callables in stream order.
         peer_copies: ``memcpy_peer`` copies between two devices of the backend.
         interprocess_events: ``event_create(interprocess=True)``, ``event_ipc_handle`` and
@@ -150,6 +154,7 @@ class Capabilities:
     graph_dot: bool = False
     graph_native_handles: bool = False
     pinned_host_memory: bool = False
+    page_locked_host_memory: bool = False
     host_functions: bool = False
     peer_copies: bool = False
     interprocess_events: bool = False

@@ -20,6 +20,9 @@ memory of a backend whose device memory is not host-accessible (CUDA, OpenCL in 
   download needs never depends on how far the stream has got (the pool grows only when
   copies really overlap).
 
+A numpy array that is itself pinned (:func:`accelrt.pin_memory`, a block of this pool) is not
+staged: ``Array._upload`` copies straight from it and records the stream on its block.
+
 Staging is an optimisation, so both return False (and the caller copies directly between the
 numpy memory and the device, as before) when it does not apply: the backend has no pinned host
 memory (``host_malloc`` not implemented), the pool cannot pin that much memory

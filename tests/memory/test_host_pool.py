@@ -75,6 +75,22 @@ def test_block_used_on_a_stream_waits_for_its_event() -> None:
     assert b.calls(0)["event_destroy"] == 1
 
 
+def test_a_use_recorded_inside_a_block_holds_the_whole_block() -> None:
+    """A copy from a view of a pinned array records an address inside the block (PyTorch
+    records the block of the storage): the block must wait all the same."""
+    b = sim()
+    pool = HostCachingAllocator(b)
+    p = pool.malloc(4096)
+    assert pool.contains(p + 100, 200) and not pool.contains(p + 4000, 200)
+    assert not pool.contains(p - 1, 1)
+    assert pool.record_event(p + 1000, stream(0, 43))
+    pool.free(p)
+    assert not pool.contains(p, 1)              # freed blocks hold no live array
+    assert pool.malloc(4096) != p               # event pending: not reused
+    b.complete_stream(43)
+    assert pool.malloc(4096) == p
+
+
 def test_block_waits_for_every_stream() -> None:
     b = sim()
     pool = HostCachingAllocator(b)

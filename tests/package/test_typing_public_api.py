@@ -72,6 +72,12 @@ CORRECT = [
     "ev = [acc.cuda.Event(False, False, False, True), acc.cpu.Event(external=True)]",
     'acc.cuda.memory._dump_snapshot(filename="s.pickle", augment_with_fx_traces=False)',
     "sn: dict[str, object] = acc.opencl.memory._snapshot(0)",
+    # pinned host arrays: numpy arrays from pin_memory and the factories' pin_memory=True
+    "import numpy as np",
+    "ph: np.ndarray[tuple[int, ...], np.dtype[np.generic]] = acc.pin_memory(np.ones(2))",
+    "pe = [acc.empty(2, pin_memory=True), acc.full((2,), 1.0, pin_memory=True), ph]",
+    "pa: acc.Array = acc.zeros(2, pin_memory=False)",
+    "pb: bool = acc.is_pinned(pe[0]) and acc.is_pinned(acc.rand(2, pin_memory=True))",
 ]
 
 # Calls that must be type errors, with the error code expected on their line.
@@ -87,8 +93,10 @@ NEGATIVE = [
     ("acc.memory.memory_allocated(1.5)", "arg-type"),
     ("acc.memory.caching_allocator_alloc(1024, stream=1.0)", "arg-type"),
     ('acc.random.manual_seed("x")', "arg-type"),
-    ("acc.rand(2, 3, dtype=object())", "arg-type"),
-    ("acc.empty((2,), dtype=3.5)", "arg-type"),
+    # the factories are overloaded on pin_memory (Array, or a pinned numpy array): a bad
+    # argument matches no overload
+    ("acc.rand(2, 3, dtype=object())", "call-overload"),
+    ("acc.empty((2,), dtype=3.5)", "call-overload"),
     ('acc.empty(2, "float32")', "arg-type"),
     ("acc.comm.broadcast([1, 2], devices=[0])", "arg-type"),
     ("acc.comm.reduce_add([acc.zeros(2)], destination=1.5)", "arg-type"),

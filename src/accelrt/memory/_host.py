@@ -37,6 +37,7 @@ Example::
 
 from __future__ import annotations
 
+import bisect
 import logging
 import threading
 import time
@@ -48,7 +49,8 @@ from .._fork import hold_across_fork, reinit_after_fork
 from ._config import get_config
 from ._stats import Stat
 
-__all__ = ["HostCachingAllocator", "get_host_allocator", "peek_host_allocator"]
+__all__ = ["HostCachingAllocator", "get_host_allocator", "host_allocators",
+           "peek_host_allocator"]
 
 _STAT_NAMES = ("allocations", "allocated_bytes", "active_requests", "active_bytes")
 _DURATIONS = ("host_alloc_time", "host_free_time")
@@ -148,6 +150,8 @@ class HostCachingAllocator:
         self._b = backend
         self._lock = hold_across_fork(threading.Lock())
         self._blocks: dict[int, _Block] = {}                 # every block, by address
+        self._starts: list[int] = []                         # their addresses, sorted
+        self._gc_pending: list[int] = []   # frees from finalizers that found the lock held
         self._free: list[list[_Block]] = [[] for _ in range(65)]   # cached, by bucket
         self._pending: list[_Block] = []                     # freed, waiting on events
         self._stats = {name: Stat() for name in _STAT_NAMES}
@@ -173,10 +177,37 @@ class HostCachingAllocator:
         t0 = time.perf_counter()
         self._b.host_free(block.ptr)
         self._durations["host_free_time"].add(t0)
-        del self._blocks[block.ptr]
+        self._forget(block)
         self._num_host_free += 1
         self._stats["allocations"].decrease(1)
         self._stats["allocated_bytes"].decrease(block.size)
+
+    def _forget(self, block: _Block) -> None:
+        """Drop ``block`` from the address index (it goes back to the backend)."""
+        del self._blocks[block.ptr]
+        del self._starts[bisect.bisect_left(self._starts, block.ptr)]
+
+    def _containing(self, ptr: int, nbytes: int) -> _Block | None:
+        """The live (allocated) block holding the ``nbytes`` bytes at ``ptr``, else None."""
+        i = bisect.bisect_right(self._starts, ptr) - 1
+        if i < 0:
+            return None
+        block = self._blocks[self._starts[i]]
+        if not block.allocated or ptr + max(nbytes, 1) > block.ptr + block.size:
+            return None
+        return block
+
+    def _drain_gc_pending(self) -> None:
+        """Do the frees that finalizers queued while the lock was held (``_lock`` held); a
+        failing one is logged, not raised into the unrelated call that drains it."""
+        while self._gc_pending:
+            ptr = self._gc_pending.pop()
+            try:
+                self._free_locked(ptr)
+            except Exception:  # noqa: BLE001 (a finalizer's free has no caller to raise to)
+                logging.getLogger("accelrt.memory").warning(
+                    "exception in a queued free of %#x in the %s host pool", ptr, self._b.name,
+                    exc_info=True)
 
     def _process_events(self, bucket: int | None = None) -> None:
         """Cache the freed blocks whose events have completed (only those of ``bucket`` if
@@ -210,7 +241,7 @@ class HostCachingAllocator:
         if reserve is not None and len(carved) == len(reserve.blocks):
             # none of the segment's blocks is in use: the whole segment goes back
             for block in carved:
-                del self._blocks[block.ptr]
+                self._forget(block)
                 self._stats["allocations"].decrease(1)
                 self._stats["allocated_bytes"].decrease(block.size)
             self._reserve = None
@@ -245,6 +276,7 @@ class HostCachingAllocator:
         rounded = 1 << _bucket(size) if small else size
         background = cfg.pinned_use_background_threads
         with self._lock:
+            self._drain_gc_pending()
             if not background:
                 self._process_events()
             block = self._cached_block(size)
@@ -298,52 +330,78 @@ class HostCachingAllocator:
         else:
             block = _Block(self._host_malloc(size, ""), size)
         self._blocks[block.ptr] = block
+        bisect.insort(self._starts, block.ptr)
         self._stats["allocations"].increase(1)
         self._stats["allocated_bytes"].increase(size)
         return block
 
-    def free(self, ptr: int) -> None:
+    def free(self, ptr: int, nonblocking: bool = False) -> None:
         """Return a block from :meth:`malloc`; it is reused once its streams' events complete.
 
         Until then it still counts in ``active_requests`` / ``active_bytes``, as in PyTorch.
 
+        Args:
+            ptr: the address :meth:`malloc` returned.
+            nonblocking: never wait for the lock (for finalizers: the garbage collector may
+                run one while this thread holds it); if it is held, the free is queued and
+                done by the next call that takes the lock.
+
         Raises:
-            ValueError: ``ptr`` is not a live block of this pool.
+            ValueError: ``ptr`` is not a live block of this pool (a queued free logs it).
         """
         if ptr == 0:
             return
-        with self._lock:
-            block = self._blocks.get(ptr)
-            if block is None or not block.allocated:
-                raise ValueError(f"host pointer {ptr:#x} is not a live pinned block of the "
-                                 f"{self._b.name} host pool (double free, or not from it)")
-            block.allocated = False
-            if not block.streams:
-                self._cache(block)
-                return
-            try:
-                for index, handle in block.streams:
-                    event = self._b.event_create(index, False, False, False)
-                    block.events.append((index, event))
-                    self._b.event_record(index, event, handle)
-            except Exception:
-                if not get_config().pinned_free_catch_all:
-                    raise
-                # the streams' work cannot be waited for: the block is never reused
-                logging.getLogger("accelrt.memory").warning(
-                    "pinned_free_catch_all: exception ignored in the %s host pool's free() of "
-                    "%#x (the block is not reused)", self._b.name, ptr, exc_info=True)
-                for index, event in block.events:
+        lock = self._lock
+        if nonblocking:
+            if not lock.acquire(blocking=False):
+                self._gc_pending.append(ptr)
+                # the holder may have passed its last drain point before the append
+                if lock.acquire(blocking=False):
                     try:
-                        self._b.event_destroy(index, event)
-                    except Exception:  # noqa: BLE001 (best effort: the backend is failing)
-                        pass
-                block.events.clear()
+                        self._drain_gc_pending()
+                    finally:
+                        lock.release()
                 return
-            block.streams.clear()
-            self._pending.append(block)
-            if get_config().pinned_use_background_threads:
-                self._start_worker()
+        else:
+            lock.acquire()
+        try:
+            self._drain_gc_pending()
+            self._free_locked(ptr)
+        finally:
+            lock.release()
+
+    def _free_locked(self, ptr: int) -> None:
+        block = self._blocks.get(ptr)
+        if block is None or not block.allocated:
+            raise ValueError(f"host pointer {ptr:#x} is not a live pinned block of the "
+                             f"{self._b.name} host pool (double free, or not from it)")
+        block.allocated = False
+        if not block.streams:
+            self._cache(block)
+            return
+        try:
+            for index, handle in block.streams:
+                event = self._b.event_create(index, False, False, False)
+                block.events.append((index, event))
+                self._b.event_record(index, event, handle)
+        except Exception:
+            if not get_config().pinned_free_catch_all:
+                raise
+            # the streams' work cannot be waited for: the block is never reused
+            logging.getLogger("accelrt.memory").warning(
+                "pinned_free_catch_all: exception ignored in the %s host pool's free() of "
+                "%#x (the block is not reused)", self._b.name, ptr, exc_info=True)
+            for index, event in block.events:
+                try:
+                    self._b.event_destroy(index, event)
+                except Exception:  # noqa: BLE001 (best effort: the backend is failing)
+                    pass
+            block.events.clear()
+            return
+        block.streams.clear()
+        self._pending.append(block)
+        if get_config().pinned_use_background_threads:
+            self._start_worker()
 
     def _start_worker(self) -> None:
         """Start the background event poller unless it runs (``_lock`` held)."""
@@ -354,12 +412,13 @@ class HostCachingAllocator:
         self._worker.start()
 
     def record_event(self, ptr: int, stream: Any) -> bool:
-        """Mark the block at ``ptr`` as used by ``stream`` (an :class:`accelrt.Stream`).
+        """Mark the block holding address ``ptr`` (its start or any byte inside, as for a view
+        of a pinned array) as used by ``stream`` (an :class:`accelrt.Stream`).
 
         Its free then waits for the work queued on ``stream`` at that time.
 
         Returns:
-            True if ``ptr`` is a live block of this pool, else False (nothing recorded).
+            True if ``ptr`` lies in a live block of this pool, else False (nothing recorded).
 
         Raises:
             TypeError: ``stream`` is not a stream.
@@ -372,15 +431,32 @@ class HostCachingAllocator:
                              f"{getattr(owner, 'name', owner)!r}; the {self._b.name!r} host pool "
                              "can only wait for streams of its own backend")
         with self._lock:
-            block = self._blocks.get(ptr)
-            if block is None or not block.allocated:
+            block = self._containing(ptr, 1)
+            if block is None:
                 return False
             block.streams.add(key)
             return True
 
+    def contains(self, ptr: int, nbytes: int) -> bool:
+        """True if the ``nbytes`` bytes at ``ptr`` lie inside one live (allocated) block.
+
+        Example::
+
+            >>> from accelrt.memory._host import HostCachingAllocator
+            >>> from accelrt.memory._simulated import SimulatedBackend
+            >>> pool = HostCachingAllocator(SimulatedBackend())
+            >>> p = pool.malloc(100)
+            >>> pool.contains(p + 8, 64), pool.contains(p, 4096)
+            (True, False)
+            >>> pool.free(p)
+        """
+        with self._lock:
+            return self._containing(ptr, nbytes) is not None
+
     def empty_cache(self) -> None:
         """Return every cached (free, no pending event) block to the backend."""
         with self._lock:
+            self._drain_gc_pending()
             self._process_events()
             self._release_cached()
 
@@ -457,3 +533,8 @@ def get_host_allocator(backend: Any) -> HostCachingAllocator:
 def peek_host_allocator(name: str) -> HostCachingAllocator | None:
     """The host pool of backend ``name`` if one was made, else None."""
     return _pools.get(name)
+
+
+def host_allocators() -> list[HostCachingAllocator]:
+    """Every host pool made so far (one per backend name)."""
+    return list(_pools.values())

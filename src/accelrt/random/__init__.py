@@ -39,7 +39,7 @@ import math
 import operator
 import secrets
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, SupportsIndex, cast
+from typing import TYPE_CHECKING, Any, Literal, SupportsIndex, cast, overload
 
 import numpy as np
 
@@ -69,7 +69,7 @@ from ._generator import (
 if TYPE_CHECKING:
     from .._array import Array
     from .._backend import Backend
-    from .._typing import DeviceLike, DTypeLike, RngState, RngStateLike, SizeLike
+    from .._typing import DeviceLike, DTypeLike, HostArray, RngState, RngStateLike, SizeLike
 
 __all__ = [
     "DEFAULT_SEED",
@@ -641,8 +641,34 @@ def normal_(array: Array, mean: float = 0.0, std: float = 1.0, *,
     return array
 
 
+def _pinned_draw(shape: tuple[int, ...], dt: np.dtype, device: DeviceLike,
+                 generator: Generator | None, dist: str, params: tuple[Any, ...],
+                 fname: str) -> np.ndarray:
+    """``pin_memory=True`` of :func:`rand`/:func:`randn`: the numbers ``generator`` (default:
+    the current device's default generator) draws, in a pinned host array of its backend.
+    accelrt has no host generator, so they are drawn on the generator's device and copied."""
+    from .. import _pinned
+    _pinned.factory_backend(device, fname)        # no device may be given or be the default
+    drawn = _new(shape, dt, None, generator, dist, params)
+    host = _pinned.new_pinned(drawn._b, shape, dt)
+    host[...] = drawn.numpy()
+    return host
+
+
+@overload
+def rand(*size: SizeLike, generator: Generator | None = ..., dtype: DTypeLike = ...,
+         device: DeviceLike = ..., pin_memory: Literal[False] = ...,
+         **kw: SizeLike) -> Array: ...
+@overload
+def rand(*size: SizeLike, generator: Generator | None = ..., dtype: DTypeLike = ...,
+         device: DeviceLike = ..., pin_memory: Literal[True], **kw: SizeLike) -> HostArray: ...
+@overload
+def rand(*size: SizeLike, generator: Generator | None = ..., dtype: DTypeLike = ...,
+         device: DeviceLike = ..., pin_memory: bool,
+         **kw: SizeLike) -> Array | HostArray: ...
 def rand(*size: SizeLike, generator: Generator | None = None, dtype: DTypeLike = "float32",
-         device: DeviceLike = None, **kw: SizeLike) -> Array:
+         device: DeviceLike = None, pin_memory: bool = False,
+         **kw: SizeLike) -> Array | HostArray:
     """An array of uniform numbers in ``[0, 1)`` (PyTorch's ``rand``).
 
     Args:
@@ -654,10 +680,15 @@ def rand(*size: SizeLike, generator: Generator | None = None, dtype: DTypeLike =
         dtype: float16, float32 (default) or float64; keyword-only.
         device: where to make the array (keyword-only; ``None``: the default device,
             :func:`accelrt.get_default_device`).
+        pin_memory: return a pinned host ``numpy.ndarray`` instead (as
+            :func:`accelrt.empty`): the numbers are drawn by ``generator`` (default: the
+            current device's default generator) and the array is pinned for its backend.
+            Then no device may be given or be the default.
 
     Raises:
         TypeError: bad size or dtype.
-        ValueError: a negative dimension, or a generator of another device.
+        ValueError: a negative dimension, a generator of another device, or
+            ``pin_memory=True`` with a device.
 
     Example::
 
@@ -671,12 +702,30 @@ def rand(*size: SizeLike, generator: Generator | None = None, dtype: DTypeLike =
         dt = _float_dtype_cache[dtype]          # _float_dtype's cache, without the call
     except (KeyError, TypeError):
         dt = _float_dtype(dtype, "rand")
+    if pin_memory is not False:
+        if not isinstance(pin_memory, bool):
+            raise TypeError(f"pin_memory must be a bool, got {type(pin_memory).__name__}")
+        if pin_memory:
+            return _pinned_draw(size, dt, device, generator, "uniform",  # type: ignore[arg-type]
+                                _STANDARD_UNIFORM, "rand")
     return _new(size, dt, device, generator, "uniform",  # type: ignore[arg-type]
                 _STANDARD_UNIFORM)
 
 
+@overload
+def randn(*size: SizeLike, generator: Generator | None = ..., dtype: DTypeLike = ...,
+          device: DeviceLike = ..., pin_memory: Literal[False] = ...,
+          **kw: SizeLike) -> Array: ...
+@overload
+def randn(*size: SizeLike, generator: Generator | None = ..., dtype: DTypeLike = ...,
+          device: DeviceLike = ..., pin_memory: Literal[True], **kw: SizeLike) -> HostArray: ...
+@overload
+def randn(*size: SizeLike, generator: Generator | None = ..., dtype: DTypeLike = ...,
+          device: DeviceLike = ..., pin_memory: bool,
+          **kw: SizeLike) -> Array | HostArray: ...
 def randn(*size: SizeLike, generator: Generator | None = None, dtype: DTypeLike = "float32",
-          device: DeviceLike = None, **kw: SizeLike) -> Array:
+          device: DeviceLike = None, pin_memory: bool = False,
+          **kw: SizeLike) -> Array | HostArray:
     """An array of standard normal numbers (PyTorch's ``randn``); arguments as :func:`rand`.
 
     Example::
@@ -687,6 +736,12 @@ def randn(*size: SizeLike, generator: Generator | None = None, dtype: DTypeLike 
     """
     if kw or len(size) != 1 or type(size[0]) is not int or size[0] < 0:
         size = normalize_size(size, size_keyword(kw, "randn"), "randn")
+    if pin_memory is not False:
+        if not isinstance(pin_memory, bool):
+            raise TypeError(f"pin_memory must be a bool, got {type(pin_memory).__name__}")
+        if pin_memory:
+            return _pinned_draw(size, _float_dtype(dtype, "randn"),  # type: ignore[arg-type]
+                                device, generator, "normal", _STANDARD, "randn")
     return _new(size, _float_dtype(dtype, "randn"), device, generator,  # type: ignore[arg-type]
                 "normal", _STANDARD)
 

@@ -200,7 +200,8 @@ class CpuBackend(Backend):
         # work; interprocess events live in POSIX shared memory, see _ipc)
         self._caps = Capabilities(
             virtual_memory=vm_available(), graphs=True, graph_dot=True, pinned_host_memory=True,
-            host_functions=True, peer_copies=True, interprocess_events=True,
+            page_locked_host_memory=True, host_functions=True, peer_copies=True,
+            interprocess_events=True,
             interprocess_memory=self._config.shared_memory, host_accessible=True,
             adopt_memory=True, fork_shares_memory=self._config.shared_memory)
 

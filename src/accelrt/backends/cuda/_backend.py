@@ -313,7 +313,8 @@ class CudaBackend(OpsMixin, StreamMixin, MemoryMixin, Backend):
             caps = Capabilities(
                 virtual_memory=bool(attrs.get("virtual_memory_management_supported", 0)),
                 graphs=True, graph_dot=True, graph_native_handles=True,
-                pinned_host_memory=True, host_functions=True, peer_copies=True,
+                pinned_host_memory=True, page_locked_host_memory=True, host_functions=True,
+                peer_copies=True,
                 interprocess_events=True, interprocess_memory=True, host_accessible=False,
                 dlpack_device_type=_K_DL_CUDA, cuda_stream_protocol=True,
                 cuda_array_interface=True, device_rng=True, device_add=True,

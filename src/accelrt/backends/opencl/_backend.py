@@ -220,7 +220,8 @@ class OpenCLBackend(Backend):
         self._finalizer = weakref.finalize(self, _close_all, self._all)
         _instances.add(self)
         # host memory from host_malloc is aligned but pageable (OpenCL has no portable pinned
-        # allocation): still what the staging pool needs
+        # allocation): still what the staging pool needs, but users cannot pin arrays in it
+        # (page_locked_host_memory=False)
         self._caps = Capabilities(pinned_host_memory=True, host_functions=True,
                                   peer_copies=True, dlpack_device_type=_K_DL_OPENCL)
 
