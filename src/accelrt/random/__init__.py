@@ -180,22 +180,26 @@ def seed_all() -> int:
     return value
 
 
-def initial_seed() -> int:
-    """The seed of the current device's default generator.
+def initial_seed(device: DeviceLike = None, /) -> int:
+    """The seed of ``device``'s default generator (default: the current device), as
+    ``torch.accelerator.initial_seed(device=None, /)``.
 
     Example::
 
         >>> import accelrt as acc
         >>> acc.random.initial_seed() == int.from_bytes(acc.random.get_rng_state()[:8], "little")
         True
+        >>> acc.random.initial_seed("cpu:0") == acc.random.initial_seed(acc.device("cpu:0"))
+        True
     """
-    b, index = _get_device(None)
+    b, index = _get_device(device)
     return _get(b, index)[0]
 
 
-def get_rng_state(device: DeviceLike = None) -> RngState:
+def get_rng_state(device: DeviceLike = None, /) -> RngState:
     """The 16-byte state of ``device``'s default generator (seed then offset, little-endian
-    uint64 each) as a ``numpy.uint8`` array. Does not create the generator.
+    uint64 each) as a ``numpy.uint8`` array. Does not create the generator. ``device`` is
+    positional-only, as in ``torch.accelerator.get_rng_state(device=None, /)``.
 
     Example::
 
