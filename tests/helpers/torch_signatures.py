@@ -27,6 +27,7 @@ only.
 from __future__ import annotations
 
 import enum
+import fnmatch
 import importlib
 import inspect
 import json
@@ -97,11 +98,13 @@ class Difference:
 
     torch_name: str
     targets: tuple[str, ...] | None  # None: every counterpart module
-    what: str  # "missing" or "param NAME"
+    what: str  # "missing", "param NAME" or "signature"
     reason: str
 
     def applies(self, target: str) -> bool:
-        return self.targets is None or target in self.targets
+        # a module's row covers its submodules (accelrt.cpu covers accelrt.cpu.nvtx)
+        return self.targets is None or any(target == t or target.startswith(t + ".")
+                                           for t in self.targets)
 
 
 def accepted_differences() -> list[Difference]:
@@ -109,8 +112,11 @@ def accepted_differences() -> list[Difference]:
 
     Rows are ``| `torch name` | accelrt modules | difference | reason |`` with the modules
     ``all`` or a comma list (``accelrt.cpu, accelrt.opencl``) and the difference ``missing``
-    (the name is not there) or ``param `name` `` (torch's parameter ``name`` is not compared:
-    ours lacks it or gives it another default or kind).
+    (the name is not there; a ``*`` in the name matches any member, for a family that is
+    missing for one reason), ``param `name` `` (torch's parameter ``name`` is not compared:
+    ours lacks it or gives it another default or kind) or ``signature`` (the constructor or
+    function is not compared at all: it is not called the same way, as torch's
+    ``ProcessGroup(rank, size)``).
     """
     text = DIFFERENCES.read_text()
     start = text.index(DIFFERENCES_HEADING)
@@ -125,9 +131,9 @@ def accepted_differences() -> list[Difference]:
             raise ValueError(f"differences.md: a row needs 4 cells: {line!r}")
         name, targets, what, reason = cells
         what = what.replace("`", "")
-        if not (what == "missing" or re.fullmatch(r"param \w+", what)):
-            raise ValueError(f"differences.md: difference must be 'missing' or 'param NAME': "
-                             f"{line!r}")
+        if not (what in ("missing", "signature") or re.fullmatch(r"param \w+", what)):
+            raise ValueError("differences.md: difference must be 'missing', 'signature' or "
+                             f"'param NAME': {line!r}")
         if not reason:
             raise ValueError(f"differences.md: a row needs a reason: {line!r}")
         tgt = None if targets == "all" else tuple(t.strip() for t in targets.split(","))
@@ -216,8 +222,11 @@ def compare_any(alternatives: list[list[dict[str, Any]]], ours: list[dict[str, A
 
 
 def _member(cls: type, name: str) -> tuple[Any, bool] | None:
-    """A class member for signature reading: (callable, whether it binds self/cls)."""
+    """A class member for signature reading: (callable, whether it binds self/cls); a declared
+    instance attribute (a class annotation) is found too."""
     for klass in cls.__mro__:
+        if name in vars(klass).get("__annotations__", {}):
+            return None, False
         if name in vars(klass):
             raw = vars(klass)[name]
             if isinstance(raw, staticmethod):
@@ -238,7 +247,11 @@ def check(torch_name: str, entry: dict[str, Any], target: str,
                          if d.torch_name == name and d.what.startswith("param "))
 
     def missing_ok(name: str) -> bool:
-        return any(d.torch_name == name and d.what == "missing" for d in rows)
+        return any(fnmatch.fnmatchcase(name, d.torch_name) and d.what == "missing"
+                   for d in rows)
+
+    def not_compared(name: str) -> bool:
+        return any(d.torch_name == name and d.what == "signature" for d in rows)
 
     _, attr = split_name(torch_name)
     mod = resolve_module(target)
@@ -250,7 +263,7 @@ def check(torch_name: str, entry: dict[str, Any], target: str,
     problems: list[str] = []
     where = f"{target}.{attr}"
     sigs = entry.get("signatures")
-    if sigs:
+    if sigs and not not_compared(torch_name):
         ours = our_signature(obj, bound=False)
         if ours is None:
             problems.append(f"{where}: accelrt's signature cannot be read")
@@ -264,7 +277,7 @@ def check(torch_name: str, entry: dict[str, Any], target: str,
                 if not missing_ok(full):
                     problems.append(f"{where}.{meth} is missing")
                 continue
-            if not msigs:
+            if not msigs or not_compared(full):
                 continue
             ours = our_signature(member[0], bound=member[1])
             if ours is None:

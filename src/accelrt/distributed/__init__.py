@@ -609,7 +609,7 @@ def new_group(ranks: Sequence[int] | None = None, timeout: Any = None,
     name = group_desc or f"group{_S.counter}"
     me = world.rank()
     member = me in members
-    key = members.index(me) if member else me   # the new communicator's rank order
+    order = members.index(me) if member else me   # the new communicator's rank order
     world.drain()
     sub = None
     from ._group import WATCHDOG
@@ -617,14 +617,14 @@ def new_group(ranks: Sequence[int] | None = None, timeout: Any = None,
         from ._mpi import mpi
         MPI = mpi()
         with WATCHDOG.watching(world, "new_group", world._seq):
-            sub = world.mpi_comm.Split(0 if member else MPI.UNDEFINED, key)
+            sub = world.mpi_comm.Split(0 if member else MPI.UNDEFINED, order)
         if not member:
             sub = None
     sub_engines: dict[tuple[str, int], Engine] = {}
     for key, eng in list(world._engines.items()):
         # NCCL communicators are split (ncclCommSplit); MPI engines start from `sub`
         if eng.name == "nccl" and engine_map.get(key[0]) == "nccl":
-            child = eng.split(0 if member else None, key, None)
+            child = eng.split(0 if member else None, order, None)
             if child is not None:
                 sub_engines[key] = child
     if not member:
