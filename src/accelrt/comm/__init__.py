@@ -137,16 +137,16 @@ def can_device_access_peer(device: DeviceLike, peer_device: DeviceLike) -> bool:
 
 # ---------------------------------------------------------------------- broadcast
 
-def broadcast(array: Array | HostArray, devices: Iterable[DeviceSpec] | None = None, *,
+def broadcast(tensor: Array | HostArray, devices: Iterable[DeviceSpec] | None = None, *,
               out: Sequence[Array] | None = None) -> tuple[Array, ...]:
-    """Copy ``array`` to several devices.
+    """Copy ``tensor`` (an array; torch's parameter name) to several devices.
 
     Args:
-        array: the array to broadcast: an :class:`accelrt.Array` on any device, or a numpy
+        tensor: the array to broadcast: an :class:`accelrt.Array` on any device, or a numpy
             array (host memory).
         devices: the destination devices. For the source array's own device, the result is
-            ``array`` itself (no copy), as in PyTorch.
-        out: keyword-only; arrays to copy into (same shape and dtype as ``array``).
+            ``tensor`` itself (no copy), as in PyTorch.
+        out: keyword-only; arrays to copy into (same shape and dtype as ``tensor``).
 
     Exactly one of ``devices`` and ``out`` must be given.
 
@@ -170,7 +170,7 @@ def broadcast(array: Array | HostArray, devices: Iterable[DeviceSpec] | None = N
         raise AcceleratorValueError(
             f"Exactly one of 'devices' and 'out' must be specified, but got "
             f"devices={devices!r} and out={out!r}")
-    src = describe(array, "the array to broadcast", host_ok=True)
+    src = describe(tensor, "the array to broadcast", host_ok=True)
     if devices is not None:
         places = _args.device_list(devices, src.place.backend)
         if not places:
@@ -180,7 +180,7 @@ def broadcast(array: Array | HostArray, devices: Iterable[DeviceSpec] | None = N
         results: list[Any] = []
         for p in places:
             if p == src.place and src.place.backend is not None:
-                results.append(array)
+                results.append(tensor)
                 continue
             dst = info_of_new(new_array(p, src.shape, src.dtype))
             whole(dst, src)
@@ -213,7 +213,7 @@ def broadcast(array: Array | HostArray, devices: Iterable[DeviceSpec] | None = N
     return tuple(outs)
 
 
-def broadcast_coalesced(arrays: Sequence[Array], devices: Iterable[DeviceSpec],
+def broadcast_coalesced(tensors: Sequence[Array], devices: Iterable[DeviceSpec],
                         buffer_size: int = _DEFAULT_BUFFER) -> list[list[Array]]:
     """Broadcast several arrays to several devices, coalescing small ones.
 
@@ -222,13 +222,13 @@ def broadcast_coalesced(arrays: Sequence[Array], devices: Iterable[DeviceSpec],
     split again on every destination.
 
     Args:
-        arrays: arrays, all on ``devices[0]``.
-        devices: the destination devices; ``devices[0]`` must be where ``arrays`` are.
+        tensors: arrays, all on ``devices[0]`` (torch's parameter name).
+        devices: the destination devices; ``devices[0]`` must be where ``tensors`` are.
         buffer_size: the largest flat buffer in bytes.
 
     Returns:
-        A list with, per device, a list of arrays in the order of ``arrays``; the first entry
-        is ``arrays`` itself.
+        A list with, per device, a list of arrays in the order of ``tensors``; the first entry
+        is ``tensors`` itself.
 
     Raises:
         TypeError: wrong argument types.
@@ -243,7 +243,7 @@ def broadcast_coalesced(arrays: Sequence[Array], devices: Iterable[DeviceSpec],
         >>> [[x.tolist() for x in row] for row in outs]
         [[[1.0, 1.0], [2, 2, 2]], [[1.0, 1.0], [2, 2, 2]]]
     """
-    items = _seq(arrays, "arrays")
+    items = _seq(tensors, "tensors")
     buffer_size = _args.check_buffer_size(buffer_size)
     infos = [describe(a, "array", i) for i, a in enumerate(items)]
     default = infos[0].place.backend if infos else None
@@ -451,24 +451,25 @@ def _check_streams(streams: Any, places: Sequence[Place]) -> list[Stream | None]
     return out
 
 
-def scatter(array: Array | HostArray, devices: Iterable[DeviceSpec] | None = None,
+def scatter(tensor: Array | HostArray, devices: Iterable[DeviceSpec] | None = None,
             chunk_sizes: Sequence[int] | None = None, dim: int = 0,
             streams: Sequence[Stream | None] | None = None, *,
             out: Sequence[Array] | None = None) -> tuple[Array, ...]:
-    """Split ``array`` along ``dim`` and copy the pieces to several devices.
+    """Split ``tensor`` (an array; torch's parameter name) along ``dim`` and copy the pieces to
+    several devices.
 
     Args:
-        array: an :class:`accelrt.Array` on any device, or a numpy array (host memory).
+        tensor: an :class:`accelrt.Array` on any device, or a numpy array (host memory).
         devices: the destination devices.
         chunk_sizes: the size of each piece along ``dim`` (one per device, summing to
-            ``array.shape[dim]``); default: ``torch.chunk``'s equal pieces, which gives fewer
-            pieces than devices when ``array.shape[dim] < len(devices)`` (or not divisible
+            ``tensor.shape[dim]``); default: ``torch.chunk``'s equal pieces, which gives fewer
+            pieces than devices when ``tensor.shape[dim] < len(devices)`` (or not divisible
             that way), exactly as PyTorch.
         dim: the dimension to split (negative counts from the end).
         streams: optional per-piece streams of the destination devices; a piece is allocated
             and made ready on its stream instead of the device's current stream.
         out: keyword-only; arrays to copy the pieces into; their sizes along ``dim`` give the
-            split and must sum to ``array.shape[dim]``.
+            split and must sum to ``tensor.shape[dim]``.
 
     Exactly one of ``devices`` and ``out`` must be given; ``chunk_sizes`` only with
     ``devices``.
@@ -490,7 +491,7 @@ def scatter(array: Array | HostArray, devices: Iterable[DeviceSpec] | None = Non
         >>> [x.tolist() for x in acc.comm.scatter(a, ["cpu:0", "cpu:0"], dim=1)]
         [[[0], [2]], [[1], [3]]]
     """
-    src = describe(array, "the array to scatter", host_ok=True)
+    src = describe(tensor, "the array to scatter", host_ok=True)
     if out is None:
         if devices is None:
             raise AcceleratorValueError(
@@ -586,23 +587,23 @@ def scatter(array: Array | HostArray, devices: Iterable[DeviceSpec] | None = Non
 # destination=-1 (host memory) gives a numpy array: the first two overloads are narrower than
 # the third and take precedence (as typeshed does for such literals)
 @overload
-def gather(arrays: Sequence[Array], dim: int = 0, *,  # type: ignore[overload-overlap]
+def gather(tensors: Sequence[Array], dim: int = 0, *,  # type: ignore[overload-overlap]
            destination: Literal[-1], out: None = None) -> HostArray: ...
 @overload
-def gather(arrays: Sequence[Array], dim: int,  # type: ignore[overload-overlap]
+def gather(tensors: Sequence[Array], dim: int,  # type: ignore[overload-overlap]
            destination: Literal[-1], *, out: None = None) -> HostArray: ...
 @overload
-def gather(arrays: Sequence[Array], dim: int = 0, destination: DeviceLike = None, *,
+def gather(tensors: Sequence[Array], dim: int = 0, destination: DeviceLike = None, *,
            out: None = None) -> Array: ...
 @overload
-def gather(arrays: Sequence[Array], dim: int = 0, destination: None = None, *,
+def gather(tensors: Sequence[Array], dim: int = 0, destination: None = None, *,
            out: _OutT) -> _OutT: ...
-def gather(arrays: Sequence[Array], dim: int = 0, destination: DeviceLike = None, *,
+def gather(tensors: Sequence[Array], dim: int = 0, destination: DeviceLike = None, *,
            out: Array | HostArray | None = None) -> Array | HostArray:
     """Concatenate arrays from several devices along ``dim`` on one device.
 
     Args:
-        arrays: :class:`accelrt.Array` inputs of one dtype whose shapes agree except along
+        tensors: :class:`accelrt.Array` inputs of one dtype whose shapes agree except along
             ``dim``.
         dim: the dimension to concatenate along (negative counts from the end).
         destination: the device of the result: an int (index on the inputs' backend; default
@@ -630,10 +631,10 @@ def gather(arrays: Sequence[Array], dim: int = 0, destination: DeviceLike = None
         >>> acc.comm.gather(xs, dim=0, destination=-1).tolist()
         [[1, 1], [2, 2]]
     """
-    items = _seq(arrays, "arrays")
+    items = _seq(tensors, "tensors")
     if not items:
         raise AcceleratorValueError(
-            "Expected at least one array to gather from, but 'arrays' is empty")
+            "Expected at least one array to gather from, but 'tensors' is empty")
     infos = []
     for i, a in enumerate(items):
         if not _arrays.is_array(a):

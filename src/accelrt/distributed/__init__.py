@@ -790,9 +790,11 @@ def get_node_local_rank(fallback_rank: int | None = None) -> int:
 def new_group(ranks: Sequence[int] | None = None, timeout: Any = None,
               backend: str | None = None, pg_options: Any = None,
               use_local_synchronization: bool = False, group_desc: str | None = None,
-              device_id: Any = None) -> ProcessGroup | _NonMember:
+              device_id: Any = None, sort_ranks: bool = True) -> ProcessGroup | _NonMember:
     """A group of the world's ``ranks`` (all by default). Every rank of the world must call
-    it, with the same ``ranks``; ranks outside get ``GroupMember.NON_GROUP_MEMBER``.
+    it, with the same ``ranks``; ranks outside get ``GroupMember.NON_GROUP_MEMBER``. Group
+    rank ``k`` is the ``k``-th of the sorted ``ranks``, or with ``sort_ranks=False`` the
+    ``k``-th as given (as in torch).
 
     Example::
 
@@ -806,7 +808,9 @@ def new_group(ranks: Sequence[int] | None = None, timeout: Any = None,
     world = _group(None)
     assert world is not None
     n = world.size()
-    members = list(range(n)) if ranks is None else sorted(int(r) for r in ranks)
+    members = list(range(n)) if ranks is None else [int(r) for r in ranks]
+    if sort_ranks:
+        members.sort()
     if len(set(members)) != len(members) or any(not 0 <= r < n for r in members):
         raise ValueError(f"new_group(): ranks must be distinct world ranks in [0, {n}), got "
                          f"{list(ranks or [])}")
@@ -816,8 +820,10 @@ def new_group(ranks: Sequence[int] | None = None, timeout: Any = None,
         _require_engines(engine_map)   # every rank, before the collective split
     t = world.timeout if timeout is None else _seconds(timeout, DEFAULT_TIMEOUT)
     me = world.rank()
-    return _split(world, members if me in members else None, me, engine_map, backend_str, t,
-                  group_desc, "new_group")
+    member = me in members
+    # a member's key is its place in `members` (sorted, or as given with sort_ranks=False)
+    return _split(world, members if member else None, members.index(me) if member else me,
+                  engine_map, backend_str, t, group_desc, "new_group")
 
 
 def _split(parent: ProcessGroup, members: list[int] | None, key: int,
@@ -2199,6 +2205,36 @@ def _dumps(obj: Any) -> bytes:
     return out.getvalue()
 
 
+# What ``weights_only=True`` unpickles besides the types pickle needs no global for (None,
+# bool, int, float, str, bytes, list, tuple, dict): plain data and numpy arrays, as torch's
+# weights-only unpickler allows plain data and tensors.
+_WEIGHTS_ONLY_GLOBALS = frozenset({
+    ("builtins", "set"), ("builtins", "frozenset"), ("builtins", "complex"),
+    ("builtins", "bytearray"), ("builtins", "slice"), ("builtins", "range"),
+    ("collections", "OrderedDict"), ("numpy", "ndarray"), ("numpy", "dtype"),
+    ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"),
+    ("numpy.core.numeric", "_frombuffer"), ("numpy._core.numeric", "_frombuffer"),
+})
+
+
+class _WeightsOnlyUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in _WEIGHTS_ONLY_GLOBALS or (
+                module == "numpy.dtypes" and name.endswith("DType")):
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(
+            f"Weights only load failed: the received object needs the global "
+            f"{module}.{name}, which weights_only=True does not allow (it unpickles plain "
+            "data and numpy arrays only); pass weights_only=False if you trust the sender")
+
+
+def _loads(data: bytes, weights_only: bool) -> Any:
+    if weights_only:
+        return _WeightsOnlyUnpickler(io.BytesIO(data)).load()
+    return pickle.loads(data)
+
+
 def _obj_comm(op: str, group: GroupArg) -> tuple[ProcessGroup | None, Any]:
     g = _group(group)
     if g is None:
@@ -2224,9 +2260,11 @@ def _obj_call(g: ProcessGroup, op: str, fn: Callable[[], Any]) -> Any:
 
 def broadcast_object_list(object_list: list[Any], src: int | None = None,
                           group: GroupArg = None, device: Any = None,
-                          group_src: int | None = None) -> None:
+                          group_src: int | None = None, weights_only: bool = False) -> None:
     """Replace ``object_list``'s items on every rank with those (pickled) of global rank
-    ``src`` or group rank ``group_src`` (neither: global rank 0).
+    ``src`` or group rank ``group_src`` (neither: global rank 0). With ``weights_only=True``
+    the receivers unpickle only plain data and numpy arrays (else ``pickle.UnpicklingError``),
+    as torch's ``weights_only``; the same holds for every ``*_object*`` collective.
 
     Example::
 
@@ -2242,10 +2280,11 @@ def broadcast_object_list(object_list: list[Any], src: int | None = None,
     root = g.canonical_rank(src, group_src, "src", default=0)
     data = _dumps(list(object_list)) if g.rank() == root else None
     data = _obj_call(g, "broadcast_object_list", lambda: comm.bcast(data, root=root))
-    object_list[:] = pickle.loads(data)
+    object_list[:] = _loads(data, weights_only)
 
 
-def all_gather_object(object_list: list[Any], obj: Any, group: GroupArg = None) -> None:
+def all_gather_object(object_list: list[Any], obj: Any, group: GroupArg = None,
+                      weights_only: bool = False) -> None:
     """Fill ``object_list`` (one slot per rank) with every rank's ``obj``.
 
     Example::
@@ -2263,12 +2302,12 @@ def all_gather_object(object_list: list[Any], obj: Any, group: GroupArg = None) 
         raise ValueError(f"all_gather_object: object_list must have {g.size()} slots")
     data = _dumps(obj)
     got = _obj_call(g, "all_gather_object", lambda: comm.allgather(data))
-    object_list[:] = [pickle.loads(x) for x in got]
+    object_list[:] = [_loads(x, weights_only) for x in got]
 
 
 def gather_object(obj: Any, object_gather_list: list[Any] | None = None,
                   dst: int | None = None, group: GroupArg = None,
-                  group_dst: int | None = None) -> None:
+                  group_dst: int | None = None, weights_only: bool = False) -> None:
     """Gather every rank's ``obj`` into ``object_gather_list`` on global rank ``dst`` or group
     rank ``group_dst`` (neither: global rank 0).
 
@@ -2292,13 +2331,13 @@ def gather_object(obj: Any, object_gather_list: list[Any] | None = None,
     got = _obj_call(g, "gather_object", lambda: comm.gather(data, root=root))
     if g.rank() == root:
         assert object_gather_list is not None
-        object_gather_list[:] = [pickle.loads(x) for x in got]
+        object_gather_list[:] = [_loads(x, weights_only) for x in got]
 
 
 def scatter_object_list(scatter_object_output_list: list[Any],
                         scatter_object_input_list: list[Any] | None = None,
                         src: int | None = None, group: GroupArg = None,
-                        group_src: int | None = None) -> None:
+                        group_src: int | None = None, weights_only: bool = False) -> None:
     """Set ``scatter_object_output_list[0]`` on group rank k to item k of the
     ``scatter_object_input_list`` of global rank ``src`` or group rank ``group_src``
     (neither: global rank 0).
@@ -2325,17 +2364,20 @@ def scatter_object_list(scatter_object_output_list: list[Any],
                              "objects")
         items = [_dumps(x) for x in scatter_object_input_list]
     mine = _obj_call(g, "scatter_object_list", lambda: comm.scatter(items, root=root))
-    scatter_object_output_list[0] = pickle.loads(mine)
+    scatter_object_output_list[0] = _loads(mine, weights_only)
 
 
 _OBJ_TAG = 0x7AD0   # on the group's private control communicator: never a user tag
 
 
 def send_object_list(object_list: list[Any], dst: int | None = None, group: GroupArg = None,
-                     device: Any = None, group_dst: int | None = None) -> None:
+                     device: Any = None, group_dst: int | None = None, use_batch: bool = False,
+                     weights_only: bool = False) -> None:
     """Send the (pickled, host-only) objects of ``object_list`` to global rank ``dst`` (or
     group rank ``group_dst``), which receives them with :func:`recv_object_list` into a list
-    of the same length.
+    of the same length. ``use_batch`` (torch: send its size and data messages through
+    ``batch_isend_irecv``) changes nothing here: the objects travel as one MPI message either
+    way. ``weights_only`` is the receiver's (:func:`recv_object_list`).
 
     Raises:
         ValueError: no destination, both ``dst`` and ``group_dst``, or this rank itself.
@@ -2357,11 +2399,14 @@ def send_object_list(object_list: list[Any], dst: int | None = None, group: Grou
 
 
 def recv_object_list(object_list: list[Any], src: int | None = None, group: GroupArg = None,
-                     device: Any = None, group_src: int | None = None) -> int:
+                     device: Any = None, group_src: int | None = None, use_batch: bool = False,
+                     weights_only: bool = False) -> int:
     """Receive :func:`send_object_list`'s objects from global rank ``src`` or group rank
     ``group_src`` (neither: any rank, an accelrt addition: torch asks for one) into
     ``object_list`` (same length as the sender's); returns the sender's global rank (-1 if
-    this rank is not in ``group``).
+    this rank is not in ``group``). ``use_batch`` changes nothing (see
+    :func:`send_object_list`); ``weights_only=True`` unpickles only plain data and numpy
+    arrays (else ``pickle.UnpicklingError``).
 
     Raises:
         ValueError: the sender's list has another length (``object_list`` is left as it was).
@@ -2385,7 +2430,7 @@ def recv_object_list(object_list: list[Any], src: int | None = None, group: Grou
     data = _obj_call(g, "recv_object_list", lambda: comm.recv(
         source=MPI.ANY_SOURCE if peer is None else peer, tag=_OBJ_TAG, status=status))
     sender = g.global_ranks[int(status.Get_source())]
-    got = pickle.loads(data)
+    got = _loads(data, weights_only)
     if len(got) != len(object_list):
         raise ValueError(f"recv_object_list: rank {sender} sent {len(got)} objects but "
                          f"object_list has {len(object_list)} slots; pass a list of the "

@@ -285,7 +285,7 @@ def _nccl_require() -> None:
 class Backend(str):
     """Engine names (``torch.distributed.Backend``): ``Backend("MPI") == "mpi"``.
 
-    ``Backend.register_backend(name, func, extended_api=False, devices=None,
+    ``Backend.register_backend(name, func, extended_api=False, devices=None, *,
     per_device=False)`` adds an engine: ``func(ctx: EngineContext) -> Engine``; ``devices``
     lists the device types it serves (``"cpu"``, ``"cuda"``, ``"opencl"``; all by default);
     ``per_device=True`` makes one engine per device (``ctx.index``) instead of one per device
@@ -328,7 +328,7 @@ class Backend(str):
 
     @classmethod
     def register_backend(cls, name: str, func: EngineFactory, extended_api: bool = False,
-                         devices: str | Sequence[str] | None = None,
+                         devices: str | Sequence[str] | None = None, *,
                          per_device: bool = False) -> None:
         """Register a third-party engine (see the class docstring)."""
         register_backend(name, func, devices=devices, per_device=per_device)

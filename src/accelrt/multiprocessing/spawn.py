@@ -13,6 +13,7 @@ from __future__ import annotations
 import multiprocessing
 import multiprocessing.connection
 import signal
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -22,14 +23,18 @@ __all__ = ["ProcessContext", "ProcessException", "ProcessExitedException",
 
 
 class ProcessException(Exception):
-    """A spawned process failed; ``error_index`` is its index, ``pid`` its process id."""
+    """A spawned process failed; ``error_index`` is its index, ``error_pid`` its process id
+    (torch's names)."""
 
-    def __init__(self, msg: str, error_index: int, pid: int | None) -> None:
+    error_index: int
+    error_pid: int | None
+
+    def __init__(self, msg: str, error_index: int, error_pid: int | None) -> None:
         super().__init__(msg)
-        self.msg, self.error_index, self.pid = msg, error_index, pid
+        self.msg, self.error_index, self.error_pid = msg, error_index, error_pid
 
     def __reduce__(self) -> Any:
-        return type(self), (self.msg, self.error_index, self.pid)
+        return type(self), (self.msg, self.error_index, self.error_pid)
 
 
 class ProcessRaisedException(ProcessException):
@@ -39,13 +44,15 @@ class ProcessRaisedException(ProcessException):
 class ProcessExitedException(ProcessException):
     """A spawned process exited with a non-zero code or was killed by a signal."""
 
+    exit_code: int
+
     def __init__(self, msg: str, error_index: int, error_pid: int | None, exit_code: int,
                  signal_name: str | None = None) -> None:
         super().__init__(msg, error_index, error_pid)
         self.exit_code, self.signal_name = exit_code, signal_name
 
     def __reduce__(self) -> Any:
-        return type(self), (self.msg, self.error_index, self.pid, self.exit_code,
+        return type(self), (self.msg, self.error_index, self.error_pid, self.exit_code,
                             self.signal_name)
 
 
@@ -71,8 +78,16 @@ class ProcessContext:
         """Process ids of the spawned processes."""
         return [p.pid for p in self.processes]
 
-    def join(self, timeout: float | None = None) -> bool:
+    def _join_all(self, timeout: float) -> None:
+        end = time.monotonic() + timeout
+        for p in self.processes:
+            p.join(max(0.0, end - time.monotonic()))
+
+    def join(self, timeout: float | None = None, grace_period: float | None = None) -> bool:
         """Wait ``timeout`` seconds (``None``: until something happens) for the processes.
+
+        When one failed, the others get ``grace_period`` seconds to exit by themselves, then
+        SIGTERM, then (after another ``grace_period``, default 30 s) SIGKILL, as in torch.
 
         Returns:
             True once every process exited successfully, False if some still run.
@@ -94,9 +109,15 @@ class ProcessContext:
                 break
         if failed is None:
             return not self.sentinels
+        if grace_period is not None:
+            self._join_all(grace_period)
         for p in self.processes:
             if p.is_alive():
                 p.terminate()
+        self._join_all(30.0 if grace_period is None else grace_period)
+        for p in self.processes:
+            if p.is_alive():
+                p.kill()
             p.join()
         p = self.processes[failed]
         pipe = self.error_pipes[failed]

@@ -196,9 +196,10 @@ def initial_seed(device: DeviceLike = None, /) -> int:
     return _get(b, index)[0]
 
 
-def get_rng_state(device: DeviceLike = None) -> RngState:
+def get_rng_state(device: DeviceLike = None, /) -> RngState:
     """The 16-byte state of ``device``'s default generator (seed then offset, little-endian
-    uint64 each) as a ``numpy.uint8`` array. Does not create the generator.
+    uint64 each) as a ``numpy.uint8`` array. Does not create the generator. ``device`` is
+    positional-only, as in ``torch.accelerator.get_rng_state(device=None, /)``.
 
     Example::
 
