@@ -140,6 +140,10 @@ class Capabilities:
             the caching allocator then stops handing out, in the parent and in the child, the
             segments it had at the fork (no operation; False where a child cannot use the
             device at all, as CUDA's).
+        stream_ordered_memory: the device has a stream-ordered memory pool (CUDA's default
+            mempool): ``mempool_alloc_async``/``mempool_free_async``/``mempool_trim_to``/
+            ``mempool_get_attribute``/``mempool_set_attribute`` work (enables the allocator
+            option ``backend:cudaMallocAsync``).
 
     Example::
 
@@ -168,6 +172,7 @@ class Capabilities:
     pointer_lookup: bool = False
     adopt_memory: bool = False
     fork_shares_memory: bool = False
+    stream_ordered_memory: bool = False
 
 
 #: default capabilities by backend name (a backend that does not override ``capabilities``)
@@ -339,6 +344,36 @@ class Backend(abc.ABC):
         """The device whose memory holds ``ptr``, or ``None`` (``pointer_lookup``: used by
         ``asarray`` for ``__cuda_array_interface__`` producers)."""
         raise _unsupported(self, "pointer_device", "pointer_lookup")
+
+    # stream-ordered memory pool (capability stream_ordered_memory: backend:cudaMallocAsync)
+    def mempool_alloc_async(self, index: int, size: int, stream: StreamHandle) -> DevicePtr:
+        """Allocate ``size`` (> 0) bytes from device ``index``'s default memory pool in stream
+        order on ``stream`` (``cuMemAllocFromPoolAsync``): usable by work queued on ``stream``
+        from now on. ``0`` when the pool cannot grow (out of memory; no exception)."""
+        raise _unsupported(self, "mempool_alloc_async", "stream_ordered_memory")
+
+    def mempool_free_async(self, index: int, ptr: DevicePtr, stream: StreamHandle) -> None:
+        """Give ``ptr`` (from :meth:`mempool_alloc_async`) back to the pool once ``stream``
+        reaches this point (``cuMemFreeAsync``): later allocations in stream order on
+        ``stream`` may reuse it at once, other streams once the free has completed."""
+        raise _unsupported(self, "mempool_free_async", "stream_ordered_memory")
+
+    def mempool_trim_to(self, index: int, keep: int) -> None:
+        """Release unused memory of the pool to the device until it reserves at most
+        ``keep`` bytes, or nothing more can be released safely (``cuMemPoolTrimTo``)."""
+        raise _unsupported(self, "mempool_trim_to", "stream_ordered_memory")
+
+    def mempool_get_attribute(self, index: int, attr: str) -> int:
+        """One attribute of the pool, in bytes: ``"release_threshold"``,
+        ``"reserved_mem_current"``, ``"reserved_mem_high"``, ``"used_mem_current"`` or
+        ``"used_mem_high"`` (``cuMemPoolGetAttribute``)."""
+        raise _unsupported(self, "mempool_get_attribute", "stream_ordered_memory")
+
+    def mempool_set_attribute(self, index: int, attr: str, value: int) -> None:
+        """Set ``"release_threshold"`` (the pool keeps up to that many unused bytes across
+        synchronizations), or reset ``"reserved_mem_high"``/``"used_mem_high"`` to their
+        current value (``value`` must be 0) (``cuMemPoolSetAttribute``)."""
+        raise _unsupported(self, "mempool_set_attribute", "stream_ordered_memory")
 
     # interprocess memory (optional: accelrt.multiprocessing)
     def ipc_mem_handle(self, index: int, ptr: DevicePtr) -> bytes:

@@ -99,6 +99,8 @@ OUTPUTS = {  # number of values each driver function returns after its CUresult
     "cuPointerGetAttribute": 1, "cuGetErrorString": 1, "cuThreadExchangeStreamCaptureMode": 1,
     "cuCtxGetCurrent": 1, "cuIpcGetMemHandle": 1, "cuIpcOpenMemHandle": 1,
     "cuIpcCloseMemHandle": 0, "cuMemGetAddressRange": 2,
+    "cuDeviceGetDefaultMemPool": 1, "cuMemAllocFromPoolAsync": 1, "cuMemFreeAsync": 0,
+    "cuMemPoolTrimTo": 0, "cuMemPoolGetAttribute": 1, "cuMemPoolSetAttribute": 0,
 }
 CTX = 0xC0DE000
 GRAN = 2 << 20
@@ -350,6 +352,17 @@ ERROR_PATHS: list[tuple[str, str, Callable[[Any, dict[str, int]], Any]]] = [
      lambda b, o: b.elementwise_add(0, o["ptr"], o["ptr"], o["ptr"] + 512, 64, "float64", 0)),
     ("elementwise_add", "cuModuleLoadData",
      lambda b, o: b.elementwise_add(0, o["ptr"], o["ptr"], o["ptr"], 9, "int8", o["s"])),
+    ("mempool_alloc_async", "cuDeviceGetDefaultMemPool",
+     lambda b, o: b.mempool_alloc_async(1, 64, 0)),
+    ("mempool_alloc_async", "cuMemAllocFromPoolAsync",
+     lambda b, o: b.mempool_alloc_async(0, 64, o["s"])),
+    ("mempool_free_async", "cuMemFreeAsync",
+     lambda b, o: b.mempool_free_async(0, b.mempool_alloc_async(0, 64, 0), o["s"])),
+    ("mempool_trim_to", "cuMemPoolTrimTo", lambda b, o: b.mempool_trim_to(0, 0)),
+    ("mempool_get_attribute", "cuMemPoolGetAttribute",
+     lambda b, o: b.mempool_get_attribute(0, "used_mem_high")),
+    ("mempool_set_attribute", "cuMemPoolSetAttribute",
+     lambda b, o: b.mempool_set_attribute(0, "release_threshold", 2**64 - 1)),
 ]
 
 
@@ -445,6 +458,37 @@ def test_out_of_memory_is_a_zero_not_an_error(fake: Any) -> None:
     assert b.malloc(0, 1 << 40) == 0
     drv.fail["cuMemHostAlloc"] = OOM
     assert b.host_malloc(1 << 40) == 0
+
+
+def test_stream_ordered_pool_calls_the_driver(fake: Any) -> None:
+    """backend:cudaMallocAsync's raw operations: the default pool, allocations known to the
+    range checks, a NULL pool allocation is out of memory, attribute names checked first."""
+    b, drv = fake
+    assert b.capabilities(0).stream_ordered_memory      # memory_pools_supported
+    s = b.stream_create(0, 0)
+    p = b.mempool_alloc_async(0, 4096, s)
+    b.memset(0, p, 0, 4096, s)                          # pool memory passes the range check
+    with pytest.raises(ValueError, match="overruns"):
+        b.memset(0, p, 0, 4097, s)
+    b.mempool_free_async(0, p, s)
+    with pytest.raises(ValueError, match="already freed"):
+        b.mempool_free_async(0, p, s)
+    assert drv.names().count("cuDeviceGetDefaultMemPool") == 1   # cached per device
+    drv.fail["cuMemAllocFromPoolAsync"] = OOM
+    assert b.mempool_alloc_async(0, 1 << 40, s) == 0
+    b.mempool_set_attribute(0, "release_threshold", 2**64 - 1)
+    b.mempool_set_attribute(0, "used_mem_high", 0)
+    assert isinstance(b.mempool_get_attribute(0, "reserved_mem_current"), int)
+    b.mempool_trim_to(0, 0)
+    before = len(drv.calls)
+    for bad in (lambda: b.mempool_get_attribute(0, "size"),
+                lambda: b.mempool_set_attribute(0, "used_mem_current", 0),
+                lambda: b.mempool_set_attribute(0, "reserved_mem_high", 5),
+                lambda: b.mempool_set_attribute(0, "release_threshold", 2**64)):
+        with pytest.raises(ValueError):
+            bad()
+    assert len(drv.calls) == before                     # refused before the driver
+    b.stream_destroy(0, s)
 
 
 def test_vm_map_out_of_memory_is_false_and_leaves_nothing_mapped(fake: Any) -> None:

@@ -110,7 +110,7 @@ def test_unknown_key_message():
     "max_split_size_mb", "max_split_size_mb:", "max_split_size_mb:abc",
     "garbage_collection_threshold:1.0", "garbage_collection_threshold:0",
     "garbage_collection_threshold:x", "per_process_memory_fraction:1.5",
-    "backend:cudaMallocAsync", "expandable_segments:True:False", "max_split_size_mb 100",
+    "backend:cudaMalloc", "expandable_segments:True:False", "max_split_size_mb 100",
     "roundup_power2_divisions:[256:1", "pinned_num_register_threads:3",
     "pinned_num_register_threads:256", "pinned_max_cached_size_mb:-1",
 ])

@@ -119,6 +119,9 @@ class DeviceCachingAllocator:
         >>> a.free(p)
     """
 
+    #: what ``get_allocator_backend()`` says for this allocator's backend
+    allocator_backend: str = "native"
+
     def __init__(self, backend: Backend, index: int, config: AllocatorConfig | None = None) -> None:
         cfg = config if config is not None else get_config()
         self._b = backend                    # immutable
@@ -1837,6 +1840,9 @@ def get_allocator(backend: Backend, index: int) -> DeviceCachingAllocator:
             if a is None:
                 plug = sys.modules.get("accelrt.memory._pluggable")   # change_current_allocator
                 a = plug._make_allocator(backend, index) if plug is not None else None
+                if a is None and _wants_pool(cfg, backend, index):
+                    from ._malloc_async import MallocAsyncAllocator   # (it imports this module)
+                    a = MallocAsyncAllocator(backend, index, cfg)
                 if a is None:
                     a = DeviceCachingAllocator(backend, index, cfg)
                 _allocators[key] = a
@@ -1877,7 +1883,26 @@ def _retire_after_fork(in_child: bool) -> None:
 after_fork_locked(_retire_after_fork)
 
 
+def _wants_pool(cfg: AllocatorConfig, backend: Backend, index: int) -> bool:
+    """True when ``cfg`` selects the stream-ordered pool for ``backend``'s device ``index``
+    (``backend:cudaMallocAsync`` on a device that has one)."""
+    return (cfg.backend != "native"
+            and backend.capabilities(index).stream_ordered_memory)
+
+
 def _check_config_for_all(cfg: AllocatorConfig) -> None:
+    from .. import _backend
+    for a in all_allocators():
+        # (the allocators of an unregistered or replaced backend instance serve nothing new)
+        if (a.allocator_backend in ("native", "cudaMallocAsync")
+                and _backend._instances.get(a._name) is a._b):
+            want = "cudaMallocAsync" if _wants_pool(cfg, a._b, a._index) else "native"
+            if want != a.allocator_backend:
+                raise ValueError(
+                    f"Allocator backend parsed at runtime != allocator backend parsed at load "
+                    f"time: the allocator of {a._name}:{a._index} already runs backend:"
+                    f"{a.allocator_backend}, which cannot change in a process; set "
+                    f"backend:{cfg.backend} in ACCELRT_ALLOC_CONF before the first allocation")
     if cfg.expandable_segments:
         for a in all_allocators():
             if not a.vm_supported():

@@ -7,7 +7,9 @@ list values in ``[k:v,...]``; booleans spelled exactly ``True``/``False``; space
 
 Keys (see ``docs`` of PyTorch's ``PYTORCH_CUDA_ALLOC_CONF``):
 
-* ``backend`` -- only ``native`` is available;
+* ``backend`` -- ``native`` (the caching allocator, the default) or ``cudaMallocAsync`` (the
+  device's stream-ordered memory pool, on backends that have one; see
+  ``accelrt.memory._malloc_async``); it cannot change once an allocator it applies to started;
 * ``large_segment_size_mb`` (> 10), ``max_split_size_mb`` and ``max_non_split_rounding_mb``
   (>= ``large_segment_size_mb``), ``roundup_power2_divisions`` (``N`` or ``[K:N,...,>:N]``),
   ``garbage_collection_threshold`` (a float in (0, 1)), ``expandable_segments``,
@@ -47,6 +49,7 @@ from dataclasses import dataclass, field
 from .._fork import reinit_after_fork
 
 __all__ = [
+    "ALLOCATOR_BACKENDS",
     "ENV_VAR",
     "MB",
     "REFUSED",
@@ -58,6 +61,8 @@ __all__ = [
     "set_allocator_settings",
 ]
 
+#: The values of the ``backend`` key.
+ALLOCATOR_BACKENDS = ("native", "cudaMallocAsync")
 #: Environment variable holding the process-wide allocator options.
 ENV_VAR = "ACCELRT_ALLOC_CONF"
 MB = 1024 * 1024
@@ -107,6 +112,8 @@ class AllocatorConfig:
         20971520
     """
 
+    #: the allocator backend: "native" or "cudaMallocAsync"
+    backend: str = "native"
     large_segment_size: int = 20 * MB
     max_split_size: int = SIZE_MAX
     max_non_split_rounding_size: int = 20 * MB
@@ -134,6 +141,8 @@ class AllocatorConfig:
                              f"got {len(self.roundup_power2_divisions)}")
         if self.large_segment_size <= 10 * MB:
             raise ValueError("large_segment_size must be greater than 10 MiB")
+        if self.backend not in ALLOCATOR_BACKENDS:
+            raise ValueError(f"backend must be one of {ALLOCATOR_BACKENDS}, got {self.backend!r}")
         if self.per_process_memory_fraction is not None and not (
                 0.0 <= self.per_process_memory_fraction <= 1.0):
             raise ValueError("per_process_memory_fraction is invalid, set it in [0.0, 1.0]; "
@@ -363,9 +372,10 @@ def parse_config(settings: str, base: AllocatorConfig | None = None) -> Allocato
 
 def _apply_key(vals: dict[str, object], key: str, tok: str, lss_mb: int) -> None:
     if key == "backend":
-        if tok != "native":
-            raise ValueError(f"accelrt allocator config: unknown allocator backend {tok!r}; "
-                             "the only option is 'native'")
+        if tok not in ALLOCATOR_BACKENDS:
+            raise ValueError(f"accelrt allocator config: Unknown allocator backend {tok!r}, "
+                             "options are native and cudaMallocAsync")
+        vals["backend"] = tok
     elif key == "large_segment_size_mb":
         pass  # handled in the first pass
     elif key in ("max_split_size_mb", "max_non_split_rounding_mb"):

@@ -423,9 +423,10 @@ def change_current_allocator(allocator: PluggableAllocator, device_type: str | N
 
 
 def get_allocator_backend(device_type: str | None = None) -> str:
-    """The allocator of a backend: ``"native"`` (accelrt's caching allocator) or
-    ``"pluggable"`` (replaced by :func:`change_current_allocator`), as PyTorch's
-    ``torch.cuda.get_allocator_backend``.
+    """The allocator of a backend: ``"native"`` (accelrt's caching allocator),
+    ``"cudaMallocAsync"`` (the device's stream-ordered pool, selected by the option
+    ``backend:cudaMallocAsync`` on a backend that has one) or ``"pluggable"`` (replaced by
+    :func:`change_current_allocator`), as PyTorch's ``torch.cuda.get_allocator_backend``.
 
     Example::
 
@@ -433,7 +434,19 @@ def get_allocator_backend(device_type: str | None = None) -> str:
         >>> memory.get_allocator_backend("cpu")
         'native'
     """
-    return "pluggable" if _backend_of(device_type).name in _current else "native"
+    b = _backend_of(device_type)
+    if b.name in _current:
+        return "pluggable"
+    from . import _allocator
+    from ._config import get_config
+    for i in range(b.device_count()):
+        started = _allocator.peek_allocator(b.name, i)
+        if started is not None:
+            return started.allocator_backend
+    cfg = get_config()
+    if b.device_count() and _allocator._wants_pool(cfg, b, 0):
+        return cfg.backend
+    return "native"
 
 
 def _make_allocator(backend: Backend, index: int) -> DeviceCachingAllocator | None:

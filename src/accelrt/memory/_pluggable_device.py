@@ -34,6 +34,8 @@ class PluggableDeviceAllocator(DeviceCachingAllocator):
     whose allocator was replaced by :func:`change_current_allocator`: every malloc and free
     goes to the library (PyTorch's ``CUDAPluggableAllocator`` as the current allocator)."""
 
+    allocator_backend = "pluggable"
+
     def __init__(self, backend: Backend, index: int, plug: PluggableAllocator) -> None:
         super().__init__(backend, index)
         self._plug = plug

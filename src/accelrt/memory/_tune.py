@@ -196,10 +196,12 @@ def recorded_setting(settings: Any) -> str:
     text = settings.get("PYTORCH_CUDA_ALLOC_CONF")
     if isinstance(text, str) and text:
         try:
-            _config.parse_config(text)
-            return text
+            parsed = _config.parse_config(text)
         except (TypeError, ValueError):
-            pass   # e.g. backend:cudaMallocAsync; fall back to the fields
+            pass   # not accelrt's syntax: fall back to the fields
+        else:
+            if parsed.backend == "native":   # replays model the caching allocator only
+                return text
     parts: list[str] = []
     if settings.get("expandable_segments") is True:
         parts.append("expandable_segments:True")

@@ -59,6 +59,8 @@ from ._memory import (
     vm_available,
 )
 from ._ipc import IpcEventState
+from ._mempool import ATTRIBUTES as _POOL_ATTRIBUTES
+from ._mempool import StreamOrderedPool
 from .._common import (HandleTable, KeptErrors, bad_handle, check_byte, check_index, check_ptr,
                        fill_pattern)
 from ._streams import Capture, CpuEvent, CpuStream, Record
@@ -176,6 +178,8 @@ class CpuBackend(Backend):
         self._mem = [DeviceMemory(i, self._config.memory_limit, self._config.shared_memory)
                      for i in range(n)]
         self._host = HostMemory()
+        # device index -> its stream-ordered pool (mempool_*), made on first use; guarded by _lock
+        self._mempools: dict[int, StreamOrderedPool] = {}
         # guards creation/removal below; re-entrant because a garbage collection can run an
         # Event/Stream finalizer (event_destroy, stream_destroy) inside a locked section
         self._lock = reinit_after_fork(threading.RLock())
@@ -203,7 +207,8 @@ class CpuBackend(Backend):
             page_locked_host_memory=True, host_functions=True, peer_copies=True,
             interprocess_events=True,
             interprocess_memory=self._config.shared_memory, host_accessible=True,
-            adopt_memory=True, fork_shares_memory=self._config.shared_memory)
+            adopt_memory=True, fork_shares_memory=self._config.shared_memory,
+            stream_ordered_memory=True)
 
     # ------------------------------------------------------------------ leak checks
     def live_handles(self) -> dict[str, int]:
@@ -374,6 +379,60 @@ class CpuBackend(Backend):
         self._check_ptr(ptr)
         self._drain()
         mem.disown(ptr)
+
+    # ------------------------------------------------------------------ stream-ordered pool
+    def _mempool(self, index: int) -> StreamOrderedPool:
+        pool = self._mempools.get(index)
+        if pool is None:
+            with self._lock:
+                pool = self._mempools.get(index)
+                if pool is None:
+                    pool = self._mempools[index] = StreamOrderedPool(self._mem[index])
+        return pool
+
+    def mempool_alloc_async(self, index: int, size: int, stream: StreamHandle) -> DevicePtr:
+        """A block of the device's stream-ordered pool for use on ``stream`` (reused from an
+        earlier free on the same stream, or from a completed free on any); ``0`` over the
+        budget. Not permitted on a capturing stream (a graph records no allocations here)."""
+        s = self._stream(index, stream)
+        self._check_not_capturing(s, "mempool_alloc_async")
+        return DevicePtr(self._mempool(index).alloc(check_size(size), s))
+
+    def mempool_free_async(self, index: int, ptr: DevicePtr, stream: StreamHandle) -> None:
+        """Free a pool block once the work queued on ``stream`` so far is done."""
+        s = self._stream(index, stream)
+        self._check_not_capturing(s, "mempool_free_async")
+        rec = Record(s, s.submitted) if s.completed < s.submitted else None
+        self._mempool(index).free(self._check_ptr(ptr), s, rec)
+
+    def mempool_trim_to(self, index: int, keep: int) -> None:
+        """Release completed free blocks of the pool until it reserves at most ``keep``."""
+        self._check_index(index)
+        self._mempool(index).trim_to(check_size(keep, "keep", allow_zero=True))
+
+    def _check_attribute(self, attr: object) -> str:
+        if not isinstance(attr, str) or attr not in _POOL_ATTRIBUTES:
+            raise ValueError(f"unknown memory pool attribute {attr!r}; use one of "
+                             f"{', '.join(_POOL_ATTRIBUTES)}")
+        return attr
+
+    def mempool_get_attribute(self, index: int, attr: str) -> int:
+        """``release_threshold``, ``reserved_mem_current``/``_high`` or
+        ``used_mem_current``/``_high`` of the device's pool, in bytes."""
+        self._check_index(index)
+        return self._mempool(index).attribute(self._check_attribute(attr))
+
+    def mempool_set_attribute(self, index: int, attr: str, value: int) -> None:
+        """Set the pool's ``release_threshold`` (unused memory kept across
+        synchronizations), or reset ``reserved_mem_high``/``used_mem_high`` (``value`` 0)."""
+        self._check_index(index)
+        self._mempool(index).set_attribute(
+            self._check_attribute(attr), check_size(value, "value", allow_zero=True))
+
+    def _after_sync(self, index: int) -> None:
+        pool = self._mempools.get(index)
+        if pool is not None:
+            pool.after_sync()
 
     def ipc_mem_handle(self, index: int, ptr: DevicePtr) -> bytes:
         """The interprocess handle of the allocation starting at ``ptr`` (shared-memory
@@ -647,6 +706,8 @@ class CpuBackend(Backend):
         if self._async:
             s.wait(s.submitted)
             self._raise_kept((s,))
+        if self._mempools:
+            self._after_sync(index)
 
     def stream_wait_event(self, index: int, stream: StreamHandle, event: EventHandle) -> None:
         """Make later work on ``stream`` wait for ``event``'s current record (any device)."""
@@ -696,6 +757,8 @@ class CpuBackend(Backend):
         """Block until every stream of device ``index`` finished; raises kept worker errors."""
         self._check_index(index)
         if self.streams_idle:
+            if self._mempools:
+                self._after_sync(index)
             return
         streams = [self._default[index]]
         streams += [s for s in list(self._streams.values()) if s.device == index]
@@ -706,6 +769,8 @@ class CpuBackend(Backend):
             for s in streams:
                 s.wait(s.submitted)
             self._raise_kept(streams)
+        if self._mempools:
+            self._after_sync(index)
 
     # ------------------------------------------------------------------ events
     def event_create(self, index: int, enable_timing: bool, blocking: bool,

@@ -49,7 +49,8 @@ class _Device:
 
     __slots__ = ("allocs", "capability", "ctx", "ctx_int", "dead_streams", "dev",
                  "foreign_streams", "index", "ipc_opened", "lock", "mappings",
-                 "owned_streams", "priorities", "reserved", "vm_gran", "vm_handles")
+                 "owned_streams", "pool", "pool_allocs", "priorities", "reserved", "vm_gran",
+                 "vm_handles")
 
     def __init__(self, index: int, dev: Any, ctx: Any, capability: tuple[int, int]) -> None:
         self.index = index
@@ -65,6 +66,8 @@ class _Device:
         self.reserved = Ranges()                              # vm_reserve'd address space
         self.mappings = Ranges()                              # vm_map'ed ranges
         self.ipc_opened = Ranges()                            # cuIpcOpenMemHandle'd memory
+        self.pool: Any = None                                 # default CUmemoryPool (lazily)
+        self.pool_allocs = Ranges()                           # cuMemAllocFromPoolAsync'd
         self.vm_handles: dict[int, Any] = {}                  # guarded by lock; base -> handle
         self.vm_gran = 0                                      # guarded by lock
         self.lock = threading.Lock()
@@ -318,7 +321,8 @@ class CudaBackend(OpsMixin, StreamMixin, MemoryMixin, Backend):
                 interprocess_events=True, interprocess_memory=True, host_accessible=False,
                 dlpack_device_type=_K_DL_CUDA, cuda_stream_protocol=True,
                 cuda_array_interface=True, device_rng=True, device_add=True,
-                pointer_lookup=True)
+                pointer_lookup=True,
+                stream_ordered_memory=bool(attrs.get("memory_pools_supported", 0)))
             self._caps[index] = caps
         return caps
 

@@ -29,6 +29,14 @@ if TYPE_CHECKING:
 __all__ = ["MemoryMixin", "Ranges", "fill_launch"]
 
 _KINDS = ("h2d", "d2h", "d2d", "h2h")
+#: ``mempool_*_attribute`` names -> ``CUmemPool_attribute`` enumerators
+_POOL_ATTRS = {
+    "release_threshold": "CU_MEMPOOL_ATTR_RELEASE_THRESHOLD",
+    "reserved_mem_current": "CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT",
+    "reserved_mem_high": "CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH",
+    "used_mem_current": "CU_MEMPOOL_ATTR_USED_MEM_CURRENT",
+    "used_mem_high": "CU_MEMPOOL_ATTR_USED_MEM_HIGH",
+}
 _IPC_HANDLE_SIZE = 64   # sizeof(CUipcMemHandle)
 _FILL_BLOCK = 256
 _FILL_MAX_GRID = 65535
@@ -146,6 +154,8 @@ class MemoryMixin:
         here, mapped here, or a foreign allocation the driver knows)."""
         ptr = as_ptr(value, what)
         hit = d.allocs.find(ptr)
+        if hit is None and len(d.pool_allocs):
+            hit = d.pool_allocs.find(ptr)
         if hit is not None:
             if ptr + nbytes > hit[0] + hit[1]:
                 raise ValueError(f"{what} range ({ptr:#x}, {nbytes}) overruns its allocation "
@@ -234,6 +244,85 @@ class MemoryMixin:
         except BaseException:
             d.allocs.add(ptr, size)
             raise
+
+    # ------------------------------------------------------------------ stream-ordered pool
+    def _mempool(self, d: _Device) -> Any:
+        """The device's default ``CUmemoryPool`` (``cuDeviceGetDefaultMemPool``, cached)."""
+        pool = d.pool
+        if pool is None:
+            pool = d.pool = check(self._drv.cuDeviceGetDefaultMemPool(d.dev),
+                                  "cuDeviceGetDefaultMemPool")
+        return pool
+
+    def mempool_alloc_async(self, index: int, size: int, stream: StreamHandle) -> DevicePtr:
+        """``cuMemAllocFromPoolAsync`` from the device's default pool; ``0`` on
+        ``CUDA_ERROR_OUT_OF_MEMORY``. During a capture it adds a memory-allocation node."""
+        size = as_size(size, "mempool_alloc_async size", positive=True)
+        d = self._use(index)
+        stream = self._check_stream(d, stream)
+        pool = self._mempool(d)
+        err, ptr = self._drv.cuMemAllocFromPoolAsync(size, pool, stream)
+        if err:
+            if err == self._drv.CUresult.CUDA_ERROR_OUT_OF_MEMORY:
+                return DevicePtr(0)
+            _cu.raise_error(err, "cuMemAllocFromPoolAsync")
+        ptr = int(ptr)
+        d.pool_allocs.add(ptr, size)
+        return DevicePtr(ptr)
+
+    def mempool_free_async(self, index: int, ptr: DevicePtr, stream: StreamHandle) -> None:
+        """``cuMemFreeAsync`` of a :meth:`mempool_alloc_async` pointer on ``stream``."""
+        ptr = DevicePtr(as_ptr(ptr, "mempool_free_async pointer"))
+        d = self._use(index)
+        stream = self._check_stream(d, stream)
+        size = d.pool_allocs.pop(ptr)
+        if size is None:
+            raise ValueError(f"mempool_free_async: {ptr:#x} was not returned by "
+                             f"mempool_alloc_async on cuda:{index} (or was already freed)")
+        try:
+            check(self._drv.cuMemFreeAsync(ptr, stream), "cuMemFreeAsync")
+        except BaseException:
+            d.pool_allocs.add(ptr, size)
+            raise
+
+    def mempool_trim_to(self, index: int, keep: int) -> None:
+        """``cuMemPoolTrimTo`` of the device's default pool."""
+        keep = as_size(keep, "mempool_trim_to keep")
+        d = self._use(index)
+        check(self._drv.cuMemPoolTrimTo(self._mempool(d), keep), "cuMemPoolTrimTo")
+
+    def _pool_attr(self, attr: object) -> Any:
+        name = _POOL_ATTRS.get(attr) if isinstance(attr, str) else None
+        if name is None:
+            raise ValueError(f"unknown memory pool attribute {attr!r}; use one of "
+                             f"{', '.join(_POOL_ATTRS)}")
+        return getattr(self._drv.CUmemPool_attribute, name)
+
+    def mempool_get_attribute(self, index: int, attr: str) -> int:
+        """``cuMemPoolGetAttribute`` of the device's default pool (a ``cuuint64_t``)."""
+        which = self._pool_attr(attr)
+        d = self._use(index)
+        value = check(self._drv.cuMemPoolGetAttribute(self._mempool(d), which),
+                      "cuMemPoolGetAttribute")
+        return int(value)
+
+    def mempool_set_attribute(self, index: int, attr: str, value: int) -> None:
+        """``cuMemPoolSetAttribute``: the release threshold, or a reset (0) of a
+        high-water mark."""
+        which = self._pool_attr(attr)
+        value = as_int(value, "mempool_set_attribute value")
+        if not 0 <= value < 1 << 64:
+            raise ValueError(f"mempool_set_attribute value must be in [0, 2**64), got {value}")
+        if attr not in ("release_threshold", "reserved_mem_high", "used_mem_high"):
+            raise ValueError(f"memory pool attribute {attr!r} cannot be set; set "
+                             "release_threshold, or reset reserved_mem_high / used_mem_high")
+        if attr != "release_threshold" and value != 0:
+            raise ValueError(f"{attr} can only be reset, with the value 0 (it becomes the "
+                             f"current value); got {value}")
+        d = self._use(index)
+        drv = self._drv
+        check(drv.cuMemPoolSetAttribute(self._mempool(d), which, drv.cuuint64_t(value)),
+              "cuMemPoolSetAttribute")
 
     # ------------------------------------------------------------------ interprocess memory
     def ipc_mem_handle(self, index: int, ptr: DevicePtr) -> bytes:

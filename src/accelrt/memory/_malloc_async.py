@@ -1,0 +1,416 @@
+"""``backend:cudaMallocAsync``: the device's stream-ordered memory pool as the allocator.
+
+With ``ACCELRT_ALLOC_CONF=backend:cudaMallocAsync`` (PyTorch's
+``PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync``), :func:`~accelrt.memory._allocator.
+get_allocator` gives every device whose backend has a stream-ordered pool
+(``Capabilities.stream_ordered_memory``: CUDA's default mempool, and the cpu backend's model
+of it) a :class:`MallocAsyncAllocator` instead of the caching allocator, so every public
+memory call routes to it. It is PyTorch's ``CudaMallocAsyncAllocator``:
+
+* ``malloc``/``free`` are ``cudaMallocAsync``/``cudaFreeAsync`` on the allocation's stream
+  (the pool caches; the driver reuses freed memory in stream order);
+* ``record_stream``: the free waits for every recorded stream: it is issued on a stream of the
+  device's stream pool that first waits for an event recorded on the allocation's stream and
+  on each recorded stream (PyTorch's "unifying free stream");
+* statistics: only ``allocated_bytes.all``, ``active_bytes.all`` (the pool's used memory)
+  and ``reserved_bytes.all`` (its reserved memory) ``current``/``peak``, read from the pool's
+  attributes; every other key is 0. ``reset_peak_memory_stats`` resets the pool's
+  high-water marks; ``reset_accumulated_memory_stats`` has no effect (a warning, once);
+* ``empty_cache`` synchronizes the device and trims its pool to 0;
+* ``set_per_process_memory_fraction`` caps the bytes this allocator has handed out
+  (``OutOfMemoryError`` beyond it);
+* snapshots, memory history, OOM observers and IPC sharing raise PyTorch's errors (the pool
+  does not track blocks).
+
+Example::
+
+    >>> from accelrt.backends.cpu import CpuBackend
+    >>> from accelrt.memory._malloc_async import MallocAsyncAllocator
+    >>> a = MallocAsyncAllocator(CpuBackend(name="asyncdoc"), 0)
+    >>> p = a.malloc(1000, 0)
+    >>> a.memory_allocated(), a.memory_reserved()
+    (1024, 1024)
+    >>> a.free(p); a.memory_allocated(), a.memory_reserved()
+    (0, 1024)
+    >>> a.empty_cache(); a.memory_reserved()
+    0
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import warnings
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final, SupportsIndex
+
+from .._errors import OutOfMemoryError
+from .._fork import reinit_after_fork
+from .._handles import DevicePtr, EventHandle, StreamHandle
+from ._allocator import _MAX_ALLOC, DeviceCachingAllocator, _check_size
+from ._config import AllocatorConfig
+from ._oom import format_size
+from ._stats import FLAT_KEYS
+
+if TYPE_CHECKING:
+    from .._backend import Backend
+
+__all__ = ["NAME", "MallocAsyncAllocator"]
+
+#: The ``backend`` option value, and what ``get_allocator_backend()`` says.
+NAME: Final = "cudaMallocAsync"
+_UINT64_MAX: Final = 2**64 - 1
+_STAT_KEYS: Final = {
+    "allocated_bytes.all.current": "used_mem_current",
+    "allocated_bytes.all.peak": "used_mem_high",
+    "active_bytes.all.current": "used_mem_current",
+    "active_bytes.all.peak": "used_mem_high",
+    "reserved_bytes.all.current": "reserved_mem_current",
+    "reserved_bytes.all.peak": "reserved_mem_high",
+}
+_warned: set[str] = set()   # the warnings PyTorch gives once per process
+
+
+def _unsupported(what: str) -> RuntimeError:
+    return RuntimeError(f"cudaMallocAsync does not yet support {what}. If you need it, please "
+                        "file an issue describing your use case.")
+
+
+def _warn_once(message: str) -> None:
+    if message not in _warned:
+        _warned.add(message)
+        warnings.warn(message, UserWarning, stacklevel=3)
+
+
+class _Alloc:
+    """One live allocation: its size, creation stream, recorded streams, capture flag."""
+
+    __slots__ = ("captured", "recorded", "size", "stream")
+
+    def __init__(self, size: int, stream: int, captured: bool) -> None:
+        self.size = size
+        self.stream = stream
+        self.recorded: list[int] = []
+        self.captured = captured
+
+
+class MallocAsyncAllocator(DeviceCachingAllocator):
+    """The allocator of one device under ``backend:cudaMallocAsync`` (PyTorch's
+    ``CudaMallocAsyncAllocator``); see the module docstring.
+
+    Args:
+        backend: a backend whose ``capabilities(index).stream_ordered_memory`` is True.
+        index: the device index.
+        config: the options in force (only ``backend`` matters here).
+    """
+
+    allocator_backend = NAME
+
+    def __init__(self, backend: Backend, index: int, config: AllocatorConfig | None = None
+                 ) -> None:
+        if not backend.capabilities(index).stream_ordered_memory:
+            raise ValueError(f"backend:{NAME} needs a stream-ordered memory pool, which device "
+                             f"{backend.name}:{index} does not have (its capabilities() has "
+                             "stream_ordered_memory=False); use backend:native")
+        super().__init__(backend, index, config)
+        # re-entrant: a garbage collection inside a locked section may free an array
+        self._alock = reinit_after_fork(threading.RLock())
+        self._live: dict[int, _Alloc] = {}            # guarded by _alock
+        self._used = 0                                # guarded by _alock (pytorch_used_bytes)
+        self._limit = _UINT64_MAX                     # guarded by _alock (the fraction's cap)
+        self._initialized = False                     # guarded by _alock (lazy_init_device)
+        self._capturing = False                       # guarded by _alock
+        self._capture_deferred: list[int] = []        # guarded by _alock
+
+    def _init_locked(self) -> None:
+        """PyTorch's ``lazy_init_device``: keep all freed memory in the pool across
+        synchronizations (release threshold ``UINT64_MAX``)."""
+        if not self._initialized:
+            self._b.mempool_set_attribute(self._index, "release_threshold", _UINT64_MAX)
+            self._initialized = True
+
+    # ------------------------------------------------------------------ configuration
+    def set_config(self, cfg: AllocatorConfig) -> None:
+        """Keep the options (the caching allocator's tuning does not apply to the pool)."""
+        self._cfg = cfg
+
+    def set_caching(self, enabled: bool) -> None:
+        """No effect: the pool cannot be turned off (PyTorch's ``enable`` does nothing)."""
+
+    @property
+    def caching(self) -> bool:
+        return True
+
+    # ------------------------------------------------------------------ allocation
+    def malloc(self, size: SupportsIndex, stream: int = 0) -> int:
+        """``cudaMallocAsync`` of ``size`` bytes on ``stream``.
+
+        Raises:
+            OutOfMemoryError: the pool cannot grow, or the bytes handed out would exceed
+                :meth:`set_memory_fraction`'s cap (PyTorch's message).
+        """
+        if type(size) is not int:
+            size = _check_size(size)
+        if size < 0:
+            raise ValueError(f"allocation size must be >= 0, got {size}")
+        if size == 0:
+            return 0
+        if size >= _MAX_ALLOC:
+            raise OutOfMemoryError(f"{self._name} out of memory. Tried to allocate more than "
+                                   "1EB memory.", size, 0, self._device_total)
+        with self._alock:
+            if not self._capturing and self._capture_deferred:
+                self._free_deferred_locked()
+            self._init_locked()
+            ptr = 0
+            if self._used + size <= self._limit:
+                ptr = int(self._b.mempool_alloc_async(self._index, size, StreamHandle(stream)))
+            if not ptr:
+                raise self._pool_oom(size)
+            self._live[ptr] = _Alloc(size, stream, self._capturing)
+            self._used += size
+            return ptr
+
+    def _pool_oom(self, size: int) -> OutOfMemoryError:
+        free, total = self._b.get_memory_info(self._index)
+        limit = "unlimited" if self._limit == _UINT64_MAX else format_size(self._limit)
+        return OutOfMemoryError(
+            f"Allocation on device {self._index} would exceed allowed memory. (out of memory)"
+            f"\nCurrently allocated     : {format_size(self._used)}"
+            f"\nRequested               : {format_size(size)}"
+            f"\nDevice limit            : {format_size(total)}"
+            f"\nFree (according to {self._name}): {format_size(free)}"
+            f"\nPyTorch limit (set by user-supplied memory fraction)"
+            f"\n                        : {limit}", size, free, total)
+
+    def free(self, ptr: int, nonblocking: bool = False) -> None:
+        """``cudaFreeAsync`` in the allocation's stream order (after every recorded stream's
+        work queued so far, see :meth:`record_stream`).
+
+        Raises:
+            ValueError: ``ptr`` is not a live allocation of this allocator.
+        """
+        with self._alock:
+            info = self._live.get(ptr) if type(ptr) is int else None
+            if info is None:
+                raise self._bad_async_ptr(ptr)
+            if self._capturing and not info.captured:
+                _warn_once("freeAsync() was called on an uncaptured allocation during graph "
+                           "capture; its free waits until the capture ends")
+                self._capture_deferred.append(ptr)
+                return
+            self._free_locked_async(ptr, info)
+
+    def _bad_async_ptr(self, ptr: object) -> Exception:
+        if not isinstance(ptr, int) or isinstance(ptr, bool):
+            return TypeError(f"pointer must be an int, got {type(ptr).__name__}")
+        return ValueError(f"pointer {ptr:#x} is not a live allocation of the {NAME} allocator "
+                          f"of {self._name}:{self._index} (double free?)")
+
+    def _free_locked_async(self, ptr: int, info: _Alloc) -> None:
+        b, idx = self._b, self._index
+        if not info.recorded:
+            b.mempool_free_async(idx, DevicePtr(ptr), StreamHandle(info.stream))
+        else:
+            self._free_unified(ptr, info)
+        del self._live[ptr]
+        self._used -= info.size
+
+    def _free_unified(self, ptr: int, info: _Alloc) -> None:
+        """Free on a stream of the device's pool that waits for the creation stream and every
+        recorded stream (PyTorch's dummy unifying free stream)."""
+        from .. import _stream
+        b, idx = self._b, self._index
+        pool = _stream._pool(b, idx)
+        try:
+            unifier = pool.free0.pop()
+        except IndexError:
+            unifier = b.stream_create(idx, 0)
+        try:
+            for s in (info.stream, *info.recorded):
+                if not b.stream_is_valid(idx, StreamHandle(s)):
+                    b.synchronize(idx)   # a destroyed stream: wait for everything instead
+                    continue
+                ev = b.event_create(idx, False, False, False)
+                try:
+                    b.event_record(idx, EventHandle(ev), StreamHandle(s))
+                    b.stream_wait_event(idx, unifier, EventHandle(ev))
+                finally:
+                    b.event_destroy(idx, EventHandle(ev))
+            b.mempool_free_async(idx, DevicePtr(ptr), unifier)
+        finally:
+            pool.free0.append(unifier)   # back to the pool: its queued work stays ordered
+
+    def free_from_finalizer(self, ptr: int) -> None:
+        try:
+            self.free(ptr)
+        except Exception:  # noqa: BLE001 - a finalizer must not raise
+            logging.getLogger("accelrt.memory").exception(
+                "Exception ignored in the %s free of pointer %#x:", NAME, ptr)
+
+    def drain_pending(self) -> bool:
+        return True
+
+    def record_stream(self, ptr: int, stream: int) -> None:
+        """Make the free of ``ptr`` wait for the work queued on ``stream`` by then.
+
+        Raises:
+            ValueError: ``ptr`` is not a live allocation, or ``stream`` not a live stream
+                of this device.
+        """
+        if not ptr:
+            return
+        with self._alock:
+            info = self._live.get(ptr) if type(ptr) is int else None
+            if info is None:
+                raise self._bad_async_ptr(ptr)
+            if stream == info.stream:
+                _warn_once("Called record_stream on tensor whose original creation stream "
+                           "matches the recorded stream. This is unnecessary and has no effect.")
+                return
+            if not self._b.stream_is_valid(self._index, StreamHandle(stream)):
+                raise ValueError(f"record_stream: {stream!r} is not a live stream handle of "
+                                 f"{self._name}:{self._index}")
+            if stream not in info.recorded:
+                info.recorded.append(stream)
+
+    def empty_cache(self, pool_id: tuple[int, int] | None = None) -> None:
+        """Synchronize the device and release every unused byte of its pool
+        (``cudaDeviceSynchronize`` + ``cudaMemPoolTrimTo(pool, 0)``)."""
+        with self._alock:
+            if not self._initialized:
+                return
+            if not self._capturing and self._capture_deferred:
+                self._free_deferred_locked()
+            self._b.synchronize(self._index)
+            self._b.mempool_trim_to(self._index, 0)
+
+    def segment_of(self, ptr: int) -> tuple[int, int, bool] | None:
+        raise _unsupported("shareIpcHandle")
+
+    # ------------------------------------------------------------------ fraction
+    def set_memory_fraction(self, fraction: object) -> None:
+        """Cap the bytes this allocator hands out at ``fraction`` of the device's memory."""
+        if not isinstance(fraction, float):
+            raise TypeError(f"Invalid type for fraction argument, must be `float`, got "
+                            f"{type(fraction).__name__}")
+        if not 0.0 <= fraction <= 1.0:
+            raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
+        with self._alock:
+            self._init_locked()
+            _, total = self._b.get_memory_info(self._index)
+            self._limit = int(fraction * total)
+
+    def get_memory_fraction(self) -> float:
+        """The cap of :meth:`set_memory_fraction` as a fraction (1.0 while there is none)."""
+        limit = self._limit
+        if limit == _UINT64_MAX:
+            return 1.0
+        return limit / self._b.get_memory_info(self._index)[1]
+
+    # ------------------------------------------------------------------ statistics
+    def _pool_stats(self) -> dict[str, int]:
+        vals = dict.fromkeys(FLAT_KEYS, 0)
+        with self._alock:
+            if self._initialized:
+                b, idx = self._b, self._index
+                attrs = {a: b.mempool_get_attribute(idx, a) for a in set(_STAT_KEYS.values())}
+                for key, attr in _STAT_KEYS.items():
+                    vals[key] = attrs[attr]
+        return vals
+
+    def stats(self) -> dict[str, int]:
+        """PyTorch's keys; only the pool's used and reserved bytes are non-zero."""
+        return self._pool_stats()
+
+    def sorted_stats(self) -> collections.OrderedDict[str, int]:
+        vals = self._pool_stats()
+        return collections.OrderedDict((k, vals[k]) for k in sorted(vals))
+
+    def _attr(self, name: str) -> int:
+        with self._alock:
+            if not self._initialized:
+                return 0
+            return self._b.mempool_get_attribute(self._index, name)
+
+    def memory_allocated(self) -> int:
+        return self._attr("used_mem_current")
+
+    def max_memory_allocated(self) -> int:
+        return self._attr("used_mem_high")
+
+    def memory_reserved(self) -> int:
+        return self._attr("reserved_mem_current")
+
+    def max_memory_reserved(self) -> int:
+        return self._attr("reserved_mem_high")
+
+    def reset_peak_stats(self) -> None:
+        """Reset the pool's high-water marks to the current values."""
+        with self._alock:
+            self._init_locked()
+            self._b.mempool_set_attribute(self._index, "reserved_mem_high", 0)
+            self._b.mempool_set_attribute(self._index, "used_mem_high", 0)
+
+    def reset_accumulated_stats(self) -> None:
+        """No effect (the pool keeps no accumulated counts); warns once, as PyTorch."""
+        _warn_once(f"For backend:{NAME}, resetAccumulatedStats has no effect.")
+
+    # ------------------------------------------------------------------ unsupported
+    def snapshot_segments(self, pool_id: tuple[int, int] | None = None) -> list[dict[str, Any]]:
+        raise RuntimeError(f"Calling snapshot with backend:{NAME} is not meaningful. (For "
+                           "backend:native, snapshot returns a detailed summary of all blocks "
+                           f"tracked by the allocator, but the {NAME} backend does not track "
+                           "individual blocks.)")
+
+    def trace_entries(self) -> list[dict[str, Any]]:
+        raise _unsupported("recordHistory")
+
+    def record_history(self, *args: Any, **kwargs: Any) -> None:
+        raise _unsupported("recordHistory")
+
+    def record_annotation(self, metadata: dict[str, Any]) -> None:
+        """Ignored, as PyTorch ignores memory metadata with this backend."""
+
+    def attach_oom_observer(self, fn: Callable[[int, int, int, int], None]) -> None:
+        raise _unsupported("attachOutOfMemoryObserver")
+
+    # ------------------------------------------------------------------ captures and pools
+    def begin_allocate_to_pool(self, pool_id: tuple[int, int],
+                               stream_filter: Callable[[int], bool] | None = None) -> None:
+        """A capture begins: allocations made now belong to it; frees of older allocations
+        wait until it ends (PyTorch's notifyCaptureBegin)."""
+        with self._alock:
+            if self._capturing:
+                raise RuntimeError("Only one capture at a time is allowed in a process.")
+            self._capturing = True
+
+    def end_allocate_to_pool(self, pool_id: tuple[int, int]) -> None:
+        """The capture ends; the frees it deferred run at the next allocation (as
+        PyTorch's mallocAsync does) or at :meth:`empty_cache`."""
+        with self._alock:
+            self._capturing = False
+
+    def _free_deferred_locked(self) -> None:
+        deferred, self._capture_deferred = self._capture_deferred, []
+        for ptr in deferred:
+            info = self._live.get(ptr)
+            if info is not None:
+                self._free_locked_async(ptr, info)
+
+    def create_pool(self, pool_id: tuple[int, int], *, no_split: bool = False,
+                    allocator: Any = None) -> None:
+        """No-op: the driver's pool serves every allocation."""
+
+    def release_pool(self, pool_id: tuple[int, int]) -> None:
+        """No-op (PyTorch's releasePool does nothing here)."""
+
+    def release_pool_from_finalizer(self, pool_id: tuple[int, int]) -> None:
+        """No-op."""
+
+    def pool_use_count(self, pool_id: tuple[int, int]) -> int:
+        return 0
+
+    def __repr__(self) -> str:
+        return f"<{NAME} allocator {self._name}:{self._index} used={self._used}>"
