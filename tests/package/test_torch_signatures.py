@@ -52,16 +52,10 @@ PENDING: dict[str, str] = {
     "torch.cuda.streams.Stream": _MEMORY,
     "torch.distributed.BackendConfig": _OPEN,
     "torch.distributed.DebugLevel": _DIST,
-    "torch.distributed.FileStore": _DIST,
-    "torch.distributed.HashStore": _DIST,
-    "torch.distributed.PrefixStore": _DIST,
-    "torch.distributed.Store": _DIST,
-    "torch.distributed.TCPStore": _DIST,
     "torch.distributed.get_backend_impl": _OPEN,
     "torch.distributed.init_process_group": _DIST,
     "torch.distributed.record_comm": _OPEN,
     "torch.distributed.reduce_op": _OPEN,
-    "torch.distributed.set_debug_level": _DIST,
     "torch.distributed.shrink_group": _OPEN,
 }
 
@@ -139,4 +133,11 @@ def test_comparison_rule() -> None:
     assert ts.compare(torch_sig, [torch_sig[0]])  # missing keyword-only
     posonly = [p("arg0", "POSITIONAL_ONLY")]
     assert ts.compare(posonly, [p("key", "POSITIONAL_ONLY")]) == []  # pybind names don't count
+    assert ts.compare(posonly, [p("key")]) == []  # a positional call still works
+    assert ts.compare(posonly, [p("key", default="None")]) == []  # torch always passes it
+    assert ts.compare(posonly, [p("key", "KEYWORD_ONLY")])  # a positional call would fail
+    assert ts.compare([p("arg0", "POSITIONAL_ONLY", default="0")], [p("key", default="1")])
+    assert ts.compare([p("device", default="None")], [p("device")])  # torch omits it
+    wait = [[posonly[0]], [posonly[0], p("arg1", "POSITIONAL_ONLY")]]  # pybind overloads
+    assert ts.compare_any(wait, [p("keys"), p("timeout", default="None")]) == []
     assert ts.compare([p("kwargs", "VAR_KEYWORD")], [])
