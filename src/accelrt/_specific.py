@@ -176,6 +176,28 @@ class Event(_event.Event):
             self._rec = self._b.event_record_external
             self._wt = self._b.stream_wait_event_external
 
+    @property
+    def cuda_event(self) -> int:
+        """The backend's native event handle (``torch.cuda.Event.cuda_event``): the ``CUevent``
+        on cuda, the simulated event's handle on cpu, accelrt's event handle on opencl; ``0``
+        until the first :meth:`record` creates it (as in PyTorch). The same as
+        :attr:`event_id`.
+
+        Raises:
+            ClosedError: the event was closed.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> e = acc.cpu.Event()
+            >>> e.cuda_event
+            0
+            >>> e.record()
+            >>> e.cuda_event == e.event_id != 0
+            True
+        """
+        return self.event_id
+
 
 class Stream(_stream.Stream):
     """Base of the ``Stream`` class of every device module (``accelrt.cuda.Stream`` is a
@@ -225,6 +247,25 @@ class Stream(_stream.Stream):
         v._origin = s if s._free is not None else None
         return v
 
+    @property
+    def cuda_stream(self) -> int:
+        """The stream's native handle (``torch.cuda.Stream.cuda_stream``): the ``CUstream`` on
+        cuda, the simulated stream's handle on cpu, accelrt's command-queue handle on opencl;
+        the same as :attr:`native_handle` and :attr:`stream_id`, and what
+        :class:`ExternalStream` and ``get_stream_from_external`` take back.
+
+        Raises:
+            ClosedError: the stream was closed.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> s = acc.cpu.Stream()
+            >>> acc.cpu.ExternalStream(s.cuda_stream) == s
+            True
+        """
+        return self.stream_id
+
     def _check_open(self) -> None:
         """Raise :class:`~accelrt.ClosedError` if this object, or the stream it views, was
         closed."""
@@ -273,6 +314,49 @@ class Stream(_stream.Stream):
         closed = " closed" if self._closed else ""
         return (f"<{cls.__module__}.{cls.__qualname__} device={self._b.name}:{self._index} "
                 f"stream_id={self._handle:#x} priority={self._priority}{closed}>")
+
+
+class ExternalStream(Stream):
+    """Base of the ``ExternalStream`` class of every device module
+    (``torch.cuda.ExternalStream``): a stream object for a stream made elsewhere, from its
+    native handle, that does not own it (closing it or collecting it leaves the stream alone;
+    the stream must outlive it).
+
+    Args:
+        stream_ptr: the native handle as an ``int``: a ``CUstream``/``cudaStream_t`` on cuda
+            (CuPy's, PyTorch's, cuda.core's, C code's); on cpu and opencl the
+            :attr:`~Stream.cuda_stream` (``stream_id``) of a live stream of the backend, made
+            by accelrt in this process (those backends have no foreign streams).
+        device: the device the stream belongs to (the module's current device by default).
+
+    Raises:
+        TypeError: ``stream_ptr`` is not an int.
+        ValueError: the backend does not know the stream on that device.
+
+    .. note:: As with ``torch.cuda.ExternalStream``, a cuda value that was never a stream
+        may crash the driver.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> s = acc.cpu.Stream()
+        >>> e = acc.cpu.ExternalStream(s.cuda_stream)
+        >>> e == s, isinstance(e, acc.cpu.Stream)
+        (True, True)
+    """
+
+    __slots__ = ()
+
+    def __init__(self, stream_ptr: int, device: DeviceLike = None) -> None:
+        if not isinstance(stream_ptr, int) or isinstance(stream_ptr, bool):
+            raise TypeError(f"ExternalStream takes the stream handle as an int, got "
+                            f"{type(stream_ptr).__name__}")
+        name = self._backend_name
+        if name is None:
+            b, index = _dev._get_device_of(device, None)
+        else:
+            b, index = device_module(name)._resolve(device)
+        super().__init__(stream_id=stream_ptr, device_index=index, device_type=b.name)
 
 
 class _DeviceContext:
@@ -435,6 +519,8 @@ class DeviceModule(Generic[_S, _E]):
         backend_name: a registered backend name (it need not be usable here).
         module: the name of the device module, e.g. ``"accelrt.cuda"``.
         stream_class: the module's :class:`Stream` subclass.
+        external_stream: the module's :class:`ExternalStream` (a subclass of it and of the
+            module's ``Stream``).
         event_class: the module's :class:`Event` subclass.
         stream_context_class: the module's :class:`StreamContext` subclass.
         graph_class: the module's graph class (``accelrt.cuda.CUDAGraph``).
@@ -452,7 +538,8 @@ class DeviceModule(Generic[_S, _E]):
     CUDAPluggableAllocator = _pluggable.PluggableAllocator
     PluggableAllocator = _pluggable.PluggableAllocator
 
-    def __init__(self, backend_name: str, module: str, *, stream: type[_S], event: type[_E],
+    def __init__(self, backend_name: str, module: str, *, stream: type[_S],
+                 external_stream: type[ExternalStream], event: type[_E],
                  stream_context: type[StreamContext], device: type[_DeviceCM],
                  device_of: type[_DeviceOfCM], device_index: type[_dev.device_index],
                  graph_class: type[_graph.DeviceGraph], graph: type[_graph.graph]) -> None:
@@ -461,6 +548,7 @@ class DeviceModule(Generic[_S, _E]):
         self.name = backend_name
         self.module = module
         self.Stream = stream
+        self.ExternalStream = external_stream
         self.Event = event
         self.StreamContext = stream_context
         self.device = device
@@ -1856,7 +1944,7 @@ class RandomModule(types.ModuleType):
 
 class StreamsModule(types.ModuleType):
     """``torch.cuda.streams`` for one device module: ``accelrt.cuda.streams`` (importable)
-    has the module's ``Stream`` and ``Event`` classes (and ``ExternalStream`` on cuda).
+    has the module's ``Stream``, ``ExternalStream`` and ``Event`` classes.
 
     Example::
 
@@ -1867,8 +1955,9 @@ class StreamsModule(types.ModuleType):
 
     def __init__(self, dm: DeviceModule[Any, Any]) -> None:
         super().__init__(f"{dm.module}.streams", f"``torch.cuda.streams`` of {dm.module}.")
-        self.__all__ = ["Event", "Stream"]
+        self.__all__ = ["Event", "ExternalStream", "Stream"]
         self.Stream = dm.Stream
+        self.ExternalStream = dm.ExternalStream
         self.Event = dm.Event
 
 
@@ -2053,13 +2142,16 @@ def device_module(name: str) -> DeviceModule[Stream, Event]:
                                         **extra})
 
     ev = make(Event, "Event")
+    stream_cls = make(Stream, "Stream", _event_class=ev)
+    ext = type("ExternalStream", (ExternalStream, stream_cls),
+               {"__slots__": (), "__module__": module, "__qualname__": "ExternalStream"})
     dev_cls = make(device, "device")
     graph_cls = make(_graph.DeviceGraph, "Graph")
     with _modules_lock:
         m = _modules.get(name)
         if m is None:
             m = _modules[name] = DeviceModule(
-                name, module, stream=make(Stream, "Stream", _event_class=ev), event=ev,
+                name, module, stream=stream_cls, external_stream=ext, event=ev,
                 stream_context=make(StreamContext, "StreamContext"), device=dev_cls,
                 device_of=make(device_of, "device_of"),
                 device_index=make(_dev.device_index, "device_index"), graph_class=graph_cls,

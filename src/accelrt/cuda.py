@@ -187,6 +187,31 @@ class Stream(_specific.Stream):
     _event_class = Event
 
 
+class ExternalStream(_specific.ExternalStream, Stream):
+    """Wrap a CUDA stream made elsewhere (CuPy, PyTorch, cuda.core, C code) without owning it
+    (``torch.cuda.ExternalStream``; see :class:`accelrt._specific.ExternalStream`).
+
+    Args:
+        stream_ptr: the ``cudaStream_t``/``CUstream`` value as an ``int``.
+        device: the CUDA device the stream belongs to (the current CUDA device by default).
+
+    Raises:
+        TypeError: ``stream_ptr`` is not an int.
+        ValueError: the driver does not know the stream on that device.
+
+    .. note:: As with ``torch.cuda.ExternalStream``, the stream must outlive this object, and
+        a value that was never a stream may crash the driver.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> issubclass(acc.cuda.ExternalStream, acc.cuda.Stream)
+        True
+    """
+
+    __slots__ = ()
+
+
 class StreamContext(_specific.StreamContext):
     """``with StreamContext(stream):`` makes a cuda stream and its device current,
     restoring both on exit; ``None`` is a no-op (``torch.cuda.StreamContext``).
@@ -379,8 +404,8 @@ class _CudaModule(DeviceModule[Stream, Event]):
 
 
 _m: _CudaModule = _specific._register(_CudaModule(
-    "cuda", __name__, stream=Stream, event=Event, stream_context=StreamContext,
-    device=device, device_of=device_of, device_index=device_index, graph_class=CUDAGraph, graph=graph))
+    "cuda", __name__, stream=Stream, external_stream=ExternalStream, event=Event,
+    stream_context=StreamContext, device=device, device_of=device_of, device_index=device_index, graph_class=CUDAGraph, graph=graph))
 
 # The torch.cuda runtime of the cuda backend (documented on accelrt._specific.DeviceModule).
 
@@ -492,37 +517,6 @@ def get_device_capability(device: DeviceLike = None) -> tuple[int, int]:
     return int(props["major"]), int(props["minor"])
 
 
-class ExternalStream(Stream):
-    """Wrap a CUDA stream made elsewhere (CuPy, PyTorch, cuda.core, C code) without owning it.
-
-    Args:
-        stream_ptr: the ``cudaStream_t``/``CUstream`` value as an ``int``.
-        device: the CUDA device the stream belongs to (the current CUDA device by default).
-
-    Raises:
-        TypeError: ``stream_ptr`` is not an int.
-        ValueError: the driver does not know the stream on that device.
-
-    .. note:: As with ``torch.cuda.ExternalStream``, the stream must outlive this object, and
-        a value that was never a stream may crash the driver.
-
-    Example::
-
-        >>> import accelrt as acc
-        >>> issubclass(acc.cuda.ExternalStream, acc.Stream)
-        True
-    """
-
-    __slots__ = ()
-
-    def __init__(self, stream_ptr: int, device: DeviceLike = None) -> None:
-        if not isinstance(stream_ptr, int) or isinstance(stream_ptr, bool):
-            raise TypeError(f"ExternalStream takes the stream handle as an int, got "
-                            f"{type(stream_ptr).__name__}")
-        _, idx = _index(device)
-        super().__init__(stream_id=stream_ptr, device_index=idx, device_type="cuda")
-
-
 def stream_handle(stream: Any) -> int:
     """The raw CUDA stream handle of an accelrt CUDA stream or any object implementing the
     ``__cuda_stream__`` protocol (CuPy, PyTorch, cuda.core), so such objects can be passed
@@ -576,6 +570,3 @@ def as_stream(stream: Any, device: DeviceLike = None) -> _stream.Stream:
         return stream
     return ExternalStream(stream_handle(stream), device)
 
-
-setattr(streams, "ExternalStream", ExternalStream)   # noqa: B010 - torch.cuda.streams has it
-streams.__all__ = ["Event", "ExternalStream", "Stream"]

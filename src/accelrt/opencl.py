@@ -32,6 +32,7 @@ from .memory._pluggable import PluggableAllocator as CUDAPluggableAllocator
 __all__ = [
     "CUDAPluggableAllocator",
     "Event",
+    "ExternalStream",
     "Graph",
     "MemPool",
     "OutOfMemoryError",
@@ -161,6 +162,27 @@ class Stream(_specific.Stream):
     _event_class = Event
 
 
+class ExternalStream(_specific.ExternalStream, Stream):
+    """A non-owning stream object for a opencl stream from its handle
+    (``torch.cuda.ExternalStream`` for this backend): ``stream_ptr`` is the
+    :attr:`~accelrt.opencl.Stream.cuda_stream` of a live queue of the opencl backend, made
+    by accelrt in this process (the backend has no foreign streams; see
+    :class:`accelrt._specific.ExternalStream`).
+
+    Raises:
+        TypeError: ``stream_ptr`` is not an int.
+        ValueError: the backend does not know the stream on that device.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> issubclass(acc.opencl.ExternalStream, acc.opencl.Stream)
+        True
+    """
+
+    __slots__ = ()
+
+
 class StreamContext(_specific.StreamContext):
     """``with StreamContext(stream):`` makes a opencl stream and its device current,
     restoring both on exit; ``None`` is a no-op (``torch.cuda.StreamContext``).
@@ -251,7 +273,8 @@ class graph(_graph.graph):  # noqa: N801 - torch.cuda.graph's name
 
 
 _m: DeviceModule[Stream, Event] = _specific._register(DeviceModule(
-    "opencl", __name__, stream=Stream, event=Event, stream_context=StreamContext,
+    "opencl", __name__, stream=Stream, external_stream=ExternalStream, event=Event,
+    stream_context=StreamContext,
     device=device, device_of=device_of, device_index=device_index, graph_class=Graph, graph=graph))
 
 # The torch.cuda runtime of the opencl backend (documented on accelrt._specific.DeviceModule).

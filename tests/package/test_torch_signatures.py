@@ -29,10 +29,7 @@ _OPEN = "issue 23 §5 left open (no lane yet)"
 PENDING: dict[str, str] = {
     "torch.cuda.CUDAGraph": _GRAPHS,
     "torch.cuda.CUDAPluggableAllocator": _OPEN,
-    "torch.cuda.Event": _OPEN,
-    "torch.cuda.ExternalStream": _OPEN,
     "torch.cuda.MemPool": _MEMORY,
-    "torch.cuda.Stream": _OPEN,
     "torch.cuda.export_dot": _GRAPHS,
     "torch.cuda.export_graph_data": _GRAPHS,
     "torch.cuda.graph": _GRAPHS,
@@ -47,7 +44,6 @@ PENDING: dict[str, str] = {
     "torch.cuda.memory_snapshot": _MEMORY,
     "torch.cuda.random.get_rng_state": _MEMORY,
     "torch.cuda.random.set_rng_state": _MEMORY,
-    "torch.cuda.streams.Event": _MEMORY,
     "torch.cuda.streams.ExternalStream": _MEMORY,
     "torch.cuda.streams.Stream": _MEMORY,
     "torch.distributed.BackendConfig": _OPEN,
