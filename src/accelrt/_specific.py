@@ -1475,14 +1475,17 @@ class DeviceModule(Generic[_S, _E]):
         self._b()
         return memory._snapshot(_dev._type_device(self.name), augment_with_fx_traces)
 
-    def memory_snapshot(self, mempool_id: tuple[int, int] | None = None
-                        ) -> list[dict[str, Any]]:
+    def memory_snapshot(self, mempool_id: tuple[int, int] | None = None,
+                        include_traces: bool = True) -> list[dict[str, Any]]:
         """The segments of every started device of the backend, sorted by address.
 
         Args:
             mempool_id: only the segments of this private pool (a ``MemPool.id``).
+            include_traces: torch 2.14's switch for gathering trace entries, which the
+                segments never carry (in PyTorch neither): ``False`` returns the same list.
 
         Raises:
+            TypeError: ``include_traces`` is not a bool.
             BackendUnavailableError: the backend cannot be used here.
 
         Example::
@@ -1491,6 +1494,8 @@ class DeviceModule(Generic[_S, _E]):
             >>> isinstance(acc.cpu.memory_snapshot(), list)
             True
         """
+        from .memory import _check_include_traces
+        _check_include_traces(include_traces)
         segments: list[dict[str, Any]] = self._snapshot()["segments"]
         if mempool_id is None:
             return segments
@@ -1517,7 +1522,9 @@ class DeviceModule(Generic[_S, _E]):
                               max_entries: int = sys.maxsize, device: DeviceLike = None,
                               clear_history: bool = False, compile_context: bool = False,
                               global_record_annotations: bool = False,
-                              skip_actions: list[str] | None = None) -> None:
+                              skip_actions: list[str] | None = None,
+                              record_pinned_host_memory: bool = False,
+                              record_cuda: bool = True) -> None:
         """:func:`accelrt.memory.record_memory_history` on the backend's devices; ``device=None``
         means every device of the backend.
 
@@ -1530,6 +1537,7 @@ class DeviceModule(Generic[_S, _E]):
         from . import memory
         memory._torch_only(compile_context=compile_context,
                            global_record_annotations=global_record_annotations)
+        memory._device_history_only(record_pinned_host_memory, record_cuda)
         if device is not None:
             targets = [self._device(device)]
         else:
@@ -1865,13 +1873,16 @@ class MemoryModule(types.ModuleType):
                                max_entries: int = sys.maxsize, device: DeviceLike = None,
                                clear_history: bool = False, compile_context: bool = False,
                                global_record_annotations: bool = False,
-                               skip_actions: list[str] | None = None) -> None:
+                               skip_actions: list[str] | None = None,
+                               record_pinned_host_memory: bool = False,
+                               record_cuda: bool = True) -> None:
         """``torch.cuda.memory._record_memory_history`` (see
         :func:`accelrt.memory.record_memory_history`); ``device=None``: every device of the
         backend."""
         self._dm.record_memory_history(enabled, context, stacks, max_entries, device,
                                        clear_history, compile_context,
-                                       global_record_annotations, skip_actions)
+                                       global_record_annotations, skip_actions,
+                                       record_pinned_host_memory, record_cuda)
 
     def _snapshot(self, device: DeviceLike = None, augment_with_fx_traces: bool = False
                   ) -> dict[str, Any]:

@@ -28,7 +28,6 @@ _DIST = "issue 23 §4 distributed (stores, env://, split_group, ...)"
 _OPEN = "issue 23 §5 left open (no lane yet)"
 PENDING: dict[str, str] = {
     "torch.cuda.CUDAGraph": _GRAPHS,
-    "torch.cuda.MemPool": _MEMORY,
     "torch.cuda.export_dot": _GRAPHS,
     "torch.cuda.export_graph_data": _GRAPHS,
     "torch.cuda.graph": _GRAPHS,
@@ -36,10 +35,6 @@ PENDING: dict[str, str] = {
     "torch.cuda.graphs.CUDAGraph": _GRAPHS,
     "torch.cuda.graphs.export_graph_data": _GRAPHS,
     "torch.cuda.graphs.graph": _GRAPHS,
-    "torch.cuda.memory.MemPool": _MEMORY,
-    "torch.cuda.memory._record_memory_history": _MEMORY,
-    "torch.cuda.memory.memory_snapshot": _MEMORY,
-    "torch.cuda.memory_snapshot": _MEMORY,
     "torch.cuda.random.get_rng_state": _MEMORY,
     "torch.cuda.random.set_rng_state": _MEMORY,
     "torch.cuda.streams.ExternalStream": _MEMORY,
