@@ -554,8 +554,9 @@ class DeviceModule(Generic[_S, _E]):
         self.device = device
         self.device_of = device_of
         self.device_index = device_index
-        self.Graph = graph_class
+        self.Graph = self.CUDAGraph = graph_class
         self.graph = graph
+        self.export_dot = _graph.export_dot
         #: ``torch.cuda.memory`` of this module (:class:`MemoryModule`).
         self.memory = MemoryModule(self)
         #: ``torch.cuda.random`` and ``torch.cuda.streams`` of this module.

@@ -41,6 +41,7 @@ from .memory._pluggable import PluggableAllocator
 from .memory._pluggable import PluggableAllocator as CUDAPluggableAllocator
 
 __all__ = [
+    "CUDAGraph",
     "CUDAPluggableAllocator",
     "Event",
     "ExternalStream",
@@ -69,6 +70,7 @@ __all__ = [
     "dump_snapshot",
     "empty_cache",
     "empty_host_cache",
+    "export_dot",
     "get_allocator_backend",
     "get_allocator_settings",
     "get_arch_list",
@@ -283,6 +285,9 @@ class graph(_graph.graph):  # noqa: N801 - torch.cuda.graph's name
     _graph_class: ClassVar[type[_graph.Graph]] = Graph
 
 
+#: ``torch.cuda.CUDAGraph``'s name (every device module carries torch.cuda's names).
+CUDAGraph = Graph
+
 _m: DeviceModule[Stream, Event] = _specific._register(DeviceModule(
     "cpu", __name__, stream=Stream, external_stream=ExternalStream, event=Event,
     stream_context=StreamContext,
@@ -352,6 +357,7 @@ dump_snapshot = _m.dump_snapshot
 record_memory_history = _m.record_memory_history
 memory = _m.memory
 graphs = _m.graphs
+export_dot = _graph.export_dot
 empty_host_cache = _m.empty_host_cache
 host_memory_stats = _m.host_memory_stats
 reset_peak_host_memory_stats = _m.reset_peak_host_memory_stats

@@ -82,6 +82,7 @@ __all__ = [
     "dump_snapshot",
     "empty_cache",
     "empty_host_cache",
+    "export_dot",
     "get_allocator_backend",
     "get_allocator_settings",
     "get_arch_list",
@@ -405,7 +406,8 @@ class _CudaModule(DeviceModule[Stream, Event]):
 
 _m: _CudaModule = _specific._register(_CudaModule(
     "cuda", __name__, stream=Stream, external_stream=ExternalStream, event=Event,
-    stream_context=StreamContext, device=device, device_of=device_of, device_index=device_index, graph_class=CUDAGraph, graph=graph))
+    stream_context=StreamContext, device=device, device_of=device_of,
+    device_index=device_index, graph_class=CUDAGraph, graph=graph))
 
 # The torch.cuda runtime of the cuda backend (documented on accelrt._specific.DeviceModule).
 
@@ -473,6 +475,7 @@ dump_snapshot = _m.dump_snapshot
 record_memory_history = _m.record_memory_history
 memory = _m.memory
 graphs = _m.graphs
+export_dot = _graph.export_dot
 empty_host_cache = _m.empty_host_cache
 host_memory_stats = _m.host_memory_stats
 reset_peak_host_memory_stats = _m.reset_peak_host_memory_stats
