@@ -1609,4 +1609,5 @@ def test_gpu_native_handles_and_external_stream_round_trip(cuda: Any) -> None:
     assert ev.cuda_event == ev.event_id != 0
     ev.synchronize()
     e.close()                      # not owned: the CUstream stays alive
+    s.synchronize()
     assert s.query()

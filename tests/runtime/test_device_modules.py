@@ -155,6 +155,7 @@ def test_external_stream_and_native_handles(m: Any) -> None:
     assert type(e.record_event()) is m.Event and ev.cuda_event == ev.event_id != 0
     ev.synchronize()
     e.close()                      # not owned: the stream stays alive
+    s.synchronize()
     assert s.query() and m.ExternalStream(s.cuda_stream, s.device) == s
     with m.device(s.device_index):
         assert m.ExternalStream(s.cuda_stream) == s   # device=None: the current device
