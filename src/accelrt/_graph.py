@@ -790,6 +790,13 @@ class graph:
 
     A :class:`Graph` made with ``pool=`` shares that pool when ``pool`` is not given here.
 
+    ``graph.default_capture_stream`` (``torch.cuda.graph``'s class attribute): set it to a
+    stream to make it the capture stream of every ``graph`` context of this class made
+    without ``stream=`` (PyTorch's way of choosing the side stream); while it is ``None``
+    (the default) each device has its own shared side stream. PyTorch fills it lazily with
+    one stream of the device current at the first capture; accelrt leaves it to the user so
+    that a capture on another device never runs on the first device's stream.
+
     Example::
 
         >>> import accelrt as acc
@@ -803,6 +810,8 @@ class graph:
     """
 
     _default_streams: ClassVar[dict[tuple[str, int], _stream.Stream]] = {}   # guarded by _lock
+    #: The capture stream of contexts made without ``stream=`` when set (see above).
+    default_capture_stream: ClassVar[_stream.Stream | None] = None
     #: Graph class accepted and backend used (``accelrt.cuda.graph`` fixes cuda).
     _graph_class: ClassVar[type[Graph]] = Graph
 
@@ -827,6 +836,15 @@ class graph:
         self.cuda_graph = cuda_graph
         self.pool = pool if pool is not None else cuda_graph.graph_pool
         self.capture_error_mode = capture_error_mode
+        if stream is None:
+            stream = type(self).default_capture_stream
+            if stream is not None and not isinstance(stream, _stream.Stream):
+                raise TypeError(f"graph.default_capture_stream must be an accelrt.Stream or "
+                                f"None, got {type(stream).__name__}")
+            if stream is not None and name is not None and stream.device_type != name:
+                raise ValueError(f"graph.default_capture_stream is a {stream.device_type} "
+                                 f"stream; this graph() captures {name} work: set a {name} "
+                                 "stream or None")
         if stream is None:
             b = _graph_backend(name)
             index = _tls.device.get(b.name, 0)

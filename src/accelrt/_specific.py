@@ -176,6 +176,28 @@ class Event(_event.Event):
             self._rec = self._b.event_record_external
             self._wt = self._b.stream_wait_event_external
 
+    @property
+    def cuda_event(self) -> int:
+        """The backend's native event handle (``torch.cuda.Event.cuda_event``): the ``CUevent``
+        on cuda, the simulated event's handle on cpu, accelrt's event handle on opencl; ``0``
+        until the first :meth:`record` creates it (as in PyTorch). The same as
+        :attr:`event_id`.
+
+        Raises:
+            ClosedError: the event was closed.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> e = acc.cpu.Event()
+            >>> e.cuda_event
+            0
+            >>> e.record()
+            >>> e.cuda_event == e.event_id != 0
+            True
+        """
+        return self.event_id
+
 
 class Stream(_stream.Stream):
     """Base of the ``Stream`` class of every device module (``accelrt.cuda.Stream`` is a
@@ -225,6 +247,25 @@ class Stream(_stream.Stream):
         v._origin = s if s._free is not None else None
         return v
 
+    @property
+    def cuda_stream(self) -> int:
+        """The stream's native handle (``torch.cuda.Stream.cuda_stream``): the ``CUstream`` on
+        cuda, the simulated stream's handle on cpu, accelrt's command-queue handle on opencl;
+        the same as :attr:`native_handle` and :attr:`stream_id`, and what
+        :class:`ExternalStream` and ``get_stream_from_external`` take back.
+
+        Raises:
+            ClosedError: the stream was closed.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> s = acc.cpu.Stream()
+            >>> acc.cpu.ExternalStream(s.cuda_stream) == s
+            True
+        """
+        return self.stream_id
+
     def _check_open(self) -> None:
         """Raise :class:`~accelrt.ClosedError` if this object, or the stream it views, was
         closed."""
@@ -273,6 +314,49 @@ class Stream(_stream.Stream):
         closed = " closed" if self._closed else ""
         return (f"<{cls.__module__}.{cls.__qualname__} device={self._b.name}:{self._index} "
                 f"stream_id={self._handle:#x} priority={self._priority}{closed}>")
+
+
+class ExternalStream(Stream):
+    """Base of the ``ExternalStream`` class of every device module
+    (``torch.cuda.ExternalStream``): a stream object for a stream made elsewhere, from its
+    native handle, that does not own it (closing it or collecting it leaves the stream alone;
+    the stream must outlive it).
+
+    Args:
+        stream_ptr: the native handle as an ``int``: a ``CUstream``/``cudaStream_t`` on cuda
+            (CuPy's, PyTorch's, cuda.core's, C code's); on cpu and opencl the
+            :attr:`~Stream.cuda_stream` (``stream_id``) of a live stream of the backend, made
+            by accelrt in this process (those backends have no foreign streams).
+        device: the device the stream belongs to (the module's current device by default).
+
+    Raises:
+        TypeError: ``stream_ptr`` is not an int.
+        ValueError: the backend does not know the stream on that device.
+
+    .. note:: As with ``torch.cuda.ExternalStream``, a cuda value that was never a stream
+        may crash the driver.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> s = acc.cpu.Stream()
+        >>> e = acc.cpu.ExternalStream(s.cuda_stream)
+        >>> e == s, isinstance(e, acc.cpu.Stream)
+        (True, True)
+    """
+
+    __slots__ = ()
+
+    def __init__(self, stream_ptr: int, device: DeviceLike = None) -> None:
+        if not isinstance(stream_ptr, int) or isinstance(stream_ptr, bool):
+            raise TypeError(f"ExternalStream takes the stream handle as an int, got "
+                            f"{type(stream_ptr).__name__}")
+        name = self._backend_name
+        if name is None:
+            b, index = _dev._get_device_of(device, None)
+        else:
+            b, index = device_module(name)._resolve(device)
+        super().__init__(stream_id=stream_ptr, device_index=index, device_type=b.name)
 
 
 class _DeviceContext:
@@ -435,6 +519,8 @@ class DeviceModule(Generic[_S, _E]):
         backend_name: a registered backend name (it need not be usable here).
         module: the name of the device module, e.g. ``"accelrt.cuda"``.
         stream_class: the module's :class:`Stream` subclass.
+        external_stream: the module's :class:`ExternalStream` (a subclass of it and of the
+            module's ``Stream``).
         event_class: the module's :class:`Event` subclass.
         stream_context_class: the module's :class:`StreamContext` subclass.
         graph_class: the module's graph class (``accelrt.cuda.CUDAGraph``).
@@ -452,7 +538,8 @@ class DeviceModule(Generic[_S, _E]):
     CUDAPluggableAllocator = _pluggable.PluggableAllocator
     PluggableAllocator = _pluggable.PluggableAllocator
 
-    def __init__(self, backend_name: str, module: str, *, stream: type[_S], event: type[_E],
+    def __init__(self, backend_name: str, module: str, *, stream: type[_S],
+                 external_stream: type[ExternalStream], event: type[_E],
                  stream_context: type[StreamContext], device: type[_DeviceCM],
                  device_of: type[_DeviceOfCM], device_index: type[_dev.device_index],
                  graph_class: type[_graph.DeviceGraph], graph: type[_graph.graph]) -> None:
@@ -461,13 +548,15 @@ class DeviceModule(Generic[_S, _E]):
         self.name = backend_name
         self.module = module
         self.Stream = stream
+        self.ExternalStream = external_stream
         self.Event = event
         self.StreamContext = stream_context
         self.device = device
         self.device_of = device_of
         self.device_index = device_index
-        self.Graph = graph_class
+        self.Graph = self.CUDAGraph = graph_class
         self.graph = graph
+        self.export_dot = _graph.export_dot
         #: ``torch.cuda.memory`` of this module (:class:`MemoryModule`).
         self.memory = MemoryModule(self)
         #: ``torch.cuda.random`` and ``torch.cuda.streams`` of this module.
@@ -1387,14 +1476,17 @@ class DeviceModule(Generic[_S, _E]):
         self._b()
         return memory._snapshot(_dev._type_device(self.name), augment_with_fx_traces)
 
-    def memory_snapshot(self, mempool_id: tuple[int, int] | None = None
-                        ) -> list[dict[str, Any]]:
+    def memory_snapshot(self, mempool_id: tuple[int, int] | None = None,
+                        include_traces: bool = True) -> list[dict[str, Any]]:
         """The segments of every started device of the backend, sorted by address.
 
         Args:
             mempool_id: only the segments of this private pool (a ``MemPool.id``).
+            include_traces: torch 2.14's switch for gathering trace entries, which the
+                segments never carry (in PyTorch neither): ``False`` returns the same list.
 
         Raises:
+            TypeError: ``include_traces`` is not a bool.
             BackendUnavailableError: the backend cannot be used here.
 
         Example::
@@ -1403,6 +1495,8 @@ class DeviceModule(Generic[_S, _E]):
             >>> isinstance(acc.cpu.memory_snapshot(), list)
             True
         """
+        from .memory import _check_include_traces
+        _check_include_traces(include_traces)
         segments: list[dict[str, Any]] = self._snapshot()["segments"]
         if mempool_id is None:
             return segments
@@ -1429,7 +1523,9 @@ class DeviceModule(Generic[_S, _E]):
                               max_entries: int = sys.maxsize, device: DeviceLike = None,
                               clear_history: bool = False, compile_context: bool = False,
                               global_record_annotations: bool = False,
-                              skip_actions: list[str] | None = None) -> None:
+                              skip_actions: list[str] | None = None,
+                              record_pinned_host_memory: bool = False,
+                              record_cuda: bool = True) -> None:
         """:func:`accelrt.memory.record_memory_history` on the backend's devices; ``device=None``
         means every device of the backend.
 
@@ -1442,6 +1538,7 @@ class DeviceModule(Generic[_S, _E]):
         from . import memory
         memory._torch_only(compile_context=compile_context,
                            global_record_annotations=global_record_annotations)
+        memory._device_history_only(record_pinned_host_memory, record_cuda)
         if device is not None:
             targets = [self._device(device)]
         else:
@@ -1777,13 +1874,16 @@ class MemoryModule(types.ModuleType):
                                max_entries: int = sys.maxsize, device: DeviceLike = None,
                                clear_history: bool = False, compile_context: bool = False,
                                global_record_annotations: bool = False,
-                               skip_actions: list[str] | None = None) -> None:
+                               skip_actions: list[str] | None = None,
+                               record_pinned_host_memory: bool = False,
+                               record_cuda: bool = True) -> None:
         """``torch.cuda.memory._record_memory_history`` (see
         :func:`accelrt.memory.record_memory_history`); ``device=None``: every device of the
         backend."""
         self._dm.record_memory_history(enabled, context, stacks, max_entries, device,
                                        clear_history, compile_context,
-                                       global_record_annotations, skip_actions)
+                                       global_record_annotations, skip_actions,
+                                       record_pinned_host_memory, record_cuda)
 
     def _snapshot(self, device: DeviceLike = None, augment_with_fx_traces: bool = False
                   ) -> dict[str, Any]:
@@ -1856,7 +1956,7 @@ class RandomModule(types.ModuleType):
 
 class StreamsModule(types.ModuleType):
     """``torch.cuda.streams`` for one device module: ``accelrt.cuda.streams`` (importable)
-    has the module's ``Stream`` and ``Event`` classes (and ``ExternalStream`` on cuda).
+    has the module's ``Stream``, ``ExternalStream`` and ``Event`` classes.
 
     Example::
 
@@ -1867,8 +1967,9 @@ class StreamsModule(types.ModuleType):
 
     def __init__(self, dm: DeviceModule[Any, Any]) -> None:
         super().__init__(f"{dm.module}.streams", f"``torch.cuda.streams`` of {dm.module}.")
-        self.__all__ = ["Event", "Stream"]
+        self.__all__ = ["Event", "ExternalStream", "Stream"]
         self.Stream = dm.Stream
+        self.ExternalStream = dm.ExternalStream
         self.Event = dm.Event
 
 
@@ -2053,13 +2154,16 @@ def device_module(name: str) -> DeviceModule[Stream, Event]:
                                         **extra})
 
     ev = make(Event, "Event")
+    stream_cls = make(Stream, "Stream", _event_class=ev)
+    ext = type("ExternalStream", (ExternalStream, stream_cls),
+               {"__slots__": (), "__module__": module, "__qualname__": "ExternalStream"})
     dev_cls = make(device, "device")
     graph_cls = make(_graph.DeviceGraph, "Graph")
     with _modules_lock:
         m = _modules.get(name)
         if m is None:
             m = _modules[name] = DeviceModule(
-                name, module, stream=make(Stream, "Stream", _event_class=ev), event=ev,
+                name, module, stream=stream_cls, external_stream=ext, event=ev,
                 stream_context=make(StreamContext, "StreamContext"), device=dev_cls,
                 device_of=make(device_of, "device_of"),
                 device_index=make(_dev.device_index, "device_index"), graph_class=graph_cls,

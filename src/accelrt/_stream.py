@@ -252,6 +252,25 @@ class Stream:
         return self._handle
 
     @property
+    def native_handle(self) -> int:
+        """The backend's native handle of the stream (``torch.Stream.native_handle``): the
+        ``CUstream`` on cuda, the simulated stream's handle on cpu, accelrt's handle of the
+        command queue on opencl; the same ``int`` as :attr:`stream_id`, so
+        ``Stream(stream_id=s.native_handle, ...)`` wraps the same stream again.
+
+        Raises:
+            ClosedError: the stream was closed.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> s = acc.Stream("cpu")
+            >>> s.native_handle == s.stream_id
+            True
+        """
+        return self.stream_id
+
+    @property
     def device_index(self) -> int:
         """Index of the stream's device."""
         return self._index

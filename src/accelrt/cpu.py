@@ -41,8 +41,10 @@ from .memory._pluggable import PluggableAllocator
 from .memory._pluggable import PluggableAllocator as CUDAPluggableAllocator
 
 __all__ = [
+    "CUDAGraph",
     "CUDAPluggableAllocator",
     "Event",
+    "ExternalStream",
     "Graph",
     "MemPool",
     "OutOfMemoryError",
@@ -68,6 +70,7 @@ __all__ = [
     "dump_snapshot",
     "empty_cache",
     "empty_host_cache",
+    "export_dot",
     "get_allocator_backend",
     "get_allocator_settings",
     "get_arch_list",
@@ -173,6 +176,26 @@ class Stream(_specific.Stream):
     _event_class = Event
 
 
+class ExternalStream(_specific.ExternalStream, Stream):
+    """A non-owning stream object for a cpu stream from its handle
+    (``torch.cuda.ExternalStream`` for this backend): ``stream_ptr`` is the
+    :attr:`~accelrt.cpu.Stream.cuda_stream` of a live stream of the cpu backend, made by accelrt in this process (the backend has no foreign streams;
+    see :class:`accelrt._specific.ExternalStream`).
+
+    Raises:
+        TypeError: ``stream_ptr`` is not an int.
+        ValueError: the backend does not know the stream on that device.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> issubclass(acc.cpu.ExternalStream, acc.cpu.Stream)
+        True
+    """
+
+    __slots__ = ()
+
+
 class StreamContext(_specific.StreamContext):
     """``with StreamContext(stream):`` makes a cpu stream and its device current,
     restoring both on exit; ``None`` is a no-op (``torch.cuda.StreamContext``).
@@ -262,8 +285,12 @@ class graph(_graph.graph):  # noqa: N801 - torch.cuda.graph's name
     _graph_class: ClassVar[type[_graph.Graph]] = Graph
 
 
+#: ``torch.cuda.CUDAGraph``'s name (every device module carries torch.cuda's names).
+CUDAGraph = Graph
+
 _m: DeviceModule[Stream, Event] = _specific._register(DeviceModule(
-    "cpu", __name__, stream=Stream, event=Event, stream_context=StreamContext,
+    "cpu", __name__, stream=Stream, external_stream=ExternalStream, event=Event,
+    stream_context=StreamContext,
     device=device, device_of=device_of, device_index=device_index, graph_class=Graph, graph=graph))
 
 # The torch.cuda runtime of the cpu backend (documented on accelrt._specific.DeviceModule).
@@ -330,6 +357,7 @@ dump_snapshot = _m.dump_snapshot
 record_memory_history = _m.record_memory_history
 memory = _m.memory
 graphs = _m.graphs
+export_dot = _graph.export_dot
 empty_host_cache = _m.empty_host_cache
 host_memory_stats = _m.host_memory_stats
 reset_peak_host_memory_stats = _m.reset_peak_host_memory_stats

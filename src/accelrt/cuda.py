@@ -82,6 +82,7 @@ __all__ = [
     "dump_snapshot",
     "empty_cache",
     "empty_host_cache",
+    "export_dot",
     "get_allocator_backend",
     "get_allocator_settings",
     "get_arch_list",
@@ -185,6 +186,31 @@ class Stream(_specific.Stream):
     __slots__ = ()
     _backend_name = "cuda"
     _event_class = Event
+
+
+class ExternalStream(_specific.ExternalStream, Stream):
+    """Wrap a CUDA stream made elsewhere (CuPy, PyTorch, cuda.core, C code) without owning it
+    (``torch.cuda.ExternalStream``; see :class:`accelrt._specific.ExternalStream`).
+
+    Args:
+        stream_ptr: the ``cudaStream_t``/``CUstream`` value as an ``int``.
+        device: the CUDA device the stream belongs to (the current CUDA device by default).
+
+    Raises:
+        TypeError: ``stream_ptr`` is not an int.
+        ValueError: the driver does not know the stream on that device.
+
+    .. note:: As with ``torch.cuda.ExternalStream``, the stream must outlive this object, and
+        a value that was never a stream may crash the driver.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> issubclass(acc.cuda.ExternalStream, acc.cuda.Stream)
+        True
+    """
+
+    __slots__ = ()
 
 
 class StreamContext(_specific.StreamContext):
@@ -379,8 +405,9 @@ class _CudaModule(DeviceModule[Stream, Event]):
 
 
 _m: _CudaModule = _specific._register(_CudaModule(
-    "cuda", __name__, stream=Stream, event=Event, stream_context=StreamContext,
-    device=device, device_of=device_of, device_index=device_index, graph_class=CUDAGraph, graph=graph))
+    "cuda", __name__, stream=Stream, external_stream=ExternalStream, event=Event,
+    stream_context=StreamContext, device=device, device_of=device_of,
+    device_index=device_index, graph_class=CUDAGraph, graph=graph))
 
 # The torch.cuda runtime of the cuda backend (documented on accelrt._specific.DeviceModule).
 
@@ -448,6 +475,7 @@ dump_snapshot = _m.dump_snapshot
 record_memory_history = _m.record_memory_history
 memory = _m.memory
 graphs = _m.graphs
+export_dot = _graph.export_dot
 empty_host_cache = _m.empty_host_cache
 host_memory_stats = _m.host_memory_stats
 reset_peak_host_memory_stats = _m.reset_peak_host_memory_stats
@@ -490,37 +518,6 @@ def get_device_capability(device: DeviceLike = None) -> tuple[int, int]:
     b, idx = _index(device)
     props = b.get_device_properties(idx)
     return int(props["major"]), int(props["minor"])
-
-
-class ExternalStream(Stream):
-    """Wrap a CUDA stream made elsewhere (CuPy, PyTorch, cuda.core, C code) without owning it.
-
-    Args:
-        stream_ptr: the ``cudaStream_t``/``CUstream`` value as an ``int``.
-        device: the CUDA device the stream belongs to (the current CUDA device by default).
-
-    Raises:
-        TypeError: ``stream_ptr`` is not an int.
-        ValueError: the driver does not know the stream on that device.
-
-    .. note:: As with ``torch.cuda.ExternalStream``, the stream must outlive this object, and
-        a value that was never a stream may crash the driver.
-
-    Example::
-
-        >>> import accelrt as acc
-        >>> issubclass(acc.cuda.ExternalStream, acc.Stream)
-        True
-    """
-
-    __slots__ = ()
-
-    def __init__(self, stream_ptr: int, device: DeviceLike = None) -> None:
-        if not isinstance(stream_ptr, int) or isinstance(stream_ptr, bool):
-            raise TypeError(f"ExternalStream takes the stream handle as an int, got "
-                            f"{type(stream_ptr).__name__}")
-        _, idx = _index(device)
-        super().__init__(stream_id=stream_ptr, device_index=idx, device_type="cuda")
 
 
 def stream_handle(stream: Any) -> int:
@@ -576,6 +573,3 @@ def as_stream(stream: Any, device: DeviceLike = None) -> _stream.Stream:
         return stream
     return ExternalStream(stream_handle(stream), device)
 
-
-setattr(streams, "ExternalStream", ExternalStream)   # noqa: B010 - torch.cuda.streams has it
-streams.__all__ = ["Event", "ExternalStream", "Stream"]

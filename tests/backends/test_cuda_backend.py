@@ -1593,3 +1593,21 @@ def test_external_events_take_the_external_flags_inside_a_capture(
     with pytest.raises(acc.DeviceError, match="inside a graph capture"):
         b.event_query(0, o["ev"])
     b.graph_capture_end(0, o["s"])
+
+
+@gpu
+def test_gpu_native_handles_and_external_stream_round_trip(cuda: Any) -> None:
+    # Stream.cuda_stream / native_handle are the CUstream, Event.cuda_event the CUevent;
+    # ExternalStream wraps the same stream back without owning it (gpu_check: PTX_TESTS)
+    s = acc.cuda.Stream()
+    assert s.cuda_stream == s.native_handle == s.stream_id != 0
+    e = acc.cuda.ExternalStream(s.cuda_stream)
+    assert e == s and type(e) is acc.cuda.ExternalStream is acc.cuda.streams.ExternalStream
+    ev = acc.cuda.Event()
+    assert ev.cuda_event == 0
+    ev.record(e)
+    assert ev.cuda_event == ev.event_id != 0
+    ev.synchronize()
+    e.close()                      # not owned: the CUstream stays alive
+    s.synchronize()
+    assert s.query()

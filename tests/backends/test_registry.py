@@ -137,7 +137,7 @@ def test_device_module_checks_its_argument() -> None:
     assert acc.backends.device_module("cpu") is acc.backends.device_module("cpu")
     with pytest.raises(TypeError, match="backend_name must be a str"):
         _specific.DeviceModule(1, "x", stream=acc.cpu.Stream,  # type: ignore[arg-type]
-                               event=acc.cpu.Event, stream_context=acc.cpu.StreamContext,
+                               external_stream=acc.cpu.ExternalStream, event=acc.cpu.Event, stream_context=acc.cpu.StreamContext,
                                device=acc.cpu.device, device_of=acc.cpu.device_of,
                                device_index=acc.cpu.device_index, graph_class=acc.cpu.Graph,
                                graph=acc.cpu.graph)

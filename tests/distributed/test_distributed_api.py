@@ -93,7 +93,23 @@ def test_init_argument_errors() -> None:
         dist.init_process_group("mpi", timeout="5")
     with pytest.raises(ValueError, match="positive"):
         dist.init_process_group("mpi", timeout=0)
+    # torch 2.14's _ranks / enable_reconfigure, positionally as torch orders them
+    with pytest.raises(ValueError, match="enable_reconfigure=True is not supported"):
+        dist.init_process_group("mpi", None, None, -1, -1, None, "", None, None, None, True)
+    with pytest.raises(TypeError, match="enable_reconfigure must be a bool"):
+        dist.init_process_group("mpi", enable_reconfigure=1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="_ranks must be a list of ints"):
+        dist.init_process_group("mpi", _ranks="01")  # type: ignore[arg-type]
     assert not dist.is_initialized()
+
+
+@needs_mpi
+def test_init_takes_torchs_ranks_and_reconfigure_off() -> None:
+    dist.init_process_group("cpu:mpi", timeout=30, _ranks=[0], enable_reconfigure=False)
+    try:
+        assert dist.get_world_size() == 1 and dist.get_rank() == 0
+    finally:
+        dist.destroy_process_group()
 
 
 def test_env_init_needs_its_variables(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,6 +12,10 @@ Comparison rule (a torch call form must work unchanged on accelrt):
 - torch's positional parameters (positional-only and positional-or-keyword) are ours, in the
   same order, of the same kind, with the same default (``repr``); their names must match too,
   except a positional-only one's (it cannot be passed by name; pybind's are ``arg0``, ...);
+- a positional-only torch parameter may be ours positional-or-keyword under any name (torch's
+  positional call still works), and, having no default in torch, may have one of ours (torch's
+  calls always pass it; pybind's ``wait(keys)`` / ``wait(keys, timeout)`` overloads are one
+  ``wait(keys, timeout=None)`` here);
 - torch's keyword-only parameters are ours, keyword-only, with the same default (their order
   does not matter to a call); torch's ``*args`` / ``**kwargs`` are ours too;
 - a parameter of ours beyond torch's is keyword-only with a default (so torch's call forms still
@@ -185,8 +189,13 @@ def compare(theirs: list[dict[str, Any]], ours: list[dict[str, Any]],
             continue
         o = o_pos[i]
         matched.add(o["name"])
-        if t["kind"] != o["kind"] or t.get("default") != o.get("default") or (
-                t["kind"] != "POSITIONAL_ONLY" and t["name"] != o["name"]):
+        if t["kind"] == "POSITIONAL_ONLY":
+            # any name and kind of positional; a default only where torch has none or the same
+            same = "default" not in t or t["default"] == o.get("default")
+        else:
+            same = (t["kind"] == o["kind"] and t["name"] == o["name"]
+                    and t.get("default") == o.get("default"))
+        if not same:
             problems.append(f"positional parameter {i}: torch {_fmt(t)}, accelrt {_fmt(o)}")
     o_kw = {p["name"]: p for p in ours if p["kind"] == "KEYWORD_ONLY"}
     for t in theirs:

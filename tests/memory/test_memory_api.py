@@ -53,7 +53,8 @@ def test_signatures_match_pytorch() -> None:
     params = inspect.signature(memory.record_memory_history).parameters
     assert list(params) == ["enabled", "context", "stacks", "max_entries", "device",
                             "clear_history", "compile_context", "global_record_annotations",
-                            "skip_actions"]   # torch 2.14's _record_memory_history_impl
+                            "skip_actions", "record_pinned_host_memory",
+                            "record_cuda"]   # torch 2.14's _record_memory_history_impl
     assert list(inspect.signature(memory._snapshot).parameters) == [
         "device", "augment_with_fx_traces"]
     assert list(inspect.signature(memory.dump_snapshot).parameters) == [

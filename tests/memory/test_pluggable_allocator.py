@@ -331,6 +331,30 @@ def test_from_callables_receives_the_c_arguments() -> None:
     assert held == {}
 
 
+def test_allocator_method_is_what_mempool_and_the_switch_take() -> None:
+    # torch's idiom: MemPool(CUDAPluggableAllocator(...).allocator()) and
+    # change_current_allocator(alloc); allocator() is the object the pool allocates through
+    held: dict[int, np.ndarray] = {}
+
+    def alloc(size: int, device: int, stream: int) -> int:
+        buf = np.zeros(size, np.uint8)
+        held[buf.ctypes.data] = buf
+        return int(buf.ctypes.data)
+
+    a = acc.cpu.CUDAPluggableAllocator.from_callables(alloc, lambda p, *_: held.pop(p))
+    assert a.allocator() is a
+    name = _fresh_backend(False)
+    pool = memory.MemPool(a.allocator())
+    assert pool.allocator is a
+    with memory.use_mem_pool(pool, f"{name}:0"):
+        x = acc.zeros(8, device=f"{name}:0")
+    assert held and x.data_ptr() in held
+    del x, pool
+    acc.set_current_accelerator(name)
+    memory.empty_cache()
+    assert held == {}
+
+
 # ---------------------------------------------------------------------- hostile inputs
 
 def test_missing_file_symbol_and_bad_types(lib: Lib, tmp_path: Path) -> None:

@@ -4,8 +4,7 @@ For every torch name in the committed dump (``tests/data/torch_2_14_signatures.j
 ``scripts/torch_signatures.py``; scope in its docstring) the accelrt counterpart in each module
 of ``TARGETS`` must exist and accept torch's call forms: the comparison rule is in
 ``tests/helpers/torch_signatures.py``'s docstring. A difference passes only when
-docs/differences.md's "Accepted signature differences" table lists it with a reason, or while
-its name is in :data:`PENDING` (work of issue 23 that lands on other branches).
+docs/differences.md's "Accepted signature differences" table lists it with a reason.
 """
 
 from __future__ import annotations
@@ -18,52 +17,6 @@ from helpers import torch_signatures as ts
 
 FIXTURE = ts.load_fixture()
 DIFFERENCES = ts.accepted_differences()
-
-# torch names whose accelrt counterpart is being added or changed on other branches of issue
-# 23 right now, by lane. Expected to shrink: an entry whose name already matches everywhere
-# fails test_pending_entries_are_still_pending (remove it then).
-_GRAPHS = "issue 23 §1 graphs"
-_MEMORY = "issue 23 §2/§3 pinned memory, memory/graphs/profiler surface"
-_DIST = "issue 23 §4 distributed (stores, env://, split_group, ...)"
-_OPEN = "issue 23 §5 left open (no lane yet)"
-PENDING: dict[str, str] = {
-    "torch.cuda.CUDAGraph": _GRAPHS,
-    "torch.cuda.CUDAPluggableAllocator": _OPEN,
-    "torch.cuda.Event": _OPEN,
-    "torch.cuda.ExternalStream": _OPEN,
-    "torch.cuda.MemPool": _MEMORY,
-    "torch.cuda.Stream": _OPEN,
-    "torch.cuda.export_dot": _GRAPHS,
-    "torch.cuda.export_graph_data": _GRAPHS,
-    "torch.cuda.graph": _GRAPHS,
-    "torch.cuda.graph_annotations": _GRAPHS,
-    "torch.cuda.graphs.CUDAGraph": _GRAPHS,
-    "torch.cuda.graphs.export_graph_data": _GRAPHS,
-    "torch.cuda.graphs.graph": _GRAPHS,
-    "torch.cuda.memory.CUDAPluggableAllocator": _OPEN,
-    "torch.cuda.memory.MemPool": _MEMORY,
-    "torch.cuda.memory._record_memory_history": _MEMORY,
-    "torch.cuda.memory.memory_snapshot": _MEMORY,
-    "torch.cuda.memory_snapshot": _MEMORY,
-    "torch.cuda.random.get_rng_state": _MEMORY,
-    "torch.cuda.random.set_rng_state": _MEMORY,
-    "torch.cuda.streams.Event": _MEMORY,
-    "torch.cuda.streams.ExternalStream": _MEMORY,
-    "torch.cuda.streams.Stream": _MEMORY,
-    "torch.distributed.BackendConfig": _OPEN,
-    "torch.distributed.DebugLevel": _DIST,
-    "torch.distributed.FileStore": _DIST,
-    "torch.distributed.HashStore": _DIST,
-    "torch.distributed.PrefixStore": _DIST,
-    "torch.distributed.Store": _DIST,
-    "torch.distributed.TCPStore": _DIST,
-    "torch.distributed.get_backend_impl": _OPEN,
-    "torch.distributed.init_process_group": _DIST,
-    "torch.distributed.record_comm": _OPEN,
-    "torch.distributed.reduce_op": _OPEN,
-    "torch.distributed.set_debug_level": _DIST,
-    "torch.distributed.shrink_group": _OPEN,
-}
 
 
 def _importable(target: str) -> bool:
@@ -81,25 +34,10 @@ def test_signature_matches_torch(torch_name: str, target: str) -> None:
     if not _importable(target):
         pytest.skip(f"{target} needs pyopencl")
     problems = ts.check(torch_name, FIXTURE["names"][torch_name], target, DIFFERENCES)
-    if problems and torch_name in PENDING:
-        pytest.xfail(f"pending ({PENDING[torch_name]}): {problems[0]}")
     assert not problems, (
         f"{torch_name} differs from torch 2.14 in {target}:\n  " + "\n  ".join(problems)
         + "\nFix the signature, or list the difference with its reason in docs/differences.md"
         " ('Accepted signature differences').")
-
-
-def _problems_somewhere(name: str, differences: list[ts.Difference]) -> bool:
-    mod, _ = ts.split_name(name)
-    return any(_importable(t) and ts.check(name, FIXTURE["names"][name], t, differences)
-               for t in ts.TARGETS[mod])
-
-
-@pytest.mark.parametrize("torch_name", sorted(PENDING))
-def test_pending_entries_are_still_pending(torch_name: str) -> None:
-    assert torch_name in FIXTURE["names"], f"{torch_name} is not in the torch dump"
-    assert _problems_somewhere(torch_name, DIFFERENCES), (
-        f"{torch_name} now matches torch 2.14: remove it from PENDING")
 
 
 @pytest.mark.parametrize("row", DIFFERENCES, ids=[f"{d.torch_name} {d.what}" for d in DIFFERENCES])
@@ -139,4 +77,11 @@ def test_comparison_rule() -> None:
     assert ts.compare(torch_sig, [torch_sig[0]])  # missing keyword-only
     posonly = [p("arg0", "POSITIONAL_ONLY")]
     assert ts.compare(posonly, [p("key", "POSITIONAL_ONLY")]) == []  # pybind names don't count
+    assert ts.compare(posonly, [p("key")]) == []  # a positional call still works
+    assert ts.compare(posonly, [p("key", default="None")]) == []  # torch always passes it
+    assert ts.compare(posonly, [p("key", "KEYWORD_ONLY")])  # a positional call would fail
+    assert ts.compare([p("arg0", "POSITIONAL_ONLY", default="0")], [p("key", default="1")])
+    assert ts.compare([p("device", default="None")], [p("device")])  # torch omits it
+    wait = [[posonly[0]], [posonly[0], p("arg1", "POSITIONAL_ONLY")]]  # pybind overloads
+    assert ts.compare_any(wait, [p("keys"), p("timeout", default="None")]) == []
     assert ts.compare([p("kwargs", "VAR_KEYWORD")], [])

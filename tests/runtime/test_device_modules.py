@@ -138,6 +138,31 @@ def test_third_party_module_has_every_name() -> None:
 def test_cuda_module_classes() -> None:
     assert acc.cuda.CUDAGraph is acc.cuda.Graph
     assert issubclass(acc.cuda.ExternalStream, acc.cuda.Stream)
+
+
+def test_external_stream_and_native_handles(m: Any) -> None:
+    # torch.cuda.ExternalStream(stream_ptr, device=None) on every module, over the stream's
+    # cuda_stream / native_handle; Event.cuda_event is the event's handle (0 until recorded)
+    s = m.Stream(device=1 if m.device_count() > 1 else 0)
+    assert s.cuda_stream == s.native_handle == s.stream_id
+    assert acc.Stream(_name(m)).native_handle != 0
+    e = m.ExternalStream(s.cuda_stream, s.device)
+    assert e == s and type(e) is m.ExternalStream and isinstance(e, m.Stream)
+    assert m.streams.ExternalStream is m.ExternalStream
+    ev = m.Event()
+    assert ev.cuda_event == 0
+    ev.record(e)
+    assert type(e.record_event()) is m.Event and ev.cuda_event == ev.event_id != 0
+    ev.synchronize()
+    e.close()                      # not owned: the stream stays alive
+    s.synchronize()
+    assert s.query() and m.ExternalStream(s.cuda_stream, s.device) == s
+    with m.device(s.device_index):
+        assert m.ExternalStream(s.cuda_stream) == s   # device=None: the current device
+    with pytest.raises(TypeError, match="as an int"):
+        m.ExternalStream(str(s.cuda_stream))
+    with pytest.raises(ValueError, match="not a live stream"):
+        m.ExternalStream(0xDEAD0000, 0)
     assert acc.cuda.comm is acc.comm
     assert acc.cuda.Stream.__qualname__ == "Stream"
 

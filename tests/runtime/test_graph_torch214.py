@@ -446,3 +446,45 @@ def test_cuda_graph_raw_handles_and_dot_on_the_gpu(tmp_path: Path) -> None:
     assert x.tolist() == [3.0] * 256
     g.reset()
     x.close()
+
+
+# ---------------------------------------------------------------------- torch.cuda names
+
+def test_default_capture_stream_and_torch_cuda_names(dev: str) -> None:
+    mod = getattr(acc, dev)
+    assert mod.CUDAGraph is mod.Graph and mod.export_dot is mod.graphs.export_dot
+    assert mod.graph.default_capture_stream is None
+    _capture_or_skip(dev)
+    s = acc.Stream(dev)
+    mod.graph.default_capture_stream = s      # torch.cuda.graph's class attribute
+    try:
+        x = acc.zeros(4, device=dev)
+        g = mod.CUDAGraph()
+        ctx = mod.graph(g)
+        assert ctx.capture_stream is s
+        with ctx:
+            assert acc.current_stream(dev) == s and s.is_capturing()
+            _ = x.fill_(2.0)
+        g.replay()
+        acc.synchronize(dev)
+        assert x.tolist() == [2.0] * 4
+        assert mod.graph(mod.CUDAGraph(), stream=acc.Stream(dev)).capture_stream != s
+        mod.graph.default_capture_stream = "s"   # type: ignore[assignment]
+        with pytest.raises(TypeError, match="default_capture_stream must be an accelrt"):
+            mod.graph(mod.CUDAGraph())
+        other = "cpu" if dev != "cpu" else _other_cpu()
+        mod.graph.default_capture_stream = acc.Stream(other)
+        with pytest.raises(ValueError, match=f"captures {dev} work"):
+            mod.graph(mod.CUDAGraph())
+    finally:
+        mod.graph.default_capture_stream = None
+    assert mod.graph(mod.CUDAGraph()).capture_stream != s   # None: the per-device side stream
+    g.reset()
+    x.close()
+
+
+def _other_cpu() -> str:
+    name = "gt214other"
+    if name not in registry.registered():
+        acc.backends.register(name, lambda: CpuBackend(num_devices=1, name=name))
+    return name

@@ -119,6 +119,38 @@ def test_memory_metadata_is_recorded_on_trace_entries(m: Any) -> None:
         mem._set_memory_metadata("")
 
 
+def test_snapshot_include_traces_and_history_host_switches(m: Any) -> None:
+    # torch 2.14: memory_snapshot(mempool_id=None, include_traces=True) and
+    # MemPool.snapshot(include_traces=True) return segments, which carry no trace entries
+    # either way; _record_memory_history's record_pinned_host_memory/record_cuda take only
+    # the values that mean "the device allocator's history"
+    name = _name(m)
+    mem = m.memory
+    mem._record_memory_history("all", "all", "all", 100, None, False, False, False, None,
+                               False, True)
+    pool = acc.memory.MemPool()
+    try:
+        with acc.memory.use_mem_pool(pool, f"{name}:0"):
+            x = acc.zeros(1000, device=f"{name}:0")
+        full = m.memory_snapshot(pool.id)
+        assert full and m.memory_snapshot(pool.id, False) == full
+        assert mem.memory_snapshot(pool.id, include_traces=False) == full
+        assert pool.snapshot(False) == pool.snapshot() == full
+        assert mem._snapshot()["device_traces"][0]        # the history itself was recorded
+        for bad in ((m.memory_snapshot, (None, 1)), (pool.snapshot, ("no",))):
+            with pytest.raises(TypeError, match="include_traces must be a bool"):
+                bad[0](*bad[1])
+        with pytest.raises(ValueError, match="record_pinned_host_memory=True is not supported"):
+            mem._record_memory_history(record_pinned_host_memory=True)
+        with pytest.raises(ValueError, match="record_cuda=False is not supported"):
+            mem._record_memory_history(record_cuda=False)
+        with pytest.raises(TypeError, match="record_cuda must be a bool"):
+            m.record_memory_history(record_cuda=1)
+        del x
+    finally:
+        mem._record_memory_history(None)
+
+
 def test_memory_metadata_rejects_a_non_str() -> None:
     with pytest.raises(TypeError, match="must be a str"):
         acc.cpu.memory._set_memory_metadata(3)

@@ -433,7 +433,8 @@ def _install_abort_hook(comm_world: Any) -> None:
 def init_process_group(backend: str | None = None, init_method: str | None = None,
                        timeout: Any = None, world_size: int = -1, rank: int = -1,
                        store: Any = None, group_name: str = "", pg_options: Any = None,
-                       device_id: Any = None) -> None:
+                       device_id: Any = None, _ranks: list[int] | None = None,
+                       enable_reconfigure: bool = False) -> None:
     """Start the default process group (the world).
 
     Args:
@@ -459,6 +460,11 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
             of ``init_method``.
         group_name, pg_options: accepted for compatibility.
         device_id: a cuda device this rank binds to (made current; NCCL starts eagerly).
+        _ranks: torch 2.14's ranks whose hash names the group inside c10d; accelrt exposes
+            no internal group name, so a list of ints (or None) is accepted and changes
+            nothing.
+        enable_reconfigure: must be ``False``: torch 2.14's fault-tolerance regime (the
+            communicator waits for ``ProcessGroup.reconfigure``) has no accelrt engine.
 
     Raises:
         ValueError: called twice, both a store and an init method, a store without rank
@@ -479,6 +485,16 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
     """
     if _S.world is not None:
         raise ValueError("trying to initialize the default process group twice!")
+    if _ranks is not None and (isinstance(_ranks, (str, bytes)) or not all(
+            isinstance(r, int) and not isinstance(r, bool) for r in _ranks)):
+        raise TypeError(f"_ranks must be a list of ints or None, got {_ranks!r:.60}")
+    if not isinstance(enable_reconfigure, bool):
+        raise TypeError(f"enable_reconfigure must be a bool, got "
+                        f"{type(enable_reconfigure).__name__}")
+    if enable_reconfigure:
+        raise ValueError("enable_reconfigure=True is not supported: accelrt's engines (MPI, "
+                         "NCCL) have no reconfigure regime (ProcessGroup.reconfigure); pass "
+                         "enable_reconfigure=False (the default)")
     if store is not None:
         if init_method is not None:
             raise ValueError("Cannot specify both init_method and store.")

@@ -349,12 +349,32 @@ def _torch_only(**flags: bool) -> None:
                          f"pass {name}=False (the default)")
 
 
+def _device_history_only(record_pinned_host_memory: bool, record_cuda: bool) -> None:
+    """Accept torch 2.14's ``record_pinned_host_memory=False`` and ``record_cuda=True`` (the
+    device allocator's history, the only one accelrt keeps); raise for the other values."""
+    for name, value in (("record_pinned_host_memory", record_pinned_host_memory),
+                        ("record_cuda", record_cuda)):
+        if not isinstance(value, bool):
+            raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    if record_pinned_host_memory:
+        raise ValueError("record_pinned_host_memory=True is not supported: accelrt's pinned "
+                         "host pool keeps no allocation history (PyTorch adds host_segments "
+                         "and host_traces to the snapshot); pass record_pinned_host_memory="
+                         "False (the default) and read host_memory_stats() for the pool")
+    if not record_cuda:
+        raise ValueError("record_cuda=False is not supported: in PyTorch it records only the "
+                         "pinned host pool, whose history accelrt does not keep; pass "
+                         "record_cuda=True (the default)")
+
+
 def record_memory_history(enabled: str | bool | None = "all", context: str | None = "all",
                           stacks: str = "all", max_entries: int = sys.maxsize,
                           device: DeviceLike = None, clear_history: bool = False,
                           compile_context: bool = False,
                           global_record_annotations: bool = False,
-                          skip_actions: list[str] | None = None) -> None:
+                          skip_actions: list[str] | None = None,
+                          record_pinned_host_memory: bool = False,
+                          record_cuda: bool = True) -> None:
     """Start or stop recording allocator history (PyTorch's ``_record_memory_history``).
 
     Args:
@@ -373,10 +393,13 @@ def record_memory_history(enabled: str | bool | None = "all", context: str | Non
         global_record_annotations: must be ``False`` (torch 2.14's parameter: record_function
             annotations of every thread, which accelrt does not have).
         skip_actions: trace actions not to record, e.g. ``["free_completed"]``.
+        record_pinned_host_memory: must be ``False`` and ``record_cuda`` ``True`` (torch
+            2.14's switches for the pinned host pool's history, which accelrt does not keep).
 
     Raises:
-        TypeError/ValueError: an argument has a wrong type or value (``compile_context=True``
-            and ``global_record_annotations=True`` are a ``ValueError``).
+        TypeError/ValueError: an argument has a wrong type or value (``compile_context=True``,
+            ``global_record_annotations=True``, ``record_pinned_host_memory=True`` and
+            ``record_cuda=False`` are a ``ValueError``).
 
     Example::
 
@@ -386,6 +409,7 @@ def record_memory_history(enabled: str | bool | None = "all", context: str | Non
     """
     _torch_only(compile_context=compile_context,
                 global_record_annotations=global_record_annotations)
+    _device_history_only(record_pinned_host_memory, record_cuda)
     if skip_actions is not None and (isinstance(skip_actions, str) or not all(
             isinstance(s, str) for s in skip_actions)):
         raise TypeError("skip_actions must be a list of action names such as "
@@ -441,14 +465,24 @@ def _snapshot(device: DeviceLike = None, augment_with_fx_traces: bool = False
     return build_snapshot(b, allocators, _settings_dict())
 
 
-def memory_snapshot(mempool_id: tuple[int, int] | None = None) -> list[Segment]:
+def _check_include_traces(include_traces: bool) -> None:
+    if not isinstance(include_traces, bool):
+        raise TypeError(f"include_traces must be a bool, got {type(include_traces).__name__}")
+
+
+def memory_snapshot(mempool_id: tuple[int, int] | None = None,
+                    include_traces: bool = True) -> list[Segment]:
     """The segments of every started device of the current accelerator, sorted by address.
 
     Args:
         mempool_id: only the segments of this private pool (a :attr:`MemPool.id`).
+        include_traces: torch 2.14's switch for gathering the history's trace entries, which
+            this list of segments never carries (in PyTorch neither): ``False`` returns the
+            same segments.
 
     Raises:
-        TypeError: ``mempool_id`` is not a pair of ints or None.
+        TypeError: ``mempool_id`` is not a pair of ints or None, or ``include_traces`` is not
+            a bool.
 
     Example::
 
@@ -461,6 +495,7 @@ def memory_snapshot(mempool_id: tuple[int, int] | None = None) -> list[Segment]:
             or not all(isinstance(x, int) and not isinstance(x, bool) for x in mempool_id)):
         raise TypeError("mempool_id must be a pair of ints (a MemPool.id) or None, got "
                         f"{type(mempool_id).__name__} {mempool_id!r:.60}")
+    _check_include_traces(include_traces)
     b, _ = _get_device(None)
     segments: list[Segment] = snapshot_segments(
         [peek_allocator(b.name, i) for i in range(b.device_count())])
@@ -705,8 +740,15 @@ class MemPool:
         :func:`use_mem_pool` context (PyTorch's ``MemPool.use_count``)."""
         return max([a.pool_use_count(self._id) for a in self._users], default=1)
 
-    def snapshot(self) -> list[dict[str, Any]]:
-        """The segments of this pool on every device it was used on, sorted by address."""
+    def snapshot(self, include_traces: bool = True) -> list[dict[str, Any]]:
+        """The segments of this pool on every device it was used on, sorted by address
+        (``include_traces`` as in :func:`memory_snapshot`: the segments carry no trace
+        entries either way).
+
+        Raises:
+            TypeError: ``include_traces`` is not a bool.
+        """
+        _check_include_traces(include_traces)
         segments = [s for a in self._users for s in a.snapshot_segments(self._id)]
         segments.sort(key=lambda s: (s["device"], s["address"]))
         plain: list[dict[str, Any]] = to_plain(segments)

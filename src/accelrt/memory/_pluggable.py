@@ -240,6 +240,20 @@ class PluggableAllocator:
         self._lib = None
         return self
 
+    def allocator(self) -> PluggableAllocator:
+        """The underlying allocator object (``CUDAPluggableAllocator.allocator()``): torch
+        returns the C++ allocator its ``MemPool(allocator=)`` and allocator switch take; here
+        that object is this one, so torch's ``MemPool(a.allocator())`` works unchanged.
+
+        Example::
+
+            >>> from accelrt import memory
+            >>> a = memory.PluggableAllocator.from_callables(lambda *_: 0, lambda *_: None)
+            >>> a.allocator() is a, memory.MemPool(a.allocator()).allocator is a
+            (True, True)
+        """
+        return self
+
     def __repr__(self) -> str:
         return f"PluggableAllocator({self._what})"
 
