@@ -633,6 +633,45 @@ class Graph:
         return f"<accelrt.Graph {state}{dev}>"
 
 
+def _flag(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    return value
+
+
+class _Retained:
+    """The destroy callbacks and retained objects of one capture cycle of a
+    :class:`DeviceGraph`, and the streams to synchronize before they are released."""
+
+    __slots__ = ("callbacks", "objects", "streams", "sync")
+
+    def __init__(self) -> None:
+        self.callbacks: collections.OrderedDict[int, Callable[[], None]] = \
+            collections.OrderedDict()
+        self.objects: collections.OrderedDict[int, object] = collections.OrderedDict()
+        self.streams: set[_stream.Stream] = set()
+        self.sync = False
+
+    def fire(self) -> None:
+        """Synchronize the replay streams (if asked), run the callbacks (ignoring their
+        errors), then drop the callbacks and the retained objects."""
+        if self.sync:
+            for s in self.streams:
+                try:
+                    s.synchronize()
+                except Exception:  # noqa: BLE001, S112 - the callbacks must still run
+                    continue
+        callbacks = list(self.callbacks.values())
+        self.callbacks.clear()
+        for cb in callbacks:
+            try:
+                cb()
+            except Exception:  # noqa: BLE001, S112 - one failure must not skip the rest
+                continue
+        self.objects.clear()
+        self.streams.clear()
+
+
 class DeviceGraph(Graph):
     """Base of the device modules' graph classes (``torch.cuda.CUDAGraph``:
     ``accelrt.cuda.CUDAGraph``, ``accelrt.cpu.Graph``, ...): an :class:`Graph` whose
@@ -650,10 +689,72 @@ class DeviceGraph(Graph):
         >>> g.instantiate(); g.replay()
     """
 
-    __slots__ = ()
+    __slots__ = ("_retained",)
 
     def __init__(self, keep_graph: bool = False) -> None:
+        self._retained = _Retained()
         super().__init__(keep_graph, capture_error_mode="global")
+
+    # ------------------------------------------------------------------ retained resources
+    def register_destroy_callback(self, cb: Callable[[], None], *,
+                                  synchronize_before_release: bool = False) -> RemovableHandle:
+        """Run ``cb()`` when this graph is destroyed (:meth:`reset`, :meth:`close`, or
+        collected), just before its backend resources are freed; callbacks run once per
+        capture cycle, in registration order, and an exception in one is ignored so the rest
+        still run (``torch.cuda.CUDAGraph.register_destroy_callback``).
+
+        Destruction does not wait for replays already submitted: with
+        ``synchronize_before_release=True`` every stream the graph was replayed on (from now
+        on) is synchronized before the callbacks run, so a callback may free memory the graph
+        uses. Returns a handle whose ``remove()`` unregisters ``cb``.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> g = acc.cpu.CUDAGraph()
+            >>> x = acc.zeros(4, device="cpu")
+            >>> with acc.cpu.graph(g):
+            ...     _ = x.fill_(1.0)
+            >>> h = g.register_destroy_callback(lambda: print("released"),
+            ...                                 synchronize_before_release=True)
+            >>> g.replay(); g.reset()
+            released
+        """
+        if not callable(cb):
+            raise TypeError(f"a destroy callback must be callable, got {type(cb).__name__}")
+        self._check_open()
+        r = self._retained
+        r.sync = r.sync or _flag("synchronize_before_release", synchronize_before_release)
+        return _add_hook(r.callbacks, cb)
+
+    def retain_object(self, obj: object, *,
+                      synchronize_before_release: bool = False) -> RemovableHandle:
+        """Keep ``obj`` alive until this graph is destroyed (:meth:`reset`, :meth:`close`, or
+        collected), then drop the reference (``torch.cuda.CUDAGraph.retain_object``): e.g. the
+        last reference to an array the captured work reads. ``synchronize_before_release``
+        as in :meth:`register_destroy_callback`. Returns a handle whose ``remove()`` drops
+        the reference early."""
+        self._check_open()
+        r = self._retained
+        r.sync = r.sync or _flag("synchronize_before_release", synchronize_before_release)
+        handle = RemovableHandle(r.objects)
+        r.objects[handle.id] = obj
+        return handle
+
+    def replay(self) -> None:
+        """Submit the captured work on the current stream (see :meth:`Graph.replay`); with a
+        ``synchronize_before_release`` registration, the stream is remembered for it."""
+        r = self._retained
+        if r.sync and self._b is not None:
+            r.streams.add(_stream._current(self._b, self._index))
+        super().replay()
+
+    def _reset(self, finalizer: bool) -> None:
+        # torch: the current cycle's callbacks fire before the graph's resources are freed,
+        # and a fresh holder serves the next capture
+        r, self._retained = self._retained, _Retained()
+        r.fire()
+        super()._reset(finalizer)
 
     def capture_begin(self, pool: PoolLike = None, capture_error_mode: str = "global",
                       check_input_liveness: bool = False) -> None:

@@ -633,6 +633,29 @@ def test_backend_replaced_under_the_same_name_is_followed() -> None:
             d.pop(name, None)
 
 
+def test_arrays_of_a_backend_replaced_under_the_same_name_use_the_new_instance() -> None:
+    # the allocator of "name:0" belonged to the first instance: after the replacement it
+    # handed out the first instance's addresses, which the new one refuses (or, on real
+    # hardware, would not own)
+    name = "allocreplace"
+    acc.backends.register(name, lambda: CpuBackend(num_devices=1, name=name))
+    try:
+        old = acc.full((4,), 1.0, device=f"{name}:0")
+        first = acc.backends.get_backend(name)
+        acc.backends.register(name, lambda: CpuBackend(num_devices=1, name=name),
+                              replace=True)
+        new = acc.full((4,), 2.0, device=f"{name}:0")
+        assert new._b is not first and new._b is acc.backends.get_backend(name)
+        assert new.numpy().tolist() == [2.0] * 4 and old.numpy().tolist() == [1.0] * 4
+        assert acc.memory.memory_allocated(f"{name}:0") == 512   # the new allocator's
+        del old, new                                             # each frees into its own
+        assert acc.memory.memory_allocated(f"{name}:0") == 0
+    finally:
+        with _backend._lock:
+            for d in (_backend._factories, _backend._instances, _backend._failures):
+                d.pop(name, None)
+
+
 @pytest.mark.parametrize("mod", ["cpu", "cuda", "opencl"])
 def test_memory_submodule_has_torch_cuda_memory_names(mod: str, tmp_path: Any) -> None:
     # torch.cuda.memory._record_memory_history / _snapshot / _dump_snapshot, importable

@@ -11,6 +11,7 @@ import gc
 import importlib
 import inspect
 import re
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -488,3 +489,88 @@ def _other_cpu() -> str:
     if name not in registry.registered():
         acc.backends.register(name, lambda: CpuBackend(num_devices=1, name=name))
     return name
+
+
+# ---------------------------------------------------------------------- destroy callbacks
+
+def _captured_async_graph() -> tuple[Any, Any, Any, Any]:
+    """A graph captured on an asynchronous cpu backend, its module, a side stream and the
+    array its work fills (kept alive by the caller: the graph does not own it)."""
+    from accelrt import backends
+    backends.register("cpugdestroy", lambda: CpuBackend(num_devices=1, async_streams=True,
+                                                        name="cpugdestroy"), replace=True)
+    mod = backends.device_module("cpugdestroy")
+    x = acc.zeros(4, device="cpugdestroy:0")
+    g = mod.CUDAGraph()
+    s = mod.Stream("cpugdestroy:0")
+    with mod.graph(g, stream=s):
+        x.fill_(2.0)
+    return g, mod, s, x
+
+
+def test_destroy_callbacks_fire_once_per_cycle_in_order_and_release_objects() -> None:
+    g, mod, _, x = _captured_async_graph()
+    seen: list[str] = []
+
+    def boom() -> None:
+        seen.append("boom")
+        raise RuntimeError("ignored, as in torch")
+
+    g.register_destroy_callback(lambda: seen.append("a"))
+    g.register_destroy_callback(boom)
+    h = g.register_destroy_callback(lambda: seen.append("removed"))
+    h.remove()
+    g.register_destroy_callback(lambda: seen.append("c"))
+
+    class Obj:
+        pass
+
+    o = Obj()
+    ref = weakref.ref(o)
+    g.retain_object(o)
+    early = Obj()
+    early_ref = weakref.ref(early)
+    g.retain_object(early).remove()
+    del o, early
+    assert ref() is not None and early_ref() is None   # retained until the graph goes
+    g.replay()
+    g.reset()
+    assert seen == ["a", "boom", "c"] and ref() is None
+    g.reset()                                           # a new cycle: nothing left to fire
+    assert seen == ["a", "boom", "c"]
+    g.register_destroy_callback(lambda: seen.append("collected"))
+    del g
+    gc.collect()
+    assert seen[-1] == "collected"
+    acc.synchronize("cpugdestroy:0")
+    assert x.numpy().tolist() == [2.0] * 4
+    with pytest.raises(TypeError, match="must be callable"):
+        mod.CUDAGraph().register_destroy_callback(42)
+    with pytest.raises(TypeError, match="synchronize_before_release must be a bool"):
+        mod.CUDAGraph().retain_object(1, synchronize_before_release="yes")
+    closed = mod.CUDAGraph()
+    closed.close()
+    with pytest.raises(acc.ClosedError):
+        closed.register_destroy_callback(lambda: None)
+
+
+@pytest.mark.parametrize("sync", [True, False], ids=["synchronized", "not-synchronized"])
+def test_destroy_callbacks_wait_for_replays_only_when_asked(sync: bool) -> None:
+    from helpers.gates import Gate, open_when_blocked
+    g, _, s, x = _captured_async_graph()
+    done_when_fired: list[bool] = []
+    g.register_destroy_callback(lambda: done_when_fired.append(s.query()),
+                                synchronize_before_release=sync)
+    gate = Gate()
+    with gate:
+        s._b.launch_host_func(0, gate, s.stream_id)   # the replay waits behind the gate
+        with s:
+            g.replay()
+        if sync:
+            with open_when_blocked(gate):
+                g.reset()                              # blocks on the stream until the gate opens
+        else:
+            g.reset()
+    s.synchronize()
+    assert done_when_fired == [sync]
+    assert x.numpy().tolist() == [2.0] * 4

@@ -1833,11 +1833,14 @@ def get_allocator(backend: Backend, index: int) -> DeviceCachingAllocator:
     """
     key = (backend.name, index)
     a = _allocators.get(key)
-    if a is None:
+    # a backend registered again under the same name (backends.register(..., replace=True))
+    # gets a new allocator: the old one's blocks are the old instance's memory (its live
+    # arrays keep it and free into it)
+    if a is None or a._b is not backend:
         cfg = get_config()  # outside _lock: set_allocator_settings takes the locks the other way
         with _lock:
             a = _allocators.get(key)
-            if a is None:
+            if a is None or a._b is not backend:
                 plug = sys.modules.get("accelrt.memory._pluggable")   # change_current_allocator
                 a = plug._make_allocator(backend, index) if plug is not None else None
                 if a is None and _wants_pool(cfg, backend, index):
