@@ -66,7 +66,7 @@ if TYPE_CHECKING:
     )
     from ._array import Array, asarray, empty, full, ones, zeros
     from ._event import Event
-    from ._graph import Graph, graph
+    from ._graph import Graph, generate_graph_pool_handle, graph
     from ._pinned import is_pinned, pin_memory
     from ._stream import Stream, current_stream, set_stream, synchronize
     from ._sync_debug import get_sync_debug_mode, set_sync_debug_mode
@@ -116,6 +116,7 @@ _LAZY: dict[str, str] = {
     "Event": "._event",
     "Graph": "._graph",
     "graph": "._graph",
+    "generate_graph_pool_handle": "._graph",
     # arrays
     "Array": "._array",
     "asarray": "._array",
@@ -188,6 +189,7 @@ __all__ = [
     "empty_cache",
     "empty_host_cache",
     "full",
+    "generate_graph_pool_handle",
     "get_default_device",
     "get_device_capability",
     "get_device_properties",

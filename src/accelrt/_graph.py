@@ -82,6 +82,28 @@ def graph_pool_handle() -> tuple[int, int]:
         return (next(_ids), 0)
 
 
+def generate_graph_pool_handle() -> tuple[int, int]:
+    """A new memory-pool id for graphs to share, allocating nothing: pass it to
+    ``Graph(pool=...)`` of several graphs so that they draw from one private pool
+    (``torch.accelerator.generate_graph_pool_handle`` of PyTorch's newest source; the same
+    id as :func:`graph_pool_handle`, which is ``torch.cuda``'s name).
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> pool = acc.generate_graph_pool_handle()
+        >>> x = acc.zeros(4, device="cpu")
+        >>> g0, g1 = acc.Graph(pool=pool), acc.Graph(pool=pool)
+        >>> with acc.Stream("cpu"), g0:
+        ...     _ = x.fill_(1.0)
+        >>> with acc.Stream("cpu"), g1:
+        ...     _ = x.fill_(2.0)
+        >>> g0.pool() == g1.pool()
+        True
+    """
+    return graph_pool_handle()
+
+
 def _graph_backend(name: str | None) -> Backend:
     if name is not None:
         from . import _backend

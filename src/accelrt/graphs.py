@@ -11,6 +11,6 @@ Example::
 
 from __future__ import annotations
 
-from ._graph import Graph
+from ._graph import Graph, generate_graph_pool_handle
 
-__all__ = ["Graph"]
+__all__ = ["Graph", "generate_graph_pool_handle"]

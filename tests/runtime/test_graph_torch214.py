@@ -419,7 +419,7 @@ def test_graphs_submodule_of_every_device_module(mod: str) -> None:
 
 def test_accelrt_graphs_is_torch_accelerator_graphs() -> None:
     import accelrt.graphs
-    assert accelrt.graphs.Graph is acc.Graph and accelrt.graphs.__all__ == ["Graph"]
+    assert accelrt.graphs.Graph is acc.Graph and accelrt.graphs.__all__ == ["Graph", "generate_graph_pool_handle"]
     assert acc.graphs is accelrt.graphs
 
 
@@ -574,3 +574,22 @@ def test_destroy_callbacks_wait_for_replays_only_when_asked(sync: bool) -> None:
     s.synchronize()
     assert done_when_fired == [sync]
     assert x.numpy().tolist() == [2.0] * 4
+
+
+def test_generate_graph_pool_handle_shares_one_pool_between_graphs() -> None:
+    import accelrt.graphs
+    assert accelrt.graphs.generate_graph_pool_handle is acc.generate_graph_pool_handle
+    assert "generate_graph_pool_handle" in acc.__all__
+    pool = acc.generate_graph_pool_handle()
+    assert pool != acc.generate_graph_pool_handle() and isinstance(pool, tuple)
+    x, y = acc.zeros(4, device="cpu"), acc.zeros(4, device="cpu")
+    g0, g1 = acc.Graph(pool=pool), acc.Graph(pool=pool)
+    with acc.Stream("cpu"), g0:
+        x.fill_(1.0)
+    with acc.Stream("cpu"), g1:
+        y.fill_(2.0)
+    assert g0.pool() == g1.pool()
+    g0.replay()
+    g1.replay()
+    acc.synchronize("cpu")
+    assert x.numpy().tolist() == [1.0] * 4 and y.numpy().tolist() == [2.0] * 4
