@@ -35,7 +35,8 @@ from typing import Any, TextIO
 
 from ._files import read_input, short_repr, terminal_safe
 
-__all__ = ["H100_US", "Op", "driver_cost_us", "human_bytes", "load_pickle", "load_trace",
+__all__ = ["H100_US", "NO_HISTORY_HINT", "NoHistoryError", "Op", "WrongFileKindError",
+           "driver_cost_us", "human_bytes", "load_pickle", "load_trace", "no_history_message",
            "replay_main", "replay_ops", "settings_text", "trace_ops"]
 
 #: One replayed operation: (is_alloc, trace address, size in bytes, stream handle).
@@ -44,6 +45,36 @@ Op = tuple[bool, int, int, int]
 _MAX_INT = 1 << 64                 # addresses, sizes and stream handles are 64-bit
 _CHUNK = 8192                      # ops timed per chunk (progress updates between chunks)
 _PROGRESS_MIN_OPS = 100_000        # show a progress bar from this many ops on
+
+
+#: How to record the allocation history that ``accelrt replay`` and ``accelrt memory tune`` need.
+NO_HISTORY_HINT = ("record it before taking the snapshot: "
+                   "torch.cuda.memory._record_memory_history() in PyTorch, "
+                   "accelrt.memory.record_memory_history() in accelrt")
+
+
+class NoHistoryError(ValueError):
+    """The file holds no allocation history to replay."""
+
+
+class WrongFileKindError(ValueError):
+    """The file is the other kind (an allocation trace where a snapshot is needed); the message
+    names the command that takes it."""
+
+
+def no_history_message(path: str, what: str) -> str:
+    """Why a snapshot without history cannot be replayed, which command reads it as it is, and
+    how to record history (``what`` says what lacks it, e.g. ``"the snapshot"``).
+
+    Example::
+
+        >>> from accelrt.memory._replay import no_history_message
+        >>> print(no_history_message("s.pickle", "the snapshot"))  # doctest: +ELLIPSIS
+        s.pickle: the snapshot has no allocation history to replay ('accelrt memory viz s.pickle' draws its segments as they are); record it ...
+    """
+    shown = terminal_safe(path, one_line=True)
+    return (f"{shown}: {what} has no allocation history to replay ('accelrt memory viz "
+            f"{shown}' draws its segments as they are); {NO_HISTORY_HINT}")
 
 
 class _Forbidden(pickle.UnpicklingError):
@@ -149,10 +180,13 @@ def _entries_from_json(obj: Any, path: str) -> list[Any]:
 
 
 def _entries_from_snapshot(obj: Any, path: str) -> list[Any]:
-    if not isinstance(obj, dict) or not isinstance(obj.get("device_traces"), list):
+    if not isinstance(obj, dict):
         raise ValueError(f"{path}: a snapshot pickle must be a dict with a 'device_traces' "  # noqa: TRY004
-                         "list (record history before dumping: record_memory_history())")
-    if not all(isinstance(t, list) for t in obj["device_traces"]):
+                         f"list, got {type(obj).__name__}")
+    if "device_traces" not in obj:
+        raise NoHistoryError(no_history_message(path, "the snapshot (no 'device_traces' list)"))
+    if not isinstance(obj["device_traces"], list) or \
+            not all(isinstance(t, list) for t in obj["device_traces"]):
         raise ValueError(f"{path}: 'device_traces' must be a list of lists of trace entries")
     traces = [t for t in obj["device_traces"] if t]
     if len(traces) > 1:
@@ -166,6 +200,8 @@ def _entries_from_snapshot(obj: Any, path: str) -> list[Any]:
             out.append((e["action"], e.get("addr", 0), e["size"], e.get("stream", 0)))
         except KeyError as exc:
             raise ValueError(f"{path}: device trace entry {i} has no {exc} key") from exc
+    if not any(action == "alloc" for action, _, _, _ in out):
+        raise NoHistoryError(no_history_message(path, "the snapshot"))
     return out
 
 
@@ -177,6 +213,8 @@ def load_trace(path: str) -> list[Any]:
 
     Raises:
         OSError: the file cannot be read.
+        NoHistoryError: a snapshot without allocation history (the message says which command
+            reads it and how to record history).
         ValueError: the file is in none of these formats, or a pickle asks for a global.
 
     Example::
@@ -215,12 +253,19 @@ def _as_int(v: Any, what: str, i: int, path: str) -> int:
     return v
 
 
-def trace_ops(entries: Iterable[Any], path: str = "trace") -> list[Op]:
+def trace_ops(entries: Iterable[Any], path: str = "trace",
+              ooms: list[tuple[int, int, int]] | None = None) -> list[Op]:
     """Turn raw entries into the replayed operations.
 
     Keeps each ``alloc`` (size > 0) and the first ``free_requested`` or ``free_completed``
     (traces recorded with ``skip_actions=["free_requested"]`` have only the latter) of an address
     that is live; frees of addresses allocated before recording began are skipped.
+
+    Args:
+        entries: the raw ``[action, addr, size, stream]`` entries.
+        path: how to name the source in error messages.
+        ooms: where given, each ``oom`` entry (a request that ran out of memory, ``size`` the
+            bytes asked for) is appended to it as ``(ops before it, size, stream)``.
 
     Raises:
         ValueError: an entry is malformed, or allocates an address that is still live (names
@@ -256,6 +301,10 @@ def trace_ops(entries: Iterable[Any], path: str = "trace") -> list[Op]:
             if addr in live:
                 live.discard(addr)
                 ops.append((False, addr, 0, _as_int(e[3], "stream", i, path)))
+        elif action == "oom" and ooms is not None:
+            size = _as_int(e[2], "size", i, path)
+            if size:
+                ooms.append((len(ops), size, _as_int(e[3], "stream", i, path)))
     return ops
 
 
@@ -294,10 +343,11 @@ class _Progress:
             self._s.flush()
 
 
-def _make_allocator(config: Any) -> Any:
+def _make_allocator(config: Any, capacity: int | None = None) -> Any:
     from ._allocator import DeviceCachingAllocator
     from ._simulated import SimulatedBackend
-    return DeviceCachingAllocator(SimulatedBackend(), 0, config)
+    backend = SimulatedBackend() if capacity is None else SimulatedBackend(capacity=capacity)
+    return DeviceCachingAllocator(backend, 0, config)
 
 
 def _parse_conf(alloc_conf: str | None) -> Any:
@@ -309,7 +359,8 @@ def _parse_conf(alloc_conf: str | None) -> Any:
 
 def replay_ops(ops: Sequence[Op], config: Any = None, *, name: str = "trace",
                progress: TextIO | None = None,
-               on_chunk: Callable[[int], None] | None = None) -> dict[str, Any]:
+               on_chunk: Callable[[int], None] | None = None,
+               capacity: int | None = None) -> dict[str, Any]:
     """Replay operations through a fresh allocator on a :class:`SimulatedBackend`.
 
     Args:
@@ -319,6 +370,8 @@ def replay_ops(ops: Sequence[Op], config: Any = None, *, name: str = "trace",
         progress: a text stream for a progress bar, or ``None``.
         on_chunk: called with the number of operations replayed after each chunk of them
             (``accelrt memory tune``'s progress bar).
+        capacity: the simulated device's memory in bytes (``None``: 80 GiB); under it the
+            allocator frees its cache and retries, or runs out of memory, as on a real device.
 
     Returns:
         ``{"trace", "ops", "peak_live_bytes", "peak_reserved_bytes", "reserved_over_live",
@@ -329,7 +382,7 @@ def replay_ops(ops: Sequence[Op], config: Any = None, *, name: str = "trace",
         divided by the number of operations.
 
     Raises:
-        OutOfMemoryError: the trace needs more than the simulated device's 80 GiB.
+        OutOfMemoryError: the trace needs more than the simulated device's memory.
 
     Example::
 
@@ -337,7 +390,14 @@ def replay_ops(ops: Sequence[Op], config: Any = None, *, name: str = "trace",
         >>> replay_ops([(True, 1, 512, 0), (False, 1, 0, 0)])["device_mallocs"]
         1
     """
-    alloc = _make_allocator(config)
+    return _replay(ops, config, name, progress, on_chunk, capacity)[0]
+
+
+def _replay(ops: Sequence[Op], config: Any, name: str, progress: TextIO | None,
+            on_chunk: Callable[[int], None] | None, capacity: int | None
+            ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """:func:`replay_ops`'s result and the allocator's statistics."""
+    alloc = _make_allocator(config, capacity)
     malloc, free = alloc.malloc, alloc.free
     handles: dict[int, int] = {}
     bar = _Progress(progress, name, len(ops))
@@ -374,7 +434,7 @@ def replay_ops(ops: Sequence[Op], config: Any = None, *, name: str = "trace",
         "vm_unmaps": calls["vm_unmapped_mappings"],
         "driver_us_h100": driver_cost_us(calls),
         "us_per_op": round(elapsed / len(ops) * 1e6, 3) if ops else 0.0,
-    }
+    }, st
 
 
 #: Measured cost on an H100 of the driver calls behind the simulated device's calls, in us:

@@ -43,33 +43,40 @@ from typing import Any, TextIO
 
 from ._files import terminal_safe
 from ._replay import (
+    NO_HISTORY_HINT,
+    NoHistoryError,
     Op,
     _entries_from_json,
     _peak_live,
     _read_bytes,
+    _replay,
     _trace_name,
     human_bytes,
     load_pickle,
-    replay_ops,
+    no_history_message,
     trace_ops,
 )
 
-__all__ = ["ACCELRT_POLICY", "NoHistoryError", "candidate_settings", "format_tune",
-           "load_workload", "pytorch_part", "recorded_setting", "tune_main", "tune_ops"]
+__all__ = ["ACCELRT_POLICY", "NoHistoryError", "Workload", "candidate_settings", "format_tune",
+           "load_workload", "parse_device_memory", "pytorch_part", "read_workload",
+           "recorded_setting", "settings_recorded", "tune_main", "tune_ops",
+           "with_oom_requests"]
 
 _MiB = 1 << 20
 _SMALL = 1 << 20                   # PyTorch's small-request limit (kSmallSize)
-_SIMULATED_TOTAL = 80 << 30        # the replay device's capacity (SimulatedBackend's default)
+_SIMULATED_TOTAL = 80 << 30        # the replay device's capacity when none is known
+_PROBE = 1 << 64                   # replayed addresses of the requests that ran out of memory
 _PROGRESS_MIN_OPS = 200_000        # total replayed ops from which a progress bar is shown
 #: accelrt's low-fragmentation policy.
 ACCELRT_POLICY = "expandable_segments:True,page_reuse:True"
 _ACCELRT_ONLY = ("page_reuse",)
 #: keys PyTorch reads from PYTORCH_CUDA_ALLOC_CONF only in a program's API, not the env line.
 _API_ONLY = ("per_process_memory_fraction",)
-
-
-class NoHistoryError(ValueError):
-    """The file holds no allocation history to replay."""
+#: keys of a snapshot's ``allocator_settings`` that PyTorch and accelrt record.
+_SETTINGS_KEYS = ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments", "max_split_size",
+                  "garbage_collection_threshold", "roundup_power2_divisions")
+_SIZE_FORMS = ("bytes (85899345920) or a number with a unit: KiB, MiB, GiB, TiB (powers of "
+               "1024: 80GiB, 81559MiB) or KB, MB, GB, TB (powers of 1000: 85.9GB)")
 
 
 # ---------------------------------------------------------------------- loading
@@ -87,20 +94,97 @@ def _snapshot_entries(trace: list[Any], path: str, device: int) -> list[Any]:
     return out
 
 
-_NO_HISTORY = ("record it before taking the snapshot: torch.cuda.memory._record_memory_history() "
-               "in PyTorch, accelrt.memory.record_memory_history() in accelrt")
+_NO_HISTORY = NO_HISTORY_HINT
 
 
-def load_workload(path: str, device: int | None = None) -> tuple[list[Op], Any, int]:
-    """Read a snapshot or trace file: its replayable operations, recorded settings and device.
+def parse_device_memory(text: str) -> int:
+    """``--device-memory SIZE``: bytes, or a number with a binary or decimal unit.
+
+    Raises:
+        ValueError: ``text`` is not such a size, or is out of range; the message names the
+            accepted forms.
+
+    Example::
+
+        >>> from accelrt.memory._tune import parse_device_memory
+        >>> parse_device_memory("80GiB") == 80 << 30, parse_device_memory("81559MiB")
+        (True, 85520809984)
+    """
+    from ..backends.cpu._config import parse_memory_size
+    shown = terminal_safe(repr(text[:40] + ("..." if len(text) > 40 else "")), one_line=True)
+    try:
+        size = parse_memory_size(text.strip()) if len(text) <= 64 else -1
+    except (TypeError, ValueError):
+        size = -1
+    if size < 1:
+        raise ValueError(f"--device-memory {shown} is not a memory size; use {_SIZE_FORMS}")
+    if size < _MiB or size >= 1 << 60:
+        raise ValueError(f"--device-memory {shown} is out of range: give the device's memory, "
+                         f"from 1 MiB to 1 EiB, as {_SIZE_FORMS}")
+    return size
+
+
+class Workload:
+    """What ``accelrt memory tune`` reads of a file (see :func:`read_workload`).
+
+    Attributes:
+        ops: the replayed operations (without the requests that ran out of memory).
+        settings: the recorded ``allocator_settings`` (``None`` if the file has none).
+        device: the device whose history it is.
+        ooms: the requests that ran out of memory, each ``{"position"`` (operations before
+            it), ``"size"``, ``"stream"``, ``"device_free"`` (``None`` if not recorded),
+            ``"reserved"`` (the allocator's reserved bytes then, ``None`` if unknown)``}``.
+        capacity: the device memory the file records, or ``None``.
+        capacity_source: how ``capacity`` was found (``""`` when it was not).
+    """
+
+    def __init__(self, ops: list[Op], settings: Any, device: int, ooms: list[dict[str, Any]],
+                 capacity: int | None, capacity_source: str) -> None:
+        self.ops = ops
+        self.settings = settings
+        self.device = device
+        self.ooms = ooms
+        self.capacity = capacity
+        self.capacity_source = capacity_source
+
+
+def _reserved_at_ooms(snapshot: dict[str, Any], entries: list[Any], device: int
+                      ) -> list[int | None]:
+    """The bytes the allocator held at each ``oom`` entry of ``entries``: the snapshot's
+    segments of ``device`` at its end, less the segment changes the trace records after."""
+    final = 0
+    for seg in snapshot.get("segments") or ():
+        if not isinstance(seg, dict):
+            return [None] * sum(e.get("action") == "oom" for e in entries)
+        size, dev = seg.get("total_size"), seg.get("device", 0)
+        if dev == device and isinstance(size, int) and not isinstance(size, bool):
+            final += size
+    delta = {"segment_alloc": 1, "segment_map": 1, "segment_free": -1, "segment_unmap": -1}
+    cur = 0
+    at_oom: list[int] = []
+    for e in entries:
+        sign = delta.get(e.get("action"), 0)
+        if sign:
+            cur += sign * int(e.get("size") or 0)
+        elif e.get("action") == "oom":
+            at_oom.append(cur)
+    start = final - cur          # what the allocator held when the history began
+    return [start + c if start + c >= 0 else None for c in at_oom]
+
+
+def read_workload(path: str, device: int | None = None) -> Workload:
+    """Read a snapshot or trace file: its operations, recorded settings, the requests that ran
+    out of memory and the device memory it records.
+
+    A snapshot records no device capacity as such; where it records an out-of-memory
+    (``oom`` entry, with the ``device_free`` bytes the driver reported), the capacity is what
+    the allocator held then plus that free memory: the memory the process could use. A trace
+    in the JSON format records none (``--device-memory``).
 
     Args:
         path: a snapshot pickle (gzipped or not) or a trace in the shared JSON format.
-        device: which device's history to replay; ``None`` picks the only device that has
+        device: which device's history to read; ``None`` picks the only device that has
             history (an error if several have).
-
-    Returns:
-        ``(ops, allocator_settings or None, device)``.
 
     Raises:
         OSError: the file cannot be read.
@@ -111,27 +195,32 @@ def load_workload(path: str, device: int | None = None) -> tuple[list[Op], Any, 
     Example::
 
         >>> import pickle, os, tempfile
-        >>> from accelrt.memory._tune import load_workload
+        >>> from accelrt.memory._tune import read_workload
         >>> d = tempfile.TemporaryDirectory()
         >>> p = os.path.join(d.name, "s.pickle")
-        >>> snap = {"segments": [], "allocator_settings": {"PYTORCH_CUDA_ALLOC_CONF": ""},
-        ...         "device_traces": [[], [{"action": "alloc", "addr": 16, "size": 512,
-        ...                                  "stream": 0}]]}
+        >>> MiB = 1 << 20
+        >>> snap = {"segments": [{"address": 0, "total_size": 20 * MiB, "stream": 0}],
+        ...         "device_traces": [[
+        ...             {"action": "alloc", "addr": 16, "size": 20 * MiB, "stream": 0},
+        ...             {"action": "oom", "size": 60 * MiB, "device_free": 44 * MiB,
+        ...              "stream": 0}]]}
         >>> with open(p, "wb") as f:
         ...     pickle.dump(snap, f)
-        >>> ops, settings, dev = load_workload(p)
-        >>> ops, dev
-        ([(True, 16, 512, 0)], 1)
+        >>> w = read_workload(p)
+        >>> w.ops, w.capacity // MiB, [o["size"] // MiB for o in w.ooms]
+        ([(True, 16, 20971520, 0)], 64, [60])
         >>> d.cleanup()
     """
     data = _read_bytes(path)
     settings: Any = None
+    oom_at: list[tuple[int, int, int]] = []
+    free: list[int | None] = []
+    reserved: list[int | None] = []
     if data[:1] == b"\x80":
         obj = load_pickle(data, path)
         if not isinstance(obj, dict) or not isinstance(obj.get("device_traces"), list) \
                 or not all(isinstance(t, list) for t in obj["device_traces"]):
-            raise NoHistoryError(f"{path}: the snapshot has no 'device_traces' (no allocation "
-                                 f"history to replay); {_NO_HISTORY}")
+            raise NoHistoryError(no_history_message(path, "the snapshot (no 'device_traces')"))
         traces: list[list[Any]] = obj["device_traces"]
         settings = obj.get("allocator_settings")
         with_history = [i for i, t in enumerate(traces) if t]
@@ -143,12 +232,18 @@ def load_workload(path: str, device: int | None = None) -> tuple[list[Op], Any, 
         if not 0 <= device < max(len(traces), 1):
             raise ValueError(f"{path}: --device {device} is out of range: the snapshot has "
                              f"{len(traces)} device(s) (0..{len(traces) - 1})")
-        entries = _snapshot_entries(traces[device], path, device) if traces else []
+        raw = traces[device] if traces else []
+        entries = _snapshot_entries(raw, path, device)
         if not entries:
             where = (f"; devices with history: {', '.join(map(str, with_history))}"
                      if with_history else "")
-            raise NoHistoryError(f"{path}: device {device} has no allocation history to "
-                                 f"replay{where}; {_NO_HISTORY}")
+            raise NoHistoryError(no_history_message(path, f"device {device}") + where)
+        for e in raw:
+            if e.get("action") == "oom":
+                f = e.get("device_free")
+                free.append(f if isinstance(f, int) and not isinstance(f, bool)
+                            and 0 <= f < 1 << 64 else None)
+        reserved = _reserved_at_ooms(obj, raw, device)
     else:
         try:
             obj = json.loads(data)
@@ -166,11 +261,67 @@ def load_workload(path: str, device: int | None = None) -> tuple[list[Op], Any, 
         info = obj.get("info")
         if isinstance(info, dict):
             settings = info.get("allocator_settings")
-    ops = trace_ops(entries, path)
+    ops = trace_ops(entries, path, oom_at)
     if not any(is_alloc for is_alloc, _, _, _ in ops):
-        raise NoHistoryError(f"{path}: the history of device {device} holds no allocation to "
-                             f"replay; {_NO_HISTORY}")
-    return ops, settings, device
+        raise NoHistoryError(no_history_message(path, f"the history of device {device}")
+                             .replace("has no allocation history", "holds no allocation"))
+    ooms = [{"position": pos, "size": size, "stream": stream,
+             "device_free": free[k] if k < len(free) else None,
+             "reserved": reserved[k] if k < len(reserved) else None}
+            for k, (pos, size, stream) in enumerate(oom_at)]
+    seen = [o["reserved"] + o["device_free"] for o in ooms
+            if o["reserved"] is not None and o["device_free"] is not None]
+    capacity = max(seen) if seen and max(seen) > 0 else None
+    source = ""
+    if capacity is not None:
+        held, free_b = next((o["reserved"], o["device_free"]) for o in ooms
+                            if o["reserved"] is not None and o["device_free"] is not None
+                            and o["reserved"] + o["device_free"] == capacity)
+        source = (f"from the recorded out-of-memory: {human_bytes(held)} reserved + "
+                  f"{human_bytes(free_b)} free on the device")
+    return Workload(ops, settings, device, ooms, capacity, source)
+
+
+def load_workload(path: str, device: int | None = None) -> tuple[list[Op], Any, int]:
+    """Read a snapshot or trace file: its replayable operations, recorded settings and device
+    (:func:`read_workload` without the out-of-memory requests and capacity).
+
+    Returns:
+        ``(ops, allocator_settings or None, device)``.
+
+    Raises:
+        OSError, NoHistoryError, ValueError: as :func:`read_workload`.
+
+    Example::
+
+        >>> import pickle, os, tempfile
+        >>> from accelrt.memory._tune import load_workload
+        >>> d = tempfile.TemporaryDirectory()
+        >>> p = os.path.join(d.name, "s.pickle")
+        >>> snap = {"segments": [], "allocator_settings": {"PYTORCH_CUDA_ALLOC_CONF": ""},
+        ...         "device_traces": [[], [{"action": "alloc", "addr": 16, "size": 512,
+        ...                                  "stream": 0}]]}
+        >>> with open(p, "wb") as f:
+        ...     pickle.dump(snap, f)
+        >>> ops, settings, dev = load_workload(p)
+        >>> ops, dev
+        ([(True, 16, 512, 0)], 1)
+        >>> d.cleanup()
+    """
+    w = read_workload(path, device)
+    return w.ops, w.settings, w.device
+
+
+def settings_recorded(settings: Any) -> bool:
+    """Whether a file's ``allocator_settings`` record the settings (defaults included).
+
+    Example::
+
+        >>> from accelrt.memory._tune import settings_recorded
+        >>> settings_recorded({"PYTORCH_CUDA_ALLOC_CONF": ""}), settings_recorded(None)
+        (True, False)
+    """
+    return isinstance(settings, dict) and any(k in settings for k in _SETTINGS_KEYS)
 
 
 def recorded_setting(settings: Any) -> str:
@@ -345,22 +496,23 @@ class _Progress:
             self._s.flush()
 
 
-def _run(ops: Sequence[Op], setting: str, on_chunk: Callable[[int], None] | None
-         ) -> dict[str, Any]:
+def _run(ops: Sequence[Op], setting: str, on_chunk: Callable[[int], None] | None,
+         capacity: int) -> dict[str, Any]:
     from .._errors import OutOfMemoryError
     from . import _config
     cfg = _config.parse_config(setting)
     row: dict[str, Any] = {"setting": setting, "pytorch_compatible": _is_pytorch(setting),
                            "capped": _fraction(setting) is not None}
     try:
-        r = replay_ops(ops, cfg, on_chunk=on_chunk)
+        r, st = _replay(ops, cfg, "trace", None, on_chunk, capacity)
     except OutOfMemoryError:
         row.update(oom=True, peak_reserved_bytes=None, device_mallocs=None, vm_maps=None,
-                   driver_us_h100=None, us_per_op=None)
+                   driver_us_h100=None, us_per_op=None, alloc_retries=None)
         return row
     row.update(oom=False, peak_reserved_bytes=r["peak_reserved_bytes"],
                device_mallocs=r["device_mallocs"], vm_maps=r["vm_maps"],
-               driver_us_h100=r["driver_us_h100"], us_per_op=r["us_per_op"])
+               driver_us_h100=r["driver_us_h100"], us_per_op=r["us_per_op"],
+               alloc_retries=int(st["num_alloc_retries"]))
     return row
 
 
@@ -373,8 +525,31 @@ def _rank_key(row: dict[str, Any]) -> tuple[Any, ...]:
     return (0, row["peak_reserved_bytes"], row["driver_us_h100"], 0.0)
 
 
+def with_oom_requests(ops: Sequence[Op], ooms: Sequence[dict[str, Any]]) -> list[Op]:
+    """``ops`` with each request that ran out of memory put back where it was made, and freed
+    at once (its lifetime is unknown): a setting fits the workload only if it serves these too.
+
+    Example::
+
+        >>> from accelrt.memory._tune import with_oom_requests
+        >>> with_oom_requests([(True, 1, 512, 0)], [{"position": 1, "size": 4096, "stream": 0}])
+        [(True, 1, 512, 0), (True, 18446744073709551616, 4096, 0), (False, 18446744073709551616, 0, 0)]
+    """
+    out: list[Op] = []
+    k = 0
+    order = sorted(ooms, key=lambda o: int(o["position"]))
+    for n, o in enumerate(order):
+        out.extend(ops[k:o["position"]])
+        k = o["position"]
+        out += [(True, _PROBE + n, o["size"], o["stream"]), (False, _PROBE + n, 0, o["stream"])]
+    out.extend(ops[k:])
+    return out
+
+
 def tune_ops(ops: Sequence[Op], recorded: str = "", *, name: str = "trace",
-             progress: TextIO | None = None) -> dict[str, Any]:
+             progress: TextIO | None = None, device_memory: int | None = None,
+             ooms: Sequence[dict[str, Any]] = (), capacity_source: str = "",
+             settings_recorded: bool = False) -> dict[str, Any]:
     """Replay ``ops`` under every candidate setting and rank them.
 
     Args:
@@ -383,17 +558,31 @@ def tune_ops(ops: Sequence[Op], recorded: str = "", *, name: str = "trace",
             measured against it.
         name: the workload's name in the result.
         progress: a text stream for a progress bar (rate, time left), or ``None``.
+        device_memory: the user's device memory in bytes: every setting is replayed on a
+            simulated device of this size, where the allocator frees its cache and retries, or
+            runs out of memory, as it would there (``None``: 80 GiB, and said so).
+        ooms: the requests that ran out of memory (:attr:`Workload.ooms`: ``position``,
+            ``size``, ``stream``): each is replayed where it was made (and freed at once), so a
+            setting fits only if it would have served them.
+        capacity_source: how ``device_memory`` was found, for the report.
+        settings_recorded: whether the file recorded its settings (``recorded == ""`` is then
+            the recorded defaults, not a guess).
 
     Returns:
-        ``{"trace", "ops", "peak_live_bytes", "recorded_setting", "baseline", "results",
-        "best", "best_pytorch"}``; ``results`` are ranked best first, each ``{"setting",
-        "pytorch_compatible", "capped", "oom", "peak_reserved_bytes", "saving_bytes", "saving_fraction",
-        "device_mallocs", "vm_maps", "driver_us_h100", "us_per_op"}``: the device calls are
-        ``cudaMalloc``s, or mappings under expandable segments, and ``driver_us_h100`` prices
-        them at H100 cost.
+        ``{"trace", "ops", "peak_live_bytes", "recorded_setting", "settings_recorded",
+        "device_memory_bytes", "capacity_source", "ooms", "too_large", "baseline", "results",
+        "fits", "best", "best_pytorch"}``; ``results`` are ranked best first, those that run
+        out of memory last (``fits`` counts the others), each ``{"setting",
+        "pytorch_compatible", "capped", "oom", "peak_reserved_bytes", "saving_bytes",
+        "saving_fraction", "device_mallocs", "vm_maps", "driver_us_h100", "us_per_op",
+        "alloc_retries"}``: the device calls are ``cudaMalloc``s, or mappings under expandable
+        segments, ``driver_us_h100`` prices them at H100 cost, ``alloc_retries`` counts the
+        times the allocator had to free its cache to fit a request; ``too_large`` lists the
+        sizes of the out-of-memory requests that alone exceed the device memory.
 
     Raises:
-        ValueError: ``recorded`` is not a valid settings string.
+        ValueError: ``recorded`` is not a valid settings string, or ``device_memory`` is not
+            a positive int.
 
     Example::
 
@@ -401,10 +590,22 @@ def tune_ops(ops: Sequence[Op], recorded: str = "", *, name: str = "trace",
         >>> r = tune_ops([(True, 1, 512, 0), (False, 1, 0, 0)])
         >>> r["best"]["saving_bytes"]
         0
+        >>> MiB = 1 << 20
+        >>> r = tune_ops([(True, 1, 30 * MiB, 0)], device_memory=64 * MiB,
+        ...              ooms=[{"position": 1, "size": 40 * MiB, "stream": 0}])
+        >>> r["fits"], r["too_large"]
+        (0, [])
     """
     from . import _config
     _config.parse_config(recorded)   # a bad recorded string is the caller's error
-    first = candidate_settings(ops, recorded)
+    if device_memory is not None and (not isinstance(device_memory, int)
+                                      or isinstance(device_memory, bool) or device_memory < 1):
+        raise ValueError(f"device_memory must be a positive number of bytes, got "
+                         f"{device_memory!r}")
+    capacity = _SIMULATED_TOTAL if device_memory is None else device_memory
+    live_ops = list(ops)
+    ops = with_oom_requests(ops, ooms)
+    first = candidate_settings(live_ops, recorded)
     n_gc, n_combined = 2, 3   # at most; the bar's total is an estimate
     bar = _Progress(progress, len(ops) * (len(first) + n_gc + n_combined))
     rows: list[dict[str, Any]] = []
@@ -413,7 +614,7 @@ def tune_ops(ops: Sequence[Op], recorded: str = "", *, name: str = "trace",
         if any(r["setting"] == setting for r in rows):
             return next(r for r in rows if r["setting"] == setting)
         bar.label = f"setting {len(rows) + 1}"
-        row = _run(ops, setting, bar.advance)
+        row = _run(ops, setting, bar.advance, capacity)
         rows.append(row)
         return row
 
@@ -426,7 +627,7 @@ def tune_ops(ops: Sequence[Op], recorded: str = "", *, name: str = "trace",
         ref = next((r for r in (rows[0], run("")) if not r["oom"]), None)
         # garbage collection acts only under a memory fraction: cap at the reference's peak
         if ref is not None and ref["peak_reserved_bytes"]:
-            frac = math.ceil(ref["peak_reserved_bytes"] / _SIMULATED_TOTAL * 1e4) / 1e4
+            frac = math.ceil(ref["peak_reserved_bytes"] / capacity * 1e4) / 1e4
             frac = min(frac, 1.0)
             for t in (0.6, 0.8):
                 run(f"garbage_collection_threshold:{t},per_process_memory_fraction:{frac}")
@@ -453,8 +654,13 @@ def tune_ops(ops: Sequence[Op], recorded: str = "", *, name: str = "trace",
     uncapped = [r for r in ranked if not r["capped"]]
     best_pt = next(r for r in uncapped if r["pytorch_compatible"])
     live = _peak_live(ops)
-    return {"trace": name, "ops": len(ops), "peak_live_bytes": live,
-            "recorded_setting": recorded, "baseline": base, "results": ranked,
+    shown_ooms = [{"size": o["size"], "device_free": o.get("device_free")} for o in ooms]
+    return {"trace": name, "ops": len(live_ops), "peak_live_bytes": live,
+            "recorded_setting": recorded, "settings_recorded": settings_recorded,
+            "device_memory_bytes": device_memory, "capacity_source": capacity_source,
+            "ooms": shown_ooms,
+            "too_large": [o["size"] for o in ooms if o["size"] > capacity],
+            "baseline": base, "results": ranked, "fits": sum(not r["oom"] for r in rows),
             "best": uncapped[0], "best_pytorch": best_pt}
 
 
@@ -477,8 +683,21 @@ def _saving_text(row: dict[str, Any]) -> str:
     return f"{human_bytes(row['saving_bytes'])} ({row['saving_fraction'] * 100:.1f}%)"
 
 
+def _device_text(result: dict[str, Any]) -> str:
+    """The device the replays model, as the report names it."""
+    mem = result.get("device_memory_bytes")
+    return (f"the simulated {human_bytes(_SIMULATED_TOTAL)} device" if mem is None
+            else f"the {human_bytes(mem)} device")
+
+
+def _capacity(result: dict[str, Any]) -> int:
+    mem = result.get("device_memory_bytes")
+    return _SIMULATED_TOTAL if mem is None else int(mem)
+
+
 def format_tune(result: dict[str, Any], path: str, device: int) -> str:
-    """The human-readable report of :func:`tune_ops` (the table, then the lines to use).
+    """The human-readable report of :func:`tune_ops` (the device, the table, then the lines to
+    use).
 
     Example::
 
@@ -488,44 +707,77 @@ def format_tune(result: dict[str, Any], path: str, device: int) -> str:
     """
     base = result["baseline"]
     rec = result["recorded_setting"]
+    mem = result.get("device_memory_bytes")
+    if rec:
+        rec_note = ""
+    elif result.get("settings_recorded"):
+        rec_note = " (PyTorch's defaults, as recorded)"
+    else:
+        rec_note = " (no allocator settings recorded: PyTorch's defaults)"
+    if mem is None:
+        dev_line = (f"device memory: not recorded; replayed on a simulated "
+                    f"{human_bytes(_SIMULATED_TOTAL)} device (pass --device-memory SIZE, e.g. "
+                    "80GiB, to model your GPU)")
+    else:
+        dev_line = (f"device memory: {human_bytes(mem)} "
+                    f"({result.get('capacity_source') or 'from --device-memory'})")
     lines = [(f"{terminal_safe(path, one_line=True)}: device {device}, {result['ops']:,} "
               f"operations, peak live {human_bytes(result['peak_live_bytes'])}"),
-             f"recorded setting: {_shown(rec, recorded=True)}"
-             + ("" if rec else " (no allocator settings recorded: PyTorch's defaults)"),
-             ""]
-    head = ("rank", "setting", "peak reserved", "saving", "mallocs+maps", "driver ms",
-            "us/op")
+             f"recorded setting: {_shown(rec, recorded=True)}{rec_note}", dev_line]
+    ooms = result.get("ooms") or []
+    for o in ooms:
+        free = ("" if o.get("device_free") is None
+                else f" with {human_bytes(o['device_free'])} free on the device")
+        lines.append(f"recorded out-of-memory: a request of {human_bytes(o['size'])}{free}; "
+                     "replayed where it was made")
+    for size in result.get("too_large") or []:
+        lines.append(f"the request of {human_bytes(size)} that ran out of memory alone exceeds "
+                     f"{_device_text(result)}: no setting can fit it; make that request "
+                     "smaller (a smaller batch, shorter sequences) or use a larger device")
+    if result["peak_live_bytes"] > _capacity(result) and not result.get("too_large"):
+        lines.append(f"the history holds {human_bytes(result['peak_live_bytes'])} live at its "
+                     f"peak, more than {_device_text(result)}: no setting can fit it")
+    lines.append("")
+    head = ("rank", "setting", "peak reserved", "saving", "mallocs+maps", "retries",
+            "driver ms", "us/op")
     body = []
-    for i, r in enumerate(result["results"], 1):
+    rank = 0
+    for r in result["results"]:
         mark = " (recorded)" if r is base else " *" if r["capped"] else ""
         shown = _shown(r["setting"], recorded=r is base) + mark
         if r["oom"]:
-            body.append((str(i), shown, "out of memory", "-", "-", "-", "-"))
+            body.append(("-", shown, "out of memory", "-", "-", "-", "-", "-"))
             continue
-        body.append((str(i), shown, human_bytes(r["peak_reserved_bytes"]),
+        rank += 1
+        body.append((str(rank), shown, human_bytes(r["peak_reserved_bytes"]),
                      _saving_text(r), f"{r['device_mallocs'] + r['vm_maps']:,}",
+                     f"{r['alloc_retries']:,}",
                      f"{r['driver_us_h100'] / 1000:.1f}", f"{r['us_per_op']:.2f}"))
     widths = [max(len(c) for c in col) for col in zip(head, *body)]
     for row in (head, *body):
         lines.append("  ".join(c.ljust(w) if j == 1 else c.rjust(w)
                                for j, (c, w) in enumerate(zip(row, widths))).rstrip())
+    n_oom = len(result["results"]) - result.get("fits", len(result["results"]))
+    lines.append(f"{result.get('fits', 0)} setting(s) fit {_device_text(result)}, ranked; "
+                 f"{n_oom} would have run out of memory (-)"
+                 + ("; retries: times the allocator had to free its cache to fit a request"
+                    if mem is not None else ""))
     capped = [r for r in result["results"] if r["capped"] and r is not base]
     if capped:
         frac = _fraction(capped[0]["setting"])
         whose = "defaults'" if base["oom"] else "recorded"
         lines.append(f"* replayed with per_process_memory_fraction:{frac} (the {whose} peak "
-                     "reserved of the simulated")
-        lines.append("  80 GiB device): garbage_collection_threshold acts only under a memory "
-                     "fraction;")
+                     f"reserved of {_device_text(result)}):")
+        lines.append("  garbage_collection_threshold acts only under a memory fraction;")
         lines.append("  a cap fitted to one run is not recommended.")
     if base["oom"] and not all(r["oom"] for r in result["results"]):
-        lines.append("the recorded setting ran out of memory replaying its own history on the "
-                     "simulated 80 GiB device" + _cap_text(rec, result["peak_live_bytes"]))
+        lines.append("the recorded setting ran out of memory replaying its own history on "
+                     + _device_text(result) + _cap_text(rec, result))
     lines.append("")
     best, best_pt = result["best"], result["best_pytorch"]
-    lines += _advice("PyTorch", best_pt, base)
+    lines += _advice("PyTorch", best_pt, base, result)
     if best is not best_pt or best["oom"]:
-        lines += _advice("accelrt", best, base)
+        lines += _advice("accelrt", best, base, result)
     else:
         lines.append(f"accelrt: ACCELRT_ALLOC_CONF={best['setting']}" if best["setting"] else
                      "accelrt: leave ACCELRT_ALLOC_CONF unset")
@@ -534,13 +786,17 @@ def format_tune(result: dict[str, Any], path: str, device: int) -> str:
     return "\n".join(lines)
 
 
-def _advice(who: str, row: dict[str, Any], base: dict[str, Any]) -> list[str]:
+def _advice(who: str, row: dict[str, Any], base: dict[str, Any],
+            result: dict[str, Any]) -> list[str]:
     var = "PYTORCH_CUDA_ALLOC_CONF" if who == "PyTorch" else "ACCELRT_ALLOC_CONF"
     setting = pytorch_part(row["setting"]) if who == "PyTorch" else row["setting"]
     lines = []
     if row["oom"]:
-        return [(f"{who}: every setting ran out of the simulated 80 GiB device; nothing to "
-                 "recommend")]
+        why = "; the request that ran out of memory is too large for any" \
+            if result.get("too_large") else ""
+        some = "" if all(r["oom"] for r in result["results"]) else f" {who} accepts"
+        return [(f"{who}: every setting{some} ran out of {_device_text(result)}{why}; nothing "
+                 "to recommend")]
     if base["oom"]:
         lines.append(f"{who}: {var}={setting}" if setting else f"{who}: leave {var} unset")
         lines.append(f"  peaks at {human_bytes(row['peak_reserved_bytes'])} reserved, where the "
@@ -556,13 +812,14 @@ def _advice(who: str, row: dict[str, Any], base: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _cap_text(setting: str, peak_live: int) -> str:
+def _cap_text(setting: str, result: dict[str, Any]) -> str:
     frac = _fraction(setting)
     if frac is None:
         return ""
     return (f":\n  its per_process_memory_fraction:{frac} caps the device at "
-            f"{human_bytes(int(frac * _SIMULATED_TOTAL))}, under the {human_bytes(peak_live)} "
-            "this history\n  holds live at its peak: raise the fraction or leave it unset")
+            f"{human_bytes(int(frac * _capacity(result)))}, under the "
+            f"{human_bytes(result['peak_live_bytes'])} this history\n  holds live at its peak: "
+            "raise the fraction or leave it unset")
 
 
 def _json_result(result: dict[str, Any], path: str, device: int) -> dict[str, Any]:
@@ -570,6 +827,11 @@ def _json_result(result: dict[str, Any], path: str, device: int) -> dict[str, An
     return {"trace": path, "device": device, "ops": result["ops"],
             "peak_live_bytes": result["peak_live_bytes"],
             "recorded_setting": result["recorded_setting"],
+            "settings_recorded": result["settings_recorded"],
+            "device_memory_bytes": result["device_memory_bytes"],
+            "capacity_source": result["capacity_source"],
+            "ooms": result["ooms"], "too_large": result["too_large"],
+            "fits": result["fits"],
             "results": result["results"],
             "best": best["setting"], "best_pytorch": best_pt["setting"],
             "pytorch_alloc_conf": pytorch_part(best_pt["setting"]),
@@ -577,10 +839,11 @@ def _json_result(result: dict[str, Any], path: str, device: int) -> dict[str, An
 
 
 def tune_main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``accelrt memory tune SNAPSHOT_OR_TRACE [--device N] [--json]``.
+    """Entry point of ``accelrt memory tune SNAPSHOT_OR_TRACE [--device N]
+    [--device-memory SIZE] [--json]``.
 
     Returns the exit status: 0 on success, 1 when the file cannot be read or has no history to
-    replay, 2 on bad arguments.
+    replay, 2 on bad arguments (a ``--device-memory`` that is not a size included).
 
     Example::
 
@@ -598,7 +861,8 @@ def tune_main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="accelrt memory tune",
         description="Replay a memory snapshot's history (or an allocation trace) under "
-                    "candidate allocator settings on a simulated device, rank them by peak "
+                    "candidate allocator settings on a simulated device of your GPU's memory, "
+                    "say which settings would run out of memory, rank those that fit by peak "
                     "reserved memory, and print the PYTORCH_CUDA_ALLOC_CONF and "
                     "ACCELRT_ALLOC_CONF lines to use.")
     parser.add_argument("path", metavar="SNAPSHOT_OR_TRACE",
@@ -608,6 +872,10 @@ def tune_main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--device", type=int, default=None, metavar="N",
                         help="which device's history to replay (needed when several devices "
                              "have history)")
+    parser.add_argument("--device-memory", default=None, metavar="SIZE",
+                        help="the GPU's memory, e.g. 80GiB, 81559MiB or a byte count: every "
+                             "setting is replayed under it (default: what a snapshot's "
+                             "recorded out-of-memory shows, else a simulated 80 GiB device)")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object (every setting tried, ranked)")
     try:
@@ -618,18 +886,30 @@ def tune_main(argv: Sequence[str] | None = None) -> int:
         print(f"accelrt memory tune: error: --device must be >= 0, got {args.device}",
               file=sys.stderr)
         return 2
+    device_memory = None
+    if args.device_memory is not None:
+        try:
+            device_memory = parse_device_memory(args.device_memory)
+        except ValueError as exc:
+            print(f"accelrt memory tune: error: {exc}", file=sys.stderr)
+            return 2
     try:
-        ops, settings, device = load_workload(args.path, args.device)
-        recorded = recorded_setting(settings)
-        total = len(ops) * 16
+        w = read_workload(args.path, args.device)
+        recorded = recorded_setting(w.settings)
+        source = "from --device-memory" if device_memory is not None else w.capacity_source
+        if device_memory is None:
+            device_memory = w.capacity
+        total = len(w.ops) * 16
         progress = sys.stderr if total >= _PROGRESS_MIN_OPS and sys.stderr.isatty() else None
-        result = tune_ops(ops, recorded, name=_trace_name(args.path), progress=progress)
+        result = tune_ops(w.ops, recorded, name=_trace_name(args.path), progress=progress,
+                          device_memory=device_memory, ooms=w.ooms, capacity_source=source,
+                          settings_recorded=settings_recorded(w.settings))
     except (OSError, ValueError, MemoryError, RecursionError, OverflowError) as exc:
         print(f"accelrt memory tune: error: {terminal_safe(str(exc), one_line=True)}",
               file=sys.stderr)
         return 1
     if args.json:
-        print(json.dumps(_json_result(result, args.path, device)))
+        print(json.dumps(_json_result(result, args.path, w.device)))
     else:
-        print(format_tune(result, args.path, device))
+        print(format_tune(result, args.path, w.device))
     return 0

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import json
 import os
 import sys
 from collections.abc import Sequence
@@ -34,7 +35,7 @@ from typing import Any
 
 from ._files import read_input, short_repr, terminal_safe, write_atomic
 from ._history import is_library_file
-from ._replay import load_pickle
+from ._replay import WrongFileKindError, load_pickle
 from . import _viz_page
 from ._snapshot import check_snapshot
 
@@ -66,6 +67,8 @@ def load_snapshot(path: str) -> dict[str, Any]:
 
     Raises:
         OSError: the file cannot be read.
+        WrongFileKindError: the file is an allocation trace in the shared JSON format (the
+            message names ``accelrt replay`` and ``accelrt memory tune``, which take it).
         ValueError: not a snapshot pickle, a pickle that asks for code, or missing keys.
 
     Example::
@@ -80,7 +83,27 @@ def load_snapshot(path: str) -> dict[str, Any]:
         []
         >>> d.cleanup()
     """
-    return check_snapshot(load_pickle(read_input(path), path), path)
+    data = read_input(path)
+    if data[:1] != b"\x80" and _is_json_trace(data):
+        shown = terminal_safe(path, one_line=True)
+        raise WrongFileKindError(
+            f"{shown} is an allocation trace (JSON), not a snapshot pickle: replay it with "
+            f"'accelrt replay {shown}' or rank allocator settings for it with 'accelrt memory "
+            f"tune {shown}'; 'accelrt memory viz' draws snapshots "
+            "(accelrt.memory.dump_snapshot, torch.cuda.memory._dump_snapshot)")
+    return check_snapshot(load_pickle(data, path), path)
+
+
+def _is_json_trace(data: bytes) -> bool:
+    """Whether ``data`` is a trace in the shared JSON format (a JSON object with a ``trace``
+    list)."""
+    if data.lstrip()[:1] != b"{":
+        return False
+    try:
+        obj = json.loads(data)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(obj, dict) and isinstance(obj.get("trace"), list)
 
 
 def _report_free(external: int, internal: int) -> str:
@@ -565,7 +588,8 @@ def viz_main(argv: Sequence[str] | None = None) -> int:
     [--segsum | --trace]``.
 
     Returns 0 on success, 1 when the snapshot cannot be read (a one-line message on stderr),
-    2 on bad arguments (including an output file that is the snapshot itself). Text that
+    2 on bad arguments (including an output file that is the snapshot itself, and an
+    allocation trace, which ``accelrt replay`` and ``accelrt memory tune`` take). Text that
     came from the file is printed with control characters escaped.
 
     Example::
@@ -627,6 +651,9 @@ def viz_main(argv: Sequence[str] | None = None) -> int:
                      _shown_name(args.compare) if args.compare is not None else "")
             page = trace_html(snap, title=f"accelrt memory: {names[0]}", compare=other,
                               compare_names=names).encode("utf-8")
+    except WrongFileKindError as exc:     # a usage error: the other command takes the file
+        print(f"accelrt memory viz: error: {exc}", file=sys.stderr)
+        return 2
     except (OSError, ValueError, MemoryError, RecursionError, OverflowError) as exc:
         return fail(str(exc))
     if args.segsum or args.trace:
