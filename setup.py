@@ -24,6 +24,7 @@ COMPILED = [
     "src/accelrt/memory/_block.py",
     "src/accelrt/memory/_events.py",
     "src/accelrt/memory/_expandable.py",
+    "src/accelrt/memory/_malloc_async.py",       # subclasses the allocator
     "src/accelrt/memory/_pluggable_device.py",   # subclasses the allocator
     "src/accelrt/memory/_pools.py",
     "src/accelrt/memory/_release.py",

@@ -6,6 +6,7 @@ what tells them apart."""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.util
 import os
@@ -122,3 +123,28 @@ def test_compiled_build_requires_what_mypyc_type_checks(hook: str,
     assert {"wheel", "mypy", "numpy"} <= names
     monkeypatch.setenv("ACCELRT_COMPILE", "0")
     assert getattr(backend, hook)() == ["wheel"]       # the pure build needs neither
+
+
+def test_subclasses_of_compiled_classes_are_compiled_too() -> None:
+    # mypyc refuses an interpreted class that inherits a compiled one ("interpreted classes
+    # cannot inherit from compiled"): a subclass left out of COMPILED works in the pure build
+    # and breaks the compiled one (it did for the cudaMallocAsync allocator)
+    compiled = set(compiled_module_names())
+    classes: dict[str, str] = {}   # class name -> compiled module defining it
+    for mod in compiled:
+        tree = ast.parse((ROOT / "src" / (mod.replace(".", "/") + ".py")).read_text())
+        classes.update((n.name, mod) for n in tree.body if isinstance(n, ast.ClassDef))
+    offenders = []
+    for path in sorted((ROOT / "src" / "accelrt").rglob("*.py")):
+        mod = ".".join(path.relative_to(ROOT / "src").with_suffix("").parts)
+        if mod in compiled:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                for base in node.bases:
+                    name = base.id if isinstance(base, ast.Name) else (
+                        base.attr if isinstance(base, ast.Attribute) else None)
+                    if name in classes:
+                        offenders.append(f"{mod}.{node.name} subclasses {classes[name]}.{name}")
+    assert not offenders, ("add these modules to setup.py's COMPILED (a compiled class's "
+                           "subclass must be compiled): " + "; ".join(offenders))
