@@ -369,3 +369,34 @@ def test_replay_main_no_progress_when_not_a_tty(tmp_path, capsys) -> None:
     path = write_json(tmp_path / "t.json", [["alloc", k, 512, 0] for k in range(10)])
     assert replay_main([path]) == 0
     assert "replaying" not in capsys.readouterr().err
+
+
+def test_replay_counts_the_steady_state_driver_calls(tmp_path, capsys) -> None:
+    """Issue 24 §2: the driver calls of the last third of the operations (mallocs, frees,
+    mappings made and removed), and the existing JSON fields unchanged beside them."""
+    # 9 ops: the steady state is ops 6..8; the first segment is malloc'd before it
+    ops = [(True, 1, 3 * MiB, 0), (False, 1, 0, 0), (True, 2, 3 * MiB, 0), (False, 2, 0, 0),
+           (True, 3, 3 * MiB, 0), (False, 3, 0, 0),
+           (True, 4, 30 * MiB, 0), (True, 5, 40 * MiB, 0), (False, 4, 0, 0)]
+    r = replay_ops(ops)
+    assert r["device_mallocs"] == 3                   # one before, two in the steady state
+    assert r["steady_driver_calls"] == 2
+    assert r["steady_driver_calls_per_1k_ops"] == round(2 * 1000 / 3, 2)
+    # mappings made and removed count one by one (a GPU unmaps and releases each)
+    lowfrag = parse_config("expandable_segments:True,page_reuse:True")
+    first = replay_ops(ops[:6], lowfrag)
+    r = replay_ops(ops[:6] + [(True, 4, 30 * MiB, 0), (False, 4, 0, 0), (True, 5, 3 * MiB, 0)],
+                   lowfrag)
+    assert r["steady_driver_calls"] == 1 == (r["vm_maps"] + r["vm_unmaps"]
+                                             - first["vm_maps"] - first["vm_unmaps"])
+    assert replay_ops(ops[:6])["steady_driver_calls"] == 0     # cached: no driver call
+    assert replay_ops([])["steady_driver_calls"] == 0
+    path = write_json(tmp_path / "t.json", [["alloc", k, 512, 0] for k in range(1, 4)])
+    assert replay_main([path, "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    # the new keys come last; the others keep their order and values
+    assert list(row) == ["trace", "ops", "peak_live_bytes", "peak_reserved_bytes",
+                         "reserved_over_live", "device_mallocs", "device_frees", "vm_maps",
+                         "vm_unmaps", "driver_us_h100", "us_per_op", "steady_driver_calls",
+                         "steady_driver_calls_per_1k_ops"]
+    assert (row["device_mallocs"], row["steady_driver_calls"]) == (1, 0)

@@ -37,7 +37,7 @@ from ._files import read_input, short_repr, terminal_safe
 
 __all__ = ["H100_US", "NO_HISTORY_HINT", "NoHistoryError", "Op", "WrongFileKindError",
            "driver_cost_us", "human_bytes", "load_pickle", "load_trace", "no_history_message",
-           "replay_main", "replay_ops", "settings_text", "trace_ops"]
+           "replay_main", "replay_ops", "settings_text", "steady_start", "trace_ops"]
 
 #: One replayed operation: (is_alloc, trace address, size in bytes, stream handle).
 Op = tuple[bool, int, int, int]
@@ -376,10 +376,13 @@ def replay_ops(ops: Sequence[Op], config: Any = None, *, name: str = "trace",
     Returns:
         ``{"trace", "ops", "peak_live_bytes", "peak_reserved_bytes", "reserved_over_live",
         "device_mallocs", "device_frees", "vm_maps", "vm_unmaps", "driver_us_h100",
-        "us_per_op"}``; the device calls are counted at the simulated device's boundary
-        (``vm_unmaps``: mappings removed), ``driver_us_h100`` prices them at their H100 cost
-        (:func:`driver_cost_us`), ``us_per_op`` is the wall time of the malloc/free loop alone
-        divided by the number of operations.
+        "us_per_op", "steady_driver_calls", "steady_driver_calls_per_1k_ops"}``; the device
+        calls are counted at the simulated device's boundary (``vm_unmaps``: mappings
+        removed), ``driver_us_h100`` prices them at their H100 cost (:func:`driver_cost_us`),
+        ``us_per_op`` is the wall time of the malloc/free loop alone divided by the number of
+        operations; ``steady_driver_calls`` counts the driver calls (mallocs, frees, mappings
+        made and removed) of the steady state, the last third of the operations
+        (:func:`steady_start`), and ``steady_driver_calls_per_1k_ops`` per 1,000 of them.
 
     Raises:
         OutOfMemoryError: the trace needs more than the simulated device's memory.
@@ -403,9 +406,15 @@ def _replay(ops: Sequence[Op], config: Any, name: str, progress: TextIO | None,
     bar = _Progress(progress, name, len(ops))
     clock = time.perf_counter
     elapsed = 0.0
+    steady = steady_start(len(ops))
+    # chunks end at ``steady`` too: the driver calls made so far are read there
+    bounds = sorted({*range(0, len(ops), _CHUNK), steady} - {len(ops)})
+    before_steady = 0
     try:
-        for start in range(0, len(ops), _CHUNK):
-            chunk = ops[start:start + _CHUNK]
+        for k, start in enumerate(bounds):
+            if start == steady:
+                before_steady = _driver_calls(alloc.backend.calls(0))
+            chunk = ops[start:bounds[k + 1] if k + 1 < len(bounds) else len(ops)]
             t0 = clock()
             for is_alloc, addr, size, stream in chunk:
                 if is_alloc:
@@ -422,6 +431,8 @@ def _replay(ops: Sequence[Op], config: Any, name: str, progress: TextIO | None,
     calls = alloc.backend.calls(0)
     live = _peak_live(ops)
     reserved = int(st["reserved_bytes.all.peak"])
+    steady_calls = _driver_calls(calls) - before_steady
+    steady_ops = len(ops) - steady
     return {
         "trace": name,
         "ops": len(ops),
@@ -434,7 +445,32 @@ def _replay(ops: Sequence[Op], config: Any, name: str, progress: TextIO | None,
         "vm_unmaps": calls["vm_unmapped_mappings"],
         "driver_us_h100": driver_cost_us(calls),
         "us_per_op": round(elapsed / len(ops) * 1e6, 3) if ops else 0.0,
+        "steady_driver_calls": steady_calls,
+        "steady_driver_calls_per_1k_ops": (round(steady_calls * 1000 / steady_ops, 2)
+                                           if steady_ops else 0.0),
     }, st
+
+
+def steady_start(n: int) -> int:
+    """The index of the first operation of the steady state of ``n`` operations: the last
+    third of them (``n // 3`` operations), when a caching allocator should no longer need the
+    driver.
+
+    Example::
+
+        >>> from accelrt.memory._replay import steady_start
+        >>> steady_start(9), steady_start(10), steady_start(2)
+        (6, 7, 2)
+    """
+    return n - n // 3
+
+
+def _driver_calls(calls: dict[str, int]) -> int:
+    """The driver calls among the simulated device's counts: each ``malloc`` and ``free``,
+    each mapping made and each mapping removed (a GPU unmaps and releases mappings one by
+    one)."""
+    return (calls.get("malloc", 0) + calls.get("free", 0) + calls.get("vm_map", 0)
+            + calls.get("vm_unmapped_mappings", 0))
 
 
 #: Measured cost on an H100 of the driver calls behind the simulated device's calls, in us:
