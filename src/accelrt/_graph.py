@@ -380,8 +380,19 @@ class Graph:
         self._exec, self._template, self._exec_ids = False, False, set()
         # the capture is live: work a hook submits to this stream is captured
         _run_global(b.name, "capture_start", self)
-        for hook in list(self._hooks["capture_start"].values()):
-            hook(self)
+        try:
+            for hook in list(self._hooks["capture_start"].values()):
+                hook(self)
+        except BaseException:
+            # the hook's error propagates; the capture it interrupted must not stay live
+            # (the stream would refuse every later sync and capture)
+            self._abort_capture()
+            raise
+
+    def _abort_capture(self) -> None:
+        """End a capture in progress and drop what it captured, releasing its pool."""
+        self._capture_end_pre(warn=False)
+        self._reset(finalizer=False)
 
     def capture_end(self) -> None:
         """End the capture begun by :meth:`capture_begin`: run the capture-end hooks (the

@@ -366,3 +366,70 @@ def test_torchrun_style_launch_without_mpiexec(backend: str) -> None:
     assert len(uids) == 1, outs
     for o in outs:
         assert "refused:" in o and "mpiexec -n N" in o, o
+
+
+# ---------------------------------------------------------------------------- hostile inputs
+def test_store_arguments_are_read_as_torch_reads_them(store: dist.Store) -> None:
+    """Keys may be UTF-8 bytes, amounts any int64 integer (numpy, bool), timeouts a float of
+    seconds, as torch's bindings accept; counters are parsed as ``std::stoll`` and wrap at
+    int64 like torch's."""
+    np = pytest.importorskip("numpy")
+    store.set(b"bk", b"v")
+    assert store.get("bk") == b"v" and store.check([b"bk"]) and store.delete_key(b"bk")
+    assert store.add("n", np.int64(3)) == 3 and store.add("n", True) == 4
+    with pytest.raises(TypeError, match="64-bit"):
+        store.add("n", 2 ** 63)
+    with pytest.raises(TypeError, match="int"):
+        store.add("n", 1.5)
+    for old, new in (("", 1), ("  -7xyz", -6), ("+3", 4), ("5.0", 6), ("1_0", 2),
+                     (str(2 ** 63 - 1), -(2 ** 63))):
+        store.set("c", old)
+        assert store.add("c", 1) == new, old
+    store.set("c", "abc")
+    with pytest.raises(ValueError, match="not a counter"):
+        store.add("c", 1)
+    store.set_timeout(0.05)
+    assert store.timeout == T(milliseconds=50)
+    with pytest.raises(dist.DistStoreError):
+        store.wait(["missing"], 0.05)
+    with pytest.raises(ValueError, match="finite"):
+        store.set_timeout(float("nan"))
+    with pytest.raises(TypeError, match="timedelta"):
+        store.set_timeout(None)  # type: ignore[arg-type]
+
+
+def test_store_constructors_take_torch_arguments(tmp_path: Path) -> None:
+    np = pytest.importorskip("numpy")
+    with pytest.raises(ValueError, match="store argument cannot be None"):
+        dist.PrefixStore("p", None)  # type: ignore[arg-type]
+    assert dist.PrefixStore(b"p", dist.HashStore()).list_keys() == []  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="world size cannot be 0"):
+        dist.TCPStore("127.0.0.1", 0, 0, True, T(seconds=5))
+    with dist.TCPStore("127.0.0.1", np.int64(0), -1, True, 5.0) as master:  # type: ignore[arg-type]
+        assert master.timeout == T(seconds=5)
+        master.set_timeout(0.05)
+        with pytest.raises(dist.DistStoreError):
+            master.get("missing")
+    fs = dist.FileStore(os.fsencode(tmp_path / "f"), np.int64(1))  # type: ignore[arg-type]
+    fs.set("k", "v")
+    assert fs.get("k") == b"v"
+    fs.close()
+
+
+def test_init_process_group_checks_rank_and_world_size_types() -> None:
+    """A store's rank must lie in the world (it was silently made rank 0); rank, world size
+    and init_method of the wrong type say so (instead of a comparison or attribute error)."""
+    with pytest.raises(ValueError, match="rank 5 is out of range for world size 1"):
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=5, world_size=1)
+    with pytest.raises(TypeError, match="rank must be an int, got float"):
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0.0,  # type: ignore[arg-type]
+                                world_size=1)
+    with pytest.raises(TypeError, match="world_size must be an int, got str"):
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0,
+                                world_size="1")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="init_method must be a str"):
+        dist.init_process_group("gloo", init_method=5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="finite"):
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1,
+                                timeout=float("inf"))
+    assert not dist.is_initialized()

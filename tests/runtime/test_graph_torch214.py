@@ -593,3 +593,23 @@ def test_generate_graph_pool_handle_shares_one_pool_between_graphs() -> None:
     g1.replay()
     acc.synchronize("cpu")
     assert x.numpy().tolist() == [1.0] * 4 and y.numpy().tolist() == [2.0] * 4
+
+
+def test_a_capture_start_hook_that_raises_ends_the_capture() -> None:
+    """The hook's error propagates, and the capture it interrupted does not stay live: the
+    stream could not be synchronized or capture again otherwise."""
+    x = acc.zeros(4, device="cpu")
+    s = acc.Stream("cpu")
+    g = acc.cpu.CUDAGraph()
+    g.register_capture_start_hook(lambda _: 1 / 0)
+    with pytest.raises(ZeroDivisionError), s, g:
+        x.fill_(1.0)
+    assert not s.is_capturing()
+    s.synchronize()
+    g2 = acc.cpu.Graph()
+    with s, g2:
+        x.fill_(2.0)
+    g2.replay()
+    s.synchronize()
+    with pytest.raises(RuntimeError, match="replay"):
+        g.replay()   # the aborted capture left nothing to replay

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import datetime
 import io
+import operator
 import os
 import pickle
 import sys
@@ -400,7 +401,20 @@ def _seconds(timeout: Any, default: float) -> float:
                         f"{type(timeout).__name__}")
     if not value > 0:
         raise ValueError(f"timeout must be positive, got {value}")
+    if value > datetime.timedelta.max.total_seconds():   # inf too: a store needs a timedelta
+        raise ValueError(f"timeout must be finite (at most datetime.timedelta.max), got "
+                         f"{value}")
     return value
+
+
+def _int_arg(value: Any, name: str) -> int:
+    """``rank``/``world_size`` of ``init_process_group``: an int (numpy integers too)."""
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, got bool")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}") from None
 
 
 def _under_mpi_launcher() -> bool:
@@ -495,6 +509,10 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
         raise ValueError("enable_reconfigure=True is not supported: accelrt's engines (MPI, "
                          "NCCL) have no reconfigure regime (ProcessGroup.reconfigure); pass "
                          "enable_reconfigure=False (the default)")
+    world_size, rank = _int_arg(world_size, "world_size"), _int_arg(rank, "rank")
+    if init_method is not None and not isinstance(init_method, str):
+        raise TypeError(f"init_method must be a str such as 'env://' or 'tcp://host:port', "
+                        f"got {type(init_method).__name__}")
     if store is not None:
         if init_method is not None:
             raise ValueError("Cannot specify both init_method and store.")
@@ -505,6 +523,9 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
             raise ValueError("world_size must be positive if using store")
         if not rank >= 0:
             raise ValueError("rank must be non-negative if using store")
+        if not rank < world_size:
+            raise ValueError(f"rank {rank} is out of range for world size {world_size}: a "
+                             "store's ranks are 0 .. world_size - 1")
     if backend is None:
         backend = os.environ.get("ACCELRT_DISTRIBUTED_BACKEND") or None
     engine_map = _parse_backend(backend)

@@ -34,7 +34,10 @@ from __future__ import annotations
 import collections
 import datetime
 import errno
+import math
+import operator
 import os
+import re
 import socket
 import socketserver
 import struct
@@ -58,6 +61,13 @@ _PROTOCOL = b"accelrt-store/1"
 
 # ---------------------------------------------------------------------------- arguments
 def _key(key: object, what: str = "key") -> str:
+    """A key as str; ``bytes`` (UTF-8) are accepted as torch's ``std::string`` keys are."""
+    if isinstance(key, bytes):
+        try:
+            return key.decode()
+        except UnicodeDecodeError:
+            raise ValueError(f"{what} {key[:40]!r} is not UTF-8: pass a str (or UTF-8 bytes)"
+                             ) from None
     if not isinstance(key, str):
         raise TypeError(f"{what} must be a str, got {type(key).__name__}")
     return key
@@ -77,16 +87,45 @@ def _value(value: object, what: str = "value") -> bytes:
     raise TypeError(f"{what} must be a str or bytes, got {type(value).__name__}")
 
 
+_INT64_MIN, _INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+
+
 def _amount(amount: object) -> int:
-    if isinstance(amount, bool) or not isinstance(amount, int):
-        raise TypeError(f"amount must be an int, got {type(amount).__name__}")
-    return amount
+    """``add``'s amount: any integer (``numpy.int64``, ``bool`` too, as torch's int64_t
+    argument) that fits in a signed 64-bit integer."""
+    try:
+        value = operator.index(amount)   # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"amount must be an int, got {type(amount).__name__}") from None
+    if not _INT64_MIN <= value <= _INT64_MAX:
+        raise TypeError(f"amount must fit in a signed 64-bit integer (the store's counters are "
+                        f"int64), got {value}")
+    return value
+
+
+def _int(value: object, what: str) -> int:
+    """An integer argument (``numpy`` integers too, as torch's bindings accept)."""
+    if isinstance(value, bool):
+        raise TypeError(f"{what} must be an int, got bool")
+    try:
+        return operator.index(value)   # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"{what} must be an int, got {type(value).__name__}") from None
 
 
 def _timedelta(timeout: object) -> datetime.timedelta:
+    """A timeout as a ``timedelta``; a float is seconds (as torch's bindings accept)."""
+    if isinstance(timeout, float):
+        if not math.isfinite(timeout):
+            raise ValueError(f"timeout must be a finite number of seconds, got {timeout}")
+        try:
+            return datetime.timedelta(seconds=timeout)
+        except OverflowError:
+            raise ValueError(f"timeout {timeout} s is out of range: at most "
+                             f"{datetime.timedelta.max.total_seconds():.0f} s") from None
     if not isinstance(timeout, datetime.timedelta):
-        raise TypeError(f"timeout must be a datetime.timedelta, got {type(timeout).__name__} "
-                        "(e.g. datetime.timedelta(seconds=30))")
+        raise TypeError(f"timeout must be a datetime.timedelta (or a float of seconds), got "
+                        f"{type(timeout).__name__} (e.g. datetime.timedelta(seconds=30))")
     return timeout
 
 
@@ -96,13 +135,23 @@ def _wait_timeout(keys: Sequence[str], timeout: float) -> DistStoreError:
                           "rank started, or raise the store's timeout (set_timeout)")
 
 
+_COUNTER = re.compile(rb"[ \t\n\v\f\r]*([+-]?[0-9]+)")
+
+
 def _counter(key: str, old: bytes, amount: int) -> int:
-    try:
-        return int(old) + amount
-    except ValueError:
-        raise ValueError(f"add({key!r}, {amount}): the value stored under {key!r} is not a "
-                         f"counter ({old[:40]!r}); add() only counts keys that set() did not "
-                         "write") from None
+    """``old`` read as torch reads a counter (``std::stoll``: leading blanks, a sign, the
+    leading digits; an empty value is 0) plus ``amount``, wrapped to int64 as torch's is."""
+    if not old:
+        value = 0
+    else:
+        match = _COUNTER.match(old)
+        value = int(match.group(1)) if match else _INT64_MAX + 1
+        if match is None or not _INT64_MIN <= value <= _INT64_MAX:
+            what = "not a counter" if match is None else "out of the int64 range"
+            raise ValueError(f"add({key!r}, {amount}): the value stored under {key!r} is "
+                             f"{what} ({old[:40]!r}); add() only counts keys that hold a "
+                             "decimal int64 (written by add(), or set() to one)")
+    return (value + amount - _INT64_MIN) % 2 ** 64 + _INT64_MIN
 
 
 # ---------------------------------------------------------------------------- the table
@@ -855,17 +904,20 @@ class TCPStore(_TableStore):
                  wait_for_workers: bool = True, multi_tenant: bool = False,
                  master_listen_fd: int | None = None, use_libuv: bool = True) -> None:
         host_name = _key(host_name, "host_name")
-        if isinstance(port, bool) or not isinstance(port, int):
-            raise TypeError(f"port must be an int, got {type(port).__name__}")
+        port = _int(port, "port")
         if not 0 <= port < 2 ** 16:
             raise ValueError(f"port must have value from 0 to 65535 but was {port}.")
-        if world_size is not None and (isinstance(world_size, bool)
-                                       or not isinstance(world_size, int) or world_size < 1):
-            raise ValueError(f"world_size must be None or a positive int, got {world_size!r}")
+        if world_size is not None:
+            world_size = _int(world_size, "world_size")
+            if world_size == 0:
+                raise ValueError("TCPStore world size cannot be 0")
+            if world_size < 0:   # torch's -1: the number of workers is not known
+                world_size = None
         if not is_master and port == 0 and master_listen_fd is None:
             raise ValueError("port=0 picks a free port on the master only: a client "
                              "(is_master=False) needs the master's port (master.port)")
-        seconds = _timedelta(timeout).total_seconds()
+        timeout = _timedelta(timeout)
+        seconds = timeout.total_seconds()
         self._server: _Server | None = None
         self._host, self._libuv = host_name, bool(use_libuv)
         self._world_size, self._multi_tenant = world_size, bool(multi_tenant)
@@ -914,7 +966,7 @@ class TCPStore(_TableStore):
     def set_timeout(self, timeout: datetime.timedelta) -> None:
         super().set_timeout(timeout)
         if isinstance(self._table, _RemoteTable):
-            self._table.timeout = timeout.total_seconds()
+            self._table.timeout = self._timeout.total_seconds()
 
     def list_keys(self) -> list[str]:
         return [k for k in super().list_keys() if k != _INIT_KEY]
@@ -1116,13 +1168,12 @@ class FileStore(_TableStore):
     """
 
     def __init__(self, file_name: str, world_size: int = -1) -> None:
-        if not isinstance(file_name, (str, os.PathLike)):
+        if not isinstance(file_name, (str, bytes, os.PathLike)):
             raise TypeError(f"file_name must be a path, got {type(file_name).__name__}")
-        if isinstance(world_size, bool) or not isinstance(world_size, int):
-            raise TypeError(f"world_size must be an int, got {type(world_size).__name__}")
+        world_size = _int(world_size, "world_size")
         if world_size == 0 or world_size < -1:
             raise ValueError(f"world_size must be positive or -1, got {world_size}")
-        path = os.fspath(file_name)
+        path = os.fsdecode(file_name)
         try:
             table = _FileTable(path)
         except OSError as exc:
@@ -1177,6 +1228,8 @@ class PrefixStore(Store):
     def __init__(self, prefix: str, store: Store) -> None:
         super().__init__()
         self._prefix = _key(prefix, "prefix")
+        if store is None:
+            raise ValueError("store argument cannot be None")
         if not isinstance(store, Store):
             raise TypeError(f"store must be an accelrt.distributed.Store, got "
                             f"{type(store).__name__}")
