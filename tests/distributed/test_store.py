@@ -433,3 +433,53 @@ def test_init_process_group_checks_rank_and_world_size_types() -> None:
         dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1,
                                 timeout=float("inf"))
     assert not dist.is_initialized()
+
+
+def test_a_late_reply_never_answers_the_next_request() -> None:
+    # a TCPStore client gave up on a request that the server answered late; that reply then
+    # sat on the connection and was read as the answer to the client's next request
+    import socket
+    from multiprocessing.connection import Connection
+
+    from accelrt.distributed import _store as st
+
+    lsock = socket.create_server(("127.0.0.1", 0))
+    lsock.settimeout(30)
+    port = lsock.getsockname()[1]
+    late, served = threading.Event(), threading.Event()
+
+    def greet(conn: Connection) -> None:
+        assert st._unpack(conn.recv_bytes()) == [b"hello"]
+        conn.send_bytes(st._pack([b"ok", st._PROTOCOL]))
+
+    def serve() -> None:
+        c1 = Connection(lsock.accept()[0].detach())
+        greet(c1)
+        c1.recv_bytes()                    # the request it answers too late
+        late.wait(30)
+        try:
+            c1.send_bytes(st._pack([b"ok", b"111"]))
+        except OSError:
+            pass
+        try:
+            c2 = Connection(lsock.accept()[0].detach())   # the client's reconnection
+        except OSError:
+            return
+        greet(c2)
+        c2.recv_bytes()
+        c2.send_bytes(st._pack([b"ok", b"7"]))
+        served.set()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    table = st._RemoteTable("127.0.0.1", port, 0.05)
+    try:
+        with pytest.raises(dist.DistNetworkError, match="did not answer num_keys"):
+            table.num_keys()
+        late.set()
+        assert table.num_keys() == 7 and served.is_set()
+    finally:
+        late.set()
+        table.close()
+        lsock.close()
+        t.join(30)

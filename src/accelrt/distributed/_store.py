@@ -764,9 +764,27 @@ class _RemoteTable(_Table):
     def __init__(self, host: str, port: int, timeout: float) -> None:
         self.host, self.port, self.timeout = host, port, timeout
         self._lock = threading.Lock()
-        self._conn = self._connect()
+        # None after a request went unanswered in time (guarded by _lock): its late reply
+        # could be read as the answer to the next request, so the next one reconnects
+        self._conn: Connection | None = self._connect()
         if self._call(["hello"]) != [_PROTOCOL]:
             raise DistNetworkError(f"{host}:{port} is not an accelrt TCPStore")
+
+    def _reconnect_locked(self) -> Connection:
+        """A new connection, greeted, replacing one dropped after an unanswered request."""
+        conn = self._connect()
+        try:
+            conn.send_bytes(_pack([b"hello"]))
+            ok = conn.poll(max(self.timeout, 1.0))
+            reply = _unpack(conn.recv_bytes()) if ok else []
+        except (EOFError, OSError):
+            reply = []
+        if reply != [b"ok", _PROTOCOL]:
+            conn.close()
+            raise DistNetworkError(f"could not reconnect to the TCPStore server at "
+                                   f"{self.host}:{self.port} after an unanswered request")
+        self._conn = conn
+        return conn
 
     def _connect(self) -> Connection:
         deadline = time.monotonic() + self.timeout
@@ -793,13 +811,17 @@ class _RemoteTable(_Table):
     def _call(self, fields: Sequence[str | bytes], wait: float = 0.0) -> list[bytes]:
         req = _pack([f.encode() if isinstance(f, str) else f for f in fields])
         with self._lock:
+            conn = self._conn if self._conn is not None else self._reconnect_locked()
             try:
-                self._conn.send_bytes(req)
+                conn.send_bytes(req)
                 # the server answers a blocking request when its own timeout ends
-                if not self._conn.poll(wait + max(self.timeout, 1.0)):
+                if not conn.poll(wait + max(self.timeout, 1.0)):
+                    # its reply may still come: never let it answer a later request
+                    self._conn = None
+                    conn.close()
                     raise DistNetworkError(f"the TCPStore server at {self.host}:{self.port} "
                                            f"did not answer {fields[0]!s} in time")
-                reply = _unpack(self._conn.recv_bytes())
+                reply = _unpack(conn.recv_bytes())
             except (EOFError, OSError) as exc:
                 raise DistNetworkError(
                     f"the connection to the TCPStore server at {self.host}:{self.port} was "
@@ -810,7 +832,9 @@ class _RemoteTable(_Table):
         raise _ERRORS.get(reply[1], DistStoreError)(reply[2].decode())
 
     def close(self) -> None:
-        self._conn.close()
+        conn = self._conn   # not under _lock: a blocked request must not delay the close
+        if conn is not None:
+            conn.close()
 
     def set(self, key: str, value: bytes) -> None:
         self._call(["set", key, value])
