@@ -684,6 +684,7 @@ class Runner:
     def nccl(self, budget: float) -> dict[str, Any]:
         # each case launches mpiexec (the tests' own limit is 300 s; the suite's 120 s)
         result = self.pytest_phase("nccl", budget, ["tests/distributed/test_distributed_api.py",
+                                                    "tests/distributed/test_dist_extras.py",
                                                     "-k", "on_the_gpu"], per_test=120)
         if not self.have("nccl"):
             result["note"] = ("nccl4py missing (" + self.why_not("nccl") + "): the NCCL cases "
@@ -815,8 +816,10 @@ def phases() -> list[Phase]:
         Phase("cuda-ipc", 60, 20, "CUDA IPC between two processes on one GPU", Runner.cuda_ipc,
               f"{pt} tests/distributed/test_multiprocessing_cuda.py"),
         Phase("nccl", 150, 20, "one-rank NCCL communicator (MPI, env:// and tcp:// store rendezvous), cuda "
-              "arrays staged over MPI (two ranks)", Runner.nccl,
-              f"{pt} tests/distributed/test_distributed_api.py -k on_the_gpu"),
+              "arrays staged over MPI (two ranks), split_group/barrier/coalesced on NCCL",
+              Runner.nccl,
+              f"{pt} tests/distributed/test_distributed_api.py "
+              "tests/distributed/test_dist_extras.py -k on_the_gpu"),
         Phase("nccl-refusal", 45, 10, "two ranks on one GPU with NCCL are refused",
               Runner.nccl_refusal,
               "mpiexec -iface lo -n 2 python tests/distributed/fail.py two_ranks_one_gpu"),

@@ -5,7 +5,8 @@ Usage: mpiexec -n N python -m accelrt.distributed.run tests/distributed/extras.p
 
 MODE ``cases``: split_group, new_subgroups(group=), set_timeout, the coalesced and single
 collectives and the DETAIL fingerprint of a coalesced collective; each rank prints ``OK
-<case>`` or ``FAIL <case>: <reason>`` and ``DONE <rank> <count>``. MODE ``barrier_timeout``:
+<case>`` or ``FAIL <case>: <reason>`` and ``DONE <rank> <count>``. MODE ``gpu_one_rank``: the
+NCCL paths on one GPU (``EXTRAS_BACKEND="cuda:nccl,cpu:mpi"``). MODE ``barrier_timeout``:
 the last rank never reaches a barrier with a timeout; the others print ``CAUGHT <rank>
 <error>`` and re-raise it (the launcher then ends the job).
 """
@@ -27,8 +28,28 @@ MODE = sys.argv[1]
 from mpi4py import MPI  # noqa: E402
 
 MPI.COMM_WORLD.Barrier()   # start together: init's timeout is short
-dist.init_process_group("cpu:mpi", timeout=float(os.environ.get("EXTRAS_TIMEOUT", "30")))
+dist.init_process_group(os.environ.get("EXTRAS_BACKEND", "cpu:mpi"),
+                        timeout=float(os.environ.get("EXTRAS_TIMEOUT", "30")))
 R, N = dist.get_rank(), dist.get_world_size()
+
+if MODE == "gpu_one_rank":
+    # one rank on a GPU with NCCL (EXTRAS_BACKEND="cuda:nccl,cpu:mpi"): the split
+    # (ncclCommSplit), barrier(device_ids=) and the coalesced and single collectives on
+    # device memory
+    g = dist.split_group(split_ranks=[[0]])
+    a = acc.full((4,), 2.0, device="cuda")
+    dist.all_reduce(a, group=g)
+    dist.barrier(device_ids=[0])
+    b, c = acc.full((3,), 1.0, device="cuda"), acc.full((2,), 5.0, device="cuda")
+    dist.all_reduce_coalesced([b, c])
+    out = acc.empty((4,), device="cuda")
+    dist.all_gather_single(out, a)
+    acc.synchronize("cuda")
+    assert a.numpy().tolist() == [2.0] * 4 and out.numpy().tolist() == [2.0] * 4
+    assert b.numpy().tolist() == [1.0] * 3 and c.numpy().tolist() == [5.0] * 2
+    print("OK gpu_one_rank", flush=True)
+    dist.destroy_process_group()
+    sys.exit(0)
 
 if MODE == "barrier_timeout":
     dist.all_reduce(acc.full((1,), 1.0, device="cpu"))   # everyone is here

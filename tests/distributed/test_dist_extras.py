@@ -175,3 +175,21 @@ def test_barrier_timeout_names_the_barrier_within_the_timeout() -> None:
         assert (f"CAUGHT {r} DistTimeoutError: [Rank {r}]: barrier (sequence number 2) on "
                 "group 'WORLD' timed out after 1500 ms") in out, out
         assert f"KEPT {r} True" in out, out
+
+
+def _has_cuda_device() -> bool:
+    try:
+        from accelrt import backends
+        return backends.get_backend("cuda").device_count() > 0
+    except Exception:  # noqa: BLE001 - no usable CUDA backend
+        return False
+
+
+@pytest.mark.skipif(not _has_cuda_device(), reason="needs a CUDA device")
+@pytest.mark.skipif(MPIEXEC is None, reason="mpiexec is not installed (pip install 'accelrt[mpi]')")
+def test_split_group_barrier_and_coalesced_on_nccl_on_the_gpu() -> None:
+    """One NCCL rank: split_group's ncclCommSplit, barrier(device_ids=), coalesced and
+    single collectives on device memory (scripts/gpu_check.py's nccl phase)."""
+    rc, out, _ = launch(1, "extras.py", "gpu_one_rank", env={
+        "EXTRAS_BACKEND": "cuda:nccl,cpu:mpi", "NCCL_SOCKET_IFNAME": "lo"}, timeout=300)
+    assert rc == 0 and "OK gpu_one_rank" in out, out
