@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import datetime
 import io
-import operator
 import os
 import pickle
 import sys
@@ -43,6 +42,7 @@ from ._errors import (DistBackendError, DistError, DistNetworkError, DistStoreEr
                       DistTimeoutError, QueueEmptyError)
 from ._group import DEFAULT_TIMEOUT, DebugLevel, ProcessGroup, Work
 from ._store import FileStore, HashStore, PrefixStore, Store, TCPStore
+from ._store import _int
 
 __all__ = [
     "Backend", "DebugLevel", "DistBackendError", "DistError", "DistNetworkError",
@@ -407,16 +407,6 @@ def _seconds(timeout: Any, default: float) -> float:
     return value
 
 
-def _int_arg(value: Any, name: str) -> int:
-    """``rank``/``world_size`` of ``init_process_group``: an int (numpy integers too)."""
-    if isinstance(value, bool):
-        raise TypeError(f"{name} must be an int, got bool")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}") from None
-
-
 def _under_mpi_launcher() -> bool:
     from ._mpi import under_launcher
     return under_launcher()
@@ -509,7 +499,7 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
         raise ValueError("enable_reconfigure=True is not supported: accelrt's engines (MPI, "
                          "NCCL) have no reconfigure regime (ProcessGroup.reconfigure); pass "
                          "enable_reconfigure=False (the default)")
-    world_size, rank = _int_arg(world_size, "world_size"), _int_arg(rank, "rank")
+    world_size, rank = _int(world_size, "world_size"), _int(rank, "rank")
     if init_method is not None and not isinstance(init_method, str):
         raise TypeError(f"init_method must be a str such as 'env://' or 'tcp://host:port', "
                         f"got {type(init_method).__name__}")

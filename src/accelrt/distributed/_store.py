@@ -103,6 +103,15 @@ def _amount(amount: object) -> int:
     return value
 
 
+def _compare_set_refusal(current: bytes | None, expected: bytes) -> bytes | None:
+    """torch's compare_set rule, for every table: what ``compare_set`` returns without
+    writing (``expected`` when the key is missing and ``expected`` is not empty, the current
+    value when it differs from ``expected``), or None when ``desired`` is to be written."""
+    if current is None:
+        return expected or None
+    return current if current != expected else None
+
+
 def _int(value: object, what: str) -> int:
     """An integer argument (``numpy`` integers too, as torch's bindings accept)."""
     if isinstance(value, bool):
@@ -244,12 +253,9 @@ class _MemoryTable(_Table):
 
     def compare_set(self, key: str, expected: bytes, desired: bytes) -> bytes:
         with self._cond:
-            cur = self._data.get(key)
-            if cur is None:
-                if expected:
-                    return expected
-            elif cur != expected:
-                return cur
+            kept = _compare_set_refusal(self._data.get(key), expected)
+            if kept is not None:
+                return kept
             self._data[key] = desired
             self._cond.notify_all()
             return desired
@@ -1105,12 +1111,9 @@ class _FileTable(_Table):
 
     def compare_set(self, key: str, expected: bytes, desired: bytes) -> bytes:
         with self._locked(True):
-            cur = self._data.get(key)
-            if cur is None:
-                if expected:
-                    return expected
-            elif cur != expected:
-                return cur
+            kept = _compare_set_refusal(self._data.get(key), expected)
+            if kept is not None:
+                return kept
             self._write(_SET, key, desired)
             return desired
 
