@@ -6,10 +6,9 @@ data at that moment into:
 
 - ``partial``: free bytes of mapped pages that a live block touches (the rest of a page that
   a live block holds part of: holes between live blocks, rounded out to pages);
-- ``pinned_piece``: whole free pages inside a mapping of at most ``split_pages`` pages (a
-  piece cut by rule 3, or a short mapping) that a live block touches: kept mapped because a
-  mapping is unmapped whole;
-- ``pinned_big``: the same inside a longer mapping (rule 3 exists so that this stays 0);
+- ``pinned_piece``: whole free pages inside a mapping (a piece of at most ``piece_pages``
+  pages, rule 3) that a live block touches: kept mapped because a mapping is unmapped whole;
+- ``pinned_big``: the same inside a longer mapping (rule 3 makes none: this stays 0);
 - ``free_map``: whole mappings that no live block touches (rule 4 keeps them until the
   high-water mark would rise).
 
@@ -150,10 +149,10 @@ def breakdown(ops: Sequence[Any]) -> dict[str, Any]:
     _, peak, at = _run(ops, -1)
     alloc, _, _ = _run(ops, at)
     ex = alloc._expandable_segments
-    cap = ex.split_pages
+    cap = ex.piece_pages
     out: dict[str, Any] = {"peak_reserved": peak, "peak_live": _peak_live(ops), "live_now": 0,
                            "partial": 0, "pinned_piece": 0, "pinned_big": 0, "free_map": 0,
-                           "pinned_mappings": 0, "split_pages": cap}
+                           "pinned_mappings": 0, "piece_pages": cap}
     for es in ex.segments:
         page, base = es.page, es.base
         live: dict[int, int] = {}       # page index -> live bytes in it

@@ -12,7 +12,7 @@ def check_mappings(a: Any, b: Any, index: int = 0) -> None:
     """Every expandable segment of allocator ``a`` records exactly the mappings that simulated
     backend ``b`` holds in its reservation: sorted, disjoint, covering exactly the pages
     flagged mapped, and each block lies wholly on mapped or unmapped pages as it says; the
-    low-fragmentation policy's split size follows its high-water mark."""
+    low-fragmentation policy's piece size follows its high-water mark and bounds every mapping."""
     device = b._devices[index]
     es_all = a._expandable_segments
     seen = 0
@@ -59,7 +59,11 @@ def check_mappings(a: Any, b: Any, index: int = 0) -> None:
     assert seen == len(vm), "the device holds mappings the allocator does not know"
     if a._page_reuse and es_all.segments:
         page = es_all.segments[0].page
-        assert es_all.split_pages == max(1, es_all.vm_high // page // MAP_FRACTION)
+        assert es_all.piece_pages == max(1, es_all.vm_high // page // MAP_FRACTION)
+        # the policy maps in pieces of at most piece_pages, which only grows: no mapping is
+        # ever longer (so a block pins at most that much beyond its own pages)
+        assert all(n <= es_all.piece_pages for es in es_all.segments
+                   for n in es.lengths.values())
         # (the most bytes reserved while mapping: at least the mapped bytes; all the reserved
         # bytes unless segments were allocated under another policy since)
         assert es_all.vm_high >= sum(sum(es.mapped) * es.page for es in es_all.segments)

@@ -306,8 +306,7 @@ def test_long_free_lists_match_the_general_code(conf: str, seed: int) -> None:
     """Many live blocks of many sizes, freed at random: long free lists in which a split's
     remainder key either takes the place of the key it replaces or moves past keys between
     (the low-fragmentation fast path updates the list in place where nothing lies between),
-    split_for's mappings to cut (that policy's inline check of the edge mappings), and the
-    best fit's scan past blocks followed by unmapped ranges. The fast and general code stay in
+    and the best fit's scan past blocks followed by unmapped ranges. The fast and general code stay in
     the same state."""
     rng = random.Random(seed)
     fast = DeviceCachingAllocator(SimulatedBackend(capacity=1 << 34), 0, parse_config(conf))

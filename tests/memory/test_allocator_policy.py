@@ -47,6 +47,17 @@ def test_low_fragmentation_on_every_trace() -> None:
     assert math.exp(sum(math.log(r) for r in ratios) / len(ratios)) <= 1.01, ratios
 
 
+@pytest.mark.parametrize("name", ["dlrm_train", "unet_train", "varlen_encoder"])
+def test_repeating_steps_make_no_driver_call_in_the_steady_state(name: str) -> None:
+    """Issue 24: in the last third of a training or inference trace whose steps repeat their
+    shapes, the policy reuses its mappings whatever shape reuses them (no split: 5 to 24
+    driver calls per 1,000 operations before) and stays within 1% of peak live."""
+    (path,) = [p for p in TRACES if os.path.basename(p) == f"trace_{name}.json.gz"]
+    r = replay_ops(_ops(path), parse_config(LOW_FRAG))
+    assert r["steady_driver_calls_per_1k_ops"] <= 2, r
+    assert r["reserved_over_live"] <= 1.01, r
+
+
 def test_small_requests_fill_partial_pages_of_large_blocks() -> None:
     """The policy serves small requests (<= 1 MiB) from the same pool as large ones, so a
     small block fills the free part of a page a large block left, instead of mapping a page
@@ -106,57 +117,62 @@ def test_replay_counts_unmaps_of_the_low_fragmentation_policy() -> None:
     assert r["peak_reserved_bytes"] == 60 * MiB + 2 * MiB
 
 
-def test_mappings_are_made_whole_and_unmapped_whole() -> None:
-    """A request's whole pages are one mapping (one driver call however large), its partial
-    last page, which the next block shares, another; freed, they unmap whole."""
+def test_mappings_are_pieces_of_the_high_water_mark() -> None:
+    """Every mapping the policy makes is at most 1/MAP_FRACTION of the memory mapped at the
+    high-water mark (a page at least): a 1 GiB request from nothing maps page by page, the
+    same request once the mark is 1 GiB maps 128 pieces of 8 MiB; freed, they unmap whole."""
     b = SimulatedBackend()
     a = DeviceCachingAllocator(b, 0, parse_config(LOW_FRAG))
-    p = a.malloc(64 * MiB, 0)
-    assert b.calls(0)["vm_map"] == 1              # not one call per 2 MiB page
-    q = a.malloc(63 * MiB + MiB // 2, 0)           # 31 whole pages + a partial one
-    assert b.calls(0)["vm_map"] == 3
-    assert _mappings_of(a, b, q) == [62 * MiB, 2 * MiB]
-    assert a.memory_reserved() == 128 * MiB       # pages of the device's 2 MiB granularity
+    big = MAP_FRACTION * 8 * MiB
+    p = a.malloc(big, 0)
+    assert b.calls(0)["vm_map"] == big // (2 * MiB)   # the mark was 0: pieces of one page
     a.free(p)
-    a.free(q)
-    a.empty_cache()                              # the simulated device refuses partial unmaps
+    a.empty_cache()
     assert a.memory_reserved() == 0
+    q = a.malloc(big + MiB, 0)                    # 4-page pieces now, the last one shorter
+    assert b.calls(0)["vm_map"] == big // (2 * MiB) + MAP_FRACTION + 1
+    assert set(_mappings_of(a, b, q)) == {8 * MiB, 2 * MiB}
+    check_mappings(a, b)
+    a.free(q)
+    a.empty_cache()
     calls = b.calls(0)
+    assert a.memory_reserved() == 0
     assert calls["vm_unmapped_mappings"] == calls["vm_map"]
     assert calls["vm_release"] == calls["vm_reserve"]
 
 
-def test_reusing_a_mapping_whole_makes_no_driver_call() -> None:
-    """A loop that frees and allocates the same shapes reuses its mappings: no call."""
+def test_reusing_freed_memory_makes_no_driver_call() -> None:
+    """A loop that frees and allocates the same shapes reuses its mappings, and so does a
+    block of another shape placed in part of a free mapping: no mapping is ever split."""
     b = SimulatedBackend()
     a = DeviceCachingAllocator(b, 0, parse_config(LOW_FRAG))
     for _ in range(3):
         ps = [a.malloc(s, 0) for s in (300 * MiB, 7 * MiB, 120 * MiB + 5)]
         for p in ps:
             a.free(p)
-    calls = b.calls(0)
-    # 300 MiB: one; 7 MiB: 6 + a partial page; 120 MiB + 5 B after it: 118 + a partial page
-    assert (calls["vm_map"], calls["vm_unmap"]) == (5, 0)
+    calls = dict(b.calls(0))
+    assert calls["vm_unmap"] == 0
+    for s in (3 * MiB, 250 * MiB + 7, 40 * MiB):   # other shapes, in the same memory
+        a.free(a.malloc(s, 0))
+    assert b.calls(0)["vm_map"] == calls["vm_map"] and b.calls(0)["vm_unmap"] == 0
 
 
-def test_partial_reuse_splits_a_wholly_free_mapping() -> None:
-    """A block that would fill part of a wholly free mapping longer than 1/MAP_FRACTION of the
-    high-water mark first splits it into mappings of that size, so that the block pins only
-    the pieces it touches: after the rest is freed, all but those can be unmapped."""
+def test_a_block_pins_only_the_pieces_it_touches() -> None:
+    """A small block placed in a large free range pins only its pieces: after the rest is
+    given back, the reservation is those pieces."""
     b = SimulatedBackend()
     a = DeviceCachingAllocator(b, 0, parse_config(LOW_FRAG))
-    big = MAP_FRACTION * 8 * MiB                  # high-water mark: pieces of 4 pages (8 MiB)
+    big = MAP_FRACTION * 8 * MiB
+    a.free(a.malloc(big, 0))
+    a.empty_cache()                               # the mark is now ``big``: 8 MiB pieces
     p = a.malloc(big, 0)
-    assert b.calls(0)["vm_map"] == 1
     a.free(p)
-    q = a.malloc(3 * MiB, 0)                      # the head of the free mapping
-    assert q == p
-    assert b.calls(0)["vm_map"] == 1 + MAP_FRACTION and b.calls(0)["vm_unmap"] == 1
+    calls = dict(b.calls(0))
+    q = a.malloc(3 * MiB, 0)                      # the head of the free range
+    r = a.malloc(3 * MiB, 0)                      # beside q, in the same piece
+    assert q == p and r == q + 3 * MiB
+    assert b.calls(0)["vm_map"] == calls["vm_map"] and b.calls(0)["vm_unmap"] == calls["vm_unmap"]
     assert _mappings_of(a, b, q) == [8 * MiB]
-    assert a.memory_reserved() == big             # split in place: nothing more mapped
-    check_mappings(a, b)
-    r = a.malloc(3 * MiB, 0)                      # beside q, in a piece already pinned
-    assert r == q + 3 * MiB and b.calls(0)["vm_map"] == 1 + MAP_FRACTION
     a.empty_cache()
     assert a.memory_reserved() == 8 * MiB         # q and r pin one 8 MiB piece
     a.free(q)
@@ -165,13 +181,13 @@ def test_partial_reuse_splits_a_wholly_free_mapping() -> None:
     assert a.memory_reserved() == 0
 
 
-def test_split_beside_an_unmapped_range() -> None:
-    """The split of a free mapping that starts right after an unmapped range (its unmap merges
-    with that range for a moment) keeps the blocks, the lists and the device in step."""
+def test_reuse_beside_an_unmapped_range() -> None:
+    """A block placed in a free mapped range that starts right after an unmapped range, against
+    a live block, keeps the blocks, the lists and the device in step."""
     b = SimulatedBackend()
     a = DeviceCachingAllocator(b, 0, parse_config(LOW_FRAG))
     x = a.malloc(8 * MiB, 0)
-    y = a.malloc(64 * MiB, 0)                     # one 32-page mapping
+    y = a.malloc(64 * MiB, 0)                     # 32 one-page mappings (a small mark)
     z = a.malloc(2 * MiB, 0)
     a.free(x)
     a.empty_cache()                               # x's pages unmapped, before y's
@@ -179,7 +195,7 @@ def test_split_beside_an_unmapped_range() -> None:
     w = a.malloc(4 * MiB, 0)                      # against live z: the tail of y's range
     assert w == y + 60 * MiB
     check_mappings(a, b)
-    assert _mappings_of(a, b, w) == [2 * MiB, 2 * MiB]  # y's mapping split into pages
+    assert _mappings_of(a, b, w) == [2 * MiB, 2 * MiB]  # two of y's pages
     a.empty_cache()
     assert a.memory_reserved() == 6 * MiB         # w's two pages and z's
     a.free(w)
@@ -202,21 +218,19 @@ class _FailingMaps(SimulatedBackend):
         return super().vm_map(index, ptr, size)
 
 
-def test_split_out_of_memory_leaves_a_consistent_state() -> None:
-    """If mapping the pieces of a split fails (the memory went to another process in between),
-    the pages stay unmapped and the allocation proceeds from there."""
+def test_out_of_memory_while_mapping_pieces_leaves_a_consistent_state() -> None:
+    """If mapping the pieces of a request fails part way (the memory went to another process
+    in between), the pieces already mapped are unmapped again and the cache stays usable."""
     b = _FailingMaps()
     a = DeviceCachingAllocator(b, 0, parse_config(LOW_FRAG))
-    x = a.malloc(64 * MiB, 0)
     z = a.malloc(2 * MiB, 0)
-    a.free(x)
     b.allow = 3                                   # three of the 32 pieces, then failures
     with pytest.raises(Exception, match="out of memory"):
-        a.malloc(4 * MiB, 0)
-    check_mappings(a, b)                          # x's pages all unmapped again
+        a.malloc(64 * MiB, 0)
+    check_mappings(a, b)
     assert a.memory_reserved() == b.used == 2 * MiB
     b.allow = -1
-    w = a.malloc(4 * MiB, 0)
+    w = a.malloc(64 * MiB, 0)
     check_mappings(a, b)
     for p in (w, z):
         a.free(p)
@@ -238,7 +252,7 @@ def test_growth_keeps_the_free_head_of_its_run_mapped() -> None:
     w = a.malloc(60 * MiB, 0)
     assert w == z                                 # z's 40 MiB and 20 MiB more
     calls = b.calls(0)
-    assert calls["vm_unmapped_mappings"] == 1     # x's mapping only
+    assert calls["vm_unmapped_mappings"] == 10    # x's ten one-page pieces only
     assert a.max_memory_reserved() == 100 * MiB == a.memory_reserved()
     for p in (y, w):
         a.free(p)

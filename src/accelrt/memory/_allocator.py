@@ -504,10 +504,6 @@ class DeviceCachingAllocator:
         h = self._history
         frames = capture_frames() if h is not None and h.context else None
         blk = self._get_free_block(pool, stream, rounded)
-        if (blk is not None and self._page_reuse and blk.exp is not None and pool.owner is None
-                and self._expandable_segments.split_for(blk, rounded)):
-            # the low-fragmentation policy split the mappings the block would pin partly
-            blk = self._get_free_block(pool, stream, rounded)
         if blk is None:
             blk = self._alloc_slow(pool, stream, rounded, frames)
             if blk is None:

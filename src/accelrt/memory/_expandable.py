@@ -20,14 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 from ._block import (
     ADDR_MASK,
-    K_MIN_BLOCK,
     K_SMALL_BUFFER,
     KEY_SHIFT,
     SMALL_MAX,
     Block,
     BlockPool,
     bisect_left,
-    bisect_right,
     fl_add,
     fl_iter_ge,
     insort,
@@ -41,10 +39,9 @@ if TYPE_CHECKING:
 
 __all__ = ["MAP_FRACTION", "ExpandableSegment", "ExpandableSegments", "page_count"]
 
-#: The low-fragmentation policy splits a wholly free mapping that a new block would fill only
-#: partly into mappings of at most this fraction of the memory mapped at the high-water mark
-#: (see :meth:`ExpandableSegments.split_for`): one left pinned by a single live page later
-#: strands at most that much.
+#: The low-fragmentation policy makes every mapping at most this fraction of the memory mapped
+#: at the high-water mark (:attr:`ExpandableSegments.piece_pages`): a mapping can only be
+#: unmapped whole, so one left pinned by a single live page strands at most that much.
 MAP_FRACTION = 128
 
 
@@ -61,9 +58,6 @@ class ExpandableSegment:
         base: first address; ``size``: reservation bytes; ``page``: bytes per page.
         stream, pool: the owner (blocks of this reservation belong to that stream and pool).
         mapped: one flag per page.
-        coalesce: each :meth:`map` call makes one mapping of the pages its range covers
-            whole and one of its partial last page (the low-fragmentation policy); otherwise
-            one mapping per page (PyTorch).
         starts: page indices where a mapping starts, sorted; ``lengths``: its page count.
         frames: stack of the first mapping (history recording), or ``None``.
 
@@ -74,7 +68,6 @@ class ExpandableSegment:
     __slots__ = (
         "backend",
         "base",
-        "coalesce",
         "frames",
         "index",
         "lengths",
@@ -87,7 +80,7 @@ class ExpandableSegment:
     )
 
     def __init__(self, backend: Any, index: int, stream: int, pool: Any, page: int,
-                 total: int, coalesce: bool = False) -> None:
+                 total: int) -> None:
         n = page_count(total, page)
         self.backend = backend
         self.index = index
@@ -97,21 +90,16 @@ class ExpandableSegment:
         self.stream = stream
         self.pool = pool
         self.mapped = bytearray(n)
-        self.coalesce = coalesce
         self.starts: list[int] = []
         self.lengths: dict[int, int] = {}
         self.frames: list[dict[str, Any]] | None = None
 
-    def map(self, ptr: int, size: int, pieces: list[int] | None = None) -> int:
-        """Map the pages covering ``[ptr, ptr+size)`` (all unmapped; ``ptr`` on a page);
-        return bytes mapped from ``ptr`` (a multiple of the page), or 0 when the device is out
-        of memory (nothing stays mapped then).
-
-        ``pieces``: the page counts of the mappings to make, in address order (they sum to
-        the pages of the range). By default, with :attr:`coalesce`, the pages the range covers
-        whole are one mapping (one block holds them until it is freed) and a partial last
-        page, which the next block will share, is another; without :attr:`coalesce`, each page
-        is a mapping (PyTorch)."""
+    def map(self, ptr: int, size: int, cap: int = 1) -> int:
+        """Map the pages covering ``[ptr, ptr+size)`` (all unmapped; ``ptr`` on a page) as
+        mappings of ``cap`` pages from ``ptr`` on, the last one shorter if need be (``cap``
+        1: a mapping per page, as PyTorch's expandable segments); return bytes mapped from
+        ``ptr`` (a multiple of the page), or 0 when the device is out of memory (nothing stays
+        mapped then)."""
         page = self.page
         base = self.base
         index = self.index
@@ -119,16 +107,11 @@ class ExpandableSegment:
         vm_map = self.backend.vm_map
         begin = (ptr - base) // page
         end = -(-(ptr + size - base) // page)
-        if pieces is None:
-            if not self.coalesce:
-                pieces = [1] * (end - begin)
-            else:
-                n = end - begin
-                pieces = [n - 1, 1] if (ptr + size - base) % page and n > 1 else [n]
         starts = self.starts
         lengths = self.lengths
         p = begin
-        for step in pieces:
+        while p < end:
+            step = min(cap, end - p)
             if not vm_map(index, base + p * page, step * page):
                 vm_unmap = self.backend.vm_unmap
                 q = begin
@@ -235,15 +218,15 @@ class ExpandableSegments:
         0
     """
 
-    __slots__ = ("_alloc", "_granularity", "_supported", "segments", "split_pages", "vm_high")
+    __slots__ = ("_alloc", "_granularity", "_supported", "piece_pages", "segments", "vm_high")
 
     def __init__(self, alloc: DeviceCachingAllocator) -> None:
         self._alloc = alloc
         self.segments: list[ExpandableSegment] = []
         self.vm_high = 0
-        # the low-fragmentation policy: mappings longer than this many pages are split when a
-        # block would fill one partly (max(1, vm_high in pages // MAP_FRACTION))
-        self.split_pages = 1
+        # the low-fragmentation policy: the most pages of one mapping (max(1, vm_high in pages
+        # // MAP_FRACTION), so that it only grows: no mapping is ever longer than this)
+        self.piece_pages = 1
         self._supported: bool | None = None      # the backend's answer, asked once
         self._granularity: int | None = None     # the device's vm granularity, asked once
 
@@ -272,8 +255,8 @@ class ExpandableSegments:
         """The low-fragmentation policy's fast path of ``malloc`` (``_lock`` held and nothing
         special in force: ``DeviceCachingAllocator._fast_reuse``): the address of a cached
         block now holding ``size`` bytes, or 0 (nothing changed) when the general path must
-        run. Hand-inlined from ``_malloc_locked`` -> ``_get_free_block`` -> ``split_for`` ->
-        ``_cut_block`` for that case, which it must match: tests/memory/test_allocator_fast_paths.py
+        run. Hand-inlined from ``_malloc_locked`` -> ``_get_free_block`` -> ``_cut_block`` for
+        that case, which it must match: tests/memory/test_allocator_fast_paths.py
         runs both on the same sequences and compares the state."""
         alloc = self._alloc
         if alloc._gc_pending:
@@ -320,21 +303,6 @@ class ExpandableSegments:
         prev = blk.prev
         tail = (remaining >= 512 and nx is not None and nx.allocated
                 and not (prev is not None and prev.allocated))
-        cap = self.split_pages
-        page = es.page
-        if bsize > cap * page:
-            # split_for: a mapping to split first when the block would fill one longer than
-            # ``cap`` pages partly (only a mapping holding the first or the last byte can be
-            # one; _stranding decides)
-            ptr = addr + remaining if tail else addr
-            starts = es.starts
-            lengths = es.lengths
-            base = es.base
-            if ((lengths[starts[bisect_right(starts, (ptr - base) // page) - 1]] > cap
-                 or lengths[starts[bisect_right(starts, (ptr + rounded - 1 - base) // page)
-                                   - 1]] > cap)
-                    and self._stranding(blk, ptr, rounded)):
-                return 0                 # a mapping to split first: split_for
         if remaining >= 512:
             # _cut_block: blk keeps its first ``first`` bytes, ``rest`` the others
             first = remaining if tail else rounded
@@ -394,92 +362,6 @@ class ExpandableSegments:
         c.grew = True
         return addr
 
-    def _stranding(self, blk: Block, ptr: int, size: int) -> list[int]:
-        """The page indices (in ``blk.exp``) of the mappings longer than :attr:`split_pages`
-        that lie wholly inside free block ``blk`` and that ``[ptr, ptr+size)`` (inside
-        ``blk``) would fill only partly: placed there, it would pin them whole."""
-        es = blk.exp
-        page = es.page
-        base = es.base
-        starts = es.starts
-        lengths = es.lengths
-        cap = self.split_pages
-        lo = blk.addr
-        hi = lo + blk.size
-        end = ptr + size
-        found: list[int] = []
-        for edge in (ptr, end - 1):
-            s = starts[bisect_right(starts, (edge - base) // page) - 1]
-            n = lengths[s]
-            if n <= cap or s in found:
-                continue
-            ms = base + s * page
-            me = ms + n * page
-            if lo <= ms and me <= hi and not (ptr <= ms and me <= end):
-                found.append(s)
-        return found
-
-    def split_for(self, blk: Block, size: int) -> bool:
-        """The low-fragmentation policy, before ``size`` bytes go into free mapped ``blk``
-        (out of its free list; placed as ``_malloc_locked`` will place them): split each
-        wholly free mapping the block would fill only partly into mappings of at most
-        :attr:`split_pages` pages (unmap it, map it again), so that the block pins only the
-        pieces it touches. Mappings are made whole for the blocks that first need them (few
-        driver calls while a workload repeats its shapes) and split only when a block of
-        another shape reuses their memory.
-
-        Returns:
-            False if nothing needed a split (``blk`` untouched); True if ``blk`` went back to
-            its free list and mappings were split: look the block up again (on an
-            out-of-memory error while mapping again, the pages stay unmapped).
-        """
-        alloc = self._alloc
-        es = blk.exp
-        if blk.size <= self.split_pages * es.page:
-            return False
-        remaining = blk.size - size
-        nx = blk.next
-        prev = blk.prev
-        ptr = blk.addr
-        if (remaining >= K_MIN_BLOCK and nx is not None and nx.allocated
-                and not (prev is not None and prev.allocated)):
-            ptr += remaining
-        todo = self._stranding(blk, ptr, size)
-        if not todo:
-            return False
-        lo = blk.addr
-        alloc._insert_free(blk)
-        page = es.page
-        cap = self.split_pages
-        for s in todo:
-            ms = es.base + s * page
-            nbytes = es.lengths[s] * page
-            f = alloc._blocks[lo]        # the free block holding the mapping (merged again)
-            alloc._remove_free(f)
-            if ms > f.addr:
-                g = alloc._cut_block(f, ms - f.addr)
-                alloc._insert_free(f)
-            else:
-                g = f
-            if g.size > nbytes:
-                alloc._insert_free(alloc._cut_block(g, nbytes))
-            alloc._insert_free(g)
-            u = self.unmap_block(g)
-            assert u is not None and u.addr <= ms and u.size >= nbytes
-            if u.addr < ms:              # merged with the unmapped block before it
-                u = alloc._cut_block(u, ms - u.addr, False)
-                unmapped_add(u)
-            n = nbytes // page
-            pieces = [cap] * (n // cap) + ([n % cap] if n % cap else [])
-            if self._map_block(u, nbytes, None, pieces) is None:
-                # out of memory (another process took the memory meanwhile): the pages
-                # stay unmapped, merged with the unmapped blocks around them
-                unmapped_remove(u)
-                u, _, _ = alloc._merge(u)
-                unmapped_add(u)
-                break
-        return True
-
     def _find_block(self, pool: BlockPool, stream: int, size: int) -> Block:
         """The block where ``size`` bytes go: the start of a free run (free mapped blocks and
         unmapped ranges) that holds them, or a new reservation's unmapped block."""
@@ -522,7 +404,7 @@ class ExpandableSegments:
                 if _run_bytes(c, size) >= size:
                     return c
         es = ExpandableSegment(alloc._b, alloc._index, stream, pool, self.page_size(pool),
-                               alloc._device_total, page_reuse)
+                               alloc._device_total)
         self.segments.append(es)
         alloc._update_simple()
         blk = Block(es.base, es.size, stream, pool, es, mapped=False)
@@ -530,20 +412,22 @@ class ExpandableSegments:
         unmapped_add(blk)
         return blk
 
-    def _map_block(self, blk: Block, size: int, frames: list[dict[str, Any]] | None,
-                   pieces: list[int] | None = None) -> Block | None:
-        """Map the first ``size`` bytes (page-rounded) of unmapped ``blk`` (as ``pieces``, see
-        :meth:`ExpandableSegment.map`); return the merged free block now holding them (in the
-        free list), or ``None`` on out-of-memory."""
+    def _map_block(self, blk: Block, size: int,
+                   frames: list[dict[str, Any]] | None) -> Block | None:
+        """Map the first ``size`` bytes (page-rounded) of unmapped ``blk`` (in mappings of
+        :attr:`piece_pages` pages under the low-fragmentation policy, else one per page);
+        return the merged free block now holding them (in the free list), or ``None`` on
+        out-of-memory."""
         alloc = self._alloc
         es: ExpandableSegment = blk.exp    # (typed: native field access when compiled)
-        mapped = es.map(blk.addr, size, pieces)
+        pool = blk.pool
+        mapped = es.map(blk.addr, size,
+                        self.piece_pages if alloc._page_reuse and pool.owner is None else 1)
         if mapped == 0:
             return None
         # unmapped_remove(blk), and unmapped_add of the unmapped rest (cut off when the
         # mapping is shorter than blk): the rest's address takes blk's place in the list
         addr = blk.addr
-        pool = blk.pool
         ul = pool.unmapped[blk.stream]
         k = bisect_left(ul, addr)
         blk.mapped = True
@@ -560,7 +444,7 @@ class ExpandableSegments:
         if total > self.vm_high:
             self.vm_high = total
             # (in pages of the policy: the device's granularity)
-            self.split_pages = max(1, total // (self._granularity or es.page) // MAP_FRACTION)
+            self.piece_pages = max(1, total // (self._granularity or es.page) // MAP_FRACTION)
         if pool.owner is not None:
             pool.owner.reserved += mapped
         st = alloc._stats
