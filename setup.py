@@ -12,7 +12,8 @@ from __future__ import annotations
 import os
 import sys
 
-from setuptools import setup
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
 #: The modules compiled by ``ACCELRT_COMPILE=1``: the allocator and what its malloc/free paths
 #: call on every operation (chosen by profiling ``bench/bench_allocator.py``). Modules that
@@ -67,5 +68,43 @@ def ext_modules() -> list[object]:
     return mypycify(COMPILED, opt_level="3", debug_level="0", group_name="accelrt")
 
 
+#: The shim that PyTorch's ``CUDAPluggableAllocator`` loads (``accelrt.interop.torch``): a
+#: shared library with a C interface (C++ inside, to raise into PyTorch; no Python or CUDA
+#: headers), built in both the pure and the compiled build. Optional: without a C++ compiler
+#: the package still installs, without the shim. It lands
+#: in ``accelrt/interop/_lib/``, a folder without ``__init__.py``, so that tools walking the
+#: package's modules (pydoc, pkgutil) do not take the library for a Python extension module.
+SHIM = Extension("accelrt.interop._lib._torch_shim", ["src/accelrt/interop/_torch_shim.cpp"],
+                 optional=True)
+
+
+class BuildExt(build_ext):  # type: ignore[misc]
+    """setuptools' ``build_ext``; a shim that fails to build is reported in one line."""
+
+    def build_extension(self, ext: Extension) -> None:
+        if ext.name != SHIM.name:
+            super().build_extension(ext)
+            return
+        try:
+            super().build_extension(ext)
+        except Exception as exc:   # no compiler, a failed compile or link: install without it
+            self.warn(f"accelrt: the PyTorch allocator shim ({SHIM.name}) was not built "
+                      f"({exc}); accelrt.interop.torch.use_accelrt_allocator() will say so. "
+                      f"Install a C++ compiler (e.g. g++) and reinstall accelrt to build it.")
+
+
+    def copy_extensions_to_source(self) -> None:
+        """``--inplace`` (editable installs): the shim's folder is not a package, so make it."""
+        package = SHIM.name.rpartition(".")[0]
+        os.makedirs(self.get_finalized_command("build_py").get_package_dir(package),
+                    exist_ok=True)
+        super().copy_extensions_to_source()
+
+
+def all_ext_modules() -> list[object]:
+    """The shim, plus the mypyc modules of the compiled build."""
+    return [SHIM, *ext_modules()]
+
+
 if __name__ == "__main__":   # as setuptools' build backend runs it (tests import this file)
-    setup(ext_modules=ext_modules())
+    setup(ext_modules=all_ext_modules(), cmdclass={"build_ext": BuildExt})

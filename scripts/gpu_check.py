@@ -61,7 +61,7 @@ CARRY = ROOT / ".gpu_carry"
 DEADLINE = 470.0
 EXIT_OK, EXIT_FAILED, EXIT_NO_GPU, EXIT_INTERRUPTED = 0, 1, 3, 130
 OUT_FILES = ("summary.json", "results.jsonl", "junit.xml", "gpu_check.log", "info.json",
-             "bench_cuda.json")
+             "bench_cuda.json", "torch_allocator.json")
 GRACE = 8.0          # seconds between SIGINT and SIGKILL when a budget runs out
 PER_TEST = 90        # pytest-timeout per test inside the phases (the suite's own is 120)
 
@@ -747,6 +747,73 @@ class Runner:
                   for row in data.get("replay", []) if "error" in row]
         return {"status": "pass", "note": "; ".join(errors)[:300]}
 
+    def build_torch_shim(self, budget: float) -> tuple[Path | None, str]:
+        """A copy of ``src/accelrt`` with the PyTorch allocator shim built in it (the tree's
+        ``src`` is used without installing, so it has no shim): ``(its parent, "")`` or
+        ``(None, why not)``."""
+        cxx = shutil.which("c++") or shutil.which("g++")
+        if cxx is None:
+            return None, "no C++ compiler (c++ or g++) on PATH"
+        dst = self.work / "torchshim"
+        shutil.rmtree(dst, ignore_errors=True)
+        shutil.copytree(ROOT / "src" / "accelrt", dst / "accelrt",
+                        ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+        code = "import importlib.machinery as m; print(m.EXTENSION_SUFFIXES[0])"
+        suffix = subprocess.run([self.tools_python, "-c", code], capture_output=True,
+                                text=True, timeout=60, check=False).stdout.strip() or ".so"
+        shim = dst / "accelrt" / "interop"
+        (shim / "_lib").mkdir(exist_ok=True)
+        r = self.run_cmd([cxx, "-shared", "-fPIC", "-O2",
+                          "-o", str(shim / "_lib" / f"_torch_shim{suffix}"),
+                          str(shim / "_torch_shim.cpp")], budget)
+        if r.rc != 0:
+            return None, "the shim did not compile: " + _last_line(r.output)
+        return dst, ""
+
+    def torch_allocator(self, budget: float) -> dict[str, Any]:
+        """accelrt's allocator inside PyTorch (issue 24 §4): the shim's tests with a CUDA
+        PyTorch, then a small training loop per allocator, each in its own process, into
+        ``torch_allocator.json``."""
+        end = time.monotonic() + budget
+        if not self.have("torch", self.tools_probe):
+            return {"status": "skip", "note": "no PyTorch with CUDA: "
+                    + self.why_not("torch", self.tools_probe)}
+        src, why = self.build_torch_shim(min(60.0, budget / 4))
+        if src is None:
+            return {"status": "skip", "note": why}
+        env = self.make_env(src)
+        saved, self.python = self.python, self.tools_python
+        try:
+            result = self.pytest_phase("torch-allocator", (end - time.monotonic()) * 0.4,
+                                       ["tests/interop/test_torch_shim.py"], env=env)
+        finally:
+            self.python = saved
+        runs: list[dict[str, Any]] = []
+        for variant in ("native", "native_expandable", "accelrt", "accelrt_lowfrag"):
+            left = end - time.monotonic()
+            if left < 10:
+                runs.append({"variant": variant, "error": "no time left"})
+                continue
+            dst = self.work / f"torch-{variant}.json"
+            r = self.run_cmd([self.tools_python, "scripts/torch_allocator_run.py", variant,
+                              "--json", str(dst)], left / 2 if variant != "accelrt_lowfrag"
+                             else left, env=env)
+            if r.rc == 0 and dst.exists():
+                runs.append(json.loads(dst.read_text()))
+            else:
+                runs.append({"variant": variant, "error": ("timed out" if r.timed_out else
+                                                           f"exit {r.rc}: " +
+                                                           _last_line(r.output))})
+        self.write_json("torch_allocator.json", {"runs": runs})
+        errors = [f"{run['variant']}: {run['error']}" for run in runs if "error" in run]
+        if errors:
+            result.setdefault("failures", []).extend(errors)
+            result["status"] = "fail"
+        note = "; ".join(f"{run['variant']} {run['peak_reserved_bytes'] / 2**20:.0f} MiB "
+                         f"{run['median_step_ms']:.1f} ms" for run in runs if "error" not in run)
+        result["note"] = (result.get("note", "") + "; " + note).strip("; ")[:300]
+        return result
+
     def compiled_tests(self, budget: float) -> dict[str, Any]:
         end = time.monotonic() + budget
         why = self.wait_compiled(budget * 0.6)
@@ -833,6 +900,14 @@ def phases() -> list[Phase]:
     out += [
         Phase("ptx", 45, 15, "the GPU kernel tests again with NVRTC hidden (committed PTX)",
               Runner.ptx, f"{pt} -p helpers.no_nvrtc " + shlex.join(PTX_TESTS)),
+    ]
+    out += [
+        Phase("torch-allocator", 150, 40, "accelrt's allocator as PyTorch's (CUDAPluggable"
+              "Allocator via the shim): the shim's tests with CUDA torch; a training loop "
+              "per allocator (native, native expandable, accelrt, accelrt low-fragmentation) "
+              "-> torch_allocator.json", Runner.torch_allocator,
+              f"c++ -shared _torch_shim.cpp; {pt} tests/interop/test_torch_shim.py; "
+              "python scripts/torch_allocator_run.py VARIANT"),
     ]
     for part, budget, minimum, what in (
             ("replay", 120, 30, ("trace replay on real memory vs torch/torch_expandable/cupy/"

@@ -524,3 +524,23 @@ def test_no_nvrtc_plugin_hides_the_library(tmp_path: Path, plugin: tuple[str, ..
                           env=_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"NVRTC {seen}" in proc.stdout
+
+
+def test_torch_allocator_phase_builds_the_shim_or_skips(runner: Any, gc: ModuleType) -> None:
+    """The torch-allocator phase (issue 24 §4) skips with the reason without a CUDA PyTorch,
+    and builds the shim from source (the tree's src has none) into a copy that loads."""
+    import ctypes
+    import shutil
+    runner.probe = {"modules": {},
+                    "errors": {"torch": "ImportError: No module named 'torch'"}}
+    runner.tools_probe = runner.probe
+    res = runner.torch_allocator(30.0)
+    assert res == {"status": "skip",
+                   "note": "no PyTorch with CUDA: ImportError: No module named 'torch'"}
+    if not (shutil.which("c++") or shutil.which("g++")):
+        pytest.skip("no C++ compiler here")
+    src, why = runner.build_torch_shim(60.0)
+    assert src is not None, why
+    (lib,) = (src / "accelrt" / "interop" / "_lib").glob("_torch_shim*.so")
+    assert ctypes.cast(ctypes.CDLL(str(lib)).accelrt_torch_malloc, ctypes.c_void_p).value
+    assert "torch-allocator" in [p.name for p in gc.phases()]

@@ -7,9 +7,12 @@
   accelrt's caching allocator.
 - :mod:`accelrt.interop.numba`: ``AccelrtEMMPlugin`` and ``use_accelrt_memory_manager()`` make
   Numba allocate through it.
+- :mod:`accelrt.interop.torch`: ``use_accelrt_allocator()`` makes PyTorch allocate CUDA memory
+  through it (a shim for ``CUDAPluggableAllocator``); ``to_torch`` / ``from_torch`` share
+  memory with tensors through DLPack.
 
 DLPack needs no helper: ``np.from_dlpack(array)`` / ``acc.asarray(producer)`` work directly.
-CuPy and Numba are imported only when their helpers are used; a missing one raises
+CuPy, Numba and PyTorch are imported only when their helpers are used; a missing one raises
 :class:`accelrt.BackendUnavailableError` saying what to install. See ``docs/interop.md``.
 
 Example::
@@ -41,12 +44,13 @@ __all__ = [
     "cupy",
     "numba",
     "parse_cuda_array_interface",
+    "torch",
     "wait_for_stream",
 ]
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("cupy", "numba"):
+    if name in ("cupy", "numba", "torch"):
         module = importlib.import_module(f".{name}", __name__)
         globals()[name] = module
         return module

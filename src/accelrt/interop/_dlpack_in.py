@@ -1,0 +1,165 @@
+"""Zero-copy import of a DLPack producer's device memory as an :class:`accelrt.Array`.
+
+:func:`acc.asarray <accelrt.asarray>` shares a DLPack producer's *host* memory and copies
+device memory through the host. :func:`from_dlpack` shares device memory too: it passes the
+consumer's stream (accelrt's current stream of the device) to ``__dlpack__(stream=...)`` so the
+producer orders its pending work before it, reads the ``DLManagedTensor`` (or the versioned
+one) with :mod:`ctypes`, takes the capsule over (renaming it ``used_dltensor...`` as the
+protocol asks) and calls the producer's deleter when the array's memory is collected: the
+producer's memory stays alive as long as the accelrt array (or a view of it) does.
+
+Example::
+
+    >>> import numpy as np
+    >>> from accelrt.interop._dlpack_in import from_dlpack
+    >>> host = np.arange(4, dtype=np.float32)
+    >>> a = from_dlpack(host)              # host memory: a cpu-backend array sharing it
+    >>> a.device, a.data_ptr() == host.ctypes.data
+    (device(type='cpu', index=0), True)
+"""
+
+from __future__ import annotations
+
+import ctypes
+import weakref
+from typing import Any
+
+import numpy as np
+
+from .. import _dlpack
+from .._typing import DeviceLike
+
+__all__ = ["from_dlpack"]
+
+_HOST = (_dlpack.kDLCPU, _dlpack.kDLCUDAHost, _dlpack.kDLROCMHost)
+_USED = {b"dltensor": b"used_dltensor", b"dltensor_versioned": b"used_dltensor_versioned"}
+_KINDS = {_dlpack.kDLInt: "i", _dlpack.kDLUInt: "u", _dlpack.kDLFloat: "f",
+          _dlpack.kDLComplex: "c", _dlpack.kDLBool: "b"}
+
+_api = ctypes.pythonapi
+_IsValid = _api.PyCapsule_IsValid
+_IsValid.restype = ctypes.c_int
+_IsValid.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_GetPointer = _api.PyCapsule_GetPointer
+_GetPointer.restype = ctypes.c_void_p
+_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_SetName = _api.PyCapsule_SetName
+_SetName.restype = ctypes.c_int
+_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+
+def _call_deleter(deleter: Any, managed: int) -> None:
+    if deleter:
+        deleter(managed)
+
+
+class _Producer:
+    """Owns a consumed DLPack tensor: calls the producer's deleter once, when collected."""
+
+    __slots__ = ("__weakref__", "_fin")
+
+    def __init__(self, deleter: Any, managed: int) -> None:
+        self._fin = weakref.finalize(self, _call_deleter, deleter, managed)
+
+
+def _backend_of(dev: tuple[int, int], device: DeviceLike) -> tuple[Any, int]:
+    from .. import _backend
+    from .._device import _get_device
+    if device is None:
+        names = [n for n, t in _backend._DLPACK_DEVICE_TYPES.items() if t == dev[0]]
+        for name in names:
+            if name in _backend.available():
+                return _backend.get_backend(name), dev[1]
+        raise BufferError(f"from_dlpack(): the producer's memory is on DLPack device {dev}, "
+                          f"which no available accelrt backend serves; pass device= naming "
+                          f"the accelrt device that holds it")
+    b, index = _get_device(device)
+    caps = b.capabilities(index)
+    if caps.host_accessible or caps.dlpack_device_type != dev[0] or index != dev[1]:
+        raise BufferError(f"from_dlpack(): the producer's memory is on DLPack device {dev}, "
+                          f"not on {b.name}:{index}; pass that device (or device=None), or "
+                          f"copy with acc.asarray(obj, device=...)")
+    return b, index
+
+
+def from_dlpack(obj: Any, device: DeviceLike = None) -> Any:
+    """An :class:`accelrt.Array` sharing a DLPack producer's memory (``torch.from_dlpack``).
+
+    Args:
+        obj: an object with ``__dlpack__`` and ``__dlpack_device__`` (a tensor of PyTorch,
+            JAX, CuPy, an accelrt array...).
+        device: the accelrt device holding the memory; ``None`` picks it from the producer's
+            DLPack device (host memory: ``cpu:0``; CUDA memory: the ``cuda`` backend).
+
+    Returns:
+        An array on that device, sharing the producer's memory (no copy); the producer's
+        memory stays alive while the array does.
+
+    Raises:
+        TypeError: ``obj`` is not a DLPack producer.
+        BufferError: the memory is on another device than ``device``, no accelrt backend
+            serves its device, it is not C-contiguous, read-only, or of a dtype with lanes.
+    """
+    from .._array import Array, _Memory, asarray
+    from .._device import _lazy_init
+    from .._stream import _current
+    if not (hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__")):
+        raise TypeError(f"from_dlpack() takes a DLPack producer (__dlpack__ and "
+                        f"__dlpack_device__), got {type(obj).__name__}")
+    kind, dev_id = obj.__dlpack_device__()
+    dev = (int(kind), int(dev_id))
+    if dev[0] in _HOST:
+        return asarray(obj, device="cpu:0" if device is None else device)
+    b, index = _backend_of(dev, device)
+    _lazy_init(b, index)
+    stream = int(_current(b, index)._handle)
+    if stream == 0 and dev[0] == _dlpack.kDLCUDA:
+        stream = 1   # CUDA's legacy default stream: DLPack reserves 0
+    try:
+        capsule = obj.__dlpack__(stream=stream, max_version=_dlpack.DLPACK_VERSION)
+    except TypeError:   # a producer older than DLPack 1.0
+        capsule = obj.__dlpack__(stream=stream)
+    return _consume(capsule, b, index, dev, Array, _Memory)
+
+
+def _consume(capsule: Any, b: Any, index: int, dev: tuple[int, int], array_cls: Any,
+             memory_cls: Any) -> Any:
+    name = next((n for n in _USED if _IsValid(capsule, n)), None)
+    if name is None:
+        raise BufferError("from_dlpack(): __dlpack__ returned no unused DLPack capsule")
+    managed = _GetPointer(capsule, name)
+    if name == b"dltensor_versioned":
+        mv = _dlpack._DLManagedTensorVersioned.from_address(managed)
+        if mv.version.major != 1:
+            raise BufferError(f"from_dlpack(): DLPack {mv.version.major}.{mv.version.minor} "
+                              f"is not supported (1.x is)")
+        if mv.flags & _dlpack.DLPACK_FLAG_BITMASK_READ_ONLY:
+            raise BufferError("from_dlpack(): the producer exports read-only memory, which "
+                              "an accelrt array cannot honour; copy it first")
+        t, deleter = mv.dl_tensor, mv.deleter
+    else:
+        m = _dlpack._DLManagedTensor.from_address(managed)
+        t, deleter = m.dl_tensor, m.deleter
+    if (t.device.device_type, t.device.device_id) != dev:
+        raise BufferError(f"from_dlpack(): the capsule describes device "
+                          f"{(t.device.device_type, t.device.device_id)}, the producer said {dev}")
+    if t.dtype.lanes != 1 or t.dtype.code not in _KINDS:
+        raise BufferError(f"from_dlpack(): DLPack dtype (code {t.dtype.code}, "
+                          f"{t.dtype.bits} bits, {t.dtype.lanes} lanes) has no accelrt dtype")
+    dt = np.dtype(f"{_KINDS[t.dtype.code]}{t.dtype.bits // 8}")
+    shape = tuple(int(t.shape[i]) for i in range(t.ndim))
+    if t.strides:
+        want = 1
+        for i in reversed(range(t.ndim)):
+            if shape[i] != 1 and int(t.strides[i]) != want:
+                raise BufferError(f"from_dlpack(): the producer's {shape} array is not "
+                                  f"C-contiguous (strides {[int(t.strides[j]) for j in range(t.ndim)]} "
+                                  f"elements); make it contiguous first (.contiguous())")
+            want *= shape[i]
+    # from here on the memory is ours to release: the capsule no longer calls the deleter
+    if _SetName(capsule, _USED[name]):
+        raise BufferError("from_dlpack(): cannot mark the DLPack capsule as used")
+    owner = _Producer(deleter, managed)
+    ptr = (t.data or 0) + int(t.byte_offset)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+    return array_cls._wrap(memory_cls(ptr, nbytes, None, base=owner), shape, dt, b, index)

@@ -1,0 +1,153 @@
+"""accelrt's caching allocator inside PyTorch, and arrays <-> tensors.
+
+:func:`use_accelrt_allocator` installs accelrt's CUDA caching allocator, with any allocator
+settings (the low-fragmentation policy ``"expandable_segments:True,page_reuse:True"``
+included), as PyTorch's CUDA allocator through ``torch.cuda.memory.CUDAPluggableAllocator``: a
+small shim built with the package (``accelrt/interop/_torch_shim.cpp``) forwards each of
+PyTorch's allocations and frees (size, device, stream) to accelrt. Afterwards PyTorch's memory
+is accelrt's: ``acc.cuda.memory_stats()``, ``memory_snapshot()``, ``_record_memory_history``,
+``accelrt memory viz`` and ``accelrt memory tune`` describe it.
+
+:func:`to_torch` and :func:`from_torch` share memory both ways through DLPack, with the
+consumer's stream handed to the producer, and keep the other side's memory alive.
+
+PyTorch is imported only when these functions run; without it they raise
+:class:`accelrt.BackendUnavailableError` saying what to install.
+
+Example::
+
+    >>> from accelrt.interop import torch as acc_torch
+    >>> try:
+    ...     acc_torch.use_accelrt_allocator()    # needs PyTorch with CUDA, before its first
+    ... except RuntimeError:                      # CUDA allocation
+    ...     pass
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._errors import AcceleratorError, BackendUnavailableError
+from .._typing import DeviceLike
+from . import _shim
+from ._common import cuda_backend, missing
+from ._dlpack_in import from_dlpack
+
+__all__ = ["from_torch", "to_torch", "use_accelrt_allocator"]
+
+_INSTALL = "pip install torch (or pip install accelrt[torch]); see https://pytorch.org"
+
+
+def _torch() -> Any:
+    try:
+        import torch
+    except ImportError as exc:
+        raise missing("PyTorch", _INSTALL, exc) from exc
+    return torch
+
+
+def use_accelrt_allocator(device: int | None = None, *, settings: str | None = None,
+                          backend: str = "cuda") -> Any:
+    """Make accelrt's CUDA caching allocator PyTorch's CUDA allocator.
+
+    Call it before PyTorch's first CUDA allocation: PyTorch can change its allocator only
+    while its own is unused, and only once per process (there is no way back). Afterwards an
+    allocation accelrt cannot serve raises a ``RuntimeError`` in PyTorch carrying accelrt's
+    message (``"cuda out of memory. Tried to allocate ..."``): PyTorch's pluggable allocator
+    has no out-of-memory path of its own.
+
+    Args:
+        device: serve only this CUDA device index (PyTorch asking for another gets a
+            ``RuntimeError``); ``None`` serves every device.
+        settings: allocator settings to apply first, in ``PYTORCH_CUDA_ALLOC_CONF`` syntax
+            (e.g. ``"expandable_segments:True,page_reuse:True"``); ``None`` keeps accelrt's
+            current ones (``ACCELRT_ALLOC_CONF``).
+        backend: the accelrt backend that provides the memory (``"cuda"``).
+
+    Returns:
+        PyTorch's ``torch.cuda.memory.CUDAPluggableAllocator`` now in use.
+
+    Raises:
+        BackendUnavailableError: PyTorch is not installed or has no CUDA, accelrt's CUDA
+            backend is not available, or the shim was not built (the message says how to
+            rebuild).
+        ValueError: malformed ``settings``.
+        AcceleratorError: PyTorch already initialised its CUDA allocator (its reason and the
+            fix are in the message). Nothing changed, settings included.
+    """
+    if settings is not None and not isinstance(settings, str):
+        raise TypeError(f"settings must be a str or None, got {type(settings).__name__}")
+    if device is not None and (not isinstance(device, int) or isinstance(device, bool)):
+        raise TypeError(f"device must be an int or None, got {type(device).__name__}")
+    from ..memory import _allocator, _config
+    if settings is not None:   # checked as set_allocator_settings does, before any change
+        try:
+            _allocator._check_config_for_all(_config.parse_config(settings,
+                                                                  _config.get_config()))
+        except ValueError as exc:
+            raise ValueError(f"use_accelrt_allocator(settings={settings!r}): {exc}") from None
+    torch = _torch()
+    memory: Any = getattr(getattr(torch, "cuda", None), "memory", None)
+    pluggable = getattr(memory, "CUDAPluggableAllocator", None)
+    if pluggable is None or not torch.cuda.is_available():
+        raise BackendUnavailableError(
+            f"PyTorch {getattr(torch, '__version__', '?')} has no usable CUDA (a CPU-only "
+            f"build, or no GPU); install a CUDA build of PyTorch on a machine with a GPU")
+    cuda_backend(backend)
+    path = _shim.shim_path()
+    if path is None:
+        raise _shim._not_built()
+    try:
+        _shim.install(backend=backend, device=device, raise_on_failure=True)
+        allocator = pluggable(path, _shim.MALLOC, _shim.FREE)
+        memory.change_current_allocator(allocator)
+    except RuntimeError as exc:
+        _shim.uninstall()
+        if isinstance(exc, AcceleratorError):
+            raise
+        raise AcceleratorError(
+            f"PyTorch refused to change its CUDA allocator ({exc}): it already allocated CUDA "
+            f"memory with its own. Call accelrt.interop.torch.use_accelrt_allocator() at the "
+            f"start of the program, before any CUDA tensor is made") from exc
+    if settings is not None:   # PyTorch allocates nothing before its first tensor
+        _config.set_allocator_settings(settings)
+    return allocator
+
+
+def to_torch(array: Any) -> Any:
+    """A ``torch.Tensor`` sharing an :class:`accelrt.Array`'s memory (``torch.from_dlpack``).
+
+    PyTorch passes its current stream to the array's ``__dlpack__``, which makes that stream
+    wait for the array's pending work. A cpu-backend array (host memory) gives a CPU tensor.
+    The tensor keeps the array's memory alive.
+
+    Raises:
+        BackendUnavailableError: PyTorch is not installed.
+        TypeError: ``array`` is not an :class:`accelrt.Array`.
+    """
+    from .._array import Array
+    if not isinstance(array, Array):
+        raise TypeError(f"to_torch() takes an accelrt.Array, got {type(array).__name__}")
+    return _torch().utils.dlpack.from_dlpack(array)
+
+
+def from_torch(tensor: Any, device: DeviceLike = None) -> Any:
+    """An :class:`accelrt.Array` sharing a ``torch.Tensor``'s memory, without a copy.
+
+    accelrt's current stream of the tensor's device is passed to the tensor's ``__dlpack__``,
+    so it waits for PyTorch's pending work on the tensor. A CPU tensor gives a cpu-backend
+    array (``cpu:0`` unless ``device`` names another); a CUDA tensor an array on the ``cuda``
+    backend's device of the tensor. The array keeps the tensor's memory alive.
+
+    Raises:
+        BackendUnavailableError: PyTorch is not installed.
+        TypeError: ``tensor`` is not a ``torch.Tensor``.
+        BufferError: the tensor is not contiguous, requires grad, or ``device`` is not the
+            tensor's (see :func:`accelrt.interop._dlpack_in.from_dlpack`).
+    """
+    torch = _torch()
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"from_torch() takes a torch.Tensor, got {type(tensor).__name__}")
+    if tensor.requires_grad:
+        raise BufferError("from_torch(): the tensor requires grad; pass tensor.detach()")
+    return from_dlpack(tensor, device)
