@@ -24,7 +24,10 @@ filtered out by the operator that made them, and every filter is counted in the 
   optimizer is ``capturable``/``fused``.
 * ``onednn_temporary``: allocations made inside a oneDNN (``mkldnn``) operator and freed
   before it returns: reorder and scratch buffers of the CPU kernel (a GPU kernel has its own,
-  different, workspace).
+  different, workspace). The CPU convolution backward calls oneDNN without a dispatched
+  ``mkldnn`` operator, so its buffers are the raw allocations made by
+  ``aten::convolution_backward`` itself (not through ``aten::empty``, as its gradients are)
+  and freed before it returns.
 * ``cpu_dtype_copy``: ``aten::_to_copy``/``aten::to`` results made inside another operator
   (not by the model's own ``.to()``/``.float()`` calls), freed before that operator returns:
   dtype conversions the CPU kernel makes where the CUDA kernel converts in registers.
@@ -78,13 +81,18 @@ _ELEMENTWISE = ("aten::mul", "aten::div", "aten::add", "aten::sub", "aten::rsub"
                 "aten::fill_", "aten::lt", "aten::le", "aten::gt", "aten::ge", "aten::eq",
                 "aten::ne", "aten::maximum", "aten::minimum", "aten::sqrt", "aten::reciprocal")
 
+#: Operators whose CPU kernel calls oneDNN through a dispatch stub, not through a dispatched
+#: ``mkldnn`` operator that names it: the oneDNN buffers are allocated by the operator itself.
+_ONEDNN_STUBS = ("aten::convolution_backward",)
+
 REASONS = {
     "scalar_wrap": "8-byte allocation by an elementwise operator: a Python number wrapped as a "
                    "0-dim float64/int64 tensor, which stays on the host on a GPU run",
     "cpu_scalar_state": "allocation of at most 8 bytes inside Optimizer.step: step counters "
                         "and their arithmetic, kept on the host unless capturable/fused",
-    "onednn_temporary": "made inside a oneDNN (mkldnn) operator and freed before it returns: "
-                        "CPU reorder/scratch buffers; a GPU kernel's workspace differs",
+    "onednn_temporary": "made inside a oneDNN (mkldnn) operator, or by the CPU convolution "
+                        "backward's oneDNN call, and freed before it returns: CPU "
+                        "reorder/scratch buffers; a GPU kernel's workspace differs",
     "cpu_dtype_copy": "aten::_to_copy inside another operator, freed before it returns: a "
                       "dtype conversion the CPU kernel makes and a CUDA kernel does in registers",
     "zero_size": "0-byte allocation: the CUDA caching allocator makes no block",
@@ -108,6 +116,10 @@ def _classify(size: int, stack: tuple[str, ...], freed_inside: int) -> str | Non
             if freed_inside >= depth:       # freed before the oneDNN operator returned
                 return "onednn_temporary"
             break
+    if inner in _ONEDNN_STUBS and freed_inside >= len(stack) - 1:
+        # a raw buffer of the oneDNN kernel the operator calls through a dispatch stub
+        # (tensors it makes through aten::empty, its outputs among them, have that inner)
+        return "onednn_temporary"
     if inner in ("aten::_to_copy", "aten::to") and len(stack) >= 2:
         # a conversion the model asked for is made by aten::to/_to_copy directly; one inside
         # a compute operator, freed before that operator returns, is the kernel's own
