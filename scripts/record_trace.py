@@ -35,7 +35,10 @@ filtered out by the operator that made them, and every filter is counted in the 
 * frees of addresses allocated before recording began are dropped (``untracked_frees``).
 
 Built-in workloads (models built in plain ``torch.nn`` from a config with random weights; no
-downloads): ``unet_train``, ``llama_varlen_train``, ``dlrm_train``, ``speech_varlen_train``.
+downloads): ``unet_train``, ``llama_varlen_train``, ``dlrm_train``, ``speech_varlen_train``,
+``det_fpn_varsize_train``, ``lora_varlen_finetune``, ``video_varlen_train``,
+``pointcloud_varsize_train``, ``gnn_varsize_train``, ``seq2seq_varlen_train``, ``srgan_train``,
+``vlm_caption_train`` (``WORKLOADS`` holds each one's config and description).
 A user workload is ``module:function`` or ``file.py:function``; the function takes the step
 number (0, 1, ...) and runs one step; ``--warmup`` steps run before recording starts (so
 lazily made state, such as optimizer moments, is either inside or outside the trace as you
@@ -1149,18 +1152,18 @@ WORKLOADS: dict[str, tuple[Callable[[dict[str, Any]], Callable[[int], None]], di
                                                     "targets": ["q", "kvp", "o", "gate_up",
                                                                 "down"],
                                                     "rank": 16, "alpha": 32,
-                                                    "batch": [1, 4], "seq": [64, 512]}, 8, 1,
+                                                    "batch": [1, 4], "seq": [64, 512]}, 6, 1,
                              ("LoRA fine-tuning of a frozen Llama-style decoder (d768, 12 "
                               "layers, GQA 12/4 heads, SwiGLU 2048, vocab 32000): rank-16 "
                               "adapters with dropout on every projection, only they are "
                               "trained, AdamW foreach, grad clipping, batches of 1-4 "
                               "sequences of random 64-512 tokens right-padded, ignored labels, "
-                              "8 steps after 1 warm-up")),
-    "video_varlen_train": (video_varlen_train, {"widths": [32, 64, 128, 256], "classes": 400,
+                              "6 steps after 1 warm-up")),
+    "video_varlen_train": (video_varlen_train, {"widths": [64, 128, 256, 512], "classes": 400,
                                                 "res": 112, "frames": [8, 12, 16],
                                                 "clips": 48}, 8, 1,
-                           ("R(2+1)D-18 video classifier training (half width: 32-256 "
-                            "channels, 400 classes), SGD momentum foreach, label smoothing, "
+                           ("R(2+1)D-18 video classifier training (64-512 channels, 400 "
+                            "classes), SGD momentum foreach, label smoothing, "
                             "clips of 112x112 with a random 8, 12 or 16 frames per batch and "
                             "48 frames per batch (6, 4 or 3 clips), 8 steps after 1 warm-up")),
     "pointcloud_varsize_train": (pointcloud_varsize_train, {"k": 20,

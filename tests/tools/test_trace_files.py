@@ -26,6 +26,7 @@ RECORDED = {
     "speech_varlen_train": (820_356_328, 1_832_910_848, 80),
     "pointcloud_varsize_train": (2_479_477_200, 3_839_885_312, 25),
     "det_fpn_varsize_train": (3_713_150_308, 5_932_843_008, 131),
+    "lora_varlen_finetune": (3_009_798_920, 3_992_977_408, 95),
 }
 
 
