@@ -25,9 +25,10 @@ filtered out by the operator that made them, and every filter is counted in the 
 * ``onednn_temporary``: allocations made inside a oneDNN (``mkldnn``) operator and freed
   before it returns: reorder and scratch buffers of the CPU kernel (a GPU kernel has its own,
   different, workspace). The CPU convolution backward calls oneDNN without a dispatched
-  ``mkldnn`` operator, so its buffers are the raw allocations made by
-  ``aten::convolution_backward`` itself (not through ``aten::empty``, as its gradients are)
-  and freed before it returns.
+  ``mkldnn`` operator, so its buffers are the blocks ``aten::convolution_backward`` makes
+  (itself or through ``aten::empty``) and frees before it returns; its gradients outlive it.
+* ``cpu_batch_norm_temporary``: blocks ``aten::native_batch_norm_backward`` makes and frees
+  before it returns: the CPU kernel allocates grad_input twice, a CUDA kernel once.
 * ``cpu_dtype_copy``: ``aten::_to_copy``/``aten::to`` results made inside another operator
   (not by the model's own ``.to()``/``.float()`` calls), freed before that operator returns:
   dtype conversions the CPU kernel makes where the CUDA kernel converts in registers.
@@ -84,9 +85,14 @@ _ELEMENTWISE = ("aten::mul", "aten::div", "aten::add", "aten::sub", "aten::rsub"
                 "aten::fill_", "aten::lt", "aten::le", "aten::gt", "aten::ge", "aten::eq",
                 "aten::ne", "aten::maximum", "aten::minimum", "aten::sqrt", "aten::reciprocal")
 
-#: Operators whose CPU kernel calls oneDNN through a dispatch stub, not through a dispatched
-#: ``mkldnn`` operator that names it: the oneDNN buffers are allocated by the operator itself.
-_ONEDNN_STUBS = ("aten::convolution_backward",)
+#: Operators whose CPU kernel makes temporaries that the CUDA kernel (cuDNN) does not, and the
+#: rule they fall under: blocks made by the operator itself or through an allocation factory
+#: it calls directly, freed before it returns. The CPU convolution backward calls oneDNN
+#: through a dispatch stub (no ``mkldnn`` operator names it); the CPU batch-norm backward
+#: allocates grad_input twice and frees the first.
+_CPU_KERNEL_TEMPS = {"aten::convolution_backward": "onednn_temporary",
+                     "aten::native_batch_norm_backward": "cpu_batch_norm_temporary"}
+_FACTORIES = ("aten::empty", "aten::empty_like", "aten::empty_strided")
 
 REASONS = {
     "scalar_wrap": "8-byte allocation by an elementwise operator: a Python number wrapped as a "
@@ -94,10 +100,13 @@ REASONS = {
     "cpu_scalar_state": "allocation of at most 8 bytes inside Optimizer.step: step counters "
                         "and their arithmetic, kept on the host unless capturable/fused",
     "onednn_temporary": "made inside a oneDNN (mkldnn) operator, or by the CPU convolution "
-                        "backward's oneDNN call, and freed before it returns: CPU "
-                        "reorder/scratch buffers; a GPU kernel's workspace differs",
+                        "backward (which calls oneDNN through a stub), and freed before it "
+                        "returns: CPU reorder/scratch buffers; a GPU kernel's workspace differs",
     "cpu_dtype_copy": "aten::_to_copy inside another operator, freed before it returns: a "
                       "dtype conversion the CPU kernel makes and a CUDA kernel does in registers",
+    "cpu_batch_norm_temporary": "made inside aten::native_batch_norm_backward and freed "
+                                "before it returns: the CPU kernel allocates grad_input "
+                                "twice; the CUDA kernels (cuDNN, native) allocate it once",
     "zero_size": "0-byte allocation: the CUDA caching allocator makes no block",
 }
 
@@ -119,10 +128,11 @@ def _classify(size: int, stack: tuple[str, ...], freed_inside: int) -> str | Non
             if freed_inside >= depth:       # freed before the oneDNN operator returned
                 return "onednn_temporary"
             break
-    if inner in _ONEDNN_STUBS and freed_inside >= len(stack) - 1:
-        # a raw buffer of the oneDNN kernel the operator calls through a dispatch stub
-        # (tensors it makes through aten::empty, its outputs among them, have that inner)
-        return "onednn_temporary"
+    owner = len(stack) - 1                  # the operator that made the block
+    while owner >= 0 and stack[owner] in _FACTORIES:
+        owner -= 1
+    if owner >= 0 and stack[owner] in _CPU_KERNEL_TEMPS and freed_inside >= owner:
+        return _CPU_KERNEL_TEMPS[stack[owner]]
     if inner in ("aten::_to_copy", "aten::to") and len(stack) >= 2:
         # a conversion the model asked for is made by aten::to/_to_copy directly; one inside
         # a compute operator, freed before that operator returns, is the kernel's own

@@ -52,16 +52,38 @@ def test_convolution_backward_onednn_buffers_are_filtered(rt: Any) -> None:
     assert rt._classify(147_456, BW, 2) == "onednn_temporary"
 
 
+def test_convolution_backward_scratch_through_empty_is_filtered(rt: Any) -> None:
+    """A strided convolution's CPU backward also makes an input-sized block through
+    aten::empty and frees it before returning (its grad_input is a second block)."""
+    assert rt._classify(2_408_448, BW + ("aten::empty",), 2) == "onednn_temporary"
+    assert rt._classify(2_408_448, BW + ("aten::empty",), 3) == "onednn_temporary"
+
+
 def test_convolution_backward_gradients_are_kept(rt: Any) -> None:
     """grad_input and grad_weight are made through aten::empty and outlive the operator; a
     raw buffer still alive after it returns is kept too, and so is a contiguous copy the
     operator makes through aten::clone (a GPU makes it as well)."""
     assert rt._classify(10 << 20, BW + ("aten::empty",), -1) is None
-    assert rt._classify(10 << 20, BW + ("aten::empty",), 2) is None
+    assert rt._classify(10 << 20, BW + ("aten::empty",), 1) is None
     assert rt._classify(10 << 20, BW, 1) is None
     assert rt._classify(10 << 20, BW, -1) is None
     assert rt._classify(5 << 20, BW + ("aten::contiguous", "aten::clone", "aten::empty_like",
                                        "aten::empty"), 2) is None
+
+
+BN = ("autograd::engine::evaluate_function: NativeBatchNormBackward0",
+      "NativeBatchNormBackward0", "aten::native_batch_norm_backward")
+
+
+def test_batch_norm_backward_first_grad_input_is_filtered(rt: Any) -> None:
+    """The CPU batch-norm backward allocates grad_input (input-sized) twice and frees the
+    first before it returns; the second, and the per-channel gradients, outlive it."""
+    first = BN + ("aten::empty_like", "aten::empty")
+    assert rt._classify(16_384, first, 2) == "cpu_batch_norm_temporary"
+    assert rt._classify(16_384, first, -1) is None
+    assert rt._classify(32, BN + ("aten::empty",), -1) is None
+    # not a factory the operator calls directly: an operator of its own, kept
+    assert rt._classify(64, BN + ("aten::sum", "aten::empty"), 2) is None
 
 
 def test_forward_onednn_rule_unchanged(rt: Any) -> None:
@@ -74,5 +96,6 @@ def test_forward_onednn_rule_unchanged(rt: Any) -> None:
 
 def test_every_rule_has_a_reason(rt: Any) -> None:
     assert set(rt.REASONS) == {"scalar_wrap", "cpu_scalar_state", "onednn_temporary",
-                               "cpu_dtype_copy", "zero_size"}
+                               "cpu_dtype_copy", "cpu_batch_norm_temporary", "zero_size"}
+    assert set(rt._CPU_KERNEL_TEMPS.values()) <= set(rt.REASONS)
     assert "convolution backward" in rt.REASONS["onednn_temporary"]
