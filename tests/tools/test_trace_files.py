@@ -24,7 +24,7 @@ RECORDED = {
     "llama_varlen_train": (2_061_211_916, 3_208_642_560, 51),
     "dlrm_train": (1_452_119_100, 1_501_560_832, 23),
     "speech_varlen_train": (820_356_328, 1_832_910_848, 80),
-    "pointcloud_varsize_train": (2_479_477_200, 3_839_885_312, 25),
+    "pointcloud_varsize_train": (2_479_475_152, 3_839_885_312, 25),
     "det_fpn_varsize_train": (3_713_150_308, 5_932_843_008, 131),
     "lora_varlen_finetune": (3_009_798_920, 3_992_977_408, 95),
     "video_varlen_train": (1_608_638_776, 2_021_654_528, 55),
