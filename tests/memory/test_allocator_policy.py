@@ -37,7 +37,7 @@ def _mappings_of(a: DeviceCachingAllocator, b: SimulatedBackend, ptr: int) -> li
 #: The tuning half of issue 24's new traces (tests/data/traces/README.md) on which the policy
 #: does not reach the targets yet: kept out of the regression check below, and checked by the
 #: strict xfail after it, which fails once they hold (then empty this set and drop the xfail).
-NOT_YET = {"pointcloud_varsize_train"}
+NOT_YET = {"pointcloud_varsize_train", "video_varlen_train"}
 
 
 def _name(path: str) -> str:

@@ -27,7 +27,7 @@ RECORDED = {
     "pointcloud_varsize_train": (2_479_475_152, 3_839_885_312, 25),
     "det_fpn_varsize_train": (3_713_150_308, 5_932_843_008, 131),
     "lora_varlen_finetune": (3_009_798_920, 3_992_977_408, 95),
-    "video_varlen_train": (1_608_638_776, 2_021_654_528, 55),
+    "video_varlen_train": (1_608_634_168, 2_017_460_224, 55),
 }
 
 
