@@ -34,38 +34,17 @@ def _mappings_of(a: DeviceCachingAllocator, b: SimulatedBackend, ptr: int) -> li
     return [maps[m] for m in sorted(maps) if m < end and m + maps[m] > ptr]
 
 
-#: The tuning half of issue 24's new traces (tests/data/traces/README.md) on which the policy
-#: does not reach the targets yet: kept out of the regression check below, and checked by the
-#: strict xfail after it, which fails once they hold (then empty this set and drop the xfail).
-NOT_YET = {"pointcloud_varsize_train", "video_varlen_train"}
-
-
-def _name(path: str) -> str:
-    return os.path.basename(path)[len("trace_"):-len(".json.gz")]
-
-
-def _low_frag_ratios(paths: list[str]) -> list[float]:
-    assert paths
-    return [replay_ops(_ops(p), parse_config(LOW_FRAG))["reserved_over_live"] for p in paths]
-
-
-def _check_targets(paths: list[str]) -> None:
-    ratios = _low_frag_ratios(paths)
-    assert max(ratios) <= 1.02, dict(zip(paths, ratios))
-    assert math.exp(sum(math.log(r) for r in ratios) / len(ratios)) <= 1.01, ratios
+def _low_frag_ratios() -> list[float]:
+    assert TRACES
+    return [replay_ops(_ops(p), parse_config(LOW_FRAG))["reserved_over_live"] for p in TRACES]
 
 
 def test_low_fragmentation_on_every_trace() -> None:
     """Issue 13's targets: geometric mean of peak reserved / peak live <= 1.01 over every
-    trace, and no trace above 1.02 (the traces of NOT_YET aside)."""
-    assert NOT_YET <= {_name(p) for p in TRACES}, NOT_YET
-    _check_targets([p for p in TRACES if _name(p) not in NOT_YET])
-
-
-@pytest.mark.xfail(strict=True, reason="issue 24 §1: the policy does not reach the targets on "
-                                       "the new tuning traces of NOT_YET yet")
-def test_low_fragmentation_on_every_trace_with_issue_24_tuning_traces() -> None:
-    _check_targets(TRACES)
+    trace, and no trace above 1.02."""
+    ratios = _low_frag_ratios()
+    assert max(ratios) <= 1.02, dict(zip(TRACES, ratios))
+    assert math.exp(sum(math.log(r) for r in ratios) / len(ratios)) <= 1.01, ratios
 
 
 def test_small_requests_fill_partial_pages_of_large_blocks() -> None:
