@@ -13,6 +13,7 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from .. import _stream
@@ -26,6 +27,13 @@ if TYPE_CHECKING:
     from ..backends.cuda._backend import CudaBackend
 
 __all__ = ["CudaModule", "as_stream", "get_device_capability", "stream_handle"]
+
+#: The NVML query of each monitoring function that takes only the device's handle.
+_NVML: dict[str, Callable[[Any], int]] = {
+    "clock_rate": _nvml.clock_rate, "memory_usage": _nvml.memory_usage,
+    "memory_used": _nvml.memory_used, "power_draw": _nvml.power_draw,
+    "temperature": _nvml.temperature, "utilization": _nvml.utilization,
+}
 
 _S = TypeVar("_S", bound=Stream)
 _E = TypeVar("_E", bound=Event)
@@ -43,91 +51,15 @@ class CudaModule(DeviceModule[_S, _E]):
         True
     """
 
-    def _nvml_handle(self, device: DeviceLike) -> tuple[int, Any]:
+    def _monitor(self, what: str, device: DeviceLike) -> int | str | None:
+        """NVML's answer for the device (no CUDA context is created)."""
         from ..backends.cuda import _discovery
         b, idx = self._resolve(device)
         uuid = None if _discovery.probe().nvml_indices else b.get_device_properties(idx)["uuid"]
-        return idx, _nvml.handle(idx, uuid)
-
-    def utilization(self, device: DeviceLike = None) -> int:
-        """Percent of the last sample period in which a kernel ran (NVML), as ``torch.cuda``.
-
-        Example::
-
-            >>> import accelrt as acc
-            >>> acc.cuda.is_available() is False or 0 <= acc.cuda.utilization() <= 100
-            True
-        """
-        return _nvml.utilization(self._nvml_handle(device)[1])
-
-    def memory_usage(self, device: DeviceLike = None) -> int:
-        """Percent of the last sample period in which device memory was read or written
-        (NVML).
-
-        Example::
-
-            >>> import accelrt as acc
-            >>> acc.cuda.is_available() is False or 0 <= acc.cuda.memory_usage() <= 100
-            True
-        """
-        return _nvml.memory_usage(self._nvml_handle(device)[1])
-
-    def temperature(self, device: DeviceLike = None) -> int:
-        """GPU temperature in degrees Celsius (NVML).
-
-        Example::
-
-            >>> import accelrt as acc
-            >>> acc.cuda.is_available() is False or acc.cuda.temperature() > 0
-            True
-        """
-        return _nvml.temperature(self._nvml_handle(device)[1])
-
-    def power_draw(self, device: DeviceLike = None) -> int:
-        """Power draw in milliwatts (NVML).
-
-        Example::
-
-            >>> import accelrt as acc
-            >>> acc.cuda.is_available() is False or acc.cuda.power_draw() > 0
-            True
-        """
-        return _nvml.power_draw(self._nvml_handle(device)[1])
-
-    def clock_rate(self, device: DeviceLike = None) -> int:
-        """Current SM clock in MHz (NVML).
-
-        Example::
-
-            >>> import accelrt as acc
-            >>> acc.cuda.is_available() is False or acc.cuda.clock_rate() > 0
-            True
-        """
-        return _nvml.clock_rate(self._nvml_handle(device)[1])
-
-    def list_gpu_processes(self, device: DeviceLike = None) -> str:
-        """Human-readable list of processes using the device and their memory (NVML).
-
-        Example::
-
-            >>> import accelrt as acc
-            >>> acc.cuda.is_available() is False or acc.cuda.list_gpu_processes().startswith("GPU:")
-            True
-        """
-        idx, h = self._nvml_handle(device)
-        return _nvml.list_gpu_processes(idx, h)
-
-    def device_memory_used(self, device: DeviceLike = None) -> int:
-        """Bytes of device memory in use by every process, as ``nvidia-smi`` reports them
-        (NVML's ``nvmlDeviceGetMemoryInfo().used``; ``torch.cuda.device_memory_used``).
-
-        Example::
-
-            >>> import accelrt as acc
-            >>> acc.cuda.is_available() is False or acc.cuda.device_memory_used() > 0
-            True
-        """
-        return _nvml.memory_used(self._nvml_handle(device)[1])
+        h = _nvml.handle(idx, uuid)
+        if what == "list_gpu_processes":
+            return _nvml.list_gpu_processes(idx, h)
+        return _NVML[what](h)
 
     def _profiler_start(self) -> None:
         from ..backends.cuda import _profiler

@@ -18,7 +18,7 @@ import contextlib
 import sys
 import types
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from .. import _device as _dev
@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 
     from .._typing import DeviceLike
     from ..memory import MemPool as _MemPool
+    from ..memory._allocator import DeviceCachingAllocator
+    from ..memory._host import HostCachingAllocator
 
 __all__ = ["MemoryFunctions", "MemoryModule"]
 
@@ -118,6 +120,28 @@ class MemoryFunctions(ModuleBase):
         from ..memory import set_allocator_settings
         set_allocator_settings(settings)
 
+    # ------------------------------------------------------------------ helpers
+    def _stat(self, device: DeviceLike, read: Callable[[DeviceCachingAllocator], int]) -> int:
+        """``read(allocator)`` of a device, ``0`` before its first allocation and where the
+        backend cannot be used."""
+        a = self._peek(device)
+        return 0 if a is None else read(a)
+
+    def _reset(self, device: DeviceLike,
+               reset: Callable[[DeviceCachingAllocator], None]) -> None:
+        """``reset(allocator)`` of a device if it was started (the device is checked, and the
+        backend must be usable)."""
+        self._resolve(device)
+        a = self._peek(device)
+        if a is not None:
+            reset(a)
+
+    def _host_pool(self) -> HostCachingAllocator | None:
+        """The backend's pinned host pool if it was started (the backend must be usable)."""
+        from ..memory import _host
+        self._b()
+        return _host.peek_host_allocator(self.name)
+
     # ------------------------------------------------------------------ memory statistics
     def memory_stats(self, device: DeviceLike = None) -> collections.OrderedDict[str, int]:
         """The allocator statistics of a device (PyTorch's flat keys, sorted); empty before
@@ -154,8 +178,7 @@ class MemoryFunctions(ModuleBase):
             >>> acc.cpu.memory_allocated() >= 0
             True
         """
-        a = self._peek(device)
-        return 0 if a is None else a.memory_allocated()
+        return self._stat(device, lambda a: a.memory_allocated())
 
     def max_memory_allocated(self, device: DeviceLike = None) -> int:
         """Peak of :meth:`memory_allocated` (0 where the backend cannot be used).
@@ -166,8 +189,7 @@ class MemoryFunctions(ModuleBase):
             >>> acc.cpu.max_memory_allocated() >= acc.cpu.memory_allocated()
             True
         """
-        a = self._peek(device)
-        return 0 if a is None else a.max_memory_allocated()
+        return self._stat(device, lambda a: a.max_memory_allocated())
 
     def memory_reserved(self, device: DeviceLike = None) -> int:
         """Bytes the caching allocator holds from a device (0 where the backend cannot be
@@ -179,8 +201,7 @@ class MemoryFunctions(ModuleBase):
             >>> acc.cpu.memory_reserved() >= acc.cpu.memory_allocated()
             True
         """
-        a = self._peek(device)
-        return 0 if a is None else a.memory_reserved()
+        return self._stat(device, lambda a: a.memory_reserved())
 
     def max_memory_reserved(self, device: DeviceLike = None) -> int:
         """Peak of :meth:`memory_reserved` (0 where the backend cannot be used).
@@ -191,8 +212,7 @@ class MemoryFunctions(ModuleBase):
             >>> acc.cpu.max_memory_reserved() >= acc.cpu.memory_reserved()
             True
         """
-        a = self._peek(device)
-        return 0 if a is None else a.max_memory_reserved()
+        return self._stat(device, lambda a: a.max_memory_reserved())
 
     def memory_cached(self, device: DeviceLike = None) -> int:
         """Deprecated: :meth:`memory_reserved` (emits ``FutureWarning``)."""
@@ -217,10 +237,7 @@ class MemoryFunctions(ModuleBase):
             >>> import accelrt as acc
             >>> acc.cpu.reset_peak_memory_stats()
         """
-        self._resolve(device)
-        a = self._peek(device)
-        if a is not None:
-            a.reset_peak_stats()
+        self._reset(device, lambda a: a.reset_peak_stats())
 
     def reset_accumulated_memory_stats(self, device: DeviceLike = None) -> None:
         """Zero the totals and ``num_*`` counters of a device.
@@ -233,10 +250,7 @@ class MemoryFunctions(ModuleBase):
             >>> import accelrt as acc
             >>> acc.cpu.reset_accumulated_memory_stats()
         """
-        self._resolve(device)
-        a = self._peek(device)
-        if a is not None:
-            a.reset_accumulated_stats()
+        self._reset(device, lambda a: a.reset_accumulated_stats())
 
     def reset_max_memory_allocated(self, device: DeviceLike = None) -> None:
         """Deprecated: :meth:`reset_peak_memory_stats`, which resets *all* peaks (emits
@@ -534,9 +548,7 @@ class MemoryFunctions(ModuleBase):
             >>> isinstance(acc.cpu.host_memory_stats(), dict)
             True
         """
-        from ..memory import _host
-        self._b()
-        pool = _host.peek_host_allocator(self.name)
+        pool = self._host_pool()
         if pool is None:
             return collections.OrderedDict()
         return collections.OrderedDict(sorted(pool.stats().items()))
@@ -549,9 +561,7 @@ class MemoryFunctions(ModuleBase):
             >>> import accelrt as acc
             >>> acc.cpu.reset_peak_host_memory_stats()
         """
-        from ..memory import _host
-        self._b()
-        pool = _host.peek_host_allocator(self.name)
+        pool = self._host_pool()
         if pool is not None:
             pool.reset_peak_stats()
 
@@ -563,9 +573,7 @@ class MemoryFunctions(ModuleBase):
             >>> import accelrt as acc
             >>> acc.cpu.reset_accumulated_host_memory_stats()
         """
-        from ..memory import _host
-        self._b()
-        pool = _host.peek_host_allocator(self.name)
+        pool = self._host_pool()
         if pool is not None:
             pool.reset_accumulated_stats()
 

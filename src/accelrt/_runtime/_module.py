@@ -472,6 +472,25 @@ class DeviceModule(MemoryFunctions, RandomFunctions, Generic[_S, _E]):
             return False
         return bool(self.get_device_properties().get("has_tf32", False))
 
+    # ------------------------------------------------------------------ monitoring
+    def _monitor(self, what: str, device: DeviceLike) -> int | str | None:
+        """The answer of the backend's device monitoring library to ``what`` (the name of a
+        monitoring function, or ``"memory_used"``), or ``None`` where the backend has none
+        (every backend but cuda, whose module answers through NVML)."""
+        return None
+
+    def _monitored(self, what: str, device: DeviceLike) -> int | str:
+        """:meth:`_monitor`'s answer, or :class:`~accelrt.BackendUnavailableError` naming the
+        missing library (after the device argument is checked)."""
+        value = self._monitor(what, device)
+        if value is None:
+            self._resolve(device)   # a bad device argument is reported first
+            raise BackendUnavailableError(
+                f"{self.name}: {what}() needs a device monitoring library for {self.name} "
+                f"devices, which accelrt does not have (NVML answers it for NVIDIA GPUs: "
+                f"accelrt.cuda.{what}())")
+        return value
+
     def device_memory_used(self, device: DeviceLike = None) -> int:
         """Bytes of a device's memory in use, as the device reports them
         (``torch.cuda.device_memory_used``): NVML's on cuda (every process's, as
@@ -487,15 +506,11 @@ class DeviceModule(MemoryFunctions, RandomFunctions, Generic[_S, _E]):
             >>> 0 <= acc.cpu.device_memory_used() <= acc.cpu.mem_get_info()[1]
             True
         """
+        used = self._monitor("memory_used", device)
+        if used is not None:
+            return int(used)
         free, total = self.mem_get_info(device)
         return total - free
-
-    def _no_monitoring(self, what: str, device: DeviceLike) -> BackendUnavailableError:
-        self._resolve(device)   # a bad device argument is reported first
-        return BackendUnavailableError(
-            f"{self.name}: {what}() needs a device monitoring library for {self.name} "
-            f"devices, which accelrt does not have (NVML answers it for NVIDIA GPUs: "
-            f"accelrt.cuda.{what}())")
 
     def utilization(self, device: DeviceLike = None) -> int:
         """Percent of the last sample period in which a kernel ran
@@ -504,8 +519,14 @@ class DeviceModule(MemoryFunctions, RandomFunctions, Generic[_S, _E]):
         Raises:
             BackendUnavailableError: the backend has no device monitoring (cpu, opencl), or
                 cannot be used here.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cuda.is_available() is False or 0 <= acc.cuda.utilization() <= 100
+            True
         """
-        raise self._no_monitoring("utilization", device)
+        return int(self._monitored("utilization", device))
 
     def memory_usage(self, device: DeviceLike = None) -> int:
         """Percent of the last sample period in which device memory was read or written
@@ -514,8 +535,14 @@ class DeviceModule(MemoryFunctions, RandomFunctions, Generic[_S, _E]):
         Raises:
             BackendUnavailableError: the backend has no device monitoring (cpu, opencl), or
                 cannot be used here.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cuda.is_available() is False or 0 <= acc.cuda.memory_usage() <= 100
+            True
         """
-        raise self._no_monitoring("memory_usage", device)
+        return int(self._monitored("memory_usage", device))
 
     def temperature(self, device: DeviceLike = None) -> int:
         """Device temperature in degrees Celsius (``torch.cuda.temperature``; NVML on cuda).
@@ -523,8 +550,14 @@ class DeviceModule(MemoryFunctions, RandomFunctions, Generic[_S, _E]):
         Raises:
             BackendUnavailableError: the backend has no device monitoring (cpu, opencl), or
                 cannot be used here.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cuda.is_available() is False or acc.cuda.temperature() > 0
+            True
         """
-        raise self._no_monitoring("temperature", device)
+        return int(self._monitored("temperature", device))
 
     def power_draw(self, device: DeviceLike = None) -> int:
         """Power draw in milliwatts (``torch.cuda.power_draw``; NVML on cuda).
@@ -532,18 +565,30 @@ class DeviceModule(MemoryFunctions, RandomFunctions, Generic[_S, _E]):
         Raises:
             BackendUnavailableError: the backend has no device monitoring (cpu, opencl), or
                 cannot be used here.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cuda.is_available() is False or acc.cuda.power_draw() > 0
+            True
         """
-        raise self._no_monitoring("power_draw", device)
+        return int(self._monitored("power_draw", device))
 
     def clock_rate(self, device: DeviceLike = None) -> int:
-        """Current clock of the device's cores in MHz (``torch.cuda.clock_rate``; NVML on
-        cuda).
+        """Current clock of the device's cores in MHz (``torch.cuda.clock_rate``; NVML's SM
+        clock on cuda).
 
         Raises:
             BackendUnavailableError: the backend has no device monitoring (cpu, opencl), or
                 cannot be used here.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cuda.is_available() is False or acc.cuda.clock_rate() > 0
+            True
         """
-        raise self._no_monitoring("clock_rate", device)
+        return int(self._monitored("clock_rate", device))
 
     def list_gpu_processes(self, device: DeviceLike = None) -> str:
         """The processes using the device and their memory, one line each
@@ -552,8 +597,14 @@ class DeviceModule(MemoryFunctions, RandomFunctions, Generic[_S, _E]):
         Raises:
             BackendUnavailableError: the backend has no device monitoring (cpu, opencl), or
                 cannot be used here.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cuda.is_available() is False or acc.cuda.list_gpu_processes().startswith("GPU:")
+            True
         """
-        raise self._no_monitoring("list_gpu_processes", device)
+        return str(self._monitored("list_gpu_processes", device))
 
     def _profiler_start(self) -> None:
         """``profiler.start()`` on the current device (the cuda module overrides it)."""
