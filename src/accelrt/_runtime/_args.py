@@ -21,11 +21,14 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .. import _backend
 from .. import _device as _dev
 from .._device import _check_index, _tls
+
+if TYPE_CHECKING:
+    from types import TracebackType
 
 __all__ = ["expected", "index_of", "resolve", "typed"]
 
@@ -62,7 +65,6 @@ def typed(name: str, device: Any) -> _dev.device | int | None:
         return None
     if isinstance(device, int) and not isinstance(device, bool):
         return device
-    from ._classes import _DeviceContext
     if isinstance(device, _DeviceContext):   # torch.cuda.device(1) stands for index 1
         if device._backend_name != name:
             raise expected(name, f"{device._backend_name}:{device.idx}")
@@ -119,3 +121,42 @@ def resolve(name: str, device: Any) -> tuple[_backend.Backend, int]:
     d = typed(name, device)
     b = _backend.get_backend(name)
     return b, index_of(b, d)
+
+
+class _DeviceContext:
+    """Shared machinery of the modules' ``device`` and ``device_of`` context managers, which
+    stand for their index where a device argument is taken (``torch.cuda.device(1)``)."""
+
+    __slots__ = ("_stack", "idx", "prev_idx")
+
+    #: The backend whose current device this context manager sets.
+    _backend_name: ClassVar[str] = ""
+
+    def __init__(self, idx: int) -> None:
+        self.idx = idx
+        self.prev_idx = -1
+        self._stack: list[tuple[str, int]] = []   # (backend name, previous index) per entry
+
+    def __enter__(self) -> None:
+        idx = self.idx
+        if idx < 0:
+            self._stack.append(("", -1))
+            return
+        b = _backend.get_backend(self._backend_name)
+        _check_index(b, idx)
+        devices = _tls.device
+        self.prev_idx = devices.get(b.name, 0)
+        self._stack.append((b.name, self.prev_idx))
+        devices[b.name] = idx
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if not self._stack:
+            raise RuntimeError("device.__exit__ without a matching __enter__; use 'with'")
+        name, prev = self._stack.pop()
+        if name:
+            _tls.device[name] = prev
+
+    def __repr__(self) -> str:
+        cls = type(self)
+        return f"{cls.__module__}.{cls.__qualname__}({self.idx})"

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from .. import _backend, _event, _stream
 from .. import _device as _dev
-from .._device import _check_index, _tls
-from ._args import expected, resolve, typed
+from .._device import _tls
+from ._args import _DeviceContext, expected, resolve, typed
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -243,44 +243,6 @@ class ExternalStream(Stream):
         else:
             b, index = resolve(name, device)
         super().__init__(stream_id=stream_ptr, device_index=index, device_type=b.name)
-
-
-class _DeviceContext:
-    """Shared machinery of :class:`device` and :class:`device_of`."""
-
-    __slots__ = ("_stack", "idx", "prev_idx")
-
-    #: The backend whose current device this context manager sets.
-    _backend_name: ClassVar[str] = ""
-
-    def __init__(self, idx: int) -> None:
-        self.idx = idx
-        self.prev_idx = -1
-        self._stack: list[tuple[str, int]] = []   # (backend name, previous index) per entry
-
-    def __enter__(self) -> None:
-        idx = self.idx
-        if idx < 0:
-            self._stack.append(("", -1))
-            return
-        b = _backend.get_backend(self._backend_name)
-        _check_index(b, idx)
-        devices = _tls.device
-        self.prev_idx = devices.get(b.name, 0)
-        self._stack.append((b.name, self.prev_idx))
-        devices[b.name] = idx
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        if not self._stack:
-            raise RuntimeError("device.__exit__ without a matching __enter__; use 'with'")
-        name, prev = self._stack.pop()
-        if name:
-            _tls.device[name] = prev
-
-    def __repr__(self) -> str:
-        cls = type(self)
-        return f"{cls.__module__}.{cls.__qualname__}({self.idx})"
 
 
 class device(_DeviceContext):  # noqa: N801 - torch.cuda.device's name

@@ -123,7 +123,8 @@ class MemoryFunctions(ModuleBase):
     # ------------------------------------------------------------------ helpers
     def _stat(self, device: DeviceLike, read: Callable[[DeviceCachingAllocator], int]) -> int:
         """``read(allocator)`` of a device, ``0`` before its first allocation and where the
-        backend cannot be used."""
+        backend cannot be used (``read`` calls the method on the object: allocators of other
+        policies, e.g. ``MallocAsyncAllocator``, override it)."""
         a = self._peek(device)
         return 0 if a is None else read(a)
 
