@@ -108,8 +108,9 @@ def stream_handle(stream: Any) -> int:
         '0x1234'
     """
     if isinstance(stream, _stream.Stream):
-        if stream.device_type != "cuda":
-            raise ValueError(f"expected a cuda stream, got a {stream.device_type} stream")
+        name = device_module("cuda").name   # the backend this module is bound to
+        if stream.device_type != name:
+            raise ValueError(f"expected a {name} stream, got a {stream.device_type} stream")
         return int(stream.stream_id)
     proto = getattr(stream, "__cuda_stream__", None)
     if proto is not None:
