@@ -62,3 +62,29 @@ def test_every_runtime_function_is_bound(gen: ModuleType, name: str) -> None:
         assert fn in mod.__all__, f"accelrt.{name}.{fn} is not exported"
         if fn not in gen.SPECS[name].own:
             assert getattr(mod, fn) == getattr(m, fn), f"accelrt.{name}.{fn} is not _m's"
+
+
+def test_third_party_modules_have_the_generated_classes(gen: ModuleType) -> None:
+    """``acc.backends.device_module(name)`` makes, at run time, the classes the generated
+    modules declare: the same names on the same bases, fixed to the backend."""
+    import accelrt as acc
+    from accelrt.backends.cpu import CpuBackend
+
+    class ThirdParty(CpuBackend):
+        name = "gendm3p"
+
+    acc.backends.register("gendm3p", ThirdParty, replace=True)
+    try:
+        m = acc.backends.device_module("gendm3p")
+        builtin = acc.backends.device_module("opencl")
+        for cname, *_ in gen.CLASSES:
+            cname = cname.format(graph="Graph")
+            made, declared = getattr(m, cname), getattr(builtin, cname)
+            assert made.__module__ == "accelrt.gendm3p"
+            assert [b for b in declared.__mro__ if b.__module__ != "accelrt.opencl"] == \
+                [b for b in made.__mro__ if b.__module__ != "accelrt.gendm3p"], cname
+            if cname != "graph":
+                assert getattr(made, "_backend_name", None) == "gendm3p", cname
+        assert m.Stream._event_class is m.Event and m.graph._graph_class is m.Graph
+    finally:
+        acc.backends.unregister("gendm3p")
