@@ -10,7 +10,7 @@ import pytest
 from helpers import register_toy
 
 import accelrt as acc
-from accelrt import _backend, _specific
+from accelrt import _backend, _runtime
 from accelrt.backends.cpu import CpuBackend
 from accelrt.testing import SimulatedBackend
 
@@ -136,7 +136,7 @@ def test_device_module_checks_its_argument() -> None:
         acc.backends.device_module("nope")
     assert acc.backends.device_module("cpu") is acc.backends.device_module("cpu")
     with pytest.raises(TypeError, match="backend_name must be a str"):
-        _specific.DeviceModule(1, "x", stream=acc.cpu.Stream,  # type: ignore[arg-type]
+        _runtime.DeviceModule(1, "x", stream=acc.cpu.Stream,  # type: ignore[arg-type]
                                external_stream=acc.cpu.ExternalStream, event=acc.cpu.Event, stream_context=acc.cpu.StreamContext,
                                device=acc.cpu.device, device_of=acc.cpu.device_of,
                                device_index=acc.cpu.device_index, graph_class=acc.cpu.Graph,

@@ -182,7 +182,7 @@ MODULES = _module_names()
 
 
 def test_walk_finds_the_runtime_modules() -> None:
-    for name in ("accelrt._stream", "accelrt._event", "accelrt._specific", "accelrt.cpu",
+    for name in ("accelrt._stream", "accelrt._event", "accelrt._runtime", "accelrt.cpu",
                  "accelrt.cuda", "accelrt.memory", "accelrt.memory._summary", "accelrt.random"):
         assert name in MODULES
 

@@ -26,7 +26,7 @@ def test_all_is_sorted_and_unique() -> None:
 
 
 @pytest.mark.parametrize("module", ["accelrt._stream", "accelrt._event", "accelrt._device",
-                                    "accelrt.cpu", "accelrt._specific", "accelrt.opencl",
+                                    "accelrt.cpu", "accelrt._runtime", "accelrt.opencl",
                                     "accelrt.cuda"])
 def test_runtime_modules_document_their_members(module: str) -> None:
     mod = importlib.import_module(module)

@@ -26,7 +26,7 @@ from .._backend import (
     unavailable_reason,
     unregister,
 )
-from .._specific import device_module
+from .._runtime import device_module
 
 __all__ = [
     "BACKENDS",

@@ -1,0 +1,162 @@
+"""The one normaliser of a device module's device arguments.
+
+A device module's functions take ``torch.cuda``'s device arguments: ``None`` (the backend's
+current device), an ``int`` index *of that backend* (a negative one means "none" where PyTorch
+says so), a ``str`` or :class:`accelrt.device` of that backend's type, or one of the module's
+``device`` context managers (``torch.cuda.device(1)`` stands for index 1). :func:`typed` checks
+the type without touching the backend; :func:`resolve` gives the backend and a checked index.
+
+Example::
+
+    >>> from accelrt._runtime import _args
+    >>> _args.typed("cpu", "cpu:0")
+    device(type='cpu', index=0)
+    >>> _args.resolve("cpu", None)[1]
+    0
+    >>> _args.typed("cuda", "cpu")
+    Traceback (most recent call last):
+    ...
+    ValueError: Expected a cuda device, but got: cpu
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from .. import _backend
+from .. import _device as _dev
+from .._device import _check_index, _tls
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+__all__ = ["expected", "index_of", "resolve", "typed"]
+
+
+def expected(name: str, got: object) -> ValueError:
+    """PyTorch's error for a device of the wrong type (``torch.cuda._utils``).
+
+    Example::
+
+        >>> from accelrt._runtime._args import expected
+        >>> str(expected("cuda", "cpu:0"))
+        'Expected a cuda device, but got: cpu:0'
+    """
+    return ValueError(f"Expected a {name} device, but got: {got}")
+
+
+def typed(name: str, device: Any) -> _dev.device | int | None:
+    """Check the type of a ``device`` argument of backend ``name``'s module without touching
+    the backend: ``None``, an ``int`` index (a negative one is returned as is), or a
+    :class:`accelrt.device` of that type (a ``str`` is parsed; a ``device`` context manager
+    gives its index).
+
+    Raises:
+        TypeError: ``device`` is not a device, int, str or None.
+        ValueError: the device is of another backend.
+
+    Example::
+
+        >>> from accelrt._runtime._args import typed
+        >>> typed("cpu", 1), typed("cpu", None)
+        (1, None)
+    """
+    if device is None:
+        return None
+    if isinstance(device, int) and not isinstance(device, bool):
+        return device
+    if isinstance(device, _DeviceContext):   # torch.cuda.device(1) stands for index 1
+        if device._backend_name != name:
+            raise expected(name, f"{device._backend_name}:{device.idx}")
+        return device.idx
+    d = _dev.device(device) if isinstance(device, str) else device
+    if not isinstance(d, _dev.device):
+        raise TypeError(f"expected a device, int, str or None, got {type(device).__name__}")
+    if d.type != name:
+        raise expected(name, d)
+    return d
+
+
+def index_of(b: _backend.Backend, d: _dev.device | int | None) -> int:
+    """A checked device index of ``b`` for a :func:`typed` argument (``None`` or a device
+    without an index: the backend's current device).
+
+    Raises:
+        ValueError: a negative index.
+        IndexError: the index is out of range.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> from accelrt._runtime._args import index_of
+        >>> index_of(acc.backends.get("cpu"), None)
+        0
+    """
+    if d is None:
+        return _tls.device.get(b.name, 0)
+    if isinstance(d, int):
+        if d < 0:
+            raise ValueError(f"device index must not be negative, got {d}")
+        return _check_index(b, d)
+    if d.index is None:
+        return _tls.device.get(b.name, 0)
+    return _check_index(b, d.index)
+
+
+def resolve(name: str, device: Any) -> tuple[_backend.Backend, int]:
+    """``(backend, checked index)`` of a ``device`` argument of backend ``name``'s module
+    (``None``: the backend's current device).
+
+    Raises:
+        TypeError/ValueError: as :func:`typed` and :func:`index_of`.
+        BackendUnavailableError: the backend cannot be used here.
+
+    Example::
+
+        >>> from accelrt._runtime._args import resolve
+        >>> b, index = resolve("cpu", "cpu:0")
+        >>> b.name, index
+        ('cpu', 0)
+    """
+    d = typed(name, device)
+    b = _backend.get_backend(name)
+    return b, index_of(b, d)
+
+
+class _DeviceContext:
+    """Shared machinery of the modules' ``device`` and ``device_of`` context managers, which
+    stand for their index where a device argument is taken (``torch.cuda.device(1)``)."""
+
+    __slots__ = ("_stack", "idx", "prev_idx")
+
+    #: The backend whose current device this context manager sets.
+    _backend_name: ClassVar[str] = ""
+
+    def __init__(self, idx: int) -> None:
+        self.idx = idx
+        self.prev_idx = -1
+        self._stack: list[tuple[str, int]] = []   # (backend name, previous index) per entry
+
+    def __enter__(self) -> None:
+        idx = self.idx
+        if idx < 0:
+            self._stack.append(("", -1))
+            return
+        b = _backend.get_backend(self._backend_name)
+        _check_index(b, idx)
+        devices = _tls.device
+        self.prev_idx = devices.get(b.name, 0)
+        self._stack.append((b.name, self.prev_idx))
+        devices[b.name] = idx
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if not self._stack:
+            raise RuntimeError("device.__exit__ without a matching __enter__; use 'with'")
+        name, prev = self._stack.pop()
+        if name:
+            _tls.device[name] = prev
+
+    def __repr__(self) -> str:
+        cls = type(self)
+        return f"{cls.__module__}.{cls.__qualname__}({self.idx})"

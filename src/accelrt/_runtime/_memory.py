@@ -1,0 +1,735 @@
+"""The memory functions of a device module (``torch.cuda.memory``): the caching allocator's
+statistics and control, pluggable allocators, snapshots and history, the pinned host pool, and
+the ``memory`` submodule that carries them. Each function asks :mod:`accelrt.memory` for the
+device of the module's backend; where the backend cannot be used, the statistics read ``0``/
+``{}`` and the cache functions do nothing, as in PyTorch.
+
+Example::
+
+    >>> import accelrt as acc
+    >>> acc.cpu.memory.memory_allocated is not None, acc.cpu.memory_reserved() >= 0
+    (True, True)
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import sys
+import types
+import warnings
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from .. import _device as _dev
+from .._errors import OutOfMemoryError
+from ..memory import _pluggable
+from ._args import index_of, typed
+from ._base import ModuleBase
+
+if TYPE_CHECKING:
+    import os
+
+    from .._typing import DeviceLike
+    from ..memory import MemPool as _MemPool
+    from ..memory._allocator import DeviceCachingAllocator
+    from ..memory._host import HostCachingAllocator
+
+__all__ = ["MemoryFunctions", "MemoryModule"]
+
+
+def _nest(flat: dict[str, Any]) -> dict[str, Any]:
+    """Flat dotted statistics (``"a.b.c": v``) as nested dicts (``{"a": {"b": {"c": v}}}``)."""
+    nested: dict[str, Any] = {}
+    for key, value in flat.items():
+        *path, leaf = key.split(".")
+        d = nested
+        for part in path:
+            d = d.setdefault(part, {})
+        d[leaf] = value
+    return nested
+
+
+@contextlib.contextmanager
+def _caching_disabled(dm: MemoryFunctions) -> Iterator[None]:
+    """:meth:`DeviceModule.caching_allocator_disabled`."""
+    from ..memory._allocator import caching_enabled
+    prev = caching_enabled(dm.name)
+    dm.caching_allocator_enable(False)
+    try:
+        yield
+    finally:
+        dm.caching_allocator_enable(prev)
+
+
+class MemoryFunctions(ModuleBase):
+    """``torch.cuda.memory``'s functions bound to one backend (a part of
+    :class:`~accelrt._runtime.DeviceModule`).
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> acc.backends.device_module("cpu").memory_allocated(0) >= 0
+        True
+    """
+
+    #: ``torch.cuda.OutOfMemoryError`` (the one :class:`accelrt.OutOfMemoryError`).
+    OutOfMemoryError = OutOfMemoryError
+    #: ``torch.cuda.memory.CUDAPluggableAllocator`` (:class:`accelrt.memory.PluggableAllocator`).
+    CUDAPluggableAllocator = _pluggable.PluggableAllocator
+    PluggableAllocator = _pluggable.PluggableAllocator
+
+    @property
+    def MemPool(self) -> type[_MemPool]:  # noqa: N802 - torch.cuda.MemPool's name
+        """:class:`accelrt.memory.MemPool` (pools are per device; pass a device of this
+        backend to ``use_mem_pool``).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.backends.device_module("cpu").MemPool is acc.memory.MemPool
+            True
+        """
+        from ..memory import MemPool
+        return MemPool
+
+    @staticmethod
+    def get_allocator_settings() -> str:
+        """The process-wide allocator settings (:func:`accelrt.memory.get_allocator_settings`).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> isinstance(acc.backends.device_module("cpu").get_allocator_settings(), str)
+            True
+        """
+        from ..memory import get_allocator_settings
+        return get_allocator_settings()
+
+    @staticmethod
+    def set_allocator_settings(settings: str) -> None:
+        """Change the process-wide allocator settings
+        (:func:`accelrt.memory.set_allocator_settings`).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> m = acc.backends.device_module("cpu")
+            >>> m.set_allocator_settings(m.get_allocator_settings())
+        """
+        from ..memory import set_allocator_settings
+        set_allocator_settings(settings)
+
+    # ------------------------------------------------------------------ helpers
+    def _stat(self, device: DeviceLike, read: Callable[[DeviceCachingAllocator], int]) -> int:
+        """``read(allocator)`` of a device, ``0`` before its first allocation and where the
+        backend cannot be used (``read`` calls the method on the object: allocators of other
+        policies, e.g. ``MallocAsyncAllocator``, override it)."""
+        a = self._peek(device)
+        return 0 if a is None else read(a)
+
+    def _reset(self, device: DeviceLike,
+               reset: Callable[[DeviceCachingAllocator], None]) -> None:
+        """``reset(allocator)`` of a device if it was started (the device is checked, and the
+        backend must be usable)."""
+        self._resolve(device)
+        a = self._peek(device)
+        if a is not None:
+            reset(a)
+
+    def _host_pool(self) -> HostCachingAllocator | None:
+        """The backend's pinned host pool if it was started (the backend must be usable)."""
+        from ..memory import _host
+        self._b()
+        return _host.peek_host_allocator(self.name)
+
+    # ------------------------------------------------------------------ memory statistics
+    def memory_stats(self, device: DeviceLike = None) -> collections.OrderedDict[str, int]:
+        """The allocator statistics of a device (PyTorch's flat keys, sorted); empty before
+        the first allocation and where the backend cannot be used.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> isinstance(acc.cpu.memory_stats(), dict)
+            True
+        """
+        a = self._peek(device)
+        return collections.OrderedDict() if a is None else a.sorted_stats()
+
+    def memory_stats_as_nested_dict(self, device: DeviceLike = None) -> dict[str, Any]:
+        """:meth:`memory_stats` as nested dicts; ``{}`` before the first allocation and where
+        the backend cannot be used.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> isinstance(acc.cpu.memory_stats_as_nested_dict(), dict)
+            True
+        """
+        return _nest(self.memory_stats(device))
+
+    def memory_allocated(self, device: DeviceLike = None) -> int:
+        """Bytes handed out by the caching allocator on a device (0 where the backend cannot
+        be used).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.memory_allocated() >= 0
+            True
+        """
+        return self._stat(device, lambda a: a.memory_allocated())
+
+    def max_memory_allocated(self, device: DeviceLike = None) -> int:
+        """Peak of :meth:`memory_allocated` (0 where the backend cannot be used).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.max_memory_allocated() >= acc.cpu.memory_allocated()
+            True
+        """
+        return self._stat(device, lambda a: a.max_memory_allocated())
+
+    def memory_reserved(self, device: DeviceLike = None) -> int:
+        """Bytes the caching allocator holds from a device (0 where the backend cannot be
+        used).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.memory_reserved() >= acc.cpu.memory_allocated()
+            True
+        """
+        return self._stat(device, lambda a: a.memory_reserved())
+
+    def max_memory_reserved(self, device: DeviceLike = None) -> int:
+        """Peak of :meth:`memory_reserved` (0 where the backend cannot be used).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.max_memory_reserved() >= acc.cpu.memory_reserved()
+            True
+        """
+        return self._stat(device, lambda a: a.max_memory_reserved())
+
+    def memory_cached(self, device: DeviceLike = None) -> int:
+        """Deprecated: :meth:`memory_reserved` (emits ``FutureWarning``)."""
+        warnings.warn(f"{self.module}.memory_cached has been renamed to "
+                      f"{self.module}.memory_reserved", FutureWarning, stacklevel=2)
+        return self.memory_reserved(device)
+
+    def max_memory_cached(self, device: DeviceLike = None) -> int:
+        """Deprecated: :meth:`max_memory_reserved` (emits ``FutureWarning``)."""
+        warnings.warn(f"{self.module}.max_memory_cached has been renamed to "
+                      f"{self.module}.max_memory_reserved", FutureWarning, stacklevel=2)
+        return self.max_memory_reserved(device)
+
+    def reset_peak_memory_stats(self, device: DeviceLike = None) -> None:
+        """Set every ``peak`` statistic of a device to its ``current`` value.
+
+        Raises:
+            BackendUnavailableError: the backend cannot be used here.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.reset_peak_memory_stats()
+        """
+        self._reset(device, lambda a: a.reset_peak_stats())
+
+    def reset_accumulated_memory_stats(self, device: DeviceLike = None) -> None:
+        """Zero the totals and ``num_*`` counters of a device.
+
+        Raises:
+            BackendUnavailableError: the backend cannot be used here.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.reset_accumulated_memory_stats()
+        """
+        self._reset(device, lambda a: a.reset_accumulated_stats())
+
+    def reset_max_memory_allocated(self, device: DeviceLike = None) -> None:
+        """Deprecated: :meth:`reset_peak_memory_stats`, which resets *all* peaks (emits
+        ``FutureWarning``)."""
+        warnings.warn(f"{self.module}.reset_max_memory_allocated now calls "
+                      f"{self.module}.reset_peak_memory_stats, which resets /all/ peak memory "
+                      "stats.", FutureWarning, stacklevel=2)
+        self.reset_peak_memory_stats(device)
+
+    def reset_max_memory_cached(self, device: DeviceLike = None) -> None:
+        """Deprecated: :meth:`reset_peak_memory_stats`, which resets *all* peaks (emits
+        ``FutureWarning``)."""
+        warnings.warn(f"{self.module}.reset_max_memory_cached now calls "
+                      f"{self.module}.reset_peak_memory_stats, which resets /all/ peak memory "
+                      "stats.", FutureWarning, stacklevel=2)
+        self.reset_peak_memory_stats(device)
+
+    def memory_summary(self, device: DeviceLike = None, abbreviated: bool = False) -> str:
+        """A human-readable table of :meth:`memory_stats` (all zeros where the backend cannot
+        be used).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> "memory summary" in acc.cpu.memory_summary()
+            True
+        """
+        from ..memory._summary import format_summary
+        d = typed(self.name, device)
+        b = self._usable()
+        if b is not None:
+            index = index_of(b, d)
+        elif isinstance(d, _dev.device):
+            index = d.index or 0
+        else:
+            index = max(d or 0, 0)
+        return format_summary(self.memory_stats(device), index, self.name, abbreviated)
+
+    def mem_get_info(self, device: DeviceLike = None) -> tuple[int, int]:
+        """``(free, total)`` bytes of a device as the device reports them
+        (``torch.cuda.mem_get_info``).
+
+        Raises:
+            BackendUnavailableError: the backend cannot be used here.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> free, total = acc.cpu.mem_get_info()
+            >>> 0 <= free <= total
+            True
+        """
+        b, index = self._resolve(device)
+        free, total = b.get_memory_info(index)
+        return int(free), int(total)
+
+    def get_memory_info(self, device: DeviceLike = None) -> tuple[int, int]:
+        """Same as :meth:`mem_get_info` (:func:`accelrt.memory.get_memory_info`'s name).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.get_memory_info() == acc.cpu.mem_get_info()
+            True
+        """
+        return self.mem_get_info(device)
+
+
+    # ------------------------------------------------------------------ pluggable allocators
+    def change_current_allocator(self, allocator: _pluggable.PluggableAllocator) -> None:
+        """Replace this backend's caching allocator by ``allocator`` (a
+        :class:`accelrt.memory.PluggableAllocator`) before any allocation:
+        ``torch.cuda.memory.change_current_allocator``. See
+        :func:`accelrt.memory.change_current_allocator`.
+
+        Raises:
+            RuntimeError: an allocator of this backend was already initialised.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.get_allocator_backend()
+            'native'
+        """
+        from ..memory._pluggable import change_current_allocator
+        change_current_allocator(allocator, self.name)
+
+    def get_allocator_backend(self) -> str:
+        """``"native"`` (accelrt's caching allocator) or ``"pluggable"`` (replaced by
+        :meth:`change_current_allocator`): ``torch.cuda.get_allocator_backend``.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.get_allocator_backend()
+            'native'
+        """
+        from ..memory._pluggable import get_allocator_backend
+        return get_allocator_backend(self.name)
+
+    # ------------------------------------------------------------------ memory control
+    def empty_cache(self) -> None:
+        """Release every unused cached block of every started device of the backend; a no-op
+        before any allocation and where the backend cannot be used (as in PyTorch).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.empty_cache()
+        """
+        from ..memory._allocator import peek_allocator
+        for i in range(self.device_count()):
+            a = peek_allocator(self.name, i)
+            if a is not None:
+                a.empty_cache()
+
+    def set_per_process_memory_fraction(self, fraction: float,
+                                        device: DeviceLike = None) -> None:
+        """Cap what the caching allocator may reserve on a device at ``fraction`` of it.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.set_per_process_memory_fraction(1.0)
+        """
+        from .. import memory
+        memory.set_per_process_memory_fraction(fraction, self._device(device))
+
+    def get_per_process_memory_fraction(self, device: DeviceLike = None) -> float:
+        """The fraction set by :meth:`set_per_process_memory_fraction` (1.0: no cap).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.get_per_process_memory_fraction()
+            1.0
+        """
+        from .. import memory
+        return memory.get_per_process_memory_fraction(self._device(device))
+
+    def caching_allocator_alloc(self, size: int, device: DeviceLike = None,
+                                stream: Any = None) -> int:
+        """Allocate ``size`` bytes from a device's caching allocator; returns the pointer.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> p = acc.cpu.caching_allocator_alloc(512)
+            >>> acc.cpu.caching_allocator_delete(p)
+        """
+        from .. import memory
+        return memory.caching_allocator_alloc(size, self._device(device), stream)
+
+    def caching_allocator_delete(self, mem_ptr: int) -> None:
+        """Free memory from :meth:`caching_allocator_alloc` (back to the cache).
+
+        Raises:
+            TypeError: ``mem_ptr`` is not an int.
+            ValueError: ``mem_ptr`` was allocated on another backend's device, did not come
+                from ``caching_allocator_alloc``, or was already deleted.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.caching_allocator_delete(acc.cpu.caching_allocator_alloc(64))
+        """
+        from .. import memory
+        owner = memory._raw_owner.get(mem_ptr) if isinstance(mem_ptr, int) else None
+        b = getattr(owner, "_b", None)
+        if b is not None and b.name != self.name:
+            where = f"{b.name}:{getattr(owner, '_index', '?')}"
+            raise ValueError(f"pointer {mem_ptr:#x} was allocated on {where}, not on a "
+                             f"{self.name} device; free it with "
+                             "accelrt.memory.caching_allocator_delete()")
+        memory.caching_allocator_delete(mem_ptr)
+
+    def use_mem_pool(self, pool: _MemPool, device: DeviceLike = None
+                     ) -> contextlib.AbstractContextManager[None]:
+        """Route the calling thread's allocations on a device (the current one by default)
+        into ``pool`` (``torch.cuda.use_mem_pool``).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> pool = acc.cpu.MemPool()
+            >>> with acc.cpu.use_mem_pool(pool):
+            ...     x = acc.zeros(4, device="cpu")
+            >>> del x
+        """
+        from .. import memory
+        return memory.use_mem_pool(pool, self._device(device))
+
+    # ------------------------------------------------------------------ history, snapshots
+    def _snapshot(self, augment_with_fx_traces: bool = False) -> dict[str, Any]:
+        from .. import memory
+        self._b()
+        return memory._snapshot(_dev._type_device(self.name), augment_with_fx_traces)
+
+    def memory_snapshot(self, mempool_id: tuple[int, int] | None = None,
+                        include_traces: bool = True) -> list[dict[str, Any]]:
+        """The segments of every started device of the backend, sorted by address.
+
+        Args:
+            mempool_id: only the segments of this private pool (a ``MemPool.id``).
+            include_traces: torch 2.14's switch for gathering trace entries, which the
+                segments never carry (in PyTorch neither): ``False`` returns the same list.
+
+        Raises:
+            TypeError: ``include_traces`` is not a bool.
+            BackendUnavailableError: the backend cannot be used here.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> isinstance(acc.cpu.memory_snapshot(), list)
+            True
+        """
+        from ..memory import _check_include_traces
+        _check_include_traces(include_traces)
+        segments: list[dict[str, Any]] = self._snapshot()["segments"]
+        if mempool_id is None:
+            return segments
+        want = tuple(mempool_id)
+        return [s for s in segments if tuple(s.get("segment_pool_id", (0, 0))) == want]
+
+    def dump_snapshot(self, filename: str | os.PathLike[str] = "dump_snapshot.pickle",
+                      augment_with_fx_traces: bool = False) -> None:
+        """Pickle the backend's full memory snapshot (every device) to ``filename``
+        (PyTorch's ``_dump_snapshot``; ``augment_with_fx_traces=True`` is a ``ValueError``:
+        accelrt runs no torch.fx code).
+
+        Example::
+
+            >>> import accelrt as acc, os, tempfile
+            >>> with tempfile.TemporaryDirectory() as d:
+            ...     acc.cpu.dump_snapshot(os.path.join(d, "snap.pickle"))
+        """
+        from ..memory._snapshot import dump_snapshot
+        dump_snapshot(filename, self._snapshot(augment_with_fx_traces))
+
+    def record_memory_history(self, enabled: str | bool | None = "all",
+                              context: str | None = "all", stacks: str = "all",
+                              max_entries: int = sys.maxsize, device: DeviceLike = None,
+                              clear_history: bool = False, compile_context: bool = False,
+                              global_record_annotations: bool = False,
+                              skip_actions: list[str] | None = None,
+                              record_pinned_host_memory: bool = False,
+                              record_cuda: bool = True) -> None:
+        """:func:`accelrt.memory.record_memory_history` on the backend's devices; ``device=None``
+        means every device of the backend.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.record_memory_history(max_entries=100)
+            >>> acc.cpu.record_memory_history(None)
+        """
+        from .. import memory
+        memory._torch_only(compile_context=compile_context,
+                           global_record_annotations=global_record_annotations)
+        memory._device_history_only(record_pinned_host_memory, record_cuda)
+        if device is not None:
+            targets = [self._device(device)]
+        else:
+            targets = [_dev._device_obj(self.name, i) for i in range(self._b().device_count())]
+        for d in targets:
+            memory.record_memory_history(enabled, context, stacks, max_entries, d,
+                                         clear_history, compile_context,
+                                         global_record_annotations, skip_actions)
+
+    # ------------------------------------------------------------------ pinned host pool
+    def empty_host_cache(self) -> None:
+        """Return the backend's cached pinned host blocks to the OS (a no-op before the first
+        pinned allocation and where the backend cannot be used).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.empty_host_cache()
+        """
+        from ..memory import _host
+        pool = _host.peek_host_allocator(self.name)
+        if pool is not None:
+            pool.empty_cache()
+
+    def host_memory_stats(self) -> collections.OrderedDict[str, int]:
+        """Statistics of the backend's pinned host pool (flat, sorted; empty before use).
+
+        Raises:
+            BackendUnavailableError: the backend cannot be used here.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> isinstance(acc.cpu.host_memory_stats(), dict)
+            True
+        """
+        pool = self._host_pool()
+        if pool is None:
+            return collections.OrderedDict()
+        return collections.OrderedDict(sorted(pool.stats().items()))
+
+    def reset_peak_host_memory_stats(self) -> None:
+        """Set every ``peak`` of :meth:`host_memory_stats` to its ``current`` value.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.reset_peak_host_memory_stats()
+        """
+        pool = self._host_pool()
+        if pool is not None:
+            pool.reset_peak_stats()
+
+    def reset_accumulated_host_memory_stats(self) -> None:
+        """Zero the totals, call counts and durations of :meth:`host_memory_stats`.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.reset_accumulated_host_memory_stats()
+        """
+        pool = self._host_pool()
+        if pool is not None:
+            pool.reset_accumulated_stats()
+
+    # ------------------------------------------------------------------ torch 2.14: memory,
+    # monitoring and profiling surface (issue 23 §3; kept together to ease merges)
+    def caching_allocator_enable(self, value: bool = True) -> None:
+        """Turn the caching allocator of every device of the backend on or off
+        (``torch.cuda.caching_allocator_enable``). While it is off, each allocation comes
+        straight from the backend at its exact size and each free of one gives it back at once
+        (after the work of the streams that used it), as PyTorch's uncached path: neither
+        shows in the statistics, snapshots or history, which stay PyTorch-exact for what the
+        cache served. Blocks cached before stay cached (``empty_cache`` releases them).
+
+        Raises:
+            TypeError: ``value`` is not a bool.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.caching_allocator_enable(False)
+            >>> x = acc.zeros(256, device="cpu")    # not counted in memory_allocated()
+            >>> del x
+            >>> acc.cpu.caching_allocator_enable(True)
+        """
+        if not isinstance(value, bool):
+            raise TypeError(f"caching_allocator_enable() takes a bool, got "
+                            f"{type(value).__name__}")
+        from ..memory._allocator import set_caching
+        set_caching(self.name, value)
+
+    def caching_allocator_disabled(self) -> contextlib.AbstractContextManager[None]:
+        """Context manager that turns the caching allocator off and restores its previous
+        state on exit (``torch.cuda.caching_allocator_disabled``); see
+        :meth:`caching_allocator_enable`.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> before = acc.cpu.memory_allocated()
+            >>> with acc.cpu.caching_allocator_disabled():
+            ...     x = acc.zeros(256, device="cpu")
+            ...     acc.cpu.memory_allocated() == before
+            True
+            >>> del x
+        """
+        return _caching_disabled(self)
+
+    def host_memory_stats_as_nested_dict(self) -> dict[str, Any]:
+        """:meth:`host_memory_stats` as nested dicts (``torch.cuda``'s name); ``{}`` before
+        the first pinned allocation.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> isinstance(acc.cpu.host_memory_stats_as_nested_dict(), dict)
+            True
+        """
+        return _nest(self.host_memory_stats())
+
+
+#: ``torch.cuda.memory``'s public names that a :class:`MemoryModule` takes from its device
+#: module (those the device module has).
+_MEMORY_NAMES = (
+    "caching_allocator_alloc", "caching_allocator_delete", "change_current_allocator",
+    "empty_cache", "get_allocator_backend", "get_per_process_memory_fraction",
+    "host_memory_stats", "list_gpu_processes", "max_memory_allocated", "max_memory_cached",
+    "max_memory_reserved", "mem_get_info", "memory_allocated", "memory_cached",
+    "memory_reserved", "memory_snapshot", "memory_stats", "memory_stats_as_nested_dict",
+    "memory_summary", "reset_accumulated_host_memory_stats", "reset_accumulated_memory_stats",
+    "reset_max_memory_allocated", "reset_max_memory_cached", "reset_peak_host_memory_stats",
+    "reset_peak_memory_stats", "set_per_process_memory_fraction", "use_mem_pool", "MemPool",
+    "CUDAPluggableAllocator", "OutOfMemoryError", "caching_allocator_disabled",
+    "caching_allocator_enable", "host_memory_stats_as_nested_dict",
+)
+
+
+class MemoryModule(types.ModuleType):
+    """``torch.cuda.memory`` for one device module: ``accelrt.cuda.memory`` (importable as
+    ``import accelrt.cuda.memory``) has the device module's memory functions and PyTorch's
+    private-but-used ``_record_memory_history``, ``_snapshot`` and ``_dump_snapshot``, fixed
+    to the module's backend.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> acc.cpu.memory._record_memory_history(max_entries=100)
+        >>> sorted(acc.cpu.memory._snapshot())[:2]
+        ['allocator_settings', 'device_traces']
+        >>> acc.cpu.memory._record_memory_history(None)
+    """
+
+    def __init__(self, dm: MemoryFunctions) -> None:
+        super().__init__(f"{dm.module}.memory", f"``torch.cuda.memory`` of {dm.module}.")
+        self._dm = dm
+        for name in _MEMORY_NAMES:
+            if hasattr(dm, name):
+                setattr(self, name, getattr(dm, name))
+
+    def _record_memory_history(self, enabled: str | bool | None = "all",
+                               context: str | None = "all", stacks: str = "all",
+                               max_entries: int = sys.maxsize, device: DeviceLike = None,
+                               clear_history: bool = False, compile_context: bool = False,
+                               global_record_annotations: bool = False,
+                               skip_actions: list[str] | None = None,
+                               record_pinned_host_memory: bool = False,
+                               record_cuda: bool = True) -> None:
+        """``torch.cuda.memory._record_memory_history`` (see
+        :func:`accelrt.memory.record_memory_history`); ``device=None``: every device of the
+        backend."""
+        self._dm.record_memory_history(enabled, context, stacks, max_entries, device,
+                                       clear_history, compile_context,
+                                       global_record_annotations, skip_actions,
+                                       record_pinned_host_memory, record_cuda)
+
+    def _snapshot(self, device: DeviceLike = None, augment_with_fx_traces: bool = False
+                  ) -> dict[str, Any]:
+        """``torch.cuda.memory._snapshot``: the backend's full snapshot (every device, as
+        PyTorch's; ``device`` is checked to be one of the backend's)."""
+        if device is not None:
+            self._dm._device(device)
+        return self._dm._snapshot(augment_with_fx_traces)
+
+    def _dump_snapshot(self, filename: str | os.PathLike[str] = "dump_snapshot.pickle",
+                       augment_with_fx_traces: bool = False) -> None:
+        """``torch.cuda.memory._dump_snapshot``: pickle :meth:`_snapshot` to ``filename``."""
+        self._dm.dump_snapshot(filename, augment_with_fx_traces)
+
+    def _memory_metadata_supported(self) -> bool:
+        """``torch.cuda.memory._memory_metadata_supported``: True while the backend's
+        allocator is the caching allocator (``get_allocator_backend() == "native"``), the only
+        one that records metadata."""
+        return bool(self._dm.get_allocator_backend() == "native")
+
+    def _set_memory_metadata(self, metadata: str) -> None:
+        """``torch.cuda.memory._set_memory_metadata``: the ``user_metadata`` of the history
+        trace entries that the calling thread's allocations and frees on this backend record
+        from now on (``""`` clears it); thread-local, for every device of the backend. It shows
+        in :meth:`_snapshot`'s ``device_traces`` only, never on segments, blocks or
+        statistics; with an allocator other than the caching one it is ignored.
+
+        Raises:
+            TypeError: ``metadata`` is not a str.
+        """
+        from ..memory._history import set_metadata
+        if not isinstance(metadata, str):
+            raise TypeError(f"memory metadata must be a str, got {type(metadata).__name__}; "
+                            "pass '' to clear it")
+        if self._memory_metadata_supported():
+            set_metadata(self._dm.name, metadata)
+
+    def _get_memory_metadata(self) -> str:
+        """``torch.cuda.memory._get_memory_metadata``: the calling thread's metadata of this
+        backend (``""`` when none is set, and always with an allocator other than the caching
+        one)."""
+        from ..memory._history import get_metadata
+        if not self._memory_metadata_supported():
+            return ""
+        return get_metadata(self._dm.name)

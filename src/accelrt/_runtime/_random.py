@@ -1,0 +1,211 @@
+"""The random functions of a device module (``torch.cuda.random``): seeding and the states of
+the backend's default generators (:mod:`accelrt.random`'s Philox generators), and the
+``random`` submodule that carries them.
+
+Example::
+
+    >>> import accelrt as acc
+    >>> saved = acc.cpu.get_rng_state()
+    >>> acc.cpu.random.manual_seed(3)
+    >>> acc.cpu.initial_seed()
+    3
+    >>> acc.cpu.set_rng_state(saved)
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from .._device import _tls
+from ._base import ModuleBase
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    from .._typing import DeviceLike
+
+__all__ = ["RandomFunctions", "RandomModule"]
+
+
+class RandomFunctions(ModuleBase):
+    """``torch.cuda``'s random functions bound to one backend (a part of
+    :class:`~accelrt._runtime.DeviceModule`).
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> len(acc.backends.device_module("cpu").get_rng_state())
+        16
+    """
+
+    def manual_seed(self, seed: int) -> None:
+        """Seed the default generator of the backend's current device; silently ignored where
+        the backend cannot be used (as in PyTorch).
+
+        Raises:
+            TypeError/ValueError: ``seed`` is not an int in ``[-2**63, 2**64)``.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> saved = acc.cpu.get_rng_state()
+            >>> acc.cpu.manual_seed(7)
+            >>> acc.cpu.initial_seed()
+            7
+            >>> acc.cpu.set_rng_state(saved)
+        """
+        from ..random import _generator as g
+        value = g._check_seed(seed)
+        b = self._usable()
+        if b is not None:
+            g._set(b, _tls.device.get(b.name, 0), value, 0)
+
+    def manual_seed_all(self, seed: int) -> None:
+        """Seed the default generators of every device of the backend; silently ignored where
+        the backend cannot be used.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> saved = acc.cpu.get_rng_state_all()
+            >>> acc.cpu.manual_seed_all(7)
+            >>> acc.cpu.set_rng_state_all(saved)
+        """
+        from ..random import _generator as g
+        value = g._check_seed(seed)
+        b = self._usable()
+        if b is not None:
+            for index in range(b.device_count()):
+                g._set(b, index, value, 0)
+
+    def seed(self) -> None:
+        """Seed the current device's default generator with a random number (see
+        :meth:`initial_seed`); silently ignored where the backend cannot be used.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> saved = acc.cpu.get_rng_state()
+            >>> acc.cpu.seed()
+            >>> acc.cpu.set_rng_state(saved)
+        """
+        import secrets
+        self.manual_seed(secrets.randbits(64))
+
+    def seed_all(self) -> None:
+        """Seed every device's default generator with one random number; silently ignored
+        where the backend cannot be used.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> saved = acc.cpu.get_rng_state_all()
+            >>> acc.cpu.seed_all()
+            >>> acc.cpu.set_rng_state_all(saved)
+        """
+        import secrets
+        self.manual_seed_all(secrets.randbits(64))
+
+    def initial_seed(self) -> int:
+        """The seed of the current device's default generator.
+
+        Raises:
+            BackendUnavailableError: the backend cannot be used here.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.initial_seed() >= 0
+            True
+        """
+        from ..random import _generator as g
+        b = self._b()
+        return g._get(b, _tls.device.get(b.name, 0))[0]
+
+    def get_rng_state(self, device: DeviceLike = None) -> npt.NDArray[np.uint8]:
+        """The 16-byte state of a device's default generator (``numpy.uint8``).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.get_rng_state().shape
+            (16,)
+        """
+        from ..random import _generator as g
+        b, index = self._resolve(device)
+        return g._pack_state(*g._get(b, index))
+
+    def set_rng_state(self, new_state: Any, device: DeviceLike = None) -> None:
+        """Restore a device's default generator from :meth:`get_rng_state`.
+
+        Raises:
+            TypeError/ValueError: the state is not 16 uint8 bytes.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.set_rng_state(acc.cpu.get_rng_state())
+        """
+        from ..random import _generator as g
+        seed_, offset = g._unpack_state(new_state)
+        b, index = self._resolve(device)
+        g._set(b, index, seed_, offset)
+
+    def get_rng_state_all(self) -> list[npt.NDArray[np.uint8]]:
+        """The states of every device of the backend, by index.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> len(acc.cpu.get_rng_state_all()) == acc.cpu.device_count()
+            True
+        """
+        from ..random import _generator as g
+        b = self._b()
+        return [g._pack_state(*g._get(b, i)) for i in range(b.device_count())]
+
+    def set_rng_state_all(self, new_states: Iterable[Any]) -> None:
+        """Set the state of device ``i`` to ``new_states[i]``.
+
+        Raises:
+            IndexError: more states than devices.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.set_rng_state_all(acc.cpu.get_rng_state_all())
+        """
+        from ..random import _generator as g
+        b = self._b()
+        parsed = [g._unpack_state(s) for s in new_states]   # validate all before changing any
+        n = b.device_count()
+        if len(parsed) > n:
+            raise IndexError(f"set_rng_state_all got {len(parsed)} states but {b.name!r} has "
+                             f"only {n} device(s)")
+        for index, (seed_, offset) in enumerate(parsed):
+            g._set(b, index, seed_, offset)
+
+
+_RANDOM_NAMES = ("get_rng_state", "get_rng_state_all", "set_rng_state", "set_rng_state_all",
+                 "manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed")
+
+
+class RandomModule(types.ModuleType):
+    """``torch.cuda.random`` for one device module: ``accelrt.cuda.random`` (importable as
+    ``import accelrt.cuda.random``) has the module's seeding and RNG-state functions.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> acc.cpu.random.initial_seed() == acc.cpu.initial_seed()
+        True
+    """
+
+    def __init__(self, dm: RandomFunctions) -> None:
+        super().__init__(f"{dm.module}.random", f"``torch.cuda.random`` of {dm.module}.")
+        self.__all__ = list(_RANDOM_NAMES)
+        for name in _RANDOM_NAMES:
+            setattr(self, name, getattr(dm, name))
