@@ -17,10 +17,11 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import given, settings
 
-from accelrt.memory._allocator import DeviceCachingAllocator, GeneralPathAllocator
+from accelrt.memory._allocator import DeviceCachingAllocator
+from accelrt.testing._allocators import GeneralPathAllocator
 from accelrt.memory._config import parse_config
-from accelrt.memory._replay import load_trace, trace_ops
-from accelrt.memory._simulated import SimulatedBackend
+from accelrt.memory.tools._replay import load_trace, trace_ops
+from accelrt.testing._simulated import SimulatedBackend
 
 MiB = 1 << 20
 TRACES = sorted(glob.glob(os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "traces",

@@ -24,9 +24,10 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from accelrt import OutOfMemoryError
 from accelrt.memory import _allocator, _block, _expandable
-from accelrt.memory._allocator import DeviceCachingAllocator, GeneralPathAllocator
+from accelrt.memory._allocator import DeviceCachingAllocator
+from accelrt.testing._allocators import GeneralPathAllocator
 from accelrt.memory._config import parse_config
-from accelrt.memory._simulated import SimulatedBackend
+from accelrt.testing._simulated import SimulatedBackend
 
 MiB = 1 << 20
 
@@ -253,8 +254,8 @@ def test_general_path_allocator_queues_a_finalizers_free_while_the_lock_is_held(
     import sys
 
     code = (
-        "from accelrt.memory._allocator import GeneralPathAllocator\n"
-        "from accelrt.memory._simulated import SimulatedBackend\n"
+        "from accelrt.testing._allocators import GeneralPathAllocator\n"
+        "from accelrt.testing._simulated import SimulatedBackend\n"
         "a = GeneralPathAllocator(SimulatedBackend(), 0)\n"
         "p = a.malloc(1000, 0)\n"
         "with a._lock:\n"

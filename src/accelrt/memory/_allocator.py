@@ -79,8 +79,7 @@ from ._release import garbage_collect, release_available_cached_blocks, release_
 from ._segments import segment_of, snapshot_segments
 from ._stats import FLAT_KEYS, SORTED_KEYS, DeviceStats, HotCounters
 
-__all__ = ["DeviceCachingAllocator", "GeneralPathAllocator", "format_size", "get_allocator",
-           "peek_allocator"]
+__all__ = ["DeviceCachingAllocator", "format_size", "get_allocator", "peek_allocator"]
 
 _MAX_ALLOC: Final = 1 << 60
 # The fast paths of malloc and free spell these constants as literals (a constant load instead
@@ -1912,46 +1911,3 @@ def _apply_config_to_all(cfg: AllocatorConfig) -> None:
     for a in all_allocators():
         a.set_config(cfg)
 
-
-class GeneralPathAllocator(DeviceCachingAllocator):
-    """The allocator with its hand-inlined fast paths off: every :meth:`malloc` runs
-    ``_malloc_locked`` and every :meth:`free` runs ``_free_locked``, the general code that the
-    fast paths mirror. The fast-path tests run both on the same sequences and compare their
-    state, and ``bench/bench_allocator.py`` times both; not meant for other use.
-
-    Example::
-
-        >>> from accelrt.backends import get_backend
-        >>> from accelrt.memory._allocator import GeneralPathAllocator
-        >>> a = GeneralPathAllocator(get_backend("cpu"), 0)
-        >>> a.free(a.malloc(1000, 0)); a.stats()["allocation.all.allocated"]
-        1
-    """
-
-    def _update_simple(self) -> None:
-        super()._update_simple()
-        self._fast = self._fast_malloc = False
-        self._fast_reuse = False
-
-    def free(self, ptr: int, nonblocking: bool = False) -> None:
-        """:meth:`DeviceCachingAllocator.free` through the general code only (with
-        ``nonblocking``, a held lock queues the free, as there)."""
-        if nonblocking:
-            try:
-                self._acquire_nowait()
-            except _Empty:
-                self._gc_pending.append(ptr)
-                self.drain_pending()
-                return
-            if self._gc_pending:
-                try:
-                    self._drain_pending_locked()
-                except BaseException:
-                    self._release(None)
-                    raise
-        else:
-            self._acquire()
-        try:
-            self._free_locked(ptr)
-        finally:
-            self._release(None)
