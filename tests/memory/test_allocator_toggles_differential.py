@@ -71,10 +71,10 @@ class ToggleMachine(RuleBasedStateMachine):
     def setup(self, conf: str, tiny: bool, capacity: int) -> None:
         # tiny: every free list is a bucketed FreeList of 2-key buckets from the start
         self.old_limits = (_block.BUCKET_MAX, _block.SMALL_MAX, _allocator.SMALL_MAX,
-                           _expandable.SMALL_MAX, _allocator.BUCKET_MAX)
+                           _expandable.SMALL_MAX)
         if tiny:
             (_block.BUCKET_MAX, _block.SMALL_MAX, _allocator.SMALL_MAX,
-             _expandable.SMALL_MAX, _allocator.BUCKET_MAX) = 2, 0, 0, 0, 2
+             _expandable.SMALL_MAX) = 2, 0, 0, 0
         self.backends = [SimulatedBackend(capacity=capacity, auto_complete=False)
                          for _ in range(2)]
         self.fast = DeviceCachingAllocator(self.backends[0], 0, parse_config(conf))
@@ -239,7 +239,7 @@ class ToggleMachine(RuleBasedStateMachine):
         finally:
             _allocator._report_finalizer_error = self.old_report  # type: ignore[assignment]
             (_block.BUCKET_MAX, _block.SMALL_MAX, _allocator.SMALL_MAX,
-             _expandable.SMALL_MAX, _allocator.BUCKET_MAX) = self.old_limits
+             _expandable.SMALL_MAX) = self.old_limits
 
 
 ToggleMachine.TestCase.settings = settings(max_examples=100, stateful_step_count=60,

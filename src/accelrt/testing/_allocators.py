@@ -10,8 +10,6 @@ this module too.
 
 from __future__ import annotations
 
-from queue import Empty as _Empty
-
 from ..memory._allocator import DeviceCachingAllocator
 
 __all__ = ["GeneralPathAllocator"]
@@ -41,18 +39,8 @@ class GeneralPathAllocator(DeviceCachingAllocator):
         """:meth:`DeviceCachingAllocator.free` through the general code only (with
         ``nonblocking``, a held lock queues the free, as there)."""
         if nonblocking:
-            try:
-                self._acquire_nowait()
-            except _Empty:
-                self._gc_pending.append(ptr)
-                self.drain_pending()
+            if not self._lock_or_queue(ptr):
                 return
-            if self._gc_pending:
-                try:
-                    self._drain_pending_locked()
-                except BaseException:
-                    self._release(None)
-                    raise
         else:
             self._acquire()
         try:
