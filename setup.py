@@ -31,6 +31,7 @@ COMPILED = [
     "src/accelrt/memory/_release.py",
     "src/accelrt/memory/_segments.py",
     "src/accelrt/memory/_stats.py",
+    "src/accelrt/testing/_allocators.py",        # subclasses the allocator (tests, benchmarks)
 ]
 
 ENV = "ACCELRT_COMPILE"

@@ -1,7 +1,7 @@
 """Caching-allocator benchmarks: trace replay per policy, the cached fast path, scaling.
 
 1. Replays every trace in ``tests/data/traces`` and ``../shared/traces`` (and a synthetic
-   convnet serving batches of 1..32, :mod:`accelrt.memory._synthetic`) through a fresh
+   convnet serving batches of 1..32, :mod:`accelrt.memory.tools._synthetic`) through a fresh
    allocator on a simulated device with the default settings, ``expandable_segments:True`` and
    accelrt's low-fragmentation ``expandable_segments:True,page_reuse:True``, side by side:
    reserved/live, Python calls per operation, the driver calls the simulated device counted and
@@ -10,7 +10,7 @@
 2. Times ``malloc`` + ``free`` of a cached block (512 B, 1 MiB, 20 MiB).
 3. Scaling: calls per operation with 1,000 and with 300,000 free blocks in the free lists.
 4. The hand-inlined fast paths against the general code they mirror
-   (:class:`~accelrt.memory._allocator.GeneralPathAllocator`), on the cached alloc+free and a
+   (:class:`~accelrt.testing._allocators.GeneralPathAllocator`), on the cached alloc+free and a
    default replay: the fast paths are kept only while this shows they pay.
 5. A snapshot of 10,000 segments, ``acc.rand`` against numpy's Philox generator, and
    ``memory_allocated()`` / ``memory_stats()`` on the cpu backend.
@@ -53,11 +53,12 @@ from types import ModuleType
 from typing import Any
 
 from accelrt import memory
-from accelrt.memory._allocator import DeviceCachingAllocator, GeneralPathAllocator
+from accelrt.memory._allocator import DeviceCachingAllocator
+from accelrt.testing._allocators import GeneralPathAllocator
 from accelrt.memory._config import parse_config
-from accelrt.memory._replay import load_trace, replay_ops, trace_ops
-from accelrt.memory._simulated import SimulatedBackend
-from accelrt.memory._synthetic import convnet_inference_ops
+from accelrt.memory.tools._replay import load_trace, replay_ops, trace_ops
+from accelrt.testing._simulated import SimulatedBackend
+from accelrt.memory.tools._synthetic import convnet_inference_ops
 
 SETTINGS = (("default", ""), ("expandable", "expandable_segments:True"),
             ("low-frag", "expandable_segments:True,page_reuse:True"))
@@ -101,7 +102,8 @@ class Impl:
         self.label = label
         alloc = importlib.import_module(pkg + ".memory._allocator")
         self.allocator: Any = alloc.DeviceCachingAllocator
-        self.backend: Any = importlib.import_module(pkg + ".memory._simulated").SimulatedBackend
+        self.backend: Any = _import_first(pkg, ".testing._simulated",
+                                          ".memory._simulated").SimulatedBackend
         self.parse_config: Any = importlib.import_module(pkg + ".memory._config").parse_config
         #: "pure" or "compiled" (the optional mypyc build, ``accelrt.memory.compiled``)
         self.build = "compiled" if getattr(importlib.import_module(pkg + ".memory"),
@@ -109,6 +111,15 @@ class Impl:
 
     def new(self, conf: str, **backend_args: Any) -> Any:
         return self.allocator(self.backend(**backend_args), 0, self.parse_config(conf))
+
+
+def _import_first(pkg: str, *names: str) -> ModuleType:
+    """The first of ``pkg``'s submodules ``names`` that exists (an anchor may predate a move:
+    the simulated backend lived in ``memory/`` before ``testing/``)."""
+    for name in names[:-1]:
+        if importlib.util.find_spec(pkg + name) is not None:
+            return importlib.import_module(pkg + name)
+    return importlib.import_module(pkg + names[-1])
 
 
 def load_anchor(folder: str) -> str:

@@ -4,7 +4,7 @@
    accelrt's caching allocator over the CUDA backend (default settings,
    ``expandable_segments:True`` and the low-fragmentation policy
    ``expandable_segments:True,page_reuse:True``, whose real driver time per operation checks the
-   H100 prices :func:`accelrt.memory._replay.driver_cost_us` charges), side by side with the peers run by
+   H100 prices :func:`accelrt.memory.tools._replay.driver_cost_us` charges), side by side with the peers run by
    ``--peer-script`` (a replay script for the peers, not shipped; default
    ``$ACCELRT_SHARED/tools/replay_peer.py``) as subprocesses (``torch``, ``torch_expandable``,
    ``cupy``, ``driverpool``; a peer that cannot run is reported with its error).
@@ -61,7 +61,7 @@ def replay_accelrt(trace: Path, conf: str) -> dict[str, Any]:
     from accelrt import backends
     from accelrt.memory._allocator import DeviceCachingAllocator
     from accelrt.memory._config import parse_config
-    from accelrt.memory._replay import _peak_live, load_trace, trace_ops
+    from accelrt.memory.tools._replay import _peak_live, load_trace, trace_ops
 
     b = backends.get_backend("cuda")
     b.init_device(0)

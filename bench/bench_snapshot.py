@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 from accelrt.memory._allocator import DeviceCachingAllocator
 from accelrt.memory._config import parse_config
-from accelrt.memory._simulated import SimulatedBackend
+from accelrt.testing._simulated import SimulatedBackend
 from accelrt.memory._snapshot import build_snapshot, snapshot_segments
 
 #: Target for the segments of 10,000 segments of 7 blocks, in milliseconds.

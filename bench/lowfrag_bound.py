@@ -47,8 +47,8 @@ import os
 from collections.abc import Sequence
 
 from accelrt.memory._config import parse_config
-from accelrt.memory._replay import H100_US, load_trace, replay_ops, trace_ops
-from accelrt.memory._synthetic import convnet_inference_ops
+from accelrt.memory.tools._replay import H100_US, load_trace, replay_ops, trace_ops
+from accelrt.memory.tools._synthetic import convnet_inference_ops
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 Op = tuple[bool, int, int, int]

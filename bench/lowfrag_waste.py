@@ -22,11 +22,11 @@ Usage::
 
 The synthetic workloads are not tuned against: an LLM-inference KV cache reallocated one token
 longer per step with temporaries between (:func:`kv_cache_ops`), the convnet serving batches
-of 1 to 32 (:func:`accelrt.memory._synthetic.convnet_inference_ops`), and two adversarial
+of 1 to 32 (:func:`accelrt.memory.tools._synthetic.convnet_inference_ops`), and two adversarial
 mixes of random-order frees (:func:`random_shapes_ops`, :func:`random_mix_ops`).
 
 :func:`breakdown` takes any operation list (``(is_alloc, handle, size, stream)`` tuples, as
-:func:`accelrt.memory._replay.trace_ops` returns), for synthetic workloads.
+:func:`accelrt.memory.tools._replay.trace_ops` returns), for synthetic workloads.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from accelrt.memory._config import parse_config
-from accelrt.memory._replay import _make_allocator, _peak_live, load_trace, trace_ops
-from accelrt.memory._synthetic import convnet_inference_ops
+from accelrt.memory.tools._replay import _make_allocator, _peak_live, load_trace, trace_ops
+from accelrt.memory.tools._synthetic import convnet_inference_ops
 
 CONF = "expandable_segments:True,page_reuse:True"
 MiB = 1 << 20

@@ -21,9 +21,9 @@ release of cached segments (the traces fit the simulated 80 GiB device without o
 that would not fit raises ``MemoryError``), no argument checks, no other settings.
 
 Before timing, every allocator is checked against accelrt: on every trace each operation must
-return the address accelrt's allocator returns on a :class:`~accelrt.memory._simulated.
+return the address accelrt's allocator returns on a :class:`~accelrt.testing._simulated.
 SimulatedBackend`, and the peak reserved bytes and segment mallocs must equal what
-:func:`accelrt.memory._replay.replay_ops` reports for the default policy; a random workload
+:func:`accelrt.memory.tools._replay.replay_ops` reports for the default policy; a random workload
 on three streams (frees in random order, sizes from 1 B to 44 MiB, a third of them at the
 sizes where the rules change), each of those sizes on an empty stream (a new segment), 6,000
 mallocs in a row and bench_allocator.py's synthetic convnet are checked the same way.
@@ -133,9 +133,9 @@ from bench_allocator import _calibrate, _replay_timed, _traces, alternate
 from accelrt.memory._allocator import DeviceCachingAllocator
 from accelrt.memory._config import parse_config
 from accelrt.memory._lock import FastLock
-from accelrt.memory._replay import replay_ops
-from accelrt.memory._simulated import SimulatedBackend
-from accelrt.memory._synthetic import convnet_inference_ops
+from accelrt.memory.tools._replay import replay_ops
+from accelrt.testing._simulated import SimulatedBackend
+from accelrt.memory.tools._synthetic import convnet_inference_ops
 
 Op = tuple[bool, int, int, int]
 

@@ -10,8 +10,8 @@ usable, or ``ACCELRT_ACCELERATOR`` names a backend that cannot be used. ``--json
 one JSON object for machines.
 
 ``accelrt replay ...``, ``accelrt memory viz ...`` and ``accelrt memory tune ...`` hand their
-arguments to :func:`accelrt.memory._replay.replay_main`, :func:`accelrt.memory.viz.viz_main`
-and :func:`accelrt.memory._tune.tune_main`.
+arguments to :func:`accelrt.memory.tools._replay.replay_main`, :func:`accelrt.memory.viz.viz_main`
+and :func:`accelrt.memory.tools._tune.tune_main`.
 
 Example::
 
@@ -445,11 +445,11 @@ See 'accelrt memory viz --help' and 'accelrt memory tune --help'."""
 def _main(argv: Sequence[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["replay"]:
-        return _delegate("accelrt.memory._replay", "replay_main", args[1:], "accelrt replay")
+        return _delegate("accelrt.memory.tools._replay", "replay_main", args[1:], "accelrt replay")
     if args[:2] == ["memory", "viz"]:
         return _delegate("accelrt.memory.viz", "viz_main", args[2:], "accelrt memory viz")
     if args[:2] == ["memory", "tune"]:
-        return _delegate("accelrt.memory._tune", "tune_main", args[2:], "accelrt memory tune")
+        return _delegate("accelrt.memory.tools._tune", "tune_main", args[2:], "accelrt memory tune")
     parser = _parser()
     try:
         ns = parser.parse_args(args)

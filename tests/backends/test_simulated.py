@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from accelrt import DeviceError, backends
-from accelrt.memory import _simulated
+from accelrt.testing import _simulated
 from accelrt.testing import CALL_NAMES, SimulatedBackend
 
 MiB = 1 << 20

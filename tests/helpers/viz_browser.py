@@ -176,7 +176,7 @@ def real_snapshot(capacity: int = 96 * MiB) -> dict[str, Any]:
     """A snapshot recorded by accelrt's own caching allocator on a simulated backend with two
     devices: weights, activations freed again, one OOM on device 0, other work on device 1."""
     from accelrt import OutOfMemoryError, backends, memory
-    from accelrt.memory._simulated import SimulatedBackend
+    from accelrt.testing._simulated import SimulatedBackend
 
     name = f"vizsim{uuid.uuid4().hex[:8]}"
 

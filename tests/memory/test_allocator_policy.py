@@ -12,9 +12,9 @@ import pytest
 from accelrt.memory._allocator import DeviceCachingAllocator
 from accelrt.memory._config import parse_config
 from accelrt.memory._expandable import MAP_FRACTION
-from accelrt.memory._replay import driver_cost_us, load_trace, replay_ops, trace_ops
-from accelrt.memory._simulated import SimulatedBackend
-from accelrt.memory._synthetic import convnet_inference_ops
+from accelrt.memory.tools._replay import driver_cost_us, load_trace, replay_ops, trace_ops
+from accelrt.testing._simulated import SimulatedBackend
+from accelrt.memory.tools._synthetic import convnet_inference_ops
 from tests.helpers.mappings import check_mappings
 
 MiB = 1 << 20

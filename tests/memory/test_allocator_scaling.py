@@ -14,7 +14,7 @@ from accelrt.memory import _block
 from accelrt.memory._allocator import DeviceCachingAllocator
 from accelrt.memory._block import FreeList, fl_add, fl_iter_ge, fl_iter_lt, fl_pop_ge, fl_remove
 from accelrt.memory._config import parse_config
-from accelrt.memory._simulated import SimulatedBackend
+from accelrt.testing._simulated import SimulatedBackend
 
 
 @pytest.mark.parametrize("bucket", [2, 3, 8, _block.BUCKET_MAX])

@@ -45,10 +45,10 @@ class AllocatorMachine(RuleBasedStateMachine):
         # tiny free lists: every stream's list is a bucketed FreeList of 2-key buckets, so
         # their splits and removals run on few blocks
         self.old_limits = (_block.BUCKET_MAX, _block.SMALL_MAX, _allocator.SMALL_MAX,
-                           _expandable.SMALL_MAX, _allocator.BUCKET_MAX)
+                           _expandable.SMALL_MAX)
         if tiny:
             (_block.BUCKET_MAX, _block.SMALL_MAX, _allocator.SMALL_MAX,
-             _expandable.SMALL_MAX, _allocator.BUCKET_MAX) = 2, 0, 0, 0, 2
+             _expandable.SMALL_MAX) = 2, 0, 0, 0
         self.b = SimulatedBackend(capacity=256 * MiB, auto_complete=False)
         self.a = DeviceCachingAllocator(self.b, 0, parse_config(conf))
 
@@ -239,7 +239,7 @@ class AllocatorMachine(RuleBasedStateMachine):
             return
         if hasattr(self, "old_limits"):
             (_block.BUCKET_MAX, _block.SMALL_MAX, _allocator.SMALL_MAX,
-             _expandable.SMALL_MAX, _allocator.BUCKET_MAX) = self.old_limits
+             _expandable.SMALL_MAX) = self.old_limits
         self.a.record_history(None)
         for p in list(self.live):
             self.a.free(p)

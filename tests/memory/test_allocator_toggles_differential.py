@@ -24,9 +24,10 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from accelrt import OutOfMemoryError
 from accelrt.memory import _allocator, _block, _expandable
-from accelrt.memory._allocator import DeviceCachingAllocator, GeneralPathAllocator
+from accelrt.memory._allocator import DeviceCachingAllocator
+from accelrt.testing._allocators import GeneralPathAllocator
 from accelrt.memory._config import parse_config
-from accelrt.memory._simulated import SimulatedBackend
+from accelrt.testing._simulated import SimulatedBackend
 
 MiB = 1 << 20
 
@@ -70,10 +71,10 @@ class ToggleMachine(RuleBasedStateMachine):
     def setup(self, conf: str, tiny: bool, capacity: int) -> None:
         # tiny: every free list is a bucketed FreeList of 2-key buckets from the start
         self.old_limits = (_block.BUCKET_MAX, _block.SMALL_MAX, _allocator.SMALL_MAX,
-                           _expandable.SMALL_MAX, _allocator.BUCKET_MAX)
+                           _expandable.SMALL_MAX)
         if tiny:
             (_block.BUCKET_MAX, _block.SMALL_MAX, _allocator.SMALL_MAX,
-             _expandable.SMALL_MAX, _allocator.BUCKET_MAX) = 2, 0, 0, 0, 2
+             _expandable.SMALL_MAX) = 2, 0, 0, 0
         self.backends = [SimulatedBackend(capacity=capacity, auto_complete=False)
                          for _ in range(2)]
         self.fast = DeviceCachingAllocator(self.backends[0], 0, parse_config(conf))
@@ -238,7 +239,7 @@ class ToggleMachine(RuleBasedStateMachine):
         finally:
             _allocator._report_finalizer_error = self.old_report  # type: ignore[assignment]
             (_block.BUCKET_MAX, _block.SMALL_MAX, _allocator.SMALL_MAX,
-             _expandable.SMALL_MAX, _allocator.BUCKET_MAX) = self.old_limits
+             _expandable.SMALL_MAX) = self.old_limits
 
 
 ToggleMachine.TestCase.settings = settings(max_examples=100, stateful_step_count=60,
@@ -253,8 +254,8 @@ def test_general_path_allocator_queues_a_finalizers_free_while_the_lock_is_held(
     import sys
 
     code = (
-        "from accelrt.memory._allocator import GeneralPathAllocator\n"
-        "from accelrt.memory._simulated import SimulatedBackend\n"
+        "from accelrt.testing._allocators import GeneralPathAllocator\n"
+        "from accelrt.testing._simulated import SimulatedBackend\n"
         "a = GeneralPathAllocator(SimulatedBackend(), 0)\n"
         "p = a.malloc(1000, 0)\n"
         "with a._lock:\n"

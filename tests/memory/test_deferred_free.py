@@ -19,9 +19,10 @@ import threading
 import pytest
 
 from accelrt import OutOfMemoryError
-from accelrt.memory._allocator import DeviceCachingAllocator, GeneralPathAllocator
+from accelrt.memory._allocator import DeviceCachingAllocator
+from accelrt.testing._allocators import GeneralPathAllocator
 from accelrt.memory._config import parse_config
-from accelrt.memory._simulated import SimulatedBackend
+from accelrt.testing._simulated import SimulatedBackend
 from helpers.gates import Gate, open_when_blocked
 
 MiB = 1 << 20

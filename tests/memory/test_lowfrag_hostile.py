@@ -12,9 +12,10 @@ import random
 import pytest
 
 from accelrt import OutOfMemoryError
-from accelrt.memory._allocator import DeviceCachingAllocator, GeneralPathAllocator
+from accelrt.memory._allocator import DeviceCachingAllocator
+from accelrt.testing._allocators import GeneralPathAllocator
 from accelrt.memory._config import parse_config
-from accelrt.memory._simulated import SimulatedBackend
+from accelrt.testing._simulated import SimulatedBackend
 from tests.helpers.mappings import check_mappings
 
 MiB = 1 << 20

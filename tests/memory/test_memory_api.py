@@ -14,7 +14,7 @@ import accelrt as acc
 import accelrt._device as _device
 from accelrt import BackendUnavailableError, OutOfMemoryError, backends, memory
 from accelrt.memory import _config
-from accelrt.memory._simulated import SimulatedBackend
+from accelrt.testing._simulated import SimulatedBackend
 
 MiB = 1 << 20
 GiB = 1 << 30

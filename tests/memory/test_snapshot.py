@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from accelrt import backends, memory
 from accelrt.memory._history import library_roots
-from accelrt.memory._replay import load_pickle
-from accelrt.memory._simulated import SimulatedBackend
+from accelrt.memory.tools._replay import load_pickle
+from accelrt.testing._simulated import SimulatedBackend
 from accelrt.memory._snapshot import (
     build_snapshot,
     check_snapshot,
@@ -222,7 +222,7 @@ def test_snapshot_agrees_with_stats_and_replays(tmp_path_factory, steps, expanda
     the peak reserved bytes."""
     from accelrt.memory._allocator import DeviceCachingAllocator
     from accelrt.memory._config import parse_config
-    from accelrt.memory._replay import load_trace, replay_ops, trace_ops
+    from accelrt.memory.tools._replay import load_trace, replay_ops, trace_ops
 
     conf = "expandable_segments:True" if expandable else ""
     a = DeviceCachingAllocator(SimulatedBackend(), 0, parse_config(conf))

@@ -13,7 +13,7 @@ import pytest
 
 from accelrt import backends, memory
 from accelrt.memory._allocator import DeviceCachingAllocator
-from accelrt.memory._simulated import SimulatedBackend
+from accelrt.testing._simulated import SimulatedBackend
 from accelrt.memory._snapshot import build_snapshot, gc_paused, snapshot_segments
 
 KiB = 1 << 10

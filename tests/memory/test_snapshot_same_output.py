@@ -17,7 +17,7 @@ import pytest
 from accelrt.memory._allocator import DeviceCachingAllocator
 from accelrt.memory._block import DEFAULT_POOL
 from accelrt.memory._config import AllocatorConfig, parse_config
-from accelrt.memory._simulated import SimulatedBackend
+from accelrt.testing._simulated import SimulatedBackend
 
 KiB, MiB = 1 << 10, 1 << 20
 

@@ -150,7 +150,7 @@ def test_console_script_and_module_agree():
 
 
 def test_replay_and_viz_are_delegated(monkeypatch, capsys):
-    import accelrt.memory._replay as replay
+    import accelrt.memory.tools._replay as replay
     from accelrt.memory import viz
     seen = []
     monkeypatch.setattr(replay, "replay_main", lambda argv: seen.append(("replay", argv)) or 3)

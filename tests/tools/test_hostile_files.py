@@ -24,8 +24,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from accelrt.memory._files import read_input, short_repr, terminal_safe, write_atomic
-from accelrt.memory._replay import load_pickle, load_trace, trace_ops
+from accelrt.memory.tools._files import read_input, short_repr, terminal_safe, write_atomic
+from accelrt.memory.tools._replay import load_pickle, load_trace, trace_ops
 from accelrt.memory._snapshot import check_snapshot, dump_snapshot
 from accelrt.memory.viz import load_snapshot, segsum, trace_html, trace_text
 
@@ -496,7 +496,7 @@ def test_fuzz_replay_of_malformed_snapshot_pickles(tmp_path_factory: pytest.Temp
 @settings(max_examples=100, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.one_of(_plain, st.tuples(_leaf, _leaf, _leaf, _leaf)), max_size=8))
 def test_fuzz_trace_entries_raise_only_value_error(entries: list[Any]) -> None:
-    from accelrt.memory._replay import replay_ops
+    from accelrt.memory.tools._replay import replay_ops
     try:
         ops = trace_ops(entries)
     except ValueError:

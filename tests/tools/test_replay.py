@@ -12,14 +12,14 @@ import pytest
 
 from accelrt import OutOfMemoryError
 from accelrt.memory._config import parse_config
-from accelrt.memory._replay import (
+from accelrt.memory.tools._replay import (
     load_pickle,
     load_trace,
     replay_main,
     replay_ops,
     trace_ops,
 )
-from accelrt.memory._simulated import SimulatedBackend
+from accelrt.testing._simulated import SimulatedBackend
 
 MiB = 1 << 20
 # The shared real traces, vendored under tests/data/traces.

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from accelrt.memory._config import parse_config
-from accelrt.memory._replay import load_trace, replay_ops, trace_ops
+from accelrt.memory.tools._replay import load_trace, replay_ops, trace_ops
 
 TRACES = Path(__file__).parent.parent / "data" / "traces"
 FILES = sorted(TRACES.glob("trace_*.json.gz"))

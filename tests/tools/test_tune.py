@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from accelrt.memory import _tune
-from accelrt.memory._replay import replay_main
+from accelrt.memory.tools import _tune
+from accelrt.memory.tools._replay import replay_main
 
 TRACES = Path(__file__).parent.parent / "data" / "traces"
 RESNET = str(TRACES / "trace_resnet50_train.json.gz")

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from accelrt.memory import _tune
+from accelrt.memory.tools import _tune
 
 TRACES = Path(__file__).parent.parent / "data" / "traces"
 DLRM = str(TRACES / "trace_dlrm_train.json.gz")

@@ -198,7 +198,7 @@ def test_html_has_one_view_per_device() -> None:
 
 def test_user_frames_and_code_locations() -> None:
     import accelrt
-    from accelrt.memory.viz import _is_user_frame
+    from accelrt.memory.tools.viz import _is_user_frame
 
     assert _is_user_frame("/opt/me/train.py") and _is_user_frame("model/layer.py")
     # a folder's name never decides: projects in folders named accelrt or torch are the user's
@@ -418,7 +418,7 @@ def test_torch_memory_viz_reads_our_dump(tmp_path) -> None:
 
     mv = pytest.importorskip("torch.cuda._memory_viz")
     from accelrt import backends, memory
-    from accelrt.memory._simulated import SimulatedBackend
+    from accelrt.testing._simulated import SimulatedBackend
 
     name = f"vizcompat{uuid.uuid4().hex[:8]}"      # a fresh backend each run
 

@@ -49,7 +49,6 @@ from .._fork import after_fork_locked, hold_across_fork, reinit_after_fork
 from .._handles import DevicePtr, StreamHandle
 from ._block import (
     ADDR_MASK,
-    BUCKET_MAX,
     DEFAULT_POOL,
     K_MIN_BLOCK,
     K_MIN_LARGE_ALLOC,
@@ -79,8 +78,7 @@ from ._release import garbage_collect, release_available_cached_blocks, release_
 from ._segments import segment_of, snapshot_segments
 from ._stats import FLAT_KEYS, SORTED_KEYS, DeviceStats, HotCounters
 
-__all__ = ["DeviceCachingAllocator", "GeneralPathAllocator", "format_size", "get_allocator",
-           "peek_allocator"]
+__all__ = ["DeviceCachingAllocator", "format_size", "get_allocator", "peek_allocator"]
 
 _MAX_ALLOC: Final = 1 << 60
 # The fast paths of malloc and free spell these constants as literals (a constant load instead
@@ -292,173 +290,18 @@ class DeviceCachingAllocator:
                 return 0
         self._acquire()
         try:
+            # The named fast paths, each the general code (_malloc_locked) written out for one
+            # common case; each returns 0 where the general code must run instead.
             if self._fast_malloc:
-                # The fast path: nothing special in force (default rounding and pools; no
-                # events, history, captures, expandable segments, oversize limit or deferred
-                # free) and a cached block fits. Hand-inlined from _malloc_locked ->
-                # _get_free_block -> _cut_block, which it must match:
-                # tests/memory/test_allocator_fast_paths.py runs both on the same sequences and
-                # compares the state, and bench/bench_allocator.py times both. Anything else
-                # goes to _malloc_locked. (Locals are few and reused: each one costs every
-                # call its initialization and clearing.)
-                rounded = (size + 511) & -512   # K_MIN_BLOCK (literals: LOAD_CONST)
-                if rounded <= 1048576:          # K_SMALL_SIZE
-                    pool = self._small
-                    split_min = 512
-                else:
-                    pool = self._large
-                    split_min = 1048577   # K_SMALL_SIZE + 1
-                try:
-                    fl = pool.free[stream]      # KeyError: no free list on this stream
-                    plain = type(fl) is list
-                    if plain:
-                        # the best fit's key stays in the list for now: a split's remainder
-                        # key usually takes its place (below)
-                        i = bisect_left(fl, rounded << 64)  # type: ignore[arg-type]
-                        key = fl[i]  # type: ignore[index]   # IndexError: none fits
-                    else:   # a long FreeList: FreeList.pop_ge, inlined
-                        maxes = fl.maxes  # type: ignore[union-attr]
-                        n = bisect_left(maxes, rounded << 64)
-                        sub = fl.lists[n]  # type: ignore[union-attr]   # IndexError: none fits
-                        i = bisect_left(sub, rounded << 64)
-                        key = sub.pop(i)
-                        if not sub:
-                            del fl.lists[n]  # type: ignore[union-attr]
-                            del maxes[n]
-                        elif i == len(sub):
-                            maxes[n] = sub[-1]
-                except LookupError:
-                    pass   # (the general path)
-                else:
-                    addr = key & 0xFFFFFFFFFFFFFFFF   # ADDR_MASK
-                    blk = self._blocks[addr]
-                    c = pool.hot
-                    bsize = blk.size    # (the block's size once allocated)
-                    remaining = bsize - rounded
-                    if remaining >= split_min:
-                        # the split of _malloc_locked (_cut_block); inactive_split first
-                        nx = blk.next
-                        if nx is not None or blk.prev is not None:   # already split
-                            if self._stats.dirty_split:
-                                self._stats.settle_split()
-                            c.inactive_split_bytes -= rounded
-                        else:
-                            n = c.inactive_split + 1
-                            c.inactive_split = n
-                            c.inactive_split_sum += 1
-                            nbytes = c.inactive_split_bytes + remaining
-                            c.inactive_split_bytes = nbytes
-                            c.inactive_split_bytes_sum += remaining
-                            if n > c.inactive_split_peak:
-                                c.inactive_split_peak = n
-                            if nbytes > c.inactive_split_bytes_peak:
-                                c.inactive_split_bytes_peak = nbytes
-                            other = c.other_row
-                            row = c.all_row
-                            n += other.inactive_split
-                            if n > row.inactive_split_peak:
-                                row.inactive_split_peak = n
-                            nbytes += other.inactive_split_bytes
-                            if nbytes > row.inactive_split_bytes_peak:
-                                row.inactive_split_bytes_peak = nbytes
-                        raddr = addr + rounded
-                        if self._spares:
-                            rest = self._spares.pop()
-                            rest.addr = raddr
-                            rest.size = remaining
-                            rest.stream = stream
-                            rest.pool = pool
-                            rest.exp = None
-                            rest.requested = 0
-                            rest.frames = None
-                        else:
-                            rest = Block(raddr, remaining, stream, pool)
-                        rest.prev = blk
-                        rest.next = nx
-                        if nx is not None:
-                            nx.prev = rest
-                        blk.next = rest
-                        blk.size = bsize = rounded
-                        self._blocks[raddr] = rest
-                        key = (remaining << 64) | raddr
-                        if not plain:   # a long FreeList
-                            fl.add(key)  # type: ignore[union-attr]
-                        elif i and fl[i - 1] > key:  # type: ignore[index]
-                            # (keys between: the remainder's moves below them; as insort)
-                            del fl[i]  # type: ignore[union-attr]
-                            insort(fl, key, 0, i)  # type: ignore[arg-type]
-                        else:   # the remainder's key takes the place of the block's
-                            fl[i] = key  # type: ignore[index]
-                        rest.gc_base = pool.gc_calls
-                    else:
-                        if plain:
-                            del fl[i]  # type: ignore[union-attr]
-                        if blk.next is not None or blk.prev is not None:
-                            if self._stats.dirty_split:
-                                self._stats.settle_split()
-                            c.inactive_split_bytes -= bsize
-                            c.inactive_split -= 1
-                    # the allocation count of _malloc_locked
-                    blk.allocated = True
-                    blk.requested = size
-                    c.allocations += 1
-                    c.allocated_bytes += bsize
-                    c.requested_bytes += size
-                    c.allocations_sum += 1
-                    c.allocated_bytes_sum += bsize
-                    c.requested_bytes_sum += size
-                    c.grew = True
-                    return addr
+                addr = self._malloc_cached(size, stream)
             elif self._fast_reuse:
-                # the low-fragmentation policy's fast path (a cached block fits; see
-                # ExpandableSegments.malloc_cached); 0: the general path runs
                 addr = self._expandable_segments.malloc_cached(size, stream)
-                if addr:
-                    return addr
+            elif self._deferred is not None:
+                addr = self._reuse_deferred(size, stream)
             else:
-                d = self._deferred
-                if d is not None:
-                    rounded = (size + 511) & -512
-                    pool = d.pool   # (a default pool: is_small tells which)
-                    if d.size == rounded and d.stream == stream and (
-                            pool.is_small is (rounded <= 1048576)):   # K_SMALL_SIZE
-                        # Immediate reuse of the block that free() just cached, whose
-                        # free-list insertion (and merge with the free block after it) free()
-                        # deferred because that block is this request's best fit (see free
-                        # and _flush_deferred). The eager free + this malloc would merge and
-                        # split it again: the same blocks result, and only the statistics
-                        # change. Mirrors the eager code (the fast-path tests compare it with
-                        # the general code).
-                        self._deferred = None
-                        self._defer_misses = 0
-                        # (_fast_flags: a free is deferred only with _fast: no history)
-                        self._fast_malloc = True
-                        self._free_slow = False
-                        c = pool.hot
-                        nx = d.next
-                        if nx is not None:
-                            # the merge with nx and the split that undoes it: inactive_split
-                            # goes down and back up, counting one more split
-                            c.inactive_split_sum += 1
-                            c.inactive_split_bytes_sum += nx.size
-                            nx.requested = 0
-                            nx.frames = None
-                            nx.gc_base = pool.gc_calls
-                        d.allocated = True
-                        n = d.requested
-                        if size != n:
-                            if size < n:
-                                if c.grew or c.other_row.grew:   # (peaks before a decrease)
-                                    self._stats.settle()
-                            else:
-                                c.grew = True
-                            d.requested = size
-                            c.requested_bytes += size - n
-                        c.allocations_sum += 1
-                        c.allocated_bytes_sum += rounded
-                        c.requested_bytes_sum += size
-                        return d.addr
-                    # not reused: _malloc_locked completes the free, then serves the request
+                addr = 0
+            if addr:
+                return addr
             res: int | tuple[str, int, int, int, int]
             if size >= _MAX_ALLOC:
                 res = 0    # (raised below, without the lock)
@@ -472,6 +315,156 @@ class DeviceCachingAllocator:
             return res
         self._oom.raise_oom(*cast("tuple[str, int, int, int, int]", res))  # not an int: OOM
         raise AssertionError("unreachable")
+
+    def _malloc_cached(self, size: int, stream: int) -> int:
+        """The fast path of :meth:`malloc` (``_lock`` held, ``_fast_malloc``: default rounding
+        and pools; no events, history, captures, expandable segments, oversize limit or
+        deferred free): the address of the best-fit cached block, split as the general code
+        splits it, or 0 (nothing changed) when no cached block fits.
+
+        The general code (:meth:`_malloc_locked` -> :meth:`_get_free_block` ->
+        :meth:`_cut_block`) written out for this case, which it must match:
+        ``tests/memory/test_allocator_fast_paths.py`` runs both on the same sequences and
+        compares the state, and ``bench/bench_allocator.py`` times both. (Locals are few and
+        reused: each one costs every call its initialization and clearing.)
+        """
+        rounded = (size + 511) & -512   # K_MIN_BLOCK (literals: LOAD_CONST)
+        if rounded <= 1048576:          # K_SMALL_SIZE
+            pool = self._small
+            split_min = 512
+        else:
+            pool = self._large
+            split_min = 1048577   # K_SMALL_SIZE + 1
+        try:
+            fl = pool.free[stream]      # KeyError: no free list on this stream
+            plain = type(fl) is list
+            if plain:
+                # the best fit's key stays in the list for now: a split's remainder
+                # key usually takes its place (below)
+                i = bisect_left(fl, rounded << 64)  # type: ignore[arg-type]
+                key = fl[i]  # type: ignore[index]   # IndexError: none fits
+            else:   # a long FreeList: FreeList.pop_ge, inlined
+                maxes = fl.maxes  # type: ignore[union-attr]
+                n = bisect_left(maxes, rounded << 64)
+                sub = fl.lists[n]  # type: ignore[union-attr]   # IndexError: none fits
+                i = bisect_left(sub, rounded << 64)
+                key = sub.pop(i)
+                if not sub:
+                    del fl.lists[n]  # type: ignore[union-attr]
+                    del maxes[n]
+                elif i == len(sub):
+                    maxes[n] = sub[-1]
+        except LookupError:
+            return 0   # (the general path)
+        addr = key & 0xFFFFFFFFFFFFFFFF   # ADDR_MASK
+        blk = self._blocks[addr]
+        c = pool.hot
+        bsize = blk.size    # (the block's size once allocated)
+        remaining = bsize - rounded
+        if remaining >= split_min:
+            # the split of _malloc_locked (_cut_block); inactive_split first
+            nx = blk.next
+            if nx is not None or blk.prev is not None:   # already split
+                if self._stats.dirty_split:
+                    self._stats.settle_split()
+                c.inactive_split_bytes -= rounded
+            else:
+                c.count_split(remaining)
+            raddr = addr + rounded
+            if self._spares:
+                rest = self._spares.pop()
+                rest.addr = raddr
+                rest.size = remaining
+                rest.stream = stream
+                rest.pool = pool
+                rest.exp = None
+                rest.requested = 0
+                rest.frames = None
+            else:
+                rest = Block(raddr, remaining, stream, pool)
+            rest.prev = blk
+            rest.next = nx
+            if nx is not None:
+                nx.prev = rest
+            blk.next = rest
+            blk.size = bsize = rounded
+            self._blocks[raddr] = rest
+            key = (remaining << 64) | raddr
+            if not plain:   # a long FreeList
+                fl.add(key)  # type: ignore[union-attr]
+            elif i and fl[i - 1] > key:  # type: ignore[index]
+                # (keys between: the remainder's moves below them; as insort)
+                del fl[i]  # type: ignore[union-attr]
+                insort(fl, key, 0, i)  # type: ignore[arg-type]
+            else:   # the remainder's key takes the place of the block's
+                fl[i] = key  # type: ignore[index]
+            rest.gc_base = pool.gc_calls
+        else:
+            if plain:
+                del fl[i]  # type: ignore[union-attr]
+            if blk.next is not None or blk.prev is not None:
+                if self._stats.dirty_split:
+                    self._stats.settle_split()
+                c.inactive_split_bytes -= bsize
+                c.inactive_split -= 1
+        # the allocation count of _malloc_locked
+        blk.allocated = True
+        blk.requested = size
+        c.allocations += 1
+        c.allocated_bytes += bsize
+        c.requested_bytes += size
+        c.allocations_sum += 1
+        c.allocated_bytes_sum += bsize
+        c.requested_bytes_sum += size
+        c.grew = True
+        return addr
+
+    def _reuse_deferred(self, size: int, stream: int) -> int:
+        """The deferred-free fast path of :meth:`malloc` (``_lock`` held, a free deferred):
+        immediate reuse of the block that :meth:`free` just cached, whose free-list insertion
+        (and merge with the free block after it) free deferred because that block is this
+        request's best fit (see :meth:`_defer_free` and :meth:`_flush_deferred`). The eager
+        free + this malloc would merge and split it again: the same blocks result, and only
+        the statistics change. Mirrors the eager code (the fast-path tests compare it with the
+        general code). Returns the address, or 0 (nothing changed) if the request is not that
+        block's: :meth:`_malloc_locked` then completes the free and serves the request.
+        """
+        d = self._deferred
+        assert d is not None   # (malloc calls this only then)
+        rounded = (size + 511) & -512
+        pool = d.pool   # (a default pool: is_small tells which)
+        if d.size != rounded or d.stream != stream or (
+                pool.is_small is not (rounded <= 1048576)):   # K_SMALL_SIZE
+            return 0   # not that block's request
+        self._deferred = None
+        self._defer_misses = 0
+        # (_fast_flags: a free is deferred only with _fast: no history)
+        self._fast_malloc = True
+        self._free_slow = False
+        c = pool.hot
+        nx = d.next
+        if nx is not None:
+            # the merge with nx and the split that undoes it: inactive_split
+            # goes down and back up, counting one more split
+            c.inactive_split_sum += 1
+            c.inactive_split_bytes_sum += nx.size
+            nx.requested = 0
+            nx.frames = None
+            nx.gc_base = pool.gc_calls
+        d.allocated = True
+        n = d.requested
+        if size != n:
+            if size < n:
+                if c.grew or c.other_row.grew:   # (peaks before a decrease)
+                    self._stats.settle()
+            else:
+                c.grew = True
+            d.requested = size
+            c.requested_bytes += size - n
+        c.allocations_sum += 1
+        c.allocated_bytes_sum += rounded
+        c.requested_bytes_sum += size
+        return d.addr
 
     def _malloc_locked(self, size: int, stream: int) -> int | tuple[str, int, int, int, int]:
         """:meth:`malloc` with every option considered (``_lock`` held): the address, or the
@@ -538,24 +531,7 @@ class DeviceCachingAllocator:
                         st.settle_split()
                     c.inactive_split_bytes -= rounded
                 else:
-                    n = c.inactive_split + 1
-                    c.inactive_split = n
-                    c.inactive_split_sum += 1
-                    nbytes = c.inactive_split_bytes + remaining
-                    c.inactive_split_bytes = nbytes
-                    c.inactive_split_bytes_sum += remaining
-                    if n > c.inactive_split_peak:
-                        c.inactive_split_peak = n
-                    if nbytes > c.inactive_split_bytes_peak:
-                        c.inactive_split_bytes_peak = nbytes
-                    other = c.other_row
-                    row = c.all_row
-                    n += other.inactive_split
-                    if n > row.inactive_split_peak:
-                        row.inactive_split_peak = n
-                    nbytes += other.inactive_split_bytes
-                    if nbytes > row.inactive_split_bytes_peak:
-                        row.inactive_split_bytes_peak = nbytes
+                    c.count_split(remaining)
         elif blk.exp is None and (blk.next is not None or blk.prev is not None):
             # an inactive split block is taken whole
             st = self._stats
@@ -705,20 +681,8 @@ class DeviceCachingAllocator:
             1
         """
         if nonblocking:
-            try:
-                self._acquire_nowait()
-            except _Empty:
-                self._gc_pending.append(ptr)
-                # The holder may have passed its last drain point before the append: if the
-                # lock is free now, drain here.
-                self.drain_pending()
+            if not self._lock_or_queue(ptr):
                 return
-            if self._gc_pending:
-                try:
-                    self._drain_pending_locked()
-                except BaseException:
-                    self._release(None)
-                    raise
         else:
             self._acquire()
         try:
@@ -728,232 +692,207 @@ class DeviceCachingAllocator:
                 blk = _NO_BLOCK   # (not allocated: _free_locked raises the error)
             if not blk.allocated or blk.stream_uses is not None or self._free_slow:
                 # not allocated here, used on other streams, history recorded or a free
-                # deferred (_free_locked completes it first)
+                # deferred (_free_locked completes it first): the general code
                 self._free_locked(ptr)
-                return
-            pool = blk.pool
-            nx = blk.next
-            prev = blk.prev
-            if prev is None and (nx is None or (nx.next is None and not nx.allocated)) and (
-                    self._fast and pool.owner is None):
-                # The free leaves its whole segment free (the block, and the rest of the
-                # segment after it if that is free). If the segment is the best fit of a
-                # request of this block's size, the free is deferred: an immediate malloc of
-                # the same size on the same stream takes the block back, counting only the
-                # statistics that change over a free and a malloc (see malloc); anything
-                # else first completes the free through the general code (_flush_deferred).
-                # Deferrals not reused make the next ones rarer (_defer_skip: 1, 3, 7, ...
-                # 63 such frees are skipped).
-                if self._defer_skip:
-                    self._defer_skip -= 1
-                else:
-                    try:
-                        fl = pool.free[blk.stream]
-                    except KeyError:
-                        fl = pool.free[blk.stream] = []   # (as the eager free leaves it)
-                    if type(fl) is list:
-                        size = blk.size
-                        if nx is None:
-                            # the best fit unless a block of this size at a lower address is
-                            # cached (an empty list: at once)
-                            if fl:
-                                j = bisect_left(fl, size << 64)
-                                ok = j == len(fl) or fl[j] > (size << 64) | ptr
-                            else:
-                                ok = True
-                        elif not nx.event_count and not nx.stream_uses and (
-                                nx.size > 1048576 or pool.is_small):
-                            # merged with nx, the best fit unless a key between (other than
-                            # nx's) fits first (nx's key alone in the list: at once); a large
-                            # block is split again only with more than 1 MiB left
-                            if len(fl) == 1:
-                                ok = True
-                            else:
-                                nsize = nx.size
-                                j = bisect_left(fl, size << 64)
-                                if j < len(fl) and fl[j] == (nsize << 64) | nx.addr:
-                                    j += 1
-                                ok = j == len(fl) or fl[j] > ((size + nsize) << 64) | ptr
-                        else:
-                            ok = False
-                        if ok:
-                            blk.allocated = False
-                            blk.frames = None   # (as _free_block)
-                            self._deferred = blk
-                            self._fast_malloc = False   # (_fast_flags)
-                            self._free_slow = True
-                            return
-            # The fast path: a live block with no recorded streams, no history. Hand-inlined
-            # from _free_locked -> DeviceStats.settle -> _free_block -> _merge, which it must
-            # match (the test_allocator_fast_paths tests run both on the same sequences and
-            # compare the state; bench/bench_allocator.py times both).
-            blk.allocated = False
-            blk.frames = None
-            c = pool.hot
-            if c.grew:
-                other = c.other_row
-                if not other.grew and not self._stats.pending_seen:
-                    # DeviceStats.settle() for one pool type
-                    n = c.allocations
-                    nbytes = c.allocated_bytes
-                    req = c.requested_bytes
-                    if n > c.allocations_peak:
-                        c.allocations_peak = n
-                    if nbytes > c.allocated_bytes_peak:
-                        c.allocated_bytes_peak = nbytes
-                    if req > c.requested_bytes_peak:
-                        c.requested_bytes_peak = req
-                    row = c.all_row
-                    n += other.allocations
-                    if n > row.allocations_peak:
-                        row.allocations_peak = n
-                    nbytes += other.allocated_bytes
-                    if nbytes > row.allocated_bytes_peak:
-                        row.allocated_bytes_peak = nbytes
-                    req += other.requested_bytes
-                    if req > row.requested_bytes_peak:
-                        row.requested_bytes_peak = req
-                    c.grew = False
-                else:
-                    self._stats.settle()
-            elif c.other_row.grew:
-                self._stats.settle()
-            size = blk.size
-            c.allocations -= 1
-            c.allocated_bytes -= size
-            if size >= self._max_split_size:
-                self._stats.oversize_allocations.decrease(1)
-            # _free_block
-            c.requested_bytes -= blk.requested
-            try:
-                fl = pool.free[blk.stream]
-            except KeyError:
-                fl = pool.free[blk.stream] = []
-            plain = type(fl) is list
-            # _merge (blk is mapped: only free mapped neighbours merge), in three cases: the
-            # block before is free (and maybe the one after), only the one after, neither
-            if (prev is not None and not prev.allocated and not prev.event_count
-                    and not prev.stream_uses and prev.mapped):
-                merged_bytes = prev.size
-                okey = (merged_bytes << 64) | prev.addr   # (its key's place: see below)
-                if not plain:
-                    fl.remove(okey)
-                del self._blocks[ptr]
-                self._spares.append(blk)
-                prev.requested = blk.requested
-                prev.frames = blk.frames
-                if (nx is not None and not nx.allocated and not nx.event_count
-                        and not nx.stream_uses and nx.mapped):
-                    nsize = nx.size
-                    if plain:
-                        del fl[bisect_left(fl, (nsize << 64) | nx.addr)]  # type: ignore[arg-type,union-attr]
-                    else:
-                        fl.remove((nsize << 64) | nx.addr)
-                    del self._blocks[nx.addr]
-                    self._spares.append(nx)
-                    merged = 2
-                    merged_bytes += nsize
-                    nx = nx.next
-                else:
-                    merged = 1
-                prev.size = merged_bytes + size
-                prev.next = nx
-                if nx is not None:
-                    nx.prev = prev
-                blk = prev
-            elif (nx is not None and not nx.allocated and not nx.event_count
-                    and not nx.stream_uses and nx.mapped):
-                merged_bytes = nx.size
-                okey = (merged_bytes << 64) | nx.addr   # (its key's place: see below)
-                if not plain:
-                    fl.remove(okey)
-                del self._blocks[nx.addr]
-                self._spares.append(nx)
-                merged = 1
-                blk.size = size + merged_bytes
-                nx = nx.next
-                blk.next = nx
-                if nx is not None:
-                    nx.prev = blk
-            else:
-                # nothing to merge
-                if (prev is not None or nx is not None) and blk.exp is None:
-                    # inactive_split (as _free_block; increases update the peaks at once): a
-                    # split block joins them
-                    n = c.inactive_split + 1
-                    c.inactive_split = n
-                    c.inactive_split_sum += 1
-                    if n > c.inactive_split_peak:
-                        c.inactive_split_peak = n
-                    n += c.other_row.inactive_split
-                    row = c.all_row
-                    if n > row.inactive_split_peak:
-                        row.inactive_split_peak = n
-                    n = c.inactive_split_bytes + size
-                    c.inactive_split_bytes = n
-                    c.inactive_split_bytes_sum += size
-                    if n > c.inactive_split_bytes_peak:
-                        c.inactive_split_bytes_peak = n
-                    n += c.other_row.inactive_split_bytes
-                    if n > row.inactive_split_bytes_peak:
-                        row.inactive_split_bytes_peak = n
-                key = (size << 64) | ptr
-                if not plain:   # a long FreeList: FreeList.add, inlined but for a new last key
-                    maxes = fl.maxes  # type: ignore[union-attr]
-                    n = bisect_left(maxes, key)
-                    if n < len(maxes):
-                        sub = fl.lists[n]  # type: ignore[union-attr]
-                        insort(sub, key)
-                        if len(sub) > BUCKET_MAX:
-                            fl.split(n)  # type: ignore[union-attr]
-                    else:
-                        fl.add(key)  # type: ignore[union-attr]
-                elif len(fl) < SMALL_MAX:   # (a plain list that stays short)
-                    insort(fl, key)  # type: ignore[arg-type]
-                else:
-                    fl_add(pool.free, blk.stream, key)
-                blk.gc_base = pool.gc_calls
-                return
-            # merged: blk is the surviving block
-            if blk.exp is None:
-                # inactive_split (as _free_block): the freed block's bytes join them if the
-                # survivor is still split (one block fewer if it merged with both), else the
-                # merged ones leave
-                if blk.prev is not None or blk.next is not None:
-                    if merged == 2:
-                        if self._stats.dirty_split:
-                            self._stats.settle_split()
-                        c.inactive_split -= 1
-                    n = c.inactive_split_bytes + size
-                    c.inactive_split_bytes = n
-                    c.inactive_split_bytes_sum += size
-                    if n > c.inactive_split_bytes_peak:
-                        c.inactive_split_bytes_peak = n
-                    n += c.other_row.inactive_split_bytes
-                    row = c.all_row
-                    if n > row.inactive_split_bytes_peak:
-                        row.inactive_split_bytes_peak = n
-                else:
-                    if self._stats.dirty_split:
-                        self._stats.settle_split()
-                    c.inactive_split -= merged
-                    c.inactive_split_bytes -= merged_bytes
-            key = (blk.size << 64) | blk.addr
-            if plain:
-                # the merged key is above okey (a larger size; or, for the block after,
-                # the same block grown): it takes okey's place unless keys lie between
-                n = bisect_left(fl, okey)  # type: ignore[arg-type]
-                j = n + 1
-                if j == len(fl) or fl[j] > key:  # type: ignore[index]
-                    fl[n] = key  # type: ignore[index]
-                else:
-                    del fl[n]  # type: ignore[union-attr]
-                    insort(fl, key, n)  # type: ignore[arg-type]
-            else:
-                fl.add(key)  # type: ignore[union-attr]
-            blk.gc_base = pool.gc_calls
+            elif not (blk.prev is None and self._fast and self._defer_free(blk)):
+                self._free_cached(blk)
         finally:
             self._release(None)
+
+    def _lock_or_queue(self, ptr: int) -> bool:
+        """Take the lock for a nonblocking :meth:`free` of ``ptr``: True once held (with the
+        frees that finalizers queued done), False if another holder had it and the free was
+        queued instead."""
+        try:
+            self._acquire_nowait()
+        except _Empty:
+            self._gc_pending.append(ptr)
+            # The holder may have passed its last drain point before the append: if the
+            # lock is free now, drain here.
+            self.drain_pending()
+            return False
+        if self._gc_pending:
+            try:
+                self._drain_pending_locked()
+            except BaseException:
+                self._release(None)
+                raise
+        return True
+
+    def _defer_free(self, blk: Block) -> bool:
+        """The deferred free, a fast path of :meth:`free` (``_lock`` held, ``_fast``, ``blk``
+        live and first in its segment): True if the free was deferred.
+
+        A free that leaves its whole segment free (the block, and the rest of the segment after
+        it if that is free) is deferred when the segment is the best fit of a request of this
+        block's size: an immediate malloc of the same size on the same stream takes the block
+        back (:meth:`_reuse_deferred`), counting only the statistics that change over a free and
+        a malloc; anything else first completes the free through the general code
+        (:meth:`_flush_deferred`). Deferrals not reused make the next ones rarer
+        (``_defer_skip``: 1, 3, 7, ... 63 such frees are skipped).
+        """
+        nx = blk.next
+        pool = blk.pool
+        if not (nx is None or (nx.next is None and not nx.allocated)) or pool.owner is not None:
+            return False
+        if self._defer_skip:
+            self._defer_skip -= 1
+            return False
+        try:
+            fl = pool.free[blk.stream]
+        except KeyError:
+            fl = pool.free[blk.stream] = []   # (as the eager free leaves it)
+        if type(fl) is not list:
+            return False
+        size = blk.size
+        ptr = blk.addr
+        if nx is None:
+            # the best fit unless a block of this size at a lower address is cached (an
+            # empty list: at once)
+            if fl:
+                j = bisect_left(fl, size << 64)
+                if j < len(fl) and fl[j] < (size << 64) | ptr:
+                    return False
+        elif not nx.event_count and not nx.stream_uses and (
+                nx.size > 1048576 or pool.is_small):
+            # merged with nx, the best fit unless a key between (other than nx's) fits first
+            # (nx's key alone in the list: at once); a large block is split again only with
+            # more than 1 MiB left
+            if len(fl) != 1:
+                nsize = nx.size
+                j = bisect_left(fl, size << 64)
+                if j < len(fl) and fl[j] == (nsize << 64) | nx.addr:
+                    j += 1
+                if j < len(fl) and fl[j] < ((size + nsize) << 64) | ptr:
+                    return False
+        else:
+            return False
+        blk.allocated = False
+        blk.frames = None   # (as _free_block)
+        self._deferred = blk
+        self._fast_malloc = False   # (_fast_flags)
+        self._free_slow = True
+        return True
+
+    def _free_cached(self, blk: Block) -> None:
+        """The fast path of :meth:`free` (``_lock`` held; ``blk`` live, on no other stream;
+        no history): the general code (:meth:`_free_locked` -> :meth:`_free_block` ->
+        :meth:`_merge`) written out for this case, which it must match (the fast-path tests
+        run both on the same sequences and compare the state; bench_allocator times both)."""
+        pool = blk.pool
+        nx = blk.next
+        prev = blk.prev
+        ptr = blk.addr
+        blk.allocated = False
+        blk.frames = None
+        c = pool.hot
+        if c.grew or c.other_row.grew:
+            self._stats.settle()   # (the peaks, before the decreases)
+        size = blk.size
+        c.allocations -= 1
+        c.allocated_bytes -= size
+        if size >= self._max_split_size:
+            self._stats.oversize_allocations.decrease(1)
+        # _free_block
+        c.requested_bytes -= blk.requested
+        try:
+            fl = pool.free[blk.stream]
+        except KeyError:
+            fl = pool.free[blk.stream] = []
+        plain = type(fl) is list
+        # _merge (blk is mapped: only free mapped neighbours merge), in three cases: the
+        # block before is free (and maybe the one after), only the one after, neither
+        if (prev is not None and not prev.allocated and not prev.event_count
+                and not prev.stream_uses and prev.mapped):
+            merged_bytes = prev.size
+            okey = (merged_bytes << 64) | prev.addr   # (its key's place: see below)
+            if not plain:
+                fl.remove(okey)
+            del self._blocks[ptr]
+            self._spares.append(blk)
+            prev.requested = blk.requested
+            prev.frames = blk.frames
+            if (nx is not None and not nx.allocated and not nx.event_count
+                    and not nx.stream_uses and nx.mapped):
+                nsize = nx.size
+                fl_remove(fl, (nsize << 64) | nx.addr)
+                del self._blocks[nx.addr]
+                self._spares.append(nx)
+                merged = 2
+                merged_bytes += nsize
+                nx = nx.next
+            else:
+                merged = 1
+            prev.size = merged_bytes + size
+            prev.next = nx
+            if nx is not None:
+                nx.prev = prev
+            blk = prev
+        elif (nx is not None and not nx.allocated and not nx.event_count
+                and not nx.stream_uses and nx.mapped):
+            merged_bytes = nx.size
+            okey = (merged_bytes << 64) | nx.addr   # (its key's place: see below)
+            if not plain:
+                fl.remove(okey)
+            del self._blocks[nx.addr]
+            self._spares.append(nx)
+            merged = 1
+            blk.size = size + merged_bytes
+            nx = nx.next
+            blk.next = nx
+            if nx is not None:
+                nx.prev = blk
+        else:
+            # nothing to merge
+            if (prev is not None or nx is not None) and blk.exp is None:
+                # inactive_split (as _free_block; increases update the peaks at once): a
+                # split block joins them
+                c.count_split(size)
+            key = (size << 64) | ptr
+            if plain and len(fl) < SMALL_MAX:   # (a plain list that stays short)
+                insort(fl, key)  # type: ignore[arg-type]
+            else:   # (a long list: a FreeList)
+                fl_add(pool.free, blk.stream, key)
+            blk.gc_base = pool.gc_calls
+            return
+        # merged: blk is the surviving block
+        if blk.exp is None:
+            # inactive_split (as _free_block): the freed block's bytes join them if the
+            # survivor is still split (one block fewer if it merged with both), else the
+            # merged ones leave
+            if blk.prev is not None or blk.next is not None:
+                if merged == 2:
+                    if self._stats.dirty_split:
+                        self._stats.settle_split()
+                    c.inactive_split -= 1
+                n = c.inactive_split_bytes + size
+                c.inactive_split_bytes = n
+                c.inactive_split_bytes_sum += size
+                if n > c.inactive_split_bytes_peak:
+                    c.inactive_split_bytes_peak = n
+                n += c.other_row.inactive_split_bytes
+                row = c.all_row
+                if n > row.inactive_split_bytes_peak:
+                    row.inactive_split_bytes_peak = n
+            else:
+                if self._stats.dirty_split:
+                    self._stats.settle_split()
+                c.inactive_split -= merged
+                c.inactive_split_bytes -= merged_bytes
+        key = (blk.size << 64) | blk.addr
+        if plain:
+            # the merged key is above okey (a larger size; or, for the block after,
+            # the same block grown): it takes okey's place unless keys lie between
+            n = bisect_left(fl, okey)  # type: ignore[arg-type]
+            j = n + 1
+            if j == len(fl) or fl[j] > key:  # type: ignore[index]
+                fl[n] = key  # type: ignore[index]
+            else:
+                del fl[n]  # type: ignore[union-attr]
+                insort(fl, key, n)  # type: ignore[arg-type]
+        else:
+            fl.add(key)  # type: ignore[union-attr]
+        blk.gc_base = pool.gc_calls
 
     def _flush_deferred(self) -> None:
         """Complete the free that the fast path of :meth:`free` deferred (``_lock`` held),
@@ -1912,46 +1851,3 @@ def _apply_config_to_all(cfg: AllocatorConfig) -> None:
     for a in all_allocators():
         a.set_config(cfg)
 
-
-class GeneralPathAllocator(DeviceCachingAllocator):
-    """The allocator with its hand-inlined fast paths off: every :meth:`malloc` runs
-    ``_malloc_locked`` and every :meth:`free` runs ``_free_locked``, the general code that the
-    fast paths mirror. The fast-path tests run both on the same sequences and compare their
-    state, and ``bench/bench_allocator.py`` times both; not meant for other use.
-
-    Example::
-
-        >>> from accelrt.backends import get_backend
-        >>> from accelrt.memory._allocator import GeneralPathAllocator
-        >>> a = GeneralPathAllocator(get_backend("cpu"), 0)
-        >>> a.free(a.malloc(1000, 0)); a.stats()["allocation.all.allocated"]
-        1
-    """
-
-    def _update_simple(self) -> None:
-        super()._update_simple()
-        self._fast = self._fast_malloc = False
-        self._fast_reuse = False
-
-    def free(self, ptr: int, nonblocking: bool = False) -> None:
-        """:meth:`DeviceCachingAllocator.free` through the general code only (with
-        ``nonblocking``, a held lock queues the free, as there)."""
-        if nonblocking:
-            try:
-                self._acquire_nowait()
-            except _Empty:
-                self._gc_pending.append(ptr)
-                self.drain_pending()
-                return
-            if self._gc_pending:
-                try:
-                    self._drain_pending_locked()
-                except BaseException:
-                    self._release(None)
-                    raise
-        else:
-            self._acquire()
-        try:
-            self._free_locked(ptr)
-        finally:
-            self._release(None)

@@ -234,10 +234,7 @@ class ExpandableSegments:
         """True if the backend can map virtual memory on this device."""
         if self._supported is None:
             alloc = self._alloc
-            try:
-                self._supported = bool(alloc._b.vm_supported(alloc._index))
-            except NotImplementedError:
-                self._supported = False
+            self._supported = bool(alloc._b.capabilities(alloc._index).virtual_memory)
         return self._supported
 
     def page_size(self, pool: BlockPool) -> int:

@@ -27,7 +27,7 @@ Three allocator options (``ACCELRT_ALLOC_CONF``) change the pool as they change 
 Example::
 
     >>> from accelrt.memory._host import HostCachingAllocator
-    >>> from accelrt.memory._simulated import SimulatedBackend
+    >>> from accelrt.testing._simulated import SimulatedBackend
     >>> pool = HostCachingAllocator(SimulatedBackend())
     >>> p = pool.malloc(3000)          # rounded up to 4096 bytes
     >>> pool.free(p)
@@ -136,7 +136,7 @@ class HostCachingAllocator:
     Example::
 
         >>> from accelrt.memory._host import HostCachingAllocator
-        >>> from accelrt.memory._simulated import SimulatedBackend
+        >>> from accelrt.testing._simulated import SimulatedBackend
         >>> pool = HostCachingAllocator(SimulatedBackend())
         >>> pool.free(pool.malloc(100))
         >>> pool.stats()["allocated_bytes.current"], pool.stats()["active_bytes.current"]
@@ -443,7 +443,7 @@ class HostCachingAllocator:
         Example::
 
             >>> from accelrt.memory._host import HostCachingAllocator
-            >>> from accelrt.memory._simulated import SimulatedBackend
+            >>> from accelrt.testing._simulated import SimulatedBackend
             >>> pool = HostCachingAllocator(SimulatedBackend())
             >>> p = pool.malloc(100)
             >>> pool.contains(p + 8, 64), pool.contains(p, 4096)
@@ -515,7 +515,7 @@ def get_host_allocator(backend: Any) -> HostCachingAllocator:
     Example::
 
         >>> from accelrt.memory._host import get_host_allocator, peek_host_allocator
-        >>> from accelrt.memory._simulated import SimulatedBackend
+        >>> from accelrt.testing._simulated import SimulatedBackend
         >>> pool = get_host_allocator(SimulatedBackend())
         >>> peek_host_allocator("simulated") is pool
         True

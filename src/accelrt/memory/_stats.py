@@ -180,6 +180,38 @@ class HotCounters:
         self.inactive_split_bytes_base = 0
         self.grew = False       # an allocation stat of this row grew since the last settle
 
+    def count_split(self, nbytes: int) -> None:
+        """One more inactive split block, of ``nbytes``: a whole block was split, or a split
+        block was cached without merging. The increases update this row's peaks and the
+        ``all`` row's at once.
+
+        Example::
+
+            >>> from accelrt.memory._stats import DeviceStats
+            >>> small = DeviceStats(-1).hot[1]
+            >>> small.count_split(512)
+            >>> small.inactive_split, small.all_row.inactive_split_bytes_peak
+            (1, 512)
+        """
+        n = self.inactive_split + 1
+        self.inactive_split = n
+        self.inactive_split_sum += 1
+        b = self.inactive_split_bytes + nbytes
+        self.inactive_split_bytes = b
+        self.inactive_split_bytes_sum += nbytes
+        if n > self.inactive_split_peak:
+            self.inactive_split_peak = n
+        if b > self.inactive_split_bytes_peak:
+            self.inactive_split_bytes_peak = b
+        other = self.other_row
+        row = self.all_row
+        n += other.inactive_split
+        if n > row.inactive_split_peak:
+            row.inactive_split_peak = n
+        b += other.inactive_split_bytes
+        if b > row.inactive_split_bytes_peak:
+            row.inactive_split_bytes_peak = b
+
 
 #: The hot stats' current values in the order of :func:`_current`, and their peak and base
 #: fields in the same order.

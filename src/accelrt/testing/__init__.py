@@ -21,7 +21,7 @@ Example::
     0
 """
 
-from ..memory._simulated import CALL_NAMES, SimulatedBackend
+from ._simulated import CALL_NAMES, SimulatedBackend
 from . import backend_conformance
 from ._leaks import Snapshot, find_leaks, leak_check, snapshot
 

@@ -1,7 +1,7 @@
 """``accelrt memory tune``: which allocator setting would have used the least memory?
 
 The workload (a snapshot pickle with history, or a trace in the shared JSON format) is replayed
-by :func:`accelrt.memory._replay.replay_ops` on a simulated 80 GiB device once per candidate
+by :func:`accelrt.memory.tools._replay.replay_ops` on a simulated 80 GiB device once per candidate
 setting, and the candidates are ranked by peak reserved memory, then device mallocs (ties keep
 the order below; the time per operation is shown, not ranked, as it varies from run to run).
 The candidates are chosen from what the settings do, not fitted to the trace:
@@ -22,7 +22,7 @@ The candidates are chosen from what the settings do, not fitted to the trace:
 
 Example::
 
-    >>> from accelrt.memory._tune import tune_ops
+    >>> from accelrt.memory.tools._tune import tune_ops
     >>> MiB = 1 << 20
     >>> ops = [(True, 1, 30 * MiB, 0), (True, 2, 3 * MiB, 0), (False, 1, 0, 0),
     ...        (True, 3, 25 * MiB, 0), (False, 2, 0, 0), (False, 3, 0, 0)]
@@ -106,11 +106,11 @@ def parse_device_memory(text: str) -> int:
 
     Example::
 
-        >>> from accelrt.memory._tune import parse_device_memory
+        >>> from accelrt.memory.tools._tune import parse_device_memory
         >>> parse_device_memory("80GiB") == 80 << 30, parse_device_memory("81559MiB")
         (True, 85520809984)
     """
-    from ..backends.cpu._config import parse_memory_size
+    from ...backends.cpu._config import parse_memory_size
     shown = terminal_safe(repr(text[:40] + ("..." if len(text) > 40 else "")), one_line=True)
     try:
         size = parse_memory_size(text.strip()) if len(text) <= 64 else -1
@@ -195,7 +195,7 @@ def read_workload(path: str, device: int | None = None) -> Workload:
     Example::
 
         >>> import pickle, os, tempfile
-        >>> from accelrt.memory._tune import read_workload
+        >>> from accelrt.memory.tools._tune import read_workload
         >>> d = tempfile.TemporaryDirectory()
         >>> p = os.path.join(d.name, "s.pickle")
         >>> MiB = 1 << 20
@@ -295,7 +295,7 @@ def load_workload(path: str, device: int | None = None) -> tuple[list[Op], Any, 
     Example::
 
         >>> import pickle, os, tempfile
-        >>> from accelrt.memory._tune import load_workload
+        >>> from accelrt.memory.tools._tune import load_workload
         >>> d = tempfile.TemporaryDirectory()
         >>> p = os.path.join(d.name, "s.pickle")
         >>> snap = {"segments": [], "allocator_settings": {"PYTORCH_CUDA_ALLOC_CONF": ""},
@@ -317,7 +317,7 @@ def settings_recorded(settings: Any) -> bool:
 
     Example::
 
-        >>> from accelrt.memory._tune import settings_recorded
+        >>> from accelrt.memory.tools._tune import settings_recorded
         >>> settings_recorded({"PYTORCH_CUDA_ALLOC_CONF": ""}), settings_recorded(None)
         (True, False)
     """
@@ -333,7 +333,7 @@ def recorded_setting(settings: Any) -> str:
 
     Example::
 
-        >>> from accelrt.memory._tune import recorded_setting
+        >>> from accelrt.memory.tools._tune import recorded_setting
         >>> recorded_setting({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
         'expandable_segments:True'
         >>> recorded_setting({"expandable_segments": True, "max_split_size": 256 << 20})
@@ -341,7 +341,7 @@ def recorded_setting(settings: Any) -> str:
         >>> recorded_setting(None)
         ''
     """
-    from . import _config
+    from .. import _config
     if not isinstance(settings, dict):
         return ""
     text = settings.get("PYTORCH_CUDA_ALLOC_CONF")
@@ -399,12 +399,12 @@ def candidate_settings(ops: Sequence[Op], recorded: str = "") -> list[str]:
 
     Example::
 
-        >>> from accelrt.memory._tune import candidate_settings
+        >>> from accelrt.memory.tools._tune import candidate_settings
         >>> ops = [(True, i, (i + 1) << 22, 0) for i in range(100)]
         >>> [c for c in candidate_settings(ops) if c.startswith("max_split")]
         ['max_split_size_mb:200', 'max_split_size_mb:360', 'max_split_size_mb:396']
     """
-    from . import _config
+    from .. import _config
     floor_mb = _config.AllocatorConfig().large_segment_size // _MiB
     out = [recorded, "", "expandable_segments:True"]
     out += [f"max_split_size_mb:{mb}" for mb in _split_sizes_mb(ops, floor_mb)]
@@ -423,7 +423,7 @@ def pytorch_part(setting: str) -> str:
 
     Example::
 
-        >>> from accelrt.memory._tune import pytorch_part
+        >>> from accelrt.memory.tools._tune import pytorch_part
         >>> pytorch_part("expandable_segments:True,page_reuse:True")
         'expandable_segments:True'
     """
@@ -498,8 +498,8 @@ class _Progress:
 
 def _run(ops: Sequence[Op], setting: str, on_chunk: Callable[[int], None] | None,
          capacity: int) -> dict[str, Any]:
-    from .._errors import OutOfMemoryError
-    from . import _config
+    from ..._errors import OutOfMemoryError
+    from .. import _config
     cfg = _config.parse_config(setting)
     row: dict[str, Any] = {"setting": setting, "pytorch_compatible": _is_pytorch(setting),
                            "capped": _fraction(setting) is not None}
@@ -531,7 +531,7 @@ def with_oom_requests(ops: Sequence[Op], ooms: Sequence[dict[str, Any]]) -> list
 
     Example::
 
-        >>> from accelrt.memory._tune import with_oom_requests
+        >>> from accelrt.memory.tools._tune import with_oom_requests
         >>> with_oom_requests([(True, 1, 512, 0)], [{"position": 1, "size": 4096, "stream": 0}])
         [(True, 1, 512, 0), (True, 18446744073709551616, 4096, 0), (False, 18446744073709551616, 0, 0)]
     """
@@ -553,7 +553,7 @@ def tune_ops(ops: Sequence[Op], recorded: str = "", *, name: str = "trace",
     """Replay ``ops`` under every candidate setting and rank them.
 
     Args:
-        ops: from :func:`accelrt.memory._replay.trace_ops`.
+        ops: from :func:`accelrt.memory.tools._replay.trace_ops`.
         recorded: the setting the workload ran with (``""``: the defaults); savings are
             measured against it.
         name: the workload's name in the result.
@@ -586,7 +586,7 @@ def tune_ops(ops: Sequence[Op], recorded: str = "", *, name: str = "trace",
 
     Example::
 
-        >>> from accelrt.memory._tune import tune_ops
+        >>> from accelrt.memory.tools._tune import tune_ops
         >>> r = tune_ops([(True, 1, 512, 0), (False, 1, 0, 0)])
         >>> r["best"]["saving_bytes"]
         0
@@ -596,7 +596,7 @@ def tune_ops(ops: Sequence[Op], recorded: str = "", *, name: str = "trace",
         >>> r["fits"], r["too_large"]
         (0, [])
     """
-    from . import _config
+    from .. import _config
     _config.parse_config(recorded)   # a bad recorded string is the caller's error
     if device_memory is not None and (not isinstance(device_memory, int)
                                       or isinstance(device_memory, bool) or device_memory < 1):
@@ -701,7 +701,7 @@ def format_tune(result: dict[str, Any], path: str, device: int) -> str:
 
     Example::
 
-        >>> from accelrt.memory._tune import format_tune, tune_ops
+        >>> from accelrt.memory.tools._tune import format_tune, tune_ops
         >>> print(format_tune(tune_ops([(True, 1, 512, 0)]), "t.json", 0).splitlines()[0])
         t.json: device 0, 1 operations, peak live 512 B
     """
@@ -848,7 +848,7 @@ def tune_main(argv: Sequence[str] | None = None) -> int:
     Example::
 
         >>> import json, os, tempfile
-        >>> from accelrt.memory._tune import tune_main
+        >>> from accelrt.memory.tools._tune import tune_main
         >>> d = tempfile.TemporaryDirectory()
         >>> p = os.path.join(d.name, "t.json")
         >>> with open(p, "w") as f:

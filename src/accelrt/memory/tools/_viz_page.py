@@ -22,7 +22,7 @@ def render(title: str, data: dict[str, Any]) -> str:
 
     Example::
 
-        >>> from accelrt.memory._viz_page import render
+        >>> from accelrt.memory.tools._viz_page import render
         >>> page = render("<t>", {"devices": []})
         >>> "&lt;t&gt;" in page and "<t>" not in page
         True

@@ -4,11 +4,11 @@
 serving batches whose size varies at random from 1 to 32: weights allocated once, then per batch
 an input, one activation per convolution (the block input kept alive for the residual add),
 a convolution workspace freed at once, and the logits. Shapes vary with the batch, which is
-what fragments a caching allocator. The result feeds :func:`~accelrt.memory._replay.replay_ops`.
+what fragments a caching allocator. The result feeds :func:`~accelrt.memory.tools._replay.replay_ops`.
 
 Example::
 
-    >>> from accelrt.memory._synthetic import convnet_inference_ops
+    >>> from accelrt.memory.tools._synthetic import convnet_inference_ops
     >>> ops = convnet_inference_ops(batches=2, seed=0)
     >>> sum(1 for op in ops if op[0]) == sum(1 for op in ops if not op[0]) + 54
     True

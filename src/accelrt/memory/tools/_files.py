@@ -16,7 +16,7 @@ bounded reader, the text sanitiser and the one output writer shared by ``accelrt
 
 Example::
 
-    >>> from accelrt.memory._files import terminal_safe
+    >>> from accelrt.memory.tools._files import terminal_safe
     >>> terminal_safe("ok\\x1b]0;pwned\\x07")
     'ok\\\\x1b]0;pwned\\\\x07'
 """
@@ -50,7 +50,7 @@ def inflate_limit(compressed_size: int) -> int:
 
     Example::
 
-        >>> from accelrt.memory._files import inflate_limit
+        >>> from accelrt.memory.tools._files import inflate_limit
         >>> inflate_limit(1000) == 64 << 20, inflate_limit(10 << 20) == 1000 << 20
         (True, True)
     """
@@ -73,7 +73,7 @@ def read_input(path: str, limit: int | None = None) -> bytes:
     Example::
 
         >>> import gzip, os, tempfile
-        >>> from accelrt.memory._files import read_input
+        >>> from accelrt.memory.tools._files import read_input
         >>> d = tempfile.TemporaryDirectory()
         >>> p = os.path.join(d.name, "t.gz")
         >>> with open(p, "wb") as f:
@@ -132,7 +132,7 @@ def terminal_safe(text: str, *, one_line: bool = False) -> str:
     Example::
 
         >>> import os
-        >>> from accelrt.memory._files import terminal_safe
+        >>> from accelrt.memory.tools._files import terminal_safe
         >>> terminal_safe("a\\tb\\r\\n"), terminal_safe("a\\nb", one_line=True)
         ('a\\tb\\\\x0d\\n', 'a\\\\x0ab')
         >>> terminal_safe(os.fsdecode(b"snap\\xff.pickle"))
@@ -154,7 +154,7 @@ def short_repr(value: Any) -> str:
 
     Example::
 
-        >>> from accelrt.memory._files import short_repr
+        >>> from accelrt.memory.tools._files import short_repr
         >>> short_repr(["\x1b" + "x" * 100, [[[[1]]]]])
         "['\\\\x1bxxxxxxxxxxxxxxxxxxxxxxx...xxxxxxxxxxxxxxxxxxxxxxxxxxxx', [[[...]]]]"
     """
@@ -182,7 +182,7 @@ def write_atomic(path: str, data: bytes) -> None:
     Example::
 
         >>> import os, tempfile
-        >>> from accelrt.memory._files import write_atomic
+        >>> from accelrt.memory.tools._files import write_atomic
         >>> d = tempfile.TemporaryDirectory()
         >>> p = os.path.join(d.name, "page.html")
         >>> write_atomic(p, b"<html>")

@@ -15,7 +15,7 @@ deep) loads, so a malicious file raises ``ValueError`` instead of running code.
 
 Example::
 
-    >>> from accelrt.memory._replay import replay_ops
+    >>> from accelrt.memory.tools._replay import replay_ops
     >>> r = replay_ops([(True, 1, 3 << 20, 0), (True, 2, 1000, 0), (False, 1, 0, 0)])
     >>> r["ops"], r["peak_live_bytes"], r["peak_reserved_bytes"]
     (3, 3146728, 23068672)
@@ -68,7 +68,7 @@ def no_history_message(path: str, what: str) -> str:
 
     Example::
 
-        >>> from accelrt.memory._replay import no_history_message
+        >>> from accelrt.memory.tools._replay import no_history_message
         >>> print(no_history_message("s.pickle", "the snapshot"))  # doctest: +ELLIPSIS
         s.pickle: the snapshot has no allocation history to replay ('accelrt memory viz s.pickle' draws its segments as they are); record it ...
     """
@@ -101,7 +101,7 @@ def load_pickle(data: bytes, what: str = "pickle") -> Any:
     Example::
 
         >>> import pickle
-        >>> from accelrt.memory._replay import load_pickle
+        >>> from accelrt.memory.tools._replay import load_pickle
         >>> load_pickle(pickle.dumps({"segments": [], "device_traces": [[]]}))
         {'segments': [], 'device_traces': [[]]}
     """
@@ -166,7 +166,7 @@ def _check_plain(obj: Any, what: str) -> None:
 
 
 def _read_bytes(path: str) -> bytes:
-    """The file's bytes, gzip inflated within :func:`~accelrt.memory._files.read_input`'s
+    """The file's bytes, gzip inflated within :func:`~accelrt.memory.tools._files.read_input`'s
     bound (a gzip bomb raises ``ValueError``)."""
     return read_input(path)
 
@@ -220,7 +220,7 @@ def load_trace(path: str) -> list[Any]:
     Example::
 
         >>> import json, os, tempfile
-        >>> from accelrt.memory._replay import load_trace
+        >>> from accelrt.memory.tools._replay import load_trace
         >>> d = tempfile.TemporaryDirectory()
         >>> p = os.path.join(d.name, "t.json")
         >>> with open(p, "w") as f:
@@ -273,7 +273,7 @@ def trace_ops(entries: Iterable[Any], path: str = "trace",
 
     Example::
 
-        >>> from accelrt.memory._replay import trace_ops
+        >>> from accelrt.memory.tools._replay import trace_ops
         >>> trace_ops([["free_requested", 8, 512, 0], ["alloc", 16, 512, 0],
         ...            ["free_completed", 16, 512, 0], ["free_requested", 16, 512, 0]])
         [(True, 16, 512, 0), (False, 16, 0, 0)]
@@ -344,14 +344,14 @@ class _Progress:
 
 
 def _make_allocator(config: Any, capacity: int | None = None) -> Any:
-    from ._allocator import DeviceCachingAllocator
-    from ._simulated import SimulatedBackend
+    from .._allocator import DeviceCachingAllocator
+    from ...testing._simulated import SimulatedBackend
     backend = SimulatedBackend() if capacity is None else SimulatedBackend(capacity=capacity)
     return DeviceCachingAllocator(backend, 0, config)
 
 
 def _parse_conf(alloc_conf: str | None) -> Any:
-    from . import _config
+    from .. import _config
     if alloc_conf is None:
         return _config.get_config()
     return _config.parse_config(alloc_conf)
@@ -389,7 +389,7 @@ def replay_ops(ops: Sequence[Op], config: Any = None, *, name: str = "trace",
 
     Example::
 
-        >>> from accelrt.memory._replay import replay_ops
+        >>> from accelrt.memory.tools._replay import replay_ops
         >>> replay_ops([(True, 1, 512, 0), (False, 1, 0, 0)])["device_mallocs"]
         1
     """
@@ -458,7 +458,7 @@ def steady_start(n: int) -> int:
 
     Example::
 
-        >>> from accelrt.memory._replay import steady_start
+        >>> from accelrt.memory.tools._replay import steady_start
         >>> steady_start(9), steady_start(10), steady_start(2)
         (6, 7, 2)
     """
@@ -486,7 +486,7 @@ def driver_cost_us(calls: dict[str, int]) -> float:
 
     Example::
 
-        >>> from accelrt.memory._replay import driver_cost_us
+        >>> from accelrt.memory.tools._replay import driver_cost_us
         >>> driver_cost_us({"malloc": 2, "free": 1, "vm_map": 1})
         197.5
     """
@@ -506,7 +506,7 @@ def human_bytes(n: int) -> str:
 
     Example::
 
-        >>> from accelrt.memory._replay import human_bytes
+        >>> from accelrt.memory.tools._replay import human_bytes
         >>> human_bytes(5807013888), human_bytes(3 << 20), human_bytes(512)
         ('5.41 GiB', '3.00 MiB', '512 B')
     """
@@ -547,7 +547,7 @@ def replay_main(argv: Sequence[str] | None = None) -> int:
     Example::
 
         >>> import json, os, tempfile
-        >>> from accelrt.memory._replay import replay_main
+        >>> from accelrt.memory.tools._replay import replay_main
         >>> d = tempfile.TemporaryDirectory()
         >>> p = os.path.join(d.name, "t.json")
         >>> with open(p, "w") as f:
