@@ -22,7 +22,7 @@ from ._device import device as _device_cls
 from ._memory_owner import _Memory
 from ._size import legacy_dtype_device, normalize_size, size_keyword
 from ._stream import _current
-from ._transfer import Copy, Plan, Stage, Sync, execute, held, hold
+from ._transfer import Copy, Hold, Plan, Stage, Sync, execute, held
 
 if TYPE_CHECKING:
     from ._typing import DeviceLike, DTypeLike, HostArray, ScalarLike, SizeLike
@@ -405,9 +405,9 @@ def _import_cai(obj: Any, device: DeviceLike, dtype: Any, copy: bool | None) -> 
         return Array._wrap(mem, cai.shape, dt, b, index)
     if b is reader and index == src and dt == cai.dtype and cai.is_c_contiguous:
         out = Array._new(cai.shape, dt, _device_cls(b.name, index))
-        stream = _stream_handle(reader, index)
-        reader.memcpy(index, out._mem.ptr, cai.ptr, cai.nbytes, "d2d", stream)
-        hold(reader, index, stream, held(obj))   # the producer outlives the copy
+        stream = _current(reader, index)
+        execute(Plan((Copy(stream, "d2d", out._mem.ptr, cai.ptr, cai.nbytes),
+                      Hold(stream, held(obj)))))   # the producer outlives the copy
         return out
     host = _cai_host_copy(reader, src, cai)
     return asarray(host, device=_device_cls(b.name, index), dtype=dt, copy=True)
