@@ -162,4 +162,6 @@ def run_steps(steps: Sequence[Step]) -> None:
 
 def execute(plan: Plan) -> None:
     """Run every step of ``plan`` (its staging buffers live until it returns)."""
-    run_steps(plan.steps)
+    run = _EXECUTORS
+    for step in plan.steps:
+        run[type(step)](step)

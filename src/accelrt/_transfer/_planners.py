@@ -105,11 +105,10 @@ def plan_upload(dst: Array, host: np.ndarray, non_blocking: bool, private: bool)
     ptr, n = host.ctypes.data, mem.nbytes
     pool = _pinned.pinned_pool_of(b, host)
     if pool is not None and not b.stream_is_capturing(index, stream._handle):
-        done: Step = (Hold(stream, held(dst)) if non_blocking else Sync(stream, report=False))
-        pinned: _Steps = (Copy(stream, kind, mem.ptr, ptr, n),)
-        if non_blocking:
-            pinned += (RecordHost(pool, ptr, stream),)
-        return Plan((*pinned, done), (host,))
+        copy = Copy(stream, kind, mem.ptr, ptr, n)
+        if not non_blocking:
+            return Plan((copy, Sync(stream, report=False)), (host,))
+        return Plan((copy, RecordHost(pool, ptr, stream), Hold(stream, held(dst))), (host,))
     snapshot = non_blocking and not private and not b.stream_is_capturing(index, stream._handle)
     direct = Upload(stream, kind, mem.ptr, host, snapshot, non_blocking, (dst,))
     if dst._host_ok():
@@ -147,8 +146,10 @@ def plan_array_copy(dst: Array, src: Array, non_blocking: bool) -> Plan:
         kind: CopyKind = ("h2" if smem.host else "d2") + ("h" if dmem.host else "d")  # type: ignore[assignment]
         if _sd.active and kind != "d2d" and not non_blocking:
             _sd.check(b.name)
-        return Plan((Copy(dst_stream, kind, dmem.ptr, smem.ptr, n),
-                     Hold(dst_stream, keep, non_blocking or kind == "d2d")))
+        one = Copy(dst_stream, kind, dmem.ptr, smem.ptr, n)
+        if kind == "d2d" or non_blocking:   # nothing to hold: no step
+            return Plan((one, Hold(dst_stream, keep)) if keep else (one,))
+        return Plan((one, Hold(dst_stream, keep, False)))
     src_stream = _current(b, sindex)
     if _sd.active and not non_blocking and (smem.host or dmem.host):
         _sd.check(b.name)
@@ -156,12 +157,14 @@ def plan_array_copy(dst: Array, src: Array, non_blocking: bool) -> Plan:
         return Plan((Barrier(src_stream, dst_stream),
                      Copy(dst_stream, "h2h" if dmem.host else "h2d", dmem.ptr, smem.ptr, n),
                      Hold(dst_stream, keep, non_blocking)))
+    copy: _Steps
     if dmem.host:
-        copy: _Steps = (Copy(src_stream, "d2h", dmem.ptr, smem.ptr, n),
-                        Hold(src_stream, keep, non_blocking))
+        copy = (Copy(src_stream, "d2h", dmem.ptr, smem.ptr, n),
+                Hold(src_stream, keep, non_blocking))
     else:
-        copy = (Copy(src_stream, "peer", dmem.ptr, smem.ptr, n, dst_device=index),
-                Hold(src_stream, keep))
+        copy = (Copy(src_stream, "peer", dmem.ptr, smem.ptr, n, dst_device=index),)
+        if keep:
+            copy += (Hold(src_stream, keep),)
     return Plan((Barrier(dst_stream, src_stream), *copy, Barrier(src_stream, dst_stream)))
 
 
