@@ -15,7 +15,7 @@ the host. ``numpy()`` and ``__dlpack__`` synchronize the current stream first.
 
 Copies between numpy memory and a device the host cannot read (CUDA, OpenCL in buffer mode)
 go through pinned blocks of the backend's host caching pool, as PyTorch's do (see
-:mod:`accelrt._staging`): an upload first copies the data into a block (so the numpy source
+:mod:`accelrt._transfer`, which plans and runs every copy): an upload first copies the data into a block (so the numpy source
 may change as soon as ``copy_`` returns, even with ``non_blocking=True``), and the block is
 reused only after the copy's event has completed; a download lands in a block and is copied
 out after the stream is synchronized. Blocking and non-blocking uploads take the same path
@@ -31,8 +31,10 @@ block, asynchronously, as PyTorch copies from pinned memory (see :mod:`accelrt._
 Lifetimes of queued work (see ``docs/architecture.md``): an array may be dropped while work
 on it is queued. Caching-allocator memory is then freed at once, stream-ordered; memory not
 from the allocator (borrowed by :func:`asarray`, or a host buffer a copy reads) is held by the
-queued work until it has run: every enqueue passes what it touches to ``_held`` and holds the
-result with ``_hold`` (one rule for every operation, random fills and collectives included).
+queued work until it has run: every enqueue passes what it touches to
+:func:`accelrt._transfer.held` and holds the result with :func:`~accelrt._transfer.hold` (one
+rule for every operation, random fills and collectives included). The memory owner is
+:class:`accelrt._memory_owner._Memory`; the factories live in :mod:`accelrt._factories`.
 
 Internal API (used by ``accelrt.random`` and ``accelrt.comm``): ``Array._b`` (backend),
 ``Array._index`` (device index), ``Array._mem`` (the memory owner: ``ptr``, ``nbytes``,
@@ -57,106 +59,32 @@ Example::
 
 from __future__ import annotations
 
-import ctypes
-import functools
 import math
 import sys
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _dlpack, _pinned, _staging
+from . import _dlpack
 from . import _sync_debug as _sd
 from ._device import _device_obj, _factory_device, _get_device, _lazy_init
-from ._errors import ClosedError, DeviceError
-from ._handles import StreamHandle
-from ._size import legacy_dtype_device, normalize_size, size_keyword
 from ._device import device as _device_cls
+from ._handles import StreamHandle
+from ._memory_owner import _CLOSED, _SOLE_REFS, _HostView
+from ._memory_owner import _Memory as _Memory  # re-exported: random, interop, multiprocessing
+from ._size import legacy_dtype_device, normalize_size, size_keyword
 from ._stream import _current, _wait_raw
+from ._transfer import execute, held, hold, plan_array_copy, plan_download, plan_upload
 from .memory._allocator import get_allocator
 
 if TYPE_CHECKING:
     from ._backend import Backend
     from ._stream import Stream
-    from ._typing import DeviceLike, DTypeLike, HostArray, ScalarLike, SizeLike
+    from ._typing import DeviceLike, DTypeLike, SizeLike
 
 __all__ = ["Array", "asarray", "empty", "full", "ones", "zeros"]
 
-_is_finalizing = sys.is_finalizing
 _getrefcount = sys.getrefcount
-
-
-def _sole_refs() -> int:
-    """What ``sys.getrefcount(local)`` returns for an object only a local variable holds (2
-    up to Python 3.13; newer interpreters may borrow the argument's reference): measured, not
-    assumed, so ``Array.close`` never mistakes shared memory for its own."""
-    mine = object()
-    return _getrefcount(mine)
-
-
-_SOLE_REFS = _sole_refs()
-
-
-# ---------------------------------------------------------------------- memory owner
-
-class _Memory:
-    """Owns one block of memory of an array and returns it to the allocator when collected.
-
-    ``alloc`` is the caching allocator the block came from, or ``None`` for memory borrowed
-    from another object (``base``, kept alive here). ``host`` is True when the memory is plain
-    host memory rather than memory of the device's backend (a zero-copy import from numpy).
-    """
-
-    __slots__ = ("__weakref__", "alloc", "base", "host", "nbytes", "ptr")
-
-    def __init__(self, ptr: int, nbytes: int, alloc: Any, base: Any = None,
-                 host: bool = False) -> None:
-        self.ptr = ptr
-        self.nbytes = nbytes
-        self.alloc = alloc
-        self.base = base
-        self.host = host
-
-    def __del__(self) -> None:
-        alloc = self.alloc
-        if alloc is None or not self.ptr:
-            return
-        self.alloc = None
-        # At interpreter shutdown the allocator and backend may already be torn down; the
-        # process is releasing everything anyway.
-        if _is_finalizing is None or _is_finalizing():
-            return
-        # Never blocks: the garbage collector may run this inside the allocator's own
-        # critical section on this thread (its lock is not reentrant).
-        alloc.free(self.ptr, True)   # free_from_finalizer, one call less
-
-
-class _ClosedMemory:
-    """The memory owner of a closed array (:meth:`Array.close`): every use of the memory
-    (``ptr``, ``nbytes``, ...) raises :class:`ClosedError`, so operations on a closed array
-    fail before anything is enqueued, at no cost to open arrays."""
-
-    __slots__ = ()
-
-    def __getattr__(self, name: str) -> Any:
-        raise ClosedError("this accelrt.Array was closed (close()); its memory is no longer "
-                          "its own: use an array that is still open")
-
-
-_CLOSED: Any = _ClosedMemory()   # typed Any: it stands in for a _Memory
-
-
-class _HostView:
-    """Exposes an array's host-accessible memory to numpy and keeps its owner alive."""
-
-    __slots__ = ("__array_interface__", "_mem")
-
-    def __init__(self, mem: _Memory, shape: tuple[int, ...], dtype: np.dtype) -> None:
-        self._mem = mem
-        self.__array_interface__ = {
-            "version": 3, "shape": shape, "typestr": dtype.str, "descr": dtype.descr,
-            "data": (mem.ptr, False), "strides": None,
-        }
 
 
 # ---------------------------------------------------------------------- argument checks
@@ -215,79 +143,6 @@ def _check_flag(name: str, value: Any) -> bool:
 
 def _stream_handle(b: Backend, index: int) -> StreamHandle:
     return _current(b, index)._handle
-
-
-def _noop(*keep: object) -> None:
-    """Host callback whose only job is to hold references until the stream reaches it."""
-
-
-def _held(*items: object) -> tuple[object, ...]:
-    """What work queued on ``items`` must keep alive until it has run.
-
-    The one lifetime rule of queued work: memory the caching allocator does not own (an
-    array's borrowed memory: numpy, DLPack or ``__cuda_array_interface__`` buffers shared by
-    :func:`asarray`, and plain host buffers such as numpy arrays) is held by the work that
-    touches it. Caching-allocator memory is not held: its free is stream-ordered (the block is
-    reused only after the work queued on its stream), so an array may be dropped while work
-    on it is queued, and its memory counts as freed at once, as in PyTorch.
-
-    Args:
-        items: :class:`Array`, :class:`_Memory`, numpy arrays or other host buffer owners;
-            ``None`` is skipped.
-    """
-    out: list[object] = []
-    for item in items:
-        if isinstance(item, Array):
-            item = item._mem
-        if isinstance(item, _Memory):
-            if item.alloc is None and item.ptr:
-                out.append(item)
-        elif item is not None:
-            out.append(item)
-    return tuple(out)
-
-
-def _hold(b: Backend, index: int, stream: StreamHandle, keep: tuple[object, ...]) -> None:
-    """Keep ``keep`` (from :func:`_held`) alive until ``stream`` reaches the work enqueued
-    so far, with a host callback; without host callbacks, synchronize the stream."""
-    _keep_alive(b, index, stream, keep, non_blocking=True)
-
-
-def _keep_alive(b: Backend, index: int, stream: StreamHandle, keep: tuple[object, ...],
-                non_blocking: bool) -> None:
-    """Finish a copy that touches host memory: wait for the stream (blocking copies), or hold
-    ``keep`` (from :func:`_held`; empty: nothing to hold) in a host callback enqueued after
-    the work so it outlives it."""
-    if non_blocking:
-        if not keep:
-            return
-        try:
-            b.launch_host_func(index, functools.partial(_noop, keep), stream)
-            return
-        except NotImplementedError:   # no host callbacks: wait, then report the sync
-            b.stream_synchronize(index, stream)
-            if _sd.active:
-                _sd.check(b.name)
-            return
-        except DeviceError as exc:
-            if b.stream_is_capturing(index, stream):
-                raise DeviceError(
-                    f"a non_blocking copy touching host memory was captured into a graph on "
-                    f"{b.name}:{index}, and this backend cannot keep the host memory alive for "
-                    "every replay; copy the data to the device before the capture, or make "
-                    "the copy outside it") from exc
-            raise
-    b.stream_synchronize(index, stream)
-
-
-def _raw_view(ptr: int, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    """A writable numpy view of host-readable memory at ``ptr`` that owns nothing (for work
-    queued on a stream: it must not keep the array's memory allocated)."""
-    nbytes = math.prod(shape) * dtype.itemsize
-    if not nbytes:
-        return np.empty(shape, dtype)
-    buf: Any = (ctypes.c_char * nbytes).from_address(ptr)
-    return np.frombuffer(buf, dtype=dtype).reshape(shape)
 
 
 # ---------------------------------------------------------------------- the array
@@ -437,70 +292,27 @@ class Array:
         """Copy a C-contiguous host array of the same dtype and size into this array.
 
         The values ``host`` has now are copied (PyTorch reads pageable host memory at call
-        time): a non-blocking upload that is not staged first copies ``host`` to a private
-        buffer unless ``private`` says nobody else can write it (or a graph is being
-        captured: the captured copy reads ``host`` at every replay). A pinned ``host`` (in
-        a block of this backend's pinned host pool) is copied directly, as PyTorch copies
-        from pinned memory: see :meth:`_upload_pinned`."""
+        time), unless ``private`` says nobody else can write it; a pinned ``host`` is copied
+        directly, as PyTorch copies from pinned memory (:func:`accelrt._transfer.plan_upload`
+        says which)."""
         if not self._mem.nbytes:
             return
-        b, index = self._b, self._index
+        b = self._b
         if _sd.active and not non_blocking:   # before the copy is enqueued, as PyTorch
             _sd.check(b.name)
-        _lazy_init(b, index)
-        pool = _pinned.pinned_pool_of(b, host)
-        if pool is not None and self._upload_pinned(pool, host, non_blocking):
-            return
-        if not self._host_ok() and _staging.upload(b, _current(b, index), self._mem.ptr, host,
-                                                   non_blocking):
-            return
-        stream = _stream_handle(b, index)
-        kind = "h2h" if self._mem.host else "h2d"
-        if non_blocking and not private and not b.stream_is_capturing(index, stream):
-            host = host.copy()
-        b.memcpy(index, self._mem.ptr, host.ctypes.data, self._mem.nbytes, kind, stream)
-        _keep_alive(b, index, stream, _held(host, self), non_blocking)
-
-    def _upload_pinned(self, pool: Any, host: np.ndarray, non_blocking: bool) -> bool:
-        """Copy the pinned C-contiguous ``host`` (a block of ``pool``) into this array with no
-        staging block and no private copy; a non-blocking copy stays queued, reads ``host``
-        when the stream runs it, and records the stream on the block so that the pool does not
-        reuse it before the copy has run (PyTorch's ``CachingHostAllocator_recordEvent``).
-
-        Returns:
-            False (nothing done) while the stream captures a graph: the captured copy reads
-            the memory at every replay, so the general path holds ``host`` for the graph.
-        """
-        b, index = self._b, self._index
-        stream = _current(b, index)
-        handle = stream._handle
-        if b.stream_is_capturing(index, handle):
-            return False
-        kind = "h2h" if self._mem.host else "h2d"
-        b.memcpy(index, self._mem.ptr, host.ctypes.data, self._mem.nbytes, kind, handle)
-        if non_blocking:
-            pool.record_event(host.ctypes.data, stream)
-            _hold(b, index, handle, _held(self))
-        else:
-            b.stream_synchronize(index, handle)
-        return True
+        _lazy_init(b, self._index)
+        execute(plan_upload(self, host, non_blocking, private))
 
     def _download(self) -> np.ndarray:
         """A host copy of the contents (synchronizing)."""
         out = np.empty(self._shape, self._dtype)
         if not self._mem.nbytes:
             return out
-        b, index = self._b, self._index
+        b = self._b
         if _sd.active:
             _sd.check(b.name)
-        _lazy_init(b, index)
-        if not self._host_ok() and _staging.download(b, _current(b, index), out.ctypes.data,
-                                                     self._mem.ptr, self._mem.nbytes):
-            return out
-        stream = _stream_handle(b, index)
-        kind = "h2h" if self._mem.host else "d2h"
-        b.memcpy(index, out.ctypes.data, self._mem.ptr, self._mem.nbytes, kind, stream)
-        b.stream_synchronize(index, stream)
+        _lazy_init(b, self._index)
+        execute(plan_download(self, out))
         return out
 
     def _host_array(self) -> np.ndarray:
@@ -647,47 +459,13 @@ class Array:
 
     def _copy_from(self, src: Array, non_blocking: bool) -> None:
         """Copy a same-shape, same-dtype array ``src`` into ``self``."""
-        n = self._mem.nbytes
-        if not n:
+        if not self._mem.nbytes:
             return
-        b, index, sb, sindex = self._b, self._index, src._b, src._index
-        if sb is not b:
-            # across backends: stage through the host
+        if src._b is not self._b:
+            # across backends: through the host
             self._upload(np.ascontiguousarray(src._host_array()), non_blocking)
             return
-        _lazy_init(b, index)
-        _lazy_init(b, sindex)
-        dst_stream = _stream_handle(b, index)
-        if sindex == index:
-            src_kind = "h" if src._mem.host else "d"
-            dst_kind = "h" if self._mem.host else "d"
-            kind = f"{src_kind}2{dst_kind}"
-            if _sd.active and kind != "d2d" and not non_blocking:
-                _sd.check(b.name)
-            b.memcpy(index, self._mem.ptr, src._mem.ptr, n, kind, dst_stream)
-            if kind == "d2d":
-                _hold(b, index, dst_stream, _held(src, self))
-            else:
-                _keep_alive(b, index, dst_stream, _held(src, self), non_blocking)
-            return
-        src_stream = _stream_handle(b, sindex)
-        if _sd.active and not non_blocking and (src._mem.host or self._mem.host):
-            _sd.check(b.name)
-        if src._mem.host:   # borrowed host memory: an upload to the destination device
-            _wait_raw(b, index, dst_stream, sindex, src_stream)
-            kind = "h2h" if self._mem.host else "h2d"
-            b.memcpy(index, self._mem.ptr, src._mem.ptr, n, kind, dst_stream)
-            _keep_alive(b, index, dst_stream, _held(src, self), non_blocking)
-            return
-        # peer copy on the source's current stream, after the destination's earlier work
-        _wait_raw(b, sindex, src_stream, index, dst_stream)
-        if self._mem.host:
-            b.memcpy(sindex, self._mem.ptr, src._mem.ptr, n, "d2h", src_stream)
-            _keep_alive(b, sindex, src_stream, _held(src, self), non_blocking)
-        else:
-            b.memcpy_peer(index, self._mem.ptr, sindex, src._mem.ptr, n, src_stream)
-            _hold(b, sindex, src_stream, _held(src, self))
-        _wait_raw(b, index, dst_stream, sindex, src_stream)
+        execute(plan_array_copy(self, src, non_blocking))
 
     def fill_(self, value: Any) -> Array:
         """Set every element to ``value`` (enqueued on the current stream); return ``self``.
@@ -728,7 +506,7 @@ class Array:
         else:
             self._upload(np.full(self._shape, scalar, self._dtype), True, private=True)
             return self
-        _hold(b, index, stream, _held(self))
+        hold(b, index, stream, held(self))
         return self
 
     def record_stream(self, stream: Stream) -> None:
@@ -981,384 +759,5 @@ def _fill_scalar(value: Any, dt: np.dtype) -> np.ndarray:
     return scalar
 
 
-# ---------------------------------------------------------------------- factories
-
-def _pinned_new(shape: tuple[int, ...], dtype: DTypeLike, device: DeviceLike,
-                fname: str) -> np.ndarray:
-    """A factory's ``pin_memory=True`` result: an uninitialised pinned host (numpy) array,
-    pinned for the current accelerator (see :mod:`accelrt._pinned`)."""
-    b, index = _pinned.factory_backend(device, fname)
-    return _pinned.new_pinned(b, shape, _check_dtype(dtype, b, index))
-
-
-@overload
-def empty(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
-          pin_memory: Literal[False] = ..., **kw: SizeLike) -> Array: ...
-@overload
-def empty(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
-          pin_memory: Literal[True], **kw: SizeLike) -> HostArray: ...
-@overload
-def empty(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
-          pin_memory: bool, **kw: SizeLike) -> Array | HostArray: ...
-def empty(*size: SizeLike, dtype: DTypeLike = "float32", device: DeviceLike = None,
-          pin_memory: bool = False, **kw: SizeLike) -> Array | HostArray:
-    """An uninitialised array from the device's caching allocator (``torch.empty``).
-
-    Args:
-        *size: the shape, as non-negative ints (``empty(2, 3)``) or one sequence of them
-            (``empty((2, 3))``, ``empty([2, 3])``); ``size=(2, 3)`` also works.
-        dtype: a numpy dtype (bool, integer, floating or complex); keyword-only (0.1's
-            ``empty(shape, dtype, device)`` still works, with a ``FutureWarning``).
-        device: where to allocate (keyword-only); ``None`` is the default device
-            (:func:`accelrt.get_default_device`).
-        pin_memory: return a pinned host array instead: a ``numpy.ndarray`` in the pinned
-            host pool of the current accelerator (as PyTorch's ``pin_memory=True`` returns
-            a pinned CPU tensor; see :func:`accelrt.pin_memory`). Then no device may be
-            given or be the default.
-
-    Raises:
-        TypeError: a wrong type (a size entry that is not an int, such as a dtype passed
-            positionally; ints mixed with a sequence), or an unknown or unsupported dtype.
-        ValueError: a negative dimension (also a ``RuntimeError``, as in PyTorch), or
-            ``pin_memory=True`` with a device (an ``AcceleratorValueError``).
-        AcceleratorError: ``pin_memory=True`` but the backend cannot pin host memory.
-        OutOfMemoryError: the allocator could not satisfy the request.
-
-    Example::
-
-        >>> import accelrt as acc
-        >>> acc.empty(2, 3, dtype="int16", device="cpu:0").nbytes
-        12
-        >>> acc.empty((2, 3), device="cpu:0").shape == acc.empty(size=[2, 3], device="cpu:0").shape
-        True
-        >>> acc.is_pinned(acc.empty(2, 3, pin_memory=True))
-        True
-    """
-    size, dtype, device = legacy_dtype_device(size, dtype, device, "float32", "empty")
-    shape = normalize_size(size, size_keyword(kw, "empty"), "empty")
-    if _check_flag("pin_memory", pin_memory):
-        return _pinned_new(shape, dtype, device, "empty")
-    return Array._new(shape, dtype, _factory_device(device))
-
-
-def _memset0(out: Array) -> Array:
-    if out.nbytes:
-        b, index = out._b, out._index
-        b.memset(index, out._mem.ptr, 0, out.nbytes, _stream_handle(b, index))
-    return out
-
-
-@overload
-def zeros(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
-          pin_memory: Literal[False] = ..., **kw: SizeLike) -> Array: ...
-@overload
-def zeros(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
-          pin_memory: Literal[True], **kw: SizeLike) -> HostArray: ...
-@overload
-def zeros(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
-          pin_memory: bool, **kw: SizeLike) -> Array | HostArray: ...
-def zeros(*size: SizeLike, dtype: DTypeLike = "float32", device: DeviceLike = None,
-          pin_memory: bool = False, **kw: SizeLike) -> Array | HostArray:
-    """An array of zeros (a stream-ordered memset on the current stream); arguments as
-    :func:`empty` (``pin_memory=True``: a pinned host array of zeros).
-
-    Example::
-
-        >>> import accelrt as acc
-        >>> acc.zeros(3, device="cpu:0").tolist()
-        [0.0, 0.0, 0.0]
-    """
-    size, dtype, device = legacy_dtype_device(size, dtype, device, "float32", "zeros")
-    shape = normalize_size(size, size_keyword(kw, "zeros"), "zeros")
-    if _check_flag("pin_memory", pin_memory):
-        host = _pinned_new(shape, dtype, device, "zeros")
-        host.fill(0)
-        return host
-    return _memset0(Array._new(shape, dtype, _factory_device(device)))
-
-
-@overload
-def ones(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
-         pin_memory: Literal[False] = ..., **kw: SizeLike) -> Array: ...
-@overload
-def ones(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
-         pin_memory: Literal[True], **kw: SizeLike) -> HostArray: ...
-@overload
-def ones(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
-         pin_memory: bool, **kw: SizeLike) -> Array | HostArray: ...
-def ones(*size: SizeLike, dtype: DTypeLike = "float32", device: DeviceLike = None,
-         pin_memory: bool = False, **kw: SizeLike) -> Array | HostArray:
-    """An array of ones (``torch.ones``); arguments as :func:`empty` (``pin_memory=True``: a
-    pinned host array of ones).
-
-    Example::
-
-        >>> import accelrt as acc
-        >>> acc.ones(2, 2, dtype="int32", device="cpu:0").tolist()
-        [[1, 1], [1, 1]]
-    """
-    shape = normalize_size(size, size_keyword(kw, "ones"), "ones")
-    if _check_flag("pin_memory", pin_memory):
-        host = _pinned_new(shape, dtype, device, "ones")
-        host.fill(1)
-        return host
-    out = Array._new(shape, dtype, _factory_device(device))
-    return out.fill_(True if out._dtype.kind == "b" else 1)
-
-
-@overload
-def full(size: SizeLike, fill_value: ScalarLike, *, dtype: DTypeLike | None = ...,
-         device: DeviceLike = ..., pin_memory: Literal[False] = ...) -> Array: ...
-@overload
-def full(size: SizeLike, fill_value: ScalarLike, *, dtype: DTypeLike | None = ...,
-         device: DeviceLike = ..., pin_memory: Literal[True]) -> HostArray: ...
-@overload
-def full(size: SizeLike, fill_value: ScalarLike, *, dtype: DTypeLike | None = ...,
-         device: DeviceLike = ..., pin_memory: bool) -> Array | HostArray: ...
-def full(size: SizeLike, fill_value: ScalarLike, *, dtype: DTypeLike | None = None,
-         device: DeviceLike = None, pin_memory: bool = False) -> Array | HostArray:
-    """An array filled with ``fill_value`` (``torch.full``).
-
-    Args:
-        size: the shape: one sequence of non-negative ints (or one int), as in PyTorch
-            (``full((2, 3), 1.5)``; not ``full(2, 3, 1.5)``).
-        fill_value: a bool, int, float or complex.
-        dtype: the dtype (keyword-only); ``None`` infers it from ``fill_value`` as PyTorch
-            does (bool -> bool, int -> int64, float -> float32, complex -> complex64).
-        device: where to allocate (keyword-only); ``None`` is the default device
-            (:func:`accelrt.get_default_device`).
-        pin_memory: return a pinned host ``numpy.ndarray`` instead (see :func:`empty`).
-
-    Raises:
-        TypeError: a bad size or dtype, or a fill value that is not a number.
-        ValueError: a negative dimension, a fill value the dtype cannot hold, or
-            ``pin_memory=True`` with a device.
-
-    Example::
-
-        >>> import accelrt as acc
-        >>> a = acc.full((2,), 7, device="cpu:0")
-        >>> a.dtype, a.tolist()
-        (dtype('int64'), [7, 7])
-    """
-    shape = normalize_size((size,), None, "full")
-    if dtype is None:
-        v = fill_value.item() if isinstance(fill_value, (np.generic, np.ndarray)) and \
-            np.ndim(fill_value) == 0 else fill_value
-        if isinstance(v, bool):
-            dtype = "bool"
-        elif isinstance(v, int):
-            dtype = "int64"
-        elif isinstance(v, float):
-            dtype = "float32"
-        elif isinstance(v, complex):
-            dtype = "complex64"
-        else:
-            raise TypeError(f"fill value must be a bool, int, float or complex, got "
-                            f"{type(fill_value).__name__}")
-    if _check_flag("pin_memory", pin_memory):
-        host = _pinned_new(shape, dtype, device, "full")
-        host[...] = _fill_scalar(fill_value, host.dtype)
-        return host
-    out = Array._new(shape, dtype, _factory_device(device))
-    return out.fill_(fill_value)
-
-
-_HOST_DLPACK = (_dlpack.kDLCPU, _dlpack.kDLCUDAHost, _dlpack.kDLROCMHost)
-
-
-def asarray(obj: object, device: DeviceLike = None, dtype: DTypeLike | None = None, *,
-            copy: bool | None = None) -> Array:
-    """Convert ``obj`` to an :class:`Array`, sharing memory when possible (``torch.asarray``).
-
-    Args:
-        obj: an :class:`Array`, a numpy array, a (nested) Python sequence or scalar, any
-            DLPack producer (an object with ``__dlpack__`` and ``__dlpack_device__``), or a
-            ``__cuda_array_interface__`` producer without ``__dlpack__`` (Numba, older CuPy).
-        device: the target device; ``None`` keeps an :class:`Array`'s (or a CUDA array
-            interface producer's) device and otherwise means the current device.
-        dtype: the target dtype; ``None`` keeps the source's (Python floats become float32,
-            complex numbers complex64, ints int64, as in PyTorch).
-        copy: ``True`` always copies; ``False`` raises instead of copying; ``None`` shares
-            memory when it can: an :class:`Array` already on ``device``, or host memory
-            (numpy, a ``kDLCPU`` DLPack producer) that is C-contiguous, of the wanted dtype
-            and writable (DLPack memory counts as writable), when ``device`` is
-            host-accessible (the CPU backend); a ``__cuda_array_interface__`` producer's
-            memory when it is C-contiguous, writable, of the wanted dtype and on ``device``
-            (after the current stream waits for the producer's ``stream``).
-
-    .. note:: Shared host memory is borrowed, not taken from the caching allocator: it is not
-        counted by ``memory_allocated`` and stays valid while the array or the producer lives.
-
-    Raises:
-        TypeError: ``obj`` is not numeric data, or a wrong argument type.
-        ValueError: ``copy=False`` but a copy is needed.
-        BufferError: a DLPack producer on a device accelrt cannot read.
-        ValueError: a malformed ``__cuda_array_interface__``, or one whose pointer is not CUDA
-            device memory.
-        BackendUnavailableError: a ``__cuda_array_interface__`` producer but no usable CUDA.
-
-    Example::
-
-        >>> import numpy as np
-        >>> import accelrt as acc
-        >>> host = np.arange(3, dtype=np.float32)
-        >>> a = acc.asarray(host, device="cpu:0")
-        >>> a.fill_(1.0); host.tolist()
-        accelrt.Array(shape=(3,), dtype=float32, device='cpu:0')
-        [1.0, 1.0, 1.0]
-        >>> acc.asarray([1, 2], device="cpu:0").dtype
-        dtype('int64')
-    """
-    if copy is not None:
-        _check_flag("copy", copy)
-    device = _factory_device(device)
-    if isinstance(obj, Array):
-        if device is None:
-            b, index = obj._b, obj._index
-        else:
-            b, index = _get_device(device)
-        want = obj._dtype if dtype is None else _check_dtype(dtype, b, index)
-        if b is obj._b and index == obj._index and want == obj._dtype and not copy:
-            return obj
-        if copy is False:
-            raise ValueError(f"asarray(copy=False): converting the {obj._dtype.name} array on "
-                             f"{obj.device} to {want.name} on {b.name}:{index} needs a copy")
-        out = Array._new(obj._shape, want, _device_cls(b.name, index))
-        return out.copy_(obj)
-    from_dlpack = not isinstance(obj, np.ndarray) and hasattr(obj, "__dlpack__") and hasattr(
-        obj, "__dlpack_device__")
-    if not from_dlpack and not isinstance(obj, np.ndarray) and hasattr(
-            obj, "__cuda_array_interface__"):
-        return _import_cai(obj, device, dtype, copy)
-    b, index = _get_device(device)
-    dt = None if dtype is None else _check_dtype(dtype, b, index)
-    python_data = isinstance(obj, (list, tuple, int, float, complex))
-    if from_dlpack:
-        obj = _import_dlpack(obj, copy)
-    host = _to_numpy(obj, "asarray()")
-    if python_data and dt is None:
-        if host.dtype == np.float64:
-            dt = np.dtype(np.float32)
-        elif host.dtype == np.complex128:
-            dt = np.dtype(np.complex64)
-    if dt is None:
-        dt = _check_dtype(host.dtype, b, index)
-    # numpy marks imports of legacy (unversioned) DLPack capsules read-only because they
-    # carry no read-only flag; DLPack memory is shared as PyTorch's from_dlpack does.
-    shareable = (not python_data and host.dtype == dt and host.size > 0
-                 and host.flags.c_contiguous and host.flags.aligned
-                 and (host.flags.writeable or from_dlpack) and b.host_accessible(index))
-    if shareable and not copy:
-        _lazy_init(b, index)
-        mem = _Memory(host.ctypes.data, host.nbytes, None, base=host, host=True)
-        return Array._wrap(mem, host.shape, dt, b, index)
-    if copy is False:
-        raise ValueError(f"asarray(copy=False): the data cannot be shared with "
-                         f"{b.name}:{index} (it needs a dtype conversion, is not C-contiguous "
-                         "or writable, or the device cannot read host memory); pass "
-                         "copy=None")
-    out = Array._new(host.shape, dt, _device_cls(b.name, index))
-    out._upload(np.ascontiguousarray(host, dtype=dt), non_blocking=False)
-    return out
-
-
-def _import_dlpack(obj: Any, copy: bool | None) -> np.ndarray:
-    """A numpy array of a DLPack producer's data: a view for host memory, else a copy made
-    by the producer (DLPack ``dl_device`` request)."""
-    dev = obj.__dlpack_device__()
-    if int(dev[0]) in _HOST_DLPACK:
-        return np.from_dlpack(obj)
-    if copy is False:
-        raise ValueError(f"asarray(copy=False): the DLPack producer's memory is on device "
-                         f"{tuple(dev)}, which accelrt cannot share; pass copy=None")
-    try:
-        return np.from_dlpack(obj, device="cpu", copy=True)
-    except (BufferError, TypeError, ValueError, RuntimeError, NotImplementedError) as exc:
-        raise BufferError(f"asarray(): cannot import DLPack data on device {tuple(dev)}: the "
-                          f"producer could not copy it to the host ({exc}); move it to the "
-                          "host first") from exc
-
-
-def _cai_reader(device: DeviceLike) -> Any:
-    """The backend that locates and reads ``__cuda_array_interface__`` memory: the target
-    device's backend when it is a device backend that can look pointers up (capability
-    ``pointer_lookup``), else ``cuda``."""
-    if device is not None:
-        b, index = _get_device(device)
-        caps = b.capabilities(index)
-        if not caps.host_accessible and caps.pointer_lookup:
-            return b
-    from ._backend import get_backend
-    from ._errors import BackendUnavailableError
-    try:
-        return get_backend("cuda")
-    except BackendUnavailableError as exc:
-        raise BackendUnavailableError(f"asarray(): the object exposes __cuda_array_interface__ "
-                                      f"(CUDA GPU memory), which needs the cuda backend: {exc}"
-                                      ) from exc
-
-
-def _cai_host_copy(reader: Any, index: int, cai: Any) -> np.ndarray:
-    """A C-contiguous host copy of a (possibly strided) CAI array on ``reader``'s device
-    ``index``, read on the current stream (which already waits for the producer)."""
-    shape, dt = cai.shape, cai.dtype
-    strides = cai.strides
-    if strides is None or cai.is_c_contiguous:
-        lo, hi, strides = 0, cai.nbytes, None
-    else:
-        lo = sum(min(0, (n - 1) * s) for n, s in zip(shape, strides))
-        hi = sum(max(0, (n - 1) * s) for n, s in zip(shape, strides)) + dt.itemsize
-    raw = np.empty(hi - lo, np.uint8)
-    if _sd.active:
-        _sd.check(reader.name)
-    if not _staging.download(reader, _current(reader, index), raw.ctypes.data, cai.ptr + lo,
-                             hi - lo):
-        stream = _stream_handle(reader, index)
-        reader.memcpy(index, raw.ctypes.data, cai.ptr + lo, hi - lo, "d2h", stream)
-        reader.stream_synchronize(index, stream)
-    view = np.ndarray(shape, dt, buffer=raw, offset=-lo, strides=strides)
-    return np.ascontiguousarray(view)
-
-
-def _import_cai(obj: Any, device: DeviceLike, dtype: Any, copy: bool | None) -> Array:
-    """:func:`asarray` of a ``__cuda_array_interface__`` producer (see its docstring)."""
-    from .interop._cai import consume_cuda_array_interface, parse_cuda_array_interface
-    desc = obj.__cuda_array_interface__
-    cai = parse_cuda_array_interface(desc)
-    reader = _cai_reader(device)
-    src = reader.pointer_device(cai.ptr) if cai.ptr else None
-    if src is None and cai.size:
-        raise ValueError(f"asarray(): the __cuda_array_interface__ of {type(obj).__name__} "
-                         f"points at {cai.ptr:#x}, which is not device memory of "
-                         f"{reader.name}; the CUDA array interface is for GPU memory, so pass "
-                         "host data as a numpy array (or through DLPack) instead")
-    if device is None:
-        b, index = _get_device(src, backend=reader)
-    else:
-        b, index = _get_device(device)
-    dt = cai.dtype if dtype is None else _check_dtype(dtype, b, index)
-    shareable = (b is reader and index == src and dt == cai.dtype and cai.is_c_contiguous
-                 and not cai.readonly)
-    if copy is False and not shareable:
-        raise ValueError(f"asarray(copy=False): the __cuda_array_interface__ data on "
-                         f"{reader.name}:{src} cannot be shared as {dt.name} on "
-                         f"{b.name}:{index} (it needs a dtype conversion or a device move, is "
-                         "not C-contiguous, or is read-only); pass copy=None")
-    if not cai.size:
-        return Array._new(cai.shape, dt, _device_cls(b.name, index))
-    assert src is not None
-    _lazy_init(reader, src)
-    # the current stream of the data's device waits for the producer's stream (CAI v3)
-    consume_cuda_array_interface(desc, backend=reader, device=src)
-    if shareable and not copy:
-        mem = _Memory(cai.ptr, cai.nbytes, None, base=obj)
-        return Array._wrap(mem, cai.shape, dt, b, index)
-    if b is reader and index == src and dt == cai.dtype and cai.is_c_contiguous:
-        out = Array._new(cai.shape, dt, _device_cls(b.name, index))
-        stream = _stream_handle(reader, index)
-        reader.memcpy(index, out._mem.ptr, cai.ptr, cai.nbytes, "d2d", stream)
-        _hold(reader, index, stream, _held(obj))   # the producer outlives the copy
-        return out
-    host = _cai_host_copy(reader, src, cai)
-    return asarray(host, device=_device_cls(b.name, index), dtype=dt, copy=True)
+# the factories make Arrays: imported last, so that they can import Array from here
+from ._factories import asarray, empty, full, ones, zeros  # noqa: E402

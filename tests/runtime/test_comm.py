@@ -46,7 +46,7 @@ class KernelCpu(NoHostCpu):
         dt = np.dtype(dtype)
 
         def run() -> None:
-            from accelrt.comm._transfer import host_view
+            from accelrt._transfer import host_view
             np.add(host_view(a, (count,), dt), host_view(b, (count,), dt),
                    out=host_view(out, (count,), dt))
         self.launch_host_func(index, run, stream)

@@ -51,7 +51,7 @@ from ._arrays import (
     shape_str,
     whole,
 )
-from ._transfer import Place
+from .._transfer import Place
 
 if TYPE_CHECKING:
     from .._array import Array
@@ -502,28 +502,8 @@ def scatter(tensor: Array | HostArray, devices: Iterable[DeviceSpec] | None = No
             raise AcceleratorValueError(
                 "Expected at least one device to scatter to, but 'devices' is "
                 "empty")
-        if not src.shape:
-            raise AcceleratorValueError(
-                "scatter expects at least a 1-dimensional array; a 0-d array has "
-                "no dimension to split")
-        d = _args.wrap_dim(dim, len(src.shape))
-        size = src.shape[d]
-        if chunk_sizes is not None:
-            sizes = _args.int_list(chunk_sizes, "chunk_sizes")
-            if len(sizes) != len(places):
-                raise AcceleratorValueError(
-                    f"Expected devices and chunk_sizes to be of same length, but "
-                    f"got len(devices) = {len(places)} and len(chunk_sizes) = "
-                    f"{len(sizes)}")
-            if any(s < 0 for s in sizes):
-                raise AcceleratorValueError(f"chunk_sizes must be non-negative, but got "
-                                            f"chunk_sizes={sizes}")
-            if sum(sizes) != size:
-                raise AcceleratorValueError(
-                    f"given chunk sizes don't sum up to the array's size "
-                    f"(sum(chunk_sizes) == {sum(sizes)}, but expected {size})")
-        else:
-            sizes = _chunk_sizes(size, len(places))
+        d = _scatter_dim(src, dim)
+        sizes = _scatter_sizes(src.shape[d], places, chunk_sizes)
         strm = _check_streams(streams, places[:len(sizes)])
         pieces = []
         start = 0
@@ -547,11 +527,48 @@ def scatter(tensor: Array | HostArray, devices: Iterable[DeviceSpec] | None = No
     if not outs:
         raise AcceleratorValueError(
             "Expected at least one output array to scatter to, but 'out' is empty")
+    d = _scatter_dim(src, dim)
+    infos = _scatter_outputs(src, outs, d)
+    strm = _check_streams(streams, [x.place for x in infos])
+    start = 0
+    for x, s in zip(infos, strm):
+        copy_region(x, 0, src, start, x.shape[d], d, stream=s)
+        start += x.shape[d]
+    return tuple(outs)
+
+
+def _scatter_dim(src: Info, dim: int) -> int:
+    """``dim`` of ``src`` wrapped, or PyTorch's error for a 0-d array."""
     if not src.shape:
         raise AcceleratorValueError(
-            "scatter expects at least a 1-dimensional array; a 0-d array has no "
-            "dimension to split")
-    d = _args.wrap_dim(dim, len(src.shape))
+            "scatter expects at least a 1-dimensional array; a 0-d array has "
+            "no dimension to split")
+    return _args.wrap_dim(dim, len(src.shape))
+
+
+def _scatter_sizes(size: int, places: Sequence[Place],
+                   chunk_sizes: Sequence[int] | None) -> list[int]:
+    """The checked ``chunk_sizes`` for ``places`` (default: ``torch.chunk``'s)."""
+    if chunk_sizes is None:
+        return _chunk_sizes(size, len(places))
+    sizes = _args.int_list(chunk_sizes, "chunk_sizes")
+    if len(sizes) != len(places):
+        raise AcceleratorValueError(
+            f"Expected devices and chunk_sizes to be of same length, but "
+            f"got len(devices) = {len(places)} and len(chunk_sizes) = "
+            f"{len(sizes)}")
+    if any(s < 0 for s in sizes):
+        raise AcceleratorValueError(f"chunk_sizes must be non-negative, but got "
+                                    f"chunk_sizes={sizes}")
+    if sum(sizes) != size:
+        raise AcceleratorValueError(
+            f"given chunk sizes don't sum up to the array's size "
+            f"(sum(chunk_sizes) == {sum(sizes)}, but expected {size})")
+    return sizes
+
+
+def _scatter_outputs(src: Info, outs: list[Any], d: int) -> list[Info]:
+    """The checked ``out`` arrays of a scatter along ``d``."""
     infos = []
     total = 0
     for i, o in enumerate(outs):
@@ -576,12 +593,7 @@ def scatter(tensor: Array | HostArray, devices: Iterable[DeviceSpec] | None = No
             f"Total size for output arrays along scatter dim {d} does not match "
             f"the source array size at dim {d}. Expected {src.shape[d]}, but got "
             f"total size {total}")
-    strm = _check_streams(streams, [x.place for x in infos])
-    start = 0
-    for x, s in zip(infos, strm):
-        copy_region(x, 0, src, start, x.shape[d], d, stream=s)
-        start += x.shape[d]
-    return tuple(outs)
+    return infos
 
 
 # destination=-1 (host memory) gives a numpy array: the first two overloads are narrower than

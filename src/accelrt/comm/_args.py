@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from .. import _backend
 from .._device import _check_index, _get_device, _require_current, device
 from .._errors import AcceleratorValueError
-from ._transfer import HOST, Place
+from .._transfer import HOST, Place
 
 if TYPE_CHECKING:
     from .._backend import Backend

@@ -20,7 +20,7 @@ import numpy as np
 
 from .._device import _device_obj
 from .._stream import Stream
-from ._transfer import HOST, Place, copy_runs, place_of
+from .._transfer import HOST, Place, execute, plan_runs
 
 __all__ = ["Info", "copy_region", "describe", "is_array", "new_array", "shape_str"]
 
@@ -63,7 +63,7 @@ def describe(obj: Any, what: str, i: int | None = None, *, host_ok: bool = False
         TypeError: anything else, naming ``what`` and its position ``i``.
     """
     if is_array(obj):
-        place = place_of(obj)
+        place = Place.of(obj)
         mem = place
         m = getattr(obj, "_mem", None)
         if m is not None and getattr(m, "host", False):
@@ -103,13 +103,13 @@ def copy_region(dst: Info, dst_start: int, src: Info, src_start: int, length: in
     run = length * inner
     if run == 0 or outer == 0:
         return
-    copy_runs(dst.mem, dst.ptr + dst_start * inner, src.mem, src.ptr + src_start * inner,
-              run, outer, dst.shape[dim] * inner, src.shape[dim] * inner, stream=stream)
+    execute(plan_runs(dst.mem, dst.ptr + dst_start * inner, src.mem, src.ptr + src_start * inner,
+                      run, outer, dst.shape[dim] * inner, src.shape[dim] * inner, stream=stream))
 
 
 def whole(dst: Info, src: Info, *, stream: Stream | None = None) -> None:
     """Copy all of ``src`` into ``dst`` (same number of bytes)."""
-    copy_runs(dst.mem, dst.ptr, src.mem, src.ptr, src.nbytes, 1, 0, 0, stream=stream)
+    execute(plan_runs(dst.mem, dst.ptr, src.mem, src.ptr, src.nbytes, stream=stream))
 
 
 def info_of_new(obj: Any) -> Info:

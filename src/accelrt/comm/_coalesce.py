@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ._arrays import Info, copy_region, info_of_new, new_array
-from ._transfer import Place
+from .._transfer import Place
 
 __all__ = ["flatten", "take_chunks", "unflatten"]
 

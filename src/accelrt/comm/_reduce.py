@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from ._arrays import Info, info_of_new, new_array, whole
-from ._transfer import Place, barrier, host_view, run_on_stream, stream_of
+from .._transfer import Place, barrier, held, hold, host_view, run_on_stream, stream_of
 
 __all__ = ["sum_into"]
 
@@ -79,7 +79,7 @@ def _host_sum(dest: Place, dst_stream: Any, res: Info, root: Info,
     b = dest.backend
     assert b is not None
     parts = [(root.ptr, root.shape, root.dtype)]
-    hold: list[Any] = []     # staging arrays: alive until the sum is enqueued
+    staged: list[Any] = []   # staging arrays: alive until the sum is enqueued
     direct: list[Any] = []   # streams of peer devices read in place
     for x in others:
         peer = x.mem
@@ -96,16 +96,15 @@ def _host_sum(dest: Place, dst_stream: Any, res: Info, root: Info,
             t = info_of_new(tmp)
             whole(t, x)                     # stream-ordered before the sum
             parts.append((t.ptr, t.shape, t.dtype))
-            hold.append(tmp)
+            staged.append(tmp)
     fn = functools.partial(_numpy_sum, (res.ptr, res.shape, res.dtype), parts)
     run_on_stream(dst_stream, fn)
     # inputs in borrowed memory (acc.asarray of numpy) are read in place by the queued sum:
     # held until it ran, the rule for all queued work (allocator memory is stream-ordered)
-    from .._array import _held, _hold
-    _hold(b, dest.index, dst_stream._handle, _held(root.obj, *(x.obj for x in others)))
+    hold(b, dest.index, dst_stream._handle, held(root.obj, *(x.obj for x in others)))
     # the staging arrays were allocated on dst_stream and are used only there: dropping them
     # now that the sum is enqueued is safe in stream order
-    del hold
+    del staged
     for s in direct:
         barrier(dst_stream, s)              # peers must not overwrite inputs before the sum
 

@@ -35,7 +35,8 @@ from typing import Any
 import numpy as np
 
 from .. import _event
-from .._array import Array, _Memory
+from .._array import Array
+from .._memory_owner import _Memory
 from .._device import _get_device, _lazy_init
 from .._errors import AcceleratorError
 from .._fork import reinit_after_fork

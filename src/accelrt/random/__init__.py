@@ -409,7 +409,8 @@ def _place(text: str) -> _Site:
 
 def _bind_array() -> None:
     global _Array, _Memory, _hold, _wrap, _allocators, _check_dtype, _get_allocator
-    from .._array import Array, _Memory as memory, _check_dtype as check_dtype, _hold as hold
+    from .._array import Array, _Memory as memory, _check_dtype as check_dtype
+    from .._transfer import hold
     from ..memory import _allocator
     _Memory, _hold, _check_dtype, _wrap = memory, hold, check_dtype, Array._wrap
     # (the allocator table is one dict, never rebound)

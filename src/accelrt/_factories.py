@@ -1,0 +1,413 @@
+"""The factories of :class:`accelrt.Array`: ``empty``, ``zeros``, ``ones``, ``full`` and
+``asarray`` (numpy data, DLPack producers, ``__cuda_array_interface__`` producers).
+
+Example::
+
+    >>> import accelrt as acc
+    >>> acc.full((2,), 3, dtype="int8", device="cpu:0").tolist()
+    [3, 3]
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal, overload
+
+import numpy as np
+
+from . import _dlpack, _pinned
+from . import _sync_debug as _sd
+from ._array import Array, _check_dtype, _check_flag, _fill_scalar, _stream_handle, _to_numpy
+from ._device import _factory_device, _get_device, _lazy_init
+from ._device import device as _device_cls
+from ._memory_owner import _Memory
+from ._size import legacy_dtype_device, normalize_size, size_keyword
+from ._stream import _current
+from ._transfer import Copy, Hold, Plan, Stage, Sync, execute, held
+
+if TYPE_CHECKING:
+    from ._typing import DeviceLike, DTypeLike, HostArray, ScalarLike, SizeLike
+
+__all__ = ["asarray", "empty", "full", "ones", "zeros"]
+
+
+# ---------------------------------------------------------------------- factories
+
+def _pinned_new(shape: tuple[int, ...], dtype: DTypeLike, device: DeviceLike,
+                fname: str) -> np.ndarray:
+    """A factory's ``pin_memory=True`` result: an uninitialised pinned host (numpy) array,
+    pinned for the current accelerator (see :mod:`accelrt._pinned`)."""
+    b, index = _pinned.factory_backend(device, fname)
+    return _pinned.new_pinned(b, shape, _check_dtype(dtype, b, index))
+
+
+@overload
+def empty(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
+          pin_memory: Literal[False] = ..., **kw: SizeLike) -> Array: ...
+@overload
+def empty(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
+          pin_memory: Literal[True], **kw: SizeLike) -> HostArray: ...
+@overload
+def empty(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
+          pin_memory: bool, **kw: SizeLike) -> Array | HostArray: ...
+def empty(*size: SizeLike, dtype: DTypeLike = "float32", device: DeviceLike = None,
+          pin_memory: bool = False, **kw: SizeLike) -> Array | HostArray:
+    """An uninitialised array from the device's caching allocator (``torch.empty``).
+
+    Args:
+        *size: the shape, as non-negative ints (``empty(2, 3)``) or one sequence of them
+            (``empty((2, 3))``, ``empty([2, 3])``); ``size=(2, 3)`` also works.
+        dtype: a numpy dtype (bool, integer, floating or complex); keyword-only (0.1's
+            ``empty(shape, dtype, device)`` still works, with a ``FutureWarning``).
+        device: where to allocate (keyword-only); ``None`` is the default device
+            (:func:`accelrt.get_default_device`).
+        pin_memory: return a pinned host array instead: a ``numpy.ndarray`` in the pinned
+            host pool of the current accelerator (as PyTorch's ``pin_memory=True`` returns
+            a pinned CPU tensor; see :func:`accelrt.pin_memory`). Then no device may be
+            given or be the default.
+
+    Raises:
+        TypeError: a wrong type (a size entry that is not an int, such as a dtype passed
+            positionally; ints mixed with a sequence), or an unknown or unsupported dtype.
+        ValueError: a negative dimension (also a ``RuntimeError``, as in PyTorch), or
+            ``pin_memory=True`` with a device (an ``AcceleratorValueError``).
+        AcceleratorError: ``pin_memory=True`` but the backend cannot pin host memory.
+        OutOfMemoryError: the allocator could not satisfy the request.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> acc.empty(2, 3, dtype="int16", device="cpu:0").nbytes
+        12
+        >>> acc.empty((2, 3), device="cpu:0").shape == acc.empty(size=[2, 3], device="cpu:0").shape
+        True
+        >>> acc.is_pinned(acc.empty(2, 3, pin_memory=True))
+        True
+    """
+    size, dtype, device = legacy_dtype_device(size, dtype, device, "float32", "empty")
+    shape = normalize_size(size, size_keyword(kw, "empty"), "empty")
+    if _check_flag("pin_memory", pin_memory):
+        return _pinned_new(shape, dtype, device, "empty")
+    return Array._new(shape, dtype, _factory_device(device))
+
+
+def _memset0(out: Array) -> Array:
+    if out.nbytes:
+        b, index = out._b, out._index
+        b.memset(index, out._mem.ptr, 0, out.nbytes, _stream_handle(b, index))
+    return out
+
+
+@overload
+def zeros(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
+          pin_memory: Literal[False] = ..., **kw: SizeLike) -> Array: ...
+@overload
+def zeros(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
+          pin_memory: Literal[True], **kw: SizeLike) -> HostArray: ...
+@overload
+def zeros(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
+          pin_memory: bool, **kw: SizeLike) -> Array | HostArray: ...
+def zeros(*size: SizeLike, dtype: DTypeLike = "float32", device: DeviceLike = None,
+          pin_memory: bool = False, **kw: SizeLike) -> Array | HostArray:
+    """An array of zeros (a stream-ordered memset on the current stream); arguments as
+    :func:`empty` (``pin_memory=True``: a pinned host array of zeros).
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> acc.zeros(3, device="cpu:0").tolist()
+        [0.0, 0.0, 0.0]
+    """
+    size, dtype, device = legacy_dtype_device(size, dtype, device, "float32", "zeros")
+    shape = normalize_size(size, size_keyword(kw, "zeros"), "zeros")
+    if _check_flag("pin_memory", pin_memory):
+        host = _pinned_new(shape, dtype, device, "zeros")
+        host.fill(0)
+        return host
+    return _memset0(Array._new(shape, dtype, _factory_device(device)))
+
+
+@overload
+def ones(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
+         pin_memory: Literal[False] = ..., **kw: SizeLike) -> Array: ...
+@overload
+def ones(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
+         pin_memory: Literal[True], **kw: SizeLike) -> HostArray: ...
+@overload
+def ones(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
+         pin_memory: bool, **kw: SizeLike) -> Array | HostArray: ...
+def ones(*size: SizeLike, dtype: DTypeLike = "float32", device: DeviceLike = None,
+         pin_memory: bool = False, **kw: SizeLike) -> Array | HostArray:
+    """An array of ones (``torch.ones``); arguments as :func:`empty` (``pin_memory=True``: a
+    pinned host array of ones).
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> acc.ones(2, 2, dtype="int32", device="cpu:0").tolist()
+        [[1, 1], [1, 1]]
+    """
+    shape = normalize_size(size, size_keyword(kw, "ones"), "ones")
+    if _check_flag("pin_memory", pin_memory):
+        host = _pinned_new(shape, dtype, device, "ones")
+        host.fill(1)
+        return host
+    out = Array._new(shape, dtype, _factory_device(device))
+    return out.fill_(True if out._dtype.kind == "b" else 1)
+
+
+@overload
+def full(size: SizeLike, fill_value: ScalarLike, *, dtype: DTypeLike | None = ...,
+         device: DeviceLike = ..., pin_memory: Literal[False] = ...) -> Array: ...
+@overload
+def full(size: SizeLike, fill_value: ScalarLike, *, dtype: DTypeLike | None = ...,
+         device: DeviceLike = ..., pin_memory: Literal[True]) -> HostArray: ...
+@overload
+def full(size: SizeLike, fill_value: ScalarLike, *, dtype: DTypeLike | None = ...,
+         device: DeviceLike = ..., pin_memory: bool) -> Array | HostArray: ...
+def full(size: SizeLike, fill_value: ScalarLike, *, dtype: DTypeLike | None = None,
+         device: DeviceLike = None, pin_memory: bool = False) -> Array | HostArray:
+    """An array filled with ``fill_value`` (``torch.full``).
+
+    Args:
+        size: the shape: one sequence of non-negative ints (or one int), as in PyTorch
+            (``full((2, 3), 1.5)``; not ``full(2, 3, 1.5)``).
+        fill_value: a bool, int, float or complex.
+        dtype: the dtype (keyword-only); ``None`` infers it from ``fill_value`` as PyTorch
+            does (bool -> bool, int -> int64, float -> float32, complex -> complex64).
+        device: where to allocate (keyword-only); ``None`` is the default device
+            (:func:`accelrt.get_default_device`).
+        pin_memory: return a pinned host ``numpy.ndarray`` instead (see :func:`empty`).
+
+    Raises:
+        TypeError: a bad size or dtype, or a fill value that is not a number.
+        ValueError: a negative dimension, a fill value the dtype cannot hold, or
+            ``pin_memory=True`` with a device.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> a = acc.full((2,), 7, device="cpu:0")
+        >>> a.dtype, a.tolist()
+        (dtype('int64'), [7, 7])
+    """
+    shape = normalize_size((size,), None, "full")
+    if dtype is None:
+        v = fill_value.item() if isinstance(fill_value, (np.generic, np.ndarray)) and \
+            np.ndim(fill_value) == 0 else fill_value
+        if isinstance(v, bool):
+            dtype = "bool"
+        elif isinstance(v, int):
+            dtype = "int64"
+        elif isinstance(v, float):
+            dtype = "float32"
+        elif isinstance(v, complex):
+            dtype = "complex64"
+        else:
+            raise TypeError(f"fill value must be a bool, int, float or complex, got "
+                            f"{type(fill_value).__name__}")
+    if _check_flag("pin_memory", pin_memory):
+        host = _pinned_new(shape, dtype, device, "full")
+        host[...] = _fill_scalar(fill_value, host.dtype)
+        return host
+    out = Array._new(shape, dtype, _factory_device(device))
+    return out.fill_(fill_value)
+
+
+_HOST_DLPACK = (_dlpack.kDLCPU, _dlpack.kDLCUDAHost, _dlpack.kDLROCMHost)
+
+
+def asarray(obj: object, device: DeviceLike = None, dtype: DTypeLike | None = None, *,
+            copy: bool | None = None) -> Array:
+    """Convert ``obj`` to an :class:`Array`, sharing memory when possible (``torch.asarray``).
+
+    Args:
+        obj: an :class:`Array`, a numpy array, a (nested) Python sequence or scalar, any
+            DLPack producer (an object with ``__dlpack__`` and ``__dlpack_device__``), or a
+            ``__cuda_array_interface__`` producer without ``__dlpack__`` (Numba, older CuPy).
+        device: the target device; ``None`` keeps an :class:`Array`'s (or a CUDA array
+            interface producer's) device and otherwise means the current device.
+        dtype: the target dtype; ``None`` keeps the source's (Python floats become float32,
+            complex numbers complex64, ints int64, as in PyTorch).
+        copy: ``True`` always copies; ``False`` raises instead of copying; ``None`` shares
+            memory when it can: an :class:`Array` already on ``device``, or host memory
+            (numpy, a ``kDLCPU`` DLPack producer) that is C-contiguous, of the wanted dtype
+            and writable (DLPack memory counts as writable), when ``device`` is
+            host-accessible (the CPU backend); a ``__cuda_array_interface__`` producer's
+            memory when it is C-contiguous, writable, of the wanted dtype and on ``device``
+            (after the current stream waits for the producer's ``stream``).
+
+    .. note:: Shared host memory is borrowed, not taken from the caching allocator: it is not
+        counted by ``memory_allocated`` and stays valid while the array or the producer lives.
+
+    Raises:
+        TypeError: ``obj`` is not numeric data, or a wrong argument type.
+        ValueError: ``copy=False`` but a copy is needed.
+        BufferError: a DLPack producer on a device accelrt cannot read.
+        ValueError: a malformed ``__cuda_array_interface__``, or one whose pointer is not CUDA
+            device memory.
+        BackendUnavailableError: a ``__cuda_array_interface__`` producer but no usable CUDA.
+
+    Example::
+
+        >>> import numpy as np
+        >>> import accelrt as acc
+        >>> host = np.arange(3, dtype=np.float32)
+        >>> a = acc.asarray(host, device="cpu:0")
+        >>> a.fill_(1.0); host.tolist()
+        accelrt.Array(shape=(3,), dtype=float32, device='cpu:0')
+        [1.0, 1.0, 1.0]
+        >>> acc.asarray([1, 2], device="cpu:0").dtype
+        dtype('int64')
+    """
+    if copy is not None:
+        _check_flag("copy", copy)
+    device = _factory_device(device)
+    if isinstance(obj, Array):
+        if device is None:
+            b, index = obj._b, obj._index
+        else:
+            b, index = _get_device(device)
+        want = obj._dtype if dtype is None else _check_dtype(dtype, b, index)
+        if b is obj._b and index == obj._index and want == obj._dtype and not copy:
+            return obj
+        if copy is False:
+            raise ValueError(f"asarray(copy=False): converting the {obj._dtype.name} array on "
+                             f"{obj.device} to {want.name} on {b.name}:{index} needs a copy")
+        out = Array._new(obj._shape, want, _device_cls(b.name, index))
+        return out.copy_(obj)
+    from_dlpack = not isinstance(obj, np.ndarray) and hasattr(obj, "__dlpack__") and hasattr(
+        obj, "__dlpack_device__")
+    if not from_dlpack and not isinstance(obj, np.ndarray) and hasattr(
+            obj, "__cuda_array_interface__"):
+        return _import_cai(obj, device, dtype, copy)
+    b, index = _get_device(device)
+    dt = None if dtype is None else _check_dtype(dtype, b, index)
+    python_data = isinstance(obj, (list, tuple, int, float, complex))
+    if from_dlpack:
+        obj = _import_dlpack(obj, copy)
+    host = _to_numpy(obj, "asarray()")
+    if python_data and dt is None:
+        if host.dtype == np.float64:
+            dt = np.dtype(np.float32)
+        elif host.dtype == np.complex128:
+            dt = np.dtype(np.complex64)
+    if dt is None:
+        dt = _check_dtype(host.dtype, b, index)
+    # numpy marks imports of legacy (unversioned) DLPack capsules read-only because they
+    # carry no read-only flag; DLPack memory is shared as PyTorch's from_dlpack does.
+    shareable = (not python_data and host.dtype == dt and host.size > 0
+                 and host.flags.c_contiguous and host.flags.aligned
+                 and (host.flags.writeable or from_dlpack) and b.host_accessible(index))
+    if shareable and not copy:
+        _lazy_init(b, index)
+        mem = _Memory(host.ctypes.data, host.nbytes, None, base=host, host=True)
+        return Array._wrap(mem, host.shape, dt, b, index)
+    if copy is False:
+        raise ValueError(f"asarray(copy=False): the data cannot be shared with "
+                         f"{b.name}:{index} (it needs a dtype conversion, is not C-contiguous "
+                         "or writable, or the device cannot read host memory); pass "
+                         "copy=None")
+    out = Array._new(host.shape, dt, _device_cls(b.name, index))
+    out._upload(np.ascontiguousarray(host, dtype=dt), non_blocking=False)
+    return out
+
+
+def _import_dlpack(obj: Any, copy: bool | None) -> np.ndarray:
+    """A numpy array of a DLPack producer's data: a view for host memory, else a copy made
+    by the producer (DLPack ``dl_device`` request)."""
+    dev = obj.__dlpack_device__()
+    if int(dev[0]) in _HOST_DLPACK:
+        return np.from_dlpack(obj)
+    if copy is False:
+        raise ValueError(f"asarray(copy=False): the DLPack producer's memory is on device "
+                         f"{tuple(dev)}, which accelrt cannot share; pass copy=None")
+    try:
+        return np.from_dlpack(obj, device="cpu", copy=True)
+    except (BufferError, TypeError, ValueError, RuntimeError, NotImplementedError) as exc:
+        raise BufferError(f"asarray(): cannot import DLPack data on device {tuple(dev)}: the "
+                          f"producer could not copy it to the host ({exc}); move it to the "
+                          "host first") from exc
+
+
+def _cai_reader(device: DeviceLike) -> Any:
+    """The backend that locates and reads ``__cuda_array_interface__`` memory: the target
+    device's backend when it is a device backend that can look pointers up (capability
+    ``pointer_lookup``), else ``cuda``."""
+    if device is not None:
+        b, index = _get_device(device)
+        caps = b.capabilities(index)
+        if not caps.host_accessible and caps.pointer_lookup:
+            return b
+    from ._backend import get_backend
+    from ._errors import BackendUnavailableError
+    try:
+        return get_backend("cuda")
+    except BackendUnavailableError as exc:
+        raise BackendUnavailableError(f"asarray(): the object exposes __cuda_array_interface__ "
+                                      f"(CUDA GPU memory), which needs the cuda backend: {exc}"
+                                      ) from exc
+
+
+def _cai_host_copy(reader: Any, index: int, cai: Any) -> np.ndarray:
+    """A C-contiguous host copy of a (possibly strided) CAI array on ``reader``'s device
+    ``index``, read on the current stream (which already waits for the producer)."""
+    shape, dt = cai.shape, cai.dtype
+    strides = cai.strides
+    if strides is None or cai.is_c_contiguous:
+        lo, hi, strides = 0, cai.nbytes, None
+    else:
+        lo = sum(min(0, (n - 1) * s) for n, s in zip(shape, strides))
+        hi = sum(max(0, (n - 1) * s) for n, s in zip(shape, strides)) + dt.itemsize
+    raw = np.empty(hi - lo, np.uint8)
+    if _sd.active:
+        _sd.check(reader.name)
+    stream = _current(reader, index)
+    direct = (Copy(stream, "d2h", raw.ctypes.data, cai.ptr + lo, hi - lo),
+              Sync(stream, report=False))
+    execute(Plan((Stage(stream, "d2h", raw.ctypes.data, cai.ptr + lo, hi - lo, False,
+                        direct),)))
+    view = np.ndarray(shape, dt, buffer=raw, offset=-lo, strides=strides)
+    return np.ascontiguousarray(view)
+
+
+def _import_cai(obj: Any, device: DeviceLike, dtype: Any, copy: bool | None) -> Array:
+    """:func:`asarray` of a ``__cuda_array_interface__`` producer (see its docstring)."""
+    from .interop._cai import consume_cuda_array_interface, parse_cuda_array_interface
+    desc = obj.__cuda_array_interface__
+    cai = parse_cuda_array_interface(desc)
+    reader = _cai_reader(device)
+    src = reader.pointer_device(cai.ptr) if cai.ptr else None
+    if src is None and cai.size:
+        raise ValueError(f"asarray(): the __cuda_array_interface__ of {type(obj).__name__} "
+                         f"points at {cai.ptr:#x}, which is not device memory of "
+                         f"{reader.name}; the CUDA array interface is for GPU memory, so pass "
+                         "host data as a numpy array (or through DLPack) instead")
+    if device is None:
+        b, index = _get_device(src, backend=reader)
+    else:
+        b, index = _get_device(device)
+    dt = cai.dtype if dtype is None else _check_dtype(dtype, b, index)
+    shareable = (b is reader and index == src and dt == cai.dtype and cai.is_c_contiguous
+                 and not cai.readonly)
+    if copy is False and not shareable:
+        raise ValueError(f"asarray(copy=False): the __cuda_array_interface__ data on "
+                         f"{reader.name}:{src} cannot be shared as {dt.name} on "
+                         f"{b.name}:{index} (it needs a dtype conversion or a device move, is "
+                         "not C-contiguous, or is read-only); pass copy=None")
+    if not cai.size:
+        return Array._new(cai.shape, dt, _device_cls(b.name, index))
+    assert src is not None
+    _lazy_init(reader, src)
+    # the current stream of the data's device waits for the producer's stream (CAI v3)
+    consume_cuda_array_interface(desc, backend=reader, device=src)
+    if shareable and not copy:
+        mem = _Memory(cai.ptr, cai.nbytes, None, base=obj)
+        return Array._wrap(mem, cai.shape, dt, b, index)
+    if b is reader and index == src and dt == cai.dtype and cai.is_c_contiguous:
+        out = Array._new(cai.shape, dt, _device_cls(b.name, index))
+        stream = _current(reader, index)
+        execute(Plan((Copy(stream, "d2d", out._mem.ptr, cai.ptr, cai.nbytes),
+                      Hold(stream, held(obj)))))   # the producer outlives the copy
+        return out
+    host = _cai_host_copy(reader, src, cai)
+    return asarray(host, device=_device_cls(b.name, index), dtype=dt, copy=True)

@@ -1,0 +1,285 @@
+"""Planners: where a copy runs, in which stream order, staged or direct, with what kept alive.
+
+Ordering follows PyTorch's cross-device ``copy_``. Between two devices of one backend a copy runs
+on the *source* device's current stream after a two-way barrier: the copy waits for the work
+queued on the destination's stream (nobody still uses the destination memory) and the
+destination's stream waits for the copy (later work there sees the data). Copies between
+arrays and numpy memory are ordered on the array's current stream and wait for completion
+unless ``non_blocking``; :func:`plan_runs` (``accelrt.comm``) copies that touch plain host memory
+or cross backends are synchronous with respect to the host. Between host memory and device
+memory the host cannot read, copies go through pinned blocks of the backend's host pool
+(:class:`~accelrt._transfer.Stage`), with the direct copy as the fallback.
+
+Example::
+
+    >>> import numpy as np
+    >>> import accelrt as acc
+    >>> from accelrt._transfer import execute, plan_upload
+    >>> a = acc.empty(2, dtype="int64", device="cpu:0")
+    >>> plan = plan_upload(a, np.array([5, 6]), non_blocking=False, private=True)
+    >>> [type(s).__name__ for s in plan.steps]
+    ['Upload']
+    >>> execute(plan); a.tolist()
+    [5, 6]
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+
+from .. import _pinned
+from .. import _sync_debug as _sd
+from .._device import _lazy_init
+from .._stream import Stream, _current
+from ._lifetime import held
+from ._plan import (
+    Barrier,
+    Copy,
+    CopyKind,
+    Hold,
+    HostCopy,
+    Place,
+    Plan,
+    RecordHost,
+    Stage,
+    Step,
+    Sync,
+    Upload,
+)
+
+if TYPE_CHECKING:
+    from .._array import Array
+
+__all__ = ["barrier", "plan_array_copy", "plan_download", "plan_runs", "plan_upload",
+           "stream_of"]
+
+#: Above this many runs, a strided copy between host-readable places is one numpy copy (in
+#: stream order) instead of one backend memcpy per run.
+_INLINE_RUNS = 16
+
+_Steps = tuple[Step, ...]
+
+
+def stream_of(place: Place, override: Stream | None = None) -> Stream:
+    """The stream work on ``place`` is ordered on: ``override`` when it belongs to that
+    device, else the calling thread's current stream of the device."""
+    b = place.backend
+    assert b is not None
+    if override is not None and override._b is b and override._index == place.index:
+        return override
+    return _current(b, place.index)
+
+
+def _after(after: Stream, waiter: Stream) -> _Steps:
+    """The barrier making ``waiter`` wait for ``after`` (none for the same stream)."""
+    return () if after == waiter else (Barrier(after, waiter),)
+
+
+def barrier(after: Stream, waiter: Stream) -> None:
+    """Make future work on ``waiter`` wait for the work queued so far on ``after`` now (same
+    backend; a no-op when they are the same stream)."""
+    if after == waiter:
+        return
+    _lazy_init(after._b, after._index)
+    _lazy_init(waiter._b, waiter._index)
+    from ._execute import run_steps
+    run_steps((Barrier(after, waiter),))
+
+
+# ---------------------------------------------------------------------- arrays
+
+def plan_upload(dst: Array, host: np.ndarray, non_blocking: bool, private: bool) -> Plan:
+    """Copy the C-contiguous ``host`` (same dtype and size) into the array ``dst`` on its
+    current stream (the caller checked the size and initialised the device).
+
+    A pinned ``host`` (a block of the backend's pinned pool) is copied directly and, when
+    ``non_blocking``, its block is marked used by the stream; otherwise memory the host cannot
+    read is filled through a pinned staging block; the direct copy (the fallback) reads
+    ``host`` at call time (``snapshot``) unless ``private`` says nobody else can write it, or
+    a graph is being captured (the captured copy reads ``host`` at every replay)."""
+    b, index, mem = dst._b, dst._index, dst._mem
+    stream = _current(b, index)
+    kind: CopyKind = "h2h" if mem.host else "h2d"
+    ptr, n = host.ctypes.data, mem.nbytes
+    pool = _pinned.pinned_pool_of(b, host)
+    if pool is not None and not b.stream_is_capturing(index, stream._handle):
+        copy = Copy(stream, kind, mem.ptr, ptr, n)
+        if not non_blocking:
+            return Plan((copy, Sync(stream, report=False)), (host,))
+        return Plan((copy, RecordHost(pool, ptr, stream), Hold(stream, held(dst))), (host,))
+    snapshot = non_blocking and not private and not b.stream_is_capturing(index, stream._handle)
+    direct = Upload(stream, kind, mem.ptr, host, snapshot, non_blocking, (dst,))
+    if dst._host_ok():
+        return Plan((direct,))
+    return Plan((Stage(stream, "h2d", mem.ptr, ptr, n, non_blocking, (direct,)),), (host,))
+
+
+def plan_download(src: Array, out: np.ndarray) -> Plan:
+    """Copy the array ``src`` into the C-contiguous host array ``out`` and wait for it
+    (through a pinned staging block when the host cannot read ``src``'s memory)."""
+    b, index, mem = src._b, src._index, src._mem
+    stream = _current(b, index)
+    direct: _Steps = (Copy(stream, "h2h" if mem.host else "d2h", out.ctypes.data, mem.ptr,
+                           mem.nbytes), Sync(stream, report=False))
+    if src._host_ok():
+        return Plan(direct, (out,))
+    return Plan((Stage(stream, "d2h", out.ctypes.data, mem.ptr, mem.nbytes, False, direct),),
+                (out,))
+
+
+def plan_array_copy(dst: Array, src: Array, non_blocking: bool) -> Plan:
+    """Copy the same-size array ``src`` into ``dst`` (one backend; devices initialised here).
+
+    On one device: a copy on the current stream. Across devices: borrowed host memory is
+    uploaded on the destination's stream after the source's; device memory is peer-copied on
+    the source's stream between the two barriers of the module docstring."""
+    b, index, sindex = dst._b, dst._index, src._index
+    dmem, smem = dst._mem, src._mem
+    n = dmem.nbytes
+    _lazy_init(b, index)
+    _lazy_init(b, sindex)
+    dst_stream = _current(b, index)
+    keep = held(src, dst)
+    if sindex == index:
+        kind: CopyKind = ("h2" if smem.host else "d2") + ("h" if dmem.host else "d")  # type: ignore[assignment]
+        if _sd.active and kind != "d2d" and not non_blocking:
+            _sd.check(b.name)
+        one = Copy(dst_stream, kind, dmem.ptr, smem.ptr, n)
+        if kind == "d2d" or non_blocking:   # nothing to hold: no step
+            return Plan((one, Hold(dst_stream, keep)) if keep else (one,))
+        return Plan((one, Hold(dst_stream, keep, False)))
+    src_stream = _current(b, sindex)
+    if _sd.active and not non_blocking and (smem.host or dmem.host):
+        _sd.check(b.name)
+    if smem.host:   # borrowed host memory: an upload to the destination device
+        return Plan((Barrier(src_stream, dst_stream),
+                     Copy(dst_stream, "h2h" if dmem.host else "h2d", dmem.ptr, smem.ptr, n),
+                     Hold(dst_stream, keep, non_blocking)))
+    copy: _Steps
+    if dmem.host:
+        copy = (Copy(src_stream, "d2h", dmem.ptr, smem.ptr, n),
+                Hold(src_stream, keep, non_blocking))
+    else:
+        copy = (Copy(src_stream, "peer", dmem.ptr, smem.ptr, n, dst_device=index),)
+        if keep:
+            copy += (Hold(src_stream, keep),)
+    return Plan((Barrier(dst_stream, src_stream), *copy, Barrier(src_stream, dst_stream)))
+
+
+# ---------------------------------------------------------------------- byte runs (comm)
+
+def _contiguous(run: int, count: int, pitch: int) -> bool:
+    return count == 1 or pitch == run
+
+
+def plan_runs(dst: Place, dst_ptr: int, src: Place, src_ptr: int, run: int, count: int = 1,
+              dst_pitch: int = 0, src_pitch: int = 0, *, stream: Stream | None = None) -> Plan:
+    """Copy ``count`` runs of ``run`` bytes; run ``k`` starts at ``ptr + k * pitch`` on each
+    side. One ordering barrier covers all the runs (a strided region in one plan).
+
+    Args:
+        dst, src: places of the two buffers.
+        dst_ptr, src_ptr: addresses.
+        run, count, dst_pitch, src_pitch: the runs (``run * count`` bytes in all).
+        stream: stands in for the current stream of its device (``scatter``'s ``streams``).
+    """
+    if run <= 0 or count <= 0:
+        return Plan(())
+    db, sb = dst.backend, src.backend
+    if db is None and sb is None:
+        return Plan((HostCopy(dst_ptr, src_ptr, run, count, dst_pitch, src_pitch),))
+    for p in (dst, src):
+        if p.backend is not None:
+            _lazy_init(p.backend, p.index)
+    r = (run, count, dst_pitch, src_pitch)
+    if count > _INLINE_RUNS and dst.host_readable() and src.host_readable():
+        return Plan(_strided_host(dst, dst_ptr, src, src_ptr, r, stream))
+    if sb is not None and db is sb:
+        dst_stream = stream_of(dst, stream)
+        if src.index == dst.index:
+            # a stream given for this device also waits for the device's current stream, where
+            # the source's pending work is
+            return Plan((*_after(_current(sb, src.index), dst_stream),
+                         Copy(dst_stream, "d2d", dst_ptr, src_ptr, *r)))
+        copy_stream = stream_of(src, stream)
+        if sb.capabilities(src.index).peer_copies:
+            return Plan((*_after(dst_stream, copy_stream),
+                         Copy(copy_stream, "peer", dst_ptr, src_ptr, *r, dst_device=dst.index),
+                         *_after(copy_stream, dst_stream)))
+        return _bounce((), dst, dst_ptr, src, src_ptr, r, stream)   # no peer copies
+    # host <-> device, or across two backends: synchronous with respect to the host
+    if db is not None and sb is not None:
+        first: _Steps = (Sync(stream_of(dst, stream)),)   # nothing may still use the destination
+        if dst.host_readable():
+            return Plan(first + _via_host(src, "d2h", dst_ptr, src_ptr, r, stream)[0])
+        if src.host_readable():
+            steps, bufs = _via_host(dst, "h2d", dst_ptr, src_ptr, r, stream)
+            return Plan((*first, Sync(stream_of(src, stream)), *steps), bufs)
+        return _bounce(first, dst, dst_ptr, src, src_ptr, r, stream)
+    if db is None:
+        return Plan(*_via_host(src, "d2h", dst_ptr, src_ptr, r, stream))
+    return Plan(*_via_host(dst, "h2d", dst_ptr, src_ptr, r, stream))
+
+
+_Runs = tuple[int, int, int, int]   # run, count, dst_pitch, src_pitch
+
+
+def _strided_host(dst: Place, dst_ptr: int, src: Place, src_ptr: int, r: _Runs,
+                  stream: Stream | None) -> _Steps:
+    """Many runs between host-readable places: one numpy copy, in stream order on one
+    backend, else after synchronizing both sides."""
+    db, sb = dst.backend, src.backend
+    if sb is not None and db is sb:
+        dst_stream = stream_of(dst, stream)
+        same = src.index == dst.index
+        copy_stream = dst_stream if same else stream_of(src, stream)
+        first = _after(_current(sb, src.index), dst_stream) if same else ()
+        return (*first, *_after(dst_stream, copy_stream),
+                HostCopy(dst_ptr, src_ptr, *r, stream=copy_stream),
+                *_after(copy_stream, dst_stream))
+    syncs = tuple(Sync(stream_of(p, stream)) for p in (dst, src) if p.backend is not None)
+    return (*syncs, HostCopy(dst_ptr, src_ptr, *r))
+
+
+def _via_host(dev: Place, kind: Literal["h2d", "d2h"], dst_ptr: int, src_ptr: int, r: _Runs,
+              stream: Stream | None) -> tuple[_Steps, tuple[object, ...]]:
+    """Runs between host-readable memory and memory of a backend (``dev``), complete when the
+    steps have run: through pinned blocks where the host cannot read ``dev``'s memory."""
+    run, count, dst_pitch, src_pitch = r
+    up = kind == "h2d"
+    s = stream_of(dev, stream)
+    direct: _Steps = (Copy(s, kind, dst_ptr, src_ptr, *r), Sync(s))
+    if dev.host_readable():
+        return direct, ()
+    total = run * count
+    if not _contiguous(run, count, dst_pitch if up else src_pitch):
+        # strided device memory: one staged copy per run, each falling back on its own;
+        # uploads are enqueued (the pool reuses a block once its copy has run), then one sync
+        wait: _Steps = () if up else (Sync(s),)
+        per = tuple(Stage(s, kind, dst_ptr + k * dst_pitch, src_ptr + k * src_pitch, run, up,
+                          (Copy(s, kind, dst_ptr + k * dst_pitch, src_ptr + k * src_pitch,
+                                run), *wait))
+                    for k in range(count))
+        return ((*per, Sync(s)) if up else per), ()
+    if _contiguous(run, count, src_pitch if up else dst_pitch):
+        return (Stage(s, kind, dst_ptr, src_ptr, total, False, direct),), ()
+    tmp = np.empty(total, dtype=np.uint8)      # one staged copy of the packed runs
+    tp = tmp.ctypes.data
+    if up:
+        pack = HostCopy(tp, src_ptr, run, count, run, src_pitch)
+        return (pack, Stage(s, kind, dst_ptr, tp, total, False, direct)), (tmp,)
+    unpack = HostCopy(dst_ptr, tp, run, count, dst_pitch, run)
+    return (Stage(s, kind, tp, src_ptr, total, False, direct, (unpack,)),), (tmp,)
+
+
+def _bounce(first: _Steps, dst: Place, dst_ptr: int, src: Place, src_ptr: int, r: _Runs,
+            stream: Stream | None) -> Plan:
+    """Device to device through a host buffer: download, then upload."""
+    run, count, dst_pitch, src_pitch = r
+    tmp = np.empty(run * count, dtype=np.uint8)
+    tp = tmp.ctypes.data
+    down, b1 = _via_host(src, "d2h", tp, src_ptr, (run, count, run, src_pitch), stream)
+    up, b2 = _via_host(dst, "h2d", dst_ptr, tp, (run, count, dst_pitch, run), stream)
+    return Plan((*first, Sync(stream_of(dst, stream)), *down, *up), (tmp, *b1, *b2))
