@@ -237,6 +237,8 @@ class Backend(abc.ABC):
                 dlpack_device_type=_DLPACK_DEVICE_TYPES.get(self.name, _K_DL_EXT_DEV))
         return caps
 
+    # Derived predicates: deprecated conveniences kept for third-party code written against
+    # contract v1 (accelrt's core asks capabilities() only); override capabilities(), not them.
     def host_accessible(self, index: int) -> bool:
         """``capabilities(index).host_accessible`` (derived; override :meth:`capabilities`)."""
         return self.capabilities(index).host_accessible

@@ -8,7 +8,7 @@ graph, so addresses baked into the graph stay valid and are not reused by other 
 can share a pool (``Graph(pool=other.pool())``). The life of a graph follows PyTorch's:
 ``capture_begin`` -> ``capture_end`` (which instantiates the executable graph unless
 ``keep_graph=True``) -> ``instantiate`` (explicit, or on the first ``replay``) -> ``replay`` ...
--> ``reset``. Backends that cannot capture (``Backend.graph_supported`` is False) raise
+-> ``reset``. Backends that cannot capture (``capabilities(index).graphs`` is False) raise
 :class:`~accelrt.CaptureNotSupportedError`.
 
 Hooks (``register_graph_capture_start_hook`` and the rest, ``torch.cuda.graphs``' names) are
@@ -336,7 +336,7 @@ class Graph:
             raise ValueError(f"a {type(self).__name__} captures {self._backend_name} work, not "
                              f"{b.name} work; use accelrt.Graph")
         pid = _pool_id(pool)
-        if not b.graph_supported(index):
+        if not b.capabilities(index).graphs:
             raise CaptureNotSupportedError(
                 f"the {b.name} backend cannot capture graphs; use a backend with graph "
                 "support (cuda, cpu) or run the work eagerly")
