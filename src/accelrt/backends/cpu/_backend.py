@@ -225,6 +225,8 @@ class CpuBackend(Backend):
             {'streams': 0, 'events': 1, 'graphs': 0}
             >>> b.event_destroy(0, e)
         """
+        if self._closed:
+            raise self._closed_error("live_handles")
         return {"streams": len(self._streams), "events": len(self._events),
                 "graphs": len(self._graphs)}
 
@@ -355,11 +357,15 @@ class CpuBackend(Backend):
     # ------------------------------------------------------------------ memory
     def malloc(self, index: int, size: int) -> DevicePtr:
         """Allocate ``size`` (> 0) bytes, 256-byte aligned; ``0`` if over the budget."""
+        if self._closed:
+            raise self._closed_error("malloc")
         mem = self._mem[self._check_index(index)]
         return DevicePtr(mem.malloc(check_size(size)))
 
     def free(self, index: int, ptr: DevicePtr) -> None:
         """Free a :meth:`malloc` pointer (after pending stream work, in async mode)."""
+        if self._closed:
+            raise self._closed_error("free")
         mem = self._mem[self._check_index(index)]
         self._check_ptr(ptr)
         self._drain()
@@ -369,12 +375,16 @@ class CpuBackend(Backend):
         """Treat ``size`` bytes of host memory at ``ptr``, allocated by someone else (a
         pluggable allocator's library), as memory of device ``index`` until
         :meth:`disown_memory` (capability ``adopt_memory``)."""
+        if self._closed:
+            raise self._closed_error("adopt_memory")
         mem = self._mem[self._check_index(index)]
         mem.adopt(self._check_ptr(ptr), check_size(size))
 
     def disown_memory(self, index: int, ptr: int) -> None:
         """End :meth:`adopt_memory`, after the work queued on every stream (in async mode),
         so the owner may free the memory at once."""
+        if self._closed:
+            raise self._closed_error("disown_memory")
         mem = self._mem[self._check_index(index)]
         self._check_ptr(ptr)
         self._drain()
@@ -394,12 +404,16 @@ class CpuBackend(Backend):
         """A block of the device's stream-ordered pool for use on ``stream`` (reused from an
         earlier free on the same stream, or from a completed free on any); ``0`` over the
         budget. Not permitted on a capturing stream (a graph records no allocations here)."""
+        if self._closed:
+            raise self._closed_error("mempool_alloc_async")
         s = self._stream(index, stream)
         self._check_not_capturing(s, "mempool_alloc_async")
         return DevicePtr(self._mempool(index).alloc(check_size(size), s))
 
     def mempool_free_async(self, index: int, ptr: DevicePtr, stream: StreamHandle) -> None:
         """Free a pool block once the work queued on ``stream`` so far is done."""
+        if self._closed:
+            raise self._closed_error("mempool_free_async")
         s = self._stream(index, stream)
         self._check_not_capturing(s, "mempool_free_async")
         rec = Record(s, s.submitted) if s.completed < s.submitted else None
@@ -407,6 +421,8 @@ class CpuBackend(Backend):
 
     def mempool_trim_to(self, index: int, keep: int) -> None:
         """Release completed free blocks of the pool until it reserves at most ``keep``."""
+        if self._closed:
+            raise self._closed_error("mempool_trim_to")
         self._check_index(index)
         self._mempool(index).trim_to(check_size(keep, "keep", allow_zero=True))
 
@@ -419,12 +435,16 @@ class CpuBackend(Backend):
     def mempool_get_attribute(self, index: int, attr: str) -> int:
         """``release_threshold``, ``reserved_mem_current``/``_high`` or
         ``used_mem_current``/``_high`` of the device's pool, in bytes."""
+        if self._closed:
+            raise self._closed_error("mempool_get_attribute")
         self._check_index(index)
         return self._mempool(index).attribute(self._check_attribute(attr))
 
     def mempool_set_attribute(self, index: int, attr: str, value: int) -> None:
         """Set the pool's ``release_threshold`` (unused memory kept across
         synchronizations), or reset ``reserved_mem_high``/``used_mem_high`` (``value`` 0)."""
+        if self._closed:
+            raise self._closed_error("mempool_set_attribute")
         self._check_index(index)
         self._mempool(index).set_attribute(
             self._check_attribute(attr), check_size(value, "value", allow_zero=True))
@@ -437,17 +457,23 @@ class CpuBackend(Backend):
     def ipc_mem_handle(self, index: int, ptr: DevicePtr) -> bytes:
         """The interprocess handle of the allocation starting at ``ptr`` (shared-memory
         option only; ValueError naming the reason and the fix otherwise)."""
+        if self._closed:
+            raise self._closed_error("ipc_mem_handle")
         mem = self._mem[self._check_index(index)]
         return mem.ipc_handle(self._check_ptr(ptr))
 
     def ipc_open_mem_handle(self, index: int, handle: bytes) -> tuple[DevicePtr, int]:
         """Map another process's allocation as memory of device ``index``: ``(ptr, size)``."""
+        if self._closed:
+            raise self._closed_error("ipc_open_mem_handle")
         mem = self._mem[self._check_index(index)]
         ptr, size = mem.ipc_open(handle)
         return DevicePtr(ptr), size
 
     def ipc_close_mem_handle(self, index: int, ptr: DevicePtr) -> None:
         """Unmap memory from :meth:`ipc_open_mem_handle` (after pending stream work)."""
+        if self._closed:
+            raise self._closed_error("ipc_close_mem_handle")
         mem = self._mem[self._check_index(index)]
         self._check_ptr(ptr)
         self._drain()
@@ -455,10 +481,14 @@ class CpuBackend(Backend):
 
     def host_malloc(self, size: int) -> int:
         """Aligned host memory (not charged to a device); ``0`` when out of memory."""
+        if self._closed:
+            raise self._closed_error("host_malloc")
         return self._host.malloc(check_size(size))
 
     def host_free(self, ptr: int) -> None:
         """Release :meth:`host_malloc` memory."""
+        if self._closed:
+            raise self._closed_error("host_free")
         self._host.free(self._check_ptr(ptr))
 
     _check_ptr = staticmethod(check_ptr)
@@ -493,6 +523,8 @@ class CpuBackend(Backend):
 
     def vm_granularity(self, index: int) -> int:
         """2 MiB."""
+        if self._closed:
+            raise self._closed_error("vm_granularity")
         self._check_index(index)
         return VM_GRANULARITY
 
@@ -502,6 +534,8 @@ class CpuBackend(Backend):
         Raises :class:`~accelrt.DeviceError` when the OS refuses the reservation (``mmap``
         fails, e.g. not enough address space).
         """
+        if self._closed:
+            raise self._closed_error("vm_reserve")
         mem = self._vm_mem(index)
         size = check_size(size)
         if size > _MAX_RESERVATION:
@@ -512,6 +546,8 @@ class CpuBackend(Backend):
 
     def vm_release(self, index: int, ptr: DevicePtr, size: int) -> None:
         """Release a whole, fully unmapped reservation."""
+        if self._closed:
+            raise self._closed_error("vm_release")
         mem = self._vm_mem(index)
         ptr, size = DevicePtr(self._check_ptr(ptr)), check_size(size)
         with map_backend_errors(self.name, "vm_release"):
@@ -519,6 +555,8 @@ class CpuBackend(Backend):
 
     def vm_map(self, index: int, ptr: int, size: int) -> bool:
         """Make reserved pages read/write; False when the budget would be exceeded."""
+        if self._closed:
+            raise self._closed_error("vm_map")
         mem = self._vm_mem(index)
         ptr, size = self._check_ptr(ptr), check_size(size)
         with map_backend_errors(self.name, "vm_map"):
@@ -526,6 +564,8 @@ class CpuBackend(Backend):
 
     def vm_unmap(self, index: int, ptr: int, size: int) -> None:
         """Drop mapped pages (after pending stream work) and give their budget back."""
+        if self._closed:
+            raise self._closed_error("vm_unmap")
         mem = self._vm_mem(index)
         ptr, size = self._check_ptr(ptr), check_size(size)
         self._drain()
@@ -582,6 +622,8 @@ class CpuBackend(Backend):
     def memcpy(self, index: int, dst: int, src: int, nbytes: int, kind: str,
                stream: StreamHandle) -> None:
         """Stream-ordered copy; the device side(s) of ``kind`` must be memory of ``index``."""
+        if self._closed:
+            raise self._closed_error("memcpy")
         s = self._stream(index, stream)
         if kind not in _KINDS:
             raise ValueError(f"memcpy kind {kind!r} must be one of 'h2d', 'd2h', 'd2d', 'h2h'")
@@ -598,6 +640,8 @@ class CpuBackend(Backend):
     def memcpy_peer(self, dst_index: int, dst: int, src_index: int, src: int, nbytes: int,
                     stream: StreamHandle) -> None:
         """Copy from device ``src_index`` to ``dst_index``, ordered on ``stream`` of the source."""
+        if self._closed:
+            raise self._closed_error("memcpy_peer")
         self._check_index(dst_index)
         s = self._stream(src_index, stream)
         nbytes = check_size(nbytes, "nbytes", allow_zero=True)
@@ -610,6 +654,8 @@ class CpuBackend(Backend):
     def memset(self, index: int, ptr: int, value: int, nbytes: int,
                stream: StreamHandle) -> None:
         """Stream-ordered byte fill of device memory."""
+        if self._closed:
+            raise self._closed_error("memset")
         s = self._stream(index, stream)
         value = check_byte(value)
         nbytes = check_size(nbytes, "nbytes", allow_zero=True)
@@ -621,6 +667,8 @@ class CpuBackend(Backend):
     def fill(self, index: int, ptr: int, pattern: bytes, count: int,
              stream: StreamHandle) -> None:
         """Stream-ordered fill of ``count`` copies of a 1, 2, 4 or 8 byte ``pattern``."""
+        if self._closed:
+            raise self._closed_error("fill")
         s = self._stream(index, stream)
         pattern, dtype = fill_pattern(pattern)
         count = check_size(count, "count", allow_zero=True)
@@ -639,6 +687,8 @@ class CpuBackend(Backend):
 
     def launch_host_func(self, index: int, fn: Callable[[], None], stream: StreamHandle) -> None:
         """Run ``fn()`` in stream order; its exception surfaces as :class:`DeviceError`."""
+        if self._closed:
+            raise self._closed_error("launch_host_func")
         s = self._stream(index, stream)
         if not callable(fn):
             raise TypeError(f"launch_host_func needs a callable, got {type(fn).__name__}")
@@ -652,6 +702,8 @@ class CpuBackend(Backend):
 
     def stream_create(self, index: int, priority: int) -> StreamHandle:
         """Create a stream; ``priority`` is clamped to ``[-1, 0]`` as CUDA clamps it."""
+        if self._closed:
+            raise self._closed_error("stream_create")
         self._check_index(index)
         if isinstance(priority, bool) or not isinstance(priority, int):
             raise TypeError(f"stream priority must be an int, got {type(priority).__name__}")
@@ -666,6 +718,8 @@ class CpuBackend(Backend):
         """Destroy a stream and return at once, as ``cudaStreamDestroy``: its queued work
         still runs to completion (then its worker exits), and :meth:`free`, :meth:`vm_unmap`
         and :meth:`synchronize` of the device wait for that work as for any stream's."""
+        if self._closed:
+            raise self._closed_error("stream_destroy")
         s = self._stream(index, stream)
         if s.handle == 0:
             raise ValueError(f"the default stream of cpu:{index} cannot be destroyed")
@@ -679,6 +733,8 @@ class CpuBackend(Backend):
 
     def stream_is_valid(self, index: int, stream: StreamHandle) -> bool:
         """True for 0 and for live handles from :meth:`stream_create` on ``index``."""
+        if self._closed:
+            raise self._closed_error("stream_is_valid")
         if isinstance(stream, bool) or not isinstance(stream, int):
             return False
         if stream == 0:
@@ -688,6 +744,8 @@ class CpuBackend(Backend):
 
     def stream_query(self, index: int, stream: StreamHandle) -> bool:
         """True if all work on ``stream`` completed; raises a kept worker error."""
+        if self._closed:
+            raise self._closed_error("stream_query")
         try:
             ok = type(index) is int and type(stream) is int and stream in self._valid[index]
         except (KeyError, TypeError):
@@ -701,6 +759,8 @@ class CpuBackend(Backend):
 
     def stream_synchronize(self, index: int, stream: StreamHandle) -> None:
         """Block until ``stream``'s work completed; raises a kept worker error."""
+        if self._closed:
+            raise self._closed_error("stream_synchronize")
         s = self._stream(index, stream)
         self._check_not_capturing(s, "stream_synchronize")
         if self._async:
@@ -711,6 +771,8 @@ class CpuBackend(Backend):
 
     def stream_wait_event(self, index: int, stream: StreamHandle, event: EventHandle) -> None:
         """Make later work on ``stream`` wait for ``event``'s current record (any device)."""
+        if self._closed:
+            raise self._closed_error("stream_wait_event")
         s = self._stream(index, stream)
         ev = self._event(event)
         if ev.ipc is not None:
@@ -755,6 +817,8 @@ class CpuBackend(Backend):
 
     def synchronize(self, index: int) -> None:
         """Block until every stream of device ``index`` finished; raises kept worker errors."""
+        if self._closed:
+            raise self._closed_error("synchronize")
         self._check_index(index)
         if self.streams_idle:
             if self._mempools:
@@ -776,6 +840,8 @@ class CpuBackend(Backend):
     def event_create(self, index: int, enable_timing: bool, blocking: bool,
                      interprocess: bool) -> EventHandle:
         """Create an event; an ``interprocess`` one keeps its state in shared memory."""
+        if self._closed:
+            raise self._closed_error("event_create")
         self._check_index(index)
         ipc = None
         if interprocess:
@@ -787,6 +853,8 @@ class CpuBackend(Backend):
 
     def event_destroy(self, index: int, event: EventHandle) -> None:
         """Destroy an event (a pending record still completes harmlessly)."""
+        if self._closed:
+            raise self._closed_error("event_destroy")
         self._event(event, index)
         # an interprocess event's shared words are unmapped when its state is collected,
         # after any completion write or wait still queued on a stream (they refer to it)
@@ -794,6 +862,8 @@ class CpuBackend(Backend):
 
     def event_record(self, index: int, event: EventHandle, stream: StreamHandle) -> None:
         """Record ``event`` at the end of ``stream``; replaces the previous record."""
+        if self._closed:
+            raise self._closed_error("event_record")
         try:
             ev = self._events[event]
             ok = (type(event) is int and type(stream) is int and ev.device == index
@@ -818,6 +888,8 @@ class CpuBackend(Backend):
         """:meth:`event_record`; inside a capture, a record node only: every replay records
         the event, and the event stays usable outside the open capture (it is not one of
         the capture's events that streams joining by waiting on it)."""
+        if self._closed:
+            raise self._closed_error("event_record_external")
         ev = self._event(event, index)
         s = self._stream(index, stream)
         cap = self._capturing.get(s) if self._capturing and ev.ipc is None else None
@@ -831,6 +903,8 @@ class CpuBackend(Backend):
         """:meth:`stream_wait_event`; inside a capture, a wait node only: every replay waits
         for the event's latest record (an external event never joins a stream to a
         capture)."""
+        if self._closed:
+            raise self._closed_error("stream_wait_event_external")
         s = self._stream(index, stream)
         ev = self._event(event)
         cap = self._capturing.get(s) if self._capturing and ev.ipc is None else None
@@ -875,6 +949,8 @@ class CpuBackend(Backend):
 
     def event_query(self, index: int, event: EventHandle) -> bool:
         """True if the work before the last record completed (True if never recorded)."""
+        if self._closed:
+            raise self._closed_error("event_query")
         try:
             ev = self._events[event]
             ok = type(event) is int and type(index) is int and ev.device == index
@@ -891,6 +967,8 @@ class CpuBackend(Backend):
 
     def event_synchronize(self, index: int, event: EventHandle) -> None:
         """Block until the last record completed; raises a kept error of its stream."""
+        if self._closed:
+            raise self._closed_error("event_synchronize")
         ev = self._event(event, index)
         if ev.ipc is not None:
             ev.ipc.wait(ev.ipc.target())
@@ -922,12 +1000,16 @@ class CpuBackend(Backend):
 
     def event_elapsed_time(self, index: int, start: EventHandle, end: EventHandle) -> float:
         """Milliseconds from ``start``'s record to ``end``'s (both timing, both complete)."""
+        if self._closed:
+            raise self._closed_error("event_elapsed_time")
         t0 = self._timestamp(self._event(start, index), start)
         t1 = self._timestamp(self._event(end, index), end)
         return (t1 - t0) / 1e6
 
     def event_ipc_handle(self, index: int, event: EventHandle) -> bytes:
         """The handle of an interprocess event made in this process."""
+        if self._closed:
+            raise self._closed_error("event_ipc_handle")
         ev = self._event(event, index)
         if ev.ipc is None:
             raise ValueError(f"event {event} was created without interprocess=True; only "
@@ -939,6 +1021,8 @@ class CpuBackend(Backend):
 
     def event_from_ipc_handle(self, index: int, handle: bytes) -> EventHandle:
         """Open another process's interprocess event from its :meth:`event_ipc_handle`."""
+        if self._closed:
+            raise self._closed_error("event_from_ipc_handle")
         self._check_index(index)
         ipc = IpcEventState.open(handle)
         return EventHandle(self._events.add(CpuEvent(index, False, ipc)))
@@ -946,6 +1030,8 @@ class CpuBackend(Backend):
     # ------------------------------------------------------------------ graphs
     def graph_capture_begin(self, index: int, stream: StreamHandle) -> None:
         """Start recording the work submitted to ``stream`` (not the default stream)."""
+        if self._closed:
+            raise self._closed_error("graph_capture_begin")
         s = self._stream(index, stream)
         if s.handle == 0:
             raise DeviceError(f"cpu: cannot capture the default stream of cpu:{index}; "
@@ -960,6 +1046,8 @@ class CpuBackend(Backend):
 
     def graph_capture_end(self, index: int, stream: StreamHandle) -> GraphHandle:
         """Stop the capture begun on ``stream``; return the graph handle."""
+        if self._closed:
+            raise self._closed_error("graph_capture_end")
         s = self._stream(index, stream)
         with self._lock:
             cap = self._capturing.get(s)
@@ -981,6 +1069,8 @@ class CpuBackend(Backend):
 
     def graph_replay(self, index: int, graph: GraphHandle, stream: StreamHandle) -> None:
         """Submit the captured work, in order, on ``stream``."""
+        if self._closed:
+            raise self._closed_error("graph_replay")
         s = self._stream(index, stream)
         g = self._graphs.get(graph)
         if g is None or g.device != index:
@@ -1005,6 +1095,8 @@ class CpuBackend(Backend):
     def graph_instantiate(self, index: int, graph: GraphHandle) -> int:
         """A recorded graph replays as it is: check the handle and return a new executable
         id."""
+        if self._closed:
+            raise self._closed_error("graph_instantiate")
         self._graph(index, graph)
         return next(self._handles)
 
@@ -1014,6 +1106,8 @@ class CpuBackend(Backend):
         (a call with its function's name, an event record or wait with the event), edges in
         replay order (a replay runs them in that order on one stream); ``verbose`` adds each
         call's full description."""
+        if self._closed:
+            raise self._closed_error("graph_debug_dot")
         g = self._graph(index, graph)
         title = f"cpu:{index} graph {int(graph)}: {len(g.ops)} operations, replayed in order"
         lines = [f"digraph accelrt_cpu_graph_{int(graph)} {{",
@@ -1035,6 +1129,8 @@ class CpuBackend(Backend):
 
     def graph_destroy(self, index: int, graph: GraphHandle) -> None:
         """Forget a captured graph."""
+        if self._closed:
+            raise self._closed_error("graph_destroy")
         with self._lock:
             g = self._graphs.get(graph)
             if g is None or g.device != index:
@@ -1043,11 +1139,15 @@ class CpuBackend(Backend):
 
     def graph_node_count(self, index: int, graph: GraphHandle) -> int | None:
         """Number of recorded operations of a live graph (``None`` for an unknown handle)."""
+        if self._closed:
+            raise self._closed_error("graph_node_count")
         g = self._graphs.get(graph)
         return None if g is None or g.device != index else len(g.ops)
 
     def stream_is_capturing(self, index: int, stream: StreamHandle) -> bool:
         """True while ``stream`` records work into a capture."""
+        if self._closed:
+            raise self._closed_error("stream_is_capturing")
         return self._stream(index, stream) in self._capturing
 
     def __repr__(self) -> str:

@@ -198,6 +198,8 @@ class CudaBackend(OpsMixin, StreamMixin, MemoryMixin, Backend):
 
     def init_device(self, index: int) -> None:
         """Retain device ``index``'s primary context and make it current in this thread."""
+        if self._closed:
+            raise self._closed_error("init_device")
         d = self._device(index)
         check(self._drv.cuCtxSetCurrent(d.ctx), "cuCtxSetCurrent")
         self._tls.index = index
@@ -360,6 +362,8 @@ class CudaBackend(OpsMixin, StreamMixin, MemoryMixin, Backend):
         Raises:
             ValueError: the devices cannot access each other.
         """
+        if self._closed:
+            raise self._closed_error("enable_peer_access")
         if index == peer:
             return
         if not self.can_access_peer(index, peer):
@@ -387,6 +391,8 @@ class CudaBackend(OpsMixin, StreamMixin, MemoryMixin, Backend):
             args: numpy scalars of the parameters' exact types (``np.uint64(ptr)``).
             shared_mem: dynamic shared memory bytes.
         """
+        if self._closed:
+            raise self._closed_error("launch_kernel")
         d = self._use(index)
         fn = self.kernels.function(index, d.capability, module, kernel)
         gx, gy, gz = (grid, 1, 1) if isinstance(grid, int) else grid

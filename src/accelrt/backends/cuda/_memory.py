@@ -14,11 +14,13 @@ from __future__ import annotations
 import bisect
 import ctypes
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..._fork import reinit_after_fork
+from ..._errors import AcceleratorValueError
 from ..._handles import DevicePtr, StreamHandle
 from . import _cu
 from ._cu import as_int, as_ptr, as_size, check
@@ -132,6 +134,9 @@ class Ranges:
 class MemoryMixin:
     """Device memory, pinned host memory, virtual memory and copies (driver API)."""
 
+    _closed: bool                                     # Backend._closed
+    _closed_error: Callable[[str], AcceleratorValueError]   # Backend._closed_error
+
     _drv: Any
     _host_allocs: Ranges
     _check_stream: Any   # StreamMixin._check_stream
@@ -146,6 +151,8 @@ class MemoryMixin:
 
     def launch_kernel(self, index: int, stream: int, module: str, kernel: str, grid: Any,
                       block: Any, args: list[Any], shared_mem: int = 0) -> None:
+        if self._closed:
+            raise self._closed_error("launch_kernel")
         raise NotImplementedError  # provided by CudaBackend
 
     # ------------------------------------------------------------------ pointer checks
@@ -194,6 +201,8 @@ class MemoryMixin:
             TypeError: ``ptr`` is not an int.
             ValueError: ``ptr`` is 0 or not a 64-bit address.
         """
+        if self._closed:
+            raise self._closed_error("pointer_device")
         ptr = as_ptr(ptr, "pointer")
         self._use_any()
         drv = self._drv
@@ -218,6 +227,8 @@ class MemoryMixin:
     # ------------------------------------------------------------------ device memory
     def malloc(self, index: int, size: int) -> DevicePtr:
         """``cuMemAlloc``; ``0`` on ``CUDA_ERROR_OUT_OF_MEMORY``."""
+        if self._closed:
+            raise self._closed_error("malloc")
         size = as_size(size, "malloc size", positive=True)
         d = self._use(index)
         with self._relaxed():
@@ -232,6 +243,8 @@ class MemoryMixin:
 
     def free(self, index: int, ptr: DevicePtr) -> None:
         """``cuMemFree`` (synchronises with the device as CUDA does)."""
+        if self._closed:
+            raise self._closed_error("free")
         ptr = DevicePtr(as_ptr(ptr, "free pointer"))
         d = self._use(index)
         size = d.allocs.pop(ptr)
@@ -257,6 +270,8 @@ class MemoryMixin:
     def mempool_alloc_async(self, index: int, size: int, stream: StreamHandle) -> DevicePtr:
         """``cuMemAllocFromPoolAsync`` from the device's default pool; ``0`` on
         ``CUDA_ERROR_OUT_OF_MEMORY``. During a capture it adds a memory-allocation node."""
+        if self._closed:
+            raise self._closed_error("mempool_alloc_async")
         size = as_size(size, "mempool_alloc_async size", positive=True)
         d = self._use(index)
         stream = self._check_stream(d, stream)
@@ -272,6 +287,8 @@ class MemoryMixin:
 
     def mempool_free_async(self, index: int, ptr: DevicePtr, stream: StreamHandle) -> None:
         """``cuMemFreeAsync`` of a :meth:`mempool_alloc_async` pointer on ``stream``."""
+        if self._closed:
+            raise self._closed_error("mempool_free_async")
         ptr = DevicePtr(as_ptr(ptr, "mempool_free_async pointer"))
         d = self._use(index)
         stream = self._check_stream(d, stream)
@@ -287,6 +304,8 @@ class MemoryMixin:
 
     def mempool_trim_to(self, index: int, keep: int) -> None:
         """``cuMemPoolTrimTo`` of the device's default pool."""
+        if self._closed:
+            raise self._closed_error("mempool_trim_to")
         keep = as_size(keep, "mempool_trim_to keep")
         d = self._use(index)
         check(self._drv.cuMemPoolTrimTo(self._mempool(d), keep), "cuMemPoolTrimTo")
@@ -300,6 +319,8 @@ class MemoryMixin:
 
     def mempool_get_attribute(self, index: int, attr: str) -> int:
         """``cuMemPoolGetAttribute`` of the device's default pool (a ``cuuint64_t``)."""
+        if self._closed:
+            raise self._closed_error("mempool_get_attribute")
         which = self._pool_attr(attr)
         d = self._use(index)
         value = check(self._drv.cuMemPoolGetAttribute(self._mempool(d), which),
@@ -309,6 +330,8 @@ class MemoryMixin:
     def mempool_set_attribute(self, index: int, attr: str, value: int) -> None:
         """``cuMemPoolSetAttribute``: the release threshold, or a reset (0) of a
         high-water mark."""
+        if self._closed:
+            raise self._closed_error("mempool_set_attribute")
         which = self._pool_attr(attr)
         value = as_int(value, "mempool_set_attribute value")
         if not 0 <= value < 1 << 64:
@@ -329,6 +352,8 @@ class MemoryMixin:
         """The 64-byte ``CUipcMemHandle`` of the ``cuMemAlloc`` allocation starting at ``ptr``
         (``cuIpcGetMemHandle``); ValueError for virtual-memory (expandable) ranges, which legacy
         IPC cannot share, and for pointers that do not start an allocation of this device."""
+        if self._closed:
+            raise self._closed_error("ipc_mem_handle")
         ptr = DevicePtr(as_ptr(ptr, "ipc_mem_handle pointer"))
         d = self._use(index)
         if d.allocs.size_of(ptr) is None:
@@ -346,6 +371,8 @@ class MemoryMixin:
     def ipc_open_mem_handle(self, index: int, handle: bytes) -> tuple[DevicePtr, int]:
         """Map another process's allocation (``cuIpcOpenMemHandle`` with lazy peer access);
         return its ``(ptr, size)`` (``cuMemGetAddressRange``)."""
+        if self._closed:
+            raise self._closed_error("ipc_open_mem_handle")
         if not isinstance(handle, (bytes, bytearray)):
             raise TypeError(f"an IPC memory handle is the bytes from ipc_mem_handle(), got "
                             f"{type(handle).__name__}")
@@ -369,6 +396,8 @@ class MemoryMixin:
 
     def ipc_close_mem_handle(self, index: int, ptr: DevicePtr) -> None:
         """Unmap memory from :meth:`ipc_open_mem_handle` (``cuIpcCloseMemHandle``)."""
+        if self._closed:
+            raise self._closed_error("ipc_close_mem_handle")
         ptr = DevicePtr(as_ptr(ptr, "ipc_close_mem_handle pointer"))
         d = self._use(index)
         size = d.ipc_opened.pop(ptr)
@@ -384,6 +413,8 @@ class MemoryMixin:
     # ------------------------------------------------------------------ pinned host memory
     def host_malloc(self, size: int) -> int:
         """Page-locked, portable host memory (``cuMemHostAlloc``); ``0`` when out of memory."""
+        if self._closed:
+            raise self._closed_error("host_malloc")
         size = as_size(size, "host_malloc size", positive=True)
         self._use_any()
         drv = self._drv
@@ -399,6 +430,8 @@ class MemoryMixin:
 
     def host_free(self, ptr: int) -> None:
         """``cuMemFreeHost``."""
+        if self._closed:
+            raise self._closed_error("host_free")
         ptr = as_ptr(ptr, "host_free pointer")
         size = self._host_allocs.pop(ptr)
         if size is None:
@@ -423,6 +456,8 @@ class MemoryMixin:
 
     def vm_granularity(self, index: int) -> int:
         """Minimum mapping granularity (``cuMemGetAllocationGranularity``), typically 2 MiB."""
+        if self._closed:
+            raise self._closed_error("vm_granularity")
         d = self._use(index)
         if not d.vm_gran:
             drv = self._drv
@@ -445,6 +480,8 @@ class MemoryMixin:
 
     def vm_reserve(self, index: int, size: int) -> DevicePtr:
         """Reserve ``size`` bytes of device address space (``cuMemAddressReserve``)."""
+        if self._closed:
+            raise self._closed_error("vm_reserve")
         gran = self._check_vm_range(index, 0, size)
         d = self._use(index)
         with self._relaxed():
@@ -461,6 +498,8 @@ class MemoryMixin:
 
     def vm_release(self, index: int, ptr: DevicePtr, size: int) -> None:
         """Free a reservation (``cuMemAddressFree``); all of it must be unmapped first."""
+        if self._closed:
+            raise self._closed_error("vm_release")
         self._check_vm_range(index, ptr, size)
         d = self._use(index)
         if d.reserved.size_of(ptr) != size:
@@ -483,6 +522,8 @@ class MemoryMixin:
         Raises:
             ValueError: the range is unaligned, outside a reservation, or already mapped.
         """
+        if self._closed:
+            raise self._closed_error("vm_map")
         self._check_vm_range(index, ptr, size)
         d = self._use(index)
         if not d.reserved.contains(ptr, size):
@@ -525,6 +566,8 @@ class MemoryMixin:
             ValueError: the range is not exactly a run of whole mappings made by
                 :meth:`vm_map` (part of it is unmapped, or it cuts a mapping).
         """
+        if self._closed:
+            raise self._closed_error("vm_unmap")
         self._check_vm_range(index, ptr, size)
         d = self._use(index)
         parts: list[tuple[int, int]] = []
@@ -558,6 +601,8 @@ class MemoryMixin:
     def memcpy(self, index: int, dst: int, src: int, nbytes: int, kind: str,
                stream: StreamHandle) -> None:
         """Stream-ordered copy (``cuMemcpy{HtoD,DtoH,DtoD}Async``; ``h2h`` via UVA)."""
+        if self._closed:
+            raise self._closed_error("memcpy")
         if kind not in _KINDS:
             raise ValueError(f"memcpy kind must be one of {_KINDS}, got {kind!r}")
         nbytes = as_size(nbytes, "memcpy nbytes")
@@ -590,6 +635,8 @@ class MemoryMixin:
     def memcpy_peer(self, dst_index: int, dst: int, src_index: int, src: int, nbytes: int,
                     stream: StreamHandle) -> None:
         """``cuMemcpyPeerAsync`` ordered on ``stream`` of ``src_index``."""
+        if self._closed:
+            raise self._closed_error("memcpy_peer")
         nbytes = as_size(nbytes, "memcpy_peer nbytes")
         dd = self._use(dst_index)
         dst = self._check_device_range(dd, dst, nbytes, "memcpy_peer dst")
@@ -605,6 +652,8 @@ class MemoryMixin:
     def memset(self, index: int, ptr: int, value: int, nbytes: int,
                stream: StreamHandle) -> None:
         """``cuMemsetD8Async``."""
+        if self._closed:
+            raise self._closed_error("memset")
         value = as_int(value, "memset value")
         if not 0 <= value <= 255:
             raise ValueError(f"memset value must be a byte (0..255), got {value}")
@@ -620,6 +669,8 @@ class MemoryMixin:
              stream: StreamHandle) -> None:
         """Write ``pattern`` ``count`` times: ``cuMemsetD8/D16/D32Async`` for aligned 1/2/4
         byte patterns, the ``fill.cu`` kernels for 8-byte or unaligned patterns."""
+        if self._closed:
+            raise self._closed_error("fill")
         if not isinstance(pattern, (bytes, bytearray, memoryview)):
             raise TypeError(f"fill pattern must be bytes, got {type(pattern).__name__}")
         pattern = bytes(pattern)

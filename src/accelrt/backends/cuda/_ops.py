@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import math
 import operator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..._errors import AcceleratorValueError
 from ..._handles import StreamHandle
 from ._cu import as_size
 
@@ -232,6 +234,9 @@ def add_launch(out: int, a: int, b: int, count: int, dtype: str, *,
 class OpsMixin:
     """``philox_fill`` and ``elementwise_add`` over the kernel cache (driver API)."""
 
+    _closed: bool                                     # Backend._closed
+    _closed_error: Callable[[str], AcceleratorValueError]   # Backend._closed_error
+
     _check_stream: Any          # StreamMixin._check_stream
     _check_device_range: Any    # MemoryMixin._check_device_range
     _props: dict[int, dict[str, Any]]   # CudaBackend's cache of get_device_properties
@@ -244,6 +249,8 @@ class OpsMixin:
 
     def launch_kernel(self, index: int, stream: int, module: str, kernel: str, grid: Any,
                       block: Any, args: list[Any], shared_mem: int = 0) -> None:
+        if self._closed:
+            raise self._closed_error("launch_kernel")
         raise NotImplementedError  # provided by CudaBackend
 
     def _sms(self, index: int) -> int:
@@ -265,6 +272,8 @@ class OpsMixin:
                 or a stream that is not a live stream of it.
             CudaError: the launch failed.
         """
+        if self._closed:
+            raise self._closed_error("philox_fill")
         d = self._use(index)
         stream = self._check_stream(d, stream)
         n = as_size(n, "philox_fill n")
@@ -290,6 +299,8 @@ class OpsMixin:
                 ``index``, or a stream that is not a live stream of it.
             CudaError: the launch failed.
         """
+        if self._closed:
+            raise self._closed_error("elementwise_add")
         d = self._use(index)
         stream = self._check_stream(d, stream)
         count = as_size(count, "elementwise_add count")

@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..._errors import DeviceError
+from ..._errors import AcceleratorValueError, DeviceError
 from ..._fork import reinit_after_fork
 from ..._handles import EventHandle, GraphHandle, StreamHandle
 from .._common import KeptErrors
@@ -126,6 +126,9 @@ class _RelaxedCapture:
 class StreamMixin:
     """Streams, events, graphs and host functions (driver API)."""
 
+    _closed: bool                                     # Backend._closed
+    _closed_error: Callable[[str], AcceleratorValueError]   # Backend._closed_error
+
     _drv: Any
 
     def __init__(self) -> None:
@@ -201,6 +204,8 @@ class StreamMixin:
 
     def stream_create(self, index: int, priority: int) -> StreamHandle:
         """A non-blocking stream of ``priority`` (clamped into the device's range)."""
+        if self._closed:
+            raise self._closed_error("stream_create")
         priority = as_int(priority, "stream priority")
         least, greatest = self.stream_priority_range(index)
         priority = min(max(priority, greatest), least)
@@ -220,6 +225,8 @@ class StreamMixin:
         Raises:
             ValueError: the handle was not made by this backend.
         """
+        if self._closed:
+            raise self._closed_error("stream_destroy")
         d = self._use(index)
         stream = StreamHandle(as_handle(stream, "stream"))
         if stream in _SPECIAL_STREAMS:
@@ -242,6 +249,8 @@ class StreamMixin:
     def stream_query(self, index: int, stream: StreamHandle) -> bool:
         """``cuStreamQuery``: ``CUDA_ERROR_NOT_READY`` means False; once the work is done,
         raises (once) what a host function queued on the stream raised."""
+        if self._closed:
+            raise self._closed_error("stream_query")
         stream = self._check_stream(self._use(index), stream)
         self._not_capturing(stream, "query")
         with self._relaxed():   # legal for a stream outside the capture (the allocator asks)
@@ -257,6 +266,8 @@ class StreamMixin:
 
     def stream_synchronize(self, index: int, stream: StreamHandle) -> None:
         """``cuStreamSynchronize``."""
+        if self._closed:
+            raise self._closed_error("stream_synchronize")
         stream = self._check_stream(self._use(index), stream)
         self._not_capturing(stream, "synchronize")
         check(self._drv.cuStreamSynchronize(stream), "cuStreamSynchronize")
@@ -264,6 +275,8 @@ class StreamMixin:
 
     def stream_wait_event(self, index: int, stream: StreamHandle, event: EventHandle) -> None:
         """``cuStreamWaitEvent``."""
+        if self._closed:
+            raise self._closed_error("stream_wait_event")
         stream = self._check_stream(self._use(index), stream)
         self._check_event(event)
         check(self._drv.cuStreamWaitEvent(stream, event, 0), "cuStreamWaitEvent")
@@ -275,6 +288,8 @@ class StreamMixin:
         .. note:: The driver may crash on a handle that was never a stream, as with
             ``torch.cuda.ExternalStream``; pass only real stream handles.
         """
+        if self._closed:
+            raise self._closed_error("stream_is_valid")
         d = self._use(index)
         stream = StreamHandle(as_handle(stream, "stream"))
         if stream in _SPECIAL_STREAMS or stream in d.owned_streams or \
@@ -292,6 +307,8 @@ class StreamMixin:
 
     def synchronize(self, index: int) -> None:
         """``cuCtxSynchronize`` on the device's primary context."""
+        if self._closed:
+            raise self._closed_error("synchronize")
         self._use(index)
         if index in self._capturing.values():
             raise DeviceError(f"cuda: cannot synchronize cuda:{index} while one of its streams "
@@ -314,6 +331,8 @@ class StreamMixin:
                 ``cuda.bindings``' host-function wrapper is one-shot as well
                 (NVIDIA/cuda-python#790).
         """
+        if self._closed:
+            raise self._closed_error("launch_host_func")
         if not callable(fn):
             raise TypeError(f"launch_host_func needs a callable, got {type(fn).__name__}")
         stream = self._check_stream(self._use(index), stream)
@@ -339,6 +358,8 @@ class StreamMixin:
         Raises:
             ValueError: ``interprocess`` with ``enable_timing`` (CUDA forbids it).
         """
+        if self._closed:
+            raise self._closed_error("event_create")
         if interprocess and enable_timing:
             raise ValueError("an interprocess event cannot have enable_timing=True; CUDA "
                              "requires timing to be disabled on interprocess events")
@@ -355,6 +376,8 @@ class StreamMixin:
 
     def event_destroy(self, index: int, event: EventHandle) -> None:
         """``cuEventDestroy``."""
+        if self._closed:
+            raise self._closed_error("event_destroy")
         self._use(index)
         self._check_event(event)
         rec = self._events.pop(event)
@@ -366,6 +389,8 @@ class StreamMixin:
 
     def event_record(self, index: int, event: EventHandle, stream: StreamHandle) -> None:
         """``cuEventRecord`` (an event recorded during a capture becomes a graph node)."""
+        if self._closed:
+            raise self._closed_error("event_record")
         stream = self._check_stream(self._use(index), stream)
         rec = self._check_event(event)
         check(self._drv.cuEventRecord(event, stream), "cuEventRecord")
@@ -377,6 +402,8 @@ class StreamMixin:
         """``cuEventRecordWithFlags(CU_EVENT_RECORD_EXTERNAL)`` inside a capture (an event
         record node: the event stays usable outside the graph), ``cuEventRecord`` outside
         (the flag is invalid there)."""
+        if self._closed:
+            raise self._closed_error("event_record_external")
         stream = self._check_stream(self._use(index), stream)
         rec = self._check_event(event)
         if stream not in self._capturing:
@@ -390,6 +417,8 @@ class StreamMixin:
                                    event: EventHandle) -> None:
         """``cuStreamWaitEvent(CU_EVENT_WAIT_EXTERNAL)`` inside a capture (an event wait
         node), ``cuStreamWaitEvent`` outside."""
+        if self._closed:
+            raise self._closed_error("stream_wait_event_external")
         stream = self._check_stream(self._use(index), stream)
         self._check_event(event)
         flags = 0
@@ -399,6 +428,8 @@ class StreamMixin:
 
     def event_query(self, index: int, event: EventHandle) -> bool:
         """``cuEventQuery``: ``CUDA_ERROR_NOT_READY`` means False."""
+        if self._closed:
+            raise self._closed_error("event_query")
         self._use(index)   # a thread's first CUDA call may be this one: no context current yet
         if self._check_event(event)[2]:
             raise DeviceError("cuda: this event was last recorded inside a graph capture; "
@@ -415,6 +446,8 @@ class StreamMixin:
     def event_synchronize(self, index: int, event: EventHandle) -> None:
         """``cuEventSynchronize``; then raises (once) what a host function queued on the
         stream the event was last recorded on raised."""
+        if self._closed:
+            raise self._closed_error("event_synchronize")
         self._use(index)
         rec = self._check_event(event)
         if rec[2]:
@@ -428,6 +461,8 @@ class StreamMixin:
 
     def event_elapsed_time(self, index: int, start: EventHandle, end: EventHandle) -> float:
         """``cuEventElapsedTime`` in milliseconds."""
+        if self._closed:
+            raise self._closed_error("event_elapsed_time")
         self._use(index)
         for e in (start, end):
             if not self._check_event(e)[1]:
@@ -437,6 +472,8 @@ class StreamMixin:
 
     def event_ipc_handle(self, index: int, event: EventHandle) -> bytes:
         """The 64-byte ``CUipcEventHandle`` of an interprocess event."""
+        if self._closed:
+            raise self._closed_error("event_ipc_handle")
         self._use(index)
         self._check_event(event)
         h = check(self._drv.cuIpcGetEventHandle(event), "cuIpcGetEventHandle")
@@ -444,6 +481,8 @@ class StreamMixin:
 
     def event_from_ipc_handle(self, index: int, handle: bytes) -> EventHandle:
         """Open another process's event from its :meth:`event_ipc_handle` bytes."""
+        if self._closed:
+            raise self._closed_error("event_from_ipc_handle")
         if not isinstance(handle, (bytes, bytearray)):
             raise TypeError(f"an IPC event handle is the bytes from event_ipc_handle(), got "
                             f"{type(handle).__name__}")
@@ -464,6 +503,8 @@ class StreamMixin:
         Raises:
             RuntimeError: ``stream`` is the legacy default stream (CUDA cannot capture it).
         """
+        if self._closed:
+            raise self._closed_error("graph_capture_begin")
         stream = self._check_stream(self._use(index), stream)
         if stream in _SPECIAL_STREAMS:
             raise DeviceError("cuda: graphs must be captured on a non-default stream; "
@@ -479,6 +520,8 @@ class StreamMixin:
     def graph_capture_end(self, index: int, stream: StreamHandle) -> GraphHandle:
         """``cuStreamEndCapture``; returns the ``CUgraph`` handle (instantiated by
         :meth:`graph_instantiate`, or by the first :meth:`graph_replay`)."""
+        if self._closed:
+            raise self._closed_error("graph_capture_end")
         stream = self._check_stream(self._use(index), stream)
         drv = self._drv
         with self._graph_lock:
@@ -502,6 +545,8 @@ class StreamMixin:
     def graph_instantiate(self, index: int, graph: GraphHandle) -> int:
         """``cuGraphInstantiate`` (then ``cuGraphExecDestroy`` of the previous executable
         graph); returns ``cuGraphExecGetId`` of the new one."""
+        if self._closed:
+            raise self._closed_error("graph_instantiate")
         self._use(index)
         rec = self._graph_rec(index, graph)
         drv = self._drv
@@ -519,6 +564,8 @@ class StreamMixin:
 
     def graph_replay(self, index: int, graph: GraphHandle, stream: StreamHandle) -> None:
         """``cuGraphLaunch`` (instantiating a graph never instantiated)."""
+        if self._closed:
+            raise self._closed_error("graph_replay")
         d = self._use(index)
         rec = self._graph_rec(index, graph)
         stream = self._check_stream(d, stream)
@@ -528,6 +575,8 @@ class StreamMixin:
 
     def graph_destroy(self, index: int, graph: GraphHandle) -> None:
         """``cuGraphExecDestroy`` (if instantiated) + ``cuGraphDestroy``."""
+        if self._closed:
+            raise self._closed_error("graph_destroy")
         self._use(index)
         graph = GraphHandle(as_handle(graph, "graph"))
         with self._graph_lock:
@@ -543,6 +592,8 @@ class StreamMixin:
                         verbose: bool) -> None:
         """``cuGraphDebugDotPrint`` of the captured ``CUgraph`` (``verbose``:
         ``CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE``)."""
+        if self._closed:
+            raise self._closed_error("graph_debug_dot")
         self._use(index)
         rec = self._graph_rec(index, graph)
         drv = self._drv
@@ -552,11 +603,15 @@ class StreamMixin:
 
     def graph_native_handles(self, index: int, graph: GraphHandle) -> tuple[int, int | None]:
         """``(CUgraph, CUgraphExec or None)`` as ints."""
+        if self._closed:
+            raise self._closed_error("graph_native_handles")
         rec = self._graph_rec(index, graph)
         return int(rec[1]), (None if rec[2] is None else int(rec[2]))
 
     def graph_node_count(self, index: int, graph: GraphHandle) -> int | None:
         """``cuGraphGetNodes`` of a live graph's CUgraph (``None`` for an unknown handle)."""
+        if self._closed:
+            raise self._closed_error("graph_node_count")
         rec = self._graphs.get(graph) if type(graph) is int else None
         if rec is None or rec[0] != index:
             return None
@@ -565,6 +620,8 @@ class StreamMixin:
 
     def stream_is_capturing(self, index: int, stream: StreamHandle) -> bool:
         """``cuStreamIsCapturing`` reports an active capture."""
+        if self._closed:
+            raise self._closed_error("stream_is_capturing")
         stream = self._check_stream(self._use(index), stream)
         if stream in self._capturing:
             return True
