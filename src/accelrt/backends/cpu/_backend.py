@@ -38,16 +38,12 @@ from ..._backend import Backend, Capabilities
 from ..._errors import DeviceError, map_backend_errors
 from ..._fork import reinit_after_fork
 from ..._handles import DevicePtr, EventHandle, GraphHandle, StreamHandle
-from ..._properties import derived_uuid
 from ._config import (
     ENV_MEMORY,
     CpuConfig,
+    budget_advice,
     config_error,
-    cpu_has_bf16,
-    format_memory_size,
-    human_size,
-    l2_cache_size,
-    processor_name,
+    device_properties,
     resolve_config,
 )
 from ._memory import (
@@ -59,11 +55,11 @@ from ._memory import (
     vm_available,
 )
 from ._ipc import IpcEventState
-from ._mempool import ATTRIBUTES as _POOL_ATTRIBUTES
-from ._mempool import StreamOrderedPool
+from ._mempool import StreamOrderedPool, check_attribute
 from .._common import (HandleTable, KeptErrors, bad_handle, check_byte, check_index, check_ptr,
                        fill_pattern)
-from ._streams import Capture, CpuEvent, CpuStream, Record
+from ._graphs import CpuGraphs
+from ._streams import Capture, CpuEvent, CpuStream, Record, describe, stamp, work_error
 
 __all__ = ["CpuBackend"]
 
@@ -74,10 +70,6 @@ _PRIORITY_LEAST, _PRIORITY_GREATEST = 0, -1
 _MAX_RESERVATION = (1 << 63) - 2 * VM_GRANULARITY
 
 
-def _stamp(rec: Record) -> None:
-    rec.ts = _now()
-
-
 def _fill(ptr: int, nbytes: int, dtype: Any, value: Any) -> None:
     host_view(ptr, nbytes).view(dtype)[:] = value
 
@@ -85,38 +77,6 @@ def _fill(ptr: int, nbytes: int, dtype: Any, value: Any) -> None:
 def _close_all(default: list[CpuStream], streams: dict[int, CpuStream]) -> None:
     for s in itertools.chain(default, list(streams.values())):
         s.close()
-
-
-def _describe(s: CpuStream) -> str:
-    return f"cpu: work on stream {s.handle} of cpu:{s.device} failed"
-
-
-def _work_error(s: CpuStream, exc: BaseException) -> DeviceError:
-    err = DeviceError(f"{_describe(s)}: {type(exc).__name__}: {exc}")
-    err.__cause__ = exc
-    return err
-
-
-def _call_name(fn: Callable[..., object]) -> str:
-    """The name of a recorded call (a ``functools.partial``'s function)."""
-    while isinstance(fn, partial):
-        fn = fn.func
-    if fn is ctypes.memmove or fn is ctypes.memset:   # copies and fills: C functions
-        return "memmove" if fn is ctypes.memmove else "memset"
-    return str(getattr(fn, "__qualname__", None) or type(fn).__qualname__)
-
-
-def _dot_text(text: str) -> str:
-    """``text`` inside a DOT double-quoted string (a newline becomes DOT's ``\\n``)."""
-    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-class _Graph:
-    __slots__ = ("device", "ops")
-
-    def __init__(self, device: int, ops: tuple[tuple[str, Any], ...]) -> None:
-        self.device = device
-        self.ops = ops
 
 
 class CpuBackend(Backend):
@@ -192,8 +152,10 @@ class CpuBackend(Backend):
         # and free, vm_unmap and synchronize wait for it); see _retiring
         self._retired: list[CpuStream] = []           # guarded by _lock
         self._events: HandleTable[CpuEvent] = HandleTable(self._lock, self._handles)
-        self._graphs: dict[int, _Graph] = {}          # guarded by _lock (writes)
-        self._capturing: dict[CpuStream, Capture] = {}  # guarded by _lock (writes)
+        # graph capture and captured graphs; _capturing is its dict of capturing streams,
+        # read on the fast paths (stream -> open capture)
+        self._graphs = CpuGraphs(self._lock, self._handles)
+        self._capturing: dict[CpuStream, Capture] = self._graphs.capturing
         # device index -> handles of its live streams (0 included): the fast paths' check
         self._valid: dict[int, set[int]] = {i: {0} for i in range(n)}  # guarded by _lock
         # the contract's hint (Backend.streams_idle), also this backend's own fast-path
@@ -315,22 +277,7 @@ class CpuBackend(Backend):
             1000
         """
         self._check_index(index)
-        return {
-            "name": processor_name(),
-            "total_memory": self._config.memory_limit,
-            "multi_processor_count": os.cpu_count() or 1,
-            "uuid": str(derived_uuid(self.name, index)),   # this machine + backend + index
-            "L2_cache_size": l2_cache_size(),
-            "is_integrated": True,                       # device memory is host memory
-            "warp_size": 1,
-            "max_threads_per_multi_processor": 1,
-            "async_streams": self._async,
-            "vm_supported": vm_available(),
-            "vm_granularity": VM_GRANULARITY,
-            "host_accessible": True,
-            "has_bfloat16": cpu_has_bf16(),   # AVX512-BF16 / AMX-BF16 / Arm BF16 instructions
-            "has_tf32": False,                # no CPU has TF32 matrix units
-        }
+        return device_properties(self._config, self.name, index)
 
     def get_memory_info(self, index: int) -> tuple[int, int]:
         """``(budget - used, budget)`` of device ``index``."""
@@ -341,18 +288,7 @@ class CpuBackend(Backend):
         """The sentence an out-of-memory error on device ``index`` ends with: the budget, where
         it came from, and how to raise it (``ACCELRT_CPU_MEMORY``)."""
         mem = self._mem[self._check_index(index)]
-        budget = human_size(mem.budget)
-        bigger = format_memory_size(mem.budget * 2)
-        if self._budget_source.startswith("memory_limit="):
-            return (f"The {self.name} backend's memory budget is {budget} per device "
-                    f"({self._budget_source} given to CpuBackend); pass a larger memory_limit, "
-                    f"e.g. memory_limit={bigger!r}, for more.")
-        if self._budget_source == "env":
-            where = f"{ENV_MEMORY}={os.environ.get(ENV_MEMORY, '').strip()}"
-        else:
-            where = f"{ENV_MEMORY} is not set, so the machine's physical memory"
-        return (f"The {self.name} backend's memory budget is {budget} per device ({where}); "
-                f"set {ENV_MEMORY} to a larger size, e.g. {ENV_MEMORY}={bigger}, for more.")
+        return budget_advice(self.name, mem.budget, self._budget_source)
 
     # ------------------------------------------------------------------ memory
     def malloc(self, index: int, size: int) -> DevicePtr:
@@ -426,19 +362,13 @@ class CpuBackend(Backend):
         self._check_index(index)
         self._mempool(index).trim_to(check_size(keep, "keep", allow_zero=True))
 
-    def _check_attribute(self, attr: object) -> str:
-        if not isinstance(attr, str) or attr not in _POOL_ATTRIBUTES:
-            raise ValueError(f"unknown memory pool attribute {attr!r}; use one of "
-                             f"{', '.join(_POOL_ATTRIBUTES)}")
-        return attr
-
     def mempool_get_attribute(self, index: int, attr: str) -> int:
         """``release_threshold``, ``reserved_mem_current``/``_high`` or
         ``used_mem_current``/``_high`` of the device's pool, in bytes."""
         if self._closed:
             raise self._closed_error("mempool_get_attribute")
         self._check_index(index)
-        return self._mempool(index).attribute(self._check_attribute(attr))
+        return self._mempool(index).attribute(check_attribute(attr))
 
     def mempool_set_attribute(self, index: int, attr: str, value: int) -> None:
         """Set the pool's ``release_threshold`` (unused memory kept across
@@ -447,7 +377,7 @@ class CpuBackend(Backend):
             raise self._closed_error("mempool_set_attribute")
         self._check_index(index)
         self._mempool(index).set_attribute(
-            self._check_attribute(attr), check_size(value, "value", allow_zero=True))
+            check_attribute(attr), check_size(value, "value", allow_zero=True))
 
     def _after_sync(self, index: int) -> None:
         pool = self._mempools.get(index)
@@ -608,10 +538,10 @@ class CpuBackend(Backend):
         try:
             fn()
         except Exception as exc:
-            raise _work_error(s, exc) from exc
+            raise work_error(s, exc) from exc
 
     def _raise_kept(self, streams: Iterable[CpuStream]) -> None:
-        self._kept.raise_for(streams, _describe)
+        self._kept.raise_for(streams, describe)
 
     def _check_not_capturing(self, s: CpuStream, what: str) -> None:
         if s in self._capturing:
@@ -776,19 +706,10 @@ class CpuBackend(Backend):
         s = self._stream(index, stream)
         ev = self._event(event)
         if ev.ipc is not None:
-            self._ipc_wait(s, ev.ipc)
+            self._check_not_capturing(s, "waiting on an interprocess event")
+            ev.ipc.wait_on(s, self._async)
             return
         self._wait(s, ev)
-
-    def _ipc_wait(self, s: CpuStream, ipc: IpcEventState) -> None:
-        self._check_not_capturing(s, "waiting on an interprocess event")
-        gen = ipc.target()
-        if ipc.completed.value >= gen:
-            return
-        if self._async:
-            s.submit(partial(ipc.wait, gen))
-        else:
-            ipc.wait(gen)
 
     def _wait(self, s: CpuStream, ev: CpuEvent) -> None:
         if self._capturing:
@@ -874,7 +795,9 @@ class CpuBackend(Backend):
             ev = self._event(event, index)
             self._stream(index, stream)
         if ev.ipc is not None:
-            self._ipc_record(ev.ipc, self._stream(index, stream))
+            s = self._stream(index, stream)
+            self._check_not_capturing(s, "recording an interprocess event")
+            ev.ipc.record_on(s, self._async)
             return
         if not self.streams_idle:
             self._record(ev, self._stream(index, stream))
@@ -913,14 +836,6 @@ class CpuBackend(Backend):
             return
         cap.ops.append(("wait", ev))
 
-    def _ipc_record(self, ipc: IpcEventState, s: CpuStream) -> None:
-        self._check_not_capturing(s, "recording an interprocess event")
-        gen = ipc.begin_record()
-        if self._async:
-            s.submit(partial(ipc.complete, gen))
-        else:
-            ipc.complete(gen)
-
     def _record(self, ev: CpuEvent, s: CpuStream) -> None:
         if self._capturing:
             cap = self._capturing.get(s)
@@ -931,7 +846,7 @@ class CpuBackend(Backend):
                 return
         if self._async:
             rec = Record(s, 0)
-            rec.seq = s.submit(partial(_stamp, rec))
+            rec.seq = s.submit(partial(stamp, rec))
             ev.record = rec
             ev.ts = None
         else:
@@ -978,32 +893,12 @@ class CpuBackend(Backend):
             rec.stream.wait(rec.seq)
             self._raise_kept((rec.stream,))
 
-    def _timestamp(self, ev: CpuEvent, handle: int) -> int:
-        if not ev.timing:
-            raise DeviceError(f"cpu: event {handle} was created without timing; create both "
-                              "events with enable_timing=True to measure elapsed time")
-        if ev.capture is not None:
-            raise DeviceError(f"cpu: event {handle} was recorded in an open graph capture; "
-                              "end the capture first")
-        rec = ev.record
-        if rec is None:
-            ts = ev.ts
-        elif not rec.done():
-            raise DeviceError(f"cpu: event {handle} has not completed yet; synchronize it "
-                              "(or its stream) before asking for elapsed time")
-        else:
-            ts = rec.ts
-        if ts is None:
-            raise DeviceError(f"cpu: event {handle} was never recorded; record both events "
-                              "before asking for elapsed time")
-        return ts
-
     def event_elapsed_time(self, index: int, start: EventHandle, end: EventHandle) -> float:
         """Milliseconds from ``start``'s record to ``end``'s (both timing, both complete)."""
         if self._closed:
             raise self._closed_error("event_elapsed_time")
-        t0 = self._timestamp(self._event(start, index), start)
-        t1 = self._timestamp(self._event(end, index), end)
+        t0 = self._event(start, index).timestamp(start)
+        t1 = self._event(end, index).timestamp(end)
         return (t1 - t0) / 1e6
 
     def event_ipc_handle(self, index: int, event: EventHandle) -> bytes:
@@ -1033,15 +928,8 @@ class CpuBackend(Backend):
         if self._closed:
             raise self._closed_error("graph_capture_begin")
         s = self._stream(index, stream)
-        if s.handle == 0:
-            raise DeviceError(f"cpu: cannot capture the default stream of cpu:{index}; "
-                              "capture on a stream made with stream_create (CUDA forbids "
-                              "capturing the legacy default stream)")
         with self._lock:
-            if s in self._capturing:
-                raise DeviceError(f"cpu: stream {s.handle} of cpu:{index} is already "
-                                  "capturing; end that capture first")
-            self._capturing[s] = Capture(index, s)
+            self._graphs.begin(index, s)
             self.streams_idle = False
 
     def graph_capture_end(self, index: int, stream: StreamHandle) -> GraphHandle:
@@ -1050,33 +938,16 @@ class CpuBackend(Backend):
             raise self._closed_error("graph_capture_end")
         s = self._stream(index, stream)
         with self._lock:
-            cap = self._capturing.get(s)
-            if cap is None:
-                raise DeviceError(f"cpu: stream {s.handle} of cpu:{index} is not capturing; "
-                                  "call graph_capture_begin first")
-            if cap.origin is not s:
-                raise DeviceError(f"cpu: the capture was begun on stream {cap.origin.handle}; "
-                                  "end it on that stream")
-            for joined in cap.streams:
-                self._capturing.pop(joined, None)
+            handle = self._graphs.end(index, s)
             self.streams_idle = not (self._async or self._capturing)
-            for ev in cap.events:
-                if ev.capture is cap:
-                    ev.capture = None
-            handle = next(self._handles)
-            self._graphs[handle] = _Graph(index, tuple(cap.ops))
-        return GraphHandle(handle)
+        return handle
 
     def graph_replay(self, index: int, graph: GraphHandle, stream: StreamHandle) -> None:
         """Submit the captured work, in order, on ``stream``."""
         if self._closed:
             raise self._closed_error("graph_replay")
         s = self._stream(index, stream)
-        g = self._graphs.get(graph)
-        if g is None or g.device != index:
-            raise ValueError(f"graph handle {graph} is not a live graph of cpu:{index}; use "
-                             "a handle from graph_capture_end that was not destroyed")
-        for kind, arg in g.ops:
+        for kind, arg in self._graphs.get(index, graph).ops:
             if kind == "call":
                 self._submit(s, arg)
             elif kind == "record":
@@ -1084,20 +955,12 @@ class CpuBackend(Backend):
             else:
                 self._wait(s, arg)
 
-    def _graph(self, index: int, graph: GraphHandle) -> _Graph:
-        g = self._graphs.get(graph)
-        if g is None or g.device != index:
-            self._check_index(index)
-            raise ValueError(f"graph handle {graph} is not a live graph of cpu:{index}; use "
-                             "a handle from graph_capture_end that was not destroyed")
-        return g
-
     def graph_instantiate(self, index: int, graph: GraphHandle) -> int:
         """A recorded graph replays as it is: check the handle and return a new executable
         id."""
         if self._closed:
             raise self._closed_error("graph_instantiate")
-        self._graph(index, graph)
+        self._graphs.get(index, graph, self._check_index)
         return next(self._handles)
 
     def graph_debug_dot(self, index: int, graph: GraphHandle, path: str,
@@ -1108,41 +971,20 @@ class CpuBackend(Backend):
         call's full description."""
         if self._closed:
             raise self._closed_error("graph_debug_dot")
-        g = self._graph(index, graph)
-        title = f"cpu:{index} graph {int(graph)}: {len(g.ops)} operations, replayed in order"
-        lines = [f"digraph accelrt_cpu_graph_{int(graph)} {{",
-                 f'  label="{_dot_text(title)}";',
-                 "  node [shape=box];"]
-        for i, (kind, arg) in enumerate(g.ops):
-            if kind == "call":
-                text = f"{i}: call {_call_name(arg)}"
-                if verbose:
-                    text += f"\n{arg!r}"
-            else:
-                what = "event record" if kind == "record" else "event wait"
-                text = f"{i}: {what} {arg.device}:{id(arg):#x}" if verbose else f"{i}: {what}"
-            lines.append(f'  n{i} [label="{_dot_text(text)}"];')
-        lines.extend(f"  n{i - 1} -> n{i};" for i in range(1, len(g.ops)))
-        lines.append("}")
-        with open(path, "w", encoding="utf-8") as f:
-            f.write("\n".join(lines) + "\n")
+        self._graphs.get(index, graph, self._check_index)
+        self._graphs.write_dot(index, graph, path, verbose)
 
     def graph_destroy(self, index: int, graph: GraphHandle) -> None:
         """Forget a captured graph."""
         if self._closed:
             raise self._closed_error("graph_destroy")
-        with self._lock:
-            g = self._graphs.get(graph)
-            if g is None or g.device != index:
-                raise ValueError(f"graph handle {graph} is not a live graph of cpu:{index}")
-            del self._graphs[graph]
+        self._graphs.destroy(index, graph)
 
     def graph_node_count(self, index: int, graph: GraphHandle) -> int | None:
         """Number of recorded operations of a live graph (``None`` for an unknown handle)."""
         if self._closed:
             raise self._closed_error("graph_node_count")
-        g = self._graphs.get(graph)
-        return None if g is None or g.device != index else len(g.ops)
+        return self._graphs.node_count(index, graph)
 
     def stream_is_capturing(self, index: int, stream: StreamHandle) -> bool:
         """True while ``stream`` records work into a capture."""
