@@ -66,4 +66,4 @@ def test_every_operation_checks_the_closed_flag(factory: object) -> None:
                 or isinstance(member, type) or isinstance(vars(type(b)).get(attr), classmethod):
             continue
         with pytest.raises(ValueError, match=f"instance is closed .* so {attr}\\(\\) cannot"):
-            getattr(b, attr)(*([0] * 12)[:getattr(member, "__code__").co_argcount - 1])
+            getattr(b, attr)(*([0] * 12)[:member.__code__.co_argcount - 1])
