@@ -190,6 +190,7 @@ class SimulatedBackend(Backend):
                  granularity: int = _VM_GRANULARITY, vm: bool = True,
                  auto_complete: bool = True, host_capacity: int | None = None,
                  priority_range: tuple[int, int] = (0, 0), name: str | None = None) -> None:
+        self._closed = False   # Backend._closed on the instance: each operation reads it
         if not isinstance(capacity, int) or isinstance(capacity, bool):
             raise TypeError(f"capacity must be an int number of bytes, got {type(capacity).__name__}")
         if not isinstance(device_count, int) or isinstance(device_count, bool):

@@ -120,6 +120,7 @@ class CpuBackend(Backend):
     def __init__(self, num_devices: int | None = None, memory_limit: int | str | None = None,
                  async_streams: bool | None = None, *, name: str | None = None,
                  shared_memory: bool | None = None) -> None:
+        self._closed = False   # Backend._closed on the instance: each operation reads it
         self._config: CpuConfig = resolve_config(num_devices, memory_limit, async_streams,
                                                  shared_memory=shared_memory)
         #: where the budget came from, for out-of-memory messages

@@ -101,6 +101,7 @@ class CudaBackend(Backend):
     name = "cuda"
 
     def __init__(self) -> None:
+        self._closed = False   # Backend._closed on the instance: each operation reads it
         self._drv = _cu.driver()
         self._lock = threading.Lock()
         self._devices: dict[int, _Device] = {}        # guarded by _lock

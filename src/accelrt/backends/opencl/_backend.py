@@ -179,6 +179,7 @@ class OpenCLBackend(Backend):
     name: ClassVar[str] = "opencl"
 
     def __init__(self, memory_mode: str | None = None, *, name: str | None = None) -> None:
+        self._closed = False   # Backend._closed on the instance: each operation reads it
         mode = memory_mode_setting(memory_mode)
         if name is not None:
             if not isinstance(name, str):
