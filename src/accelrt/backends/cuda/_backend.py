@@ -118,7 +118,7 @@ class CudaBackend(Backend):
         self._memory = CudaMemory(self._drv, self._use, self._use_any, self._streams,
                                   self.launch_kernel)
         self._ops = CudaOps(self._use, self._streams, self._memory, self.launch_kernel,
-                            self._props, self.get_device_properties)
+                            self._sms)
         _register_fork(self)
 
     def close(self) -> None:
@@ -302,6 +302,12 @@ class CudaBackend(Backend):
         with self._lock:
             self._props[index] = props
         return dict(props)
+
+    def _sms(self, index: int) -> int:
+        """Multiprocessors of device ``index`` (at least 1), from the cached properties, not
+        get_device_properties()'s copy of ~150 entries per kernel launch."""
+        props = self._props.get(index) or self.get_device_properties(index)
+        return int(props["multi_processor_count"]) or 1
 
     def _capability(self, index: int) -> tuple[int, int]:
         d = self._devices.get(index)

@@ -241,24 +241,17 @@ class CudaOps:
         streams: the backend's streams part (stream checks).
         memory: the backend's memory part (device pointer range checks).
         launch_kernel: launches one of accelrt's kernels (``CudaBackend.launch_kernel``).
-        props: the backend's cache of device properties (read per launch: the SM count).
-        properties: ``CudaBackend.get_device_properties`` (fills that cache).
+        sms: the number of multiprocessors of a device (``CudaBackend._sms``: from its cached
+            properties), which sizes the grids.
     """
 
     def __init__(self, use: Callable[[int], _Device], streams: CudaStreams, memory: CudaMemory,
-                 launch_kernel: Callable[..., None], props: dict[int, dict[str, Any]],
-                 properties: Callable[[int], dict[str, Any]]) -> None:
+                 launch_kernel: Callable[..., None], sms: Callable[[int], int]) -> None:
         self._use = use
         self._streams = streams
         self._memory = memory
         self._launch_kernel = launch_kernel
-        self._props = props
-        self._properties = properties
-
-    def _sms(self, index: int) -> int:
-        # the cached properties, not get_device_properties()'s copy of ~150 entries per launch
-        props = self._props.get(index) or self._properties(index)
-        return int(props["multi_processor_count"]) or 1
+        self._sms = sms
 
     def philox_fill(self, index: int, ptr: int, n: int, dtype: str, dist: str, seed: int,
                     offset: int, params: tuple[float, float], stream: StreamHandle) -> None:
