@@ -273,7 +273,7 @@ class Array:
     # ------------------------------------------------------------------ helpers
     def _host_ok(self) -> bool:
         """True if the host can read this array's memory at its address."""
-        return self._mem.host or self._b.host_accessible(self._index)
+        return self._mem.host or self._b.capabilities(self._index).host_accessible
 
     def _view(self) -> np.ndarray:
         """A zero-copy numpy view (host-accessible memory only; no synchronization)."""

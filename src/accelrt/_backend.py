@@ -38,12 +38,13 @@ Example::
 from __future__ import annotations
 
 import abc
-import dataclasses
 import importlib
 import threading
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from ._capabilities import _DLPACK_DEVICE_TYPES as _DLPACK_DEVICE_TYPES
+from ._capabilities import _K_DL_EXT_DEV, Capabilities
 from ._errors import AcceleratorValueError, BackendUnavailableError, CaptureNotSupportedError
 from ._fork import reinit_after_fork
 from ._handles import DevicePtr, EventHandle, GraphHandle, StreamHandle
@@ -81,98 +82,6 @@ _INSTALL_HINTS = {
     "cuda": 'install it with: pip install "accelrt[cuda]" (and an NVIDIA driver)',
     "opencl": 'install it with: pip install "accelrt[opencl]" (and an OpenCL ICD such as PoCL)',
 }
-
-
-#: DLPack device types (``DLDeviceType``) of the device families accelrt knows by name: the
-#: default :attr:`Capabilities.dlpack_device_type` of a backend registered under one of these
-#: names that does not declare its own (any other name: ``kDLExtDev``, 12).
-_DLPACK_DEVICE_TYPES = {
-    "cuda": 2, "opencl": 4, "vulkan": 7, "metal": 8, "mps": 8, "rocm": 10, "hip": 10,
-    "oneapi": 14, "xpu": 14,
-}
-_K_DL_EXT_DEV = 12
-
-
-@dataclasses.dataclass(frozen=True)
-class Capabilities:
-    """What one device of a backend can do: the one answer the core asks (``capabilities``).
-
-    Every optional operation of :class:`Backend` belongs to one field; the core calls an
-    optional operation only where its field is True, and never looks at a backend's name or
-    probes it with ``getattr``. Fields default to "not supported".
-
-    Attributes:
-        virtual_memory: ``vm_granularity``/``vm_reserve``/``vm_map``/``vm_unmap``/
-            ``vm_release`` work (enables ``expandable_segments``).
-        graphs: ``graph_capture_begin``/``graph_capture_end``/``graph_replay``/
-            ``graph_destroy`` work (:class:`accelrt.Graph`; ``graph_instantiate`` is
-            optional).
-        graph_dot: ``graph_debug_dot`` writes a captured graph in Graphviz DOT format
-            (``Graph.debug_dump``, ``export_dot``).
-        graph_native_handles: ``graph_native_handles`` gives a captured graph's native
-            handles (``CUDAGraph.raw_cuda_graph``/``raw_cuda_graph_exec``).
-        pinned_host_memory: ``host_malloc``/``host_free`` give host memory for the pinned host
-            pool, which stages copies between numpy memory and the device.
-        page_locked_host_memory: that memory is page-locked (pinned), so users may pin host
-            arrays in the pool (``accelrt.pin_memory``, ``pin_memory=True``); False where it
-            is ordinary memory that only stages copies (OpenCL).
-        host_functions: ``launch_host_func`` runs host callables in stream order.
-        peer_copies: ``memcpy_peer`` copies between two devices of the backend.
-        interprocess_events: ``event_create(interprocess=True)``, ``event_ipc_handle`` and
-            ``event_from_ipc_handle`` work.
-        interprocess_memory: ``ipc_mem_handle``/``ipc_open_mem_handle``/
-            ``ipc_close_mem_handle`` work (:mod:`accelrt.multiprocessing`).
-        host_accessible: device memory can be read and written by the host at its address
-            (zero-copy ``numpy()``; DLPack exports it as ``kDLCPU``).
-        dlpack_device_type: the DLPack ``DLDeviceType`` of device memory that is not host
-            accessible (``kDLCUDA`` = 2, ``kDLOpenCL`` = 4, ``kDLExtDev`` = 12, ...).
-        cuda_stream_protocol: streams expose ``__cuda_stream__`` (their handle is a
-            ``CUstream``).
-        cuda_array_interface: arrays expose ``__cuda_array_interface__`` (their memory is
-            CUDA device memory).
-        device_rng: ``philox_fill`` fills device memory with Philox numbers on the device.
-        device_add: ``elementwise_add`` sums on the device (``accelrt.comm.reduce_add``).
-        pointer_lookup: ``pointer_device`` says which device holds a foreign pointer.
-        adopt_memory: ``adopt_memory``/``disown_memory`` accept memory a pluggable
-            allocator's library allocated as the device's own.
-        fork_shares_memory: memory from ``malloc`` stays shared with a child made by
-            ``fork`` (POSIX shared memory, not copy-on-write), and both processes can use it:
-            the caching allocator then stops handing out, in the parent and in the child, the
-            segments it had at the fork (no operation; False where a child cannot use the
-            device at all, as CUDA's).
-        stream_ordered_memory: the device has a stream-ordered memory pool (CUDA's default
-            mempool): ``mempool_alloc_async``/``mempool_free_async``/``mempool_trim_to``/
-            ``mempool_get_attribute``/``mempool_set_attribute`` work (enables the allocator
-            option ``backend:cudaMallocAsync``).
-
-    Example::
-
-        >>> from accelrt.backends import get_backend
-        >>> caps = get_backend("cpu").capabilities(0)
-        >>> caps.host_accessible, caps.graphs, caps.cuda_array_interface
-        (True, True, False)
-    """
-
-    virtual_memory: bool = False
-    graphs: bool = False
-    graph_dot: bool = False
-    graph_native_handles: bool = False
-    pinned_host_memory: bool = False
-    page_locked_host_memory: bool = False
-    host_functions: bool = False
-    peer_copies: bool = False
-    interprocess_events: bool = False
-    interprocess_memory: bool = False
-    host_accessible: bool = False
-    dlpack_device_type: int = _K_DL_EXT_DEV
-    cuda_stream_protocol: bool = False
-    cuda_array_interface: bool = False
-    device_rng: bool = False
-    device_add: bool = False
-    pointer_lookup: bool = False
-    adopt_memory: bool = False
-    fork_shares_memory: bool = False
-    stream_ordered_memory: bool = False
 
 
 #: default capabilities by backend name (a backend that does not override ``capabilities``)
@@ -220,6 +129,9 @@ class Backend(abc.ABC):
     #: correct: the core asks. A backend that sets it True sets it False, before returning,
     #: in any call that leaves work queued or begins a capture; :meth:`close` sets it False.
     streams_idle: bool = False
+    #: True once :meth:`close` ran; every operation but the questions about the devices
+    #: (``_OPEN_AFTER_CLOSE``) checks it first and raises :meth:`_closed_error`.
+    _closed: bool = False
 
     # ------------------------------------------------------------------ capabilities
     def capabilities(self, index: int) -> Capabilities:
@@ -237,6 +149,8 @@ class Backend(abc.ABC):
                 dlpack_device_type=_DLPACK_DEVICE_TYPES.get(self.name, _K_DL_EXT_DEV))
         return caps
 
+    # Derived predicates: deprecated conveniences kept for third-party code written against
+    # contract v1 (accelrt's core asks capabilities() only); override capabilities(), not them.
     def host_accessible(self, index: int) -> bool:
         """``capabilities(index).host_accessible`` (derived; override :meth:`capabilities`)."""
         return self.capabilities(index).host_accessible
@@ -306,6 +220,8 @@ class Backend(abc.ABC):
     def init_device(self, index: int) -> None:
         """Make device ``index`` ready for work in the calling thread (e.g. make a context
         current). Called lazily before the first raw operation on that device in a thread."""
+        if self._closed:
+            raise self._closed_error("init_device")
 
     # ------------------------------------------------------------------ memory
     @abc.abstractmethod
@@ -324,25 +240,35 @@ class Backend(abc.ABC):
     def host_malloc(self, size: int) -> int:
         """Allocate ``size`` bytes of page-locked host memory; ``0`` when out of memory
         (capability ``pinned_host_memory``)."""
+        if self._closed:
+            raise self._closed_error("host_malloc")
         raise _unsupported(self, "host_malloc", "pinned_host_memory")
 
     def host_free(self, ptr: int) -> None:
         """Release memory returned by :meth:`host_malloc` (``pinned_host_memory``)."""
+        if self._closed:
+            raise self._closed_error("host_free")
         raise _unsupported(self, "host_free", "pinned_host_memory")
 
     def adopt_memory(self, index: int, ptr: int, size: int) -> None:
         """Treat ``size`` bytes at ``ptr``, allocated by a pluggable allocator's library, as
         memory of device ``index`` until :meth:`disown_memory` (``adopt_memory``)."""
+        if self._closed:
+            raise self._closed_error("adopt_memory")
         raise _unsupported(self, "adopt_memory", "adopt_memory")
 
     def disown_memory(self, index: int, ptr: int) -> None:
         """End :meth:`adopt_memory`, after the work queued that may touch it
         (``adopt_memory``)."""
+        if self._closed:
+            raise self._closed_error("disown_memory")
         raise _unsupported(self, "disown_memory", "adopt_memory")
 
     def pointer_device(self, ptr: int) -> int | None:
         """The device whose memory holds ``ptr``, or ``None`` (``pointer_lookup``: used by
         ``asarray`` for ``__cuda_array_interface__`` producers)."""
+        if self._closed:
+            raise self._closed_error("pointer_device")
         raise _unsupported(self, "pointer_device", "pointer_lookup")
 
     # stream-ordered memory pool (capability stream_ordered_memory: backend:cudaMallocAsync)
@@ -350,29 +276,39 @@ class Backend(abc.ABC):
         """Allocate ``size`` (> 0) bytes from device ``index``'s default memory pool in stream
         order on ``stream`` (``cuMemAllocFromPoolAsync``): usable by work queued on ``stream``
         from now on. ``0`` when the pool cannot grow (out of memory; no exception)."""
+        if self._closed:
+            raise self._closed_error("mempool_alloc_async")
         raise _unsupported(self, "mempool_alloc_async", "stream_ordered_memory")
 
     def mempool_free_async(self, index: int, ptr: DevicePtr, stream: StreamHandle) -> None:
         """Give ``ptr`` (from :meth:`mempool_alloc_async`) back to the pool once ``stream``
         reaches this point (``cuMemFreeAsync``): later allocations in stream order on
         ``stream`` may reuse it at once, other streams once the free has completed."""
+        if self._closed:
+            raise self._closed_error("mempool_free_async")
         raise _unsupported(self, "mempool_free_async", "stream_ordered_memory")
 
     def mempool_trim_to(self, index: int, keep: int) -> None:
         """Release unused memory of the pool to the device until it reserves at most
         ``keep`` bytes, or nothing more can be released safely (``cuMemPoolTrimTo``)."""
+        if self._closed:
+            raise self._closed_error("mempool_trim_to")
         raise _unsupported(self, "mempool_trim_to", "stream_ordered_memory")
 
     def mempool_get_attribute(self, index: int, attr: str) -> int:
         """One attribute of the pool, in bytes: ``"release_threshold"``,
         ``"reserved_mem_current"``, ``"reserved_mem_high"``, ``"used_mem_current"`` or
         ``"used_mem_high"`` (``cuMemPoolGetAttribute``)."""
+        if self._closed:
+            raise self._closed_error("mempool_get_attribute")
         raise _unsupported(self, "mempool_get_attribute", "stream_ordered_memory")
 
     def mempool_set_attribute(self, index: int, attr: str, value: int) -> None:
         """Set ``"release_threshold"`` (the pool keeps up to that many unused bytes across
         synchronizations), or reset ``"reserved_mem_high"``/``"used_mem_high"`` to their
         current value (``value`` must be 0) (``cuMemPoolSetAttribute``)."""
+        if self._closed:
+            raise self._closed_error("mempool_set_attribute")
         raise _unsupported(self, "mempool_set_attribute", "stream_ordered_memory")
 
     # interprocess memory (optional: accelrt.multiprocessing)
@@ -381,40 +317,56 @@ class Backend(abc.ABC):
         :meth:`malloc` returned), which :meth:`ipc_open_mem_handle` in another process of this
         machine maps (``cuIpcGetMemHandle``). ValueError naming the reason and the fix when
         this allocation cannot be shared; the default says the backend cannot share memory."""
+        if self._closed:
+            raise self._closed_error("ipc_mem_handle")
         raise _no_ipc(self.name)
 
     def ipc_open_mem_handle(self, index: int, handle: bytes) -> tuple[DevicePtr, int]:
         """Map another process's allocation from its :meth:`ipc_mem_handle` bytes on device
         ``index``; return ``(ptr, size)`` (``cuIpcOpenMemHandle``). ValueError for a handle that
         names no live allocation. The mapping is not this process's :meth:`malloc` memory."""
+        if self._closed:
+            raise self._closed_error("ipc_open_mem_handle")
         raise _no_ipc(self.name)
 
     def ipc_close_mem_handle(self, index: int, ptr: DevicePtr) -> None:
         """Unmap memory from :meth:`ipc_open_mem_handle` (``cuIpcCloseMemHandle``)."""
+        if self._closed:
+            raise self._closed_error("ipc_close_mem_handle")
         raise _no_ipc(self.name)
 
     # virtual memory (capability virtual_memory: enables expandable segments)
     def vm_granularity(self, index: int) -> int:
         """Smallest mapping unit in bytes (a power of two); may initialize the device."""
+        if self._closed:
+            raise self._closed_error("vm_granularity")
         raise _unsupported(self, "vm_granularity", "virtual_memory")
 
     def vm_reserve(self, index: int, size: int) -> DevicePtr:
         """Reserve ``size`` bytes of address space (no memory behind it); return its base."""
+        if self._closed:
+            raise self._closed_error("vm_reserve")
         raise _unsupported(self, "vm_reserve", "virtual_memory")
 
     def vm_release(self, index: int, ptr: DevicePtr, size: int) -> None:
         """Release an address range from :meth:`vm_reserve` (all of it must be unmapped)."""
+        if self._closed:
+            raise self._closed_error("vm_release")
         raise _unsupported(self, "vm_release", "virtual_memory")
 
     def vm_map(self, index: int, ptr: int, size: int) -> bool:
         """Back ``[ptr, ptr+size)`` (granularity-aligned, inside a reservation) with physical
         memory accessible from the device; return False when out of memory."""
+        if self._closed:
+            raise self._closed_error("vm_map")
         raise _unsupported(self, "vm_map", "virtual_memory")
 
     def vm_unmap(self, index: int, ptr: int, size: int) -> None:
         """Unmap and release the physical memory behind ``[ptr, ptr+size)``: one whole
         range given to :meth:`vm_map`, or a run of several adjacent ones (the caching
         allocator unmaps a run of free mappings in one call; it never cuts a mapping)."""
+        if self._closed:
+            raise self._closed_error("vm_unmap")
         raise _unsupported(self, "vm_unmap", "virtual_memory")
 
     # ------------------------------------------------------------------ copies
@@ -430,6 +382,8 @@ class Backend(abc.ABC):
                     nbytes: int, stream: StreamHandle) -> None:
         """Copy ``nbytes`` from ``src`` on device ``src_index`` to ``dst`` on ``dst_index``,
         ordered on ``stream`` of ``src_index`` (capability ``peer_copies``)."""
+        if self._closed:
+            raise self._closed_error("memcpy_peer")
         raise _unsupported(self, "memcpy_peer", "peer_copies")
 
     @abc.abstractmethod
@@ -441,6 +395,8 @@ class Backend(abc.ABC):
     def fill(self, index: int, ptr: int, pattern: bytes, count: int,
              stream: StreamHandle) -> None:
         """Write ``pattern`` (1, 2, 4 or 8 bytes) ``count`` times from ``ptr`` in stream order."""
+        if self._closed:
+            raise self._closed_error("fill")
         raise _abstract("fill")
 
     def can_access_peer(self, index: int, peer: int) -> bool:
@@ -466,6 +422,8 @@ class Backend(abc.ABC):
         """Destroy a stream made by :meth:`stream_create` and return at once, as
         ``cudaStreamDestroy``: its queued work still runs to completion, and :meth:`free`,
         :meth:`vm_unmap` and :meth:`synchronize` of the device wait for it."""
+        if self._closed:
+            raise self._closed_error("stream_destroy")
 
     @abc.abstractmethod
     def stream_query(self, index: int, stream: StreamHandle) -> bool:
@@ -485,17 +443,23 @@ class Backend(abc.ABC):
 
     def stream_is_valid(self, index: int, stream: StreamHandle) -> bool:
         """True if ``stream`` names a live stream of device ``index`` (rebuilding a Stream)."""
+        if self._closed:
+            raise self._closed_error("stream_is_valid")
         return True
 
     def synchronize(self, index: int) -> None:
         """Block until all work on every stream of device ``index`` has completed, including
         work queued on streams destroyed since (:meth:`stream_destroy`)."""
+        if self._closed:
+            raise self._closed_error("synchronize")
         raise _abstract("synchronize")
 
     def launch_host_func(self, index: int, fn: Callable[[], None],
                          stream: StreamHandle) -> None:
         """Run the Python callable ``fn`` on the host once all earlier work on ``stream`` has
         completed; later work on ``stream`` waits for it (``cuLaunchHostFunc``)."""
+        if self._closed:
+            raise self._closed_error("launch_host_func")
         raise _unsupported(self, "launch_host_func", "host_functions")
 
     # ------------------------------------------------------------------ device-side compute
@@ -505,6 +469,8 @@ class Backend(abc.ABC):
         numbers (``dist`` is ``"uniform"`` with ``(a, b)``, ``"normal"`` with ``(mean, std)``
         or ``"randint"`` with ``(low, high - low)``) for generator state ``(seed, offset)``,
         ordered on ``stream`` (capability ``device_rng``; see docs/random.md)."""
+        if self._closed:
+            raise self._closed_error("philox_fill")
         raise _unsupported(self, "philox_fill", "device_rng")
 
     def elementwise_add(self, index: int, out: int, a: int, b: int, count: int, dtype: str,
@@ -512,6 +478,8 @@ class Backend(abc.ABC):
         """Stream-ordered ``out = a + b`` for ``count`` elements of numpy dtype name
         ``dtype``; ``out`` may alias ``a`` or ``b``; ValueError for unsupported dtypes
         (capability ``device_add``: ``accelrt.comm.reduce_add``)."""
+        if self._closed:
+            raise self._closed_error("elementwise_add")
         raise _unsupported(self, "elementwise_add", "device_add")
 
     # ------------------------------------------------------------------ events
@@ -557,6 +525,8 @@ class Backend(abc.ABC):
         capture. The default does :meth:`event_record` where ``stream`` is not capturing and
         raises :class:`~accelrt.CaptureNotSupportedError` where it is; a backend with graphs
         overrides it."""
+        if self._closed:
+            raise self._closed_error("event_record_external")
         if self.stream_is_capturing(index, stream):
             raise CaptureNotSupportedError(
                 f"the {self.name} backend cannot record an external event inside a graph "
@@ -571,6 +541,8 @@ class Backend(abc.ABC):
         for the event's latest record. The default does :meth:`stream_wait_event` where
         ``stream`` is not capturing and raises :class:`~accelrt.CaptureNotSupportedError`
         where it is; a backend with graphs overrides it."""
+        if self._closed:
+            raise self._closed_error("stream_wait_event_external")
         if self.stream_is_capturing(index, stream):
             raise CaptureNotSupportedError(
                 f"the {self.name} backend cannot wait on an external event inside a graph "
@@ -580,19 +552,27 @@ class Backend(abc.ABC):
     def event_ipc_handle(self, index: int, event: EventHandle) -> bytes:
         """Interprocess handle of an event made with ``interprocess=True``
         (capability ``interprocess_events``)."""
+        if self._closed:
+            raise self._closed_error("event_ipc_handle")
         raise _unsupported(self, "event_ipc_handle", "interprocess_events")
 
     def event_from_ipc_handle(self, index: int, handle: bytes) -> EventHandle:
         """Open an event from another process's :meth:`event_ipc_handle`."""
+        if self._closed:
+            raise self._closed_error("event_from_ipc_handle")
         raise _unsupported(self, "event_from_ipc_handle", "interprocess_events")
 
     # ------------------------------------------------------------------ graphs (capability graphs)
     def graph_capture_begin(self, index: int, stream: StreamHandle) -> None:
         """Start capturing the work submitted to ``stream``."""
+        if self._closed:
+            raise self._closed_error("graph_capture_begin")
         raise _unsupported(self, "graph_capture_begin", "graphs")
 
     def graph_capture_end(self, index: int, stream: StreamHandle) -> GraphHandle:
         """Stop capturing on ``stream``; return an executable graph handle."""
+        if self._closed:
+            raise self._closed_error("graph_capture_end")
         raise _unsupported(self, "graph_capture_end", "graphs")
 
     def graph_instantiate(self, index: int, graph: GraphHandle) -> int:
@@ -601,41 +581,57 @@ class Backend(abc.ABC):
         the first replay (at ``capture_end`` unless ``keep_graph=True``); ``graph_replay`` of
         a graph never instantiated instantiates it. The default, for a backend whose captured
         graph replays as it is: nothing to make; the id is the graph handle."""
+        if self._closed:
+            raise self._closed_error("graph_instantiate")
         return int(graph)
 
     def graph_replay(self, index: int, graph: GraphHandle, stream: StreamHandle) -> None:
         """Launch a captured graph on ``stream``."""
+        if self._closed:
+            raise self._closed_error("graph_replay")
         raise _unsupported(self, "graph_replay", "graphs")
 
     def graph_debug_dot(self, index: int, graph: GraphHandle, path: str,
                         verbose: bool) -> None:
         """Write a captured graph to the file ``path`` in Graphviz DOT format (``verbose``:
         every detail the backend has) (capability ``graph_dot``)."""
+        if self._closed:
+            raise self._closed_error("graph_debug_dot")
         raise _unsupported(self, "graph_debug_dot", "graph_dot")
 
     def graph_native_handles(self, index: int, graph: GraphHandle) -> tuple[int, int | None]:
         """The native handles of a captured graph: ``(graph, executable graph or None before
         it is instantiated)``, e.g. CUDA's ``CUgraph``/``CUgraphExec`` (capability
         ``graph_native_handles``)."""
+        if self._closed:
+            raise self._closed_error("graph_native_handles")
         raise _unsupported(self, "graph_native_handles", "graph_native_handles")
 
     def graph_destroy(self, index: int, graph: GraphHandle) -> None:
         """Destroy a captured graph."""
+        if self._closed:
+            raise self._closed_error("graph_destroy")
         raise _unsupported(self, "graph_destroy", "graphs")
 
     def stream_is_capturing(self, index: int, stream: StreamHandle) -> bool:
         """True while ``stream`` is capturing."""
+        if self._closed:
+            raise self._closed_error("stream_is_capturing")
         return False
 
     def graph_node_count(self, index: int, graph: GraphHandle) -> int | None:
         """Number of operations in a captured graph (``None``: the backend cannot tell); an
         empty capture makes :class:`accelrt.Graph` warn as PyTorch does."""
+        if self._closed:
+            raise self._closed_error("graph_node_count")
         return None
 
     def live_handles(self) -> dict[str, int] | None:
         """Counts of the live ``"streams"``, ``"events"`` and ``"graphs"`` this instance
         created (``None``: the backend does not count them), read by
         :func:`accelrt.testing.leak_check`."""
+        if self._closed:
+            raise self._closed_error("live_handles")
         return None
 
     # ------------------------------------------------------------------ lifetime
@@ -648,7 +644,10 @@ class Backend(abc.ABC):
         arrays and streams, then raises the same error). ``with backend:`` closes it at the
         end of the block.
 
-        Subclasses release what they hold, then call ``super().close()``.
+        Subclasses release what they hold, then call ``super().close()``; no method is
+        replaced: each operation of a subclass begins with ``if self._closed: raise
+        self._closed_error("malloc")`` (the flag ``close()`` sets), as the built-in backends'
+        do.
 
         Example::
 
@@ -663,22 +662,22 @@ class Backend(abc.ABC):
             ...     print(str(exc)[:34])
             the cpu backend instance is closed
         """
-        if self.__dict__.get("_closed"):
+        if self._closed:
             return
-        raiser = _closed_operation(self)
-        for attr in dir(type(self)):
-            if attr.startswith("_") or attr in _OPEN_AFTER_CLOSE:
-                continue
-            if callable(getattr(type(self), attr, None)) and not isinstance(
-                    getattr(type(self), attr), (type, property)):
-                self.__dict__[attr] = raiser(attr)   # shadows the method on this instance
         self.streams_idle = False   # the core asks stream_query again, which says "closed"
-        self.__dict__["_closed"] = True
+        self._closed = True
 
     @property
     def closed(self) -> bool:
         """True once :meth:`close` ran."""
-        return bool(self.__dict__.get("_closed"))
+        return self._closed
+
+    def _closed_error(self, operation: str) -> AcceleratorValueError:
+        """The error every operation of a closed instance raises (each checks ``_closed``
+        first, all but those in ``_OPEN_AFTER_CLOSE``)."""
+        return AcceleratorValueError(
+            f"the {self.name} backend instance is closed (close() or the end of its with "
+            f"block), so {operation}() cannot run; use an instance that is open")
 
     def __enter__(self) -> Backend:
         return self
@@ -691,25 +690,13 @@ class Backend(abc.ABC):
 
 
 #: what stays callable on a closed backend: closing again, and the questions about the devices
-#: (discovery, properties, capabilities), which need none of the resources close() released
+#: (discovery, properties, capabilities), which need none of the resources close() released;
+#: every other public operation of a built-in backend checks ``_closed`` first
 _OPEN_AFTER_CLOSE = frozenset((
     "close", "unavailable_reason", "default_candidate", "device_count", "get_device_properties",
     "get_device_capability", "get_memory_info", "capabilities", "host_accessible",
     "vm_supported", "graph_supported", "supports_interprocess_events", "arch_list",
     "oom_advice", "stream_priority_range", "default_stream", "can_access_peer"))
-
-
-def _closed_operation(backend: Backend) -> Callable[[str], Callable[..., Any]]:
-    name = backend.name
-
-    def make(attr: str) -> Callable[..., Any]:
-        def closed(*args: Any, **kwargs: Any) -> Any:
-            raise AcceleratorValueError(
-                f"the {name} backend instance is closed (close() or the end of its with "
-                f"block), so {attr}() cannot run; use an instance that is open")
-        closed.__name__ = attr
-        return closed
-    return make
 
 
 # ---------------------------------------------------------------------- registry

@@ -125,8 +125,8 @@ class Event:
         self._timing = _check_flag("enable_timing", enable_timing)
         self._blocking = _check_flag("blocking", blocking)
         self._interprocess = _check_flag("interprocess", interprocess)
-        if interprocess and not b.supports_interprocess_events(
-                _tls.device.get(b.name, 0) if index is None else index):
+        if interprocess and not b.capabilities(
+                _tls.device.get(b.name, 0) if index is None else index).interprocess_events:
             raise ValueError(f"the {b.name} backend cannot share events between processes; "
                              "create the event with interprocess=False")
         self._b = b

@@ -297,7 +297,8 @@ def asarray(obj: object, device: DeviceLike = None, dtype: DTypeLike | None = No
     # carry no read-only flag; DLPack memory is shared as PyTorch's from_dlpack does.
     shareable = (not python_data and host.dtype == dt and host.size > 0
                  and host.flags.c_contiguous and host.flags.aligned
-                 and (host.flags.writeable or from_dlpack) and b.host_accessible(index))
+                 and (host.flags.writeable or from_dlpack)
+                 and b.capabilities(index).host_accessible)
     if shareable and not copy:
         _lazy_init(b, index)
         mem = _Memory(host.ctypes.data, host.nbytes, None, base=host, host=True)

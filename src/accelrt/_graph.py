@@ -8,7 +8,7 @@ graph, so addresses baked into the graph stay valid and are not reused by other 
 can share a pool (``Graph(pool=other.pool())``). The life of a graph follows PyTorch's:
 ``capture_begin`` -> ``capture_end`` (which instantiates the executable graph unless
 ``keep_graph=True``) -> ``instantiate`` (explicit, or on the first ``replay``) -> ``replay`` ...
--> ``reset``. Backends that cannot capture (``Backend.graph_supported`` is False) raise
+-> ``reset``. Backends that cannot capture (``capabilities(index).graphs`` is False) raise
 :class:`~accelrt.CaptureNotSupportedError`.
 
 Hooks (``register_graph_capture_start_hook`` and the rest, ``torch.cuda.graphs``' names) are
@@ -35,7 +35,6 @@ import itertools
 import os
 import threading
 import warnings
-import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
@@ -44,6 +43,8 @@ from . import _stream
 from ._device import _lazy_init, _require_current, _tls
 from ._errors import CaptureNotSupportedError, ClosedError
 from ._fork import reinit_after_fork
+from ._graph_hooks import HOOK_KINDS, RemovableHandle, _add_hook, _run_global, export_dot
+from ._graph_hooks import register_global_hook as register_global_hook
 from ._handles import GraphHandle, StreamHandle
 
 if TYPE_CHECKING:
@@ -135,110 +136,6 @@ def _torch_only(name: str, value: object) -> None:
     if value is not False:
         raise ValueError(f"{name}={value!r} is not supported: it tracks PyTorch tensors, which "
                          f"accelrt does not have; pass {name}=False (see docs/differences.md)")
-
-
-# ---------------------------------------------------------------------- hooks
-
-class RemovableHandle:
-    """What a ``register_*_hook`` call returns (``torch.utils.hooks.RemovableHandle``):
-    :meth:`remove` unregisters the hook; ``with handle:`` removes it at the end of the block.
-
-    Example::
-
-        >>> import accelrt as acc
-        >>> h = acc.cpu.graphs.register_graph_replay_start_hook(lambda g: None)
-        >>> h.remove(); h.remove()     # idempotent
-    """
-
-    _next_id: ClassVar[itertools.count[int]] = itertools.count()
-
-    def __init__(self, hooks: collections.OrderedDict[int, Any]) -> None:
-        self.id = next(RemovableHandle._next_id)
-        self._hooks = weakref.ref(hooks)
-
-    def remove(self) -> None:
-        """Unregister the hook (nothing happens if it was removed already)."""
-        hooks = self._hooks()
-        if hooks is not None:
-            hooks.pop(self.id, None)
-
-    def __enter__(self) -> RemovableHandle:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.remove()
-
-    def __repr__(self) -> str:
-        return f"<accelrt RemovableHandle id={self.id}>"
-
-
-def _add_hook(hooks: collections.OrderedDict[int, Any], fn: Any) -> RemovableHandle:
-    if not callable(fn):
-        raise TypeError(f"a hook must be callable, got {type(fn).__name__}")
-    handle = RemovableHandle(hooks)
-    hooks[handle.id] = fn
-    return handle
-
-
-#: ``torch.cuda.graphs``' module-level hook kinds; each hook receives the graph, except
-#: ``destroy`` hooks, which receive the set of executable-graph ids of the destroyed graph.
-HOOK_KINDS = ("capture_start", "capture_end", "instantiate", "replay_start", "replay_end",
-              "destroy")
-#: Module-level hooks per backend name and kind (``accelrt.cuda.graphs.register_graph_*``);
-#: registration and removal are single dict operations, runs iterate over a copy.
-_global_hooks: dict[str, dict[str, collections.OrderedDict[int, Callable[..., None]]]] = {}
-
-
-def register_global_hook(backend_name: str, kind: str,
-                         fn: Callable[..., None]) -> RemovableHandle:
-    """Register a ``torch.cuda.graphs.register_graph_<kind>_hook`` hook for the graphs of
-    backend ``backend_name`` (what the device modules' ``graphs`` submodules call)."""
-    if kind not in HOOK_KINDS:
-        raise ValueError(f"unknown graph hook kind {kind!r}; use one of {HOOK_KINDS}")
-    with _lock:
-        kinds = _global_hooks.setdefault(backend_name, {})
-        hooks = kinds.setdefault(kind, collections.OrderedDict())
-    return _add_hook(hooks, fn)
-
-
-def _run_global(backend_name: str, kind: str, arg: object) -> None:
-    """Run the module-level hooks of one kind; a failing hook never breaks the graph's step
-    (nor the other hooks), as in PyTorch."""
-    hooks = _global_hooks.get(backend_name, {}).get(kind)
-    if not hooks:
-        return
-    for fn in list(hooks.values()):
-        try:
-            fn(arg)
-        except Exception:  # noqa: BLE001, S112 - PyTorch swallows module-level hook errors
-            continue
-
-
-def export_dot(path: str | os.PathLike[str], *,
-               verbose: bool = True) -> Callable[[Graph], None]:
-    """A capture-end hook that writes the captured graph to ``path`` in Graphviz DOT format
-    (``torch.cuda.graphs.export_dot``): register it with a graph's
-    ``register_capture_end_hook`` (or ``register_graph_capture_end_hook``); it works whatever
-    ``keep_graph`` is, since it runs while the captured graph is still there.
-
-    Example::
-
-        >>> import pathlib, tempfile, accelrt as acc
-        >>> path = pathlib.Path(tempfile.mkdtemp()) / "g.dot"
-        >>> g = acc.cpu.Graph()
-        >>> _ = g.register_capture_end_hook(acc.cpu.graphs.export_dot(path))
-        >>> x = acc.zeros(4, device="cpu")
-        >>> with acc.cpu.graph(g):
-        ...     _ = x.fill_(1.0)
-        >>> path.read_text().startswith("digraph")
-        True
-    """
-    target = os.fspath(path)
-
-    def _hook(cuda_graph: Graph) -> None:
-        cuda_graph._dump_dot(target, verbose)
-
-    return _hook
 
 
 # ---------------------------------------------------------------------- graphs
@@ -336,7 +233,7 @@ class Graph:
             raise ValueError(f"a {type(self).__name__} captures {self._backend_name} work, not "
                              f"{b.name} work; use accelrt.Graph")
         pid = _pool_id(pool)
-        if not b.graph_supported(index):
+        if not b.capabilities(index).graphs:
             raise CaptureNotSupportedError(
                 f"the {b.name} backend cannot capture graphs; use a backend with graph "
                 "support (cuda, cpu) or run the work eagerly")

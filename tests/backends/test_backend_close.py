@@ -47,3 +47,23 @@ def test_closing_the_registry_instance_closes_the_backend_for_the_process() -> N
             acc.zeros(4, device=f"{name}:0").numpy()
     finally:
         acc.backends.unregister(name)
+
+
+@pytest.mark.parametrize("factory", [lambda: CpuBackend(async_streams=True),
+                                     lambda: acc.testing.SimulatedBackend()],
+                         ids=["cpu", "simulated"])
+def test_every_operation_checks_the_closed_flag(factory: object) -> None:
+    """close() rebinds no method: each public operation (all but the questions about the
+    devices) checks the flag first, so it raises the closed error whatever its arguments."""
+    from accelrt._backend import _OPEN_AFTER_CLOSE
+    b = factory()   # type: ignore[operator]
+    b.close()
+    methods = {k for k in dir(type(b)) if callable(getattr(type(b), k, None))}
+    assert not methods & set(vars(b))   # no method shadowed on the instance
+    for attr in dir(type(b)):
+        member = getattr(type(b), attr)
+        if attr.startswith("_") or attr in _OPEN_AFTER_CLOSE or not callable(member) \
+                or isinstance(member, type) or isinstance(vars(type(b)).get(attr), classmethod):
+            continue
+        with pytest.raises(ValueError, match=f"instance is closed .* so {attr}\\(\\) cannot"):
+            getattr(b, attr)(*([0] * 12)[:member.__code__.co_argcount - 1])

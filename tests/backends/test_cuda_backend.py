@@ -1611,3 +1611,20 @@ def test_gpu_native_handles_and_external_stream_round_trip(cuda: Any) -> None:
     e.close()                      # not owned: the CUstream stays alive
     s.synchronize()
     assert s.query()
+
+
+def test_closed_flag_checked_by_every_delegated_operation(fake: tuple[Any, FakeDriver]) -> None:
+    """The backend delegates to its parts (memory, streams, graphs, ops) after checking the
+    closed flag: no method is shadowed on the instance, and each operation raises."""
+    from accelrt._backend import _OPEN_AFTER_CLOSE
+    b, _drv = fake
+    b.close()
+    methods = {k for k in dir(type(b)) if callable(getattr(type(b), k, None))}
+    assert not methods & set(vars(b))
+    for attr in sorted(methods):
+        member = getattr(type(b), attr)
+        if attr.startswith("_") or attr in _OPEN_AFTER_CLOSE or isinstance(member, type) \
+                or isinstance(vars(type(b)).get(attr), classmethod):
+            continue
+        with pytest.raises(ValueError, match=f"instance is closed .* so {attr}\\(\\) cannot"):
+            getattr(b, attr)(*([0] * 12)[:member.__code__.co_argcount - 1])

@@ -16,7 +16,7 @@ from helpers.gates import _blocked, _in_driver_wait
 
 
 def test_a_spinning_cuda_driver_wait_reads_as_blocked() -> None:
-    from accelrt.backends.cuda._streams import StreamMixin
+    from accelrt.backends.cuda._streams import CudaStreams
 
     # a C call that keeps its thread running (not sleeping) with the GIL released, as the
     # driver's spin-wait does: the innermost Python frame is the backend's synchronize()
@@ -27,7 +27,7 @@ def test_a_spinning_cuda_driver_wait_reads_as_blocked() -> None:
 
     def wait() -> None:
         try:
-            StreamMixin.synchronize(stub, 0)  # type: ignore[arg-type]
+            CudaStreams.synchronize(stub, 0)  # type: ignore[arg-type]
         except Exception:  # noqa: BLE001, S110 - the spin's bytes are no CUresult: irrelevant
             pass
 

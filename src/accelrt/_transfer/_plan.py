@@ -76,7 +76,7 @@ class Place:
     def host_readable(self) -> bool:
         """True if the host can read and write this memory at its address."""
         b = self.backend
-        return b is None or b.host_accessible(self.index)
+        return b is None or b.capabilities(self.index).host_accessible
 
     @staticmethod
     def of(array: Any) -> Place:

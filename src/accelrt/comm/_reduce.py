@@ -65,7 +65,7 @@ def sum_into(dest: Place, root: Info, others: Sequence[Info]) -> Any:
     if res.nbytes == 0:
         return result
     dst_stream = stream_of(dest)
-    if b.host_accessible(dest.index):
+    if b.capabilities(dest.index).host_accessible:
         _host_sum(dest, dst_stream, res, root, others)
     elif b.capabilities(dest.index).device_add:
         _kernel_sum(dest, dst_stream, res, root, others)
@@ -83,7 +83,7 @@ def _host_sum(dest: Place, dst_stream: Any, res: Info, root: Info,
     direct: list[Any] = []   # streams of peer devices read in place
     for x in others:
         peer = x.mem
-        if (peer.backend is b and peer.index != dest.index and b.host_accessible(peer.index)
+        if (peer.backend is b and peer.index != dest.index and b.capabilities(peer.index).host_accessible
                 and b.can_access_peer(dest.index, peer.index)):
             s = stream_of(peer)
             barrier(s, dst_stream)          # the sum waits for the peer's pending work

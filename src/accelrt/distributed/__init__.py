@@ -1875,7 +1875,7 @@ def _copy(dst: Any, dst_off: int, src: Any, src_off: int, nbytes: int) -> None:
     b, index = dst._b, dst._index
     cur = _current(b, index)
     dptr, sptr = dst.data_ptr() + dst_off, src.data_ptr() + src_off
-    if b.host_accessible(index):   # cpu arrays may borrow host memory: copy in stream order
+    if b.capabilities(index).host_accessible:   # cpu arrays may borrow host memory: copy in stream order
         import ctypes
 
         from ..comm._transfer import run_on_stream

@@ -789,8 +789,8 @@ class ProcessGroup:
                                  result)
         # borrowed host memory (cpu arrays made from numpy) is never staged
         borrowed = all(a._mem.host for a in arrays)
-        host_ok = borrowed or (b.host_accessible(index) and not _force_stage())
-        if (host_ok and b.host_accessible(index) and not DETAIL
+        host_ok = borrowed or (b.capabilities(index).host_accessible and not _force_stage())
+        if (host_ok and b.capabilities(index).host_accessible and not DETAIL
                 and getattr(eng, "fast_ok", lambda: False)()):
             self._fast[(b, index)] = (eng, ctx)
         if host_ok or eng.device_aware(loc.type):
@@ -1081,7 +1081,7 @@ class ProcessGroup:
             w = Work(self, op, seq, event=done, stream_of=(b, index), outputs=[array])
             w._source = peer
             return w
-        if (array._mem.host or b.host_accessible(index) and not _force_stage()
+        if (array._mem.host or b.capabilities(index).host_accessible and not _force_stage()
                 or eng.device_aware(loc.type)):
             if not cur.query():
                 cur.synchronize()

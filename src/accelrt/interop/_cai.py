@@ -321,7 +321,7 @@ def cuda_array_interface(array: Any, *, synchronize: bool = False) -> dict[str, 
         raise TypeError(f"synchronize must be a bool, got {type(synchronize).__name__}")
     from .._device import _get_device
     b, index = _get_device(array.device)
-    if b.host_accessible(index):
+    if b.capabilities(index).host_accessible:
         raise ValueError(f"{array.device} memory is host memory; share it with numpy() or "
                          "DLPack (np.from_dlpack) instead of __cuda_array_interface__")
     _lazy_init(b, index)

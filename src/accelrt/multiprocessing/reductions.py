@@ -113,7 +113,7 @@ def _readiness(b: Any, index: int) -> tuple[bytes | None, Any]:
     stream = _current(b, index)
     if stream.query():
         return None, None
-    if b.supports_interprocess_events(index):
+    if b.capabilities(index).interprocess_events:
         ev = _event.Event(f"{b.name}:{index}", interprocess=True)
         ev.record(stream)
         return ev.ipc_handle(), ev

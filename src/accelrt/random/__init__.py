@@ -504,9 +504,9 @@ def _new(shape: tuple[int, ...], dtype: DTypeLike, device: DeviceLike,
                                  nblocks)
     else:
         work = functools.partial(_philox.fill_at, ptr, n, dt, dist, seed_, offset, params)
-    try:
+    if caps.host_functions:
         b.launch_host_func(index, work, stream)
-    except NotImplementedError:
+    else:
         b.stream_synchronize(index, stream)
         work()
     return out
@@ -556,12 +556,11 @@ def _fill(out: Array, b: Backend, index: int, stream: StreamHandle, n: int, dist
         return
     if mem.host or caps.host_accessible:
         work = functools.partial(_philox.fill_at, ptr, n, dtype, dist, seed_, offset, params)
-        try:
-            b.launch_host_func(index, work, stream)
-        except NotImplementedError:
+        if not caps.host_functions:
             b.stream_synchronize(index, stream)
             work()
             return
+        b.launch_host_func(index, work, stream)
         if keep:
             _hold(b, index, stream, keep)
         return

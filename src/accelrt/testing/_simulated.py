@@ -190,6 +190,7 @@ class SimulatedBackend(Backend):
                  granularity: int = _VM_GRANULARITY, vm: bool = True,
                  auto_complete: bool = True, host_capacity: int | None = None,
                  priority_range: tuple[int, int] = (0, 0), name: str | None = None) -> None:
+        self._closed = False   # Backend._closed on the instance: each operation reads it
         if not isinstance(capacity, int) or isinstance(capacity, bool):
             raise TypeError(f"capacity must be an int number of bytes, got {type(capacity).__name__}")
         if not isinstance(device_count, int) or isinstance(device_count, bool):
@@ -271,24 +272,32 @@ class SimulatedBackend(Backend):
             >>> b.calls(0)["malloc"], b.calls(0)["free"], b.calls(0)["vm_map"]
             (1, 1, 0)
         """
+        if self._closed:
+            raise self._closed_error("calls")
         with self._lock:
             return dict(self._devices[index].calls)
 
     def live_handles(self) -> dict[str, int]:
         """Streams made and not destroyed, and events not destroyed (read by
         :func:`accelrt.testing.leak_check`)."""
+        if self._closed:
+            raise self._closed_error("live_handles")
         with self._lock:
             return {"streams": len(self._streams), "events": len(self._events), "graphs": 0}
 
     def last_record(self, event: EventHandle) -> tuple[int, StreamHandle] | None:
         """``(device, stream)`` of the last :meth:`event_record` of ``event`` (``None``:
         never recorded)."""
+        if self._closed:
+            raise self._closed_error("last_record")
         rec = self._event(event)
         return None if rec is None else (rec[0], StreamHandle(rec[1]))
 
     def init_device(self, index: int) -> None:
         """Counted only (``calls(index)["init_device"]``): the core calls it once per thread
         and device before the first operation there, as it would make a context current."""
+        if self._closed:
+            raise self._closed_error("init_device")
         self._count(index, "init_device")
 
     def _count(self, index: int, what: str) -> _Device:
@@ -299,6 +308,8 @@ class SimulatedBackend(Backend):
 
     # ------------------------------------------------------------------ memory
     def malloc(self, index: int, size: int) -> DevicePtr:
+        if self._closed:
+            raise self._closed_error("malloc")
         _check_size(size, "malloc")
         dev = self._devices[index]
         with self._lock:
@@ -317,6 +328,8 @@ class SimulatedBackend(Backend):
         return DevicePtr(ptr)
 
     def free(self, index: int, ptr: DevicePtr) -> None:
+        if self._closed:
+            raise self._closed_error("free")
         dev = self._devices[index]
         with self._lock:
             size = dev.blocks.pop(ptr, None)
@@ -327,6 +340,8 @@ class SimulatedBackend(Backend):
             dev.calls["free"] += 1
 
     def host_malloc(self, size: int) -> int:
+        if self._closed:
+            raise self._closed_error("host_malloc")
         _check_size(size, "host_malloc")
         with self._lock:
             if (self.host_capacity is not None
@@ -338,6 +353,8 @@ class SimulatedBackend(Backend):
         return ptr
 
     def host_free(self, ptr: int) -> None:
+        if self._closed:
+            raise self._closed_error("host_free")
         with self._lock:
             if self._host.pop(ptr, None) is None:
                 raise ValueError(f"simulated host_free of {ptr:#x}, which host_malloc did not "
@@ -345,6 +362,8 @@ class SimulatedBackend(Backend):
 
     def host_bytes(self) -> int:
         """Bytes of simulated pinned host memory currently allocated."""
+        if self._closed:
+            raise self._closed_error("host_bytes")
         with self._lock:
             return sum(self._host.values())
 
@@ -357,6 +376,8 @@ class SimulatedBackend(Backend):
                 "backend.capabilities(index).virtual_memory before calling it")
 
     def vm_granularity(self, index: int) -> int:
+        if self._closed:
+            raise self._closed_error("vm_granularity")
         self._check_vm("vm_granularity")
         return self.granularity
 
@@ -367,6 +388,8 @@ class SimulatedBackend(Backend):
                              f"the {g}-byte granularity")
 
     def vm_reserve(self, index: int, size: int) -> DevicePtr:
+        if self._closed:
+            raise self._closed_error("vm_reserve")
         self._check_vm("vm_reserve")
         _check_size(size, "vm_reserve")
         self._check_aligned(0, size, "vm_reserve")
@@ -385,6 +408,8 @@ class SimulatedBackend(Backend):
         return DevicePtr(ptr)
 
     def vm_release(self, index: int, ptr: DevicePtr, size: int) -> None:
+        if self._closed:
+            raise self._closed_error("vm_release")
         self._check_vm("vm_release")
         dev = self._devices[index]
         with self._lock:
@@ -408,6 +433,8 @@ class SimulatedBackend(Backend):
     def vm_map(self, index: int, ptr: int, size: int) -> bool:
         """Back ``[ptr, ptr+size)`` with one mapping (as cuMemCreate + cuMemMap would): it can
         only be unmapped whole, alone or with adjacent mappings."""
+        if self._closed:
+            raise self._closed_error("vm_map")
         dev = self._devices[index]
         with self._lock:
             self._check_range(dev, ptr, size, "vm_map")
@@ -427,6 +454,8 @@ class SimulatedBackend(Backend):
     def vm_unmap(self, index: int, ptr: int, size: int) -> None:
         """Unmap ``[ptr, ptr+size)``: a run of whole mappings made by :meth:`vm_map` (a range
         that cuts a mapping raises ``ValueError``, as on CUDA)."""
+        if self._closed:
+            raise self._closed_error("vm_unmap")
         dev = self._devices[index]
         with self._lock:
             self._check_range(dev, ptr, size, "vm_unmap")
@@ -506,6 +535,8 @@ class SimulatedBackend(Backend):
     def launch_work(self, stream: int, index: int = 0) -> None:
         """Queue one operation on ``stream`` of device ``index`` (it stays pending unless
         ``auto_complete``): what a kernel launch would do to the stream's completion."""
+        if self._closed:
+            raise self._closed_error("launch_work")
         dev = self._devices[index]
         with self._lock:
             seq = dev.queued.get(stream, 0) + 1
@@ -515,10 +546,14 @@ class SimulatedBackend(Backend):
 
     def complete_stream(self, stream: int, index: int = 0) -> None:
         """Complete every operation queued on ``stream`` of device ``index`` so far."""
+        if self._closed:
+            raise self._closed_error("complete_stream")
         self._complete(index, stream)
 
     def complete_all(self) -> None:
         """Complete every operation queued so far on every stream of every device."""
+        if self._closed:
+            raise self._closed_error("complete_all")
         for index, dev in enumerate(self._devices):
             with self._lock:
                 streams = list(dev.queued)
@@ -536,16 +571,22 @@ class SimulatedBackend(Backend):
     def memcpy(self, index: int, dst: int, src: int, nbytes: int, kind: str,
                stream: StreamHandle) -> None:
         """Queue a copy that copies nothing: a simulated device holds no data."""
+        if self._closed:
+            raise self._closed_error("memcpy")
         self._submit(index, stream, "memcpy")
 
     def memset(self, index: int, ptr: int, value: int, nbytes: int,
                stream: StreamHandle) -> None:
         """Queue a memset that writes nothing: a simulated device holds no data."""
+        if self._closed:
+            raise self._closed_error("memset")
         self._submit(index, stream, "memset")
 
     def fill(self, index: int, ptr: int, pattern: bytes, count: int,
              stream: StreamHandle) -> None:
         """Queue a fill that writes nothing: a simulated device holds no data."""
+        if self._closed:
+            raise self._closed_error("fill")
         self._submit(index, stream, "fill")
 
     # ------------------------------------------------------------------ streams
@@ -553,6 +594,8 @@ class SimulatedBackend(Backend):
         return self._priority_range
 
     def stream_create(self, index: int, priority: int) -> StreamHandle:
+        if self._closed:
+            raise self._closed_error("stream_create")
         self._count(index, "stream_create")
         with self._lock:
             stream = next(self._handles)
@@ -562,6 +605,8 @@ class SimulatedBackend(Backend):
     def stream_destroy(self, index: int, stream: StreamHandle) -> None:
         """Forget ``stream``; its queued work still completes (as in CUDA) and
         :meth:`synchronize` still waits for it."""
+        if self._closed:
+            raise self._closed_error("stream_destroy")
         dev = self._count(index, "stream_destroy")
         with self._lock:
             dev.destroyed.add(stream)
@@ -570,26 +615,36 @@ class SimulatedBackend(Backend):
     def stream_is_valid(self, index: int, stream: StreamHandle) -> bool:
         """Any non-negative int names a stream until it is destroyed (a test may queue work
         on stream 3 without making it)."""
+        if self._closed:
+            raise self._closed_error("stream_is_valid")
         if isinstance(stream, bool) or not isinstance(stream, int) or stream < 0:
             return False
         return stream not in self._devices[index].destroyed
 
     def stream_query(self, index: int, stream: StreamHandle) -> bool:
+        if self._closed:
+            raise self._closed_error("stream_query")
         dev = self._count(index, "stream_query")
         self._kept.raise_for([(index, stream)], _describe)
         with self._lock:
             return dev.done.get(stream, 0) >= dev.queued.get(stream, 0)
 
     def stream_synchronize(self, index: int, stream: StreamHandle) -> None:
+        if self._closed:
+            raise self._closed_error("stream_synchronize")
         self._count(index, "stream_synchronize")
         self._complete(index, stream)
         self._kept.raise_for([(index, stream)], _describe)
 
     def stream_wait_event(self, index: int, stream: StreamHandle, event: EventHandle) -> None:
         """Counted only: the caller completes streams in the order it wants."""
+        if self._closed:
+            raise self._closed_error("stream_wait_event")
         self._count(index, "stream_wait_event")
 
     def synchronize(self, index: int) -> None:
+        if self._closed:
+            raise self._closed_error("synchronize")
         dev = self._count(index, "synchronize")
         with self._lock:
             streams = list(dev.queued)
@@ -601,6 +656,8 @@ class SimulatedBackend(Backend):
         """Run ``fn`` once the work queued on ``stream`` before it completes (at once with
         ``auto_complete``); an exception it raises is kept and raised by the next
         synchronization of the stream or device, as on a device."""
+        if self._closed:
+            raise self._closed_error("launch_host_func")
         self._submit(index, stream, "launch_host_func", fn)
 
     # ------------------------------------------------------------------ events
@@ -613,6 +670,8 @@ class SimulatedBackend(Backend):
 
     def event_create(self, index: int, enable_timing: bool, blocking: bool,
                      interprocess: bool) -> EventHandle:
+        if self._closed:
+            raise self._closed_error("event_create")
         self._count(index, "event_create")
         with self._lock:
             event = next(self._handles)
@@ -620,6 +679,8 @@ class SimulatedBackend(Backend):
         return EventHandle(event)
 
     def event_destroy(self, index: int, event: EventHandle) -> None:
+        if self._closed:
+            raise self._closed_error("event_destroy")
         self._event(event)
         self._count(index, "event_destroy")
         with self._lock:
@@ -628,6 +689,8 @@ class SimulatedBackend(Backend):
     def event_record(self, index: int, event: EventHandle, stream: StreamHandle) -> None:
         """Record ``event`` on ``stream``: one more operation of the stream, which completes
         with it."""
+        if self._closed:
+            raise self._closed_error("event_record")
         self._event(event)
         if not self.stream_is_valid(index, stream):
             raise bad_handle("stream", stream, f" of simulated:{index}",
@@ -637,6 +700,8 @@ class SimulatedBackend(Backend):
             self._events[event] = (index, stream, seq)
 
     def event_query(self, index: int, event: EventHandle) -> bool:
+        if self._closed:
+            raise self._closed_error("event_query")
         rec = self._event(event)
         self._count(index, "event_query")
         if rec is None:
@@ -647,6 +712,8 @@ class SimulatedBackend(Backend):
             return dev.done.get(stream, 0) >= seq
 
     def event_synchronize(self, index: int, event: EventHandle) -> None:
+        if self._closed:
+            raise self._closed_error("event_synchronize")
         rec = self._event(event)
         self._count(index, "event_synchronize")
         if rec is not None:
@@ -656,6 +723,8 @@ class SimulatedBackend(Backend):
 
     def event_elapsed_time(self, index: int, start: EventHandle, end: EventHandle) -> float:
         """0.0: simulated work takes no time."""
+        if self._closed:
+            raise self._closed_error("event_elapsed_time")
         self._event(start)
         self._event(end)
         self._count(index, "event_elapsed_time")

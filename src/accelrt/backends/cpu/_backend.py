@@ -38,16 +38,12 @@ from ..._backend import Backend, Capabilities
 from ..._errors import DeviceError, map_backend_errors
 from ..._fork import reinit_after_fork
 from ..._handles import DevicePtr, EventHandle, GraphHandle, StreamHandle
-from ..._properties import derived_uuid
 from ._config import (
     ENV_MEMORY,
     CpuConfig,
+    budget_advice,
     config_error,
-    cpu_has_bf16,
-    format_memory_size,
-    human_size,
-    l2_cache_size,
-    processor_name,
+    device_properties,
     resolve_config,
 )
 from ._memory import (
@@ -59,11 +55,11 @@ from ._memory import (
     vm_available,
 )
 from ._ipc import IpcEventState
-from ._mempool import ATTRIBUTES as _POOL_ATTRIBUTES
-from ._mempool import StreamOrderedPool
+from ._mempool import StreamOrderedPool, check_attribute
 from .._common import (HandleTable, KeptErrors, bad_handle, check_byte, check_index, check_ptr,
                        fill_pattern)
-from ._streams import Capture, CpuEvent, CpuStream, Record
+from ._graphs import CpuGraphs
+from ._streams import Capture, CpuEvent, CpuStream, Record, describe, stamp, work_error
 
 __all__ = ["CpuBackend"]
 
@@ -74,10 +70,6 @@ _PRIORITY_LEAST, _PRIORITY_GREATEST = 0, -1
 _MAX_RESERVATION = (1 << 63) - 2 * VM_GRANULARITY
 
 
-def _stamp(rec: Record) -> None:
-    rec.ts = _now()
-
-
 def _fill(ptr: int, nbytes: int, dtype: Any, value: Any) -> None:
     host_view(ptr, nbytes).view(dtype)[:] = value
 
@@ -85,38 +77,6 @@ def _fill(ptr: int, nbytes: int, dtype: Any, value: Any) -> None:
 def _close_all(default: list[CpuStream], streams: dict[int, CpuStream]) -> None:
     for s in itertools.chain(default, list(streams.values())):
         s.close()
-
-
-def _describe(s: CpuStream) -> str:
-    return f"cpu: work on stream {s.handle} of cpu:{s.device} failed"
-
-
-def _work_error(s: CpuStream, exc: BaseException) -> DeviceError:
-    err = DeviceError(f"{_describe(s)}: {type(exc).__name__}: {exc}")
-    err.__cause__ = exc
-    return err
-
-
-def _call_name(fn: Callable[..., object]) -> str:
-    """The name of a recorded call (a ``functools.partial``'s function)."""
-    while isinstance(fn, partial):
-        fn = fn.func
-    if fn is ctypes.memmove or fn is ctypes.memset:   # copies and fills: C functions
-        return "memmove" if fn is ctypes.memmove else "memset"
-    return str(getattr(fn, "__qualname__", None) or type(fn).__qualname__)
-
-
-def _dot_text(text: str) -> str:
-    """``text`` inside a DOT double-quoted string (a newline becomes DOT's ``\\n``)."""
-    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-class _Graph:
-    __slots__ = ("device", "ops")
-
-    def __init__(self, device: int, ops: tuple[tuple[str, Any], ...]) -> None:
-        self.device = device
-        self.ops = ops
 
 
 class CpuBackend(Backend):
@@ -160,6 +120,7 @@ class CpuBackend(Backend):
     def __init__(self, num_devices: int | None = None, memory_limit: int | str | None = None,
                  async_streams: bool | None = None, *, name: str | None = None,
                  shared_memory: bool | None = None) -> None:
+        self._closed = False   # Backend._closed on the instance: each operation reads it
         self._config: CpuConfig = resolve_config(num_devices, memory_limit, async_streams,
                                                  shared_memory=shared_memory)
         #: where the budget came from, for out-of-memory messages
@@ -192,8 +153,10 @@ class CpuBackend(Backend):
         # and free, vm_unmap and synchronize wait for it); see _retiring
         self._retired: list[CpuStream] = []           # guarded by _lock
         self._events: HandleTable[CpuEvent] = HandleTable(self._lock, self._handles)
-        self._graphs: dict[int, _Graph] = {}          # guarded by _lock (writes)
-        self._capturing: dict[CpuStream, Capture] = {}  # guarded by _lock (writes)
+        # graph capture and captured graphs; _capturing is its dict of capturing streams,
+        # read on the fast paths (stream -> open capture)
+        self._graphs = CpuGraphs(self._lock, self._handles)
+        self._capturing: dict[CpuStream, Capture] = self._graphs.capturing
         # device index -> handles of its live streams (0 included): the fast paths' check
         self._valid: dict[int, set[int]] = {i: {0} for i in range(n)}  # guarded by _lock
         # the contract's hint (Backend.streams_idle), also this backend's own fast-path
@@ -225,6 +188,8 @@ class CpuBackend(Backend):
             {'streams': 0, 'events': 1, 'graphs': 0}
             >>> b.event_destroy(0, e)
         """
+        if self._closed:
+            raise self._closed_error("live_handles")
         return {"streams": len(self._streams), "events": len(self._events),
                 "graphs": len(self._graphs)}
 
@@ -313,22 +278,7 @@ class CpuBackend(Backend):
             1000
         """
         self._check_index(index)
-        return {
-            "name": processor_name(),
-            "total_memory": self._config.memory_limit,
-            "multi_processor_count": os.cpu_count() or 1,
-            "uuid": str(derived_uuid(self.name, index)),   # this machine + backend + index
-            "L2_cache_size": l2_cache_size(),
-            "is_integrated": True,                       # device memory is host memory
-            "warp_size": 1,
-            "max_threads_per_multi_processor": 1,
-            "async_streams": self._async,
-            "vm_supported": vm_available(),
-            "vm_granularity": VM_GRANULARITY,
-            "host_accessible": True,
-            "has_bfloat16": cpu_has_bf16(),   # AVX512-BF16 / AMX-BF16 / Arm BF16 instructions
-            "has_tf32": False,                # no CPU has TF32 matrix units
-        }
+        return device_properties(self._config, self.name, index)
 
     def get_memory_info(self, index: int) -> tuple[int, int]:
         """``(budget - used, budget)`` of device ``index``."""
@@ -339,27 +289,20 @@ class CpuBackend(Backend):
         """The sentence an out-of-memory error on device ``index`` ends with: the budget, where
         it came from, and how to raise it (``ACCELRT_CPU_MEMORY``)."""
         mem = self._mem[self._check_index(index)]
-        budget = human_size(mem.budget)
-        bigger = format_memory_size(mem.budget * 2)
-        if self._budget_source.startswith("memory_limit="):
-            return (f"The {self.name} backend's memory budget is {budget} per device "
-                    f"({self._budget_source} given to CpuBackend); pass a larger memory_limit, "
-                    f"e.g. memory_limit={bigger!r}, for more.")
-        if self._budget_source == "env":
-            where = f"{ENV_MEMORY}={os.environ.get(ENV_MEMORY, '').strip()}"
-        else:
-            where = f"{ENV_MEMORY} is not set, so the machine's physical memory"
-        return (f"The {self.name} backend's memory budget is {budget} per device ({where}); "
-                f"set {ENV_MEMORY} to a larger size, e.g. {ENV_MEMORY}={bigger}, for more.")
+        return budget_advice(self.name, mem.budget, self._budget_source)
 
     # ------------------------------------------------------------------ memory
     def malloc(self, index: int, size: int) -> DevicePtr:
         """Allocate ``size`` (> 0) bytes, 256-byte aligned; ``0`` if over the budget."""
+        if self._closed:
+            raise self._closed_error("malloc")
         mem = self._mem[self._check_index(index)]
         return DevicePtr(mem.malloc(check_size(size)))
 
     def free(self, index: int, ptr: DevicePtr) -> None:
         """Free a :meth:`malloc` pointer (after pending stream work, in async mode)."""
+        if self._closed:
+            raise self._closed_error("free")
         mem = self._mem[self._check_index(index)]
         self._check_ptr(ptr)
         self._drain()
@@ -369,12 +312,16 @@ class CpuBackend(Backend):
         """Treat ``size`` bytes of host memory at ``ptr``, allocated by someone else (a
         pluggable allocator's library), as memory of device ``index`` until
         :meth:`disown_memory` (capability ``adopt_memory``)."""
+        if self._closed:
+            raise self._closed_error("adopt_memory")
         mem = self._mem[self._check_index(index)]
         mem.adopt(self._check_ptr(ptr), check_size(size))
 
     def disown_memory(self, index: int, ptr: int) -> None:
         """End :meth:`adopt_memory`, after the work queued on every stream (in async mode),
         so the owner may free the memory at once."""
+        if self._closed:
+            raise self._closed_error("disown_memory")
         mem = self._mem[self._check_index(index)]
         self._check_ptr(ptr)
         self._drain()
@@ -394,12 +341,16 @@ class CpuBackend(Backend):
         """A block of the device's stream-ordered pool for use on ``stream`` (reused from an
         earlier free on the same stream, or from a completed free on any); ``0`` over the
         budget. Not permitted on a capturing stream (a graph records no allocations here)."""
+        if self._closed:
+            raise self._closed_error("mempool_alloc_async")
         s = self._stream(index, stream)
         self._check_not_capturing(s, "mempool_alloc_async")
         return DevicePtr(self._mempool(index).alloc(check_size(size), s))
 
     def mempool_free_async(self, index: int, ptr: DevicePtr, stream: StreamHandle) -> None:
         """Free a pool block once the work queued on ``stream`` so far is done."""
+        if self._closed:
+            raise self._closed_error("mempool_free_async")
         s = self._stream(index, stream)
         self._check_not_capturing(s, "mempool_free_async")
         rec = Record(s, s.submitted) if s.completed < s.submitted else None
@@ -407,27 +358,27 @@ class CpuBackend(Backend):
 
     def mempool_trim_to(self, index: int, keep: int) -> None:
         """Release completed free blocks of the pool until it reserves at most ``keep``."""
+        if self._closed:
+            raise self._closed_error("mempool_trim_to")
         self._check_index(index)
         self._mempool(index).trim_to(check_size(keep, "keep", allow_zero=True))
-
-    def _check_attribute(self, attr: object) -> str:
-        if not isinstance(attr, str) or attr not in _POOL_ATTRIBUTES:
-            raise ValueError(f"unknown memory pool attribute {attr!r}; use one of "
-                             f"{', '.join(_POOL_ATTRIBUTES)}")
-        return attr
 
     def mempool_get_attribute(self, index: int, attr: str) -> int:
         """``release_threshold``, ``reserved_mem_current``/``_high`` or
         ``used_mem_current``/``_high`` of the device's pool, in bytes."""
+        if self._closed:
+            raise self._closed_error("mempool_get_attribute")
         self._check_index(index)
-        return self._mempool(index).attribute(self._check_attribute(attr))
+        return self._mempool(index).attribute(check_attribute(attr))
 
     def mempool_set_attribute(self, index: int, attr: str, value: int) -> None:
         """Set the pool's ``release_threshold`` (unused memory kept across
         synchronizations), or reset ``reserved_mem_high``/``used_mem_high`` (``value`` 0)."""
+        if self._closed:
+            raise self._closed_error("mempool_set_attribute")
         self._check_index(index)
         self._mempool(index).set_attribute(
-            self._check_attribute(attr), check_size(value, "value", allow_zero=True))
+            check_attribute(attr), check_size(value, "value", allow_zero=True))
 
     def _after_sync(self, index: int) -> None:
         pool = self._mempools.get(index)
@@ -437,17 +388,23 @@ class CpuBackend(Backend):
     def ipc_mem_handle(self, index: int, ptr: DevicePtr) -> bytes:
         """The interprocess handle of the allocation starting at ``ptr`` (shared-memory
         option only; ValueError naming the reason and the fix otherwise)."""
+        if self._closed:
+            raise self._closed_error("ipc_mem_handle")
         mem = self._mem[self._check_index(index)]
         return mem.ipc_handle(self._check_ptr(ptr))
 
     def ipc_open_mem_handle(self, index: int, handle: bytes) -> tuple[DevicePtr, int]:
         """Map another process's allocation as memory of device ``index``: ``(ptr, size)``."""
+        if self._closed:
+            raise self._closed_error("ipc_open_mem_handle")
         mem = self._mem[self._check_index(index)]
         ptr, size = mem.ipc_open(handle)
         return DevicePtr(ptr), size
 
     def ipc_close_mem_handle(self, index: int, ptr: DevicePtr) -> None:
         """Unmap memory from :meth:`ipc_open_mem_handle` (after pending stream work)."""
+        if self._closed:
+            raise self._closed_error("ipc_close_mem_handle")
         mem = self._mem[self._check_index(index)]
         self._check_ptr(ptr)
         self._drain()
@@ -455,10 +412,14 @@ class CpuBackend(Backend):
 
     def host_malloc(self, size: int) -> int:
         """Aligned host memory (not charged to a device); ``0`` when out of memory."""
+        if self._closed:
+            raise self._closed_error("host_malloc")
         return self._host.malloc(check_size(size))
 
     def host_free(self, ptr: int) -> None:
         """Release :meth:`host_malloc` memory."""
+        if self._closed:
+            raise self._closed_error("host_free")
         self._host.free(self._check_ptr(ptr))
 
     _check_ptr = staticmethod(check_ptr)
@@ -493,6 +454,8 @@ class CpuBackend(Backend):
 
     def vm_granularity(self, index: int) -> int:
         """2 MiB."""
+        if self._closed:
+            raise self._closed_error("vm_granularity")
         self._check_index(index)
         return VM_GRANULARITY
 
@@ -502,6 +465,8 @@ class CpuBackend(Backend):
         Raises :class:`~accelrt.DeviceError` when the OS refuses the reservation (``mmap``
         fails, e.g. not enough address space).
         """
+        if self._closed:
+            raise self._closed_error("vm_reserve")
         mem = self._vm_mem(index)
         size = check_size(size)
         if size > _MAX_RESERVATION:
@@ -512,6 +477,8 @@ class CpuBackend(Backend):
 
     def vm_release(self, index: int, ptr: DevicePtr, size: int) -> None:
         """Release a whole, fully unmapped reservation."""
+        if self._closed:
+            raise self._closed_error("vm_release")
         mem = self._vm_mem(index)
         ptr, size = DevicePtr(self._check_ptr(ptr)), check_size(size)
         with map_backend_errors(self.name, "vm_release"):
@@ -519,6 +486,8 @@ class CpuBackend(Backend):
 
     def vm_map(self, index: int, ptr: int, size: int) -> bool:
         """Make reserved pages read/write; False when the budget would be exceeded."""
+        if self._closed:
+            raise self._closed_error("vm_map")
         mem = self._vm_mem(index)
         ptr, size = self._check_ptr(ptr), check_size(size)
         with map_backend_errors(self.name, "vm_map"):
@@ -526,6 +495,8 @@ class CpuBackend(Backend):
 
     def vm_unmap(self, index: int, ptr: int, size: int) -> None:
         """Drop mapped pages (after pending stream work) and give their budget back."""
+        if self._closed:
+            raise self._closed_error("vm_unmap")
         mem = self._vm_mem(index)
         ptr, size = self._check_ptr(ptr), check_size(size)
         self._drain()
@@ -568,10 +539,10 @@ class CpuBackend(Backend):
         try:
             fn()
         except Exception as exc:
-            raise _work_error(s, exc) from exc
+            raise work_error(s, exc) from exc
 
     def _raise_kept(self, streams: Iterable[CpuStream]) -> None:
-        self._kept.raise_for(streams, _describe)
+        self._kept.raise_for(streams, describe)
 
     def _check_not_capturing(self, s: CpuStream, what: str) -> None:
         if s in self._capturing:
@@ -582,6 +553,8 @@ class CpuBackend(Backend):
     def memcpy(self, index: int, dst: int, src: int, nbytes: int, kind: str,
                stream: StreamHandle) -> None:
         """Stream-ordered copy; the device side(s) of ``kind`` must be memory of ``index``."""
+        if self._closed:
+            raise self._closed_error("memcpy")
         s = self._stream(index, stream)
         if kind not in _KINDS:
             raise ValueError(f"memcpy kind {kind!r} must be one of 'h2d', 'd2h', 'd2d', 'h2h'")
@@ -598,6 +571,8 @@ class CpuBackend(Backend):
     def memcpy_peer(self, dst_index: int, dst: int, src_index: int, src: int, nbytes: int,
                     stream: StreamHandle) -> None:
         """Copy from device ``src_index`` to ``dst_index``, ordered on ``stream`` of the source."""
+        if self._closed:
+            raise self._closed_error("memcpy_peer")
         self._check_index(dst_index)
         s = self._stream(src_index, stream)
         nbytes = check_size(nbytes, "nbytes", allow_zero=True)
@@ -610,6 +585,8 @@ class CpuBackend(Backend):
     def memset(self, index: int, ptr: int, value: int, nbytes: int,
                stream: StreamHandle) -> None:
         """Stream-ordered byte fill of device memory."""
+        if self._closed:
+            raise self._closed_error("memset")
         s = self._stream(index, stream)
         value = check_byte(value)
         nbytes = check_size(nbytes, "nbytes", allow_zero=True)
@@ -621,6 +598,8 @@ class CpuBackend(Backend):
     def fill(self, index: int, ptr: int, pattern: bytes, count: int,
              stream: StreamHandle) -> None:
         """Stream-ordered fill of ``count`` copies of a 1, 2, 4 or 8 byte ``pattern``."""
+        if self._closed:
+            raise self._closed_error("fill")
         s = self._stream(index, stream)
         pattern, dtype = fill_pattern(pattern)
         count = check_size(count, "count", allow_zero=True)
@@ -639,6 +618,8 @@ class CpuBackend(Backend):
 
     def launch_host_func(self, index: int, fn: Callable[[], None], stream: StreamHandle) -> None:
         """Run ``fn()`` in stream order; its exception surfaces as :class:`DeviceError`."""
+        if self._closed:
+            raise self._closed_error("launch_host_func")
         s = self._stream(index, stream)
         if not callable(fn):
             raise TypeError(f"launch_host_func needs a callable, got {type(fn).__name__}")
@@ -652,6 +633,8 @@ class CpuBackend(Backend):
 
     def stream_create(self, index: int, priority: int) -> StreamHandle:
         """Create a stream; ``priority`` is clamped to ``[-1, 0]`` as CUDA clamps it."""
+        if self._closed:
+            raise self._closed_error("stream_create")
         self._check_index(index)
         if isinstance(priority, bool) or not isinstance(priority, int):
             raise TypeError(f"stream priority must be an int, got {type(priority).__name__}")
@@ -666,6 +649,8 @@ class CpuBackend(Backend):
         """Destroy a stream and return at once, as ``cudaStreamDestroy``: its queued work
         still runs to completion (then its worker exits), and :meth:`free`, :meth:`vm_unmap`
         and :meth:`synchronize` of the device wait for that work as for any stream's."""
+        if self._closed:
+            raise self._closed_error("stream_destroy")
         s = self._stream(index, stream)
         if s.handle == 0:
             raise ValueError(f"the default stream of cpu:{index} cannot be destroyed")
@@ -679,6 +664,8 @@ class CpuBackend(Backend):
 
     def stream_is_valid(self, index: int, stream: StreamHandle) -> bool:
         """True for 0 and for live handles from :meth:`stream_create` on ``index``."""
+        if self._closed:
+            raise self._closed_error("stream_is_valid")
         if isinstance(stream, bool) or not isinstance(stream, int):
             return False
         if stream == 0:
@@ -688,6 +675,8 @@ class CpuBackend(Backend):
 
     def stream_query(self, index: int, stream: StreamHandle) -> bool:
         """True if all work on ``stream`` completed; raises a kept worker error."""
+        if self._closed:
+            raise self._closed_error("stream_query")
         try:
             ok = type(index) is int and type(stream) is int and stream in self._valid[index]
         except (KeyError, TypeError):
@@ -701,6 +690,8 @@ class CpuBackend(Backend):
 
     def stream_synchronize(self, index: int, stream: StreamHandle) -> None:
         """Block until ``stream``'s work completed; raises a kept worker error."""
+        if self._closed:
+            raise self._closed_error("stream_synchronize")
         s = self._stream(index, stream)
         self._check_not_capturing(s, "stream_synchronize")
         if self._async:
@@ -711,22 +702,15 @@ class CpuBackend(Backend):
 
     def stream_wait_event(self, index: int, stream: StreamHandle, event: EventHandle) -> None:
         """Make later work on ``stream`` wait for ``event``'s current record (any device)."""
+        if self._closed:
+            raise self._closed_error("stream_wait_event")
         s = self._stream(index, stream)
         ev = self._event(event)
         if ev.ipc is not None:
-            self._ipc_wait(s, ev.ipc)
+            self._check_not_capturing(s, "waiting on an interprocess event")
+            ev.ipc.wait_on(s, self._async)
             return
         self._wait(s, ev)
-
-    def _ipc_wait(self, s: CpuStream, ipc: IpcEventState) -> None:
-        self._check_not_capturing(s, "waiting on an interprocess event")
-        gen = ipc.target()
-        if ipc.completed.value >= gen:
-            return
-        if self._async:
-            s.submit(partial(ipc.wait, gen))
-        else:
-            ipc.wait(gen)
 
     def _wait(self, s: CpuStream, ev: CpuEvent) -> None:
         if self._capturing:
@@ -755,6 +739,8 @@ class CpuBackend(Backend):
 
     def synchronize(self, index: int) -> None:
         """Block until every stream of device ``index`` finished; raises kept worker errors."""
+        if self._closed:
+            raise self._closed_error("synchronize")
         self._check_index(index)
         if self.streams_idle:
             if self._mempools:
@@ -776,6 +762,8 @@ class CpuBackend(Backend):
     def event_create(self, index: int, enable_timing: bool, blocking: bool,
                      interprocess: bool) -> EventHandle:
         """Create an event; an ``interprocess`` one keeps its state in shared memory."""
+        if self._closed:
+            raise self._closed_error("event_create")
         self._check_index(index)
         ipc = None
         if interprocess:
@@ -787,6 +775,8 @@ class CpuBackend(Backend):
 
     def event_destroy(self, index: int, event: EventHandle) -> None:
         """Destroy an event (a pending record still completes harmlessly)."""
+        if self._closed:
+            raise self._closed_error("event_destroy")
         self._event(event, index)
         # an interprocess event's shared words are unmapped when its state is collected,
         # after any completion write or wait still queued on a stream (they refer to it)
@@ -794,6 +784,8 @@ class CpuBackend(Backend):
 
     def event_record(self, index: int, event: EventHandle, stream: StreamHandle) -> None:
         """Record ``event`` at the end of ``stream``; replaces the previous record."""
+        if self._closed:
+            raise self._closed_error("event_record")
         try:
             ev = self._events[event]
             ok = (type(event) is int and type(stream) is int and ev.device == index
@@ -804,7 +796,9 @@ class CpuBackend(Backend):
             ev = self._event(event, index)
             self._stream(index, stream)
         if ev.ipc is not None:
-            self._ipc_record(ev.ipc, self._stream(index, stream))
+            s = self._stream(index, stream)
+            self._check_not_capturing(s, "recording an interprocess event")
+            ev.ipc.record_on(s, self._async)
             return
         if not self.streams_idle:
             self._record(ev, self._stream(index, stream))
@@ -818,6 +812,8 @@ class CpuBackend(Backend):
         """:meth:`event_record`; inside a capture, a record node only: every replay records
         the event, and the event stays usable outside the open capture (it is not one of
         the capture's events that streams joining by waiting on it)."""
+        if self._closed:
+            raise self._closed_error("event_record_external")
         ev = self._event(event, index)
         s = self._stream(index, stream)
         cap = self._capturing.get(s) if self._capturing and ev.ipc is None else None
@@ -831,6 +827,8 @@ class CpuBackend(Backend):
         """:meth:`stream_wait_event`; inside a capture, a wait node only: every replay waits
         for the event's latest record (an external event never joins a stream to a
         capture)."""
+        if self._closed:
+            raise self._closed_error("stream_wait_event_external")
         s = self._stream(index, stream)
         ev = self._event(event)
         cap = self._capturing.get(s) if self._capturing and ev.ipc is None else None
@@ -838,14 +836,6 @@ class CpuBackend(Backend):
             self.stream_wait_event(index, stream, event)
             return
         cap.ops.append(("wait", ev))
-
-    def _ipc_record(self, ipc: IpcEventState, s: CpuStream) -> None:
-        self._check_not_capturing(s, "recording an interprocess event")
-        gen = ipc.begin_record()
-        if self._async:
-            s.submit(partial(ipc.complete, gen))
-        else:
-            ipc.complete(gen)
 
     def _record(self, ev: CpuEvent, s: CpuStream) -> None:
         if self._capturing:
@@ -857,7 +847,7 @@ class CpuBackend(Backend):
                 return
         if self._async:
             rec = Record(s, 0)
-            rec.seq = s.submit(partial(_stamp, rec))
+            rec.seq = s.submit(partial(stamp, rec))
             ev.record = rec
             ev.ts = None
         else:
@@ -875,6 +865,8 @@ class CpuBackend(Backend):
 
     def event_query(self, index: int, event: EventHandle) -> bool:
         """True if the work before the last record completed (True if never recorded)."""
+        if self._closed:
+            raise self._closed_error("event_query")
         try:
             ev = self._events[event]
             ok = type(event) is int and type(index) is int and ev.device == index
@@ -891,6 +883,8 @@ class CpuBackend(Backend):
 
     def event_synchronize(self, index: int, event: EventHandle) -> None:
         """Block until the last record completed; raises a kept error of its stream."""
+        if self._closed:
+            raise self._closed_error("event_synchronize")
         ev = self._event(event, index)
         if ev.ipc is not None:
             ev.ipc.wait(ev.ipc.target())
@@ -900,34 +894,18 @@ class CpuBackend(Backend):
             rec.stream.wait(rec.seq)
             self._raise_kept((rec.stream,))
 
-    def _timestamp(self, ev: CpuEvent, handle: int) -> int:
-        if not ev.timing:
-            raise DeviceError(f"cpu: event {handle} was created without timing; create both "
-                              "events with enable_timing=True to measure elapsed time")
-        if ev.capture is not None:
-            raise DeviceError(f"cpu: event {handle} was recorded in an open graph capture; "
-                              "end the capture first")
-        rec = ev.record
-        if rec is None:
-            ts = ev.ts
-        elif not rec.done():
-            raise DeviceError(f"cpu: event {handle} has not completed yet; synchronize it "
-                              "(or its stream) before asking for elapsed time")
-        else:
-            ts = rec.ts
-        if ts is None:
-            raise DeviceError(f"cpu: event {handle} was never recorded; record both events "
-                              "before asking for elapsed time")
-        return ts
-
     def event_elapsed_time(self, index: int, start: EventHandle, end: EventHandle) -> float:
         """Milliseconds from ``start``'s record to ``end``'s (both timing, both complete)."""
-        t0 = self._timestamp(self._event(start, index), start)
-        t1 = self._timestamp(self._event(end, index), end)
+        if self._closed:
+            raise self._closed_error("event_elapsed_time")
+        t0 = self._event(start, index).timestamp(start)
+        t1 = self._event(end, index).timestamp(end)
         return (t1 - t0) / 1e6
 
     def event_ipc_handle(self, index: int, event: EventHandle) -> bytes:
         """The handle of an interprocess event made in this process."""
+        if self._closed:
+            raise self._closed_error("event_ipc_handle")
         ev = self._event(event, index)
         if ev.ipc is None:
             raise ValueError(f"event {event} was created without interprocess=True; only "
@@ -939,6 +917,8 @@ class CpuBackend(Backend):
 
     def event_from_ipc_handle(self, index: int, handle: bytes) -> EventHandle:
         """Open another process's interprocess event from its :meth:`event_ipc_handle`."""
+        if self._closed:
+            raise self._closed_error("event_from_ipc_handle")
         self._check_index(index)
         ipc = IpcEventState.open(handle)
         return EventHandle(self._events.add(CpuEvent(index, False, ipc)))
@@ -946,47 +926,29 @@ class CpuBackend(Backend):
     # ------------------------------------------------------------------ graphs
     def graph_capture_begin(self, index: int, stream: StreamHandle) -> None:
         """Start recording the work submitted to ``stream`` (not the default stream)."""
+        if self._closed:
+            raise self._closed_error("graph_capture_begin")
         s = self._stream(index, stream)
-        if s.handle == 0:
-            raise DeviceError(f"cpu: cannot capture the default stream of cpu:{index}; "
-                              "capture on a stream made with stream_create (CUDA forbids "
-                              "capturing the legacy default stream)")
         with self._lock:
-            if s in self._capturing:
-                raise DeviceError(f"cpu: stream {s.handle} of cpu:{index} is already "
-                                  "capturing; end that capture first")
-            self._capturing[s] = Capture(index, s)
+            self._graphs.begin(index, s)
             self.streams_idle = False
 
     def graph_capture_end(self, index: int, stream: StreamHandle) -> GraphHandle:
         """Stop the capture begun on ``stream``; return the graph handle."""
+        if self._closed:
+            raise self._closed_error("graph_capture_end")
         s = self._stream(index, stream)
         with self._lock:
-            cap = self._capturing.get(s)
-            if cap is None:
-                raise DeviceError(f"cpu: stream {s.handle} of cpu:{index} is not capturing; "
-                                  "call graph_capture_begin first")
-            if cap.origin is not s:
-                raise DeviceError(f"cpu: the capture was begun on stream {cap.origin.handle}; "
-                                  "end it on that stream")
-            for joined in cap.streams:
-                self._capturing.pop(joined, None)
+            handle = self._graphs.end(index, s)
             self.streams_idle = not (self._async or self._capturing)
-            for ev in cap.events:
-                if ev.capture is cap:
-                    ev.capture = None
-            handle = next(self._handles)
-            self._graphs[handle] = _Graph(index, tuple(cap.ops))
-        return GraphHandle(handle)
+        return handle
 
     def graph_replay(self, index: int, graph: GraphHandle, stream: StreamHandle) -> None:
         """Submit the captured work, in order, on ``stream``."""
+        if self._closed:
+            raise self._closed_error("graph_replay")
         s = self._stream(index, stream)
-        g = self._graphs.get(graph)
-        if g is None or g.device != index:
-            raise ValueError(f"graph handle {graph} is not a live graph of cpu:{index}; use "
-                             "a handle from graph_capture_end that was not destroyed")
-        for kind, arg in g.ops:
+        for kind, arg in self._graphs.get(index, graph).ops:
             if kind == "call":
                 self._submit(s, arg)
             elif kind == "record":
@@ -994,18 +956,12 @@ class CpuBackend(Backend):
             else:
                 self._wait(s, arg)
 
-    def _graph(self, index: int, graph: GraphHandle) -> _Graph:
-        g = self._graphs.get(graph)
-        if g is None or g.device != index:
-            self._check_index(index)
-            raise ValueError(f"graph handle {graph} is not a live graph of cpu:{index}; use "
-                             "a handle from graph_capture_end that was not destroyed")
-        return g
-
     def graph_instantiate(self, index: int, graph: GraphHandle) -> int:
         """A recorded graph replays as it is: check the handle and return a new executable
         id."""
-        self._graph(index, graph)
+        if self._closed:
+            raise self._closed_error("graph_instantiate")
+        self._graphs.get(index, graph, self._check_index)
         return next(self._handles)
 
     def graph_debug_dot(self, index: int, graph: GraphHandle, path: str,
@@ -1014,40 +970,27 @@ class CpuBackend(Backend):
         (a call with its function's name, an event record or wait with the event), edges in
         replay order (a replay runs them in that order on one stream); ``verbose`` adds each
         call's full description."""
-        g = self._graph(index, graph)
-        title = f"cpu:{index} graph {int(graph)}: {len(g.ops)} operations, replayed in order"
-        lines = [f"digraph accelrt_cpu_graph_{int(graph)} {{",
-                 f'  label="{_dot_text(title)}";',
-                 "  node [shape=box];"]
-        for i, (kind, arg) in enumerate(g.ops):
-            if kind == "call":
-                text = f"{i}: call {_call_name(arg)}"
-                if verbose:
-                    text += f"\n{arg!r}"
-            else:
-                what = "event record" if kind == "record" else "event wait"
-                text = f"{i}: {what} {arg.device}:{id(arg):#x}" if verbose else f"{i}: {what}"
-            lines.append(f'  n{i} [label="{_dot_text(text)}"];')
-        lines.extend(f"  n{i - 1} -> n{i};" for i in range(1, len(g.ops)))
-        lines.append("}")
-        with open(path, "w", encoding="utf-8") as f:
-            f.write("\n".join(lines) + "\n")
+        if self._closed:
+            raise self._closed_error("graph_debug_dot")
+        self._graphs.get(index, graph, self._check_index)
+        self._graphs.write_dot(index, graph, path, verbose)
 
     def graph_destroy(self, index: int, graph: GraphHandle) -> None:
         """Forget a captured graph."""
-        with self._lock:
-            g = self._graphs.get(graph)
-            if g is None or g.device != index:
-                raise ValueError(f"graph handle {graph} is not a live graph of cpu:{index}")
-            del self._graphs[graph]
+        if self._closed:
+            raise self._closed_error("graph_destroy")
+        self._graphs.destroy(index, graph)
 
     def graph_node_count(self, index: int, graph: GraphHandle) -> int | None:
         """Number of recorded operations of a live graph (``None`` for an unknown handle)."""
-        g = self._graphs.get(graph)
-        return None if g is None or g.device != index else len(g.ops)
+        if self._closed:
+            raise self._closed_error("graph_node_count")
+        return self._graphs.node_count(index, graph)
 
     def stream_is_capturing(self, index: int, stream: StreamHandle) -> bool:
         """True while ``stream`` records work into a capture."""
+        if self._closed:
+            raise self._closed_error("stream_is_capturing")
         return self._stream(index, stream) in self._capturing
 
     def __repr__(self) -> str:

@@ -29,10 +29,16 @@ import platform
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
+
+from ..._properties import derived_uuid
+from ._memory import VM_GRANULARITY, vm_available
 
 __all__ = [
     "CpuConfig",
+    "budget_advice",
     "config_error",
+    "device_properties",
     "format_memory_size",
     "human_size",
     "l2_cache_size",
@@ -410,3 +416,57 @@ def config_error(env: Mapping[str, str] | None = None) -> str | None:
     except (TypeError, ValueError) as exc:
         return str(exc)
     return None
+
+
+def device_properties(config: CpuConfig, name: str, index: int) -> dict[str, Any]:
+    """``get_device_properties`` of device ``index`` of a cpu backend registered as ``name``
+    with settings ``config`` (see :meth:`CpuBackend.get_device_properties
+    <accelrt.backends.cpu.CpuBackend.get_device_properties>`).
+
+    Example::
+
+        >>> from accelrt.backends.cpu._config import device_properties, resolve_config
+        >>> device_properties(resolve_config(memory_limit=1000), "cpu", 0)["total_memory"]
+        1000
+    """
+    return {
+        "name": processor_name(),
+        "total_memory": config.memory_limit,
+        "multi_processor_count": os.cpu_count() or 1,
+        "uuid": str(derived_uuid(name, index)),   # this machine + backend + index
+        "L2_cache_size": l2_cache_size(),
+        "is_integrated": True,                       # device memory is host memory
+        "warp_size": 1,
+        "max_threads_per_multi_processor": 1,
+        "async_streams": config.async_streams,
+        "vm_supported": vm_available(),
+        "vm_granularity": VM_GRANULARITY,
+        "host_accessible": True,
+        "has_bfloat16": cpu_has_bf16(),   # AVX512-BF16 / AMX-BF16 / Arm BF16 instructions
+        "has_tf32": False,                # no CPU has TF32 matrix units
+    }
+
+
+def budget_advice(name: str, budget: int, source: str) -> str:
+    """The sentence an out-of-memory error of a cpu backend ``name`` ends with: the budget,
+    where it came from (``source``: ``"memory_limit=..."``, ``"env"`` or ``"default"``) and
+    how to raise it.
+
+    Example::
+
+        >>> from accelrt.backends.cpu._config import budget_advice
+        >>> budget_advice("cpu", 2**30, "memory_limit='1GiB'").split(";")[0]
+        "The cpu backend's memory budget is 1.0 GiB per device (memory_limit='1GiB' given to CpuBackend)"
+    """
+    size = human_size(budget)
+    bigger = format_memory_size(budget * 2)
+    if source.startswith("memory_limit="):
+        return (f"The {name} backend's memory budget is {size} per device "
+                f"({source} given to CpuBackend); pass a larger memory_limit, "
+                f"e.g. memory_limit={bigger!r}, for more.")
+    if source == "env":
+        where = f"{ENV_MEMORY}={os.environ.get(ENV_MEMORY, '').strip()}"
+    else:
+        where = f"{ENV_MEMORY} is not set, so the machine's physical memory"
+    return (f"The {name} backend's memory budget is {size} per device ({where}); "
+            f"set {ENV_MEMORY} to a larger size, e.g. {ENV_MEMORY}={bigger}, for more.")

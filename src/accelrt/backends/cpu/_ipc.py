@@ -26,9 +26,14 @@ from __future__ import annotations
 import ctypes
 import os
 import time
+from functools import partial
+from typing import TYPE_CHECKING
 
 from ..._errors import DeviceError
 from ._memory import SharedSegment, open_shared
+
+if TYPE_CHECKING:
+    from ._streams import CpuStream
 
 __all__ = ["IpcEventState"]
 
@@ -111,6 +116,26 @@ class IpcEventState:
         """Mark the work before record ``gen`` done."""
         if self.completed.value < gen:
             self.completed.value = gen
+
+    def record_on(self, s: CpuStream, async_streams: bool) -> None:
+        """Record the event at the end of stream ``s``: completed when its work before now
+        is (at once with synchronous streams)."""
+        gen = self.begin_record()
+        if async_streams:
+            s.submit(partial(self.complete, gen))
+        else:
+            self.complete(gen)
+
+    def wait_on(self, s: CpuStream, async_streams: bool) -> None:
+        """Make later work of stream ``s`` wait for the last record (with synchronous
+        streams: wait now)."""
+        gen = self.target()
+        if self.completed.value >= gen:
+            return
+        if async_streams:
+            s.submit(partial(self.wait, gen))
+        else:
+            self.wait(gen)
 
     def query(self) -> bool:
         """True if the work before the last record completed."""

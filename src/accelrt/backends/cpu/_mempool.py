@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from ._memory import DeviceMemory
     from ._streams import CpuStream, Record
 
-__all__ = ["ATTRIBUTES", "StreamOrderedPool"]
+__all__ = ["ATTRIBUTES", "StreamOrderedPool", "check_attribute"]
 
 #: Pool blocks are multiples of this many bytes (cudaMalloc's alignment granule is 256; the
 #: pool hands out 512-byte multiples, as PyTorch's smallest block).
@@ -41,6 +41,14 @@ BLOCK = 512
 #: The attribute names of ``mempool_get_attribute`` (CUDA's ``CU_MEMPOOL_ATTR_*``, lower case).
 ATTRIBUTES = ("release_threshold", "reserved_mem_current", "reserved_mem_high",
               "used_mem_current", "used_mem_high")
+
+
+def check_attribute(attr: object) -> str:
+    """``attr`` if it names a pool attribute (:data:`ATTRIBUTES`); ``ValueError`` if not."""
+    if not isinstance(attr, str) or attr not in ATTRIBUTES:
+        raise ValueError(f"unknown memory pool attribute {attr!r}; use one of "
+                         f"{', '.join(ATTRIBUTES)}")
+    return attr
 
 
 class _FreeBlock:

@@ -22,17 +22,19 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import weakref
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..._errors import DeviceError
 from .._common import KeptErrors
 
 if TYPE_CHECKING:
     from ._ipc import IpcEventState
 
-__all__ = ["Capture", "CpuEvent", "CpuStream", "Record"]
+__all__ = ["Capture", "CpuEvent", "CpuStream", "Record", "describe", "stamp", "work_error"]
 
 _STOP = object()
 
@@ -170,6 +172,23 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def describe(s: CpuStream) -> str:
+    """How a failure of ``s``'s work begins (kept errors, ``DeviceError``)."""
+    return f"cpu: work on stream {s.handle} of cpu:{s.device} failed"
+
+
+def work_error(s: CpuStream, exc: BaseException) -> DeviceError:
+    """The ``DeviceError`` an exception ``exc`` of ``s``'s work surfaces as."""
+    err = DeviceError(f"{describe(s)}: {type(exc).__name__}: {exc}")
+    err.__cause__ = exc
+    return err
+
+
+def stamp(rec: Record) -> None:
+    """Queued after an event record's work: take its completion time."""
+    rec.ts = time.perf_counter_ns()
+
+
 class Record:
     """One record of an event: work ``seq`` of ``stream``; ``ts`` set when it completes."""
 
@@ -203,6 +222,30 @@ class CpuEvent:
         self.record: Record | None = None
         self.ipc = ipc   # an IpcEventState for interprocess events
         self.capture: Capture | None = None
+
+    def timestamp(self, handle: int) -> int:
+        """When the last record completed (``perf_counter_ns``), for ``event_elapsed_time``;
+        ``DeviceError`` if the event has no timing, sits in an open capture, is pending or
+        was never recorded (``handle`` names it)."""
+        ev = self
+        if not ev.timing:
+            raise DeviceError(f"cpu: event {handle} was created without timing; create both "
+                              "events with enable_timing=True to measure elapsed time")
+        if ev.capture is not None:
+            raise DeviceError(f"cpu: event {handle} was recorded in an open graph capture; "
+                              "end the capture first")
+        rec = ev.record
+        if rec is None:
+            ts = ev.ts
+        elif not rec.done():
+            raise DeviceError(f"cpu: event {handle} has not completed yet; synchronize it "
+                              "(or its stream) before asking for elapsed time")
+        else:
+            ts = rec.ts
+        if ts is None:
+            raise DeviceError(f"cpu: event {handle} was never recorded; record both events "
+                              "before asking for elapsed time")
+        return ts
 
 
 class Capture:

@@ -1,10 +1,13 @@
 """``CudaBackend``: accelrt's backend contract over NVIDIA's driver API (``cuda.bindings``).
 
-Devices and contexts live here; memory and copies in :mod:`._memory`; streams, events, host
-functions and graphs in :mod:`._streams`; the optional compute hooks ``philox_fill`` and
-``elementwise_add`` in :mod:`._ops`. Discovery (:mod:`._discovery`) never creates a
-context; the primary context of a device is retained on the first raw operation and made
-current per thread.
+Devices and contexts live here; the rest is done by typed parts the backend holds and
+delegates to once it has checked that it is open: memory and copies (:class:`._memory.CudaMemory`),
+streams, events and host functions (:class:`._streams.CudaStreams`), graph capture
+(:class:`._graphs.CudaGraphs`, sharing the streams part's capturing streams) and the optional
+compute hooks ``philox_fill`` and ``elementwise_add`` (:class:`._ops.CudaOps`); NVML monitoring
+is :mod:`._nvml`, module functions ``accelrt.cuda`` calls. Discovery (:mod:`._discovery`) never
+creates a context; the primary context of a device is retained on the first raw operation and
+made current per thread.
 
 Example::
 
@@ -19,16 +22,19 @@ from __future__ import annotations
 import os
 import threading
 import uuid as _uuid
+from collections.abc import Callable
 from typing import Any
 
 from ..._backend import Backend, Capabilities
 from ..._errors import BackendUnavailableError
+from ..._handles import DevicePtr, EventHandle, GraphHandle, StreamHandle
 from . import _cu, _discovery
 from ._cu import CudaError, check
 from ._kernels import KernelCache, pack_args
-from ._memory import MemoryMixin, Ranges
-from ._ops import OpsMixin
-from ._streams import StreamMixin
+from ._graphs import CudaGraphs
+from ._memory import CudaMemory, Ranges
+from ._ops import CudaOps
+from ._streams import CudaStreams
 
 __all__ = ["CudaBackend"]
 
@@ -77,7 +83,7 @@ class _Tls(threading.local):
     index = -1   # the device whose primary context this thread made current
 
 
-class CudaBackend(OpsMixin, StreamMixin, MemoryMixin, Backend):
+class CudaBackend(Backend):
     """NVIDIA GPUs through ``cuda.bindings`` (driver API), NVML and NVRTC.
 
     Raw handles are the driver's: stream and event handles are ``CUstream``/``CUevent``
@@ -95,6 +101,7 @@ class CudaBackend(OpsMixin, StreamMixin, MemoryMixin, Backend):
     name = "cuda"
 
     def __init__(self) -> None:
+        self._closed = False   # Backend._closed on the instance: each operation reads it
         self._drv = _cu.driver()
         self._lock = threading.Lock()
         self._devices: dict[int, _Device] = {}        # guarded by _lock
@@ -102,11 +109,16 @@ class CudaBackend(OpsMixin, StreamMixin, MemoryMixin, Backend):
         self._tls = _Tls()
         self._inited = False                          # guarded by _lock: cuInit done
         self._forked = False
-        self._host_allocs = Ranges()                  # pinned host memory from host_malloc
         self._multi = self.device_count() > 1         # check the current context per call
         self.kernels = KernelCache()
         self._caps: dict[int, Capabilities] = {}      # by device index (written once each)
-        StreamMixin.__init__(self)
+        # the parts this backend delegates to, after its checks (closed, arguments)
+        self._streams = CudaStreams(self._drv, self._use)
+        self._graphs = CudaGraphs(self._drv, self._use, self._streams)
+        self._memory = CudaMemory(self._drv, self._use, self._use_any, self._streams,
+                                  self.launch_kernel)
+        self._ops = CudaOps(self._use, self._streams, self._memory, self.launch_kernel,
+                            self._sms)
         _register_fork(self)
 
     def close(self) -> None:
@@ -198,6 +210,8 @@ class CudaBackend(OpsMixin, StreamMixin, MemoryMixin, Backend):
 
     def init_device(self, index: int) -> None:
         """Retain device ``index``'s primary context and make it current in this thread."""
+        if self._closed:
+            raise self._closed_error("init_device")
         d = self._device(index)
         check(self._drv.cuCtxSetCurrent(d.ctx), "cuCtxSetCurrent")
         self._tls.index = index
@@ -289,6 +303,12 @@ class CudaBackend(OpsMixin, StreamMixin, MemoryMixin, Backend):
             self._props[index] = props
         return dict(props)
 
+    def _sms(self, index: int) -> int:
+        """Multiprocessors of device ``index`` (at least 1), from the cached properties, not
+        get_device_properties()'s copy of ~150 entries per kernel launch."""
+        props = self._props.get(index) or self.get_device_properties(index)
+        return int(props["multi_processor_count"]) or 1
+
     def _capability(self, index: int) -> tuple[int, int]:
         d = self._devices.get(index)
         if d is not None:
@@ -360,6 +380,8 @@ class CudaBackend(OpsMixin, StreamMixin, MemoryMixin, Backend):
         Raises:
             ValueError: the devices cannot access each other.
         """
+        if self._closed:
+            raise self._closed_error("enable_peer_access")
         if index == peer:
             return
         if not self.can_access_peer(index, peer):
@@ -387,6 +409,8 @@ class CudaBackend(OpsMixin, StreamMixin, MemoryMixin, Backend):
             args: numpy scalars of the parameters' exact types (``np.uint64(ptr)``).
             shared_mem: dynamic shared memory bytes.
         """
+        if self._closed:
+            raise self._closed_error("launch_kernel")
         d = self._use(index)
         fn = self.kernels.function(index, d.capability, module, kernel)
         gx, gy, gz = (grid, 1, 1) if isinstance(grid, int) else grid
@@ -396,6 +420,418 @@ class CudaBackend(OpsMixin, StreamMixin, MemoryMixin, Backend):
                                        ptrs.ctypes.data, 0), "cuLaunchKernel")
         del keep
 
+    # ------------------------------------------------------------------ memory and copies (CudaMemory)
+    def pointer_device(self, ptr: int) -> int | None:
+        """The index of the GPU whose device memory holds ``ptr``, or ``None`` when ``ptr``
+        is not CUDA device memory (host memory, pinned or not, or an address the driver does
+        not know). Used to locate ``__cuda_array_interface__`` producers' data.
+
+        Raises:
+            TypeError: ``ptr`` is not an int.
+            ValueError: ``ptr`` is 0 or not a 64-bit address.
+        """
+        if self._closed:
+            raise self._closed_error("pointer_device")
+        return self._memory.pointer_device(ptr)
+
+    def malloc(self, index: int, size: int) -> DevicePtr:
+        """``cuMemAlloc``; ``0`` on ``CUDA_ERROR_OUT_OF_MEMORY``."""
+        if self._closed:
+            raise self._closed_error("malloc")
+        return self._memory.malloc(index, size)
+
+    def free(self, index: int, ptr: DevicePtr) -> None:
+        """``cuMemFree`` (synchronises with the device as CUDA does)."""
+        if self._closed:
+            raise self._closed_error("free")
+        self._memory.free(index, ptr)
+
+    def mempool_alloc_async(self, index: int, size: int, stream: StreamHandle) -> DevicePtr:
+        """``cuMemAllocFromPoolAsync`` from the device's default pool; ``0`` on
+        ``CUDA_ERROR_OUT_OF_MEMORY``. During a capture it adds a memory-allocation node."""
+        if self._closed:
+            raise self._closed_error("mempool_alloc_async")
+        return self._memory.mempool_alloc_async(index, size, stream)
+
+    def mempool_free_async(self, index: int, ptr: DevicePtr, stream: StreamHandle) -> None:
+        """``cuMemFreeAsync`` of a :meth:`mempool_alloc_async` pointer on ``stream``."""
+        if self._closed:
+            raise self._closed_error("mempool_free_async")
+        self._memory.mempool_free_async(index, ptr, stream)
+
+    def mempool_trim_to(self, index: int, keep: int) -> None:
+        """``cuMemPoolTrimTo`` of the device's default pool."""
+        if self._closed:
+            raise self._closed_error("mempool_trim_to")
+        self._memory.mempool_trim_to(index, keep)
+
+    def mempool_get_attribute(self, index: int, attr: str) -> int:
+        """``cuMemPoolGetAttribute`` of the device's default pool (a ``cuuint64_t``)."""
+        if self._closed:
+            raise self._closed_error("mempool_get_attribute")
+        return self._memory.mempool_get_attribute(index, attr)
+
+    def mempool_set_attribute(self, index: int, attr: str, value: int) -> None:
+        """``cuMemPoolSetAttribute``: the release threshold, or a reset (0) of a
+        high-water mark."""
+        if self._closed:
+            raise self._closed_error("mempool_set_attribute")
+        self._memory.mempool_set_attribute(index, attr, value)
+
+    def ipc_mem_handle(self, index: int, ptr: DevicePtr) -> bytes:
+        """The 64-byte ``CUipcMemHandle`` of the ``cuMemAlloc`` allocation starting at ``ptr``
+        (``cuIpcGetMemHandle``); ValueError for virtual-memory (expandable) ranges, which legacy
+        IPC cannot share, and for pointers that do not start an allocation of this device."""
+        if self._closed:
+            raise self._closed_error("ipc_mem_handle")
+        return self._memory.ipc_mem_handle(index, ptr)
+
+    def ipc_open_mem_handle(self, index: int, handle: bytes) -> tuple[DevicePtr, int]:
+        """Map another process's allocation (``cuIpcOpenMemHandle`` with lazy peer access);
+        return its ``(ptr, size)`` (``cuMemGetAddressRange``)."""
+        if self._closed:
+            raise self._closed_error("ipc_open_mem_handle")
+        return self._memory.ipc_open_mem_handle(index, handle)
+
+    def ipc_close_mem_handle(self, index: int, ptr: DevicePtr) -> None:
+        """Unmap memory from :meth:`ipc_open_mem_handle` (``cuIpcCloseMemHandle``)."""
+        if self._closed:
+            raise self._closed_error("ipc_close_mem_handle")
+        self._memory.ipc_close_mem_handle(index, ptr)
+
+    def host_malloc(self, size: int) -> int:
+        """Page-locked, portable host memory (``cuMemHostAlloc``); ``0`` when out of memory."""
+        if self._closed:
+            raise self._closed_error("host_malloc")
+        return self._memory.host_malloc(size)
+
+    def host_free(self, ptr: int) -> None:
+        """``cuMemFreeHost``."""
+        if self._closed:
+            raise self._closed_error("host_free")
+        self._memory.host_free(ptr)
+
+    def vm_granularity(self, index: int) -> int:
+        """Minimum mapping granularity (``cuMemGetAllocationGranularity``), typically 2 MiB."""
+        if self._closed:
+            raise self._closed_error("vm_granularity")
+        return self._memory.vm_granularity(index)
+
+    def vm_reserve(self, index: int, size: int) -> DevicePtr:
+        """Reserve ``size`` bytes of device address space (``cuMemAddressReserve``)."""
+        if self._closed:
+            raise self._closed_error("vm_reserve")
+        return self._memory.vm_reserve(index, size)
+
+    def vm_release(self, index: int, ptr: DevicePtr, size: int) -> None:
+        """Free a reservation (``cuMemAddressFree``); all of it must be unmapped first."""
+        if self._closed:
+            raise self._closed_error("vm_release")
+        self._memory.vm_release(index, ptr, size)
+
+    def vm_map(self, index: int, ptr: int, size: int) -> bool:
+        """Back ``[ptr, ptr+size)`` with one physical allocation (``cuMemCreate`` +
+        ``cuMemMap`` + ``cuMemSetAccess``); ``False`` when the device is out of memory.
+
+        Each call is one mapping; :meth:`vm_unmap` releases whole mappings (one or several
+        adjacent ones), as the caching allocator's expandable segments do page by page.
+
+        Raises:
+            ValueError: the range is unaligned, outside a reservation, or already mapped.
+        """
+        if self._closed:
+            raise self._closed_error("vm_map")
+        return self._memory.vm_map(index, ptr, size)
+
+    def vm_unmap(self, index: int, ptr: int, size: int) -> None:
+        """Unmap ``[ptr, ptr+size)`` and release its physical memory.
+
+        Raises:
+            ValueError: the range is not exactly a run of whole mappings made by
+                :meth:`vm_map` (part of it is unmapped, or it cuts a mapping).
+        """
+        if self._closed:
+            raise self._closed_error("vm_unmap")
+        self._memory.vm_unmap(index, ptr, size)
+
+    def memcpy(self, index: int, dst: int, src: int, nbytes: int, kind: str,
+               stream: StreamHandle) -> None:
+        """Stream-ordered copy (``cuMemcpy{HtoD,DtoH,DtoD}Async``; ``h2h`` via UVA)."""
+        if self._closed:
+            raise self._closed_error("memcpy")
+        self._memory.memcpy(index, dst, src, nbytes, kind, stream)
+
+    def memcpy_peer(self, dst_index: int, dst: int, src_index: int, src: int, nbytes: int,
+                    stream: StreamHandle) -> None:
+        """``cuMemcpyPeerAsync`` ordered on ``stream`` of ``src_index``."""
+        if self._closed:
+            raise self._closed_error("memcpy_peer")
+        self._memory.memcpy_peer(dst_index, dst, src_index, src, nbytes, stream)
+
+    def memset(self, index: int, ptr: int, value: int, nbytes: int,
+               stream: StreamHandle) -> None:
+        """``cuMemsetD8Async``."""
+        if self._closed:
+            raise self._closed_error("memset")
+        self._memory.memset(index, ptr, value, nbytes, stream)
+
+    def fill(self, index: int, ptr: int, pattern: bytes, count: int,
+             stream: StreamHandle) -> None:
+        """Write ``pattern`` ``count`` times: ``cuMemsetD8/D16/D32Async`` for aligned 1/2/4
+        byte patterns, the ``fill.cu`` kernels for 8-byte or unaligned patterns."""
+        if self._closed:
+            raise self._closed_error("fill")
+        self._memory.fill(index, ptr, pattern, count, stream)
+
+    # ------------------------------------------------------------------ streams, events and host functions (CudaStreams)
+    def default_stream(self, index: int) -> StreamHandle:
+        """``0``: the legacy default (NULL) stream of the device's primary context."""
+        return self._streams.default_stream(index)
+
+    def stream_priority_range(self, index: int) -> tuple[int, int]:
+        """``(least, greatest)`` from ``cuCtxGetStreamPriorityRange`` (e.g. ``(0, -5)``)."""
+        return self._streams.stream_priority_range(index)
+
+    def stream_create(self, index: int, priority: int) -> StreamHandle:
+        """A non-blocking stream of ``priority`` (clamped into the device's range)."""
+        if self._closed:
+            raise self._closed_error("stream_create")
+        return self._streams.stream_create(index, priority)
+
+    def stream_destroy(self, index: int, stream: StreamHandle) -> None:
+        """``cuStreamDestroy`` for a stream made by :meth:`stream_create`.
+
+        Raises:
+            ValueError: the handle was not made by this backend.
+        """
+        if self._closed:
+            raise self._closed_error("stream_destroy")
+        self._streams.stream_destroy(index, stream)
+
+    def stream_query(self, index: int, stream: StreamHandle) -> bool:
+        """``cuStreamQuery``: ``CUDA_ERROR_NOT_READY`` means False; once the work is done,
+        raises (once) what a host function queued on the stream raised."""
+        if self._closed:
+            raise self._closed_error("stream_query")
+        return self._streams.stream_query(index, stream)
+
+    def stream_synchronize(self, index: int, stream: StreamHandle) -> None:
+        """``cuStreamSynchronize``."""
+        if self._closed:
+            raise self._closed_error("stream_synchronize")
+        self._streams.stream_synchronize(index, stream)
+
+    def stream_wait_event(self, index: int, stream: StreamHandle, event: EventHandle) -> None:
+        """``cuStreamWaitEvent``."""
+        if self._closed:
+            raise self._closed_error("stream_wait_event")
+        self._streams.stream_wait_event(index, stream, event)
+
+    def stream_is_valid(self, index: int, stream: StreamHandle) -> bool:
+        """True for the special handles, streams made here, and foreign streams the driver
+        recognises as belonging to device ``index``'s primary context (``cuStreamGetCtx``).
+
+        .. note:: The driver may crash on a handle that was never a stream, as with
+            ``torch.cuda.ExternalStream``; pass only real stream handles.
+        """
+        if self._closed:
+            raise self._closed_error("stream_is_valid")
+        return self._streams.stream_is_valid(index, stream)
+
+    def synchronize(self, index: int) -> None:
+        """``cuCtxSynchronize`` on the device's primary context."""
+        if self._closed:
+            raise self._closed_error("synchronize")
+        self._streams.synchronize(index)
+
+    def launch_host_func(self, index: int, fn: Callable[[], None], stream: StreamHandle) -> None:
+        """``cuLaunchHostFunc``: run ``fn`` on a driver thread after the stream's earlier work.
+
+        ``fn`` is kept alive until it has run; it must not call CUDA. An exception it raises
+        (a driver thread cannot propagate it) is raised as a :class:`~accelrt.DeviceError`
+        chaining it by the next :meth:`stream_synchronize` (or :meth:`stream_query` finding it
+        done) of that stream, :meth:`event_synchronize` of an event recorded on it after, or
+        :meth:`synchronize` of the device, once.
+
+        Raises:
+            DeviceError: ``stream`` is capturing a graph. A captured host node would run
+                ``fn`` on the first replay only: the backend forgets ``fn`` once it ran, and
+                ``cuda.bindings``' host-function wrapper is one-shot as well
+                (NVIDIA/cuda-python#790).
+        """
+        if self._closed:
+            raise self._closed_error("launch_host_func")
+        self._streams.launch_host_func(index, fn, stream)
+
+    def event_create(self, index: int, enable_timing: bool, blocking: bool,
+                     interprocess: bool) -> EventHandle:
+        """``cuEventCreate`` with timing, blocking-sync and interprocess flags.
+
+        Raises:
+            ValueError: ``interprocess`` with ``enable_timing`` (CUDA forbids it).
+        """
+        if self._closed:
+            raise self._closed_error("event_create")
+        return self._streams.event_create(index, enable_timing, blocking, interprocess)
+
+    def event_destroy(self, index: int, event: EventHandle) -> None:
+        """``cuEventDestroy``."""
+        if self._closed:
+            raise self._closed_error("event_destroy")
+        self._streams.event_destroy(index, event)
+
+    def event_record(self, index: int, event: EventHandle, stream: StreamHandle) -> None:
+        """``cuEventRecord`` (an event recorded during a capture becomes a graph node)."""
+        if self._closed:
+            raise self._closed_error("event_record")
+        self._streams.event_record(index, event, stream)
+
+    def event_record_external(self, index: int, event: EventHandle,
+                              stream: StreamHandle) -> None:
+        """``cuEventRecordWithFlags(CU_EVENT_RECORD_EXTERNAL)`` inside a capture (an event
+        record node: the event stays usable outside the graph), ``cuEventRecord`` outside
+        (the flag is invalid there)."""
+        if self._closed:
+            raise self._closed_error("event_record_external")
+        self._streams.event_record_external(index, event, stream)
+
+    def stream_wait_event_external(self, index: int, stream: StreamHandle,
+                                   event: EventHandle) -> None:
+        """``cuStreamWaitEvent(CU_EVENT_WAIT_EXTERNAL)`` inside a capture (an event wait
+        node), ``cuStreamWaitEvent`` outside."""
+        if self._closed:
+            raise self._closed_error("stream_wait_event_external")
+        self._streams.stream_wait_event_external(index, stream, event)
+
+    def event_query(self, index: int, event: EventHandle) -> bool:
+        """``cuEventQuery``: ``CUDA_ERROR_NOT_READY`` means False."""
+        if self._closed:
+            raise self._closed_error("event_query")
+        return self._streams.event_query(index, event)
+
+    def event_synchronize(self, index: int, event: EventHandle) -> None:
+        """``cuEventSynchronize``; then raises (once) what a host function queued on the
+        stream the event was last recorded on raised."""
+        if self._closed:
+            raise self._closed_error("event_synchronize")
+        self._streams.event_synchronize(index, event)
+
+    def event_elapsed_time(self, index: int, start: EventHandle, end: EventHandle) -> float:
+        """``cuEventElapsedTime`` in milliseconds."""
+        if self._closed:
+            raise self._closed_error("event_elapsed_time")
+        return self._streams.event_elapsed_time(index, start, end)
+
+    def event_ipc_handle(self, index: int, event: EventHandle) -> bytes:
+        """The 64-byte ``CUipcEventHandle`` of an interprocess event."""
+        if self._closed:
+            raise self._closed_error("event_ipc_handle")
+        return self._streams.event_ipc_handle(index, event)
+
+    def event_from_ipc_handle(self, index: int, handle: bytes) -> EventHandle:
+        """Open another process's event from its :meth:`event_ipc_handle` bytes."""
+        if self._closed:
+            raise self._closed_error("event_from_ipc_handle")
+        return self._streams.event_from_ipc_handle(index, handle)
+
+    # ------------------------------------------------------------------ graphs (CudaGraphs)
+    def graph_capture_begin(self, index: int, stream: StreamHandle) -> None:
+        """``cuStreamBeginCapture`` in thread-local mode.
+
+        Raises:
+            RuntimeError: ``stream`` is the legacy default stream (CUDA cannot capture it).
+        """
+        if self._closed:
+            raise self._closed_error("graph_capture_begin")
+        self._graphs.graph_capture_begin(index, stream)
+
+    def graph_capture_end(self, index: int, stream: StreamHandle) -> GraphHandle:
+        """``cuStreamEndCapture``; returns the ``CUgraph`` handle (instantiated by
+        :meth:`graph_instantiate`, or by the first :meth:`graph_replay`)."""
+        if self._closed:
+            raise self._closed_error("graph_capture_end")
+        return self._graphs.graph_capture_end(index, stream)
+
+    def graph_instantiate(self, index: int, graph: GraphHandle) -> int:
+        """``cuGraphInstantiate`` (then ``cuGraphExecDestroy`` of the previous executable
+        graph); returns ``cuGraphExecGetId`` of the new one."""
+        if self._closed:
+            raise self._closed_error("graph_instantiate")
+        return self._graphs.graph_instantiate(index, graph)
+
+    def graph_replay(self, index: int, graph: GraphHandle, stream: StreamHandle) -> None:
+        """``cuGraphLaunch`` (instantiating a graph never instantiated)."""
+        if self._closed:
+            raise self._closed_error("graph_replay")
+        self._graphs.graph_replay(index, graph, stream)
+
+    def graph_destroy(self, index: int, graph: GraphHandle) -> None:
+        """``cuGraphExecDestroy`` (if instantiated) + ``cuGraphDestroy``."""
+        if self._closed:
+            raise self._closed_error("graph_destroy")
+        self._graphs.graph_destroy(index, graph)
+
+    def graph_debug_dot(self, index: int, graph: GraphHandle, path: str,
+                        verbose: bool) -> None:
+        """``cuGraphDebugDotPrint`` of the captured ``CUgraph`` (``verbose``:
+        ``CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE``)."""
+        if self._closed:
+            raise self._closed_error("graph_debug_dot")
+        self._graphs.graph_debug_dot(index, graph, path, verbose)
+
+    def graph_native_handles(self, index: int, graph: GraphHandle) -> tuple[int, int | None]:
+        """``(CUgraph, CUgraphExec or None)`` as ints."""
+        if self._closed:
+            raise self._closed_error("graph_native_handles")
+        return self._graphs.graph_native_handles(index, graph)
+
+    def graph_node_count(self, index: int, graph: GraphHandle) -> int | None:
+        """``cuGraphGetNodes`` of a live graph's CUgraph (``None`` for an unknown handle)."""
+        if self._closed:
+            raise self._closed_error("graph_node_count")
+        return self._graphs.graph_node_count(index, graph)
+
+    def stream_is_capturing(self, index: int, stream: StreamHandle) -> bool:
+        """``cuStreamIsCapturing`` reports an active capture."""
+        if self._closed:
+            raise self._closed_error("stream_is_capturing")
+        return self._streams.stream_is_capturing(index, stream)
+
+    # ------------------------------------------------------------------ device-side compute (CudaOps)
+    def philox_fill(self, index: int, ptr: int, n: int, dtype: str, dist: str, seed: int,
+                    offset: int, params: tuple[float, float], stream: StreamHandle) -> None:
+        """Fill ``n`` elements of ``dtype`` at device pointer ``ptr`` with Philox4x32-10
+        numbers of ``dist`` for generator ``(seed, offset)``, ordered on ``stream``.
+
+        The same bits as ``accelrt.random``'s host path (normals: to a few float64 ulp); see
+        :func:`philox_launch` and ``docs/random.md`` for the arguments.
+
+        Raises:
+            TypeError: a wrong argument type.
+            ValueError: a bad value, a pointer range that is not device memory of ``index``,
+                or a stream that is not a live stream of it.
+            CudaError: the launch failed.
+        """
+        if self._closed:
+            raise self._closed_error("philox_fill")
+        self._ops.philox_fill(index, ptr, n, dtype, dist, seed, offset, params, stream)
+
+    def elementwise_add(self, index: int, out: int, a: int, b: int, count: int, dtype: str,
+                        stream: StreamHandle) -> None:
+        """``out = a + b`` for ``count`` elements of numpy dtype name ``dtype`` on device
+        ``index``, ordered on ``stream`` (``out`` may be ``a`` or ``b``).
+
+        Integers wrap like numpy's, float16 rounds like numpy's, bool adds as logical or.
+
+        Raises:
+            TypeError: a wrong argument type.
+            ValueError: an unsupported dtype, a pointer range that is not device memory of
+                ``index``, or a stream that is not a live stream of it.
+            CudaError: the launch failed.
+        """
+        if self._closed:
+            raise self._closed_error("elementwise_add")
+        self._ops.elementwise_add(index, out, a, b, count, dtype, stream)
 
 # ---------------------------------------------------------------------- fork safety
 

@@ -1,4 +1,4 @@
-"""Memory half of :class:`~accelrt.backends.cuda.CudaBackend`: device and pinned allocation,
+"""The memory part of :class:`~accelrt.backends.cuda.CudaBackend`: device and pinned allocation,
 virtual memory (expandable segments), copies, memset and fill.
 
 Example::
@@ -14,6 +14,7 @@ from __future__ import annotations
 import bisect
 import ctypes
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -25,8 +26,9 @@ from ._cu import as_int, as_ptr, as_size, check
 
 if TYPE_CHECKING:
     from ._backend import _Device
+    from ._streams import CudaStreams
 
-__all__ = ["MemoryMixin", "Ranges", "fill_launch"]
+__all__ = ["CudaMemory", "Ranges", "fill_launch"]
 
 _KINDS = ("h2d", "d2h", "d2d", "h2h")
 #: ``mempool_*_attribute`` names -> ``CUmemPool_attribute`` enumerators
@@ -129,27 +131,30 @@ class Ranges:
         return len(self._sizes)
 
 
-class MemoryMixin:
-    """Device memory, pinned host memory, virtual memory and copies (driver API)."""
+class CudaMemory:
+    """Device, pinned host, stream-ordered pool, interprocess and virtual memory and the
+    copies of one :class:`~accelrt.backends.cuda.CudaBackend` (a part it holds and delegates
+    to, after its own checks).
 
-    _drv: Any
-    _host_allocs: Ranges
-    _check_stream: Any   # StreamMixin._check_stream
-    _relaxed: Any        # StreamMixin._relaxed
-    _capturing: dict[int, int]
+    Args:
+        drv: the driver bindings.
+        use: makes a device's primary context current and returns its state.
+        use_any: the same for the thread's current device (device 0 if none).
+        streams: the backend's streams part (stream checks; relaxed capture mode for
+            allocation calls while a graph captures).
+        launch_kernel: launches one of accelrt's kernels (``CudaBackend.launch_kernel``).
+    """
 
-    def _use(self, index: int) -> _Device:  # provided by CudaBackend
-        raise NotImplementedError
+    def __init__(self, drv: Any, use: Callable[[int], _Device], use_any: Callable[[], _Device],
+                 streams: CudaStreams, launch_kernel: Callable[..., None]) -> None:
+        self._drv = drv
+        self._use = use
+        self._use_any = use_any
+        self._streams = streams
+        self._launch_kernel = launch_kernel
+        self._host_allocs = Ranges()                  # pinned host memory from host_malloc
 
-    def _use_any(self) -> _Device:  # provided by CudaBackend
-        raise NotImplementedError
-
-    def launch_kernel(self, index: int, stream: int, module: str, kernel: str, grid: Any,
-                      block: Any, args: list[Any], shared_mem: int = 0) -> None:
-        raise NotImplementedError  # provided by CudaBackend
-
-    # ------------------------------------------------------------------ pointer checks
-    def _check_device_range(self, d: _Device, value: Any, nbytes: int, what: str) -> int:
+    def check_device_range(self, d: _Device, value: Any, nbytes: int, what: str) -> int:
         """Raise ValueError unless ``[ptr, ptr+nbytes)`` is device memory of ``d`` (allocated
         here, mapped here, or a foreign allocation the driver knows)."""
         ptr = as_ptr(value, what)
@@ -174,7 +179,7 @@ class MemoryMixin:
                 return ptr
         drv = self._drv
         attr = drv.CUpointer_attribute
-        with self._relaxed():
+        with self._streams.relaxed():
             err, base = drv.cuPointerGetAttribute(attr.CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, ptr)
             if not err:
                 err, size = drv.cuPointerGetAttribute(attr.CU_POINTER_ATTRIBUTE_RANGE_SIZE, ptr)
@@ -186,19 +191,11 @@ class MemoryMixin:
         return ptr
 
     def pointer_device(self, ptr: int) -> int | None:
-        """The index of the GPU whose device memory holds ``ptr``, or ``None`` when ``ptr``
-        is not CUDA device memory (host memory, pinned or not, or an address the driver does
-        not know). Used to locate ``__cuda_array_interface__`` producers' data.
-
-        Raises:
-            TypeError: ``ptr`` is not an int.
-            ValueError: ``ptr`` is 0 or not a 64-bit address.
-        """
         ptr = as_ptr(ptr, "pointer")
         self._use_any()
         drv = self._drv
         attr = drv.CUpointer_attribute
-        with self._relaxed():
+        with self._streams.relaxed():
             err, mtype = drv.cuPointerGetAttribute(attr.CU_POINTER_ATTRIBUTE_MEMORY_TYPE, ptr)
             if err or int(mtype) != int(drv.CUmemorytype.CU_MEMORYTYPE_DEVICE):
                 return None
@@ -217,10 +214,9 @@ class MemoryMixin:
 
     # ------------------------------------------------------------------ device memory
     def malloc(self, index: int, size: int) -> DevicePtr:
-        """``cuMemAlloc``; ``0`` on ``CUDA_ERROR_OUT_OF_MEMORY``."""
         size = as_size(size, "malloc size", positive=True)
         d = self._use(index)
-        with self._relaxed():
+        with self._streams.relaxed():
             err, ptr = self._drv.cuMemAlloc(size)
         if err:
             if err == self._drv.CUresult.CUDA_ERROR_OUT_OF_MEMORY:
@@ -231,7 +227,6 @@ class MemoryMixin:
         return DevicePtr(ptr)
 
     def free(self, index: int, ptr: DevicePtr) -> None:
-        """``cuMemFree`` (synchronises with the device as CUDA does)."""
         ptr = DevicePtr(as_ptr(ptr, "free pointer"))
         d = self._use(index)
         size = d.allocs.pop(ptr)
@@ -239,7 +234,7 @@ class MemoryMixin:
             raise ValueError(f"free: {ptr:#x} was not returned by malloc on cuda:{index} (or "
                              "was already freed)")
         try:
-            with self._relaxed():
+            with self._streams.relaxed():
                 check(self._drv.cuMemFree(ptr), "cuMemFree")
         except BaseException:
             d.allocs.add(ptr, size)
@@ -255,11 +250,9 @@ class MemoryMixin:
         return pool
 
     def mempool_alloc_async(self, index: int, size: int, stream: StreamHandle) -> DevicePtr:
-        """``cuMemAllocFromPoolAsync`` from the device's default pool; ``0`` on
-        ``CUDA_ERROR_OUT_OF_MEMORY``. During a capture it adds a memory-allocation node."""
         size = as_size(size, "mempool_alloc_async size", positive=True)
         d = self._use(index)
-        stream = self._check_stream(d, stream)
+        stream = self._streams.check_stream(d, stream)
         pool = self._mempool(d)
         err, ptr = self._drv.cuMemAllocFromPoolAsync(size, pool, stream)
         if err:
@@ -271,10 +264,9 @@ class MemoryMixin:
         return DevicePtr(ptr)
 
     def mempool_free_async(self, index: int, ptr: DevicePtr, stream: StreamHandle) -> None:
-        """``cuMemFreeAsync`` of a :meth:`mempool_alloc_async` pointer on ``stream``."""
         ptr = DevicePtr(as_ptr(ptr, "mempool_free_async pointer"))
         d = self._use(index)
-        stream = self._check_stream(d, stream)
+        stream = self._streams.check_stream(d, stream)
         size = d.pool_allocs.pop(ptr)
         if size is None:
             raise ValueError(f"mempool_free_async: {ptr:#x} was not returned by "
@@ -286,7 +278,6 @@ class MemoryMixin:
             raise
 
     def mempool_trim_to(self, index: int, keep: int) -> None:
-        """``cuMemPoolTrimTo`` of the device's default pool."""
         keep = as_size(keep, "mempool_trim_to keep")
         d = self._use(index)
         check(self._drv.cuMemPoolTrimTo(self._mempool(d), keep), "cuMemPoolTrimTo")
@@ -299,7 +290,6 @@ class MemoryMixin:
         return getattr(self._drv.CUmemPool_attribute, name)
 
     def mempool_get_attribute(self, index: int, attr: str) -> int:
-        """``cuMemPoolGetAttribute`` of the device's default pool (a ``cuuint64_t``)."""
         which = self._pool_attr(attr)
         d = self._use(index)
         value = check(self._drv.cuMemPoolGetAttribute(self._mempool(d), which),
@@ -307,8 +297,6 @@ class MemoryMixin:
         return int(value)
 
     def mempool_set_attribute(self, index: int, attr: str, value: int) -> None:
-        """``cuMemPoolSetAttribute``: the release threshold, or a reset (0) of a
-        high-water mark."""
         which = self._pool_attr(attr)
         value = as_int(value, "mempool_set_attribute value")
         if not 0 <= value < 1 << 64:
@@ -326,9 +314,6 @@ class MemoryMixin:
 
     # ------------------------------------------------------------------ interprocess memory
     def ipc_mem_handle(self, index: int, ptr: DevicePtr) -> bytes:
-        """The 64-byte ``CUipcMemHandle`` of the ``cuMemAlloc`` allocation starting at ``ptr``
-        (``cuIpcGetMemHandle``); ValueError for virtual-memory (expandable) ranges, which legacy
-        IPC cannot share, and for pointers that do not start an allocation of this device."""
         ptr = DevicePtr(as_ptr(ptr, "ipc_mem_handle pointer"))
         d = self._use(index)
         if d.allocs.size_of(ptr) is None:
@@ -344,8 +329,6 @@ class MemoryMixin:
         return ctypes.string_at(h.getPtr(), _IPC_HANDLE_SIZE)
 
     def ipc_open_mem_handle(self, index: int, handle: bytes) -> tuple[DevicePtr, int]:
-        """Map another process's allocation (``cuIpcOpenMemHandle`` with lazy peer access);
-        return its ``(ptr, size)`` (``cuMemGetAddressRange``)."""
         if not isinstance(handle, (bytes, bytearray)):
             raise TypeError(f"an IPC memory handle is the bytes from ipc_mem_handle(), got "
                             f"{type(handle).__name__}")
@@ -368,7 +351,6 @@ class MemoryMixin:
         return DevicePtr(ptr), size
 
     def ipc_close_mem_handle(self, index: int, ptr: DevicePtr) -> None:
-        """Unmap memory from :meth:`ipc_open_mem_handle` (``cuIpcCloseMemHandle``)."""
         ptr = DevicePtr(as_ptr(ptr, "ipc_close_mem_handle pointer"))
         d = self._use(index)
         size = d.ipc_opened.pop(ptr)
@@ -383,11 +365,10 @@ class MemoryMixin:
 
     # ------------------------------------------------------------------ pinned host memory
     def host_malloc(self, size: int) -> int:
-        """Page-locked, portable host memory (``cuMemHostAlloc``); ``0`` when out of memory."""
         size = as_size(size, "host_malloc size", positive=True)
         self._use_any()
         drv = self._drv
-        with self._relaxed():
+        with self._streams.relaxed():
             err, ptr = drv.cuMemHostAlloc(size, drv.CU_MEMHOSTALLOC_PORTABLE)
         if err:
             if err == drv.CUresult.CUDA_ERROR_OUT_OF_MEMORY:
@@ -398,7 +379,6 @@ class MemoryMixin:
         return ptr
 
     def host_free(self, ptr: int) -> None:
-        """``cuMemFreeHost``."""
         ptr = as_ptr(ptr, "host_free pointer")
         size = self._host_allocs.pop(ptr)
         if size is None:
@@ -406,7 +386,7 @@ class MemoryMixin:
                              "already freed)")
         self._use_any()
         try:
-            with self._relaxed():
+            with self._streams.relaxed():
                 check(self._drv.cuMemFreeHost(ptr), "cuMemFreeHost")
         except BaseException:
             self._host_allocs.add(ptr, size)
@@ -422,7 +402,6 @@ class MemoryMixin:
         return prop
 
     def vm_granularity(self, index: int) -> int:
-        """Minimum mapping granularity (``cuMemGetAllocationGranularity``), typically 2 MiB."""
         d = self._use(index)
         if not d.vm_gran:
             drv = self._drv
@@ -444,10 +423,9 @@ class MemoryMixin:
         return gran
 
     def vm_reserve(self, index: int, size: int) -> DevicePtr:
-        """Reserve ``size`` bytes of device address space (``cuMemAddressReserve``)."""
         gran = self._check_vm_range(index, 0, size)
         d = self._use(index)
-        with self._relaxed():
+        with self._streams.relaxed():
             err, ptr = self._drv.cuMemAddressReserve(size, gran, 0, 0)
         if err:
             if err in (self._drv.CUresult.CUDA_ERROR_OUT_OF_MEMORY,
@@ -460,7 +438,6 @@ class MemoryMixin:
         return DevicePtr(ptr)
 
     def vm_release(self, index: int, ptr: DevicePtr, size: int) -> None:
-        """Free a reservation (``cuMemAddressFree``); all of it must be unmapped first."""
         self._check_vm_range(index, ptr, size)
         d = self._use(index)
         if d.reserved.size_of(ptr) != size:
@@ -469,20 +446,11 @@ class MemoryMixin:
         if d.mappings.overlaps(ptr, size):
             raise ValueError(f"vm_release: parts of ({ptr:#x}, {size}) are still mapped; "
                              "vm_unmap them first")
-        with self._relaxed():
+        with self._streams.relaxed():
             check(self._drv.cuMemAddressFree(ptr, size), "cuMemAddressFree")
         d.reserved.pop(ptr)
 
     def vm_map(self, index: int, ptr: int, size: int) -> bool:
-        """Back ``[ptr, ptr+size)`` with one physical allocation (``cuMemCreate`` +
-        ``cuMemMap`` + ``cuMemSetAccess``); ``False`` when the device is out of memory.
-
-        Each call is one mapping; :meth:`vm_unmap` releases whole mappings (one or several
-        adjacent ones), as the caching allocator's expandable segments do page by page.
-
-        Raises:
-            ValueError: the range is unaligned, outside a reservation, or already mapped.
-        """
         self._check_vm_range(index, ptr, size)
         d = self._use(index)
         if not d.reserved.contains(ptr, size):
@@ -492,7 +460,7 @@ class MemoryMixin:
             raise ValueError(f"vm_map: ({ptr:#x}, {size}) overlaps memory that is already "
                              "mapped")
         drv = self._drv
-        with self._relaxed():
+        with self._streams.relaxed():
             err, handle = drv.cuMemCreate(size, self._prop(index), 0)
             if err:
                 if err == drv.CUresult.CUDA_ERROR_OUT_OF_MEMORY:
@@ -519,12 +487,6 @@ class MemoryMixin:
         return True
 
     def vm_unmap(self, index: int, ptr: int, size: int) -> None:
-        """Unmap ``[ptr, ptr+size)`` and release its physical memory.
-
-        Raises:
-            ValueError: the range is not exactly a run of whole mappings made by
-                :meth:`vm_map` (part of it is unmapped, or it cuts a mapping).
-        """
         self._check_vm_range(index, ptr, size)
         d = self._use(index)
         parts: list[tuple[int, int]] = []
@@ -541,12 +503,12 @@ class MemoryMixin:
         if cur != end:
             raise ValueError(f"vm_unmap: ({ptr:#x}, {size}) cuts the mapping that ends at "
                              f"{cur:#x}; unmap whole ranges given to vm_map")
-        if not self._capturing:
+        if not self._streams._capturing:
             # Work still using the range must finish before its memory goes away (during a
             # capture the allocator only unmaps memory no captured work uses).
             check(self._drv.cuCtxSynchronize(), "cuCtxSynchronize")
         drv = self._drv
-        with self._relaxed():
+        with self._streams.relaxed():
             for base, msize in parts:
                 check(drv.cuMemUnmap(base, msize), "cuMemUnmap")
                 d.mappings.pop(base)
@@ -557,21 +519,20 @@ class MemoryMixin:
     # ------------------------------------------------------------------ copies
     def memcpy(self, index: int, dst: int, src: int, nbytes: int, kind: str,
                stream: StreamHandle) -> None:
-        """Stream-ordered copy (``cuMemcpy{HtoD,DtoH,DtoD}Async``; ``h2h`` via UVA)."""
         if kind not in _KINDS:
             raise ValueError(f"memcpy kind must be one of {_KINDS}, got {kind!r}")
         nbytes = as_size(nbytes, "memcpy nbytes")
         d = self._use(index)
-        stream = self._check_stream(d, stream)
+        stream = self._streams.check_stream(d, stream)
         if kind == "h2d":
-            dst = self._check_device_range(d, dst, nbytes, "memcpy dst")
+            dst = self.check_device_range(d, dst, nbytes, "memcpy dst")
             src = self._check_host_range(src, nbytes, "memcpy src")
         elif kind == "d2h":
             dst = self._check_host_range(dst, nbytes, "memcpy dst")
-            src = self._check_device_range(d, src, nbytes, "memcpy src")
+            src = self.check_device_range(d, src, nbytes, "memcpy src")
         elif kind == "d2d":
-            dst = self._check_device_range(d, dst, nbytes, "memcpy dst")
-            src = self._check_device_range(d, src, nbytes, "memcpy src")
+            dst = self.check_device_range(d, dst, nbytes, "memcpy dst")
+            src = self.check_device_range(d, src, nbytes, "memcpy src")
         else:
             dst = self._check_host_range(dst, nbytes, "memcpy dst")
             src = self._check_host_range(src, nbytes, "memcpy src")
@@ -589,13 +550,12 @@ class MemoryMixin:
 
     def memcpy_peer(self, dst_index: int, dst: int, src_index: int, src: int, nbytes: int,
                     stream: StreamHandle) -> None:
-        """``cuMemcpyPeerAsync`` ordered on ``stream`` of ``src_index``."""
         nbytes = as_size(nbytes, "memcpy_peer nbytes")
         dd = self._use(dst_index)
-        dst = self._check_device_range(dd, dst, nbytes, "memcpy_peer dst")
+        dst = self.check_device_range(dd, dst, nbytes, "memcpy_peer dst")
         sd = self._use(src_index)
-        src = self._check_device_range(sd, src, nbytes, "memcpy_peer src")
-        stream = self._check_stream(sd, stream)
+        src = self.check_device_range(sd, src, nbytes, "memcpy_peer src")
+        stream = self._streams.check_stream(sd, stream)
         if nbytes == 0:
             return
         dst_ctx, src_ctx = dd.ctx, sd.ctx
@@ -604,22 +564,19 @@ class MemoryMixin:
 
     def memset(self, index: int, ptr: int, value: int, nbytes: int,
                stream: StreamHandle) -> None:
-        """``cuMemsetD8Async``."""
         value = as_int(value, "memset value")
         if not 0 <= value <= 255:
             raise ValueError(f"memset value must be a byte (0..255), got {value}")
         nbytes = as_size(nbytes, "memset nbytes")
         d = self._use(index)
-        stream = self._check_stream(d, stream)
-        ptr = self._check_device_range(d, ptr, nbytes, "memset pointer")
+        stream = self._streams.check_stream(d, stream)
+        ptr = self.check_device_range(d, ptr, nbytes, "memset pointer")
         if nbytes == 0:
             return
         check(self._drv.cuMemsetD8Async(ptr, value, nbytes, stream), "cuMemsetD8Async")
 
     def fill(self, index: int, ptr: int, pattern: bytes, count: int,
              stream: StreamHandle) -> None:
-        """Write ``pattern`` ``count`` times: ``cuMemsetD8/D16/D32Async`` for aligned 1/2/4
-        byte patterns, the ``fill.cu`` kernels for 8-byte or unaligned patterns."""
         if not isinstance(pattern, (bytes, bytearray, memoryview)):
             raise TypeError(f"fill pattern must be bytes, got {type(pattern).__name__}")
         pattern = bytes(pattern)
@@ -628,8 +585,8 @@ class MemoryMixin:
             raise ValueError(f"fill pattern must be 1, 2, 4 or 8 bytes, got {width}")
         count = as_size(count, "fill count")
         d = self._use(index)
-        stream = self._check_stream(d, stream)
-        ptr = self._check_device_range(d, ptr, count * width, "fill pointer")
+        stream = self._streams.check_stream(d, stream)
+        ptr = self.check_device_range(d, ptr, count * width, "fill pointer")
         if count == 0:
             return
         value = int.from_bytes(pattern, "little")
@@ -642,4 +599,4 @@ class MemoryMixin:
             check(drv.cuMemsetD32Async(ptr, value, count, stream), "cuMemsetD32Async")
         else:
             kernel, args, grid = fill_launch(ptr, value, width, count)
-            self.launch_kernel(index, stream, "fill", kernel, grid, _FILL_BLOCK, args)
+            self._launch_kernel(index, stream, "fill", kernel, grid, _FILL_BLOCK, args)

@@ -1,4 +1,4 @@
-"""Compute half of :class:`~accelrt.backends.cuda.CudaBackend`: the optional backend hooks
+"""The compute part of :class:`~accelrt.backends.cuda.CudaBackend`: the optional backend hooks
 ``philox_fill`` (``accelrt.random`` on the GPU, kernels of ``kernels/philox.cu``) and
 ``elementwise_add`` (``accelrt.comm.reduce_add``, kernels of ``kernels/reduce.cu``).
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import operator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -28,8 +29,10 @@ from ._cu import as_size
 
 if TYPE_CHECKING:
     from ._backend import _Device
+    from ._memory import CudaMemory
+    from ._streams import CudaStreams
 
-__all__ = ["BLOCK", "OpsMixin", "add_launch", "grid_for", "philox_launch"]
+__all__ = ["BLOCK", "CudaOps", "add_launch", "grid_for", "philox_launch"]
 
 #: Threads per block of every kernel launched here.
 BLOCK = 256
@@ -229,80 +232,56 @@ def add_launch(out: int, a: int, b: int, count: int, dtype: str, *,
     return kernel, args, grid_for(n, sms)
 
 
-class OpsMixin:
-    """``philox_fill`` and ``elementwise_add`` over the kernel cache (driver API)."""
+class CudaOps:
+    """``philox_fill`` and ``elementwise_add`` over the kernel cache: the device-side compute
+    part of :class:`~accelrt.backends.cuda.CudaBackend`.
 
-    _check_stream: Any          # StreamMixin._check_stream
-    _check_device_range: Any    # MemoryMixin._check_device_range
-    _props: dict[int, dict[str, Any]]   # CudaBackend's cache of get_device_properties
+    Args:
+        use: makes a device's primary context current and returns its state.
+        streams: the backend's streams part (stream checks).
+        memory: the backend's memory part (device pointer range checks).
+        launch_kernel: launches one of accelrt's kernels (``CudaBackend.launch_kernel``).
+        sms: the number of multiprocessors of a device (``CudaBackend._sms``: from its cached
+            properties), which sizes the grids.
+    """
 
-    def _use(self, index: int) -> _Device:  # provided by CudaBackend
-        raise NotImplementedError
-
-    def get_device_properties(self, index: int) -> dict[str, Any]:
-        raise NotImplementedError  # provided by CudaBackend
-
-    def launch_kernel(self, index: int, stream: int, module: str, kernel: str, grid: Any,
-                      block: Any, args: list[Any], shared_mem: int = 0) -> None:
-        raise NotImplementedError  # provided by CudaBackend
-
-    def _sms(self, index: int) -> int:
-        # the cached properties, not get_device_properties()'s copy of ~150 entries per launch
-        props = self._props.get(index) or self.get_device_properties(index)
-        return int(props["multi_processor_count"]) or 1
+    def __init__(self, use: Callable[[int], _Device], streams: CudaStreams, memory: CudaMemory,
+                 launch_kernel: Callable[..., None], sms: Callable[[int], int]) -> None:
+        self._use = use
+        self._streams = streams
+        self._memory = memory
+        self._launch_kernel = launch_kernel
+        self._sms = sms
 
     def philox_fill(self, index: int, ptr: int, n: int, dtype: str, dist: str, seed: int,
                     offset: int, params: tuple[float, float], stream: StreamHandle) -> None:
-        """Fill ``n`` elements of ``dtype`` at device pointer ``ptr`` with Philox4x32-10
-        numbers of ``dist`` for generator ``(seed, offset)``, ordered on ``stream``.
-
-        The same bits as ``accelrt.random``'s host path (normals: to a few float64 ulp); see
-        :func:`philox_launch` and ``docs/random.md`` for the arguments.
-
-        Raises:
-            TypeError: a wrong argument type.
-            ValueError: a bad value, a pointer range that is not device memory of ``index``,
-                or a stream that is not a live stream of it.
-            CudaError: the launch failed.
-        """
         d = self._use(index)
-        stream = self._check_stream(d, stream)
+        stream = self._streams.check_stream(d, stream)
         n = as_size(n, "philox_fill n")
         if n == 0:
             return
         dt = _dtype(dtype)
-        ptr = self._check_device_range(d, ptr, n * dt.itemsize, "philox_fill pointer")
+        ptr = self._memory.check_device_range(d, ptr, n * dt.itemsize, "philox_fill pointer")
         _check_aligned(ptr, dt.itemsize, "philox_fill pointer", dt.name)
         kernel, args, grid = philox_launch(ptr, n, dt.name, dist, seed, offset, params,
                                            sms=self._sms(index))
-        self.launch_kernel(index, stream, "philox", kernel, grid, BLOCK, args)
+        self._launch_kernel(index, stream, "philox", kernel, grid, BLOCK, args)
 
     def elementwise_add(self, index: int, out: int, a: int, b: int, count: int, dtype: str,
-                        stream: int) -> None:
-        """``out = a + b`` for ``count`` elements of numpy dtype name ``dtype`` on device
-        ``index``, ordered on ``stream`` (``out`` may be ``a`` or ``b``).
-
-        Integers wrap like numpy's, float16 rounds like numpy's, bool adds as logical or.
-
-        Raises:
-            TypeError: a wrong argument type.
-            ValueError: an unsupported dtype, a pointer range that is not device memory of
-                ``index``, or a stream that is not a live stream of it.
-            CudaError: the launch failed.
-        """
+                        stream: StreamHandle) -> None:
         d = self._use(index)
-        stream = self._check_stream(d, stream)
+        stream = self._streams.check_stream(d, stream)
         count = as_size(count, "elementwise_add count")
         dt = _dtype(dtype)
         kernel, args, grid = add_launch(1, 1, 1, count, dt.name, sms=1)   # checks the dtype
         if count == 0:
             return
         nbytes = count * dt.itemsize
-        out = self._check_device_range(d, out, nbytes, "elementwise_add out")
-        a = self._check_device_range(d, a, nbytes, "elementwise_add a")
-        b = self._check_device_range(d, b, nbytes, "elementwise_add b")
+        out = self._memory.check_device_range(d, out, nbytes, "elementwise_add out")
+        a = self._memory.check_device_range(d, a, nbytes, "elementwise_add a")
+        b = self._memory.check_device_range(d, b, nbytes, "elementwise_add b")
         align = dt.itemsize // 2 if dt.kind == "c" else dt.itemsize
         for name, p in (("out", out), ("a", a), ("b", b)):
             _check_aligned(p, align, f"elementwise_add {name}", dt.name)
         kernel, args, grid = add_launch(out, a, b, count, dt.name, sms=self._sms(index))
-        self.launch_kernel(index, stream, "reduce", kernel, grid, BLOCK, args)
+        self._launch_kernel(index, stream, "reduce", kernel, grid, BLOCK, args)

@@ -1,12 +1,13 @@
-"""Streams, events, host functions and graphs of :class:`~accelrt.backends.cuda.CudaBackend`.
+"""Streams, events and host functions of :class:`~accelrt.backends.cuda.CudaBackend` (its
+streams part; graph capture is :mod:`._graphs`).
 
 ``stream_create`` makes one driver stream per call: the one stream pool is the core's (an
 :class:`accelrt.Stream` returns its handle to it when collected), as for every backend.
 
 Example::
 
-    >>> from accelrt.backends.cuda._streams import StreamMixin
-    >>> callable(StreamMixin.stream_create)
+    >>> from accelrt.backends.cuda._streams import CudaStreams
+    >>> callable(CudaStreams.stream_create)
     True
 """
 
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..._errors import DeviceError
 from ..._fork import reinit_after_fork
-from ..._handles import EventHandle, GraphHandle, StreamHandle
+from ..._handles import EventHandle, StreamHandle
 from .._common import KeptErrors
 from . import _cu
 from ._cu import as_handle, as_int, check
@@ -30,7 +31,7 @@ from ._cu import as_handle, as_int, check
 if TYPE_CHECKING:
     from ._backend import _Device
 
-__all__ = ["StreamMixin"]
+__all__ = ["CudaStreams", "address_is_mapped"]
 
 #: Always-valid special stream handles: the NULL stream, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD.
 _SPECIAL_STREAMS = (0, 1, 2)
@@ -123,14 +124,21 @@ class _RelaxedCapture:
               "cuThreadExchangeStreamCaptureMode")
 
 
-class StreamMixin:
-    """Streams, events, graphs and host functions (driver API)."""
+class CudaStreams:
+    """The streams, events and host functions of one :class:`~accelrt.backends.cuda.CudaBackend`
+    (a part the backend holds and delegates to, after its own checks): the live events, the
+    streams capturing a graph (shared with :class:`~._graphs.CudaGraphs`) and the first
+    exception of each stream's host functions.
 
-    _drv: Any
+    Args:
+        drv: the driver bindings (``cuda.bindings.driver``, or a test's stand-in).
+        use: makes a device's primary context current in the calling thread and returns
+            its state (``CudaBackend._use``).
+    """
 
-    def __init__(self) -> None:
-        #: CUgraph handle -> [index, CUgraph, CUgraphExec or None]; guarded by _graph_lock
-        self._graphs: dict[int, list[Any]] = {}
+    def __init__(self, drv: Any, use: Callable[[int], _Device]) -> None:
+        self._drv = drv
+        self._use = use
         self._graph_lock = reinit_after_fork(threading.Lock())
         #: live events: handle -> [device index, timing, captured, last recording stream or
         #: None]; item ops are atomic
@@ -140,15 +148,12 @@ class StreamMixin:
         #: first exception of a host function per (device, stream), raised at the next sync
         self._host_errors: KeptErrors[tuple[int, int]] = KeptErrors()
 
-    def _use(self, index: int) -> _Device:  # provided by CudaBackend
-        raise NotImplementedError
-
-    def _relaxed(self) -> Any:
+    def relaxed(self) -> Any:
         """Context manager for allocation calls: relaxed capture mode while any capture runs."""
         return _RelaxedCapture(self._drv) if self._capturing else _NO_CAPTURE
 
     # ------------------------------------------------------------------ handle checks
-    def _check_stream(self, d: _Device, stream: StreamHandle) -> StreamHandle:
+    def check_stream(self, d: _Device, stream: StreamHandle) -> StreamHandle:
         """``stream`` if it is a live stream of device ``d``, else ``ValueError``: a stale or
         made-up handle given to the driver could crash the process."""
         if type(stream) is int and (stream in _SPECIAL_STREAMS or stream in d.owned_streams
@@ -187,11 +192,9 @@ class StreamMixin:
 
     # ------------------------------------------------------------------ streams
     def default_stream(self, index: int) -> StreamHandle:
-        """``0``: the legacy default (NULL) stream of the device's primary context."""
         return StreamHandle(0)
 
     def stream_priority_range(self, index: int) -> tuple[int, int]:
-        """``(least, greatest)`` from ``cuCtxGetStreamPriorityRange`` (e.g. ``(0, -5)``)."""
         d = self._use(index)
         if d.priorities is None:
             least, greatest = check(self._drv.cuCtxGetStreamPriorityRange(),
@@ -200,7 +203,6 @@ class StreamMixin:
         return d.priorities
 
     def stream_create(self, index: int, priority: int) -> StreamHandle:
-        """A non-blocking stream of ``priority`` (clamped into the device's range)."""
         priority = as_int(priority, "stream priority")
         least, greatest = self.stream_priority_range(index)
         priority = min(max(priority, greatest), least)
@@ -215,11 +217,6 @@ class StreamMixin:
         return StreamHandle(made)
 
     def stream_destroy(self, index: int, stream: StreamHandle) -> None:
-        """``cuStreamDestroy`` for a stream made by :meth:`stream_create`.
-
-        Raises:
-            ValueError: the handle was not made by this backend.
-        """
         d = self._use(index)
         stream = StreamHandle(as_handle(stream, "stream"))
         if stream in _SPECIAL_STREAMS:
@@ -240,11 +237,9 @@ class StreamMixin:
             d.dead_streams.add(stream)
 
     def stream_query(self, index: int, stream: StreamHandle) -> bool:
-        """``cuStreamQuery``: ``CUDA_ERROR_NOT_READY`` means False; once the work is done,
-        raises (once) what a host function queued on the stream raised."""
-        stream = self._check_stream(self._use(index), stream)
+        stream = self.check_stream(self._use(index), stream)
         self._not_capturing(stream, "query")
-        with self._relaxed():   # legal for a stream outside the capture (the allocator asks)
+        with self.relaxed():   # legal for a stream outside the capture (the allocator asks)
             (err,) = self._drv.cuStreamQuery(stream)
         if not err:
             if self._host_errors:   # the contract's rule (backends/_common.py), as the cpu's
@@ -256,25 +251,17 @@ class StreamMixin:
         return False
 
     def stream_synchronize(self, index: int, stream: StreamHandle) -> None:
-        """``cuStreamSynchronize``."""
-        stream = self._check_stream(self._use(index), stream)
+        stream = self.check_stream(self._use(index), stream)
         self._not_capturing(stream, "synchronize")
         check(self._drv.cuStreamSynchronize(stream), "cuStreamSynchronize")
         self._raise_host_error(index, stream)
 
     def stream_wait_event(self, index: int, stream: StreamHandle, event: EventHandle) -> None:
-        """``cuStreamWaitEvent``."""
-        stream = self._check_stream(self._use(index), stream)
+        stream = self.check_stream(self._use(index), stream)
         self._check_event(event)
         check(self._drv.cuStreamWaitEvent(stream, event, 0), "cuStreamWaitEvent")
 
     def stream_is_valid(self, index: int, stream: StreamHandle) -> bool:
-        """True for the special handles, streams made here, and foreign streams the driver
-        recognises as belonging to device ``index``'s primary context (``cuStreamGetCtx``).
-
-        .. note:: The driver may crash on a handle that was never a stream, as with
-            ``torch.cuda.ExternalStream``; pass only real stream handles.
-        """
         d = self._use(index)
         stream = StreamHandle(as_handle(stream, "stream"))
         if stream in _SPECIAL_STREAMS or stream in d.owned_streams or \
@@ -291,7 +278,6 @@ class StreamMixin:
         return True
 
     def synchronize(self, index: int) -> None:
-        """``cuCtxSynchronize`` on the device's primary context."""
         self._use(index)
         if index in self._capturing.values():
             raise DeviceError(f"cuda: cannot synchronize cuda:{index} while one of its streams "
@@ -300,23 +286,9 @@ class StreamMixin:
         self._raise_host_error(index, None)
 
     def launch_host_func(self, index: int, fn: Callable[[], None], stream: StreamHandle) -> None:
-        """``cuLaunchHostFunc``: run ``fn`` on a driver thread after the stream's earlier work.
-
-        ``fn`` is kept alive until it has run; it must not call CUDA. An exception it raises
-        (a driver thread cannot propagate it) is raised as a :class:`~accelrt.DeviceError`
-        chaining it by the next :meth:`stream_synchronize` (or :meth:`stream_query` finding it
-        done) of that stream, :meth:`event_synchronize` of an event recorded on it after, or
-        :meth:`synchronize` of the device, once.
-
-        Raises:
-            DeviceError: ``stream`` is capturing a graph. A captured host node would run
-                ``fn`` on the first replay only: the backend forgets ``fn`` once it ran, and
-                ``cuda.bindings``' host-function wrapper is one-shot as well
-                (NVIDIA/cuda-python#790).
-        """
         if not callable(fn):
             raise TypeError(f"launch_host_func needs a callable, got {type(fn).__name__}")
-        stream = self._check_stream(self._use(index), stream)
+        stream = self.check_stream(self._use(index), stream)
         if self._capturing and self.stream_is_capturing(index, stream):
             raise DeviceError(f"cuda: cannot launch a host function on stream {stream:#x} "
                               "while it captures a graph (cuda.bindings host functions run "
@@ -334,11 +306,6 @@ class StreamMixin:
     # ------------------------------------------------------------------ events
     def event_create(self, index: int, enable_timing: bool, blocking: bool,
                      interprocess: bool) -> EventHandle:
-        """``cuEventCreate`` with timing, blocking-sync and interprocess flags.
-
-        Raises:
-            ValueError: ``interprocess`` with ``enable_timing`` (CUDA forbids it).
-        """
         if interprocess and enable_timing:
             raise ValueError("an interprocess event cannot have enable_timing=True; CUDA "
                              "requires timing to be disabled on interprocess events")
@@ -354,7 +321,6 @@ class StreamMixin:
         return EventHandle(ev)
 
     def event_destroy(self, index: int, event: EventHandle) -> None:
-        """``cuEventDestroy``."""
         self._use(index)
         self._check_event(event)
         rec = self._events.pop(event)
@@ -365,8 +331,7 @@ class StreamMixin:
             raise
 
     def event_record(self, index: int, event: EventHandle, stream: StreamHandle) -> None:
-        """``cuEventRecord`` (an event recorded during a capture becomes a graph node)."""
-        stream = self._check_stream(self._use(index), stream)
+        stream = self.check_stream(self._use(index), stream)
         rec = self._check_event(event)
         check(self._drv.cuEventRecord(event, stream), "cuEventRecord")
         rec[2] = stream in self._capturing
@@ -374,10 +339,7 @@ class StreamMixin:
 
     def event_record_external(self, index: int, event: EventHandle,
                               stream: StreamHandle) -> None:
-        """``cuEventRecordWithFlags(CU_EVENT_RECORD_EXTERNAL)`` inside a capture (an event
-        record node: the event stays usable outside the graph), ``cuEventRecord`` outside
-        (the flag is invalid there)."""
-        stream = self._check_stream(self._use(index), stream)
+        stream = self.check_stream(self._use(index), stream)
         rec = self._check_event(event)
         if stream not in self._capturing:
             self.event_record(index, event, stream)
@@ -388,9 +350,7 @@ class StreamMixin:
 
     def stream_wait_event_external(self, index: int, stream: StreamHandle,
                                    event: EventHandle) -> None:
-        """``cuStreamWaitEvent(CU_EVENT_WAIT_EXTERNAL)`` inside a capture (an event wait
-        node), ``cuStreamWaitEvent`` outside."""
-        stream = self._check_stream(self._use(index), stream)
+        stream = self.check_stream(self._use(index), stream)
         self._check_event(event)
         flags = 0
         if stream in self._capturing:
@@ -398,12 +358,11 @@ class StreamMixin:
         check(self._drv.cuStreamWaitEvent(stream, event, flags), "cuStreamWaitEvent")
 
     def event_query(self, index: int, event: EventHandle) -> bool:
-        """``cuEventQuery``: ``CUDA_ERROR_NOT_READY`` means False."""
         self._use(index)   # a thread's first CUDA call may be this one: no context current yet
         if self._check_event(event)[2]:
             raise DeviceError("cuda: this event was last recorded inside a graph capture; "
                               "query it after recording it outside the capture")
-        with self._relaxed():   # legal for an event outside the capture (the allocator asks)
+        with self.relaxed():   # legal for an event outside the capture (the allocator asks)
             (err,) = self._drv.cuEventQuery(event)
         if not err:
             return True
@@ -413,21 +372,18 @@ class StreamMixin:
         return False
 
     def event_synchronize(self, index: int, event: EventHandle) -> None:
-        """``cuEventSynchronize``; then raises (once) what a host function queued on the
-        stream the event was last recorded on raised."""
         self._use(index)
         rec = self._check_event(event)
         if rec[2]:
             raise DeviceError("cuda: this event was last recorded inside a graph capture; "
                               "synchronize on it after recording it outside the capture")
-        with self._relaxed():
+        with self.relaxed():
             check(self._drv.cuEventSynchronize(event), "cuEventSynchronize")
         if self._host_errors and rec[3] is not None:
             # the contract's rule (backends/_common.py): the wait covers the recording stream
             self._raise_host_error(index, rec[3])
 
     def event_elapsed_time(self, index: int, start: EventHandle, end: EventHandle) -> float:
-        """``cuEventElapsedTime`` in milliseconds."""
         self._use(index)
         for e in (start, end):
             if not self._check_event(e)[1]:
@@ -436,14 +392,12 @@ class StreamMixin:
         return float(check(self._drv.cuEventElapsedTime(start, end), "cuEventElapsedTime"))
 
     def event_ipc_handle(self, index: int, event: EventHandle) -> bytes:
-        """The 64-byte ``CUipcEventHandle`` of an interprocess event."""
         self._use(index)
         self._check_event(event)
         h = check(self._drv.cuIpcGetEventHandle(event), "cuIpcGetEventHandle")
         return ctypes.string_at(h.getPtr(), IPC_HANDLE_SIZE)
 
     def event_from_ipc_handle(self, index: int, handle: bytes) -> EventHandle:
-        """Open another process's event from its :meth:`event_ipc_handle` bytes."""
         if not isinstance(handle, (bytes, bytearray)):
             raise TypeError(f"an IPC event handle is the bytes from event_ipc_handle(), got "
                             f"{type(handle).__name__}")
@@ -457,115 +411,8 @@ class StreamMixin:
         self._events[ev] = [index, False, False, None]
         return EventHandle(ev)
 
-    # ------------------------------------------------------------------ graphs
-    def graph_capture_begin(self, index: int, stream: StreamHandle) -> None:
-        """``cuStreamBeginCapture`` in thread-local mode.
-
-        Raises:
-            RuntimeError: ``stream`` is the legacy default stream (CUDA cannot capture it).
-        """
-        stream = self._check_stream(self._use(index), stream)
-        if stream in _SPECIAL_STREAMS:
-            raise DeviceError("cuda: graphs must be captured on a non-default stream; "
-                              "capture on a stream made with accelrt.Stream()")
-        with self._graph_lock:
-            if stream in self._capturing:
-                raise DeviceError(f"cuda: stream {stream:#x} is already capturing; end that "
-                                  "capture first")
-            mode = self._drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
-            check(self._drv.cuStreamBeginCapture(stream, mode), "cuStreamBeginCapture")
-            self._capturing[stream] = index
-
-    def graph_capture_end(self, index: int, stream: StreamHandle) -> GraphHandle:
-        """``cuStreamEndCapture``; returns the ``CUgraph`` handle (instantiated by
-        :meth:`graph_instantiate`, or by the first :meth:`graph_replay`)."""
-        stream = self._check_stream(self._use(index), stream)
-        drv = self._drv
-        with self._graph_lock:
-            if self._capturing.get(stream) != index:
-                raise DeviceError(f"cuda: stream {stream:#x} of cuda:{index} is not capturing; "
-                                  "call graph_capture_begin first")
-            del self._capturing[stream]
-            graph = check(drv.cuStreamEndCapture(stream), "cuStreamEndCapture")
-            handle = int(graph)
-            self._graphs[handle] = [index, graph, None]
-        return GraphHandle(handle)
-
-    def _graph_rec(self, index: int, graph: GraphHandle) -> list[Any]:
-        rec = self._graphs.get(graph) if type(graph) is int else None
-        if rec is None or rec[0] != index:
-            raise ValueError(f"graph handle {as_handle(graph, 'graph'):#x} is not a live graph "
-                             f"of cuda:{index}; use a handle from graph_capture_end that was "
-                             "not destroyed")
-        return rec
-
-    def graph_instantiate(self, index: int, graph: GraphHandle) -> int:
-        """``cuGraphInstantiate`` (then ``cuGraphExecDestroy`` of the previous executable
-        graph); returns ``cuGraphExecGetId`` of the new one."""
-        self._use(index)
-        rec = self._graph_rec(index, graph)
-        drv = self._drv
-        exe = check(drv.cuGraphInstantiate(rec[1], 0), "cuGraphInstantiate")
-        try:
-            exec_id = int(check(drv.cuGraphExecGetId(exe), "cuGraphExecGetId"))
-        except BaseException:
-            drv.cuGraphExecDestroy(exe)
-            raise
-        with self._graph_lock:
-            old, rec[2] = rec[2], exe
-        if old is not None:
-            check(drv.cuGraphExecDestroy(old), "cuGraphExecDestroy")
-        return exec_id
-
-    def graph_replay(self, index: int, graph: GraphHandle, stream: StreamHandle) -> None:
-        """``cuGraphLaunch`` (instantiating a graph never instantiated)."""
-        d = self._use(index)
-        rec = self._graph_rec(index, graph)
-        stream = self._check_stream(d, stream)
-        if rec[2] is None:
-            self.graph_instantiate(index, graph)
-        check(self._drv.cuGraphLaunch(rec[2], stream), "cuGraphLaunch")
-
-    def graph_destroy(self, index: int, graph: GraphHandle) -> None:
-        """``cuGraphExecDestroy`` (if instantiated) + ``cuGraphDestroy``."""
-        self._use(index)
-        graph = GraphHandle(as_handle(graph, "graph"))
-        with self._graph_lock:
-            rec = self._graphs.get(graph)
-            if rec is None or rec[0] != index:
-                raise ValueError(f"graph handle {graph:#x} is not a live graph of cuda:{index}")
-            del self._graphs[graph]
-        if rec[2] is not None:
-            check(self._drv.cuGraphExecDestroy(rec[2]), "cuGraphExecDestroy")
-        check(self._drv.cuGraphDestroy(rec[1]), "cuGraphDestroy")
-
-    def graph_debug_dot(self, index: int, graph: GraphHandle, path: str,
-                        verbose: bool) -> None:
-        """``cuGraphDebugDotPrint`` of the captured ``CUgraph`` (``verbose``:
-        ``CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE``)."""
-        self._use(index)
-        rec = self._graph_rec(index, graph)
-        drv = self._drv
-        flags = int(drv.CUgraphDebugDot_flags.CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE) if verbose else 0
-        check(drv.cuGraphDebugDotPrint(rec[1], os.fsencode(path), flags),
-              "cuGraphDebugDotPrint")
-
-    def graph_native_handles(self, index: int, graph: GraphHandle) -> tuple[int, int | None]:
-        """``(CUgraph, CUgraphExec or None)`` as ints."""
-        rec = self._graph_rec(index, graph)
-        return int(rec[1]), (None if rec[2] is None else int(rec[2]))
-
-    def graph_node_count(self, index: int, graph: GraphHandle) -> int | None:
-        """``cuGraphGetNodes`` of a live graph's CUgraph (``None`` for an unknown handle)."""
-        rec = self._graphs.get(graph) if type(graph) is int else None
-        if rec is None or rec[0] != index:
-            return None
-        _, count = check(self._drv.cuGraphGetNodes(rec[1], 0), "cuGraphGetNodes")
-        return int(count)
-
     def stream_is_capturing(self, index: int, stream: StreamHandle) -> bool:
-        """``cuStreamIsCapturing`` reports an active capture."""
-        stream = self._check_stream(self._use(index), stream)
+        stream = self.check_stream(self._use(index), stream)
         if stream in self._capturing:
             return True
         status = check(self._drv.cuStreamIsCapturing(stream), "cuStreamIsCapturing")

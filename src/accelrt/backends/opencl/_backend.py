@@ -179,6 +179,7 @@ class OpenCLBackend(Backend):
     name: ClassVar[str] = "opencl"
 
     def __init__(self, memory_mode: str | None = None, *, name: str | None = None) -> None:
+        self._closed = False   # Backend._closed on the instance: each operation reads it
         mode = memory_mode_setting(memory_mode)
         if name is not None:
             if not isinstance(name, str):
@@ -230,6 +231,8 @@ class OpenCLBackend(Backend):
         """How many streams (default streams not counted) and events made through this
         backend are alive (not destroyed): a read-only count for leak checks
         (``accelrt.testing.leak_check``)."""
+        if self._closed:
+            raise self._closed_error("live_handles")
         return {"streams": len(self._streams), "events": len(self._events), "graphs": 0}
 
     # ------------------------------------------------------------------ discovery
@@ -317,6 +320,8 @@ class OpenCLBackend(Backend):
 
     def init_device(self, index: int) -> None:
         """Create the device's context and default queue (done lazily otherwise)."""
+        if self._closed:
+            raise self._closed_error("init_device")
         self._dev(index)
 
     def get_device_properties(self, index: int) -> dict[str, Any]:
@@ -374,6 +379,8 @@ class OpenCLBackend(Backend):
     def malloc(self, index: int, size: int) -> DevicePtr:
         """Allocate ``size`` bytes; ``0`` when over the device's global memory or its
         ``max_mem_alloc_size`` (the largest single OpenCL allocation)."""
+        if self._closed:
+            raise self._closed_error("malloc")
         d = self._dev(index)
         size = check_size(size)
         dev = self._cl_devices[index]
@@ -389,6 +396,8 @@ class OpenCLBackend(Backend):
     def free(self, index: int, ptr: DevicePtr) -> None:
         """Free a :meth:`malloc` pointer. SVM memory waits for the device's queued work
         first (as ``cudaFree``); buffers are released when their queued work is done."""
+        if self._closed:
+            raise self._closed_error("free")
         d = self._dev(index)
         self._check_ptr(ptr)
         if d.mem.svm:
@@ -401,10 +410,14 @@ class OpenCLBackend(Backend):
 
     def host_malloc(self, size: int) -> int:
         """Aligned host memory (pageable; OpenCL has no portable pinned allocation)."""
+        if self._closed:
+            raise self._closed_error("host_malloc")
         return self._host.malloc(check_size(size))
 
     def host_free(self, ptr: int) -> None:
         """Release :meth:`host_malloc` memory."""
+        if self._closed:
+            raise self._closed_error("host_free")
         self._host.free(self._check_ptr(ptr))
 
     _check_ptr = staticmethod(check_ptr)
@@ -501,6 +514,8 @@ class OpenCLBackend(Backend):
                stream: StreamHandle) -> None:
         """Stream-ordered copy; the device side(s) of ``kind`` must be memory of ``index``
         (any address inside an allocation); ``d2d`` ranges must not overlap."""
+        if self._closed:
+            raise self._closed_error("memcpy")
         s = self._stream(index, stream)
         if kind not in _KINDS:
             raise ValueError(f"memcpy kind {kind!r} must be one of 'h2d', 'd2h', 'd2d', 'h2h'")
@@ -531,6 +546,8 @@ class OpenCLBackend(Backend):
         streams: the caller orders the copy against the destination's streams with events (as
         CUDA's ``cudaMemcpyPeerAsync``), and a destination stream that waits for an event
         recorded after the copy must not also be in the copy's way."""
+        if self._closed:
+            raise self._closed_error("memcpy_peer")
         if dst_index == src_index:
             self.memcpy(src_index, dst, src, nbytes, "d2d", stream)
             return
@@ -560,6 +577,8 @@ class OpenCLBackend(Backend):
     def memset(self, index: int, ptr: int, value: int, nbytes: int,
                stream: StreamHandle) -> None:
         """Stream-ordered byte fill of device memory."""
+        if self._closed:
+            raise self._closed_error("memset")
         s = self._stream(index, stream)
         value = check_byte(value)
         self._fill(s, self._check_ptr(ptr), np.array([value], dtype=np.uint8),
@@ -569,6 +588,8 @@ class OpenCLBackend(Backend):
              stream: StreamHandle) -> None:
         """Stream-ordered fill of ``count`` copies of a 1, 2, 4 or 8 byte ``pattern``;
         ``ptr`` must be aligned to the pattern size (OpenCL requires it)."""
+        if self._closed:
+            raise self._closed_error("fill")
         s = self._stream(index, stream)
         pattern, dtype = fill_pattern(pattern)
         count = check_size(count, "count", allow_zero=True)
@@ -592,6 +613,8 @@ class OpenCLBackend(Backend):
     def launch_host_func(self, index: int, fn: Callable[[], None], stream: StreamHandle) -> None:
         """Run ``fn()`` in stream order on a worker thread of the stream; its exception is
         raised as :class:`DeviceError` by the next synchronize/query of the stream."""
+        if self._closed:
+            raise self._closed_error("launch_host_func")
         s = self._stream(index, stream)
         if not callable(fn):
             raise TypeError(f"launch_host_func needs a callable, got {type(fn).__name__}")
@@ -600,6 +623,8 @@ class OpenCLBackend(Backend):
     # ------------------------------------------------------------------ streams
     def stream_create(self, index: int, priority: int) -> StreamHandle:
         """Create an in-order queue; ``priority`` is recorded (range ``(0, 0)``)."""
+        if self._closed:
+            raise self._closed_error("stream_create")
         d = self._dev(index)
         if isinstance(priority, bool) or not isinstance(priority, int):
             raise TypeError(f"stream priority must be an int, got {type(priority).__name__}")
@@ -615,6 +640,8 @@ class OpenCLBackend(Backend):
     def stream_destroy(self, index: int, stream: StreamHandle) -> None:
         """Destroy a stream and return at once; its queued work still completes, and
         :meth:`free` (SVM) and :meth:`synchronize` of the device wait for it."""
+        if self._closed:
+            raise self._closed_error("stream_destroy")
         s = self._stream(index, stream)
         if s.handle == 0:
             raise ValueError(f"the default stream of opencl:{index} cannot be destroyed")
@@ -633,6 +660,8 @@ class OpenCLBackend(Backend):
 
     def stream_is_valid(self, index: int, stream: StreamHandle) -> bool:
         """True for 0 and for live handles from :meth:`stream_create` on ``index``."""
+        if self._closed:
+            raise self._closed_error("stream_is_valid")
         if type(stream) is not int or type(index) is not int:
             return False
         if stream == 0:
@@ -642,6 +671,8 @@ class OpenCLBackend(Backend):
 
     def stream_query(self, index: int, stream: StreamHandle) -> bool:
         """True if all work on ``stream`` completed; raises a kept host-function error."""
+        if self._closed:
+            raise self._closed_error("stream_query")
         s = self._stream(index, stream)
         self._raise_kept((s,))
         last = s.last
@@ -658,6 +689,8 @@ class OpenCLBackend(Backend):
 
     def stream_synchronize(self, index: int, stream: StreamHandle) -> None:
         """Block until ``stream``'s work completed; raises a kept host-function error."""
+        if self._closed:
+            raise self._closed_error("stream_synchronize")
         s = self._stream(index, stream)
         with map_backend_errors(self.name, "stream_synchronize"):
             s.queue.finish()
@@ -666,6 +699,8 @@ class OpenCLBackend(Backend):
 
     def stream_wait_event(self, index: int, stream: StreamHandle, event: EventHandle) -> None:
         """Later work on ``stream`` waits for ``event``'s current record (any device)."""
+        if self._closed:
+            raise self._closed_error("stream_wait_event")
         s = self._stream(index, stream)
         ev = self._events.get(event) if type(event) is int else None
         if ev is None:
@@ -685,6 +720,8 @@ class OpenCLBackend(Backend):
 
     def synchronize(self, index: int) -> None:
         """Finish every queue of device ``index``; raises kept host-function errors."""
+        if self._closed:
+            raise self._closed_error("synchronize")
         streams = self._device_streams(self._check_index(index))
         for s in streams:
             with map_backend_errors(self.name, "synchronize"):
@@ -697,6 +734,8 @@ class OpenCLBackend(Backend):
     def event_create(self, index: int, enable_timing: bool, blocking: bool,
                      interprocess: bool) -> EventHandle:
         """Create an event (``interprocess`` is not supported by OpenCL)."""
+        if self._closed:
+            raise self._closed_error("event_create")
         self._dev(index)
         if interprocess:
             raise ValueError("the opencl backend has no interprocess events; create the event "
@@ -705,11 +744,15 @@ class OpenCLBackend(Backend):
 
     def event_destroy(self, index: int, event: EventHandle) -> None:
         """Destroy an event."""
+        if self._closed:
+            raise self._closed_error("event_destroy")
         self._event(event, index)
         self._events.discard(event)
 
     def event_record(self, index: int, event: EventHandle, stream: StreamHandle) -> None:
         """Record ``event`` (a marker) at the end of ``stream``."""
+        if self._closed:
+            raise self._closed_error("event_record")
         ev = self._event(event, index)
         s = self._stream(index, stream)
         with map_backend_errors(self.name, "event_record"):
@@ -729,6 +772,8 @@ class OpenCLBackend(Backend):
 
     def event_query(self, index: int, event: EventHandle) -> bool:
         """True if the work before the last record completed (True if never recorded)."""
+        if self._closed:
+            raise self._closed_error("event_query")
         ev = self._event(event, index)
         if ev.marker is None:
             return True
@@ -736,6 +781,8 @@ class OpenCLBackend(Backend):
 
     def event_synchronize(self, index: int, event: EventHandle) -> None:
         """Block until the last record completed; raises a kept error of its stream."""
+        if self._closed:
+            raise self._closed_error("event_synchronize")
         ev = self._event(event, index)
         if ev.marker is None:
             return
@@ -759,16 +806,22 @@ class OpenCLBackend(Backend):
 
     def event_elapsed_time(self, index: int, start: EventHandle, end: EventHandle) -> float:
         """Milliseconds between two completed timing events (OpenCL profiling clocks)."""
+        if self._closed:
+            raise self._closed_error("event_elapsed_time")
         t0 = self._timestamp(self._event(start, index), start)
         t1 = self._timestamp(self._event(end, index), end)
         return (t1 - t0) / 1e6
 
     def event_ipc_handle(self, index: int, event: EventHandle) -> bytes:
         """Not supported: raises ValueError."""
+        if self._closed:
+            raise self._closed_error("event_ipc_handle")
         raise ValueError("the opencl backend has no interprocess events")
 
     def event_from_ipc_handle(self, index: int, handle: bytes) -> EventHandle:
         """Not supported: raises ValueError."""
+        if self._closed:
+            raise self._closed_error("event_from_ipc_handle")
         raise ValueError("the opencl backend has no interprocess events")
 
     # ------------------------------------------------------------------ lifetime

@@ -1,0 +1,136 @@
+"""Graph hooks: the handle ``register_*_hook`` returns, the module-level hooks of
+``torch.cuda.graphs`` (``register_graph_<kind>_hook``) per backend, and :func:`export_dot`.
+
+:class:`accelrt.Graph` (:mod:`accelrt._graph`) runs them at each step of its life: its own
+hooks, then the module-level ones of its backend (:func:`_run_global`), where a failing
+module-level hook never breaks the step, as in PyTorch.
+
+Example::
+
+    >>> from accelrt._graph_hooks import register_global_hook
+    >>> seen = []
+    >>> h = register_global_hook("cpu", "replay_start", seen.append)
+    >>> h.remove()
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import os
+import threading
+import weakref
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from ._fork import reinit_after_fork
+
+if TYPE_CHECKING:
+    from ._graph import Graph
+
+__all__ = ["HOOK_KINDS", "RemovableHandle", "export_dot", "register_global_hook"]
+
+#: guards the creation of the per-backend hook tables
+_lock = reinit_after_fork(threading.Lock())
+
+
+class RemovableHandle:
+    """What a ``register_*_hook`` call returns (``torch.utils.hooks.RemovableHandle``):
+    :meth:`remove` unregisters the hook; ``with handle:`` removes it at the end of the block.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> h = acc.cpu.graphs.register_graph_replay_start_hook(lambda g: None)
+        >>> h.remove(); h.remove()     # idempotent
+    """
+
+    _next_id: ClassVar[itertools.count[int]] = itertools.count()
+
+    def __init__(self, hooks: collections.OrderedDict[int, Any]) -> None:
+        self.id = next(RemovableHandle._next_id)
+        self._hooks = weakref.ref(hooks)
+
+    def remove(self) -> None:
+        """Unregister the hook (nothing happens if it was removed already)."""
+        hooks = self._hooks()
+        if hooks is not None:
+            hooks.pop(self.id, None)
+
+    def __enter__(self) -> RemovableHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+    def __repr__(self) -> str:
+        return f"<accelrt RemovableHandle id={self.id}>"
+
+
+def _add_hook(hooks: collections.OrderedDict[int, Any], fn: Any) -> RemovableHandle:
+    if not callable(fn):
+        raise TypeError(f"a hook must be callable, got {type(fn).__name__}")
+    handle = RemovableHandle(hooks)
+    hooks[handle.id] = fn
+    return handle
+
+
+#: ``torch.cuda.graphs``' module-level hook kinds; each hook receives the graph, except
+#: ``destroy`` hooks, which receive the set of executable-graph ids of the destroyed graph.
+HOOK_KINDS = ("capture_start", "capture_end", "instantiate", "replay_start", "replay_end",
+              "destroy")
+#: Module-level hooks per backend name and kind (``accelrt.cuda.graphs.register_graph_*``);
+#: registration and removal are single dict operations, runs iterate over a copy.
+_global_hooks: dict[str, dict[str, collections.OrderedDict[int, Callable[..., None]]]] = {}
+
+
+def register_global_hook(backend_name: str, kind: str,
+                         fn: Callable[..., None]) -> RemovableHandle:
+    """Register a ``torch.cuda.graphs.register_graph_<kind>_hook`` hook for the graphs of
+    backend ``backend_name`` (what the device modules' ``graphs`` submodules call)."""
+    if kind not in HOOK_KINDS:
+        raise ValueError(f"unknown graph hook kind {kind!r}; use one of {HOOK_KINDS}")
+    with _lock:
+        kinds = _global_hooks.setdefault(backend_name, {})
+        hooks = kinds.setdefault(kind, collections.OrderedDict())
+    return _add_hook(hooks, fn)
+
+
+def _run_global(backend_name: str, kind: str, arg: object) -> None:
+    """Run the module-level hooks of one kind; a failing hook never breaks the graph's step
+    (nor the other hooks), as in PyTorch."""
+    hooks = _global_hooks.get(backend_name, {}).get(kind)
+    if not hooks:
+        return
+    for fn in list(hooks.values()):
+        try:
+            fn(arg)
+        except Exception:  # noqa: BLE001, S112 - PyTorch swallows module-level hook errors
+            continue
+
+
+def export_dot(path: str | os.PathLike[str], *,
+               verbose: bool = True) -> Callable[[Graph], None]:
+    """A capture-end hook that writes the captured graph to ``path`` in Graphviz DOT format
+    (``torch.cuda.graphs.export_dot``): register it with a graph's
+    ``register_capture_end_hook`` (or ``register_graph_capture_end_hook``); it works whatever
+    ``keep_graph`` is, since it runs while the captured graph is still there.
+
+    Example::
+
+        >>> import pathlib, tempfile, accelrt as acc
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "g.dot"
+        >>> g = acc.cpu.Graph()
+        >>> _ = g.register_capture_end_hook(acc.cpu.graphs.export_dot(path))
+        >>> x = acc.zeros(4, device="cpu")
+        >>> with acc.cpu.graph(g):
+        ...     _ = x.fill_(1.0)
+        >>> path.read_text().startswith("digraph")
+        True
+    """
+    target = os.fspath(path)
+
+    def _hook(cuda_graph: Graph) -> None:
+        cuda_graph._dump_dot(target, verbose)
+
+    return _hook

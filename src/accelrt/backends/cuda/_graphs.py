@@ -1,0 +1,139 @@
+"""Graph capture on CUDA: the graphs part of :class:`~accelrt.backends.cuda.CudaBackend`.
+
+``cuStreamBeginCapture``/``cuStreamEndCapture`` on a stream of the streams part
+(:class:`~._streams.CudaStreams`, whose capturing streams and lock this part shares, since its
+stream and event operations refuse or relax work on a capturing stream), then
+``cuGraphInstantiate``/``cuGraphLaunch``/``cuGraphDestroy`` of the captured ``CUgraph``.
+
+Example::
+
+    >>> from accelrt.backends.cuda._graphs import CudaGraphs
+    >>> CudaGraphs.__name__
+    'CudaGraphs'
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..._errors import DeviceError
+from ..._handles import GraphHandle, StreamHandle
+from ._cu import as_handle, check
+from ._streams import _SPECIAL_STREAMS, CudaStreams
+
+if TYPE_CHECKING:
+    from ._backend import _Device
+
+__all__ = ["CudaGraphs"]
+
+
+class CudaGraphs:
+    """The captured graphs of one CUDA backend (a part it holds and delegates to).
+
+    Args:
+        drv: the driver bindings.
+        use: makes a device's primary context current and returns its state.
+        streams: the backend's streams part (stream checks, capturing streams and their lock).
+    """
+
+    def __init__(self, drv: Any, use: Callable[[int], _Device], streams: CudaStreams) -> None:
+        self._drv = drv
+        self._use = use
+        self._streams = streams
+        self._capturing = streams._capturing        # the same dict: stream -> device index
+        self._graph_lock = streams._graph_lock
+        #: CUgraph handle -> [index, CUgraph, CUgraphExec or None]; guarded by _graph_lock
+        self._graphs: dict[int, list[Any]] = {}
+
+    # ------------------------------------------------------------------ graphs
+    def graph_capture_begin(self, index: int, stream: StreamHandle) -> None:
+        stream = self._streams.check_stream(self._use(index), stream)
+        if stream in _SPECIAL_STREAMS:
+            raise DeviceError("cuda: graphs must be captured on a non-default stream; "
+                              "capture on a stream made with accelrt.Stream()")
+        with self._graph_lock:
+            if stream in self._capturing:
+                raise DeviceError(f"cuda: stream {stream:#x} is already capturing; end that "
+                                  "capture first")
+            mode = self._drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+            check(self._drv.cuStreamBeginCapture(stream, mode), "cuStreamBeginCapture")
+            self._capturing[stream] = index
+
+    def graph_capture_end(self, index: int, stream: StreamHandle) -> GraphHandle:
+        stream = self._streams.check_stream(self._use(index), stream)
+        drv = self._drv
+        with self._graph_lock:
+            if self._capturing.get(stream) != index:
+                raise DeviceError(f"cuda: stream {stream:#x} of cuda:{index} is not capturing; "
+                                  "call graph_capture_begin first")
+            del self._capturing[stream]
+            graph = check(drv.cuStreamEndCapture(stream), "cuStreamEndCapture")
+            handle = int(graph)
+            self._graphs[handle] = [index, graph, None]
+        return GraphHandle(handle)
+
+    def _graph_rec(self, index: int, graph: GraphHandle) -> list[Any]:
+        rec = self._graphs.get(graph) if type(graph) is int else None
+        if rec is None or rec[0] != index:
+            raise ValueError(f"graph handle {as_handle(graph, 'graph'):#x} is not a live graph "
+                             f"of cuda:{index}; use a handle from graph_capture_end that was "
+                             "not destroyed")
+        return rec
+
+    def graph_instantiate(self, index: int, graph: GraphHandle) -> int:
+        self._use(index)
+        rec = self._graph_rec(index, graph)
+        drv = self._drv
+        exe = check(drv.cuGraphInstantiate(rec[1], 0), "cuGraphInstantiate")
+        try:
+            exec_id = int(check(drv.cuGraphExecGetId(exe), "cuGraphExecGetId"))
+        except BaseException:
+            drv.cuGraphExecDestroy(exe)
+            raise
+        with self._graph_lock:
+            old, rec[2] = rec[2], exe
+        if old is not None:
+            check(drv.cuGraphExecDestroy(old), "cuGraphExecDestroy")
+        return exec_id
+
+    def graph_replay(self, index: int, graph: GraphHandle, stream: StreamHandle) -> None:
+        d = self._use(index)
+        rec = self._graph_rec(index, graph)
+        stream = self._streams.check_stream(d, stream)
+        if rec[2] is None:
+            self.graph_instantiate(index, graph)
+        check(self._drv.cuGraphLaunch(rec[2], stream), "cuGraphLaunch")
+
+    def graph_destroy(self, index: int, graph: GraphHandle) -> None:
+        self._use(index)
+        graph = GraphHandle(as_handle(graph, "graph"))
+        with self._graph_lock:
+            rec = self._graphs.get(graph)
+            if rec is None or rec[0] != index:
+                raise ValueError(f"graph handle {graph:#x} is not a live graph of cuda:{index}")
+            del self._graphs[graph]
+        if rec[2] is not None:
+            check(self._drv.cuGraphExecDestroy(rec[2]), "cuGraphExecDestroy")
+        check(self._drv.cuGraphDestroy(rec[1]), "cuGraphDestroy")
+
+    def graph_debug_dot(self, index: int, graph: GraphHandle, path: str,
+                        verbose: bool) -> None:
+        self._use(index)
+        rec = self._graph_rec(index, graph)
+        drv = self._drv
+        flags = int(drv.CUgraphDebugDot_flags.CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE) if verbose else 0
+        check(drv.cuGraphDebugDotPrint(rec[1], os.fsencode(path), flags),
+              "cuGraphDebugDotPrint")
+
+    def graph_native_handles(self, index: int, graph: GraphHandle) -> tuple[int, int | None]:
+        rec = self._graph_rec(index, graph)
+        return int(rec[1]), (None if rec[2] is None else int(rec[2]))
+
+    def graph_node_count(self, index: int, graph: GraphHandle) -> int | None:
+        rec = self._graphs.get(graph) if type(graph) is int else None
+        if rec is None or rec[0] != index:
+            return None
+        _, count = check(self._drv.cuGraphGetNodes(rec[1], 0), "cuGraphGetNodes")
+        return int(count)
