@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
@@ -38,13 +38,12 @@ from .._errors import AcceleratorTypeError, AcceleratorValueError, ClosedError
 from .._event import Event
 from .._stream import Stream, _current
 from ..comm._transfer import run_on_stream
-from ._engine import Buf, Engine, EngineContext, PremulSum, RedOp, ReduceOp, Request
+from ._engine import (Buf, DirectPlan, Engine, EngineCapabilities, EngineContext, PremulSum,
+                      RedOp, ReduceOp, Request, registration)
 from ._errors import DistBackendError, DistError, DistTimeoutError
 
 __all__ = ["DebugLevel", "ProcessGroup", "Work"]
 
-#: a direct-call plan: (fn, args, post, comm-stream context, backend); see ProcessGroup
-Plan = tuple[Callable[..., Any], tuple[Any, ...], "Callable[[], None] | None", "_DevCtx", Any]
 
 DEFAULT_TIMEOUT = 600.0
 _monotonic = time.monotonic
@@ -444,6 +443,19 @@ class _DevCtx:
         return self.issued == self.finished
 
 
+class GroupPlan(NamedTuple):
+    """An engine's :class:`~accelrt.distributed._engine.DirectPlan` as a group keeps it for
+    the inline path (``ProcessGroup.plans_ar``/``plans_bc``/``plans_ag``): its fields, then
+    the comm-stream context and backend whose idleness :meth:`ProcessGroup.run_plan` checks
+    (flat, one attribute read per field on the small-message path)."""
+
+    call: Callable[..., object]
+    args: tuple[object, ...]
+    post: Callable[[], None] | None
+    ctx: _DevCtx
+    backend: Any
+
+
 # ---------------------------------------------------------------------------- groups
 class ProcessGroup:
     """A set of ranks that run collectives together (``torch.distributed.ProcessGroup``).
@@ -471,6 +483,7 @@ class ProcessGroup:
         self._ctrl: Any = None
         self._preset: dict[tuple[str, int], Engine] = {}
         self._supported: set[tuple[Engine, ReduceOp, Any]] = set()
+        self._caps: dict[Engine, EngineCapabilities] = {}
         # (backend, index) -> (engine, comm-stream ctx) where a host engine may be called
         # directly on the caller's thread when both streams are idle (the fast path)
         self._fast: dict[tuple[Any, int], tuple[Engine, _DevCtx]] = {}
@@ -478,9 +491,9 @@ class ProcessGroup:
         # (no further Python frames) when the comm stream is idle: key -> (fn, args, post,
         # comm-stream ctx, backend). Made by the *_fast methods after a successful call;
         # dropped when an error is kept, the debug flags change or the group is destroyed.
-        self.plans_ar: dict[tuple[int, int, int, ReduceOp], Plan] = {}
-        self.plans_bc: dict[tuple[int, int, int], Plan] = {}
-        self.plans_ag: dict[tuple[int, int, int, int], Plan] = {}
+        self.plans_ar: dict[tuple[int, int, int, ReduceOp], GroupPlan] = {}
+        self.plans_bc: dict[tuple[int, int, int], GroupPlan] = {}
+        self.plans_ag: dict[tuple[int, int, int, int], GroupPlan] = {}
         self.parent: ProcessGroup | None = None
         self.destroyed = False
         # MPI_THREAD_MULTIPLE: engine calls may run on comm-stream worker threads
@@ -546,9 +559,8 @@ class ProcessGroup:
         return self._ctrl
 
     def engine(self, device_type: str, index: int) -> Engine:
-        from ._engine import Backend
         name = self.engine_map.get(device_type)
-        reg = None if name is None else Backend._registry.get(name)
+        reg = None if name is None else registration(name)
         # one engine per device where its communicator is bound to one (NCCL), else per type
         key = (device_type, index if reg is not None and reg.per_device else 0)
         eng = self._engines.get(key)
@@ -568,7 +580,8 @@ class ProcessGroup:
                 if name == "nccl" and self.mpi_comm is not None:
                     _check_one_rank_per_gpu(self, index)
                 try:
-                    eng = Backend._registry[name].factory(ctx)
+                    assert reg is not None, name
+                    eng = reg.factory(ctx)
                 except DistError:
                     raise
                 except Exception as exc:
@@ -578,6 +591,13 @@ class ProcessGroup:
                         rank=self.global_rank) from exc
         self._engines[key] = eng
         return eng
+
+    def capabilities(self, eng: Engine) -> EngineCapabilities:
+        """``eng.capabilities()``, read once per engine."""
+        caps = self._caps.get(eng)
+        if caps is None:
+            caps = self._caps[eng] = eng.capabilities()
+        return caps
 
     def dev_ctx(self, b: Any, index: int) -> _DevCtx:
         key = (b.name, index)
@@ -784,14 +804,14 @@ class ProcessGroup:
         b, index = loc.b, loc.index
         cur = _current(b, index)
         ctx = self.dev_ctx(b, index)
-        if eng.stream_ordered:
+        caps = self.capabilities(eng)
+        if caps.stream_ordered:
             return self._enqueue(op, seq, eng, ctx, cur, b, index, arrays, body, async_op,
                                  result)
         # borrowed host memory (cpu arrays made from numpy) is never staged
         borrowed = all(a._mem.host for a in arrays)
         host_ok = borrowed or (b.host_accessible(index) and not _force_stage())
-        if (host_ok and b.host_accessible(index) and not DETAIL
-                and getattr(eng, "fast_ok", lambda: False)()):
+        if host_ok and b.host_accessible(index) and not DETAIL and caps.direct_plans:
             self._fast[(b, index)] = (eng, ctx)
         if host_ok or eng.device_aware(loc.type):
             if ctx.idle() and cur.query():
@@ -808,7 +828,7 @@ class ProcessGroup:
         return self._staged(op, seq, ctx, cur, b, index, arrays, ins, outs, body, async_op,
                             result)
 
-    def _fast_engine(self, a: Any) -> tuple[Any, _DevCtx] | None:
+    def _fast_engine(self, a: Any) -> tuple[Engine, _DevCtx] | None:
         """The engine (and comm-stream context) that can take ``a`` directly on this thread,
         or ``None`` when the full path is needed (a kept error, debug checks, forced staging,
         an array of a device not used before, queued comm-stream work or pending work on the
@@ -825,33 +845,22 @@ class ProcessGroup:
             return None
         return ent
 
-    def _call_fast(self, op: str, call: Callable[[], None]) -> bool:
-        """Run one fast-path engine call under the group's sequence number and watchdog
-        timestamp, keeping and raising an engine failure as the full path does."""
-        self._seq = seq = self._seq + 1
-        self._op, self._opseq, self._t0 = op, seq, _monotonic()
-        try:
-            call()
-        except Exception as exc:   # DistError and AcceleratorValueError pass through as is
-            self._fast_failed(op, seq, exc)
-        finally:
-            self._t0 = 0.0
-        return True
-
-    def run_plan(self, op: str, plan: Plan) -> bool:
-        """Run a direct-call plan left by an earlier call (``plans_ar``/``plans_bc``/
-        ``plans_ag``) if its comm stream and the current stream are idle; False otherwise
-        (the caller takes the full path). The inline path of the small collectives."""
-        ctx, b = plan[3], plan[4]
+    def run_plan(self, op: str, plan: GroupPlan) -> bool:
+        """Run a direct-call plan (left by an earlier call in ``plans_ar``/``plans_bc``/
+        ``plans_ag``, or just made by :meth:`_direct`) under the group's sequence number and
+        watchdog timestamp if its comm stream and the current stream are idle; False
+        otherwise (the caller takes the full path). The inline path of the small collectives;
+        an engine failure is kept and raised as the full path does."""
+        ctx, b = plan.ctx, plan.backend
         if ctx.issued != ctx.finished or not (b.streams_idle
                                               or _current(b, ctx.index).query()):
             return False
         self._seq = seq = self._seq + 1
         self._op, self._opseq, self._t0 = op, seq, _monotonic()
         try:
-            plan[0](*plan[1])
-            if plan[2] is not None:
-                plan[2]()
+            plan.call(*plan.args)
+            if plan.post is not None:
+                plan.post()
         except Exception as exc:
             self._fast_failed(op, seq, exc)
         finally:
@@ -866,13 +875,23 @@ class ProcessGroup:
         self._keep(err)
         raise err from exc
 
-    def _remember(self, plans: dict[Any, Plan], key: Any, plan: tuple[Any, Any, Any],
-                  ctx: _DevCtx, b: Any) -> None:
-        """Keep an engine's direct-call plan for the inline path of the public functions
-        (which runs it where ``b.streams_idle`` or a query says the current stream is idle)."""
+    def _direct(self, op: str, plans: dict[Any, GroupPlan], key: Any, a: Array,
+                make: Callable[[Engine], DirectPlan]) -> bool:
+        """Run ``make(engine)``'s plan through :meth:`run_plan` (the one inline path) and keep
+        it under ``key`` for the next call; False when the full path is needed (see
+        :meth:`_fast_engine`). The caller checked the arguments."""
+        ent = self._fast_engine(a)
+        if ent is None:
+            return False
+        eng, ctx = ent
+        dp = make(eng)
+        plan = GroupPlan(dp.call, dp.args, dp.post, ctx, a._b)
+        if not self.run_plan(op, plan):
+            return False
         if len(plans) >= 256:
             plans.clear()
-        plans[key] = (plan[0], plan[1], plan[2], ctx, b)
+        plans[key] = plan
+        return True
 
     def drop_plans(self) -> None:
         """Forget the direct-call plans (an error was kept, debug flags changed, destroyed)."""
@@ -880,62 +899,43 @@ class ProcessGroup:
         self.plans_bc.clear()
         self.plans_ag.clear()
 
-    def all_reduce_fast(self, a: Any, op: ReduceOp) -> bool:
+    def all_reduce_fast(self, a: Array, op: ReduceOp) -> bool:
         """``all_reduce(a, op)`` called directly on this thread when nothing needs the full
         path (see :meth:`_fast_engine`); False otherwise. This is the small-message path: a
         successful call leaves a plan that ``all_reduce`` itself runs next time."""
         ent = self._fast_engine(a)
         if ent is None:
             return False
-        eng, ctx = ent
+        eng = ent[0]
         self.check_args("all_reduce", (a,), (a,), alias="inplace")
         self._check_red("all_reduce", eng, op, (a,))
-        mem = a._mem
-        self._call_fast("all_reduce", lambda: eng.allreduce_fast(
-            mem.ptr, mem.nbytes, a._dtype, op))
-        plan = getattr(eng, "plan_allreduce", None)
-        if plan is not None:
-            self._remember(self.plans_ar, (mem.ptr, mem.nbytes, a._dtype.num, op),
-                           plan(mem.ptr, mem.nbytes, a._dtype, op), ctx, a._b)
-        return True
+        mem, dtype = a._mem, a._dtype
+        return self._direct("all_reduce", self.plans_ar, (mem.ptr, mem.nbytes, dtype.num, op), a,
+                            lambda e: e.plan_all_reduce(mem.ptr, mem.nbytes, dtype, op))
 
-    def broadcast_fast(self, a: Any, root: int, src: int) -> bool:
+    def broadcast_fast(self, a: Array, root: int, src: int) -> bool:
         """``broadcast(a, root)`` through the fast path (see :meth:`all_reduce_fast`);
         ``src`` is the caller's (global) source rank, the plan's key."""
-        ent = self._fast_engine(a)
-        if ent is None:
+        if type(a) is not Array or self._fast_engine(a) is None:
             return False
-        eng, ctx = ent
         self.check_args("broadcast", (a,), (a,), alias="inplace")
         mem = a._mem
-        self._call_fast("broadcast", lambda: eng.bcast_fast(mem.ptr, mem.nbytes, root))
-        plan = getattr(eng, "plan_bcast", None)
-        if plan is not None:
-            self._remember(self.plans_bc, (mem.ptr, mem.nbytes, src),
-                           plan(mem.ptr, mem.nbytes, root), ctx, a._b)
-        return True
+        return self._direct("broadcast", self.plans_bc, (mem.ptr, mem.nbytes, src), a,
+                            lambda e: e.plan_broadcast(mem.ptr, mem.nbytes, root))
 
-    def all_gather_fast(self, out: Any, a: Any) -> bool:
+    def all_gather_fast(self, out: Array, a: Array) -> bool:
         """``all_gather_into_tensor(out, a)`` through the fast path when ``out`` is an array
         of ``a``'s device, dtype and world_size times its bytes (else the full path checks)."""
         if type(out) is not Array or type(a) is not Array:
             return False
         mem, omem = a._mem, out._mem
         if (out._b is not a._b or out._index != a._index or out._dtype != a._dtype
-                or omem.nbytes != mem.nbytes * self._size):
+                or omem.nbytes != mem.nbytes * self._size or self._fast_engine(a) is None):
             return False
-        ent = self._fast_engine(a)
-        if ent is None:
-            return False
-        eng, ctx = ent
         self.check_args("all_gather_into_tensor", (a,), (out,), alias="gather")
-        self._call_fast("all_gather_into_tensor", lambda: eng.allgather_fast(
-            mem.ptr, omem.ptr, mem.nbytes))
-        plan = getattr(eng, "plan_allgather", None)
-        if plan is not None and out._b is a._b:
-            self._remember(self.plans_ag, (mem.ptr, omem.ptr, mem.nbytes, omem.nbytes),
-                           plan(mem.ptr, omem.ptr, mem.nbytes), ctx, a._b)
-        return True
+        return self._direct("all_gather_into_tensor", self.plans_ag,
+                            (mem.ptr, omem.ptr, mem.nbytes, omem.nbytes), a,
+                            lambda e: e.plan_all_gather(mem.ptr, omem.ptr, mem.nbytes))
 
     def _inline(self, op: str, seq: int, fn: Callable[[], None]) -> None:
         """Call ``fn`` (which talks to the peers) on this thread under the group's timeout;
@@ -1058,7 +1058,8 @@ class ProcessGroup:
                               peer=peer, peer_role=role)
         assert loc is not None
         eng = self.engine(loc.type, loc.index)
-        if eng.stream_ordered and peer is None:
+        caps = self.capabilities(eng)
+        if caps.stream_ordered and peer is None:
             raise AcceleratorValueError(f"{op}: the {eng.name} engine needs an explicit "
                                         "source rank (src=None is MPI only)")
         seq = self.next_seq()
@@ -1069,11 +1070,11 @@ class ProcessGroup:
         b, index = loc.b, loc.index
         cur = _current(b, index)
         ctx = self.dev_ctx(b, index)
-        if eng.stream_ordered:
+        if caps.stream_ordered:
             assert peer is not None
             comm = ctx.stream
             comm.wait_stream(cur)
-            fn = eng.send_on if send else eng.recv_on  # type: ignore[attr-defined]
+            fn = eng.send_on if send else eng.recv_on
             p = peer
             self._inline(op, seq, lambda: fn(_buf(array), p, comm))
             array.record_stream(comm)
