@@ -426,7 +426,7 @@ def _install_abort_hook(comm_world: Any) -> None:
             sys.stderr.flush()
             import time
 
-            from ._group import ABORT_GRACE
+            from ._work import ABORT_GRACE
             time.sleep(ABORT_GRACE)   # the launcher forwards the traceback before the abort
         finally:
             comm_world.Abort(1)
@@ -568,7 +568,7 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
 def _init_mpi(engine_map: dict[str, str], backend_str: str, op_timeout: float,
               init_timeout: float, world_size: int, rank: int,
               named: dict[str, str]) -> ProcessGroup:
-    from ._group import WATCHDOG
+    from ._work import WATCHDOG
     from ._mpi import mpi
     try:
         MPI = mpi()
@@ -867,7 +867,7 @@ def _split(parent: ProcessGroup, members: list[int] | None, key: int,
     color = None if members is None else min(members)   # disjoint lists: a unique color
     parent.drain()
     sub = None
-    from ._group import WATCHDOG
+    from ._work import WATCHDOG
     if parent.mpi_comm is not None:
         from ._mpi import mpi
         MPI = mpi()
@@ -2123,7 +2123,7 @@ def barrier(group: GroupArg = None, async_op: bool = False,
         if limit is None:
             g._inline("barrier", seq, comm.Barrier)
         else:
-            from ._group import wait_until
+            from ._work import wait_until
             req = comm.Ibarrier()
             ms = int(limit * 1000)
 
@@ -2179,7 +2179,7 @@ def monitored_barrier(group: GroupArg = None, timeout: Any = None,
     g.drain()
     seq = g.next_seq()
     limit = _seconds(timeout, g.timeout)
-    from ._group import wait_until
+    from ._work import wait_until
     from ._mpi import mpi
     mpi()    # raises a clear error without mpi4py
     tag = 0x7ACC
