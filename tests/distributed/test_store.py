@@ -441,7 +441,7 @@ def test_a_late_reply_never_answers_the_next_request() -> None:
     import socket
     from multiprocessing.connection import Connection
 
-    from accelrt.distributed import _store as st
+    from accelrt.distributed import _tcpstore as st
 
     lsock = socket.create_server(("127.0.0.1", 0))
     lsock.settimeout(30)

@@ -41,7 +41,8 @@ from ._engine import require_engines as _require_engines
 from ._errors import (DistBackendError, DistError, DistNetworkError, DistStoreError,
                       DistTimeoutError, QueueEmptyError)
 from ._group import DEFAULT_TIMEOUT, DebugLevel, ProcessGroup, Work
-from ._store import FileStore, HashStore, PrefixStore, Store, TCPStore
+from ._store import FileStore, HashStore, PrefixStore, Store
+from ._tcpstore import TCPStore
 from ._store import _int
 
 __all__ = [
