@@ -36,7 +36,8 @@ from ._debug import get_debug_level, set_debug_level, set_debug_level_from_env
 from ._engine import Backend, Engine, EngineContext, PremulSum, ReduceOp, register_backend
 from ._errors import (DistBackendError, DistError, DistNetworkError, DistStoreError,
                       DistTimeoutError, QueueEmptyError)
-from ._group import DEFAULT_TIMEOUT, DebugLevel, ProcessGroup, Work
+from ._debug import DebugLevel
+from ._group import DEFAULT_TIMEOUT, ProcessGroup, Work
 from ._groups import (get_backend, get_backend_config, get_global_rank, get_group_rank,
                       get_node_local_rank, get_pg_count, get_process_group_ranks, get_rank,
                       get_world_size, new_group, new_subgroups, new_subgroups_by_enumeration,

@@ -776,7 +776,6 @@ def _split_out(g: ProcessGroup, op: str, w: Work | None, stage: Any, outs: list[
     return Work.completed(outs) if async_op else None
 
 
-
 # ---------------------------------------------------------------------------- barriers
 def barrier(group: GroupArg = None, async_op: bool = False,
             device_ids: Sequence[int] | None = None, timeout: Any = None) -> Work | None:

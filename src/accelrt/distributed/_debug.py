@@ -10,9 +10,51 @@ Example::
 
 from __future__ import annotations
 
+import enum
+import os
+
+__all__ = ["DebugLevel", "get_debug_level", "set_debug_level", "set_debug_level_from_env"]
 
 
-from ._group import DebugLevel
+class DebugLevel(enum.IntEnum):
+    """``torch.distributed.DebugLevel``: ``OFF``, ``INFO`` (as ``OFF`` here: accelrt logs no
+    more at INFO) and ``DETAIL`` (every collective's arguments are compared across the ranks
+    of its group before it runs; see :meth:`ProcessGroup.fingerprint`).
+
+    Example::
+
+        >>> from accelrt.distributed import DebugLevel
+        >>> DebugLevel.DETAIL, int(DebugLevel.DETAIL)
+        (<DebugLevel.DETAIL: 2>, 2)
+    """
+
+    OFF = 0
+    INFO = 1
+    DETAIL = 2
+
+    def __str__(self) -> str:
+        return f"DebugLevel.{self.name}"
+
+
+#: the environment variables of the debug level, accelrt's first, then torch's
+DEBUG_ENV = ("ACCELRT_DISTRIBUTED_DEBUG", "TORCH_DISTRIBUTED_DEBUG")
+
+
+def debug_level() -> str:
+    """The debug level the environment names (``ACCELRT_DISTRIBUTED_DEBUG``, else torch's
+    ``TORCH_DISTRIBUTED_DEBUG``): ``OFF`` (neither set), ``INFO`` or ``DETAIL``.
+
+    Raises:
+        ValueError: another value (torch's message).
+    """
+    for var in DEBUG_ENV:
+        value = os.environ.get(var)
+        if value is not None:
+            level = value.strip().upper()
+            if level not in DebugLevel.__members__:
+                raise ValueError(f"The value of {var} must be OFF, INFO, or DETAIL.")
+            return level
+    return "OFF"
 
 
 def get_debug_level() -> DebugLevel:
@@ -25,7 +67,7 @@ def get_debug_level() -> DebugLevel:
         >>> dist.get_debug_level() in list(dist.DebugLevel)
         True
     """
-    from ._group import LEVEL   # (read at the call: set_level rebinds it)
+    from ._group import LEVEL  # (read at the call: set_level rebinds it)
     return LEVEL
 
 
@@ -66,5 +108,5 @@ def set_debug_level_from_env() -> None:
         >>> import accelrt.distributed as dist
         >>> dist.set_debug_level_from_env()
     """
-    from ._group import debug_level, set_level
+    from ._group import set_level
     set_level(DebugLevel[debug_level()], False)

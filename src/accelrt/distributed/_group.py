@@ -20,7 +20,6 @@ printing the rank, the operation and its sequence number.
 
 from __future__ import annotations
 
-import enum
 import os
 import threading
 import time
@@ -36,6 +35,7 @@ from .._stream import Stream, _current
 from ..comm._transfer import run_on_stream
 from ._engine import (Buf, DirectPlan, Engine, EngineCapabilities, EngineContext, PremulSum,
                       RedOp, ReduceOp, registration)
+from ._debug import DEBUG_ENV, DebugLevel, debug_level
 from ._errors import DistBackendError, DistError
 from ._work import WATCHDOG, Work
 
@@ -44,47 +44,6 @@ __all__ = ["DebugLevel", "ProcessGroup", "Work"]
 
 DEFAULT_TIMEOUT = 600.0
 _monotonic = time.monotonic
-
-
-class DebugLevel(enum.IntEnum):
-    """``torch.distributed.DebugLevel``: ``OFF``, ``INFO`` (as ``OFF`` here: accelrt logs no
-    more at INFO) and ``DETAIL`` (every collective's arguments are compared across the ranks
-    of its group before it runs; see :meth:`ProcessGroup.fingerprint`).
-
-    Example::
-
-        >>> from accelrt.distributed import DebugLevel
-        >>> DebugLevel.DETAIL, int(DebugLevel.DETAIL)
-        (<DebugLevel.DETAIL: 2>, 2)
-    """
-
-    OFF = 0
-    INFO = 1
-    DETAIL = 2
-
-    def __str__(self) -> str:
-        return f"DebugLevel.{self.name}"
-
-
-#: the environment variables of the debug level, accelrt's first, then torch's
-DEBUG_ENV = ("ACCELRT_DISTRIBUTED_DEBUG", "TORCH_DISTRIBUTED_DEBUG")
-
-
-def debug_level() -> str:
-    """The debug level the environment names (``ACCELRT_DISTRIBUTED_DEBUG``, else torch's
-    ``TORCH_DISTRIBUTED_DEBUG``): ``OFF`` (neither set), ``INFO`` or ``DETAIL``.
-
-    Raises:
-        ValueError: another value (torch's message).
-    """
-    for var in DEBUG_ENV:
-        value = os.environ.get(var)
-        if value is not None:
-            level = value.strip().upper()
-            if level not in DebugLevel.__members__:
-                raise ValueError(f"The value of {var} must be OFF, INFO, or DETAIL.")
-            return level
-    return "OFF"
 
 
 #: the debug level (get_debug_level/set_debug_level); DETAIL mirrors it for the hot paths

@@ -82,7 +82,6 @@ def get_backend_config(group: GroupArg = None) -> str:
     return ", ".join(f"{d}:{e}" for d, e in g.engine_map.items())
 
 
-
 def get_rank(group: GroupArg = None) -> int:
     """This process's rank in ``group`` (-1 if not a member).
 

@@ -197,7 +197,6 @@ def supports_complex(reduceOp: ReduceOp) -> bool:   # noqa: N803  (torch's name)
                             ReduceOp.BOR, ReduceOp.BXOR)
 
 
-
 # ---------------------------------------------------------------------------- init
 def _under_mpi_launcher() -> bool:
     from ._mpi import under_launcher
@@ -463,7 +462,6 @@ def _init_nccl_world(engine_map: dict[str, str], backend_str: str, op_timeout: f
 def _cuda_count() -> int:
     from . import _engine
     return _engine.cuda_device_count()
-
 
 
 def destroy_process_group(group: GroupArg = None) -> None:

@@ -20,7 +20,6 @@ from ._group import ProcessGroup
 from ._store import Store
 
 
-
 class _NonMember:
     """The group handle of a rank that is not in a group (``GroupMember.NON_GROUP_MEMBER``)."""
 
@@ -56,7 +55,6 @@ _S = _State()
 GroupArg = ProcessGroup | _NonMember | None
 
 
-
 def _seconds(timeout: Any, default: float) -> float:
     if timeout is None:
         env = os.environ.get("ACCELRT_DISTRIBUTED_TIMEOUT")
@@ -74,7 +72,6 @@ def _seconds(timeout: Any, default: float) -> float:
         raise ValueError(f"timeout must be finite (at most datetime.timedelta.max), got "
                          f"{value}")
     return value
-
 
 
 def _group(group: GroupArg) -> ProcessGroup | None:
@@ -95,7 +92,6 @@ def _warn_not_member(op: str) -> None:
     rank = -1 if _S.world is None else _S.world.rank()   # get_rank(): the caller checked
     warnings.warn(f"Running {op} on global rank {rank} which does not belong to the "
                   "given group.", stacklevel=3)
-
 
 
 def _registered(group: ProcessGroup | _NonMember | None) -> ProcessGroup:
