@@ -16,17 +16,18 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from .._array import Array
 from .._errors import AcceleratorValueError
-from ._engine import (Buf, Engine, PremulSum, RedOp, ReduceOp)
+from ._engine import (Engine, PremulSum, RedOp, ReduceOp)
 from ._errors import (DistError, DistTimeoutError)
-from ._group import ProcessGroup, Work
-from ._world import _S, GroupArg, _group, _seconds, _warn_not_member
+from .._stream import Stream
+from ._group import BufOf, ProcessGroup, Work
+from ._world import ArrayArg, _group, GroupArg, _S, _seconds, TimeoutArg, _warn_not_member
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -91,7 +92,7 @@ def _size_check(what: str, out: Any, expect: int, got: int, fix: str) -> None:
 
 
 # ---------------------------------------------------------------------------- collectives
-def all_reduce(tensor: Any, op: ReduceOp = ReduceOp.SUM, group: GroupArg = None,
+def all_reduce(tensor: ArrayArg, op: ReduceOp | PremulSum = ReduceOp.SUM, group: GroupArg = None,
                async_op: bool = False) -> Work | None:
     """Reduce ``tensor`` across the group, in place on every rank.
 
@@ -121,14 +122,14 @@ def all_reduce(tensor: Any, op: ReduceOp = ReduceOp.SUM, group: GroupArg = None,
         return None
     red = _op(op)
 
-    def call(eng: Engine, buf: Callable[[Any], Buf], stream: Any) -> None:
+    def call(eng: Engine, buf: BufOf, stream: Stream | None) -> None:
         eng.all_reduce(None, buf(tensor), red, stream)
 
     return g.run("all_reduce", [tensor], [tensor], [tensor], call, async_op,
                  (red.name,) + _desc(tensor), red, [tensor], alias="inplace")
 
 
-def broadcast(tensor: Any, src: int | None = None, group: GroupArg = None,
+def broadcast(tensor: ArrayArg, src: int | None = None, group: GroupArg = None,
               async_op: bool = False, group_src: int | None = None) -> Work | None:
     """Copy ``tensor`` of global rank ``src`` (or group rank ``group_src``: give exactly one)
     into ``tensor`` on every rank.
@@ -160,14 +161,14 @@ def broadcast(tensor: Any, src: int | None = None, group: GroupArg = None,
     if g.broadcast_fast(tensor, root, g.global_ranks[root]):
         return Work.completed([tensor]) if async_op else None
 
-    def call(eng: Engine, buf: Callable[[Any], Buf], stream: Any) -> None:
+    def call(eng: Engine, buf: BufOf, stream: Stream | None) -> None:
         eng.broadcast(buf(tensor), root, stream)
 
     return g.run("broadcast", [tensor], [tensor], [tensor], call, async_op,
                  (root,) + _desc(tensor), None, [tensor], alias="inplace")
 
 
-def reduce(tensor: Any, dst: int | None = None, op: ReduceOp = ReduceOp.SUM,
+def reduce(tensor: ArrayArg, dst: int | None = None, op: ReduceOp | PremulSum = ReduceOp.SUM,
            group: GroupArg = None, async_op: bool = False,
            group_dst: int | None = None) -> Work | None:
     """Reduce ``tensor`` across the group into ``tensor`` on global rank ``dst`` (or group rank
@@ -188,14 +189,14 @@ def reduce(tensor: Any, dst: int | None = None, op: ReduceOp = ReduceOp.SUM,
     root = g.canonical_rank(dst, group_dst, "dst")
     red = _op(op)
 
-    def call(eng: Engine, buf: Callable[[Any], Buf], stream: Any) -> None:
+    def call(eng: Engine, buf: BufOf, stream: Stream | None) -> None:
         eng.reduce(buf(tensor), red, root, stream)
 
     return g.run("reduce", [tensor], [tensor], [tensor], call, async_op,
                  (red.name, root) + _desc(tensor), red, [tensor], alias="inplace")
 
 
-def all_gather_into_tensor(output_tensor: Any, input_tensor: Any, group: GroupArg = None,
+def all_gather_into_tensor(output_tensor: ArrayArg, input_tensor: ArrayArg, group: GroupArg = None,
                            async_op: bool = False) -> Work | None:
     """Gather every rank's ``input_tensor`` into ``output_tensor`` (world_size times as many
     elements), in rank order.
@@ -230,7 +231,7 @@ def all_gather_into_tensor(output_tensor: Any, input_tensor: Any, group: GroupAr
                 output_tensor.size, "output tensor size must be equal to world_size times "
                 "input tensor size")
 
-    def call(eng: Engine, buf: Callable[[Any], Buf], stream: Any) -> None:
+    def call(eng: Engine, buf: BufOf, stream: Stream | None) -> None:
         eng.all_gather(buf(input_tensor), buf(output_tensor), stream)
 
     arrays = [input_tensor, output_tensor]
@@ -238,7 +239,7 @@ def all_gather_into_tensor(output_tensor: Any, input_tensor: Any, group: GroupAr
                  async_op, _desc(input_tensor), None, [output_tensor], alias="gather")
 
 
-def all_gather(tensor_list: list[Any], tensor: Any, group: GroupArg = None,
+def all_gather(tensor_list: Sequence[ArrayArg], tensor: ArrayArg, group: GroupArg = None,
                async_op: bool = False) -> Work | None:
     """Gather every rank's ``tensor`` into ``tensor_list`` (one array per rank).
 
@@ -266,15 +267,16 @@ def all_gather(tensor_list: list[Any], tensor: Any, group: GroupArg = None,
     n, size = g.size(), tensor.size
     stage = _temp_like(tensor, n * size)
 
-    def call(eng: Engine, buf: Callable[[Any], Buf], stream: Any) -> None:
+    def call(eng: Engine, buf: BufOf, stream: Stream | None) -> None:
         eng.all_gather(buf(tensor), buf(stage), stream)
 
     w = g.run("all_gather", [tensor, stage], [tensor], [stage], call, True, _desc(tensor))
     return _split_out(g, "all_gather", w, stage, list(tensor_list), async_op)
 
 
-def reduce_scatter_tensor(output: Any, input: Any, op: ReduceOp = ReduceOp.SUM,
-                          group: GroupArg = None, async_op: bool = False) -> Work | None:
+def reduce_scatter_tensor(output: ArrayArg, input: ArrayArg,
+                          op: ReduceOp | PremulSum = ReduceOp.SUM, group: GroupArg = None,
+                          async_op: bool = False) -> Work | None:
     """Reduce ``input`` (world_size times ``output``'s elements) across ranks and leave rank
     k's share, the k-th block, in ``output``.
 
@@ -296,14 +298,14 @@ def reduce_scatter_tensor(output: Any, input: Any, op: ReduceOp = ReduceOp.SUM,
                 "input tensor must be the same size as output size times world size")
     red = _op(op)
 
-    def call(eng: Engine, buf: Callable[[Any], Buf], stream: Any) -> None:
+    def call(eng: Engine, buf: BufOf, stream: Stream | None) -> None:
         eng.reduce_scatter(buf(input), buf(output), red, stream)
 
     return g.run("reduce_scatter_tensor", [input, output], [input], [output], call, async_op,
                  (red.name,) + _desc(output), red, [output], alias="scatter")
 
 
-def gather(tensor: Any, gather_list: list[Any] | None = None, dst: int | None = None,
+def gather(tensor: ArrayArg, gather_list: Sequence[ArrayArg] | None = None, dst: int | None = None,
            group: GroupArg = None, async_op: bool = False,
            group_dst: int | None = None) -> Work | None:
     """Gather every rank's ``tensor`` into ``gather_list`` on global rank ``dst`` (or group
@@ -340,7 +342,7 @@ def gather(tensor: Any, gather_list: list[Any] | None = None, dst: int | None = 
                              "non-destination ranks.")
         stage = None
 
-    def call(eng: Engine, buf: Callable[[Any], Buf], stream: Any) -> None:
+    def call(eng: Engine, buf: BufOf, stream: Stream | None) -> None:
         eng.gather(buf(tensor), None if stage is None else buf(stage), root, stream)
 
     arrays = [tensor] if stage is None else [tensor, stage]
@@ -355,8 +357,8 @@ def gather(tensor: Any, gather_list: list[Any] | None = None, dst: int | None = 
     return _split_out(g, "gather", w, stage, list(gather_list), async_op)
 
 
-def scatter(tensor: Any, scatter_list: list[Any] | None = None, src: int | None = None,
-            group: GroupArg = None, async_op: bool = False,
+def scatter(tensor: ArrayArg, scatter_list: Sequence[ArrayArg] | None = None,
+            src: int | None = None, group: GroupArg = None, async_op: bool = False,
             group_src: int | None = None) -> Work | None:
     """Send ``scatter_list[k]`` of global rank ``src`` (or group rank ``group_src``; neither:
     global rank 0) into ``tensor`` on group rank k.
@@ -391,7 +393,7 @@ def scatter(tensor: Any, scatter_list: list[Any] | None = None, src: int | None 
     elif scatter_list:
         raise ValueError("Argument ``scatter_list`` must NOT be specified on non-source ranks.")
 
-    def call(eng: Engine, buf: Callable[[Any], Buf], stream: Any) -> None:
+    def call(eng: Engine, buf: BufOf, stream: Stream | None) -> None:
         eng.scatter(None if stage is None else buf(stage), buf(tensor), root, stream)
 
     arrays = [tensor] if stage is None else [stage, tensor]
@@ -400,7 +402,8 @@ def scatter(tensor: Any, scatter_list: list[Any] | None = None, src: int | None 
                  None, [tensor])
 
 
-def all_to_all_single(output: Any, input: Any, output_split_sizes: Sequence[int] | None = None,
+def all_to_all_single(output: ArrayArg, input: ArrayArg,
+                      output_split_sizes: Sequence[int] | None = None,
                       input_split_sizes: Sequence[int] | None = None, group: GroupArg = None,
                       async_op: bool = False) -> Work | None:
     """Split ``input`` along dim 0 (equally, or by ``input_split_sizes``), send block k to
@@ -440,7 +443,7 @@ def all_to_all_single(output: Any, input: Any, output_split_sizes: Sequence[int]
     sc = counts(input, input_split_sizes, "input")
     rc = counts(output, output_split_sizes, "output")
 
-    def call(eng: Engine, buf: Callable[[Any], Buf], stream: Any) -> None:
+    def call(eng: Engine, buf: BufOf, stream: Stream | None) -> None:
         eng.all_to_all(buf(input), buf(output), sc, rc, stream)
 
     # split sizes (and so the shapes) legitimately differ between ranks: the debug
@@ -449,7 +452,7 @@ def all_to_all_single(output: Any, input: Any, output_split_sizes: Sequence[int]
                  (getattr(input, "dtype", None),), None, [output])
 
 
-def all_to_all(output_tensor_list: list[Any], input_tensor_list: list[Any],
+def all_to_all(output_tensor_list: Sequence[ArrayArg], input_tensor_list: Sequence[ArrayArg],
                group: GroupArg = None, async_op: bool = False) -> Work | None:
     """Send ``input_tensor_list[k]`` to group rank k and receive rank k's array into
     ``output_tensor_list[k]`` (sizes may differ per rank; one dtype and device throughout).
@@ -483,7 +486,7 @@ def all_to_all(output_tensor_list: list[Any], input_tensor_list: list[Any],
     recv_stage = _temp_like(first, sum(rc))
     _pack(send_stage, list(input_tensor_list))
 
-    def call(eng: Engine, buf: Callable[[Any], Buf], stream: Any) -> None:
+    def call(eng: Engine, buf: BufOf, stream: Stream | None) -> None:
         eng.all_to_all(buf(send_stage), buf(recv_stage), sc, rc, stream)
 
     # sizes legitimately differ between ranks: the debug fingerprint compares the dtype
@@ -492,8 +495,9 @@ def all_to_all(output_tensor_list: list[Any], input_tensor_list: list[Any],
     return _split_out(g, "all_to_all", w, recv_stage, list(output_tensor_list), async_op)
 
 
-def reduce_scatter(output: Any, input_list: list[Any], op: ReduceOp | PremulSum = ReduceOp.SUM,
-                   group: GroupArg = None, async_op: bool = False) -> Work | None:
+def reduce_scatter(output: ArrayArg, input_list: Sequence[ArrayArg],
+                   op: ReduceOp | PremulSum = ReduceOp.SUM, group: GroupArg = None,
+                   async_op: bool = False) -> Work | None:
     """Reduce ``input_list[k]`` across ranks into ``output`` of group rank k (the list form
     of :func:`reduce_scatter_tensor`; every array has ``output``'s size and dtype).
 
@@ -523,14 +527,14 @@ def reduce_scatter(output: Any, input_list: list[Any], op: ReduceOp | PremulSum 
     stage = _temp_like(output, n * output.size)
     _pack(stage, list(input_list))
 
-    def call(eng: Engine, buf: Callable[[Any], Buf], stream: Any) -> None:
+    def call(eng: Engine, buf: BufOf, stream: Stream | None) -> None:
         eng.reduce_scatter(buf(stage), buf(output), red, stream)
 
     return g.run("reduce_scatter", [stage, output], [stage], [output], call, async_op,
                  (red.name,) + _desc(output), red, [output])
 
 
-def all_gather_single(output_tensor: Any, input_tensor: Any, group: GroupArg = None,
+def all_gather_single(output_tensor: ArrayArg, input_tensor: ArrayArg, group: GroupArg = None,
                       async_op: bool = False) -> Work | None:
     """torch 2.14's name of :func:`all_gather_into_tensor` (same arguments and behaviour;
     ``all_gather_into_tensor`` is not deprecated here).
@@ -547,8 +551,9 @@ def all_gather_single(output_tensor: Any, input_tensor: Any, group: GroupArg = N
     return all_gather_into_tensor(output_tensor, input_tensor, group, async_op)
 
 
-def reduce_scatter_single(output: Any, input: Any, op: ReduceOp = ReduceOp.SUM,
-                          group: GroupArg = None, async_op: bool = False) -> Work | None:
+def reduce_scatter_single(output: ArrayArg, input: ArrayArg,
+                          op: ReduceOp | PremulSum = ReduceOp.SUM, group: GroupArg = None,
+                          async_op: bool = False) -> Work | None:
     """torch 2.14's name of :func:`reduce_scatter_tensor` (same arguments and behaviour).
 
     Example::
@@ -563,7 +568,7 @@ def reduce_scatter_single(output: Any, input: Any, op: ReduceOp = ReduceOp.SUM,
     return reduce_scatter_tensor(output, input, op, group, async_op)
 
 
-def gather_single(tensor: Any, gather_tensor: Any = None, dst: int | None = None,
+def gather_single(tensor: ArrayArg, gather_tensor: ArrayArg | None = None, dst: int | None = None,
                   group: GroupArg = None, async_op: bool = False,
                   group_dst: int | None = None) -> Work | None:
     """Gather every rank's ``tensor`` into one array, ``gather_tensor`` (world_size times its
@@ -597,7 +602,7 @@ def gather_single(tensor: Any, gather_tensor: Any = None, dst: int | None = None
                     "gather_tensor must hold world_size times the input's elements")
         out = gather_tensor
 
-    def call(eng: Engine, buf: Callable[[Any], Buf], stream: Any) -> None:
+    def call(eng: Engine, buf: BufOf, stream: Stream | None) -> None:
         eng.gather(buf(tensor), None if out is None else buf(out), root, stream)
 
     arrays = [tensor] if out is None else [tensor, out]
@@ -610,8 +615,8 @@ def gather_single(tensor: Any, gather_tensor: Any = None, dst: int | None = None
     return None
 
 
-def gather_into_tensor(tensor: Any, gather_tensor: Any = None, dst: int | None = None,
-                       group: GroupArg = None, async_op: bool = False,
+def gather_into_tensor(tensor: ArrayArg, gather_tensor: ArrayArg | None = None,
+                       dst: int | None = None, group: GroupArg = None, async_op: bool = False,
                        group_dst: int | None = None) -> Work | None:
     """torch 2.14's other name of :func:`gather_single`.
 
@@ -639,7 +644,8 @@ def _array_list(arrays: Any, what: str, op: str) -> list[Any]:
     return list(arrays)
 
 
-def all_reduce_coalesced(tensors: Any, op: ReduceOp = ReduceOp.SUM, group: GroupArg = None,
+def all_reduce_coalesced(tensors: ArrayArg | Sequence[ArrayArg],
+                         op: ReduceOp | PremulSum = ReduceOp.SUM, group: GroupArg = None,
                          async_op: bool = False) -> Work | None:
     """Reduce each array of ``tensors`` (one dtype, one device; or one array) across the
     group, in place, as one collective: the arrays are packed into one buffer, reduced once,
@@ -664,7 +670,7 @@ def all_reduce_coalesced(tensors: Any, op: ReduceOp = ReduceOp.SUM, group: Group
     stage = _temp_like(arrays[0], sum(a.size for a in arrays))
     _pack(stage, arrays)
 
-    def call(eng: Engine, buf: Callable[[Any], Buf], stream: Any) -> None:
+    def call(eng: Engine, buf: BufOf, stream: Stream | None) -> None:
         eng.all_reduce(None, buf(stage), red, stream)
 
     w = g.run("all_reduce_coalesced", [stage], [stage], [stage], call, True,
@@ -673,8 +679,9 @@ def all_reduce_coalesced(tensors: Any, op: ReduceOp = ReduceOp.SUM, group: Group
     return _split_out(g, "all_reduce_coalesced", w, stage, arrays, async_op)
 
 
-def all_gather_coalesced(output_tensor_lists: list[list[Any]], input_tensor_list: list[Any],
-                         group: GroupArg = None, async_op: bool = False) -> Work | None:
+def all_gather_coalesced(output_tensor_lists: Sequence[Sequence[ArrayArg]],
+                         input_tensor_list: Sequence[ArrayArg], group: GroupArg = None,
+                         async_op: bool = False) -> Work | None:
     """Gather every rank's ``input_tensor_list`` as one collective:
     ``output_tensor_lists[k][i]`` receives array ``i`` of group rank k (each output list
     matches the inputs' sizes; one dtype and device throughout).
@@ -716,7 +723,7 @@ def all_gather_coalesced(output_tensor_lists: list[list[Any]], input_tensor_list
     recv = _temp_like(ins[0], n * total)
     _pack(send, ins)
 
-    def call(eng: Engine, buf: Callable[[Any], Buf], stream: Any) -> None:
+    def call(eng: Engine, buf: BufOf, stream: Stream | None) -> None:
         eng.all_gather(buf(send), buf(recv), stream)
 
     w = g.run("all_gather_coalesced", [send, recv], [send], [recv], call, True,
@@ -778,7 +785,7 @@ def _split_out(g: ProcessGroup, op: str, w: Work | None, stage: Any, outs: list[
 
 # ---------------------------------------------------------------------------- barriers
 def barrier(group: GroupArg = None, async_op: bool = False,
-            device_ids: Sequence[int] | None = None, timeout: Any = None) -> Work | None:
+            device_ids: Sequence[int] | None = None, timeout: TimeoutArg = None) -> Work | None:
     """Block until every rank of the group reached the barrier (after the group's queued
     communication ran).
 
@@ -845,7 +852,7 @@ def barrier(group: GroupArg = None, async_op: bool = False,
     return Work.completed() if async_op else None
 
 
-def monitored_barrier(group: GroupArg = None, timeout: Any = None,
+def monitored_barrier(group: GroupArg = None, timeout: TimeoutArg = None,
                       wait_all_ranks: bool = False) -> None:
     """A barrier that names the ranks that did not arrive within ``timeout`` (rank 0 raises
     :class:`DistTimeoutError`; host-side, needs MPI).

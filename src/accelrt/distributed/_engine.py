@@ -23,6 +23,8 @@ from typing import Any, NamedTuple, NoReturn
 
 import numpy as np
 
+from .._stream import Stream
+
 __all__ = ["Backend", "Buf", "DirectPlan", "Engine", "EngineCapabilities", "EngineContext",
            "EngineRegistration", "PremulSum", "RedOp", "ReduceOp", "Request", "register_backend",
            "registered", "registration", "unregister_backend"]
@@ -227,29 +229,29 @@ class Engine:
         :class:`PremulSum`; reductions receive the :class:`PremulSum` itself)."""
         return None
 
-    def all_reduce(self, send: Buf | None, recv: Buf, op: RedOp, stream: Any) -> None:
+    def all_reduce(self, send: Buf | None, recv: Buf, op: RedOp, stream: Stream | None) -> None:
         raise NotImplementedError
 
-    def broadcast(self, buf: Buf, root: int, stream: Any) -> None:
+    def broadcast(self, buf: Buf, root: int, stream: Stream | None) -> None:
         raise NotImplementedError
 
-    def reduce(self, buf: Buf, op: RedOp, root: int, stream: Any) -> None:
+    def reduce(self, buf: Buf, op: RedOp, root: int, stream: Stream | None) -> None:
         raise NotImplementedError
 
-    def all_gather(self, send: Buf, recv: Buf, stream: Any) -> None:
+    def all_gather(self, send: Buf, recv: Buf, stream: Stream | None) -> None:
         raise NotImplementedError
 
-    def reduce_scatter(self, send: Buf, recv: Buf, op: RedOp, stream: Any) -> None:
+    def reduce_scatter(self, send: Buf, recv: Buf, op: RedOp, stream: Stream | None) -> None:
         raise NotImplementedError
 
-    def gather(self, send: Buf, recv: Buf | None, root: int, stream: Any) -> None:
+    def gather(self, send: Buf, recv: Buf | None, root: int, stream: Stream | None) -> None:
         raise NotImplementedError
 
-    def scatter(self, send: Buf | None, recv: Buf, root: int, stream: Any) -> None:
+    def scatter(self, send: Buf | None, recv: Buf, root: int, stream: Stream | None) -> None:
         raise NotImplementedError
 
     def all_to_all(self, send: Buf, recv: Buf, send_counts: Sequence[int],
-                   recv_counts: Sequence[int], stream: Any) -> None:
+                   recv_counts: Sequence[int], stream: Stream | None) -> None:
         raise NotImplementedError
 
     def barrier(self) -> None:
@@ -261,11 +263,11 @@ class Engine:
     def irecv(self, buf: Buf, peer: int | None, tag: int) -> Request:
         raise NotImplementedError
 
-    def send_on(self, buf: Buf, peer: int, stream: Any) -> None:
+    def send_on(self, buf: Buf, peer: int, stream: Stream | None) -> None:
         """A send enqueued on ``stream`` (``stream_ordered`` engines' point-to-point)."""
         raise NotImplementedError
 
-    def recv_on(self, buf: Buf, peer: int, stream: Any) -> None:
+    def recv_on(self, buf: Buf, peer: int, stream: Stream | None) -> None:
         """A receive enqueued on ``stream`` (``stream_ordered`` engines' point-to-point)."""
         raise NotImplementedError
 

@@ -152,6 +152,15 @@ class _DevCtx:
         return self.issued == self.finished
 
 
+#: ``buf(array)``: the memory an engine call must use for one of the operation's arrays
+BufOf = Callable[[Any], Buf]
+#: one collective's engine call, ``call(engine, buf, stream)`` (``stream``: the comm stream
+#: of a stream-ordered engine, else None)
+EngineCall = Callable[[Engine, BufOf, "Stream | None"], None]
+#: the same with the engine bound (what the group runs inline, queued or staged)
+Body = Callable[[BufOf, "Stream | None"], None]
+
+
 class GroupPlan(NamedTuple):
     """An engine's :class:`~accelrt.distributed._engine.DirectPlan` as a group keeps it for
     the inline path (``ProcessGroup.plans_ar``/``plans_bc``/``plans_ag``): its fields, then
@@ -200,7 +209,7 @@ class ProcessGroup:
         # (no further Python frames) when the comm stream is idle: key -> (fn, args, post,
         # comm-stream ctx, backend). Made by the *_fast methods after a successful call;
         # dropped when an error is kept, the debug flags change or the group is destroyed.
-        self.plans_ar: dict[tuple[int, int, int, ReduceOp], GroupPlan] = {}
+        self.plans_ar: dict[tuple[int, int, int, RedOp], GroupPlan] = {}
         self.plans_bc: dict[tuple[int, int, int], GroupPlan] = {}
         self.plans_ag: dict[tuple[int, int, int, int], GroupPlan] = {}
         self.parent: ProcessGroup | None = None
@@ -485,7 +494,7 @@ class ProcessGroup:
 
     # ------------------------------------------------------------------ execution
     def run(self, op: str, arrays: Sequence[Any], ins: Sequence[Any], outs: Sequence[Any],
-            call: Callable[[Engine, Callable[[Any], Buf], Any], None], async_op: bool,
+            call: EngineCall, async_op: bool,
             desc: tuple[Any, ...] = (), red: RedOp | None = None,
             result: Sequence[Any] = (), alias: Alias = "none") -> Work | None:
         """Run ``call(engine, buf, stream)`` for a collective over ``arrays`` (``ins`` are read,
@@ -501,7 +510,7 @@ class ProcessGroup:
         check = DETAIL
         full = (op, seq) + tuple(desc)
 
-        def body(getbuf: Callable[[Any], Buf], stream: Any) -> None:
+        def body(getbuf: BufOf, stream: Stream | None) -> None:
             if check:
                 self.fingerprint(loc.type, eng, full)
             call(eng, getbuf, stream)
@@ -622,7 +631,7 @@ class ProcessGroup:
         return self._direct("all_reduce", self.plans_ar, (mem.ptr, mem.nbytes, dtype.num, op), a,
                             lambda e: e.plan_all_reduce(mem.ptr, mem.nbytes, dtype, op))
 
-    def broadcast_fast(self, a: Array, root: int, src: int) -> bool:
+    def broadcast_fast(self, a: object, root: int, src: int) -> bool:
         """``broadcast(a, root)`` through the fast path (see :meth:`all_reduce_fast`);
         ``src`` is the caller's (global) source rank, the plan's key."""
         if type(a) is not Array or self._fast_engine(a) is None:
@@ -672,7 +681,7 @@ class ProcessGroup:
         return None
 
     def _queue_host(self, op: str, seq: int, ctx: _DevCtx, cur: Stream, b: Any, index: int,
-                    arrays: Sequence[Any], body: Callable[[Callable[[Any], Buf], Any], None],
+                    arrays: Sequence[Any], body: Body,
                     async_op: bool, result: Sequence[Any]) -> Work | None:
         comm = ctx.stream
         comm.wait_stream(cur)
@@ -698,7 +707,7 @@ class ProcessGroup:
 
     def _enqueue(self, op: str, seq: int, eng: Engine, ctx: _DevCtx, cur: Stream, b: Any,
                  index: int, arrays: Sequence[Any],
-                 body: Callable[[Callable[[Any], Buf], Any], None], async_op: bool,
+                 body: Body, async_op: bool,
                  result: Sequence[Any]) -> Work | None:
         comm = ctx.stream
         comm.wait_stream(cur)
@@ -711,7 +720,7 @@ class ProcessGroup:
 
     def _staged(self, op: str, seq: int, ctx: _DevCtx, cur: Stream, b: Any, index: int,
                 arrays: Sequence[Any], ins: Sequence[Any], outs: Sequence[Any],
-                body: Callable[[Callable[[Any], Buf], Any], None], async_op: bool,
+                body: Body, async_op: bool,
                 result: Sequence[Any]) -> Work | None:
         comm = ctx.stream
         comm.wait_stream(cur)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
@@ -22,10 +21,11 @@ from ._engine import (Engine)
 from ._engine import parse_backend as _parse_backend
 from ._engine import require_engines as _require_engines
 from ._group import DEFAULT_TIMEOUT, ProcessGroup
-from ._world import _S, GroupArg, GroupMember, _NonMember, _group, _registered, _seconds
+from .._typing import DeviceSpec
+from ._world import _group, GroupArg, GroupMember, _NonMember, _registered, _S, _seconds, TimeoutArg
 
 
-def set_timeout(timeout: Any, group: GroupArg = None) -> None:
+def set_timeout(timeout: TimeoutArg, group: GroupArg = None) -> None:
     """Make ``timeout`` (a ``datetime.timedelta`` or seconds) the limit of ``group``'s (the
     world's by default) future operations, for every engine of it (the watchdog enforces it;
     torch's MPI backend ignores this).
@@ -145,10 +145,11 @@ def get_node_local_rank(fallback_rank: int | None = None) -> int:
                        "'mpiexec -n N python -m accelrt.distributed.run' or pass fallback_rank")
 
 
-def new_group(ranks: Sequence[int] | None = None, timeout: Any = None,
-              backend: str | None = None, pg_options: Any = None,
+def new_group(ranks: Sequence[int] | None = None, timeout: TimeoutArg = None,
+              backend: str | None = None, pg_options: object = None,
               use_local_synchronization: bool = False, group_desc: str | None = None,
-              device_id: Any = None, sort_ranks: bool = True) -> ProcessGroup | _NonMember:
+              device_id: DeviceSpec | None = None,
+              sort_ranks: bool = True) -> ProcessGroup | _NonMember:
     """A group of the world's ``ranks`` (all by default). Every rank of the world must call
     it, with the same ``ranks``; ranks outside get ``GroupMember.NON_GROUP_MEMBER``. Group
     rank ``k`` is the ``k``-th of the sorted ``ranks``, or with ``sort_ranks=False`` the
@@ -230,8 +231,8 @@ def _split(parent: ProcessGroup, members: list[int] | None, key: int,
 
 
 def split_group(parent_pg: ProcessGroup | None = None,
-                split_ranks: Sequence[Sequence[int]] | None = None, timeout: Any = None,
-                pg_options: Any = None, group_desc: str | None = None,
+                split_ranks: Sequence[Sequence[int]] | None = None, timeout: TimeoutArg = None,
+                pg_options: object = None, group_desc: str | None = None,
                 backend: str | None = None) -> ProcessGroup | _NonMember:
     """Split ``parent_pg`` (the world by default) into the groups of ``split_ranks``: lists of
     *parent group* ranks, disjoint; a rank's place in its list is its rank in the new group.
@@ -314,8 +315,8 @@ def split_group(parent_pg: ProcessGroup | None = None,
                   backend_str, t, group_desc, "split_group")
 
 
-def new_subgroups(group_size: int | None = None, group: GroupArg = None, timeout: Any = None,
-                  backend: str | None = None, pg_options: Any = None,
+def new_subgroups(group_size: int | None = None, group: GroupArg = None, timeout: TimeoutArg = None,
+                  backend: str | None = None, pg_options: object = None,
                   group_desc: str | None = None) -> tuple[ProcessGroup | _NonMember,
                                                           list[ProcessGroup | _NonMember]]:
     """Split ``group``'s ranks (the world's by default) into groups of ``group_size``
@@ -368,8 +369,8 @@ def new_subgroups(group_size: int | None = None, group: GroupArg = None, timeout
 
 
 def new_subgroups_by_enumeration(ranks_per_subgroup_list: Sequence[Sequence[int]],
-                                 timeout: Any = None, backend: str | None = None,
-                                 pg_options: Any = None, group_desc: str | None = None
+                                 timeout: TimeoutArg = None, backend: str | None = None,
+                                 pg_options: object = None, group_desc: str | None = None
                                  ) -> tuple[ProcessGroup | _NonMember | None,
                                             list[ProcessGroup | _NonMember]]:
     """One group per rank list (disjoint lists of world ranks). Every rank must call it.

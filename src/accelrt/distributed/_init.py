@@ -27,7 +27,8 @@ from ._group import DEFAULT_TIMEOUT, ProcessGroup
 from ._store import FileStore, PrefixStore, Store
 from ._tcpstore import TCPStore
 from ._store import _int
-from ._world import _S, GroupArg, GroupMember, _GroupNS, _group, _seconds
+from .._typing import DeviceSpec
+from ._world import _group, GroupArg, GroupMember, _GroupNS, _S, _seconds, TimeoutArg
 
 
 DEFAULT_INIT_TIMEOUT = 300.0
@@ -110,7 +111,7 @@ def is_backend_available(backend: str) -> bool:
     return True
 
 
-def get_default_backend_for_device(device: Any) -> str:
+def get_default_backend_for_device(device: DeviceSpec) -> str:
     """The engine ``init_process_group(backend=None)`` uses for arrays of ``device`` (a device
     type, ``"cuda:1"``, an :class:`accelrt.device`, or an index of the current accelerator):
     ``"mpi"`` for cpu and OpenCL, ``"nccl"`` for CUDA (torch answers ``"gloo"`` for cpu: that
@@ -131,8 +132,8 @@ def get_default_backend_for_device(device: Any) -> str:
         from .. import current_accelerator
         acc_dev = current_accelerator()
         kind = "cpu" if acc_dev is None else acc_dev.type
-    elif isinstance(getattr(device, "type", None), str):
-        kind = device.type
+    elif isinstance(getattr(device, "type", None), str):   # accelrt.device, torch.device
+        kind = str(getattr(device, "type"))  # noqa: B009  (the attribute checked above)
     else:
         raise TypeError(f"device must be a device string, an accelrt.device or an int, got "
                         f"{type(device).__name__}")
@@ -226,9 +227,9 @@ def _install_abort_hook(comm_world: Any) -> None:
 
 
 def init_process_group(backend: str | None = None, init_method: str | None = None,
-                       timeout: Any = None, world_size: int = -1, rank: int = -1,
-                       store: Any = None, group_name: str = "", pg_options: Any = None,
-                       device_id: Any = None, _ranks: list[int] | None = None,
+                       timeout: TimeoutArg = None, world_size: int = -1, rank: int = -1,
+                       store: Store | None = None, group_name: str = "", pg_options: object = None,
+                       device_id: DeviceSpec | None = None, _ranks: list[int] | None = None,
                        enable_reconfigure: bool = False) -> None:
     """Start the default process group (the world).
 

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from .._stream import Stream
 from ._engine import (Buf, DirectPlan, Engine, EngineCapabilities, EngineContext, PremulSum,
                       RedOp, ReduceOp, Request, cuda_memory)
 
@@ -274,7 +275,7 @@ class MpiEngine(Engine):
             return f"{op} needs a floating or complex dtype, got {dtype.name}"
         return None
 
-    def all_reduce(self, send: Buf | None, recv: Buf, op: RedOp, stream: Any) -> None:
+    def all_reduce(self, send: Buf | None, recv: Buf, op: RedOp, stream: Stream | None) -> None:
         t = mpi_datatype(recv.dtype)
         if type(op) is PremulSum:
             if send is not None and recv.nbytes:
@@ -286,10 +287,10 @@ class MpiEngine(Engine):
         if op is ReduceOp.AVG:
             _avg(recv, self.size)
 
-    def broadcast(self, buf: Buf, root: int, stream: Any) -> None:
+    def broadcast(self, buf: Buf, root: int, stream: Stream | None) -> None:
         self.comm.Bcast(_bytes(buf), root)
 
-    def reduce(self, buf: Buf, op: RedOp, root: int, stream: Any) -> None:
+    def reduce(self, buf: Buf, op: RedOp, root: int, stream: Stream | None) -> None:
         t = mpi_datatype(buf.dtype)
         if self.rank == root:
             if type(op) is PremulSum:
@@ -301,13 +302,13 @@ class MpiEngine(Engine):
             send, _owner = _premul_copy(buf, op) if type(op) is PremulSum else (buf, None)
             self.comm.Reduce(_spec(send, t), None, _mpi_op(op, buf.dtype), root)
 
-    def all_gather(self, send: Buf, recv: Buf, stream: Any) -> None:
+    def all_gather(self, send: Buf, recv: Buf, stream: Stream | None) -> None:
         if send.ptr == recv.ptr + self.rank * send.nbytes and send.ptr:
             self.comm.Allgather(mpi().IN_PLACE, _bytes(recv, self.size))
         else:
             self.comm.Allgather(_bytes(send), _bytes(recv, self.size))
 
-    def reduce_scatter(self, send: Buf, recv: Buf, op: RedOp, stream: Any) -> None:
+    def reduce_scatter(self, send: Buf, recv: Buf, op: RedOp, stream: Stream | None) -> None:
         t = mpi_datatype(recv.dtype)
         _owner = None
         if type(op) is PremulSum:
@@ -323,14 +324,14 @@ class MpiEngine(Engine):
         if op is ReduceOp.AVG:
             _avg(recv, self.size)
 
-    def gather(self, send: Buf, recv: Buf | None, root: int, stream: Any) -> None:
+    def gather(self, send: Buf, recv: Buf | None, root: int, stream: Stream | None) -> None:
         self.comm.Gather(_bytes(send), None if recv is None else _bytes(recv, self.size), root)
 
-    def scatter(self, send: Buf | None, recv: Buf, root: int, stream: Any) -> None:
+    def scatter(self, send: Buf | None, recv: Buf, root: int, stream: Stream | None) -> None:
         self.comm.Scatter(None if send is None else _bytes(send, self.size), _bytes(recv), root)
 
     def all_to_all(self, send: Buf, recv: Buf, send_counts: Sequence[int],
-                   recv_counts: Sequence[int], stream: Any) -> None:
+                   recv_counts: Sequence[int], stream: Stream | None) -> None:
         isz = send.dtype.itemsize
         sc = [c * isz for c in send_counts]
         rc = [c * isz for c in recv_counts]

@@ -21,7 +21,8 @@ from typing import Any
 from .._array import Array
 from ._errors import (DistError)
 from ._group import ProcessGroup
-from ._world import GroupArg, _group, _warn_not_member
+from .._typing import DeviceLike
+from ._world import _group, GroupArg, _warn_not_member
 
 
 # ---------------------------------------------------------------------------- objects
@@ -94,7 +95,7 @@ def _obj_call(g: ProcessGroup, op: str, fn: Callable[[], Any]) -> Any:
 
 
 def broadcast_object_list(object_list: list[Any], src: int | None = None,
-                          group: GroupArg = None, device: Any = None,
+                          group: GroupArg = None, device: DeviceLike = None,
                           group_src: int | None = None, weights_only: bool = False) -> None:
     """Replace ``object_list``'s items on every rank with those (pickled) of global rank
     ``src`` or group rank ``group_src`` (neither: global rank 0). With ``weights_only=True``
@@ -206,8 +207,8 @@ _OBJ_TAG = 0x7AD0   # on the group's private control communicator: never a user 
 
 
 def send_object_list(object_list: list[Any], dst: int | None = None, group: GroupArg = None,
-                     device: Any = None, group_dst: int | None = None, use_batch: bool = False,
-                     weights_only: bool = False) -> None:
+                     device: DeviceLike = None, group_dst: int | None = None,
+                     use_batch: bool = False, weights_only: bool = False) -> None:
     """Send the (pickled, host-only) objects of ``object_list`` to global rank ``dst`` (or
     group rank ``group_dst``), which receives them with :func:`recv_object_list` into a list
     of the same length. ``use_batch`` (torch: send its size and data messages through
@@ -234,8 +235,8 @@ def send_object_list(object_list: list[Any], dst: int | None = None, group: Grou
 
 
 def recv_object_list(object_list: list[Any], src: int | None = None, group: GroupArg = None,
-                     device: Any = None, group_src: int | None = None, use_batch: bool = False,
-                     weights_only: bool = False) -> int:
+                     device: DeviceLike = None, group_src: int | None = None,
+                     use_batch: bool = False, weights_only: bool = False) -> int:
     """Receive :func:`send_object_list`'s objects from global rank ``src`` or group rank
     ``group_src`` (neither: any rank, an accelrt addition: torch asks for one) into
     ``object_list`` (same length as the sender's); returns the sender's global rank (-1 if

@@ -16,11 +16,11 @@ from typing import Any
 
 
 from ._group import Work
-from ._world import GroupArg, _group, _warn_not_member
+from ._world import ArrayArg, _group, GroupArg, _warn_not_member
 
 
 # ---------------------------------------------------------------------------- point-to-point
-def isend(tensor: Any, dst: int | None = None, group: GroupArg = None, tag: int = 0,
+def isend(tensor: ArrayArg, dst: int | None = None, group: GroupArg = None, tag: int = 0,
           group_dst: int | None = None) -> Work | None:
     """Start sending ``tensor`` to global rank ``dst`` (or group rank ``group_dst``: give
     exactly one); ``wait()`` on the result.
@@ -34,7 +34,7 @@ def isend(tensor: Any, dst: int | None = None, group: GroupArg = None, tag: int 
     return _p2p("isend", tensor, dst, group_dst, group, tag, send=True, blocking=False)
 
 
-def irecv(tensor: Any, src: int | None = None, group: GroupArg = None, tag: int = 0,
+def irecv(tensor: ArrayArg, src: int | None = None, group: GroupArg = None, tag: int = 0,
           group_src: int | None = None) -> Work | None:
     """Start receiving into ``tensor`` from global rank ``src`` or group rank ``group_src``
     (neither: any rank, MPI only).
@@ -48,7 +48,7 @@ def irecv(tensor: Any, src: int | None = None, group: GroupArg = None, tag: int 
     return _p2p("irecv", tensor, src, group_src, group, tag, send=False, blocking=False)
 
 
-def send(tensor: Any, dst: int | None = None, group: GroupArg = None, tag: int = 0,
+def send(tensor: ArrayArg, dst: int | None = None, group: GroupArg = None, tag: int = 0,
          group_dst: int | None = None) -> None:
     """Send ``tensor`` to global rank ``dst`` or group rank ``group_dst`` (give exactly one;
     blocks until the buffer may be reused).
@@ -69,7 +69,7 @@ def send(tensor: Any, dst: int | None = None, group: GroupArg = None, tag: int =
         w.wait()
 
 
-def recv(tensor: Any, src: int | None = None, group: GroupArg = None, tag: int = 0,
+def recv(tensor: ArrayArg, src: int | None = None, group: GroupArg = None, tag: int = 0,
          group_src: int | None = None) -> int:
     """Receive into ``tensor`` from global rank ``src`` or group rank ``group_src`` (neither:
     any rank); returns the sender's global rank (-1 if not a member of ``group``).

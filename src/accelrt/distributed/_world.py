@@ -13,11 +13,17 @@ from __future__ import annotations
 
 import datetime
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Union
 
 
 from ._group import ProcessGroup
 from ._store import Store
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    from .._array import Array
+    from .._typing import HostArray
 
 
 class _NonMember:
@@ -52,10 +58,20 @@ class _State:
 
 _S = _State()
 
+#: what every ``group`` argument accepts: a group, ``GroupMember.NON_GROUP_MEMBER`` (this rank
+#: is not a member: the call does nothing) or None (the world)
 GroupArg = ProcessGroup | _NonMember | None
 
+#: what every array argument accepts ("tensor" in torch's names): an :class:`accelrt.Array`
+#: or a numpy array (host memory)
+ArrayArg: TypeAlias = Union["Array", "HostArray"]
 
-def _seconds(timeout: Any, default: float) -> float:
+#: what every ``timeout`` argument accepts: a ``datetime.timedelta`` or seconds (None: the
+#: default)
+TimeoutArg: TypeAlias = datetime.timedelta | float | None
+
+
+def _seconds(timeout: TimeoutArg, default: float) -> float:
     if timeout is None:
         env = os.environ.get("ACCELRT_DISTRIBUTED_TIMEOUT")
         return float(env) if env else default
