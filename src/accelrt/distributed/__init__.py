@@ -26,28 +26,77 @@ from typing import NewType
 
 # the package is split by concept; every public name is re-exported here
 from ._collectives import _make_nccl_premul_sum as _make_nccl_premul_sum
-from ._collectives import (all_gather, all_gather_coalesced,
-                           all_gather_into_tensor, all_gather_single, all_reduce,
-                           all_reduce_coalesced, all_to_all, all_to_all_single, barrier,
-                           broadcast, gather, gather_into_tensor, gather_single,
-                           monitored_barrier, reduce, reduce_scatter, reduce_scatter_single,
-                           reduce_scatter_tensor, scatter)
-from ._debug import get_debug_level, set_debug_level, set_debug_level_from_env
+from ._collectives import (
+                           all_gather,
+                           all_gather_coalesced,
+                           all_gather_into_tensor,
+                           all_gather_single,
+                           all_reduce,
+                           all_reduce_coalesced,
+                           all_to_all,
+                           all_to_all_single,
+                           barrier,
+                           broadcast,
+                           gather,
+                           gather_into_tensor,
+                           gather_single,
+                           monitored_barrier,
+                           reduce,
+                           reduce_scatter,
+                           reduce_scatter_single,
+                           reduce_scatter_tensor,
+                           scatter,
+)
+from ._debug import DebugLevel, get_debug_level, set_debug_level, set_debug_level_from_env
 from ._engine import Backend, Engine, EngineContext, PremulSum, ReduceOp, register_backend
-from ._errors import (DistBackendError, DistError, DistNetworkError, DistStoreError,
-                      DistTimeoutError, QueueEmptyError)
-from ._debug import DebugLevel
+from ._errors import (
+                           DistBackendError,
+                           DistError,
+                           DistNetworkError,
+                           DistStoreError,
+                           DistTimeoutError,
+                           QueueEmptyError,
+)
 from ._group import DEFAULT_TIMEOUT, ProcessGroup, Work
-from ._groups import (get_backend, get_backend_config, get_global_rank, get_group_rank,
-                      get_node_local_rank, get_pg_count, get_process_group_ranks, get_rank,
-                      get_world_size, new_group, new_subgroups, new_subgroups_by_enumeration,
-                      set_timeout, split_group)
-from ._init import (destroy_process_group, get_default_backend_for_device, init_process_group,
-                    is_available, is_backend_available, is_gloo_available, is_initialized,
-                    is_mpi_available, is_nccl_available, is_torchelastic_launched,
-                    is_ucc_available, is_xccl_available, supports_complex)
-from ._objects import (all_gather_object, broadcast_object_list, gather_object,
-                       recv_object_list, scatter_object_list, send_object_list)
+from ._groups import (
+                           get_backend,
+                           get_backend_config,
+                           get_global_rank,
+                           get_group_rank,
+                           get_node_local_rank,
+                           get_pg_count,
+                           get_process_group_ranks,
+                           get_rank,
+                           get_world_size,
+                           new_group,
+                           new_subgroups,
+                           new_subgroups_by_enumeration,
+                           set_timeout,
+                           split_group,
+)
+from ._init import (
+                           destroy_process_group,
+                           get_default_backend_for_device,
+                           init_process_group,
+                           is_available,
+                           is_backend_available,
+                           is_gloo_available,
+                           is_initialized,
+                           is_mpi_available,
+                           is_nccl_available,
+                           is_torchelastic_launched,
+                           is_ucc_available,
+                           is_xccl_available,
+                           supports_complex,
+)
+from ._objects import (
+                           all_gather_object,
+                           broadcast_object_list,
+                           gather_object,
+                           recv_object_list,
+                           scatter_object_list,
+                           send_object_list,
+)
 from ._p2p import P2POp, batch_isend_irecv, irecv, isend, recv, send
 from ._store import FileStore, HashStore, PrefixStore, Store
 from ._tcpstore import TCPStore

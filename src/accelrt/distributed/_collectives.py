@@ -23,11 +23,11 @@ import numpy as np
 
 from .._array import Array
 from .._errors import AcceleratorValueError
-from ._engine import (Engine, PremulSum, RedOp, ReduceOp)
-from ._errors import (DistError, DistTimeoutError)
 from .._stream import Stream
+from ._engine import Engine, PremulSum, RedOp, ReduceOp
+from ._errors import DistError, DistTimeoutError
 from ._group import BufOf, ProcessGroup, Work
-from ._world import ArrayArg, _group, GroupArg, _S, _seconds, TimeoutArg, _warn_not_member
+from ._world import _S, ArrayArg, GroupArg, TimeoutArg, _group, _member, _seconds, _warn_not_member
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -182,9 +182,8 @@ def reduce(tensor: ArrayArg, dst: int | None = None, op: ReduceOp | PremulSum = 
         >>> dist.reduce(a, dst=0); a.tolist(); dist.destroy_process_group()
         [1.5, 1.5]
     """
-    g = _group(group)
+    g = _member(group, "reduce")
     if g is None:
-        _warn_not_member("reduce")
         return None
     root = g.canonical_rank(dst, group_dst, "dst")
     red = _op(op)
@@ -219,9 +218,8 @@ def all_gather_into_tensor(output_tensor: ArrayArg, input_tensor: ArrayArg, grou
             return Work.completed([output_tensor]) if async_op else None
         if g.all_gather_fast(output_tensor, input_tensor):
             return Work.completed([output_tensor]) if async_op else None
-    g = _group(group)
+    g = _member(group, "all_gather_into_tensor")
     if g is None:
-        _warn_not_member("all_gather_into_tensor")
         return None
     _check_same("all_gather_into_tensor", output_tensor, input_tensor)
     if not isinstance(output_tensor, (Array, np.ndarray)):
@@ -252,9 +250,8 @@ def all_gather(tensor_list: Sequence[ArrayArg], tensor: ArrayArg, group: GroupAr
         >>> outs[0].tolist(); dist.destroy_process_group()
         [5.0, 5.0]
     """
-    g = _group(group)
+    g = _member(group, "all_gather")
     if g is None:
-        _warn_not_member("all_gather")
         return None
     if not isinstance(tensor_list, (list, tuple)) or len(tensor_list) != g.size():
         raise AcceleratorValueError(f"all_gather: tensor_list must be a list of "
@@ -289,9 +286,8 @@ def reduce_scatter_tensor(output: ArrayArg, input: ArrayArg,
         >>> out.tolist(); dist.destroy_process_group()
         [6.0, 6.0]
     """
-    g = _group(group)
+    g = _member(group, "reduce_scatter_tensor")
     if g is None:
-        _warn_not_member("reduce_scatter_tensor")
         return None
     _check_same("reduce_scatter_tensor", output, input)
     _size_check("reduce_scatter_tensor", input, g.size() * output.size, input.size,
@@ -320,9 +316,8 @@ def gather(tensor: ArrayArg, gather_list: Sequence[ArrayArg] | None = None, dst:
         >>> outs[0].tolist(); dist.destroy_process_group()
         [8.0, 8.0]
     """
-    g = _group(group)
+    g = _member(group, "gather")
     if g is None:
-        _warn_not_member("gather")
         return None
     root = g.canonical_rank(dst, group_dst, "dst", default=0)
     n = g.size()
@@ -372,9 +367,8 @@ def scatter(tensor: ArrayArg, scatter_list: Sequence[ArrayArg] | None = None,
         >>> out.tolist(); dist.destroy_process_group()
         [9.0, 9.0]
     """
-    g = _group(group)
+    g = _member(group, "scatter")
     if g is None:
-        _warn_not_member("scatter")
         return None
     root = g.canonical_rank(src, group_src, "src", default=0)
     n = g.size()
@@ -418,9 +412,8 @@ def all_to_all_single(output: ArrayArg, input: ArrayArg,
         >>> out.tolist(); dist.destroy_process_group()
         [1, 2, 3]
     """
-    g = _group(group)
+    g = _member(group, "all_to_all_single")
     if g is None:
-        _warn_not_member("all_to_all_single")
         return None
     _check_same("all_to_all_single", output, input)
     n = g.size()
@@ -466,9 +459,8 @@ def all_to_all(output_tensor_list: Sequence[ArrayArg], input_tensor_list: Sequen
         >>> out[0].tolist(); dist.destroy_process_group()
         [1.5, 1.5]
     """
-    g = _group(group)
+    g = _member(group, "all_to_all")
     if g is None:
-        _warn_not_member("all_to_all")
         return None
     n = g.size()
     for name, lst in (("output_tensor_list", output_tensor_list),
@@ -510,9 +502,8 @@ def reduce_scatter(output: ArrayArg, input_list: Sequence[ArrayArg],
         >>> out.tolist(); dist.destroy_process_group()
         [2.5, 2.5]
     """
-    g = _group(group)
+    g = _member(group, "reduce_scatter")
     if g is None:
-        _warn_not_member("reduce_scatter")
         return None
     n = g.size()
     if not isinstance(input_list, (list, tuple)) or len(input_list) != n:
@@ -588,9 +579,8 @@ def gather_single(tensor: ArrayArg, gather_tensor: ArrayArg | None = None, dst: 
         >>> out.tolist(); dist.destroy_process_group()
         [[8.0, 8.0]]
     """
-    g = _group(group)
+    g = _member(group, "gather_single")
     if g is None:
-        _warn_not_member("gather_single")
         return None
     root = g.canonical_rank(dst, group_dst, "dst", default=0)
     out = None
@@ -661,9 +651,8 @@ def all_reduce_coalesced(tensors: ArrayArg | Sequence[ArrayArg],
         ([1.0, 1.0], [2.0, 2.0, 2.0])
     """
     arrays = _array_list(tensors, "tensor", "all_reduce_coalesced")
-    g = _group(group)
+    g = _member(group, "all_reduce_coalesced")
     if g is None:
-        _warn_not_member("all_reduce_coalesced")
         return None
     g.check_args("all_reduce_coalesced", arrays, arrays, alias="staged")
     red = _op(op)
@@ -696,9 +685,8 @@ def all_gather_coalesced(output_tensor_lists: Sequence[Sequence[ArrayArg]],
         >>> [o.tolist() for o in out[0]]; dist.destroy_process_group()
         [[3.0, 3.0], [4.0]]
     """
-    g = _group(group)
+    g = _member(group, "all_gather_coalesced")
     if g is None:
-        _warn_not_member("all_gather_coalesced")
         return None
     ins = _array_list(input_tensor_list, "input_tensor_list", "all_gather_coalesced")
     if not isinstance(output_tensor_lists, list):
@@ -803,9 +791,8 @@ def barrier(group: GroupArg = None, async_op: bool = False,
         >>> dist.init_process_group("mpi"); dist.barrier(timeout=30)
         >>> dist.destroy_process_group()
     """
-    g = _group(group)
+    g = _member(group, "barrier")
     if g is None:
-        _warn_not_member("barrier")
         return None
     if device_ids is not None and (not isinstance(device_ids, (list, tuple)) or not device_ids
                                    or not all(isinstance(d, int) for d in device_ids)):
@@ -863,9 +850,8 @@ def monitored_barrier(group: GroupArg = None, timeout: TimeoutArg = None,
         >>> dist.init_process_group("mpi"); dist.monitored_barrier(timeout=5)
         >>> dist.destroy_process_group()
     """
-    g = _group(group)
+    g = _member(group, "monitored_barrier")
     if g is None:
-        _warn_not_member("monitored_barrier")
         return
     g._raise_kept()
     comm = g.control()
@@ -875,8 +861,8 @@ def monitored_barrier(group: GroupArg = None, timeout: TimeoutArg = None,
     g.drain()
     seq = g.next_seq()
     limit = _seconds(timeout, g.timeout)
-    from ._work import wait_until
     from ._mpi import mpi
+    from ._work import wait_until
     mpi()    # raises a clear error without mpi4py
     tag = 0x7ACC
     token = np.zeros(1, np.int64)

@@ -455,24 +455,19 @@ class ProcessGroup:
         r, n = self._rank, self._size
         if alias == "inplace" and ip == op_ and inb == onb:
             return
-        if alias == "gather":
-            if ip == op_ + r * inb and onb == n * inb:
+        if alias == "gather" or alias == "scatter":
+            # the in-place forms: the part is exactly the whole's chunk at this rank's offset
+            # (gather: the input is the output's; scatter: the output is the input's)
+            part, whole = ("input", "output") if alias == "gather" else ("output", "input")
+            pp, pnb, wp, wnb = (ip, inb, op_, onb) if alias == "gather" else (op_, onb, ip, inb)
+            if pp == wp + r * pnb and wnb == n * pnb:
                 return
             raise AcceleratorValueError(
-                f"{op}: the input overlaps the output in memory but is not the output's chunk "
-                f"at this rank's offset (rank {r}: input at byte {ip - op_:+d} of the output, "
-                f"expected {r * inb}); pass a separate input array, or torch's in-place form: "
-                "the input is exactly output[rank * k:(rank + 1) * k] (k = the input's "
-                "elements)")
-        if alias == "scatter":
-            if op_ == ip + r * onb and inb == n * onb:
-                return
-            raise AcceleratorValueError(
-                f"{op}: the output overlaps the input in memory but is not the input's chunk "
-                f"at this rank's offset (rank {r}: output at byte {op_ - ip:+d} of the input, "
-                f"expected {r * onb}); pass a separate output array, or torch's in-place "
-                "form: the output is exactly input[rank * k:(rank + 1) * k] (k = the "
-                "output's elements)")
+                f"{op}: the {part} overlaps the {whole} in memory but is not the {whole}'s "
+                f"chunk at this rank's offset (rank {r}: {part} at byte {pp - wp:+d} of the "
+                f"{whole}, expected {r * pnb}); pass a separate {part} array, or torch's "
+                f"in-place form: the {part} is exactly {whole}[rank * k:(rank + 1) * k] (k = "
+                f"the {part}'s elements)")
         raise AcceleratorValueError(f"{op}: the input and output arrays overlap in memory; "
                                     "this operation has no in-place form: pass separate "
                                     "arrays")

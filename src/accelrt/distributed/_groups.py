@@ -17,12 +17,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ._engine import (Engine)
+from .._typing import DeviceSpec
+from ._engine import Engine
 from ._engine import parse_backend as _parse_backend
 from ._engine import require_engines as _require_engines
 from ._group import DEFAULT_TIMEOUT, ProcessGroup
-from .._typing import DeviceSpec
-from ._world import _group, GroupArg, GroupMember, _NonMember, _registered, _S, _seconds, TimeoutArg
+from ._world import _S, GroupArg, GroupMember, TimeoutArg, _group, _NonMember, _registered, _seconds
 
 
 def set_timeout(timeout: TimeoutArg, group: GroupArg = None) -> None:

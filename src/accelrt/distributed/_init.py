@@ -18,18 +18,15 @@ import os
 import sys
 from typing import Any
 
-
-from ._engine import (Backend, EngineContext, ReduceOp)
+from .._typing import DeviceSpec
+from ._engine import Backend, EngineContext, ReduceOp
 from ._engine import parse_backend as _parse_backend
 from ._engine import require_engines as _require_engines
-from ._errors import (DistBackendError, DistError)
+from ._errors import DistBackendError, DistError
 from ._group import DEFAULT_TIMEOUT, ProcessGroup
-from ._store import FileStore, PrefixStore, Store
+from ._store import FileStore, PrefixStore, Store, _int
 from ._tcpstore import TCPStore
-from ._store import _int
-from .._typing import DeviceSpec
-from ._world import _group, GroupArg, GroupMember, _GroupNS, _S, _seconds, TimeoutArg
-
+from ._world import _S, GroupArg, GroupMember, TimeoutArg, _group, _GroupNS, _seconds
 
 DEFAULT_INIT_TIMEOUT = 300.0
 
@@ -281,33 +278,8 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
     """
     if _S.world is not None:
         raise ValueError("trying to initialize the default process group twice!")
-    if _ranks is not None and (isinstance(_ranks, (str, bytes)) or not all(
-            isinstance(r, int) and not isinstance(r, bool) for r in _ranks)):
-        raise TypeError(f"_ranks must be a list of ints or None, got {_ranks!r:.60}")
-    if not isinstance(enable_reconfigure, bool):
-        raise TypeError(f"enable_reconfigure must be a bool, got "
-                        f"{type(enable_reconfigure).__name__}")
-    if enable_reconfigure:
-        raise ValueError("enable_reconfigure=True is not supported: accelrt's engines (MPI, "
-                         "NCCL) have no reconfigure regime (ProcessGroup.reconfigure); pass "
-                         "enable_reconfigure=False (the default)")
-    world_size, rank = _int(world_size, "world_size"), _int(rank, "rank")
-    if init_method is not None and not isinstance(init_method, str):
-        raise TypeError(f"init_method must be a str such as 'env://' or 'tcp://host:port', "
-                        f"got {type(init_method).__name__}")
-    if store is not None:
-        if init_method is not None:
-            raise ValueError("Cannot specify both init_method and store.")
-        if not isinstance(store, Store):
-            raise TypeError(f"store must be an accelrt.distributed.Store, got "
-                            f"{type(store).__name__}")
-        if not world_size > 0:
-            raise ValueError("world_size must be positive if using store")
-        if not rank >= 0:
-            raise ValueError("rank must be non-negative if using store")
-        if not rank < world_size:
-            raise ValueError(f"rank {rank} is out of range for world size {world_size}: a "
-                             "store's ranks are 0 .. world_size - 1")
+    world_size, rank = _check_init_args(init_method, world_size, rank, store, _ranks,
+                                        enable_reconfigure)
     if backend is None:
         backend = os.environ.get("ACCELRT_DISTRIBUTED_BACKEND") or None
     engine_map = _parse_backend(backend)
@@ -319,16 +291,7 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
     named = {} if backend is None else engine_map
     op_timeout = _seconds(timeout, DEFAULT_TIMEOUT)
     init_timeout = min(op_timeout, DEFAULT_INIT_TIMEOUT) if timeout is None else op_timeout
-    method = init_method
-    if store is not None:
-        method = "store"
-    elif method is None:
-        if _under_mpi_launcher():
-            method = "mpi://"
-        elif "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-            method = "env://"
-        else:
-            method = "mpi://" if is_mpi_available() else "env://"
+    method = "store" if store is not None else _init_method(init_method)
     if method.startswith("mpi://"):
         group = _init_mpi(engine_map, backend_str, op_timeout, init_timeout, world_size, rank,
                           named)
@@ -357,11 +320,57 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
     _S.pg_count = 1
 
 
+def _check_init_args(init_method: str | None, world_size: int, rank: int, store: Store | None,
+                     _ranks: list[int] | None, enable_reconfigure: bool) -> tuple[int, int]:
+    """init_process_group's argument checks (before anything starts); ``(world_size,
+    rank)`` as ints."""
+    if _ranks is not None and (isinstance(_ranks, (str, bytes)) or not all(
+            isinstance(r, int) and not isinstance(r, bool) for r in _ranks)):
+        raise TypeError(f"_ranks must be a list of ints or None, got {_ranks!r:.60}")
+    if not isinstance(enable_reconfigure, bool):
+        raise TypeError(f"enable_reconfigure must be a bool, got "
+                        f"{type(enable_reconfigure).__name__}")
+    if enable_reconfigure:
+        raise ValueError("enable_reconfigure=True is not supported: accelrt's engines (MPI, "
+                         "NCCL) have no reconfigure regime (ProcessGroup.reconfigure); pass "
+                         "enable_reconfigure=False (the default)")
+    world_size, rank = _int(world_size, "world_size"), _int(rank, "rank")
+    if init_method is not None and not isinstance(init_method, str):
+        raise TypeError(f"init_method must be a str such as 'env://' or 'tcp://host:port', "
+                        f"got {type(init_method).__name__}")
+    if store is not None:
+        if init_method is not None:
+            raise ValueError("Cannot specify both init_method and store.")
+        if not isinstance(store, Store):
+            raise TypeError(f"store must be an accelrt.distributed.Store, got "
+                            f"{type(store).__name__}")
+        if not world_size > 0:
+            raise ValueError("world_size must be positive if using store")
+        if not rank >= 0:
+            raise ValueError("rank must be non-negative if using store")
+        if not rank < world_size:
+            raise ValueError(f"rank {rank} is out of range for world size {world_size}: a "
+                             "store's ranks are 0 .. world_size - 1")
+    return world_size, rank
+
+
+def _init_method(init_method: str | None) -> str:
+    """The rendezvous of ``init_method=None``: the MPI launcher's, else torchrun's
+    environment (``RANK``/``WORLD_SIZE``), else MPI when mpi4py is there."""
+    if init_method is not None:
+        return init_method
+    if _under_mpi_launcher():
+        return "mpi://"
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        return "env://"
+    return "mpi://" if is_mpi_available() else "env://"
+
+
 def _init_mpi(engine_map: dict[str, str], backend_str: str, op_timeout: float,
               init_timeout: float, world_size: int, rank: int,
               named: dict[str, str]) -> ProcessGroup:
-    from ._work import WATCHDOG
     from ._mpi import mpi
+    from ._work import WATCHDOG
     try:
         MPI = mpi()
     except ImportError as exc:

@@ -17,12 +17,11 @@ import pickle
 from collections.abc import Callable
 from typing import Any
 
-
 from .._array import Array
-from ._errors import (DistError)
-from ._group import ProcessGroup
 from .._typing import DeviceLike
-from ._world import _group, GroupArg, _warn_not_member
+from ._errors import DistError
+from ._group import ProcessGroup
+from ._world import GroupArg, _member
 
 
 # ---------------------------------------------------------------------------- objects
@@ -72,9 +71,8 @@ def _loads(data: bytes, weights_only: bool) -> Any:
 
 
 def _obj_comm(op: str, group: GroupArg) -> tuple[ProcessGroup | None, Any]:
-    g = _group(group)
+    g = _member(group, op)
     if g is None:
-        _warn_not_member(op)
         return None, None
     g._raise_kept()
     comm = g.control()

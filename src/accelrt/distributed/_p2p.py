@@ -14,9 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-
 from ._group import Work
-from ._world import ArrayArg, _group, GroupArg, _warn_not_member
+from ._world import ArrayArg, GroupArg, _group, _warn_not_member
 
 
 # ---------------------------------------------------------------------------- point-to-point

@@ -29,8 +29,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from ._errors import DistNetworkError, DistStoreError, QueueEmptyError
-from ._store import (DEFAULT_STORE_TIMEOUT, _int, _key, _MemoryTable, _Table, _TableStore,
-                     _timedelta)
+from ._store import DEFAULT_STORE_TIMEOUT, _int, _key, _MemoryTable, _Table, _TableStore, _timedelta
 
 __all__ = ["TCPStore"]
 

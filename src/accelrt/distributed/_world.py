@@ -15,7 +15,6 @@ import datetime
 import os
 from typing import TYPE_CHECKING, Union
 
-
 from ._group import ProcessGroup
 from ._store import Store
 
@@ -103,11 +102,20 @@ def _group(group: GroupArg) -> ProcessGroup | None:
     return group
 
 
-def _warn_not_member(op: str) -> None:
+def _warn_not_member(op: str, stacklevel: int = 3) -> None:
     import warnings
     rank = -1 if _S.world is None else _S.world.rank()   # get_rank(): the caller checked
     warnings.warn(f"Running {op} on global rank {rank} which does not belong to the "
-                  "given group.", stacklevel=3)
+                  "given group.", stacklevel=stacklevel)
+
+
+def _member(group: GroupArg, op: str) -> ProcessGroup | None:
+    """``group``'s process group (:func:`_group`), or None, with torch's warning, where this
+    rank is not a member: ``op`` then does nothing."""
+    g = _group(group)
+    if g is None:
+        _warn_not_member(op, stacklevel=4)   # the warning names the caller of ``op``
+    return g
 
 
 def _registered(group: ProcessGroup | _NonMember | None) -> ProcessGroup:
