@@ -24,7 +24,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 import numpy as np
 
@@ -161,17 +161,19 @@ EngineCall = Callable[[Engine, BufOf, "Stream | None"], None]
 Body = Callable[[BufOf, "Stream | None"], None]
 
 
-class GroupPlan(NamedTuple):
+class GroupPlan:
     """An engine's :class:`~accelrt.distributed._engine.DirectPlan` as a group keeps it for
     the inline path (``ProcessGroup.plans_ar``/``plans_bc``/``plans_ag``): its fields, then
-    the comm-stream context and backend whose idleness :meth:`ProcessGroup.run_plan` checks
-    (flat, one attribute read per field on the small-message path)."""
+    the comm-stream context and backend whose idleness :meth:`ProcessGroup.run_plan` checks.
+    A slotted class, not a NamedTuple: the small-message path reads its fields on every call,
+    and slot reads are specialised by CPython where a tuple subclass's are not (measured:
+    a NamedTuple cost 30-50 ns a call, about 6 % of an all_reduce of 4 bytes)."""
 
-    call: Callable[..., object]
-    args: tuple[object, ...]
-    post: Callable[[], None] | None
-    ctx: _DevCtx
-    backend: Any
+    __slots__ = ("args", "backend", "call", "ctx", "post")
+
+    def __init__(self, call: Callable[..., object], args: tuple[object, ...],
+                 post: Callable[[], None] | None, ctx: _DevCtx, backend: Any) -> None:
+        self.call, self.args, self.post, self.ctx, self.backend = call, args, post, ctx, backend
 
 
 # ---------------------------------------------------------------------------- groups
@@ -572,8 +574,9 @@ class ProcessGroup:
         self._op, self._opseq, self._t0 = op, seq, _monotonic()
         try:
             plan.call(*plan.args)
-            if plan.post is not None:
-                plan.post()
+            post = plan.post
+            if post is not None:
+                post()
         except Exception as exc:
             self._fast_failed(op, seq, exc)
         finally:
