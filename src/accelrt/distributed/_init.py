@@ -53,8 +53,8 @@ def is_mpi_available() -> bool:
         >>> isinstance(dist.is_mpi_available(), bool)
         True
     """
-    import importlib.util
-    return importlib.util.find_spec("mpi4py") is not None
+    from ._engine import _mpi_available   # the registry's check of the "mpi" engine
+    return _mpi_available()
 
 
 def is_nccl_available() -> bool:

@@ -24,11 +24,15 @@ def isend(tensor: ArrayArg, dst: int | None = None, group: GroupArg = None, tag:
     """Start sending ``tensor`` to global rank ``dst`` (or group rank ``group_dst``: give
     exactly one); ``wait()`` on the result.
 
-    Example::
+    Example (a world of one rank sends to itself)::
 
-        >>> import accelrt.distributed as dist
-        >>> callable(dist.isend)
-        True
+        >>> import accelrt as acc, accelrt.distributed as dist
+        >>> dist.init_process_group("mpi")
+        >>> sent = dist.isend(acc.full((2,), 5.0, device="cpu"), dst=0)
+        >>> out = acc.empty((2,), device="cpu")
+        >>> dist.irecv(out, src=0).wait(), sent.wait(), out.tolist()
+        (True, True, [5.0, 5.0])
+        >>> dist.destroy_process_group()
     """
     return _p2p("isend", tensor, dst, group_dst, group, tag, send=True, blocking=False)
 
@@ -38,11 +42,17 @@ def irecv(tensor: ArrayArg, src: int | None = None, group: GroupArg = None, tag:
     """Start receiving into ``tensor`` from global rank ``src`` or group rank ``group_src``
     (neither: any rank, MPI only).
 
-    Example::
+    Example (``src=None``: from whichever rank sends; here the only one)::
 
-        >>> import accelrt.distributed as dist
-        >>> callable(dist.irecv)
+        >>> import accelrt as acc, accelrt.distributed as dist
+        >>> dist.init_process_group("mpi")
+        >>> got = acc.zeros((3,), dtype="int32", device="cpu")
+        >>> w = dist.irecv(got)
+        >>> dist.isend(acc.full((3,), 7, dtype="int32", device="cpu"), dst=0).wait()
         True
+        >>> w.source_rank(), got.tolist()
+        (0, [7, 7, 7])
+        >>> dist.destroy_process_group()
     """
     return _p2p("irecv", tensor, src, group_src, group, tag, send=False, blocking=False)
 
