@@ -441,7 +441,7 @@ def test_a_late_reply_never_answers_the_next_request() -> None:
     import socket
     from multiprocessing.connection import Connection
 
-    from accelrt.distributed import _store as st
+    from accelrt.distributed import _tcpstore as st
 
     lsock = socket.create_server(("127.0.0.1", 0))
     lsock.settimeout(30)
@@ -467,8 +467,8 @@ def test_a_late_reply_never_answers_the_next_request() -> None:
             return
         greet(c2)
         c2.recv_bytes()
+        served.set()                       # (before the answer: the client reads it next)
         c2.send_bytes(st._pack([b"ok", b"7"]))
-        served.set()
 
     t = threading.Thread(target=serve, daemon=True)
     t.start()

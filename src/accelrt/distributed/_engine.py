@@ -19,12 +19,15 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NoReturn
 
 import numpy as np
 
-__all__ = ["Backend", "Buf", "Engine", "EngineContext", "PremulSum", "RedOp", "ReduceOp",
-           "Request", "register_backend"]
+from .._stream import Stream
+
+__all__ = ["Backend", "Buf", "DirectPlan", "Engine", "EngineCapabilities", "EngineContext",
+           "EngineRegistration", "PremulSum", "RedOp", "ReduceOp", "Request", "register_backend",
+           "registered", "registration", "unregister_backend"]
 
 
 class ReduceOp(enum.Enum):
@@ -133,19 +136,89 @@ class EngineContext:
     options: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class EngineCapabilities:
+    """What an engine declares it can do (:meth:`Engine.capabilities`); the process group
+    reads these, never probes for methods.
+
+    - ``host_memory``: the engine gets host addresses (device memory is staged through
+      pinned host memory unless :meth:`Engine.device_aware` says it reads it itself);
+    - ``stream_ordered``: the engine enqueues on the ``stream`` passed to each call and
+      returns before the data moved (its point-to-point operations are :meth:`Engine.send_on`
+      and :meth:`Engine.recv_on`);
+    - ``direct_plans``: :meth:`Engine.plan_all_reduce`, :meth:`Engine.plan_broadcast` and
+      :meth:`Engine.plan_all_gather` may stand in for ``all_reduce``, ``broadcast`` and
+      ``all_gather`` on host memory (the small-message path: planned once, run many times).
+
+    Example::
+
+        >>> from accelrt.distributed._engine import Engine
+        >>> Engine().capabilities()
+        EngineCapabilities(host_memory=True, stream_ordered=False, direct_plans=False)
+    """
+
+    host_memory: bool = True
+    stream_ordered: bool = False
+    direct_plans: bool = False
+
+
+class DirectPlan(NamedTuple):
+    """One engine call on host memory, planned once and run many times by the process group:
+    ``call(*args)``, then ``post()`` when not None (e.g. ``AVG``'s division).
+
+    Example::
+
+        >>> from accelrt.distributed._engine import DirectPlan
+        >>> out = []
+        >>> DirectPlan(out.append, (1,), None).call(1); out
+        [1]
+    """
+
+    call: Callable[..., object]
+    args: tuple[object, ...]
+    post: Callable[[], None] | None = None
+
+
+def _no_direct_plans(engine: Engine, what: str) -> NoReturn:
+    raise NotImplementedError(f"the {engine.name!r} engine declares no direct plans "
+                              f"(capabilities().direct_plans is False): no {what}")
+
+
 class Engine:
     """Base class of engines. Ranks are group ranks. Each operation is called by every rank of
     the group in the same order (the group guarantees it).
 
-    ``host_memory`` engines get host addresses (device memory is staged through pinned host
-    memory unless ``device_aware`` says the engine reads device memory itself);
-    ``stream_ordered`` engines enqueue on the ``stream`` passed to each call (an
-    :class:`accelrt.Stream`) and return before the data moved.
+    Every operation the process group may call is declared here; what an engine supports is
+    declared by :meth:`capabilities` (from the class attributes ``host_memory`` and
+    ``stream_ordered`` by default). ``host_memory`` engines get host addresses (device memory
+    is staged through pinned host memory unless ``device_aware`` says the engine reads device
+    memory itself); ``stream_ordered`` engines enqueue on the ``stream`` passed to each call
+    (an :class:`accelrt.Stream`) and return before the data moved.
     """
 
     name = "engine"
     host_memory = True
     stream_ordered = False
+
+    def capabilities(self) -> EngineCapabilities:
+        """What this engine supports (see :class:`EngineCapabilities`); constant for the
+        engine's life (the process group reads it once)."""
+        return EngineCapabilities(self.host_memory, self.stream_ordered, False)
+
+    # the direct plans (capabilities().direct_plans): host memory, in-place where so noted
+    def plan_all_reduce(self, ptr: int, nbytes: int, dtype: np.dtype[Any],
+                        op: ReduceOp) -> DirectPlan:
+        """An in-place all-reduce of ``nbytes`` of host memory at ``ptr``."""
+        _no_direct_plans(self, "plan_all_reduce")
+
+    def plan_broadcast(self, ptr: int, nbytes: int, root: int) -> DirectPlan:
+        """A broadcast of ``nbytes`` of host memory at ``ptr`` from group rank ``root``."""
+        _no_direct_plans(self, "plan_broadcast")
+
+    def plan_all_gather(self, sptr: int, rptr: int, nbytes: int) -> DirectPlan:
+        """An all-gather of ``nbytes`` per rank from ``sptr`` into ``rptr`` (in place where
+        ``sptr`` is this rank's block of ``rptr``)."""
+        _no_direct_plans(self, "plan_all_gather")
 
     def device_aware(self, device_type: str) -> bool:
         """True if this engine may be given device addresses of ``device_type`` directly."""
@@ -156,29 +229,29 @@ class Engine:
         :class:`PremulSum`; reductions receive the :class:`PremulSum` itself)."""
         return None
 
-    def all_reduce(self, send: Buf | None, recv: Buf, op: RedOp, stream: Any) -> None:
+    def all_reduce(self, send: Buf | None, recv: Buf, op: RedOp, stream: Stream | None) -> None:
         raise NotImplementedError
 
-    def broadcast(self, buf: Buf, root: int, stream: Any) -> None:
+    def broadcast(self, buf: Buf, root: int, stream: Stream | None) -> None:
         raise NotImplementedError
 
-    def reduce(self, buf: Buf, op: RedOp, root: int, stream: Any) -> None:
+    def reduce(self, buf: Buf, op: RedOp, root: int, stream: Stream | None) -> None:
         raise NotImplementedError
 
-    def all_gather(self, send: Buf, recv: Buf, stream: Any) -> None:
+    def all_gather(self, send: Buf, recv: Buf, stream: Stream | None) -> None:
         raise NotImplementedError
 
-    def reduce_scatter(self, send: Buf, recv: Buf, op: RedOp, stream: Any) -> None:
+    def reduce_scatter(self, send: Buf, recv: Buf, op: RedOp, stream: Stream | None) -> None:
         raise NotImplementedError
 
-    def gather(self, send: Buf, recv: Buf | None, root: int, stream: Any) -> None:
+    def gather(self, send: Buf, recv: Buf | None, root: int, stream: Stream | None) -> None:
         raise NotImplementedError
 
-    def scatter(self, send: Buf | None, recv: Buf, root: int, stream: Any) -> None:
+    def scatter(self, send: Buf | None, recv: Buf, root: int, stream: Stream | None) -> None:
         raise NotImplementedError
 
     def all_to_all(self, send: Buf, recv: Buf, send_counts: Sequence[int],
-                   recv_counts: Sequence[int], stream: Any) -> None:
+                   recv_counts: Sequence[int], stream: Stream | None) -> None:
         raise NotImplementedError
 
     def barrier(self) -> None:
@@ -188,6 +261,14 @@ class Engine:
         raise NotImplementedError
 
     def irecv(self, buf: Buf, peer: int | None, tag: int) -> Request:
+        raise NotImplementedError
+
+    def send_on(self, buf: Buf, peer: int, stream: Stream | None) -> None:
+        """A send enqueued on ``stream`` (``stream_ordered`` engines' point-to-point)."""
+        raise NotImplementedError
+
+    def recv_on(self, buf: Buf, peer: int, stream: Stream | None) -> None:
+        """A receive enqueued on ``stream`` (``stream_ordered`` engines' point-to-point)."""
         raise NotImplementedError
 
     def split(self, color: int | None, key: int, ctx: EngineContext | None) -> Engine | None:
@@ -209,8 +290,10 @@ class Engine:
 EngineFactory = Callable[[EngineContext], Engine]
 
 
-@dataclass
-class _Registered:
+@dataclass(frozen=True)
+class EngineRegistration:
+    """One entry of the engine registry (:func:`register_backend`, :func:`registration`)."""
+
     factory: EngineFactory
     devices: tuple[str, ...]
     #: one engine per device of a device type (its communicator is bound to one device, as
@@ -282,6 +365,46 @@ def _nccl_require() -> None:
             "'gloo', the same host engine), or 'cpu:mpi' for cpu arrays")
 
 
+#: the engine registry, name -> registration (the built-ins below, then
+#: :func:`register_backend`'s); ``Backend._registry`` is this dict
+_ENGINES: dict[str, EngineRegistration] = {
+    "mpi": EngineRegistration(_mpi_factory, ("cpu", "opencl", "cuda"),
+                              available=_mpi_available),
+    "nccl": EngineRegistration(_nccl_factory, ("cuda",), per_device=True,
+                               require=_nccl_require, available=_nccl_available),
+    # torch's CPU backend: here the host engine, MPI (accelrt has no gloo of its own;
+    # docs/distributed.md "gloo"), serving what MPI serves, as torch's gloo serves cpu and
+    # (copied through host memory) cuda tensors
+    "gloo": EngineRegistration(_mpi_factory, ("cpu", "opencl", "cuda"),
+                               available=_mpi_available),
+}
+_BUILTIN = frozenset(_ENGINES)
+
+
+def registered() -> list[str]:
+    """The registered engine names, built-ins first (``Backend.backend_list``'s order).
+
+    Example::
+
+        >>> from accelrt.distributed._engine import registered
+        >>> registered()[:3]
+        ['mpi', 'nccl', 'gloo']
+    """
+    return list(_ENGINES)
+
+
+def registration(name: str) -> EngineRegistration | None:
+    """The registry entry of engine ``name`` (lower case), or None.
+
+    Example::
+
+        >>> from accelrt.distributed._engine import registration
+        >>> registration("nccl").per_device, registration("nope")
+        (True, None)
+    """
+    return _ENGINES.get(name)
+
+
 class Backend(str):
     """Engine names (``torch.distributed.Backend``): ``Backend("MPI") == "mpi"``.
 
@@ -305,25 +428,19 @@ class Backend(str):
     NCCL = "nccl"
     GLOO = "gloo"
     UNDEFINED = "undefined"
-    backend_list: list[str] = ["mpi", "nccl", "gloo"]
+    #: torch's view of the registry: the names, and ``Backend.<NAME>`` for each (kept in step
+    #: by :func:`register_backend` and :func:`unregister_backend`)
+    backend_list: list[str] = registered()
     default_device_backend_map: dict[str, str] = {"cpu": "mpi", "opencl": "mpi", "cuda": "nccl"}
-    _registry: dict[str, _Registered] = {
-        "mpi": _Registered(_mpi_factory, ("cpu", "opencl", "cuda"), available=_mpi_available),
-        "nccl": _Registered(_nccl_factory, ("cuda",), per_device=True, require=_nccl_require,
-                            available=_nccl_available),
-        # torch's CPU backend: here the host engine, MPI (accelrt has no gloo of its own;
-        # docs/distributed.md "gloo"), serving what MPI serves, as torch's gloo serves cpu and
-        # (copied through host memory) cuda tensors
-        "gloo": _Registered(_mpi_factory, ("cpu", "opencl", "cuda"), available=_mpi_available),
-    }
+    _registry = _ENGINES
 
     def __new__(cls, name: str) -> Backend:
         if not isinstance(name, str):
             raise TypeError(f"Backend name must be a string, but got: {name!r}")
         low = name.lower()
-        if low not in cls._registry and low != "undefined":
+        if low not in _ENGINES and low != "undefined":
             raise ValueError(f"Invalid backend: '{name}'; known: "
-                             f"{', '.join(sorted(cls._registry))}")
+                             f"{', '.join(sorted(_ENGINES))}")
         return super().__new__(cls, low)
 
     @classmethod
@@ -332,6 +449,10 @@ class Backend(str):
                          per_device: bool = False) -> None:
         """Register a third-party engine (see the class docstring)."""
         register_backend(name, func, devices=devices, per_device=per_device)
+
+    @staticmethod
+    def _unregister(name: str) -> None:
+        unregister_backend(name)
 
 
 def register_backend(name: str, func: EngineFactory,
@@ -359,32 +480,34 @@ def register_backend(name: str, func: EngineFactory,
         raise TypeError(f"register_backend() needs a callable factory, got "
                         f"{type(func).__name__}")
     low = name.lower()
-    if low in Backend._registry or low == "undefined":
+    if low in _ENGINES or low == "undefined":
         raise ValueError(f"backend {name!r} is already registered")
     devs = (devices,) if isinstance(devices, str) else tuple(devices or ("cpu", "opencl", "cuda"))
-    Backend._registry[low] = _Registered(func, devs, bool(per_device))
+    _ENGINES[low] = EngineRegistration(func, devs, bool(per_device))
     Backend.backend_list.append(low)
-    setattr(Backend, low.upper(), low)
+    setattr(Backend, low.upper(), low)   # torch's Backend.<NAME>
 
 
-def _unregister(name: str) -> None:
-    if name in ("mpi", "nccl", "gloo"):
+def unregister_backend(name: str) -> None:
+    """Remove engine ``name`` added by :func:`register_backend` (``Backend._unregister``).
+
+    Raises:
+        ValueError: ``name`` is a built-in engine.
+    """
+    if name in _BUILTIN:
         raise ValueError("the built-in engines cannot be unregistered")
-    Backend._registry.pop(name, None)
+    _ENGINES.pop(name, None)
     if name in Backend.backend_list:
         Backend.backend_list.remove(name)
     if getattr(Backend, name.upper(), None) == name:
         delattr(Backend, name.upper())
 
 
-Backend._unregister = staticmethod(_unregister)  # type: ignore[attr-defined]
-
-
 def require_engines(engine_map: dict[str, str]) -> None:
     """Raise the first reason an engine of ``engine_map`` cannot start in this process (each
     engine's ``require``; the NCCL engine: nccl4py and a GPU)."""
     for name in dict.fromkeys(engine_map.values()):
-        reg = Backend._registry.get(name)
+        reg = _ENGINES.get(name)
         if reg is not None and reg.require is not None:
             reg.require()
 
@@ -401,7 +524,7 @@ def parse_backend(spec: str | None) -> dict[str, str]:
     text = spec.strip().lower()
     if ":" not in text:
         name = str(Backend(text))
-        devs = Backend._registry[name].devices
+        devs = _ENGINES[name].devices
         return dict.fromkeys(devs, name)
     result: dict[str, str] = {}
     for part in text.split(","):
@@ -410,8 +533,8 @@ def parse_backend(spec: str | None) -> dict[str, str]:
             raise ValueError(f"invalid backend string {spec!r}: expected 'device:engine' items "
                              "separated by commas, e.g. 'cpu:mpi,cuda:nccl'")
         eng = str(Backend(name.strip()))
-        if dev not in Backend._registry[eng].devices:
+        if dev not in _ENGINES[eng].devices:
             raise ValueError(f"engine {eng!r} does not serve {dev!r} devices (it serves "
-                             f"{', '.join(Backend._registry[eng].devices)})")
+                             f"{', '.join(_ENGINES[eng].devices)})")
         result[dev.strip()] = eng
     return result

@@ -20,11 +20,7 @@ printing the rank, the operation and its sequence number.
 
 from __future__ import annotations
 
-import enum
-import itertools
-import logging
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -35,60 +31,19 @@ import numpy as np
 from .. import _staging
 from .._array import Array
 from .._errors import AcceleratorTypeError, AcceleratorValueError, ClosedError
-from .._event import Event
 from .._stream import Stream, _current
 from ..comm._transfer import run_on_stream
-from ._engine import Buf, Engine, EngineContext, PremulSum, RedOp, ReduceOp, Request
-from ._errors import DistBackendError, DistError, DistTimeoutError
+from ._engine import (Buf, DirectPlan, Engine, EngineCapabilities, EngineContext, PremulSum,
+                      RedOp, ReduceOp, registration)
+from ._debug import DEBUG_ENV, DebugLevel, debug_level
+from ._errors import DistBackendError, DistError
+from ._work import WATCHDOG, Work
 
 __all__ = ["DebugLevel", "ProcessGroup", "Work"]
 
-#: a direct-call plan: (fn, args, post, comm-stream context, backend); see ProcessGroup
-Plan = tuple[Callable[..., Any], tuple[Any, ...], "Callable[[], None] | None", "_DevCtx", Any]
 
 DEFAULT_TIMEOUT = 600.0
 _monotonic = time.monotonic
-
-
-class DebugLevel(enum.IntEnum):
-    """``torch.distributed.DebugLevel``: ``OFF``, ``INFO`` (as ``OFF`` here: accelrt logs no
-    more at INFO) and ``DETAIL`` (every collective's arguments are compared across the ranks
-    of its group before it runs; see :meth:`ProcessGroup.fingerprint`).
-
-    Example::
-
-        >>> from accelrt.distributed import DebugLevel
-        >>> DebugLevel.DETAIL, int(DebugLevel.DETAIL)
-        (<DebugLevel.DETAIL: 2>, 2)
-    """
-
-    OFF = 0
-    INFO = 1
-    DETAIL = 2
-
-    def __str__(self) -> str:
-        return f"DebugLevel.{self.name}"
-
-
-#: the environment variables of the debug level, accelrt's first, then torch's
-DEBUG_ENV = ("ACCELRT_DISTRIBUTED_DEBUG", "TORCH_DISTRIBUTED_DEBUG")
-
-
-def debug_level() -> str:
-    """The debug level the environment names (``ACCELRT_DISTRIBUTED_DEBUG``, else torch's
-    ``TORCH_DISTRIBUTED_DEBUG``): ``OFF`` (neither set), ``INFO`` or ``DETAIL``.
-
-    Raises:
-        ValueError: another value (torch's message).
-    """
-    for var in DEBUG_ENV:
-        value = os.environ.get(var)
-        if value is not None:
-            level = value.strip().upper()
-            if level not in DebugLevel.__members__:
-                raise ValueError(f"The value of {var} must be OFF, INFO, or DETAIL.")
-            return level
-    return "OFF"
 
 
 #: the debug level (get_debug_level/set_debug_level); DETAIL mirrors it for the hot paths
@@ -125,253 +80,6 @@ def read_debug_level() -> None:
 
 def _force_stage() -> bool:
     return FORCE_STAGE
-
-
-# ---------------------------------------------------------------------------- watchdog
-class _Watchdog:
-    """Ends the job when an engine call runs past its deadline (a daemon thread)."""
-
-    def __init__(self) -> None:
-        self._active: dict[int, tuple[float, ProcessGroup, str, int, float]] = {}
-        self._tokens = itertools.count(1)
-        self._thread: threading.Thread | None = None
-        self._wake = threading.Event()
-        self._interval = 1.0
-        self.on_timeout: Callable[[ProcessGroup, str, int, float], None] = _abort_job
-        self.groups: list[ProcessGroup] = []   # their fast-path calls are watched too
-
-    def watch(self, group: ProcessGroup) -> None:
-        """Watch ``group``'s direct engine calls (its ``_t0``/``_op``/``_opseq`` slots)."""
-        self.groups = [g for g in self.groups if not g.destroyed] + [group]
-        if self._thread is None or group.timeout / 4 < self._interval:
-            self._start(min(1.0, max(0.01, group.timeout / 4)))
-
-    def watching(self, group: ProcessGroup, op: str, seq: int,
-                 timeout: float | None = None) -> _Watched:
-        """``with WATCHDOG.watching(group, op, seq):`` around a call that blocks on peers: the
-        one bounded wait of accelrt.distributed. Past ``timeout`` (the group's by default) the
-        watchdog ends the job naming the rank, ``op`` and ``seq`` (:func:`_abort_job`)."""
-        return _Watched(self, group, op, seq, group.timeout if timeout is None else timeout)
-
-    def enter(self, group: ProcessGroup, op: str, seq: int, timeout: float) -> int:
-        tok = next(self._tokens)
-        self._active[tok] = (time.monotonic() + timeout, group, op, seq, timeout)
-        if self._thread is None or timeout / 4 < self._interval:
-            self._start(min(1.0, max(0.01, timeout / 4)))
-        return tok
-
-    def exit(self, tok: int) -> None:
-        self._active.pop(tok, None)
-
-    def _start(self, interval: float) -> None:
-        self._interval = interval
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="accelrt-dist-watchdog",
-                                            daemon=True)
-            self._thread.start()
-        else:
-            self._wake.set()
-
-    def _run(self) -> None:
-        while True:
-            self._wake.wait(self._interval)
-            self._wake.clear()
-            now = time.monotonic()
-            for deadline, group, op, seq, timeout in list(self._active.values()):
-                if now > deadline:
-                    self.on_timeout(group, op, seq, timeout)
-            for group in self.groups:
-                t0 = group._t0
-                if t0 and now - t0 > group.timeout:
-                    self.on_timeout(group, group._op, group._opseq, group.timeout)
-
-
-class _Watched:
-    """A watched blocking call (see :meth:`_Watchdog.watching`)."""
-
-    __slots__ = ("_args", "_tok", "_wd")
-
-    def __init__(self, wd: _Watchdog, group: ProcessGroup, op: str, seq: int,
-                 timeout: float) -> None:
-        self._wd, self._args, self._tok = wd, (group, op, seq, timeout), 0
-
-    def __enter__(self) -> None:
-        self._tok = self._wd.enter(*self._args)
-
-    def __exit__(self, *exc: object) -> None:
-        self._wd.exit(self._tok)
-
-
-def wait_until(done: Callable[[], bool], timeout: float,
-               error: Callable[[], DistTimeoutError]) -> None:
-    """Poll ``done()`` until it answers True, raising ``error()`` after ``timeout`` seconds:
-    a wait the caller bounds itself (``Work.wait(timeout=)``, ``monitored_barrier``) and can
-    recover from, where :meth:`_Watchdog.watching` ends the job."""
-    deadline = _monotonic() + timeout
-    while not done():
-        if _monotonic() > deadline:
-            raise error()
-        time.sleep(0)
-
-
-def _abort_job(group: ProcessGroup, op: str, seq: int, timeout: float) -> None:
-    msg = (f"accelrt.distributed: rank {group.global_rank}: {op} (sequence number {seq}) on "
-           f"group {group.name!r} did not complete within {timeout:g} s: a peer is stuck, "
-           "died, or issued a different collective. Aborting the job (set timeout= on "
-           "init_process_group/new_group to change the limit; ACCELRT_DISTRIBUTED_DEBUG=DETAIL "
-           "checks that every rank issues the same collectives).")
-    # logging's last-resort handler puts it on stderr when the program configured no logging
-    logging.getLogger("accelrt.distributed").critical(msg)
-    for f in (sys.stderr, sys.stdout):
-        try:
-            f.flush()
-        except Exception:   # a closed stream: nothing to lose
-            pass
-    # MPI launchers tear the job down at the abort, dropping rank output they have not
-    # forwarded yet (seen with MPICH's hydra: the whole output lost in about one abort in
-    # twelve): give the launcher a moment to forward this message first
-    time.sleep(ABORT_GRACE)
-    for eng in list(group._engines.values()):
-        try:
-            eng.abort()
-        except Exception:   # the job ends below anyway
-            pass
-    os._exit(124)
-
-
-#: seconds between printing the timeout message and aborting the job (see _abort_job)
-ABORT_GRACE = 0.25
-
-WATCHDOG = _Watchdog()
-
-
-# ---------------------------------------------------------------------------- work
-class Work:
-    """A handle on an asynchronous operation (``torch.distributed.Work``).
-
-    ``wait()`` makes the current stream of the operation's device wait for it (host memory:
-    blocks until done), ``synchronize()`` blocks the host, ``is_completed()`` asks. Both
-    re-raise an error the operation (or earlier queued work of its group) hit.
-
-    Example::
-
-        >>> from accelrt.distributed import Work
-        >>> w = Work.completed()
-        >>> w.is_completed(), w.wait()
-        (True, True)
-    """
-
-    def __init__(self, group: ProcessGroup | None, op: str, seq: int, *,
-                 event: Event | None = None, stream_of: tuple[Any, int] | None = None,
-                 request: Request | None = None, finish: Callable[[], None] | None = None,
-                 outputs: Sequence[Any] = ()) -> None:
-        self._group, self._op, self._seq = group, op, seq
-        self._event, self._stream_of = event, stream_of
-        self._request, self._finish = request, finish
-        self._outputs = list(outputs)
-        self._done = event is None and request is None
-        self._source = -1
-        self._exc: BaseException | None = None
-
-    @classmethod
-    def completed(cls, outputs: Sequence[Any] = ()) -> Work:
-        """A finished work handle."""
-        return cls(None, "", 0, outputs=outputs)
-
-    def _check(self) -> None:
-        # the operation's own error, or one kept by its group (queued work fails together);
-        # not the group's destruction: destroy_process_group() drained every operation first
-        # (as ProcessGroupNCCL::shutdown flushes its work), so a handle on one that finished
-        # still answers after it, as a torch Work does
-        if self._exc is not None:
-            raise self._exc
-        if self._group is not None and self._group._error is not None:
-            raise self._group._error
-
-    def _timed_out(self, timeout: float) -> DistTimeoutError:
-        rank = -1 if self._group is None else self._group.global_rank
-        return DistTimeoutError(f"rank {rank}: {self._op} (sequence number {self._seq}) did not "
-                                f"complete within {timeout:g} s", rank=rank, op=self._op,
-                                seq=self._seq)
-
-    def _complete_request(self, timeout: float | None) -> None:
-        req, g = self._request, self._group
-        assert req is not None and g is not None
-        try:
-            if timeout is not None:
-                wait_until(req.test, timeout, lambda: self._timed_out(timeout))
-                self._source = req.wait()
-            else:
-                with WATCHDOG.watching(g, self._op, self._seq):
-                    self._source = req.wait()
-        except DistTimeoutError:
-            raise
-        except Exception as exc:
-            self._exc = g._engine_error(self._op, self._seq, exc)
-            raise self._exc from exc
-        self._request = None
-        if self._finish is not None:
-            fin, self._finish = self._finish, None
-            fin()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Order the current stream after the operation (host arrays and point-to-point: block
-        until done); ``timeout`` (seconds) bounds a host wait with :class:`DistTimeoutError`.
-        Returns True."""
-        if self._request is not None:
-            self._complete_request(timeout)
-        elif self._event is not None:
-            if timeout is not None:
-                wait_until(self._event.query, timeout, lambda: self._timed_out(timeout))
-            assert self._stream_of is not None
-            b, index = self._stream_of
-            self._event.wait(_current(b, index))
-        self._check()
-        return True
-
-    def synchronize(self) -> None:
-        """Block the host until the operation completed."""
-        if self._request is not None:
-            self._complete_request(None)
-        elif self._event is not None:
-            self._event.synchronize()
-        self._check()
-
-    def is_completed(self) -> bool:
-        """True once the operation completed (point-to-point: its data arrived)."""
-        if self._request is not None:
-            try:
-                return self._request.test()
-            except Exception as exc:
-                assert self._group is not None
-                self._exc = self._group._engine_error(self._op, self._seq, exc)
-                return True
-        if self._event is not None:
-            return self._event.query()
-        return True
-
-    def is_success(self) -> bool:
-        """True if completed without an error."""
-        return self.is_completed() and self.exception() is None
-
-    def exception(self) -> BaseException | None:
-        """The error this work (or its group) hit, or None."""
-        if self._exc is not None:
-            return self._exc
-        return None if self._group is None else self._group._error
-
-    def source_rank(self) -> int:
-        """For a receive: the group rank the data came from."""
-        if self._request is not None:
-            self._complete_request(None)
-        return self._source
-
-    def result(self) -> list[Any]:
-        """The output arrays of the operation."""
-        return list(self._outputs)
-
-    def __repr__(self) -> str:
-        return f"<accelrt.distributed.Work {self._op or 'completed'} seq={self._seq}>"
 
 
 # ---------------------------------------------------------------------------- locations
@@ -444,6 +152,30 @@ class _DevCtx:
         return self.issued == self.finished
 
 
+#: ``buf(array)``: the memory an engine call must use for one of the operation's arrays
+BufOf = Callable[[Any], Buf]
+#: one collective's engine call, ``call(engine, buf, stream)`` (``stream``: the comm stream
+#: of a stream-ordered engine, else None)
+EngineCall = Callable[[Engine, BufOf, "Stream | None"], None]
+#: the same with the engine bound (what the group runs inline, queued or staged)
+Body = Callable[[BufOf, "Stream | None"], None]
+
+
+class GroupPlan:
+    """An engine's :class:`~accelrt.distributed._engine.DirectPlan` as a group keeps it for
+    the inline path (``ProcessGroup.plans_ar``/``plans_bc``/``plans_ag``): its fields, then
+    the comm-stream context and backend whose idleness :meth:`ProcessGroup.run_plan` checks.
+    A slotted class, not a NamedTuple: the small-message path reads its fields on every call,
+    and slot reads are specialised by CPython where a tuple subclass's are not (measured:
+    a NamedTuple cost 30-50 ns a call, about 6 % of an all_reduce of 4 bytes)."""
+
+    __slots__ = ("args", "backend", "call", "ctx", "post")
+
+    def __init__(self, call: Callable[..., object], args: tuple[object, ...],
+                 post: Callable[[], None] | None, ctx: _DevCtx, backend: Any) -> None:
+        self.call, self.args, self.post, self.ctx, self.backend = call, args, post, ctx, backend
+
+
 # ---------------------------------------------------------------------------- groups
 class ProcessGroup:
     """A set of ranks that run collectives together (``torch.distributed.ProcessGroup``).
@@ -471,6 +203,7 @@ class ProcessGroup:
         self._ctrl: Any = None
         self._preset: dict[tuple[str, int], Engine] = {}
         self._supported: set[tuple[Engine, ReduceOp, Any]] = set()
+        self._caps: dict[Engine, EngineCapabilities] = {}
         # (backend, index) -> (engine, comm-stream ctx) where a host engine may be called
         # directly on the caller's thread when both streams are idle (the fast path)
         self._fast: dict[tuple[Any, int], tuple[Engine, _DevCtx]] = {}
@@ -478,9 +211,9 @@ class ProcessGroup:
         # (no further Python frames) when the comm stream is idle: key -> (fn, args, post,
         # comm-stream ctx, backend). Made by the *_fast methods after a successful call;
         # dropped when an error is kept, the debug flags change or the group is destroyed.
-        self.plans_ar: dict[tuple[int, int, int, ReduceOp], Plan] = {}
-        self.plans_bc: dict[tuple[int, int, int], Plan] = {}
-        self.plans_ag: dict[tuple[int, int, int, int], Plan] = {}
+        self.plans_ar: dict[tuple[int, int, int, RedOp], GroupPlan] = {}
+        self.plans_bc: dict[tuple[int, int, int], GroupPlan] = {}
+        self.plans_ag: dict[tuple[int, int, int, int], GroupPlan] = {}
         self.parent: ProcessGroup | None = None
         self.destroyed = False
         # MPI_THREAD_MULTIPLE: engine calls may run on comm-stream worker threads
@@ -546,9 +279,8 @@ class ProcessGroup:
         return self._ctrl
 
     def engine(self, device_type: str, index: int) -> Engine:
-        from ._engine import Backend
         name = self.engine_map.get(device_type)
-        reg = None if name is None else Backend._registry.get(name)
+        reg = None if name is None else registration(name)
         # one engine per device where its communicator is bound to one (NCCL), else per type
         key = (device_type, index if reg is not None and reg.per_device else 0)
         eng = self._engines.get(key)
@@ -568,7 +300,8 @@ class ProcessGroup:
                 if name == "nccl" and self.mpi_comm is not None:
                     _check_one_rank_per_gpu(self, index)
                 try:
-                    eng = Backend._registry[name].factory(ctx)
+                    assert reg is not None, name
+                    eng = reg.factory(ctx)
                 except DistError:
                     raise
                 except Exception as exc:
@@ -578,6 +311,13 @@ class ProcessGroup:
                         rank=self.global_rank) from exc
         self._engines[key] = eng
         return eng
+
+    def capabilities(self, eng: Engine) -> EngineCapabilities:
+        """``eng.capabilities()``, read once per engine."""
+        caps = self._caps.get(eng)
+        if caps is None:
+            caps = self._caps[eng] = eng.capabilities()
+        return caps
 
     def dev_ctx(self, b: Any, index: int) -> _DevCtx:
         key = (b.name, index)
@@ -717,24 +457,19 @@ class ProcessGroup:
         r, n = self._rank, self._size
         if alias == "inplace" and ip == op_ and inb == onb:
             return
-        if alias == "gather":
-            if ip == op_ + r * inb and onb == n * inb:
+        if alias == "gather" or alias == "scatter":
+            # the in-place forms: the part is exactly the whole's chunk at this rank's offset
+            # (gather: the input is the output's; scatter: the output is the input's)
+            part, whole = ("input", "output") if alias == "gather" else ("output", "input")
+            pp, pnb, wp, wnb = (ip, inb, op_, onb) if alias == "gather" else (op_, onb, ip, inb)
+            if pp == wp + r * pnb and wnb == n * pnb:
                 return
             raise AcceleratorValueError(
-                f"{op}: the input overlaps the output in memory but is not the output's chunk "
-                f"at this rank's offset (rank {r}: input at byte {ip - op_:+d} of the output, "
-                f"expected {r * inb}); pass a separate input array, or torch's in-place form: "
-                "the input is exactly output[rank * k:(rank + 1) * k] (k = the input's "
-                "elements)")
-        if alias == "scatter":
-            if op_ == ip + r * onb and inb == n * onb:
-                return
-            raise AcceleratorValueError(
-                f"{op}: the output overlaps the input in memory but is not the input's chunk "
-                f"at this rank's offset (rank {r}: output at byte {op_ - ip:+d} of the input, "
-                f"expected {r * onb}); pass a separate output array, or torch's in-place "
-                "form: the output is exactly input[rank * k:(rank + 1) * k] (k = the "
-                "output's elements)")
+                f"{op}: the {part} overlaps the {whole} in memory but is not the {whole}'s "
+                f"chunk at this rank's offset (rank {r}: {part} at byte {pp - wp:+d} of the "
+                f"{whole}, expected {r * pnb}); pass a separate {part} array, or torch's "
+                f"in-place form: the {part} is exactly {whole}[rank * k:(rank + 1) * k] (k = "
+                f"the {part}'s elements)")
         raise AcceleratorValueError(f"{op}: the input and output arrays overlap in memory; "
                                     "this operation has no in-place form: pass separate "
                                     "arrays")
@@ -756,7 +491,7 @@ class ProcessGroup:
 
     # ------------------------------------------------------------------ execution
     def run(self, op: str, arrays: Sequence[Any], ins: Sequence[Any], outs: Sequence[Any],
-            call: Callable[[Engine, Callable[[Any], Buf], Any], None], async_op: bool,
+            call: EngineCall, async_op: bool,
             desc: tuple[Any, ...] = (), red: RedOp | None = None,
             result: Sequence[Any] = (), alias: Alias = "none") -> Work | None:
         """Run ``call(engine, buf, stream)`` for a collective over ``arrays`` (``ins`` are read,
@@ -772,7 +507,7 @@ class ProcessGroup:
         check = DETAIL
         full = (op, seq) + tuple(desc)
 
-        def body(getbuf: Callable[[Any], Buf], stream: Any) -> None:
+        def body(getbuf: BufOf, stream: Stream | None) -> None:
             if check:
                 self.fingerprint(loc.type, eng, full)
             call(eng, getbuf, stream)
@@ -784,14 +519,14 @@ class ProcessGroup:
         b, index = loc.b, loc.index
         cur = _current(b, index)
         ctx = self.dev_ctx(b, index)
-        if eng.stream_ordered:
+        caps = self.capabilities(eng)
+        if caps.stream_ordered:
             return self._enqueue(op, seq, eng, ctx, cur, b, index, arrays, body, async_op,
                                  result)
         # borrowed host memory (cpu arrays made from numpy) is never staged
         borrowed = all(a._mem.host for a in arrays)
         host_ok = borrowed or (b.capabilities(index).host_accessible and not _force_stage())
-        if (host_ok and b.capabilities(index).host_accessible and not DETAIL
-                and getattr(eng, "fast_ok", lambda: False)()):
+        if host_ok and b.capabilities(index).host_accessible and not DETAIL and caps.direct_plans:
             self._fast[(b, index)] = (eng, ctx)
         if host_ok or eng.device_aware(loc.type):
             if ctx.idle() and cur.query():
@@ -808,7 +543,7 @@ class ProcessGroup:
         return self._staged(op, seq, ctx, cur, b, index, arrays, ins, outs, body, async_op,
                             result)
 
-    def _fast_engine(self, a: Any) -> tuple[Any, _DevCtx] | None:
+    def _fast_engine(self, a: Any) -> tuple[Engine, _DevCtx] | None:
         """The engine (and comm-stream context) that can take ``a`` directly on this thread,
         or ``None`` when the full path is needed (a kept error, debug checks, forced staging,
         an array of a device not used before, queued comm-stream work or pending work on the
@@ -825,33 +560,23 @@ class ProcessGroup:
             return None
         return ent
 
-    def _call_fast(self, op: str, call: Callable[[], None]) -> bool:
-        """Run one fast-path engine call under the group's sequence number and watchdog
-        timestamp, keeping and raising an engine failure as the full path does."""
-        self._seq = seq = self._seq + 1
-        self._op, self._opseq, self._t0 = op, seq, _monotonic()
-        try:
-            call()
-        except Exception as exc:   # DistError and AcceleratorValueError pass through as is
-            self._fast_failed(op, seq, exc)
-        finally:
-            self._t0 = 0.0
-        return True
-
-    def run_plan(self, op: str, plan: Plan) -> bool:
-        """Run a direct-call plan left by an earlier call (``plans_ar``/``plans_bc``/
-        ``plans_ag``) if its comm stream and the current stream are idle; False otherwise
-        (the caller takes the full path). The inline path of the small collectives."""
-        ctx, b = plan[3], plan[4]
+    def run_plan(self, op: str, plan: GroupPlan) -> bool:
+        """Run a direct-call plan (left by an earlier call in ``plans_ar``/``plans_bc``/
+        ``plans_ag``, or just made by :meth:`_direct`) under the group's sequence number and
+        watchdog timestamp if its comm stream and the current stream are idle; False
+        otherwise (the caller takes the full path). The inline path of the small collectives;
+        an engine failure is kept and raised as the full path does."""
+        ctx, b = plan.ctx, plan.backend
         if ctx.issued != ctx.finished or not (b.streams_idle
                                               or _current(b, ctx.index).query()):
             return False
         self._seq = seq = self._seq + 1
         self._op, self._opseq, self._t0 = op, seq, _monotonic()
         try:
-            plan[0](*plan[1])
-            if plan[2] is not None:
-                plan[2]()
+            plan.call(*plan.args)
+            post = plan.post
+            if post is not None:
+                post()
         except Exception as exc:
             self._fast_failed(op, seq, exc)
         finally:
@@ -866,13 +591,23 @@ class ProcessGroup:
         self._keep(err)
         raise err from exc
 
-    def _remember(self, plans: dict[Any, Plan], key: Any, plan: tuple[Any, Any, Any],
-                  ctx: _DevCtx, b: Any) -> None:
-        """Keep an engine's direct-call plan for the inline path of the public functions
-        (which runs it where ``b.streams_idle`` or a query says the current stream is idle)."""
+    def _direct(self, op: str, plans: dict[Any, GroupPlan], key: Any, a: Array,
+                make: Callable[[Engine], DirectPlan]) -> bool:
+        """Run ``make(engine)``'s plan through :meth:`run_plan` (the one inline path) and keep
+        it under ``key`` for the next call; False when the full path is needed (see
+        :meth:`_fast_engine`). The caller checked the arguments."""
+        ent = self._fast_engine(a)
+        if ent is None:
+            return False
+        eng, ctx = ent
+        dp = make(eng)
+        plan = GroupPlan(dp.call, dp.args, dp.post, ctx, a._b)
+        if not self.run_plan(op, plan):
+            return False
         if len(plans) >= 256:
             plans.clear()
-        plans[key] = (plan[0], plan[1], plan[2], ctx, b)
+        plans[key] = plan
+        return True
 
     def drop_plans(self) -> None:
         """Forget the direct-call plans (an error was kept, debug flags changed, destroyed)."""
@@ -880,62 +615,43 @@ class ProcessGroup:
         self.plans_bc.clear()
         self.plans_ag.clear()
 
-    def all_reduce_fast(self, a: Any, op: ReduceOp) -> bool:
+    def all_reduce_fast(self, a: Array, op: ReduceOp) -> bool:
         """``all_reduce(a, op)`` called directly on this thread when nothing needs the full
         path (see :meth:`_fast_engine`); False otherwise. This is the small-message path: a
         successful call leaves a plan that ``all_reduce`` itself runs next time."""
         ent = self._fast_engine(a)
         if ent is None:
             return False
-        eng, ctx = ent
+        eng = ent[0]
         self.check_args("all_reduce", (a,), (a,), alias="inplace")
         self._check_red("all_reduce", eng, op, (a,))
-        mem = a._mem
-        self._call_fast("all_reduce", lambda: eng.allreduce_fast(
-            mem.ptr, mem.nbytes, a._dtype, op))
-        plan = getattr(eng, "plan_allreduce", None)
-        if plan is not None:
-            self._remember(self.plans_ar, (mem.ptr, mem.nbytes, a._dtype.num, op),
-                           plan(mem.ptr, mem.nbytes, a._dtype, op), ctx, a._b)
-        return True
+        mem, dtype = a._mem, a._dtype
+        return self._direct("all_reduce", self.plans_ar, (mem.ptr, mem.nbytes, dtype.num, op), a,
+                            lambda e: e.plan_all_reduce(mem.ptr, mem.nbytes, dtype, op))
 
-    def broadcast_fast(self, a: Any, root: int, src: int) -> bool:
+    def broadcast_fast(self, a: object, root: int, src: int) -> bool:
         """``broadcast(a, root)`` through the fast path (see :meth:`all_reduce_fast`);
         ``src`` is the caller's (global) source rank, the plan's key."""
-        ent = self._fast_engine(a)
-        if ent is None:
+        if type(a) is not Array or self._fast_engine(a) is None:
             return False
-        eng, ctx = ent
         self.check_args("broadcast", (a,), (a,), alias="inplace")
         mem = a._mem
-        self._call_fast("broadcast", lambda: eng.bcast_fast(mem.ptr, mem.nbytes, root))
-        plan = getattr(eng, "plan_bcast", None)
-        if plan is not None:
-            self._remember(self.plans_bc, (mem.ptr, mem.nbytes, src),
-                           plan(mem.ptr, mem.nbytes, root), ctx, a._b)
-        return True
+        return self._direct("broadcast", self.plans_bc, (mem.ptr, mem.nbytes, src), a,
+                            lambda e: e.plan_broadcast(mem.ptr, mem.nbytes, root))
 
-    def all_gather_fast(self, out: Any, a: Any) -> bool:
+    def all_gather_fast(self, out: Array, a: Array) -> bool:
         """``all_gather_into_tensor(out, a)`` through the fast path when ``out`` is an array
         of ``a``'s device, dtype and world_size times its bytes (else the full path checks)."""
         if type(out) is not Array or type(a) is not Array:
             return False
         mem, omem = a._mem, out._mem
         if (out._b is not a._b or out._index != a._index or out._dtype != a._dtype
-                or omem.nbytes != mem.nbytes * self._size):
+                or omem.nbytes != mem.nbytes * self._size or self._fast_engine(a) is None):
             return False
-        ent = self._fast_engine(a)
-        if ent is None:
-            return False
-        eng, ctx = ent
         self.check_args("all_gather_into_tensor", (a,), (out,), alias="gather")
-        self._call_fast("all_gather_into_tensor", lambda: eng.allgather_fast(
-            mem.ptr, omem.ptr, mem.nbytes))
-        plan = getattr(eng, "plan_allgather", None)
-        if plan is not None and out._b is a._b:
-            self._remember(self.plans_ag, (mem.ptr, omem.ptr, mem.nbytes, omem.nbytes),
-                           plan(mem.ptr, omem.ptr, mem.nbytes), ctx, a._b)
-        return True
+        return self._direct("all_gather_into_tensor", self.plans_ag,
+                            (mem.ptr, omem.ptr, mem.nbytes, omem.nbytes), a,
+                            lambda e: e.plan_all_gather(mem.ptr, omem.ptr, mem.nbytes))
 
     def _inline(self, op: str, seq: int, fn: Callable[[], None]) -> None:
         """Call ``fn`` (which talks to the peers) on this thread under the group's timeout;
@@ -963,7 +679,7 @@ class ProcessGroup:
         return None
 
     def _queue_host(self, op: str, seq: int, ctx: _DevCtx, cur: Stream, b: Any, index: int,
-                    arrays: Sequence[Any], body: Callable[[Callable[[Any], Buf], Any], None],
+                    arrays: Sequence[Any], body: Body,
                     async_op: bool, result: Sequence[Any]) -> Work | None:
         comm = ctx.stream
         comm.wait_stream(cur)
@@ -989,7 +705,7 @@ class ProcessGroup:
 
     def _enqueue(self, op: str, seq: int, eng: Engine, ctx: _DevCtx, cur: Stream, b: Any,
                  index: int, arrays: Sequence[Any],
-                 body: Callable[[Callable[[Any], Buf], Any], None], async_op: bool,
+                 body: Body, async_op: bool,
                  result: Sequence[Any]) -> Work | None:
         comm = ctx.stream
         comm.wait_stream(cur)
@@ -1002,7 +718,7 @@ class ProcessGroup:
 
     def _staged(self, op: str, seq: int, ctx: _DevCtx, cur: Stream, b: Any, index: int,
                 arrays: Sequence[Any], ins: Sequence[Any], outs: Sequence[Any],
-                body: Callable[[Callable[[Any], Buf], Any], None], async_op: bool,
+                body: Body, async_op: bool,
                 result: Sequence[Any]) -> Work | None:
         comm = ctx.stream
         comm.wait_stream(cur)
@@ -1058,7 +774,8 @@ class ProcessGroup:
                               peer=peer, peer_role=role)
         assert loc is not None
         eng = self.engine(loc.type, loc.index)
-        if eng.stream_ordered and peer is None:
+        caps = self.capabilities(eng)
+        if caps.stream_ordered and peer is None:
             raise AcceleratorValueError(f"{op}: the {eng.name} engine needs an explicit "
                                         "source rank (src=None is MPI only)")
         seq = self.next_seq()
@@ -1069,11 +786,11 @@ class ProcessGroup:
         b, index = loc.b, loc.index
         cur = _current(b, index)
         ctx = self.dev_ctx(b, index)
-        if eng.stream_ordered:
+        if caps.stream_ordered:
             assert peer is not None
             comm = ctx.stream
             comm.wait_stream(cur)
-            fn = eng.send_on if send else eng.recv_on  # type: ignore[attr-defined]
+            fn = eng.send_on if send else eng.recv_on
             p = peer
             self._inline(op, seq, lambda: fn(_buf(array), p, comm))
             array.record_stream(comm)

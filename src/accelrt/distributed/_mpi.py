@@ -20,13 +20,14 @@ from __future__ import annotations
 import ctypes
 import importlib
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from ._engine import (Buf, Engine, EngineContext, PremulSum, RedOp, ReduceOp, Request,
-                      cuda_memory)
+from .._stream import Stream
+from ._engine import (Buf, DirectPlan, Engine, EngineCapabilities, EngineContext, PremulSum,
+                      RedOp, ReduceOp, Request, cuda_memory)
 
 __all__ = ["MpiEngine", "mpi", "mpi_datatype"]
 
@@ -179,8 +180,7 @@ class MpiEngine(Engine):
         comm.Set_errhandler(MPI.ERRORS_RETURN)   # errors become exceptions, mapped by the group
         self.comm = comm
         self._msgs: dict[tuple[int, int, int, int], list[Any]] = {}
-        self._ar: dict[tuple[int, int, int, ReduceOp],
-                       tuple[Callable[..., Any], tuple[Any, ...], Callable[[], None] | None]] = {}
+        self._ar: dict[tuple[int, int, int, ReduceOp], DirectPlan] = {}
         self._in_place, self._addr, self._byte = MPI.IN_PLACE, MPI.buffer.fromaddress, MPI.BYTE
         self.size = comm.Get_size()
         self.rank = comm.Get_rank()
@@ -196,19 +196,19 @@ class MpiEngine(Engine):
                 rank=ctx.rank)
         return cls(ctx.mpi_comm.Dup())
 
-    def fast_ok(self) -> bool:
-        """True if the direct-call fast path may stand in for this engine's methods (a
-        subclass that overrides ``all_reduce``, ``broadcast`` or ``all_gather`` loses it)."""
+    def capabilities(self) -> EngineCapabilities:
+        """Host memory, not stream-ordered; direct plans unless a subclass overrides
+        ``all_reduce``, ``broadcast`` or ``all_gather`` (the plans would bypass its code)."""
         cls = type(self)
-        return (cls.all_reduce is MpiEngine.all_reduce and cls.broadcast is MpiEngine.broadcast
-                and cls.all_gather is MpiEngine.all_gather)
+        direct = (cls.all_reduce is MpiEngine.all_reduce and cls.broadcast is MpiEngine.broadcast
+                  and cls.all_gather is MpiEngine.all_gather)
+        return EngineCapabilities(self.host_memory, self.stream_ordered, direct)
 
-    def plan_allreduce(self, ptr: int, nbytes: int, dtype: np.dtype[Any],
-                       op: ReduceOp) -> tuple[Callable[..., Any], tuple[Any, ...],
-                                              Callable[[], None] | None]:
-        """An in-place Allreduce of ``nbytes`` of host memory as ``(fn, args, post)``:
-        ``fn(*args)`` then ``post()`` when not None (AVG's division). Messages and MPI ops are
-        cached per (address, size, dtype, op), so a plan costs a dict lookup after the first."""
+    def plan_all_reduce(self, ptr: int, nbytes: int, dtype: np.dtype[Any],
+                        op: ReduceOp) -> DirectPlan:
+        """An in-place Allreduce of ``nbytes`` of host memory (``post``: AVG's division).
+        Messages and MPI ops are cached per (address, size, dtype, op), so a plan costs a dict
+        lookup after the first."""
         key = (ptr, nbytes, dtype.num, op)   # dtype.num: numpy's dtype hash builds a tuple
         pre = self._ar.get(key)
         if pre is None:
@@ -226,19 +226,11 @@ class MpiEngine(Engine):
                 def post() -> None:
                     _avg(avg_buf, size)
 
-            pre = self._ar[key] = (self.comm.Allreduce,
-                                   (self._in_place, self._msg(ptr, nbytes,
-                                                              nbytes // dtype.itemsize, t),
-                                    _mpi_op(op, dtype)), post)
+            pre = self._ar[key] = DirectPlan(
+                self.comm.Allreduce,
+                (self._in_place, self._msg(ptr, nbytes, nbytes // dtype.itemsize, t),
+                 _mpi_op(op, dtype)), post)
         return pre
-
-    def allreduce_fast(self, ptr: int, nbytes: int, dtype: np.dtype[Any], op: ReduceOp) -> None:
-        """In-place Allreduce of ``nbytes`` of host memory with the fewest Python steps (the
-        fast path; see :meth:`plan_allreduce`)."""
-        fn, args, post = self.plan_allreduce(ptr, nbytes, dtype, op)
-        fn(*args)
-        if post is not None:
-            post()
 
     def _msg(self, ptr: int, nbytes: int, count: int, t: Any) -> list[Any]:
         """The mpi4py message ``[buffer, count, datatype]``, reused per (address, size, count,
@@ -251,28 +243,18 @@ class MpiEngine(Engine):
             msg = self._msgs[key] = [self._addr(ptr or _SCRATCH_PTR, nbytes), count, t]
         return msg
 
-    def plan_bcast(self, ptr: int, nbytes: int,
-                   root: int) -> tuple[Callable[..., Any], tuple[Any, ...], None]:
-        """Bcast of host memory as ``(fn, args, None)`` (see :meth:`plan_allreduce`)."""
-        return self.comm.Bcast, (self._msg(ptr, nbytes, nbytes, self._byte), root), None
+    def plan_broadcast(self, ptr: int, nbytes: int, root: int) -> DirectPlan:
+        """Bcast of host memory."""
+        return DirectPlan(self.comm.Bcast, (self._msg(ptr, nbytes, nbytes, self._byte), root))
 
-    def bcast_fast(self, ptr: int, nbytes: int, root: int) -> None:
-        """Bcast of host memory (the fast path)."""
-        self.comm.Bcast(self._msg(ptr, nbytes, nbytes, self._byte), root)
-
-    def plan_allgather(self, sptr: int, rptr: int,
-                       nbytes: int) -> tuple[Callable[..., Any], tuple[Any, ...], None]:
-        """Allgather of host memory, ``nbytes`` per rank, as ``(fn, args, None)`` (in place,
-        ``MPI_IN_PLACE``, where the input is the output's block of this rank)."""
+    def plan_all_gather(self, sptr: int, rptr: int, nbytes: int) -> DirectPlan:
+        """Allgather of host memory, ``nbytes`` per rank (in place, ``MPI_IN_PLACE``, where
+        the input is the output's block of this rank)."""
         recv = self._msg(rptr, nbytes * self.size, nbytes, self._byte)
         if sptr and sptr == rptr + self.rank * nbytes:
-            return self.comm.Allgather, (self._in_place, recv), None
-        return self.comm.Allgather, (self._msg(sptr, nbytes, nbytes, self._byte), recv), None
-
-    def allgather_fast(self, sptr: int, rptr: int, nbytes: int) -> None:
-        """Allgather of host memory, ``nbytes`` per rank (the fast path)."""
-        fn, args, _ = self.plan_allgather(sptr, rptr, nbytes)
-        fn(*args)
+            return DirectPlan(self.comm.Allgather, (self._in_place, recv))
+        return DirectPlan(self.comm.Allgather, (self._msg(sptr, nbytes, nbytes, self._byte),
+                                                recv))
 
     def device_aware(self, device_type: str) -> bool:
         return (os.environ.get("ACCELRT_MPI_CUDA_AWARE") == "1" and cuda_memory(device_type)
@@ -293,7 +275,7 @@ class MpiEngine(Engine):
             return f"{op} needs a floating or complex dtype, got {dtype.name}"
         return None
 
-    def all_reduce(self, send: Buf | None, recv: Buf, op: RedOp, stream: Any) -> None:
+    def all_reduce(self, send: Buf | None, recv: Buf, op: RedOp, stream: Stream | None) -> None:
         t = mpi_datatype(recv.dtype)
         if type(op) is PremulSum:
             if send is not None and recv.nbytes:
@@ -305,10 +287,10 @@ class MpiEngine(Engine):
         if op is ReduceOp.AVG:
             _avg(recv, self.size)
 
-    def broadcast(self, buf: Buf, root: int, stream: Any) -> None:
+    def broadcast(self, buf: Buf, root: int, stream: Stream | None) -> None:
         self.comm.Bcast(_bytes(buf), root)
 
-    def reduce(self, buf: Buf, op: RedOp, root: int, stream: Any) -> None:
+    def reduce(self, buf: Buf, op: RedOp, root: int, stream: Stream | None) -> None:
         t = mpi_datatype(buf.dtype)
         if self.rank == root:
             if type(op) is PremulSum:
@@ -320,13 +302,13 @@ class MpiEngine(Engine):
             send, _owner = _premul_copy(buf, op) if type(op) is PremulSum else (buf, None)
             self.comm.Reduce(_spec(send, t), None, _mpi_op(op, buf.dtype), root)
 
-    def all_gather(self, send: Buf, recv: Buf, stream: Any) -> None:
+    def all_gather(self, send: Buf, recv: Buf, stream: Stream | None) -> None:
         if send.ptr == recv.ptr + self.rank * send.nbytes and send.ptr:
             self.comm.Allgather(mpi().IN_PLACE, _bytes(recv, self.size))
         else:
             self.comm.Allgather(_bytes(send), _bytes(recv, self.size))
 
-    def reduce_scatter(self, send: Buf, recv: Buf, op: RedOp, stream: Any) -> None:
+    def reduce_scatter(self, send: Buf, recv: Buf, op: RedOp, stream: Stream | None) -> None:
         t = mpi_datatype(recv.dtype)
         _owner = None
         if type(op) is PremulSum:
@@ -342,14 +324,14 @@ class MpiEngine(Engine):
         if op is ReduceOp.AVG:
             _avg(recv, self.size)
 
-    def gather(self, send: Buf, recv: Buf | None, root: int, stream: Any) -> None:
+    def gather(self, send: Buf, recv: Buf | None, root: int, stream: Stream | None) -> None:
         self.comm.Gather(_bytes(send), None if recv is None else _bytes(recv, self.size), root)
 
-    def scatter(self, send: Buf | None, recv: Buf, root: int, stream: Any) -> None:
+    def scatter(self, send: Buf | None, recv: Buf, root: int, stream: Stream | None) -> None:
         self.comm.Scatter(None if send is None else _bytes(send, self.size), _bytes(recv), root)
 
     def all_to_all(self, send: Buf, recv: Buf, send_counts: Sequence[int],
-                   recv_counts: Sequence[int], stream: Any) -> None:
+                   recv_counts: Sequence[int], stream: Stream | None) -> None:
         isz = send.dtype.itemsize
         sc = [c * isz for c in send_counts]
         rc = [c * isz for c in recv_counts]

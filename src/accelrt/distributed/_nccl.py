@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from .._stream import Stream
 from ._engine import (Buf, Engine, EngineContext, PremulSum, RedOp, ReduceOp, Request,
                       cuda_memory)
 
@@ -211,47 +212,47 @@ class NcclEngine(Engine):
         if close is not None:
             close()
 
-    def all_reduce(self, send: Buf | None, recv: Buf, op: RedOp, stream: Any) -> None:
+    def all_reduce(self, send: Buf | None, recv: Buf, op: RedOp, stream: Stream | None) -> None:
         r = _as_nccl(recv)
         red = self._red(op, recv.dtype)
         self.comm.allreduce(r if send is None else _as_nccl(send), r, red, stream=stream)
         settle(self.comm, self.timeout, "allreduce")
         self._done(red)
 
-    def broadcast(self, buf: Buf, root: int, stream: Any) -> None:
+    def broadcast(self, buf: Buf, root: int, stream: Stream | None) -> None:
         b = _as_nccl(buf)
         self.comm.broadcast(b, b, root, stream=stream)
         settle(self.comm, self.timeout, "broadcast")
 
-    def reduce(self, buf: Buf, op: RedOp, root: int, stream: Any) -> None:
+    def reduce(self, buf: Buf, op: RedOp, root: int, stream: Stream | None) -> None:
         b = _as_nccl(buf)
         red = self._red(op, buf.dtype)
         self.comm.reduce(b, b, red, root, stream=stream)
         settle(self.comm, self.timeout, "reduce")
         self._done(red)
 
-    def all_gather(self, send: Buf, recv: Buf, stream: Any) -> None:
+    def all_gather(self, send: Buf, recv: Buf, stream: Stream | None) -> None:
         self.comm.allgather(_as_nccl(send), _as_nccl(recv), stream=stream)
         settle(self.comm, self.timeout, "allgather")
 
-    def reduce_scatter(self, send: Buf, recv: Buf, op: RedOp, stream: Any) -> None:
+    def reduce_scatter(self, send: Buf, recv: Buf, op: RedOp, stream: Stream | None) -> None:
         red = self._red(op, recv.dtype)
         self.comm.reduce_scatter(_as_nccl(send), _as_nccl(recv), red, stream=stream)
         settle(self.comm, self.timeout, "reduce_scatter")
         self._done(red)
 
-    def gather(self, send: Buf, recv: Buf | None, root: int, stream: Any) -> None:
+    def gather(self, send: Buf, recv: Buf | None, root: int, stream: Stream | None) -> None:
         s = _as_nccl(send)
         self.comm.gather(s, s if recv is None else _as_nccl(recv), root, stream=stream)
         settle(self.comm, self.timeout, "gather")
 
-    def scatter(self, send: Buf | None, recv: Buf, root: int, stream: Any) -> None:
+    def scatter(self, send: Buf | None, recv: Buf, root: int, stream: Stream | None) -> None:
         r = _as_nccl(recv)
         self.comm.scatter(r if send is None else _as_nccl(send), r, root, stream=stream)
         settle(self.comm, self.timeout, "scatter")
 
     def all_to_all(self, send: Buf, recv: Buf, send_counts: Sequence[int],
-                   recv_counts: Sequence[int], stream: Any) -> None:
+                   recv_counts: Sequence[int], stream: Stream | None) -> None:
         core = _core()
         plan = a2a_plan(send_counts, recv_counts)
         with core.group():
@@ -267,11 +268,11 @@ class NcclEngine(Engine):
     def barrier(self) -> None:
         raise NotImplementedError("the group runs barriers on the comm stream")
 
-    def send_on(self, buf: Buf, peer: int, stream: Any) -> None:
+    def send_on(self, buf: Buf, peer: int, stream: Stream | None) -> None:
         self.comm.send(_as_nccl(buf), peer, stream=stream)
         settle(self.comm, self.timeout, "send")
 
-    def recv_on(self, buf: Buf, peer: int, stream: Any) -> None:
+    def recv_on(self, buf: Buf, peer: int, stream: Stream | None) -> None:
         self.comm.recv(_as_nccl(buf), peer, stream=stream)
         settle(self.comm, self.timeout, "recv")
 

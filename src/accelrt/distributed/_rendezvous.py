@@ -22,7 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
-from ._store import FileStore, Store, TCPStore
+from ._store import FileStore, Store
+from ._tcpstore import TCPStore
 
 __all__ = ["RendezvousPlan", "plan", "share"]
 

@@ -69,10 +69,10 @@ def setup_rank(MPI: Any) -> tuple[int, int, int, int]:
 
 def _grace() -> None:
     """Let the launcher forward what this rank printed before the abort tears the job down
-    (see ``_group.ABORT_GRACE``)."""
+    (see ``_work.ABORT_GRACE``)."""
     import time
 
-    from ._group import ABORT_GRACE
+    from ._work import ABORT_GRACE
     time.sleep(ABORT_GRACE)
 
 

@@ -1,0 +1,897 @@
+"""Collectives on arrays: reductions, broadcasts, gathers, scatters, all-to-all, their
+coalesced and single-array forms, and barriers. Each checks its arguments, then hands the
+engine call to the group (:meth:`~accelrt.distributed.ProcessGroup.run`); ``all_reduce``,
+``broadcast`` and ``all_gather_into_tensor`` first try the group's direct plans (the
+small-message path).
+
+Example::
+
+    >>> import accelrt as acc, accelrt.distributed as dist
+    >>> dist.init_process_group("mpi")
+    >>> a = acc.full((2,), 3.0, device="cpu")
+    >>> dist.all_reduce(a); a.tolist()
+    [3.0, 3.0]
+    >>> dist.destroy_process_group()
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .._array import Array
+from .._errors import AcceleratorValueError
+from .._stream import Stream
+from ._engine import Engine, PremulSum, RedOp, ReduceOp
+from ._errors import DistError, DistTimeoutError
+from ._group import BufOf, ProcessGroup, Work
+from ._world import _S, ArrayArg, GroupArg, TimeoutArg, _group, _member, _seconds, _warn_not_member
+
+
+# ---------------------------------------------------------------------------- helpers
+def _op(op: Any) -> RedOp:
+    if type(op) is PremulSum:
+        return op
+    if not isinstance(op, ReduceOp):
+        raise TypeError(f"op must be a ReduceOp, got {op!r}")
+    if op is ReduceOp.PREMUL_SUM:
+        raise AcceleratorValueError("ReduceOp.PREMUL_SUM needs its factor: pass "
+                                    "op=accelrt.distributed._make_nccl_premul_sum(factor)")
+    return op
+
+
+def _make_nccl_premul_sum(factor: Any) -> PremulSum:
+    """``ReduceOp.PREMUL_SUM`` with ``factor`` (torch.distributed's name): each rank multiplies
+    its input by ``factor`` (a number or a one-element array, read once here), then the
+    inputs are summed. For :func:`all_reduce`, :func:`reduce`, :func:`reduce_scatter` and
+    :func:`reduce_scatter_tensor` on floating (MPI: or complex) arrays. MPI scales on the host
+    before a sum; NCCL uses its own ``ncclRedOpCreatePreMulSum``.
+
+    Raises:
+        TypeError: ``factor`` is not a number or a one-element array.
+
+    Example::
+
+        >>> import accelrt as acc, accelrt.distributed as dist
+        >>> dist.init_process_group("mpi")
+        >>> a = acc.full((2,), 3.0, device="cpu")
+        >>> dist.all_reduce(a, op=dist._make_nccl_premul_sum(0.5)); a.tolist()
+        [1.5, 1.5]
+        >>> dist.destroy_process_group()
+    """
+    if isinstance(factor, (bool, np.bool_)):
+        raise TypeError("_make_nccl_premul_sum: factor must be a number, got a bool")
+    if isinstance(factor, (int, float, complex, np.number)):
+        return PremulSum(factor.item() if isinstance(factor, np.number) else factor)
+    if isinstance(factor, (Array, np.ndarray)):
+        if factor.size != 1:
+            raise TypeError(f"_make_nccl_premul_sum: a factor array must have one element, got "
+                            f"{factor.size}")
+        value = np.asarray(factor.numpy() if isinstance(factor, Array) else factor).reshape(-1)
+        return _make_nccl_premul_sum(value[0])
+    raise TypeError(f"_make_nccl_premul_sum: factor must be a number or a one-element array, "
+                    f"got {type(factor).__name__}")
+
+
+def _desc(a: Any) -> tuple[Any, Any]:
+    """(dtype, shape) of an array for the debug fingerprint (checked later for the type)."""
+    return (getattr(a, "dtype", None), getattr(a, "shape", None))
+
+
+def _check_same(what: str, a: Any, b: Any) -> None:
+    if a.dtype != b.dtype:
+        raise AcceleratorValueError(f"{what}: arrays must have the same dtype, got "
+                                    f"{a.dtype} and {b.dtype}")
+
+
+def _size_check(what: str, out: Any, expect: int, got: int, fix: str) -> None:
+    if expect != got:
+        raise AcceleratorValueError(f"{what}: {fix} (expected {expect} elements, got {got})")
+
+
+# ---------------------------------------------------------------------------- collectives
+def all_reduce(tensor: ArrayArg, op: ReduceOp | PremulSum = ReduceOp.SUM, group: GroupArg = None,
+               async_op: bool = False) -> Work | None:
+    """Reduce ``tensor`` across the group, in place on every rank.
+
+    Example::
+
+        >>> import accelrt as acc, accelrt.distributed as dist
+        >>> dist.init_process_group("mpi")
+        >>> a = acc.full((2,), 3, dtype="int64", device="cpu")
+        >>> dist.all_reduce(a, op=dist.ReduceOp.MAX, async_op=True).wait()
+        True
+        >>> a.tolist(); dist.destroy_process_group()
+        [3, 3]
+    """
+    g = _S.world if group is None else _group(group)
+    if g is not None and type(tensor) is Array:
+        # idle streams, host memory and a plan left by an earlier call: call MPI right here
+        mem = tensor._mem
+        plan = g.plans_ar.get((mem.ptr, mem.nbytes, tensor._dtype.num, op))
+        if plan is not None and g.run_plan("all_reduce", plan):
+            return Work.completed([tensor]) if async_op else None
+        if type(op) is ReduceOp and g.all_reduce_fast(tensor, op):
+            return Work.completed([tensor]) if async_op else None
+    if g is None:
+        if _S.world is None:
+            _group(group)   # raises: not initialized
+        _warn_not_member("all_reduce")
+        return None
+    red = _op(op)
+
+    def call(eng: Engine, buf: BufOf, stream: Stream | None) -> None:
+        eng.all_reduce(None, buf(tensor), red, stream)
+
+    return g.run("all_reduce", [tensor], [tensor], [tensor], call, async_op,
+                 (red.name,) + _desc(tensor), red, [tensor], alias="inplace")
+
+
+def broadcast(tensor: ArrayArg, src: int | None = None, group: GroupArg = None,
+              async_op: bool = False, group_src: int | None = None) -> Work | None:
+    """Copy ``tensor`` of global rank ``src`` (or group rank ``group_src``: give exactly one)
+    into ``tensor`` on every rank.
+
+    Example::
+
+        >>> import accelrt as acc, accelrt.distributed as dist
+        >>> dist.init_process_group("mpi")
+        >>> a = acc.full((2,), 7.0, device="cpu")
+        >>> dist.broadcast(a, src=0); a.tolist(); dist.destroy_process_group()
+        [7.0, 7.0]
+    """
+    g = _S.world if group is None else _group(group)
+    if g is None:
+        if _S.world is None:
+            _group(group)
+        _warn_not_member("broadcast")
+        return None
+    if type(tensor) is Array and type(src) is int and group_src is None:
+        mem = tensor._mem
+        plan = g.plans_bc.get((mem.ptr, mem.nbytes, src))
+        if plan is not None and g.run_plan("broadcast", plan):
+            return Work.completed([tensor]) if async_op else None
+    if (type(src) is int and group_src is None and 0 <= src < g._size
+            and g.global_ranks[src] == src):
+        root = src   # the world and groups that keep world ranks
+    else:
+        root = g.canonical_rank(src, group_src, "src")
+    if g.broadcast_fast(tensor, root, g.global_ranks[root]):
+        return Work.completed([tensor]) if async_op else None
+
+    def call(eng: Engine, buf: BufOf, stream: Stream | None) -> None:
+        eng.broadcast(buf(tensor), root, stream)
+
+    return g.run("broadcast", [tensor], [tensor], [tensor], call, async_op,
+                 (root,) + _desc(tensor), None, [tensor], alias="inplace")
+
+
+def reduce(tensor: ArrayArg, dst: int | None = None, op: ReduceOp | PremulSum = ReduceOp.SUM,
+           group: GroupArg = None, async_op: bool = False,
+           group_dst: int | None = None) -> Work | None:
+    """Reduce ``tensor`` across the group into ``tensor`` on global rank ``dst`` (or group rank
+    ``group_dst``: give exactly one); other ranks' arrays are left as they were.
+
+    Example::
+
+        >>> import accelrt as acc, accelrt.distributed as dist
+        >>> dist.init_process_group("mpi")
+        >>> a = acc.full((2,), 1.5, device="cpu")
+        >>> dist.reduce(a, dst=0); a.tolist(); dist.destroy_process_group()
+        [1.5, 1.5]
+    """
+    g = _member(group, "reduce")
+    if g is None:
+        return None
+    root = g.canonical_rank(dst, group_dst, "dst")
+    red = _op(op)
+
+    def call(eng: Engine, buf: BufOf, stream: Stream | None) -> None:
+        eng.reduce(buf(tensor), red, root, stream)
+
+    return g.run("reduce", [tensor], [tensor], [tensor], call, async_op,
+                 (red.name, root) + _desc(tensor), red, [tensor], alias="inplace")
+
+
+def all_gather_into_tensor(output_tensor: ArrayArg, input_tensor: ArrayArg, group: GroupArg = None,
+                           async_op: bool = False) -> Work | None:
+    """Gather every rank's ``input_tensor`` into ``output_tensor`` (world_size times as many
+    elements), in rank order.
+
+    Example::
+
+        >>> import accelrt as acc, accelrt.distributed as dist
+        >>> dist.init_process_group("mpi")
+        >>> out = acc.empty((1, 2), device="cpu")
+        >>> dist.all_gather_into_tensor(out, acc.full((2,), 4.0, device="cpu"))
+        >>> out.tolist(); dist.destroy_process_group()
+        [[4.0, 4.0]]
+    """
+    g = _S.world if group is None else _group(group)
+    if g is not None and type(input_tensor) is Array and type(output_tensor) is Array:
+        mem, omem = input_tensor._mem, output_tensor._mem
+        plan = g.plans_ag.get((mem.ptr, omem.ptr, mem.nbytes, omem.nbytes))
+        if (plan is not None and input_tensor._dtype is output_tensor._dtype
+                and g.run_plan("all_gather_into_tensor", plan)):
+            return Work.completed([output_tensor]) if async_op else None
+        if g.all_gather_fast(output_tensor, input_tensor):
+            return Work.completed([output_tensor]) if async_op else None
+    g = _member(group, "all_gather_into_tensor")
+    if g is None:
+        return None
+    _check_same("all_gather_into_tensor", output_tensor, input_tensor)
+    if not isinstance(output_tensor, (Array, np.ndarray)):
+        raise TypeError(f"all_gather_into_tensor: expected an accelrt.Array, got "
+                        f"{type(output_tensor).__name__}")
+    _size_check("all_gather_into_tensor", output_tensor, g.size() * input_tensor.size,
+                output_tensor.size, "output tensor size must be equal to world_size times "
+                "input tensor size")
+
+    def call(eng: Engine, buf: BufOf, stream: Stream | None) -> None:
+        eng.all_gather(buf(input_tensor), buf(output_tensor), stream)
+
+    arrays = [input_tensor, output_tensor]
+    return g.run("all_gather_into_tensor", arrays, [input_tensor], [output_tensor], call,
+                 async_op, _desc(input_tensor), None, [output_tensor], alias="gather")
+
+
+def all_gather(tensor_list: Sequence[ArrayArg], tensor: ArrayArg, group: GroupArg = None,
+               async_op: bool = False) -> Work | None:
+    """Gather every rank's ``tensor`` into ``tensor_list`` (one array per rank).
+
+    Example::
+
+        >>> import accelrt as acc, accelrt.distributed as dist
+        >>> dist.init_process_group("mpi")
+        >>> outs = [acc.empty((2,), device="cpu")]
+        >>> dist.all_gather(outs, acc.full((2,), 5.0, device="cpu"))
+        >>> outs[0].tolist(); dist.destroy_process_group()
+        [5.0, 5.0]
+    """
+    g = _member(group, "all_gather")
+    if g is None:
+        return None
+    if not isinstance(tensor_list, (list, tuple)) or len(tensor_list) != g.size():
+        raise AcceleratorValueError(f"all_gather: tensor_list must be a list of "
+                                    f"{g.size()} arrays (one per rank)")
+    g.check_args("all_gather", [tensor], tensor_list, alias="staged")
+    for t in tensor_list:
+        _check_same("all_gather", t, tensor)
+        _size_check("all_gather", t, tensor.size, t.size,
+                    "every array of tensor_list must have the input's size")
+    n, size = g.size(), tensor.size
+    stage = _temp_like(tensor, n * size)
+
+    def call(eng: Engine, buf: BufOf, stream: Stream | None) -> None:
+        eng.all_gather(buf(tensor), buf(stage), stream)
+
+    w = g.run("all_gather", [tensor, stage], [tensor], [stage], call, True, _desc(tensor))
+    return _split_out(g, "all_gather", w, stage, list(tensor_list), async_op)
+
+
+def reduce_scatter_tensor(output: ArrayArg, input: ArrayArg,
+                          op: ReduceOp | PremulSum = ReduceOp.SUM, group: GroupArg = None,
+                          async_op: bool = False) -> Work | None:
+    """Reduce ``input`` (world_size times ``output``'s elements) across ranks and leave rank
+    k's share, the k-th block, in ``output``.
+
+    Example::
+
+        >>> import accelrt as acc, accelrt.distributed as dist
+        >>> dist.init_process_group("mpi")
+        >>> out = acc.empty((2,), device="cpu")
+        >>> dist.reduce_scatter_tensor(out, acc.full((2,), 6.0, device="cpu"))
+        >>> out.tolist(); dist.destroy_process_group()
+        [6.0, 6.0]
+    """
+    g = _member(group, "reduce_scatter_tensor")
+    if g is None:
+        return None
+    _check_same("reduce_scatter_tensor", output, input)
+    _size_check("reduce_scatter_tensor", input, g.size() * output.size, input.size,
+                "input tensor must be the same size as output size times world size")
+    red = _op(op)
+
+    def call(eng: Engine, buf: BufOf, stream: Stream | None) -> None:
+        eng.reduce_scatter(buf(input), buf(output), red, stream)
+
+    return g.run("reduce_scatter_tensor", [input, output], [input], [output], call, async_op,
+                 (red.name,) + _desc(output), red, [output], alias="scatter")
+
+
+def gather(tensor: ArrayArg, gather_list: Sequence[ArrayArg] | None = None, dst: int | None = None,
+           group: GroupArg = None, async_op: bool = False,
+           group_dst: int | None = None) -> Work | None:
+    """Gather every rank's ``tensor`` into ``gather_list`` on global rank ``dst`` (or group
+    rank ``group_dst``; neither: global rank 0); None elsewhere.
+
+    Example::
+
+        >>> import accelrt as acc, accelrt.distributed as dist
+        >>> dist.init_process_group("mpi")
+        >>> outs = [acc.empty((2,), device="cpu")]
+        >>> dist.gather(acc.full((2,), 8.0, device="cpu"), outs, dst=0)
+        >>> outs[0].tolist(); dist.destroy_process_group()
+        [8.0, 8.0]
+    """
+    g = _member(group, "gather")
+    if g is None:
+        return None
+    root = g.canonical_rank(dst, group_dst, "dst", default=0)
+    n = g.size()
+    if g.rank() == root:
+        if not isinstance(gather_list, (list, tuple)) or len(gather_list) != n:
+            raise AcceleratorValueError(f"gather: gather_list must be a list of {n} arrays "
+                                        "on the destination rank")
+        g.check_args("gather", [tensor], gather_list, alias="staged")
+        for t in gather_list:
+            _check_same("gather", t, tensor)
+            _size_check("gather", t, tensor.size, t.size,
+                        "every array of gather_list must have the input's size")
+        stage: Any = _temp_like(tensor, n * tensor.size)
+    else:
+        if gather_list:
+            raise ValueError("Argument ``gather_list`` must NOT be specified on "
+                             "non-destination ranks.")
+        stage = None
+
+    def call(eng: Engine, buf: BufOf, stream: Stream | None) -> None:
+        eng.gather(buf(tensor), None if stage is None else buf(stage), root, stream)
+
+    arrays = [tensor] if stage is None else [tensor, stage]
+    w = g.run("gather", arrays, [tensor], arrays[1:], call, True, (root,) + _desc(tensor))
+    if stage is None:
+        assert w is not None
+        if async_op:
+            return w
+        w.wait()   # later work on the current stream may overwrite the input
+        return None
+    assert gather_list is not None
+    return _split_out(g, "gather", w, stage, list(gather_list), async_op)
+
+
+def scatter(tensor: ArrayArg, scatter_list: Sequence[ArrayArg] | None = None,
+            src: int | None = None, group: GroupArg = None, async_op: bool = False,
+            group_src: int | None = None) -> Work | None:
+    """Send ``scatter_list[k]`` of global rank ``src`` (or group rank ``group_src``; neither:
+    global rank 0) into ``tensor`` on group rank k.
+
+    Example::
+
+        >>> import accelrt as acc, accelrt.distributed as dist
+        >>> dist.init_process_group("mpi")
+        >>> out = acc.empty((2,), device="cpu")
+        >>> dist.scatter(out, [acc.full((2,), 9.0, device="cpu")], src=0)
+        >>> out.tolist(); dist.destroy_process_group()
+        [9.0, 9.0]
+    """
+    g = _member(group, "scatter")
+    if g is None:
+        return None
+    root = g.canonical_rank(src, group_src, "src", default=0)
+    n = g.size()
+    stage: Any = None
+    if g.rank() == root:
+        if not isinstance(scatter_list, (list, tuple)) or len(scatter_list) != n:
+            raise AcceleratorValueError(f"scatter: scatter_list must be a list of {n} arrays "
+                                        "on the source rank")
+        g.check_args("scatter", scatter_list, [tensor], alias="staged")
+        for t in scatter_list:
+            _check_same("scatter", t, tensor)
+            _size_check("scatter", t, tensor.size, t.size,
+                        "every array of scatter_list must have the output's size")
+        stage = _temp_like(tensor, n * tensor.size)
+        _pack(stage, list(scatter_list))
+    elif scatter_list:
+        raise ValueError("Argument ``scatter_list`` must NOT be specified on non-source ranks.")
+
+    def call(eng: Engine, buf: BufOf, stream: Stream | None) -> None:
+        eng.scatter(None if stage is None else buf(stage), buf(tensor), root, stream)
+
+    arrays = [tensor] if stage is None else [stage, tensor]
+    ins = [] if stage is None else [stage]
+    return g.run("scatter", arrays, ins, [tensor], call, async_op, (root,) + _desc(tensor),
+                 None, [tensor])
+
+
+def all_to_all_single(output: ArrayArg, input: ArrayArg,
+                      output_split_sizes: Sequence[int] | None = None,
+                      input_split_sizes: Sequence[int] | None = None, group: GroupArg = None,
+                      async_op: bool = False) -> Work | None:
+    """Split ``input`` along dim 0 (equally, or by ``input_split_sizes``), send block k to
+    rank k, and concatenate the blocks received, in rank order, into ``output``.
+
+    Example::
+
+        >>> import accelrt as acc, accelrt.distributed as dist
+        >>> dist.init_process_group("mpi")
+        >>> out = acc.empty((3,), dtype="int32", device="cpu")
+        >>> dist.all_to_all_single(out, acc.asarray([1, 2, 3], device="cpu", dtype="int32"))
+        >>> out.tolist(); dist.destroy_process_group()
+        [1, 2, 3]
+    """
+    g = _member(group, "all_to_all_single")
+    if g is None:
+        return None
+    _check_same("all_to_all_single", output, input)
+    n = g.size()
+
+    def counts(arr: Any, splits: Sequence[int] | None, name: str) -> list[int]:
+        rows = arr.shape[0] if arr.ndim else 1
+        per_row = arr.size // rows if rows else 0
+        if splits is None or len(splits) == 0:
+            if rows % n:
+                raise AcceleratorValueError(f"all_to_all_single: {name} dim 0 ({rows}) must be "
+                                            f"divisible by the world size ({n}) without "
+                                            "split sizes")
+            return [rows // n * per_row] * n
+        if len(splits) != n or any(int(s) < 0 for s in splits) or sum(splits) != rows:
+            raise AcceleratorValueError(f"all_to_all_single: {name}_split_sizes must be {n} "
+                                        f"non-negative ints summing to dim 0 ({rows}), got "
+                                        f"{list(splits)}")
+        return [int(s) * per_row for s in splits]
+
+    sc = counts(input, input_split_sizes, "input")
+    rc = counts(output, output_split_sizes, "output")
+
+    def call(eng: Engine, buf: BufOf, stream: Stream | None) -> None:
+        eng.all_to_all(buf(input), buf(output), sc, rc, stream)
+
+    # split sizes (and so the shapes) legitimately differ between ranks: the debug
+    # fingerprint compares the dtype
+    return g.run("all_to_all_single", [input, output], [input], [output], call, async_op,
+                 (getattr(input, "dtype", None),), None, [output])
+
+
+def all_to_all(output_tensor_list: Sequence[ArrayArg], input_tensor_list: Sequence[ArrayArg],
+               group: GroupArg = None, async_op: bool = False) -> Work | None:
+    """Send ``input_tensor_list[k]`` to group rank k and receive rank k's array into
+    ``output_tensor_list[k]`` (sizes may differ per rank; one dtype and device throughout).
+
+    Example::
+
+        >>> import accelrt as acc, accelrt.distributed as dist
+        >>> dist.init_process_group("mpi")
+        >>> out = [acc.empty((2,), device="cpu")]
+        >>> dist.all_to_all(out, [acc.full((2,), 1.5, device="cpu")])
+        >>> out[0].tolist(); dist.destroy_process_group()
+        [1.5, 1.5]
+    """
+    g = _member(group, "all_to_all")
+    if g is None:
+        return None
+    n = g.size()
+    for name, lst in (("output_tensor_list", output_tensor_list),
+                      ("input_tensor_list", input_tensor_list)):
+        if not isinstance(lst, (list, tuple)) or len(lst) != n:
+            raise AcceleratorValueError(f"all_to_all: {name} must be a list of {n} arrays "
+                                        "(one per rank)")
+    g.check_args("all_to_all", input_tensor_list, output_tensor_list, alias="staged")
+    first = input_tensor_list[0]
+    for t in list(output_tensor_list) + list(input_tensor_list):
+        _check_same("all_to_all", t, first)
+    sc = [t.size for t in input_tensor_list]
+    rc = [t.size for t in output_tensor_list]
+    send_stage = _temp_like(first, sum(sc))
+    recv_stage = _temp_like(first, sum(rc))
+    _pack(send_stage, list(input_tensor_list))
+
+    def call(eng: Engine, buf: BufOf, stream: Stream | None) -> None:
+        eng.all_to_all(buf(send_stage), buf(recv_stage), sc, rc, stream)
+
+    # sizes legitimately differ between ranks: the debug fingerprint compares the dtype
+    w = g.run("all_to_all", [send_stage, recv_stage], [send_stage], [recv_stage], call, True,
+              (getattr(first, "dtype", None),))
+    return _split_out(g, "all_to_all", w, recv_stage, list(output_tensor_list), async_op)
+
+
+def reduce_scatter(output: ArrayArg, input_list: Sequence[ArrayArg],
+                   op: ReduceOp | PremulSum = ReduceOp.SUM, group: GroupArg = None,
+                   async_op: bool = False) -> Work | None:
+    """Reduce ``input_list[k]`` across ranks into ``output`` of group rank k (the list form
+    of :func:`reduce_scatter_tensor`; every array has ``output``'s size and dtype).
+
+    Example::
+
+        >>> import accelrt as acc, accelrt.distributed as dist
+        >>> dist.init_process_group("mpi")
+        >>> out = acc.empty((2,), device="cpu")
+        >>> dist.reduce_scatter(out, [acc.full((2,), 2.5, device="cpu")])
+        >>> out.tolist(); dist.destroy_process_group()
+        [2.5, 2.5]
+    """
+    g = _member(group, "reduce_scatter")
+    if g is None:
+        return None
+    n = g.size()
+    if not isinstance(input_list, (list, tuple)) or len(input_list) != n:
+        raise AcceleratorValueError(f"reduce_scatter: input_list must be a list of {n} arrays "
+                                    "(one per rank)")
+    g.check_args("reduce_scatter", input_list, [output], alias="staged")
+    for t in input_list:
+        _check_same("reduce_scatter", t, output)
+        _size_check("reduce_scatter", t, output.size, t.size,
+                    "every array of input_list must have the output's size")
+    red = _op(op)
+    stage = _temp_like(output, n * output.size)
+    _pack(stage, list(input_list))
+
+    def call(eng: Engine, buf: BufOf, stream: Stream | None) -> None:
+        eng.reduce_scatter(buf(stage), buf(output), red, stream)
+
+    return g.run("reduce_scatter", [stage, output], [stage], [output], call, async_op,
+                 (red.name,) + _desc(output), red, [output])
+
+
+def all_gather_single(output_tensor: ArrayArg, input_tensor: ArrayArg, group: GroupArg = None,
+                      async_op: bool = False) -> Work | None:
+    """torch 2.14's name of :func:`all_gather_into_tensor` (same arguments and behaviour;
+    ``all_gather_into_tensor`` is not deprecated here).
+
+    Example::
+
+        >>> import accelrt as acc, accelrt.distributed as dist
+        >>> dist.init_process_group("mpi")
+        >>> out = acc.empty((2,), device="cpu")
+        >>> dist.all_gather_single(out, acc.full((2,), 4.0, device="cpu"))
+        >>> out.tolist(); dist.destroy_process_group()
+        [4.0, 4.0]
+    """
+    return all_gather_into_tensor(output_tensor, input_tensor, group, async_op)
+
+
+def reduce_scatter_single(output: ArrayArg, input: ArrayArg,
+                          op: ReduceOp | PremulSum = ReduceOp.SUM, group: GroupArg = None,
+                          async_op: bool = False) -> Work | None:
+    """torch 2.14's name of :func:`reduce_scatter_tensor` (same arguments and behaviour).
+
+    Example::
+
+        >>> import accelrt as acc, accelrt.distributed as dist
+        >>> dist.init_process_group("mpi")
+        >>> out = acc.empty((2,), device="cpu")
+        >>> dist.reduce_scatter_single(out, acc.full((2,), 6.0, device="cpu"))
+        >>> out.tolist(); dist.destroy_process_group()
+        [6.0, 6.0]
+    """
+    return reduce_scatter_tensor(output, input, op, group, async_op)
+
+
+def gather_single(tensor: ArrayArg, gather_tensor: ArrayArg | None = None, dst: int | None = None,
+                  group: GroupArg = None, async_op: bool = False,
+                  group_dst: int | None = None) -> Work | None:
+    """Gather every rank's ``tensor`` into one array, ``gather_tensor`` (world_size times its
+    elements, rank order; a flat or stacked shape), on global rank ``dst`` or group rank
+    ``group_dst`` (neither: global rank 0); ``gather_tensor`` is ignored elsewhere. Unlike
+    :func:`gather` the engine writes it directly (no staging copy).
+
+    Raises:
+        ValueError: no ``gather_tensor`` on the destination rank, or its size or dtype differ.
+
+    Example::
+
+        >>> import accelrt as acc, accelrt.distributed as dist
+        >>> dist.init_process_group("mpi")
+        >>> out = acc.empty((1, 2), device="cpu")
+        >>> dist.gather_single(acc.full((2,), 8.0, device="cpu"), out, dst=0)
+        >>> out.tolist(); dist.destroy_process_group()
+        [[8.0, 8.0]]
+    """
+    g = _member(group, "gather_single")
+    if g is None:
+        return None
+    root = g.canonical_rank(dst, group_dst, "dst", default=0)
+    out = None
+    if g.rank() == root:
+        if gather_tensor is None:
+            raise ValueError("gather_tensor must be specified on the destination rank")
+        _check_same("gather_single", gather_tensor, tensor)
+        _size_check("gather_single", gather_tensor, g.size() * tensor.size, gather_tensor.size,
+                    "gather_tensor must hold world_size times the input's elements")
+        out = gather_tensor
+
+    def call(eng: Engine, buf: BufOf, stream: Stream | None) -> None:
+        eng.gather(buf(tensor), None if out is None else buf(out), root, stream)
+
+    arrays = [tensor] if out is None else [tensor, out]
+    w = g.run("gather_single", arrays, [tensor], arrays[1:], call, True,
+              (root,) + _desc(tensor), None, arrays[1:])
+    assert w is not None
+    if async_op:
+        return w
+    w.wait()
+    return None
+
+
+def gather_into_tensor(tensor: ArrayArg, gather_tensor: ArrayArg | None = None,
+                       dst: int | None = None, group: GroupArg = None, async_op: bool = False,
+                       group_dst: int | None = None) -> Work | None:
+    """torch 2.14's other name of :func:`gather_single`.
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> callable(dist.gather_into_tensor)
+        True
+    """
+    return gather_single(tensor, gather_tensor, dst, group, async_op, group_dst)
+
+
+def _array_list(arrays: Any, what: str, op: str) -> list[Any]:
+    if isinstance(arrays, (Array, np.ndarray)):
+        return [arrays]
+    if not isinstance(arrays, (list, tuple)) or not arrays or not all(
+            isinstance(a, (Array, np.ndarray)) for a in arrays):
+        raise TypeError(f"{op}: Invalid function argument. Expected parameter `{what}` of "
+                        "type List[accelrt.Array] with at least one array")
+    first = arrays[0]
+    for a in arrays:
+        if a.dtype != first.dtype:
+            raise AcceleratorValueError(f"{op}: Invalid usage of arrays with different dtypes "
+                                        f"Found {first.dtype} and  {a.dtype}")
+    return list(arrays)
+
+
+def all_reduce_coalesced(tensors: ArrayArg | Sequence[ArrayArg],
+                         op: ReduceOp | PremulSum = ReduceOp.SUM, group: GroupArg = None,
+                         async_op: bool = False) -> Work | None:
+    """Reduce each array of ``tensors`` (one dtype, one device; or one array) across the
+    group, in place, as one collective: the arrays are packed into one buffer, reduced once,
+    and copied back. As in torch, shapes are not compared across ranks.
+
+    Example::
+
+        >>> import accelrt as acc, accelrt.distributed as dist
+        >>> dist.init_process_group("mpi")
+        >>> a, b = acc.full((2,), 1.0, device="cpu"), acc.full((3,), 2.0, device="cpu")
+        >>> dist.all_reduce_coalesced([a, b])
+        >>> a.tolist(), b.tolist(); dist.destroy_process_group()
+        ([1.0, 1.0], [2.0, 2.0, 2.0])
+    """
+    arrays = _array_list(tensors, "tensor", "all_reduce_coalesced")
+    g = _member(group, "all_reduce_coalesced")
+    if g is None:
+        return None
+    g.check_args("all_reduce_coalesced", arrays, arrays, alias="staged")
+    red = _op(op)
+    stage = _temp_like(arrays[0], sum(a.size for a in arrays))
+    _pack(stage, arrays)
+
+    def call(eng: Engine, buf: BufOf, stream: Stream | None) -> None:
+        eng.all_reduce(None, buf(stage), red, stream)
+
+    w = g.run("all_reduce_coalesced", [stage], [stage], [stage], call, True,
+              (red.name, arrays[0].dtype, tuple(a.shape for a in arrays)), red, [stage],
+              alias="inplace")
+    return _split_out(g, "all_reduce_coalesced", w, stage, arrays, async_op)
+
+
+def all_gather_coalesced(output_tensor_lists: Sequence[Sequence[ArrayArg]],
+                         input_tensor_list: Sequence[ArrayArg], group: GroupArg = None,
+                         async_op: bool = False) -> Work | None:
+    """Gather every rank's ``input_tensor_list`` as one collective:
+    ``output_tensor_lists[k][i]`` receives array ``i`` of group rank k (each output list
+    matches the inputs' sizes; one dtype and device throughout).
+
+    Example::
+
+        >>> import accelrt as acc, accelrt.distributed as dist
+        >>> dist.init_process_group("mpi")
+        >>> out = [[acc.empty((2,), device="cpu"), acc.empty((1,), device="cpu")]]
+        >>> dist.all_gather_coalesced(out, [acc.full((2,), 3.0, device="cpu"),
+        ...                                 acc.full((1,), 4.0, device="cpu")])
+        >>> [o.tolist() for o in out[0]]; dist.destroy_process_group()
+        [[3.0, 3.0], [4.0]]
+    """
+    g = _member(group, "all_gather_coalesced")
+    if g is None:
+        return None
+    ins = _array_list(input_tensor_list, "input_tensor_list", "all_gather_coalesced")
+    if not isinstance(output_tensor_lists, list):
+        raise TypeError("Invalid function argument: output_tensor_lists should be a list")
+    n = g.size()
+    if len(output_tensor_lists) != n:
+        raise AcceleratorValueError(f"all_gather_coalesced: output_tensor_lists must hold {n} "
+                                    "lists (one per rank)")
+    outs: list[Any] = []
+    for lst in output_tensor_lists:
+        lst = _array_list(lst, "output_tensor_lists", "all_gather_coalesced")
+        if [o.size for o in lst] != [i.size for i in ins]:
+            raise AcceleratorValueError(
+                f"all_gather_coalesced: each output list must match the inputs' sizes "
+                f"{[i.size for i in ins]}, got {[o.size for o in lst]}")
+        outs += lst
+    g.check_args("all_gather_coalesced", ins, outs, alias="staged")
+    for o in outs:
+        _check_same("all_gather_coalesced", o, ins[0])
+    total = sum(i.size for i in ins)
+    send = _temp_like(ins[0], total)
+    recv = _temp_like(ins[0], n * total)
+    _pack(send, ins)
+
+    def call(eng: Engine, buf: BufOf, stream: Stream | None) -> None:
+        eng.all_gather(buf(send), buf(recv), stream)
+
+    w = g.run("all_gather_coalesced", [send, recv], [send], [recv], call, True,
+              (ins[0].dtype, tuple(i.shape for i in ins)))
+    return _split_out(g, "all_gather_coalesced", w, recv, outs, async_op)
+
+
+def _temp_like(a: Any, count: int) -> Any:
+    if isinstance(a, np.ndarray):
+        return np.empty(count, a.dtype)
+    from .._array import empty
+    return empty((count,), dtype=a.dtype, device=a.device)
+
+
+def _copy(dst: Any, dst_off: int, src: Any, src_off: int, nbytes: int) -> None:
+    """Copy bytes between two arrays of one device, in order on its current stream."""
+    if nbytes == 0:
+        return
+    if isinstance(dst, np.ndarray):
+        d = dst.reshape(-1).view(np.uint8)
+        s = src.reshape(-1).view(np.uint8)
+        d[dst_off:dst_off + nbytes] = s[src_off:src_off + nbytes]
+        return
+    from .._stream import _current
+    b, index = dst._b, dst._index
+    cur = _current(b, index)
+    dptr, sptr = dst.data_ptr() + dst_off, src.data_ptr() + src_off
+    if b.capabilities(index).host_accessible:   # cpu arrays may borrow host memory: copy in stream order
+        import ctypes
+
+        from ..comm._transfer import run_on_stream
+        def move() -> None:
+            ctypes.memmove(dptr, sptr, nbytes)
+
+        run_on_stream(cur, move)
+    else:
+        b.memcpy(index, dptr, sptr, nbytes, "d2d", cur._handle)
+
+
+def _pack(stage: Any, parts: list[Any]) -> None:
+    """Copy ``parts`` back to back into ``stage``."""
+    off = 0
+    for p in parts:
+        _copy(stage, off, p, 0, p.nbytes)
+        off += p.nbytes
+
+
+def _split_out(g: ProcessGroup, op: str, w: Work | None, stage: Any, outs: list[Any],
+               async_op: bool) -> Work | None:
+    """Copy the blocks of ``stage`` into ``outs`` after ``w`` (stream-ordered)."""
+    assert w is not None
+    w.wait()
+    off = 0
+    for o in outs:
+        _copy(o, 0, stage, off, o.nbytes)
+        off += o.nbytes
+    return Work.completed(outs) if async_op else None
+
+
+# ---------------------------------------------------------------------------- barriers
+def barrier(group: GroupArg = None, async_op: bool = False,
+            device_ids: Sequence[int] | None = None, timeout: TimeoutArg = None) -> Work | None:
+    """Block until every rank of the group reached the barrier (after the group's queued
+    communication ran).
+
+    Args:
+        device_ids: the CUDA device of an NCCL-only group's barrier (its first item; an
+            all_reduce of one element there, as ProcessGroupNCCL's barrier).
+        timeout: a ``datetime.timedelta`` or seconds (torch 2.14's ``timeout``): a rank that
+            has not arrived by then makes this rank raise :class:`DistTimeoutError`, and the
+            group keeps that error (its barrier is still in flight: destroy the group).
+            None: the group's timeout, past which the watchdog ends the job.
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> dist.init_process_group("mpi"); dist.barrier(timeout=30)
+        >>> dist.destroy_process_group()
+    """
+    g = _member(group, "barrier")
+    if g is None:
+        return None
+    if device_ids is not None and (not isinstance(device_ids, (list, tuple)) or not device_ids
+                                   or not all(isinstance(d, int) for d in device_ids)):
+        raise TypeError(f"device_ids must be a list of device indices, got {device_ids!r}")
+    limit = None if timeout is None else _seconds(timeout, g.timeout)
+    g._raise_kept()
+    g.drain()
+    seq = g.next_seq()
+    comm = g.control()
+    if comm is not None:
+        if limit is None:
+            g._inline("barrier", seq, comm.Barrier)
+        else:
+            from ._work import wait_until
+            req = comm.Ibarrier()
+            ms = int(limit * 1000)
+
+            def late() -> DistTimeoutError:
+                return DistTimeoutError(
+                    f"[Rank {g.global_rank}]: barrier (sequence number {seq}) on group "
+                    f"{g.name!r} timed out after {ms} ms: a rank of the group did not reach "
+                    "it (monitored_barrier names the missing ranks). The group keeps this "
+                    "error: destroy it", rank=g.global_rank, op="barrier", seq=seq)
+
+            try:
+                wait_until(req.Test, limit, late)
+            except DistTimeoutError as err:
+                g._keep(err)   # the barrier is still in flight on the group's communicator
+                raise
+    else:   # NCCL only (env://): a one-element all_reduce, then wait for it
+        from .._array import zeros
+        if device_ids is not None:
+            index = int(device_ids[0])
+        else:
+            index = g._engines and next(iter(g._engines))[1] or 0
+        one = zeros((1,), dtype="float32", device=f"cuda:{index}")
+        w = all_reduce(one, group=g, async_op=True)
+        assert w is not None
+        if limit is not None:
+            w.wait(timeout=limit)
+        from .._stream import current_stream
+        w.wait()
+        current_stream(f"cuda:{index}").synchronize()
+    return Work.completed() if async_op else None
+
+
+def monitored_barrier(group: GroupArg = None, timeout: TimeoutArg = None,
+                      wait_all_ranks: bool = False) -> None:
+    """A barrier that names the ranks that did not arrive within ``timeout`` (rank 0 raises
+    :class:`DistTimeoutError`; host-side, needs MPI).
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> dist.init_process_group("mpi"); dist.monitored_barrier(timeout=5)
+        >>> dist.destroy_process_group()
+    """
+    g = _member(group, "monitored_barrier")
+    if g is None:
+        return
+    g._raise_kept()
+    comm = g.control()
+    if comm is None:
+        raise DistError("monitored_barrier needs MPI (launch through mpiexec)",
+                        rank=g.global_rank)
+    g.drain()
+    seq = g.next_seq()
+    limit = _seconds(timeout, g.timeout)
+    from ._mpi import mpi
+    from ._work import wait_until
+    mpi()    # raises a clear error without mpi4py
+    tag = 0x7ACC
+    token = np.zeros(1, np.int64)
+    ms = int(limit * 1000)
+    if g.rank() == 0:
+        bufs = {r: np.zeros(1, np.int64) for r in range(1, g.size())}
+        reqs = {r: comm.Irecv(bufs[r], r, tag) for r in bufs}
+
+        def arrived() -> bool:
+            for r in list(reqs):
+                if reqs[r].Test():
+                    del reqs[r]
+            return not reqs
+
+        def missing() -> DistTimeoutError:
+            names = [g.global_ranks[r] for r in sorted(reqs)]
+            if wait_all_ranks:
+                msg = (f"[Rank 0]: Ranks {', '.join(map(str, names))} failed to pass "
+                       f"monitoredBarrier in {ms} ms")
+            else:
+                msg = f"[Rank 0]: Rank {names[0]} failed to pass monitoredBarrier in {ms} ms"
+            return DistTimeoutError(msg, rank=g.global_rank, op="monitored_barrier", seq=seq)
+
+        wait_until(arrived, limit, missing)
+        for r in range(1, g.size()):
+            comm.Send(token, r, tag + 1)
+        return
+    comm.Send(token, 0, tag)
+    req = comm.Irecv(token, 0, tag + 1)
+    wait_until(req.Test, limit + 5.0, lambda: DistTimeoutError(
+        f"[Rank {g.global_rank}]: rank 0 did not release the monitored barrier in {ms} ms",
+        rank=g.global_rank, op="monitored_barrier", seq=seq))

@@ -1,0 +1,467 @@
+"""Groups: ranks and sizes, :func:`new_group`, :func:`split_group`, subgroups, rank
+translation, and a group's timeout and backend.
+
+Example::
+
+    >>> import accelrt.distributed as dist
+    >>> dist.init_process_group("mpi")
+    >>> g = dist.new_group([0]); dist.get_process_group_ranks(g)
+    [0]
+    >>> dist.destroy_process_group()
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import numpy as np
+
+from .._typing import DeviceSpec
+from ._engine import Engine
+from ._engine import parse_backend as _parse_backend
+from ._engine import require_engines as _require_engines
+from ._group import DEFAULT_TIMEOUT, ProcessGroup
+from ._world import _S, GroupArg, GroupMember, TimeoutArg, _group, _NonMember, _registered, _seconds
+
+
+def set_timeout(timeout: TimeoutArg, group: GroupArg = None) -> None:
+    """Make ``timeout`` (a ``datetime.timedelta`` or seconds) the limit of ``group``'s (the
+    world's by default) future operations, for every engine of it (the watchdog enforces it;
+    torch's MPI backend ignores this).
+
+    Raises:
+        ValueError: this rank is not in ``group``, or ``timeout`` is not positive.
+
+    Example::
+
+        >>> import datetime, accelrt.distributed as dist
+        >>> dist.init_process_group("mpi")
+        >>> dist.set_timeout(datetime.timedelta(seconds=30)); dist.group.WORLD.timeout
+        30.0
+        >>> dist.destroy_process_group()
+    """
+    g = _group(group)
+    if g is None:
+        raise ValueError("Invalid process group specified")
+    if timeout is None:
+        raise TypeError("set_timeout() needs a timeout (a datetime.timedelta or seconds)")
+    g.set_timeout(_seconds(timeout, g.timeout))
+
+
+def get_pg_count() -> int:
+    """The number of process groups made since :func:`init_process_group` (the world, the
+    groups of :func:`new_group` and :func:`split_group` on this rank).
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> dist.get_pg_count()
+        0
+    """
+    return _S.pg_count
+
+
+def get_backend_config(group: GroupArg = None) -> str:
+    """The engine of each device type of ``group`` (the world by default), as
+    ``"cpu:mpi, cuda:nccl"`` (torch's ``BackendConfig`` string).
+
+    Raises:
+        ValueError: this rank is not in ``group``.
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> dist.init_process_group("cpu:mpi"); dist.get_backend_config()
+        'cpu:mpi'
+        >>> dist.destroy_process_group()
+    """
+    g = _group(group)
+    if g is None:
+        raise ValueError("Invalid process group specified")
+    return ", ".join(f"{d}:{e}" for d, e in g.engine_map.items())
+
+
+def get_rank(group: GroupArg = None) -> int:
+    """This process's rank in ``group`` (-1 if not a member).
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> dist.init_process_group("mpi"); dist.get_rank(); dist.destroy_process_group()
+        0
+    """
+    g = _group(group)
+    return -1 if g is None else g.rank()
+
+
+def get_world_size(group: GroupArg = None) -> int:
+    """Number of ranks in ``group`` (-1 if this rank is not a member).
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> dist.init_process_group("mpi"); dist.get_world_size(); dist.destroy_process_group()
+        1
+    """
+    g = _group(group)
+    return -1 if g is None else g.size()
+
+
+def get_backend(group: GroupArg = None) -> str:
+    """The group's backend string (``"mpi"``, ``"nccl"`` or ``"cpu:mpi,cuda:nccl"``).
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> dist.init_process_group("mpi"); dist.get_backend(); dist.destroy_process_group()
+        'mpi'
+    """
+    g = _group(group)
+    if g is None:
+        raise ValueError("Invalid process group specified")
+    return g.backend_str
+
+
+def get_node_local_rank(fallback_rank: int | None = None) -> int:
+    """``LOCAL_RANK`` (set by ``accelrt.distributed.run`` and torchrun), or the MPI launcher's
+    node-local rank, else ``fallback_rank``.
+
+    Raises:
+        RuntimeError: none is known and no fallback was given.
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> dist.get_node_local_rank(fallback_rank=0) >= 0
+        True
+    """
+    for var in ("LOCAL_RANK", "MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"):
+        if var in os.environ:
+            return int(os.environ[var])
+    if fallback_rank is not None:
+        return int(fallback_rank)
+    raise RuntimeError("LOCAL_RANK is not in the environment: launch with "
+                       "'mpiexec -n N python -m accelrt.distributed.run' or pass fallback_rank")
+
+
+def new_group(ranks: Sequence[int] | None = None, timeout: TimeoutArg = None,
+              backend: str | None = None, pg_options: object = None,
+              use_local_synchronization: bool = False, group_desc: str | None = None,
+              device_id: DeviceSpec | None = None,
+              sort_ranks: bool = True) -> ProcessGroup | _NonMember:
+    """A group of the world's ``ranks`` (all by default). Every rank of the world must call
+    it, with the same ``ranks``; ranks outside get ``GroupMember.NON_GROUP_MEMBER``. Group
+    rank ``k`` is the ``k``-th of the sorted ``ranks``, or with ``sort_ranks=False`` the
+    ``k``-th as given (as in torch).
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> dist.init_process_group("mpi")
+        >>> g = dist.new_group([0])
+        >>> dist.get_rank(g), dist.get_world_size(g)
+        (0, 1)
+        >>> dist.destroy_process_group()
+    """
+    world = _group(None)
+    assert world is not None
+    n = world.size()
+    members = list(range(n)) if ranks is None else [int(r) for r in ranks]
+    if sort_ranks:
+        members.sort()
+    if len(set(members)) != len(members) or any(not 0 <= r < n for r in members):
+        raise ValueError(f"new_group(): ranks must be distinct world ranks in [0, {n}), got "
+                         f"{list(ranks or [])}")
+    engine_map = world.engine_map if backend is None else _parse_backend(backend)
+    backend_str = world.backend_str if backend is None else str(backend)
+    if backend is not None:
+        _require_engines(engine_map)   # every rank, before the collective split
+    t = world.timeout if timeout is None else _seconds(timeout, DEFAULT_TIMEOUT)
+    me = world.rank()
+    member = me in members
+    # a member's key is its place in `members` (sorted, or as given with sort_ranks=False)
+    return _split(world, members if member else None, members.index(me) if member else me,
+                  engine_map, backend_str, t, group_desc, "new_group")
+
+
+def _split(parent: ProcessGroup, members: list[int] | None, key: int,
+           engine_map: dict[str, str], backend_str: str, timeout: float,
+           group_desc: str | None, op: str) -> ProcessGroup | _NonMember:
+    """The one split of a group, collective over ``parent``'s ranks: this rank joins the group
+    of the parent ranks ``members`` (None: it joins none) at the place ``key`` orders it
+    (the members' keys order them as ``members`` does). The parent's MPI communicator is split
+    (``MPI_Comm_split``, colored by the member list) and so are its NCCL communicators
+    (``ncclCommSplit``); the other engines start from the new communicator when first used.
+    Returns the new group, or ``GroupMember.NON_GROUP_MEMBER``."""
+    _S.counter += 1
+    name = group_desc or f"group{_S.counter}"
+    color = None if members is None else min(members)   # disjoint lists: a unique color
+    parent.drain()
+    sub = None
+    from ._work import WATCHDOG
+    if parent.mpi_comm is not None:
+        from ._mpi import mpi
+        MPI = mpi()
+        with WATCHDOG.watching(parent, op, parent._seq):
+            sub = parent.mpi_comm.Split(MPI.UNDEFINED if color is None else color, key)
+        if color is None:
+            sub = None
+    sub_engines: dict[tuple[str, int], Engine] = {}
+    for ekey, eng in list(parent._engines.items()):
+        # NCCL communicators are split (ncclCommSplit); MPI engines start from `sub`
+        if eng.name == "nccl" and engine_map.get(ekey[0]) == "nccl":
+            child = eng.split(color, key, None)
+            if child is not None:
+                sub_engines[ekey] = child
+    if members is None:
+        return GroupMember.NON_GROUP_MEMBER
+    ranks = [parent.global_ranks[r] for r in members]
+    g = ProcessGroup(name, members.index(parent.rank()), len(members), ranks, engine_map,
+                     backend_str, timeout, sub, parent.global_rank)
+    if sub is not None:
+        with WATCHDOG.watching(g, op, 0):
+            g.control()   # collective over the members: made now, while they are all here
+    g._preset.update(sub_engines)
+    g.parent = parent
+    g.threads_ok = parent.threads_ok
+    _S.groups.append(g)
+    _S.pg_count += 1
+    return g
+
+
+def split_group(parent_pg: ProcessGroup | None = None,
+                split_ranks: Sequence[Sequence[int]] | None = None, timeout: TimeoutArg = None,
+                pg_options: object = None, group_desc: str | None = None,
+                backend: str | None = None) -> ProcessGroup | _NonMember:
+    """Split ``parent_pg`` (the world by default) into the groups of ``split_ranks``: lists of
+    *parent group* ranks, disjoint; a rank's place in its list is its rank in the new group.
+    Every rank of the parent must call it, with the same lists. Returns this rank's group, or
+    ``GroupMember.NON_GROUP_MEMBER`` if no list names it. ``backend`` keeps some of the
+    parent's per-device engines (each must be the parent's engine for that device type).
+
+    Raises:
+        ValueError: no lists, an empty list, a list longer than the world, a repeated rank, a
+            rank in two lists, a rank not in the parent, a parent this rank is not in, or a
+            ``backend`` the parent does not run.
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> dist.init_process_group("mpi")
+        >>> g = dist.split_group(split_ranks=[[0]])
+        >>> dist.get_process_group_ranks(g); dist.destroy_process_group()
+        [0]
+    """
+    if split_ranks is None or len(split_ranks) == 0:
+        raise ValueError("split_ranks cannot be None or empty")
+    world = _group(None)
+    assert world is not None
+    if parent_pg is None:
+        parent_pg = world
+    if not isinstance(parent_pg, ProcessGroup):
+        raise ValueError(f"Global rank {world.rank()} is not part of the parent group "
+                         f"{parent_pg!r}")
+    if parent_pg.destroyed:
+        raise ValueError(f"Group {parent_pg!r} is not registered (it was destroyed)")
+    n = parent_pg.size()
+    seen: dict[int, int] = {}
+    lists = [list(r) for r in split_ranks]
+    for k, ranks in enumerate(lists):
+        if len(ranks) == 0:
+            raise ValueError("the split group cannot be empty")
+        if len(ranks) > world.size():
+            raise ValueError("the split group's size should be less or equal to the "
+                             "world_size set by init_process_group")
+        if len(ranks) != len(set(ranks)):
+            raise ValueError("the split group cannot have duplicate ranks")
+        for r in ranks:
+            if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or not 0 <= r < n:
+                raise ValueError(f"split_ranks holds {r!r}, which is not a rank of the parent "
+                                 f"group (its ranks are 0..{n - 1}; split_ranks are group "
+                                 "ranks, not global ranks)")
+            if int(r) in seen:
+                raise ValueError(f"Rank {r} is in two splits, {lists[seen[int(r)]]} and "
+                                 f"{ranks}; the splits must not overlap")
+            seen[int(r)] = k
+    engine_map, backend_str = parent_pg.engine_map, parent_pg.backend_str
+    if backend is not None:
+        wanted = _parse_backend(str(backend))
+        if ":" not in str(backend):   # a bare engine name: the parent's devices running it
+            wanted = {d: e for d, e in parent_pg.engine_map.items() if e == wanted[d]
+                      } if any(parent_pg.engine_map.get(d) == e for d, e in wanted.items()) \
+                else {}
+            if not wanted:
+                raise ValueError(f"Requested backend '{str(backend).lower()}' is not present "
+                                 f"in the parent process group (parent backends: "
+                                 f"{parent_pg.engine_map})")
+        for dev, eng in wanted.items():
+            if dev not in parent_pg.engine_map:
+                raise ValueError(f"Requested backend for device '{dev}' is not present in the "
+                                 f"parent process group (parent backends: "
+                                 f"{parent_pg.engine_map})")
+            if parent_pg.engine_map[dev] != eng:
+                raise ValueError(f"Backend mismatch for device '{dev}': parent has "
+                                 f"'{parent_pg.engine_map[dev]}', requested '{eng}'. Backend "
+                                 "names must match exactly when filtering split_group "
+                                 "backends.")
+        engine_map = wanted
+        backend_str = str(backend).lower()
+    t = parent_pg.timeout if timeout is None else _seconds(timeout, DEFAULT_TIMEOUT)
+    me = parent_pg.rank()
+    mine = next((ranks for ranks in lists if me in ranks), None)
+    members = None if mine is None else [int(r) for r in mine]
+    return _split(parent_pg, members, 0 if mine is None else mine.index(me), engine_map,
+                  backend_str, t, group_desc, "split_group")
+
+
+def new_subgroups(group_size: int | None = None, group: GroupArg = None, timeout: TimeoutArg = None,
+                  backend: str | None = None, pg_options: object = None,
+                  group_desc: str | None = None) -> tuple[ProcessGroup | _NonMember,
+                                                          list[ProcessGroup | _NonMember]]:
+    """Split ``group``'s ranks (the world's by default) into groups of ``group_size``
+    consecutive ranks (default: the number of CUDA devices of a node). Every rank of the world
+    must call it (as torch's). Returns (this rank's group, every group:
+    ``GroupMember.NON_GROUP_MEMBER`` where this rank is not a member).
+
+    Raises:
+        ValueError: ``group_size`` is not positive, exceeds or does not divide the group's
+            size, or is None without CUDA devices; this rank is not in ``group``.
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> dist.init_process_group("mpi")
+        >>> cur, all_groups = dist.new_subgroups(group_size=1)
+        >>> dist.get_process_group_ranks(cur), len(all_groups)
+        ([0], 1)
+        >>> dist.destroy_process_group()
+    """
+    world = _group(None)
+    assert world is not None
+    if group_size is None:
+        from .. import backends
+        try:
+            count = backends.get_backend("cuda").device_count()
+        except Exception:
+            count = 0
+        if count == 0:
+            raise ValueError("Default group size only takes effect when CUDA is available. If "
+                             "your subgroup using a backend that does not depend on CUDA, "
+                             "please pass in 'group_size' correctly.")
+        group_size = count
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size <= 0:
+        raise ValueError(f"The arg 'group_size' ({group_size}) must be positive")
+    ranks = get_process_group_ranks(group)
+    n = len(ranks)
+    if n < group_size:
+        raise ValueError(f"The arg 'group_size' ({group_size}) must not exceed the world size "
+                         f"({n})")
+    if n % group_size:
+        raise ValueError(f"The world size ({n}) must be divisible by 'group_size={group_size}'")
+    cur, groups = new_subgroups_by_enumeration(
+        [ranks[k:k + group_size] for k in range(0, n, group_size)], timeout=timeout,
+        backend=backend, pg_options=pg_options, group_desc=group_desc)
+    if cur is None:
+        raise ValueError(f"new_subgroups: global rank {world.rank()} is not in group "
+                         f"{group!r}, whose ranks it splits")
+    return cur, groups
+
+
+def new_subgroups_by_enumeration(ranks_per_subgroup_list: Sequence[Sequence[int]],
+                                 timeout: TimeoutArg = None, backend: str | None = None,
+                                 pg_options: object = None, group_desc: str | None = None
+                                 ) -> tuple[ProcessGroup | _NonMember | None,
+                                            list[ProcessGroup | _NonMember]]:
+    """One group per rank list (disjoint lists of world ranks). Every rank must call it.
+    Returns (this rank's group, or None if it is in none; every group, with
+    ``GroupMember.NON_GROUP_MEMBER`` where this rank is not a member).
+
+    Raises:
+        ValueError: the list is empty or a rank appears in two lists.
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> dist.init_process_group("mpi")
+        >>> cur, _ = dist.new_subgroups_by_enumeration([[0]])
+        >>> dist.get_world_size(cur); dist.destroy_process_group()
+        1
+    """
+    if not ranks_per_subgroup_list:
+        raise ValueError("The arg 'ranks_per_subgroup_list' cannot be empty")
+    seen: dict[int, int] = {}
+    for k, ranks in enumerate(ranks_per_subgroup_list):
+        for r in ranks:
+            if r in seen:
+                raise ValueError(f"Rank {r} has appeared in both subgroup "
+                                 f"{list(ranks_per_subgroup_list[seen[r]])} and {list(ranks)}")
+            seen[r] = k
+    me = get_rank()
+    cur: ProcessGroup | _NonMember | None = None
+    groups: list[ProcessGroup | _NonMember] = []
+    for k, ranks in enumerate(ranks_per_subgroup_list):
+        desc = None if group_desc is None else f"{group_desc}_{k}"
+        sub = new_group(list(ranks), timeout=timeout, backend=backend, pg_options=pg_options,
+                        group_desc=desc)
+        groups.append(sub)
+        if me in ranks:
+            cur = sub
+    return cur, groups
+
+
+def get_process_group_ranks(group: ProcessGroup | _NonMember | None) -> list[int]:
+    """The global ranks of ``group``'s members, in group-rank order.
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> dist.init_process_group("mpi")
+        >>> dist.get_process_group_ranks(dist.group.WORLD); dist.destroy_process_group()
+        [0]
+    """
+    g = _registered(group)
+    return list(g.global_ranks)
+
+
+def get_global_rank(group: ProcessGroup | _NonMember | None, group_rank: int) -> int:
+    """The global rank of ``group``'s rank ``group_rank``.
+
+    Raises:
+        ValueError: ``group_rank`` is not a rank of ``group``.
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> dist.init_process_group("mpi")
+        >>> dist.get_global_rank(dist.new_group([0]), 0); dist.destroy_process_group()
+        0
+    """
+    g = _registered(group)
+    if isinstance(group_rank, bool) or not isinstance(group_rank, (int, np.integer)) \
+            or not 0 <= int(group_rank) < g.size():
+        raise ValueError(f"Group rank {group_rank} is not part of group {g.name!r} (its ranks "
+                         f"are 0..{g.size() - 1})")
+    return g.global_ranks[int(group_rank)]
+
+
+def get_group_rank(group: ProcessGroup | _NonMember | None, global_rank: int) -> int:
+    """``group``'s rank of global rank ``global_rank``.
+
+    Raises:
+        ValueError: ``global_rank`` is not in ``group``.
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> dist.init_process_group("mpi")
+        >>> dist.get_group_rank(dist.new_group([0]), 0); dist.destroy_process_group()
+        0
+    """
+    g = _registered(group)
+    if isinstance(global_rank, bool) or not isinstance(global_rank, (int, np.integer)):
+        raise TypeError(f"global_rank must be an int, got {type(global_rank).__name__}")
+    if int(global_rank) not in g.global_ranks:
+        raise ValueError(f"Global rank {global_rank} is not part of group {g.name!r} (global "
+                         f"ranks {g.global_ranks})")
+    return g.global_ranks.index(int(global_rank))

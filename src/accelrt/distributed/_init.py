@@ -1,0 +1,532 @@
+"""Starting and ending the job: availability of the engines, :func:`init_process_group`
+(MPI launchers, ``env://`` and store rendezvous, NCCL worlds) and
+:func:`destroy_process_group`.
+
+Example::
+
+    >>> import accelrt.distributed as dist
+    >>> dist.init_process_group("mpi"); dist.is_initialized()
+    True
+    >>> dist.destroy_process_group(); dist.is_initialized()
+    False
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import sys
+from typing import Any
+
+from .._typing import DeviceSpec
+from ._engine import Backend, EngineContext, ReduceOp
+from ._engine import parse_backend as _parse_backend
+from ._engine import require_engines as _require_engines
+from ._errors import DistBackendError, DistError
+from ._group import DEFAULT_TIMEOUT, ProcessGroup
+from ._store import FileStore, PrefixStore, Store, _int
+from ._tcpstore import TCPStore
+from ._world import _S, GroupArg, GroupMember, TimeoutArg, _group, _GroupNS, _seconds
+
+DEFAULT_INIT_TIMEOUT = 300.0
+
+
+# ---------------------------------------------------------------------------- availability
+def is_available() -> bool:
+    """True: the distributed package is always importable (engines load when used).
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> dist.is_available()
+        True
+    """
+    return True
+
+
+def is_mpi_available() -> bool:
+    """True if mpi4py can be imported (without initializing MPI).
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> isinstance(dist.is_mpi_available(), bool)
+        True
+    """
+    from ._engine import _mpi_available   # the registry's check of the "mpi" engine
+    return _mpi_available()
+
+
+def is_nccl_available() -> bool:
+    """True if nccl4py (``nccl.core``) imports with its CUDA bindings (torch's "built with
+    NCCL"; whether a GPU is present is :func:`init_process_group`'s check).
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> isinstance(dist.is_nccl_available(), bool)
+        True
+    """
+    from ._nccl import nccl_available
+    return nccl_available()
+
+
+def is_gloo_available() -> bool:
+    """True if ``backend="gloo"`` can run: it names the host engine, MPI, here (accelrt has no
+    gloo of its own), so this is :func:`is_mpi_available`.
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> dist.is_gloo_available() == dist.is_mpi_available()
+        True
+    """
+    return is_mpi_available()
+
+
+def is_backend_available(backend: str) -> bool:
+    """True if ``backend`` (an engine name, or a ``"cpu:mpi,cuda:nccl"`` map: every engine it
+    names) is available: the built-in engines' ``is_<name>_available()``, and a registered
+    third-party engine always. An unknown name is False.
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> dist.is_backend_available("mpi") == dist.is_mpi_available()
+        True
+        >>> dist.is_backend_available("nosuchengine")
+        False
+    """
+    if not isinstance(backend, str):
+        raise TypeError(f"backend must be a string, got {type(backend).__name__}")
+    names = [part.partition(":")[2] if ":" in part else part
+             for part in backend.lower().split(",")]
+    for name in names:
+        reg = Backend._registry.get(name.strip())
+        if reg is None or (reg.available is not None and not reg.available()):
+            return False
+    return True
+
+
+def get_default_backend_for_device(device: DeviceSpec) -> str:
+    """The engine ``init_process_group(backend=None)`` uses for arrays of ``device`` (a device
+    type, ``"cuda:1"``, an :class:`accelrt.device`, or an index of the current accelerator):
+    ``"mpi"`` for cpu and OpenCL, ``"nccl"`` for CUDA (torch answers ``"gloo"`` for cpu: that
+    is the MPI engine here).
+
+    Raises:
+        ValueError: no default engine for that device type.
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> dist.get_default_backend_for_device("cuda:0"), dist.get_default_backend_for_device("cpu")
+        ('nccl', 'mpi')
+    """
+    if isinstance(device, str):
+        kind = device.partition(":")[0]
+    elif isinstance(device, int) and not isinstance(device, bool):
+        from .. import current_accelerator
+        acc_dev = current_accelerator()
+        kind = "cpu" if acc_dev is None else acc_dev.type
+    elif isinstance(getattr(device, "type", None), str):   # accelrt.device, torch.device
+        kind = str(getattr(device, "type"))  # noqa: B009  (the attribute checked above)
+    else:
+        raise TypeError(f"device must be a device string, an accelrt.device or an int, got "
+                        f"{type(device).__name__}")
+    backend = Backend.default_device_backend_map.get(kind)
+    if backend is None:
+        raise ValueError(f"Default backend not registered for device : {device}")
+    return backend
+
+
+def is_initialized() -> bool:
+    """True between :func:`init_process_group` and :func:`destroy_process_group`.
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> dist.is_initialized()
+        False
+    """
+    return _S.world is not None
+
+
+def is_ucc_available() -> bool:
+    """False: accelrt has no UCC engine (torch's ``is_ucc_available``).
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> dist.is_ucc_available(), dist.is_xccl_available()
+        (False, False)
+    """
+    return False
+
+
+def is_xccl_available() -> bool:
+    """False: accelrt has no XCCL (Intel GPU) engine."""
+    return False
+
+
+def is_torchelastic_launched() -> bool:
+    """True if ``TORCHELASTIC_RUN_ID`` is set (torchrun's, as torch checks).
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> isinstance(dist.is_torchelastic_launched(), bool)
+        True
+    """
+    return os.getenv("TORCHELASTIC_RUN_ID") is not None
+
+
+def supports_complex(reduceOp: ReduceOp) -> bool:   # noqa: N803  (torch's name)
+    """False for the reductions torch refuses on complex arrays (``MAX``, ``MIN``,
+    ``PRODUCT``, ``BAND``, ``BOR``, ``BXOR``), else True.
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> dist.supports_complex(dist.ReduceOp.SUM), dist.supports_complex(dist.ReduceOp.MAX)
+        (True, False)
+    """
+    return reduceOp not in (ReduceOp.MAX, ReduceOp.MIN, ReduceOp.PRODUCT, ReduceOp.BAND,
+                            ReduceOp.BOR, ReduceOp.BXOR)
+
+
+# ---------------------------------------------------------------------------- init
+def _under_mpi_launcher() -> bool:
+    from ._mpi import under_launcher
+    return under_launcher()
+
+
+def _install_abort_hook(comm_world: Any) -> None:
+    """An uncaught exception on one rank aborts the whole job instead of hanging the others
+    (``mpi4py.run``'s behaviour, for plain ``mpiexec python script.py``)."""
+    if _S.hook_installed:
+        return
+    _S.hook_installed = True
+    previous = sys.excepthook
+
+    def hook(tp: Any, value: Any, tb: Any) -> None:
+        try:
+            previous(tp, value, tb)
+            sys.stderr.flush()
+            import time
+
+            from ._work import ABORT_GRACE
+            time.sleep(ABORT_GRACE)   # the launcher forwards the traceback before the abort
+        finally:
+            comm_world.Abort(1)
+
+    sys.excepthook = hook
+
+
+def init_process_group(backend: str | None = None, init_method: str | None = None,
+                       timeout: TimeoutArg = None, world_size: int = -1, rank: int = -1,
+                       store: Store | None = None, group_name: str = "", pg_options: object = None,
+                       device_id: DeviceSpec | None = None, _ranks: list[int] | None = None,
+                       enable_reconfigure: bool = False) -> None:
+    """Start the default process group (the world).
+
+    Args:
+        backend: ``"mpi"``, ``"gloo"`` (torch's CPU backend: the MPI engine here;
+            ``get_backend()`` answers ``"gloo"``), ``"nccl"``, a per-device-type map such as
+            ``"cpu:gloo,cuda:nccl"``, a registered engine, or None (cpu and opencl on MPI,
+            cuda on NCCL, each started when first used; or ``ACCELRT_DISTRIBUTED_BACKEND``).
+            Every engine the string names must be able to start here (torch's init
+            constructs each backend of the map).
+        init_method: ``"mpi://"`` (ranks from the MPI launcher; the default under
+            ``mpiexec``), ``"env://"`` (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``,
+            ``MASTER_PORT``, as torchrun sets them: rank 0 serves a :class:`TCPStore` there),
+            ``"tcp://host:port"``, ``"file:///path"`` (a :class:`FileStore`) or None
+            (detect). Through a store, NCCL's unique id is exchanged as in torch; the MPI
+            engine cannot join ranks that no MPI launcher started (see
+            ``docs/distributed.md``), so a store-based world of more than one rank serves
+            NCCL only.
+        timeout: a ``datetime.timedelta`` or seconds: the longest any operation of the group
+            may take before the job is aborted with the rank, operation and sequence number
+            (default 10 minutes, or ``ACCELRT_DISTRIBUTED_TIMEOUT``); also bounds init.
+        world_size, rank: must agree with the launcher's when given.
+        store: a :class:`Store` the ranks share (with ``rank`` and ``world_size``), instead
+            of ``init_method``.
+        group_name, pg_options: accepted for compatibility.
+        device_id: a cuda device this rank binds to (made current; NCCL starts eagerly).
+        _ranks: torch 2.14's ranks whose hash names the group inside c10d; accelrt exposes
+            no internal group name, so a list of ints (or None) is accepted and changes
+            nothing.
+        enable_reconfigure: must be ``False``: torch 2.14's fault-tolerance regime (the
+            communicator waits for ``ProcessGroup.reconfigure``) has no accelrt engine.
+
+    Raises:
+        ValueError: called twice, both a store and an init method, a store without rank
+            and world_size, an unknown init method, or world_size or rank disagree with the
+            launcher's; ``"nccl"`` named on a machine without a
+            CUDA GPU (``AcceleratorValueError``: torch's "ProcessGroupNCCL is only supported
+            with GPUs, no GPUs found!").
+        DistError: the engine could not start (its message is the cause);
+            ``DistBackendError`` when ``"nccl"`` is named without nccl4py.
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> dist.init_process_group(backend="cpu:mpi", timeout=60)
+        >>> dist.get_backend()
+        'cpu:mpi'
+        >>> dist.destroy_process_group()
+    """
+    if _S.world is not None:
+        raise ValueError("trying to initialize the default process group twice!")
+    world_size, rank = _check_init_args(init_method, world_size, rank, store, _ranks,
+                                        enable_reconfigure)
+    if backend is None:
+        backend = os.environ.get("ACCELRT_DISTRIBUTED_BACKEND") or None
+    engine_map = _parse_backend(backend)
+    backend_str = (",".join(f"{d}:{e}" for d, e in engine_map.items())
+                   if backend is None or ":" in str(backend) else str(Backend(str(backend))))
+    # the engines a backend string names must be able to start (torch constructs each backend
+    # of the map at init: "nccl" without a GPU fails there); the defaults of backend=None
+    # start when first used, and only for arrays that exist
+    named = {} if backend is None else engine_map
+    op_timeout = _seconds(timeout, DEFAULT_TIMEOUT)
+    init_timeout = min(op_timeout, DEFAULT_INIT_TIMEOUT) if timeout is None else op_timeout
+    method = "store" if store is not None else _init_method(init_method)
+    if method.startswith("mpi://"):
+        group = _init_mpi(engine_map, backend_str, op_timeout, init_timeout, world_size, rank,
+                          named)
+    else:
+        from ._rendezvous import RendezvousPlan, plan
+        where: Store | RendezvousPlan = (store if store is not None
+                                         else plan(method, rank, world_size))
+        r, n = (rank, world_size) if isinstance(where, Store) else (where.rank,
+                                                                     where.world_size)
+        group = _init_store(engine_map, backend_str, op_timeout, init_timeout, n, r,
+                            device_id, named, where)
+    if device_id is not None:
+        from .._device import _get_device, set_device_index
+        b, index = _get_device(device_id)
+        set_device_index(f"{b.name}:{index}")
+        if b.capabilities(index).cuda_array_interface:
+            # CUDA device memory (what NCCL serves): start its engine now, as PyTorch's
+            # device_id makes the communicator eagerly
+            group.engine(b.name, index)
+    from ._group import read_debug_level
+    read_debug_level()
+    _S.world = group
+    GroupMember.WORLD = group
+    _GroupNS.WORLD = group
+    _S.groups = [group]
+    _S.pg_count = 1
+
+
+def _check_init_args(init_method: str | None, world_size: int, rank: int, store: Store | None,
+                     _ranks: list[int] | None, enable_reconfigure: bool) -> tuple[int, int]:
+    """init_process_group's argument checks (before anything starts); ``(world_size,
+    rank)`` as ints."""
+    if _ranks is not None and (isinstance(_ranks, (str, bytes)) or not all(
+            isinstance(r, int) and not isinstance(r, bool) for r in _ranks)):
+        raise TypeError(f"_ranks must be a list of ints or None, got {_ranks!r:.60}")
+    if not isinstance(enable_reconfigure, bool):
+        raise TypeError(f"enable_reconfigure must be a bool, got "
+                        f"{type(enable_reconfigure).__name__}")
+    if enable_reconfigure:
+        raise ValueError("enable_reconfigure=True is not supported: accelrt's engines (MPI, "
+                         "NCCL) have no reconfigure regime (ProcessGroup.reconfigure); pass "
+                         "enable_reconfigure=False (the default)")
+    world_size, rank = _int(world_size, "world_size"), _int(rank, "rank")
+    if init_method is not None and not isinstance(init_method, str):
+        raise TypeError(f"init_method must be a str such as 'env://' or 'tcp://host:port', "
+                        f"got {type(init_method).__name__}")
+    if store is not None:
+        if init_method is not None:
+            raise ValueError("Cannot specify both init_method and store.")
+        if not isinstance(store, Store):
+            raise TypeError(f"store must be an accelrt.distributed.Store, got "
+                            f"{type(store).__name__}")
+        if not world_size > 0:
+            raise ValueError("world_size must be positive if using store")
+        if not rank >= 0:
+            raise ValueError("rank must be non-negative if using store")
+        if not rank < world_size:
+            raise ValueError(f"rank {rank} is out of range for world size {world_size}: a "
+                             "store's ranks are 0 .. world_size - 1")
+    return world_size, rank
+
+
+def _init_method(init_method: str | None) -> str:
+    """The rendezvous of ``init_method=None``: the MPI launcher's, else torchrun's
+    environment (``RANK``/``WORLD_SIZE``), else MPI when mpi4py is there."""
+    if init_method is not None:
+        return init_method
+    if _under_mpi_launcher():
+        return "mpi://"
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        return "env://"
+    return "mpi://" if is_mpi_available() else "env://"
+
+
+def _init_mpi(engine_map: dict[str, str], backend_str: str, op_timeout: float,
+              init_timeout: float, world_size: int, rank: int,
+              named: dict[str, str]) -> ProcessGroup:
+    from ._mpi import mpi
+    from ._work import WATCHDOG
+    try:
+        MPI = mpi()
+    except ImportError as exc:
+        raise DistBackendError("init_method='mpi://' needs mpi4py and an MPI: pip install "
+                               "'accelrt[mpi]' (mpi4py and the mpich wheel)") from exc
+    world = MPI.COMM_WORLD
+    r, n = world.Get_rank(), world.Get_size()
+    if world_size not in (-1, n):
+        raise ValueError(f"world_size={world_size} but the MPI launcher started {n} ranks")
+    if rank not in (-1, r):
+        raise ValueError(f"rank={rank} but the MPI launcher made this process rank {r}")
+    _require_engines(named)   # every rank, before any collective step: none waits
+    if n > 1:
+        _install_abort_hook(world)
+    group = ProcessGroup("WORLD", r, n, list(range(n)), engine_map, backend_str, op_timeout,
+                         None, r)
+    group.threads_ok = MPI.Query_thread() == MPI.THREAD_MULTIPLE
+    # every step is collective: a rank that never arrives ends the job after init_timeout
+    with WATCHDOG.watching(group, "init_process_group", 0, init_timeout):
+        group.mpi_comm = world.Dup()
+        group.control()
+        if n > 1:
+            group.mpi_comm.Barrier()
+    return group
+
+
+def _mpi_needs_launcher(n: int) -> DistBackendError:
+    return DistBackendError(
+        f"the 'mpi' engine (backend 'mpi' or 'gloo') cannot join {n} processes that no MPI "
+        "launcher started: MPICH's singleton MPI_Comm_connect/MPI_Comm_accept, which would "
+        "join them through the store, fails (pmodels/mpich#7805). Launch with mpiexec -n N "
+        "python -m accelrt.distributed.run script.py (init_method='mpi://'), or use "
+        "backend='nccl' for CUDA arrays")
+
+
+def _init_store(engine_map: dict[str, str], backend_str: str, op_timeout: float,
+                init_timeout: float, n: int, r: int, device_id: Any,
+                named: dict[str, str], where: Any) -> ProcessGroup:
+    """A world met through a store (``store=``, ``env://``, ``tcp://``, ``file://``): the
+    rendezvous ``where`` is a :class:`Store` or a plan to make one."""
+    if (n == 1 and is_mpi_available() and "nccl" not in named.values()
+            and ("nccl" not in engine_map.values() or not _cuda_count())):
+        # one rank: a singleton MPI world serves every engine map without a CUDA device
+        return _init_mpi(engine_map, backend_str, op_timeout, init_timeout, 1, 0, named)
+    _require_engines(named)   # before the rendezvous: no rank waits for one that failed
+    if n > 1 and any(e in ("mpi", "gloo") for e in named.values()):
+        raise _mpi_needs_launcher(n)
+    if "nccl" not in engine_map.values() or (not named and not _cuda_count()):
+        raise _mpi_needs_launcher(n)
+    base = (where if isinstance(where, Store)
+            else where.connect(datetime.timedelta(seconds=init_timeout)))
+    try:
+        group = _init_nccl_world(engine_map, backend_str, op_timeout, init_timeout, n, r,
+                                 device_id, PrefixStore("default_pg", base))
+    except BaseException:
+        if base is not where and isinstance(base, (TCPStore, FileStore)):
+            base.close()
+        raise
+    _S.store = base   # a TCPStore master serves the others as long as the world lives
+    return group
+
+
+def _init_nccl_world(engine_map: dict[str, str], backend_str: str, op_timeout: float,
+                     init_timeout: float, n: int, r: int, device_id: Any,
+                     store: Store) -> ProcessGroup:
+    """The world of a store-based init: NCCL's unique id made by rank 0 and shared through
+    ``store`` (as torch's ProcessGroupNCCL does); a singleton MPI world for host arrays."""
+    from ._rendezvous import share
+    mpi_comm = None
+    if n == 1 and is_mpi_available():   # a singleton MPI world serves host arrays
+        from ._mpi import mpi
+        mpi_comm = mpi().COMM_WORLD.Dup()
+    group = ProcessGroup("WORLD", r, n, list(range(n)), engine_map, backend_str, op_timeout,
+                         mpi_comm, r)
+    from .._device import _get_device
+    if device_id is None:
+        count = _cuda_count()
+        if count == 0:
+            raise DistError("init_process_group with NCCL needs a CUDA device; none found",
+                            rank=r)
+        index = int(os.environ.get("LOCAL_RANK", r)) % count
+    else:
+        _, index = _get_device(device_id)
+    from ._nccl import NcclEngine, _core
+    core = _core()
+    ctx = EngineContext(r, n, list(range(n)), "cuda", index, init_timeout, None)
+    raw = share(store, "nccl/unique_id/0", r, lambda: bytes(core.get_unique_id()))
+    ctx.options["unique_id"] = core.UniqueId.from_bytes(raw)
+    try:
+        group._preset[("cuda", index)] = NcclEngine.create(ctx)
+    except DistError:
+        raise
+    except Exception as exc:
+        raise DistBackendError(f"rank {r}: NCCL init through the store failed: "
+                               f"{type(exc).__name__}: {exc}", rank=r) from exc
+    return group
+
+
+def _cuda_count() -> int:
+    from . import _engine
+    return _engine.cuda_device_count()
+
+
+def destroy_process_group(group: GroupArg = None) -> None:
+    """Destroy ``group`` (None: every group, then the world). Every rank must call it, in the
+    same order. Re-raises an error kept from queued communication of the group.
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> dist.init_process_group("mpi")
+        >>> dist.destroy_process_group()
+        >>> dist.is_initialized()
+        False
+    """
+    g = _group(group)
+    if g is None:
+        return
+    targets = list(_S.groups) if group is None or g is _S.world else [g]
+    kept: BaseException | None = None
+    for pg in targets:
+        try:
+            pg.drain()
+        except BaseException as exc:   # a kept stream error; re-raised after cleanup
+            kept = kept or exc
+        kept = kept or pg._error
+        for eng in pg._engines.values():
+            try:
+                eng.destroy()
+            except Exception as exc:
+                kept = kept or DistBackendError(f"destroying {pg.name!r}: {exc}")
+        pg._engines.clear()
+        for comm in (pg._ctrl, pg.mpi_comm):
+            if comm is not None:
+                try:
+                    comm.Free()
+                except Exception:
+                    pass
+        pg._ctrl = pg.mpi_comm = None
+        pg.destroyed = True
+        # close the group's comm streams now (drained above), as destroying a CUDA stream
+        # does: the group object may outlive this call (the watchdog, a Work) but its
+        # streams must not
+        for ctx in list(pg._ctx.values()):
+            ctx.stream.close()
+        pg._ctx.clear()
+        pg._fast.clear()
+        pg.drop_plans()
+        if pg in _S.groups:
+            _S.groups.remove(pg)
+    if group is None or g is _S.world:
+        _S.world = None
+        _S.store = None
+        GroupMember.WORLD = None
+        _GroupNS.WORLD = None
+        _S.groups = []
+        _S.pg_count = 0
+    if kept is not None:
+        raise kept

@@ -1,0 +1,492 @@
+""":class:`TCPStore` and its transport: the master serves the store's table
+(:class:`~accelrt.distributed._store._MemoryTable`) to its clients.
+
+The transport is Python's own: ``socketserver`` (a thread per client) and
+``multiprocessing.connection``'s length-prefixed frames (``send_bytes``/``recv_bytes``); a
+request is a frame holding a list of byte strings, never a pickle, so a peer can only read and
+write keys.
+
+Example::
+
+    >>> from accelrt.distributed._tcpstore import _pack, _unpack
+    >>> _unpack(_pack([b"set", b"k", b"v"]))
+    [b'set', b'k', b'v']
+"""
+
+from __future__ import annotations
+
+import datetime
+import errno
+import os
+import socket
+import socketserver
+import struct
+import threading
+import time
+import weakref
+from collections.abc import Sequence
+from multiprocessing.connection import Connection
+from typing import Any
+
+from ._errors import DistNetworkError, DistStoreError, QueueEmptyError
+from ._store import DEFAULT_STORE_TIMEOUT, _int, _key, _MemoryTable, _Table, _TableStore, _timedelta
+
+__all__ = ["TCPStore"]
+
+_PROTOCOL = b"accelrt-store/1"
+
+
+# ---------------------------------------------------------------------------- TCP transport
+def _pack(fields: Sequence[bytes]) -> bytes:
+    return b"".join(struct.pack("!I", len(f)) + f for f in fields)
+
+
+def _unpack(frame: bytes) -> list[bytes]:
+    out, pos, n = [], 0, len(frame)
+    while pos < n:
+        if pos + 4 > n:
+            raise ValueError("truncated store message")
+        (size,) = struct.unpack_from("!I", frame, pos)
+        pos += 4
+        if pos + size > n:
+            raise ValueError("truncated store message")
+        out.append(frame[pos:pos + size])
+        pos += size
+    return out
+
+
+def _ms(seconds: float) -> bytes:
+    return str(int(seconds * 1000)).encode()
+
+
+def _serve_one(table: _MemoryTable, req: list[bytes]) -> list[bytes]:
+    """Run one decoded request on ``table``; the reply's fields (without the status)."""
+    op, args = req[0].decode(), req[1:]
+
+    def key(i: int) -> str:
+        return args[i].decode()
+
+    def secs(i: int) -> float:
+        return int(args[i]) / 1000.0
+
+    if op == "set":
+        table.set(key(0), args[1])
+        return []
+    if op == "get":
+        return [table.get(key(0), secs(1))]
+    if op == "add":
+        return [str(table.add(key(0), int(args[1]))).encode()]
+    if op == "compare_set":
+        return [table.compare_set(key(0), args[1], args[2])]
+    if op == "append":
+        table.append(key(0), args[1])
+        return []
+    if op == "wait":
+        table.wait([a.decode() for a in args[1:]], secs(0))
+        return []
+    if op == "check":
+        return [b"1" if table.check([a.decode() for a in args]) else b"0"]
+    if op == "delete_key":
+        return [b"1" if table.delete_key(key(0)) else b"0"]
+    if op == "num_keys":
+        return [str(table.num_keys()).encode()]
+    if op == "list_keys":
+        return [k.encode() for k in table.list_keys()]
+    if op == "multi_get":
+        return table.multi_get([a.decode() for a in args[1:]], secs(0))
+    if op == "multi_set":
+        half = len(args) // 2
+        table.multi_set([a.decode() for a in args[:half]], list(args[half:]))
+        return []
+    if op == "queue_push":
+        table.queue_push(key(0), args[1])
+        return []
+    if op == "queue_pop":
+        return [table.queue_pop(key(0), args[1] == b"1", secs(2))]
+    if op == "queue_len":
+        return [str(table.queue_len(key(0))).encode()]
+    if op == "hello":
+        return [_PROTOCOL]
+    raise ValueError(f"unknown store request {op!r}")
+
+
+#: exception kinds a server sends back, and the class a client raises for each
+_ERRORS: dict[bytes, type[Exception]] = {
+    b"store": DistStoreError, b"queue_empty": QueueEmptyError, b"value": ValueError,
+    b"type": TypeError, b"not_implemented": NotImplementedError,
+}
+
+
+def _error_kind(exc: Exception) -> bytes:
+    for kind, cls in (((b"queue_empty", QueueEmptyError), (b"store", DistStoreError),
+                       (b"not_implemented", NotImplementedError), (b"type", TypeError),
+                       (b"value", ValueError))):
+        if isinstance(exc, cls):
+            return kind
+    return b"store"
+
+
+class _Handler(socketserver.BaseRequestHandler):
+    server: _Server
+
+    def handle(self) -> None:
+        conn = Connection(os.dup(self.request.fileno()))
+        try:
+            while True:
+                try:
+                    frame = conn.recv_bytes()
+                except (EOFError, OSError):
+                    return
+                try:
+                    reply = [b"ok", *_serve_one(self.server.table, _unpack(frame))]
+                except Exception as exc:   # sent back; the client raises it
+                    reply = [b"err", _error_kind(exc), str(exc).encode()]
+                try:
+                    conn.send_bytes(_pack(reply))
+                except OSError:
+                    return
+        finally:
+            conn.close()
+
+
+class _Server(socketserver.ThreadingMixIn, socketserver.TCPServer):
+    """The TCPStore master's server: a thread per client over one :class:`_MemoryTable`."""
+
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self, sock: socket.socket) -> None:
+        super().__init__(sock.getsockname()[:2], _Handler, bind_and_activate=False)
+        self.socket.close()
+        self.socket = sock
+        self.address_family = sock.family
+        self.table = _MemoryTable()
+        self.port: int = sock.getsockname()[1]
+        self.users = 0                                   # guarded by _SERVERS_LOCK
+        self._open: set[socket.socket] = set()           # guarded by _open_lock
+        self._open_lock = threading.Lock()
+        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name=f"accelrt-TCPStore:{self.port}", daemon=True)
+        self._thread.start()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._open_lock:
+            self._open.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._open_lock:
+            self._open.discard(request)
+        super().shutdown_request(request)
+
+    def stop(self) -> None:
+        self.table.close()
+        self.shutdown()
+        self.server_close()
+        with self._open_lock:
+            conns = list(self._open)
+        for s in conns:   # end the client threads (their clients see the connection close)
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+_SERVERS: dict[int, _Server] = {}      # multi-tenant servers by port; guarded by _SERVERS_LOCK
+_SERVERS_LOCK = threading.Lock()
+
+
+def _listen(port: int, fd: int | None) -> socket.socket:
+    if fd is not None:
+        return socket.socket(fileno=os.dup(fd))
+    try:
+        if socket.has_dualstack_ipv6():
+            return socket.create_server(("", port), family=socket.AF_INET6,
+                                        dualstack_ipv6=True)
+        return socket.create_server(("", port))
+    except OSError as exc:
+        name = errno.errorcode.get(exc.errno or 0, "?")
+        raise DistNetworkError(f"The server socket has failed to listen on any local network "
+                               f"address. port: {port}, code: {-(exc.errno or 0)}, name: "
+                               f"{name}, message: {exc.strerror}") from exc
+
+
+def _acquire_server(port: int, multi_tenant: bool, fd: int | None) -> _Server:
+    with _SERVERS_LOCK:
+        server = _SERVERS.get(port) if multi_tenant and port else None
+        if server is None:
+            server = _Server(_listen(port, fd))
+            if multi_tenant:
+                _SERVERS[server.port] = server
+        server.users += 1
+        return server
+
+
+def _release_server(server: _Server) -> None:
+    with _SERVERS_LOCK:
+        server.users -= 1
+        if server.users > 0:
+            return
+        if _SERVERS.get(server.port) is server:
+            del _SERVERS[server.port]
+    server.stop()
+
+
+class _RemoteTable(_Table):
+    """A client of a TCPStore master: every operation is one request and one reply."""
+
+    def __init__(self, host: str, port: int, timeout: float) -> None:
+        self.host, self.port, self.timeout = host, port, timeout
+        self._lock = threading.Lock()
+        # None after a request went unanswered in time (guarded by _lock): its late reply
+        # could be read as the answer to the next request, so the next one reconnects
+        self._conn: Connection | None = self._connect()
+        if self._call(["hello"]) != [_PROTOCOL]:
+            raise DistNetworkError(f"{host}:{port} is not an accelrt TCPStore")
+
+    def _reconnect_locked(self) -> Connection:
+        """A new connection, greeted, replacing one dropped after an unanswered request."""
+        conn = self._connect()
+        try:
+            conn.send_bytes(_pack([b"hello"]))
+            ok = conn.poll(max(self.timeout, 1.0))
+            reply = _unpack(conn.recv_bytes()) if ok else []
+        except (EOFError, OSError):
+            reply = []
+        if reply != [b"ok", _PROTOCOL]:
+            conn.close()
+            raise DistNetworkError(f"could not reconnect to the TCPStore server at "
+                                   f"{self.host}:{self.port} after an unanswered request")
+        self._conn = conn
+        return conn
+
+    def _connect(self) -> Connection:
+        deadline = time.monotonic() + self.timeout
+        delay = 0.01
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                sock = socket.create_connection((self.host, self.port),
+                                                timeout=max(min(left, 5.0), 0.01))
+                break
+            except OSError as exc:
+                if time.monotonic() + delay > deadline:
+                    raise DistNetworkError(
+                        f"The client socket has timed out after {self.timeout * 1000:.0f}ms "
+                        f"while trying to connect to ({self.host}, {self.port}): {exc}. Check "
+                        "that the master store (rank 0) is running and that MASTER_ADDR and "
+                        "MASTER_PORT name it") from exc
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)
+        sock.settimeout(None)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return Connection(sock.detach())
+
+    def _call(self, fields: Sequence[str | bytes], wait: float = 0.0) -> list[bytes]:
+        req = _pack([f.encode() if isinstance(f, str) else f for f in fields])
+        with self._lock:
+            conn = self._conn if self._conn is not None else self._reconnect_locked()
+            try:
+                conn.send_bytes(req)
+                # the server answers a blocking request when its own timeout ends
+                if not conn.poll(wait + max(self.timeout, 1.0)):
+                    # its reply may still come: never let it answer a later request
+                    self._conn = None
+                    conn.close()
+                    raise DistNetworkError(f"the TCPStore server at {self.host}:{self.port} "
+                                           f"did not answer {fields[0]!s} in time")
+                reply = _unpack(conn.recv_bytes())
+            except (EOFError, OSError) as exc:
+                raise DistNetworkError(
+                    f"the connection to the TCPStore server at {self.host}:{self.port} was "
+                    f"closed during {fields[0]!s}: did the master store (rank 0) exit or "
+                    "crash?") from exc
+        if reply[0] == b"ok":
+            return reply[1:]
+        raise _ERRORS.get(reply[1], DistStoreError)(reply[2].decode())
+
+    def close(self) -> None:
+        conn = self._conn   # not under _lock: a blocked request must not delay the close
+        if conn is not None:
+            conn.close()
+
+    def set(self, key: str, value: bytes) -> None:
+        self._call(["set", key, value])
+
+    def get(self, key: str, timeout: float) -> bytes:
+        return self._call(["get", key, _ms(timeout)], timeout)[0]
+
+    def add(self, key: str, amount: int) -> int:
+        return int(self._call(["add", key, str(amount)])[0])
+
+    def compare_set(self, key: str, expected: bytes, desired: bytes) -> bytes:
+        return self._call(["compare_set", key, expected, desired])[0]
+
+    def append(self, key: str, value: bytes) -> None:
+        self._call(["append", key, value])
+
+    def wait(self, keys: list[str], timeout: float) -> None:
+        self._call(["wait", _ms(timeout), *keys], timeout)
+
+    def check(self, keys: list[str]) -> bool:
+        return self._call(["check", *keys]) == [b"1"]
+
+    def delete_key(self, key: str) -> bool:
+        return self._call(["delete_key", key]) == [b"1"]
+
+    def num_keys(self) -> int:
+        return int(self._call(["num_keys"])[0])
+
+    def list_keys(self) -> list[str]:
+        return [k.decode() for k in self._call(["list_keys"])]
+
+    def multi_get(self, keys: list[str], timeout: float) -> list[bytes]:
+        return self._call(["multi_get", _ms(timeout), *keys], timeout)
+
+    def multi_set(self, keys: list[str], values: list[bytes]) -> None:
+        self._call(["multi_set", *keys, *values])
+
+    def queue_push(self, key: str, value: bytes) -> None:
+        self._call(["queue_push", key, value])
+
+    def queue_pop(self, key: str, block: bool, timeout: float) -> bytes:
+        return self._call(["queue_pop", key, b"1" if block else b"0", _ms(timeout)],
+                          timeout)[0]
+
+    def queue_len(self, key: str) -> int:
+        return int(self._call(["queue_len", key])[0])
+
+
+_INIT_KEY = "init/"
+
+
+class TCPStore(_TableStore):
+    """A store served over TCP by the master process (torch's ``TCPStore``).
+
+    The master (``is_master=True``) listens on ``port`` on every interface (``port=0``: a free
+    port, read it from :attr:`port`) and holds the data; the others connect to
+    ``host_name:port``, retrying until ``timeout``. With ``world_size``, each store counts
+    itself in, and the master waits (``wait_for_workers``) until ``world_size`` stores joined.
+
+    Args:
+        host_name: the master's host name or address (clients connect to it).
+        port: the master's port.
+        world_size: the number of stores that will join (None: not counted).
+        is_master: serve the store from this process.
+        timeout: the default timeout of the store's operations, and of joining.
+        wait_for_workers: on the master, wait until ``world_size`` stores joined.
+        multi_tenant: masters of one process on the same port share one server (as
+            ``init_process_group``'s ``env://`` and ``tcp://`` do).
+        master_listen_fd: a socket already listening, to serve from (Linux).
+        use_libuv: accepted for compatibility: the server is Python's ``socketserver``.
+
+    Raises:
+        DistNetworkError: the master could not listen, or a client could not connect within
+            ``timeout``.
+        DistStoreError: the master's wait for the workers timed out.
+
+    Example::
+
+        >>> import datetime
+        >>> from accelrt.distributed import TCPStore
+        >>> master = TCPStore("127.0.0.1", 0, 1, True, datetime.timedelta(seconds=30))
+        >>> client = TCPStore("127.0.0.1", master.port, timeout=datetime.timedelta(seconds=30))
+        >>> client.set("first_key", "first_value"); master.get("first_key")
+        b'first_value'
+        >>> client.close(); master.close()
+    """
+
+    def __init__(self, host_name: str, port: int, world_size: int | None = None,
+                 is_master: bool = False,
+                 timeout: datetime.timedelta = DEFAULT_STORE_TIMEOUT,
+                 wait_for_workers: bool = True, multi_tenant: bool = False,
+                 master_listen_fd: int | None = None, use_libuv: bool = True) -> None:
+        host_name = _key(host_name, "host_name")
+        port = _int(port, "port")
+        if not 0 <= port < 2 ** 16:
+            raise ValueError(f"port must have value from 0 to 65535 but was {port}.")
+        if world_size is not None:
+            world_size = _int(world_size, "world_size")
+            if world_size == 0:
+                raise ValueError("TCPStore world size cannot be 0")
+            if world_size < 0:   # torch's -1: the number of workers is not known
+                world_size = None
+        if not is_master and port == 0 and master_listen_fd is None:
+            raise ValueError("port=0 picks a free port on the master only: a client "
+                             "(is_master=False) needs the master's port (master.port)")
+        timeout = _timedelta(timeout)
+        seconds = timeout.total_seconds()
+        self._server: _Server | None = None
+        self._host, self._libuv = host_name, bool(use_libuv)
+        self._world_size, self._multi_tenant = world_size, bool(multi_tenant)
+        table: _Table
+        if is_master:
+            self._server = _acquire_server(port, bool(multi_tenant), master_listen_fd)
+            self._port = self._server.port
+            table = self._server.table
+            self._finalizer: weakref.finalize[Any, Any] = weakref.finalize(
+                self, _release_server, self._server)
+        else:
+            self._port = port
+            remote = _RemoteTable(host_name, port, seconds)
+            table = remote
+            self._finalizer = weakref.finalize(self, remote.close)
+        super().__init__(table)
+        self._timeout = timeout
+        if world_size is not None:
+            joined = self._table.add(_INIT_KEY, 1)
+            if is_master and wait_for_workers:
+                self._wait_workers(world_size, joined, seconds)
+
+    def _wait_workers(self, world_size: int, joined: int, seconds: float) -> None:
+        assert self._server is not None
+        joined = self._server.table.wait_count(_INIT_KEY, world_size, seconds)
+        if joined < world_size:
+            self.close()
+            raise DistStoreError(f"Timed out after {seconds:g} seconds waiting for clients. "
+                                 f"{joined}/{world_size} clients joined.")
+
+    @property
+    def host(self) -> str:
+        """The master's host name, as given."""
+        return self._host
+
+    @property
+    def port(self) -> int:
+        """The master's port (the one it picked for ``port=0``)."""
+        return self._port
+
+    @property
+    def libuvBackend(self) -> bool:  # noqa: N802 (torch's name)
+        """False: the server is Python's ``socketserver``, not libuv."""
+        return False
+
+    def set_timeout(self, timeout: datetime.timedelta) -> None:
+        super().set_timeout(timeout)
+        if isinstance(self._table, _RemoteTable):
+            self._table.timeout = self._timeout.total_seconds()
+
+    def list_keys(self) -> list[str]:
+        return [k for k in super().list_keys() if k != _INIT_KEY]
+
+    def clone(self) -> TCPStore:
+        """A new client connection to the same master."""
+        twin = TCPStore("127.0.0.1" if self._server is not None else self._host, self._port,
+                        None, False, self._timeout)
+        twin._host = self._host
+        return twin
+
+    def close(self) -> None:
+        """Close the connection; on the master, stop serving (when the last master store of
+        a multi-tenant server closes). Also done when the store is garbage collected."""
+        self._finalizer()
+
+    def __enter__(self) -> TCPStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        role = "master" if self._server is not None else "client"
+        return f"TCPStore({role}, {self._host}:{self._port})"

@@ -1,0 +1,283 @@
+"""Work handles and the watchdog: the one bounded wait of accelrt.distributed.
+
+A :class:`Work` is the handle of an asynchronous operation (an event on a comm stream, or an
+engine's point-to-point :class:`~accelrt.distributed._engine.Request`); the watchdog thread
+ends the job when an engine call runs past its group's timeout (MPI has no timeouts of its
+own), printing the rank, the operation and its sequence number.
+
+Example::
+
+    >>> from accelrt.distributed._work import Work
+    >>> Work.completed().wait()
+    True
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .._event import Event
+from .._stream import _current
+from ._engine import Request
+from ._errors import DistTimeoutError
+
+if TYPE_CHECKING:
+    from ._group import ProcessGroup
+
+__all__ = ["ABORT_GRACE", "WATCHDOG", "Work", "wait_until"]
+
+_monotonic = time.monotonic
+
+
+# ---------------------------------------------------------------------------- watchdog
+class _Watchdog:
+    """Ends the job when an engine call runs past its deadline (a daemon thread)."""
+
+    def __init__(self) -> None:
+        self._active: dict[int, tuple[float, ProcessGroup, str, int, float]] = {}
+        self._tokens = itertools.count(1)
+        self._thread: threading.Thread | None = None
+        self._wake = threading.Event()
+        self._interval = 1.0
+        self.on_timeout: Callable[[ProcessGroup, str, int, float], None] = _abort_job
+        self.groups: list[ProcessGroup] = []   # their fast-path calls are watched too
+
+    def watch(self, group: ProcessGroup) -> None:
+        """Watch ``group``'s direct engine calls (its ``_t0``/``_op``/``_opseq`` slots)."""
+        self.groups = [g for g in self.groups if not g.destroyed] + [group]
+        if self._thread is None or group.timeout / 4 < self._interval:
+            self._start(min(1.0, max(0.01, group.timeout / 4)))
+
+    def watching(self, group: ProcessGroup, op: str, seq: int,
+                 timeout: float | None = None) -> _Watched:
+        """``with WATCHDOG.watching(group, op, seq):`` around a call that blocks on peers: the
+        one bounded wait of accelrt.distributed. Past ``timeout`` (the group's by default) the
+        watchdog ends the job naming the rank, ``op`` and ``seq`` (:func:`_abort_job`)."""
+        return _Watched(self, group, op, seq, group.timeout if timeout is None else timeout)
+
+    def enter(self, group: ProcessGroup, op: str, seq: int, timeout: float) -> int:
+        tok = next(self._tokens)
+        self._active[tok] = (time.monotonic() + timeout, group, op, seq, timeout)
+        if self._thread is None or timeout / 4 < self._interval:
+            self._start(min(1.0, max(0.01, timeout / 4)))
+        return tok
+
+    def exit(self, tok: int) -> None:
+        self._active.pop(tok, None)
+
+    def _start(self, interval: float) -> None:
+        self._interval = interval
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="accelrt-dist-watchdog",
+                                            daemon=True)
+            self._thread.start()
+        else:
+            self._wake.set()
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait(self._interval)
+            self._wake.clear()
+            now = time.monotonic()
+            for deadline, group, op, seq, timeout in list(self._active.values()):
+                if now > deadline:
+                    self.on_timeout(group, op, seq, timeout)
+            for group in self.groups:
+                t0 = group._t0
+                if t0 and now - t0 > group.timeout:
+                    self.on_timeout(group, group._op, group._opseq, group.timeout)
+
+
+class _Watched:
+    """A watched blocking call (see :meth:`_Watchdog.watching`)."""
+
+    __slots__ = ("_args", "_tok", "_wd")
+
+    def __init__(self, wd: _Watchdog, group: ProcessGroup, op: str, seq: int,
+                 timeout: float) -> None:
+        self._wd, self._args, self._tok = wd, (group, op, seq, timeout), 0
+
+    def __enter__(self) -> None:
+        self._tok = self._wd.enter(*self._args)
+
+    def __exit__(self, *exc: object) -> None:
+        self._wd.exit(self._tok)
+
+
+def wait_until(done: Callable[[], bool], timeout: float,
+               error: Callable[[], DistTimeoutError]) -> None:
+    """Poll ``done()`` until it answers True, raising ``error()`` after ``timeout`` seconds:
+    a wait the caller bounds itself (``Work.wait(timeout=)``, ``monitored_barrier``) and can
+    recover from, where :meth:`_Watchdog.watching` ends the job."""
+    deadline = _monotonic() + timeout
+    while not done():
+        if _monotonic() > deadline:
+            raise error()
+        time.sleep(0)
+
+
+def _abort_job(group: ProcessGroup, op: str, seq: int, timeout: float) -> None:
+    msg = (f"accelrt.distributed: rank {group.global_rank}: {op} (sequence number {seq}) on "
+           f"group {group.name!r} did not complete within {timeout:g} s: a peer is stuck, "
+           "died, or issued a different collective. Aborting the job (set timeout= on "
+           "init_process_group/new_group to change the limit; ACCELRT_DISTRIBUTED_DEBUG=DETAIL "
+           "checks that every rank issues the same collectives).")
+    # logging's last-resort handler puts it on stderr when the program configured no logging
+    logging.getLogger("accelrt.distributed").critical(msg)
+    for f in (sys.stderr, sys.stdout):
+        try:
+            f.flush()
+        except Exception:   # a closed stream: nothing to lose
+            pass
+    # MPI launchers tear the job down at the abort, dropping rank output they have not
+    # forwarded yet (seen with MPICH's hydra: the whole output lost in about one abort in
+    # twelve): give the launcher a moment to forward this message first
+    time.sleep(ABORT_GRACE)
+    for eng in list(group._engines.values()):
+        try:
+            eng.abort()
+        except Exception:   # the job ends below anyway
+            pass
+    os._exit(124)
+
+
+#: seconds between printing the timeout message and aborting the job (see _abort_job)
+ABORT_GRACE = 0.25
+
+WATCHDOG = _Watchdog()
+
+
+# ---------------------------------------------------------------------------- work
+class Work:
+    """A handle on an asynchronous operation (``torch.distributed.Work``).
+
+    ``wait()`` makes the current stream of the operation's device wait for it (host memory:
+    blocks until done), ``synchronize()`` blocks the host, ``is_completed()`` asks. Both
+    re-raise an error the operation (or earlier queued work of its group) hit.
+
+    Example::
+
+        >>> from accelrt.distributed import Work
+        >>> w = Work.completed()
+        >>> w.is_completed(), w.wait()
+        (True, True)
+    """
+
+    def __init__(self, group: ProcessGroup | None, op: str, seq: int, *,
+                 event: Event | None = None, stream_of: tuple[Any, int] | None = None,
+                 request: Request | None = None, finish: Callable[[], None] | None = None,
+                 outputs: Sequence[Any] = ()) -> None:
+        self._group, self._op, self._seq = group, op, seq
+        self._event, self._stream_of = event, stream_of
+        self._request, self._finish = request, finish
+        self._outputs = list(outputs)
+        self._done = event is None and request is None
+        self._source = -1
+        self._exc: BaseException | None = None
+
+    @classmethod
+    def completed(cls, outputs: Sequence[Any] = ()) -> Work:
+        """A finished work handle."""
+        return cls(None, "", 0, outputs=outputs)
+
+    def _check(self) -> None:
+        # the operation's own error, or one kept by its group (queued work fails together);
+        # not the group's destruction: destroy_process_group() drained every operation first
+        # (as ProcessGroupNCCL::shutdown flushes its work), so a handle on one that finished
+        # still answers after it, as a torch Work does
+        if self._exc is not None:
+            raise self._exc
+        if self._group is not None and self._group._error is not None:
+            raise self._group._error
+
+    def _timed_out(self, timeout: float) -> DistTimeoutError:
+        rank = -1 if self._group is None else self._group.global_rank
+        return DistTimeoutError(f"rank {rank}: {self._op} (sequence number {self._seq}) did not "
+                                f"complete within {timeout:g} s", rank=rank, op=self._op,
+                                seq=self._seq)
+
+    def _complete_request(self, timeout: float | None) -> None:
+        req, g = self._request, self._group
+        assert req is not None and g is not None
+        try:
+            if timeout is not None:
+                wait_until(req.test, timeout, lambda: self._timed_out(timeout))
+                self._source = req.wait()
+            else:
+                with WATCHDOG.watching(g, self._op, self._seq):
+                    self._source = req.wait()
+        except DistTimeoutError:
+            raise
+        except Exception as exc:
+            self._exc = g._engine_error(self._op, self._seq, exc)
+            raise self._exc from exc
+        self._request = None
+        if self._finish is not None:
+            fin, self._finish = self._finish, None
+            fin()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Order the current stream after the operation (host arrays and point-to-point: block
+        until done); ``timeout`` (seconds) bounds a host wait with :class:`DistTimeoutError`.
+        Returns True."""
+        if self._request is not None:
+            self._complete_request(timeout)
+        elif self._event is not None:
+            if timeout is not None:
+                wait_until(self._event.query, timeout, lambda: self._timed_out(timeout))
+            assert self._stream_of is not None
+            b, index = self._stream_of
+            self._event.wait(_current(b, index))
+        self._check()
+        return True
+
+    def synchronize(self) -> None:
+        """Block the host until the operation completed."""
+        if self._request is not None:
+            self._complete_request(None)
+        elif self._event is not None:
+            self._event.synchronize()
+        self._check()
+
+    def is_completed(self) -> bool:
+        """True once the operation completed (point-to-point: its data arrived)."""
+        if self._request is not None:
+            try:
+                return self._request.test()
+            except Exception as exc:
+                assert self._group is not None
+                self._exc = self._group._engine_error(self._op, self._seq, exc)
+                return True
+        if self._event is not None:
+            return self._event.query()
+        return True
+
+    def is_success(self) -> bool:
+        """True if completed without an error."""
+        return self.is_completed() and self.exception() is None
+
+    def exception(self) -> BaseException | None:
+        """The error this work (or its group) hit, or None."""
+        if self._exc is not None:
+            return self._exc
+        return None if self._group is None else self._group._error
+
+    def source_rank(self) -> int:
+        """For a receive: the group rank the data came from."""
+        if self._request is not None:
+            self._complete_request(None)
+        return self._source
+
+    def result(self) -> list[Any]:
+        """The output arrays of the operation."""
+        return list(self._outputs)
+
+    def __repr__(self) -> str:
+        return f"<accelrt.distributed.Work {self._op or 'completed'} seq={self._seq}>"

@@ -1,0 +1,143 @@
+"""The process-wide state of accelrt.distributed: the world group, the groups made since
+:func:`~accelrt.distributed.init_process_group`, and the ``group`` argument every public
+function takes (``None``: the world; ``GroupMember.NON_GROUP_MEMBER``: not a member).
+
+Example::
+
+    >>> from accelrt.distributed._world import GroupMember, _S
+    >>> _S.world is None, GroupMember.WORLD is None
+    (True, True)
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from typing import TYPE_CHECKING, Union
+
+from ._group import ProcessGroup
+from ._store import Store
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    from .._array import Array
+    from .._typing import HostArray
+
+
+class _NonMember:
+    """The group handle of a rank that is not in a group (``GroupMember.NON_GROUP_MEMBER``)."""
+
+    def __repr__(self) -> str:
+        return "<accelrt.distributed.GroupMember.NON_GROUP_MEMBER>"
+
+
+class GroupMember:
+    """``GroupMember.WORLD`` (the default group, or None) and ``NON_GROUP_MEMBER``.
+
+    Example::
+
+        >>> from accelrt.distributed import GroupMember
+        >>> GroupMember.NON_GROUP_MEMBER
+        <accelrt.distributed.GroupMember.NON_GROUP_MEMBER>
+    """
+
+    WORLD: ProcessGroup | None = None
+    NON_GROUP_MEMBER = _NonMember()
+
+
+class _State:
+    world: ProcessGroup | None = None
+    store: Store | None = None   # the store the world met through (kept alive with it)
+    groups: list[ProcessGroup] = []
+    counter = 0
+    pg_count = 0   # get_pg_count(): groups made since init (the world included)
+    hook_installed = False
+
+
+_S = _State()
+
+#: what every ``group`` argument accepts: a group, ``GroupMember.NON_GROUP_MEMBER`` (this rank
+#: is not a member: the call does nothing) or None (the world)
+GroupArg = ProcessGroup | _NonMember | None
+
+#: what every array argument accepts ("tensor" in torch's names): an :class:`accelrt.Array`
+#: or a numpy array (host memory)
+ArrayArg: TypeAlias = Union["Array", "HostArray"]
+
+#: what every ``timeout`` argument accepts: a ``datetime.timedelta`` or seconds (None: the
+#: default)
+TimeoutArg: TypeAlias = datetime.timedelta | float | None
+
+
+def _seconds(timeout: TimeoutArg, default: float) -> float:
+    if timeout is None:
+        env = os.environ.get("ACCELRT_DISTRIBUTED_TIMEOUT")
+        return float(env) if env else default
+    if isinstance(timeout, datetime.timedelta):
+        value = timeout.total_seconds()
+    elif isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
+        value = float(timeout)
+    else:
+        raise TypeError(f"timeout must be a datetime.timedelta or a number of seconds, got "
+                        f"{type(timeout).__name__}")
+    if not value > 0:
+        raise ValueError(f"timeout must be positive, got {value}")
+    if value > datetime.timedelta.max.total_seconds():   # inf too: a store needs a timedelta
+        raise ValueError(f"timeout must be finite (at most datetime.timedelta.max), got "
+                         f"{value}")
+    return value
+
+
+def _group(group: GroupArg) -> ProcessGroup | None:
+    if _S.world is None:
+        raise ValueError("Default process group has not been initialized, please make sure to "
+                         "call init_process_group.")
+    if group is None:
+        return _S.world
+    if isinstance(group, _NonMember):
+        return None
+    if not isinstance(group, ProcessGroup):
+        raise TypeError(f"group must be a ProcessGroup or None, got {type(group).__name__}")
+    return group
+
+
+def _warn_not_member(op: str, stacklevel: int = 3) -> None:
+    import warnings
+    rank = -1 if _S.world is None else _S.world.rank()   # get_rank(): the caller checked
+    warnings.warn(f"Running {op} on global rank {rank} which does not belong to the "
+                  "given group.", stacklevel=stacklevel)
+
+
+def _member(group: GroupArg, op: str) -> ProcessGroup | None:
+    """``group``'s process group (:func:`_group`), or None, with torch's warning, where this
+    rank is not a member: ``op`` then does nothing."""
+    g = _group(group)
+    if g is None:
+        _warn_not_member(op, stacklevel=4)   # the warning names the caller of ``op``
+    return g
+
+
+def _registered(group: ProcessGroup | _NonMember | None) -> ProcessGroup:
+    g = _group(group)
+    if g is None:
+        raise ValueError("Group NON_GROUP_MEMBER is not registered, please create group with "
+                         "torch.distributed.new_group API (this rank is not a member)")
+    return g
+
+
+class group:   # noqa: N801  (torch.distributed.group)
+    """``group.WORLD``: the default group (``torch.distributed.group.WORLD``), None before
+    :func:`init_process_group`.
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> dist.group.WORLD is None
+        True
+    """
+
+    WORLD: ProcessGroup | None = None
+
+
+_GroupNS = group   # functions whose parameter is named ``group`` set group.WORLD through this
