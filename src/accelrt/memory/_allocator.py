@@ -38,14 +38,13 @@ from __future__ import annotations
 import collections
 import operator
 import sys
-import threading
 from collections.abc import Callable, Iterable
 from queue import Empty as _Empty
 from typing import Any, Final, SupportsIndex, cast
 
 from .._backend import Backend
 from .._errors import OutOfMemoryError
-from .._fork import after_fork_locked, hold_across_fork, reinit_after_fork
+from .._fork import hold_across_fork
 from .._handles import DevicePtr, StreamHandle
 from ._block import (
     ADDR_MASK,
@@ -61,8 +60,6 @@ from ._block import (
     BlockPool,
     bisect_left,
     fl_add,
-    fl_iter_ge,
-    fl_pop_ge,
     fl_remove,
     insort,
     unmapped_remove,
@@ -70,11 +67,27 @@ from ._block import (
 from ._config import SIZE_MAX, AllocatorConfig, get_config
 from ._events import StreamFrees
 from ._expandable import ExpandableSegments
+from ._fit import alloc_slow, free_block, get_free_block
 from ._history import CTX_ALL, CTX_ALLOC, CTX_LEVELS, History, capture_frames, check_history_args
 from ._lock import FastLock
 from ._oom import OomReporter, format_size
-from ._pools import PrivatePools, check_pool_id, raw_malloc, retire_segments
-from ._release import garbage_collect, release_available_cached_blocks, release_cached_blocks
+from ._pools import PrivatePools, check_pool_id
+# the registry's names, importable from here as before (tests and modules patch them there)
+from ._registry import (  # noqa: F401
+    _allocators,
+    _apply_config_to_all,
+    _cache_disabled,
+    _check_config_for_all,
+    _lock,
+    _retire_after_fork,
+    _wants_pool,
+    all_allocators,
+    caching_enabled,
+    get_allocator,
+    peek_allocator,
+    set_caching,
+)
+from ._release import release_cached_blocks
 from ._segments import segment_of, snapshot_segments
 from ._stats import FLAT_KEYS, SORTED_KEYS, DeviceStats, HotCounters
 
@@ -322,7 +335,7 @@ class DeviceCachingAllocator:
         deferred free): the address of the best-fit cached block, split as the general code
         splits it, or 0 (nothing changed) when no cached block fits.
 
-        The general code (:meth:`_malloc_locked` -> :meth:`_get_free_block` ->
+        The general code (:meth:`_malloc_locked` -> :func:`._fit.get_free_block` ->
         :meth:`_cut_block`) written out for this case, which it must match:
         ``tests/memory/test_allocator_fast_paths.py`` runs both on the same sequences and
         compares the state, and ``bench/bench_allocator.py`` times both. (Locals are few and
@@ -496,9 +509,9 @@ class DeviceCachingAllocator:
                     else self._large)
         h = self._history
         frames = capture_frames() if h is not None and h.context else None
-        blk = self._get_free_block(pool, stream, rounded)
+        blk = get_free_block(self, pool, stream, rounded)
         if blk is None:
-            blk = self._alloc_slow(pool, stream, rounded, frames)
+            blk = alloc_slow(self, pool, stream, rounded, frames)
             if blk is None:
                 if self._rejected:
                     return self._oom.prepare_rejection(rounded, size)
@@ -768,7 +781,7 @@ class DeviceCachingAllocator:
         else:
             return False
         blk.allocated = False
-        blk.frames = None   # (as _free_block)
+        blk.frames = None   # (as _fit.free_block)
         self._deferred = blk
         self._fast_malloc = False   # (_fast_flags)
         self._free_slow = True
@@ -776,7 +789,7 @@ class DeviceCachingAllocator:
 
     def _free_cached(self, blk: Block) -> None:
         """The fast path of :meth:`free` (``_lock`` held; ``blk`` live, on no other stream;
-        no history): the general code (:meth:`_free_locked` -> :meth:`_free_block` ->
+        no history): the general code (:meth:`_free_locked` -> :func:`._fit.free_block` ->
         :meth:`_merge`) written out for this case, which it must match (the fast-path tests
         run both on the same sequences and compare the state; bench_allocator times both)."""
         pool = blk.pool
@@ -793,7 +806,7 @@ class DeviceCachingAllocator:
         c.allocated_bytes -= size
         if size >= self._max_split_size:
             self._stats.oversize_allocations.decrease(1)
-        # _free_block
+        # _fit.free_block
         c.requested_bytes -= blk.requested
         try:
             fl = pool.free[blk.stream]
@@ -845,7 +858,7 @@ class DeviceCachingAllocator:
         else:
             # nothing to merge
             if (prev is not None or nx is not None) and blk.exp is None:
-                # inactive_split (as _free_block; increases update the peaks at once): a
+                # inactive_split (as _fit.free_block; increases update the peaks at once): a
                 # split block joins them
                 c.count_split(size)
             key = (size << 64) | ptr
@@ -857,7 +870,7 @@ class DeviceCachingAllocator:
             return
         # merged: blk is the surviving block
         if blk.exp is None:
-            # inactive_split (as _free_block): the freed block's bytes join them if the
+            # inactive_split (as _fit.free_block): the freed block's bytes join them if the
             # survivor is still split (one block fewer if it merged with both), else the
             # merged ones leave
             if blk.prev is not None or blk.next is not None:
@@ -1004,7 +1017,7 @@ class DeviceCachingAllocator:
             c.pending_bytes += size
             self._stream_frees.free_later(blk)
         else:
-            self._free_block(blk, False)
+            free_block(self, blk, False)
 
     # ------------------------------------------------------------------ caching on/off
     def set_caching(self, enabled: bool) -> None:
@@ -1396,187 +1409,6 @@ class DeviceCachingAllocator:
     def _remove_free(self, b: Block) -> None:
         fl_remove(b.pool.free[b.stream], (b.size << KEY_SHIFT) | b.addr)
 
-    def _get_free_block(self, pool: BlockPool, stream: int, rounded: int) -> Block | None:
-        """The best-fit cached block for ``rounded`` bytes on ``stream``, out of its free
-        list; ``None`` if none may serve it."""
-        fl = pool.free.get(stream)
-        if self._simple:
-            # no oversize limit, GC or expandable blocks: the smallest block that fits
-            if fl:
-                key = fl_pop_ge(fl, rounded << KEY_SHIFT)
-                if key >= 0:
-                    return self._blocks[key & ADDR_MASK]
-            return None
-        if self._gc_on:
-            pool.gc_calls += 1
-        if not fl:
-            return None
-        blocks = self._blocks
-        start = rounded << KEY_SHIFT
-        if type(fl) is list:
-            i = bisect_left(fl, start)
-            if i == len(fl):
-                return None
-            key = fl[i]
-        else:
-            i = -1
-            key = next(fl.iter_ge(start), -1)  # type: ignore[union-attr]
-            if key < 0:
-                return None
-        blk = blocks[key & ADDR_MASK]
-        if blk.exp is not None:
-            # the keys after the first fit, ascending
-            keys = iter(fl[i + 1:]) if i >= 0 else fl_iter_ge(fl, key + 1)  # type: ignore[index]
-            if self._expandable:
-                # among expandable candidates, prefer the one whose size including the
-                # unmapped range after it is smallest (PyTorch's expandable best fit)
-                size = blk.size
-                nx = blk.next
-                esize = size + (nx.size if nx is not None and not nx.mapped else 0)
-                for k in keys:
-                    nb = blocks[k & ADDR_MASK]
-                    nx = nb.next
-                    nsize = nb.size + (nx.size if nx is not None and not nx.mapped else 0)
-                    if nsize < esize:
-                        key = k
-                        blk = nb
-                        esize = nsize
-                        if nb.exp is None:
-                            break
-                    else:
-                        break
-            else:
-                for k in keys:
-                    blk = blocks[k & ADDR_MASK]
-                    if blk.exp is None:
-                        key = k
-                        break
-                else:
-                    return None
-        bsize = blk.size
-        mss = self._max_split_size
-        if rounded < mss:
-            if bsize >= mss:
-                return None
-        elif bsize >= rounded + self._max_non_split_rounding:
-            return None
-        if i >= 0 and fl[i] == key:  # type: ignore[index]
-            del fl[i]  # type: ignore[union-attr]
-        else:
-            fl_remove(fl, key)
-        return blk
-
-    # ------------------------------------------------------------------ allocation
-    def _alloc_slow(self, pool: BlockPool, stream: int, rounded: int,
-                    frames: list[dict[str, Any]] | None) -> Block | None:
-        alloc_size = self._allocation_size(rounded)
-        if self._expandable and not self.vm_supported():
-            raise self._vm_error()
-        if self._gc_on:
-            garbage_collect(self)
-        self._rejected = False
-        blk = self._alloc_block(pool, stream, rounded, alloc_size, False, frames)
-        if blk is not None or self._rejected:
-            return blk
-        if release_available_cached_blocks(self, pool, stream, rounded):
-            blk = self._alloc_block(pool, stream, rounded, alloc_size, False, frames)
-            if blk is not None:
-                return blk
-        if not self._pools.captures:
-            self._oom.check_retry_sync()   # sync debug mode: the release below waits for events
-            release_cached_blocks(self, DEFAULT_POOL)
-            return self._alloc_block(pool, stream, rounded, alloc_size, True, frames)
-        return None
-
-    def _alloc_block(self, pool: BlockPool, stream: int, rounded: int, alloc_size: int,
-                     is_retry: bool, frames: list[dict[str, Any]] | None) -> Block | None:
-        st = self._stats
-        if is_retry:
-            st.num_alloc_retries += 1
-        if self._allowed_max is not None and self._total_reserved + alloc_size > self._allowed_max:
-            if self._cfg.throw_on_malloc_oom:
-                # PyTorch 2.14's throw_on_cudamalloc_oom: reject at once, no cache release
-                st.num_oom_rejections += 1
-                self._rejected = True
-            return None
-        if self._expandable and (pool.owner is None or pool.owner.allocator is None):
-            return self._expandable_segments.allocate(pool, stream, rounded, frames)
-        if self._cfg.release_lock_on_malloc:
-            # release_lock_on_cudamalloc: other threads may use the allocator meanwhile; the
-            # new segment is not visible to them until it is linked below.
-            self._lock.release()
-            try:
-                ptr = raw_malloc(self._b, self._index, pool, alloc_size, stream)
-            finally:
-                self._lock.acquire()
-                # a free that another thread's fast path deferred meanwhile happened before
-                # what follows (a cache release and retry on out-of-memory, the statistics)
-                self._flush_deferred()
-        else:
-            ptr = raw_malloc(self._b, self._index, pool, alloc_size, stream)
-        if not ptr:
-            return None
-        blk = Block(ptr, alloc_size, stream, pool)
-        blk.seg_frames = frames
-        self._blocks[ptr] = blk
-        self._total_reserved += alloc_size
-        if pool.owner is not None:
-            pool.owner.reserved += alloc_size
-        st.count_segment(pool.type_index, alloc_size, alloc_size >= self._max_split_size, True)
-        h = self._history
-        if h is not None:
-            h.record("segment_alloc", ptr, alloc_size, stream,
-                     frames if h.context >= CTX_ALLOC else None)
-        return blk
-
-    # ------------------------------------------------------------------ freeing
-    def _free_block(self, blk: Block, pending: bool) -> None:
-        """Free *completed*: merge ``blk`` with its free neighbours (:meth:`_merge`), count
-        the merge and cache the block. ``pending``: the free waited for events."""
-        orig_size = blk.size
-        req = blk.requested
-        st = self._stats
-        h = self._history
-        if h is not None:
-            # a direct free carries the freeing call's stack with context="all" (PyTorch)
-            h.record("free_completed", blk.addr, req, blk.stream, capture_frames()
-                     if h.context >= CTX_ALL and not pending else blk.frames)
-        # a free block has no allocation stack (PyTorch's free_block resets
-        # context_when_allocated): a snapshot's inactive blocks carry no frames
-        blk.frames = None
-        blk.stream_uses = None
-        pool = blk.pool
-        c = pool.hot
-        st.settle_grown()
-        b = blk
-        if blk.prev is not None or blk.next is not None:
-            b, merged, merged_bytes = self._merge(blk)
-            if blk.exp is None:
-                # inactive_split: the survivor joins them if still split, minus the merged
-                net_n = -merged
-                net_b = -merged_bytes
-                if b.prev is not None or b.next is not None:
-                    net_n += 1
-                    net_b += b.size
-                if (net_n < 0 or net_b < 0) and st.dirty_split:
-                    st.settle_split()
-                if net_n:
-                    c.inactive_split += net_n
-                    if net_n > 0:
-                        c.inactive_split_sum += net_n
-                        st.dirty_split = True
-                if net_b:
-                    c.inactive_split_bytes += net_b
-                    if net_b > 0:
-                        c.inactive_split_bytes_sum += net_b
-                        st.dirty_split = True
-        fl_add(pool.free, b.stream, (b.size << KEY_SHIFT) | b.addr)
-        b.gc_base = pool.gc_calls
-        c.requested_bytes -= req
-        if pending:
-            c.pending_frees -= 1
-            c.pending_bytes -= orig_size
-
     # ------------------------------------------------------------------ fraction
     def _set_fraction_locked(self, fraction: float) -> None:
         self._allowed_max = None if fraction == 1.0 else int(fraction * self._device_total)
@@ -1727,127 +1559,3 @@ def _roundup_power2_next_division(size: int, divisions: int) -> int:
         return 2 * floor_pow2
     f = size & ~(step - 1)
     return size if f == size else f + step
-
-
-# ---------------------------------------------------------------------- registry
-
-_lock = reinit_after_fork(threading.Lock())
-_allocators: dict[tuple[str, int], DeviceCachingAllocator] = {}   # guarded by _lock
-#: Backends whose caching is turned off (caching_allocator_enable(False)); guarded by _lock
-_cache_disabled: set[str] = set()
-
-
-def set_caching(name: str, enabled: bool) -> None:
-    """Turn caching on or off for every device of backend ``name``, now and for devices
-    started later (``torch.cuda.caching_allocator_enable``)."""
-    with _lock:
-        if enabled:
-            _cache_disabled.discard(name)
-        else:
-            _cache_disabled.add(name)
-        targets = [a for (n, _), a in _allocators.items() if n == name]
-    for a in targets:
-        a.set_caching(enabled)
-
-
-def caching_enabled(name: str) -> bool:
-    """False while :func:`set_caching` has caching of backend ``name`` off."""
-    return name not in _cache_disabled
-
-
-def get_allocator(backend: Backend, index: int) -> DeviceCachingAllocator:
-    """The caching allocator of device ``index`` of ``backend`` (created on first use).
-
-    Example::
-
-        >>> from accelrt.backends import get_backend
-        >>> from accelrt.memory._allocator import get_allocator
-        >>> a = get_allocator(get_backend("cpu"), 0)
-        >>> a is get_allocator(get_backend("cpu"), 0)
-        True
-    """
-    key = (backend.name, index)
-    a = _allocators.get(key)
-    # a backend registered again under the same name (backends.register(..., replace=True))
-    # gets a new allocator: the old one's blocks are the old instance's memory (its live
-    # arrays keep it and free into it)
-    if a is None or a._b is not backend:
-        cfg = get_config()  # outside _lock: set_allocator_settings takes the locks the other way
-        with _lock:
-            a = _allocators.get(key)
-            if a is None or a._b is not backend:
-                plug = sys.modules.get("accelrt.memory._pluggable")   # change_current_allocator
-                a = plug._make_allocator(backend, index) if plug is not None else None
-                if a is None and _wants_pool(cfg, backend, index):
-                    from ._malloc_async import MallocAsyncAllocator   # (it imports this module)
-                    a = MallocAsyncAllocator(backend, index, cfg)
-                if a is None:
-                    a = DeviceCachingAllocator(backend, index, cfg)
-                _allocators[key] = a
-        latest = get_config()
-        if latest is not cfg:  # settings changed while it was being created
-            a.set_config(latest)
-    return a
-
-
-def peek_allocator(name: str, index: int) -> DeviceCachingAllocator | None:
-    """The allocator of ``name:index`` if it was created, else ``None``.
-
-    Example::
-
-        >>> from accelrt.memory._allocator import peek_allocator
-        >>> peek_allocator("nosuchbackend", 0) is None
-        True
-    """
-    return _allocators.get((name, index))
-
-
-def all_allocators() -> list[DeviceCachingAllocator]:
-    """Every allocator created so far."""
-    with _lock:
-        return list(_allocators.values())
-
-
-def _retire_after_fork(in_child: bool) -> None:
-    """After a ``fork`` (every allocator's lock held by the forking thread): where the
-    backend's memory stays shared with the child, each process stops handing out the segments
-    of the fork's moment (``_pools.retire_segments``), as CUDA's allocator is per process; the
-    arrays in them keep working in both."""
-    for a in list(_allocators.values()):
-        if a._blocks and a._b.capabilities(a._index).fork_shares_memory:
-            retire_segments(a)
-
-
-after_fork_locked(_retire_after_fork)
-
-
-def _wants_pool(cfg: AllocatorConfig, backend: Backend, index: int) -> bool:
-    """True when ``cfg`` selects the stream-ordered pool for ``backend``'s device ``index``
-    (``backend:cudaMallocAsync`` on a device that has one)."""
-    return (cfg.backend != "native"
-            and backend.capabilities(index).stream_ordered_memory)
-
-
-def _check_config_for_all(cfg: AllocatorConfig) -> None:
-    from .. import _backend
-    for a in all_allocators():
-        # (the allocators of an unregistered or replaced backend instance serve nothing new)
-        if (a.allocator_backend in ("native", "cudaMallocAsync")
-                and _backend._instances.get(a._name) is a._b):
-            want = "cudaMallocAsync" if _wants_pool(cfg, a._b, a._index) else "native"
-            if want != a.allocator_backend:
-                raise ValueError(
-                    f"Allocator backend parsed at runtime != allocator backend parsed at load "
-                    f"time: the allocator of {a._name}:{a._index} already runs backend:"
-                    f"{a.allocator_backend}, which cannot change in a process; set "
-                    f"backend:{cfg.backend} in ACCELRT_ALLOC_CONF before the first allocation")
-    if cfg.expandable_segments:
-        for a in all_allocators():
-            if not a.vm_supported():
-                raise a._vm_error()
-
-
-def _apply_config_to_all(cfg: AllocatorConfig) -> None:
-    for a in all_allocators():
-        a.set_config(cfg)
-

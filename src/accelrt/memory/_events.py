@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from .. import _sync_debug
 from .._handles import EventHandle, StreamHandle
 from ._block import Block, PrivatePool
+from ._fit import free_block
 
 if TYPE_CHECKING:
     from ._allocator import DeviceCachingAllocator
@@ -38,7 +39,7 @@ class StreamFrees:
     block was used on, and frees made during a capture (guarded by the allocator's lock).
 
     A free waiting here is *requested* but not *completed*; when its last event completes,
-    the allocator's :meth:`~accelrt.memory._allocator.DeviceCachingAllocator._free_block`
+    the allocator's :func:`~accelrt.memory._fit.free_block`
     caches the block.
 
     Attributes:
@@ -121,7 +122,7 @@ class StreamFrees:
             q.append((ev, blk))
             alloc._fast = alloc._fast_malloc = alloc._fast_reuse = False   # (see malloc)
         if blk.event_count == 0:
-            alloc._free_block(blk, True)
+            free_block(alloc, blk, True)
         if error is not None:
             raise error
 
@@ -155,7 +156,7 @@ class StreamFrees:
                 self.event_pool.append(ev)
                 blk.event_count -= 1
                 if blk.event_count == 0:
-                    alloc._free_block(blk, True)
+                    free_block(alloc, blk, True)
             if not q:
                 del self.events[s]
         if not self.events:
@@ -181,7 +182,7 @@ class StreamFrees:
                 self.event_pool.append(ev)
                 blk.event_count -= 1
                 if blk.event_count == 0:
-                    alloc._free_block(blk, True)
+                    free_block(alloc, blk, True)
             if keep:
                 self.events[s] = keep
             else:
