@@ -55,18 +55,16 @@ from ._block import (
     K_SMALL_BUFFER,
     K_SMALL_SIZE,
     KEY_SHIFT,
-    SMALL_MAX,
     Block,
     BlockPool,
-    bisect_left,
     fl_add,
     fl_remove,
-    insort,
     unmapped_remove,
 )
 from ._config import SIZE_MAX, AllocatorConfig, get_config
 from ._events import StreamFrees
 from ._expandable import ExpandableSegments
+from ._fast import defer_free, free_cached, malloc_cached, reuse_deferred
 from ._fit import alloc_slow, free_block, get_free_block
 from ._history import CTX_ALL, CTX_ALLOC, CTX_LEVELS, History, capture_frames, check_history_args
 from ._lock import FastLock
@@ -306,11 +304,11 @@ class DeviceCachingAllocator:
             # The named fast paths, each the general code (_malloc_locked) written out for one
             # common case; each returns 0 where the general code must run instead.
             if self._fast_malloc:
-                addr = self._malloc_cached(size, stream)
+                addr = malloc_cached(self, size, stream)
             elif self._fast_reuse:
                 addr = self._expandable_segments.malloc_cached(size, stream)
             elif self._deferred is not None:
-                addr = self._reuse_deferred(size, stream)
+                addr = reuse_deferred(self, size, stream)
             else:
                 addr = 0
             if addr:
@@ -328,156 +326,6 @@ class DeviceCachingAllocator:
             return res
         self._oom.raise_oom(*cast("tuple[str, int, int, int, int]", res))  # not an int: OOM
         raise AssertionError("unreachable")
-
-    def _malloc_cached(self, size: int, stream: int) -> int:
-        """The fast path of :meth:`malloc` (``_lock`` held, ``_fast_malloc``: default rounding
-        and pools; no events, history, captures, expandable segments, oversize limit or
-        deferred free): the address of the best-fit cached block, split as the general code
-        splits it, or 0 (nothing changed) when no cached block fits.
-
-        The general code (:meth:`_malloc_locked` -> :func:`._fit.get_free_block` ->
-        :meth:`_cut_block`) written out for this case, which it must match:
-        ``tests/memory/test_allocator_fast_paths.py`` runs both on the same sequences and
-        compares the state, and ``bench/bench_allocator.py`` times both. (Locals are few and
-        reused: each one costs every call its initialization and clearing.)
-        """
-        rounded = (size + 511) & -512   # K_MIN_BLOCK (literals: LOAD_CONST)
-        if rounded <= 1048576:          # K_SMALL_SIZE
-            pool = self._small
-            split_min = 512
-        else:
-            pool = self._large
-            split_min = 1048577   # K_SMALL_SIZE + 1
-        try:
-            fl = pool.free[stream]      # KeyError: no free list on this stream
-            plain = type(fl) is list
-            if plain:
-                # the best fit's key stays in the list for now: a split's remainder
-                # key usually takes its place (below)
-                i = bisect_left(fl, rounded << 64)  # type: ignore[arg-type]
-                key = fl[i]  # type: ignore[index]   # IndexError: none fits
-            else:   # a long FreeList: FreeList.pop_ge, inlined
-                maxes = fl.maxes  # type: ignore[union-attr]
-                n = bisect_left(maxes, rounded << 64)
-                sub = fl.lists[n]  # type: ignore[union-attr]   # IndexError: none fits
-                i = bisect_left(sub, rounded << 64)
-                key = sub.pop(i)
-                if not sub:
-                    del fl.lists[n]  # type: ignore[union-attr]
-                    del maxes[n]
-                elif i == len(sub):
-                    maxes[n] = sub[-1]
-        except LookupError:
-            return 0   # (the general path)
-        addr = key & 0xFFFFFFFFFFFFFFFF   # ADDR_MASK
-        blk = self._blocks[addr]
-        c = pool.hot
-        bsize = blk.size    # (the block's size once allocated)
-        remaining = bsize - rounded
-        if remaining >= split_min:
-            # the split of _malloc_locked (_cut_block); inactive_split first
-            nx = blk.next
-            if nx is not None or blk.prev is not None:   # already split
-                if self._stats.dirty_split:
-                    self._stats.settle_split()
-                c.inactive_split_bytes -= rounded
-            else:
-                c.count_split(remaining)
-            raddr = addr + rounded
-            if self._spares:
-                rest = self._spares.pop()
-                rest.addr = raddr
-                rest.size = remaining
-                rest.stream = stream
-                rest.pool = pool
-                rest.exp = None
-                rest.requested = 0
-                rest.frames = None
-            else:
-                rest = Block(raddr, remaining, stream, pool)
-            rest.prev = blk
-            rest.next = nx
-            if nx is not None:
-                nx.prev = rest
-            blk.next = rest
-            blk.size = bsize = rounded
-            self._blocks[raddr] = rest
-            key = (remaining << 64) | raddr
-            if not plain:   # a long FreeList
-                fl.add(key)  # type: ignore[union-attr]
-            elif i and fl[i - 1] > key:  # type: ignore[index]
-                # (keys between: the remainder's moves below them; as insort)
-                del fl[i]  # type: ignore[union-attr]
-                insort(fl, key, 0, i)  # type: ignore[arg-type]
-            else:   # the remainder's key takes the place of the block's
-                fl[i] = key  # type: ignore[index]
-            rest.gc_base = pool.gc_calls
-        else:
-            if plain:
-                del fl[i]  # type: ignore[union-attr]
-            if blk.next is not None or blk.prev is not None:
-                if self._stats.dirty_split:
-                    self._stats.settle_split()
-                c.inactive_split_bytes -= bsize
-                c.inactive_split -= 1
-        # the allocation count of _malloc_locked
-        blk.allocated = True
-        blk.requested = size
-        c.allocations += 1
-        c.allocated_bytes += bsize
-        c.requested_bytes += size
-        c.allocations_sum += 1
-        c.allocated_bytes_sum += bsize
-        c.requested_bytes_sum += size
-        c.grew = True
-        return addr
-
-    def _reuse_deferred(self, size: int, stream: int) -> int:
-        """The deferred-free fast path of :meth:`malloc` (``_lock`` held, a free deferred):
-        immediate reuse of the block that :meth:`free` just cached, whose free-list insertion
-        (and merge with the free block after it) free deferred because that block is this
-        request's best fit (see :meth:`_defer_free` and :meth:`_flush_deferred`). The eager
-        free + this malloc would merge and split it again: the same blocks result, and only
-        the statistics change. Mirrors the eager code (the fast-path tests compare it with the
-        general code). Returns the address, or 0 (nothing changed) if the request is not that
-        block's: :meth:`_malloc_locked` then completes the free and serves the request.
-        """
-        d = self._deferred
-        assert d is not None   # (malloc calls this only then)
-        rounded = (size + 511) & -512
-        pool = d.pool   # (a default pool: is_small tells which)
-        if d.size != rounded or d.stream != stream or (
-                pool.is_small is not (rounded <= 1048576)):   # K_SMALL_SIZE
-            return 0   # not that block's request
-        self._deferred = None
-        self._defer_misses = 0
-        # (_fast_flags: a free is deferred only with _fast: no history)
-        self._fast_malloc = True
-        self._free_slow = False
-        c = pool.hot
-        nx = d.next
-        if nx is not None:
-            # the merge with nx and the split that undoes it: inactive_split
-            # goes down and back up, counting one more split
-            c.inactive_split_sum += 1
-            c.inactive_split_bytes_sum += nx.size
-            nx.requested = 0
-            nx.frames = None
-            nx.gc_base = pool.gc_calls
-        d.allocated = True
-        n = d.requested
-        if size != n:
-            if size < n:
-                if c.grew or c.other_row.grew:   # (peaks before a decrease)
-                    self._stats.settle()
-            else:
-                c.grew = True
-            d.requested = size
-            c.requested_bytes += size - n
-        c.allocations_sum += 1
-        c.allocated_bytes_sum += rounded
-        c.requested_bytes_sum += size
-        return d.addr
 
     def _malloc_locked(self, size: int, stream: int) -> int | tuple[str, int, int, int, int]:
         """:meth:`malloc` with every option considered (``_lock`` held): the address, or the
@@ -707,8 +555,8 @@ class DeviceCachingAllocator:
                 # not allocated here, used on other streams, history recorded or a free
                 # deferred (_free_locked completes it first): the general code
                 self._free_locked(ptr)
-            elif not (blk.prev is None and self._fast and self._defer_free(blk)):
-                self._free_cached(blk)
+            elif not (blk.prev is None and self._fast and defer_free(self, blk)):
+                free_cached(self, blk)
         finally:
             self._release(None)
 
@@ -731,181 +579,6 @@ class DeviceCachingAllocator:
                 self._release(None)
                 raise
         return True
-
-    def _defer_free(self, blk: Block) -> bool:
-        """The deferred free, a fast path of :meth:`free` (``_lock`` held, ``_fast``, ``blk``
-        live and first in its segment): True if the free was deferred.
-
-        A free that leaves its whole segment free (the block, and the rest of the segment after
-        it if that is free) is deferred when the segment is the best fit of a request of this
-        block's size: an immediate malloc of the same size on the same stream takes the block
-        back (:meth:`_reuse_deferred`), counting only the statistics that change over a free and
-        a malloc; anything else first completes the free through the general code
-        (:meth:`_flush_deferred`). Deferrals not reused make the next ones rarer
-        (``_defer_skip``: 1, 3, 7, ... 63 such frees are skipped).
-        """
-        nx = blk.next
-        pool = blk.pool
-        if not (nx is None or (nx.next is None and not nx.allocated)) or pool.owner is not None:
-            return False
-        if self._defer_skip:
-            self._defer_skip -= 1
-            return False
-        try:
-            fl = pool.free[blk.stream]
-        except KeyError:
-            fl = pool.free[blk.stream] = []   # (as the eager free leaves it)
-        if type(fl) is not list:
-            return False
-        size = blk.size
-        ptr = blk.addr
-        if nx is None:
-            # the best fit unless a block of this size at a lower address is cached (an
-            # empty list: at once)
-            if fl:
-                j = bisect_left(fl, size << 64)
-                if j < len(fl) and fl[j] < (size << 64) | ptr:
-                    return False
-        elif not nx.event_count and not nx.stream_uses and (
-                nx.size > 1048576 or pool.is_small):
-            # merged with nx, the best fit unless a key between (other than nx's) fits first
-            # (nx's key alone in the list: at once); a large block is split again only with
-            # more than 1 MiB left
-            if len(fl) != 1:
-                nsize = nx.size
-                j = bisect_left(fl, size << 64)
-                if j < len(fl) and fl[j] == (nsize << 64) | nx.addr:
-                    j += 1
-                if j < len(fl) and fl[j] < ((size + nsize) << 64) | ptr:
-                    return False
-        else:
-            return False
-        blk.allocated = False
-        blk.frames = None   # (as _fit.free_block)
-        self._deferred = blk
-        self._fast_malloc = False   # (_fast_flags)
-        self._free_slow = True
-        return True
-
-    def _free_cached(self, blk: Block) -> None:
-        """The fast path of :meth:`free` (``_lock`` held; ``blk`` live, on no other stream;
-        no history): the general code (:meth:`_free_locked` -> :func:`._fit.free_block` ->
-        :meth:`_merge`) written out for this case, which it must match (the fast-path tests
-        run both on the same sequences and compare the state; bench_allocator times both)."""
-        pool = blk.pool
-        nx = blk.next
-        prev = blk.prev
-        ptr = blk.addr
-        blk.allocated = False
-        blk.frames = None
-        c = pool.hot
-        if c.grew or c.other_row.grew:
-            self._stats.settle()   # (the peaks, before the decreases)
-        size = blk.size
-        c.allocations -= 1
-        c.allocated_bytes -= size
-        if size >= self._max_split_size:
-            self._stats.oversize_allocations.decrease(1)
-        # _fit.free_block
-        c.requested_bytes -= blk.requested
-        try:
-            fl = pool.free[blk.stream]
-        except KeyError:
-            fl = pool.free[blk.stream] = []
-        plain = type(fl) is list
-        # _merge (blk is mapped: only free mapped neighbours merge), in three cases: the
-        # block before is free (and maybe the one after), only the one after, neither
-        if (prev is not None and not prev.allocated and not prev.event_count
-                and not prev.stream_uses and prev.mapped):
-            merged_bytes = prev.size
-            okey = (merged_bytes << 64) | prev.addr   # (its key's place: see below)
-            if not plain:
-                fl.remove(okey)
-            del self._blocks[ptr]
-            self._spares.append(blk)
-            prev.requested = blk.requested
-            prev.frames = blk.frames
-            if (nx is not None and not nx.allocated and not nx.event_count
-                    and not nx.stream_uses and nx.mapped):
-                nsize = nx.size
-                fl_remove(fl, (nsize << 64) | nx.addr)
-                del self._blocks[nx.addr]
-                self._spares.append(nx)
-                merged = 2
-                merged_bytes += nsize
-                nx = nx.next
-            else:
-                merged = 1
-            prev.size = merged_bytes + size
-            prev.next = nx
-            if nx is not None:
-                nx.prev = prev
-            blk = prev
-        elif (nx is not None and not nx.allocated and not nx.event_count
-                and not nx.stream_uses and nx.mapped):
-            merged_bytes = nx.size
-            okey = (merged_bytes << 64) | nx.addr   # (its key's place: see below)
-            if not plain:
-                fl.remove(okey)
-            del self._blocks[nx.addr]
-            self._spares.append(nx)
-            merged = 1
-            blk.size = size + merged_bytes
-            nx = nx.next
-            blk.next = nx
-            if nx is not None:
-                nx.prev = blk
-        else:
-            # nothing to merge
-            if (prev is not None or nx is not None) and blk.exp is None:
-                # inactive_split (as _fit.free_block; increases update the peaks at once): a
-                # split block joins them
-                c.count_split(size)
-            key = (size << 64) | ptr
-            if plain and len(fl) < SMALL_MAX:   # (a plain list that stays short)
-                insort(fl, key)  # type: ignore[arg-type]
-            else:   # (a long list: a FreeList)
-                fl_add(pool.free, blk.stream, key)
-            blk.gc_base = pool.gc_calls
-            return
-        # merged: blk is the surviving block
-        if blk.exp is None:
-            # inactive_split (as _fit.free_block): the freed block's bytes join them if the
-            # survivor is still split (one block fewer if it merged with both), else the
-            # merged ones leave
-            if blk.prev is not None or blk.next is not None:
-                if merged == 2:
-                    if self._stats.dirty_split:
-                        self._stats.settle_split()
-                    c.inactive_split -= 1
-                n = c.inactive_split_bytes + size
-                c.inactive_split_bytes = n
-                c.inactive_split_bytes_sum += size
-                if n > c.inactive_split_bytes_peak:
-                    c.inactive_split_bytes_peak = n
-                n += c.other_row.inactive_split_bytes
-                row = c.all_row
-                if n > row.inactive_split_bytes_peak:
-                    row.inactive_split_bytes_peak = n
-            else:
-                if self._stats.dirty_split:
-                    self._stats.settle_split()
-                c.inactive_split -= merged
-                c.inactive_split_bytes -= merged_bytes
-        key = (blk.size << 64) | blk.addr
-        if plain:
-            # the merged key is above okey (a larger size; or, for the block after,
-            # the same block grown): it takes okey's place unless keys lie between
-            n = bisect_left(fl, okey)  # type: ignore[arg-type]
-            j = n + 1
-            if j == len(fl) or fl[j] > key:  # type: ignore[index]
-                fl[n] = key  # type: ignore[index]
-            else:
-                del fl[n]  # type: ignore[union-attr]
-                insort(fl, key, n)  # type: ignore[arg-type]
-        else:
-            fl.add(key)  # type: ignore[union-attr]
-        blk.gc_base = pool.gc_calls
 
     def _flush_deferred(self) -> None:
         """Complete the free that the fast path of :meth:`free` deferred (``_lock`` held),
