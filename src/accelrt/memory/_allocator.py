@@ -66,10 +66,27 @@ from ._events import StreamFrees
 from ._expandable import ExpandableSegments
 from ._fast import defer_free, free_cached, malloc_cached, reuse_deferred
 from ._fit import alloc_slow, free_block, get_free_block
-from ._history import CTX_ALL, CTX_ALLOC, CTX_LEVELS, History, capture_frames, check_history_args
+from ._history import (
+    CTX_ALL,
+    CTX_ALLOC,
+    History,
+    capture_frames,
+    record_annotation,
+    record_history,
+    trace_entries,
+)
 from ._lock import FastLock
 from ._oom import OomReporter, format_size
-from ._pools import PrivatePools, check_pool_id
+from ._pools import (
+    PrivatePools,
+    begin_allocate_to_pool,
+    check_pool_id,
+    create_pool,
+    end_allocate_to_pool,
+    pool_use_count,
+    release_pool,
+    release_pool_from_finalizer,
+)
 # the registry's names, importable from here as before (tests and modules patch them there)
 from ._registry import (  # noqa: F401
     _allocators,
@@ -596,6 +613,14 @@ class DeviceCachingAllocator:
         blk.allocated = True
         self._free_locked(blk.addr)
 
+    def settle_locked(self) -> None:
+        """Bring the state up to date (``_lock`` held): complete a deferred free and the frees
+        and pool releases that finalizers queued. Every locked operation that reads or changes
+        blocks, statistics or settings calls this (or :meth:`_flush_deferred`) first."""
+        self._flush_deferred()
+        if self._gc_pending:
+            self._drain_pending_locked()
+
     def free_from_finalizer(self, ptr: int) -> None:
         """:meth:`free` for finalizers (``__del__``, ``weakref.finalize``): never blocks.
 
@@ -805,9 +830,7 @@ class DeviceCachingAllocator:
         """
         pid = _DEFAULT_POOL if pool_id is None else check_pool_id(pool_id)
         with self._lock:
-            self._flush_deferred()
-            if self._gc_pending:
-                self._drain_pending_locked()
+            self.settle_locked()
             release_cached_blocks(self, pid)
 
     # ------------------------------------------------------------------ snapshots
@@ -848,70 +871,25 @@ class DeviceCachingAllocator:
             >>> a.free(p)
         """
         with self._lock:
-            self._flush_deferred()
-            if self._gc_pending:
-                self._drain_pending_locked()
+            self.settle_locked()
             return snapshot_segments(self, pool_id)
 
     # ------------------------------------------------------------------ history
     def trace_entries(self) -> list[dict[str, Any]]:
-        """The recorded history, oldest first (copies)."""
-        with self._lock:
-            h = self._history
-            return [] if h is None else [dict(e) for e in h.trace]
+        """The recorded history, oldest first (copies; :func:`._history.trace_entries`)."""
+        return trace_entries(self)
 
     def record_history(self, enabled: str | bool | None, context: str | None = "all",
                        stacks: str = "all", max_entries: int = sys.maxsize,
                        clear_history: bool = False,
                        skip_actions: Iterable[str] | None = None) -> None:
-        """Start or stop recording allocation history (PyTorch's ``_record_memory_history``).
-
-        Args:
-            enabled: ``None``/``False`` stop (and clear the trace), ``"state"`` keeps the
-                stacks of live allocations and, as PyTorch, a trace buffer of one entry (the
-                latest action); ``"all"``/``True`` keeps a trace of ``max_entries``.
-            context: ``None``, ``"state"``, ``"alloc"`` or ``"all"``: which stacks to gather.
-            stacks: ``"python"`` or ``"all"`` (only Python frames exist here).
-            max_entries: trace ring-buffer length.
-            clear_history: drop the entries recorded so far.
-            skip_actions: trace actions not to record.
-
-        Raises:
-            ValueError: an unknown value.
-            TypeError: ``max_entries`` is not an int.
-
-        Example::
-
-            >>> from accelrt.backends import get_backend
-            >>> from accelrt.memory._allocator import DeviceCachingAllocator
-            >>> a = DeviceCachingAllocator(get_backend("cpu"), 0)
-            >>> a.record_history("all", max_entries=100)
-            >>> a.free(a.malloc(100, 0))
-            >>> [e["action"] for e in a.trace_entries()][-2:]
-            ['free_requested', 'free_completed']
-            >>> a.record_history(None)
-        """
-        enabled, skip = check_history_args(enabled, context, stacks, max_entries, skip_actions)
-        with self._lock:
-            self._flush_deferred()
-            h = self._history
-            if enabled is None:
-                self._history = None
-            else:
-                ctx = CTX_LEVELS[context]
-                # PyTorch records the trace for "state" too, in a buffer of one entry
-                entries = max_entries if enabled == "all" else 1
-                if h is None:
-                    self._history = History(ctx, entries, skip, self._name)
-                else:
-                    h.configure(ctx, entries, skip, clear_history)
-            self._update_simple()
+        """Start or stop recording allocation history (PyTorch's ``_record_memory_history``;
+        :func:`._history.record_history` documents the arguments)."""
+        record_history(self, enabled, context, stacks, max_entries, clear_history, skip_actions)
 
     def record_annotation(self, metadata: dict[str, Any]) -> None:
         """Append an ``annotate`` trace entry carrying ``metadata`` as user_metadata."""
-        with self._lock:
-            if self._history is not None:
-                self._history.annotate(metadata)
+        record_annotation(self, metadata)
 
     # ------------------------------------------------------------------ OOM observers
     def attach_oom_observer(self, fn: Callable[[int, int, int, int], None]) -> None:
@@ -922,129 +900,32 @@ class DeviceCachingAllocator:
     # ------------------------------------------------------------------ private pools
     def begin_allocate_to_pool(self, pool_id: tuple[int, int],
                                stream_filter: Callable[[int], bool] | None = None) -> None:
-        """Route allocations on streams accepted by ``stream_filter`` (all streams if
-        ``None``) to private pool ``pool_id``, creating it or taking a reference to it.
-
-        Raises:
-            TypeError: bad ``pool_id`` or a non-callable filter.
-            RuntimeError: already allocating to ``pool_id``.
-
-        Example::
-
-            >>> from accelrt.backends import get_backend
-            >>> from accelrt.memory._allocator import DeviceCachingAllocator
-            >>> a = DeviceCachingAllocator(get_backend("cpu"), 0)
-            >>> a.begin_allocate_to_pool((1, 1))
-            >>> p = a.malloc(100, 0)
-            >>> a.end_allocate_to_pool((1, 1))
-            >>> [s["segment_pool_id"] for s in a.snapshot_segments()]
-            [(1, 1)]
-            >>> a.free(p); a.release_pool((1, 1)); a.empty_cache()
-        """
-        pool_id = check_pool_id(pool_id)
-        if stream_filter is not None and not callable(stream_filter):
-            raise TypeError(f"stream_filter must be callable or None, got {stream_filter!r}")
-        with self._lock:
-            self._flush_deferred()
-            if self._gc_pending:
-                self._drain_pending_locked()   # a queued release_pool of this id comes first
-            self._pools.begin(pool_id, stream_filter)
-            self._update_simple()
+        """Route allocations to private pool ``pool_id``
+        (:func:`._pools.begin_allocate_to_pool`)."""
+        begin_allocate_to_pool(self, pool_id, stream_filter)
 
     def end_allocate_to_pool(self, pool_id: tuple[int, int]) -> None:
-        """Stop routing allocations to ``pool_id`` (the reference stays until
-        :meth:`release_pool`).
-
-        Raises:
-            RuntimeError: not allocating to ``pool_id``.
-        """
-        pool_id = check_pool_id(pool_id)
-        with self._lock:
-            self._flush_deferred()
-            if self._pools.end(pool_id):
-                self._update_simple()
-                return
-        raise RuntimeError(f"end_allocate_to_pool: not allocating to pool {pool_id}")
+        """Stop routing allocations to ``pool_id`` (:func:`._pools.end_allocate_to_pool`)."""
+        end_allocate_to_pool(self, pool_id)
 
     def create_pool(self, pool_id: tuple[int, int], *, no_split: bool = False,
                     allocator: Any = None) -> None:
-        """Create private pool ``pool_id`` or take one more reference to it.
-
-        Args:
-            pool_id: the pool id.
-            no_split: the new pool never splits a segment (PyTorch's ``MemPool(no_split=)``).
-            allocator: a ``PluggableAllocator`` whose library allocates and frees the new
-                pool's segments (``MemPool(allocator=)``); ``None``: the backend's memory.
-
-        The options apply when the pool is created; a further reference keeps them.
-
-        Example::
-
-            >>> from accelrt.backends import get_backend
-            >>> from accelrt.memory._allocator import DeviceCachingAllocator
-            >>> a = DeviceCachingAllocator(get_backend("cpu"), 0)
-            >>> a.create_pool((5, 5), no_split=True)
-            >>> a.begin_allocate_to_pool((5, 5))
-            >>> p, q = a.malloc(512, 0), a.malloc(512, 0)   # one 2 MiB segment each
-            >>> a.end_allocate_to_pool((5, 5))
-            >>> len(a.snapshot_segments((5, 5)))
-            2
-            >>> a.free(p); a.free(q); a.release_pool((5, 5)); a.release_pool((5, 5))
-            >>> a.empty_cache()
-        """
-        pool_id = check_pool_id(pool_id)
-        with self._lock:
-            self._flush_deferred()
-            if self._gc_pending:
-                self._drain_pending_locked()   # a queued release_pool of this id comes first
-            self._pools.create(pool_id, no_split=no_split, allocator=allocator)
+        """Create private pool ``pool_id`` or take a reference (:func:`._pools.create_pool`)."""
+        create_pool(self, pool_id, no_split=no_split, allocator=allocator)
 
     def release_pool(self, pool_id: tuple[int, int]) -> None:
-        """Drop one reference to private pool ``pool_id``; at zero its cached memory becomes
-        releasable by :meth:`empty_cache` (blocks still allocated stay valid).
-
-        Raises:
-            ValueError: no such pool, or no reference left.
-        """
-        pool_id = check_pool_id(pool_id)
-        with self._lock:
-            self._flush_deferred()
-            self._pools.release(pool_id)
+        """Drop one reference to private pool ``pool_id`` (:func:`._pools.release_pool`)."""
+        release_pool(self, pool_id)
 
     def release_pool_from_finalizer(self, pool_id: tuple[int, int]) -> None:
-        """:meth:`release_pool` for finalizers (``Graph.__del__``): never blocks.
-
-        If the lock is held (maybe by this very thread, the garbage collector having run the
-        finalizer inside the allocator's critical section) the release is queued and done at
-        the holder's next drain point, like :meth:`free_from_finalizer`.
-
-        Raises:
-            TypeError: ``pool_id`` is not a pair of ints (checked at once).
-
-        Example::
-
-            >>> from accelrt.backends import get_backend
-            >>> from accelrt.memory._allocator import DeviceCachingAllocator
-            >>> a = DeviceCachingAllocator(get_backend("cpu"), 0)
-            >>> a.create_pool((0, 1)); a.release_pool_from_finalizer((0, 1))
-            >>> a.pool_use_count((0, 1))
-            0
-        """
-        pool_id = check_pool_id(pool_id)
-        self._gc_pending.append(pool_id)
-        if self._lock.try_acquire():
-            try:
-                self._drain_pending_locked()
-            finally:
-                self._lock.release()
+        """:meth:`release_pool` for finalizers: never blocks
+        (:func:`._pools.release_pool_from_finalizer`)."""
+        release_pool_from_finalizer(self, pool_id)
 
     def pool_use_count(self, pool_id: tuple[int, int]) -> int:
-        """References to private pool ``pool_id`` (0 if it does not exist)."""
-        pool_id = check_pool_id(pool_id)
-        with self._lock:
-            if self._gc_pending:
-                self._drain_pending_locked()
-            return self._pools.use_count(pool_id)
+        """References to private pool ``pool_id``, 0 if none
+        (:func:`._pools.pool_use_count`)."""
+        return pool_use_count(self, pool_id)
 
     # ------------------------------------------------------------------ rounding, pools
     def _round_size(self, size: int) -> int:
@@ -1131,9 +1012,7 @@ class DeviceCachingAllocator:
             1000
         """
         with self._lock:
-            self._flush_deferred()
-            if self._gc_pending:
-                self._drain_pending_locked()
+            self.settle_locked()
             vals = self._stats.flat_values()
         return dict(zip(FLAT_KEYS, vals))
 
@@ -1150,9 +1029,7 @@ class DeviceCachingAllocator:
             (True, True)
         """
         with self._lock:
-            self._flush_deferred()
-            if self._gc_pending:
-                self._drain_pending_locked()
+            self.settle_locked()
             vals = self._stats.sorted_values()
         return collections.OrderedDict(zip(SORTED_KEYS, vals))
 
@@ -1175,9 +1052,7 @@ class DeviceCachingAllocator:
     def max_memory_allocated(self) -> int:
         """``allocated_bytes.all.peak``."""
         with self._lock:
-            self._flush_deferred()
-            if self._gc_pending:
-                self._drain_pending_locked()
+            self.settle_locked()
             return self._stats.max_allocated_bytes()
 
     def memory_reserved(self) -> int:
@@ -1191,9 +1066,7 @@ class DeviceCachingAllocator:
     def reset_peak_stats(self) -> None:
         """Set every peak to its current value."""
         with self._lock:
-            self._flush_deferred()
-            if self._gc_pending:
-                self._drain_pending_locked()
+            self.settle_locked()
             self._stats.reset_peak()
 
     def reset_accumulated_stats(self) -> None:
