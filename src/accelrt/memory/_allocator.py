@@ -7,18 +7,18 @@ free-and-retry chain before an out-of-memory error, garbage collection, the per-
 fraction, stream-ordered frees, private pools, expandable segments, statistics, snapshots and
 the history trace (see ``ALLOCATOR_SPEC.md``).
 
-This module holds the allocation and free paths, rounding, block split and merge (each written
-once: :meth:`DeviceCachingAllocator._cut_block` and :meth:`DeviceCachingAllocator._merge`; the
-inlined fast paths of :meth:`~DeviceCachingAllocator.malloc` and
-:meth:`~DeviceCachingAllocator.free` mirror them and are checked against them by a test) and
-the statistics. The separable features are components the allocator owns, each holding its
-own state: :class:`._history.History` (trace ring buffer, stack frames; ``None`` while not
-recording), :class:`._events.StreamFrees` (stream-ordered frees), :class:`._pools.PrivatePools`
-(private pools and captures), :class:`._expandable.ExpandableSegments` (expandable segments and
-the ``page_reuse`` policy) and :class:`._oom.OomReporter` (OOM messages and observers).
-:mod:`._release` (release and garbage-collection policies) and :mod:`._segments` (snapshots)
-are functions of the allocator. See :mod:`._stats` for the counters and :mod:`._lock` for the
-lock.
+This module holds the policy: :meth:`~DeviceCachingAllocator.malloc` and
+:meth:`~DeviceCachingAllocator.free` (each trying its named fast paths, :mod:`._fast`, before
+the general code), the general paths ``_malloc_locked`` / ``_free_locked``, rounding, the one
+split (``_cut_block``) and the one merge (``_merge``), the deferred free, the lock protocol
+and the settings. Each other concern is a module of its own that the methods call:
+:mod:`._fit` (best fit, new segments, completing a free), :mod:`._pools` (private pools),
+:mod:`._history` (the trace), :mod:`._stats` (counters and their getters), :mod:`._segments`
+(snapshots), :mod:`._release` (release and garbage collection), :mod:`._events`
+(stream-ordered frees), :mod:`._expandable` (expandable segments, ``page_reuse``),
+:mod:`._oom` (OOM messages, observers), :mod:`._uncached` (caching off) and
+:mod:`._registry` (one allocator per device; its names are importable from here too).
+The components use the allocator only through :class:`._interface.AllocatorCore`.
 
 Example::
 
@@ -45,7 +45,6 @@ from typing import Any, Final, SupportsIndex, cast
 from .._backend import Backend
 from .._errors import OutOfMemoryError
 from .._fork import hold_across_fork
-from .._handles import DevicePtr, StreamHandle
 from ._block import (
     ADDR_MASK,
     DEFAULT_POOL,
@@ -61,8 +60,8 @@ from ._block import (
     fl_remove,
     unmapped_remove,
 )
-from ._config import SIZE_MAX, AllocatorConfig, get_config
-from ._events import StreamFrees
+from ._config import SIZE_MAX, AllocatorConfig, check_fraction, get_config
+from ._events import StreamFrees, record_stream
 from ._expandable import ExpandableSegments
 from ._fast import defer_free, free_cached, malloc_cached, reuse_deferred
 from ._fit import alloc_slow, free_block, get_free_block
@@ -104,7 +103,16 @@ from ._registry import (  # noqa: F401
 )
 from ._release import release_cached_blocks
 from ._segments import segment_of, snapshot_segments
-from ._stats import FLAT_KEYS, SORTED_KEYS, DeviceStats, HotCounters
+from ._uncached import UncachedRequests
+from ._stats import (
+    DeviceStats,
+    HotCounters,
+    flat_stats,
+    max_memory_allocated,
+    reset_accumulated_stats,
+    reset_peak_stats,
+    sorted_stats,
+)
 
 __all__ = ["DeviceCachingAllocator", "format_size", "get_allocator", "peek_allocator"]
 
@@ -187,8 +195,8 @@ class DeviceCachingAllocator:
         # guarded by _lock: caching on (caching_allocator_enable); while off, requests come
         # straight from the backend and go back to it at their free, outside the statistics
         self._cache_on = backend.name not in _cache_disabled
-        # guarded by _lock: uncached address -> the streams that used it (its own first)
-        self._uncached: dict[int, list[int]] = {}
+        # guarded by _lock: the allocations made while caching was off
+        self._uncached = UncachedRequests(backend, index, backend.name)
         self._set_config_locked(cfg)
         if cfg.per_process_memory_fraction is not None:
             self._set_fraction_locked(cfg.per_process_memory_fraction)
@@ -348,7 +356,9 @@ class DeviceCachingAllocator:
         """:meth:`malloc` with every option considered (``_lock`` held): the address, or the
         arguments of :meth:`OomReporter.raise_oom`."""
         if not self._cache_on:
-            return self._malloc_uncached(size, stream)
+            if self._gc_pending:
+                self._drain_pending_locked()
+            return self._uncached.malloc(size, stream)
         if self._deferred is not None:
             self._flush_deferred()
         if self._gc_pending:
@@ -691,7 +701,7 @@ class DeviceCachingAllocator:
             self._flush_deferred()
         blk = self._block_at(ptr)
         if blk is None or not blk.allocated:
-            if blk is None and self._uncached and self._free_uncached(ptr):
+            if blk is None and self._uncached and self._uncached.free(ptr):
                 return
             raise self._bad_ptr(ptr, blk)
         blk.allocated = False
@@ -734,31 +744,6 @@ class DeviceCachingAllocator:
         """True unless :meth:`set_caching` turned caching off."""
         return self._cache_on
 
-    def _malloc_uncached(self, size: int, stream: int) -> int | tuple[str, int, int, int, int]:
-        """A raw allocation of ``size`` bytes (``_lock`` held), outside the statistics."""
-        if self._gc_pending:
-            self._drain_pending_locked()
-        ptr = int(self._b.malloc(self._index, size))
-        if not ptr:
-            free, total = self._b.get_memory_info(self._index)
-            msg = (f"{self._name}:{self._index} out of memory: tried to allocate "
-                   f"{format_size(size)} with the caching allocator disabled "
-                   f"({format_size(free)} of {format_size(total)} free)")
-            return msg, size, 0, total, free
-        self._uncached[ptr] = [stream]
-        return ptr
-
-    def _free_uncached(self, ptr: int) -> bool:
-        """Give an uncached allocation back to the backend once its stream's work is done
-        (``_lock`` held); False if ``ptr`` is not one."""
-        streams = self._uncached.pop(ptr, None)
-        if streams is None:
-            return False
-        for s in streams:
-            self._b.stream_synchronize(self._index, StreamHandle(s))
-        self._b.free(self._index, DevicePtr(ptr))
-        return True
-
     def _block_at(self, ptr: Any) -> Block | None:
         """The block that starts at ``ptr``, or ``None`` (also for an unhashable ``ptr``, which
         :meth:`_bad_ptr` then names)."""
@@ -776,39 +761,9 @@ class DeviceCachingAllocator:
         return ValueError(f"pointer {ptr:#x} is not allocated (double free?)")
 
     def record_stream(self, ptr: int, stream: int) -> None:
-        """Mark the allocation at ``ptr`` as used on ``stream``: its free will wait for the
-        work queued on ``stream`` at free time (PyTorch's ``recordStream``).
-
-        Raises:
-            ValueError: ``ptr`` is not a live allocation of this allocator.
-
-        Example::
-
-            >>> from accelrt.backends import get_backend
-            >>> from accelrt.memory._allocator import DeviceCachingAllocator
-            >>> a = DeviceCachingAllocator(get_backend("cpu"), 0)
-            >>> s = get_backend("cpu").stream_create(0, 0)
-            >>> p = a.malloc(100, 0)
-            >>> a.record_stream(p, s)     # p is reused only after s's work queued by free()
-            >>> a.free(p)
-        """
-        with self._lock:
-            blk = self._block_at(ptr)
-            if blk is None and type(ptr) is int and ptr in self._uncached:   # after these streams' work
-                if stream not in self._uncached[ptr]:
-                    self._uncached[ptr].append(stream)
-                return
-            if blk is None or not blk.allocated:
-                raise self._bad_ptr(ptr, blk)
-            if stream == blk.stream:
-                return
-            if not self._b.stream_is_valid(self._index, StreamHandle(stream)):
-                raise ValueError(f"record_stream: {stream!r} is not a live stream handle of "
-                                 f"{self._name}:{self._index}")
-            if blk.stream_uses is None:
-                blk.stream_uses = {stream}
-            else:
-                blk.stream_uses.add(stream)
+        """Mark the allocation at ``ptr`` as used on ``stream``: its free waits for that stream's
+        work (PyTorch's ``recordStream``; :func:`._events.record_stream`)."""
+        record_stream(self, ptr, stream)
 
     def empty_cache(self, pool_id: tuple[int, int] | None = None) -> None:
         """Release every cached segment that holds no allocation (waits for pending frees).
@@ -835,44 +790,14 @@ class DeviceCachingAllocator:
 
     # ------------------------------------------------------------------ snapshots
     def segment_of(self, ptr: int) -> tuple[int, int, bool] | None:
-        """``(segment base, segment size, expandable)`` of the live block that starts at
-        ``ptr``, or ``None`` if no allocated block starts there (used by
-        :mod:`accelrt.multiprocessing` to share a block as its segment's handle plus offset,
-        as CUDA IPC needs the base of the ``cudaMalloc`` allocation).
-
-        Example::
-
-            >>> from accelrt.backends import get_backend
-            >>> from accelrt.memory._allocator import DeviceCachingAllocator
-            >>> a = DeviceCachingAllocator(get_backend("cpu"), 0)
-            >>> p, q = a.malloc(512, 0), a.malloc(512, 0)
-            >>> base, size, exp = a.segment_of(q)
-            >>> (q - base, size, exp)
-            (512, 2097152, False)
-            >>> a.free(p); a.free(q)
-        """
-        with self._lock:
-            self._flush_deferred()
-            return segment_of(self, ptr)
+        """``(segment base, segment size, expandable)`` of the live block at ``ptr``, or ``None``
+        (:func:`._segments.segment_of`)."""
+        return segment_of(self, ptr)
 
     def snapshot_segments(self, pool_id: tuple[int, int] | None = None) -> list[dict[str, Any]]:
-        """PyTorch's segment dicts (all pools, or only ``pool_id``), sorted by address.
-
-        Expandable segments give one segment per contiguous mapped range.
-
-        Example::
-
-            >>> from accelrt.backends import get_backend
-            >>> from accelrt.memory._allocator import DeviceCachingAllocator
-            >>> a = DeviceCachingAllocator(get_backend("cpu"), 0)
-            >>> p = a.malloc(3 * 2**20, 0)
-            >>> [b["state"] for b in a.snapshot_segments()[0]["blocks"]]
-            ['active_allocated', 'inactive']
-            >>> a.free(p)
-        """
-        with self._lock:
-            self.settle_locked()
-            return snapshot_segments(self, pool_id)
+        """PyTorch's segment dicts (all pools, or only ``pool_id``), sorted by address
+        (:func:`._segments.snapshot_segments`)."""
+        return snapshot_segments(self, pool_id)
 
     # ------------------------------------------------------------------ history
     def trace_entries(self) -> list[dict[str, Any]]:
@@ -973,8 +898,7 @@ class DeviceCachingAllocator:
         """Limit this process's reserved memory on the device to ``fraction`` of its total.
 
         Raises:
-            TypeError: ``fraction`` is not a float.
-            ValueError: ``fraction`` is outside [0, 1].
+            TypeError, ValueError: as :func:`._config.check_fraction`.
 
         Example::
 
@@ -984,14 +908,10 @@ class DeviceCachingAllocator:
             >>> a.set_memory_fraction(0.5); a.get_memory_fraction()
             0.5
         """
-        if not isinstance(fraction, float):
-            raise TypeError(f"Invalid type for fraction argument, must be `float`, got "
-                            f"{type(fraction).__name__}")
-        if not 0.0 <= fraction <= 1.0:
-            raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
+        value = check_fraction(fraction)
         with self._lock:
             self._flush_deferred()
-            self._set_fraction_locked(fraction)
+            self._set_fraction_locked(value)
 
     def get_memory_fraction(self) -> float:
         """The fraction set by :meth:`set_memory_fraction` (1.0 when unlimited)."""
@@ -1000,38 +920,12 @@ class DeviceCachingAllocator:
 
     # ------------------------------------------------------------------ statistics
     def stats(self) -> dict[str, int]:
-        """PyTorch's flat ``memory_stats`` dict (unsorted).
-
-        Example::
-
-            >>> from accelrt.backends import get_backend
-            >>> from accelrt.memory._allocator import DeviceCachingAllocator
-            >>> a = DeviceCachingAllocator(get_backend("cpu"), 0)
-            >>> a.free(a.malloc(1000, 0))
-            >>> a.stats()["requested_bytes.small_pool.freed"]
-            1000
-        """
-        with self._lock:
-            self.settle_locked()
-            vals = self._stats.flat_values()
-        return dict(zip(FLAT_KEYS, vals))
+        """PyTorch's flat ``memory_stats`` dict, unsorted (:func:`._stats.flat_stats`)."""
+        return flat_stats(self)
 
     def sorted_stats(self) -> collections.OrderedDict[str, int]:
-        """:meth:`stats` as an ``OrderedDict`` sorted by key (``memory_stats()``).
-
-        Example::
-
-            >>> from accelrt.backends import get_backend
-            >>> from accelrt.memory._allocator import DeviceCachingAllocator
-            >>> a = DeviceCachingAllocator(get_backend("cpu"), 0)
-            >>> st = a.sorted_stats()
-            >>> list(st) == sorted(st), st == a.stats()
-            (True, True)
-        """
-        with self._lock:
-            self.settle_locked()
-            vals = self._stats.sorted_values()
-        return collections.OrderedDict(zip(SORTED_KEYS, vals))
+        """:meth:`stats` sorted by key, as ``memory_stats()`` (:func:`._stats.sorted_stats`)."""
+        return sorted_stats(self)
 
     def memory_allocated(self) -> int:
         """``allocated_bytes.all.current``."""
@@ -1051,9 +945,7 @@ class DeviceCachingAllocator:
 
     def max_memory_allocated(self) -> int:
         """``allocated_bytes.all.peak``."""
-        with self._lock:
-            self.settle_locked()
-            return self._stats.max_allocated_bytes()
+        return max_memory_allocated(self)
 
     def memory_reserved(self) -> int:
         """``reserved_bytes.all.current``."""
@@ -1065,15 +957,11 @@ class DeviceCachingAllocator:
 
     def reset_peak_stats(self) -> None:
         """Set every peak to its current value."""
-        with self._lock:
-            self.settle_locked()
-            self._stats.reset_peak()
+        reset_peak_stats(self)
 
     def reset_accumulated_stats(self) -> None:
         """Zero every ``allocated``/``freed`` sum and the ``num_*`` counters."""
-        with self._lock:
-            self._flush_deferred()
-            self._stats.reset_accumulated()
+        reset_accumulated_stats(self)
 
     # ------------------------------------------------------------------ introspection
     @property

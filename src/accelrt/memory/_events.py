@@ -31,7 +31,7 @@ from ._fit import free_block
 if TYPE_CHECKING:
     from ._allocator import DeviceCachingAllocator
 
-__all__ = ["StreamFrees"]
+__all__ = ["StreamFrees", "record_stream"]
 
 
 class StreamFrees:
@@ -188,3 +188,37 @@ class StreamFrees:
             else:
                 del self.events[s]
         alloc._update_simple()
+
+
+def record_stream(a: DeviceCachingAllocator, ptr: int, stream: int) -> None:
+    """Mark the allocation at ``ptr`` as used on ``stream``: its free will wait for the
+    work queued on ``stream`` at free time (PyTorch's ``recordStream``).
+
+    Raises:
+        ValueError: ``ptr`` is not a live allocation of this allocator.
+
+    Example::
+
+        >>> from accelrt.backends import get_backend
+        >>> from accelrt.memory._allocator import DeviceCachingAllocator
+        >>> a = DeviceCachingAllocator(get_backend("cpu"), 0)
+        >>> s = get_backend("cpu").stream_create(0, 0)
+        >>> p = a.malloc(100, 0)
+        >>> a.record_stream(p, s)     # p is reused only after s's work queued by free()
+        >>> a.free(p)
+    """
+    with a._lock:
+        blk = a._block_at(ptr)
+        if blk is None and a._uncached and a._uncached.record_stream(ptr, stream):
+            return
+        if blk is None or not blk.allocated:
+            raise a._bad_ptr(ptr, blk)
+        if stream == blk.stream:
+            return
+        if not a._b.stream_is_valid(a._index, StreamHandle(stream)):
+            raise ValueError(f"record_stream: {stream!r} is not a live stream handle of "
+                             f"{a._name}:{a._index}")
+        if blk.stream_uses is None:
+            blk.stream_uses = {stream}
+        else:
+            blk.stream_uses.add(stream)

@@ -49,7 +49,7 @@ from .._errors import OutOfMemoryError
 from .._fork import reinit_after_fork
 from .._handles import DevicePtr, EventHandle, StreamHandle
 from ._allocator import _MAX_ALLOC, DeviceCachingAllocator, _check_size
-from ._config import AllocatorConfig
+from ._config import AllocatorConfig, check_fraction
 from ._oom import format_size
 from ._stats import FLAT_KEYS
 
@@ -292,15 +292,11 @@ class MallocAsyncAllocator(DeviceCachingAllocator):
     # ------------------------------------------------------------------ fraction
     def set_memory_fraction(self, fraction: object) -> None:
         """Cap the bytes this allocator hands out at ``fraction`` of the device's memory."""
-        if not isinstance(fraction, float):
-            raise TypeError(f"Invalid type for fraction argument, must be `float`, got "
-                            f"{type(fraction).__name__}")
-        if not 0.0 <= fraction <= 1.0:
-            raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
+        value = check_fraction(fraction)
         with self._alock:
             self._init_locked()
             _, total = self._b.get_memory_info(self._index)
-            self._limit = int(fraction * total)
+            self._limit = int(value * total)
 
     def get_memory_fraction(self) -> float:
         """The cap of :meth:`set_memory_fraction` as a fraction (1.0 while there is none)."""
