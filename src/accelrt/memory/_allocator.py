@@ -87,19 +87,19 @@ from ._pools import (
     release_pool_from_finalizer,
 )
 # the registry's names, importable from here as before (tests and modules patch them there)
-from ._registry import (  # noqa: F401
-    _allocators,
-    _apply_config_to_all,
-    _cache_disabled,
-    _check_config_for_all,
-    _lock,
-    _retire_after_fork,
-    _wants_pool,
-    all_allocators,
-    caching_enabled,
-    get_allocator,
-    peek_allocator,
-    set_caching,
+from ._registry import (  # noqa: F401  (re-exported: the names' old home)
+    _allocators as _allocators,
+    _apply_config_to_all as _apply_config_to_all,
+    _cache_disabled as _cache_disabled,
+    _check_config_for_all as _check_config_for_all,
+    _lock as _lock,
+    _retire_after_fork as _retire_after_fork,
+    _wants_pool as _wants_pool,
+    all_allocators as all_allocators,
+    caching_enabled as caching_enabled,
+    get_allocator as get_allocator,
+    peek_allocator as peek_allocator,
+    set_caching as set_caching,
 )
 from ._release import release_cached_blocks
 from ._segments import segment_of, snapshot_segments

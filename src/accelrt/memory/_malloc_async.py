@@ -48,9 +48,9 @@ from typing import TYPE_CHECKING, Any, Final, SupportsIndex
 from .._errors import OutOfMemoryError
 from .._fork import reinit_after_fork
 from .._handles import DevicePtr, EventHandle, StreamHandle
-from ._allocator import _MAX_ALLOC, DeviceCachingAllocator, _check_size
 from ._config import AllocatorConfig, check_fraction
 from ._oom import format_size
+from ._replaced import ReplacedAllocator
 from ._stats import FLAT_KEYS
 
 if TYPE_CHECKING:
@@ -72,11 +72,6 @@ _STAT_KEYS: Final = {
 _warned: set[str] = set()   # the warnings PyTorch gives once per process
 
 
-def _unsupported(what: str) -> RuntimeError:
-    return RuntimeError(f"cudaMallocAsync does not yet support {what}. If you need it, please "
-                        "file an issue describing your use case.")
-
-
 def _warn_once(message: str) -> None:
     if message not in _warned:
         _warned.add(message)
@@ -95,7 +90,7 @@ class _Alloc:
         self.captured = captured
 
 
-class MallocAsyncAllocator(DeviceCachingAllocator):
+class MallocAsyncAllocator(ReplacedAllocator):
     """The allocator of one device under ``backend:cudaMallocAsync`` (PyTorch's
     ``CudaMallocAsyncAllocator``); see the module docstring.
 
@@ -106,6 +101,7 @@ class MallocAsyncAllocator(DeviceCachingAllocator):
     """
 
     allocator_backend = NAME
+    unsupported_name = NAME
 
     def __init__(self, backend: Backend, index: int, config: AllocatorConfig | None = None
                  ) -> None:
@@ -150,15 +146,9 @@ class MallocAsyncAllocator(DeviceCachingAllocator):
             OutOfMemoryError: the pool cannot grow, or the bytes handed out would exceed
                 :meth:`set_memory_fraction`'s cap (PyTorch's message).
         """
-        if type(size) is not int:
-            size = _check_size(size)
-        if size < 0:
-            raise ValueError(f"allocation size must be >= 0, got {size}")
+        size = self.check_request(size)
         if size == 0:
             return 0
-        if size >= _MAX_ALLOC:
-            raise OutOfMemoryError(f"{self._name} out of memory. Tried to allocate more than "
-                                   "1EB memory.", size, 0, self._device_total)
         with self._alock:
             if not self._capturing and self._capture_deferred:
                 self._free_deferred_locked()
@@ -287,7 +277,7 @@ class MallocAsyncAllocator(DeviceCachingAllocator):
             self._b.mempool_trim_to(self._index, 0)
 
     def segment_of(self, ptr: int) -> tuple[int, int, bool] | None:
-        raise _unsupported("shareIpcHandle")
+        raise self.unsupported("shareIpcHandle")
 
     # ------------------------------------------------------------------ fraction
     def set_memory_fraction(self, fraction: object) -> None:
@@ -361,16 +351,10 @@ class MallocAsyncAllocator(DeviceCachingAllocator):
                            "individual blocks.)")
 
     def trace_entries(self) -> list[dict[str, Any]]:
-        raise _unsupported("recordHistory")
-
-    def record_history(self, *args: Any, **kwargs: Any) -> None:
-        raise _unsupported("recordHistory")
+        raise self.unsupported("recordHistory")
 
     def record_annotation(self, metadata: dict[str, Any]) -> None:
         """Ignored, as PyTorch ignores memory metadata with this backend."""
-
-    def attach_oom_observer(self, fn: Callable[[int, int, int, int], None]) -> None:
-        raise _unsupported("attachOutOfMemoryObserver")
 
     # ------------------------------------------------------------------ captures and pools
     def begin_allocate_to_pool(self, pool_id: tuple[int, int],
@@ -394,19 +378,6 @@ class MallocAsyncAllocator(DeviceCachingAllocator):
             info = self._live.get(ptr)
             if info is not None:
                 self._free_locked_async(ptr, info)
-
-    def create_pool(self, pool_id: tuple[int, int], *, no_split: bool = False,
-                    allocator: Any = None) -> None:
-        """No-op: the driver's pool serves every allocation."""
-
-    def release_pool(self, pool_id: tuple[int, int]) -> None:
-        """No-op (PyTorch's releasePool does nothing here)."""
-
-    def release_pool_from_finalizer(self, pool_id: tuple[int, int]) -> None:
-        """No-op."""
-
-    def pool_use_count(self, pool_id: tuple[int, int]) -> int:
-        return 0
 
     def __repr__(self) -> str:
         return f"<{NAME} allocator {self._name}:{self._index} used={self._used}>"
