@@ -29,7 +29,7 @@ from ._block import Block, PrivatePool
 from ._fit import free_block
 
 if TYPE_CHECKING:
-    from ._allocator import DeviceCachingAllocator
+    from ._interface import AllocatorCore
 
 __all__ = ["StreamFrees", "record_stream"]
 
@@ -58,7 +58,7 @@ class StreamFrees:
 
     __slots__ = ("_alloc", "deferred", "event_pool", "events")
 
-    def __init__(self, alloc: DeviceCachingAllocator) -> None:
+    def __init__(self, alloc: AllocatorCore) -> None:
         self._alloc = alloc
         self.events: dict[int, collections.deque[tuple[int, Block]]] = {}
         self.event_pool: list[int] = []
@@ -190,7 +190,7 @@ class StreamFrees:
         alloc._update_simple()
 
 
-def record_stream(a: DeviceCachingAllocator, ptr: int, stream: int) -> None:
+def record_stream(a: AllocatorCore, ptr: int, stream: int) -> None:
     """Mark the allocation at ``ptr`` as used on ``stream``: its free will wait for the
     work queued on ``stream`` at free time (PyTorch's ``recordStream``).
 

@@ -35,7 +35,7 @@ from ._block import (
 from ._history import CTX_ALL, CTX_ALLOC, capture_frames
 
 if TYPE_CHECKING:
-    from ._allocator import DeviceCachingAllocator
+    from ._interface import AllocatorCore
 
 __all__ = ["MAP_FRACTION", "ExpandableSegment", "ExpandableSegments", "page_count"]
 
@@ -220,7 +220,7 @@ class ExpandableSegments:
 
     __slots__ = ("_alloc", "_granularity", "_supported", "piece_pages", "segments", "vm_high")
 
-    def __init__(self, alloc: DeviceCachingAllocator) -> None:
+    def __init__(self, alloc: AllocatorCore) -> None:
         self._alloc = alloc
         self.segments: list[ExpandableSegment] = []
         self.vm_high = 0

@@ -7,8 +7,8 @@ written out for one common case (called with the lock held; each says when it do
 - :func:`defer_free` / :func:`reuse_deferred`: a free that leaves its segment free is
   deferred, and a malloc of the same size on the same stream right after takes it back.
 
-The general code they mirror is :meth:`~._allocator.DeviceCachingAllocator._malloc_locked`
-and :meth:`~._allocator.DeviceCachingAllocator._free_locked` (with :mod:`._fit`);
+The general code they mirror is :meth:`DeviceCachingAllocator._malloc_locked`
+and :meth:`DeviceCachingAllocator._free_locked` (with :mod:`._fit`);
 ``tests/memory/test_allocator_fast_paths.py`` runs
 :class:`~accelrt.testing._allocators.GeneralPathAllocator` (these paths off) beside the plain
 allocator and compares their state after every step, and ``bench/bench_allocator.py`` times
@@ -44,17 +44,16 @@ __all__ = ["defer_free", "free_cached", "malloc_cached", "reuse_deferred"]
 
 
 def malloc_cached(a: DeviceCachingAllocator, size: int, stream: int) -> int:
-    """The fast path of :meth:`~._allocator.DeviceCachingAllocator.malloc` (``_lock`` held, ``_fast_malloc``: default rounding
-    and pools; no events, history, captures, expandable segments, oversize limit or
-    deferred free): the address of the best-fit cached block, split as the general code
+    """The fast path of :meth:`DeviceCachingAllocator.malloc` (``_lock`` held, ``_fast_malloc``:
+    default rounding and pools; no events, history, captures, expandable segments, oversize
+    limit or deferred free): the address of the best-fit cached block, split as the general code
     splits it, or 0 (nothing changed) when no cached block fits.
 
-    The general code (:meth:`~._allocator.DeviceCachingAllocator._malloc_locked` -> :func:`._fit.get_free_block` ->
-    :meth:`~._allocator.DeviceCachingAllocator._cut_block`) written out for this case, which it must match:
-    ``tests/memory/test_allocator_fast_paths.py`` runs both on the same sequences and
-    compares the state, and ``bench/bench_allocator.py`` times both. (Locals are few and
-    reused: each one costs every call its initialization and clearing.)
-    """
+    The general code (:meth:`DeviceCachingAllocator._malloc_locked` ->
+    :func:`._fit.get_free_block` -> :meth:`DeviceCachingAllocator._cut_block`) written out for
+    this case, which it must match: ``tests/memory/test_allocator_fast_paths.py`` runs both on
+    the same sequences and compares the state, and ``bench/bench_allocator.py`` times both.
+    (Locals are few and reused: each one costs every call its initialization and clearing.)"""
     rounded = (size + 511) & -512   # K_MIN_BLOCK (literals: LOAD_CONST)
     if rounded <= 1048576:          # K_SMALL_SIZE
         pool = a._small
@@ -148,15 +147,16 @@ def malloc_cached(a: DeviceCachingAllocator, size: int, stream: int) -> int:
 
 
 def reuse_deferred(a: DeviceCachingAllocator, size: int, stream: int) -> int:
-    """The deferred-free fast path of :meth:`~._allocator.DeviceCachingAllocator.malloc` (``_lock`` held, a free deferred):
-    immediate reuse of the block that :meth:`~._allocator.DeviceCachingAllocator.free` just cached, whose free-list insertion
-    (and merge with the free block after it) free deferred because that block is this
-    request's best fit (see :func:`defer_free` and :meth:`~._allocator.DeviceCachingAllocator._flush_deferred`). The eager
-    free + this malloc would merge and split it again: the same blocks result, and only
-    the statistics change. Mirrors the eager code (the fast-path tests compare it with the
-    general code). Returns the address, or 0 (nothing changed) if the request is not that
-    block's: :meth:`~._allocator.DeviceCachingAllocator._malloc_locked` then completes the free and serves the request.
-    """
+    """The deferred-free fast path of :meth:`DeviceCachingAllocator.malloc` (``_lock`` held, a
+    free deferred): immediate reuse of the block that :meth:`DeviceCachingAllocator.free` just
+    cached, whose free-list insertion (and merge with the free block after it) free deferred
+    because that block is this request's best fit (see :func:`defer_free` and
+    :meth:`DeviceCachingAllocator._flush_deferred`). The eager free + this malloc would merge
+    and split it again: the same blocks result, and only the statistics change. Mirrors the
+    eager code (the fast-path tests compare it with the general code). Returns the address, or 0
+    (nothing changed) if the request is not that block's:
+    :meth:`DeviceCachingAllocator._malloc_locked` then completes the free and serves the
+    request."""
     d = a._deferred
     assert d is not None   # (malloc calls this only then)
     rounded = (size + 511) & -512
@@ -196,17 +196,16 @@ def reuse_deferred(a: DeviceCachingAllocator, size: int, stream: int) -> int:
 
 
 def defer_free(a: DeviceCachingAllocator, blk: Block) -> bool:
-    """The deferred free, a fast path of :meth:`~._allocator.DeviceCachingAllocator.free` (``_lock`` held, ``_fast``, ``blk``
-    live and first in its segment): True if the free was deferred.
+    """The deferred free, a fast path of :meth:`DeviceCachingAllocator.free` (``_lock`` held,
+    ``_fast``, ``blk`` live and first in its segment): True if the free was deferred.
 
-    A free that leaves its whole segment free (the block, and the rest of the segment after
-    it if that is free) is deferred when the segment is the best fit of a request of this
-    block's size: an immediate malloc of the same size on the same stream takes the block
-    back (:func:`reuse_deferred`), counting only the statistics that change over a free and
-    a malloc; anything else first completes the free through the general code
-    (:meth:`~._allocator.DeviceCachingAllocator._flush_deferred`). Deferrals not reused make the next ones rarer
-    (``_defer_skip``: 1, 3, 7, ... 63 such frees are skipped).
-    """
+    A free that leaves its whole segment free (the block, and the rest of the segment after it
+    if that is free) is deferred when the segment is the best fit of a request of this block's
+    size: an immediate malloc of the same size on the same stream takes the block back
+    (:func:`reuse_deferred`), counting only the statistics that change over a free and a malloc;
+    anything else first completes the free through the general code
+    (:meth:`DeviceCachingAllocator._flush_deferred`). Deferrals not reused make the next ones
+    rarer (``_defer_skip``: 1, 3, 7, ... 63 such frees are skipped)."""
     nx = blk.next
     pool = blk.pool
     if not (nx is None or (nx.next is None and not nx.allocated)) or pool.owner is not None:
@@ -252,10 +251,11 @@ def defer_free(a: DeviceCachingAllocator, blk: Block) -> bool:
 
 
 def free_cached(a: DeviceCachingAllocator, blk: Block) -> None:
-    """The fast path of :meth:`~._allocator.DeviceCachingAllocator.free` (``_lock`` held; ``blk`` live, on no other stream;
-    no history): the general code (:meth:`~._allocator.DeviceCachingAllocator._free_locked` -> :func:`._fit.free_block` ->
-    :meth:`~._allocator.DeviceCachingAllocator._merge`) written out for this case, which it must match (the fast-path tests
-    run both on the same sequences and compare the state; bench_allocator times both)."""
+    """The fast path of :meth:`DeviceCachingAllocator.free` (``_lock`` held; ``blk`` live, on no
+    other stream; no history): the general code (:meth:`DeviceCachingAllocator._free_locked` ->
+    :func:`._fit.free_block` -> :meth:`DeviceCachingAllocator._merge`) written out for this
+    case, which it must match (the fast-path tests run both on the same sequences and compare
+    the state; bench_allocator times both)."""
     pool = blk.pool
     nx = blk.next
     prev = blk.prev

@@ -5,7 +5,7 @@ oversize rules and the expandable best fit); :func:`alloc_slow` is the chain aft
 miss (garbage collection, a new segment, freeing oversize blocks and retrying, freeing the
 whole cache and retrying), :func:`alloc_block` makes one segment, and :func:`free_block`
 completes a free (merge, statistics, cache). Called with the allocator's lock held by
-:meth:`~._allocator.DeviceCachingAllocator._malloc_locked` and ``_free_locked``, and by the
+:meth:`DeviceCachingAllocator._malloc_locked` and ``_free_locked``, and by the
 stream-ordered frees (:mod:`._events`); the named fast paths mirror them (``_fast``).
 
 Example::
@@ -45,6 +45,7 @@ from ._release import garbage_collect, release_available_cached_blocks, release_
 
 if TYPE_CHECKING:
     from ._allocator import DeviceCachingAllocator
+    from ._interface import AllocatorCore
 
 __all__ = ["alloc_block", "alloc_slow", "free_block", "get_free_block"]
 
@@ -191,9 +192,10 @@ def alloc_block(a: DeviceCachingAllocator, pool: BlockPool, stream: int, rounded
     return blk
 
 
-def free_block(a: DeviceCachingAllocator, blk: Block, pending: bool) -> None:
-    """Free *completed*: merge ``blk`` with its free neighbours (:meth:`~._allocator.DeviceCachingAllocator._merge`), count
-    the merge and cache the block. ``pending``: the free waited for events."""
+def free_block(a: AllocatorCore, blk: Block, pending: bool) -> None:
+    """Free *completed*: merge ``blk`` with its free neighbours
+    (:meth:`DeviceCachingAllocator._merge`), count the merge and cache the block. ``pending``:
+    the free waited for events."""
     orig_size = blk.size
     req = blk.requested
     st = a._stats

@@ -46,7 +46,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._allocator import DeviceCachingAllocator
+    from ._interface import AllocatorCore
 
 __all__ = ["CTX_ALL", "CTX_ALLOC", "CTX_LEVELS", "CTX_NEVER", "CTX_STATE", "TRACE_ACTIONS",
            "History", "capture_frames", "check_history_args", "is_library_file",
@@ -329,18 +329,18 @@ def get_metadata(backend: str) -> str:
     return md.get(backend, "") if md else ""
 
 
-# ---------------------------------------------------------------------- the allocator's history API
+# ------------------------------------------------- the allocator's history API
 # (the DeviceCachingAllocator methods of the same names call these)
 
 
-def trace_entries(a: DeviceCachingAllocator) -> list[dict[str, Any]]:
+def trace_entries(a: AllocatorCore) -> list[dict[str, Any]]:
     """The recorded history, oldest first (copies)."""
     with a._lock:
         h = a._history
         return [] if h is None else [dict(e) for e in h.trace]
 
 
-def record_history(a: DeviceCachingAllocator, enabled: str | bool | None,
+def record_history(a: AllocatorCore, enabled: str | bool | None,
                    context: str | None = "all", stacks: str = "all",
                    max_entries: int = sys.maxsize, clear_history: bool = False,
                    skip_actions: Iterable[str] | None = None) -> None:
@@ -388,7 +388,7 @@ def record_history(a: DeviceCachingAllocator, enabled: str | bool | None,
         a._update_simple()
 
 
-def record_annotation(a: DeviceCachingAllocator, metadata: dict[str, Any]) -> None:
+def record_annotation(a: AllocatorCore, metadata: dict[str, Any]) -> None:
     """Append an ``annotate`` trace entry carrying ``metadata`` as user_metadata."""
     with a._lock:
         if a._history is not None:

@@ -41,7 +41,7 @@ from ._block import (
 
 if TYPE_CHECKING:
     from .._backend import Backend
-    from ._allocator import DeviceCachingAllocator
+    from ._interface import AllocatorCore
     from ._block import Block
     from ._stats import DeviceStats
 
@@ -194,7 +194,7 @@ def raw_free(backend: Backend, index: int, blk: Block) -> None:
         backend.free(index, DevicePtr(blk.addr))
 
 
-def retire_segments(a: DeviceCachingAllocator) -> int:
+def retire_segments(a: AllocatorCore) -> int:
     """Move every segment of the backend's memory (not expandable, not a pluggable
     allocator's) out of use in ``a`` (``_lock`` held), with its cached blocks: after a
     ``fork`` that leaves the memory shared, neither process may hand out what the other also
@@ -253,10 +253,10 @@ def retire_segments(a: DeviceCachingAllocator) -> int:
     return moved
 
 
-# ---------------------------------------------------------------------- the allocator's pool API
+# ------------------------------------------------- the allocator's pool API
 # (the DeviceCachingAllocator methods of the same names call these)
 
-def begin_allocate_to_pool(a: DeviceCachingAllocator, pool_id: tuple[int, int],
+def begin_allocate_to_pool(a: AllocatorCore, pool_id: tuple[int, int],
                            stream_filter: Callable[[int], bool] | None = None) -> None:
     """Route allocations on streams accepted by ``stream_filter`` (all streams if
     ``None``) to private pool ``pool_id``, creating it or taking a reference to it.
@@ -286,7 +286,7 @@ def begin_allocate_to_pool(a: DeviceCachingAllocator, pool_id: tuple[int, int],
         a._update_simple()
 
 
-def end_allocate_to_pool(a: DeviceCachingAllocator, pool_id: tuple[int, int]) -> None:
+def end_allocate_to_pool(a: AllocatorCore, pool_id: tuple[int, int]) -> None:
     """Stop routing allocations to ``pool_id`` (the reference stays until
     :func:`release_pool`).
 
@@ -302,7 +302,7 @@ def end_allocate_to_pool(a: DeviceCachingAllocator, pool_id: tuple[int, int]) ->
     raise RuntimeError(f"end_allocate_to_pool: not allocating to pool {pool_id}")
 
 
-def create_pool(a: DeviceCachingAllocator, pool_id: tuple[int, int], *, no_split: bool = False,
+def create_pool(a: AllocatorCore, pool_id: tuple[int, int], *, no_split: bool = False,
                 allocator: Any = None) -> None:
     """Create private pool ``pool_id`` or take one more reference to it.
 
@@ -334,9 +334,9 @@ def create_pool(a: DeviceCachingAllocator, pool_id: tuple[int, int], *, no_split
         a._pools.create(pool_id, no_split=no_split, allocator=allocator)
 
 
-def release_pool(a: DeviceCachingAllocator, pool_id: tuple[int, int]) -> None:
+def release_pool(a: AllocatorCore, pool_id: tuple[int, int]) -> None:
     """Drop one reference to private pool ``pool_id``; at zero its cached memory becomes
-    releasable by :meth:`~._allocator.DeviceCachingAllocator.empty_cache` (blocks still allocated stay valid).
+    releasable by :meth:`DeviceCachingAllocator.empty_cache` (blocks still allocated stay valid).
 
     Raises:
         ValueError: no such pool, or no reference left.
@@ -347,12 +347,12 @@ def release_pool(a: DeviceCachingAllocator, pool_id: tuple[int, int]) -> None:
         a._pools.release(pool_id)
 
 
-def release_pool_from_finalizer(a: DeviceCachingAllocator, pool_id: tuple[int, int]) -> None:
+def release_pool_from_finalizer(a: AllocatorCore, pool_id: tuple[int, int]) -> None:
     """:func:`release_pool` for finalizers (``Graph.__del__``): never blocks.
 
     If the lock is held (maybe by this very thread, the garbage collector having run the
     finalizer inside the allocator's critical section) the release is queued and done at
-    the holder's next drain point, like :meth:`~._allocator.DeviceCachingAllocator.free_from_finalizer`.
+    the holder's next drain point, like :meth:`DeviceCachingAllocator.free_from_finalizer`.
 
     Raises:
         TypeError: ``pool_id`` is not a pair of ints (checked at once).
@@ -375,7 +375,7 @@ def release_pool_from_finalizer(a: DeviceCachingAllocator, pool_id: tuple[int, i
             a._lock.release()
 
 
-def pool_use_count(a: DeviceCachingAllocator, pool_id: tuple[int, int]) -> int:
+def pool_use_count(a: AllocatorCore, pool_id: tuple[int, int]) -> int:
     """References to private pool ``pool_id`` (0 if it does not exist)."""
     pool_id = check_pool_id(pool_id)
     with a._lock:

@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING, Any
 from ._block import DEFAULT_POOL, Block
 
 if TYPE_CHECKING:
-    from ._allocator import DeviceCachingAllocator
+    from ._interface import AllocatorCore
 
 __all__ = ["segment_of", "snapshot_segments"]
 
 _by_addr = operator.attrgetter("addr")
 
 
-def segment_of(a: DeviceCachingAllocator, ptr: int) -> tuple[int, int, bool] | None:
+def segment_of(a: AllocatorCore, ptr: int) -> tuple[int, int, bool] | None:
     """``(segment base, segment size, expandable)`` of the live block that starts at
     ``ptr``, or ``None`` if no allocated block starts there (used by
     :mod:`accelrt.multiprocessing` to share a block as its segment's handle plus offset,
@@ -49,7 +49,7 @@ def segment_of(a: DeviceCachingAllocator, ptr: int) -> tuple[int, int, bool] | N
         return _segment_of_locked(a, ptr)
 
 
-def snapshot_segments(a: DeviceCachingAllocator, pool_id: tuple[int, int] | None = None
+def snapshot_segments(a: AllocatorCore, pool_id: tuple[int, int] | None = None
                       ) -> list[dict[str, Any]]:
     """PyTorch's segment dicts (all pools, or only ``pool_id``), sorted by address.
 
@@ -70,7 +70,7 @@ def snapshot_segments(a: DeviceCachingAllocator, pool_id: tuple[int, int] | None
         return _snapshot_locked(a, pool_id)
 
 
-def _segment_of_locked(a: DeviceCachingAllocator, ptr: int) -> tuple[int, int, bool] | None:
+def _segment_of_locked(a: AllocatorCore, ptr: int) -> tuple[int, int, bool] | None:
     """:func:`segment_of` with the lock held."""
     blk = a._blocks.get(ptr)
     if blk is None or not blk.allocated:
@@ -88,7 +88,7 @@ def _segment_of_locked(a: DeviceCachingAllocator, ptr: int) -> tuple[int, int, b
     return (head.addr, size, False)
 
 
-def _snapshot_locked(a: DeviceCachingAllocator, pool_id: tuple[int, int] | None
+def _snapshot_locked(a: AllocatorCore, pool_id: tuple[int, int] | None
                      ) -> list[dict[str, Any]]:
     """:func:`snapshot_segments` with the lock held and the state settled."""
     owner_filter = None if pool_id is None else tuple(pool_id)

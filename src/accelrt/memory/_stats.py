@@ -30,7 +30,7 @@ import collections
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ._allocator import DeviceCachingAllocator
+    from ._interface import AllocatorCore
 
 
 __all__ = ["FLAT_KEYS", "SORTED_KEYS", "STAT_TYPES", "DeviceStats", "HotCounters", "Stat",
@@ -560,11 +560,11 @@ class DeviceStats:
         self.num_oom_rejections = 0
 
 
-# ---------------------------------------------------------------------- the allocator's statistics API
+# ------------------------------------------------- the allocator's statistics API
 # (the DeviceCachingAllocator methods stats, sorted_stats, ... call these)
 
 
-def flat_stats(a: DeviceCachingAllocator) -> dict[str, int]:
+def flat_stats(a: AllocatorCore) -> dict[str, int]:
     """PyTorch's flat ``memory_stats`` dict (unsorted).
 
     Example::
@@ -582,7 +582,7 @@ def flat_stats(a: DeviceCachingAllocator) -> dict[str, int]:
     return dict(zip(FLAT_KEYS, vals))
 
 
-def sorted_stats(a: DeviceCachingAllocator) -> collections.OrderedDict[str, int]:
+def sorted_stats(a: AllocatorCore) -> collections.OrderedDict[str, int]:
     """:func:`flat_stats` as an ``OrderedDict`` sorted by key (``memory_stats()``).
 
     Example::
@@ -600,21 +600,21 @@ def sorted_stats(a: DeviceCachingAllocator) -> collections.OrderedDict[str, int]
     return collections.OrderedDict(zip(SORTED_KEYS, vals))
 
 
-def max_memory_allocated(a: DeviceCachingAllocator) -> int:
+def max_memory_allocated(a: AllocatorCore) -> int:
     """``allocated_bytes.all.peak``."""
     with a._lock:
         a.settle_locked()
         return a._stats.max_allocated_bytes()
 
 
-def reset_peak_stats(a: DeviceCachingAllocator) -> None:
+def reset_peak_stats(a: AllocatorCore) -> None:
     """Set every peak to its current value."""
     with a._lock:
         a.settle_locked()
         a._stats.reset_peak()
 
 
-def reset_accumulated_stats(a: DeviceCachingAllocator) -> None:
+def reset_accumulated_stats(a: AllocatorCore) -> None:
     """Zero every ``allocated``/``freed`` sum and the ``num_*`` counters."""
     with a._lock:
         a._flush_deferred()
