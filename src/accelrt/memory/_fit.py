@@ -8,19 +8,19 @@ completes a free (merge, statistics, cache). Called with the allocator's lock he
 :meth:`DeviceCachingAllocator._malloc_locked` and ``_free_locked``, and by the
 stream-ordered frees (:mod:`._events`); the named fast paths mirror them (``_fast``).
 
-Example::
+Example (the best fit of a request is the block a free just cached)::
 
     >>> from accelrt.backends import get_backend
-    >>> from accelrt.memory._allocator import DeviceCachingAllocator
-    >>> from accelrt.memory._fit import get_free_block
-    >>> a = DeviceCachingAllocator(get_backend("cpu"), 0)
-    >>> a.free(a.malloc(4096, 0)); a.drain_pending()
-    True
-    >>> with a._lock:
-    ...     a._flush_deferred()
-    ...     get_free_block(a, a._small, 0, 4096) is not None
-    True
-    >>> a.empty_cache()
+    >>> from accelrt.memory import _allocator, _fit
+    >>> alloc = _allocator.DeviceCachingAllocator(get_backend("cpu"), 0)
+    >>> ptr = alloc.malloc(8192, 0)
+    >>> alloc.free(ptr)
+    >>> with alloc._lock:
+    ...     alloc.settle_locked()
+    ...     found = _fit.get_free_block(alloc, alloc._small, 0, 8192)
+    ...     alloc._insert_free(found)   # (back where it was)
+    >>> found.addr == ptr, found.size
+    (True, 2097152)
 """
 
 from __future__ import annotations

@@ -363,13 +363,13 @@ def record_history(a: AllocatorCore, enabled: str | bool | None,
     Example::
 
         >>> from accelrt.backends import get_backend
-        >>> from accelrt.memory._allocator import DeviceCachingAllocator
-        >>> a = DeviceCachingAllocator(get_backend("cpu"), 0)
-        >>> a.record_history("all", max_entries=100)
-        >>> a.free(a.malloc(100, 0))
-        >>> [e["action"] for e in a.trace_entries()][-2:]
-        ['free_requested', 'free_completed']
-        >>> a.record_history(None)
+        >>> from accelrt.memory import _allocator, _history
+        >>> alloc = _allocator.DeviceCachingAllocator(get_backend("cpu"), 0)
+        >>> _history.record_history(alloc, "state", skip_actions=["alloc"])
+        >>> ptr = alloc.malloc(100, 0)
+        >>> [e["action"] for e in _history.trace_entries(alloc)]   # "state": the latest one
+        ['segment_alloc']
+        >>> _history.record_history(alloc, None); alloc.free(ptr)
     """
     enabled, skip = check_history_args(enabled, context, stacks, max_entries, skip_actions)
     with a._lock:

@@ -38,7 +38,6 @@ Example::
 
 from __future__ import annotations
 
-import collections
 import logging
 import threading
 import warnings
@@ -296,7 +295,8 @@ class MallocAsyncAllocator(ReplacedAllocator):
         return limit / self._b.get_memory_info(self._index)[1]
 
     # ------------------------------------------------------------------ statistics
-    def _pool_stats(self) -> dict[str, int]:
+    def pool_stats(self) -> dict[str, int]:
+        """PyTorch's keys; only the pool's used and reserved bytes are non-zero."""
         vals = dict.fromkeys(FLAT_KEYS, 0)
         with self._alock:
             if self._initialized:
@@ -306,31 +306,12 @@ class MallocAsyncAllocator(ReplacedAllocator):
                     vals[key] = attrs[attr]
         return vals
 
-    def stats(self) -> dict[str, int]:
-        """PyTorch's keys; only the pool's used and reserved bytes are non-zero."""
-        return self._pool_stats()
-
-    def sorted_stats(self) -> collections.OrderedDict[str, int]:
-        vals = self._pool_stats()
-        return collections.OrderedDict((k, vals[k]) for k in sorted(vals))
-
-    def _attr(self, name: str) -> int:
+    def pool_counter(self, name: str) -> int:
+        """The pool's attribute ``name`` (0 before the first allocation)."""
         with self._alock:
             if not self._initialized:
                 return 0
             return self._b.mempool_get_attribute(self._index, name)
-
-    def memory_allocated(self) -> int:
-        return self._attr("used_mem_current")
-
-    def max_memory_allocated(self) -> int:
-        return self._attr("used_mem_high")
-
-    def memory_reserved(self) -> int:
-        return self._attr("reserved_mem_current")
-
-    def max_memory_reserved(self) -> int:
-        return self._attr("reserved_mem_high")
 
     def reset_peak_stats(self) -> None:
         """Reset the pool's high-water marks to the current values."""

@@ -9,7 +9,6 @@ compiles both, while ``_pluggable`` (ctypes, the process-wide registry) stays pu
 
 from __future__ import annotations
 
-import collections
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, SupportsIndex
 
@@ -72,25 +71,8 @@ class PluggableDeviceAllocator(ReplacedAllocator):
     def get_memory_fraction(self) -> float:
         raise self.unsupported("getMemoryFraction")
 
-    # statistics, snapshots, history, observers: PyTorch's errors
-    def stats(self) -> dict[str, int]:
-        raise self.unsupported("getDeviceStats")
-
-    def sorted_stats(self) -> collections.OrderedDict[str, int]:
-        raise self.unsupported("getDeviceStats")
-
-    def memory_allocated(self) -> int:
-        raise self.unsupported("getDeviceStats")
-
-    def max_memory_allocated(self) -> int:
-        raise self.unsupported("getDeviceStats")
-
-    def memory_reserved(self) -> int:
-        raise self.unsupported("getDeviceStats")
-
-    def max_memory_reserved(self) -> int:
-        raise self.unsupported("getDeviceStats")
-
+    # statistics (the library counts nothing: ReplacedAllocator's getters raise), snapshots,
+    # history, observers: PyTorch's errors
     def reset_peak_stats(self) -> None:
         raise self.unsupported("resetPeakStats")
 

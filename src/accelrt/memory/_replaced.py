@@ -6,8 +6,9 @@ Two allocators take a device's memory requests in place of
 (:func:`~accelrt.memory.change_current_allocator`, :mod:`._pluggable_device`). Both keep no
 blocks of their own, so they share what :class:`ReplacedAllocator` declares once: the check
 of a request's size, PyTorch's "does not yet support" errors for what needs blocks (history,
-OOM observers), and private pools that do nothing (a further reference, a release, a count
-of 0), as PyTorch's. Each subclass names itself (``unsupported_name``) and defines the rest.
+OOM observers), the statistics getters over the few counters the memory behind them keeps
+(``pool_stats``, ``pool_counter``: PyTorch's error where there are none), and private pools
+that do nothing (a further reference, a release, a count of 0), as PyTorch's. Each subclass names itself (``unsupported_name``) and defines the rest.
 
 A module of its own because it subclasses the compiled allocator (``setup.py``'s
 ``COMPILED`` lists it with its subclasses).
@@ -26,6 +27,7 @@ Example::
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Callable
 from typing import Any, SupportsIndex
 
@@ -62,6 +64,39 @@ class ReplacedAllocator(DeviceCachingAllocator):
             raise OutOfMemoryError(f"{self._name} out of memory. Tried to allocate more than "
                                    "1EB memory.", n, 0, self._device_total)
         return n
+
+    # ------------------------------------------------------------------ statistics
+    # Only what the memory behind the allocator counts (the driver pool's used and reserved
+    # bytes, with their high-water marks, named as CUDA's pool attributes): the getters read
+    # it through ``pool_stats`` and ``pool_counter``, which a subclass defines.
+    def pool_stats(self) -> dict[str, int]:
+        """PyTorch's flat keys, the ones this allocator counts filled in."""
+        raise self.unsupported("getDeviceStats")
+
+    def pool_counter(self, name: str) -> int:
+        """One counter: ``used_mem_current``, ``used_mem_high``, ``reserved_mem_current`` or
+        ``reserved_mem_high``."""
+        raise self.unsupported("getDeviceStats")
+
+    def stats(self) -> dict[str, int]:
+        """PyTorch's keys; only what the memory behind the allocator counts is non-zero."""
+        return self.pool_stats()
+
+    def sorted_stats(self) -> collections.OrderedDict[str, int]:
+        vals = self.pool_stats()
+        return collections.OrderedDict((k, vals[k]) for k in sorted(vals))
+
+    def memory_allocated(self) -> int:
+        return self.pool_counter("used_mem_current")
+
+    def max_memory_allocated(self) -> int:
+        return self.pool_counter("used_mem_high")
+
+    def memory_reserved(self) -> int:
+        return self.pool_counter("reserved_mem_current")
+
+    def max_memory_reserved(self) -> int:
+        return self.pool_counter("reserved_mem_high")
 
     # ------------------------------------------------------------------ what needs blocks
     def record_history(self, *args: Any, **kwargs: Any) -> None:

@@ -570,10 +570,11 @@ def flat_stats(a: AllocatorCore) -> dict[str, int]:
     Example::
 
         >>> from accelrt.backends import get_backend
-        >>> from accelrt.memory._allocator import DeviceCachingAllocator
-        >>> a = DeviceCachingAllocator(get_backend("cpu"), 0)
-        >>> a.free(a.malloc(1000, 0))
-        >>> a.stats()["requested_bytes.small_pool.freed"]
+        >>> from accelrt.memory import _allocator, _stats
+        >>> alloc = _allocator.DeviceCachingAllocator(get_backend("cpu"), 0)
+        >>> ptr = alloc.malloc(1000, 0)
+        >>> alloc.free(ptr)
+        >>> _stats.flat_stats(alloc)["requested_bytes.small_pool.freed"]
         1000
     """
     with a._lock:
