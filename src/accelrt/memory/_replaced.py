@@ -8,7 +8,8 @@ blocks of their own, so they share what :class:`ReplacedAllocator` declares once
 of a request's size, PyTorch's "does not yet support" errors for what needs blocks (history,
 OOM observers), the statistics getters over the few counters the memory behind them keeps
 (``pool_stats``, ``pool_counter``: PyTorch's error where there are none), and private pools
-that do nothing (a further reference, a release, a count of 0), as PyTorch's. Each subclass names itself (``unsupported_name``) and defines the rest.
+that do nothing (a further reference, a release, a count of 0), as PyTorch's. Each subclass
+names itself (``unsupported_name``) and defines the rest.
 
 A module of its own because it subclasses the compiled allocator (``setup.py``'s
 ``COMPILED`` lists it with its subclasses).
