@@ -25,12 +25,17 @@ COMPILED = [
     "src/accelrt/memory/_block.py",
     "src/accelrt/memory/_events.py",
     "src/accelrt/memory/_expandable.py",
+    "src/accelrt/memory/_fast.py",
+    "src/accelrt/memory/_fit.py",
     "src/accelrt/memory/_malloc_async.py",       # subclasses the allocator
     "src/accelrt/memory/_pluggable_device.py",   # subclasses the allocator
     "src/accelrt/memory/_pools.py",
+    "src/accelrt/memory/_registry.py",
     "src/accelrt/memory/_release.py",
+    "src/accelrt/memory/_replaced.py",           # subclasses the allocator
     "src/accelrt/memory/_segments.py",
     "src/accelrt/memory/_stats.py",
+    "src/accelrt/memory/_uncached.py",
     "src/accelrt/testing/_allocators.py",        # subclasses the allocator (tests, benchmarks)
 ]
 

@@ -214,9 +214,9 @@ def test_threads_stress(lib: Any) -> None:
 def test_settings_page_reuse_in_snapshot(lib: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The low-fragmentation policy applies to PyTorch's memory: expandable segments in the
     snapshot, the settings recorded."""
-    from accelrt.memory import _allocator, _config
+    from accelrt.memory import _config, _registry
     monkeypatch.setattr(_config, "_current", None)       # process-wide settings, isolated
-    monkeypatch.setattr(_allocator, "_allocators", {})
+    monkeypatch.setattr(_registry, "_allocators", {})
     monkeypatch.delenv(_config.ENV_VAR, raising=False)
     acc.memory.set_allocator_settings("expandable_segments:True,page_reuse:True")
     try:

@@ -784,9 +784,9 @@ def test_annotation_entries():
 
 
 def test_registry_one_allocator_per_device(monkeypatch):
-    from accelrt.memory import _allocator
+    from accelrt.memory import _registry
     from accelrt.memory._allocator import get_allocator, peek_allocator
-    monkeypatch.setattr(_allocator, "_allocators", {})
+    monkeypatch.setattr(_registry, "_allocators", {})
     b = SimulatedBackend(device_count=2, name="fakereg")
     assert peek_allocator("fakereg", 1) is None
     a0, a1 = get_allocator(b, 0), get_allocator(b, 1)

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from accelrt.memory import _allocator, _config
+from accelrt.memory import _allocator, _config, _registry
 from accelrt.memory._allocator import DeviceCachingAllocator
 from accelrt.memory._config import SIZE_MAX, AllocatorConfig, parse_config
 from accelrt.testing import SimulatedBackend
@@ -18,7 +18,7 @@ MiB = 1 << 20
 def fresh_config(monkeypatch):
     """Isolate the process-wide options and allocator registry."""
     monkeypatch.setattr(_config, "_current", None)
-    monkeypatch.setattr(_allocator, "_allocators", {})
+    monkeypatch.setattr(_registry, "_allocators", {})
     monkeypatch.delenv(_config.ENV_VAR, raising=False)
     yield monkeypatch
 

@@ -338,9 +338,9 @@ def test_bucketed_free_lists_match_the_general_code(monkeypatch: pytest.MonkeyPa
     remainder added, merges with the block before, after and both, the inlined add) and the
     plain-list ones (short lists, in-place key replacement) run on two streams and match the
     general code step by step."""
-    from accelrt.memory import _allocator, _block, _expandable
+    from accelrt.memory import _block, _expandable, _fast
     from accelrt.memory._block import FreeList
-    for mod in (_block, _allocator, _expandable):
+    for mod in (_block, _fast, _expandable):
         monkeypatch.setattr(mod, "SMALL_MAX", 6)
     monkeypatch.setattr(_block, "BUCKET_MAX", 3)   # (free's fast path calls FreeList.add)
     rng = random.Random(seed)

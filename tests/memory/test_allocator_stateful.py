@@ -14,7 +14,7 @@ from hypothesis.stateful import (
 )
 
 from accelrt import OutOfMemoryError
-from accelrt.memory import _allocator, _block, _expandable
+from accelrt.memory import _block, _expandable, _fast
 from accelrt.memory._allocator import DeviceCachingAllocator
 from accelrt.memory._config import parse_config
 from accelrt.testing import SimulatedBackend
@@ -44,10 +44,10 @@ class AllocatorMachine(RuleBasedStateMachine):
     def setup(self, conf: str, tiny: bool) -> None:
         # tiny free lists: every stream's list is a bucketed FreeList of 2-key buckets, so
         # their splits and removals run on few blocks
-        self.old_limits = (_block.BUCKET_MAX, _block.SMALL_MAX, _allocator.SMALL_MAX,
+        self.old_limits = (_block.BUCKET_MAX, _block.SMALL_MAX, _fast.SMALL_MAX,
                            _expandable.SMALL_MAX)
         if tiny:
-            (_block.BUCKET_MAX, _block.SMALL_MAX, _allocator.SMALL_MAX,
+            (_block.BUCKET_MAX, _block.SMALL_MAX, _fast.SMALL_MAX,
              _expandable.SMALL_MAX) = 2, 0, 0, 0
         self.b = SimulatedBackend(capacity=256 * MiB, auto_complete=False)
         self.a = DeviceCachingAllocator(self.b, 0, parse_config(conf))
@@ -238,7 +238,7 @@ class AllocatorMachine(RuleBasedStateMachine):
         if not hasattr(self, "a"):
             return
         if hasattr(self, "old_limits"):
-            (_block.BUCKET_MAX, _block.SMALL_MAX, _allocator.SMALL_MAX,
+            (_block.BUCKET_MAX, _block.SMALL_MAX, _fast.SMALL_MAX,
              _expandable.SMALL_MAX) = self.old_limits
         self.a.record_history(None)
         for p in list(self.live):

@@ -23,7 +23,7 @@ from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from accelrt import OutOfMemoryError
-from accelrt.memory import _allocator, _block, _expandable
+from accelrt.memory import _allocator, _block, _expandable, _fast
 from accelrt.memory._allocator import DeviceCachingAllocator
 from accelrt.testing._allocators import GeneralPathAllocator
 from accelrt.memory._config import parse_config
@@ -70,10 +70,10 @@ class ToggleMachine(RuleBasedStateMachine):
                 capacity=st.sampled_from([96 * MiB, 1 << 34]))
     def setup(self, conf: str, tiny: bool, capacity: int) -> None:
         # tiny: every free list is a bucketed FreeList of 2-key buckets from the start
-        self.old_limits = (_block.BUCKET_MAX, _block.SMALL_MAX, _allocator.SMALL_MAX,
+        self.old_limits = (_block.BUCKET_MAX, _block.SMALL_MAX, _fast.SMALL_MAX,
                            _expandable.SMALL_MAX)
         if tiny:
-            (_block.BUCKET_MAX, _block.SMALL_MAX, _allocator.SMALL_MAX,
+            (_block.BUCKET_MAX, _block.SMALL_MAX, _fast.SMALL_MAX,
              _expandable.SMALL_MAX) = 2, 0, 0, 0
         self.backends = [SimulatedBackend(capacity=capacity, auto_complete=False)
                          for _ in range(2)]
@@ -238,7 +238,7 @@ class ToggleMachine(RuleBasedStateMachine):
                 assert a.memory_reserved() == 0 == b.used
         finally:
             _allocator._report_finalizer_error = self.old_report  # type: ignore[assignment]
-            (_block.BUCKET_MAX, _block.SMALL_MAX, _allocator.SMALL_MAX,
+            (_block.BUCKET_MAX, _block.SMALL_MAX, _fast.SMALL_MAX,
              _expandable.SMALL_MAX) = self.old_limits
 
 

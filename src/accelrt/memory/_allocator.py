@@ -7,18 +7,18 @@ free-and-retry chain before an out-of-memory error, garbage collection, the per-
 fraction, stream-ordered frees, private pools, expandable segments, statistics, snapshots and
 the history trace (see ``ALLOCATOR_SPEC.md``).
 
-This module holds the allocation and free paths, rounding, block split and merge (each written
-once: :meth:`DeviceCachingAllocator._cut_block` and :meth:`DeviceCachingAllocator._merge`; the
-inlined fast paths of :meth:`~DeviceCachingAllocator.malloc` and
-:meth:`~DeviceCachingAllocator.free` mirror them and are checked against them by a test) and
-the statistics. The separable features are components the allocator owns, each holding its
-own state: :class:`._history.History` (trace ring buffer, stack frames; ``None`` while not
-recording), :class:`._events.StreamFrees` (stream-ordered frees), :class:`._pools.PrivatePools`
-(private pools and captures), :class:`._expandable.ExpandableSegments` (expandable segments and
-the ``page_reuse`` policy) and :class:`._oom.OomReporter` (OOM messages and observers).
-:mod:`._release` (release and garbage-collection policies) and :mod:`._segments` (snapshots)
-are functions of the allocator. See :mod:`._stats` for the counters and :mod:`._lock` for the
-lock.
+This module holds the policy: :meth:`~DeviceCachingAllocator.malloc` and
+:meth:`~DeviceCachingAllocator.free` (each trying its named fast paths, :mod:`._fast`, before
+the general code), the general paths ``_malloc_locked`` / ``_free_locked``, rounding, the one
+split (``_cut_block``) and the one merge (``_merge``), the deferred free, the lock protocol
+and the settings. Each other concern is a module of its own that the methods call:
+:mod:`._fit` (best fit, new segments, completing a free), :mod:`._pools` (private pools),
+:mod:`._history` (the trace), :mod:`._stats` (counters and their getters), :mod:`._segments`
+(snapshots), :mod:`._release` (release and garbage collection), :mod:`._events`
+(stream-ordered frees), :mod:`._expandable` (expandable segments, ``page_reuse``),
+:mod:`._oom` (OOM messages, observers), :mod:`._uncached` (caching off) and
+:mod:`._registry` (one allocator per device; its names are importable from here too).
+The components use the allocator only through :class:`._interface.AllocatorCore`.
 
 Example::
 
@@ -38,15 +38,13 @@ from __future__ import annotations
 import collections
 import operator
 import sys
-import threading
 from collections.abc import Callable, Iterable
 from queue import Empty as _Empty
 from typing import Any, Final, SupportsIndex, cast
 
 from .._backend import Backend
 from .._errors import OutOfMemoryError
-from .._fork import after_fork_locked, hold_across_fork, reinit_after_fork
-from .._handles import DevicePtr, StreamHandle
+from .._fork import hold_across_fork
 from ._block import (
     ADDR_MASK,
     DEFAULT_POOL,
@@ -56,27 +54,65 @@ from ._block import (
     K_SMALL_BUFFER,
     K_SMALL_SIZE,
     KEY_SHIFT,
-    SMALL_MAX,
     Block,
     BlockPool,
-    bisect_left,
     fl_add,
-    fl_iter_ge,
-    fl_pop_ge,
     fl_remove,
-    insort,
     unmapped_remove,
 )
-from ._config import SIZE_MAX, AllocatorConfig, get_config
-from ._events import StreamFrees
+from ._config import SIZE_MAX, AllocatorConfig, check_fraction, get_config
+from ._events import StreamFrees, record_stream
 from ._expandable import ExpandableSegments
-from ._history import CTX_ALL, CTX_ALLOC, CTX_LEVELS, History, capture_frames, check_history_args
+from ._fast import defer_free, free_cached, malloc_cached, reuse_deferred
+from ._fit import alloc_slow, free_block, get_free_block
+from ._history import (
+    CTX_ALL,
+    CTX_ALLOC,
+    History,
+    capture_frames,
+    record_annotation,
+    record_history,
+    trace_entries,
+)
 from ._lock import FastLock
 from ._oom import OomReporter, format_size
-from ._pools import PrivatePools, check_pool_id, raw_malloc, retire_segments
-from ._release import garbage_collect, release_available_cached_blocks, release_cached_blocks
+from ._pools import (
+    PrivatePools,
+    begin_allocate_to_pool,
+    check_pool_id,
+    create_pool,
+    end_allocate_to_pool,
+    pool_use_count,
+    release_pool,
+    release_pool_from_finalizer,
+)
+# the registry's names, importable from here as before (tests and modules patch them there)
+from ._registry import (  # noqa: F401  (re-exported: the names' old home)
+    _allocators as _allocators,
+    _apply_config_to_all as _apply_config_to_all,
+    _cache_disabled as _cache_disabled,
+    _check_config_for_all as _check_config_for_all,
+    _lock as _lock,
+    _retire_after_fork as _retire_after_fork,
+    _wants_pool as _wants_pool,
+    all_allocators as all_allocators,
+    caching_enabled as caching_enabled,
+    get_allocator as get_allocator,
+    peek_allocator as peek_allocator,
+    set_caching as set_caching,
+)
+from ._release import release_cached_blocks
 from ._segments import segment_of, snapshot_segments
-from ._stats import FLAT_KEYS, SORTED_KEYS, DeviceStats, HotCounters
+from ._uncached import UncachedRequests
+from ._stats import (
+    DeviceStats,
+    HotCounters,
+    flat_stats,
+    max_memory_allocated,
+    reset_accumulated_stats,
+    reset_peak_stats,
+    sorted_stats,
+)
 
 __all__ = ["DeviceCachingAllocator", "format_size", "get_allocator", "peek_allocator"]
 
@@ -159,8 +195,8 @@ class DeviceCachingAllocator:
         # guarded by _lock: caching on (caching_allocator_enable); while off, requests come
         # straight from the backend and go back to it at their free, outside the statistics
         self._cache_on = backend.name not in _cache_disabled
-        # guarded by _lock: uncached address -> the streams that used it (its own first)
-        self._uncached: dict[int, list[int]] = {}
+        # guarded by _lock: the allocations made while caching was off
+        self._uncached = UncachedRequests(backend, index, backend.name)
         self._set_config_locked(cfg)
         if cfg.per_process_memory_fraction is not None:
             self._set_fraction_locked(cfg.per_process_memory_fraction)
@@ -293,11 +329,11 @@ class DeviceCachingAllocator:
             # The named fast paths, each the general code (_malloc_locked) written out for one
             # common case; each returns 0 where the general code must run instead.
             if self._fast_malloc:
-                addr = self._malloc_cached(size, stream)
+                addr = malloc_cached(self, size, stream)
             elif self._fast_reuse:
                 addr = self._expandable_segments.malloc_cached(size, stream)
             elif self._deferred is not None:
-                addr = self._reuse_deferred(size, stream)
+                addr = reuse_deferred(self, size, stream)
             else:
                 addr = 0
             if addr:
@@ -316,161 +352,13 @@ class DeviceCachingAllocator:
         self._oom.raise_oom(*cast("tuple[str, int, int, int, int]", res))  # not an int: OOM
         raise AssertionError("unreachable")
 
-    def _malloc_cached(self, size: int, stream: int) -> int:
-        """The fast path of :meth:`malloc` (``_lock`` held, ``_fast_malloc``: default rounding
-        and pools; no events, history, captures, expandable segments, oversize limit or
-        deferred free): the address of the best-fit cached block, split as the general code
-        splits it, or 0 (nothing changed) when no cached block fits.
-
-        The general code (:meth:`_malloc_locked` -> :meth:`_get_free_block` ->
-        :meth:`_cut_block`) written out for this case, which it must match:
-        ``tests/memory/test_allocator_fast_paths.py`` runs both on the same sequences and
-        compares the state, and ``bench/bench_allocator.py`` times both. (Locals are few and
-        reused: each one costs every call its initialization and clearing.)
-        """
-        rounded = (size + 511) & -512   # K_MIN_BLOCK (literals: LOAD_CONST)
-        if rounded <= 1048576:          # K_SMALL_SIZE
-            pool = self._small
-            split_min = 512
-        else:
-            pool = self._large
-            split_min = 1048577   # K_SMALL_SIZE + 1
-        try:
-            fl = pool.free[stream]      # KeyError: no free list on this stream
-            plain = type(fl) is list
-            if plain:
-                # the best fit's key stays in the list for now: a split's remainder
-                # key usually takes its place (below)
-                i = bisect_left(fl, rounded << 64)  # type: ignore[arg-type]
-                key = fl[i]  # type: ignore[index]   # IndexError: none fits
-            else:   # a long FreeList: FreeList.pop_ge, inlined
-                maxes = fl.maxes  # type: ignore[union-attr]
-                n = bisect_left(maxes, rounded << 64)
-                sub = fl.lists[n]  # type: ignore[union-attr]   # IndexError: none fits
-                i = bisect_left(sub, rounded << 64)
-                key = sub.pop(i)
-                if not sub:
-                    del fl.lists[n]  # type: ignore[union-attr]
-                    del maxes[n]
-                elif i == len(sub):
-                    maxes[n] = sub[-1]
-        except LookupError:
-            return 0   # (the general path)
-        addr = key & 0xFFFFFFFFFFFFFFFF   # ADDR_MASK
-        blk = self._blocks[addr]
-        c = pool.hot
-        bsize = blk.size    # (the block's size once allocated)
-        remaining = bsize - rounded
-        if remaining >= split_min:
-            # the split of _malloc_locked (_cut_block); inactive_split first
-            nx = blk.next
-            if nx is not None or blk.prev is not None:   # already split
-                if self._stats.dirty_split:
-                    self._stats.settle_split()
-                c.inactive_split_bytes -= rounded
-            else:
-                c.count_split(remaining)
-            raddr = addr + rounded
-            if self._spares:
-                rest = self._spares.pop()
-                rest.addr = raddr
-                rest.size = remaining
-                rest.stream = stream
-                rest.pool = pool
-                rest.exp = None
-                rest.requested = 0
-                rest.frames = None
-            else:
-                rest = Block(raddr, remaining, stream, pool)
-            rest.prev = blk
-            rest.next = nx
-            if nx is not None:
-                nx.prev = rest
-            blk.next = rest
-            blk.size = bsize = rounded
-            self._blocks[raddr] = rest
-            key = (remaining << 64) | raddr
-            if not plain:   # a long FreeList
-                fl.add(key)  # type: ignore[union-attr]
-            elif i and fl[i - 1] > key:  # type: ignore[index]
-                # (keys between: the remainder's moves below them; as insort)
-                del fl[i]  # type: ignore[union-attr]
-                insort(fl, key, 0, i)  # type: ignore[arg-type]
-            else:   # the remainder's key takes the place of the block's
-                fl[i] = key  # type: ignore[index]
-            rest.gc_base = pool.gc_calls
-        else:
-            if plain:
-                del fl[i]  # type: ignore[union-attr]
-            if blk.next is not None or blk.prev is not None:
-                if self._stats.dirty_split:
-                    self._stats.settle_split()
-                c.inactive_split_bytes -= bsize
-                c.inactive_split -= 1
-        # the allocation count of _malloc_locked
-        blk.allocated = True
-        blk.requested = size
-        c.allocations += 1
-        c.allocated_bytes += bsize
-        c.requested_bytes += size
-        c.allocations_sum += 1
-        c.allocated_bytes_sum += bsize
-        c.requested_bytes_sum += size
-        c.grew = True
-        return addr
-
-    def _reuse_deferred(self, size: int, stream: int) -> int:
-        """The deferred-free fast path of :meth:`malloc` (``_lock`` held, a free deferred):
-        immediate reuse of the block that :meth:`free` just cached, whose free-list insertion
-        (and merge with the free block after it) free deferred because that block is this
-        request's best fit (see :meth:`_defer_free` and :meth:`_flush_deferred`). The eager
-        free + this malloc would merge and split it again: the same blocks result, and only
-        the statistics change. Mirrors the eager code (the fast-path tests compare it with the
-        general code). Returns the address, or 0 (nothing changed) if the request is not that
-        block's: :meth:`_malloc_locked` then completes the free and serves the request.
-        """
-        d = self._deferred
-        assert d is not None   # (malloc calls this only then)
-        rounded = (size + 511) & -512
-        pool = d.pool   # (a default pool: is_small tells which)
-        if d.size != rounded or d.stream != stream or (
-                pool.is_small is not (rounded <= 1048576)):   # K_SMALL_SIZE
-            return 0   # not that block's request
-        self._deferred = None
-        self._defer_misses = 0
-        # (_fast_flags: a free is deferred only with _fast: no history)
-        self._fast_malloc = True
-        self._free_slow = False
-        c = pool.hot
-        nx = d.next
-        if nx is not None:
-            # the merge with nx and the split that undoes it: inactive_split
-            # goes down and back up, counting one more split
-            c.inactive_split_sum += 1
-            c.inactive_split_bytes_sum += nx.size
-            nx.requested = 0
-            nx.frames = None
-            nx.gc_base = pool.gc_calls
-        d.allocated = True
-        n = d.requested
-        if size != n:
-            if size < n:
-                if c.grew or c.other_row.grew:   # (peaks before a decrease)
-                    self._stats.settle()
-            else:
-                c.grew = True
-            d.requested = size
-            c.requested_bytes += size - n
-        c.allocations_sum += 1
-        c.allocated_bytes_sum += rounded
-        c.requested_bytes_sum += size
-        return d.addr
-
     def _malloc_locked(self, size: int, stream: int) -> int | tuple[str, int, int, int, int]:
         """:meth:`malloc` with every option considered (``_lock`` held): the address, or the
         arguments of :meth:`OomReporter.raise_oom`."""
         if not self._cache_on:
-            return self._malloc_uncached(size, stream)
+            if self._gc_pending:
+                self._drain_pending_locked()
+            return self._uncached.malloc(size, stream)
         if self._deferred is not None:
             self._flush_deferred()
         if self._gc_pending:
@@ -496,9 +384,9 @@ class DeviceCachingAllocator:
                     else self._large)
         h = self._history
         frames = capture_frames() if h is not None and h.context else None
-        blk = self._get_free_block(pool, stream, rounded)
+        blk = get_free_block(self, pool, stream, rounded)
         if blk is None:
-            blk = self._alloc_slow(pool, stream, rounded, frames)
+            blk = alloc_slow(self, pool, stream, rounded, frames)
             if blk is None:
                 if self._rejected:
                     return self._oom.prepare_rejection(rounded, size)
@@ -694,8 +582,8 @@ class DeviceCachingAllocator:
                 # not allocated here, used on other streams, history recorded or a free
                 # deferred (_free_locked completes it first): the general code
                 self._free_locked(ptr)
-            elif not (blk.prev is None and self._fast and self._defer_free(blk)):
-                self._free_cached(blk)
+            elif not (blk.prev is None and self._fast and defer_free(self, blk)):
+                free_cached(self, blk)
         finally:
             self._release(None)
 
@@ -719,181 +607,6 @@ class DeviceCachingAllocator:
                 raise
         return True
 
-    def _defer_free(self, blk: Block) -> bool:
-        """The deferred free, a fast path of :meth:`free` (``_lock`` held, ``_fast``, ``blk``
-        live and first in its segment): True if the free was deferred.
-
-        A free that leaves its whole segment free (the block, and the rest of the segment after
-        it if that is free) is deferred when the segment is the best fit of a request of this
-        block's size: an immediate malloc of the same size on the same stream takes the block
-        back (:meth:`_reuse_deferred`), counting only the statistics that change over a free and
-        a malloc; anything else first completes the free through the general code
-        (:meth:`_flush_deferred`). Deferrals not reused make the next ones rarer
-        (``_defer_skip``: 1, 3, 7, ... 63 such frees are skipped).
-        """
-        nx = blk.next
-        pool = blk.pool
-        if not (nx is None or (nx.next is None and not nx.allocated)) or pool.owner is not None:
-            return False
-        if self._defer_skip:
-            self._defer_skip -= 1
-            return False
-        try:
-            fl = pool.free[blk.stream]
-        except KeyError:
-            fl = pool.free[blk.stream] = []   # (as the eager free leaves it)
-        if type(fl) is not list:
-            return False
-        size = blk.size
-        ptr = blk.addr
-        if nx is None:
-            # the best fit unless a block of this size at a lower address is cached (an
-            # empty list: at once)
-            if fl:
-                j = bisect_left(fl, size << 64)
-                if j < len(fl) and fl[j] < (size << 64) | ptr:
-                    return False
-        elif not nx.event_count and not nx.stream_uses and (
-                nx.size > 1048576 or pool.is_small):
-            # merged with nx, the best fit unless a key between (other than nx's) fits first
-            # (nx's key alone in the list: at once); a large block is split again only with
-            # more than 1 MiB left
-            if len(fl) != 1:
-                nsize = nx.size
-                j = bisect_left(fl, size << 64)
-                if j < len(fl) and fl[j] == (nsize << 64) | nx.addr:
-                    j += 1
-                if j < len(fl) and fl[j] < ((size + nsize) << 64) | ptr:
-                    return False
-        else:
-            return False
-        blk.allocated = False
-        blk.frames = None   # (as _free_block)
-        self._deferred = blk
-        self._fast_malloc = False   # (_fast_flags)
-        self._free_slow = True
-        return True
-
-    def _free_cached(self, blk: Block) -> None:
-        """The fast path of :meth:`free` (``_lock`` held; ``blk`` live, on no other stream;
-        no history): the general code (:meth:`_free_locked` -> :meth:`_free_block` ->
-        :meth:`_merge`) written out for this case, which it must match (the fast-path tests
-        run both on the same sequences and compare the state; bench_allocator times both)."""
-        pool = blk.pool
-        nx = blk.next
-        prev = blk.prev
-        ptr = blk.addr
-        blk.allocated = False
-        blk.frames = None
-        c = pool.hot
-        if c.grew or c.other_row.grew:
-            self._stats.settle()   # (the peaks, before the decreases)
-        size = blk.size
-        c.allocations -= 1
-        c.allocated_bytes -= size
-        if size >= self._max_split_size:
-            self._stats.oversize_allocations.decrease(1)
-        # _free_block
-        c.requested_bytes -= blk.requested
-        try:
-            fl = pool.free[blk.stream]
-        except KeyError:
-            fl = pool.free[blk.stream] = []
-        plain = type(fl) is list
-        # _merge (blk is mapped: only free mapped neighbours merge), in three cases: the
-        # block before is free (and maybe the one after), only the one after, neither
-        if (prev is not None and not prev.allocated and not prev.event_count
-                and not prev.stream_uses and prev.mapped):
-            merged_bytes = prev.size
-            okey = (merged_bytes << 64) | prev.addr   # (its key's place: see below)
-            if not plain:
-                fl.remove(okey)
-            del self._blocks[ptr]
-            self._spares.append(blk)
-            prev.requested = blk.requested
-            prev.frames = blk.frames
-            if (nx is not None and not nx.allocated and not nx.event_count
-                    and not nx.stream_uses and nx.mapped):
-                nsize = nx.size
-                fl_remove(fl, (nsize << 64) | nx.addr)
-                del self._blocks[nx.addr]
-                self._spares.append(nx)
-                merged = 2
-                merged_bytes += nsize
-                nx = nx.next
-            else:
-                merged = 1
-            prev.size = merged_bytes + size
-            prev.next = nx
-            if nx is not None:
-                nx.prev = prev
-            blk = prev
-        elif (nx is not None and not nx.allocated and not nx.event_count
-                and not nx.stream_uses and nx.mapped):
-            merged_bytes = nx.size
-            okey = (merged_bytes << 64) | nx.addr   # (its key's place: see below)
-            if not plain:
-                fl.remove(okey)
-            del self._blocks[nx.addr]
-            self._spares.append(nx)
-            merged = 1
-            blk.size = size + merged_bytes
-            nx = nx.next
-            blk.next = nx
-            if nx is not None:
-                nx.prev = blk
-        else:
-            # nothing to merge
-            if (prev is not None or nx is not None) and blk.exp is None:
-                # inactive_split (as _free_block; increases update the peaks at once): a
-                # split block joins them
-                c.count_split(size)
-            key = (size << 64) | ptr
-            if plain and len(fl) < SMALL_MAX:   # (a plain list that stays short)
-                insort(fl, key)  # type: ignore[arg-type]
-            else:   # (a long list: a FreeList)
-                fl_add(pool.free, blk.stream, key)
-            blk.gc_base = pool.gc_calls
-            return
-        # merged: blk is the surviving block
-        if blk.exp is None:
-            # inactive_split (as _free_block): the freed block's bytes join them if the
-            # survivor is still split (one block fewer if it merged with both), else the
-            # merged ones leave
-            if blk.prev is not None or blk.next is not None:
-                if merged == 2:
-                    if self._stats.dirty_split:
-                        self._stats.settle_split()
-                    c.inactive_split -= 1
-                n = c.inactive_split_bytes + size
-                c.inactive_split_bytes = n
-                c.inactive_split_bytes_sum += size
-                if n > c.inactive_split_bytes_peak:
-                    c.inactive_split_bytes_peak = n
-                n += c.other_row.inactive_split_bytes
-                row = c.all_row
-                if n > row.inactive_split_bytes_peak:
-                    row.inactive_split_bytes_peak = n
-            else:
-                if self._stats.dirty_split:
-                    self._stats.settle_split()
-                c.inactive_split -= merged
-                c.inactive_split_bytes -= merged_bytes
-        key = (blk.size << 64) | blk.addr
-        if plain:
-            # the merged key is above okey (a larger size; or, for the block after,
-            # the same block grown): it takes okey's place unless keys lie between
-            n = bisect_left(fl, okey)  # type: ignore[arg-type]
-            j = n + 1
-            if j == len(fl) or fl[j] > key:  # type: ignore[index]
-                fl[n] = key  # type: ignore[index]
-            else:
-                del fl[n]  # type: ignore[union-attr]
-                insort(fl, key, n)  # type: ignore[arg-type]
-        else:
-            fl.add(key)  # type: ignore[union-attr]
-        blk.gc_base = pool.gc_calls
-
     def _flush_deferred(self) -> None:
         """Complete the free that the fast path of :meth:`free` deferred (``_lock`` held),
         through the general code, as if it ran then: nothing changed the allocator since,
@@ -909,6 +622,14 @@ class DeviceCachingAllocator:
         self._defer_skip = (1 << misses) - 1 if misses < 6 else 63
         blk.allocated = True
         self._free_locked(blk.addr)
+
+    def settle_locked(self) -> None:
+        """Bring the state up to date (``_lock`` held): complete a deferred free and the frees
+        and pool releases that finalizers queued. Every locked operation that reads or changes
+        blocks, statistics or settings calls this (or :meth:`_flush_deferred`) first."""
+        self._flush_deferred()
+        if self._gc_pending:
+            self._drain_pending_locked()
 
     def free_from_finalizer(self, ptr: int) -> None:
         """:meth:`free` for finalizers (``__del__``, ``weakref.finalize``): never blocks.
@@ -980,7 +701,7 @@ class DeviceCachingAllocator:
             self._flush_deferred()
         blk = self._block_at(ptr)
         if blk is None or not blk.allocated:
-            if blk is None and self._uncached and self._free_uncached(ptr):
+            if blk is None and self._uncached and self._uncached.free(ptr):
                 return
             raise self._bad_ptr(ptr, blk)
         blk.allocated = False
@@ -1004,7 +725,7 @@ class DeviceCachingAllocator:
             c.pending_bytes += size
             self._stream_frees.free_later(blk)
         else:
-            self._free_block(blk, False)
+            free_block(self, blk, False)
 
     # ------------------------------------------------------------------ caching on/off
     def set_caching(self, enabled: bool) -> None:
@@ -1023,31 +744,6 @@ class DeviceCachingAllocator:
         """True unless :meth:`set_caching` turned caching off."""
         return self._cache_on
 
-    def _malloc_uncached(self, size: int, stream: int) -> int | tuple[str, int, int, int, int]:
-        """A raw allocation of ``size`` bytes (``_lock`` held), outside the statistics."""
-        if self._gc_pending:
-            self._drain_pending_locked()
-        ptr = int(self._b.malloc(self._index, size))
-        if not ptr:
-            free, total = self._b.get_memory_info(self._index)
-            msg = (f"{self._name}:{self._index} out of memory: tried to allocate "
-                   f"{format_size(size)} with the caching allocator disabled "
-                   f"({format_size(free)} of {format_size(total)} free)")
-            return msg, size, 0, total, free
-        self._uncached[ptr] = [stream]
-        return ptr
-
-    def _free_uncached(self, ptr: int) -> bool:
-        """Give an uncached allocation back to the backend once its stream's work is done
-        (``_lock`` held); False if ``ptr`` is not one."""
-        streams = self._uncached.pop(ptr, None)
-        if streams is None:
-            return False
-        for s in streams:
-            self._b.stream_synchronize(self._index, StreamHandle(s))
-        self._b.free(self._index, DevicePtr(ptr))
-        return True
-
     def _block_at(self, ptr: Any) -> Block | None:
         """The block that starts at ``ptr``, or ``None`` (also for an unhashable ``ptr``, which
         :meth:`_bad_ptr` then names)."""
@@ -1065,39 +761,9 @@ class DeviceCachingAllocator:
         return ValueError(f"pointer {ptr:#x} is not allocated (double free?)")
 
     def record_stream(self, ptr: int, stream: int) -> None:
-        """Mark the allocation at ``ptr`` as used on ``stream``: its free will wait for the
-        work queued on ``stream`` at free time (PyTorch's ``recordStream``).
-
-        Raises:
-            ValueError: ``ptr`` is not a live allocation of this allocator.
-
-        Example::
-
-            >>> from accelrt.backends import get_backend
-            >>> from accelrt.memory._allocator import DeviceCachingAllocator
-            >>> a = DeviceCachingAllocator(get_backend("cpu"), 0)
-            >>> s = get_backend("cpu").stream_create(0, 0)
-            >>> p = a.malloc(100, 0)
-            >>> a.record_stream(p, s)     # p is reused only after s's work queued by free()
-            >>> a.free(p)
-        """
-        with self._lock:
-            blk = self._block_at(ptr)
-            if blk is None and type(ptr) is int and ptr in self._uncached:   # after these streams' work
-                if stream not in self._uncached[ptr]:
-                    self._uncached[ptr].append(stream)
-                return
-            if blk is None or not blk.allocated:
-                raise self._bad_ptr(ptr, blk)
-            if stream == blk.stream:
-                return
-            if not self._b.stream_is_valid(self._index, StreamHandle(stream)):
-                raise ValueError(f"record_stream: {stream!r} is not a live stream handle of "
-                                 f"{self._name}:{self._index}")
-            if blk.stream_uses is None:
-                blk.stream_uses = {stream}
-            else:
-                blk.stream_uses.add(stream)
+        """Mark the allocation at ``ptr`` as used on ``stream``: its free waits for that stream's
+        work (PyTorch's ``recordStream``; :func:`._events.record_stream`)."""
+        record_stream(self, ptr, stream)
 
     def empty_cache(self, pool_id: tuple[int, int] | None = None) -> None:
         """Release every cached segment that holds no allocation (waits for pending frees).
@@ -1119,113 +785,36 @@ class DeviceCachingAllocator:
         """
         pid = _DEFAULT_POOL if pool_id is None else check_pool_id(pool_id)
         with self._lock:
-            self._flush_deferred()
-            if self._gc_pending:
-                self._drain_pending_locked()
+            self.settle_locked()
             release_cached_blocks(self, pid)
 
     # ------------------------------------------------------------------ snapshots
     def segment_of(self, ptr: int) -> tuple[int, int, bool] | None:
-        """``(segment base, segment size, expandable)`` of the live block that starts at
-        ``ptr``, or ``None`` if no allocated block starts there (used by
-        :mod:`accelrt.multiprocessing` to share a block as its segment's handle plus offset,
-        as CUDA IPC needs the base of the ``cudaMalloc`` allocation).
-
-        Example::
-
-            >>> from accelrt.backends import get_backend
-            >>> from accelrt.memory._allocator import DeviceCachingAllocator
-            >>> a = DeviceCachingAllocator(get_backend("cpu"), 0)
-            >>> p, q = a.malloc(512, 0), a.malloc(512, 0)
-            >>> base, size, exp = a.segment_of(q)
-            >>> (q - base, size, exp)
-            (512, 2097152, False)
-            >>> a.free(p); a.free(q)
-        """
-        with self._lock:
-            self._flush_deferred()
-            return segment_of(self, ptr)
+        """``(segment base, segment size, expandable)`` of the live block at ``ptr``, or ``None``
+        (:func:`._segments.segment_of`)."""
+        return segment_of(self, ptr)
 
     def snapshot_segments(self, pool_id: tuple[int, int] | None = None) -> list[dict[str, Any]]:
-        """PyTorch's segment dicts (all pools, or only ``pool_id``), sorted by address.
-
-        Expandable segments give one segment per contiguous mapped range.
-
-        Example::
-
-            >>> from accelrt.backends import get_backend
-            >>> from accelrt.memory._allocator import DeviceCachingAllocator
-            >>> a = DeviceCachingAllocator(get_backend("cpu"), 0)
-            >>> p = a.malloc(3 * 2**20, 0)
-            >>> [b["state"] for b in a.snapshot_segments()[0]["blocks"]]
-            ['active_allocated', 'inactive']
-            >>> a.free(p)
-        """
-        with self._lock:
-            self._flush_deferred()
-            if self._gc_pending:
-                self._drain_pending_locked()
-            return snapshot_segments(self, pool_id)
+        """PyTorch's segment dicts (all pools, or only ``pool_id``), sorted by address
+        (:func:`._segments.snapshot_segments`)."""
+        return snapshot_segments(self, pool_id)
 
     # ------------------------------------------------------------------ history
     def trace_entries(self) -> list[dict[str, Any]]:
-        """The recorded history, oldest first (copies)."""
-        with self._lock:
-            h = self._history
-            return [] if h is None else [dict(e) for e in h.trace]
+        """The recorded history, oldest first (copies; :func:`._history.trace_entries`)."""
+        return trace_entries(self)
 
     def record_history(self, enabled: str | bool | None, context: str | None = "all",
                        stacks: str = "all", max_entries: int = sys.maxsize,
                        clear_history: bool = False,
                        skip_actions: Iterable[str] | None = None) -> None:
-        """Start or stop recording allocation history (PyTorch's ``_record_memory_history``).
-
-        Args:
-            enabled: ``None``/``False`` stop (and clear the trace), ``"state"`` keeps the
-                stacks of live allocations and, as PyTorch, a trace buffer of one entry (the
-                latest action); ``"all"``/``True`` keeps a trace of ``max_entries``.
-            context: ``None``, ``"state"``, ``"alloc"`` or ``"all"``: which stacks to gather.
-            stacks: ``"python"`` or ``"all"`` (only Python frames exist here).
-            max_entries: trace ring-buffer length.
-            clear_history: drop the entries recorded so far.
-            skip_actions: trace actions not to record.
-
-        Raises:
-            ValueError: an unknown value.
-            TypeError: ``max_entries`` is not an int.
-
-        Example::
-
-            >>> from accelrt.backends import get_backend
-            >>> from accelrt.memory._allocator import DeviceCachingAllocator
-            >>> a = DeviceCachingAllocator(get_backend("cpu"), 0)
-            >>> a.record_history("all", max_entries=100)
-            >>> a.free(a.malloc(100, 0))
-            >>> [e["action"] for e in a.trace_entries()][-2:]
-            ['free_requested', 'free_completed']
-            >>> a.record_history(None)
-        """
-        enabled, skip = check_history_args(enabled, context, stacks, max_entries, skip_actions)
-        with self._lock:
-            self._flush_deferred()
-            h = self._history
-            if enabled is None:
-                self._history = None
-            else:
-                ctx = CTX_LEVELS[context]
-                # PyTorch records the trace for "state" too, in a buffer of one entry
-                entries = max_entries if enabled == "all" else 1
-                if h is None:
-                    self._history = History(ctx, entries, skip, self._name)
-                else:
-                    h.configure(ctx, entries, skip, clear_history)
-            self._update_simple()
+        """Start or stop recording allocation history (PyTorch's ``_record_memory_history``;
+        :func:`._history.record_history` documents the arguments)."""
+        record_history(self, enabled, context, stacks, max_entries, clear_history, skip_actions)
 
     def record_annotation(self, metadata: dict[str, Any]) -> None:
         """Append an ``annotate`` trace entry carrying ``metadata`` as user_metadata."""
-        with self._lock:
-            if self._history is not None:
-                self._history.annotate(metadata)
+        record_annotation(self, metadata)
 
     # ------------------------------------------------------------------ OOM observers
     def attach_oom_observer(self, fn: Callable[[int, int, int, int], None]) -> None:
@@ -1236,129 +825,32 @@ class DeviceCachingAllocator:
     # ------------------------------------------------------------------ private pools
     def begin_allocate_to_pool(self, pool_id: tuple[int, int],
                                stream_filter: Callable[[int], bool] | None = None) -> None:
-        """Route allocations on streams accepted by ``stream_filter`` (all streams if
-        ``None``) to private pool ``pool_id``, creating it or taking a reference to it.
-
-        Raises:
-            TypeError: bad ``pool_id`` or a non-callable filter.
-            RuntimeError: already allocating to ``pool_id``.
-
-        Example::
-
-            >>> from accelrt.backends import get_backend
-            >>> from accelrt.memory._allocator import DeviceCachingAllocator
-            >>> a = DeviceCachingAllocator(get_backend("cpu"), 0)
-            >>> a.begin_allocate_to_pool((1, 1))
-            >>> p = a.malloc(100, 0)
-            >>> a.end_allocate_to_pool((1, 1))
-            >>> [s["segment_pool_id"] for s in a.snapshot_segments()]
-            [(1, 1)]
-            >>> a.free(p); a.release_pool((1, 1)); a.empty_cache()
-        """
-        pool_id = check_pool_id(pool_id)
-        if stream_filter is not None and not callable(stream_filter):
-            raise TypeError(f"stream_filter must be callable or None, got {stream_filter!r}")
-        with self._lock:
-            self._flush_deferred()
-            if self._gc_pending:
-                self._drain_pending_locked()   # a queued release_pool of this id comes first
-            self._pools.begin(pool_id, stream_filter)
-            self._update_simple()
+        """Route allocations to private pool ``pool_id``
+        (:func:`._pools.begin_allocate_to_pool`)."""
+        begin_allocate_to_pool(self, pool_id, stream_filter)
 
     def end_allocate_to_pool(self, pool_id: tuple[int, int]) -> None:
-        """Stop routing allocations to ``pool_id`` (the reference stays until
-        :meth:`release_pool`).
-
-        Raises:
-            RuntimeError: not allocating to ``pool_id``.
-        """
-        pool_id = check_pool_id(pool_id)
-        with self._lock:
-            self._flush_deferred()
-            if self._pools.end(pool_id):
-                self._update_simple()
-                return
-        raise RuntimeError(f"end_allocate_to_pool: not allocating to pool {pool_id}")
+        """Stop routing allocations to ``pool_id`` (:func:`._pools.end_allocate_to_pool`)."""
+        end_allocate_to_pool(self, pool_id)
 
     def create_pool(self, pool_id: tuple[int, int], *, no_split: bool = False,
                     allocator: Any = None) -> None:
-        """Create private pool ``pool_id`` or take one more reference to it.
-
-        Args:
-            pool_id: the pool id.
-            no_split: the new pool never splits a segment (PyTorch's ``MemPool(no_split=)``).
-            allocator: a ``PluggableAllocator`` whose library allocates and frees the new
-                pool's segments (``MemPool(allocator=)``); ``None``: the backend's memory.
-
-        The options apply when the pool is created; a further reference keeps them.
-
-        Example::
-
-            >>> from accelrt.backends import get_backend
-            >>> from accelrt.memory._allocator import DeviceCachingAllocator
-            >>> a = DeviceCachingAllocator(get_backend("cpu"), 0)
-            >>> a.create_pool((5, 5), no_split=True)
-            >>> a.begin_allocate_to_pool((5, 5))
-            >>> p, q = a.malloc(512, 0), a.malloc(512, 0)   # one 2 MiB segment each
-            >>> a.end_allocate_to_pool((5, 5))
-            >>> len(a.snapshot_segments((5, 5)))
-            2
-            >>> a.free(p); a.free(q); a.release_pool((5, 5)); a.release_pool((5, 5))
-            >>> a.empty_cache()
-        """
-        pool_id = check_pool_id(pool_id)
-        with self._lock:
-            self._flush_deferred()
-            if self._gc_pending:
-                self._drain_pending_locked()   # a queued release_pool of this id comes first
-            self._pools.create(pool_id, no_split=no_split, allocator=allocator)
+        """Create private pool ``pool_id`` or take a reference (:func:`._pools.create_pool`)."""
+        create_pool(self, pool_id, no_split=no_split, allocator=allocator)
 
     def release_pool(self, pool_id: tuple[int, int]) -> None:
-        """Drop one reference to private pool ``pool_id``; at zero its cached memory becomes
-        releasable by :meth:`empty_cache` (blocks still allocated stay valid).
-
-        Raises:
-            ValueError: no such pool, or no reference left.
-        """
-        pool_id = check_pool_id(pool_id)
-        with self._lock:
-            self._flush_deferred()
-            self._pools.release(pool_id)
+        """Drop one reference to private pool ``pool_id`` (:func:`._pools.release_pool`)."""
+        release_pool(self, pool_id)
 
     def release_pool_from_finalizer(self, pool_id: tuple[int, int]) -> None:
-        """:meth:`release_pool` for finalizers (``Graph.__del__``): never blocks.
-
-        If the lock is held (maybe by this very thread, the garbage collector having run the
-        finalizer inside the allocator's critical section) the release is queued and done at
-        the holder's next drain point, like :meth:`free_from_finalizer`.
-
-        Raises:
-            TypeError: ``pool_id`` is not a pair of ints (checked at once).
-
-        Example::
-
-            >>> from accelrt.backends import get_backend
-            >>> from accelrt.memory._allocator import DeviceCachingAllocator
-            >>> a = DeviceCachingAllocator(get_backend("cpu"), 0)
-            >>> a.create_pool((0, 1)); a.release_pool_from_finalizer((0, 1))
-            >>> a.pool_use_count((0, 1))
-            0
-        """
-        pool_id = check_pool_id(pool_id)
-        self._gc_pending.append(pool_id)
-        if self._lock.try_acquire():
-            try:
-                self._drain_pending_locked()
-            finally:
-                self._lock.release()
+        """:meth:`release_pool` for finalizers: never blocks
+        (:func:`._pools.release_pool_from_finalizer`)."""
+        release_pool_from_finalizer(self, pool_id)
 
     def pool_use_count(self, pool_id: tuple[int, int]) -> int:
-        """References to private pool ``pool_id`` (0 if it does not exist)."""
-        pool_id = check_pool_id(pool_id)
-        with self._lock:
-            if self._gc_pending:
-                self._drain_pending_locked()
-            return self._pools.use_count(pool_id)
+        """References to private pool ``pool_id``, 0 if none
+        (:func:`._pools.pool_use_count`)."""
+        return pool_use_count(self, pool_id)
 
     # ------------------------------------------------------------------ rounding, pools
     def _round_size(self, size: int) -> int:
@@ -1396,187 +888,6 @@ class DeviceCachingAllocator:
     def _remove_free(self, b: Block) -> None:
         fl_remove(b.pool.free[b.stream], (b.size << KEY_SHIFT) | b.addr)
 
-    def _get_free_block(self, pool: BlockPool, stream: int, rounded: int) -> Block | None:
-        """The best-fit cached block for ``rounded`` bytes on ``stream``, out of its free
-        list; ``None`` if none may serve it."""
-        fl = pool.free.get(stream)
-        if self._simple:
-            # no oversize limit, GC or expandable blocks: the smallest block that fits
-            if fl:
-                key = fl_pop_ge(fl, rounded << KEY_SHIFT)
-                if key >= 0:
-                    return self._blocks[key & ADDR_MASK]
-            return None
-        if self._gc_on:
-            pool.gc_calls += 1
-        if not fl:
-            return None
-        blocks = self._blocks
-        start = rounded << KEY_SHIFT
-        if type(fl) is list:
-            i = bisect_left(fl, start)
-            if i == len(fl):
-                return None
-            key = fl[i]
-        else:
-            i = -1
-            key = next(fl.iter_ge(start), -1)  # type: ignore[union-attr]
-            if key < 0:
-                return None
-        blk = blocks[key & ADDR_MASK]
-        if blk.exp is not None:
-            # the keys after the first fit, ascending
-            keys = iter(fl[i + 1:]) if i >= 0 else fl_iter_ge(fl, key + 1)  # type: ignore[index]
-            if self._expandable:
-                # among expandable candidates, prefer the one whose size including the
-                # unmapped range after it is smallest (PyTorch's expandable best fit)
-                size = blk.size
-                nx = blk.next
-                esize = size + (nx.size if nx is not None and not nx.mapped else 0)
-                for k in keys:
-                    nb = blocks[k & ADDR_MASK]
-                    nx = nb.next
-                    nsize = nb.size + (nx.size if nx is not None and not nx.mapped else 0)
-                    if nsize < esize:
-                        key = k
-                        blk = nb
-                        esize = nsize
-                        if nb.exp is None:
-                            break
-                    else:
-                        break
-            else:
-                for k in keys:
-                    blk = blocks[k & ADDR_MASK]
-                    if blk.exp is None:
-                        key = k
-                        break
-                else:
-                    return None
-        bsize = blk.size
-        mss = self._max_split_size
-        if rounded < mss:
-            if bsize >= mss:
-                return None
-        elif bsize >= rounded + self._max_non_split_rounding:
-            return None
-        if i >= 0 and fl[i] == key:  # type: ignore[index]
-            del fl[i]  # type: ignore[union-attr]
-        else:
-            fl_remove(fl, key)
-        return blk
-
-    # ------------------------------------------------------------------ allocation
-    def _alloc_slow(self, pool: BlockPool, stream: int, rounded: int,
-                    frames: list[dict[str, Any]] | None) -> Block | None:
-        alloc_size = self._allocation_size(rounded)
-        if self._expandable and not self.vm_supported():
-            raise self._vm_error()
-        if self._gc_on:
-            garbage_collect(self)
-        self._rejected = False
-        blk = self._alloc_block(pool, stream, rounded, alloc_size, False, frames)
-        if blk is not None or self._rejected:
-            return blk
-        if release_available_cached_blocks(self, pool, stream, rounded):
-            blk = self._alloc_block(pool, stream, rounded, alloc_size, False, frames)
-            if blk is not None:
-                return blk
-        if not self._pools.captures:
-            self._oom.check_retry_sync()   # sync debug mode: the release below waits for events
-            release_cached_blocks(self, DEFAULT_POOL)
-            return self._alloc_block(pool, stream, rounded, alloc_size, True, frames)
-        return None
-
-    def _alloc_block(self, pool: BlockPool, stream: int, rounded: int, alloc_size: int,
-                     is_retry: bool, frames: list[dict[str, Any]] | None) -> Block | None:
-        st = self._stats
-        if is_retry:
-            st.num_alloc_retries += 1
-        if self._allowed_max is not None and self._total_reserved + alloc_size > self._allowed_max:
-            if self._cfg.throw_on_malloc_oom:
-                # PyTorch 2.14's throw_on_cudamalloc_oom: reject at once, no cache release
-                st.num_oom_rejections += 1
-                self._rejected = True
-            return None
-        if self._expandable and (pool.owner is None or pool.owner.allocator is None):
-            return self._expandable_segments.allocate(pool, stream, rounded, frames)
-        if self._cfg.release_lock_on_malloc:
-            # release_lock_on_cudamalloc: other threads may use the allocator meanwhile; the
-            # new segment is not visible to them until it is linked below.
-            self._lock.release()
-            try:
-                ptr = raw_malloc(self._b, self._index, pool, alloc_size, stream)
-            finally:
-                self._lock.acquire()
-                # a free that another thread's fast path deferred meanwhile happened before
-                # what follows (a cache release and retry on out-of-memory, the statistics)
-                self._flush_deferred()
-        else:
-            ptr = raw_malloc(self._b, self._index, pool, alloc_size, stream)
-        if not ptr:
-            return None
-        blk = Block(ptr, alloc_size, stream, pool)
-        blk.seg_frames = frames
-        self._blocks[ptr] = blk
-        self._total_reserved += alloc_size
-        if pool.owner is not None:
-            pool.owner.reserved += alloc_size
-        st.count_segment(pool.type_index, alloc_size, alloc_size >= self._max_split_size, True)
-        h = self._history
-        if h is not None:
-            h.record("segment_alloc", ptr, alloc_size, stream,
-                     frames if h.context >= CTX_ALLOC else None)
-        return blk
-
-    # ------------------------------------------------------------------ freeing
-    def _free_block(self, blk: Block, pending: bool) -> None:
-        """Free *completed*: merge ``blk`` with its free neighbours (:meth:`_merge`), count
-        the merge and cache the block. ``pending``: the free waited for events."""
-        orig_size = blk.size
-        req = blk.requested
-        st = self._stats
-        h = self._history
-        if h is not None:
-            # a direct free carries the freeing call's stack with context="all" (PyTorch)
-            h.record("free_completed", blk.addr, req, blk.stream, capture_frames()
-                     if h.context >= CTX_ALL and not pending else blk.frames)
-        # a free block has no allocation stack (PyTorch's free_block resets
-        # context_when_allocated): a snapshot's inactive blocks carry no frames
-        blk.frames = None
-        blk.stream_uses = None
-        pool = blk.pool
-        c = pool.hot
-        st.settle_grown()
-        b = blk
-        if blk.prev is not None or blk.next is not None:
-            b, merged, merged_bytes = self._merge(blk)
-            if blk.exp is None:
-                # inactive_split: the survivor joins them if still split, minus the merged
-                net_n = -merged
-                net_b = -merged_bytes
-                if b.prev is not None or b.next is not None:
-                    net_n += 1
-                    net_b += b.size
-                if (net_n < 0 or net_b < 0) and st.dirty_split:
-                    st.settle_split()
-                if net_n:
-                    c.inactive_split += net_n
-                    if net_n > 0:
-                        c.inactive_split_sum += net_n
-                        st.dirty_split = True
-                if net_b:
-                    c.inactive_split_bytes += net_b
-                    if net_b > 0:
-                        c.inactive_split_bytes_sum += net_b
-                        st.dirty_split = True
-        fl_add(pool.free, b.stream, (b.size << KEY_SHIFT) | b.addr)
-        b.gc_base = pool.gc_calls
-        c.requested_bytes -= req
-        if pending:
-            c.pending_frees -= 1
-            c.pending_bytes -= orig_size
-
     # ------------------------------------------------------------------ fraction
     def _set_fraction_locked(self, fraction: float) -> None:
         self._allowed_max = None if fraction == 1.0 else int(fraction * self._device_total)
@@ -1587,8 +898,7 @@ class DeviceCachingAllocator:
         """Limit this process's reserved memory on the device to ``fraction`` of its total.
 
         Raises:
-            TypeError: ``fraction`` is not a float.
-            ValueError: ``fraction`` is outside [0, 1].
+            TypeError, ValueError: as :func:`._config.check_fraction`.
 
         Example::
 
@@ -1598,14 +908,10 @@ class DeviceCachingAllocator:
             >>> a.set_memory_fraction(0.5); a.get_memory_fraction()
             0.5
         """
-        if not isinstance(fraction, float):
-            raise TypeError(f"Invalid type for fraction argument, must be `float`, got "
-                            f"{type(fraction).__name__}")
-        if not 0.0 <= fraction <= 1.0:
-            raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
+        value = check_fraction(fraction)
         with self._lock:
             self._flush_deferred()
-            self._set_fraction_locked(fraction)
+            self._set_fraction_locked(value)
 
     def get_memory_fraction(self) -> float:
         """The fraction set by :meth:`set_memory_fraction` (1.0 when unlimited)."""
@@ -1614,42 +920,12 @@ class DeviceCachingAllocator:
 
     # ------------------------------------------------------------------ statistics
     def stats(self) -> dict[str, int]:
-        """PyTorch's flat ``memory_stats`` dict (unsorted).
-
-        Example::
-
-            >>> from accelrt.backends import get_backend
-            >>> from accelrt.memory._allocator import DeviceCachingAllocator
-            >>> a = DeviceCachingAllocator(get_backend("cpu"), 0)
-            >>> a.free(a.malloc(1000, 0))
-            >>> a.stats()["requested_bytes.small_pool.freed"]
-            1000
-        """
-        with self._lock:
-            self._flush_deferred()
-            if self._gc_pending:
-                self._drain_pending_locked()
-            vals = self._stats.flat_values()
-        return dict(zip(FLAT_KEYS, vals))
+        """PyTorch's flat ``memory_stats`` dict, unsorted (:func:`._stats.flat_stats`)."""
+        return flat_stats(self)
 
     def sorted_stats(self) -> collections.OrderedDict[str, int]:
-        """:meth:`stats` as an ``OrderedDict`` sorted by key (``memory_stats()``).
-
-        Example::
-
-            >>> from accelrt.backends import get_backend
-            >>> from accelrt.memory._allocator import DeviceCachingAllocator
-            >>> a = DeviceCachingAllocator(get_backend("cpu"), 0)
-            >>> st = a.sorted_stats()
-            >>> list(st) == sorted(st), st == a.stats()
-            (True, True)
-        """
-        with self._lock:
-            self._flush_deferred()
-            if self._gc_pending:
-                self._drain_pending_locked()
-            vals = self._stats.sorted_values()
-        return collections.OrderedDict(zip(SORTED_KEYS, vals))
+        """:meth:`stats` sorted by key, as ``memory_stats()`` (:func:`._stats.sorted_stats`)."""
+        return sorted_stats(self)
 
     def memory_allocated(self) -> int:
         """``allocated_bytes.all.current``."""
@@ -1669,11 +945,7 @@ class DeviceCachingAllocator:
 
     def max_memory_allocated(self) -> int:
         """``allocated_bytes.all.peak``."""
-        with self._lock:
-            self._flush_deferred()
-            if self._gc_pending:
-                self._drain_pending_locked()
-            return self._stats.max_allocated_bytes()
+        return max_memory_allocated(self)
 
     def memory_reserved(self) -> int:
         """``reserved_bytes.all.current``."""
@@ -1685,17 +957,11 @@ class DeviceCachingAllocator:
 
     def reset_peak_stats(self) -> None:
         """Set every peak to its current value."""
-        with self._lock:
-            self._flush_deferred()
-            if self._gc_pending:
-                self._drain_pending_locked()
-            self._stats.reset_peak()
+        reset_peak_stats(self)
 
     def reset_accumulated_stats(self) -> None:
         """Zero every ``allocated``/``freed`` sum and the ``num_*`` counters."""
-        with self._lock:
-            self._flush_deferred()
-            self._stats.reset_accumulated()
+        reset_accumulated_stats(self)
 
     # ------------------------------------------------------------------ introspection
     @property
@@ -1727,127 +993,3 @@ def _roundup_power2_next_division(size: int, divisions: int) -> int:
         return 2 * floor_pow2
     f = size & ~(step - 1)
     return size if f == size else f + step
-
-
-# ---------------------------------------------------------------------- registry
-
-_lock = reinit_after_fork(threading.Lock())
-_allocators: dict[tuple[str, int], DeviceCachingAllocator] = {}   # guarded by _lock
-#: Backends whose caching is turned off (caching_allocator_enable(False)); guarded by _lock
-_cache_disabled: set[str] = set()
-
-
-def set_caching(name: str, enabled: bool) -> None:
-    """Turn caching on or off for every device of backend ``name``, now and for devices
-    started later (``torch.cuda.caching_allocator_enable``)."""
-    with _lock:
-        if enabled:
-            _cache_disabled.discard(name)
-        else:
-            _cache_disabled.add(name)
-        targets = [a for (n, _), a in _allocators.items() if n == name]
-    for a in targets:
-        a.set_caching(enabled)
-
-
-def caching_enabled(name: str) -> bool:
-    """False while :func:`set_caching` has caching of backend ``name`` off."""
-    return name not in _cache_disabled
-
-
-def get_allocator(backend: Backend, index: int) -> DeviceCachingAllocator:
-    """The caching allocator of device ``index`` of ``backend`` (created on first use).
-
-    Example::
-
-        >>> from accelrt.backends import get_backend
-        >>> from accelrt.memory._allocator import get_allocator
-        >>> a = get_allocator(get_backend("cpu"), 0)
-        >>> a is get_allocator(get_backend("cpu"), 0)
-        True
-    """
-    key = (backend.name, index)
-    a = _allocators.get(key)
-    # a backend registered again under the same name (backends.register(..., replace=True))
-    # gets a new allocator: the old one's blocks are the old instance's memory (its live
-    # arrays keep it and free into it)
-    if a is None or a._b is not backend:
-        cfg = get_config()  # outside _lock: set_allocator_settings takes the locks the other way
-        with _lock:
-            a = _allocators.get(key)
-            if a is None or a._b is not backend:
-                plug = sys.modules.get("accelrt.memory._pluggable")   # change_current_allocator
-                a = plug._make_allocator(backend, index) if plug is not None else None
-                if a is None and _wants_pool(cfg, backend, index):
-                    from ._malloc_async import MallocAsyncAllocator   # (it imports this module)
-                    a = MallocAsyncAllocator(backend, index, cfg)
-                if a is None:
-                    a = DeviceCachingAllocator(backend, index, cfg)
-                _allocators[key] = a
-        latest = get_config()
-        if latest is not cfg:  # settings changed while it was being created
-            a.set_config(latest)
-    return a
-
-
-def peek_allocator(name: str, index: int) -> DeviceCachingAllocator | None:
-    """The allocator of ``name:index`` if it was created, else ``None``.
-
-    Example::
-
-        >>> from accelrt.memory._allocator import peek_allocator
-        >>> peek_allocator("nosuchbackend", 0) is None
-        True
-    """
-    return _allocators.get((name, index))
-
-
-def all_allocators() -> list[DeviceCachingAllocator]:
-    """Every allocator created so far."""
-    with _lock:
-        return list(_allocators.values())
-
-
-def _retire_after_fork(in_child: bool) -> None:
-    """After a ``fork`` (every allocator's lock held by the forking thread): where the
-    backend's memory stays shared with the child, each process stops handing out the segments
-    of the fork's moment (``_pools.retire_segments``), as CUDA's allocator is per process; the
-    arrays in them keep working in both."""
-    for a in list(_allocators.values()):
-        if a._blocks and a._b.capabilities(a._index).fork_shares_memory:
-            retire_segments(a)
-
-
-after_fork_locked(_retire_after_fork)
-
-
-def _wants_pool(cfg: AllocatorConfig, backend: Backend, index: int) -> bool:
-    """True when ``cfg`` selects the stream-ordered pool for ``backend``'s device ``index``
-    (``backend:cudaMallocAsync`` on a device that has one)."""
-    return (cfg.backend != "native"
-            and backend.capabilities(index).stream_ordered_memory)
-
-
-def _check_config_for_all(cfg: AllocatorConfig) -> None:
-    from .. import _backend
-    for a in all_allocators():
-        # (the allocators of an unregistered or replaced backend instance serve nothing new)
-        if (a.allocator_backend in ("native", "cudaMallocAsync")
-                and _backend._instances.get(a._name) is a._b):
-            want = "cudaMallocAsync" if _wants_pool(cfg, a._b, a._index) else "native"
-            if want != a.allocator_backend:
-                raise ValueError(
-                    f"Allocator backend parsed at runtime != allocator backend parsed at load "
-                    f"time: the allocator of {a._name}:{a._index} already runs backend:"
-                    f"{a.allocator_backend}, which cannot change in a process; set "
-                    f"backend:{cfg.backend} in ACCELRT_ALLOC_CONF before the first allocation")
-    if cfg.expandable_segments:
-        for a in all_allocators():
-            if not a.vm_supported():
-                raise a._vm_error()
-
-
-def _apply_config_to_all(cfg: AllocatorConfig) -> None:
-    for a in all_allocators():
-        a.set_config(cfg)
-

@@ -55,6 +55,7 @@ __all__ = [
     "REFUSED",
     "SIZE_MAX",
     "AllocatorConfig",
+    "check_fraction",
     "get_allocator_settings",
     "get_config",
     "parse_config",
@@ -443,6 +444,27 @@ def _apply_key(vals: dict[str, object], key: str, tok: str, lss_mb: int) -> None
 
 _lock = reinit_after_fork(threading.Lock())
 _current: AllocatorConfig | None = None   # guarded by _lock
+
+
+def check_fraction(fraction: object) -> float:
+    """``fraction`` if it is a valid per-process memory fraction (a float in [0, 1]).
+
+    Raises:
+        TypeError: ``fraction`` is not a float.
+        ValueError: ``fraction`` is outside [0, 1].
+
+    Example::
+
+        >>> from accelrt.memory._config import check_fraction
+        >>> check_fraction(0.5)
+        0.5
+    """
+    if not isinstance(fraction, float):
+        raise TypeError(f"Invalid type for fraction argument, must be `float`, got "
+                        f"{type(fraction).__name__}")
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
+    return fraction
 
 
 def get_config() -> AllocatorConfig:

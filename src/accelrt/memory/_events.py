@@ -26,11 +26,12 @@ from typing import TYPE_CHECKING
 from .. import _sync_debug
 from .._handles import EventHandle, StreamHandle
 from ._block import Block, PrivatePool
+from ._fit import free_block
 
 if TYPE_CHECKING:
-    from ._allocator import DeviceCachingAllocator
+    from ._interface import AllocatorCore
 
-__all__ = ["StreamFrees"]
+__all__ = ["StreamFrees", "record_stream"]
 
 
 class StreamFrees:
@@ -38,7 +39,7 @@ class StreamFrees:
     block was used on, and frees made during a capture (guarded by the allocator's lock).
 
     A free waiting here is *requested* but not *completed*; when its last event completes,
-    the allocator's :meth:`~accelrt.memory._allocator.DeviceCachingAllocator._free_block`
+    the allocator's :func:`~accelrt.memory._fit.free_block`
     caches the block.
 
     Attributes:
@@ -57,7 +58,7 @@ class StreamFrees:
 
     __slots__ = ("_alloc", "deferred", "event_pool", "events")
 
-    def __init__(self, alloc: DeviceCachingAllocator) -> None:
+    def __init__(self, alloc: AllocatorCore) -> None:
         self._alloc = alloc
         self.events: dict[int, collections.deque[tuple[int, Block]]] = {}
         self.event_pool: list[int] = []
@@ -121,7 +122,7 @@ class StreamFrees:
             q.append((ev, blk))
             alloc._fast = alloc._fast_malloc = alloc._fast_reuse = False   # (see malloc)
         if blk.event_count == 0:
-            alloc._free_block(blk, True)
+            free_block(alloc, blk, True)
         if error is not None:
             raise error
 
@@ -155,7 +156,7 @@ class StreamFrees:
                 self.event_pool.append(ev)
                 blk.event_count -= 1
                 if blk.event_count == 0:
-                    alloc._free_block(blk, True)
+                    free_block(alloc, blk, True)
             if not q:
                 del self.events[s]
         if not self.events:
@@ -181,9 +182,43 @@ class StreamFrees:
                 self.event_pool.append(ev)
                 blk.event_count -= 1
                 if blk.event_count == 0:
-                    alloc._free_block(blk, True)
+                    free_block(alloc, blk, True)
             if keep:
                 self.events[s] = keep
             else:
                 del self.events[s]
         alloc._update_simple()
+
+
+def record_stream(a: AllocatorCore, ptr: int, stream: int) -> None:
+    """Mark the allocation at ``ptr`` as used on ``stream``: its free will wait for the
+    work queued on ``stream`` at free time (PyTorch's ``recordStream``).
+
+    Raises:
+        ValueError: ``ptr`` is not a live allocation of this allocator.
+
+    Example::
+
+        >>> from accelrt.backends import get_backend
+        >>> from accelrt.memory._allocator import DeviceCachingAllocator
+        >>> a = DeviceCachingAllocator(get_backend("cpu"), 0)
+        >>> s = get_backend("cpu").stream_create(0, 0)
+        >>> p = a.malloc(100, 0)
+        >>> a.record_stream(p, s)     # p is reused only after s's work queued by free()
+        >>> a.free(p)
+    """
+    with a._lock:
+        blk = a._block_at(ptr)
+        if blk is None and a._uncached and a._uncached.record_stream(ptr, stream):
+            return
+        if blk is None or not blk.allocated:
+            raise a._bad_ptr(ptr, blk)
+        if stream == blk.stream:
+            return
+        if not a._b.stream_is_valid(a._index, StreamHandle(stream)):
+            raise ValueError(f"record_stream: {stream!r} is not a live stream handle of "
+                             f"{a._name}:{a._index}")
+        if blk.stream_uses is None:
+            blk.stream_uses = {stream}
+        else:
+            blk.stream_uses.add(stream)

@@ -35,7 +35,7 @@ from ._block import (
 from ._history import CTX_ALL, CTX_ALLOC, capture_frames
 
 if TYPE_CHECKING:
-    from ._allocator import DeviceCachingAllocator
+    from ._interface import AllocatorCore
 
 __all__ = ["MAP_FRACTION", "ExpandableSegment", "ExpandableSegments", "page_count"]
 
@@ -220,7 +220,7 @@ class ExpandableSegments:
 
     __slots__ = ("_alloc", "_granularity", "_supported", "piece_pages", "segments", "vm_high")
 
-    def __init__(self, alloc: DeviceCachingAllocator) -> None:
+    def __init__(self, alloc: AllocatorCore) -> None:
         self._alloc = alloc
         self.segments: list[ExpandableSegment] = []
         self.vm_high = 0
@@ -252,7 +252,7 @@ class ExpandableSegments:
         """The low-fragmentation policy's fast path of ``malloc`` (``_lock`` held and nothing
         special in force: ``DeviceCachingAllocator._fast_reuse``): the address of a cached
         block now holding ``size`` bytes, or 0 (nothing changed) when the general path must
-        run. Hand-inlined from ``_malloc_locked`` -> ``_get_free_block`` -> ``_cut_block`` for
+        run. Hand-inlined from ``_malloc_locked`` -> ``_fit.get_free_block`` -> ``_cut_block`` for
         that case, which it must match: tests/memory/test_allocator_fast_paths.py
         runs both on the same sequences and compares the state."""
         alloc = self._alloc
@@ -272,7 +272,7 @@ class ExpandableSegments:
         es: ExpandableSegment | None = blk.exp
         if es is None:
             return 0
-        # _get_free_block's expandable best fit: of the fits in size order, the first whose
+        # _fit.get_free_block's expandable best fit: of the fits in size order, the first whose
         # size including the unmapped range after it is not above the next one's (only a
         # block followed by an unmapped range can be above: the list is sorted by size)
         nx = blk.next

@@ -43,11 +43,14 @@ import sysconfig
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._interface import AllocatorCore
 
 __all__ = ["CTX_ALL", "CTX_ALLOC", "CTX_LEVELS", "CTX_NEVER", "CTX_STATE", "TRACE_ACTIONS",
            "History", "capture_frames", "check_history_args", "is_library_file",
-           "library_roots"]
+           "library_roots", "record_annotation", "record_history", "trace_entries"]
 
 #: Every trace action (``skip_actions`` must name only these).
 TRACE_ACTIONS = frozenset({
@@ -324,3 +327,69 @@ def get_metadata(backend: str) -> str:
     """The calling thread's metadata of backend ``backend`` (``""``: none)."""
     md = getattr(_metadata, "by_backend", None)
     return md.get(backend, "") if md else ""
+
+
+# ------------------------------------------------- the allocator's history API
+# (the DeviceCachingAllocator methods of the same names call these)
+
+
+def trace_entries(a: AllocatorCore) -> list[dict[str, Any]]:
+    """The recorded history, oldest first (copies)."""
+    with a._lock:
+        h = a._history
+        return [] if h is None else [dict(e) for e in h.trace]
+
+
+def record_history(a: AllocatorCore, enabled: str | bool | None,
+                   context: str | None = "all", stacks: str = "all",
+                   max_entries: int = sys.maxsize, clear_history: bool = False,
+                   skip_actions: Iterable[str] | None = None) -> None:
+    """Start or stop recording allocation history (PyTorch's ``_record_memory_history``).
+
+    Args:
+        enabled: ``None``/``False`` stop (and clear the trace), ``"state"`` keeps the
+            stacks of live allocations and, as PyTorch, a trace buffer of one entry (the
+            latest action); ``"all"``/``True`` keeps a trace of ``max_entries``.
+        context: ``None``, ``"state"``, ``"alloc"`` or ``"all"``: which stacks to gather.
+        stacks: ``"python"`` or ``"all"`` (only Python frames exist here).
+        max_entries: trace ring-buffer length.
+        clear_history: drop the entries recorded so far.
+        skip_actions: trace actions not to record.
+
+    Raises:
+        ValueError: an unknown value.
+        TypeError: ``max_entries`` is not an int.
+
+    Example::
+
+        >>> from accelrt.backends import get_backend
+        >>> from accelrt.memory import _allocator, _history
+        >>> alloc = _allocator.DeviceCachingAllocator(get_backend("cpu"), 0)
+        >>> _history.record_history(alloc, "state", skip_actions=["alloc"])
+        >>> ptr = alloc.malloc(100, 0)
+        >>> [e["action"] for e in _history.trace_entries(alloc)]   # "state": the latest one
+        ['segment_alloc']
+        >>> _history.record_history(alloc, None); alloc.free(ptr)
+    """
+    enabled, skip = check_history_args(enabled, context, stacks, max_entries, skip_actions)
+    with a._lock:
+        a._flush_deferred()
+        h = a._history
+        if enabled is None:
+            a._history = None
+        else:
+            ctx = CTX_LEVELS[context]
+            # PyTorch records the trace for "state" too, in a buffer of one entry
+            entries = max_entries if enabled == "all" else 1
+            if h is None:
+                a._history = History(ctx, entries, skip, a._name)
+            else:
+                h.configure(ctx, entries, skip, clear_history)
+        a._update_simple()
+
+
+def record_annotation(a: AllocatorCore, metadata: dict[str, Any]) -> None:
+    """Append an ``annotate`` trace entry carrying ``metadata`` as user_metadata."""
+    with a._lock:
+        if a._history is not None:
+            a._history.annotate(metadata)

@@ -38,7 +38,6 @@ Example::
 
 from __future__ import annotations
 
-import collections
 import logging
 import threading
 import warnings
@@ -48,9 +47,9 @@ from typing import TYPE_CHECKING, Any, Final, SupportsIndex
 from .._errors import OutOfMemoryError
 from .._fork import reinit_after_fork
 from .._handles import DevicePtr, EventHandle, StreamHandle
-from ._allocator import _MAX_ALLOC, DeviceCachingAllocator, _check_size
-from ._config import AllocatorConfig
+from ._config import AllocatorConfig, check_fraction
 from ._oom import format_size
+from ._replaced import ReplacedAllocator
 from ._stats import FLAT_KEYS
 
 if TYPE_CHECKING:
@@ -72,11 +71,6 @@ _STAT_KEYS: Final = {
 _warned: set[str] = set()   # the warnings PyTorch gives once per process
 
 
-def _unsupported(what: str) -> RuntimeError:
-    return RuntimeError(f"cudaMallocAsync does not yet support {what}. If you need it, please "
-                        "file an issue describing your use case.")
-
-
 def _warn_once(message: str) -> None:
     if message not in _warned:
         _warned.add(message)
@@ -95,7 +89,7 @@ class _Alloc:
         self.captured = captured
 
 
-class MallocAsyncAllocator(DeviceCachingAllocator):
+class MallocAsyncAllocator(ReplacedAllocator):
     """The allocator of one device under ``backend:cudaMallocAsync`` (PyTorch's
     ``CudaMallocAsyncAllocator``); see the module docstring.
 
@@ -106,6 +100,7 @@ class MallocAsyncAllocator(DeviceCachingAllocator):
     """
 
     allocator_backend = NAME
+    unsupported_name = NAME
 
     def __init__(self, backend: Backend, index: int, config: AllocatorConfig | None = None
                  ) -> None:
@@ -150,15 +145,9 @@ class MallocAsyncAllocator(DeviceCachingAllocator):
             OutOfMemoryError: the pool cannot grow, or the bytes handed out would exceed
                 :meth:`set_memory_fraction`'s cap (PyTorch's message).
         """
-        if type(size) is not int:
-            size = _check_size(size)
-        if size < 0:
-            raise ValueError(f"allocation size must be >= 0, got {size}")
+        size = self.check_request(size)
         if size == 0:
             return 0
-        if size >= _MAX_ALLOC:
-            raise OutOfMemoryError(f"{self._name} out of memory. Tried to allocate more than "
-                                   "1EB memory.", size, 0, self._device_total)
         with self._alock:
             if not self._capturing and self._capture_deferred:
                 self._free_deferred_locked()
@@ -287,20 +276,16 @@ class MallocAsyncAllocator(DeviceCachingAllocator):
             self._b.mempool_trim_to(self._index, 0)
 
     def segment_of(self, ptr: int) -> tuple[int, int, bool] | None:
-        raise _unsupported("shareIpcHandle")
+        raise self.unsupported("shareIpcHandle")
 
     # ------------------------------------------------------------------ fraction
     def set_memory_fraction(self, fraction: object) -> None:
         """Cap the bytes this allocator hands out at ``fraction`` of the device's memory."""
-        if not isinstance(fraction, float):
-            raise TypeError(f"Invalid type for fraction argument, must be `float`, got "
-                            f"{type(fraction).__name__}")
-        if not 0.0 <= fraction <= 1.0:
-            raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
+        value = check_fraction(fraction)
         with self._alock:
             self._init_locked()
             _, total = self._b.get_memory_info(self._index)
-            self._limit = int(fraction * total)
+            self._limit = int(value * total)
 
     def get_memory_fraction(self) -> float:
         """The cap of :meth:`set_memory_fraction` as a fraction (1.0 while there is none)."""
@@ -310,7 +295,8 @@ class MallocAsyncAllocator(DeviceCachingAllocator):
         return limit / self._b.get_memory_info(self._index)[1]
 
     # ------------------------------------------------------------------ statistics
-    def _pool_stats(self) -> dict[str, int]:
+    def pool_stats(self) -> dict[str, int]:
+        """PyTorch's keys; only the pool's used and reserved bytes are non-zero."""
         vals = dict.fromkeys(FLAT_KEYS, 0)
         with self._alock:
             if self._initialized:
@@ -320,31 +306,12 @@ class MallocAsyncAllocator(DeviceCachingAllocator):
                     vals[key] = attrs[attr]
         return vals
 
-    def stats(self) -> dict[str, int]:
-        """PyTorch's keys; only the pool's used and reserved bytes are non-zero."""
-        return self._pool_stats()
-
-    def sorted_stats(self) -> collections.OrderedDict[str, int]:
-        vals = self._pool_stats()
-        return collections.OrderedDict((k, vals[k]) for k in sorted(vals))
-
-    def _attr(self, name: str) -> int:
+    def pool_counter(self, name: str) -> int:
+        """The pool's attribute ``name`` (0 before the first allocation)."""
         with self._alock:
             if not self._initialized:
                 return 0
             return self._b.mempool_get_attribute(self._index, name)
-
-    def memory_allocated(self) -> int:
-        return self._attr("used_mem_current")
-
-    def max_memory_allocated(self) -> int:
-        return self._attr("used_mem_high")
-
-    def memory_reserved(self) -> int:
-        return self._attr("reserved_mem_current")
-
-    def max_memory_reserved(self) -> int:
-        return self._attr("reserved_mem_high")
 
     def reset_peak_stats(self) -> None:
         """Reset the pool's high-water marks to the current values."""
@@ -365,16 +332,10 @@ class MallocAsyncAllocator(DeviceCachingAllocator):
                            "individual blocks.)")
 
     def trace_entries(self) -> list[dict[str, Any]]:
-        raise _unsupported("recordHistory")
-
-    def record_history(self, *args: Any, **kwargs: Any) -> None:
-        raise _unsupported("recordHistory")
+        raise self.unsupported("recordHistory")
 
     def record_annotation(self, metadata: dict[str, Any]) -> None:
         """Ignored, as PyTorch ignores memory metadata with this backend."""
-
-    def attach_oom_observer(self, fn: Callable[[int, int, int, int], None]) -> None:
-        raise _unsupported("attachOutOfMemoryObserver")
 
     # ------------------------------------------------------------------ captures and pools
     def begin_allocate_to_pool(self, pool_id: tuple[int, int],
@@ -398,19 +359,6 @@ class MallocAsyncAllocator(DeviceCachingAllocator):
             info = self._live.get(ptr)
             if info is not None:
                 self._free_locked_async(ptr, info)
-
-    def create_pool(self, pool_id: tuple[int, int], *, no_split: bool = False,
-                    allocator: Any = None) -> None:
-        """No-op: the driver's pool serves every allocation."""
-
-    def release_pool(self, pool_id: tuple[int, int]) -> None:
-        """No-op (PyTorch's releasePool does nothing here)."""
-
-    def release_pool_from_finalizer(self, pool_id: tuple[int, int]) -> None:
-        """No-op."""
-
-    def pool_use_count(self, pool_id: tuple[int, int]) -> int:
-        return 0
 
     def __repr__(self) -> str:
         return f"<{NAME} allocator {self._name}:{self._index} used={self._used}>"

@@ -23,7 +23,7 @@ from .. import _sync_debug
 from .._errors import OutOfMemoryError
 
 if TYPE_CHECKING:
-    from ._allocator import DeviceCachingAllocator
+    from ._interface import AllocatorCore
 
 __all__ = ["OomReporter", "format_size"]
 
@@ -73,7 +73,7 @@ class OomReporter:
 
     __slots__ = ("_alloc", "observers")
 
-    def __init__(self, alloc: DeviceCachingAllocator) -> None:
+    def __init__(self, alloc: AllocatorCore) -> None:
         self._alloc = alloc
         self.observers: list[Callable[[int, int, int, int], None]] = []
 

@@ -427,10 +427,10 @@ def change_current_allocator(allocator: PluggableAllocator, device_type: str | N
         raise TypeError(f"change_current_allocator() takes an accelrt.memory."
                         f"PluggableAllocator, got {type(allocator).__name__}")
     b = _backend_of(device_type)
-    from . import _allocator
-    with _current_lock, _allocator._lock:
+    from . import _registry
+    with _current_lock, _registry._lock:
         initialized = b.name in _current or any(
-            name == b.name for name, _ in _allocator._allocators)
+            name == b.name for name, _ in _registry._allocators)
         if initialized:
             raise RuntimeError("Can't swap an already initialized allocator")
         _current[b.name] = allocator

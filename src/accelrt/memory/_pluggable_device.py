@@ -3,20 +3,19 @@
 :class:`~accelrt.memory.PluggableAllocator`'s library, as PyTorch's ``CUDAPluggableAllocator``.
 
 A module of its own (not in :mod:`accelrt.memory._pluggable`) because it subclasses
-:class:`~accelrt.memory._allocator.DeviceCachingAllocator`: the compiled build (``setup.py``)
+:class:`~accelrt.memory._replaced.ReplacedAllocator`: the compiled build (``setup.py``)
 compiles both, while ``_pluggable`` (ctypes, the process-wide registry) stays pure Python.
 """
 
 from __future__ import annotations
 
-import collections
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, SupportsIndex
 
 from .._errors import OutOfMemoryError
-from ._allocator import _MAX_ALLOC, DeviceCachingAllocator, _check_size
 from ._oom import format_size
 from ._pluggable import PluggableAllocator
+from ._replaced import ReplacedAllocator
 
 if TYPE_CHECKING:
     from .._backend import Backend
@@ -24,17 +23,13 @@ if TYPE_CHECKING:
 __all__ = ["PluggableDeviceAllocator"]
 
 
-def _unsupported(what: str) -> RuntimeError:
-    return RuntimeError(f"PluggableAllocator does not yet support {what}. If you need it, "
-                        "please file an issue describing your use case.")
-
-
-class PluggableDeviceAllocator(DeviceCachingAllocator):
+class PluggableDeviceAllocator(ReplacedAllocator):
     """What :func:`~accelrt.memory._allocator.get_allocator` returns for a device of a backend
     whose allocator was replaced by :func:`change_current_allocator`: every malloc and free
     goes to the library (PyTorch's ``CUDAPluggableAllocator`` as the current allocator)."""
 
     allocator_backend = "pluggable"
+    unsupported_name = "PluggableAllocator"
 
     def __init__(self, backend: Backend, index: int, plug: PluggableAllocator) -> None:
         super().__init__(backend, index)
@@ -42,15 +37,9 @@ class PluggableDeviceAllocator(DeviceCachingAllocator):
 
     # allocation: straight to the library
     def malloc(self, size: SupportsIndex, stream: int = 0) -> int:
-        if type(size) is not int:
-            size = _check_size(size)
-        if size < 0:
-            raise ValueError(f"allocation size must be >= 0, got {size}")
+        size = self.check_request(size)
         if size == 0:
             return 0
-        if size >= _MAX_ALLOC:
-            raise OutOfMemoryError(f"{self._name} out of memory. Tried to allocate more than "
-                                   "1EB memory.", size, 0, self._device_total)
         ptr = self._plug._raw_alloc(self._b, self._index, size, stream)
         if not ptr:
             raise OutOfMemoryError(
@@ -80,44 +69,21 @@ class PluggableDeviceAllocator(DeviceCachingAllocator):
         """No-op, as PyTorch's pluggable allocator without a memory-fraction function."""
 
     def get_memory_fraction(self) -> float:
-        raise _unsupported("getMemoryFraction")
+        raise self.unsupported("getMemoryFraction")
 
-    # statistics, snapshots, history, observers: PyTorch's errors
-    def stats(self) -> dict[str, int]:
-        raise _unsupported("getDeviceStats")
-
-    def sorted_stats(self) -> collections.OrderedDict[str, int]:
-        raise _unsupported("getDeviceStats")
-
-    def memory_allocated(self) -> int:
-        raise _unsupported("getDeviceStats")
-
-    def max_memory_allocated(self) -> int:
-        raise _unsupported("getDeviceStats")
-
-    def memory_reserved(self) -> int:
-        raise _unsupported("getDeviceStats")
-
-    def max_memory_reserved(self) -> int:
-        raise _unsupported("getDeviceStats")
-
+    # statistics (the library counts nothing: ReplacedAllocator's getters raise), snapshots,
+    # history, observers: PyTorch's errors
     def reset_peak_stats(self) -> None:
-        raise _unsupported("resetPeakStats")
+        raise self.unsupported("resetPeakStats")
 
     def reset_accumulated_stats(self) -> None:
-        raise _unsupported("resetAccumulatedStats")
+        raise self.unsupported("resetAccumulatedStats")
 
     def snapshot_segments(self, pool_id: tuple[int, int] | None = None) -> list[dict[str, Any]]:
-        raise _unsupported("snapshot")
+        raise self.unsupported("snapshot")
 
     def trace_entries(self) -> list[dict[str, Any]]:
-        raise _unsupported("snapshot")
-
-    def record_history(self, *args: Any, **kwargs: Any) -> None:
-        raise _unsupported("recordHistory")
-
-    def attach_oom_observer(self, fn: Callable[[int, int, int, int], None]) -> None:
-        raise _unsupported("attachOutOfMemoryObserver")
+        raise self.unsupported("snapshot")
 
     # private pools: the library has no pool functions, so these do nothing (as PyTorch's)
     def begin_allocate_to_pool(self, pool_id: tuple[int, int],
@@ -126,19 +92,6 @@ class PluggableDeviceAllocator(DeviceCachingAllocator):
 
     def end_allocate_to_pool(self, pool_id: tuple[int, int]) -> None:
         """No-op."""
-
-    def create_pool(self, pool_id: tuple[int, int], *, no_split: bool = False,
-                    allocator: Any = None) -> None:
-        """No-op."""
-
-    def release_pool(self, pool_id: tuple[int, int]) -> None:
-        """No-op."""
-
-    def release_pool_from_finalizer(self, pool_id: tuple[int, int]) -> None:
-        """No-op."""
-
-    def pool_use_count(self, pool_id: tuple[int, int]) -> int:
-        return 0
 
     def __repr__(self) -> str:
         return f"<pluggable allocator {self._plug._what} on {self._name}:{self._index}>"

@@ -41,11 +41,13 @@ from ._block import (
 
 if TYPE_CHECKING:
     from .._backend import Backend
-    from ._allocator import DeviceCachingAllocator
+    from ._interface import AllocatorCore
     from ._block import Block
     from ._stats import DeviceStats
 
-__all__ = ["PrivatePools", "check_pool_id", "raw_free", "raw_malloc", "retire_segments"]
+__all__ = ["PrivatePools", "begin_allocate_to_pool", "check_pool_id", "create_pool",
+           "end_allocate_to_pool", "pool_use_count", "raw_free", "raw_malloc", "release_pool",
+           "release_pool_from_finalizer", "retire_segments"]
 
 
 def check_pool_id(pool_id: object) -> tuple[int, int]:
@@ -192,7 +194,7 @@ def raw_free(backend: Backend, index: int, blk: Block) -> None:
         backend.free(index, DevicePtr(blk.addr))
 
 
-def retire_segments(a: DeviceCachingAllocator) -> int:
+def retire_segments(a: AllocatorCore) -> int:
     """Move every segment of the backend's memory (not expandable, not a pluggable
     allocator's) out of use in ``a`` (``_lock`` held), with its cached blocks: after a
     ``fork`` that leaves the memory shared, neither process may hand out what the other also
@@ -249,3 +251,134 @@ def retire_segments(a: DeviceCachingAllocator) -> int:
                 fl_remove(fl, key)
                 fl_add(blocks[key & ADDR_MASK].pool.free, stream, key)
     return moved
+
+
+# ------------------------------------------------- the allocator's pool API
+# (the DeviceCachingAllocator methods of the same names call these)
+
+def begin_allocate_to_pool(a: AllocatorCore, pool_id: tuple[int, int],
+                           stream_filter: Callable[[int], bool] | None = None) -> None:
+    """Route allocations on streams accepted by ``stream_filter`` (all streams if
+    ``None``) to private pool ``pool_id``, creating it or taking a reference to it.
+
+    Raises:
+        TypeError: bad ``pool_id`` or a non-callable filter.
+        RuntimeError: already allocating to ``pool_id``.
+
+    Example::
+
+        >>> from accelrt.backends import get_backend
+        >>> from accelrt.memory._allocator import DeviceCachingAllocator
+        >>> a = DeviceCachingAllocator(get_backend("cpu"), 0)
+        >>> a.begin_allocate_to_pool((1, 1))
+        >>> p = a.malloc(100, 0)
+        >>> a.end_allocate_to_pool((1, 1))
+        >>> [s["segment_pool_id"] for s in a.snapshot_segments()]
+        [(1, 1)]
+        >>> a.free(p); a.release_pool((1, 1)); a.empty_cache()
+    """
+    pool_id = check_pool_id(pool_id)
+    if stream_filter is not None and not callable(stream_filter):
+        raise TypeError(f"stream_filter must be callable or None, got {stream_filter!r}")
+    with a._lock:
+        a.settle_locked()   # a queued release_pool of this id comes first
+        a._pools.begin(pool_id, stream_filter)
+        a._update_simple()
+
+
+def end_allocate_to_pool(a: AllocatorCore, pool_id: tuple[int, int]) -> None:
+    """Stop routing allocations to ``pool_id`` (the reference stays until
+    :func:`release_pool`).
+
+    Raises:
+        RuntimeError: not allocating to ``pool_id``.
+    """
+    pool_id = check_pool_id(pool_id)
+    with a._lock:
+        a._flush_deferred()
+        if a._pools.end(pool_id):
+            a._update_simple()
+            return
+    raise RuntimeError(f"end_allocate_to_pool: not allocating to pool {pool_id}")
+
+
+def create_pool(a: AllocatorCore, pool_id: tuple[int, int], *, no_split: bool = False,
+                allocator: Any = None) -> None:
+    """Create private pool ``pool_id`` or take one more reference to it.
+
+    Args:
+        pool_id: the pool id.
+        no_split: the new pool never splits a segment (PyTorch's ``MemPool(no_split=)``).
+        allocator: a ``PluggableAllocator`` whose library allocates and frees the new
+            pool's segments (``MemPool(allocator=)``); ``None``: the backend's memory.
+
+    The options apply when the pool is created; a further reference keeps them.
+
+    Example::
+
+        >>> from accelrt.backends import get_backend
+        >>> from accelrt.memory._allocator import DeviceCachingAllocator
+        >>> a = DeviceCachingAllocator(get_backend("cpu"), 0)
+        >>> a.create_pool((5, 5), no_split=True)
+        >>> a.begin_allocate_to_pool((5, 5))
+        >>> p, q = a.malloc(512, 0), a.malloc(512, 0)   # one 2 MiB segment each
+        >>> a.end_allocate_to_pool((5, 5))
+        >>> len(a.snapshot_segments((5, 5)))
+        2
+        >>> a.free(p); a.free(q); a.release_pool((5, 5)); a.release_pool((5, 5))
+        >>> a.empty_cache()
+    """
+    pool_id = check_pool_id(pool_id)
+    with a._lock:
+        a.settle_locked()   # a queued release_pool of this id comes first
+        a._pools.create(pool_id, no_split=no_split, allocator=allocator)
+
+
+def release_pool(a: AllocatorCore, pool_id: tuple[int, int]) -> None:
+    """Drop one reference to private pool ``pool_id``; at zero its cached memory becomes
+    releasable by :meth:`DeviceCachingAllocator.empty_cache` (blocks still allocated stay valid).
+
+    Raises:
+        ValueError: no such pool, or no reference left.
+    """
+    pool_id = check_pool_id(pool_id)
+    with a._lock:
+        a._flush_deferred()
+        a._pools.release(pool_id)
+
+
+def release_pool_from_finalizer(a: AllocatorCore, pool_id: tuple[int, int]) -> None:
+    """:func:`release_pool` for finalizers (``Graph.__del__``): never blocks.
+
+    If the lock is held (maybe by this very thread, the garbage collector having run the
+    finalizer inside the allocator's critical section) the release is queued and done at
+    the holder's next drain point, like :meth:`DeviceCachingAllocator.free_from_finalizer`.
+
+    Raises:
+        TypeError: ``pool_id`` is not a pair of ints (checked at once).
+
+    Example::
+
+        >>> from accelrt.backends import get_backend
+        >>> from accelrt.memory._allocator import DeviceCachingAllocator
+        >>> a = DeviceCachingAllocator(get_backend("cpu"), 0)
+        >>> a.create_pool((0, 1)); a.release_pool_from_finalizer((0, 1))
+        >>> a.pool_use_count((0, 1))
+        0
+    """
+    pool_id = check_pool_id(pool_id)
+    a._gc_pending.append(pool_id)
+    if a._lock.try_acquire():
+        try:
+            a._drain_pending_locked()
+        finally:
+            a._lock.release()
+
+
+def pool_use_count(a: AllocatorCore, pool_id: tuple[int, int]) -> int:
+    """References to private pool ``pool_id`` (0 if it does not exist)."""
+    pool_id = check_pool_id(pool_id)
+    with a._lock:
+        if a._gc_pending:
+            a._drain_pending_locked()
+        return a._pools.use_count(pool_id)

@@ -34,13 +34,13 @@ from ._history import CTX_ALL, capture_frames
 from ._pools import raw_free
 
 if TYPE_CHECKING:
-    from ._allocator import DeviceCachingAllocator
+    from ._interface import AllocatorCore
 
 __all__ = ["garbage_collect", "release_available_cached_blocks", "release_block",
            "release_cached_blocks"]
 
 
-def release_block(a: DeviceCachingAllocator, blk: Block) -> None:
+def release_block(a: AllocatorCore, blk: Block) -> None:
     """cudaFree of a whole free unsplit non-expandable segment (in its free list).
 
     The segment leaves the allocator's books before the raw free, so that a raw free that
@@ -61,7 +61,7 @@ def release_block(a: DeviceCachingAllocator, blk: Block) -> None:
     raw_free(a._b, a._index, blk)
 
 
-def release_available_cached_blocks(a: DeviceCachingAllocator, pool: BlockPool, stream: int,
+def release_available_cached_blocks(a: AllocatorCore, pool: BlockPool, stream: int,
                                     rounded: int) -> bool:
     """PyTorch's ``release_available_cached_blocks``: free one oversize segment at least as
     large as the request, or oversize segments largest first until as many bytes are free."""
@@ -94,7 +94,7 @@ def release_available_cached_blocks(a: DeviceCachingAllocator, pool: BlockPool, 
     return released >= target
 
 
-def release_cached_blocks(a: DeviceCachingAllocator, pool_id: tuple[int, int]) -> bool:
+def release_cached_blocks(a: AllocatorCore, pool_id: tuple[int, int]) -> bool:
     """``empty_cache`` (of the default pools and every freeable private pool, or of private
     pool ``pool_id``, with their retired twins), waiting for pending frees first."""
     pools = a._pools
@@ -118,7 +118,7 @@ def release_cached_blocks(a: DeviceCachingAllocator, pool_id: tuple[int, int]) -
     return True
 
 
-def _release_retired(a: DeviceCachingAllocator, pool_id: tuple[int, int]) -> None:
+def _release_retired(a: AllocatorCore, pool_id: tuple[int, int]) -> None:
     """Give back the free segments of the retired twins (``_pools.retire_segments``) whose
     pool ``empty_cache`` of ``pool_id`` empties: the default pool's (no capture open), or a
     released private pool's."""
@@ -137,7 +137,7 @@ def _release_retired(a: DeviceCachingAllocator, pool_id: tuple[int, int]) -> Non
     pools.retired = keep
 
 
-def _release_blocks(a: DeviceCachingAllocator, pool: BlockPool) -> None:
+def _release_blocks(a: AllocatorCore, pool: BlockPool) -> None:
     exp = a._expandable_segments
     to_unmap: list[Block] = []
     for stream in sorted(pool.free):
@@ -159,7 +159,7 @@ def _release_blocks(a: DeviceCachingAllocator, pool: BlockPool) -> None:
                 exp.release_segment(u)
 
 
-def garbage_collect(a: DeviceCachingAllocator) -> None:
+def garbage_collect(a: AllocatorCore) -> None:
     """PyTorch's ``garbage_collect_cached_blocks``: past ``garbage_collection_threshold`` of
     the memory-fraction limit, free unsplit cached segments older than the average age."""
     assert a._allowed_max is not None

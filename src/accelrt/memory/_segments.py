@@ -20,15 +20,58 @@ from typing import TYPE_CHECKING, Any
 from ._block import DEFAULT_POOL, Block
 
 if TYPE_CHECKING:
-    from ._allocator import DeviceCachingAllocator
+    from ._interface import AllocatorCore
 
 __all__ = ["segment_of", "snapshot_segments"]
 
 _by_addr = operator.attrgetter("addr")
 
 
-def segment_of(a: DeviceCachingAllocator, ptr: int) -> tuple[int, int, bool] | None:
-    """:meth:`~accelrt.memory._allocator.DeviceCachingAllocator.segment_of` (lock held)."""
+def segment_of(a: AllocatorCore, ptr: int) -> tuple[int, int, bool] | None:
+    """``(segment base, segment size, expandable)`` of the live block that starts at
+    ``ptr``, or ``None`` if no allocated block starts there (used by
+    :mod:`accelrt.multiprocessing` to share a block as its segment's handle plus offset,
+    as CUDA IPC needs the base of the ``cudaMalloc`` allocation).
+
+    Example::
+
+        >>> from accelrt.backends import get_backend
+        >>> from accelrt.memory._allocator import DeviceCachingAllocator
+        >>> a = DeviceCachingAllocator(get_backend("cpu"), 0)
+        >>> p, q = a.malloc(512, 0), a.malloc(512, 0)
+        >>> base, size, exp = a.segment_of(q)
+        >>> (q - base, size, exp)
+        (512, 2097152, False)
+        >>> a.free(p); a.free(q)
+    """
+    with a._lock:
+        a._flush_deferred()
+        return _segment_of_locked(a, ptr)
+
+
+def snapshot_segments(a: AllocatorCore, pool_id: tuple[int, int] | None = None
+                      ) -> list[dict[str, Any]]:
+    """PyTorch's segment dicts (all pools, or only ``pool_id``), sorted by address.
+
+    Expandable segments give one segment per contiguous mapped range.
+
+    Example::
+
+        >>> from accelrt.backends import get_backend
+        >>> from accelrt.memory._allocator import DeviceCachingAllocator
+        >>> a = DeviceCachingAllocator(get_backend("cpu"), 0)
+        >>> p = a.malloc(3 * 2**20, 0)
+        >>> [b["state"] for b in a.snapshot_segments()[0]["blocks"]]
+        ['active_allocated', 'inactive']
+        >>> a.free(p)
+    """
+    with a._lock:
+        a.settle_locked()
+        return _snapshot_locked(a, pool_id)
+
+
+def _segment_of_locked(a: AllocatorCore, ptr: int) -> tuple[int, int, bool] | None:
+    """:func:`segment_of` with the lock held."""
     blk = a._blocks.get(ptr)
     if blk is None or not blk.allocated:
         return None
@@ -45,10 +88,9 @@ def segment_of(a: DeviceCachingAllocator, ptr: int) -> tuple[int, int, bool] | N
     return (head.addr, size, False)
 
 
-def snapshot_segments(a: DeviceCachingAllocator, pool_id: tuple[int, int] | None
-                      ) -> list[dict[str, Any]]:
-    """:meth:`~accelrt.memory._allocator.DeviceCachingAllocator.snapshot_segments` (lock held,
-    queued finalizer frees drained)."""
+def _snapshot_locked(a: AllocatorCore, pool_id: tuple[int, int] | None
+                     ) -> list[dict[str, Any]]:
+    """:func:`snapshot_segments` with the lock held and the state settled."""
     owner_filter = None if pool_id is None else tuple(pool_id)
     # A segment (or mapped range) starts at a mapped block whose predecessor is not mapped;
     # taking the starts in address order leaves the result sorted. The loop below is the whole

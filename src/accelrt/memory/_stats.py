@@ -26,8 +26,16 @@ Example::
 
 from __future__ import annotations
 
+import collections
+from typing import TYPE_CHECKING
 
-__all__ = ["FLAT_KEYS", "SORTED_KEYS", "STAT_TYPES", "DeviceStats", "HotCounters", "Stat"]
+if TYPE_CHECKING:
+    from ._interface import AllocatorCore
+
+
+__all__ = ["FLAT_KEYS", "SORTED_KEYS", "STAT_TYPES", "DeviceStats", "HotCounters", "Stat",
+           "flat_stats", "max_memory_allocated", "reset_accumulated_stats", "reset_peak_stats",
+           "sorted_stats"]
 
 #: Names of the three stat types, in index order.
 STAT_TYPES = ("all", "small_pool", "large_pool")
@@ -550,3 +558,65 @@ class DeviceStats:
         self.num_device_alloc = 0
         self.num_device_free = 0
         self.num_oom_rejections = 0
+
+
+# ------------------------------------------------- the allocator's statistics API
+# (the DeviceCachingAllocator methods stats, sorted_stats, ... call these)
+
+
+def flat_stats(a: AllocatorCore) -> dict[str, int]:
+    """PyTorch's flat ``memory_stats`` dict (unsorted).
+
+    Example::
+
+        >>> from accelrt.backends import get_backend
+        >>> from accelrt.memory import _allocator, _stats
+        >>> alloc = _allocator.DeviceCachingAllocator(get_backend("cpu"), 0)
+        >>> ptr = alloc.malloc(1000, 0)
+        >>> alloc.free(ptr)
+        >>> _stats.flat_stats(alloc)["requested_bytes.small_pool.freed"]
+        1000
+    """
+    with a._lock:
+        a.settle_locked()
+        vals = a._stats.flat_values()
+    return dict(zip(FLAT_KEYS, vals))
+
+
+def sorted_stats(a: AllocatorCore) -> collections.OrderedDict[str, int]:
+    """:func:`flat_stats` as an ``OrderedDict`` sorted by key (``memory_stats()``).
+
+    Example::
+
+        >>> from accelrt.backends import get_backend
+        >>> from accelrt.memory._allocator import DeviceCachingAllocator
+        >>> a = DeviceCachingAllocator(get_backend("cpu"), 0)
+        >>> st = a.sorted_stats()
+        >>> list(st) == sorted(st), st == a.stats()
+        (True, True)
+    """
+    with a._lock:
+        a.settle_locked()
+        vals = a._stats.sorted_values()
+    return collections.OrderedDict(zip(SORTED_KEYS, vals))
+
+
+def max_memory_allocated(a: AllocatorCore) -> int:
+    """``allocated_bytes.all.peak``."""
+    with a._lock:
+        a.settle_locked()
+        return a._stats.max_allocated_bytes()
+
+
+def reset_peak_stats(a: AllocatorCore) -> None:
+    """Set every peak to its current value."""
+    with a._lock:
+        a.settle_locked()
+        a._stats.reset_peak()
+
+
+def reset_accumulated_stats(a: AllocatorCore) -> None:
+    """Zero every ``allocated``/``freed`` sum and the ``num_*`` counters."""
+    with a._lock:
+        a._flush_deferred()
+        a._stats.reset_accumulated()

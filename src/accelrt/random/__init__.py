@@ -411,10 +411,10 @@ def _bind_array() -> None:
     global _Array, _Memory, _hold, _wrap, _allocators, _check_dtype, _get_allocator
     from .._array import Array, _Memory as memory, _check_dtype as check_dtype
     from .._transfer import hold
-    from ..memory import _allocator
+    from ..memory import _registry
     _Memory, _hold, _check_dtype, _wrap = memory, hold, check_dtype, Array._wrap
     # (the allocator table is one dict, never rebound)
-    _get_allocator, _allocators = _allocator.get_allocator, _allocator._allocators
+    _get_allocator, _allocators = _registry.get_allocator, _registry._allocators
     _Array = Array
 
 

@@ -35,15 +35,8 @@ class GeneralPathAllocator(DeviceCachingAllocator):
         self._fast = self._fast_malloc = False
         self._fast_reuse = False
 
-    def free(self, ptr: int, nonblocking: bool = False) -> None:
-        """:meth:`DeviceCachingAllocator.free` through the general code only (with
-        ``nonblocking``, a held lock queues the free, as there)."""
-        if nonblocking:
-            if not self._lock_or_queue(ptr):
-                return
-        else:
-            self._acquire()
-        try:
-            self._free_locked(ptr)
-        finally:
-            self._release(None)
+    def _fast_flags(self) -> None:
+        # free takes the general code (_free_locked) for every block, as with history on
+        super()._fast_flags()
+        self._fast_malloc = False
+        self._free_slow = True

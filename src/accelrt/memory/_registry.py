@@ -1,0 +1,157 @@
+"""The registry of caching allocators: one per (backend name, device index), made on first use.
+
+:func:`get_allocator` picks the kind (the pluggable allocator of
+:func:`~accelrt.memory.change_current_allocator`, the stream-ordered pool of
+``backend:cudaMallocAsync``, or the :class:`~._allocator.DeviceCachingAllocator`), and the
+process-wide switches act on every allocator of a backend: caching on/off
+(:func:`set_caching`), settings (:func:`_check_config_for_all`, :func:`_apply_config_to_all`),
+and the fork handler (:func:`_retire_after_fork`). ``_lock`` guards ``_allocators`` and
+``_cache_disabled``; :mod:`._allocator` re-exports every name here (the old import path).
+
+Example::
+
+    >>> from accelrt.backends import get_backend
+    >>> from accelrt.memory._registry import all_allocators, get_allocator
+    >>> a = get_allocator(get_backend("cpu"), 0)
+    >>> a in all_allocators()
+    True
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from typing import TYPE_CHECKING
+
+from .._fork import after_fork_locked, reinit_after_fork
+from ._config import AllocatorConfig, get_config
+from ._pools import retire_segments
+
+if TYPE_CHECKING:
+    from .._backend import Backend
+    from ._allocator import DeviceCachingAllocator
+
+__all__ = ["all_allocators", "caching_enabled", "get_allocator", "peek_allocator",
+           "set_caching"]
+
+_lock = reinit_after_fork(threading.Lock())
+_allocators: dict[tuple[str, int], DeviceCachingAllocator] = {}   # guarded by _lock
+#: Backends whose caching is turned off (caching_allocator_enable(False)); guarded by _lock
+_cache_disabled: set[str] = set()
+
+
+def set_caching(name: str, enabled: bool) -> None:
+    """Turn caching on or off for every device of backend ``name``, now and for devices
+    started later (``torch.cuda.caching_allocator_enable``)."""
+    with _lock:
+        if enabled:
+            _cache_disabled.discard(name)
+        else:
+            _cache_disabled.add(name)
+        targets = [a for (n, _), a in _allocators.items() if n == name]
+    for a in targets:
+        a.set_caching(enabled)
+
+
+def caching_enabled(name: str) -> bool:
+    """False while :func:`set_caching` has caching of backend ``name`` off."""
+    return name not in _cache_disabled
+
+
+def get_allocator(backend: Backend, index: int) -> DeviceCachingAllocator:
+    """The caching allocator of device ``index`` of ``backend`` (created on first use).
+
+    Example::
+
+        >>> from accelrt.backends import get_backend
+        >>> from accelrt.memory._registry import get_allocator
+        >>> a = get_allocator(get_backend("cpu"), 0)
+        >>> a is get_allocator(get_backend("cpu"), 0)
+        True
+    """
+    key = (backend.name, index)
+    a = _allocators.get(key)
+    # a backend registered again under the same name (backends.register(..., replace=True))
+    # gets a new allocator: the old one's blocks are the old instance's memory (its live
+    # arrays keep it and free into it)
+    if a is None or a._b is not backend:
+        from ._allocator import DeviceCachingAllocator   # (it imports this module)
+        cfg = get_config()  # outside _lock: set_allocator_settings takes the locks the other way
+        with _lock:
+            a = _allocators.get(key)
+            if a is None or a._b is not backend:
+                plug = sys.modules.get("accelrt.memory._pluggable")   # change_current_allocator
+                a = plug._make_allocator(backend, index) if plug is not None else None
+                if a is None and _wants_pool(cfg, backend, index):
+                    from ._malloc_async import MallocAsyncAllocator   # (it imports this module)
+                    a = MallocAsyncAllocator(backend, index, cfg)
+                if a is None:
+                    a = DeviceCachingAllocator(backend, index, cfg)
+                _allocators[key] = a
+        latest = get_config()
+        if latest is not cfg:  # settings changed while it was being created
+            a.set_config(latest)
+    return a
+
+
+def peek_allocator(name: str, index: int) -> DeviceCachingAllocator | None:
+    """The allocator of ``name:index`` if it was created, else ``None``.
+
+    Example::
+
+        >>> from accelrt.memory._registry import peek_allocator
+        >>> peek_allocator("nosuchbackend", 0) is None
+        True
+    """
+    return _allocators.get((name, index))
+
+
+def all_allocators() -> list[DeviceCachingAllocator]:
+    """Every allocator created so far."""
+    with _lock:
+        return list(_allocators.values())
+
+
+def _retire_after_fork(in_child: bool) -> None:
+    """After a ``fork`` (every allocator's lock held by the forking thread): where the
+    backend's memory stays shared with the child, each process stops handing out the segments
+    of the fork's moment (``_pools.retire_segments``), as CUDA's allocator is per process; the
+    arrays in them keep working in both."""
+    for a in list(_allocators.values()):
+        if a._blocks and a._b.capabilities(a._index).fork_shares_memory:
+            retire_segments(a)
+
+
+after_fork_locked(_retire_after_fork)
+
+
+def _wants_pool(cfg: AllocatorConfig, backend: Backend, index: int) -> bool:
+    """True when ``cfg`` selects the stream-ordered pool for ``backend``'s device ``index``
+    (``backend:cudaMallocAsync`` on a device that has one)."""
+    return (cfg.backend != "native"
+            and backend.capabilities(index).stream_ordered_memory)
+
+
+def _check_config_for_all(cfg: AllocatorConfig) -> None:
+    from .. import _backend
+    for a in all_allocators():
+        # (the allocators of an unregistered or replaced backend instance serve nothing new)
+        if (a.allocator_backend in ("native", "cudaMallocAsync")
+                and _backend._instances.get(a._name) is a._b):
+            want = "cudaMallocAsync" if _wants_pool(cfg, a._b, a._index) else "native"
+            if want != a.allocator_backend:
+                raise ValueError(
+                    f"Allocator backend parsed at runtime != allocator backend parsed at load "
+                    f"time: the allocator of {a._name}:{a._index} already runs backend:"
+                    f"{a.allocator_backend}, which cannot change in a process; set "
+                    f"backend:{cfg.backend} in ACCELRT_ALLOC_CONF before the first allocation")
+    if cfg.expandable_segments:
+        for a in all_allocators():
+            if not a.vm_supported():
+                raise a._vm_error()
+
+
+def _apply_config_to_all(cfg: AllocatorConfig) -> None:
+    for a in all_allocators():
+        a.set_config(cfg)
+

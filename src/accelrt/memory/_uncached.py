@@ -1,0 +1,82 @@
+"""The allocator's uncached mode (``torch.cuda.caching_allocator_enable(False)``).
+
+While caching is off, each request is a raw allocation of exactly its size from the backend,
+outside the statistics, the snapshot and the history, and its free gives it back at once,
+after the work of every stream that used it (its own, and those of ``record_stream``), as
+PyTorch's uncached path. :class:`UncachedRequests` holds those allocations for one device;
+the allocator asks it first for an address that is none of its blocks.
+
+Example::
+
+    >>> from accelrt.backends import get_backend
+    >>> from accelrt.memory._uncached import UncachedRequests
+    >>> u = UncachedRequests(get_backend("cpu"), 0, "cpu")
+    >>> p = u.malloc(1000, 0)
+    >>> len(u), u.free(p), u.free(p)
+    (1, True, False)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._handles import DevicePtr, StreamHandle
+from ._oom import format_size
+
+if TYPE_CHECKING:
+    from .._backend import Backend
+
+__all__ = ["UncachedRequests"]
+
+
+class UncachedRequests:
+    """The uncached allocations of one device: address -> the streams that used it (its own
+    first). Guarded by the allocator's lock.
+
+    Args:
+        backend: the device's backend.
+        index: the device index.
+        name: the backend's name (for the out-of-memory message).
+    """
+
+    def __init__(self, backend: Backend, index: int, name: str) -> None:
+        self._b = backend
+        self._index = index
+        self._name = name
+        self._streams: dict[int, list[int]] = {}
+
+    def __len__(self) -> int:
+        return len(self._streams)
+
+    def malloc(self, size: int, stream: int) -> int | tuple[str, int, int, int, int]:
+        """A raw allocation of ``size`` bytes for ``stream``: its address, or the arguments
+        of :meth:`~._oom.OomReporter.raise_oom` when the device has no memory for it."""
+        ptr = int(self._b.malloc(self._index, size))
+        if not ptr:
+            free, total = self._b.get_memory_info(self._index)
+            msg = (f"{self._name}:{self._index} out of memory: tried to allocate "
+                   f"{format_size(size)} with the caching allocator disabled "
+                   f"({format_size(free)} of {format_size(total)} free)")
+            return msg, size, 0, total, free
+        self._streams[ptr] = [stream]
+        return ptr
+
+    def free(self, ptr: int) -> bool:
+        """Give an uncached allocation back to the backend once the work of the streams that
+        used it is done; False if ``ptr`` is not one."""
+        streams = self._streams.pop(ptr, None)
+        if streams is None:
+            return False
+        for s in streams:
+            self._b.stream_synchronize(self._index, StreamHandle(s))
+        self._b.free(self._index, DevicePtr(ptr))
+        return True
+
+    def record_stream(self, ptr: object, stream: int) -> bool:
+        """Its free waits for ``stream``'s work too; False if ``ptr`` is not one."""
+        streams = self._streams.get(ptr) if type(ptr) is int else None
+        if streams is None:
+            return False
+        if stream not in streams:
+            streams.append(stream)
+        return True
