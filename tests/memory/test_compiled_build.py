@@ -148,3 +148,26 @@ def test_subclasses_of_compiled_classes_are_compiled_too() -> None:
                         offenders.append(f"{mod}.{node.name} subclasses {classes[name]}.{name}")
     assert not offenders, ("add these modules to setup.py's COMPILED (a compiled class's "
                            "subclass must be compiled): " + "; ".join(offenders))
+
+
+#: Imports the compiled build cannot see: its build environment (pip's isolation) has mypy and
+#: numpy only, and mypyc type-checks every module the compiled ones pull in.
+_TEST_ONLY = {"pytest", "hypothesis"}
+
+
+def test_compiled_packages_import_no_test_dependency() -> None:
+    # mypyc follows the imports of each compiled module's package (``accelrt.testing`` holds
+    # the allocator's test subclass); an ``import pytest`` there, even inside a function,
+    # failed the compiled build's type check (backend_conformance.make_tests did)
+    packages = {m.rsplit(".", 1)[0] for m in compiled_module_names()}
+    offenders = []
+    for package in sorted(packages):
+        folder = ROOT / "src" / package.replace(".", "/")
+        for path in sorted(folder.glob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                         [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+                offenders += [f"{path.relative_to(ROOT)}:{node.lineno} imports {n}"
+                              for n in names if n.split(".")[0] in _TEST_ONLY]
+    assert not offenders, ("import test-only packages by name (importlib) in packages that "
+                           "hold compiled modules: " + "; ".join(offenders))
