@@ -219,15 +219,10 @@ def load_trace(path: str) -> list[Any]:
 
     Example::
 
-        >>> import json, os, tempfile
+        >>> from accelrt.memory.tools._files import example_file
         >>> from accelrt.memory.tools._replay import load_trace
-        >>> d = tempfile.TemporaryDirectory()
-        >>> p = os.path.join(d.name, "t.json")
-        >>> with open(p, "w") as f:
-        ...     json.dump({"trace": [["alloc", 16, 512, 0]]}, f)
-        >>> load_trace(p)
+        >>> load_trace(example_file("t.json", b'{"trace": [["alloc", 16, 512, 0]]}'))
         [['alloc', 16, 512, 0]]
-        >>> d.cleanup()
     """
     data = _read_bytes(path)
     if data[:1] == b"\x80":
@@ -546,16 +541,12 @@ def replay_main(argv: Sequence[str] | None = None) -> int:
 
     Example::
 
-        >>> import json, os, tempfile
+        >>> from accelrt.memory.tools._files import example_file
         >>> from accelrt.memory.tools._replay import replay_main
-        >>> d = tempfile.TemporaryDirectory()
-        >>> p = os.path.join(d.name, "t.json")
-        >>> with open(p, "w") as f:
-        ...     json.dump({"trace": [["alloc", 16, 512, 0], ["free_requested", 16, 512, 0]]}, f)
-        >>> replay_main([p, "--json"])  # doctest: +ELLIPSIS
+        >>> trace = b'{"trace": [["alloc", 16, 512, 0], ["free_requested", 16, 512, 0]]}'
+        >>> replay_main([example_file("t.json", trace), "--json"])  # doctest: +ELLIPSIS
         {"trace": "t", "ops": 2, ...}
         0
-        >>> d.cleanup()
     """
     parser = argparse.ArgumentParser(
         prog="accelrt replay",
