@@ -13,6 +13,8 @@ bounded reader, the text sanitiser and the one output writer shared by ``accelrt
 * :func:`write_atomic` writes an output file whole or not at all: to a new file beside it,
   renamed over it once written, so a failure never leaves an empty or partial file behind.
 * :func:`short_repr` is a bounded, escaped ``repr`` for error messages about file content.
+* :func:`parse_args` parses a command line for ``accelrt replay``, ``memory viz`` and
+  ``memory tune``, turning argparse's exit (``--help``, a bad argument) into the status.
 * :func:`example_file` writes a file into a temporary folder removed at exit: the one fixture
   of the tools' examples (a trace, a snapshot, a gzip file).
 
@@ -25,6 +27,7 @@ Example::
 
 from __future__ import annotations
 
+import argparse
 import atexit
 import contextlib
 import gzip
@@ -36,10 +39,11 @@ import shutil
 import stat
 import tempfile
 import zlib
+from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["INFLATE_FLOOR", "INFLATE_RATIO", "example_file", "inflate_limit", "read_input",
-           "short_repr", "terminal_safe", "write_atomic"]
+__all__ = ["INFLATE_FLOOR", "INFLATE_RATIO", "example_file", "inflate_limit", "parse_args",
+           "read_input", "short_repr", "terminal_safe", "write_atomic"]
 
 #: Gzip input may always inflate to this many bytes...
 INFLATE_FLOOR = 64 << 20
@@ -60,6 +64,32 @@ def inflate_limit(compressed_size: int) -> int:
         (True, True)
     """
     return max(INFLATE_FLOOR, INFLATE_RATIO * compressed_size)
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None,
+               json_help: str | None = None) -> argparse.Namespace | int:
+    """``parser.parse_args(argv)``, or the exit status argparse asked for (0 after ``--help``,
+    2 after a bad argument, its message printed) instead of raising ``SystemExit``. With
+    ``json_help``, the parser takes the tools' ``--json`` flag last, described so.
+
+    Example::
+
+        >>> import argparse
+        >>> from accelrt.memory.tools._files import parse_args
+        >>> parser = argparse.ArgumentParser(prog="demo")
+        >>> parse_args(parser, ["--json"], json_help="print JSON")
+        Namespace(json=True)
+        >>> import contextlib, io
+        >>> with contextlib.redirect_stderr(io.StringIO()):
+        ...     parse_args(parser, ["--bad"])
+        2
+    """
+    if json_help is not None:
+        parser.add_argument("--json", action="store_true", help=json_help)
+    try:
+        return parser.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
 
 
 def example_file(name: str, data: bytes) -> str:

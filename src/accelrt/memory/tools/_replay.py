@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TextIO
 
-from ._files import read_input, short_repr, terminal_safe
+from ._files import parse_args, read_input, short_repr, terminal_safe
 
 __all__ = ["H100_US", "NO_HISTORY_HINT", "NoHistoryError", "Op", "WrongFileKindError",
            "driver_cost_us", "human_bytes", "load_pickle", "load_trace", "no_history_message",
@@ -559,12 +559,10 @@ def replay_main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--alloc-conf", metavar="STR", default=None,
                         help="allocator settings in PYTORCH_CUDA_ALLOC_CONF syntax, e.g. "
                              "'expandable_segments:True' (default: ACCELRT_ALLOC_CONF)")
-    parser.add_argument("--json", action="store_true",
-                        help="print one JSON object per trace instead of a table")
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:
-        return int(exc.code or 0)
+    args = parse_args(parser, argv,
+                      json_help="print one JSON object per trace instead of a table")
+    if isinstance(args, int):
+        return args
     try:
         config = _parse_conf(args.alloc_conf)
     except (TypeError, ValueError) as exc:

@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from ._files import terminal_safe
+from ._files import parse_args, terminal_safe
 from ._replay import (
     NO_HISTORY_HINT,
     NoHistoryError,
@@ -865,12 +865,10 @@ def tune_main(argv: Sequence[str] | None = None) -> int:
                         help="the GPU's memory, e.g. 80GiB, 81559MiB or a byte count: every "
                              "setting is replayed under it (default: what a snapshot's "
                              "recorded out-of-memory shows, else a simulated 80 GiB device)")
-    parser.add_argument("--json", action="store_true",
-                        help="print one JSON object (every setting tried, ranked)")
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:
-        return int(exc.code or 0)
+    args = parse_args(parser, argv,
+                      json_help="print one JSON object (every setting tried, ranked)")
+    if isinstance(args, int):
+        return args
     if args.device is not None and args.device < 0:
         print(f"accelrt memory tune: error: --device must be >= 0, got {args.device}",
               file=sys.stderr)
