@@ -44,6 +44,20 @@ _SIZE_UNITS = ("B  ", "KiB", "MiB", "GiB", "TiB", "PiB")
 _COUNT_UNITS = (" ", "K", "M")
 
 
+def _scaled(value: int, pref: float, units: tuple[str, ...], step: int,
+            limit: int) -> tuple[int, str]:
+    """``value`` divided by ``step`` (rounding down) and the next of ``units`` while ``pref``
+    (divided alike) is at least ``limit``: PyTorch's unit choice for sizes and counts."""
+    unit = units[0]
+    for nxt in units[1:]:
+        if pref < limit:
+            break
+        unit = nxt
+        value //= step
+        pref /= step
+    return value, unit
+
+
 def format_size(sz: int, pref_sz: float) -> str:
     """Format ``sz`` bytes in the unit that suits ``pref_sz`` (10 characters).
 
@@ -53,13 +67,7 @@ def format_size(sz: int, pref_sz: float) -> str:
         >>> format_size(786432, 786432), format_size(1024, 3146752)
         ('   768 KiB', '     1 KiB')
     """
-    unit = _SIZE_UNITS[0]
-    for nxt in _SIZE_UNITS[1:]:
-        if pref_sz < 768 * 1024:
-            break
-        unit = nxt
-        sz //= 1024
-        pref_sz /= 1024
+    sz, unit = _scaled(sz, pref_sz, _SIZE_UNITS, 1024, 768 * 1024)
     return f"{sz:6d} {unit}"
 
 
@@ -72,13 +80,7 @@ def format_count(cnt: int, pref_cnt: float) -> str:
         >>> format_count(1234567, 1234567)
         '   1234 K '
     """
-    unit = _COUNT_UNITS[0]
-    for nxt in _COUNT_UNITS[1:]:
-        if pref_cnt < 750 * 1000:
-            break
-        unit = nxt
-        cnt //= 1000
-        pref_cnt /= 1000
+    cnt, unit = _scaled(cnt, pref_cnt, _COUNT_UNITS, 1000, 750 * 1000)
     return f"{cnt:7d} {unit} "
 
 

@@ -13,6 +13,10 @@ bounded reader, the text sanitiser and the one output writer shared by ``accelrt
 * :func:`write_atomic` writes an output file whole or not at all: to a new file beside it,
   renamed over it once written, so a failure never leaves an empty or partial file behind.
 * :func:`short_repr` is a bounded, escaped ``repr`` for error messages about file content.
+* :func:`parse_args` parses a command line for ``accelrt replay``, ``memory viz`` and
+  ``memory tune``, turning argparse's exit (``--help``, a bad argument) into the status.
+* :func:`example_file` writes a file into a temporary folder removed at exit: the one fixture
+  of the tools' examples (a trace, a snapshot, a gzip file).
 
 Example::
 
@@ -23,18 +27,23 @@ Example::
 
 from __future__ import annotations
 
+import argparse
+import atexit
 import contextlib
 import gzip
 import os
 import re
 import reprlib
 import secrets
+import shutil
 import stat
+import tempfile
 import zlib
+from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["INFLATE_FLOOR", "INFLATE_RATIO", "inflate_limit", "read_input", "short_repr",
-           "terminal_safe", "write_atomic"]
+__all__ = ["INFLATE_FLOOR", "INFLATE_RATIO", "example_file", "inflate_limit", "parse_args",
+           "read_input", "short_repr", "terminal_safe", "write_atomic"]
 
 #: Gzip input may always inflate to this many bytes...
 INFLATE_FLOOR = 64 << 20
@@ -57,6 +66,52 @@ def inflate_limit(compressed_size: int) -> int:
     return max(INFLATE_FLOOR, INFLATE_RATIO * compressed_size)
 
 
+def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None,
+               json_help: str | None = None) -> argparse.Namespace | int:
+    """``parser.parse_args(argv)``, or the exit status argparse asked for (0 after ``--help``,
+    2 after a bad argument, its message printed) instead of raising ``SystemExit``. With
+    ``json_help``, the parser takes the tools' ``--json`` flag last, described so.
+
+    Example::
+
+        >>> import argparse
+        >>> from accelrt.memory.tools._files import parse_args
+        >>> parser = argparse.ArgumentParser(prog="demo")
+        >>> parse_args(parser, ["--json"], json_help="print JSON")
+        Namespace(json=True)
+        >>> import contextlib, io
+        >>> with contextlib.redirect_stderr(io.StringIO()):
+        ...     parse_args(parser, ["--bad"])
+        2
+    """
+    if json_help is not None:
+        parser.add_argument("--json", action="store_true", help=json_help)
+    try:
+        return parser.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+
+
+def example_file(name: str, data: bytes) -> str:
+    """Write ``data`` to a file ``name`` in a new temporary folder, removed when the process
+    exits, and return the file's path: the fixture of the tools' examples.
+
+    Example::
+
+        >>> import os
+        >>> from accelrt.memory.tools._files import example_file
+        >>> p = example_file("t.bin", b"abc")
+        >>> os.path.basename(p), os.path.getsize(p)
+        ('t.bin', 3)
+    """
+    folder = tempfile.mkdtemp(prefix="accelrt-example-")
+    atexit.register(shutil.rmtree, folder, True)
+    path = os.path.join(folder, name)
+    with open(path, "wb") as f:
+        f.write(data)
+    return path
+
+
 def read_input(path: str, limit: int | None = None) -> bytes:
     """Read ``path``; gzip data is inflated, but never to more than ``limit`` bytes.
 
@@ -72,15 +127,10 @@ def read_input(path: str, limit: int | None = None) -> bytes:
 
     Example::
 
-        >>> import gzip, os, tempfile
-        >>> from accelrt.memory.tools._files import read_input
-        >>> d = tempfile.TemporaryDirectory()
-        >>> p = os.path.join(d.name, "t.gz")
-        >>> with open(p, "wb") as f:
-        ...     _ = f.write(gzip.compress(b"hello"))
-        >>> read_input(p)
+        >>> import gzip
+        >>> from accelrt.memory.tools._files import example_file, read_input
+        >>> read_input(example_file("t.gz", gzip.compress(b"hello")))
         b'hello'
-        >>> d.cleanup()
     """
     with open(path, "rb") as f:
         if f.peek(2)[:2] != b"\x1f\x8b":
@@ -181,17 +231,15 @@ def write_atomic(path: str, data: bytes) -> None:
 
     Example::
 
-        >>> import os, tempfile
-        >>> from accelrt.memory.tools._files import write_atomic
-        >>> d = tempfile.TemporaryDirectory()
-        >>> p = os.path.join(d.name, "page.html")
+        >>> import os
+        >>> from accelrt.memory.tools._files import example_file, write_atomic
+        >>> p = example_file("page.html", b"old")
         >>> write_atomic(p, b"<html>")
         >>> with open(p, "rb") as f:
         ...     f.read()
         b'<html>'
-        >>> os.listdir(d.name)
+        >>> os.listdir(os.path.dirname(p))
         ['page.html']
-        >>> d.cleanup()
     """
     target = os.path.realpath(path)
     try:

@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TextIO
 
-from ._files import read_input, short_repr, terminal_safe
+from ._files import parse_args, read_input, short_repr, terminal_safe
 
 __all__ = ["H100_US", "NO_HISTORY_HINT", "NoHistoryError", "Op", "WrongFileKindError",
            "driver_cost_us", "human_bytes", "load_pickle", "load_trace", "no_history_message",
@@ -219,15 +219,10 @@ def load_trace(path: str) -> list[Any]:
 
     Example::
 
-        >>> import json, os, tempfile
+        >>> from accelrt.memory.tools._files import example_file
         >>> from accelrt.memory.tools._replay import load_trace
-        >>> d = tempfile.TemporaryDirectory()
-        >>> p = os.path.join(d.name, "t.json")
-        >>> with open(p, "w") as f:
-        ...     json.dump({"trace": [["alloc", 16, 512, 0]]}, f)
-        >>> load_trace(p)
+        >>> load_trace(example_file("t.json", b'{"trace": [["alloc", 16, 512, 0]]}'))
         [['alloc', 16, 512, 0]]
-        >>> d.cleanup()
     """
     data = _read_bytes(path)
     if data[:1] == b"\x80":
@@ -546,16 +541,12 @@ def replay_main(argv: Sequence[str] | None = None) -> int:
 
     Example::
 
-        >>> import json, os, tempfile
+        >>> from accelrt.memory.tools._files import example_file
         >>> from accelrt.memory.tools._replay import replay_main
-        >>> d = tempfile.TemporaryDirectory()
-        >>> p = os.path.join(d.name, "t.json")
-        >>> with open(p, "w") as f:
-        ...     json.dump({"trace": [["alloc", 16, 512, 0], ["free_requested", 16, 512, 0]]}, f)
-        >>> replay_main([p, "--json"])  # doctest: +ELLIPSIS
+        >>> trace = b'{"trace": [["alloc", 16, 512, 0], ["free_requested", 16, 512, 0]]}'
+        >>> replay_main([example_file("t.json", trace), "--json"])  # doctest: +ELLIPSIS
         {"trace": "t", "ops": 2, ...}
         0
-        >>> d.cleanup()
     """
     parser = argparse.ArgumentParser(
         prog="accelrt replay",
@@ -568,12 +559,10 @@ def replay_main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--alloc-conf", metavar="STR", default=None,
                         help="allocator settings in PYTORCH_CUDA_ALLOC_CONF syntax, e.g. "
                              "'expandable_segments:True' (default: ACCELRT_ALLOC_CONF)")
-    parser.add_argument("--json", action="store_true",
-                        help="print one JSON object per trace instead of a table")
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:
-        return int(exc.code or 0)
+    args = parse_args(parser, argv,
+                      json_help="print one JSON object per trace instead of a table")
+    if isinstance(args, int):
+        return args
     try:
         config = _parse_conf(args.alloc_conf)
     except (TypeError, ValueError) as exc:

@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from ._files import terminal_safe
+from ._files import parse_args, terminal_safe
 from ._replay import (
     NO_HISTORY_HINT,
     NoHistoryError,
@@ -194,22 +194,18 @@ def read_workload(path: str, device: int | None = None) -> Workload:
 
     Example::
 
-        >>> import pickle, os, tempfile
+        >>> import pickle
+        >>> from accelrt.memory.tools._files import example_file
         >>> from accelrt.memory.tools._tune import read_workload
-        >>> d = tempfile.TemporaryDirectory()
-        >>> p = os.path.join(d.name, "s.pickle")
         >>> MiB = 1 << 20
         >>> snap = {"segments": [{"address": 0, "total_size": 20 * MiB, "stream": 0}],
         ...         "device_traces": [[
         ...             {"action": "alloc", "addr": 16, "size": 20 * MiB, "stream": 0},
         ...             {"action": "oom", "size": 60 * MiB, "device_free": 44 * MiB,
         ...              "stream": 0}]]}
-        >>> with open(p, "wb") as f:
-        ...     pickle.dump(snap, f)
-        >>> w = read_workload(p)
+        >>> w = read_workload(example_file("s.pickle", pickle.dumps(snap)))
         >>> w.ops, w.capacity // MiB, [o["size"] // MiB for o in w.ooms]
         ([(True, 16, 20971520, 0)], 64, [60])
-        >>> d.cleanup()
     """
     data = _read_bytes(path)
     settings: Any = None
@@ -294,19 +290,15 @@ def load_workload(path: str, device: int | None = None) -> tuple[list[Op], Any, 
 
     Example::
 
-        >>> import pickle, os, tempfile
+        >>> import pickle
+        >>> from accelrt.memory.tools._files import example_file
         >>> from accelrt.memory.tools._tune import load_workload
-        >>> d = tempfile.TemporaryDirectory()
-        >>> p = os.path.join(d.name, "s.pickle")
         >>> snap = {"segments": [], "allocator_settings": {"PYTORCH_CUDA_ALLOC_CONF": ""},
         ...         "device_traces": [[], [{"action": "alloc", "addr": 16, "size": 512,
         ...                                  "stream": 0}]]}
-        >>> with open(p, "wb") as f:
-        ...     pickle.dump(snap, f)
-        >>> ops, settings, dev = load_workload(p)
+        >>> ops, settings, dev = load_workload(example_file("s.pickle", pickle.dumps(snap)))
         >>> ops, dev
         ([(True, 16, 512, 0)], 1)
-        >>> d.cleanup()
     """
     w = read_workload(path, device)
     return w.ops, w.settings, w.device
@@ -847,16 +839,13 @@ def tune_main(argv: Sequence[str] | None = None) -> int:
 
     Example::
 
-        >>> import json, os, tempfile
+        >>> from accelrt.memory.tools._files import example_file
         >>> from accelrt.memory.tools._tune import tune_main
-        >>> d = tempfile.TemporaryDirectory()
-        >>> p = os.path.join(d.name, "t.json")
-        >>> with open(p, "w") as f:
-        ...     json.dump({"trace": [["alloc", 16, 512, 0], ["free_requested", 16, 512, 0]]}, f)
+        >>> p = example_file("t.json", b'{"trace": [["alloc", 16, 512, 0], '
+        ...                              b'["free_requested", 16, 512, 0]]}')
         >>> tune_main([p, "--json"])  # doctest: +ELLIPSIS
         {"trace": ..., "device": 0, "ops": 2, ...}
         0
-        >>> d.cleanup()
     """
     parser = argparse.ArgumentParser(
         prog="accelrt memory tune",
@@ -876,12 +865,10 @@ def tune_main(argv: Sequence[str] | None = None) -> int:
                         help="the GPU's memory, e.g. 80GiB, 81559MiB or a byte count: every "
                              "setting is replayed under it (default: what a snapshot's "
                              "recorded out-of-memory shows, else a simulated 80 GiB device)")
-    parser.add_argument("--json", action="store_true",
-                        help="print one JSON object (every setting tried, ranked)")
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:
-        return int(exc.code or 0)
+    args = parse_args(parser, argv,
+                      json_help="print one JSON object (every setting tried, ranked)")
+    if isinstance(args, int):
+        return args
     if args.device is not None and args.device < 0:
         print(f"accelrt memory tune: error: --device must be >= 0, got {args.device}",
               file=sys.stderr)

@@ -33,7 +33,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ._files import read_input, short_repr, terminal_safe, write_atomic
+from ._files import parse_args, read_input, short_repr, terminal_safe, write_atomic
 from .._history import is_library_file
 from ._replay import WrongFileKindError, load_pickle
 from . import _viz_page
@@ -623,10 +623,9 @@ def viz_main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--compare", metavar="OTHER", default=None,
                         help="another snapshot pickle: the page adds a table of what grew, "
                              "by code location, from SNAPSHOT to OTHER")
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:
-        return int(exc.code or 0)
+    args = parse_args(parser, argv)
+    if isinstance(args, int):
+        return args
     def fail(msg: str) -> int:
         print(f"accelrt memory viz: error: {terminal_safe(msg, one_line=True)}", file=sys.stderr)
         return 1
