@@ -45,7 +45,7 @@ def test_check_reports_a_stale_module(gen: ModuleType, tmp_path: Path,
     for name in gen.SPECS:
         text = gen.render(name)
         if name == "opencl":
-            text = text.replace("is_available = _m.is_available\n", "")
+            text = text.replace("current_stream = _m.current_stream\n", "")
         (tmp_path / "src" / "accelrt" / f"{name}.py").write_text(text, encoding="utf-8")
     monkeypatch.setattr(gen, "ROOT", tmp_path)
     assert gen.stale() == ["opencl"]
