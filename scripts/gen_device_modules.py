@@ -6,9 +6,10 @@ A device module is the ``torch.cuda`` runtime bound to one backend. Its function
 methods of one :class:`accelrt._runtime.DeviceModule` object, but users' type checkers need
 them, and the module's own ``Stream``/``Event``/... classes, declared in the module itself
 (``acc.cuda.current_stream()`` is an ``accelrt.cuda.Stream``). This script writes those
-declarations from one template: every public method of the backend's module class becomes a
-module-level name, the classes are subclasses of ``accelrt._runtime._classes``' fixed to the
-backend, and ``__all__`` follows. A new ``torch.cuda`` function is one method on
+declarations from one template, each once: a module holds its classes (subclasses of
+``accelrt._runtime._classes``' fixed to the backend), its ``_m`` and the few functions typed by
+its classes; ``_registry._register`` binds the other names at run time, and the stub
+``accelrt/_runtime/_functions.pyi`` (also written here) declares their types for every module. A new ``torch.cuda`` function is one method on
 ``DeviceModule`` (or ``_memory.MemoryFunctions``, ``_random.RandomFunctions``) and one run of::
 
     python scripts/gen_device_modules.py            # rewrite the stale modules
