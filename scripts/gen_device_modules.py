@@ -175,8 +175,8 @@ SPECS = {
     "opencl": Spec(name="opencl", doc=OPENCL_DOC),
 }
 
-#: The classes of a device module: (name, base, body lines); their documentation is their
-#: base's (``help(acc.cpu.Stream)``), unless a spec's ``class_docs`` gives one.
+#: The classes of a device module: (name, base, body lines); ``_register`` documents them
+#: (``_registry.CLASS_DOCS``), unless a spec's ``class_docs`` gives a docstring.
 CLASSES = (
     ("Event", "_classes.Event", ("__slots__ = ()", '_backend_name = "{n}"')),
     ("Stream", "_classes.Stream",

@@ -40,6 +40,32 @@ SHARED = ("CUDAPluggableAllocator", "MemPool", "OutOfMemoryError", "PluggableAll
           "get_allocator_settings", "set_allocator_settings")
 
 
+#: The documentation of a device module's classes ({n}: the backend), set by :func:`_register`
+#: where the generated module gives none; their examples are their bases'.
+CLASS_DOCS = {
+    "Event": "An event of a {n} device (``torch.cuda.Event``): an :class:`accelrt.Event` whose "
+             "``int`` device is a {n} index.",
+    "Stream": "A stream of a {n} device (``torch.cuda.Stream``): an :class:`accelrt.Stream` "
+              "whose ``int`` device is a {n} index (``None`` or a negative index: the current "
+              "{n} device), with :meth:`is_capturing` and :meth:`priority_range`.",
+    "ExternalStream": "A non-owning stream object for a {n} stream from its handle "
+                      "(``torch.cuda.ExternalStream``; see "
+                      ":class:`accelrt._runtime.ExternalStream`).",
+    "StreamContext": "``with StreamContext(stream):`` makes a {n} stream and its device "
+                     "current, restoring both on exit; ``None`` is a no-op.",
+    "device": "Context manager that makes a {n} device current and restores the previous "
+              "one (``torch.cuda.device``); ``None`` or a negative index is a no-op.",
+    "device_of": "Context manager that makes the device of an array, stream or event current "
+                 "if it is a {n} device (a no-op otherwise), as ``torch.cuda.device_of``.",
+    "device_index": "Context manager that sets the calling thread's current {n} device index "
+                    "and restores the previous one (``None`` or a negative index: no-op).",
+    "Graph": "A graph of {n} stream work (``torch.cuda.CUDAGraph``): :class:`accelrt.Graph` "
+             "fixed to the {n} backend.",
+    "graph": "``with graph(g):`` captures the body's {n} work into ``g`` on a side stream "
+             "(``torch.cuda.graph``).",
+}
+
+
 def function_names(cls: type) -> list[str]:
     """The public methods of a module class, sorted: the functions its device module binds.
 
@@ -85,8 +111,9 @@ def _register(m: DeviceModule[Any, Any], namespace: dict[str, Any],
               *extra: str) -> tuple[str, ...]:
     """Record the :class:`DeviceModule` of a built-in device module (called at its import),
     make its submodules importable (``import accelrt.cuda.memory``, ``.graphs``, ``.random``,
-    ``.streams``, ``.profiler``, ``.nvtx``) and bind its :func:`bindings` in the module's
-    ``namespace`` (a name the module defines itself stays its own). Returns the module's
+    ``.streams``, ``.profiler``, ``.nvtx``), document its classes (:data:`CLASS_DOCS`) and bind
+    its :func:`bindings` in the module's ``namespace`` (a name the module defines itself stays
+    its own). Returns the module's
     ``__all__``: every bound name but ``graphs``, plus ``extra``."""
     with _modules_lock:
         _modules[m.name] = m
@@ -94,6 +121,10 @@ def _register(m: DeviceModule[Any, Any], namespace: dict[str, Any],
         sys.modules[sub.__name__] = sub
     sys.modules[f"{m.module}.nvtx"] = m.nvtx
     names = bindings(m)
+    for name, doc in CLASS_DOCS.items():
+        cls = names[name]
+        if cls.__doc__ is None:
+            cls.__doc__ = doc.format(n=m.name)
     for name, value in names.items():
         namespace.setdefault(name, value)
     return tuple(sorted({*names, *extra} - {"graphs"}))
