@@ -143,6 +143,12 @@ class MemoryFunctions(ModuleBase):
         self._b()
         return _host.peek_host_allocator(self.name)
 
+    def _reset_host_pool(self, reset: Callable[[HostCachingAllocator], None]) -> None:
+        """``reset(pool)`` on the backend's pinned host pool if it was started."""
+        pool = self._host_pool()
+        if pool is not None:
+            reset(pool)
+
     # ------------------------------------------------------------------ memory statistics
     def memory_stats(self, device: DeviceLike = None) -> collections.OrderedDict[str, int]:
         """The allocator statistics of a device (PyTorch's flat keys, sorted); empty before
@@ -556,10 +562,11 @@ class MemoryFunctions(ModuleBase):
 
             >>> import accelrt as acc
             >>> acc.cpu.reset_peak_host_memory_stats()
+            >>> stats = acc.cpu.host_memory_stats()
+            >>> stats.get("active_bytes.peak", 0) == stats.get("active_bytes.current", 0)
+            True
         """
-        pool = self._host_pool()
-        if pool is not None:
-            pool.reset_peak_stats()
+        self._reset_host_pool(lambda pool: pool.reset_peak_stats())
 
     def reset_accumulated_host_memory_stats(self) -> None:
         """Zero the totals, call counts and durations of :meth:`host_memory_stats`.
@@ -568,10 +575,10 @@ class MemoryFunctions(ModuleBase):
 
             >>> import accelrt as acc
             >>> acc.cpu.reset_accumulated_host_memory_stats()
+            >>> acc.cpu.host_memory_stats().get("num_host_alloc", 0)
+            0
         """
-        pool = self._host_pool()
-        if pool is not None:
-            pool.reset_accumulated_stats()
+        self._reset_host_pool(lambda pool: pool.reset_accumulated_stats())
 
     # ------------------------------------------------------------------ torch 2.14: memory,
     # monitoring and profiling surface (issue 23 §3; kept together to ease merges)
