@@ -22,352 +22,71 @@ Example::
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from . import _device, _graph
-from ._errors import OutOfMemoryError
 from ._runtime import _classes
 from ._runtime._module import DeviceModule
 from ._runtime._registry import _register
-from .memory import MemPool, get_allocator_settings, set_allocator_settings
-from .memory._pluggable import PluggableAllocator
-from .memory._pluggable import PluggableAllocator as CUDAPluggableAllocator
 
-__all__ = [
-    "CUDAGraph",
-    "CUDAPluggableAllocator",
-    "Event",
-    "ExternalStream",
-    "Graph",
-    "MemPool",
-    "OutOfMemoryError",
-    "PluggableAllocator",
-    "Stream",
-    "StreamContext",
-    "caching_allocator_alloc",
-    "caching_allocator_delete",
-    "caching_allocator_disabled",
-    "caching_allocator_enable",
-    "can_device_access_peer",
-    "change_current_allocator",
-    "clock_rate",
-    "current_device",
-    "current_device_index",
-    "current_stream",
-    "default_stream",
-    "device",
-    "device_count",
-    "device_index",
-    "device_memory_used",
-    "device_of",
-    "dump_snapshot",
-    "empty_cache",
-    "empty_host_cache",
-    "export_dot",
-    "get_allocator_backend",
-    "get_allocator_settings",
-    "get_arch_list",
-    "get_device_capability",
-    "get_device_name",
-    "get_device_properties",
-    "get_gencode_flags",
-    "get_memory_info",
-    "get_per_process_memory_fraction",
-    "get_rng_state",
-    "get_rng_state_all",
-    "get_stream_from_external",
-    "get_sync_debug_mode",
-    "graph",
-    "graph_pool_handle",
-    "host_memory_stats",
-    "host_memory_stats_as_nested_dict",
-    "init",
-    "initial_seed",
-    "ipc_collect",
-    "is_available",
-    "is_bf16_supported",
-    "is_current_stream_capturing",
-    "is_initialized",
-    "is_tf32_supported",
-    "list_gpu_processes",
-    "manual_seed",
-    "manual_seed_all",
-    "max_memory_allocated",
-    "max_memory_cached",
-    "max_memory_reserved",
-    "mem_get_info",
-    "memory",
-    "memory_allocated",
-    "memory_cached",
-    "memory_reserved",
-    "memory_snapshot",
-    "memory_stats",
-    "memory_stats_as_nested_dict",
-    "memory_summary",
-    "memory_usage",
-    "nvtx",
-    "power_draw",
-    "profiler",
-    "random",
-    "record_memory_history",
-    "reset_accumulated_host_memory_stats",
-    "reset_accumulated_memory_stats",
-    "reset_max_memory_allocated",
-    "reset_max_memory_cached",
-    "reset_peak_host_memory_stats",
-    "reset_peak_memory_stats",
-    "seed",
-    "seed_all",
-    "set_allocator_settings",
-    "set_device",
-    "set_device_index",
-    "set_per_process_memory_fraction",
-    "set_rng_state",
-    "set_rng_state_all",
-    "set_stream",
-    "set_sync_debug_mode",
-    "stream",
-    "streams",
-    "synchronize",
-    "temperature",
-    "unavailable_reason",
-    "use_mem_pool",
-    "utilization",
-]
+if TYPE_CHECKING:   # the names typed alike in every device module, declared once
+    from ._runtime._functions import *  # noqa: F403
 
 
 class Event(_classes.Event):
-    """An event of a opencl device (``torch.cuda.Event`` for this backend): an
-    :class:`accelrt.Event` whose ``int`` device is a opencl index.
-
-    Example::
-
-        >>> import accelrt as acc
-        >>> issubclass(acc.opencl.Event, acc.Event)
-        True
-    """
-
     __slots__ = ()
     _backend_name = "opencl"
 
 
 class Stream(_classes.Stream):
-    """A stream of a opencl device (``torch.cuda.Stream`` for this backend): an
-    :class:`accelrt.Stream` whose ``int`` device is a opencl index (``None`` or a negative
-    index: the current opencl device), with :meth:`is_capturing` and :meth:`priority_range`.
-
-    Example::
-
-        >>> import accelrt as acc
-        >>> issubclass(acc.opencl.Stream, acc.Stream)
-        True
-    """
-
     __slots__ = ()
     _backend_name = "opencl"
     _event_class = Event
 
 
 class ExternalStream(_classes.ExternalStream, Stream):
-    """A non-owning stream object for a opencl stream from its handle
-    (``torch.cuda.ExternalStream`` for this backend): ``stream_ptr`` is the
-    :attr:`~accelrt.opencl.Stream.cuda_stream` of a live stream of the opencl backend, made by
-    accelrt in this process (the backend has no foreign streams; see
-    :class:`accelrt._runtime.ExternalStream`).
-
-    Raises:
-        TypeError: ``stream_ptr`` is not an int.
-        ValueError: the backend does not know the stream on that device.
-
-    Example::
-
-        >>> import accelrt as acc
-        >>> issubclass(acc.opencl.ExternalStream, acc.opencl.Stream)
-        True
-    """
-
     __slots__ = ()
 
 
 class StreamContext(_classes.StreamContext):
-    """``with StreamContext(stream):`` makes a opencl stream and its device current,
-    restoring both on exit; ``None`` is a no-op (``torch.cuda.StreamContext``).
-
-    Example::
-
-        >>> import accelrt as acc
-        >>> with acc.opencl.StreamContext(None):
-        ...     pass
-    """
-
     __slots__ = ()
     _backend_name = "opencl"
 
 
 class device(_classes.device):  # noqa: N801 - torch.cuda.device's name
-    """Context manager that makes a opencl device current and restores the previous one
-    (``torch.cuda.device``); ``None`` or a negative index is a no-op.
-
-    Example::
-
-        >>> import accelrt as acc
-        >>> with acc.opencl.device(None):
-        ...     pass
-    """
-
     __slots__ = ()
     _backend_name = "opencl"
 
 
 class device_of(_classes.device_of):  # noqa: N801 - torch.cuda.device_of's name
-    """Context manager that makes the device of an array, stream or event current if it is a
-    opencl device (a no-op otherwise), as ``torch.cuda.device_of``.
-
-    Example::
-
-        >>> import accelrt as acc
-        >>> with acc.opencl.device_of(None):   # no device: no-op
-        ...     pass
-    """
-
     __slots__ = ()
     _backend_name = "opencl"
 
 
 class device_index(_device.device_index):  # noqa: N801 - torch.accelerator's name
-    """Context manager that sets the calling thread's current opencl device index and
-    restores the previous one (``None`` or a negative index: no-op).
-
-    Example::
-
-        >>> import accelrt as acc
-        >>> with acc.opencl.device_index(None):
-        ...     pass
-    """
-
     __slots__ = ()
     _backend_name = "opencl"
 
 
 class Graph(_graph.DeviceGraph):
-    """A graph of opencl stream work (``torch.cuda.CUDAGraph`` for this backend):
-    :class:`accelrt.Graph` fixed to the opencl backend.
-
-    Example::
-
-        >>> import accelrt as acc
-        >>> issubclass(acc.opencl.Graph, acc.Graph)
-        True
-    """
-
     __slots__ = ()
     _backend_name: ClassVar[str | None] = "opencl"
 
 
 class graph(_graph.graph):  # noqa: N801 - torch.cuda.graph's name
-    """``with graph(g):`` captures the body's opencl work into ``g`` on a side stream
-    (``torch.cuda.graph`` for this backend).
-
-    Example::
-
-        >>> import accelrt as acc
-        >>> issubclass(acc.opencl.graph, acc.graph)
-        True
-    """
-
     _graph_class: ClassVar[type[_graph.Graph]] = Graph
 
 
 #: ``torch.cuda.CUDAGraph``'s name and accelrt's (both name the one class).
 CUDAGraph = Graph
 
-_m: DeviceModule[Stream, Event] = _register(DeviceModule(
+_m: DeviceModule[Stream, Event] = DeviceModule(
     "opencl", __name__, stream=Stream, external_stream=ExternalStream, event=Event,
     stream_context=StreamContext, device=device, device_of=device_of,
-    device_index=device_index, graph_class=Graph, graph=graph))
-
-# The torch.cuda runtime of the opencl backend (documented on accelrt._runtime.DeviceModule).
-caching_allocator_alloc = _m.caching_allocator_alloc
-caching_allocator_delete = _m.caching_allocator_delete
-caching_allocator_disabled = _m.caching_allocator_disabled
-caching_allocator_enable = _m.caching_allocator_enable
-can_device_access_peer = _m.can_device_access_peer
-change_current_allocator = _m.change_current_allocator
-clock_rate = _m.clock_rate
-current_device = _m.current_device
-current_device_index = _m.current_device_index
+    device_index=device_index, graph_class=Graph, graph=graph)
+# The torch.cuda runtime of the backend (documented on accelrt._runtime.DeviceModule):
+__all__ = list(_register(_m, globals()))
 current_stream = _m.current_stream
 default_stream = _m.default_stream
-device_count = _m.device_count
-device_memory_used = _m.device_memory_used
-dump_snapshot = _m.dump_snapshot
-empty_cache = _m.empty_cache
-empty_host_cache = _m.empty_host_cache
-get_allocator_backend = _m.get_allocator_backend
-get_arch_list = _m.get_arch_list
 get_device_capability = _m.get_device_capability
-get_device_name = _m.get_device_name
-get_device_properties = _m.get_device_properties
-get_gencode_flags = _m.get_gencode_flags
-get_memory_info = _m.get_memory_info
-get_per_process_memory_fraction = _m.get_per_process_memory_fraction
-get_rng_state = _m.get_rng_state
-get_rng_state_all = _m.get_rng_state_all
 get_stream_from_external = _m.get_stream_from_external
-get_sync_debug_mode = _m.get_sync_debug_mode
-graph_pool_handle = _m.graph_pool_handle
-host_memory_stats = _m.host_memory_stats
-host_memory_stats_as_nested_dict = _m.host_memory_stats_as_nested_dict
-init = _m.init
-initial_seed = _m.initial_seed
-ipc_collect = _m.ipc_collect
-is_available = _m.is_available
-is_bf16_supported = _m.is_bf16_supported
-is_current_stream_capturing = _m.is_current_stream_capturing
-is_initialized = _m.is_initialized
-is_tf32_supported = _m.is_tf32_supported
-list_gpu_processes = _m.list_gpu_processes
-manual_seed = _m.manual_seed
-manual_seed_all = _m.manual_seed_all
-max_memory_allocated = _m.max_memory_allocated
-max_memory_cached = _m.max_memory_cached
-max_memory_reserved = _m.max_memory_reserved
-mem_get_info = _m.mem_get_info
-memory_allocated = _m.memory_allocated
-memory_cached = _m.memory_cached
-memory_reserved = _m.memory_reserved
-memory_snapshot = _m.memory_snapshot
-memory_stats = _m.memory_stats
-memory_stats_as_nested_dict = _m.memory_stats_as_nested_dict
-memory_summary = _m.memory_summary
-memory_usage = _m.memory_usage
-power_draw = _m.power_draw
-record_memory_history = _m.record_memory_history
-reset_accumulated_host_memory_stats = _m.reset_accumulated_host_memory_stats
-reset_accumulated_memory_stats = _m.reset_accumulated_memory_stats
-reset_max_memory_allocated = _m.reset_max_memory_allocated
-reset_max_memory_cached = _m.reset_max_memory_cached
-reset_peak_host_memory_stats = _m.reset_peak_host_memory_stats
-reset_peak_memory_stats = _m.reset_peak_memory_stats
-seed = _m.seed
-seed_all = _m.seed_all
-set_device = _m.set_device
-set_device_index = _m.set_device_index
-set_per_process_memory_fraction = _m.set_per_process_memory_fraction
-set_rng_state = _m.set_rng_state
-set_rng_state_all = _m.set_rng_state_all
-set_stream = _m.set_stream
-set_sync_debug_mode = _m.set_sync_debug_mode
-stream = _m.stream
-synchronize = _m.synchronize
-temperature = _m.temperature
-unavailable_reason = _m.unavailable_reason
-use_mem_pool = _m.use_mem_pool
-utilization = _m.utilization
-export_dot = _graph.export_dot
-graphs = _m.graphs
-memory = _m.memory
-nvtx = _m.nvtx
-profiler = _m.profiler
-random = _m.random
-streams = _m.streams

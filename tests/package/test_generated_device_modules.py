@@ -45,7 +45,7 @@ def test_check_reports_a_stale_module(gen: ModuleType, tmp_path: Path,
     for name in gen.SPECS:
         text = gen.render(name)
         if name == "opencl":
-            text = text.replace("is_available = _m.is_available\n", "")
+            text = text.replace("current_stream = _m.current_stream\n", "")
         (tmp_path / "src" / "accelrt" / f"{name}.py").write_text(text, encoding="utf-8")
     monkeypatch.setattr(gen, "ROOT", tmp_path)
     assert gen.stale() == ["opencl"]
@@ -88,3 +88,13 @@ def test_third_party_modules_have_the_generated_classes(gen: ModuleType) -> None
         assert m.Stream._event_class is m.Event and m.graph._graph_class is m.Graph
     finally:
         acc.backends.unregister("gendm3p")
+
+
+def test_typed_stub_is_current(gen: ModuleType) -> None:
+    """The stub that types the names every device module binds alike is what the script
+    renders now."""
+    committed = (ROOT / "src" / "accelrt" / "_runtime" / "_functions.pyi").read_text(
+        encoding="utf-8")
+    assert committed == gen.render_stub(), (
+        "src/accelrt/_runtime/_functions.pyi is stale: run python scripts/gen_device_modules.py")
+    assert not gen.stub_stale()

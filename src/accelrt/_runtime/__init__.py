@@ -12,8 +12,9 @@ its availability), :mod:`._memory` and :mod:`._random` (``torch.cuda.memory``/``
 ``scripts/gen_device_modules.py`` (``tests/package/test_generated_device_modules.py`` fails
 when one is stale).
 
-A device module is a :class:`DeviceModule` bound to one backend whose methods the module binds
-to module-level names (``memory_allocated = _m.memory_allocated``), plus that module's own
+A device module is a :class:`DeviceModule` bound to one backend whose methods are its
+module-level names (bound by :func:`._registry._register`, typed for type checkers in the
+generated stub ``_functions.pyi``), plus that module's own
 :class:`Stream`, :class:`Event`, :class:`device`, :class:`device_of`, :class:`StreamContext`,
 ``Graph`` and ``graph`` subclasses fixed to the backend. Every name keeps ``torch.cuda``'s
 signature and semantics; an ``int`` device means an index of *that* backend whatever the

@@ -143,6 +143,12 @@ class MemoryFunctions(ModuleBase):
         self._b()
         return _host.peek_host_allocator(self.name)
 
+    def _reset_host_pool(self, reset: Callable[[HostCachingAllocator], None]) -> None:
+        """``reset(pool)`` on the backend's pinned host pool if it was started."""
+        pool = self._host_pool()
+        if pool is not None:
+            reset(pool)
+
     # ------------------------------------------------------------------ memory statistics
     def memory_stats(self, device: DeviceLike = None) -> collections.OrderedDict[str, int]:
         """The allocator statistics of a device (PyTorch's flat keys, sorted); empty before
@@ -171,60 +177,55 @@ class MemoryFunctions(ModuleBase):
 
     def memory_allocated(self, device: DeviceLike = None) -> int:
         """Bytes handed out by the caching allocator on a device (0 where the backend cannot
-        be used).
+        be used); :meth:`max_memory_allocated` is its peak.
 
         Example::
 
             >>> import accelrt as acc
-            >>> acc.cpu.memory_allocated() >= 0
+            >>> 0 <= acc.cpu.memory_allocated() <= acc.cpu.max_memory_allocated()
             True
         """
         return self._stat(device, lambda a: a.memory_allocated())
 
     def max_memory_allocated(self, device: DeviceLike = None) -> int:
-        """Peak of :meth:`memory_allocated` (0 where the backend cannot be used).
-
-        Example::
-
-            >>> import accelrt as acc
-            >>> acc.cpu.max_memory_allocated() >= acc.cpu.memory_allocated()
-            True
-        """
+        """Peak of :meth:`memory_allocated` (0 where the backend cannot be used)."""
         return self._stat(device, lambda a: a.max_memory_allocated())
 
     def memory_reserved(self, device: DeviceLike = None) -> int:
         """Bytes the caching allocator holds from a device (0 where the backend cannot be
-        used).
+        used); :meth:`max_memory_reserved` is its peak.
 
         Example::
 
             >>> import accelrt as acc
-            >>> acc.cpu.memory_reserved() >= acc.cpu.memory_allocated()
+            >>> acc.cpu.memory_allocated() <= acc.cpu.memory_reserved() <= acc.cpu.max_memory_reserved()
             True
         """
         return self._stat(device, lambda a: a.memory_reserved())
 
     def max_memory_reserved(self, device: DeviceLike = None) -> int:
-        """Peak of :meth:`memory_reserved` (0 where the backend cannot be used).
-
-        Example::
-
-            >>> import accelrt as acc
-            >>> acc.cpu.max_memory_reserved() >= acc.cpu.memory_reserved()
-            True
-        """
+        """Peak of :meth:`memory_reserved` (0 where the backend cannot be used)."""
         return self._stat(device, lambda a: a.max_memory_reserved())
+
+    def _deprecated(self, old: str, new: str) -> None:
+        """The ``FutureWarning`` of a deprecated statistics function ``old``, at its caller:
+        ``new`` replaces it (a rename, or ``reset_peak_memory_stats``, which resets every
+        peak)."""
+        if new.startswith("reset_"):
+            message = (f"{self.module}.{old} now calls {self.module}.{new}, which resets /all/ "
+                       "peak memory stats.")
+        else:
+            message = f"{self.module}.{old} has been renamed to {self.module}.{new}"
+        warnings.warn(message, FutureWarning, stacklevel=3)
 
     def memory_cached(self, device: DeviceLike = None) -> int:
         """Deprecated: :meth:`memory_reserved` (emits ``FutureWarning``)."""
-        warnings.warn(f"{self.module}.memory_cached has been renamed to "
-                      f"{self.module}.memory_reserved", FutureWarning, stacklevel=2)
+        self._deprecated("memory_cached", "memory_reserved")
         return self.memory_reserved(device)
 
     def max_memory_cached(self, device: DeviceLike = None) -> int:
         """Deprecated: :meth:`max_memory_reserved` (emits ``FutureWarning``)."""
-        warnings.warn(f"{self.module}.max_memory_cached has been renamed to "
-                      f"{self.module}.max_memory_reserved", FutureWarning, stacklevel=2)
+        self._deprecated("max_memory_cached", "max_memory_reserved")
         return self.max_memory_reserved(device)
 
     def reset_peak_memory_stats(self, device: DeviceLike = None) -> None:
@@ -237,6 +238,8 @@ class MemoryFunctions(ModuleBase):
 
             >>> import accelrt as acc
             >>> acc.cpu.reset_peak_memory_stats()
+            >>> acc.cpu.max_memory_allocated() == acc.cpu.memory_allocated()
+            True
         """
         self._reset(device, lambda a: a.reset_peak_stats())
 
@@ -250,23 +253,21 @@ class MemoryFunctions(ModuleBase):
 
             >>> import accelrt as acc
             >>> acc.cpu.reset_accumulated_memory_stats()
+            >>> acc.cpu.memory_stats().get("num_alloc_retries", 0)
+            0
         """
         self._reset(device, lambda a: a.reset_accumulated_stats())
 
     def reset_max_memory_allocated(self, device: DeviceLike = None) -> None:
         """Deprecated: :meth:`reset_peak_memory_stats`, which resets *all* peaks (emits
         ``FutureWarning``)."""
-        warnings.warn(f"{self.module}.reset_max_memory_allocated now calls "
-                      f"{self.module}.reset_peak_memory_stats, which resets /all/ peak memory "
-                      "stats.", FutureWarning, stacklevel=2)
+        self._deprecated("reset_max_memory_allocated", "reset_peak_memory_stats")
         self.reset_peak_memory_stats(device)
 
     def reset_max_memory_cached(self, device: DeviceLike = None) -> None:
         """Deprecated: :meth:`reset_peak_memory_stats`, which resets *all* peaks (emits
         ``FutureWarning``)."""
-        warnings.warn(f"{self.module}.reset_max_memory_cached now calls "
-                      f"{self.module}.reset_peak_memory_stats, which resets /all/ peak memory "
-                      "stats.", FutureWarning, stacklevel=2)
+        self._deprecated("reset_max_memory_cached", "reset_peak_memory_stats")
         self.reset_peak_memory_stats(device)
 
     def memory_summary(self, device: DeviceLike = None, abbreviated: bool = False) -> str:
@@ -561,10 +562,11 @@ class MemoryFunctions(ModuleBase):
 
             >>> import accelrt as acc
             >>> acc.cpu.reset_peak_host_memory_stats()
+            >>> stats = acc.cpu.host_memory_stats()
+            >>> stats.get("active_bytes.peak", 0) == stats.get("active_bytes.current", 0)
+            True
         """
-        pool = self._host_pool()
-        if pool is not None:
-            pool.reset_peak_stats()
+        self._reset_host_pool(lambda pool: pool.reset_peak_stats())
 
     def reset_accumulated_host_memory_stats(self) -> None:
         """Zero the totals, call counts and durations of :meth:`host_memory_stats`.
@@ -573,10 +575,10 @@ class MemoryFunctions(ModuleBase):
 
             >>> import accelrt as acc
             >>> acc.cpu.reset_accumulated_host_memory_stats()
+            >>> acc.cpu.host_memory_stats().get("num_host_alloc", 0)
+            0
         """
-        pool = self._host_pool()
-        if pool is not None:
-            pool.reset_accumulated_stats()
+        self._reset_host_pool(lambda pool: pool.reset_accumulated_stats())
 
     # ------------------------------------------------------------------ torch 2.14: memory,
     # monitoring and profiling surface (issue 23 §3; kept together to ease merges)

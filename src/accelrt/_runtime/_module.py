@@ -244,17 +244,13 @@ class DeviceModule(MemoryFunctions, RandomFunctions, Generic[_S, _E]):
 
     def stream(self, stream: _stream.Stream | None) -> StreamContext:
         """``with stream(s):`` makes ``s`` current (and its device), restoring both on exit;
-        ``None`` is a no-op (``torch.cuda.stream``).
+        ``None`` is a no-op (``torch.cuda.stream``): a :class:`StreamContext` of the module.
 
         Example::
 
             >>> import accelrt as acc
-            >>> s = acc.cpu.Stream()
-            >>> with acc.cpu.stream(s):
-            ...     acc.cpu.current_stream() == s
+            >>> isinstance(acc.cpu.stream(None), acc.cpu.StreamContext)
             True
-            >>> with acc.cpu.stream(None):
-            ...     pass
         """
         return self.StreamContext(stream)
 
@@ -514,7 +510,9 @@ class DeviceModule(MemoryFunctions, RandomFunctions, Generic[_S, _E]):
 
     def utilization(self, device: DeviceLike = None) -> int:
         """Percent of the last sample period in which a kernel ran
-        (``torch.cuda.utilization``; NVML on cuda).
+        (``torch.cuda.utilization``). This and :meth:`memory_usage`, :meth:`temperature`,
+        :meth:`power_draw`, :meth:`clock_rate` and :meth:`list_gpu_processes` are the device
+        monitoring functions: NVML answers them on cuda (no CUDA context is created).
 
         Raises:
             BackendUnavailableError: the backend has no device monitoring (cpu, opencl), or
@@ -523,6 +521,13 @@ class DeviceModule(MemoryFunctions, RandomFunctions, Generic[_S, _E]):
         Example::
 
             >>> import accelrt as acc
+            >>> monitoring = (acc.cpu.utilization, acc.cpu.memory_usage, acc.cpu.temperature,
+            ...               acc.cpu.power_draw, acc.cpu.clock_rate, acc.cpu.list_gpu_processes)
+            >>> for query in monitoring:
+            ...     try:
+            ...         query()
+            ...     except acc.BackendUnavailableError as e:
+            ...         assert "monitoring library" in str(e)
             >>> acc.cuda.is_available() is False or 0 <= acc.cuda.utilization() <= 100
             True
         """
@@ -530,73 +535,27 @@ class DeviceModule(MemoryFunctions, RandomFunctions, Generic[_S, _E]):
 
     def memory_usage(self, device: DeviceLike = None) -> int:
         """Percent of the last sample period in which device memory was read or written
-        (``torch.cuda.memory_usage``; NVML on cuda).
-
-        Raises:
-            BackendUnavailableError: the backend has no device monitoring (cpu, opencl), or
-                cannot be used here.
-
-        Example::
-
-            >>> import accelrt as acc
-            >>> acc.cuda.is_available() is False or 0 <= acc.cuda.memory_usage() <= 100
-            True
-        """
+        (``torch.cuda.memory_usage``; a monitoring function, see :meth:`utilization`)."""
         return int(self._monitored("memory_usage", device))
 
     def temperature(self, device: DeviceLike = None) -> int:
-        """Device temperature in degrees Celsius (``torch.cuda.temperature``; NVML on cuda).
-
-        Raises:
-            BackendUnavailableError: the backend has no device monitoring (cpu, opencl), or
-                cannot be used here.
-
-        Example::
-
-            >>> import accelrt as acc
-            >>> acc.cuda.is_available() is False or acc.cuda.temperature() > 0
-            True
-        """
+        """Device temperature in degrees Celsius (``torch.cuda.temperature``; a monitoring
+        function, see :meth:`utilization`)."""
         return int(self._monitored("temperature", device))
 
     def power_draw(self, device: DeviceLike = None) -> int:
-        """Power draw in milliwatts (``torch.cuda.power_draw``; NVML on cuda).
-
-        Raises:
-            BackendUnavailableError: the backend has no device monitoring (cpu, opencl), or
-                cannot be used here.
-
-        Example::
-
-            >>> import accelrt as acc
-            >>> acc.cuda.is_available() is False or acc.cuda.power_draw() > 0
-            True
-        """
+        """Power draw in milliwatts (``torch.cuda.power_draw``; a monitoring function, see
+        :meth:`utilization`)."""
         return int(self._monitored("power_draw", device))
 
     def clock_rate(self, device: DeviceLike = None) -> int:
-        """Current clock of the device's cores in MHz (``torch.cuda.clock_rate``; NVML's SM
-        clock on cuda).
-
-        Raises:
-            BackendUnavailableError: the backend has no device monitoring (cpu, opencl), or
-                cannot be used here.
-
-        Example::
-
-            >>> import accelrt as acc
-            >>> acc.cuda.is_available() is False or acc.cuda.clock_rate() > 0
-            True
-        """
+        """Current clock of the device's cores in MHz (``torch.cuda.clock_rate``, NVML's SM
+        clock on cuda; a monitoring function, see :meth:`utilization`)."""
         return int(self._monitored("clock_rate", device))
 
     def list_gpu_processes(self, device: DeviceLike = None) -> str:
         """The processes using the device and their memory, one line each
-        (``torch.cuda.list_gpu_processes``; NVML on cuda).
-
-        Raises:
-            BackendUnavailableError: the backend has no device monitoring (cpu, opencl), or
-                cannot be used here.
+        (``torch.cuda.list_gpu_processes``; a monitoring function, see :meth:`utilization`).
 
         Example::
 

@@ -1,6 +1,6 @@
 """The device modules by backend name: the built-in ones register at import
-(:func:`_register`), :func:`device_module` makes one for a third-party backend from the same
-classes the generated modules subclass (:data:`CLASSES`).
+(:func:`_register`, which also binds the module's names), :func:`device_module` makes one for a
+third-party backend from the same classes the generated modules subclass.
 
 Example::
 
@@ -12,9 +12,10 @@ Example::
 
 from __future__ import annotations
 
+import inspect
 import sys
 import threading
-from typing import Any, TypeVar
+from typing import Any
 
 from .. import _backend, _graph
 from .. import _device as _dev
@@ -29,19 +30,104 @@ _modules_lock = reinit_after_fork(threading.Lock())
 _BUILTIN = {"cpu": "accelrt.cpu", "cuda": "accelrt.cuda", "opencl": "accelrt.opencl"}
 
 
-_M = TypeVar("_M", bound="DeviceModule[Any, Any]")
+#: The classes of a device module (attributes of its :class:`DeviceModule`).
+CLASSES = ("CUDAGraph", "Event", "ExternalStream", "Graph", "Stream", "StreamContext", "device",
+           "device_index", "device_of", "graph")
+#: Its submodules (``graphs`` is importable but, as in torch.cuda, not in ``__all__``).
+SUBMODULES = ("graphs", "memory", "nvtx", "profiler", "random", "streams")
+#: What every device module re-exports from :mod:`accelrt.memory` and :mod:`accelrt._errors`.
+SHARED = ("CUDAPluggableAllocator", "MemPool", "OutOfMemoryError", "PluggableAllocator",
+          "get_allocator_settings", "set_allocator_settings")
 
 
-def _register(m: _M) -> _M:
-    """Record the :class:`DeviceModule` of a built-in device module (called at its import)
-    and make its submodules importable (``import accelrt.cuda.memory``, ``.graphs``,
-    ``.random``, ``.streams``, ``.profiler``, ``.nvtx``)."""
+#: The documentation of a device module's classes ({n}: the backend), set by :func:`_register`
+#: where the generated module gives none; their examples are their bases'.
+CLASS_DOCS = {
+    "Event": "An event of a {n} device (``torch.cuda.Event``): an :class:`accelrt.Event` whose "
+             "``int`` device is a {n} index.",
+    "Stream": "A stream of a {n} device (``torch.cuda.Stream``): an :class:`accelrt.Stream` "
+              "whose ``int`` device is a {n} index (``None`` or a negative index: the current "
+              "{n} device), with :meth:`is_capturing` and :meth:`priority_range`.",
+    "ExternalStream": "A non-owning stream object for a {n} stream from its handle "
+                      "(``torch.cuda.ExternalStream``; see "
+                      ":class:`accelrt._runtime.ExternalStream`).",
+    "StreamContext": "``with StreamContext(stream):`` makes a {n} stream and its device "
+                     "current, restoring both on exit; ``None`` is a no-op.",
+    "device": "Context manager that makes a {n} device current and restores the previous "
+              "one (``torch.cuda.device``); ``None`` or a negative index is a no-op.",
+    "device_of": "Context manager that makes the device of an array, stream or event current "
+                 "if it is a {n} device (a no-op otherwise), as ``torch.cuda.device_of``.",
+    "device_index": "Context manager that sets the calling thread's current {n} device index "
+                    "and restores the previous one (``None`` or a negative index: no-op).",
+    "Graph": "A graph of {n} stream work (``torch.cuda.CUDAGraph``): :class:`accelrt.Graph` "
+             "fixed to the {n} backend.",
+    "graph": "``with graph(g):`` captures the body's {n} work into ``g`` on a side stream "
+             "(``torch.cuda.graph``).",
+}
+
+
+def function_names(cls: type) -> list[str]:
+    """The public methods of a module class, sorted: the functions its device module binds.
+
+    Static methods, properties and class attributes are left out.
+
+    Example::
+
+        >>> from accelrt._runtime import DeviceModule
+        >>> from accelrt._runtime._registry import function_names
+        >>> "current_stream" in function_names(DeviceModule)
+        True
+    """
+    names = {name for klass in cls.__mro__ for name, value in vars(klass).items()
+             if not name.startswith("_") and inspect.isfunction(value)}
+    return sorted(names)
+
+
+def bindings(m: DeviceModule[Any, Any]) -> dict[str, Any]:
+    """The module-level names of the device module of ``m``: its bound functions, classes,
+    submodules, ``export_dot`` and the names shared with :mod:`accelrt.memory`.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> from accelrt._runtime._registry import bindings
+        >>> bindings(acc.cpu._m)["memory_allocated"] == acc.cpu.memory_allocated
+        True
+    """
+    from .. import memory
+    from .._errors import OutOfMemoryError
+    from ..memory._pluggable import PluggableAllocator
+    names: dict[str, Any] = {n: getattr(m, n)
+                             for n in (*function_names(type(m)), *CLASSES, *SUBMODULES)}
+    names.update(export_dot=_graph.export_dot, OutOfMemoryError=OutOfMemoryError,
+                 MemPool=memory.MemPool, PluggableAllocator=PluggableAllocator,
+                 CUDAPluggableAllocator=PluggableAllocator,
+                 get_allocator_settings=memory.get_allocator_settings,
+                 set_allocator_settings=memory.set_allocator_settings)
+    return names
+
+
+def _register(m: DeviceModule[Any, Any], namespace: dict[str, Any],
+              *extra: str) -> tuple[str, ...]:
+    """Record the :class:`DeviceModule` of a built-in device module (called at its import),
+    make its submodules importable (``import accelrt.cuda.memory``, ``.graphs``, ``.random``,
+    ``.streams``, ``.profiler``, ``.nvtx``), document its classes (:data:`CLASS_DOCS`) and bind
+    its :func:`bindings` in the module's ``namespace`` (a name the module defines itself stays
+    its own). Returns the module's
+    ``__all__``: every bound name but ``graphs``, plus ``extra``."""
     with _modules_lock:
         _modules[m.name] = m
     for sub in (m.memory, m.graphs, m.random, m.streams, m.profiler):
         sys.modules[sub.__name__] = sub
     sys.modules[f"{m.module}.nvtx"] = m.nvtx
-    return m
+    names = bindings(m)
+    for name, doc in CLASS_DOCS.items():
+        cls = names[name]
+        if cls.__doc__ is None:
+            cls.__doc__ = doc.format(n=m.name)
+    for name, value in names.items():
+        namespace.setdefault(name, value)
+    return tuple(sorted({*names, *extra} - {"graphs"}))
 
 
 def device_module(name: str) -> DeviceModule[Stream, Event]:
