@@ -360,13 +360,10 @@ def plan_staged_collective(comm: Stream, caller: Stream, pool: HostCachingAlloca
     except BaseException:
         _release(owned)
         raise
-    down = tuple(Copy(comm, "d2h", host[id(a)], a.data_ptr(), a.nbytes)
-                 for a in _distinct(ins) if a.nbytes)
-    up = tuple(Copy(comm, "h2d", a.data_ptr(), host[id(a)], a.nbytes)
-               for a in _distinct(outs) if a.nbytes)
     keep = tuple(bufs)
-    return Staging(host, Plan((*_after(caller, comm), *down, Sync(comm)), keep), Plan(up, keep),
-                   Plan(tuple(owned)), keep)
+    return Staging(host, Plan((*_after(caller, comm), *_block_copies(comm, "d2h", host, ins),
+                               Sync(comm)), keep),
+                   Plan(_block_copies(comm, "h2d", host, outs), keep), Plan(tuple(owned)), keep)
 
 
 def plan_staged_p2p(pool: HostCachingAllocator | None, array: Array, send: bool,
@@ -423,15 +420,21 @@ def plan_landing(staged: Staging, array: Array, stream: Stream) -> Staging:
     return staged._replace(after=Plan(up, staged.buffers), release=Plan(free))
 
 
-def _distinct(arrays: Sequence[Array]) -> list[Array]:
-    """``arrays`` without repeats (by identity), in order."""
+def _block_copies(comm: Stream, kind: Literal["h2d", "d2h"], host: dict[int, int],
+                  arrays: Sequence[Array]) -> _Steps:
+    """One copy on ``comm`` between each distinct array of ``arrays`` with bytes (by identity)
+    and its host block: into the block (``"d2h"``) or out of it (``"h2d"``), in order."""
     seen: set[int] = set()
-    out: list[Array] = []
+    steps: list[Step] = []
     for a in arrays:
-        if id(a) not in seen:
-            seen.add(id(a))
-            out.append(a)
-    return out
+        key, nbytes = id(a), a.nbytes
+        if key in seen or not nbytes:
+            continue
+        seen.add(key)
+        ptr, block = a.data_ptr(), host[key]
+        steps.append(Copy(comm, kind, block, ptr, nbytes) if kind == "d2h"
+                     else Copy(comm, kind, ptr, block, nbytes))
+    return tuple(steps)
 
 
 def _release(steps: Sequence[Step]) -> None:
