@@ -4,6 +4,8 @@ pinned block cannot be had runs its planned fallback."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pytest
 from helpers.staging import RecordingNoHostCpu
@@ -20,6 +22,7 @@ from accelrt._transfer import (
     Plan,
     RecordHost,
     Stage,
+    Step,
     Sync,
     Upload,
     execute,
@@ -32,6 +35,7 @@ from accelrt._transfer import (
     plan_staged_collective,
     plan_staged_p2p,
     plan_upload,
+    run_steps,
 )
 from accelrt.backends.cpu import CpuBackend
 
@@ -42,7 +46,11 @@ backends.register("plannohost", lambda: RecordingNoHostCpu(num_devices=2, async_
 
 
 def kinds(plan: Plan) -> list[str]:
-    return [type(s).__name__ for s in plan.steps]
+    return names(plan.steps)
+
+
+def names(steps: Sequence[Step]) -> list[str]:
+    return [type(s).__name__ for s in steps]
 
 
 def test_peer_copy_plan_orders_both_streams() -> None:
@@ -128,23 +136,23 @@ def test_staged_collective_plan_takes_one_block_per_array_and_orders_its_steps()
     assert len(b.pinned - before) == 2 and st.host[id(x)] != st.host[id(y)]
     # before the engine: the comm stream waits for the caller's, downloads once, then the
     # host waits
-    assert kinds(st.before) == ["Barrier", "Copy", "Sync"]
-    wait, down, sync = st.before.steps
+    assert names(st.before) == ["Barrier", "Copy", "Sync"]
+    wait, down, sync = st.before
     assert isinstance(wait, Barrier) and (wait.after, wait.waiter) == (cur, comm)
     assert isinstance(down, Copy) and (down.kind, down.stream) == ("d2h", comm)
     assert (down.dst, down.src, down.run) == (st.host[id(x)], x.data_ptr(), x.nbytes)
     assert isinstance(sync, Sync) and sync.stream == comm
     # after: each written array uploaded once; every block freed, reused after comm's work
-    assert kinds(st.after) == ["Copy", "Copy"]
-    assert st.after.steps == (Copy(comm, "h2d", y.data_ptr(), st.host[id(y)], y.nbytes),
+    assert names(st.after) == ["Copy", "Copy"]
+    assert st.after == (Copy(comm, "h2d", y.data_ptr(), st.host[id(y)], y.nbytes),
                               Copy(comm, "h2d", x.data_ptr(), st.host[id(x)], x.nbytes))
-    assert st.release.steps == (FreeHost(pool, st.host[id(x)], comm),
+    assert st.release == (FreeHost(pool, st.host[id(x)], comm),
                                 FreeHost(pool, st.host[id(y)], comm))
     assert len(b.copies) == ncopies                    # nothing moved yet
-    execute(st.before)
+    run_steps(st.before)
     host_view(st.host[id(y)], (2,), np.dtype(np.float32))[:] = 3.0   # the engine writes y
-    execute(st.after)
-    execute(st.release)
+    run_steps(st.after)
+    run_steps(st.release)
     comm.synchronize()
     assert y.numpy().tolist() == [3.0, 3.0] and x.numpy().tolist() == [2.0] * 4
 
@@ -154,11 +162,11 @@ def test_staged_collective_plan_without_a_pinned_pool_uses_host_buffers() -> Non
     comm, cur = acc.Stream("plannohost:0"), acc.current_stream("plannohost:0")
     st = plan_staged_collective(comm, cur, None, [x], [x], [x])
     assert len(st.buffers) == 1 and st.host[id(x)] == st.buffers[0].ctypes.data
-    assert kinds(st.release) == []
-    execute(st.before)
+    assert names(st.release) == []
+    run_steps(st.before)
     assert st.buffers[0].view(np.float32).tolist() == [1.0] * 3
     st.buffers[0].view(np.float32)[:] = 5.0        # the engine writes the host copy
-    execute(st.after)
+    run_steps(st.after)
     comm.synchronize()
     assert x.numpy().tolist() == [5.0] * 3
 
@@ -197,21 +205,21 @@ def test_staged_p2p_plans_a_send_and_the_landing_of_a_receive() -> None:
     cur, busy = acc.current_stream("plannohost:0"), acc.Stream("plannohost:0")
     send = plan_staged_p2p(pool, x, True, cur, busy)
     ptr = send.host[id(x)]
-    assert kinds(send.before) == ["Sync", "Copy", "Sync"]     # busy comm stream, download
-    assert send.before.steps[0] == Sync(busy) and send.before.steps[2] == Sync(cur)
-    assert send.release.steps == (FreeHost(pool, ptr),)       # freed at once after the send
-    execute(send.before)
+    assert names(send.before) == ["Sync", "Copy", "Sync"]     # busy comm stream, download
+    assert send.before[0] == Sync(busy) and send.before[2] == Sync(cur)
+    assert send.release == (FreeHost(pool, ptr),)       # freed at once after the send
+    run_steps(send.before)
     assert host_view(ptr, (2,), np.dtype(np.float32)).tolist() == [7.0, 7.0]
     y = acc.zeros((2,), device="plannohost:0")
     recv = plan_staged_p2p(pool, y, False, cur)
-    assert kinds(recv.before) == [] and recv.buffers == ()
+    assert names(recv.before) == [] and recv.buffers == ()
     landed = plan_landing(recv, y, cur)
-    (up,) = landed.after.steps
+    (up,) = landed.after
     assert isinstance(up, Copy) and (up.kind, up.dst, up.src) == ("h2d", y.data_ptr(),
                                                                    recv.host[id(y)])
-    assert landed.release.steps == (FreeHost(pool, recv.host[id(y)], cur),)
-    execute(send.release)
-    execute(landed.after)
-    execute(landed.release)
+    assert landed.release == (FreeHost(pool, recv.host[id(y)], cur),)
+    run_steps(send.release)
+    run_steps(landed.after)
+    run_steps(landed.release)
     none = plan_staged_p2p(pool, acc.zeros((0,), device="plannohost:0"), True, cur)
-    assert kinds(none.before) == [] and kinds(none.release) == [] and len(none.buffers) == 1
+    assert names(none.before) == [] and names(none.release) == [] and len(none.buffers) == 1

@@ -292,9 +292,12 @@ def _bounce(first: _Steps, dst: Place, dst_ptr: int, src: Place, src_ptr: int, r
 
 class Staging(NamedTuple):
     """An engine call that reads and writes host memory standing in for device memory it
-    cannot read (:mod:`accelrt.distributed`'s MPI on CUDA or OpenCL buffers): execute
-    ``before``, call the engine on the addresses of ``host``, execute ``after``, and execute
-    ``release`` in any case (``finally``), last.
+    cannot read (:mod:`accelrt.distributed`'s MPI on CUDA or OpenCL buffers): run the steps
+    of ``before`` (:func:`~accelrt._transfer.run_steps`), call the engine on the addresses of
+    ``host``, run ``after``, and run ``release`` in any case (``finally``), last. Three step
+    sequences, not three :class:`Plan` objects: a staged point-to-point call plans twice
+    (post and landing), and each object is measurable there; ``buffers`` is what a plan's
+    ``buffers`` would be.
 
     Attributes:
         host: ``id(array)`` -> the host address the engine uses in the array's place (0 for
@@ -307,9 +310,9 @@ class Staging(NamedTuple):
     """
 
     host: dict[int, int]
-    before: Plan
-    after: Plan
-    release: Plan
+    before: tuple[Step, ...]
+    after: tuple[Step, ...]
+    release: tuple[Step, ...]
     buffers: tuple[np.ndarray, ...] = ()
 
 
@@ -330,14 +333,14 @@ def plan_staged_collective(comm: Stream, caller: Stream, pool: HostCachingAlloca
 
         >>> import accelrt as acc
         >>> from accelrt import backends
-        >>> from accelrt._transfer import execute, pinned_pool, plan_staged_collective
+        >>> from accelrt._transfer import pinned_pool, plan_staged_collective, run_steps
         >>> a = acc.full((2,), 3.0, device="cpu:0")
         >>> comm, cur = acc.Stream("cpu:0"), acc.current_stream("cpu:0")
         >>> pool = pinned_pool(backends.get_backend("cpu"))
         >>> st = plan_staged_collective(comm, cur, pool, [a, a], [a], [a])
-        >>> [type(s).__name__ for s in st.before.steps], len(st.host)
+        >>> [type(s).__name__ for s in st.before], len(st.host)
         (['Barrier', 'Copy', 'Sync'], 1)
-        >>> execute(st.before); execute(st.after); execute(st.release)
+        >>> run_steps(st.before); run_steps(st.after); run_steps(st.release)
     """
     host: dict[int, int] = {}
     owned: list[Step] = []
@@ -361,9 +364,9 @@ def plan_staged_collective(comm: Stream, caller: Stream, pool: HostCachingAlloca
         _release(owned)
         raise
     keep = tuple(bufs)
-    return Staging(host, Plan((*_after(caller, comm), *_block_copies(comm, "d2h", host, ins),
-                               Sync(comm)), keep),
-                   Plan(_block_copies(comm, "h2d", host, outs), keep), Plan(tuple(owned)), keep)
+    return Staging(host, (*_after(caller, comm), *_block_copies(comm, "d2h", host, ins),
+                          Sync(comm)),
+                   _block_copies(comm, "h2d", host, outs), tuple(owned), keep)
 
 
 def plan_staged_p2p(pool: HostCachingAllocator | None, array: Array, send: bool,
@@ -380,14 +383,14 @@ def plan_staged_p2p(pool: HostCachingAllocator | None, array: Array, send: bool,
 
         >>> import accelrt as acc
         >>> from accelrt import backends
-        >>> from accelrt._transfer import execute, pinned_pool, plan_landing, plan_staged_p2p
+        >>> from accelrt._transfer import pinned_pool, plan_landing, plan_staged_p2p, run_steps
         >>> a = acc.full((2,), 1.5, device="cpu:0")
         >>> cur = acc.current_stream("cpu:0")
         >>> st = plan_staged_p2p(pinned_pool(backends.get_backend("cpu")), a, True, cur)
-        >>> [type(s).__name__ for s in st.before.steps]
+        >>> [type(s).__name__ for s in st.before]
         ['Copy', 'Sync']
-        >>> execute(st.before); execute(st.release)
-        >>> [type(s).__name__ for s in plan_landing(st, a, cur).after.steps]
+        >>> run_steps(st.before); run_steps(st.release)
+        >>> [type(s).__name__ for s in plan_landing(st, a, cur).after]
         ['Copy']
     """
     nbytes = array.nbytes
@@ -401,10 +404,10 @@ def plan_staged_p2p(pool: HostCachingAllocator | None, array: Array, send: bool,
         bufs, ptr = (h,), h.ctypes.data
     before: tuple[Step, ...] = ()
     if send and nbytes:
-        before = (*(() if wait is None else (Sync(wait),)),
-                  Copy(stream, "d2h", ptr, array.data_ptr(), nbytes), Sync(stream))
-    return Staging({id(array): ptr if nbytes else 0}, Plan(before, bufs), Plan((), bufs),
-                   Plan(owned), bufs)
+        before = (Copy(stream, "d2h", ptr, array.data_ptr(), nbytes), Sync(stream))
+        if wait is not None:
+            before = (Sync(wait), *before)
+    return Staging({id(array): ptr if nbytes else 0}, before, (), owned, bufs)
 
 
 def plan_landing(staged: Staging, array: Array, stream: Stream) -> Staging:
@@ -415,9 +418,11 @@ def plan_landing(staged: Staging, array: Array, stream: Stream) -> Staging:
     up: tuple[Step, ...] = ()
     if nbytes:
         up = (Copy(stream, "h2d", array.data_ptr(), staged.host[id(array)], nbytes),)
-    free = tuple(s._replace(stream=stream) for s in staged.release.steps
-                 if isinstance(s, FreeHost))
-    return staged._replace(after=Plan(up, staged.buffers), release=Plan(free))
+    free: tuple[Step, ...] = ()
+    for s in staged.release:   # the one block, if pinned
+        assert isinstance(s, FreeHost)
+        free = (FreeHost(s.pool, s.ptr, stream),)
+    return Staging(staged.host, (), up, free, staged.buffers)
 
 
 def _block_copies(comm: Stream, kind: Literal["h2d", "d2h"], host: dict[int, int],

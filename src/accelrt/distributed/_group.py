@@ -24,6 +24,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, Literal
 
 import numpy as np
@@ -31,8 +32,8 @@ import numpy as np
 from .._array import Array
 from .._errors import AcceleratorTypeError, AcceleratorValueError, ClosedError
 from .._stream import Stream, _current
-from .._transfer import (execute, pinned_pool, plan_landing, plan_staged_collective,
-                         plan_staged_p2p, run_on_stream)
+from .._transfer import (pinned_pool, plan_landing, plan_staged_collective,
+                         plan_staged_p2p, run_on_stream, run_steps)
 from ._engine import (Buf, DirectPlan, Engine, EngineCapabilities, EngineContext, PremulSum,
                       RedOp, ReduceOp, registration)
 from ._debug import DEBUG_ENV, DebugLevel, debug_level
@@ -726,11 +727,11 @@ class ProcessGroup:
         st = plan_staged_collective(comm, cur, pinned_pool(b), arrays, ins, outs)
         host = st.host
         try:
-            execute(st.before)
+            run_steps(st.before)
             self._inline(op, seq, lambda: body(lambda a: Buf(host[id(a)], a.size, a.dtype), None))
-            execute(st.after)
+            run_steps(st.after)
         finally:
-            execute(st.release)
+            run_steps(st.release)
         return self._finish(op, seq, ctx, cur, b, index, arrays, async_op, result)
 
     # ------------------------------------------------------------------ point-to-point
@@ -782,19 +783,19 @@ class ProcessGroup:
         keep = (array, st.buffers[0] if st.buffers else None)
         if send:
             try:
-                execute(st.before)
+                run_steps(st.before)
             except BaseException:
-                execute(st.release)
+                run_steps(st.release)
                 raise
             return self._post(op, seq, eng, host, peer, tag, send,
-                              lambda: execute(st.release), keep=keep)
+                              partial(run_steps, st.release), keep=keep)
 
         def land() -> None:
             done = plan_landing(st, array, _current(b, index))
             try:
-                execute(done.after)
+                run_steps(done.after)
             finally:
-                execute(done.release)
+                run_steps(done.release)
 
         return self._post(op, seq, eng, host, peer, tag, send, land, keep=keep)
 
