@@ -27,7 +27,7 @@ import numpy as np
 
 import accelrt as acc
 import accelrt.distributed as dist
-from accelrt.comm._transfer import run_on_stream
+from accelrt._transfer import run_on_stream
 
 # CASES_DEVICE / CASES_BACKEND / CASES_INIT run the same table on another device and engine
 # (the GPU runs: cuda arrays on "cuda:nccl" or staged through "cuda:mpi")

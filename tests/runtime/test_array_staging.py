@@ -1,5 +1,5 @@
 """Pinned host staging of Array copies to and from devices the host cannot read: data on every
-path, pool reuse and its stream-ordered safety, the fallbacks, and no leaks (accelrt._staging
+path, pool reuse and its stream-ordered safety, the fallbacks, and no leaks (accelrt._transfer
 through accelrt._array)."""
 
 from __future__ import annotations

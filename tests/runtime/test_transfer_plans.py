@@ -4,6 +4,8 @@ pinned block cannot be had runs its planned fallback."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pytest
 from helpers.staging import RecordingNoHostCpu
@@ -13,19 +15,27 @@ from accelrt import backends
 from accelrt._transfer import (
     Barrier,
     Copy,
+    FreeHost,
     Hold,
     HostCopy,
     Place,
     Plan,
     RecordHost,
     Stage,
+    Step,
     Sync,
     Upload,
     execute,
+    host_view,
+    pinned_pool,
     plan_array_copy,
     plan_download,
+    plan_landing,
     plan_runs,
+    plan_staged_collective,
+    plan_staged_p2p,
     plan_upload,
+    run_steps,
 )
 from accelrt.backends.cpu import CpuBackend
 
@@ -36,7 +46,11 @@ backends.register("plannohost", lambda: RecordingNoHostCpu(num_devices=2, async_
 
 
 def kinds(plan: Plan) -> list[str]:
-    return [type(s).__name__ for s in plan.steps]
+    return names(plan.steps)
+
+
+def names(steps: Sequence[Step]) -> list[str]:
+    return [type(s).__name__ for s in steps]
 
 
 def test_peer_copy_plan_orders_both_streams() -> None:
@@ -104,3 +118,108 @@ def test_pinned_source_is_copied_directly_and_recorded() -> None:
     assert a.numpy().tolist() == [5.0] * 4
     blocking = plan_upload(a, pinned, non_blocking=False, private=False)
     assert isinstance(blocking.steps[-1], Sync) and not isinstance(blocking.steps[-1], Hold)
+
+
+def test_staged_collective_plan_takes_one_block_per_array_and_orders_its_steps() -> None:
+    b = backends.get_backend("plannohost")
+    assert isinstance(b, RecordingNoHostCpu)
+    pool = pinned_pool(b)
+    assert pool is not None
+    x = acc.full((4,), 2.0, device="plannohost:0")
+    y = acc.zeros((2,), device="plannohost:0")
+    empty = acc.zeros((0,), device="plannohost:0")
+    comm, cur = acc.Stream("plannohost:0"), acc.current_stream("plannohost:0")
+    before, ncopies = set(b.pinned), len(b.copies)
+    st = plan_staged_collective(comm, cur, pool, [x, y, x, empty], [x, x, empty], [y, x, y])
+    # de-duplicated by identity: one block per distinct array with bytes, taken in order
+    assert set(st.host) == {id(x), id(y), id(empty)} and st.host[id(empty)] == 0
+    assert len(b.pinned - before) == 2 and st.host[id(x)] != st.host[id(y)]
+    # before the engine: the comm stream waits for the caller's, downloads once, then the
+    # host waits
+    assert names(st.before) == ["Barrier", "Copy", "Sync"]
+    wait, down, sync = st.before
+    assert isinstance(wait, Barrier) and (wait.after, wait.waiter) == (cur, comm)
+    assert isinstance(down, Copy) and (down.kind, down.stream) == ("d2h", comm)
+    assert (down.dst, down.src, down.run) == (st.host[id(x)], x.data_ptr(), x.nbytes)
+    assert isinstance(sync, Sync) and sync.stream == comm
+    # after: each written array uploaded once; every block freed, reused after comm's work
+    assert names(st.after) == ["Copy", "Copy"]
+    assert st.after == (Copy(comm, "h2d", y.data_ptr(), st.host[id(y)], y.nbytes),
+                              Copy(comm, "h2d", x.data_ptr(), st.host[id(x)], x.nbytes))
+    assert st.release == (FreeHost(pool, st.host[id(x)], comm),
+                                FreeHost(pool, st.host[id(y)], comm))
+    assert len(b.copies) == ncopies                    # nothing moved yet
+    run_steps(st.before)
+    host_view(st.host[id(y)], (2,), np.dtype(np.float32))[:] = 3.0   # the engine writes y
+    run_steps(st.after)
+    run_steps(st.release)
+    comm.synchronize()
+    assert y.numpy().tolist() == [3.0, 3.0] and x.numpy().tolist() == [2.0] * 4
+
+
+def test_staged_collective_plan_without_a_pinned_pool_uses_host_buffers() -> None:
+    x = acc.full((3,), 1.0, device="plannohost:0")
+    comm, cur = acc.Stream("plannohost:0"), acc.current_stream("plannohost:0")
+    st = plan_staged_collective(comm, cur, None, [x], [x], [x])
+    assert len(st.buffers) == 1 and st.host[id(x)] == st.buffers[0].ctypes.data
+    assert names(st.release) == []
+    run_steps(st.before)
+    assert st.buffers[0].view(np.float32).tolist() == [1.0] * 3
+    st.buffers[0].view(np.float32)[:] = 5.0        # the engine writes the host copy
+    run_steps(st.after)
+    comm.synchronize()
+    assert x.numpy().tolist() == [5.0] * 3
+
+
+def test_staged_collective_plan_releases_its_blocks_when_one_cannot_be_had() -> None:
+    class Pool:
+        def __init__(self) -> None:
+            self.live: set[int] = set()
+            self.recorded: list[int] = []
+
+        def malloc(self, n: int) -> int:
+            if self.live:
+                raise acc.OutOfMemoryError("no more")
+            self.live.add(1000)
+            return 1000
+
+        def record_event(self, ptr: int, stream: object) -> None:
+            self.recorded.append(ptr)
+
+        def free(self, ptr: int) -> None:
+            self.live.remove(ptr)
+
+    pool = Pool()
+    x, y = acc.zeros((2,), device="plancpu:0"), acc.zeros((2,), device="plancpu:0")
+    comm, cur = acc.Stream("plancpu:0"), acc.current_stream("plancpu:0")
+    with pytest.raises(acc.OutOfMemoryError):
+        plan_staged_collective(comm, cur, pool, [x, y], [x], [y])  # type: ignore[arg-type]
+    assert pool.live == set() and pool.recorded == [1000]
+
+
+def test_staged_p2p_plans_a_send_and_the_landing_of_a_receive() -> None:
+    b = backends.get_backend("plannohost")
+    pool = pinned_pool(b)
+    assert pool is not None
+    x = acc.full((2,), 7.0, device="plannohost:0")
+    cur, busy = acc.current_stream("plannohost:0"), acc.Stream("plannohost:0")
+    send = plan_staged_p2p(pool, x, True, cur, busy)
+    ptr = send.host[id(x)]
+    assert names(send.before) == ["Sync", "Copy", "Sync"]     # busy comm stream, download
+    assert send.before[0] == Sync(busy) and send.before[2] == Sync(cur)
+    assert send.release == (FreeHost(pool, ptr),)       # freed at once after the send
+    run_steps(send.before)
+    assert host_view(ptr, (2,), np.dtype(np.float32)).tolist() == [7.0, 7.0]
+    y = acc.zeros((2,), device="plannohost:0")
+    recv = plan_staged_p2p(pool, y, False, cur)
+    assert names(recv.before) == [] and recv.buffers == ()
+    landed = plan_landing(recv, y, cur)
+    (up,) = landed.after
+    assert isinstance(up, Copy) and (up.kind, up.dst, up.src) == ("h2d", y.data_ptr(),
+                                                                   recv.host[id(y)])
+    assert landed.release == (FreeHost(pool, recv.host[id(y)], cur),)
+    run_steps(send.release)
+    run_steps(landed.after)
+    run_steps(landed.release)
+    none = plan_staged_p2p(pool, acc.zeros((0,), device="plannohost:0"), True, cur)
+    assert names(none.before) == [] and names(none.release) == [] and len(none.buffers) == 1

@@ -1,7 +1,8 @@
 """One transfer path: every move of bytes between host memory and devices, planned as data.
 
-Arrays (``Array.to``, ``copy_``, ``numpy()``, uploads from numpy), :mod:`accelrt.comm` and the
-pinned staging of both go through here, in two phases:
+Arrays (``Array.to``, ``copy_``, ``numpy()``, uploads from numpy), :mod:`accelrt.comm`, the
+host staging of :mod:`accelrt.distributed`'s engines and the pinned staging of all of them go
+through here, in two phases:
 
 1. **Plan** (:mod:`._planners`): decide where and how the bytes move - host<->device,
    device<->device (one device, peer copies, or bounced through host memory), pinned staging,
@@ -35,13 +36,17 @@ from __future__ import annotations
 
 from ._execute import execute, host_view, run_on_stream, run_steps
 from ._lifetime import held, hold, keep_alive
-from ._plan import (HOST, Barrier, Copy, CopyKind, Hold, HostCopy, Place, Plan, RecordHost, Stage,
-                    Step, Sync, Upload)
+from ._plan import (HOST, Barrier, Copy, CopyKind, FreeHost, Hold, HostCopy, Place, Plan,
+                    RecordHost, Stage, Step, Sync, Upload)
 from ._planners import (
+    Staging,
     barrier,
     plan_array_copy,
     plan_download,
+    plan_landing,
     plan_runs,
+    plan_staged_collective,
+    plan_staged_p2p,
     plan_upload,
     stream_of,
 )
@@ -52,12 +57,14 @@ __all__ = [
     "Barrier",
     "Copy",
     "CopyKind",
+    "FreeHost",
     "Hold",
     "HostCopy",
     "Place",
     "Plan",
     "RecordHost",
     "Stage",
+    "Staging",
     "Step",
     "Sync",
     "Upload",
@@ -70,7 +77,10 @@ __all__ = [
     "pinned_pool",
     "plan_array_copy",
     "plan_download",
+    "plan_landing",
     "plan_runs",
+    "plan_staged_collective",
+    "plan_staged_p2p",
     "plan_upload",
     "run_on_stream",
     "run_steps",

@@ -25,7 +25,8 @@ import numpy as np
 
 from .._stream import _wait_raw
 from ._lifetime import held, keep_alive
-from ._plan import Barrier, Copy, Hold, HostCopy, Plan, RecordHost, Stage, Step, Sync, Upload
+from ._plan import (Barrier, Copy, FreeHost, Hold, HostCopy, Plan, RecordHost, Stage, Step, Sync,
+                    Upload)
 from ._staging import stage
 
 if TYPE_CHECKING:
@@ -147,9 +148,18 @@ def _record_host(s: RecordHost) -> None:
     s.pool.record_event(s.ptr, s.stream)
 
 
+def _free_host(s: FreeHost) -> None:
+    pool = s.pool
+    try:
+        if s.stream is not None:
+            pool.record_event(s.ptr, s.stream)
+    finally:
+        pool.free(s.ptr)
+
+
 _EXECUTORS: dict[type, Callable[[Any], None]] = {
     Copy: _copy, HostCopy: _host_copy, Upload: _upload, Stage: _stage, Barrier: _barrier,
-    Sync: _sync, Hold: _hold, RecordHost: _record_host,
+    Sync: _sync, Hold: _hold, RecordHost: _record_host, FreeHost: _free_host,
 }
 
 

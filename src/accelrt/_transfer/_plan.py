@@ -18,7 +18,9 @@ destination, stream and, where it has one, its staging buffer and what it keeps 
   ``Stream.synchronize`` does).
 * :class:`Hold` - keep ``keep`` alive until ``stream`` reaches the work queued so far
   (:func:`accelrt._transfer._lifetime.keep_alive`); :class:`RecordHost` - mark a pinned host
-  block as used by ``stream`` (PyTorch's ``CachingHostAllocator_recordEvent``).
+  block as used by ``stream`` (PyTorch's ``CachingHostAllocator_recordEvent``);
+  :class:`FreeHost` - give a pinned block taken by the planner back to its pool (reused once
+  ``stream`` has run the work queued so far).
 
 The planners (:mod:`accelrt._transfer._planners`) make plans; :func:`accelrt._transfer.execute`
 runs one. A plan prints as its steps, so tests can assert what a copy will do.
@@ -47,8 +49,9 @@ import numpy as np
 if TYPE_CHECKING:
     from .._backend import Backend
     from .._stream import Stream
+    from ..memory._host import HostCachingAllocator
 
-__all__ = ["HOST", "Barrier", "Copy", "CopyKind", "HostCopy", "Hold", "Place", "Plan",
+__all__ = ["HOST", "Barrier", "Copy", "CopyKind", "FreeHost", "HostCopy", "Hold", "Place", "Plan",
            "RecordHost", "Stage", "Step", "Sync", "Upload"]
 
 CopyKind = Literal["h2d", "d2h", "d2d", "h2h", "peer"]
@@ -182,13 +185,23 @@ class Hold(NamedTuple):
 class RecordHost(NamedTuple):
     """The pinned host block at ``ptr`` of ``pool`` is used by work queued on ``stream``."""
 
-    pool: Any
+    pool: HostCachingAllocator
     ptr: int
     stream: Stream
 
 
+class FreeHost(NamedTuple):
+    """Give the pinned host block at ``ptr`` back to ``pool``: reusable once ``stream`` has
+    run the work queued so far (its event is recorded first, as :class:`RecordHost`), or at
+    once (``stream`` None). The block is freed even when recording fails."""
+
+    pool: HostCachingAllocator
+    ptr: int
+    stream: Stream | None = None
+
+
 #: One step of a plan.
-Step: TypeAlias = Copy | HostCopy | Upload | Stage | Barrier | Sync | Hold | RecordHost
+Step: TypeAlias = Copy | HostCopy | Upload | Stage | Barrier | Sync | Hold | RecordHost | FreeHost
 
 
 class Plan(NamedTuple):

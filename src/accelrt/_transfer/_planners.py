@@ -25,7 +25,8 @@ Example::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 import numpy as np
 
@@ -38,6 +39,7 @@ from ._plan import (
     Barrier,
     Copy,
     CopyKind,
+    FreeHost,
     Hold,
     HostCopy,
     Place,
@@ -51,9 +53,10 @@ from ._plan import (
 
 if TYPE_CHECKING:
     from .._array import Array
+    from ..memory._host import HostCachingAllocator
 
-__all__ = ["barrier", "plan_array_copy", "plan_download", "plan_runs", "plan_upload",
-           "stream_of"]
+__all__ = ["Staging", "barrier", "plan_array_copy", "plan_download", "plan_landing", "plan_runs",
+           "plan_staged_collective", "plan_staged_p2p", "plan_upload", "stream_of"]
 
 #: Above this many runs, a strided copy between host-readable places is one numpy copy (in
 #: stream order) instead of one backend memcpy per run.
@@ -283,3 +286,162 @@ def _bounce(first: _Steps, dst: Place, dst_ptr: int, src: Place, src_ptr: int, r
     down, b1 = _via_host(src, "d2h", tp, src_ptr, (run, count, run, src_pitch), stream)
     up, b2 = _via_host(dst, "h2d", dst_ptr, tp, (run, count, dst_pitch, run), stream)
     return Plan((*first, Sync(stream_of(dst, stream)), *down, *up), (tmp, *b1, *b2))
+
+
+# ---------------------------------------------------------------------- host engines (distributed)
+
+class Staging(NamedTuple):
+    """An engine call that reads and writes host memory standing in for device memory it
+    cannot read (:mod:`accelrt.distributed`'s MPI on CUDA or OpenCL buffers): run the steps
+    of ``before`` (:func:`~accelrt._transfer.run_steps`), call the engine on the addresses of
+    ``host``, run ``after``, and run ``release`` in any case (``finally``), last. Three step
+    sequences, not three :class:`Plan` objects: a staged point-to-point call plans twice
+    (post and landing), and each object is measurable there; ``buffers`` is what a plan's
+    ``buffers`` would be.
+
+    Attributes:
+        host: ``id(array)`` -> the host address the engine uses in the array's place (0 for
+            an array of no bytes); one block per array, however often it is passed.
+        before: the downloads into the blocks, and what they wait for.
+        after: the uploads from the blocks.
+        release: :class:`FreeHost` of every pinned block the planner took.
+        buffers: plain host memory standing in where the backend has no pinned pool (alive
+            while the staging is).
+    """
+
+    host: dict[int, int]
+    before: tuple[Step, ...]
+    after: tuple[Step, ...]
+    release: tuple[Step, ...]
+    buffers: tuple[np.ndarray, ...] = ()
+
+
+def plan_staged_collective(comm: Stream, caller: Stream, pool: HostCachingAllocator | None,
+                           arrays: Sequence[Array], ins: Sequence[Array],
+                           outs: Sequence[Array]) -> Staging:
+    """Stage a collective of a host engine on the comm stream ``comm`` of device arrays.
+
+    Every distinct array of ``arrays`` (by identity) gets a block of ``pool`` (taken now, in
+    order; without a pool, a numpy buffer). ``before``: ``comm`` waits for the caller's
+    stream, the distinct ``ins`` are downloaded into their blocks on ``comm``, and the host
+    waits for ``comm`` (the engine runs on the host). ``after``: the distinct ``outs`` are
+    uploaded from their blocks on ``comm``. ``release`` frees the blocks, reused once ``comm``
+    has run the uploads. If a block cannot be had, those taken are released and the error
+    raised.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> from accelrt import backends
+        >>> from accelrt._transfer import pinned_pool, plan_staged_collective, run_steps
+        >>> a = acc.full((2,), 3.0, device="cpu:0")
+        >>> comm, cur = acc.Stream("cpu:0"), acc.current_stream("cpu:0")
+        >>> pool = pinned_pool(backends.get_backend("cpu"))
+        >>> st = plan_staged_collective(comm, cur, pool, [a, a], [a], [a])
+        >>> [type(s).__name__ for s in st.before], len(st.host)
+        (['Barrier', 'Copy', 'Sync'], 1)
+        >>> run_steps(st.before); run_steps(st.after); run_steps(st.release)
+    """
+    host: dict[int, int] = {}
+    owned: list[Step] = []
+    bufs: list[np.ndarray] = []
+    try:
+        for a in arrays:
+            if id(a) in host:
+                continue
+            nbytes = a.nbytes
+            if nbytes == 0:
+                ptr = 0
+            elif pool is not None:
+                ptr = pool.malloc(nbytes)
+                owned.append(FreeHost(pool, ptr, comm))
+            else:
+                h = np.empty(nbytes, np.uint8)
+                bufs.append(h)
+                ptr = h.ctypes.data
+            host[id(a)] = ptr
+    except BaseException:
+        _release(owned)
+        raise
+    keep = tuple(bufs)
+    return Staging(host, (*_after(caller, comm), *_block_copies(comm, "d2h", host, ins),
+                          Sync(comm)),
+                   _block_copies(comm, "h2d", host, outs), tuple(owned), keep)
+
+
+def plan_staged_p2p(pool: HostCachingAllocator | None, array: Array, send: bool,
+                    stream: Stream, wait: Stream | None = None) -> Staging:
+    """Stage a point-to-point ``array`` of a host engine through one host block of ``pool``
+    (taken now; without a pool or bytes, a numpy buffer of at least one byte, in ``buffers``).
+
+    A send (``send``) downloads the array on ``stream`` (after the host waits for ``wait``, a
+    busy comm stream) and waits for it in ``before``; its ``release`` frees the block at once
+    (the engine has sent it). A receive has nothing ``before``; once the engine has received,
+    :func:`plan_landing` plans the upload.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> from accelrt import backends
+        >>> from accelrt._transfer import pinned_pool, plan_landing, plan_staged_p2p, run_steps
+        >>> a = acc.full((2,), 1.5, device="cpu:0")
+        >>> cur = acc.current_stream("cpu:0")
+        >>> st = plan_staged_p2p(pinned_pool(backends.get_backend("cpu")), a, True, cur)
+        >>> [type(s).__name__ for s in st.before]
+        ['Copy', 'Sync']
+        >>> run_steps(st.before); run_steps(st.release)
+        >>> [type(s).__name__ for s in plan_landing(st, a, cur).after]
+        ['Copy']
+    """
+    nbytes = array.nbytes
+    owned: tuple[Step, ...] = ()
+    bufs: tuple[np.ndarray, ...] = ()
+    if pool is not None and nbytes:
+        ptr = pool.malloc(nbytes)
+        owned = (FreeHost(pool, ptr),)
+    else:
+        h = np.empty(max(nbytes, 1), np.uint8)
+        bufs, ptr = (h,), h.ctypes.data
+    before: tuple[Step, ...] = ()
+    if send and nbytes:
+        before = (Copy(stream, "d2h", ptr, array.data_ptr(), nbytes), Sync(stream))
+        if wait is not None:
+            before = (Sync(wait), *before)
+    return Staging({id(array): ptr if nbytes else 0}, before, (), owned, bufs)
+
+
+def plan_landing(staged: Staging, array: Array, stream: Stream) -> Staging:
+    """The end of a staged receive of ``array`` (:func:`plan_staged_p2p`) on ``stream`` (the
+    current stream when the receive completes): ``after`` uploads the block into the array,
+    ``release`` frees the block once ``stream`` has run the upload."""
+    nbytes = array.nbytes
+    up: tuple[Step, ...] = ()
+    if nbytes:
+        up = (Copy(stream, "h2d", array.data_ptr(), staged.host[id(array)], nbytes),)
+    free: tuple[Step, ...] = ()
+    for s in staged.release:   # the one block, if pinned
+        assert isinstance(s, FreeHost)
+        free = (FreeHost(s.pool, s.ptr, stream),)
+    return Staging(staged.host, (), up, free, staged.buffers)
+
+
+def _block_copies(comm: Stream, kind: Literal["h2d", "d2h"], host: dict[int, int],
+                  arrays: Sequence[Array]) -> _Steps:
+    """One copy on ``comm`` between each distinct array of ``arrays`` with bytes (by identity)
+    and its host block: into the block (``"d2h"``) or out of it (``"h2d"``), in order."""
+    seen: set[int] = set()
+    steps: list[Step] = []
+    for a in arrays:
+        key, nbytes = id(a), a.nbytes
+        if key in seen or not nbytes:
+            continue
+        seen.add(key)
+        ptr, block = a.data_ptr(), host[key]
+        steps.append(Copy(comm, kind, block, ptr, nbytes) if kind == "d2h"
+                     else Copy(comm, kind, ptr, block, nbytes))
+    return tuple(steps)
+
+
+def _release(steps: Sequence[Step]) -> None:
+    from ._execute import run_steps
+    run_steps(steps)

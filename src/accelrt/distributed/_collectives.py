@@ -24,6 +24,7 @@ import numpy as np
 from .._array import Array
 from .._errors import AcceleratorValueError
 from .._stream import Stream
+from .._transfer import Copy, HostCopy, run_steps
 from ._engine import Engine, PremulSum, RedOp, ReduceOp
 from ._errors import DistError, DistTimeoutError
 from ._group import BufOf, ProcessGroup, Work
@@ -739,16 +740,10 @@ def _copy(dst: Any, dst_off: int, src: Any, src_off: int, nbytes: int) -> None:
     b, index = dst._b, dst._index
     cur = _current(b, index)
     dptr, sptr = dst.data_ptr() + dst_off, src.data_ptr() + src_off
-    if b.capabilities(index).host_accessible:   # cpu arrays may borrow host memory: copy in stream order
-        import ctypes
-
-        from ..comm._transfer import run_on_stream
-        def move() -> None:
-            ctypes.memmove(dptr, sptr, nbytes)
-
-        run_on_stream(cur, move)
-    else:
-        b.memcpy(index, dptr, sptr, nbytes, "d2d", cur._handle)
+    # cpu arrays may borrow host memory: copy by numpy in stream order
+    step = (HostCopy(dptr, sptr, nbytes, 1, 0, 0, cur) if b.capabilities(index).host_accessible
+            else Copy(cur, "d2d", dptr, sptr, nbytes))
+    run_steps((step,))
 
 
 def _pack(stage: Any, parts: list[Any]) -> None:

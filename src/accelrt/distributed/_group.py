@@ -24,15 +24,16 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, Literal
 
 import numpy as np
 
-from .. import _staging
 from .._array import Array
 from .._errors import AcceleratorTypeError, AcceleratorValueError, ClosedError
 from .._stream import Stream, _current
-from ..comm._transfer import run_on_stream
+from .._transfer import (pinned_pool, plan_landing, plan_staged_collective,
+                         plan_staged_p2p, run_on_stream, run_steps)
 from ._engine import (Buf, DirectPlan, Engine, EngineCapabilities, EngineContext, PremulSum,
                       RedOp, ReduceOp, registration)
 from ._debug import DEBUG_ENV, DebugLevel, debug_level
@@ -720,47 +721,17 @@ class ProcessGroup:
                 arrays: Sequence[Any], ins: Sequence[Any], outs: Sequence[Any],
                 body: Body, async_op: bool,
                 result: Sequence[Any]) -> Work | None:
+        """Run a host engine on host blocks standing in for the arrays (the plan of
+        :func:`~accelrt._transfer.plan_staged_collective`), then finish as every path does."""
         comm = ctx.stream
-        comm.wait_stream(cur)
-        pool = _staging.pinned_pool(b)
-        blocks: dict[int, Buf] = {}
-        owned: list[int] = []
-        keep: list[np.ndarray] = []
+        st = plan_staged_collective(comm, cur, pinned_pool(b), arrays, ins, outs)
+        host = st.host
         try:
-            for a in arrays:
-                if id(a) in blocks:
-                    continue
-                nbytes = a.nbytes
-                if nbytes == 0:
-                    ptr = 0
-                elif pool is not None:
-                    ptr = pool.malloc(nbytes)
-                    owned.append(ptr)
-                else:
-                    h = np.empty(nbytes, np.uint8)
-                    keep.append(h)
-                    ptr = h.ctypes.data
-                blocks[id(a)] = Buf(ptr, a.size, a.dtype)
-            done_in: set[int] = set()
-            for a in ins:
-                if id(a) not in done_in and a.nbytes:
-                    b.memcpy(index, blocks[id(a)].ptr, a.data_ptr(), a.nbytes, "d2h", comm._handle)
-                    done_in.add(id(a))
-            comm.synchronize()
-            self._inline(op, seq, lambda: body(lambda a: blocks[id(a)], None))
-            done_out: set[int] = set()
-            for a in outs:
-                if id(a) not in done_out and a.nbytes:
-                    b.memcpy(index, a.data_ptr(), blocks[id(a)].ptr, a.nbytes, "h2d", comm._handle)
-                    done_out.add(id(a))
+            run_steps(st.before)
+            self._inline(op, seq, lambda: body(lambda a: Buf(host[id(a)], a.size, a.dtype), None))
+            run_steps(st.after)
         finally:
-            assert pool is not None or not owned
-            for ptr in owned:
-                assert pool is not None
-                try:
-                    pool.record_event(ptr, comm)
-                finally:
-                    pool.free(ptr)
+            run_steps(st.release)
         return self._finish(op, seq, ctx, cur, b, index, arrays, async_op, result)
 
     # ------------------------------------------------------------------ point-to-point
@@ -805,47 +776,28 @@ class ProcessGroup:
             if not ctx.idle():
                 ctx.stream.synchronize()
             return self._post(op, seq, eng, _buf(array), peer, tag, send, None, keep=array)
-        # staged through a pinned block
-        pool = _staging.pinned_pool(b)
-        nbytes = array.nbytes
-        hold: Any = None
-        if pool is not None and nbytes:
-            ptr = pool.malloc(nbytes)
-        else:
-            hold = np.empty(max(nbytes, 1), np.uint8)
-            ptr = hold.ctypes.data
-        host = Buf(ptr if nbytes else 0, array.size, array.dtype)
-
-        def release(stream: Stream | None) -> None:
-            if pool is not None and hold is None and nbytes:
-                try:
-                    if stream is not None:
-                        pool.record_event(ptr, stream)
-                finally:
-                    pool.free(ptr)
-
-        try:
-            if send and nbytes:
-                if not ctx.idle():
-                    ctx.stream.synchronize()
-                b.memcpy(index, ptr, array.data_ptr(), nbytes, "d2h", cur._handle)
-                cur.synchronize()
-        except BaseException:
-            release(None)
-            raise
+        # staged through a pinned block (the plan of plan_staged_p2p)
+        busy = None if ctx.idle() else ctx.stream
+        st = plan_staged_p2p(pinned_pool(b), array, send, cur, busy if send else None)
+        host = Buf(st.host[id(array)], array.size, array.dtype)
+        keep = (array, st.buffers[0] if st.buffers else None)
         if send:
-            return self._post(op, seq, eng, host, peer, tag, send, lambda: release(None),
-                              keep=(array, hold))
+            try:
+                run_steps(st.before)
+            except BaseException:
+                run_steps(st.release)
+                raise
+            return self._post(op, seq, eng, host, peer, tag, send,
+                              partial(run_steps, st.release), keep=keep)
 
         def land() -> None:
-            c = _current(b, index)
+            done = plan_landing(st, array, _current(b, index))
             try:
-                if nbytes:
-                    b.memcpy(index, array.data_ptr(), ptr, nbytes, "h2d", c._handle)
+                run_steps(done.after)
             finally:
-                release(c)
+                run_steps(done.release)
 
-        return self._post(op, seq, eng, host, peer, tag, send, land, keep=(array, hold))
+        return self._post(op, seq, eng, host, peer, tag, send, land, keep=keep)
 
     def _post(self, op: str, seq: int, eng: Engine, buf: Buf, peer: int | None, tag: int,
               send: bool, finish: Callable[[], None] | None, keep: Any = None) -> Work:
