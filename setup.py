@@ -1,21 +1,27 @@
-"""Build script: pure Python by default; ``ACCELRT_COMPILE=1`` compiles the allocator with mypyc.
+"""Build script: the hot modules compiled with mypyc by default, pure Python as the fallback.
 
-``pip install .`` builds the pure-Python package (no compiler needed): that build is the
-reference. ``ACCELRT_COMPILE=1 pip install .`` compiles the caching allocator's hot modules
-(:data:`COMPILED`) with mypyc from the same source; the build backend in ``_build/backend.py``
-then adds mypy to the build requirements, and a C compiler and Python's headers are needed.
-Everything else (metadata, packages, data files) is declared in ``pyproject.toml``.
+``pip install .`` compiles the modules of :data:`COMPILED` with mypyc when a C compiler and
+Python's headers are present (the build backend, ``_build/backend.py``, then adds mypy to the
+build requirements), and otherwise installs the pure-Python build, saying why in one line; it
+never fails for lack of a compiler. ``ACCELRT_COMPILE=0`` forces the pure build, ``=1`` requires
+the compiled one (and fails clearly without mypyc or a compiler); editable installs are pure
+unless ``=1`` asks (``_build/build_choice.py``). The build writes :data:`RECORD` into the
+package, which ``accelrt info`` reads. Everything else (metadata, packages, data files) is
+declared in ``pyproject.toml``.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
-#: The modules compiled by ``ACCELRT_COMPILE=1``: the allocator and what its malloc/free paths
+#: The modules of the compiled build: the allocator and what its malloc/free paths
 #: call on every operation (chosen by profiling ``bench/bench_allocator.py``). Modules that
 #: inspect frames (``_history``) or are off the hot path stay pure Python, and so does
 #: ``_lock``: its acquire and release already are C methods of ``queue.SimpleQueue``, and its
@@ -39,39 +45,84 @@ COMPILED = [
     "src/accelrt/testing/_allocators.py",        # subclasses the allocator (tests, benchmarks)
 ]
 
-ENV = "ACCELRT_COMPILE"
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "_build"))
+import build_choice as choice  # noqa: E402  (the build's own helpers, beside the backend)
+
+ENV = choice.ENV
+
+#: The build record that ``accelrt info`` reads (``accelrt._build_info``): which build this
+#: install is, and why. Written into the package by ``build_ext``.
+RECORD = "_build.json"
+
+
+class Choice(NamedTuple):
+    """The build to make: ``compiled`` or pure, ``required`` (``ACCELRT_COMPILE=1``: no
+    fallback), and the one-line ``reason``."""
+
+    compiled: bool
+    required: bool
+    reason: str
+
+
+def choose() -> Choice:
+    """The build ``ACCELRT_COMPILE`` and this machine allow (see ``_build/build_choice.py``).
+
+    Raises:
+        SystemExit: ``ACCELRT_COMPILE=1`` and mypyc or a C compiler is missing, or the
+            variable's value is not one of unset, ``0``, ``1``.
+    """
+    wanted = choice.requested()
+    if wanted == choice.PURE:
+        return Choice(False, False, choice.pure_reason())
+    required = wanted == choice.COMPILED
+    problem = choice.compiler_problem()
+    if problem is not None:
+        if required:
+            raise SystemExit(f"{ENV}=1 asks for the compiled build, but {problem}; or set "
+                             f"{ENV}=0 for the pure-Python build")
+        return Choice(False, False, problem)
+    try:
+        import mypyc.build  # noqa: F401
+    except ImportError as exc:
+        if required:
+            raise SystemExit(
+                f"{ENV}=1 asks for the compiled build, which needs mypyc (it ships with mypy) "
+                f"in the build environment: {exc}. With pip's build isolation the build "
+                f"backend installs it; with --no-build-isolation, install mypy first (pip "
+                f"install mypy), or set {ENV}=0 for the pure-Python build.") from exc
+        return Choice(False, False, f"mypyc is not installed in the build environment ({exc})")
+    how = f"{ENV}=1" if required else f"{ENV} unset and a C compiler found"
+    return Choice(True, required, f"compiled with mypyc ({how})")
 
 
 def compile_requested() -> bool:
-    """Whether ``ACCELRT_COMPILE`` asks for the compiled build ("1"; "0" or unset: pure)."""
-    value = os.environ.get(ENV, "").strip()
-    if value not in ("", "0", "1"):
-        raise SystemExit(f"{ENV}={value!r}: use 1 for the compiled (mypyc) build, or 0 / unset "
-                         f"for the pure-Python build")
-    return value == "1"
+    """Whether this build compiles (:func:`choose`)."""
+    return choose().compiled
 
 
-def ext_modules() -> list[object]:
-    """The mypyc extension modules of the compiled build, or none for the pure one.
+def ext_modules(chosen: Choice | None = None) -> tuple[list[object], Choice]:
+    """The mypyc extension modules of the compiled build (none for the pure one), and the
+    choice they make: a default build whose mypyc run fails falls back to pure Python.
 
     Raises:
-        SystemExit: the compiled build is asked for and mypyc cannot be imported.
+        SystemExit: the compiled build is required and mypyc cannot run.
     """
-    if not compile_requested():
-        return []
-    try:
-        from mypyc.build import mypycify
-    except ImportError as exc:
-        raise SystemExit(
-            f"{ENV}=1 asks for the compiled build, which needs mypyc (it ships with mypy) in the "
-            f"build environment: {exc}. With pip's build isolation the build backend installs "
-            f"it; with --no-build-isolation, install mypy first (pip install mypy), or unset "
-            f"{ENV} for the pure-Python build.") from exc
+    chosen = choose() if chosen is None else chosen
+    if not chosen.compiled:
+        return [], chosen
+    from mypyc.build import mypycify
     # mypyc reads the package from the source tree; paths are relative to this file
     here = os.path.dirname(os.path.abspath(__file__))
     os.chdir(here)
     sys.path.insert(0, os.path.join(here, "src"))
-    return mypycify(COMPILED, opt_level="3", debug_level="0", group_name="accelrt")
+    try:
+        # multi_file: one C file per module, compiled in parallel by BuildExt
+        return mypycify(COMPILED, opt_level="3", debug_level="0", group_name="accelrt",
+                        multi_file=True), chosen
+    except (Exception, SystemExit) as exc:   # mypyc exits on a type error
+        if chosen.required:
+            raise
+        return [], Choice(False, False, f"mypyc failed ({exc!r}); the pure-Python build instead")
 
 
 #: The shim that PyTorch's ``CUDAPluggableAllocator`` loads (``accelrt.interop.torch``): a
@@ -85,7 +136,77 @@ SHIM = Extension("accelrt.interop._lib._torch_shim", ["src/accelrt/interop/_torc
 
 
 class BuildExt(build_ext):  # type: ignore[misc]
-    """setuptools' ``build_ext``; a shim that fails to build is reported in one line."""
+    """setuptools' ``build_ext``, plus: the C files of one extension compile in parallel (the
+    compiled build's one large extension is most of the install time); a shim that fails to
+    build is reported in one line; a default build whose compiled modules fail to build
+    installs pure Python; and the build record (:data:`RECORD`) is written."""
+
+    #: The build chosen by setup.py (``__main__`` sets it); updated on a fallback to pure.
+    chosen = Choice(False, False, "built without setup.py's choice")
+
+    def build_extensions(self) -> None:
+        self._compile_in_parallel()
+        mypyc_exts = [ext for ext in self.extensions if ext.name != SHIM.name]
+        try:
+            super().build_extensions()
+        except Exception as exc:   # a compile or link error in a mypyc extension
+            if not mypyc_exts or self.chosen.required:
+                raise
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            self.warn(f"accelrt: the compiled build failed ({first}); installing the "
+                      f"pure-Python build instead. Set {ENV}=1 to see the failure.")
+            for ext in mypyc_exts:   # none of them may ship: each needs the whole group
+                path = os.path.join(self.build_lib, self.get_ext_filename(ext.name))
+                if os.path.exists(path):
+                    os.remove(path)
+            self.extensions = [ext for ext in self.extensions if ext.name == SHIM.name]
+            type(self).chosen = Choice(False, False, f"the C compiler failed on the compiled "
+                                                     f"modules ({first})")
+            super().build_extensions()
+        self._write_record([ext.name for ext in self.extensions if ext.name != SHIM.name])
+
+    def _compile_in_parallel(self) -> None:
+        """Compile the sources of one extension on every core (distutils compiles them one by
+        one); the objects and flags are distutils' own."""
+        compiler = self.compiler
+        jobs = os.cpu_count() or 1
+        serial = compiler.compile
+        if jobs == 1 or getattr(serial, "accelrt_parallel", False):
+            return
+
+        def compile_all(sources: list[str], output_dir: str | None = None,
+                        macros: object = None, include_dirs: object = None, debug: int = 0,
+                        extra_preargs: object = None, extra_postargs: object = None,
+                        depends: object = None) -> list[str]:
+            if len(sources) < 2:
+                return serial(sources, output_dir, macros, include_dirs, debug,  # type: ignore[no-any-return]
+                              extra_preargs, extra_postargs, depends)
+            with ThreadPoolExecutor(jobs) as pool:
+                parts = pool.map(lambda src: serial([src], output_dir, macros, include_dirs,
+                                                    debug, extra_preargs, extra_postargs,
+                                                    depends), sources)
+                return [obj for objs in parts for obj in objs]
+
+        compile_all.accelrt_parallel = True  # type: ignore[attr-defined]
+        compiler.compile = compile_all
+
+    def _write_record(self, compiled_modules: list[str]) -> None:
+        """The build record (:data:`RECORD`) in the built package (and beside the sources
+        for an in-place or editable build)."""
+        modules = [p.removeprefix("src/").removesuffix(".py").replace("/", ".")
+                   for p in COMPILED] if compiled_modules else []
+        reason = self.chosen.reason if modules or not self.chosen.compiled else (
+            "no compiled module was built")
+        record = {"build": "compiled" if modules else "pure", "reason": reason,
+                  "modules": modules}
+        folders = {os.path.join(self.build_lib, "accelrt")}
+        if self.inplace or getattr(self, "editable_mode", False):
+            folders.add(self.get_finalized_command("build_py").get_package_dir("accelrt"))
+        for folder in folders:
+            os.makedirs(folder, exist_ok=True)
+            with open(os.path.join(folder, RECORD), "w") as f:
+                json.dump(record, f, indent=1)
+                f.write("\n")
 
     def build_extension(self, ext: Extension) -> None:
         if ext.name != SHIM.name:
@@ -98,7 +219,6 @@ class BuildExt(build_ext):  # type: ignore[misc]
                       f"({exc}); accelrt.interop.torch.use_accelrt_allocator() will say so. "
                       f"Install a C++ compiler (e.g. g++) and reinstall accelrt to build it.")
 
-
     def copy_extensions_to_source(self) -> None:
         """``--inplace`` (editable installs): the shim's folder is not a package, so make it."""
         package = SHIM.name.rpartition(".")[0]
@@ -108,8 +228,12 @@ class BuildExt(build_ext):  # type: ignore[misc]
 
 
 def all_ext_modules() -> list[object]:
-    """The shim, plus the mypyc modules of the compiled build."""
-    return [SHIM, *ext_modules()]
+    """The shim, plus the mypyc modules of the compiled build (the choice goes to BuildExt)."""
+    mypyc_exts, BuildExt.chosen = ext_modules()
+    if not BuildExt.chosen.compiled and os.environ.get(choice.METADATA_ENV) != "1":
+        # one line saying why (pip shows it with -v; accelrt info says it too)
+        sys.stderr.write(f"accelrt: the pure-Python build: {BuildExt.chosen.reason}\n")
+    return [SHIM, *mypyc_exts]
 
 
 if __name__ == "__main__":   # as setuptools' build backend runs it (tests import this file)

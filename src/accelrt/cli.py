@@ -213,8 +213,10 @@ def collect_info(self_check: bool = True, backends: Sequence[str] | None = None
         backends: only these backends (default: every registered one).
 
     Returns:
-        ``{"version", "python", "numpy", "platform", "allocator_build" ("pure" or
-        "compiled", see :data:`accelrt.memory.compiled`), "current_accelerator", "ok",
+        ``{"version", "python", "numpy", "platform", "build" ("compiled" or "pure": which
+        build of accelrt is loaded), "build_reason" (why, in one line), "compiled_modules",
+        "allocator_build" ("pure" or "compiled", see :data:`accelrt.memory.compiled`),
+        "current_accelerator", "ok",
         "backends": [{"name", "available", "reason", "devices": [{"device", "properties",
         "memory": {"free", "total"}, "self_check"}]}]}``; ``ok`` is False if a device query or
         a self-check failed.
@@ -229,8 +231,10 @@ def collect_info(self_check: bool = True, backends: Sequence[str] | None = None
     import accelrt as acc
 
     from . import _backend
+    from ._build_info import build_info
 
     run_check = self_check
+    build = build_info()
     names = list(backends) if backends is not None else _backend.registered()
     try:
         cur = acc.current_accelerator()
@@ -240,6 +244,8 @@ def collect_info(self_check: bool = True, backends: Sequence[str] | None = None
     info: dict[str, Any] = {
         "version": _version(), "python": platform.python_version(), "numpy": np.__version__,
         "platform": platform.platform(),
+        "build": build.build, "build_reason": build.reason,
+        "compiled_modules": len(build.modules),
         "allocator_build": "compiled" if acc.memory.compiled else "pure",
         "current_accelerator": current, "ok": True,
         "backends": [],
@@ -287,6 +293,15 @@ def _step_text(step: dict[str, Any]) -> str:
 _SHOWN = {"name", "total_memory", "multi_processor_count", "type", "index", "gcnArchName"}
 
 
+def _build_line(info: dict[str, Any]) -> str:
+    """``build: compiled (N modules, mypyc): why`` or ``build: pure Python: why``."""
+    if "build" not in info:   # a dict from an older accelrt
+        return "build: unknown"
+    what = (f"compiled ({info['compiled_modules']} modules, mypyc)"
+            if info["build"] == "compiled" else "pure Python")
+    return f"build: {what}: {info['build_reason']}"
+
+
 def format_info(info: dict[str, Any]) -> str:
     """Render :func:`collect_info`'s dict as short human-readable text.
 
@@ -297,6 +312,7 @@ def format_info(info: dict[str, Any]) -> str:
         True
     """
     lines = [f"accelrt {info['version']} (Python {info['python']}, numpy {info['numpy']})",
+             _build_line(info),
              f"caching allocator: {info['allocator_build']} build",
              f"current accelerator: {info['current_accelerator']}", "", "backends:"]
     width = max([len(b["name"]) for b in info["backends"]] + [4])

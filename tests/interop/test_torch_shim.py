@@ -317,9 +317,10 @@ def _setup_script() -> Any:
 def test_setup_builds_the_shim_in_both_builds(monkeypatch: pytest.MonkeyPatch) -> None:
     setup = _setup_script()
     assert setup.SHIM.optional and setup.SHIM.sources == ["src/accelrt/interop/_torch_shim.cpp"]
-    monkeypatch.delenv("ACCELRT_COMPILE", raising=False)
+    monkeypatch.setenv("ACCELRT_COMPILE", "0")
     assert setup.all_ext_modules() == [setup.SHIM]
-    monkeypatch.setattr(setup, "ext_modules", lambda: ["mypyc modules"])
+    monkeypatch.setattr(setup, "ext_modules",
+                        lambda: (["mypyc modules"], setup.Choice(True, False, "compiled")))
     assert setup.all_ext_modules() == [setup.SHIM, "mypyc modules"]
 
 

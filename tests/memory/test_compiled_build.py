@@ -9,9 +9,13 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.util
+import json
 import os
+import pathlib
 import sys
+import threading
 from types import ModuleType
+from typing import Any
 
 import pytest
 from helpers.builds import ROOT, compiled_module_names, is_extension
@@ -49,34 +53,194 @@ def test_pure_modules_stay_pure() -> None:
         assert not is_extension(importlib.import_module(name)), name
 
 
-@pytest.mark.parametrize("value,compiled", [(None, False), ("", False), ("0", False),
-                                            ("1", True), (" 1 ", True)])
-def test_build_choice_follows_the_variable(value: str | None, compiled: bool,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    setup = _setup_script()
-    if value is None:
-        monkeypatch.delenv("ACCELRT_COMPILE", raising=False)
-    else:
-        monkeypatch.setenv("ACCELRT_COMPILE", value)
-    assert setup.compile_requested() is compiled
-    if not compiled:
-        assert setup.ext_modules() == []   # the pure build never imports mypyc
+def _choice_module() -> ModuleType:
+    """``_build/build_choice.py`` (what setup.py and the build backend decide with)."""
+    spec = importlib.util.spec_from_file_location("accelrt_build_choice",
+                                                  ROOT / "_build" / "build_choice.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
-def test_bad_variable_value_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def build_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """No build variable set (as on a user's machine)."""
+    for name in ("ACCELRT_COMPILE", "_ACCELRT_EDITABLE_BUILD", "_ACCELRT_METADATA_ONLY"):
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+@pytest.mark.parametrize("value,wanted", [(None, "auto"), ("", "auto"), ("0", "pure"),
+                                          ("1", "compiled"), (" 1 ", "compiled")])
+def test_the_variable_asks_for_a_build(value: str | None, wanted: str,
+                                       build_env: pytest.MonkeyPatch) -> None:
+    choice = _choice_module()
+    if value is not None:
+        build_env.setenv("ACCELRT_COMPILE", value)
+    assert choice.requested() == wanted
+    build_env.setenv("_ACCELRT_EDITABLE_BUILD", "1")    # editable installs: pure unless =1
+    assert choice.requested() == ("compiled" if wanted == "compiled" else "pure")
+    build_env.setenv("_ACCELRT_METADATA_ONLY", "1")     # metadata: never compiles
+    assert choice.requested() == "pure"
+
+
+def test_the_default_build_is_compiled_where_it_can_be(build_env: pytest.MonkeyPatch) -> None:
     setup = _setup_script()
-    monkeypatch.setenv("ACCELRT_COMPILE", "yes")
+    build_env.setattr(setup.choice, "compiler_problem", lambda: None)
+    chosen = setup.choose()
+    assert chosen.compiled and not chosen.required
+    assert "ACCELRT_COMPILE unset and a C compiler found" in chosen.reason
+
+
+def test_without_a_compiler_the_default_build_is_pure_and_says_why(
+        build_env: pytest.MonkeyPatch) -> None:
+    setup = _setup_script()
+    build_env.setenv("CC", "/nonexistent/cc")   # distutils' compiler comes from CC
+    chosen = setup.choose()
+    assert not chosen.compiled
+    assert "no working C compiler was found ('/nonexistent/cc'" in chosen.reason
+    assert "install one, e.g. gcc" in chosen.reason
+    assert setup.ext_modules(chosen) == ([], chosen)   # and mypyc is never imported
+    build_env.setenv("ACCELRT_COMPILE", "1")           # =1: a clear failure instead
+    with pytest.raises(SystemExit, match="ACCELRT_COMPILE=1 asks for the compiled build, but "
+                                         "no working C compiler .* set ACCELRT_COMPILE=0"):
+        setup.choose()
+
+
+def test_missing_python_headers_are_named(build_env: pytest.MonkeyPatch,
+                                          tmp_path: pathlib.Path) -> None:
+    choice = _choice_module()
+    build_env.setattr(choice.sysconfig, "get_paths", lambda: {"include": str(tmp_path)})
+    problem = choice.compiler_problem()
+    assert problem is not None and "Python.h is missing" in problem and "python3-dev" in problem
+
+
+def test_the_pure_build_says_why(build_env: pytest.MonkeyPatch) -> None:
+    setup = _setup_script()
+    build_env.setenv("ACCELRT_COMPILE", "0")
+    assert setup.choose() == setup.Choice(False, False,
+                                          "ACCELRT_COMPILE=0 asks for the pure-Python build")
+    assert setup.ext_modules() == ([], setup.choose())   # the pure build never imports mypyc
+    build_env.delenv("ACCELRT_COMPILE")
+    build_env.setenv("_ACCELRT_EDITABLE_BUILD", "1")
+    assert "editable install" in setup.choose().reason
+
+
+def test_bad_variable_value_is_refused(build_env: pytest.MonkeyPatch) -> None:
+    setup = _setup_script()
+    build_env.setenv("ACCELRT_COMPILE", "yes")
     with pytest.raises(SystemExit, match="ACCELRT_COMPILE='yes': use 1 for the compiled"):
-        setup.compile_requested()
+        setup.choose()
 
 
-def test_compiled_build_without_mypyc_fails_clearly(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_compiled_build_without_mypyc_fails_clearly(build_env: pytest.MonkeyPatch) -> None:
     setup = _setup_script()
-    monkeypatch.setenv("ACCELRT_COMPILE", "1")
-    monkeypatch.setitem(sys.modules, "mypyc", None)   # as if mypy were not installed
-    monkeypatch.setitem(sys.modules, "mypyc.build", None)
+    build_env.setattr(setup.choice, "compiler_problem", lambda: None)
+    build_env.setitem(sys.modules, "mypyc", None)   # as if mypy were not installed
+    build_env.setitem(sys.modules, "mypyc.build", None)
+    chosen = setup.choose()                         # the default: pure, saying why
+    assert not chosen.compiled and "mypyc is not installed" in chosen.reason
+    build_env.setenv("ACCELRT_COMPILE", "1")
     with pytest.raises(SystemExit, match="needs mypyc .* install mypy first"):
-        setup.ext_modules()
+        setup.choose()
+
+
+def test_a_failed_mypyc_run_falls_back_to_pure_unless_required(
+        build_env: pytest.MonkeyPatch) -> None:
+    setup = _setup_script()
+    import mypyc.build
+
+    def broken(*args: object, **kwargs: object) -> list[object]:
+        raise SystemExit(2)   # mypyc exits so on a type error
+
+    build_env.setattr(mypyc.build, "mypycify", broken)
+    build_env.chdir(ROOT)
+    exts, chosen = setup.ext_modules(setup.Choice(True, False, "compiled"))
+    assert exts == [] and not chosen.compiled and "mypyc failed" in chosen.reason
+    with pytest.raises(SystemExit):
+        setup.ext_modules(setup.Choice(True, True, "compiled (ACCELRT_COMPILE=1)"))
+
+
+def _build_ext(setup: ModuleType, tmp_path: pathlib.Path, names: list[str]) -> Any:
+    from setuptools import Distribution
+    from setuptools.extension import Extension
+    exts = [setup.SHIM if n == setup.SHIM.name else Extension(n, ["x.c"]) for n in names]
+    cmd = setup.BuildExt(Distribution({"name": "accelrt", "ext_modules": exts}))
+    cmd.build_lib, cmd.build_temp = str(tmp_path / "lib"), str(tmp_path / "tmp")
+    cmd.ensure_finalized()
+    return cmd
+
+
+@pytest.mark.parametrize("required", [False, True])
+def test_a_failed_c_compile_installs_the_pure_build_unless_required(
+        required: bool, tmp_path: pathlib.Path, build_env: pytest.MonkeyPatch) -> None:
+    from setuptools.command.build_ext import build_ext
+    setup = _setup_script()
+    built: list[list[str]] = []
+
+    def build_extensions(self: Any) -> None:
+        names = [e.name for e in self.extensions]
+        built.append(names)
+        if names != [setup.SHIM.name]:
+            raise RuntimeError("error: command 'gcc' failed with exit code 1")
+
+    build_env.setattr(build_ext, "build_extensions", build_extensions)
+    build_env.setattr(setup.BuildExt, "chosen", setup.Choice(True, required, "compiled"))
+    cmd = _build_ext(setup, tmp_path, [setup.SHIM.name, "accelrt__mypyc",
+                                       "accelrt.memory._fit"])
+    cmd.compiler = type("Compiler", (), {"compile": lambda *a, **k: []})()
+    if required:
+        with pytest.raises(RuntimeError, match="gcc"):
+            cmd.build_extensions()
+        return
+    cmd.build_extensions()
+    assert built == [[setup.SHIM.name, "accelrt__mypyc", "accelrt.memory._fit"],
+                     [setup.SHIM.name]]   # then the shim alone: none of the group ships
+    record = json.loads((tmp_path / "lib" / "accelrt" / "_build.json").read_text())
+    assert record["build"] == "pure" and record["modules"] == []
+    assert "the C compiler failed on the compiled modules (error: command 'gcc'" in (
+        record["reason"])
+
+
+def test_the_build_record_names_the_compiled_modules(tmp_path: pathlib.Path,
+                                                     build_env: pytest.MonkeyPatch) -> None:
+    from setuptools.command.build_ext import build_ext
+    setup = _setup_script()
+    build_env.setattr(build_ext, "build_extensions", lambda self: None)
+    build_env.setattr(setup.BuildExt, "chosen", setup.Choice(True, False, "compiled because"))
+    cmd = _build_ext(setup, tmp_path, [setup.SHIM.name, "accelrt__mypyc"])
+    cmd.compiler = type("Compiler", (), {"compile": lambda *a, **k: []})()
+    cmd.build_extensions()
+    record = json.loads((tmp_path / "lib" / "accelrt" / "_build.json").read_text())
+    assert record == {"build": "compiled", "reason": "compiled because",
+                      "modules": compiled_module_names()}
+
+
+def test_the_sources_of_one_extension_compile_in_parallel(tmp_path: pathlib.Path,
+                                                          build_env: pytest.MonkeyPatch) -> None:
+    # the compiled build's large extension is one C file per module (mypyc's multi_file):
+    # compiling them on every core is most of the install time on 2 cores
+    from setuptools.command.build_ext import build_ext
+    setup = _setup_script()
+    build_env.setattr(build_ext, "build_extensions", lambda self: None)
+    build_env.setattr(setup.os, "cpu_count", lambda: 2)
+    gate = threading.Barrier(2, timeout=30)   # both sources must be compiling at once
+    calls: list[list[str]] = []
+
+    class Compiler:
+        def compile(self, sources: list[str], *args: object) -> list[str]:
+            calls.append(sources)
+            if len(sources) == 1 and sources[0] in ("a.c", "b.c"):
+                gate.wait()
+            return [s.replace(".c", ".o") for s in sources]
+
+    cmd = _build_ext(setup, tmp_path, [setup.SHIM.name])
+    cmd.compiler = Compiler()
+    cmd.build_extensions()
+    assert cmd.compiler.compile(["a.c", "b.c", "c.c"], "out") == ["a.o", "b.o", "c.o"]
+    assert sorted(calls) == [["a.c"], ["b.c"], ["c.c"]]
+    assert cmd.compiler.compile(["d.c"]) == ["d.o"]
 
 
 def _build_backend() -> ModuleType:
@@ -99,14 +263,15 @@ def test_metadata_is_prepared_without_compiling(hook: str,
     seen: list[str | None] = []
 
     def setuptools_hook(metadata_directory: str, config_settings: object = None) -> str:
-        seen.append(os.environ.get("ACCELRT_COMPILE"))
+        seen.append(backend.choice.requested())
         return "accelrt-0.1.0.dist-info"
 
     monkeypatch.setattr(backend._setuptools, hook, setuptools_hook)
     monkeypatch.setenv("ACCELRT_COMPILE", "1")
     assert getattr(backend, hook)("metadata-dir") == "accelrt-0.1.0.dist-info"
-    assert seen == ["0"]                               # setup.py ran as the pure build
+    assert seen == ["pure"]                            # setup.py ran as the pure build
     assert os.environ["ACCELRT_COMPILE"] == "1"        # and the wheel build still compiles
+    assert backend.choice.requested() == "compiled"
 
 
 @pytest.mark.parametrize("hook", ["get_requires_for_build_wheel",
@@ -117,12 +282,17 @@ def test_compiled_build_requires_what_mypyc_type_checks(hook: str,
     # environment the compiled build failed on a machine whose environment lacked numpy
     backend = _build_backend()
     monkeypatch.setattr(backend._setuptools, hook, lambda config_settings=None: ["wheel"])
+    monkeypatch.setattr(backend.choice, "compiler_problem", lambda: None)
     monkeypatch.setenv("ACCELRT_COMPILE", "1")
     reqs = getattr(backend, hook)()
     names = {r.split(">")[0].split("=")[0].strip() for r in reqs}
     assert {"wheel", "mypy", "numpy"} <= names
     monkeypatch.setenv("ACCELRT_COMPILE", "0")
     assert getattr(backend, hook)() == ["wheel"]       # the pure build needs neither
+    monkeypatch.delenv("ACCELRT_COMPILE")              # the default: a wheel compiles
+    assert getattr(backend, hook)() == (["wheel"] if hook.endswith("editable") else reqs)
+    monkeypatch.setattr(backend.choice, "compiler_problem", lambda: "no C compiler")
+    assert getattr(backend, hook)() == ["wheel"]       # no compiler: no mypy to download
 
 
 def test_subclasses_of_compiled_classes_are_compiled_too() -> None:
@@ -171,3 +341,35 @@ def test_compiled_packages_import_no_test_dependency() -> None:
                               for n in names if n.split(".")[0] in _TEST_ONLY]
     assert not offenders, ("import test-only packages by name (importlib) in packages that "
                            "hold compiled modules: " + "; ".join(offenders))
+
+
+def test_info_says_which_build_is_loaded_and_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    from accelrt import _build_info
+    loaded = _build_info.build_info()
+    assert loaded.build == ("compiled" if memory.compiled else "pure") and loaded.reason
+    info = cli.collect_info(self_check=False, backends=["cpu"])
+    assert (info["build"], info["build_reason"]) == (loaded.build, loaded.reason)
+    assert f": {loaded.reason}" in cli.format_info(info).splitlines()[1]
+
+    def record(build: str, reason: str, modules: list[str]) -> None:
+        monkeypatch.setattr(_build_info, "_record",
+                            lambda: {"build": build, "reason": reason, "modules": modules})
+
+    record("pure", "ACCELRT_COMPILE=0 asks for the pure-Python build", [])
+    said = "ACCELRT_COMPILE=0 asks for the pure-Python build"
+    assert _build_info.build_info() == ("pure", said, ())
+    record("compiled", "compiled with mypyc", ["accelrt._size"])   # never compiled
+    said = _build_info.build_info()
+    assert said.build == "pure" and said.modules == ()
+    assert "compiled 1 modules, but 1 load from Python source (e.g. accelrt._size)" in (
+        said.reason)
+    names = compiled_module_names()
+    record("compiled", "compiled with mypyc", names)
+    assert _build_info.build_info() == (
+        ("compiled", "compiled with mypyc", tuple(names)) if memory.compiled else
+        ("pure", (f"the build compiled {len(names)} modules, but {len(names)} load from "
+                  f"Python source (e.g. {names[0]}): reinstall accelrt"), ()))
+    monkeypatch.setattr(_build_info, "_record", lambda: None)   # a source tree
+    assert _build_info.build_info().build == ("compiled" if memory.compiled else "pure")
+    assert "accelrt._size" not in " ".join(_build_info.build_info().modules)
+    assert cli._build_line({}) == "build: unknown"   # an older accelrt's dict

@@ -46,9 +46,10 @@ from ._snapshot import build_snapshot, snapshot_segments, to_plain
 from ._snapshot import dump_snapshot as _dump
 from ._summary import format_summary
 
-#: True when the caching allocator runs from the optional compiled build (mypyc, installed
-#: with ``ACCELRT_COMPILE=1``; see docs/memory.md), False for the pure-Python build. Both
-#: behave the same; benchmarks and bug reports say which one they ran (``accelrt info`` too).
+#: True when the caching allocator runs from the compiled build (mypyc: the default of
+#: ``pip install .`` where a C compiler is found; see docs/memory.md), False for the pure-Python
+#: build. Both behave the same; benchmarks and bug reports say which one they ran (``accelrt
+#: info`` says which build is loaded, and why).
 compiled: bool = not _allocator_module.__file__.endswith(".py")
 
 if TYPE_CHECKING:
