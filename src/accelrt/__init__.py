@@ -46,6 +46,7 @@ from ._errors import (
     DeviceError,
     OutOfMemoryError,
 )
+from ._namespace import public_dir
 
 if TYPE_CHECKING:
     # What the lazy names below resolve to, for type checkers only: at run time these modules
@@ -250,9 +251,4 @@ if not TYPE_CHECKING:  # hidden from type checkers: a typo must not type-check a
 
 
 def __dir__() -> list[str]:
-    # the public API, dunders and loaded public submodules; not the imports this file uses
-    g = globals()
-    subs = {n for n, v in g.items() if isinstance(v, type(importlib)) and not n.startswith("_")
-            and v.__name__.startswith(__name__ + ".")}
-    dunders = {n for n in g if n.startswith("__") and n.endswith("__")}
-    return sorted(set(__all__) | dunders | subs)
+    return public_dir(globals(), __all__, __name__)

@@ -7,44 +7,9 @@ Example::
     True
 """
 
-from .._backend import (
-    BACKENDS,
-    Backend,
-    Capabilities,
-    DevicePtr,
-    EventHandle,
-    GraphHandle,
-    StreamHandle,
-    available,
-    get,
-    get_all_backends,
-    get_available_backends,
-    get_backend,
-    on_change,
-    register,
-    registered,
-    unavailable_reason,
-    unregister,
-)
+from .. import _backend
+from .._backend import *  # noqa: F403 - the registry's public names, as its __all__ lists them
 from .._runtime import device_module
 
-__all__ = [
-    "BACKENDS",
-    "Backend",
-    "Capabilities",
-    "DevicePtr",
-    "EventHandle",
-    "GraphHandle",
-    "StreamHandle",
-    "available",
-    "device_module",
-    "get",
-    "get_all_backends",
-    "get_available_backends",
-    "get_backend",
-    "on_change",
-    "register",
-    "registered",
-    "unavailable_reason",
-    "unregister",
-]
+__all__ = ["device_module"]
+__all__ += _backend.__all__

@@ -37,6 +37,7 @@ from .. import _device
 from .._device import _get_device, _tls
 from .._fork import reinit_after_fork
 from .._handles import StreamHandle
+from .._namespace import public_dir
 from . import _allocator as _allocator_module
 from . import _host
 from ._allocator import DeviceCachingAllocator, get_allocator, peek_allocator
@@ -866,9 +867,4 @@ def reset_accumulated_host_memory_stats() -> None:
 
 
 def __dir__() -> list[str]:
-    # the public API, dunders and loaded public submodules; not the imports this file uses
-    g = globals()
-    subs = {n for n, v in g.items() if isinstance(v, type(sys)) and not n.startswith("_")
-            and v.__name__.startswith(__name__ + ".")}
-    dunders = {n for n in g if n.startswith("__") and n.endswith("__")}
-    return sorted(set(__all__) | dunders | subs)
+    return public_dir(globals(), __all__, __name__)

@@ -207,18 +207,35 @@ class HotCounters:
         b = self.inactive_split_bytes + nbytes
         self.inactive_split_bytes = b
         self.inactive_split_bytes_sum += nbytes
+        self.raise_split_peaks(n, b)
+        other = self.other_row
+        self.all_row.raise_split_peaks(n + other.inactive_split, b + other.inactive_split_bytes)
+
+    def raise_peaks(self, n: int, nbytes: int, requested: int) -> None:
+        """Raise the allocation peaks to ``n`` allocations, ``nbytes`` allocated and
+        ``requested`` requested bytes where those are higher (the one peak update of
+        :meth:`DeviceStats.settle`, for a pool type's row and the ``all`` row)."""
+        if n > self.allocations_peak:
+            self.allocations_peak = n
+        if nbytes > self.allocated_bytes_peak:
+            self.allocated_bytes_peak = nbytes
+        if requested > self.requested_bytes_peak:
+            self.requested_bytes_peak = requested
+
+    def raise_active_peaks(self, n: int, nbytes: int) -> None:
+        """Raise the active peaks to ``n`` blocks and ``nbytes`` where those are higher."""
+        if n > self.active_peak:
+            self.active_peak = n
+        if nbytes > self.active_bytes_peak:
+            self.active_bytes_peak = nbytes
+
+    def raise_split_peaks(self, n: int, nbytes: int) -> None:
+        """Raise the inactive_split peaks to ``n`` blocks and ``nbytes`` where those are
+        higher."""
         if n > self.inactive_split_peak:
             self.inactive_split_peak = n
-        if b > self.inactive_split_bytes_peak:
-            self.inactive_split_bytes_peak = b
-        other = self.other_row
-        row = self.all_row
-        n += other.inactive_split
-        if n > row.inactive_split_peak:
-            row.inactive_split_peak = n
-        b += other.inactive_split_bytes
-        if b > row.inactive_split_bytes_peak:
-            row.inactive_split_bytes_peak = b
+        if nbytes > self.inactive_split_bytes_peak:
+            self.inactive_split_bytes_peak = nbytes
 
 
 #: The hot stats' current values in the order of :func:`_current`, and their peak and base
@@ -292,82 +309,34 @@ class DeviceStats:
         Only the pool type(s) whose ``grew`` flag is set are compared. While no free has waited
         for events since the last peak reset (``pending_seen`` False), ``active`` equals
         ``allocation`` at all times, so the active peaks are not compared here but copied
-        from the allocation peaks by :meth:`_materialize_active`. (Unrolled: the fast path
-        of ``free`` calls this whenever both pool types grew since the last call.)
+        from the allocation peaks by :meth:`_materialize_active`.
         """
         if self.pending_seen:
             self._settle_full()
             return
         a, s, g = self.hot
-        sn = s.allocations
-        sb = s.allocated_bytes
-        sr = s.requested_bytes
         if s.grew:
-            if sn > s.allocations_peak:
-                s.allocations_peak = sn
-            if sb > s.allocated_bytes_peak:
-                s.allocated_bytes_peak = sb
-            if sr > s.requested_bytes_peak:
-                s.requested_bytes_peak = sr
+            s.raise_peaks(s.allocations, s.allocated_bytes, s.requested_bytes)
             s.grew = False
-        gn = g.allocations
-        gb = g.allocated_bytes
-        gr = g.requested_bytes
         if g.grew:
-            if gn > g.allocations_peak:
-                g.allocations_peak = gn
-            if gb > g.allocated_bytes_peak:
-                g.allocated_bytes_peak = gb
-            if gr > g.requested_bytes_peak:
-                g.requested_bytes_peak = gr
+            g.raise_peaks(g.allocations, g.allocated_bytes, g.requested_bytes)
             g.grew = False
-        sn += gn
-        if sn > a.allocations_peak:
-            a.allocations_peak = sn
-        sb += gb
-        if sb > a.allocated_bytes_peak:
-            a.allocated_bytes_peak = sb
-        sr += gr
-        if sr > a.requested_bytes_peak:
-            a.requested_bytes_peak = sr
+        a.raise_peaks(s.allocations + g.allocations, s.allocated_bytes + g.allocated_bytes,
+                      s.requested_bytes + g.requested_bytes)
 
     def _settle_full(self) -> None:
         """:meth:`settle` once a free has waited for events: the active peaks too."""
         a, s, g = self.hot
         for c in (s, g):
             if c.grew:
-                n = c.allocations
-                nbytes = c.allocated_bytes
-                if n > c.allocations_peak:
-                    c.allocations_peak = n
-                if nbytes > c.allocated_bytes_peak:
-                    c.allocated_bytes_peak = nbytes
-                if c.requested_bytes > c.requested_bytes_peak:
-                    c.requested_bytes_peak = c.requested_bytes
-                if n + c.pending_frees > c.active_peak:
-                    c.active_peak = n + c.pending_frees
-                if nbytes + c.pending_bytes > c.active_bytes_peak:
-                    c.active_bytes_peak = nbytes + c.pending_bytes
-        sn = s.allocations
-        sb = s.allocated_bytes
-        sr = s.requested_bytes
-        gn = g.allocations
-        gb = g.allocated_bytes
-        gr = g.requested_bytes
-        n = sn + gn
-        b = sb + gb
-        if n > a.allocations_peak:
-            a.allocations_peak = n
-        if b > a.allocated_bytes_peak:
-            a.allocated_bytes_peak = b
-        if sr + gr > a.requested_bytes_peak:
-            a.requested_bytes_peak = sr + gr
-        an = n + s.pending_frees + g.pending_frees
-        if an > a.active_peak:
-            a.active_peak = an
-        ab = b + s.pending_bytes + g.pending_bytes
-        if ab > a.active_bytes_peak:
-            a.active_bytes_peak = ab
+                c.raise_peaks(c.allocations, c.allocated_bytes, c.requested_bytes)
+                c.raise_active_peaks(c.allocations + c.pending_frees,
+                                     c.allocated_bytes + c.pending_bytes)
+        n = s.allocations + g.allocations
+        b = s.allocated_bytes + g.allocated_bytes
+        a.raise_peaks(n, b, s.requested_bytes + g.requested_bytes)
+        a.raise_active_peaks(n + s.pending_frees + g.pending_frees,
+                             b + s.pending_bytes + g.pending_bytes)
         s.grew = g.grew = False
 
     def settle_grown(self) -> None:
@@ -391,22 +360,10 @@ class DeviceStats:
     def settle_split(self) -> None:
         """Bring the inactive_split peaks (pool types and ``all``) up to date."""
         a, s, g = self.hot
-        sn = s.inactive_split
-        sb = s.inactive_split_bytes
-        gn = g.inactive_split
-        gb = g.inactive_split_bytes
-        if sn > s.inactive_split_peak:
-            s.inactive_split_peak = sn
-        if sb > s.inactive_split_bytes_peak:
-            s.inactive_split_bytes_peak = sb
-        if gn > g.inactive_split_peak:
-            g.inactive_split_peak = gn
-        if gb > g.inactive_split_bytes_peak:
-            g.inactive_split_bytes_peak = gb
-        if sn + gn > a.inactive_split_peak:
-            a.inactive_split_peak = sn + gn
-        if sb + gb > a.inactive_split_bytes_peak:
-            a.inactive_split_bytes_peak = sb + gb
+        s.raise_split_peaks(s.inactive_split, s.inactive_split_bytes)
+        g.raise_split_peaks(g.inactive_split, g.inactive_split_bytes)
+        a.raise_split_peaks(s.inactive_split + g.inactive_split,
+                            s.inactive_split_bytes + g.inactive_split_bytes)
         self.dirty_split = False
 
     def settle_all(self) -> None:

@@ -34,6 +34,7 @@ Example::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -124,6 +125,7 @@ def parse_device_memory(text: str) -> int:
     return size
 
 
+@dataclasses.dataclass(eq=False, repr=False)   # only its __init__: a plain record
 class Workload:
     """What ``accelrt memory tune`` reads of a file (see :func:`read_workload`).
 
@@ -138,14 +140,12 @@ class Workload:
         capacity_source: how ``capacity`` was found (``""`` when it was not).
     """
 
-    def __init__(self, ops: list[Op], settings: Any, device: int, ooms: list[dict[str, Any]],
-                 capacity: int | None, capacity_source: str) -> None:
-        self.ops = ops
-        self.settings = settings
-        self.device = device
-        self.ooms = ooms
-        self.capacity = capacity
-        self.capacity_source = capacity_source
+    ops: list[Op]
+    settings: Any
+    device: int
+    ooms: list[dict[str, Any]]
+    capacity: int | None
+    capacity_source: str
 
 
 def _reserved_at_ooms(snapshot: dict[str, Any], entries: list[Any], device: int
