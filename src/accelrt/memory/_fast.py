@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._block import SMALL_MAX, Block, bisect_left, fl_add, fl_remove, insort
+from ._block import SMALL_MAX, Block, bisect_left, count_alloc, fl_add, fl_remove, insort, mergeable
 
 if TYPE_CHECKING:
     from ._allocator import DeviceCachingAllocator
@@ -96,26 +96,8 @@ def malloc_cached(a: DeviceCachingAllocator, size: int, stream: int) -> int:
             c.inactive_split_bytes -= rounded
         else:
             c.count_split(remaining)
-        raddr = addr + rounded
-        if a._spares:
-            rest = a._spares.pop()
-            rest.addr = raddr
-            rest.size = remaining
-            rest.stream = stream
-            rest.pool = pool
-            rest.exp = None
-            rest.requested = 0
-            rest.frames = None
-        else:
-            rest = Block(raddr, remaining, stream, pool)
-        rest.prev = blk
-        rest.next = nx
-        if nx is not None:
-            nx.prev = rest
-        blk.next = rest
-        blk.size = bsize = rounded
-        a._blocks[raddr] = rest
-        key = (remaining << 64) | raddr
+        rest = a._cut_block(blk, rounded)
+        key = (remaining << 64) | rest.addr
         if not plain:   # a long FreeList
             fl.add(key)  # type: ignore[union-attr]
         elif i and fl[i - 1] > key:  # type: ignore[index]
@@ -133,16 +115,7 @@ def malloc_cached(a: DeviceCachingAllocator, size: int, stream: int) -> int:
                 a._stats.settle_split()
             c.inactive_split_bytes -= bsize
             c.inactive_split -= 1
-    # the allocation count of _malloc_locked
-    blk.allocated = True
-    blk.requested = size
-    c.allocations += 1
-    c.allocated_bytes += bsize
-    c.requested_bytes += size
-    c.allocations_sum += 1
-    c.allocated_bytes_sum += bsize
-    c.requested_bytes_sum += size
-    c.grew = True
+    count_alloc(blk, size)
     return addr
 
 
@@ -279,8 +252,8 @@ def free_cached(a: DeviceCachingAllocator, blk: Block) -> None:
     plain = type(fl) is list
     # _merge (blk is mapped: only free mapped neighbours merge), in three cases: the
     # block before is free (and maybe the one after), only the one after, neither
-    if (prev is not None and not prev.allocated and not prev.event_count
-            and not prev.stream_uses and prev.mapped):
+    if mergeable(prev):
+        assert prev is not None
         merged_bytes = prev.size
         okey = (merged_bytes << 64) | prev.addr   # (its key's place: see below)
         if not plain:
@@ -289,8 +262,8 @@ def free_cached(a: DeviceCachingAllocator, blk: Block) -> None:
         a._spares.append(blk)
         prev.requested = blk.requested
         prev.frames = blk.frames
-        if (nx is not None and not nx.allocated and not nx.event_count
-                and not nx.stream_uses and nx.mapped):
+        if mergeable(nx):
+            assert nx is not None
             nsize = nx.size
             fl_remove(fl, (nsize << 64) | nx.addr)
             del a._blocks[nx.addr]
@@ -305,8 +278,8 @@ def free_cached(a: DeviceCachingAllocator, blk: Block) -> None:
         if nx is not None:
             nx.prev = prev
         blk = prev
-    elif (nx is not None and not nx.allocated and not nx.event_count
-            and not nx.stream_uses and nx.mapped):
+    elif mergeable(nx):
+        assert nx is not None
         merged_bytes = nx.size
         okey = (merged_bytes << 64) | nx.addr   # (its key's place: see below)
         if not plain:
