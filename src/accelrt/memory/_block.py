@@ -312,8 +312,7 @@ def fl_pop_ge(fl: list[int] | FreeList, key: int) -> int:
 def fl_iter_ge(fl: list[int] | FreeList, key: int) -> Iterator[int]:
     """The keys ``>= key`` of a free list, ascending (no changes while iterating)."""
     if type(fl) is list:
-        # (lazily, without copying the list's tail: a best-fit scan stops after a few keys)
-        return map(fl.__getitem__, range(bisect_left(fl, key), len(fl)))
+        return iter(fl[bisect_left(fl, key):])
     return fl.iter_ge(key)  # type: ignore[union-attr]
 
 

@@ -252,47 +252,8 @@ def free_cached(a: DeviceCachingAllocator, blk: Block) -> None:
     plain = type(fl) is list
     # _merge (blk is mapped: only free mapped neighbours merge), in three cases: the
     # block before is free (and maybe the one after), only the one after, neither
-    if mergeable(prev):
-        assert prev is not None
-        merged_bytes = prev.size
-        okey = (merged_bytes << 64) | prev.addr   # (its key's place: see below)
-        if not plain:
-            fl.remove(okey)
-        del a._blocks[ptr]
-        a._spares.append(blk)
-        prev.requested = blk.requested
-        prev.frames = blk.frames
-        if mergeable(nx):
-            assert nx is not None
-            nsize = nx.size
-            fl_remove(fl, (nsize << 64) | nx.addr)
-            del a._blocks[nx.addr]
-            a._spares.append(nx)
-            merged = 2
-            merged_bytes += nsize
-            nx = nx.next
-        else:
-            merged = 1
-        prev.size = merged_bytes + size
-        prev.next = nx
-        if nx is not None:
-            nx.prev = prev
-        blk = prev
-    elif mergeable(nx):
-        assert nx is not None
-        merged_bytes = nx.size
-        okey = (merged_bytes << 64) | nx.addr   # (its key's place: see below)
-        if not plain:
-            fl.remove(okey)
-        del a._blocks[nx.addr]
-        a._spares.append(nx)
-        merged = 1
-        blk.size = size + merged_bytes
-        nx = nx.next
-        blk.next = nx
-        if nx is not None:
-            nx.prev = blk
-    else:
+    other = prev if mergeable(prev) else nx if mergeable(nx) else None
+    if other is None:
         # nothing to merge
         if (prev is not None or nx is not None) and blk.exp is None:
             # inactive_split (as _fit.free_block; increases update the peaks at once): a
@@ -305,6 +266,24 @@ def free_cached(a: DeviceCachingAllocator, blk: Block) -> None:
             fl_add(pool.free, blk.stream, key)
         blk.gc_base = pool.gc_calls
         return
+    merged_bytes = other.size
+    okey = (merged_bytes << 64) | other.addr   # (its key's place: see below)
+    if not plain:
+        fl.remove(okey)
+    merged = 1
+    if other is prev:
+        prev.requested = blk.requested
+        prev.frames = blk.frames
+        a._join(prev, blk, True)
+        blk = prev
+        if mergeable(nx):
+            assert nx is not None
+            merged_bytes += nx.size
+            fl_remove(fl, (nx.size << 64) | nx.addr)
+            a._join(blk, nx, True)
+            merged = 2
+    else:
+        a._join(blk, other, True)
     # merged: blk is the surviving block
     if blk.exp is None:
         # inactive_split (as _fit.free_block): the freed block's bytes join them if the

@@ -79,8 +79,8 @@ def get_free_block(a: DeviceCachingAllocator, pool: BlockPool, stream: int,
             return None
     blk = blocks[key & ADDR_MASK]
     if blk.exp is not None:
-        # the keys after the first fit, ascending (lazily: the loops below stop early)
-        keys = fl_iter_ge(fl, key + 1)
+        # the keys after the first fit, ascending
+        keys = iter(fl[i + 1:]) if i >= 0 else fl_iter_ge(fl, key + 1)  # type: ignore[index]
         if a._expandable:
             # among expandable candidates, prefer the one whose size including the
             # unmapped range after it is smallest (PyTorch's expandable best fit)
