@@ -12,8 +12,12 @@ and :meth:`DeviceCachingAllocator._free_locked` (with :mod:`._fit`);
 ``tests/memory/test_allocator_fast_paths.py`` runs
 :class:`~accelrt.testing._allocators.GeneralPathAllocator` (these paths off) beside the plain
 allocator and compares their state after every step, and ``bench/bench_allocator.py`` times
-both (the general code costs 1.3-1.7x as much per operation). They spell the block
-constants as literals (a constant load instead of a global load on every call).
+each against the general code. Each stays only because the compiled build's general code is
+more than 10% slower in the same run (``docs/memory.md``, "Which fast paths stay"). They
+split with :meth:`DeviceCachingAllocator._cut_block`, merge with
+:meth:`DeviceCachingAllocator._join` and count with :func:`._block.count_alloc`, as the general
+code does; what they keep of their own is the case analysis and the free-list keys updated in
+place. They spell the block constants as literals (a constant load in either build).
 
 Example::
 
