@@ -9,9 +9,11 @@
    the default policy.
 2. Times ``malloc`` + ``free`` of a cached block (512 B, 1 MiB, 20 MiB).
 3. Scaling: calls per operation with 1,000 and with 300,000 free blocks in the free lists.
-4. The hand-inlined fast paths against the general code they mirror
-   (:class:`~accelrt.testing._allocators.GeneralPathAllocator`), on the cached alloc+free and a
-   default replay: the fast paths are kept only while this shows they pay.
+4. Each hand-inlined fast path against the general code it mirrors (one path off at a time,
+   and :class:`~accelrt.testing._allocators.GeneralPathAllocator`, all off), on the cached
+   alloc+free and the default and low-fragmentation replays: a fast path is kept only while
+   the general code costs more than 1.1x in the same run (the malloc and free columns are
+   against the "no deferred free" column, the deferred free and all-off against all on).
 5. A snapshot of 10,000 segments, ``acc.rand`` against numpy's Philox generator, and
    ``memory_allocated()`` / ``memory_stats()`` on the cpu backend.
 
@@ -38,6 +40,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import glob
 import importlib
@@ -398,26 +401,61 @@ def main() -> None:
     print(f"| empty method call (the unit) | {_calibrate(cal) * 1e9:.1f} ns thread CPU time | |")
 
 
+def _fast_off(a: Any, what: str) -> Any:
+    """``a`` with one named fast path off (``_fast_flags`` sets these flags again only when a
+    free is deferred or completed, or a setting changes: never once deferral is off, on a
+    replay of the default policy, or on one of page_reuse whose reservations already exist):
+    ``defer`` the deferred free; ``malloc`` (and ``defer``) the cached malloc; ``free`` (and
+    ``defer``) the cached free. Measurement only."""
+    if what:
+        a._defer_skip = 1 << 62   # (no deferral: defer_free skips this many frees)
+    if what == "malloc":
+        a._fast_malloc = a._fast_reuse = False
+    elif what == "free":
+        a._free_slow = True
+    return a
+
+
 def fast_path_rows(workloads: list[tuple[str, list[Any]]], repeat: int, loops: int,
                    cal: int) -> None:
-    """The inlined fast paths of malloc/free against the general code they mirror."""
-    def make(cls: Any) -> Callable[[], Any]:
-        return lambda: cls(SimulatedBackend(), 0, parse_config(""))
+    """Each fast path of malloc/free against the general code it mirrors, in the same run:
+    all fast paths on; the deferred free off; that and the cached malloc off; that and the
+    cached free off (instead of the malloc); all off (:class:`GeneralPathAllocator`). A fast
+    path stays only where the general code costs more than 1.1x (issue 22; docs/memory.md,
+    "Which fast paths stay")."""
+    def make(cls: Any, conf: str, what: str = "") -> Callable[[], Any]:
+        def new() -> Any:
+            a = cls(SimulatedBackend(), 0, parse_config(conf))
+            if what and "page_reuse" in conf:
+                # (the reservations first: making one sets the flags again)
+                a.free(a.malloc(512, 0))
+            return _fast_off(a, what)
+        return new
 
-    fast, general = make(DeviceCachingAllocator), make(GeneralPathAllocator)
     print()
-    print("## Fast paths: inlined malloc/free against the general code they mirror (calls)")
-    print("| workload | fast paths | general code | general / fast |")
-    print("|---|---|---|---|")
-    cases: list[tuple[str, Callable[[Callable[[], Any]], tuple[float, int]]]] = [
-        ("cached alloc+free 512 B", lambda new: bench_alloc_free(new, 512, loops))]
+    print("## Fast paths against the general code they mirror (calls; ratio: general / fast)")
+    print("| workload | fast paths | no deferred free | general malloc | general free | "
+          "general code |")
+    print("|---|---|---|---|---|---|")
+    cases: list[tuple[str, str, Callable[[Callable[[], Any]], tuple[float, int]]]] = [
+        ("cached alloc+free 512 B", "", lambda new: bench_alloc_free(new, 512, loops))]
     for name, ops in workloads:
         if not name.startswith("synthetic"):
-            cases.append((f"replay {name} (default)", lambda new, o=ops: _replay_timed(new, o)))
-    for label, fn in cases:
-        res = alternate({"fast": lambda: fn(fast), "general": lambda: fn(general)}, repeat, cal)
-        f, g = res["fast"][0], res["general"][0]
-        print(f"| {label} | {f:.1f} | {g:.1f} | {g / f:.2f}x |", flush=True)
+            for label, conf in (SETTINGS[0], SETTINGS[2]):
+                cases.append((f"replay {name} ({label})", conf,
+                              lambda new, o=ops: _replay_timed(new, o)))
+    for label, conf, fn in cases:
+        variants = {"fast": make(DeviceCachingAllocator, conf),
+                    "defer": make(DeviceCachingAllocator, conf, "defer"),
+                    "malloc": make(DeviceCachingAllocator, conf, "malloc"),
+                    "free": make(DeviceCachingAllocator, conf, "free"),
+                    "general": make(GeneralPathAllocator, conf)}
+        res = alternate({k: functools.partial(fn, n) for k, n in variants.items()}, repeat, cal)
+        f, d = res["fast"][0], res["defer"][0]
+        print(f"| {label} | {f:.1f} | {d:.1f} ({d / f:.2f}x) | "
+              f"{res['malloc'][0]:.1f} ({res['malloc'][0] / d:.2f}x) | "
+              f"{res['free'][0]:.1f} ({res['free'][0] / d:.2f}x) | "
+              f"{res['general'][0]:.1f} ({res['general'][0] / f:.2f}x) |", flush=True)
 
 
 # ---------------------------------------------------------------------- snapshot and RNG rows

@@ -56,8 +56,10 @@ from ._block import (
     KEY_SHIFT,
     Block,
     BlockPool,
+    count_alloc,
     fl_add,
     fl_remove,
+    mergeable,
     unmapped_remove,
 )
 from ._config import SIZE_MAX, AllocatorConfig, check_fraction, get_config
@@ -428,20 +430,9 @@ class DeviceCachingAllocator:
             c = pool.hot
             c.inactive_split_bytes -= blk.size
             c.inactive_split -= 1
-        blk.allocated = True
-        blk.requested = size
-        bsize = blk.size
-        c = pool.hot
-        c.allocations += 1
-        c.allocated_bytes += bsize
-        c.requested_bytes += size
-        c.allocations_sum += 1
-        c.allocated_bytes_sum += bsize
-        c.requested_bytes_sum += size
-        c.grew = True
-        st = self._stats
-        if bsize >= self._max_split_size:
-            st.oversize_allocations.increase(1)
+        count_alloc(blk, size)
+        if blk.size >= self._max_split_size:
+            self._stats.oversize_allocations.increase(1)
         addr = blk.addr
         if frames is not None:
             blk.frames = frames
@@ -493,45 +484,43 @@ class DeviceCachingAllocator:
         nbytes = 0
         mapped = b.mapped
         prev = b.prev
-        if (prev is not None and not prev.allocated and not prev.event_count
-                and not prev.stream_uses and prev.mapped == mapped):
-            psize = prev.size
-            if mapped:
-                fl_remove(prev.pool.free[prev.stream], (psize << KEY_SHIFT) | prev.addr)
-            else:
-                unmapped_remove(prev)
-            merged = 1
-            nbytes = psize
-            del self._blocks[b.addr]
-            prev.size = psize + b.size
-            nx = b.next
-            prev.next = nx
-            if nx is not None:
-                nx.prev = prev
+        if mergeable(prev, mapped):
+            assert prev is not None
+            nbytes = prev.size
+            self._unlist(prev, mapped)
             prev.requested = b.requested
             prev.frames = b.frames
-            if mapped:   # (the fast path of malloc reuses spares as mapped blocks)
-                self._spares.append(b)
+            self._join(prev, b, mapped)
+            merged = 1
             b = prev
         nx = b.next
-        if (nx is not None and not nx.allocated and not nx.event_count
-                and not nx.stream_uses and nx.mapped == mapped):
-            nsize = nx.size
-            if mapped:
-                fl_remove(nx.pool.free[nx.stream], (nsize << KEY_SHIFT) | nx.addr)
-            else:
-                unmapped_remove(nx)
+        if mergeable(nx, mapped):
+            assert nx is not None
+            nbytes += nx.size
+            self._unlist(nx, mapped)
+            self._join(b, nx, mapped)
             merged += 1
-            nbytes += nsize
-            del self._blocks[nx.addr]
-            b.size += nsize
-            nn = nx.next
-            b.next = nn
-            if nn is not None:
-                nn.prev = b
-            if mapped:
-                self._spares.append(nx)
         return b, merged, nbytes
+
+    def _unlist(self, b: Block, mapped: bool) -> None:
+        """Take free block ``b`` out of its free list (``mapped``) or unmapped list."""
+        if mapped:
+            fl_remove(b.pool.free[b.stream], (b.size << KEY_SHIFT) | b.addr)
+        else:
+            unmapped_remove(b)
+
+    def _join(self, left: Block, right: Block, mapped: bool) -> None:
+        """Merge block ``right`` (in no list) into ``left``, the block before it; a mapped
+        ``right`` goes to ``_spares`` (the fast path of malloc reuses spares as mapped
+        blocks)."""
+        left.size += right.size
+        nn = right.next
+        left.next = nn
+        if nn is not None:
+            nn.prev = left
+        del self._blocks[right.addr]
+        if mapped:
+            self._spares.append(right)
 
     def _check_request(self, size: object) -> int:
         """Validate a ``malloc`` size outside the fast range: 0, or raise."""

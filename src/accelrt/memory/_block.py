@@ -30,8 +30,8 @@ if TYPE_CHECKING:
 
 __all__ = ["ADDR_MASK", "DEFAULT_POOL", "KEY_SHIFT", "K_MIN_BLOCK", "K_MIN_LARGE_ALLOC",
            "K_ROUND_LARGE", "K_SMALL_BUFFER", "K_SMALL_SIZE", "Block", "BlockPool", "FreeList",
-           "PrivatePool", "SMALL_MAX", "fl_add", "fl_iter_ge", "fl_iter_lt", "fl_pop_ge",
-           "fl_remove", "free_key", "unmapped_add", "unmapped_remove"]
+           "PrivatePool", "SMALL_MAX", "count_alloc", "fl_add", "fl_iter_ge", "fl_iter_lt",
+           "fl_pop_ge", "fl_remove", "free_key", "mergeable", "unmapped_add", "unmapped_remove"]
 
 #: ``bisect``'s functions, bound here as ``Final`` names: the compiled build
 #: (``ACCELRT_COMPILE=1``) holds a ``Final`` in a C variable, where a name imported with
@@ -115,6 +115,30 @@ class Block:
     def __repr__(self) -> str:
         state = "allocated" if self.allocated else ("mapped" if self.mapped else "unmapped")
         return f"<Block {self.addr:#x}+{self.size} stream={self.stream} {state}>"
+
+
+def count_alloc(blk: Block, size: int) -> None:
+    """Hand out ``blk`` for a request of ``size`` bytes: mark it allocated and count the
+    allocation in its pool's counters (the peaks settle later: ``grew``)."""
+    blk.allocated = True
+    blk.requested = size
+    bsize = blk.size
+    c = blk.pool.hot
+    c.allocations += 1
+    c.allocated_bytes += bsize
+    c.requested_bytes += size
+    c.allocations_sum += 1
+    c.allocated_bytes_sum += bsize
+    c.requested_bytes_sum += size
+    c.grew = True
+
+
+def mergeable(b: Block | None, mapped: bool = True) -> bool:
+    """``b`` is a free block that a neighbour mapped as ``mapped`` merges with (PyTorch's
+    ``try_merge_blocks``): not allocated, awaiting no events, recorded on no other stream,
+    and mapped likewise."""
+    return (b is not None and not b.allocated and not b.event_count and not b.stream_uses
+            and b.mapped == mapped)
 
 
 def free_key(b: Block) -> int:

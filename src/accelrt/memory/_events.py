@@ -21,7 +21,7 @@ Example::
 from __future__ import annotations
 
 import collections
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from .. import _sync_debug
 from .._handles import EventHandle, StreamHandle
@@ -29,6 +29,7 @@ from ._block import Block, PrivatePool
 from ._fit import free_block
 
 if TYPE_CHECKING:
+    from ._allocator import DeviceCachingAllocator
     from ._interface import AllocatorCore
 
 __all__ = ["StreamFrees", "record_stream"]
@@ -122,7 +123,7 @@ class StreamFrees:
             q.append((ev, blk))
             alloc._fast = alloc._fast_malloc = alloc._fast_reuse = False   # (see malloc)
         if blk.event_count == 0:
-            free_block(alloc, blk, True)
+            free_block(cast("DeviceCachingAllocator", alloc), blk, True)
         if error is not None:
             raise error
 
@@ -156,7 +157,7 @@ class StreamFrees:
                 self.event_pool.append(ev)
                 blk.event_count -= 1
                 if blk.event_count == 0:
-                    free_block(alloc, blk, True)
+                    free_block(cast("DeviceCachingAllocator", alloc), blk, True)
             if not q:
                 del self.events[s]
         if not self.events:
@@ -182,7 +183,7 @@ class StreamFrees:
                 self.event_pool.append(ev)
                 blk.event_count -= 1
                 if blk.event_count == 0:
-                    free_block(alloc, blk, True)
+                    free_block(cast("DeviceCachingAllocator", alloc), blk, True)
             if keep:
                 self.events[s] = keep
             else:

@@ -26,6 +26,7 @@ from ._block import (
     Block,
     BlockPool,
     bisect_left,
+    count_alloc,
     fl_add,
     fl_iter_ge,
     insort,
@@ -302,28 +303,8 @@ class ExpandableSegments:
                 and not (prev is not None and prev.allocated))
         if remaining >= 512:
             # _cut_block: blk keeps its first ``first`` bytes, ``rest`` the others
-            first = remaining if tail else rounded
-            raddr = addr + first
-            spares = alloc._spares
-            if spares:
-                # (a spare is a mapped block: _merge keeps only those)
-                rest = spares.pop()
-                rest.addr = raddr
-                rest.size = remaining if not tail else rounded
-                rest.stream = stream
-                rest.pool = pool
-                rest.exp = es
-                rest.requested = 0
-                rest.frames = None
-            else:
-                rest = Block(raddr, bsize - first, stream, pool, es, True)
-            rest.prev = blk
-            rest.next = nx
-            if nx is not None:
-                nx.prev = rest
-            blk.next = rest
-            blk.size = first
-            blocks[raddr] = rest
+            rest = alloc._cut_block(blk, remaining if tail else rounded)
+            raddr = rest.addr
             if tail:             # the free head stays cached, the tail is allocated
                 key = (remaining << 64) | addr
                 blk.gc_base = pool.gc_calls
@@ -346,17 +327,7 @@ class ExpandableSegments:
                 fl_add(pool.free, stream, key)
         else:
             del fl[i]
-        blk.allocated = True
-        blk.requested = size
-        bsize = blk.size
-        c = pool.hot
-        c.allocations += 1
-        c.allocated_bytes += bsize
-        c.requested_bytes += size
-        c.allocations_sum += 1
-        c.allocated_bytes_sum += bsize
-        c.requested_bytes_sum += size
-        c.grew = True
+        count_alloc(blk, size)
         return addr
 
     def _find_block(self, pool: BlockPool, stream: int, size: int) -> Block:

@@ -12,8 +12,12 @@ and :meth:`DeviceCachingAllocator._free_locked` (with :mod:`._fit`);
 ``tests/memory/test_allocator_fast_paths.py`` runs
 :class:`~accelrt.testing._allocators.GeneralPathAllocator` (these paths off) beside the plain
 allocator and compares their state after every step, and ``bench/bench_allocator.py`` times
-both (the general code costs 1.3-1.7x as much per operation). They spell the block
-constants as literals (a constant load instead of a global load on every call).
+each against the general code. Each stays only because the compiled build's general code is
+more than 10% slower in the same run (``docs/memory.md``, "Which fast paths stay"). They
+split with :meth:`DeviceCachingAllocator._cut_block`, merge with
+:meth:`DeviceCachingAllocator._join` and count with :func:`._block.count_alloc`, as the general
+code does; what they keep of their own is the case analysis and the free-list keys updated in
+place. They spell the block constants as literals (a constant load in either build).
 
 Example::
 
@@ -35,7 +39,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._block import SMALL_MAX, Block, bisect_left, fl_add, fl_remove, insort
+from ._block import SMALL_MAX, Block, bisect_left, count_alloc, fl_add, fl_remove, insort, mergeable
 
 if TYPE_CHECKING:
     from ._allocator import DeviceCachingAllocator
@@ -96,26 +100,8 @@ def malloc_cached(a: DeviceCachingAllocator, size: int, stream: int) -> int:
             c.inactive_split_bytes -= rounded
         else:
             c.count_split(remaining)
-        raddr = addr + rounded
-        if a._spares:
-            rest = a._spares.pop()
-            rest.addr = raddr
-            rest.size = remaining
-            rest.stream = stream
-            rest.pool = pool
-            rest.exp = None
-            rest.requested = 0
-            rest.frames = None
-        else:
-            rest = Block(raddr, remaining, stream, pool)
-        rest.prev = blk
-        rest.next = nx
-        if nx is not None:
-            nx.prev = rest
-        blk.next = rest
-        blk.size = bsize = rounded
-        a._blocks[raddr] = rest
-        key = (remaining << 64) | raddr
+        rest = a._cut_block(blk, rounded)
+        key = (remaining << 64) | rest.addr
         if not plain:   # a long FreeList
             fl.add(key)  # type: ignore[union-attr]
         elif i and fl[i - 1] > key:  # type: ignore[index]
@@ -133,16 +119,7 @@ def malloc_cached(a: DeviceCachingAllocator, size: int, stream: int) -> int:
                 a._stats.settle_split()
             c.inactive_split_bytes -= bsize
             c.inactive_split -= 1
-    # the allocation count of _malloc_locked
-    blk.allocated = True
-    blk.requested = size
-    c.allocations += 1
-    c.allocated_bytes += bsize
-    c.requested_bytes += size
-    c.allocations_sum += 1
-    c.allocated_bytes_sum += bsize
-    c.requested_bytes_sum += size
-    c.grew = True
+    count_alloc(blk, size)
     return addr
 
 
@@ -279,47 +256,8 @@ def free_cached(a: DeviceCachingAllocator, blk: Block) -> None:
     plain = type(fl) is list
     # _merge (blk is mapped: only free mapped neighbours merge), in three cases: the
     # block before is free (and maybe the one after), only the one after, neither
-    if (prev is not None and not prev.allocated and not prev.event_count
-            and not prev.stream_uses and prev.mapped):
-        merged_bytes = prev.size
-        okey = (merged_bytes << 64) | prev.addr   # (its key's place: see below)
-        if not plain:
-            fl.remove(okey)
-        del a._blocks[ptr]
-        a._spares.append(blk)
-        prev.requested = blk.requested
-        prev.frames = blk.frames
-        if (nx is not None and not nx.allocated and not nx.event_count
-                and not nx.stream_uses and nx.mapped):
-            nsize = nx.size
-            fl_remove(fl, (nsize << 64) | nx.addr)
-            del a._blocks[nx.addr]
-            a._spares.append(nx)
-            merged = 2
-            merged_bytes += nsize
-            nx = nx.next
-        else:
-            merged = 1
-        prev.size = merged_bytes + size
-        prev.next = nx
-        if nx is not None:
-            nx.prev = prev
-        blk = prev
-    elif (nx is not None and not nx.allocated and not nx.event_count
-            and not nx.stream_uses and nx.mapped):
-        merged_bytes = nx.size
-        okey = (merged_bytes << 64) | nx.addr   # (its key's place: see below)
-        if not plain:
-            fl.remove(okey)
-        del a._blocks[nx.addr]
-        a._spares.append(nx)
-        merged = 1
-        blk.size = size + merged_bytes
-        nx = nx.next
-        blk.next = nx
-        if nx is not None:
-            nx.prev = blk
-    else:
+    other = prev if mergeable(prev) else nx if mergeable(nx) else None
+    if other is None:
         # nothing to merge
         if (prev is not None or nx is not None) and blk.exp is None:
             # inactive_split (as _fit.free_block; increases update the peaks at once): a
@@ -332,6 +270,24 @@ def free_cached(a: DeviceCachingAllocator, blk: Block) -> None:
             fl_add(pool.free, blk.stream, key)
         blk.gc_base = pool.gc_calls
         return
+    merged_bytes = other.size
+    okey = (merged_bytes << 64) | other.addr   # (its key's place: see below)
+    if not plain:
+        fl.remove(okey)
+    merged = 1
+    if other is prev:
+        prev.requested = blk.requested
+        prev.frames = blk.frames
+        a._join(prev, blk, True)
+        blk = prev
+        if mergeable(nx):
+            assert nx is not None
+            merged_bytes += nx.size
+            fl_remove(fl, (nx.size << 64) | nx.addr)
+            a._join(blk, nx, True)
+            merged = 2
+    else:
+        a._join(blk, other, True)
     # merged: blk is the surviving block
     if blk.exp is None:
         # inactive_split (as _fit.free_block): the freed block's bytes join them if the

@@ -45,7 +45,6 @@ from ._release import garbage_collect, release_available_cached_blocks, release_
 
 if TYPE_CHECKING:
     from ._allocator import DeviceCachingAllocator
-    from ._interface import AllocatorCore
 
 __all__ = ["alloc_block", "alloc_slow", "free_block", "get_free_block"]
 
@@ -192,7 +191,7 @@ def alloc_block(a: DeviceCachingAllocator, pool: BlockPool, stream: int, rounded
     return blk
 
 
-def free_block(a: AllocatorCore, blk: Block, pending: bool) -> None:
+def free_block(a: DeviceCachingAllocator, blk: Block, pending: bool) -> None:
     """Free *completed*: merge ``blk`` with its free neighbours
     (:meth:`DeviceCachingAllocator._merge`), count the merge and cache the block. ``pending``:
     the free waited for events."""
