@@ -22,14 +22,14 @@ Example::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from . import _device as _dev
 from . import _backend
 from . import _sync_debug as _sd
 from ._device import _get_device_of, _lazy_init, _require_current, _tls
 from ._errors import AcceleratorValueError, ClosedError
-from ._handles import EventHandle
+from ._handles import EventHandle, mypyc_attr
 from ._stream import Stream, _current, _default, _defaults
 from ._stream import _close_lock
 
@@ -49,6 +49,7 @@ def _check_flag(name: str, value: object) -> bool:
     return value
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Event:
     """A synchronisation marker recorded in a stream of one device.
 
@@ -98,15 +99,17 @@ class Event:
     )
 
     #: Fixed backend name for device-specific subclasses (``accelrt.cpu.Event``).
-    _backend_name: str | None = None
+    _backend_name: ClassVar[str | None] = None
 
     _b: Backend
     _index: int | None
     _handle: EventHandle
     _key: tuple[str, int] | None
 
-    def __init__(self, device: DeviceLike = None, *, enable_timing: bool = False,
-                 blocking: bool = False, interprocess: bool = False) -> None:
+    # Parameters that are checked here are typed ``object`` too: the compiled build would
+    # otherwise refuse a wrong type with its own message before the check runs.
+    def __init__(self, device: DeviceLike | object = None, *, enable_timing: bool | object = False,
+                 blocking: bool | object = False, interprocess: bool | object = False) -> None:
         self._handle = _NO_EVENT   # set first: __del__ must see it even if __init__ raises
         self._closed = False
         index: int | None
@@ -192,7 +195,7 @@ class Event:
         return self._timing
 
     # ------------------------------------------------------------------ operations
-    def record(self, stream: Stream | None = None) -> None:
+    def record(self, stream: Stream | object = None) -> None:
         """Record the event at the current end of ``stream``.
 
         The first record of an event made without a device index binds the event to the
@@ -291,7 +294,7 @@ class Event:
         elif self._closed:
             self._check_open()
 
-    def wait(self, stream: Stream | None = None) -> None:
+    def wait(self, stream: Stream | object = None) -> None:
         """Make all future work on ``stream`` wait for the last record of this event.
 
         A no-op if the event was never recorded. The stream may belong to another device of
@@ -332,7 +335,7 @@ class Event:
             _lazy_init(b, stream._index)
             self._wt(stream._index, stream._handle, h)
 
-    def elapsed_time(self, end_event: Event) -> float:
+    def elapsed_time(self, end_event: Event | object) -> float:
         """Milliseconds between this event's and ``end_event``'s records.
 
         Raises:
@@ -398,7 +401,7 @@ class Event:
         return self._b.event_ipc_handle(self._index, h)  # type: ignore[arg-type]
 
     @classmethod
-    def from_ipc_handle(cls, device: DeviceLike, handle: bytes) -> Event:
+    def from_ipc_handle(cls, device: DeviceLike | object, handle: bytes | object) -> Event:
         """Open an event shared by another process through :meth:`ipc_handle`.
 
         Raises:
@@ -417,7 +420,7 @@ class Event:
             raise TypeError(f"handle must be bytes, got {type(handle).__name__}")
         # a device module's subclass (acc.cuda.Event) has torch.cuda.Event's signature, whose
         # first argument is enable_timing: build through this class's own __init__
-        e = cls.__new__(cls)
+        e: Event = cast("Any", cls).__new__(cls)   # mypyc: no typed Event.__new__
         Event.__init__(e, device, interprocess=True)
         index = e._index
         if index is None:
@@ -480,7 +483,7 @@ class Event:
     # ------------------------------------------------------------------ identity
     def __repr__(self) -> str:
         # torch.cuda.Event's shape; a device module's subclass prints as its own type
-        cls = type(self)
+        cls: Any = type(self)   # Any: mypyc reads __module__ of a class object only so
         mod = "accelrt" if cls.__module__ == __name__ else cls.__module__
         if self._closed:
             return f"<{mod}.{cls.__qualname__} closed>"

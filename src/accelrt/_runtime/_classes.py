@@ -103,8 +103,9 @@ class Stream(_stream.Stream):
         (False, True)
     """
 
-    __slots__ = ("_origin",)
-    # _origin: the stream object this one views (keeps an owned handle alive), or None
+    __slots__ = ()
+    # _origin (a field of accelrt.Stream): the stream object this one views (keeps an owned
+    # handle alive), or None
 
     #: The device module's ``Event`` class (what :meth:`record_event` makes).
     _event_class: ClassVar[type[Event]] = Event
@@ -117,7 +118,6 @@ class Stream(_stream.Stream):
                 and device_type is None:
             d = typed(name, device)
             device = None if isinstance(d, int) and d < 0 else d
-        self._origin: _stream.Stream | None = None
         super().__init__(device, priority=priority, stream_id=stream_id,
                          device_index=device_index, device_type=device_type)
 
@@ -128,8 +128,8 @@ class Stream(_stream.Stream):
         if isinstance(s, cls):
             return s
         v = cls.__new__(cls)
-        v._b, v._index, v._handle = s._b, s._index, s._handle
-        v._priority, v._free, v._closed = s._priority, None, s._closed
+        v._set(s._b, s._index, s._handle, s._priority, None)
+        v._closed = s._closed
         v._origin = s if s._free is not None else None
         return v
 
@@ -181,7 +181,7 @@ class Stream(_stream.Stream):
         lo, hi = b.stream_priority_range(_tls.device.get(b.name, 0))
         return max(lo, hi), min(lo, hi)
 
-    def record_event(self, event: _event.Event | None = None) -> _event.Event:
+    def record_event(self, event: _event.Event | object = None) -> _event.Event:
         """Record ``event`` (a new event of this device module if ``None``) on this stream and
         return it.
 
