@@ -21,8 +21,6 @@ from setuptools.command.build_ext import build_ext
 #: ``_lock``: its acquire and release already are C methods of ``queue.SimpleQueue``, and its
 #: locks must stay weak-referenceable (``accelrt._fork``), which mypyc's classes are not.
 COMPILED = [
-    "src/accelrt/_event.py",
-    "src/accelrt/_stream.py",
     "src/accelrt/memory/_allocator.py",
     "src/accelrt/memory/_block.py",
     "src/accelrt/memory/_events.py",

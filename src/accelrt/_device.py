@@ -545,7 +545,7 @@ def _check_index(b: Backend, index: int) -> int:
 _resolved: dict[object, tuple[Backend, int]] = {}
 
 
-def _get_device(dev: DeviceLike | object, *, optional: bool = True,
+def _get_device(dev: DeviceLike, *, optional: bool = True,
                 backend: Backend | None = None) -> tuple[Backend, int]:
     """The one normaliser: turn any ``DeviceLike`` into ``(backend, checked index)``.
 
@@ -590,7 +590,7 @@ def _get_device(dev: DeviceLike | object, *, optional: bool = True,
     return found
 
 
-def _get_device_of(dev: DeviceLike | object, backend_name: str | None) -> tuple[Backend, int]:
+def _get_device_of(dev: DeviceLike, backend_name: str | None) -> tuple[Backend, int]:
     """:func:`_get_device` with the backend fixed by name (the classes of device-specific
     modules, such as ``accelrt.cpu.Stream``, set ``_backend_name``) or, for ``None``, not."""
     if backend_name is None:

@@ -106,10 +106,8 @@ class Event:
     _handle: EventHandle
     _key: tuple[str, int] | None
 
-    # Parameters that are checked here are typed ``object`` too: the compiled build would
-    # otherwise refuse a wrong type with its own message before the check runs.
-    def __init__(self, device: DeviceLike | object = None, *, enable_timing: bool | object = False,
-                 blocking: bool | object = False, interprocess: bool | object = False) -> None:
+    def __init__(self, device: DeviceLike = None, *, enable_timing: bool = False,
+                 blocking: bool = False, interprocess: bool = False) -> None:
         self._handle = _NO_EVENT   # set first: __del__ must see it even if __init__ raises
         self._closed = False
         index: int | None
@@ -195,7 +193,7 @@ class Event:
         return self._timing
 
     # ------------------------------------------------------------------ operations
-    def record(self, stream: Stream | object = None) -> None:
+    def record(self, stream: Stream | None = None) -> None:
         """Record the event at the current end of ``stream``.
 
         The first record of an event made without a device index binds the event to the
@@ -294,7 +292,7 @@ class Event:
         elif self._closed:
             self._check_open()
 
-    def wait(self, stream: Stream | object = None) -> None:
+    def wait(self, stream: Stream | None = None) -> None:
         """Make all future work on ``stream`` wait for the last record of this event.
 
         A no-op if the event was never recorded. The stream may belong to another device of
@@ -335,7 +333,7 @@ class Event:
             _lazy_init(b, stream._index)
             self._wt(stream._index, stream._handle, h)
 
-    def elapsed_time(self, end_event: Event | object) -> float:
+    def elapsed_time(self, end_event: Event) -> float:
         """Milliseconds between this event's and ``end_event``'s records.
 
         Raises:
@@ -401,7 +399,7 @@ class Event:
         return self._b.event_ipc_handle(self._index, h)  # type: ignore[arg-type]
 
     @classmethod
-    def from_ipc_handle(cls, device: DeviceLike | object, handle: bytes | object) -> Event:
+    def from_ipc_handle(cls, device: DeviceLike, handle: bytes) -> Event:
         """Open an event shared by another process through :meth:`ipc_handle`.
 
         Raises:

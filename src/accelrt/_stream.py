@@ -25,7 +25,7 @@ Example::
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any, ClassVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, cast
 
 from . import _device as _dev
 from . import _sync_debug as _sd
@@ -48,10 +48,19 @@ __all__ = ["Stream", "current_stream", "set_stream", "synchronize"]
 _POOL_MAX = 64
 
 
+class _Key(NamedTuple):
+    """A stream's device, ``(backend name, index)``: its key in the per-thread dicts. A named
+    tuple so that the compiled build keeps it as one tuple object (mypyc unboxes a plain
+    ``tuple[str, int]`` field and would build a new tuple at each dict access)."""
+
+    name: str
+    device_index: int
+
+
 class _DevicePool:
     """Free stream handles of one device, per priority (list append/pop are atomic)."""
 
-    __slots__ = ("b", "free", "free0", "hi", "index", "lo")
+    __slots__ = ("b", "free", "free0", "hi", "index", "key", "lo")
 
     def __init__(self, b: Backend, index: int) -> None:
         least, greatest = b.stream_priority_range(index)
@@ -59,6 +68,7 @@ class _DevicePool:
         self.index = index
         self.lo = min(least, greatest)   # numerically smallest = highest priority
         self.hi = max(least, greatest)   # numerically largest = lowest priority
+        self.key = _Key(b.name, index)        # the key of its streams
         self.free0: list[StreamHandle] = []   # priority 0 (the fast path)
         self.free: dict[int, list[StreamHandle]] = {0: self.free0}
 
@@ -160,14 +170,12 @@ class Stream:
     _free: list[StreamHandle] | None
     _closed: bool
     _origin: Stream | None
-    _key: tuple[str, int]
+    _key: _Key
     _entered: int
 
-    # Parameters that are checked here are typed ``object``: the compiled build would
-    # otherwise refuse a wrong type with its own message before the check runs.
-    def __init__(self, device: DeviceLike | object = None, *, priority: int | object = 0,
-                 stream_id: int | object = None, device_index: int | object = None,
-                 device_type: str | object = None) -> None:
+    def __init__(self, device: DeviceLike = None, *, priority: int = 0,
+                 stream_id: int | None = None, device_index: int | None = None,
+                 device_type: str | None = None) -> None:
         if stream_id is not None or device_index is not None or device_type is not None:
             self._init_foreign(device, priority, stream_id, device_index, device_type)
             return
@@ -203,7 +211,7 @@ class Stream:
         except IndexError:
             _lazy_init(b, index)
             handle = b.stream_create(index, prio)
-        self._set(b, index, handle, prio, free)
+        self._set(b, pool.key, handle, prio, free)
 
     def _init_foreign(self, device: object, priority: object, stream_id: object,
                       device_index: object, device_type: object) -> None:
@@ -228,19 +236,20 @@ class Stream:
         if not b.stream_is_valid(index, handle):
             raise ValueError(f"stream_id={handle:#x} is not a live stream of "
                              f"{device_type}:{device_index}")
-        self._set(b, index, handle, 0, None)
+        self._set(b, _Key(b.name, index), handle, 0, None)
 
-    def _set(self, b: Backend, index: int, handle: StreamHandle, priority: int,
+    def _set(self, b: Backend, key: _Key, handle: StreamHandle, priority: int,
              free: list[StreamHandle] | None) -> None:
-        """Set the fields of a new stream object (every constructor comes here)."""
+        """Set the fields of a new stream object of device ``key`` of ``b`` (every constructor
+        comes here)."""
         self._b = b
-        self._index = index
+        self._index = key[1]
         self._handle = handle
         self._priority = priority
         self._free = free
         self._closed = False
         self._origin = None
-        self._key = (b.name, index)
+        self._key = key
         self._entered = 0
 
     def __del__(self) -> None:
@@ -379,7 +388,7 @@ class Stream:
         if _sd.active:   # after the wait: internal callers rely on it having happened
             _sd.check(self._b.name)
 
-    def wait_event(self, event: Event | object) -> None:
+    def wait_event(self, event: Event) -> None:
         """Make all future work on this stream wait for ``event``'s last record.
 
         A no-op if the event was never recorded (as in PyTorch).
@@ -399,7 +408,7 @@ class Stream:
             raise TypeError(f"wait_event() takes an accelrt.Event, got {type(event).__name__}")
         event.wait(self)   # checks that both are open
 
-    def wait_stream(self, stream: Stream | object) -> None:
+    def wait_stream(self, stream: Stream) -> None:
         """Make all future work on this stream wait for the work submitted so far to ``stream``.
 
         Raises:
@@ -426,7 +435,7 @@ class Stream:
             return
         self.wait_event(stream.record_event())
 
-    def record_event(self, event: Event | object = None) -> Event:
+    def record_event(self, event: Event | None = None) -> Event:
         """Record ``event`` (a new one if ``None``) on this stream and return it.
 
         Example::
@@ -468,7 +477,8 @@ class Stream:
         self._entered -= 1
         key = self._key
         if prev_stream is None:
-            streams.pop(key, None)
+            if key in streams:
+                del streams[key]
         else:
             streams[key] = prev_stream
         devs[key[0]] = prev_dev
@@ -610,7 +620,7 @@ class Stream:
 def _wrap(b: Backend, index: int, handle: StreamHandle) -> Stream:
     """A non-owning :class:`Stream` for a known-valid ``handle`` (no validation)."""
     s: Stream = cast("Any", Stream).__new__(Stream)   # mypyc: no typed Stream.__new__
-    s._set(b, index, handle, 0, None)
+    s._set(b, _Key(b.name, index), handle, 0, None)
     return s
 
 
@@ -634,7 +644,7 @@ def _current(b: Backend, index: int) -> Stream:
     return _default(b, key)
 
 
-def current_stream(device: DeviceLike | object = None, /) -> Stream:
+def current_stream(device: DeviceLike = None, /) -> Stream:
     """The calling thread's current stream of ``device``.
 
     Args:
@@ -667,7 +677,7 @@ def current_stream(device: DeviceLike | object = None, /) -> Stream:
     return _current(b, index)
 
 
-def set_stream(stream: Stream | object) -> None:
+def set_stream(stream: Stream) -> None:
     """Make ``stream`` the calling thread's current stream of its device, and make its device
     the current device of its backend (as PyTorch does).
 
@@ -692,7 +702,7 @@ def set_stream(stream: Stream | object) -> None:
     _tls.device[name] = stream._index
 
 
-def synchronize(device: DeviceLike | object = None, /) -> None:
+def synchronize(device: DeviceLike = None, /) -> None:
     """Wait for all work on every stream of ``device`` to complete.
 
     Args:

@@ -128,7 +128,7 @@ class Stream(_stream.Stream):
         if isinstance(s, cls):
             return s
         v = cls.__new__(cls)
-        v._set(s._b, s._index, s._handle, s._priority, None)
+        v._set(s._b, s._key, s._handle, s._priority, None)
         v._closed = s._closed
         v._origin = s if s._free is not None else None
         return v
@@ -181,7 +181,7 @@ class Stream(_stream.Stream):
         lo, hi = b.stream_priority_range(_tls.device.get(b.name, 0))
         return max(lo, hi), min(lo, hi)
 
-    def record_event(self, event: _event.Event | object = None) -> _event.Event:
+    def record_event(self, event: _event.Event | None = None) -> _event.Event:
         """Record ``event`` (a new event of this device module if ``None``) on this stream and
         return it.
 
