@@ -1,14 +1,17 @@
 """Runtime hot paths in "calls" (thread CPU time over one empty method call, paired in the same
-process), optionally beside another accelrt tree in alternating processes.
+process), optionally beside the pure build and another accelrt tree in alternating processes.
 
 ``bench/bench_runtime.py`` times wall clock next to PyTorch's numbers; on a loaded machine its
 rows swing by 2x between runs. This one measures thread CPU time in calls, five paired samples
-per row (median), and with ``--anchor DIR`` runs this tree and the tree at ``DIR`` (a folder
-holding an ``accelrt`` package, e.g. an older commit's ``src``) one after the other, ``--rounds``
-times, so that both see the same machine::
+per row (median). It runs "this" accelrt (``src`` of this tree, compiled where its extension
+modules were built in place; ``--installed``: the package installed in this interpreter, e.g. a
+compiled wheel), with ``--pure`` also this tree's source without any extension module (the pure
+build), and with ``--anchor DIR`` the tree at ``DIR`` (a folder holding an ``accelrt`` package,
+e.g. an older commit's ``src``), one after the other, ``--rounds`` times, so that all see the
+same machine::
 
     git archive HEAD~5 src | tar -x -C /tmp/old
-    python bench/bench_runtime_calls.py --anchor /tmp/old/src --rounds 3
+    python bench/bench_runtime_calls.py --installed --pure --anchor /tmp/old/src --rounds 3
 """
 
 from __future__ import annotations
@@ -16,14 +19,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+_COMPILED = "compiled"   # not a row: 1.0 when the tree's accelrt._stream is an extension module
 
 
 def _calls_per_op(fn: Callable[[int], float], loops: int) -> float:
@@ -46,6 +52,8 @@ def measure(loops: int) -> dict[str, float]:
     """Calls per operation of each row, in this process (the accelrt on sys.path)."""
     import accelrt as acc
     s, e = acc.Stream("cpu:0"), acc.Event("cpu:0")
+    d0 = acc.device("cpu:0")
+    e.record(s)
 
     def timed(op: Callable[[], object]) -> Callable[[int], float]:
         def run(n: int) -> float:
@@ -62,21 +70,45 @@ def measure(loops: int) -> dict[str, float]:
                 pass
         return (time.thread_time() - t) / n
 
+    guard = acc.device_index(0)
+
+    def guard_enter_exit(n: int) -> float:
+        t = time.thread_time()
+        for _ in range(n):
+            with guard:
+                pass
+        return (time.thread_time() - t) / n
+
+    acc.set_current_accelerator("cpu")
     rows: dict[str, Callable[[int], float]] = {
         "Stream enter+exit": enter_exit,
         "Stream()": timed(lambda: acc.Stream("cpu:0")),
         "Event.record": timed(lambda: e.record(s)),
+        "Event.record()": timed(e.record),
         "Event.query": timed(e.query),
+        "Event.synchronize": timed(e.synchronize),
         "current_stream": timed(lambda: acc.current_stream("cpu:0")),
+        "current_stream()": timed(acc.current_stream),
+        "current_stream(0)": timed(lambda: acc.current_stream(0)),
+        "current_stream(device)": timed(lambda: acc.current_stream(d0)),
+        "cpu.current_stream()": timed(acc.cpu.current_stream),
+        "device_index enter+exit": guard_enter_exit,
         "Stream.synchronize": timed(s.synchronize),
         "empty(4) + free": timed(lambda: acc.empty(4, dtype="float32", device="cpu:0")),
     }
-    return {name: _calls_per_op(fn, loops) for name, fn in rows.items()}
+    out = {name: _calls_per_op(fn, loops) for name, fn in rows.items()}
+    from accelrt import _stream
+    out[_COMPILED] = float(not (_stream.__file__ or "").endswith(".py"))
+    return out
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--anchor", type=Path, help="folder holding another accelrt package")
+    ap.add_argument("--pure", action="store_true",
+                    help="also run this tree's source without extension modules (pure build)")
+    ap.add_argument("--installed", action="store_true",
+                    help='"this" is the accelrt installed in this interpreter, not ./src')
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--loops", type=int, default=20000)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -84,30 +116,48 @@ def main() -> int:
     if args.child:
         print(json.dumps(measure(args.loops)))
         return 0
-    trees = {"this": ROOT / "src"}
-    if args.anchor is not None:
-        trees["anchor"] = args.anchor.resolve()
-    results: dict[str, list[dict[str, float]]] = {k: [] for k in trees}
-    for _ in range(args.rounds):
-        for name, tree in trees.items():
-            env = dict(os.environ, PYTHONPATH=str(tree))
-            out = subprocess.run([sys.executable, __file__, "--child", "--loops", str(args.loops)],
-                                 env=env, capture_output=True, text=True, check=True)
-            results[name].append(json.loads(out.stdout))
-    names = list(results["this"][0])
-    head = "operation                 this (calls)" + ("   anchor (calls)  this/anchor"
-                                                        if "anchor" in trees else "")
-    print(head)
-    for row in names:
-        this = statistics.median(r[row] for r in results["this"])
-        line = f"{row:<24}{this:>14.1f}"
-        if "anchor" in trees:
-            anchor = statistics.median(r[row] for r in results["anchor"])
-            line += f"{anchor:>17.1f}{this / anchor:>13.2f}"
-        print(line)
+    with tempfile.TemporaryDirectory() as tmp:
+        trees: dict[str, Path | None] = {"this": None if args.installed else ROOT / "src"}
+        if args.pure:
+            pure = Path(tmp) / "pure"
+            shutil.copytree(ROOT / "src" / "accelrt", pure / "accelrt",
+                            ignore=shutil.ignore_patterns("*.so", "*.pyd", "__pycache__"))
+            trees["pure"] = pure
+        if args.anchor is not None:
+            trees["anchor"] = args.anchor.resolve()
+        results: dict[str, list[dict[str, float]]] = {k: [] for k in trees}
+        for _ in range(args.rounds):
+            for name, tree in trees.items():
+                env = dict(os.environ)
+                env.pop("PYTHONPATH", None)
+                if tree is not None:
+                    env["PYTHONPATH"] = str(tree)
+                out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child",
+                                      "--loops", str(args.loops)], env=env, cwd=tmp,
+                                     capture_output=True, text=True, check=True)
+                results[name].append(json.loads(out.stdout))
+    print(_table(results))
     print(f"median of {args.rounds} rounds (alternating processes), each the median of 5 paired "
-          "samples; calls = thread CPU time / one empty method call")
+          "samples; calls = thread CPU time / one empty method call; this: "
+          + ("the installed accelrt" if args.installed else str(ROOT / "src")))
     return 0
+
+
+def _table(results: dict[str, list[dict[str, float]]]) -> str:
+    """The rows (medians over rounds) of every tree, with this/other ratios."""
+    others = [k for k in results if k != "this"]
+    head = f"{'operation':<26}{'this':>8}" + "".join(f"{k:>8}" for k in others) \
+        + "".join(f"{'this/' + k:>13}" for k in others)
+    lines = [head + "   (calls)"]
+    lines.append(f"{'(compiled _stream)':<26}" + "".join(
+        f"{'yes' if v[0][_COMPILED] else 'no':>8}" for v in results.values()))
+    for row in results["this"][0]:
+        if row == _COMPILED:
+            continue
+        med = {k: statistics.median(r[row] for r in v) for k, v in results.items()}
+        lines.append(f"{row:<26}{med['this']:>8.1f}" + "".join(f"{med[k]:>8.1f}" for k in others)
+                     + "".join(f"{med['this'] / med[k]:>13.2f}" for k in others))
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

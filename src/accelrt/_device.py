@@ -272,6 +272,7 @@ def _forget_backend(name: str) -> None:
     with _acc_lock:
         if _current_name == name:
             _current_backend = None
+    _resolved.clear()
 
 
 _backend.on_change(_forget_backend)
@@ -402,9 +403,14 @@ class _ThreadState(threading.local):
         # set_default_device()'s; read only once _defaults_used is set
         self.default_stack: list[device] = []
         self.default_device: device | None = None
-        # (device, stream, inited) in one thread-local lookup for the hot paths; never rebind
-        # the containers above (mutate them), or this alias goes stale
+        # the open ``with stream:`` blocks, innermost last: (stream, previous device index,
+        # previous current stream of its device or None)
+        self.entered: list[tuple[Any, int, Any]] = []
+        # (device, stream, inited) and (device, stream, entered) in one thread-local lookup
+        # for the hot paths; never rebind the containers above (mutate them), or these
+        # aliases go stale
         self.hot = (self.device, self.stream, self.inited)
+        self.enter = (self.device, self.stream, self.entered)
 
 
 _tls = _ThreadState()
@@ -533,6 +539,12 @@ def _check_index(b: Backend, index: int) -> int:
     return index
 
 
+#: ``(backend, checked index)`` of each device string and :class:`device` with an index that
+#: :func:`_get_device` resolved (at most 1024): a backend's device count never shrinks, and
+#: registering a backend again clears it (:func:`_forget_backend`)
+_resolved: dict[object, tuple[Backend, int]] = {}
+
+
 def _get_device(dev: DeviceLike, *, optional: bool = True,
                 backend: Backend | None = None) -> tuple[Backend, int]:
     """The one normaliser: turn any ``DeviceLike`` into ``(backend, checked index)``.
@@ -541,6 +553,10 @@ def _get_device(dev: DeviceLike, *, optional: bool = True,
     the current accelerator and a string/device names its own backend, which may differ from
     the current accelerator (several backends live in one process).
     """
+    if backend is None and (type(dev) is str or type(dev) is device):
+        hit = _resolved.get(dev)
+        if hit is not None:
+            return hit
     if dev is None:
         b = backend if backend is not None else _require_current()
         if not optional:
@@ -552,6 +568,7 @@ def _get_device(dev: DeviceLike, *, optional: bool = True,
         if dev < 0:
             raise AcceleratorValueError(f"Device index must not be negative, got {dev}")
         return b, _check_index(b, dev)
+    key: object = dev
     if isinstance(dev, str):
         dev = device(dev)
     if not isinstance(dev, device):
@@ -567,7 +584,10 @@ def _get_device(dev: DeviceLike, *, optional: bool = True,
             raise ValueError(f"Expected a device with a specified index or an integer, but "
                              f"got: {dev}")
         return b, _tls.device.get(b.name, 0)
-    return b, _check_index(b, dev._index)
+    found = b, _check_index(b, dev._index)
+    if backend is None and len(_resolved) < 1024:
+        _resolved[key] = found
+    return found
 
 
 def _get_device_of(dev: DeviceLike, backend_name: str | None) -> tuple[Backend, int]:

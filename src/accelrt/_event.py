@@ -22,14 +22,14 @@ Example::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from . import _device as _dev
 from . import _backend
 from . import _sync_debug as _sd
 from ._device import _get_device_of, _lazy_init, _require_current, _tls
 from ._errors import AcceleratorValueError, ClosedError
-from ._handles import EventHandle
+from ._handles import EventHandle, mypyc_attr
 from ._stream import Stream, _current, _default, _defaults
 from ._stream import _close_lock
 
@@ -49,6 +49,7 @@ def _check_flag(name: str, value: object) -> bool:
     return value
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Event:
     """A synchronisation marker recorded in a stream of one device.
 
@@ -98,7 +99,7 @@ class Event:
     )
 
     #: Fixed backend name for device-specific subclasses (``accelrt.cpu.Event``).
-    _backend_name: str | None = None
+    _backend_name: ClassVar[str | None] = None
 
     _b: Backend
     _index: int | None
@@ -417,7 +418,7 @@ class Event:
             raise TypeError(f"handle must be bytes, got {type(handle).__name__}")
         # a device module's subclass (acc.cuda.Event) has torch.cuda.Event's signature, whose
         # first argument is enable_timing: build through this class's own __init__
-        e = cls.__new__(cls)
+        e: Event = cast("Any", cls).__new__(cls)   # mypyc: no typed Event.__new__
         Event.__init__(e, device, interprocess=True)
         index = e._index
         if index is None:
@@ -480,7 +481,7 @@ class Event:
     # ------------------------------------------------------------------ identity
     def __repr__(self) -> str:
         # torch.cuda.Event's shape; a device module's subclass prints as its own type
-        cls = type(self)
+        cls: Any = type(self)   # Any: mypyc reads __module__ of a class object only so
         mod = "accelrt" if cls.__module__ == __name__ else cls.__module__
         if self._closed:
             return f"<{mod}.{cls.__qualname__} closed>"

@@ -17,9 +17,18 @@ Example::
 
 from __future__ import annotations
 
-from typing import NewType
+from typing import TYPE_CHECKING, NewType
 
 __all__ = ["DevicePtr", "EventHandle", "GraphHandle", "StreamHandle"]
+
+if TYPE_CHECKING:
+    from mypy_extensions import mypyc_attr as mypyc_attr
+else:
+    try:   # the compiled build's class options; a no-op decorator without mypy installed
+        from mypy_extensions import mypyc_attr
+    except ImportError:
+        def mypyc_attr(*_args: object, **_options: object) -> object:
+            return lambda cls: cls
 
 #: A stream of one device; ``default_stream(i)`` (usually 0) is the device's default stream.
 StreamHandle = NewType("StreamHandle", int)

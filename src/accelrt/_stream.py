@@ -25,14 +25,14 @@ Example::
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, cast
 
 from . import _device as _dev
 from . import _sync_debug as _sd
 from ._device import _get_device, _get_device_of, _lazy_init, _require_current, _tls
 from ._errors import AcceleratorError, ClosedError
 from ._fork import reinit_after_fork
-from ._handles import StreamHandle
+from ._handles import StreamHandle, mypyc_attr
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -47,13 +47,20 @@ __all__ = ["Stream", "current_stream", "set_stream", "synchronize"]
 #: stream is destroyed instead of pooled.
 _POOL_MAX = 64
 
-_get_ident = threading.get_ident
+
+class _Key(NamedTuple):
+    """A stream's device, ``(backend name, index)``: its key in the per-thread dicts. A named
+    tuple so that the compiled build keeps it as one tuple object (mypyc unboxes a plain
+    ``tuple[str, int]`` field and would build a new tuple at each dict access)."""
+
+    name: str
+    device_index: int
 
 
 class _DevicePool:
     """Free stream handles of one device, per priority (list append/pop are atomic)."""
 
-    __slots__ = ("b", "free", "free0", "hi", "index", "lo")
+    __slots__ = ("b", "free", "free0", "hi", "index", "key", "lo")
 
     def __init__(self, b: Backend, index: int) -> None:
         least, greatest = b.stream_priority_range(index)
@@ -61,6 +68,7 @@ class _DevicePool:
         self.index = index
         self.lo = min(least, greatest)   # numerically smallest = highest priority
         self.hi = max(least, greatest)   # numerically largest = lowest priority
+        self.key = _Key(b.name, index)        # the key of its streams
         self.free0: list[StreamHandle] = []   # priority 0 (the fast path)
         self.free: dict[int, list[StreamHandle]] = {0: self.free0}
 
@@ -74,6 +82,17 @@ _close_lock = reinit_after_fork(threading.RLock())
 _ZERO = 0  # ``priority is _ZERO``: the int 0 (small ints are cached), a fast path only
 
 
+def _int_arg(name: str, value: object) -> int:
+    """``value`` if it is an ``int`` (not a ``bool``).
+
+    Raises:
+        TypeError: it is not.
+    """
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    return value
+
+
 def _pool(b: Backend, index: int) -> _DevicePool:
     with _pools_lock:
         per = _pools.setdefault(b, {})
@@ -83,6 +102,7 @@ def _pool(b: Backend, index: int) -> _DevicePool:
     return p
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Stream:
     """An ordered queue of work on one device (a CUDA stream, an OpenCL queue, ...).
 
@@ -130,17 +150,18 @@ class Stream:
         True
     """
 
-    __slots__ = ("__weakref__", "_b", "_closed", "_free", "_handle", "_index", "_priority",
-                 "_saved")
-    # _saved (per thread id: stack of (previous device, previous stream)) is set on the first
-    # __enter__; _free (the pool list an owned handle returns to) is None for foreign streams
-    # and once closed; _closed is True after close().
+    __slots__ = ("__weakref__", "_b", "_closed", "_entered", "_free", "_handle", "_index",
+                 "_key", "_origin", "_priority")
+    # _key is (backend name, device index); _entered counts the open ``with stream:`` blocks
+    # of all threads (each thread keeps its own stack of them, _ThreadState.entered); _free
+    # (the pool list an owned handle returns to) is None for foreign streams and once closed;
+    # _closed is True after close(); _origin is the stream a device module's view stands for
+    # (None otherwise), read by the closed checks of the hot paths so that a view also checks
+    # what it views. The compiled build's Stream is a native class (mypyc): no __weakref__
+    # there, and subclasses set these fields through _set.
 
     #: Fixed backend name for device-specific subclasses (``accelrt.cpu.Stream``).
-    _backend_name: str | None = None
-    #: The stream a device module's view stands for (a slot there); None here, read by the
-    #: inlined closed checks of the hot paths so that a view also checks what it views.
-    _origin: Stream | None = None
+    _backend_name: ClassVar[str | None] = None
 
     _b: Backend
     _index: int
@@ -148,7 +169,9 @@ class Stream:
     _priority: int
     _free: list[StreamHandle] | None
     _closed: bool
-    _saved: dict[int, list[tuple[int, Stream | None]]]
+    _origin: Stream | None
+    _key: _Key
+    _entered: int
 
     def __init__(self, device: DeviceLike = None, *, priority: int = 0,
                  stream_id: int | None = None, device_index: int | None = None,
@@ -167,45 +190,38 @@ class Stream:
         pool = per.get(index) if per is not None else None
         if pool is None:
             pool = _pool(b, index)
+        prio = 0
         if priority is _ZERO:
             free = pool.free0
         else:
-            if type(priority) is not int and (not isinstance(priority, int)
-                                              or isinstance(priority, bool)):
+            if not isinstance(priority, int) or isinstance(priority, bool):
                 raise TypeError(f"priority must be an int, got {type(priority).__name__}")
             if not pool.lo <= priority <= pool.hi:
                 raise ValueError(
                     f"priority={priority} is out of range [{pool.lo}, {pool.hi}] for "
                     f"{b.name}:{index} (lower numbers are higher priorities)")
-            priority = int(priority)
-            found = pool.free.get(priority)
+            prio = int(priority)
+            found = pool.free.get(prio)
             if found is None:
                 with _pools_lock:
-                    found = pool.free.setdefault(priority, [])
+                    found = pool.free.setdefault(prio, [])
             free = found
         try:
             handle = free.pop()
         except IndexError:
             _lazy_init(b, index)
-            handle = b.stream_create(index, priority)
-        self._b = b
-        self._index = index
-        self._handle = handle
-        self._priority = priority
-        self._free = free
-        self._closed = False
+            handle = b.stream_create(index, prio)
+        self._set(b, pool.key, handle, prio, free)
 
-    def _init_foreign(self, device: Any, priority: int, stream_id: Any, device_index: Any,
-                      device_type: Any) -> None:
+    def _init_foreign(self, device: object, priority: object, stream_id: object,
+                      device_index: object, device_type: object) -> None:
         if stream_id is None or device_index is None or device_type is None:
             raise TypeError("Stream(stream_id=..., device_index=..., device_type=...) needs all "
                             "three keyword arguments to wrap an existing stream")
         if device is not None or priority != 0:
             raise TypeError("Stream(stream_id=...) wraps an existing stream: do not also pass "
                             "device or priority")
-        for arg, val in (("stream_id", stream_id), ("device_index", device_index)):
-            if not isinstance(val, int) or isinstance(val, bool):
-                raise TypeError(f"{arg} must be an int, got {type(val).__name__}")
+        sid, device_index = _int_arg("stream_id", stream_id), _int_arg("device_index", device_index)
         if not isinstance(device_type, str):
             raise TypeError(f"device_type must be a backend name such as 'cpu', got "
                             f"{type(device_type).__name__}")
@@ -216,16 +232,25 @@ class Stream:
             raise ValueError(f"{type(self).__module__}.Stream wraps {fixed} streams, not "
                              f"{device_type} ones; use accelrt.Stream(stream_id=...)")
         b, index = _get_device(_dev._device_obj(device_type, device_index))
-        stream_id = StreamHandle(stream_id)
-        if not b.stream_is_valid(index, stream_id):
-            raise ValueError(f"stream_id={stream_id:#x} is not a live stream of "
+        handle = StreamHandle(sid)
+        if not b.stream_is_valid(index, handle):
+            raise ValueError(f"stream_id={handle:#x} is not a live stream of "
                              f"{device_type}:{device_index}")
+        self._set(b, _Key(b.name, index), handle, 0, None)
+
+    def _set(self, b: Backend, key: _Key, handle: StreamHandle, priority: int,
+             free: list[StreamHandle] | None) -> None:
+        """Set the fields of a new stream object of device ``key`` of ``b`` (every constructor
+        comes here)."""
         self._b = b
-        self._index = index
-        self._handle = stream_id
-        self._priority = 0
-        self._free = None
+        self._index = key[1]
+        self._handle = handle
+        self._priority = priority
+        self._free = free
         self._closed = False
+        self._origin = None
+        self._key = key
+        self._entered = 0
 
     def __del__(self) -> None:
         # Give an owned handle back to its pool, or destroy it when the pool is full.
@@ -434,47 +459,41 @@ class Stream:
     def __enter__(self) -> Stream:  # noqa: PYI034 - typing.Self needs Python 3.11
         if self._closed:
             self._check_open()
-        devs, streams, _ = _tls.hot
-        name = self._b.name
-        index = self._index
-        key = (name, index)
-        try:
-            saved = self._saved
-        except AttributeError:
-            with _pools_lock:  # two threads may enter a stream for the first time at once
-                try:
-                    saved = self._saved
-                except AttributeError:
-                    saved = self._saved = {}
-        tid = _get_ident()
-        stack = saved.get(tid)
-        if stack is None:
-            stack = saved[tid] = []
-        stack.append((devs.get(name, 0), streams.get(key)))
+        devs, streams, entered = _tls.enter
+        key = self._key
+        name = key[0]
+        entered.append((self, devs.get(name, 0), streams.get(key)))
         streams[key] = self
-        devs[name] = index
+        devs[name] = key[1]
+        self._entered += 1
         return self
 
     def __exit__(self, *exc: object) -> None:
-        try:
-            saved = self._saved
-        except AttributeError:
-            saved = {}
-        tid = _get_ident()
-        stack = saved.get(tid)
-        if not stack:
-            raise RuntimeError("Stream.__exit__ called without a matching __enter__ in this "
-                               "thread; use 'with stream:'")
-        prev_dev, prev_stream = stack.pop()
-        if not stack:
-            del saved[tid]
-        devs, streams, _ = _tls.hot
-        name = self._b.name
+        devs, streams, entered = _tls.enter
+        if entered and entered[-1][0] is self:
+            _, prev_dev, prev_stream = entered.pop()
+        else:   # blocks left out of order: this stream's innermost block of this thread
+            _, prev_dev, prev_stream = entered.pop(self._innermost(entered))
+        self._entered -= 1
+        key = self._key
         if prev_stream is None:
-            streams.pop((name, self._index), None)
+            if key in streams:
+                del streams[key]
         else:
-            streams[(name, self._index)] = prev_stream
-        devs[name] = prev_dev
+            streams[key] = prev_stream
+        devs[key[0]] = prev_dev
+
+    def _innermost(self, entered: list[tuple[Stream, int, Stream | None]]) -> int:
+        """The position in the calling thread's stack of its innermost ``with self:`` block.
+
+        Raises:
+            RuntimeError: this thread is in no ``with self:`` block.
+        """
+        for i in range(len(entered) - 1, -1, -1):
+            if entered[i][0] is self:
+                return i
+        raise RuntimeError("Stream.__exit__ called without a matching __enter__ in this "
+                           "thread; use 'with stream:'")
 
     # ------------------------------------------------------------------ lifetime
     def close(self) -> None:
@@ -515,7 +534,7 @@ class Stream:
             ...     print("closed")
             closed
         """
-        key = (self._b.name, self._index)
+        key = self._key
         if self._free is not None and not self._closed \
                 and self._b.stream_is_capturing(self._index, self._handle):
             raise AcceleratorError(
@@ -524,7 +543,7 @@ class Stream:
         with _close_lock:   # two threads closing at once must not pool the handle twice
             if self._closed or _defaults.get(key) is self:
                 return   # closed already, or the shared default stream object: never closed
-            if _tls.stream.get(key) is self or getattr(self, "_saved", None):
+            if _tls.stream.get(key) is self or self._entered:
                 raise AcceleratorError(
                     f"cannot close the current stream of {key[0]}:{key[1]}: leave 'with "
                     "stream:' or make another stream current with set_stream() first")
@@ -586,7 +605,7 @@ class Stream:
     def __repr__(self) -> str:
         # torch.cuda.Stream's shape; a device module's subclass prints as its own type (and
         # names the handle cuda_stream where that class has such an attribute, as torch does)
-        cls = type(self)
+        cls: Any = type(self)   # Any: mypyc reads __module__ of a class object only so
         mod = "accelrt" if cls.__module__ == __name__ else cls.__module__
         field = "cuda_stream" if hasattr(cls, "cuda_stream") else "stream_id"
         closed = " closed" if self._closed else ""
@@ -600,13 +619,8 @@ class Stream:
 
 def _wrap(b: Backend, index: int, handle: StreamHandle) -> Stream:
     """A non-owning :class:`Stream` for a known-valid ``handle`` (no validation)."""
-    s = Stream.__new__(Stream)
-    s._b = b
-    s._index = index
-    s._handle = handle
-    s._priority = 0
-    s._free = None
-    s._closed = False
+    s: Stream = cast("Any", Stream).__new__(Stream)   # mypyc: no typed Stream.__new__
+    s._set(b, _Key(b.name, index), handle, 0, None)
     return s
 
 
