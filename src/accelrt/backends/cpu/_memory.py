@@ -22,19 +22,18 @@ from __future__ import annotations
 import bisect
 import ctypes
 import ctypes.util
-import operator
 import os
 import struct
 import sys
 import threading
-from typing import Any, SupportsIndex, cast
+from typing import Any
 
 import numpy as np
 
 from ..._fork import reinit_after_fork
 
 __all__ = ["ALIGNMENT", "VM_GRANULARITY", "DeviceMemory", "HostMemory", "SharedSegment",
-           "check_size", "host_view", "open_shared", "vm_available"]
+           "host_view", "open_shared", "vm_available"]
 
 #: Alignment of every pointer :meth:`DeviceMemory.malloc` returns (as cudaMalloc's 256 bytes).
 ALIGNMENT = 256
@@ -46,31 +45,6 @@ _MAP_SHARED = 0x01
 _MAP_PRIVATE, _MAP_ANONYMOUS, _MAP_NORESERVE = 0x02, 0x20, 0x4000
 _MADV_DONTNEED = 4
 _MAP_FAILED = ctypes.c_void_p(-1).value
-
-
-def check_size(size: object, what: str = "size", allow_zero: bool = False) -> int:
-    """Return ``size`` as an int, checking its type and value.
-
-    Raises:
-        TypeError: ``size`` is not an integer.
-        ValueError: ``size`` is negative (or zero when ``allow_zero`` is False).
-
-    Example::
-
-        >>> from accelrt.backends.cpu._memory import check_size
-        >>> check_size(8)
-        8
-    """
-    if isinstance(size, bool):
-        raise TypeError(f"{what} must be an int, got bool")
-    try:
-        value = operator.index(cast("SupportsIndex", size))
-    except TypeError:
-        raise TypeError(f"{what} must be an int, got {type(size).__name__}") from None
-    if value < 0 or (value == 0 and not allow_zero):
-        bound = ">= 0" if allow_zero else "> 0"
-        raise ValueError(f"{what}={value} must be {bound}")
-    return int(value)
 
 
 def host_view(ptr: int, nbytes: int) -> np.ndarray:

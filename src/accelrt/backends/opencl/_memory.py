@@ -206,7 +206,7 @@ class BufferMemory:
         buf, off = self.table.find(ptr, nbytes, "fill")
         return self.cl.enqueue_fill_buffer(q, buf, pattern, off, nbytes)
 
-    def check(self, ptr: int, nbytes: int, what: str) -> None:
+    def check_range(self, ptr: int, nbytes: int, what: str) -> None:
         self.table.find(ptr, nbytes, what)
 
 
@@ -262,5 +262,5 @@ class SvmMemory:
         d = self._view(ptr, nbytes, "fill")
         return self.cl.enqueue_svm_memfill(q, d, pattern, nbytes)
 
-    def check(self, ptr: int, nbytes: int, what: str) -> None:
+    def check_range(self, ptr: int, nbytes: int, what: str) -> None:
         self.table.find(ptr, nbytes, what)
