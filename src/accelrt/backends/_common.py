@@ -26,16 +26,19 @@ from __future__ import annotations
 
 import itertools
 import operator
+import os
 import threading
+import weakref
 from collections.abc import Callable, Hashable, Iterable, Iterator
-from typing import Any, Generic, NoReturn, SupportsIndex, TypeVar, cast
+from typing import Any, Generic, NoReturn, Protocol, SupportsIndex, TypeVar, cast
 
 import numpy as np
 
 from .._errors import DeviceError
 
 __all__ = ["HandleTable", "KeptErrors", "bad_handle", "check_byte", "check_index", "check_int",
-           "check_ptr", "check_size", "fill_pattern"]
+           "check_ptr", "check_size", "fill_pattern",
+           "reset_in_child"]
 
 _FILL_DTYPES: dict[int, Any] = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
@@ -126,6 +129,35 @@ class KeptErrors(Generic[K]):
             exc = self._errors.pop(key, None)
             if exc is not None:
                 _raise(describe(key), exc)
+
+
+class ForkReset(Protocol):
+    """An object with per-process state (a worker thread, a driver context)."""
+
+    def _after_fork(self) -> None:
+        """Forget what the parent's threads or driver held (runs in a forked child)."""
+
+
+#: The objects whose ``_after_fork`` runs in a forked child (weakly held).
+_fork_resets: weakref.WeakSet[Any] = weakref.WeakSet()
+F = TypeVar("F", bound=ForkReset)
+
+
+def reset_in_child(obj: F) -> F:
+    """Have ``obj._after_fork()`` run in a child made by ``os.fork()`` while ``obj`` lives
+    (the cpu's streams forget their worker threads, the opencl backend its contexts); return
+    ``obj``."""
+    _fork_resets.add(obj)
+    return obj
+
+
+def _after_fork_in_child() -> None:
+    for obj in list(_fork_resets):
+        obj._after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _raise(what: str, exc: BaseException) -> NoReturn:

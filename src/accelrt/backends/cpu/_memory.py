@@ -427,11 +427,8 @@ class DeviceMemory:
             ValueError: ``ptr`` does not start memory opened by :meth:`ipc_open`.
         """
         with self._lock:
-            region = self._regions.get(ptr)
-            if region is None or region.buf is not _OPENED:
-                raise ValueError(f"ipc_close: {ptr:#x} is not memory opened from an IPC handle "
-                                 f"on cpu:{self.index}")
-            self._remove(region)
+            self._remove_marked(ptr, _OPENED, "ipc_close: {ptr:#x} is not memory opened from an "
+                                "IPC handle on cpu:{index}")
             seg = self._segments.pop(ptr)
         seg.close()
 
@@ -471,11 +468,16 @@ class DeviceMemory:
             ValueError: ``ptr`` does not start adopted memory of this device.
         """
         with self._lock:
-            region = self._regions.get(ptr)
-            if region is None or region.buf is not _ADOPTED:
-                raise ValueError(f"disown: pointer {ptr:#x} is not memory adopted by "
-                                 f"cpu:{self.index}")
-            self._remove(region)
+            self._remove_marked(ptr, _ADOPTED, "disown: pointer {ptr:#x} is not memory adopted "
+                                "by cpu:{index}")
+
+    def _remove_marked(self, ptr: int, mark: object, error: str) -> None:
+        """Forget the region at ``ptr`` whose buffer is ``mark`` (opened or adopted memory),
+        with the lock held; else ValueError ``error`` (a format of ``ptr`` and ``index``)."""
+        region = self._regions.get(ptr)
+        if region is None or region.buf is not mark:
+            raise ValueError(error.format(ptr=ptr, index=self.index))
+        self._remove(region)
 
     def check_range(self, ptr: int, nbytes: int, what: str) -> None:
         """Check that ``[ptr, ptr+nbytes)`` is memory of this device (allocated or mapped).
@@ -554,15 +556,20 @@ class DeviceMemory:
         if _get_libc().munmap(ptr, size) != 0:
             raise _os_error("munmap")
 
+    def _pages(self, ptr: int, size: int, what: str) -> tuple[set[int], range]:
+        """The mapped pages of the reservation holding ``[ptr, ptr+size)`` and the page
+        numbers of that range (with the lock held)."""
+        region = self._reservation(ptr, size, what)
+        first = (ptr - region.base) // VM_GRANULARITY
+        assert region.mapped is not None
+        return region.mapped, range(first, first + size // VM_GRANULARITY)
+
     def vm_map(self, ptr: int, size: int) -> bool:
         """Make ``[ptr, ptr+size)`` read/write; False when it would exceed the budget."""
         self._check_aligned(ptr, size, "vm_map")
         with self._lock:
-            region = self._reservation(ptr, size, "vm_map")
-            first = (ptr - region.base) // VM_GRANULARITY
-            pages = range(first, first + size // VM_GRANULARITY)
-            assert region.mapped is not None
-            if any(p in region.mapped for p in pages):
+            mapped, pages = self._pages(ptr, size, "vm_map")
+            if any(p in mapped for p in pages):
                 raise ValueError(f"vm_map: part of [{ptr:#x}, {ptr + size:#x}) is already "
                                  "mapped; vm_unmap it first")
             if self.used + size > self.budget:
@@ -572,7 +579,7 @@ class DeviceMemory:
                 if err.errno == 12:  # ENOMEM: no memory for the page tables
                     return False
                 raise err
-            region.mapped.update(pages)
+            mapped.update(pages)
             self.used += size
             return True
 
@@ -580,11 +587,8 @@ class DeviceMemory:
         """Drop the pages of ``[ptr, ptr+size)`` (all mapped) and give their budget back."""
         self._check_aligned(ptr, size, "vm_unmap")
         with self._lock:
-            region = self._reservation(ptr, size, "vm_unmap")
-            first = (ptr - region.base) // VM_GRANULARITY
-            pages = range(first, first + size // VM_GRANULARITY)
-            assert region.mapped is not None
-            if not all(p in region.mapped for p in pages):
+            mapped, pages = self._pages(ptr, size, "vm_unmap")
+            if not all(p in mapped for p in pages):
                 raise ValueError(f"vm_unmap: part of [{ptr:#x}, {ptr + size:#x}) is not "
                                  "mapped; only unmap ranges made by vm_map")
             libc = _get_libc()
@@ -592,7 +596,7 @@ class DeviceMemory:
                 raise _os_error("madvise")
             if libc.mprotect(ptr, size, _PROT_NONE) != 0:
                 raise _os_error("mprotect")
-            region.mapped.difference_update(pages)
+            mapped.difference_update(pages)
             self.used -= size
 
 

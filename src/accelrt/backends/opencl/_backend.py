@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import itertools
-import os
 import threading
 import uuid
 import weakref
@@ -38,7 +37,7 @@ from ..cpu._memory import HostMemory
 from ._discovery import (FORKED_MSG, import_cl, list_devices, memory_mode_setting,
                          unavailable_reason)
 from ._memory import BufferMemory, SvmMemory
-from .._common import HandleTable, KeptErrors, bad_handle, check_int, check_size
+from .._common import HandleTable, KeptErrors, bad_handle, check_int, check_size, reset_in_child
 from .._table_backend import DeviceRanges, TableBackend
 from ._streams import ClEvent, ClStream, HostWorker
 
@@ -216,7 +215,7 @@ class OpenCLBackend(TableBackend[ClStream, ClEvent]):
         # for them as for live streams (CUDA's model); see _device_streams
         self._retired: list[ClStream] = []           # guarded by _lock
         self._finalizer = weakref.finalize(self, _close_all, self._all)
-        _instances.add(self)
+        reset_in_child(self)   # see _after_fork
         # host memory from host_malloc is aligned but pageable (OpenCL has no portable pinned
         # allocation): still what the staging pool needs, but users cannot pin arrays in it
         # (page_locked_host_memory=False)
@@ -744,17 +743,3 @@ class OpenCLBackend(TableBackend[ClStream, ClEvent]):
 
     def __repr__(self) -> str:
         return f"<accelrt backend {self.name!r}: {self._n} OpenCL device(s), {self._mode} memory>"
-
-
-# ---------------------------------------------------------------------- fork safety
-
-_instances: weakref.WeakSet[OpenCLBackend] = weakref.WeakSet()
-
-
-def _after_fork_in_child() -> None:
-    for b in list(_instances):
-        b._after_fork()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
