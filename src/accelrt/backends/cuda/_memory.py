@@ -97,6 +97,14 @@ class Ranges:
                 del self._bases[bisect.bisect_left(self._bases, base)]
             return size
 
+    def take(self, base: int, error: str, index: int = -1) -> int:
+        """:meth:`pop` of a range that must be there: its size, else ValueError ``error``
+        (a format of ``ptr`` and the device ``index``)."""
+        size = self.pop(base)
+        if size is None:
+            raise ValueError(error.format(ptr=base, index=index))
+        return size
+
     def size_of(self, base: int) -> int | None:
         return self._sizes.get(base)
 
@@ -221,10 +229,8 @@ class CudaMemory:
     def free(self, index: int, ptr: DevicePtr) -> None:
         ptr = DevicePtr(as_ptr(ptr, "free pointer"))
         d = self._use(index)
-        size = d.allocs.pop(ptr)
-        if size is None:
-            raise ValueError(f"free: {ptr:#x} was not returned by malloc on cuda:{index} (or "
-                             "was already freed)")
+        size = d.allocs.take(ptr, "free: {ptr:#x} was not returned by malloc on cuda:{index} "
+                             "(or was already freed)", index)
         self._release(self._drv.cuMemFree, "cuMemFree", d.allocs, ptr, size)
 
     def _allocated(self, result: tuple[Any, Any], call: str, table: Ranges, size: int) -> int:
@@ -278,10 +284,9 @@ class CudaMemory:
         ptr = DevicePtr(as_ptr(ptr, "mempool_free_async pointer"))
         d = self._use(index)
         stream = self._streams.check_stream(d, stream)
-        size = d.pool_allocs.pop(ptr)
-        if size is None:
-            raise ValueError(f"mempool_free_async: {ptr:#x} was not returned by "
-                             f"mempool_alloc_async on cuda:{index} (or was already freed)")
+        size = d.pool_allocs.take(ptr, "mempool_free_async: {ptr:#x} was not returned by "
+                                  "mempool_alloc_async on cuda:{index} (or was already freed)",
+                                  index)
         try:
             check(self._drv.cuMemFreeAsync(ptr, stream), "cuMemFreeAsync")
         except BaseException:
@@ -357,10 +362,8 @@ class CudaMemory:
     def ipc_close_mem_handle(self, index: int, ptr: DevicePtr) -> None:
         ptr = DevicePtr(as_ptr(ptr, "ipc_close_mem_handle pointer"))
         d = self._use(index)
-        size = d.ipc_opened.pop(ptr)
-        if size is None:
-            raise ValueError(f"ipc_close_mem_handle: {ptr:#x} is not memory opened from an IPC "
-                             f"handle on cuda:{index}")
+        size = d.ipc_opened.take(ptr, "ipc_close_mem_handle: {ptr:#x} is not memory opened "
+                                 "from an IPC handle on cuda:{index}", index)
         try:
             check(self._drv.cuIpcCloseMemHandle(ptr), "cuIpcCloseMemHandle")
         except BaseException:
@@ -378,10 +381,8 @@ class CudaMemory:
 
     def host_free(self, ptr: int) -> None:
         ptr = as_ptr(ptr, "host_free pointer")
-        size = self._host_allocs.pop(ptr)
-        if size is None:
-            raise ValueError(f"host_free: {ptr:#x} was not returned by host_malloc (or was "
-                             "already freed)")
+        size = self._host_allocs.take(ptr, "host_free: {ptr:#x} was not returned by "
+                                      "host_malloc (or was already freed)")
         self._use_any()
         self._release(self._drv.cuMemFreeHost, "cuMemFreeHost", self._host_allocs, ptr, size)
 
