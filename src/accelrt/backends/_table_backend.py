@@ -8,7 +8,7 @@ the argument checks and range checks of ``memcpy``/``memset``/``fill``/``launch_
 and the event operations that only look handles up. What differs is how work is queued (a
 worker thread or the caller for the cpu, an OpenCL command queue) and where device memory
 lives: each backend implements the small hooks below (``_stream``, ``_event``, ``_memory``,
-``_copy``, ``_memset``, ``_fill``, ``_host_call``, ``_timestamp``).
+``_queue_copy``, ``_queue_memset``, ``_queue_fill``, ``_host_call``, ``_timestamp``).
 
 Example::
 
@@ -133,15 +133,15 @@ class TableBackend(Backend, Generic[S, E]):
         """The memory of device ``index`` (a checked index)."""
         raise NotImplementedError
 
-    def _copy(self, s: S, kind: str, dst: int, src: int, nbytes: int) -> None:
+    def _queue_copy(self, s: S, kind: str, dst: int, src: int, nbytes: int) -> None:
         """Queue a checked, non-empty copy of ``kind`` on ``s``."""
         raise NotImplementedError
 
-    def _memset(self, s: S, ptr: int, value: int, nbytes: int) -> None:
+    def _queue_memset(self, s: S, ptr: int, value: int, nbytes: int) -> None:
         """Queue a checked, non-empty byte fill on ``s``."""
         raise NotImplementedError
 
-    def _fill(self, s: S, ptr: int, pattern: bytes, dtype: Any, nbytes: int) -> None:
+    def _queue_fill(self, s: S, ptr: int, pattern: bytes, dtype: Any, nbytes: int) -> None:
         """Queue a checked, non-empty fill of ``nbytes`` with ``pattern`` (of ``dtype``)."""
         raise NotImplementedError
 
@@ -178,7 +178,7 @@ class TableBackend(Backend, Generic[S, E]):
             if kind != "h2d":
                 mem.check_range(src, n, f"memcpy {kind} src")
         if n:
-            self._copy(s, kind, dst, src, n)
+            self._queue_copy(s, kind, dst, src, n)
 
     def memset(self, index: int, ptr: int, value: int, nbytes: int,
                stream: StreamHandle) -> None:
@@ -191,7 +191,7 @@ class TableBackend(Backend, Generic[S, E]):
         ptr = self._check_ptr(ptr)
         self._memory(index).check_range(ptr, nbytes, "memset")
         if nbytes:
-            self._memset(s, ptr, value, nbytes)
+            self._queue_memset(s, ptr, value, nbytes)
 
     def fill(self, index: int, ptr: int, pattern: bytes, count: int,
              stream: StreamHandle) -> None:
@@ -209,7 +209,7 @@ class TableBackend(Backend, Generic[S, E]):
         nbytes = count * len(pattern)
         self._memory(index).check_range(ptr, nbytes, "fill")
         if nbytes:
-            self._fill(s, ptr, pattern, dtype, nbytes)
+            self._queue_fill(s, ptr, pattern, dtype, nbytes)
 
     def launch_host_func(self, index: int, fn: Callable[[], None], stream: StreamHandle) -> None:
         """Run ``fn()`` in stream order; its exception surfaces as :class:`DeviceError` (at

@@ -62,7 +62,7 @@ _PRIORITY_LEAST, _PRIORITY_GREATEST = 0, -1
 _MAX_RESERVATION = (1 << 63) - 2 * VM_GRANULARITY
 
 
-def _fill_host(ptr: int, nbytes: int, dtype: Any, value: Any) -> None:
+def _fill(ptr: int, nbytes: int, dtype: Any, value: Any) -> None:
     host_view(ptr, nbytes).view(dtype)[:] = value
 
 
@@ -267,10 +267,7 @@ class CpuBackend(TableBackend[CpuStream, CpuEvent]):
         """Free a :meth:`malloc` pointer (after pending stream work, in async mode)."""
         if self._closed:
             raise self._closed_error("free")
-        mem = self._mem[self._check_index(index)]
-        self._check_ptr(ptr)
-        self._drain()
-        mem.free(ptr)
+        self._after_work(index, ptr).free(ptr)
 
     def adopt_memory(self, index: int, ptr: int, size: int) -> None:
         """Treat ``size`` bytes of host memory at ``ptr``, allocated by someone else (a
@@ -507,7 +504,7 @@ class CpuBackend(TableBackend[CpuStream, CpuEvent]):
                               f"cpu:{s.device} is capturing a graph; end the capture first")
 
     # ------------------------------------------------------------------ copies
-    def _copy(self, s: CpuStream, kind: str, dst: int, src: int, nbytes: int) -> None:
+    def _queue_copy(self, s: CpuStream, kind: str, dst: int, src: int, nbytes: int) -> None:
         self._submit(s, partial(ctypes.memmove, dst, src, nbytes))
 
     def memcpy_peer(self, dst_index: int, dst: int, src_index: int, src: int, nbytes: int,
@@ -524,12 +521,13 @@ class CpuBackend(TableBackend[CpuStream, CpuEvent]):
         if nbytes:
             self._submit(s, partial(ctypes.memmove, dst, src, nbytes))
 
-    def _memset(self, s: CpuStream, ptr: int, value: int, nbytes: int) -> None:
+    def _queue_memset(self, s: CpuStream, ptr: int, value: int, nbytes: int) -> None:
         self._submit(s, partial(ctypes.memset, ptr, value, nbytes))
 
-    def _fill(self, s: CpuStream, ptr: int, pattern: bytes, dtype: Any, nbytes: int) -> None:
+    def _queue_fill(self, s: CpuStream, ptr: int, pattern: bytes, dtype: Any,
+                    nbytes: int) -> None:
         value = np.frombuffer(pattern, dtype=dtype)[0]
-        self._submit(s, partial(_fill_host, ptr, nbytes, dtype, value))
+        self._submit(s, partial(_fill, ptr, nbytes, dtype, value))
 
     def can_access_peer(self, index: int, peer: int) -> bool:
         """True for every pair of cpu devices."""

@@ -479,7 +479,7 @@ class OpenCLBackend(TableBackend[ClStream, ClEvent]):
         s.track(barrier, False)
 
     # ------------------------------------------------------------------ copies
-    def _copy(self, s: ClStream, kind: str, dst: int, src: int, n: int) -> None:
+    def _queue_copy(self, s: ClStream, kind: str, dst: int, src: int, n: int) -> None:
         """A copy as :meth:`TableBackend.memcpy` checked it; ``d2d`` ranges must not
         overlap."""
         if kind == "d2d" and src < dst + n and dst < src + n:
@@ -529,10 +529,11 @@ class OpenCLBackend(TableBackend[ClStream, ClEvent]):
 
         self._host_call(s, write)
 
-    def _memset(self, s: ClStream, ptr: int, value: int, nbytes: int) -> None:
+    def _queue_memset(self, s: ClStream, ptr: int, value: int, nbytes: int) -> None:
         self._enqueue_fill(s, ptr, np.array([value], dtype=np.uint8), nbytes, "memset")
 
-    def _fill(self, s: ClStream, ptr: int, pattern: bytes, dtype: Any, nbytes: int) -> None:
+    def _queue_fill(self, s: ClStream, ptr: int, pattern: bytes, dtype: Any,
+                    nbytes: int) -> None:
         self._enqueue_fill(s, ptr, np.frombuffer(pattern, dtype=dtype).copy(), nbytes, "fill")
 
     def _enqueue_fill(self, s: ClStream, ptr: int, pattern: np.ndarray, nbytes: int,
