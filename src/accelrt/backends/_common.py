@@ -25,16 +25,20 @@ Example::
 from __future__ import annotations
 
 import itertools
+import operator
+import os
 import threading
+import weakref
 from collections.abc import Callable, Hashable, Iterable, Iterator
-from typing import Any, Generic, NoReturn, TypeVar
+from typing import Any, Generic, NoReturn, Protocol, SupportsIndex, TypeVar, cast
 
 import numpy as np
 
 from .._errors import DeviceError
 
-__all__ = ["HandleTable", "KeptErrors", "bad_handle", "check_byte", "check_index", "check_ptr",
-           "fill_pattern"]
+__all__ = ["HandleTable", "KeptErrors", "bad_handle", "check_byte", "check_index", "check_int",
+           "check_ptr", "check_size", "fill_pattern",
+           "reset_in_child"]
 
 _FILL_DTYPES: dict[int, Any] = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
@@ -127,8 +131,52 @@ class KeptErrors(Generic[K]):
                 _raise(describe(key), exc)
 
 
+class ForkReset(Protocol):
+    """An object with per-process state (a worker thread, a driver context)."""
+
+    def _after_fork(self) -> None:
+        """Forget what the parent's threads or driver held (runs in a forked child)."""
+
+
+#: The objects whose ``_after_fork`` runs in a forked child (weakly held).
+_fork_resets: weakref.WeakSet[Any] = weakref.WeakSet()
+F = TypeVar("F", bound=ForkReset)
+
+
+def reset_in_child(obj: F) -> F:
+    """Have ``obj._after_fork()`` run in a child made by ``os.fork()`` while ``obj`` lives
+    (the cpu's streams forget their worker threads, the opencl backend its contexts); return
+    ``obj``."""
+    _fork_resets.add(obj)
+    return obj
+
+
+def _after_fork_in_child() -> None:
+    for obj in list(_fork_resets):
+        obj._after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _raise(what: str, exc: BaseException) -> NoReturn:
     raise DeviceError(f"{what}: {type(exc).__name__}: {exc}") from exc
+
+
+def check_int(value: object, what: str) -> int:
+    """``value`` if it is an int (``bool`` is not); TypeError ``"<what> must be an int, got
+    <type>"`` otherwise.
+
+    Example::
+
+        >>> from accelrt.backends._common import check_int
+        >>> check_int(-1, "stream priority")
+        -1
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be an int, got {type(value).__name__}")
+    return value
 
 
 def check_index(index: object, n: int, family: str, detail: str) -> int:
@@ -141,11 +189,10 @@ def check_index(index: object, n: int, family: str, detail: str) -> int:
         >>> check_index(1, 2, "cpu", "there are 2 devices")
         1
     """
-    if isinstance(index, bool) or not isinstance(index, int):
-        raise TypeError(f"device index must be an int, got {type(index).__name__}")
-    if not 0 <= index < n:
-        raise IndexError(f"{family} device index {index} is out of range; {detail}")
-    return index
+    i = check_int(index, "device index")
+    if not 0 <= i < n:
+        raise IndexError(f"{family} device index {i} is out of range; {detail}")
+    return i
 
 
 def check_ptr(ptr: object, what: str = "pointer") -> int:
@@ -157,11 +204,36 @@ def check_ptr(ptr: object, what: str = "pointer") -> int:
         >>> check_ptr(4096)
         4096
     """
-    if isinstance(ptr, bool) or not isinstance(ptr, int):
+    if isinstance(ptr, bool) or not isinstance(ptr, int):   # (inline: every memcpy runs it)
         raise TypeError(f"{what} must be an int address, got {type(ptr).__name__}")
     if ptr <= 0:
         raise ValueError(f"{what}={ptr} is not a valid address")
     return ptr
+
+
+def check_size(size: object, what: str = "size", allow_zero: bool = False) -> int:
+    """Return ``size`` as an int, checking its type and value.
+
+    Raises:
+        TypeError: ``size`` is not an integer.
+        ValueError: ``size`` is negative (or zero when ``allow_zero`` is False).
+
+    Example::
+
+        >>> from accelrt.backends._common import check_size
+        >>> check_size(8)
+        8
+    """
+    if isinstance(size, bool):
+        raise TypeError(f"{what} must be an int, got bool")
+    try:
+        value = operator.index(cast("SupportsIndex", size))
+    except TypeError:
+        raise TypeError(f"{what} must be an int, got {type(size).__name__}") from None
+    if value < 0 or (value == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"{what}={value} must be {bound}")
+    return int(value)
 
 
 def bad_handle(kind: str, handle: object, where: str, fix: str) -> Exception:
@@ -189,11 +261,10 @@ def check_byte(value: object) -> int:
         >>> check_byte(255)
         255
     """
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"memset value must be an int, got {type(value).__name__}")
-    if not 0 <= value <= 255:
-        raise ValueError(f"memset value={value} must be a byte value in [0, 255]")
-    return value
+    byte = check_int(value, "memset value")
+    if not 0 <= byte <= 255:
+        raise ValueError(f"memset value={byte} must be a byte value in [0, 255]")
+    return byte
 
 
 def fill_pattern(pattern: object) -> tuple[bytes, Any]:

@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..._backend import Backend, Capabilities
+from ..._backend import Capabilities
 from ..._errors import DeviceError, map_backend_errors
 from ..._fork import reinit_after_fork
 from ..._handles import DevicePtr, EventHandle, GraphHandle, StreamHandle
@@ -46,25 +46,17 @@ from ._config import (
     device_properties,
     resolve_config,
 )
-from ._memory import (
-    VM_GRANULARITY,
-    DeviceMemory,
-    HostMemory,
-    check_size,
-    host_view,
-    vm_available,
-)
+from ._memory import VM_GRANULARITY, DeviceMemory, HostMemory, host_view, vm_available
 from ._ipc import IpcEventState
 from ._mempool import StreamOrderedPool, check_attribute
-from .._common import (HandleTable, KeptErrors, bad_handle, check_byte, check_index, check_ptr,
-                       fill_pattern)
+from .._common import HandleTable, KeptErrors, bad_handle, check_int, check_size
+from .._table_backend import TableBackend
 from ._graphs import CpuGraphs
 from ._streams import Capture, CpuEvent, CpuStream, Record, describe, stamp, work_error
 
 __all__ = ["CpuBackend"]
 
 _now = time.perf_counter_ns
-_KINDS = frozenset(("h2d", "d2h", "d2d", "h2h"))
 _PRIORITY_LEAST, _PRIORITY_GREATEST = 0, -1
 # largest vm_reserve size: the reservation plus one alignment granule must fit in a signed size
 _MAX_RESERVATION = (1 << 63) - 2 * VM_GRANULARITY
@@ -79,7 +71,7 @@ def _close_all(default: list[CpuStream], streams: dict[int, CpuStream]) -> None:
         s.close()
 
 
-class CpuBackend(Backend):
+class CpuBackend(TableBackend[CpuStream, CpuEvent]):
     """The reference backend: simulated cpu devices with budgets, streams, events and graphs.
 
     Args:
@@ -112,6 +104,7 @@ class CpuBackend(Backend):
     """
 
     name: ClassVar[str] = "cpu"
+    family: ClassVar[str] = "cpu"
     #: how to get more devices, for out-of-range index errors
     more_devices_hint: ClassVar[str] = (
         "set ACCELRT_CPU_DEVICES=N before the first use of accelrt for N simulated cpu "
@@ -127,14 +120,11 @@ class CpuBackend(Backend):
         self._budget_source = (f"memory_limit={memory_limit!r}" if memory_limit is not None
                                else "env" if os.environ.get(ENV_MEMORY, "").strip()
                                else "default")
-        if name is not None:
-            if not isinstance(name, str):
-                raise TypeError(f"name must be a str, got {type(name).__name__}")
-            if not name or not name.isidentifier() or name != name.lower():
-                raise ValueError(f"name={name!r} must be a lower-case identifier like 'cpu2'")
-            self.__dict__["name"] = name  # instance name shadows the class default
+        self._set_name(name)
         n = self._config.num_devices
         self._n = n
+        self._index_detail = (f"this backend has {n} device(s) (set ACCELRT_CPU_DEVICES for "
+                              "more)")
         self._async = self._config.async_streams
         self._mem = [DeviceMemory(i, self._config.memory_limit, self._config.shared_memory)
                      for i in range(n)]
@@ -238,32 +228,6 @@ class CpuBackend(Backend):
                 thread.join(timeout)
         super().close()
 
-    def capabilities(self, index: int) -> Capabilities:
-        """Everything but the CUDA protocols and device-side compute; virtual memory on Linux,
-        interprocess memory with ``shared_memory``.
-
-        Example::
-
-            >>> from accelrt.backends.cpu import CpuBackend
-            >>> caps = CpuBackend(shared_memory=False).capabilities(0)
-            >>> caps.host_functions, caps.interprocess_memory, caps.host_accessible
-            (True, False, True)
-        """
-        if type(index) is int and 0 <= index < self._n:
-            return self._caps
-        self._check_index(index)
-        return self._caps
-
-    def _check_index(self, index: object) -> int:
-        if type(index) is int and 0 <= index < self._n:
-            return index
-        return check_index(index, self._n, "cpu", f"this backend has {self._n} device(s) "
-                           "(set ACCELRT_CPU_DEVICES for more)")
-
-    def device_count(self) -> int:
-        """Number of simulated devices."""
-        return self._n
-
     def get_device_properties(self, index: int) -> dict[str, Any]:
         """``name`` (processor model), ``total_memory`` (the budget), ``multi_processor_count``
         (``os.cpu_count()``), ``uuid`` (derived from this machine's id, the backend name and
@@ -303,10 +267,7 @@ class CpuBackend(Backend):
         """Free a :meth:`malloc` pointer (after pending stream work, in async mode)."""
         if self._closed:
             raise self._closed_error("free")
-        mem = self._mem[self._check_index(index)]
-        self._check_ptr(ptr)
-        self._drain()
-        mem.free(ptr)
+        self._after_work(index, ptr).free(ptr)
 
     def adopt_memory(self, index: int, ptr: int, size: int) -> None:
         """Treat ``size`` bytes of host memory at ``ptr``, allocated by someone else (a
@@ -322,10 +283,7 @@ class CpuBackend(Backend):
         so the owner may free the memory at once."""
         if self._closed:
             raise self._closed_error("disown_memory")
-        mem = self._mem[self._check_index(index)]
-        self._check_ptr(ptr)
-        self._drain()
-        mem.disown(ptr)
+        self._after_work(index, ptr).disown(ptr)
 
     # ------------------------------------------------------------------ stream-ordered pool
     def _mempool(self, index: int) -> StreamOrderedPool:
@@ -405,24 +363,15 @@ class CpuBackend(Backend):
         """Unmap memory from :meth:`ipc_open_mem_handle` (after pending stream work)."""
         if self._closed:
             raise self._closed_error("ipc_close_mem_handle")
+        self._after_work(index, ptr).ipc_close(ptr)
+
+    def _after_work(self, index: int, ptr: int) -> DeviceMemory:
+        """The memory of device ``index`` once the work queued on every stream is done
+        (``ptr`` checked): before memory goes away under it."""
         mem = self._mem[self._check_index(index)]
         self._check_ptr(ptr)
         self._drain()
-        mem.ipc_close(ptr)
-
-    def host_malloc(self, size: int) -> int:
-        """Aligned host memory (not charged to a device); ``0`` when out of memory."""
-        if self._closed:
-            raise self._closed_error("host_malloc")
-        return self._host.malloc(check_size(size))
-
-    def host_free(self, ptr: int) -> None:
-        """Release :meth:`host_malloc` memory."""
-        if self._closed:
-            raise self._closed_error("host_free")
-        self._host.free(self._check_ptr(ptr))
-
-    _check_ptr = staticmethod(check_ptr)
+        return mem
 
     def _drain(self) -> None:
         """Async mode: wait for all submitted work of every stream, destroyed streams
@@ -527,6 +476,9 @@ class CpuBackend(Backend):
                              "use a handle from event_create that was not destroyed")
         return ev
 
+    def _memory(self, index: int) -> DeviceMemory:
+        return self._mem[index]
+
     def _submit(self, s: CpuStream, fn: Callable[[], object]) -> None:
         if self._capturing:
             cap = self._capturing.get(s)
@@ -541,6 +493,8 @@ class CpuBackend(Backend):
         except Exception as exc:
             raise work_error(s, exc) from exc
 
+    _host_call = _submit   # every piece of work on a cpu stream is a host call
+
     def _raise_kept(self, streams: Iterable[CpuStream]) -> None:
         self._kept.raise_for(streams, describe)
 
@@ -550,23 +504,8 @@ class CpuBackend(Backend):
                               f"cpu:{s.device} is capturing a graph; end the capture first")
 
     # ------------------------------------------------------------------ copies
-    def memcpy(self, index: int, dst: int, src: int, nbytes: int, kind: str,
-               stream: StreamHandle) -> None:
-        """Stream-ordered copy; the device side(s) of ``kind`` must be memory of ``index``."""
-        if self._closed:
-            raise self._closed_error("memcpy")
-        s = self._stream(index, stream)
-        if kind not in _KINDS:
-            raise ValueError(f"memcpy kind {kind!r} must be one of 'h2d', 'd2h', 'd2d', 'h2h'")
-        nbytes = check_size(nbytes, "nbytes", allow_zero=True)
-        dst, src = self._check_ptr(dst, "dst"), self._check_ptr(src, "src")
-        mem = self._mem[index]
-        if kind in ("h2d", "d2d"):
-            mem.check_range(dst, nbytes, f"memcpy {kind} dst")
-        if kind in ("d2h", "d2d"):
-            mem.check_range(src, nbytes, f"memcpy {kind} src")
-        if nbytes:
-            self._submit(s, partial(ctypes.memmove, dst, src, nbytes))
+    def _queue_copy(self, s: CpuStream, kind: str, dst: int, src: int, nbytes: int) -> None:
+        self._submit(s, partial(ctypes.memmove, dst, src, nbytes))
 
     def memcpy_peer(self, dst_index: int, dst: int, src_index: int, src: int, nbytes: int,
                     stream: StreamHandle) -> None:
@@ -582,48 +521,19 @@ class CpuBackend(Backend):
         if nbytes:
             self._submit(s, partial(ctypes.memmove, dst, src, nbytes))
 
-    def memset(self, index: int, ptr: int, value: int, nbytes: int,
-               stream: StreamHandle) -> None:
-        """Stream-ordered byte fill of device memory."""
-        if self._closed:
-            raise self._closed_error("memset")
-        s = self._stream(index, stream)
-        value = check_byte(value)
-        nbytes = check_size(nbytes, "nbytes", allow_zero=True)
-        ptr = self._check_ptr(ptr)
-        self._mem[index].check_range(ptr, nbytes, "memset")
-        if nbytes:
-            self._submit(s, partial(ctypes.memset, ptr, value, nbytes))
+    def _queue_memset(self, s: CpuStream, ptr: int, value: int, nbytes: int) -> None:
+        self._submit(s, partial(ctypes.memset, ptr, value, nbytes))
 
-    def fill(self, index: int, ptr: int, pattern: bytes, count: int,
-             stream: StreamHandle) -> None:
-        """Stream-ordered fill of ``count`` copies of a 1, 2, 4 or 8 byte ``pattern``."""
-        if self._closed:
-            raise self._closed_error("fill")
-        s = self._stream(index, stream)
-        pattern, dtype = fill_pattern(pattern)
-        count = check_size(count, "count", allow_zero=True)
-        ptr = self._check_ptr(ptr)
-        nbytes = count * len(pattern)
-        self._mem[index].check_range(ptr, nbytes, "fill")
-        if nbytes:
-            value = np.frombuffer(pattern, dtype=dtype)[0]
-            self._submit(s, partial(_fill, ptr, nbytes, dtype, value))
+    def _queue_fill(self, s: CpuStream, ptr: int, pattern: bytes, dtype: Any,
+                    nbytes: int) -> None:
+        value = np.frombuffer(pattern, dtype=dtype)[0]
+        self._submit(s, partial(_fill, ptr, nbytes, dtype, value))
 
     def can_access_peer(self, index: int, peer: int) -> bool:
         """True for every pair of cpu devices."""
         self._check_index(index)
         self._check_index(peer)
         return True
-
-    def launch_host_func(self, index: int, fn: Callable[[], None], stream: StreamHandle) -> None:
-        """Run ``fn()`` in stream order; its exception surfaces as :class:`DeviceError`."""
-        if self._closed:
-            raise self._closed_error("launch_host_func")
-        s = self._stream(index, stream)
-        if not callable(fn):
-            raise TypeError(f"launch_host_func needs a callable, got {type(fn).__name__}")
-        self._submit(s, fn)
 
     # ------------------------------------------------------------------ streams
     def stream_priority_range(self, index: int) -> tuple[int, int]:
@@ -636,8 +546,7 @@ class CpuBackend(Backend):
         if self._closed:
             raise self._closed_error("stream_create")
         self._check_index(index)
-        if isinstance(priority, bool) or not isinstance(priority, int):
-            raise TypeError(f"stream priority must be an int, got {type(priority).__name__}")
+        check_int(priority, "stream priority")
         priority = min(_PRIORITY_LEAST, max(_PRIORITY_GREATEST, priority))
         with self._lock:
             handle = next(self._handles)
@@ -759,28 +668,17 @@ class CpuBackend(Backend):
             self._after_sync(index)
 
     # ------------------------------------------------------------------ events
-    def event_create(self, index: int, enable_timing: bool, blocking: bool,
-                     interprocess: bool) -> EventHandle:
-        """Create an event; an ``interprocess`` one keeps its state in shared memory."""
-        if self._closed:
-            raise self._closed_error("event_create")
+    def _new_event(self, index: int, timing: bool, interprocess: bool) -> CpuEvent:
         self._check_index(index)
         ipc = None
         if interprocess:
-            if enable_timing:
+            if timing:
                 raise ValueError("an interprocess event cannot have enable_timing=True (as "
                                  "CUDA's); create it with enable_timing=False")
             ipc = IpcEventState.create()
-        return EventHandle(self._events.add(CpuEvent(index, bool(enable_timing), ipc)))
-
-    def event_destroy(self, index: int, event: EventHandle) -> None:
-        """Destroy an event (a pending record still completes harmlessly)."""
-        if self._closed:
-            raise self._closed_error("event_destroy")
-        self._event(event, index)
         # an interprocess event's shared words are unmapped when its state is collected,
         # after any completion write or wait still queued on a stream (they refer to it)
-        self._events.discard(event)
+        return CpuEvent(index, timing, ipc)
 
     def event_record(self, index: int, event: EventHandle, stream: StreamHandle) -> None:
         """Record ``event`` at the end of ``stream``; replaces the previous record."""
@@ -894,13 +792,8 @@ class CpuBackend(Backend):
             rec.stream.wait(rec.seq)
             self._raise_kept((rec.stream,))
 
-    def event_elapsed_time(self, index: int, start: EventHandle, end: EventHandle) -> float:
-        """Milliseconds from ``start``'s record to ``end``'s (both timing, both complete)."""
-        if self._closed:
-            raise self._closed_error("event_elapsed_time")
-        t0 = self._event(start, index).timestamp(start)
-        t1 = self._event(end, index).timestamp(end)
-        return (t1 - t0) / 1e6
+    def _timestamp(self, ev: CpuEvent, handle: int) -> int:
+        return ev.timestamp(handle)
 
     def event_ipc_handle(self, index: int, event: EventHandle) -> bytes:
         """The handle of an interprocess event made in this process."""

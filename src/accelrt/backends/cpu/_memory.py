@@ -22,19 +22,18 @@ from __future__ import annotations
 import bisect
 import ctypes
 import ctypes.util
-import operator
 import os
 import struct
 import sys
 import threading
-from typing import Any, SupportsIndex, cast
+from typing import Any
 
 import numpy as np
 
 from ..._fork import reinit_after_fork
 
 __all__ = ["ALIGNMENT", "VM_GRANULARITY", "DeviceMemory", "HostMemory", "SharedSegment",
-           "check_size", "host_view", "open_shared", "vm_available"]
+           "host_view", "open_shared", "vm_available"]
 
 #: Alignment of every pointer :meth:`DeviceMemory.malloc` returns (as cudaMalloc's 256 bytes).
 ALIGNMENT = 256
@@ -46,31 +45,6 @@ _MAP_SHARED = 0x01
 _MAP_PRIVATE, _MAP_ANONYMOUS, _MAP_NORESERVE = 0x02, 0x20, 0x4000
 _MADV_DONTNEED = 4
 _MAP_FAILED = ctypes.c_void_p(-1).value
-
-
-def check_size(size: object, what: str = "size", allow_zero: bool = False) -> int:
-    """Return ``size`` as an int, checking its type and value.
-
-    Raises:
-        TypeError: ``size`` is not an integer.
-        ValueError: ``size`` is negative (or zero when ``allow_zero`` is False).
-
-    Example::
-
-        >>> from accelrt.backends.cpu._memory import check_size
-        >>> check_size(8)
-        8
-    """
-    if isinstance(size, bool):
-        raise TypeError(f"{what} must be an int, got bool")
-    try:
-        value = operator.index(cast("SupportsIndex", size))
-    except TypeError:
-        raise TypeError(f"{what} must be an int, got {type(size).__name__}") from None
-    if value < 0 or (value == 0 and not allow_zero):
-        bound = ">= 0" if allow_zero else "> 0"
-        raise ValueError(f"{what}={value} must be {bound}")
-    return int(value)
 
 
 def host_view(ptr: int, nbytes: int) -> np.ndarray:
@@ -453,11 +427,8 @@ class DeviceMemory:
             ValueError: ``ptr`` does not start memory opened by :meth:`ipc_open`.
         """
         with self._lock:
-            region = self._regions.get(ptr)
-            if region is None or region.buf is not _OPENED:
-                raise ValueError(f"ipc_close: {ptr:#x} is not memory opened from an IPC handle "
-                                 f"on cpu:{self.index}")
-            self._remove(region)
+            self._remove_marked(ptr, _OPENED, "ipc_close: {ptr:#x} is not memory opened from an "
+                                "IPC handle on cpu:{index}")
             seg = self._segments.pop(ptr)
         seg.close()
 
@@ -497,11 +468,16 @@ class DeviceMemory:
             ValueError: ``ptr`` does not start adopted memory of this device.
         """
         with self._lock:
-            region = self._regions.get(ptr)
-            if region is None or region.buf is not _ADOPTED:
-                raise ValueError(f"disown: pointer {ptr:#x} is not memory adopted by "
-                                 f"cpu:{self.index}")
-            self._remove(region)
+            self._remove_marked(ptr, _ADOPTED, "disown: pointer {ptr:#x} is not memory adopted "
+                                "by cpu:{index}")
+
+    def _remove_marked(self, ptr: int, mark: object, error: str) -> None:
+        """Forget the region at ``ptr`` whose buffer is ``mark`` (opened or adopted memory),
+        with the lock held; else ValueError ``error`` (a format of ``ptr`` and ``index``)."""
+        region = self._regions.get(ptr)
+        if region is None or region.buf is not mark:
+            raise ValueError(error.format(ptr=ptr, index=self.index))
+        self._remove(region)
 
     def check_range(self, ptr: int, nbytes: int, what: str) -> None:
         """Check that ``[ptr, ptr+nbytes)`` is memory of this device (allocated or mapped).
@@ -580,15 +556,20 @@ class DeviceMemory:
         if _get_libc().munmap(ptr, size) != 0:
             raise _os_error("munmap")
 
+    def _pages(self, ptr: int, size: int, what: str) -> tuple[set[int], range]:
+        """The mapped pages of the reservation holding ``[ptr, ptr+size)`` and the page
+        numbers of that range (with the lock held)."""
+        region = self._reservation(ptr, size, what)
+        first = (ptr - region.base) // VM_GRANULARITY
+        assert region.mapped is not None
+        return region.mapped, range(first, first + size // VM_GRANULARITY)
+
     def vm_map(self, ptr: int, size: int) -> bool:
         """Make ``[ptr, ptr+size)`` read/write; False when it would exceed the budget."""
         self._check_aligned(ptr, size, "vm_map")
         with self._lock:
-            region = self._reservation(ptr, size, "vm_map")
-            first = (ptr - region.base) // VM_GRANULARITY
-            pages = range(first, first + size // VM_GRANULARITY)
-            assert region.mapped is not None
-            if any(p in region.mapped for p in pages):
+            mapped, pages = self._pages(ptr, size, "vm_map")
+            if any(p in mapped for p in pages):
                 raise ValueError(f"vm_map: part of [{ptr:#x}, {ptr + size:#x}) is already "
                                  "mapped; vm_unmap it first")
             if self.used + size > self.budget:
@@ -598,7 +579,7 @@ class DeviceMemory:
                 if err.errno == 12:  # ENOMEM: no memory for the page tables
                     return False
                 raise err
-            region.mapped.update(pages)
+            mapped.update(pages)
             self.used += size
             return True
 
@@ -606,11 +587,8 @@ class DeviceMemory:
         """Drop the pages of ``[ptr, ptr+size)`` (all mapped) and give their budget back."""
         self._check_aligned(ptr, size, "vm_unmap")
         with self._lock:
-            region = self._reservation(ptr, size, "vm_unmap")
-            first = (ptr - region.base) // VM_GRANULARITY
-            pages = range(first, first + size // VM_GRANULARITY)
-            assert region.mapped is not None
-            if not all(p in region.mapped for p in pages):
+            mapped, pages = self._pages(ptr, size, "vm_unmap")
+            if not all(p in mapped for p in pages):
                 raise ValueError(f"vm_unmap: part of [{ptr:#x}, {ptr + size:#x}) is not "
                                  "mapped; only unmap ranges made by vm_map")
             libc = _get_libc()
@@ -618,7 +596,7 @@ class DeviceMemory:
                 raise _os_error("madvise")
             if libc.mprotect(ptr, size, _PROT_NONE) != 0:
                 raise _os_error("mprotect")
-            region.mapped.difference_update(pages)
+            mapped.difference_update(pages)
             self.used -= size
 
 

@@ -20,16 +20,14 @@ Example::
 
 from __future__ import annotations
 
-import os
 import threading
 import time
-import weakref
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..._errors import DeviceError
-from .._common import KeptErrors
+from .._common import KeptErrors, reset_in_child
 
 if TYPE_CHECKING:
     from ._ipc import IpcEventState
@@ -81,7 +79,7 @@ class CpuStream:
         self.completed = 0                         # guarded by cv
         self.thread: threading.Thread | None = None  # guarded by cv
         self.closed = False                        # guarded by cv
-        _all_streams.add(self)
+        reset_in_child(self)   # a forked child resets its worker
 
     def submit(self, fn: Callable[[], object]) -> int:
         """Queue ``fn`` and return its sequence number."""
@@ -157,19 +155,6 @@ class CpuStream:
             if self.thread is not None:
                 self.queue.append(_STOP)
                 self.cv.notify_all()
-
-
-#: Every live stream, so that a forked child can reset their workers.
-_all_streams: weakref.WeakSet[CpuStream] = weakref.WeakSet()
-
-
-def _after_fork_in_child() -> None:
-    for s in list(_all_streams):
-        s._after_fork()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def describe(s: CpuStream) -> str:

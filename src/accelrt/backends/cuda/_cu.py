@@ -16,6 +16,7 @@ Example::
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 from types import ModuleType
 from typing import Any
@@ -241,3 +242,27 @@ def as_handle(value: Any, what: str) -> int:
     if not 0 <= v < _U64:
         raise ValueError(f"{what} handle must be in [0, 2**64), got {v}")
     return v
+
+
+#: ``sizeof(CUipcMemHandle)``, also ``sizeof(CUipcEventHandle)``
+IPC_HANDLE_SIZE = 64
+
+
+def ipc_struct(handle: Any, struct: Any, what: str, source: str) -> Any:
+    """A new ``struct()`` (``CUipcMemHandle``/``CUipcEventHandle``) holding the
+    :data:`IPC_HANDLE_SIZE` bytes of ``handle``: the bytes ``source()`` gave for an IPC
+    ``what`` handle (``"memory"``/``"event"``, for messages); TypeError or ValueError."""
+    if not isinstance(handle, (bytes, bytearray)):
+        raise TypeError(f"an IPC {what} handle is the bytes from {source}(), got "
+                        f"{type(handle).__name__}")
+    if len(handle) != IPC_HANDLE_SIZE:
+        raise ValueError(f"an IPC {what} handle is {IPC_HANDLE_SIZE} bytes from "
+                         f"{source}(), got {len(handle)} bytes")
+    h = struct()
+    ctypes.memmove(h.getPtr(), bytes(handle), IPC_HANDLE_SIZE)
+    return h
+
+
+def ipc_bytes(h: Any) -> bytes:
+    """The bytes of an IPC handle struct (what :func:`ipc_struct` reads back)."""
+    return ctypes.string_at(h.getPtr(), IPC_HANDLE_SIZE)

@@ -12,7 +12,6 @@ Example::
 from __future__ import annotations
 
 import bisect
-import ctypes
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -39,7 +38,6 @@ _POOL_ATTRS = {
     "used_mem_current": "CU_MEMPOOL_ATTR_USED_MEM_CURRENT",
     "used_mem_high": "CU_MEMPOOL_ATTR_USED_MEM_HIGH",
 }
-_IPC_HANDLE_SIZE = 64   # sizeof(CUipcMemHandle)
 _FILL_BLOCK = 256
 _FILL_MAX_GRID = 65535
 
@@ -98,6 +96,14 @@ class Ranges:
             if size is not None:
                 del self._bases[bisect.bisect_left(self._bases, base)]
             return size
+
+    def take(self, base: int, error: str, index: int = -1) -> int:
+        """:meth:`pop` of a range that must be there: its size, else ValueError ``error``
+        (a format of ``ptr`` and the device ``index``)."""
+        size = self.pop(base)
+        if size is None:
+            raise ValueError(error.format(ptr=base, index=index))
+        return size
 
     def size_of(self, base: int) -> int | None:
         return self._sizes.get(base)
@@ -217,27 +223,38 @@ class CudaMemory:
         size = as_size(size, "malloc size", positive=True)
         d = self._use(index)
         with self._streams.relaxed():
-            err, ptr = self._drv.cuMemAlloc(size)
-        if err:
-            if err == self._drv.CUresult.CUDA_ERROR_OUT_OF_MEMORY:
-                return DevicePtr(0)
-            _cu.raise_error(err, "cuMemAlloc")
-        ptr = int(ptr)
-        d.allocs.add(ptr, size)
-        return DevicePtr(ptr)
+            result = self._drv.cuMemAlloc(size)
+        return DevicePtr(self._allocated(result, "cuMemAlloc", d.allocs, size))
 
     def free(self, index: int, ptr: DevicePtr) -> None:
         ptr = DevicePtr(as_ptr(ptr, "free pointer"))
         d = self._use(index)
-        size = d.allocs.pop(ptr)
-        if size is None:
-            raise ValueError(f"free: {ptr:#x} was not returned by malloc on cuda:{index} (or "
-                             "was already freed)")
+        size = d.allocs.take(ptr, "free: {ptr:#x} was not returned by malloc on cuda:{index} "
+                             "(or was already freed)", index)
+        self._release(self._drv.cuMemFree, "cuMemFree", d.allocs, ptr, size)
+
+    def _allocated(self, result: tuple[Any, Any], call: str, table: Ranges, size: int) -> int:
+        """The pointer of ``call``'s ``(err, ptr)`` ``result`` (``cuMemAlloc``,
+        ``cuMemHostAlloc``), recorded in ``table``; ``0`` on ``CUDA_ERROR_OUT_OF_MEMORY``."""
+        err, ptr = result
+        if err:
+            if err == self._drv.CUresult.CUDA_ERROR_OUT_OF_MEMORY:
+                return 0
+            _cu.raise_error(err, call)
+        ptr = int(ptr)
+        table.add(ptr, size)
+        return ptr
+
+    def _release(self, release: Callable[[int], Any], call: str, table: Ranges, ptr: int,
+                 size: int) -> None:
+        """``release(ptr)`` (``cuMemFree``, ``cuMemFreeHost``; relaxed capture mode, as every
+        allocation call); ``ptr``, already popped from ``table``, goes back into it if the
+        driver refuses."""
         try:
             with self._streams.relaxed():
-                check(self._drv.cuMemFree(ptr), "cuMemFree")
+                check(release(ptr), call)
         except BaseException:
-            d.allocs.add(ptr, size)
+            table.add(ptr, size)
             raise
 
     # ------------------------------------------------------------------ stream-ordered pool
@@ -267,10 +284,9 @@ class CudaMemory:
         ptr = DevicePtr(as_ptr(ptr, "mempool_free_async pointer"))
         d = self._use(index)
         stream = self._streams.check_stream(d, stream)
-        size = d.pool_allocs.pop(ptr)
-        if size is None:
-            raise ValueError(f"mempool_free_async: {ptr:#x} was not returned by "
-                             f"mempool_alloc_async on cuda:{index} (or was already freed)")
+        size = d.pool_allocs.take(ptr, "mempool_free_async: {ptr:#x} was not returned by "
+                                  "mempool_alloc_async on cuda:{index} (or was already freed)",
+                                  index)
         try:
             check(self._drv.cuMemFreeAsync(ptr, stream), "cuMemFreeAsync")
         except BaseException:
@@ -326,19 +342,12 @@ class CudaMemory:
             raise ValueError(f"cannot share memory between processes: {ptr:#x} does not start "
                              f"a cuMemAlloc allocation of cuda:{index}; pass a segment base")
         h = check(self._drv.cuIpcGetMemHandle(ptr), "cuIpcGetMemHandle")
-        return ctypes.string_at(h.getPtr(), _IPC_HANDLE_SIZE)
+        return _cu.ipc_bytes(h)
 
     def ipc_open_mem_handle(self, index: int, handle: bytes) -> tuple[DevicePtr, int]:
-        if not isinstance(handle, (bytes, bytearray)):
-            raise TypeError(f"an IPC memory handle is the bytes from ipc_mem_handle(), got "
-                            f"{type(handle).__name__}")
-        if len(handle) != _IPC_HANDLE_SIZE:
-            raise ValueError(f"an IPC memory handle is {_IPC_HANDLE_SIZE} bytes from "
-                             f"ipc_mem_handle(), got {len(handle)} bytes")
-        d = self._use(index)
         drv = self._drv
-        h = drv.CUipcMemHandle()
-        ctypes.memmove(h.getPtr(), bytes(handle), _IPC_HANDLE_SIZE)
+        h = _cu.ipc_struct(handle, drv.CUipcMemHandle, "memory", "ipc_mem_handle")
+        d = self._use(index)
         flags = int(drv.CUipcMem_flags.CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)
         ptr = int(check(drv.cuIpcOpenMemHandle(h, flags), "cuIpcOpenMemHandle"))
         try:
@@ -353,10 +362,8 @@ class CudaMemory:
     def ipc_close_mem_handle(self, index: int, ptr: DevicePtr) -> None:
         ptr = DevicePtr(as_ptr(ptr, "ipc_close_mem_handle pointer"))
         d = self._use(index)
-        size = d.ipc_opened.pop(ptr)
-        if size is None:
-            raise ValueError(f"ipc_close_mem_handle: {ptr:#x} is not memory opened from an IPC "
-                             f"handle on cuda:{index}")
+        size = d.ipc_opened.take(ptr, "ipc_close_mem_handle: {ptr:#x} is not memory opened "
+                                 "from an IPC handle on cuda:{index}", index)
         try:
             check(self._drv.cuIpcCloseMemHandle(ptr), "cuIpcCloseMemHandle")
         except BaseException:
@@ -369,28 +376,15 @@ class CudaMemory:
         self._use_any()
         drv = self._drv
         with self._streams.relaxed():
-            err, ptr = drv.cuMemHostAlloc(size, drv.CU_MEMHOSTALLOC_PORTABLE)
-        if err:
-            if err == drv.CUresult.CUDA_ERROR_OUT_OF_MEMORY:
-                return 0
-            _cu.raise_error(err, "cuMemHostAlloc")
-        ptr = int(ptr)
-        self._host_allocs.add(ptr, size)
-        return ptr
+            result = drv.cuMemHostAlloc(size, drv.CU_MEMHOSTALLOC_PORTABLE)
+        return self._allocated(result, "cuMemHostAlloc", self._host_allocs, size)
 
     def host_free(self, ptr: int) -> None:
         ptr = as_ptr(ptr, "host_free pointer")
-        size = self._host_allocs.pop(ptr)
-        if size is None:
-            raise ValueError(f"host_free: {ptr:#x} was not returned by host_malloc (or was "
-                             "already freed)")
+        size = self._host_allocs.take(ptr, "host_free: {ptr:#x} was not returned by "
+                                      "host_malloc (or was already freed)")
         self._use_any()
-        try:
-            with self._streams.relaxed():
-                check(self._drv.cuMemFreeHost(ptr), "cuMemFreeHost")
-        except BaseException:
-            self._host_allocs.add(ptr, size)
-            raise
+        self._release(self._drv.cuMemFreeHost, "cuMemFreeHost", self._host_allocs, ptr, size)
 
     # ------------------------------------------------------------------ virtual memory
     def _prop(self, index: int) -> Any:

@@ -51,14 +51,18 @@ def available() -> bool:
     return True
 
 
+def _check_message(msg: object, fn: str) -> None:
+    if not isinstance(msg, str):
+        raise TypeError(f"{fn}() takes a str message, got {type(msg).__name__}")
+
+
 def range_push(msg: str) -> int:
     """Open a nested range; return its zero-based depth (as ``torch.cuda.nvtx``).
 
     Raises:
         TypeError: ``msg`` is not a str.
     """
-    if not isinstance(msg, str):
-        raise TypeError(f"range_push() takes a str message, got {type(msg).__name__}")
+    _check_message(msg, "range_push")
     _lib().push_range(message=msg)
     depth = getattr(_depth, "n", 0)
     _depth.n = depth + 1
@@ -90,8 +94,7 @@ def range_start(msg: str) -> int:
         ...     _nvtx.range_end(rid)
     """
     global _next_id
-    if not isinstance(msg, str):
-        raise TypeError(f"range_start() takes a str message, got {type(msg).__name__}")
+    _check_message(msg, "range_start")
     handle = _lib().start_range(message=msg)
     with _ranges_lock:
         rid = _next_id
@@ -125,8 +128,7 @@ def mark(msg: str) -> None:
     Raises:
         TypeError: ``msg`` is not a str.
     """
-    if not isinstance(msg, str):
-        raise TypeError(f"mark() takes a str message, got {type(msg).__name__}")
+    _check_message(msg, "mark")
     _lib().mark(message=msg)
 
 

@@ -68,7 +68,7 @@ def address_is_mapped(addr: int) -> bool:
         return False
     finally:
         os.close(fd)
-IPC_HANDLE_SIZE = 64
+
 
 _HOSTFN_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 #: key -> (callable, kept errors of its backend, (device index, stream)); dict ops are atomic
@@ -239,15 +239,23 @@ class CudaStreams:
     def stream_query(self, index: int, stream: StreamHandle) -> bool:
         stream = self.check_stream(self._use(index), stream)
         self._not_capturing(stream, "query")
-        with self.relaxed():   # legal for a stream outside the capture (the allocator asks)
-            (err,) = self._drv.cuStreamQuery(stream)
+        if not self._done(self._drv.cuStreamQuery, stream, "cuStreamQuery"):
+            return False
+        if self._host_errors:   # the contract's rule (backends/_common.py), as the cpu's
+            self._raise_host_error(index, stream)
+        return True
+
+    def _done(self, query: Callable[[int], tuple[Any]], handle: int, call: str) -> bool:
+        """``query(handle)`` (``cuStreamQuery``, ``cuEventQuery``): True when done, False on
+        ``CUDA_ERROR_NOT_READY``. Relaxed capture mode: legal for a stream or event outside
+        the capture (the allocator asks)."""
+        with self.relaxed():
+            (err,) = query(handle)
         if not err:
-            if self._host_errors:   # the contract's rule (backends/_common.py), as the cpu's
-                self._raise_host_error(index, stream)
             return True
         if err == self._drv.CUresult.CUDA_ERROR_NOT_READY:
             return False
-        _cu.raise_error(err, "cuStreamQuery")
+        _cu.raise_error(err, call)
         return False
 
     def stream_synchronize(self, index: int, stream: StreamHandle) -> None:
@@ -362,14 +370,7 @@ class CudaStreams:
         if self._check_event(event)[2]:
             raise DeviceError("cuda: this event was last recorded inside a graph capture; "
                               "query it after recording it outside the capture")
-        with self.relaxed():   # legal for an event outside the capture (the allocator asks)
-            (err,) = self._drv.cuEventQuery(event)
-        if not err:
-            return True
-        if err == self._drv.CUresult.CUDA_ERROR_NOT_READY:
-            return False
-        _cu.raise_error(err, "cuEventQuery")
-        return False
+        return self._done(self._drv.cuEventQuery, event, "cuEventQuery")
 
     def event_synchronize(self, index: int, event: EventHandle) -> None:
         self._use(index)
@@ -395,18 +396,11 @@ class CudaStreams:
         self._use(index)
         self._check_event(event)
         h = check(self._drv.cuIpcGetEventHandle(event), "cuIpcGetEventHandle")
-        return ctypes.string_at(h.getPtr(), IPC_HANDLE_SIZE)
+        return _cu.ipc_bytes(h)
 
     def event_from_ipc_handle(self, index: int, handle: bytes) -> EventHandle:
-        if not isinstance(handle, (bytes, bytearray)):
-            raise TypeError(f"an IPC event handle is the bytes from event_ipc_handle(), got "
-                            f"{type(handle).__name__}")
-        if len(handle) != IPC_HANDLE_SIZE:
-            raise ValueError(f"an IPC event handle is {IPC_HANDLE_SIZE} bytes from "
-                             f"event_ipc_handle(), got {len(handle)} bytes")
+        h = _cu.ipc_struct(handle, self._drv.CUipcEventHandle, "event", "event_ipc_handle")
         self._use(index)
-        h = self._drv.CUipcEventHandle()
-        ctypes.memmove(h.getPtr(), bytes(handle), IPC_HANDLE_SIZE)
         ev = int(check(self._drv.cuIpcOpenEventHandle(h), "cuIpcOpenEventHandle"))
         self._events[ev] = [index, False, False, None]
         return EventHandle(ev)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import itertools
-import os
 import threading
 import uuid
 import weakref
@@ -30,22 +29,21 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..._backend import Backend, Capabilities
+from ..._backend import Capabilities
 from ..._errors import BackendUnavailableError, DeviceError, map_backend_errors
 from ..._fork import reinit_after_fork
 from ..._handles import DevicePtr, EventHandle, StreamHandle
-from ..cpu._memory import HostMemory, check_size
+from ..cpu._memory import HostMemory
 from ._discovery import (FORKED_MSG, import_cl, list_devices, memory_mode_setting,
                          unavailable_reason)
 from ._memory import BufferMemory, SvmMemory
-from .._common import (HandleTable, KeptErrors, bad_handle, check_byte, check_index, check_ptr,
-                       fill_pattern)
+from .._common import HandleTable, KeptErrors, bad_handle, check_int, check_size, reset_in_child
+from .._table_backend import DeviceRanges, TableBackend
 from ._streams import ClEvent, ClStream, HostWorker
 
 __all__ = ["OpenCLBackend"]
 
 _K_DL_OPENCL = 4   # DLPack kDLOpenCL
-_KINDS = frozenset(("h2d", "d2h", "d2d", "h2h"))
 _ALL_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
                "uint64", "float16", "float32", "float64", "complex64", "complex128")
 
@@ -157,7 +155,7 @@ def _has_svm(cl: Any, dev: Any) -> bool:
     return bool(caps & int(cl.device_svm_capabilities.COARSE_GRAIN_BUFFER))
 
 
-class OpenCLBackend(Backend):
+class OpenCLBackend(TableBackend[ClStream, ClEvent]):
     """Every OpenCL device (all platforms) as an accelrt backend.
 
     Args:
@@ -177,16 +175,13 @@ class OpenCLBackend(Backend):
     """
 
     name: ClassVar[str] = "opencl"
+    family: ClassVar[str] = "opencl"
+    fill_aligned: ClassVar[bool] = True
 
     def __init__(self, memory_mode: str | None = None, *, name: str | None = None) -> None:
         self._closed = False   # Backend._closed on the instance: each operation reads it
         mode = memory_mode_setting(memory_mode)
-        if name is not None:
-            if not isinstance(name, str):
-                raise TypeError(f"name must be a str, got {type(name).__name__}")
-            if not name or not name.isidentifier() or name != name.lower():
-                raise ValueError(f"name={name!r} must be a lower-case identifier like 'opencl2'")
-            self.__dict__["name"] = name
+        self._set_name(name)
         try:
             self._cl = import_cl()
         except ImportError as exc:
@@ -197,6 +192,7 @@ class OpenCLBackend(Backend):
                                           f"{unavailable_reason()}")
         self._cl_devices = devices
         self._n = len(devices)
+        self._index_detail = f"there are {self._n} OpenCL device(s)"
         svm = [_has_svm(self._cl, d) for d in devices]
         if mode == "svm" and not all(svm):
             names = ", ".join(repr(d.name) for d, ok in zip(devices, svm) if not ok)
@@ -219,7 +215,7 @@ class OpenCLBackend(Backend):
         # for them as for live streams (CUDA's model); see _device_streams
         self._retired: list[ClStream] = []           # guarded by _lock
         self._finalizer = weakref.finalize(self, _close_all, self._all)
-        _instances.add(self)
+        reset_in_child(self)   # see _after_fork
         # host memory from host_malloc is aligned but pageable (OpenCL has no portable pinned
         # allocation): still what the staging pool needs, but users cannot pin arrays in it
         # (page_locked_host_memory=False)
@@ -254,23 +250,6 @@ class OpenCLBackend(Backend):
         processor already; ``ACCELRT_ACCELERATOR=opencl`` still selects it."""
         cpu = self._cl.device_type.CPU
         return any(not (d.type & cpu) for d in self._cl_devices)
-
-    def device_count(self) -> int:
-        """Number of OpenCL devices over all platforms (creates no context)."""
-        return self._n
-
-    def capabilities(self, index: int) -> Capabilities:
-        """Host functions (a worker thread per stream), peer copies (through the host) and
-        host memory; no virtual memory, graphs or interprocess sharing."""
-        if type(index) is int and 0 <= index < self._n:
-            return self._caps
-        self._check_index(index)
-        return self._caps
-
-    def _check_index(self, index: object) -> int:
-        if type(index) is int and 0 <= index < self._n:
-            return index
-        return check_index(index, self._n, "opencl", f"there are {self._n} OpenCL device(s)")
 
     def _dev(self, index: int) -> _Device:
         st = self._state[index] if type(index) is int and 0 <= index < self._n else None
@@ -408,20 +387,6 @@ class OpenCLBackend(Backend):
         with d.lock:
             d.used -= size
 
-    def host_malloc(self, size: int) -> int:
-        """Aligned host memory (pageable; OpenCL has no portable pinned allocation)."""
-        if self._closed:
-            raise self._closed_error("host_malloc")
-        return self._host.malloc(check_size(size))
-
-    def host_free(self, ptr: int) -> None:
-        """Release :meth:`host_malloc` memory."""
-        if self._closed:
-            raise self._closed_error("host_free")
-        self._host.free(self._check_ptr(ptr))
-
-    _check_ptr = staticmethod(check_ptr)
-
     # ------------------------------------------------------------------ streams: plumbing
     def _stream(self, index: int, stream: int) -> ClStream:
         if type(stream) is int and type(index) is int:
@@ -445,6 +410,10 @@ class OpenCLBackend(Backend):
             raise bad_handle("event", event, f" of opencl:{index}",
                              "use a handle from event_create that was not destroyed")
         return ev
+
+    def _memory(self, index: int) -> DeviceRanges:
+        mem: DeviceRanges = self._dev(index).mem
+        return mem
 
     def _enqueue(self, s: ClStream, what: str, fn: Callable[[Any], Any]) -> None:
         with map_backend_errors(self.name, what):
@@ -510,30 +479,16 @@ class OpenCLBackend(Backend):
         s.track(barrier, False)
 
     # ------------------------------------------------------------------ copies
-    def memcpy(self, index: int, dst: int, src: int, nbytes: int, kind: str,
-               stream: StreamHandle) -> None:
-        """Stream-ordered copy; the device side(s) of ``kind`` must be memory of ``index``
-        (any address inside an allocation); ``d2d`` ranges must not overlap."""
-        if self._closed:
-            raise self._closed_error("memcpy")
-        s = self._stream(index, stream)
-        if kind not in _KINDS:
-            raise ValueError(f"memcpy kind {kind!r} must be one of 'h2d', 'd2h', 'd2d', 'h2h'")
-        n = check_size(nbytes, "nbytes", allow_zero=True)
-        dst, src = self._check_ptr(dst, "dst"), self._check_ptr(src, "src")
-        mem = self._dev(index).mem
-        if kind in ("h2d", "d2d"):
-            mem.check(dst, n, f"memcpy {kind} dst")
-        if kind in ("d2h", "d2d"):
-            mem.check(src, n, f"memcpy {kind} src")
-        if kind == "d2d" and src < dst + n and dst < src + n and n:
+    def _queue_copy(self, s: ClStream, kind: str, dst: int, src: int, n: int) -> None:
+        """A copy as :meth:`TableBackend.memcpy` checked it; ``d2d`` ranges must not
+        overlap."""
+        if kind == "d2d" and src < dst + n and dst < src + n:
             raise ValueError("memcpy d2d: the source and destination ranges overlap; OpenCL "
                              "cannot copy overlapping ranges, copy through a temporary")
-        if not n:
-            return
         if kind == "h2h":
             self._host_call(s, partial(ctypes.memmove, dst, src, n))
             return
+        mem = self._dev(s.device).mem
         op = {"h2d": mem.h2d, "d2h": mem.d2h, "d2d": mem.d2d}[kind]
         self._enqueue(s, f"memcpy {kind}", lambda q: op(q, dst, src, n))
 
@@ -555,9 +510,9 @@ class OpenCLBackend(Backend):
         s = self._stream(src_index, stream)
         n = check_size(nbytes, "nbytes", allow_zero=True)
         dst, src = self._check_ptr(dst, "dst"), self._check_ptr(src, "src")
-        dd.mem.check(dst, n, "memcpy_peer dst")
+        dd.mem.check_range(dst, n, "memcpy_peer dst")
         smem = self._dev(src_index).mem
-        smem.check(src, n, "memcpy_peer src")
+        smem.check_range(src, n, "memcpy_peer src")
         if not n:
             return
         staging = np.empty(n, dtype=np.uint8)
@@ -574,51 +529,21 @@ class OpenCLBackend(Backend):
 
         self._host_call(s, write)
 
-    def memset(self, index: int, ptr: int, value: int, nbytes: int,
-               stream: StreamHandle) -> None:
-        """Stream-ordered byte fill of device memory."""
-        if self._closed:
-            raise self._closed_error("memset")
-        s = self._stream(index, stream)
-        value = check_byte(value)
-        self._fill(s, self._check_ptr(ptr), np.array([value], dtype=np.uint8),
-                   check_size(nbytes, "nbytes", allow_zero=True), "memset")
+    def _queue_memset(self, s: ClStream, ptr: int, value: int, nbytes: int) -> None:
+        self._enqueue_fill(s, ptr, np.array([value], dtype=np.uint8), nbytes, "memset")
 
-    def fill(self, index: int, ptr: int, pattern: bytes, count: int,
-             stream: StreamHandle) -> None:
-        """Stream-ordered fill of ``count`` copies of a 1, 2, 4 or 8 byte ``pattern``;
-        ``ptr`` must be aligned to the pattern size (OpenCL requires it)."""
-        if self._closed:
-            raise self._closed_error("fill")
-        s = self._stream(index, stream)
-        pattern, dtype = fill_pattern(pattern)
-        count = check_size(count, "count", allow_zero=True)
-        ptr = self._check_ptr(ptr)
-        if ptr % len(pattern):
-            raise ValueError(f"fill: pointer {ptr:#x} must be aligned to the {len(pattern)}-byte "
-                             "pattern size")
-        self._fill(s, ptr, np.frombuffer(pattern, dtype=dtype).copy(), count * len(pattern),
-                   "fill")
+    def _queue_fill(self, s: ClStream, ptr: int, pattern: bytes, dtype: Any,
+                    nbytes: int) -> None:
+        self._enqueue_fill(s, ptr, np.frombuffer(pattern, dtype=dtype).copy(), nbytes, "fill")
 
-    def _fill(self, s: ClStream, ptr: int, pattern: np.ndarray, nbytes: int, what: str) -> None:
+    def _enqueue_fill(self, s: ClStream, ptr: int, pattern: np.ndarray, nbytes: int,
+                      what: str) -> None:
         mem = self._dev(s.device).mem
-        mem.check(ptr, nbytes, what)
-        if nbytes:
-            self._enqueue(s, what, lambda q: mem.fill(q, ptr, pattern, nbytes))
+        self._enqueue(s, what, lambda q: mem.fill(q, ptr, pattern, nbytes))
 
     def can_access_peer(self, index: int, peer: int) -> bool:
         """Only a device itself: each device has its own context."""
         return self._check_index(index) == self._check_index(peer)
-
-    def launch_host_func(self, index: int, fn: Callable[[], None], stream: StreamHandle) -> None:
-        """Run ``fn()`` in stream order on a worker thread of the stream; its exception is
-        raised as :class:`DeviceError` by the next synchronize/query of the stream."""
-        if self._closed:
-            raise self._closed_error("launch_host_func")
-        s = self._stream(index, stream)
-        if not callable(fn):
-            raise TypeError(f"launch_host_func needs a callable, got {type(fn).__name__}")
-        self._host_call(s, fn)
 
     # ------------------------------------------------------------------ streams
     def stream_create(self, index: int, priority: int) -> StreamHandle:
@@ -626,8 +551,7 @@ class OpenCLBackend(Backend):
         if self._closed:
             raise self._closed_error("stream_create")
         d = self._dev(index)
-        if isinstance(priority, bool) or not isinstance(priority, int):
-            raise TypeError(f"stream priority must be an int, got {type(priority).__name__}")
+        check_int(priority, "stream priority")
         with map_backend_errors(self.name, "stream_create"):
             queue = self._cl.CommandQueue(d.ctx, self._cl_devices[index], properties=d.props)
         with self._lock:
@@ -705,10 +629,8 @@ class OpenCLBackend(Backend):
         ev = self._events.get(event) if type(event) is int else None
         if ev is None:
             self._check_forked()
-            if isinstance(event, bool) or not isinstance(event, int):
-                raise TypeError(f"event handle must be an int, got {type(event).__name__}")
-            raise ValueError(f"event handle {event} is not a live event; use a handle from "
-                             "event_create that was not destroyed")
+            raise bad_handle("event", event, "",
+                             "use a handle from event_create that was not destroyed")
         marker = ev.marker
         if marker is None:
             return
@@ -731,23 +653,12 @@ class OpenCLBackend(Backend):
         self._raise_kept(streams)
 
     # ------------------------------------------------------------------ events
-    def event_create(self, index: int, enable_timing: bool, blocking: bool,
-                     interprocess: bool) -> EventHandle:
-        """Create an event (``interprocess`` is not supported by OpenCL)."""
-        if self._closed:
-            raise self._closed_error("event_create")
+    def _new_event(self, index: int, timing: bool, interprocess: bool) -> ClEvent:
         self._dev(index)
         if interprocess:
             raise ValueError("the opencl backend has no interprocess events; create the event "
                              "with interprocess=False")
-        return EventHandle(self._events.add(ClEvent(index, bool(enable_timing))))
-
-    def event_destroy(self, index: int, event: EventHandle) -> None:
-        """Destroy an event."""
-        if self._closed:
-            raise self._closed_error("event_destroy")
-        self._event(event, index)
-        self._events.discard(event)
+        return ClEvent(index, timing)
 
     def event_record(self, index: int, event: EventHandle, stream: StreamHandle) -> None:
         """Record ``event`` (a marker) at the end of ``stream``."""
@@ -804,14 +715,6 @@ class OpenCLBackend(Backend):
         with map_backend_errors(self.name, "event_elapsed_time"):
             return int(ev.marker.profile.end)
 
-    def event_elapsed_time(self, index: int, start: EventHandle, end: EventHandle) -> float:
-        """Milliseconds between two completed timing events (OpenCL profiling clocks)."""
-        if self._closed:
-            raise self._closed_error("event_elapsed_time")
-        t0 = self._timestamp(self._event(start, index), start)
-        t1 = self._timestamp(self._event(end, index), end)
-        return (t1 - t0) / 1e6
-
     def event_ipc_handle(self, index: int, event: EventHandle) -> bytes:
         """Not supported: raises ValueError."""
         if self._closed:
@@ -841,17 +744,3 @@ class OpenCLBackend(Backend):
 
     def __repr__(self) -> str:
         return f"<accelrt backend {self.name!r}: {self._n} OpenCL device(s), {self._mode} memory>"
-
-
-# ---------------------------------------------------------------------- fork safety
-
-_instances: weakref.WeakSet[OpenCLBackend] = weakref.WeakSet()
-
-
-def _after_fork_in_child() -> None:
-    for b in list(_instances):
-        b._after_fork()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)

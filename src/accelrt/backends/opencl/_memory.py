@@ -127,13 +127,14 @@ def _is_oom(cl: Any, exc: Exception) -> bool:
     return isinstance(exc, cl.MemoryError) or getattr(exc, "code", None) in codes
 
 
-class BufferMemory:
-    """``cl_mem`` buffers at made-up addresses (any OpenCL device).
+class _Allocations:
+    """What both representations share: the allocations of one device by address, each
+    held by a pyopencl object with a ``release()`` method.
 
     Args:
         cl: the pyopencl module.
         ctx: the device's context.
-        index: device index (chooses the address range and names the device).
+        index: device index (names the device in messages).
     """
 
     svm = False
@@ -142,6 +143,25 @@ class BufferMemory:
         self.cl = cl
         self.ctx = ctx
         self.table = AddressTable(f"opencl:{index}")
+
+    def free(self, ptr: int) -> int:
+        """Release the allocation at ``ptr``; return its size. A buffer stays alive for its
+        queued work (OpenCL keeps it); for SVM the caller has finished the device's queues."""
+        size, obj = self.table.pop(ptr)
+        obj.release()
+        return size
+
+    def check_range(self, ptr: int, nbytes: int, what: str) -> None:
+        """ValueError unless ``[ptr, ptr+nbytes)`` lies inside one allocation."""
+        self.table.find(ptr, nbytes, what)
+
+
+class BufferMemory(_Allocations):
+    """``cl_mem`` buffers at made-up addresses (any OpenCL device); the index also chooses
+    the address range."""
+
+    def __init__(self, cl: Any, ctx: Any, index: int) -> None:
+        super().__init__(cl, ctx, index)
         self._start = (index + 1) * _FAKE_SPAN
         self._lock = reinit_after_fork(threading.Lock())
         self._next = self._start                      # guarded by _lock
@@ -180,12 +200,6 @@ class BufferMemory:
         self.table.add(addr, size, buf)
         return addr
 
-    def free(self, ptr: int) -> int:
-        """Release the buffer at ``ptr`` (OpenCL keeps it alive for queued work); its size."""
-        size, buf = self.table.pop(ptr)
-        buf.release()
-        return size
-
     def h2d(self, q: Any, dst: int, src: int, n: int) -> Any:
         buf, off = self.table.find(dst, n, "memcpy h2d dst")
         return self.cl.enqueue_copy(q, buf, host_view(src, n), dst_offset=off,
@@ -206,19 +220,11 @@ class BufferMemory:
         buf, off = self.table.find(ptr, nbytes, "fill")
         return self.cl.enqueue_fill_buffer(q, buf, pattern, off, nbytes)
 
-    def check(self, ptr: int, nbytes: int, what: str) -> None:
-        self.table.find(ptr, nbytes, what)
 
-
-class SvmMemory:
+class SvmMemory(_Allocations):
     """Coarse-grained SVM allocations at real addresses (OpenCL >= 2.0 devices)."""
 
     svm = True
-
-    def __init__(self, cl: Any, ctx: Any, index: int) -> None:
-        self.cl = cl
-        self.ctx = ctx
-        self.table = AddressTable(f"opencl:{index}")
 
     def alloc(self, size: int) -> int:
         """A new SVM allocation of ``size`` bytes; 0 when the device is out of memory."""
@@ -234,12 +240,6 @@ class SvmMemory:
         addr = -(-int(mem.svm_ptr) // ALIGNMENT) * ALIGNMENT
         self.table.add(addr, size, mem)
         return addr
-
-    def free(self, ptr: int) -> int:
-        """Release the allocation at ``ptr`` (the caller has finished the device's queues)."""
-        size, mem = self.table.pop(ptr)
-        mem.release()
-        return size
 
     def _view(self, ptr: int, n: int, what: str) -> Any:
         self.table.find(ptr, n, what)
@@ -261,6 +261,3 @@ class SvmMemory:
     def fill(self, q: Any, ptr: int, pattern: np.ndarray, nbytes: int) -> Any:
         d = self._view(ptr, nbytes, "fill")
         return self.cl.enqueue_svm_memfill(q, d, pattern, nbytes)
-
-    def check(self, ptr: int, nbytes: int, what: str) -> None:
-        self.table.find(ptr, nbytes, what)
