@@ -78,8 +78,7 @@ def choose() -> Choice:
     problem = choice.compiler_problem()
     if problem is not None:
         if required:
-            raise SystemExit(f"{ENV}=1 asks for the compiled build, but {problem}; or set "
-                             f"{ENV}=0 for the pure-Python build")
+            raise SystemExit(choice.required_but(problem))
         return Choice(False, False, problem)
     try:
         import mypyc.build  # noqa: F401

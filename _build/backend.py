@@ -50,7 +50,10 @@ def _compile_requirements(editable: bool) -> list[str]:
         wanted = choice.requested()   # raises on a bad ACCELRT_COMPILE
     if wanted == choice.PURE:
         return []
-    if wanted == choice.AUTO and choice.compiler_problem() is not None:
+    problem = choice.compiler_problem()
+    if problem is not None:
+        if wanted == choice.COMPILED:   # fail before pip downloads mypy for nothing
+            raise SystemExit(choice.required_but(problem))
         return []   # setup.py builds pure Python and says why
     return COMPILE_REQUIRES
 

@@ -86,3 +86,9 @@ def compiler_problem() -> str | None:
                     f"file that includes Python.h: {type(exc).__name__}); install one, e.g. "
                     f"gcc, for the compiled build")
     return None
+
+
+def required_but(problem: str) -> str:
+    """The failure of ``ACCELRT_COMPILE=1`` when the compiled build cannot be made."""
+    return (f"{ENV}=1 asks for the compiled build, but {problem}; or set {ENV}=0 for the "
+            f"pure-Python build")

@@ -293,6 +293,10 @@ def test_compiled_build_requires_what_mypyc_type_checks(hook: str,
     assert getattr(backend, hook)() == (["wheel"] if hook.endswith("editable") else reqs)
     monkeypatch.setattr(backend.choice, "compiler_problem", lambda: "no C compiler")
     assert getattr(backend, hook)() == ["wheel"]       # no compiler: no mypy to download
+    monkeypatch.setenv("ACCELRT_COMPILE", "1")         # required: fails before downloading
+    with pytest.raises(SystemExit, match="ACCELRT_COMPILE=1 asks for the compiled build, "
+                                         "but no C compiler; or set ACCELRT_COMPILE=0"):
+        getattr(backend, hook)()
 
 
 def test_subclasses_of_compiled_classes_are_compiled_too() -> None:
