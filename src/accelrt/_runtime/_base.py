@@ -31,6 +31,11 @@ __all__ = ["ModuleBase"]
 class ModuleBase:
     """The backend of a device module and its device arguments.
 
+    Every method of a device module (this class, :class:`MemoryFunctions`,
+    :class:`RandomFunctions`, :class:`DeviceModule`) that needs its backend raises
+    :class:`~accelrt.BackendUnavailableError` where the backend cannot be used here; the
+    methods that read ``0``/``{}``, do nothing or return False instead say so.
+
     Args:
         backend_name: a registered backend name (it need not be usable here).
         module: the name of the device module, e.g. ``"accelrt.cuda"``.

@@ -231,9 +231,6 @@ class MemoryFunctions(ModuleBase):
     def reset_peak_memory_stats(self, device: DeviceLike = None) -> None:
         """Set every ``peak`` statistic of a device to its ``current`` value.
 
-        Raises:
-            BackendUnavailableError: the backend cannot be used here.
-
         Example::
 
             >>> import accelrt as acc
@@ -245,9 +242,6 @@ class MemoryFunctions(ModuleBase):
 
     def reset_accumulated_memory_stats(self, device: DeviceLike = None) -> None:
         """Zero the totals and ``num_*`` counters of a device.
-
-        Raises:
-            BackendUnavailableError: the backend cannot be used here.
 
         Example::
 
@@ -294,9 +288,6 @@ class MemoryFunctions(ModuleBase):
     def mem_get_info(self, device: DeviceLike = None) -> tuple[int, int]:
         """``(free, total)`` bytes of a device as the device reports them
         (``torch.cuda.mem_get_info``).
-
-        Raises:
-            BackendUnavailableError: the backend cannot be used here.
 
         Example::
 
@@ -462,7 +453,6 @@ class MemoryFunctions(ModuleBase):
 
         Raises:
             TypeError: ``include_traces`` is not a bool.
-            BackendUnavailableError: the backend cannot be used here.
 
         Example::
 
@@ -540,9 +530,6 @@ class MemoryFunctions(ModuleBase):
 
     def host_memory_stats(self) -> collections.OrderedDict[str, int]:
         """Statistics of the backend's pinned host pool (flat, sorted; empty before use).
-
-        Raises:
-            BackendUnavailableError: the backend cannot be used here.
 
         Example::
 
@@ -674,22 +661,9 @@ class MemoryModule(types.ModuleType):
         for name in _MEMORY_NAMES:
             if hasattr(dm, name):
                 setattr(self, name, getattr(dm, name))
-
-    def _record_memory_history(self, enabled: str | bool | None = "all",
-                               context: str | None = "all", stacks: str = "all",
-                               max_entries: int = sys.maxsize, device: DeviceLike = None,
-                               clear_history: bool = False, compile_context: bool = False,
-                               global_record_annotations: bool = False,
-                               skip_actions: list[str] | None = None,
-                               record_pinned_host_memory: bool = False,
-                               record_cuda: bool = True) -> None:
-        """``torch.cuda.memory._record_memory_history`` (see
-        :func:`accelrt.memory.record_memory_history`); ``device=None``: every device of the
-        backend."""
-        self._dm.record_memory_history(enabled, context, stacks, max_entries, device,
-                                       clear_history, compile_context,
-                                       global_record_annotations, skip_actions,
-                                       record_pinned_host_memory, record_cuda)
+        #: ``torch.cuda.memory._record_memory_history``: the same function as
+        #: :meth:`MemoryFunctions.record_memory_history` (same arguments).
+        self._record_memory_history = dm.record_memory_history
 
     def _snapshot(self, device: DeviceLike = None, augment_with_fx_traces: bool = False
                   ) -> dict[str, Any]:

@@ -106,9 +106,6 @@ class DeviceModule(MemoryFunctions, RandomFunctions, Generic[_S, _E]):
         """Initialise the backend's current device now (``torch.cuda.init``); other calls do
         it lazily. Does nothing more if it is initialised already.
 
-        Raises:
-            BackendUnavailableError: the backend cannot be used here.
-
         Example::
 
             >>> import accelrt as acc
@@ -121,9 +118,6 @@ class DeviceModule(MemoryFunctions, RandomFunctions, Generic[_S, _E]):
         """``torch.cuda.ipc_collect``: free the memory this process shared with other processes
         through :mod:`accelrt.multiprocessing` once every consumer released it (returning it to
         the caching allocator); initialises the backend, as PyTorch's does.
-
-        Raises:
-            BackendUnavailableError: the backend cannot be used here.
 
         Example::
 
@@ -138,9 +132,6 @@ class DeviceModule(MemoryFunctions, RandomFunctions, Generic[_S, _E]):
     # ------------------------------------------------------------------ current device
     def current_device(self) -> int:
         """Index of the calling thread's current device of the backend.
-
-        Raises:
-            BackendUnavailableError: the backend cannot be used here.
 
         Example::
 
@@ -446,11 +437,8 @@ class DeviceModule(MemoryFunctions, RandomFunctions, Generic[_S, _E]):
             >>> acc.cpu.is_bf16_supported()
             True
         """
-        if not self.is_available():
-            return False
-        if self.get_device_properties().get("has_bfloat16", False):
-            return True
-        return bool(including_emulation)
+        return self._has_property("has_bfloat16") or (bool(including_emulation)
+                                                      and self.is_available())
 
     def is_tf32_supported(self) -> bool:
         """Whether the current device has TensorFloat-32 matrix units
@@ -464,9 +452,12 @@ class DeviceModule(MemoryFunctions, RandomFunctions, Generic[_S, _E]):
             >>> acc.cpu.is_tf32_supported()
             False
         """
-        if not self.is_available():
-            return False
-        return bool(self.get_device_properties().get("has_tf32", False))
+        return self._has_property("has_tf32")
+
+    def _has_property(self, key: str) -> bool:
+        """The current device's boolean property ``key``; False where the backend cannot be
+        used."""
+        return self.is_available() and bool(self.get_device_properties().get(key, False))
 
     # ------------------------------------------------------------------ monitoring
     def _monitor(self, what: str, device: DeviceLike) -> int | str | None:
@@ -492,9 +483,6 @@ class DeviceModule(MemoryFunctions, RandomFunctions, Generic[_S, _E]):
         (``torch.cuda.device_memory_used``): NVML's on cuda (every process's, as
         ``nvidia-smi``), ``total - free`` of :meth:`mem_get_info` elsewhere (on opencl, which
         has no such query, what this process allocated).
-
-        Raises:
-            BackendUnavailableError: the backend cannot be used here.
 
         Example::
 

@@ -112,9 +112,6 @@ class RandomFunctions(ModuleBase):
     def initial_seed(self) -> int:
         """The seed of the current device's default generator.
 
-        Raises:
-            BackendUnavailableError: the backend cannot be used here.
-
         Example::
 
             >>> import accelrt as acc

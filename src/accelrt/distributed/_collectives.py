@@ -92,6 +92,26 @@ def _size_check(what: str, out: Any, expect: int, got: int, fix: str) -> None:
         raise AcceleratorValueError(f"{what}: {fix} (expected {expect} elements, got {got})")
 
 
+def _check_list(what: str, g: ProcessGroup, arrays: Any, name: str, one: Any, where: str,
+                *, inputs: bool) -> list[Any]:
+    """``arrays`` (the argument ``name``) as a list, checked to hold one array per rank of
+    ``g``, each of ``one``'s dtype and size; ``inputs``: they are the collective's inputs and
+    ``one`` its output (else its outputs and ``one`` its input). ``where`` ends the list
+    message."""
+    n = g.size()
+    if not isinstance(arrays, (list, tuple)) or len(arrays) != n:
+        raise AcceleratorValueError(f"{what}: {name} must be a list of {n} arrays {where}")
+    if inputs:
+        g.check_args(what, arrays, [one], alias="staged")
+    else:
+        g.check_args(what, [one], arrays, alias="staged")
+    fix = f"every array of {name} must have the {'output' if inputs else 'input'}'s size"
+    for t in arrays:
+        _check_same(what, t, one)
+        _size_check(what, t, one.size, t.size, fix)
+    return list(arrays)
+
+
 # ---------------------------------------------------------------------------- collectives
 def all_reduce(tensor: ArrayArg, op: ReduceOp | PremulSum = ReduceOp.SUM, group: GroupArg = None,
                async_op: bool = False) -> Work | None:
@@ -254,14 +274,8 @@ def all_gather(tensor_list: Sequence[ArrayArg], tensor: ArrayArg, group: GroupAr
     g = _member(group, "all_gather")
     if g is None:
         return None
-    if not isinstance(tensor_list, (list, tuple)) or len(tensor_list) != g.size():
-        raise AcceleratorValueError(f"all_gather: tensor_list must be a list of "
-                                    f"{g.size()} arrays (one per rank)")
-    g.check_args("all_gather", [tensor], tensor_list, alias="staged")
-    for t in tensor_list:
-        _check_same("all_gather", t, tensor)
-        _size_check("all_gather", t, tensor.size, t.size,
-                    "every array of tensor_list must have the input's size")
+    _check_list("all_gather", g, tensor_list, "tensor_list", tensor, "(one per rank)",
+                inputs=False)
     n, size = g.size(), tensor.size
     stage = _temp_like(tensor, n * size)
 
@@ -323,14 +337,8 @@ def gather(tensor: ArrayArg, gather_list: Sequence[ArrayArg] | None = None, dst:
     root = g.canonical_rank(dst, group_dst, "dst", default=0)
     n = g.size()
     if g.rank() == root:
-        if not isinstance(gather_list, (list, tuple)) or len(gather_list) != n:
-            raise AcceleratorValueError(f"gather: gather_list must be a list of {n} arrays "
-                                        "on the destination rank")
-        g.check_args("gather", [tensor], gather_list, alias="staged")
-        for t in gather_list:
-            _check_same("gather", t, tensor)
-            _size_check("gather", t, tensor.size, t.size,
-                        "every array of gather_list must have the input's size")
+        _check_list("gather", g, gather_list, "gather_list", tensor, "on the destination rank",
+                    inputs=False)
         stage: Any = _temp_like(tensor, n * tensor.size)
     else:
         if gather_list:
@@ -375,16 +383,10 @@ def scatter(tensor: ArrayArg, scatter_list: Sequence[ArrayArg] | None = None,
     n = g.size()
     stage: Any = None
     if g.rank() == root:
-        if not isinstance(scatter_list, (list, tuple)) or len(scatter_list) != n:
-            raise AcceleratorValueError(f"scatter: scatter_list must be a list of {n} arrays "
-                                        "on the source rank")
-        g.check_args("scatter", scatter_list, [tensor], alias="staged")
-        for t in scatter_list:
-            _check_same("scatter", t, tensor)
-            _size_check("scatter", t, tensor.size, t.size,
-                        "every array of scatter_list must have the output's size")
+        inputs = _check_list("scatter", g, scatter_list, "scatter_list", tensor,
+                             "on the source rank", inputs=True)
         stage = _temp_like(tensor, n * tensor.size)
-        _pack(stage, list(scatter_list))
+        _pack(stage, inputs)
     elif scatter_list:
         raise ValueError("Argument ``scatter_list`` must NOT be specified on non-source ranks.")
 
@@ -507,17 +509,11 @@ def reduce_scatter(output: ArrayArg, input_list: Sequence[ArrayArg],
     if g is None:
         return None
     n = g.size()
-    if not isinstance(input_list, (list, tuple)) or len(input_list) != n:
-        raise AcceleratorValueError(f"reduce_scatter: input_list must be a list of {n} arrays "
-                                    "(one per rank)")
-    g.check_args("reduce_scatter", input_list, [output], alias="staged")
-    for t in input_list:
-        _check_same("reduce_scatter", t, output)
-        _size_check("reduce_scatter", t, output.size, t.size,
-                    "every array of input_list must have the output's size")
+    inputs = _check_list("reduce_scatter", g, input_list, "input_list", output,
+                         "(one per rank)", inputs=True)
     red = _op(op)
     stage = _temp_like(output, n * output.size)
-    _pack(stage, list(input_list))
+    _pack(stage, inputs)
 
     def call(eng: Engine, buf: BufOf, stream: Stream | None) -> None:
         eng.reduce_scatter(buf(stage), buf(output), red, stream)

@@ -278,18 +278,19 @@ def reset_accumulated_memory_stats(device: DeviceLike = None, /) -> None:
 def reset_max_memory_allocated(device: DeviceLike = None, /) -> None:
     """Deprecated: calls :func:`reset_peak_memory_stats`, which resets *all* peaks
     (emits ``FutureWarning``)."""
-    warnings.warn("accelrt.memory.reset_max_memory_allocated now calls "
-                  "accelrt.memory.reset_peak_memory_stats, which resets /all/ peak memory "
-                  "stats.", FutureWarning, stacklevel=2)
-    reset_peak_memory_stats(device)
+    _reset_all_peaks("reset_max_memory_allocated", device)
 
 
 def reset_max_memory_cached(device: DeviceLike = None, /) -> None:
     """Deprecated: calls :func:`reset_peak_memory_stats`, which resets *all* peaks
     (emits ``FutureWarning``)."""
-    warnings.warn("accelrt.memory.reset_max_memory_cached now calls "
-                  "accelrt.memory.reset_peak_memory_stats, which resets /all/ peak memory "
-                  "stats.", FutureWarning, stacklevel=2)
+    _reset_all_peaks("reset_max_memory_cached", device)
+
+
+def _reset_all_peaks(old: str, device: DeviceLike) -> None:
+    """The deprecated ``old``: warn that it now resets every peak, then do so."""
+    warnings.warn(f"accelrt.memory.{old} now calls accelrt.memory.reset_peak_memory_stats, "
+                  "which resets /all/ peak memory stats.", FutureWarning, stacklevel=3)
     reset_peak_memory_stats(device)
 
 
@@ -800,6 +801,13 @@ def use_mem_pool(pool: MemPool, device: DeviceLike = None) -> Iterator[None]:
 
 # ---------------------------------------------------------------------- pinned host memory
 
+def _host_pool() -> _host.HostCachingAllocator | None:
+    """The pinned host pool of the current accelerator's backend, or None before its first
+    pinned allocation (or with no accelerator)."""
+    b = _device._current()
+    return None if b is None else _host.peek_host_allocator(b.name)
+
+
 def empty_host_cache() -> None:
     """Return the cached pinned host blocks of the current accelerator's backend to the OS.
 
@@ -808,10 +816,7 @@ def empty_host_cache() -> None:
         >>> from accelrt import memory
         >>> memory.empty_host_cache()
     """
-    b = _device._current()
-    if b is None:
-        return
-    pool = _host.peek_host_allocator(b.name)
+    pool = _host_pool()
     if pool is not None:
         pool.empty_cache()
 
@@ -829,8 +834,7 @@ def host_memory_stats() -> collections.OrderedDict[str, int]:
         >>> isinstance(memory.host_memory_stats(), dict)
         True
     """
-    b = _device._current()
-    pool = None if b is None else _host.peek_host_allocator(b.name)
+    pool = _host_pool()
     if pool is None:
         return collections.OrderedDict()
     return _sorted_stats(pool.stats())
@@ -845,8 +849,7 @@ def reset_peak_host_memory_stats() -> None:
         >>> from accelrt import memory
         >>> memory.reset_peak_host_memory_stats()
     """
-    b = _device._current()
-    pool = None if b is None else _host.peek_host_allocator(b.name)
+    pool = _host_pool()
     if pool is not None:
         pool.reset_peak_stats()
 
@@ -860,8 +863,7 @@ def reset_accumulated_host_memory_stats() -> None:
         >>> from accelrt import memory
         >>> memory.reset_accumulated_host_memory_stats()
     """
-    b = _device._current()
-    pool = None if b is None else _host.peek_host_allocator(b.name)
+    pool = _host_pool()
     if pool is not None:
         pool.reset_accumulated_stats()
 

@@ -422,22 +422,24 @@ class SimulatedBackend(Backend):
             del dev.reservations[ptr]
             dev.calls["vm_release"] += 1
 
-    def _check_range(self, dev: _Device, ptr: int, size: int, what: str) -> None:
+    def _vm_range(self, index: int, ptr: int, size: int, what: str) -> _Device:
+        """Device ``index`` for ``what`` on ``[ptr, ptr+size)``, checked open, with virtual
+        memory, aligned and inside one reservation (called under the lock)."""
+        if self._closed:
+            raise self._closed_error(what)
+        dev = self._devices[index]
         self._check_vm(what)
         self._check_aligned(ptr, size, what)
         for base, rsize in dev.reservations.items():
             if base <= ptr and ptr + size <= base + rsize:
-                return
+                return dev
         raise ValueError(f"{what}: [{ptr:#x}, +{size}) is not inside a reservation")
 
     def vm_map(self, index: int, ptr: int, size: int) -> bool:
         """Back ``[ptr, ptr+size)`` with one mapping (as cuMemCreate + cuMemMap would): it can
         only be unmapped whole, alone or with adjacent mappings."""
-        if self._closed:
-            raise self._closed_error("vm_map")
-        dev = self._devices[index]
         with self._lock:
-            self._check_range(dev, ptr, size, "vm_map")
+            dev = self._vm_range(index, ptr, size, "vm_map")
             starts = dev.map_starts
             i = bisect_left(starts, ptr)
             if ((i < len(starts) and starts[i] < ptr + size)
@@ -454,11 +456,8 @@ class SimulatedBackend(Backend):
     def vm_unmap(self, index: int, ptr: int, size: int) -> None:
         """Unmap ``[ptr, ptr+size)``: a run of whole mappings made by :meth:`vm_map` (a range
         that cuts a mapping raises ``ValueError``, as on CUDA)."""
-        if self._closed:
-            raise self._closed_error("vm_unmap")
-        dev = self._devices[index]
         with self._lock:
-            self._check_range(dev, ptr, size, "vm_unmap")
+            dev = self._vm_range(index, ptr, size, "vm_unmap")
             mappings = dev.mappings
             starts = dev.map_starts
             end = ptr + size
