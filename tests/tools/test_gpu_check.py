@@ -307,7 +307,8 @@ def test_compiled_build_follows_setup_py(gc: ModuleType) -> None:
     from helpers.builds import compiled_module_names
     modules, options = gc.compiled_config()
     assert [m.removesuffix(".py").replace("/", ".") for m in modules] == compiled_module_names()
-    assert options == {"opt_level": "3", "debug_level": "0", "group_name": "accelrt"}
+    assert options == {"opt_level": "3", "debug_level": "0", "group_name": "accelrt",
+                       "multi_file": True}
 
 
 def test_tools_venv_sees_the_callers_packages(tmp_path: Path, gc: ModuleType) -> None:
