@@ -22,6 +22,7 @@ from setuptools.command.build_ext import build_ext
 #: locks must stay weak-referenceable (``accelrt._fork``), which mypyc's classes are not.
 COMPILED = [
     "src/accelrt/_event.py",
+    "src/accelrt/_placement.py",
     "src/accelrt/_stream.py",
     "src/accelrt/memory/_allocator.py",
     "src/accelrt/memory/_block.py",

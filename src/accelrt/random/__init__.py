@@ -45,9 +45,7 @@ import numpy as np
 
 from .._device import _get_device, _lazy_init
 from .._size import normalize_size, size_keyword
-from .._device import _tls as _dev_tls
-from .._device import device as _device_cls
-from .. import _backend, _stream
+from .. import _backend
 from .. import _device as _device_mod
 from .._stream import _current
 from .._handles import StreamHandle
@@ -345,76 +343,19 @@ _Array: Any = None
 _Memory: Any = None
 _hold: Any = None
 _wrap: Any = None
-_allocators: Any = None
-_check_dtype: Any = None
-_get_allocator: Any = None
-
 _instances = _backend._instances    # the registry's instances by name (never rebound)
 
-#: Device strings with an index seen so far -> their :class:`_Site` (parsing a string and
-#: checking the index cost more than the rest of the placement), used while the backend is
-#: still the registered instance of its name.
-_placed: dict[str, _Site] = {}
-
-
-class _Site:
-    """A device's placement, resolved once: the backend and index, the ``(name, index)`` key
-    of the per-device tables, the dtype arguments already checked there and the default
-    generator."""
-
-    __slots__ = ("b", "default", "dtypes", "index", "key", "name")
-
-    def __init__(self, b: Backend, index: int) -> None:
-        self.b, self.index, self.name = b, index, b.name
-        self.key = (b.name, index)
-        #: the device's default generator once a factory used it (the one ``_default_for``
-        #: returns for this backend instance: it is made once and never replaced)
-        self.default: Generator | None = None
-        #: dtype argument -> the dtype ``_check_dtype`` returned for it on this device
-        self.dtypes: dict[Any, np.dtype] = {}
-
-    def check_dtype(self, dtype: Any) -> np.dtype:
-        """``_check_dtype(dtype, b, index)``, remembered in :attr:`dtypes`."""
-        dt: np.dtype = _check_dtype(dtype, self.b, self.index)
-        if len(self.dtypes) < 16:
-            self.dtypes[dtype] = dt
-        return dt
-
-
-#: ``(backend name, index)`` -> the :class:`_Site` of that device of the backend instance
-#: it holds (replaced when the name refers to another instance).
-_sites: dict[tuple[str, int], _Site] = {}
-
-
-def _site(b: Backend, index: int) -> _Site:
-    """The :class:`_Site` of device ``index`` of ``b`` (a checked placement)."""
-    site = _sites.get((b.name, index))
-    if site is None or site.b is not b:
-        site = _Site(b, index)
-        if len(_sites) < 256:
-            _sites[site.key] = site
-    return site
-
-
-def _place(text: str) -> _Site:
-    """``_get_device(text)`` as a :class:`_Site`, remembered in :data:`_placed` when ``text``
-    names an index (a string without one means the calling thread's current device, which may
-    change)."""
-    dev = _device_cls(text)
-    site = _site(*_get_device(dev))
-    if dev.index is not None and len(_placed) < 64:
-        _placed[text] = site
-    return site
+_place: Any = None
+_site: Any = None
 
 
 def _bind_array() -> None:
-    global _Array, _Memory, _hold, _wrap, _allocators, _check_dtype, _get_allocator
-    from .._array import Array, _Memory as memory, _check_dtype as check_dtype
+    global _Array, _Memory, _hold, _wrap, _place, _site
+    from .. import _placement
+    from .._array import Array, _Memory as memory
     from .._transfer import hold
-    from ..memory import _registry
-    _Memory, _hold, _check_dtype, _wrap = memory, hold, check_dtype, Array._wrap
-    # (the allocator table is one dict, never rebound)
-    _get_allocator, _allocators = _registry.get_allocator, _registry._allocators
+    _Memory, _hold, _wrap = memory, hold, Array._wrap
+    _place, _site = _placement.place, _placement.site
     _Array = Array
 
 
@@ -434,53 +375,29 @@ def _new(shape: tuple[int, ...], dtype: DTypeLike, device: DeviceLike,
         _bind_array()
     if device is None and _device_mod._defaults_used:
         device = _device_mod._factory_device(None)     # a with-device block's, or the default
-    # the calling thread's current devices and streams, and the devices it initialised
-    devices, streams, inited = _dev_tls.hot
-    if type(device) is str:
-        site = _placed.get(device)
-        if site is None or _instances.get(site.name) is not site.b:
-            site = _place(device)
-    elif device is None and generator is None and _device_mod._current_backend is not None:
-        # _get_device(None): the current accelerator's current device of this thread
-        cur = _device_mod._current_backend
-        site = _site(cur, devices.get(cur.name, 0))
-    elif (device is None and type(generator) is Generator
-            and _instances.get(generator._b.name) is generator._b):
-        # the generator's device (what generator.device names while its backend is the
-        # registered instance of its name; its index was checked when it was made)
-        site = _site(generator._b, generator._index)
+    if device is None and generator is not None:
+        if type(generator) is Generator and _instances.get(generator._b.name) is generator._b:
+            # the generator's device (what generator.device names while its backend is the
+            # registered instance of its name; its index was checked when it was made)
+            site = _site(generator._b, generator._index)
+        else:
+            site = _place(_resolve(device, generator))
     else:
-        if device is None and generator is not None:
-            device = _resolve(device, generator)
-        site = _site(*_get_device(device))
-    b, index, key = site.b, site.index, site.key
-    dt = site.dtypes.get(dtype)     # (the factories pass hashable dtype arguments)
-    if dt is None:
-        dt = site.check_dtype(dtype)
+        site = _place(device)
+    b, index = site.b, site.index
+    dt = site.dtype(dtype)
     if generator is None:
         generator = site.default
         if generator is None:
             generator = site.default = _default_for(b, index)
     elif type(generator) is not Generator or generator._b is not b or generator._index != index:
         generator = _check_generator(generator, b, index)
-    # _lazy_init, get_allocator and _current with one key and no calls on the common path
-    # (the device initialised by this thread, its allocator made, a current stream set)
-    if key not in inited:
-        _lazy_init(b, index)
     n = shape[0] if len(shape) == 1 else math.prod(shape)
     size = dt.itemsize
     nbytes = n * size
-    alloc = _allocators.get(key)
-    if alloc is None:
-        alloc = _get_allocator(b, index)
-    s = streams.get(key)                # _current's two lookups
-    if s is None:
-        s = _stream._defaults.get(key)
-    if s is None or s._b is not b:
-        s = _current(b, index)
-    stream = s._handle
-    ptr = alloc.malloc(nbytes, stream) if nbytes else 0
-    out: Array = _wrap(_Memory(ptr, nbytes, alloc), shape, dt, b, index)
+    mem, stream = site.malloc(nbytes)
+    ptr = mem.ptr
+    out: Array = _wrap(mem, shape, dt, b, index)
     # (_STANDARD_UNIFORM: only rand's requests; float16 has no copy from the run)
     nblocks = (n + 3) >> 2 if size == 4 else (n + 1) >> 1
     if (params is not _STANDARD_UNIFORM or size == 2 or not n
