@@ -39,6 +39,7 @@ COMPILED = [
     "src/accelrt/memory/_segments.py",
     "src/accelrt/memory/_stats.py",
     "src/accelrt/memory/_uncached.py",
+    "src/accelrt/random/_draw.py",
     "src/accelrt/testing/_allocators.py",        # subclasses the allocator (tests, benchmarks)
 ]
 
