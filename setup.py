@@ -23,6 +23,7 @@ from setuptools.command.build_ext import build_ext
 COMPILED = [
     "src/accelrt/_event.py",
     "src/accelrt/_placement.py",
+    "src/accelrt/_size.py",
     "src/accelrt/_stream.py",
     "src/accelrt/memory/_allocator.py",
     "src/accelrt/memory/_block.py",

@@ -67,14 +67,14 @@ import numpy as np
 
 from . import _dlpack
 from . import _sync_debug as _sd
-from ._device import _device_obj, _factory_device, _get_device, _lazy_init
+from ._device import _device_obj, _get_device, _lazy_init
 from ._device import device as _device_cls
 from ._handles import StreamHandle
 from ._memory_owner import _CLOSED, _SOLE_REFS, _HostView
 from ._memory_owner import _Memory as _Memory  # re-exported: random, interop, multiprocessing
 from ._placement import _check_dtype as _check_dtype  # re-exported: factories, pinned memory
-from ._placement import place
-from ._size import legacy_dtype_device, normalize_size, size_keyword
+from ._placement import init_array
+from ._size import factory_args
 from ._stream import _current, _wait_raw
 from ._transfer import execute, held, hold, plan_array_copy, plan_download, plan_upload
 
@@ -144,23 +144,14 @@ class Array:
 
     def __init__(self, *size: SizeLike, dtype: DTypeLike = "float32", device: DeviceLike = None,
                  **kw: SizeLike) -> None:
-        size, dtype, device = legacy_dtype_device(size, dtype, device, "float32", "Array")
-        self._alloc(normalize_size(size, size_keyword(kw, "Array"), "Array"), dtype,
-                    _factory_device(device))
-
-    def _alloc(self, shape: tuple[int, ...], dtype: DTypeLike, device: DeviceLike) -> None:
-        """Allocate a checked ``shape`` of ``dtype`` on ``device`` (the factories' one path)."""
-        site = place(device)
-        dt = site.dtype(dtype)
-        self._mem = site.malloc(math.prod(shape) * dt.itemsize)[0]
-        self._shape, self._dtype, self._b, self._index = shape, dt, site.b, site.index
+        init_array(self, *factory_args(size, kw, dtype, device, "Array"))
 
     @classmethod
     def _new(cls, shape: tuple[int, ...], dtype: DTypeLike, device: DeviceLike) -> Array:
-        """:meth:`_alloc` into a new array: a factory's checked size, dtype and device."""
-        self = object.__new__(cls)
-        self._alloc(shape, dtype, device)
-        return self
+        """A new array of a factory's checked size, dtype and device (``None``: the default
+        device), from the device's caching allocator (:func:`accelrt._placement.init_array`)."""
+        out: Array = init_array(object.__new__(cls), shape, dtype, device)
+        return out
 
     @classmethod
     def _wrap(cls, mem: _Memory, shape: tuple[int, ...], dtype: np.dtype, b: Backend,

@@ -20,7 +20,7 @@ from ._array import Array, _check_dtype, _check_flag, _fill_scalar, _stream_hand
 from ._device import _factory_device, _get_device, _lazy_init
 from ._device import device as _device_cls
 from ._memory_owner import _Memory
-from ._size import legacy_dtype_device, normalize_size, size_keyword
+from ._size import factory_args, normalize_size, size_keyword
 from ._stream import _current
 from ._transfer import Copy, Hold, Plan, Stage, Sync, execute, held
 
@@ -83,11 +83,10 @@ def empty(*size: SizeLike, dtype: DTypeLike = "float32", device: DeviceLike = No
         >>> acc.is_pinned(acc.empty(2, 3, pin_memory=True))
         True
     """
-    size, dtype, device = legacy_dtype_device(size, dtype, device, "float32", "empty")
-    shape = normalize_size(size, size_keyword(kw, "empty"), "empty")
-    if _check_flag("pin_memory", pin_memory):
+    shape, dtype, device = factory_args(size, kw, dtype, device, "empty")
+    if pin_memory is not False and _check_flag("pin_memory", pin_memory):
         return _pinned_new(shape, dtype, device, "empty")
-    return Array._new(shape, dtype, _factory_device(device))
+    return Array._new(shape, dtype, device)
 
 
 def _memset0(out: Array) -> Array:
@@ -117,13 +116,12 @@ def zeros(*size: SizeLike, dtype: DTypeLike = "float32", device: DeviceLike = No
         >>> acc.zeros(3, device="cpu:0").tolist()
         [0.0, 0.0, 0.0]
     """
-    size, dtype, device = legacy_dtype_device(size, dtype, device, "float32", "zeros")
-    shape = normalize_size(size, size_keyword(kw, "zeros"), "zeros")
-    if _check_flag("pin_memory", pin_memory):
+    shape, dtype, device = factory_args(size, kw, dtype, device, "zeros")
+    if pin_memory is not False and _check_flag("pin_memory", pin_memory):
         host = _pinned_new(shape, dtype, device, "zeros")
         host.fill(0)
         return host
-    return _memset0(Array._new(shape, dtype, _factory_device(device)))
+    return _memset0(Array._new(shape, dtype, device))
 
 
 @overload
@@ -151,7 +149,7 @@ def ones(*size: SizeLike, dtype: DTypeLike = "float32", device: DeviceLike = Non
         host = _pinned_new(shape, dtype, device, "ones")
         host.fill(1)
         return host
-    out = Array._new(shape, dtype, _factory_device(device))
+    out = Array._new(shape, dtype, device)
     return out.fill_(True if out._dtype.kind == "b" else 1)
 
 
@@ -209,7 +207,7 @@ def full(size: SizeLike, fill_value: ScalarLike, *, dtype: DTypeLike | None = No
         host = _pinned_new(shape, dtype, device, "full")
         host[...] = _fill_scalar(fill_value, host.dtype)
         return host
-    out = Array._new(shape, dtype, _factory_device(device))
+    out = Array._new(shape, dtype, device)
     return out.fill_(fill_value)
 
 

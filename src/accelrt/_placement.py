@@ -17,12 +17,14 @@ Example::
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from . import _backend
-from ._device import _get_device, _lazy_init, _tls
+from . import _device as _device_mod
+from ._device import _factory_device, _get_device, _lazy_init, _tls
 from ._memory_owner import _Memory
 from ._stream import _current
 from .memory._registry import _allocators, get_allocator
@@ -31,7 +33,7 @@ if TYPE_CHECKING:
     from ._backend import Backend
     from ._handles import StreamHandle
 
-__all__ = ["Site", "_check_dtype", "place", "site"]
+__all__ = ["Site", "_check_dtype", "init_array", "place", "site"]
 
 
 # ---------------------------------------------------------------------- dtype checks
@@ -175,3 +177,20 @@ def place(device: object) -> Site:
         return found
     b, index = _get_device(device)
     return site(b, index)
+
+
+def init_array(arr: Any, shape: tuple[int, ...], dtype: object, device: object) -> Any:
+    """Allocate a checked ``shape`` of ``dtype`` on ``device`` (``None``: the factories' default
+    device, :func:`accelrt.get_default_device`) into the new :class:`accelrt.Array` ``arr``
+    and return it: the one allocation of ``Array``'s constructors (typed Any: ``Array`` is not
+    imported here)."""
+    if device is None and _device_mod._defaults_used:
+        device = _factory_device(None)     # a with-device block's, or the default
+    where = place(device)
+    dt = where.dtype(dtype)
+    arr._mem = where.malloc(math.prod(shape) * dt.itemsize)[0]
+    arr._shape = shape
+    arr._dtype = dt
+    arr._b = where.b
+    arr._index = where.index
+    return arr
