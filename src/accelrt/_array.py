@@ -73,7 +73,7 @@ from ._handles import StreamHandle
 from ._memory_owner import _CLOSED, _SOLE_REFS, _HostView
 from ._memory_owner import _Memory as _Memory  # re-exported: random, interop, multiprocessing
 from ._placement import _check_dtype as _check_dtype  # re-exported: factories, pinned memory
-from ._placement import init_array
+from ._placement import init_array, new_array
 from ._size import factory_args
 from ._stream import _current, _wait_raw
 from ._transfer import execute, held, hold, plan_array_copy, plan_download, plan_upload
@@ -145,13 +145,6 @@ class Array:
     def __init__(self, *size: SizeLike, dtype: DTypeLike = "float32", device: DeviceLike = None,
                  **kw: SizeLike) -> None:
         init_array(self, *factory_args(size, kw, dtype, device, "Array"))
-
-    @classmethod
-    def _new(cls, shape: tuple[int, ...], dtype: DTypeLike, device: DeviceLike) -> Array:
-        """A new array of a factory's checked size, dtype and device (``None``: the default
-        device), from the device's caching allocator (:func:`accelrt._placement.init_array`)."""
-        out: Array = init_array(object.__new__(cls), shape, dtype, device)
-        return out
 
     @classmethod
     def _wrap(cls, mem: _Memory, shape: tuple[int, ...], dtype: np.dtype, b: Backend,
@@ -349,7 +342,7 @@ class Array:
             if self._mem is _CLOSED:
                 self._mem.ptr   # noqa: B018 - raises ClosedError
             return self
-        out = Array._new(self._shape, self._dtype, _device_cls(b.name, index))
+        out = new_array(Array, self._shape, self._dtype, _device_cls(b.name, index))
         out._copy_from(self, non_blocking)
         return out
 
@@ -616,7 +609,7 @@ class Array:
             raise TypeError(f"stream must be an int or None, got {type(stream).__name__}")
         src = self
         if copy:
-            src = Array._new(self._shape, self._dtype, self.device)
+            src = new_array(Array, self._shape, self._dtype, self.device)
             src._copy_from(self, non_blocking=False)
         b, index = self._b, self._index
         _lazy_init(b, index)

@@ -18,7 +18,7 @@ Example::
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -33,7 +33,9 @@ if TYPE_CHECKING:
     from ._backend import Backend
     from ._handles import StreamHandle
 
-__all__ = ["Site", "_check_dtype", "init_array", "place", "site"]
+__all__ = ["Site", "_check_dtype", "init_array", "new_array", "place", "site"]
+
+_T = TypeVar("_T")
 
 
 # ---------------------------------------------------------------------- dtype checks
@@ -193,4 +195,15 @@ def init_array(arr: Any, shape: tuple[int, ...], dtype: object, device: object) 
     arr._dtype = dt
     arr._b = where.b
     arr._index = where.index
+    return arr
+
+
+_object_new: Any = object.__new__
+
+
+def new_array(cls: type[_T], shape: tuple[int, ...], dtype: object, device: object) -> _T:
+    """:func:`init_array` into a new ``cls`` object: ``new_array(Array, shape, dtype, device)``
+    is a new array of a factory's checked size, dtype and device."""
+    arr: _T = _object_new(cls)
+    init_array(arr, shape, dtype, device)
     return arr
