@@ -21,12 +21,18 @@ from typing import NamedTuple
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
-#: The modules of the compiled build: the allocator and what its malloc/free paths
-#: call on every operation (chosen by profiling ``bench/bench_allocator.py``). Modules that
+#: The modules of the compiled build: the allocator and what its malloc/free paths call on
+#: every operation (chosen by profiling ``bench/bench_allocator.py``), and the per-call paths
+#: of the array factories and of small RNG launches (``bench/bench_builds.py``). Public classes
+#: and functions whose arguments accelrt checks itself (``_stream``, ``_event``, ``_factories``)
+#: stay pure Python: a compiled function refuses a wrong argument type with mypyc's message
+#: before accelrt's check runs (docs/memory.md). Modules that
 #: inspect frames (``_history``) or are off the hot path stay pure Python, and so does
 #: ``_lock``: its acquire and release already are C methods of ``queue.SimpleQueue``, and its
 #: locks must stay weak-referenceable (``accelrt._fork``), which mypyc's classes are not.
 COMPILED = [
+    "src/accelrt/_placement.py",                 # a factory's placement and allocation
+    "src/accelrt/_size.py",                      # the factories' argument step
     "src/accelrt/memory/_allocator.py",
     "src/accelrt/memory/_block.py",
     "src/accelrt/memory/_events.py",
@@ -42,6 +48,7 @@ COMPILED = [
     "src/accelrt/memory/_segments.py",
     "src/accelrt/memory/_stats.py",
     "src/accelrt/memory/_uncached.py",
+    "src/accelrt/random/_draw.py",
     "src/accelrt/testing/_allocators.py",        # subclasses the allocator (tests, benchmarks)
 ]
 

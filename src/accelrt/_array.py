@@ -67,15 +67,16 @@ import numpy as np
 
 from . import _dlpack
 from . import _sync_debug as _sd
-from ._device import _device_obj, _factory_device, _get_device, _lazy_init
+from ._device import _device_obj, _get_device, _lazy_init
 from ._device import device as _device_cls
 from ._handles import StreamHandle
 from ._memory_owner import _CLOSED, _SOLE_REFS, _HostView
 from ._memory_owner import _Memory as _Memory  # re-exported: random, interop, multiprocessing
-from ._size import legacy_dtype_device, normalize_size, size_keyword
+from ._placement import _check_dtype as _check_dtype  # re-exported: factories, pinned memory
+from ._placement import init_array, new_array
+from ._size import factory_args
 from ._stream import _current, _wait_raw
 from ._transfer import execute, held, hold, plan_array_copy, plan_download, plan_upload
-from .memory._allocator import get_allocator
 
 if TYPE_CHECKING:
     from ._backend import Backend
@@ -88,52 +89,6 @@ _getrefcount = sys.getrefcount
 
 
 # ---------------------------------------------------------------------- argument checks
-
-_supported: dict[tuple[str, int], frozenset[str]] = {}
-
-
-#: (dtype argument, backend name, device index) -> the checked dtype (np.dtype() and the
-#: checks below cost microseconds on every allocation otherwise)
-_checked_dtypes: dict[tuple[Any, str, int], np.dtype] = {}
-
-
-def _check_dtype(dtype: Any, b: Backend, index: int) -> np.dtype:
-    try:
-        return _checked_dtypes[(dtype, b.name, index)]
-    except (KeyError, TypeError):   # TypeError: an unhashable argument
-        pass
-    dt = _check_dtype_uncached(dtype, b, index)
-    if len(_checked_dtypes) < 256:
-        try:
-            _checked_dtypes[(dtype, b.name, index)] = dt
-        except TypeError:
-            pass
-    return dt
-
-
-def _check_dtype_uncached(dtype: Any, b: Backend, index: int) -> np.dtype:
-    if dtype is None:
-        raise TypeError("dtype must not be None; pass a numpy dtype such as 'float32'")
-    try:
-        dt: np.dtype[Any] = np.dtype(dtype)
-    except TypeError as exc:
-        raise TypeError(f"unknown dtype {dtype!r}; pass a numpy dtype such as 'float32' or "
-                        f"np.int64 ({exc})") from None
-    if dt.kind not in "biufc" or dt.fields is not None or dt.subdtype is not None:
-        raise TypeError(f"dtype {dt} is not supported; use a bool, integer, floating or "
-                        "complex dtype")
-    if not dt.isnative:
-        raise ValueError(f"dtype {dt.str!r} is not in native byte order; use "
-                         f"{dt.newbyteorder('=').str!r}")
-    key = (b.name, index)
-    names = _supported.get(key)
-    if names is None:
-        names = _supported[key] = frozenset(b.get_device_capability(index)["supported_dtypes"])
-    if dt.name not in names:
-        raise TypeError(f"dtype {dt.name} is not supported on {b.name}:{index}; supported: "
-                        f"{', '.join(sorted(names))}")
-    return dt
-
 
 def _check_flag(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
@@ -189,27 +144,7 @@ class Array:
 
     def __init__(self, *size: SizeLike, dtype: DTypeLike = "float32", device: DeviceLike = None,
                  **kw: SizeLike) -> None:
-        size, dtype, device = legacy_dtype_device(size, dtype, device, "float32", "Array")
-        self._alloc(normalize_size(size, size_keyword(kw, "Array"), "Array"), dtype,
-                    _factory_device(device))
-
-    def _alloc(self, shape: tuple[int, ...], dtype: DTypeLike, device: DeviceLike) -> None:
-        """Allocate a checked ``shape`` of ``dtype`` on ``device`` (the factories' one path)."""
-        b, index = _get_device(device)
-        dt = _check_dtype(dtype, b, index)
-        _lazy_init(b, index)
-        nbytes = math.prod(shape) * dt.itemsize
-        alloc = get_allocator(b, index)
-        ptr = alloc.malloc(nbytes, _stream_handle(b, index)) if nbytes else 0
-        self._mem = _Memory(ptr, nbytes, alloc)
-        self._shape, self._dtype, self._b, self._index = shape, dt, b, index
-
-    @classmethod
-    def _new(cls, shape: tuple[int, ...], dtype: DTypeLike, device: DeviceLike) -> Array:
-        """:meth:`_alloc` into a new array: a factory's checked size, dtype and device."""
-        self = object.__new__(cls)
-        self._alloc(shape, dtype, device)
-        return self
+        init_array(self, *factory_args(size, kw, dtype, device, "Array"))
 
     @classmethod
     def _wrap(cls, mem: _Memory, shape: tuple[int, ...], dtype: np.dtype, b: Backend,
@@ -407,7 +342,7 @@ class Array:
             if self._mem is _CLOSED:
                 self._mem.ptr   # noqa: B018 - raises ClosedError
             return self
-        out = Array._new(self._shape, self._dtype, _device_cls(b.name, index))
+        out = new_array(Array, self._shape, self._dtype, _device_cls(b.name, index))
         out._copy_from(self, non_blocking)
         return out
 
@@ -674,7 +609,7 @@ class Array:
             raise TypeError(f"stream must be an int or None, got {type(stream).__name__}")
         src = self
         if copy:
-            src = Array._new(self._shape, self._dtype, self.device)
+            src = new_array(Array, self._shape, self._dtype, self.device)
             src._copy_from(self, non_blocking=False)
         b, index = self._b, self._index
         _lazy_init(b, index)

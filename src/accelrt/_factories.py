@@ -20,7 +20,8 @@ from ._array import Array, _check_dtype, _check_flag, _fill_scalar, _stream_hand
 from ._device import _factory_device, _get_device, _lazy_init
 from ._device import device as _device_cls
 from ._memory_owner import _Memory
-from ._size import legacy_dtype_device, normalize_size, size_keyword
+from ._placement import new_array
+from ._size import factory_args, normalize_size, size_keyword
 from ._stream import _current
 from ._transfer import Copy, Hold, Plan, Stage, Sync, execute, held
 
@@ -83,11 +84,10 @@ def empty(*size: SizeLike, dtype: DTypeLike = "float32", device: DeviceLike = No
         >>> acc.is_pinned(acc.empty(2, 3, pin_memory=True))
         True
     """
-    size, dtype, device = legacy_dtype_device(size, dtype, device, "float32", "empty")
-    shape = normalize_size(size, size_keyword(kw, "empty"), "empty")
-    if _check_flag("pin_memory", pin_memory):
+    shape, dtype, device = factory_args(size, kw, dtype, device, "empty")
+    if pin_memory is not False and _check_flag("pin_memory", pin_memory):
         return _pinned_new(shape, dtype, device, "empty")
-    return Array._new(shape, dtype, _factory_device(device))
+    return new_array(Array, shape, dtype, device)
 
 
 def _memset0(out: Array) -> Array:
@@ -117,13 +117,12 @@ def zeros(*size: SizeLike, dtype: DTypeLike = "float32", device: DeviceLike = No
         >>> acc.zeros(3, device="cpu:0").tolist()
         [0.0, 0.0, 0.0]
     """
-    size, dtype, device = legacy_dtype_device(size, dtype, device, "float32", "zeros")
-    shape = normalize_size(size, size_keyword(kw, "zeros"), "zeros")
-    if _check_flag("pin_memory", pin_memory):
+    shape, dtype, device = factory_args(size, kw, dtype, device, "zeros")
+    if pin_memory is not False and _check_flag("pin_memory", pin_memory):
         host = _pinned_new(shape, dtype, device, "zeros")
         host.fill(0)
         return host
-    return _memset0(Array._new(shape, dtype, _factory_device(device)))
+    return _memset0(new_array(Array, shape, dtype, device))
 
 
 @overload
@@ -151,7 +150,7 @@ def ones(*size: SizeLike, dtype: DTypeLike = "float32", device: DeviceLike = Non
         host = _pinned_new(shape, dtype, device, "ones")
         host.fill(1)
         return host
-    out = Array._new(shape, dtype, _factory_device(device))
+    out = new_array(Array, shape, dtype, device)
     return out.fill_(True if out._dtype.kind == "b" else 1)
 
 
@@ -209,7 +208,7 @@ def full(size: SizeLike, fill_value: ScalarLike, *, dtype: DTypeLike | None = No
         host = _pinned_new(shape, dtype, device, "full")
         host[...] = _fill_scalar(fill_value, host.dtype)
         return host
-    out = Array._new(shape, dtype, _factory_device(device))
+    out = new_array(Array, shape, dtype, device)
     return out.fill_(fill_value)
 
 
@@ -273,7 +272,7 @@ def asarray(obj: object, device: DeviceLike = None, dtype: DTypeLike | None = No
         if copy is False:
             raise ValueError(f"asarray(copy=False): converting the {obj._dtype.name} array on "
                              f"{obj.device} to {want.name} on {b.name}:{index} needs a copy")
-        out = Array._new(obj._shape, want, _device_cls(b.name, index))
+        out = new_array(Array, obj._shape, want, _device_cls(b.name, index))
         return out.copy_(obj)
     from_dlpack = not isinstance(obj, np.ndarray) and hasattr(obj, "__dlpack__") and hasattr(
         obj, "__dlpack_device__")
@@ -308,7 +307,7 @@ def asarray(obj: object, device: DeviceLike = None, dtype: DTypeLike | None = No
                          f"{b.name}:{index} (it needs a dtype conversion, is not C-contiguous "
                          "or writable, or the device cannot read host memory); pass "
                          "copy=None")
-    out = Array._new(host.shape, dt, _device_cls(b.name, index))
+    out = new_array(Array, host.shape, dt, _device_cls(b.name, index))
     out._upload(np.ascontiguousarray(host, dtype=dt), non_blocking=False)
     return out
 
@@ -396,7 +395,7 @@ def _import_cai(obj: Any, device: DeviceLike, dtype: Any, copy: bool | None) -> 
                          f"{b.name}:{index} (it needs a dtype conversion or a device move, is "
                          "not C-contiguous, or is read-only); pass copy=None")
     if not cai.size:
-        return Array._new(cai.shape, dt, _device_cls(b.name, index))
+        return new_array(Array, cai.shape, dt, _device_cls(b.name, index))
     assert src is not None
     _lazy_init(reader, src)
     # the current stream of the data's device waits for the producer's stream (CAI v3)
@@ -405,7 +404,7 @@ def _import_cai(obj: Any, device: DeviceLike, dtype: Any, copy: bool | None) -> 
         mem = _Memory(cai.ptr, cai.nbytes, None, base=obj)
         return Array._wrap(mem, cai.shape, dt, b, index)
     if b is reader and index == src and dt == cai.dtype and cai.is_c_contiguous:
-        out = Array._new(cai.shape, dt, _device_cls(b.name, index))
+        out = new_array(Array, cai.shape, dt, _device_cls(b.name, index))
         stream = _current(reader, index)
         execute(Plan((Copy(stream, "d2d", out._mem.ptr, cai.ptr, cai.nbytes),
                       Hold(stream, held(obj)))))   # the producer outlives the copy

@@ -27,7 +27,11 @@ import numpy as np
 
 from ._errors import AcceleratorValueError
 
-__all__ = ["legacy_dtype_device", "normalize_size", "size_keyword"]
+__all__ = ["factory_args", "legacy_dtype_device", "normalize_size", "size_keyword"]
+
+#: 1 when this module runs as Python, 0 when it is compiled (mypyc: its functions have no
+#: frames): :func:`legacy_dtype_device`'s warning counts the frames up to its caller's caller
+_OWN_FRAME = 1 if __file__.endswith(".py") else 0
 
 
 def size_keyword(kw: dict[str, Any], fname: str) -> Any:
@@ -43,11 +47,14 @@ def size_keyword(kw: dict[str, Any], fname: str) -> Any:
 
 
 def legacy_dtype_device(args: tuple[Any, ...], dtype: Any, device: Any, default_dtype: Any,
-                        fname: str) -> tuple[tuple[Any, ...], Any, Any]:
+                        fname: str, depth: int = 1) -> tuple[tuple[Any, ...], Any, Any]:
     """accelrt 0.1's positional form ``f(shape, dtype[, device])`` of ``Array``, ``empty``
     and ``zeros`` (the contract's ``empty(shape, dtype="float32", device=None)``), kept with a
     :class:`FutureWarning`: ``(size args, dtype, device)`` with a positional dtype (a string,
     ``numpy.dtype`` or type, never an int, so ``f(2, 3)`` stays a size) moved to the keywords.
+
+    ``depth`` is the number of accelrt's Python frames between this function and the user's
+    call (the warning points at the user's line).
 
     Raises:
         TypeError: the dtype or device given both positionally and as a keyword.
@@ -68,7 +75,8 @@ def legacy_dtype_device(args: tuple[Any, ...], dtype: Any, device: Any, default_
         return args, dtype, device
     warnings.warn(f"{fname}(shape, dtype, device) with a positional dtype is deprecated: dtype "
                   f"and device are keyword-only, as in PyTorch; write {fname}(shape, "
-                  f"dtype={args[1]!r}, device=...)", FutureWarning, stacklevel=3)
+                  f"dtype={args[1]!r}, device=...)", FutureWarning,
+                  stacklevel=_OWN_FRAME + depth + 1)
     if dtype is not default_dtype and dtype != default_dtype:
         raise TypeError(f"{fname}() got the dtype twice (positionally {args[1]!r} and "
                         f"dtype={dtype!r}); pass it once, as dtype=")
@@ -78,6 +86,25 @@ def legacy_dtype_device(args: tuple[Any, ...], dtype: Any, device: Any, default_
                             f"device={device!r}); pass it once, as device=")
         device = args[2]
     return args[:1], args[1], device
+
+
+def factory_args(args: tuple[Any, ...], kw: dict[str, Any], dtype: Any, device: Any,
+                 fname: str) -> tuple[tuple[int, ...], Any, Any]:
+    """The checked ``(shape, dtype, device)`` of ``Array``, ``empty`` and ``zeros`` (``fname``)
+    from their positional size arguments, ``**kw``, ``dtype`` and ``device``:
+    :func:`legacy_dtype_device`, then :func:`normalize_size` of the sizes and the ``size=``
+    keyword (:func:`size_keyword`).
+
+    Example::
+
+        >>> from accelrt._size import factory_args
+        >>> factory_args((2, 3), {}, "int8", None, "empty")
+        ((2, 3), 'int8', None)
+    """
+    if 2 <= len(args) <= 3:
+        args, dtype, device = legacy_dtype_device(args, dtype, device, "float32", fname,
+                                                  _OWN_FRAME + 1)
+    return normalize_size(args, size_keyword(kw, fname), fname), dtype, device
 
 
 #: the factories that take the size as one argument, as in PyTorch (no ``f(2, 3)`` form)

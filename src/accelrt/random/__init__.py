@@ -34,31 +34,22 @@ Example::
 
 from __future__ import annotations
 
-import functools
 import math
 import operator
 import secrets
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Literal, SupportsIndex, cast, overload
 
 import numpy as np
 
 from .._device import _get_device, _lazy_init
 from .._size import normalize_size, size_keyword
-from .._device import _tls as _dev_tls
-from .._device import device as _device_cls
-from .. import _backend, _stream
-from .. import _device as _device_mod
 from .._stream import _current
-from .._handles import StreamHandle
-from . import _philox
 from ._generator import (
-    _M64,
     DEFAULT_SEED,
     STATE_SIZE,
     Generator,
     _check_seed,
-    _default_for,
     _get,
     _pack_state,
     _set,
@@ -68,7 +59,6 @@ from ._generator import (
 
 if TYPE_CHECKING:
     from .._array import Array
-    from .._backend import Backend
     from .._typing import DeviceLike, DTypeLike, HostArray, RngState, RngStateLike, SizeLike
 
 __all__ = [
@@ -306,278 +296,41 @@ def _float_dtype(dtype: Any, fname: str) -> np.dtype:
     return dt
 
 
-def _resolve(device: DeviceLike, generator: Generator | None) -> DeviceLike:
-    if generator is not None and not isinstance(generator, Generator):
-        raise TypeError(f"generator must be an accelrt.random.Generator, got "
-                        f"{type(generator).__name__}")
-    if device is None and generator is not None:
-        return generator.device
-    return device
-
-
-def _check_generator(generator: Generator | None, b: Backend, index: int) -> Generator:
-    if generator is None:
-        return _default_for(b, index)
-    if not isinstance(generator, Generator):
-        raise TypeError(f"generator must be an accelrt.random.Generator, got "
-                        f"{type(generator).__name__}")
-    if generator._b is not b or generator._index != index:
-        raise ValueError(f"the generator belongs to {generator.device} but the array is on "
-                         f"{b.name}:{index}; use a Generator of the array's device")
-    return generator
-
-
 # ---------------------------------------------------------------------- generation
 
-#: Elements per Philox block of the uniform and normal requests, by distribution and element
-#: size (see ``_philox.words_per_element``): saves two calls on every request.
-_PER_BLOCK = {("uniform", 2): 4, ("uniform", 4): 4, ("uniform", 8): 2,
-              ("normal", 2): 2, ("normal", 4): 2, ("normal", 8): 2}
 _STANDARD = (0.0, 1.0)
-#: ``rand``'s parameters: equal to :data:`_STANDARD`, but only ``rand`` passes this object
-#: (``_new`` tells its requests by identity; built at run time, since the compiler shares
-#: equal constant tuples).
-_STANDARD_UNIFORM = _STANDARD[:1] + _STANDARD[1:]
 
-#: Array internals, bound on first use (importing ``accelrt._array`` here would load the
-#: allocator whenever anything imports ``accelrt.random``, e.g. for ``manual_seed``).
+#: The per-call path (:mod:`accelrt.random._draw`: ``new``, ``fill``) and ``Array``, bound on
+#: first use by :func:`_bind` (importing them here would load the allocator whenever anything
+#: imports ``accelrt.random``, e.g. for ``manual_seed``).
+_new: Callable[..., Array] | None = None
+_fill: Any = None
 _Array: Any = None
-_Memory: Any = None
-_hold: Any = None
-_wrap: Any = None
-_allocators: Any = None
-_check_dtype: Any = None
-_get_allocator: Any = None
-
-_instances = _backend._instances    # the registry's instances by name (never rebound)
-
-#: Device strings with an index seen so far -> their :class:`_Site` (parsing a string and
-#: checking the index cost more than the rest of the placement), used while the backend is
-#: still the registered instance of its name.
-_placed: dict[str, _Site] = {}
 
 
-class _Site:
-    """A device's placement, resolved once: the backend and index, the ``(name, index)`` key
-    of the per-device tables, the dtype arguments already checked there and the default
-    generator."""
-
-    __slots__ = ("b", "default", "dtypes", "index", "key", "name")
-
-    def __init__(self, b: Backend, index: int) -> None:
-        self.b, self.index, self.name = b, index, b.name
-        self.key = (b.name, index)
-        #: the device's default generator once a factory used it (the one ``_default_for``
-        #: returns for this backend instance: it is made once and never replaced)
-        self.default: Generator | None = None
-        #: dtype argument -> the dtype ``_check_dtype`` returned for it on this device
-        self.dtypes: dict[Any, np.dtype] = {}
-
-    def check_dtype(self, dtype: Any) -> np.dtype:
-        """``_check_dtype(dtype, b, index)``, remembered in :attr:`dtypes`."""
-        dt: np.dtype = _check_dtype(dtype, self.b, self.index)
-        if len(self.dtypes) < 16:
-            self.dtypes[dtype] = dt
-        return dt
-
-
-#: ``(backend name, index)`` -> the :class:`_Site` of that device of the backend instance
-#: it holds (replaced when the name refers to another instance).
-_sites: dict[tuple[str, int], _Site] = {}
-
-
-def _site(b: Backend, index: int) -> _Site:
-    """The :class:`_Site` of device ``index`` of ``b`` (a checked placement)."""
-    site = _sites.get((b.name, index))
-    if site is None or site.b is not b:
-        site = _Site(b, index)
-        if len(_sites) < 256:
-            _sites[site.key] = site
-    return site
-
-
-def _place(text: str) -> _Site:
-    """``_get_device(text)`` as a :class:`_Site`, remembered in :data:`_placed` when ``text``
-    names an index (a string without one means the calling thread's current device, which may
-    change)."""
-    dev = _device_cls(text)
-    site = _site(*_get_device(dev))
-    if dev.index is not None and len(_placed) < 64:
-        _placed[text] = site
-    return site
-
-
-def _bind_array() -> None:
-    global _Array, _Memory, _hold, _wrap, _allocators, _check_dtype, _get_allocator
-    from .._array import Array, _Memory as memory, _check_dtype as check_dtype
-    from .._transfer import hold
-    from ..memory import _registry
-    _Memory, _hold, _check_dtype, _wrap = memory, hold, check_dtype, Array._wrap
-    # (the allocator table is one dict, never rebound)
-    _get_allocator, _allocators = _registry.get_allocator, _registry._allocators
-    _Array = Array
-
-
-def _new(shape: tuple[int, ...], dtype: DTypeLike, device: DeviceLike,
-         generator: Generator | None, dist: str, params: tuple[Any, ...]) -> Array:
-    """``empty(shape, dtype=dtype, device=device)`` filled as :func:`_fill` fills: the factories' one path.
-
-    ``device=None`` with a generator means the generator's device. The array is made as
-    ``Array.__init__`` makes it (same checks, in the same order: device, dtype support), with
-    the placement, stream and device initialisation looked up once for both steps, and the
-    generator checked before anything is allocated. Runs on every factory call, so the common
-    case (a device string seen before, a generator of that device or none, a host-accessible
-    device) is written out here rather than in :func:`_fill`; it must do what :func:`_fill`
-    does (tests/runtime/test_random_fast_path.py pins the bits and the rules).
-    """
-    if _Array is None:
-        _bind_array()
-    if device is None and _device_mod._defaults_used:
-        device = _device_mod._factory_device(None)     # a with-device block's, or the default
-    # the calling thread's current devices and streams, and the devices it initialised
-    devices, streams, inited = _dev_tls.hot
-    if type(device) is str:
-        site = _placed.get(device)
-        if site is None or _instances.get(site.name) is not site.b:
-            site = _place(device)
-    elif device is None and generator is None and _device_mod._current_backend is not None:
-        # _get_device(None): the current accelerator's current device of this thread
-        cur = _device_mod._current_backend
-        site = _site(cur, devices.get(cur.name, 0))
-    elif (device is None and type(generator) is Generator
-            and _instances.get(generator._b.name) is generator._b):
-        # the generator's device (what generator.device names while its backend is the
-        # registered instance of its name; its index was checked when it was made)
-        site = _site(generator._b, generator._index)
-    else:
-        if device is None and generator is not None:
-            device = _resolve(device, generator)
-        site = _site(*_get_device(device))
-    b, index, key = site.b, site.index, site.key
-    dt = site.dtypes.get(dtype)     # (the factories pass hashable dtype arguments)
-    if dt is None:
-        dt = site.check_dtype(dtype)
-    if generator is None:
-        generator = site.default
-        if generator is None:
-            generator = site.default = _default_for(b, index)
-    elif type(generator) is not Generator or generator._b is not b or generator._index != index:
-        generator = _check_generator(generator, b, index)
-    # _lazy_init, get_allocator and _current with one key and no calls on the common path
-    # (the device initialised by this thread, its allocator made, a current stream set)
-    if key not in inited:
-        _lazy_init(b, index)
-    n = shape[0] if len(shape) == 1 else math.prod(shape)
-    size = dt.itemsize
-    nbytes = n * size
-    alloc = _allocators.get(key)
-    if alloc is None:
-        alloc = _get_allocator(b, index)
-    s = streams.get(key)                # _current's two lookups
-    if s is None:
-        s = _stream._defaults.get(key)
-    if s is None or s._b is not b:
-        s = _current(b, index)
-    stream = s._handle
-    ptr = alloc.malloc(nbytes, stream) if nbytes else 0
-    out: Array = _wrap(_Memory(ptr, nbytes, alloc), shape, dt, b, index)
-    # (_STANDARD_UNIFORM: only rand's requests; float16 has no copy from the run)
-    nblocks = (n + 3) >> 2 if size == 4 else (n + 1) >> 1
-    if (params is not _STANDARD_UNIFORM or size == 2 or not n
-            or nblocks > _philox.SMALL_MAX_BLOCKS):
-        _fill(out, b, index, stream, n, dist, params, generator)
-        return out
-    # _fill of a small standard uniform float32/float64 request on fresh allocator memory:
-    # reserve the counters, then queue the copy from the thread's run of blocks
-    with generator._lock:               # Generator._reserve
-        seed_, offset = generator._seed, generator._offset
-        generator._offset = (offset + nblocks) & _M64
-    caps = b.capabilities(index)
-    if caps.device_rng:
-        b.philox_fill(index, ptr, n, dt.name, dist, seed_, offset, params, stream)
-        return out
-    if not caps.host_accessible:
-        _fill_host_copy(out, dist, params, seed_, offset)
-        return out
-    if offset + nblocks <= 1 << 64:
-        work = functools.partial(_philox._copy_uniform, ptr, nbytes, dt.char, seed_, offset,
-                                 nblocks)
-    else:
-        work = functools.partial(_philox.fill_at, ptr, n, dt, dist, seed_, offset, params)
-    if caps.host_functions:
-        b.launch_host_func(index, work, stream)
-    else:
-        b.stream_synchronize(index, stream)
-        work()
-    return out
+def _bind() -> Callable[..., Array]:
+    """Bind :data:`_new`, :data:`_fill` and :data:`_Array`; return ``_new``."""
+    global _new, _fill, _Array
+    from .._array import Array
+    from ._draw import fill, new
+    _fill, _Array = fill, Array
+    _new = new
+    return new
 
 
 def _generate(out: Array, dist: str, params: tuple[Any, ...], generator: Generator | None) -> None:
     """Reserve counters from the generator and fill ``out`` in stream order."""
     b, index = out._b, out._index
     _lazy_init(b, index)
+    if _fill is None:
+        _bind()
     _fill(out, b, index, _current(b, index)._handle, math.prod(out._shape), dist, params,
           generator)
 
 
-def _fill(out: Array, b: Backend, index: int, stream: StreamHandle, n: int, dist: str,
-          params: tuple[Any, ...], generator: Generator | None) -> None:
-    """Fill the ``n`` elements of ``out`` (on device ``index`` of ``b``, initialised) on
-    ``stream``.
-
-    Runs on every factory call, so its common cases avoid per-call lookups: the blocks per
-    element come from a table, the host fill is one ``functools.partial`` of
-    ``_philox.fill_at`` (no closure, no numpy view for a small standard uniform request),
-    and queued work holds memory only when it is borrowed (``accelrt._array._held``'s rule,
-    checked inline).
-    """
-    if (type(generator) is not Generator or generator._b is not b
-            or generator._index != index):
-        generator = _check_generator(generator, b, index)
-    if n == 0:
-        return
-    dtype = out._dtype
-    per = _PER_BLOCK.get((dist, dtype.itemsize))
-    nblocks = (-(-n // per) if per is not None
-               else _philox.blocks_needed(n, dist, dtype, params))
-    seed_, offset = generator._reserve(nblocks)
-    if _Array is None:
-        _bind_array()
-    mem = out._mem
-    ptr = mem.ptr
-    # Queued work holds only borrowed memory (``_held``'s rule): allocator memory is freed
-    # stream-ordered, so ``del out`` while the fill is queued frees it at once, as for any op.
-    keep = (mem,) if mem.alloc is None and ptr else ()
-    caps = b.capabilities(index)
-    if caps.device_rng:
-        b.philox_fill(index, ptr, n, dtype.name, dist, seed_, offset, params, stream)
-        if keep:
-            _hold(b, index, stream, keep)
-        return
-    if mem.host or caps.host_accessible:
-        work = functools.partial(_philox.fill_at, ptr, n, dtype, dist, seed_, offset, params)
-        if not caps.host_functions:
-            b.stream_synchronize(index, stream)
-            work()
-            return
-        b.launch_host_func(index, work, stream)
-        if keep:
-            _hold(b, index, stream, keep)
-        return
-    _fill_host_copy(out, dist, params, seed_, offset)
-
-
-def _fill_host_copy(out: Array, dist: str, params: tuple[Any, ...], seed: int,
-                    offset: int) -> None:
-    """Fill ``out`` (on a device the host cannot address) with numbers made on the host."""
-    host = np.empty(out._shape, out._dtype)
-    _philox.fill(host, dist, seed, offset, params)
-    out._upload(host, False)
-
-
 def _check_float_array(array: Any, fname: str) -> Array:
     if _Array is None:
-        _bind_array()
+        _bind()
     if not isinstance(array, _Array):
         raise TypeError(f"{fname}() needs an accelrt.Array, got {type(array).__name__}")
     if array.dtype.name not in _FLOAT_DTYPES:
@@ -650,7 +403,7 @@ def _pinned_draw(shape: tuple[int, ...], dt: np.dtype, device: DeviceLike,
     accelrt has no host generator, so they are drawn on the generator's device and copied."""
     from .. import _pinned
     _pinned.factory_backend(device, fname)        # no device may be given or be the default
-    drawn = _new(shape, dt, None, generator, dist, params)
+    drawn = (_new or _bind())(shape, dt, None, generator, dist, params)
     host = _pinned.new_pinned(drawn._b, shape, dt)
     host[...] = drawn.numpy()
     return host
@@ -708,9 +461,8 @@ def rand(*size: SizeLike, generator: Generator | None = None, dtype: DTypeLike =
             raise TypeError(f"pin_memory must be a bool, got {type(pin_memory).__name__}")
         if pin_memory:
             return _pinned_draw(size, dt, device, generator, "uniform",  # type: ignore[arg-type]
-                                _STANDARD_UNIFORM, "rand")
-    return _new(size, dt, device, generator, "uniform",  # type: ignore[arg-type]
-                _STANDARD_UNIFORM)
+                                _STANDARD, "rand")
+    return (_new or _bind())(size, dt, device, generator, "uniform", _STANDARD)
 
 
 @overload
@@ -743,7 +495,7 @@ def randn(*size: SizeLike, generator: Generator | None = None, dtype: DTypeLike 
         if pin_memory:
             return _pinned_draw(size, _float_dtype(dtype, "randn"),  # type: ignore[arg-type]
                                 device, generator, "normal", _STANDARD, "randn")
-    return _new(size, _float_dtype(dtype, "randn"), device, generator,  # type: ignore[arg-type]
+    return (_new or _bind())(size, _float_dtype(dtype, "randn"), device, generator,
                 "normal", _STANDARD)
 
 
@@ -829,4 +581,4 @@ def randint(*args: SizeLike, size: SizeLike | None = None, low: SupportsIndex | 
                          f"(values {fmin}..{fmax})")
     if hi - lo > 1 << 64:
         raise ValueError(f"randint() range high - low = {hi - lo} exceeds 2**64")
-    return _new(shape, dt, device, generator, "randint", (lo, hi - lo))
+    return (_new or _bind())(shape, dt, device, generator, "randint", (lo, hi - lo))

@@ -1,0 +1,209 @@
+"""Where a factory allocates: a device's placement resolved once (:class:`Site`), the dtype
+check of the factories, and the one allocation every factory makes (:meth:`Site.malloc`).
+
+``Array``'s constructors and the random factories come here on every call, so a site keeps
+what is per device: the backend and index, the ``(name, index)`` key of the per-device tables,
+the dtype arguments already checked there and the device's default generator. The compiled
+build compiles this module (``setup.py``'s ``COMPILED``).
+
+Example::
+
+    >>> import accelrt as acc
+    >>> from accelrt._placement import place
+    >>> site = place("cpu:0")
+    >>> site.key, site.dtype("float32").name, place("cpu:0") is site
+    (('cpu', 0), 'float32', True)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import numpy as np
+
+from . import _backend
+from . import _device as _device_mod
+from ._device import _factory_device, _get_device, _lazy_init, _tls
+from ._memory_owner import _Memory
+from ._stream import _current
+from .memory._registry import _allocators, get_allocator
+
+if TYPE_CHECKING:
+    from ._backend import Backend
+    from ._handles import StreamHandle
+
+__all__ = ["Site", "_check_dtype", "init_array", "new_array", "place", "site"]
+
+_T = TypeVar("_T")
+
+
+# ---------------------------------------------------------------------- dtype checks
+
+_supported: dict[tuple[str, int], frozenset[str]] = {}
+
+
+#: (dtype argument, backend name, device index) -> the checked dtype (np.dtype() and the
+#: checks below cost microseconds on every allocation otherwise)
+_checked_dtypes: dict[tuple[Any, str, int], np.dtype] = {}
+
+
+def _check_dtype(dtype: object, b: Backend, index: int) -> np.dtype:
+    """``dtype`` as a numpy dtype that device ``index`` of ``b`` supports.
+
+    Raises:
+        TypeError: an unknown or unsupported dtype.
+        ValueError: a dtype not in native byte order.
+    """
+    try:
+        return _checked_dtypes[(dtype, b.name, index)]
+    except (KeyError, TypeError):   # TypeError: an unhashable argument
+        pass
+    dt = _check_dtype_uncached(dtype, b, index)
+    if len(_checked_dtypes) < 256:
+        try:
+            _checked_dtypes[(dtype, b.name, index)] = dt
+        except TypeError:
+            pass
+    return dt
+
+
+def _check_dtype_uncached(dtype: Any, b: Backend, index: int) -> np.dtype:
+    if dtype is None:
+        raise TypeError("dtype must not be None; pass a numpy dtype such as 'float32'")
+    try:
+        dt: np.dtype[Any] = np.dtype(dtype)
+    except TypeError as exc:
+        raise TypeError(f"unknown dtype {dtype!r}; pass a numpy dtype such as 'float32' or "
+                        f"np.int64 ({exc})") from None
+    if dt.kind not in "biufc" or dt.fields is not None or dt.subdtype is not None:
+        raise TypeError(f"dtype {dt} is not supported; use a bool, integer, floating or "
+                        "complex dtype")
+    if not dt.isnative:
+        raise ValueError(f"dtype {dt.str!r} is not in native byte order; use "
+                         f"{dt.newbyteorder('=').str!r}")
+    key = (b.name, index)
+    names = _supported.get(key)
+    if names is None:
+        names = _supported[key] = frozenset(b.get_device_capability(index)["supported_dtypes"])
+    if dt.name not in names:
+        raise TypeError(f"dtype {dt.name} is not supported on {b.name}:{index}; supported: "
+                        f"{', '.join(sorted(names))}")
+    return dt
+
+
+# ---------------------------------------------------------------------- sites
+
+class Site:
+    """A device's placement, resolved once: the backend and index, the ``(name, index)`` key
+    of the per-device tables, the dtype arguments already checked there and the default
+    generator."""
+
+    b: Backend
+    index: int
+    name: str
+    key: tuple[str, int]
+    #: dtype argument -> the dtype :func:`_check_dtype` returned for it on this device
+    dtypes: dict[object, np.dtype]
+    #: the device's default generator once a random factory used it (the one
+    #: ``random._generator._default_for`` returns for this backend instance: made once and
+    #: never replaced); typed Any: ``accelrt.random`` is not imported here
+    default: Any
+
+    def __init__(self, b: Backend, index: int) -> None:
+        self.b, self.index, self.name = b, index, b.name
+        self.key = (b.name, index)
+        self.dtypes = {}
+        self.default = None
+
+    def dtype(self, dtype: object) -> np.dtype:
+        """:func:`_check_dtype` of ``dtype`` on this device, remembered in :attr:`dtypes`."""
+        try:
+            dt = self.dtypes.get(dtype)
+        except TypeError:   # an unhashable argument: checked (and refused) below
+            dt = None
+        if dt is None:
+            dt = _check_dtype(dtype, self.b, self.index)
+            if len(self.dtypes) < 16:
+                self.dtypes[dtype] = dt
+        return dt
+
+    def malloc(self, nbytes: int) -> tuple[_Memory, StreamHandle]:
+        """``nbytes`` from the device's caching allocator on the calling thread's current
+        stream (initialising the device for this thread first), and that stream: the one
+        allocation of every factory."""
+        b, index, key = self.b, self.index, self.key
+        if key not in _tls.inited:
+            _lazy_init(b, index)
+        alloc = _allocators.get(key)
+        if alloc is None or alloc._b is not b:
+            alloc = get_allocator(b, index)
+        stream = _current(b, index)._handle
+        ptr = alloc.malloc(nbytes, stream) if nbytes else 0
+        return _Memory(ptr, nbytes, alloc), stream
+
+
+#: ``(backend name, index)`` -> the :class:`Site` of that device of the backend instance it
+#: holds (replaced when the name refers to another instance)
+_sites: dict[tuple[str, int], Site] = {}
+
+#: Device strings with an index seen so far -> their :class:`Site`, used while the backend is
+#: still the registered instance of its name (parsing a string and checking the index cost
+#: more than the rest of the placement).
+_placed: dict[str, Site] = {}
+
+_instances = _backend._instances    # the registry's instances by name (never rebound)
+
+
+def site(b: Backend, index: int) -> Site:
+    """The :class:`Site` of device ``index`` (checked) of ``b``."""
+    found = _sites.get((b.name, index))
+    if found is None or found.b is not b:
+        found = Site(b, index)
+        if len(_sites) < 256:
+            _sites[found.key] = found
+    return found
+
+
+def place(device: object) -> Site:
+    """The :class:`Site` of any ``DeviceLike`` (``_get_device(device)``: same checks, same
+    errors); a string naming an index is remembered."""
+    if type(device) is str:
+        found = _placed.get(device)
+        if found is not None and _instances.get(found.name) is found.b:
+            return found
+        b, index = _get_device(device)
+        found = site(b, index)
+        if ":" in device and len(_placed) < 64:
+            _placed[device] = found
+        return found
+    b, index = _get_device(device)
+    return site(b, index)
+
+
+def init_array(arr: Any, shape: tuple[int, ...], dtype: object, device: object) -> Any:
+    """Allocate a checked ``shape`` of ``dtype`` on ``device`` (``None``: the factories' default
+    device, :func:`accelrt.get_default_device`) into the new :class:`accelrt.Array` ``arr``
+    and return it: the one allocation of ``Array``'s constructors (typed Any: ``Array`` is not
+    imported here)."""
+    if device is None and _device_mod._defaults_used:
+        device = _factory_device(None)     # a with-device block's, or the default
+    where = place(device)
+    dt = where.dtype(dtype)
+    arr._mem = where.malloc(math.prod(shape) * dt.itemsize)[0]
+    arr._shape = shape
+    arr._dtype = dt
+    arr._b = where.b
+    arr._index = where.index
+    return arr
+
+
+_object_new: Any = object.__new__
+
+
+def new_array(cls: type[_T], shape: tuple[int, ...], dtype: object, device: object) -> _T:
+    """:func:`init_array` into a new ``cls`` object: ``new_array(Array, shape, dtype, device)``
+    is a new array of a factory's checked size, dtype and device."""
+    arr: _T = _object_new(cls)
+    init_array(arr, shape, dtype, device)
+    return arr

@@ -1,0 +1,170 @@
+"""The random factories' per-call path: make the array (:func:`new`) and queue its fill
+(:func:`fill`); compiled in the compiled build (``setup.py``'s ``COMPILED``).
+
+``accelrt.random`` imports this module on first use (it loads the allocator). The generator
+core stays in :mod:`accelrt.random._philox`, which this module reaches through the module
+object at every call (so its hooks, e.g. ``_philox.fill_at``, can be replaced at run time).
+
+Example::
+
+    >>> import accelrt as acc
+    >>> from accelrt.random import _draw
+    >>> g = acc.random.Generator("cpu:0").manual_seed(3)
+    >>> a = _draw.new((4,), acc.empty(1).dtype, "cpu:0", g, "uniform", (0.0, 1.0))
+    >>> a.shape, g.get_offset()
+    ((4,), 1)
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .. import _backend
+from .. import _device as _device_mod
+from .._array import Array
+from .._placement import place, site
+from .._transfer import hold
+from . import _philox
+from ._generator import Generator, _default_for
+
+if TYPE_CHECKING:
+    from .._backend import Backend
+    from .._handles import StreamHandle
+
+__all__ = ["check_generator", "fill", "new"]
+
+#: Elements per Philox block of the uniform and normal requests, by distribution and element
+#: size (see ``_philox.words_per_element``): saves two calls on every request.
+_PER_BLOCK = {("uniform", 2): 4, ("uniform", 4): 4, ("uniform", 8): 2,
+              ("normal", 2): 2, ("normal", 4): 2, ("normal", 8): 2}
+
+_instances = _backend._instances    # the registry's instances by name (never rebound)
+_wrap = Array._wrap
+
+
+def _resolve(device: object, generator: object) -> object:
+    if generator is not None and not isinstance(generator, Generator):
+        raise TypeError(f"generator must be an accelrt.random.Generator, got "
+                        f"{type(generator).__name__}")
+    if device is None and generator is not None:
+        return generator.device
+    return device
+
+
+def check_generator(generator: object, b: Backend, index: int) -> Generator:
+    """``generator`` (the device's default one for ``None``) if it is a :class:`Generator`
+    of device ``index`` of ``b``.
+
+    Raises:
+        TypeError: not a Generator.
+        ValueError: a generator of another device.
+    """
+    if generator is None:
+        return _default_for(b, index)
+    if not isinstance(generator, Generator):
+        raise TypeError(f"generator must be an accelrt.random.Generator, got "
+                        f"{type(generator).__name__}")
+    if generator._b is not b or generator._index != index:
+        raise ValueError(f"the generator belongs to {generator.device} but the array is on "
+                         f"{b.name}:{index}; use a Generator of the array's device")
+    return generator
+
+
+def new(shape: tuple[int, ...], dtype: object, device: object, generator: object, dist: str,
+        params: tuple[Any, ...]) -> Array:
+    """``empty(shape, dtype=dtype, device=device)`` filled as :func:`fill` fills: the random
+    factories' one path.
+
+    ``device=None`` with a generator means the generator's device (a ``with acc.device(...)``
+    block or default device, resolved by the caller, wins). The array is made as
+    ``Array.__init__`` makes it (same checks, in the same order: device, dtype support; the
+    same :meth:`accelrt._placement.Site.malloc`), and the generator is checked before
+    anything is allocated. A ``"uniform"`` request here is ``rand``'s (standard bounds, fresh
+    allocator memory), which :func:`fill` may copy from the thread's run of blocks.
+    """
+    if device is None and _device_mod._defaults_used:
+        device = _device_mod._factory_device(None)     # a with-device block's, or the default
+    if device is None and generator is not None:
+        if type(generator) is Generator and _instances.get(generator._b.name) is generator._b:
+            # the generator's device (what generator.device names while its backend is the
+            # registered instance of its name; its index was checked when it was made)
+            where = site(generator._b, generator._index)
+        else:
+            where = place(_resolve(device, generator))
+    else:
+        where = place(device)
+    b, index = where.b, where.index
+    dt = where.dtype(dtype)
+    if generator is None:
+        gen = where.default
+        if gen is None:
+            gen = where.default = _default_for(b, index)
+    elif type(generator) is not Generator or generator._b is not b or generator._index != index:
+        gen = check_generator(generator, b, index)
+    else:
+        gen = generator
+    n = shape[0] if len(shape) == 1 else math.prod(shape)
+    mem, stream = where.malloc(n * dt.itemsize)
+    out: Array = _wrap(mem, shape, dt, b, index)
+    fill(out, b, index, stream, n, dist, params, gen, dist == "uniform")
+    return out
+
+
+def fill(out: Array, b: Backend, index: int, stream: StreamHandle, n: int, dist: str,
+         params: tuple[Any, ...], generator: object, run_copy: bool = False) -> None:
+    """Fill the ``n`` elements of ``out`` (on device ``index`` of ``b``, initialised) on
+    ``stream``: reserve the generator's counters, then the device's Philox, or a host fill
+    queued on the stream, or numbers made on the host and uploaded.
+
+    The host fill is one ``functools.partial`` of ``_philox.fill_at``, or, with ``run_copy``
+    (``rand``'s standard uniform float32/float64 request on fresh allocator memory, at most
+    ``_philox.SMALL_MAX_BLOCKS`` blocks), of ``_philox._copy_uniform``: a ``memmove`` from the
+    thread's run of blocks, every check done here. Queued work holds memory only when it is
+    borrowed (``accelrt._transfer.held``'s rule): allocator memory is freed stream-ordered,
+    so ``del out`` while the fill is queued frees it at once, as for any op.
+    """
+    if (type(generator) is not Generator or generator._b is not b
+            or generator._index != index):
+        gen = check_generator(generator, b, index)
+    else:
+        gen = generator
+    if n == 0:
+        return
+    dtype: np.dtype = out._dtype
+    size = dtype.itemsize
+    per = _PER_BLOCK.get((dist, size))
+    nblocks = (-(-n // per) if per is not None
+               else _philox.blocks_needed(n, dist, dtype, params))
+    seed, offset = gen._reserve(nblocks)
+    mem = out._mem
+    ptr = mem.ptr
+    keep = (mem,) if mem.alloc is None and ptr else ()
+    caps = b.capabilities(index)
+    if caps.device_rng:
+        b.philox_fill(index, ptr, n, dtype.name, dist, seed, offset, params, stream)
+        if keep:
+            hold(b, index, stream, keep)
+        return
+    if mem.host or caps.host_accessible:
+        if (run_copy and size != 2 and nblocks <= _philox.SMALL_MAX_BLOCKS
+                and offset + nblocks <= 1 << 64):
+            work = functools.partial(_philox._copy_uniform, ptr, n * size, dtype.char, seed,
+                                     offset, nblocks)
+        else:
+            work = functools.partial(_philox.fill_at, ptr, n, dtype, dist, seed, offset,
+                                     params)
+        if not caps.host_functions:
+            b.stream_synchronize(index, stream)
+            work()
+            return
+        b.launch_host_func(index, work, stream)
+        if keep:
+            hold(b, index, stream, keep)
+        return
+    host = np.empty(out._shape, dtype)   # a device the host cannot address
+    _philox.fill(host, dist, seed, offset, params)
+    out._upload(host, False)
