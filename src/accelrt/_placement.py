@@ -18,7 +18,7 @@ Example::
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
 
@@ -32,6 +32,7 @@ from .memory._registry import _allocators, get_allocator
 if TYPE_CHECKING:
     from ._backend import Backend
     from ._handles import StreamHandle
+    from ._typing import DeviceLike
 
 __all__ = ["Site", "_check_dtype", "init_array", "new_array", "place", "site"]
 
@@ -177,7 +178,8 @@ def place(device: object) -> Site:
         if ":" in device and len(_placed) < 64:
             _placed[device] = found
         return found
-    b, index = _get_device(device)
+    # any object: _get_device (pure Python) refuses a wrong one with accelrt's own errors
+    b, index = _get_device(cast("DeviceLike", device))
     return site(b, index)
 
 
