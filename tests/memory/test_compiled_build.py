@@ -362,10 +362,10 @@ def test_info_says_which_build_is_loaded_and_why(monkeypatch: pytest.MonkeyPatch
     record("pure", "ACCELRT_COMPILE=0 asks for the pure-Python build", [])
     said = "ACCELRT_COMPILE=0 asks for the pure-Python build"
     assert _build_info.build_info() == ("pure", said, ())
-    record("compiled", "compiled with mypyc", ["accelrt._size"])   # never compiled
+    record("compiled", "compiled with mypyc", ["accelrt.memory._history"])   # inspects frames: pure
     said = _build_info.build_info()
     assert said.build == "pure" and said.modules == ()
-    assert "compiled 1 modules, but 1 load from Python source (e.g. accelrt._size)" in (
+    assert "compiled 1 modules, but 1 load from Python source (e.g. accelrt.memory._history)" in (
         said.reason)
     names = compiled_module_names()
     record("compiled", "compiled with mypyc", names)
@@ -375,5 +375,5 @@ def test_info_says_which_build_is_loaded_and_why(monkeypatch: pytest.MonkeyPatch
                   f"Python source (e.g. {names[0]}): reinstall accelrt"), ()))
     monkeypatch.setattr(_build_info, "_record", lambda: None)   # a source tree
     assert _build_info.build_info().build == ("compiled" if memory.compiled else "pure")
-    assert "accelrt._size" not in " ".join(_build_info.build_info().modules)
+    assert "accelrt.memory._history" not in " ".join(_build_info.build_info().modules)
     assert cli._build_line({}) == "build: unknown"   # an older accelrt's dict
