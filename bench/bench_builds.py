@@ -12,7 +12,7 @@ interpreter, e.g. a venv holding the compiled wheel). Rows:
   median and worst over the traces, for the default, expandable and page_reuse settings;
 * ``cached alloc+free``: a 1 MiB malloc + free the allocator serves from its cache;
 * the runtime calls of ``bench_runtime_calls.py`` (``Event.record``, ``Event.query``,
-  ``current_stream``, ``Stream`` enter+exit, ``empty(256) + free``, ...);
+  ``current_stream``, ``Stream`` enter+exit, ...) and ``acc.empty(256)`` + its free;
 * ``rand(1000) / numpy``: ``acc.rand(1000)`` over numpy's Philox for the same count
   (``Generator(Philox(seed)).random(1000, dtype=float32)``), paired.
 
@@ -101,9 +101,28 @@ def child(traces: list[str], repeat: int, loops: int) -> dict[str, float]:
     sys.path.insert(0, str(HERE))
     import bench_runtime_calls as brc
     rows = _allocator_rows(traces, repeat)
-    rows.update(brc.measure(loops))
+    compiled = rows.pop("compiled")
+    rows.update({k: v for k, v in brc.measure(loops).items() if k != "compiled"})
+    rows["empty(256) + free"] = _empty_free(repeat, loops)
     rows["rand(1000) / numpy"] = _rand_ratio(repeat)
+    rows["compiled"] = compiled   # not a row: whether the allocator loaded compiled
     return rows
+
+
+def _empty_free(repeat: int, loops: int) -> float:
+    """Calls per ``acc.empty(256, device="cpu:0")`` whose array is freed at once."""
+    import accelrt as acc
+
+    def run() -> tuple[float, int]:
+        t = time.thread_time()
+        for _ in range(loops):
+            acc.empty(256, device="cpu:0")
+        return time.thread_time() - t, loops
+
+    sys.path.insert(0, str(HERE))
+    import bench_allocator as ba
+    run()
+    return statistics.median(ba.paired(run, 20000)[0] for _ in range(repeat))
 
 
 def main() -> int:
