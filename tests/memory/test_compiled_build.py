@@ -23,13 +23,18 @@ from helpers.builds import ROOT, compiled_module_names, is_extension
 from accelrt import cli, memory
 
 
-def _setup_script() -> ModuleType:
-    """setup.py as a module (its ``setup()`` call runs only as a script)."""
-    spec = importlib.util.spec_from_file_location("accelrt_setup_script", ROOT / "setup.py")
+def _load(name: str, *path: str) -> ModuleType:
+    """The file ``ROOT/path`` as the module ``name`` (a build script, not a package module)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT.joinpath(*path))
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def _setup_script() -> ModuleType:
+    """setup.py as a module (its ``setup()`` call runs only as a script)."""
+    return _load("accelrt_setup_script", "setup.py")
 
 
 def test_flag_says_which_build_is_loaded() -> None:
@@ -55,12 +60,7 @@ def test_pure_modules_stay_pure() -> None:
 
 def _choice_module() -> ModuleType:
     """``_build/build_choice.py`` (what setup.py and the build backend decide with)."""
-    spec = importlib.util.spec_from_file_location("accelrt_build_choice",
-                                                  ROOT / "_build" / "build_choice.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return _load("accelrt_build_choice", "_build", "build_choice.py")
 
 
 @pytest.fixture
@@ -245,12 +245,7 @@ def test_the_sources_of_one_extension_compile_in_parallel(tmp_path: pathlib.Path
 
 def _build_backend() -> ModuleType:
     """The in-tree PEP 517 build backend (``_build/backend.py``) as a module."""
-    spec = importlib.util.spec_from_file_location("accelrt_build_backend",
-                                                  ROOT / "_build" / "backend.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return _load("accelrt_build_backend", "_build", "backend.py")
 
 
 @pytest.mark.parametrize("hook", ["prepare_metadata_for_build_wheel",
