@@ -57,6 +57,10 @@ import build_choice as choice  # noqa: E402  (the build's own helpers, beside th
 
 ENV = choice.ENV
 
+#: mypycify's group_name (a literal there: scripts/gpu_check.py reads the call's keywords):
+#: one shared library, ``accelrt__mypyc``, holds every compiled module.
+GROUP = "accelrt"
+
 #: The build record that ``accelrt info`` reads (``accelrt._build_info``): which build this
 #: install is, and why. Written into the package by ``build_ext``.
 RECORD = "_build.json"
@@ -153,6 +157,7 @@ class BuildExt(build_ext):  # type: ignore[misc]
     def build_extensions(self) -> None:
         self._compile_in_parallel()
         mypyc_exts = [ext for ext in self.extensions if ext.name != SHIM.name]
+        self._remove_stale({ext.name for ext in mypyc_exts})
         try:
             super().build_extensions()
         except Exception as exc:   # a compile or link error in a mypyc extension
@@ -170,6 +175,25 @@ class BuildExt(build_ext):  # type: ignore[misc]
                                                      f"modules ({first})")
             super().build_extensions()
         self._write_record([ext.name for ext in self.extensions if ext.name != SHIM.name])
+
+    def _remove_stale(self, building: set[str]) -> None:
+        """Delete compiled modules that an earlier build left in the build folder (pip builds
+        in the source tree and reuses ``build/``), or beside the sources for an in-place or
+        editable build, unless this build makes them again: a pure build after a compiled
+        one would otherwise ship the old extension modules, which shadow the ``.py`` files."""
+        names = [p.removeprefix("src/").removesuffix(".py").replace("/", ".") for p in COMPILED]
+        names.append(f"{GROUP}__mypyc")   # the group's shared library
+        roots = [self.build_lib]
+        if self.inplace or getattr(self, "editable_mode", False):
+            roots.append(os.path.dirname(
+                self.get_finalized_command("build_py").get_package_dir("accelrt")))
+        for root in roots:
+            for name in names:
+                if name in building:
+                    continue
+                path = os.path.join(root, self.get_ext_filename(name))
+                if os.path.exists(path):
+                    os.remove(path)
 
     def _compile_in_parallel(self) -> None:
         """Compile the sources of one extension on every core (distutils compiles them one by

@@ -372,3 +372,31 @@ def test_info_says_which_build_is_loaded_and_why(monkeypatch: pytest.MonkeyPatch
     assert _build_info.build_info().build == ("compiled" if memory.compiled else "pure")
     assert "accelrt.memory._history" not in " ".join(_build_info.build_info().modules)
     assert cli._build_line({}) == "build: unknown"   # an older accelrt's dict
+
+
+@pytest.mark.parametrize("inplace", [False, True])
+def test_a_pure_build_removes_compiled_modules_an_earlier_build_left(
+        inplace: bool, tmp_path: pathlib.Path, build_env: pytest.MonkeyPatch) -> None:
+    # pip builds in the source tree and reuses build/: a pure build after a compiled one
+    # shipped the old extension modules (CI's pure install loaded a compiled allocator)
+    from setuptools.command.build_ext import build_ext
+    setup = _setup_script()
+    build_env.setattr(build_ext, "build_extensions", lambda self: None)
+    build_env.setattr(setup.BuildExt, "chosen", setup.Choice(False, False, "pure"))
+    cmd = _build_ext(setup, tmp_path, [setup.SHIM.name])
+    cmd.compiler = type("Compiler", (), {"compile": lambda *a, **k: []})()
+    src = tmp_path / "src"
+    if inplace:
+        cmd.inplace = True
+        build_env.setattr(cmd.get_finalized_command("build_py"), "get_package_dir",
+                          lambda package: str(src / package.replace(".", "/")))
+    roots = [tmp_path / "lib"] + ([src] if inplace else [])
+    stale = [root / cmd.get_ext_filename(name) for root in roots
+             for name in ("accelrt__mypyc", "accelrt.memory._allocator", "accelrt._size")]
+    shim = tmp_path / "lib" / cmd.get_ext_filename(setup.SHIM.name)
+    for path in [*stale, shim]:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"")
+    cmd.build_extensions()
+    assert [p for p in stale if p.exists()] == []
+    assert shim.exists()   # what this build makes is not touched
