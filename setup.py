@@ -33,6 +33,7 @@ from setuptools.command.build_ext import build_ext
 COMPILED = [
     "src/accelrt/_placement.py",                 # a factory's placement and allocation
     "src/accelrt/_size.py",                      # the factories' argument step
+    "src/accelrt/_stream_core.py",               # Stream/Event fields, argument-free hot paths
     "src/accelrt/memory/_allocator.py",
     "src/accelrt/memory/_block.py",
     "src/accelrt/memory/_events.py",

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-_COMPILED = "compiled"   # not a row: 1.0 when the tree's accelrt._stream is an extension module
+_COMPILED = "compiled"   # not a row: 1.0 when the tree's accelrt._stream_core is an extension module
 
 
 def _calls_per_op(fn: Callable[[int], float], loops: int) -> float:
@@ -93,12 +93,14 @@ def measure(loops: int) -> dict[str, float]:
         "current_stream(device)": timed(lambda: acc.current_stream(d0)),
         "cpu.current_stream()": timed(acc.cpu.current_stream),
         "device_index enter+exit": guard_enter_exit,
+        "Stream.query": timed(s.query),
         "Stream.synchronize": timed(s.synchronize),
         "empty(4) + free": timed(lambda: acc.empty(4, dtype="float32", device="cpu:0")),
     }
     out = {name: _calls_per_op(fn, loops) for name, fn in rows.items()}
     from accelrt import _stream
-    out[_COMPILED] = float(not (_stream.__file__ or "").endswith(".py"))
+    core = getattr(_stream, "_StreamCore", _stream.Stream)   # an older tree: no core
+    out[_COMPILED] = float(not (sys.modules[core.__module__].__file__ or "").endswith(".py"))
     return out
 
 
@@ -149,7 +151,7 @@ def _table(results: dict[str, list[dict[str, float]]]) -> str:
     head = f"{'operation':<26}{'this':>8}" + "".join(f"{k:>8}" for k in others) \
         + "".join(f"{'this/' + k:>13}" for k in others)
     lines = [head + "   (calls)"]
-    lines.append(f"{'(compiled _stream)':<26}" + "".join(
+    lines.append(f"{'(compiled stream core)':<26}" + "".join(
         f"{'yes' if v[0][_COMPILED] else 'no':>8}" for v in results.values()))
     for row in results["this"][0]:
         if row == _COMPILED:

@@ -26,15 +26,14 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from . import _device as _dev
 from . import _backend
-from . import _sync_debug as _sd
 from ._device import _get_device_of, _lazy_init, _require_current, _tls
-from ._errors import AcceleratorValueError, ClosedError
-from ._handles import EventHandle, mypyc_attr
-from ._stream import Stream, _current, _default, _defaults
+from ._errors import AcceleratorValueError
+from ._handles import EventHandle
+from ._stream import Stream, _current
 from ._stream import _close_lock
+from ._stream_core import _EventCore, _Key
 
 if TYPE_CHECKING:
-    from ._backend import Backend
     from ._typing import DeviceLike
 
 __all__ = ["Event"]
@@ -49,8 +48,7 @@ def _check_flag(name: str, value: object) -> bool:
     return value
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)
-class Event:
+class Event(_EventCore):
     """A synchronisation marker recorded in a stream of one device.
 
     Args:
@@ -83,28 +81,13 @@ class Event:
         (True, device(type='cpu', index=0))
     """
 
-    __slots__ = (
-        "__weakref__",
-        "_b",
-        "_blocking",
-        "_closed",
-        "_handle",
-        "_index",
-        "_interprocess",
-        "_key",
-        "_q",
-        "_rec",
-        "_timing",
-        "_wt",
-    )
+    __slots__ = ("__weakref__",)
+    # The fields (their meaning: _stream_core._EventCore) and the argument-free hot methods
+    # (query(), synchronize()) are the compiled core's; every method that checks an argument
+    # stays here, in pure Python.
 
     #: Fixed backend name for device-specific subclasses (``accelrt.cpu.Event``).
     _backend_name: ClassVar[str | None] = None
-
-    _b: Backend
-    _index: int | None
-    _handle: EventHandle
-    _key: tuple[str, int] | None
 
     def __init__(self, device: DeviceLike = None, *, enable_timing: bool = False,
                  blocking: bool = False, interprocess: bool = False) -> None:
@@ -132,30 +115,10 @@ class Event:
                              "create the event with interprocess=False")
         self._b = b
         self._index = index
-        self._key = None if index is None else (b.name, index)
+        self._key = None if index is None else _Key(b.name, index)
         self._rec = b.event_record
         self._wt = b.stream_wait_event
         self._q = b.event_query
-
-    def _bind(self, index: int) -> tuple[str, int]:
-        """Make ``index`` the event's device (at its first record)."""
-        key = (self._b.name, index)
-        self._index = index
-        self._key = key
-        return key
-
-    def _create(self) -> EventHandle:
-        if self._closed:   # a closed event's handle is 0: every first use comes here
-            self._check_open()
-        b = self._b
-        index = self._index
-        if index is None:   # ipc_handle() before any record: the current device, as PyTorch
-            index = _tls.device.get(b.name, 0)
-            self._bind(index)
-        _lazy_init(b, index)
-        h = b.event_create(index, self._timing, self._blocking, self._interprocess)
-        self._handle = h
-        return h
 
     def __del__(self) -> None:
         try:
@@ -218,79 +181,10 @@ class Event:
             >>> e.event_id != 0
             True
         """
-        key = self._key
-        b = self._b
-        _, streams, inited = _tls.hot
-        if stream is None:
-            if key is None:
-                key = (b.name, _tls.device.get(b.name, 0))
-            s = streams.get(key)
-            if s is None or s._b is not b:
-                s = _defaults.get(key)
-                if s is None or s._b is not b:
-                    s = _default(b, key)
-            sh = s._handle
-        elif isinstance(stream, Stream):
-            if stream._closed:
-                stream._check_open()
-            if stream._b is not b:
-                # PyTorch's InlineEvent wording
-                raise AcceleratorValueError(
-                    f"Event device type {b.name} does not match recording stream's device "
-                    f"type {stream._b.name}.")
-            if key is None:
-                key = (b.name, stream._index)
-            elif stream._index != key[1]:
-                # PyTorch's CUDAEvent wording
-                raise AcceleratorValueError(
-                    f"Event device {key[1]} does not match recording stream's device "
-                    f"{stream._index}. Record on a stream of device {b.name}:{key[1]}, or "
-                    f"use another event for {b.name}:{stream._index}.")
-            sh = stream._handle
-        else:
+        if stream is not None and not isinstance(stream, Stream):
             raise TypeError(f"record() takes an accelrt.Stream or None, got "
                             f"{type(stream).__name__}")
-        if self._key is None:
-            self._bind(key[1])
-        h = self._handle
-        if not h:
-            h = self._create()
-        elif key not in inited:
-            _lazy_init(b, key[1])
-        self._rec(key[1], h, sh)
-
-    def query(self) -> bool:
-        """True if all work before the last record has completed (True if never recorded).
-
-        Example::
-
-            >>> import accelrt as acc
-            >>> acc.Event("cpu").query()
-            True
-        """
-        h = self._handle
-        if not h:
-            if self._closed:
-                self._check_open()
-            return True
-        return self._q(self._index, h)  # type: ignore[arg-type]
-
-    def synchronize(self) -> None:
-        """Block until all work before the last record has completed (no-op if never
-        recorded).
-
-        Example::
-
-            >>> import accelrt as acc
-            >>> e = acc.Event("cpu"); e.record(); e.synchronize()
-        """
-        h = self._handle
-        if h:
-            self._b.event_synchronize(self._index, h)  # type: ignore[arg-type]
-            if _sd.active:   # after the wait, as Stream.synchronize
-                _sd.check(self._b.name)
-        elif self._closed:
-            self._check_open()
+        self._record(stream)
 
     def wait(self, stream: Stream | None = None) -> None:
         """Make all future work on ``stream`` wait for the last record of this event.
@@ -464,12 +358,6 @@ class Event:
             False
         """
         return self._closed
-
-    def _check_open(self) -> None:
-        """Raise :class:`ClosedError` if the event was closed."""
-        if self._closed:
-            raise ClosedError(f"this {type(self).__name__} was closed; create a new event "
-                              "instead of using a closed one")
 
     def __enter__(self) -> Event:  # noqa: PYI034 - typing.Self needs Python 3.11
         self._check_open()

@@ -25,14 +25,16 @@ Example::
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from . import _device as _dev
 from . import _sync_debug as _sd
 from ._device import _get_device, _get_device_of, _lazy_init, _require_current, _tls
-from ._errors import AcceleratorError, ClosedError
+from ._errors import AcceleratorError
 from ._fork import reinit_after_fork
-from ._handles import StreamHandle, mypyc_attr
+from ._handles import StreamHandle
+from . import _stream_core
+from ._stream_core import _Key, _StreamCore
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -46,15 +48,6 @@ __all__ = ["Stream", "current_stream", "set_stream", "synchronize"]
 #: Free backend stream handles kept per (backend, device, priority) beyond which a collected
 #: stream is destroyed instead of pooled.
 _POOL_MAX = 64
-
-
-class _Key(NamedTuple):
-    """A stream's device, ``(backend name, index)``: its key in the per-thread dicts. A named
-    tuple so that the compiled build keeps it as one tuple object (mypyc unboxes a plain
-    ``tuple[str, int]`` field and would build a new tuple at each dict access)."""
-
-    name: str
-    device_index: int
 
 
 class _DevicePool:
@@ -102,8 +95,7 @@ def _pool(b: Backend, index: int) -> _DevicePool:
     return p
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)
-class Stream:
+class Stream(_StreamCore):
     """An ordered queue of work on one device (a CUDA stream, an OpenCL queue, ...).
 
     ``Stream(device=None, *, priority=0)`` makes a new stream on ``device`` (the current
@@ -150,28 +142,13 @@ class Stream:
         True
     """
 
-    __slots__ = ("__weakref__", "_b", "_closed", "_entered", "_free", "_handle", "_index",
-                 "_key", "_origin", "_priority")
-    # _key is (backend name, device index); _entered counts the open ``with stream:`` blocks
-    # of all threads (each thread keeps its own stack of them, _ThreadState.entered); _free
-    # (the pool list an owned handle returns to) is None for foreign streams and once closed;
-    # _closed is True after close(); _origin is the stream a device module's view stands for
-    # (None otherwise), read by the closed checks of the hot paths so that a view also checks
-    # what it views. The compiled build's Stream is a native class (mypyc): no __weakref__
-    # there, and subclasses set these fields through _set.
+    __slots__ = ("__weakref__",)
+    # The fields (their meaning: _stream_core._StreamCore) and the argument-free hot methods
+    # (with stream:, query(), synchronize()) are the compiled core's; every method that checks
+    # an argument stays here, in pure Python.
 
     #: Fixed backend name for device-specific subclasses (``accelrt.cpu.Stream``).
     _backend_name: ClassVar[str | None] = None
-
-    _b: Backend
-    _index: int
-    _handle: StreamHandle
-    _priority: int
-    _free: list[StreamHandle] | None
-    _closed: bool
-    _origin: Stream | None
-    _key: _Key
-    _entered: int
 
     def __init__(self, device: DeviceLike = None, *, priority: int = 0,
                  stream_id: int | None = None, device_index: int | None = None,
@@ -237,20 +214,6 @@ class Stream:
             raise ValueError(f"stream_id={handle:#x} is not a live stream of "
                              f"{device_type}:{device_index}")
         self._set(b, _Key(b.name, index), handle, 0, None)
-
-    def _set(self, b: Backend, key: _Key, handle: StreamHandle, priority: int,
-             free: list[StreamHandle] | None) -> None:
-        """Set the fields of a new stream object of device ``key`` of ``b`` (every constructor
-        comes here)."""
-        self._b = b
-        self._index = key[1]
-        self._handle = handle
-        self._priority = priority
-        self._free = free
-        self._closed = False
-        self._origin = None
-        self._key = key
-        self._entered = 0
 
     def __del__(self) -> None:
         # Give an owned handle back to its pool, or destroy it when the pool is full.
@@ -342,19 +305,6 @@ class Stream:
         return __cuda_stream__
 
     # ------------------------------------------------------------------ operations
-    def query(self) -> bool:
-        """True if all work submitted to the stream has completed.
-
-        Example::
-
-            >>> import accelrt as acc
-            >>> acc.Stream("cpu").query()
-            True
-        """
-        if self._closed or self._origin is not None:   # a view also checks its origin
-            self._check_open()
-        return self._b.stream_query(self._index, self._handle)
-
     def is_capturing(self) -> bool:
         """True while a graph capture records the work submitted to this stream
         (``torch.Stream.is_capturing``).
@@ -373,20 +323,6 @@ class Stream:
         """
         self._check_open()
         return bool(self._b.stream_is_capturing(self._index, self._handle))
-
-    def synchronize(self) -> None:
-        """Wait until all work submitted to the stream has completed.
-
-        Example::
-
-            >>> import accelrt as acc
-            >>> acc.Stream("cpu").synchronize()
-        """
-        if self._closed or self._origin is not None:   # a view also checks its origin
-            self._check_open()
-        self._b.stream_synchronize(self._index, self._handle)
-        if _sd.active:   # after the wait: internal callers rely on it having happened
-            _sd.check(self._b.name)
 
     def wait_event(self, event: Event) -> None:
         """Make all future work on this stream wait for ``event``'s last record.
@@ -454,46 +390,6 @@ class Stream:
                             f"{type(event).__name__}")
         event.record(self)
         return event
-
-    # ------------------------------------------------------------------ context manager
-    def __enter__(self) -> Stream:  # noqa: PYI034 - typing.Self needs Python 3.11
-        if self._closed:
-            self._check_open()
-        devs, streams, entered = _tls.enter
-        key = self._key
-        name = key[0]
-        entered.append((self, devs.get(name, 0), streams.get(key)))
-        streams[key] = self
-        devs[name] = key[1]
-        self._entered += 1
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        devs, streams, entered = _tls.enter
-        if entered and entered[-1][0] is self:
-            _, prev_dev, prev_stream = entered.pop()
-        else:   # blocks left out of order: this stream's innermost block of this thread
-            _, prev_dev, prev_stream = entered.pop(self._innermost(entered))
-        self._entered -= 1
-        key = self._key
-        if prev_stream is None:
-            if key in streams:
-                del streams[key]
-        else:
-            streams[key] = prev_stream
-        devs[key[0]] = prev_dev
-
-    def _innermost(self, entered: list[tuple[Stream, int, Stream | None]]) -> int:
-        """The position in the calling thread's stack of its innermost ``with self:`` block.
-
-        Raises:
-            RuntimeError: this thread is in no ``with self:`` block.
-        """
-        for i in range(len(entered) - 1, -1, -1):
-            if entered[i][0] is self:
-                return i
-        raise RuntimeError("Stream.__exit__ called without a matching __enter__ in this "
-                           "thread; use 'with stream:'")
 
     # ------------------------------------------------------------------ lifetime
     def close(self) -> None:
@@ -570,13 +466,6 @@ class Stream:
         origin = self._origin
         return self._closed or (origin is not None and origin._closed)
 
-    def _check_open(self) -> None:
-        """Raise :class:`ClosedError` if the stream was closed."""
-        if self._closed:
-            raise ClosedError(
-                f"this {type(self).__name__} of {self._b.name}:{self._index} was closed; "
-                "create a new stream instead of using a closed one")
-
     # ------------------------------------------------------------------ identity
     def __eq__(self, other: object) -> bool:
         """Open streams are equal when they have the same backend, device and handle; a
@@ -624,7 +513,9 @@ def _wrap(b: Backend, index: int, handle: StreamHandle) -> Stream:
     return s
 
 
-_defaults: dict[tuple[str, int], Stream] = {}
+#: The default stream objects, per (backend name, device index): the compiled core's dict (its
+#: Event._record reads it), holding only Stream objects (_default fills it).
+_defaults = cast("dict[tuple[str, int], Stream]", _stream_core._defaults)
 
 
 def _default(b: Backend, key: tuple[str, int]) -> Stream:

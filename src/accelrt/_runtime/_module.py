@@ -13,7 +13,7 @@ Example::
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .. import _graph, _stream
 from .. import _device as _dev
@@ -199,7 +199,7 @@ class DeviceModule(MemoryFunctions, RandomFunctions, Generic[_S, _E]):
             <accelrt.cpu.Stream device=cpu:0 stream_id=0x0 priority=0>
         """
         b, index = self._resolve(device)
-        return cast("_S", self.Stream._view(_stream._current(b, index)))
+        return self.Stream._view(_stream._current(b, index))
 
     def default_stream(self, device: DeviceLike = None) -> _S:
         """The default stream of a device (the current one by default).
@@ -211,7 +211,7 @@ class DeviceModule(MemoryFunctions, RandomFunctions, Generic[_S, _E]):
             True
         """
         b, index = self._resolve(device)
-        return cast("_S", self.Stream._view(_stream._default(b, (b.name, index))))
+        return self.Stream._view(_stream._default(b, (b.name, index)))
 
     def set_stream(self, stream: _stream.Stream | None) -> None:
         """Make ``stream`` current on its device and its device the current device of the

@@ -1,0 +1,308 @@
+"""The compiled cores of :class:`accelrt.Stream` and :class:`accelrt.Event`: their fields and
+the hot methods that take no user argument (``with stream:``, ``query()``, ``synchronize()``).
+
+The public classes (``_stream.Stream``, ``_event.Event``) stay pure Python and subclass these:
+they keep every method that checks a user's argument (a compiled function would refuse a wrong
+type with mypyc's own message before accelrt's check), the docstrings users and tests read,
+``__weakref__`` (mypyc's classes have none) and the typing users' mypy sees. In the compiled
+build these cores are native classes that allow interpreted subclasses; in the pure build
+they are plain classes with ``__slots__``, so nothing changes there.
+
+Example::
+
+    >>> import accelrt as acc
+    >>> from accelrt._stream_core import _StreamCore
+    >>> isinstance(acc.Stream("cpu"), _StreamCore)
+    True
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeVar, cast
+
+from . import _sync_debug as _sd
+from ._device import _lazy_init, _tls
+from ._errors import AcceleratorValueError, ClosedError
+from ._handles import EventHandle, StreamHandle, mypyc_attr
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ._backend import Backend
+
+__all__: list[str] = []
+
+#: ``_sync_debug``'s globals, read by key: a compiled module reads an attribute of a Python
+#: module through a generic getattr, about one empty call slower than a dict lookup.
+_sd_globals: Final = vars(_sd)
+
+_S = TypeVar("_S", bound="_StreamCore")
+
+
+class _Key(NamedTuple):
+    """A stream's device, ``(backend name, index)``: its key in the per-thread dicts. A named
+    tuple so that the compiled build keeps it as one tuple object (mypyc unboxes a plain
+    ``tuple[str, int]`` field and would build a new tuple at each dict access)."""
+
+    name: str
+    device_index: int
+
+
+@mypyc_attr(allow_interpreted_subclasses=True)
+class _StreamCore:
+    """The fields of :class:`accelrt.Stream` and its argument-free hot methods.
+
+    Fields: ``_key`` is (backend name, device index); ``_entered`` counts the open ``with
+    stream:`` blocks of all threads (each thread keeps its own stack of them,
+    ``_ThreadState.entered``); ``_free`` (the pool list an owned handle returns to) is None for
+    foreign streams and once closed; ``_closed`` is True after ``close()``; ``_origin`` is the
+    stream a device module's view stands for (None otherwise), read by the closed checks of
+    the hot paths so that a view also checks what it views.
+    """
+
+    __slots__ = ("_b", "_closed", "_entered", "_free", "_handle", "_index", "_key", "_origin",
+                 "_priority")
+
+    _b: Backend
+    _index: int
+    _handle: StreamHandle
+    _priority: int
+    _free: list[StreamHandle] | None
+    _closed: bool
+    _origin: _StreamCore | None
+    _key: _Key
+    _entered: int
+
+    def _set(self, b: Backend, key: _Key, handle: StreamHandle, priority: int,
+             free: list[StreamHandle] | None) -> None:
+        """Set the fields of a new stream object of device ``key`` of ``b`` (every constructor
+        comes here)."""
+        self._b = b
+        self._index = key[1]
+        self._handle = handle
+        self._priority = priority
+        self._free = free
+        self._closed = False
+        self._origin = None
+        self._key = key
+        self._entered = 0
+
+    @classmethod
+    def _view(cls: type[_S], s: _StreamCore) -> _S:
+        """``s`` itself if it is of this class, else a non-owning object of this class for the
+        same stream (it keeps ``s`` alive): a device module's ``Stream`` (``acc.cpu.Stream``)
+        viewing an :class:`accelrt.Stream`."""
+        if isinstance(s, cls):
+            return s
+        # the fields of _set, copied inline: the call made acc.cpu.current_stream() 12% slower
+        # in the pure build (31.8 vs 28.2 calls, bench_runtime_calls, same run)
+        v: _S = cast("Any", cls).__new__(cls)   # mypyc: no typed __new__
+        v._b, v._index, v._handle, v._key = s._b, s._index, s._handle, s._key
+        v._priority, v._free, v._closed, v._entered = s._priority, None, s._closed, 0
+        v._origin = s if s._free is not None else None
+        return v
+
+    def query(self) -> bool:
+        """True if all work submitted to the stream has completed.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.Stream("cpu").query()
+            True
+        """
+        if self._closed or self._origin is not None:   # a view also checks its origin
+            self._check_open()
+        return self._b.stream_query(self._index, self._handle)
+
+    def synchronize(self) -> None:
+        """Wait until all work submitted to the stream has completed.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.Stream("cpu").synchronize()
+        """
+        if self._closed or self._origin is not None:   # a view also checks its origin
+            self._check_open()
+        self._b.stream_synchronize(self._index, self._handle)
+        if _sd_globals["active"]:   # after the wait: internal callers rely on it
+            _sd.check(self._b.name)
+
+    def __enter__(self: _S) -> _S:
+        if self._closed:
+            self._check_open()
+        devs, streams, entered = _tls.enter
+        key = self._key
+        name = key[0]
+        entered.append((self, devs.get(name, 0), streams.get(key)))
+        streams[key] = self
+        devs[name] = key[1]
+        self._entered += 1
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        devs, streams, entered = _tls.enter
+        if entered and entered[-1][0] is self:
+            _, prev_dev, prev_stream = entered.pop()
+        else:   # blocks left out of order: this stream's innermost block of this thread
+            _, prev_dev, prev_stream = entered.pop(self._innermost(entered))
+        self._entered -= 1
+        key = self._key
+        if prev_stream is None:
+            if key in streams:
+                del streams[key]
+        else:
+            streams[key] = prev_stream
+        devs[key[0]] = prev_dev
+
+    def _innermost(self, entered: list[tuple[Any, int, Any]]) -> int:
+        """The position in the calling thread's stack of its innermost ``with self:`` block.
+
+        Raises:
+            RuntimeError: this thread is in no ``with self:`` block.
+        """
+        for i in range(len(entered) - 1, -1, -1):
+            if entered[i][0] is self:
+                return i
+        raise RuntimeError("Stream.__exit__ called without a matching __enter__ in this "
+                           "thread; use 'with stream:'")
+
+    def _check_open(self) -> None:
+        """Raise :class:`ClosedError` if the stream was closed."""
+        if self._closed:
+            raise ClosedError(
+                f"this {type(self).__name__} of {self._b.name}:{self._index} was closed; "
+                "create a new stream instead of using a closed one")
+
+
+#: The default stream objects, per (backend name, device index) (``_stream._default`` fills it).
+_defaults: dict[tuple[str, int], _StreamCore] = {}
+
+
+@mypyc_attr(allow_interpreted_subclasses=True)
+class _EventCore:
+    """The fields of :class:`accelrt.Event` and its argument-free hot methods.
+
+    Fields: ``_index`` is None until the first record of an event made without a device index,
+    ``_handle`` 0 until the first record (and once closed); ``_key`` is (backend name, device
+    index) once the device is known; ``_rec``, ``_wt``, ``_q`` are the backend's
+    ``event_record``, ``stream_wait_event`` and ``event_query``, bound once.
+    """
+
+    __slots__ = ("_b", "_blocking", "_closed", "_handle", "_index", "_interprocess", "_key",
+                 "_q", "_rec", "_timing", "_wt")
+
+    _b: Backend
+    _index: int | None
+    _handle: EventHandle
+    _key: _Key | None
+    _closed: bool
+    _timing: bool
+    _blocking: bool
+    _interprocess: bool
+    _rec: Callable[[int, EventHandle, StreamHandle], None]
+    _wt: Callable[[int, StreamHandle, EventHandle], None]
+    _q: Callable[[int, EventHandle], bool]
+
+    def _record(self, stream: _StreamCore | None) -> None:
+        """:meth:`accelrt.Event.record` once it checked that ``stream`` is a stream or None."""
+        key = self._key
+        b = self._b
+        _, streams, inited = _tls.hot
+        if stream is None:
+            if key is None:
+                key = _Key(b.name, _tls.device.get(b.name, 0))
+            s: _StreamCore | None = streams.get(key)
+            if s is None or s._b is not b:
+                s = _defaults.get(key)
+                if s is None or s._b is not b:
+                    from ._stream import _default   # the first use of a device's default
+                    s = _default(b, key)
+            sh = s._handle
+        else:
+            if stream._closed:
+                stream._check_open()
+            if stream._b is not b:
+                # PyTorch's InlineEvent wording
+                raise AcceleratorValueError(
+                    f"Event device type {b.name} does not match recording stream's device "
+                    f"type {stream._b.name}.")
+            if key is None:
+                key = _Key(b.name, stream._index)
+            elif stream._index != key[1]:
+                # PyTorch's CUDAEvent wording
+                raise AcceleratorValueError(
+                    f"Event device {key[1]} does not match recording stream's device "
+                    f"{stream._index}. Record on a stream of device {b.name}:{key[1]}, or "
+                    f"use another event for {b.name}:{stream._index}.")
+            sh = stream._handle
+        if self._key is None:
+            self._bind(key[1])
+        h = self._handle
+        if not h:
+            h = self._create()
+        elif key not in inited:
+            _lazy_init(b, key[1])
+        self._rec(key[1], h, sh)
+
+    def _bind(self, index: int) -> _Key:
+        """Make ``index`` the event's device (at its first record)."""
+        key = _Key(self._b.name, index)
+        self._index = index
+        self._key = key
+        return key
+
+    def _create(self) -> EventHandle:
+        """Create the backend event (at the first record, or :meth:`accelrt.Event.ipc_handle`
+        before any)."""
+        if self._closed:   # a closed event's handle is 0: every first use comes here
+            self._check_open()
+        b = self._b
+        index = self._index
+        if index is None:   # ipc_handle() before any record: the current device, as PyTorch
+            index = _tls.device.get(b.name, 0)
+            self._bind(index)
+        _lazy_init(b, index)
+        h = b.event_create(index, self._timing, self._blocking, self._interprocess)
+        self._handle = h
+        return h
+
+    def query(self) -> bool:
+        """True if all work before the last record has completed (True if never recorded).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.Event("cpu").query()
+            True
+        """
+        h = self._handle
+        if not h:
+            if self._closed:
+                self._check_open()
+            return True
+        return self._q(self._index, h)  # type: ignore[arg-type]
+
+    def synchronize(self) -> None:
+        """Block until all work before the last record has completed (no-op if never
+        recorded).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> e = acc.Event("cpu"); e.record(); e.synchronize()
+        """
+        h = self._handle
+        if h:
+            self._b.event_synchronize(self._index, h)  # type: ignore[arg-type]
+            if _sd_globals["active"]:   # after the wait, as Stream.synchronize
+                _sd.check(self._b.name)
+        elif self._closed:
+            self._check_open()
+
+    def _check_open(self) -> None:
+        """Raise :class:`ClosedError` if the event was closed."""
+        if self._closed:
+            raise ClosedError(f"this {type(self).__name__} was closed; create a new event "
+                              "instead of using a closed one")
