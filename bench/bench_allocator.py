@@ -26,7 +26,7 @@ time the thread waits.
 ``--anchor DIR`` adds the same rows for another copy of accelrt (``DIR/accelrt``, e.g. a
 checkout of the previous commit's ``src``), loaded in the same process under another name and
 alternated with this one, so that a before/after comparison comes from one run. The first line
-says which build each copy is (pure Python, or the compiled build of ``ACCELRT_COMPILE=1``);
+says which build each copy is (pure Python, or the compiled build: the default of ``pip install .``);
 a compiled copy cannot be an anchor (its extension modules keep their package name), so the
 two builds are compared by running this script once in each environment.
 
@@ -108,7 +108,7 @@ class Impl:
         self.backend: Any = _import_first(pkg, ".testing._simulated",
                                           ".memory._simulated").SimulatedBackend
         self.parse_config: Any = importlib.import_module(pkg + ".memory._config").parse_config
-        #: "pure" or "compiled" (the optional mypyc build, ``accelrt.memory.compiled``)
+        #: "pure" or "compiled" (the mypyc build, ``accelrt.memory.compiled``)
         self.build = "compiled" if getattr(importlib.import_module(pkg + ".memory"),
                                            "compiled", False) else "pure"
 

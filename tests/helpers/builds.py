@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def compiled_module_names() -> list[str]:
-    """The modules ``ACCELRT_COMPILE=1`` compiles: setup.py's ``COMPILED`` list, as names."""
+    """The modules the compiled build compiles: setup.py's ``COMPILED`` list, as names."""
     tree = ast.parse((ROOT / "setup.py").read_text())
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(

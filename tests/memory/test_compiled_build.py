@@ -1,5 +1,6 @@
-"""The optional compiled build (``ACCELRT_COMPILE=1``, setup.py): the flag that says which
-build is loaded, and the build script's choice between the pure and the compiled build.
+"""The compiled build (mypyc; the default where a C compiler is found, setup.py): the flag
+that says which build is loaded, and the build script's choice between the pure and the
+compiled build.
 
 The same suite runs on both builds (.ci/run tests the compiled wheel too); these tests check
 what tells them apart."""

@@ -34,7 +34,7 @@ __all__ = ["ADDR_MASK", "DEFAULT_POOL", "KEY_SHIFT", "K_MIN_BLOCK", "K_MIN_LARGE
            "fl_pop_ge", "fl_remove", "free_key", "mergeable", "unmapped_add", "unmapped_remove"]
 
 #: ``bisect``'s functions, bound here as ``Final`` names: the compiled build
-#: (``ACCELRT_COMPILE=1``) holds a ``Final`` in a C variable, where a name imported with
+#: (mypyc) holds a ``Final`` in a C variable, where a name imported with
 #: ``from bisect import ...`` would be a module-dict lookup on every call. The allocator's
 #: modules import them from here.
 bisect_left: Final = _bisect.bisect_left
