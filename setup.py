@@ -53,6 +53,10 @@ COMPILED = [
     "src/accelrt/testing/_allocators.py",        # subclasses the allocator (tests, benchmarks)
 ]
 
+#: :data:`COMPILED` as module names (``accelrt.memory._allocator``): what the record lists.
+COMPILED_MODULES = [p.removeprefix("src/").removesuffix(".py").replace("/", ".")
+                    for p in COMPILED]
+
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "_build"))
 import build_choice as choice  # noqa: E402  (the build's own helpers, beside the backend)
 
@@ -104,11 +108,6 @@ def choose() -> Choice:
         return Choice(False, False, f"mypyc is not installed in the build environment ({exc})")
     how = f"{ENV}=1" if required else f"{ENV} unset and a C compiler found"
     return Choice(True, required, f"compiled with mypyc ({how})")
-
-
-def compile_requested() -> bool:
-    """Whether this build compiles (:func:`choose`)."""
-    return choose().compiled
 
 
 def ext_modules(chosen: Choice | None = None) -> tuple[list[object], Choice]:
@@ -167,10 +166,7 @@ class BuildExt(build_ext):  # type: ignore[misc]
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             self.warn(f"accelrt: the compiled build failed ({first}); installing the "
                       f"pure-Python build instead. Set {ENV}=1 to see the failure.")
-            for ext in mypyc_exts:   # none of them may ship: each needs the whole group
-                path = os.path.join(self.build_lib, self.get_ext_filename(ext.name))
-                if os.path.exists(path):
-                    os.remove(path)
+            self._remove_stale(set())   # none of them may ship: each needs the whole group
             self.extensions = [ext for ext in self.extensions if ext.name == SHIM.name]
             type(self).chosen = Choice(False, False, f"the C compiler failed on the compiled "
                                                      f"modules ({first})")
@@ -182,8 +178,7 @@ class BuildExt(build_ext):  # type: ignore[misc]
         in the source tree and reuses ``build/``), or beside the sources for an in-place or
         editable build, unless this build makes them again: a pure build after a compiled
         one would otherwise ship the old extension modules, which shadow the ``.py`` files."""
-        names = [p.removeprefix("src/").removesuffix(".py").replace("/", ".") for p in COMPILED]
-        names.append(f"{GROUP}__mypyc")   # the group's shared library
+        names = [*COMPILED_MODULES, f"{GROUP}__mypyc"]   # and the group's shared library
         roots = [self.build_lib]
         if self.inplace or getattr(self, "editable_mode", False):
             roots.append(os.path.dirname(
@@ -224,8 +219,7 @@ class BuildExt(build_ext):  # type: ignore[misc]
     def _write_record(self, compiled_modules: list[str]) -> None:
         """The build record (:data:`RECORD`) in the built package (and beside the sources
         for an in-place or editable build)."""
-        modules = [p.removeprefix("src/").removesuffix(".py").replace("/", ".")
-                   for p in COMPILED] if compiled_modules else []
+        modules = COMPILED_MODULES if compiled_modules else []
         reason = self.chosen.reason if modules or not self.chosen.compiled else (
             "no compiled module was built")
         record = {"build": "compiled" if modules else "pure", "reason": reason,
