@@ -11,7 +11,7 @@ Example::
     >>> import accelrt as acc
     >>> from accelrt._placement import place
     >>> site = place("cpu:0")
-    >>> site.key, site.dtype("float32").name, place("cpu:0") is site
+    >>> tuple(site.key), site.dtype("float32").name, place("cpu:0") is site
     (('cpu', 0), 'float32', True)
 """
 
@@ -27,6 +27,7 @@ from . import _device as _device_mod
 from ._device import _factory_device, _get_device, _lazy_init, _tls
 from ._memory_owner import _Memory
 from ._stream import _current
+from ._stream_core import _Key, _StreamCore
 from .memory._registry import _allocators, get_allocator
 
 if TYPE_CHECKING:
@@ -103,7 +104,7 @@ class Site:
     b: Backend
     index: int
     name: str
-    key: tuple[str, int]
+    key: _Key
     #: dtype argument -> the dtype :func:`_check_dtype` returned for it on this device
     dtypes: dict[object, np.dtype]
     #: the device's default generator once a random factory used it (the one
@@ -113,7 +114,7 @@ class Site:
 
     def __init__(self, b: Backend, index: int) -> None:
         self.b, self.index, self.name = b, index, b.name
-        self.key = (b.name, index)
+        self.key = _Key(b.name, index)
         self.dtypes = {}
         self.default = None
 
@@ -134,12 +135,16 @@ class Site:
         stream (initialising the device for this thread first), and that stream: the one
         allocation of every factory."""
         b, index, key = self.b, self.index, self.key
-        if key not in _tls.inited:
+        _, streams, inited = _tls.hot   # (one thread-local lookup)
+        if key not in inited:
             _lazy_init(b, index)
         alloc = _allocators.get(key)
         if alloc is None or alloc._b is not b:
             alloc = get_allocator(b, index)
-        stream = _current(b, index)._handle
+        s: _StreamCore | None = streams.get(key)   # _current(b, index), without its lookups
+        if s is None or s._b is not b:
+            s = _current(b, index)
+        stream = s._handle
         ptr = alloc.malloc(nbytes, stream) if nbytes else 0
         return _Memory(ptr, nbytes, alloc), stream
 

@@ -516,6 +516,8 @@ def _wrap(b: Backend, index: int, handle: StreamHandle) -> Stream:
 #: The default stream objects, per (backend name, device index): the compiled core's dict (its
 #: Event._record reads it), holding only Stream objects (_default fills it).
 _defaults = cast("dict[tuple[str, int], Stream]", _stream_core._defaults)
+#: :func:`_stream_core._current_hit`, typed for this module (its streams are :class:`Stream`s)
+_current_hit = cast("Callable[[object], Stream | None]", _stream_core._current_hit)
 
 
 def _default(b: Backend, key: tuple[str, int]) -> Stream:
@@ -551,19 +553,9 @@ def current_stream(device: DeviceLike = None, /) -> Stream:
         >>> acc.current_stream("cpu").device_type
         'cpu'
     """
-    if device is None:
-        b = _dev._current_backend
-        if b is not None:
-            devs, streams, _ = _tls.hot
-            name = b.name
-            key = (name, devs.get(name, 0))
-            s: Stream | None = streams.get(key)
-            if s is not None and s._b is b:
-                return s
-            s = _defaults.get(key)
-            if s is not None and s._b is b:
-                return s
-            return _default(b, key)
+    s = _current_hit(device)   # the common cases (compiled in the compiled build)
+    if s is not None:
+        return s
     b, index = _get_device(device)
     return _current(b, index)
 

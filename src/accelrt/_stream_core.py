@@ -20,8 +20,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeVar, cast
 
+from . import _device as _dev
 from . import _sync_debug as _sd
-from ._device import _lazy_init, _tls
+from ._device import _lazy_init, _resolved, _tls
+from ._device import device as _device_type
 from ._errors import AcceleratorValueError, ClosedError
 from ._handles import EventHandle, StreamHandle, mypyc_attr
 
@@ -35,6 +37,7 @@ __all__: list[str] = []
 #: ``_sync_debug``'s globals, read by key: a compiled module reads an attribute of a Python
 #: module through a generic getattr, about one empty call slower than a dict lookup.
 _sd_globals: Final = vars(_sd)
+_dev_globals: Final = vars(_dev)   # (``_current_backend`` is rebound: read it by key)
 
 _S = TypeVar("_S", bound="_StreamCore")
 
@@ -178,6 +181,41 @@ class _StreamCore:
 
 #: The default stream objects, per (backend name, device index) (``_stream._default`` fills it).
 _defaults: dict[tuple[str, int], _StreamCore] = {}
+
+
+def _current_hit(device: object) -> _StreamCore | None:
+    """:func:`accelrt.current_stream`'s common cases: the calling thread's current stream of
+    ``device`` when ``device`` is None (the current device of the current accelerator), an
+    index of the current accelerator, or a device string or :class:`accelrt.device` already
+    resolved once (``_device._resolved``), and
+    that stream is set or is a default stream already made; else None, and the caller takes
+    the general path (which checks ``device`` and makes what is missing)."""
+    kind = type(device)
+    if device is None or kind is int:
+        b: Backend | None = _dev_globals["_current_backend"]
+        if b is None:
+            return None
+        devs, streams, _ = _tls.hot
+        name = b.name
+        # (Any: one tuple object, not unboxed); an index that is not a device of ``b`` has
+        # no stream in either table, so the general path refuses it
+        key: Any = (name, devs.get(name, 0) if device is None else device)
+    else:
+        if kind is not str and kind is not _device_type:
+            return None
+        hit = _resolved.get(device)
+        if hit is None:
+            return None
+        b, index = hit
+        streams = _tls.hot[1]
+        key = (b.name, index)
+    s: _StreamCore | None = streams.get(key)
+    if s is not None and s._b is b:
+        return s
+    s = _defaults.get(key)
+    if s is not None and s._b is b:
+        return s
+    return None
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
