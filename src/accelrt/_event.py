@@ -30,10 +30,12 @@ from ._device import _get_device_of, _lazy_init, _require_current, _tls
 from ._errors import AcceleratorValueError
 from ._handles import EventHandle
 from ._stream import Stream, _current
+from ._stream import _classes as _stream_classes
 from ._stream import _close_lock
-from ._stream_core import _EventCore, _Key
+from ._stream_core import _EventCore
 
 if TYPE_CHECKING:
+    from ._backend import Backend
     from ._typing import DeviceLike
 
 __all__ = ["Event"]
@@ -106,19 +108,23 @@ class Event(_EventCore):
             b, index = _get_device_of(device, self._backend_name)
             if isinstance(device, (str, _dev.device)) and _dev.device(device).index is None:
                 index = None   # a backend without an index ("cpu"): the first record decides
-        self._timing = _check_flag("enable_timing", enable_timing)
-        self._blocking = _check_flag("blocking", blocking)
-        self._interprocess = _check_flag("interprocess", interprocess)
+        timing = _check_flag("enable_timing", enable_timing)
+        blocking = _check_flag("blocking", blocking)
+        _check_flag("interprocess", interprocess)
         if interprocess and not b.capabilities(
                 _tls.device.get(b.name, 0) if index is None else index).interprocess_events:
             raise ValueError(f"the {b.name} backend cannot share events between processes; "
                              "create the event with interprocess=False")
-        self._b = b
-        self._index = index
-        self._key = None if index is None else _Key(b.name, index)
-        self._rec = b.event_record
-        self._wt = b.stream_wait_event
-        self._q = b.event_query
+        self._set(b, index, timing, blocking, interprocess)
+
+    @classmethod
+    def _on(cls, b: Backend, index: int) -> Event:
+        """A new event of device ``index`` of ``b`` with the default flags, for accelrt's own
+        use (:meth:`Stream.record_event`): what ``Event(device)`` makes, without checking the
+        arguments again."""
+        ev = cls.__new__(cls)
+        ev._set(b, index, False, False, False)
+        return ev
 
     def __del__(self) -> None:
         try:
@@ -181,10 +187,7 @@ class Event(_EventCore):
             >>> e.event_id != 0
             True
         """
-        if stream is not None and not isinstance(stream, Stream):
-            raise TypeError(f"record() takes an accelrt.Stream or None, got "
-                            f"{type(stream).__name__}")
-        self._record(stream)
+        self._record(stream)   # (it checks ``stream``)
 
     def wait(self, stream: Stream | None = None) -> None:
         """Make all future work on ``stream`` wait for the last record of this event.
@@ -380,3 +383,6 @@ class Event(_EventCore):
     def __reduce__(self) -> Any:
         raise TypeError("accelrt.Event cannot be pickled; share it between processes with "
                         "ipc_handle() and Event.from_ipc_handle()")
+
+
+_stream_classes.Event = Event   # (_stream cannot import this module: it is imported here)

@@ -45,6 +45,15 @@ if TYPE_CHECKING:
 
 __all__ = ["Stream", "current_stream", "set_stream", "synchronize"]
 
+class _Classes:
+    """The classes of modules that import this one, set by them when they are imported (an
+    import inside a method costs more than the rest of ``record_event``)."""
+
+    Event: type[Event]
+
+
+_classes = _Classes()
+
 #: Free backend stream handles kept per (backend, device, priority) beyond which a collected
 #: stream is destroyed instead of pooled.
 _POOL_MAX = 64
@@ -339,8 +348,7 @@ class Stream(_StreamCore):
             >>> s = acc.Stream("cpu")
             >>> s.wait_event(acc.current_stream("cpu").record_event())
         """
-        from ._event import Event
-        if not isinstance(event, Event):
+        if not isinstance(event, _classes.Event):
             raise TypeError(f"wait_event() takes an accelrt.Event, got {type(event).__name__}")
         event.wait(self)   # checks that both are open
 
@@ -369,7 +377,12 @@ class Stream(_StreamCore):
                 f"{stream._b.name} stream: synchronize the other stream instead.)")
         if stream is self:
             return
-        self.wait_event(stream.record_event())
+        # what record_event() + wait_event() do on the backend (create, record, wait,
+        # destroy), without the Event object between them
+        b = self._b
+        _lazy_init(b, stream._index)
+        _lazy_init(b, self._index)
+        _wait_raw(b, self._index, self._handle, stream._index, stream._handle)
 
     def record_event(self, event: Event | None = None) -> Event:
         """Record ``event`` (a new one if ``None``) on this stream and return it.
@@ -381,11 +394,10 @@ class Stream(_StreamCore):
             >>> e.query()
             True
         """
-        from ._event import Event
         self._check_open()
         if event is None:
-            event = Event(_dev._device_obj(self._b.name, self._index))
-        elif not isinstance(event, Event):
+            event = _classes.Event._on(self._b, self._index)   # Event(self.device), checked
+        elif not isinstance(event, _classes.Event):
             raise TypeError(f"record_event() takes an accelrt.Event or None, got "
                             f"{type(event).__name__}")
         event.record(self)

@@ -243,8 +243,25 @@ class _EventCore:
     _wt: Callable[[int, StreamHandle, EventHandle], None]
     _q: Callable[[int, EventHandle], bool]
 
-    def _record(self, stream: _StreamCore | None) -> None:
-        """:meth:`accelrt.Event.record` once it checked that ``stream`` is a stream or None."""
+    def _set(self, b: Backend, index: int | None, timing: bool, blocking: bool,
+             interprocess: bool) -> None:
+        """Set the fields of a new event object of device ``index`` (None: bound at the first
+        record) of ``b`` with checked flags (every constructor comes here)."""
+        self._handle = EventHandle(0)
+        self._closed = False
+        self._timing = timing
+        self._blocking = blocking
+        self._interprocess = interprocess
+        self._b = b
+        self._index = index
+        self._key = None if index is None else _Key(b.name, index)
+        self._rec = b.event_record
+        self._wt = b.stream_wait_event
+        self._q = b.event_query
+
+    def _record(self, stream: object) -> None:
+        """:meth:`accelrt.Event.record`, with its check that ``stream`` is a stream or None
+        (typed ``object``: a compiled method would refuse another type with mypyc's message)."""
         key = self._key
         b = self._b
         _, streams, inited = _tls.hot
@@ -259,6 +276,9 @@ class _EventCore:
                     s = _default(b, key)
             sh = s._handle
         else:
+            if not isinstance(stream, _StreamCore):
+                raise TypeError(f"record() takes an accelrt.Stream or None, got "
+                                f"{type(stream).__name__}")
             if stream._closed:
                 stream._check_open()
             if stream._b is not b:

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import gc
 import pickle
+import threading
+from collections.abc import Iterator
 
 import pytest
 from helpers import register_toy
+from helpers.gates import Gate
 
 import accelrt as acc
 from accelrt import _stream
@@ -400,3 +403,51 @@ def test_cuda_stream_protocol_on_a_real_cuda_stream() -> None:
             return s.__cuda_stream__()
 
     assert acc.cuda.as_stream(Foreign()) == s
+
+
+@pytest.fixture(scope="module")
+def cpu_async() -> Iterator[str]:
+    """A 2-device cpu backend with asynchronous streams (work runs on worker threads)."""
+    acc.backends.register("cpuwaits", lambda: CpuBackend(num_devices=2, async_streams=True,
+                                                         name="cpuwaits"), replace=True)
+    yield "cpuwaits"
+    b = acc.backends.get_backend("cpuwaits")
+    for i in range(2):
+        b.synchronize(i)
+    assert isinstance(b, CpuBackend)
+    b.close()
+
+
+@pytest.mark.parametrize("other_device", [0, 1], ids=["same-device", "cross-device"])
+@pytest.mark.parametrize("how", ["wait_stream", "record_event+wait_event"])
+def test_waiting_stream_runs_after_the_work_it_waits_for(cpu_async: str, other_device: int,
+                                                          how: str) -> None:
+    """``a.wait_stream(b)`` (and ``a.wait_event(b.record_event())``) orders a's later work
+    after b's earlier work, on one device and across two, and leaves no event behind (the
+    leak check): gated, never timed."""
+    a, b = acc.Stream(f"{cpu_async}:0"), acc.Stream(f"{cpu_async}:{other_device}")
+    gate, ran = Gate(), threading.Event()
+    with gate:
+        b._b.launch_host_func(b.device_index, gate, b.stream_id)
+        if how == "wait_stream":
+            a.wait_stream(b)
+        else:
+            a.wait_event(b.record_event())
+        a._b.launch_host_func(a.device_index, ran.set, a.stream_id)
+        assert not a.query() and not ran.is_set()   # a's work waits behind b's gate
+    a.synchronize()
+    assert ran.is_set() and b.query()
+
+
+def test_wait_stream_makes_the_backend_calls_of_an_event() -> None:
+    """wait_stream makes the raw calls ``record_event`` + ``wait_event`` make: one event
+    created on the waited stream's device, recorded there, waited for, destroyed."""
+    name, toy = register_toy()
+    a, b = acc.Stream(f"{name}:0"), acc.Stream(f"{name}:1")
+    before0, before1 = dict(toy.calls(0)), dict(toy.calls(1))
+    a.wait_stream(b)
+    after0, after1 = toy.calls(0), toy.calls(1)
+    made = {k: after1.get(k, 0) - before1.get(k, 0) for k in after1}
+    assert made["event_create"] == 1 and made["event_record"] == 1
+    assert made["event_destroy"] == 1
+    assert after0["stream_wait_event"] - before0.get("stream_wait_event", 0) == 1
