@@ -51,7 +51,7 @@ def _calls_per_op(fn: Callable[[int], float], loops: int) -> float:
 def measure(loops: int) -> dict[str, float]:
     """Calls per operation of each row, in this process (the accelrt on sys.path)."""
     import accelrt as acc
-    s, e = acc.Stream("cpu:0"), acc.Event("cpu:0")
+    s, s2, e = acc.Stream("cpu:0"), acc.Stream("cpu:0"), acc.Event("cpu:0")
     d0 = acc.device("cpu:0")
     e.record(s)
 
@@ -100,6 +100,9 @@ def measure(loops: int) -> dict[str, float]:
         "current_stream(device)": timed(acc.current_stream, d0),
         "cpu.current_stream()": timed(acc.cpu.current_stream),
         "device_index enter+exit": guard_enter_exit,
+        "Stream.wait_stream": timed(s.wait_stream, s2),
+        "Stream.wait_event": timed(s.wait_event, e),
+        "Stream.record_event()": timed(s.record_event),
         "Stream.query": timed(s.query),
         "Stream.synchronize": timed(s.synchronize),
         "empty(4) + free": timed(lambda: acc.empty(4, dtype="float32", device="cpu:0")),

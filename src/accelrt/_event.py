@@ -29,7 +29,7 @@ from . import _backend
 from ._device import _get_device_of, _lazy_init, _require_current, _tls
 from ._errors import AcceleratorValueError
 from ._handles import EventHandle
-from ._stream import Stream, _current
+from ._stream import Stream
 from ._stream import _classes as _stream_classes
 from ._stream import _close_lock
 from ._stream_core import _EventCore
@@ -209,26 +209,7 @@ class Event(_EventCore):
             >>> e = acc.Event("cpu"); e.record()
             >>> e.wait(acc.Stream("cpu"))
         """
-        b = self._b
-        if self._closed:
-            self._check_open()
-        if stream is None:
-            stream = _current(b, _tls.device.get(b.name, 0))
-        elif not isinstance(stream, Stream):
-            raise TypeError(f"wait() takes an accelrt.Stream or None, got "
-                            f"{type(stream).__name__}")
-        elif stream._closed:
-            stream._check_open()
-        elif stream._b is not b:
-            # PyTorch's InlineEvent::block wording
-            raise AcceleratorValueError(
-                f"Event device type {b.name} does not match blocking stream's device type "
-                f"{stream._b.name}. A stream cannot wait for another backend's event: "
-                "synchronize the event instead.")
-        h = self._handle
-        if h:
-            _lazy_init(b, stream._index)
-            self._wt(stream._index, stream._handle, h)
+        self._wait(stream)   # (it checks ``stream``)
 
     def elapsed_time(self, end_event: Event) -> float:
         """Milliseconds between this event's and ``end_event``'s records.

@@ -528,7 +528,10 @@ def _wrap(b: Backend, index: int, handle: StreamHandle) -> Stream:
 #: The default stream objects, per (backend name, device index): the compiled core's dict (its
 #: Event._record reads it), holding only Stream objects (_default fills it).
 _defaults = cast("dict[tuple[str, int], Stream]", _stream_core._defaults)
-#: :func:`_stream_core._current_hit`, typed for this module (its streams are :class:`Stream`s)
+#: The calling thread's current stream of device ``index`` of ``b`` (internal API), and
+#: :func:`current_stream`'s common cases: the compiled core's functions, typed for this module
+#: (its streams are :class:`Stream` objects)
+_current = cast("Callable[[Backend, int], Stream]", _stream_core._current)
 _current_hit = cast("Callable[[object], Stream | None]", _stream_core._current_hit)
 
 
@@ -538,15 +541,6 @@ def _default(b: Backend, key: tuple[str, int]) -> Stream:
     if s is None or s._b is not b:
         s = _defaults[key] = _wrap(b, key[1], b.default_stream(key[1]))
     return s
-
-
-def _current(b: Backend, index: int) -> Stream:
-    """The calling thread's current stream of device ``index`` of ``b`` (internal API)."""
-    key = (b.name, index)
-    s: Stream | None = _tls.stream.get(key)
-    if s is not None and s._b is b:
-        return s
-    return _default(b, key)
 
 
 def current_stream(device: DeviceLike = None, /) -> Stream:

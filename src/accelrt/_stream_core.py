@@ -183,12 +183,31 @@ class _StreamCore:
 _defaults: dict[tuple[str, int], _StreamCore] = {}
 
 
+def _current_in(streams: dict[Any, _StreamCore], b: Backend, key: Any) -> _StreamCore:
+    """The current stream of device ``key`` (``(name, index)``) of ``b`` in ``streams``, the
+    calling thread's table of current streams: the one set there, else the device's default
+    stream (made at its first use)."""
+    s = streams.get(key)
+    if s is not None and s._b is b:
+        return s
+    s = _defaults.get(key)
+    if s is not None and s._b is b:
+        return s
+    from ._stream import _default   # the first use of a device's default stream
+    return _default(b, key)
+
+
+def _current(b: Backend, index: int) -> _StreamCore:
+    """The calling thread's current stream of device ``index`` (checked) of ``b``: the
+    internal API every module reads it with (``_stream._current`` is this function)."""
+    return _current_in(_tls.hot[1], b, (b.name, index))
+
+
 def _current_hit(device: object) -> _StreamCore | None:
-    """:func:`accelrt.current_stream`'s common cases: the calling thread's current stream of
-    ``device`` when ``device`` is None (the current device of the current accelerator), an
-    index of the current accelerator, or a device string or :class:`accelrt.device` already
-    resolved once (``_device._resolved``), and
-    that stream is set or is a default stream already made; else None, and the caller takes
+    """:func:`accelrt.current_stream` where ``device`` needs no check: None (the current
+    device of the current accelerator) or a device string or :class:`accelrt.device` already
+    resolved once (``_device._resolved``); or an index of the current accelerator whose
+    stream the calling thread set or whose default stream exists. Else None: the caller takes
     the general path (which checks ``device`` and makes what is missing)."""
     kind = type(device)
     if device is None or kind is int:
@@ -197,25 +216,21 @@ def _current_hit(device: object) -> _StreamCore | None:
             return None
         devs, streams, _ = _tls.hot
         name = b.name
-        # (Any: one tuple object, not unboxed); an index that is not a device of ``b`` has
-        # no stream in either table, so the general path refuses it
-        key: Any = (name, devs.get(name, 0) if device is None else device)
-    else:
-        if kind is not str and kind is not _device_type:
-            return None
-        hit = _resolved.get(device)
-        if hit is None:
-            return None
-        b, index = hit
-        streams = _tls.hot[1]
-        key = (b.name, index)
-    s: _StreamCore | None = streams.get(key)
-    if s is not None and s._b is b:
-        return s
-    s = _defaults.get(key)
-    if s is not None and s._b is b:
-        return s
-    return None
+        if device is None:
+            return _current_in(streams, b, (name, devs.get(name, 0)))
+        # an index that is not a device of ``b`` has no stream in either table: the general
+        # path refuses it
+        key: Any = (name, device)   # (Any: one tuple object, not unboxed)
+        s = streams.get(key)
+        if s is None or s._b is not b:
+            s = _defaults.get(key)
+        return s if s is not None and s._b is b else None
+    if kind is not str and kind is not _device_type:
+        return None
+    hit = _resolved.get(device)
+    if hit is None:
+        return None
+    return _current(hit[0], hit[1])
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -268,13 +283,7 @@ class _EventCore:
         if stream is None:
             if key is None:
                 key = _Key(b.name, _tls.device.get(b.name, 0))
-            s: _StreamCore | None = streams.get(key)
-            if s is None or s._b is not b:
-                s = _defaults.get(key)
-                if s is None or s._b is not b:
-                    from ._stream import _default   # the first use of a device's default
-                    s = _default(b, key)
-            sh = s._handle
+            sh = _current_in(streams, b, key)._handle
         else:
             if not isinstance(stream, _StreamCore):
                 raise TypeError(f"record() takes an accelrt.Stream or None, got "
@@ -303,6 +312,37 @@ class _EventCore:
         elif key not in inited:
             _lazy_init(b, key[1])
         self._rec(key[1], h, sh)
+
+    def _wait(self, stream: object) -> None:
+        """:meth:`accelrt.Event.wait`, with its checks of ``stream`` (a stream of the event's
+        backend, or None: the calling thread's current stream of the current device of the
+        event's backend)."""
+        b = self._b
+        if self._closed:
+            self._check_open()
+        if stream is None:
+            devs, streams, _ = _tls.hot
+            name = b.name
+            s = _current_in(streams, b, (name, devs.get(name, 0)))
+        elif not isinstance(stream, _StreamCore):
+            raise TypeError(f"wait() takes an accelrt.Stream or None, got "
+                            f"{type(stream).__name__}")
+        else:
+            s = stream
+            if s._closed:
+                s._check_open()
+            if s._b is not b:
+                # PyTorch's InlineEvent::block wording
+                raise AcceleratorValueError(
+                    f"Event device type {b.name} does not match blocking stream's device "
+                    f"type {s._b.name}. A stream cannot wait for another backend's event: "
+                    "synchronize the event instead.")
+        h = self._handle
+        if h:
+            index = s._index
+            if (b.name, index) not in _tls.hot[2]:
+                _lazy_init(b, index)
+            self._wt(index, s._handle, h)
 
     def _bind(self, index: int) -> _Key:
         """Make ``index`` the event's device (at its first record)."""
