@@ -50,6 +50,16 @@ def _check_flag(name: str, value: object) -> bool:
     return value
 
 
+def _without_index(device: object) -> bool:
+    """True if ``device`` is a device string or :class:`accelrt.device` that names no index
+    (``"cpu"``); a string with an index is in ``_device._resolved`` once resolved, so it is
+    not parsed again."""
+    if isinstance(device, _dev.device):
+        return device.index is None
+    return isinstance(device, str) and device not in _dev._resolved and \
+        _dev.device(device).index is None
+
+
 class Event(_EventCore):
     """A synchronisation marker recorded in a stream of one device.
 
@@ -106,7 +116,7 @@ class Event(_EventCore):
             index = None
         else:
             b, index = _get_device_of(device, self._backend_name)
-            if isinstance(device, (str, _dev.device)) and _dev.device(device).index is None:
+            if _without_index(device):
                 index = None   # a backend without an index ("cpu"): the first record decides
         timing = _check_flag("enable_timing", enable_timing)
         blocking = _check_flag("blocking", blocking)
