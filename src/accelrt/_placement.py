@@ -26,8 +26,7 @@ from . import _backend
 from . import _device as _device_mod
 from ._device import _factory_device, _get_device, _lazy_init, _tls
 from ._memory_owner import _Memory
-from ._stream import _current
-from ._stream_core import _Key, _StreamCore
+from ._stream_core import _current_in, _Key
 from .memory._registry import _allocators, get_allocator
 
 if TYPE_CHECKING:
@@ -141,10 +140,7 @@ class Site:
         alloc = _allocators.get(key)
         if alloc is None or alloc._b is not b:
             alloc = get_allocator(b, index)
-        s: _StreamCore | None = streams.get(key)   # _current(b, index), without its lookups
-        if s is None or s._b is not b:
-            s = _current(b, index)
-        stream = s._handle
+        stream = _current_in(streams, b, key)._handle   # the current stream's
         ptr = alloc.malloc(nbytes, stream) if nbytes else 0
         return _Memory(ptr, nbytes, alloc), stream
 
