@@ -34,6 +34,11 @@ COMPILED = [
     "src/accelrt/_placement.py",                 # a factory's placement and allocation
     "src/accelrt/_size.py",                      # the factories' argument step
     "src/accelrt/_stream_core.py",               # Stream/Event fields, argument-free hot paths
+    "src/accelrt/_transfer/_execute.py",         # the transfer plans' executors
+    "src/accelrt/_transfer/_lifetime.py",        # the transfers' keep-alive rule
+    "src/accelrt/_transfer/_plan.py",            # the transfer plans' steps and places
+    "src/accelrt/comm/_args.py",                 # comm's device arguments (checks typed Any)
+    "src/accelrt/comm/_arrays.py",               # comm's array descriptions and copies
     "src/accelrt/memory/_allocator.py",
     "src/accelrt/memory/_block.py",
     "src/accelrt/memory/_events.py",

@@ -42,14 +42,14 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeAlias
+from typing import Any, Literal, NamedTuple, TypeAlias
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from .._backend import Backend
-    from .._stream import Stream
-    from ..memory._host import HostCachingAllocator
+# imported at run time: the compiled build makes the steps' named tuples from these types
+from .._backend import Backend
+from .._stream import Stream
+from ..memory._host import HostCachingAllocator
 
 __all__ = ["HOST", "Barrier", "Copy", "CopyKind", "FreeHost", "HostCopy", "Hold", "Place", "Plan",
            "RecordHost", "Stage", "Step", "Sync", "Upload"]
