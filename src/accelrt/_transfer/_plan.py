@@ -48,6 +48,7 @@ import numpy as np
 
 # imported at run time: the compiled build makes the steps' named tuples from these types
 from .._backend import Backend
+from .._device import _get_device
 from .._stream import Stream
 from ..memory._host import HostCachingAllocator
 
@@ -86,7 +87,6 @@ class Place:
         """The place of an accelrt array (or :data:`HOST` for a numpy array)."""
         if isinstance(array, np.ndarray):
             return HOST
-        from .._device import _get_device
         b, index = _get_device(array.device)
         return Place(b, index)
 
