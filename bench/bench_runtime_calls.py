@@ -8,7 +8,9 @@ modules were built in place; ``--installed``: the package installed in this inte
 compiled wheel), with ``--pure`` also this tree's source without any extension module (the pure
 build), and with ``--anchor DIR`` the tree at ``DIR`` (a folder holding an ``accelrt`` package,
 e.g. an older commit's ``src``), one after the other, ``--rounds`` times, so that all see the
-same machine::
+same machine. The transfer and comm rows (``copy_``, ``Array.to``, ``plan_array_copy``,
+``comm.broadcast``/``reduce_add``/``scatter``/``gather`` on 16 floats) run on a backend of two
+simulated devices registered here (``benchcpu``), at a tenth of ``--loops``::
 
     git archive HEAD~5 src | tar -x -C /tmp/old
     python bench/bench_runtime_calls.py --installed --pure --anchor /tmp/old/src --rounds 3
