@@ -34,6 +34,11 @@ COMPILED = [
     "src/accelrt/_placement.py",                 # a factory's placement and allocation
     "src/accelrt/_size.py",                      # the factories' argument step
     "src/accelrt/_stream_core.py",               # Stream/Event fields, argument-free hot paths
+    "src/accelrt/_transfer/_execute.py",         # the transfer plans' executors
+    "src/accelrt/_transfer/_lifetime.py",        # the transfers' keep-alive rule
+    "src/accelrt/_transfer/_plan.py",            # the transfer plans' steps and places
+    "src/accelrt/comm/_args.py",                 # comm's device arguments (checks typed Any)
+    "src/accelrt/comm/_arrays.py",               # comm's array descriptions and copies
     "src/accelrt/memory/_allocator.py",
     "src/accelrt/memory/_block.py",
     "src/accelrt/memory/_events.py",
@@ -178,15 +183,19 @@ class BuildExt(build_ext):  # type: ignore[misc]
         in the source tree and reuses ``build/``), or beside the sources for an in-place or
         editable build, unless this build makes them again: a pure build after a compiled
         one would otherwise ship the old extension modules, which shadow the ``.py`` files."""
-        names = [*COMPILED_MODULES, f"{GROUP}__mypyc"]   # and the group's shared library
         roots = [self.build_lib]
         if self.inplace or getattr(self, "editable_mode", False):
             roots.append(os.path.dirname(
                 self.get_finalized_command("build_py").get_package_dir("accelrt")))
         for root in roots:
-            for name in names:
-                if name in building:
-                    continue
+            # the modules of this list, and any other an earlier build compiled (a module
+            # since dropped from the list), found by the file name a compiled module has
+            names = {*COMPILED_MODULES, f"{GROUP}__mypyc"}   # and the group's shared library
+            suffix = self.get_ext_filename("x")[1:]
+            for folder, _, files in os.walk(os.path.join(root, "accelrt")):
+                package = os.path.relpath(folder, root).replace(os.sep, ".")
+                names.update(f"{package}.{f[:-len(suffix)]}" for f in files if f.endswith(suffix))
+            for name in sorted(names - building - {SHIM.name}):
                 path = os.path.join(root, self.get_ext_filename(name))
                 if os.path.exists(path):
                     os.remove(path)

@@ -8,7 +8,9 @@ modules were built in place; ``--installed``: the package installed in this inte
 compiled wheel), with ``--pure`` also this tree's source without any extension module (the pure
 build), and with ``--anchor DIR`` the tree at ``DIR`` (a folder holding an ``accelrt`` package,
 e.g. an older commit's ``src``), one after the other, ``--rounds`` times, so that all see the
-same machine::
+same machine. The transfer and comm rows (``copy_``, ``Array.to``, ``plan_array_copy``,
+``comm.broadcast``/``reduce_add``/``scatter``/``gather`` on 16 floats) run on a backend of two
+simulated devices registered here (``benchcpu``), at a tenth of ``--loops``::
 
     git archive HEAD~5 src | tar -x -C /tmp/old
     python bench/bench_runtime_calls.py --installed --pure --anchor /tmp/old/src --rounds 3
@@ -108,10 +110,37 @@ def measure(loops: int) -> dict[str, float]:
         "empty(4) + free": timed(lambda: acc.empty(4, dtype="float32", device="cpu:0")),
     }
     out = {name: _calls_per_op(fn, loops) for name, fn in rows.items()}
+    out.update({name: _calls_per_op(fn, max(loops // 10, 1))
+                for name, fn in _transfer_rows(timed).items()})
     from accelrt import _stream
     core = getattr(_stream, "_StreamCore", _stream.Stream)   # an older tree: no core
     out[_COMPILED] = float(not (sys.modules[core.__module__].__file__ or "").endswith(".py"))
     return out
+
+
+def _transfer_rows(timed: Callable[[Callable[[], object]], Callable[[int], float]]
+                   ) -> dict[str, Callable[[int], float]]:
+    """The transfer path and comm's dispatch on 16-float arrays of two simulated devices (a
+    backend of its own, ``benchcpu``): host-side cost, the bytes are few."""
+    import accelrt as acc
+    from accelrt import backends, comm
+    from accelrt._transfer import plan_array_copy
+    from accelrt.backends.cpu import CpuBackend
+    backends.register("benchcpu", lambda: CpuBackend(num_devices=2, name="benchcpu"),
+                      replace=True)
+    devs = ["benchcpu:0", "benchcpu:1"]
+    a, b = (acc.full((16,), 1.0, device=d) for d in devs)
+    here, there = (acc.zeros((16,), device=d) for d in devs)
+    return {
+        "copy_ (one device)": timed(lambda: here.copy_(a)),
+        "copy_ (peer)": timed(lambda: there.copy_(a)),
+        "plan_array_copy (peer)": timed(lambda: plan_array_copy(there, a, False)),
+        "Array.to(peer) + free": timed(lambda: a.to(devs[1])),
+        "comm.broadcast": timed(lambda: comm.broadcast(a, devices=devs)),
+        "comm.reduce_add": timed(lambda: comm.reduce_add([a, b], destination=devs[0])),
+        "comm.scatter": timed(lambda: comm.scatter(a, devices=devs)),
+        "comm.gather": timed(lambda: comm.gather([a, b], destination=devs[0])),
+    }
 
 
 def main() -> int:

@@ -411,3 +411,25 @@ def test_a_pure_build_removes_compiled_modules_an_earlier_build_left(
     cmd.build_extensions()
     assert [p for p in stale if p.exists()] == []
     assert shim.exists()   # what this build makes is not touched
+
+
+def test_a_build_removes_compiled_modules_dropped_from_the_list(
+        tmp_path: pathlib.Path, build_env: pytest.MonkeyPatch) -> None:
+    # a module taken off COMPILED (compiling it did not pay) left its extension module in the
+    # reused build/ folder, which shadowed the .py file and failed to import from the new group
+    from setuptools.command.build_ext import build_ext
+    setup = _setup_script()
+    build_env.setattr(build_ext, "build_extensions", lambda self: None)
+    build_env.setattr(setup.BuildExt, "chosen", setup.Choice(True, False, "compiled"))
+    cmd = _build_ext(setup, tmp_path, [setup.SHIM.name, "accelrt__mypyc", "accelrt._size"])
+    cmd.compiler = type("Compiler", (), {"compile": lambda *a, **k: []})()
+    lib = tmp_path / "lib"
+    dropped = lib / cmd.get_ext_filename("accelrt._transfer._dropped")
+    kept = [lib / cmd.get_ext_filename(n) for n in ("accelrt__mypyc", "accelrt._size",
+                                                     setup.SHIM.name)]
+    for path in [dropped, *kept]:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"")
+    cmd.build_extensions()
+    assert not dropped.exists()
+    assert all(p.exists() for p in kept)   # what this build makes is not touched

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._stream import _wait_raw
+from .._stream_core import _StreamCore
 from ._lifetime import held, keep_alive
 from ._plan import (Barrier, Copy, FreeHost, Hold, HostCopy, Plan, RecordHost, Stage, Step, Sync,
                     Upload)
@@ -66,11 +67,12 @@ def run_on_stream(stream: Stream, fn: Callable[[], None]) -> None:
         >>> acc.current_stream("cpu:0").synchronize(); seen
         [1]
     """
-    b = stream._b
-    if b.capabilities(stream._index).host_functions:
-        b.launch_host_func(stream._index, fn, stream._handle)
+    st: _StreamCore = stream   # the core's type: a native field read when compiled
+    b = st._b
+    if b.capabilities(st._index).host_functions:
+        b.launch_host_func(st._index, fn, st._handle)
     else:
-        b.stream_synchronize(stream._index, stream._handle)
+        b.stream_synchronize(st._index, st._handle)
         fn()
 
 
@@ -90,7 +92,7 @@ def _host_runs(dst: int, src: int, run: int, count: int, dst_pitch: int,
 
 
 def _copy(s: Copy) -> None:
-    st = s.stream
+    st: _StreamCore = s.stream
     b, index, handle = st._b, st._index, st._handle
     dst, src, run, dp, sp = s.dst, s.src, s.run, s.dst_pitch, s.src_pitch
     if s.kind == "peer":
@@ -111,7 +113,7 @@ def _host_copy(s: HostCopy) -> None:
 
 
 def _upload(s: Upload) -> None:
-    st = s.stream
+    st: _StreamCore = s.stream
     b, index, handle = st._b, st._index, st._handle
     host = s.host.copy() if s.snapshot else s.host
     b.memcpy(index, s.dst, host.ctypes.data, host.nbytes, s.kind, handle)
@@ -127,7 +129,8 @@ def _stage(s: Stage) -> None:
 
 
 def _barrier(s: Barrier) -> None:
-    a, w = s.after, s.waiter
+    a: _StreamCore = s.after
+    w: _StreamCore = s.waiter
     _wait_raw(a._b, w._index, w._handle, a._index, a._handle)
 
 
@@ -140,7 +143,7 @@ def _sync(s: Sync) -> None:
 
 
 def _hold(s: Hold) -> None:
-    st = s.stream
+    st: _StreamCore = s.stream
     keep_alive(st._b, st._index, st._handle, s.keep, s.non_blocking)
 
 

@@ -42,14 +42,15 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeAlias
+from typing import Any, Literal, NamedTuple, TypeAlias
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from .._backend import Backend
-    from .._stream import Stream
-    from ..memory._host import HostCachingAllocator
+# imported at run time: the compiled build makes the steps' named tuples from these types
+from .._backend import Backend
+from .._device import _get_device
+from .._stream import Stream
+from ..memory._host import HostCachingAllocator
 
 __all__ = ["HOST", "Barrier", "Copy", "CopyKind", "FreeHost", "HostCopy", "Hold", "Place", "Plan",
            "RecordHost", "Stage", "Step", "Sync", "Upload"]
@@ -86,7 +87,6 @@ class Place:
         """The place of an accelrt array (or :data:`HOST` for a numpy array)."""
         if isinstance(array, np.ndarray):
             return HOST
-        from .._device import _get_device
         b, index = _get_device(array.device)
         return Place(b, index)
 

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from .._array import Array
 from .._device import _device_obj
 from .._stream import Stream
 from .._transfer import HOST, Place, execute, plan_runs
@@ -25,14 +26,9 @@ from .._transfer import HOST, Place, execute, plan_runs
 __all__ = ["Info", "copy_region", "describe", "is_array", "new_array", "shape_str"]
 
 
-def _array_cls() -> type:
-    from .._array import Array
-    return Array
-
-
 def is_array(obj: object) -> bool:
     """True for an :class:`accelrt.Array`."""
-    return isinstance(obj, _array_cls())
+    return isinstance(obj, Array)
 
 
 class Info(NamedTuple):
@@ -85,7 +81,6 @@ def new_array(place: Place, shape: tuple[int, ...], dtype: np.dtype[Any],
     ``stream`` when it belongs to that device, else on the device's current stream."""
     if place.backend is None:
         return np.empty(shape, dtype)
-    Array = _array_cls()
     dev = _device_obj(place.backend.name, place.index)
     if stream is not None and stream._b is place.backend and stream._index == place.index:
         with stream:
