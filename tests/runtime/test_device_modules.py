@@ -678,3 +678,37 @@ def test_memory_submodule_has_torch_cuda_memory_names(mod: str, tmp_path: Any) -
     with pytest.raises(ValueError, match="compile_context=True is not supported"):
         mm._record_memory_history(compile_context=True)
     mm._record_memory_history(None)
+
+
+def test_resolve_of_none_is_the_general_paths() -> None:
+    """``_runtime._args.resolve(name, None)``'s shortcut (the registered instance and the
+    thread's current index) returns what the general path returns, in every thread, after
+    ``set_device``, and for a backend not made yet (which takes the general path)."""
+    from helpers import register_toy
+
+    from accelrt._runtime import _args
+
+    def general(name: str) -> object:
+        try:
+            b = acc.backends.get_backend(name)
+            return b, _args.index_of(b, _args.typed(name, None))
+        except Exception as exc:  # noqa: BLE001 - compared by type and message
+            return type(exc), str(exc)
+
+    def shortcut(name: str) -> object:
+        try:
+            return _args.resolve(name, None)
+        except Exception as exc:  # noqa: BLE001 - compared by type and message
+            return type(exc), str(exc)
+
+    name, _ = register_toy(num_devices=3)
+    assert shortcut(name) == general(name)
+    acc.backends.device_module(name).set_device(2)
+    assert shortcut(name) == general(name) and shortcut(name)[1] == 2   # type: ignore[index]
+    seen: list[object] = []
+    t = threading.Thread(target=lambda: seen.append((shortcut(name), general(name))))
+    t.start()
+    t.join(30)
+    assert seen[0][0] == seen[0][1] and seen[0][0][1] == 0   # type: ignore[index]
+    assert shortcut("no_such_backend") == general("no_such_backend")
+    assert shortcut("no_such_backend")[0] is acc.BackendUnavailableError   # type: ignore[index]

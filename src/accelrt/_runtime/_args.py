@@ -118,6 +118,10 @@ def resolve(name: str, device: Any) -> tuple[_backend.Backend, int]:
         >>> b.name, index
         ('cpu', 0)
     """
+    if device is None:   # the common case: what the general path below returns for None
+        b = _backend._instances.get(name)
+        if b is not None:
+            return b, _tls.device.get(name, 0)
     d = typed(name, device)
     b = _backend.get_backend(name)
     return b, index_of(b, d)
