@@ -575,6 +575,25 @@ class _Bottleneck(nn.Module):
         return F.relu(self.body(x) + self.skip(x))
 
 
+def _bottleneck_backbone(blocks: list[int], last_stride: int = 2
+                         ) -> tuple[nn.Sequential, nn.ModuleList, int]:
+    """A bottleneck ResNet's stem and stages (stage ``i`` of ``blocks[i]`` blocks of width
+    ``64 << i``; the first block of every stage after the first has stride 2, of the last stage
+    ``last_stride``) and the channels it puts out."""
+    stem = nn.Sequential(_bn_conv(3, 64, 7, 2), nn.MaxPool2d(3, 2, 1))
+    stages = nn.ModuleList()
+    c = 64
+    for i, n in enumerate(blocks):
+        w = 64 << i
+        layers = []
+        for j in range(n):
+            first = last_stride if i == len(blocks) - 1 else 2
+            layers.append(_Bottleneck(c, w, first if j == 0 and i > 0 else 1))
+            c = 4 * w
+        stages.append(nn.Sequential(*layers))
+    return stem, stages, c
+
+
 class RetinaNet(nn.Module):
     """A RetinaNet-style one-stage detector: a bottleneck ResNet backbone, a feature pyramid
     (P3-P7, top-down with lateral 1x1 convolutions), and class/box subnets of four 3x3
@@ -582,16 +601,7 @@ class RetinaNet(nn.Module):
 
     def __init__(self, blocks: list[int], fpn: int, classes: int, anchors: int) -> None:
         super().__init__()
-        self.stem = nn.Sequential(_bn_conv(3, 64, 7, 2), nn.MaxPool2d(3, 2, 1))
-        self.stages = nn.ModuleList()
-        c = 64
-        for i, n in enumerate(blocks):
-            w = 64 << i
-            layers = []
-            for j in range(n):
-                layers.append(_Bottleneck(c, w, 2 if j == 0 and i > 0 else 1))
-                c = 4 * w
-            self.stages.append(nn.Sequential(*layers))
+        self.stem, self.stages, _ = _bottleneck_backbone(blocks)
         outs = [256 << i for i in range(len(blocks))][1:]       # C3, C4, C5
         self.lateral = nn.ModuleList(nn.Conv2d(o, fpn, 1) for o in outs)
         self.smooth = nn.ModuleList(nn.Conv2d(fpn, fpn, 3, padding=1) for _ in outs)
@@ -1219,22 +1229,12 @@ class _ASPP(nn.Module):
 
 class DeepLabV3Plus(nn.Module):
     """DeepLabv3+ semantic segmentation: a bottleneck ResNet backbone at output stride 16 (the
-    last stage dilated), ASPP, and a decoder that joins the stride-4 features and upsamples
+    last stage keeps stride 1), ASPP, and a decoder that joins the stride-4 features and upsamples
     the class scores to the input size."""
 
     def __init__(self, blocks: list[int], aspp: int, rates: list[int], classes: int) -> None:
         super().__init__()
-        self.stem = nn.Sequential(_bn_conv(3, 64, 7, 2), nn.MaxPool2d(3, 2, 1))
-        self.stages = nn.ModuleList()
-        c = 64
-        for i, n in enumerate(blocks):
-            w = 64 << i
-            layers = []
-            for j in range(n):
-                stride = 2 if j == 0 and 0 < i < len(blocks) - 1 else 1
-                layers.append(_Bottleneck(c, w, stride))
-                c = 4 * w
-            self.stages.append(nn.Sequential(*layers))
+        self.stem, self.stages, c = _bottleneck_backbone(blocks, last_stride=1)
         self.aspp = _ASPP(c, aspp, rates)
         self.low = _bn_conv(256, 48, 1)
         self.decoder = nn.Sequential(_bn_conv(aspp + 48, aspp, 3), _bn_conv(aspp, aspp, 3),
@@ -1467,8 +1467,8 @@ WORKLOADS: dict[str, tuple[Callable[[dict[str, Any]], Callable[[int], None]], di
                                               "batch": [2, 4],
                                               "sizes": [256, 320, 384, 448, 512]}, 8, 1,
                           ("DeepLabv3+ semantic segmentation training: bottleneck ResNet "
-                           "backbone (2/2/2/2 blocks) at output stride 16 with a dilated last "
-                           "stage, ASPP (rates 6/12/18 and image pooling, 256 channels), "
+                           "backbone (2/2/2/2 blocks) at output stride 16 (the last stage keeps "
+                           "stride 1), ASPP (rates 6/12/18 and image pooling, 256 channels), "
                            "decoder joining stride-4 features, 21 classes, per-pixel cross "
                            "entropy ignoring 5% unlabeled pixels, SGD momentum foreach, batches "
                            "of 2-4 crops of a random height and width of 256-512 px, 8 steps "
