@@ -39,7 +39,8 @@ Built-in workloads (models built in plain ``torch.nn`` from a config with random
 downloads): ``unet_train``, ``llama_varlen_train``, ``dlrm_train``, ``speech_varlen_train``,
 ``det_fpn_varsize_train``, ``lora_varlen_finetune``, ``video_varlen_train``,
 ``pointcloud_varsize_train``, ``gnn_varsize_train``, ``seq2seq_varlen_train``, ``srgan_train``,
-``vlm_caption_train`` (``WORKLOADS`` holds each one's config and description).
+``vlm_caption_train``, ``moe_routing_train``, ``seg_varsize_train``, ``vocoder_varlen_train``
+(``WORKLOADS`` holds each one's config and description).
 A user workload is ``module:function`` or ``file.py:function``; the function takes the step
 number (0, 1, ...) and runs one step; ``--warmup`` steps run before recording starts (so
 lazily made state, such as optimizer moments, is either inside or outside the trace as you
@@ -574,6 +575,25 @@ class _Bottleneck(nn.Module):
         return F.relu(self.body(x) + self.skip(x))
 
 
+def _bottleneck_backbone(blocks: list[int], last_stride: int = 2
+                         ) -> tuple[nn.Sequential, nn.ModuleList, int]:
+    """A bottleneck ResNet's stem and stages (stage ``i`` of ``blocks[i]`` blocks of width
+    ``64 << i``; the first block of every stage after the first has stride 2, of the last stage
+    ``last_stride``) and the channels it puts out."""
+    stem = nn.Sequential(_bn_conv(3, 64, 7, 2), nn.MaxPool2d(3, 2, 1))
+    stages = nn.ModuleList()
+    c = 64
+    for i, n in enumerate(blocks):
+        w = 64 << i
+        layers = []
+        for j in range(n):
+            first = last_stride if i == len(blocks) - 1 else 2
+            layers.append(_Bottleneck(c, w, first if j == 0 and i > 0 else 1))
+            c = 4 * w
+        stages.append(nn.Sequential(*layers))
+    return stem, stages, c
+
+
 class RetinaNet(nn.Module):
     """A RetinaNet-style one-stage detector: a bottleneck ResNet backbone, a feature pyramid
     (P3-P7, top-down with lateral 1x1 convolutions), and class/box subnets of four 3x3
@@ -581,16 +601,7 @@ class RetinaNet(nn.Module):
 
     def __init__(self, blocks: list[int], fpn: int, classes: int, anchors: int) -> None:
         super().__init__()
-        self.stem = nn.Sequential(_bn_conv(3, 64, 7, 2), nn.MaxPool2d(3, 2, 1))
-        self.stages = nn.ModuleList()
-        c = 64
-        for i, n in enumerate(blocks):
-            w = 64 << i
-            layers = []
-            for j in range(n):
-                layers.append(_Bottleneck(c, w, 2 if j == 0 and i > 0 else 1))
-                c = 4 * w
-            self.stages.append(nn.Sequential(*layers))
+        self.stem, self.stages, _ = _bottleneck_backbone(blocks)
         outs = [256 << i for i in range(len(blocks))][1:]       # C3, C4, C5
         self.lateral = nn.ModuleList(nn.Conv2d(o, fpn, 1) for o in outs)
         self.smooth = nn.ModuleList(nn.Conv2d(fpn, fpn, 3, padding=1) for _ in outs)
@@ -1115,6 +1126,225 @@ def vlm_caption_train(cfg: dict[str, Any]) -> Callable[[int], None]:
     return step
 
 
+class _MoEFFN(nn.Module):
+    """A top-k routed mixture-of-experts feed-forward layer (Switch/Mixtral style): a router
+    scores each token, every token goes to its ``top`` best experts (SwiGLU MLPs), each expert
+    runs on the tokens routed to it (a batch of a different size every step), and the outputs
+    are scattered back weighted by the renormalised router probabilities; plus the load-balancing
+    auxiliary loss."""
+
+    def __init__(self, d: int, ffn: int, experts: int, top: int) -> None:
+        super().__init__()
+        self.router = nn.Linear(d, experts, bias=False)
+        self.gate_up = nn.ModuleList(nn.Linear(d, 2 * ffn, bias=False) for _ in range(experts))
+        self.down = nn.ModuleList(nn.Linear(ffn, d, bias=False) for _ in range(experts))
+        self.top = top
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        shape = x.shape
+        x = x.reshape(-1, shape[-1])
+        probs = F.softmax(self.router(x), -1)
+        w, idx = probs.topk(self.top, -1)
+        w = w / w.sum(-1, keepdim=True)
+        out = torch.zeros_like(x)
+        for e in range(len(self.down)):
+            tok, slot = (idx == e).nonzero(as_tuple=True)
+            if tok.numel() == 0:
+                continue
+            g, u = self.gate_up[e](x[tok]).chunk(2, -1)
+            y = self.down[e](F.silu(g) * u) * w[tok, slot, None]
+            out = out.index_add(0, tok, y)
+        n = len(self.down)
+        frac = F.one_hot(idx[:, 0], n).float().mean(0)
+        aux = n * (frac * probs.mean(0)).sum()
+        return out.reshape(shape), aux
+
+
+class _MoEBlock(nn.Module):
+    def __init__(self, d: int, heads: int, ffn: int, experts: int, top: int) -> None:
+        super().__init__()
+        self.n1, self.n2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.o = nn.Linear(d, 3 * d, bias=False), nn.Linear(d, d, bias=False)
+        self.moe = _MoEFFN(d, ffn, experts, top)
+        self.heads = heads
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        b, s, d = x.shape
+        q, k, v = self.qkv(self.n1(x)).reshape(b, s, 3, self.heads, d // self.heads) \
+            .permute(2, 0, 3, 1, 4).unbind(0)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.o(a.transpose(1, 2).reshape(b, s, d))
+        y, aux = self.moe(self.n2(x))
+        return x + y, aux
+
+
+def moe_routing_train(cfg: dict[str, Any]) -> Callable[[int], None]:
+    torch.manual_seed(0)
+    d, vocab = cfg["d"], cfg["vocab"]
+    emb = nn.Embedding(vocab, d)
+    blocks = nn.ModuleList(_MoEBlock(d, cfg["heads"], cfg["ffn"], cfg["experts"], cfg["top"])
+                           for _ in range(cfg["layers"]))
+    norm, head = nn.LayerNorm(d), nn.Linear(d, vocab, bias=False)
+    head.weight = emb.weight
+    model = nn.ModuleList([emb, blocks, norm, head])
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, foreach=True)
+    rng = random.Random(11)
+
+    def step(i: int) -> None:
+        b = rng.randint(*cfg["batch"])
+        s = rng.randint(*cfg["seq"])
+        ids = torch.randint(0, vocab, (b, s + 1))
+        x = emb(ids[:, :-1])
+        aux = x.new_zeros(())
+        for blk in blocks:
+            x, a = blk(x)
+            aux = aux + a
+        logits = head(norm(x))
+        loss = F.cross_entropy(logits.reshape(-1, vocab), ids[:, 1:].reshape(-1))
+        (loss + 0.01 * aux).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
+class _ASPP(nn.Module):
+    """DeepLabv3's atrous spatial pyramid pooling: 1x1 and dilated 3x3 branches and the pooled
+    image feature, concatenated and projected."""
+
+    def __init__(self, cin: int, c: int, rates: list[int]) -> None:
+        super().__init__()
+        self.branches = nn.ModuleList(
+            [_bn_conv(cin, c, 1)] +
+            [nn.Sequential(nn.Conv2d(cin, c, 3, padding=r, dilation=r, bias=False),
+                           nn.BatchNorm2d(c), nn.ReLU(inplace=True)) for r in rates])
+        self.pool = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(cin, c, 1, bias=False),
+                                  nn.ReLU())
+        self.project = _bn_conv(c * (len(rates) + 2), c, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        pooled = self.pool(x).expand(-1, -1, *x.shape[-2:])
+        return self.project(torch.cat([br(x) for br in self.branches] + [pooled], 1))
+
+
+class DeepLabV3Plus(nn.Module):
+    """DeepLabv3+ semantic segmentation: a bottleneck ResNet backbone at output stride 16 (the
+    last stage keeps stride 1), ASPP, and a decoder that joins the stride-4 features and upsamples
+    the class scores to the input size."""
+
+    def __init__(self, blocks: list[int], aspp: int, rates: list[int], classes: int) -> None:
+        super().__init__()
+        self.stem, self.stages, c = _bottleneck_backbone(blocks, last_stride=1)
+        self.aspp = _ASPP(c, aspp, rates)
+        self.low = _bn_conv(256, 48, 1)
+        self.decoder = nn.Sequential(_bn_conv(aspp + 48, aspp, 3), _bn_conv(aspp, aspp, 3),
+                                     nn.Conv2d(aspp, classes, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        size = x.shape[-2:]
+        x = self.stem(x)
+        low = None
+        for k, s in enumerate(self.stages):
+            x = s(x)
+            if k == 0:
+                low = x
+        assert low is not None
+        y = F.interpolate(self.aspp(x), size=low.shape[-2:], mode="bilinear",
+                          align_corners=False)
+        y = self.decoder(torch.cat([y, self.low(low)], 1))
+        return F.interpolate(y, size=size, mode="bilinear", align_corners=False)
+
+
+def seg_varsize_train(cfg: dict[str, Any]) -> Callable[[int], None]:
+    torch.manual_seed(0)
+    model = DeepLabV3Plus(cfg["blocks"], cfg["aspp"], cfg["rates"], cfg["classes"])
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4,
+                          foreach=True)
+    rng = random.Random(12)
+    gen = torch.Generator().manual_seed(12)
+
+    def step(i: int) -> None:
+        # random-scale crops: a random crop size (multiple of 32) and batch per step, as
+        # multi-scale segmentation training batches them; unlabeled pixels are ignored
+        b = rng.randint(*cfg["batch"])
+        h, w = rng.choice(cfg["sizes"]), rng.choice(cfg["sizes"])
+        images = torch.randn(b, 3, h, w, generator=gen)
+        labels = torch.randint(0, cfg["classes"], (b, h, w), generator=gen)
+        labels[torch.rand(b, h, w, generator=gen) < 0.05] = 255
+        loss = F.cross_entropy(model(images), labels, ignore_index=255)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
+class _MRFBlock(nn.Module):
+    """HiFi-GAN's multi-receptive-field residual block: dilated 1-D convolutions with leaky
+    ReLU and residual connections."""
+
+    def __init__(self, c: int, k: int, dilations: list[int]) -> None:
+        super().__init__()
+        self.convs = nn.ModuleList(nn.Conv1d(c, c, k, padding=d * (k - 1) // 2, dilation=d)
+                                   for d in dilations)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for conv in self.convs:
+            x = x + conv(F.leaky_relu(x, 0.1))
+        return x
+
+
+class HiFiGenerator(nn.Module):
+    """A HiFi-GAN vocoder generator: mel frames to waveform through transposed-convolution
+    upsampling stages, each followed by the sum of multi-receptive-field blocks."""
+
+    def __init__(self, mels: int, c: int, ups: list[int], kernels: list[int],
+                 dilations: list[int]) -> None:
+        super().__init__()
+        self.pre = nn.Conv1d(mels, c, 7, padding=3)
+        self.ups = nn.ModuleList()
+        self.mrfs = nn.ModuleList()
+        for u in ups:
+            self.ups.append(nn.ConvTranspose1d(c, c // 2, 2 * u, u, padding=u // 2))
+            c //= 2
+            self.mrfs.append(nn.ModuleList(_MRFBlock(c, k, dilations) for k in kernels))
+        self.post = nn.Conv1d(c, 1, 7, padding=3)
+
+    def forward(self, mel: torch.Tensor) -> torch.Tensor:
+        x = self.pre(mel)
+        for up, mrf in zip(self.ups, self.mrfs):
+            x = up(F.leaky_relu(x, 0.1))
+            x = sum(m(x) for m in mrf) / len(mrf)  # type: ignore[assignment]
+        return torch.tanh(self.post(F.leaky_relu(x)))
+
+
+def vocoder_varlen_train(cfg: dict[str, Any]) -> Callable[[int], None]:
+    torch.manual_seed(0)
+    hop = math.prod(cfg["ups"])
+    model = HiFiGenerator(cfg["mels"], cfg["channels"], cfg["ups"], cfg["kernels"],
+                          cfg["dilations"])
+    opt = torch.optim.AdamW(model.parameters(), lr=2e-4, betas=(0.8, 0.99), foreach=True)
+    rng = random.Random(13)
+    gen = torch.Generator().manual_seed(13)
+    window = torch.hann_window(cfg["n_fft"])
+
+    def spec(x: torch.Tensor) -> torch.Tensor:
+        return torch.stft(x, cfg["n_fft"], hop, window=window, return_complex=True).abs()
+
+    def step(i: int) -> None:
+        # segments of a random number of mel frames per batch (whole utterances, as a TTS
+        # fine-tuning run feeds them), loss: L1 between log-magnitude spectrograms
+        b = rng.randint(*cfg["batch"])
+        frames = rng.randint(*cfg["frames"])
+        mel = torch.randn(b, cfg["mels"], frames, generator=gen)
+        target = torch.randn(b, frames * hop, generator=gen) * 0.1
+        wav = model(mel).squeeze(1)
+        loss = F.l1_loss(torch.log(spec(wav) + 1e-5), torch.log(spec(target) + 1e-5))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
 #: name -> (factory, config, recorded steps, warm-up steps, description)
 WORKLOADS: dict[str, tuple[Callable[[dict[str, Any]], Callable[[int], None]], dict[str, Any],
                            int, int, str]] = {
@@ -1223,6 +1453,37 @@ WORKLOADS: dict[str, tuple[Callable[[dict[str, Any]], Callable[[int], None]], di
                            "to the 197 image tokens and MLP, vocab 32000), label smoothing, "
                            "AdamW foreach, grad clipping, batch 16 with captions of random "
                            "8-48 tokens padded, 8 steps after 1 warm-up")),
+    "moe_routing_train": (moe_routing_train, {"vocab": 32000, "d": 512, "layers": 4,
+                                              "heads": 8, "ffn": 1024, "experts": 8, "top": 2,
+                                              "batch": [1, 8], "seq": [64, 512]}, 8, 1,
+                          ("mixture-of-experts decoder training (d512, 4 layers, 8 heads, "
+                           "8 SwiGLU experts of 1024 per layer, top-2 token routing with "
+                           "renormalised weights and a load-balancing loss, tied 32000-token "
+                           "embedding), AdamW foreach, grad clipping, batches of random 1-8 "
+                           "sequences x 64-512 tokens (every expert's batch varies), 8 steps "
+                           "after 1 warm-up")),
+    "seg_varsize_train": (seg_varsize_train, {"blocks": [2, 2, 2, 2], "aspp": 256,
+                                              "rates": [6, 12, 18], "classes": 21,
+                                              "batch": [2, 4],
+                                              "sizes": [256, 320, 384, 448, 512]}, 8, 1,
+                          ("DeepLabv3+ semantic segmentation training: bottleneck ResNet "
+                           "backbone (2/2/2/2 blocks) at output stride 16 (the last stage keeps "
+                           "stride 1), ASPP (rates 6/12/18 and image pooling, 256 channels), "
+                           "decoder joining stride-4 features, 21 classes, per-pixel cross "
+                           "entropy ignoring 5% unlabeled pixels, SGD momentum foreach, batches "
+                           "of 2-4 crops of a random height and width of 256-512 px, 8 steps "
+                           "after 1 warm-up")),
+    "vocoder_varlen_train": (vocoder_varlen_train, {"mels": 80, "channels": 256,
+                                                    "ups": [8, 8, 2, 2], "kernels": [3, 7, 11],
+                                                    "dilations": [1, 3, 5], "n_fft": 1024,
+                                                    "batch": [4, 16], "frames": [32, 96]},
+                             12, 1,
+                             ("HiFi-GAN vocoder generator training (80 mels, 256 channels, "
+                              "transposed-convolution upsampling 8/8/2/2 to 256 samples per "
+                              "frame, multi-receptive-field blocks of kernels 3/7/11 and "
+                              "dilations 1/3/5), L1 loss between log STFT magnitudes, AdamW "
+                              "foreach, batches of 4-16 segments of a random 32-96 mel frames "
+                              "(8,192-24,576 samples), 12 steps after 1 warm-up")),
 }
 
 

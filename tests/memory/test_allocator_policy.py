@@ -325,3 +325,58 @@ def test_block_goes_against_its_live_neighbour() -> None:
     a.free(z)
     a.empty_cache()
     assert a.memory_reserved() == 0
+
+
+def test_giving_back_unmaps_only_what_the_request_lacks() -> None:
+    """Rule 4 unmaps free mappings only until the pages a request lacks are covered: of a
+    free block larger than that, the mappings at its end go and the rest stays mapped (and
+    cached: a later request that fits it makes no driver call), where unmapping the whole
+    block would make the same memory be mapped again soon after."""
+    b = SimulatedBackend()
+    a = DeviceCachingAllocator(b, 0, parse_config(LOW_FRAG))
+    x = a.malloc(40 * MiB, 0)              # [0, 40) MiB: 20 one-page mappings (a small mark)
+    y = a.malloc(2 * MiB, 0)               # [40, 42), live
+    z = a.malloc(30 * MiB, 0)              # [42, 72), before the unmapped rest
+    a.free(x)
+    a.free(z)
+    r = a.malloc(44 * MiB, 0)              # fits no free block: z's 30 MiB and 14 MiB more
+    assert r == z
+    calls = b.calls(0)
+    assert calls["vm_unmapped_mappings"] == 7   # 14 MiB of x's end, not its 20 mappings
+    assert a.memory_reserved() == a.max_memory_reserved() == 72 * MiB
+    check_mappings(a, b)
+    maps = calls["vm_map"]
+    s = a.malloc(26 * MiB, 0)              # the part of x still mapped
+    assert s == x and b.calls(0)["vm_map"] == maps
+    for p in (r, s, y):
+        a.free(p)
+    a.empty_cache()
+    assert a.memory_reserved() == 0 == b.used
+
+
+def test_giving_back_part_of_a_block_widens_the_unmapped_range_beside_it() -> None:
+    """The mappings rule 4 takes from a free block lie next to unmapped memory: at its start
+    when only the range before it is unmapped, so that the unmapped ranges grow and the
+    mapped rest stays in one piece."""
+    b = SimulatedBackend()
+    a = DeviceCachingAllocator(b, 0, parse_config(LOW_FRAG))
+    w = a.malloc(8 * MiB, 0)               # [0, 8) MiB
+    x = a.malloc(40 * MiB, 0)              # [8, 48): 20 one-page mappings
+    y = a.malloc(2 * MiB, 0)               # [48, 50), live
+    z = a.malloc(30 * MiB, 0)              # [50, 80), before the unmapped rest
+    a.free(w)
+    a.empty_cache()                        # [0, 8) unmapped: the mark stays 80 MiB
+    a.free(x)
+    a.free(z)
+    before = b.calls(0)["vm_unmapped_mappings"]
+    r = a.malloc(44 * MiB, 0)              # 14 MiB more than z: 6 MiB over the mark
+    assert r == z
+    assert b.calls(0)["vm_unmapped_mappings"] - before == 3
+    assert a.memory_reserved() == a.max_memory_reserved() == 80 * MiB
+    check_mappings(a, b)
+    s = a.malloc(34 * MiB, 0)              # x's mapped rest: [14, 48), no mapping made
+    assert s == x + 6 * MiB and not a._blocks[w].mapped and a._blocks[w].size == 14 * MiB
+    for p in (r, s, y):
+        a.free(p)
+    a.empty_cache()
+    assert a.memory_reserved() == 0 == b.used

@@ -18,6 +18,8 @@ TRACES = Path(__file__).parent.parent / "data" / "traces"
 FILES = sorted(TRACES.glob("trace_*.json.gz"))
 #: Issue 24's held-out traces: checked for form here, never replayed by a test (README.md).
 HELDOUT = sorted((TRACES / "heldout").glob("trace_*.json.gz"))
+#: Issue 24 §2's second held-out set (README.md, "Second held-out set"): form only, too.
+HELDOUT2 = sorted((TRACES / "heldout2").glob("trace_*.json.gz"))
 #: Issue 24's eight new workloads, split before recording (README.md, "Tuning and held-out").
 ISSUE_24 = ["det_fpn_varsize_train", "gnn_varsize_train", "lora_varlen_finetune",
             "pointcloud_varsize_train", "seq2seq_varlen_train", "srgan_train",
@@ -55,7 +57,12 @@ def test_issue_24_split_is_the_seeded_one() -> None:
     assert {_name(p) for p in FILES} & set(ISSUE_24) == set(ISSUE_24) - heldout
 
 
-@pytest.mark.parametrize("path", FILES + HELDOUT, ids=_name)
+def test_second_held_out_set() -> None:
+    assert {_name(p) for p in HELDOUT2} == {"moe_routing_train", "seg_varsize_train",
+                                            "vocoder_varlen_train"}
+
+
+@pytest.mark.parametrize("path", FILES + HELDOUT + HELDOUT2, ids=_name)
 def test_trace_file_well_formed(path: Path) -> None:
     assert path.stat().st_size < 1 << 20, "keep each trace under 1 MB gzipped"
     with gzip.open(path, "rt", encoding="utf-8") as f:

@@ -159,16 +159,37 @@ class ExpandableSegment:
         b, e, _, _ = self._whole(ptr, size)
         return b < e
 
-    def unmap(self, ptr: int, size: int) -> tuple[int, int]:
+    def unmap(self, ptr: int, size: int, need: int = -1, from_end: bool = True
+              ) -> tuple[int, int]:
         """Unmap the whole mappings inside ``[ptr, ptr+size)`` (one backend call for their
-        run); return the unmapped range ``(start, nbytes)`` (``nbytes`` 0 when no whole
-        mapping fits)."""
+        run), or, when ``need`` is not negative, only the fewest of them at the range's end
+        (``from_end``) or start that hold ``need`` bytes; return the unmapped range
+        ``(start, nbytes)`` (``nbytes`` 0 when no whole mapping fits)."""
         begin, end, i, j = self._whole(ptr, size)
-        if begin >= end:
+        if begin >= end or need == 0:
             return ptr, 0
         page = self.page
         base = self.base
         lengths = self.lengths
+        if need > 0:
+            starts = self.starts
+            got = 0
+            if from_end:
+                k = j
+                while k > i + 1 and got < need:
+                    k -= 1
+                    got += lengths[starts[k]] * page
+                if got >= need:
+                    i = k
+                    begin = starts[k]
+            else:
+                k = i
+                while k < j - 1 and got < need:
+                    got += lengths[starts[k]] * page
+                    k += 1
+                if got >= need:
+                    j = k
+                    end = starts[k]
         for p in self.starts[i:j]:
             del lengths[p]
         del self.starts[i:j]
@@ -462,13 +483,22 @@ class ExpandableSegments:
         alloc._remove_free(c)
         return c
 
-    def unmap_block(self, blk: Block) -> Block | None:
-        """Unmap the whole pages of free mapped ``blk`` (in its free list); return the
-        resulting unmapped block (merged, in the unmapped list), or ``None`` if no whole page
-        was inside."""
+    def unmap_block(self, blk: Block, need: int = -1) -> Block | None:
+        """Unmap the whole mappings of free mapped ``blk`` (in its free list), or, when
+        ``need`` is not negative, only the fewest that hold ``need`` bytes, taken at the end of
+        ``blk`` next to unmapped memory (its end unless only the block before it is
+        unmapped); return the resulting unmapped block (merged, in the unmapped list), or
+        ``None`` if no whole mapping was inside."""
         alloc = self._alloc
         es: ExpandableSegment = blk.exp
-        ptr, nbytes = es.unmap(blk.addr, blk.size)
+        if need >= 0:
+            nx = blk.next
+            pv = blk.prev
+            from_end = ((nx is not None and not nx.mapped)
+                        or not (pv is not None and not pv.mapped))
+            ptr, nbytes = es.unmap(blk.addr, blk.size, need, from_end)
+        else:
+            ptr, nbytes = es.unmap(blk.addr, blk.size)
         if nbytes == 0:
             return None
         alloc._remove_free(blk)
@@ -517,10 +547,11 @@ class ExpandableSegments:
 
     def unmap_free_pages(self, need: int = -1, keep: Block | None = None) -> None:
         """accelrt's ``page_reuse`` policy: before mapping would raise the high-water mark,
-        unmap whole free mappings of the default pools' expandable segments, largest first,
-        until ``need`` bytes are unmapped (all of them when ``need`` is negative), so that the
-        new mapping reuses that physical memory instead of adding to it; free block ``keep``
-        stays mapped."""
+        unmap whole free mappings of the default pools' expandable segments, from the largest
+        free blocks first, until ``need`` bytes are unmapped (all of them when ``need`` is
+        negative), so that the new mapping reuses that physical memory instead of adding to
+        it: of a block, only the mappings that the rest of ``need`` takes
+        (:meth:`unmap_block`); free block ``keep`` stays mapped."""
         alloc = self._alloc
         blocks = alloc._blocks
         for pool in (alloc._small, alloc._large):
@@ -541,7 +572,7 @@ class ExpandableSegments:
                 es: ExpandableSegment | None = blk.exp
                 if es is not None and es.unmappable(blk.addr, blk.size):
                     before = alloc._total_reserved
-                    self.unmap_block(blk)
+                    self.unmap_block(blk, need)
                     if need >= 0:
                         need -= before - alloc._total_reserved
                         if need <= 0:
