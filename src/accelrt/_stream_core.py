@@ -183,15 +183,24 @@ class _StreamCore:
 _defaults: dict[tuple[str, int], _StreamCore] = {}
 
 
-def _current_in(streams: dict[Any, _StreamCore], b: Backend, key: Any) -> _StreamCore:
+def _lookup(streams: dict[Any, _StreamCore], b: Backend, key: Any) -> _StreamCore | None:
     """The current stream of device ``key`` (``(name, index)``) of ``b`` in ``streams``, the
     calling thread's table of current streams: the one set there, else the device's default
-    stream (made at its first use)."""
+    stream if it was made; None if neither (a stream of an earlier instance of the backend's
+    name does not count)."""
     s = streams.get(key)
     if s is not None and s._b is b:
         return s
     s = _defaults.get(key)
     if s is not None and s._b is b:
+        return s
+    return None
+
+
+def _current_in(streams: dict[Any, _StreamCore], b: Backend, key: Any) -> _StreamCore:
+    """:func:`_lookup`, making the device's default stream at its first use."""
+    s = _lookup(streams, b, key)
+    if s is not None:
         return s
     from ._stream import _default   # the first use of a device's default stream
     return _default(b, key)
@@ -219,12 +228,8 @@ def _current_hit(device: object) -> _StreamCore | None:
         if device is None:
             return _current_in(streams, b, (name, devs.get(name, 0)))
         # an index that is not a device of ``b`` has no stream in either table: the general
-        # path refuses it
-        key: Any = (name, device)   # (Any: one tuple object, not unboxed)
-        s = streams.get(key)
-        if s is None or s._b is not b:
-            s = _defaults.get(key)
-        return s if s is not None and s._b is b else None
+        # path refuses it (and makes a default stream that does not exist yet)
+        return _lookup(streams, b, (name, device))
     if kind is not str and kind is not _device_type:
         return None
     hit = _resolved.get(device)
