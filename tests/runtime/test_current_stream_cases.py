@@ -59,6 +59,22 @@ def _check_all(name: str) -> None:
         assert _public(device) == expected or _public(device) is expected, device
 
 
+def _check_model(name: str, model: dict[int, acc.Stream], device: int) -> None:
+    """Each argument naming a device of backend ``name`` gives the thread's current stream of
+    that device as the model has it: the stream set or entered last, else the default stream,
+    of the backend's present instance (an independent oracle: the general path shares the
+    lookup with the fast one)."""
+    b = acc.backends.get_backend(name)
+    for arg, index in [(None, device), (0, 0), (1, 1), (f"{name}:0", 0), (f"{name}:1", 1),
+                       (acc.device(name, 1), 1), (name, device)]:
+        s = acc.current_stream(arg)  # type: ignore[arg-type]
+        assert s._b is b and s.device_index == index, arg
+        if index in model:
+            assert s is model[index], arg
+        else:
+            assert s.stream_id == b.default_stream(index), arg
+
+
 @given(st.lists(st.tuples(st.sampled_from(["set_stream", "set_device", "enter", "new_stream",
                                            "reregister"]),
                           st.integers(0, 1)), max_size=12))
@@ -68,29 +84,44 @@ def test_current_stream_matches_the_general_path(steps: list[tuple[str, int]]) -
     acc.set_current_accelerator(name)
     streams: list[acc.Stream] = []
     entered: list[acc.Stream] = []
+    model: dict[int, acc.Stream] = {}   # device index -> the current stream set or entered
+    undo: list[tuple[int, acc.Stream | None, int]] = []   # per entered stream
+    device = 0
     try:
         _check_all(name)
+        _check_model(name, model, device)
         for op, index in steps:
             if op == "set_stream":
                 s = acc.Stream(f"{name}:{index}")
                 streams.append(s)
                 acc.set_stream(s)
+                model[index], device = s, index
             elif op == "set_device":
                 acc.set_device_index(index)
+                device = index
             elif op == "enter":
                 s = acc.Stream(f"{name}:{index}")
                 streams.append(s)
                 s.__enter__()
                 entered.append(s)
+                undo.append((index, model.get(index), device))
+                model[index], device = s, index
             elif op == "new_stream":
                 streams.append(acc.Stream(f"{name}:{index}"))
             else:   # the same name, a new backend instance: no stream of the old one holds
                 while entered:
                     entered.pop().__exit__(None, None, None)
+                    index_, before, device = undo.pop()
+                    if before is None:
+                        model.pop(index_, None)
+                    else:
+                        model[index_] = before
                 acc.backends.register(name, lambda: SimulatedBackend(
                     device_count=2, auto_complete=False, name=name), replace=True)
                 acc.set_current_accelerator(name)
+                model.clear()
             _check_all(name)
+            _check_model(name, model, device)
     finally:
         _release(name, streams, entered)
         acc.set_current_accelerator(str(previous))
