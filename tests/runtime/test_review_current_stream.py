@@ -40,7 +40,7 @@ class Model:
 
     def __init__(self) -> None:
         self.accel = NAMES[0]
-        self.device = {name: 0 for name in NAMES}
+        self.device = dict.fromkeys(NAMES, 0)
         self.stream: dict[tuple[str, int], acc.Stream] = {}   # absent: the default stream
 
     def expect(self, arg: object) -> tuple[str, int] | type[BaseException]:
