@@ -278,13 +278,19 @@ def test_wait_stream_orders_later_work_after_gated_work(two: str) -> None:
         waiter.close()
 
 
-def test_record_event_and_event_wait_order_async_work(two: str) -> None:
+@pytest.mark.parametrize("flags", [None, {}, {"enable_timing": True}, {"blocking": True},
+                                   {"interprocess": True}])
+def test_record_event_and_event_wait_order_async_work(two: str, flags: dict[str, bool] | None,
+                                                      ) -> None:
     s1 = acc.Stream(f"{two}:1")
     order: list[str] = []
     with Gate() as gate:
         _host(s1, gate)
         _host(s1, lambda: order.append("recorded"))
-        e = s1.record_event()
+        # None: record_event() makes the event (as torch: a default Event()); else an event
+        # made without a device index, with these flags, bound by this record
+        e = s1.record_event(None if flags is None else acc.Event(two, **flags))
+        assert e.device == acc.device(two, 1)
         assert not e.query()
         acc.set_device_index(0)
         waiter = acc.current_stream()   # Event.wait(): the current stream of the current device
