@@ -133,7 +133,7 @@ class _StreamCore:
             _sd.check(self._b.name)
 
     def __enter__(self: _S) -> _S:
-        if self._closed:
+        if self._closed or self._origin is not None:   # a view also checks its origin
             self._check_open()
         devs, streams, entered = _tls.enter
         key = self._key
@@ -293,7 +293,7 @@ class _EventCore:
             if not isinstance(stream, _StreamCore):
                 raise TypeError(f"record() takes an accelrt.Stream or None, got "
                                 f"{type(stream).__name__}")
-            if stream._closed:
+            if stream._closed or stream._origin is not None:   # a view also checks its origin
                 stream._check_open()
             if stream._b is not b:
                 # PyTorch's InlineEvent wording
@@ -334,7 +334,7 @@ class _EventCore:
                             f"{type(stream).__name__}")
         else:
             s = stream
-            if s._closed:
+            if s._closed or s._origin is not None:   # a view also checks its origin
                 s._check_open()
             if s._b is not b:
                 # PyTorch's InlineEvent::block wording
