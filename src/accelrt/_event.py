@@ -180,14 +180,14 @@ class Event(_EventCore):
 
         Args:
             stream: a stream of the event's device; by default the calling thread's current
-                stream of the event's device (of the current device of the event's backend
-                before the first record).
+                stream of the current device of the event's backend, as in PyTorch
+                (``torch.cuda.Event.record``, ``torch.Event.record``).
 
         Raises:
             TypeError: ``stream`` is not an :class:`accelrt.Stream`.
-            RuntimeError: (also a ``ValueError``) ``stream`` belongs to another device than
-                the event, with PyTorch's message ("Event device 0 does not match recording
-                stream's device 1.").
+            RuntimeError: (also a ``ValueError``) ``stream`` (by default: the current
+                device's) belongs to another device than the event, with PyTorch's message
+                ("Event device 0 does not match recording stream's device 1.").
 
         Example::
 

@@ -284,31 +284,36 @@ class _EventCore:
         (typed ``object``: a compiled method would refuse another type with mypyc's message)."""
         key = self._key
         b = self._b
-        _, streams, inited = _tls.hot
+        devs, streams, inited = _tls.hot
         if stream is None:
-            if key is None:
-                key = _Key(b.name, _tls.device.get(b.name, 0))
-            sh = _current_in(streams, b, key)._handle
+            # the current stream of the current device of the event's backend, as PyTorch
+            # (THPEvent_record, torch.cuda.Event.record): an event bound to another device
+            # is refused below, as for an explicit stream of that device
+            name = b.name
+            index = devs.get(name, 0)
+            s = _current_in(streams, b, (name, index))
         else:
             if not isinstance(stream, _StreamCore):
                 raise TypeError(f"record() takes an accelrt.Stream or None, got "
                                 f"{type(stream).__name__}")
-            if stream._closed or stream._origin is not None:   # a view also checks its origin
-                stream._check_open()
-            if stream._b is not b:
+            s = stream
+            if s._closed or s._origin is not None:   # a view also checks its origin
+                s._check_open()
+            if s._b is not b:
                 # PyTorch's InlineEvent wording
                 raise AcceleratorValueError(
                     f"Event device type {b.name} does not match recording stream's device "
-                    f"type {stream._b.name}.")
-            if key is None:
-                key = _Key(b.name, stream._index)
-            elif stream._index != key[1]:
-                # PyTorch's CUDAEvent wording
-                raise AcceleratorValueError(
-                    f"Event device {key[1]} does not match recording stream's device "
-                    f"{stream._index}. Record on a stream of device {b.name}:{key[1]}, or "
-                    f"use another event for {b.name}:{stream._index}.")
-            sh = stream._handle
+                    f"type {s._b.name}.")
+            index = s._index
+        if key is None:
+            key = _Key(b.name, index)
+        elif index != key[1]:
+            # PyTorch's CUDAEvent wording
+            raise AcceleratorValueError(
+                f"Event device {key[1]} does not match recording stream's device "
+                f"{index}. Record on a stream of device {b.name}:{key[1]}, or "
+                f"use another event for {b.name}:{index}.")
+        sh = s._handle
         if self._key is None:
             self._bind(key[1])
         h = self._handle

@@ -78,7 +78,7 @@ def test_event_misuse_is_runtime_error() -> None:
         e.record(acc.Stream("errcpu:1"))
     f = acc.Event("errcpu:1", enable_timing=True)
     e.record()
-    f.record()
+    f.record(acc.current_stream("errcpu:1"))   # (record() is device 0's current stream)
     with pytest.raises(RuntimeError, match="same device"):
         e.elapsed_time(f)
     with pytest.raises(RuntimeError, match=r"^Event device type errcpu does not match other's "

@@ -152,7 +152,7 @@ def test_elapsed_time_bad_partners() -> None:
         a.elapsed_time(acc.Event("cpu", enable_timing=True))
     b = acc.Event(f"{name}:1", enable_timing=True)
     a.record()
-    b.record()
+    b.record(acc.current_stream(f"{name}:1"))   # (record() is device 0's current stream)
     with pytest.raises(ValueError, match="same device"):
         a.elapsed_time(b)
 

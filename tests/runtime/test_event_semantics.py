@@ -47,8 +47,14 @@ def test_event_made_on_device0_recorded_on_device1_belongs_to_device1(two: str) 
     assert e.device == acc.device(two, 1)
     e.synchronize()
     assert e.query()
-    # the binding sticks: a later record() without a stream uses device 1's current stream
-    e.record()
+    # the binding sticks. A later record() without a stream records on the current stream of
+    # the current device, as PyTorch does (THPEvent_record, torch.cuda.Event.record): device 0
+    # here, which the event refuses with PyTorch's message; on device 1 it records.
+    with pytest.raises(RuntimeError, match="Event device 1 does not match recording stream's "
+                                           "device 0"):
+        e.record()
+    with acc.device_index(1):
+        e.record()
     assert e.device == acc.device(two, 1)
     end = acc.Event(enable_timing=True)
     end.record(acc.current_stream(f"{two}:1"))   # the same stream: ordered after e
