@@ -545,6 +545,32 @@ def _check_index(b: Backend, index: int) -> int:
 _resolved: dict[object, tuple[Backend, int]] = {}
 
 
+def _wrong_device(dev: object) -> TypeError:
+    """The error for a device argument of another type than a device, int, str or None
+    (PyTorch's ``_get_device_index`` reads any such argument as ``None``, the current device;
+    accelrt refuses it, naming the type and, for an integer of another type or a device
+    module's ``device`` context manager, what to pass instead).
+
+    Example::
+
+        >>> import numpy as np
+        >>> from accelrt._device import _wrong_device
+        >>> str(_wrong_device(np.int64(1)))
+        'expected a device, int, str or None, got numpy.int64; pass the index as an int (1)'
+    """
+    cls = type(dev)
+    name = cls.__name__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    hint = ""
+    if hasattr(cls, "__index__") and not isinstance(dev, bool):
+        try:
+            hint = f"; pass the index as an int ({cls.__index__(dev)})"
+        except Exception:  # noqa: BLE001 - a broken __index__: no hint
+            hint = ""
+    elif isinstance(getattr(dev, "idx", None), int) and hasattr(cls, "_backend_name"):
+        hint = f"; pass its index ({dev.idx!r}) or a device string"   # type: ignore[attr-defined]
+    return TypeError(f"expected a device, int, str or None, got {name}{hint}")
+
+
 def _get_device(dev: DeviceLike, *, optional: bool = True,
                 backend: Backend | None = None) -> tuple[Backend, int]:
     """The one normaliser: turn any ``DeviceLike`` into ``(backend, checked index)``.
@@ -572,7 +598,7 @@ def _get_device(dev: DeviceLike, *, optional: bool = True,
     if isinstance(dev, str):
         dev = device(dev)
     if not isinstance(dev, device):
-        raise TypeError(f"expected a device, int, str or None, got {type(dev).__name__}")
+        raise _wrong_device(dev)
     if backend is not None:
         if dev._type != backend.name:
             raise ValueError(f"Expected a {backend.name} device, but got: {dev}")

@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pytest
 
 import accelrt as acc
@@ -369,3 +370,24 @@ def test_bound_memory_functions_on_an_unusable_backend() -> None:
                 getattr(ns, fn)(*args)
     finally:
         _unregister("unusable_mem")
+
+
+@pytest.mark.parametrize(("arg", "expected"), [
+    (1.5, "got float$"),
+    ([0], "got list$"),
+    (True, "got bool$"),
+    (np.int64(1), r"got numpy\.int64; pass the index as an int \(1\)$"),
+    (acc.cpu.device(0), r"got accelrt\.cpu\.device; pass its index \(0\) or a device string$"),
+])
+def test_a_device_argument_of_another_type_names_it_and_the_fix(arg: object,
+                                                                  expected: str) -> None:
+    """PyTorch reads such an argument as the current device; accelrt refuses it
+    (docs/differences.md), with the type and, where one exists, what to pass instead."""
+    context = isinstance(arg, acc.cpu.device)
+    for call in (acc.current_stream, acc.synchronize, acc.cpu.current_stream):
+        if context and call is acc.cpu.current_stream:
+            # the module's own context manager stands for its index there, as in torch.cuda
+            assert call(arg) == acc.cpu.current_stream(0)  # type: ignore[operator]
+            continue
+        with pytest.raises(TypeError, match="^expected a device, int, str or None, " + expected):
+            call(arg)  # type: ignore[operator]

@@ -71,7 +71,7 @@ def typed(name: str, device: Any) -> _dev.device | int | None:
         return device.idx
     d = _dev.device(device) if isinstance(device, str) else device
     if not isinstance(d, _dev.device):
-        raise TypeError(f"expected a device, int, str or None, got {type(device).__name__}")
+        raise _dev._wrong_device(device)
     if d.type != name:
         raise expected(name, d)
     return d
