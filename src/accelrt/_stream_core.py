@@ -41,6 +41,10 @@ _dev_globals: Final = vars(_dev)   # (``_current_backend`` is rebound: read it b
 
 _S = TypeVar("_S", bound="_StreamCore")
 
+#: ``_device._ThreadState.hot``: the thread's current device per backend name, its current
+#: streams per device and the devices it initialised, read in one thread-local lookup
+_Hot = tuple[dict[str, int], dict[Any, Any], set[Any]]
+
 
 class _Key(NamedTuple):
     """A stream's device, ``(backend name, index)``: its key in the per-thread dicts. A named
@@ -284,27 +288,9 @@ class _EventCore:
         (typed ``object``: a compiled method would refuse another type with mypyc's message)."""
         key = self._key
         b = self._b
-        devs, streams, inited = _tls.hot
-        if stream is None:
-            # the current stream of the current device of the event's backend, as PyTorch
-            # (THPEvent_record, torch.cuda.Event.record): an event bound to another device
-            # is refused below, as for an explicit stream of that device
-            name = b.name
-            index = devs.get(name, 0)
-            s = _current_in(streams, b, (name, index))
-        else:
-            if not isinstance(stream, _StreamCore):
-                raise TypeError(f"record() takes an accelrt.Stream or None, got "
-                                f"{type(stream).__name__}")
-            s = stream
-            if s._closed or s._origin is not None:   # a view also checks its origin
-                s._check_open()
-            if s._b is not b:
-                # PyTorch's InlineEvent wording
-                raise AcceleratorValueError(
-                    f"Event device type {b.name} does not match recording stream's device "
-                    f"type {s._b.name}.")
-            index = s._index
+        hot = _tls.hot
+        s = self._stream_of(stream, "record", hot)
+        index = s._index
         if key is None:
             key = _Key(b.name, index)
         elif index != key[1]:
@@ -319,38 +305,51 @@ class _EventCore:
         h = self._handle
         if not h:
             h = self._create()
-        elif key not in inited:
+        elif key not in hot[2]:
             _lazy_init(b, key[1])
         self._rec(key[1], h, sh)
+
+    def _stream_of(self, stream: object, method: str, hot: _Hot) -> _StreamCore:
+        """The stream :meth:`accelrt.Event.record` or :meth:`~accelrt.Event.wait` (``method``)
+        works on: ``stream`` checked (an open stream of the event's backend), or for None the
+        calling thread's current stream of the current device of the event's backend, as in
+        PyTorch (``THPEvent_record``, ``THPEvent_wait``). ``hot`` is the thread's
+        ``_ThreadState.hot``, which the caller read."""
+        b = self._b
+        if stream is None:
+            devs, streams, _ = hot
+            name = b.name
+            return _current_in(streams, b, (name, devs.get(name, 0)))
+        if not isinstance(stream, _StreamCore):
+            raise TypeError(f"{method}() takes an accelrt.Stream or None, got "
+                            f"{type(stream).__name__}")
+        if stream._closed or stream._origin is not None:   # a view also checks its origin
+            stream._check_open()
+        if stream._b is not b:
+            # PyTorch's InlineEvent wording (record, block)
+            if method == "record":
+                raise AcceleratorValueError(
+                    f"Event device type {b.name} does not match recording stream's device "
+                    f"type {stream._b.name}.")
+            raise AcceleratorValueError(
+                f"Event device type {b.name} does not match blocking stream's device "
+                f"type {stream._b.name}. A stream cannot wait for another backend's event: "
+                "synchronize the event instead.")
+        return stream
 
     def _wait(self, stream: object) -> None:
         """:meth:`accelrt.Event.wait`, with its checks of ``stream`` (a stream of the event's
         backend, or None: the calling thread's current stream of the current device of the
         event's backend)."""
-        b = self._b
         if self._closed:
             self._check_open()
-        if stream is None:
-            devs, streams, _ = _tls.hot
-            name = b.name
-            s = _current_in(streams, b, (name, devs.get(name, 0)))
-        elif not isinstance(stream, _StreamCore):
-            raise TypeError(f"wait() takes an accelrt.Stream or None, got "
-                            f"{type(stream).__name__}")
-        else:
-            s = stream
-            if s._closed or s._origin is not None:   # a view also checks its origin
-                s._check_open()
-            if s._b is not b:
-                # PyTorch's InlineEvent::block wording
-                raise AcceleratorValueError(
-                    f"Event device type {b.name} does not match blocking stream's device "
-                    f"type {s._b.name}. A stream cannot wait for another backend's event: "
-                    "synchronize the event instead.")
+        hot = _tls.hot
+        s = self._stream_of(stream, "wait", hot)
         h = self._handle
         if h:
             index = s._index
-            if (b.name, index) not in _tls.hot[2]:
+            b = self._b
+            if (b.name, index) not in hot[2]:
                 _lazy_init(b, index)
             self._wt(index, s._handle, h)
 
