@@ -242,6 +242,35 @@ def _current_hit(device: object) -> _StreamCore | None:
     return _current(hit[0], hit[1])
 
 
+def _event_stream(b: Backend, stream: object, method: str, hot: _Hot) -> _StreamCore:
+    """The stream :meth:`accelrt.Event.record` or :meth:`~accelrt.Event.wait` (``method``)
+    of an event of backend ``b`` works on: ``stream`` checked (an open stream of ``b``), or
+    for None the calling thread's current stream of the current device of ``b``, as in
+    PyTorch (``THPEvent_record``, ``THPEvent_wait``). ``hot`` is the thread's
+    ``_ThreadState.hot``, which the caller read. (A function, not a method: a method of a
+    class that allows interpreted subclasses is called through Python's method lookup.)"""
+    if stream is None:
+        devs, streams, _ = hot
+        name = b.name
+        return _current_in(streams, b, (name, devs.get(name, 0)))
+    if not isinstance(stream, _StreamCore):
+        raise TypeError(f"{method}() takes an accelrt.Stream or None, got "
+                        f"{type(stream).__name__}")
+    if stream._closed or stream._origin is not None:   # a view also checks its origin
+        stream._check_open()
+    if stream._b is not b:
+        # PyTorch's InlineEvent wording (record, block)
+        if method == "record":
+            raise AcceleratorValueError(
+                f"Event device type {b.name} does not match recording stream's device "
+                f"type {stream._b.name}.")
+        raise AcceleratorValueError(
+            f"Event device type {b.name} does not match blocking stream's device "
+            f"type {stream._b.name}. A stream cannot wait for another backend's event: "
+            "synchronize the event instead.")
+    return stream
+
+
 @mypyc_attr(allow_interpreted_subclasses=True)
 class _EventCore:
     """The fields of :class:`accelrt.Event` and its argument-free hot methods.
@@ -289,7 +318,7 @@ class _EventCore:
         key = self._key
         b = self._b
         hot = _tls.hot
-        s = self._stream_of(stream, "record", hot)
+        s = _event_stream(b, stream, "record", hot)
         index = s._index
         if key is None:
             key = _Key(b.name, index)
@@ -309,34 +338,6 @@ class _EventCore:
             _lazy_init(b, key[1])
         self._rec(key[1], h, sh)
 
-    def _stream_of(self, stream: object, method: str, hot: _Hot) -> _StreamCore:
-        """The stream :meth:`accelrt.Event.record` or :meth:`~accelrt.Event.wait` (``method``)
-        works on: ``stream`` checked (an open stream of the event's backend), or for None the
-        calling thread's current stream of the current device of the event's backend, as in
-        PyTorch (``THPEvent_record``, ``THPEvent_wait``). ``hot`` is the thread's
-        ``_ThreadState.hot``, which the caller read."""
-        b = self._b
-        if stream is None:
-            devs, streams, _ = hot
-            name = b.name
-            return _current_in(streams, b, (name, devs.get(name, 0)))
-        if not isinstance(stream, _StreamCore):
-            raise TypeError(f"{method}() takes an accelrt.Stream or None, got "
-                            f"{type(stream).__name__}")
-        if stream._closed or stream._origin is not None:   # a view also checks its origin
-            stream._check_open()
-        if stream._b is not b:
-            # PyTorch's InlineEvent wording (record, block)
-            if method == "record":
-                raise AcceleratorValueError(
-                    f"Event device type {b.name} does not match recording stream's device "
-                    f"type {stream._b.name}.")
-            raise AcceleratorValueError(
-                f"Event device type {b.name} does not match blocking stream's device "
-                f"type {stream._b.name}. A stream cannot wait for another backend's event: "
-                "synchronize the event instead.")
-        return stream
-
     def _wait(self, stream: object) -> None:
         """:meth:`accelrt.Event.wait`, with its checks of ``stream`` (a stream of the event's
         backend, or None: the calling thread's current stream of the current device of the
@@ -344,7 +345,7 @@ class _EventCore:
         if self._closed:
             self._check_open()
         hot = _tls.hot
-        s = self._stream_of(stream, "wait", hot)
+        s = _event_stream(self._b, stream, "wait", hot)
         h = self._handle
         if h:
             index = s._index
