@@ -29,6 +29,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 _COMPILED = "compiled"   # not a row: 1.0 when the tree's accelrt._stream_core is an extension module
@@ -72,25 +73,19 @@ def measure(loops: int) -> dict[str, float]:
             return (time.thread_time() - t) / n
         return run
 
-    def enter_exit(n: int) -> float:
-        t = time.thread_time()
-        for _ in range(n):
-            with s:
-                pass
-        return (time.thread_time() - t) / n
-
-    guard = acc.device_index(0)
-
-    def guard_enter_exit(n: int) -> float:
-        t = time.thread_time()
-        for _ in range(n):
-            with guard:
-                pass
-        return (time.thread_time() - t) / n
+    def entered(cm: Any) -> Callable[[int], float]:
+        """An empty ``with cm:`` block (enter + exit)."""
+        def run(n: int) -> float:
+            t = time.thread_time()
+            for _ in range(n):
+                with cm:
+                    pass
+            return (time.thread_time() - t) / n
+        return run
 
     acc.set_current_accelerator("cpu")
     rows: dict[str, Callable[[int], float]] = {
-        "Stream enter+exit": enter_exit,
+        "Stream enter+exit": entered(s),
         "Stream()": timed(acc.Stream, "cpu:0"),
         "Event.record": timed(e.record, s),
         "Event.record()": timed(e.record),
@@ -101,7 +96,7 @@ def measure(loops: int) -> dict[str, float]:
         "current_stream(0)": timed(acc.current_stream, 0),
         "current_stream(device)": timed(acc.current_stream, d0),
         "cpu.current_stream()": timed(acc.cpu.current_stream),
-        "device_index enter+exit": guard_enter_exit,
+        "device_index enter+exit": entered(acc.device_index(0)),
         "Stream.wait_stream": timed(s.wait_stream, s2),
         "Stream.wait_event": timed(s.wait_event, e),
         "Stream.record_event()": timed(s.record_event),

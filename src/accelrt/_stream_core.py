@@ -349,9 +349,8 @@ class _EventCore:
         h = self._handle
         if h:
             index = s._index
-            b = self._b
-            if (b.name, index) not in hot[2]:
-                _lazy_init(b, index)
+            if s._key not in hot[2]:   # (the stream's key is its device's: _lazy_init's test)
+                _lazy_init(self._b, index)
             self._wt(index, s._handle, h)
 
     def _bind(self, index: int) -> _Key:
