@@ -224,7 +224,8 @@ def render_stub() -> str:
     """The source of :data:`STUB`: every function, submodule and shared name that has one type
     in every device module, declared once."""
     shared = [n for n in functions(_module.DeviceModule) if n not in typed_by_module()]
-    names = sorted({*shared, *_registry.SHARED, *_registry.SUBMODULES, "export_dot"})
+    names = sorted({*shared, *_registry.SHARED, *_registry.SUBMODULES, *_registry.LIVE,
+                    "export_dot"})
     return "\n".join([
         HEADER + '"""The types of the device modules\' functions that '
         "name none of the module's classes,",
@@ -239,7 +240,7 @@ def render_stub() -> str:
         "from ._classes import Event, Stream", "from ._module import DeviceModule", "",
         "__all__ = [", *(f'    "{n}",' for n in names), "]", "",
         "_m: DeviceModule[Stream, Event]",
-        *(f"{n} = _m.{n}" for n in sorted({*shared, *_registry.SUBMODULES})),
+        *(f"{n} = _m.{n}" for n in sorted({*shared, *_registry.SUBMODULES, *_registry.LIVE})),
         "export_dot = _graph.export_dot"]) + "\n"
 
 

@@ -28,6 +28,7 @@ __all__ = [
     "clock_rate",
     "current_device",
     "current_device_index",
+    "default_generators",
     "device_count",
     "device_memory_used",
     "dump_snapshot",
@@ -113,6 +114,7 @@ change_current_allocator = _m.change_current_allocator
 clock_rate = _m.clock_rate
 current_device = _m.current_device
 current_device_index = _m.current_device_index
+default_generators = _m.default_generators
 device_count = _m.device_count
 device_memory_used = _m.device_memory_used
 dump_snapshot = _m.dump_snapshot

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
     from .._typing import DeviceLike
+    from ..random._generator import Generator
 
 __all__ = ["RandomFunctions", "RandomModule"]
 
@@ -108,6 +109,30 @@ class RandomFunctions(ModuleBase):
         """
         import secrets
         self.manual_seed_all(secrets.randbits(64))
+
+    @property
+    def default_generators(self) -> tuple[Generator, ...]:
+        """The default generator of every device of the backend, by index
+        (``torch.cuda.default_generators``); ``()`` where the backend cannot be used. Read on
+        each access: a generator is made on first use (see
+        :func:`accelrt.random.default_generator`) and stays the device's default, so
+        ``default_generators[i]`` is the generator that :meth:`manual_seed` on device ``i`` and
+        ``acc.rand(..., device=i)`` use. Nothing here initialises a device.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> gens = acc.cpu.default_generators
+            >>> len(gens) == acc.cpu.device_count()
+            True
+            >>> gens[0] is acc.random.default_generator("cpu:0")
+            True
+        """
+        from ..random import _generator as g
+        b = self._usable()
+        if b is None:
+            return ()
+        return tuple(g._default_for(b, index) for index in range(b.device_count()))
 
     def initial_seed(self) -> int:
         """The seed of the current device's default generator.

@@ -15,6 +15,7 @@ from __future__ import annotations
 import inspect
 import sys
 import threading
+import types
 from typing import Any
 
 from .. import _backend, _graph
@@ -38,6 +39,31 @@ SUBMODULES = ("graphs", "memory", "nvtx", "profiler", "random", "streams")
 #: What every device module re-exports from :mod:`accelrt.memory` and :mod:`accelrt._errors`.
 SHARED = ("CUDAPluggableAllocator", "MemPool", "OutOfMemoryError", "PluggableAllocator",
           "get_allocator_settings", "set_allocator_settings")
+#: Its attributes read on each access (properties of :class:`DeviceModule`; in a built-in
+#: device module, of :class:`LiveModule`).
+LIVE = ("default_generators",)
+
+
+class LiveModule(types.ModuleType):
+    """The type of a built-in device module (``accelrt.cpu``, ...), set by :func:`_register`:
+    a module whose :data:`LIVE` attributes are read from its :class:`DeviceModule` on each
+    access, as ``torch.cuda.default_generators`` changes once CUDA is initialised.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> type(acc.cpu).__name__, len(acc.cpu.default_generators) == acc.cpu.device_count()
+        ('LiveModule', True)
+    """
+
+    @property
+    def default_generators(self) -> tuple[Any, ...]:
+        """:attr:`DeviceModule.default_generators` of this module."""
+        m: DeviceModule[Any, Any] = self.__dict__["_m"]
+        return m.default_generators
+
+    def __dir__(self) -> list[str]:
+        return sorted({*self.__dict__, *LIVE})
 
 
 #: The documentation of a device module's classes ({n}: the backend), set by :func:`_register`
@@ -113,8 +139,8 @@ def _register(m: DeviceModule[Any, Any], namespace: dict[str, Any],
     make its submodules importable (``import accelrt.cuda.memory``, ``.graphs``, ``.random``,
     ``.streams``, ``.profiler``, ``.nvtx``), document its classes (:data:`CLASS_DOCS`) and bind
     its :func:`bindings` in the module's ``namespace`` (a name the module defines itself stays
-    its own). Returns the module's
-    ``__all__``: every bound name but ``graphs``, plus ``extra``."""
+    its own); the module becomes a :class:`LiveModule`. Returns the module's ``__all__``:
+    every bound name but ``graphs``, the :data:`LIVE` names, plus ``extra``."""
     with _modules_lock:
         _modules[m.name] = m
     for sub in (m.memory, m.graphs, m.random, m.streams, m.profiler):
@@ -127,7 +153,10 @@ def _register(m: DeviceModule[Any, Any], namespace: dict[str, Any],
             cls.__doc__ = doc.format(n=m.name)
     for name, value in names.items():
         namespace.setdefault(name, value)
-    return tuple(sorted({*names, *extra} - {"graphs"}))
+    module = sys.modules.get(m.module)
+    if module is not None and module.__dict__ is namespace:
+        module.__class__ = LiveModule
+    return tuple(sorted({*names, *LIVE, *extra} - {"graphs"}))
 
 
 def device_module(name: str) -> DeviceModule[Stream, Event]:

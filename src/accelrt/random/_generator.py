@@ -185,6 +185,52 @@ class Generator:
         """The next unused Philox counter block."""
         return self._offset
 
+    def set_offset(self, offset: int) -> Generator:
+        """Make ``offset`` the next unused Philox counter block (the seed stays); return
+        ``self``. accelrt's offset counts blocks, so every int in ``[0, 2**64)`` is valid
+        (PyTorch's CUDA offset counts 32-bit words, a multiple of 4).
+
+        Raises:
+            TypeError: ``offset`` is not an int.
+            ValueError: ``offset`` is outside ``[0, 2**64)``.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> g = acc.random.Generator("cpu:0").manual_seed(1)
+            >>> a = acc.rand(8, device="cpu:0", generator=g).tolist()
+            >>> acc.rand(4, device="cpu:0", generator=g.set_offset(1)).tolist() == a[4:]
+            True
+        """
+        if isinstance(offset, (bool, np.bool_)):
+            raise TypeError("offset must be an int, got bool")
+        try:
+            value = operator.index(offset)
+        except TypeError:
+            raise TypeError(f"offset must be an int, got {type(offset).__name__}") from None
+        if not 0 <= value <= _M64:
+            raise ValueError(f"offset {value} is out of range: it must be in [0, 2**64)")
+        with self._lock:
+            self._offset = value
+        return self
+
+    def clone_state(self) -> Generator:
+        """A new generator of the same device holding a copy of this one's seed and offset
+        (``torch.Generator.clone_state``): drawing from either does not move the other.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> g = acc.random.Generator("cpu:0").manual_seed(5)
+            >>> c = g.clone_state()
+            >>> a = acc.rand(3, device="cpu:0", generator=g)
+            >>> a.tolist() == acc.rand(3, device="cpu:0", generator=c).tolist()
+            True
+        """
+        with self._lock:
+            seed, offset = self._seed, self._offset
+        return type(self)._make(self._b, self._index, seed, offset)
+
     def _reserve(self, nblocks: int) -> tuple[int, int]:
         """Reserve ``nblocks`` counter blocks: return ``(seed, first block)``."""
         with self._lock:
