@@ -1,5 +1,5 @@
-"""``torch.cuda.default_generators`` in the device modules, and ``torch.Generator``'s
-``set_offset`` / ``clone_state`` on :class:`accelrt.random.Generator`."""
+"""``torch.cuda.default_generators`` and ``AcceleratorError`` in the device modules, and
+``torch.Generator``'s ``set_offset`` / ``clone_state`` on :class:`accelrt.random.Generator`."""
 
 from __future__ import annotations
 
@@ -161,3 +161,12 @@ def test_clone_of_a_default_generator_is_not_the_default(fresh: tuple[str, Any])
     assert c is not d and m.default_generators[0] is d
     c.manual_seed(3)
     assert d.initial_seed() == 8 and m.initial_seed() == 8
+
+
+@pytest.mark.parametrize("mod", ["cpu", "cuda", "opencl"])
+def test_device_modules_name_the_error_classes_as_torch_cuda(mod: str) -> None:
+    m = getattr(acc, mod)
+    assert m.AcceleratorError is acc.AcceleratorError      # torch.cuda.AcceleratorError
+    assert m.OutOfMemoryError is acc.OutOfMemoryError
+    assert issubclass(m.OutOfMemoryError, m.AcceleratorError)
+    assert "AcceleratorError" in m.__all__

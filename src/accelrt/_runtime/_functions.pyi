@@ -5,6 +5,7 @@ declared once (``accelrt/cpu.py`` etc. import this stub for type checkers only a
 bind the same names at run time with ``_register``)."""
 
 from .. import _graph
+from .._errors import AcceleratorError as AcceleratorError
 from .._errors import OutOfMemoryError as OutOfMemoryError
 from ..memory import MemPool as MemPool
 from ..memory import get_allocator_settings as get_allocator_settings
@@ -15,6 +16,7 @@ from ._classes import Event, Stream
 from ._module import DeviceModule
 
 __all__ = [
+    "AcceleratorError",
     "CUDAPluggableAllocator",
     "MemPool",
     "OutOfMemoryError",

@@ -36,9 +36,10 @@ CLASSES = ("CUDAGraph", "Event", "ExternalStream", "Graph", "Stream", "StreamCon
            "device_index", "device_of", "graph")
 #: Its submodules (``graphs`` is importable but, as in torch.cuda, not in ``__all__``).
 SUBMODULES = ("graphs", "memory", "nvtx", "profiler", "random", "streams")
-#: What every device module re-exports from :mod:`accelrt.memory` and :mod:`accelrt._errors`.
-SHARED = ("CUDAPluggableAllocator", "MemPool", "OutOfMemoryError", "PluggableAllocator",
-          "get_allocator_settings", "set_allocator_settings")
+#: What every device module re-exports from :mod:`accelrt.memory` and :mod:`accelrt._errors`
+#: (``torch.cuda.AcceleratorError`` and ``OutOfMemoryError`` are accelrt's one error tree's).
+SHARED = ("AcceleratorError", "CUDAPluggableAllocator", "MemPool", "OutOfMemoryError",
+          "PluggableAllocator", "get_allocator_settings", "set_allocator_settings")
 #: Its attributes read on each access (properties of :class:`DeviceModule`; in a built-in
 #: device module, of :class:`LiveModule`).
 LIVE = ("default_generators",)
@@ -121,11 +122,12 @@ def bindings(m: DeviceModule[Any, Any]) -> dict[str, Any]:
         True
     """
     from .. import memory
-    from .._errors import OutOfMemoryError
+    from .._errors import AcceleratorError, OutOfMemoryError
     from ..memory._pluggable import PluggableAllocator
     names: dict[str, Any] = {n: getattr(m, n)
                              for n in (*function_names(type(m)), *CLASSES, *SUBMODULES)}
-    names.update(export_dot=_graph.export_dot, OutOfMemoryError=OutOfMemoryError,
+    names.update(export_dot=_graph.export_dot, AcceleratorError=AcceleratorError,
+                 OutOfMemoryError=OutOfMemoryError,
                  MemPool=memory.MemPool, PluggableAllocator=PluggableAllocator,
                  CUDAPluggableAllocator=PluggableAllocator,
                  get_allocator_settings=memory.get_allocator_settings,
