@@ -432,12 +432,8 @@ class Array:
             return self
         if pattern.count(pattern[:1]) == len(pattern):
             b.memset(index, self._mem.ptr, pattern[0], n, stream)
-        elif len(pattern) in (2, 4, 8):
-            try:
-                b.fill(index, self._mem.ptr, pattern, self.size, stream)
-            except NotImplementedError:
-                self._upload(np.full(self._shape, scalar, self._dtype), True, private=True)
-                return self
+        elif len(pattern) in (2, 4, 8) and b.capabilities(index).device_fill:
+            b.fill(index, self._mem.ptr, pattern, self.size, stream)
         else:
             self._upload(np.full(self._shape, scalar, self._dtype), True, private=True)
             return self

@@ -394,10 +394,11 @@ class Backend(abc.ABC):
 
     def fill(self, index: int, ptr: int, pattern: bytes, count: int,
              stream: StreamHandle) -> None:
-        """Write ``pattern`` (1, 2, 4 or 8 bytes) ``count`` times from ``ptr`` in stream order."""
+        """Write ``pattern`` (1, 2, 4 or 8 bytes) ``count`` times from ``ptr`` in stream order
+        (capability ``device_fill``)."""
         if self._closed:
             raise self._closed_error("fill")
-        raise _abstract("fill")
+        raise _unsupported(self, "fill", "device_fill")
 
     def can_access_peer(self, index: int, peer: int) -> bool:
         """True if device ``index`` can access memory of device ``peer`` directly."""

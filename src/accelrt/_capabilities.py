@@ -78,6 +78,8 @@ class Capabilities:
             mempool): ``mempool_alloc_async``/``mempool_free_async``/``mempool_trim_to``/
             ``mempool_get_attribute``/``mempool_set_attribute`` work (enables the allocator
             option ``backend:cudaMallocAsync``).
+        device_fill: ``fill`` writes a 2-, 4- or 8-byte pattern in stream order
+            (``Array.fill_`` of a value whose bytes differ; without it, the value is uploaded).
 
     Example::
 
@@ -107,3 +109,4 @@ class Capabilities:
     adopt_memory: bool = False
     fork_shares_memory: bool = False
     stream_ordered_memory: bool = False
+    device_fill: bool = False

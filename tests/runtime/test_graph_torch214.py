@@ -6,6 +6,7 @@ raw handles, per-graph hooks), ``torch.cuda.graphs``' module-level hooks, DOT ex
 
 from __future__ import annotations
 
+import dataclasses
 import contextlib
 import gc
 import importlib
@@ -195,7 +196,7 @@ def test_dot_on_a_backend_without_dot_is_a_clear_error(tmp_path: Path) -> None:
     registry.register("cpunodot", lambda: CpuBackend(name="cpunodot"), replace=True)
     try:
         b = registry.get_backend("cpunodot")
-        b._caps = type(b._caps)(graphs=True, host_accessible=True)   # graphs, but no DOT
+        b._caps = dataclasses.replace(b._caps, graph_dot=False)      # graphs, but no DOT
         acc.set_current_accelerator("cpunodot")
         x = acc.zeros(4, device="cpunodot")
         g = acc.Graph(keep_graph=True)

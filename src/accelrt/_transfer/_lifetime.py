@@ -81,13 +81,13 @@ def keep_alive(b: Backend, index: int, stream: StreamHandle, keep: tuple[object,
     if non_blocking:
         if not keep:
             return
-        try:
-            b.launch_host_func(index, functools.partial(_noop, keep), stream)
-            return
-        except NotImplementedError:   # no host callbacks: wait, then report the sync
+        if not b.capabilities(index).host_functions:   # wait, then report the sync
             b.stream_synchronize(index, stream)
             if _sd.active:
                 _sd.check(b.name)
+            return
+        try:
+            b.launch_host_func(index, functools.partial(_noop, keep), stream)
             return
         except DeviceError as exc:
             if b.stream_is_capturing(index, stream):

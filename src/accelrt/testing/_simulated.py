@@ -221,7 +221,8 @@ class SimulatedBackend(Backend):
         self.auto_complete = auto_complete
         self._priority_range = priority_range
         self._caps = Capabilities(virtual_memory=vm, pinned_host_memory=True,
-                                  page_locked_host_memory=True, host_functions=True)
+                                  page_locked_host_memory=True, host_functions=True,
+                                  device_fill=True)
         self._lock = reinit_after_fork(threading.Lock())
         self._devices = [_Device(i) for i in range(device_count)]
         self._handles = itertools.count(1)              # streams and events

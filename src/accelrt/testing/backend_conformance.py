@@ -186,6 +186,7 @@ def capabilities_match_operations(b: Backend, t: Target) -> None:
                                 "ipc_close_mem_handle"),
         "device_rng": ("philox_fill",),
         "device_add": ("elementwise_add",),
+        "device_fill": ("fill",),
         "pointer_lookup": ("pointer_device",),
         "adopt_memory": ("adopt_memory", "disown_memory"),
     }
@@ -236,13 +237,15 @@ def memcpy(b: Backend, t: Target) -> None:
 
 @check
 def memset_fill(b: Backend, t: Target) -> None:
-    """memset writes a byte; fill writes 1, 2, 4 and 8-byte patterns."""
+    """memset writes a byte; fill (capability ``device_fill``) writes 1, 2, 4 and 8-byte
+    patterns."""
     _need_data(t)
     s = b.default_stream(0)
     p = _malloc(b, 0, 1024)
     b.memset(0, p, 0xAB, 1024, s)
     assert (_download(b, 0, p, 1024, s) == 0xAB).all(), "memset"
-    for pattern in (b"\x01", b"\x01\x02", b"\x01\x02\x03\x04", bytes(range(1, 9))):
+    patterns = (b"\x01", b"\x01\x02", b"\x01\x02\x03\x04", bytes(range(1, 9)))
+    for pattern in patterns if _caps(b).device_fill else ():
         b.fill(0, p, pattern, 1024 // len(pattern), s)
         got = _download(b, 0, p, 1024, s).tobytes()
         assert got == pattern * (1024 // len(pattern)), f"fill with {pattern!r}"

@@ -161,7 +161,7 @@ class CpuBackend(TableBackend[CpuStream, CpuEvent]):
             interprocess_events=True,
             interprocess_memory=self._config.shared_memory, host_accessible=True,
             adopt_memory=True, fork_shares_memory=self._config.shared_memory,
-            stream_ordered_memory=True)
+            stream_ordered_memory=True, device_fill=True)
 
     # ------------------------------------------------------------------ leak checks
     def live_handles(self) -> dict[str, int]:

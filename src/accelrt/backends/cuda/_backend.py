@@ -341,7 +341,7 @@ class CudaBackend(Backend):
                 interprocess_events=True, interprocess_memory=True, host_accessible=False,
                 dlpack_device_type=_K_DL_CUDA, cuda_stream_protocol=True,
                 cuda_array_interface=True, device_rng=True, device_add=True,
-                pointer_lookup=True,
+                pointer_lookup=True, device_fill=True,
                 stream_ordered_memory=bool(attrs.get("memory_pools_supported", 0)))
             self._caps[index] = caps
         return caps

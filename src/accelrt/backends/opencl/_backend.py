@@ -220,7 +220,8 @@ class OpenCLBackend(TableBackend[ClStream, ClEvent]):
         # allocation): still what the staging pool needs, but users cannot pin arrays in it
         # (page_locked_host_memory=False)
         self._caps = Capabilities(pinned_host_memory=True, host_functions=True,
-                                  peer_copies=True, dlpack_device_type=_K_DL_OPENCL)
+                                  peer_copies=True, dlpack_device_type=_K_DL_OPENCL,
+                                  device_fill=True)
 
     # ------------------------------------------------------------------ leak checks
     def live_handles(self) -> dict[str, int]:
