@@ -567,8 +567,11 @@ class Array:
                 needed.
 
         Raises:
+            TypeError: an argument of the wrong type (``stream`` not an int or None,
+                ``max_version`` or ``dl_device`` not a tuple of two ints, ``copy`` not a bool).
             BufferError: the export is impossible as asked (e.g. ``copy=False`` to another
-                device, or an unsupported ``dl_device``).
+                device, an unsupported ``dl_device``, or a ``stream`` other than ``None`` and
+                ``-1`` for host memory).
 
         Example::
 
@@ -579,6 +582,7 @@ class Array:
             >>> v.tolist(), v.ctypes.data == a.data_ptr()
             ([3, 3], True)
         """
+        _check_dlpack_args(stream, max_version, dl_device, copy)
         own = self.__dlpack_device__()
         if dl_device is not None and tuple(dl_device) != own:
             host = (_dlpack.kDLCPU, 0)
@@ -601,8 +605,6 @@ class Array:
     def _device_capsule(self, stream: Any, max_version: tuple[int, int] | None,
                         copy: bool | None) -> Any:
         """DLPack capsule of device memory built with ctypes (non-host-accessible backends)."""
-        if stream is not None and (isinstance(stream, bool) or not isinstance(stream, int)):
-            raise TypeError(f"stream must be an int or None, got {type(stream).__name__}")
         src = self
         if copy:
             src = new_array(Array, self._shape, self._dtype, self.device)
@@ -634,6 +636,22 @@ class Array:
 def _rebuild(host: np.ndarray, device: str) -> Array:
     """Unpickle an :class:`Array`: a copy of ``host`` on ``device``."""
     return asarray(host, device=device, copy=True)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_dlpack_args(stream: Any, max_version: Any, dl_device: Any, copy: Any) -> None:
+    """``TypeError`` for a ``__dlpack__`` argument of the wrong type (the array API's types)."""
+    if stream is not None and not _is_int(stream):
+        raise TypeError(f"stream must be an int or None, got {type(stream).__name__}")
+    for name, value in (("max_version", max_version), ("dl_device", dl_device)):
+        if value is not None and not (isinstance(value, tuple) and len(value) == 2
+                                      and all(_is_int(v) for v in value)):
+            raise TypeError(f"{name} must be a tuple of two ints or None, got {value!r}")
+    if copy is not None and not isinstance(copy, bool):
+        raise TypeError(f"copy must be a bool or None, got {type(copy).__name__}")
 
 
 def _numpy_dlpack(view: np.ndarray, max_version: Any, copy: bool | None) -> Any:

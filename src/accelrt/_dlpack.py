@@ -47,7 +47,9 @@ from ._fork import reinit_after_fork
 
 __all__ = [
     "DLPACK_VERSION",
+    "dlpack_to_dtype",
     "dtype_to_dlpack",
+    "host_view",
     "kDLCPU",
     "kDLCUDA",
     "kDLCUDAHost",
@@ -115,6 +117,32 @@ def dtype_to_dlpack(dtype: Any) -> tuple[int, int, int]:
     return code, dt.itemsize * 8, 1
 
 
+def dlpack_to_dtype(code: int, bits: int, lanes: int) -> np.dtype:
+    """The numpy dtype of a DLPack ``(code, bits, lanes)`` (:func:`dtype_to_dlpack` reversed).
+
+    Raises:
+        TypeError: no numpy dtype matches (bfloat16, float8, vector lanes...).
+
+    Example::
+
+        >>> from accelrt._dlpack import dlpack_to_dtype
+        >>> dlpack_to_dtype(2, 16, 1)
+        dtype('float16')
+    """
+    kind = next((k for k, c in _KIND_CODES.items() if c == code), None)
+    dt = None
+    if kind is not None and lanes == 1 and bits % 8 == 0:
+        try:
+            dt = np.dtype(f"{kind}{bits // 8}")
+        except TypeError:
+            dt = None
+    if dt is None or dt.itemsize * 8 != bits:
+        raise TypeError(f"DLPack dtype (code {code}, {bits} bits, {lanes} lanes) has no numpy "
+                        f"or accelrt dtype (bfloat16, float8 and vector types have none); "
+                        f"convert the data first, e.g. tensor.float()")
+    return dt
+
+
 # ---------------------------------------------------------------------- ctypes layouts
 
 class _DLDevice(ctypes.Structure):
@@ -163,6 +191,19 @@ _PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
 _PyCapsule_GetName = ctypes.pythonapi.PyCapsule_GetName
 _PyCapsule_GetName.restype = ctypes.c_char_p
 _PyCapsule_GetName.argtypes = [ctypes.py_object]
+# a consumer's view of a producer's capsule (accelrt.interop._dlpack_in, host_view)
+_PyCapsule_IsValid = ctypes.pythonapi.PyCapsule_IsValid
+_PyCapsule_IsValid.restype = ctypes.c_int
+_PyCapsule_IsValid.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_PyCapsule_GetPointer = ctypes.pythonapi.PyCapsule_GetPointer
+_PyCapsule_GetPointer.restype = ctypes.c_void_p
+_PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_PyCapsule_SetName = ctypes.pythonapi.PyCapsule_SetName
+_PyCapsule_SetName.restype = ctypes.c_int
+_PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+# numpy reads versioned (DLPack >= 1.0) capsules, and their read-only flag, from 2.1 on
+_NUMPY_VERSIONED = np.lib.NumpyVersion(np.__version__) >= "2.1.0"
 
 # Lifetime of the C structures (and the owner) behind each capsule made here, keyed by the
 # address of its DLManagedTensor[Versioned]; entry = [managed, c_shape, c_strides, owner,
@@ -310,3 +351,58 @@ def make_capsule(ptr: int, shape: Sequence[int], dtype: Any, device: tuple[int, 
     capsule = _PyCapsule_New(key, name, None)
     _live[key] = [managed, c_shape, c_strides, owner, capsule]
     return capsule
+
+
+class _Exported:
+    """Hands a capsule already taken from a producer to ``np.from_dlpack``."""
+
+    __slots__ = ("_capsule", "_device")
+
+    def __init__(self, capsule: object, device: tuple[int, int]) -> None:
+        self._capsule, self._device = capsule, device
+
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        return self._capsule
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self._device
+
+
+def host_view(obj: Any) -> tuple[np.ndarray, bool]:
+    """A numpy view of a host-memory DLPack producer's data, and whether the producer lets
+    the consumer write to it: ``False`` only for a DLPack >= 1.0 capsule with the read-only
+    flag (numpy marks every legacy capsule's view read-only, as legacy capsules carry no flag;
+    their memory counts as writable, as PyTorch's ``from_dlpack`` treats it).
+
+    Raises:
+        TypeError: the data has no numpy dtype (:func:`dlpack_to_dtype`).
+
+    Example::
+
+        >>> import numpy as np
+        >>> from accelrt._dlpack import host_view
+        >>> ro = np.arange(3.0)
+        >>> ro.flags.writeable = False
+        >>> host_view(np.arange(3.0))[1], host_view(ro)[1]
+        (True, False)
+    """
+    device = tuple(obj.__dlpack_device__())
+    if _NUMPY_VERSIONED:
+        try:
+            capsule = obj.__dlpack__(max_version=DLPACK_VERSION)
+        except TypeError:   # a producer older than DLPack 1.0
+            capsule = obj.__dlpack__()
+    else:
+        capsule = obj.__dlpack__()
+    writable = True
+    for name, layout in ((_NAME_VERSIONED, _DLManagedTensorVersioned),
+                         (_NAME, _DLManagedTensor)):
+        if _PyCapsule_IsValid(capsule, name):   # else numpy says what is wrong with it
+            managed: Any = layout.from_address(_PyCapsule_GetPointer(capsule, name))
+            dt = managed.dl_tensor.dtype
+            dlpack_to_dtype(dt.code, dt.bits, dt.lanes)
+            if name == _NAME_VERSIONED:
+                writable = not managed.flags & DLPACK_FLAG_BITMASK_READ_ONLY
+            break
+    exported: Any = _Exported(capsule, (int(device[0]), int(device[1])))
+    return np.from_dlpack(exported), writable

@@ -26,6 +26,7 @@ from ._stream import _current
 from ._transfer import Copy, Hold, Plan, Stage, Sync, execute, held
 
 if TYPE_CHECKING:
+    from ._backend import Backend
     from ._typing import DeviceLike, DTypeLike, HostArray, ScalarLike, SizeLike
 
 __all__ = ["asarray", "empty", "full", "ones", "zeros"]
@@ -230,8 +231,9 @@ def asarray(obj: object, device: DeviceLike = None, dtype: DTypeLike | None = No
         copy: ``True`` always copies; ``False`` raises instead of copying; ``None`` shares
             memory when it can: an :class:`Array` already on ``device``, or host memory
             (numpy, a ``kDLCPU`` DLPack producer) that is C-contiguous, of the wanted dtype
-            and writable (DLPack memory counts as writable), when ``device`` is
-            host-accessible (the CPU backend); a ``__cuda_array_interface__`` producer's
+            and writable (DLPack memory counts as writable unless the producer flags it
+            read-only), when ``device`` is host-accessible (the CPU backend); a
+            ``__cuda_array_interface__`` producer's
             memory when it is C-contiguous, writable, of the wanted dtype and on ``device``
             (after the current stream waits for the producer's ``stream``).
 
@@ -282,8 +284,9 @@ def asarray(obj: object, device: DeviceLike = None, dtype: DTypeLike | None = No
     b, index = _get_device(device)
     dt = None if dtype is None else _check_dtype(dtype, b, index)
     python_data = isinstance(obj, (list, tuple, int, float, complex))
+    writable = True   # a DLPack producer may forbid writes (a DLPack >= 1.0 flag)
     if from_dlpack:
-        obj = _import_dlpack(obj, copy)
+        obj, writable = _import_dlpack(obj, copy)
     host = _to_numpy(obj, "asarray()")
     if python_data and dt is None:
         if host.dtype == np.float64:
@@ -293,15 +296,14 @@ def asarray(obj: object, device: DeviceLike = None, dtype: DTypeLike | None = No
     if dt is None:
         dt = _check_dtype(host.dtype, b, index)
     # numpy marks imports of legacy (unversioned) DLPack capsules read-only because they
-    # carry no read-only flag; DLPack memory is shared as PyTorch's from_dlpack does.
+    # carry no read-only flag; such memory is shared as PyTorch's from_dlpack does, memory
+    # a producer flags read-only is copied (an accelrt array is always writable).
     shareable = (not python_data and host.dtype == dt and host.size > 0
                  and host.flags.c_contiguous and host.flags.aligned
-                 and (host.flags.writeable or from_dlpack)
+                 and (host.flags.writeable or (from_dlpack and writable))
                  and b.capabilities(index).host_accessible)
     if shareable and not copy:
-        _lazy_init(b, index)
-        mem = _Memory(host.ctypes.data, host.nbytes, None, base=host, host=True)
-        return Array._wrap(mem, host.shape, dt, b, index)
+        return _borrow_host(host, dt, b, index)
     if copy is False:
         raise ValueError(f"asarray(copy=False): the data cannot be shared with "
                          f"{b.name}:{index} (it needs a dtype conversion, is not C-contiguous "
@@ -312,17 +314,26 @@ def asarray(obj: object, device: DeviceLike = None, dtype: DTypeLike | None = No
     return out
 
 
-def _import_dlpack(obj: Any, copy: bool | None) -> np.ndarray:
+def _borrow_host(host: np.ndarray, dt: np.dtype, b: Backend, index: int) -> Array:
+    """An array on host-accessible device ``index`` of ``b`` over ``host``'s memory (a
+    C-contiguous, aligned, non-empty numpy array of dtype ``dt``), keeping ``host`` alive."""
+    _lazy_init(b, index)
+    mem = _Memory(host.ctypes.data, host.nbytes, None, base=host, host=True)
+    return Array._wrap(mem, host.shape, dt, b, index)
+
+
+def _import_dlpack(obj: Any, copy: bool | None) -> tuple[np.ndarray, bool]:
     """A numpy array of a DLPack producer's data: a view for host memory, else a copy made
-    by the producer (DLPack ``dl_device`` request)."""
+    by the producer (DLPack ``dl_device`` request); and whether it may be written to
+    (:func:`accelrt._dlpack.host_view`)."""
     dev = obj.__dlpack_device__()
     if int(dev[0]) in _HOST_DLPACK:
-        return np.from_dlpack(obj)
+        return _dlpack.host_view(obj)
     if copy is False:
         raise ValueError(f"asarray(copy=False): the DLPack producer's memory is on device "
                          f"{tuple(dev)}, which accelrt cannot share; pass copy=None")
     try:
-        return np.from_dlpack(obj, device="cpu", copy=True)
+        return np.from_dlpack(obj, device="cpu", copy=True), True
     except (BufferError, TypeError, ValueError, RuntimeError, NotImplementedError) as exc:
         raise BufferError(f"asarray(): cannot import DLPack data on device {tuple(dev)}: the "
                           f"producer could not copy it to the host ({exc}); move it to the "

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers.shim import shim_forwarding_to
 
 import accelrt as acc
 from accelrt import backends
@@ -35,15 +36,8 @@ pytestmark = needs_shim
 @pytest.fixture
 def lib() -> Iterator[Any]:
     """The shim forwarding to the ``shimcpu`` backend's allocators; emptied afterwards."""
-    shim = _shim.load()
-    _shim.install(backend=NAME)
-    try:
+    with shim_forwarding_to(NAME, 2) as shim:
         yield shim
-    finally:
-        _shim.uninstall()
-        b = backends.get_backend(NAME)
-        for i in range(2):
-            get_allocator(b, i).empty_cache()
 
 
 def _alloc(name: str = NAME, index: int = 0) -> Any:

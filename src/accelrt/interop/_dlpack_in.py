@@ -20,7 +20,6 @@ Example::
 
 from __future__ import annotations
 
-import ctypes
 import weakref
 from typing import Any
 
@@ -33,19 +32,10 @@ __all__ = ["from_dlpack"]
 
 _HOST = (_dlpack.kDLCPU, _dlpack.kDLCUDAHost, _dlpack.kDLROCMHost)
 _USED = {b"dltensor": b"used_dltensor", b"dltensor_versioned": b"used_dltensor_versioned"}
-_KINDS = {_dlpack.kDLInt: "i", _dlpack.kDLUInt: "u", _dlpack.kDLFloat: "f",
-          _dlpack.kDLComplex: "c", _dlpack.kDLBool: "b"}
 
-_api = ctypes.pythonapi
-_IsValid = _api.PyCapsule_IsValid
-_IsValid.restype = ctypes.c_int
-_IsValid.argtypes = [ctypes.py_object, ctypes.c_char_p]
-_GetPointer = _api.PyCapsule_GetPointer
-_GetPointer.restype = ctypes.c_void_p
-_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
-_SetName = _api.PyCapsule_SetName
-_SetName.restype = ctypes.c_int
-_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_IsValid = _dlpack._PyCapsule_IsValid
+_GetPointer = _dlpack._PyCapsule_GetPointer
+_SetName = _dlpack._PyCapsule_SetName
 
 
 def _call_deleter(deleter: Any, managed: int) -> None:
@@ -97,10 +87,11 @@ def from_dlpack(obj: Any, device: DeviceLike = None) -> Any:
 
     Raises:
         TypeError: ``obj`` is not a DLPack producer.
-        BufferError: the memory is on another device than ``device``, no accelrt backend
-            serves its device, it is not C-contiguous, read-only, or of a dtype with lanes.
+        BufferError: the memory is on another device than ``device`` (host memory: a device
+            the host cannot read), no accelrt backend serves its device, it is not
+            C-contiguous (negative strides included), read-only, or of a dtype with lanes.
     """
-    from .._array import Array, _Memory, asarray
+    from .._array import Array, _Memory
     from .._device import _lazy_init
     from .._stream import _current
     if not (hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__")):
@@ -109,7 +100,7 @@ def from_dlpack(obj: Any, device: DeviceLike = None) -> Any:
     kind, dev_id = obj.__dlpack_device__()
     dev = (int(kind), int(dev_id))
     if dev[0] in _HOST:
-        return asarray(obj, device="cpu:0" if device is None else device)
+        return _share_host(obj, device)
     b, index = _backend_of(dev, device)
     _lazy_init(b, index)
     stream = int(_current(b, index)._handle)
@@ -120,6 +111,39 @@ def from_dlpack(obj: Any, device: DeviceLike = None) -> Any:
     except TypeError:   # a producer older than DLPack 1.0
         capsule = obj.__dlpack__(stream=stream)
     return _consume(capsule, b, index, dev, Array, _Memory)
+
+
+def _share_host(obj: Any, device: DeviceLike) -> Any:
+    """An array sharing a host-memory producer's memory (``cpu:0`` unless ``device`` names
+    another host-accessible device), or a ``BufferError`` saying why it cannot."""
+    from .._array import _check_dtype
+    from .._device import _get_device
+    from .._factories import _borrow_host, asarray
+    b, index = _get_device("cpu:0" if device is None else device)
+    if not b.capabilities(index).host_accessible:
+        raise BufferError(f"from_dlpack(): the producer's memory is host memory, which "
+                          f"{b.name}:{index} cannot share; pass device=None, or copy with "
+                          f"acc.asarray(obj, device=...)")
+    try:
+        host, writable = _dlpack.host_view(obj)
+    except TypeError as exc:   # a dtype numpy has not
+        raise BufferError(f"from_dlpack(): {exc}") from None
+    if not writable:
+        raise BufferError("from_dlpack(): the producer exports read-only memory, which an "
+                          "accelrt array cannot honour; copy it first (acc.asarray(obj, "
+                          "copy=True))")
+    if not host.flags.c_contiguous:
+        steps = [st // host.itemsize for st in host.strides]
+        raise BufferError(f"from_dlpack(): the producer's {host.shape} array is not "
+                          f"C-contiguous (strides {steps} elements); make it contiguous first "
+                          f"(.contiguous())")
+    dt = _check_dtype(host.dtype, b, index)
+    if host.size == 0:   # nothing to share
+        return asarray(host, device=f"{b.name}:{index}")
+    if not host.flags.aligned:
+        raise BufferError(f"from_dlpack(): the producer's data at {host.ctypes.data:#x} is "
+                          f"not aligned to its {dt.name} elements; copy it first")
+    return _borrow_host(host, dt, b, index)
 
 
 def _consume(capsule: Any, b: Any, index: int, dev: tuple[int, int], array_cls: Any,
@@ -143,10 +167,10 @@ def _consume(capsule: Any, b: Any, index: int, dev: tuple[int, int], array_cls: 
     if (t.device.device_type, t.device.device_id) != dev:
         raise BufferError(f"from_dlpack(): the capsule describes device "
                           f"{(t.device.device_type, t.device.device_id)}, the producer said {dev}")
-    if t.dtype.lanes != 1 or t.dtype.code not in _KINDS:
-        raise BufferError(f"from_dlpack(): DLPack dtype (code {t.dtype.code}, "
-                          f"{t.dtype.bits} bits, {t.dtype.lanes} lanes) has no accelrt dtype")
-    dt = np.dtype(f"{_KINDS[t.dtype.code]}{t.dtype.bits // 8}")
+    try:
+        dt = _dlpack.dlpack_to_dtype(t.dtype.code, t.dtype.bits, t.dtype.lanes)
+    except TypeError as exc:
+        raise BufferError(f"from_dlpack(): {exc}") from None
     shape = tuple(int(t.shape[i]) for i in range(t.ndim))
     if t.strides:
         want = 1

@@ -43,7 +43,8 @@ from typing import Any
 from .._errors import BackendUnavailableError, OutOfMemoryError
 from .._fork import reinit_after_fork
 
-__all__ = ["FREE", "MALLOC", "install", "installed", "load", "shim_path", "uninstall"]
+__all__ = ["FREE", "MALLOC", "install", "installed", "load", "restore", "shim_path",
+           "uninstall"]
 
 #: The names PyTorch's ``CUDAPluggableAllocator`` is given.
 MALLOC = "accelrt_torch_malloc"
@@ -70,7 +71,7 @@ class _Target:
         self.backend = backend
         self.device = device
         self.raising = raising
-        self.known: set[tuple[int, int]] = set()   # (device, stream) already validated
+        self.known: set[tuple[int, int]] = set()   # (device, PyTorch's stream) validated
 
 
 _target: _Target | None = None   # replaced whole (never mutated but ``known``) under _lock
@@ -144,14 +145,19 @@ def _allocator(t: _Target, device: int, stream: int | None) -> tuple[Any, int]:
                            f"PyTorch asked for memory on device {device}; install it with "
                            f"device=None to serve every device")
     b = cuda_backend(t.backend)
+    key = (device, stream or 0)
+    new = key not in t.known
+    if new and not 0 <= device < b.device_count():
+        raise IndexError(f"PyTorch asked for memory on device {device}, but {b.name} has "
+                         f"{b.device_count()} device(s)")
     _lazy_init(b, device)
     handle = stream or b.default_stream(device)   # NULL: CUDA's legacy default stream
-    if (device, handle) not in t.known:
+    if new:
         # cuda registers a foreign (PyTorch's) stream here
         if not b.stream_is_valid(device, handle):
             raise ValueError(f"PyTorch's stream {handle:#x} is not a live stream of "
                              f"{b.name}:{device}")
-        t.known.add((device, handle))
+        t.known.add(key)
     return get_allocator(b, device), handle
 
 
@@ -204,7 +210,7 @@ _NO_FREE = _FREE_FN()
 
 
 def install(*, backend: str = "cuda", device: int | None = None,
-            raise_on_failure: bool = False) -> None:
+            raise_on_failure: bool = False) -> _Target | None:
     """Make the shim forward PyTorch's calls to accelrt's caching allocators of ``backend``.
 
     Args:
@@ -216,10 +222,13 @@ def install(*, backend: str = "cuda", device: int | None = None,
             message (for PyTorch, which turns it into a ``RuntimeError``) instead of returning
             NULL (for ctypes callers, which cannot catch it).
 
+    Returns:
+        The installation this one replaces (``None`` if there was none), for
+        :func:`restore`.
+
     Raises:
         BackendUnavailableError: the shim was not built, or ``backend`` is not available.
     """
-    global _target
     if device is not None and (not isinstance(device, int) or isinstance(device, bool)):
         raise TypeError(f"device must be an int or None, got {type(device).__name__}")
     if not isinstance(backend, str):
@@ -229,26 +238,39 @@ def install(*, backend: str = "cuda", device: int | None = None,
                         f"{type(raise_on_failure).__name__}")
     from ._common import cuda_backend
     cuda_backend(backend)
-    lib = load()
-    with _lock:
-        if _target is None:
-            # once the interpreter finalizes, C must no longer call into Python
-            atexit.unregister(uninstall)
-            atexit.register(uninstall)
-        _target = _Target(backend, device, raise_on_failure)
-        lib.accelrt_torch_set_callbacks(_MALLOC_CB, _FREE_CB, int(raise_on_failure))
+    load()
+    return _set_target(_Target(backend, device, raise_on_failure))
 
 
 def uninstall() -> None:
     """Stop forwarding: the shim's malloc returns NULL (or raises, when installed with
     ``raise_on_failure``), its free does nothing (idempotent). Memory handed out stays
     allocated."""
+    _set_target(None)
+
+
+def restore(previous: _Target | None) -> None:
+    """Put back what :func:`install` returned (``None``: :func:`uninstall`), e.g. when the
+    caller's next step failed and an earlier installation must keep serving."""
+    _set_target(previous)
+
+
+def _set_target(target: _Target | None) -> _Target | None:
+    """Forward to ``target`` (``None``: stop forwarding); returns the previous target."""
     global _target
     with _lock:
-        raising = _target is not None and _target.raising
-        _target = None
-        if _lib is not None:
+        previous = _target
+        if target is not None:
+            if previous is None:
+                # once the interpreter finalizes, C must no longer call into Python
+                atexit.unregister(uninstall)
+                atexit.register(uninstall)
+            _lib.accelrt_torch_set_callbacks(_MALLOC_CB, _FREE_CB, int(target.raising))
+        elif _lib is not None:
+            raising = previous is not None and previous.raising
             _lib.accelrt_torch_set_callbacks(_NO_MALLOC, _NO_FREE, int(raising))
+        _target = target
+        return previous
 
 
 def installed() -> bool:

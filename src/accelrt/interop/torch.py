@@ -25,9 +25,11 @@ Example::
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from .._errors import AcceleratorError, BackendUnavailableError
+from .._fork import reinit_after_fork
 from .._typing import DeviceLike
 from . import _shim
 from ._common import cuda_backend, missing
@@ -36,6 +38,9 @@ from ._dlpack_in import from_dlpack
 __all__ = ["from_torch", "to_torch", "use_accelrt_allocator"]
 
 _INSTALL = "pip install torch (or pip install accelrt[torch]); see https://pytorch.org"
+
+_lock = reinit_after_fork(threading.Lock())
+_in_use: Any = None   # guarded by _lock: the CUDAPluggableAllocator installed into PyTorch
 
 
 def _torch() -> Any:
@@ -51,7 +56,8 @@ def use_accelrt_allocator(device: int | None = None, *, settings: str | None = N
     """Make accelrt's CUDA caching allocator PyTorch's CUDA allocator.
 
     Call it before PyTorch's first CUDA allocation: PyTorch can change its allocator only
-    while its own is unused, and only once per process (there is no way back). Afterwards an
+    while its own is unused, and only once per process (there is no way back). A later call
+    keeps the installed allocator and applies its ``device`` and ``settings``. Afterwards an
     allocation accelrt cannot serve raises a ``RuntimeError`` in PyTorch carrying accelrt's
     message (``"cuda out of memory. Tried to allocate ..."``): PyTorch's pluggable allocator
     has no out-of-memory path of its own.
@@ -97,20 +103,30 @@ def use_accelrt_allocator(device: int | None = None, *, settings: str | None = N
     path = _shim.shim_path()
     if path is None:
         raise _shim._not_built()
-    try:
-        _shim.install(backend=backend, device=device, raise_on_failure=True)
-        allocator = pluggable(path, _shim.MALLOC, _shim.FREE)
-        memory.change_current_allocator(allocator)
-    except RuntimeError as exc:
-        _shim.uninstall()
-        if isinstance(exc, AcceleratorError):
-            raise
-        raise AcceleratorError(
-            f"PyTorch refused to change its CUDA allocator ({exc}): it already allocated CUDA "
-            f"memory with its own. Call accelrt.interop.torch.use_accelrt_allocator() at the "
-            f"start of the program, before any CUDA tensor is made") from exc
-    if settings is not None:   # PyTorch allocates nothing before its first tensor
-        _config.set_allocator_settings(settings)
+    global _in_use
+    with _lock:
+        if _in_use is not None:
+            # PyTorch already allocates through the shim (an earlier call); its pluggable
+            # allocator cannot be swapped again, so only the shim's target changes
+            allocator = _in_use
+            _shim.install(backend=backend, device=device, raise_on_failure=True)
+        else:
+            previous = _shim.install(backend=backend, device=device, raise_on_failure=True)
+            try:
+                allocator = pluggable(path, _shim.MALLOC, _shim.FREE)
+                memory.change_current_allocator(allocator)
+            except RuntimeError as exc:
+                _shim.restore(previous)
+                if isinstance(exc, AcceleratorError):
+                    raise
+                raise AcceleratorError(
+                    f"PyTorch refused to change its CUDA allocator ({exc}): it already "
+                    f"allocated CUDA memory with its own. Call "
+                    f"accelrt.interop.torch.use_accelrt_allocator() at the start of the "
+                    f"program, before any CUDA tensor is made") from exc
+            _in_use = allocator
+        if settings is not None:   # PyTorch allocates nothing before its first tensor
+            _config.set_allocator_settings(settings)
     return allocator
 
 
@@ -142,8 +158,9 @@ def from_torch(tensor: Any, device: DeviceLike = None) -> Any:
     Raises:
         BackendUnavailableError: PyTorch is not installed.
         TypeError: ``tensor`` is not a ``torch.Tensor``.
-        BufferError: the tensor is not contiguous, requires grad, or ``device`` is not the
-            tensor's (see :func:`accelrt.interop._dlpack_in.from_dlpack`).
+        BufferError: the tensor is not contiguous, requires grad, has a dtype accelrt has
+            not (bfloat16, float8), or ``device`` is not the tensor's (see
+            :func:`accelrt.interop._dlpack_in.from_dlpack`).
     """
     torch = _torch()
     if not isinstance(tensor, torch.Tensor):
