@@ -2,6 +2,8 @@
 bounded reader, the text sanitiser and the one output writer shared by ``accelrt replay``,
 ``accelrt memory viz`` and ``accelrt memory tune``.
 
+* :func:`file_name` checks a file argument (str, bytes or ``os.PathLike``; never a file
+  descriptor) and gives it as text for messages.
 * :func:`read_input` reads a file, inflating gzip data as a stream and refusing to inflate
   more than :func:`inflate_limit` bytes (a 0.5 MB gzip bomb that would inflate to 512 MiB is
   refused after at most 64 MiB, with a clear ``ValueError``).
@@ -42,8 +44,8 @@ import zlib
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["INFLATE_FLOOR", "INFLATE_RATIO", "example_file", "inflate_limit", "parse_args",
-           "read_input", "short_repr", "terminal_safe", "write_atomic"]
+__all__ = ["INFLATE_FLOOR", "INFLATE_RATIO", "example_file", "file_name", "inflate_limit",
+           "parse_args", "read_input", "short_repr", "terminal_safe", "write_atomic"]
 
 #: Gzip input may always inflate to this many bytes...
 INFLATE_FLOOR = 64 << 20
@@ -84,6 +86,10 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None,
         ...     parse_args(parser, ["--bad"])
         2
     """
+    if argv is not None and (isinstance(argv, (str, bytes)) or not isinstance(argv, Sequence)
+                             or not all(isinstance(a, str) for a in argv)):
+        raise TypeError(f"argv must be a list of str (the arguments after the command), got "
+                        f"{short_repr(argv)}")
     if json_help is not None:
         parser.add_argument("--json", action="store_true", help=json_help)
     try:
@@ -112,15 +118,41 @@ def example_file(name: str, data: bytes) -> str:
     return path
 
 
+def file_name(path: Any, what: str = "path") -> str:
+    """``path`` (a str, bytes or ``os.PathLike`` file name) as a str, to open and to name in
+    messages (undecodable bytes kept as ``os.fsdecode`` keeps them).
+
+    Raises:
+        TypeError: ``path`` is anything else; an int would be read as an open file
+            descriptor, which the tools never take (the message names ``what``).
+
+    Example::
+
+        >>> from pathlib import Path
+        >>> from accelrt.memory.tools._files import file_name
+        >>> file_name(Path("snap.pickle")), file_name(b"t.json")
+        ('snap.pickle', 't.json')
+        >>> file_name(3)
+        Traceback (most recent call last):
+        ...
+        TypeError: path must be a file name (str, bytes or os.PathLike), got int
+    """
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        raise TypeError(f"{what} must be a file name (str, bytes or os.PathLike), got "
+                        f"{type(path).__name__}")
+    return os.fsdecode(os.fspath(path))
+
+
 def read_input(path: str, limit: int | None = None) -> bytes:
     """Read ``path``; gzip data is inflated, but never to more than ``limit`` bytes.
 
     Args:
-        path: the file.
+        path: the file (see :func:`file_name`).
         limit: the most inflated bytes accepted (default :func:`inflate_limit` of the file's
             size).
 
     Raises:
+        TypeError: ``path`` is not a file name, or ``limit`` not an int.
         OSError: the file cannot be read.
         ValueError: the gzip data is corrupt, or inflates to more than ``limit`` bytes (a
             "gzip bomb"); the message names the file and the limit.
@@ -132,6 +164,10 @@ def read_input(path: str, limit: int | None = None) -> bytes:
         >>> read_input(example_file("t.gz", gzip.compress(b"hello")))
         b'hello'
     """
+    path = file_name(path)
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool)):
+        raise TypeError(f"limit must be an int number of bytes or None, got "
+                        f"{type(limit).__name__}")
     with open(path, "rb") as f:
         if f.peek(2)[:2] != b"\x1f\x8b":
             return f.read()

@@ -33,11 +33,12 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TextIO
 
-from ._files import parse_args, read_input, short_repr, terminal_safe
+from ._files import file_name, parse_args, read_input, short_repr, terminal_safe
 
 __all__ = ["H100_US", "NO_HISTORY_HINT", "NoHistoryError", "Op", "WrongFileKindError",
            "driver_cost_us", "human_bytes", "load_pickle", "load_trace", "no_history_message",
-           "replay_main", "replay_ops", "settings_text", "steady_start", "trace_ops"]
+           "replay_main", "replay_ops", "settings_text", "snapshot_entries", "snapshot_traces",
+           "steady_start", "trace_ops"]
 
 #: One replayed operation: (is_alloc, trace address, size in bytes, stream handle).
 Op = tuple[bool, int, int, int]
@@ -179,27 +180,70 @@ def _entries_from_json(obj: Any, path: str) -> list[Any]:
     return entries
 
 
-def _entries_from_snapshot(obj: Any, path: str) -> list[Any]:
+def snapshot_traces(obj: Any, path: str) -> list[list[Any]]:
+    """A snapshot's ``device_traces``, one list of entries per device, checked.
+
+    Raises:
+        NoHistoryError: the snapshot has no ``device_traces`` (how to record them).
+        ValueError: ``obj`` is not a dict, or ``device_traces`` not a list of lists.
+
+    Example::
+
+        >>> from accelrt.memory.tools._replay import snapshot_traces
+        >>> snapshot_traces({"segments": [], "device_traces": [[], []]}, "s.pickle")
+        [[], []]
+    """
     if not isinstance(obj, dict):
         raise ValueError(f"{path}: a snapshot pickle must be a dict with a 'device_traces' "  # noqa: TRY004
                          f"list, got {type(obj).__name__}")
     if "device_traces" not in obj:
         raise NoHistoryError(no_history_message(path, "the snapshot (no 'device_traces' list)"))
-    if not isinstance(obj["device_traces"], list) or \
-            not all(isinstance(t, list) for t in obj["device_traces"]):
-        raise ValueError(f"{path}: 'device_traces' must be a list of lists of trace entries")
-    traces = [t for t in obj["device_traces"] if t]
-    if len(traces) > 1:
-        raise ValueError(f"{path}: the snapshot holds traces of {len(traces)} devices; "
-                         "replay takes one device's trace")
+    traces = obj["device_traces"]
+    if not isinstance(traces, list) or not all(isinstance(t, list) for t in traces):
+        raise ValueError(f"{path}: 'device_traces' must be a list of lists of trace entries, "
+                         f"got {type(traces).__name__}")
+    return traces
+
+
+def snapshot_entries(trace: list[Any], path: str, device: int) -> list[Any]:
+    """One device's snapshot trace entries (dicts) as raw ``(action, addr, size, stream)``
+    entries for :func:`trace_ops` (an ``oom`` entry has no ``addr``: 0).
+
+    Raises:
+        ValueError: an entry is not a dict, lacks ``action`` or ``size``, or has an action
+            that is not a str (the message names the device and the entry).
+
+    Example::
+
+        >>> from accelrt.memory.tools._replay import snapshot_entries
+        >>> snapshot_entries([{"action": "alloc", "addr": 16, "size": 512, "stream": 0}],
+        ...                  "s.pickle", 0)
+        [('alloc', 16, 512, 0)]
+    """
     out: list[Any] = []
-    for i, e in enumerate(traces[0] if traces else []):
+    for i, e in enumerate(trace):
         if not isinstance(e, dict):
-            raise ValueError(f"{path}: device trace entry {i} is not a dict")  # noqa: TRY004
+            raise ValueError(f"{path}: device {device} trace entry {i} is not a dict")  # noqa: TRY004
         try:
-            out.append((e["action"], e.get("addr", 0), e["size"], e.get("stream", 0)))
+            action, size = e["action"], e["size"]
         except KeyError as exc:
-            raise ValueError(f"{path}: device trace entry {i} has no {exc} key") from exc
+            raise ValueError(f"{path}: device {device} trace entry {i} has no {exc} key") \
+                from exc
+        if not isinstance(action, str):
+            raise ValueError(f"{path}: device {device} trace entry {i}: 'action' must be a "  # noqa: TRY004
+                             f"str, got {short_repr(action)}")
+        out.append((action, e.get("addr", 0), size, e.get("stream", 0)))
+    return out
+
+
+def _entries_from_snapshot(obj: Any, path: str) -> list[Any]:
+    traces = snapshot_traces(obj, path)
+    with_history = [d for d, t in enumerate(traces) if t]
+    if len(with_history) > 1:
+        raise ValueError(f"{path}: the snapshot holds traces of {len(with_history)} devices; "
+                         "replay takes one device's trace")
+    device = with_history[0] if with_history else 0
+    out = snapshot_entries(traces[device] if with_history else [], path, device)
     if not any(action == "alloc" for action, _, _, _ in out):
         raise NoHistoryError(no_history_message(path, "the snapshot"))
     return out
@@ -224,6 +268,7 @@ def load_trace(path: str) -> list[Any]:
         >>> load_trace(example_file("t.json", b'{"trace": [["alloc", 16, 512, 0]]}'))
         [['alloc', 16, 512, 0]]
     """
+    path = file_name(path)
     data = _read_bytes(path)
     if data[:1] == b"\x80":
         return _entries_from_snapshot(load_pickle(data, path), path)
@@ -426,8 +471,9 @@ def _replay(ops: Sequence[Op], config: Any, name: str, progress: TextIO | None,
     calls = alloc.backend.calls(0)
     live = _peak_live(ops)
     reserved = int(st["reserved_bytes.all.peak"])
-    steady_calls = _driver_calls(calls) - before_steady
     steady_ops = len(ops) - steady
+    # fewer than 3 operations have no steady state: none of their driver calls are in it
+    steady_calls = _driver_calls(calls) - before_steady if steady_ops else 0
     return {
         "trace": name,
         "ops": len(ops),
@@ -568,6 +614,7 @@ def replay_main(argv: Sequence[str] | None = None) -> int:
     except (TypeError, ValueError) as exc:
         print(f"accelrt replay: error: --alloc-conf: {exc}", file=sys.stderr)
         return 2
+    from ..._errors import OutOfMemoryError
     progress = sys.stderr if sys.stderr.isatty() else None
     rows = []
     status = 0
@@ -578,6 +625,12 @@ def replay_main(argv: Sequence[str] | None = None) -> int:
                 row = replay_ops(ops, config, name=_trace_name(path))
             else:
                 row = replay_ops(ops, config, name=_trace_name(path), progress=progress)
+        except OutOfMemoryError as exc:     # the allocator's message does not name the file
+            print(f"accelrt replay: error: {terminal_safe(path, one_line=True)}: out of memory "
+                  f"on the simulated device: {terminal_safe(str(exc), one_line=True)}",
+                  file=sys.stderr)
+            status = 1
+            continue
         except (OSError, ValueError, MemoryError, RecursionError, OverflowError) as exc:
             print(f"accelrt replay: error: {terminal_safe(str(exc), one_line=True)}",
                   file=sys.stderr)

@@ -42,11 +42,12 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from ._files import parse_args, terminal_safe
+from ._files import file_name, parse_args, terminal_safe
 from ._replay import (
     NO_HISTORY_HINT,
     NoHistoryError,
     Op,
+    _as_int,
     _entries_from_json,
     _peak_live,
     _read_bytes,
@@ -55,12 +56,14 @@ from ._replay import (
     human_bytes,
     load_pickle,
     no_history_message,
+    snapshot_entries,
+    snapshot_traces,
     trace_ops,
 )
 
-__all__ = ["ACCELRT_POLICY", "NoHistoryError", "Workload", "candidate_settings", "format_tune",
-           "load_workload", "parse_device_memory", "pytorch_part", "read_workload",
-           "recorded_setting", "settings_recorded", "tune_main", "tune_ops",
+__all__ = ["ACCELRT_POLICY", "NoHistoryError", "Workload", "candidate_settings", "cap_fraction",
+           "format_tune", "load_workload", "parse_device_memory", "pytorch_part",
+           "read_workload", "recorded_setting", "settings_recorded", "tune_main", "tune_ops",
            "with_oom_requests"]
 
 _MiB = 1 << 20
@@ -82,19 +85,6 @@ _SIZE_FORMS = ("bytes (85899345920) or a number with a unit: KiB, MiB, GiB, TiB 
 
 # ---------------------------------------------------------------------- loading
 
-def _snapshot_entries(trace: list[Any], path: str, device: int) -> list[Any]:
-    out: list[Any] = []
-    for i, e in enumerate(trace):
-        if not isinstance(e, dict):
-            raise ValueError(f"{path}: device {device} trace entry {i} is not a dict")  # noqa: TRY004
-        try:
-            out.append((e["action"], e.get("addr", 0), e["size"], e.get("stream", 0)))
-        except KeyError as exc:
-            raise ValueError(f"{path}: device {device} trace entry {i} has no {exc} key") \
-                from exc
-    return out
-
-
 _NO_HISTORY = NO_HISTORY_HINT
 
 
@@ -102,8 +92,9 @@ def parse_device_memory(text: str) -> int:
     """``--device-memory SIZE``: bytes, or a number with a binary or decimal unit.
 
     Raises:
-        ValueError: ``text`` is not such a size, or is out of range; the message names the
-            accepted forms.
+        TypeError: ``text`` is not a str.
+        ValueError: ``text`` is not such a size, or is out of range (at least 1 MiB, less
+            than 1 EiB); the message names the accepted forms.
 
     Example::
 
@@ -112,6 +103,9 @@ def parse_device_memory(text: str) -> int:
         (True, 85520809984)
     """
     from ...backends.cpu._config import parse_memory_size
+    if not isinstance(text, str):
+        raise TypeError(f"--device-memory must be a str such as '80GiB', got "
+                        f"{type(text).__name__}")
     shown = terminal_safe(repr(text[:40] + ("..." if len(text) > 40 else "")), one_line=True)
     try:
         size = parse_memory_size(text.strip()) if len(text) <= 64 else -1
@@ -121,7 +115,7 @@ def parse_device_memory(text: str) -> int:
         raise ValueError(f"--device-memory {shown} is not a memory size; use {_SIZE_FORMS}")
     if size < _MiB or size >= 1 << 60:
         raise ValueError(f"--device-memory {shown} is out of range: give the device's memory, "
-                         f"from 1 MiB to 1 EiB, as {_SIZE_FORMS}")
+                         f"at least 1 MiB and less than 1 EiB, as {_SIZE_FORMS}")
     return size
 
 
@@ -148,27 +142,39 @@ class Workload:
     capacity_source: str
 
 
-def _reserved_at_ooms(snapshot: dict[str, Any], entries: list[Any], device: int
+def _reserved_at_ooms(snapshot: dict[str, Any], entries: list[Any], device: int, path: str
                       ) -> list[int | None]:
-    """The bytes the allocator held at each ``oom`` entry of ``entries``: the snapshot's
-    segments of ``device`` at its end, less the segment changes the trace records after."""
+    """The bytes the allocator held at each ``oom`` entry of ``entries`` (from
+    :func:`~accelrt.memory.tools._replay.snapshot_entries`): the snapshot's segments of
+    ``device`` at its end, less the segment changes the trace records after (``None`` where
+    the segments do not say)."""
+    n_oom = sum(action == "oom" and bool(size) for action, _, size, _ in entries)
+    segments = snapshot.get("segments", [])
+    if not isinstance(segments, list):
+        raise ValueError(f"{path}: 'segments' must be a list of segment dicts, got "  # noqa: TRY004
+                         f"{type(segments).__name__}")
     final = 0
-    for seg in snapshot.get("segments") or ():
+    for seg in segments:
         if not isinstance(seg, dict):
-            return [None] * sum(e.get("action") == "oom" for e in entries)
+            return [None] * n_oom
         size, dev = seg.get("total_size"), seg.get("device", 0)
-        if dev == device and isinstance(size, int) and not isinstance(size, bool):
-            final += size
+        if dev != device:
+            continue
+        if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size < 1 << 64:
+            return [None] * n_oom       # a segment of unknown size: the total is unknown
+        final += size
     delta = {"segment_alloc": 1, "segment_map": 1, "segment_free": -1, "segment_unmap": -1}
     cur = 0
     at_oom: list[int] = []
-    for e in entries:
-        sign = delta.get(e.get("action"), 0)
+    for i, (action, _, size, _) in enumerate(entries):
+        sign = delta.get(action, 0)
         if sign:
-            cur += sign * int(e.get("size") or 0)
-        elif e.get("action") == "oom":
+            cur += sign * _as_int(size, "size", i, path)
+        elif action == "oom" and size:
             at_oom.append(cur)
     start = final - cur          # what the allocator held when the history began
+    if start < 0:                # the history grew more than the segments hold: unknown
+        return [None] * n_oom
     return [start + c if start + c >= 0 else None for c in at_oom]
 
 
@@ -182,11 +188,13 @@ def read_workload(path: str, device: int | None = None) -> Workload:
     in the JSON format records none (``--device-memory``).
 
     Args:
-        path: a snapshot pickle (gzipped or not) or a trace in the shared JSON format.
+        path: a snapshot pickle (gzipped or not) or a trace in the shared JSON format (a
+            str, bytes or ``os.PathLike`` file name).
         device: which device's history to read; ``None`` picks the only device that has
             history (an error if several have).
 
     Raises:
+        TypeError: ``path`` is not a file name, or ``device`` not an int or ``None``.
         OSError: the file cannot be read.
         NoHistoryError: the chosen device has no allocation history.
         ValueError: the file is malformed, ``device`` is out of range, or several devices have
@@ -207,17 +215,18 @@ def read_workload(path: str, device: int | None = None) -> Workload:
         >>> w.ops, w.capacity // MiB, [o["size"] // MiB for o in w.ooms]
         ([(True, 16, 20971520, 0)], 64, [60])
     """
+    path = file_name(path)
+    if device is not None and (not isinstance(device, int) or isinstance(device, bool)):
+        raise TypeError(f"device must be an int or None, got {type(device).__name__}")
     data = _read_bytes(path)
     settings: Any = None
     oom_at: list[tuple[int, int, int]] = []
     free: list[int | None] = []
     reserved: list[int | None] = []
-    if data[:1] == b"\x80":
+    snapshot = data[:1] == b"\x80"
+    if snapshot:
         obj = load_pickle(data, path)
-        if not isinstance(obj, dict) or not isinstance(obj.get("device_traces"), list) \
-                or not all(isinstance(t, list) for t in obj["device_traces"]):
-            raise NoHistoryError(no_history_message(path, "the snapshot (no 'device_traces')"))
-        traces: list[list[Any]] = obj["device_traces"]
+        traces = snapshot_traces(obj, path)
         settings = obj.get("allocator_settings")
         with_history = [i for i, t in enumerate(traces) if t]
         if device is None:
@@ -229,17 +238,17 @@ def read_workload(path: str, device: int | None = None) -> Workload:
             raise ValueError(f"{path}: --device {device} is out of range: the snapshot has "
                              f"{len(traces)} device(s) (0..{len(traces) - 1})")
         raw = traces[device] if traces else []
-        entries = _snapshot_entries(raw, path, device)
+        entries = snapshot_entries(raw, path, device)
         if not entries:
             where = (f"; devices with history: {', '.join(map(str, with_history))}"
                      if with_history else "")
             raise NoHistoryError(no_history_message(path, f"device {device}") + where)
-        for e in raw:
-            if e.get("action") == "oom":
+        for e, (action, _, size, _) in zip(raw, entries):
+            if action == "oom" and size:    # as trace_ops keeps them: one per request
                 f = e.get("device_free")
                 free.append(f if isinstance(f, int) and not isinstance(f, bool)
                             and 0 <= f < 1 << 64 else None)
-        reserved = _reserved_at_ooms(obj, raw, device)
+        reserved = _reserved_at_ooms(obj, entries, device, path)
     else:
         try:
             obj = json.loads(data)
@@ -259,6 +268,9 @@ def read_workload(path: str, device: int | None = None) -> Workload:
             settings = info.get("allocator_settings")
     ops = trace_ops(entries, path, oom_at)
     if not any(is_alloc for is_alloc, _, _, _ in ops):
+        if not snapshot:        # a trace: 'accelrt memory viz' does not draw it
+            raise NoHistoryError(f"{terminal_safe(path, one_line=True)}: the trace holds no "
+                                 "allocation to replay (no 'alloc' entry of a nonzero size)")
         raise NoHistoryError(no_history_message(path, f"the history of device {device}")
                              .replace("has no allocation history", "holds no allocation"))
     ooms = [{"position": pos, "size": size, "stream": stream,
@@ -444,12 +456,38 @@ def _is_pytorch(setting: str) -> bool:
     return all(p.split(":", 1)[0] not in _ACCELRT_ONLY for p in _split(setting))
 
 
-def _fraction(setting: str) -> float | None:
+def _fraction(setting: str) -> str | None:
+    """The ``per_process_memory_fraction`` of ``setting`` as written there, or ``None``."""
     for p in _split(setting):
         k, _, v = p.partition(":")
         if k == "per_process_memory_fraction":
-            return float(v)
+            return v
     return None
+
+
+def cap_fraction(peak: int, capacity: int) -> str:
+    """The ``per_process_memory_fraction`` that caps a ``capacity``-byte device at ``peak``
+    bytes: rounded up to 4 decimals, or to as many more as keep the cap within 1% of ``peak``
+    (a small workload on a large device: 4 decimals of 1 EiB are 115 TB).
+
+    Example::
+
+        >>> from accelrt.memory.tools._tune import cap_fraction
+        >>> GiB = 1 << 30
+        >>> cap_fraction(60 * GiB, 80 * GiB), cap_fraction(6962544640, 80 * GiB)
+        ('0.75', '0.0811')
+        >>> cap_fraction(2 << 20, 80 * GiB), cap_fraction(5 * GiB, 1 << 59)
+        ('0.0000245', '0.0000000094')
+    """
+    frac, digits = 1.0, 4
+    for digits in range(4, 19):
+        scale = 10 ** digits
+        frac = math.ceil(peak / capacity * scale) / scale
+        if frac >= 1.0:
+            return "1.0"
+        if frac * capacity <= peak * 1.01:
+            break
+    return f"{frac:.{digits}f}".rstrip("0")
 
 
 # ---------------------------------------------------------------------- running
@@ -619,8 +657,7 @@ def tune_ops(ops: Sequence[Op], recorded: str = "", *, name: str = "trace",
         ref = next((r for r in (rows[0], run("")) if not r["oom"]), None)
         # garbage collection acts only under a memory fraction: cap at the reference's peak
         if ref is not None and ref["peak_reserved_bytes"]:
-            frac = math.ceil(ref["peak_reserved_bytes"] / capacity * 1e4) / 1e4
-            frac = min(frac, 1.0)
+            frac = cap_fraction(ref["peak_reserved_bytes"], capacity)
             for t in (0.6, 0.8):
                 run(f"garbage_collection_threshold:{t},per_process_memory_fraction:{frac}")
         # the best value of each PyTorch key, combined with expandable segments
@@ -809,13 +846,19 @@ def _cap_text(setting: str, result: dict[str, Any]) -> str:
     if frac is None:
         return ""
     return (f":\n  its per_process_memory_fraction:{frac} caps the device at "
-            f"{human_bytes(int(frac * _capacity(result)))}, under the "
+            f"{human_bytes(int(float(frac) * _capacity(result)))}, under the "
             f"{human_bytes(result['peak_live_bytes'])} this history\n  holds live at its peak: "
             "raise the fraction or leave it unset")
 
 
 def _json_result(result: dict[str, Any], path: str, device: int) -> dict[str, Any]:
     best, best_pt = result["best"], result["best_pytorch"]
+
+    def fitting(row: dict[str, Any], setting: str) -> str | None:
+        # nothing to recommend (null) when even the best row ran out of memory: "" would
+        # read as "the defaults fit"
+        return None if row["oom"] else setting
+
     return {"trace": path, "device": device, "ops": result["ops"],
             "peak_live_bytes": result["peak_live_bytes"],
             "recorded_setting": result["recorded_setting"],
@@ -825,9 +868,10 @@ def _json_result(result: dict[str, Any], path: str, device: int) -> dict[str, An
             "ooms": result["ooms"], "too_large": result["too_large"],
             "fits": result["fits"],
             "results": result["results"],
-            "best": best["setting"], "best_pytorch": best_pt["setting"],
-            "pytorch_alloc_conf": pytorch_part(best_pt["setting"]),
-            "accelrt_alloc_conf": best["setting"]}
+            "best": fitting(best, best["setting"]),
+            "best_pytorch": fitting(best_pt, best_pt["setting"]),
+            "pytorch_alloc_conf": fitting(best_pt, pytorch_part(best_pt["setting"])),
+            "accelrt_alloc_conf": fitting(best, best["setting"])}
 
 
 def tune_main(argv: Sequence[str] | None = None) -> int:

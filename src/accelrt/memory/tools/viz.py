@@ -28,12 +28,13 @@ from __future__ import annotations
 import argparse
 import bisect
 import json
+import numbers
 import os
 import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ._files import parse_args, read_input, short_repr, terminal_safe, write_atomic
+from ._files import file_name, parse_args, read_input, short_repr, terminal_safe, write_atomic
 from .._history import is_library_file
 from ._replay import WrongFileKindError, load_pickle
 from . import _viz_page
@@ -54,7 +55,13 @@ def format_bytes(num: float) -> str:
         >>> from accelrt.memory.viz import format_bytes
         >>> format_bytes(512), format_bytes(3 << 20)
         ('512.0B', '3.0MiB')
+
+    Raises:
+        TypeError: ``num`` is not a real number.
     """
+    if type(num) not in (int, float) and (isinstance(num, bool)
+                                          or not isinstance(num, numbers.Real)):
+        raise TypeError(f"num must be a number of bytes, got {type(num).__name__}")
     for unit in ("", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "Zi"):
         if abs(num) < 1024.0:
             return f"{num:3.1f}{unit}B"
@@ -65,7 +72,11 @@ def format_bytes(num: float) -> str:
 def load_snapshot(path: str) -> dict[str, Any]:
     """Read and check a snapshot pickle (optionally gzipped).
 
+    Args:
+        path: the file: a str, bytes or ``os.PathLike`` file name.
+
     Raises:
+        TypeError: ``path`` is not a file name.
         OSError: the file cannot be read.
         WrongFileKindError: the file is an allocation trace in the shared JSON format (the
             message names ``accelrt replay`` and ``accelrt memory tune``, which take it).
@@ -83,6 +94,7 @@ def load_snapshot(path: str) -> dict[str, Any]:
         []
         >>> d.cleanup()
     """
+    path = file_name(path)
     data = read_input(path)
     if data[:1] != b"\x80" and _is_json_trace(data):
         shown = terminal_safe(path, one_line=True)
@@ -556,6 +568,7 @@ def trace_html(snapshot: dict[str, Any], title: str = "accelrt memory snapshot",
     ``snapshot`` to ``compare``. Strings from the files are shown as text, never as markup.
 
     Raises:
+        TypeError: ``title`` is not a str, or ``compare_names`` not a pair of str.
         ValueError: a snapshot lacks keys the page needs.
 
     Example::
@@ -565,6 +578,11 @@ def trace_html(snapshot: dict[str, Any], title: str = "accelrt memory snapshot",
         >>> page.startswith("<!DOCTYPE html>") and "http" not in page.replace("http://www.w3.org", "")
         True
     """
+    if not isinstance(title, str):
+        raise TypeError(f"title must be a str, got {type(title).__name__}")
+    if (not isinstance(compare_names, (tuple, list)) or len(compare_names) != 2
+            or not all(isinstance(n, str) for n in compare_names)):
+        raise TypeError(f"compare_names must be a pair of str, got {short_repr(compare_names)}")
     check_snapshot(snapshot)
     if compare is not None:
         check_snapshot(compare, "compared snapshot")
