@@ -985,6 +985,30 @@ def test_stale_ptx_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -
         _kernels.load_ptx("missing")
 
 
+def test_a_changed_header_makes_its_modules_stale(tmp_path: Path) -> None:
+    (tmp_path / "a.cuh").write_text('#include "b.cuh"\n__device__ int one() { return 1; }\n')
+    (tmp_path / "b.cuh").write_text("__device__ int two() { return 2; }\n")
+    (tmp_path / "k.cu").write_text('#include "a.cuh"\nextern "C" __global__ void k() {}\n')
+    (tmp_path / "plain.cu").write_text('extern "C" __global__ void p() {}\n')
+    k, plain = tmp_path / "k.cu", tmp_path / "plain.cu"
+    assert sorted(_kernels.headers(k.read_bytes(), tmp_path)) == ["a.cuh", "b.cuh"]
+    before = _kernels.source_sha256(k), _kernels.source_sha256(plain)
+    (tmp_path / "b.cuh").write_text("__device__ int two() { return 3; }\n")  # nested header
+    assert _kernels.source_sha256(k) != before[0]
+    assert _kernels.source_sha256(plain) == before[1]
+    (tmp_path / "a.cuh").unlink()
+    with pytest.raises(FileNotFoundError):
+        _kernels.source_sha256(k)
+
+
+def test_the_kernel_modules_share_the_binary16_conversion() -> None:
+    uses = {name for name, src in _kernels.sources().items()
+            if "half.cuh" in _kernels.headers(src.read_bytes())}
+    assert uses == {"philox", "reduce"}
+    for src in _kernels.sources().values():   # written once, in the header
+        assert "unsigned short accelrt_double_to_half(double d)\n{" not in src.read_text()
+
+
 def test_pack_args_needs_numpy_scalars() -> None:
     args = [np.uint64(7), np.float32(1.5), np.uint32(3), np.int8(-2), np.float64(0.25)]
     ptrs, keep = _kernels.pack_args(args)

@@ -37,8 +37,7 @@ import numpy as np
 from .._errors import DeviceError
 
 __all__ = ["HandleTable", "KeptErrors", "bad_handle", "check_byte", "check_index", "check_int",
-           "check_ptr", "check_size", "fill_pattern",
-           "reset_in_child"]
+           "check_ptr", "check_size", "check_u64", "fill_pattern", "reset_in_child"]
 
 _FILL_DTYPES: dict[int, Any] = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
@@ -177,6 +176,27 @@ def check_int(value: object, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{what} must be an int, got {type(value).__name__}")
     return value
+
+
+def check_u64(value: Any, what: str) -> int:
+    """``value`` as an int in ``[0, 2**64)`` (numpy integers too, ``bool`` not): a Philox seed
+    or counter offset; TypeError or ValueError naming ``what`` otherwise.
+
+    Example::
+
+        >>> from accelrt.backends._common import check_u64
+        >>> check_u64(2**64 - 1, "offset") == 2**64 - 1
+        True
+    """
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{what} must be an int, got bool")
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{what} must be an int, got {type(value).__name__}") from None
+    if not 0 <= v < 1 << 64:
+        raise ValueError(f"{what} must be in [0, 2**64), got {v}")
+    return v
 
 
 def check_index(index: object, n: int, family: str, detail: str) -> int:

@@ -13,7 +13,7 @@
 // Each thread handles whole Philox blocks in a grid-stride loop. Every kernel takes
 //   (out, n, seed, offset, ...) with n elements and the generator's seed/offset.
 // float16 results are stored as IEEE binary16 bit patterns (unsigned short), rounded from
-// double to nearest-even exactly like numpy's float64 -> float16 cast; no header is needed.
+// double to nearest-even exactly like numpy's float64 -> float16 cast (half.cuh).
 //
 // Compiled at run time with NVRTC (or loaded from philox.ptx, scripts/gen_ptx.py).
 
@@ -29,6 +29,8 @@ typedef unsigned long long u64;
 #define ACCELRT_2M11 0.00048828125                                   /* 2**-11 */
 #define ACCELRT_2M24F 5.9604644775390625e-08f                        /* 2**-24 */
 #define ACCELRT_2M53 1.1102230246251565404236316680908203125e-16     /* 2**-53 */
+
+#include "half.cuh"
 
 struct accelrt_u32x4 { u32 x, y, z, w; };
 
@@ -56,100 +58,81 @@ __device__ __forceinline__ u32 accelrt_word(const accelrt_u32x4& v, int k)
     return k == 0 ? v.x : (k == 1 ? v.y : (k == 2 ? v.z : v.w));
 }
 
-// float64 -> binary16 bits, round to nearest even, subnormals and overflow handled
-// (the same result as numpy's correctly rounded float64 -> float16 cast).
-__device__ unsigned short accelrt_double_to_half(double d)
-{
-    u64 b = (u64)__double_as_longlong(d);
-    unsigned short sign = (unsigned short)((b >> 48) & 0x8000u);
-    int exp = (int)((b >> 52) & 0x7ff);
-    u64 man = b & 0xFFFFFFFFFFFFFull;
-    if (exp == 0x7ff) {                       // inf or nan
-        return (unsigned short)(sign | 0x7c00u | (man ? 0x200u : 0u));
-    }
-    int e = exp - 1023 + 15;                  // biased half exponent
-    if (e >= 31) {
-        return (unsigned short)(sign | 0x7c00u);
-    }
-    u64 m;
-    int shift;
-    if (e <= 0) {                             // half subnormal (or underflow to zero)
-        if (e < -10) {
-            return sign;
-        }
-        m = man | (1ull << 52);               // implicit bit
-        shift = 42 + 1 - e;                   // 52 - 10 + (1 - e)
-    } else {
-        m = man;
-        shift = 42;
-    }
-    u64 q = m >> shift;
-    u64 rem = m & ((1ull << shift) - 1ull);
-    u64 half = 1ull << (shift - 1);
-    if (rem > half || (rem == half && (q & 1ull))) {
-        q += 1ull;                            // may carry into the exponent: still correct
-    }
-    if (e <= 0) {
-        return (unsigned short)(sign | (unsigned short)q);
-    }
-    return (unsigned short)(sign | (unsigned short)(((u64)e << 10) + q));
-}
-
 // ------------------------------------------------------------------ uniform
 // standard != 0: exact [0, 1) numbers. Otherwise t = a + range * u in float64 (range = b - a,
 // computed by the host in float64), rounded to the dtype; a result equal to b becomes a.
 
-extern "C" __global__ void accelrt_philox_uniform_f32(float* out, u64 n, u64 seed, u64 offset,
-                                                      double a, double range, double b,
-                                                      int standard)
+// float32 and float16 take four numbers per block: one loop, each dtype's numbers made by its
+// Dtype::uniform from a word (Dtype::of rounds a double to the dtype, for the bounds).
+struct accelrt_f32 {
+    typedef float T;
+    static __device__ __forceinline__ float of(double v) { return __double2float_rn(v); }
+    static __device__ __forceinline__ float uniform(u32 word, int standard, double a,
+                                                    double range, float fa, float fb)
+    {
+        float u = __fmul_rn((float)(word >> 8), ACCELRT_2M24F);
+        if (!standard) {
+            double t = __dadd_rn(__dmul_rn((double)u, range), a);
+            u = __double2float_rn(t);
+            if (u == fb) u = fa;
+        }
+        return u;
+    }
+};
+
+struct accelrt_f16 {
+    typedef unsigned short T;
+    static __device__ __forceinline__ unsigned short of(double v)
+    {
+        return accelrt_double_to_half(v);
+    }
+    static __device__ __forceinline__ unsigned short uniform(u32 word, int standard, double a,
+                                                             double range, unsigned short ha,
+                                                             unsigned short hb)
+    {
+        double u = (double)(word >> 21) * ACCELRT_2M11;   // exact
+        if (standard) {
+            return accelrt_double_to_half(u);
+        }
+        unsigned short h = accelrt_double_to_half(__dadd_rn(__dmul_rn(u, range), a));
+        // compare values, not bits (+0 == -0), like numpy's ==
+        if (h == hb || ((h & 0x7fffu) == 0u && (hb & 0x7fffu) == 0u)) h = ha;
+        return h;
+    }
+};
+
+template <typename Dtype>
+__device__ __forceinline__ void accelrt_uniform4_loop(typename Dtype::T* out, u64 n, u64 seed,
+                                                      u64 offset, double a, double range,
+                                                      double b, int standard)
 {
     u64 nblocks = (n + 3ull) / 4ull;
     u64 stride = (u64)blockDim.x * gridDim.x;
-    float fa = __double2float_rn(a), fb = __double2float_rn(b);
+    typename Dtype::T ta = Dtype::of(a), tb = Dtype::of(b);
     for (u64 j = (u64)blockIdx.x * blockDim.x + threadIdx.x; j < nblocks; j += stride) {
         accelrt_u32x4 v = accelrt_philox(offset + j, seed);
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
             u64 i = 4ull * j + (u64)k;
             if (i < n) {
-                float u = __fmul_rn((float)(accelrt_word(v, k) >> 8), ACCELRT_2M24F);
-                if (!standard) {
-                    double t = __dadd_rn(__dmul_rn((double)u, range), a);
-                    u = __double2float_rn(t);
-                    if (u == fb) u = fa;
-                }
-                out[i] = u;
+                out[i] = Dtype::uniform(accelrt_word(v, k), standard, a, range, ta, tb);
             }
         }
     }
+}
+
+extern "C" __global__ void accelrt_philox_uniform_f32(float* out, u64 n, u64 seed, u64 offset,
+                                                      double a, double range, double b,
+                                                      int standard)
+{
+    accelrt_uniform4_loop<accelrt_f32>(out, n, seed, offset, a, range, b, standard);
 }
 
 extern "C" __global__ void accelrt_philox_uniform_f16(unsigned short* out, u64 n, u64 seed,
                                                       u64 offset, double a, double range,
                                                       double b, int standard)
 {
-    u64 nblocks = (n + 3ull) / 4ull;
-    u64 stride = (u64)blockDim.x * gridDim.x;
-    unsigned short ha = accelrt_double_to_half(a), hb = accelrt_double_to_half(b);
-    for (u64 j = (u64)blockIdx.x * blockDim.x + threadIdx.x; j < nblocks; j += stride) {
-        accelrt_u32x4 v = accelrt_philox(offset + j, seed);
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            u64 i = 4ull * j + (u64)k;
-            if (i < n) {
-                double u = (double)(accelrt_word(v, k) >> 21) * ACCELRT_2M11;   // exact
-                unsigned short h;
-                if (standard) {
-                    h = accelrt_double_to_half(u);
-                } else {
-                    h = accelrt_double_to_half(__dadd_rn(__dmul_rn(u, range), a));
-                    // compare values, not bits (+0 == -0), like numpy's ==
-                    if (h == hb || ((h & 0x7fffu) == 0u && (hb & 0x7fffu) == 0u)) h = ha;
-                }
-                out[i] = h;
-            }
-        }
-    }
+    accelrt_uniform4_loop<accelrt_f16>(out, n, seed, offset, a, range, b, standard);
 }
 
 extern "C" __global__ void accelrt_philox_uniform_f64(double* out, u64 n, u64 seed, u64 offset,
@@ -196,44 +179,45 @@ __device__ __forceinline__ void accelrt_normal_pair(u64 block, u64 seed, double 
     }
 }
 
-extern "C" __global__ void accelrt_philox_normal_f32(float* out, u64 n, u64 seed, u64 offset,
-                                                     double mean, double std, int standard)
+// The three normal kernels: one grid-stride loop over pairs, each dtype's kernel storing the
+// pair rounded by its Dtype::of (accelrt_f32, accelrt_f16 above).
+struct accelrt_f64 {
+    typedef double T;
+    static __device__ __forceinline__ double of(double v) { return v; }
+};
+
+template <typename Dtype>
+__device__ __forceinline__ void accelrt_normal_loop(typename Dtype::T* out, u64 n, u64 seed,
+                                                    u64 offset, double mean, double std,
+                                                    int standard)
 {
     u64 nblocks = (n + 1ull) / 2ull;
     u64 stride = (u64)blockDim.x * gridDim.x;
     for (u64 j = (u64)blockIdx.x * blockDim.x + threadIdx.x; j < nblocks; j += stride) {
         double z[2];
         accelrt_normal_pair(offset + j, seed, mean, std, standard, z);
-        out[2ull * j] = __double2float_rn(z[0]);
-        if (2ull * j + 1ull < n) out[2ull * j + 1ull] = __double2float_rn(z[1]);
+        out[2ull * j] = Dtype::of(z[0]);
+        if (2ull * j + 1ull < n) out[2ull * j + 1ull] = Dtype::of(z[1]);
     }
+}
+
+extern "C" __global__ void accelrt_philox_normal_f32(float* out, u64 n, u64 seed, u64 offset,
+                                                     double mean, double std, int standard)
+{
+    accelrt_normal_loop<accelrt_f32>(out, n, seed, offset, mean, std, standard);
 }
 
 extern "C" __global__ void accelrt_philox_normal_f16(unsigned short* out, u64 n, u64 seed,
                                                      u64 offset, double mean, double std,
                                                      int standard)
 {
-    u64 nblocks = (n + 1ull) / 2ull;
-    u64 stride = (u64)blockDim.x * gridDim.x;
-    for (u64 j = (u64)blockIdx.x * blockDim.x + threadIdx.x; j < nblocks; j += stride) {
-        double z[2];
-        accelrt_normal_pair(offset + j, seed, mean, std, standard, z);
-        out[2ull * j] = accelrt_double_to_half(z[0]);
-        if (2ull * j + 1ull < n) out[2ull * j + 1ull] = accelrt_double_to_half(z[1]);
-    }
+    accelrt_normal_loop<accelrt_f16>(out, n, seed, offset, mean, std, standard);
 }
 
 extern "C" __global__ void accelrt_philox_normal_f64(double* out, u64 n, u64 seed, u64 offset,
                                                      double mean, double std, int standard)
 {
-    u64 nblocks = (n + 1ull) / 2ull;
-    u64 stride = (u64)blockDim.x * gridDim.x;
-    for (u64 j = (u64)blockIdx.x * blockDim.x + threadIdx.x; j < nblocks; j += stride) {
-        double z[2];
-        accelrt_normal_pair(offset + j, seed, mean, std, standard, z);
-        out[2ull * j] = z[0];
-        if (2ull * j + 1ull < n) out[2ull * j + 1ull] = z[1];
-    }
+    accelrt_normal_loop<accelrt_f64>(out, n, seed, offset, mean, std, standard);
 }
 
 // ------------------------------------------------------------------ randint

@@ -13,10 +13,12 @@
 //   accelrt_add_bool               numpy's bool add: logical or, stored as 0/1
 // `out` may alias `a` or `b` (in-place accumulation): each element is read then written by
 // the same thread, so no __restrict__. Each thread handles elements in a grid-stride loop, so
-// any grid works. No headers are needed (NVRTC or committed reduce.ptx, scripts/gen_ptx.py).
+// any grid works. Compiled by NVRTC (or committed reduce.ptx, scripts/gen_ptx.py) with half.cuh.
 
 typedef unsigned int u32;
 typedef unsigned long long u64;
+
+#include "half.cuh"
 
 template <typename T>
 __device__ __forceinline__ void accelrt_add_loop(T* out, const T* a, const T* b, u64 n)
@@ -93,50 +95,12 @@ __device__ __forceinline__ float accelrt_half_to_float(unsigned short h)
     return __int_as_float((int)bits);
 }
 
-// float -> binary16 bits, round to nearest even (overflow to inf, subnormals, nan kept nan).
-__device__ __forceinline__ unsigned short accelrt_float_to_half(float f)
-{
-    u32 b = (u32)__float_as_int(f);
-    unsigned short sign = (unsigned short)((b >> 16) & 0x8000u);
-    int exp = (int)((b >> 23) & 0xffu);
-    u32 man = b & 0x7fffffu;
-    if (exp == 0xff) {                            // inf or nan
-        return (unsigned short)(sign | 0x7c00u | (man ? 0x200u : 0u));
-    }
-    int e = exp - 127 + 15;                       // biased half exponent
-    if (e >= 31) {
-        return (unsigned short)(sign | 0x7c00u);
-    }
-    u32 m;
-    int shift;
-    if (e <= 0) {                                 // half subnormal (or underflow to zero)
-        if (e < -10) {
-            return sign;
-        }
-        m = man | 0x800000u;                      // implicit bit
-        shift = 13 + 1 - e;                       // 23 - 10 + (1 - e)
-    } else {
-        m = man;
-        shift = 13;
-    }
-    u32 q = m >> shift;
-    u32 rem = m & ((1u << shift) - 1u);
-    u32 half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (q & 1u))) {
-        q += 1u;                                  // may carry into the exponent: still correct
-    }
-    if (e <= 0) {
-        return (unsigned short)(sign | (unsigned short)q);
-    }
-    return (unsigned short)(sign | (unsigned short)(((u32)e << 10) + q));
-}
-
 extern "C" __global__ void accelrt_add_f16(unsigned short* out, const unsigned short* a,
                                            const unsigned short* b, u64 n)
 {
     u64 stride = (u64)blockDim.x * gridDim.x;
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         float s = __fadd_rn(accelrt_half_to_float(a[i]), accelrt_half_to_float(b[i]));
-        out[i] = accelrt_float_to_half(s);
+        out[i] = accelrt_double_to_half((double)s);   // float -> double is exact
     }
 }

@@ -30,6 +30,7 @@ import numpy as np
 from .._device import _get_device
 from .._device import device as _device_cls
 from .._fork import reinit_after_fork
+from ..backends._common import check_u64
 
 if TYPE_CHECKING:
     from .._backend import Backend
@@ -202,14 +203,7 @@ class Generator:
             >>> acc.rand(4, device="cpu:0", generator=g.set_offset(1)).tolist() == a[4:]
             True
         """
-        if isinstance(offset, (bool, np.bool_)):
-            raise TypeError("offset must be an int, got bool")
-        try:
-            value = operator.index(offset)
-        except TypeError:
-            raise TypeError(f"offset must be an int, got {type(offset).__name__}") from None
-        if not 0 <= value <= _M64:
-            raise ValueError(f"offset {value} is out of range: it must be in [0, 2**64)")
+        value = check_u64(offset, "offset")
         with self._lock:
             self._offset = value
         return self

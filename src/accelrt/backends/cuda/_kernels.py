@@ -1,8 +1,9 @@
 """CUDA C kernels of ``accelrt/kernels/*.cu``: NVRTC at run time, committed PTX as fallback.
 
 Every ``.cu`` file in ``accelrt/kernels`` is one module, named by its stem (``fill``,
-``philox``, ...); kernels are ``extern "C"`` functions. For a device of compute capability
-``X.Y`` a module is
+``philox``, ...); kernels are ``extern "C"`` functions; code shared by modules is in ``.cuh``
+headers there, which a module includes as ``#include "half.cuh"``. For a device of compute
+capability ``X.Y`` a module is
 
 1. compiled with NVRTC to a CUBIN for ``sm_XY`` when ``cuda.bindings.nvrtc`` and an NVRTC
    library (``pip install nvidia-cuda-nvrtc``) are present, else
@@ -22,6 +23,7 @@ Example::
 from __future__ import annotations
 
 import hashlib
+import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,7 @@ __all__ = [
     "PTX_ARCH",
     "KernelCache",
     "compile_source",
+    "headers",
     "nvrtc_version",
     "ptx_header",
     "ptx_source_sha256",
@@ -56,9 +59,41 @@ def sources() -> dict[str, Path]:
     return {p.stem: p for p in sorted(KERNEL_DIR.glob("*.cu"))}
 
 
+_INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]+"([^"]+)"', re.MULTILINE)
+
+
+def headers(source: bytes, folder: Path | None = None) -> dict[str, bytes]:
+    """The ``#include "name"`` headers of a kernel source, by name, read from ``folder``
+    (default :data:`KERNEL_DIR`), including theirs: what NVRTC is given with the source.
+
+    Raises:
+        FileNotFoundError: an included header is not in the folder.
+
+    Example::
+
+        >>> from accelrt.backends.cuda import _kernels
+        >>> sorted(_kernels.headers(_kernels.sources()["reduce"].read_bytes()))
+        ['half.cuh']
+    """
+    folder = KERNEL_DIR if folder is None else folder
+    found: dict[str, bytes] = {}
+    todo = [m.decode() for m in _INCLUDE.findall(source)]
+    while todo:
+        name = todo.pop()
+        if name not in found:
+            found[name] = text = (folder / name).read_bytes()
+            todo += [m.decode() for m in _INCLUDE.findall(text)]
+    return dict(sorted(found.items()))
+
+
 def source_sha256(path: Path) -> str:
-    """Hex sha256 of a kernel source file's bytes."""
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    """Hex sha256 of a kernel source file's bytes, followed by those of each header it
+    includes (:func:`headers`), so a changed header makes the module's PTX stale."""
+    text = path.read_bytes()
+    digest = hashlib.sha256(text)
+    for body in headers(text, path.parent).values():
+        digest.update(body)
+    return digest.hexdigest()
 
 
 def ptx_header(name: str, sha256: str, nvrtc: str, arch: str) -> str:
@@ -108,7 +143,8 @@ def nvrtc_version() -> tuple[int, int] | None:
 
 
 def compile_source(source: bytes, name: str, arch: str, *, cubin: bool = False) -> bytes:
-    """Compile CUDA C with NVRTC.
+    """Compile CUDA C with NVRTC, with the headers it includes from :data:`KERNEL_DIR`
+    (:func:`headers`).
 
     Args:
         source: the ``.cu`` text.
@@ -134,8 +170,10 @@ def compile_source(source: bytes, name: str, arch: str, *, cubin: bool = False) 
     if nvrtc is None:
         _cu.driver()  # raises the "not installed" error
         raise AssertionError("unreachable")
-    prog = _nvrtc_check(nvrtc, nvrtc.nvrtcCreateProgram(source, name.encode(), 0, [], []),
-                        "nvrtcCreateProgram")
+    included = headers(source)
+    prog = _nvrtc_check(nvrtc, nvrtc.nvrtcCreateProgram(
+        source, name.encode(), len(included), list(included.values()),
+        [h.encode() for h in included]), "nvrtcCreateProgram")
     try:
         opts = [f"--gpu-architecture={arch}".encode(), b"--std=c++14"]
         (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..._handles import StreamHandle
+from .._common import check_u64
 from ._cu import as_size
 
 if TYPE_CHECKING:
@@ -63,18 +64,6 @@ def grid_for(work: int, sms: int) -> int:
         (1, 528)
     """
     return max(1, min(-(-work // BLOCK), 4 * max(1, sms)))
-
-
-def _u64(value: Any, what: str) -> int:
-    if isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{what} must be an int, got bool")
-    try:
-        v = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{what} must be an int, got {type(value).__name__}") from None
-    if not 0 <= v <= _M64:
-        raise ValueError(f"{what} must be in [0, 2**64), got {v}")
-    return v
 
 
 def _real(value: Any, what: str) -> float:
@@ -150,8 +139,8 @@ def philox_launch(ptr: int, n: int, dtype: str, dist: str, seed: int, offset: in
     """
     dt = _dtype(dtype)
     n = as_size(n, "philox_fill n", positive=True)
-    seed_ = _u64(seed, "seed")
-    offset_ = _u64(offset, "offset")
+    seed_ = check_u64(seed, "seed")
+    offset_ = check_u64(offset, "offset")
     head: list[np.generic] = [np.uint64(ptr), np.uint64(n), np.uint64(seed_), np.uint64(offset_)]
     if dist in ("uniform", "normal"):
         suffix = _FLOATS.get(dt.name)
