@@ -15,6 +15,7 @@ import pytest
 
 import accelrt as acc
 from accelrt._properties import DeviceProperties, DeviceUUID, derived_uuid, make_properties
+from helpers.typecheck import run_mypy
 
 COMMON = {"name": str, "total_memory": int, "multi_processor_count": int, "major": int,
           "minor": int, "uuid": str, "L2_cache_size": int, "is_integrated": bool,
@@ -179,23 +180,16 @@ def test_device_module_functions_return_the_same(backend: str) -> None:
 
 def test_type_checkers_see_the_attributes(tmp_path: Any) -> None:
     pytest.importorskip("mypy")
-    import os
-    snippet = tmp_path / "user.py"
-    snippet.write_text(
-        "from accelrt._device import get_device_capability, get_device_properties\n"
-        "p = get_device_properties('cpu:0')\n"
-        "reveal_type(p.name)\n"
-        "reveal_type(p.total_memory)\n"
-        "reveal_type(p.is_integrated)\n"
-        "reveal_type(p.uuid)\n"
-        "reveal_type(p['name'])\n"
-        "p.nmae\n"
-        "p.major = 3\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MYPY")}
-    proc = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "--no-color-output", "--no-pretty",
-         "--no-error-summary", "--cache-dir", str(tmp_path / "cache"), str(snippet)],
-        env=env, capture_output=True, text=True, timeout=110, check=False)
+    proc = run_mypy(tmp_path, "from accelrt._device import get_device_capability, "
+                    "get_device_properties\n"
+                    "p = get_device_properties('cpu:0')\n"
+                    "reveal_type(p.name)\n"
+                    "reveal_type(p.total_memory)\n"
+                    "reveal_type(p.is_integrated)\n"
+                    "reveal_type(p.uuid)\n"
+                    "reveal_type(p['name'])\n"
+                    "p.nmae\n"
+                    "p.major = 3\n", name="user.py", timeout=110)
     lines = proc.stdout.splitlines()
     reveals = [ln.split("Revealed type is ")[1].replace("builtins.", "")
                for ln in lines if "Revealed type" in ln]
