@@ -27,7 +27,7 @@ from .._stream import Stream
 from .._transfer import Copy, HostCopy, run_steps
 from ._engine import Engine, PremulSum, RedOp, ReduceOp
 from ._errors import DistError, DistTimeoutError
-from ._group import BufOf, ProcessGroup, Work
+from ._group import BufOf, PeerCounts, ProcessGroup, Work
 from ._world import _S, ArrayArg, GroupArg, TimeoutArg, _group, _member, _seconds, _warn_not_member
 
 
@@ -443,9 +443,10 @@ def all_to_all_single(output: ArrayArg, input: ArrayArg,
         eng.all_to_all(buf(input), buf(output), sc, rc, stream)
 
     # split sizes (and so the shapes) legitimately differ between ranks: the debug
-    # fingerprint compares the dtype
+    # fingerprint compares the dtype, and the per-peer counts pairwise
     return g.run("all_to_all_single", [input, output], [input], [output], call, async_op,
-                 (getattr(input, "dtype", None),), None, [output])
+                 (getattr(input, "dtype", None), PeerCounts(tuple(sc), tuple(rc))), None,
+                 [output])
 
 
 def all_to_all(output_tensor_list: Sequence[ArrayArg], input_tensor_list: Sequence[ArrayArg],
@@ -484,9 +485,10 @@ def all_to_all(output_tensor_list: Sequence[ArrayArg], input_tensor_list: Sequen
     def call(eng: Engine, buf: BufOf, stream: Stream | None) -> None:
         eng.all_to_all(buf(send_stage), buf(recv_stage), sc, rc, stream)
 
-    # sizes legitimately differ between ranks: the debug fingerprint compares the dtype
+    # sizes legitimately differ between ranks: the debug fingerprint compares the dtype, and
+    # the per-peer counts pairwise
     w = g.run("all_to_all", [send_stage, recv_stage], [send_stage], [recv_stage], call, True,
-              (getattr(first, "dtype", None),))
+              (getattr(first, "dtype", None), PeerCounts(tuple(sc), tuple(rc))))
     return _split_out(g, "all_to_all", w, recv_stage, list(output_tensor_list), async_op)
 
 

@@ -24,6 +24,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal
 
@@ -199,6 +200,7 @@ class ProcessGroup:
         self._engines: dict[tuple[str, int], Engine] = {}
         self._ctx: dict[tuple[str, int], _DevCtx] = {}
         self._seq = 0
+        self._p2p = 0   # point-to-point operations among the _seq (see next_p2p_seq)
         self._error: BaseException | None = None
         self._lock = threading.Lock()
         self._ctrl: Any = None
@@ -339,6 +341,13 @@ class ProcessGroup:
         self._seq += 1
         return self._seq
 
+    def next_p2p_seq(self) -> int:
+        """:meth:`next_seq` for a point-to-point operation, which only two ranks make: it
+        is not counted in the collective sequence number the debug fingerprints compare
+        (torch keeps a separate P2P sequence number for the same reason)."""
+        self._p2p += 1
+        return self.next_seq()
+
     # ------------------------------------------------------------------ debug checks
     def fingerprint(self, device_type: str, eng: Engine, desc: tuple[Any, ...]) -> None:
         """ACCELRT_DISTRIBUTED_DEBUG=DETAIL: every rank compares (op, seq, dtype, shape, root,
@@ -347,8 +356,14 @@ class ProcessGroup:
         comm = self.control()
         if comm is None:
             return
-        everyone = comm.allgather(desc)
+        gathered = comm.allgather(desc)
+        # an all_to_all's per-peer element counts differ between ranks by design: they are
+        # compared pairwise (what k sends to j is what j expects from k), the rest for equality
+        peers = [d[-1] if d and isinstance(d[-1], PeerCounts) else None for d in gathered]
+        everyone = [d[:-1] if p is not None else d for d, p in zip(gathered, peers)]
         if all(d == everyone[0] for d in everyone):
+            if all(p is not None for p in peers):
+                self._check_peer_counts(desc, [p for p in peers if p is not None])
             return
         counts: dict[Any, int] = {}
         for d in everyone:
@@ -361,6 +376,20 @@ class ProcessGroup:
             f"rank {self.global_rank}: collective mismatch in group {self.name!r} at sequence "
             f"number {desc[1]}: rank(s) {', '.join(map(str, odd))} differ from the others "
             f"({detail})", rank=self.global_rank, op=str(desc[0]), seq=int(desc[1]))
+
+    def _check_peer_counts(self, desc: tuple[Any, ...], peers: list[PeerCounts]) -> None:
+        """Raise :class:`DistError` on every rank when some rank would send a peer another
+        number of elements than that peer expects from it (an all_to_all size mismatch, which
+        MPI reports on some ranks only and NCCL not at all)."""
+        bad = [f"rank {self.global_ranks[k]} sends {p.send[j]} element(s) to rank "
+               f"{self.global_ranks[j]}, which expects {peers[j].recv[k]}"
+               for k, p in enumerate(peers) for j in range(len(peers))
+               if p.send[j] != peers[j].recv[k]]
+        if bad:
+            raise DistError(
+                f"rank {self.global_rank}: collective mismatch in group {self.name!r} at "
+                f"sequence number {desc[1]}: {desc[0]} sizes disagree ({'; '.join(bad)})",
+                rank=self.global_rank, op=str(desc[0]), seq=int(desc[1]))
 
     # ------------------------------------------------------------------ argument checks
     def canonical_rank(self, rank: Any, group_rank: Any, what: str,
@@ -506,7 +535,7 @@ class ProcessGroup:
             self._check_red(op, eng, red, arrays)
         seq = self.next_seq()
         check = DETAIL
-        full = (op, seq) + tuple(desc)
+        full = (op, seq - self._p2p) + tuple(desc)   # the collective sequence number
 
         def body(getbuf: BufOf, stream: Stream | None) -> None:
             if check:
@@ -749,7 +778,7 @@ class ProcessGroup:
         if caps.stream_ordered and peer is None:
             raise AcceleratorValueError(f"{op}: the {eng.name} engine needs an explicit "
                                         "source rank (src=None is MPI only)")
-        seq = self.next_seq()
+        seq = self.next_p2p_seq()
         if loc.host:
             self.drain()
             # the Work keeps the numpy array alive until the engine is done with it
@@ -813,6 +842,16 @@ class ProcessGroup:
             raise err from exc
         return Work(self, op, seq, request=req, finish=finish,
                     outputs=[keep] if keep is not None else [])
+
+
+@dataclass(frozen=True)
+class PeerCounts:
+    """The last item of an all_to_all's debug fingerprint: the elements this rank sends to
+    (``send``) and expects from (``recv``) each group rank (see
+    :meth:`ProcessGroup.fingerprint`)."""
+
+    send: tuple[int, ...]
+    recv: tuple[int, ...]
 
 
 def _describe(d: Any) -> str:

@@ -13,7 +13,7 @@ Example::
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -22,6 +22,7 @@ from ._engine import Engine
 from ._engine import parse_backend as _parse_backend
 from ._engine import require_engines as _require_engines
 from ._group import DEFAULT_TIMEOUT, ProcessGroup
+from ._store import _int
 from ._world import _S, GroupArg, GroupMember, TimeoutArg, _group, _NonMember, _registered, _seconds
 
 
@@ -167,7 +168,12 @@ def new_group(ranks: Sequence[int] | None = None, timeout: TimeoutArg = None,
     world = _group(None)
     assert world is not None
     n = world.size()
-    members = list(range(n)) if ranks is None else [int(r) for r in ranks]
+    if ranks is not None and (isinstance(ranks, (str, bytes))
+                              or not isinstance(ranks, Iterable)):
+        raise TypeError(f"new_group(): ranks must be a list of int ranks or None, got "
+                        f"{type(ranks).__name__}")
+    members = (list(range(n)) if ranks is None
+               else [_int(r, "new_group(): each of ranks") for r in ranks])
     if sort_ranks:
         members.sort()
     if len(set(members)) != len(members) or any(not 0 <= r < n for r in members):

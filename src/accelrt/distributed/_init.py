@@ -413,8 +413,19 @@ def _init_store(engine_map: dict[str, str], backend_str: str, op_timeout: float,
     rendezvous ``where`` is a :class:`Store` or a plan to make one."""
     if (n == 1 and is_mpi_available() and "nccl" not in named.values()
             and ("nccl" not in engine_map.values() or not _cuda_count())):
-        # one rank: a singleton MPI world serves every engine map without a CUDA device
-        return _init_mpi(engine_map, backend_str, op_timeout, init_timeout, 1, 0, named)
+        # one rank: a singleton MPI world serves every engine map without a CUDA device. The
+        # rendezvous still makes its store, as torch's does: an unwritable file:// path or a
+        # tcp:// port that cannot be served fails here instead of being ignored
+        base = (where if isinstance(where, Store)
+                else where.connect(datetime.timedelta(seconds=init_timeout)))
+        try:
+            group = _init_mpi(engine_map, backend_str, op_timeout, init_timeout, 1, 0, named)
+        except BaseException:
+            if base is not where and isinstance(base, (TCPStore, FileStore)):
+                base.close()
+            raise
+        _S.store = base
+        return group
     _require_engines(named)   # before the rendezvous: no rank waits for one that failed
     if n > 1 and any(e in ("mpi", "gloo") for e in named.values()):
         raise _mpi_needs_launcher(n)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import io
 import pickle
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._array import Array
@@ -70,6 +70,51 @@ def _loads(data: bytes, weights_only: bool) -> Any:
     return pickle.loads(data)
 
 
+class _Unpicklable:
+    """What a rank sends in place of an object it could not pickle: the collective still
+    runs on every rank (none waits for it until the timeout), the failing rank re-raises its
+    pickling error and the ranks that would have received the object raise
+    :class:`DistError` naming it (:func:`_received`)."""
+
+    def __init__(self, rank: int, reason: str) -> None:
+        self.rank, self.reason = rank, reason
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _Unpicklable, (self.rank, self.reason)
+
+
+def _pickled(g: ProcessGroup, obj: Any) -> tuple[bytes | _Unpicklable, Exception | None]:
+    """``obj`` pickled (host-only), or the marker of a failure with the error to re-raise on
+    this rank once the collective ran."""
+    try:
+        return _dumps(obj), None
+    except Exception as exc:
+        return _Unpicklable(g.global_rank, f"{type(exc).__name__}: {exc}"), exc
+
+
+def _received(g: ProcessGroup, op: str, got: Any, weights_only: bool) -> Any:
+    """Unpickle what ``op`` received; a sender's failure marker raises :class:`DistError`."""
+    if isinstance(got, _Unpicklable):
+        raise DistError(f"rank {g.global_rank}: {op}: rank {got.rank} could not pickle its "
+                        f"object(s) ({got.reason}); nothing was received from it",
+                        rank=g.global_rank, op=op)
+    return _loads(got, weights_only)
+
+
+def _settle(g: ProcessGroup, op: str, own: Exception | None, got: Sequence[Any],
+            weights_only: bool) -> list[Any]:
+    """The objects of a gathered list: this rank's own pickling error first, then a
+    :class:`DistError` naming every sender that failed, else the unpickled items."""
+    if own is not None:
+        raise own
+    failed = [x for x in got if isinstance(x, _Unpicklable)]
+    if len(failed) > 1:
+        raise DistError(f"rank {g.global_rank}: {op}: ranks "
+                        f"{', '.join(str(x.rank) for x in failed)} could not pickle their "
+                        f"objects ({failed[0].reason}, ...)", rank=g.global_rank, op=op)
+    return [_received(g, op, x, weights_only) for x in got]
+
+
 def _obj_comm(op: str, group: GroupArg) -> tuple[ProcessGroup | None, Any]:
     g = _member(group, op)
     if g is None:
@@ -81,12 +126,13 @@ def _obj_comm(op: str, group: GroupArg) -> tuple[ProcessGroup | None, Any]:
     return g, comm
 
 
-def _obj_call(g: ProcessGroup, op: str, fn: Callable[[], Any]) -> Any:
-    """Run an object collective's MPI call ``fn`` after the group's queued work, under the
-    group's sequence number and timeout (:meth:`ProcessGroup._inline`); returns its result.
-    Arguments are checked and objects pickled before: nothing here raises for them."""
+def _obj_call(g: ProcessGroup, op: str, fn: Callable[[], Any], p2p: bool = False) -> Any:
+    """Run an object collective's MPI call ``fn`` (``p2p``: a send or receive) after the
+    group's queued work, under the group's sequence number and timeout
+    (:meth:`ProcessGroup._inline`); returns its result. Arguments are checked and objects
+    pickled before: nothing here raises for them."""
     g.drain()
-    seq = g.next_seq()
+    seq = g.next_p2p_seq() if p2p else g.next_seq()
     box: list[Any] = []
     g._inline(op, seq, lambda: box.append(fn()))
     return box[0]
@@ -112,9 +158,11 @@ def broadcast_object_list(object_list: list[Any], src: int | None = None,
     if g is None:
         return
     root = g.canonical_rank(src, group_src, "src", default=0)
-    data = _dumps(list(object_list)) if g.rank() == root else None
-    data = _obj_call(g, "broadcast_object_list", lambda: comm.bcast(data, root=root))
-    object_list[:] = _loads(data, weights_only)
+    data, own = _pickled(g, list(object_list)) if g.rank() == root else (None, None)
+    got = _obj_call(g, "broadcast_object_list", lambda: comm.bcast(data, root=root))
+    if own is not None:
+        raise own
+    object_list[:] = _received(g, "broadcast_object_list", got, weights_only)
 
 
 def all_gather_object(object_list: list[Any], obj: Any, group: GroupArg = None,
@@ -134,9 +182,9 @@ def all_gather_object(object_list: list[Any], obj: Any, group: GroupArg = None,
         return
     if len(object_list) != g.size():
         raise ValueError(f"all_gather_object: object_list must have {g.size()} slots")
-    data = _dumps(obj)
+    data, own = _pickled(g, obj)
     got = _obj_call(g, "all_gather_object", lambda: comm.allgather(data))
-    object_list[:] = [_loads(x, weights_only) for x in got]
+    object_list[:] = _settle(g, "all_gather_object", own, got, weights_only)
 
 
 def gather_object(obj: Any, object_gather_list: list[Any] | None = None,
@@ -161,11 +209,13 @@ def gather_object(obj: Any, object_gather_list: list[Any] | None = None,
                              or len(object_gather_list) != g.size()):
         raise ValueError(f"gather_object: object_gather_list must have {g.size()} slots on "
                          "the destination rank")
-    data = _dumps(obj)
+    data, own = _pickled(g, obj)
     got = _obj_call(g, "gather_object", lambda: comm.gather(data, root=root))
     if g.rank() == root:
         assert object_gather_list is not None
-        object_gather_list[:] = [_loads(x, weights_only) for x in got]
+        object_gather_list[:] = _settle(g, "gather_object", own, got, weights_only)
+    elif own is not None:
+        raise own
 
 
 def scatter_object_list(scatter_object_output_list: list[Any],
@@ -191,14 +241,23 @@ def scatter_object_list(scatter_object_output_list: list[Any],
         raise ValueError("Expected argument scatter_object_output_list to be a list of size "
                          "at least 1.")
     root = g.canonical_rank(src, group_src, "src", default=0)
-    items = None
+    items: list[bytes | _Unpicklable] | None = None
+    own: Exception | None = None
     if g.rank() == root:
         if scatter_object_input_list is None or len(scatter_object_input_list) != g.size():
             raise ValueError(f"scatter_object_list: the source rank needs {g.size()} input "
                              "objects")
-        items = [_dumps(x) for x in scatter_object_input_list]
+        items = []
+        for x in scatter_object_input_list:
+            data, err = _pickled(g, x)
+            own = own or err
+            items.append(data)
+        if own is not None:   # every rank learns that the scatter failed
+            items = [next(x for x in items if isinstance(x, _Unpicklable))] * g.size()
     mine = _obj_call(g, "scatter_object_list", lambda: comm.scatter(items, root=root))
-    scatter_object_output_list[0] = _loads(mine, weights_only)
+    if own is not None:
+        raise own
+    scatter_object_output_list[0] = _received(g, "scatter_object_list", mine, weights_only)
 
 
 _OBJ_TAG = 0x7AD0   # on the group's private control communicator: never a user tag
@@ -228,8 +287,11 @@ def send_object_list(object_list: list[Any], dst: int | None = None, group: Grou
         return
     peer = g.canonical_rank(dst, group_dst, "dst")
     g.check_args("send_object_list", peer=peer, peer_role="destination")
-    data = _dumps(list(object_list))
-    _obj_call(g, "send_object_list", lambda: comm.send(data, dest=peer, tag=_OBJ_TAG))
+    data, own = _pickled(g, list(object_list))
+    _obj_call(g, "send_object_list", lambda: comm.send(data, dest=peer, tag=_OBJ_TAG),
+              p2p=True)
+    if own is not None:
+        raise own
 
 
 def recv_object_list(object_list: list[Any], src: int | None = None, group: GroupArg = None,
@@ -262,9 +324,10 @@ def recv_object_list(object_list: list[Any], src: int | None = None, group: Grou
     MPI = mpi()
     status = MPI.Status()
     data = _obj_call(g, "recv_object_list", lambda: comm.recv(
-        source=MPI.ANY_SOURCE if peer is None else peer, tag=_OBJ_TAG, status=status))
+        source=MPI.ANY_SOURCE if peer is None else peer, tag=_OBJ_TAG, status=status),
+        p2p=True)
     sender = g.global_ranks[int(status.Get_source())]
-    got = _loads(data, weights_only)
+    got = _received(g, "recv_object_list", data, weights_only)
     if len(got) != len(object_list):
         raise ValueError(f"recv_object_list: rank {sender} sent {len(got)} objects but "
                          f"object_list has {len(object_list)} slots; pass a list of the "

@@ -114,6 +114,17 @@ def _int(value: object, what: str) -> int:
         raise TypeError(f"{what} must be an int, got {type(value).__name__}") from None
 
 
+def _seconds_of(timeout: object) -> float:
+    """A ``datetime.timedelta`` or a number of seconds (not a bool) as seconds; the range
+    checks are the caller's (``TypeError`` for another type)."""
+    if isinstance(timeout, datetime.timedelta):
+        return timeout.total_seconds()
+    if isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
+        return float(timeout)
+    raise TypeError(f"timeout must be a datetime.timedelta or a number of seconds, got "
+                    f"{type(timeout).__name__}")
+
+
 def _timedelta(timeout: object) -> datetime.timedelta:
     """A timeout as a ``timedelta``; a float is seconds (as torch's bindings accept)."""
     if isinstance(timeout, float):

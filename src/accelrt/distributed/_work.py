@@ -14,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+import datetime
 import itertools
 import logging
 import os
@@ -27,6 +28,7 @@ from .._event import Event
 from .._stream import _current
 from ._engine import Request
 from ._errors import DistTimeoutError
+from ._store import _seconds_of
 
 if TYPE_CHECKING:
     from ._group import ProcessGroup
@@ -109,6 +111,16 @@ class _Watched:
 
     def __exit__(self, *exc: object) -> None:
         self._wd.exit(self._tok)
+
+
+def _wait_seconds(timeout: object) -> float | None:
+    """``Work.wait``'s timeout in seconds: None (or 0, torch's ``kNoTimeout``) for none."""
+    if timeout is None:
+        return None
+    value = _seconds_of(timeout)
+    if not value >= 0:
+        raise ValueError(f"Work.wait(): timeout must not be negative, got {value}")
+    return value or None
 
 
 def wait_until(done: Callable[[], bool], timeout: float,
@@ -223,10 +235,17 @@ class Work:
             fin, self._finish = self._finish, None
             fin()
 
-    def wait(self, timeout: float | None = None) -> bool:
+    def wait(self, timeout: float | datetime.timedelta | None = None) -> bool:
         """Order the current stream after the operation (host arrays and point-to-point: block
-        until done); ``timeout`` (seconds) bounds a host wait with :class:`DistTimeoutError`.
-        Returns True."""
+        until done); ``timeout`` (seconds or a ``datetime.timedelta``, as torch's) bounds a
+        host wait with :class:`DistTimeoutError`; 0, like None, waits without a bound
+        (torch's ``kNoTimeout``). Returns True.
+
+        Raises:
+            TypeError: ``timeout`` is not a number or a timedelta.
+            ValueError: ``timeout`` is negative or NaN.
+        """
+        timeout = _wait_seconds(timeout)
         if self._request is not None:
             self._complete_request(timeout)
         elif self._event is not None:

@@ -16,7 +16,7 @@ import os
 from typing import TYPE_CHECKING, Union
 
 from ._group import ProcessGroup
-from ._store import Store
+from ._store import Store, _seconds_of
 
 if TYPE_CHECKING:
     from typing import TypeAlias
@@ -73,14 +73,14 @@ TimeoutArg: TypeAlias = datetime.timedelta | float | None
 def _seconds(timeout: TimeoutArg, default: float) -> float:
     if timeout is None:
         env = os.environ.get("ACCELRT_DISTRIBUTED_TIMEOUT")
-        return float(env) if env else default
-    if isinstance(timeout, datetime.timedelta):
-        value = timeout.total_seconds()
-    elif isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
-        value = float(timeout)
-    else:
-        raise TypeError(f"timeout must be a datetime.timedelta or a number of seconds, got "
-                        f"{type(timeout).__name__}")
+        if not env:
+            return default
+        try:   # checked as an argument is: a negative or junk value aborted every operation
+            timeout = float(env)
+        except ValueError:
+            raise ValueError(f"ACCELRT_DISTRIBUTED_TIMEOUT must be a number of seconds, got "
+                             f"{env!r}") from None
+    value = _seconds_of(timeout)
     if not value > 0:
         raise ValueError(f"timeout must be positive, got {value}")
     if value > datetime.timedelta.max.total_seconds():   # inf too: a store needs a timedelta

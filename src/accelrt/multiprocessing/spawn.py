@@ -57,13 +57,25 @@ class ProcessExitedException(ProcessException):
 
 
 def _wrap(fn: Callable[..., Any], i: int, args: tuple[Any, ...], errors: Any) -> None:
+    # As torch's _wrap: an exception is reported to the parent (ProcessRaisedException);
+    # ``sys.exit(code)`` is an exit, not an error (code 0 succeeds, another code is a
+    # ProcessExitedException), and KeyboardInterrupt (the parent's SIGINT) ends quietly.
     try:
         fn(i, *args)
     except KeyboardInterrupt:
         pass
-    except BaseException:  # noqa: BLE001 - reported to the parent, which raises it
+    except Exception:
         errors.send(traceback.format_exc())
         raise SystemExit(1) from None
+
+
+def _reported(pipe: Any) -> str | None:
+    """The traceback a failed process sent through its error pipe, or None when it sent
+    none (it exited, or a signal killed it: the pipe is then only at its end)."""
+    try:
+        return str(pipe.recv()) if pipe.poll() else None
+    except (EOFError, OSError):
+        return None
 
 
 class ProcessContext:
@@ -120,14 +132,17 @@ class ProcessContext:
                 p.kill()
             p.join()
         p = self.processes[failed]
-        pipe = self.error_pipes[failed]
-        if pipe.poll():
+        trace = _reported(self.error_pipes[failed])
+        if trace is not None:
             raise ProcessRaisedException(
-                f"\n\n-- Process {failed} terminated with the following error:\n{pipe.recv()}",
+                f"\n\n-- Process {failed} terminated with the following error:\n{trace}",
                 failed, p.pid)
         code = int(p.exitcode)
         if code < 0:
-            name = signal.Signals(-code).name
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:   # a signal without a name (torch's wording)
+                name = f"<Unknown signal {-code}>"
             raise ProcessExitedException(f"process {failed} terminated with signal {name}",
                                          failed, p.pid, code, name)
         raise ProcessExitedException(f"process {failed} terminated with exit code {code}",
