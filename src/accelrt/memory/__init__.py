@@ -42,6 +42,7 @@ from . import _allocator as _allocator_module
 from . import _host
 from ._allocator import DeviceCachingAllocator, get_allocator, peek_allocator
 from ._config import get_allocator_settings, get_config, set_allocator_settings
+from ._history import check_history_args
 from ._pluggable import PluggableAllocator, change_current_allocator, get_allocator_backend
 from ._snapshot import build_snapshot, snapshot_segments, to_plain
 from ._snapshot import dump_snapshot as _dump
@@ -413,10 +414,8 @@ def record_memory_history(enabled: str | bool | None = "all", context: str | Non
     _torch_only(compile_context=compile_context,
                 global_record_annotations=global_record_annotations)
     _device_history_only(record_pinned_host_memory, record_cuda)
-    if skip_actions is not None and (isinstance(skip_actions, str) or not all(
-            isinstance(s, str) for s in skip_actions)):
-        raise TypeError("skip_actions must be a list of action names such as "
-                        f"['free_completed'], got {skip_actions!r}")
+    # checked here too, so that a wrong argument raises whether or not a device has started
+    check_history_args(enabled, context, stacks, max_entries, skip_actions)
     if device is None:
         b = _device._require_current()
         targets = [(b, i) for i in range(b.device_count())]
