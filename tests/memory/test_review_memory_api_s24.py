@@ -7,7 +7,6 @@ docs/differences.md for where accelrt's error differs from PyTorch's ``RuntimeEr
 from __future__ import annotations
 
 import gc
-import itertools
 import math
 import subprocess
 import sys
@@ -17,14 +16,11 @@ from typing import Any
 import pytest
 
 import accelrt as acc
-import accelrt._device as _device
-from accelrt import OutOfMemoryError, backends, memory
+from accelrt import OutOfMemoryError, memory
 from accelrt.memory import _history
-from accelrt.testing._simulated import SimulatedBackend
 
 MiB = 1 << 20
 GiB = 1 << 30
-_names = itertools.count()
 
 #: PyTorch's flat ``memory_stats`` keys without private pools (torch 2.14).
 _ARRAYS = ("allocation", "segment", "active", "inactive_split", "allocated_bytes",
@@ -36,21 +32,6 @@ TORCH_KEYS = frozenset(
     + [f"{a}.{f}" for a in ("oversize_allocations", "oversize_segments") for f in _FIELDS]
     + ["num_alloc_retries", "num_ooms", "num_sync_all_streams", "num_device_alloc",
        "num_device_free", "max_split_size", "num_oom_rejections"])
-
-
-@pytest.fixture
-def dev() -> str:
-    """A fresh two-device simulated backend (1 GiB each) under a new name, made current."""
-    name = f"s24dsim{next(_names)}"
-    backends.register(name, lambda: SimulatedBackend(name=name, capacity=GiB, device_count=2))
-    return name
-
-
-@pytest.fixture
-def current(dev: str, monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setattr(_device, "_current_backend", backends.get_backend(dev))
-    monkeypatch.setattr(_device, "_current_name", dev)
-    return dev
 
 
 def check_invariants(device: str) -> dict[str, int]:
