@@ -5,41 +5,20 @@ from __future__ import annotations
 import collections
 import gc
 import inspect
-import itertools
 import threading
 
 import pytest
 
 import accelrt as acc
-import accelrt._device as _device
 from accelrt import BackendUnavailableError, OutOfMemoryError, backends, memory
 from accelrt.memory import _config
-from accelrt.testing._simulated import SimulatedBackend
 
 MiB = 1 << 20
 GiB = 1 << 30
-_names = itertools.count()
 
 SIZE_STATS = ("allocated_bytes", "reserved_bytes", "active_bytes", "inactive_split_bytes",
               "requested_bytes")
 COUNT_STATS = ("allocation", "segment", "active", "inactive_split")
-
-
-@pytest.fixture
-def dev() -> str:
-    """A fresh two-device simulated backend (1 GiB each) under a new name."""
-    name = f"memsim{next(_names)}"
-
-    backends.register(name, lambda: SimulatedBackend(name=name, capacity=GiB, device_count=2))
-    return name
-
-
-@pytest.fixture
-def current(dev: str, monkeypatch) -> str:
-    """Make the fresh simulated backend the current accelerator for one test."""
-    monkeypatch.setattr(_device, "_current_backend", backends.get_backend(dev))
-    monkeypatch.setattr(_device, "_current_name", dev)
-    return dev
 
 
 def test_signatures_match_pytorch() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import pickle
 
 import numpy as np
@@ -23,7 +22,6 @@ from accelrt.memory._snapshot import (
 from accelrt.memory.viz import load_snapshot, segsum, trace_text
 
 MiB = 1 << 20
-_names = itertools.count()
 
 SEGMENT_KEYS = {"device", "address", "total_size", "allocated_size", "active_size",
                 "requested_size", "stream", "segment_type", "segment_pool_id", "is_expandable",
@@ -35,13 +33,6 @@ SETTINGS_KEYS = {"PYTORCH_CUDA_ALLOC_CONF", "max_split_size", "garbage_collectio
                  "graph_capture_record_stream_reuse", "roundup_power2_divisions"}
 
 
-@pytest.fixture
-def dev() -> str:
-    """A fresh two-device simulated backend, registered under a new name."""
-    name = f"snapsim{next(_names)}"
-
-    backends.register(name, lambda: SimulatedBackend(name=name, capacity=1 << 30, device_count=2))
-    return name
 
 
 def _walk_plain(obj, path="snap") -> None:

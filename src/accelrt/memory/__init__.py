@@ -31,7 +31,7 @@ import threading
 import warnings
 import weakref
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import _device
 from .._device import _get_device, _tls
@@ -42,6 +42,7 @@ from . import _allocator as _allocator_module
 from . import _host
 from ._allocator import DeviceCachingAllocator, get_allocator, peek_allocator
 from ._config import get_allocator_settings, get_config, set_allocator_settings
+from ._history import check_history_args
 from ._pluggable import PluggableAllocator, change_current_allocator, get_allocator_backend
 from ._snapshot import build_snapshot, snapshot_segments, to_plain
 from ._snapshot import dump_snapshot as _dump
@@ -55,6 +56,7 @@ compiled: bool = not _allocator_module.__file__.endswith(".py")
 
 if TYPE_CHECKING:
     import os
+    from collections.abc import Mapping
 
     from .._backend import Backend
     from .._stream import Stream
@@ -413,10 +415,8 @@ def record_memory_history(enabled: str | bool | None = "all", context: str | Non
     _torch_only(compile_context=compile_context,
                 global_record_annotations=global_record_annotations)
     _device_history_only(record_pinned_host_memory, record_cuda)
-    if skip_actions is not None and (isinstance(skip_actions, str) or not all(
-            isinstance(s, str) for s in skip_actions)):
-        raise TypeError("skip_actions must be a list of action names such as "
-                        f"['free_completed'], got {skip_actions!r}")
+    # checked here too, so that a wrong argument raises whether or not a device has started
+    check_history_args(enabled, context, stacks, max_entries, skip_actions)
     if device is None:
         b = _device._require_current()
         targets = [(b, i) for i in range(b.device_count())]
@@ -493,19 +493,37 @@ def memory_snapshot(mempool_id: tuple[int, int] | None = None,
         >>> isinstance(memory.memory_snapshot(), list)
         True
     """
-    if mempool_id is not None and (
-            not isinstance(mempool_id, (tuple, list)) or len(mempool_id) != 2
-            or not all(isinstance(x, int) and not isinstance(x, bool) for x in mempool_id)):
-        raise TypeError("mempool_id must be a pair of ints (a MemPool.id) or None, got "
-                        f"{type(mempool_id).__name__} {mempool_id!r:.60}")
+    want = _check_mempool_id(mempool_id)
     _check_include_traces(include_traces)
     b, _ = _get_device(None)
     segments: list[Segment] = snapshot_segments(
         [peek_allocator(b.name, i) for i in range(b.device_count())])
+    return _pool_segments(segments, want)
+
+
+def _check_mempool_id(mempool_id: object) -> tuple[int, int] | None:
+    """``memory_snapshot``'s ``mempool_id`` as a tuple (``None`` stays ``None``).
+
+    Raises:
+        TypeError: it is not a pair of ints (a :attr:`MemPool.id`) or None.
+    """
     if mempool_id is None:
+        return None
+    if (not isinstance(mempool_id, (tuple, list)) or len(mempool_id) != 2
+            or not all(isinstance(x, int) and not isinstance(x, bool) for x in mempool_id)):
+        raise TypeError("mempool_id must be a pair of ints (a MemPool.id) or None, got "
+                        f"{type(mempool_id).__name__} {mempool_id!r:.60}")
+    return mempool_id[0], mempool_id[1]
+
+
+_S = TypeVar("_S", bound="Mapping[str, Any]")
+
+
+def _pool_segments(segments: list[_S], pool_id: tuple[int, int] | None) -> list[_S]:
+    """The segments of private pool ``pool_id`` (all of them for ``None``)."""
+    if pool_id is None:
         return segments
-    want = tuple(mempool_id)
-    return [s for s in segments if tuple(s.get("segment_pool_id", (0, 0))) == want]
+    return [s for s in segments if tuple(s.get("segment_pool_id", (0, 0))) == pool_id]
 
 
 def dump_snapshot(filename: str | os.PathLike[str] = "dump_snapshot.pickle",

@@ -185,6 +185,24 @@ def capture_frames() -> list[dict[str, Any]]:
     return out
 
 
+def _check_choice(name: str, value: object, choices: tuple[str | None, ...]) -> None:
+    """Raise unless ``value`` is one of ``choices`` (PyTorch's ``_record_memory_history``
+    takes these arguments as optional strings): a ``TypeError`` for a value that is neither a
+    str nor an allowed None, a ``ValueError`` for any other value."""
+    if (value is None and None in choices) or isinstance(value, str):
+        if value in choices:
+            return
+        raise ValueError(f"{name} must be {_spell(choices)}, got {value!r}")
+    raise TypeError(f"{name} must be {_spell(choices)}, got {type(value).__name__} "
+                    f"{value!r:.60}")
+
+
+def _spell(choices: tuple[str | None, ...]) -> str:
+    """``(None, "state", "all")`` as ``"None, 'state' or 'all'"``."""
+    words = [repr(c) for c in choices]
+    return ", ".join(words[:-1]) + " or " + words[-1]
+
+
 def check_history_args(enabled: str | bool | None, context: str | None, stacks: str,
                        max_entries: int, skip_actions: Iterable[str] | None
                        ) -> tuple[str | None, frozenset[str]]:
@@ -192,8 +210,9 @@ def check_history_args(enabled: str | bool | None, context: str | None, stacks: 
     arguments; return ``enabled`` as ``None``, ``"state"`` or ``"all"`` and the actions to skip.
 
     Raises:
-        ValueError: an unknown value.
-        TypeError: ``max_entries`` is not an int.
+        ValueError: an unknown value, or ``max_entries`` below 1.
+        TypeError: ``enabled``, ``context`` or ``stacks`` is neither a str nor None,
+            ``max_entries`` is not an int, or ``skip_actions`` is not a list of str.
 
     Example::
 
@@ -205,16 +224,17 @@ def check_history_args(enabled: str | bool | None, context: str | None, stacks: 
         enabled = "all"
     elif enabled is False:
         enabled = None
-    if enabled not in (None, "state", "all"):
-        raise ValueError(f"enabled must be None, 'state' or 'all', got {enabled!r}")
-    if context not in CTX_LEVELS:
-        raise ValueError(f"context must be None, 'state', 'alloc' or 'all', got {context!r}")
-    if stacks not in ("python", "all"):
-        raise ValueError(f"stacks must be 'python' or 'all', got {stacks!r}")
+    _check_choice("enabled", enabled, (None, "state", "all"))
+    _check_choice("context", context, (None, "state", "alloc", "all"))
+    _check_choice("stacks", stacks, ("python", "all"))
     if not isinstance(max_entries, int) or isinstance(max_entries, bool):
         raise TypeError(f"max_entries must be an int, got {type(max_entries).__name__}")
     if max_entries < 1:
         raise ValueError(f"max_entries must be >= 1, got {max_entries}")
+    if skip_actions is not None and (isinstance(skip_actions, (str, bytes)) or not isinstance(
+            skip_actions, Iterable) or not all(isinstance(s, str) for s in skip_actions)):
+        raise TypeError("skip_actions must be a list of action names such as "
+                        f"['free_completed'], got {skip_actions!r:.80}")
     skip = frozenset(skip_actions or ())
     unknown = skip - TRACE_ACTIONS
     if unknown:
@@ -352,13 +372,12 @@ def record_history(a: AllocatorCore, enabled: str | bool | None,
             latest action); ``"all"``/``True`` keeps a trace of ``max_entries``.
         context: ``None``, ``"state"``, ``"alloc"`` or ``"all"``: which stacks to gather.
         stacks: ``"python"`` or ``"all"`` (only Python frames exist here).
-        max_entries: trace ring-buffer length.
+        max_entries: trace ring-buffer length (more than ``sys.maxsize``: unbounded).
         clear_history: drop the entries recorded so far.
         skip_actions: trace actions not to record.
 
     Raises:
-        ValueError: an unknown value.
-        TypeError: ``max_entries`` is not an int.
+        TypeError, ValueError: as :func:`check_history_args`.
 
     Example::
 
@@ -379,8 +398,9 @@ def record_history(a: AllocatorCore, enabled: str | bool | None,
             a._history = None
         else:
             ctx = CTX_LEVELS[context]
-            # PyTorch records the trace for "state" too, in a buffer of one entry
-            entries = max_entries if enabled == "all" else 1
+            # PyTorch records the trace for "state" too, in a buffer of one entry; a ring
+            # longer than sys.maxsize entries (PyTorch takes a size_t) is unbounded anyway
+            entries = min(max_entries, sys.maxsize) if enabled == "all" else 1
             if h is None:
                 a._history = History(ctx, entries, skip, a._name)
             else:
