@@ -18,8 +18,10 @@ What it simulates:
 * **a deterministic address layout**: device ``i``'s ``malloc`` addresses start at
   ``(i + 1) << 44``, are multiples of 512 and are handed out by a bump pointer (ranges are
   reused first-fit only once its 8 TiB run out); virtual reservations come from the upper 8 TiB
-  of the device's range, each followed by a one-granule guard; pinned host addresses start at
-  ``1 << 40``. The same calls give the same addresses in every run.
+  of the device's range, each followed by a one-granule guard. The same calls give the same
+  device addresses in every run. Pinned host memory is real host memory (accelrt reads and
+  writes it: staging, ``pin_memory``), aligned to 512 bytes; its contents are whatever was
+  written there, as the device copies into it copy nothing.
 * **call counting**: :meth:`~SimulatedBackend.calls` counts every successful operation per
   device, by name (:data:`CALL_NAMES`).
 * **completion**: with ``auto_complete=True`` (the default) all work completes at once, and a
@@ -60,6 +62,8 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from .._backend import Backend, Capabilities
 from .._errors import OutOfMemoryError
 from .._fork import reinit_after_fork
@@ -86,7 +90,6 @@ _VM_GRANULARITY = 2 << 20         # 2 MiB, as CUDA's minimum granularity on curr
 _MALLOC_ALIGN = 512               # addresses returned by malloc are multiples of this
 _DEVICE_STRIDE = 1 << 44          # address space of one device (16 TiB) ...
 _VM_OFFSET = 1 << 43              # ... whose upper half holds virtual reservations
-_HOST_BASE = 1 << 40              # fake pinned host addresses
 _MAX_DEVICES = 64
 
 
@@ -229,8 +232,8 @@ class SimulatedBackend(Backend):
         self._streams: set[int] = set()                 # live streams made, guarded by _lock
         # event -> (device, stream, work number) of its last record, or None; guarded by _lock
         self._events: dict[int, tuple[int, int, int] | None] = {}
-        self._host: dict[int, int] = {}                 # pinned ptr -> size, guarded by _lock
-        self._next_host = _HOST_BASE                    # guarded by _lock
+        # pinned ptr -> (size, the buffer holding it), guarded by _lock
+        self._host: dict[int, tuple[int, np.ndarray]] = {}
         # the first exception of a host function per (device, stream), raised by the next sync
         self._kept: KeptErrors[tuple[int, int]] = KeptErrors()
 
@@ -346,12 +349,16 @@ class SimulatedBackend(Backend):
         _check_size(size, "host_malloc")
         with self._lock:
             if (self.host_capacity is not None
-                    and sum(self._host.values()) + size > self.host_capacity):
+                    and self._host_used() + size > self.host_capacity):
                 return 0
-            ptr = self._next_host
-            self._next_host += max(_MALLOC_ALIGN, -(-size // _MALLOC_ALIGN) * _MALLOC_ALIGN)
-            self._host[ptr] = size
+            # real memory: the core reads and writes pinned memory on the host
+            buf = np.empty(max(size, 1) + _MALLOC_ALIGN, np.uint8)
+            ptr = buf.ctypes.data + (-buf.ctypes.data % _MALLOC_ALIGN)
+            self._host[ptr] = (size, buf)
         return ptr
+
+    def _host_used(self) -> int:
+        return sum(size for size, _ in self._host.values())
 
     def host_free(self, ptr: int) -> None:
         if self._closed:
@@ -366,7 +373,7 @@ class SimulatedBackend(Backend):
         if self._closed:
             raise self._closed_error("host_bytes")
         with self._lock:
-            return sum(self._host.values())
+            return self._host_used()
 
     # ------------------------------------------------------------------ virtual memory
     def _check_vm(self, what: str) -> None:
