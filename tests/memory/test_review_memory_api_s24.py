@@ -498,3 +498,21 @@ def test_thread_stress_alloc_delete_with_empty_cache_and_stats() -> None:
                          timeout=60)
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stdout.strip() == "ok"
+
+
+@pytest.mark.parametrize("bad", [12345, -1, 2**70])
+def test_caching_allocator_delete_of_an_unknown_pointer_is_torchs_runtime_error(bad: int) -> None:
+    """PyTorch's raw_delete raises "invalid device pointer" (a RuntimeError); accelrt's error
+    is also the ValueError it always was."""
+    with pytest.raises(RuntimeError, match="invalid device pointer"):
+        acc.memory.caching_allocator_delete(bad)
+    with pytest.raises(ValueError, match="invalid device pointer"):
+        acc.memory.caching_allocator_delete(bad)
+
+
+def test_caching_allocator_delete_twice_is_the_same_error() -> None:
+    p = acc.memory.caching_allocator_alloc(256, "cpu:0")
+    acc.memory.caching_allocator_delete(p)
+    with pytest.raises(acc.AcceleratorError, match="invalid device pointer"):
+        acc.memory.caching_allocator_delete(p)
+    acc.memory.caching_allocator_delete(0)   # nothing, as PyTorch's raw_delete(nullptr)

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import _device
 from .._device import _get_device, _tls
+from .._errors import AcceleratorValueError
 from .._fork import reinit_after_fork
 from .._handles import StreamHandle
 from .._namespace import public_dir
@@ -651,8 +652,10 @@ def caching_allocator_delete(ptr: int) -> None:
 
     Raises:
         TypeError: ``ptr`` is not an int.
-        ValueError: ``ptr`` did not come from :func:`caching_allocator_alloc` or was already
-            deleted. (Memory owned by arrays is freed by the arrays, never through here.)
+        AcceleratorValueError: ``ptr`` did not come from :func:`caching_allocator_alloc` or was
+            already deleted: PyTorch's "invalid device pointer" (a ``RuntimeError`` there; a
+            ``RuntimeError`` and a ``ValueError`` here). Memory owned by arrays is freed by the
+            arrays, never through here. ``0`` is ignored, as in PyTorch.
 
     Example::
 
@@ -665,8 +668,8 @@ def caching_allocator_delete(ptr: int) -> None:
         return
     a = _raw_owner.pop(ptr, None)
     if a is None:
-        raise ValueError(f"pointer {ptr:#x} was not returned by caching_allocator_alloc, or "
-                         "was already deleted")
+        raise AcceleratorValueError(f"invalid device pointer {ptr:#x}: it was not returned by "
+                                    "caching_allocator_alloc, or was already deleted")
     a.free(ptr)
 
 
