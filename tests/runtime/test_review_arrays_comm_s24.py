@@ -909,3 +909,24 @@ def test_bad_buffer_sizes(size: object, exc: type[Exception]) -> None:
         comm.broadcast_coalesced([a], [D0, D1], buffer_size=size)  # type: ignore[arg-type]
     with pytest.raises(exc, match="buffer_size"):
         comm.reduce_add_coalesced([[a]], buffer_size=size)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------- pinned memory
+
+def test_arrays_are_device_memory_never_pinned_host_arrays() -> None:
+    a = acc.zeros(4, device=D0)
+    assert acc.is_pinned(a) is False
+    with pytest.raises(TypeError, match="only host"):
+        acc.pin_memory(a)  # type: ignore[arg-type]
+    for make in (lambda: acc.empty(4, pin_memory=True), lambda: acc.zeros(4, pin_memory=True),
+                 lambda: acc.ones(4, pin_memory=True), lambda: acc.full((4,), 2, pin_memory=True)):
+        h = make()
+        assert isinstance(h, np.ndarray) and acc.is_pinned(h) and h.shape == (4,)
+        assert a.copy_(h, non_blocking=True) is a
+    acc.synchronize(D0)
+    assert a.tolist() == [2, 2, 2, 2]
+    with pytest.raises(AcceleratorValueError, match="device="):
+        acc.empty(4, pin_memory=True, device=D0)
+    for flag in (1, "yes", np.True_):
+        with pytest.raises(TypeError, match="pin_memory must be a bool"):
+            acc.zeros(4, pin_memory=flag)  # type: ignore[call-overload]
