@@ -68,6 +68,7 @@ import numpy as np
 from . import _dlpack
 from . import _sync_debug as _sd
 from ._device import _device_obj, _get_device, _lazy_init
+from ._errors import AcceleratorTypeError, AcceleratorValueError
 from ._device import device as _device_cls
 from ._handles import StreamHandle
 from ._memory_owner import _CLOSED, _SOLE_REFS, _HostView
@@ -121,8 +122,8 @@ class Array:
     Raises:
         TypeError: a wrong type (a size entry that is not an int, ints mixed with a
             sequence), or an unknown or unsupported dtype.
-        ValueError: a negative dimension (an ``AcceleratorValueError``, also a
-            ``RuntimeError`` as in PyTorch).
+        ValueError: a negative dimension, or a size whose bytes overflow int64 (an
+            ``AcceleratorValueError``, also a ``RuntimeError`` as in PyTorch).
         IndexError: the device index is out of range.
         OutOfMemoryError: the caching allocator could not satisfy the request.
 
@@ -358,7 +359,8 @@ class Array:
 
         Raises:
             TypeError: ``src`` cannot be converted to a numeric array.
-            ValueError: the shapes differ.
+            ValueError: the shapes differ (an ``AcceleratorValueError``, also a
+                ``RuntimeError`` as in PyTorch; accelrt does not broadcast ``src``).
 
         Example::
 
@@ -373,8 +375,7 @@ class Array:
         _check_flag("non_blocking", non_blocking)
         if isinstance(src, Array):
             if src._shape != self._shape:
-                raise ValueError(f"copy_(): shape mismatch: destination has shape "
-                                 f"{self._shape} but source has shape {src._shape}")
+                raise _shape_mismatch(self._shape, src._shape)
             if src is self or (src._mem is self._mem and src._b is self._b):
                 return self
             if src._dtype != self._dtype:
@@ -385,8 +386,7 @@ class Array:
             return self
         host = _to_numpy(src, "copy_()")
         if host.shape != self._shape:
-            raise ValueError(f"copy_(): shape mismatch: destination has shape {self._shape} "
-                             f"but source has shape {host.shape}")
+            raise _shape_mismatch(self._shape, host.shape)
         data = np.ascontiguousarray(host, dtype=self._dtype)
         self._upload(data, non_blocking, private=data is not host or isinstance(
             src, (list, tuple, int, float, complex)))
@@ -410,8 +410,14 @@ class Array:
                 are truncated toward zero for integer dtypes, as numpy does).
 
         Raises:
-            TypeError: ``value`` is not a number, or is complex for a real dtype.
-            ValueError: ``value`` does not fit in the dtype.
+            TypeError: ``value`` is not a number, or is complex with a non-zero imaginary
+                part for a real dtype (then an ``AcceleratorTypeError``, also a
+                ``RuntimeError`` as PyTorch's "cannot be converted ... without overflow").
+            ValueError: ``value`` does not fit in the dtype (an ``AcceleratorValueError``, also
+                a ``RuntimeError`` as in PyTorch): an int or float outside the integer dtype's
+                range (checked before truncation, and a negative int never wraps into an
+                unsigned dtype), a finite value beyond the floating dtype's largest, or a NaN
+                or infinity for an integer dtype.
 
         Example::
 
@@ -633,6 +639,14 @@ class Array:
         return cuda_array_interface(self)
 
 
+def _shape_mismatch(dst: tuple[int, ...], src: tuple[int, ...]) -> AcceleratorValueError:
+    """``copy_``'s error for a source of another shape (PyTorch raises ``RuntimeError``; accelrt
+    does not broadcast)."""
+    return AcceleratorValueError(f"copy_(): shape mismatch: destination has shape {dst} but "
+                                 f"source has shape {src}; copy_ needs equal shapes (accelrt "
+                                 "does not broadcast)")
+
+
 def _rebuild(host: np.ndarray, device: str) -> Array:
     """Unpickle an :class:`Array`: a copy of ``host`` on ``device``."""
     return asarray(host, device=device, copy=True)
@@ -681,6 +695,12 @@ def _to_numpy(obj: Any, what: str) -> np.ndarray:
 
 
 def _fill_scalar(value: Any, dt: np.dtype) -> np.ndarray:
+    """``value`` as a 0-d array of ``dt``, with PyTorch's overflow rule for ``fill_``/``full``
+    (``c10::overflows``): a value outside the dtype's range is refused, not wrapped or rounded
+    to infinity; floats are truncated toward zero for integer dtypes (after the range check,
+    so 127.9 does not fit int8); a complex value fills a real dtype only with a zero
+    imaginary part; any number fills a bool array with its truth value. Unlike PyTorch, a
+    negative int never wraps into an unsigned dtype."""
     if isinstance(value, np.ndarray) and value.ndim == 0:
         value = value.item()
     if isinstance(value, np.generic):
@@ -689,23 +709,37 @@ def _fill_scalar(value: Any, dt: np.dtype) -> np.ndarray:
         raise TypeError(f"fill value must be a bool, int, float or complex, got "
                         f"{type(value).__name__}")
     if isinstance(value, complex) and dt.kind != "c":
-        raise TypeError(f"cannot fill a {dt.name} array with the complex value {value!r}; "
-                        "use a complex dtype")
-    if dt.kind in "iu":
+        if value.imag != 0:     # nan too
+            raise AcceleratorTypeError(f"cannot fill a {dt.name} array with the complex value "
+                                       f"{value!r}; use a complex dtype")
+        value = value.real
+    if dt.kind in "iu" and not isinstance(value, bool):
+        info = np.iinfo(dt)
         if isinstance(value, float):
             if not math.isfinite(value):
-                raise ValueError(f"cannot fill a {dt.name} array with {value!r}")
+                raise AcceleratorValueError(f"cannot fill a {dt.name} array with {value!r}")
+            if not info.min <= value <= info.max:
+                raise AcceleratorValueError(f"fill value {value!r} does not fit in {dt.name} "
+                                            f"(range {info.min}..{info.max})")
             value = int(value)
-        info = np.iinfo(dt)
         if not info.min <= value <= info.max:
-            raise ValueError(f"fill value {value} does not fit in {dt.name} "
-                             f"(range {info.min}..{info.max})")
-    with np.errstate(over="ignore"):
-        scalar = np.array(value, dtype=dt)
-    if dt.kind in "fc" and np.all(np.isfinite(np.array(value))) and not np.all(
-            np.isfinite(scalar)):
-        raise ValueError(f"fill value {value!r} overflows {dt.name}")
-    return scalar
+            raise AcceleratorValueError(f"fill value {value} does not fit in {dt.name} "
+                                        f"(range {info.min}..{info.max})")
+    elif dt.kind in "fc" and not isinstance(value, bool):
+        top = float(np.finfo(dt).max)
+        for part in (value.real, value.imag) if isinstance(value, complex) else (value,):
+            if isinstance(part, float):     # inf and nan fill a floating array
+                big = math.isfinite(part) and abs(part) > top
+            else:
+                try:
+                    big = abs(float(part)) > top
+                except OverflowError:       # an int beyond float64
+                    big = True
+            if big:
+                raise AcceleratorValueError(f"fill value {value!r} overflows {dt.name} "
+                                            f"(largest finite value {top!r})")
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.array(value, dtype=dt)
 
 
 # the factories make Arrays: imported last, so that they can import Array from here

@@ -70,8 +70,9 @@ def empty(*size: SizeLike, dtype: DTypeLike = "float32", device: DeviceLike = No
     Raises:
         TypeError: a wrong type (a size entry that is not an int, such as a dtype passed
             positionally; ints mixed with a sequence), or an unknown or unsupported dtype.
-        ValueError: a negative dimension (also a ``RuntimeError``, as in PyTorch), or
-            ``pin_memory=True`` with a device (an ``AcceleratorValueError``).
+        ValueError: a negative dimension or a size whose bytes overflow int64 (also a
+            ``RuntimeError``, as in PyTorch), or ``pin_memory=True`` with a device (an
+            ``AcceleratorValueError``).
         AcceleratorError: ``pin_memory=True`` but the backend cannot pin host memory.
         OutOfMemoryError: the allocator could not satisfy the request.
 
@@ -180,7 +181,8 @@ def full(size: SizeLike, fill_value: ScalarLike, *, dtype: DTypeLike | None = No
 
     Raises:
         TypeError: a bad size or dtype, or a fill value that is not a number.
-        ValueError: a negative dimension, a fill value the dtype cannot hold, or
+        ValueError: a negative dimension, a size whose bytes overflow int64, a fill value
+            the dtype cannot hold (:meth:`Array.fill_`'s rule, PyTorch's), or
             ``pin_memory=True`` with a device.
 
     Example::

@@ -35,7 +35,6 @@ Example::
 
 from __future__ import annotations
 
-import math
 import sys
 from typing import TYPE_CHECKING
 
@@ -43,6 +42,7 @@ import numpy as np
 
 from ._device import _factory_device, _get_device
 from ._errors import AcceleratorError, AcceleratorValueError
+from ._size import storage_nbytes
 from .memory._host import HostCachingAllocator, get_host_allocator, host_allocators
 
 if TYPE_CHECKING:
@@ -163,7 +163,7 @@ def new_pinned(b: Backend, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarra
         OutOfMemoryError: the pool cannot pin that much, even after emptying its cache.
     """
     pool = _pinning_pool(b)
-    nbytes = math.prod(shape) * dtype.itemsize
+    nbytes = storage_nbytes(shape, dtype.itemsize)
     if not nbytes:
         return np.empty(shape, dtype)
     buf = _PinnedBuffer(pool, pool.malloc(nbytes), nbytes)

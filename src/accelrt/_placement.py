@@ -17,7 +17,6 @@ Example::
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
@@ -26,6 +25,7 @@ from . import _backend
 from . import _device as _device_mod
 from ._device import _factory_device, _get_device, _lazy_init, _tls
 from ._memory_owner import _Memory
+from ._size import storage_nbytes
 from ._stream_core import _current_in, _Key
 from .memory._registry import _allocators, get_allocator
 
@@ -193,7 +193,7 @@ def init_array(arr: Any, shape: tuple[int, ...], dtype: object, device: object) 
         device = _factory_device(None)     # a with-device block's, or the default
     where = place(device)
     dt = where.dtype(dtype)
-    arr._mem = where.malloc(math.prod(shape) * dt.itemsize)[0]
+    arr._mem = where.malloc(storage_nbytes(shape, dt.itemsize))[0]
     arr._shape = shape
     arr._dtype = dt
     arr._b = where.b

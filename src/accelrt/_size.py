@@ -18,6 +18,7 @@ Example::
 
 from __future__ import annotations
 
+import math
 import operator
 import warnings
 from collections.abc import Sequence
@@ -27,11 +28,15 @@ import numpy as np
 
 from ._errors import AcceleratorValueError
 
-__all__ = ["factory_args", "legacy_dtype_device", "normalize_size", "size_keyword"]
+__all__ = ["factory_args", "legacy_dtype_device", "normalize_size", "size_keyword",
+           "storage_nbytes"]
 
 #: 1 when this module runs as Python, 0 when it is compiled (mypyc: its functions have no
 #: frames): :func:`legacy_dtype_device`'s warning counts the frames up to its caller's caller
 _OWN_FRAME = 1 if __file__.endswith(".py") else 0
+
+#: the most bytes an array may span (numpy's and PyTorch's sizes are int64)
+_MAX_NBYTES = 2**63 - 1
 
 
 def size_keyword(kw: dict[str, Any], fname: str) -> Any:
@@ -127,7 +132,8 @@ def _entry(d: Any, fname: str, size: Any) -> int:
         return operator.index(d)
     except TypeError:
         pass
-    if isinstance(d, (Sequence, np.ndarray)) and not isinstance(d, (str, bytes)):
+    if (isinstance(d, Sequence) and not isinstance(d, (str, bytes))) or (
+            isinstance(d, np.ndarray) and d.ndim):
         raise TypeError(f"{fname}() got a size that mixes ints and sequences ({size!r}); "
                         f"{_usage(fname)}") from None
     raise TypeError(f"{fname}() size entries must be ints, got {type(d).__name__} {d!r} in "
@@ -176,3 +182,29 @@ def normalize_size(args: tuple[Any, ...], size: Any, fname: str) -> tuple[int, .
             raise AcceleratorValueError(f"Trying to create tensor with negative dimension {d}: "
                                         f"{list(dims)}; every dimension must be >= 0")
     return dims
+
+
+def storage_nbytes(shape: tuple[int, ...], itemsize: int) -> int:
+    """The bytes of a C-contiguous array of a checked ``shape`` (:func:`normalize_size`) and
+    ``itemsize``-byte elements: the one size check of every allocation (``Array`` and its
+    factories, the random factories, pinned host arrays).
+
+    Raises:
+        AcceleratorValueError: the bytes overflow int64 (PyTorch's RuntimeError "Storage size
+            calculation overflowed"); for an empty shape, the bytes its non-zero dimensions
+            would span, as numpy counts them (so ``numpy()`` can always hold the array).
+
+    Example::
+
+        >>> from accelrt._size import storage_nbytes
+        >>> storage_nbytes((2, 3), 4), storage_nbytes((0, 2**40), 8)
+        (24, 0)
+    """
+    nbytes = math.prod(shape) * itemsize
+    if 0 < nbytes <= _MAX_NBYTES:
+        return nbytes
+    if not nbytes and math.prod([d for d in shape if d]) * itemsize <= _MAX_NBYTES:
+        return 0
+    raise AcceleratorValueError(f"Storage size calculation overflowed with sizes={list(shape)}: "
+                                f"{itemsize}-byte elements of that shape span more than "
+                                f"{_MAX_NBYTES} bytes (int64), more than any device holds")

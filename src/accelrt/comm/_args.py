@@ -9,8 +9,11 @@ Example::
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from .. import _backend
 from .._device import _check_index, _get_device, _require_current, device
@@ -25,6 +28,21 @@ __all__ = ["check_buffer_size", "device_list", "one_device", "wrap_dim"]
 
 def _is_int(x: object) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _index(x: Any, what: str, unit: str = "") -> int:
+    """``x`` as an int: an int or an integer object with ``__index__`` (a numpy integer), as
+    PyTorch's argument parser takes; never a bool (numpy's included) or a float.
+
+    Raises:
+        TypeError: anything else, naming ``what``.
+    """
+    if not isinstance(x, (bool, np.bool_)):
+        try:
+            return operator.index(x)
+        except TypeError:
+            pass
+    raise TypeError(f"{what} must be an int{unit}, got {type(x).__name__}")
 
 
 def one_device(d: Any, default: Backend | None, what: str, *, optional: bool = False,
@@ -69,26 +87,23 @@ def device_list(devices: Any, default: Backend | None, what: str = "devices") ->
 
 def check_buffer_size(buffer_size: Any) -> int:
     """``buffer_size`` must be a positive int."""
-    if not _is_int(buffer_size):
-        raise TypeError(f"buffer_size must be an int (bytes), got {type(buffer_size).__name__}")
-    if buffer_size <= 0:
-        raise AcceleratorValueError(f"buffer_size must be positive, got {buffer_size}")
-    return int(buffer_size)
+    size = _index(buffer_size, "buffer_size", " (bytes)")
+    if size <= 0:
+        raise AcceleratorValueError(f"buffer_size must be positive, got {size}")
+    return size
 
 
 def wrap_dim(dim: Any, ndim: int) -> int:
     """PyTorch's ``maybe_wrap_dim``: ``-1`` is the last dimension.
 
     Raises:
-        TypeError: ``dim`` is not an int.
+        TypeError: ``dim`` is not an int (a numpy integer counts; a bool does not).
         IndexError: ``dim`` is out of range.
     """
-    if not _is_int(dim):
-        raise TypeError(f"dim must be an int, got {type(dim).__name__}")
-    if not -ndim <= dim < ndim:
+    d = _index(dim, "dim")
+    if not -ndim <= d < ndim:
         raise IndexError(f"Dimension out of range (expected to be in range of "
-                         f"[{-ndim}, {ndim - 1}], but got {dim})")
-    d = int(dim)
+                         f"[{-ndim}, {ndim - 1}], but got {d})")
     return d + ndim if d < 0 else d
 
 
@@ -96,11 +111,13 @@ def int_list(values: Any, what: str) -> list[int]:
     """A list of ints from a sequence (TypeError otherwise)."""
     if isinstance(values, (str, bytes)) or not isinstance(values, (Sequence, Iterable)):
         raise TypeError(f"{what} must be a sequence of ints, got {type(values).__name__}")
-    out = list(values)
-    for v in out:
-        if isinstance(v, bool) or not hasattr(v, "__index__"):
-            raise TypeError(f"{what} must contain only ints, got {v!r}")
-    return [int(v) for v in out]
+    out = []
+    for v in values:
+        try:
+            out.append(_index(v, what))
+        except TypeError:
+            raise TypeError(f"{what} must contain only ints, got {v!r}") from None
+    return out
 
 
 def backend_of(places: Iterable[Place]) -> Backend | None:

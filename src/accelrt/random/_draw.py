@@ -27,6 +27,7 @@ from .. import _backend
 from .. import _device as _device_mod
 from .._array import Array
 from .._placement import place, site
+from .._size import storage_nbytes
 from .._transfer import hold
 from . import _philox
 from ._generator import Generator, _default_for
@@ -108,7 +109,7 @@ def new(shape: tuple[int, ...], dtype: object, device: object, generator: object
     else:
         gen = generator
     n = shape[0] if len(shape) == 1 else math.prod(shape)
-    mem, stream = where.malloc(n * dt.itemsize)
+    mem, stream = where.malloc(storage_nbytes(shape, dt.itemsize))
     out: Array = _wrap(mem, shape, dt, b, index)
     fill(out, b, index, stream, n, dist, params, gen, dist == "uniform")
     return out
