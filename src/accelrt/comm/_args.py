@@ -9,11 +9,12 @@ Example::
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import _backend
-from .._device import _check_index, _get_device, _require_current, device
+from .._device import _check_index, _get_device, _plain_int, _require_current, device
 from .._errors import AcceleratorValueError
 from .._transfer import HOST, Place
 
@@ -45,13 +46,14 @@ def one_device(d: Any, default: Backend | None, what: str, *, optional: bool = F
         bb, idx = _get_device(None, backend=b)
         return Place(bb, idx)
     if _is_int(d):
+        d = _plain_int(d)
         if d == -1 and allow_host:
             return HOST
         if d < 0:
             raise AcceleratorValueError(
                 f"Expected non-negative device index for {what}, but got {d}")
         b = b or _require_current()
-        return Place(b, _check_index(b, int(d)))
+        return Place(b, _check_index(b, d))
     if isinstance(d, (str, device)):
         bb, idx = _get_device(d, optional=optional)
         return Place(bb, idx)
@@ -73,7 +75,7 @@ def check_buffer_size(buffer_size: Any) -> int:
         raise TypeError(f"buffer_size must be an int (bytes), got {type(buffer_size).__name__}")
     if buffer_size <= 0:
         raise AcceleratorValueError(f"buffer_size must be positive, got {buffer_size}")
-    return int(buffer_size)
+    return _plain_int(buffer_size)
 
 
 def wrap_dim(dim: Any, ndim: int) -> int:
@@ -85,10 +87,10 @@ def wrap_dim(dim: Any, ndim: int) -> int:
     """
     if not _is_int(dim):
         raise TypeError(f"dim must be an int, got {type(dim).__name__}")
-    if not -ndim <= dim < ndim:
+    d = _plain_int(dim)
+    if not -ndim <= d < ndim:
         raise IndexError(f"Dimension out of range (expected to be in range of "
                          f"[{-ndim}, {ndim - 1}], but got {dim})")
-    d = int(dim)
     return d + ndim if d < 0 else d
 
 
@@ -100,7 +102,7 @@ def int_list(values: Any, what: str) -> list[int]:
     for v in out:
         if isinstance(v, bool) or not hasattr(v, "__index__"):
             raise TypeError(f"{what} must contain only ints, got {v!r}")
-    return [int(v) for v in out]
+    return [operator.index(v) for v in out]
 
 
 def backend_of(places: Iterable[Place]) -> Backend | None:

@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from .. import _device
-from .._device import _get_device, _tls
+from .._device import _get_device, _plain_int, _tls
 from .._fork import reinit_after_fork
 from .._handles import StreamHandle
 from .._namespace import public_dir
@@ -504,7 +504,7 @@ def memory_snapshot(mempool_id: tuple[int, int] | None = None,
         [peek_allocator(b.name, i) for i in range(b.device_count())])
     if mempool_id is None:
         return segments
-    want = tuple(mempool_id)
+    want = (_plain_int(mempool_id[0]), _plain_int(mempool_id[1]))
     return [s for s in segments if tuple(s.get("segment_pool_id", (0, 0))) == want]
 
 
@@ -573,10 +573,11 @@ def _stream_of(b: Backend, i: int, stream: Any) -> int:
         from .._stream import _current
         return int(_current(b, i)._handle)
     if isinstance(stream, int) and not isinstance(stream, bool):
-        if not b.stream_is_valid(i, StreamHandle(stream)):
-            raise ValueError(f"stream={stream:#x} is not a live stream handle of {b.name}:{i}; "
+        raw = _plain_int(stream)
+        if not b.stream_is_valid(i, StreamHandle(raw)):
+            raise ValueError(f"stream={raw:#x} is not a live stream handle of {b.name}:{i}; "
                              "pass an accelrt.Stream or the stream_id of a live one")
-        return stream
+        return raw
     handle = getattr(stream, "_handle", None)
     if not isinstance(handle, int):
         raise TypeError("Invalid type for stream argument, must be `accelrt.Stream` or `int` "
@@ -614,6 +615,7 @@ def caching_allocator_alloc(size: int, device: DeviceLike = None,
     """
     if not isinstance(size, int) or isinstance(size, bool):
         raise TypeError(f"size must be an int, got {type(size).__name__}")
+    size = _plain_int(size)
     if size < 0:
         raise ValueError(f"size must not be negative, got {size}")
     if device is None and getattr(stream, "_b", None) is not None:
@@ -643,6 +645,7 @@ def caching_allocator_delete(ptr: int) -> None:
     """
     if not isinstance(ptr, int) or isinstance(ptr, bool):
         raise TypeError(f"ptr must be an int, got {type(ptr).__name__}")
+    ptr = _plain_int(ptr)
     if ptr == 0:
         return
     a = _raw_owner.pop(ptr, None)
