@@ -42,6 +42,7 @@ from . import _allocator as _allocator_module
 from . import _host
 from ._allocator import DeviceCachingAllocator, get_allocator, peek_allocator
 from ._config import get_allocator_settings, get_config, set_allocator_settings
+from ._history import check_history_args
 from ._pluggable import PluggableAllocator, change_current_allocator, get_allocator_backend
 from ._snapshot import build_snapshot, snapshot_segments, to_plain
 from ._snapshot import dump_snapshot as _dump
@@ -417,13 +418,15 @@ def record_memory_history(enabled: str | bool | None = "all", context: str | Non
             isinstance(s, str) for s in skip_actions)):
         raise TypeError("skip_actions must be a list of action names such as "
                         f"['free_completed'], got {skip_actions!r}")
+    # checked here, before any allocator (of the compiled build: its own type errors) sees them
+    stop = check_history_args(enabled, context, stacks, max_entries, skip_actions)[0] is None
     if device is None:
         b = _device._require_current()
         targets = [(b, i) for i in range(b.device_count())]
     else:
         targets = [_get_device(device)]
     for b, i in targets:
-        if enabled in (None, False) and peek_allocator(b.name, i) is None:
+        if stop and peek_allocator(b.name, i) is None:
             continue
         get_allocator(b, i).record_history(enabled, context, stacks, max_entries,
                                            bool(clear_history), skip_actions)

@@ -205,11 +205,12 @@ def check_history_args(enabled: str | bool | None, context: str | None, stacks: 
         enabled = "all"
     elif enabled is False:
         enabled = None
-    if enabled not in (None, "state", "all"):
+    # a value of another type is refused by its type, not by == (which its class may define)
+    if enabled is not None and (not isinstance(enabled, str) or enabled not in ("state", "all")):
         raise ValueError(f"enabled must be None, 'state' or 'all', got {enabled!r}")
-    if context not in CTX_LEVELS:
+    if context is not None and (not isinstance(context, str) or context not in CTX_LEVELS):
         raise ValueError(f"context must be None, 'state', 'alloc' or 'all', got {context!r}")
-    if stacks not in ("python", "all"):
+    if not isinstance(stacks, str) or stacks not in ("python", "all"):
         raise ValueError(f"stacks must be 'python' or 'all', got {stacks!r}")
     if not isinstance(max_entries, int) or isinstance(max_entries, bool):
         raise TypeError(f"max_entries must be an int, got {type(max_entries).__name__}")
