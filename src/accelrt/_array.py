@@ -59,6 +59,7 @@ Example::
 
 from __future__ import annotations
 
+import cmath
 import math
 import sys
 from typing import TYPE_CHECKING, Any
@@ -686,11 +687,15 @@ def _fill_scalar(value: Any, dt: np.dtype) -> np.ndarray:
         if not info.min <= value <= info.max:
             raise ValueError(f"fill value {value} does not fit in {dt.name} "
                              f"(range {info.min}..{info.max})")
-    with np.errstate(over="ignore"):
-        scalar = np.array(value, dtype=dt)
-    if dt.kind in "fc" and np.all(np.isfinite(np.array(value))) and not np.all(
-            np.isfinite(scalar)):
-        raise ValueError(f"fill value {value!r} overflows {dt.name}")
+    try:
+        with np.errstate(over="ignore"):
+            scalar = np.array(value, dtype=dt)
+    except OverflowError:   # an int beyond any float (numpy: "int too large to convert")
+        raise ValueError(f"fill value {value!r:.60} overflows {dt.name}") from None
+    # an int is finite (numpy makes an object array of one beyond uint64: no isfinite there)
+    finite = cmath.isfinite(value) if isinstance(value, (float, complex)) else True
+    if dt.kind in "fc" and finite and not np.all(np.isfinite(scalar)):
+        raise ValueError(f"fill value {value!r:.60} overflows {dt.name}")
     return scalar
 
 
