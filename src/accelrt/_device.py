@@ -112,7 +112,8 @@ class device:
         if idx is not None and idx < 0:
             raise AcceleratorValueError(f"Device index must not be negative, got {idx}")
         object.__setattr__(self, "_type", typ)
-        object.__setattr__(self, "_index", None if idx is None else _plain_int(idx))
+        object.__setattr__(self, "_index",
+                           idx if idx is None or type(idx) is int else _plain_int(idx))
 
     @property
     def type(self) -> str:
@@ -530,7 +531,9 @@ def _plain_int(value: int) -> int:
     """``value`` as a plain ``int``: an instance of a subclass of ``int`` is read by its value,
     as PyTorch's C++ and accelrt's compiled (mypyc) functions read it, whatever the subclass's
     ``__eq__``, ``__hash__``, ``__index__`` or ``__int__`` say. accelrt's tables (current
-    devices, streams, allocators) and the backends' raw operations take plain ints only.
+    devices, streams, allocators) and the backends' raw operations take plain ints only. The
+    per-call paths (:func:`_check_index`, :class:`device`, :class:`device_index`) test
+    ``type(x) is int`` before calling it: the call would cost them about one empty call.
 
     Example::
 
@@ -560,7 +563,7 @@ def _check_index(b: Backend, index: int) -> int:
         raise AcceleratorIndexError(
             f"Device index value {index} is out of index range [0, {n}) (backend "
             f"{b.name!r} has {n} device{'s' if n != 1 else ''}{hint})")
-    return _plain_int(index)
+    return index if type(index) is int else _plain_int(index)
 
 
 #: ``(backend, checked index)`` of each device string and :class:`device` with an index that
@@ -744,7 +747,7 @@ class device_index:
         if device is not None and type(device) is not int and (
                 not isinstance(device, int) or isinstance(device, bool)):
             raise TypeError(f"device_index() takes an int or None, got {type(device).__name__}")
-        self.idx = None if device is None else _plain_int(device)
+        self.idx = device if device is None or type(device) is int else _plain_int(device)
         self.prev_idx = -1
         self._b: Backend | None = None
         self._outer: list[tuple[Backend, int]] | None = None
