@@ -288,6 +288,12 @@ def test_an_int_subclass_pointer_is_freed(two: None, cls: type[int]) -> None:
 @pytest.mark.parametrize("cls", INT_SUBCLASSES, ids=lambda c: c.__name__)
 def test_an_int_subclass_pool_id_names_one_pool(two: None, cls: type[int]) -> None:
     assert _pool_snapshot(cls)
+    pool = memory.MemPool()   # the device modules' memory_snapshot reads it the same way
+    with memory.use_mem_pool(pool, "cpu:0"):
+        x = acc.empty(4, device="cpu:0")
+    segs = acc.cpu.memory_snapshot((cls(pool.id[0]), cls(pool.id[1])))
+    assert segs and all(tuple(s["segment_pool_id"]) == pool.id for s in segs)
+    del x
 
 
 def test_device_indices_come_back_as_plain_ints(two: None) -> None:
@@ -445,6 +451,10 @@ TABLE: list[tuple[str, Callable[[Any], object], list[tuple[list[Any], type[BaseE
     ]),
     ("memory_snapshot(mempool_id)", lambda v: memory.memory_snapshot(v), [
         ([1, (1,), (1, 2, 3), (1.0, 2), (True, 1), "ab", EqAll()], TypeError,
+         r"^mempool_id must be a pair of ints"),
+    ]),
+    ("cpu.memory_snapshot(mempool_id)", lambda v: acc.cpu.memory_snapshot(v), [
+        ([True, 1, (1,), (1.0, 2), "ab", EqAll()], TypeError,
          r"^mempool_id must be a pair of ints"),
     ]),
     ("comm.broadcast(devices)", lambda v: comm.broadcast(_arrays()[0], [0, v]), [

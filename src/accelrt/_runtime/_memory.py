@@ -452,7 +452,8 @@ class MemoryFunctions(ModuleBase):
                 segments never carry (in PyTorch neither): ``False`` returns the same list.
 
         Raises:
-            TypeError: ``include_traces`` is not a bool.
+            TypeError: ``mempool_id`` is not a pair of ints or None, or ``include_traces`` is
+                not a bool.
 
         Example::
 
@@ -460,12 +461,12 @@ class MemoryFunctions(ModuleBase):
             >>> isinstance(acc.cpu.memory_snapshot(), list)
             True
         """
-        from ..memory import _check_include_traces
+        from ..memory import _check_include_traces, _wanted_pool
+        want = _wanted_pool(mempool_id)
         _check_include_traces(include_traces)
         segments: list[dict[str, Any]] = self._snapshot()["segments"]
-        if mempool_id is None:
+        if want is None:
             return segments
-        want = tuple(mempool_id)
         return [s for s in segments if tuple(s.get("segment_pool_id", (0, 0))) == want]
 
     def dump_snapshot(self, filename: str | os.PathLike[str] = "dump_snapshot.pickle",

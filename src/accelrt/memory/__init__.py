@@ -496,19 +496,29 @@ def memory_snapshot(mempool_id: tuple[int, int] | None = None,
         >>> isinstance(memory.memory_snapshot(), list)
         True
     """
-    if mempool_id is not None and (
-            not isinstance(mempool_id, (tuple, list)) or len(mempool_id) != 2
-            or not all(isinstance(x, int) and not isinstance(x, bool) for x in mempool_id)):
-        raise TypeError("mempool_id must be a pair of ints (a MemPool.id) or None, got "
-                        f"{type(mempool_id).__name__} {mempool_id!r:.60}")
+    want = _wanted_pool(mempool_id)
     _check_include_traces(include_traces)
     b, _ = _get_device(None)
     segments: list[Segment] = snapshot_segments(
         [peek_allocator(b.name, i) for i in range(b.device_count())])
-    if mempool_id is None:
+    if want is None:
         return segments
-    want = (_plain_int(mempool_id[0]), _plain_int(mempool_id[1]))
     return [s for s in segments if tuple(s.get("segment_pool_id", (0, 0))) == want]
+
+
+def _wanted_pool(mempool_id: object) -> tuple[int, int] | None:
+    """A ``memory_snapshot(mempool_id=...)`` argument as a pair of plain ints (None: None).
+
+    Raises:
+        TypeError: it is not a pair of ints or None.
+    """
+    if mempool_id is None:
+        return None
+    if (not isinstance(mempool_id, (tuple, list)) or len(mempool_id) != 2
+            or not all(isinstance(x, int) and not isinstance(x, bool) for x in mempool_id)):
+        raise TypeError("mempool_id must be a pair of ints (a MemPool.id) or None, got "
+                        f"{type(mempool_id).__name__} {mempool_id!r:.60}")
+    return _plain_int(mempool_id[0]), _plain_int(mempool_id[1])
 
 
 def dump_snapshot(filename: str | os.PathLike[str] = "dump_snapshot.pickle",
