@@ -11,8 +11,11 @@ compiled module must (1) check them first, with accelrt's own message, and (2) r
 its value (``accelrt._device._plain_int``), as PyTorch's C++ does. The tables below drive
 hostile arguments through those entry points and check the exception (type and message), that
 no mypyc message leaks, and that the allocator's statistics agree with its segments afterwards
-(nothing allocated, nothing lost). The expectations were written from PyTorch's behaviour and
-accelrt's documented messages, and checked on both builds of the same tree.
+(nothing allocated, nothing lost). The expected values follow PyTorch's rule (an int counts by
+its value, as its C++ reads it); the expected messages are accelrt's own. Both builds of the
+same tree pass this file; before the fixes it came with, the pure build failed 129 of its cases
+(one plain int subclass as a device index broke every later use of that device in the
+process) and the compiled build leaked mypyc's messages from ``record_memory_history``.
 
 The build selection itself (``ACCELRT_COMPILE``'s values, a compiler that fails, what ``accelrt
 info`` says) is checked at the end; a real ``pip wheel`` without a compiler is
