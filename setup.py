@@ -137,7 +137,9 @@ def ext_modules(chosen: Choice | None = None) -> tuple[list[object], Choice]:
     except (Exception, SystemExit) as exc:   # mypyc exits on a type error
         if chosen.required:
             raise
-        return [], Choice(False, False, f"mypyc failed ({exc!r}); the pure-Python build instead")
+        what = f"exit status {exc.code}" if isinstance(exc, SystemExit) else repr(exc)
+        return [], Choice(False, False, f"mypyc failed ({what}; {ENV}=1 pip install -v . "
+                                        f"shows its errors); the pure-Python build instead")
 
 
 #: The shim that PyTorch's ``CUDAPluggableAllocator`` loads (``accelrt.interop.torch``): a

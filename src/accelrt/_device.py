@@ -112,7 +112,8 @@ class device:
         if idx is not None and idx < 0:
             raise AcceleratorValueError(f"Device index must not be negative, got {idx}")
         object.__setattr__(self, "_type", typ)
-        object.__setattr__(self, "_index", idx)
+        object.__setattr__(self, "_index",
+                           idx if idx is None or type(idx) is int else _plain_int(idx))
 
     @property
     def type(self) -> str:
@@ -526,7 +527,33 @@ def _current_index(b: Backend) -> int:
     return _tls.device.get(b.name, 0)
 
 
+def _plain_int(value: int) -> int:
+    """``value`` as a plain ``int``: an instance of a subclass of ``int`` is read by its value,
+    as PyTorch's C++ and accelrt's compiled (mypyc) functions read it, whatever the subclass's
+    ``__eq__``, ``__hash__``, ``__index__`` or ``__int__`` say. accelrt's tables (current
+    devices, streams, allocators) and the backends' raw operations take plain ints only. The
+    per-call paths (:func:`_check_index`, :class:`device`, :class:`device_index`) test
+    ``type(x) is int`` before calling it: the call would cost them about one empty call.
+
+    Example::
+
+        >>> from accelrt._device import _plain_int
+        >>> class Index(int):
+        ...     def __eq__(self, other: object) -> bool:
+        ...         return True
+        ...     __hash__ = int.__hash__
+        >>> type(_plain_int(Index(1))), _plain_int(Index(1))
+        (<class 'int'>, 1)
+    """
+    return value if type(value) is int else int.__index__(value)
+
+
 def _check_index(b: Backend, index: int) -> int:
+    """``index`` (a plain int, :func:`_plain_int`) if it is below ``b``'s device count.
+
+    Raises:
+        AcceleratorIndexError: it is not.
+    """
     n = b.device_count()
     if index >= n:
         # torch 2.14's wording (c10/cuda's device index check, a RuntimeError there; an
@@ -536,7 +563,7 @@ def _check_index(b: Backend, index: int) -> int:
         raise AcceleratorIndexError(
             f"Device index value {index} is out of index range [0, {n}) (backend "
             f"{b.name!r} has {n} device{'s' if n != 1 else ''}{hint})")
-    return index
+    return index if type(index) is int else _plain_int(index)
 
 
 #: ``(backend, checked index)`` of each device string and :class:`device` with an index that
@@ -720,7 +747,7 @@ class device_index:
         if device is not None and type(device) is not int and (
                 not isinstance(device, int) or isinstance(device, bool)):
             raise TypeError(f"device_index() takes an int or None, got {type(device).__name__}")
-        self.idx = device
+        self.idx = device if device is None or type(device) is int else _plain_int(device)
         self.prev_idx = -1
         self._b: Backend | None = None
         self._outer: list[tuple[Backend, int]] | None = None

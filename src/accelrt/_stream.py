@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from . import _device as _dev
 from . import _sync_debug as _sd
-from ._device import _get_device, _get_device_of, _lazy_init, _require_current, _tls
+from ._device import (_get_device, _get_device_of, _lazy_init, _plain_int,
+                      _require_current, _tls)
 from ._errors import AcceleratorError
 from ._fork import reinit_after_fork
 from ._handles import StreamHandle
@@ -85,14 +86,15 @@ _ZERO = 0  # ``priority is _ZERO``: the int 0 (small ints are cached), a fast pa
 
 
 def _int_arg(name: str, value: object) -> int:
-    """``value`` if it is an ``int`` (not a ``bool``).
+    """``value`` as a plain int (:func:`~accelrt._device._plain_int`) if it is an ``int``
+    (not a ``bool``).
 
     Raises:
         TypeError: it is not.
     """
     if not isinstance(value, int) or isinstance(value, bool):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    return value
+    return _plain_int(value)
 
 
 def _pool(b: Backend, index: int) -> _DevicePool:
@@ -186,7 +188,7 @@ class Stream(_StreamCore):
                 raise ValueError(
                     f"priority={priority} is out of range [{pool.lo}, {pool.hi}] for "
                     f"{b.name}:{index} (lower numbers are higher priorities)")
-            prio = int(priority)
+            prio = _plain_int(priority)
             found = pool.free.get(prio)
             if found is None:
                 with _pools_lock:

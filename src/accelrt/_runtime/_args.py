@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from .. import _backend
 from .. import _device as _dev
-from .._device import _check_index, _tls
+from .._device import _check_index, _plain_int, _tls
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -64,7 +64,7 @@ def typed(name: str, device: Any) -> _dev.device | int | None:
     if device is None:
         return None
     if isinstance(device, int) and not isinstance(device, bool):
-        return device
+        return _plain_int(device)
     if isinstance(device, _DeviceContext):   # torch.cuda.device(1) stands for index 1
         if device._backend_name != name:
             raise expected(name, f"{device._backend_name}:{device.idx}")

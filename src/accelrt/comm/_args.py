@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import _backend
-from .._device import _check_index, _get_device, _require_current, device
+from .._device import _check_index, _get_device, _plain_int, _require_current, device
 from .._errors import AcceleratorValueError
 from .._transfer import HOST, Place
 
@@ -63,13 +63,14 @@ def one_device(d: Any, default: Backend | None, what: str, *, optional: bool = F
         bb, idx = _get_device(None, backend=b)
         return Place(bb, idx)
     if _is_int(d):
+        d = _plain_int(d)
         if d == -1 and allow_host:
             return HOST
         if d < 0:
             raise AcceleratorValueError(
                 f"Expected non-negative device index for {what}, but got {d}")
         b = b or _require_current()
-        return Place(b, _check_index(b, int(d)))
+        return Place(b, _check_index(b, d))
     if isinstance(d, (str, device)):
         bb, idx = _get_device(d, optional=optional)
         return Place(bb, idx)

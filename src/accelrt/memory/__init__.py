@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import _device
-from .._device import _get_device, _tls
+from .._device import _get_device, _plain_int, _tls
 from .._errors import AcceleratorValueError
 from .._fork import reinit_after_fork
 from .._handles import StreamHandle
@@ -416,15 +416,16 @@ def record_memory_history(enabled: str | bool | None = "all", context: str | Non
     _torch_only(compile_context=compile_context,
                 global_record_annotations=global_record_annotations)
     _device_history_only(record_pinned_host_memory, record_cuda)
-    # checked here too, so that a wrong argument raises whether or not a device has started
-    check_history_args(enabled, context, stacks, max_entries, skip_actions)
+    # checked here, before any allocator (of the compiled build: its own type errors) sees
+    # them, and whether or not a device has started
+    stop = check_history_args(enabled, context, stacks, max_entries, skip_actions)[0] is None
     if device is None:
         b = _device._require_current()
         targets = [(b, i) for i in range(b.device_count())]
     else:
         targets = [_get_device(device)]
     for b, i in targets:
-        if enabled in (None, False) and peek_allocator(b.name, i) is None:
+        if stop and peek_allocator(b.name, i) is None:
             continue
         get_allocator(b, i).record_history(enabled, context, stacks, max_entries,
                                            bool(clear_history), skip_actions)
@@ -514,7 +515,7 @@ def _check_mempool_id(mempool_id: object) -> tuple[int, int] | None:
             or not all(isinstance(x, int) and not isinstance(x, bool) for x in mempool_id)):
         raise TypeError("mempool_id must be a pair of ints (a MemPool.id) or None, got "
                         f"{type(mempool_id).__name__} {mempool_id!r:.60}")
-    return mempool_id[0], mempool_id[1]
+    return _plain_int(mempool_id[0]), _plain_int(mempool_id[1])
 
 
 _S = TypeVar("_S", bound="Mapping[str, Any]")
@@ -592,10 +593,11 @@ def _stream_of(b: Backend, i: int, stream: Any) -> int:
         from .._stream import _current
         return int(_current(b, i)._handle)
     if isinstance(stream, int) and not isinstance(stream, bool):
-        if not b.stream_is_valid(i, StreamHandle(stream)):
-            raise ValueError(f"stream={stream:#x} is not a live stream handle of {b.name}:{i}; "
+        raw = _plain_int(stream)
+        if not b.stream_is_valid(i, StreamHandle(raw)):
+            raise ValueError(f"stream={raw:#x} is not a live stream handle of {b.name}:{i}; "
                              "pass an accelrt.Stream or the stream_id of a live one")
-        return stream
+        return raw
     handle = getattr(stream, "_handle", None)
     if not isinstance(handle, int):
         raise TypeError("Invalid type for stream argument, must be `accelrt.Stream` or `int` "
@@ -633,6 +635,7 @@ def caching_allocator_alloc(size: int, device: DeviceLike = None,
     """
     if not isinstance(size, int) or isinstance(size, bool):
         raise TypeError(f"size must be an int, got {type(size).__name__}")
+    size = _plain_int(size)
     if size < 0:
         raise ValueError(f"size must not be negative, got {size}")
     if device is None and getattr(stream, "_b", None) is not None:
@@ -664,6 +667,7 @@ def caching_allocator_delete(ptr: int) -> None:
     """
     if not isinstance(ptr, int) or isinstance(ptr, bool):
         raise TypeError(f"ptr must be an int, got {type(ptr).__name__}")
+    ptr = _plain_int(ptr)
     if ptr == 0:
         return
     a = _raw_owner.pop(ptr, None)

@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .._device import _plain_int
 from .._handles import DevicePtr
 from ._block import (
     ADDR_MASK,
@@ -62,9 +63,10 @@ def check_pool_id(pool_id: object) -> tuple[int, int]:
     if (not isinstance(pool_id, tuple) or len(pool_id) != 2
             or not all(isinstance(x, int) and not isinstance(x, bool) for x in pool_id)):
         raise TypeError(f"pool_id must be a tuple of two ints, got {pool_id!r}")
-    if pool_id == DEFAULT_POOL:
+    plain = (_plain_int(pool_id[0]), _plain_int(pool_id[1]))
+    if plain == DEFAULT_POOL:
         raise ValueError("pool_id (0, 0) names the default pool; use a private pool id")
-    return pool_id
+    return plain
 
 
 class PrivatePools:
