@@ -24,6 +24,7 @@ Example::
 
 from __future__ import annotations
 
+import operator
 import threading
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
@@ -83,6 +84,21 @@ _pools_lock = reinit_after_fork(threading.Lock())
 #: garbage collection inside the locked section may run a finalizer that closes another object.
 _close_lock = reinit_after_fork(threading.RLock())
 _ZERO = 0  # ``priority is _ZERO``: the int 0 (small ints are cached), a fast path only
+
+
+def _priority_value(priority: object) -> int:
+    """``priority`` as a plain int: an int (a subclass read by its value) or an integer with
+    ``__index__`` (a numpy integer), as PyTorch's argument parser takes; never a bool.
+
+    Raises:
+        TypeError: anything else.
+    """
+    if not isinstance(priority, bool):
+        try:
+            return operator.index(priority)   # type: ignore[arg-type]  # checked by the call
+        except TypeError:
+            pass
+    raise TypeError(f"priority must be an int, got {type(priority).__name__}")
 
 
 def _int_arg(name: str, value: object) -> int:
@@ -182,13 +198,11 @@ class Stream(_StreamCore):
         if priority is _ZERO:
             free = pool.free0
         else:
-            if not isinstance(priority, int) or isinstance(priority, bool):
-                raise TypeError(f"priority must be an int, got {type(priority).__name__}")
-            if not pool.lo <= priority <= pool.hi:
+            prio = _priority_value(priority)
+            if not pool.lo <= prio <= pool.hi:
                 raise ValueError(
-                    f"priority={priority} is out of range [{pool.lo}, {pool.hi}] for "
+                    f"priority={prio} is out of range [{pool.lo}, {pool.hi}] for "
                     f"{b.name}:{index} (lower numbers are higher priorities)")
-            prio = _plain_int(priority)
             found = pool.free.get(prio)
             if found is None:
                 with _pools_lock:

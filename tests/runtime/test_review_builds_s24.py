@@ -381,7 +381,7 @@ TABLE: list[tuple[str, Callable[[Any], object], list[tuple[list[Any], type[BaseE
         ([1, None, np.zeros(2), object()], TypeError, r"^uniform_\(\) needs an accelrt\.Array"),
     ]),
     ("Stream(priority)", lambda v: acc.Stream(f"{B}:0", priority=v), [
-        ([1.5, "0", None, object(), True, np.int64(0)], TypeError,
+        ([1.5, "0", None, object(), True, np.True_], TypeError,
          r"^priority must be an int, got"),
         ([1, -5, *HUGE], ValueError, r"^priority=-?\d+ is out of range"),
     ]),

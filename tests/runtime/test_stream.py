@@ -7,6 +7,7 @@ import pickle
 import threading
 from collections.abc import Iterator
 
+import numpy as np
 import pytest
 from helpers import register_toy
 from helpers.gates import Gate
@@ -191,6 +192,18 @@ def test_priority_range_and_errors() -> None:
         acc.Stream("cpu", priority=0.5)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="priority must be an int"):
         acc.Stream("cpu", priority=True)
+
+
+@pytest.mark.parametrize("priority", [np.int64(-1), np.int32(0), np.int8(-1)])
+def test_priority_takes_numpy_integers_as_torch(priority: object) -> None:
+    """PyTorch's argument parser reads an integer with ``__index__`` (a numpy integer) as an
+    int; a numpy bool, like a bool, is refused."""
+    s = acc.Stream("cpu", priority=priority)  # type: ignore[arg-type]
+    assert s.priority == int(priority) and type(s.priority) is int  # type: ignore[call-overload]
+    with pytest.raises(TypeError, match="priority must be an int, got bool"):
+        acc.Stream("cpu", priority=np.True_)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"priority=-2 is out of range"):
+        acc.Stream("cpu", priority=np.int64(-2))  # type: ignore[arg-type]
 
 
 def test_bad_device_arguments() -> None:
