@@ -216,7 +216,9 @@ def check_index(index: object, n: int, family: str, detail: str) -> int:
 
 
 def check_ptr(ptr: object, what: str = "pointer") -> int:
-    """``ptr`` if it is a positive int address; TypeError or ValueError naming ``what``.
+    """``ptr`` if it is a positive int address below ``2**64``; TypeError or ValueError naming
+    ``what``. (A larger int is no address: ctypes would wrap it modulo ``2**64``, so a host
+    copy through it would write to a small, unmapped address and crash the process.)
 
     Example::
 
@@ -226,8 +228,9 @@ def check_ptr(ptr: object, what: str = "pointer") -> int:
     """
     if isinstance(ptr, bool) or not isinstance(ptr, int):   # (inline: every memcpy runs it)
         raise TypeError(f"{what} must be an int address, got {type(ptr).__name__}")
-    if ptr <= 0:
-        raise ValueError(f"{what}={ptr} is not a valid address")
+    if ptr <= 0 or ptr >> 64:
+        raise ValueError(f"{what}={ptr} is not a valid address; an address is an int in "
+                         "[1, 2**64)")
     return ptr
 
 

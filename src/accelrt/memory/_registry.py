@@ -132,6 +132,12 @@ def _wants_pool(cfg: AllocatorConfig, backend: Backend, index: int) -> bool:
             and backend.capabilities(index).stream_ordered_memory)
 
 
+def _open_allocators() -> list[DeviceCachingAllocator]:
+    """The allocators whose backend instance is not closed (one that is serves nothing, so a
+    new setting neither concerns nor reaches it)."""
+    return [a for a in all_allocators() if not a._b.closed]
+
+
 def _check_config_for_all(cfg: AllocatorConfig) -> None:
     from .. import _backend
     for a in all_allocators():
@@ -146,12 +152,12 @@ def _check_config_for_all(cfg: AllocatorConfig) -> None:
                     f"{a.allocator_backend}, which cannot change in a process; set "
                     f"backend:{cfg.backend} in ACCELRT_ALLOC_CONF before the first allocation")
     if cfg.expandable_segments:
-        for a in all_allocators():
+        for a in _open_allocators():
             if not a.vm_supported():
                 raise a._vm_error()
 
 
 def _apply_config_to_all(cfg: AllocatorConfig) -> None:
-    for a in all_allocators():
+    for a in _open_allocators():
         a.set_config(cfg)
 

@@ -36,7 +36,7 @@ from ..._handles import DevicePtr, EventHandle, StreamHandle
 from ..cpu._memory import HostMemory
 from ._discovery import (FORKED_MSG, import_cl, list_devices, memory_mode_setting,
                          unavailable_reason)
-from ._memory import BufferMemory, SvmMemory
+from ._memory import ALIGNMENT, BufferMemory, SvmMemory
 from .._common import HandleTable, KeptErrors, bad_handle, check_int, check_size, reset_in_child
 from .._table_backend import DeviceRanges, TableBackend
 from ._streams import ClEvent, ClStream, HostWorker
@@ -355,17 +355,32 @@ class OpenCLBackend(TableBackend[ClStream, ClEvent]):
         st = self._state[index]
         return total - (st.used if st is not None else 0), total
 
+    def _largest(self, index: int) -> int:
+        """The largest :meth:`malloc` of device ``index``: ``max_mem_alloc_size``, less the
+        alignment padding of an SVM allocation (:meth:`SvmMemory.alloc`)."""
+        largest = int(self._cl_devices[index].max_mem_alloc_size)
+        return largest - ALIGNMENT if self._svm[index] else largest
+
+    def oom_advice(self, index: int) -> str:
+        """The sentence an out-of-memory error on device ``index`` ends with: OpenCL's limit on
+        a single allocation (often a quarter of the device memory), which no setting raises."""
+        from ...memory._oom import format_size
+        largest = self._largest(self._check_index(index))
+        return (f"A single allocation on {self.family}:{index} can be at most "
+                f"{format_size(largest)} (the device's max_mem_alloc_size); split larger data "
+                "into several arrays (OpenCL has no expandable segments).")
+
     # ------------------------------------------------------------------ memory
     def malloc(self, index: int, size: int) -> DevicePtr:
-        """Allocate ``size`` bytes; ``0`` when over the device's global memory or its
-        ``max_mem_alloc_size`` (the largest single OpenCL allocation)."""
+        """Allocate ``size`` bytes; ``0`` when over the device's global memory or its largest
+        single allocation (``max_mem_alloc_size``, less 256 bytes in SVM mode)."""
         if self._closed:
             raise self._closed_error("malloc")
         d = self._dev(index)
         size = check_size(size)
-        dev = self._cl_devices[index]
+        total = int(self._cl_devices[index].global_mem_size)
         with d.lock:
-            if d.used + size > int(dev.global_mem_size) or size > int(dev.max_mem_alloc_size):
+            if d.used + size > total or size > self._largest(index):
                 return DevicePtr(0)
             with map_backend_errors(self.name, "malloc"):
                 ptr = int(d.mem.alloc(size))
@@ -486,12 +501,26 @@ class OpenCLBackend(TableBackend[ClStream, ClEvent]):
         if kind == "d2d" and src < dst + n and dst < src + n:
             raise ValueError("memcpy d2d: the source and destination ranges overlap; OpenCL "
                              "cannot copy overlapping ranges, copy through a temporary")
+        if kind[0] == "h":          # kind is "<src>2<dst>"
+            self._check_host(src, n, f"memcpy {kind} src")
+        if kind[2] == "h":
+            self._check_host(dst, n, f"memcpy {kind} dst")
         if kind == "h2h":
             self._host_call(s, partial(ctypes.memmove, dst, src, n))
             return
         mem = self._dev(s.device).mem
         op = {"h2d": mem.h2d, "d2h": mem.d2h, "d2d": mem.d2d}[kind]
         self._enqueue(s, f"memcpy {kind}", lambda q: op(q, dst, src, n))
+
+    def _check_host(self, ptr: int, n: int, what: str) -> None:
+        """ValueError if the host range ``[ptr, ptr+n)`` meets device memory of this backend:
+        the host cannot read or write it (a buffer-mode address is made up: the copy would
+        crash the process), so the caller passed the wrong ``kind``."""
+        for st in self._state:
+            if st is not None and st.mem.table.overlaps(ptr, n):
+                raise ValueError(f"{what}: [{ptr:#x}, {ptr + n:#x}) is device memory of "
+                                 f"opencl:{st.index}, not host memory; use kind 'd2d' "
+                                 "(or 'h2d'/'d2h' with the device side there)")
 
     def memcpy_peer(self, dst_index: int, dst: int, src_index: int, src: int, nbytes: int,
                     stream: StreamHandle) -> None:

@@ -111,6 +111,16 @@ class AddressTable:
                          f"allocated on {self.where}; pass a pointer from malloc of that "
                          "device and a byte count within its size")
 
+    def overlaps(self, ptr: int, nbytes: int) -> bool:
+        """True if ``[ptr, ptr+nbytes)`` (at least one byte) meets a live allocation."""
+        end = ptr + max(nbytes, 1)
+        with self._lock:
+            pos = bisect.bisect_left(self._bases, end) - 1
+            if pos < 0:
+                return False
+            base = self._bases[pos]
+            return base + self._objs[base][0] > ptr
+
     def spans(self) -> list[tuple[int, int]]:
         """``(base, size)`` of every live allocation, sorted."""
         with self._lock:
