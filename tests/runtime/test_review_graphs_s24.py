@@ -468,6 +468,9 @@ def test_threads_capture_on_their_own_streams_concurrently() -> None:
                 gate.wait()
                 g.capture_begin()
                 gate.wait()                   # every capture is live here
+                if i == 0:                        # a device-wide sync is refused, as in docs
+                    with pytest.raises(acc.DeviceError, match="synchronize"):
+                        acc.synchronize("cpu")
                 tmp = acc.full((16,), float(i + 1), device="cpu")
                 outs[i].copy_(tmp)
                 gate.wait()
@@ -485,7 +488,7 @@ def test_threads_capture_on_their_own_streams_concurrently() -> None:
     assert not errors and len(done) == n
     pools = {v[0].pool() for v in done.values()}
     assert len(pools) == n                    # each capture allocated from its own pool
-    for i, (g, tmp, _) in done.items():
+    for g, tmp, _ in done.values():
         owner = {tuple(s["segment_pool_id"]) for s in acc.memory.memory_snapshot()
                  for b in s["blocks"] if b["address"] == tmp.data_ptr()}
         assert owner == {g.pool()}
