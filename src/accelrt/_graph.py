@@ -43,7 +43,8 @@ from . import _stream
 from ._device import _lazy_init, _require_current, _tls
 from ._errors import CaptureNotSupportedError, ClosedError
 from ._fork import reinit_after_fork
-from ._graph_hooks import HOOK_KINDS, RemovableHandle, _add_hook, _run_global, export_dot
+from ._graph_hooks import (HOOK_KINDS, RemovableHandle, _add_hook, _flag, _run_global,
+                           export_dot)
 from ._graph_hooks import register_global_hook as register_global_hook
 from ._handles import GraphHandle, StreamHandle
 
@@ -412,11 +413,13 @@ class Graph:
         """Id of this graph's private memory pool, to share it with another capture.
 
         Raises:
-            RuntimeError: the graph has not begun a capture yet.
+            RuntimeError: no capture has ended (none began, one is in progress, or the graph
+                was reset since), as PyTorch's.
         """
         self._check_open()
-        if self._pool is None:
-            raise RuntimeError("pool() is only available after capture_begin()")
+        if self._pool is None or self._handle is None:
+            raise RuntimeError("pool() without a preceding successful capture: call it after "
+                               "capture_end() and before reset()")
         return self._pool
 
     # ------------------------------------------------------------------ debugging
@@ -452,6 +455,7 @@ class Graph:
 
     def _dump_dot(self, path: str, verbose: bool) -> None:
         self._check_open()
+        _flag("verbose", verbose)
         b = self._b
         if self._handle is None or b is None or not self._template:
             raise RuntimeError("there is no captured graph to dump: make the graph with "
@@ -461,7 +465,7 @@ class Graph:
             raise CaptureNotSupportedError(
                 f"the {b.name} backend cannot write a graph in DOT format (its "
                 "capabilities().graph_dot is False); debug_dump()/export_dot() need cuda or cpu")
-        b.graph_debug_dot(self._index, self._handle, path, bool(verbose))
+        b.graph_debug_dot(self._index, self._handle, path, verbose)
 
     # ------------------------------------------------------------------ lifetime
     def close(self) -> None:
@@ -543,7 +547,7 @@ class Graph:
             _run_global(b.name, "destroy", exec_ids)
         if self._pool is not None and self._allocator is not None:
             a, pid = self._allocator, self._pool
-            self._allocator = None
+            self._allocator = self._pool = None
             if finalizer:
                 a.release_pool_from_finalizer(pid)
             else:
@@ -561,12 +565,6 @@ class Graph:
                  "captured" if self._handle is not None else "empty")
         dev = f" on {self._b.name}:{self._index}" if self._b is not None else ""
         return f"<accelrt.Graph {state}{dev}>"
-
-
-def _flag(name: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
-    return value
 
 
 class _Retained:

@@ -67,6 +67,13 @@ class RemovableHandle:
         return f"<accelrt RemovableHandle id={self.id}>"
 
 
+def _flag(name: str, value: object) -> bool:
+    """``value`` if it is a bool; else a ``TypeError`` naming the argument ``name``."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    return value
+
+
 def _add_hook(hooks: collections.OrderedDict[int, Any], fn: Any) -> RemovableHandle:
     if not callable(fn):
         raise TypeError(f"a hook must be callable, got {type(fn).__name__}")
@@ -129,6 +136,7 @@ def export_dot(path: str | os.PathLike[str], *,
         True
     """
     target = os.fspath(path)
+    _flag("verbose", verbose)
 
     def _hook(cuda_graph: Graph) -> None:
         cuda_graph._dump_dot(target, verbose)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._errors import DeviceError
 from .._stream import _wait_raw
 from .._stream_core import _StreamCore
 from ._lifetime import held, keep_alive
@@ -173,8 +174,30 @@ def run_steps(steps: Sequence[Step]) -> None:
         run[type(step)](step)
 
 
+def _refuse_blocking_in_capture(steps: Sequence[Step]) -> None:
+    """Refuse, before any byte moves, steps that make the host wait for a stream capturing a
+    graph: a captured copy only runs at replay, so the wait would fail after the copy was
+    recorded, leaving a graph that replays a copy from or to host memory freed by then."""
+    for step in steps:
+        if isinstance(step, Sync):
+            st: _StreamCore = step.stream
+        elif isinstance(step, (Upload, Stage, Hold)) and not step.non_blocking:
+            st = step.stream
+        else:
+            continue
+        b = st._b
+        if b.stream_is_capturing(st._index, st._handle):
+            raise DeviceError(
+                f"{b.name}: a blocking copy to or from host memory is not permitted while "
+                f"stream {int(st._handle)} of {b.name}:{st._index} is capturing a graph (the "
+                "host would wait for work that only runs at replay); make the copy before or "
+                "after the capture, or copy between device arrays")
+
+
 def execute(plan: Plan) -> None:
-    """Run every step of ``plan`` (its staging buffers live until it returns)."""
+    """Run every step of ``plan`` (its staging buffers live until it returns); a plan whose
+    host waits for a capturing stream is refused before its first step."""
+    _refuse_blocking_in_capture(plan.steps)
     run = _EXECUTORS
     for step in plan.steps:
         run[type(step)](step)
