@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 
 import accelrt as acc
-from accelrt import _backend
 from accelrt.backends.cpu import CpuBackend
 from accelrt.testing import SimulatedBackend, backend_conformance, leak_check
 
