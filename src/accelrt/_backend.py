@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import abc
 import importlib
+import re
 import threading
 from collections.abc import Callable
 from typing import Any, ClassVar
@@ -62,6 +63,7 @@ __all__ = [
     "get_all_backends",
     "get_available_backends",
     "get_backend",
+    "entry_point_problems",
     "on_change",
     "register",
     "registered",
@@ -707,16 +709,52 @@ _factories: dict[str, Callable[[], Backend]] = {}   # guarded by _lock
 _instances: dict[str, Backend] = {}                  # guarded by _lock
 _failures: dict[str, str] = {}                       # guarded by _lock
 _entry_points_loaded = False                         # guarded by _lock
+_entry_point_problems: list[str] = []                # guarded by _lock
+#: names whose factory runs now, and the thread running it (creation happens outside _lock,
+#: so a slow factory holds up only the callers that wait for the same backend)
+_creating: dict[str, tuple[int, threading.Event]] = {}  # guarded by _lock
 #: called with a backend's name after register()/unregister() changed what the name means
 _listeners: list[Callable[[str], None]] = []         # appended under _lock
+
+
+#: what a backend name may be: an ASCII lower-case identifier, the type of a device string
+#: (``accelrt.device`` parses ASCII only, so ``"é"`` could never name a device)
+_NAME_RE = re.compile(r"[a-z_][a-z0-9_]*", re.ASCII)
+#: the most devices one backend may report; a larger count is a broken backend (PyTorch's
+#: ``c10::DeviceIndex`` is an int8, so it has at most 128), and core loops over the devices
+#: (RNG states, ``accelrt info``) would never end
+MAX_DEVICE_COUNT = 1024
 
 
 def _check_name(name: object) -> str:
     if not isinstance(name, str):
         raise TypeError(f"backend name must be a str, got {type(name).__name__}")
-    if not name or not name.isidentifier() or name != name.lower():
-        raise ValueError(f"backend name {name!r} must be a lower-case identifier like 'cuda'")
+    if _NAME_RE.fullmatch(name) is None:
+        raise ValueError(f"backend name {name!r} must be a lower-case identifier like "
+                         "'cuda', in ASCII (letters a-z, digits and '_', not starting with a "
+                         "digit)")
     return name
+
+
+def _checked_device_count(name: str, backend: Backend) -> int:
+    """``backend.device_count()`` if it is a plain count in 1..MAX_DEVICE_COUNT.
+
+    Raises:
+        BackendUnavailableError: it is not an int (a bool neither), is below 1 (no devices) or
+            is above :data:`MAX_DEVICE_COUNT`; the message names the backend and the value.
+    """
+    n = backend.device_count()
+    if not isinstance(n, int) or isinstance(n, bool):
+        raise BackendUnavailableError(
+            f"Backend {name!r} is not available: its device_count() returned {n!r} "
+            f"({type(n).__name__}), not an int")
+    if n <= 0:
+        raise BackendUnavailableError(f"Backend {name!r} is not available: it reports no devices")
+    if n > MAX_DEVICE_COUNT:
+        raise BackendUnavailableError(
+            f"Backend {name!r} is not available: its device_count() returned {n}, more than "
+            f"the {MAX_DEVICE_COUNT} devices accelrt supports per backend")
+    return n
 
 
 def register(name: str, factory: Callable[[], Backend] | type[Backend], *,
@@ -810,17 +848,55 @@ def _load_entry_points() -> None:
     try:
         from importlib.metadata import entry_points
         eps = entry_points(group="accelrt.backends")
-    except Exception:  # noqa: BLE001 - broken metadata must not break import
+    except Exception as exc:  # noqa: BLE001 - broken metadata must not break import
+        _entry_point_problems.append(
+            f"the 'accelrt.backends' entry points could not be read: {type(exc).__name__}: "
+            f"{exc}")
         return
     for ep in eps:
         name = ep.name
+        where = f"entry point {name!r} ({ep.value})"
+        try:
+            _check_name(name)
+        except ValueError as exc:
+            _entry_point_problems.append(f"{where} is ignored: {exc}")
+            continue
+        if name in _BUILTIN_MODULES:
+            _entry_point_problems.append(
+                f"{where} is ignored: {name!r} is a built-in backend (replace it with "
+                f"accelrt.backends.register({name!r}, factory, replace=True))")
+            continue
+        if name in _factories:
+            _entry_point_problems.append(f"{where} is ignored: {name!r} is already registered")
+            continue
 
         def _factory(ep: Any = ep) -> Backend:
-            obj = ep.load()
+            try:
+                obj = ep.load()
+            except SystemExit as exc:   # a plugin's import must not end the process
+                raise RuntimeError(f"importing entry point {ep.name!r} ({ep.value}) raised "
+                                   f"SystemExit({exc.code!r})") from exc
             backend: Backend = obj() if callable(obj) else obj
             return backend
 
-        _factories.setdefault(name, _factory)
+        _factories[name] = _factory
+
+
+def entry_point_problems() -> list[str]:
+    """Why entries of the ``accelrt.backends`` entry-point group were ignored (a malformed
+    or built-in name, a name registered twice, unreadable metadata), one sentence each;
+    ``accelrt info`` shows them. An entry point whose import fails is not here: it is
+    registered, and :func:`unavailable_reason` says why it cannot be used.
+
+    Example::
+
+        >>> from accelrt import backends
+        >>> isinstance(backends.entry_point_problems(), list)
+        True
+    """
+    with _lock:
+        _load_entry_points()
+        return list(_entry_point_problems)
 
 
 def registered() -> list[str]:
@@ -830,9 +906,8 @@ def registered() -> list[str]:
         return list(BACKENDS) + sorted(n for n in _factories if n not in BACKENDS)
 
 
-def _make(name: str) -> Backend:
-    if name in _factories:
-        factory = _factories[name]
+def _make(name: str, factory: Callable[[], Backend] | None) -> Backend:
+    if factory is not None:
         if isinstance(factory, type) and issubclass(factory, Backend):
             reason = factory.unavailable_reason()
             if reason:
@@ -863,8 +938,7 @@ def _make(name: str) -> Backend:
             f"Backend {name!r} is not available: its factory returned a backend named "
             f"{backend.name!r}, not {name!r}; set the class attribute name = {name!r} (or "
             f"pass name={name!r} to CpuBackend)")
-    if backend.device_count() <= 0:
-        raise BackendUnavailableError(f"Backend {name!r} is not available: it reports no devices")
+    _checked_device_count(name, backend)
     return backend
 
 
@@ -880,24 +954,56 @@ def get_backend(name: str) -> Backend:
         return backend
     if not isinstance(name, str):
         raise TypeError(f"backend name must be a str, got {type(name).__name__}")
+    while True:
+        with _lock:
+            _load_entry_points()
+            backend = _instances.get(name)
+            if backend is not None:
+                return backend
+            if name in _failures:
+                raise BackendUnavailableError(_failures[name])
+            busy = _creating.get(name)
+            if busy is None:
+                factory = _factories.get(name)
+                done = threading.Event()
+                _creating[name] = (threading.get_ident(), done)
+                break
+            if busy[0] == threading.get_ident():
+                raise BackendUnavailableError(
+                    f"Backend {name!r} is not available: its factory asked for the {name!r} "
+                    "backend while creating it (a factory must not call get_backend of its "
+                    "own name)")
+        busy[1].wait()   # another thread creates it: use its result
+    try:
+        backend = _make(name, factory)
+    except BackendUnavailableError as exc:
+        _finish(name, factory, done, None, str(exc))
+        raise
+    except Exception as exc:  # a broken backend is reported, not fatal
+        msg = f"Backend {name!r} is not available: {type(exc).__name__}: {exc}"
+        _finish(name, factory, done, None, msg)
+        raise BackendUnavailableError(msg) from exc
+    except BaseException:
+        _finish(name, factory, done, None, None)
+        raise
+    kept = _finish(name, factory, done, backend, None)
+    return kept if kept is not None else get_backend(name)   # the name changed meaning
+
+
+def _finish(name: str, factory: Callable[[], Backend] | None, done: threading.Event,
+            backend: Backend | None, failure: str | None) -> Backend | None:
+    """End the creation :func:`get_backend` began: keep the instance or the failure unless
+    ``register``/``unregister`` changed what the name means meanwhile, and wake the threads
+    waiting for it. Returns the instance to hand out when it is kept, else None."""
     with _lock:
-        _load_entry_points()
-        backend = _instances.get(name)
+        del _creating[name]
+        done.set()
+        if _factories.get(name) is not factory:    # re-registered while the factory ran
+            return None
         if backend is not None:
-            return backend
-        if name in _failures:
-            raise BackendUnavailableError(_failures[name])
-        try:
-            backend = _make(name)
-        except BackendUnavailableError as exc:
-            if name in _BUILTIN_MODULES or name in _factories:
-                _failures[name] = str(exc)
-            raise
-        except Exception as exc:  # a broken backend is reported, not fatal
-            msg = f"Backend {name!r} is not available: {type(exc).__name__}: {exc}"
-            _failures[name] = msg
-            raise BackendUnavailableError(msg) from exc
-        _instances[name] = backend
+            _instances[name] = backend
+        elif failure is not None and (name in _BUILTIN_MODULES or name in _factories):
+            _failures[name] = failure
         return backend
 
 

@@ -32,7 +32,7 @@ from . import _device as _dev
 from . import _sync_debug as _sd
 from ._device import (_get_device, _get_device_of, _lazy_init, _plain_int,
                       _require_current, _tls)
-from ._errors import AcceleratorError
+from ._errors import AcceleratorError, DeviceError
 from ._fork import reinit_after_fork
 from ._handles import StreamHandle
 from . import _stream_core
@@ -64,7 +64,7 @@ _POOL_MAX = 64
 class _DevicePool:
     """Free stream handles of one device, per priority (list append/pop are atomic)."""
 
-    __slots__ = ("b", "free", "free0", "hi", "index", "key", "lo")
+    __slots__ = ("b", "free", "free0", "hi", "index", "key", "lo", "owned")
 
     def __init__(self, b: Backend, index: int) -> None:
         least, greatest = b.stream_priority_range(index)
@@ -75,6 +75,39 @@ class _DevicePool:
         self.key = _Key(b.name, index)        # the key of its streams
         self.free0: list[StreamHandle] = []   # priority 0 (the fast path)
         self.free: dict[int, list[StreamHandle]] = {0: self.free0}
+        #: handles stream_create gave and stream_destroy has not taken back (in use or free)
+        self.owned: set[int] = set()
+
+    def create(self, prio: int) -> StreamHandle:
+        """A new backend stream, checked: an ``int`` that is neither the default stream nor
+        a stream of this device that is not destroyed.
+
+        Raises:
+            DeviceError: the backend's ``stream_create`` raised an exception that is not
+                accelrt's (chained), or returned a bad handle; the message names the backend.
+        """
+        b: Any = self.b   # called untyped: the compiled build would cast the result to int
+        try:
+            handle = b.stream_create(self.index, prio)
+        except AcceleratorError:
+            raise
+        except Exception as exc:
+            raise DeviceError(f"the {self.b.name} backend's stream_create({self.index}, {prio}) "
+                              f"raised {type(exc).__name__}: {exc}") from exc
+        what = f"the {self.b.name} backend's stream_create({self.index}, {prio}) returned"
+        if type(handle) is not int:
+            raise DeviceError(f"{what} {handle!r}, not a stream handle (an int)")
+        if handle == self.b.default_stream(self.index) or handle in self.owned:
+            raise DeviceError(f"{what} {handle:#x}, the handle of the default stream or of "
+                              "a stream it created before and has not destroyed; each new "
+                              "stream needs its own handle")
+        self.owned.add(handle)
+        return StreamHandle(handle)
+
+    def destroy(self, handle: StreamHandle) -> None:
+        """Give a handle of :meth:`create` back to the backend."""
+        self.owned.discard(handle)
+        self.b.stream_destroy(self.index, handle)
 
 
 # backend -> device index -> pool; guarded by _pools_lock for writes
@@ -212,7 +245,7 @@ class Stream(_StreamCore):
             handle = free.pop()
         except IndexError:
             _lazy_init(b, index)
-            handle = b.stream_create(index, prio)
+            handle = pool.create(prio)
         self._set(b, pool.key, handle, prio, free)
 
     def _init_foreign(self, device: object, priority: object, stream_id: object,
@@ -248,7 +281,7 @@ class Stream(_StreamCore):
                 if len(free) < _POOL_MAX:
                     free.append(self._handle)
                 else:
-                    self._b.stream_destroy(self._index, self._handle)
+                    _pool(self._b, self._index).destroy(self._handle)
         except Exception:  # noqa: BLE001, S110 - never raise from a finaliser (at shutdown);
             pass           # AttributeError: __init__ failed before the fields were set
 
@@ -478,7 +511,7 @@ class Stream(_StreamCore):
         if len(free) < _POOL_MAX:
             free.append(self._handle)
         else:
-            self._b.stream_destroy(self._index, self._handle)
+            _pool(self._b, self._index).destroy(self._handle)
 
     @property
     def is_closed(self) -> bool:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import math
 import os
 import platform
 import sys
@@ -193,6 +194,8 @@ _run_self_check = self_check
 
 
 def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)   # JSON has no NaN or infinity: "nan", "inf", "-inf"
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value
     if isinstance(value, dict):
@@ -200,7 +203,7 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
     if isinstance(value, np.generic):
-        return value.item()
+        return _jsonable(value.item())
     return str(value)
 
 
@@ -216,7 +219,8 @@ def collect_info(self_check: bool = True, backends: Sequence[str] | None = None
         ``{"version", "python", "numpy", "platform", "build" ("compiled" or "pure": which
         build of accelrt is loaded), "build_reason" (why, in one line), "compiled_modules",
         "allocator_build" ("pure" or "compiled", see :data:`accelrt.memory.compiled`),
-        "current_accelerator", "ok",
+        "current_accelerator", "ok", "entry_point_problems" (why entries of the
+        ``accelrt.backends`` entry-point group were ignored),
         "backends": [{"name", "available", "reason", "devices": [{"device", "properties",
         "memory": {"free", "total"}, "self_check"}]}]}``; ``ok`` is False if a device query or
         a self-check failed.
@@ -248,6 +252,7 @@ def collect_info(self_check: bool = True, backends: Sequence[str] | None = None
         "compiled_modules": len(build.modules),
         "allocator_build": "compiled" if acc.memory.compiled else "pure",
         "current_accelerator": current, "ok": True,
+        "entry_point_problems": _backend.entry_point_problems(),
         "backends": [],
     }
     for name in names:
@@ -258,7 +263,12 @@ def collect_info(self_check: bool = True, backends: Sequence[str] | None = None
         if reason is not None:
             continue
         b = _backend.get_backend(name)
-        for i in range(b.device_count()):
+        try:   # checked again: a backend may change its answer after it was created
+            count = _backend._checked_device_count(name, b)
+        except Exception as exc:  # noqa: BLE001 - one broken backend must not hide others
+            entry["available"], entry["reason"] = False, _err(exc)
+            continue
+        for i in range(count):
             dev = f"{name}:{i}"
             d: dict[str, Any] = {"device": dev}
             try:
@@ -325,6 +335,8 @@ def format_info(info: dict[str, Any]) -> str:
             prefix = f"Backend {b['name']!r} is not available: "
             reason = reason.removeprefix(prefix)
             lines.append(f"  {b['name']:<{width}}  unavailable  {reason}")
+    for problem in info.get("entry_point_problems", ()):
+        lines.append(f"  note: {problem}")
     devices = [d for b in info["backends"] for d in b["devices"]]
     if devices:
         lines += ["", "devices:"]

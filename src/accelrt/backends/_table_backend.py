@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
-from .._backend import Backend, Capabilities
+from .._backend import _NAME_RE, Backend, Capabilities
 from .._handles import EventHandle, StreamHandle
 from ._common import (HandleTable, check_byte, check_index, check_ptr, check_size,
                       fill_pattern)
@@ -59,8 +59,9 @@ def check_backend_name(name: object, example: str) -> str:
     """
     if not isinstance(name, str):
         raise TypeError(f"name must be a str, got {type(name).__name__}")
-    if not name or not name.isidentifier() or name != name.lower():
-        raise ValueError(f"name={name!r} must be a lower-case identifier like {example!r}")
+    if _NAME_RE.fullmatch(name) is None:   # the registry's rule (_backend._check_name)
+        raise ValueError(f"name={name!r} must be a lower-case identifier like {example!r}, "
+                         "in ASCII")
     return name
 
 

@@ -40,7 +40,7 @@ from ._block import (
     fl_remove,
 )
 from ._history import CTX_ALL, CTX_ALLOC, capture_frames
-from ._pools import raw_malloc
+from ._pools import duplicate_address, raw_malloc
 from ._release import garbage_collect, release_available_cached_blocks, release_cached_blocks
 
 if TYPE_CHECKING:
@@ -177,6 +177,8 @@ def alloc_block(a: DeviceCachingAllocator, pool: BlockPool, stream: int, rounded
         ptr = raw_malloc(a._b, a._index, pool, alloc_size, stream)
     if not ptr:
         return None
+    if ptr in a._blocks:
+        raise duplicate_address(a._b, a._index, ptr)
     blk = Block(ptr, alloc_size, stream, pool)
     blk.seg_frames = frames
     a._blocks[ptr] = blk

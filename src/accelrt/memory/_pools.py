@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .._device import _plain_int
+from .._errors import AcceleratorError, DeviceError
 from .._handles import DevicePtr
 from ._block import (
     ADDR_MASK,
@@ -184,7 +185,36 @@ def raw_malloc(backend: Backend, index: int, pool: BlockPool, size: int, stream:
     owner = pool.owner
     if owner is not None and owner.allocator is not None:
         return int(owner.allocator._raw_alloc(backend, index, size, stream))
-    return backend.malloc(index, size)
+    return backend_malloc(backend, index, size)
+
+
+def backend_malloc(backend: Backend, index: int, size: int) -> int:
+    """``backend.malloc(index, size)``, checked: an address (``0`` when out of memory).
+
+    Raises:
+        DeviceError: the backend's ``malloc`` returned something other than a non-negative
+            ``int``, or raised an exception that is not accelrt's (chained); the message names
+            the backend. The allocator has recorded nothing then.
+    """
+    b: Any = backend     # called untyped: the compiled build would cast the result to int
+    try:
+        ptr = b.malloc(index, size)
+    except AcceleratorError:
+        raise
+    except Exception as exc:
+        raise DeviceError(f"the {backend.name} backend's malloc({index}, {size}) raised "
+                          f"{type(exc).__name__}: {exc}") from exc
+    if type(ptr) is not int or ptr < 0:
+        raise DeviceError(f"the {backend.name} backend's malloc({index}, {size}) returned "
+                          f"{ptr!r}, not an address (an int >= 0; 0 when out of memory)")
+    return int(ptr)
+
+
+def duplicate_address(backend: Backend, index: int, ptr: int) -> DeviceError:
+    """The error for an address ``malloc`` handed out while it is still in use."""
+    return DeviceError(f"the {backend.name} backend's malloc on device {index} returned "
+                       f"{ptr:#x}, an address it handed out before and that is not freed; "
+                       "the backend is broken (the allocation was not recorded)")
 
 
 def raw_free(backend: Backend, index: int, blk: Block) -> None:

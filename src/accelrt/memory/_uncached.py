@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from .._handles import DevicePtr, StreamHandle
 from ._oom import format_size
+from ._pools import backend_malloc, duplicate_address
 
 if TYPE_CHECKING:
     from .._backend import Backend
@@ -51,7 +52,9 @@ class UncachedRequests:
     def malloc(self, size: int, stream: int) -> int | tuple[str, int, int, int, int]:
         """A raw allocation of ``size`` bytes for ``stream``: its address, or the arguments
         of :meth:`~._oom.OomReporter.raise_oom` when the device has no memory for it."""
-        ptr = int(self._b.malloc(self._index, size))
+        ptr = backend_malloc(self._b, self._index, size)
+        if ptr in self._streams:
+            raise duplicate_address(self._b, self._index, ptr)
         if not ptr:
             free, total = self._b.get_memory_info(self._index)
             msg = (f"{self._name}:{self._index} out of memory: tried to allocate "

@@ -583,6 +583,9 @@ def run_check(name: str, target: Target) -> str:
         CHECKS[name](b, target)
     except Skipped as exc:
         return f"skipped: {exc}"
+    except AssertionError as exc:   # say which check, and of which backend, failed
+        raise AssertionError(f"conformance check {name!r} failed on the {b.name} backend: "
+                             f"{exc}") from exc
     finally:
         if not b.closed:
             b.close()
