@@ -166,49 +166,39 @@ def test_rand_randn_dtypes_and_generators(fn: str) -> None:
 
 # ---------------------------------------------------------------------- uniform_ / normal_
 
-@pytest.mark.parametrize("dtype,args,exc,msg", [
-    ("float32", (2.0, 1.0), RT_VALUE, r"a=2.0 > b=1.0"),
-    ("float32", (float("nan"), 1.0), RT_VALUE, "a must be finite"),
-    ("float32", (0.0, float("nan")), RT_VALUE, "b must be finite"),
-    ("float32", (0.0, float("inf")), RT_VALUE, "b must be finite"),
-    ("float32", (-float("inf"), 0.0), RT_VALUE, "a must be finite"),
-    ("float32", (0, 10**400), RT_VALUE, "b must be finite"),    # was an OverflowError
-    ("float32", (-3e38, 3e38), RT_VALUE, "b - a"),
-    ("float16", (-60000, 60000), RT_VALUE, "b - a"),
+@pytest.mark.parametrize("fn,dtype,args,exc,msg", [
+    ("uniform_", "float32", (2.0, 1.0), RT_VALUE, r"a=2.0 > b=1.0"),
+    ("uniform_", "float32", (float("nan"), 1.0), RT_VALUE, "a must be finite"),
+    ("uniform_", "float32", (0.0, float("nan")), RT_VALUE, "b must be finite"),
+    ("uniform_", "float32", (0.0, float("inf")), RT_VALUE, "b must be finite"),
+    ("uniform_", "float32", (-float("inf"), 0.0), RT_VALUE, "a must be finite"),
+    ("uniform_", "float32", (0, 10**400), RT_VALUE, "b must be finite"),  # OverflowError
+    ("uniform_", "float32", (-3e38, 3e38), RT_VALUE, "b - a"),
+    ("uniform_", "float16", (-60000, 60000), RT_VALUE, "b - a"),
     # a bound beyond the dtype's finite range: PyTorch "to is out of bounds for c10::Half";
     # before the fix these drew inf (a DeviceError under -W error)
-    ("float16", (65000, 70000), RT_VALUE, "b=70000.0 is out of bounds for float16"),
-    ("float32", (3e38, 3.5e38), RT_VALUE, "b=3.5e.38 is out of bounds for float32"),
-    ("float32", (-3.5e38, -3e38), RT_VALUE, "a=-3.5e.38 is out of bounds for float32"),
-    ("float32", (True, 2.0), (TypeError,), "a must be a real number, got bool"),
-    ("float32", ("0", 2.0), (TypeError,), "a must be a real number, got str"),
-    ("float32", (1j, 2.0), (TypeError,), "a must be a real number, got complex"),
-    ("int32", (0.0, 1.0), (TypeError,), "needs a floating array"),
-    ("bool", (0.0, 1.0), (TypeError,), "needs a floating array"),
-    ("uint8", (0.0, 1.0), (TypeError,), "needs a floating array"),
+    ("uniform_", "float16", (65000, 70000), RT_VALUE, "b=70000.0 is out of bounds"),
+    ("uniform_", "float32", (3e38, 3.5e38), RT_VALUE, "b=3.5e.38 is out of bounds"),
+    ("uniform_", "float32", (-3.5e38, -3e38), RT_VALUE, "a=-3.5e.38 is out of bounds"),
+    ("uniform_", "float32", (True, 2.0), (TypeError,), "real number, got bool"),
+    ("uniform_", "float32", ("0", 2.0), (TypeError,), "a must be a real number, got str"),
+    ("uniform_", "float32", (1j, 2.0), (TypeError,), "real number, got complex"),
+    ("uniform_", "int32", (0.0, 1.0), (TypeError,), "needs a floating array"),
+    ("uniform_", "bool", (0.0, 1.0), (TypeError,), "needs a floating array"),
+    ("uniform_", "uint8", (0.0, 1.0), (TypeError,), "needs a floating array"),
+    ("normal_", "float32", (0.0, -1.0), RT_VALUE, "expects std >= 0.0, but found std -1"),
+    ("normal_", "float32", (0.0, float("nan")), RT_VALUE, "std must be finite"),
+    ("normal_", "float32", (0.0, float("inf")), RT_VALUE, "std must be finite"),
+    ("normal_", "float32", (float("nan"), 1.0), RT_VALUE, "mean must be finite"),
+    ("normal_", "float32", (float("inf"), 1.0), RT_VALUE, "mean must be finite"),
+    ("normal_", "float32", (True, 1.0), (TypeError,), "mean must be a real number"),
+    ("normal_", "int64", (0.0, 1.0), (TypeError,), "needs a floating array"),
 ])
-def test_uniform_bad_parameters(dtype: str, args: tuple[Any, ...],
+def test_inplace_bad_parameters(fn: str, dtype: str, args: tuple[Any, ...],
                                 exc: tuple[type[BaseException], ...], msg: str) -> None:
     g = Generator("cpu:0")
     x = acc.empty(8, dtype=dtype, device="cpu:0")
-    _raises(exc, msg, lambda: acc.random.uniform_(x, *args, generator=g))
-    assert g.get_offset() == 0
-
-
-@pytest.mark.parametrize("dtype,args,exc,msg", [
-    ("float32", (0.0, -1.0), RT_VALUE, "normal expects std >= 0.0, but found std -1.0"),
-    ("float32", (0.0, float("nan")), RT_VALUE, "std must be finite"),
-    ("float32", (0.0, float("inf")), RT_VALUE, "std must be finite"),
-    ("float32", (float("nan"), 1.0), RT_VALUE, "mean must be finite"),
-    ("float32", (float("inf"), 1.0), RT_VALUE, "mean must be finite"),
-    ("float32", (True, 1.0), (TypeError,), "mean must be a real number, got bool"),
-    ("int64", (0.0, 1.0), (TypeError,), "needs a floating array"),
-])
-def test_normal_bad_parameters(dtype: str, args: tuple[Any, ...],
-                               exc: tuple[type[BaseException], ...], msg: str) -> None:
-    g = Generator("cpu:0")
-    x = acc.empty(8, dtype=dtype, device="cpu:0")
-    _raises(exc, msg, lambda: acc.random.normal_(x, *args, generator=g))
+    _raises(exc, msg, lambda: getattr(acc.random, fn)(x, *args, generator=g))
     assert g.get_offset() == 0
 
 
@@ -448,7 +438,8 @@ from accelrt.random import _generator
 
 acc.random.manual_seed(1234)                 # before any device is initialised
 acc.cpu.set_rng_state(acc.cpu.get_rng_state())
-assert not acc.cpu.is_initialized() and not _generator._is_started(acc.backends.get_backend("cpu"), 0)
+cpu = acc.backends.get_backend("cpu")
+assert not acc.cpu.is_initialized() and not _generator._is_started(cpu, 0)
 assert acc.random.initial_seed() == 1234 and acc.cpu.initial_seed() == 1234
 ref = acc.rand(16, device="cpu:0", generator=acc.random.Generator("cpu:0").manual_seed(1234))
 first = acc.rand(8, device="cpu:0").numpy()
