@@ -3,7 +3,7 @@ randint's bounds, dtypes and size forms, rand/randn's dtypes and generators, uni
 parameters, seeds, states, copies and pickles of a Generator, threads, fork, and seeding before
 any device exists. Where PyTorch raises ``RuntimeError`` for a bad value, accelrt raises an
 ``AcceleratorValueError`` / ``AcceleratorTypeError`` (also a ``ValueError`` / ``TypeError``);
-PyTorch's behaviour was checked with the CPU build in /work/torchvenv (its numbers differ:
+PyTorch's behaviour was checked with a CPU build of PyTorch 2.14 (its numbers differ:
 mt19937, not Philox). Runs on whichever build is installed (the RNG's per-call path,
 ``random/_draw.py``, is compiled in the default build): no mypyc message may leak.
 """
