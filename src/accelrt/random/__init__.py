@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Literal, SupportsIndex, cast, overload
 import numpy as np
 
 from .._device import _get_device, _lazy_init
+from .._errors import AcceleratorValueError
 from .._size import normalize_size, size_keyword
 from .._stream import _current
 from ._generator import (
@@ -260,14 +261,21 @@ def set_rng_state_all(new_states: Iterable[RngStateLike]) -> None:
 # ---------------------------------------------------------------------- argument checks
 
 def _real(name: str, value: Any) -> float:
+    """``value`` as a finite float; ``TypeError`` for a non-number (``bool`` included), an
+    ``AcceleratorValueError`` (``ValueError`` and ``RuntimeError``, as PyTorch's "from is out of
+    bounds") for nan, an infinity or an int beyond the float64 range."""
     if type(value) is float and -math.inf < value < math.inf:
         return value    # the common case: a finite Python float
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer,
                                                                        np.floating)):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
-    x = float(value)
+    try:
+        x = float(value)
+    except OverflowError:
+        raise AcceleratorValueError(f"{name} must be finite, got an int beyond the float64 "
+                                    "range") from None
     if not math.isfinite(x):
-        raise ValueError(f"{name} must be finite, got {x}")
+        raise AcceleratorValueError(f"{name} must be finite, got {x}")
     return x
 
 
@@ -351,8 +359,9 @@ def uniform_(array: Array, a: float = 0.0, b: float = 1.0, *,
 
     Raises:
         TypeError: not a floating Array, or a wrong argument type.
-        ValueError: non-finite bounds, ``a > b``, ``b - a`` overflows the dtype, or a
-            generator of another device.
+        ValueError: non-finite bounds, a bound outside the dtype's finite range, ``a > b``,
+            ``b - a`` overflows the dtype, or a generator of another device (each an
+            ``AcceleratorValueError``, also a ``RuntimeError`` as in PyTorch).
 
     Example::
 
@@ -363,11 +372,18 @@ def uniform_(array: Array, a: float = 0.0, b: float = 1.0, *,
     """
     array = _check_float_array(array, "uniform_")
     lo, hi = _real("a", a), _real("b", b)
+    top = _FLOAT_MAX[array.dtype.itemsize]
+    for name, bound in (("a", lo), ("b", hi)):
+        if not -top <= bound <= top:
+            raise AcceleratorValueError(
+                f"uniform_: {name}={bound} is out of bounds for {array.dtype.name} (its finite "
+                f"values lie in [{-top}, {top}])")
     if lo > hi:
-        raise ValueError(f"uniform_ expects to return a [a, b) range, but found a={lo} > b={hi}")
-    if hi - lo > _FLOAT_MAX[array.dtype.itemsize]:
-        raise ValueError(f"uniform_ expects b - a <= {np.finfo(array.dtype).max} for "
-                         f"{array.dtype.name}, got b - a = {hi - lo}")
+        raise AcceleratorValueError(f"uniform_ expects to return a [a, b) range, but found "
+                                    f"a={lo} > b={hi}")
+    if hi - lo > top:
+        raise AcceleratorValueError(f"uniform_ expects b - a <= {np.finfo(array.dtype).max} "
+                                    f"for {array.dtype.name}, got b - a = {hi - lo}")
     _generate(array, "uniform", (lo, hi), generator)
     return array
 
@@ -376,9 +392,12 @@ def normal_(array: Array, mean: float = 0.0, std: float = 1.0, *,
             generator: Generator | None = None) -> Array:
     """Fill ``array`` in place with normal numbers of ``mean`` and ``std``; return it.
 
+    Numbers beyond the dtype's range become infinities, as in PyTorch (no warning).
+
     Raises:
         TypeError: not a floating Array, or a wrong argument type.
-        ValueError: non-finite parameters, ``std < 0``, or a generator of another device.
+        ValueError: non-finite parameters, ``std < 0``, or a generator of another device
+            (each an ``AcceleratorValueError``, also a ``RuntimeError`` as in PyTorch).
 
     Example::
 
@@ -390,7 +409,7 @@ def normal_(array: Array, mean: float = 0.0, std: float = 1.0, *,
     array = _check_float_array(array, "normal_")
     m, s = _real("mean", mean), _real("std", std)
     if s < 0:
-        raise ValueError(f"normal expects std >= 0.0, but found std {s}")
+        raise AcceleratorValueError(f"normal expects std >= 0.0, but found std {s}")
     _generate(array, "normal", (m, s), generator)
     return array
 
@@ -523,7 +542,9 @@ def randint(*args: SizeLike, size: SizeLike | None = None, low: SupportsIndex | 
 
     Raises:
         TypeError: wrong argument types or an unsupported dtype.
-        ValueError: ``low >= high``, or bounds that do not fit ``dtype``.
+        ValueError: ``low >= high``, or bounds that do not fit ``dtype`` (for a float dtype:
+            its finite range, within int64); each an ``AcceleratorValueError``, also a
+            ``RuntimeError`` as in PyTorch.
 
     Example::
 
@@ -568,17 +589,16 @@ def randint(*args: SizeLike, size: SizeLike | None = None, low: SupportsIndex | 
     if dt.kind not in "biuf":
         raise TypeError(f"randint() dtype must be an integer, bool or float dtype, got {dt.name}")
     if lo >= hi:
-        raise ValueError(f"random_ expects 'from' to be less than 'to', but got from={lo} >= "
-                         f"to={hi}")
+        raise AcceleratorValueError(f"random_ expects 'from' to be less than 'to', but got "
+                                    f"from={lo} >= to={hi}")
     if dt.kind == "b":
         fmin, fmax = 0, 1
     elif dt.kind in "iu":
         fmin, fmax = int(np.iinfo(dt).min), int(np.iinfo(dt).max)
-    else:
-        fmin, fmax = -(1 << 63), (1 << 63) - 1
+    else:   # a float dtype: its finite range (float16's 65504), within int64
+        fmax = min(int(np.finfo(dt).max), (1 << 63) - 1)
+        fmin = max(-int(np.finfo(dt).max), -(1 << 63))
     if lo < fmin or hi - 1 > fmax:
-        raise ValueError(f"randint() bounds [{lo}, {hi}) do not fit dtype {dt.name} "
-                         f"(values {fmin}..{fmax})")
-    if hi - lo > 1 << 64:
-        raise ValueError(f"randint() range high - low = {hi - lo} exceeds 2**64")
+        raise AcceleratorValueError(f"randint() bounds [{lo}, {hi}) do not fit dtype "
+                                    f"{dt.name} (values {fmin}..{fmax})")
     return (_new or _bind())(shape, dt, device, generator, "randint", (lo, hi - lo))

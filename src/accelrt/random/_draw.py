@@ -26,6 +26,7 @@ import numpy as np
 from .. import _backend
 from .. import _device as _device_mod
 from .._array import Array
+from .._errors import AcceleratorValueError
 from .._placement import place, site
 from .._size import storage_nbytes
 from .._transfer import hold
@@ -62,7 +63,8 @@ def check_generator(generator: object, b: Backend, index: int) -> Generator:
 
     Raises:
         TypeError: not a Generator.
-        ValueError: a generator of another device.
+        ValueError: a generator of another device (an ``AcceleratorValueError``, also a
+            ``RuntimeError`` as PyTorch's "Expected a '...' device type for generator").
     """
     if generator is None:
         return _default_for(b, index)
@@ -70,8 +72,9 @@ def check_generator(generator: object, b: Backend, index: int) -> Generator:
         raise TypeError(f"generator must be an accelrt.random.Generator, got "
                         f"{type(generator).__name__}")
     if generator._b is not b or generator._index != index:
-        raise ValueError(f"the generator belongs to {generator.device} but the array is on "
-                         f"{b.name}:{index}; use a Generator of the array's device")
+        raise AcceleratorValueError(
+            f"the generator belongs to {generator.device} but the array is on "
+            f"{b.name}:{index}; use a Generator of the array's device")
     return generator
 
 

@@ -29,6 +29,7 @@ import numpy as np
 
 from .._device import _get_device
 from .._device import device as _device_cls
+from .._errors import AcceleratorTypeError
 from .._fork import reinit_after_fork
 from ..backends._common import check_u64
 
@@ -47,14 +48,19 @@ _M64 = (1 << 64) - 1
 
 
 def _check_seed(seed: Any) -> int:
-    """Turn a seed into a uint64; negative seeds wrap as PyTorch does (two's complement)."""
+    """Turn a seed into a uint64; negative seeds wrap as PyTorch does (two's complement).
+
+    A seed that is not an int raises :class:`~accelrt._errors.AcceleratorTypeError`: a
+    ``TypeError`` and, as ``torch.Generator.manual_seed``'s "manual_seed expected a long",
+    a ``RuntimeError``.
+    """
     if isinstance(seed, (bool, np.bool_)):
-        raise TypeError("seed must be an int, got bool")
+        raise AcceleratorTypeError("seed must be an int, got bool")
     try:
         value = operator.index(seed)
     except TypeError:
-        raise TypeError(f"seed must be an int, got {type(seed).__name__}; e.g. "
-                        "manual_seed(1234)") from None
+        raise AcceleratorTypeError(f"seed must be an int, got {type(seed).__name__}; e.g. "
+                                   "manual_seed(1234)") from None
     if not -(1 << 63) <= value < 1 << 64:
         raise ValueError(f"seed {value} is out of range: it must be in [-2**63, 2**64) "
                          "(negative seeds wrap to uint64)")
@@ -224,6 +230,42 @@ class Generator:
         with self._lock:
             seed, offset = self._seed, self._offset
         return type(self)._make(self._b, self._index, seed, offset)
+
+    def __copy__(self) -> Generator:
+        """``copy.copy``: :meth:`clone_state` (a new generator, as ``torch.Generator``)."""
+        return self.clone_state()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Generator:
+        """``copy.deepcopy``: :meth:`clone_state` (a new generator, as ``torch.Generator``)."""
+        return self.clone_state()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle as ``torch.Generator`` does: the device, then the seed and offset.
+
+        Example::
+
+            >>> import pickle, accelrt as acc
+            >>> g = acc.random.Generator("cpu:0").manual_seed(9).set_offset(4)
+            >>> c = pickle.loads(pickle.dumps(g))
+            >>> (c.device, c.initial_seed(), c.get_offset())
+            (device(type='cpu', index=0), 9, 4)
+        """
+        with self._lock:
+            seed, offset = self._seed, self._offset
+        return type(self), (f"{self._b.name}:{self._index}",), (seed, offset)
+
+    def __setstate__(self, state: Any) -> None:
+        """Restore ``(seed, offset)`` from :meth:`__reduce__`.
+
+        Raises:
+            TypeError: not a pair of ints.
+            ValueError: a value outside ``[0, 2**64)``.
+        """
+        if not isinstance(state, tuple) or len(state) != 2:
+            raise TypeError(f"Generator state must be a (seed, offset) pair, got {state!r}")
+        seed, offset = check_u64(state[0], "seed"), check_u64(state[1], "offset")
+        with self._lock:
+            self._seed, self._offset = seed, offset
 
     def _reserve(self, nblocks: int) -> tuple[int, int]:
         """Reserve ``nblocks`` counter blocks: return ``(seed, first block)``."""

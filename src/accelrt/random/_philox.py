@@ -641,10 +641,13 @@ def _convert(w: np.ndarray, dist: str, dtype: np.dtype, params: Sequence[Any],
     if dist == "normal":
         mean, std = params
         z = _normal_std(w).reshape(-1)[:n]
-        if (mean, std) != (0.0, 1.0):
+        if (mean, std) == (0.0, 1.0):
+            np.copyto(out, z, casting="unsafe")     # |z| < 9: fits every float dtype
+            return
+        with np.errstate(over="ignore"):    # beyond the dtype's range: inf, as PyTorch
             z = z * float(std)
             z += float(mean)
-        np.copyto(out, z, casting="unsafe")
+            np.copyto(out, z, casting="unsafe")
         return
     low, rng = params
     v = w.view(_U64).reshape(-1)[:n] if rng <= 1 << 32 else w[:n]
