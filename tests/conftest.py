@@ -18,7 +18,7 @@ settings.register_profile("ci", deadline=None, derandomize=True,
 settings.register_profile("dev", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
 
-from accelrt import _device  # noqa: E402
+from accelrt import _device, memory  # noqa: E402
 from accelrt.testing import _leaks as leaks  # noqa: E402
 from helpers.params import backend_params  # noqa: E402
 
@@ -55,6 +55,16 @@ def _leak_check(request: pytest.FixtureRequest) -> Iterator[None]:
         pytest.fail("the test left alive what it made (mark it "
                     "@pytest.mark.leaks_ok(\"why\") if that is on purpose):\n"
                     + "\n".join(problems), pytrace=False)
+
+
+@pytest.fixture(autouse=True)
+def _restore_allocator_settings() -> Iterator[None]:
+    """Put the process-wide allocator settings back after each test that changed them, so a
+    test that forgets cannot change what later tests replay or allocate with."""
+    saved = memory.get_allocator_settings()
+    yield
+    if memory.get_allocator_settings() != saved:
+        memory.set_allocator_settings(saved)
 
 
 @pytest.fixture(autouse=True)

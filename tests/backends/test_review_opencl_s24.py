@@ -349,12 +349,13 @@ def test_largest_raw_allocation_is_max_mem_alloc_size_in_every_mode(b) -> None:
 def test_expandable_segments_are_refused_with_a_value_error() -> None:
     """Refused when set (an opencl allocator exists) or at the first allocation."""
     o = acc.opencl
+    saved = o.get_allocator_settings()
     try:
         with pytest.raises(ValueError, match="virtual memory"):
             o.set_allocator_settings("expandable_segments:True")
             acc.empty((10,), device=D)
     finally:
-        o.set_allocator_settings("expandable_segments:False")
+        o.set_allocator_settings(saved)
     assert acc.empty((10,), device=D).shape == (10,)
 
 
