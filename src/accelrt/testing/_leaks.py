@@ -86,19 +86,24 @@ def _internal_streams(b: Backend) -> int:
     return n
 
 
-def _internal_events(b: Backend) -> int:
-    """Live event handles of ``b`` that accelrt holds itself (stream-ordered frees)."""
-    from ..memory._allocator import all_allocators
+def _internal_events(allocators: list[Any]) -> dict[int, int]:
+    """Live event handles that accelrt holds itself (stream-ordered frees), by ``id`` of their
+    backend: one pass over the allocators for every backend (a session of tests makes
+    hundreds of backends and allocators)."""
     from ..memory._host import peek_host_allocator
-    n = 0
-    for a in all_allocators():
-        if getattr(a, "_b", None) is b:
-            frees = a._stream_frees
-            n += len(frees.event_pool) + sum(len(q) for q in list(frees.events.values()))
-    pool = peek_host_allocator(b.name)
-    if pool is not None and pool._b is b:
-        n += sum(len(block.events) for block in list(pool._pending))
-    return n
+    out: dict[int, int] = {}
+    for a in allocators:
+        b = getattr(a, "_b", None)
+        frees = getattr(a, "_stream_frees", None)
+        if b is not None and frees is not None:
+            n = len(frees.event_pool) + sum(len(q) for q in list(frees.events.values()))
+            out[id(b)] = out.get(id(b), 0) + n
+    for b in _backends():
+        pool = peek_host_allocator(b.name)
+        if pool is not None and pool._b is b:
+            out[id(b)] = out.get(id(b), 0) + sum(len(block.events)
+                                                 for block in list(pool._pending))
+    return out
 
 
 def snapshot() -> Snapshot:
@@ -112,19 +117,21 @@ def snapshot() -> Snapshot:
     """
     from ..memory._allocator import all_allocators
     snap = Snapshot()
-    for a in all_allocators():
+    allocators = list(all_allocators())
+    for a in allocators:
         try:
             allocated = a.memory_allocated()
         except RuntimeError:   # a pluggable allocator (user callables) keeps no statistics
             continue
         snap.allocated[id(a)] = (a, f"{a._b.name}:{a._index}", allocated)
+    events = _internal_events(allocators)
     for b in _backends():
         live = b.live_handles()
         if live is None:
             continue
         counts = dict(live)
         counts["streams"] -= _internal_streams(b)
-        counts["events"] -= _internal_events(b)
+        counts["events"] -= events.get(id(b), 0)
         snap.handles[id(b)] = (b, counts)
     return snap
 
@@ -150,10 +157,12 @@ def _compare(before: Snapshot, after: Snapshot) -> list[str]:
 def find_leaks(before: Snapshot) -> list[str]:
     """What leaked since ``before`` (one line each; empty when nothing did).
 
-    Only if a counter grew, garbage is collected and queued frees are completed before a
-    second look (and, if that still shows a leak, the work queued on the devices is waited
-    for before a third, since a host function still queued may hold the last reference), so
-    unreachable cycles, finalizers and queued work do not count as leaks.
+    Only if a counter grew, garbage is collected and queued frees are completed before
+    another look: first the young generations (a test's own cycles, such as an exception's
+    traceback holding its arrays, are young, and a full collection of a large process costs
+    a quarter of a second), then all of it, then, if that still shows a leak, after waiting
+    for the work queued on the devices, since a host function still queued may hold the last
+    reference. So unreachable cycles, finalizers and queued work do not count as leaks.
 
     Example::
 
@@ -163,20 +172,24 @@ def find_leaks(before: Snapshot) -> list[str]:
         []
     """
     problems = _compare(before, snapshot())
+    if problems:   # the test's own cycles (an exception's traceback) are young: a cheap look
+        _settle(1)
+        problems = _compare(before, snapshot())
     if problems:
-        _settle()
+        _settle(2)
         problems = _compare(before, snapshot())
     if problems:   # work still queued may hold the last references (host functions)
         _synchronize_all()
-        _settle()
+        _settle(2)
         problems = _compare(before, snapshot())
     return problems
 
 
-def _settle() -> None:
-    """Collect garbage and complete the frees finalizers queued."""
+def _settle(generation: int) -> None:
+    """Collect garbage up to ``generation`` (2: all of it) and complete the frees finalizers
+    queued."""
     from ..memory._allocator import DeviceCachingAllocator, all_allocators
-    gc.collect()
+    gc.collect(generation)
     for a in all_allocators():
         if isinstance(a, DeviceCachingAllocator):
             a.drain_pending()
