@@ -109,11 +109,12 @@ class device:
                 idx = index
         else:
             raise TypeError(f"device() takes a str, int or device, not {type(type_or_str).__name__}")
+        if idx is not None and type(idx) is not int:
+            idx = _plain_int(idx)        # its value, whatever its comparisons say
         if idx is not None and idx < 0:
             raise AcceleratorValueError(f"Device index must not be negative, got {idx}")
         object.__setattr__(self, "_type", typ)
-        object.__setattr__(self, "_index",
-                           idx if idx is None or type(idx) is int else _plain_int(idx))
+        object.__setattr__(self, "_index", idx)
 
     @property
     def type(self) -> str:
@@ -549,11 +550,14 @@ def _plain_int(value: int) -> int:
 
 
 def _check_index(b: Backend, index: int) -> int:
-    """``index`` (a plain int, :func:`_plain_int`) if it is below ``b``'s device count.
+    """``index`` as a plain int (:func:`_plain_int`: an int subclass is compared by its value,
+    not by its own operators) if it is below ``b``'s device count.
 
     Raises:
         AcceleratorIndexError: it is not.
     """
+    if type(index) is not int:
+        index = _plain_int(index)        # compared by its value, not its own operators
     n = b.device_count()
     if index >= n:
         # torch 2.14's wording (c10/cuda's device index check, a RuntimeError there; an
@@ -563,7 +567,7 @@ def _check_index(b: Backend, index: int) -> int:
         raise AcceleratorIndexError(
             f"Device index value {index} is out of index range [0, {n}) (backend "
             f"{b.name!r} has {n} device{'s' if n != 1 else ''}{hint})")
-    return index if type(index) is int else _plain_int(index)
+    return index
 
 
 #: ``(backend, checked index)`` of each device string and :class:`device` with an index that
@@ -618,9 +622,10 @@ def _get_device(dev: DeviceLike, *, optional: bool = True,
         return b, _tls.device.get(b.name, 0)
     if isinstance(dev, int) and not isinstance(dev, bool):
         b = backend if backend is not None else _require_current()
-        if dev < 0:
-            raise AcceleratorValueError(f"Device index must not be negative, got {dev}")
-        return b, _check_index(b, dev)
+        index = dev if type(dev) is int else _plain_int(dev)
+        if index < 0:
+            raise AcceleratorValueError(f"Device index must not be negative, got {index}")
+        return b, _check_index(b, index)
     key: object = dev
     if isinstance(dev, str):
         dev = device(dev)
@@ -705,7 +710,7 @@ def set_device_index(device: DeviceLike, /) -> None:
             _check_index(b, device)
         _tls.device[b.name] = device
         return
-    if isinstance(device, int) and not isinstance(device, bool) and device < 0:
+    if isinstance(device, int) and not isinstance(device, bool) and _plain_int(device) < 0:
         return
     b, idx = _get_current_device_index(device, optional=False)
     _tls.device[b.name] = idx
