@@ -237,6 +237,8 @@ def test_interprocess_events_hostile_handles_and_orders() -> None:
     timed = acc.Event("cpu", interprocess=True, enable_timing=True)   # lazy, as in CUDA:
     with pytest.raises(ValueError, match="cannot have enable_timing=True"):
         timed.record()                                                # created on first use
+    with pytest.raises(ValueError, match="cannot have enable_timing=True"):
+        timed.ipc_handle()
     with pytest.raises(RuntimeError, match="needs an event made with interprocess=True"):
         acc.Event("cpu").ipc_handle()
     e = acc.Event("cpu", interprocess=True)
