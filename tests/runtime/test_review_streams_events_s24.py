@@ -93,6 +93,15 @@ def test_external_stream_hostile_arguments() -> None:
     assert acc.cpu.ExternalStream(acc.cpu.default_stream().cuda_stream) == acc.cpu.default_stream()
 
 
+def test_external_stream_negative_device_means_the_current_one() -> None:
+    # torch.cuda.ExternalStream(ptr, device) runs under torch.cuda.device(device), a no-op for
+    # a negative index, as acc.cpu.Stream(-1) already reads it
+    s = acc.cpu.Stream()
+    for current in (-1, -5, acc.cpu.device(-1)):
+        x = acc.cpu.ExternalStream(s.cuda_stream, current)
+        assert x == s and x.device_index == acc.cpu.current_device()
+
+
 def test_external_stream_is_non_owning_and_current_in_with() -> None:
     s = acc.cpu.Stream(priority=-1)
     x = acc.cpu.ExternalStream(stream_ptr=s.cuda_stream)
