@@ -77,7 +77,9 @@ class Event(_EventCore):
     Raises:
         TypeError: a flag is not a ``bool`` or ``device`` has the wrong type.
         ValueError: ``interprocess=True`` on a backend without interprocess events (the
-            cpu backend, for one).
+            opencl backend, for one). ``interprocess=True`` with ``enable_timing=True`` is
+            refused when the event is created on the backend (its first :meth:`record` or
+            :meth:`ipc_handle`), as CUDA refuses it then.
         IndexError: the device index is out of range.
 
     Example::

@@ -85,6 +85,14 @@ class Event(_event.Event):
         return self.event_id
 
 
+def _current_if_negative(name: str, device: Any) -> _dev.device | int | None:
+    """``device`` checked by :func:`typed` for backend ``name``, with a negative index read as
+    ``None`` (the backend's current device), as ``torch.cuda.Stream`` and
+    ``torch.cuda.ExternalStream`` read it (through ``torch.cuda.device``, a no-op for one)."""
+    d = typed(name, device)
+    return None if isinstance(d, int) and d < 0 else d
+
+
 class Stream(_stream.Stream):
     """Base of the ``Stream`` class of every device module (``accelrt.cuda.Stream`` is a
     subclass fixed to the cuda backend): an :class:`accelrt.Stream` whose ``int`` device means
@@ -116,8 +124,7 @@ class Stream(_stream.Stream):
         name = self._backend_name
         if name is not None and stream_id is None and device_index is None \
                 and device_type is None:
-            d = typed(name, device)
-            device = None if isinstance(d, int) and d < 0 else d
+            device = _current_if_negative(name, device)
         super().__init__(device, priority=priority, stream_id=stream_id,
                          device_index=device_index, device_type=device_type)
 
@@ -201,7 +208,8 @@ class ExternalStream(Stream):
             (CuPy's, PyTorch's, cuda.core's, C code's); on cpu and opencl the
             :attr:`~Stream.cuda_stream` (``stream_id``) of a live stream of the backend, made
             by accelrt in this process (those backends have no foreign streams).
-        device: the device the stream belongs to (the module's current device by default).
+        device: the device the stream belongs to (the module's current device by default;
+            a negative index means it too, as ``torch.cuda.ExternalStream(ptr, -1)`` does).
 
     Raises:
         TypeError: ``stream_ptr`` is not an int.
@@ -229,7 +237,7 @@ class ExternalStream(Stream):
         if name is None:
             b, index = _dev._get_device_of(device, None)
         else:
-            b, index = resolve(name, device)
+            b, index = resolve(name, _current_if_negative(name, device))
         super().__init__(stream_id=stream_ptr, device_index=index, device_type=b.name)
 
 
