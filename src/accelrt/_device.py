@@ -13,6 +13,7 @@ Example::
 
 from __future__ import annotations
 
+import operator
 import os
 import re
 import threading
@@ -526,6 +527,29 @@ def _device_obj(name: str, index: int) -> device:
 
 def _current_index(b: Backend) -> int:
     return _tls.device.get(b.name, 0)
+
+
+def _index_arg(value: object, what: str, unit: str = "") -> int:
+    """``value`` as a plain int, as PyTorch's argument parser reads an int argument: an int (a
+    subclass by its value), or an integer object with ``__index__`` (a numpy integer); never
+    a bool (numpy's included) or a float.
+
+    Raises:
+        TypeError: anything else, ``"<what> must be an int<unit>, got <type>"``.
+
+    Example::
+
+        >>> import numpy as np
+        >>> from accelrt._device import _index_arg
+        >>> _index_arg(np.int64(-1), "priority")
+        -1
+    """
+    if not isinstance(value, bool):
+        try:
+            return operator.index(value)   # type: ignore[arg-type]  # a TypeError says no
+        except TypeError:
+            pass
+    raise TypeError(f"{what} must be an int{unit}, got {type(value).__name__}")
 
 
 def _plain_int(value: int) -> int:

@@ -24,13 +24,12 @@ Example::
 
 from __future__ import annotations
 
-import operator
 import threading
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from . import _device as _dev
 from . import _sync_debug as _sd
-from ._device import (_get_device, _get_device_of, _lazy_init, _plain_int,
+from ._device import (_get_device, _get_device_of, _index_arg, _lazy_init, _plain_int,
                       _require_current, _tls)
 from ._errors import AcceleratorError, DeviceError
 from ._fork import reinit_after_fork
@@ -117,21 +116,6 @@ _pools_lock = reinit_after_fork(threading.Lock())
 #: garbage collection inside the locked section may run a finalizer that closes another object.
 _close_lock = reinit_after_fork(threading.RLock())
 _ZERO = 0  # ``priority is _ZERO``: the int 0 (small ints are cached), a fast path only
-
-
-def _priority_value(priority: object) -> int:
-    """``priority`` as a plain int: an int (a subclass read by its value) or an integer with
-    ``__index__`` (a numpy integer), as PyTorch's argument parser takes; never a bool.
-
-    Raises:
-        TypeError: anything else.
-    """
-    if not isinstance(priority, bool):
-        try:
-            return operator.index(priority)   # type: ignore[arg-type]  # checked by the call
-        except TypeError:
-            pass
-    raise TypeError(f"priority must be an int, got {type(priority).__name__}")
 
 
 def _int_arg(name: str, value: object) -> int:
@@ -231,7 +215,7 @@ class Stream(_StreamCore):
         if priority is _ZERO:
             free = pool.free0
         else:
-            prio = _priority_value(priority)
+            prio = _index_arg(priority, "priority")
             if not pool.lo <= prio <= pool.hi:
                 raise ValueError(
                     f"priority={prio} is out of range [{pool.lo}, {pool.hi}] for "
@@ -253,7 +237,7 @@ class Stream(_StreamCore):
         if stream_id is None or device_index is None or device_type is None:
             raise TypeError("Stream(stream_id=..., device_index=..., device_type=...) needs all "
                             "three keyword arguments to wrap an existing stream")
-        if device is not None or (priority is not _ZERO and _priority_value(priority) != 0):
+        if device is not None or (priority is not _ZERO and _index_arg(priority, "priority") != 0):
             raise TypeError("Stream(stream_id=...) wraps an existing stream: do not also pass "
                             "device or priority")
         sid, device_index = _int_arg("stream_id", stream_id), _int_arg("device_index", device_index)

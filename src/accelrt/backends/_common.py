@@ -34,6 +34,7 @@ from typing import Any, Generic, NoReturn, Protocol, SupportsIndex, TypeVar, cas
 
 import numpy as np
 
+from .._device import _index_arg
 from .._errors import DeviceError
 
 __all__ = ["HandleTable", "KeptErrors", "bad_handle", "check_byte", "check_index", "check_int",
@@ -188,12 +189,7 @@ def check_u64(value: Any, what: str) -> int:
         >>> check_u64(2**64 - 1, "offset") == 2**64 - 1
         True
     """
-    if isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{what} must be an int, got bool")
-    try:
-        v = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{what} must be an int, got {type(value).__name__}") from None
+    v = _index_arg(value, what)
     if not 0 <= v < 1 << 64:
         raise ValueError(f"{what} must be in [0, 2**64), got {v}")
     return v

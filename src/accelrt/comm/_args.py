@@ -9,14 +9,12 @@ Example::
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 
 from .. import _backend
-from .._device import _check_index, _get_device, _plain_int, _require_current, device
+from .._device import _check_index, _get_device, _index_arg, _plain_int, _require_current, device
 from .._errors import AcceleratorValueError
 from .._transfer import HOST, Place
 
@@ -28,21 +26,6 @@ __all__ = ["check_buffer_size", "device_list", "one_device", "wrap_dim"]
 
 def _is_int(x: object) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
-
-
-def _index(x: Any, what: str, unit: str = "") -> int:
-    """``x`` as an int: an int or an integer object with ``__index__`` (a numpy integer), as
-    PyTorch's argument parser takes; never a bool (numpy's included) or a float.
-
-    Raises:
-        TypeError: anything else, naming ``what``.
-    """
-    if not isinstance(x, (bool, np.bool_)):
-        try:
-            return operator.index(x)
-        except TypeError:
-            pass
-    raise TypeError(f"{what} must be an int{unit}, got {type(x).__name__}")
 
 
 def one_device(d: Any, default: Backend | None, what: str, *, optional: bool = False,
@@ -88,7 +71,7 @@ def device_list(devices: Any, default: Backend | None, what: str = "devices") ->
 
 def check_buffer_size(buffer_size: Any) -> int:
     """``buffer_size`` must be a positive int."""
-    size = _index(buffer_size, "buffer_size", " (bytes)")
+    size = _index_arg(buffer_size, "buffer_size", " (bytes)")
     if size <= 0:
         raise AcceleratorValueError(f"buffer_size must be positive, got {size}")
     return size
@@ -101,7 +84,7 @@ def wrap_dim(dim: Any, ndim: int) -> int:
         TypeError: ``dim`` is not an int (a numpy integer counts; a bool does not).
         IndexError: ``dim`` is out of range.
     """
-    d = _index(dim, "dim")
+    d = _index_arg(dim, "dim")
     if not -ndim <= d < ndim:
         raise IndexError(f"Dimension out of range (expected to be in range of "
                          f"[{-ndim}, {ndim - 1}], but got {d})")
@@ -115,7 +98,7 @@ def int_list(values: Any, what: str) -> list[int]:
     out = []
     for v in values:
         try:
-            out.append(_index(v, what))
+            out.append(_index_arg(v, what))
         except TypeError:
             raise TypeError(f"{what} must contain only ints, got {v!r}") from None
     return out
