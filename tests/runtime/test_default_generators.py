@@ -107,6 +107,8 @@ def test_star_import_and_reading_do_not_initialise_cuda() -> None:
             "from accelrt.cuda import *\n"
             "assert isinstance(default_generators, tuple)\n"
             "assert type(acc.cuda).__name__ == 'LiveModule'\n"
+            "assert len(acc.cpu.default_generators) == acc.cpu.device_count()\n"
+            "assert not acc.cuda.is_initialized() and not acc.cpu.is_initialized()\n"
             "print('ok')\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120)
