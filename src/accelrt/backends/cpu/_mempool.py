@@ -28,6 +28,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from ..._fork import reinit_after_fork
+from .._ranges import Ranges
 
 if TYPE_CHECKING:
     from ._memory import DeviceMemory
@@ -78,7 +79,7 @@ class StreamOrderedPool:
     def __init__(self, mem: DeviceMemory) -> None:
         self._mem = mem
         self._lock = reinit_after_fork(threading.Lock())
-        self._live: dict[int, int] = {}           # guarded by _lock: pointer -> block size
+        self._live: Ranges[None] = Ranges()       # the allocated blocks
         self._free: list[_FreeBlock] = []         # guarded by _lock: blocks freed, kept
         self._reserved = 0                        # guarded by _lock (the counters below too)
         self._reserved_high = 0
@@ -105,7 +106,7 @@ class StreamOrderedPool:
                 got = rounded
                 self._reserved += got
                 self._reserved_high = max(self._reserved_high, self._reserved)
-            self._live[ptr] = got
+            self._live.add(ptr, got, None)
             self._used += got
             self._used_high = max(self._used_high, self._used)
             return ptr
@@ -127,10 +128,9 @@ class StreamOrderedPool:
             ValueError: ``ptr`` is not a live block of this pool.
         """
         with self._lock:
-            size = self._live.pop(ptr, None)
-            if size is None:
-                raise ValueError(f"mempool_free_async: {ptr:#x} is not memory allocated from "
-                                 f"the pool of cpu:{self._mem.index} (or was already freed)")
+            size, _ = self._live.take(ptr, "mempool_free_async: {ptr:#x} is not memory "
+                                      "allocated from the pool of cpu:{index} (or was "
+                                      "already freed)", index=self._mem.index)
             self._used -= size
             self._free.append(_FreeBlock(ptr, size, stream, record))
 
@@ -194,4 +194,4 @@ class StreamOrderedPool:
 
     def live(self, ptr: int) -> bool:
         """True while ``ptr`` is an allocated block of this pool."""
-        return ptr in self._live
+        return self._live.size_of(ptr) is not None

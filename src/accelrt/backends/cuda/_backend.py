@@ -32,7 +32,8 @@ from . import _cu, _discovery
 from ._cu import CudaError, check
 from ._kernels import KernelCache, pack_args
 from ._graphs import CudaGraphs
-from ._memory import CudaMemory, Ranges
+from .._ranges import Ranges
+from ._memory import CudaMemory
 from ._ops import CudaOps
 from ._streams import CudaStreams
 
@@ -55,8 +56,7 @@ class _Device:
 
     __slots__ = ("allocs", "capability", "ctx", "ctx_int", "dead_streams", "dev",
                  "foreign_streams", "index", "ipc_opened", "lock", "mappings",
-                 "owned_streams", "pool", "pool_allocs", "priorities", "reserved", "vm_gran",
-                 "vm_handles")
+                 "owned_streams", "pool", "pool_allocs", "priorities", "reserved", "vm_gran")
 
     def __init__(self, index: int, dev: Any, ctx: Any, capability: tuple[int, int]) -> None:
         self.index = index
@@ -68,13 +68,12 @@ class _Device:
         self.owned_streams: set[int] = set()                  # guarded by lock
         self.foreign_streams: set[int] = set()                # guarded by lock
         self.dead_streams: set[int] = set()                   # destroyed here; guarded by lock
-        self.allocs = Ranges()                                # malloc'd memory
-        self.reserved = Ranges()                              # vm_reserve'd address space
-        self.mappings = Ranges()                              # vm_map'ed ranges
-        self.ipc_opened = Ranges()                            # cuIpcOpenMemHandle'd memory
+        self.allocs: Ranges[None] = Ranges()                  # malloc'd memory
+        self.reserved: Ranges[None] = Ranges()                # vm_reserve'd address space
+        self.mappings: Ranges[Any] = Ranges()                 # vm_map'ed ranges -> handle
+        self.ipc_opened: Ranges[None] = Ranges()              # cuIpcOpenMemHandle'd memory
         self.pool: Any = None                                 # default CUmemoryPool (lazily)
-        self.pool_allocs = Ranges()                           # cuMemAllocFromPoolAsync'd
-        self.vm_handles: dict[int, Any] = {}                  # guarded by lock; base -> handle
+        self.pool_allocs: Ranges[None] = Ranges()             # cuMemAllocFromPoolAsync'd
         self.vm_gran = 0                                      # guarded by lock
         self.lock = threading.Lock()
 

@@ -3,23 +3,20 @@ virtual memory (expandable segments), copies, memset and fill.
 
 Example::
 
-    >>> from accelrt.backends.cuda._memory import Ranges
-    >>> r = Ranges(); r.add(4096, 256)
-    >>> r.find(4100), r.find(8192)
-    ((4096, 256), None)
+    >>> from accelrt.backends.cuda._memory import fill_launch
+    >>> fill_launch(4096, 0, 8, 10)[0]
+    'accelrt_fill_u64'
 """
 
 from __future__ import annotations
 
-import bisect
-import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..._fork import reinit_after_fork
 from ..._handles import DevicePtr, StreamHandle
+from .._ranges import Ranges
 from . import _cu
 from ._cu import as_int, as_ptr, as_size, check
 
@@ -27,7 +24,7 @@ if TYPE_CHECKING:
     from ._backend import _Device
     from ._streams import CudaStreams
 
-__all__ = ["CudaMemory", "Ranges", "fill_launch"]
+__all__ = ["CudaMemory", "fill_launch"]
 
 _KINDS = ("h2d", "d2h", "d2d", "h2h")
 #: ``mempool_*_attribute`` names -> ``CUmemPool_attribute`` enumerators
@@ -62,81 +59,6 @@ def fill_launch(ptr: int, value: int, width: int, count: int) -> tuple[str, list
             [np.uint64(ptr), np.uint64(value), np.uint32(width), np.uint64(count)], grid)
 
 
-class Ranges:
-    """Known allocations ``[base, base+size)``, for validating pointers before the driver
-    sees them (a bad device pointer would fault the whole context).
-
-    Example::
-
-        >>> from accelrt.backends.cuda._memory import Ranges
-        >>> r = Ranges()
-        >>> r.add(100, 50)
-        >>> r.find(120), r.find(150), r.contains(110, 40), r.contains(110, 41)
-        ((100, 50), None, True, False)
-        >>> r.overlaps(140, 100), r.overlaps(150, 10), r.overlaps(0, 101)
-        (True, False, True)
-    """
-
-    __slots__ = ("_bases", "_lock", "_sizes")
-
-    def __init__(self) -> None:
-        self._bases: list[int] = []          # sorted; guarded by _lock
-        self._sizes: dict[int, int] = {}     # base -> size; guarded by _lock
-        self._lock = reinit_after_fork(threading.Lock())
-
-    def add(self, base: int, size: int) -> None:
-        with self._lock:
-            bisect.insort(self._bases, base)
-            self._sizes[base] = size
-
-    def pop(self, base: int) -> int | None:
-        """Remove the range starting at ``base``; its size, or None if there is none."""
-        with self._lock:
-            size = self._sizes.pop(base, None)
-            if size is not None:
-                del self._bases[bisect.bisect_left(self._bases, base)]
-            return size
-
-    def take(self, base: int, error: str, index: int = -1) -> int:
-        """:meth:`pop` of a range that must be there: its size, else ValueError ``error``
-        (a format of ``ptr`` and the device ``index``)."""
-        size = self.pop(base)
-        if size is None:
-            raise ValueError(error.format(ptr=base, index=index))
-        return size
-
-    def size_of(self, base: int) -> int | None:
-        return self._sizes.get(base)
-
-    def find(self, ptr: int) -> tuple[int, int] | None:
-        """The range containing ``ptr``, or None."""
-        with self._lock:
-            i = bisect.bisect_right(self._bases, ptr) - 1
-            if i < 0:
-                return None
-            base = self._bases[i]
-            size = self._sizes[base]
-        return (base, size) if ptr < base + size else None
-
-    def overlaps(self, ptr: int, nbytes: int) -> bool:
-        """True if any range intersects ``[ptr, ptr+nbytes)``."""
-        with self._lock:
-            i = bisect.bisect_left(self._bases, ptr)
-            if i < len(self._bases) and self._bases[i] < ptr + nbytes:
-                return True
-            if i > 0:
-                base = self._bases[i - 1]
-                return base + self._sizes[base] > ptr
-            return False
-
-    def contains(self, ptr: int, nbytes: int) -> bool:
-        hit = self.find(ptr)
-        return hit is not None and ptr + nbytes <= hit[0] + hit[1]
-
-    def __len__(self) -> int:
-        return len(self._sizes)
-
-
 class CudaMemory:
     """Device, pinned host, stream-ordered pool, interprocess and virtual memory and the
     copies of one :class:`~accelrt.backends.cuda.CudaBackend` (a part it holds and delegates
@@ -158,7 +80,7 @@ class CudaMemory:
         self._use_any = use_any
         self._streams = streams
         self._launch_kernel = launch_kernel
-        self._host_allocs = Ranges()                  # pinned host memory from host_malloc
+        self._host_allocs: Ranges[None] = Ranges()    # pinned host memory from host_malloc
 
     def check_device_range(self, d: _Device, value: Any, nbytes: int, what: str) -> int:
         """Raise ValueError unless ``[ptr, ptr+nbytes)`` is device memory of ``d`` (allocated
@@ -229,11 +151,12 @@ class CudaMemory:
     def free(self, index: int, ptr: DevicePtr) -> None:
         ptr = DevicePtr(as_ptr(ptr, "free pointer"))
         d = self._use(index)
-        size = d.allocs.take(ptr, "free: {ptr:#x} was not returned by malloc on cuda:{index} "
-                             "(or was already freed)", index)
+        size, _ = d.allocs.take(ptr, "free: {ptr:#x} was not returned by malloc on "
+                                "cuda:{index} (or was already freed)", index=index)
         self._release(self._drv.cuMemFree, "cuMemFree", d.allocs, ptr, size)
 
-    def _allocated(self, result: tuple[Any, Any], call: str, table: Ranges, size: int) -> int:
+    def _allocated(self, result: tuple[Any, Any], call: str, table: Ranges[None],
+                   size: int) -> int:
         """The pointer of ``call``'s ``(err, ptr)`` ``result`` (``cuMemAlloc``,
         ``cuMemHostAlloc``), recorded in ``table``; ``0`` on ``CUDA_ERROR_OUT_OF_MEMORY``."""
         err, ptr = result
@@ -242,11 +165,11 @@ class CudaMemory:
                 return 0
             _cu.raise_error(err, call)
         ptr = int(ptr)
-        table.add(ptr, size)
+        table.add(ptr, size, None)
         return ptr
 
-    def _release(self, release: Callable[[int], Any], call: str, table: Ranges, ptr: int,
-                 size: int) -> None:
+    def _release(self, release: Callable[[int], Any], call: str, table: Ranges[None],
+                 ptr: int, size: int) -> None:
         """``release(ptr)`` (``cuMemFree``, ``cuMemFreeHost``; relaxed capture mode, as every
         allocation call); ``ptr``, already popped from ``table``, goes back into it if the
         driver refuses."""
@@ -254,7 +177,7 @@ class CudaMemory:
             with self._streams.relaxed():
                 check(release(ptr), call)
         except BaseException:
-            table.add(ptr, size)
+            table.add(ptr, size, None)
             raise
 
     # ------------------------------------------------------------------ stream-ordered pool
@@ -277,20 +200,20 @@ class CudaMemory:
                 return DevicePtr(0)
             _cu.raise_error(err, "cuMemAllocFromPoolAsync")
         ptr = int(ptr)
-        d.pool_allocs.add(ptr, size)
+        d.pool_allocs.add(ptr, size, None)
         return DevicePtr(ptr)
 
     def mempool_free_async(self, index: int, ptr: DevicePtr, stream: StreamHandle) -> None:
         ptr = DevicePtr(as_ptr(ptr, "mempool_free_async pointer"))
         d = self._use(index)
         stream = self._streams.check_stream(d, stream)
-        size = d.pool_allocs.take(ptr, "mempool_free_async: {ptr:#x} was not returned by "
-                                  "mempool_alloc_async on cuda:{index} (or was already freed)",
-                                  index)
+        size, _ = d.pool_allocs.take(ptr, "mempool_free_async: {ptr:#x} was not returned by "
+                                     "mempool_alloc_async on cuda:{index} (or was already "
+                                     "freed)", index=index)
         try:
             check(self._drv.cuMemFreeAsync(ptr, stream), "cuMemFreeAsync")
         except BaseException:
-            d.pool_allocs.add(ptr, size)
+            d.pool_allocs.add(ptr, size, None)
             raise
 
     def mempool_trim_to(self, index: int, keep: int) -> None:
@@ -356,18 +279,18 @@ class CudaMemory:
             drv.cuIpcCloseMemHandle(ptr)
             raise
         size = int(size) - (ptr - int(base))
-        d.ipc_opened.add(ptr, size)
+        d.ipc_opened.add(ptr, size, None)
         return DevicePtr(ptr), size
 
     def ipc_close_mem_handle(self, index: int, ptr: DevicePtr) -> None:
         ptr = DevicePtr(as_ptr(ptr, "ipc_close_mem_handle pointer"))
         d = self._use(index)
-        size = d.ipc_opened.take(ptr, "ipc_close_mem_handle: {ptr:#x} is not memory opened "
-                                 "from an IPC handle on cuda:{index}", index)
+        size, _ = d.ipc_opened.take(ptr, "ipc_close_mem_handle: {ptr:#x} is not memory "
+                                    "opened from an IPC handle on cuda:{index}", index=index)
         try:
             check(self._drv.cuIpcCloseMemHandle(ptr), "cuIpcCloseMemHandle")
         except BaseException:
-            d.ipc_opened.add(ptr, size)
+            d.ipc_opened.add(ptr, size, None)
             raise
 
     # ------------------------------------------------------------------ pinned host memory
@@ -381,8 +304,8 @@ class CudaMemory:
 
     def host_free(self, ptr: int) -> None:
         ptr = as_ptr(ptr, "host_free pointer")
-        size = self._host_allocs.take(ptr, "host_free: {ptr:#x} was not returned by "
-                                      "host_malloc (or was already freed)")
+        size, _ = self._host_allocs.take(ptr, "host_free: {ptr:#x} was not returned by "
+                                         "host_malloc (or was already freed)")
         self._use_any()
         self._release(self._drv.cuMemFreeHost, "cuMemFreeHost", self._host_allocs, ptr, size)
 
@@ -428,7 +351,7 @@ class CudaMemory:
                                  f"cuda:{index} ({_cu.error_text(err)[0]})")
             _cu.raise_error(err, "cuMemAddressReserve")
         ptr = int(ptr)
-        d.reserved.add(ptr, size)
+        d.reserved.add(ptr, size, None)
         return DevicePtr(ptr)
 
     def vm_release(self, index: int, ptr: DevicePtr, size: int) -> None:
@@ -475,9 +398,7 @@ class CudaMemory:
                 drv.cuMemUnmap(ptr, size)
                 drv.cuMemRelease(handle)
                 raise
-        with d.lock:
-            d.vm_handles[ptr] = handle
-        d.mappings.add(ptr, size)
+        d.mappings.add(ptr, size, handle)
         return True
 
     def vm_unmap(self, index: int, ptr: int, size: int) -> None:
@@ -505,9 +426,7 @@ class CudaMemory:
         with self._streams.relaxed():
             for base, msize in parts:
                 check(drv.cuMemUnmap(base, msize), "cuMemUnmap")
-                d.mappings.pop(base)
-                with d.lock:
-                    handle = d.vm_handles.pop(base)
+                _, handle = d.mappings.take(base, "vm_unmap: {ptr:#x} was unmapped meanwhile")
                 check(drv.cuMemRelease(handle), "cuMemRelease")
 
     # ------------------------------------------------------------------ copies

@@ -396,7 +396,7 @@ class OpenCLBackend(TableBackend[ClStream, ClEvent]):
         d = self._dev(index)
         self._check_ptr(ptr)
         if d.mem.svm:
-            d.mem.table.require(ptr)
+            d.mem.require(ptr)
             self._finish(index)
         with map_backend_errors(self.name, "free"):
             size = d.mem.free(ptr)

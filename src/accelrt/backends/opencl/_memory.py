@@ -16,16 +16,15 @@ Both are thread-safe.
 
 Example::
 
-    >>> from accelrt.backends.opencl._memory import AddressTable
-    >>> t = AddressTable("opencl:0")
-    >>> t.add(4096, 100, "buf")
-    >>> t.find(4096 + 10, 50, "memset")
-    ('buf', 10)
+    >>> from accelrt.backends.opencl._memory import host_view
+    >>> import numpy as np
+    >>> a = np.arange(4, dtype=np.uint8)
+    >>> host_view(a.ctypes.data, 4).tolist()
+    [0, 1, 2, 3]
 """
 
 from __future__ import annotations
 
-import bisect
 import ctypes
 import threading
 from typing import Any
@@ -33,11 +32,15 @@ from typing import Any
 import numpy as np
 
 from ..._fork import reinit_after_fork
+from .._ranges import Ranges
 
-__all__ = ["ALIGNMENT", "AddressTable", "BufferMemory", "SvmMemory", "host_view", "svm_view"]
+__all__ = ["ALIGNMENT", "BufferMemory", "SvmMemory", "host_view", "svm_view"]
 
 #: Alignment of every address :meth:`SvmMemory.alloc` / :meth:`BufferMemory.alloc` return.
 ALIGNMENT = 256
+#: The message of a free of an address that does not start a live allocation.
+_NOT_LIVE = ("free: pointer {ptr:#x} was not returned by malloc on {where} or was already "
+             "freed")
 _FAKE_SPAN = 1 << 46        # made-up address range per device (64 TiB)
 _PAGE = 4096
 
@@ -51,84 +54,6 @@ def host_view(ptr: int, nbytes: int) -> np.ndarray:
 def svm_view(cl: Any, ptr: int, nbytes: int) -> Any:
     """``cl.SVM`` over the address range ``[ptr, ptr+nbytes)`` (SVM or host memory)."""
     return cl.SVM(host_view(ptr, nbytes))
-
-
-class AddressTable:
-    """Live allocations by address: ``base -> (size, obj)``, with range lookups.
-
-    Args:
-        where: device name used in messages (``"opencl:0"``).
-    """
-
-    def __init__(self, where: str) -> None:
-        self.where = where
-        self._lock = reinit_after_fork(threading.Lock())
-        self._objs: dict[int, tuple[int, Any]] = {}   # guarded by _lock
-        self._bases: list[int] = []                   # guarded by _lock; sorted
-
-    def add(self, base: int, size: int, obj: Any) -> None:
-        """Record an allocation."""
-        with self._lock:
-            self._objs[base] = (size, obj)
-            bisect.insort(self._bases, base)
-
-    def require(self, base: int) -> None:
-        """Raise :class:`ValueError` unless ``base`` starts a live allocation."""
-        with self._lock:
-            if base in self._objs:
-                return
-        raise ValueError(f"free: pointer {base:#x} was not returned by malloc on {self.where} "
-                         "or was already freed")
-
-    def pop(self, base: int) -> tuple[int, Any]:
-        """Forget the allocation starting at ``base``; return ``(size, obj)``.
-
-        Raises:
-            ValueError: ``base`` is not the start of a live allocation.
-        """
-        with self._lock:
-            got = self._objs.pop(base, None)
-            if got is None:
-                raise ValueError(f"free: pointer {base:#x} was not returned by malloc on "
-                                 f"{self.where} or was already freed")
-            del self._bases[bisect.bisect_left(self._bases, base)]
-            return got
-
-    def find(self, ptr: int, nbytes: int, what: str) -> tuple[Any, int]:
-        """``(obj, offset)`` of the allocation holding ``[ptr, ptr+nbytes)``.
-
-        Raises:
-            ValueError: the range is not inside one live allocation of this device.
-        """
-        with self._lock:
-            pos = bisect.bisect_right(self._bases, ptr) - 1
-            if pos >= 0:
-                base = self._bases[pos]
-                size, obj = self._objs[base]
-                if ptr + max(nbytes, 1) <= base + size:
-                    return obj, ptr - base
-        raise ValueError(f"{what}: [{ptr:#x}, {ptr + nbytes:#x}) is not inside memory "
-                         f"allocated on {self.where}; pass a pointer from malloc of that "
-                         "device and a byte count within its size")
-
-    def overlaps(self, ptr: int, nbytes: int) -> bool:
-        """True if ``[ptr, ptr+nbytes)`` (at least one byte) meets a live allocation."""
-        end = ptr + max(nbytes, 1)
-        with self._lock:
-            pos = bisect.bisect_left(self._bases, end) - 1
-            if pos < 0:
-                return False
-            base = self._bases[pos]
-            return base + self._objs[base][0] > ptr
-
-    def spans(self) -> list[tuple[int, int]]:
-        """``(base, size)`` of every live allocation, sorted."""
-        with self._lock:
-            return [(b, self._objs[b][0]) for b in self._bases]
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._objs)
 
 
 def _is_oom(cl: Any, exc: Exception) -> bool:
@@ -152,18 +77,36 @@ class _Allocations:
     def __init__(self, cl: Any, ctx: Any, index: int) -> None:
         self.cl = cl
         self.ctx = ctx
-        self.table = AddressTable(f"opencl:{index}")
+        self.where = f"opencl:{index}"
+        self.table: Ranges[Any] = Ranges()
+
+    def require(self, ptr: int) -> None:
+        """Check that a live allocation of this device starts at ``ptr``.
+
+        Raises:
+            ValueError: none does.
+        """
+        if self.table.size_of(ptr) is None:
+            raise ValueError(_NOT_LIVE.format(ptr=ptr, where=self.where))
 
     def free(self, ptr: int) -> int:
         """Release the allocation at ``ptr``; return its size. A buffer stays alive for its
         queued work (OpenCL keeps it); for SVM the caller has finished the device's queues."""
-        size, obj = self.table.pop(ptr)
+        size, obj = self.table.take(ptr, _NOT_LIVE, where=self.where)
         obj.release()
         return size
 
+    def find(self, ptr: int, nbytes: int, what: str) -> tuple[Any, int]:
+        """The object owning ``[ptr, ptr+nbytes)`` and the offset of ``ptr`` in it.
+
+        Raises:
+            ValueError: the range is not inside one allocation of this device.
+        """
+        return self.table.locate(ptr, nbytes, what, self.where)
+
     def check_range(self, ptr: int, nbytes: int, what: str) -> None:
         """ValueError unless ``[ptr, ptr+nbytes)`` lies inside one allocation."""
-        self.table.find(ptr, nbytes, what)
+        self.find(ptr, nbytes, what)
 
 
 class BufferMemory(_Allocations):
@@ -211,23 +154,23 @@ class BufferMemory(_Allocations):
         return addr
 
     def h2d(self, q: Any, dst: int, src: int, n: int) -> Any:
-        buf, off = self.table.find(dst, n, "memcpy h2d dst")
+        buf, off = self.find(dst, n, "memcpy h2d dst")
         return self.cl.enqueue_copy(q, buf, host_view(src, n), dst_offset=off,
                                     is_blocking=False)
 
     def d2h(self, q: Any, dst: int, src: int, n: int) -> Any:
-        buf, off = self.table.find(src, n, "memcpy d2h src")
+        buf, off = self.find(src, n, "memcpy d2h src")
         return self.cl.enqueue_copy(q, host_view(dst, n), buf, src_offset=off,
                                     is_blocking=False)
 
     def d2d(self, q: Any, dst: int, src: int, n: int) -> Any:
-        dbuf, doff = self.table.find(dst, n, "memcpy d2d dst")
-        sbuf, soff = self.table.find(src, n, "memcpy d2d src")
+        dbuf, doff = self.find(dst, n, "memcpy d2d dst")
+        sbuf, soff = self.find(src, n, "memcpy d2d src")
         return self.cl.enqueue_copy(q, dbuf, sbuf, byte_count=n, src_offset=soff,
                                     dst_offset=doff)
 
     def fill(self, q: Any, ptr: int, pattern: np.ndarray, nbytes: int) -> Any:
-        buf, off = self.table.find(ptr, nbytes, "fill")
+        buf, off = self.find(ptr, nbytes, "fill")
         return self.cl.enqueue_fill_buffer(q, buf, pattern, off, nbytes)
 
 
@@ -252,7 +195,7 @@ class SvmMemory(_Allocations):
         return addr
 
     def _view(self, ptr: int, n: int, what: str) -> Any:
-        self.table.find(ptr, n, what)
+        self.find(ptr, n, what)
         return svm_view(self.cl, ptr, n)
 
     def h2d(self, q: Any, dst: int, src: int, n: int) -> Any:
