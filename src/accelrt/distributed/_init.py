@@ -489,6 +489,11 @@ def destroy_process_group(group: GroupArg = None) -> None:
     """Destroy ``group`` (None: every group, then the world). Every rank must call it, in the
     same order. Re-raises an error kept from queued communication of the group.
 
+    A destroyed group is forgotten as torch forgets it: :func:`get_rank`, :func:`get_backend`
+    and the rank translations refuse it (``ValueError``), while :func:`get_world_size` still
+    answers its size; destroying it again raises ``ValueError("Invalid process group
+    specified")``.
+
     Example::
 
         >>> import accelrt.distributed as dist
@@ -500,6 +505,8 @@ def destroy_process_group(group: GroupArg = None) -> None:
     g = _group(group)
     if g is None:
         return
+    if g.destroyed:   # torch: no longer in _world.pg_map
+        raise ValueError("Invalid process group specified")
     targets = list(_S.groups) if group is None or g is _S.world else [g]
     kept: BaseException | None = None
     for pg in targets:
