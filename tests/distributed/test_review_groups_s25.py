@@ -78,6 +78,10 @@ def test_groups_after_destroy_process_group_like_torch(world: None) -> None:
             dist.get_backend(group)
     nm = dist.GroupMember.NON_GROUP_MEMBER      # -1 before any default group is looked up
     assert dist.get_rank(nm) == dist.get_world_size(nm) == -1
+    assert dist.destroy_process_group(nm) is None
+    for group in (w, g):                        # torch: not in pg_map (accelrt: no world)
+        with pytest.raises(ValueError, match="Invalid process group specified"):
+            dist.destroy_process_group(group)
     # a new world does not bring the old groups back
     dist.init_process_group("cpu:mpi", timeout=30)
     for group in (w, g):
