@@ -58,15 +58,16 @@ def _check_seed(seed: Any) -> int:
         AcceleratorValueError: out of range (a ``ValueError`` and, as PyTorch's "Overflow
             when unpacking long", a ``RuntimeError``).
     """
-    if isinstance(seed, (bool, np.bool_)):
-        raise AcceleratorTypeError("manual_seed expected a long, but got bool; e.g. "
-                                   "manual_seed(1234)")
-    try:
-        value = operator.index(seed)
-    except TypeError:
-        raise AcceleratorTypeError(f"manual_seed expected a long, but got "
-                                   f"{type(seed).__name__}; e.g. manual_seed(1234)") from None
-    return _wrap_seed(value)
+    if not isinstance(seed, (bool, np.bool_)):
+        try:
+            value = operator.index(seed)
+        except TypeError:
+            pass
+        else:
+            return _wrap_seed(value)
+    name = "bool" if isinstance(seed, (bool, np.bool_)) else type(seed).__name__
+    raise AcceleratorTypeError(f"seed must be an int, got {name} (manual_seed expected a long, "
+                               f"but got {name}); e.g. manual_seed(1234)")
 
 
 def _seed_arg(seed: Any) -> int:
@@ -86,16 +87,16 @@ def _seed_arg(seed: Any) -> int:
     try:
         value = int(seed)
     except TypeError:
-        raise AcceleratorTypeError(f"seed must be an int (or a number int() takes), got "
-                                   f"{type(seed).__name__}; e.g. manual_seed(1234)") from None
+        raise AcceleratorTypeError(f"seed must be an int, got {type(seed).__name__}, which "
+                                   "int() does not take; e.g. manual_seed(1234)") from None
     return _wrap_seed(value)
 
 
 def _wrap_seed(value: int) -> int:
     if not -(1 << 63) <= value < 1 << 64:
-        raise AcceleratorValueError(f"Overflow when unpacking long: seed {value} is out of "
-                                    "range, it must be in [-2**63, 2**64) (negative seeds "
-                                    "wrap to uint64)")
+        raise AcceleratorValueError(f"seed {value} is out of range (Overflow when unpacking "
+                                    "long): it must be in [-2**63, 2**64); negative seeds "
+                                    "wrap to uint64")
     return value & _M64
 
 
