@@ -3,7 +3,8 @@
 
 A size is given as ints (``empty(2, 3)``), as one sequence of ints (``empty((2, 3))``,
 ``empty([2, 3])``) or as the ``size=`` keyword (``empty(size=(2, 3))``); a single int is a 1-D
-size in every form. Entries are ints or objects with ``__index__`` (numpy integers), never bools
+size in every form, except where the size follows other positional arguments
+(``randint(high, size)``: :func:`one_sequence_size`, one sequence as in PyTorch). Entries are ints or objects with ``__index__`` (numpy integers), never bools
 or floats. ``dtype`` and ``device`` are keyword-only, as in PyTorch, so ``empty(2, "int32")``
 is a bad size, not a dtype.
 
@@ -28,8 +29,8 @@ import numpy as np
 
 from ._errors import AcceleratorValueError
 
-__all__ = ["factory_args", "legacy_dtype_device", "normalize_size", "size_keyword",
-           "storage_nbytes"]
+__all__ = ["factory_args", "legacy_dtype_device", "normalize_size", "one_sequence_size",
+           "size_keyword", "storage_nbytes"]
 
 #: 1 when this module runs as Python, 0 when it is compiled (mypyc: its functions have no
 #: frames): :func:`legacy_dtype_device`'s warning counts the frames up to its caller's caller
@@ -182,6 +183,36 @@ def normalize_size(args: tuple[Any, ...], size: Any, fname: str) -> tuple[int, .
             raise AcceleratorValueError(f"Trying to create tensor with negative dimension {d}: "
                                         f"{list(dims)}; every dimension must be >= 0")
     return dims
+
+
+def one_sequence_size(size: Any, fname: str) -> tuple[int, ...]:
+    """The checked shape of a factory that takes the size as one argument after others
+    (``randint(high, size)``), as PyTorch's argument parser reads a ``SymInt[] size``
+    parameter that is not the only positional one: one sequence of ints (a tuple, a list, a
+    ``Size``, or a 1-D numpy array), never a bare int, which PyTorch refuses
+    (``torch.randint(1, 3)``: "received an invalid combination of arguments"); then as
+    :func:`normalize_size`.
+
+    Raises:
+        TypeError: an int, a numpy integer, a 0-d array or a bool instead of a sequence, or
+            what :func:`normalize_size` refuses.
+        AcceleratorValueError: a negative dimension.
+
+    Example::
+
+        >>> from accelrt._size import one_sequence_size
+        >>> one_sequence_size([2, 3], "randint"), one_sequence_size((), "randint")
+        ((2, 3), ())
+    """
+    if isinstance(size, np.ndarray):
+        scalar = size.ndim == 0
+    else:
+        scalar = not isinstance(size, Sequence) and (
+            isinstance(size, (bool, np.bool_)) or hasattr(type(size), "__index__"))
+    if scalar:
+        raise TypeError(f"{fname}(): argument 'size' must be tuple of ints, not "
+                        f"{type(size).__name__} ({size!r}); {_usage(fname)}")
+    return normalize_size((size,), None, fname)
 
 
 def storage_nbytes(shape: tuple[int, ...], itemsize: int) -> int:

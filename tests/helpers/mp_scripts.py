@@ -173,17 +173,19 @@ def _spawn_worker(i: int, a: Any, fail: bool) -> None:
 
 
 def spawn() -> None:
+    # forked children: start_processes (spawn(start_method="fork") spawns them, as torch's,
+    # with a FutureWarning)
     a = acc.zeros(2, dtype="int64", device="cpu")
-    amp.spawn(_spawn_worker, args=(a, False), nprocs=2, start_method="fork")
+    amp.start_processes(_spawn_worker, args=(a, False), nprocs=2, start_method="fork")
     assert a.numpy().tolist() == [1, 2]
     try:
-        amp.spawn(_spawn_worker, args=(a, True), nprocs=2, start_method="fork")
+        amp.start_processes(_spawn_worker, args=(a, True), nprocs=2, start_method="fork")
     except amp.ProcessRaisedException as exc:
         assert exc.error_index == 1 and "fails on purpose" in str(exc)
     else:
         raise AssertionError("a failing worker did not raise")
-    ctx = amp.spawn(_spawn_worker, args=(a, False), nprocs=1, join=False,
-                    start_method="fork")
+    ctx = amp.start_processes(_spawn_worker, args=(a, False), nprocs=1, join=False,
+                              start_method="fork")
     assert ctx is not None
     while not ctx.join(T):
         pass

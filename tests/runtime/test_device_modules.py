@@ -432,8 +432,8 @@ def test_rng_functions(m: Any) -> None:
             assert m.get_rng_state(1).tolist() == state.tolist()
         with pytest.raises(IndexError, match="states"):
             m.set_rng_state_all([state] * (m.device_count() + 1))
-        with pytest.raises(TypeError):
-            m.manual_seed("7")
+        with pytest.raises(TypeError):   # "7" is a seed since s25: int(seed), as torch.cuda's
+            m.manual_seed(None)
     finally:
         m.set_rng_state_all(saved)
 

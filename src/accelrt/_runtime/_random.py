@@ -44,10 +44,11 @@ class RandomFunctions(ModuleBase):
 
     def manual_seed(self, seed: int) -> None:
         """Seed the default generator of the backend's current device; silently ignored where
-        the backend cannot be used (as in PyTorch).
+        the backend cannot be used (as in PyTorch). ``seed`` is read with ``int(seed)``, as
+        ``torch.cuda.manual_seed`` reads it (a bool, a float or a numeric string is taken).
 
         Raises:
-            TypeError/ValueError: ``seed`` is not an int in ``[-2**63, 2**64)``.
+            TypeError/ValueError: ``int(seed)`` fails or is not in ``[-2**63, 2**64)``.
 
         Example::
 
@@ -59,7 +60,7 @@ class RandomFunctions(ModuleBase):
             >>> acc.cpu.set_rng_state(saved)
         """
         from ..random import _generator as g
-        value = g._check_seed(seed)
+        value = g._seed_arg(seed)
         b = self._usable()
         if b is not None:
             g._set(b, _tls.device.get(b.name, 0), value, 0)
@@ -76,7 +77,7 @@ class RandomFunctions(ModuleBase):
             >>> acc.cpu.set_rng_state_all(saved)
         """
         from ..random import _generator as g
-        value = g._check_seed(seed)
+        value = g._seed_arg(seed)
         b = self._usable()
         if b is not None:
             for index in range(b.device_count()):

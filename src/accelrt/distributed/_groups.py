@@ -23,7 +23,17 @@ from ._engine import parse_backend as _parse_backend
 from ._engine import require_engines as _require_engines
 from ._group import DEFAULT_TIMEOUT, ProcessGroup
 from ._store import _int
-from ._world import _S, GroupArg, GroupMember, TimeoutArg, _group, _NonMember, _registered, _seconds
+from ._world import (
+    _S,
+    GroupArg,
+    GroupMember,
+    TimeoutArg,
+    _group,
+    _in_world_map,
+    _NonMember,
+    _registered,
+    _seconds,
+)
 
 
 def set_timeout(timeout: TimeoutArg, group: GroupArg = None) -> None:
@@ -68,7 +78,8 @@ def get_backend_config(group: GroupArg = None) -> str:
     ``"cpu:mpi, cuda:nccl"`` (torch's ``BackendConfig`` string).
 
     Raises:
-        ValueError: this rank is not in ``group``.
+        ValueError: this rank is not in ``group``, or ``group`` was destroyed (as
+            :func:`get_backend`; torch fails there with an internal ``TypeError``).
 
     Example::
 
@@ -77,14 +88,16 @@ def get_backend_config(group: GroupArg = None) -> str:
         'cpu:mpi'
         >>> dist.destroy_process_group()
     """
-    g = _group(group)
-    if g is None:
-        raise ValueError("Invalid process group specified")
+    g = _in_world_map(group)
     return ", ".join(f"{d}:{e}" for d, e in g.engine_map.items())
 
 
 def get_rank(group: GroupArg = None) -> int:
-    """This process's rank in ``group`` (-1 if not a member).
+    """This process's rank in ``group`` (-1 if not a member, ``NON_GROUP_MEMBER``), as
+    torch's: the default group must exist, and ``group`` must be registered.
+
+    Raises:
+        ValueError: no default group, or ``group`` was destroyed ("is not registered").
 
     Example::
 
@@ -92,12 +105,15 @@ def get_rank(group: GroupArg = None) -> int:
         >>> dist.init_process_group("mpi"); dist.get_rank(); dist.destroy_process_group()
         0
     """
-    g = _group(group)
-    return -1 if g is None else g.rank()
+    if isinstance(group, _NonMember):
+        return -1           # answered before the default group is looked up, as in torch
+    return _registered(group).rank()
 
 
 def get_world_size(group: GroupArg = None) -> int:
-    """Number of ranks in ``group`` (-1 if this rank is not a member).
+    """Number of ranks in ``group`` (-1 if this rank is not a member). As torch's, a group
+    given is asked its size, registered or not: a destroyed group still answers, also after
+    :func:`destroy_process_group` of everything; ``group=None`` needs the default group.
 
     Example::
 
@@ -105,12 +121,21 @@ def get_world_size(group: GroupArg = None) -> int:
         >>> dist.init_process_group("mpi"); dist.get_world_size(); dist.destroy_process_group()
         1
     """
-    g = _group(group)
-    return -1 if g is None else g.size()
+    if isinstance(group, _NonMember):
+        return -1
+    g = group if isinstance(group, ProcessGroup) else _group(group)
+    assert g is not None
+    return g.size()
 
 
 def get_backend(group: GroupArg = None) -> str:
     """The group's backend string (``"mpi"``, ``"nccl"`` or ``"cpu:mpi,cuda:nccl"``).
+
+    Raises:
+        ValueError: this rank is not in ``group`` ("Invalid process group specified"),
+            ``group`` was destroyed ("not initialized in the world group map", also after
+            :func:`destroy_process_group` of everything), or ``group=None`` without a
+            default group; torch's texts.
 
     Example::
 
@@ -118,10 +143,7 @@ def get_backend(group: GroupArg = None) -> str:
         >>> dist.init_process_group("mpi"); dist.get_backend(); dist.destroy_process_group()
         'mpi'
     """
-    g = _group(group)
-    if g is None:
-        raise ValueError("Invalid process group specified")
-    return g.backend_str
+    return _in_world_map(group).backend_str
 
 
 def get_node_local_rank(fallback_rank: int | None = None) -> int:

@@ -26,7 +26,16 @@ from ._errors import DistBackendError, DistError
 from ._group import DEFAULT_TIMEOUT, ProcessGroup
 from ._store import FileStore, PrefixStore, Store, _int
 from ._tcpstore import TCPStore
-from ._world import _S, GroupArg, GroupMember, TimeoutArg, _group, _GroupNS, _seconds
+from ._world import (
+    _S,
+    GroupArg,
+    GroupMember,
+    TimeoutArg,
+    _group,
+    _GroupNS,
+    _NonMember,
+    _seconds,
+)
 
 DEFAULT_INIT_TIMEOUT = 300.0
 
@@ -489,6 +498,11 @@ def destroy_process_group(group: GroupArg = None) -> None:
     """Destroy ``group`` (None: every group, then the world). Every rank must call it, in the
     same order. Re-raises an error kept from queued communication of the group.
 
+    A destroyed group is forgotten as torch forgets it: :func:`get_rank`, :func:`get_backend`
+    and the rank translations refuse it (``ValueError``), while :func:`get_world_size` still
+    answers its size; destroying it again raises ``ValueError("Invalid process group
+    specified")``.
+
     Example::
 
         >>> import accelrt.distributed as dist
@@ -497,9 +511,12 @@ def destroy_process_group(group: GroupArg = None) -> None:
         >>> dist.is_initialized()
         False
     """
-    g = _group(group)
-    if g is None:
-        return
+    if isinstance(group, _NonMember):
+        return            # as torch's, before any default group is looked up
+    g = group if isinstance(group, ProcessGroup) else _group(group)
+    assert g is not None
+    if g.destroyed:       # torch: no longer in _world.pg_map
+        raise ValueError("Invalid process group specified")
     targets = list(_S.groups) if group is None or g is _S.world else [g]
     kept: BaseException | None = None
     for pg in targets:

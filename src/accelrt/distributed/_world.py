@@ -119,10 +119,34 @@ def _member(group: GroupArg, op: str) -> ProcessGroup | None:
 
 
 def _registered(group: ProcessGroup | _NonMember | None) -> ProcessGroup:
+    """``group``'s process group (:func:`_group`) where torch looks it up among the
+    registered groups (``_world.pg_group_ranks``: ranks and rank translation): a
+    ``ValueError`` with torch's text for ``NON_GROUP_MEMBER`` and for a group that
+    :func:`~accelrt.distributed.destroy_process_group` destroyed (torch forgets it there)."""
     g = _group(group)
     if g is None:
         raise ValueError("Group NON_GROUP_MEMBER is not registered, please create group with "
                          "torch.distributed.new_group API (this rank is not a member)")
+    if g.destroyed:
+        raise ValueError(f"Group {g!r} is not registered, please create group with "
+                         "torch.distributed.new_group API (destroy_process_group destroyed "
+                         "it)")
+    return g
+
+
+def _in_world_map(group: GroupArg) -> ProcessGroup:
+    """``group``'s process group where torch looks it up in ``_world.pg_map`` (its backend:
+    ``get_backend``, ``get_backend_config``): a group given is used as it is, without the
+    default group (torch's ``group or _get_default_group()``); ``NON_GROUP_MEMBER`` is
+    "Invalid process group specified" and a destroyed group "not initialized in the world
+    group map", each a ``ValueError`` as in torch."""
+    g = group if isinstance(group, ProcessGroup) else _group(group)
+    if g is None:
+        raise ValueError("Invalid process group specified")
+    if g.destroyed:
+        raise ValueError(f"Process group {g!r} is not initialized in the world group map. "
+                         "Please initialize the group first (destroy_process_group destroyed "
+                         "it).")
     return g
 
 

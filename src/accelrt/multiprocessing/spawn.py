@@ -15,8 +15,11 @@ import multiprocessing.connection
 import signal
 import time
 import traceback
+import warnings
 from collections.abc import Callable
 from typing import Any
+
+from .._device import _index_arg
 
 __all__ = ["ProcessContext", "ProcessException", "ProcessExitedException",
            "ProcessRaisedException", "spawn", "start_processes"]
@@ -24,7 +27,8 @@ __all__ = ["ProcessContext", "ProcessException", "ProcessExitedException",
 
 class ProcessException(Exception):
     """A spawned process failed; ``error_index`` is its index, ``error_pid`` its process id
-    (torch's names)."""
+    (torch's names; torch's ``ProcessException`` stores the id as ``pid``, which is here
+    too)."""
 
     error_index: int
     error_pid: int | None
@@ -32,6 +36,12 @@ class ProcessException(Exception):
     def __init__(self, msg: str, error_index: int, error_pid: int | None) -> None:
         super().__init__(msg)
         self.msg, self.error_index, self.error_pid = msg, error_index, error_pid
+
+    @property
+    def pid(self) -> int | None:
+        """The failed process's id (``error_pid``), under the name torch's
+        ``ProcessException.__init__`` stores it."""
+        return self.error_pid
 
     def __reduce__(self) -> Any:
         return type(self), (self.msg, self.error_index, self.error_pid)
@@ -152,20 +162,25 @@ class ProcessContext:
 def start_processes(fn: Callable[..., Any], args: tuple[Any, ...] = (), nprocs: int = 1,
                     join: bool = True, daemon: bool = False,
                     start_method: str = "spawn") -> ProcessContext | None:
-    """Start ``nprocs`` processes of ``start_method`` running ``fn(i, *args)``.
+    """Start ``nprocs`` processes of ``start_method`` (``"spawn"``, ``"fork"``,
+    ``"forkserver"``) running ``fn(i, *args)``, as ``torch.multiprocessing.start_processes``.
 
     Returns:
         ``None`` after joining them all (``join=True``), else the :class:`ProcessContext`.
+        ``nprocs=0`` starts nothing (as torch's), and returns at once.
 
     Raises:
-        ValueError: ``nprocs`` is not a positive int.
+        TypeError: ``nprocs`` is not an int (a bool included; torch multiplies a list by it).
+        ValueError: ``nprocs`` is negative (torch starts nothing), or ``start_method`` is
+            not one of this platform's (``multiprocessing.get_context``'s error).
         ProcessRaisedException, ProcessExitedException: see :meth:`ProcessContext.join`.
     """
-    if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:
-        raise ValueError(f"nprocs={nprocs!r} must be a positive int")
+    n = _index_arg(nprocs, "nprocs")
+    if n < 0:
+        raise ValueError(f"nprocs={n} must be >= 0 (the number of processes to start)")
     ctx: Any = multiprocessing.get_context(start_method)
     processes, pipes = [], []
-    for i in range(nprocs):
+    for i in range(n):
         reader, writer = ctx.Pipe(duplex=False)
         p = ctx.Process(target=_wrap, args=(fn, i, args, writer), daemon=daemon)
         p.start()
@@ -183,8 +198,24 @@ def start_processes(fn: Callable[..., Any], args: tuple[Any, ...] = (), nprocs: 
 def spawn(fn: Callable[..., Any], args: tuple[Any, ...] = (), nprocs: int = 1,
           join: bool = True, daemon: bool = False,
           start_method: str = "spawn") -> ProcessContext | None:
-    """``torch.multiprocessing.spawn``: :func:`start_processes` (``spawn`` by default).
+    """``torch.multiprocessing.spawn``: :func:`start_processes` with ``start_method="spawn"``.
 
-    ``fn`` must be importable by the children (a module-level function).
+    ``fn`` must be importable by the children (a module-level function). As torch's,
+    ``start_method`` is deprecated: another method (``"fork"``) gives a ``FutureWarning`` and
+    the processes are still spawned; :func:`start_processes` takes the other methods.
+
+    Example::
+
+        >>> import warnings, accelrt.multiprocessing as amp
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     amp.spawn(print, nprocs=0, start_method="fork")
+        >>> caught[0].category.__name__, str(caught[0].message).splitlines()[0]
+        ('FutureWarning', 'This method only supports start_method=spawn (got: fork).')
     """
-    return start_processes(fn, args, nprocs, join, daemon, start_method)
+    if start_method != "spawn":
+        warnings.warn(f"This method only supports start_method=spawn (got: {start_method}).\n"
+                      "To use a different start_method use:\n\t\t"
+                      " accelrt.multiprocessing.start_processes(...)", FutureWarning,
+                      stacklevel=2)
+    return start_processes(fn, args, nprocs, join, daemon, "spawn")

@@ -44,15 +44,15 @@ import numpy as np
 
 from .._device import _get_device, _lazy_init
 from .._errors import AcceleratorValueError
-from .._size import normalize_size, size_keyword
+from .._size import normalize_size, one_sequence_size, size_keyword
 from .._stream import _current
 from ._generator import (
     DEFAULT_SEED,
     STATE_SIZE,
     Generator,
-    _check_seed,
     _get,
     _pack_state,
+    _seed_arg,
     _set,
     _unpack_state,
     default_generator,
@@ -96,10 +96,14 @@ def manual_seed(seed: int) -> None:
 
     Args:
         seed: an int in ``[-2**63, 2**64)``; negative values wrap to uint64 as in PyTorch.
+            As ``torch.manual_seed`` and ``torch.cuda.manual_seed``, the seed is read with
+            ``int(seed)``: a bool, a float (truncated) or a numeric string is taken
+            (:meth:`Generator.manual_seed` refuses them, as ``torch.Generator``'s does).
 
     Raises:
-        TypeError: ``seed`` is not an int.
-        ValueError: ``seed`` is out of range.
+        TypeError: ``int()`` does not take ``seed`` (``None``, a list).
+        ValueError: ``seed`` is out of range (also a ``RuntimeError``, as in PyTorch), or
+            ``int()`` refuses its value (``"x"``, nan; an infinity: ``OverflowError``).
 
     Example::
 
@@ -110,13 +114,14 @@ def manual_seed(seed: int) -> None:
         42
         >>> acc.random.set_rng_state(saved)  # put the previous state back
     """
-    value = _check_seed(seed)
+    value = _seed_arg(seed)
     b, index = _get_device(None)
     _set(b, index, value, 0)
 
 
 def manual_seed_all(seed: int) -> None:
-    """Seed the default generators of every device of the current accelerator.
+    """Seed the default generators of every device of the current accelerator; ``seed`` is
+    read as :func:`manual_seed` reads it.
 
     Example::
 
@@ -128,7 +133,7 @@ def manual_seed_all(seed: int) -> None:
         True
         >>> acc.random.set_rng_state_all(saved)  # put the previous states back
     """
-    value = _check_seed(seed)
+    value = _seed_arg(seed)
     b, _ = _get_device(None)
     for index in range(b.device_count()):
         _set(b, index, value, 0)
@@ -261,13 +266,14 @@ def set_rng_state_all(new_states: Iterable[RngStateLike]) -> None:
 # ---------------------------------------------------------------------- argument checks
 
 def _real(name: str, value: Any) -> float:
-    """``value`` as a finite float; ``TypeError`` for a non-number (``bool`` included), an
+    """``value`` as a finite float, as PyTorch's argument parser reads a ``double``
+    (``THPUtils_checkDouble``: a Python int or float, a bool included since it is an int, or a
+    numpy scalar: integer, bool or floating); ``TypeError`` for anything else, an
     ``AcceleratorValueError`` (``ValueError`` and ``RuntimeError``, as PyTorch's "from is out of
     bounds") for nan, an infinity or an int beyond the float64 range."""
     if type(value) is float and -math.inf < value < math.inf:
         return value    # the common case: a finite Python float
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer,
-                                                                       np.floating)):
+    if not isinstance(value, (int, float, np.integer, np.floating, np.bool_)):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
     try:
         x = float(value)
@@ -538,10 +544,14 @@ def randint(*args: SizeLike, size: SizeLike | None = None, low: SupportsIndex | 
     so results are bit-identical everywhere, with a bias below ``2**-32`` (``2**-64``).
 
     Args:
+        low, high: ints or numpy integers (never bools or floats), as PyTorch's ``SymInt``.
+        size: one sequence of ints (a tuple, a list, a 1-D numpy array); a bare int is
+            refused, as ``torch.randint(1, 3)`` refuses it.
         dtype: an integer dtype (default int64), bool, or a float dtype.
 
     Raises:
-        TypeError: wrong argument types or an unsupported dtype.
+        TypeError: wrong argument types (an int as the size included) or an unsupported
+            dtype.
         ValueError: ``low >= high``, or bounds that do not fit ``dtype`` (for a float dtype:
             its finite range, within int64); each an ``AcceleratorValueError``, also a
             ``RuntimeError`` as in PyTorch.
@@ -553,7 +563,7 @@ def randint(*args: SizeLike, size: SizeLike | None = None, low: SupportsIndex | 
         >>> int(x.min()), int(x.max())
         (3, 6)
     """
-    pos: list[Any] = list(args)   # checked below (_int_bound, normalize_size)
+    pos: list[Any] = list(args)   # checked below (_int_bound, one_sequence_size)
     if len(pos) > 3:
         raise TypeError(f"randint() takes at most 3 positional arguments, got {len(pos)}")
     if len(pos) == 3:
@@ -581,7 +591,7 @@ def randint(*args: SizeLike, size: SizeLike | None = None, low: SupportsIndex | 
         raise TypeError("randint() missing the 'size' argument, e.g. randint(10, (3,))")
     lo = 0 if low is None else _int_bound("low", low)
     hi = _int_bound("high", high)
-    shape = normalize_size((size,), None, "randint")
+    shape = one_sequence_size(size, "randint")
     try:
         dt = np.dtype(dtype)
     except TypeError:

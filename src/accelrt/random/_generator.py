@@ -29,7 +29,7 @@ import numpy as np
 
 from .._device import _get_device
 from .._device import device as _device_cls
-from .._errors import AcceleratorTypeError
+from .._errors import AcceleratorTypeError, AcceleratorValueError
 from .._fork import reinit_after_fork
 from ..backends._common import check_u64
 
@@ -48,22 +48,55 @@ _M64 = (1 << 64) - 1
 
 
 def _check_seed(seed: Any) -> int:
-    """Turn a seed into a uint64; negative seeds wrap as PyTorch does (two's complement).
+    """A seed as ``torch.Generator.manual_seed`` reads it (``THPUtils_checkLong``, then
+    ``unpack_uint64``): an int or a numpy integer, never a bool or a float, in
+    ``[-2**63, 2**64)``; a negative seed wraps to uint64 (two's complement).
 
-    A seed that is not an int raises :class:`~accelrt._errors.AcceleratorTypeError`: a
-    ``TypeError`` and, as ``torch.Generator.manual_seed``'s "manual_seed expected a long",
-    a ``RuntimeError``.
+    Raises:
+        AcceleratorTypeError: not an int (a ``TypeError`` and, as PyTorch's "manual_seed
+            expected a long, but got bool", a ``RuntimeError``).
+        AcceleratorValueError: out of range (a ``ValueError`` and, as PyTorch's "Overflow
+            when unpacking long", a ``RuntimeError``).
     """
-    if isinstance(seed, (bool, np.bool_)):
-        raise AcceleratorTypeError("seed must be an int, got bool")
+    if not isinstance(seed, (bool, np.bool_)):
+        try:
+            value = operator.index(seed)
+        except TypeError:
+            pass
+        else:
+            return _wrap_seed(value)
+    name = "bool" if isinstance(seed, (bool, np.bool_)) else type(seed).__name__
+    raise AcceleratorTypeError(f"seed must be an int, got {name} (manual_seed expected a long, "
+                               f"but got {name}); e.g. manual_seed(1234)")
+
+
+def _seed_arg(seed: Any) -> int:
+    """A seed as the module-level ``torch.manual_seed``, ``torch.cuda.manual_seed`` and
+    ``manual_seed_all`` read it: ``int(seed)`` first (so a bool, a float, which is truncated,
+    or a numeric string is taken, as in PyTorch), then the range of :func:`_check_seed`.
+    What ``int()`` refuses keeps its class: ``ValueError`` (``"x"``, nan) or
+    ``OverflowError`` (an infinity); ``TypeError`` (``None``) becomes an
+    :class:`~accelrt._errors.AcceleratorTypeError` that says what to pass.
+
+    Example::
+
+        >>> from accelrt.random._generator import _seed_arg
+        >>> _seed_arg(True), _seed_arg(2.9), _seed_arg("7"), _seed_arg(-1) == 2**64 - 1
+        (1, 2, 7, True)
+    """
     try:
-        value = operator.index(seed)
+        value = int(seed)
     except TypeError:
-        raise AcceleratorTypeError(f"seed must be an int, got {type(seed).__name__}; e.g. "
-                                   "manual_seed(1234)") from None
+        raise AcceleratorTypeError(f"seed must be an int, got {type(seed).__name__}, which "
+                                   "int() does not take; e.g. manual_seed(1234)") from None
+    return _wrap_seed(value)
+
+
+def _wrap_seed(value: int) -> int:
     if not -(1 << 63) <= value < 1 << 64:
-        raise ValueError(f"seed {value} is out of range: it must be in [-2**63, 2**64) "
-                         "(negative seeds wrap to uint64)")
+        raise AcceleratorValueError(f"seed {value} is out of range (Overflow when unpacking "
+                                    "long): it must be in [-2**63, 2**64); negative seeds "
+                                    "wrap to uint64")
     return value & _M64
 
 
@@ -149,11 +182,13 @@ class Generator:
         """Set the seed and reset the offset to 0; return ``self``.
 
         Args:
-            seed: an int in ``[-2**63, 2**64)``; negative values wrap to uint64.
+            seed: an int (or a numpy integer) in ``[-2**63, 2**64)``; negative values wrap
+                to uint64. As ``torch.Generator.manual_seed``, a bool or a float is refused
+                (the module-level :func:`accelrt.manual_seed` takes what ``int()`` takes).
 
         Raises:
-            TypeError: ``seed`` is not an int.
-            ValueError: ``seed`` is out of range.
+            TypeError: ``seed`` is not an int (also a ``RuntimeError``, as in PyTorch).
+            ValueError: ``seed`` is out of range (also a ``RuntimeError``, as in PyTorch).
         """
         value = _check_seed(seed)
         with self._lock:
