@@ -2,8 +2,11 @@
 
 The process-wide options come from the ``ACCELRT_ALLOC_CONF`` environment variable (read lazily,
 the first time an allocator needs them, never at import) and from
-:func:`set_allocator_settings`. The syntax is PyTorch's: ``key:value`` pairs separated by ``,``;
-list values in ``[k:v,...]``; booleans spelled exactly ``True``/``False``; spaces are ignored.
+:func:`set_allocator_settings`. The syntax is PyTorch's: ``key:value`` pairs separated by ``,``
+(a trailing ``,`` is allowed, an empty item is not); list values in ``[k:v,...]``; booleans
+spelled exactly ``True``/``False``; numbers in ASCII decimal (sizes and counts whole); ASCII
+whitespace is ignored. A key given twice takes its last value (``roundup_power2_divisions``
+lists edit one table: a later list changes only the intervals it names).
 
 Keys (see ``docs`` of PyTorch's ``PYTORCH_CUDA_ALLOC_CONF``):
 
@@ -43,6 +46,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import threading
 from dataclasses import dataclass, field
 
@@ -159,6 +163,11 @@ class AllocatorConfig:
 
 # ---------------------------------------------------------------------- parsing
 
+#: What the tokenizer skips: C's ``isspace`` (PyTorch's ``ConfigTokenizer``), not Unicode's.
+_SPACES = frozenset(" \t\n\v\f\r")
+_INT = re.compile(r"[+-]?[0-9]+")
+
+
 def _tokenize(s: str) -> list[str]:
     tokens: list[str] = []
     buf: list[str] = []
@@ -168,7 +177,7 @@ def _tokenize(s: str) -> list[str]:
                 tokens.append("".join(buf))
                 buf.clear()
             tokens.append(ch)
-        elif not ch.isspace():
+        elif ch not in _SPACES:
             buf.append(ch)
     if buf:
         tokens.append("".join(buf))
@@ -206,11 +215,12 @@ class _Parser:
 
 
 def _int(key: str, tok: str, accepted: str) -> int:
-    try:
-        return int(tok, 10)
-    except ValueError:
-        raise ValueError(f"accelrt allocator config: {key} expects {accepted}, got {tok!r}") \
-            from None
+    """``tok`` as an int: decimal ASCII digits with an optional sign, nothing else (Python's
+    ``int`` would also take ``1_000`` and other scripts' digits)."""
+    if _INT.fullmatch(tok) is None:
+        raise ValueError(f"accelrt allocator config: {key} expects {accepted}, got {tok!r}, "
+                         "which is not a whole number in decimal digits")
+    return int(tok, 10)
 
 
 def _bool(key: str, tok: str) -> bool:
@@ -218,16 +228,18 @@ def _bool(key: str, tok: str) -> bool:
         return True
     if tok == "False":
         return False
-    raise ValueError(f"accelrt allocator config: expected a single True/False argument for "
+    raise ValueError(f"accelrt allocator config: Expected a single True/False argument for "
                      f"{key}, got {tok!r}")
 
 
 def _float(key: str, tok: str, accepted: str) -> float:
-    try:
-        return float(tok)
-    except ValueError:
-        raise ValueError(f"accelrt allocator config: {key} expects {accepted}, got {tok!r}") \
-            from None
+    """``tok`` as a float, in ASCII without ``_`` (which Python's ``float`` would take)."""
+    if tok.isascii() and "_" not in tok:
+        try:
+            return float(tok)
+        except ValueError:
+            pass
+    raise ValueError(f"accelrt allocator config: {key} expects {accepted}, got {tok!r}")
 
 
 def _is_pow2(n: int) -> bool:
@@ -237,35 +249,36 @@ def _is_pow2(n: int) -> bool:
 def _divisions_value(tok: str) -> int:
     v = _int("roundup_power2_divisions", tok, "a power of 2 (or 0 to disable rounding)")
     if v != 0 and not _is_pow2(v):
-        raise ValueError("accelrt allocator config: roundup_power2_divisions values must be a "
-                         f"power of 2 or 0 to disable the rounding, got {v}")
+        raise ValueError("accelrt allocator config: roundup_power2_divisions: For roundups, the "
+                         f"divisions has to be power of 2 or 0 to disable roundup, got {v}")
     return v
 
 
-def _parse_divisions(p: _Parser) -> tuple[int, ...]:
+def _parse_divisions(p: _Parser, table: tuple[int, ...]) -> tuple[int, ...]:
+    """``roundup_power2_divisions:N`` or ``:[K:N,...,>:N]`` applied to ``table`` (a repeated
+    key edits the table the earlier ones built, as in PyTorch)."""
     key = "roundup_power2_divisions"
     p.expect(":", key)
     tok = p.next(f"a value for {key!r}")
     if tok != "[":
-        v = _divisions_value(tok)
-        if v == 0:
-            raise ValueError("accelrt allocator config: roundup_power2_divisions must be a "
-                             "power of 2, got 0")
+        v = _int(key, tok, "a power of 2")
+        if not _is_pow2(v):
+            raise ValueError("accelrt allocator config: roundup_power2_divisions: For roundups, "
+                             f"the divisions has to be power of 2, got {v}")
         return (v,) * _NUM_INTERVALS
-    table = [0] * _NUM_INTERVALS
+    out = list(table)
     first = True
-    last_index = -1
-    while True:
-        k = p.next(f"an interval or ']' in {key}")
-        if k == "]":
-            break
+    last_index = 0   # PyTorch's start: a '>' before any interval leaves interval 0 as it was
+    k = p.next(f"an interval or ']' in {key}")
+    while k != "]":
         if k == ",":
-            continue
+            raise ValueError(f"accelrt allocator config: empty item in the {key} list (a ',' "
+                             "after '[' or after another ','); remove the extra ','")
         p.expect(":", f"{key} interval {k}")
         v = _divisions_value(p.next(f"a division count in {key}"))
         if k == ">":
             for j in range(last_index + 1, _NUM_INTERVALS):
-                table[j] = v
+                out[j] = v
         else:
             size_mb = _int(key, k, "interval sizes in MB that are powers of 2, or '>'")
             if not _is_pow2(size_mb):
@@ -274,11 +287,19 @@ def _parse_divisions(p: _Parser) -> tuple[int, ...]:
             index = min(size_mb.bit_length() - 1, _NUM_INTERVALS - 1)
             if first:
                 for j in range(index):
-                    table[j] = v
+                    out[j] = v
                 first = False
-            table[index] = v
+            out[index] = v
             last_index = index
-    return tuple(table)
+        sep = p.next(f"',' or ']' in {key}")
+        if sep == ",":
+            k = p.next(f"an interval or ']' in {key}")   # a ']' here: a trailing comma
+        elif sep != "]":
+            raise ValueError(f"accelrt allocator config: expected ',' or ']' in {key}, got "
+                             f"{sep!r}")
+        else:
+            k = sep
+    return tuple(out)
 
 
 _KEYS = frozenset({
@@ -343,14 +364,15 @@ def parse_config(settings: str, base: AllocatorConfig | None = None) -> Allocato
                 raise ValueError("accelrt allocator config: expected large_segment_size_mb:N")
             mb = _int("large_segment_size_mb", tokens[j + 2], "an integer number of MB > 10")
             if mb <= 10:
-                raise ValueError("accelrt allocator config: large_segment_size_mb must be > 10, "
-                                 f"got {mb}")
-            lss = mb * MB
+                raise ValueError("accelrt allocator config: large_segment_size_mb must be > 10 "
+                                 f"MB, got {mb}")
+            lss = min(mb, _MAX_MB) * MB
+    divisions = _default_divisions()
     vals: dict[str, object] = {
         "large_segment_size": lss,
         "max_split_size": SIZE_MAX,
         "max_non_split_rounding_size": lss,
-        "roundup_power2_divisions": _default_divisions(),
+        "roundup_power2_divisions": divisions,
         "garbage_collection_threshold": 0.0,
         "settings": settings,
     }
@@ -358,11 +380,14 @@ def parse_config(settings: str, base: AllocatorConfig | None = None) -> Allocato
     while not p.at_end():
         key = p.next("a key")
         if key == ",":
-            continue
+            raise ValueError("accelrt allocator config: empty item (a ',' at the start or "
+                             "after another ','; PyTorch: Unrecognized key ','); remove the "
+                             "extra ','")
         if key not in _KEYS:
             raise ValueError(_unknown_key_message(key))
         if key == "roundup_power2_divisions":
-            vals["roundup_power2_divisions"] = _parse_divisions(p)
+            divisions = _parse_divisions(p, divisions)
+            vals["roundup_power2_divisions"] = divisions
         else:
             tok = p.value(key)
             _apply_key(vals, key, tok, lss_mb)
@@ -424,18 +449,27 @@ def _apply_key(vals: dict[str, object], key: str, tok: str, lss_mb: int) -> None
         vals["pinned_free_catch_all"] = _bool(key, tok)
     elif key == "pinned_num_register_threads":
         n = _int(key, tok, f"a power of 2 <= {_MAX_REGISTER_THREADS}")
-        if not _is_pow2(n) or n > _MAX_REGISTER_THREADS:
-            raise ValueError("accelrt allocator config: pinned_num_register_threads has to be a "
-                             f"power of 2 <= {_MAX_REGISTER_THREADS}, got {n}")
+        if not _is_pow2(n):
+            raise ValueError(f"accelrt allocator config: {key}: Number of register threads has "
+                             f"to be power of 2, got {n}")
+        if n > _MAX_REGISTER_THREADS:
+            raise ValueError(f"accelrt allocator config: {key}: Number of register threads "
+                             f"should be less than or equal to {_MAX_REGISTER_THREADS}, got {n}")
         if n != 1:
             raise ValueError(f"accelrt allocator config: {REFUSED[key]}; got {n}")
         vals["pinned_num_register_threads"] = n
-    else:  # the pinned_*_mb sizes
+    elif key == "pinned_reserve_segment_size_mb":
+        mb = _int(key, tok, "a positive integer number of MB")
+        if mb <= 0:
+            raise ValueError(f"accelrt allocator config: {key}: Pinned reserve segment size has "
+                             f"to be greater than 0, got {mb} (leave the key out for no reserve "
+                             "segment)")
+        vals["pinned_reserve_segment_size"] = min(mb, _MAX_MB) * MB
+    else:  # the other pinned_*_mb sizes
         mb = _int(key, tok, "a non-negative integer number of MB")
         if mb < 0:
             raise ValueError(f"accelrt allocator config: {key} must be >= 0, got {mb}")
-        field_name = {"pinned_reserve_segment_size_mb": "pinned_reserve_segment_size",
-                      "pinned_max_round_threshold_mb": "pinned_max_round_threshold",
+        field_name = {"pinned_max_round_threshold_mb": "pinned_max_round_threshold",
                       "pinned_max_cached_size_mb": "pinned_max_cached_size"}[key]
         vals[field_name] = min(mb, _MAX_MB) * MB
 
