@@ -270,3 +270,16 @@ def test_a_bad_environment_names_itself(fresh_config: pytest.MonkeyPatch) -> Non
         _config.get_config()
     fresh_config.setenv(_config.ENV_VAR, "max_split_size_mb:100,")     # trailing comma: fine
     assert _config.get_config().max_split_size == 100 * MiB
+
+
+def test_huge_max_split_size_is_reported_as_pytorch_int64(fresh_config: pytest.MonkeyPatch,
+                                                          dev: str) -> None:
+    """PyTorch clamps a huge ``max_split_size_mb`` to ``SIZE_MAX // MB`` MB and reports the
+    size as an int64 (``static_cast<int64_t>``): -1 MiB; ``SIZE_MAX`` itself (no limit) is -1."""
+    memory.set_allocator_settings("max_split_size_mb:99999999999999999999")
+    assert memory._snapshot(dev)["allocator_settings"]["max_split_size"] == -MiB
+    d = f"{dev}:0"
+    memory.caching_allocator_delete(memory.caching_allocator_alloc(512, d))
+    assert memory.memory_stats(d)["max_split_size"] == -MiB
+    memory.set_allocator_settings("")
+    assert memory._snapshot(dev)["allocator_settings"]["max_split_size"] == -1

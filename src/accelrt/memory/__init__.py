@@ -42,7 +42,7 @@ from .._namespace import public_dir
 from . import _allocator as _allocator_module
 from . import _host
 from ._allocator import DeviceCachingAllocator, get_allocator, peek_allocator
-from ._config import get_allocator_settings, get_config, set_allocator_settings
+from ._config import get_allocator_settings, get_config, reported_size, set_allocator_settings
 from ._history import check_history_args
 from ._pluggable import PluggableAllocator, change_current_allocator, get_allocator_backend
 from ._snapshot import build_snapshot, snapshot_segments, to_plain
@@ -433,10 +433,9 @@ def record_memory_history(enabled: str | bool | None = "all", context: str | Non
 
 def _settings_dict() -> dict[str, Any]:
     cfg = get_config()
-    max_split = cfg.max_split_size
     return {
         "PYTORCH_CUDA_ALLOC_CONF": cfg.settings,
-        "max_split_size": -1 if max_split >= 2**63 else max_split,
+        "max_split_size": reported_size(cfg.max_split_size),
         "garbage_collection_threshold": cfg.garbage_collection_threshold,
         "expandable_segments": cfg.expandable_segments,
         "pinned_num_register_threads": cfg.pinned_num_register_threads,

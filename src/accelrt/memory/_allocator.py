@@ -62,7 +62,7 @@ from ._block import (
     mergeable,
     unmapped_remove,
 )
-from ._config import SIZE_MAX, AllocatorConfig, check_fraction, get_config
+from ._config import SIZE_MAX, AllocatorConfig, check_fraction, get_config, reported_size
 from ._events import StreamFrees, record_stream
 from ._expandable import ExpandableSegments
 from ._fast import defer_free, free_cached, malloc_cached, reuse_deferred
@@ -180,7 +180,7 @@ class DeviceCachingAllocator:
         self._defer_misses = 0   # guarded by _lock: deferrals flushed since the last reuse
         self._defer_skip = 0     # guarded by _lock: deferrable frees to skip before the next
         self._device_total: int = int(backend.get_device_properties(index)["total_memory"])
-        self._stats = DeviceStats(-1 if cfg.max_split_size >= SIZE_MAX else cfg.max_split_size)
+        self._stats = DeviceStats(reported_size(cfg.max_split_size))
         hot = self._stats.hot
         self._small = BlockPool(True, None, hot[1], 1)     # guarded by _lock
         self._large = BlockPool(False, None, hot[2], 2)    # guarded by _lock

@@ -63,6 +63,7 @@ __all__ = [
     "get_allocator_settings",
     "get_config",
     "parse_config",
+    "reported_size",
     "set_allocator_settings",
 ]
 
@@ -98,6 +99,20 @@ REFUSED: dict[str, str] = {
         "graph, and accelrt's backends expose no such query; remove the key (such blocks "
         "become reusable when the capture ends, as with False, PyTorch's default)"),
 }
+
+
+def reported_size(size: int) -> int:
+    """A ``size_t`` option as PyTorch reports it in the statistics and snapshots
+    (``static_cast<int64_t>``): ``SIZE_MAX`` (no limit) is -1, a huge clamped
+    ``max_split_size_mb`` negative.
+
+    Example::
+
+        >>> from accelrt.memory._config import SIZE_MAX, reported_size
+        >>> reported_size(SIZE_MAX), reported_size(128 * 2**20), reported_size(SIZE_MAX - 2**20 + 1)
+        (-1, 134217728, -1048576)
+    """
+    return size - (1 << 64) if size >= 1 << 63 else size
 
 
 def _default_divisions() -> tuple[int, ...]:
