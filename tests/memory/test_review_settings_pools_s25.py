@@ -16,6 +16,7 @@ after every test).
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -24,7 +25,7 @@ import accelrt as acc
 from accelrt import memory
 from accelrt.memory import _config, _registry
 from accelrt.memory._allocator import DeviceCachingAllocator
-from accelrt.memory._config import SIZE_MAX, parse_config
+from accelrt.memory._config import SIZE_MAX, AllocatorConfig, parse_config
 from accelrt.testing import SimulatedBackend
 
 MiB = 1 << 20
@@ -283,3 +284,60 @@ def test_huge_max_split_size_is_reported_as_pytorch_int64(fresh_config: pytest.M
     assert memory.memory_stats(d)["max_split_size"] == -MiB
     memory.set_allocator_settings("")
     assert memory._snapshot(dev)["allocator_settings"]["max_split_size"] == -1
+
+
+# ====================================================================== settings at run time
+
+def test_expandable_segments_changed_after_allocations(fresh_config: pytest.MonkeyPatch,
+                                                       current: str) -> None:
+    """Segments made before a change keep their kind; new ones take the new setting; the
+    statistics match the segments throughout and everything is returned by empty_cache."""
+    d = f"{current}:0"
+    p = memory.caching_allocator_alloc(30 * MiB, d)
+    memory.set_allocator_settings("expandable_segments:True")
+    q = memory.caching_allocator_alloc(30 * MiB, d)
+    memory.set_allocator_settings("expandable_segments:False")
+    r = memory.caching_allocator_alloc(30 * MiB, d)
+    kinds = {b["address"]: s["is_expandable"] for s in memory.memory_snapshot()
+             for b in s["blocks"] if b["state"] == "active_allocated"}
+    assert (kinds[p], kinds[q], kinds[r]) == (False, True, False)
+    stats = memory.memory_stats(d)
+    segs = memory.memory_snapshot()
+    assert stats["reserved_bytes.all.current"] == sum(s["total_size"] for s in segs)
+    assert stats["allocated_bytes.all.current"] == 90 * MiB
+    assert stats["allocation.all.current"] == 3
+    for ptr in (p, q, r):
+        memory.caching_allocator_delete(ptr)
+    memory.empty_cache()
+    assert memory.memory_reserved(d) == 0 and memory.memory_snapshot() == []
+
+
+def test_set_allocator_settings_is_serialized(fresh_config: pytest.MonkeyPatch) -> None:
+    """Two threads setting different keys at once: each parse starts from the options the
+    other one stored, so a key one of them set is not lost (PyTorch edits one shared state)."""
+    real = _config.parse_config
+    first_parsed = threading.Event()
+    release = threading.Event()
+
+    def slow_parse(settings: str, base: AllocatorConfig | None = None) -> AllocatorConfig:
+        cfg = real(settings, base)
+        if settings == "expandable_segments:True":
+            first_parsed.set()
+            release.wait(0.5)        # the other thread runs now, unless it must wait
+        return cfg
+
+    fresh_config.setattr(_config, "parse_config", slow_parse)
+    t = threading.Thread(target=memory.set_allocator_settings,
+                         args=("expandable_segments:True",))
+    t.start()
+    first_parsed.wait(5)
+    other = threading.Thread(target=memory.set_allocator_settings,
+                             args=("release_lock_on_cudamalloc:True",))
+    other.start()
+    other.join(0.2)
+    release.set()
+    t.join()
+    other.join()
+    cfg = _config.get_config()
+    assert cfg.expandable_segments and cfg.release_lock_on_malloc
+    assert memory.get_allocator_settings() == "release_lock_on_cudamalloc:True"

@@ -493,6 +493,10 @@ def _apply_key(vals: dict[str, object], key: str, tok: str, lss_mb: int) -> None
 
 _lock = reinit_after_fork(threading.Lock())
 _current: AllocatorConfig | None = None   # guarded by _lock
+#: Held by :func:`set_allocator_settings` from reading the options to applying the new ones, so
+#: that two changes at once do not both start from the same options (the second would drop a
+#: key the first set, where PyTorch's parses edit one shared state).
+_set_lock = reinit_after_fork(threading.Lock())
 
 
 def check_fraction(fraction: object) -> float:
@@ -553,7 +557,8 @@ def set_allocator_settings(settings: str) -> None:
 
     Existing allocators take the new ``max_split_size_mb``, ``max_non_split_rounding_mb``,
     ``roundup_power2_divisions``, ``garbage_collection_threshold`` and ``expandable_segments``
-    (which affects segments created from now on); new allocators use all of it.
+    (which affects segments created from now on); new allocators use all of it. Calls from
+    several threads take effect one after the other, each on the options the last one left.
 
     Args:
         settings: a string in ``PYTORCH_CUDA_ALLOC_CONF`` syntax.
@@ -575,15 +580,16 @@ def set_allocator_settings(settings: str) -> None:
     global _current
     from . import _allocator  # late import: the allocator module imports this one
 
-    base = get_config()
-    try:
-        cfg = parse_config(settings, base)
-    except ValueError as exc:
-        raise _from("set_allocator_settings", settings, exc) from None
-    _allocator._check_config_for_all(cfg)
-    with _lock:
-        _current = cfg
-    _allocator._apply_config_to_all(cfg)
+    with _set_lock:
+        base = get_config()
+        try:
+            cfg = parse_config(settings, base)
+        except ValueError as exc:
+            raise _from("set_allocator_settings", settings, exc) from None
+        _allocator._check_config_for_all(cfg)
+        with _lock:
+            _current = cfg
+        _allocator._apply_config_to_all(cfg)
 
 
 def get_allocator_settings() -> str:
