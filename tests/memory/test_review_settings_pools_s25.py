@@ -16,6 +16,7 @@ after every test).
 
 from __future__ import annotations
 
+import gc
 import threading
 from typing import Any
 
@@ -26,7 +27,7 @@ from accelrt import memory
 from accelrt.memory import _config, _registry
 from accelrt.memory._allocator import DeviceCachingAllocator
 from accelrt.memory._config import SIZE_MAX, AllocatorConfig, parse_config
-from accelrt.testing import SimulatedBackend
+from accelrt.testing import SimulatedBackend, leak_check
 
 MiB = 1 << 20
 KiB = 1 << 10
@@ -341,3 +342,260 @@ def test_set_allocator_settings_is_serialized(fresh_config: pytest.MonkeyPatch) 
     cfg = _config.get_config()
     assert cfg.expandable_segments and cfg.release_lock_on_malloc
     assert memory.get_allocator_settings() == "release_lock_on_cudamalloc:True"
+
+
+# ====================================================================== MemPool, use_mem_pool
+
+def owners(backend: str) -> dict[int, tuple[int, int]]:
+    """Address of each live block -> its segment's pool id."""
+    return {b["address"]: s["segment_pool_id"] for s in memory._snapshot(backend)["segments"]
+            for b in s["blocks"] if b["state"] == "active_allocated"}
+
+
+class Model:
+    """What the statistics of one device must say, from what the test allocated (requests of
+    at most 1 MiB take 2 MiB segments of their own here, larger ones up to 10 MiB a 20 MiB
+    segment, and segments are never shared between two requests of the model)."""
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+        self.live: dict[int, int] = {}        # address -> rounded size
+        self.segments: dict[int, int] = {}    # address -> segment size, allocated or cached
+
+    def alloc(self, size: int, stream: acc.Stream | None = None) -> int:
+        ptr = memory.caching_allocator_alloc(size, self.device, stream)
+        self.live[ptr] = max(512, -(-size // 512) * 512)
+        self.segments[ptr] = 2 * MiB if size <= MiB else 20 * MiB
+        return ptr
+
+    def free(self, ptr: int) -> None:
+        memory.caching_allocator_delete(ptr)
+        del self.live[ptr]
+
+    def release(self, ptrs: list[int]) -> None:
+        for p in ptrs:
+            del self.segments[p]
+
+    def check(self) -> None:
+        st = memory.memory_stats(self.device)
+        assert st["allocated_bytes.all.current"] == sum(self.live.values())
+        assert st["allocation.all.current"] == len(self.live)
+        assert st["reserved_bytes.all.current"] == sum(self.segments.values())
+        assert st["segment.all.current"] == len(self.segments)
+        assert memory.memory_allocated(self.device) == sum(self.live.values())
+        assert memory.memory_reserved(self.device) == sum(self.segments.values())
+
+
+def test_use_mem_pool_routes_every_stream_of_the_thread(current: str) -> None:
+    """PyTorch's ``use_mem_pool`` routes the calling thread's allocations on any stream
+    (``_cuda_beginAllocateCurrentThreadToPool``), and nothing of another thread."""
+    d = f"{current}:0"
+    pool = memory.MemPool()
+    m = Model(d)
+    s = acc.Stream(d)
+    other: list[int] = []
+    with memory.use_mem_pool(pool):
+        p = m.alloc(MiB)
+        with s:
+            q = m.alloc(3 * MiB)
+        r = m.alloc(100, s)
+        t = threading.Thread(target=lambda: other.append(memory.caching_allocator_alloc(100, d)))
+        t.start()
+        t.join()
+    after = m.alloc(3 * MiB)
+    o = owners(current)
+    assert o[p] == o[q] == o[r] == pool.id
+    assert o[after] == o[other[0]] == (0, 0)
+    memory.caching_allocator_delete(other[0])
+    m.segments[other[0]] = 2 * MiB
+    m.check()
+    for ptr in (p, q, r, after):
+        m.free(ptr)
+    m.check()
+    s.close()
+    memory.empty_cache()            # the pool is alive: only the default pool's memory goes
+    m.release([after, other[0]])
+    m.check()
+    del pool
+    gc.collect()                    # its cached memory goes back with it
+    m.release([p, q, r])
+    m.check()
+
+
+def test_nested_pools_and_the_same_pool_twice(dev: str) -> None:
+    d = f"{dev}:0"
+    a, b = memory.MemPool(), memory.MemPool()
+    with memory.use_mem_pool(a, d):
+        x = memory.caching_allocator_alloc(MiB, d)
+        with memory.use_mem_pool(b, d):
+            assert (a.use_count(), b.use_count()) == (2, 2)
+            y = memory.caching_allocator_alloc(MiB, d)
+        z = memory.caching_allocator_alloc(MiB, d)          # back in the outer pool
+        with pytest.raises(RuntimeError, match="already"):  # PyTorch: "already recording"
+            with memory.use_mem_pool(a, d):
+                pass
+        assert a.use_count() == 2
+    w = memory.caching_allocator_alloc(MiB, d)
+    o = owners(dev)
+    assert (o[x], o[y], o[z], o[w]) == (a.id, b.id, a.id, (0, 0))
+    assert (a.use_count(), b.use_count()) == (1, 1)
+    assert {s["segment_pool_id"] for s in a.snapshot()} == {a.id}
+    assert len(b.snapshot()) == 1
+    for p in (x, y, z, w):
+        memory.caching_allocator_delete(p)
+
+
+def test_the_same_pool_on_two_threads(dev: str) -> None:
+    """Only one context per pool and device at a time (PyTorch's beginAllocateToPool check);
+    after the first ends, the other thread may use it."""
+    d = f"{dev}:0"
+    pool = memory.MemPool()
+    inside, leave = threading.Event(), threading.Event()
+    got: list[int] = []
+
+    def worker() -> None:
+        with memory.use_mem_pool(pool, d):
+            got.append(memory.caching_allocator_alloc(MiB, d))
+            inside.set()
+            leave.wait(5)
+
+    t = threading.Thread(target=worker)
+    t.start()
+    inside.wait(5)
+    with pytest.raises(RuntimeError, match="already allocating to pool"):
+        with memory.use_mem_pool(pool, d):
+            pass
+    mine = memory.caching_allocator_alloc(MiB, d)       # this thread: the default pool
+    leave.set()
+    t.join()
+    with memory.use_mem_pool(pool, d):
+        again = memory.caching_allocator_alloc(MiB, d)
+    o = owners(dev)
+    assert (o[got[0]], o[mine], o[again]) == (pool.id, (0, 0), pool.id)
+    assert pool.use_count() == 1
+    for p in (got[0], mine, again):
+        memory.caching_allocator_delete(p)
+
+
+def test_use_mem_pool_on_another_device(current: str) -> None:
+    d0, d1 = f"{current}:0", f"{current}:1"
+    pool = memory.MemPool()
+    m0, m1 = Model(d0), Model(d1)
+    with memory.use_mem_pool(pool, d1):
+        p = m1.alloc(3 * MiB)
+        q = m0.alloc(3 * MiB)               # device 0 is not routed
+    assert owners(current)[p] == pool.id and owners(current)[q] == (0, 0)
+    assert [s["device"] for s in pool.snapshot()] == [1]
+    m1.free(p)
+    m0.free(q)
+    memory.empty_cache()                    # the pool is alive on device 1: kept
+    m0.release([q])
+    m0.check()
+    m1.check()
+    del pool
+    gc.collect()
+    m1.release([p])
+    m1.check()
+
+
+def test_an_exception_inside_restores_the_pool_state(current: str) -> None:
+    d = f"{current}:0"
+    pool = memory.MemPool()
+    with pytest.raises(KeyError):
+        with memory.use_mem_pool(pool):
+            p = memory.caching_allocator_alloc(MiB, d)
+            raise KeyError("inside")
+    assert pool.use_count() == 1
+    q = memory.caching_allocator_alloc(MiB, d)              # the default pool again
+    with memory.use_mem_pool(pool):                         # and the pool can be used again
+        r = memory.caching_allocator_alloc(MiB, d)
+    o = owners(current)
+    assert (o[p], o[q], o[r]) == (pool.id, (0, 0), pool.id)
+    for ptr in (p, q, r):
+        memory.caching_allocator_delete(ptr)
+
+
+def test_a_collected_pool_keeps_its_live_blocks(current: str) -> None:
+    """A pool collected with live blocks returns only its cached memory; a live block stays
+    valid and, freed later, is given back by the next empty_cache (PyTorch's freeable pool)."""
+    d = f"{current}:0"
+    m = Model(d)
+    pool = memory.MemPool()
+    with memory.use_mem_pool(pool):
+        live = m.alloc(5 * MiB)
+        small = m.alloc(100)
+    m.free(small)
+    m.check()
+    del pool
+    gc.collect()
+    m.release([small])
+    m.check()
+    assert memory.memory_snapshot()[0]["segment_pool_id"] != (0, 0)
+    m.free(live)
+    m.check()                                   # cached until empty_cache
+    memory.empty_cache()
+    m.release([live])
+    m.check()
+
+
+def test_mem_pool_no_split_and_stats(current: str) -> None:
+    d = f"{current}:0"
+    pool = memory.MemPool(no_split=True)
+    with memory.use_mem_pool(pool):
+        a = memory.caching_allocator_alloc(512, d)
+        b = memory.caching_allocator_alloc(512, d)
+    st = memory.memory_stats(d)
+    assert st["allocated_bytes.all.current"] == 4 * MiB     # whole segments
+    assert st["requested_bytes.all.current"] == 1024
+    assert st["segment.all.current"] == 2
+    memory.caching_allocator_delete(a)
+    memory.caching_allocator_delete(b)
+    del pool
+    gc.collect()
+    assert memory.memory_reserved(d) == 0
+
+
+def test_mem_pool_with_a_pluggable_allocator(current: str) -> None:
+    import numpy as np
+    held: dict[int, Any] = {}
+    calls: list[tuple[str, int]] = []
+
+    def alloc(size: int, device: int, stream: int) -> int:
+        buf = np.empty(size + 64, np.uint8)
+        ptr = (buf.ctypes.data + 63) & ~63
+        held[ptr] = buf
+        calls.append(("alloc", size))
+        return ptr
+
+    def free(ptr: int, size: int, device: int, stream: int) -> None:
+        calls.append(("free", size))
+        del held[ptr]
+
+    d = f"{current}:0"
+    pool = memory.MemPool(allocator=memory.PluggableAllocator.from_callables(alloc, free))
+    with leak_check():
+        with memory.use_mem_pool(pool):
+            p = memory.caching_allocator_alloc(3 * MiB, d)
+        assert calls == [("alloc", 20 * MiB)]
+        assert memory.memory_stats(d)["reserved_bytes.all.current"] == 20 * MiB
+        memory.caching_allocator_delete(p)
+    memory.empty_cache()                        # the pool is alive: its segment stays
+    assert calls == [("alloc", 20 * MiB)]
+    del pool
+    gc.collect()
+    assert calls == [("alloc", 20 * MiB), ("free", 20 * MiB)] and not held
+    assert memory.memory_reserved(d) == 0
+
+
+def test_empty_cache_while_a_pool_is_in_use(current: str) -> None:
+    """While any use_mem_pool context is open on the device, empty_cache keeps the default
+    pool's cache (PyTorch: ``release_cached_blocks`` with captures underway)."""
+    d = f"{current}:0"
+    cached = memory.caching_allocator_alloc(MiB, d)
+    memory.caching_allocator_delete(cached)
+    pool = memory.MemPool()
+    with memory.use_mem_pool(pool):
+        memory.empty_cache()
+        assert memory.memory_reserved(d) == 2 * MiB
+    memory.empty_cache()
+    assert memory.memory_reserved(d) == 0

@@ -787,9 +787,10 @@ class MemPool:
 
 @contextlib.contextmanager
 def use_mem_pool(pool: MemPool, device: DeviceLike = None) -> Iterator[None]:
-    """Route the calling thread's allocations on its current stream of ``device`` into
-    ``pool`` while the context is open. Memory allocated inside stays in the pool's segments
-    after the context ends, and returns there when freed.
+    """Route the calling thread's allocations on ``device`` (on any stream) into ``pool``
+    while the context is open, as PyTorch's ``_cuda_beginAllocateCurrentThreadToPool`` does;
+    other threads' allocations are not routed. Memory allocated inside stays in the pool's
+    segments after the context ends, and returns there when freed.
 
     Raises:
         TypeError: ``pool`` is not a :class:`MemPool`.
@@ -806,14 +807,12 @@ def use_mem_pool(pool: MemPool, device: DeviceLike = None) -> Iterator[None]:
     if not isinstance(pool, MemPool):
         raise TypeError(f"use_mem_pool() takes a MemPool, got {type(pool).__name__}")
     b, i = _get_device(device)
-    from .._stream import _current
-    handle = int(_current(b, i)._handle)
     thread = threading.get_ident()
     a = get_allocator(b, i)
     pool._attach(a)
 
     def _filter(stream: int) -> bool:
-        return stream == handle and threading.get_ident() == thread
+        return threading.get_ident() == thread
 
     a.begin_allocate_to_pool(pool.id, _filter)
     try:
