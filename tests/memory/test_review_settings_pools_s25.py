@@ -16,7 +16,9 @@ after every test).
 
 from __future__ import annotations
 
+import copy
 import gc
+import pickle
 import threading
 from typing import Any
 
@@ -599,3 +601,17 @@ def test_empty_cache_while_a_pool_is_in_use(current: str) -> None:
         assert memory.memory_reserved(d) == 2 * MiB
     memory.empty_cache()
     assert memory.memory_reserved(d) == 0
+
+
+@pytest.mark.parametrize("duplicate", [copy.copy, copy.deepcopy, pickle.dumps])
+def test_a_mem_pool_cannot_be_copied(dev: str, duplicate: Any) -> None:
+    """A copy would share the pool's id but not its lifetime (the original's collection
+    releases the pool the copy still routes to); torch's MemPool cannot be copied either."""
+    d = f"{dev}:0"
+    pool = memory.MemPool()
+    with pytest.raises(TypeError, match="cannot copy or pickle MemPool"):
+        duplicate(pool)
+    with memory.use_mem_pool(pool, d):
+        p = memory.caching_allocator_alloc(512, d)
+    assert owners(dev)[p] == pool.id and pool.use_count() == 1
+    memory.caching_allocator_delete(p)

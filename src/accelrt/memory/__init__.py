@@ -781,6 +781,11 @@ class MemPool:
         plain: list[dict[str, Any]] = to_plain(segments)
         return plain
 
+    def __reduce__(self) -> Any:
+        raise TypeError(f"cannot copy or pickle {self!r}: a MemPool is one set of segments of "
+                        "this process (a copy would share its id, not its lifetime, as a torch "
+                        "MemPool cannot be copied either); pass the object itself around")
+
     def __repr__(self) -> str:
         return f"MemPool(id={self._id})"
 
