@@ -85,6 +85,18 @@ def divisions(settings: str) -> tuple[int, ...]:
     ("expandable_segments:True", "expandable_segments", True),
     ("release_lock_on_cudamalloc:True", "release_lock_on_malloc", True),
     ("release_lock_on_cudamalloc:False", "release_lock_on_malloc", False),
+    # PyTorch's ROCm spellings, which it accepts on every build
+    ("release_lock_on_hipmalloc:True", "release_lock_on_malloc", True),
+    ("pinned_use_hip_host_register:False", "pinned_use_host_register", False),
+    # the other keys, and accelrt's aliases of the cuda-named ones
+    ("release_lock_on_malloc:True", "release_lock_on_malloc", True),
+    ("throw_on_cudamalloc_oom:True", "throw_on_malloc_oom", True),
+    ("throw_on_malloc_oom:True", "throw_on_malloc_oom", True),
+    ("graph_capture_record_stream_reuse:False", "graph_capture_record_stream_reuse", False),
+    ("per_process_memory_fraction:0.25", "per_process_memory_fraction", 0.25),
+    ("pinned_use_background_threads:True", "pinned_use_background_threads", True),
+    ("pinned_free_catch_all:True", "pinned_free_catch_all", True),
+    ("page_reuse:True", "page_reuse", True),
     ("pinned_use_cuda_host_register:False", "pinned_use_host_register", False),
     ("pinned_num_register_threads:1", "pinned_num_register_threads", 1),
     ("pinned_reserve_segment_size_mb:1", "pinned_reserve_segment_size", MiB),
@@ -224,6 +236,7 @@ REFUSED = [
                                          "equal to 128, got 1024")),
     ("pinned_num_register_threads:8", "remove the key"),
     ("pinned_use_cuda_host_register:True", "remove the key"),
+    ("pinned_use_hip_host_register:True", "pinned_use_hip_host_register:True is not supported"),
     # backend
     ("backend:cudaMalloc", "Unknown allocator backend"),
     ("backend:Native", "Unknown allocator backend"),

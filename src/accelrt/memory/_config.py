@@ -16,7 +16,8 @@ Keys (see ``docs`` of PyTorch's ``PYTORCH_CUDA_ALLOC_CONF``):
 * ``large_segment_size_mb`` (> 10), ``max_split_size_mb`` and ``max_non_split_rounding_mb``
   (>= ``large_segment_size_mb``), ``roundup_power2_divisions`` (``N`` or ``[K:N,...,>:N]``),
   ``garbage_collection_threshold`` (a float in (0, 1)), ``expandable_segments``,
-  ``release_lock_on_cudamalloc``, ``per_process_memory_fraction`` (a float in [0, 1]),
+  ``release_lock_on_cudamalloc`` (or PyTorch's ROCm spelling ``release_lock_on_hipmalloc``,
+  which PyTorch accepts on every build), ``per_process_memory_fraction`` (a float in [0, 1]),
   ``throw_on_cudamalloc_oom``, ``graph_capture_record_stream_reuse`` (only ``False``: see
   :data:`REFUSED`);
 * host (pinned) pool keys, used by ``memory._host``: ``pinned_reserve_segment_size_mb``,
@@ -320,9 +321,11 @@ def _parse_divisions(p: _Parser, table: tuple[int, ...]) -> tuple[int, ...]:
 _KEYS = frozenset({
     "backend", "large_segment_size_mb", "max_split_size_mb", "max_non_split_rounding_mb",
     "roundup_power2_divisions", "garbage_collection_threshold", "expandable_segments",
-    "release_lock_on_cudamalloc", "release_lock_on_malloc", "per_process_memory_fraction",
+    "release_lock_on_cudamalloc", "release_lock_on_hipmalloc", "release_lock_on_malloc",
+    "per_process_memory_fraction",
     "throw_on_cudamalloc_oom", "throw_on_malloc_oom", "graph_capture_record_stream_reuse",
-    "page_reuse", "pinned_use_cuda_host_register", "pinned_use_host_register",
+    "page_reuse", "pinned_use_cuda_host_register", "pinned_use_hip_host_register",
+    "pinned_use_host_register",
     "pinned_num_register_threads", "pinned_reserve_segment_size_mb",
     "pinned_use_background_threads", "pinned_free_catch_all", "pinned_max_round_threshold_mb",
     "pinned_max_cached_size_mb",
@@ -442,7 +445,8 @@ def _apply_key(vals: dict[str, object], key: str, tok: str, lss_mb: int) -> None
         vals["per_process_memory_fraction"] = f
     elif key == "expandable_segments":
         vals["expandable_segments"] = _bool(key, tok)
-    elif key in ("release_lock_on_cudamalloc", "release_lock_on_malloc"):
+    elif key in ("release_lock_on_cudamalloc", "release_lock_on_hipmalloc",
+                 "release_lock_on_malloc"):
         vals["release_lock_on_malloc"] = _bool(key, tok)
     elif key in ("throw_on_cudamalloc_oom", "throw_on_malloc_oom"):
         vals["throw_on_malloc_oom"] = _bool(key, tok)
@@ -452,7 +456,8 @@ def _apply_key(vals: dict[str, object], key: str, tok: str, lss_mb: int) -> None
         vals["graph_capture_record_stream_reuse"] = False
     elif key == "page_reuse":
         vals["page_reuse"] = _bool(key, tok)
-    elif key in ("pinned_use_cuda_host_register", "pinned_use_host_register"):
+    elif key in ("pinned_use_cuda_host_register", "pinned_use_hip_host_register",
+                 "pinned_use_host_register"):
         if _bool(key, tok):
             raise ValueError("accelrt allocator config: "
                              + REFUSED["pinned_use_cuda_host_register"].replace(
