@@ -140,6 +140,67 @@ def test_roundup_greater_than_first_leaves_the_first_interval() -> None:
     assert a.round_size(2 * MiB + 1) == 2 * MiB + 512 * KiB
 
 
+def power2_div(size: int, div_factor: int) -> int:
+    """PyTorch's test_cuda.py helper: ``size`` rounded up to one of ``div_factor`` steps
+    between the powers of two around it."""
+    pow2 = 1
+    while pow2 < size:
+        pow2 *= 2
+    if pow2 == size:
+        return pow2
+    step = pow2 // 2 // div_factor
+    ret = pow2 // 2
+    while ret < size:
+        ret += step
+    return ret
+
+
+def test_pytorch_allocator_settings_sequence(fresh_config: pytest.MonkeyPatch, dev: str) -> None:
+    """PyTorch's test_allocator_settings, on a simulated device: the single-value and list
+    forms of roundup_power2_divisions, a parse resetting them, and the refused strings."""
+    d = f"{dev}:0"
+    nbytes, nbytes_big = 4 * 21 * MiB, 4 * 100 * MiB
+
+    def allocated() -> int:
+        return memory.memory_stats(d)["active_bytes.all.allocated"]
+
+    def requested() -> int:
+        return memory.memory_stats(d)["requested_bytes.all.allocated"]
+
+    memory.set_allocator_settings("")
+    live = [memory.caching_allocator_alloc(nbytes, d)]
+    start, start_requested = allocated(), requested()
+    memory.set_allocator_settings("roundup_power2_divisions:4")
+    live.append(memory.caching_allocator_alloc(nbytes, d))
+    assert allocated() - start == power2_div(nbytes, 4)
+    assert requested() - start_requested == nbytes
+    memory.set_allocator_settings("garbage_collection_threshold:0.5")
+    memory.set_allocator_settings("garbage_collection_threshold:0.5,max_split_size_mb:40")
+    start = allocated()                       # the divisions were reset by the last parse
+    live.append(memory.caching_allocator_alloc(nbytes, d))
+    assert allocated() - start == nbytes
+    memory.set_allocator_settings("garbage_collection_threshold:0.5,roundup_power2_divisions:"
+                                  "[64:8,128:2,256:2,512:2,1024:1,>:1]")
+    start = allocated()
+    live.append(memory.caching_allocator_alloc(nbytes, d))
+    assert allocated() - start == power2_div(nbytes, 8)
+    start = allocated()
+    live.append(memory.caching_allocator_alloc(nbytes_big, d))
+    assert allocated() - start == power2_div(nbytes_big, 2)
+    memory.set_allocator_settings("release_lock_on_cudamalloc:True")
+    start = allocated()
+    live.append(memory.caching_allocator_alloc(nbytes, d))
+    assert allocated() - start == nbytes
+    for bad in ("foo:1,bar:2", "garbage_collection_threshold:1.2", "max_split_size_mb:2",
+                "release_lock_on_cudamalloc:none", "pinned_use_cuda_host_register:none",
+                "pinned_num_register_threads:none", "pinned_num_register_threads:1024"):
+        with pytest.raises(ValueError):
+            memory.set_allocator_settings(bad)
+    assert memory.get_allocator_settings() == "release_lock_on_cudamalloc:True"
+    for p in live:
+        memory.caching_allocator_delete(p)
+
+
 def test_large_segment_size_is_clamped_like_max_split_size() -> None:
     cfg = parse_config("large_segment_size_mb:99999999999999999999999")
     assert cfg.large_segment_size == cfg.max_non_split_rounding_size <= SIZE_MAX
@@ -628,3 +689,56 @@ def test_a_mem_pool_cannot_be_copied(dev: str, duplicate: Any) -> None:
         p = memory.caching_allocator_alloc(512, d)
     assert owners(dev)[p] == pool.id and pool.use_count() == 1
     memory.caching_allocator_delete(p)
+
+
+def test_a_pool_dropped_inside_its_context(current: str) -> None:
+    """``del pool`` inside ``use_mem_pool`` does not end it: the context keeps the pool until
+    it exits; then the pool goes, its live blocks stay, and they are given back once freed."""
+    d = f"{current}:0"
+    m = Model(d)
+    pool = memory.MemPool()
+    pid = pool.id
+    with memory.use_mem_pool(pool):
+        p = m.alloc(MiB)
+        del pool
+        gc.collect()
+        q = m.alloc(3 * MiB)
+        assert owners(current)[p] == owners(current)[q] == pid
+    gc.collect()
+    m.check()
+    for ptr in (p, q):
+        m.free(ptr)
+    m.check()
+    memory.empty_cache()
+    m.release([p, q])
+    m.check()
+
+
+def test_a_pool_shared_with_a_graph_outlives_the_pool_object() -> None:
+    """A graph captured into a MemPool holds a reference to the pool (PyTorch's
+    capture_begin(pool=...)): collecting the MemPool keeps the pool's memory until the graph
+    is gone too."""
+    acc.set_current_accelerator("cpu")
+
+    def pool_bytes(pid: tuple[int, int]) -> int:
+        return sum(s["total_size"] for s in memory.memory_snapshot()
+                   if s["segment_pool_id"] == pid)
+
+    pool = memory.MemPool()
+    pid = pool.id
+    g = acc.Graph(pool=pool)
+    s = acc.Stream("cpu:0")
+    with s, g:
+        x = acc.empty((MiB,), dtype="uint8", device="cpu:0")
+        x.fill_(1)
+    assert pool.use_count() == 2 and pool_bytes(pid) == 2 * MiB
+    del x, pool
+    gc.collect()
+    memory.empty_cache()
+    assert pool_bytes(pid) == 2 * MiB             # the graph still holds the pool
+    g.reset()
+    del g
+    gc.collect()
+    memory.empty_cache()
+    assert pool_bytes(pid) == 0
+    s.close()
