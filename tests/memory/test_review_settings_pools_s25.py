@@ -742,3 +742,35 @@ def test_a_pool_shared_with_a_graph_outlives_the_pool_object() -> None:
     memory.empty_cache()
     assert pool_bytes(pid) == 0
     s.close()
+
+
+def test_a_pool_collected_inside_the_allocators_critical_section(
+        fresh_config: pytest.MonkeyPatch, current: str) -> None:
+    """The collector may run a MemPool's finalizer at any object allocation, also inside the
+    allocator's critical section on the thread holding its (non-reentrant) lock: the
+    finalizer must not block there; the release and the return of the pool's cached memory
+    complete at the allocator's next drain point (here: the statistics getter)."""
+    d = f"{current}:0"
+    pool = memory.MemPool()
+    with memory.use_mem_pool(pool):
+        memory.caching_allocator_delete(memory.caching_allocator_alloc(MiB, d))
+    a = _registry.peek_allocator(current, 0)
+    assert a is not None and memory.memory_reserved(d) == 2 * MiB
+
+    class Holder:
+        pass
+
+    holder = Holder()
+    holder.__dict__.update(pool=pool, me=holder)     # a cycle: only the collector frees it
+    del pool, holder
+    done = threading.Event()
+
+    def critical_section() -> None:
+        with a._lock:           # as if the collector ran here, inside a malloc
+            gc.collect()
+        done.set()
+
+    threading.Thread(target=critical_section, daemon=True).start()
+    assert done.wait(2), "the MemPool finalizer blocked on the allocator's lock"
+    assert memory.memory_reserved(d) == 0
+    assert memory.memory_snapshot() == []

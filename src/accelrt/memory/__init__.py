@@ -684,18 +684,13 @@ _pool_lock = reinit_after_fork(threading.Lock())
 
 def _release_pool(pool_id: tuple[int, int], users: list[Any]) -> None:
     """A collected :class:`MemPool`'s finalizer: drop its reference on every device, then
-    return its cached memory. A pluggable allocator's ``free`` that raises on one device is
-    reported (as a finalizer's error is) and the other devices are still released."""
+    return its cached memory (PyTorch's ``~MemPool``: ``releasePool`` + ``emptyCache(id)``).
+    It never blocks: the collector may run it inside an allocator's critical section, on the
+    thread holding the lock; that allocator does the work at its next drain point. A pluggable
+    allocator's ``free`` that raises is reported (on the ``accelrt.memory`` logger) and the
+    other devices are still released."""
     for a in users:
-        a.release_pool(pool_id)
-    for a in users:
-        try:
-            a.empty_cache(pool_id)
-        except Exception:   # noqa: BLE001 - a finalizer must not raise
-            import logging  # the "accelrt" logger; with no handler configured it reaches stderr
-            logging.getLogger("accelrt.memory").exception(
-                "Exception ignored in returning the cached memory of MemPool %s on %r:",
-                pool_id, a)
+        a.release_pool_from_finalizer(pool_id, empty_cache=True)
 
 
 class MemPool:
