@@ -334,6 +334,24 @@ def test_a_refused_string_changes_nothing(fresh_config: pytest.MonkeyPatch, sett
         "garbage_collection_threshold:0.5"
 
 
+@pytest.mark.parametrize("settings", [
+    "x" * 100_000,
+    "max_split_size_mb:" + "1" * 100_000,                 # past Python's int() digit limit
+    "large_segment_size_mb:" + "1" * 5_000,
+    "roundup_power2_divisions:[" + "9" * 100 + "1:2]",
+    "expandable_segments:" + "T" * 100_000,
+    "garbage_collection_threshold:0." + "0" * 100_000 + "1",
+    "backend:" + "n" * 100_000,
+    "max_split_size_mb:128," * 10_000 + "foo:1",
+])
+def test_a_long_hostile_string_gets_a_short_clear_error(settings: str) -> None:
+    with pytest.raises(ValueError) as ei:
+        parse_config(settings)
+    msg = str(ei.value)
+    assert len(msg) < 1000 and msg.startswith(("accelrt allocator config: ",
+                                               "Unrecognized key"))
+
+
 @pytest.mark.parametrize("bad", [None, 5, b"max_split_size_mb:64", ["expandable_segments:True"]])
 def test_settings_must_be_a_str(fresh_config: pytest.MonkeyPatch, bad: Any) -> None:
     with pytest.raises(TypeError, match="must be a str"):

@@ -182,6 +182,15 @@ class AllocatorConfig:
 #: What the tokenizer skips: C's ``isspace`` (PyTorch's ``ConfigTokenizer``), not Unicode's.
 _SPACES = frozenset(" \t\n\v\f\r")
 _INT = re.compile(r"[+-]?[0-9]+")
+#: The longest number taken (a size that large is clamped to ``SIZE_MAX`` anyway; a longer one
+#: would only make the error messages long, or pass Python's limit on int conversion).
+_MAX_DIGITS = 100
+
+
+def _clip(text: str, limit: int = 60) -> str:
+    """``text`` cut to ``limit`` characters for an error message (a hostile settings string
+    may be megabytes long)."""
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _tokenize(s: str) -> list[str]:
@@ -219,8 +228,8 @@ class _Parser:
     def expect(self, ch: str, key: str) -> None:
         tok = self.next(f"'{ch}' after {key!r}")
         if tok != ch:
-            raise ValueError(f"accelrt allocator config: expected '{ch}' after {key!r}, got "
-                             f"{tok!r}; the syntax is key:value[,key:value...]")
+            raise ValueError(f"accelrt allocator config: expected '{ch}' after {_clip(key)!r}, "
+                             f"got {_clip(tok)!r}; the syntax is key:value[,key:value...]")
 
     def value(self, key: str) -> str:
         self.expect(":", key)
@@ -234,8 +243,11 @@ def _int(key: str, tok: str, accepted: str) -> int:
     """``tok`` as an int: decimal ASCII digits with an optional sign, nothing else (Python's
     ``int`` would also take ``1_000`` and other scripts' digits)."""
     if _INT.fullmatch(tok) is None:
-        raise ValueError(f"accelrt allocator config: {key} expects {accepted}, got {tok!r}, "
-                         "which is not a whole number in decimal digits")
+        raise ValueError(f"accelrt allocator config: {key} expects {accepted}, got "
+                         f"{_clip(tok)!r}, which is not a whole number in decimal digits")
+    if len(tok) > _MAX_DIGITS:
+        raise ValueError(f"accelrt allocator config: {key} expects {accepted}, got a number of "
+                         f"{len(tok)} digits")
     return int(tok, 10)
 
 
@@ -245,7 +257,7 @@ def _bool(key: str, tok: str) -> bool:
     if tok == "False":
         return False
     raise ValueError(f"accelrt allocator config: Expected a single True/False argument for "
-                     f"{key}, got {tok!r}")
+                     f"{key}, got {_clip(tok)!r}")
 
 
 def _float(key: str, tok: str, accepted: str) -> float:
@@ -255,7 +267,7 @@ def _float(key: str, tok: str, accepted: str) -> float:
             return float(tok)
         except ValueError:
             pass
-    raise ValueError(f"accelrt allocator config: {key} expects {accepted}, got {tok!r}")
+    raise ValueError(f"accelrt allocator config: {key} expects {accepted}, got {_clip(tok)!r}")
 
 
 def _is_pow2(n: int) -> bool:
@@ -290,7 +302,7 @@ def _parse_divisions(p: _Parser, table: tuple[int, ...]) -> tuple[int, ...]:
         if k == ",":
             raise ValueError(f"accelrt allocator config: empty item in the {key} list (a ',' "
                              "after '[' or after another ','); remove the extra ','")
-        p.expect(":", f"{key} interval {k}")
+        p.expect(":", f"{key} interval {_clip(k)}")
         v = _divisions_value(p.next(f"a division count in {key}"))
         if k == ">":
             for j in range(last_index + 1, _NUM_INTERVALS):
@@ -336,14 +348,13 @@ def _unknown_key_message(key: str) -> str:
     import difflib
     close = difflib.get_close_matches(key.lower(), sorted(_KEYS), n=1, cutoff=0.6)
     hint = f"; did you mean {close[0]}?" if close else "."
-    return (f"Unrecognized key '{key}' in accelrt allocator config{hint} Valid keys: "
+    return (f"Unrecognized key '{_clip(key)}' in accelrt allocator config{hint} Valid keys: "
             f"{', '.join(sorted(_KEYS))}.")
 
 
 def _from(source: str, settings: str, exc: ValueError) -> ValueError:
     """``exc`` with where the settings string came from in front."""
-    shown = settings if len(settings) <= 200 else settings[:197] + "..."
-    return ValueError(f"{source}={shown!r}: {exc}")
+    return ValueError(f"{source}={_clip(settings, 200)!r}: {exc}")
 
 
 def parse_config(settings: str, base: AllocatorConfig | None = None) -> AllocatorConfig:
@@ -417,8 +428,8 @@ def parse_config(settings: str, base: AllocatorConfig | None = None) -> Allocato
 def _apply_key(vals: dict[str, object], key: str, tok: str, lss_mb: int) -> None:
     if key == "backend":
         if tok not in ALLOCATOR_BACKENDS:
-            raise ValueError(f"accelrt allocator config: Unknown allocator backend {tok!r}, "
-                             "options are native and cudaMallocAsync")
+            raise ValueError(f"accelrt allocator config: Unknown allocator backend "
+                             f"{_clip(tok)!r}, options are native and cudaMallocAsync")
         vals["backend"] = tok
     elif key == "large_segment_size_mb":
         pass  # handled in the first pass
@@ -434,14 +445,14 @@ def _apply_key(vals: dict[str, object], key: str, tok: str, lss_mb: int) -> None
         t = _float(key, tok, "a float in (0.0, 1.0)")
         if not 0.0 < t < 1.0:
             raise ValueError("accelrt allocator config: garbage_collection_threshold is invalid, "
-                             f"set it in (0.0, 1.0); got {tok}")
+                             f"set it in (0.0, 1.0); got {_clip(tok)}")
         vals["garbage_collection_threshold"] = t
     elif key == "per_process_memory_fraction":
         f = _float(key, tok, "a float in [0.0, 1.0]")
         if not 0.0 <= f <= 1.0:
             # PyTorch's CUDAAllocatorConfig message (a ValueError there too)
             raise ValueError("accelrt allocator config: per_process_memory_fraction is invalid, "
-                             f"set it in [0.0, 1.0]; got {tok}")
+                             f"set it in [0.0, 1.0]; got {_clip(tok)}")
         vals["per_process_memory_fraction"] = f
     elif key == "expandable_segments":
         vals["expandable_segments"] = _bool(key, tok)
