@@ -42,7 +42,7 @@ from .._namespace import public_dir
 from . import _allocator as _allocator_module
 from . import _host
 from ._allocator import DeviceCachingAllocator, get_allocator, peek_allocator
-from ._config import get_allocator_settings, get_config, set_allocator_settings
+from ._config import get_allocator_settings, get_config, reported_size, set_allocator_settings
 from ._history import check_history_args
 from ._pluggable import PluggableAllocator, change_current_allocator, get_allocator_backend
 from ._snapshot import build_snapshot, snapshot_segments, to_plain
@@ -433,10 +433,9 @@ def record_memory_history(enabled: str | bool | None = "all", context: str | Non
 
 def _settings_dict() -> dict[str, Any]:
     cfg = get_config()
-    max_split = cfg.max_split_size
     return {
         "PYTORCH_CUDA_ALLOC_CONF": cfg.settings,
-        "max_split_size": -1 if max_split >= 2**63 else max_split,
+        "max_split_size": reported_size(cfg.max_split_size),
         "garbage_collection_threshold": cfg.garbage_collection_threshold,
         "expandable_segments": cfg.expandable_segments,
         "pinned_num_register_threads": cfg.pinned_num_register_threads,
@@ -685,18 +684,13 @@ _pool_lock = reinit_after_fork(threading.Lock())
 
 def _release_pool(pool_id: tuple[int, int], users: list[Any]) -> None:
     """A collected :class:`MemPool`'s finalizer: drop its reference on every device, then
-    return its cached memory. A pluggable allocator's ``free`` that raises on one device is
-    reported (as a finalizer's error is) and the other devices are still released."""
+    return its cached memory (PyTorch's ``~MemPool``: ``releasePool`` + ``emptyCache(id)``).
+    It never blocks: the collector may run it inside an allocator's critical section, on the
+    thread holding the lock; that allocator does the work at its next drain point. A pluggable
+    allocator's ``free`` that raises is reported (on the ``accelrt.memory`` logger) and the
+    other devices are still released."""
     for a in users:
-        a.release_pool(pool_id)
-    for a in users:
-        try:
-            a.empty_cache(pool_id)
-        except Exception:   # noqa: BLE001 - a finalizer must not raise
-            import logging  # the "accelrt" logger; with no handler configured it reaches stderr
-            logging.getLogger("accelrt.memory").exception(
-                "Exception ignored in returning the cached memory of MemPool %s on %r:",
-                pool_id, a)
+        a.release_pool_from_finalizer(pool_id, empty_cache=True)
 
 
 class MemPool:
@@ -782,15 +776,21 @@ class MemPool:
         plain: list[dict[str, Any]] = to_plain(segments)
         return plain
 
+    def __reduce__(self) -> Any:
+        raise TypeError(f"cannot copy or pickle {self!r}: a MemPool is one set of segments of "
+                        "this process (a copy would share its id, not its lifetime, as a torch "
+                        "MemPool cannot be copied either); pass the object itself around")
+
     def __repr__(self) -> str:
         return f"MemPool(id={self._id})"
 
 
 @contextlib.contextmanager
 def use_mem_pool(pool: MemPool, device: DeviceLike = None) -> Iterator[None]:
-    """Route the calling thread's allocations on its current stream of ``device`` into
-    ``pool`` while the context is open. Memory allocated inside stays in the pool's segments
-    after the context ends, and returns there when freed.
+    """Route the calling thread's allocations on ``device`` (on any stream) into ``pool``
+    while the context is open, as PyTorch's ``_cuda_beginAllocateCurrentThreadToPool`` does;
+    other threads' allocations are not routed. Memory allocated inside stays in the pool's
+    segments after the context ends, and returns there when freed.
 
     Raises:
         TypeError: ``pool`` is not a :class:`MemPool`.
@@ -807,14 +807,12 @@ def use_mem_pool(pool: MemPool, device: DeviceLike = None) -> Iterator[None]:
     if not isinstance(pool, MemPool):
         raise TypeError(f"use_mem_pool() takes a MemPool, got {type(pool).__name__}")
     b, i = _get_device(device)
-    from .._stream import _current
-    handle = int(_current(b, i)._handle)
     thread = threading.get_ident()
     a = get_allocator(b, i)
     pool._attach(a)
 
     def _filter(stream: int) -> bool:
-        return stream == handle and threading.get_ident() == thread
+        return threading.get_ident() == thread
 
     a.begin_allocate_to_pool(pool.id, _filter)
     try:

@@ -62,7 +62,7 @@ from ._block import (
     mergeable,
     unmapped_remove,
 )
-from ._config import SIZE_MAX, AllocatorConfig, check_fraction, get_config
+from ._config import SIZE_MAX, AllocatorConfig, check_fraction, get_config, reported_size
 from ._events import StreamFrees, record_stream
 from ._expandable import ExpandableSegments
 from ._fast import defer_free, free_cached, malloc_cached, reuse_deferred
@@ -172,6 +172,10 @@ class DeviceCachingAllocator:
         # while the lock was held, possibly by their own thread (see free_from_finalizer).
         # Appended without the lock (deque.append is atomic); drained under _lock.
         self._gc_pending: collections.deque[int | tuple[int, int]] = collections.deque()
+        # Private pools whose cached memory a collected MemPool's finalizer gives back once its
+        # queued release is done (appended before that release, so a drain that sees the
+        # release sees this too); drained under _lock.
+        self._gc_empty: collections.deque[tuple[int, int]] = collections.deque()
         # guarded by _lock: Block objects merged away, reused by splits (at most as many as
         # the most blocks ever alive at once)
         self._spares: list[Block] = []
@@ -180,7 +184,7 @@ class DeviceCachingAllocator:
         self._defer_misses = 0   # guarded by _lock: deferrals flushed since the last reuse
         self._defer_skip = 0     # guarded by _lock: deferrable frees to skip before the next
         self._device_total: int = int(backend.get_device_properties(index)["total_memory"])
-        self._stats = DeviceStats(-1 if cfg.max_split_size >= SIZE_MAX else cfg.max_split_size)
+        self._stats = DeviceStats(reported_size(cfg.max_split_size))
         hot = self._stats.hot
         self._small = BlockPool(True, None, hot[1], 1)     # guarded by _lock
         self._large = BlockPool(False, None, hot[2], 2)    # guarded by _lock
@@ -649,7 +653,8 @@ class DeviceCachingAllocator:
         self.free(ptr, True)
 
     def _drain_pending_locked(self) -> None:
-        """Complete the frees and pool releases queued by finalizers (``_lock`` held)."""
+        """Complete the frees and pool releases queued by finalizers, then give back the cached
+        memory of the pools their MemPool's finalizer asked for (``_lock`` held)."""
         q = self._gc_pending
         while q:
             item = q.popleft()
@@ -660,6 +665,14 @@ class DeviceCachingAllocator:
                     self._pools.release(item)  # type: ignore[arg-type]
             except Exception as e:  # noqa: BLE001 - a finalizer's error is only reported
                 _report_finalizer_error(item, e)
+        empty = self._gc_empty
+        while empty:
+            pool_id = empty.popleft()
+            self._flush_deferred()
+            try:
+                release_cached_blocks(self, pool_id)
+            except Exception as e:  # noqa: BLE001 - a finalizer's error is only reported
+                _report_finalizer_error(f"return of the cached memory of MemPool {pool_id}", e)
 
     def drain_pending(self) -> bool:
         """Complete the frees queued by finalizers, and a deferred free, now, unless some
@@ -831,10 +844,11 @@ class DeviceCachingAllocator:
         """Drop one reference to private pool ``pool_id`` (:func:`._pools.release_pool`)."""
         release_pool(self, pool_id)
 
-    def release_pool_from_finalizer(self, pool_id: tuple[int, int]) -> None:
-        """:meth:`release_pool` for finalizers: never blocks
-        (:func:`._pools.release_pool_from_finalizer`)."""
-        release_pool_from_finalizer(self, pool_id)
+    def release_pool_from_finalizer(self, pool_id: tuple[int, int], *,
+                                    empty_cache: bool = False) -> None:
+        """:meth:`release_pool` (then, with ``empty_cache``, ``empty_cache(pool_id)``) for
+        finalizers: never blocks (:func:`._pools.release_pool_from_finalizer`)."""
+        release_pool_from_finalizer(self, pool_id, empty_cache=empty_cache)
 
     def pool_use_count(self, pool_id: tuple[int, int]) -> int:
         """References to private pool ``pool_id``, 0 if none
@@ -937,7 +951,10 @@ class DeviceCachingAllocator:
         return max_memory_allocated(self)
 
     def memory_reserved(self) -> int:
-        """``reserved_bytes.all.current``."""
+        """``reserved_bytes.all.current`` (with the work finalizers queued done: a collected
+        MemPool's cached memory is given back)."""
+        if self._gc_pending:
+            self.drain_pending()
         return self._stats.reserved_bytes[0].current
 
     def max_memory_reserved(self) -> int:
@@ -967,7 +984,8 @@ class DeviceCachingAllocator:
 
 
 def _report_finalizer_error(item: object, e: BaseException) -> None:
-    what = f"free of pointer {item:#x}" if isinstance(item, int) else f"release_pool({item})"
+    what = (f"free of pointer {item:#x}" if isinstance(item, int)
+            else item if isinstance(item, str) else f"release_pool({item})")
     import logging   # the "accelrt" logger; with no handler configured it reaches stderr
     logging.getLogger("accelrt.memory").error("Exception ignored in a queued finalizer %s:", what,
                                               exc_info=(type(e), e, e.__traceback__))

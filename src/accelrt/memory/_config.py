@@ -2,8 +2,11 @@
 
 The process-wide options come from the ``ACCELRT_ALLOC_CONF`` environment variable (read lazily,
 the first time an allocator needs them, never at import) and from
-:func:`set_allocator_settings`. The syntax is PyTorch's: ``key:value`` pairs separated by ``,``;
-list values in ``[k:v,...]``; booleans spelled exactly ``True``/``False``; spaces are ignored.
+:func:`set_allocator_settings`. The syntax is PyTorch's: ``key:value`` pairs separated by ``,``
+(a trailing ``,`` is allowed, an empty item is not); list values in ``[k:v,...]``; booleans
+spelled exactly ``True``/``False``; numbers in ASCII decimal (sizes and counts whole); ASCII
+whitespace is ignored. A key given twice takes its last value (``roundup_power2_divisions``
+lists edit one table: a later list changes only the intervals it names).
 
 Keys (see ``docs`` of PyTorch's ``PYTORCH_CUDA_ALLOC_CONF``):
 
@@ -13,7 +16,8 @@ Keys (see ``docs`` of PyTorch's ``PYTORCH_CUDA_ALLOC_CONF``):
 * ``large_segment_size_mb`` (> 10), ``max_split_size_mb`` and ``max_non_split_rounding_mb``
   (>= ``large_segment_size_mb``), ``roundup_power2_divisions`` (``N`` or ``[K:N,...,>:N]``),
   ``garbage_collection_threshold`` (a float in (0, 1)), ``expandable_segments``,
-  ``release_lock_on_cudamalloc``, ``per_process_memory_fraction`` (a float in [0, 1]),
+  ``release_lock_on_cudamalloc`` (or PyTorch's ROCm spelling ``release_lock_on_hipmalloc``,
+  which PyTorch accepts on every build), ``per_process_memory_fraction`` (a float in [0, 1]),
   ``throw_on_cudamalloc_oom``, ``graph_capture_record_stream_reuse`` (only ``False``: see
   :data:`REFUSED`);
 * host (pinned) pool keys, used by ``memory._host``: ``pinned_reserve_segment_size_mb``,
@@ -43,6 +47,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import threading
 from dataclasses import dataclass, field
 
@@ -59,6 +64,7 @@ __all__ = [
     "get_allocator_settings",
     "get_config",
     "parse_config",
+    "reported_size",
     "set_allocator_settings",
 ]
 
@@ -94,6 +100,20 @@ REFUSED: dict[str, str] = {
         "graph, and accelrt's backends expose no such query; remove the key (such blocks "
         "become reusable when the capture ends, as with False, PyTorch's default)"),
 }
+
+
+def reported_size(size: int) -> int:
+    """A ``size_t`` option as PyTorch reports it in the statistics and snapshots
+    (``static_cast<int64_t>``): ``SIZE_MAX`` (no limit) is -1, a huge clamped
+    ``max_split_size_mb`` negative.
+
+    Example::
+
+        >>> from accelrt.memory._config import SIZE_MAX, reported_size
+        >>> reported_size(SIZE_MAX), reported_size(128 * 2**20), reported_size(SIZE_MAX - 2**20 + 1)
+        (-1, 134217728, -1048576)
+    """
+    return size - (1 << 64) if size >= 1 << 63 else size
 
 
 def _default_divisions() -> tuple[int, ...]:
@@ -159,6 +179,20 @@ class AllocatorConfig:
 
 # ---------------------------------------------------------------------- parsing
 
+#: What the tokenizer skips: C's ``isspace`` (PyTorch's ``ConfigTokenizer``), not Unicode's.
+_SPACES = frozenset(" \t\n\v\f\r")
+_INT = re.compile(r"[+-]?[0-9]+")
+#: The longest number taken (a size that large is clamped to ``SIZE_MAX`` anyway; a longer one
+#: would only make the error messages long, or pass Python's limit on int conversion).
+_MAX_DIGITS = 100
+
+
+def _clip(text: str, limit: int = 60) -> str:
+    """``text`` cut to ``limit`` characters for an error message (a hostile settings string
+    may be megabytes long)."""
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def _tokenize(s: str) -> list[str]:
     tokens: list[str] = []
     buf: list[str] = []
@@ -168,7 +202,7 @@ def _tokenize(s: str) -> list[str]:
                 tokens.append("".join(buf))
                 buf.clear()
             tokens.append(ch)
-        elif not ch.isspace():
+        elif ch not in _SPACES:
             buf.append(ch)
     if buf:
         tokens.append("".join(buf))
@@ -194,8 +228,8 @@ class _Parser:
     def expect(self, ch: str, key: str) -> None:
         tok = self.next(f"'{ch}' after {key!r}")
         if tok != ch:
-            raise ValueError(f"accelrt allocator config: expected '{ch}' after {key!r}, got "
-                             f"{tok!r}; the syntax is key:value[,key:value...]")
+            raise ValueError(f"accelrt allocator config: expected '{ch}' after {_clip(key)!r}, "
+                             f"got {_clip(tok)!r}; the syntax is key:value[,key:value...]")
 
     def value(self, key: str) -> str:
         self.expect(":", key)
@@ -206,11 +240,15 @@ class _Parser:
 
 
 def _int(key: str, tok: str, accepted: str) -> int:
-    try:
-        return int(tok, 10)
-    except ValueError:
-        raise ValueError(f"accelrt allocator config: {key} expects {accepted}, got {tok!r}") \
-            from None
+    """``tok`` as an int: decimal ASCII digits with an optional sign, nothing else (Python's
+    ``int`` would also take ``1_000`` and other scripts' digits)."""
+    if _INT.fullmatch(tok) is None:
+        raise ValueError(f"accelrt allocator config: {key} expects {accepted}, got "
+                         f"{_clip(tok)!r}, which is not a whole number in decimal digits")
+    if len(tok) > _MAX_DIGITS:
+        raise ValueError(f"accelrt allocator config: {key} expects {accepted}, got a number of "
+                         f"{len(tok)} digits")
+    return int(tok, 10)
 
 
 def _bool(key: str, tok: str) -> bool:
@@ -218,16 +256,18 @@ def _bool(key: str, tok: str) -> bool:
         return True
     if tok == "False":
         return False
-    raise ValueError(f"accelrt allocator config: expected a single True/False argument for "
-                     f"{key}, got {tok!r}")
+    raise ValueError(f"accelrt allocator config: Expected a single True/False argument for "
+                     f"{key}, got {_clip(tok)!r}")
 
 
 def _float(key: str, tok: str, accepted: str) -> float:
-    try:
-        return float(tok)
-    except ValueError:
-        raise ValueError(f"accelrt allocator config: {key} expects {accepted}, got {tok!r}") \
-            from None
+    """``tok`` as a float, in ASCII without ``_`` (which Python's ``float`` would take)."""
+    if tok.isascii() and "_" not in tok:
+        try:
+            return float(tok)
+        except ValueError:
+            pass
+    raise ValueError(f"accelrt allocator config: {key} expects {accepted}, got {_clip(tok)!r}")
 
 
 def _is_pow2(n: int) -> bool:
@@ -237,35 +277,36 @@ def _is_pow2(n: int) -> bool:
 def _divisions_value(tok: str) -> int:
     v = _int("roundup_power2_divisions", tok, "a power of 2 (or 0 to disable rounding)")
     if v != 0 and not _is_pow2(v):
-        raise ValueError("accelrt allocator config: roundup_power2_divisions values must be a "
-                         f"power of 2 or 0 to disable the rounding, got {v}")
+        raise ValueError("accelrt allocator config: roundup_power2_divisions: For roundups, the "
+                         f"divisions has to be power of 2 or 0 to disable roundup, got {v}")
     return v
 
 
-def _parse_divisions(p: _Parser) -> tuple[int, ...]:
+def _parse_divisions(p: _Parser, table: tuple[int, ...]) -> tuple[int, ...]:
+    """``roundup_power2_divisions:N`` or ``:[K:N,...,>:N]`` applied to ``table`` (a repeated
+    key edits the table the earlier ones built, as in PyTorch)."""
     key = "roundup_power2_divisions"
     p.expect(":", key)
     tok = p.next(f"a value for {key!r}")
     if tok != "[":
-        v = _divisions_value(tok)
-        if v == 0:
-            raise ValueError("accelrt allocator config: roundup_power2_divisions must be a "
-                             "power of 2, got 0")
+        v = _int(key, tok, "a power of 2")
+        if not _is_pow2(v):
+            raise ValueError("accelrt allocator config: roundup_power2_divisions: For roundups, "
+                             f"the divisions has to be power of 2, got {v}")
         return (v,) * _NUM_INTERVALS
-    table = [0] * _NUM_INTERVALS
+    out = list(table)
     first = True
-    last_index = -1
-    while True:
-        k = p.next(f"an interval or ']' in {key}")
-        if k == "]":
-            break
+    last_index = 0   # PyTorch's start: a '>' before any interval leaves interval 0 as it was
+    k = p.next(f"an interval or ']' in {key}")
+    while k != "]":
         if k == ",":
-            continue
-        p.expect(":", f"{key} interval {k}")
+            raise ValueError(f"accelrt allocator config: empty item in the {key} list (a ',' "
+                             "after '[' or after another ','); remove the extra ','")
+        p.expect(":", f"{key} interval {_clip(k)}")
         v = _divisions_value(p.next(f"a division count in {key}"))
         if k == ">":
             for j in range(last_index + 1, _NUM_INTERVALS):
-                table[j] = v
+                out[j] = v
         else:
             size_mb = _int(key, k, "interval sizes in MB that are powers of 2, or '>'")
             if not _is_pow2(size_mb):
@@ -274,19 +315,29 @@ def _parse_divisions(p: _Parser) -> tuple[int, ...]:
             index = min(size_mb.bit_length() - 1, _NUM_INTERVALS - 1)
             if first:
                 for j in range(index):
-                    table[j] = v
+                    out[j] = v
                 first = False
-            table[index] = v
+            out[index] = v
             last_index = index
-    return tuple(table)
+        sep = p.next(f"',' or ']' in {key}")
+        if sep == ",":
+            k = p.next(f"an interval or ']' in {key}")   # a ']' here: a trailing comma
+        elif sep != "]":
+            raise ValueError(f"accelrt allocator config: expected ',' or ']' in {key}, got "
+                             f"{sep!r}")
+        else:
+            k = sep
+    return tuple(out)
 
 
 _KEYS = frozenset({
     "backend", "large_segment_size_mb", "max_split_size_mb", "max_non_split_rounding_mb",
     "roundup_power2_divisions", "garbage_collection_threshold", "expandable_segments",
-    "release_lock_on_cudamalloc", "release_lock_on_malloc", "per_process_memory_fraction",
+    "release_lock_on_cudamalloc", "release_lock_on_hipmalloc", "release_lock_on_malloc",
+    "per_process_memory_fraction",
     "throw_on_cudamalloc_oom", "throw_on_malloc_oom", "graph_capture_record_stream_reuse",
-    "page_reuse", "pinned_use_cuda_host_register", "pinned_use_host_register",
+    "page_reuse", "pinned_use_cuda_host_register", "pinned_use_hip_host_register",
+    "pinned_use_host_register",
     "pinned_num_register_threads", "pinned_reserve_segment_size_mb",
     "pinned_use_background_threads", "pinned_free_catch_all", "pinned_max_round_threshold_mb",
     "pinned_max_cached_size_mb",
@@ -297,14 +348,13 @@ def _unknown_key_message(key: str) -> str:
     import difflib
     close = difflib.get_close_matches(key.lower(), sorted(_KEYS), n=1, cutoff=0.6)
     hint = f"; did you mean {close[0]}?" if close else "."
-    return (f"Unrecognized key '{key}' in accelrt allocator config{hint} Valid keys: "
+    return (f"Unrecognized key '{_clip(key)}' in accelrt allocator config{hint} Valid keys: "
             f"{', '.join(sorted(_KEYS))}.")
 
 
 def _from(source: str, settings: str, exc: ValueError) -> ValueError:
     """``exc`` with where the settings string came from in front."""
-    shown = settings if len(settings) <= 200 else settings[:197] + "..."
-    return ValueError(f"{source}={shown!r}: {exc}")
+    return ValueError(f"{source}={_clip(settings, 200)!r}: {exc}")
 
 
 def parse_config(settings: str, base: AllocatorConfig | None = None) -> AllocatorConfig:
@@ -343,14 +393,15 @@ def parse_config(settings: str, base: AllocatorConfig | None = None) -> Allocato
                 raise ValueError("accelrt allocator config: expected large_segment_size_mb:N")
             mb = _int("large_segment_size_mb", tokens[j + 2], "an integer number of MB > 10")
             if mb <= 10:
-                raise ValueError("accelrt allocator config: large_segment_size_mb must be > 10, "
-                                 f"got {mb}")
-            lss = mb * MB
+                raise ValueError("accelrt allocator config: large_segment_size_mb must be > 10 "
+                                 f"MB, got {mb}")
+            lss = min(mb, _MAX_MB) * MB
+    divisions = _default_divisions()
     vals: dict[str, object] = {
         "large_segment_size": lss,
         "max_split_size": SIZE_MAX,
         "max_non_split_rounding_size": lss,
-        "roundup_power2_divisions": _default_divisions(),
+        "roundup_power2_divisions": divisions,
         "garbage_collection_threshold": 0.0,
         "settings": settings,
     }
@@ -358,11 +409,14 @@ def parse_config(settings: str, base: AllocatorConfig | None = None) -> Allocato
     while not p.at_end():
         key = p.next("a key")
         if key == ",":
-            continue
+            raise ValueError("accelrt allocator config: empty item (a ',' at the start or "
+                             "after another ','; PyTorch: Unrecognized key ','); remove the "
+                             "extra ','")
         if key not in _KEYS:
             raise ValueError(_unknown_key_message(key))
         if key == "roundup_power2_divisions":
-            vals["roundup_power2_divisions"] = _parse_divisions(p)
+            divisions = _parse_divisions(p, divisions)
+            vals["roundup_power2_divisions"] = divisions
         else:
             tok = p.value(key)
             _apply_key(vals, key, tok, lss_mb)
@@ -374,8 +428,8 @@ def parse_config(settings: str, base: AllocatorConfig | None = None) -> Allocato
 def _apply_key(vals: dict[str, object], key: str, tok: str, lss_mb: int) -> None:
     if key == "backend":
         if tok not in ALLOCATOR_BACKENDS:
-            raise ValueError(f"accelrt allocator config: Unknown allocator backend {tok!r}, "
-                             "options are native and cudaMallocAsync")
+            raise ValueError(f"accelrt allocator config: Unknown allocator backend "
+                             f"{_clip(tok)!r}, options are native and cudaMallocAsync")
         vals["backend"] = tok
     elif key == "large_segment_size_mb":
         pass  # handled in the first pass
@@ -391,18 +445,19 @@ def _apply_key(vals: dict[str, object], key: str, tok: str, lss_mb: int) -> None
         t = _float(key, tok, "a float in (0.0, 1.0)")
         if not 0.0 < t < 1.0:
             raise ValueError("accelrt allocator config: garbage_collection_threshold is invalid, "
-                             f"set it in (0.0, 1.0); got {tok}")
+                             f"set it in (0.0, 1.0); got {_clip(tok)}")
         vals["garbage_collection_threshold"] = t
     elif key == "per_process_memory_fraction":
         f = _float(key, tok, "a float in [0.0, 1.0]")
         if not 0.0 <= f <= 1.0:
             # PyTorch's CUDAAllocatorConfig message (a ValueError there too)
             raise ValueError("accelrt allocator config: per_process_memory_fraction is invalid, "
-                             f"set it in [0.0, 1.0]; got {tok}")
+                             f"set it in [0.0, 1.0]; got {_clip(tok)}")
         vals["per_process_memory_fraction"] = f
     elif key == "expandable_segments":
         vals["expandable_segments"] = _bool(key, tok)
-    elif key in ("release_lock_on_cudamalloc", "release_lock_on_malloc"):
+    elif key in ("release_lock_on_cudamalloc", "release_lock_on_hipmalloc",
+                 "release_lock_on_malloc"):
         vals["release_lock_on_malloc"] = _bool(key, tok)
     elif key in ("throw_on_cudamalloc_oom", "throw_on_malloc_oom"):
         vals["throw_on_malloc_oom"] = _bool(key, tok)
@@ -412,7 +467,8 @@ def _apply_key(vals: dict[str, object], key: str, tok: str, lss_mb: int) -> None
         vals["graph_capture_record_stream_reuse"] = False
     elif key == "page_reuse":
         vals["page_reuse"] = _bool(key, tok)
-    elif key in ("pinned_use_cuda_host_register", "pinned_use_host_register"):
+    elif key in ("pinned_use_cuda_host_register", "pinned_use_hip_host_register",
+                 "pinned_use_host_register"):
         if _bool(key, tok):
             raise ValueError("accelrt allocator config: "
                              + REFUSED["pinned_use_cuda_host_register"].replace(
@@ -424,18 +480,27 @@ def _apply_key(vals: dict[str, object], key: str, tok: str, lss_mb: int) -> None
         vals["pinned_free_catch_all"] = _bool(key, tok)
     elif key == "pinned_num_register_threads":
         n = _int(key, tok, f"a power of 2 <= {_MAX_REGISTER_THREADS}")
-        if not _is_pow2(n) or n > _MAX_REGISTER_THREADS:
-            raise ValueError("accelrt allocator config: pinned_num_register_threads has to be a "
-                             f"power of 2 <= {_MAX_REGISTER_THREADS}, got {n}")
+        if not _is_pow2(n):
+            raise ValueError(f"accelrt allocator config: {key}: Number of register threads has "
+                             f"to be power of 2, got {n}")
+        if n > _MAX_REGISTER_THREADS:
+            raise ValueError(f"accelrt allocator config: {key}: Number of register threads "
+                             f"should be less than or equal to {_MAX_REGISTER_THREADS}, got {n}")
         if n != 1:
             raise ValueError(f"accelrt allocator config: {REFUSED[key]}; got {n}")
         vals["pinned_num_register_threads"] = n
-    else:  # the pinned_*_mb sizes
+    elif key == "pinned_reserve_segment_size_mb":
+        mb = _int(key, tok, "a positive integer number of MB")
+        if mb <= 0:
+            raise ValueError(f"accelrt allocator config: {key}: Pinned reserve segment size has "
+                             f"to be greater than 0, got {mb} (leave the key out for no reserve "
+                             "segment)")
+        vals["pinned_reserve_segment_size"] = min(mb, _MAX_MB) * MB
+    else:  # the other pinned_*_mb sizes
         mb = _int(key, tok, "a non-negative integer number of MB")
         if mb < 0:
             raise ValueError(f"accelrt allocator config: {key} must be >= 0, got {mb}")
-        field_name = {"pinned_reserve_segment_size_mb": "pinned_reserve_segment_size",
-                      "pinned_max_round_threshold_mb": "pinned_max_round_threshold",
+        field_name = {"pinned_max_round_threshold_mb": "pinned_max_round_threshold",
                       "pinned_max_cached_size_mb": "pinned_max_cached_size"}[key]
         vals[field_name] = min(mb, _MAX_MB) * MB
 
@@ -444,6 +509,10 @@ def _apply_key(vals: dict[str, object], key: str, tok: str, lss_mb: int) -> None
 
 _lock = reinit_after_fork(threading.Lock())
 _current: AllocatorConfig | None = None   # guarded by _lock
+#: Held by :func:`set_allocator_settings` from reading the options to applying the new ones, so
+#: that two changes at once do not both start from the same options (the second would drop a
+#: key the first set, where PyTorch's parses edit one shared state).
+_set_lock = reinit_after_fork(threading.Lock())
 
 
 def check_fraction(fraction: object) -> float:
@@ -504,7 +573,8 @@ def set_allocator_settings(settings: str) -> None:
 
     Existing allocators take the new ``max_split_size_mb``, ``max_non_split_rounding_mb``,
     ``roundup_power2_divisions``, ``garbage_collection_threshold`` and ``expandable_segments``
-    (which affects segments created from now on); new allocators use all of it.
+    (which affects segments created from now on); new allocators use all of it. Calls from
+    several threads take effect one after the other, each on the options the last one left.
 
     Args:
         settings: a string in ``PYTORCH_CUDA_ALLOC_CONF`` syntax.
@@ -526,15 +596,16 @@ def set_allocator_settings(settings: str) -> None:
     global _current
     from . import _allocator  # late import: the allocator module imports this one
 
-    base = get_config()
-    try:
-        cfg = parse_config(settings, base)
-    except ValueError as exc:
-        raise _from("set_allocator_settings", settings, exc) from None
-    _allocator._check_config_for_all(cfg)
-    with _lock:
-        _current = cfg
-    _allocator._apply_config_to_all(cfg)
+    with _set_lock:
+        base = get_config()
+        try:
+            cfg = parse_config(settings, base)
+        except ValueError as exc:
+            raise _from("set_allocator_settings", settings, exc) from None
+        _allocator._check_config_for_all(cfg)
+        with _lock:
+            _current = cfg
+        _allocator._apply_config_to_all(cfg)
 
 
 def get_allocator_settings() -> str:

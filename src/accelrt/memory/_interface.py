@@ -80,6 +80,8 @@ class AllocatorCore(Protocol):
     _stats: DeviceStats
     #: frees and pool releases queued by finalizers (appended without the lock)
     _gc_pending: deque[int | tuple[int, int]]
+    #: private pools to empty after their queued release (a collected MemPool's)
+    _gc_empty: deque[tuple[int, int]]
     #: the history recorder while recording, else None
     _history: History | None
 

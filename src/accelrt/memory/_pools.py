@@ -379,11 +379,14 @@ def release_pool(a: AllocatorCore, pool_id: tuple[int, int]) -> None:
         a._pools.release(pool_id)
 
 
-def release_pool_from_finalizer(a: AllocatorCore, pool_id: tuple[int, int]) -> None:
-    """:func:`release_pool` for finalizers (``Graph.__del__``): never blocks.
+def release_pool_from_finalizer(a: AllocatorCore, pool_id: tuple[int, int], *,
+                                empty_cache: bool = False) -> None:
+    """:func:`release_pool` for finalizers (``Graph.__del__``, a collected ``MemPool``): never
+    blocks. With ``empty_cache``, the pool's cached memory is then given back as by
+    ``empty_cache(pool_id)`` (PyTorch's ``~MemPool``).
 
     If the lock is held (maybe by this very thread, the garbage collector having run the
-    finalizer inside the allocator's critical section) the release is queued and done at
+    finalizer inside the allocator's critical section) the work is queued and done at
     the holder's next drain point, like :meth:`DeviceCachingAllocator.free_from_finalizer`.
 
     Raises:
@@ -399,6 +402,8 @@ def release_pool_from_finalizer(a: AllocatorCore, pool_id: tuple[int, int]) -> N
         0
     """
     pool_id = check_pool_id(pool_id)
+    if empty_cache:
+        a._gc_empty.append(pool_id)   # first: a drain that sees the release sees this too
     a._gc_pending.append(pool_id)
     if a._lock.try_acquire():
         try:

@@ -114,7 +114,8 @@ class ReplacedAllocator(DeviceCachingAllocator):
     def release_pool(self, pool_id: tuple[int, int]) -> None:
         """No-op (PyTorch's releasePool does nothing here)."""
 
-    def release_pool_from_finalizer(self, pool_id: tuple[int, int]) -> None:
+    def release_pool_from_finalizer(self, pool_id: tuple[int, int], *,
+                                    empty_cache: bool = False) -> None:
         """No-op."""
 
     def pool_use_count(self, pool_id: tuple[int, int]) -> int:
