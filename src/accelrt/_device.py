@@ -18,7 +18,7 @@ import os
 import re
 import threading
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from . import _backend
 from ._errors import AcceleratorIndexError, AcceleratorValueError, BackendUnavailableError
@@ -745,7 +745,9 @@ class device_index:
     previous one on exit.
 
     ``None`` (or a negative index) makes it a no-op. The index is checked on entry. One
-    object may be entered again while active (nested); each exit restores its own level.
+    object may be entered again while active (nested), or by several threads at once: each
+    exit restores the device its own thread had at its innermost open entry (an exit in a
+    thread without an open entry changes nothing).
 
     Args:
         device: a device index of the current accelerator, or ``None``.
@@ -764,13 +766,19 @@ class device_index:
         ...     pass
     """
 
-    __slots__ = ("_b", "_outer", "idx", "prev_idx")
-    # _b: the backend entered (None when not active); _outer: (backend, prev_idx) of the
-    # enclosing entries when the same object is entered again while active (None until then)
+    __slots__ = ("_d", "_name", "_outer", "idx", "prev_idx")
+    # The open entries, innermost last: the latest in (_d, _name, prev_idx), the earlier ones
+    # in _outer (None until needed). _d is the entering thread's _tls.device dict (it tells
+    # the threads apart; None when no entry is open), _name the backend entered, prev_idx the
+    # index to restore (-1: the entry changed nothing).
 
     #: Fixed backend name (device-specific modules such as ``accelrt.cpu``); ``None`` means the
     #: current accelerator.
-    _backend_name: str | None = None
+    _backend_name: ClassVar[str | None] = None
+    #: True: an exit without an open entry of the calling thread raises ``RuntimeError``, and
+    #: an entry that changes nothing (negative index) is an open entry too (the device
+    #: modules' ``device`` context managers).
+    _strict_exit: ClassVar[bool] = False
 
     def __init__(self, device: int | None, /) -> None:
         if device is not None and type(device) is not int and (
@@ -778,12 +786,15 @@ class device_index:
             raise TypeError(f"device_index() takes an int or None, got {type(device).__name__}")
         self.idx = device if device is None or type(device) is int else _plain_int(device)
         self.prev_idx = -1
-        self._b: Backend | None = None
-        self._outer: list[tuple[Backend, int]] | None = None
+        self._d: dict[str, int] | None = None
+        self._name = ""
+        self._outer: list[tuple[dict[str, int], str, int]] | None = None
 
     def __enter__(self) -> None:
         idx = self.idx
         if idx is None or idx < 0:
+            if self._strict_exit:
+                self._open(_tls.device, "", -1)
             return
         name = self._backend_name
         if name is not None:
@@ -792,24 +803,44 @@ class device_index:
             b = _current_backend if _current_backend is not None else _require_current()
         if idx >= b.device_count():
             _check_index(b, idx)
-        if self._b is not None:  # entered again while active: keep the outer level's state
-            if self._outer is None:
-                self._outer = []
-            self._outer.append((self._b, self.prev_idx))
         d = _tls.device
         bname = b.name
-        self.prev_idx = d.get(bname, 0)
+        self._open(d, bname, d.get(bname, 0))
         d[bname] = idx
-        self._b = b
+
+    def _open(self, d: dict[str, int], name: str, prev: int) -> None:
+        if self._d is not None:      # entered again while active (here or in another thread)
+            if self._outer is None:
+                self._outer = []
+            self._outer.append((self._d, self._name, self.prev_idx))
+        self._d = d
+        self._name = name
+        self.prev_idx = prev
 
     def __exit__(self, *exc: object) -> None:
-        b = self._b
-        if b is not None:
-            _tls.device[b.name] = self.prev_idx
-            if self._outer:
-                self._b, self.prev_idx = self._outer.pop()
+        d = _tls.device
+        if self._d is d:             # the latest entry is this thread's
+            prev = self.prev_idx
+            if prev >= 0:
+                d[self._name] = prev
+            outer = self._outer
+            if outer:
+                self._d, self._name, self.prev_idx = outer.pop()
             else:
-                self._b = None
+                self._d = None
+            return
+        outer = self._outer
+        if outer:                    # this thread's innermost open entry among the earlier
+            for i in range(len(outer) - 1, -1, -1):
+                entry = outer[i]
+                if entry[0] is d:
+                    del outer[i]
+                    if entry[2] >= 0:
+                        d[entry[1]] = entry[2]
+                    return
+        if self._strict_exit:
+            raise RuntimeError(f"{type(self).__name__}.__exit__ without a matching __enter__ in "
+                               "this thread; use 'with'")
 
 
 def _deprecated(old: str, new: str) -> None:
