@@ -19,6 +19,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -600,6 +601,51 @@ def plug_lib(tmp_path_factory: pytest.TempPathFactory) -> str:
     subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(so), str(src)], check=True,
                    capture_output=True, timeout=120)
     return str(so)
+
+
+def test_a_missing_library_raises_pytorchs_oserror(tmp_path: Path) -> None:
+    """torch's ``CUDAPluggableAllocator`` loads the library with ``ctypes.CDLL``, which raises
+    ``OSError``; accelrt's ``ValueError`` (with the fix in its message) is that ``OSError``."""
+    for path in (tmp_path / "missing.so", str(tmp_path / "missing.so"), "libnope25.so",
+                 str(tmp_path)):
+        with pytest.raises(OSError, match="cannot load the pluggable allocator library") as info:
+            memory.PluggableAllocator(path, "p25_alloc", "p25_free")
+        assert isinstance(info.value, ValueError)
+    (tmp_path / "text.so").write_text("not a library")
+    with pytest.raises(OSError, match="cannot load"):
+        memory.PluggableAllocator(tmp_path / "text.so", "p25_alloc", "p25_free")
+
+
+@pytest.mark.parametrize("path", ["", "lib\0x.so"])
+def test_an_empty_path_or_one_with_a_nul_is_refused(path: str) -> None:
+    # ctypes.CDLL("") would load the program itself (dlopen(NULL)), whose malloc/free then
+    # pass for an allocator; a NUL would end the path early
+    with pytest.raises(OSError, match="cannot load the pluggable allocator library") as info:
+        memory.PluggableAllocator(path, "malloc", "free")
+    assert isinstance(info.value, ValueError)
+
+
+@pytest.mark.parametrize(("alloc", "free", "what"), [
+    ("nope", "p25_free", "alloc"), ("p25_alloc", "nope", "free"), ("", "p25_free", "alloc"),
+    ("__init__", "p25_free", "alloc"), ("_handle", "p25_free", "alloc"),
+    ("p25_alloc", "_name", "free"), ("__getattr__", "p25_free", "alloc"),
+])
+def test_a_missing_symbol_raises_pytorchs_attributeerror(plug_lib: str, alloc: str, free: str,
+                                                         what: str) -> None:
+    """torch looks the functions up with ``getattr(CDLL, name)``: ``AttributeError``. Names
+    of the ``CDLL`` object's own attributes (``_handle``, ``__init__``) are symbols too."""
+    with pytest.raises(AttributeError, match=f"has no {what} function") as info:
+        memory.PluggableAllocator(plug_lib, alloc, free)
+    assert isinstance(info.value, ValueError)
+
+
+@pytest.mark.parametrize(("alloc", "free"), [("p25_alloc\0x", "p25_free"),
+                                             ("p25_alloc", "p25_free\0")])
+def test_a_function_name_with_a_nul_is_refused_not_cut_short(plug_lib: str, alloc: str,
+                                                             free: str) -> None:
+    # dlsym would read "p25_alloc\0x" as "p25_alloc" and find it
+    with pytest.raises(ValueError, match="NUL"):
+        memory.PluggableAllocator(plug_lib, alloc, free)
 
 
 def test_a_library_allocator_replaces_and_then_cannot_be_swapped(plug_lib: str) -> None:

@@ -136,6 +136,17 @@ class _LiveRanges:
 
 _live_ranges = _LiveRanges()
 
+class _LibraryError(ValueError, OSError):
+    """The library of a :class:`PluggableAllocator` cannot be loaded: a ``ValueError`` and the
+    ``OSError`` that PyTorch's ``CUDAPluggableAllocator`` (``ctypes.CDLL``) raises."""
+
+
+class _SymbolError(ValueError, AttributeError):
+    """The library of a :class:`PluggableAllocator` lacks a function: a ``ValueError`` and the
+    ``AttributeError`` that PyTorch's ``CUDAPluggableAllocator`` (``getattr(CDLL, name)``)
+    raises."""
+
+
 class PluggableAllocator:
     """A raw device allocator in a shared library, PyTorch's ``CUDAPluggableAllocator``.
 
@@ -148,7 +159,10 @@ class PluggableAllocator:
 
     Raises:
         TypeError: an argument is not a string (or a path for ``path_to_so_file``).
-        ValueError: the library cannot be loaded, or lacks one of the functions.
+        ValueError: the library cannot be loaded (also an ``OSError``, as PyTorch's; an empty
+            path, which would load the program itself, is refused too), or lacks one of the
+            functions (also an ``AttributeError``, as PyTorch's), or a function name contains
+            a NUL character.
 
     Use it with :func:`change_current_allocator` or ``MemPool(allocator=...)``;
     :meth:`from_callables` makes one from two Python functions.
@@ -172,20 +186,30 @@ class PluggableAllocator:
             if not isinstance(val, str):
                 raise TypeError(f"{what} must be a str, got {type(val).__name__}")
         path = os.fspath(path_to_so_file)
+        if not isinstance(path, str):
+            raise TypeError(f"path_to_so_file must be a str or a path, got a path of "
+                            f"{type(path).__name__}")
+        problem = ("the path is empty (ctypes would load the program itself)" if not path
+                   else "the path contains a NUL character" if "\0" in path else None)
         try:
+            if problem is not None:
+                raise OSError(problem)
             lib = ctypes.CDLL(path)
         except OSError as exc:
-            raise ValueError(f"cannot load the pluggable allocator library {path!r}: {exc}; "
-                             "pass the path of a shared library (.so) built for this "
-                             "machine") from exc
+            raise _LibraryError(f"cannot load the pluggable allocator library {path!r}: {exc}; "
+                                "pass the path of a shared library (.so) built for this "
+                                "machine") from exc
         fns = []
         for what, name in (("alloc", alloc_fn_name), ("free", free_fn_name)):
+            if "\0" in name:
+                raise ValueError(f"{what}_fn_name {name!r} contains a NUL character (the C "
+                                 "lookup would stop there); pass the function's name")
             try:
-                fn = getattr(lib, name)
+                fn = lib[name]    # always a symbol lookup, never an attribute of the CDLL
             except AttributeError:
-                raise ValueError(f"the pluggable allocator library {path!r} has no {what} "
-                                 f"function {name!r}; export it with C linkage (extern \"C\" in "
-                                 "C++)") from None
+                raise _SymbolError(f"the pluggable allocator library {path!r} has no {what} "
+                                   f"function {name!r}; export it with C linkage (extern \"C\" "
+                                   "in C++)") from None
             fns.append(fn)
         c_alloc, c_free = fns
         c_alloc.restype = ctypes.c_void_p
