@@ -390,6 +390,35 @@ def test_sync_debug_mode_device_type_checks(debug_mode: None) -> None:
     assert acc.get_sync_debug_mode("cpu") == 0
 
 
+@pytest.mark.parametrize("name", ["nope", "cpu:0", "CPU", ""])
+def test_get_sync_debug_mode_of_an_unknown_backend_is_refused_as_set_refuses_it(
+        name: str) -> None:
+    # a typo must not read as "default"
+    with pytest.raises(acc.BackendUnavailableError, match=f"Unknown backend {name!r}"):
+        acc.get_sync_debug_mode(name)
+
+
+def test_get_sync_debug_mode_of_a_registered_but_unusable_backend_is_0() -> None:
+    """Reading the mode needs no device: a backend that cannot be used here (no driver) is
+    in the default mode, and reading it does not raise."""
+    from accelrt.testing import SimulatedBackend
+
+    class Unusable(SimulatedBackend):
+        name = "unusable25"
+
+        @classmethod
+        def unavailable_reason(cls) -> str | None:
+            return "no driver"
+
+    backends.register("unusable25", Unusable, replace=True)
+    try:
+        assert acc.get_sync_debug_mode("unusable25") == 0
+        with pytest.raises(acc.BackendUnavailableError, match="no driver"):
+            acc.set_sync_debug_mode(1, "unusable25")
+    finally:
+        backends.unregister("unusable25")
+
+
 def test_sync_debug_mode_scope_per_backend_and_per_module(debug_mode: None, four: str) -> None:
     mod = acc.backends.device_module(NAME)
     mod.set_sync_debug_mode("warn")
