@@ -600,11 +600,18 @@ def _check_index(b: Backend, index: int) -> int:
 _resolved: dict[object, tuple[Backend, int]] = {}
 
 
+class _WrongDeviceError(TypeError, ValueError):
+    """A device argument of another type than a device, int, str or None: a ``TypeError``,
+    and the ``ValueError`` that PyTorch's ``set_device_index``/``torch.cuda.set_device``
+    (``_get_device_index(optional=False)``) raise for it."""
+
+
 def _wrong_device(dev: object) -> TypeError:
     """The error for a device argument of another type than a device, int, str or None
-    (PyTorch's ``_get_device_index`` reads any such argument as ``None``, the current device;
-    accelrt refuses it, naming the type and, for an integer of another type or a device
-    module's ``device`` context manager, what to pass instead).
+    (PyTorch's ``_get_device_index`` reads any such argument as ``None``, the current device,
+    where it may be omitted, and raises ``ValueError`` where not; accelrt refuses it, naming
+    the type and, for an integer of another type or a device module's ``device`` context
+    manager, what to pass instead, with a :class:`_WrongDeviceError`, also a ``ValueError``).
 
     Example::
 
@@ -623,7 +630,7 @@ def _wrong_device(dev: object) -> TypeError:
             hint = ""
     elif isinstance(getattr(dev, "idx", None), int) and hasattr(cls, "_backend_name"):
         hint = f"; pass its index ({dev.idx!r}) or a device string"   # type: ignore[attr-defined]
-    return TypeError(f"expected a device, int, str or None, got {name}{hint}")
+    return _WrongDeviceError(f"expected a device, int, str or None, got {name}{hint}")
 
 
 def _get_device(dev: DeviceLike, *, optional: bool = True,
@@ -715,7 +722,8 @@ def set_device_index(device: DeviceLike, /) -> None:
         device: an int, a device of the current accelerator, or a string such as ``"cpu:0"``.
 
     Raises:
-        TypeError: ``device`` is not an int, str or device.
+        TypeError: ``device`` is not an int, str or device (also a ``ValueError``, as
+            PyTorch raises ``ValueError`` for it).
         ValueError: the device is of another backend, or has no index.
         IndexError: the index is out of range.
 

@@ -114,6 +114,21 @@ def test_set_device_index_refusals_change_nothing(four: str, arg: Any, error: ty
     assert acc.current_device_index() == 1
 
 
+@pytest.mark.parametrize("arg", [1.0, float("nan"), np.int64(1), np.int8(-1), True, False,
+                                 np.bool_(True), [1], object()])
+def test_set_device_index_of_another_type_is_a_type_and_value_error(four: str,
+                                                                    arg: Any) -> None:
+    """torch's ``_get_device_index(optional=False)`` raises ``ValueError`` ("Expected a
+    torch.device with a specified index or an integer") for an argument that is neither an
+    int, a str nor a device; accelrt's ``TypeError`` is that ``ValueError`` too."""
+    acc.set_device_index(2)
+    for call in (acc.set_device_index, acc.backends.device_module(NAME).set_device):
+        with pytest.raises(TypeError, match="^expected a device, int, str or None, got") as info:
+            call(arg)
+        assert isinstance(info.value, ValueError)
+    assert acc.current_device_index() == 2
+
+
 def test_set_device_index_is_positional_only_and_the_aliases_warn(four: str) -> None:
     with pytest.raises(TypeError, match="positional"):
         acc.set_device_index(device=1)  # type: ignore[call-arg]
