@@ -692,6 +692,48 @@ def test_a_function_name_with_a_nul_is_refused_not_cut_short(plug_lib: str, allo
         memory.PluggableAllocator(plug_lib, alloc, free)
 
 
+def _has_dladdr1() -> bool:
+    """glibc's ``dladdr1`` (which reads a symbol's ELF type) is there, in a 64-bit process."""
+    for lib in (None, "libdl.so.2"):
+        try:
+            ctypes.CDLL(lib)["dladdr1"]
+        except (OSError, AttributeError):
+            continue
+        return ctypes.sizeof(ctypes.c_void_p) == 8
+    return False
+
+
+def test_a_variable_named_as_a_function_is_refused_instead_of_crashing(plug_lib: str) -> None:
+    """torch would call a variable's address as ``alloc`` and crash the process (SIGSEGV); the
+    name is refused when the library is loaded (the check runs in a subprocess: before it,
+    the allocation below killed the interpreter)."""
+    if not _has_dladdr1():
+        pytest.skip("this C library cannot tell variables from functions (no dladdr1)")
+    code = f"""
+import accelrt as acc
+from accelrt import backends, memory
+from accelrt.backends.cpu import CpuBackend
+backends.register("var25", lambda: CpuBackend(name="var25"), replace=True)
+for names in (("p25_data", "p25_free"), ("p25_alloc", "p25_data")):
+    try:
+        plug = memory.PluggableAllocator({plug_lib!r}, *names)
+    except ValueError as exc:
+        print("refused:", exc)
+        continue
+    memory.change_current_allocator(plug, "var25")
+    x = acc.zeros(4, device="var25:0")
+    del x
+    print("allocated")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, (out.returncode, out.stderr[-2000:])
+    assert out.stdout.splitlines() == [
+        f"refused: 'p25_data' in the pluggable allocator library {plug_lib!r} is a variable, "
+        f"not a function: calling it would crash the process; pass the name of its {what} "
+        "function" for what in ("alloc", "free")]
+
+
 def test_a_library_allocator_replaces_and_then_cannot_be_swapped(plug_lib: str) -> None:
     name = _fresh_backend()
     plug = memory.PluggableAllocator(plug_lib, "p25_alloc", "p25_free")
