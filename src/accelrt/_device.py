@@ -409,11 +409,15 @@ class _ThreadState(threading.local):
         # the open ``with stream:`` blocks, innermost last: (stream, previous device index,
         # previous current stream of its device or None)
         self.entered: list[tuple[Any, int, Any]] = []
-        # (device, stream, inited) and (device, stream, entered) in one thread-local lookup
-        # for the hot paths; never rebind the containers above (mutate them), or these
-        # aliases go stale
+        # the open ``device_index`` (and device module ``device``) blocks, innermost last:
+        # (context manager, backend name, previous index or -1 for "changed nothing")
+        self.switched: list[tuple[Any, str, int]] = []
+        # (device, stream, inited), (device, stream, entered) and (device, switched) in one
+        # thread-local lookup for the hot paths; never rebind the containers above (mutate
+        # them), or these aliases go stale
         self.hot = (self.device, self.stream, self.inited)
         self.enter = (self.device, self.stream, self.entered)
+        self.switch = (self.device, self.switched)
 
 
 _tls = _ThreadState()
@@ -774,11 +778,9 @@ class device_index:
         ...     pass
     """
 
-    __slots__ = ("_d", "_name", "_outer", "idx", "prev_idx")
-    # The open entries, innermost last: the latest in (_d, _name, prev_idx), the earlier ones
-    # in _outer (None until needed). _d is the entering thread's _tls.device dict (it tells
-    # the threads apart; None when no entry is open), _name the backend entered, prev_idx the
-    # index to restore (-1: the entry changed nothing).
+    __slots__ = ("idx", "prev_idx")
+    # The open entries live in the entering thread's state (``_tls.switched``, innermost
+    # last), so threads sharing one object never touch each other's.
 
     #: Fixed backend name (device-specific modules such as ``accelrt.cpu``); ``None`` means the
     #: current accelerator.
@@ -794,15 +796,12 @@ class device_index:
             raise TypeError(f"device_index() takes an int or None, got {type(device).__name__}")
         self.idx = device if device is None or type(device) is int else _plain_int(device)
         self.prev_idx = -1
-        self._d: dict[str, int] | None = None
-        self._name = ""
-        self._outer: list[tuple[dict[str, int], str, int]] | None = None
 
     def __enter__(self) -> None:
         idx = self.idx
         if idx is None or idx < 0:
             if self._strict_exit:
-                self._open(_tls.device, "", -1)
+                _tls.switched.append((self, "", -1))
             return
         name = self._backend_name
         if name is not None:
@@ -811,44 +810,29 @@ class device_index:
             b = _current_backend if _current_backend is not None else _require_current()
         if idx >= b.device_count():
             _check_index(b, idx)
-        d = _tls.device
+        d, switched = _tls.switch
         bname = b.name
-        self._open(d, bname, d.get(bname, 0))
+        prev = d.get(bname, 0)
+        switched.append((self, bname, prev))
+        self.prev_idx = prev
         d[bname] = idx
 
-    def _open(self, d: dict[str, int], name: str, prev: int) -> None:
-        if self._d is not None:      # entered again while active (here or in another thread)
-            if self._outer is None:
-                self._outer = []
-            self._outer.append((self._d, self._name, self.prev_idx))
-        self._d = d
-        self._name = name
-        self.prev_idx = prev
-
     def __exit__(self, *exc: object) -> None:
-        d = _tls.device
-        if self._d is d:             # the latest entry is this thread's
-            prev = self.prev_idx
-            if prev >= 0:
-                d[self._name] = prev
-            outer = self._outer
-            if outer:
-                self._d, self._name, self.prev_idx = outer.pop()
+        d, switched = _tls.switch
+        if switched and switched[-1][0] is self:
+            _, name, prev = switched.pop()
+        else:     # left out of order, or not entered in this thread
+            for i in range(len(switched) - 2, -1, -1):
+                if switched[i][0] is self:
+                    _, name, prev = switched.pop(i)
+                    break
             else:
-                self._d = None
-            return
-        outer = self._outer
-        if outer:                    # this thread's innermost open entry among the earlier
-            for i in range(len(outer) - 1, -1, -1):
-                entry = outer[i]
-                if entry[0] is d:
-                    del outer[i]
-                    if entry[2] >= 0:
-                        d[entry[1]] = entry[2]
-                    return
-        if self._strict_exit:
-            raise RuntimeError(f"{type(self).__name__}.__exit__ without a matching __enter__ in "
-                               "this thread; use 'with'")
+                if self._strict_exit:
+                    raise RuntimeError(f"{type(self).__name__}.__exit__ without a matching "
+                                       "__enter__ in this thread; use 'with'")
+                return
+        if prev >= 0:
+            d[name] = prev
 
 
 def _deprecated(old: str, new: str) -> None:

@@ -318,6 +318,41 @@ def test_one_device_module_context_used_by_two_threads_restores_each_threads_dev
     del x
 
 
+@pytest.mark.parametrize("module", [False, True], ids=["device_index", "module_device"])
+def test_one_context_object_hammered_by_many_threads_keeps_each_threads_device(
+        four: str, module: bool) -> None:
+    # threads switched every microsecond, entering and leaving one shared object: an entry
+    # kept in fields shared by the threads was lost or taken by another thread (an exit then
+    # restored the wrong device, or raised "without a matching __enter__")
+    ctx = acc.backends.device_module(NAME).device(2) if module else acc.device_index(2)
+    problems: list[tuple[Any, ...]] = []
+
+    def worker(k: int) -> None:
+        acc.set_device_index(k)
+        try:
+            for _ in range(6000):
+                with ctx:
+                    if acc.current_device_index() != 2:
+                        problems.append(("inside", k, acc.current_device_index()))
+                if acc.current_device_index() != k:
+                    problems.append(("after", k, acc.current_device_index()))
+                    acc.set_device_index(k)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            problems.append(("raised", k, repr(exc)))
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=worker, args=(k % 2 * 3,)) for k in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    finally:
+        sys.setswitchinterval(interval)
+    assert problems == [] and acc.current_device_index() == 0
+
+
 def test_device_index_left_in_another_thread_changes_neither_thread(four: str) -> None:
     ctx = acc.device_index(2)
     acc.set_device_index(1)
