@@ -18,7 +18,7 @@ import os
 import re
 import threading
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from . import _backend
 from ._errors import AcceleratorIndexError, AcceleratorValueError, BackendUnavailableError
@@ -409,11 +409,15 @@ class _ThreadState(threading.local):
         # the open ``with stream:`` blocks, innermost last: (stream, previous device index,
         # previous current stream of its device or None)
         self.entered: list[tuple[Any, int, Any]] = []
-        # (device, stream, inited) and (device, stream, entered) in one thread-local lookup
-        # for the hot paths; never rebind the containers above (mutate them), or these
-        # aliases go stale
+        # the open ``device_index`` (and device module ``device``) blocks, innermost last:
+        # (context manager, backend name, previous index or -1 for "changed nothing")
+        self.switched: list[tuple[Any, str, int]] = []
+        # (device, stream, inited), (device, stream, entered) and (device, switched) in one
+        # thread-local lookup for the hot paths; never rebind the containers above (mutate
+        # them), or these aliases go stale
         self.hot = (self.device, self.stream, self.inited)
         self.enter = (self.device, self.stream, self.entered)
+        self.switch = (self.device, self.switched)
 
 
 _tls = _ThreadState()
@@ -600,11 +604,18 @@ def _check_index(b: Backend, index: int) -> int:
 _resolved: dict[object, tuple[Backend, int]] = {}
 
 
+class _WrongDeviceError(TypeError, ValueError):
+    """A device argument of another type than a device, int, str or None: a ``TypeError``,
+    and the ``ValueError`` that PyTorch's ``set_device_index``/``torch.cuda.set_device``
+    (``_get_device_index(optional=False)``) raise for it."""
+
+
 def _wrong_device(dev: object) -> TypeError:
     """The error for a device argument of another type than a device, int, str or None
-    (PyTorch's ``_get_device_index`` reads any such argument as ``None``, the current device;
-    accelrt refuses it, naming the type and, for an integer of another type or a device
-    module's ``device`` context manager, what to pass instead).
+    (PyTorch's ``_get_device_index`` reads any such argument as ``None``, the current device,
+    where it may be omitted, and raises ``ValueError`` where not; accelrt refuses it, naming
+    the type and, for an integer of another type or a device module's ``device`` context
+    manager, what to pass instead, with a :class:`_WrongDeviceError`, also a ``ValueError``).
 
     Example::
 
@@ -623,7 +634,7 @@ def _wrong_device(dev: object) -> TypeError:
             hint = ""
     elif isinstance(getattr(dev, "idx", None), int) and hasattr(cls, "_backend_name"):
         hint = f"; pass its index ({dev.idx!r}) or a device string"   # type: ignore[attr-defined]
-    return TypeError(f"expected a device, int, str or None, got {name}{hint}")
+    return _WrongDeviceError(f"expected a device, int, str or None, got {name}{hint}")
 
 
 def _get_device(dev: DeviceLike, *, optional: bool = True,
@@ -715,7 +726,8 @@ def set_device_index(device: DeviceLike, /) -> None:
         device: an int, a device of the current accelerator, or a string such as ``"cpu:0"``.
 
     Raises:
-        TypeError: ``device`` is not an int, str or device.
+        TypeError: ``device`` is not an int, str or device (also a ``ValueError``, as
+            PyTorch raises ``ValueError`` for it).
         ValueError: the device is of another backend, or has no index.
         IndexError: the index is out of range.
 
@@ -745,7 +757,9 @@ class device_index:
     previous one on exit.
 
     ``None`` (or a negative index) makes it a no-op. The index is checked on entry. One
-    object may be entered again while active (nested); each exit restores its own level.
+    object may be entered again while active (nested), or by several threads at once: each
+    exit restores the device its own thread had at its innermost open entry (an exit in a
+    thread without an open entry changes nothing).
 
     Args:
         device: a device index of the current accelerator, or ``None``.
@@ -764,13 +778,17 @@ class device_index:
         ...     pass
     """
 
-    __slots__ = ("_b", "_outer", "idx", "prev_idx")
-    # _b: the backend entered (None when not active); _outer: (backend, prev_idx) of the
-    # enclosing entries when the same object is entered again while active (None until then)
+    __slots__ = ("idx", "prev_idx")
+    # The open entries live in the entering thread's state (``_tls.switched``, innermost
+    # last), so threads sharing one object never touch each other's.
 
     #: Fixed backend name (device-specific modules such as ``accelrt.cpu``); ``None`` means the
     #: current accelerator.
-    _backend_name: str | None = None
+    _backend_name: ClassVar[str | None] = None
+    #: True: an exit without an open entry of the calling thread raises ``RuntimeError``, and
+    #: an entry that changes nothing (negative index) is an open entry too (the device
+    #: modules' ``device`` context managers).
+    _strict_exit: ClassVar[bool] = False
 
     def __init__(self, device: int | None, /) -> None:
         if device is not None and type(device) is not int and (
@@ -778,12 +796,12 @@ class device_index:
             raise TypeError(f"device_index() takes an int or None, got {type(device).__name__}")
         self.idx = device if device is None or type(device) is int else _plain_int(device)
         self.prev_idx = -1
-        self._b: Backend | None = None
-        self._outer: list[tuple[Backend, int]] | None = None
 
     def __enter__(self) -> None:
         idx = self.idx
         if idx is None or idx < 0:
+            if self._strict_exit:
+                _tls.switched.append((self, "", -1))
             return
         name = self._backend_name
         if name is not None:
@@ -792,24 +810,29 @@ class device_index:
             b = _current_backend if _current_backend is not None else _require_current()
         if idx >= b.device_count():
             _check_index(b, idx)
-        if self._b is not None:  # entered again while active: keep the outer level's state
-            if self._outer is None:
-                self._outer = []
-            self._outer.append((self._b, self.prev_idx))
-        d = _tls.device
+        d, switched = _tls.switch
         bname = b.name
-        self.prev_idx = d.get(bname, 0)
+        prev = d.get(bname, 0)
+        switched.append((self, bname, prev))
+        self.prev_idx = prev
         d[bname] = idx
-        self._b = b
 
     def __exit__(self, *exc: object) -> None:
-        b = self._b
-        if b is not None:
-            _tls.device[b.name] = self.prev_idx
-            if self._outer:
-                self._b, self.prev_idx = self._outer.pop()
+        d, switched = _tls.switch
+        if switched and switched[-1][0] is self:
+            _, name, prev = switched.pop()
+        else:     # left out of order, or not entered in this thread
+            for i in range(len(switched) - 2, -1, -1):
+                if switched[i][0] is self:
+                    _, name, prev = switched.pop(i)
+                    break
             else:
-                self._b = None
+                if self._strict_exit:
+                    raise RuntimeError(f"{type(self).__name__}.__exit__ without a matching "
+                                       "__enter__ in this thread; use 'with'")
+                return
+        if prev >= 0:
+            d[name] = prev
 
 
 def _deprecated(old: str, new: str) -> None:

@@ -74,9 +74,11 @@ def _backend_name(device_type: object, validate: bool) -> str:
     if not isinstance(device_type, str):
         raise TypeError(f"device_type must be a backend name such as 'cuda' or None, got "
                         f"{type(device_type).__name__}")
+    from . import _backend
     if validate:
-        from ._backend import get_backend
-        return get_backend(device_type).name   # BackendUnavailableError names the fix
+        return _backend.get_backend(device_type).name   # BackendUnavailableError names the fix
+    if device_type not in _modes and device_type not in _backend.registered():
+        _backend.get_backend(device_type)   # raises the registry's "Unknown backend" error
     return device_type
 
 
@@ -139,6 +141,11 @@ def get_sync_debug_mode(device_type: str | None = None) -> int:
 
     Args:
         device_type: the backend name; ``None`` is the current accelerator.
+
+    Raises:
+        TypeError: ``device_type`` is not a string or None.
+        BackendUnavailableError: ``device_type`` names no registered backend (a registered
+            backend that cannot be used here reads as ``0``).
 
     Example::
 

@@ -21,14 +21,11 @@ Example::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from .. import _backend
 from .. import _device as _dev
 from .._device import _check_index, _plain_int, _tls
-
-if TYPE_CHECKING:
-    from types import TracebackType
 
 __all__ = ["expected", "index_of", "resolve", "typed"]
 
@@ -127,39 +124,17 @@ def resolve(name: str, device: Any) -> tuple[_backend.Backend, int]:
     return b, index_of(b, d)
 
 
-class _DeviceContext:
+class _DeviceContext(_dev.device_index):
     """Shared machinery of the modules' ``device`` and ``device_of`` context managers, which
-    stand for their index where a device argument is taken (``torch.cuda.device(1)``)."""
+    stand for their index where a device argument is taken (``torch.cuda.device(1)``): a
+    :class:`accelrt.device_index` of the module's backend whose exit must match an entry of
+    the calling thread."""
 
-    __slots__ = ("_stack", "idx", "prev_idx")
+    __slots__ = ()
 
     #: The backend whose current device this context manager sets.
     _backend_name: ClassVar[str] = ""
-
-    def __init__(self, idx: int) -> None:
-        self.idx = idx
-        self.prev_idx = -1
-        self._stack: list[tuple[str, int]] = []   # (backend name, previous index) per entry
-
-    def __enter__(self) -> None:
-        idx = self.idx
-        if idx < 0:
-            self._stack.append(("", -1))
-            return
-        b = _backend.get_backend(self._backend_name)
-        _check_index(b, idx)
-        devices = _tls.device
-        self.prev_idx = devices.get(b.name, 0)
-        self._stack.append((b.name, self.prev_idx))
-        devices[b.name] = idx
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        if not self._stack:
-            raise RuntimeError("device.__exit__ without a matching __enter__; use 'with'")
-        name, prev = self._stack.pop()
-        if name:
-            _tls.device[name] = prev
+    _strict_exit = True
 
     def __repr__(self) -> str:
         cls = type(self)

@@ -50,7 +50,7 @@ import operator
 import os
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final, NoReturn, SupportsIndex
+from typing import TYPE_CHECKING, Any, Final, NoReturn, SupportsIndex
 
 from .. import _device
 from .._fork import reinit_after_fork
@@ -136,6 +136,76 @@ class _LiveRanges:
 
 _live_ranges = _LiveRanges()
 
+
+class _DlInfo(ctypes.Structure):
+    """``Dl_info`` of ``<dlfcn.h>``."""
+    _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
+                ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
+
+
+class _Elf64Sym(ctypes.Structure):
+    """``Elf64_Sym`` of ``<elf.h>``."""
+    _fields_ = [("st_name", ctypes.c_uint32), ("st_info", ctypes.c_ubyte),
+                ("st_other", ctypes.c_ubyte), ("st_shndx", ctypes.c_uint16),
+                ("st_value", ctypes.c_uint64), ("st_size", ctypes.c_uint64)]
+
+
+#: ELF symbol types of data, not code: ``STT_OBJECT``, ``STT_COMMON``, ``STT_TLS``
+_DATA_SYMBOL_TYPES: Final = {1: "a variable", 5: "a common variable", 6: "a thread-local variable"}
+_RTLD_DL_SYMENT: Final = 1
+#: glibc's ``dladdr1`` once looked up (``[None]``: there is none)
+_dladdr1: list[Any] = []
+
+
+def _data_symbol(addr: int | None) -> str | None:
+    """What the symbol at ``addr`` (a ``dlsym`` result) is when it is data, not a function
+    (``"a variable"``), from its ELF symbol type (glibc's ``dladdr1``); ``None`` for a
+    function, or where the type cannot be read (another C library, a 32-bit process).
+    Calling a variable's address as a function crashes the process.
+
+    Example::
+
+        >>> import ctypes, ctypes.util
+        >>> from accelrt.memory._pluggable import _data_symbol
+        >>> libc = ctypes.CDLL(ctypes.util.find_library("c"))
+        >>> _data_symbol(ctypes.cast(libc["malloc"], ctypes.c_void_p).value) is None
+        True
+    """
+    if not _dladdr1:
+        found: Any = None
+        if ctypes.sizeof(ctypes.c_void_p) == 8:
+            for lib in (None, "libdl.so.2"):
+                try:
+                    found = ctypes.CDLL(lib)["dladdr1"]
+                    break
+                except (OSError, AttributeError):
+                    continue
+        if found is not None:
+            found.restype = ctypes.c_int
+            found.argtypes = [ctypes.c_void_p, ctypes.POINTER(_DlInfo),
+                              ctypes.POINTER(ctypes.POINTER(_Elf64Sym)), ctypes.c_int]
+        _dladdr1.append(found)
+    dladdr1 = _dladdr1[0]
+    if dladdr1 is None or not addr:
+        return None
+    info, sym = _DlInfo(), ctypes.POINTER(_Elf64Sym)()
+    if not dladdr1(addr, ctypes.byref(info), ctypes.byref(sym), _RTLD_DL_SYMENT) or not sym \
+            or info.dli_saddr != addr:
+        return None
+    return _DATA_SYMBOL_TYPES.get(sym.contents.st_info & 0xF)
+
+
+class _LibraryError(ValueError, OSError):
+    """The library of a :class:`PluggableAllocator` cannot be loaded: a ``ValueError`` and the
+    ``OSError`` that PyTorch's ``CUDAPluggableAllocator`` (``ctypes.CDLL``) raises."""
+
+
+class _SymbolError(ValueError, AttributeError):
+    """The library of a :class:`PluggableAllocator` lacks a function: a ``ValueError`` and the
+    ``AttributeError`` that PyTorch's ``CUDAPluggableAllocator`` (``getattr(CDLL, name)``)
+    raises."""
+
+
 class PluggableAllocator:
     """A raw device allocator in a shared library, PyTorch's ``CUDAPluggableAllocator``.
 
@@ -148,7 +218,11 @@ class PluggableAllocator:
 
     Raises:
         TypeError: an argument is not a string (or a path for ``path_to_so_file``).
-        ValueError: the library cannot be loaded, or lacks one of the functions.
+        ValueError: the library cannot be loaded (also an ``OSError``, as PyTorch's; an empty
+            path, which would load the program itself, is refused too), or lacks one of the
+            functions (also an ``AttributeError``, as PyTorch's), or a function name contains
+            a NUL character or names a variable (where glibc's ``dladdr1`` tells: PyTorch
+            would call it and crash).
 
     Use it with :func:`change_current_allocator` or ``MemPool(allocator=...)``;
     :meth:`from_callables` makes one from two Python functions.
@@ -172,20 +246,35 @@ class PluggableAllocator:
             if not isinstance(val, str):
                 raise TypeError(f"{what} must be a str, got {type(val).__name__}")
         path = os.fspath(path_to_so_file)
+        if not isinstance(path, str):
+            raise TypeError(f"path_to_so_file must be a str or a path, got a path of "
+                            f"{type(path).__name__}")
+        problem = ("the path is empty (ctypes would load the program itself)" if not path
+                   else "the path contains a NUL character" if "\0" in path else None)
         try:
+            if problem is not None:
+                raise OSError(problem)
             lib = ctypes.CDLL(path)
         except OSError as exc:
-            raise ValueError(f"cannot load the pluggable allocator library {path!r}: {exc}; "
-                             "pass the path of a shared library (.so) built for this "
-                             "machine") from exc
+            raise _LibraryError(f"cannot load the pluggable allocator library {path!r}: {exc}; "
+                                "pass the path of a shared library (.so) built for this "
+                                "machine") from exc
         fns = []
         for what, name in (("alloc", alloc_fn_name), ("free", free_fn_name)):
+            if "\0" in name:
+                raise ValueError(f"{what}_fn_name {name!r} contains a NUL character (the C "
+                                 "lookup would stop there); pass the function's name")
             try:
-                fn = getattr(lib, name)
+                fn = lib[name]    # always a symbol lookup, never an attribute of the CDLL
             except AttributeError:
-                raise ValueError(f"the pluggable allocator library {path!r} has no {what} "
-                                 f"function {name!r}; export it with C linkage (extern \"C\" in "
-                                 "C++)") from None
+                raise _SymbolError(f"the pluggable allocator library {path!r} has no {what} "
+                                   f"function {name!r}; export it with C linkage (extern \"C\" "
+                                   "in C++)") from None
+            kind = _data_symbol(ctypes.cast(fn, ctypes.c_void_p).value)
+            if kind is not None:
+                raise ValueError(f"{name!r} in the pluggable allocator library {path!r} is "
+                                 f"{kind}, not a function: calling it would crash the process; "
+                                 f"pass the name of its {what} function")
             fns.append(fn)
         c_alloc, c_free = fns
         c_alloc.restype = ctypes.c_void_p
