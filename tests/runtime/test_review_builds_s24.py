@@ -453,7 +453,8 @@ TABLE: list[tuple[str, Callable[[Any], object], list[tuple[list[Any], type[BaseE
      lambda v: memory.record_memory_history("all", max_entries=v, device=f"{B}:0"), [
         ([True, False, np.int64(5), 1.5, "5", None, Index()], TypeError,
          r"^max_entries must be an int, got"),
-        ([0, -1, -2 ** 63 - 1], ValueError, r"^max_entries must be >= 1, got"),
+        ([-1, -2 ** 63 - 1, 2 ** 64, 2 ** 70], TypeError,
+         r"^max_entries must be an int in \[0, 2\*\*64\) \(PyTorch takes a size_t\), got"),
     ]),
     ("memory_snapshot(mempool_id)", lambda v: memory.memory_snapshot(v), [
         ([1, (1,), (1, 2, 3), (1.0, 2), (True, 1), "ab", EqAll()], TypeError,

@@ -391,7 +391,9 @@ def record_memory_history(enabled: str | bool | None = "all", context: str | Non
         context: ``None``, ``"state"`` (stacks of live allocations), ``"alloc"`` (also on
             trace entries) or ``"all"`` (also free stacks).
         stacks: ``"python"`` or ``"all"`` (accelrt records Python frames for both).
-        max_entries: size of the trace ring buffer (the oldest entries are dropped).
+        max_entries: size of the trace ring buffer (the oldest entries are dropped); any
+            int in ``[0, 2**64)``, as PyTorch's size_t, and ``0`` keeps one entry, as
+            PyTorch's ring does.
         device: one device, or ``None`` for every device of the current accelerator.
         clear_history: drop what was recorded so far.
         compile_context: must be ``False`` (torch 2.14's parameter: torch.compile context,

@@ -217,7 +217,9 @@ def build_snapshot(backend: Any, allocators: list[Any | None],
     """
     from ._allocator import DeviceCachingAllocator
     from ._history import library_roots
-    segments = snapshot_segments(allocators)
+    # the traces first, then the segments, as PyTorch's NativeCachingAllocator::snapshot
+    # (each device's trace, then its DeviceCachingAllocator::snapshot): the ``snapshot``
+    # entry that taking the segments records is in the next snapshot's traces, not this one's
     with gc_paused():
         traces: list[list[Any]] = []
         for i, a in enumerate(allocators):
@@ -229,7 +231,7 @@ def build_snapshot(backend: Any, allocators: list[Any | None],
             else:
                 traces.append(to_plain(list(a.trace_entries()), where))
         snap: dict[str, Any] = {
-            "segments": segments,
+            "segments": snapshot_segments(allocators),
             "device_traces": traces,
             "allocator_settings": to_plain(settings, "snapshot['allocator_settings']"),
             "external_annotations": [],
