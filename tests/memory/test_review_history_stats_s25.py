@@ -89,3 +89,122 @@ def test_snapshot_entry_of_each_device_in_its_own_trace(dev: str) -> None:
         memory.caching_allocator_delete(p)
     for i in (0, 1):
         memory.record_memory_history(None, device=f"{dev}:{i}")
+
+
+# ---------------------------------------------------------------------- private pool stats
+
+PRIVATE = "reserved_bytes_by_private_pools"
+
+
+def _private(flat: dict[str, int]) -> dict[str, int]:
+    return {k: v for k, v in flat.items() if k.startswith(PRIVATE + ".")}
+
+
+def _allocator(conf: str = "") -> Any:
+    from accelrt.memory._allocator import DeviceCachingAllocator
+    from accelrt.memory._config import AllocatorConfig, parse_config
+    from accelrt.testing._simulated import SimulatedBackend
+    return DeviceCachingAllocator(SimulatedBackend(capacity=1 << 34), 0,
+                                  parse_config(conf) if conf else AllocatorConfig())
+
+
+def test_private_pool_reserved_bytes_follow_its_segments(dev: str) -> None:
+    """PyTorch 2.14's ``DeviceStats::reserved_bytes_by_private_pools``: per private pool
+    id, the ``reserved_bytes`` rows ``all`` and the segment's pool type, changed by the
+    pool's segment allocations and frees (``alloc_block``/``release_block``); flattened by
+    ``memory_stats()`` as ``reserved_bytes_by_private_pools.{a}_{b}.{row}.{field}``, sorted
+    with the other keys; in ``memory_stats_as_nested_dict()`` keyed by the pool id tuple."""
+    d = f"{dev}:0"
+    memory.caching_allocator_delete(memory.caching_allocator_alloc(512, d))
+    assert _private(memory.memory_stats(d)) == {}
+    assert memory.memory_stats_as_nested_dict(d)[PRIVATE] == {}
+    pool = memory.MemPool()
+    assert _private(memory.memory_stats(d)) == {}          # made by the pool's first segment
+    with memory.use_mem_pool(pool, d):
+        big = memory.caching_allocator_alloc(3 * MiB, d)   # a 20 MiB large segment
+        small = memory.caching_allocator_alloc(1000, d)    # a 2 MiB small segment
+    flat = memory.memory_stats(d)
+    assert list(flat) == sorted(flat)
+    a, b = pool.id
+    head = f"{PRIVATE}.{a}_{b}"
+    expect = {"all": 22 * MiB, "large_pool": 20 * MiB, "small_pool": 2 * MiB}
+    assert _private(flat) == {f"{head}.{row}.{field}": (0 if field == "freed" else n)
+                              for row, n in expect.items()
+                              for field in ("allocated", "current", "freed", "peak")}
+    assert flat["reserved_bytes.all.current"] == 24 * MiB  # the default pool's 2 MiB too
+    nested = memory.memory_stats_as_nested_dict(d)[PRIVATE]
+    assert list(nested) == [pool.id] and nested[pool.id]["large_pool"]["peak"] == 20 * MiB
+    memory.caching_allocator_delete(big)
+    memory.caching_allocator_delete(small)
+    memory.empty_cache()                                   # a live pool keeps its cache
+    assert memory.memory_stats(d)[f"{head}.all.current"] == 22 * MiB
+    del pool
+    memory.empty_cache()                                   # the pool is gone: released
+    flat = memory.memory_stats(d)
+    assert [flat[f"{head}.all.{f}"] for f in ("current", "peak", "allocated", "freed")] == [
+        0, 22 * MiB, 22 * MiB, 22 * MiB]                   # kept after the pool is gone
+    memory.reset_peak_memory_stats(d)
+    assert memory.memory_stats(d)[f"{head}.large_pool.peak"] == 0
+    memory.reset_accumulated_memory_stats(d)
+    flat = memory.memory_stats(d)
+    assert set(_private(flat).values()) == {0} and len(_private(flat)) == 12   # still there
+    assert PRIVATE not in memory.memory_summary(d)         # PyTorch's table has no such row
+
+
+def test_private_pool_keys_sort_as_strings() -> None:
+    """Several pools: keys sorted as PyTorch's ``memory_stats()`` sorts them (as strings:
+    ``0_10`` before ``0_2``), the nested dict keyed by tuples."""
+    a = _allocator()
+    ptrs = []
+    for pid in [(0, 2), (0, 10), (3, 1)]:
+        a.begin_allocate_to_pool(pid)
+        ptrs.append(a.malloc(512, 0))
+        a.end_allocate_to_pool(pid)
+    flat = a.sorted_stats()
+    assert list(flat) == sorted(flat)
+    heads = list(dict.fromkeys(k.split(".")[1] for k in _private(flat)))
+    assert heads == ["0_10", "0_2", "3_1"]
+    from accelrt.memory._stats import nest_stats
+    assert set(nest_stats(flat)[PRIVATE]) == {(0, 2), (0, 10), (3, 1)}
+    assert a.stats() == dict(flat)
+    for p in ptrs:
+        a.free(p)
+
+
+def test_private_pool_expandable_segments_count_mapped_pages() -> None:
+    """With expandable segments a private pool's mapped pages count (``map_block`` /
+    ``unmap_block`` update the pool's entry as ``reserved_bytes``)."""
+    a = _allocator("expandable_segments:True")
+    a.begin_allocate_to_pool((0, 5))                     # (made, one reference)
+    p = a.malloc(30 * MiB, 0)
+    a.end_allocate_to_pool((0, 5))
+    flat = a.stats()
+    assert flat[f"{PRIVATE}.0_5.large_pool.current"] == flat["reserved_bytes.large_pool.current"]
+    assert flat[f"{PRIVATE}.0_5.all.current"] >= 30 * MiB
+    a.free(p)
+    a.release_pool((0, 5))
+    a.empty_cache()
+    flat = a.stats()
+    assert flat[f"{PRIVATE}.0_5.all.current"] == 0 == flat["reserved_bytes.all.current"]
+    assert flat[f"{PRIVATE}.0_5.all.freed"] == flat[f"{PRIVATE}.0_5.all.allocated"] > 0
+
+
+def test_retired_default_pool_segments_have_no_private_entry() -> None:
+    """A default-pool segment retired after a fork (a twin pool of id (0, 0)) is not a
+    private pool's: no ``0_0`` entry when it is given back; a private pool's retired
+    segments stay under its id."""
+    from accelrt.memory._pools import retire_segments
+    a = _allocator()
+    p = a.malloc(512, 0)
+    a.begin_allocate_to_pool((0, 7))
+    q = a.malloc(512, 0)
+    a.end_allocate_to_pool((0, 7))
+    with a._lock:
+        assert retire_segments(a) == 2
+    a.free(p)
+    a.free(q)
+    a.release_pool((0, 7))
+    a.empty_cache()
+    flat = a.stats()
+    assert {k.split(".")[1] for k in _private(flat)} == {"0_7"}
+    assert flat[f"{PRIVATE}.0_7.all.current"] == 0 == flat["reserved_bytes.all.current"]

@@ -39,7 +39,15 @@ def check_invariants(device: str) -> dict[str, int]:
     flat = memory.memory_stats(device)
     if not flat:
         return {}
-    assert set(flat) == TORCH_KEYS
+    # PyTorch 2.14's per-private-pool reserved bytes: one entry per pool that held a segment
+    private = {k: v for k, v in flat.items() if k.startswith("reserved_bytes_by_private_pools.")}
+    assert set(flat) - set(private) == TORCH_KEYS
+    pools = {k.split(".")[1] for k in private}
+    assert set(private) == {f"reserved_bytes_by_private_pools.{p}.{t}.{f}" for p in pools
+                            for t in ("all", "small_pool", "large_pool") for f in _FIELDS}
+    for t in ("all", "small_pool", "large_pool"):
+        assert sum(private[f"reserved_bytes_by_private_pools.{p}.{t}.current"]
+                   for p in pools) <= flat[f"reserved_bytes.{t}.current"]
     assert list(flat) == sorted(flat)
     for key, value in flat.items():
         assert type(value) is int, key
@@ -51,7 +59,7 @@ def check_invariants(device: str) -> dict[str, int]:
         assert flat[f"allocated_bytes.{t}.current"] <= flat[f"active_bytes.{t}.current"]
         assert flat[f"active_bytes.{t}.current"] <= flat[f"reserved_bytes.{t}.current"]
         assert flat[f"requested_bytes.{t}.current"] <= flat[f"active_bytes.{t}.current"]
-    for a in _ARRAYS:
+    for a in [*_ARRAYS, *(f"reserved_bytes_by_private_pools.{p}" for p in pools)]:
         for f in ("current", "allocated", "freed"):
             assert flat[f"{a}.all.{f}"] == (flat[f"{a}.small_pool.{f}"]
                                             + flat[f"{a}.large_pool.{f}"]), (a, f)
@@ -62,10 +70,14 @@ def check_invariants(device: str) -> dict[str, int]:
     nested = memory.memory_stats_as_nested_dict(device)
     for key, value in flat.items():
         node: Any = nested
-        for part in key.split("."):
+        parts: list[Any] = key.split(".")
+        if parts[0] == "reserved_bytes_by_private_pools":   # keyed by pool id, as PyTorch's
+            parts[1] = tuple(int(x) for x in parts[1].split("_"))
+        for part in parts:
             node = node[part]
         assert node == value, key
     assert sum(1 for _ in _leaves(nested)) == len(flat)
+    assert "reserved_bytes_by_private_pools" in nested
     return dict(flat)
 
 

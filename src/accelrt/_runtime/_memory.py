@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from .. import _device as _dev
 from .._errors import OutOfMemoryError
 from ..memory import _pluggable
+from ..memory._stats import nest_stats
 from ._args import index_of, typed
 from ._base import ModuleBase
 
@@ -36,18 +37,6 @@ if TYPE_CHECKING:
     from ..memory._host import HostCachingAllocator
 
 __all__ = ["MemoryFunctions", "MemoryModule"]
-
-
-def _nest(flat: dict[str, Any]) -> dict[str, Any]:
-    """Flat dotted statistics (``"a.b.c": v``) as nested dicts (``{"a": {"b": {"c": v}}}``)."""
-    nested: dict[str, Any] = {}
-    for key, value in flat.items():
-        *path, leaf = key.split(".")
-        d = nested
-        for part in path:
-            d = d.setdefault(part, {})
-        d[leaf] = value
-    return nested
 
 
 @contextlib.contextmanager
@@ -173,7 +162,7 @@ class MemoryFunctions(ModuleBase):
             >>> isinstance(acc.cpu.memory_stats_as_nested_dict(), dict)
             True
         """
-        return _nest(self.memory_stats(device))
+        return nest_stats(self.memory_stats(device))
 
     def memory_allocated(self, device: DeviceLike = None) -> int:
         """Bytes handed out by the caching allocator on a device (0 where the backend cannot
@@ -620,7 +609,7 @@ class MemoryFunctions(ModuleBase):
             >>> isinstance(acc.cpu.host_memory_stats_as_nested_dict(), dict)
             True
         """
-        return _nest(self.host_memory_stats())
+        return nest_stats(self.host_memory_stats(), private_pools=False)
 
 
 #: ``torch.cuda.memory``'s public names that a :class:`MemoryModule` takes from its device

@@ -46,6 +46,7 @@ from ._config import get_allocator_settings, get_config, set_allocator_settings
 from ._history import check_history_args
 from ._pluggable import PluggableAllocator, change_current_allocator, get_allocator_backend
 from ._snapshot import build_snapshot, snapshot_segments, to_plain
+from ._stats import nest_stats
 from ._snapshot import dump_snapshot as _dump
 from ._summary import format_summary
 
@@ -139,7 +140,10 @@ def memory_stats(device: DeviceLike = None, /) -> collections.OrderedDict[str, i
     reserved_bytes,active_bytes,inactive_split_bytes,requested_bytes}.{all,small_pool,
     large_pool}.{current,peak,allocated,freed}``, ``oversize_allocations.*``,
     ``oversize_segments.*``, ``num_alloc_retries``, ``num_ooms``, ``num_sync_all_streams``,
-    ``num_device_alloc``, ``num_device_free``, ``max_split_size`` (-1 when unlimited).
+    ``num_device_alloc``, ``num_device_free``, ``num_oom_rejections``, ``max_split_size`` (-1
+    when unlimited), and for each private pool ``(a, b)`` that held a segment
+    ``reserved_bytes_by_private_pools.{a}_{b}.{all,small_pool,large_pool}.{current,peak,
+    allocated,freed}`` (torch 2.14: the pool's share of ``reserved_bytes``).
 
     Args:
         device: the device (default: the current device).
@@ -175,7 +179,9 @@ def _sorted_stats(stats: dict[str, int]) -> collections.OrderedDict[str, int]:
 
 
 def memory_stats_as_nested_dict(device: DeviceLike = None, /) -> NestedStats:
-    """:func:`memory_stats` as nested dicts (``stats["allocated_bytes"]["all"]["peak"]``).
+    """:func:`memory_stats` as nested dicts (``stats["allocated_bytes"]["all"]["peak"]``);
+    ``reserved_bytes_by_private_pools`` is keyed by pool id tuples and, as in PyTorch, is
+    there (maybe ``{}``) once the device's allocator started.
 
     Example::
 
@@ -183,14 +189,7 @@ def memory_stats_as_nested_dict(device: DeviceLike = None, /) -> NestedStats:
         >>> isinstance(memory.memory_stats_as_nested_dict("cpu:0"), dict)
         True
     """
-    nested: dict[str, Any] = {}
-    for key, value in memory_stats(device).items():
-        *path, leaf = key.split(".")
-        d = nested
-        for part in path:
-            d = d.setdefault(part, {})
-        d[leaf] = value
-    return nested
+    return nest_stats(memory_stats(device))
 
 
 def memory_allocated(device: DeviceLike = None, /) -> int:

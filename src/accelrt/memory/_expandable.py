@@ -434,9 +434,8 @@ class ExpandableSegments:
             self.vm_high = total
             # (in pages of the policy: the device's granularity)
             self.piece_pages = max(1, total // (self._granularity or es.page) // MAP_FRACTION)
-        if pool.owner is not None:
-            pool.owner.reserved += mapped
         st = alloc._stats
+        st.count_pool_reserved(pool.owner, pool.type_index, mapped)
         # Stat.increase(mapped) of reserved_bytes' all and pool rows, inlined
         for row in (0, pool.type_index):
             stat = st.reserved_bytes[row]
@@ -518,9 +517,8 @@ class ExpandableSegments:
         unmapped_add(u)
         alloc._total_reserved -= nbytes
         pool = u.pool
-        if pool.owner is not None:
-            pool.owner.reserved -= nbytes
         st = alloc._stats
+        st.count_pool_reserved(pool.owner, pool.type_index, -nbytes)
         # Stat.decrease(nbytes) of reserved_bytes' all and pool rows, inlined
         for row in (0, pool.type_index):
             stat = st.reserved_bytes[row]

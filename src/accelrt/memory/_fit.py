@@ -183,8 +183,7 @@ def alloc_block(a: DeviceCachingAllocator, pool: BlockPool, stream: int, rounded
     blk.seg_frames = frames
     a._blocks[ptr] = blk
     a._total_reserved += alloc_size
-    if pool.owner is not None:
-        pool.owner.reserved += alloc_size
+    st.count_pool_reserved(pool.owner, pool.type_index, alloc_size)
     st.count_segment(pool.type_index, alloc_size, alloc_size >= a._max_split_size, True)
     h = a._history
     if h is not None:
