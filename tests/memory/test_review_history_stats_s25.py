@@ -208,3 +208,80 @@ def test_retired_default_pool_segments_have_no_private_entry() -> None:
     flat = a.stats()
     assert {k.split(".")[1] for k in _private(flat)} == {"0_7"}
     assert flat[f"{PRIVATE}.0_7.all.current"] == 0 == flat["reserved_bytes.all.current"]
+
+
+# ---------------------------------------------------------------------- the legacy form
+
+def _actions_and_frames(dev: str) -> tuple[list[tuple[str, bool]], list[bool]]:
+    snap = memory._snapshot(dev)
+    trace = [(e["action"], bool(e["frames"])) for e in snap["device_traces"][0]]
+    blocks = [bool(b["frames"]) for s in snap["segments"] for b in s["blocks"]
+              if b["state"] == "active_allocated"]
+    return trace, blocks
+
+
+def test_legacy_form_defaults(dev: str) -> None:
+    """``torch.cuda.memory._record_memory_history(True)`` is PyTorch's legacy form
+    (``_record_memory_history_legacy``): ``record_context=True`` keeps the stacks of live
+    blocks, and the trace ring holds ``trace_alloc_max_entries=1`` entry without stacks
+    (accelrt took True for ``"all"`` with every entry and every stack); ``False`` stops and
+    clears, on every device."""
+    rec = acc.backends.device_module(dev).memory._record_memory_history
+    d = f"{dev}:0"
+    rec(True)
+    memory.caching_allocator_delete(memory.caching_allocator_alloc(512, d))
+    p = memory.caching_allocator_alloc(512, d)
+    assert _actions_and_frames(dev) == ([("alloc", False)], [True])
+    rec(False)
+    assert memory._snapshot(dev)["device_traces"] == [[], []]
+    memory.caching_allocator_delete(p)
+
+
+def test_legacy_form_arguments(dev: str) -> None:
+    """The legacy arguments, positional as PyTorch's: ``trace_alloc_max_entries`` sizes the
+    ring (0 keeps one entry, a negative int64 is unbounded), ``trace_alloc_record_context``
+    puts stacks on trace entries, ``record_context=False`` keeps none; ``device`` is not used
+    (PyTorch records every device)."""
+    rec = acc.backends.device_module(dev).memory._record_memory_history
+    d = f"{dev}:0"
+    rec(True, True, 100, True, 1)                        # device=1: every device anyway
+    p = memory.caching_allocator_alloc(512, d)
+    memory.caching_allocator_delete(p)
+    trace, _ = _actions_and_frames(dev)
+    assert trace == [("segment_alloc", True), ("alloc", True), ("free_requested", True),
+                     ("free_completed", True)]
+    rec(True, False, -1, clear_history=True)             # unbounded, no stacks at all
+    for _ in range(3):
+        memory.caching_allocator_delete(memory.caching_allocator_alloc(512, d))
+    p = memory.caching_allocator_alloc(512, d)
+    trace, blocks = _actions_and_frames(dev)
+    assert len(trace) == 10 and not any(f for _, f in trace) and blocks == [False]
+    rec(True, trace_alloc_max_entries=0)                 # a ring of one entry
+    memory.caching_allocator_delete(p)
+    assert [a for a, _ in _actions_and_frames(dev)[0]] == ["free_completed"]
+    rec(False)
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"record_context": 1}, {"trace_alloc_record_context": None},
+    {"record_context_cpp": "yes"}, {"clear_history": 0},
+    {"trace_alloc_max_entries": 1.0}, {"trace_alloc_max_entries": True},
+    {"trace_alloc_max_entries": 2 ** 63}, {"trace_alloc_max_entries": -(2 ** 63) - 1}])
+def test_legacy_form_refuses_what_its_binding_refuses(dev: str, kwargs: dict[str, Any]) -> None:
+    """PyTorch's legacy binding takes bools and an int64: anything else is a TypeError."""
+    rec = acc.backends.device_module(dev).memory._record_memory_history
+    with pytest.raises(TypeError, match="must be a bool|must be an int in"):
+        rec(True, **kwargs)
+
+
+def test_torch_private_name_shows_the_new_form(dev: str) -> None:
+    """As PyTorch's (``__signature__`` of the new form), the dispatching function shows the
+    new form's parameters; a str or None first argument is the new form."""
+    import inspect
+    dm = acc.backends.device_module(dev)
+    rec = dm.memory._record_memory_history
+    assert inspect.signature(rec) == inspect.signature(dm.record_memory_history)
+    rec("all", max_entries=2, device=0)
+    memory.caching_allocator_delete(memory.caching_allocator_alloc(512, f"{dev}:0"))
+    assert len(memory._snapshot(dev)["device_traces"][0]) == 2
+    rec(None)

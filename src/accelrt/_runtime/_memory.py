@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from .. import _device as _dev
 from .._errors import OutOfMemoryError
 from ..memory import _pluggable
+from ..memory import _torch_record_memory_history
 from ..memory._stats import nest_stats
 from ._args import index_of, typed
 from ._base import ModuleBase
@@ -649,9 +650,9 @@ class MemoryModule(types.ModuleType):
         for name in _MEMORY_NAMES:
             if hasattr(dm, name):
                 setattr(self, name, getattr(dm, name))
-        #: ``torch.cuda.memory._record_memory_history``: the same function as
-        #: :meth:`MemoryFunctions.record_memory_history` (same arguments).
-        self._record_memory_history = dm.record_memory_history
+        #: ``torch.cuda.memory._record_memory_history``: :meth:`MemoryFunctions.
+        #: record_memory_history`, or PyTorch's legacy form when the first argument is a bool.
+        self._record_memory_history = _torch_record_memory_history(dm.record_memory_history)
 
     def _snapshot(self, device: DeviceLike = None, augment_with_fx_traces: bool = False
                   ) -> dict[str, Any]:
