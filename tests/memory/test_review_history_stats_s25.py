@@ -69,7 +69,7 @@ def test_snapshot_entry_shows_in_the_next_snapshot(dev: str) -> None:
     assert [e["action"] for e in second] == ["segment_alloc", "alloc", "snapshot"]
     entry = second[-1]
     assert (entry["addr"], entry["size"], entry["stream"]) == (0, 3 * MiB, 0)
-    memory.memory_snapshot()                       # the segments alone record one too
+    acc.backends.device_module(dev).memory_snapshot()   # the segments alone record one too
     assert [e["action"] for e in memory._snapshot(dev)["device_traces"][0]][-2:] == [
         "snapshot", "snapshot"]
     memory.caching_allocator_delete(p)
@@ -285,3 +285,51 @@ def test_torch_private_name_shows_the_new_form(dev: str) -> None:
     memory.caching_allocator_delete(memory.caching_allocator_alloc(512, f"{dev}:0"))
     assert len(memory._snapshot(dev)["device_traces"][0]) == 2
     rec(None)
+
+
+# ---------------------------------------------------------------------- trace entry fields
+
+def test_trace_entries_carry_their_pool_id(dev: str) -> None:
+    """PyTorch 2.14's trace entries have ``pool_id``: the private pool of the block or
+    segment (``BlockPool::owner_MempoolId``), ``(0, 0)`` for the default pools, and for a
+    ``snapshot`` entry the pool the snapshot was taken of; after ``user_metadata``, before
+    ``frames``."""
+    d = f"{dev}:0"
+    memory.record_memory_history(device=d)
+    pool = memory.MemPool()
+    with memory.use_mem_pool(pool, d):
+        p = memory.caching_allocator_alloc(512, d)
+    q = memory.caching_allocator_alloc(512, d)
+    memory.caching_allocator_delete(p)
+    dm = acc.backends.device_module(dev)
+    dm.memory_snapshot(pool.id)
+    dm.memory_snapshot()
+    trace = memory._snapshot(dev)["device_traces"][0]
+    assert [(e["action"], e["pool_id"]) for e in trace] == [
+        ("segment_alloc", pool.id), ("alloc", pool.id), ("segment_alloc", (0, 0)),
+        ("alloc", (0, 0)), ("free_requested", pool.id), ("free_completed", pool.id),
+        ("snapshot", pool.id), ("snapshot", (0, 0))]
+    assert list(trace[0])[-2:] == ["pool_id", "frames"]
+    memory.caching_allocator_delete(q)
+    memory.record_memory_history(None, device=d)
+
+
+def test_oom_entry_carries_the_requests_pool(dev: str) -> None:
+    d = f"{dev}:0"
+    memory.record_memory_history(device=d)
+    pool = memory.MemPool()
+    with memory.use_mem_pool(pool, d), pytest.raises(acc.OutOfMemoryError):
+        memory.caching_allocator_alloc(1 << 40, d)
+    (oom,) = [e for e in memory._snapshot(dev)["device_traces"][0] if e["action"] == "oom"]
+    assert oom["pool_id"] == pool.id and "device_free" in oom and "addr" not in oom
+    memory.record_memory_history(None, device=d)
+
+
+@pytest.mark.parametrize("bad", [(1,), (1, 2, 3), (1.0, 2), "ab", 5])
+def test_check_snapshot_checks_trace_pool_ids(bad: Any) -> None:
+    from accelrt.memory._snapshot import check_snapshot
+    entry = {"action": "alloc", "addr": 0, "size": 512, "stream": 0, "pool_id": bad}
+    with pytest.raises(ValueError, match=r"\['pool_id'\]: expected a pair of ints"):
+        check_snapshot({"segments": [], "device_traces": [[entry]]})
+    entry["pool_id"] = (0, 1)
+    check_snapshot({"segments": [], "device_traces": [[entry]]})

@@ -19,7 +19,7 @@ import sys
 import types
 import warnings
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .. import _device as _dev
 from .._errors import OutOfMemoryError
@@ -451,11 +451,9 @@ class MemoryFunctions(ModuleBase):
             >>> isinstance(acc.cpu.memory_snapshot(), list)
             True
         """
-        from ..memory import _check_include_traces, _check_mempool_id, _pool_segments
-        want = _check_mempool_id(mempool_id)
-        _check_include_traces(include_traces)
-        segments: list[dict[str, Any]] = self._snapshot()["segments"]
-        return _pool_segments(segments, want)
+        from ..memory import _backend_segments
+        return cast("list[dict[str, Any]]",
+                    _backend_segments(self._b(), mempool_id, include_traces))
 
     def dump_snapshot(self, filename: str | os.PathLike[str] = "dump_snapshot.pickle",
                       augment_with_fx_traces: bool = False) -> None:

@@ -32,7 +32,7 @@ import threading
 import warnings
 import weakref
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from .. import _device
 from .._device import _get_device, _plain_int, _tls
@@ -59,7 +59,6 @@ compiled: bool = not _allocator_module.__file__.endswith(".py")
 
 if TYPE_CHECKING:
     import os
-    from collections.abc import Mapping
 
     from .._backend import Backend
     from .._stream import Stream
@@ -571,12 +570,19 @@ def memory_snapshot(mempool_id: tuple[int, int] | None = None,
         >>> isinstance(memory.memory_snapshot(), list)
         True
     """
+    b, _ = _get_device(None)
+    return _backend_segments(b, mempool_id, include_traces)
+
+
+def _backend_segments(b: Backend, mempool_id: tuple[int, int] | None,
+                      include_traces: bool) -> list[Segment]:
+    """``memory_snapshot(mempool_id, include_traces)`` of backend ``b`` (the arguments are
+    checked here), for :func:`memory_snapshot` and the device modules'."""
     want = _check_mempool_id(mempool_id)
     _check_include_traces(include_traces)
-    b, _ = _get_device(None)
     segments: list[Segment] = snapshot_segments(
-        [peek_allocator(b.name, i) for i in range(b.device_count())])
-    return _pool_segments(segments, want)
+        [peek_allocator(b.name, i) for i in range(b.device_count())], want)
+    return segments
 
 
 def _check_mempool_id(mempool_id: object) -> tuple[int, int] | None:
@@ -592,16 +598,6 @@ def _check_mempool_id(mempool_id: object) -> tuple[int, int] | None:
         raise TypeError("mempool_id must be a pair of ints (a MemPool.id) or None, got "
                         f"{type(mempool_id).__name__} {mempool_id!r:.60}")
     return _plain_int(mempool_id[0]), _plain_int(mempool_id[1])
-
-
-_S = TypeVar("_S", bound="Mapping[str, Any]")
-
-
-def _pool_segments(segments: list[_S], pool_id: tuple[int, int] | None) -> list[_S]:
-    """The segments of private pool ``pool_id`` (all of them for ``None``)."""
-    if pool_id is None:
-        return segments
-    return [s for s in segments if tuple(s.get("segment_pool_id", (0, 0))) == pool_id]
 
 
 def dump_snapshot(filename: str | os.PathLike[str] = "dump_snapshot.pickle",

@@ -450,7 +450,7 @@ class ExpandableSegments:
         h = alloc._history
         if h is not None:
             h.record("segment_map", addr, mapped, b.stream,
-                     frames if h.context >= CTX_ALLOC else None)
+                     frames if h.context >= CTX_ALLOC else None, pool_id=pool.owner_id())
         return b
 
     def allocate(self, pool: BlockPool, stream: int, size: int,
@@ -528,7 +528,8 @@ class ExpandableSegments:
         h = alloc._history
         if h is not None:
             h.record("segment_unmap", ptr, nbytes, u.stream,
-                     capture_frames() if h.context >= CTX_ALL else None)
+                     capture_frames() if h.context >= CTX_ALL else None,
+                     pool_id=pool.owner_id())
         return u
 
     def release_segment(self, u: Block) -> None:

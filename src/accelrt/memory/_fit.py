@@ -188,7 +188,7 @@ def alloc_block(a: DeviceCachingAllocator, pool: BlockPool, stream: int, rounded
     h = a._history
     if h is not None:
         h.record("segment_alloc", ptr, alloc_size, stream,
-                 frames if h.context >= CTX_ALLOC else None)
+                 frames if h.context >= CTX_ALLOC else None, pool_id=pool.owner_id())
     return blk
 
 
@@ -203,7 +203,8 @@ def free_block(a: DeviceCachingAllocator, blk: Block, pending: bool) -> None:
     if h is not None:
         # a direct free carries the freeing call's stack with context="all" (PyTorch)
         h.record("free_completed", blk.addr, req, blk.stream, capture_frames()
-                 if h.context >= CTX_ALL and not pending else blk.frames)
+                 if h.context >= CTX_ALL and not pending else blk.frames,
+                 pool_id=blk.pool.owner_id())
     # a free block has no allocation stack (PyTorch's free_block resets
     # context_when_allocated): a snapshot's inactive blocks carry no frames
     blk.frames = None

@@ -293,8 +293,11 @@ class History:
             self.trace = collections.deque(self.trace, maxlen=max_entries)
 
     def record(self, action: str, addr: int, size: int, stream: int,
-               frames: list[dict[str, Any]] | None, device_free: int | None = None) -> None:
-        """Append a trace entry (frames only from ``context="alloc"`` up, as in PyTorch)."""
+               frames: list[dict[str, Any]] | None, device_free: int | None = None,
+               pool_id: tuple[int, int] = (0, 0)) -> None:
+        """Append a trace entry (frames only from ``context="alloc"`` up, as in PyTorch);
+        ``pool_id``: the private pool of the block or segment, ``(0, 0)`` for the default
+        pools (PyTorch 2.14's ``pool_id`` key)."""
         if action in self.skip_actions:
             return
         if self.context < CTX_ALLOC:
@@ -310,6 +313,7 @@ class History:
         entry["compile_context"] = "N/A"
         md = getattr(_metadata, "by_backend", None)
         entry["user_metadata"] = md.get(self.backend, "") if md else ""
+        entry["pool_id"] = pool_id
         entry["frames"] = list(frames) if frames else []
         self.trace.append(entry)
 

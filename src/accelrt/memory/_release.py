@@ -51,7 +51,8 @@ def release_block(a: AllocatorCore, blk: Block) -> None:
     h = a._history
     if h is not None:
         h.record("segment_free", blk.addr, size, blk.stream,
-                 capture_frames() if h.context >= CTX_ALL else blk.seg_frames)
+                 capture_frames() if h.context >= CTX_ALL else blk.seg_frames,
+                 pool_id=blk.pool.owner_id())
     del a._blocks[blk.addr]
     a._total_reserved -= size
     pool = blk.pool
