@@ -43,8 +43,9 @@ PoolLike = Union[tuple[int, int], "MemPool", None]
 #: A size argument: ``2`` or ``(2, 3)``.
 SizeLike = Union[SupportsIndex, "Sequence[SupportsIndex]"]
 
-#: ``memory_stats_as_nested_dict()``: ints, nested by the dotted parts of the stat names.
-NestedStats: TypeAlias = "dict[str, int | NestedStats]"
+#: ``memory_stats_as_nested_dict()``: ints, nested by the dotted parts of the stat names
+#: (``reserved_bytes_by_private_pools`` is keyed by pool id tuples, as PyTorch's).
+NestedStats: TypeAlias = "dict[str | tuple[int, int], int | NestedStats]"
 
 #: A scalar fill value.
 ScalarLike = Union[complex, "np.generic[object]"]

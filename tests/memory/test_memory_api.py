@@ -247,8 +247,8 @@ def test_record_memory_history(current: str) -> None:
         memory.record_memory_history(context="stack")
     with pytest.raises(ValueError):
         memory.record_memory_history(stacks="cpp")
-    with pytest.raises(ValueError):
-        memory.record_memory_history(max_entries=0)
+    with pytest.raises(TypeError):
+        memory.record_memory_history(max_entries=-1)          # PyTorch's size_t: TypeError
     with pytest.raises(TypeError):
         memory.record_memory_history(max_entries=2.5)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="skip_actions"):

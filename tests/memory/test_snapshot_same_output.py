@@ -170,14 +170,16 @@ def test_traces_equal_the_plain_copy_and_share_nothing() -> None:
     a.record_annotation(OrderedDict(step=np.int64(4), tags=["a", (1, 2)]))
     a.free(ps.pop())
     a.record_annotation({"plain": 1})
-    snap = build_snapshot(None, [a], {"x": 1})    # records a "snapshot" entry first
-    ref = to_plain({"device_traces": [[dict(e) for e in a._history.trace]]})["device_traces"]
+    snap = build_snapshot(None, [a], {"x": 1})    # records a "snapshot" entry last
+    *read, last = a._history.trace                # (after reading the trace, as PyTorch)
+    assert last["action"] == "snapshot"
+    ref = to_plain({"device_traces": [[dict(e) for e in read]]})["device_traces"]
     got = snap["device_traces"]
     # the previous code's result, key order and exact types included
     assert _shape(got) == _shape(ref)
     assert list(snap) == ["segments", "device_traces", "allocator_settings",
                           "external_annotations", "library_roots"]
-    assert type(got[0][-2]["user_metadata"]) is dict
+    assert type(got[0][-1]["user_metadata"]) is dict
     ids = [id(f) for e in got[0] for f in e["frames"]] + [id(e["frames"]) for e in got[0]]
     internal = [id(f) for e in a._history.trace for f in e["frames"]] + [id(e["frames"])
                                                                   for e in a._history.trace]

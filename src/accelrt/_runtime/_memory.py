@@ -19,11 +19,13 @@ import sys
 import types
 import warnings
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .. import _device as _dev
 from .._errors import OutOfMemoryError
 from ..memory import _pluggable
+from ..memory import _torch_record_memory_history
+from ..memory._stats import nest_stats
 from ._args import index_of, typed
 from ._base import ModuleBase
 
@@ -36,18 +38,6 @@ if TYPE_CHECKING:
     from ..memory._host import HostCachingAllocator
 
 __all__ = ["MemoryFunctions", "MemoryModule"]
-
-
-def _nest(flat: dict[str, Any]) -> dict[str, Any]:
-    """Flat dotted statistics (``"a.b.c": v``) as nested dicts (``{"a": {"b": {"c": v}}}``)."""
-    nested: dict[str, Any] = {}
-    for key, value in flat.items():
-        *path, leaf = key.split(".")
-        d = nested
-        for part in path:
-            d = d.setdefault(part, {})
-        d[leaf] = value
-    return nested
 
 
 @contextlib.contextmanager
@@ -173,7 +163,7 @@ class MemoryFunctions(ModuleBase):
             >>> isinstance(acc.cpu.memory_stats_as_nested_dict(), dict)
             True
         """
-        return _nest(self.memory_stats(device))
+        return nest_stats(self.memory_stats(device))
 
     def memory_allocated(self, device: DeviceLike = None) -> int:
         """Bytes handed out by the caching allocator on a device (0 where the backend cannot
@@ -461,11 +451,9 @@ class MemoryFunctions(ModuleBase):
             >>> isinstance(acc.cpu.memory_snapshot(), list)
             True
         """
-        from ..memory import _check_include_traces, _check_mempool_id, _pool_segments
-        want = _check_mempool_id(mempool_id)
-        _check_include_traces(include_traces)
-        segments: list[dict[str, Any]] = self._snapshot()["segments"]
-        return _pool_segments(segments, want)
+        from ..memory import _backend_segments
+        return cast("list[dict[str, Any]]",
+                    _backend_segments(self._b(), mempool_id, include_traces))
 
     def dump_snapshot(self, filename: str | os.PathLike[str] = "dump_snapshot.pickle",
                       augment_with_fx_traces: bool = False) -> None:
@@ -620,7 +608,7 @@ class MemoryFunctions(ModuleBase):
             >>> isinstance(acc.cpu.host_memory_stats_as_nested_dict(), dict)
             True
         """
-        return _nest(self.host_memory_stats())
+        return nest_stats(self.host_memory_stats(), private_pools=False)
 
 
 #: ``torch.cuda.memory``'s public names that a :class:`MemoryModule` takes from its device
@@ -660,9 +648,9 @@ class MemoryModule(types.ModuleType):
         for name in _MEMORY_NAMES:
             if hasattr(dm, name):
                 setattr(self, name, getattr(dm, name))
-        #: ``torch.cuda.memory._record_memory_history``: the same function as
-        #: :meth:`MemoryFunctions.record_memory_history` (same arguments).
-        self._record_memory_history = dm.record_memory_history
+        #: ``torch.cuda.memory._record_memory_history``: :meth:`MemoryFunctions.
+        #: record_memory_history`, or PyTorch's legacy form when the first argument is a bool.
+        self._record_memory_history = _torch_record_memory_history(dm.record_memory_history)
 
     def _snapshot(self, device: DeviceLike = None, augment_with_fx_traces: bool = False
                   ) -> dict[str, Any]:

@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import itertools
 import sys
 import threading
 import warnings
 import weakref
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from .. import _device
 from .._device import _get_device, _plain_int, _tls
@@ -46,6 +47,7 @@ from ._config import get_allocator_settings, get_config, reported_size, set_allo
 from ._history import check_history_args
 from ._pluggable import PluggableAllocator, change_current_allocator, get_allocator_backend
 from ._snapshot import build_snapshot, snapshot_segments, to_plain
+from ._stats import nest_stats
 from ._snapshot import dump_snapshot as _dump
 from ._summary import format_summary
 
@@ -57,7 +59,6 @@ compiled: bool = not _allocator_module.__file__.endswith(".py")
 
 if TYPE_CHECKING:
     import os
-    from collections.abc import Mapping
 
     from .._backend import Backend
     from .._stream import Stream
@@ -139,7 +140,10 @@ def memory_stats(device: DeviceLike = None, /) -> collections.OrderedDict[str, i
     reserved_bytes,active_bytes,inactive_split_bytes,requested_bytes}.{all,small_pool,
     large_pool}.{current,peak,allocated,freed}``, ``oversize_allocations.*``,
     ``oversize_segments.*``, ``num_alloc_retries``, ``num_ooms``, ``num_sync_all_streams``,
-    ``num_device_alloc``, ``num_device_free``, ``max_split_size`` (-1 when unlimited).
+    ``num_device_alloc``, ``num_device_free``, ``num_oom_rejections``, ``max_split_size`` (-1
+    when unlimited), and for each private pool ``(a, b)`` that held a segment
+    ``reserved_bytes_by_private_pools.{a}_{b}.{all,small_pool,large_pool}.{current,peak,
+    allocated,freed}`` (torch 2.14: the pool's share of ``reserved_bytes``).
 
     Args:
         device: the device (default: the current device).
@@ -175,7 +179,9 @@ def _sorted_stats(stats: dict[str, int]) -> collections.OrderedDict[str, int]:
 
 
 def memory_stats_as_nested_dict(device: DeviceLike = None, /) -> NestedStats:
-    """:func:`memory_stats` as nested dicts (``stats["allocated_bytes"]["all"]["peak"]``).
+    """:func:`memory_stats` as nested dicts (``stats["allocated_bytes"]["all"]["peak"]``);
+    ``reserved_bytes_by_private_pools`` is keyed by pool id tuples and, as in PyTorch, is
+    there (maybe ``{}``) once the device's allocator started.
 
     Example::
 
@@ -183,14 +189,7 @@ def memory_stats_as_nested_dict(device: DeviceLike = None, /) -> NestedStats:
         >>> isinstance(memory.memory_stats_as_nested_dict("cpu:0"), dict)
         True
     """
-    nested: dict[str, Any] = {}
-    for key, value in memory_stats(device).items():
-        *path, leaf = key.split(".")
-        d = nested
-        for part in path:
-            d = d.setdefault(part, {})
-        d[leaf] = value
-    return nested
+    return nest_stats(memory_stats(device))
 
 
 def memory_allocated(device: DeviceLike = None, /) -> int:
@@ -391,7 +390,9 @@ def record_memory_history(enabled: str | bool | None = "all", context: str | Non
         context: ``None``, ``"state"`` (stacks of live allocations), ``"alloc"`` (also on
             trace entries) or ``"all"`` (also free stacks).
         stacks: ``"python"`` or ``"all"`` (accelrt records Python frames for both).
-        max_entries: size of the trace ring buffer (the oldest entries are dropped).
+        max_entries: size of the trace ring buffer (the oldest entries are dropped); any
+            int in ``[0, 2**64)``, as PyTorch's size_t, and ``0`` keeps one entry, as
+            PyTorch's ring does.
         device: one device, or ``None`` for every device of the current accelerator.
         clear_history: drop what was recorded so far.
         compile_context: must be ``False`` (torch 2.14's parameter: torch.compile context,
@@ -429,6 +430,80 @@ def record_memory_history(enabled: str | bool | None = "all", context: str | Non
             continue
         get_allocator(b, i).record_history(enabled, context, stacks, max_entries,
                                            bool(clear_history), skip_actions)
+
+
+#: PyTorch's legacy form takes ``trace_alloc_max_entries`` as an int64.
+_INT64 = range(-(1 << 63), 1 << 63)
+
+
+def _record_memory_history_legacy(record: Callable[..., None], enabled: bool,
+                                  record_context: bool = True,
+                                  trace_alloc_max_entries: int = 1,
+                                  trace_alloc_record_context: bool = False,
+                                  device: DeviceLike = None, record_context_cpp: bool = False,
+                                  clear_history: bool = False, compile_context: bool = False,
+                                  global_record_annotations: bool = False,
+                                  skip_actions: list[str] | None = None,
+                                  record_pinned_host_memory: bool = False,
+                                  record_cuda: bool = True) -> None:
+    """PyTorch's legacy ``_record_memory_history`` (a bool first argument:
+    ``torch.cuda.memory._record_memory_history_legacy`` and its C++ ``_record_memory_history``)
+    through ``record``, a device module's ``record_memory_history``: ``enabled`` starts or
+    stops recording on every device of the backend (``device`` is not used, as PyTorch does
+    not use it); the trace ring keeps ``trace_alloc_max_entries`` entries whatever the
+    context (an int64: ``0`` keeps one, a negative one is unbounded, as PyTorch's conversion
+    to size_t makes it); ``trace_alloc_record_context`` records stacks on trace entries
+    (context ``"alloc"``), else ``record_context`` the stacks of live allocations
+    (``"state"``); ``record_context_cpp`` asks for C++ frames too (``stacks="all"``).
+
+    Raises:
+        TypeError: a flag is not a bool, or ``trace_alloc_max_entries`` is not an int in
+            ``[-2**63, 2**63)`` (PyTorch's binding refuses them with a TypeError).
+        ValueError: as :func:`record_memory_history` for the torch-only flags.
+    """
+    for name, value in (("record_context", record_context),
+                        ("trace_alloc_record_context", trace_alloc_record_context),
+                        ("record_context_cpp", record_context_cpp),
+                        ("clear_history", clear_history)):
+        if not isinstance(value, bool):
+            raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    n = trace_alloc_max_entries
+    if not isinstance(n, int) or isinstance(n, bool) or n not in _INT64:
+        shown = repr(n) if not isinstance(n, int) or abs(n) < 1 << 128 else "a huge int"
+        raise TypeError("trace_alloc_max_entries must be an int in [-2**63, 2**63) (PyTorch's "
+                        f"legacy form takes an int64), got {shown:.60}")
+    context = "alloc" if trace_alloc_record_context else "state" if record_context else None
+    record("all" if enabled else None, context, "all" if record_context_cpp else "python",
+           n if n >= 0 else sys.maxsize, None, clear_history, compile_context,
+           global_record_annotations, skip_actions, record_pinned_host_memory, record_cuda)
+
+
+def _torch_record_memory_history(record: Callable[..., None]) -> Callable[..., None]:
+    """``torch.cuda.memory._record_memory_history`` over ``record`` (a device module's
+    ``record_memory_history``, whose signature it shows, as PyTorch shows its new form's): a
+    bool first argument is PyTorch's legacy form (:func:`_record_memory_history_legacy`),
+    anything else the new one.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> from accelrt.memory import _torch_record_memory_history
+        >>> rec = _torch_record_memory_history(acc.cpu.record_memory_history)
+        >>> rec(True)                      # legacy: stacks of live blocks, a ring of 1 entry
+        >>> rec(False)
+    """
+    def _record_memory_history(enabled: Any = "all", *args: Any, **kwargs: Any) -> None:
+        """``torch.cuda.memory._record_memory_history``: with a bool first argument PyTorch's
+        legacy form ``(enabled, record_context=True, trace_alloc_max_entries=1,
+        trace_alloc_record_context=False, device=None, record_context_cpp=False,
+        clear_history=False, ...)``, otherwise ``record_memory_history``'s arguments."""
+        if isinstance(enabled, bool):
+            _record_memory_history_legacy(record, enabled, *args, **kwargs)
+        else:
+            record(enabled, *args, **kwargs)
+
+    # the new form's signature, as PyTorch's (inspect.signature follows __wrapped__)
+    return functools.update_wrapper(_record_memory_history, record, assigned=())
 
 
 def _settings_dict() -> dict[str, Any]:
@@ -494,12 +569,19 @@ def memory_snapshot(mempool_id: tuple[int, int] | None = None,
         >>> isinstance(memory.memory_snapshot(), list)
         True
     """
+    b, _ = _get_device(None)
+    return _backend_segments(b, mempool_id, include_traces)
+
+
+def _backend_segments(b: Backend, mempool_id: tuple[int, int] | None,
+                      include_traces: bool) -> list[Segment]:
+    """``memory_snapshot(mempool_id, include_traces)`` of backend ``b`` (the arguments are
+    checked here), for :func:`memory_snapshot` and the device modules'."""
     want = _check_mempool_id(mempool_id)
     _check_include_traces(include_traces)
-    b, _ = _get_device(None)
     segments: list[Segment] = snapshot_segments(
-        [peek_allocator(b.name, i) for i in range(b.device_count())])
-    return _pool_segments(segments, want)
+        [peek_allocator(b.name, i) for i in range(b.device_count())], want)
+    return segments
 
 
 def _check_mempool_id(mempool_id: object) -> tuple[int, int] | None:
@@ -515,16 +597,6 @@ def _check_mempool_id(mempool_id: object) -> tuple[int, int] | None:
         raise TypeError("mempool_id must be a pair of ints (a MemPool.id) or None, got "
                         f"{type(mempool_id).__name__} {mempool_id!r:.60}")
     return _plain_int(mempool_id[0]), _plain_int(mempool_id[1])
-
-
-_S = TypeVar("_S", bound="Mapping[str, Any]")
-
-
-def _pool_segments(segments: list[_S], pool_id: tuple[int, int] | None) -> list[_S]:
-    """The segments of private pool ``pool_id`` (all of them for ``None``)."""
-    if pool_id is None:
-        return segments
-    return [s for s in segments if tuple(s.get("segment_pool_id", (0, 0))) == pool_id]
 
 
 def dump_snapshot(filename: str | os.PathLike[str] = "dump_snapshot.pickle",

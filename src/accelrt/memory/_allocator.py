@@ -396,7 +396,7 @@ class DeviceCachingAllocator:
             if blk is None:
                 if self._rejected:
                     return self._oom.prepare_rejection(rounded, size)
-                return self._oom.prepare_oom(stream, rounded, frames, size)
+                return self._oom.prepare_oom(stream, rounded, frames, size, pool.owner_id())
         remaining = blk.size - rounded
         if (self._page_reuse and remaining >= K_MIN_BLOCK and blk.exp is not None
                 and pool.owner is None and blk.next is not None and blk.next.allocated
@@ -441,7 +441,8 @@ class DeviceCachingAllocator:
         if frames is not None:
             blk.frames = frames
         if h is not None:
-            h.record("alloc", addr, size, stream, frames if h.context >= CTX_ALLOC else None)
+            h.record("alloc", addr, size, stream, frames if h.context >= CTX_ALLOC else None,
+                     pool_id=blk.pool.owner_id())
         return addr
 
     # ------------------------------------------------------------------ split and merge
@@ -718,7 +719,8 @@ class DeviceCachingAllocator:
         h = self._history
         if h is not None:
             h.record("free_requested", ptr, blk.requested, blk.stream,
-                     capture_frames() if h.context >= CTX_ALL else blk.frames)
+                     capture_frames() if h.context >= CTX_ALL else blk.frames,
+                     pool_id=blk.pool.owner_id())
         if blk.stream_uses:
             # used on other streams: the free completes after their events
             if not st.pending_seen:

@@ -366,6 +366,12 @@ class BlockPool:
     def free_block_count(self) -> int:
         return sum(len(v) for v in self.free.values())
 
+    def owner_id(self) -> tuple[int, int]:
+        """The id of the private pool this pool belongs to, ``(0, 0)`` for the default pools
+        (PyTorch's ``BlockPool::owner_MempoolId``): the ``pool_id`` of trace entries."""
+        owner = self.owner
+        return DEFAULT_POOL if owner is None else owner.id
+
 
 class PrivatePool:
     """A private memory pool (``MemPool``, graph capture): its own small and large pools.

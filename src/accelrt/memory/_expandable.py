@@ -434,9 +434,8 @@ class ExpandableSegments:
             self.vm_high = total
             # (in pages of the policy: the device's granularity)
             self.piece_pages = max(1, total // (self._granularity or es.page) // MAP_FRACTION)
-        if pool.owner is not None:
-            pool.owner.reserved += mapped
         st = alloc._stats
+        st.count_pool_reserved(pool.owner, pool.type_index, mapped)
         # Stat.increase(mapped) of reserved_bytes' all and pool rows, inlined
         for row in (0, pool.type_index):
             stat = st.reserved_bytes[row]
@@ -451,7 +450,7 @@ class ExpandableSegments:
         h = alloc._history
         if h is not None:
             h.record("segment_map", addr, mapped, b.stream,
-                     frames if h.context >= CTX_ALLOC else None)
+                     frames if h.context >= CTX_ALLOC else None, pool_id=pool.owner_id())
         return b
 
     def allocate(self, pool: BlockPool, stream: int, size: int,
@@ -518,9 +517,8 @@ class ExpandableSegments:
         unmapped_add(u)
         alloc._total_reserved -= nbytes
         pool = u.pool
-        if pool.owner is not None:
-            pool.owner.reserved -= nbytes
         st = alloc._stats
+        st.count_pool_reserved(pool.owner, pool.type_index, -nbytes)
         # Stat.decrease(nbytes) of reserved_bytes' all and pool rows, inlined
         for row in (0, pool.type_index):
             stat = st.reserved_bytes[row]
@@ -530,7 +528,8 @@ class ExpandableSegments:
         h = alloc._history
         if h is not None:
             h.record("segment_unmap", ptr, nbytes, u.stream,
-                     capture_frames() if h.context >= CTX_ALL else None)
+                     capture_frames() if h.context >= CTX_ALL else None,
+                     pool_id=pool.owner_id())
         return u
 
     def release_segment(self, u: Block) -> None:

@@ -183,13 +183,12 @@ def alloc_block(a: DeviceCachingAllocator, pool: BlockPool, stream: int, rounded
     blk.seg_frames = frames
     a._blocks[ptr] = blk
     a._total_reserved += alloc_size
-    if pool.owner is not None:
-        pool.owner.reserved += alloc_size
+    st.count_pool_reserved(pool.owner, pool.type_index, alloc_size)
     st.count_segment(pool.type_index, alloc_size, alloc_size >= a._max_split_size, True)
     h = a._history
     if h is not None:
         h.record("segment_alloc", ptr, alloc_size, stream,
-                 frames if h.context >= CTX_ALLOC else None)
+                 frames if h.context >= CTX_ALLOC else None, pool_id=pool.owner_id())
     return blk
 
 
@@ -204,7 +203,8 @@ def free_block(a: DeviceCachingAllocator, blk: Block, pending: bool) -> None:
     if h is not None:
         # a direct free carries the freeing call's stack with context="all" (PyTorch)
         h.record("free_completed", blk.addr, req, blk.stream, capture_frames()
-                 if h.context >= CTX_ALL and not pending else blk.frames)
+                 if h.context >= CTX_ALL and not pending else blk.frames,
+                 pool_id=blk.pool.owner_id())
     # a free block has no allocation stack (PyTorch's free_block resets
     # context_when_allocated): a snapshot's inactive blocks carry no frames
     blk.frames = None

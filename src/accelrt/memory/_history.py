@@ -56,6 +56,8 @@ __all__ = ["CTX_ALL", "CTX_ALLOC", "CTX_LEVELS", "CTX_NEVER", "CTX_STATE", "TRAC
 TRACE_ACTIONS = frozenset({
     "alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
     "segment_map", "segment_unmap", "snapshot", "oom", "annotate"})
+#: One past the largest ``max_entries`` (PyTorch's binding takes a size_t).
+_SIZE_T_END = 1 << 64
 # record-context levels (PyTorch's RecordContext)
 CTX_NEVER, CTX_STATE, CTX_ALLOC, CTX_ALL = 0, 1, 2, 3
 CTX_LEVELS = {None: CTX_NEVER, "state": CTX_STATE, "alloc": CTX_ALLOC, "all": CTX_ALL}
@@ -209,10 +211,15 @@ def check_history_args(enabled: str | bool | None, context: str | None, stacks: 
     """Validate :meth:`~accelrt.memory._allocator.DeviceCachingAllocator.record_history`'s
     arguments; return ``enabled`` as ``None``, ``"state"`` or ``"all"`` and the actions to skip.
 
+    ``max_entries`` is any size_t, as PyTorch's binding takes it (``0`` is a ring of one
+    entry: PyTorch's ``RingBuffer::setMaxEntries`` keeps at least one).
+
     Raises:
-        ValueError: an unknown value, or ``max_entries`` below 1.
+        ValueError: an unknown value.
         TypeError: ``enabled``, ``context`` or ``stacks`` is neither a str nor None,
-            ``max_entries`` is not an int, or ``skip_actions`` is not a list of str.
+            ``max_entries`` is not an int in ``[0, 2**64)`` (PyTorch's binding refuses a
+            negative or larger int with a TypeError), or ``skip_actions`` is not a list of
+            str.
 
     Example::
 
@@ -229,8 +236,10 @@ def check_history_args(enabled: str | bool | None, context: str | None, stacks: 
     _check_choice("stacks", stacks, ("python", "all"))
     if not isinstance(max_entries, int) or isinstance(max_entries, bool):
         raise TypeError(f"max_entries must be an int, got {type(max_entries).__name__}")
-    if max_entries < 1:
-        raise ValueError(f"max_entries must be >= 1, got {max_entries}")
+    if not 0 <= max_entries < _SIZE_T_END:
+        shown = max_entries if abs(max_entries) < 1 << 128 else "a huge int"
+        raise TypeError(f"max_entries must be an int in [0, 2**64) (PyTorch takes a size_t), "
+                        f"got {shown}")
     if skip_actions is not None and (isinstance(skip_actions, (str, bytes)) or not isinstance(
             skip_actions, Iterable) or not all(isinstance(s, str) for s in skip_actions)):
         raise TypeError("skip_actions must be a list of action names such as "
@@ -284,8 +293,11 @@ class History:
             self.trace = collections.deque(self.trace, maxlen=max_entries)
 
     def record(self, action: str, addr: int, size: int, stream: int,
-               frames: list[dict[str, Any]] | None, device_free: int | None = None) -> None:
-        """Append a trace entry (frames only from ``context="alloc"`` up, as in PyTorch)."""
+               frames: list[dict[str, Any]] | None, device_free: int | None = None,
+               pool_id: tuple[int, int] = (0, 0)) -> None:
+        """Append a trace entry (frames only from ``context="alloc"`` up, as in PyTorch);
+        ``pool_id``: the private pool of the block or segment, ``(0, 0)`` for the default
+        pools (PyTorch 2.14's ``pool_id`` key)."""
         if action in self.skip_actions:
             return
         if self.context < CTX_ALLOC:
@@ -301,6 +313,7 @@ class History:
         entry["compile_context"] = "N/A"
         md = getattr(_metadata, "by_backend", None)
         entry["user_metadata"] = md.get(self.backend, "") if md else ""
+        entry["pool_id"] = pool_id
         entry["frames"] = list(frames) if frames else []
         self.trace.append(entry)
 
@@ -372,7 +385,8 @@ def record_history(a: AllocatorCore, enabled: str | bool | None,
             latest action); ``"all"``/``True`` keeps a trace of ``max_entries``.
         context: ``None``, ``"state"``, ``"alloc"`` or ``"all"``: which stacks to gather.
         stacks: ``"python"`` or ``"all"`` (only Python frames exist here).
-        max_entries: trace ring-buffer length (more than ``sys.maxsize``: unbounded).
+        max_entries: trace ring-buffer length (``0``: one entry, as PyTorch's ring keeps at
+            least one; more than ``sys.maxsize``: unbounded).
         clear_history: drop the entries recorded so far.
         skip_actions: trace actions not to record.
 
@@ -398,9 +412,10 @@ def record_history(a: AllocatorCore, enabled: str | bool | None,
             a._history = None
         else:
             ctx = CTX_LEVELS[context]
-            # PyTorch records the trace for "state" too, in a buffer of one entry; a ring
-            # longer than sys.maxsize entries (PyTorch takes a size_t) is unbounded anyway
-            entries = min(max_entries, sys.maxsize) if enabled == "all" else 1
+            # PyTorch records the trace for "state" too, in a buffer of one entry; its ring
+            # holds at least one entry (RingBuffer::setMaxEntries: max(1, n)), and one longer
+            # than sys.maxsize entries is unbounded anyway
+            entries = min(max(max_entries, 1), sys.maxsize) if enabled == "all" else 1
             if h is None:
                 a._history = History(ctx, entries, skip, a._name)
             else:

@@ -326,13 +326,19 @@ class MallocAsyncAllocator(ReplacedAllocator):
 
     # ------------------------------------------------------------------ unsupported
     def snapshot_segments(self, pool_id: tuple[int, int] | None = None) -> list[dict[str, Any]]:
-        raise RuntimeError(f"Calling snapshot with backend:{NAME} is not meaningful. (For "
-                           "backend:native, snapshot returns a detailed summary of all blocks "
-                           f"tracked by the allocator, but the {NAME} backend does not track "
-                           "individual blocks.)")
+        raise self._no_snapshot()
 
     def trace_entries(self) -> list[dict[str, Any]]:
-        raise self.unsupported("recordHistory")
+        # (read only by a snapshot, which reads the traces first: PyTorch's snapshot refuses)
+        raise self._no_snapshot()
+
+    @staticmethod
+    def _no_snapshot() -> RuntimeError:
+        """PyTorch's error for a snapshot of this backend."""
+        return RuntimeError(f"Calling snapshot with backend:{NAME} is not meaningful. (For "
+                            "backend:native, snapshot returns a detailed summary of all blocks "
+                            f"tracked by the allocator, but the {NAME} backend does not track "
+                            "individual blocks.)")
 
     def record_annotation(self, metadata: dict[str, Any]) -> None:
         """Ignored, as PyTorch ignores memory metadata with this backend."""

@@ -94,8 +94,10 @@ class OomReporter:
         return extra
 
     def prepare_oom(self, stream: int, rounded: int, frames: list[dict[str, Any]] | None,
-                    requested: int | None = None) -> tuple[str, int, int, int, int]:
-        """Count the OOM, record its trace entry and build :meth:`raise_oom`'s arguments."""
+                    requested: int | None = None, pool_id: tuple[int, int] = (0, 0)
+                    ) -> tuple[str, int, int, int, int]:
+        """Count the OOM, record its trace entry (``pool_id``: the pool the request was
+        for) and build :meth:`raise_oom`'s arguments."""
         alloc = self._alloc
         st = alloc._stats
         st.num_ooms += 1
@@ -105,7 +107,8 @@ class OomReporter:
         except Exception:  # noqa: BLE001 - the OOM report must not fail
             dev_free, dev_total = 0, alloc._device_total
         if alloc._history is not None:
-            alloc._history.record("oom", 0, rounded, stream, frames, device_free=dev_free)
+            alloc._history.record("oom", 0, rounded, stream, frames, device_free=dev_free,
+                                  pool_id=pool_id)
         priv = alloc._pools.free_bytes()
         allocated = st.allocated_bytes()
         reserved = st.reserved_bytes[0].current

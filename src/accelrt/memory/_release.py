@@ -51,13 +51,14 @@ def release_block(a: AllocatorCore, blk: Block) -> None:
     h = a._history
     if h is not None:
         h.record("segment_free", blk.addr, size, blk.stream,
-                 capture_frames() if h.context >= CTX_ALL else blk.seg_frames)
+                 capture_frames() if h.context >= CTX_ALL else blk.seg_frames,
+                 pool_id=blk.pool.owner_id())
     del a._blocks[blk.addr]
     a._total_reserved -= size
     pool = blk.pool
-    if pool.owner is not None:
-        pool.owner.reserved -= size
-    a._stats.count_segment(pool.type_index, size, size >= a._max_split_size, False)
+    st = a._stats
+    st.count_pool_reserved(pool.owner, pool.type_index, -size)
+    st.count_segment(pool.type_index, size, size >= a._max_split_size, False)
     raw_free(a._b, a._index, blk)
 
 

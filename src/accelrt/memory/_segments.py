@@ -144,5 +144,7 @@ def _snapshot_locked(a: AllocatorCore, pool_id: tuple[int, int] | None
             "frames": [dict(f) for f in seg_frames] if seg_frames else [],
             "blocks": blocks})
     if a._history is not None:
-        a._history.record("snapshot", 0, total_active, 0, None)
+        # (PyTorch's entry carries the snapshot's pool id: (0, 0) for every pool)
+        a._history.record("snapshot", 0, total_active, 0, None,
+                          pool_id=DEFAULT_POOL if pool_id is None else pool_id)
     return segments

@@ -12,7 +12,8 @@ A snapshot is a plain dict (only dicts, lists, tuples, str, int, float, bool and
 Segment keys: ``device, address, total_size, allocated_size, active_size, requested_size,
 stream, segment_type, segment_pool_id, is_expandable, frames, blocks``; block keys: ``address,
 size, requested_size, state, frames``; trace entry keys: ``action, addr, size, stream,
-time_us`` (+ ``frames`` etc.). :func:`check_snapshot` validates what the visualizers read.
+time_us, compile_context, user_metadata, pool_id, frames`` (``device_free`` for ``addr`` on
+``oom``). :func:`check_snapshot` validates what the visualizers read.
 ``library_roots`` is the recording machine's
 :func:`~accelrt.memory._history.library_roots`: the folders of its libraries, so that
 ``accelrt memory viz`` tells the user's frames from the libraries' on any machine (PyTorch's
@@ -87,6 +88,9 @@ class TraceEntry(TypedDict, total=False):
     stream: int
     time_us: int
     device_free: int
+    compile_context: str
+    user_metadata: str | dict[str, Any]
+    pool_id: tuple[int, int]   # the block's or segment's private pool, (0, 0) by default
     frames: list[Frame]
 
 
@@ -168,8 +172,11 @@ def gc_paused() -> Iterator[None]:
                 gc.enable()
 
 
-def snapshot_segments(allocators: Sequence[Any | None]) -> list[Any]:
-    """The segments of every started allocator, sorted by (device, address).
+def snapshot_segments(allocators: Sequence[Any | None],
+                      pool_id: tuple[int, int] | None = None) -> list[Any]:
+    """The segments of every started allocator (of private pool ``pool_id`` only, unless it
+    is ``None``), sorted by (device, address). Each caching allocator records its
+    ``snapshot`` trace entry with ``pool_id``, as PyTorch's ``snapshot(mempool_id)``.
 
     The caching allocator's own segment dicts are made fresh for each call (plain values,
     copied stacks), so they are returned as they are; those of any other allocator type go
@@ -188,7 +195,7 @@ def snapshot_segments(allocators: Sequence[Any | None]) -> list[Any]:
         for a in allocators:
             if a is None:
                 continue
-            segs = a.snapshot_segments()
+            segs = a.snapshot_segments(pool_id)
             segments.extend(segs if isinstance(a, DeviceCachingAllocator) else to_plain(segs))
             parts += 1
     if parts > 1:  # each allocator's list is sorted by address already
@@ -217,7 +224,9 @@ def build_snapshot(backend: Any, allocators: list[Any | None],
     """
     from ._allocator import DeviceCachingAllocator
     from ._history import library_roots
-    segments = snapshot_segments(allocators)
+    # the traces first, then the segments, as PyTorch's NativeCachingAllocator::snapshot
+    # (each device's trace, then its DeviceCachingAllocator::snapshot): the ``snapshot``
+    # entry that taking the segments records is in the next snapshot's traces, not this one's
     with gc_paused():
         traces: list[list[Any]] = []
         for i, a in enumerate(allocators):
@@ -229,7 +238,7 @@ def build_snapshot(backend: Any, allocators: list[Any | None],
             else:
                 traces.append(to_plain(list(a.trace_entries()), where))
         snap: dict[str, Any] = {
-            "segments": segments,
+            "segments": snapshot_segments(allocators),
             "device_traces": traces,
             "allocator_settings": to_plain(settings, "snapshot['allocator_settings']"),
             "external_annotations": [],
@@ -318,6 +327,14 @@ def _check_frames(obj: dict[str, Any], where: str) -> None:
                              f"and name, got {type(f).__name__}")
 
 
+def _check_pool_id(obj: dict[str, Any], key: str, where: str) -> None:
+    """Check an optional pool id (a pair of ints) where present."""
+    pool = obj.get(key, (0, 0))
+    if (not isinstance(pool, (tuple, list)) or len(pool) != 2
+            or not all(type(x) is int for x in pool)):
+        raise ValueError(f"{where}[{key!r}]: expected a pair of ints, got {pool!r:.80}")
+
+
 def check_snapshot(snap: Any, what: str = "snapshot") -> dict[str, Any]:
     """Check that ``snap`` has everything the visualizers read; return it.
 
@@ -351,10 +368,7 @@ def check_snapshot(snap: Any, what: str = "snapshot") -> dict[str, Any]:
         _opt(seg, "segment_type", str, where)
         _opt(seg, "is_expandable", bool, where)
         _check_frames(seg, where)
-        pool = seg.get("segment_pool_id", (0, 0))
-        if (not isinstance(pool, (tuple, list)) or len(pool) != 2
-                or not all(type(x) is int for x in pool)):
-            raise ValueError(f"{where}['segment_pool_id']: expected a pair of ints, got {pool!r}")
+        _check_pool_id(seg, "segment_pool_id", where)
         for j, b in enumerate(blocks):
             bw = f"{where}['blocks'][{j}]"
             _need(b, "size", int, bw)
@@ -377,6 +391,7 @@ def check_snapshot(snap: Any, what: str = "snapshot") -> dict[str, Any]:
             _opt(e, "stream", int, where)
             _opt(e, "addr", int, where)
             _opt(e, "size", int, where)
+            _check_pool_id(e, "pool_id", where)
             _check_frames(e, where)
             if action in ("alloc", "free_requested", "free_completed", "segment_alloc",
                           "segment_free", "segment_map", "segment_unmap"):

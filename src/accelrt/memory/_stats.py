@@ -12,6 +12,12 @@ row is the sum of both pool types; peaks are brought up to date (:meth:`DeviceSt
 before any of those stats decreases and before any read, which gives exactly the maxima of
 the current values.
 
+``reserved_bytes_by_private_pools`` (PyTorch 2.14's ``DeviceStats`` map of that name) has a
+``reserved_bytes``-like triple per private pool id, changed with the pool's segments only (off
+the malloc/free fast paths): an entry is made by the pool's first segment and kept, its
+``current`` back at 0, after the pool is gone; the flat keys are
+``reserved_bytes_by_private_pools.{a}_{b}.{all,large_pool,small_pool}.{field}``.
+
 All objects here are guarded by the owning allocator's lock.
 
 Example::
@@ -27,15 +33,17 @@ Example::
 from __future__ import annotations
 
 import collections
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ._block import PrivatePool
     from ._interface import AllocatorCore
 
 
-__all__ = ["FLAT_KEYS", "SORTED_KEYS", "STAT_TYPES", "DeviceStats", "HotCounters", "Stat",
-           "flat_stats", "max_memory_allocated", "reset_accumulated_stats", "reset_peak_stats",
-           "sorted_stats"]
+__all__ = ["FLAT_KEYS", "PRIVATE_POOLS", "SORTED_KEYS", "STAT_TYPES", "DeviceStats",
+           "HotCounters", "Stat", "flat_stats", "max_memory_allocated", "nest_stats",
+           "reset_accumulated_stats", "reset_peak_stats", "sorted_stats"]
 
 #: Names of the three stat types, in index order.
 STAT_TYPES = ("all", "small_pool", "large_pool")
@@ -56,6 +64,12 @@ FLAT_KEYS = tuple(
        for t in _TYPES for f in _FIELDS])
 #: The same keys: :data:`FLAT_KEYS` is sorted already (a test checks it).
 SORTED_KEYS = FLAT_KEYS
+#: PyTorch's statistic of per-private-pool reserved bytes; its flat keys sort right before
+#: ``segment.*`` (``"reserved_bytes."`` < ``"reserved_bytes_"`` < ``"segment"``).
+PRIVATE_POOLS = "reserved_bytes_by_private_pools"
+_PRIVATE_AT = FLAT_KEYS.index("segment.all.allocated")
+#: The rows of a triple in flat-key (alphabetical) order: (name, index).
+_ROWS = (("all", 0), ("large_pool", 2), ("small_pool", 1))
 
 
 class Stat:
@@ -261,6 +275,8 @@ class DeviceStats:
         segment, reserved_bytes: ``(all, small, large)`` :class:`Stat` triples.
         oversize_allocations, oversize_segments: :class:`Stat`.
         num_*: scalar counters; ``max_split_size``: -1 when unlimited.
+        reserved_bytes_by_private_pools: private pool id -> ``(all, small, large)``
+            :class:`Stat` triple of the pool's reserved bytes (:meth:`count_pool_reserved`).
         pending_seen: a free waited for events since the last peak reset.
         dirty_split: True when an inactive_split stat grew since :meth:`settle_split`.
     """
@@ -279,6 +295,7 @@ class DeviceStats:
         "oversize_segments",
         "pending_seen",
         "reserved_bytes",
+        "reserved_bytes_by_private_pools",
         "segment",
     )
 
@@ -290,6 +307,7 @@ class DeviceStats:
         g.other_row = s
         self.segment = (Stat(), Stat(), Stat())
         self.reserved_bytes = (Stat(), Stat(), Stat())
+        self.reserved_bytes_by_private_pools: dict[tuple[int, int], tuple[Stat, Stat, Stat]] = {}
         self.oversize_allocations = Stat()
         self.oversize_segments = Stat()
         self.num_alloc_retries = 0
@@ -397,6 +415,57 @@ class DeviceStats:
                 self.oversize_segments.decrease(1)
             self.num_device_free += 1
 
+    def count_pool_reserved(self, owner: PrivatePool | None, type_index: int,
+                            nbytes: int) -> None:
+        """``nbytes`` more (less, if negative) held by a segment of pool type ``type_index``
+        (1 small, 2 large) of private pool ``owner`` (``None``: the default pool, which has no
+        entry): a segment allocated or freed, pages mapped or unmapped. Updates the pool's
+        ``reserved`` and its ``reserved_bytes_by_private_pools`` rows ``all`` and
+        ``type_index``, as PyTorch's ``alloc_block``, ``release_block``, ``map_block`` and
+        ``unmap_block`` do. The retired twin of the default pool (id ``(0, 0)``,
+        :func:`~accelrt.memory._pools.retire_segments`) has no entry either.
+
+        Example::
+
+            >>> from accelrt.memory._stats import DeviceStats
+            >>> from accelrt.memory._block import PrivatePool
+            >>> st = DeviceStats(-1)
+            >>> pool = PrivatePool((1, 2), st.hot[1], st.hot[2])
+            >>> st.count_pool_reserved(pool, 2, 20 << 20)
+            >>> st.count_pool_reserved(pool, 2, -(20 << 20))
+            >>> arr = st.reserved_bytes_by_private_pools[(1, 2)]
+            >>> pool.reserved, arr[0].current, arr[2].peak, arr[1].peak
+            (0, 0, 20971520, 0)
+        """
+        if owner is None:
+            return
+        owner.reserved += nbytes
+        pid = owner.id
+        if pid == (0, 0):
+            return
+        arr = self.reserved_bytes_by_private_pools.get(pid)
+        if arr is None:
+            arr = self.reserved_bytes_by_private_pools[pid] = (Stat(), Stat(), Stat())
+        for stat in (arr[0], arr[type_index]):
+            if nbytes >= 0:
+                stat.increase(nbytes)
+            else:
+                stat.decrease(-nbytes)
+
+    def private_pool_items(self) -> list[tuple[str, int]]:
+        """The flat ``reserved_bytes_by_private_pools.{a}_{b}.{row}.{field}`` items, sorted
+        by key (none before a private pool's first segment)."""
+        items: list[tuple[str, int]] = []
+        for (a, b), arr in self.reserved_bytes_by_private_pools.items():
+            head = f"{PRIVATE_POOLS}.{a}_{b}."
+            for row, i in _ROWS:
+                st = arr[i]
+                key = head + row
+                items += [(key + ".allocated", st.allocated), (key + ".current", st.current),
+                          (key + ".freed", st.freed), (key + ".peak", st.peak)]
+        items.sort()
+        return items
+
     def allocated_bytes(self) -> int:
         """``allocated_bytes.all.current`` (O(1))."""
         h = self.hot
@@ -478,8 +547,11 @@ class DeviceStats:
         return self.flat_values()
 
     def _rare(self) -> list[Stat]:
-        return [*self.segment, *self.reserved_bytes, self.oversize_allocations,
+        rare = [*self.segment, *self.reserved_bytes, self.oversize_allocations,
                 self.oversize_segments]
+        for arr in self.reserved_bytes_by_private_pools.values():
+            rare += arr
+        return rare
 
     def _set_rows(self, names: tuple[str, ...]) -> None:
         """Set the fields ``names`` (in :data:`_CURRENT` order) of every row to the current
@@ -536,8 +608,13 @@ def flat_stats(a: AllocatorCore) -> dict[str, int]:
     """
     with a._lock:
         a.settle_locked()
-        vals = a._stats.flat_values()
-    return dict(zip(FLAT_KEYS, vals))
+        st = a._stats
+        vals = st.flat_values()
+        private = st.private_pool_items() if st.reserved_bytes_by_private_pools else None
+    flat = dict(zip(FLAT_KEYS, vals))
+    if private:
+        flat.update(private)
+    return flat
 
 
 def sorted_stats(a: AllocatorCore) -> collections.OrderedDict[str, int]:
@@ -554,8 +631,48 @@ def sorted_stats(a: AllocatorCore) -> collections.OrderedDict[str, int]:
     """
     with a._lock:
         a.settle_locked()
-        vals = a._stats.sorted_values()
-    return collections.OrderedDict(zip(SORTED_KEYS, vals))
+        st = a._stats
+        vals = st.sorted_values()
+        if not st.reserved_bytes_by_private_pools:
+            return collections.OrderedDict(zip(SORTED_KEYS, vals))
+        private = st.private_pool_items()
+    at = _PRIVATE_AT
+    out = collections.OrderedDict(zip(SORTED_KEYS[:at], vals[:at]))
+    out.update(private)
+    out.update(zip(SORTED_KEYS[at:], vals[at:]))
+    return out
+
+
+def nest_stats(flat: Mapping[str, int], private_pools: bool = True) -> dict[Any, Any]:
+    """``memory_stats_as_nested_dict()`` from ``memory_stats()``: the dotted keys as nested
+    dicts (``{"allocated_bytes": {"all": {"peak": ...}}}``), where, as in PyTorch,
+    ``reserved_bytes_by_private_pools`` is keyed by pool id tuples and, with
+    ``private_pools`` (a device allocator's statistics, not the host pool's), is there (maybe
+    empty) whenever there are statistics (``{}`` stays ``{}``).
+
+    Example::
+
+        >>> from accelrt.memory._stats import nest_stats
+        >>> nest_stats({"num_ooms": 0, "reserved_bytes_by_private_pools.1_2.all.peak": 5})
+        {'num_ooms': 0, 'reserved_bytes_by_private_pools': {(1, 2): {'all': {'peak': 5}}}}
+        >>> nest_stats({"num_ooms": 0})
+        {'num_ooms': 0, 'reserved_bytes_by_private_pools': {}}
+    """
+    nested: dict[Any, Any] = {}
+    for key, value in flat.items():
+        *path, leaf = key.split(".")
+        parts: list[Any] = path
+        if path and path[0] == PRIVATE_POOLS:       # "a_b" -> (a, b), as PyTorch's key
+            a, b = path[1].split("_")
+            parts = [PRIVATE_POOLS, (int(a), int(b)), *path[2:]]
+        d = nested
+        for part in parts:
+            d = d.setdefault(part, {})
+        d[leaf] = value
+    if private_pools and nested and PRIVATE_POOLS not in nested:
+        nested[PRIVATE_POOLS] = {}
+        nested = dict(sorted(nested.items()))
+    return nested
 
 
 def max_memory_allocated(a: AllocatorCore) -> int:
