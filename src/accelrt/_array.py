@@ -77,7 +77,8 @@ from ._placement import _check_dtype as _check_dtype  # re-exported: factories, 
 from ._placement import init_array, new_array
 from ._size import factory_args
 from ._stream import _current, _wait_raw
-from ._transfer import execute, held, hold, plan_array_copy, plan_download, plan_upload
+from ._transfer import (broadcast_on_device, broadcast_runs, execute, held, hold, plan_array_copy,
+                        plan_download, plan_upload)
 
 if TYPE_CHECKING:
     from ._backend import Backend
@@ -350,17 +351,28 @@ class Array:
     def copy_(self, src: Any, non_blocking: bool = False) -> Array:
         """Copy ``src`` into this array and return ``self``.
 
+        ``src`` is broadcast to this array's shape as PyTorch's ``copy_`` broadcasts it: its
+        dimensions, aligned right, are each 1 or this array's (``(3,)`` or ``(2, 1)`` into
+        ``(2, 3)``; a scalar into any shape). A device source is broadcast on the device by
+        copies of byte runs (:func:`accelrt._transfer.broadcast_runs`), in stream order,
+        unless they would take too many backend calls on memory the host cannot read (a
+        column broadcast on CUDA: :func:`accelrt._transfer.broadcast_on_device`); that
+        source, and a host source, one of another dtype or on another backend, is expanded
+        once on the host and uploaded.
+
         Args:
             src: an :class:`Array` (any device, any backend) or anything numpy can convert
-                (an ndarray, a nested list, a scalar). Its shape must equal this array's.
-                A different dtype is cast with numpy on the host.
+                (an ndarray, a nested list, a scalar), of a shape that broadcasts to this
+                array's. A different dtype is cast with numpy on the host.
             non_blocking: do not wait for copies that involve host memory to finish (the
                 host source is kept alive until the copy has run).
 
         Raises:
-            TypeError: ``src`` cannot be converted to a numeric array.
-            ValueError: the shapes differ (an ``AcceleratorValueError``, also a
-                ``RuntimeError`` as in PyTorch; accelrt does not broadcast ``src``).
+            TypeError: ``src`` cannot be converted to a numeric array, or ``non_blocking`` is
+                not a bool.
+            ValueError: ``src`` does not broadcast to this array's shape (an
+                ``AcceleratorValueError``, also a ``RuntimeError`` with PyTorch's message);
+                nothing is written.
 
         Example::
 
@@ -371,36 +383,54 @@ class Array:
             [[1, 2], [3, 4]]
             >>> acc.zeros((2, 2), device="cpu:0").copy_(a).tolist()
             [[1.0, 2.0], [3.0, 4.0]]
+            >>> acc.zeros((2, 3), device="cpu:0").copy_(acc.full((3,), 5.0, device="cpu:0")).tolist()
+            [[5.0, 5.0, 5.0], [5.0, 5.0, 5.0]]
         """
         _check_flag("non_blocking", non_blocking)
         if isinstance(src, Array):
+            if src is self:
+                return self
             if src._shape != self._shape:
-                raise _shape_mismatch(self._shape, src._shape)
-            if src is self or (src._mem is self._mem and src._b is self._b):
+                _check_broadcast(self._shape, src._shape)
+            if src._mem is self._mem and src._b is self._b:
                 return self
             if src._dtype != self._dtype:
-                host = np.ascontiguousarray(src._host_array(), dtype=self._dtype)
-                self._upload(host, non_blocking, private=True)   # converted: a new array
+                self._put(src._host_array(), non_blocking)      # converted: a new array
             else:
                 self._copy_from(src, non_blocking)
             return self
         host = _to_numpy(src, "copy_()")
         if host.shape != self._shape:
-            raise _shape_mismatch(self._shape, host.shape)
-        data = np.ascontiguousarray(host, dtype=self._dtype)
-        self._upload(data, non_blocking, private=data is not host or isinstance(
-            src, (list, tuple, int, float, complex)))
+            _check_broadcast(self._shape, host.shape)
+        self._put(host, non_blocking, isinstance(src, (list, tuple, int, float, complex)))
         return self
 
+    def _put(self, host: np.ndarray, non_blocking: bool, owned: bool = False) -> None:
+        """Upload ``host`` broadcast to this array's shape (checked by the caller) and cast to
+        its dtype: expanded once on the host, then the one upload path. A non-blocking upload
+        snapshots ``host`` at the call, unless the expansion or the cast made a new array or
+        ``owned`` says nobody else can write ``host``."""
+        data = host if host.shape == self._shape else np.broadcast_to(host, self._shape)
+        data = np.ascontiguousarray(data, dtype=self._dtype)
+        self._upload(data, non_blocking, private=owned or (data is not host
+                                                           and data.base is None))
+
     def _copy_from(self, src: Array, non_blocking: bool) -> None:
-        """Copy a same-shape, same-dtype array ``src`` into ``self``."""
+        """Copy ``src``, of this array's dtype and of its shape or one that broadcasts to it
+        (checked by the caller), into ``self``."""
         if not self._mem.nbytes:
             return
         if src._b is not self._b:
             # across backends: through the host
-            self._upload(np.ascontiguousarray(src._host_array()), non_blocking)
+            self._put(src._host_array(), non_blocking)
             return
-        execute(plan_array_copy(self, src, non_blocking))
+        bc = None
+        if src._shape != self._shape:
+            bc = broadcast_runs(self._shape, src._shape, self._dtype.itemsize)
+            if not broadcast_on_device(self, src, bc):    # too many runs: through the host
+                self._put(src._host_array(), non_blocking)
+                return
+        execute(plan_array_copy(self, src, non_blocking, bc))
 
     def fill_(self, value: Any) -> Array:
         """Set every element to ``value`` (enqueued on the current stream); return ``self``.
@@ -639,12 +669,29 @@ class Array:
         return cuda_array_interface(self)
 
 
-def _shape_mismatch(dst: tuple[int, ...], src: tuple[int, ...]) -> AcceleratorValueError:
-    """``copy_``'s error for a source of another shape (PyTorch raises ``RuntimeError``; accelrt
-    does not broadcast)."""
-    return AcceleratorValueError(f"copy_(): shape mismatch: destination has shape {dst} but "
-                                 f"source has shape {src}; copy_ needs equal shapes (accelrt "
-                                 "does not broadcast)")
+def _check_broadcast(dst: tuple[int, ...], src: tuple[int, ...]) -> None:
+    """PyTorch's shape rule of ``copy_`` (its ``TensorIterator``): the broadcast of ``dst``
+    and ``src`` (``infer_size``) must exist and be ``dst``; else an ``AcceleratorValueError``
+    (a ``RuntimeError``, as PyTorch raises) with PyTorch's message."""
+    n = max(len(dst), len(src))
+    a = (1,) * (n - len(dst)) + dst
+    b = (1,) * (n - len(src)) + src
+    for i in range(n - 1, -1, -1):       # infer_size reports the last mismatch first
+        if a[i] != b[i] and a[i] != 1 and b[i] != 1:
+            raise _no_broadcast(f"The size of tensor a ({a[i]}) must match the size of tensor "
+                                f"b ({b[i]}) at non-singleton dimension {i}", dst, src)
+    shape = tuple(y if x == 1 else x for x, y in zip(a, b))
+    if shape != dst:
+        raise _no_broadcast(f"output with shape {list(dst)} doesn't match the broadcast shape "
+                            f"{list(shape)}", dst, src)
+
+
+def _no_broadcast(torch_text: str, dst: tuple[int, ...],
+                  src: tuple[int, ...]) -> AcceleratorValueError:
+    return AcceleratorValueError(f"{torch_text} (copy_(): shape mismatch: destination has shape "
+                                 f"{dst} but source has shape {src}, which does not broadcast "
+                                 "to it: each source dimension, aligned right, must be 1 or "
+                                 "the destination's)")
 
 
 def _rebuild(host: np.ndarray, device: str) -> Array:

@@ -1,0 +1,255 @@
+"""``accelrt.Array`` against ``torch.Tensor`` where they differed (issue 25), each point settled
+by PyTorch's source:
+
+* ``fill_``/``full`` values by ``c10::checked_convert`` (c10/util/TypeCast.h) and
+  ``c10::overflows`` (torch/headeronly/util/overflows.h, torch >= 2.14): negative ints wrap into
+  unsigned dtypes when their magnitude fits, a float fills an integer dtype below ``max + 1``,
+  bool takes any number, with PyTorch's "value cannot be converted to type ... without
+  overflow"; ``fill_`` with a 0-d array (aten/src/ATen/native/Fill.cpp);
+* ``copy_`` broadcasts its source (aten/src/ATen/native/Copy.cpp: a ``TensorIterator`` with
+  ``resize_outputs(false)``, whose shape errors are ``infer_size``'s and "output with shape
+  ... doesn't match the broadcast shape ...") for every copy direction;
+* ``len()``, ``bool()`` and ``iter()`` (torch/_tensor.py, ``at::native::is_nonzero``);
+* ``pin_memory=None`` in every factory that takes ``pin_memory`` (PyTorch's ``Optional[bool]``).
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import random
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+from helpers.staging import RecordingNoHostCpu
+
+import accelrt as acc
+from accelrt import backends
+from accelrt._errors import AcceleratorValueError
+from accelrt._transfer import (Copy, HostCopy, broadcast_on_device, broadcast_runs, execute,
+                               plan_array_copy)
+from accelrt.backends.cpu import CpuBackend
+
+backends.register("s25arr", lambda: CpuBackend(num_devices=2, async_streams=True,
+                                               name="s25arr"), replace=True)
+backends.register("s25nohost", lambda: RecordingNoHostCpu(num_devices=2, async_streams=True,
+                                                          name="s25nohost"), replace=True)
+D0, D1 = "s25arr:0", "s25arr:1"
+H0, H1 = "s25nohost:0", "s25nohost:1"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _drain() -> Iterator[None]:
+    yield
+    gc.collect()
+    for name in ("s25arr", "s25nohost"):
+        b = backends.get_backend(name)
+        for i in range(b.device_count()):
+            b.synchronize(i)
+
+
+# ---------------------------------------------------------------------- copy_ broadcasting
+
+BROADCASTS = [((2, 3), (3,)), ((2, 3), (1, 3)), ((2, 3), (2, 1)), ((2, 3), ()), ((2, 3), (1,)),
+              ((4, 5, 3), (5, 1)), ((3, 1, 4), (1, 1, 4)), ((2, 3, 4, 5), (3, 1, 5)),
+              ((2, 3, 4, 5), (2, 1, 4, 1)), ((5, 1), (1,)), ((40, 7), (40, 1)),
+              ((3, 40, 2), (1, 40, 1)), ((0, 3), (3,)), ((2, 0), (1,)), ((6,), (6,))]
+
+
+def _host_source(src_shape: tuple[int, ...]) -> np.ndarray:
+    return np.arange(1, int(np.prod(src_shape)) + 1, dtype=np.float64).reshape(src_shape)
+
+
+def _sources(host: np.ndarray, dst: str) -> Iterator[tuple[str, Any]]:
+    """Every kind of source ``copy_`` takes, beside a destination on ``dst``."""
+    backend = dst.split(":")[0]
+    yield "same device", acc.asarray(host, device=dst, copy=True)
+    yield "peer device", acc.asarray(host, device=f"{backend}:1", copy=True)
+    other = H0 if backend == "s25arr" else D0
+    yield "other backend", acc.asarray(host, device=other, copy=True)
+    if backend == "s25arr":          # memory borrowed from numpy (host memory on a device)
+        yield "borrowed, same device", acc.asarray(host.copy(), device=D0)
+        yield "borrowed, peer device", acc.asarray(host.copy(), device=D1)
+    yield "numpy", host.copy()
+    if host.size:                    # an empty nested list loses its shape
+        yield "list", host.tolist()
+    yield "other dtype", acc.asarray(host.astype(np.int16), device=dst, copy=True)
+
+
+@pytest.mark.parametrize("dst_shape, src_shape", BROADCASTS, ids=str)
+@pytest.mark.parametrize("dst", [D0, H0])
+def test_copy_broadcasts_every_source_kind(dst_shape: tuple[int, ...],
+                                           src_shape: tuple[int, ...], dst: str) -> None:
+    host = _host_source(src_shape)
+    want = np.broadcast_to(host, dst_shape)
+    for non_blocking in (False, True):
+        for what, src in _sources(host, dst):
+            out = acc.full(dst_shape, -1.0, dtype="float64", device=dst)
+            assert out.copy_(src, non_blocking=non_blocking) is out
+            acc.synchronize(dst)
+            assert np.array_equal(out.numpy(), want), (what, non_blocking)
+
+
+@pytest.mark.parametrize("dst_shape, src_shape", [((2, 3), (3,)), ((40, 7), (40, 1)),
+                                                  ((3, 40, 2), (1, 40, 1)), ((9,), ())])
+def test_copy_broadcasts_into_borrowed_host_memory(dst_shape: tuple[int, ...],
+                                                   src_shape: tuple[int, ...]) -> None:
+    host = _host_source(src_shape)
+    for dev, non_blocking in itertools.product((D0, D1), (False, True)):
+        buf = np.full(dst_shape, -1.0)
+        out = acc.asarray(buf, device=dev)             # borrows buf
+        out.copy_(acc.asarray(host, device=D0, copy=True), non_blocking=non_blocking)
+        acc.synchronize(dev)
+        assert np.array_equal(buf, np.broadcast_to(host, dst_shape)), (dev, non_blocking)
+
+
+def test_broadcast_copies_are_ordered_on_the_streams_of_both_devices() -> None:
+    # asynchronous cpu streams: the copy waits for the source's pending fill and the
+    # destination's later work waits for the copy, as for a same-shape peer copy
+    src = acc.zeros((3,), device=D0)
+    out = acc.zeros((50, 3), device=D1)
+    for value in (1.0, 2.0, 3.0):
+        src.fill_(value)
+        out.copy_(src)
+        out.copy_(out.numpy()[::-1].copy())     # host data read at the call: synchronizes
+        assert out.tolist() == [[value] * 3] * 50
+
+
+def test_broadcast_runs_reproduce_numpy_broadcasting() -> None:
+    rng = random.Random(25)
+    for _ in range(400):
+        dst = tuple(rng.choice((1, 2, 3, 5)) for _ in range(rng.randint(0, 4)))
+        src = tuple(d if rng.random() < 0.5 else 1 for d in dst[rng.randint(0, len(dst)):])
+        host = np.arange(int(np.prod(src)), dtype=np.int16).reshape(src)
+        raw = host.reshape(-1).view(np.uint8)
+        out = np.zeros(int(np.prod(dst)) * 2, np.uint8)
+        bc = broadcast_runs(dst, src, 2)
+        for steps, source in ((bc.scatter, raw), (bc.fill, out)):
+            for dst_off, src_off, run, nruns, dst_pitch, src_pitch in steps:
+                for k in range(nruns):
+                    s, d = src_off + k * src_pitch, dst_off + k * dst_pitch
+                    assert source is raw or d >= s + run or s >= d + run  # no overlap
+                    out[d:d + run] = source[s:s + run]
+        assert np.array_equal(out.view(np.int16).reshape(dst), np.broadcast_to(host, dst)), \
+            (dst, src)
+
+
+def test_broadcast_runs_stay_few() -> None:
+    one = broadcast_runs((1000, 1000), (), 4)         # a scalar: one run, then doubling
+    assert len(one.scatter) == 1 and len(one.fill) == 20
+    rows = broadcast_runs((64, 3), (3,), 8)
+    assert rows.scatter == ((0, 0, 24, 1, 0, 0),)
+    assert len(rows.fill) == 6 and all(r[3] == 1 for r in rows.fill)
+    cols = broadcast_runs((64, 3), (64, 1), 8)        # a column: strided runs
+    assert cols.scatter == ((0, 0, 8, 64, 24, 8),)
+    assert cols.fill == ((8, 0, 8, 64, 24, 24), (16, 0, 8, 64, 24, 24))
+    assert broadcast_runs((0, 3), (3,), 8) == ((), ())
+
+
+def test_a_broadcast_is_planned_as_data_before_any_byte_moves() -> None:
+    src = acc.full((3,), 2.0, device=D0)
+    dst = acc.zeros((4, 3), device=D1)
+    plan = plan_array_copy(dst, src, False, broadcast_runs(dst.shape, src.shape, 4))
+    assert [type(s).__name__ for s in plan.steps] == ["Barrier", "Copy", "Barrier", "Copy",
+                                                      "Copy"]
+    peer, fill = plan.steps[1], plan.steps[3:]
+    assert isinstance(peer, Copy) and peer.kind == "peer" and peer.run == 12
+    assert all(isinstance(s, Copy) and s.kind == "d2d" and s.stream == acc.current_stream(D1)
+               for s in fill)
+    assert dst.tolist() == [[0.0] * 3] * 4                 # nothing has moved yet
+    execute(plan)
+    assert dst.tolist() == [[2.0] * 3] * 4
+    # many runs between memory the host reads: one numpy copy in stream order per step
+    col, wide = acc.full((40, 1), 1.0, device=D0), acc.zeros((40, 5), device=D0)
+    steps = plan_array_copy(wide, col, False, broadcast_runs((40, 5), (40, 1), 4)).steps
+    assert [type(s) for s in steps] == [HostCopy] * 4
+    nohost_col, nohost = acc.full((40, 1), 1.0, device=H0), acc.zeros((40, 5), device=H0)
+    steps = plan_array_copy(nohost, nohost_col, False,
+                            broadcast_runs((40, 5), (40, 1), 4)).steps
+    assert [type(s) for s in steps] == [Copy] * 4 and steps[0].nruns == 40
+
+
+def test_a_broadcast_of_many_runs_is_expanded_on_the_host_where_the_host_cannot_read() -> None:
+    # (64, 1) into (64, 50) on a device without 2-D copies: 64 * (1 + 6) runs; through the
+    # host instead (one download, one upload); memory the host reads keeps the device plan
+    col = np.arange(64.0).reshape(64, 1)
+    for dev, on_device in ((H0, False), (D0, True)):
+        src = acc.asarray(col, device=dev, copy=True)
+        out = acc.zeros((64, 50), dtype="float64", device=dev)
+        bc = broadcast_runs(out.shape, src.shape, 8)
+        assert broadcast_on_device(out, src, bc) is on_device
+        assert broadcast_on_device(out, src, broadcast_runs((64, 50), (50,), 8))
+        nohost = backends.get_backend("s25nohost")
+        assert isinstance(nohost, RecordingNoHostCpu)
+        before = len(nohost.copies)
+        out.copy_(src)
+        assert np.array_equal(out.numpy(), np.broadcast_to(col, (64, 50)))
+        if dev == H0:
+            assert len(nohost.copies) - before <= 4          # a download and an upload
+
+
+def test_a_broadcast_copy_is_captured_into_a_graph_and_replays() -> None:
+    src = acc.full((3,), 1.0, device="cpu:0")
+    col = acc.full((20, 1), 2.0, device="cpu:0")
+    out, wide = acc.zeros((4, 3), device="cpu:0"), acc.zeros((20, 5), device="cpu:0")
+    s, g = acc.Stream("cpu:0"), acc.Graph()
+    with s, g:
+        out.copy_(src)
+        wide.copy_(col)
+    assert out.tolist() == [[0.0] * 3] * 4                  # captured, not run
+    src.fill_(5.0)
+    col.fill_(6.0)
+    g.replay()
+    acc.synchronize("cpu:0")
+    assert out.tolist() == [[5.0] * 3] * 4 and wide.tolist() == [[6.0] * 5] * 20
+    g.close()
+    # many runs where the host cannot read: under capture still by runs (a host round trip
+    # cannot be captured)
+    hcol, hwide = acc.full((64, 1), 3.0, device=H0), acc.zeros((64, 50), device=H0)
+    hs, hg = acc.Stream(H0), acc.Graph()
+    with acc.graph(hg, stream=hs):
+        assert broadcast_on_device(hwide, hcol, broadcast_runs((64, 50), (64, 1), 4))
+        hwide.copy_(hcol)
+    hcol.fill_(4.0)
+    hg.replay()
+    acc.synchronize(H0)
+    assert hwide.tolist() == [[4.0] * 50] * 64
+    hg.close()
+
+
+REFUSED = [  # (dst, src, PyTorch's message)
+    ((2, 3), (3, 2),
+     "The size of tensor a (3) must match the size of tensor b (2) at non-singleton dimension 1"),
+    ((2, 3), (2,),
+     "The size of tensor a (3) must match the size of tensor b (2) at non-singleton dimension 1"),
+    ((2, 3), (3, 1),
+     "The size of tensor a (2) must match the size of tensor b (3) at non-singleton dimension 0"),
+    ((3,), (1, 3), "output with shape [3] doesn't match the broadcast shape [1, 3]"),
+    ((2, 1), (2, 3), "output with shape [2, 1] doesn't match the broadcast shape [2, 3]"),
+    ((), (1,), "output with shape [] doesn't match the broadcast shape [1]"),
+    ((0,), (2,),
+     "The size of tensor a (0) must match the size of tensor b (2) at non-singleton dimension 0"),
+    ((2, 3), (0, 3),
+     "The size of tensor a (2) must match the size of tensor b (0) at non-singleton dimension 0"),
+]
+
+
+@pytest.mark.parametrize("dst_shape, src_shape, message", REFUSED, ids=str)
+def test_a_source_that_does_not_broadcast_gets_pytorchs_error_and_writes_nothing(
+        dst_shape: tuple[int, ...], src_shape: tuple[int, ...], message: str) -> None:
+    host = np.ones(src_shape)
+    for dst in (D0, H0):
+        out = acc.zeros(dst_shape, dtype="float64", device=dst)
+        for _, src in _sources(host, dst):
+            with pytest.raises(AcceleratorValueError) as ei:
+                out.copy_(src)
+            assert str(ei.value).startswith(message) and isinstance(ei.value, RuntimeError)
+            assert "shape mismatch" in str(ei.value)
+        assert not out.numpy().any()
+
+
+def test_copy_into_itself_skips_the_shape_check_as_pytorch() -> None:
+    a = acc.full((2, 3), 1.0, device=D0)
+    assert a.copy_(a) is a and a.tolist() == [[1.0] * 3] * 2
