@@ -68,7 +68,7 @@ import numpy as np
 from . import _dlpack
 from . import _sync_debug as _sd
 from ._device import _device_obj, _get_device, _lazy_init
-from ._errors import AcceleratorTypeError, AcceleratorValueError
+from ._errors import AcceleratorError, AcceleratorTypeError, AcceleratorValueError
 from ._device import device as _device_cls
 from ._handles import StreamHandle
 from ._memory_owner import _CLOSED, _SOLE_REFS, _HostView
@@ -289,6 +289,13 @@ class Array:
         """
         return self._host_array().tolist()
 
+    def _item(self) -> Any:
+        """The one element as a Python number (synchronizing), as ``Tensor.item()``."""
+        if self.size != 1:
+            raise AcceleratorValueError(f"a Tensor with {self.size} elements cannot be "
+                                        "converted to Scalar")
+        return self._host_array().reshape(()).item()
+
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         """``np.asarray(array)``: :meth:`numpy` (a view where possible), honouring numpy's
         ``dtype`` and ``copy`` arguments (``copy=False`` raises if a copy is needed).
@@ -435,26 +442,46 @@ class Array:
     def fill_(self, value: Any) -> Array:
         """Set every element to ``value`` (enqueued on the current stream); return ``self``.
 
+        Values follow PyTorch's conversion rule (``c10::checked_convert``): a value the dtype
+        cannot hold is refused, not rounded or clamped, except that a negative int wraps into
+        an unsigned dtype (two's complement, as in C) when its magnitude fits: ``fill_(-1)``
+        on uint8 gives 255, ``fill_(-256)`` is refused. A float fills an integer dtype
+        truncated toward zero when it lies in ``[min, max + 1)`` (127.9 fills int8 with 127;
+        -0.5 does not fill uint8). A bool array takes any number's truth value.
+
         Args:
-            value: a bool, int, float or complex representable in the array's dtype (floats
-                are truncated toward zero for integer dtypes, as numpy does).
+            value: a bool, int, float or complex (or a numpy scalar), or a 0-d
+                :class:`Array`: on this array's device it is copied in stream order, without
+                the overflow check (PyTorch's ``copy_``); elsewhere its value is read
+                (synchronizing) and checked like a number.
 
         Raises:
             TypeError: ``value`` is not a number, or is complex with a non-zero imaginary
-                part for a real dtype (then an ``AcceleratorTypeError``, also a
-                ``RuntimeError`` as PyTorch's "cannot be converted ... without overflow").
+                part for a real dtype other than bool (then an ``AcceleratorTypeError``, also
+                a ``RuntimeError`` with PyTorch's "value cannot be converted to type ...
+                without overflow").
             ValueError: ``value`` does not fit in the dtype (an ``AcceleratorValueError``, also
-                a ``RuntimeError`` as in PyTorch): an int or float outside the integer dtype's
-                range (checked before truncation, and a negative int never wraps into an
-                unsigned dtype), a finite value beyond the floating dtype's largest, or a NaN
-                or infinity for an integer dtype.
+                a ``RuntimeError``, with PyTorch's message): an int outside the integer
+                dtype's range (beyond the wrap above), a float outside ``[min, max + 1)`` of
+                an integer dtype, a NaN or infinity for an integer dtype, a finite value
+                beyond the floating dtype's largest; or an :class:`Array` value that is not
+                0-d.
 
         Example::
 
             >>> import accelrt as acc
             >>> acc.empty(3, dtype="uint16", device="cpu:0").fill_(513).tolist()
             [513, 513, 513]
+            >>> acc.empty(2, dtype="uint8", device="cpu:0").fill_(-1).tolist()
+            [255, 255]
         """
+        if isinstance(value, Array):
+            if value._shape:
+                raise AcceleratorValueError(f"fill_ only supports 0-dimension value tensor but "
+                                            f"got tensor with {len(value._shape)} dimensions.")
+            if value._b is self._b and value._index == self._index:
+                return self.copy_(value)
+            value = value._item()
         scalar = _fill_scalar(value, self._dtype)
         n = self._mem.nbytes
         if not n:
@@ -741,13 +768,39 @@ def _to_numpy(obj: Any, what: str) -> np.ndarray:
     return host
 
 
+#: The C++ type names of PyTorch's overflow message (``c10::Scalar``'s accessors)
+_CTYPES = {"uint8": "uint8_t", "int8": "int8_t", "int16": "int16_t", "int32": "int",
+           "int64": "int64_t", "uint16": "uint16_t", "uint32": "uint32_t",
+           "uint64": "uint64_t", "float16": "c10::Half", "float32": "float",
+           "float64": "double", "complex64": "c10::complex<float>",
+           "complex128": "c10::complex<double>"}
+
+_INT64_MIN = -(1 << 63)
+
+
+def _overflow(dt: np.dtype, why: str,
+              error: type[AcceleratorError] = AcceleratorValueError) -> AcceleratorError:
+    """Why a value does not fill ``dt``, then PyTorch's ``report_overflow`` message."""
+    return error(f"{why}; value cannot be converted to type {_CTYPES.get(dt.name, dt.name)} "
+                 "without overflow")
+
+
 def _fill_scalar(value: Any, dt: np.dtype) -> np.ndarray:
-    """``value`` as a 0-d array of ``dt``, with PyTorch's overflow rule for ``fill_``/``full``
-    (``c10::overflows``): a value outside the dtype's range is refused, not wrapped or rounded
-    to infinity; floats are truncated toward zero for integer dtypes (after the range check,
-    so 127.9 does not fit int8); a complex value fills a real dtype only with a zero
-    imaginary part; any number fills a bool array with its truth value. Unlike PyTorch, a
-    negative int never wraps into an unsigned dtype."""
+    """``value`` as a 0-d array of ``dt`` by PyTorch's rule for ``fill_``/``full``
+    (``c10::checked_convert``, ``c10::overflows``, torch >= 2.14):
+
+    * bool arrays take any number's truth value (PyTorch never checks a conversion to bool);
+    * a complex value fills a real dtype only with a zero imaginary part;
+    * an int fills an integer dtype in its range; a negative int also fills an unsigned dtype
+      when its magnitude is at most the dtype's largest value, wrapping in two's complement
+      (``-1`` -> 255 for uint8), as C's conversion from int64 does;
+    * a float fills an integer dtype when ``min <= value < max + 1`` (the bound exact in
+      floating point), truncated toward zero; NaN and infinity never do;
+    * a floating or complex dtype takes infinities and NaN, and finite values up to its
+      largest (each part of a complex value).
+
+    Python ints beyond int64 (PyTorch cannot parse them) are checked the same way, except
+    that those below int64's minimum never wrap."""
     if isinstance(value, np.ndarray) and value.ndim == 0:
         value = value.item()
     if isinstance(value, np.generic):
@@ -755,24 +808,35 @@ def _fill_scalar(value: Any, dt: np.dtype) -> np.ndarray:
     if not isinstance(value, (bool, int, float, complex)):
         raise TypeError(f"fill value must be a bool, int, float or complex, got "
                         f"{type(value).__name__}")
-    if isinstance(value, complex) and dt.kind != "c":
+    kind = dt.kind
+    if kind == "b" or isinstance(value, bool):
+        return np.array(bool(value) if kind == "b" else value, dtype=dt)
+    if isinstance(value, complex) and kind != "c":
         if value.imag != 0:     # nan too
-            raise AcceleratorTypeError(f"cannot fill a {dt.name} array with the complex value "
-                                       f"{value!r}; use a complex dtype")
+            raise _overflow(dt, f"cannot fill a {dt.name} array with the complex value "
+                            f"{value!r} (use a complex dtype)", AcceleratorTypeError)
         value = value.real
-    if dt.kind in "iu" and not isinstance(value, bool):
+    if kind in "iu":
         info = np.iinfo(dt)
         if isinstance(value, float):
+            upper = 1 << (info.bits - (kind == "i"))     # max + 1, exact in floating point
             if not math.isfinite(value):
-                raise AcceleratorValueError(f"cannot fill a {dt.name} array with {value!r}")
-            if not info.min <= value <= info.max:
-                raise AcceleratorValueError(f"fill value {value!r} does not fit in {dt.name} "
-                                            f"(range {info.min}..{info.max})")
+                raise _overflow(dt, f"cannot fill a {dt.name} array with {value!r}")
+            if not info.min <= value < upper:
+                raise _overflow(dt, f"fill value {value!r} does not fit in {dt.name} "
+                                f"(floats in [{info.min}, {upper}) do)")
             value = int(value)
-        if not info.min <= value <= info.max:
-            raise AcceleratorValueError(f"fill value {value} does not fit in {dt.name} "
-                                        f"(range {info.min}..{info.max})")
-    elif dt.kind in "fc" and not isinstance(value, bool):
+        elif kind == "u" and value < 0:
+            lowest = max(-int(info.max), _INT64_MIN)
+            if value < lowest:
+                raise _overflow(dt, f"fill value {value} does not fit in {dt.name} (range "
+                                f"{info.min}..{info.max}; negative ints down to {lowest} "
+                                "wrap)")
+            value += 1 << info.bits                      # two's complement
+        elif not info.min <= value <= info.max:
+            raise _overflow(dt, f"fill value {value} does not fit in {dt.name} (range "
+                            f"{info.min}..{info.max})")
+    else:
         top = float(np.finfo(dt).max)
         for part in (value.real, value.imag) if isinstance(value, complex) else (value,):
             if isinstance(part, float):     # inf and nan fill a floating array
@@ -783,8 +847,8 @@ def _fill_scalar(value: Any, dt: np.dtype) -> np.ndarray:
                 except OverflowError:       # an int beyond float64
                     big = True
             if big:
-                raise AcceleratorValueError(f"fill value {value!r} overflows {dt.name} "
-                                            f"(largest finite value {top!r})")
+                raise _overflow(dt, f"fill value {value!r} overflows {dt.name} (largest "
+                                f"finite value {top!r})")
     with np.errstate(over="ignore", invalid="ignore"):
         return np.array(value, dtype=dt)
 

@@ -172,7 +172,9 @@ def full(size: SizeLike, fill_value: ScalarLike, *, dtype: DTypeLike | None = No
     Args:
         size: the shape: one sequence of non-negative ints (or one int), as in PyTorch
             (``full((2, 3), 1.5)``; not ``full(2, 3, 1.5)``).
-        fill_value: a bool, int, float or complex.
+        fill_value: a bool, int, float or complex (or a numpy scalar), or a 0-d
+            :class:`Array`, whose value is read (synchronizing), as PyTorch reads a 0-d
+            tensor passed as a number.
         dtype: the dtype (keyword-only); ``None`` infers it from ``fill_value`` as PyTorch
             does (bool -> bool, int -> int64, float -> float32, complex -> complex64).
         device: where to allocate (keyword-only); ``None`` is the default device
@@ -180,7 +182,8 @@ def full(size: SizeLike, fill_value: ScalarLike, *, dtype: DTypeLike | None = No
         pin_memory: return a pinned host ``numpy.ndarray`` instead (see :func:`empty`).
 
     Raises:
-        TypeError: a bad size or dtype, or a fill value that is not a number.
+        TypeError: a bad size or dtype, or a fill value that is not a number (an
+            :class:`Array` that is not 0-d included).
         ValueError: a negative dimension, a size whose bytes overflow int64, a fill value
             the dtype cannot hold (:meth:`Array.fill_`'s rule, PyTorch's), or
             ``pin_memory=True`` with a device.
@@ -193,6 +196,11 @@ def full(size: SizeLike, fill_value: ScalarLike, *, dtype: DTypeLike | None = No
         (dtype('int64'), [7, 7])
     """
     shape = normalize_size((size,), None, "full")
+    if isinstance(fill_value, Array):
+        if fill_value.ndim:
+            raise TypeError(f"full(): fill_value must be a number or a 0-d accelrt.Array, got "
+                            f"an array of shape {fill_value.shape}")
+        fill_value = fill_value._item()
     if dtype is None:
         v = fill_value.item() if isinstance(fill_value, (np.generic, np.ndarray)) and \
             np.ndim(fill_value) == 0 else fill_value

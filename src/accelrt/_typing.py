@@ -46,8 +46,8 @@ SizeLike = Union[SupportsIndex, "Sequence[SupportsIndex]"]
 #: ``memory_stats_as_nested_dict()``: ints, nested by the dotted parts of the stat names.
 NestedStats: TypeAlias = "dict[str, int | NestedStats]"
 
-#: A scalar fill value.
-ScalarLike = Union[complex, "np.generic[object]"]
+#: A scalar fill value: a number, a numpy scalar, or a 0-d :class:`accelrt.Array`.
+ScalarLike = Union[complex, "np.generic[object]", "Array"]
 
 
 class CudaStreamProtocol(Protocol):

@@ -206,7 +206,7 @@ def test_fill_float_into_int_truncates():
 @pytest.mark.parametrize("dtype, value, exc, match", [
     ("uint8", 256, ValueError, "does not fit"),
     ("int8", -129, ValueError, "does not fit"),
-    ("uint8", -1, ValueError, "does not fit"),
+    ("uint8", -256, ValueError, "does not fit"),     # -1 wraps to 255, as in PyTorch
     ("int32", float("nan"), ValueError, "cannot fill"),
     ("float16", 1e10, ValueError, "overflows"),
     ("float32", 1j, TypeError, "complex"),

@@ -27,7 +27,7 @@ from helpers.staging import RecordingNoHostCpu
 
 import accelrt as acc
 from accelrt import backends
-from accelrt._errors import AcceleratorValueError
+from accelrt._errors import AcceleratorTypeError, AcceleratorValueError
 from accelrt._transfer import (Copy, HostCopy, broadcast_on_device, broadcast_runs, execute,
                                plan_array_copy)
 from accelrt.backends.cpu import CpuBackend
@@ -48,6 +48,120 @@ def _drain() -> Iterator[None]:
         b = backends.get_backend(name)
         for i in range(b.device_count()):
             b.synchronize(i)
+
+
+# ---------------------------------------------------------------------- fill_ / full values
+
+UNSIGNED = [("uint8", 8), ("uint16", 16), ("uint32", 32), ("uint64", 64)]
+
+
+@pytest.mark.parametrize("dtype, bits", UNSIGNED)
+def test_negative_ints_wrap_into_unsigned_dtypes_when_their_magnitude_fits(dtype: str,
+                                                                           bits: int) -> None:
+    top = (1 << bits) - 1
+    lowest = -top if bits < 64 else -(1 << 63)     # PyTorch's Scalar holds an int64
+    for value, want in ((-1, top), (-2, top - 1), (lowest, lowest + (1 << bits)), (top, top)):
+        for dev in (D0, H0):
+            assert acc.zeros(2, dtype=dtype, device=dev).fill_(value).tolist() == [want] * 2
+        assert acc.full((2,), value, dtype=dtype, device=D0).tolist() == [want] * 2
+        assert acc.full((2,), value, dtype=dtype, pin_memory=True).tolist() == [want] * 2
+    a = acc.zeros(2, dtype=dtype, device=D0)
+    for bad in (lowest - 1, top + 1):
+        with pytest.raises(AcceleratorValueError,
+                           match=f"value cannot be converted to type {dtype}_t without "
+                                 "overflow") as ei:
+            a.fill_(bad)
+        assert isinstance(ei.value, RuntimeError)
+    assert a.tolist() == [0, 0]
+
+
+FLOAT_BOUNDS = [   # (dtype, value, result or None when refused): c10::overflows for floats
+    ("int8", 127.9, 127), ("int8", 127.0, 127), ("int8", 128.0, None), ("int8", -128.0, -128),
+    ("int8", -128.5, None), ("int8", -0.9, 0), ("uint8", 255.99, 255), ("uint8", -0.0, 0),
+    ("uint8", -0.5, None), ("uint8", 256.0, None), ("int32", 2147483647.5, 2147483647),
+    ("int32", 2147483648.0, None), ("int64", 9223372036854774784.0, 9223372036854774784),
+    ("int64", 2.0 ** 63, None), ("uint64", 18446744073709549568.0, 18446744073709549568),
+    ("uint64", 2.0 ** 64, None), ("uint16", float("inf"), None), ("int16", float("nan"), None),
+]
+
+
+@pytest.mark.parametrize("dtype, value, want", FLOAT_BOUNDS, ids=str)
+def test_floats_fill_integer_dtypes_below_max_plus_one(dtype: str, value: float,
+                                                       want: int | None) -> None:
+    a = acc.zeros(3, dtype=dtype, device=D0)
+    if want is None:
+        with pytest.raises(AcceleratorValueError, match="without overflow"):
+            a.fill_(value)
+        with pytest.raises(AcceleratorValueError, match="without overflow"):
+            acc.full((3,), value, dtype=dtype, device=H0)
+        assert a.tolist() == [0] * 3
+    else:
+        assert a.fill_(value).tolist() == [want] * 3
+        assert acc.full((3,), np.float64(value), dtype=dtype, device=H0).tolist() == [want] * 3
+
+
+@pytest.mark.parametrize("value, want", [(1j, True), (complex(0, float("nan")), True),
+                                         (0j, False), (2 ** 70, True), (-1, True),
+                                         (float("nan"), True), (-0.0, False)], ids=repr)
+def test_bool_arrays_take_any_number_as_pytorch_never_checks_a_conversion_to_bool(
+        value: object, want: bool) -> None:
+    assert acc.zeros(2, dtype="bool", device=D0).fill_(value).tolist() == [want] * 2
+    assert acc.full((2,), value, dtype="bool", device=H0).tolist() == [want] * 2  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("dtype, value, ctype, exc", [
+    ("int32", 2 ** 31, "int", AcceleratorValueError),
+    ("int64", 2 ** 63, "int64_t", AcceleratorValueError),
+    ("int16", -2 ** 15 - 1, "int16_t", AcceleratorValueError),
+    ("float16", 65520.0, "c10::Half", AcceleratorValueError),
+    ("float32", 1e39, "float", AcceleratorValueError),
+    ("complex64", complex(0, 1e39), "c10::complex<float>", AcceleratorValueError),
+    ("float64", 1 + 1j, "double", AcceleratorTypeError),
+    ("uint32", -2 ** 32, "uint32_t", AcceleratorValueError),
+])
+def test_refusals_carry_pytorchs_overflow_message(dtype: str, value: object, ctype: str,
+                                                   exc: type[Exception]) -> None:
+    with pytest.raises(exc) as ei:
+        acc.zeros(1, dtype=dtype, device=D0).fill_(value)
+    assert f"value cannot be converted to type {ctype} without overflow" in str(ei.value)
+    assert isinstance(ei.value, RuntimeError)
+
+
+def test_fill_with_a_0d_array_copies_on_its_device_and_reads_it_elsewhere() -> None:
+    src = acc.full((), 7, dtype="int64", device=D0)
+    a = acc.zeros((2, 3), dtype="int32", device=D0)
+    assert a.fill_(src) is a and a.tolist() == [[7] * 3] * 2
+    # on the same device the value is copied in stream order, without the overflow check
+    # (PyTorch's copy_): later work on the stream is seen, whatever the host does meanwhile
+    s = acc.Stream(D0)
+    with s:
+        src.fill_(9)
+        a.fill_(src)
+    s.synchronize()
+    assert a.tolist() == [[9] * 3] * 2
+    assert acc.zeros((), dtype="int64", device=D0).fill_(acc.zeros((), device=D0)).tolist() == 0
+    for elsewhere in (D1, H0):            # another device or backend: item(), then checked
+        assert a.fill_(acc.full((), -3, device=elsewhere)).tolist() == [[-3] * 3] * 2
+        with pytest.raises(AcceleratorValueError, match="does not fit in uint8"):
+            acc.zeros(2, dtype="uint8", device=D0).fill_(acc.full((), 300, device=elsewhere))
+    for shape in ((1,), (2, 2)):
+        with pytest.raises(AcceleratorValueError,
+                           match=f"^fill_ only supports 0-dimension value tensor but got tensor "
+                                 f"with {len(shape)} dimensions"):
+            a.fill_(acc.zeros(shape, device=D0))
+    assert a.tolist() == [[-3] * 3] * 2
+
+
+def test_full_reads_a_0d_array_as_a_number() -> None:
+    # PyTorch parses a 0-d tensor given as a Number with item(): the dtype follows its kind
+    for value, dtype in ((acc.full((), 2.5, dtype="float64", device=D1), "float32"),
+                         (acc.full((), 4, dtype="int8", device=H0), "int64"),
+                         (acc.full((), True, device=D0), "bool")):
+        out = acc.full((2,), value, device=D0)
+        assert out.dtype == np.dtype(dtype) and out.tolist() == [value.tolist()] * 2
+    assert acc.full((2,), acc.full((), 3, device=D0), pin_memory=True).tolist() == [3, 3]
+    with pytest.raises(TypeError, match="0-d accelrt.Array"):
+        acc.full((2,), acc.zeros(1, device=D0), dtype="float32", device=D0)
 
 
 # ---------------------------------------------------------------------- copy_ broadcasting
