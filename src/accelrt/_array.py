@@ -61,7 +61,7 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
@@ -295,6 +295,61 @@ class Array:
             raise AcceleratorValueError(f"a Tensor with {self.size} elements cannot be "
                                         "converted to Scalar")
         return self._host_array().reshape(()).item()
+
+    def __len__(self) -> int:
+        """The size of the first dimension, as ``len()`` of a ``torch.Tensor``.
+
+        Raises:
+            TypeError: the array is 0-d (PyTorch's "len() of a 0-d tensor").
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> len(acc.zeros((4, 2), device="cpu:0"))
+            4
+        """
+        if not self._shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self._shape[0]
+
+    def __bool__(self) -> bool:
+        """The truth value of a one-element array (``bool(a)``, ``if a:``), read from the
+        device after synchronizing its current stream, as ``torch.Tensor.__bool__``.
+
+        Raises:
+            ValueError: the array has no element or more than one (an
+                ``AcceleratorValueError``, also a ``RuntimeError``, with PyTorch's message
+                "Boolean value of Tensor with ... is ambiguous"); test ``a is None`` for
+                presence, ``a.size`` for emptiness.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> bool(acc.zeros(1, device="cpu:0")), bool(acc.full((), 2.5, device="cpu:0"))
+            (False, True)
+        """
+        n = self.size
+        if n != 1:
+            raise AcceleratorValueError("Boolean value of Tensor with "
+                                        f"{'no values' if not n else 'more than one value'} "
+                                        "is ambiguous")
+        return bool(self._item())
+
+    def __iter__(self) -> NoReturn:
+        """Not supported: iterating a ``torch.Tensor`` yields views of its rows
+        (``unbind(0)``), which write through to the tensor, and an :class:`Array` has no
+        views; a copy per row would silently drop such writes. Iterate over :meth:`numpy` or
+        :meth:`tolist` instead.
+
+        Raises:
+            TypeError: always: PyTorch's "iteration over a 0-d tensor" for a 0-d array, else
+                what to use instead.
+        """
+        if not self._shape:
+            raise TypeError("iteration over a 0-d tensor")
+        raise TypeError(f"iteration over an accelrt.Array is not supported: PyTorch iterates "
+                        f"a tensor as views of its rows, and an Array has no views; iterate "
+                        f"over a.numpy() or a.tolist() (shape {self._shape})")
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         """``np.asarray(array)``: :meth:`numpy` (a view where possible), honouring numpy's

@@ -18,6 +18,7 @@ from __future__ import annotations
 import gc
 import itertools
 import random
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,7 +30,7 @@ import accelrt as acc
 from accelrt import backends
 from accelrt._errors import AcceleratorTypeError, AcceleratorValueError
 from accelrt._transfer import (Copy, HostCopy, broadcast_on_device, broadcast_runs, execute,
-                               plan_array_copy)
+                               plan_array_copy, run_on_stream)
 from accelrt.backends.cpu import CpuBackend
 
 backends.register("s25arr", lambda: CpuBackend(num_devices=2, async_streams=True,
@@ -367,3 +368,56 @@ def test_a_source_that_does_not_broadcast_gets_pytorchs_error_and_writes_nothing
 def test_copy_into_itself_skips_the_shape_check_as_pytorch() -> None:
     a = acc.full((2, 3), 1.0, device=D0)
     assert a.copy_(a) is a and a.tolist() == [[1.0] * 3] * 2
+
+
+# ---------------------------------------------------------------------- len, bool, iter
+
+def test_len_is_the_first_dimension_and_refuses_0d() -> None:
+    assert [len(acc.zeros(s, device=D0)) for s in ((4,), (0, 3), (2, 5, 1))] == [4, 0, 2]
+    with pytest.raises(TypeError, match=r"^len\(\) of a 0-d tensor$"):
+        len(acc.zeros((), device=D0))
+
+
+@pytest.mark.parametrize("dtype, value, want", [
+    ("float32", 0.0, False), ("float32", -0.0, False), ("float32", 0.5, True),
+    ("float64", float("nan"), True), ("int64", 0, False), ("int8", -3, True),
+    ("uint8", 0, False), ("bool", True, True), ("bool", False, False),
+    ("complex64", 0j, False), ("complex64", 1j, True)], ids=str)
+@pytest.mark.parametrize("shape", [(), (1,), (1, 1)], ids=str)
+def test_bool_of_one_element_is_its_value(dtype: str, value: object, want: bool,
+                                           shape: tuple[int, ...]) -> None:
+    for dev in (D0, H0):
+        a = acc.full(shape, value, dtype=dtype, device=dev)  # type: ignore[arg-type]
+        assert bool(a) is want
+        assert (1 if a else 0) == int(want)
+
+
+def test_bool_waits_for_the_work_queued_on_the_current_stream() -> None:
+    a = acc.full((), 1.0, device=D0)
+    gate = threading.Event()
+    run_on_stream(acc.current_stream(D0), lambda: gate.wait(5.0))
+    a.fill_(0.0)                                    # queued behind the gate
+    timer = threading.Timer(0.05, gate.set)
+    timer.start()
+    assert bool(a) is False                         # item(): synchronizes, as PyTorch's
+    timer.join()
+
+
+@pytest.mark.parametrize("shape, what", [((0,), "no values"), ((2,), "more than one value"),
+                                         ((2, 2), "more than one value"),
+                                         ((0, 3), "no values")])
+def test_bool_of_empty_or_many_elements_is_ambiguous(shape: tuple[int, ...], what: str) -> None:
+    a = acc.zeros(shape, device=D0)
+    for truth in (bool, lambda x: not x, lambda x: x or 1):
+        with pytest.raises(AcceleratorValueError,
+                           match=f"^Boolean value of Tensor with {what} is ambiguous$") as ei:
+            truth(a)
+        assert isinstance(ei.value, RuntimeError) and isinstance(ei.value, ValueError)
+
+
+def test_iteration_refuses_with_pytorchs_0d_message_and_says_why_otherwise() -> None:
+    with pytest.raises(TypeError, match=r"^iteration over a 0-d tensor$"):
+        iter(acc.zeros((), device=D0))
+    for shape in ((3,), (2, 2), (0,)):
+        with pytest.raises(TypeError, match=r"no views; iterate over a\.numpy\(\)"):
+            list(acc.zeros(shape, device=D0))

@@ -279,7 +279,7 @@ def test_bad_devices(device: object, exc: type[Exception], match: str) -> None:
 def test_cuda_without_a_gpu_is_a_clear_backend_unavailable_error(device: str) -> None:
     a = acc.full((2,), 1.0, device=D0)
     for make in (lambda: acc.empty(2, device=device), lambda: a.to(device),
-                 lambda: acc.asarray([1.0], device=device), lambda: a.copy_(a) and a.to(device),
+                 lambda: acc.asarray([1.0], device=device), lambda: (a.copy_(a), a.to(device)),
                  lambda: comm.broadcast(a, [device]), lambda: comm.gather([a], destination=device)):
         with pytest.raises(acc.BackendUnavailableError, match="cuda"):
             make()
