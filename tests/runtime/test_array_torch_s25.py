@@ -19,7 +19,7 @@ import gc
 import itertools
 import random
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -421,3 +421,23 @@ def test_iteration_refuses_with_pytorchs_0d_message_and_says_why_otherwise() -> 
     for shape in ((3,), (2, 2), (0,)):
         with pytest.raises(TypeError, match=r"no views; iterate over a\.numpy\(\)"):
             list(acc.zeros(shape, device=D0))
+
+
+# ---------------------------------------------------------------------- pin_memory=None
+
+FACTORIES: list[tuple[str, Callable[..., Any]]] = [
+    ("empty", lambda **kw: acc.empty(2, **kw)), ("zeros", lambda **kw: acc.zeros(2, **kw)),
+    ("ones", lambda **kw: acc.ones(2, **kw)), ("full", lambda **kw: acc.full((2,), 1.0, **kw)),
+    ("rand", lambda **kw: acc.rand(2, **kw)), ("randn", lambda **kw: acc.randn(2, **kw)),
+]
+
+
+@pytest.mark.parametrize("name, make", FACTORIES, ids=[n for n, _ in FACTORIES])
+def test_pin_memory_none_means_false(name: str, make: Callable[..., Any]) -> None:
+    out = make(pin_memory=None, device=D0)
+    assert isinstance(out, acc.Array) and str(out.device) == D0
+    assert isinstance(make(pin_memory=None), acc.Array)
+    assert acc.is_pinned(make(pin_memory=True))
+    for bad in (1, 0, "yes", np.True_):
+        with pytest.raises(TypeError, match="^pin_memory must be a bool or None, got"):
+            make(pin_memory=bad, device=D0)
