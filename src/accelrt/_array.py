@@ -450,11 +450,9 @@ class Array:
         """
         _check_flag("non_blocking", non_blocking)
         if isinstance(src, Array):
-            if src is self:
-                return self
-            if src._shape != self._shape:
+            if src._shape != self._shape:      # src is self: equal shapes, no check
                 _check_broadcast(self._shape, src._shape)
-            if src._mem is self._mem and src._b is self._b:
+            if src is self or (src._mem is self._mem and src._b is self._b):
                 return self
             if src._dtype != self._dtype:
                 self._put(src._host_array(), non_blocking)      # converted: a new array
@@ -486,13 +484,14 @@ class Array:
             # across backends: through the host
             self._put(src._host_array(), non_blocking)
             return
-        bc = None
-        if src._shape != self._shape:
-            bc = broadcast_runs(self._shape, src._shape, self._dtype.itemsize)
-            if not broadcast_on_device(self, src, bc):    # too many runs: through the host
-                self._put(src._host_array(), non_blocking)
-                return
-        execute(plan_array_copy(self, src, non_blocking, bc))
+        if src._shape == self._shape:
+            execute(plan_array_copy(self, src, non_blocking))
+            return
+        bc = broadcast_runs(self._shape, src._shape, self._dtype.itemsize)
+        if broadcast_on_device(self, src, bc):
+            execute(plan_array_copy(self, src, non_blocking, bc))
+        else:                                             # too many runs: through the host
+            self._put(src._host_array(), non_blocking)
 
     def fill_(self, value: Any) -> Array:
         """Set every element to ``value`` (enqueued on the current stream); return ``self``.

@@ -148,35 +148,46 @@ def plan_array_copy(dst: Array, src: Array, non_blocking: bool,
     for on that stream too)."""
     b, index, sindex = dst._b, dst._index, src._index
     dmem, smem = dst._mem, src._mem
+    n = dmem.nbytes
     _lazy_init(b, index)
     _lazy_init(b, sindex)
     dst_stream = _current(b, index)
     keep = held(src, dst)
     fill: _Steps = ()
+    scatter: Sequence[Runs] = ()
+    inline = False      # the scatter runs are between memory the host reads
     if broadcast is not None:
+        inline = dst._host_ok()
         fill = _run_steps(dst_stream, "h2h" if dmem.host else "d2d", dmem.ptr, dmem.ptr,
-                          broadcast.fill, dst._host_ok())
+                          broadcast.fill, inline)
+        scatter, inline = broadcast.scatter, inline and src._host_ok()
     if sindex == index:
         kind: CopyKind = ("h2" if smem.host else "d2") + ("h" if dmem.host else "d")  # type: ignore[assignment]
         if _sd.active and kind != "d2d" and not non_blocking:
             _sd.check(b.name)
-        steps = (*_copies(dst_stream, kind, dst, src, broadcast), *fill)
+        steps: _Steps = (Copy(dst_stream, kind, dmem.ptr, smem.ptr, n),) if broadcast is None \
+            else _run_steps(dst_stream, kind, dmem.ptr, smem.ptr, scatter, inline) + fill
         if kind == "d2d" or non_blocking:   # nothing to hold: no step
-            return Plan((*steps, Hold(dst_stream, keep)) if keep else steps)
-        return Plan((*steps, Hold(dst_stream, keep, False)))
+            return Plan(steps + (Hold(dst_stream, keep),) if keep else steps)
+        return Plan(steps + (Hold(dst_stream, keep, False),))
     src_stream = _current(b, sindex)
     if _sd.active and not non_blocking and (smem.host or dmem.host):
         _sd.check(b.name)
     if smem.host:   # borrowed host memory: an upload to the destination device
-        return Plan((Barrier(src_stream, dst_stream),
-                     *_copies(dst_stream, "h2h" if dmem.host else "h2d", dst, src, broadcast),
-                     *fill, Hold(dst_stream, keep, non_blocking)))
+        up: CopyKind = "h2h" if dmem.host else "h2d"
+        steps = (Copy(dst_stream, up, dmem.ptr, smem.ptr, n),) if broadcast is None else \
+            _run_steps(dst_stream, up, dmem.ptr, smem.ptr, scatter, inline) + fill
+        return Plan((Barrier(src_stream, dst_stream), *steps,
+                     Hold(dst_stream, keep, non_blocking)))
     copy: _Steps
     if dmem.host:
-        copy = (*_copies(src_stream, "d2h", dst, src, broadcast),
-                Hold(src_stream, keep, non_blocking))
+        copy = ((Copy(src_stream, "d2h", dmem.ptr, smem.ptr, n),) if broadcast is None else
+                _run_steps(src_stream, "d2h", dmem.ptr, smem.ptr, scatter, inline)) + \
+            (Hold(src_stream, keep, non_blocking),)
     else:
-        copy = _copies(src_stream, "peer", dst, src, broadcast, index)
+        copy = (Copy(src_stream, "peer", dmem.ptr, smem.ptr, n, dst_device=index),) \
+            if broadcast is None else \
+            _run_steps(src_stream, "peer", dmem.ptr, smem.ptr, scatter, inline, index)
         if keep:
             copy += (Hold(src_stream, keep),)
     steps = (Barrier(dst_stream, src_stream), *copy, Barrier(src_stream, dst_stream))
@@ -215,17 +226,6 @@ def _in_numpy(inline: bool, nruns: int) -> bool:
     """Whether ``nruns`` runs between memory the host reads (``inline``) are one numpy copy in
     stream order rather than a backend call each (see ``_INLINE_RUNS``)."""
     return inline and nruns > _INLINE_RUNS
-
-
-def _copies(stream: Stream, kind: CopyKind, dst: Array, src: Array,
-            broadcast: Broadcast | None, dst_device: int = -1) -> _Steps:
-    """The copy of :func:`plan_array_copy` on ``stream``: the whole array, or the scatter runs
-    of a broadcast."""
-    if broadcast is None:
-        return (Copy(stream, kind, dst._mem.ptr, src._mem.ptr, dst._mem.nbytes,
-                     dst_device=dst_device),)
-    return _run_steps(stream, kind, dst._mem.ptr, src._mem.ptr, broadcast.scatter,
-                      dst._host_ok() and src._host_ok(), dst_device)
 
 
 def _run_steps(stream: Stream, kind: CopyKind, dst: int, src: int, runs: Sequence[Runs],
