@@ -220,6 +220,19 @@ def test_copy_broadcasts_into_borrowed_host_memory(dst_shape: tuple[int, ...],
         assert np.array_equal(buf, np.broadcast_to(host, dst_shape)), (dev, non_blocking)
 
 
+def test_strided_numpy_sources_broadcast_as_their_values() -> None:
+    # an Array is always C-contiguous; a numpy source may have any strides (negative too)
+    base = np.arange(24.0).reshape(4, 6)
+    for src, shape in ((base[::2, ::3], (3, 2, 2)), (base.T[:1], (5, 4)), (base[0, ::-1], (2, 6)),
+                       (np.broadcast_to(np.arange(3.0), (2, 3)), (4, 2, 3))):
+        for dev in (D0, H0):
+            out = acc.zeros(shape, dtype="float64", device=dev)
+            for non_blocking in (False, True):
+                out.copy_(src, non_blocking=non_blocking)
+                acc.synchronize(dev)
+                assert np.array_equal(out.numpy(), np.broadcast_to(src, shape))
+
+
 def test_broadcast_copies_are_ordered_on_the_streams_of_both_devices() -> None:
     # asynchronous cpu streams: the copy waits for the source's pending fill and the
     # destination's later work waits for the copy, as for a same-shape peer copy
