@@ -8,9 +8,10 @@ modules were built in place; ``--installed``: the package installed in this inte
 compiled wheel), with ``--pure`` also this tree's source without any extension module (the pure
 build), and with ``--anchor DIR`` the tree at ``DIR`` (a folder holding an ``accelrt`` package,
 e.g. an older commit's ``src``), one after the other, ``--rounds`` times, so that all see the
-same machine. The transfer and comm rows (``copy_``, ``Array.to``, ``plan_array_copy``,
-``comm.broadcast``/``reduce_add``/``scatter``/``gather`` on 16 floats) run on a backend of two
-simulated devices registered here (``benchcpu``), at a tenth of ``--loops``::
+same machine. The array, transfer and comm rows (``fill_``, ``full``, ``copy_``, ``Array.to``,
+``plan_array_copy``, ``comm.broadcast``/``reduce_add``/``scatter``/``gather`` on 16 numbers) run
+on a backend of two simulated devices registered here (``benchcpu``), at a tenth of
+``--loops``::
 
     git archive HEAD~5 src | tar -x -C /tmp/old
     python bench/bench_runtime_calls.py --installed --pure --anchor /tmp/old/src --rounds 3
@@ -117,6 +118,8 @@ def _transfer_rows(timed: Callable[[Callable[[], object]], Callable[[int], float
                    ) -> dict[str, Callable[[int], float]]:
     """The transfer path and comm's dispatch on 16-float arrays of two simulated devices (a
     backend of its own, ``benchcpu``): host-side cost, the bytes are few."""
+    import numpy as np
+
     import accelrt as acc
     from accelrt import backends, comm
     from accelrt._transfer import plan_array_copy
@@ -126,7 +129,13 @@ def _transfer_rows(timed: Callable[[Callable[[], object]], Callable[[int], float
     devs = ["benchcpu:0", "benchcpu:1"]
     a, b = (acc.full((16,), 1.0, device=d) for d in devs)
     here, there = (acc.zeros((16,), device=d) for d in devs)
+    ints = acc.zeros((16,), dtype="int64", device=devs[0])
+    host = np.ones(16, dtype=np.float32)
     return {
+        "fill_ (float)": timed(here.fill_, 2.0),
+        "fill_ (int)": timed(ints.fill_, 7),
+        "full + free": timed(lambda: acc.full((16,), 1.5, device=devs[0])),
+        "copy_ (numpy)": timed(here.copy_, host),
         "copy_ (one device)": timed(lambda: here.copy_(a)),
         "copy_ (peer)": timed(lambda: there.copy_(a)),
         "plan_array_copy (peer)": timed(lambda: plan_array_copy(there, a, False)),

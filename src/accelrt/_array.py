@@ -61,14 +61,14 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
 from . import _dlpack
 from . import _sync_debug as _sd
 from ._device import _device_obj, _get_device, _lazy_init
-from ._errors import AcceleratorTypeError, AcceleratorValueError
+from ._errors import AcceleratorError, AcceleratorTypeError, AcceleratorValueError
 from ._device import device as _device_cls
 from ._handles import StreamHandle
 from ._memory_owner import _CLOSED, _SOLE_REFS, _HostView
@@ -77,7 +77,8 @@ from ._placement import _check_dtype as _check_dtype  # re-exported: factories, 
 from ._placement import init_array, new_array
 from ._size import factory_args
 from ._stream import _current, _wait_raw
-from ._transfer import execute, held, hold, plan_array_copy, plan_download, plan_upload
+from ._transfer import (broadcast_on_device, broadcast_runs, execute, held, hold, plan_array_copy,
+                        plan_download, plan_upload)
 
 if TYPE_CHECKING:
     from ._backend import Backend
@@ -288,6 +289,68 @@ class Array:
         """
         return self._host_array().tolist()
 
+    def _item(self) -> Any:
+        """The one element as a Python number (synchronizing), as ``Tensor.item()``."""
+        if self.size != 1:
+            raise AcceleratorValueError(f"a Tensor with {self.size} elements cannot be "
+                                        "converted to Scalar")
+        return self._host_array().reshape(()).item()
+
+    def __len__(self) -> int:
+        """The size of the first dimension, as ``len()`` of a ``torch.Tensor``.
+
+        Raises:
+            TypeError: the array is 0-d (PyTorch's "len() of a 0-d tensor").
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> len(acc.zeros((4, 2), device="cpu:0"))
+            4
+        """
+        if not self._shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self._shape[0]
+
+    def __bool__(self) -> bool:
+        """The truth value of a one-element array (``bool(a)``, ``if a:``), read from the
+        device after synchronizing its current stream, as ``torch.Tensor.__bool__``.
+
+        Raises:
+            ValueError: the array has no element or more than one (an
+                ``AcceleratorValueError``, also a ``RuntimeError``, with PyTorch's message
+                "Boolean value of Tensor with ... is ambiguous"); test ``a is None`` for
+                presence, ``a.size`` for emptiness.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> bool(acc.zeros(1, device="cpu:0")), bool(acc.full((), 2.5, device="cpu:0"))
+            (False, True)
+        """
+        n = self.size
+        if n != 1:
+            raise AcceleratorValueError("Boolean value of Tensor with "
+                                        f"{'no values' if not n else 'more than one value'} "
+                                        "is ambiguous")
+        return bool(self._item())
+
+    def __iter__(self) -> NoReturn:
+        """Not supported: iterating a ``torch.Tensor`` yields views of its rows
+        (``unbind(0)``), which write through to the tensor, and an :class:`Array` has no
+        views; a copy per row would silently drop such writes. Iterate over :meth:`numpy` or
+        :meth:`tolist` instead.
+
+        Raises:
+            TypeError: always: PyTorch's "iteration over a 0-d tensor" for a 0-d array, else
+                what to use instead.
+        """
+        if not self._shape:
+            raise TypeError("iteration over a 0-d tensor")
+        raise TypeError(f"iteration over an accelrt.Array is not supported: PyTorch iterates "
+                        f"a tensor as views of its rows, and an Array has no views; iterate "
+                        f"over a.numpy() or a.tolist() (shape {self._shape})")
+
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         """``np.asarray(array)``: :meth:`numpy` (a view where possible), honouring numpy's
         ``dtype`` and ``copy`` arguments (``copy=False`` raises if a copy is needed).
@@ -350,17 +413,28 @@ class Array:
     def copy_(self, src: Any, non_blocking: bool = False) -> Array:
         """Copy ``src`` into this array and return ``self``.
 
+        ``src`` is broadcast to this array's shape as PyTorch's ``copy_`` broadcasts it: its
+        dimensions, aligned right, are each 1 or this array's (``(3,)`` or ``(2, 1)`` into
+        ``(2, 3)``; a scalar into any shape). A device source is broadcast on the device by
+        copies of byte runs (:func:`accelrt._transfer.broadcast_runs`), in stream order,
+        unless they would take too many backend calls on memory the host cannot read (a
+        column broadcast on CUDA: :func:`accelrt._transfer.broadcast_on_device`); that
+        source, and a host source, one of another dtype or on another backend, is expanded
+        once on the host and uploaded.
+
         Args:
             src: an :class:`Array` (any device, any backend) or anything numpy can convert
-                (an ndarray, a nested list, a scalar). Its shape must equal this array's.
-                A different dtype is cast with numpy on the host.
+                (an ndarray, a nested list, a scalar), of a shape that broadcasts to this
+                array's. A different dtype is cast with numpy on the host.
             non_blocking: do not wait for copies that involve host memory to finish (the
                 host source is kept alive until the copy has run).
 
         Raises:
-            TypeError: ``src`` cannot be converted to a numeric array.
-            ValueError: the shapes differ (an ``AcceleratorValueError``, also a
-                ``RuntimeError`` as in PyTorch; accelrt does not broadcast ``src``).
+            TypeError: ``src`` cannot be converted to a numeric array, or ``non_blocking`` is
+                not a bool.
+            ValueError: ``src`` does not broadcast to this array's shape (an
+                ``AcceleratorValueError``, also a ``RuntimeError`` with PyTorch's message);
+                nothing is written.
 
         Example::
 
@@ -371,60 +445,97 @@ class Array:
             [[1, 2], [3, 4]]
             >>> acc.zeros((2, 2), device="cpu:0").copy_(a).tolist()
             [[1.0, 2.0], [3.0, 4.0]]
+            >>> acc.zeros((2, 3), device="cpu:0").copy_(acc.full((3,), 5.0, device="cpu:0")).tolist()
+            [[5.0, 5.0, 5.0], [5.0, 5.0, 5.0]]
         """
         _check_flag("non_blocking", non_blocking)
         if isinstance(src, Array):
-            if src._shape != self._shape:
-                raise _shape_mismatch(self._shape, src._shape)
+            if src._shape != self._shape:      # src is self: equal shapes, no check
+                _check_broadcast(self._shape, src._shape)
             if src is self or (src._mem is self._mem and src._b is self._b):
                 return self
             if src._dtype != self._dtype:
-                host = np.ascontiguousarray(src._host_array(), dtype=self._dtype)
-                self._upload(host, non_blocking, private=True)   # converted: a new array
+                self._put(src._host_array(), non_blocking)      # converted: a new array
             else:
                 self._copy_from(src, non_blocking)
             return self
         host = _to_numpy(src, "copy_()")
         if host.shape != self._shape:
-            raise _shape_mismatch(self._shape, host.shape)
-        data = np.ascontiguousarray(host, dtype=self._dtype)
-        self._upload(data, non_blocking, private=data is not host or isinstance(
-            src, (list, tuple, int, float, complex)))
+            _check_broadcast(self._shape, host.shape)
+        self._put(host, non_blocking, isinstance(src, (list, tuple, int, float, complex)))
         return self
 
+    def _put(self, host: np.ndarray, non_blocking: bool, owned: bool = False) -> None:
+        """Upload ``host`` broadcast to this array's shape (checked by the caller) and cast to
+        its dtype: expanded once on the host, then the one upload path. A non-blocking upload
+        snapshots ``host`` at the call, unless the expansion or the cast made a new array or
+        ``owned`` says nobody else can write ``host``."""
+        data = host if host.shape == self._shape else np.broadcast_to(host, self._shape)
+        data = np.ascontiguousarray(data, dtype=self._dtype)
+        self._upload(data, non_blocking, private=owned or (data is not host
+                                                           and data.base is None))
+
     def _copy_from(self, src: Array, non_blocking: bool) -> None:
-        """Copy a same-shape, same-dtype array ``src`` into ``self``."""
+        """Copy ``src``, of this array's dtype and of its shape or one that broadcasts to it
+        (checked by the caller), into ``self``."""
         if not self._mem.nbytes:
             return
         if src._b is not self._b:
             # across backends: through the host
-            self._upload(np.ascontiguousarray(src._host_array()), non_blocking)
+            self._put(src._host_array(), non_blocking)
             return
-        execute(plan_array_copy(self, src, non_blocking))
+        if src._shape == self._shape:
+            execute(plan_array_copy(self, src, non_blocking))
+            return
+        bc = broadcast_runs(self._shape, src._shape, self._dtype.itemsize)
+        if broadcast_on_device(self, src, bc):
+            execute(plan_array_copy(self, src, non_blocking, bc))
+        else:                                             # too many runs: through the host
+            self._put(src._host_array(), non_blocking)
 
     def fill_(self, value: Any) -> Array:
         """Set every element to ``value`` (enqueued on the current stream); return ``self``.
 
+        Values follow PyTorch's conversion rule (``c10::checked_convert``): a value the dtype
+        cannot hold is refused, not rounded or clamped, except that a negative int wraps into
+        an unsigned dtype (two's complement, as in C) when its magnitude fits: ``fill_(-1)``
+        on uint8 gives 255, ``fill_(-256)`` is refused. A float fills an integer dtype
+        truncated toward zero when it lies in ``[min, max + 1)`` (127.9 fills int8 with 127;
+        -0.5 does not fill uint8). A bool array takes any number's truth value.
+
         Args:
-            value: a bool, int, float or complex representable in the array's dtype (floats
-                are truncated toward zero for integer dtypes, as numpy does).
+            value: a bool, int, float or complex (or a numpy scalar), or a 0-d
+                :class:`Array`: on this array's device it is copied in stream order, without
+                the overflow check (PyTorch's ``copy_``); elsewhere its value is read
+                (synchronizing) and checked like a number.
 
         Raises:
             TypeError: ``value`` is not a number, or is complex with a non-zero imaginary
-                part for a real dtype (then an ``AcceleratorTypeError``, also a
-                ``RuntimeError`` as PyTorch's "cannot be converted ... without overflow").
+                part for a real dtype other than bool (then an ``AcceleratorTypeError``, also
+                a ``RuntimeError`` with PyTorch's "value cannot be converted to type ...
+                without overflow").
             ValueError: ``value`` does not fit in the dtype (an ``AcceleratorValueError``, also
-                a ``RuntimeError`` as in PyTorch): an int or float outside the integer dtype's
-                range (checked before truncation, and a negative int never wraps into an
-                unsigned dtype), a finite value beyond the floating dtype's largest, or a NaN
-                or infinity for an integer dtype.
+                a ``RuntimeError``, with PyTorch's message): an int outside the integer
+                dtype's range (beyond the wrap above), a float outside ``[min, max + 1)`` of
+                an integer dtype, a NaN or infinity for an integer dtype, a finite value
+                beyond the floating dtype's largest; or an :class:`Array` value that is not
+                0-d.
 
         Example::
 
             >>> import accelrt as acc
             >>> acc.empty(3, dtype="uint16", device="cpu:0").fill_(513).tolist()
             [513, 513, 513]
+            >>> acc.empty(2, dtype="uint8", device="cpu:0").fill_(-1).tolist()
+            [255, 255]
         """
+        if isinstance(value, Array):
+            if value._shape:
+                raise AcceleratorValueError(f"fill_ only supports 0-dimension value tensor but "
+                                            f"got tensor with {len(value._shape)} dimensions.")
+            if value._b is self._b and value._index == self._index:
+                return self.copy_(value)
+            value = value._item()
         scalar = _fill_scalar(value, self._dtype)
         n = self._mem.nbytes
         if not n:
@@ -639,12 +750,29 @@ class Array:
         return cuda_array_interface(self)
 
 
-def _shape_mismatch(dst: tuple[int, ...], src: tuple[int, ...]) -> AcceleratorValueError:
-    """``copy_``'s error for a source of another shape (PyTorch raises ``RuntimeError``; accelrt
-    does not broadcast)."""
-    return AcceleratorValueError(f"copy_(): shape mismatch: destination has shape {dst} but "
-                                 f"source has shape {src}; copy_ needs equal shapes (accelrt "
-                                 "does not broadcast)")
+def _check_broadcast(dst: tuple[int, ...], src: tuple[int, ...]) -> None:
+    """PyTorch's shape rule of ``copy_`` (its ``TensorIterator``): the broadcast of ``dst``
+    and ``src`` (``infer_size``) must exist and be ``dst``; else an ``AcceleratorValueError``
+    (a ``RuntimeError``, as PyTorch raises) with PyTorch's message."""
+    n = max(len(dst), len(src))
+    a = (1,) * (n - len(dst)) + dst
+    b = (1,) * (n - len(src)) + src
+    for i in range(n - 1, -1, -1):       # infer_size reports the last mismatch first
+        if a[i] != b[i] and a[i] != 1 and b[i] != 1:
+            raise _no_broadcast(f"The size of tensor a ({a[i]}) must match the size of tensor "
+                                f"b ({b[i]}) at non-singleton dimension {i}", dst, src)
+    shape = tuple(y if x == 1 else x for x, y in zip(a, b))
+    if shape != dst:
+        raise _no_broadcast(f"output with shape {list(dst)} doesn't match the broadcast shape "
+                            f"{list(shape)}", dst, src)
+
+
+def _no_broadcast(torch_text: str, dst: tuple[int, ...],
+                  src: tuple[int, ...]) -> AcceleratorValueError:
+    return AcceleratorValueError(f"{torch_text} (copy_(): shape mismatch: destination has shape "
+                                 f"{dst} but source has shape {src}, which does not broadcast "
+                                 "to it: each source dimension, aligned right, must be 1 or "
+                                 "the destination's)")
 
 
 def _rebuild(host: np.ndarray, device: str) -> Array:
@@ -694,13 +822,39 @@ def _to_numpy(obj: Any, what: str) -> np.ndarray:
     return host
 
 
+#: The C++ type names of PyTorch's overflow message (``c10::Scalar``'s accessors)
+_CTYPES = {"uint8": "uint8_t", "int8": "int8_t", "int16": "int16_t", "int32": "int",
+           "int64": "int64_t", "uint16": "uint16_t", "uint32": "uint32_t",
+           "uint64": "uint64_t", "float16": "c10::Half", "float32": "float",
+           "float64": "double", "complex64": "c10::complex<float>",
+           "complex128": "c10::complex<double>"}
+
+_INT64_MIN = -(1 << 63)
+
+
+def _overflow(dt: np.dtype, why: str,
+              error: type[AcceleratorError] = AcceleratorValueError) -> AcceleratorError:
+    """Why a value does not fill ``dt``, then PyTorch's ``report_overflow`` message."""
+    return error(f"{why}; value cannot be converted to type {_CTYPES.get(dt.name, dt.name)} "
+                 "without overflow")
+
+
 def _fill_scalar(value: Any, dt: np.dtype) -> np.ndarray:
-    """``value`` as a 0-d array of ``dt``, with PyTorch's overflow rule for ``fill_``/``full``
-    (``c10::overflows``): a value outside the dtype's range is refused, not wrapped or rounded
-    to infinity; floats are truncated toward zero for integer dtypes (after the range check,
-    so 127.9 does not fit int8); a complex value fills a real dtype only with a zero
-    imaginary part; any number fills a bool array with its truth value. Unlike PyTorch, a
-    negative int never wraps into an unsigned dtype."""
+    """``value`` as a 0-d array of ``dt`` by PyTorch's rule for ``fill_``/``full``
+    (``c10::checked_convert``, ``c10::overflows``, torch >= 2.14):
+
+    * bool arrays take any number's truth value (PyTorch never checks a conversion to bool);
+    * a complex value fills a real dtype only with a zero imaginary part;
+    * an int fills an integer dtype in its range; a negative int also fills an unsigned dtype
+      when its magnitude is at most the dtype's largest value, wrapping in two's complement
+      (``-1`` -> 255 for uint8), as C's conversion from int64 does;
+    * a float fills an integer dtype when ``min <= value < max + 1`` (the bound exact in
+      floating point), truncated toward zero; NaN and infinity never do;
+    * a floating or complex dtype takes infinities and NaN, and finite values up to its
+      largest (each part of a complex value).
+
+    Python ints beyond int64 (PyTorch cannot parse them) are checked the same way, except
+    that those below int64's minimum never wrap."""
     if isinstance(value, np.ndarray) and value.ndim == 0:
         value = value.item()
     if isinstance(value, np.generic):
@@ -708,24 +862,35 @@ def _fill_scalar(value: Any, dt: np.dtype) -> np.ndarray:
     if not isinstance(value, (bool, int, float, complex)):
         raise TypeError(f"fill value must be a bool, int, float or complex, got "
                         f"{type(value).__name__}")
-    if isinstance(value, complex) and dt.kind != "c":
+    kind = dt.kind
+    if kind == "b" or isinstance(value, bool):
+        return np.array(bool(value) if kind == "b" else value, dtype=dt)
+    if isinstance(value, complex) and kind != "c":
         if value.imag != 0:     # nan too
-            raise AcceleratorTypeError(f"cannot fill a {dt.name} array with the complex value "
-                                       f"{value!r}; use a complex dtype")
+            raise _overflow(dt, f"cannot fill a {dt.name} array with the complex value "
+                            f"{value!r} (use a complex dtype)", AcceleratorTypeError)
         value = value.real
-    if dt.kind in "iu" and not isinstance(value, bool):
+    if kind in "iu":
         info = np.iinfo(dt)
         if isinstance(value, float):
+            upper = 1 << (info.bits - (kind == "i"))     # max + 1, exact in floating point
             if not math.isfinite(value):
-                raise AcceleratorValueError(f"cannot fill a {dt.name} array with {value!r}")
-            if not info.min <= value <= info.max:
-                raise AcceleratorValueError(f"fill value {value!r} does not fit in {dt.name} "
-                                            f"(range {info.min}..{info.max})")
+                raise _overflow(dt, f"cannot fill a {dt.name} array with {value!r}")
+            if not info.min <= value < upper:
+                raise _overflow(dt, f"fill value {value!r} does not fit in {dt.name} "
+                                f"(floats in [{info.min}, {upper}) do)")
             value = int(value)
-        if not info.min <= value <= info.max:
-            raise AcceleratorValueError(f"fill value {value} does not fit in {dt.name} "
-                                        f"(range {info.min}..{info.max})")
-    elif dt.kind in "fc" and not isinstance(value, bool):
+        elif kind == "u" and value < 0:
+            lowest = max(-int(info.max), _INT64_MIN)
+            if value < lowest:
+                raise _overflow(dt, f"fill value {value} does not fit in {dt.name} (range "
+                                f"{info.min}..{info.max}; negative ints down to {lowest} "
+                                "wrap)")
+            value += 1 << info.bits                      # two's complement
+        elif not info.min <= value <= info.max:
+            raise _overflow(dt, f"fill value {value} does not fit in {dt.name} (range "
+                            f"{info.min}..{info.max})")
+    else:
         top = float(np.finfo(dt).max)
         for part in (value.real, value.imag) if isinstance(value, complex) else (value,):
             if isinstance(part, float):     # inf and nan fill a floating array
@@ -736,8 +901,8 @@ def _fill_scalar(value: Any, dt: np.dtype) -> np.ndarray:
                 except OverflowError:       # an int beyond float64
                     big = True
             if big:
-                raise AcceleratorValueError(f"fill value {value!r} overflows {dt.name} "
-                                            f"(largest finite value {top!r})")
+                raise _overflow(dt, f"fill value {value!r} overflows {dt.name} (largest "
+                                f"finite value {top!r})")
     with np.errstate(over="ignore", invalid="ignore"):
         return np.array(value, dtype=dt)
 

@@ -44,15 +44,15 @@ def _pinned_new(shape: tuple[int, ...], dtype: DTypeLike, device: DeviceLike,
 
 @overload
 def empty(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
-          pin_memory: Literal[False] = ..., **kw: SizeLike) -> Array: ...
+          pin_memory: Literal[False] | None = ..., **kw: SizeLike) -> Array: ...
 @overload
 def empty(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
           pin_memory: Literal[True], **kw: SizeLike) -> HostArray: ...
 @overload
 def empty(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
-          pin_memory: bool, **kw: SizeLike) -> Array | HostArray: ...
+          pin_memory: bool | None, **kw: SizeLike) -> Array | HostArray: ...
 def empty(*size: SizeLike, dtype: DTypeLike = "float32", device: DeviceLike = None,
-          pin_memory: bool = False, **kw: SizeLike) -> Array | HostArray:
+          pin_memory: bool | None = False, **kw: SizeLike) -> Array | HostArray:
     """An uninitialised array from the device's caching allocator (``torch.empty``).
 
     Args:
@@ -65,11 +65,12 @@ def empty(*size: SizeLike, dtype: DTypeLike = "float32", device: DeviceLike = No
         pin_memory: return a pinned host array instead: a ``numpy.ndarray`` in the pinned
             host pool of the current accelerator (as PyTorch's ``pin_memory=True`` returns
             a pinned CPU tensor; see :func:`accelrt.pin_memory`). Then no device may be
-            given or be the default.
+            given or be the default. ``None`` is ``False``, as PyTorch's ``Optional[bool]``.
 
     Raises:
         TypeError: a wrong type (a size entry that is not an int, such as a dtype passed
-            positionally; ints mixed with a sequence), or an unknown or unsupported dtype.
+            positionally; ints mixed with a sequence; a ``pin_memory`` neither a bool nor
+            None), or an unknown or unsupported dtype.
         ValueError: a negative dimension or a size whose bytes overflow int64 (also a
             ``RuntimeError``, as in PyTorch), or ``pin_memory=True`` with a device (an
             ``AcceleratorValueError``).
@@ -87,7 +88,7 @@ def empty(*size: SizeLike, dtype: DTypeLike = "float32", device: DeviceLike = No
         True
     """
     shape, dtype, device = factory_args(size, kw, dtype, device, "empty")
-    if pin_memory is not False and _check_flag("pin_memory", pin_memory):
+    if pin_memory is not False and _pinned.pin_flag(pin_memory):
         return _pinned_new(shape, dtype, device, "empty")
     return new_array(Array, shape, dtype, device)
 
@@ -101,15 +102,15 @@ def _memset0(out: Array) -> Array:
 
 @overload
 def zeros(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
-          pin_memory: Literal[False] = ..., **kw: SizeLike) -> Array: ...
+          pin_memory: Literal[False] | None = ..., **kw: SizeLike) -> Array: ...
 @overload
 def zeros(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
           pin_memory: Literal[True], **kw: SizeLike) -> HostArray: ...
 @overload
 def zeros(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
-          pin_memory: bool, **kw: SizeLike) -> Array | HostArray: ...
+          pin_memory: bool | None, **kw: SizeLike) -> Array | HostArray: ...
 def zeros(*size: SizeLike, dtype: DTypeLike = "float32", device: DeviceLike = None,
-          pin_memory: bool = False, **kw: SizeLike) -> Array | HostArray:
+          pin_memory: bool | None = False, **kw: SizeLike) -> Array | HostArray:
     """An array of zeros (a stream-ordered memset on the current stream); arguments as
     :func:`empty` (``pin_memory=True``: a pinned host array of zeros).
 
@@ -120,7 +121,7 @@ def zeros(*size: SizeLike, dtype: DTypeLike = "float32", device: DeviceLike = No
         [0.0, 0.0, 0.0]
     """
     shape, dtype, device = factory_args(size, kw, dtype, device, "zeros")
-    if pin_memory is not False and _check_flag("pin_memory", pin_memory):
+    if pin_memory is not False and _pinned.pin_flag(pin_memory):
         host = _pinned_new(shape, dtype, device, "zeros")
         host.fill(0)
         return host
@@ -129,15 +130,15 @@ def zeros(*size: SizeLike, dtype: DTypeLike = "float32", device: DeviceLike = No
 
 @overload
 def ones(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
-         pin_memory: Literal[False] = ..., **kw: SizeLike) -> Array: ...
+         pin_memory: Literal[False] | None = ..., **kw: SizeLike) -> Array: ...
 @overload
 def ones(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
          pin_memory: Literal[True], **kw: SizeLike) -> HostArray: ...
 @overload
 def ones(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
-         pin_memory: bool, **kw: SizeLike) -> Array | HostArray: ...
+         pin_memory: bool | None, **kw: SizeLike) -> Array | HostArray: ...
 def ones(*size: SizeLike, dtype: DTypeLike = "float32", device: DeviceLike = None,
-         pin_memory: bool = False, **kw: SizeLike) -> Array | HostArray:
+         pin_memory: bool | None = False, **kw: SizeLike) -> Array | HostArray:
     """An array of ones (``torch.ones``); arguments as :func:`empty` (``pin_memory=True``: a
     pinned host array of ones).
 
@@ -148,7 +149,7 @@ def ones(*size: SizeLike, dtype: DTypeLike = "float32", device: DeviceLike = Non
         [[1, 1], [1, 1]]
     """
     shape = normalize_size(size, size_keyword(kw, "ones"), "ones")
-    if _check_flag("pin_memory", pin_memory):
+    if _pinned.pin_flag(pin_memory):
         host = _pinned_new(shape, dtype, device, "ones")
         host.fill(1)
         return host
@@ -158,21 +159,23 @@ def ones(*size: SizeLike, dtype: DTypeLike = "float32", device: DeviceLike = Non
 
 @overload
 def full(size: SizeLike, fill_value: ScalarLike, *, dtype: DTypeLike | None = ...,
-         device: DeviceLike = ..., pin_memory: Literal[False] = ...) -> Array: ...
+         device: DeviceLike = ..., pin_memory: Literal[False] | None = ...) -> Array: ...
 @overload
 def full(size: SizeLike, fill_value: ScalarLike, *, dtype: DTypeLike | None = ...,
          device: DeviceLike = ..., pin_memory: Literal[True]) -> HostArray: ...
 @overload
 def full(size: SizeLike, fill_value: ScalarLike, *, dtype: DTypeLike | None = ...,
-         device: DeviceLike = ..., pin_memory: bool) -> Array | HostArray: ...
+         device: DeviceLike = ..., pin_memory: bool | None) -> Array | HostArray: ...
 def full(size: SizeLike, fill_value: ScalarLike, *, dtype: DTypeLike | None = None,
-         device: DeviceLike = None, pin_memory: bool = False) -> Array | HostArray:
+         device: DeviceLike = None, pin_memory: bool | None = False) -> Array | HostArray:
     """An array filled with ``fill_value`` (``torch.full``).
 
     Args:
         size: the shape: one sequence of non-negative ints (or one int), as in PyTorch
             (``full((2, 3), 1.5)``; not ``full(2, 3, 1.5)``).
-        fill_value: a bool, int, float or complex.
+        fill_value: a bool, int, float or complex (or a numpy scalar), or a 0-d
+            :class:`Array`, whose value is read (synchronizing), as PyTorch reads a 0-d
+            tensor passed as a number.
         dtype: the dtype (keyword-only); ``None`` infers it from ``fill_value`` as PyTorch
             does (bool -> bool, int -> int64, float -> float32, complex -> complex64).
         device: where to allocate (keyword-only); ``None`` is the default device
@@ -180,7 +183,8 @@ def full(size: SizeLike, fill_value: ScalarLike, *, dtype: DTypeLike | None = No
         pin_memory: return a pinned host ``numpy.ndarray`` instead (see :func:`empty`).
 
     Raises:
-        TypeError: a bad size or dtype, or a fill value that is not a number.
+        TypeError: a bad size or dtype, or a fill value that is not a number (an
+            :class:`Array` that is not 0-d included).
         ValueError: a negative dimension, a size whose bytes overflow int64, a fill value
             the dtype cannot hold (:meth:`Array.fill_`'s rule, PyTorch's), or
             ``pin_memory=True`` with a device.
@@ -193,6 +197,11 @@ def full(size: SizeLike, fill_value: ScalarLike, *, dtype: DTypeLike | None = No
         (dtype('int64'), [7, 7])
     """
     shape = normalize_size((size,), None, "full")
+    if isinstance(fill_value, Array):
+        if fill_value.ndim:
+            raise TypeError(f"full(): fill_value must be a number or a 0-d accelrt.Array, got "
+                            f"an array of shape {fill_value.shape}")
+        fill_value = fill_value._item()
     if dtype is None:
         v = fill_value.item() if isinstance(fill_value, (np.generic, np.ndarray)) and \
             np.ndim(fill_value) == 0 else fill_value
@@ -207,7 +216,7 @@ def full(size: SizeLike, fill_value: ScalarLike, *, dtype: DTypeLike | None = No
         else:
             raise TypeError(f"fill value must be a bool, int, float or complex, got "
                             f"{type(fill_value).__name__}")
-    if _check_flag("pin_memory", pin_memory):
+    if _pinned.pin_flag(pin_memory):
         host = _pinned_new(shape, dtype, device, "full")
         host[...] = _fill_scalar(fill_value, host.dtype)
         return host

@@ -49,7 +49,8 @@ if TYPE_CHECKING:
     from ._backend import Backend
     from ._typing import DeviceLike, HostArray
 
-__all__ = ["factory_backend", "is_pinned", "new_pinned", "pin_memory", "pinned_pool_of"]
+__all__ = ["factory_backend", "is_pinned", "new_pinned", "pin_flag", "pin_memory",
+           "pinned_pool_of"]
 
 _is_finalizing = sys.is_finalizing
 
@@ -210,6 +211,26 @@ def pin_memory(a: HostArray, device: DeviceLike = None) -> HostArray:
     out = new_pinned(b, a.shape, a.dtype)
     np.copyto(out, a, casting="no")
     return out
+
+
+def pin_flag(pin_memory: object) -> bool:
+    """A factory's ``pin_memory`` argument as a bool: ``None`` is ``False``, as PyTorch's
+    ``Optional[bool]`` (the factories, :func:`accelrt.random.rand` and ``randn``).
+
+    Raises:
+        TypeError: neither a bool nor None (PyTorch refuses ints and numpy bools too).
+
+    Example::
+
+        >>> from accelrt._pinned import pin_flag
+        >>> pin_flag(None), pin_flag(True)
+        (False, True)
+    """
+    if pin_memory is None or pin_memory is False:
+        return False
+    if pin_memory is True:
+        return True
+    raise TypeError(f"pin_memory must be a bool or None, got {type(pin_memory).__name__}")
 
 
 def factory_backend(device: DeviceLike, fname: str) -> tuple[Backend, int]:

@@ -47,8 +47,8 @@ SizeLike = Union[SupportsIndex, "Sequence[SupportsIndex]"]
 #: (``reserved_bytes_by_private_pools`` is keyed by pool id tuples, as PyTorch's).
 NestedStats: TypeAlias = "dict[str | tuple[int, int], int | NestedStats]"
 
-#: A scalar fill value.
-ScalarLike = Union[complex, "np.generic[object]"]
+#: A scalar fill value: a number, a numpy scalar, or a 0-d :class:`accelrt.Array`.
+ScalarLike = Union[complex, "np.generic[object]", "Array"]
 
 
 class CudaStreamProtocol(Protocol):

@@ -77,6 +77,13 @@ CORRECT = [
     "ph: np.ndarray[tuple[int, ...], np.dtype[np.generic]] = acc.pin_memory(np.ones(2))",
     "pe = [acc.empty(2, pin_memory=True), acc.full((2,), 1.0, pin_memory=True), ph]",
     "pa: acc.Array = acc.zeros(2, pin_memory=False)",
+    # pin_memory=None is False (PyTorch's Optional[bool]): an Array
+    "pn: list[acc.Array] = [acc.empty(2, pin_memory=None), acc.full((2,), 1, pin_memory=None)]",
+    "pr: acc.Array = acc.rand(2, pin_memory=None)",
+    "po: bool | None = None",
+    "pu = [acc.ones(2, pin_memory=po), acc.randn(2, pin_memory=po)]",
+    # a 0-d Array is a fill value, as a 0-d tensor is a Number in PyTorch
+    "pf: acc.Array = acc.full((2,), acc.zeros(()))",
     "pb: bool = acc.is_pinned(pe[0]) and acc.is_pinned(acc.rand(2, pin_memory=True))",
 ]
 

@@ -6,8 +6,9 @@ through here, in two phases:
 
 1. **Plan** (:mod:`._planners`): decide where and how the bytes move - host<->device,
    device<->device (one device, peer copies, or bounced through host memory), pinned staging,
-   chunking into runs, the stream each copy is ordered on and the barriers between streams,
-   what queued work keeps alive - and return a :class:`Plan`: a tuple of typed steps
+   chunking into runs, the runs of a broadcast source (:mod:`._broadcast`), the stream each
+   copy is ordered on and the barriers between streams, what queued work keeps alive - and
+   return a :class:`Plan`: a tuple of typed steps
    (:mod:`._plan`) and the staging buffers they use. Nothing has moved yet.
 2. **Execute** (:mod:`._execute`): :func:`execute` runs the steps in order, one small
    executor per step type; pinned staging (:mod:`._staging`) is the executor of
@@ -34,6 +35,7 @@ Example::
 
 from __future__ import annotations
 
+from ._broadcast import Broadcast, Runs, broadcast_runs
 from ._execute import execute, host_view, run_on_stream, run_steps
 from ._lifetime import held, hold, keep_alive
 from ._plan import (HOST, Barrier, Copy, CopyKind, FreeHost, Hold, HostCopy, Place, Plan,
@@ -41,6 +43,7 @@ from ._plan import (HOST, Barrier, Copy, CopyKind, FreeHost, Hold, HostCopy, Pla
 from ._planners import (
     Staging,
     barrier,
+    broadcast_on_device,
     plan_array_copy,
     plan_download,
     plan_landing,
@@ -55,6 +58,7 @@ from ._staging import pinned_pool, stage
 __all__ = [
     "HOST",
     "Barrier",
+    "Broadcast",
     "Copy",
     "CopyKind",
     "FreeHost",
@@ -63,12 +67,15 @@ __all__ = [
     "Place",
     "Plan",
     "RecordHost",
+    "Runs",
     "Stage",
     "Staging",
     "Step",
     "Sync",
     "Upload",
     "barrier",
+    "broadcast_on_device",
+    "broadcast_runs",
     "execute",
     "held",
     "hold",

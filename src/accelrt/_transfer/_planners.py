@@ -34,6 +34,7 @@ from .. import _pinned
 from .. import _sync_debug as _sd
 from .._device import _lazy_init
 from .._stream import Stream, _current
+from ._broadcast import Broadcast, Runs
 from ._lifetime import held
 from ._plan import (
     Barrier,
@@ -55,8 +56,9 @@ if TYPE_CHECKING:
     from .._array import Array
     from ..memory._host import HostCachingAllocator
 
-__all__ = ["Staging", "barrier", "plan_array_copy", "plan_download", "plan_landing", "plan_runs",
-           "plan_staged_collective", "plan_staged_p2p", "plan_upload", "stream_of"]
+__all__ = ["Staging", "barrier", "broadcast_on_device", "plan_array_copy", "plan_download",
+           "plan_landing", "plan_runs", "plan_staged_collective", "plan_staged_p2p", "plan_upload",
+           "stream_of"]
 
 #: Above this many runs, a strided copy between host-readable places is one numpy copy (in
 #: stream order) instead of one backend memcpy per run.
@@ -132,12 +134,18 @@ def plan_download(src: Array, out: np.ndarray) -> Plan:
                 (out,))
 
 
-def plan_array_copy(dst: Array, src: Array, non_blocking: bool) -> Plan:
-    """Copy the same-size array ``src`` into ``dst`` (one backend; devices initialised here).
+def plan_array_copy(dst: Array, src: Array, non_blocking: bool,
+                    broadcast: Broadcast | None = None) -> Plan:
+    """Copy the same-size array ``src`` into ``dst`` (one backend; devices initialised here),
+    or, with ``broadcast`` (:func:`~accelrt._transfer.broadcast_runs`), a smaller ``src`` that
+    broadcasts to ``dst``'s shape.
 
     On one device: a copy on the current stream. Across devices: borrowed host memory is
     uploaded on the destination's stream after the source's; device memory is peer-copied on
-    the source's stream between the two barriers of the module docstring."""
+    the source's stream between the two barriers of the module docstring. A broadcast copies
+    its scatter runs where the whole copy goes, then its fill runs inside ``dst`` on the
+    destination's stream (across devices after the second barrier, and then held or waited
+    for on that stream too)."""
     b, index, sindex = dst._b, dst._index, src._index
     dmem, smem = dst._mem, src._mem
     n = dmem.nbytes
@@ -145,30 +153,94 @@ def plan_array_copy(dst: Array, src: Array, non_blocking: bool) -> Plan:
     _lazy_init(b, sindex)
     dst_stream = _current(b, index)
     keep = held(src, dst)
+    fill: _Steps = ()
+    scatter: Sequence[Runs] = ()
+    inline = False      # the scatter runs are between memory the host reads
+    if broadcast is not None:
+        inline = dst._host_ok()
+        fill = _run_steps(dst_stream, "h2h" if dmem.host else "d2d", dmem.ptr, dmem.ptr,
+                          broadcast.fill, inline)
+        scatter, inline = broadcast.scatter, inline and src._host_ok()
     if sindex == index:
         kind: CopyKind = ("h2" if smem.host else "d2") + ("h" if dmem.host else "d")  # type: ignore[assignment]
         if _sd.active and kind != "d2d" and not non_blocking:
             _sd.check(b.name)
-        one = Copy(dst_stream, kind, dmem.ptr, smem.ptr, n)
+        steps: _Steps = (Copy(dst_stream, kind, dmem.ptr, smem.ptr, n),) if broadcast is None \
+            else _run_steps(dst_stream, kind, dmem.ptr, smem.ptr, scatter, inline) + fill
         if kind == "d2d" or non_blocking:   # nothing to hold: no step
-            return Plan((one, Hold(dst_stream, keep)) if keep else (one,))
-        return Plan((one, Hold(dst_stream, keep, False)))
+            return Plan(steps + (Hold(dst_stream, keep),) if keep else steps)
+        return Plan(steps + (Hold(dst_stream, keep, False),))
     src_stream = _current(b, sindex)
     if _sd.active and not non_blocking and (smem.host or dmem.host):
         _sd.check(b.name)
     if smem.host:   # borrowed host memory: an upload to the destination device
-        return Plan((Barrier(src_stream, dst_stream),
-                     Copy(dst_stream, "h2h" if dmem.host else "h2d", dmem.ptr, smem.ptr, n),
+        up: CopyKind = "h2h" if dmem.host else "h2d"
+        steps = (Copy(dst_stream, up, dmem.ptr, smem.ptr, n),) if broadcast is None else \
+            _run_steps(dst_stream, up, dmem.ptr, smem.ptr, scatter, inline) + fill
+        return Plan((Barrier(src_stream, dst_stream), *steps,
                      Hold(dst_stream, keep, non_blocking)))
     copy: _Steps
     if dmem.host:
-        copy = (Copy(src_stream, "d2h", dmem.ptr, smem.ptr, n),
-                Hold(src_stream, keep, non_blocking))
+        copy = ((Copy(src_stream, "d2h", dmem.ptr, smem.ptr, n),) if broadcast is None else
+                _run_steps(src_stream, "d2h", dmem.ptr, smem.ptr, scatter, inline)) + \
+            (Hold(src_stream, keep, non_blocking),)
     else:
-        copy = (Copy(src_stream, "peer", dmem.ptr, smem.ptr, n, dst_device=index),)
+        copy = (Copy(src_stream, "peer", dmem.ptr, smem.ptr, n, dst_device=index),) \
+            if broadcast is None else \
+            _run_steps(src_stream, "peer", dmem.ptr, smem.ptr, scatter, inline, index)
         if keep:
             copy += (Hold(src_stream, keep),)
-    return Plan((Barrier(dst_stream, src_stream), *copy, Barrier(src_stream, dst_stream)))
+    steps = (Barrier(dst_stream, src_stream), *copy, Barrier(src_stream, dst_stream))
+    if fill:
+        kept = held(dst)
+        steps += (*fill, Hold(dst_stream, kept, non_blocking or not dmem.host)) \
+            if kept or dmem.host else fill
+    return Plan(steps)
+
+
+#: A broadcast copy that would take more backend calls than this is better expanded once on
+#: the host (a column broadcast, ``(n, 1)`` into ``(n, m)``, takes about ``n * (1 +
+#: log2(m))`` calls where the host cannot read the memory: backends have no 2-D copies).
+_MAX_BROADCAST_CALLS = 64
+
+
+def broadcast_on_device(dst: Array, src: Array, broadcast: Broadcast) -> bool:
+    """Whether :func:`plan_array_copy` should copy ``broadcast`` by runs on the device (or
+    devices), rather than the caller expand the source once on the host and upload it: the
+    runs take at most ``_MAX_BROADCAST_CALLS`` backend calls (a numpy copy in stream order
+    counts one), or a graph is being captured (a host round trip cannot be captured)."""
+    inline = dst._host_ok()
+    calls = _calls(broadcast.scatter, inline and src._host_ok()) + _calls(broadcast.fill, inline)
+    if calls <= _MAX_BROADCAST_CALLS:
+        return True
+    return any(a._b.stream_is_capturing(a._index, _current(a._b, a._index)._handle)
+               for a in (dst, src))
+
+
+def _calls(runs: Sequence[Runs], inline: bool) -> int:
+    """The backend calls of :func:`_run_steps`' steps for ``runs``."""
+    return sum(1 if _in_numpy(inline, r[3]) else r[3] for r in runs)
+
+
+def _in_numpy(inline: bool, nruns: int) -> bool:
+    """Whether ``nruns`` runs between memory the host reads (``inline``) are one numpy copy in
+    stream order rather than a backend call each (see ``_INLINE_RUNS``)."""
+    return inline and nruns > _INLINE_RUNS
+
+
+def _run_steps(stream: Stream, kind: CopyKind, dst: int, src: int, runs: Sequence[Runs],
+               inline: bool, dst_device: int = -1) -> _Steps:
+    """One copy step on ``stream`` per entry of ``runs`` (offsets from ``dst`` and ``src``):
+    a backend copy, or, for many runs between memory the host can read (``inline``), one
+    numpy copy in stream order (as :func:`plan_runs` does)."""
+    out: list[Step] = []
+    for doff, soff, run, nruns, dpitch, spitch in runs:
+        d, s = dst + doff, src + soff
+        if _in_numpy(inline, nruns):
+            out.append(HostCopy(d, s, run, nruns, dpitch, spitch, stream=stream))
+        else:
+            out.append(Copy(stream, kind, d, s, run, nruns, dpitch, spitch, dst_device))
+    return tuple(out)
 
 
 # ---------------------------------------------------------------------- byte runs (comm)

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Literal, SupportsIndex, cast, overload
 
 import numpy as np
 
+from .. import _pinned
 from .._device import _get_device, _lazy_init
 from .._errors import AcceleratorValueError
 from .._size import normalize_size, one_sequence_size, size_keyword
@@ -426,7 +427,6 @@ def _pinned_draw(shape: tuple[int, ...], dt: np.dtype, device: DeviceLike,
     """``pin_memory=True`` of :func:`rand`/:func:`randn`: the numbers ``generator`` (default:
     the current device's default generator) draws, in a pinned host array of its backend.
     accelrt has no host generator, so they are drawn on the generator's device and copied."""
-    from .. import _pinned
     _pinned.factory_backend(device, fname)        # no device may be given or be the default
     drawn = (_new or _bind())(shape, dt, None, generator, dist, params)
     host = _pinned.new_pinned(drawn._b, shape, dt)
@@ -436,17 +436,17 @@ def _pinned_draw(shape: tuple[int, ...], dt: np.dtype, device: DeviceLike,
 
 @overload
 def rand(*size: SizeLike, generator: Generator | None = ..., dtype: DTypeLike = ...,
-         device: DeviceLike = ..., pin_memory: Literal[False] = ...,
+         device: DeviceLike = ..., pin_memory: Literal[False] | None = ...,
          **kw: SizeLike) -> Array: ...
 @overload
 def rand(*size: SizeLike, generator: Generator | None = ..., dtype: DTypeLike = ...,
          device: DeviceLike = ..., pin_memory: Literal[True], **kw: SizeLike) -> HostArray: ...
 @overload
 def rand(*size: SizeLike, generator: Generator | None = ..., dtype: DTypeLike = ...,
-         device: DeviceLike = ..., pin_memory: bool,
+         device: DeviceLike = ..., pin_memory: bool | None,
          **kw: SizeLike) -> Array | HostArray: ...
 def rand(*size: SizeLike, generator: Generator | None = None, dtype: DTypeLike = "float32",
-         device: DeviceLike = None, pin_memory: bool = False,
+         device: DeviceLike = None, pin_memory: bool | None = False,
          **kw: SizeLike) -> Array | HostArray:
     """An array of uniform numbers in ``[0, 1)`` (PyTorch's ``rand``).
 
@@ -481,28 +481,25 @@ def rand(*size: SizeLike, generator: Generator | None = None, dtype: DTypeLike =
         dt = _float_dtype_cache[dtype]          # _float_dtype's cache, without the call
     except (KeyError, TypeError):
         dt = _float_dtype(dtype, "rand")
-    if pin_memory is not False:
-        if not isinstance(pin_memory, bool):
-            raise TypeError(f"pin_memory must be a bool, got {type(pin_memory).__name__}")
-        if pin_memory:
-            return _pinned_draw(size, dt, device, generator, "uniform",  # type: ignore[arg-type]
-                                _STANDARD, "rand")
+    if pin_memory is not False and _pinned.pin_flag(pin_memory):
+        return _pinned_draw(size, dt, device, generator, "uniform",  # type: ignore[arg-type]
+                            _STANDARD, "rand")
     return (_new or _bind())(size, dt, device, generator, "uniform", _STANDARD)
 
 
 @overload
 def randn(*size: SizeLike, generator: Generator | None = ..., dtype: DTypeLike = ...,
-          device: DeviceLike = ..., pin_memory: Literal[False] = ...,
+          device: DeviceLike = ..., pin_memory: Literal[False] | None = ...,
           **kw: SizeLike) -> Array: ...
 @overload
 def randn(*size: SizeLike, generator: Generator | None = ..., dtype: DTypeLike = ...,
           device: DeviceLike = ..., pin_memory: Literal[True], **kw: SizeLike) -> HostArray: ...
 @overload
 def randn(*size: SizeLike, generator: Generator | None = ..., dtype: DTypeLike = ...,
-          device: DeviceLike = ..., pin_memory: bool,
+          device: DeviceLike = ..., pin_memory: bool | None,
           **kw: SizeLike) -> Array | HostArray: ...
 def randn(*size: SizeLike, generator: Generator | None = None, dtype: DTypeLike = "float32",
-          device: DeviceLike = None, pin_memory: bool = False,
+          device: DeviceLike = None, pin_memory: bool | None = False,
           **kw: SizeLike) -> Array | HostArray:
     """An array of standard normal numbers (PyTorch's ``randn``); arguments as :func:`rand`.
 
@@ -514,12 +511,9 @@ def randn(*size: SizeLike, generator: Generator | None = None, dtype: DTypeLike 
     """
     if kw or len(size) != 1 or type(size[0]) is not int or size[0] < 0:
         size = normalize_size(size, size_keyword(kw, "randn"), "randn")
-    if pin_memory is not False:
-        if not isinstance(pin_memory, bool):
-            raise TypeError(f"pin_memory must be a bool, got {type(pin_memory).__name__}")
-        if pin_memory:
-            return _pinned_draw(size, _float_dtype(dtype, "randn"),  # type: ignore[arg-type]
-                                device, generator, "normal", _STANDARD, "randn")
+    if pin_memory is not False and _pinned.pin_flag(pin_memory):
+        return _pinned_draw(size, _float_dtype(dtype, "randn"),  # type: ignore[arg-type]
+                            device, generator, "normal", _STANDARD, "randn")
     return (_new or _bind())(size, _float_dtype(dtype, "randn"), device, generator,
                 "normal", _STANDARD)
 
