@@ -762,10 +762,11 @@ class device_index:
     thread without an open entry changes nothing).
 
     Args:
-        device: a device index of the current accelerator, or ``None``.
+        device: a device index of the current accelerator (an int, or an integer with
+            ``__index__`` such as ``numpy.int64``, as torch takes), or ``None``.
 
     Raises:
-        TypeError: ``device`` is not an int or None.
+        TypeError: ``device`` is not an int or None (a bool, a float, a str, a device).
         IndexError: (on entry) the index is out of range.
 
     Example::
@@ -791,10 +792,14 @@ class device_index:
     _strict_exit: ClassVar[bool] = False
 
     def __init__(self, device: int | None, /) -> None:
-        if device is not None and type(device) is not int and (
-                not isinstance(device, int) or isinstance(device, bool)):
-            raise TypeError(f"device_index() takes an int or None, got {type(device).__name__}")
-        self.idx = device if device is None or type(device) is int else _plain_int(device)
+        if device is None or type(device) is int:
+            self.idx = device
+        else:   # an int subclass by its value, an integer with __index__ (numpy's), as torch
+            try:
+                self.idx = _index_arg(device, "device")
+            except TypeError:
+                raise TypeError("device_index() takes an int or None, got "
+                                f"{type(device).__name__}") from None
         self.prev_idx = -1
 
     def __enter__(self) -> None:
