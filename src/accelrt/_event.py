@@ -31,7 +31,7 @@ from ._errors import AcceleratorValueError
 from ._handles import EventHandle
 from ._stream import Stream
 from ._stream import _classes as _stream_classes
-from ._stream import _close_lock
+from ._stream import _close_lock, _initialized
 from ._stream_core import _EventCore
 
 if TYPE_CHECKING:
@@ -82,6 +82,9 @@ class Event(_EventCore):
             :meth:`ipc_handle`), as CUDA refuses it then.
         IndexError: the device index is out of range.
 
+    Calling ``__init__`` again on an event object does nothing (a recorded event keeps its
+    backend event), as for ``torch.cuda.Event``, which is built in ``__new__``.
+
     Example::
 
         >>> import accelrt as acc
@@ -105,6 +108,8 @@ class Event(_EventCore):
 
     def __init__(self, device: DeviceLike = None, *, enable_timing: bool = False,
                  blocking: bool = False, interprocess: bool = False) -> None:
+        if _initialized(self):
+            return   # as torch.cuda.Event: a second __init__ changes nothing (the handle stays)
         self._handle = _NO_EVENT   # set first: __del__ must see it even if __init__ raises
         self._closed = False
         index: int | None

@@ -159,7 +159,9 @@ class Graph:
             (how a backend treats unsafe calls during capture; see docs/differences.md).
 
     The attributes ``graph_pool`` and ``capture_error_mode`` hold the last two and may be
-    changed before capturing again (after :meth:`reset`).
+    changed before capturing again (after :meth:`reset`). Calling ``__init__`` again on a
+    graph object does nothing (a capture in progress goes on), as for
+    ``torch.cuda.CUDAGraph``, which is built in ``__new__``.
 
     Raises:
         TypeError: ``keep_graph`` is not a bool, or ``pool`` is not a pool.
@@ -187,6 +189,8 @@ class Graph:
 
     def __init__(self, keep_graph: bool = False, *, pool: PoolLike = None,
                  capture_error_mode: str = "default") -> None:
+        if _stream._initialized(self):
+            return   # as torch.cuda.CUDAGraph: a second __init__ changes nothing
         if not isinstance(keep_graph, bool):
             raise TypeError(f"keep_graph must be a bool, got {type(keep_graph).__name__}")
         _pool_id(pool)
@@ -620,6 +624,8 @@ class DeviceGraph(Graph):
     __slots__ = ("_retained",)
 
     def __init__(self, keep_graph: bool = False) -> None:
+        if _stream._initialized(self):
+            return   # as torch.cuda.CUDAGraph: a second __init__ changes nothing
         self._retained = _Retained()
         super().__init__(keep_graph, capture_error_mode="global")
 

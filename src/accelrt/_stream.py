@@ -130,6 +130,20 @@ def _int_arg(name: str, value: object) -> int:
     return _plain_int(value)
 
 
+#: What :func:`_initialized` reads when a field was never set.
+_UNSET = object()
+
+
+def _initialized(obj: object) -> bool:
+    """True if the constructor of ``obj`` (a :class:`Stream`, an :class:`~accelrt.Event` or an
+    :class:`~accelrt.Graph`) already ran: their ``__init__`` then does nothing, as calling
+    ``__init__`` again on ``torch.cuda.Stream``, ``torch.cuda.Event`` or
+    ``torch.cuda.CUDAGraph`` does (PyTorch builds them in ``__new__``), instead of replacing
+    the handle the object holds (which was never given back: a leak) or the capture it runs.
+    It reads the field ``_b``, which each of them sets once built."""
+    return getattr(obj, "_b", _UNSET) is not _UNSET
+
+
 def _pool(b: Backend, index: int) -> _DevicePool:
     with _pools_lock:
         per = _pools.setdefault(b, {})
@@ -170,6 +184,9 @@ class Stream(_StreamCore):
             stream.
         IndexError: the device index is out of range.
 
+    Calling ``__init__`` again on a stream object does nothing (the object keeps its stream),
+    as for ``torch.cuda.Stream``, which is built in ``__new__``.
+
     .. note:: A stream made here is returned to a per-device pool (not destroyed) when it is
         closed (:meth:`close`) or collected; its handle may later serve a new :class:`Stream`,
         exactly as a destroyed CUDA stream's handle may be reused. Wrapped streams are never
@@ -197,6 +214,8 @@ class Stream(_StreamCore):
     def __init__(self, device: DeviceLike = None, *, priority: int = 0,
                  stream_id: int | None = None, device_index: int | None = None,
                  device_type: str | None = None) -> None:
+        if _initialized(self):
+            return   # as torch.cuda.Stream: a second __init__ changes nothing (see above)
         if stream_id is not None or device_index is not None or device_type is not None:
             self._init_foreign(device, priority, stream_id, device_index, device_type)
             return
