@@ -62,8 +62,11 @@ __all__ = ["DeviceGraph", "Graph", "RemovableHandle", "export_dot", "graph", "gr
 _CAPTURE_MODES = ("default", "global", "thread_local", "relaxed")
 _ids = itertools.count(1)
 _lock = reinit_after_fork(threading.Lock())
-#: Captures in progress per (backend name, device index); guarded by _lock.
-_active: dict[tuple[str, int], int] = {}
+#: The captures in progress per (backend name, device index), as ``id()`` of their graphs.
+#: No lock: ``setdefault``, ``append`` and ``remove`` are atomic, and a graph collected in the
+#: middle of its capture ends it from its finalizer, which may run while this thread holds
+#: any lock (``_lock`` included).
+_active: dict[tuple[str, int], list[int]] = {}
 
 _D = TypeVar("_D", bound="DeviceGraph")
 
@@ -264,7 +267,7 @@ class Graph:
             if s == stream:
                 return True
             # a stream that joined the capture (waited on an event of the capturing stream)
-            return (threading.get_ident() == thread and _active.get(key, 0) == 1
+            return (threading.get_ident() == thread and len(_active.get(key, ())) == 1
                     and s != b.default_stream(index)
                     and b.stream_is_capturing(index, StreamHandle(s)))
 
@@ -275,8 +278,7 @@ class Graph:
             a.end_allocate_to_pool(pid)
             a.release_pool(pid)
             raise
-        with _lock:
-            _active[key] = _active.get(key, 0) + 1
+        _active.setdefault(key, []).append(id(self))
         self._b, self._index, self._stream = b, index, stream
         self._pool, self._allocator, self._capturing = pid, a, True
         self._exec, self._template, self._exec_ids = False, False, set()
@@ -291,10 +293,13 @@ class Graph:
             self._abort_capture()
             raise
 
-    def _abort_capture(self) -> None:
-        """End a capture in progress and drop what it captured, releasing its pool."""
-        self._capture_end_pre(warn=False)
-        self._reset(finalizer=False)
+    def _abort_capture(self, finalizer: bool = False) -> None:
+        """End a capture in progress and drop what it captured, releasing its pool (from
+        :meth:`__del__`: ``finalizer``, without blocking on the allocator's lock)."""
+        try:
+            self._capture_end_pre(warn=False, finalizer=finalizer)
+        finally:
+            self._reset(finalizer)
 
     def capture_end(self) -> None:
         """End the capture begun by :meth:`capture_begin`: run the capture-end hooks (the
@@ -317,23 +322,23 @@ class Graph:
             self.instantiate()
         self._capture_end_post()
 
-    def _capture_end_pre(self, warn: bool) -> None:
-        """End the backend's capture; the captured graph stays readable."""
+    def _capture_end_pre(self, warn: bool, finalizer: bool = False) -> None:
+        """End the backend's capture; the captured graph stays readable (``finalizer``: from
+        :meth:`__del__`, which must not block on the allocator's lock)."""
         if not self._capturing:
             self._check_open()
             raise RuntimeError("capture_end() without capture_begin(); begin a capture first")
         b, index = self._b, self._index
         assert b is not None
         self._capturing = False
-        with _lock:
-            key = (b.name, index)
-            _active[key] -= 1
-            if not _active[key]:
-                del _active[key]
+        _active[(b.name, index)].remove(id(self))
         try:
             self._handle = b.graph_capture_end(index, self._stream)
         finally:
-            self._allocator.end_allocate_to_pool(self._pool)
+            if finalizer:
+                self._allocator.end_allocate_to_pool_from_finalizer(self._pool)
+            else:
+                self._allocator.end_allocate_to_pool(self._pool)
         self._template = True
         if warn and b.graph_node_count(index, self._handle) == 0:
             warnings.warn("The CUDA Graph is empty. This usually means that the graph was "
@@ -558,8 +563,14 @@ class Graph:
                 a.release_pool(pid)
 
     def __del__(self) -> None:
+        # A graph collected in the middle of its capture ends the capture and drops it, so
+        # that its stream and device stay usable and its pool is released. (PyTorch's
+        # CUDAGraph destructor leaves the capture going and the pool referenced, silently; it
+        # gives no warning, and neither does this.)
         try:
-            if not self._capturing:
+            if self._capturing:
+                self._abort_capture(finalizer=True)
+            else:
                 self._reset(finalizer=True)
         except Exception:  # noqa: BLE001, S110 - never raise from a finaliser
             pass

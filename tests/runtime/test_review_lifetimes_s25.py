@@ -135,3 +135,154 @@ def test_graph_init_again_mid_capture_keeps_the_capture(cls: type[acc.Graph]) ->
         assert x.tolist() == [1.0] * 4
         g.reset()
         s.close()
+
+
+# ---------------------------------------------------------------------- collected mid-capture
+# PyTorch's ~CUDAGraph runs reset(), which ends nothing that has not ended (capture_ended_ is
+# false): the stream stays capturing and the private pool referenced, without a warning.
+# accelrt ends the capture from the finalizer and drops it, so the stream and the device stay
+# usable, and releases the pool; it warns no more than PyTorch.
+
+def _pool_ids() -> set[tuple[int, int]]:
+    """The pools of the segments cpu:0's allocator holds."""
+    return {tuple(seg["segment_pool_id"]) for seg in acc.memory.memory_snapshot()}
+
+
+def _pool_of(array: acc.Array) -> set[tuple[int, int]]:
+    """The pool of the segment that holds ``array``."""
+    return {tuple(seg["segment_pool_id"]) for seg in acc.memory.memory_snapshot()
+            for b in seg["blocks"] if b["address"] == array.data_ptr()}
+
+
+@pytest.mark.parametrize("cls", [acc.Graph, acc.cpu.Graph])
+def test_graph_collected_mid_capture_ends_and_drops_its_capture(cls: type[acc.Graph]) -> None:
+    x = acc.zeros(4, device="cpu")
+    s = acc.Stream("cpu:0")
+    with leak_check():
+        with s:
+            g = cls()
+            g.capture_begin()
+            tmp = acc.full((4,), 2.0, device="cpu")   # from the graph's private pool
+            x.copy_(tmp)
+            pool = next(iter(_pool_ids() - {(0, 0)}))
+            del g
+            gc.collect()
+            assert not s.is_capturing()
+            s.synchronize()                         # refused while a capture was going on
+            acc.synchronize("cpu:0")
+            x.fill_(3.0)                            # runs now, is not recorded
+        s.synchronize()
+        assert x.tolist() == [3.0] * 4
+        a = peek_allocator("cpu", 0)
+        assert a is not None and a.pool_use_count(pool) == 0
+        y = acc.empty(4, device="cpu", dtype="float32")     # the default pool again
+        assert _pool_of(y) == {(0, 0)}
+        del tmp, y
+        acc.cpu.empty_cache()
+        assert pool not in _pool_ids()              # its memory went back with the cache
+        with acc.cpu.graph(cls()) as _:             # the device captures again
+            x.fill_(4.0)
+    s.close()
+
+
+def test_destroy_callbacks_run_when_collected_mid_capture() -> None:
+    fired: list[str] = []
+    with acc.Stream("cpu:0") as s:
+        g = acc.cpu.Graph()
+        g.capture_begin()
+        g.register_destroy_callback(lambda: fired.append("destroyed"))
+        g.retain_object(acc.zeros(2, device="cpu"))
+        del g
+        gc.collect()
+        assert fired == ["destroyed"] and not s.is_capturing()
+    s.close()
+
+
+def test_other_captures_go_on_when_one_graph_is_collected() -> None:
+    x, y = acc.zeros(4, device="cpu"), acc.zeros(4, device="cpu")
+    s1, s2 = acc.Stream("cpu:0"), acc.Stream("cpu:0")
+    kept = acc.Graph()
+    with s1:
+        kept.capture_begin()
+    with s2:
+        dropped = acc.Graph()
+        dropped.capture_begin()
+        y.fill_(9.0)
+        del dropped
+        gc.collect()
+        assert not s2.is_capturing()
+    with s1:
+        tmp = acc.full((4,), 5.0, device="cpu")
+        x.copy_(tmp)
+        assert s1.is_capturing()
+        kept.capture_end()
+    assert _pool_of(tmp) == {kept.pool()}           # still routed to the live capture's pool
+    kept.replay()
+    acc.synchronize()
+    assert x.tolist() == [5.0] * 4 and y.tolist() == [0.0] * 4   # y's fill was dropped
+    kept.reset()
+    s1.close(); s2.close()
+
+
+def test_collected_by_another_thread_mid_capture() -> None:
+    """The finalizer runs in the thread that collects the cycle holding the graph."""
+    x = acc.zeros(4, device="cpu")
+    gate = threading.Barrier(2)
+    seen: list[object] = []
+
+    def capture() -> None:
+        try:
+            with acc.Stream("cpu:0") as s:
+                g = acc.Graph()
+                g.capture_begin()
+                x.fill_(1.0)
+                cycle: list[Any] = [g]
+                cycle.append(cycle)                 # only the collector frees it
+                del g, cycle
+                gate.wait()                         # the other thread collects
+                gate.wait()
+                seen.append(s.is_capturing())
+                s.synchronize()
+            s.close()
+        except BaseException as exc:          # noqa: BLE001 - reported below
+            seen.append(exc)
+            gate.abort()
+
+    t = threading.Thread(target=capture)
+    t.start()
+    gate.wait()
+    gc.collect()
+    gate.wait()
+    t.join(30)
+    assert seen == [False]
+
+
+def test_finalizer_inside_the_allocators_critical_section_does_not_hang() -> None:
+    """The garbage collector may run the finalizer while this thread holds the allocator's
+    lock (which is not re-entrant): ending the routing and releasing the pool are queued."""
+    out = _run("""
+        import gc
+        import accelrt as acc
+        from accelrt.memory._allocator import get_allocator
+        from accelrt.backends import get_backend
+        acc.set_current_accelerator("cpu")
+        a = get_allocator(get_backend("cpu"), 0)
+        s = acc.Stream("cpu:0")
+        with s:
+            g = acc.Graph()
+            g.capture_begin()
+            tmp = acc.full((4,), 1.0, device="cpu")
+            pool = g._pool
+            cycle = [g]; cycle.append(cycle)
+            del g, cycle
+            with a._lock:
+                gc.collect()                    # the finalizer runs here
+            assert not s.is_capturing()
+            y = acc.empty(4, device="cpu")      # drains what was queued first
+        assert a.pool_use_count(pool) == 0
+        ids = {tuple(seg["segment_pool_id"]) for seg in acc.memory.memory_snapshot()
+               for b in seg["blocks"] if b["address"] == y.data_ptr()}
+        assert ids == {(0, 0)}, ids
+        print("ok")
+        """)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

@@ -47,9 +47,10 @@ if TYPE_CHECKING:
     from ._block import Block
     from ._stats import DeviceStats
 
-__all__ = ["PrivatePools", "begin_allocate_to_pool", "check_pool_id", "create_pool",
-           "end_allocate_to_pool", "pool_use_count", "raw_free", "raw_malloc", "release_pool",
-           "release_pool_from_finalizer", "retire_segments"]
+__all__ = ["EndRouting", "PrivatePools", "begin_allocate_to_pool", "check_pool_id",
+           "create_pool", "end_allocate_to_pool", "end_allocate_to_pool_from_finalizer",
+           "pool_use_count", "raw_free", "raw_malloc", "release_pool",
+           "release_pool_from_finalizer", "retire_segments", "settle_pending"]
 
 
 def check_pool_id(pool_id: object) -> tuple[int, int]:
@@ -332,6 +333,58 @@ def end_allocate_to_pool(a: AllocatorCore, pool_id: tuple[int, int]) -> None:
             a._update_simple()
             return
     raise RuntimeError(f"end_allocate_to_pool: not allocating to pool {pool_id}")
+
+
+class EndRouting:
+    """An :func:`end_allocate_to_pool` a finalizer queued (an item of the allocator's
+    ``_gc_pending``, completed by :func:`settle_pending`)."""
+
+    __slots__ = ("pool_id",)
+
+    def __init__(self, pool_id: tuple[int, int]) -> None:
+        self.pool_id = pool_id
+
+
+def end_allocate_to_pool_from_finalizer(a: AllocatorCore, pool_id: tuple[int, int]) -> None:
+    """:func:`end_allocate_to_pool` for finalizers (a ``Graph`` collected in the middle of its
+    capture): never blocks. If the lock is held (maybe by this very thread) the end is queued,
+    before any release queued after it, and done at the holder's next drain point, as
+    :func:`release_pool_from_finalizer` does; routing to a pool no longer routed to is then
+    not an error.
+
+    Raises:
+        TypeError: ``pool_id`` is not a pair of ints (checked at once).
+
+    Example::
+
+        >>> from accelrt.backends import get_backend
+        >>> from accelrt.memory._allocator import DeviceCachingAllocator
+        >>> a = DeviceCachingAllocator(get_backend("cpu"), 0)
+        >>> a.begin_allocate_to_pool((0, 1))
+        >>> with a._lock:                  # as if the GC ran the finalizer in a critical section
+        ...     a.end_allocate_to_pool_from_finalizer((0, 1))
+        ...     a.release_pool_from_finalizer((0, 1))
+        >>> a.pool_use_count((0, 1))       # which completes what was queued
+        0
+    """
+    pool_id = check_pool_id(pool_id)
+    a._gc_pending.append(EndRouting(pool_id))
+    if a._lock.try_acquire():
+        try:
+            a._drain_pending_locked()
+        finally:
+            a._lock.release()
+
+
+def settle_pending(a: AllocatorCore, item: tuple[int, int] | EndRouting) -> None:
+    """Complete a pool operation a finalizer queued (``_lock`` held): a release
+    (:func:`release_pool_from_finalizer`) or the end of a routing
+    (:func:`end_allocate_to_pool_from_finalizer`)."""
+    if isinstance(item, EndRouting):
+        if a._pools.end(item.pool_id):
+            a._update_simple()
+    else:
+        a._pools.release(item)
 
 
 def create_pool(a: AllocatorCore, pool_id: tuple[int, int], *, no_split: bool = False,
