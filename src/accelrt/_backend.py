@@ -572,6 +572,20 @@ class Backend(abc.ABC):
             raise self._closed_error("graph_capture_begin")
         raise _unsupported(self, "graph_capture_begin", "graphs")
 
+    def graph_capture_begin_mode(self, index: int, stream: StreamHandle, mode: str) -> None:
+        """:meth:`graph_capture_begin` in capture ``mode`` (``cuStreamBeginCapture``'s):
+        ``"global"``, ``"thread_local"`` or ``"relaxed"`` (capability
+        ``graph_capture_modes``). While the capture goes on, a call that is unsafe during a
+        capture (a :meth:`synchronize` of the device) is refused, as CUDA refuses it in a
+        thread of the default (global) interaction mode: in the thread that began the
+        capture unless ``mode`` is ``"relaxed"``, and in any other thread if ``mode`` is
+        ``"global"``. Calls that conflict with the capture itself (synchronizing or querying
+        the capturing stream) are refused in every mode. :meth:`graph_capture_begin` is the
+        backend's own mode (``capture_error_mode="default"``)."""
+        if self._closed:
+            raise self._closed_error("graph_capture_begin_mode")
+        raise _unsupported(self, "graph_capture_begin_mode", "graph_capture_modes")
+
     def graph_capture_end(self, index: int, stream: StreamHandle) -> GraphHandle:
         """Stop capturing on ``stream``; return an executable graph handle."""
         if self._closed:

@@ -58,7 +58,8 @@ __all__ = ["DeviceGraph", "Graph", "RemovableHandle", "export_dot", "graph", "gr
            "register_global_hook"]
 
 #: ``capture_error_mode`` values (``torch.accelerator.Graph``'s; ``"default"`` is the
-#: backend's own, which is the one mode every backend here captures in: see docs/differences.md)
+#: backend's own: ``graph_capture_begin``; the others go to ``graph_capture_begin_mode`` where
+#: the backend declares ``graph_capture_modes``, as cpu does; see docs/graphs.md)
 _CAPTURE_MODES = ("default", "global", "thread_local", "relaxed")
 _ids = itertools.count(1)
 _lock = reinit_after_fork(threading.Lock())
@@ -273,7 +274,10 @@ class Graph:
 
         a.begin_allocate_to_pool(pid, stream_filter)
         try:
-            b.graph_capture_begin(index, stream)
+            if capture_error_mode != "default" and b.capabilities(index).graph_capture_modes:
+                b.graph_capture_begin_mode(index, stream, capture_error_mode)
+            else:   # the backend's own mode
+                b.graph_capture_begin(index, stream)
         except BaseException:
             a.end_allocate_to_pool(pid)
             a.release_pool(pid)

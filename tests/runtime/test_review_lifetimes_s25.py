@@ -286,3 +286,116 @@ def test_finalizer_inside_the_allocators_critical_section_does_not_hang() -> Non
         print("ok")
         """)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+# ---------------------------------------------------------------------- capture modes
+# torch.cuda.graph's entry calls torch.cuda.synchronize() (cudaDeviceSynchronize), which CUDA
+# refuses in a thread of the default interaction mode while a capture of its own (not begun
+# relaxed) or another thread's capture begun in cudaStreamCaptureModeGlobal is going on. So
+# with "global" the second thread's entry fails, with "thread_local" or "relaxed" both
+# threads capture at once; a thread's own "thread_local" capture refuses its synchronize, a
+# "relaxed" one does not. The cpu backend follows those rules; "default" is its own, global.
+
+def _two_threads(first_mode: str, second_mode: str) -> dict[str, Any]:
+    """Thread 1 captures with ``first_mode``; while it does, thread 2 enters ``acc.graph``
+    with ``second_mode`` on its own stream and captures too. What happened, per thread."""
+    gate = threading.Barrier(2)
+    x, y = acc.zeros(8, device="cpu"), acc.zeros(8, device="cpu")
+    out: dict[str, Any] = {}
+
+    def first() -> None:
+        try:
+            g, s = acc.cpu.Graph(), acc.Stream("cpu:0")
+            with acc.cpu.graph(g, stream=s, capture_error_mode=first_mode):
+                gate.wait()                         # 1: thread 1 captures
+                gate.wait()                         # 2: thread 2 entered (or was refused)
+                x.fill_(1.0)
+                gate.wait()                         # 3: both recorded their work
+            out["g1"] = (g, s)
+        except BaseException as exc:          # noqa: BLE001 - reported by the test
+            out["first"] = exc
+            gate.abort()
+
+    def second() -> None:
+        try:
+            gate.wait()                             # 1
+            g, s = acc.cpu.Graph(), acc.Stream("cpu:0")
+            try:
+                with acc.cpu.graph(g, stream=s, capture_error_mode=second_mode):
+                    assert s.is_capturing()
+                    gate.wait()                     # 2
+                    y.fill_(2.0)
+                    gate.wait()                     # 3
+            except acc.DeviceError as exc:
+                out["refused"] = exc
+                gate.wait()                         # 2
+                gate.wait()                         # 3
+            out["g2"] = (g, s)
+        except BaseException as exc:          # noqa: BLE001 - reported by the test
+            out["second"] = exc
+            gate.abort()
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert "first" not in out and "second" not in out, out
+    assert x.tolist() == [0.0] * 8 and y.tolist() == [0.0] * 8      # recorded, not run
+    for key in ("g1", "g2"):
+        g, s = out[key]
+        if "refused" not in out or key == "g1":
+            g.replay()
+    acc.synchronize("cpu:0")
+    out["x"], out["y"] = x.tolist()[0], y.tolist()[0]
+    for key in ("g1", "g2"):
+        g, s = out.pop(key)
+        g.reset()
+        s.close()
+    return out
+
+
+@pytest.mark.parametrize("first", ["thread_local", "relaxed"])
+@pytest.mark.parametrize("second", ["global", "thread_local", "relaxed", "default"])
+def test_second_thread_captures_while_a_non_global_capture_goes_on(first: str,
+                                                                    second: str) -> None:
+    out = _two_threads(first, second)
+    assert "refused" not in out and (out["x"], out["y"]) == (1.0, 2.0)
+
+
+@pytest.mark.parametrize("first", ["global", "default"])
+def test_second_thread_is_refused_while_a_global_capture_goes_on(first: str) -> None:
+    out = _two_threads(first, "thread_local")
+    assert "another thread with capture_error_mode 'global'" in str(out["refused"])
+    assert (out["x"], out["y"]) == (1.0, 0.0)     # the first capture went on
+
+
+def _sync_in_capture(mode: str) -> acc.DeviceError | None:
+    """What ``acc.synchronize()`` does inside this thread's own capture in ``mode``."""
+    x = acc.zeros(4, device="cpu")
+    g = acc.Graph(capture_error_mode=mode)
+    with acc.Stream("cpu:0") as s, g:
+        x.fill_(1.0)
+        try:
+            acc.synchronize()
+            refused = None
+        except acc.DeviceError as exc:
+            refused = exc
+        with pytest.raises(acc.DeviceError, match="capturing"):
+            s.synchronize()                      # the capturing stream: refused in any mode
+    g.replay()
+    acc.synchronize()
+    assert x.tolist() == [1.0] * 4
+    g.reset()
+    s.close()
+    return refused
+
+
+@pytest.mark.parametrize("mode", ["default", "global", "thread_local"])
+def test_own_capture_refuses_a_device_synchronize(mode: str) -> None:
+    refused = _sync_in_capture(mode)
+    assert refused is not None and "begun in this thread" in str(refused)
+
+
+def test_own_relaxed_capture_allows_a_device_synchronize() -> None:
+    assert _sync_in_capture("relaxed") is None
