@@ -6,11 +6,12 @@ optionally virtual-memory mapping and graph capture. Everything else (caching al
 statistics, snapshots, RNG bookkeeping, collectives, graphs, current device/stream) is written
 once in accelrt's core, above this contract.
 
-Handles are ``int``\\ s chosen by the backend, each with its own type for type checkers
-(:data:`StreamHandle`, :data:`EventHandle`, :data:`DevicePtr`, :data:`GraphHandle`, see
-:mod:`accelrt._handles`): a checker rejects a stream passed where an event goes. Handle ``0``
-is never a valid event; stream handle ``default_stream(i)`` is the device's default (legacy
-null) stream. One argument order everywhere: the device index first, the stream that orders
+Handles are ``int``\\ s in ``[0, 2**64)`` chosen by the backend, each with its own type for
+type checkers (:data:`StreamHandle`, :data:`EventHandle`, :data:`DevicePtr`,
+:data:`GraphHandle`, see :mod:`accelrt._handles`): a checker rejects a stream passed where an
+event goes. Handle ``0`` is never a valid event or graph; stream handle ``default_stream(i)``
+is the device's default (legacy null) stream. The core checks every result it keeps
+(:mod:`accelrt._checked`): a bad one raises ``DeviceError`` naming the backend and the call. One argument order everywhere: the device index first, the stream that orders
 the work last (``memcpy(index, dst, src, nbytes, kind, stream)``).
 
 What a device can do beyond the abstract operations is declared once, by

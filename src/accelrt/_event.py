@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
+from . import _backend, _checked
 from . import _device as _dev
-from . import _backend
 from ._device import _get_device_of, _lazy_init, _require_current, _tls
 from ._errors import AcceleratorValueError
 from ._handles import EventHandle
@@ -148,9 +148,13 @@ class Event(_EventCore):
             h = self._handle
             if h:
                 self._handle = _NO_EVENT
-                self._b.event_destroy(self._index, h)  # type: ignore[arg-type]
+                self._destroy(h)
         except Exception:  # noqa: BLE001, S110 - never raise from a finaliser (e.g. at shutdown)
             pass
+
+    def _destroy(self, h: EventHandle) -> None:
+        """Destroy the backend event ``h`` this object held."""
+        _checked.destroy_event(self._b, self._index, h)  # type: ignore[arg-type]
 
     # ------------------------------------------------------------------ fields
     @property
@@ -291,7 +295,9 @@ class Event(_EventCore):
         h = self._handle
         if not h:
             h = self._create()
-        return self._b.event_ipc_handle(self._index, h)  # type: ignore[arg-type]
+        b, index = self._b, self._index
+        return _checked.blob(b, ("event_ipc_handle", (index, h)),
+                             b.event_ipc_handle(index, h))  # type: ignore[arg-type]
 
     @classmethod
     def from_ipc_handle(cls, device: DeviceLike, handle: bytes) -> Event:
@@ -318,8 +324,10 @@ class Event(_EventCore):
         index = e._index
         if index is None:
             index = e._bind(_tls.device.get(e._b.name, 0))[1]
-        _lazy_init(e._b, index)
-        e._handle = e._b.event_from_ipc_handle(index, handle)
+        b: Any = e._b   # called untyped: a compiled caller would cast the result
+        _lazy_init(b, index)
+        e._handle = _checked.event(b, index, ("event_from_ipc_handle", (index, handle)),
+                                   b.event_from_ipc_handle(index, handle))
         return e
 
     # ------------------------------------------------------------------ lifetime
@@ -346,7 +354,7 @@ class Event(_EventCore):
             self._closed = True
             h, self._handle = self._handle, _NO_EVENT
         if h:
-            self._b.event_destroy(self._index, h)  # type: ignore[arg-type]
+            self._destroy(h)
 
     @property
     def is_closed(self) -> bool:

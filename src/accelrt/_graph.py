@@ -38,8 +38,8 @@ import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
+from . import _checked, _stream
 from . import _device as _dev
-from . import _stream
 from ._device import _lazy_init, _require_current, _tls
 from ._errors import CaptureNotSupportedError, ClosedError
 from ._fork import reinit_after_fork
@@ -337,7 +337,9 @@ class Graph:
         self._capturing = False
         _active[(b.name, index)].remove(id(self))
         try:
-            self._handle = b.graph_capture_end(index, self._stream)
+            anyb: Any = b   # called untyped: a compiled caller would cast the result
+            self._handle = _checked.graph(b, index, ("graph_capture_end", (index, self._stream)),
+                                          anyb.graph_capture_end(index, self._stream))
         finally:
             if finalizer:
                 self._allocator.end_allocate_to_pool_from_finalizer(self._pool)
@@ -379,7 +381,11 @@ class Graph:
             raise RuntimeError("instantiate() is intended to be called by the user only when "
                                "keep_graph=True; make the graph with Graph(keep_graph=True) to "
                                "instantiate it again")
-        self._exec_ids.add(int(b.graph_instantiate(self._index, self._handle)))
+        anyb: Any = b   # called untyped: a compiled caller would cast the result
+        self._exec_ids.add(_checked.handle(
+            b, ("graph_instantiate", (self._index, self._handle)),
+            anyb.graph_instantiate(self._index, self._handle), "an executable graph id",
+            nonzero=False))
         self._exec = True
         _run_global(b.name, "instantiate", self)
         for hook in list(self._hooks["instantiate"].values()):
@@ -556,7 +562,7 @@ class Graph:
             handle, self._handle = self._handle, None
             exec_ids, self._exec_ids = self._exec_ids, set()
             self._exec = self._template = False
-            b.graph_destroy(self._index, handle)
+            _checked.destroy_graph(b, self._index, handle)
             _run_global(b.name, "destroy", exec_ids)
         if self._pool is not None and self._allocator is not None:
             a, pid = self._allocator, self._pool

@@ -27,11 +27,12 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
+from . import _checked
 from . import _device as _dev
 from . import _sync_debug as _sd
 from ._device import (_get_device, _get_device_of, _index_arg, _lazy_init, _plain_int,
                       _require_current, _tls)
-from ._errors import AcceleratorError, DeviceError
+from ._errors import AcceleratorError
 from ._fork import reinit_after_fork
 from ._handles import StreamHandle
 from . import _stream_core
@@ -66,7 +67,11 @@ class _DevicePool:
     __slots__ = ("b", "free", "free0", "hi", "index", "key", "lo", "owned")
 
     def __init__(self, b: Backend, index: int) -> None:
-        least, greatest = b.stream_priority_range(index)
+        got: Any = b.stream_priority_range(index)
+        if type(got) is not tuple or len(got) != 2 or not all(type(v) is int for v in got):
+            raise _checked.returned(b, ("stream_priority_range", (index,)), got,
+                                    "not a (least, greatest) pair of ints")
+        least, greatest = got
         self.b = b
         self.index = index
         self.lo = min(least, greatest)   # numerically smallest = highest priority
@@ -78,28 +83,20 @@ class _DevicePool:
         self.owned: set[int] = set()
 
     def create(self, prio: int) -> StreamHandle:
-        """A new backend stream, checked: an ``int`` that is neither the default stream nor
-        a stream of this device that is not destroyed.
+        """A new backend stream, checked (:mod:`accelrt._checked`): a handle that is neither
+        the default stream nor a stream of this device that is not destroyed.
 
         Raises:
             DeviceError: the backend's ``stream_create`` raised an exception that is not
                 accelrt's (chained), or returned a bad handle; the message names the backend.
         """
-        b: Any = self.b   # called untyped: the compiled build would cast the result to int
-        try:
-            handle = b.stream_create(self.index, prio)
-        except AcceleratorError:
-            raise
-        except Exception as exc:
-            raise DeviceError(f"the {self.b.name} backend's stream_create({self.index}, {prio}) "
-                              f"raised {type(exc).__name__}: {exc}") from exc
-        what = f"the {self.b.name} backend's stream_create({self.index}, {prio}) returned"
-        if type(handle) is not int:
-            raise DeviceError(f"{what} {handle!r}, not a stream handle (an int)")
-        if handle == self.b.default_stream(self.index) or handle in self.owned:
-            raise DeviceError(f"{what} {handle:#x}, the handle of the default stream or of "
-                              "a stream it created before and has not destroyed; each new "
-                              "stream needs its own handle")
+        b = self.b
+        value = _checked.call_raw(b, "stream_create", b.stream_create, self.index, prio)
+        handle = _checked.handle(
+            b, ("stream_create", (self.index, prio)), value, "a stream handle", nonzero=False,
+            held=self.owned | {_default(b, self.key)._handle},
+            why_held="the handle of the default stream or of a stream it created before and "
+                     "has not destroyed; each new stream needs its own handle")
         self.owned.add(handle)
         return StreamHandle(handle)
 
@@ -591,7 +588,9 @@ def _default(b: Backend, key: tuple[str, int]) -> Stream:
     """The (cached) default stream of device ``key[1]`` of ``b``."""
     s = _defaults.get(key)
     if s is None or s._b is not b:
-        s = _defaults[key] = _wrap(b, key[1], b.default_stream(key[1]))
+        handle = _checked.handle(b, ("default_stream", (key[1],)), b.default_stream(key[1]),
+                                 "a stream handle", nonzero=False)
+        s = _defaults[key] = _wrap(b, key[1], StreamHandle(handle))
     return s
 
 
@@ -685,7 +684,9 @@ def _wait_raw(b: Backend, waiter_index: int, waiter: StreamHandle, index: int,
     The one helper arrays, collectives and interop order raw streams with."""
     if waiter_index == index and waiter == stream:
         return
-    ev = b.event_create(index, False, False, False)
+    anyb: Any = b   # called untyped: a compiled caller would cast the result
+    ev = _checked.temporary_event(b, index, ("event_create", (index, False, False, False)),
+                                  anyb.event_create(index, False, False, False))
     try:
         b.event_record(index, ev, stream)
         b.stream_wait_event(waiter_index, waiter, ev)

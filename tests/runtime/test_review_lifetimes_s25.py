@@ -221,7 +221,8 @@ def test_other_captures_go_on_when_one_graph_is_collected() -> None:
     acc.synchronize()
     assert x.tolist() == [5.0] * 4 and y.tolist() == [0.0] * 4   # y's fill was dropped
     kept.reset()
-    s1.close(); s2.close()
+    s1.close()
+    s2.close()
 
 
 def test_collected_by_another_thread_mid_capture() -> None:

@@ -27,8 +27,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .. import _checked
 from .._device import _plain_int
-from .._errors import AcceleratorError, DeviceError
+from .._errors import DeviceError
 from .._handles import DevicePtr
 from ._block import (
     ADDR_MASK,
@@ -190,32 +191,22 @@ def raw_malloc(backend: Backend, index: int, pool: BlockPool, size: int, stream:
 
 
 def backend_malloc(backend: Backend, index: int, size: int) -> int:
-    """``backend.malloc(index, size)``, checked: an address (``0`` when out of memory).
+    """``backend.malloc(index, size)``, checked (:mod:`accelrt._checked`): an address (``0``
+    when out of memory).
 
     Raises:
-        DeviceError: the backend's ``malloc`` returned something other than a non-negative
-            ``int``, or raised an exception that is not accelrt's (chained); the message names
+        DeviceError: the backend's ``malloc`` returned something other than an address or
+            ``0``, or raised an exception that is not accelrt's (chained); the message names
             the backend. The allocator has recorded nothing then.
     """
-    b: Any = backend     # called untyped: the compiled build would cast the result to int
-    try:
-        ptr = b.malloc(index, size)
-    except AcceleratorError:
-        raise
-    except Exception as exc:
-        raise DeviceError(f"the {backend.name} backend's malloc({index}, {size}) raised "
-                          f"{type(exc).__name__}: {exc}") from exc
-    if type(ptr) is not int or ptr < 0:
-        raise DeviceError(f"the {backend.name} backend's malloc({index}, {size}) returned "
-                          f"{ptr!r}, not an address (an int >= 0; 0 when out of memory)")
-    return int(ptr)
+    ptr = _checked.call_raw(backend, "malloc", backend.malloc, index, size)
+    return _checked.address(backend, ("malloc", (index, size)), ptr, oom=True)
 
 
-def duplicate_address(backend: Backend, index: int, ptr: int) -> DeviceError:
-    """The error for an address ``malloc`` handed out while it is still in use."""
-    return DeviceError(f"the {backend.name} backend's malloc on device {index} returned "
-                       f"{ptr:#x}, an address it handed out before and that is not freed; "
-                       "the backend is broken (the allocation was not recorded)")
+def duplicate_address(backend: Backend, index: int, size: int, ptr: int) -> DeviceError:
+    """The error for an address ``malloc(index, size)`` handed out while it is still in
+    use."""
+    return _checked.duplicate(backend, ("malloc", (index, size)), ptr)
 
 
 def raw_free(backend: Backend, index: int, blk: Block) -> None:
