@@ -41,23 +41,27 @@ Example::
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Container
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from ._errors import AcceleratorError, DeviceError
+from ._fork import reinit_after_fork
 from .backends._common import check_ptr, check_size, check_u64
 
 if TYPE_CHECKING:
     from ._backend import Backend
 
 __all__ = ["Call", "Held", "address", "blob", "call_raw", "destroy_event", "destroy_graph",
-           "duplicate", "event", "graph", "handle", "held", "raised", "returned", "size",
-           "temporary_event"]
+           "duplicate", "event", "graph", "handle", "held", "opened_event", "raised", "returned",
+           "size", "temporary_event"]
 
 
 #: A backend call as the messages name it: the operation and its arguments, formatted only
 #: when a message is made (``("malloc", (0, 512))`` reads ``malloc(0, 512)``).
 Call = tuple[str, tuple[object, ...]]
+#: Handles and addresses are below this (``check_u64``/``check_ptr``'s bound).
+_BOUND = 1 << 64
 
 
 def _shown(call: Call) -> str:
@@ -97,6 +101,8 @@ def address(b: Backend, call: Call, value: object, *, oom: bool = False,
     Raises:
         DeviceError: anything else (nothing recorded).
     """
+    if type(value) is int and 0 < value < _BOUND and value not in held:
+        return value   # (the common case, tested below too, without making a message)
     if type(value) is not int:
         _refuse(b, call, value, "an address", TypeError(f"an int, got {type(value).__name__}"))
     if oom and value == 0:
@@ -170,17 +176,22 @@ class Held:
         self.graphs: dict[int, object] = {}
 
 
-#: (backend instance, device index) -> what the core holds there. A backend instance is kept
-#: here as the stream pools keep it (``_stream._pools``).
-_held: dict[tuple[Backend, int], Held] = {}
+#: backend instance -> what the core holds of each of its devices (by index), kept as the
+#: stream pools keep a backend (``_stream._pools``); lists grow under _lock only.
+_held: dict[Backend, list[Held]] = {}
+_lock = reinit_after_fork(threading.Lock())
 
 
 def held(b: Backend, index: int) -> Held:
     """What the core holds of device ``index`` of ``b`` (made at its first use)."""
-    h = _held.get((b, index))
-    if h is None:
-        h = _held.setdefault((b, index), Held())
-    return h
+    per = _held.get(b)
+    if per is not None and index < len(per):
+        return per[index]
+    with _lock:
+        per = _held.setdefault(b, [])
+        while len(per) <= index:
+            per.append(Held())
+        return per[index]
 
 
 _LIVE_EVENT = ("the handle of an event that is still live; each new event needs its own "
@@ -191,7 +202,9 @@ _LIVE_GRAPH = ("the handle of a captured graph that is still live; each capture 
 
 def _keep(b: Backend, call: Call, value: object, what: str, live: dict[int, object],
           why_held: str) -> Any:
-    """``value`` checked as a nonzero handle, then added to ``live`` unless it is there."""
+    """``value`` checked as a nonzero handle (:func:`handle`), then added to ``live`` unless
+    it is there. (The callers test the common case first, an ``int`` in ``[1, 2**64)`` that
+    is not there, without making a message: the same test.)"""
     h = handle(b, call, value, what, nonzero=True)
     token = object()
     if live.setdefault(h, token) is not token:
@@ -199,47 +212,65 @@ def _keep(b: Backend, call: Call, value: object, what: str, live: dict[int, obje
     return h
 
 
-def event(b: Backend, index: int, call: Call, value: object) -> Any:
-    """``value``, what ``b``'s ``call`` (``event_create``, ``event_from_ipc_handle``) gave
-    for an event the core keeps, checked and recorded as held until :func:`destroy_event`.
+def event(b: Backend, index: int, value: object, timing: bool = False, blocking: bool = False,
+          interprocess: bool = False) -> Any:
+    """``value``, what ``b.event_create(index, timing, blocking, interprocess)`` gave for an
+    event the core keeps, checked and recorded as held until :func:`destroy_event`.
 
     Raises:
         DeviceError: not an event handle, or one the core holds already on this device.
     """
-    return _keep(b, call, value, "an event handle", held(b, index).events, _LIVE_EVENT)
+    live = held(b, index).events
+    if type(value) is int and 0 < value < _BOUND:
+        token = object()
+        if live.setdefault(value, token) is token:
+            return value
+    return _keep(b, ("event_create", (index, timing, blocking, interprocess)), value,
+                 "an event handle", live, _LIVE_EVENT)
 
 
-def temporary_event(b: Backend, index: int, call: Call, value: object) -> Any:
-    """``value``, an event ``b``'s ``call`` gave that the core destroys again before it
-    returns (an event between two raw streams): checked against the held ones, not kept."""
-    return handle(b, call, value, "an event handle", nonzero=True,
-                  held=held(b, index).events, why_held=_LIVE_EVENT)
+def opened_event(b: Backend, index: int, ipc_handle: bytes, value: object) -> Any:
+    """:func:`event` for what ``b.event_from_ipc_handle(index, ipc_handle)`` gave."""
+    return _keep(b, ("event_from_ipc_handle", (index, ipc_handle)), value, "an event handle",
+                 held(b, index).events, _LIVE_EVENT)
+
+
+def temporary_event(b: Backend, index: int, value: object) -> Any:
+    """``value``, what ``b.event_create(index, False, False, False)`` gave for an event the
+    core destroys again before it returns (between two raw streams): checked against the held
+    ones, not kept."""
+    live = held(b, index).events
+    if type(value) is int and 0 < value < _BOUND and value not in live:
+        return value
+    return handle(b, ("event_create", (index, False, False, False)), value, "an event handle",
+                  nonzero=True, held=live, why_held=_LIVE_EVENT)
 
 
 def destroy_event(b: Backend, index: int, value: Any) -> None:
     """Destroy a held event: forgotten first, so that a backend that gives the handle to its
     next event at once is not taken for a broken one."""
-    h = _held.get((b, index))
-    if h is not None:
-        h.events.pop(value, None)
+    per = _held.get(b)
+    if per is not None and index < len(per):
+        per[index].events.pop(value, None)
     b.event_destroy(index, value)
 
 
-def graph(b: Backend, index: int, call: Call, value: object) -> Any:
-    """``value``, a captured graph's handle ``b``'s ``call`` (``graph_capture_end``) gave,
-    checked and recorded as held until :func:`destroy_graph`.
+def graph(b: Backend, index: int, stream: int, value: object) -> Any:
+    """``value``, what ``b.graph_capture_end(index, stream)`` gave, checked and recorded as
+    held until :func:`destroy_graph`.
 
     Raises:
         DeviceError: not a graph handle, or one a live graph of this device has.
     """
-    return _keep(b, call, value, "a graph handle", held(b, index).graphs, _LIVE_GRAPH)
+    return _keep(b, ("graph_capture_end", (index, stream)), value, "a graph handle",
+                 held(b, index).graphs, _LIVE_GRAPH)
 
 
 def destroy_graph(b: Backend, index: int, value: Any) -> None:
     """Destroy a held graph (forgotten first, as :func:`destroy_event`)."""
-    h = _held.get((b, index))
-    if h is not None:
-        h.graphs.pop(value, None)
+    per = _held.get(b)
+    if per is not None and index < len(per):
+        per[index].graphs.pop(value, None)
     b.graph_destroy(index, value)
 
 

@@ -110,8 +110,6 @@ class Event(_EventCore):
                  blocking: bool = False, interprocess: bool = False) -> None:
         if _initialized(self):
             return   # as torch.cuda.Event: a second __init__ changes nothing (the handle stays)
-        self._handle = _NO_EVENT   # set first: __del__ must see it even if __init__ raises
-        self._closed = False
         index: int | None
         if device is None:
             if self._backend_name is None:
@@ -148,13 +146,9 @@ class Event(_EventCore):
             h = self._handle
             if h:
                 self._handle = _NO_EVENT
-                self._destroy(h)
+                _checked.destroy_event(self._b, self._index, h)  # type: ignore[arg-type]
         except Exception:  # noqa: BLE001, S110 - never raise from a finaliser (e.g. at shutdown)
             pass
-
-    def _destroy(self, h: EventHandle) -> None:
-        """Destroy the backend event ``h`` this object held."""
-        _checked.destroy_event(self._b, self._index, h)  # type: ignore[arg-type]
 
     # ------------------------------------------------------------------ fields
     @property
@@ -326,8 +320,7 @@ class Event(_EventCore):
             index = e._bind(_tls.device.get(e._b.name, 0))[1]
         b: Any = e._b   # called untyped: a compiled caller would cast the result
         _lazy_init(b, index)
-        e._handle = _checked.event(b, index, ("event_from_ipc_handle", (index, handle)),
-                                   b.event_from_ipc_handle(index, handle))
+        e._handle = _checked.opened_event(b, index, handle, b.event_from_ipc_handle(index, handle))
         return e
 
     # ------------------------------------------------------------------ lifetime
@@ -354,7 +347,7 @@ class Event(_EventCore):
             self._closed = True
             h, self._handle = self._handle, _NO_EVENT
         if h:
-            self._destroy(h)
+            _checked.destroy_event(self._b, self._index, h)  # type: ignore[arg-type]
 
     @property
     def is_closed(self) -> bool:

@@ -198,8 +198,9 @@ class Graph:
         if not isinstance(keep_graph, bool):
             raise TypeError(f"keep_graph must be a bool, got {type(keep_graph).__name__}")
         _pool_id(pool)
+        mode = _check_mode(capture_error_mode)   # (every check before the first field)
         self.graph_pool = pool
-        self.capture_error_mode = _check_mode(capture_error_mode)
+        self.capture_error_mode = mode
         self._keep_graph = keep_graph
         self._b: Backend | None = None
         self._index = -1
@@ -338,7 +339,7 @@ class Graph:
         _active[(b.name, index)].remove(id(self))
         try:
             anyb: Any = b   # called untyped: a compiled caller would cast the result
-            self._handle = _checked.graph(b, index, ("graph_capture_end", (index, self._stream)),
+            self._handle = _checked.graph(b, index, self._stream,
                                           anyb.graph_capture_end(index, self._stream))
         finally:
             if finalizer:
@@ -647,8 +648,8 @@ class DeviceGraph(Graph):
     def __init__(self, keep_graph: bool = False) -> None:
         if _stream._initialized(self):
             return   # as torch.cuda.CUDAGraph: a second __init__ changes nothing
-        self._retained = _Retained()
         super().__init__(keep_graph, capture_error_mode="global")
+        self._retained = _Retained()
 
     # ------------------------------------------------------------------ retained resources
     def register_destroy_callback(self, cb: Callable[[], None], *,

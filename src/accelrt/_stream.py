@@ -24,6 +24,7 @@ Example::
 
 from __future__ import annotations
 
+import gc
 import threading
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
@@ -127,18 +128,21 @@ def _int_arg(name: str, value: object) -> int:
     return _plain_int(value)
 
 
-#: What :func:`_initialized` reads when a field was never set.
-_UNSET = object()
-
-
 def _initialized(obj: object) -> bool:
     """True if the constructor of ``obj`` (a :class:`Stream`, an :class:`~accelrt.Event` or an
-    :class:`~accelrt.Graph`) already ran: their ``__init__`` then does nothing, as calling
-    ``__init__`` again on ``torch.cuda.Stream``, ``torch.cuda.Event`` or
+    :class:`~accelrt.Graph`) already set its fields: their ``__init__`` then does nothing, as
+    calling ``__init__`` again on ``torch.cuda.Stream``, ``torch.cuda.Event`` or
     ``torch.cuda.CUDAGraph`` does (PyTorch builds them in ``__new__``), instead of replacing
     the handle the object holds (which was never given back: a leak) or the capture it runs.
-    It reads the field ``_b``, which each of them sets once built."""
-    return getattr(obj, "_b", _UNSET) is not _UNSET
+    (Each of them sets its fields only once its arguments are checked, so an ``__init__``
+    that raised leaves none and may be called again.)
+
+    An object of a class defined in Python refers to its class and to the values of the fields
+    set so far (``gc.get_referents``): more than its class means they are set. (Reading a
+    field that is not set raises an ``AttributeError``, whose making costs three times as
+    much: ``Stream()`` measured 9 calls slower with it, 3 with this.)
+    """
+    return len(gc.get_referents(obj)) > 1
 
 
 def _pool(b: Backend, index: int) -> _DevicePool:
@@ -685,8 +689,7 @@ def _wait_raw(b: Backend, waiter_index: int, waiter: StreamHandle, index: int,
     if waiter_index == index and waiter == stream:
         return
     anyb: Any = b   # called untyped: a compiled caller would cast the result
-    ev = _checked.temporary_event(b, index, ("event_create", (index, False, False, False)),
-                                  anyb.event_create(index, False, False, False))
+    ev = _checked.temporary_event(b, index, anyb.event_create(index, False, False, False))
     try:
         b.event_record(index, ev, stream)
         b.stream_wait_event(waiter_index, waiter, ev)

@@ -374,8 +374,8 @@ class _EventCore:
         _lazy_init(b, index)
         timing, blocking, ipc = self._timing, self._blocking, self._interprocess
         anyb: Any = b   # called untyped: the compiled build would cast the result
-        h: EventHandle = _checked.event(b, index, ("event_create", (index, timing, blocking, ipc)),
-                                        anyb.event_create(index, timing, blocking, ipc))
+        h: EventHandle = _checked.event(b, index, anyb.event_create(index, timing, blocking, ipc),
+                                        timing, blocking, ipc)
         self._handle = h
         return h
 

@@ -116,6 +116,26 @@ def test_init_after_a_failed_init_builds_the_object() -> None:
     s.__init__("cpu:0")
     assert s.query()
     s.close()
+    e = acc.cpu.Event.__new__(acc.cpu.Event)
+    with pytest.raises(TypeError, match="blocking must be a bool"):
+        e.__init__(blocking=1)
+    e.__init__(enable_timing=True)
+    assert e.enable_timing
+    e.record()
+    e.close()
+    g = acc.cpu.Graph.__new__(acc.cpu.Graph)
+    with pytest.raises(TypeError, match="keep_graph must be a bool"):
+        g.__init__(keep_graph=1)
+    g.__init__(keep_graph=True)
+    with acc.cpu.graph(g):
+        acc.zeros(2, device="cpu").fill_(1.0)
+    g.instantiate()
+    g.reset()
+    h = acc.Graph.__new__(acc.Graph)
+    with pytest.raises(ValueError, match="capture_error_mode"):
+        h.__init__(capture_error_mode="bogus")
+    h.__init__(capture_error_mode="relaxed")
+    assert h.capture_error_mode == "relaxed"
 
 
 @pytest.mark.parametrize("cls", [acc.Graph, acc.cpu.Graph])

@@ -85,8 +85,7 @@ class StreamFrees:
         """A new event for the pool (kept until the allocator goes), checked as the core
         checks every event it keeps (:func:`accelrt._checked.event`)."""
         anyb: Any = b   # called untyped: the compiled build would cast the result
-        return int(_checked.event(b, idx, ("event_create", (idx, False, False, False)),
-                                  anyb.event_create(idx, False, False, False)))
+        return int(_checked.event(b, idx, anyb.event_create(idx, False, False, False)))
 
     def insert_events(self, blk: Block) -> None:
         """Record one event per recorded stream; the pending free completes when all have.

@@ -385,8 +385,7 @@ class HostCachingAllocator:
         try:
             b: Any = self._b   # called untyped: a compiled caller would cast the result
             for index, handle in block.streams:
-                event = _checked.event(b, index, ("event_create", (index, False, False, False)),
-                                       b.event_create(index, False, False, False))
+                event = _checked.event(b, index, b.event_create(index, False, False, False))
                 block.events.append((index, event))
                 self._b.event_record(index, event, handle)
         except Exception:

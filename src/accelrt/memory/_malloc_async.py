@@ -227,8 +227,7 @@ class MallocAsyncAllocator(ReplacedAllocator):
                 if not b.stream_is_valid(idx, StreamHandle(s)):
                     b.synchronize(idx)   # a destroyed stream: wait for everything instead
                     continue
-                ev = _checked.temporary_event(b, idx, ("event_create", (idx, False, False, False)),
-                                              anyb.event_create(idx, False, False, False))
+                ev = _checked.temporary_event(b, idx, anyb.event_create(idx, False, False, False))
                 try:
                     b.event_record(idx, EventHandle(ev), StreamHandle(s))
                     b.stream_wait_event(idx, unifier, EventHandle(ev))
