@@ -128,6 +128,44 @@ def _int_arg(name: str, value: object) -> int:
     return _plain_int(value)
 
 
+#: Called as ``fn(b, index, handle)`` once a stream handle accelrt owned was given back (to its
+#: pool or destroyed: :func:`_give_back`), so that a module caching streams it checked (the
+#: PyTorch shim) forgets it; appended by :func:`_on_give_back`, read without a lock.
+_given_back: list[Callable[[Backend, int, StreamHandle], None]] = []
+
+
+def _on_give_back(fn: Callable[[Backend, int, StreamHandle], None]) -> None:
+    """Have ``fn(b, index, handle)`` called after every :func:`_give_back` (once per ``fn``)."""
+    with _pools_lock:
+        if fn not in _given_back:
+            _given_back.append(fn)
+
+
+def _give_back(b: Backend, index: int, handle: StreamHandle, free: list[StreamHandle]) -> None:
+    """Give the handle of a closed or collected stream made by :class:`Stream` back to its
+    pool list ``free``, or destroy it when the pool is full; then tell the
+    :func:`_on_give_back` listeners (after: a check made in between sees it given back)."""
+    if len(free) < _POOL_MAX:
+        free.append(handle)
+    else:
+        _pool(b, index).destroy(handle)
+    for fn in _given_back:
+        fn(b, index, handle)
+
+
+def _in_use(b: Backend, index: int, handle: StreamHandle) -> bool:
+    """True if ``handle`` is a live stream of device ``index`` of ``b`` that is not a stream
+    accelrt made and took back (a closed or collected :class:`Stream`'s, free in its pool or
+    destroyed): what a module may keep using that took the handle from elsewhere."""
+    if not b.stream_is_valid(index, handle):
+        return False
+    per = _pools.get(b)
+    pool = per.get(index) if per is not None else None
+    if pool is None or handle not in pool.owned:
+        return True   # not accelrt's: the default stream, or a foreign one the backend knows
+    return not any(handle in free for free in list(pool.free.values()))
+
+
 def _initialized(obj: object) -> bool:
     """True if the constructor of ``obj`` (a :class:`Stream`, an :class:`~accelrt.Event` or an
     :class:`~accelrt.Graph`) already set its fields: their ``__init__`` then does nothing, as
@@ -282,10 +320,7 @@ class Stream(_StreamCore):
         try:
             free = self._free
             if free is not None:
-                if len(free) < _POOL_MAX:
-                    free.append(self._handle)
-                else:
-                    _pool(self._b, self._index).destroy(self._handle)
+                _give_back(self._b, self._index, self._handle, free)
         except Exception:  # noqa: BLE001, S110 - never raise from a finaliser (at shutdown);
             pass           # AttributeError: __init__ failed before the fields were set
 
@@ -512,10 +547,7 @@ class Stream(_StreamCore):
             free, self._free = self._free, None
         if free is None:
             return   # not ours: only this object is closed
-        if len(free) < _POOL_MAX:
-            free.append(self._handle)
-        else:
-            _pool(self._b, self._index).destroy(self._handle)
+        _give_back(self._b, self._index, self._handle, free)
 
     @property
     def is_closed(self) -> bool:

@@ -338,28 +338,30 @@ class EndRouting:
 
 def end_allocate_to_pool_from_finalizer(a: AllocatorCore, pool_id: tuple[int, int]) -> None:
     """:func:`end_allocate_to_pool` for finalizers (a ``Graph`` collected in the middle of its
-    capture): never blocks. If the lock is held (maybe by this very thread) the end is queued,
-    before any release queued after it, and done at the holder's next drain point, as
-    :func:`release_pool_from_finalizer` does; routing to a pool no longer routed to is then
-    not an error.
-
-    Raises:
-        TypeError: ``pool_id`` is not a pair of ints (checked at once).
+    capture): never blocks, queued when the lock is held as :func:`release_pool_from_finalizer`
+    is (in order: an end queued before a release is done before it); ending a routing that
+    is no longer in force is not an error.
 
     Example::
 
         >>> from accelrt.backends import get_backend
         >>> from accelrt.memory._allocator import DeviceCachingAllocator
-        >>> a = DeviceCachingAllocator(get_backend("cpu"), 0)
-        >>> a.begin_allocate_to_pool((0, 1))
-        >>> with a._lock:                  # as if the GC ran the finalizer in a critical section
-        ...     a.end_allocate_to_pool_from_finalizer((0, 1))
-        ...     a.release_pool_from_finalizer((0, 1))
-        >>> a.pool_use_count((0, 1))       # which completes what was queued
+        >>> alloc = DeviceCachingAllocator(get_backend("cpu"), 0)
+        >>> alloc.begin_allocate_to_pool((0, 1))
+        >>> with alloc._lock:              # as if the GC ran the finalizer in a critical section
+        ...     alloc.end_allocate_to_pool_from_finalizer((0, 1))
+        ...     alloc.release_pool_from_finalizer((0, 1))
+        >>> alloc.pool_use_count((0, 1))   # which completes what was queued
         0
     """
-    pool_id = check_pool_id(pool_id)
-    a._gc_pending.append(EndRouting(pool_id))
+    _from_finalizer(a, EndRouting(check_pool_id(pool_id)))
+
+
+def _from_finalizer(a: AllocatorCore, item: tuple[int, int] | EndRouting) -> None:
+    """Queue ``item`` for :func:`settle_pending` and complete the queue now if the lock is
+    free: what a finalizer does, never blocking (the holder, maybe its own thread, completes
+    it at its next drain point otherwise)."""
+    a._gc_pending.append(item)
     if a._lock.try_acquire():
         try:
             a._drain_pending_locked()
@@ -442,13 +444,7 @@ def release_pool_from_finalizer(a: AllocatorCore, pool_id: tuple[int, int]) -> N
         >>> a.pool_use_count((0, 1))
         0
     """
-    pool_id = check_pool_id(pool_id)
-    a._gc_pending.append(pool_id)
-    if a._lock.try_acquire():
-        try:
-            a._drain_pending_locked()
-        finally:
-            a._lock.release()
+    _from_finalizer(a, check_pool_id(pool_id))
 
 
 def pool_use_count(a: AllocatorCore, pool_id: tuple[int, int]) -> int:
