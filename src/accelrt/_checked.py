@@ -13,16 +13,19 @@ What a result must be:
 - an **address** (``malloc``, ``mempool_alloc_async``, ``host_malloc``: ``0`` there means out
   of memory; ``vm_reserve``, ``ipc_open_mem_handle``): an ``int`` in ``[1, 2**64)``, not one
   the caller holds already (each caller passes what it holds: the allocator its blocks, ...);
-- a **handle** (``stream_create``, ``default_stream``; ``event_create``,
-  ``event_from_ipc_handle`` and ``graph_capture_end``, for which ``0`` is never valid): an
-  ``int`` in ``[0, 2**64)``, not a live handle the core holds of the same device. The live
-  events and graphs the core holds are kept here (:class:`Held`, per backend instance and
-  device), added when made and dropped when destroyed; a temporary event the core destroys
-  again at once is only checked against them (:func:`temporary_event`);
+- a **handle** (``stream_create``, ``default_stream``, ``graph_instantiate``'s id;
+  ``event_create``, ``event_from_ipc_handle`` and ``graph_capture_end``, for which ``0`` is
+  never valid): an ``int`` in ``[0, 2**64)``, not a live handle the core holds of the same
+  device. The live events and graphs the core holds are kept here (:class:`Held`, per
+  backend instance and device), added when made and dropped when destroyed, so a destroyed
+  one's handle may come back; a temporary event the core destroys again at once is only
+  checked against them (:func:`temporary_event`);
+- a **size** (``vm_granularity``, also a power of two; ``ipc_open_mem_handle``'s): a positive
+  ``int``;
 - an **interprocess handle** (``ipc_mem_handle``, ``event_ipc_handle``): non-empty ``bytes``.
 
 Exceptions a backend raises are its own and pass through, except where the core turns a
-foreign exception into a ``DeviceError`` naming the backend (:func:`raised`: ``malloc``,
+foreign exception into a ``DeviceError`` naming the backend (:func:`call_raw`: ``malloc``,
 ``stream_create``).
 
 Example::
@@ -104,7 +107,7 @@ def address(b: Backend, call: Call, value: object, *, oom: bool = False,
     if type(value) is int and 0 < value < _BOUND and value not in held:
         return value   # (the common case, tested below too, without making a message)
     if type(value) is not int:
-        _refuse(b, call, value, "an address", TypeError(f"an int, got {type(value).__name__}"))
+        _refuse(b, call, value, "an address", TypeError(f"expected an int, got {type(value).__name__}"))
     if oom and value == 0:
         return 0
     try:
@@ -125,7 +128,7 @@ def handle(b: Backend, call: Call, value: object, what: str, *, nonzero: bool,
         DeviceError: anything else, naming ``why_held`` for a handle in ``held``.
     """
     if type(value) is not int:
-        _refuse(b, call, value, what, TypeError(f"an int, got {type(value).__name__}"))
+        _refuse(b, call, value, what, TypeError(f"expected an int, got {type(value).__name__}"))
     try:
         check_u64(value, "handle")
         if nonzero and not value:
@@ -145,7 +148,7 @@ def size(b: Backend, call: Call, value: object) -> int:
         DeviceError: anything else.
     """
     if type(value) is not int:
-        _refuse(b, call, value, "a size", TypeError(f"an int, got {type(value).__name__}"))
+        _refuse(b, call, value, "a size", TypeError(f"expected an int, got {type(value).__name__}"))
     try:
         return check_size(value, "size")
     except ValueError as exc:

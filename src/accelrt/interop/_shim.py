@@ -42,6 +42,7 @@ from typing import Any
 
 from .._errors import BackendUnavailableError, OutOfMemoryError
 from .._fork import reinit_after_fork
+from .._handles import StreamHandle
 
 __all__ = ["FREE", "MALLOC", "install", "installed", "load", "restore", "shim_path",
            "uninstall"]
@@ -165,7 +166,7 @@ def _allocator(t: _Target, device: int, stream: int | None) -> tuple[Any, int]:
         # check (_forget) or seen taken back by it; cuda registers a foreign (PyTorch's)
         # stream in stream_is_valid
         t.known.add(key)
-        if not _in_use(b, device, handle):
+        if not _in_use(b, device, StreamHandle(handle)):
             t.known.discard(key)
             raise ValueError(f"PyTorch's stream {handle:#x} is not a live stream of "
                              f"{b.name}:{device} (never made, destroyed, or a closed "
