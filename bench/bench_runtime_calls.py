@@ -10,7 +10,8 @@ build), and with ``--anchor DIR`` the tree at ``DIR`` (a folder holding an ``acc
 e.g. an older commit's ``src``), one after the other, ``--rounds`` times, so that all see the
 same machine. The array, transfer and comm rows (``fill_``, ``full``, ``copy_``, ``Array.to``,
 ``plan_array_copy``, ``comm.broadcast``/``reduce_add``/``scatter``/``gather`` on 16 numbers) run
-on a backend of two simulated devices registered here (``benchcpu``), at a tenth of
+on a backend of two simulated devices registered here (``benchcpu``), and the PyTorch allocator
+shim's rows (``shim malloc+free``, where the shim is built) on cpu:0, at a tenth of
 ``--loops``::
 
     git archive HEAD~5 src | tar -x -C /tmp/old
@@ -108,6 +109,8 @@ def measure(loops: int) -> dict[str, float]:
     out = {name: _calls_per_op(fn, loops) for name, fn in rows.items()}
     out.update({name: _calls_per_op(fn, max(loops // 10, 1))
                 for name, fn in _transfer_rows(timed).items()})
+    out.update({name: _calls_per_op(fn, max(loops // 10, 1))
+                for name, fn in _shim_rows().items()})
     from accelrt import _stream
     core = getattr(_stream, "_StreamCore", _stream.Stream)   # an older tree: no core
     out[_COMPILED] = float(not (sys.modules[core.__module__].__file__ or "").endswith(".py"))
@@ -145,6 +148,35 @@ def _transfer_rows(timed: Callable[[Callable[[], object]], Callable[[int], float
         "comm.scatter": timed(lambda: comm.scatter(a, devices=devs)),
         "comm.gather": timed(lambda: comm.gather([a, b], destination=devs[0])),
     }
+
+
+def _shim_rows() -> dict[str, Callable[[int], float]]:
+    """PyTorch's allocation path through accelrt's allocator shim (``accelrt.interop._shim``),
+    driven through its C entry points with ctypes as PyTorch's ``CUDAPluggableAllocator``
+    calls them: a malloc and a free of 512 bytes on cpu:0's default stream (NULL) and on a
+    stream of its own; no rows where the shim was not built (copy ``interop/_lib`` into an
+    anchor tree to compare)."""
+    import accelrt as acc
+    from accelrt.interop import _shim
+    if _shim.shim_path() is None:
+        return {}
+    lib = _shim.load()
+    _shim.install(backend="cpu")
+    malloc, free = lib.accelrt_torch_malloc, lib.accelrt_torch_free
+
+    def pair(stream: Any) -> Callable[[int], float]:
+        """Rows on ``stream`` (None: the default stream), which they keep alive (a stream
+        closed or collected is refused)."""
+        def run(n: int) -> float:
+            handle = None if stream is None else stream.native_handle
+            t = time.thread_time()
+            for _ in range(n):
+                free(malloc(512, 0, handle), 512, 0, handle)
+            return (time.thread_time() - t) / n
+        return run
+
+    return {"shim malloc+free": pair(None),
+            "shim malloc+free (stream)": pair(acc.Stream("cpu:0"))}
 
 
 def main() -> int:

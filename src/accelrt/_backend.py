@@ -6,11 +6,12 @@ optionally virtual-memory mapping and graph capture. Everything else (caching al
 statistics, snapshots, RNG bookkeeping, collectives, graphs, current device/stream) is written
 once in accelrt's core, above this contract.
 
-Handles are ``int``\\ s chosen by the backend, each with its own type for type checkers
-(:data:`StreamHandle`, :data:`EventHandle`, :data:`DevicePtr`, :data:`GraphHandle`, see
-:mod:`accelrt._handles`): a checker rejects a stream passed where an event goes. Handle ``0``
-is never a valid event; stream handle ``default_stream(i)`` is the device's default (legacy
-null) stream. One argument order everywhere: the device index first, the stream that orders
+Handles are ``int``\\ s in ``[0, 2**64)`` chosen by the backend, each with its own type for
+type checkers (:data:`StreamHandle`, :data:`EventHandle`, :data:`DevicePtr`,
+:data:`GraphHandle`, see :mod:`accelrt._handles`): a checker rejects a stream passed where an
+event goes. Handle ``0`` is never a valid event or graph; stream handle ``default_stream(i)``
+is the device's default (legacy null) stream. The core checks every result it keeps
+(:mod:`accelrt._checked`): a bad one raises ``DeviceError`` naming the backend and the call. One argument order everywhere: the device index first, the stream that orders
 the work last (``memcpy(index, dst, src, nbytes, kind, stream)``).
 
 What a device can do beyond the abstract operations is declared once, by
@@ -571,6 +572,20 @@ class Backend(abc.ABC):
         if self._closed:
             raise self._closed_error("graph_capture_begin")
         raise _unsupported(self, "graph_capture_begin", "graphs")
+
+    def graph_capture_begin_mode(self, index: int, stream: StreamHandle, mode: str) -> None:
+        """:meth:`graph_capture_begin` in capture ``mode`` (``cuStreamBeginCapture``'s):
+        ``"global"``, ``"thread_local"`` or ``"relaxed"`` (capability
+        ``graph_capture_modes``). While the capture goes on, a call that is unsafe during a
+        capture (a :meth:`synchronize` of the device) is refused, as CUDA refuses it in a
+        thread of the default (global) interaction mode: in the thread that began the
+        capture unless ``mode`` is ``"relaxed"``, and in any other thread if ``mode`` is
+        ``"global"``. Calls that conflict with the capture itself (synchronizing or querying
+        the capturing stream) are refused in every mode. :meth:`graph_capture_begin` is the
+        backend's own mode (``capture_error_mode="default"``)."""
+        if self._closed:
+            raise self._closed_error("graph_capture_begin_mode")
+        raise _unsupported(self, "graph_capture_begin_mode", "graph_capture_modes")
 
     def graph_capture_end(self, index: int, stream: StreamHandle) -> GraphHandle:
         """Stop capturing on ``stream``; return an executable graph handle."""

@@ -41,6 +41,10 @@ class Capabilities:
         graphs: ``graph_capture_begin``/``graph_capture_end``/``graph_replay``/
             ``graph_destroy`` work (:class:`accelrt.Graph`; ``graph_instantiate`` is
             optional).
+        graph_capture_modes: ``graph_capture_begin_mode`` begins a capture in one of CUDA's
+            capture modes (``torch.cuda.graph``'s ``capture_error_mode``), which decides
+            which threads' unsafe calls (a synchronize of the device) the capture refuses;
+            without it every mode captures with ``graph_capture_begin``, the backend's own.
         graph_dot: ``graph_debug_dot`` writes a captured graph in Graphviz DOT format
             (``Graph.debug_dump``, ``export_dot``).
         graph_native_handles: ``graph_native_handles`` gives a captured graph's native
@@ -91,6 +95,7 @@ class Capabilities:
 
     virtual_memory: bool = False
     graphs: bool = False
+    graph_capture_modes: bool = False
     graph_dot: bool = False
     graph_native_handles: bool = False
     pinned_host_memory: bool = False

@@ -24,14 +24,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
+from . import _backend, _checked
 from . import _device as _dev
-from . import _backend
 from ._device import _get_device_of, _lazy_init, _require_current, _tls
 from ._errors import AcceleratorValueError
 from ._handles import EventHandle
 from ._stream import Stream
 from ._stream import _classes as _stream_classes
-from ._stream import _close_lock
+from ._stream import _close_lock, _initialized
 from ._stream_core import _EventCore
 
 if TYPE_CHECKING:
@@ -82,6 +82,9 @@ class Event(_EventCore):
             :meth:`ipc_handle`), as CUDA refuses it then.
         IndexError: the device index is out of range.
 
+    Calling ``__init__`` again on an event object does nothing (a recorded event keeps its
+    backend event), as for ``torch.cuda.Event``, which is built in ``__new__``.
+
     Example::
 
         >>> import accelrt as acc
@@ -105,8 +108,8 @@ class Event(_EventCore):
 
     def __init__(self, device: DeviceLike = None, *, enable_timing: bool = False,
                  blocking: bool = False, interprocess: bool = False) -> None:
-        self._handle = _NO_EVENT   # set first: __del__ must see it even if __init__ raises
-        self._closed = False
+        if _initialized(self):
+            return   # as torch.cuda.Event: a second __init__ changes nothing (the handle stays)
         index: int | None
         if device is None:
             if self._backend_name is None:
@@ -143,7 +146,7 @@ class Event(_EventCore):
             h = self._handle
             if h:
                 self._handle = _NO_EVENT
-                self._b.event_destroy(self._index, h)  # type: ignore[arg-type]
+                _checked.destroy_event(self._b, self._index, h)  # type: ignore[arg-type]
         except Exception:  # noqa: BLE001, S110 - never raise from a finaliser (e.g. at shutdown)
             pass
 
@@ -286,7 +289,9 @@ class Event(_EventCore):
         h = self._handle
         if not h:
             h = self._create()
-        return self._b.event_ipc_handle(self._index, h)  # type: ignore[arg-type]
+        b, index = self._b, self._index
+        return _checked.blob(b, ("event_ipc_handle", (index, h)),
+                             b.event_ipc_handle(index, h))  # type: ignore[arg-type]
 
     @classmethod
     def from_ipc_handle(cls, device: DeviceLike, handle: bytes) -> Event:
@@ -313,8 +318,9 @@ class Event(_EventCore):
         index = e._index
         if index is None:
             index = e._bind(_tls.device.get(e._b.name, 0))[1]
-        _lazy_init(e._b, index)
-        e._handle = e._b.event_from_ipc_handle(index, handle)
+        b: Any = e._b   # called untyped: a compiled caller would cast the result
+        _lazy_init(b, index)
+        e._handle = _checked.opened_event(b, index, handle, b.event_from_ipc_handle(index, handle))
         return e
 
     # ------------------------------------------------------------------ lifetime
@@ -341,7 +347,7 @@ class Event(_EventCore):
             self._closed = True
             h, self._handle = self._handle, _NO_EVENT
         if h:
-            self._b.event_destroy(self._index, h)  # type: ignore[arg-type]
+            _checked.destroy_event(self._b, self._index, h)  # type: ignore[arg-type]
 
     @property
     def is_closed(self) -> bool:

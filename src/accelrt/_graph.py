@@ -38,8 +38,8 @@ import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
+from . import _checked, _stream
 from . import _device as _dev
-from . import _stream
 from ._device import _lazy_init, _require_current, _tls
 from ._errors import CaptureNotSupportedError, ClosedError
 from ._fork import reinit_after_fork
@@ -58,12 +58,16 @@ __all__ = ["DeviceGraph", "Graph", "RemovableHandle", "export_dot", "graph", "gr
            "register_global_hook"]
 
 #: ``capture_error_mode`` values (``torch.accelerator.Graph``'s; ``"default"`` is the
-#: backend's own, which is the one mode every backend here captures in: see docs/differences.md)
+#: backend's own: ``graph_capture_begin``; the others go to ``graph_capture_begin_mode`` where
+#: the backend declares ``graph_capture_modes``, as cpu does; see docs/graphs.md)
 _CAPTURE_MODES = ("default", "global", "thread_local", "relaxed")
 _ids = itertools.count(1)
 _lock = reinit_after_fork(threading.Lock())
-#: Captures in progress per (backend name, device index); guarded by _lock.
-_active: dict[tuple[str, int], int] = {}
+#: The captures in progress per (backend name, device index), as ``id()`` of their graphs.
+#: No lock: ``setdefault``, ``append`` and ``remove`` are atomic, and a graph collected in the
+#: middle of its capture ends it from its finalizer, which may run while this thread holds
+#: any lock (``_lock`` included).
+_active: dict[tuple[str, int], list[int]] = {}
 
 _D = TypeVar("_D", bound="DeviceGraph")
 
@@ -159,7 +163,9 @@ class Graph:
             (how a backend treats unsafe calls during capture; see docs/differences.md).
 
     The attributes ``graph_pool`` and ``capture_error_mode`` hold the last two and may be
-    changed before capturing again (after :meth:`reset`).
+    changed before capturing again (after :meth:`reset`). Calling ``__init__`` again on a
+    graph object does nothing (a capture in progress goes on), as for
+    ``torch.cuda.CUDAGraph``, which is built in ``__new__``.
 
     Raises:
         TypeError: ``keep_graph`` is not a bool, or ``pool`` is not a pool.
@@ -187,11 +193,14 @@ class Graph:
 
     def __init__(self, keep_graph: bool = False, *, pool: PoolLike = None,
                  capture_error_mode: str = "default") -> None:
+        if _stream._initialized(self):
+            return   # as torch.cuda.CUDAGraph: a second __init__ changes nothing
         if not isinstance(keep_graph, bool):
             raise TypeError(f"keep_graph must be a bool, got {type(keep_graph).__name__}")
         _pool_id(pool)
+        mode = _check_mode(capture_error_mode)   # (every check before the first field)
         self.graph_pool = pool
-        self.capture_error_mode = _check_mode(capture_error_mode)
+        self.capture_error_mode = mode
         self._keep_graph = keep_graph
         self._b: Backend | None = None
         self._index = -1
@@ -260,19 +269,21 @@ class Graph:
             if s == stream:
                 return True
             # a stream that joined the capture (waited on an event of the capturing stream)
-            return (threading.get_ident() == thread and _active.get(key, 0) == 1
+            return (threading.get_ident() == thread and len(_active.get(key, ())) == 1
                     and s != b.default_stream(index)
                     and b.stream_is_capturing(index, StreamHandle(s)))
 
         a.begin_allocate_to_pool(pid, stream_filter)
         try:
-            b.graph_capture_begin(index, stream)
+            if capture_error_mode != "default" and b.capabilities(index).graph_capture_modes:
+                b.graph_capture_begin_mode(index, stream, capture_error_mode)
+            else:   # the backend's own mode
+                b.graph_capture_begin(index, stream)
         except BaseException:
             a.end_allocate_to_pool(pid)
             a.release_pool(pid)
             raise
-        with _lock:
-            _active[key] = _active.get(key, 0) + 1
+        _active.setdefault(key, []).append(id(self))
         self._b, self._index, self._stream = b, index, stream
         self._pool, self._allocator, self._capturing = pid, a, True
         self._exec, self._template, self._exec_ids = False, False, set()
@@ -287,10 +298,13 @@ class Graph:
             self._abort_capture()
             raise
 
-    def _abort_capture(self) -> None:
-        """End a capture in progress and drop what it captured, releasing its pool."""
-        self._capture_end_pre(warn=False)
-        self._reset(finalizer=False)
+    def _abort_capture(self, finalizer: bool = False) -> None:
+        """End a capture in progress and drop what it captured, releasing its pool (from
+        :meth:`__del__`: ``finalizer``, without blocking on the allocator's lock)."""
+        try:
+            self._capture_end_pre(warn=False, finalizer=finalizer)
+        finally:
+            self._reset(finalizer)
 
     def capture_end(self) -> None:
         """End the capture begun by :meth:`capture_begin`: run the capture-end hooks (the
@@ -313,23 +327,25 @@ class Graph:
             self.instantiate()
         self._capture_end_post()
 
-    def _capture_end_pre(self, warn: bool) -> None:
-        """End the backend's capture; the captured graph stays readable."""
+    def _capture_end_pre(self, warn: bool, finalizer: bool = False) -> None:
+        """End the backend's capture; the captured graph stays readable (``finalizer``: from
+        :meth:`__del__`, which must not block on the allocator's lock)."""
         if not self._capturing:
             self._check_open()
             raise RuntimeError("capture_end() without capture_begin(); begin a capture first")
         b, index = self._b, self._index
         assert b is not None
         self._capturing = False
-        with _lock:
-            key = (b.name, index)
-            _active[key] -= 1
-            if not _active[key]:
-                del _active[key]
+        _active[(b.name, index)].remove(id(self))
         try:
-            self._handle = b.graph_capture_end(index, self._stream)
+            anyb: Any = b   # called untyped: a compiled caller would cast the result
+            self._handle = _checked.graph(b, index, self._stream,
+                                          anyb.graph_capture_end(index, self._stream))
         finally:
-            self._allocator.end_allocate_to_pool(self._pool)
+            if finalizer:
+                self._allocator.end_allocate_to_pool_from_finalizer(self._pool)
+            else:
+                self._allocator.end_allocate_to_pool(self._pool)
         self._template = True
         if warn and b.graph_node_count(index, self._handle) == 0:
             warnings.warn("The CUDA Graph is empty. This usually means that the graph was "
@@ -366,7 +382,11 @@ class Graph:
             raise RuntimeError("instantiate() is intended to be called by the user only when "
                                "keep_graph=True; make the graph with Graph(keep_graph=True) to "
                                "instantiate it again")
-        self._exec_ids.add(int(b.graph_instantiate(self._index, self._handle)))
+        anyb: Any = b   # called untyped: a compiled caller would cast the result
+        self._exec_ids.add(_checked.handle(
+            b, ("graph_instantiate", (self._index, self._handle)),
+            anyb.graph_instantiate(self._index, self._handle), "an executable graph id",
+            nonzero=False))
         self._exec = True
         _run_global(b.name, "instantiate", self)
         for hook in list(self._hooks["instantiate"].values()):
@@ -543,7 +563,7 @@ class Graph:
             handle, self._handle = self._handle, None
             exec_ids, self._exec_ids = self._exec_ids, set()
             self._exec = self._template = False
-            b.graph_destroy(self._index, handle)
+            _checked.destroy_graph(b, self._index, handle)
             _run_global(b.name, "destroy", exec_ids)
         if self._pool is not None and self._allocator is not None:
             a, pid = self._allocator, self._pool
@@ -554,8 +574,14 @@ class Graph:
                 a.release_pool(pid)
 
     def __del__(self) -> None:
+        # A graph collected in the middle of its capture ends the capture and drops it, so
+        # that its stream and device stay usable and its pool is released. (PyTorch's
+        # CUDAGraph destructor leaves the capture going and the pool referenced, silently; it
+        # gives no warning, and neither does this.)
         try:
-            if not self._capturing:
+            if self._capturing:
+                self._abort_capture(finalizer=True)
+            else:
                 self._reset(finalizer=True)
         except Exception:  # noqa: BLE001, S110 - never raise from a finaliser
             pass
@@ -620,8 +646,10 @@ class DeviceGraph(Graph):
     __slots__ = ("_retained",)
 
     def __init__(self, keep_graph: bool = False) -> None:
-        self._retained = _Retained()
+        if _stream._initialized(self):
+            return   # as torch.cuda.CUDAGraph: a second __init__ changes nothing
         super().__init__(keep_graph, capture_error_mode="global")
+        self._retained = _Retained()
 
     # ------------------------------------------------------------------ retained resources
     def register_destroy_callback(self, cb: Callable[[], None], *,

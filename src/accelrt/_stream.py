@@ -24,14 +24,16 @@ Example::
 
 from __future__ import annotations
 
+import gc
 import threading
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
+from . import _checked
 from . import _device as _dev
 from . import _sync_debug as _sd
 from ._device import (_get_device, _get_device_of, _index_arg, _lazy_init, _plain_int,
                       _require_current, _tls)
-from ._errors import AcceleratorError, DeviceError
+from ._errors import AcceleratorError
 from ._fork import reinit_after_fork
 from ._handles import StreamHandle
 from . import _stream_core
@@ -66,7 +68,11 @@ class _DevicePool:
     __slots__ = ("b", "free", "free0", "hi", "index", "key", "lo", "owned")
 
     def __init__(self, b: Backend, index: int) -> None:
-        least, greatest = b.stream_priority_range(index)
+        got: Any = b.stream_priority_range(index)
+        if type(got) is not tuple or len(got) != 2 or not all(type(v) is int for v in got):
+            raise _checked.returned(b, ("stream_priority_range", (index,)), got,
+                                    "not a (least, greatest) pair of ints")
+        least, greatest = got
         self.b = b
         self.index = index
         self.lo = min(least, greatest)   # numerically smallest = highest priority
@@ -78,28 +84,20 @@ class _DevicePool:
         self.owned: set[int] = set()
 
     def create(self, prio: int) -> StreamHandle:
-        """A new backend stream, checked: an ``int`` that is neither the default stream nor
-        a stream of this device that is not destroyed.
+        """A new backend stream, checked (:mod:`accelrt._checked`): a handle that is neither
+        the default stream nor a stream of this device that is not destroyed.
 
         Raises:
             DeviceError: the backend's ``stream_create`` raised an exception that is not
                 accelrt's (chained), or returned a bad handle; the message names the backend.
         """
-        b: Any = self.b   # called untyped: the compiled build would cast the result to int
-        try:
-            handle = b.stream_create(self.index, prio)
-        except AcceleratorError:
-            raise
-        except Exception as exc:
-            raise DeviceError(f"the {self.b.name} backend's stream_create({self.index}, {prio}) "
-                              f"raised {type(exc).__name__}: {exc}") from exc
-        what = f"the {self.b.name} backend's stream_create({self.index}, {prio}) returned"
-        if type(handle) is not int:
-            raise DeviceError(f"{what} {handle!r}, not a stream handle (an int)")
-        if handle == self.b.default_stream(self.index) or handle in self.owned:
-            raise DeviceError(f"{what} {handle:#x}, the handle of the default stream or of "
-                              "a stream it created before and has not destroyed; each new "
-                              "stream needs its own handle")
+        b = self.b
+        value = _checked.call_raw(b, "stream_create", b.stream_create, self.index, prio)
+        handle = _checked.handle(
+            b, ("stream_create", (self.index, prio)), value, "a stream handle", nonzero=False,
+            held=self.owned | {_default(b, self.key)._handle},
+            why_held="the handle of the default stream or of a stream it created before and "
+                     "has not destroyed; each new stream needs its own handle")
         self.owned.add(handle)
         return StreamHandle(handle)
 
@@ -128,6 +126,61 @@ def _int_arg(name: str, value: object) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     return _plain_int(value)
+
+
+#: Called as ``fn(b, index, handle)`` once a stream handle accelrt owned was given back (to its
+#: pool or destroyed: :func:`_give_back`), so that a module caching streams it checked (the
+#: PyTorch shim) forgets it; appended by :func:`_on_give_back`, read without a lock.
+_given_back: list[Callable[[Backend, int, StreamHandle], None]] = []
+
+
+def _on_give_back(fn: Callable[[Backend, int, StreamHandle], None]) -> None:
+    """Have ``fn(b, index, handle)`` called after every :func:`_give_back` (once per ``fn``)."""
+    with _pools_lock:
+        if fn not in _given_back:
+            _given_back.append(fn)
+
+
+def _give_back(b: Backend, index: int, handle: StreamHandle, free: list[StreamHandle]) -> None:
+    """Give the handle of a closed or collected stream made by :class:`Stream` back to its
+    pool list ``free``, or destroy it when the pool is full; then tell the
+    :func:`_on_give_back` listeners (after: a check made in between sees it given back)."""
+    if len(free) < _POOL_MAX:
+        free.append(handle)
+    else:
+        _pool(b, index).destroy(handle)
+    for fn in _given_back:
+        fn(b, index, handle)
+
+
+def _in_use(b: Backend, index: int, handle: StreamHandle) -> bool:
+    """True if ``handle`` is a live stream of device ``index`` of ``b`` that is not a stream
+    accelrt made and took back (a closed or collected :class:`Stream`'s, free in its pool or
+    destroyed): what a module may keep using that took the handle from elsewhere."""
+    if not b.stream_is_valid(index, handle):
+        return False
+    per = _pools.get(b)
+    pool = per.get(index) if per is not None else None
+    if pool is None or handle not in pool.owned:
+        return True   # not accelrt's: the default stream, or a foreign one the backend knows
+    return not any(handle in free for free in list(pool.free.values()))
+
+
+def _initialized(obj: object) -> bool:
+    """True if the constructor of ``obj`` (a :class:`Stream`, an :class:`~accelrt.Event` or an
+    :class:`~accelrt.Graph`) already set its fields: their ``__init__`` then does nothing, as
+    calling ``__init__`` again on ``torch.cuda.Stream``, ``torch.cuda.Event`` or
+    ``torch.cuda.CUDAGraph`` does (PyTorch builds them in ``__new__``), instead of replacing
+    the handle the object holds (which was never given back: a leak) or the capture it runs.
+    (Each of them sets its fields only once its arguments are checked, so an ``__init__``
+    that raised leaves none and may be called again.)
+
+    An object of a class defined in Python refers to its class and to the values of the fields
+    set so far (``gc.get_referents``): more than its class means they are set. (Reading a
+    field that is not set raises an ``AttributeError``, whose making costs three times as
+    much: ``Stream()`` measured 9 calls slower with it, 3 with this.)
+    """
+    return len(gc.get_referents(obj)) > 1
 
 
 def _pool(b: Backend, index: int) -> _DevicePool:
@@ -170,6 +223,9 @@ class Stream(_StreamCore):
             stream.
         IndexError: the device index is out of range.
 
+    Calling ``__init__`` again on a stream object does nothing (the object keeps its stream),
+    as for ``torch.cuda.Stream``, which is built in ``__new__``.
+
     .. note:: A stream made here is returned to a per-device pool (not destroyed) when it is
         closed (:meth:`close`) or collected; its handle may later serve a new :class:`Stream`,
         exactly as a destroyed CUDA stream's handle may be reused. Wrapped streams are never
@@ -197,6 +253,8 @@ class Stream(_StreamCore):
     def __init__(self, device: DeviceLike = None, *, priority: int = 0,
                  stream_id: int | None = None, device_index: int | None = None,
                  device_type: str | None = None) -> None:
+        if _initialized(self):
+            return   # as torch.cuda.Stream: a second __init__ changes nothing (see above)
         if stream_id is not None or device_index is not None or device_type is not None:
             self._init_foreign(device, priority, stream_id, device_index, device_type)
             return
@@ -262,10 +320,7 @@ class Stream(_StreamCore):
         try:
             free = self._free
             if free is not None:
-                if len(free) < _POOL_MAX:
-                    free.append(self._handle)
-                else:
-                    _pool(self._b, self._index).destroy(self._handle)
+                _give_back(self._b, self._index, self._handle, free)
         except Exception:  # noqa: BLE001, S110 - never raise from a finaliser (at shutdown);
             pass           # AttributeError: __init__ failed before the fields were set
 
@@ -492,10 +547,7 @@ class Stream(_StreamCore):
             free, self._free = self._free, None
         if free is None:
             return   # not ours: only this object is closed
-        if len(free) < _POOL_MAX:
-            free.append(self._handle)
-        else:
-            _pool(self._b, self._index).destroy(self._handle)
+        _give_back(self._b, self._index, self._handle, free)
 
     @property
     def is_closed(self) -> bool:
@@ -572,7 +624,9 @@ def _default(b: Backend, key: tuple[str, int]) -> Stream:
     """The (cached) default stream of device ``key[1]`` of ``b``."""
     s = _defaults.get(key)
     if s is None or s._b is not b:
-        s = _defaults[key] = _wrap(b, key[1], b.default_stream(key[1]))
+        handle = _checked.handle(b, ("default_stream", (key[1],)), b.default_stream(key[1]),
+                                 "a stream handle", nonzero=False)
+        s = _defaults[key] = _wrap(b, key[1], StreamHandle(handle))
     return s
 
 
@@ -666,7 +720,8 @@ def _wait_raw(b: Backend, waiter_index: int, waiter: StreamHandle, index: int,
     The one helper arrays, collectives and interop order raw streams with."""
     if waiter_index == index and waiter == stream:
         return
-    ev = b.event_create(index, False, False, False)
+    anyb: Any = b   # called untyped: a compiled caller would cast the result
+    ev = _checked.temporary_event(b, index, anyb.event_create(index, False, False, False))
     try:
         b.event_record(index, ev, stream)
         b.stream_wait_event(waiter_index, waiter, ev)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeVar, cast
 
+from . import _checked
 from . import _device as _dev
 from . import _sync_debug as _sd
 from ._device import _lazy_init, _resolved, _tls
@@ -371,7 +372,10 @@ class _EventCore:
             index = _tls.device.get(b.name, 0)
             self._bind(index)
         _lazy_init(b, index)
-        h = b.event_create(index, self._timing, self._blocking, self._interprocess)
+        timing, blocking, ipc = self._timing, self._blocking, self._interprocess
+        anyb: Any = b   # called untyped: the compiled build would cast the result
+        h: EventHandle = _checked.event(b, index, anyb.event_create(index, timing, blocking, ipc),
+                                        timing, blocking, ipc)
         self._handle = h
         return h
 

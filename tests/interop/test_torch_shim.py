@@ -145,6 +145,62 @@ def test_bad_stream_and_other_device_return_null(lib: Any,
     assert _alloc().memory_allocated() == 0
 
 
+def _served(lib: Any, handle: int, device: int = 0) -> bool:
+    """Whether the shim serves an allocation on stream ``handle`` (freed again at once)."""
+    p = lib.accelrt_torch_malloc(1024, device, handle)
+    if p:
+        lib.accelrt_torch_free(p, 1024, device, handle)
+    return bool(p)
+
+
+@pytest.mark.parametrize("how", ["close", "collect", "destroy"])
+def test_a_stream_taken_back_is_not_served(lib: Any, caplog: pytest.LogCaptureFixture,
+                                           how: str) -> None:
+    """The shim checks a (device, stream) pair once and remembers it; a stream accelrt takes
+    back (closed or collected: its handle goes back to the pool, or is destroyed when the pool
+    is full) must be checked again, and refused, as a stream that never existed is."""
+    s = acc.Stream(f"{NAME}:0")
+    handle = s.native_handle
+    assert _served(lib, handle) and _served(lib, handle)        # checked once, then known
+    if how == "destroy":                                         # a full pool destroys it
+        others = [acc.Stream(f"{NAME}:0") for _ in range(64)]
+        for o in others:
+            o.close()
+    if how == "collect":
+        del s
+        gc.collect()
+    else:
+        s.close()
+    with caplog.at_level(logging.ERROR, logger="accelrt.memory"):
+        assert not _served(lib, handle)
+    text = "\n".join(str(r.exc_info[1]) for r in caplog.records if r.exc_info)
+    assert f"PyTorch's stream {handle:#x} is not a live stream of {NAME}:0" in text
+    again = acc.Stream(f"{NAME}:0")                  # an open stream with that handle again
+    if again.native_handle == handle:
+        assert _served(lib, handle)
+    again.close()
+    assert _alloc().memory_allocated() == 0
+
+
+def test_a_backend_registered_again_checks_streams_again(caplog: pytest.LogCaptureFixture
+                                                         ) -> None:
+    name = "shimcpuagain"
+    backends.register(name, lambda: CpuBackend(name=name), replace=True)
+    s = acc.Stream(f"{name}:0")
+    handle = s.native_handle
+    try:
+        with shim_forwarding_to(name, 1) as shim:
+            assert _served(shim, handle)
+            backends.register(name, lambda: CpuBackend(name=name), replace=True)
+            with caplog.at_level(logging.ERROR, logger="accelrt.memory"):
+                assert not _served(shim, handle)             # not a stream of the new one
+            assert any("is not a live stream" in str(r.exc_info[1]) for r in caplog.records
+                       if r.exc_info)
+    finally:
+        s.close()
+        backends.unregister(name)
+
+
 def test_free_of_unknown_pointer_keeps_state(lib: Any, caplog: pytest.LogCaptureFixture) -> None:
     a = _alloc()
     p = lib.accelrt_torch_malloc(4096, 0, None)

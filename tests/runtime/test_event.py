@@ -240,6 +240,10 @@ def test_interprocess_event_on_a_backend_that_supports_it() -> None:
     class IpcToy(SimulatedBackend):
         name = "ipctoy"
 
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self.opened: dict[int, int] = {}   # opened event -> the event its handle named
+
         def capabilities(self, index: int) -> Capabilities:
             return dataclasses.replace(super().capabilities(index), interprocess_events=True)
 
@@ -247,7 +251,11 @@ def test_interprocess_event_on_a_backend_that_supports_it() -> None:
             return event.to_bytes(8, "little")
 
         def event_from_ipc_handle(self, index: int, handle: bytes) -> int:
-            return int.from_bytes(handle, "little")
+            # an event of its own for the opened handle, as another process would have (the
+            # same live handle for two events is a broken backend's, refused by the core)
+            opened = self.event_create(index, False, False, False)
+            self.opened[opened] = int.from_bytes(handle, "little")
+            return opened
 
     toy = IpcToy(device_count=2)
     acc.backends.register("ipctoy", lambda: toy, replace=True)
@@ -256,8 +264,9 @@ def test_interprocess_event_on_a_backend_that_supports_it() -> None:
         handle = e.ipc_handle()  # creates the backend event on first use
         assert e.event_id != 0 and handle == e.event_id.to_bytes(8, "little")
         opened = acc.Event.from_ipc_handle("ipctoy:1", handle)
-        assert opened.event_id == e.event_id and opened.device == acc.device("ipctoy", 1)
-        opened._handle = 0  # the same toy event: let only ``e`` destroy it
+        assert toy.opened[opened.event_id] == e.event_id
+        assert opened.device == acc.device("ipctoy", 1)
+        opened.close()
     finally:
         with _backend._lock:  # no public unregister: forget the test backend
             _backend._factories.pop("ipctoy", None)

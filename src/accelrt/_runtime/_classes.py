@@ -56,6 +56,8 @@ class Event(_event.Event):
     def __init__(self, enable_timing: bool = False, blocking: bool = False,
                  interprocess: bool = False, external: bool = False, *,
                  device: DeviceLike = None) -> None:
+        if _stream._initialized(self):
+            return   # as torch.cuda.Event: a second __init__ changes nothing
         super().__init__(device, enable_timing=enable_timing, blocking=blocking,
                          interprocess=interprocess)
         if _event._check_flag("external", external):
@@ -121,6 +123,8 @@ class Stream(_stream.Stream):
     def __init__(self, device: DeviceLike = None, priority: int = 0, *,
                  stream_id: int | None = None, device_index: int | None = None,
                  device_type: str | None = None) -> None:
+        if _stream._initialized(self):
+            return   # as torch.cuda.Stream: a second __init__ changes nothing
         name = self._backend_name
         if name is not None and stream_id is None and device_index is None \
                 and device_type is None:
@@ -230,6 +234,8 @@ class ExternalStream(Stream):
     __slots__ = ()
 
     def __init__(self, stream_ptr: int, device: DeviceLike = None) -> None:
+        if _stream._initialized(self):
+            return   # as torch.cuda.ExternalStream: a second __init__ changes nothing
         if not isinstance(stream_ptr, int) or isinstance(stream_ptr, bool):
             raise TypeError(f"ExternalStream takes the stream handle as an int, got "
                             f"{type(stream_ptr).__name__}")

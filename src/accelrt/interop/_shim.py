@@ -42,6 +42,7 @@ from typing import Any
 
 from .._errors import BackendUnavailableError, OutOfMemoryError
 from .._fork import reinit_after_fork
+from .._handles import StreamHandle
 
 __all__ = ["FREE", "MALLOC", "install", "installed", "load", "restore", "shim_path",
            "uninstall"]
@@ -63,7 +64,13 @@ _lib: Any = None   # guarded by _lock: the loaded shim (a ctypes.CDLL)
 
 
 class _Target:
-    """Where the callbacks send PyTorch's calls: backend name, optional fixed device."""
+    """Where the callbacks send PyTorch's calls: backend name, optional fixed device.
+
+    ``known`` holds the (device, stream) pairs checked once (a set lookup on every
+    allocation); a pair leaves it when accelrt takes the stream back (a closed or collected
+    ``Stream``: :func:`_forget`) or the backend's name is registered again
+    (:func:`_forget_backend`), so the next allocation on it is checked again. A stream
+    destroyed outside accelrt is not noticed (PyTorch never destroys its pool's streams)."""
 
     __slots__ = ("backend", "device", "known", "raising")
 
@@ -75,6 +82,7 @@ class _Target:
 
 
 _target: _Target | None = None   # replaced whole (never mutated but ``known``) under _lock
+_listening = False   # guarded by _lock: _forget and _forget_backend are registered
 
 
 def shim_path() -> str | None:
@@ -153,12 +161,32 @@ def _allocator(t: _Target, device: int, stream: int | None) -> tuple[Any, int]:
     _lazy_init(b, device)
     handle = stream or b.default_stream(device)   # NULL: CUDA's legacy default stream
     if new:
-        # cuda registers a foreign (PyTorch's) stream here
-        if not b.stream_is_valid(device, handle):
-            raise ValueError(f"PyTorch's stream {handle:#x} is not a live stream of "
-                             f"{b.name}:{device}")
+        from .._stream import _in_use
+        # known first, then checked: a stream taken back meanwhile is forgotten after the
+        # check (_forget) or seen taken back by it; cuda registers a foreign (PyTorch's)
+        # stream in stream_is_valid
         t.known.add(key)
+        if not _in_use(b, device, StreamHandle(handle)):
+            t.known.discard(key)
+            raise ValueError(f"PyTorch's stream {handle:#x} is not a live stream of "
+                             f"{b.name}:{device} (never made, destroyed, or a closed "
+                             "accelrt stream's)")
     return get_allocator(b, device), handle
+
+
+def _forget(b: Any, index: int, handle: int) -> None:
+    """A stream accelrt owned was taken back (:func:`accelrt._stream._give_back`): check it
+    again before serving it."""
+    t = _target
+    if t is not None and b.name == t.backend:
+        t.known.discard((index, handle))
+
+
+def _forget_backend(name: str) -> None:
+    """``name`` was registered again (another instance): check every stream again."""
+    t = _target
+    if t is not None and name == t.backend:
+        t.known.clear()
 
 
 def _failed(message: str) -> None:
@@ -239,7 +267,20 @@ def install(*, backend: str = "cuda", device: int | None = None,
     from ._common import cuda_backend
     cuda_backend(backend)
     load()
+    _listen()
     return _set_target(_Target(backend, device, raise_on_failure))
+
+
+def _listen() -> None:
+    """Have :func:`_forget` and :func:`_forget_backend` called from now on (once)."""
+    global _listening
+    with _lock:
+        if _listening:
+            return
+        from .. import _backend, _stream
+        _stream._on_give_back(_forget)
+        _backend.on_change(_forget_backend)
+        _listening = True
 
 
 def uninstall() -> None:

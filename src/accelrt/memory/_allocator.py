@@ -79,14 +79,17 @@ from ._history import (
 from ._lock import FastLock
 from ._oom import OomReporter, format_size
 from ._pools import (
+    EndRouting,
     PrivatePools,
     begin_allocate_to_pool,
     check_pool_id,
     create_pool,
     end_allocate_to_pool,
+    end_allocate_to_pool_from_finalizer,
     pool_use_count,
     release_pool,
     release_pool_from_finalizer,
+    settle_pending,
 )
 # the registry's names, importable from here as before (tests and modules patch them there)
 from ._registry import (  # noqa: F401  (re-exported: the names' old home)
@@ -168,10 +171,12 @@ class DeviceCachingAllocator:
         self._release = self._lock.put                     # put(None) releases
         self._try_acquire = self._lock.try_acquire
         self._acquire_nowait = self._lock.acquire_nowait   # raises queue.Empty if held
-        # Frees (int addresses) and private-pool releases (pool ids) requested by finalizers
-        # while the lock was held, possibly by their own thread (see free_from_finalizer).
-        # Appended without the lock (deque.append is atomic); drained under _lock.
-        self._gc_pending: collections.deque[int | tuple[int, int]] = collections.deque()
+        # Frees (int addresses), private-pool releases (pool ids) and ends of a routing
+        # (EndRouting) requested by finalizers while the lock was held, possibly by their own
+        # thread (see free_from_finalizer). Appended without the lock (deque.append is
+        # atomic); drained under _lock.
+        self._gc_pending: collections.deque[int | tuple[int, int] | EndRouting] = \
+            collections.deque()
         # Private pools whose cached memory a collected MemPool's finalizer gives back once its
         # queued release is done (appended before that release, so a drain that sees the
         # release sees this too); drained under _lock.
@@ -663,7 +668,7 @@ class DeviceCachingAllocator:
                 if type(item) is int:
                     self._free_locked(item)
                 else:
-                    self._pools.release(item)  # type: ignore[arg-type]
+                    settle_pending(self, item)  # type: ignore[arg-type]
             except Exception as e:  # noqa: BLE001 - a finalizer's error is only reported
                 _report_finalizer_error(item, e)
         empty = self._gc_empty
@@ -836,6 +841,11 @@ class DeviceCachingAllocator:
     def end_allocate_to_pool(self, pool_id: tuple[int, int]) -> None:
         """Stop routing allocations to ``pool_id`` (:func:`._pools.end_allocate_to_pool`)."""
         end_allocate_to_pool(self, pool_id)
+
+    def end_allocate_to_pool_from_finalizer(self, pool_id: tuple[int, int]) -> None:
+        """:meth:`end_allocate_to_pool` for finalizers: never blocks
+        (:func:`._pools.end_allocate_to_pool_from_finalizer`)."""
+        end_allocate_to_pool_from_finalizer(self, pool_id)
 
     def create_pool(self, pool_id: tuple[int, int], *, no_split: bool = False,
                     allocator: Any = None) -> None:

@@ -21,14 +21,15 @@ Example::
 from __future__ import annotations
 
 import collections
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
-from .. import _sync_debug
+from .. import _checked, _sync_debug
 from .._handles import EventHandle, StreamHandle
 from ._block import Block, PrivatePool
 from ._fit import free_block
 
 if TYPE_CHECKING:
+    from .._backend import Backend
     from ._allocator import DeviceCachingAllocator
     from ._interface import AllocatorCore
 
@@ -79,6 +80,13 @@ class StreamFrees:
         else:
             self.insert_events(blk)
 
+    @staticmethod
+    def _new_event(b: Backend, idx: int) -> int:
+        """A new event for the pool (kept until the allocator goes), checked as the core
+        checks every event it keeps (:func:`accelrt._checked.event`)."""
+        anyb: Any = b   # called untyped: the compiled build would cast the result
+        return int(_checked.event(b, idx, anyb.event_create(idx, False, False, False)))
+
     def insert_events(self, blk: Block) -> None:
         """Record one event per recorded stream; the pending free completes when all have.
 
@@ -95,8 +103,7 @@ class StreamFrees:
         error: BaseException | None = None
         for s in sorted(uses):
             try:
-                ev = self.event_pool.pop() if self.event_pool else \
-                    b.event_create(idx, False, False, False)
+                ev = self.event_pool.pop() if self.event_pool else self._new_event(b, idx)
             except Exception as exc:  # noqa: BLE001 - re-raised below, state kept consistent
                 error = error or exc
                 continue

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .. import _checked
 from ._block import (
     ADDR_MASK,
     K_SMALL_BUFFER,
@@ -87,7 +88,8 @@ class ExpandableSegment:
         self.index = index
         self.page: int = page
         self.size = n * page
-        self.base: int = int(backend.vm_reserve(index, self.size))
+        self.base: int = _checked.address(backend, ("vm_reserve", (index, self.size)),
+                                          backend.vm_reserve(index, self.size))
         self.stream = stream
         self.pool = pool
         self.mapped = bytearray(n)
@@ -259,12 +261,28 @@ class ExpandableSegments:
             self._supported = bool(alloc._b.capabilities(alloc._index).virtual_memory)
         return self._supported
 
+    def _check_new(self, es: ExpandableSegment, blocks: dict[int, Block]) -> None:
+        """Refuse a new reservation whose range overlaps one held (or starts at a segment's
+        address): a broken backend's, which would corrupt the blocks (nothing is recorded)."""
+        end = es.base + es.size
+        if es.base in blocks or any(o.base < end and es.base < o.base + o.size
+                                    for o in self.segments):
+            raise _checked.returned(
+                es.backend, ("vm_reserve", (es.index, es.size)), es.base,
+                "an address range that overlaps memory it handed out before and that is not "
+                "released; the backend is broken (the reservation was not recorded)")
+
     def page_size(self, pool: BlockPool) -> int:
         """The page of ``pool``'s reservations."""
         alloc = self._alloc
         gran = self._granularity
         if gran is None:   # a device's granularity does not change: ask the backend once
-            gran = self._granularity = int(alloc._b.vm_granularity(alloc._index))
+            b: Any = alloc._b   # called untyped: the compiled build would cast the result
+            call = ("vm_granularity", (alloc._index,))
+            gran = _checked.size(b, call, b.vm_granularity(alloc._index))
+            if gran & (gran - 1):
+                raise _checked.returned(b, call, gran, "not a power of two")
+            self._granularity = gran
         if alloc._page_reuse and pool.owner is None:
             return gran    # the low-fragmentation policy: the device's own page
         seg = K_SMALL_BUFFER if pool.is_small else alloc._large_segment_size
@@ -394,6 +412,7 @@ class ExpandableSegments:
                     return c
         es = ExpandableSegment(alloc._b, alloc._index, stream, pool, self.page_size(pool),
                                alloc._device_total)
+        self._check_new(es, blocks)
         self.segments.append(es)
         alloc._update_simple()
         blk = Block(es.base, es.size, stream, pool, es, mapped=False)

@@ -178,7 +178,7 @@ def alloc_block(a: DeviceCachingAllocator, pool: BlockPool, stream: int, rounded
     if not ptr:
         return None
     if ptr in a._blocks:
-        raise duplicate_address(a._b, a._index, ptr)
+        raise duplicate_address(a._b, a._index, alloc_size, ptr)
     blk = Block(ptr, alloc_size, stream, pool)
     blk.seg_frames = frames
     a._blocks[ptr] = blk

@@ -44,6 +44,7 @@ import time
 import weakref
 from typing import Any
 
+from .. import _checked
 from .._errors import OutOfMemoryError
 from .._fork import hold_across_fork, reinit_after_fork
 from ._config import get_config
@@ -221,7 +222,7 @@ class HostCachingAllocator:
                 still.append(block)
             elif all(query(i, e) for i, e in block.events):
                 for i, e in block.events:
-                    self._b.event_destroy(i, e)
+                    _checked.destroy_event(self._b, i, e)
                 block.events.clear()
                 self._cache(block)
             else:
@@ -303,7 +304,9 @@ class HostCachingAllocator:
         once more. Raises OutOfMemoryError naming ``what`` if that fails too."""
         for attempt in range(2):
             t0 = time.perf_counter()
-            ptr: int = self._b.host_malloc(size)
+            b: Any = self._b   # called untyped: a compiled caller would cast the result
+            ptr = _checked.address(b, ("host_malloc", (size,)), b.host_malloc(size), oom=True,
+                                   held=self._blocks)
             self._durations["host_alloc_time"].add(t0)
             if ptr:
                 self._num_host_alloc += 1
@@ -380,8 +383,9 @@ class HostCachingAllocator:
             self._cache(block)
             return
         try:
+            b: Any = self._b   # called untyped: a compiled caller would cast the result
             for index, handle in block.streams:
-                event = self._b.event_create(index, False, False, False)
+                event = _checked.event(b, index, b.event_create(index, False, False, False))
                 block.events.append((index, event))
                 self._b.event_record(index, event, handle)
         except Exception:
@@ -393,7 +397,7 @@ class HostCachingAllocator:
                 "%#x (the block is not reused)", self._b.name, ptr, exc_info=True)
             for index, event in block.events:
                 try:
-                    self._b.event_destroy(index, event)
+                    _checked.destroy_event(self._b, index, event)
                 except Exception:  # noqa: BLE001 (best effort: the backend is failing)
                     pass
             block.events.clear()

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from ._expandable import ExpandableSegments
     from ._history import History
     from ._lock import FastLock
-    from ._pools import PrivatePools
+    from ._pools import EndRouting, PrivatePools
     from ._stats import DeviceStats
     from ._uncached import UncachedRequests
 
@@ -79,7 +79,7 @@ class AllocatorCore(Protocol):
     #: the statistics
     _stats: DeviceStats
     #: frees and pool releases queued by finalizers (appended without the lock)
-    _gc_pending: deque[int | tuple[int, int]]
+    _gc_pending: deque[int | tuple[int, int] | EndRouting]
     #: private pools to empty after their queued release (a collected MemPool's)
     _gc_empty: deque[tuple[int, int]]
     #: the history recorder while recording, else None

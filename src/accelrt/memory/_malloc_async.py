@@ -44,6 +44,7 @@ import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, SupportsIndex
 
+from .. import _checked
 from .._errors import OutOfMemoryError
 from .._fork import reinit_after_fork
 from .._handles import DevicePtr, EventHandle, StreamHandle
@@ -154,7 +155,11 @@ class MallocAsyncAllocator(ReplacedAllocator):
             self._init_locked()
             ptr = 0
             if self._used + size <= self._limit:
-                ptr = int(self._b.mempool_alloc_async(self._index, size, StreamHandle(stream)))
+                anyb: Any = self._b   # called untyped: the compiled build would cast it
+                ptr = _checked.address(
+                    anyb, ("mempool_alloc_async", (self._index, size, stream)),
+                    anyb.mempool_alloc_async(self._index, size, StreamHandle(stream)),
+                    oom=True, held=self._live)
             if not ptr:
                 raise self._pool_oom(size)
             self._live[ptr] = _Alloc(size, stream, self._capturing)
@@ -215,13 +220,14 @@ class MallocAsyncAllocator(ReplacedAllocator):
         try:
             unifier = pool.free0.pop()
         except IndexError:
-            unifier = b.stream_create(idx, 0)
+            unifier = pool.create(0)
+        anyb: Any = b   # called untyped: the compiled build would cast the result
         try:
             for s in (info.stream, *info.recorded):
                 if not b.stream_is_valid(idx, StreamHandle(s)):
                     b.synchronize(idx)   # a destroyed stream: wait for everything instead
                     continue
-                ev = b.event_create(idx, False, False, False)
+                ev = _checked.temporary_event(b, idx, anyb.event_create(idx, False, False, False))
                 try:
                     b.event_record(idx, EventHandle(ev), StreamHandle(s))
                     b.stream_wait_event(idx, unifier, EventHandle(ev))

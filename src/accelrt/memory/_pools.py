@@ -27,8 +27,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .. import _checked
 from .._device import _plain_int
-from .._errors import AcceleratorError, DeviceError
+from .._errors import DeviceError
 from .._handles import DevicePtr
 from ._block import (
     ADDR_MASK,
@@ -47,9 +48,10 @@ if TYPE_CHECKING:
     from ._block import Block
     from ._stats import DeviceStats
 
-__all__ = ["PrivatePools", "begin_allocate_to_pool", "check_pool_id", "create_pool",
-           "end_allocate_to_pool", "pool_use_count", "raw_free", "raw_malloc", "release_pool",
-           "release_pool_from_finalizer", "retire_segments"]
+__all__ = ["EndRouting", "PrivatePools", "begin_allocate_to_pool", "check_pool_id",
+           "create_pool", "end_allocate_to_pool", "end_allocate_to_pool_from_finalizer",
+           "pool_use_count", "raw_free", "raw_malloc", "release_pool",
+           "release_pool_from_finalizer", "retire_segments", "settle_pending"]
 
 
 def check_pool_id(pool_id: object) -> tuple[int, int]:
@@ -189,32 +191,22 @@ def raw_malloc(backend: Backend, index: int, pool: BlockPool, size: int, stream:
 
 
 def backend_malloc(backend: Backend, index: int, size: int) -> int:
-    """``backend.malloc(index, size)``, checked: an address (``0`` when out of memory).
+    """``backend.malloc(index, size)``, checked (:mod:`accelrt._checked`): an address (``0``
+    when out of memory).
 
     Raises:
-        DeviceError: the backend's ``malloc`` returned something other than a non-negative
-            ``int``, or raised an exception that is not accelrt's (chained); the message names
+        DeviceError: the backend's ``malloc`` returned something other than an address or
+            ``0``, or raised an exception that is not accelrt's (chained); the message names
             the backend. The allocator has recorded nothing then.
     """
-    b: Any = backend     # called untyped: the compiled build would cast the result to int
-    try:
-        ptr = b.malloc(index, size)
-    except AcceleratorError:
-        raise
-    except Exception as exc:
-        raise DeviceError(f"the {backend.name} backend's malloc({index}, {size}) raised "
-                          f"{type(exc).__name__}: {exc}") from exc
-    if type(ptr) is not int or ptr < 0:
-        raise DeviceError(f"the {backend.name} backend's malloc({index}, {size}) returned "
-                          f"{ptr!r}, not an address (an int >= 0; 0 when out of memory)")
-    return int(ptr)
+    ptr = _checked.call_raw(backend, "malloc", backend.malloc, index, size)
+    return _checked.address(backend, ("malloc", (index, size)), ptr, oom=True)
 
 
-def duplicate_address(backend: Backend, index: int, ptr: int) -> DeviceError:
-    """The error for an address ``malloc`` handed out while it is still in use."""
-    return DeviceError(f"the {backend.name} backend's malloc on device {index} returned "
-                       f"{ptr:#x}, an address it handed out before and that is not freed; "
-                       "the backend is broken (the allocation was not recorded)")
+def duplicate_address(backend: Backend, index: int, size: int, ptr: int) -> DeviceError:
+    """The error for an address ``malloc(index, size)`` handed out while it is still in
+    use."""
+    return _checked.duplicate(backend, ("malloc", (index, size)), ptr)
 
 
 def raw_free(backend: Backend, index: int, blk: Block) -> None:
@@ -334,6 +326,60 @@ def end_allocate_to_pool(a: AllocatorCore, pool_id: tuple[int, int]) -> None:
     raise RuntimeError(f"end_allocate_to_pool: not allocating to pool {pool_id}")
 
 
+class EndRouting:
+    """An :func:`end_allocate_to_pool` a finalizer queued (an item of the allocator's
+    ``_gc_pending``, completed by :func:`settle_pending`)."""
+
+    __slots__ = ("pool_id",)
+
+    def __init__(self, pool_id: tuple[int, int]) -> None:
+        self.pool_id = pool_id
+
+
+def end_allocate_to_pool_from_finalizer(a: AllocatorCore, pool_id: tuple[int, int]) -> None:
+    """:func:`end_allocate_to_pool` for finalizers (a ``Graph`` collected in the middle of its
+    capture): never blocks, queued when the lock is held as :func:`release_pool_from_finalizer`
+    is (in order: an end queued before a release is done before it); ending a routing that
+    is no longer in force is not an error.
+
+    Example::
+
+        >>> from accelrt.backends import get_backend
+        >>> from accelrt.memory._allocator import DeviceCachingAllocator
+        >>> alloc = DeviceCachingAllocator(get_backend("cpu"), 0)
+        >>> alloc.begin_allocate_to_pool((0, 1))
+        >>> with alloc._lock:              # as if the GC ran the finalizer in a critical section
+        ...     alloc.end_allocate_to_pool_from_finalizer((0, 1))
+        ...     alloc.release_pool_from_finalizer((0, 1))
+        >>> alloc.pool_use_count((0, 1))   # which completes what was queued
+        0
+    """
+    _from_finalizer(a, EndRouting(check_pool_id(pool_id)))
+
+
+def _from_finalizer(a: AllocatorCore, item: tuple[int, int] | EndRouting) -> None:
+    """Queue ``item`` for :func:`settle_pending` and complete the queue now if the lock is
+    free: what a finalizer does, never blocking (the holder, maybe its own thread, completes
+    it at its next drain point otherwise)."""
+    a._gc_pending.append(item)
+    if a._lock.try_acquire():
+        try:
+            a._drain_pending_locked()
+        finally:
+            a._lock.release()
+
+
+def settle_pending(a: AllocatorCore, item: tuple[int, int] | EndRouting) -> None:
+    """Complete a pool operation a finalizer queued (``_lock`` held): a release
+    (:func:`release_pool_from_finalizer`) or the end of a routing
+    (:func:`end_allocate_to_pool_from_finalizer`)."""
+    if isinstance(item, EndRouting):
+        if a._pools.end(item.pool_id):
+            a._update_simple()
+    else:
+        a._pools.release(item)
+
+
 def create_pool(a: AllocatorCore, pool_id: tuple[int, int], *, no_split: bool = False,
                 allocator: Any = None) -> None:
     """Create private pool ``pool_id`` or take one more reference to it.
@@ -404,12 +450,7 @@ def release_pool_from_finalizer(a: AllocatorCore, pool_id: tuple[int, int], *,
     pool_id = check_pool_id(pool_id)
     if empty_cache:
         a._gc_empty.append(pool_id)   # first: a drain that sees the release sees this too
-    a._gc_pending.append(pool_id)
-    if a._lock.try_acquire():
-        try:
-            a._drain_pending_locked()
-        finally:
-            a._lock.release()
+    _from_finalizer(a, pool_id)
 
 
 def pool_use_count(a: AllocatorCore, pool_id: tuple[int, int]) -> int:

@@ -118,5 +118,10 @@ class ReplacedAllocator(DeviceCachingAllocator):
                                     empty_cache: bool = False) -> None:
         """No-op."""
 
+    def end_allocate_to_pool_from_finalizer(self, pool_id: tuple[int, int]) -> None:
+        """:meth:`end_allocate_to_pool`, which blocks no finalizer here (a re-entrant lock,
+        or nothing to do)."""
+        self.end_allocate_to_pool(pool_id)
+
     def pool_use_count(self, pool_id: tuple[int, int]) -> int:
         return 0

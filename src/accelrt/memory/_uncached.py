@@ -54,7 +54,7 @@ class UncachedRequests:
         of :meth:`~._oom.OomReporter.raise_oom` when the device has no memory for it."""
         ptr = backend_malloc(self._b, self._index, size)
         if ptr in self._streams:
-            raise duplicate_address(self._b, self._index, ptr)
+            raise duplicate_address(self._b, self._index, size, ptr)
         if not ptr:
             free, total = self._b.get_memory_info(self._index)
             msg = (f"{self._name}:{self._index} out of memory: tried to allocate "

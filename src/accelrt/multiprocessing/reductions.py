@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import _event
+from .. import _checked, _event
 from .._array import Array
 from .._memory_owner import _Memory
 from .._device import _get_device, _lazy_init
@@ -59,7 +59,14 @@ class _Opened:
     def __init__(self, b: Any, index: int, handle: bytes) -> None:
         self.b, self.index, self.handle = b, index, handle
         self.base = 0   # first: __del__ must see it even if opening fails
-        self.base, self.size = b.ipc_open_mem_handle(index, handle)
+        call = ("ipc_open_mem_handle", (index, handle))
+        got = b.ipc_open_mem_handle(index, handle)
+        if type(got) is not tuple or len(got) != 2:
+            raise _checked.returned(b, call, got, "not a (pointer, size) pair")
+        # (a mapping it gave for another handle and did not close cannot be this one's)
+        base = _checked.address(b, call, got[0], held=_open_bases(b, index))
+        self.size = _checked.size(b, call, got[1])
+        self.base = base
 
     def __del__(self) -> None:
         base, self.base = self.base, 0
@@ -100,6 +107,11 @@ class _Hold:
 _lock = reinit_after_fork(threading.Lock())
 _mappings: weakref.WeakValueDictionary[tuple[str, int, bytes], _Opened] = (
     weakref.WeakValueDictionary())
+
+
+def _open_bases(b: Any, index: int) -> set[int]:
+    """The bases of the mappings of ``b``'s device ``index`` open in this process."""
+    return {o.base for o in list(_mappings.values()) if o.b is b and o.index == index}
 
 
 def _refuse(why: str) -> ValueError:
@@ -165,6 +177,7 @@ def reduce_array(a: Array) -> tuple[Any, ...]:
     except ValueError as exc:
         msg = str(exc)
         raise (ValueError(msg) if msg.startswith("cannot share") else _refuse(msg)) from None
+    seg = _checked.blob(b, ("ipc_mem_handle", (index, seg_base)), seg)
     ev_handle, ev = _readiness(b, index)
     ref, slot, token = _refs.share((mem, ev))
     return (rebuild_array, (_VERSION, meta, (seg, seg_size, mem.ptr - seg_base, mem.nbytes,

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from .._backend import Backend, Capabilities
-from .._errors import AcceleratorError
+from .._errors import AcceleratorError, DeviceError
 from .._handles import DevicePtr, StreamHandle
 
 __all__ = ["CHECKS", "Skipped", "Target", "check", "make_tests", "run"]
@@ -176,6 +176,7 @@ def capabilities_match_operations(b: Backend, t: Target) -> None:
         "virtual_memory": ("vm_granularity", "vm_reserve", "vm_release", "vm_map", "vm_unmap"),
         "graphs": ("graph_capture_begin", "graph_capture_end", "graph_replay",
                    "graph_destroy"),
+        "graph_capture_modes": ("graph_capture_begin_mode",),
         "graph_dot": ("graph_debug_dot",),
         "graph_native_handles": ("graph_native_handles",),
         "pinned_host_memory": ("host_malloc", "host_free"),
@@ -428,6 +429,45 @@ def virtual_memory(b: Backend, t: Target) -> None:
     b.synchronize(0)
     b.vm_unmap(0, base, g)
     b.vm_release(0, base, 2 * g)
+
+
+def _sync_refused(b: Backend) -> bool:
+    """True if ``b.synchronize(0)`` raises ``DeviceError`` in the calling thread."""
+    try:
+        b.synchronize(0)
+    except DeviceError:
+        return True
+    return False
+
+
+@check
+def graph_capture_modes(b: Backend, t: Target) -> None:
+    """A capture begun in a mode refuses a synchronize of its device where CUDA's mode does:
+    ``"global"`` in every thread, ``"thread_local"`` in its own thread only, ``"relaxed"`` in
+    none; its own stream is refused in every mode."""
+    _need(b, "graphs")
+    _need(b, "graph_capture_modes")
+    s = b.stream_create(0, 0)
+    for mode, own, other in (("global", True, True), ("thread_local", True, False),
+                             ("relaxed", False, False)):
+        b.graph_capture_begin_mode(0, s, mode)
+        try:
+            assert b.stream_is_capturing(0, s), f"{mode}: the stream is not capturing"
+            assert _sync_refused(b) == own, f"{mode}: a synchronize in the capturing thread"
+            seen: list[bool] = []
+            worker = threading.Thread(target=lambda: seen.append(_sync_refused(b)))
+            worker.start()
+            worker.join()
+            assert seen == [other], f"{mode}: a synchronize in another thread"
+            try:
+                b.stream_synchronize(0, s)
+            except DeviceError:
+                pass
+            else:
+                raise AssertionError(f"{mode}: the capturing stream was synchronized")
+        finally:
+            b.graph_destroy(0, b.graph_capture_end(0, s))
+    b.stream_destroy(0, s)
 
 
 @check

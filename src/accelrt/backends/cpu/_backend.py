@@ -58,6 +58,8 @@ __all__ = ["CpuBackend"]
 
 _now = time.perf_counter_ns
 _PRIORITY_LEAST, _PRIORITY_GREATEST = 0, -1
+#: The capture modes of graph_capture_begin_mode (CUDA's cudaStreamCaptureMode).
+_CAPTURE_MODES = ("global", "thread_local", "relaxed")
 # largest vm_reserve size: the reservation plus one alignment granule must fit in a signed size
 _MAX_RESERVATION = (1 << 63) - 2 * VM_GRANULARITY
 
@@ -156,7 +158,8 @@ class CpuBackend(TableBackend[CpuStream, CpuEvent]):
         # every device answers the same (device memory is host memory; graphs are recorded
         # work; interprocess events live in POSIX shared memory, see _ipc)
         self._caps = Capabilities(
-            virtual_memory=vm_available(), graphs=True, graph_dot=True, pinned_host_memory=True,
+            virtual_memory=vm_available(), graphs=True, graph_capture_modes=True,
+            graph_dot=True, pinned_host_memory=True,
             page_locked_host_memory=True, host_functions=True, peer_copies=True,
             interprocess_events=True,
             interprocess_memory=self._config.shared_memory, host_accessible=True,
@@ -498,6 +501,22 @@ class CpuBackend(TableBackend[CpuStream, CpuEvent]):
     def _raise_kept(self, streams: Iterable[CpuStream]) -> None:
         self._kept.raise_for(streams, describe)
 
+    def _check_sync_allowed(self, index: int) -> None:
+        """Refuse a synchronize of device ``index`` in the calling thread while one of its
+        streams captures in a mode that forbids it (:meth:`Capture.refuses`); the capturing
+        streams have nothing queued since their capture began, so the wait skips nothing."""
+        me = threading.get_ident()
+        for s, cap in list(self._capturing.items()):
+            if s.device == index and cap.refuses(me):
+                whose = ("begun in this thread" if cap.thread == me else
+                         "begun in another thread with capture_error_mode 'global'")
+                fix = ("capture with capture_error_mode 'relaxed' to allow it"
+                       if cap.thread == me else
+                       "or capture with 'thread_local' to allow other threads' calls")
+                raise DeviceError(f"cpu: synchronize is not permitted while stream "
+                                  f"{s.handle} of cpu:{s.device} is capturing a graph "
+                                  f"({whose}); end the capture first, {fix}")
+
     def _check_not_capturing(self, s: CpuStream, what: str) -> None:
         if s in self._capturing:
             raise DeviceError(f"cpu: {what} is not permitted while stream {s.handle} of "
@@ -657,8 +676,8 @@ class CpuBackend(TableBackend[CpuStream, CpuEvent]):
             return
         streams = [self._default[index]]
         streams += [s for s in list(self._streams.values()) if s.device == index]
-        for s in streams:
-            self._check_not_capturing(s, "synchronize")
+        if self._capturing:
+            self._check_sync_allowed(index)
         streams += self._retiring(index)   # destroyed streams' work completes first too
         if self._async:
             for s in streams:
@@ -818,12 +837,26 @@ class CpuBackend(TableBackend[CpuStream, CpuEvent]):
 
     # ------------------------------------------------------------------ graphs
     def graph_capture_begin(self, index: int, stream: StreamHandle) -> None:
-        """Start recording the work submitted to ``stream`` (not the default stream)."""
+        """Start recording the work submitted to ``stream`` (not the default stream), in the
+        cpu backend's own capture mode, ``"global"``."""
         if self._closed:
             raise self._closed_error("graph_capture_begin")
+        self._begin_capture(index, stream, "global")
+
+    def graph_capture_begin_mode(self, index: int, stream: StreamHandle, mode: str) -> None:
+        """:meth:`graph_capture_begin` in capture ``mode`` (``"global"``,
+        ``"thread_local"`` or ``"relaxed"``), which decides the threads whose
+        :meth:`synchronize` of the device the capture refuses (as CUDA's modes decide)."""
+        if self._closed:
+            raise self._closed_error("graph_capture_begin_mode")
+        if mode not in _CAPTURE_MODES:
+            raise ValueError(f"capture mode must be one of {_CAPTURE_MODES}, got {mode!r}")
+        self._begin_capture(index, stream, mode)
+
+    def _begin_capture(self, index: int, stream: StreamHandle, mode: str) -> None:
         s = self._stream(index, stream)
         with self._lock:
-            self._graphs.begin(index, s)
+            self._graphs.begin(index, s, mode)
             self.streams_idle = False
 
     def graph_capture_end(self, index: int, stream: StreamHandle) -> GraphHandle:

@@ -80,8 +80,9 @@ class CpuGraphs:
     def __len__(self) -> int:
         return len(self._graphs)
 
-    def begin(self, index: int, s: CpuStream) -> None:
-        """Open a capture on stream ``s`` of device ``index`` (not a default stream)."""
+    def begin(self, index: int, s: CpuStream, mode: str = "global") -> None:
+        """Open a capture on stream ``s`` of device ``index`` (not a default stream) in capture
+        ``mode`` (see :class:`~._streams.Capture`), begun by the calling thread."""
         if s.handle == 0:
             raise DeviceError(f"cpu: cannot capture the default stream of cpu:{index}; "
                               "capture on a stream made with stream_create (CUDA forbids "
@@ -90,7 +91,7 @@ class CpuGraphs:
             if s in self.capturing:
                 raise DeviceError(f"cpu: stream {s.handle} of cpu:{index} is already "
                                   "capturing; end that capture first")
-            self.capturing[s] = Capture(index, s)
+            self.capturing[s] = Capture(index, s, mode)
 
     def end(self, index: int, s: CpuStream) -> GraphHandle:
         """Close the capture begun on ``s``; the handle of the graph it recorded."""

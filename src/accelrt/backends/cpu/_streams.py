@@ -237,14 +237,28 @@ class Capture:
     """An open capture: the origin stream and the work recorded, in submission order.
 
     ``ops`` holds ``("call", fn)``, ``("record", event_handle)`` and ``("wait", event_handle)``
-    items that :meth:`~accelrt.backends.cpu.CpuBackend.graph_replay` submits again.
+    items that :meth:`~accelrt.backends.cpu.CpuBackend.graph_replay` submits again. ``mode``
+    is the capture mode (``"global"``, ``"thread_local"`` or ``"relaxed"``) and ``thread`` the
+    ident of the thread that began it: together they decide which threads' device
+    synchronizations the capture refuses (:meth:`refuses`).
     """
 
-    __slots__ = ("device", "events", "ops", "origin", "streams")
+    __slots__ = ("device", "events", "mode", "ops", "origin", "streams", "thread")
 
-    def __init__(self, device: int, origin: CpuStream) -> None:
+    def __init__(self, device: int, origin: CpuStream, mode: str = "global") -> None:
         self.device = device
         self.origin = origin
+        self.mode = mode
+        self.thread = threading.get_ident()
         self.ops: list[tuple[str, Any]] = []
         self.events: set[CpuEvent] = set()
         self.streams: set[CpuStream] = {origin}
+
+    def refuses(self, thread: int) -> bool:
+        """True if this capture forbids thread ``thread`` a call that is unsafe during a
+        capture (a synchronize of the device), by CUDA's rule for a thread in the default
+        (global) interaction mode: its own capture forbids it unless begun ``"relaxed"``,
+        another thread's only if begun ``"global"``."""
+        if thread == self.thread:
+            return self.mode != "relaxed"
+        return self.mode == "global"
