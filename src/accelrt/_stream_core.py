@@ -385,7 +385,11 @@ class _EventCore:
         Example::
 
             >>> import accelrt as acc
-            >>> acc.Event("cpu").query()
+            >>> e = acc.Event("cpu")
+            >>> e.query()   # never recorded
+            True
+            >>> e.record(acc.Stream("cpu")); e.synchronize()
+            >>> e.query()
             True
         """
         h = self._handle

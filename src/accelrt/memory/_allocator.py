@@ -983,11 +983,9 @@ class DeviceCachingAllocator:
 
     # ------------------------------------------------------------------ introspection
     @property
-    def device_index(self) -> int:
-        return self._index
-
-    @property
     def backend(self) -> Any:
+        """The backend whose device this allocator serves (``accelrt replay`` reads its
+        simulated device's driver-call counts)."""
         return self._b
 
     def __repr__(self) -> str:
