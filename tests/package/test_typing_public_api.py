@@ -85,6 +85,9 @@ CORRECT = [
     # a 0-d Array is a fill value, as a 0-d tensor is a Number in PyTorch
     "pf: acc.Array = acc.full((2,), acc.zeros(()))",
     "pb: bool = acc.is_pinned(pe[0]) and acc.is_pinned(acc.rand(2, pin_memory=True))",
+    # torch.cuda.memory._record_memory_history's two forms
+    "acc.cpu.memory._record_memory_history(True, trace_alloc_max_entries=10)",
+    "acc.cpu.memory._record_memory_history(None, max_entries=100)",
 ]
 
 # Calls that must be type errors, with the error code expected on their line.
@@ -92,7 +95,10 @@ NEGATIVE = [
     ('acc.Stream(priority="high")', "arg-type"),
     ('acc.Stream("cpu:0", 0)', "call-arg"),
     ('acc.cpu.Event(external="yes")', "arg-type"),
-    ("acc.cuda.memory._record_memory_history(max_entries=1.5)", "arg-type"),
+    # two forms (PyTorch's legacy one for a bool first argument): no overload matches (s25)
+    ("acc.cuda.memory._record_memory_history(max_entries=1.5)", "call-overload"),
+    ("acc.cuda.memory._record_memory_history(True, trace_alloc_max_entries=1.5)",
+     "call-overload"),
     ("acc.Stream(device=1.5)", "arg-type"),
     ('acc.Event(enable_timing="yes")', "arg-type"),
     ("acc.set_stream(1)", "arg-type"),

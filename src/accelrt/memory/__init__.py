@@ -32,7 +32,7 @@ import threading
 import warnings
 import weakref
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, cast, overload
 
 from .. import _device
 from .._device import _get_device, _plain_int, _tls
@@ -478,7 +478,29 @@ def _record_memory_history_legacy(record: Callable[..., None], enabled: bool,
            global_record_annotations, skip_actions, record_pinned_host_memory, record_cuda)
 
 
-def _torch_record_memory_history(record: Callable[..., None]) -> Callable[..., None]:
+class _TorchRecordMemoryHistory(Protocol):
+    """The type of ``torch.cuda.memory._record_memory_history``: PyTorch's legacy form for a
+    bool first argument, :func:`record_memory_history`'s otherwise (a user's mypy checks both
+    forms' arguments)."""
+
+    @overload
+    def __call__(self, enabled: bool, record_context: bool = True,
+                 trace_alloc_max_entries: int = 1, trace_alloc_record_context: bool = False,
+                 device: DeviceLike = None, record_context_cpp: bool = False,
+                 clear_history: bool = False, compile_context: bool = False,
+                 global_record_annotations: bool = False, skip_actions: list[str] | None = None,
+                 record_pinned_host_memory: bool = False, record_cuda: bool = True) -> None: ...
+
+    @overload
+    def __call__(self, enabled: str | None = "all", context: str | None = "all",
+                 stacks: str = "all", max_entries: int = sys.maxsize,
+                 device: DeviceLike = None, clear_history: bool = False,
+                 compile_context: bool = False, global_record_annotations: bool = False,
+                 skip_actions: list[str] | None = None, record_pinned_host_memory: bool = False,
+                 record_cuda: bool = True) -> None: ...
+
+
+def _torch_record_memory_history(record: Callable[..., None]) -> _TorchRecordMemoryHistory:
     """``torch.cuda.memory._record_memory_history`` over ``record`` (a device module's
     ``record_memory_history``, whose signature it shows, as PyTorch shows its new form's): a
     bool first argument is PyTorch's legacy form (:func:`_record_memory_history_legacy`),
@@ -503,7 +525,8 @@ def _torch_record_memory_history(record: Callable[..., None]) -> Callable[..., N
             record(enabled, *args, **kwargs)
 
     # the new form's signature, as PyTorch's (inspect.signature follows __wrapped__)
-    return functools.update_wrapper(_record_memory_history, record, assigned=())
+    return cast(_TorchRecordMemoryHistory,
+                functools.update_wrapper(_record_memory_history, record, assigned=()))
 
 
 def _settings_dict() -> dict[str, Any]:
