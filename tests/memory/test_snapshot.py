@@ -30,7 +30,8 @@ BLOCK_KEYS = {"address", "size", "requested_size", "state", "frames"}
 SETTINGS_KEYS = {"PYTORCH_CUDA_ALLOC_CONF", "max_split_size", "garbage_collection_threshold",
                  "expandable_segments", "pinned_num_register_threads",
                  "release_lock_on_cudamalloc", "pinned_use_cuda_host_register",
-                 "graph_capture_record_stream_reuse", "roundup_power2_divisions"}
+                 "graph_capture_record_stream_reuse", "max_round_threshold",
+                 "max_cached_size", "roundup_power2_divisions"}      # torch 2.14.1's
 
 
 

@@ -540,6 +540,10 @@ def _settings_dict() -> dict[str, Any]:
         "release_lock_on_cudamalloc": cfg.release_lock_on_malloc,
         "pinned_use_cuda_host_register": cfg.pinned_use_host_register,
         "graph_capture_record_stream_reuse": cfg.graph_capture_record_stream_reuse,
+        # torch 2.14's names for the pinned host pool's pinned_max_round_threshold_mb and
+        # pinned_max_cached_size_mb, in bytes (-1: no limit)
+        "max_round_threshold": reported_size(cfg.pinned_max_round_threshold),
+        "max_cached_size": reported_size(cfg.pinned_max_cached_size),
         "roundup_power2_divisions": {str(1 << k): d for k, d in
                                      enumerate(cfg.roundup_power2_divisions)},
     }
