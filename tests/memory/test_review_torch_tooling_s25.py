@@ -400,6 +400,19 @@ def test_snapshot_settings_are_torchs(monkeypatch: pytest.MonkeyPatch, conf: str
     assert [type(v) for v in settings.values()] == [type(v) for v in want.values()]
 
 
+def test_snapshot_top_level_keys_are_torchs(tmp_path: Any) -> None:
+    name = fresh_backend()
+    with workload(name):
+        path = tmp_path / "snap.pickle"
+        memory.dump_snapshot(path)                  # the current accelerator's
+        snaps = [memory._snapshot(name), acc.cpu.memory._snapshot()]
+    with open(path, "rb") as f:
+        snaps.append(pickle.load(f))
+    for snap in snaps:
+        assert list(snap) == [*TORCH_SNAPSHOT_KEYS, "library_roots"]
+        assert snap["host_segments"] == [] and snap["host_traces"] == []
+
+
 # The order in which torch 2.14's _cuda_memorySnapshot fills each dict (a segment or block
 # whose stack was gathered has its "frames" put last, after the gathering); the keys of the
 # TypedDicts of torch.cuda.memory._snapshot's docstring are among them.

@@ -63,7 +63,8 @@ def test_full_snapshot_structure(dev: str) -> None:
     live = _workload(dev)
     snap = memory._snapshot(dev)
     assert set(snap) == {"segments", "device_traces", "allocator_settings",
-                         "external_annotations", "library_roots"}
+                         "external_annotations", "host_segments", "host_traces",
+                         "library_roots"}        # torch 2.14.1's keys and library_roots
     _walk_plain(snap)
     assert len(snap["device_traces"]) == 2 and snap["device_traces"][1] == []
     segs = snap["segments"]
@@ -179,6 +180,7 @@ def test_build_snapshot_without_allocators() -> None:
     snap = build_snapshot(None, [None, None, None], {"k": 1})
     assert snap == {"segments": [], "device_traces": [[], [], []],
                     "allocator_settings": {"k": 1}, "external_annotations": [],
+                    "host_segments": [], "host_traces": [],
                     "library_roots": list(library_roots())}
 
 

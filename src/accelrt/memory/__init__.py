@@ -554,16 +554,18 @@ def _snapshot(device: DeviceLike = None, augment_with_fx_traces: bool = False
     """The full snapshot of the device's backend: every device's segments and trace.
 
     Returns a plain dict ``{"segments", "device_traces", "allocator_settings",
-    "external_annotations", "library_roots"}`` in PyTorch's format (see
-    ``accelrt.memory._snapshot``; ``library_roots`` is accelrt's addition).
+    "external_annotations", "host_segments", "host_traces", "library_roots"}`` in PyTorch
+    2.14's format (see ``accelrt.memory._snapshot``; the pinned host pool's history,
+    ``host_segments`` and ``host_traces``, is not recorded, so they are empty;
+    ``library_roots`` is accelrt's addition).
     ``augment_with_fx_traces`` (torch 2.14's) must be ``False``: accelrt runs no torch.fx
     code (``True`` is a ``ValueError``).
 
     Example::
 
         >>> from accelrt import memory
-        >>> sorted(memory._snapshot("cpu"))
-        ['allocator_settings', 'device_traces', 'external_annotations', 'library_roots', 'segments']
+        >>> list(memory._snapshot("cpu"))
+        ['segments', 'device_traces', 'allocator_settings', 'external_annotations', 'host_segments', 'host_traces', 'library_roots']
     """
     _torch_only(augment_with_fx_traces=augment_with_fx_traces)
     b, _ = _get_device(device)
