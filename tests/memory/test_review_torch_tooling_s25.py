@@ -279,6 +279,58 @@ TORCH_ZERO_SUMMARY = """\
 """
 
 
+# torch 2.14.1's memory_summary(0, abbreviated=True) of oversize_stats() (observed).
+TORCH_OVERSIZE_SUMMARY = """\
+|===========================================================================|
+|                  PyTorch CUDA memory summary, device ID 0                 |
+|---------------------------------------------------------------------------|
+|            CUDA OOMs: 0            |        cudaMalloc retries: 0         |
+|===========================================================================|
+|        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  |
+|---------------------------------------------------------------------------|
+| Allocated memory      |  97280 KiB |  97280 KiB | 128000 KiB |  30720 KiB |
+|---------------------------------------------------------------------------|
+| Active memory         |  97280 KiB |  97280 KiB | 128000 KiB |  30720 KiB |
+|---------------------------------------------------------------------------|
+| Requested memory      |  92160 KiB |  92160 KiB | 122880 KiB |  30720 KiB |
+|---------------------------------------------------------------------------|
+| GPU reserved memory   | 112640 KiB | 112640 KiB | 112640 KiB |      0 B   |
+|---------------------------------------------------------------------------|
+| Non-releasable memory |  15360 KiB |  15360 KiB |  15360 KiB |      0 B   |
+|---------------------------------------------------------------------------|
+| Allocations           |       4    |       4    |       5    |       1    |
+|---------------------------------------------------------------------------|
+| Active allocs         |       4    |       4    |       5    |       1    |
+|---------------------------------------------------------------------------|
+| GPU reserved segments |       4    |       4    |       4    |       0    |
+|---------------------------------------------------------------------------|
+| Non-releasable allocs |       1    |       1    |       1    |       0    |
+|---------------------------------------------------------------------------|
+| Oversize allocations  |       3    |       3    |       4    |       1    |
+|---------------------------------------------------------------------------|
+| Oversize GPU segments |       4    |       4    |       4    |       0    |
+|===========================================================================|
+"""
+
+
+@contextlib.contextmanager
+def oversize_stats() -> Iterator[dict[str, int]]:
+    """The stats of an allocator with ``max_split_size_mb:20``: three 30 MiB (oversize)
+    blocks, one freed and its cached block reused whole by a 25 MiB request (oversize too),
+    and a 5 MiB block in a 20 MiB segment (a segment of max_split_size counts as oversize, as
+    PyTorch's alloc_block counts it)."""
+    a = DeviceCachingAllocator(SimulatedBackend(capacity=1 << 30), 0,
+                               parse_config("max_split_size_mb:20"))
+    ps = [a.malloc(30 * MiB, 0) for _ in range(3)]
+    a.free(ps.pop())
+    ps += [a.malloc(25 * MiB, 0), a.malloc(5 * MiB, 0)]
+    try:
+        yield a.sorted_stats()
+    finally:
+        for p in ps:
+            a.free(p)
+
+
 def abbreviate(table: str) -> str:
     return "".join(line for line in table.splitlines(keepends=True) if "from " not in line)
 
@@ -300,6 +352,12 @@ def test_summary_at_the_edges_of_the_units_is_torchs() -> None:
     assert summary_lines(text, "cuda", 3) == TORCH_HUGE_SUMMARY.splitlines()
     assert summary_lines(format_summary(huge_stats(), 3, "cuda", abbreviated=True), "cuda", 3) \
         == abbreviate(TORCH_HUGE_SUMMARY).splitlines()
+
+
+def test_summary_of_oversize_blocks_is_torchs() -> None:
+    with oversize_stats() as st:
+        text = format_summary(st, 0, "cpu", abbreviated=True)
+    assert summary_lines(text, "cpu", 0) == TORCH_OVERSIZE_SUMMARY.splitlines()
 
 
 def test_summary_of_a_device_that_never_allocated_is_torchs_zero_table() -> None:
@@ -382,8 +440,8 @@ TORCH_DEFAULT_SETTINGS: dict[str, Any] = {
     ("pinned_max_round_threshold_mb:0,pinned_max_cached_size_mb:17592186044415",
      {"max_round_threshold": 0, "max_cached_size": -MiB}),       # clamped, then int64
     ("pinned_max_round_threshold_mb:99999999999999999", {"max_round_threshold": -MiB}),
-    ("max_split_size_mb:300,roundup_power2_divisions:[256:4,>:8],expandable_segments:True,"
-     "garbage_collection_threshold:0.5",
+    (("max_split_size_mb:300,roundup_power2_divisions:[256:4,>:8],expandable_segments:True,"
+      "garbage_collection_threshold:0.5"),
      {"max_split_size": 300 * MiB, "garbage_collection_threshold": 0.5,
       "expandable_segments": True,
       "roundup_power2_divisions": {str(1 << k): 4 if k <= 8 else 8 for k in range(16)}}),
@@ -557,6 +615,8 @@ def test_torch_memory_summary_reads_accelrt_stats_torch() -> None:
         assert torch_summary(tm, memory.memory_stats(f"{name}:0"), 0, False) == \
             TORCH_WORKLOAD_SUMMARY
     assert torch_summary(tm, huge_stats(), 3, False) == TORCH_HUGE_SUMMARY
+    with oversize_stats() as st:
+        assert torch_summary(tm, st, 0, True) == TORCH_OVERSIZE_SUMMARY
     assert torch_summary(tm, dict.fromkeys(FLAT_KEYS, 0), 1, True) == TORCH_ZERO_SUMMARY
 
 
