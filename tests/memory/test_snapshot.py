@@ -30,7 +30,8 @@ BLOCK_KEYS = {"address", "size", "requested_size", "state", "frames"}
 SETTINGS_KEYS = {"PYTORCH_CUDA_ALLOC_CONF", "max_split_size", "garbage_collection_threshold",
                  "expandable_segments", "pinned_num_register_threads",
                  "release_lock_on_cudamalloc", "pinned_use_cuda_host_register",
-                 "graph_capture_record_stream_reuse", "roundup_power2_divisions"}
+                 "graph_capture_record_stream_reuse", "max_round_threshold",
+                 "max_cached_size", "roundup_power2_divisions"}      # torch 2.14.1's
 
 
 
@@ -62,7 +63,8 @@ def test_full_snapshot_structure(dev: str) -> None:
     live = _workload(dev)
     snap = memory._snapshot(dev)
     assert set(snap) == {"segments", "device_traces", "allocator_settings",
-                         "external_annotations", "library_roots"}
+                         "external_annotations", "host_segments", "host_traces",
+                         "library_roots"}        # torch 2.14.1's keys and library_roots
     _walk_plain(snap)
     assert len(snap["device_traces"]) == 2 and snap["device_traces"][1] == []
     segs = snap["segments"]
@@ -178,6 +180,7 @@ def test_build_snapshot_without_allocators() -> None:
     snap = build_snapshot(None, [None, None, None], {"k": 1})
     assert snap == {"segments": [], "device_traces": [[], [], []],
                     "allocator_settings": {"k": 1}, "external_annotations": [],
+                    "host_segments": [], "host_traces": [],
                     "library_roots": list(library_roots())}
 
 

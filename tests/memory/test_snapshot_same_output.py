@@ -178,7 +178,8 @@ def test_traces_equal_the_plain_copy_and_share_nothing() -> None:
     # the previous code's result, key order and exact types included
     assert _shape(got) == _shape(ref)
     assert list(snap) == ["segments", "device_traces", "allocator_settings",
-                          "external_annotations", "library_roots"]
+                          "external_annotations", "host_segments", "host_traces",
+                          "library_roots"]
     assert type(got[0][-1]["user_metadata"]) is dict
     ids = [id(f) for e in got[0] for f in e["frames"]] + [id(e["frames"]) for e in got[0]]
     internal = [id(f) for e in a._history.trace for f in e["frames"]] + [id(e["frames"])

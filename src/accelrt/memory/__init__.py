@@ -540,6 +540,10 @@ def _settings_dict() -> dict[str, Any]:
         "release_lock_on_cudamalloc": cfg.release_lock_on_malloc,
         "pinned_use_cuda_host_register": cfg.pinned_use_host_register,
         "graph_capture_record_stream_reuse": cfg.graph_capture_record_stream_reuse,
+        # torch 2.14's names for the pinned host pool's pinned_max_round_threshold_mb and
+        # pinned_max_cached_size_mb, in bytes (-1: no limit)
+        "max_round_threshold": reported_size(cfg.pinned_max_round_threshold),
+        "max_cached_size": reported_size(cfg.pinned_max_cached_size),
         "roundup_power2_divisions": {str(1 << k): d for k, d in
                                      enumerate(cfg.roundup_power2_divisions)},
     }
@@ -550,16 +554,18 @@ def _snapshot(device: DeviceLike = None, augment_with_fx_traces: bool = False
     """The full snapshot of the device's backend: every device's segments and trace.
 
     Returns a plain dict ``{"segments", "device_traces", "allocator_settings",
-    "external_annotations", "library_roots"}`` in PyTorch's format (see
-    ``accelrt.memory._snapshot``; ``library_roots`` is accelrt's addition).
+    "external_annotations", "host_segments", "host_traces", "library_roots"}`` in PyTorch
+    2.14's format (see ``accelrt.memory._snapshot``; the pinned host pool's history,
+    ``host_segments`` and ``host_traces``, is not recorded, so they are empty;
+    ``library_roots`` is accelrt's addition).
     ``augment_with_fx_traces`` (torch 2.14's) must be ``False``: accelrt runs no torch.fx
     code (``True`` is a ``ValueError``).
 
     Example::
 
         >>> from accelrt import memory
-        >>> sorted(memory._snapshot("cpu"))
-        ['allocator_settings', 'device_traces', 'external_annotations', 'library_roots', 'segments']
+        >>> list(memory._snapshot("cpu"))
+        ['segments', 'device_traces', 'allocator_settings', 'external_annotations', 'host_segments', 'host_traces', 'library_roots']
     """
     _torch_only(augment_with_fx_traces=augment_with_fx_traces)
     b, _ = _get_device(device)

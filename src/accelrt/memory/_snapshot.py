@@ -7,6 +7,7 @@ A snapshot is a plain dict (only dicts, lists, tuples, str, int, float, bool and
      "device_traces": [[TraceEntry, ...], ...],   # one list per device, oldest first
      "allocator_settings": {...},           # PYTORCH_CUDA_ALLOC_CONF-style settings
      "external_annotations": [],
+     "host_segments": [], "host_traces": [],   # torch 2.14's pinned host history: not recorded
      "library_roots": [str, ...]}           # accelrt's addition (see below)
 
 Segment keys: ``device, address, total_size, allocated_size, active_size, requested_size,
@@ -214,7 +215,8 @@ def build_snapshot(backend: Any, allocators: list[Any | None],
 
     Returns:
         A plain dict: ``segments`` (all devices, by address), ``device_traces`` (one list per
-        device), ``allocator_settings``, ``external_annotations``, ``library_roots``.
+        device), ``allocator_settings``, ``external_annotations``, ``host_segments`` and
+        ``host_traces`` (empty), ``library_roots``.
 
     Example::
 
@@ -242,6 +244,10 @@ def build_snapshot(backend: Any, allocators: list[Any | None],
             "device_traces": traces,
             "allocator_settings": to_plain(settings, "snapshot['allocator_settings']"),
             "external_annotations": [],
+            # torch 2.14's pinned host pool history, which accelrt does not record
+            # (record_memory_history refuses record_pinned_host_memory=True)
+            "host_segments": [],
+            "host_traces": [],
             "library_roots": list(library_roots()),
         }
     return snap
