@@ -18,6 +18,7 @@ import os
 import re
 import threading
 import warnings
+import weakref
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from . import _backend
@@ -395,6 +396,29 @@ def device_count() -> int:
 
 # ---------------------------------------------------------------------- per-thread device
 
+class _Streams:
+    """One thread's current streams and open ``with stream:`` blocks (the containers of its
+    :class:`_ThreadState`), listed in :data:`_all_streams` while the thread lives: what
+    ``Stream.close()`` reads to refuse closing a stream that any thread still uses."""
+
+    __slots__ = ("__weakref__", "entered", "stream")
+
+    def __init__(self, stream: dict[tuple[str, int], Any],
+                 entered: list[tuple[Any, int, Any]]) -> None:
+        self.stream = stream
+        self.entered = entered
+
+
+#: Every live thread's :class:`_Streams`, weakly: a thread's state, and so its entry, goes when
+#: the thread ends. (Keys of a dict, not a ``WeakSet``: ``list()`` of a dict is one step that
+#: another thread adding its entry cannot interrupt.)
+_all_streams: dict[weakref.ref[_Streams], None] = {}
+
+
+def _forget_streams(ref: weakref.ref[_Streams]) -> None:
+    _all_streams.pop(ref, None)
+
+
 class _ThreadState(threading.local):
     """Per-thread runtime state (each thread starts on device 0 with default streams)."""
 
@@ -418,6 +442,9 @@ class _ThreadState(threading.local):
         self.hot = (self.device, self.stream, self.inited)
         self.enter = (self.device, self.stream, self.entered)
         self.switch = (self.device, self.switched)
+        # this thread's entry of _all_streams, alive as long as the thread's state
+        self.streams = _Streams(self.stream, self.entered)
+        _all_streams[weakref.ref(self.streams, _forget_streams)] = None
 
 
 _tls = _ThreadState()
