@@ -65,8 +65,9 @@ class device:
 
     Raises:
         TypeError: the argument types are wrong.
-        ValueError: the string is malformed, the index is negative, or an index is given
-            twice.
+        ValueError: (an :class:`~accelrt.AcceleratorValueError`, also the ``RuntimeError``
+            PyTorch raises) the string is malformed, the index is negative, or an index is
+            given twice.
         BackendUnavailableError: the string names no registered backend (the message lists
             them: ``"gpu:0"``, ``"cuda0"`` and ``"CPU:0"`` fail here, with a suggestion).
 
@@ -105,8 +106,9 @@ class device:
             if typ not in _known_types:
                 _check_type(typ, type_or_str)
             if idx is not None and index is not None:
-                raise ValueError(f"type (string) must not include an index because index was "
-                                 f"passed explicitly: {type_or_str}")
+                raise AcceleratorValueError(   # torch.device's RuntimeError, and a ValueError
+                    f"type (string) must not include an index because index was passed "
+                    f"explicitly: {type_or_str}")
             if index is not None:
                 idx = index
         else:
@@ -214,18 +216,21 @@ def _parse(s: str) -> tuple[str, int | None]:
         return hit
     m = _DEVICE_RE.fullmatch(s)
     shown = s if len(s) <= 60 else s[:57] + "..."
+    # AcceleratorValueError: PyTorch's c10::Device parser raises RuntimeError, and a
+    # ValueError is what a bad value is here
     if m is None:
-        raise ValueError(f"Invalid device string: {shown!r}; expected 'type' or 'type:index' "
-                         "with an index of ASCII digits, e.g. 'cuda:0' or 'cpu'")
+        raise AcceleratorValueError(
+            f"Invalid device string: {shown!r}; expected 'type' or 'type:index' with an index "
+            "of ASCII digits, e.g. 'cuda:0' or 'cpu'")
     typ, rest = m.group(1), m.group(2)
     idx: int | None = None
     if rest is not None:
         if len(rest) > 1 and rest[0] == "0":
-            raise ValueError(f"Invalid device string: {shown!r}; the index after ':' must not "
-                             "have leading zeros, e.g. 'cuda:1'")
+            raise AcceleratorValueError(f"Invalid device string: {shown!r}; the index after "
+                                        "':' must not have leading zeros, e.g. 'cuda:1'")
         if len(rest) > _MAX_INDEX_DIGITS:
-            raise ValueError(f"Could not parse device index {rest[:20] + '...'!r} in device "
-                             f"string {shown!r}: it is too large")
+            raise AcceleratorValueError(f"Could not parse device index {rest[:20] + '...'!r} "
+                                        f"in device string {shown!r}: it is too large")
         idx = int(rest)
     if len(_parse_cache) < 1024:
         _parse_cache[s] = (typ, idx)

@@ -140,3 +140,30 @@ def test_close_refuses_a_stream_whose_device_module_view_is_current(two: str) ->
     acc.set_stream(previous)
     s.close()
     assert view.is_closed
+
+
+# ---------------------------------------------------------------------- constructor forms
+
+# torch 2.14.1: torch.Stream(s) / torch.Event(s) / torch.device(s) for a malformed device
+# string raise RuntimeError ("Device string must not be empty", "Invalid device string:
+# 'cpu:x'", "Could not parse device index '99999999999999999999' in device string ...")
+@pytest.mark.parametrize("text", ["", "cpu:x", "cpu:-1", "cpu:01", "cpu:", ":0", "cpu:0:1",
+                                  "cpu:99999999999999999999"])
+@pytest.mark.parametrize("make", [acc.Stream, acc.Event, acc.cpu.Stream, acc.device],
+                         ids=["Stream", "Event", "cpu.Stream", "device"])
+def test_a_malformed_device_string_is_pytorchs_runtime_error(make: Callable[[str], Any],
+                                                             text: str) -> None:
+    # regression: a plain ValueError, which `except RuntimeError` (torch's class) missed
+    with pytest.raises(RuntimeError, match=r"^(Invalid device string|Could not parse device "
+                                           r"index)") as info:
+        make(text)
+    assert isinstance(info.value, ValueError)   # `except ValueError` still works
+
+
+def test_an_index_given_twice_is_pytorchs_runtime_error() -> None:
+    # torch 2.14.1: torch.device("cpu:0", 0) raises RuntimeError "type (string) must not
+    # include an index because index was passed explicitly: cpu:0"
+    with pytest.raises(RuntimeError, match=r"^type \(string\) must not include an index because "
+                                           r"index was passed explicitly: cpu:0$") as info:
+        acc.device("cpu:0", 0)
+    assert isinstance(info.value, ValueError)
