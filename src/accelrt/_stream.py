@@ -184,21 +184,21 @@ def _initialized(obj: object) -> bool:
 
 
 def _user(s: Stream) -> str | None:
-    """Which thread uses ``s`` (or a device module's view of it) as a current stream, for
-    :meth:`Stream.close`: ``"this thread"`` or ``"another thread"`` if a thread made it current
-    (:func:`set_stream`, ``with``) or will make it current again at the end of a ``with`` block
-    it is in; else None."""
+    """Which thread uses ``s`` as a current stream, for :meth:`Stream.close`: ``"this
+    thread"`` or ``"another thread"`` if a thread made a stream equal to it (``s`` itself, a
+    device module's view of it, an object wrapping its handle) current with :func:`set_stream`
+    or ``with``, or will make one current again at the end of a ``with`` block it is in; else
+    None."""
     key = s._key
     for ref in list(_dev._all_streams):   # list(): one step, while threads come and go
         st = ref()
         if st is None:
             continue
         cur = st.stream.get(key)
-        found = cur is not None and (cur is s or cur._origin is s)
+        found = cur is not None and cur == s
         if not found and st.entered:
             # (stream entered, previous device, previous stream that the exit restores)
-            found = any(x is s or (x is not None and x._origin is s)
-                        for e in list(st.entered) for x in (e[0], e[2]))
+            found = any(x is not None and x == s for e in list(st.entered) for x in (e[0], e[2]))
         if found:
             return "this thread" if st is _tls.streams else "another thread"
     return None
@@ -533,11 +533,12 @@ class Stream(_StreamCore):
         ``contextlib.closing(stream)`` for a block that closes it.
 
         Raises:
-            AcceleratorError: the stream (or a device module's view of it) is a current
-                stream of any thread (:func:`set_stream`, ``with stream:``) or becomes one again
-                when a ``with`` block that thread is in ends, or a graph capture is recording
-                its work; leave or end that first (closing would let its handle serve another
-                stream while still in use).
+            AcceleratorError: the stream, or a stream equal to it (a device module's view,
+                a wrapper of its handle), is a current stream of any thread
+                (:func:`set_stream`, ``with stream:``) or becomes one again when a ``with``
+                block that thread is in ends, or a graph capture is recording its work; leave
+                or end that first (closing would let its handle serve another stream while
+                still in use).
 
         Example::
 

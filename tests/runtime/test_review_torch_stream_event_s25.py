@@ -142,6 +142,20 @@ def test_close_refuses_a_stream_whose_device_module_view_is_current(two: str) ->
     assert view.is_closed
 
 
+def test_close_refuses_a_stream_whose_wrapper_is_current(two: str) -> None:
+    # a non-owning wrapper of the handle (Stream(stream_id=...)) is the same stream (equal, as
+    # torch.Stream objects of one id are): while it is current, the handle is in use
+    s = acc.Stream(f"{two}:1")
+    w = acc.Stream(stream_id=s.stream_id, device_index=1, device_type=two)
+    previous = acc.current_stream(f"{two}:1")
+    acc.set_stream(w)
+    with pytest.raises(acc.AcceleratorError, match="current stream of rvtse25:1 .this thread."):
+        s.close()
+    acc.set_stream(previous)
+    s.close()
+    assert w != s and not w.is_closed   # the wrapper is not closed (it owns nothing)
+
+
 # ---------------------------------------------------------------------- constructor forms
 
 # torch 2.14.1: torch.Stream(s) / torch.Event(s) / torch.device(s) for a malformed device
