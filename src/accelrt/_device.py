@@ -116,7 +116,7 @@ class device:
         if idx is not None and type(idx) is not int:
             idx = _plain_int(idx)        # its value, whatever its comparisons say
         if idx is not None and idx < 0:
-            raise AcceleratorValueError(f"Device index must not be negative, got {idx}")
+            raise _negative_index(idx)
         object.__setattr__(self, "_type", typ)
         object.__setattr__(self, "_index", idx)
 
@@ -609,6 +609,12 @@ def _plain_int(value: int) -> int:
     return value if type(value) is int else int.__index__(value)
 
 
+def _negative_index(index: int) -> AcceleratorValueError:
+    """The error of a negative device index where one is not allowed: PyTorch's RuntimeError
+    text ("Device index must not be negative"), also a ``ValueError``."""
+    return AcceleratorValueError(f"Device index must not be negative, got {index}")
+
+
 def _check_index(b: Backend, index: int) -> int:
     """``index`` as a plain int (:func:`_plain_int`: an int subclass is compared by its value,
     not by its own operators) if it is below ``b``'s device count.
@@ -691,7 +697,7 @@ def _get_device(dev: DeviceLike, *, optional: bool = True,
         b = backend if backend is not None else _require_current()
         index = dev if type(dev) is int else _plain_int(dev)
         if index < 0:
-            raise AcceleratorValueError(f"Device index must not be negative, got {index}")
+            raise _negative_index(index)
         return b, _check_index(b, index)
     key: object = dev
     if isinstance(dev, str):
