@@ -333,7 +333,7 @@ def test_stream_equality_hash_bool_and_order(two: str) -> None:
     # bool() is True, equal streams (same type, index and id) hash equal
     s = acc.Stream(f"{two}:0")
     w = acc.Stream(stream_id=s.stream_id, device_index=0, device_type=two)
-    assert s == w and not s != w and hash(s) == hash(w) and {s, w} == {s}
+    assert s == w and (s != w) is False and hash(s) == hash(w) and {s, w} == {s}
     assert (s == None) is False and (s != None) is True  # noqa: E711
     assert (s == 5) is False and (s != "x") is True and bool(s) is True
     for compare in (lambda: s < w, lambda: s <= w, lambda: s > w, lambda: s >= w):
