@@ -18,6 +18,7 @@ import os
 import re
 import threading
 import warnings
+import weakref
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from . import _backend
@@ -64,8 +65,9 @@ class device:
 
     Raises:
         TypeError: the argument types are wrong.
-        ValueError: the string is malformed, the index is negative, or an index is given
-            twice.
+        ValueError: (an :class:`~accelrt.AcceleratorValueError`, also the ``RuntimeError``
+            PyTorch raises) the string is malformed, the index is negative, or an index is
+            given twice.
         BackendUnavailableError: the string names no registered backend (the message lists
             them: ``"gpu:0"``, ``"cuda0"`` and ``"CPU:0"`` fail here, with a suggestion).
 
@@ -104,8 +106,9 @@ class device:
             if typ not in _known_types:
                 _check_type(typ, type_or_str)
             if idx is not None and index is not None:
-                raise ValueError(f"type (string) must not include an index because index was "
-                                 f"passed explicitly: {type_or_str}")
+                raise AcceleratorValueError(   # torch.device's RuntimeError, and a ValueError
+                    f"type (string) must not include an index because index was passed "
+                    f"explicitly: {type_or_str}")
             if index is not None:
                 idx = index
         else:
@@ -113,7 +116,7 @@ class device:
         if idx is not None and type(idx) is not int:
             idx = _plain_int(idx)        # its value, whatever its comparisons say
         if idx is not None and idx < 0:
-            raise AcceleratorValueError(f"Device index must not be negative, got {idx}")
+            raise _negative_index(idx)
         object.__setattr__(self, "_type", typ)
         object.__setattr__(self, "_index", idx)
 
@@ -213,18 +216,21 @@ def _parse(s: str) -> tuple[str, int | None]:
         return hit
     m = _DEVICE_RE.fullmatch(s)
     shown = s if len(s) <= 60 else s[:57] + "..."
+    # AcceleratorValueError: PyTorch's c10::Device parser raises RuntimeError, and a
+    # ValueError is what a bad value is here
     if m is None:
-        raise ValueError(f"Invalid device string: {shown!r}; expected 'type' or 'type:index' "
-                         "with an index of ASCII digits, e.g. 'cuda:0' or 'cpu'")
+        raise AcceleratorValueError(
+            f"Invalid device string: {shown!r}; expected 'type' or 'type:index' with an index "
+            "of ASCII digits, e.g. 'cuda:0' or 'cpu'")
     typ, rest = m.group(1), m.group(2)
     idx: int | None = None
     if rest is not None:
         if len(rest) > 1 and rest[0] == "0":
-            raise ValueError(f"Invalid device string: {shown!r}; the index after ':' must not "
-                             "have leading zeros, e.g. 'cuda:1'")
+            raise AcceleratorValueError(f"Invalid device string: {shown!r}; the index after "
+                                        "':' must not have leading zeros, e.g. 'cuda:1'")
         if len(rest) > _MAX_INDEX_DIGITS:
-            raise ValueError(f"Could not parse device index {rest[:20] + '...'!r} in device "
-                             f"string {shown!r}: it is too large")
+            raise AcceleratorValueError(f"Could not parse device index {rest[:20] + '...'!r} "
+                                        f"in device string {shown!r}: it is too large")
         idx = int(rest)
     if len(_parse_cache) < 1024:
         _parse_cache[s] = (typ, idx)
@@ -395,6 +401,29 @@ def device_count() -> int:
 
 # ---------------------------------------------------------------------- per-thread device
 
+class _Streams:
+    """One thread's current streams and open ``with stream:`` blocks (the containers of its
+    :class:`_ThreadState`), listed in :data:`_all_streams` while the thread lives: what
+    ``Stream.close()`` reads to refuse closing a stream that any thread still uses."""
+
+    __slots__ = ("__weakref__", "entered", "stream")
+
+    def __init__(self, stream: dict[tuple[str, int], Any],
+                 entered: list[tuple[Any, int, Any]]) -> None:
+        self.stream = stream
+        self.entered = entered
+
+
+#: Every live thread's :class:`_Streams`, weakly: a thread's state, and so its entry, goes when
+#: the thread ends. (Keys of a dict, not a ``WeakSet``: ``list()`` of a dict is one step that
+#: another thread adding its entry cannot interrupt.)
+_all_streams: dict[weakref.ref[_Streams], None] = {}
+
+
+def _forget_streams(ref: weakref.ref[_Streams]) -> None:
+    _all_streams.pop(ref, None)
+
+
 class _ThreadState(threading.local):
     """Per-thread runtime state (each thread starts on device 0 with default streams)."""
 
@@ -418,6 +447,9 @@ class _ThreadState(threading.local):
         self.hot = (self.device, self.stream, self.inited)
         self.enter = (self.device, self.stream, self.entered)
         self.switch = (self.device, self.switched)
+        # this thread's entry of _all_streams, alive as long as the thread's state
+        self.streams = _Streams(self.stream, self.entered)
+        _all_streams[weakref.ref(self.streams, _forget_streams)] = None
 
 
 _tls = _ThreadState()
@@ -577,6 +609,12 @@ def _plain_int(value: int) -> int:
     return value if type(value) is int else int.__index__(value)
 
 
+def _negative_index(index: int) -> AcceleratorValueError:
+    """The error of a negative device index where one is not allowed: PyTorch's RuntimeError
+    text ("Device index must not be negative"), also a ``ValueError``."""
+    return AcceleratorValueError(f"Device index must not be negative, got {index}")
+
+
 def _check_index(b: Backend, index: int) -> int:
     """``index`` as a plain int (:func:`_plain_int`: an int subclass is compared by its value,
     not by its own operators) if it is below ``b``'s device count.
@@ -659,7 +697,7 @@ def _get_device(dev: DeviceLike, *, optional: bool = True,
         b = backend if backend is not None else _require_current()
         index = dev if type(dev) is int else _plain_int(dev)
         if index < 0:
-            raise AcceleratorValueError(f"Device index must not be negative, got {index}")
+            raise _negative_index(index)
         return b, _check_index(b, index)
     key: object = dev
     if isinstance(dev, str):

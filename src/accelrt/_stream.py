@@ -183,6 +183,27 @@ def _initialized(obj: object) -> bool:
     return len(gc.get_referents(obj)) > 1
 
 
+def _user(s: Stream) -> str | None:
+    """Which thread uses ``s`` as a current stream, for :meth:`Stream.close`: ``"this
+    thread"`` or ``"another thread"`` if a thread made a stream equal to it (``s`` itself, a
+    device module's view of it, an object wrapping its handle) current with :func:`set_stream`
+    or ``with``, or will make one current again at the end of a ``with`` block it is in; else
+    None."""
+    key = s._key
+    for ref in list(_dev._all_streams):   # list(): one step, while threads come and go
+        st = ref()
+        if st is None:
+            continue
+        cur = st.stream.get(key)
+        found = cur is not None and cur == s
+        if not found and st.entered:
+            # (stream entered, previous device, previous stream that the exit restores)
+            found = any(x is not None and x == s for e in list(st.entered) for x in (e[0], e[2]))
+        if found:
+            return "this thread" if st is _tls.streams else "another thread"
+    return None
+
+
 def _pool(b: Backend, index: int) -> _DevicePool:
     with _pools_lock:
         per = _pools.setdefault(b, {})
@@ -512,10 +533,12 @@ class Stream(_StreamCore):
         ``contextlib.closing(stream)`` for a block that closes it.
 
         Raises:
-            AcceleratorError: the stream is the calling thread's current stream, a thread is
-                inside ``with stream:``, or a graph capture is recording its work; leave or
-                end that first (closing would let its handle serve another stream while still
-                in use).
+            AcceleratorError: the stream, or a stream equal to it (a device module's view,
+                a wrapper of its handle), is a current stream of any thread
+                (:func:`set_stream`, ``with stream:``) or becomes one again when a ``with``
+                block that thread is in ends, or a graph capture is recording its work; leave
+                or end that first (closing would let its handle serve another stream while
+                still in use).
 
         Example::
 
@@ -539,10 +562,11 @@ class Stream(_StreamCore):
         with _close_lock:   # two threads closing at once must not pool the handle twice
             if self._closed or _defaults.get(key) is self:
                 return   # closed already, or the shared default stream object: never closed
-            if _tls.stream.get(key) is self or self._entered:
+            user = _user(self)
+            if user is not None:
                 raise AcceleratorError(
-                    f"cannot close the current stream of {key[0]}:{key[1]}: leave 'with "
-                    "stream:' or make another stream current with set_stream() first")
+                    f"cannot close the current stream of {key[0]}:{key[1]} ({user}): leave "
+                    "'with stream:' or make another stream current with set_stream() first")
             self._closed = True
             free, self._free = self._free, None
         if free is None:

@@ -60,16 +60,15 @@ class _Key(NamedTuple):
 class _StreamCore:
     """The fields of :class:`accelrt.Stream` and its argument-free hot methods.
 
-    Fields: ``_key`` is (backend name, device index); ``_entered`` counts the open ``with
-    stream:`` blocks of all threads (each thread keeps its own stack of them,
-    ``_ThreadState.entered``); ``_free`` (the pool list an owned handle returns to) is None for
-    foreign streams and once closed; ``_closed`` is True after ``close()``; ``_origin`` is the
-    stream a device module's view stands for (None otherwise), read by the closed checks of
-    the hot paths so that a view also checks what it views.
+    Fields: ``_key`` is (backend name, device index); ``_free`` (the pool list an owned handle
+    returns to) is None for foreign streams and once closed; ``_closed`` is True after
+    ``close()``; ``_origin`` is the stream a device module's view stands for (None otherwise),
+    read by the closed checks of the hot paths so that a view also checks what it views. The
+    open ``with stream:`` blocks live in the entering thread's state
+    (``_ThreadState.entered``), not on the object.
     """
 
-    __slots__ = ("_b", "_closed", "_entered", "_free", "_handle", "_index", "_key", "_origin",
-                 "_priority")
+    __slots__ = ("_b", "_closed", "_free", "_handle", "_index", "_key", "_origin", "_priority")
 
     _b: Backend
     _index: int
@@ -79,7 +78,6 @@ class _StreamCore:
     _closed: bool
     _origin: _StreamCore | None
     _key: _Key
-    _entered: int
 
     def _set(self, b: Backend, key: _Key, handle: StreamHandle, priority: int,
              free: list[StreamHandle] | None) -> None:
@@ -93,7 +91,6 @@ class _StreamCore:
         self._closed = False
         self._origin = None
         self._key = key
-        self._entered = 0
 
     @classmethod
     def _view(cls: type[_S], s: _StreamCore) -> _S:
@@ -106,7 +103,7 @@ class _StreamCore:
         # in the pure build (31.8 vs 28.2 calls, bench_runtime_calls, same run)
         v: _S = cast("Any", cls).__new__(cls)   # mypyc: no typed __new__
         v._b, v._index, v._handle, v._key = s._b, s._index, s._handle, s._key
-        v._priority, v._free, v._closed, v._entered = s._priority, None, s._closed, 0
+        v._priority, v._free, v._closed = s._priority, None, s._closed
         v._origin = s if s._free is not None else None
         return v
 
@@ -146,7 +143,6 @@ class _StreamCore:
         entered.append((self, devs.get(name, 0), streams.get(key)))
         streams[key] = self
         devs[name] = key[1]
-        self._entered += 1
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -155,7 +151,6 @@ class _StreamCore:
             _, prev_dev, prev_stream = entered.pop()
         else:   # blocks left out of order: this stream's innermost block of this thread
             _, prev_dev, prev_stream = entered.pop(self._innermost(entered))
-        self._entered -= 1
         key = self._key
         if prev_stream is None:
             if key in streams:

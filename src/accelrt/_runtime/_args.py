@@ -27,7 +27,7 @@ from .. import _backend
 from .. import _device as _dev
 from .._device import _check_index, _plain_int, _tls
 
-__all__ = ["expected", "index_of", "resolve", "typed"]
+__all__ = ["current_if_negative", "expected", "index_of", "resolve", "typed"]
 
 
 def expected(name: str, got: object) -> ValueError:
@@ -74,12 +74,31 @@ def typed(name: str, device: Any) -> _dev.device | int | None:
     return d
 
 
+def current_if_negative(name: str, device: Any, *, only: int | None = None
+                        ) -> _dev.device | int | None:
+    """``device`` checked by :func:`typed` for backend ``name``, with a negative index read as
+    ``None``, the backend's current device: any negative index, as ``torch.cuda.Stream``,
+    ``ExternalStream`` and ``synchronize`` read it (through ``torch.cuda.device``, a no-op for
+    one), or with ``only=-1`` that index only, as c10's ``getCurrentCUDAStream(-1)`` reads it
+    (another negative index stays, for :func:`index_of` to refuse).
+
+    Example::
+
+        >>> from accelrt._runtime._args import current_if_negative
+        >>> current_if_negative("cpu", -3), current_if_negative("cpu", -3, only=-1)
+        (None, -3)
+    """
+    d = typed(name, device)
+    return None if isinstance(d, int) and d < 0 and only in (None, d) else d
+
+
 def index_of(b: _backend.Backend, d: _dev.device | int | None) -> int:
     """A checked device index of ``b`` for a :func:`typed` argument (``None`` or a device
     without an index: the backend's current device).
 
     Raises:
-        ValueError: a negative index.
+        ValueError: (an :class:`~accelrt.AcceleratorValueError`, PyTorch's RuntimeError too)
+            a negative index.
         IndexError: the index is out of range.
 
     Example::
@@ -93,7 +112,7 @@ def index_of(b: _backend.Backend, d: _dev.device | int | None) -> int:
         return _tls.device.get(b.name, 0)
     if isinstance(d, int):
         if d < 0:
-            raise ValueError(f"device index must not be negative, got {d}")
+            raise _dev._negative_index(d)
         return _check_index(b, d)
     if d.index is None:
         return _tls.device.get(b.name, 0)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from .. import _backend, _event, _stream
 from .. import _device as _dev
 from .._device import _tls
-from ._args import _DeviceContext, expected, resolve, typed
+from ._args import _DeviceContext, current_if_negative, expected, resolve, typed
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -87,14 +87,6 @@ class Event(_event.Event):
         return self.event_id
 
 
-def _current_if_negative(name: str, device: Any) -> _dev.device | int | None:
-    """``device`` checked by :func:`typed` for backend ``name``, with a negative index read as
-    ``None`` (the backend's current device), as ``torch.cuda.Stream`` and
-    ``torch.cuda.ExternalStream`` read it (through ``torch.cuda.device``, a no-op for one)."""
-    d = typed(name, device)
-    return None if isinstance(d, int) and d < 0 else d
-
-
 class Stream(_stream.Stream):
     """Base of the ``Stream`` class of every device module (``accelrt.cuda.Stream`` is a
     subclass fixed to the cuda backend): an :class:`accelrt.Stream` whose ``int`` device means
@@ -128,7 +120,7 @@ class Stream(_stream.Stream):
         name = self._backend_name
         if name is not None and stream_id is None and device_index is None \
                 and device_type is None:
-            device = _current_if_negative(name, device)
+            device = current_if_negative(name, device)
         super().__init__(device, priority=priority, stream_id=stream_id,
                          device_index=device_index, device_type=device_type)
 
@@ -243,7 +235,7 @@ class ExternalStream(Stream):
         if name is None:
             b, index = _dev._get_device_of(device, None)
         else:
-            b, index = resolve(name, _current_if_negative(name, device))
+            b, index = resolve(name, current_if_negative(name, device))
         super().__init__(stream_id=stream_ptr, device_index=index, device_type=b.name)
 
 

@@ -20,7 +20,7 @@ from .. import _device as _dev
 from .. import _sync_debug as _sd
 from .._device import _lazy_init, _tls
 from .._errors import BackendUnavailableError
-from ._args import index_of, typed
+from ._args import current_if_negative, index_of, typed
 from ._classes import Event, ExternalStream, Stream, StreamContext, device, device_of
 from ._memory import MemoryFunctions, MemoryModule
 from ._random import RandomFunctions, RandomModule
@@ -189,8 +189,8 @@ class DeviceModule(MemoryFunctions, RandomFunctions, Generic[_S, _E]):
 
     # ------------------------------------------------------------------ streams
     def current_stream(self, device: DeviceLike = None) -> _S:
-        """The calling thread's current stream of a device (the current one by default), as
-        an object of the module's ``Stream`` class.
+        """The calling thread's current stream of a device (the current one by default, or for
+        ``-1``, as in ``torch.cuda``), as an object of the module's ``Stream`` class.
 
         Example::
 
@@ -198,11 +198,12 @@ class DeviceModule(MemoryFunctions, RandomFunctions, Generic[_S, _E]):
             >>> acc.cpu.current_stream()
             <accelrt.cpu.Stream device=cpu:0 stream_id=0x0 priority=0>
         """
-        b, index = self._resolve(device)
+        b, index = self._resolve(current_if_negative(self.name, device, only=-1))
         return self.Stream._view(_stream._current(b, index))
 
     def default_stream(self, device: DeviceLike = None) -> _S:
-        """The default stream of a device (the current one by default).
+        """The default stream of a device (the current one by default, or for ``-1``, as in
+        ``torch.cuda``).
 
         Example::
 
@@ -210,7 +211,7 @@ class DeviceModule(MemoryFunctions, RandomFunctions, Generic[_S, _E]):
             >>> acc.cpu.default_stream() == acc.cpu.current_stream()
             True
         """
-        b, index = self._resolve(device)
+        b, index = self._resolve(current_if_negative(self.name, device, only=-1))
         return self.Stream._view(_stream._default(b, (b.name, index)))
 
     def set_stream(self, stream: _stream.Stream | None) -> None:
@@ -246,15 +247,16 @@ class DeviceModule(MemoryFunctions, RandomFunctions, Generic[_S, _E]):
         return self.StreamContext(stream)
 
     def synchronize(self, device: DeviceLike = None) -> None:
-        """Wait for all streams of a device (the current one by default); a no-op before the
-        device is initialised.
+        """Wait for all streams of a device (the current one by default, or for a negative
+        index, as ``torch.cuda.synchronize`` reads one); a no-op before the device is
+        initialised.
 
         Example::
 
             >>> import accelrt as acc
             >>> acc.cpu.synchronize()
         """
-        b, index = self._resolve(device)
+        b, index = self._resolve(current_if_negative(self.name, device))
         if _dev._is_initialized(b, index):
             b.synchronize(index)
             if _sd.active:
