@@ -113,8 +113,8 @@ class Array:
     Args:
         *size: the shape, as non-negative ints (``Array(2, 3)``) or one sequence of them
             (``Array((2, 3))``); ``size=`` also works.
-        dtype: a numpy dtype (bool, integer, floating or complex) the device supports;
-            keyword-only, as in PyTorch.
+        dtype: a numpy dtype (bool, integer, floating or complex) the device supports
+            (``None``: float32, PyTorch's default dtype); keyword-only, as in PyTorch.
         device: where to allocate (keyword-only); ``None`` is the default device
             (:func:`accelrt.get_default_device`: a ``with acc.device(...)`` block, else
             :func:`accelrt.set_default_device`, else the current device of the current
@@ -144,7 +144,7 @@ class Array:
     _b: Backend
     _index: int
 
-    def __init__(self, *size: SizeLike, dtype: DTypeLike = "float32", device: DeviceLike = None,
+    def __init__(self, *size: SizeLike, dtype: DTypeLike | None = "float32", device: DeviceLike = None,
                  **kw: SizeLike) -> None:
         init_array(self, *factory_args(size, kw, dtype, device, "Array"))
 

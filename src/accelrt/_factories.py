@@ -34,7 +34,7 @@ __all__ = ["asarray", "empty", "full", "ones", "zeros"]
 
 # ---------------------------------------------------------------------- factories
 
-def _pinned_new(shape: tuple[int, ...], dtype: DTypeLike, device: DeviceLike,
+def _pinned_new(shape: tuple[int, ...], dtype: DTypeLike | None, device: DeviceLike,
                 fname: str) -> np.ndarray:
     """A factory's ``pin_memory=True`` result: an uninitialised pinned host (numpy) array,
     pinned for the current accelerator (see :mod:`accelrt._pinned`)."""
@@ -43,23 +43,24 @@ def _pinned_new(shape: tuple[int, ...], dtype: DTypeLike, device: DeviceLike,
 
 
 @overload
-def empty(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
+def empty(*size: SizeLike, dtype: DTypeLike | None = ..., device: DeviceLike = ...,
           pin_memory: Literal[False] | None = ..., **kw: SizeLike) -> Array: ...
 @overload
-def empty(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
+def empty(*size: SizeLike, dtype: DTypeLike | None = ..., device: DeviceLike = ...,
           pin_memory: Literal[True], **kw: SizeLike) -> HostArray: ...
 @overload
-def empty(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
+def empty(*size: SizeLike, dtype: DTypeLike | None = ..., device: DeviceLike = ...,
           pin_memory: bool | None, **kw: SizeLike) -> Array | HostArray: ...
-def empty(*size: SizeLike, dtype: DTypeLike = "float32", device: DeviceLike = None,
+def empty(*size: SizeLike, dtype: DTypeLike | None = "float32", device: DeviceLike = None,
           pin_memory: bool | None = False, **kw: SizeLike) -> Array | HostArray:
     """An uninitialised array from the device's caching allocator (``torch.empty``).
 
     Args:
         *size: the shape, as non-negative ints (``empty(2, 3)``) or one sequence of them
             (``empty((2, 3))``, ``empty([2, 3])``); ``size=(2, 3)`` also works.
-        dtype: a numpy dtype (bool, integer, floating or complex); keyword-only (0.1's
-            ``empty(shape, dtype, device)`` still works, with a ``FutureWarning``).
+        dtype: a numpy dtype (bool, integer, floating or complex); ``None`` is float32,
+            PyTorch's default dtype; keyword-only (0.1's ``empty(shape, dtype, device)``
+            still works, with a ``FutureWarning``).
         device: where to allocate (keyword-only); ``None`` is the default device
             (:func:`accelrt.get_default_device`).
         pin_memory: return a pinned host array instead: a ``numpy.ndarray`` in the pinned
@@ -101,15 +102,15 @@ def _memset0(out: Array) -> Array:
 
 
 @overload
-def zeros(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
+def zeros(*size: SizeLike, dtype: DTypeLike | None = ..., device: DeviceLike = ...,
           pin_memory: Literal[False] | None = ..., **kw: SizeLike) -> Array: ...
 @overload
-def zeros(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
+def zeros(*size: SizeLike, dtype: DTypeLike | None = ..., device: DeviceLike = ...,
           pin_memory: Literal[True], **kw: SizeLike) -> HostArray: ...
 @overload
-def zeros(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
+def zeros(*size: SizeLike, dtype: DTypeLike | None = ..., device: DeviceLike = ...,
           pin_memory: bool | None, **kw: SizeLike) -> Array | HostArray: ...
-def zeros(*size: SizeLike, dtype: DTypeLike = "float32", device: DeviceLike = None,
+def zeros(*size: SizeLike, dtype: DTypeLike | None = "float32", device: DeviceLike = None,
           pin_memory: bool | None = False, **kw: SizeLike) -> Array | HostArray:
     """An array of zeros (a stream-ordered memset on the current stream); arguments as
     :func:`empty` (``pin_memory=True``: a pinned host array of zeros).
@@ -129,15 +130,15 @@ def zeros(*size: SizeLike, dtype: DTypeLike = "float32", device: DeviceLike = No
 
 
 @overload
-def ones(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
+def ones(*size: SizeLike, dtype: DTypeLike | None = ..., device: DeviceLike = ...,
          pin_memory: Literal[False] | None = ..., **kw: SizeLike) -> Array: ...
 @overload
-def ones(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
+def ones(*size: SizeLike, dtype: DTypeLike | None = ..., device: DeviceLike = ...,
          pin_memory: Literal[True], **kw: SizeLike) -> HostArray: ...
 @overload
-def ones(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
+def ones(*size: SizeLike, dtype: DTypeLike | None = ..., device: DeviceLike = ...,
          pin_memory: bool | None, **kw: SizeLike) -> Array | HostArray: ...
-def ones(*size: SizeLike, dtype: DTypeLike = "float32", device: DeviceLike = None,
+def ones(*size: SizeLike, dtype: DTypeLike | None = "float32", device: DeviceLike = None,
          pin_memory: bool | None = False, **kw: SizeLike) -> Array | HostArray:
     """An array of ones (``torch.ones``); arguments as :func:`empty` (``pin_memory=True``: a
     pinned host array of ones).
