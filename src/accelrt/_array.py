@@ -68,6 +68,7 @@ import numpy as np
 from . import _dlpack
 from . import _sync_debug as _sd
 from ._device import _device_obj, _get_device, _lazy_init
+from ._convert import cast, int_bounds
 from ._errors import AcceleratorError, AcceleratorTypeError, AcceleratorValueError
 from ._device import device as _device_cls
 from ._handles import StreamHandle
@@ -471,7 +472,7 @@ class Array:
         snapshots ``host`` at the call, unless the expansion or the cast made a new array or
         ``owned`` says nobody else can write ``host``."""
         data = host if host.shape == self._shape else np.broadcast_to(host, self._shape)
-        data = np.ascontiguousarray(data, dtype=self._dtype)
+        data = cast(data, self._dtype)
         self._upload(data, non_blocking, private=owned or (data is not host
                                                            and data.base is None))
 
@@ -829,14 +830,33 @@ _CTYPES = {"uint8": "uint8_t", "int8": "int8_t", "int16": "int16_t", "int32": "i
            "float64": "double", "complex64": "c10::complex<float>",
            "complex128": "c10::complex<double>"}
 
-_INT64_MIN = -(1 << 63)
-
-
 def _overflow(dt: np.dtype, why: str,
               error: type[AcceleratorError] = AcceleratorValueError) -> AcceleratorError:
     """Why a value does not fill ``dt``, then PyTorch's ``report_overflow`` message."""
     return error(f"{why}; value cannot be converted to type {_CTYPES.get(dt.name, dt.name)} "
                  "without overflow")
+
+
+def _number(value: Any) -> bool | int | float | complex:
+    """A fill value (``fill_``, ``full``) as a Python number: a numpy scalar or 0-d array is
+    read as its value (a numpy floating or complex scalar wider than Python's, such as
+    ``np.longdouble``, as a float or complex, as PyTorch reads it).
+
+    Raises:
+        TypeError: not a number.
+    """
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value[()]
+    if isinstance(value, np.generic):
+        if isinstance(value, np.floating):
+            return float(value)
+        if isinstance(value, np.complexfloating):
+            return complex(value)
+        value = value.item()
+    if not isinstance(value, (bool, int, float, complex)):
+        raise TypeError(f"fill value must be a bool, int, float or complex, got "
+                        f"{type(value).__name__}")
+    return value
 
 
 def _fill_scalar(value: Any, dt: np.dtype) -> np.ndarray:
@@ -855,13 +875,7 @@ def _fill_scalar(value: Any, dt: np.dtype) -> np.ndarray:
 
     Python ints beyond int64 (PyTorch cannot parse them) are checked the same way, except
     that those below int64's minimum never wrap."""
-    if isinstance(value, np.ndarray) and value.ndim == 0:
-        value = value.item()
-    if isinstance(value, np.generic):
-        value = value.item()
-    if not isinstance(value, (bool, int, float, complex)):
-        raise TypeError(f"fill value must be a bool, int, float or complex, got "
-                        f"{type(value).__name__}")
+    value = _number(value)
     kind = dt.kind
     if kind == "b" or isinstance(value, bool):
         return np.array(bool(value) if kind == "b" else value, dtype=dt)
@@ -871,25 +885,23 @@ def _fill_scalar(value: Any, dt: np.dtype) -> np.ndarray:
                             f"{value!r} (use a complex dtype)", AcceleratorTypeError)
         value = value.real
     if kind in "iu":
-        info = np.iinfo(dt)
+        lowest, highest, upper = int_bounds(dt)
+        least = lowest if kind == "i" else 0
         if isinstance(value, float):
-            upper = 1 << (info.bits - (kind == "i"))     # max + 1, exact in floating point
             if not math.isfinite(value):
                 raise _overflow(dt, f"cannot fill a {dt.name} array with {value!r}")
-            if not info.min <= value < upper:
+            if not least <= value < upper:
                 raise _overflow(dt, f"fill value {value!r} does not fit in {dt.name} "
-                                f"(floats in [{info.min}, {upper}) do)")
+                                f"(floats in [{least}, {upper}) do)")
             value = int(value)
         elif kind == "u" and value < 0:
-            lowest = max(-int(info.max), _INT64_MIN)
             if value < lowest:
                 raise _overflow(dt, f"fill value {value} does not fit in {dt.name} (range "
-                                f"{info.min}..{info.max}; negative ints down to {lowest} "
-                                "wrap)")
-            value += 1 << info.bits                      # two's complement
-        elif not info.min <= value <= info.max:
+                                f"0..{highest}; negative ints down to {lowest} wrap)")
+            value += 1 << (8 * dt.itemsize)              # two's complement
+        elif not least <= value <= highest:
             raise _overflow(dt, f"fill value {value} does not fit in {dt.name} (range "
-                            f"{info.min}..{info.max})")
+                            f"{least}..{highest})")
     else:
         top = float(np.finfo(dt).max)
         for part in (value.real, value.imag) if isinstance(value, complex) else (value,):

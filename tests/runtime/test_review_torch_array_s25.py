@@ -115,3 +115,174 @@ def test_complex_rand_and_randn_draw_each_part_as_a_float(dtype: str, part: str)
 def test_random_factories_refuse_a_dtype_of_another_kind_with_a_runtime_error(
         make: Callable[[], Any]) -> None:
     _raises((AcceleratorTypeError, TypeError, RuntimeError), "dtype must be", make)
+
+
+# ---------------------------------------------------------------------- asarray: inference
+
+# observed on torch 2.14.1 (torch.asarray(data).dtype): a numpy scalar keeps its dtype, also
+# inside a list, where the items promote by PyTorch's promoteTypes (an integer with a float
+# is the float type: float16 with a Python int stays float16). accelrt read the data with
+# numpy and narrowed every float64 of Python data to float32, numpy scalars included.
+INFERRED = [
+    (np.float64(1.5), "float64", ()), ([np.float64(1), 2.5], "float64", (2,)),
+    ([np.float16(1), 2], "float16", (2,)), ([np.float16(1), 2.5], "float32", (2,)),
+    ([np.float32(1), 1j], "complex64", (2,)), ([np.float64(1), 1j], "complex128", (2,)),
+    ([np.int8(1), True], "int8", (2,)), ([[np.int8(1)], [2.5]], "float32", (2, 1)),
+    ((np.array([1.5]), np.array([2.0])), "float64", (2, 1)),
+    ([np.array([1], np.int8), np.array([2], np.int16)], "int16", (2, 1)),
+    ([np.uint8(1), np.int8(2)], "int16", (2,)), ([np.float16(1), np.complex64(1j)], "complex64", (2,)),
+    ([1, 2.5], "float32", (2,)), ([True, 1], "int64", (2,)), ([[], []], "float32", (2, 0)),
+    (range(3), "int64", (3,)), ([range(2), range(2)], "int64", (2, 2)), (np.int32(3), "int32", ()),
+    (3, "int64", ()), (True, "bool", ()), (1.5, "float32", ()), (1j, "complex64", ()),
+    ([1.5, 2**63], "float32", (2,)),
+]
+
+
+@pytest.mark.parametrize("data, want, shape", INFERRED, ids=repr)
+def test_asarray_infers_pytorchs_dtype(data: object, want: str, shape: tuple[int, ...]) -> None:
+    a = acc.asarray(data, device=D0)
+    assert (a.dtype.name, a.shape) == (want, shape)
+    assert a.tolist() == np.asarray(data).astype(want).tolist()
+
+
+def test_asarray_refuses_to_promote_the_wide_unsigned_types_as_pytorch() -> None:
+    # observed on torch 2.14.1: RuntimeError "Promotion for uint16, uint32, uint64 types is not
+    # supported, attempted to promote UInt16 and Long" (accelrt made int64 / float64)
+    for data in ([np.uint16(1), 2], [np.uint64(1), True], [np.uint32(1), np.int8(2)]):
+        _raises((TypeError, RuntimeError), "Promotion for uint16, uint32, uint64 types is not "
+                "supported", lambda data=data: acc.asarray(data, device=D0))
+    assert acc.asarray([np.uint16(1), 2.5], device=D0).dtype == np.float32
+    assert acc.asarray([np.uint64(1), np.uint64(2)], device=D0).dtype == np.uint64
+
+
+# observed on torch 2.14.1: ValueError "Overflow when unpacking long long" for a Python int
+# beyond int64 that becomes an integer (accelrt made uint64, float32 or raised TypeError)
+@pytest.mark.parametrize("data", [2**63, [2**63], [1, 2**63], [-1, 2**63], [2**64],
+                                  [True, 2**63], -(2**63) - 1, [[1], [2**70]]], ids=repr)
+def test_asarray_refuses_ints_beyond_int64(data: object) -> None:
+    _raises((ValueError, RuntimeError), "Overflow when unpacking long long",
+            lambda: acc.asarray(data, device=D0))
+    _raises((ValueError, RuntimeError), "Overflow|does not fit",
+            lambda: acc.asarray(data, dtype="int64", device=D0))
+
+
+def test_asarray_converts_big_ints_where_the_dtype_holds_them() -> None:
+    # observed on torch 2.14.1
+    assert acc.asarray([2**63], dtype="uint64", device=D0).tolist() == [2**63]
+    assert acc.asarray([2**64 - 1], dtype="uint64", device=D0).tolist() == [2**64 - 1]
+    assert acc.asarray([2**70], dtype="bool", device=D0).tolist() == [True]
+    assert acc.asarray([2**70], dtype="complex64", device=D0).tolist() == [
+        complex(np.complex64(2**70))]
+    assert acc.asarray([2**63, 1.5], dtype="float64", device=D0).tolist() == [2.0**63, 1.5]
+
+
+# ---------------------------------------------------------------------- asarray: conversion
+
+# observed on torch 2.14.1: torch.asarray(python data, dtype=...) converts each number with
+# c10::checked_convert into an integer dtype (fill_'s rule: negative ints wrap into an
+# unsigned dtype while their magnitude fits, floats truncate within [min, max + 1)), raising
+# RuntimeError "value cannot be converted to type uint8 without overflow"; accelrt cast with
+# numpy, which wrapped 300 to 44 and -1.5 to 255 in silence.
+CHECKED = [
+    ([-1], "uint8", [255]), ([-255], "uint8", [1]), ([255.9], "uint8", [255]),
+    ([127.9], "int8", [127]), ([-1], "uint16", [65535]), ([True, 2.5], "int32", [1, 2]),
+    ([1, 2.5], "int64", [1, 2]), ([-0.0], "uint8", [0]), ([1e40], "float32", [math.inf]),
+    ([10**40], "float16", [math.inf]), ([70000.0], "float16", [math.inf]),
+    ([1j, 0j], "bool", [True, False]), ([math.nan], "bool", [True]), ([-1], "bool", [True]),
+]
+OVERFLOW = [([-256], "uint8"), ([256], "uint8"), ([-1.0], "uint8"), ([-0.5], "uint8"),
+            ([256.0], "uint8"), ([-128.9], "int8"), ([128], "int8"), ([70000], "int16"),
+            ([2**40], "int32"), ([2**40], "uint32"), ([70000], "uint16"),
+            ([math.inf], "int32"), ([math.nan], "int64"), ([1e40], "int64"),
+            ([[1, 2], [3, 300]], "uint8"), ([np.float64(300)], "uint8"), ([np.int64(300)], "uint8")]
+
+
+@pytest.mark.parametrize("data, dtype, want", CHECKED, ids=repr)
+def test_asarray_converts_python_numbers_as_pytorch(data: list[Any], dtype: str,
+                                                    want: list[Any]) -> None:
+    assert acc.asarray(data, dtype=dtype, device=D0).tolist() == want
+
+
+@pytest.mark.parametrize("data, dtype", OVERFLOW, ids=repr)
+def test_asarray_refuses_python_numbers_the_dtype_cannot_hold(data: list[Any], dtype: str) -> None:
+    _raises((ValueError, RuntimeError),
+            f"value cannot be converted to type {dtype} without overflow",
+            lambda: acc.asarray(data, dtype=dtype, device=D0))
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int64", "float16", "float32", "int8"])
+@pytest.mark.parametrize("data", [[1j], [1 + 0j], [1.5, 2j]], ids=repr)
+def test_asarray_refuses_complex_numbers_into_a_real_dtype(data: list[Any], dtype: str) -> None:
+    # observed on torch 2.14.1: TypeError "'complex' object cannot be interpreted as an
+    # integer" / "must be real number, not complex" (accelrt warned and dropped the imaginary
+    # part, numpy's ComplexWarning)
+    with pytest.raises(TypeError, match="must be real number, not complex"):
+        acc.asarray(data, dtype=dtype, device=D0)
+
+
+# observed on torch 2.14.1: what cannot be read as numbers raises RuntimeError "Could not
+# infer dtype of NoneType" (accelrt: a plain TypeError), ragged sequences ValueError "expected
+# sequence of length 1 at dim 1 (got 2)" (accelrt: TypeError), numbers mixed with sequences
+# TypeError "not a sequence"
+@pytest.mark.parametrize("data, name", [(None, "NoneType"), ([1, None], "NoneType"),
+                                        ({1, 2}, "set"), ({1: 2}, "dict"),
+                                        ((i for i in range(2)), "generator"),
+                                        (object(), "object")], ids=repr)
+def test_asarray_of_what_has_no_dtype_is_pytorchs_runtime_error(data: object, name: str) -> None:
+    _raises((AcceleratorTypeError, TypeError, RuntimeError),
+            f"Could not infer dtype of {name}: asarray\\(\\) takes numeric data",
+            lambda: acc.asarray(data, device=D0))
+
+
+def test_asarray_of_ragged_or_mixed_sequences() -> None:
+    for ragged in ([[1], [1, 2]], [[1, 2], [3]], [[[1], [2]], [[3], [4, 5]]]):
+        with pytest.raises(ValueError, match="different lengths"):
+            acc.asarray(ragged, device=D0)
+    for mixed in ([[1, 2], 3], [1, [2]], [[[1], [2]], [[3], 4]]):
+        with pytest.raises(TypeError, match="mixes numbers and sequences"):
+            acc.asarray(mixed, device=D0)
+    with pytest.raises(TypeError, match="invalid data type 'str'"):
+        acc.asarray("1", device=D0)
+
+
+# ---------------------------------------------------------------------- casts of arrays
+
+def test_casting_arrays_is_unchecked_and_silent_as_pytorch() -> None:
+    # observed on torch 2.14.1: torch.asarray(np.array([1e40]), dtype=torch.float16) is inf,
+    # torch.zeros(2, dtype=torch.int32).copy_(torch.tensor([nan, inf])) casts as C does, and
+    # neither warns; accelrt's numpy casts raised RuntimeWarning ("overflow encountered in
+    # cast", "invalid value encountered in cast"), errors under -W error
+    assert acc.asarray(np.array([1e40]), dtype="float16", device=D0).tolist() == [math.inf]
+    assert acc.asarray(np.array([math.nan, math.inf]), dtype="int32", device=D0).shape == (2,)
+    a = acc.zeros(2, dtype="float32", device=D0)
+    assert a.copy_(np.array([1e300, -1e300])).tolist() == [math.inf, -math.inf]
+    assert acc.zeros(2, dtype="uint8", device=D0).copy_(np.array([math.nan, 1.0])).shape == (2,)
+    assert acc.zeros(2, dtype="uint8", device=D0).copy_(300).tolist() == [44, 44]
+
+
+def test_complex_to_real_casts_warn_as_pytorch() -> None:
+    # observed on torch 2.14.1: UserWarning "Casting complex values to real discards the
+    # imaginary part" (numpy's is a ComplexWarning, which user filters for PyTorch's miss);
+    # into bool no warning: nonzero is True
+    src = acc.asarray(np.array([1 + 2j, 3j], np.complex64), device=D0)
+    for make in (lambda: acc.zeros(2, device=D0).copy_(src),
+                 lambda: acc.zeros(2, dtype="int64", device=D0).copy_(np.array([1 + 2j, 3j])),
+                 lambda: acc.asarray(np.array([1 + 2j, 3j]), dtype="float64", device=D0)):
+        with pytest.warns(UserWarning, match="^Casting complex values to real discards the "
+                          "imaginary part$") as record:
+            out = make()
+        assert out.tolist() == [1, 0]
+        assert all(w.category is UserWarning for w in record)
+    assert acc.zeros(2, dtype=bool, device=D0).copy_(src).tolist() == [True, True]
+
+
+# ---------------------------------------------------------------------- fill values
+
+def test_numpy_floats_wider_than_python_fill_as_their_value() -> None:
+    # observed on torch 2.14.1: torch.full((2,), np.longdouble(1.5)) is float32 [1.5, 1.5] and
+    # torch.empty(2, dtype=torch.uint8).fill_(np.longdouble(1.5)) [1, 1] (accelrt: TypeError)
+    a = acc.full((2,), np.longdouble(1.5), device=D0)
+    assert a.dtype == np.float32 and a.tolist() == [1.5, 1.5]
+    assert acc.empty(2, dtype="uint8", device=D0).fill_(np.longdouble(1.5)).tolist() == [1, 1]
+    z = acc.full((1,), np.clongdouble(1 + 2j), device=D0)
+    assert z.dtype == np.complex64 and z.tolist() == [1 + 2j]
