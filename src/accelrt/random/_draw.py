@@ -45,7 +45,7 @@ _PER_BLOCK = {("uniform", 2): 4, ("uniform", 4): 4, ("uniform", 8): 2,
               ("normal", 2): 2, ("normal", 4): 2, ("normal", 8): 2}
 
 #: The float dtype of each part of a complex dtype, by the complex item size
-_PARTS = {8: np.dtype("float32"), 16: np.dtype("float64")}
+_PARTS: dict[int, np.dtype] = {8: np.dtype("float32"), 16: np.dtype("float64")}
 _SQRT_HALF = math.sqrt(0.5)
 
 _instances = _backend._instances    # the registry's instances by name (never rebound)
