@@ -61,7 +61,7 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, overload
 
 import numpy as np
 
@@ -261,7 +261,7 @@ class Array:
         return self._download()
 
     # ------------------------------------------------------------------ host access
-    def numpy(self) -> np.ndarray:
+    def numpy(self, *, force: bool = False) -> np.ndarray:
         """The contents as a numpy array.
 
         On host-accessible backends (the CPU backend) this is a zero-copy, writable view of
@@ -269,14 +269,22 @@ class Array:
         memory alive after the array itself is gone. Elsewhere it is a synchronizing copy.
         Either way the current stream of the array's device is synchronized first.
 
+        Args:
+            force: accepted for PyTorch's ``Tensor.numpy(force=True)``, which copies a device
+                tensor to the host where ``force=False`` refuses; accelrt copies in either case.
+
+        Raises:
+            TypeError: ``force`` is not a bool.
+
         Example::
 
             >>> import accelrt as acc
             >>> a = acc.full((3,), 2.5, device="cpu:0")
             >>> v = a.numpy(); v[0] = 1.0
-            >>> a.numpy().tolist()
+            >>> a.numpy(force=True).tolist()
             [1.0, 2.5, 2.5]
         """
+        _check_flag("force", force)
         return self._host_array()
 
     def tolist(self) -> Any:
@@ -381,35 +389,71 @@ class Array:
         return (_rebuild, (np.array(self._host_array(), copy=True), str(self.device)))
 
     # ------------------------------------------------------------------ copies
-    def to(self, device: DeviceLike, non_blocking: bool = False) -> Array:
-        """This array on ``device``: ``self`` if already there, else a copy.
+    @overload
+    def to(self, device: DeviceLike | Array = ..., non_blocking: bool = ..., *,
+           dtype: DTypeLike | None = ..., copy: bool = ...) -> Array: ...
+    @overload
+    def to(self, dtype: np.dtype[Any] | type, /, non_blocking: bool = ..., *,
+           copy: bool = ...) -> Array: ...
+    def to(self, device: DeviceLike | Array | np.dtype[Any] | type = None,
+           non_blocking: bool = False, *, dtype: DTypeLike | None = None,
+           copy: bool = False) -> Array:
+        """This array on ``device`` with ``dtype`` (``Tensor.to``): ``self`` if it is
+        already both and ``copy`` is false, else a new array.
 
         Between devices of one backend the copy is a peer copy ordered after the current
         streams of both devices (the destination's current stream waits for it); across
-        backends it is staged through host memory.
+        backends it is staged through host memory. A new dtype is cast as :meth:`copy_`
+        casts (on the host, unchecked: PyTorch's C casts).
 
         Args:
-            device: the destination device.
+            device: the destination device; ``None`` keeps the array's (as PyTorch's
+                ``to(None)``, not the default device). As PyTorch's ``to(dtype)`` and
+                ``to(other)``, a dtype given as a numpy dtype or a type (``np.float64``,
+                ``float``) is the ``dtype``, and an :class:`Array` gives its device and dtype.
+                A string always names a device.
             non_blocking: do not wait for copies that involve host memory to finish.
+            dtype: the dtype of the result (``None``: the array's).
+            copy: make a new array even if nothing changes.
+
+        Raises:
+            TypeError: ``non_blocking`` or ``copy`` is not a bool, a bad device or dtype type,
+                or the dtype given twice.
 
         Example::
 
             >>> import accelrt as acc
+            >>> import numpy as np
             >>> a = acc.full(3, 1.5, device="cpu:0")
-            >>> a.to("cpu:0") is a
-            True
+            >>> a.to("cpu:0") is a, a.to() is a, a.to(copy=True) is a
+            (True, True, False)
             >>> a.to("cpu:0", non_blocking=True).tolist()
             [1.5, 1.5, 1.5]
+            >>> a.to(np.int32).tolist(), a.to(dtype="float64").dtype
+            ([1, 1, 1], dtype('float64'))
         """
-        b, index = _get_device(device)
+        if isinstance(device, (np.dtype, type)):    # to(dtype): PyTorch's second form
+            if dtype is not None:
+                raise TypeError(f"to() got the dtype twice ({device!r} positionally and "
+                                f"dtype={dtype!r}); pass it once")
+            dtype, device = device, None
+        elif isinstance(device, Array):             # to(other): its device and dtype
+            if dtype is not None:
+                raise TypeError("to(other) takes the dtype of other; do not pass dtype=")
+            dtype, device = device._dtype, device.device
+        if device is None:
+            b, index = self._b, self._index
+        else:
+            b, index = _get_device(device)
         _check_flag("non_blocking", non_blocking)
-        if b is self._b and index == self._index:
+        _check_flag("copy", copy)
+        want = self._dtype if dtype is None else _check_dtype(dtype, b, index)
+        if b is self._b and index == self._index and want == self._dtype and not copy:
             if self._mem is _CLOSED:
                 self._mem.ptr   # noqa: B018 - raises ClosedError
             return self
-        out = new_array(Array, self._shape, self._dtype, _device_cls(b.name, index))
-        out._copy_from(self, non_blocking)
-        return out
+        out = new_array(Array, self._shape, want, _device_cls(b.name, index))
+        return out.copy_(self, non_blocking)
 
     def copy_(self, src: Any, non_blocking: bool = False) -> Array:
         """Copy ``src`` into this array and return ``self``.

@@ -286,3 +286,65 @@ def test_numpy_floats_wider_than_python_fill_as_their_value() -> None:
     assert acc.empty(2, dtype="uint8", device=D0).fill_(np.longdouble(1.5)).tolist() == [1, 1]
     z = acc.full((1,), np.clongdouble(1 + 2j), device=D0)
     assert z.dtype == np.complex64 and z.tolist() == [1 + 2j]
+
+
+# ---------------------------------------------------------------------- to() and numpy()
+
+def test_to_takes_pytorchs_dtype_and_copy_forms() -> None:
+    # observed on torch 2.14.1 (t a float32 cpu tensor): t.to() is t, t.to(None) is t,
+    # t.to(torch.float32) is t, t.to('cpu', copy=True) is not t, t.to(float).dtype float64,
+    # t.to(int) int64, t.to(bool) bool, t.to(complex) complex128, t.to(dtype=torch.float64),
+    # t.to(device='cpu', dtype=torch.int32), t.to(other) takes other's dtype and device;
+    # accelrt's to() needed a device and took neither dtype= nor copy=
+    a = acc.full((2, 2), 2.5, device=D0)
+    assert a.to() is a and a.to(None) is a and a.to(np.float32) is a
+    assert a.to(D0, non_blocking=True, dtype="float32") is a
+    assert a.to(np.dtype("float32"), True) is a
+    for form, want in ((float, "float64"), (int, "int64"), (bool, "bool"),
+                       (complex, "complex128"), (np.float16, "float16"),
+                       (np.dtype("uint8"), "uint8")):
+        b = a.to(form)
+        assert b.dtype == np.dtype(want) and b.device == a.device
+        assert b.tolist() == np.full((2, 2), 2.5).astype(want).tolist()
+    c = a.to(D0, copy=True)
+    assert c is not a and c.data_ptr() != a.data_ptr() and c.tolist() == a.tolist()
+    d = a.to(device=D1, dtype="int32")
+    assert (d.device, d.dtype, d.tolist()) == (acc.device("s25k", 1), np.int32, [[2, 2]] * 2)
+    e = a.to(d)
+    assert (e.device, e.dtype) == (d.device, d.dtype)
+    assert a.to(dtype=None, copy=False) is a
+
+
+def test_to_none_keeps_the_arrays_device() -> None:
+    # observed on torch 2.14.1: to(None) (and to()) is the tensor itself; accelrt read None
+    # as the current device and moved an array of another device there
+    with acc.device(D0):
+        b = acc.zeros(3, device=D1)
+        assert b.to(None) is b and b.to() is b and b.to(dtype="int8").device == b.device
+
+
+@pytest.mark.parametrize("kw", [{"copy": 1}, {"copy": None}, {"copy": "yes"},
+                                {"non_blocking": 1}])
+def test_to_flags_must_be_bools(kw: dict[str, Any]) -> None:
+    # observed on torch 2.14.1: t.to('cpu', copy=1) and copy=None raise TypeError ("to()
+    # received an invalid combination of arguments")
+    with pytest.raises(TypeError, match="must be a bool"):
+        acc.zeros(2, device=D0).to(D0, **kw)
+
+
+def test_to_refuses_the_dtype_twice() -> None:
+    a = acc.zeros(2, device=D0)
+    with pytest.raises(TypeError, match="dtype twice"):
+        a.to(np.float64, dtype="float32")  # type: ignore[call-overload]
+    with pytest.raises(TypeError, match="takes the dtype of other"):
+        a.to(a, dtype="float32")
+    with pytest.raises(TypeError, match="non_blocking must be a bool"):
+        a.to(D0, np.float64)  # type: ignore[call-overload]   # PyTorch's to(device, dtype)
+
+
+def test_numpy_takes_pytorchs_force() -> None:
+    # observed on torch 2.14.1: t.numpy(force=True) is the numpy array (accelrt: TypeError)
+    a = acc.full(3, 4, dtype="int16", device=D0)
+    assert a.numpy(force=True).tolist() == [4, 4, 4] and a.numpy(force=False).dtype == np.int16
+    with pytest.raises(TypeError, match="force must be a bool"):
+        a.numpy(force=1)  # type: ignore[arg-type]
