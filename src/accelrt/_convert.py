@@ -170,14 +170,14 @@ def from_python(obj: object, dt: np.dtype, inferred: np.dtype) -> np.ndarray:
                          f"lengths ({exc}); every sequence at one depth must have the same "
                          "length") from None
     kind = dt.kind
-    # integers numpy could not hold in int64: objects (beyond 64 bits) or floats (mixed signs)
+    # ints numpy read as objects or floats (beyond int64, or uint64 with negative ints): the
+    # exact Python ints into an integer dtype (checked below), else converted
     if raw.dtype.kind == "O" or (raw.dtype.kind == "f" and inferred.kind in "biu"):
         if kind in "iu":
-            raise AcceleratorValueError(f"Overflow when unpacking long long: asarray() got an "
-                                        f"int beyond int64 in {_short(obj)}; it does not fit "
-                                        f"{dt.name}")
-        with np.errstate(over="ignore"):
-            raw = np.array(obj, dtype=dt)
+            raw = np.array(obj, dtype=object)
+        else:
+            with np.errstate(over="ignore"):
+                raw = np.array(obj, dtype=dt)
     src = raw.dtype.kind
     if src == "c" and kind in "iuf":
         raise TypeError(f"asarray(): cannot convert the complex values of {_short(obj)} to "
@@ -187,18 +187,23 @@ def from_python(obj: object, dt: np.dtype, inferred: np.dtype) -> np.ndarray:
         least = lowest if kind == "i" else 0     # of a float (nan fails both comparisons)
         if src == "f":
             bad = ~((raw >= least) & (raw < upper))
-        elif src in "iu":
+        elif src in "iuO":
             bad = (raw < lowest) | (raw > highest)
         else:
             bad = None
         if bad is not None and bad.any():
-            value = raw[bad].flat[0].item()
+            value = raw[bad].flat[0]
+            if isinstance(value, np.generic):
+                value = value.item()
             unpack = ("Overflow when unpacking long long: " if isinstance(value, int) and not
                       _INT64_MIN <= value < -_INT64_MIN else "")   # not even an int64
             raise AcceleratorValueError(
                 f"{unpack}asarray(): {value!r} does not fit {dt.name} (ints in [{lowest}, "
                 f"{highest}], floats in [{least}, {upper})); value cannot be converted to type "
                 f"{dt.name} without overflow")
+        if src == "O":      # exact ints in range; a negative one wraps into an unsigned dtype
+            raw = np.array([v % (1 << 8 * dt.itemsize) if v < 0 and kind == "u" else v
+                            for v in raw.flat], dtype=dt).reshape(raw.shape)
     return cast(raw, dt)
 
 

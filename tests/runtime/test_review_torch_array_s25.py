@@ -174,6 +174,13 @@ def test_asarray_converts_big_ints_where_the_dtype_holds_them() -> None:
     assert acc.asarray([2**70], dtype="complex64", device=D0).tolist() == [
         complex(np.complex64(2**70))]
     assert acc.asarray([2**63, 1.5], dtype="float64", device=D0).tolist() == [2.0**63, 1.5]
+    # ints numpy reads as objects (a bool with a big int), kept exact
+    assert acc.asarray((292, False, 2**63), dtype="uint64", device=D0).tolist() == [
+        292, 0, 2**63]
+    assert acc.asarray([[True, 2**64 - 1]], dtype="uint64", device=D0).tolist() == [
+        [1, 2**64 - 1]]
+    _raises((ValueError, RuntimeError), "Overflow when unpacking long long",
+            lambda: acc.asarray([2**64], dtype="uint64", device=D0))
 
 
 # ---------------------------------------------------------------------- asarray: conversion
