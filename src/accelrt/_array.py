@@ -432,23 +432,25 @@ class Array:
             >>> a.to(np.int32).tolist(), a.to(dtype="float64").dtype
             ([1, 1, 1], dtype('float64'))
         """
-        if isinstance(device, (np.dtype, type)):    # to(dtype): PyTorch's second form
+        if type(device) is not str and isinstance(device, _NOT_DEVICES):
             if dtype is not None:
                 raise TypeError(f"to() got the dtype twice ({device!r} positionally and "
                                 f"dtype={dtype!r}); pass it once")
-            dtype, device = device, None
-        elif isinstance(device, Array):             # to(other): its device and dtype
-            if dtype is not None:
-                raise TypeError("to(other) takes the dtype of other; do not pass dtype=")
-            dtype, device = device._dtype, device.device
+            if isinstance(device, Array):           # to(other): its device and dtype
+                dtype, device = device._dtype, device.device
+            else:                                   # to(dtype): PyTorch's second form
+                dtype, device = device, None
         if device is None:
             b, index = self._b, self._index
         else:
             b, index = _get_device(device)
-        _check_flag("non_blocking", non_blocking)
-        _check_flag("copy", copy)
+        if non_blocking is not False:
+            _check_flag("non_blocking", non_blocking)
+        if copy is not False:
+            _check_flag("copy", copy)
         want = self._dtype if dtype is None else _check_dtype(dtype, b, index)
-        if b is self._b and index == self._index and want == self._dtype and not copy:
+        if (b is self._b and index == self._index and not copy
+                and (want is self._dtype or want == self._dtype)):
             if self._mem is _CLOSED:
                 self._mem.ptr   # noqa: B018 - raises ClosedError
             return self
@@ -793,6 +795,10 @@ class Array:
                                  f"this array is on {self.device}")
         from .interop._cai import cuda_array_interface
         return cuda_array_interface(self)
+
+
+#: What ``Array.to``'s first argument may be besides a device: a dtype or another array
+_NOT_DEVICES = (np.dtype, type, Array)
 
 
 def _check_broadcast(dst: tuple[int, ...], src: tuple[int, ...]) -> None:

@@ -37,6 +37,9 @@ _PYTHON = {bool: np.dtype("bool"), int: np.dtype("int64"), float: np.dtype("floa
 
 #: PyTorch's promotion categories: bool < integers < floating < complex
 _RANK = {"b": 0, "i": 1, "u": 1, "f": 2, "c": 3}
+_NUMBER_TYPES = frozenset(_PYTHON)
+_TYPE_RANK = {t: _RANK[dt.kind] for t, dt in _PYTHON.items()}
+_PLAIN_SEQUENCES = frozenset((list, tuple))
 
 #: The unsigned dtypes torch's promoteTypes refuses to promote with another (except a float)
 _BAREBONES_UNSIGNED = frozenset(("uint16", "uint32", "uint64"))
@@ -115,6 +118,8 @@ def infer_dtype(obj: object) -> np.dtype:
     dt = _PYTHON.get(t)
     if dt is not None:
         return dt
+    if t is list or t is tuple:
+        return _infer_sequence(obj)  # type: ignore[arg-type]
     if isinstance(obj, (np.ndarray, np.generic)):
         return obj.dtype
     for base, base_dt in _PYTHON.items():      # subclasses of the Python number types
@@ -124,20 +129,25 @@ def infer_dtype(obj: object) -> np.dtype:
         raise TypeError(f"new(): invalid data type '{t.__name__}'; asarray() takes numeric "
                         "data: numbers, (nested) sequences of numbers, arrays")
     if _is_sequence(obj):
-        seq: Sequence[Any] = obj  # type: ignore[assignment]
-        if not len(seq):
-            return _PYTHON[float]
-        types = set(map(type, seq))
-        if types <= _PYTHON.keys():              # Python numbers only: the highest category
-            return _PYTHON[max(types, key=lambda k: _RANK[_PYTHON[k].kind])]
+        return _infer_sequence(obj)  # type: ignore[arg-type]
+    raise AcceleratorTypeError(f"Could not infer dtype of {t.__name__}: asarray() takes "
+                               "numeric data: numbers, (nested) sequences of numbers, arrays")
+
+
+def _infer_sequence(seq: Sequence[Any]) -> np.dtype:
+    """:func:`infer_dtype` of a sequence: float32 when empty, else its items' promotion."""
+    if not len(seq):
+        return _PYTHON[float]
+    types = set(map(type, seq))     # (one pass in C: the common case is one or two types)
+    if types <= _NUMBER_TYPES:      # Python numbers only: the highest category
+        return _PYTHON[max(types, key=_TYPE_RANK.__getitem__)]
+    if not types <= _PLAIN_SEQUENCES:
         nested = [_is_sequence(item) for item in seq]
         if any(nested) and not all(nested):
             raise TypeError(f"asarray() got a sequence that mixes numbers and sequences "
                             f"({_short(seq)}); every item at one depth must be a number, or "
                             "every one a sequence")
-        return functools.reduce(promote, map(infer_dtype, seq))
-    raise AcceleratorTypeError(f"Could not infer dtype of {t.__name__}: asarray() takes "
-                               "numeric data: numbers, (nested) sequences of numbers, arrays")
+    return functools.reduce(promote, map(infer_dtype, seq))
 
 
 def _short(obj: object) -> str:
@@ -182,7 +192,7 @@ def from_python(obj: object, dt: np.dtype, inferred: np.dtype) -> np.ndarray:
     if src == "c" and kind in "iuf":
         raise TypeError(f"asarray(): cannot convert the complex values of {_short(obj)} to "
                         f"{dt.name} (must be real number, not complex); pass a complex dtype")
-    if kind in "iu" and raw.size:
+    if kind in "iu" and raw.size and not np.can_cast(raw.dtype, dt):
         lowest, highest, upper = int_bounds(dt)
         least = lowest if kind == "i" else 0     # of a float (nan fails both comparisons)
         if src == "f":
@@ -213,6 +223,8 @@ def cast(host: np.ndarray, dt: np.dtype) -> np.ndarray:
     overflow and invalid-value warnings; a complex array into a real dtype other than bool
     keeps the real parts with PyTorch's ``UserWarning`` "Casting complex values to real
     discards the imaginary part" (numpy's is a ``ComplexWarning``)."""
+    if host.dtype == dt:
+        return host if host.flags.c_contiguous else np.ascontiguousarray(host)
     if host.dtype.kind == "c" and dt.kind in "iuf":
         warnings.warn("Casting complex values to real discards the imaginary part",
                       UserWarning, stacklevel=3)
