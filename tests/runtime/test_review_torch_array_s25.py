@@ -355,3 +355,33 @@ def test_numpy_takes_pytorchs_force() -> None:
     assert a.numpy(force=True).tolist() == [4, 4, 4] and a.numpy(force=False).dtype == np.int16
     with pytest.raises(TypeError, match="force must be a bool"):
         a.numpy(force=1)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------- deliberate differences
+
+def test_the_deliberate_differences_the_harness_explains() -> None:
+    """What scripts/torch_array_diff.py still finds, each listed in docs/differences.md,
+    pinned here so that a change to one is a decision (torch 2.14.1's answer in comments)."""
+    # torch.empty(2, True) is (2, 1): a bool is a size entry after the first; accelrt: never
+    with pytest.raises(TypeError, match="the bool True"):
+        acc.empty(2, True, device=D0)  # type: ignore[call-overload]
+    # torch.empty(np.array([2, 3])) and torch.full(3, 1.5) raise TypeError ("must be tuple of
+    # ints"); accelrt takes more size forms
+    assert acc.empty(np.array([2, 3]), device=D0).shape == (2, 3)
+    assert acc.full(3, 1.5, device=D0).shape == (3,)
+    assert acc.empty(range(2, 4), device=D0).shape == (2, 3)
+    # torch.full((2,), np.bool_(True)) is float32; accelrt: bool. torch.full((2,),
+    # np.complex64(1j)) drops the imaginary part (numpy's ComplexWarning); accelrt: complex64
+    assert acc.full((2,), np.bool_(True), device=D0).dtype == np.bool_
+    assert acc.full((2,), np.complex64(1j), device=D0).tolist() == [1j, 1j]
+    # torch.full((2,), np.array(3)) raises TypeError ("must be Number"); accelrt reads it
+    assert acc.full((2,), np.array(3), device=D0).tolist() == [3, 3]
+    # torch.asarray(bytearray(b"ab")) reinterprets the bytes as float32 (ValueError: 2 bytes);
+    # accelrt reads a buffer through numpy, with its format
+    assert acc.asarray(bytearray(b"ab"), device=D0).tolist() == [97, 98]
+    # torch.asarray([-1, 1.5], dtype=torch.uint8) wraps -1 (an int) to 255; accelrt reads the
+    # list as floats, and -1.0 does not fit uint8
+    with pytest.raises(ValueError, match="cannot be converted to type uint8"):
+        acc.asarray([-1, 1.5], dtype="uint8", device=D0)
+    # torch.asarray([-1], dtype=torch.uint64) raises OverflowError; accelrt wraps, as uint8
+    assert acc.asarray([-1], dtype="uint64", device=D0).tolist() == [2**64 - 1]
