@@ -159,10 +159,9 @@ class Idx:
 
 SMALL = st.integers(-2, 4)
 HUGE = st.sampled_from([2**62, 2**63 - 1, 2**63, 2**64, -(2**63), -(2**63) - 1, 10**30])
+ODD = st.sampled_from([2.0, 1.5, np.float64(2.0), None, "2", np.bool_(True), 1j])
 ENTRY = st.one_of(SMALL, SMALL, SMALL, HUGE, st.booleans(), SMALL.map(np.int64),
-                  st.integers(0, 4).map(np.uint8), st.sampled_from([2.0, 1.5, np.float64(2.0), None, "2",
-                                                       np.bool_(True), 1j]),
-                  SMALL.map(Idx))
+                  st.integers(0, 4).map(np.uint8), ODD, SMALL.map(Idx))
 
 
 def _fits(entries: Any) -> bool:
@@ -267,7 +266,8 @@ DTYPE_FORMS: list[tuple[Any, Any]] = [
 
 def known_dtype(t: Outcome, a: Outcome) -> str | None:
     if isinstance(t.error, NotImplementedError) and isinstance(a.error, RuntimeError):
-        return "rand/randn of a non-float dtype: a RuntimeError TypeError (torch: NotImplementedError)"
+        return ("rand/randn of a non-float dtype: a RuntimeError TypeError (torch: "
+                "NotImplementedError)")
     return None
 
 

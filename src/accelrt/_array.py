@@ -145,8 +145,8 @@ class Array:
     _b: Backend
     _index: int
 
-    def __init__(self, *size: SizeLike, dtype: DTypeLike | None = "float32", device: DeviceLike = None,
-                 **kw: SizeLike) -> None:
+    def __init__(self, *size: SizeLike, dtype: DTypeLike | None = "float32",
+                 device: DeviceLike = None, **kw: SizeLike) -> None:
         init_array(self, *factory_args(size, kw, dtype, device, "Array"))
 
     @classmethod

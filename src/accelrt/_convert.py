@@ -14,7 +14,7 @@ Example::
     [255, 255]
     >>> from_python([255.9, -0.5], np.dtype("int8"), infer_dtype([255.9, -0.5]))
     Traceback (most recent call last):
-    accelrt._errors.AcceleratorValueError: asarray(): 255.9 does not fit int8 (ints in [-128, 127], floats in [-128, 128)); value cannot be converted to type int8 without overflow
+    accelrt._errors.AcceleratorValueError: asarray(): 255.9 does not fit int8 (ints in [-128, 127], ...
 """
 
 from __future__ import annotations
