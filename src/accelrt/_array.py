@@ -61,13 +61,14 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, overload
 
 import numpy as np
 
 from . import _dlpack
 from . import _sync_debug as _sd
 from ._device import _device_obj, _get_device, _lazy_init
+from ._convert import cast, int_bounds
 from ._errors import AcceleratorError, AcceleratorTypeError, AcceleratorValueError
 from ._device import device as _device_cls
 from ._handles import StreamHandle
@@ -113,8 +114,8 @@ class Array:
     Args:
         *size: the shape, as non-negative ints (``Array(2, 3)``) or one sequence of them
             (``Array((2, 3))``); ``size=`` also works.
-        dtype: a numpy dtype (bool, integer, floating or complex) the device supports;
-            keyword-only, as in PyTorch.
+        dtype: a numpy dtype (bool, integer, floating or complex) the device supports
+            (``None``: float32, PyTorch's default dtype); keyword-only, as in PyTorch.
         device: where to allocate (keyword-only); ``None`` is the default device
             (:func:`accelrt.get_default_device`: a ``with acc.device(...)`` block, else
             :func:`accelrt.set_default_device`, else the current device of the current
@@ -144,8 +145,8 @@ class Array:
     _b: Backend
     _index: int
 
-    def __init__(self, *size: SizeLike, dtype: DTypeLike = "float32", device: DeviceLike = None,
-                 **kw: SizeLike) -> None:
+    def __init__(self, *size: SizeLike, dtype: DTypeLike | None = "float32",
+                 device: DeviceLike = None, **kw: SizeLike) -> None:
         init_array(self, *factory_args(size, kw, dtype, device, "Array"))
 
     @classmethod
@@ -260,7 +261,7 @@ class Array:
         return self._download()
 
     # ------------------------------------------------------------------ host access
-    def numpy(self) -> np.ndarray:
+    def numpy(self, *, force: bool = False) -> np.ndarray:
         """The contents as a numpy array.
 
         On host-accessible backends (the CPU backend) this is a zero-copy, writable view of
@@ -268,14 +269,22 @@ class Array:
         memory alive after the array itself is gone. Elsewhere it is a synchronizing copy.
         Either way the current stream of the array's device is synchronized first.
 
+        Args:
+            force: accepted for PyTorch's ``Tensor.numpy(force=True)``, which copies a device
+                tensor to the host where ``force=False`` refuses; accelrt copies in either case.
+
+        Raises:
+            TypeError: ``force`` is not a bool.
+
         Example::
 
             >>> import accelrt as acc
             >>> a = acc.full((3,), 2.5, device="cpu:0")
             >>> v = a.numpy(); v[0] = 1.0
-            >>> a.numpy().tolist()
+            >>> a.numpy(force=True).tolist()
             [1.0, 2.5, 2.5]
         """
+        _check_flag("force", force)
         return self._host_array()
 
     def tolist(self) -> Any:
@@ -380,35 +389,73 @@ class Array:
         return (_rebuild, (np.array(self._host_array(), copy=True), str(self.device)))
 
     # ------------------------------------------------------------------ copies
-    def to(self, device: DeviceLike, non_blocking: bool = False) -> Array:
-        """This array on ``device``: ``self`` if already there, else a copy.
+    @overload
+    def to(self, device: DeviceLike | Array = ..., non_blocking: bool = ..., *,
+           dtype: DTypeLike | None = ..., copy: bool = ...) -> Array: ...
+    @overload
+    def to(self, dtype: np.dtype[Any] | type, /, non_blocking: bool = ..., *,
+           copy: bool = ...) -> Array: ...
+    def to(self, device: DeviceLike | Array | np.dtype[Any] | type = None,
+           non_blocking: bool = False, *, dtype: DTypeLike | None = None,
+           copy: bool = False) -> Array:
+        """This array on ``device`` with ``dtype`` (``Tensor.to``): ``self`` if it is
+        already both and ``copy`` is false, else a new array.
 
         Between devices of one backend the copy is a peer copy ordered after the current
         streams of both devices (the destination's current stream waits for it); across
-        backends it is staged through host memory.
+        backends it is staged through host memory. A new dtype is cast as :meth:`copy_`
+        casts (on the host, unchecked: PyTorch's C casts).
 
         Args:
-            device: the destination device.
+            device: the destination device; ``None`` keeps the array's (as PyTorch's
+                ``to(None)``, not the default device). As PyTorch's ``to(dtype)`` and
+                ``to(other)``, a dtype given as a numpy dtype or a type (``np.float64``,
+                ``float``) is the ``dtype``, and an :class:`Array` gives its device and dtype.
+                A string always names a device.
             non_blocking: do not wait for copies that involve host memory to finish.
+            dtype: the dtype of the result (``None``: the array's).
+            copy: make a new array even if nothing changes.
+
+        Raises:
+            TypeError: ``non_blocking`` or ``copy`` is not a bool, a bad device or dtype type,
+                or the dtype given twice.
 
         Example::
 
             >>> import accelrt as acc
+            >>> import numpy as np
             >>> a = acc.full(3, 1.5, device="cpu:0")
-            >>> a.to("cpu:0") is a
-            True
+            >>> a.to("cpu:0") is a, a.to() is a, a.to(copy=True) is a
+            (True, True, False)
             >>> a.to("cpu:0", non_blocking=True).tolist()
             [1.5, 1.5, 1.5]
+            >>> a.to(np.int32).tolist(), a.to(dtype="float64").dtype
+            ([1, 1, 1], dtype('float64'))
         """
-        b, index = _get_device(device)
-        _check_flag("non_blocking", non_blocking)
-        if b is self._b and index == self._index:
+        if type(device) is not str and isinstance(device, _NOT_DEVICES):
+            if dtype is not None:
+                raise TypeError(f"to() got the dtype twice ({device!r} positionally and "
+                                f"dtype={dtype!r}); pass it once")
+            if isinstance(device, Array):           # to(other): its device and dtype
+                dtype, device = device._dtype, device.device
+            else:                                   # to(dtype): PyTorch's second form
+                dtype, device = device, None
+        if device is None:
+            b, index = self._b, self._index
+        else:
+            b, index = _get_device(device)
+        if non_blocking is not False:
+            _check_flag("non_blocking", non_blocking)
+        if copy is not False:
+            _check_flag("copy", copy)
+        want = self._dtype if dtype is None else _check_dtype(dtype, b, index)
+        if (b is self._b and index == self._index and not copy
+                and (want is self._dtype or want == self._dtype)):
             if self._mem is _CLOSED:
                 self._mem.ptr   # noqa: B018 - raises ClosedError
             return self
-        out = new_array(Array, self._shape, self._dtype, _device_cls(b.name, index))
-        out._copy_from(self, non_blocking)
-        return out
+        out = new_array(Array, self._shape, want, _device_cls(b.name, index))
+        return out.copy_(self, non_blocking)
 
     def copy_(self, src: Any, non_blocking: bool = False) -> Array:
         """Copy ``src`` into this array and return ``self``.
@@ -471,7 +518,7 @@ class Array:
         snapshots ``host`` at the call, unless the expansion or the cast made a new array or
         ``owned`` says nobody else can write ``host``."""
         data = host if host.shape == self._shape else np.broadcast_to(host, self._shape)
-        data = np.ascontiguousarray(data, dtype=self._dtype)
+        data = cast(data, self._dtype)
         self._upload(data, non_blocking, private=owned or (data is not host
                                                            and data.base is None))
 
@@ -750,6 +797,10 @@ class Array:
         return cuda_array_interface(self)
 
 
+#: What ``Array.to``'s first argument may be besides a device: a dtype or another array
+_NOT_DEVICES = (np.dtype, type, Array)
+
+
 def _check_broadcast(dst: tuple[int, ...], src: tuple[int, ...]) -> None:
     """PyTorch's shape rule of ``copy_`` (its ``TensorIterator``): the broadcast of ``dst``
     and ``src`` (``infer_size``) must exist and be ``dst``; else an ``AcceleratorValueError``
@@ -829,14 +880,33 @@ _CTYPES = {"uint8": "uint8_t", "int8": "int8_t", "int16": "int16_t", "int32": "i
            "float64": "double", "complex64": "c10::complex<float>",
            "complex128": "c10::complex<double>"}
 
-_INT64_MIN = -(1 << 63)
-
-
 def _overflow(dt: np.dtype, why: str,
               error: type[AcceleratorError] = AcceleratorValueError) -> AcceleratorError:
     """Why a value does not fill ``dt``, then PyTorch's ``report_overflow`` message."""
     return error(f"{why}; value cannot be converted to type {_CTYPES.get(dt.name, dt.name)} "
                  "without overflow")
+
+
+def _number(value: Any) -> bool | int | float | complex:
+    """A fill value (``fill_``, ``full``) as a Python number: a numpy scalar or 0-d array is
+    read as its value (a numpy floating or complex scalar wider than Python's, such as
+    ``np.longdouble``, as a float or complex, as PyTorch reads it).
+
+    Raises:
+        TypeError: not a number.
+    """
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value[()]
+    if isinstance(value, np.generic):
+        if isinstance(value, np.floating):
+            return float(value)
+        if isinstance(value, np.complexfloating):
+            return complex(value)
+        value = value.item()
+    if not isinstance(value, (bool, int, float, complex)):
+        raise TypeError(f"fill value must be a bool, int, float or complex, got "
+                        f"{type(value).__name__}")
+    return value
 
 
 def _fill_scalar(value: Any, dt: np.dtype) -> np.ndarray:
@@ -855,13 +925,7 @@ def _fill_scalar(value: Any, dt: np.dtype) -> np.ndarray:
 
     Python ints beyond int64 (PyTorch cannot parse them) are checked the same way, except
     that those below int64's minimum never wrap."""
-    if isinstance(value, np.ndarray) and value.ndim == 0:
-        value = value.item()
-    if isinstance(value, np.generic):
-        value = value.item()
-    if not isinstance(value, (bool, int, float, complex)):
-        raise TypeError(f"fill value must be a bool, int, float or complex, got "
-                        f"{type(value).__name__}")
+    value = _number(value)
     kind = dt.kind
     if kind == "b" or isinstance(value, bool):
         return np.array(bool(value) if kind == "b" else value, dtype=dt)
@@ -871,25 +935,23 @@ def _fill_scalar(value: Any, dt: np.dtype) -> np.ndarray:
                             f"{value!r} (use a complex dtype)", AcceleratorTypeError)
         value = value.real
     if kind in "iu":
-        info = np.iinfo(dt)
+        lowest, highest, upper = int_bounds(dt)
+        least = lowest if kind == "i" else 0
         if isinstance(value, float):
-            upper = 1 << (info.bits - (kind == "i"))     # max + 1, exact in floating point
             if not math.isfinite(value):
                 raise _overflow(dt, f"cannot fill a {dt.name} array with {value!r}")
-            if not info.min <= value < upper:
+            if not least <= value < upper:
                 raise _overflow(dt, f"fill value {value!r} does not fit in {dt.name} "
-                                f"(floats in [{info.min}, {upper}) do)")
+                                f"(floats in [{least}, {upper}) do)")
             value = int(value)
         elif kind == "u" and value < 0:
-            lowest = max(-int(info.max), _INT64_MIN)
             if value < lowest:
                 raise _overflow(dt, f"fill value {value} does not fit in {dt.name} (range "
-                                f"{info.min}..{info.max}; negative ints down to {lowest} "
-                                "wrap)")
-            value += 1 << info.bits                      # two's complement
-        elif not info.min <= value <= info.max:
+                                f"0..{highest}; negative ints down to {lowest} wrap)")
+            value += 1 << (8 * dt.itemsize)              # two's complement
+        elif not least <= value <= highest:
             raise _overflow(dt, f"fill value {value} does not fit in {dt.name} (range "
-                            f"{info.min}..{info.max})")
+                            f"{least}..{highest})")
     else:
         top = float(np.finfo(dt).max)
         for part in (value.real, value.imag) if isinstance(value, complex) else (value,):

@@ -16,7 +16,9 @@ import numpy as np
 
 from . import _dlpack, _pinned
 from . import _sync_debug as _sd
-from ._array import Array, _check_dtype, _check_flag, _fill_scalar, _stream_handle, _to_numpy
+from ._array import (Array, _check_dtype, _check_flag, _fill_scalar, _number, _stream_handle,
+                     _to_numpy)
+from ._convert import cast, from_python, infer_dtype
 from ._device import _factory_device, _get_device, _lazy_init
 from ._device import device as _device_cls
 from ._memory_owner import _Memory
@@ -34,7 +36,7 @@ __all__ = ["asarray", "empty", "full", "ones", "zeros"]
 
 # ---------------------------------------------------------------------- factories
 
-def _pinned_new(shape: tuple[int, ...], dtype: DTypeLike, device: DeviceLike,
+def _pinned_new(shape: tuple[int, ...], dtype: DTypeLike | None, device: DeviceLike,
                 fname: str) -> np.ndarray:
     """A factory's ``pin_memory=True`` result: an uninitialised pinned host (numpy) array,
     pinned for the current accelerator (see :mod:`accelrt._pinned`)."""
@@ -43,23 +45,24 @@ def _pinned_new(shape: tuple[int, ...], dtype: DTypeLike, device: DeviceLike,
 
 
 @overload
-def empty(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
+def empty(*size: SizeLike, dtype: DTypeLike | None = ..., device: DeviceLike = ...,
           pin_memory: Literal[False] | None = ..., **kw: SizeLike) -> Array: ...
 @overload
-def empty(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
+def empty(*size: SizeLike, dtype: DTypeLike | None = ..., device: DeviceLike = ...,
           pin_memory: Literal[True], **kw: SizeLike) -> HostArray: ...
 @overload
-def empty(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
+def empty(*size: SizeLike, dtype: DTypeLike | None = ..., device: DeviceLike = ...,
           pin_memory: bool | None, **kw: SizeLike) -> Array | HostArray: ...
-def empty(*size: SizeLike, dtype: DTypeLike = "float32", device: DeviceLike = None,
+def empty(*size: SizeLike, dtype: DTypeLike | None = "float32", device: DeviceLike = None,
           pin_memory: bool | None = False, **kw: SizeLike) -> Array | HostArray:
     """An uninitialised array from the device's caching allocator (``torch.empty``).
 
     Args:
         *size: the shape, as non-negative ints (``empty(2, 3)``) or one sequence of them
             (``empty((2, 3))``, ``empty([2, 3])``); ``size=(2, 3)`` also works.
-        dtype: a numpy dtype (bool, integer, floating or complex); keyword-only (0.1's
-            ``empty(shape, dtype, device)`` still works, with a ``FutureWarning``).
+        dtype: a numpy dtype (bool, integer, floating or complex); ``None`` is float32,
+            PyTorch's default dtype; keyword-only (0.1's ``empty(shape, dtype, device)``
+            still works, with a ``FutureWarning``).
         device: where to allocate (keyword-only); ``None`` is the default device
             (:func:`accelrt.get_default_device`).
         pin_memory: return a pinned host array instead: a ``numpy.ndarray`` in the pinned
@@ -101,15 +104,15 @@ def _memset0(out: Array) -> Array:
 
 
 @overload
-def zeros(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
+def zeros(*size: SizeLike, dtype: DTypeLike | None = ..., device: DeviceLike = ...,
           pin_memory: Literal[False] | None = ..., **kw: SizeLike) -> Array: ...
 @overload
-def zeros(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
+def zeros(*size: SizeLike, dtype: DTypeLike | None = ..., device: DeviceLike = ...,
           pin_memory: Literal[True], **kw: SizeLike) -> HostArray: ...
 @overload
-def zeros(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
+def zeros(*size: SizeLike, dtype: DTypeLike | None = ..., device: DeviceLike = ...,
           pin_memory: bool | None, **kw: SizeLike) -> Array | HostArray: ...
-def zeros(*size: SizeLike, dtype: DTypeLike = "float32", device: DeviceLike = None,
+def zeros(*size: SizeLike, dtype: DTypeLike | None = "float32", device: DeviceLike = None,
           pin_memory: bool | None = False, **kw: SizeLike) -> Array | HostArray:
     """An array of zeros (a stream-ordered memset on the current stream); arguments as
     :func:`empty` (``pin_memory=True``: a pinned host array of zeros).
@@ -129,15 +132,15 @@ def zeros(*size: SizeLike, dtype: DTypeLike = "float32", device: DeviceLike = No
 
 
 @overload
-def ones(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
+def ones(*size: SizeLike, dtype: DTypeLike | None = ..., device: DeviceLike = ...,
          pin_memory: Literal[False] | None = ..., **kw: SizeLike) -> Array: ...
 @overload
-def ones(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
+def ones(*size: SizeLike, dtype: DTypeLike | None = ..., device: DeviceLike = ...,
          pin_memory: Literal[True], **kw: SizeLike) -> HostArray: ...
 @overload
-def ones(*size: SizeLike, dtype: DTypeLike = ..., device: DeviceLike = ...,
+def ones(*size: SizeLike, dtype: DTypeLike | None = ..., device: DeviceLike = ...,
          pin_memory: bool | None, **kw: SizeLike) -> Array | HostArray: ...
-def ones(*size: SizeLike, dtype: DTypeLike = "float32", device: DeviceLike = None,
+def ones(*size: SizeLike, dtype: DTypeLike | None = "float32", device: DeviceLike = None,
          pin_memory: bool | None = False, **kw: SizeLike) -> Array | HostArray:
     """An array of ones (``torch.ones``); arguments as :func:`empty` (``pin_memory=True``: a
     pinned host array of ones).
@@ -203,19 +206,7 @@ def full(size: SizeLike, fill_value: ScalarLike, *, dtype: DTypeLike | None = No
                             f"an array of shape {fill_value.shape}")
         fill_value = fill_value._item()
     if dtype is None:
-        v = fill_value.item() if isinstance(fill_value, (np.generic, np.ndarray)) and \
-            np.ndim(fill_value) == 0 else fill_value
-        if isinstance(v, bool):
-            dtype = "bool"
-        elif isinstance(v, int):
-            dtype = "int64"
-        elif isinstance(v, float):
-            dtype = "float32"
-        elif isinstance(v, complex):
-            dtype = "complex64"
-        else:
-            raise TypeError(f"fill value must be a bool, int, float or complex, got "
-                            f"{type(fill_value).__name__}")
+        dtype = infer_dtype(_number(fill_value))
     if _pinned.pin_flag(pin_memory):
         host = _pinned_new(shape, dtype, device, "full")
         host[...] = _fill_scalar(fill_value, host.dtype)
@@ -237,8 +228,12 @@ def asarray(obj: object, device: DeviceLike = None, dtype: DTypeLike | None = No
             ``__cuda_array_interface__`` producer without ``__dlpack__`` (Numba, older CuPy).
         device: the target device; ``None`` keeps an :class:`Array`'s (or a CUDA array
             interface producer's) device and otherwise means the current device.
-        dtype: the target dtype; ``None`` keeps the source's (Python floats become float32,
-            complex numbers complex64, ints int64, as in PyTorch).
+        dtype: the target dtype; ``None`` is the dtype PyTorch infers: an array's or numpy
+            scalar's own, for Python numbers bool, int64, float32 or complex64, for a
+            sequence the promotion of its items (``[np.float16(1), 2]`` is float16;
+            :func:`accelrt._convert.infer_dtype`). Python numbers are converted as PyTorch
+            converts them: checked into an integer dtype (``fill_``'s rule), unchecked into a
+            floating one; arrays are cast unchecked, as ``copy_`` casts.
         copy: ``True`` always copies; ``False`` raises instead of copying; ``None`` shares
             memory when it can: an :class:`Array` already on ``device``, or host memory
             (numpy, a ``kDLCPU`` DLPack producer) that is C-contiguous, of the wanted dtype
@@ -252,8 +247,14 @@ def asarray(obj: object, device: DeviceLike = None, dtype: DTypeLike | None = No
         counted by ``memory_allocated`` and stays valid while the array or the producer lives.
 
     Raises:
-        TypeError: ``obj`` is not numeric data, or a wrong argument type.
-        ValueError: ``copy=False`` but a copy is needed.
+        TypeError: ``obj`` is not numeric data (an ``AcceleratorTypeError``, also a
+            ``RuntimeError``: PyTorch's "Could not infer dtype of ..."), a string, a sequence
+            mixing numbers and sequences, a complex number for a real dtype, or a wrong
+            argument type.
+        ValueError: ``copy=False`` but a copy is needed; ragged sequences; a Python number
+            the integer dtype cannot hold, or an int beyond int64 for one (an
+            ``AcceleratorValueError``, also a ``RuntimeError``, with PyTorch's "value cannot
+            be converted to type ... without overflow").
         BufferError: a DLPack producer on a device accelrt cannot read.
         ValueError: a malformed ``__cuda_array_interface__``, or one whose pointer is not CUDA
             device memory.
@@ -293,19 +294,17 @@ def asarray(obj: object, device: DeviceLike = None, dtype: DTypeLike | None = No
             obj, "__cuda_array_interface__"):
         return _import_cai(obj, device, dtype, copy)
     b, index = _get_device(device)
-    dt = None if dtype is None else _check_dtype(dtype, b, index)
-    python_data = isinstance(obj, (list, tuple, int, float, complex))
+    python_data = not from_dlpack and _python_data(obj)
     writable = True   # a DLPack producer may forbid writes (a DLPack >= 1.0 flag)
-    if from_dlpack:
-        obj, writable = _import_dlpack(obj, copy)
-    host = _to_numpy(obj, "asarray()")
-    if python_data and dt is None:
-        if host.dtype == np.float64:
-            dt = np.dtype(np.float32)
-        elif host.dtype == np.complex128:
-            dt = np.dtype(np.complex64)
-    if dt is None:
-        dt = _check_dtype(host.dtype, b, index)
+    if python_data:   # PyTorch's dtype inference and checked conversion of each number
+        inferred = infer_dtype(obj)
+        dt = _check_dtype(inferred if dtype is None else dtype, b, index)
+        host = from_python(obj, dt, inferred)
+    else:
+        if from_dlpack:
+            obj, writable = _import_dlpack(obj, copy)
+        host = _to_numpy(obj, "asarray()")
+        dt = _check_dtype(host.dtype if dtype is None else dtype, b, index)
     # numpy marks imports of legacy (unversioned) DLPack capsules read-only because they
     # carry no read-only flag; such memory is shared as PyTorch's from_dlpack does, memory
     # a producer flags read-only is copied (an accelrt array is always writable).
@@ -321,8 +320,25 @@ def asarray(obj: object, device: DeviceLike = None, dtype: DTypeLike | None = No
                          "or writable, or the device cannot read host memory); pass "
                          "copy=None")
     out = new_array(Array, host.shape, dt, _device_cls(b.name, index))
-    out._upload(np.ascontiguousarray(host, dtype=dt), non_blocking=False)
+    out._upload(cast(host, dt), non_blocking=False)
     return out
+
+
+def _python_data(obj: object) -> bool:
+    """Whether :func:`asarray` reads ``obj`` as PyTorch reads Python data (numbers and nested
+    sequences, :mod:`accelrt._convert`): anything but a numpy array or scalar, an object numpy
+    reads as an array (``__array__``, ``__array_interface__``) or a buffer (``bytearray``,
+    ``memoryview``: read through numpy, with their own dtype)."""
+    if type(obj) in (list, tuple):
+        return True
+    if isinstance(obj, (np.ndarray, np.generic)) or hasattr(obj, "__array__") or hasattr(
+            obj, "__array_interface__"):
+        return False
+    try:
+        memoryview(obj)   # type: ignore[arg-type]
+    except TypeError:
+        return True
+    return False
 
 
 def _borrow_host(host: np.ndarray, dt: np.dtype, b: Backend, index: int) -> Array:

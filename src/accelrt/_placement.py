@@ -50,7 +50,8 @@ _checked_dtypes: dict[tuple[Any, str, int], np.dtype] = {}
 
 
 def _check_dtype(dtype: object, b: Backend, index: int) -> np.dtype:
-    """``dtype`` as a numpy dtype that device ``index`` of ``b`` supports.
+    """``dtype`` as a numpy dtype that device ``index`` of ``b`` supports; ``None`` is the
+    default dtype, float32 (as ``torch.empty(2, dtype=None)`` is ``torch.get_default_dtype()``).
 
     Raises:
         TypeError: an unknown or unsupported dtype.
@@ -71,7 +72,7 @@ def _check_dtype(dtype: object, b: Backend, index: int) -> np.dtype:
 
 def _check_dtype_uncached(dtype: Any, b: Backend, index: int) -> np.dtype:
     if dtype is None:
-        raise TypeError("dtype must not be None; pass a numpy dtype such as 'float32'")
+        dtype = "float32"       # PyTorch's default dtype
     try:
         dt: np.dtype[Any] = np.dtype(dtype)
     except TypeError as exc:

@@ -83,7 +83,7 @@ def legacy_dtype_device(args: tuple[Any, ...], dtype: Any, device: Any, default_
                   f"and device are keyword-only, as in PyTorch; write {fname}(shape, "
                   f"dtype={args[1]!r}, device=...)", FutureWarning,
                   stacklevel=_OWN_FRAME + depth + 1)
-    if dtype is not default_dtype and dtype != default_dtype:
+    if dtype is not None and dtype is not default_dtype and dtype != default_dtype:
         raise TypeError(f"{fname}() got the dtype twice (positionally {args[1]!r} and "
                         f"dtype={dtype!r}); pass it once, as dtype=")
     if len(args) == 3:

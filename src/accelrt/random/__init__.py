@@ -44,7 +44,7 @@ import numpy as np
 
 from .. import _pinned
 from .._device import _get_device, _lazy_init
-from .._errors import AcceleratorValueError
+from .._errors import AcceleratorTypeError, AcceleratorValueError
 from .._size import normalize_size, one_sequence_size, size_keyword
 from .._stream import _current
 from ._generator import (
@@ -85,6 +85,8 @@ __all__ = [
 ]
 
 _FLOAT_DTYPES = ("float16", "float32", "float64")
+#: The dtypes of rand and randn: a complex number's parts are drawn as floats, as in PyTorch
+_RAND_DTYPES = (*_FLOAT_DTYPES, "complex64", "complex128")
 #: The largest finite value of each float dtype, by item size.
 _FLOAT_MAX = {2: float(np.finfo(np.float16).max), 4: float(np.finfo(np.float32).max),
               8: float(np.finfo(np.float64).max)}
@@ -292,17 +294,25 @@ _float_dtype_cache: dict[Any, np.dtype] = {}
 
 
 def _float_dtype(dtype: Any, fname: str) -> np.dtype:
+    """The checked dtype of :func:`rand`/:func:`randn`: a floating or complex one (PyTorch
+    draws each part of a complex number as a float); ``None`` is float32, PyTorch's default.
+
+    Raises:
+        TypeError: an unknown dtype; another kind (an ``AcceleratorTypeError``, also a
+            ``RuntimeError``, as PyTorch's ``NotImplementedError`` "... not implemented for
+            'Long'").
+    """
     try:
         return _float_dtype_cache[dtype]
     except (KeyError, TypeError):   # TypeError: an unhashable argument
         pass
     try:
-        dt: np.dtype[Any] = np.dtype(dtype)
+        dt: np.dtype[Any] = np.dtype("float32" if dtype is None else dtype)
     except TypeError:
         raise TypeError(f"{fname}(): unknown dtype {dtype!r}") from None
-    if dt.name not in _FLOAT_DTYPES:
-        raise TypeError(f"{fname}() makes floating numbers; dtype must be one of "
-                        f"{', '.join(_FLOAT_DTYPES)}, got {dt.name}")
+    if dt.name not in _RAND_DTYPES:
+        raise AcceleratorTypeError(f"{fname}() makes floating numbers; dtype must be one of "
+                                   f"{', '.join(_RAND_DTYPES)}, got {dt.name}")
     if len(_float_dtype_cache) < 64:
         try:
             _float_dtype_cache[dtype] = dt
@@ -435,17 +445,17 @@ def _pinned_draw(shape: tuple[int, ...], dt: np.dtype, device: DeviceLike,
 
 
 @overload
-def rand(*size: SizeLike, generator: Generator | None = ..., dtype: DTypeLike = ...,
+def rand(*size: SizeLike, generator: Generator | None = ..., dtype: DTypeLike | None = ...,
          device: DeviceLike = ..., pin_memory: Literal[False] | None = ...,
          **kw: SizeLike) -> Array: ...
 @overload
-def rand(*size: SizeLike, generator: Generator | None = ..., dtype: DTypeLike = ...,
+def rand(*size: SizeLike, generator: Generator | None = ..., dtype: DTypeLike | None = ...,
          device: DeviceLike = ..., pin_memory: Literal[True], **kw: SizeLike) -> HostArray: ...
 @overload
-def rand(*size: SizeLike, generator: Generator | None = ..., dtype: DTypeLike = ...,
+def rand(*size: SizeLike, generator: Generator | None = ..., dtype: DTypeLike | None = ...,
          device: DeviceLike = ..., pin_memory: bool | None,
          **kw: SizeLike) -> Array | HostArray: ...
-def rand(*size: SizeLike, generator: Generator | None = None, dtype: DTypeLike = "float32",
+def rand(*size: SizeLike, generator: Generator | None = None, dtype: DTypeLike | None = "float32",
          device: DeviceLike = None, pin_memory: bool | None = False,
          **kw: SizeLike) -> Array | HostArray:
     """An array of uniform numbers in ``[0, 1)`` (PyTorch's ``rand``).
@@ -456,7 +466,9 @@ def rand(*size: SizeLike, generator: Generator | None = None, dtype: DTypeLike =
             ``device=None`` the generator's device is used, unless a ``with acc.device(...)``
             block or :func:`accelrt.set_default_device` names the default device (then the
             generator must be of that device, as in PyTorch).
-        dtype: float16, float32 (default) or float64; keyword-only.
+        dtype: float16, float32 (the default; ``None`` too) or float64, or complex64 or
+            complex128 (the real and imaginary parts drawn as floats, as in PyTorch:
+            uniform in ``[0, 1)`` each, or normal with variance 1/2 each); keyword-only.
         device: where to make the array (keyword-only; ``None``: the default device,
             :func:`accelrt.get_default_device`).
         pin_memory: return a pinned host ``numpy.ndarray`` instead (as
@@ -488,17 +500,17 @@ def rand(*size: SizeLike, generator: Generator | None = None, dtype: DTypeLike =
 
 
 @overload
-def randn(*size: SizeLike, generator: Generator | None = ..., dtype: DTypeLike = ...,
+def randn(*size: SizeLike, generator: Generator | None = ..., dtype: DTypeLike | None = ...,
           device: DeviceLike = ..., pin_memory: Literal[False] | None = ...,
           **kw: SizeLike) -> Array: ...
 @overload
-def randn(*size: SizeLike, generator: Generator | None = ..., dtype: DTypeLike = ...,
+def randn(*size: SizeLike, generator: Generator | None = ..., dtype: DTypeLike | None = ...,
           device: DeviceLike = ..., pin_memory: Literal[True], **kw: SizeLike) -> HostArray: ...
 @overload
-def randn(*size: SizeLike, generator: Generator | None = ..., dtype: DTypeLike = ...,
+def randn(*size: SizeLike, generator: Generator | None = ..., dtype: DTypeLike | None = ...,
           device: DeviceLike = ..., pin_memory: bool | None,
           **kw: SizeLike) -> Array | HostArray: ...
-def randn(*size: SizeLike, generator: Generator | None = None, dtype: DTypeLike = "float32",
+def randn(*size: SizeLike, generator: Generator | None = None, dtype: DTypeLike | None = "float32",
           device: DeviceLike = None, pin_memory: bool | None = False,
           **kw: SizeLike) -> Array | HostArray:
     """An array of standard normal numbers (PyTorch's ``randn``); arguments as :func:`rand`.
@@ -529,7 +541,7 @@ def _int_bound(name: str, value: Any) -> int:
 
 def randint(*args: SizeLike, size: SizeLike | None = None, low: SupportsIndex | None = None,
             high: SupportsIndex | None = None, generator: Generator | None = None,
-            dtype: DTypeLike = "int64", device: DeviceLike = None) -> Array:
+            dtype: DTypeLike | None = "int64", device: DeviceLike = None) -> Array:
     """Uniform integers in ``[low, high)``: ``randint(high, size)`` or
     ``randint(low, high, size)`` (PyTorch's argument conventions; keywords also work).
 
@@ -541,7 +553,7 @@ def randint(*args: SizeLike, size: SizeLike | None = None, low: SupportsIndex | 
         low, high: ints or numpy integers (never bools or floats), as PyTorch's ``SymInt``.
         size: one sequence of ints (a tuple, a list, a 1-D numpy array); a bare int is
             refused, as ``torch.randint(1, 3)`` refuses it.
-        dtype: an integer dtype (default int64), bool, or a float dtype.
+        dtype: an integer dtype (default int64; ``None`` too), bool, or a float dtype.
 
     Raises:
         TypeError: wrong argument types (an int as the size included) or an unsupported
@@ -587,11 +599,12 @@ def randint(*args: SizeLike, size: SizeLike | None = None, low: SupportsIndex | 
     hi = _int_bound("high", high)
     shape = one_sequence_size(size, "randint")
     try:
-        dt = np.dtype(dtype)
+        dt = np.dtype("int64" if dtype is None else dtype)
     except TypeError:
         raise TypeError(f"randint(): unknown dtype {dtype!r}") from None
-    if dt.kind not in "biuf":
-        raise TypeError(f"randint() dtype must be an integer, bool or float dtype, got {dt.name}")
+    if dt.kind not in "biuf":   # PyTorch's RuntimeError "check_random_bounds handles only ..."
+        raise AcceleratorTypeError(f"randint() dtype must be an integer, bool or float dtype, "
+                                   f"got {dt.name}")
     if lo >= hi:
         raise AcceleratorValueError(f"random_ expects 'from' to be less than 'to', but got "
                                     f"from={lo} >= to={hi}")

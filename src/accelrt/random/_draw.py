@@ -44,6 +44,10 @@ __all__ = ["check_generator", "fill", "new"]
 _PER_BLOCK = {("uniform", 2): 4, ("uniform", 4): 4, ("uniform", 8): 2,
               ("normal", 2): 2, ("normal", 4): 2, ("normal", 8): 2}
 
+#: The float dtype of each part of a complex dtype, by the complex item size
+_PARTS: dict[int, np.dtype] = {8: np.dtype("float32"), 16: np.dtype("float64")}
+_SQRT_HALF = math.sqrt(0.5)
+
 _instances = _backend._instances    # the registry's instances by name (never rebound)
 _wrap = Array._wrap
 
@@ -114,7 +118,15 @@ def new(shape: tuple[int, ...], dtype: object, device: object, generator: object
     n = shape[0] if len(shape) == 1 else math.prod(shape)
     mem, stream = where.malloc(storage_nbytes(shape, dt.itemsize))
     out: Array = _wrap(mem, shape, dt, b, index)
-    fill(out, b, index, stream, n, dist, params, gen, dist == "uniform")
+    if dt.kind == "c":
+        # PyTorch's complex rand/randn: the interleaved real and imaginary parts, drawn as
+        # 2n floats (randn's with standard deviation std/sqrt(2), so |z| has variance std**2)
+        part = _wrap(mem, (*shape, 2), _PARTS[dt.itemsize], b, index)
+        fill(part, b, index, stream, 2 * n, dist,
+             (params[0], params[1] * _SQRT_HALF) if dist == "normal" else params, gen,
+             dist == "uniform")
+    else:
+        fill(out, b, index, stream, n, dist, params, gen, dist == "uniform")
     return out
 
 
