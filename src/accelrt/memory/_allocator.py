@@ -89,6 +89,7 @@ from ._pools import (
     pool_use_count,
     release_pool,
     release_pool_from_finalizer,
+    report_finalizer_error,
     settle_pending,
 )
 # the registry's names, importable from here as before (tests and modules patch them there)
@@ -106,7 +107,7 @@ from ._registry import (  # noqa: F401  (re-exported: the names' old home)
     peek_allocator as peek_allocator,
     set_caching as set_caching,
 )
-from ._release import release_cached_blocks
+from ._release import empty_collected_pools, release_cached_blocks
 from ._segments import segment_of, snapshot_segments
 from ._uncached import UncachedRequests
 from ._stats import (
@@ -670,15 +671,9 @@ class DeviceCachingAllocator:
                 else:
                     settle_pending(self, item)  # type: ignore[arg-type]
             except Exception as e:  # noqa: BLE001 - a finalizer's error is only reported
-                _report_finalizer_error(item, e)
-        empty = self._gc_empty
-        while empty:
-            pool_id = empty.popleft()
-            self._flush_deferred()
-            try:
-                release_cached_blocks(self, pool_id)
-            except Exception as e:  # noqa: BLE001 - a finalizer's error is only reported
-                _report_finalizer_error(f"return of the cached memory of MemPool {pool_id}", e)
+                report_finalizer_error(item, e)
+        if self._gc_empty:
+            empty_collected_pools(self)
 
     def drain_pending(self) -> bool:
         """Complete the frees queued by finalizers, and a deferred free, now, unless some
@@ -991,14 +986,6 @@ class DeviceCachingAllocator:
     def __repr__(self) -> str:
         return (f"<DeviceCachingAllocator {self._name}:{self._index} allocated="
                 f"{self.memory_allocated()} reserved={self.memory_reserved()}>")
-
-
-def _report_finalizer_error(item: object, e: BaseException) -> None:
-    what = (f"free of pointer {item:#x}" if isinstance(item, int)
-            else item if isinstance(item, str) else f"release_pool({item})")
-    import logging   # the "accelrt" logger; with no handler configured it reaches stderr
-    logging.getLogger("accelrt.memory").error("Exception ignored in a queued finalizer %s:", what,
-                                              exc_info=(type(e), e, e.__traceback__))
 
 
 def _roundup_power2_next_division(size: int, divisions: int) -> int:

@@ -51,7 +51,8 @@ if TYPE_CHECKING:
 __all__ = ["EndRouting", "PrivatePools", "begin_allocate_to_pool", "check_pool_id",
            "create_pool", "end_allocate_to_pool", "end_allocate_to_pool_from_finalizer",
            "pool_use_count", "raw_free", "raw_malloc", "release_pool",
-           "release_pool_from_finalizer", "retire_segments", "settle_pending"]
+           "release_pool_from_finalizer", "report_finalizer_error", "retire_segments",
+           "settle_pending"]
 
 
 def check_pool_id(pool_id: object) -> tuple[int, int]:
@@ -367,6 +368,16 @@ def _from_finalizer(a: AllocatorCore, item: tuple[int, int] | EndRouting) -> Non
             a._drain_pending_locked()
         finally:
             a._lock.release()
+
+
+def report_finalizer_error(item: object, e: BaseException) -> None:
+    """Log ``e``, raised by the queued finalizer work ``item`` (a pointer to free, a pool id
+    to release, or what was done), on the "accelrt.memory" logger: a finalizer never raises."""
+    what = (f"free of pointer {item:#x}" if isinstance(item, int)
+            else item if isinstance(item, str) else f"release_pool({item})")
+    import logging   # the "accelrt" logger; with no handler configured it reaches stderr
+    logging.getLogger("accelrt.memory").error("Exception ignored in a queued finalizer %s:", what,
+                                              exc_info=(type(e), e, e.__traceback__))
 
 
 def settle_pending(a: AllocatorCore, item: tuple[int, int] | EndRouting) -> None:

@@ -31,13 +31,13 @@ from ._block import (
 )
 from ._config import SIZE_MAX
 from ._history import CTX_ALL, capture_frames
-from ._pools import raw_free
+from ._pools import raw_free, report_finalizer_error
 
 if TYPE_CHECKING:
     from ._interface import AllocatorCore
 
-__all__ = ["garbage_collect", "release_available_cached_blocks", "release_block",
-           "release_cached_blocks"]
+__all__ = ["empty_collected_pools", "garbage_collect", "release_available_cached_blocks",
+           "release_block", "release_cached_blocks"]
 
 
 def release_block(a: AllocatorCore, blk: Block) -> None:
@@ -198,3 +198,18 @@ def garbage_collect(a: AllocatorCore) -> None:
                 total_age -= age
                 count -= 1
                 release_block(a, b)
+
+
+def empty_collected_pools(a: AllocatorCore) -> None:
+    """Give back the cached memory of the private pools whose collected ``MemPool`` asked for
+    it (``a._gc_empty``, queued before their release: PyTorch's ``~MemPool`` empties the
+    pool), as ``empty_cache(pool_id)`` would (``_lock`` held). An error is logged, not
+    raised: this is a finalizer's work."""
+    empty = a._gc_empty
+    while empty:
+        pool_id = empty.popleft()
+        a._flush_deferred()
+        try:
+            release_cached_blocks(a, pool_id)
+        except Exception as e:  # noqa: BLE001 - a finalizer's error is only reported
+            report_finalizer_error(f"return of the cached memory of MemPool {pool_id}", e)
