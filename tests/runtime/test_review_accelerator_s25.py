@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 
 import accelrt as acc
+from helpers import run_in_thread
 from accelrt import backends, memory
 from accelrt.backends.cpu import CpuBackend
 
@@ -39,23 +40,6 @@ def four() -> str:
     return NAME
 
 
-def _in_thread(fn: Callable[[], Any]) -> Any:
-    """``fn()`` in a new thread; its result, or its exception raised here."""
-    out: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            out["value"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
-            out["error"] = exc
-
-    t = threading.Thread(target=run)
-    t.start()
-    t.join(30)
-    assert not t.is_alive(), "the thread did not finish"
-    if "error" in out:
-        raise out["error"]
-    return out.get("value")
 
 
 # ====================================================================== torch.accelerator
@@ -82,7 +66,7 @@ def test_set_device_index_takes_ints_strings_and_devices(four: str, arg: Any,
                                                         index: int) -> None:
     acc.set_device_index(arg)
     assert acc.current_device_index() == index
-    assert _in_thread(acc.current_device_index) == 0     # per thread, as CUDA's device
+    assert run_in_thread(acc.current_device_index) == 0     # per thread, as CUDA's device
 
 
 @pytest.mark.parametrize("arg", [-1, -5, -2**70])
@@ -357,7 +341,7 @@ def test_device_index_left_in_another_thread_changes_neither_thread(four: str) -
     ctx = acc.device_index(2)
     acc.set_device_index(1)
     ctx.__enter__()
-    _in_thread(lambda: ctx.__exit__(None, None, None))   # no entry of that thread: no-op
+    run_in_thread(lambda: ctx.__exit__(None, None, None))   # no entry of that thread: no-op
     assert acc.current_device_index() == 2
     ctx.__exit__(None, None, None)
     assert acc.current_device_index() == 1
@@ -370,7 +354,7 @@ def test_device_module_context_exit_without_enter_in_this_thread_is_an_error(
     ctx = acc.backends.device_module(NAME).device(2)
     ctx.__enter__()
     with pytest.raises(RuntimeError, match="without a matching __enter__"):
-        _in_thread(lambda: ctx.__exit__(None, None, None))
+        run_in_thread(lambda: ctx.__exit__(None, None, None))
     ctx.__exit__(None, None, None)
     assert acc.current_device_index() == 0
     with acc.backends.device_module(NAME).device(-1):     # no-op, and its exit matches
@@ -482,7 +466,7 @@ def test_sync_debug_mode_scope_per_backend_and_per_module(debug_mode: None, four
     assert mod.get_sync_debug_mode() == 2
     acc.set_sync_debug_mode(0)
     assert mod.get_sync_debug_mode() == 0
-    t = _in_thread(lambda: (acc.set_sync_debug_mode(1, "cpu"), acc.get_sync_debug_mode("cpu")))
+    t = run_in_thread(lambda: (acc.set_sync_debug_mode(1, "cpu"), acc.get_sync_debug_mode("cpu")))
     assert t == (None, 1) and acc.get_sync_debug_mode("cpu") == 1   # process-wide
 
 

@@ -27,6 +27,7 @@ import pytest
 from helpers.gates import Gate
 
 import accelrt as acc
+from helpers import run_in_thread
 from accelrt import backends
 from accelrt.backends.cpu import CpuBackend
 
@@ -52,22 +53,6 @@ def _host(stream: acc.Stream, fn: Callable[[], None]) -> None:
     stream._b.launch_host_func(stream.device_index, fn, stream.stream_id)
 
 
-def _in_thread(fn: Callable[[], Any]) -> Any:
-    """``fn()`` run in a new thread, its result returned (its exception re-raised)."""
-    out: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            out["value"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
-            out["error"] = exc
-
-    t = threading.Thread(target=run)
-    t.start()
-    t.join()
-    if "error" in out:
-        raise out["error"]
-    return out.get("value")
 
 
 # ---------------------------------------------------------------------- close() of a stream in use
@@ -484,7 +469,7 @@ def test_with_is_per_thread(two: str) -> None:
         s.__exit__(None, None, None)
     s.__enter__()
     with pytest.raises(RuntimeError, match="without a matching __enter__ in this thread"):
-        _in_thread(lambda: s.__exit__(None, None, None))
+        run_in_thread(lambda: s.__exit__(None, None, None))
     assert acc.current_stream() is s
     s.__exit__(None, None, None)
     assert acc.current_stream(f"{two}:1") is before
@@ -607,7 +592,7 @@ def test_set_stream_and_current_stream_as_torch_accelerator(two: str) -> None:
             acc.set_stream(bad)  # type: ignore[arg-type]
     assert acc.current_stream() is s1
     # a thread starts on its own current device and default streams
-    assert _in_thread(lambda: (acc.current_device_index(), acc.current_stream(1) == s1)) \
+    assert run_in_thread(lambda: (acc.current_device_index(), acc.current_stream(1) == s1)) \
         == (0, False)
     acc.set_stream(before)
     acc.set_device_index(0)
