@@ -83,8 +83,8 @@ class ToggleMachine(RuleBasedStateMachine):
         # a queued finalizer's free that fails (freed meanwhile) is only logged: record it
         # instead (both allocators must report the same)
         self.finalizer_errors: list[tuple[object, str]] = []
-        self.old_report = _allocator._report_finalizer_error
-        _allocator._report_finalizer_error = (  # type: ignore[assignment]
+        self.old_report = _allocator.report_finalizer_error
+        _allocator.report_finalizer_error = (  # type: ignore[assignment]
             lambda item, e: self.finalizer_errors.append((item, str(e))))
 
     def on_backends(self, name: str, *args: object) -> Any:
@@ -237,7 +237,7 @@ class ToggleMachine(RuleBasedStateMachine):
             for b, a in zip(self.backends, (self.fast, self.general)):
                 assert a.memory_reserved() == 0 == b.used
         finally:
-            _allocator._report_finalizer_error = self.old_report  # type: ignore[assignment]
+            _allocator.report_finalizer_error = self.old_report  # type: ignore[assignment]
             (_block.BUCKET_MAX, _block.SMALL_MAX, _fast.SMALL_MAX,
              _expandable.SMALL_MAX) = self.old_limits
 
