@@ -92,12 +92,14 @@ class _DevicePool:
                 accelrt's (chained), or returned a bad handle; the message names the backend.
         """
         b = self.b
+        call: _checked.Call = ("stream_create", (self.index, prio))
         value = _checked.call_raw(b, "stream_create", b.stream_create, self.index, prio)
-        handle = _checked.handle(
-            b, ("stream_create", (self.index, prio)), value, "a stream handle", nonzero=False,
-            held=self.owned | {_default(b, self.key)._handle},
-            why_held="the handle of the default stream or of a stream it created before and "
-                     "has not destroyed; each new stream needs its own handle")
+        why = ("the handle of the default stream or of a stream it created before and has not "
+               "destroyed; each new stream needs its own handle")
+        handle = _checked.handle(b, call, value, "a stream handle", nonzero=False,
+                                 held=self.owned, why_held=why)
+        if handle == _default(b, self.key)._handle:   # (not a copy of owned with it added)
+            raise _checked.returned(b, call, handle, why)
         self.owned.add(handle)
         return StreamHandle(handle)
 
