@@ -106,6 +106,8 @@ class RandomFunctions(ModuleBase):
             >>> import accelrt as acc
             >>> saved = acc.cpu.get_rng_state_all()
             >>> acc.cpu.seed_all()
+            >>> len({g.initial_seed() for g in acc.cpu.default_generators})  # one seed for all
+            1
             >>> acc.cpu.set_rng_state_all(saved)
         """
         import secrets

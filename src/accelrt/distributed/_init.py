@@ -183,8 +183,9 @@ def is_torchelastic_launched() -> bool:
 
     Example::
 
+        >>> import os
         >>> import accelrt.distributed as dist
-        >>> isinstance(dist.is_torchelastic_launched(), bool)
+        >>> dist.is_torchelastic_launched() == ("TORCHELASTIC_RUN_ID" in os.environ)
         True
     """
     return os.getenv("TORCHELASTIC_RUN_ID") is not None

@@ -155,8 +155,7 @@ def seed() -> int:
         >>> acc.random.set_rng_state(saved)  # put the previous state back
     """
     value = secrets.randbits(64)
-    b, index = _get_device(None)
-    _set(b, index, value, 0)
+    manual_seed(value)
     return value
 
 
@@ -168,14 +167,12 @@ def seed_all() -> int:
         >>> import accelrt as acc
         >>> saved = acc.random.get_rng_state_all()
         >>> s = acc.random.seed_all()
-        >>> acc.random.initial_seed() == s
+        >>> all(acc.random.initial_seed(i) == s for i in range(acc.device_count()))
         True
         >>> acc.random.set_rng_state_all(saved)  # put the previous states back
     """
     value = secrets.randbits(64)
-    b, _ = _get_device(None)
-    for index in range(b.device_count()):
-        _set(b, index, value, 0)
+    manual_seed_all(value)
     return value
 
 
