@@ -38,7 +38,7 @@ from ._files import file_name, parse_args, read_input, short_repr, terminal_safe
 from .._history import is_library_file
 from ._replay import WrongFileKindError, load_pickle
 from . import _viz_page
-from .._snapshot import check_snapshot
+from .._snapshot import check_snapshot, history_real_size
 
 __all__ = ["format_bytes", "load_snapshot", "memory_by_location", "segsum", "trace_html",
            "trace_text", "viz_main"]
@@ -125,7 +125,22 @@ def _report_free(external: int, internal: int) -> str:
 
 
 def _block_requested(b: dict[str, Any]) -> int:
-    return int(b.get("requested_size", b["size"]))
+    """The bytes asked for in a block: its ``requested_size``, else (PyTorch 1.13/2.0
+    snapshots) the ``real_size`` of its latest ``history`` entry, else its ``size``, as
+    PyTorch's ``_memory_viz.py`` and visualizer read them."""
+    if "requested_size" in b:
+        return int(b["requested_size"])
+    real = history_real_size(b)
+    return int(b["size"] if real is None else real)
+
+
+def _block_frames(b: dict[str, Any]) -> Any:
+    """A block's stack: its ``frames``, else (PyTorch 1.13/2.0) its latest ``history``
+    entry's."""
+    if "frames" in b:
+        return b["frames"]
+    history = b.get("history")
+    return history[0].get("frames") if history else None
 
 
 def _segment_bar(seg: dict[str, Any]) -> tuple[str, int, int, int]:
@@ -483,7 +498,7 @@ def _device_view(device: int, entries: list[dict[str, Any]], segments: list[dict
     for s in segments:
         blocks = []
         for addr, b in _block_addresses(s):
-            stack = st.add(b.get("frames"))
+            stack = st.add(_block_frames(b))
             state = b["state"]
             if state in ("active_allocated", "active_pending_free"):
                 if addr in live:                # traces record the size asked for
@@ -492,7 +507,8 @@ def _device_view(device: int, entries: list[dict[str, Any]], segments: list[dict
                     pending = state == "active_pending_free"
                     new(-1, last if pending else -1, -1, b["size"], addr, stack)
             blocks.append({"address": addr, "size": b["size"], "state": state,
-                           "requested": int(b.get("requested_size") or 0), "stack": stack})
+                           "requested": 0 if state == "inactive" else _block_requested(b),
+                           "stack": stack})
         segs.append({"address": s["address"], "total": s["total_size"], "stream": s["stream"],
                      "type": s.get("segment_type", ""),
                      "pool": list(s.get("segment_pool_id", (0, 0))),
@@ -537,7 +553,7 @@ def _by_location(snapshot: dict[str, Any]) -> dict[int, dict[str, tuple[int, int
         per = out.setdefault(int(s.get("device", 0)), {})
         for b in s["blocks"]:
             if b["state"] == "active_allocated":
-                loc = st.location(st.add(b.get("frames")))
+                loc = st.location(st.add(_block_frames(b)))
                 nbytes, count = per.get(loc, (0, 0))
                 per[loc] = (nbytes + b["size"], count + 1)
     return out

@@ -1,0 +1,70 @@
+"""accelrt's memory tools and PyTorch's, each on the other's files (session 26).
+
+accelrt's snapshots were fed to torch 2.14.1's ``torch.cuda._memory_viz`` (every function and
+its command line) in a harness outside this suite; the files PyTorch writes, built here by hand
+in the layouts of its writers (``torch/csrc/cuda/Module.cpp`` of 1.13/2.0 and 2.14), are fed to
+``accelrt memory viz``, ``accelrt replay`` and ``accelrt memory tune``. No test imports torch:
+what torch does is written down as literals observed on torch 2.14.1.
+"""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from accelrt.memory import viz
+
+MiB = 1 << 20
+_A = 0x7F00_0000_0000                                  # a segment's address
+_F = [{"filename": "/home/u/train.py", "line": 7, "name": "step"}]
+
+
+def legacy_snapshot(requested_size: bool) -> dict[str, Any]:
+    """A snapshot in PyTorch 1.13/2.0's layout: a block's size asked for and its stack are in
+    its ``history`` (latest first), blocks have no ``frames`` or ``address``; 1.13 wrote no
+    ``requested_size`` either (``requested_size=False``)."""
+    blocks: list[dict[str, Any]] = [
+        {"size": 4 * MiB, "state": "active_allocated",
+         "history": [{"addr": _A, "real_size": 3 * MiB + 5, "frames": _F}]},
+        {"size": 2 * MiB, "state": "active_pending_free",
+         "history": [{"addr": _A + 4 * MiB, "real_size": 2 * MiB, "frames": _F}]},
+        {"size": 14 * MiB, "state": "inactive"}]
+    seg: dict[str, Any] = {"device": 0, "address": _A, "total_size": 20 * MiB,
+                           "allocated_size": 4 * MiB, "active_size": 6 * MiB, "stream": 0,
+                           "segment_type": "large", "blocks": blocks}
+    if requested_size:
+        for b, r in zip(blocks, (3 * MiB + 5, 2 * MiB, 0)):
+            b["requested_size"] = r
+        seg.update(requested_size=3 * MiB + 5, segment_pool_id=(0, 0))
+    trace = [{"action": "segment_alloc", "addr": _A, "size": 20 * MiB, "stream": 0},
+             {"action": "alloc", "addr": _A, "size": 3 * MiB + 5, "stream": 0, "frames": _F}]
+    return {"segments": [seg], "device_traces": [trace]}
+
+
+@pytest.mark.parametrize("requested_size", [False, True])
+def test_legacy_history_blocks_read_as_pytorch_reads_them(tmp_path: Path,
+                                                          requested_size: bool) -> None:
+    """A 1.13 snapshot was refused ("missing key 'requested_size'") and a 2.0 one lost every
+    block's stack; torch 2.14.1's ``_memory_viz.segsum`` reads both (the real_size of the
+    latest history entry is what was asked for)."""
+    snap = legacy_snapshot(requested_size)
+    path = tmp_path / "legacy.pickle"
+    path.write_bytes(pickle.dumps(snap))
+    lines = viz.segsum(viz.load_snapshot(str(path))).splitlines()
+    # torch 2.14.1's segsum of this snapshot, both layouts (its legend differs in wording)
+    assert lines[1:6] == ["[a] 20.0MiB allocated, 17.0MiB (5.9% internal) free", "segments: 1",
+                          "total_reserved: 20.0MiB", "total_allocated: 3.0MiB",
+                          "total_free: 17.0MiB (5.9% internal)"]
+    assert viz.memory_by_location(snap) == {0: {"/home/u/train.py:7:step": (4 * MiB, 1)}}
+    page = viz.trace_html(snap)
+    assert "/home/u/train.py:7:step" in page
+    bad = legacy_snapshot(requested_size)
+    bad["segments"][0]["blocks"][0]["history"] = [{"real_size": "3"}]
+    with pytest.raises(ValueError, match=r"\['history'\]\[0\]\['real_size'\]: expected int"):
+        viz.segsum(bad)
+    bad["segments"][0]["blocks"][0]["history"] = ["x"]
+    with pytest.raises(ValueError, match=r"\['history'\]\[0\]: expected a dict"):
+        viz.segsum(bad)
