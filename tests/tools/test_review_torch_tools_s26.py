@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from accelrt.memory import viz
+from accelrt.memory.tools import _replay, _tune
 
 MiB = 1 << 20
 _A = 0x7F00_0000_0000                                  # a segment's address
@@ -68,3 +69,25 @@ def test_legacy_history_blocks_read_as_pytorch_reads_them(tmp_path: Path,
     bad["segments"][0]["blocks"][0]["history"] = ["x"]
     with pytest.raises(ValueError, match=r"\['history'\]\[0\]: expected a dict"):
         viz.segsum(bad)
+
+
+def test_a_pickled_segment_list_is_a_snapshot_without_history(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]
+                                                              ) -> None:
+    """``pickle.dump(torch.cuda.memory_snapshot(), f)`` (a list of segments) is what torch
+    2.14.1's ``python -m torch.cuda._memory_viz stats FILE`` reads as a snapshot; accelrt
+    refused it ("expected a dict, got list"), and replay/tune did not say it lacks history."""
+    path = tmp_path / "segments.pickle"
+    path.write_bytes(pickle.dumps(legacy_snapshot(True)["segments"]))
+    snap = viz.load_snapshot(str(path))
+    assert snap["device_traces"] == [] and len(snap["segments"]) == 1
+    assert viz.viz_main([str(path), "--segsum"]) == 0
+    assert "total_allocated: 3.0MiB" in capsys.readouterr().out     # torch's stats: the same
+    for main in (_replay.replay_main, _tune.tune_main):
+        assert main([str(path)]) == 1
+        err = capsys.readouterr().err
+        assert "a list of segments, as memory_snapshot() returns) has no allocation history" \
+            in err and "accelrt memory viz" in err
+    path.write_bytes(pickle.dumps([{"address": 0}, 5]))     # not segments: still refused
+    with pytest.raises(ValueError, match="expected a dict, got list"):
+        viz.load_snapshot(str(path))

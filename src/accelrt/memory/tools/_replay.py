@@ -36,8 +36,8 @@ from typing import Any, TextIO
 from ._files import file_name, parse_args, read_input, short_repr, terminal_safe
 
 __all__ = ["H100_US", "NO_HISTORY_HINT", "NoHistoryError", "Op", "WrongFileKindError",
-           "driver_cost_us", "human_bytes", "load_pickle", "load_trace", "no_history_message",
-           "replay_main", "replay_ops", "settings_text", "snapshot_entries", "snapshot_traces",
+           "driver_cost_us", "human_bytes", "is_segment_list", "load_pickle", "load_trace",
+           "no_history_message", "replay_main", "replay_ops", "settings_text", "snapshot_entries", "snapshot_traces",
            "steady_start", "trace_ops"]
 
 #: One replayed operation: (is_alloc, trace address, size in bytes, stream handle).
@@ -180,11 +180,26 @@ def _entries_from_json(obj: Any, path: str) -> list[Any]:
     return entries
 
 
+def is_segment_list(obj: Any) -> bool:
+    """Whether an unpickled ``obj`` is a non-empty list of segment dicts: what
+    ``torch.cuda.memory_snapshot()`` and :func:`accelrt.memory.memory_snapshot` return, a
+    snapshot's segments without its history (an empty list is no snapshot).
+
+    Example::
+
+        >>> from accelrt.memory.tools._replay import is_segment_list
+        >>> is_segment_list([{"address": 0, "total_size": 512}]), is_segment_list([1, 2])
+        (True, False)
+    """
+    return isinstance(obj, list) and bool(obj) and all(isinstance(s, dict) for s in obj)
+
+
 def snapshot_traces(obj: Any, path: str) -> list[list[Any]]:
     """A snapshot's ``device_traces``, one list of entries per device, checked.
 
     Raises:
-        NoHistoryError: the snapshot has no ``device_traces`` (how to record them).
+        NoHistoryError: the snapshot has no ``device_traces`` (how to record them), or ``obj``
+            is a list of segments (:func:`is_segment_list`).
         ValueError: ``obj`` is not a dict, or ``device_traces`` not a list of lists.
 
     Example::
@@ -193,6 +208,9 @@ def snapshot_traces(obj: Any, path: str) -> list[list[Any]]:
         >>> snapshot_traces({"segments": [], "device_traces": [[], []]}, "s.pickle")
         [[], []]
     """
+    if is_segment_list(obj):
+        raise NoHistoryError(no_history_message(
+            path, "the file (a list of segments, as memory_snapshot() returns)"))
     if not isinstance(obj, dict):
         raise ValueError(f"{path}: a snapshot pickle must be a dict with a 'device_traces' "  # noqa: TRY004
                          f"list, got {type(obj).__name__}")

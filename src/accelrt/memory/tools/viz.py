@@ -36,7 +36,7 @@ from typing import Any
 
 from ._files import file_name, parse_args, read_input, short_repr, terminal_safe, write_atomic
 from .._history import is_library_file
-from ._replay import WrongFileKindError, load_pickle
+from ._replay import WrongFileKindError, is_segment_list, load_pickle
 from . import _viz_page
 from .._snapshot import check_snapshot, history_real_size
 
@@ -70,7 +70,9 @@ def format_bytes(num: float) -> str:
 
 
 def load_snapshot(path: str) -> dict[str, Any]:
-    """Read and check a snapshot pickle (optionally gzipped).
+    """Read and check a snapshot pickle (optionally gzipped). A pickled list of segments
+    (``torch.cuda.memory_snapshot()``, ``accelrt.memory.memory_snapshot()``) is read as a
+    snapshot of those segments without history, as PyTorch's ``_memory_viz.py`` reads it.
 
     Args:
         path: the file: a str, bytes or ``os.PathLike`` file name.
@@ -103,7 +105,10 @@ def load_snapshot(path: str) -> dict[str, Any]:
             f"'accelrt replay {shown}' or rank allocator settings for it with 'accelrt memory "
             f"tune {shown}'; 'accelrt memory viz' draws snapshots "
             "(accelrt.memory.dump_snapshot, torch.cuda.memory._dump_snapshot)")
-    return check_snapshot(load_pickle(data, path), path)
+    obj = load_pickle(data, path)
+    if is_segment_list(obj):        # a pickled torch.cuda.memory_snapshot(): segments only
+        obj = {"segments": obj, "device_traces": []}
+    return check_snapshot(obj, path)
 
 
 def _is_json_trace(data: bytes) -> bool:
