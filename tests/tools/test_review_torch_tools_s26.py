@@ -91,3 +91,21 @@ def test_a_pickled_segment_list_is_a_snapshot_without_history(tmp_path: Path,
     path.write_bytes(pickle.dumps([{"address": 0}, 5]))     # not segments: still refused
     with pytest.raises(ValueError, match="expected a dict, got list"):
         viz.load_snapshot(str(path))
+
+
+@pytest.mark.parametrize("protocol", [0, 1])
+def test_every_tool_reads_every_pickle_protocol(tmp_path: Path, protocol: int,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """``pickle.load`` (torch's ``_memory_viz.py``) and ``accelrt memory viz`` read a snapshot
+    pickled with protocol 0 or 1, but replay and tune took it for JSON ("neither JSON nor a
+    snapshot pickle")."""
+    snap = legacy_snapshot(True)
+    snap["device_traces"][0].append({"action": "free_requested", "addr": _A,
+                                     "size": 3 * MiB + 5, "stream": 0})
+    path = tmp_path / "old.pickle"
+    path.write_bytes(pickle.dumps(snap, protocol=protocol))
+    assert viz.viz_main([str(path), "--segsum"]) == 0
+    assert _replay.load_trace(str(path))[1] == ("alloc", _A, 3 * MiB + 5, 0)
+    assert _replay.replay_main([str(path), "--json"]) == 0
+    assert _tune.read_workload(str(path)).ops[0] == (True, _A, 3 * MiB + 5, 0)
+    capsys.readouterr()

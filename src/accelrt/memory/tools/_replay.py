@@ -36,9 +36,9 @@ from typing import Any, TextIO
 from ._files import file_name, parse_args, read_input, short_repr, terminal_safe
 
 __all__ = ["H100_US", "NO_HISTORY_HINT", "NoHistoryError", "Op", "WrongFileKindError",
-           "driver_cost_us", "human_bytes", "is_segment_list", "load_pickle", "load_trace",
-           "no_history_message", "replay_main", "replay_ops", "settings_text", "snapshot_entries", "snapshot_traces",
-           "steady_start", "trace_ops"]
+           "driver_cost_us", "human_bytes", "is_pickle", "is_segment_list", "load_pickle",
+           "load_trace", "no_history_message", "replay_main", "replay_ops", "settings_text",
+           "snapshot_entries", "snapshot_traces", "steady_start", "trace_ops"]
 
 #: One replayed operation: (is_alloc, trace address, size in bytes, stream handle).
 Op = tuple[bool, int, int, int]
@@ -118,6 +118,21 @@ def load_pickle(data: bytes, what: str = "pickle") -> Any:
                          f"{terminal_safe(str(exc)[:200], one_line=True)})") from exc
     _check_plain(obj, what)
     return obj
+
+
+def is_pickle(data: bytes) -> bool:
+    """Whether ``data`` is a pickle rather than JSON, by its first byte: ``PROTO`` (protocols 2
+    to 5), or the ``(``, ``}`` or ``]`` that protocols 0 and 1 open a dict or list with (no
+    JSON text starts with these).
+
+    Example::
+
+        >>> import pickle
+        >>> from accelrt.memory.tools._replay import is_pickle
+        >>> [is_pickle(pickle.dumps({}, protocol=p)) for p in (0, 1, 4)], is_pickle(b'{"a": 1}')
+        ([True, True, True], False)
+    """
+    return data[:1] in (b"\x80", b"(", b"}", b"]")
 
 
 _PLAIN_LEAVES = (str, bytes, int, float, bool, type(None))
@@ -288,7 +303,7 @@ def load_trace(path: str) -> list[Any]:
     """
     path = file_name(path)
     data = _read_bytes(path)
-    if data[:1] == b"\x80":
+    if is_pickle(data):
         return _entries_from_snapshot(load_pickle(data, path), path)
     try:
         obj = json.loads(data)

@@ -54,6 +54,7 @@ from ._replay import (
     _replay,
     _trace_name,
     human_bytes,
+    is_pickle,
     load_pickle,
     no_history_message,
     snapshot_entries,
@@ -223,7 +224,7 @@ def read_workload(path: str, device: int | None = None) -> Workload:
     oom_at: list[tuple[int, int, int]] = []
     free: list[int | None] = []
     reserved: list[int | None] = []
-    snapshot = data[:1] == b"\x80"
+    snapshot = is_pickle(data)
     if snapshot:
         obj = load_pickle(data, path)
         traces = snapshot_traces(obj, path)

@@ -36,7 +36,7 @@ from typing import Any
 
 from ._files import file_name, parse_args, read_input, short_repr, terminal_safe, write_atomic
 from .._history import is_library_file
-from ._replay import WrongFileKindError, is_segment_list, load_pickle
+from ._replay import WrongFileKindError, is_pickle, is_segment_list, load_pickle
 from . import _viz_page
 from .._snapshot import check_snapshot, history_real_size
 
@@ -98,7 +98,7 @@ def load_snapshot(path: str) -> dict[str, Any]:
     """
     path = file_name(path)
     data = read_input(path)
-    if data[:1] != b"\x80" and _is_json_trace(data):
+    if not is_pickle(data) and _is_json_trace(data):
         shown = terminal_safe(path, one_line=True)
         raise WrongFileKindError(
             f"{shown} is an allocation trace (JSON), not a snapshot pickle: replay it with "
