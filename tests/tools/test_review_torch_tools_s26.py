@@ -9,6 +9,7 @@ what torch does is written down as literals observed on torch 2.14.1.
 
 from __future__ import annotations
 
+import json
 import pickle
 from pathlib import Path
 from typing import Any
@@ -109,3 +110,40 @@ def test_every_tool_reads_every_pickle_protocol(tmp_path: Path, protocol: int,
     assert _replay.replay_main([str(path), "--json"]) == 0
     assert _tune.read_workload(str(path)).ops[0] == (True, _A, 3 * MiB + 5, 0)
     capsys.readouterr()
+
+
+def two_device_snapshot() -> dict[str, Any]:
+    """PyTorch 2.14's layout with history on devices 0 and 1 (one process, two GPUs)."""
+    def entry(action: str, addr: int, size: int) -> dict[str, Any]:
+        return {"action": action, "addr": addr, "size": size, "stream": 0, "time_us": 1,
+                "compile_context": "N/A", "user_metadata": "", "frames": []}
+    return {"segments": [], "device_traces": [
+        [entry("alloc", _A, 3 * MiB), entry("free_requested", _A, 3 * MiB)],
+        [entry("alloc", _A, 5 * MiB), entry("alloc", _A + 5 * MiB, 700)]]}
+
+
+def test_replay_takes_a_device_as_tune_does(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """A snapshot of a process with two GPUs could not be replayed at all ("replay takes one
+    device's trace", and no way to name one); ``--device N`` chooses, as in ``memory tune``."""
+    path = tmp_path / "two.pickle"
+    path.write_bytes(pickle.dumps(two_device_snapshot()))
+    assert _replay.replay_main([str(path)]) == 1
+    assert "devices 0, 1 have allocation history; choose one with --device N" in \
+        capsys.readouterr().err
+    for device, ops, live in ((0, 2, 3 * MiB), (1, 2, 5 * MiB + 700)):
+        assert _replay.replay_main([str(path), "--device", str(device), "--json"]) == 0
+        row = json.loads(capsys.readouterr().out)
+        assert (row["ops"], row["peak_live_bytes"]) == (ops, live)
+    assert _replay.replay_main([str(path), "--device", "2"]) == 1
+    assert "--device 2 is out of range: the snapshot has 2 device(s) (0..1)" in \
+        capsys.readouterr().err
+    assert _replay.load_trace(str(path), 1)[1] == ("alloc", _A + 5 * MiB, 700, 0)
+    with pytest.raises(TypeError, match="device must be an int or None, got bool"):
+        _replay.load_trace(str(path), True)
+    one = two_device_snapshot()
+    one["device_traces"][0] = []
+    path.write_bytes(pickle.dumps(one))
+    with pytest.raises(_replay.NoHistoryError, match="device 0 of the snapshot has no "
+                       "allocation history .*; devices with history: 1$"):
+        _replay.load_trace(str(path), 0)
