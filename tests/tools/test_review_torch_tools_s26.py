@@ -147,3 +147,17 @@ def test_replay_takes_a_device_as_tune_does(tmp_path: Path,
     with pytest.raises(_replay.NoHistoryError, match="device 0 of the snapshot has no "
                        "allocation history .*; devices with history: 1$"):
         _replay.load_trace(str(path), 0)
+
+
+def test_trace_text_names_the_allocation_an_annotation_is_about() -> None:
+    """torch 2.14's ``_annotate_tensor`` records an ``annotate`` entry at the allocation's
+    address; torch 2.14.1's ``_memory_viz.trace`` prints ``# annotate b: ...`` (accelrt printed
+    the text without saying which allocation)."""
+    def entry(action: str, addr: int, size: int, meta: str = "") -> dict[str, Any]:
+        return {"action": action, "addr": addr, "size": size, "stream": 0, "time_us": 1,
+                "compile_context": "N/A", "user_metadata": meta, "frames": []}
+    snap = {"segments": [], "device_traces": [[
+        entry("segment_alloc", _A, 20 * MiB), entry("alloc", _A, 4 * MiB),
+        entry("annotate", _A, 0, "packed for backward"), entry("annotate", 16, 0, "stray")]]}
+    lines = viz.trace_text(snap).splitlines()
+    assert lines[4:6] == ["# annotate b: packed for backward", "# annotate stray"]

@@ -339,7 +339,9 @@ def _trace_device(snapshot: dict[str, Any], device: int, entries: list[dict[str,
         else:
             meta = e.get("user_metadata", "")
             text = meta if isinstance(meta, str) else short_repr(meta)
-            out.append(terminal_safe(f"# {action} {text}".rstrip(), one_line=True))
+            of = allocs.get(e.get("addr", -1))     # torch 2.14's _annotate_tensor names one
+            out.append(terminal_safe(f"# {action} {of + ': ' if of else ''}{text}".rstrip(),
+                                     one_line=True))
     out.append(f"TOTAL MEM: {format_bytes(live)}")
     return out
 
