@@ -161,3 +161,50 @@ def test_trace_text_names_the_allocation_an_annotation_is_about() -> None:
         entry("annotate", _A, 0, "packed for backward"), entry("annotate", 16, 0, "stray")]]}
     lines = viz.trace_text(snap).splitlines()
     assert lines[4:6] == ["# annotate b: packed for backward", "# annotate stray"]
+
+
+# Every opcode the unpickler of PyTorch's browser visualizer (https://pytorch.org/memory_viz,
+# torch/utils/viz/MemoryViz.js: unpickle()) handles, and the protocols it accepts (2 to 4);
+# it throws "UNKNOWN OPCODE" on any other.
+_MEMORY_VIZ_JS_OPCODES = frozenset({
+    "PROTO", "FRAME", "STOP", "MARK", "MEMOIZE", "BINPUT", "LONG_BINPUT", "BINGET",
+    "LONG_BINGET", "EMPTY_DICT", "DICT", "SETITEM", "SETITEMS", "EMPTY_LIST", "LIST", "APPEND",
+    "APPENDS", "EMPTY_TUPLE", "TUPLE", "TUPLE1", "TUPLE2", "TUPLE3", "NONE", "NEWTRUE",
+    "NEWFALSE", "BININT", "BININT1", "BININT2", "LONG1", "BINFLOAT", "SHORT_BINUNICODE",
+    "BINUNICODE"})
+
+
+def test_dump_snapshot_uses_only_what_the_browser_visualizer_unpickles(tmp_path: Path) -> None:
+    """The docs send users to https://pytorch.org/memory_viz with dump_snapshot's file; its
+    JavaScript unpickler reads protocols 2 to 4 and a fixed set of opcodes only."""
+    import pickletools
+    import uuid
+
+    from accelrt import backends, memory
+    from accelrt.memory._snapshot import dump_snapshot
+    from accelrt.testing._simulated import SimulatedBackend
+
+    name = f"vizjs{uuid.uuid4().hex[:8]}"
+    backends.register(name, lambda: SimulatedBackend(name=name, capacity=1 << 40,
+                                                     device_count=2))
+    try:
+        devs = (f"{name}:0", f"{name}:1")
+        for d in devs:
+            memory.record_memory_history(max_entries=1000, device=d)
+        ptrs = [memory.caching_allocator_alloc(n, d) for n, d in
+                ((3 * MiB, devs[0]), (1000, devs[0]), (25 * MiB, devs[1]), (5 << 30, devs[0]))]
+        memory.caching_allocator_delete(ptrs.pop(1))
+        path = tmp_path / "snap.pickle"
+        dump_snapshot(path, memory._snapshot(name))
+        for d in devs:
+            memory.record_memory_history(None, device=d)
+        for p in ptrs:
+            memory.caching_allocator_delete(p)
+    finally:
+        backends.unregister(name)
+    ops = list(pickletools.genops(path.read_bytes()))
+    assert ops[0][0].name == "PROTO" and 2 <= ops[0][1] <= 4
+    assert {op.name for op, _, _ in ops} <= _MEMORY_VIZ_JS_OPCODES
+    snap = pickle.loads(path.read_bytes())
+    assert snap["device_traces"][0] and any(b["frames"] for s in snap["segments"]
+                                             for b in s["blocks"])
