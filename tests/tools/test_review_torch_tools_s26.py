@@ -208,3 +208,101 @@ def test_dump_snapshot_uses_only_what_the_browser_visualizer_unpickles(tmp_path:
     snap = pickle.loads(path.read_bytes())
     assert snap["device_traces"][0] and any(b["frames"] for s in snap["segments"]
                                              for b in s["blocks"])
+
+
+def rewind_like_memory_viz_js(segments: list[dict[str, Any]],
+                              trace: list[dict[str, Any]]) -> list[str]:
+    """What pytorch.org/memory_viz's "Allocator State History" does to show an earlier entry
+    (MemoryViz.js: MemoryView.simulate_memory): start from the snapshot's segments and live
+    blocks and undo the trace from its end (an undone ``segment_unmap`` joins the neighbours
+    of its stream, an undone ``segment_map`` cuts its range out of the one segment holding
+    it). Returns the steps where the page would throw (a ``segment_alloc``/``segment_map``
+    in no segment, a ``free_requested`` of no block) or draw a block outside every segment."""
+    segs = sorted([s["address"], s["total_size"], s["stream"]] for s in segments)
+    blocks: set[int] = set()
+    for s in segments:
+        addr = s["address"]
+        for b in s["blocks"]:
+            if b["state"] != "inactive":
+                blocks.add(addr)
+            addr += b["size"]
+    problems = []
+    for i in range(len(trace) - 1, -1, -1):
+        e = trace[i]
+        a, addr, size = e["action"], e["addr"], e["size"]
+        if a == "free_completed":
+            blocks.add(addr)
+        elif a == "free_requested" and addr not in blocks:
+            problems.append(f"entry {i}: free_requested of {addr:#x}, no block there")
+        elif a == "alloc":
+            blocks.discard(addr)
+        elif a in ("segment_free", "segment_unmap"):
+            new = [addr, size, e["stream"]]
+            if a == "segment_unmap":
+                for s in [s for s in segs if s[2] == new[2] and (s[0] + s[1] == new[0]
+                                                                 or new[0] + new[1] == s[0])]:
+                    segs.remove(s)
+                    new = [min(s[0], new[0]), s[1] + new[1], new[2]]
+            segs = sorted([*segs, new])
+        elif a in ("segment_alloc", "segment_map"):
+            inside = [s for s in segs if s[0] <= addr and addr + size <= s[0] + s[1]]
+            if not inside or (a == "segment_alloc" and inside[0][0] != addr):
+                problems.append(f"entry {i}: {a} {addr:#x}+{size} is in no segment")
+                continue
+            s = inside[0]
+            segs.remove(s)
+            segs += [r for r in ([s[0], addr - s[0], s[2]],
+                                 [addr + size, s[0] + s[1] - addr - size, s[2]]) if r[1] > 0]
+        for b in blocks:
+            if not any(s[0] <= b < s[0] + s[1] for s in segs):
+                problems.append(f"before entry {i}: block {b:#x} is in no segment")
+    return problems
+
+
+@pytest.mark.parametrize("conf", ["", "expandable_segments:True",
+                                  "expandable_segments:True,page_reuse:True"])
+@pytest.mark.parametrize("max_entries", [100_000, 40])
+def test_snapshots_of_every_setting_are_what_torchs_readers_need(conf: str,
+                                                                 max_entries: int) -> None:
+    """torch 2.14.1's ``_memory_viz`` (segsum, trace, memory, segments, compare, trace_plot,
+    segment_plot and the command line) ran on accelrt snapshots of every setting, stream
+    use, pool, graph, OOM and history option without error, its numbers equal to
+    memory_stats() (harness outside this suite). What it relies on, checked here for the
+    default, expandable and low-fragmentation policies and a wrapped history: the blocks
+    tile each segment (segsum asserts it), the segments sum to the statistics, and the
+    trace undoes onto the segments as the browser visualizer undoes it."""
+    import random
+
+    from accelrt.memory._allocator import DeviceCachingAllocator
+    from accelrt.memory._config import AllocatorConfig, parse_config
+    from accelrt.testing._simulated import SimulatedBackend
+
+    b = SimulatedBackend(capacity=1 << 34)
+    a = DeviceCachingAllocator(b, 0, parse_config(conf) if conf else AllocatorConfig())
+    a.record_history("all", max_entries=max_entries)
+    rng = random.Random(5)
+    live: list[int] = []
+    for step in range(300):
+        if rng.random() < 0.55 or not live:
+            size = rng.choice([rng.randint(1, 1 << 20), rng.randint(1 << 20, 40 << 20)])
+            live.append(a.malloc(size, rng.choice([0, 7])))
+            if rng.random() < 0.1:
+                a.record_stream(live[-1], 9)
+        else:
+            a.free(live.pop(rng.randrange(len(live))))
+        if step % 97 == 96:
+            b.synchronize(0)
+            a.empty_cache()
+    segments, trace, st = a.snapshot_segments(), a.trace_entries(), a.stats()
+    for seg in segments:
+        addr = seg["address"]
+        for blk in seg["blocks"]:
+            assert blk["address"] == addr
+            addr += blk["size"]
+        assert addr - seg["address"] == seg["total_size"]
+    for key, field in (("reserved_bytes", "total_size"), ("allocated_bytes", "allocated_size"),
+                       ("active_bytes", "active_size"), ("requested_bytes", "requested_size")):
+        assert st[f"{key}.all.current"] == sum(s[field] for s in segments)
+    assert rewind_like_memory_viz_js(segments, trace) == []
+    for p in live:
+        a.free(p)
