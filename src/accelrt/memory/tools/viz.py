@@ -514,7 +514,8 @@ def _device_view(device: int, entries: list[dict[str, Any]], segments: list[dict
                     pending = state == "active_pending_free"
                     new(-1, last if pending else -1, -1, b["size"], addr, stack)
             blocks.append({"address": addr, "size": b["size"], "state": state,
-                           "requested": 0 if state == "inactive" else _block_requested(b),
+                           "requested": int(b.get("requested_size") or 0)
+                           if state == "inactive" else _block_requested(b),
                            "stack": stack})
         segs.append({"address": s["address"], "total": s["total_size"], "stream": s["stream"],
                      "type": s.get("segment_type", ""),
