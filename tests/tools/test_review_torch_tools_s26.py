@@ -306,3 +306,13 @@ def test_snapshots_of_every_setting_are_what_torchs_readers_need(conf: str,
     assert rewind_like_memory_viz_js(segments, trace) == []
     for p in live:
         a.free(p)
+
+
+def test_a_snapshot_written_as_json_is_named_as_such(tmp_path: Path) -> None:
+    """A snapshot saved with json.dump (PyTorch's tools read pickles only) was reported as
+    "not a valid pickle (UnpicklingError: invalid load key, '{'.)"."""
+    path = tmp_path / "snap.json"
+    path.write_text(json.dumps(legacy_snapshot(True)))
+    with pytest.raises(ValueError, match="snap.json: a JSON object, not a snapshot pickle: "
+                       "'accelrt memory viz' draws the pickles that"):
+        viz.load_snapshot(str(path))

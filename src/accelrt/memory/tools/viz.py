@@ -98,8 +98,13 @@ def load_snapshot(path: str) -> dict[str, Any]:
     """
     path = file_name(path)
     data = read_input(path)
-    if not is_pickle(data) and _is_json_trace(data):
+    obj = None if is_pickle(data) else _json_object(data)
+    if obj is not None:
         shown = terminal_safe(path, one_line=True)
+        if not isinstance(obj.get("trace"), list):
+            raise ValueError(f"{shown}: a JSON object, not a snapshot pickle: 'accelrt memory "
+                             "viz' draws the pickles that accelrt.memory.dump_snapshot and "
+                             "torch.cuda.memory._dump_snapshot write")
         raise WrongFileKindError(
             f"{shown} is an allocation trace (JSON), not a snapshot pickle: replay it with "
             f"'accelrt replay {shown}' or rank allocator settings for it with 'accelrt memory "
@@ -111,16 +116,16 @@ def load_snapshot(path: str) -> dict[str, Any]:
     return check_snapshot(obj, path)
 
 
-def _is_json_trace(data: bytes) -> bool:
-    """Whether ``data`` is a trace in the shared JSON format (a JSON object with a ``trace``
-    list)."""
+def _json_object(data: bytes) -> dict[str, Any] | None:
+    """``data`` as a JSON object (a trace in the shared format, or a snapshot someone wrote as
+    JSON), or ``None`` if it is none."""
     if data.lstrip()[:1] != b"{":
-        return False
+        return None
     try:
         obj = json.loads(data)
     except (ValueError, RecursionError):
-        return False
-    return isinstance(obj, dict) and isinstance(obj.get("trace"), list)
+        return None
+    return obj if isinstance(obj, dict) else None
 
 
 def _report_free(external: int, internal: int) -> str:
