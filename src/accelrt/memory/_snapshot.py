@@ -39,7 +39,7 @@ from typing import Any, TypedDict, cast
 
 
 __all__ = ["Block", "Frame", "Segment", "TraceEntry", "build_snapshot", "check_snapshot",
-           "dump_snapshot", "gc_paused", "snapshot_segments", "to_plain"]
+           "dump_snapshot", "gc_paused", "history_real_size", "snapshot_segments", "to_plain"]
 
 #: The pickle protocol of dump files; PyTorch's visualizer reads protocols 2 to 4.
 PICKLE_PROTOCOL = 4
@@ -333,6 +333,36 @@ def _check_frames(obj: dict[str, Any], where: str) -> None:
                              f"and name, got {type(f).__name__}")
 
 
+def _check_history(block: dict[str, Any], where: str) -> None:
+    """Check a block's optional ``history`` (PyTorch 1.13/2.0 snapshots: a list of
+    ``{"addr", "real_size", "frames"}``, latest first) where present."""
+    _opt(block, "history", list, where)
+    for n, h in enumerate(block.get("history", ())):
+        hw = f"{where}['history'][{n}]"
+        if not isinstance(h, dict):
+            raise ValueError(f"{hw}: expected a dict with addr, real_size and frames, got "  # noqa: TRY004
+                             f"{type(h).__name__}")
+        _opt(h, "real_size", int, hw)
+        _check_frames(h, hw)
+
+
+def history_real_size(block: dict[str, Any]) -> int | None:
+    """The size asked for that a checked block's ``history`` records (its latest entry's
+    ``real_size``: PyTorch 1.13/2.0 snapshots, whose blocks may lack ``requested_size``), or
+    ``None``.
+
+    Example::
+
+        >>> from accelrt.memory._snapshot import history_real_size
+        >>> history_real_size({"size": 512, "history": [{"addr": 0, "real_size": 500}]})
+        500
+        >>> history_real_size({"size": 512}) is None
+        True
+    """
+    history = block.get("history")
+    return history[0].get("real_size") if history else None
+
+
 def _check_pool_id(obj: dict[str, Any], key: str, where: str) -> None:
     """Check an optional pool id (a pair of ints) where present."""
     pool = obj.get(key, (0, 0))
@@ -346,7 +376,8 @@ def check_snapshot(snap: Any, what: str = "snapshot") -> dict[str, Any]:
 
     Integers the visualizers read (addresses, sizes, streams, devices) must lie in
     ``[0, 2**64)``. Checks ``segments`` (``address``, ``total_size``, ``stream``, ``blocks`` with ``size`` and
-    ``state``; ``requested_size`` on ``active_allocated`` blocks) and ``device_traces`` (lists of
+    ``state``; ``requested_size`` on ``active_allocated`` blocks, unless PyTorch 1.13/2.0's
+    ``history`` list gives its ``real_size``) and ``device_traces`` (lists of
     dicts with a str ``action``; ``addr``/``size`` ints on alloc/free/segment actions), and the
     types of optional keys where present (``device``, ``segment_pool_id``, ``frames``, ...).
 
@@ -379,7 +410,10 @@ def check_snapshot(snap: Any, what: str = "snapshot") -> dict[str, Any]:
             bw = f"{where}['blocks'][{j}]"
             _need(b, "size", int, bw)
             state = _need(b, "state", str, bw)
-            if state == "active_allocated":
+            legacy = "history" in b          # PyTorch 1.13/2.0
+            if legacy:
+                _check_history(b, bw)
+            if state == "active_allocated" and (not legacy or history_real_size(b) is None):
                 _need(b, "requested_size", int, bw)
             else:
                 _opt(b, "requested_size", int, bw)

@@ -36,9 +36,9 @@ from typing import Any, TextIO
 from ._files import file_name, parse_args, read_input, short_repr, terminal_safe
 
 __all__ = ["H100_US", "NO_HISTORY_HINT", "NoHistoryError", "Op", "WrongFileKindError",
-           "driver_cost_us", "human_bytes", "load_pickle", "load_trace", "no_history_message",
-           "replay_main", "replay_ops", "settings_text", "snapshot_entries", "snapshot_traces",
-           "steady_start", "trace_ops"]
+           "device_trace", "driver_cost_us", "human_bytes", "is_pickle", "is_segment_list",
+           "load_pickle", "load_trace", "no_history_message", "replay_main", "replay_ops",
+           "settings_text", "snapshot_entries", "snapshot_traces", "steady_start", "trace_ops"]
 
 #: One replayed operation: (is_alloc, trace address, size in bytes, stream handle).
 Op = tuple[bool, int, int, int]
@@ -120,6 +120,21 @@ def load_pickle(data: bytes, what: str = "pickle") -> Any:
     return obj
 
 
+def is_pickle(data: bytes) -> bool:
+    """Whether ``data`` is a pickle rather than JSON, by its first byte: ``PROTO`` (protocols 2
+    to 5), or the ``(``, ``}`` or ``]`` that protocols 0 and 1 open a dict or list with (no
+    JSON text starts with these).
+
+    Example::
+
+        >>> import pickle
+        >>> from accelrt.memory.tools._replay import is_pickle
+        >>> [is_pickle(pickle.dumps({}, protocol=p)) for p in (0, 1, 4)], is_pickle(b'{"a": 1}')
+        ([True, True, True], False)
+    """
+    return data[:1] in (b"\x80", b"(", b"}", b"]")
+
+
 _PLAIN_LEAVES = (str, bytes, int, float, bool, type(None))
 _MAX_DEPTH = 64                    # a snapshot nests about 8 deep
 _MAX_ELEMENTS = 100_000_000        # elements of the data walked as a tree (no sharing)
@@ -180,11 +195,26 @@ def _entries_from_json(obj: Any, path: str) -> list[Any]:
     return entries
 
 
+def is_segment_list(obj: Any) -> bool:
+    """Whether an unpickled ``obj`` is a non-empty list of segment dicts: what
+    ``torch.cuda.memory_snapshot()`` and :func:`accelrt.memory.memory_snapshot` return, a
+    snapshot's segments without its history (an empty list is no snapshot).
+
+    Example::
+
+        >>> from accelrt.memory.tools._replay import is_segment_list
+        >>> is_segment_list([{"address": 0, "total_size": 512}]), is_segment_list([1, 2])
+        (True, False)
+    """
+    return isinstance(obj, list) and bool(obj) and all(isinstance(s, dict) for s in obj)
+
+
 def snapshot_traces(obj: Any, path: str) -> list[list[Any]]:
     """A snapshot's ``device_traces``, one list of entries per device, checked.
 
     Raises:
-        NoHistoryError: the snapshot has no ``device_traces`` (how to record them).
+        NoHistoryError: the snapshot has no ``device_traces`` (how to record them), or ``obj``
+            is a list of segments (:func:`is_segment_list`).
         ValueError: ``obj`` is not a dict, or ``device_traces`` not a list of lists.
 
     Example::
@@ -193,6 +223,9 @@ def snapshot_traces(obj: Any, path: str) -> list[list[Any]]:
         >>> snapshot_traces({"segments": [], "device_traces": [[], []]}, "s.pickle")
         [[], []]
     """
+    if is_segment_list(obj):
+        raise NoHistoryError(no_history_message(
+            path, "the file (a list of segments, as memory_snapshot() returns)"))
     if not isinstance(obj, dict):
         raise ValueError(f"{path}: a snapshot pickle must be a dict with a 'device_traces' "  # noqa: TRY004
                          f"list, got {type(obj).__name__}")
@@ -236,30 +269,67 @@ def snapshot_entries(trace: list[Any], path: str, device: int) -> list[Any]:
     return out
 
 
-def _entries_from_snapshot(obj: Any, path: str) -> list[Any]:
-    traces = snapshot_traces(obj, path)
+def _check_device(device: Any) -> None:
+    if device is not None and (not isinstance(device, int) or isinstance(device, bool)):
+        raise TypeError(f"device must be an int or None, got {type(device).__name__}")
+
+
+def device_trace(traces: list[list[Any]], path: str, device: int | None = None
+                 ) -> tuple[int, list[Any]]:
+    """``(device, its trace)`` of a snapshot's ``device_traces`` (:func:`snapshot_traces`):
+    ``device``, or with ``None`` the only device that has history (device 0 if none has).
+
+    Raises:
+        TypeError: ``device`` is not an int or ``None``.
+        ValueError: ``device`` is out of range, or several devices have history and ``device``
+            is ``None`` (the message says to choose one with ``--device N``).
+
+    Example::
+
+        >>> from accelrt.memory.tools._replay import device_trace
+        >>> device_trace([[], [{"action": "alloc"}]], "s.pickle")
+        (1, [{'action': 'alloc'}])
+    """
+    _check_device(device)
     with_history = [d for d, t in enumerate(traces) if t]
-    if len(with_history) > 1:
-        raise ValueError(f"{path}: the snapshot holds traces of {len(with_history)} devices; "
-                         "replay takes one device's trace")
-    device = with_history[0] if with_history else 0
-    out = snapshot_entries(traces[device] if with_history else [], path, device)
+    if device is None:
+        if len(with_history) > 1:
+            raise ValueError(f"{path}: the snapshot holds traces of {len(with_history)} "
+                             f"devices: devices {', '.join(map(str, with_history))} have "
+                             "allocation history; choose one with --device N")
+        device = with_history[0] if with_history else 0
+    if not 0 <= device < max(len(traces), 1):
+        raise ValueError(f"{path}: --device {device} is out of range: the snapshot has "
+                         f"{len(traces)} device(s) (0..{len(traces) - 1})")
+    return device, traces[device] if traces else []
+
+
+def _entries_from_snapshot(obj: Any, path: str, device: int | None) -> list[Any]:
+    traces = snapshot_traces(obj, path)
+    device, trace = device_trace(traces, path, device)
+    out = snapshot_entries(trace, path, device)
     if not any(action == "alloc" for action, _, _, _ in out):
-        raise NoHistoryError(no_history_message(path, "the snapshot"))
+        others = [d for d, t in enumerate(traces) if t and d != device]
+        raise NoHistoryError(no_history_message(
+            path, f"device {device} of the snapshot" if others else "the snapshot")
+            + (f"; devices with history: {', '.join(map(str, others))}" if others else ""))
     return out
 
 
-def load_trace(path: str) -> list[Any]:
+def load_trace(path: str, device: int | None = None) -> list[Any]:
     """Read a trace file's raw entries ``[action, addr, size, stream]``.
 
     Accepts gzipped or plain JSON in the shared trace format, and snapshot pickles (gzipped or
-    not) holding ``device_traces`` of one device.
+    not) holding ``device_traces``: those of ``device``, which may be ``None`` where only one
+    device has history (a JSON trace ignores it).
 
     Raises:
         OSError: the file cannot be read.
         NoHistoryError: a snapshot without allocation history (the message says which command
             reads it and how to record history).
-        ValueError: the file is in none of these formats, or a pickle asks for a global.
+        TypeError: ``device`` is not an int or ``None``.
+        ValueError: the file is in none of these formats, or a pickle asks for a global;
+            ``device`` is out of range, or ``None`` where several devices have history.
 
     Example::
 
@@ -269,9 +339,10 @@ def load_trace(path: str) -> list[Any]:
         [['alloc', 16, 512, 0]]
     """
     path = file_name(path)
+    _check_device(device)
     data = _read_bytes(path)
-    if data[:1] == b"\x80":
-        return _entries_from_snapshot(load_pickle(data, path), path)
+    if is_pickle(data):
+        return _entries_from_snapshot(load_pickle(data, path), path, device)
     try:
         obj = json.loads(data)
     except RecursionError:
@@ -580,7 +651,7 @@ def _table(rows: list[dict[str, Any]]) -> str:
 
 
 def replay_main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``accelrt replay TRACE... [--alloc-conf STR] [--json]``.
+    """Entry point of ``accelrt replay TRACE... [--alloc-conf STR] [--device N] [--json]``.
 
     Prints a table (or one JSON object per trace with ``--json``) and returns the exit status:
     0 on success, 1 when a trace cannot be read or replayed, 2 on bad arguments.
@@ -605,6 +676,9 @@ def replay_main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--alloc-conf", metavar="STR", default=None,
                         help="allocator settings in PYTORCH_CUDA_ALLOC_CONF syntax, e.g. "
                              "'expandable_segments:True' (default: ACCELRT_ALLOC_CONF)")
+    parser.add_argument("--device", metavar="N", type=int, default=None,
+                        help="which device's history to replay from a snapshot (needed when "
+                             "several devices have history)")
     args = parse_args(parser, argv,
                       json_help="print one JSON object per trace instead of a table")
     if isinstance(args, int):
@@ -620,7 +694,7 @@ def replay_main(argv: Sequence[str] | None = None) -> int:
     status = 0
     for path in args.traces:
         try:
-            ops = trace_ops(load_trace(path), path)
+            ops = trace_ops(load_trace(path, args.device), path)
             if len(ops) < _PROGRESS_MIN_OPS:
                 row = replay_ops(ops, config, name=_trace_name(path))
             else:

@@ -48,12 +48,15 @@ from ._replay import (
     NoHistoryError,
     Op,
     _as_int,
+    _check_device,
     _entries_from_json,
     _peak_live,
     _read_bytes,
     _replay,
     _trace_name,
+    device_trace,
     human_bytes,
+    is_pickle,
     load_pickle,
     no_history_message,
     snapshot_entries,
@@ -216,28 +219,19 @@ def read_workload(path: str, device: int | None = None) -> Workload:
         ([(True, 16, 20971520, 0)], 64, [60])
     """
     path = file_name(path)
-    if device is not None and (not isinstance(device, int) or isinstance(device, bool)):
-        raise TypeError(f"device must be an int or None, got {type(device).__name__}")
+    _check_device(device)
     data = _read_bytes(path)
     settings: Any = None
     oom_at: list[tuple[int, int, int]] = []
     free: list[int | None] = []
     reserved: list[int | None] = []
-    snapshot = data[:1] == b"\x80"
+    snapshot = is_pickle(data)
     if snapshot:
         obj = load_pickle(data, path)
         traces = snapshot_traces(obj, path)
         settings = obj.get("allocator_settings")
         with_history = [i for i, t in enumerate(traces) if t]
-        if device is None:
-            if len(with_history) > 1:
-                raise ValueError(f"{path}: devices {', '.join(map(str, with_history))} have "
-                                 "allocation history; choose one with --device N")
-            device = with_history[0] if with_history else 0
-        if not 0 <= device < max(len(traces), 1):
-            raise ValueError(f"{path}: --device {device} is out of range: the snapshot has "
-                             f"{len(traces)} device(s) (0..{len(traces) - 1})")
-        raw = traces[device] if traces else []
+        device, raw = device_trace(traces, path, device)
         entries = snapshot_entries(raw, path, device)
         if not entries:
             where = (f"; devices with history: {', '.join(map(str, with_history))}"

@@ -36,9 +36,9 @@ from typing import Any
 
 from ._files import file_name, parse_args, read_input, short_repr, terminal_safe, write_atomic
 from .._history import is_library_file
-from ._replay import WrongFileKindError, load_pickle
+from ._replay import WrongFileKindError, is_pickle, is_segment_list, load_pickle
 from . import _viz_page
-from .._snapshot import check_snapshot
+from .._snapshot import check_snapshot, history_real_size
 
 __all__ = ["format_bytes", "load_snapshot", "memory_by_location", "segsum", "trace_html",
            "trace_text", "viz_main"]
@@ -70,7 +70,9 @@ def format_bytes(num: float) -> str:
 
 
 def load_snapshot(path: str) -> dict[str, Any]:
-    """Read and check a snapshot pickle (optionally gzipped).
+    """Read and check a snapshot pickle (optionally gzipped). A pickled list of segments
+    (``torch.cuda.memory_snapshot()``, ``accelrt.memory.memory_snapshot()``) is read as a
+    snapshot of those segments without history, as PyTorch's ``_memory_viz.py`` reads it.
 
     Args:
         path: the file: a str, bytes or ``os.PathLike`` file name.
@@ -96,26 +98,34 @@ def load_snapshot(path: str) -> dict[str, Any]:
     """
     path = file_name(path)
     data = read_input(path)
-    if data[:1] != b"\x80" and _is_json_trace(data):
+    obj = None if is_pickle(data) else _json_object(data)
+    if obj is not None:
         shown = terminal_safe(path, one_line=True)
+        if not isinstance(obj.get("trace"), list):
+            raise ValueError(f"{shown}: a JSON object, not a snapshot pickle: 'accelrt memory "
+                             "viz' draws the pickles that accelrt.memory.dump_snapshot and "
+                             "torch.cuda.memory._dump_snapshot write")
         raise WrongFileKindError(
             f"{shown} is an allocation trace (JSON), not a snapshot pickle: replay it with "
             f"'accelrt replay {shown}' or rank allocator settings for it with 'accelrt memory "
             f"tune {shown}'; 'accelrt memory viz' draws snapshots "
             "(accelrt.memory.dump_snapshot, torch.cuda.memory._dump_snapshot)")
-    return check_snapshot(load_pickle(data, path), path)
+    obj = load_pickle(data, path)
+    if is_segment_list(obj):        # a pickled torch.cuda.memory_snapshot(): segments only
+        obj = {"segments": obj, "device_traces": []}
+    return check_snapshot(obj, path)
 
 
-def _is_json_trace(data: bytes) -> bool:
-    """Whether ``data`` is a trace in the shared JSON format (a JSON object with a ``trace``
-    list)."""
+def _json_object(data: bytes) -> dict[str, Any] | None:
+    """``data`` as a JSON object (a trace in the shared format, or a snapshot someone wrote as
+    JSON), or ``None`` if it is none."""
     if data.lstrip()[:1] != b"{":
-        return False
+        return None
     try:
         obj = json.loads(data)
     except (ValueError, RecursionError):
-        return False
-    return isinstance(obj, dict) and isinstance(obj.get("trace"), list)
+        return None
+    return obj if isinstance(obj, dict) else None
 
 
 def _report_free(external: int, internal: int) -> str:
@@ -125,7 +135,22 @@ def _report_free(external: int, internal: int) -> str:
 
 
 def _block_requested(b: dict[str, Any]) -> int:
-    return int(b.get("requested_size", b["size"]))
+    """The bytes asked for in a block: its ``requested_size``, else (PyTorch 1.13/2.0
+    snapshots) the ``real_size`` of its latest ``history`` entry, else its ``size``, as
+    PyTorch's ``_memory_viz.py`` and visualizer read them."""
+    if "requested_size" in b:
+        return int(b["requested_size"])
+    real = history_real_size(b)
+    return int(b["size"] if real is None else real)
+
+
+def _block_frames(b: dict[str, Any]) -> Any:
+    """A block's stack: its ``frames``, else (PyTorch 1.13/2.0) its latest ``history``
+    entry's."""
+    if "frames" in b:
+        return b["frames"]
+    history = b.get("history")
+    return history[0].get("frames") if history else None
 
 
 def _segment_bar(seg: dict[str, Any]) -> tuple[str, int, int, int]:
@@ -319,7 +344,9 @@ def _trace_device(snapshot: dict[str, Any], device: int, entries: list[dict[str,
         else:
             meta = e.get("user_metadata", "")
             text = meta if isinstance(meta, str) else short_repr(meta)
-            out.append(terminal_safe(f"# {action} {text}".rstrip(), one_line=True))
+            of = allocs.get(e.get("addr", -1))     # torch 2.14's _annotate_tensor names one
+            out.append(terminal_safe(f"# {action} {of + ': ' if of else ''}{text}".rstrip(),
+                                     one_line=True))
     out.append(f"TOTAL MEM: {format_bytes(live)}")
     return out
 
@@ -483,7 +510,7 @@ def _device_view(device: int, entries: list[dict[str, Any]], segments: list[dict
     for s in segments:
         blocks = []
         for addr, b in _block_addresses(s):
-            stack = st.add(b.get("frames"))
+            stack = st.add(_block_frames(b))
             state = b["state"]
             if state in ("active_allocated", "active_pending_free"):
                 if addr in live:                # traces record the size asked for
@@ -492,7 +519,9 @@ def _device_view(device: int, entries: list[dict[str, Any]], segments: list[dict
                     pending = state == "active_pending_free"
                     new(-1, last if pending else -1, -1, b["size"], addr, stack)
             blocks.append({"address": addr, "size": b["size"], "state": state,
-                           "requested": int(b.get("requested_size") or 0), "stack": stack})
+                           "requested": int(b.get("requested_size") or 0)
+                           if state == "inactive" else _block_requested(b),
+                           "stack": stack})
         segs.append({"address": s["address"], "total": s["total_size"], "stream": s["stream"],
                      "type": s.get("segment_type", ""),
                      "pool": list(s.get("segment_pool_id", (0, 0))),
@@ -537,7 +566,7 @@ def _by_location(snapshot: dict[str, Any]) -> dict[int, dict[str, tuple[int, int
         per = out.setdefault(int(s.get("device", 0)), {})
         for b in s["blocks"]:
             if b["state"] == "active_allocated":
-                loc = st.location(st.add(b.get("frames")))
+                loc = st.location(st.add(_block_frames(b)))
                 nbytes, count = per.get(loc, (0, 0))
                 per[loc] = (nbytes + b["size"], count + 1)
     return out
