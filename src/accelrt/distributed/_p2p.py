@@ -116,7 +116,7 @@ def _p2p(op: str, tensor: Any, rank: int | None, group_rank: int | None, group: 
         return None
     peer = (None if not send and rank is None and group_rank is None else
             g.canonical_rank(rank, group_rank, "dst" if send else "src"))
-    return g.p2p(op, tensor, peer, int(tag), send, blocking)
+    return g.p2p(op, tensor, peer, tag, send, blocking)
 
 
 @dataclass
@@ -163,8 +163,8 @@ def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[Work]:
         []
     """
     if not isinstance(p2p_op_list, list) or not all(isinstance(p, P2POp) for p in p2p_op_list):
-        raise TypeError("Invalid ``p2p_op_list``. Each op is expected to to be of type "
-                        "``torch.distributed.P2POp``.")
+        raise ValueError("Invalid ``p2p_op_list``. Each op is expected to to be of type "
+                         "``torch.distributed.P2POp``.")
     if not p2p_op_list:
         return []
     groups = {id(_group(p.group)) for p in p2p_op_list}
@@ -176,7 +176,7 @@ def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[Work]:
             send = p.op is isend
             g.canonical_rank(p.peer, p.group_peer, "peer")
             g.check_args("isend" if send else "irecv", (p.tensor,) if send else (),
-                         () if send else (p.tensor,))
+                         () if send else (p.tensor,), tag=p.tag)
     ctx = None
     nccl = [] if g is None else [e for e in g._engines.values() if e.name == "nccl"]
     if nccl:
