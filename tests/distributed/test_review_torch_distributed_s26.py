@@ -24,6 +24,8 @@ each of which failed before its fix:
 - ``Work.source_rank()`` of a collective answered ``-1``; torch raises ``RuntimeError``;
 - ``batch_isend_irecv`` of a list that is not of ``P2POp`` raised ``TypeError``; torch raises
   ``ValueError`` (same text);
+- ``init_process_group(rank=0.0)`` (or a string ``world_size``) was a plain ``TypeError``;
+  torch raises ``RuntimeError: `rank` must be an integer``, so it is now both;
 - a ``src``/``dst`` outside the group was a plain ``ValueError``; torch raises gloo's
   ``RuntimeError: ... invalid root rank`` for the world (``ValueError`` for a subgroup), so
   accelrt's is now an ``AcceleratorValueError`` (both).
@@ -136,6 +138,16 @@ def test_a_rank_outside_the_group_is_torchs_runtime_and_value_error(
         with pytest.raises(ValueError, match="not part of the group|is not part of group"):
             call()
     _still_usable()
+
+
+@pytest.mark.parametrize("rank, world_size, name", [(0.0, 1, "rank"), (0, "1", "world_size")])
+def test_init_rank_and_world_size_of_another_type(rank: object, world_size: object,
+                                                  name: str) -> None:
+    # torch 2.14.1: RuntimeError: `rank` must be an integer. 0.0 (`world_size` the same)
+    for kind in (RuntimeError, TypeError):
+        with pytest.raises(kind, match=f"{name} must be an int"):
+            dist.init_process_group("gloo", rank=rank, world_size=world_size)  # type: ignore[arg-type]
+    assert not dist.is_initialized()
 
 
 @pytest.mark.parametrize("n", [2, 3])
