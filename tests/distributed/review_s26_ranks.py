@@ -332,6 +332,88 @@ EXPECTED: dict[str, tuple[str, ...]] = {
               "-> ([True, True], ([1.0], 'float32'))"),
     'sol.ok': ('-> ((None), [None, None])',
               "-> ((0), [0, 'x'])"),
+    'c.sum.complex64': ("-> ([(2+2j), 6j], 'complex64')",
+                       "-> ([(2+2j), 6j], 'complex64')"),
+    'c.avg.complex64': ("-> ([(1+1j), 3j], 'complex64')",
+                       "-> ([(1+1j), 3j], 'complex64')"),
+    'c.bcast.complex64': ("-> (None, ([(1+1j)], 'complex64'))",
+                         "-> (None, ([(1+1j)], 'complex64'))"),
+    'c.ag.complex64': ("-> (None, [([1j], 'complex64'), ([(1+1j)], 'complex64')])",
+                      "-> (None, [([1j], 'complex64'), ([(1+1j)], 'complex64')])"),
+    'c.sum.complex128': ("-> ([(2+2j), 6j], 'complex128')",
+                        "-> ([(2+2j), 6j], 'complex128')"),
+    'c.avg.complex128': ("-> ([(1+1j), 3j], 'complex128')",
+                        "-> ([(1+1j), 3j], 'complex128')"),
+    'c.bcast.complex128': ("-> (None, ([(1+1j)], 'complex128'))",
+                          "-> (None, ([(1+1j)], 'complex128'))"),
+    'c.ag.complex128': ("-> (None, [([1j], 'complex128'), ([(1+1j)], 'complex128')])",
+                       "-> (None, [([1j], 'complex128'), ([(1+1j)], 'complex128')])"),
+    'ovf.sum.int32': ("-> ([201, 254], 'int32')",
+                     "-> ([201, 254], 'int32')"),
+    'ovf.prod.int32': ("-> ([10100, 256], 'int32')",
+                      "-> ([10100, 256], 'int32')"),
+    'ovf.sum.uint8': ("-> ([201, 254], 'uint8')",
+                     "-> ([201, 254], 'uint8')"),
+    'ovf.prod.uint8': ("-> ([116, 0], 'uint8')",
+                      "-> ([116, 0], 'uint8')"),
+    'ovf.sum.int8': ("-> ([-55, -2], 'int8')",
+                    "-> ([-55, -2], 'int8')"),
+    'ovf.prod.int8': ("-> ([116, 0], 'int8')",
+                     "-> ([116, 0], 'int8')"),
+    'bool.min': ("-> ([True, False], 'bool')",
+                "-> ([True, False], 'bool')"),
+    'bool.band': ("-> ([True, False], 'bool')",
+                 "-> ([True, False], 'bool')"),
+    'bool.bxor': ("-> ([False, True], 'bool')",
+                 "-> ([False, True], 'bool')"),
+    'bool.ag': ("-> (None, [([True], 'bool'), ([False], 'bool')])",
+               "-> (None, [([True], 'bool'), ([False], 'bool')])"),
+    'u8.bxor': ("-> ([0, 7], 'uint8')",
+               "-> ([0, 7], 'uint8')"),
+    'i64.bor': ("-> ([5, 3298534883328], 'int64')",
+               "-> ([5, 3298534883328], 'int64')"),
+    'f16.avg': ("-> ([1.0, 1.5], 'float16')",
+               "-> ([1.0, 1.5], 'float16')"),
+    'f64.prod': ("-> ([2.25, 4.0], 'float64')",
+                "-> ([2.25, 4.0], 'float64')"),
+    'inf.sum': ("-> ([inf, -inf], 'float32')",
+               "-> ([inf, -inf], 'float32')"),
+    'empty.bcast': ("-> (None, ([], 'float32'))",
+                   "-> (None, ([], 'float32'))"),
+    'empty.ag': ("-> (None, [([], 'float32'), ([], 'float32')])",
+                "-> (None, [([], 'float32'), ([], 'float32')])"),
+    'empty.agt': ("-> (None, ([], 'float32'))",
+                 "-> (None, ([], 'float32'))"),
+    '0d.bcast': ("-> (None, (6.0, 'float32'))",
+                "-> (None, (6.0, 'float32'))"),
+    '0d.ag': ("-> (None, [(5.0, 'float32'), (6.0, 'float32')])",
+             "-> (None, [(5.0, 'float32'), (6.0, 'float32')])"),
+    '2d.agt': ("-> (None, ([[0.0, 1.0], [1.0, 2.0]], 'float32'))",
+              "-> (None, ([[0.0, 1.0], [1.0, 2.0]], 'float32'))"),
+    '2d.rst': ("-> (None, ([[1.0, 3.0]], 'float32'))",
+              "-> (None, ([[10.0, 12.0]], 'float32'))"),
+    'rs.max': ("-> (None, ([2.0], 'float32'))",
+              "-> (None, ([3.0], 'float32'))"),
+    'rs.prod_int': ("-> (None, ([6], 'int32'))",
+                   "-> (None, ([6], 'int32'))"),
+    'a2as.2d': ("-> (None, ([[0.0, 0.0], [1.0, 0.0]], 'float32'))",
+               "-> (None, ([[0.0, 1.0], [1.0, 1.0]], 'float32'))"),
+    'sc.async': ("-> (True, ([1.0], 'float32'))",
+                "-> (True, ([2.0], 'float32'))"),
+    'ga.async': ('-> (True, None)',
+                "-> (True, [([1.0], 'float32'), ([2.0], 'float32')])"),
+    'rd.max_int': ("-> (None, 'nonroot')",
+                  '-> (None, [5, 3])'),
+    'bo.tensor': ("-> (None, ['dict', 'tuple', 'NoneType'])",
+                 "-> (None, ['dict', 'tuple', 'NoneType'])"),
+    'ago.none': ('-> (None, [None, None])',
+                '-> (None, [None, None])'),
+    'go.dst1': ('-> (None, None)',
+               "-> (None, [{'r': 0}, {'r': 1}])"),
+    'so.src1': ('-> (None, [[1]])',
+               '-> (None, [[2]])'),
+    'coal.ar': ("-> (None, [([3.0], 'float32'), ([2.0, 4.0], 'float32')])",
+               "-> (None, [([3.0], 'float32'), ([2.0, 4.0], 'float32')])"),
 }
 
 EXPECTED3: dict[str, tuple[str, ...]] = {
@@ -482,6 +564,12 @@ def A(x: Any, dt: str = "float32") -> np.ndarray[Any, Any]:
 
 def E(shape: Any, dt: str = "float32") -> np.ndarray[Any, Any]:
     return np.zeros(shape, dtype=dt)
+
+
+def reduced(x: Any, dt: str, op: str = "SUM") -> np.ndarray[Any, Any]:
+    t = A(x, dt)
+    dist.all_reduce(t, op=getattr(dist.ReduceOp, op))
+    return t
 
 
 def show(v: Any) -> str:
@@ -657,6 +745,42 @@ def two_ranks() -> None:
     case("bi.tag", lambda: (lambda o: (lambda ws: ([w.wait() for w in ws], o))(dist.batch_isend_irecv([dist.P2POp(dist.isend, A([R + 1.0]), P, tag=3), dist.P2POp(dist.irecv, o, P, tag=3)])))(E(1)))
     # object p2p
     case("sol.ok", lambda: (lambda lst: ((dist.send_object_list([R, "x"], dst=P),) if R == 0 else (dist.recv_object_list(lst, src=P),), lst))([None, None]))
+    # ---- dtypes, sizes and forms (complex, integer wrap-around, bool, empty, 0-d, 2-d, async)
+    for dt in ("complex64", "complex128"):
+        case(f"c.sum.{dt}", lambda: reduced([1 + 2j * R, 3j], dt))
+        case(f"c.avg.{dt}", lambda: reduced([1 + 2j * R, 3j], dt, "AVG"))
+        case(f"c.bcast.{dt}", lambda: (lambda t: (dist.broadcast(t, 1), t))(A([R + 1j], dt)))
+        case(f"c.ag.{dt}", lambda: (lambda o: (dist.all_gather(o, A([R + 1j], dt)), o))([A([0j], dt), A([0j], dt)]))
+    for dt in ("int32", "uint8", "int8"):   # (gloo has no int16; complex PRODUCT: MPI only)
+        case(f"ovf.sum.{dt}", lambda: reduced([100 + R, 127], dt))
+        case(f"ovf.prod.{dt}", lambda: reduced([100 + R, 16], dt, "PRODUCT"))
+    case("bool.min", lambda: reduced([True, R == 0], "bool", "MIN"))
+    case("bool.band", lambda: reduced([True, R == 0], "bool", "BAND"))
+    case("bool.bxor", lambda: reduced([True, R == 0], "bool", "BXOR"))
+    case("bool.ag", lambda: (lambda o: (dist.all_gather(o, A([R == 0], "bool")), o))([A([False], "bool"), A([False], "bool")]))
+    case("u8.bxor", lambda: reduced([5, 3 + R], "uint8", "BXOR"))
+    case("i64.bor", lambda: reduced([5, 1 << (R + 40)], "int64", "BOR"))
+    case("f16.avg", lambda: reduced([1.0, R * 3.0], "float16", "AVG"))
+    case("f64.prod", lambda: reduced([1.5, -2.0], "float64", "PRODUCT"))
+    case("inf.sum", lambda: reduced([float("inf"), -float("inf") if R else 1.0], "float32"))
+    case("empty.bcast", lambda: (lambda t: (dist.broadcast(t, 0), t))(A([], "float32")))
+    case("empty.ag", lambda: (lambda o: (dist.all_gather(o, A([], "float32")), o))([A([], "float32"), A([], "float32")]))
+    case("empty.agt", lambda: (lambda o: (dist.all_gather_into_tensor(o, A([], "float32")), o))(A([], "float32")))
+    case("0d.bcast", lambda: (lambda t: (dist.broadcast(t, 1), t))(A(R + 5.0, "float32")))
+    case("0d.ag", lambda: (lambda o: (dist.all_gather(o, A(R + 5.0, "float32")), o))([A(0.0, "float32"), A(0.0, "float32")]))
+    case("2d.agt", lambda: (lambda o: (dist.all_gather_into_tensor(o, A([[R, R + 1.0]], "float32")), o))(A([[0.0, 0.0], [0.0, 0.0]], "float32")))
+    case("2d.rst", lambda: (lambda o: (dist.reduce_scatter_tensor(o, A([[R, R + 1.0], [5.0, 6.0]], "float32")), o))(A([[0.0, 0.0]], "float32")))
+    case("rs.max", lambda: (lambda o: (dist.reduce_scatter(o, [A([R + 1.0], "float32"), A([3.0 - R], "float32")], op=dist.ReduceOp.MAX), o))(A([0.0], "float32")))
+    case("rs.prod_int", lambda: (lambda o: (dist.reduce_scatter(o, [A([R + 2], "int32"), A([3 - R], "int32")], op=dist.ReduceOp.PRODUCT), o))(A([0], "int32")))
+    case("a2as.2d", lambda: (lambda o: (dist.all_to_all_single(o, A([[R, 0.0], [R, 1.0]], "float32")), o))(A([[0.0, 0.0], [0.0, 0.0]], "float32")))
+    case("sc.async", lambda: (lambda o: (lambda w: (w.wait(), o))(dist.scatter(o, [A([1.0], "float32"), A([2.0], "float32")] if R == 0 else None, src=0, async_op=True)))(A([0.0], "float32")))
+    case("ga.async", lambda: (lambda lst: (lambda w: (w.wait(), lst))(dist.gather(A([R + 1.0], "float32"), lst, dst=1, async_op=True)))([A([0.0], "float32"), A([0.0], "float32")] if R == 1 else None))
+    case("rd.max_int", lambda: (lambda t: (dist.reduce(t, 1, op=dist.ReduceOp.MAX), t.tolist() if R == 1 else "nonroot"))(A([R * 5, 3], "int64")))
+    case("bo.tensor", lambda: (lambda lst: (dist.broadcast_object_list(lst, src=0), [type(x).__name__ for x in lst]))([{"a": [1, 2]}, (1, "x"), None] if R == 0 else [None, None, None]))
+    case("ago.none", lambda: (lambda lst: (dist.all_gather_object(lst, None), lst))([1, 2]))
+    case("go.dst1", lambda: (lambda lst: (dist.gather_object({"r": R}, lst, dst=1), lst))([None, None] if R == 1 else None))
+    case("so.src1", lambda: (lambda o: (dist.scatter_object_list(o, [[1], [2]] if R == 1 else None, src=1), o))([None]))
+    case("coal.ar", lambda: (lambda ts: (dist.all_reduce_coalesced(ts), ts))([A([R + 1.0], "float32"), A([1.0, 2.0], "float32")]))
     # ---- destroy
     case("destroy.sub", lambda: (dist.destroy_process_group(g_uns), dist.get_world_size(g_uns)))
     dist.destroy_process_group()

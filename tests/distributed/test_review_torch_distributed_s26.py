@@ -1,9 +1,9 @@
 """Differential review of accelrt.distributed against torch.distributed (gloo on CPU), by
 running both (issue 26). The expectations are literal values and messages observed on torch
-2.14.1 (gloo, world sizes 1 and 2, TCP rendezvous on 127.0.0.1); torch is not imported here.
+2.14.1 (gloo, world sizes 1, 2 and 3, TCP rendezvous on 127.0.0.1); torch is not imported here.
 
 Ranks: two mpiexec launches of ``review_s26_ranks.py``, each case compared with torch's answer:
-149 cases on 2 ranks (every collective, object collective and point-to-point form with normal
+190 cases on 2 ranks (every collective, object collective and point-to-point form with normal
 and hostile arguments), 46 on 3 (a subgroup named unsorted, group ranks and peers, a
 non-member, subgroups, a new world after destroy). Two differences fixed there:
 
