@@ -199,6 +199,8 @@ class Engine:
     name = "engine"
     host_memory = True
     stream_ordered = False
+    #: the largest tag :meth:`isend`/:meth:`irecv` take (torch's bound: a C ``int``)
+    max_tag = 2**31 - 1
 
     def capabilities(self) -> EngineCapabilities:
         """What this engine supports (see :class:`EngineCapabilities`); constant for the

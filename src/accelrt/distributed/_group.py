@@ -397,9 +397,11 @@ class ProcessGroup:
         """The group rank that exactly one of ``rank`` (a global rank: the argument ``what``,
         e.g. ``src``) and ``group_rank`` (a rank of this group: ``group_<what>``) names, as
         torch's ``_canonicalize_group_rank``. Neither: ``default`` (a global rank; torch's 0
-        of ``gather``, ``scatter`` and the object collectives), else ``ValueError``. Part of
-        the argument check: it raises before anything is enqueued or the sequence number
-        moves, so the group stays usable."""
+        of ``gather``, ``scatter`` and the object collectives), else ``ValueError``. A rank
+        outside the group is an ``AcceleratorValueError``, a ``ValueError`` and a
+        ``RuntimeError``: torch 2.14 raises the first for a subgroup and gloo's "invalid root
+        rank" ``RuntimeError`` for the world. Part of the argument check: it raises before
+        anything is enqueued or the sequence number moves, so the group stays usable."""
         if group_rank is not None:
             if rank is not None:
                 raise ValueError(f"Can't specify both group_rank and global_rank: pass {what}= "
@@ -409,8 +411,9 @@ class ProcessGroup:
                 raise TypeError(f"group_{what} must be an int rank of the group, got "
                                 f"{type(group_rank).__name__}")
             if not 0 <= int(group_rank) < self._size:
-                raise ValueError(f"Group rank {group_rank} is not part of group {self.name!r} "
-                                 f"(group_{what} is a rank of the group: 0..{self._size - 1})")
+                raise AcceleratorValueError(
+                    f"Group rank {group_rank} is not part of group {self.name!r} "
+                    f"(group_{what} is a rank of the group: 0..{self._size - 1})")
             return int(group_rank)
         if rank is None:
             if default is None:
@@ -422,19 +425,22 @@ class ProcessGroup:
         try:
             return self.global_ranks.index(int(rank))
         except ValueError:
-            raise ValueError(f"The global rank {rank} is not part of the group {self.name!r} "
-                             f"(ranks {self.global_ranks}); group_{what}= takes a rank of the "
-                             "group") from None
+            raise AcceleratorValueError(
+                f"The global rank {rank} is not part of the group {self.name!r} (ranks "
+                f"{self.global_ranks}); group_{what}= takes a rank of the group") from None
 
     def check_args(self, op: str, ins: Sequence[Any] = (), outs: Sequence[Any] = (), *,
                    alias: Alias = "none", peer: int | None = None,
-                   peer_role: str | None = None) -> _Loc | None:
+                   peer_role: str | None = None, tag: object = NotImplemented) -> _Loc | None:
         """The one argument check of every collective and point-to-point operation: it runs
         on the calling rank before anything is enqueued and before the group's sequence
         number moves, so an argument error raises here and leaves the group usable.
 
         - ``peer_role`` (a blocking ``send``/``recv``: ``"destination"``/``"source"``): the
           group rank ``peer`` is not this rank's (``ValueError``, torch's message);
+        - ``tag`` (point-to-point only; the default means none): an int (``TypeError``, None
+          included) in ``0..max_tag`` of the engine (``AcceleratorValueError``, torch's "Tag
+          must be nonnegative"): a tag the engine refused broke the group;
         - arrays of one device, contiguous (:func:`_locate`); none closed (``ClosedError``);
         - plain-data dtypes only: an object (or ``StringDType``) array holds pointers into
           this process, which no peer can read (``TypeError``);
@@ -451,9 +457,21 @@ class ProcessGroup:
         if peer_role is not None and peer == self._rank:
             raise ValueError(f"Invalid {peer_role} rank: {peer_role} rank should not be the "
                              "same as the rank of the current process.")
+        t = None
+        if tag is not NotImplemented:
+            if isinstance(tag, bool) or not isinstance(tag, (int, np.integer)):
+                raise TypeError(f"{op}: tag must be an int, got {type(tag).__name__}")
+            t = int(tag)
+            if t < 0:
+                raise AcceleratorValueError(f"Tag must be nonnegative: {op} got tag={t}")
         if not ins and not outs:
             return None
         loc = _locate([*ins, *outs], op)
+        if t is not None:
+            eng = self.engine(loc.type, loc.index)
+            if t > eng.max_tag:
+                raise AcceleratorValueError(f"{op}: tag {t} is out of range: the {eng.name} "
+                                            f"engine takes tags 0..{eng.max_tag}")
         for a in (*ins, *outs):
             if not loc.host and a.is_closed:
                 raise ClosedError(f"{op}: an accelrt.Array passed to it was closed (close()); "
@@ -771,8 +789,9 @@ class ProcessGroup:
         self._raise_kept()
         role = None if not blocking else "destination" if send else "source"
         loc = self.check_args(op, (array,) if send else (), () if send else (array,),
-                              peer=peer, peer_role=role)
+                              peer=peer, peer_role=role, tag=tag)
         assert loc is not None
+        tag = int(tag)
         eng = self.engine(loc.type, loc.index)
         caps = self.capabilities(eng)
         if caps.stream_ordered and peer is None:

@@ -61,8 +61,10 @@ def set_timeout(timeout: TimeoutArg, group: GroupArg = None) -> None:
 
 
 def get_pg_count() -> int:
-    """The number of process groups made since :func:`init_process_group` (the world, the
-    groups of :func:`new_group` and :func:`split_group` on this rank).
+    """The number of process groups made since :func:`init_process_group`: the world and
+    every call of :func:`new_group` and :func:`split_group` (:func:`new_subgroups` makes one
+    per subgroup), the groups this rank is not a member of included, so every rank answers
+    the same (torch's ``group_count``).
 
     Example::
 
@@ -223,6 +225,7 @@ def _split(parent: ProcessGroup, members: list[int] | None, key: int,
     (``ncclCommSplit``); the other engines start from the new communicator when first used.
     Returns the new group, or ``GroupMember.NON_GROUP_MEMBER``."""
     _S.counter += 1
+    _S.pg_count += 1   # on every rank, member or not, as torch's group_count: ranks agree
     name = group_desc or f"group{_S.counter}"
     color = None if members is None else min(members)   # disjoint lists: a unique color
     parent.drain()
@@ -254,7 +257,6 @@ def _split(parent: ProcessGroup, members: list[int] | None, key: int,
     g.parent = parent
     g.threads_ok = parent.threads_ok
     _S.groups.append(g)
-    _S.pg_count += 1
     return g
 
 

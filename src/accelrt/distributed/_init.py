@@ -18,6 +18,7 @@ import os
 import sys
 from typing import Any
 
+from .._errors import AcceleratorTypeError
 from .._typing import DeviceSpec
 from ._engine import Backend, EngineContext, ReduceOp
 from ._engine import parse_backend as _parse_backend
@@ -344,7 +345,10 @@ def _check_init_args(init_method: str | None, world_size: int, rank: int, store:
         raise ValueError("enable_reconfigure=True is not supported: accelrt's engines (MPI, "
                          "NCCL) have no reconfigure regime (ProcessGroup.reconfigure); pass "
                          "enable_reconfigure=False (the default)")
-    world_size, rank = _int(world_size, "world_size"), _int(rank, "rank")
+    try:
+        world_size, rank = _int(world_size, "world_size"), _int(rank, "rank")
+    except TypeError as e:   # torch: RuntimeError: `rank` must be an integer
+        raise AcceleratorTypeError(str(e)) from None
     if init_method is not None and not isinstance(init_method, str):
         raise TypeError(f"init_method must be a str such as 'env://' or 'tcp://host:port', "
                         f"got {type(init_method).__name__}")

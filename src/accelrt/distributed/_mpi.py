@@ -184,6 +184,7 @@ class MpiEngine(Engine):
         self._in_place, self._addr, self._byte = MPI.IN_PLACE, MPI.buffer.fromaddress, MPI.BYTE
         self.size = comm.Get_size()
         self.rank = comm.Get_rank()
+        self.max_tag = int(comm.Get_attr(MPI.TAG_UB))   # MPICH: 2**29 - 1
 
     @classmethod
     def create(cls, ctx: EngineContext) -> MpiEngine:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._group import Work
-from ._world import ArrayArg, GroupArg, _group, _warn_not_member
+from ._world import _S, ArrayArg, GroupArg, _group, _warn_not_member
 
 
 # ---------------------------------------------------------------------------- point-to-point
@@ -116,14 +116,15 @@ def _p2p(op: str, tensor: Any, rank: int | None, group_rank: int | None, group: 
         return None
     peer = (None if not send and rank is None and group_rank is None else
             g.canonical_rank(rank, group_rank, "dst" if send else "src"))
-    return g.p2p(op, tensor, peer, int(tag), send, blocking)
+    return g.p2p(op, tensor, peer, tag, send, blocking)
 
 
 @dataclass
 class P2POp:
     """One operation for :func:`batch_isend_irecv`: ``P2POp(dist.isend, array, peer)``, or
     ``P2POp(dist.irecv, array, group=g, group_peer=k)`` (a rank of ``g``); exactly one of
-    ``peer`` and ``group_peer``.
+    ``peer`` and ``group_peer``. Made while a world exists, it holds both (and its group), as
+    torch's does.
 
     Example::
 
@@ -143,14 +144,24 @@ class P2POp:
         if self.op not in (isend, irecv):
             raise ValueError("Invalid ``op``. Expected ``op`` to be of type "
                              "``torch.distributed.isend`` or ``torch.distributed.irecv``.")
-        # torch's P2POp names its peer by exactly one of peer and group_peer (the ranks are
-        # resolved against the group by batch_isend_irecv's argument check)
+        # torch's P2POp is given its peer by exactly one of peer and group_peer
         if self.peer is not None and self.group_peer is not None:
             raise ValueError("Can't specify both group_rank and global_rank: pass peer= (a "
                              "global rank) or group_peer= (a rank of the group), not both")
         if self.peer is None and self.group_peer is None:
             raise ValueError("Must specify global_rank or group_rank: pass peer= (a global "
                              "rank) or group_peer= (a rank of the group)")
+        # as torch's: once a world exists, the group is resolved and the peer named both ways
+        # (a rank outside the group raises here); a P2POp made before init keeps its form
+        g = None if _S.world is None else _group(self.group)
+        if g is not None:
+            k = g.canonical_rank(self.peer, self.group_peer, "peer")
+            self.group, self.peer, self.group_peer = g, g.global_ranks[k], k
+
+    def _peer(self) -> tuple[int | None, int | None]:
+        """(peer, group_peer) with one of them None, as isend/irecv take them: the group rank
+        where both are known."""
+        return (None, self.group_peer) if self.group_peer is not None else (self.peer, None)
 
 
 def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[Work]:
@@ -163,8 +174,8 @@ def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[Work]:
         []
     """
     if not isinstance(p2p_op_list, list) or not all(isinstance(p, P2POp) for p in p2p_op_list):
-        raise TypeError("Invalid ``p2p_op_list``. Each op is expected to to be of type "
-                        "``torch.distributed.P2POp``.")
+        raise ValueError("Invalid ``p2p_op_list``. Each op is expected to to be of type "
+                         "``torch.distributed.P2POp``.")
     if not p2p_op_list:
         return []
     groups = {id(_group(p.group)) for p in p2p_op_list}
@@ -174,9 +185,9 @@ def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[Work]:
     if g is not None:   # every operation's arguments, before any is posted
         for p in p2p_op_list:
             send = p.op is isend
-            g.canonical_rank(p.peer, p.group_peer, "peer")
+            g.canonical_rank(*p._peer(), "peer")
             g.check_args("isend" if send else "irecv", (p.tensor,) if send else (),
-                         () if send else (p.tensor,))
+                         () if send else (p.tensor,), tag=p.tag)
     ctx = None
     nccl = [] if g is None else [e for e in g._engines.values() if e.name == "nccl"]
     if nccl:
@@ -187,7 +198,8 @@ def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[Work]:
         ctx.__enter__()
     try:
         for p in p2p_op_list:
-            w = p.op(p.tensor, p.peer, p.group, p.tag, p.group_peer)
+            peer, group_peer = p._peer()
+            w = p.op(p.tensor, peer, p.group, p.tag, group_peer)
             if w is not None:
                 works.append(w)
     finally:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from .._event import Event
 from .._stream import _current
 from ._engine import Request
-from ._errors import DistTimeoutError
+from ._errors import DistError, DistTimeoutError
 from ._store import _seconds_of
 
 if TYPE_CHECKING:
@@ -289,7 +289,10 @@ class Work:
         return None if self._group is None else self._group._error
 
     def source_rank(self) -> int:
-        """For a receive: the group rank the data came from."""
+        """For a receive: the group rank the data came from. Other work raises, as torch's."""
+        if self._op not in ("recv", "irecv"):
+            raise DistError("sourceRank() may only be called on work objects that correspond "
+                            f"to a recv or recv-from-any call, not {self._op or 'completed work'}")
         if self._request is not None:
             self._complete_request(None)
         return self._source
