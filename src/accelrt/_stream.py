@@ -36,7 +36,7 @@ from ._errors import AcceleratorError
 from ._fork import reinit_after_fork
 from ._handles import StreamHandle
 from . import _stream_core
-from ._stream_core import _initialized, _Key, _StreamCore
+from ._stream_core import _initialized, _key_of, _StreamCore
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -76,7 +76,7 @@ class _DevicePool:
         self.index = index
         self.lo = min(least, greatest)   # numerically smallest = highest priority
         self.hi = max(least, greatest)   # numerically largest = lowest priority
-        self.key = _Key(b.name, index)        # the key of its streams
+        self.key = _key_of(b.name, index)     # the key of its streams
         self.free0: list[StreamHandle] = []   # priority 0 (the fast path)
         self.free: dict[int, list[StreamHandle]] = {0: self.free0}
         #: handles stream_create gave and stream_destroy has not taken back (in use or free)
@@ -318,7 +318,7 @@ class Stream(_StreamCore):
         if not b.stream_is_valid(index, handle):
             raise ValueError(f"stream_id={handle:#x} is not a live stream of "
                              f"{device_type}:{device_index}")
-        self._set(b, _Key(b.name, index), handle, 0, None)
+        self._set(b, _key_of(b.name, index), handle, 0, None)
 
     def __del__(self) -> None:
         # Give an owned handle back to its pool, or destroy it when the pool is full.
@@ -614,7 +614,7 @@ class Stream(_StreamCore):
 def _wrap(b: Backend, index: int, handle: StreamHandle) -> Stream:
     """A non-owning :class:`Stream` for a known-valid ``handle`` (no validation)."""
     s: Stream = cast("Any", Stream).__new__(Stream)   # mypyc: no typed Stream.__new__
-    s._set(b, _Key(b.name, index), handle, 0, None)
+    s._set(b, _key_of(b.name, index), handle, 0, None)
     return s
 
 

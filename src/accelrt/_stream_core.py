@@ -57,6 +57,20 @@ class _Key(NamedTuple):
     device_index: int
 
 
+#: The one :class:`_Key` of each device, by ``(name, index)`` (:func:`_key_of`)
+_keys: Final[dict[tuple[str, int], _Key]] = {}
+
+
+def _key_of(name: str, index: int) -> _Key:
+    """The :class:`_Key` of device ``index`` of backend ``name``, made once: a named tuple is
+    built by its Python ``__new__``, which costs about 7 empty calls; the lookup about one.
+    (Two threads making the first one at once keep equal keys.)"""
+    key = _keys.get((name, index))
+    if key is None:
+        key = _keys[(name, index)] = _Key(name, index)
+    return key
+
+
 @mypyc_attr(allow_interpreted_subclasses=True)
 class _StreamCore:
     """The fields of :class:`accelrt.Stream` and its argument-free hot methods.
@@ -325,7 +339,7 @@ class _EventCore:
         self._interprocess = interprocess
         self._b = b
         self._index = index
-        self._key = None if index is None else _Key(b.name, index)
+        self._key = None if index is None else _key_of(b.name, index)
         self._rec = b.event_record
         self._wt = b.stream_wait_event
         self._q = b.event_query
@@ -339,7 +353,7 @@ class _EventCore:
         s = _event_stream(b, stream, "record", hot)
         index = s._index
         if key is None:
-            key = _Key(b.name, index)
+            key = _key_of(b.name, index)
         elif index != key[1]:
             # PyTorch's CUDAEvent wording
             raise AcceleratorValueError(
@@ -373,7 +387,7 @@ class _EventCore:
 
     def _bind(self, index: int) -> _Key:
         """Make ``index`` the event's device (at its first record)."""
-        key = _Key(self._b.name, index)
+        key = _key_of(self._b.name, index)
         self._index = index
         self._key = key
         return key
