@@ -210,7 +210,8 @@ def _initialized(obj: object) -> bool:
     An object of a class defined in Python refers to its class and to the values of the fields
     set so far (``gc.get_referents``): more than its class means they are set. (Reading a
     field that is not set raises an ``AttributeError``, whose making costs three times as
-    much: ``Stream()`` measured 9 calls slower with it, 3 with this, 1.5 compiled here.)
+    much: ``Stream()`` measured 9 calls slower with it, 3 with this; compiled here, the test
+    costs about 2 calls, 4 in the pure build.)
     """
     return len(_referents(obj)) > 1
 
