@@ -31,6 +31,8 @@ from setuptools.command.build_ext import build_ext
 #: ``_lock``: its acquire and release already are C methods of ``queue.SimpleQueue``, and its
 #: locks must stay weak-referenceable (``accelrt._fork``), which mypyc's classes are not.
 COMPILED = [
+    "src/accelrt/_checked.py",                   # the seam's result checks (event lifetimes)
+    "src/accelrt/_device_core.py",               # device_index's fields, with enter/exit
     "src/accelrt/_placement.py",                 # a factory's placement and allocation
     "src/accelrt/_size.py",                      # the factories' argument step
     "src/accelrt/_stream_core.py",               # Stream/Event fields, argument-free hot paths

@@ -121,13 +121,15 @@ class Backend(abc.ABC):
     name: ClassVar[str] = ""
     #: How to get more devices, appended to out-of-range device index errors (``""``: none).
     more_devices_hint: ClassVar[str] = ""
-    #: A hint the core reads on its fastest paths (the inline plans of small collectives),
-    #: where even a call costs: True while no stream of this instance can hold queued or
-    #: captured work, because every operation has completed when its call returns (the cpu
-    #: backend with synchronous streams and no open capture). The core then treats every
-    #: stream as idle without asking :meth:`stream_query`. ``False``, the default, is always
-    #: correct: the core asks. A backend that sets it True sets it False, before returning,
-    #: in any call that leaves work queued or begins a capture; :meth:`close` sets it False.
+    #: A hint the core reads on its fastest paths (the inline plans of small collectives,
+    #: ``Event.query()``), where even a call costs: True while no stream of this instance can
+    #: hold queued or captured work, because every operation has completed when its call
+    #: returns (the cpu backend with synchronous streams and no open capture). The core then
+    #: treats every stream as idle without asking :meth:`stream_query`, and a recorded event
+    #: that is not interprocess as complete without asking :meth:`event_query`. ``False``, the
+    #: default, is always correct: the core asks. A backend that sets it True sets it False,
+    #: before returning, in any call that leaves work queued or begins a capture;
+    #: :meth:`close` sets it False.
     streams_idle: bool = False
     #: True once :meth:`close` ran; every operation but the questions about the devices
     #: (``_OPEN_AFTER_CLOSE``) checks it first and raises :meth:`_closed_error`.

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Container
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from ._errors import AcceleratorError, DeviceError
 from ._fork import reinit_after_fork
@@ -64,7 +64,7 @@ __all__ = ["Call", "Held", "address", "blob", "call_raw", "destroy_event", "dest
 #: when a message is made (``("malloc", (0, 512))`` reads ``malloc(0, 512)``).
 Call = tuple[str, tuple[object, ...]]
 #: Handles and addresses are below this (``check_u64``/``check_ptr``'s bound).
-_BOUND = 1 << 64
+_BOUND: Final = 1 << 64
 
 
 def _shown(call: Call) -> str:
@@ -181,8 +181,8 @@ class Held:
 
 #: backend instance -> what the core holds of each of its devices (by index), kept as the
 #: stream pools keep a backend (``_stream._pools``); lists grow under _lock only.
-_held: dict[Backend, list[Held]] = {}
-_lock = reinit_after_fork(threading.Lock())
+_held: Final[dict[Backend, list[Held]]] = {}
+_lock: Final = reinit_after_fork(threading.Lock())
 
 
 def held(b: Backend, index: int) -> Held:
@@ -197,9 +197,9 @@ def held(b: Backend, index: int) -> Held:
         return per[index]
 
 
-_LIVE_EVENT = ("the handle of an event that is still live; each new event needs its own "
+_LIVE_EVENT: Final = ("the handle of an event that is still live; each new event needs its own "
                "handle")
-_LIVE_GRAPH = ("the handle of a captured graph that is still live; each capture needs its "
+_LIVE_GRAPH: Final = ("the handle of a captured graph that is still live; each capture needs its "
                "own handle")
 
 

@@ -19,7 +19,7 @@ import re
 import threading
 import warnings
 import weakref
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from . import _backend
 from ._errors import AcceleratorIndexError, AcceleratorValueError, BackendUnavailableError
@@ -790,7 +790,12 @@ def set_device_index(device: DeviceLike, /) -> None:
     _tls.device[b.name] = idx
 
 
-class device_index:
+# the compiled core (its enter and exit) imports _tls, _check_index and _require_current from
+# here, so it is imported once they are defined
+from ._device_core import _SwitchCore  # noqa: E402
+
+
+class device_index(_SwitchCore):
     """Context manager that sets the calling thread's current device index and restores the
     previous one on exit.
 
@@ -817,17 +822,10 @@ class device_index:
         ...     pass
     """
 
-    __slots__ = ("idx", "prev_idx")
-    # The open entries live in the entering thread's state (``_tls.switched``, innermost
-    # last), so threads sharing one object never touch each other's.
-
-    #: Fixed backend name (device-specific modules such as ``accelrt.cpu``); ``None`` means the
-    #: current accelerator.
-    _backend_name: ClassVar[str | None] = None
-    #: True: an exit without an open entry of the calling thread raises ``RuntimeError``, and
-    #: an entry that changes nothing (negative index) is an open entry too (the device
-    #: modules' ``device`` context managers).
-    _strict_exit: ClassVar[bool] = False
+    __slots__ = ()
+    # The fields (idx, prev_idx), the class settings (_backend_name, _strict_exit) and the
+    # with enter/exit are the compiled core's (_device_core._SwitchCore); the constructor,
+    # which checks its argument with accelrt's message, stays here, in pure Python.
 
     def __init__(self, device: int | None, /) -> None:
         if device is None or type(device) is int:
@@ -839,43 +837,6 @@ class device_index:
                 raise TypeError("device_index() takes an int or None, got "
                                 f"{type(device).__name__}") from None
         self.prev_idx = -1
-
-    def __enter__(self) -> None:
-        idx = self.idx
-        if idx is None or idx < 0:
-            if self._strict_exit:
-                _tls.switched.append((self, "", -1))
-            return
-        name = self._backend_name
-        if name is not None:
-            b = _backend.get_backend(name)
-        else:
-            b = _current_backend if _current_backend is not None else _require_current()
-        if idx >= b.device_count():
-            _check_index(b, idx)
-        d, switched = _tls.switch
-        bname = b.name
-        prev = d.get(bname, 0)
-        switched.append((self, bname, prev))
-        self.prev_idx = prev
-        d[bname] = idx
-
-    def __exit__(self, *exc: object) -> None:
-        d, switched = _tls.switch
-        if switched and switched[-1][0] is self:
-            _, name, prev = switched.pop()
-        else:     # left out of order, or not entered in this thread
-            for i in range(len(switched) - 2, -1, -1):
-                if switched[i][0] is self:
-                    _, name, prev = switched.pop(i)
-                    break
-            else:
-                if self._strict_exit:
-                    raise RuntimeError(f"{type(self).__name__}.__exit__ without a matching "
-                                       "__enter__ in this thread; use 'with'")
-                return
-        if prev >= 0:
-            d[name] = prev
 
 
 def _deprecated(old: str, new: str) -> None:

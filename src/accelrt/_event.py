@@ -31,8 +31,8 @@ from ._errors import AcceleratorValueError
 from ._handles import EventHandle
 from ._stream import Stream
 from ._stream import _classes as _stream_classes
-from ._stream import _close_lock, _initialized
-from ._stream_core import _EventCore
+from ._stream import _close_lock
+from ._stream_core import _EventCore, _initialized
 
 if TYPE_CHECKING:
     from ._backend import Backend

@@ -47,6 +47,7 @@ from ._graph_hooks import (HOOK_KINDS, RemovableHandle, _add_hook, _flag, _run_g
                            export_dot)
 from ._graph_hooks import register_global_hook as register_global_hook
 from ._handles import GraphHandle, StreamHandle
+from ._stream_core import _initialized
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -193,7 +194,7 @@ class Graph:
 
     def __init__(self, keep_graph: bool = False, *, pool: PoolLike = None,
                  capture_error_mode: str = "default") -> None:
-        if _stream._initialized(self):
+        if _initialized(self):
             return   # as torch.cuda.CUDAGraph: a second __init__ changes nothing
         if not isinstance(keep_graph, bool):
             raise TypeError(f"keep_graph must be a bool, got {type(keep_graph).__name__}")
@@ -646,7 +647,7 @@ class DeviceGraph(Graph):
     __slots__ = ("_retained",)
 
     def __init__(self, keep_graph: bool = False) -> None:
-        if _stream._initialized(self):
+        if _initialized(self):
             return   # as torch.cuda.CUDAGraph: a second __init__ changes nothing
         super().__init__(keep_graph, capture_error_mode="global")
         self._retained = _Retained()

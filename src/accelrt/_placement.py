@@ -26,7 +26,7 @@ from . import _device as _device_mod
 from ._device import _factory_device, _get_device, _lazy_init, _tls
 from ._memory_owner import _Memory
 from ._size import storage_nbytes
-from ._stream_core import _current_in, _Key
+from ._stream_core import _current_in, _Key, _key_of
 from .memory._registry import _allocators, get_allocator
 
 if TYPE_CHECKING:
@@ -114,7 +114,7 @@ class Site:
 
     def __init__(self, b: Backend, index: int) -> None:
         self.b, self.index, self.name = b, index, b.name
-        self.key = _Key(b.name, index)
+        self.key = _key_of(b.name, index)
         self.dtypes = {}
         self.default = None
 

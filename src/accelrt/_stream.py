@@ -24,7 +24,6 @@ Example::
 
 from __future__ import annotations
 
-import gc
 import threading
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
@@ -37,7 +36,7 @@ from ._errors import AcceleratorError
 from ._fork import reinit_after_fork
 from ._handles import StreamHandle
 from . import _stream_core
-from ._stream_core import _Key, _StreamCore
+from ._stream_core import _initialized, _key_of, _StreamCore
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -77,7 +76,7 @@ class _DevicePool:
         self.index = index
         self.lo = min(least, greatest)   # numerically smallest = highest priority
         self.hi = max(least, greatest)   # numerically largest = lowest priority
-        self.key = _Key(b.name, index)        # the key of its streams
+        self.key = _key_of(b.name, index)     # the key of its streams
         self.free0: list[StreamHandle] = []   # priority 0 (the fast path)
         self.free: dict[int, list[StreamHandle]] = {0: self.free0}
         #: handles stream_create gave and stream_destroy has not taken back (in use or free)
@@ -166,23 +165,6 @@ def _in_use(b: Backend, index: int, handle: StreamHandle) -> bool:
     if pool is None or handle not in pool.owned:
         return True   # not accelrt's: the default stream, or a foreign one the backend knows
     return not any(handle in free for free in list(pool.free.values()))
-
-
-def _initialized(obj: object) -> bool:
-    """True if the constructor of ``obj`` (a :class:`Stream`, an :class:`~accelrt.Event` or an
-    :class:`~accelrt.Graph`) already set its fields: their ``__init__`` then does nothing, as
-    calling ``__init__`` again on ``torch.cuda.Stream``, ``torch.cuda.Event`` or
-    ``torch.cuda.CUDAGraph`` does (PyTorch builds them in ``__new__``), instead of replacing
-    the handle the object holds (which was never given back: a leak) or the capture it runs.
-    (Each of them sets its fields only once its arguments are checked, so an ``__init__``
-    that raised leaves none and may be called again.)
-
-    An object of a class defined in Python refers to its class and to the values of the fields
-    set so far (``gc.get_referents``): more than its class means they are set. (Reading a
-    field that is not set raises an ``AttributeError``, whose making costs three times as
-    much: ``Stream()`` measured 9 calls slower with it, 3 with this.)
-    """
-    return len(gc.get_referents(obj)) > 1
 
 
 def _user(s: Stream) -> str | None:
@@ -336,7 +318,7 @@ class Stream(_StreamCore):
         if not b.stream_is_valid(index, handle):
             raise ValueError(f"stream_id={handle:#x} is not a live stream of "
                              f"{device_type}:{device_index}")
-        self._set(b, _Key(b.name, index), handle, 0, None)
+        self._set(b, _key_of(b.name, index), handle, 0, None)
 
     def __del__(self) -> None:
         # Give an owned handle back to its pool, or destroy it when the pool is full.
@@ -632,7 +614,7 @@ class Stream(_StreamCore):
 def _wrap(b: Backend, index: int, handle: StreamHandle) -> Stream:
     """A non-owning :class:`Stream` for a known-valid ``handle`` (no validation)."""
     s: Stream = cast("Any", Stream).__new__(Stream)   # mypyc: no typed Stream.__new__
-    s._set(b, _Key(b.name, index), handle, 0, None)
+    s._set(b, _key_of(b.name, index), handle, 0, None)
     return s
 
 

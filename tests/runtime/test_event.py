@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import pickle
+import uuid
 from typing import Any
 
 import pytest
@@ -341,3 +342,42 @@ def test_external_event_is_an_ordinary_event_outside_a_capture() -> None:
     e.synchronize()
     assert e.query() is True
     assert acc.cpu.Event(external=False).query() is True
+
+
+def test_query_reads_the_streams_idle_hint() -> None:
+    """``Event.query()`` of a recorded event answers True without the backend's
+    ``event_query`` while the backend's ``streams_idle`` hint holds (every operation completed
+    when its call returned), and asks the backend otherwise, and always for an interprocess
+    event (another process may record it)."""
+    asked: list[int] = []
+
+    class Counting(CpuBackend):
+        def event_query(self, index: int, event: Any) -> bool:
+            asked.append(event)
+            return super().event_query(index, event)
+
+    name = "qhint_" + uuid.uuid4().hex[:8]
+    acc.backends.register(name, lambda: Counting(num_devices=1, async_streams=False, name=name))
+    try:
+        b = acc.backends.get_backend(name)
+        e = acc.Event(f"{name}:0")
+        e.record()
+        assert b.streams_idle and e.query() is True and asked == []
+        ipc = acc.Event(f"{name}:0", interprocess=True)
+        ipc.record()
+        assert ipc.query() is True and asked == [ipc.event_id]
+        b.streams_idle = False   # (False is always correct: the core asks)
+        assert e.query() is True and asked == [ipc.event_id, e.event_id]
+    finally:
+        with _backend._lock:
+            _backend._factories.pop(name, None)
+            inst = _backend._instances.pop(name, None)
+            _backend._failures.pop(name, None)
+        if inst is not None:
+            inst.close()
+
+    # a backend whose work stays pending (the hint False) is asked: its answer stands
+    toy, _inst = register_toy()
+    pending = acc.Event(f"{toy}:0")
+    pending.record(acc.Stream(f"{toy}:0"))
+    assert pending.query() is False

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from .. import _backend, _event, _stream
 from .. import _device as _dev
 from .._device import _tls
+from .._stream_core import _initialized
 from ._args import _DeviceContext, current_if_negative, expected, resolve, typed
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ class Event(_event.Event):
     def __init__(self, enable_timing: bool = False, blocking: bool = False,
                  interprocess: bool = False, external: bool = False, *,
                  device: DeviceLike = None) -> None:
-        if _stream._initialized(self):
+        if _initialized(self):
             return   # as torch.cuda.Event: a second __init__ changes nothing
         super().__init__(device, enable_timing=enable_timing, blocking=blocking,
                          interprocess=interprocess)
@@ -115,7 +116,7 @@ class Stream(_stream.Stream):
     def __init__(self, device: DeviceLike = None, priority: int = 0, *,
                  stream_id: int | None = None, device_index: int | None = None,
                  device_type: str | None = None) -> None:
-        if _stream._initialized(self):
+        if _initialized(self):
             return   # as torch.cuda.Stream: a second __init__ changes nothing
         name = self._backend_name
         if name is not None and stream_id is None and device_index is None \
@@ -226,7 +227,7 @@ class ExternalStream(Stream):
     __slots__ = ()
 
     def __init__(self, stream_ptr: int, device: DeviceLike = None) -> None:
-        if _stream._initialized(self):
+        if _initialized(self):
             return   # as torch.cuda.ExternalStream: a second __init__ changes nothing
         if not isinstance(stream_ptr, int) or isinstance(stream_ptr, bool):
             raise TypeError(f"ExternalStream takes the stream handle as an int, got "

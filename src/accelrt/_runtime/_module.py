@@ -198,7 +198,9 @@ class DeviceModule(MemoryFunctions, RandomFunctions, Generic[_S, _E]):
             >>> acc.cpu.current_stream()
             <accelrt.cpu.Stream device=cpu:0 stream_id=0x0 priority=0>
         """
-        b, index = self._resolve(current_if_negative(self.name, device, only=-1))
+        if device is not None:   # (None, the common case, needs no check)
+            device = current_if_negative(self.name, device, only=-1)
+        b, index = self._resolve(device)
         return self.Stream._view(_stream._current(b, index))
 
     def default_stream(self, device: DeviceLike = None) -> _S:

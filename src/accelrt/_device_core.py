@@ -1,0 +1,95 @@
+"""The compiled core of :class:`accelrt.device_index`: its fields and ``with`` enter and exit.
+
+The public class (``_device.device_index``, and the device modules' ``device`` and
+``device_of``) stays pure Python and subclasses this one: it keeps the constructor, which
+checks the user's argument with accelrt's own message (a compiled one would refuse a wrong
+type with mypyc's first), and the docstring users read. In the compiled build this core is a
+native class that allows interpreted subclasses; in the pure build a plain class with
+``__slots__``, so nothing changes there. ``_device`` imports this module after defining what
+it imports from there (``_tls``, ``_check_index``, ``_require_current``).
+
+Example::
+
+    >>> import accelrt as acc
+    >>> from accelrt._device_core import _SwitchCore
+    >>> isinstance(acc.device_index(0), _SwitchCore)
+    True
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Final
+
+from . import _backend
+from . import _device as _dev
+from ._device import _check_index, _require_current, _tls
+from ._handles import mypyc_attr
+
+__all__: list[str] = []
+
+#: ``_device``'s globals, read by key: ``_current_backend`` is rebound, and a compiled module
+#: reads an attribute of a Python module through a generic getattr (about one empty call)
+_dev_globals: Final = vars(_dev)
+
+
+@mypyc_attr(allow_interpreted_subclasses=True)
+class _SwitchCore:
+    """The fields of :class:`accelrt.device_index` and its ``with`` enter and exit.
+
+    Fields: ``idx`` is the index to enter (None or negative: the block changes nothing);
+    ``prev_idx`` the index the latest entry replaced (``torch.accelerator.device_index``'s
+    attribute; -1 until entered). The open entries live in the entering thread's state
+    (``_tls.switched``, innermost last: (context manager, backend name, previous index or -1
+    for "changed nothing")), so threads sharing one object never touch each other's.
+    """
+
+    __slots__ = ("idx", "prev_idx")
+
+    idx: int | None
+    prev_idx: int
+
+    #: Fixed backend name (device-specific modules such as ``accelrt.cpu``); ``None`` means
+    #: the current accelerator.
+    _backend_name: ClassVar[str | None] = None
+    #: True: an exit without an open entry of the calling thread raises ``RuntimeError``, and
+    #: an entry that changes nothing (negative index) is an open entry too (the device
+    #: modules' ``device`` context managers).
+    _strict_exit: ClassVar[bool] = False
+
+    def __enter__(self) -> None:
+        idx = self.idx
+        if idx is None or idx < 0:
+            if self._strict_exit:
+                _tls.switched.append((self, "", -1))
+            return
+        name = self._backend_name
+        if name is not None:
+            b = _backend.get_backend(name)
+        else:
+            cur: _backend.Backend | None = _dev_globals["_current_backend"]
+            b = cur if cur is not None else _require_current()
+        if idx >= b.device_count():
+            _check_index(b, idx)
+        d, switched = _tls.switch
+        bname = b.name
+        prev = d.get(bname, 0)
+        switched.append((self, bname, prev))
+        self.prev_idx = prev
+        d[bname] = idx
+
+    def __exit__(self, *exc: object) -> None:
+        d, switched = _tls.switch
+        if switched and switched[-1][0] is self:
+            _, name, prev = switched.pop()
+        else:     # left out of order, or not entered in this thread
+            for i in range(len(switched) - 2, -1, -1):
+                if switched[i][0] is self:
+                    _, name, prev = switched.pop(i)
+                    break
+            else:
+                if self._strict_exit:
+                    raise RuntimeError(f"{type(self).__name__}.__exit__ without a matching "
+                                       "__enter__ in this thread; use 'with'")
+                return
+        if prev >= 0:
+            d[name] = prev
