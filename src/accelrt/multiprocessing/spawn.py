@@ -95,10 +95,36 @@ class ProcessContext:
         self.processes = processes
         self.error_pipes = error_pipes
         self.sentinels = {p.sentinel: i for i, p in enumerate(processes)}
+        # what each process sent through its error pipe (None: nothing, the pipe is at its
+        # end), read as soon as it arrives: a child blocks in its send until the whole
+        # traceback is read, and a long one does not fit in the pipe's buffer
+        self._reports: dict[int, str | None] = {}
 
     def pids(self) -> list[int | None]:
         """Process ids of the spawned processes."""
         return [p.pid for p in self.processes]
+
+    def _report(self, i: int) -> str | None:
+        """What process ``i`` sent through its error pipe (read once, then remembered)."""
+        if i not in self._reports:
+            self._reports[i] = _reported(self.error_pipes[i])
+        return self._reports[i]
+
+    def _wait(self, timeout: float | None) -> list[Any]:
+        """The sentinels of the running processes that are ready within ``timeout`` seconds
+        (``None``: until one is), reading each error pipe meanwhile as its report arrives."""
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            pipes = {self.error_pipes[i]: i for i in self.sentinels.values()
+                     if i not in self._reports}
+            left = None if end is None else max(0.0, end - time.monotonic())
+            ready = multiprocessing.connection.wait([*self.sentinels, *pipes], timeout=left)
+            for obj in ready:
+                if obj in pipes:
+                    self._report(pipes[obj])
+            exited = [obj for obj in ready if obj in self.sentinels]
+            if exited or not ready or (end is not None and time.monotonic() >= end):
+                return exited
 
     def _join_all(self, timeout: float) -> None:
         end = time.monotonic() + timeout
@@ -120,7 +146,7 @@ class ProcessContext:
         """
         if not self.sentinels:
             return True
-        ready = multiprocessing.connection.wait(list(self.sentinels), timeout=timeout)
+        ready = self._wait(timeout)
         failed = None
         for sentinel in ready:
             i = self.sentinels.pop(sentinel)  # type: ignore[call-overload,unused-ignore]
@@ -142,7 +168,7 @@ class ProcessContext:
                 p.kill()
             p.join()
         p = self.processes[failed]
-        trace = _reported(self.error_pipes[failed])
+        trace = self._report(failed)
         if trace is not None:
             raise ProcessRaisedException(
                 f"\n\n-- Process {failed} terminated with the following error:\n{trace}",
