@@ -61,6 +61,7 @@ __all__ = [
     "kDLROCM",
     "kDLVulkan",
     "make_capsule",
+    "producer_of",
 ]
 
 # DLDeviceType values (dlpack.h).
@@ -351,6 +352,37 @@ def make_capsule(ptr: int, shape: Sequence[int], dtype: Any, device: tuple[int, 
     capsule = _PyCapsule_New(key, name, None)
     _live[key] = [managed, c_shape, c_strides, owner, capsule]
     return capsule
+
+
+def producer_of(obj: Any) -> Any:
+    """The object to take ``obj``'s DLPack export from: ``obj`` itself, except for a PyTorch
+    tensor (only when PyTorch is already imported; this never imports it), whose export is
+    taken from ``tensor.detach()``, an alias of its memory. A tensor's own capsule holds the
+    tensor, so ``tensor.set_(...)`` or ``tensor.data = ...`` would free the memory under the
+    consumer; the alias keeps it. A tensor that requires grad is returned as it is (PyTorch
+    refuses its export, saying to detach it).
+
+    Raises:
+        BufferError: a tensor with its negative bit set (a lazily negated view, e.g.
+            ``x.conj().imag``): PyTorch exports its memory without the negation.
+
+    Example::
+
+        >>> import numpy as np
+        >>> from accelrt._dlpack import producer_of
+        >>> host = np.arange(3)
+        >>> producer_of(host) is host
+        True
+    """
+    torch = sys.modules.get("torch")
+    tensor = getattr(torch, "Tensor", None)
+    if not isinstance(tensor, type) or not isinstance(obj, tensor):
+        return obj
+    is_neg = getattr(obj, "is_neg", None)   # PyTorch >= 1.10
+    if is_neg is not None and is_neg():
+        raise BufferError("Can't export tensors with the negative bit set (a lazily negated "
+                          "view, e.g. x.conj().imag); use tensor.resolve_neg()")
+    return obj if obj.requires_grad else obj.detach()
 
 
 class _Exported:

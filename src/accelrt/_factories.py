@@ -255,7 +255,8 @@ def asarray(obj: object, device: DeviceLike = None, dtype: DTypeLike | None = No
             the integer dtype cannot hold, or an int beyond int64 for one (an
             ``AcceleratorValueError``, also a ``RuntimeError``, with PyTorch's "value cannot
             be converted to type ... without overflow").
-        BufferError: a DLPack producer on a device accelrt cannot read.
+        BufferError: a DLPack producer on a device accelrt cannot read, or a PyTorch
+            tensor with its negative bit set (PyTorch would export it unnegated).
         ValueError: a malformed ``__cuda_array_interface__``, or one whose pointer is not CUDA
             device memory.
         BackendUnavailableError: a ``__cuda_array_interface__`` producer but no usable CUDA.
@@ -353,6 +354,7 @@ def _import_dlpack(obj: Any, copy: bool | None) -> tuple[np.ndarray, bool]:
     """A numpy array of a DLPack producer's data: a view for host memory, else a copy made
     by the producer (DLPack ``dl_device`` request); and whether it may be written to
     (:func:`accelrt._dlpack.host_view`)."""
+    obj = _dlpack.producer_of(obj)
     dev = obj.__dlpack_device__()
     if int(dev[0]) in _HOST_DLPACK:
         return _dlpack.host_view(obj)

@@ -89,7 +89,8 @@ def from_dlpack(obj: Any, device: DeviceLike = None) -> Any:
         TypeError: ``obj`` is not a DLPack producer.
         BufferError: the memory is on another device than ``device`` (host memory: a device
             the host cannot read), no accelrt backend serves its device, it is not
-            C-contiguous (negative strides included), read-only, or of a dtype with lanes.
+            C-contiguous (negative strides included), read-only, or of a dtype with lanes;
+            a PyTorch tensor with its negative bit set (:func:`accelrt._dlpack.producer_of`).
     """
     from .._array import Array, _Memory
     from .._device import _lazy_init
@@ -97,6 +98,7 @@ def from_dlpack(obj: Any, device: DeviceLike = None) -> Any:
     if not (hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__")):
         raise TypeError(f"from_dlpack() takes a DLPack producer (__dlpack__ and "
                         f"__dlpack_device__), got {type(obj).__name__}")
+    obj = _dlpack.producer_of(obj)
     kind, dev_id = obj.__dlpack_device__()
     dev = (int(kind), int(dev_id))
     if dev[0] in _HOST:

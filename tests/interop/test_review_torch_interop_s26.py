@@ -1,0 +1,75 @@
+"""DLPack between accelrt arrays and PyTorch CPU tensors, checked against torch 2.14.1 by
+running both (s26): what a tensor's own export gets wrong (a lazily negated view, a tensor
+whose storage is swapped while a consumer holds its memory) is refused or kept valid by
+accelrt's importers (``acc.asarray``, ``accelrt.interop.torch.from_torch``).
+
+PyTorch is an optional extra: these tests skip without it. Anything that could crash the
+interpreter runs in a subprocess with a timeout."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+
+import pytest
+
+import accelrt as acc
+
+HAVE_TORCH = importlib.util.find_spec("torch") is not None
+needs_torch = pytest.mark.skipif(not HAVE_TORCH,
+                                 reason="torch is not installed (an optional extra)")
+
+
+@needs_torch
+def test_a_negative_bit_view_is_refused_never_read_unnegated() -> None:
+    # observed on torch 2.14.1: x.conj().imag (and x._neg_view()) is a view with the negative
+    # bit set; its own __dlpack__ exports the memory without the negation, so
+    # np.from_dlpack(view) and torch.from_dlpack(view) read [1.0, 2.0] for tensor([-1., -2.]),
+    # while view.numpy() refuses ("Can't call numpy() on Tensor that has negative bit set");
+    # the conjugate bit's export is refused by torch itself ("Can't export tensors with the
+    # conjugate bit set", a BufferError). accelrt read the unnegated values.
+    import torch
+
+    from accelrt.interop.torch import from_torch
+    z = torch.tensor([1 + 1j, 2 + 2j])
+    for view in (torch.tensor([1.0, 2.0])._neg_view(), z.conj().imag):
+        assert view.is_neg() and view.tolist() == [-1.0, -2.0]
+        for importer in (from_torch, lambda t: acc.asarray(t, device="cpu:0")):
+            with pytest.raises(BufferError, match=r"negative bit set.*resolve_neg\(\)"):
+                importer(view)
+        assert acc.asarray(view.resolve_neg(), device="cpu:0").numpy().tolist() == [-1, -2]
+    with pytest.raises(BufferError, match="Can't export tensors with the conjugate bit set"):
+        from_torch(z.conj())
+
+
+_SWAPPED_STORAGE = r"""
+import gc, sys
+import numpy as np
+import torch
+import accelrt as acc
+from accelrt.interop.torch import from_torch
+
+for swap in ("set_", "data"):
+    for importer in (from_torch, lambda t: acc.asarray(t, device="cpu:0")):
+        t = torch.full((1 << 20,), 7.0)        # 4 MiB: freed memory is unmapped at once
+        a = importer(t)
+        if swap == "set_":
+            t.set_(torch.zeros(1))             # t's storage goes (a holds t's export)
+        else:
+            t.data = torch.zeros(1)
+        gc.collect()
+        junk = [torch.full((1 << 20,), 9.0) for _ in range(4)]
+        print(swap, sorted(set(np.unique(a.numpy()[::4096]).tolist())))
+"""
+
+
+@needs_torch
+def test_memory_stays_valid_when_the_tensor_swaps_its_storage() -> None:
+    # observed on torch 2.14.1: the capsule of t.__dlpack__() holds t itself, so t.set_(...)
+    # or t.data = ... frees the exported memory while the consumer still reads it (numpy's
+    # np.from_dlpack(t) then crashes with SIGSEGV); accelrt's arrays did the same
+    proc = subprocess.run([sys.executable, "-c", _SWAPPED_STORAGE], capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
+    assert proc.stdout.splitlines() == ["set_ [7.0]"] * 2 + ["data [7.0]"] * 2
