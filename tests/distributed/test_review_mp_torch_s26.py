@@ -8,8 +8,14 @@ test instead of the suite.
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
+
+import pytest
 
 _BIG_TRACEBACK = r"""
 import time
@@ -38,3 +44,49 @@ def test_a_traceback_larger_than_a_pipe_is_reported_not_a_hang() -> None:
                           text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split() == ["1", "True", "True", "True", "True"]
+
+
+_PARENT_KILLED = r"""
+import os, signal, sys, time
+import accelrt.multiprocessing as amp
+
+def child(i, path):
+    with open(path, "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(60)
+
+signal.signal(signal.SIGINT, signal.default_int_handler)   # even where SIGINT is ignored
+ctx = amp.start_processes(child, args=(sys.argv[1],), nprocs=1, join=False,
+                          start_method="fork")
+while not os.path.exists(sys.argv[1]) or not open(sys.argv[1]).read():
+    time.sleep(0.01)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` still runs (not gone, not a zombie waiting to be reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_child_ends_when_its_parent_is_killed(tmp_path: Path) -> None:
+    # observed on torch 2.14.1: its _wrap sets PR_SET_PDEATHSIG to SIGINT, so a child whose
+    # parent is SIGKILLed gets a KeyboardInterrupt and exits; accelrt's ran on as an orphan
+    path = tmp_path / "pid"
+    proc = subprocess.run([sys.executable, "-c", _PARENT_KILLED, str(path)],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    pid = int(path.read_text())
+    end = time.monotonic() + 20
+    try:
+        while _running(pid) and time.monotonic() < end:
+            time.sleep(0.05)
+        assert not _running(pid), "the child runs on after its parent was killed"
+    finally:
+        if _running(pid):
+            os.kill(pid, signal.SIGKILL)

@@ -10,9 +10,11 @@ Example::
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import multiprocessing.connection
 import signal
+import sys
 import time
 import traceback
 import warnings
@@ -66,10 +68,24 @@ class ProcessExitedException(ProcessException):
                             self.signal_name)
 
 
+_PR_SET_PDEATHSIG = 1   # <linux/prctl.h>
+
+
+def _interrupt_when_parent_dies() -> None:
+    """Have the kernel send this process SIGINT when its parent dies (Linux; elsewhere
+    nothing), as torch's ``_prctl_pr_set_pdeathsig(SIGINT)``: a child whose parent was
+    killed ends instead of running on as an orphan."""
+    if sys.platform.startswith("linux"):
+        from ..backends.cpu._memory import _get_libc
+        _get_libc().prctl(_PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGINT))
+
+
 def _wrap(fn: Callable[..., Any], i: int, args: tuple[Any, ...], errors: Any) -> None:
     # As torch's _wrap: an exception is reported to the parent (ProcessRaisedException);
     # ``sys.exit(code)`` is an exit, not an error (code 0 succeeds, another code is a
-    # ProcessExitedException), and KeyboardInterrupt (the parent's SIGINT) ends quietly.
+    # ProcessExitedException), and KeyboardInterrupt (the parent's SIGINT, or its death)
+    # ends quietly.
+    _interrupt_when_parent_dies()
     try:
         fn(i, *args)
     except KeyboardInterrupt:
