@@ -62,6 +62,7 @@ __all__ = [
     "kDLVulkan",
     "make_capsule",
     "producer_of",
+    "unused_capsule",
 ]
 
 # DLDeviceType values (dlpack.h).
@@ -400,7 +401,33 @@ class _Exported:
         return self._device
 
 
-def host_view(obj: Any) -> tuple[np.ndarray, bool]:
+def unused_capsule(capsule: object, what: str) -> tuple[bytes, Any]:
+    """The name of an unconsumed DLPack capsule (``b"dltensor_versioned"`` or
+    ``b"dltensor"``) and its ``DLManagedTensorVersioned`` / ``DLManagedTensor``.
+
+    Raises:
+        BufferError: ``capsule`` is no DLPack capsule, or one already consumed (renamed
+            ``used_dltensor...``); the message starts with ``what``.
+
+    Example::
+
+        >>> import numpy as np
+        >>> from accelrt._dlpack import unused_capsule
+        >>> unused_capsule(np.zeros(2).__dlpack__(), "demo")[0]
+        b'dltensor'
+    """
+    for name, layout in ((_NAME_VERSIONED, _DLManagedTensorVersioned),
+                         (_NAME, _DLManagedTensor)):
+        if _PyCapsule_IsValid(capsule, name):
+            return name, layout.from_address(_PyCapsule_GetPointer(capsule, name))
+    got = (f"a capsule named {_PyCapsule_GetName(capsule)!r}"
+           if type(capsule).__name__ == "PyCapsule"
+           else f"an object of type {type(capsule).__name__}")
+    raise BufferError(f"{what}: __dlpack__ returned {got}, not an unused DLPack capsule "
+                      f"(a capsule can be consumed only once)")
+
+
+def host_view(obj: Any, what: str = "from_dlpack()") -> tuple[np.ndarray, bool]:
     """A numpy view of a host-memory DLPack producer's data, and whether the producer lets
     the consumer write to it: ``False`` only for a DLPack >= 1.0 capsule with the read-only
     flag (numpy marks every legacy capsule's view read-only, as legacy capsules carry no flag;
@@ -408,6 +435,8 @@ def host_view(obj: Any) -> tuple[np.ndarray, bool]:
 
     Raises:
         TypeError: the data has no numpy dtype (:func:`dlpack_to_dtype`).
+        BufferError: ``__dlpack__`` returned no unused DLPack capsule (:func:`unused_capsule`;
+            the message starts with ``what``, the caller's name).
 
     Example::
 
@@ -426,15 +455,9 @@ def host_view(obj: Any) -> tuple[np.ndarray, bool]:
             capsule = obj.__dlpack__()
     else:
         capsule = obj.__dlpack__()
-    writable = True
-    for name, layout in ((_NAME_VERSIONED, _DLManagedTensorVersioned),
-                         (_NAME, _DLManagedTensor)):
-        if _PyCapsule_IsValid(capsule, name):   # else numpy says what is wrong with it
-            managed: Any = layout.from_address(_PyCapsule_GetPointer(capsule, name))
-            dt = managed.dl_tensor.dtype
-            dlpack_to_dtype(dt.code, dt.bits, dt.lanes)
-            if name == _NAME_VERSIONED:
-                writable = not managed.flags & DLPACK_FLAG_BITMASK_READ_ONLY
-            break
+    name, managed = unused_capsule(capsule, what)
+    dt = managed.dl_tensor.dtype
+    dlpack_to_dtype(dt.code, dt.bits, dt.lanes)
+    writable = name == _NAME or not managed.flags & DLPACK_FLAG_BITMASK_READ_ONLY
     exported: Any = _Exported(capsule, (int(device[0]), int(device[1])))
     return np.from_dlpack(exported), writable

@@ -255,8 +255,9 @@ def asarray(obj: object, device: DeviceLike = None, dtype: DTypeLike | None = No
             the integer dtype cannot hold, or an int beyond int64 for one (an
             ``AcceleratorValueError``, also a ``RuntimeError``, with PyTorch's "value cannot
             be converted to type ... without overflow").
-        BufferError: a DLPack producer on a device accelrt cannot read, or a PyTorch
-            tensor with its negative bit set (PyTorch would export it unnegated).
+        BufferError: a DLPack producer on a device accelrt cannot read, one whose
+            ``__dlpack__`` returns no unused DLPack capsule, or a PyTorch tensor with its
+            negative bit set (PyTorch would export it unnegated).
         ValueError: a malformed ``__cuda_array_interface__``, or one whose pointer is not CUDA
             device memory.
         BackendUnavailableError: a ``__cuda_array_interface__`` producer but no usable CUDA.
@@ -357,7 +358,7 @@ def _import_dlpack(obj: Any, copy: bool | None) -> tuple[np.ndarray, bool]:
     obj = _dlpack.producer_of(obj)
     dev = obj.__dlpack_device__()
     if int(dev[0]) in _HOST_DLPACK:
-        return _dlpack.host_view(obj)
+        return _dlpack.host_view(obj, "asarray()")
     if copy is False:
         raise ValueError(f"asarray(copy=False): the DLPack producer's memory is on device "
                          f"{tuple(dev)}, which accelrt cannot share; pass copy=None")

@@ -8,13 +8,19 @@ interpreter runs in a subprocess with a timeout."""
 
 from __future__ import annotations
 
+import gc
 import importlib.util
+import re
 import subprocess
 import sys
+from typing import Any
 
+import numpy as np
 import pytest
 
 import accelrt as acc
+from accelrt.interop._dlpack_in import from_dlpack
+from accelrt.testing import leak_check
 
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 needs_torch = pytest.mark.skipif(not HAVE_TORCH,
@@ -73,3 +79,38 @@ def test_memory_stays_valid_when_the_tensor_swaps_its_storage() -> None:
                           text=True, timeout=120, check=False)
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
     assert proc.stdout.splitlines() == ["set_ [7.0]"] * 2 + ["data [7.0]"] * 2
+
+
+class _Returns:
+    """A host-memory producer whose ``__dlpack__`` returns ``value`` as it is."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        return self.value
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (1, 0)
+
+
+def test_a_capsule_consumed_already_or_no_capsule_is_a_buffer_error() -> None:
+    # observed on torch 2.14.1: torch.from_dlpack(capsule) a second time, or of a producer
+    # returning no capsule, raises RuntimeError("from_dlpack received an invalid capsule. Note
+    # that DLTensor capsules can be consumed only once, ..."); accelrt's host path let numpy
+    # raise ValueError("PyCapsule_GetPointer called with incorrect name") (its device path
+    # raised BufferError): now BufferError on both paths, saying so
+    a = acc.full(3, 2.0, device="cpu:0")
+    with leak_check():
+        cap = a.__dlpack__()
+        np.from_dlpack(_Returns(cap))                      # consumed once
+        for value, got in ((cap, "a capsule named b'used_dltensor'"),
+                           (42, "an object of type int")):
+            for call, who in ((lambda p: from_dlpack(p), "from_dlpack()"),
+                              (lambda p: acc.asarray(p, device="cpu:0"), "asarray()")):
+                with pytest.raises(BufferError, match=re.escape(
+                        f"{who}: __dlpack__ returned {got}, not an unused DLPack capsule "
+                        "(a capsule can be consumed only once)")):
+                    call(_Returns(value))
+        del cap
+        gc.collect()

@@ -20,6 +20,7 @@ Example::
 
 from __future__ import annotations
 
+import ctypes
 import weakref
 from typing import Any
 
@@ -33,8 +34,6 @@ __all__ = ["from_dlpack"]
 _HOST = (_dlpack.kDLCPU, _dlpack.kDLCUDAHost, _dlpack.kDLROCMHost)
 _USED = {b"dltensor": b"used_dltensor", b"dltensor_versioned": b"used_dltensor_versioned"}
 
-_IsValid = _dlpack._PyCapsule_IsValid
-_GetPointer = _dlpack._PyCapsule_GetPointer
 _SetName = _dlpack._PyCapsule_SetName
 
 
@@ -88,7 +87,8 @@ def from_dlpack(obj: Any, device: DeviceLike = None) -> Any:
     Raises:
         TypeError: ``obj`` is not a DLPack producer.
         BufferError: the memory is on another device than ``device`` (host memory: a device
-            the host cannot read), no accelrt backend serves its device, it is not
+            the host cannot read), no accelrt backend serves its device, ``__dlpack__``
+            returned no unused capsule (one consumed already), it is not
             C-contiguous (negative strides included), read-only, or of a dtype with lanes;
             a PyTorch tensor with its negative bit set (:func:`accelrt._dlpack.producer_of`).
     """
@@ -150,12 +150,9 @@ def _share_host(obj: Any, device: DeviceLike) -> Any:
 
 def _consume(capsule: Any, b: Any, index: int, dev: tuple[int, int], array_cls: Any,
              memory_cls: Any) -> Any:
-    name = next((n for n in _USED if _IsValid(capsule, n)), None)
-    if name is None:
-        raise BufferError("from_dlpack(): __dlpack__ returned no unused DLPack capsule")
-    managed = _GetPointer(capsule, name)
+    name, mv = _dlpack.unused_capsule(capsule, "from_dlpack()")
+    managed = ctypes.addressof(mv)
     if name == b"dltensor_versioned":
-        mv = _dlpack._DLManagedTensorVersioned.from_address(managed)
         if mv.version.major != 1:
             raise BufferError(f"from_dlpack(): DLPack {mv.version.major}.{mv.version.minor} "
                               f"is not supported (1.x is)")
@@ -164,8 +161,7 @@ def _consume(capsule: Any, b: Any, index: int, dev: tuple[int, int], array_cls: 
                               "an accelrt array cannot honour; copy it first")
         t, deleter = mv.dl_tensor, mv.deleter
     else:
-        m = _dlpack._DLManagedTensor.from_address(managed)
-        t, deleter = m.dl_tensor, m.deleter
+        t, deleter = mv.dl_tensor, mv.deleter
     if (t.device.device_type, t.device.device_id) != dev:
         raise BufferError(f"from_dlpack(): the capsule describes device "
                           f"{(t.device.device_type, t.device.device_id)}, the producer said {dev}")
