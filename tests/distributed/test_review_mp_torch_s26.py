@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+import accelrt.multiprocessing as amp
+
 _BIG_TRACEBACK = r"""
 import time
 import accelrt.multiprocessing as amp
@@ -90,3 +92,18 @@ def test_a_child_ends_when_its_parent_is_killed(tmp_path: Path) -> None:
     finally:
         if _running(pid):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_sharing_strategy_forms() -> None:
+    # observed on torch 2.14.1: get_all_sharing_strategies() == {"file_descriptor",
+    # "file_system"}, and set_sharing_strategy of anything else ("bad", None, 1, a list)
+    # raises AssertionError("invalid sharing strategy ..., expected one of {...}"); accelrt
+    # has only "file_descriptor" (docs/multiprocessing.md) and refuses the rest with
+    # ValueError, where an unhashable one was "TypeError: unhashable type: 'list'"
+    assert amp.get_all_sharing_strategies() == {"file_descriptor"}
+    assert amp.get_sharing_strategy() == "file_descriptor"
+    for bad in ("file_system", "bad", None, 1, ["file_descriptor"], {"a": 1}):
+        with pytest.raises(ValueError, match=r"sharing strategy .* is not supported"):
+            amp.set_sharing_strategy(bad)  # type: ignore[arg-type]
+    amp.set_sharing_strategy("file_descriptor")
+    assert amp.get_sharing_strategy() == "file_descriptor"
