@@ -376,14 +376,15 @@ def producer_of(obj: Any) -> Any:
         True
     """
     torch = sys.modules.get("torch")
-    tensor = getattr(torch, "Tensor", None)
-    if not isinstance(tensor, type) or not isinstance(obj, tensor):
+    tensor_type = getattr(torch, "Tensor", None)
+    if not isinstance(tensor_type, type) or not isinstance(obj, tensor_type):
         return obj
-    is_neg = getattr(obj, "is_neg", None)   # PyTorch >= 1.10
+    tensor: Any = obj
+    is_neg = getattr(tensor, "is_neg", None)   # PyTorch >= 1.10
     if is_neg is not None and is_neg():
         raise BufferError("Can't export tensors with the negative bit set (a lazily negated "
                           "view, e.g. x.conj().imag); use tensor.resolve_neg()")
-    return obj if obj.requires_grad else obj.detach()
+    return tensor if tensor.requires_grad else tensor.detach()
 
 
 class _Exported:
