@@ -61,6 +61,7 @@ __all__ = [
     "kDLROCM",
     "kDLVulkan",
     "make_capsule",
+    "producer_device",
     "producer_of",
     "unused_capsule",
 ]
@@ -402,6 +403,29 @@ class _Exported:
         return self._device
 
 
+def producer_device(obj: Any) -> tuple[int, int]:
+    """``obj.__dlpack_device__()`` as ``(device_type, device_id)`` ints.
+
+    Raises:
+        TypeError: it returned something else than a pair of ints (or int-convertible
+            values, such as PyTorch's ``DLDeviceType`` members).
+
+    Example::
+
+        >>> import numpy as np
+        >>> from accelrt._dlpack import producer_device
+        >>> producer_device(np.zeros(1))
+        (1, 0)
+    """
+    dev = obj.__dlpack_device__()
+    try:
+        kind, index = dev
+        return int(kind), int(index)
+    except (TypeError, ValueError):
+        raise TypeError(f"__dlpack_device__() of {type(obj).__name__} returned {dev!r}, not a "
+                        f"(device_type, device_id) pair of ints") from None
+
+
 def unused_capsule(capsule: object, what: str) -> tuple[bytes, Any]:
     """The name of an unconsumed DLPack capsule (``b"dltensor_versioned"`` or
     ``b"dltensor"``) and its ``DLManagedTensorVersioned`` / ``DLManagedTensor``.
@@ -448,7 +472,7 @@ def host_view(obj: Any, what: str = "from_dlpack()") -> tuple[np.ndarray, bool]:
         >>> host_view(np.arange(3.0))[1], host_view(ro)[1]
         (True, False)
     """
-    device = tuple(obj.__dlpack_device__())
+    device = producer_device(obj)
     if _NUMPY_VERSIONED:
         try:
             capsule = obj.__dlpack__(max_version=DLPACK_VERSION)
@@ -460,5 +484,5 @@ def host_view(obj: Any, what: str = "from_dlpack()") -> tuple[np.ndarray, bool]:
     dt = managed.dl_tensor.dtype
     dlpack_to_dtype(dt.code, dt.bits, dt.lanes)
     writable = name == _NAME or not managed.flags & DLPACK_FLAG_BITMASK_READ_ONLY
-    exported: Any = _Exported(capsule, (int(device[0]), int(device[1])))
+    exported: Any = _Exported(capsule, device)
     return np.from_dlpack(exported), writable

@@ -356,16 +356,16 @@ def _import_dlpack(obj: Any, copy: bool | None) -> tuple[np.ndarray, bool]:
     by the producer (DLPack ``dl_device`` request); and whether it may be written to
     (:func:`accelrt._dlpack.host_view`)."""
     obj = _dlpack.producer_of(obj)
-    dev = obj.__dlpack_device__()
-    if int(dev[0]) in _HOST_DLPACK:
+    dev = _dlpack.producer_device(obj)
+    if dev[0] in _HOST_DLPACK:
         return _dlpack.host_view(obj, "asarray()")
     if copy is False:
         raise ValueError(f"asarray(copy=False): the DLPack producer's memory is on device "
-                         f"{tuple(dev)}, which accelrt cannot share; pass copy=None")
+                         f"{dev}, which accelrt cannot share; pass copy=None")
     try:
         return np.from_dlpack(obj, device="cpu", copy=True), True
     except (BufferError, TypeError, ValueError, RuntimeError, NotImplementedError) as exc:
-        raise BufferError(f"asarray(): cannot import DLPack data on device {tuple(dev)}: the "
+        raise BufferError(f"asarray(): cannot import DLPack data on device {dev}: the "
                           f"producer could not copy it to the host ({exc}); move it to the "
                           "host first") from exc
 

@@ -114,3 +114,27 @@ def test_a_capsule_consumed_already_or_no_capsule_is_a_buffer_error() -> None:
                     call(_Returns(value))
         del cap
         gc.collect()
+
+
+class _Device(_Returns):
+    """A producer whose ``__dlpack_device__`` returns ``device`` as it is."""
+
+    def __init__(self, device: Any) -> None:
+        super().__init__(np.zeros(2).__dlpack__())
+        self.device = device
+
+    def __dlpack_device__(self) -> Any:
+        return self.device
+
+
+def test_a_malformed_dlpack_device_is_a_type_error_saying_so() -> None:
+    # accelrt raised int()'s "ValueError: invalid literal for int() with base 10: 'x'" or
+    # "TypeError: cannot unpack non-iterable NoneType object" (torch 2.14.1 reads the
+    # device type only to pick a stream, and took ("x", 0) for a CPU tensor)
+    for device in (("x", 0), None, (1,), (1, 0, 0)):
+        for call in (from_dlpack, lambda p: acc.asarray(p, device="cpu:0")):
+            with pytest.raises(TypeError, match=re.escape(
+                    f"__dlpack_device__() of _Device returned {device!r}, not a "
+                    "(device_type, device_id) pair of ints")):
+                call(_Device(device))
+    assert from_dlpack(_Device(("1", 0))).numpy().tolist() == [0.0, 0.0]   # int() as before

@@ -99,8 +99,7 @@ def from_dlpack(obj: Any, device: DeviceLike = None) -> Any:
         raise TypeError(f"from_dlpack() takes a DLPack producer (__dlpack__ and "
                         f"__dlpack_device__), got {type(obj).__name__}")
     obj = _dlpack.producer_of(obj)
-    kind, dev_id = obj.__dlpack_device__()
-    dev = (int(kind), int(dev_id))
+    dev = _dlpack.producer_device(obj)
     if dev[0] in _HOST:
         return _share_host(obj, device)
     b, index = _backend_of(dev, device)
