@@ -9,6 +9,7 @@ test instead of the suite.
 from __future__ import annotations
 
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -107,3 +108,18 @@ def test_sharing_strategy_forms() -> None:
             amp.set_sharing_strategy(bad)  # type: ignore[arg-type]
     amp.set_sharing_strategy("file_descriptor")
     assert amp.get_sharing_strategy() == "file_descriptor"
+
+
+def test_process_exception_attributes_as_torchs() -> None:
+    # observed on torch 2.14.1: ProcessExitedException("m", 1, 42, 3) has args ("m",), msg,
+    # error_index, error_pid, exit_code and signal_name None, and pickles with all of them;
+    # ProcessRaisedException("m", 1, 42) the first four (neither has ``pid``: accelrt's alias)
+    exited = amp.ProcessExitedException("m", 1, 42, 3)
+    raised = amp.ProcessRaisedException("m", 1, 42)
+    for exc in (exited, raised, pickle.loads(pickle.dumps(exited)),
+                pickle.loads(pickle.dumps(raised))):
+        assert isinstance(exc, Exception) and str(exc) == "m" and exc.args == ("m",)
+        assert (exc.msg, exc.error_index, exc.error_pid, exc.pid) == ("m", 1, 42, 42)
+    again = pickle.loads(pickle.dumps(amp.ProcessExitedException("m", 0, 7, -9, "SIGKILL")))
+    assert (again.exit_code, again.signal_name) == (-9, "SIGKILL")
+    assert (exited.exit_code, exited.signal_name) == (3, None)

@@ -29,8 +29,8 @@ __all__ = ["ProcessContext", "ProcessException", "ProcessExitedException",
 
 class ProcessException(Exception):
     """A spawned process failed; ``error_index`` is its index, ``error_pid`` its process id
-    (torch's names; torch's ``ProcessException`` stores the id as ``pid``, which is here
-    too)."""
+    (torch's names), also readable as ``pid`` (an alias of accelrt's: torch 2.14.1's
+    exceptions have only ``error_pid``)."""
 
     error_index: int
     error_pid: int | None
@@ -41,8 +41,7 @@ class ProcessException(Exception):
 
     @property
     def pid(self) -> int | None:
-        """The failed process's id (``error_pid``), under the name torch's
-        ``ProcessException.__init__`` stores it."""
+        """The failed process's id, ``error_pid`` (an alias; torch 2.14.1 has no ``pid``)."""
         return self.error_pid
 
     def __reduce__(self) -> Any:
