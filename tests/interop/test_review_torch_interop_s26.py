@@ -8,6 +8,7 @@ interpreter runs in a subprocess with a timeout."""
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import importlib.util
 import re
@@ -19,6 +20,8 @@ import numpy as np
 import pytest
 
 import accelrt as acc
+from accelrt import _dlpack, backends
+from accelrt.backends.cpu import CpuBackend
 from accelrt.interop._dlpack_in import from_dlpack
 from accelrt.testing import leak_check
 
@@ -82,16 +85,17 @@ def test_memory_stays_valid_when_the_tensor_swaps_its_storage() -> None:
 
 
 class _Returns:
-    """A host-memory producer whose ``__dlpack__`` returns ``value`` as it is."""
+    """A producer whose ``__dlpack__`` returns ``value`` and ``__dlpack_device__`` ``device``
+    as they are."""
 
-    def __init__(self, value: Any) -> None:
-        self.value = value
+    def __init__(self, value: Any, device: tuple[int, int] = (1, 0)) -> None:
+        self.value, self.device = value, device
 
     def __dlpack__(self, **kwargs: Any) -> Any:
         return self.value
 
-    def __dlpack_device__(self) -> tuple[int, int]:
-        return (1, 0)
+    def __dlpack_device__(self) -> Any:
+        return self.device
 
 
 def test_a_capsule_consumed_already_or_no_capsule_is_a_buffer_error() -> None:
@@ -120,11 +124,7 @@ class _Device(_Returns):
     """A producer whose ``__dlpack_device__`` returns ``device`` as it is."""
 
     def __init__(self, device: Any) -> None:
-        super().__init__(np.zeros(2).__dlpack__())
-        self.device = device
-
-    def __dlpack_device__(self) -> Any:
-        return self.device
+        super().__init__(np.zeros(2).__dlpack__(), device)
 
 
 def test_a_malformed_dlpack_device_is_a_type_error_saying_so() -> None:
@@ -138,3 +138,33 @@ def test_a_malformed_dlpack_device_is_a_type_error_saying_so() -> None:
                     "(device_type, device_id) pair of ints")):
                 call(_Device(device))
     assert from_dlpack(_Device(("1", 0))).numpy().tolist() == [0.0, 0.0]   # int() as before
+
+
+class _Hidden(CpuBackend):
+    """A cpu backend whose memory counts as device memory (DLPack's ctypes-built capsules)."""
+
+    def capabilities(self, index: int) -> Any:
+        return dataclasses.replace(super().capabilities(index), host_accessible=False)
+
+
+def test_device_capsules_unconsumed_or_consumed_twice_leak_nothing() -> None:
+    backends.register("s26dev", lambda: _Hidden(num_devices=1, name="s26dev"), replace=True)
+    for kw in ({}, {"max_version": (1, 0)}, {"copy": True, "max_version": (1, 0)},
+               {"dl_device": (1, 0)}):
+        with leak_check():                         # a capsule never consumed
+            a = acc.full(1000, 1.0, device="s26dev:0")
+            cap = a.__dlpack__(**kw)
+            del a, cap
+            gc.collect()
+    with leak_check():
+        a = acc.full(1000, 2.0, device="s26dev:0")
+        cap = a.__dlpack__()
+        b = from_dlpack(_Returns(cap, a.__dlpack_device__()), device="s26dev:0")
+        with pytest.raises(BufferError, match=r"capsule named b'used_dltensor'.*only once"):
+            from_dlpack(_Returns(cap, a.__dlpack_device__()), device="s26dev:0")
+        del a, cap
+        gc.collect()
+        assert b.numpy().sum() == 2000.0           # the producer's array is gone, not its memory
+        del b
+        gc.collect()
+    assert _dlpack.live_capsules() == 0
