@@ -50,6 +50,9 @@ def test_a_negative_bit_view_is_refused_never_read_unnegated() -> None:
         assert acc.asarray(view.resolve_neg(), device="cpu:0").numpy().tolist() == [-1, -2]
     with pytest.raises(BufferError, match="Can't export tensors with the conjugate bit set"):
         from_torch(z.conj())
+    # a tensor that requires grad is still PyTorch's refusal (never detached behind its back)
+    with pytest.raises(BufferError, match=r"Can't export tensors that require gradient"):
+        acc.asarray(torch.ones(2, requires_grad=True), device="cpu:0")
 
 
 _SWAPPED_STORAGE = r"""
