@@ -74,9 +74,8 @@ def _interrupt_when_parent_dies() -> None:
     """Have the kernel send this process SIGINT when its parent dies (Linux; elsewhere
     nothing), as torch's ``_prctl_pr_set_pdeathsig(SIGINT)``: a child whose parent was
     killed ends instead of running on as an orphan."""
-    if sys.platform.startswith("linux"):
-        from ..backends.cpu._memory import _get_libc
-        _get_libc().prctl(_PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGINT))
+    if sys.platform.startswith("linux"):   # the process's own symbols: libc's prctl
+        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGINT))
 
 
 def _wrap(fn: Callable[..., Any], i: int, args: tuple[Any, ...], errors: Any) -> None:
