@@ -47,6 +47,7 @@ from ._fork import reinit_after_fork
 
 __all__ = [
     "DLPACK_VERSION",
+    "capsule_producer",
     "dlpack_to_dtype",
     "dtype_to_dlpack",
     "host_view",
@@ -448,8 +449,30 @@ def unused_capsule(capsule: object, what: str) -> tuple[bytes, Any]:
     got = (f"a capsule named {_PyCapsule_GetName(capsule)!r}"
            if type(capsule).__name__ == "PyCapsule"
            else f"an object of type {type(capsule).__name__}")
-    raise BufferError(f"{what}: __dlpack__ returned {got}, not an unused DLPack capsule "
-                      f"(a capsule can be consumed only once)")
+    raise BufferError(f"{what}: got {got}, not an unused DLPack capsule (a capsule can be "
+                      f"consumed only once)")
+
+
+def capsule_producer(obj: Any, what: str) -> Any:
+    """``obj`` itself, or, when it is a DLPack capsule, a producer handing that capsule out
+    (its device read from the capsule), as ``torch.asarray(capsule)`` and
+    ``torch.from_dlpack(capsule)`` take one.
+
+    Raises:
+        BufferError: a capsule that is no unused DLPack capsule (:func:`unused_capsule`).
+
+    Example::
+
+        >>> import numpy as np
+        >>> from accelrt._dlpack import capsule_producer
+        >>> capsule_producer(np.arange(2).__dlpack__(), "demo").__dlpack_device__()
+        (1, 0)
+    """
+    if type(obj).__name__ != "PyCapsule":
+        return obj
+    _, managed = unused_capsule(obj, what)
+    d = managed.dl_tensor.device
+    return _Exported(obj, (int(d.device_type), int(d.device_id)))
 
 
 def host_view(obj: Any, what: str = "from_dlpack()") -> tuple[np.ndarray, bool]:

@@ -224,7 +224,8 @@ def asarray(obj: object, device: DeviceLike = None, dtype: DTypeLike | None = No
 
     Args:
         obj: an :class:`Array`, a numpy array, a (nested) Python sequence or scalar, any
-            DLPack producer (an object with ``__dlpack__`` and ``__dlpack_device__``), or a
+            DLPack producer (an object with ``__dlpack__`` and ``__dlpack_device__``) or
+            capsule (as ``torch.asarray`` takes one), or a
             ``__cuda_array_interface__`` producer without ``__dlpack__`` (Numba, older CuPy).
         device: the target device; ``None`` keeps an :class:`Array`'s (or a CUDA array
             interface producer's) device and otherwise means the current device.
@@ -277,6 +278,7 @@ def asarray(obj: object, device: DeviceLike = None, dtype: DTypeLike | None = No
     if copy is not None:
         _check_flag("copy", copy)
     device = _factory_device(device)
+    obj = _dlpack.capsule_producer(obj, "asarray()")
     if isinstance(obj, Array):
         if device is None:
             b, index = obj._b, obj._index

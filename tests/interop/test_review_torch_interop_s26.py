@@ -116,7 +116,7 @@ def test_a_capsule_consumed_already_or_no_capsule_is_a_buffer_error() -> None:
             for call, who in ((lambda p: from_dlpack(p), "from_dlpack()"),
                               (lambda p: acc.asarray(p, device="cpu:0"), "asarray()")):
                 with pytest.raises(BufferError, match=re.escape(
-                        f"{who}: __dlpack__ returned {got}, not an unused DLPack capsule "
+                        f"{who}: got {got}, not an unused DLPack capsule "
                         "(a capsule can be consumed only once)")):
                     call(_Returns(value))
         del cap
@@ -171,3 +171,26 @@ def test_device_capsules_unconsumed_or_consumed_twice_leak_nothing() -> None:
         del b
         gc.collect()
     assert _dlpack.live_capsules() == 0
+
+
+def test_a_dlpack_capsule_itself_is_taken_as_torch_takes_it() -> None:
+    # observed on torch 2.14.1: torch.asarray(capsule) and torch.from_dlpack(capsule) take a
+    # legacy or versioned capsule (sharing its memory); accelrt raised "Could not infer dtype
+    # of PyCapsule" / "from_dlpack() takes a DLPack producer"
+    backends.register("s26dev", lambda: _Hidden(num_devices=1, name="s26dev"), replace=True)
+    with leak_check():
+        for max_version in (None, (1, 0)):
+            host = np.arange(4.0)
+            for call in (from_dlpack, lambda c: acc.asarray(c, device="cpu:0")):
+                b = call(host.__dlpack__(max_version=max_version))
+                assert b.data_ptr() == host.ctypes.data and b.numpy().tolist() == [0, 1, 2, 3]
+        a = acc.full(3, 2.5, device="cpu:0")
+        cap = a.__dlpack__()
+        assert acc.asarray(cap, device="cpu:0").data_ptr() == a.data_ptr()
+        with pytest.raises(BufferError, match=r"asarray\(\): got a capsule named "
+                                              r"b'used_dltensor', not an unused"):
+            acc.asarray(cap, device="cpu:0")
+        d = acc.full(3, 1.5, device="s26dev:0")                # device memory: shared too
+        assert from_dlpack(d.__dlpack__(), device="s26dev:0").data_ptr() == d.data_ptr()
+        del a, cap, d, b
+        gc.collect()

@@ -76,7 +76,7 @@ def from_dlpack(obj: Any, device: DeviceLike = None) -> Any:
 
     Args:
         obj: an object with ``__dlpack__`` and ``__dlpack_device__`` (a tensor of PyTorch,
-            JAX, CuPy, an accelrt array...).
+            JAX, CuPy, an accelrt array...), or a DLPack capsule (as ``torch.from_dlpack``).
         device: the accelrt device holding the memory; ``None`` picks it from the producer's
             DLPack device (host memory: ``cpu:0``; CUDA memory: the ``cuda`` backend).
 
@@ -95,6 +95,7 @@ def from_dlpack(obj: Any, device: DeviceLike = None) -> Any:
     from .._array import Array, _Memory
     from .._device import _lazy_init
     from .._stream import _current
+    obj = _dlpack.capsule_producer(obj, "from_dlpack()")
     if not (hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__")):
         raise TypeError(f"from_dlpack() takes a DLPack producer (__dlpack__ and "
                         f"__dlpack_device__), got {type(obj).__name__}")
