@@ -278,7 +278,6 @@ def asarray(obj: object, device: DeviceLike = None, dtype: DTypeLike | None = No
     if copy is not None:
         _check_flag("copy", copy)
     device = _factory_device(device)
-    obj = _dlpack.capsule_producer(obj, "asarray()")
     if isinstance(obj, Array):
         if device is None:
             b, index = obj._b, obj._index
@@ -292,6 +291,7 @@ def asarray(obj: object, device: DeviceLike = None, dtype: DTypeLike | None = No
                              f"{obj.device} to {want.name} on {b.name}:{index} needs a copy")
         out = new_array(Array, obj._shape, want, _device_cls(b.name, index))
         return out.copy_(obj)
+    obj = _dlpack.capsule_producer(obj, "asarray()")
     from_dlpack = not isinstance(obj, np.ndarray) and hasattr(obj, "__dlpack__") and hasattr(
         obj, "__dlpack_device__")
     if not from_dlpack and not isinstance(obj, np.ndarray) and hasattr(
