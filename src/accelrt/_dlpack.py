@@ -47,6 +47,7 @@ from ._fork import reinit_after_fork
 
 __all__ = [
     "DLPACK_VERSION",
+    "capsule_producer",
     "dlpack_to_dtype",
     "dtype_to_dlpack",
     "host_view",
@@ -61,6 +62,9 @@ __all__ = [
     "kDLROCM",
     "kDLVulkan",
     "make_capsule",
+    "producer_device",
+    "producer_of",
+    "unused_capsule",
 ]
 
 # DLDeviceType values (dlpack.h).
@@ -353,6 +357,38 @@ def make_capsule(ptr: int, shape: Sequence[int], dtype: Any, device: tuple[int, 
     return capsule
 
 
+def producer_of(obj: Any) -> Any:
+    """The object to take ``obj``'s DLPack export from: ``obj`` itself, except for a PyTorch
+    tensor (only when PyTorch is already imported; this never imports it), whose export is
+    taken from ``tensor.detach()``, an alias of its memory. A tensor's own capsule holds the
+    tensor, so ``tensor.set_(...)`` or ``tensor.data = ...`` would free the memory under the
+    consumer; the alias keeps it. A tensor that requires grad is returned as it is (PyTorch
+    refuses its export, saying to detach it).
+
+    Raises:
+        BufferError: a tensor with its negative bit set (a lazily negated view, e.g.
+            ``x.conj().imag``): PyTorch exports its memory without the negation.
+
+    Example::
+
+        >>> import numpy as np
+        >>> from accelrt._dlpack import producer_of
+        >>> host = np.arange(3)
+        >>> producer_of(host) is host
+        True
+    """
+    torch = sys.modules.get("torch")
+    tensor_type = getattr(torch, "Tensor", None)
+    if not isinstance(tensor_type, type) or not isinstance(obj, tensor_type):
+        return obj
+    tensor: Any = obj
+    is_neg = getattr(tensor, "is_neg", None)   # PyTorch >= 1.10
+    if is_neg is not None and is_neg():
+        raise BufferError("Can't export tensors with the negative bit set (a lazily negated "
+                          "view, e.g. x.conj().imag); use tensor.resolve_neg()")
+    return tensor if tensor.requires_grad else tensor.detach()
+
+
 class _Exported:
     """Hands a capsule already taken from a producer to ``np.from_dlpack``."""
 
@@ -368,7 +404,78 @@ class _Exported:
         return self._device
 
 
-def host_view(obj: Any) -> tuple[np.ndarray, bool]:
+def producer_device(obj: Any) -> tuple[int, int]:
+    """``obj.__dlpack_device__()`` as ``(device_type, device_id)`` ints.
+
+    Raises:
+        TypeError: it returned something else than a pair of ints (or int-convertible
+            values, such as PyTorch's ``DLDeviceType`` members).
+
+    Example::
+
+        >>> import numpy as np
+        >>> from accelrt._dlpack import producer_device
+        >>> producer_device(np.zeros(1))
+        (1, 0)
+    """
+    dev = obj.__dlpack_device__()
+    try:
+        kind, index = dev
+        return int(kind), int(index)
+    except (TypeError, ValueError):
+        raise TypeError(f"__dlpack_device__() of {type(obj).__name__} returned {dev!r}, not a "
+                        f"(device_type, device_id) pair of ints") from None
+
+
+def unused_capsule(capsule: object, what: str) -> tuple[bytes, Any]:
+    """The name of an unconsumed DLPack capsule (``b"dltensor_versioned"`` or
+    ``b"dltensor"``) and its ``DLManagedTensorVersioned`` / ``DLManagedTensor``.
+
+    Raises:
+        BufferError: ``capsule`` is no DLPack capsule, or one already consumed (renamed
+            ``used_dltensor...``); the message starts with ``what``.
+
+    Example::
+
+        >>> import numpy as np
+        >>> from accelrt._dlpack import unused_capsule
+        >>> unused_capsule(np.zeros(2).__dlpack__(), "demo")[0]
+        b'dltensor'
+    """
+    for name, layout in ((_NAME_VERSIONED, _DLManagedTensorVersioned),
+                         (_NAME, _DLManagedTensor)):
+        if _PyCapsule_IsValid(capsule, name):
+            return name, layout.from_address(_PyCapsule_GetPointer(capsule, name))
+    got = (f"a capsule named {_PyCapsule_GetName(capsule)!r}"
+           if type(capsule).__name__ == "PyCapsule"
+           else f"an object of type {type(capsule).__name__}")
+    raise BufferError(f"{what}: got {got}, not an unused DLPack capsule (a capsule can be "
+                      f"consumed only once)")
+
+
+def capsule_producer(obj: Any, what: str) -> Any:
+    """``obj`` itself, or, when it is a DLPack capsule, a producer handing that capsule out
+    (its device read from the capsule), as ``torch.asarray(capsule)`` and
+    ``torch.from_dlpack(capsule)`` take one.
+
+    Raises:
+        BufferError: a capsule that is no unused DLPack capsule (:func:`unused_capsule`).
+
+    Example::
+
+        >>> import numpy as np
+        >>> from accelrt._dlpack import capsule_producer
+        >>> capsule_producer(np.arange(2).__dlpack__(), "demo").__dlpack_device__()
+        (1, 0)
+    """
+    if type(obj).__name__ != "PyCapsule":
+        return obj
+    _, managed = unused_capsule(obj, what)
+    d = managed.dl_tensor.device
+    return _Exported(obj, (int(d.device_type), int(d.device_id)))
+
+
+def host_view(obj: Any, what: str = "from_dlpack()") -> tuple[np.ndarray, bool]:
     """A numpy view of a host-memory DLPack producer's data, and whether the producer lets
     the consumer write to it: ``False`` only for a DLPack >= 1.0 capsule with the read-only
     flag (numpy marks every legacy capsule's view read-only, as legacy capsules carry no flag;
@@ -376,6 +483,8 @@ def host_view(obj: Any) -> tuple[np.ndarray, bool]:
 
     Raises:
         TypeError: the data has no numpy dtype (:func:`dlpack_to_dtype`).
+        BufferError: ``__dlpack__`` returned no unused DLPack capsule (:func:`unused_capsule`;
+            the message starts with ``what``, the caller's name).
 
     Example::
 
@@ -386,7 +495,7 @@ def host_view(obj: Any) -> tuple[np.ndarray, bool]:
         >>> host_view(np.arange(3.0))[1], host_view(ro)[1]
         (True, False)
     """
-    device = tuple(obj.__dlpack_device__())
+    device = producer_device(obj)
     if _NUMPY_VERSIONED:
         try:
             capsule = obj.__dlpack__(max_version=DLPACK_VERSION)
@@ -394,15 +503,9 @@ def host_view(obj: Any) -> tuple[np.ndarray, bool]:
             capsule = obj.__dlpack__()
     else:
         capsule = obj.__dlpack__()
-    writable = True
-    for name, layout in ((_NAME_VERSIONED, _DLManagedTensorVersioned),
-                         (_NAME, _DLManagedTensor)):
-        if _PyCapsule_IsValid(capsule, name):   # else numpy says what is wrong with it
-            managed: Any = layout.from_address(_PyCapsule_GetPointer(capsule, name))
-            dt = managed.dl_tensor.dtype
-            dlpack_to_dtype(dt.code, dt.bits, dt.lanes)
-            if name == _NAME_VERSIONED:
-                writable = not managed.flags & DLPACK_FLAG_BITMASK_READ_ONLY
-            break
-    exported: Any = _Exported(capsule, (int(device[0]), int(device[1])))
+    name, managed = unused_capsule(capsule, what)
+    dt = managed.dl_tensor.dtype
+    dlpack_to_dtype(dt.code, dt.bits, dt.lanes)
+    writable = name == _NAME or not managed.flags & DLPACK_FLAG_BITMASK_READ_ONLY
+    exported: Any = _Exported(capsule, device)
     return np.from_dlpack(exported), writable

@@ -224,7 +224,8 @@ def asarray(obj: object, device: DeviceLike = None, dtype: DTypeLike | None = No
 
     Args:
         obj: an :class:`Array`, a numpy array, a (nested) Python sequence or scalar, any
-            DLPack producer (an object with ``__dlpack__`` and ``__dlpack_device__``), or a
+            DLPack producer (an object with ``__dlpack__`` and ``__dlpack_device__``) or
+            capsule (as ``torch.asarray`` takes one), or a
             ``__cuda_array_interface__`` producer without ``__dlpack__`` (Numba, older CuPy).
         device: the target device; ``None`` keeps an :class:`Array`'s (or a CUDA array
             interface producer's) device and otherwise means the current device.
@@ -255,7 +256,9 @@ def asarray(obj: object, device: DeviceLike = None, dtype: DTypeLike | None = No
             the integer dtype cannot hold, or an int beyond int64 for one (an
             ``AcceleratorValueError``, also a ``RuntimeError``, with PyTorch's "value cannot
             be converted to type ... without overflow").
-        BufferError: a DLPack producer on a device accelrt cannot read.
+        BufferError: a DLPack producer on a device accelrt cannot read, one whose
+            ``__dlpack__`` returns no unused DLPack capsule, or a PyTorch tensor with its
+            negative bit set (PyTorch would export it unnegated).
         ValueError: a malformed ``__cuda_array_interface__``, or one whose pointer is not CUDA
             device memory.
         BackendUnavailableError: a ``__cuda_array_interface__`` producer but no usable CUDA.
@@ -288,6 +291,7 @@ def asarray(obj: object, device: DeviceLike = None, dtype: DTypeLike | None = No
                              f"{obj.device} to {want.name} on {b.name}:{index} needs a copy")
         out = new_array(Array, obj._shape, want, _device_cls(b.name, index))
         return out.copy_(obj)
+    obj = _dlpack.capsule_producer(obj, "asarray()")
     from_dlpack = not isinstance(obj, np.ndarray) and hasattr(obj, "__dlpack__") and hasattr(
         obj, "__dlpack_device__")
     if not from_dlpack and not isinstance(obj, np.ndarray) and hasattr(
@@ -353,16 +357,17 @@ def _import_dlpack(obj: Any, copy: bool | None) -> tuple[np.ndarray, bool]:
     """A numpy array of a DLPack producer's data: a view for host memory, else a copy made
     by the producer (DLPack ``dl_device`` request); and whether it may be written to
     (:func:`accelrt._dlpack.host_view`)."""
-    dev = obj.__dlpack_device__()
-    if int(dev[0]) in _HOST_DLPACK:
-        return _dlpack.host_view(obj)
+    obj = _dlpack.producer_of(obj)
+    dev = _dlpack.producer_device(obj)
+    if dev[0] in _HOST_DLPACK:
+        return _dlpack.host_view(obj, "asarray()")
     if copy is False:
         raise ValueError(f"asarray(copy=False): the DLPack producer's memory is on device "
-                         f"{tuple(dev)}, which accelrt cannot share; pass copy=None")
+                         f"{dev}, which accelrt cannot share; pass copy=None")
     try:
         return np.from_dlpack(obj, device="cpu", copy=True), True
     except (BufferError, TypeError, ValueError, RuntimeError, NotImplementedError) as exc:
-        raise BufferError(f"asarray(): cannot import DLPack data on device {tuple(dev)}: the "
+        raise BufferError(f"asarray(): cannot import DLPack data on device {dev}: the "
                           f"producer could not copy it to the host ({exc}); move it to the "
                           "host first") from exc
 

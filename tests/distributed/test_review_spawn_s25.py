@@ -50,7 +50,8 @@ def test_start_processes_nprocs_forms() -> None:
 
 
 def test_process_exceptions_carry_torchs_pid_attribute() -> None:
-    # torch's ProcessException.__init__ stores the process id as ``pid``
+    # ``pid`` is accelrt's alias of ``error_pid`` (torch 2.14.1's exceptions have only
+    # ``error_pid``: observed in s26)
     for exc in (amp.ProcessExitedException("gone", 1, 42, 3),
                 amp.ProcessRaisedException("raised", 0, 43)):
         again = pickle.loads(pickle.dumps(exc))

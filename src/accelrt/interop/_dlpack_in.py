@@ -20,6 +20,7 @@ Example::
 
 from __future__ import annotations
 
+import ctypes
 import weakref
 from typing import Any
 
@@ -33,8 +34,6 @@ __all__ = ["from_dlpack"]
 _HOST = (_dlpack.kDLCPU, _dlpack.kDLCUDAHost, _dlpack.kDLROCMHost)
 _USED = {b"dltensor": b"used_dltensor", b"dltensor_versioned": b"used_dltensor_versioned"}
 
-_IsValid = _dlpack._PyCapsule_IsValid
-_GetPointer = _dlpack._PyCapsule_GetPointer
 _SetName = _dlpack._PyCapsule_SetName
 
 
@@ -77,7 +76,7 @@ def from_dlpack(obj: Any, device: DeviceLike = None) -> Any:
 
     Args:
         obj: an object with ``__dlpack__`` and ``__dlpack_device__`` (a tensor of PyTorch,
-            JAX, CuPy, an accelrt array...).
+            JAX, CuPy, an accelrt array...), or a DLPack capsule (as ``torch.from_dlpack``).
         device: the accelrt device holding the memory; ``None`` picks it from the producer's
             DLPack device (host memory: ``cpu:0``; CUDA memory: the ``cuda`` backend).
 
@@ -88,17 +87,20 @@ def from_dlpack(obj: Any, device: DeviceLike = None) -> Any:
     Raises:
         TypeError: ``obj`` is not a DLPack producer.
         BufferError: the memory is on another device than ``device`` (host memory: a device
-            the host cannot read), no accelrt backend serves its device, it is not
-            C-contiguous (negative strides included), read-only, or of a dtype with lanes.
+            the host cannot read), no accelrt backend serves its device, ``__dlpack__``
+            returned no unused capsule (one consumed already), it is not
+            C-contiguous (negative strides included), read-only, or of a dtype with lanes;
+            a PyTorch tensor with its negative bit set (:func:`accelrt._dlpack.producer_of`).
     """
     from .._array import Array, _Memory
     from .._device import _lazy_init
     from .._stream import _current
+    obj = _dlpack.capsule_producer(obj, "from_dlpack()")
     if not (hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__")):
         raise TypeError(f"from_dlpack() takes a DLPack producer (__dlpack__ and "
                         f"__dlpack_device__), got {type(obj).__name__}")
-    kind, dev_id = obj.__dlpack_device__()
-    dev = (int(kind), int(dev_id))
+    obj = _dlpack.producer_of(obj)
+    dev = _dlpack.producer_device(obj)
     if dev[0] in _HOST:
         return _share_host(obj, device)
     b, index = _backend_of(dev, device)
@@ -148,12 +150,9 @@ def _share_host(obj: Any, device: DeviceLike) -> Any:
 
 def _consume(capsule: Any, b: Any, index: int, dev: tuple[int, int], array_cls: Any,
              memory_cls: Any) -> Any:
-    name = next((n for n in _USED if _IsValid(capsule, n)), None)
-    if name is None:
-        raise BufferError("from_dlpack(): __dlpack__ returned no unused DLPack capsule")
-    managed = _GetPointer(capsule, name)
+    name, mv = _dlpack.unused_capsule(capsule, "from_dlpack()")
+    managed = ctypes.addressof(mv)
     if name == b"dltensor_versioned":
-        mv = _dlpack._DLManagedTensorVersioned.from_address(managed)
         if mv.version.major != 1:
             raise BufferError(f"from_dlpack(): DLPack {mv.version.major}.{mv.version.minor} "
                               f"is not supported (1.x is)")
@@ -162,8 +161,7 @@ def _consume(capsule: Any, b: Any, index: int, dev: tuple[int, int], array_cls: 
                               "an accelrt array cannot honour; copy it first")
         t, deleter = mv.dl_tensor, mv.deleter
     else:
-        m = _dlpack._DLManagedTensor.from_address(managed)
-        t, deleter = m.dl_tensor, m.deleter
+        t, deleter = mv.dl_tensor, mv.deleter
     if (t.device.device_type, t.device.device_id) != dev:
         raise BufferError(f"from_dlpack(): the capsule describes device "
                           f"{(t.device.device_type, t.device.device_id)}, the producer said {dev}")

@@ -153,13 +153,16 @@ def from_torch(tensor: Any, device: DeviceLike = None) -> Any:
     accelrt's current stream of the tensor's device is passed to the tensor's ``__dlpack__``,
     so it waits for PyTorch's pending work on the tensor. A CPU tensor gives a cpu-backend
     array (``cpu:0`` unless ``device`` names another); a CUDA tensor an array on the ``cuda``
-    backend's device of the tensor. The array keeps the tensor's memory alive.
+    backend's device of the tensor. The array keeps the tensor's memory alive, exported
+    through ``tensor.detach()`` so that ``tensor.set_(...)`` cannot free it (resizing the tensor
+    in place still can: don't).
 
     Raises:
         BackendUnavailableError: PyTorch is not installed.
         TypeError: ``tensor`` is not a ``torch.Tensor``.
-        BufferError: the tensor is not contiguous, requires grad, has a dtype accelrt has
-            not (bfloat16, float8), or ``device`` is not the tensor's (see
+        BufferError: the tensor is not contiguous, requires grad, has its negative or
+            conjugate bit set (``.resolve_neg()``, ``.resolve_conj()``), has a dtype accelrt
+            has not (bfloat16, float8), or ``device`` is not the tensor's (see
             :func:`accelrt.interop._dlpack_in.from_dlpack`).
     """
     torch = _torch()

@@ -89,13 +89,15 @@ def set_sharing_strategy(new_strategy: str) -> None:
     Raises:
         ValueError: another strategy, e.g. ``"file_system"``: accelrt never shares through
             named files (which leak when a process crashes); descriptors are all it uses.
+            Anything but a string too (torch raises ``AssertionError`` "invalid sharing
+            strategy" for both).
 
     Example::
 
         >>> import accelrt.multiprocessing as amp
         >>> amp.set_sharing_strategy("file_descriptor")
     """
-    if new_strategy not in _STRATEGIES:
+    if not isinstance(new_strategy, str) or new_strategy not in _STRATEGIES:
         raise ValueError(f"sharing strategy {new_strategy!r} is not supported: accelrt shares "
                          "memory only through descriptors ('file_descriptor'), never named "
                          "files, so nothing is left behind when a process crashes")

@@ -10,9 +10,11 @@ Example::
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import multiprocessing.connection
 import signal
+import sys
 import time
 import traceback
 import warnings
@@ -27,8 +29,8 @@ __all__ = ["ProcessContext", "ProcessException", "ProcessExitedException",
 
 class ProcessException(Exception):
     """A spawned process failed; ``error_index`` is its index, ``error_pid`` its process id
-    (torch's names; torch's ``ProcessException`` stores the id as ``pid``, which is here
-    too)."""
+    (torch's names), also readable as ``pid`` (an alias of accelrt's: torch 2.14.1's
+    exceptions have only ``error_pid``)."""
 
     error_index: int
     error_pid: int | None
@@ -39,8 +41,7 @@ class ProcessException(Exception):
 
     @property
     def pid(self) -> int | None:
-        """The failed process's id (``error_pid``), under the name torch's
-        ``ProcessException.__init__`` stores it."""
+        """The failed process's id, ``error_pid`` (an alias; torch 2.14.1 has no ``pid``)."""
         return self.error_pid
 
     def __reduce__(self) -> Any:
@@ -66,10 +67,23 @@ class ProcessExitedException(ProcessException):
                             self.signal_name)
 
 
+_PR_SET_PDEATHSIG = 1   # <linux/prctl.h>
+
+
+def _interrupt_when_parent_dies() -> None:
+    """Have the kernel send this process SIGINT when its parent dies (Linux; elsewhere
+    nothing), as torch's ``_prctl_pr_set_pdeathsig(SIGINT)``: a child whose parent was
+    killed ends instead of running on as an orphan."""
+    if sys.platform.startswith("linux"):   # the process's own symbols: libc's prctl
+        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGINT))
+
+
 def _wrap(fn: Callable[..., Any], i: int, args: tuple[Any, ...], errors: Any) -> None:
     # As torch's _wrap: an exception is reported to the parent (ProcessRaisedException);
     # ``sys.exit(code)`` is an exit, not an error (code 0 succeeds, another code is a
-    # ProcessExitedException), and KeyboardInterrupt (the parent's SIGINT) ends quietly.
+    # ProcessExitedException), and KeyboardInterrupt (the parent's SIGINT, or its death)
+    # ends quietly.
+    _interrupt_when_parent_dies()
     try:
         fn(i, *args)
     except KeyboardInterrupt:
@@ -95,10 +109,36 @@ class ProcessContext:
         self.processes = processes
         self.error_pipes = error_pipes
         self.sentinels = {p.sentinel: i for i, p in enumerate(processes)}
+        # what each process sent through its error pipe (None: nothing, the pipe is at its
+        # end), read as soon as it arrives: a child blocks in its send until the whole
+        # traceback is read, and a long one does not fit in the pipe's buffer
+        self._reports: dict[int, str | None] = {}
 
     def pids(self) -> list[int | None]:
         """Process ids of the spawned processes."""
         return [p.pid for p in self.processes]
+
+    def _report(self, i: int) -> str | None:
+        """What process ``i`` sent through its error pipe (read once, then remembered)."""
+        if i not in self._reports:
+            self._reports[i] = _reported(self.error_pipes[i])
+        return self._reports[i]
+
+    def _wait(self, timeout: float | None) -> list[Any]:
+        """The sentinels of the running processes that are ready within ``timeout`` seconds
+        (``None``: until one is), reading each error pipe meanwhile as its report arrives."""
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            pipes = {self.error_pipes[i]: i for i in self.sentinels.values()
+                     if i not in self._reports}
+            left = None if end is None else max(0.0, end - time.monotonic())
+            ready = multiprocessing.connection.wait([*self.sentinels, *pipes], timeout=left)
+            for obj in ready:
+                if obj in pipes:
+                    self._report(pipes[obj])
+            exited = [obj for obj in ready if obj in self.sentinels]
+            if exited or not ready or (end is not None and time.monotonic() >= end):
+                return exited
 
     def _join_all(self, timeout: float) -> None:
         end = time.monotonic() + timeout
@@ -120,7 +160,7 @@ class ProcessContext:
         """
         if not self.sentinels:
             return True
-        ready = multiprocessing.connection.wait(list(self.sentinels), timeout=timeout)
+        ready = self._wait(timeout)
         failed = None
         for sentinel in ready:
             i = self.sentinels.pop(sentinel)  # type: ignore[call-overload,unused-ignore]
@@ -142,7 +182,7 @@ class ProcessContext:
                 p.kill()
             p.join()
         p = self.processes[failed]
-        trace = _reported(self.error_pipes[failed])
+        trace = self._report(failed)
         if trace is not None:
             raise ProcessRaisedException(
                 f"\n\n-- Process {failed} terminated with the following error:\n{trace}",
