@@ -11,7 +11,7 @@ Example::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, overload
 
 from .. import _backend, _event, _stream
 from .. import _device as _dev
@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from .._typing import DeviceLike
 
 __all__ = ["Event", "ExternalStream", "Stream", "StreamContext", "device", "device_of"]
+
+_E = TypeVar("_E", bound=_event.Event)
 
 
 class Event(_event.Event):
@@ -172,9 +174,17 @@ class Stream(_stream.Stream):
         lo, hi = b.stream_priority_range(_tls.device.get(b.name, 0))
         return max(lo, hi), min(lo, hi)
 
+    @overload
+    def record_event(self, event: None = None) -> Event: ...
+    @overload
+    def record_event(self, event: _E) -> _E: ...
+    @overload
+    def record_event(self, event: _event.Event | None = None) -> _event.Event: ...
+
     def record_event(self, event: _event.Event | None = None) -> _event.Event:
         """Record ``event`` (a new event of this device module if ``None``) on this stream and
-        return it.
+        return it (typed as the module's ``Event``, with ``cuda_event``, as
+        ``torch.cuda.Stream.record_event``'s).
 
         Example::
 
