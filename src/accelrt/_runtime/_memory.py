@@ -630,7 +630,8 @@ _MEMORY_NAMES = (
 class MemoryModule(types.ModuleType):
     """``torch.cuda.memory`` for one device module: ``accelrt.cuda.memory`` (importable as
     ``import accelrt.cuda.memory``) has the device module's memory functions and PyTorch's
-    private-but-used ``_record_memory_history``, ``_snapshot`` and ``_dump_snapshot``, fixed
+    private-but-used ``_record_memory_history``, ``_snapshot``, ``_dump_snapshot`` and
+    ``_set_allocator_settings`` (deprecated in PyTorch 2.14, with its ``FutureWarning``), fixed
     to the module's backend.
 
     Example::
@@ -664,6 +665,14 @@ class MemoryModule(types.ModuleType):
                        augment_with_fx_traces: bool = False) -> None:
         """``torch.cuda.memory._dump_snapshot``: pickle :meth:`_snapshot` to ``filename``."""
         self._dm.dump_snapshot(filename, augment_with_fx_traces)
+
+    def _set_allocator_settings(self, env: str) -> None:
+        """``torch.cuda.memory._set_allocator_settings``, deprecated in PyTorch (as here: it
+        warns ``FutureWarning``): the device module's :meth:`set_allocator_settings`."""
+        warnings.warn(f"{self._dm.module}.memory._set_allocator_settings is deprecated. Use "
+                      f"{self._dm.module}.set_allocator_settings instead.", FutureWarning,
+                      stacklevel=2)
+        self._dm.set_allocator_settings(env)
 
     def _memory_metadata_supported(self) -> bool:
         """``torch.cuda.memory._memory_metadata_supported``: True while the backend's
