@@ -106,7 +106,7 @@ __all__ = [
     "utilization",
 ]
 
-_m: DeviceModule[Stream, Event]
+_m: DeviceModule[Stream[Event], Event]
 caching_allocator_alloc = _m.caching_allocator_alloc
 caching_allocator_delete = _m.caching_allocator_delete
 caching_allocator_disabled = _m.caching_allocator_disabled
