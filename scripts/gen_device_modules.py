@@ -232,6 +232,7 @@ def render_stub() -> str:
         "declared once (``accelrt/cpu.py`` etc. import this stub for type checkers only and",
         'bind the same names at run time with ``_register``)."""', "",
         "from .. import _graph", "from .._errors import AcceleratorError as AcceleratorError",
+        "from ..backends.cuda import _nvtx as nvtx   # one module for all (typed as a module)",
         "from .._errors import OutOfMemoryError as OutOfMemoryError",
         "from ..memory import MemPool as MemPool",
         "from ..memory import get_allocator_settings as get_allocator_settings",
@@ -241,7 +242,8 @@ def render_stub() -> str:
         "from ._classes import Event, Stream", "from ._module import DeviceModule", "",
         "__all__ = [", *(f'    "{n}",' for n in names), "]", "",
         "_m: DeviceModule[Stream[Event], Event]",
-        *(f"{n} = _m.{n}" for n in sorted({*shared, *_registry.SUBMODULES, *_registry.LIVE})),
+        *(f"{n} = _m.{n}" for n in sorted({*shared, *_registry.SUBMODULES, *_registry.LIVE}
+                                          - {"nvtx"})),
         "export_dot = _graph.export_dot"]) + "\n"
 
 

@@ -200,6 +200,20 @@ with cuda.graph(g4, None, None):
     y.fill_(2)
 g4.replay()
 
+# -- torch.cuda's submodules, typed as torch's: a decorator range, memory and random getters
+@cuda.nvtx.range("forward")
+def forward(n: int) -> int:
+    return n + 1
+
+
+def used_bytes() -> int:   # mypy --strict: no "Returning Any" (torch.cuda.memory is typed)
+    return cuda.memory.memory_allocated(0) + cuda.memory.memory_stats()["num_ooms"]
+
+
+assert forward(1) == 2 and used_bytes() >= 0
+rng_state = cuda.random.get_rng_state(0)
+cuda.random.set_rng_state(rng_state, 0)
+
 # -- memory history, as the memory-profiling tutorial records it
 cuda.memory._record_memory_history(max_entries=100000)
 z = accelrt.empty(100, device=cuda0)
@@ -224,8 +238,10 @@ def test_ported_snippets_run_on_the_cpu_backend() -> None:
 
 def test_ported_snippets_type_check(tmp_path: Path) -> None:
     # Before s26: "Event" has no attribute "cuda_event" (Stream.record_event() was typed
-    # as accelrt.Event, so list[cuda.Event] refused it too) and "DeviceProperties" has no
-    # attribute "clock_rate", ...
+    # as accelrt.Event, so list[cuda.Event] refused it too), "DeviceProperties" has no
+    # attribute "clock_rate", ..., "Untyped decorator makes function "forward" untyped" and
+    # "Returning Any from function declared to return "int"" (cuda.nvtx, cuda.memory and
+    # cuda.random were typed as bare modules).
     pytest.importorskip("mypy")
     proc = run_mypy(tmp_path, PORTED, "ported.py")
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -627,7 +627,15 @@ _MEMORY_NAMES = (
 )
 
 
-class MemoryModule(types.ModuleType):
+if TYPE_CHECKING:
+    class _TypedMemoryModule(types.ModuleType, MemoryFunctions):
+        """For type checkers: the names a :class:`MemoryModule` copies from its device module
+        have that module's signatures (a module's other attributes are ``Any``)."""
+else:
+    _TypedMemoryModule = types.ModuleType
+
+
+class MemoryModule(_TypedMemoryModule):
     """``torch.cuda.memory`` for one device module: ``accelrt.cuda.memory`` (importable as
     ``import accelrt.cuda.memory``) has the device module's memory functions and PyTorch's
     private-but-used ``_record_memory_history``, ``_snapshot``, ``_dump_snapshot`` and
@@ -653,7 +661,8 @@ class MemoryModule(types.ModuleType):
         #: record_memory_history`, or PyTorch's legacy form when the first argument is a bool.
         self._record_memory_history = _torch_record_memory_history(dm.record_memory_history)
 
-    def _snapshot(self, device: DeviceLike = None, augment_with_fx_traces: bool = False
+    def _snapshot(self, device: DeviceLike = None,   # type: ignore[override]  # torch's,
+                  augment_with_fx_traces: bool = False   # not the device module's helper
                   ) -> dict[str, Any]:
         """``torch.cuda.memory._snapshot``: the backend's full snapshot (every device, as
         PyTorch's; ``device`` is checked to be one of the backend's)."""
