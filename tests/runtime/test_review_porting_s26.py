@@ -306,3 +306,28 @@ def test_private_set_allocator_settings_as_torch() -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
             acc.cpu.set_allocator_settings(before)
+
+
+def test_use_mem_pool_during_capture_is_kept_by_the_graph() -> None:
+    # CUDA semantics ("Sharing memory across captures"): "If use_mem_pool is used during
+    # capture, the graph retains that pool until the graph is reset or destroyed ...
+    # CUDAGraph.pools() returns all pools retained by the graph" (torch 2.14.1's
+    # torch/cuda/memory.py use_mem_pool calls CUDAGraph._retain_pool; needs a GPU to run).
+    # Before s26: pools() was [pool()] and the side pool was not kept.
+    g_default_pool, g_side_pool = acc.cpu.MemPool(), acc.cpu.MemPool()
+    g = acc.cpu.CUDAGraph()
+    with acc.cpu.graph(g, pool=g_default_pool):
+        y = acc.zeros(4, device="cpu:0")
+        with acc.cpu.use_mem_pool(g_side_pool):
+            assert g_side_pool.use_count() == 3      # the pool, the block and the graph
+            tmp = acc.zeros(4, device="cpu:0")
+        with acc.cpu.use_mem_pool(g_side_pool):  # kept once
+            pass
+    assert g.pool() == g_default_pool.id
+    assert g.pools() == [g_default_pool.id, g_side_pool.id]
+    assert (g_default_pool.use_count(), g_side_pool.use_count()) == (2, 2)
+    g.reset()
+    assert (g_default_pool.use_count(), g_side_pool.use_count()) == (1, 1)
+    del y, tmp, g, g_default_pool, g_side_pool
+    gc.collect()
+    acc.cpu.empty_cache()
