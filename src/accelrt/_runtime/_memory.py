@@ -16,7 +16,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import sys
-import types
 import warnings
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, cast
@@ -27,7 +26,7 @@ from ..memory import _pluggable
 from ..memory import _torch_record_memory_history
 from ..memory._stats import nest_stats
 from ._args import index_of, typed
-from ._base import ModuleBase
+from ._base import ModuleBase, TypedMemoryModule
 
 if TYPE_CHECKING:
     import os
@@ -627,15 +626,7 @@ _MEMORY_NAMES = (
 )
 
 
-if TYPE_CHECKING:
-    class _TypedMemoryModule(types.ModuleType, MemoryFunctions):
-        """For type checkers: the names a :class:`MemoryModule` copies from its device module
-        have that module's signatures (a module's other attributes are ``Any``)."""
-else:
-    _TypedMemoryModule = types.ModuleType
-
-
-class MemoryModule(_TypedMemoryModule):
+class MemoryModule(TypedMemoryModule):
     """``torch.cuda.memory`` for one device module: ``accelrt.cuda.memory`` (importable as
     ``import accelrt.cuda.memory``) has the device module's memory functions and PyTorch's
     private-but-used ``_record_memory_history``, ``_snapshot``, ``_dump_snapshot`` and

@@ -14,12 +14,11 @@ Example::
 
 from __future__ import annotations
 
-import types
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from .._device import _tls
-from ._base import ModuleBase
+from ._base import ModuleBase, TypedRandomModule
 
 if TYPE_CHECKING:
     import numpy as np
@@ -216,15 +215,7 @@ _RANDOM_NAMES = ("get_rng_state", "get_rng_state_all", "set_rng_state", "set_rng
                  "manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed")
 
 
-if TYPE_CHECKING:
-    class _TypedRandomModule(types.ModuleType, RandomFunctions):
-        """For type checkers: the names a :class:`RandomModule` copies from its device module
-        have that module's signatures (a module's other attributes are ``Any``)."""
-else:
-    _TypedRandomModule = types.ModuleType
-
-
-class RandomModule(_TypedRandomModule):
+class RandomModule(TypedRandomModule):
     """``torch.cuda.random`` for one device module: ``accelrt.cuda.random`` (importable as
     ``import accelrt.cuda.random``) has the module's seeding and RNG-state functions.
 
