@@ -179,9 +179,9 @@ SPECS = {
 #: (``_registry.CLASS_DOCS``), unless a spec's ``class_docs`` gives a docstring.
 CLASSES = (
     ("Event", "_classes.Event", ("__slots__ = ()", '_backend_name = "{n}"')),
-    ("Stream", "_classes.Stream",
+    ("Stream", "_classes.Stream[Event]",
      ("__slots__ = ()", '_backend_name = "{n}"', "_event_class = Event")),
-    ("ExternalStream", "_classes.ExternalStream, Stream", ("__slots__ = ()",)),
+    ("ExternalStream", "_classes.ExternalStream[Event], Stream", ("__slots__ = ()",)),
     ("StreamContext", "_classes.StreamContext", ("__slots__ = ()", '_backend_name = "{n}"')),
     ("device", "_classes.device", ("__slots__ = ()", '_backend_name = "{n}"')),
     ("device_of", "_classes.device_of", ("__slots__ = ()", '_backend_name = "{n}"')),
@@ -232,6 +232,7 @@ def render_stub() -> str:
         "declared once (``accelrt/cpu.py`` etc. import this stub for type checkers only and",
         'bind the same names at run time with ``_register``)."""', "",
         "from .. import _graph", "from .._errors import AcceleratorError as AcceleratorError",
+        "from ..backends.cuda import _nvtx as nvtx   # one module for all (typed as a module)",
         "from .._errors import OutOfMemoryError as OutOfMemoryError",
         "from ..memory import MemPool as MemPool",
         "from ..memory import get_allocator_settings as get_allocator_settings",
@@ -240,8 +241,9 @@ def render_stub() -> str:
         "from ..memory._pluggable import PluggableAllocator as PluggableAllocator",
         "from ._classes import Event, Stream", "from ._module import DeviceModule", "",
         "__all__ = [", *(f'    "{n}",' for n in names), "]", "",
-        "_m: DeviceModule[Stream, Event]",
-        *(f"{n} = _m.{n}" for n in sorted({*shared, *_registry.SUBMODULES, *_registry.LIVE})),
+        "_m: DeviceModule[Stream[Event], Event]",
+        *(f"{n} = _m.{n}" for n in sorted({*shared, *_registry.SUBMODULES, *_registry.LIVE}
+                                          - {"nvtx"})),
         "export_dot = _graph.export_dot"]) + "\n"
 
 

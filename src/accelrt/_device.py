@@ -860,8 +860,11 @@ def get_device_properties(device: DeviceLike = None, /) -> DeviceProperties:
     ``name``, ``total_memory``, ``multi_processor_count``, ``major``, ``minor``, ``uuid``
     (stable across calls and processes), ``L2_cache_size``, ``is_integrated``,
     ``is_multi_gpu_board``, ``warp_size``, ``max_threads_per_multi_processor``,
-    ``regs_per_multiprocessor``, ``gcnArchName``, ``type`` and ``index``, plus the backend's
-    extras. Item access works too (``props["name"]``): the result is a dict. Does not
+    ``regs_per_multiprocessor``, ``gcnArchName``, the rest of torch 2.14's
+    (``max_threads_per_block``, ``shared_memory_per_block``, ``shared_memory_per_block_optin``,
+    ``shared_memory_per_multiprocessor``, ``clock_rate``, ``memory_clock_rate``,
+    ``memory_bus_width``, ``pci_bus_id``, ``pci_device_id``, ``pci_domain_id``: 0 where the
+    backend does not know them), ``type`` and ``index``, plus the backend's extras. Item access works too (``props["name"]``): the result is a dict. Does not
     initialise a device context.
 
     Args:

@@ -35,6 +35,7 @@ import itertools
 import os
 import threading
 import warnings
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
@@ -69,6 +70,29 @@ _lock = reinit_after_fork(threading.Lock())
 #: middle of its capture ends it from its finalizer, which may run while this thread holds
 #: any lock (``_lock`` included).
 _active: dict[tuple[str, int], list[int]] = {}
+#: The graph capturing each stream, by (backend name, device index, stream handle): what
+#: ``use_mem_pool`` asks (``torch.cuda.CUDAGraph.get_currently_capturing_graph``). Weak, so
+#: that a graph collected mid-capture still ends its capture; no lock, as :data:`_active`.
+_capturing: dict[tuple[str, int, int], weakref.ReferenceType[Graph]] = {}
+
+
+def capturing_graph(backend: str, index: int, stream: int) -> Graph | None:
+    """The graph whose capture is in progress on ``stream`` of ``backend:index``, or None.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> from accelrt import _graph
+        >>> s, g, x = acc.Stream("cpu:0"), acc.Graph(), acc.zeros(4, device="cpu:0")
+        >>> with s, g:
+        ...     _ = x.fill_(1.0)
+        ...     _graph.capturing_graph("cpu", 0, s.stream_id) is g
+        True
+        >>> _graph.capturing_graph("cpu", 0, s.stream_id) is None
+        True
+    """
+    ref = _capturing.get((backend, index, stream))
+    return None if ref is None else ref()
 
 _D = TypeVar("_D", bound="DeviceGraph")
 
@@ -185,8 +209,8 @@ class Graph:
     """
 
     __slots__ = ("__weakref__", "_allocator", "_b", "_capturing", "_closed", "_exec",
-                 "_exec_ids", "_handle", "_hooks", "_index", "_keep_graph", "_pool", "_stream",
-                 "_template", "capture_error_mode", "graph_pool")
+                 "_exec_ids", "_handle", "_hooks", "_index", "_keep_graph", "_pool",
+                 "_pools_kept", "_stream", "_template", "capture_error_mode", "graph_pool")
 
     #: Fixed backend for device-specific subclasses (``accelrt.cuda.CUDAGraph``); ``None``:
     #: the current accelerator.
@@ -208,6 +232,7 @@ class Graph:
         self._stream = StreamHandle(0)
         self._handle: GraphHandle | None = None
         self._pool: tuple[int, int] | None = None
+        self._pools_kept: list[tuple[int, int]] = []   # other pools kept (_retain_pool)
         self._allocator: Any = None
         self._capturing = False
         self._closed = False
@@ -285,6 +310,7 @@ class Graph:
             a.release_pool(pid)
             raise
         _active.setdefault(key, []).append(id(self))
+        _capturing[(b.name, index, int(stream))] = weakref.ref(self)
         self._b, self._index, self._stream = b, index, stream
         self._pool, self._allocator, self._capturing = pid, a, True
         self._exec, self._template, self._exec_ids = False, False, set()
@@ -338,6 +364,7 @@ class Graph:
         assert b is not None
         self._capturing = False
         _active[(b.name, index)].remove(id(self))
+        _capturing.pop((b.name, index, int(self._stream)), None)
         try:
             anyb: Any = b   # called untyped: a compiled caller would cast the result
             self._handle = _checked.graph(b, index, self._stream,
@@ -567,12 +594,23 @@ class Graph:
             _checked.destroy_graph(b, self._index, handle)
             _run_global(b.name, "destroy", exec_ids)
         if self._pool is not None and self._allocator is not None:
-            a, pid = self._allocator, self._pool
+            a, pids = self._allocator, [self._pool, *self._pools_kept]
             self._allocator = self._pool = None
-            if finalizer:
-                a.release_pool_from_finalizer(pid)
-            else:
-                a.release_pool(pid)
+            self._pools_kept = []
+            for pid in pids:
+                if finalizer:
+                    a.release_pool_from_finalizer(pid)
+                else:
+                    a.release_pool(pid)
+
+    def _retain_pool(self, pool_id: tuple[int, int]) -> None:
+        """Keep memory pool ``pool_id`` (one more reference) until this graph is reset or
+        destroyed, as :meth:`DeviceGraph.pools` then lists it: what ``use_mem_pool`` does for
+        the graph capturing the current stream (``torch.cuda.CUDAGraph._retain_pool``)."""
+        if self._allocator is None or pool_id == self._pool or pool_id in self._pools_kept:
+            return
+        self._allocator.create_pool(pool_id)
+        self._pools_kept.append(pool_id)
 
     def __del__(self) -> None:
         # A graph collected in the middle of its capture ends the capture and drops it, so
@@ -745,8 +783,10 @@ class DeviceGraph(Graph):
         self._capture_end_post()
 
     def pools(self) -> list[tuple[int, int]]:
-        """Ids of every memory pool this graph keeps (its own: :meth:`pool`)."""
-        return [self.pool()]
+        """Ids of every memory pool this graph keeps: its own (:meth:`pool`), then those a
+        ``use_mem_pool`` block allocated from during its capture (kept until :meth:`reset`),
+        as ``torch.cuda.CUDAGraph.pools``."""
+        return [self.pool(), *self._pools_kept]
 
     def debug_dump(self, debug_path: str | os.PathLike[str], *,
                    verbose: bool = True) -> None:

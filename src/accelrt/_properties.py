@@ -164,6 +164,27 @@ class DeviceProperties(dict[str, Any]):
     """32-bit registers per multiprocessor (0 where not applicable)."""
     gcnArchName: _Key[str] = _Key()  # noqa: N815 - PyTorch's name
     """AMD's architecture name on ROCm; the device name elsewhere (as in PyTorch)."""
+    max_threads_per_block: _Key[int] = _Key()
+    """Threads per block / work-group (``max_threads_per_multi_processor`` where the backend
+    reports no other limit)."""
+    shared_memory_per_block: _Key[int] = _Key()
+    """Bytes of shared (OpenCL: local) memory a block can use (0 where there is none)."""
+    shared_memory_per_block_optin: _Key[int] = _Key()
+    """Bytes of shared memory a block can opt in to (CUDA; 0 elsewhere)."""
+    shared_memory_per_multiprocessor: _Key[int] = _Key()
+    """Bytes of shared memory per multiprocessor (CUDA; 0 elsewhere)."""
+    clock_rate: _Key[int] = _Key()
+    """Peak clock of the cores in kHz, as PyTorch's (0 if unknown)."""
+    memory_clock_rate: _Key[int] = _Key()
+    """Peak memory clock in kHz (CUDA; 0 elsewhere)."""
+    memory_bus_width: _Key[int] = _Key()
+    """Width of the memory bus in bits (CUDA; 0 elsewhere)."""
+    pci_bus_id: _Key[int] = _Key()
+    """PCI bus of the device (CUDA; 0 elsewhere)."""
+    pci_device_id: _Key[int] = _Key()
+    """PCI device (slot) of the device (CUDA; 0 elsewhere)."""
+    pci_domain_id: _Key[int] = _Key()
+    """PCI domain of the device (CUDA; 0 elsewhere)."""
     type: _Key[str] = _Key()
     """The backend, e.g. ``"cpu"``."""
     index: _Key[int] = _Key()
@@ -196,6 +217,13 @@ class DeviceProperties(dict[str, Any]):
         return (DeviceProperties, (dict(self),))
 
 
+#: torch 2.14's ``_CudaDeviceProperties`` attributes that are 0 where a backend does not know
+#: them (or the notion does not apply).
+_ZERO_IF_UNKNOWN = ("shared_memory_per_block", "shared_memory_per_block_optin",
+                    "shared_memory_per_multiprocessor", "clock_rate", "memory_clock_rate",
+                    "memory_bus_width", "pci_bus_id", "pci_device_id", "pci_domain_id")
+
+
 def make_properties(backend: str, index: int, raw: dict[str, Any]) -> DeviceProperties:
     """Build :class:`DeviceProperties` from a backend's property dict, filling in the common
     attributes the backend left out and deriving a stable UUID if it reports none.
@@ -217,9 +245,12 @@ def make_properties(backend: str, index: int, raw: dict[str, Any]) -> DeviceProp
                          ("is_integrated", False), ("is_multi_gpu_board", False),
                          ("warp_size", 1), ("max_threads_per_multi_processor", 1),
                          ("regs_per_multiprocessor", 0), ("gcnArchName", name),
-                         ("type", backend), ("index", index)):
+                         ("type", backend), ("index", index),
+                         *((k, 0) for k in _ZERO_IF_UNKNOWN)):
         if props.get(key) is None:
             props[key] = default
+    if props.get("max_threads_per_block") is None:
+        props["max_threads_per_block"] = props["max_threads_per_multi_processor"]
     raw_uuid = props.get("uuid")
     try:
         props["uuid"] = DeviceUUID(raw_uuid) if raw_uuid else derived_uuid(backend, index, name)

@@ -49,9 +49,17 @@ __all__ = ["Stream", "current_stream", "set_stream", "synchronize"]
 
 class _Classes:
     """The classes of modules that import this one, set by them when they are imported (an
-    import inside a method costs more than the rest of ``record_event``)."""
+    import inside a method costs more than the rest of ``record_event``). A stream can be
+    used before any of them was (``acc.current_stream().record_event()`` first thing in a
+    process): the first lookup of a class not yet set imports its module, which sets it."""
 
     Event: type[Event]
+
+    def __getattr__(self, name: str) -> Any:   # only while the attribute is not set
+        if name == "Event":
+            from . import _event   # sets self.Event
+            return _event.Event
+        raise AttributeError(name)
 
 
 _classes = _Classes()

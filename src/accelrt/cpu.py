@@ -49,13 +49,13 @@ class Event(_classes.Event):
     _backend_name = "cpu"
 
 
-class Stream(_classes.Stream):
+class Stream(_classes.Stream[Event]):
     __slots__ = ()
     _backend_name = "cpu"
     _event_class = Event
 
 
-class ExternalStream(_classes.ExternalStream, Stream):
+class ExternalStream(_classes.ExternalStream[Event], Stream):
     __slots__ = ()
 
 

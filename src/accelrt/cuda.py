@@ -50,13 +50,13 @@ class Event(_classes.Event):
     _backend_name = "cuda"
 
 
-class Stream(_classes.Stream):
+class Stream(_classes.Stream[Event]):
     __slots__ = ()
     _backend_name = "cuda"
     _event_class = Event
 
 
-class ExternalStream(_classes.ExternalStream, Stream):
+class ExternalStream(_classes.ExternalStream[Event], Stream):
     """Wrap a CUDA stream made elsewhere (CuPy, PyTorch, cuda.core, C code) without owning it
     (``torch.cuda.ExternalStream``; see :class:`accelrt._runtime.ExternalStream`).
 

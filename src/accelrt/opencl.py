@@ -38,13 +38,13 @@ class Event(_classes.Event):
     _backend_name = "opencl"
 
 
-class Stream(_classes.Stream):
+class Stream(_classes.Stream[Event]):
     __slots__ = ()
     _backend_name = "opencl"
     _event_class = Event
 
 
-class ExternalStream(_classes.ExternalStream, Stream):
+class ExternalStream(_classes.ExternalStream[Event], Stream):
     __slots__ = ()
 
 

@@ -15,6 +15,7 @@ Example::
 
 from __future__ import annotations
 
+import types
 from typing import TYPE_CHECKING, Any
 
 from .. import _backend
@@ -24,8 +25,21 @@ from ._args import index_of, resolve, typed
 
 if TYPE_CHECKING:
     from ..memory._allocator import DeviceCachingAllocator
+    from ._memory import MemoryFunctions
+    from ._random import RandomFunctions
 
-__all__ = ["ModuleBase"]
+__all__ = ["ModuleBase", "TypedMemoryModule", "TypedRandomModule"]
+
+if TYPE_CHECKING:
+    # For type checkers only: the names a device module's ``memory`` / ``random`` submodule
+    # copies from the device module have its signatures (a bare module's attributes are Any).
+    class TypedMemoryModule(types.ModuleType, MemoryFunctions):
+        """The base of ``_memory.MemoryModule`` for type checkers."""
+
+    class TypedRandomModule(types.ModuleType, RandomFunctions):
+        """The base of ``_random.RandomModule`` for type checkers."""
+else:
+    TypedMemoryModule = TypedRandomModule = types.ModuleType
 
 
 class ModuleBase:

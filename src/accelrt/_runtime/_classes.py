@@ -11,7 +11,7 @@ Example::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, overload
 
 from .. import _backend, _event, _stream
 from .. import _device as _dev
@@ -25,6 +25,11 @@ if TYPE_CHECKING:
     from .._typing import DeviceLike
 
 __all__ = ["Event", "ExternalStream", "Stream", "StreamContext", "device", "device_of"]
+
+_E = TypeVar("_E", bound=_event.Event)
+#: The device module's ``Event`` class (a :class:`Stream` is generic in it for type checkers:
+#: ``acc.cpu.Stream`` is ``Stream[acc.cpu.Event]``).
+_ModuleEvent = TypeVar("_ModuleEvent", bound="Event")
 
 
 class Event(_event.Event):
@@ -88,7 +93,7 @@ class Event(_event.Event):
         return self.event_id
 
 
-class Stream(_stream.Stream):
+class Stream(_stream.Stream, Generic[_ModuleEvent]):
     """Base of the ``Stream`` class of every device module (``accelrt.cuda.Stream`` is a
     subclass fixed to the cuda backend): an :class:`accelrt.Stream` whose ``int`` device means
     an index of that backend, with ``torch.cuda.Stream``'s extra :meth:`priority_range`. A ``None`` device or a negative index means the backend's current
@@ -173,9 +178,17 @@ class Stream(_stream.Stream):
         lo, hi = b.stream_priority_range(_tls.device.get(b.name, 0))
         return max(lo, hi), min(lo, hi)
 
+    @overload
+    def record_event(self, event: None = None) -> _ModuleEvent: ...
+    @overload
+    def record_event(self, event: _E) -> _E: ...
+    @overload
+    def record_event(self, event: _event.Event | None = None) -> _event.Event: ...
+
     def record_event(self, event: _event.Event | None = None) -> _event.Event:
         """Record ``event`` (a new event of this device module if ``None``) on this stream and
-        return it.
+        return it (typed as the module's ``Event``, with ``cuda_event``, as
+        ``torch.cuda.Stream.record_event``'s).
 
         Example::
 
@@ -194,7 +207,7 @@ class Stream(_stream.Stream):
                 f"stream_id={self._handle:#x} priority={self._priority}{closed}>")
 
 
-class ExternalStream(Stream):
+class ExternalStream(Stream[_ModuleEvent]):
     """Base of the ``ExternalStream`` class of every device module
     (``torch.cuda.ExternalStream``): a stream object for a stream made elsewhere, from its
     native handle, that does not own it (closing it or collecting it leaves the stream alone;

@@ -35,7 +35,7 @@ _NVML: dict[str, Callable[[Any], int]] = {
     "temperature": _nvml.temperature, "utilization": _nvml.utilization,
 }
 
-_S = TypeVar("_S", bound=Stream)
+_S = TypeVar("_S", bound="Stream[Any]")
 _E = TypeVar("_E", bound=Event)
 
 

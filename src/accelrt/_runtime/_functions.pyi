@@ -6,6 +6,7 @@ bind the same names at run time with ``_register``)."""
 
 from .. import _graph
 from .._errors import AcceleratorError as AcceleratorError
+from ..backends.cuda import _nvtx as nvtx   # one module for all (typed as a module)
 from .._errors import OutOfMemoryError as OutOfMemoryError
 from ..memory import MemPool as MemPool
 from ..memory import get_allocator_settings as get_allocator_settings
@@ -106,7 +107,7 @@ __all__ = [
     "utilization",
 ]
 
-_m: DeviceModule[Stream, Event]
+_m: DeviceModule[Stream[Event], Event]
 caching_allocator_alloc = _m.caching_allocator_alloc
 caching_allocator_delete = _m.caching_allocator_delete
 caching_allocator_disabled = _m.caching_allocator_disabled
@@ -160,7 +161,6 @@ memory_stats = _m.memory_stats
 memory_stats_as_nested_dict = _m.memory_stats_as_nested_dict
 memory_summary = _m.memory_summary
 memory_usage = _m.memory_usage
-nvtx = _m.nvtx
 power_draw = _m.power_draw
 profiler = _m.profiler
 random = _m.random

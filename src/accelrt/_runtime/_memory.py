@@ -16,7 +16,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import sys
-import types
 import warnings
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, cast
@@ -27,7 +26,7 @@ from ..memory import _pluggable
 from ..memory import _torch_record_memory_history
 from ..memory._stats import nest_stats
 from ._args import index_of, typed
-from ._base import ModuleBase
+from ._base import ModuleBase, TypedMemoryModule
 
 if TYPE_CHECKING:
     import os
@@ -627,10 +626,11 @@ _MEMORY_NAMES = (
 )
 
 
-class MemoryModule(types.ModuleType):
+class MemoryModule(TypedMemoryModule):
     """``torch.cuda.memory`` for one device module: ``accelrt.cuda.memory`` (importable as
     ``import accelrt.cuda.memory``) has the device module's memory functions and PyTorch's
-    private-but-used ``_record_memory_history``, ``_snapshot`` and ``_dump_snapshot``, fixed
+    private-but-used ``_record_memory_history``, ``_snapshot``, ``_dump_snapshot`` and
+    ``_set_allocator_settings`` (deprecated in PyTorch 2.14, with its ``FutureWarning``), fixed
     to the module's backend.
 
     Example::
@@ -652,7 +652,8 @@ class MemoryModule(types.ModuleType):
         #: record_memory_history`, or PyTorch's legacy form when the first argument is a bool.
         self._record_memory_history = _torch_record_memory_history(dm.record_memory_history)
 
-    def _snapshot(self, device: DeviceLike = None, augment_with_fx_traces: bool = False
+    def _snapshot(self, device: DeviceLike = None,   # type: ignore[override]  # torch's,
+                  augment_with_fx_traces: bool = False   # not the device module's helper
                   ) -> dict[str, Any]:
         """``torch.cuda.memory._snapshot``: the backend's full snapshot (every device, as
         PyTorch's; ``device`` is checked to be one of the backend's)."""
@@ -664,6 +665,14 @@ class MemoryModule(types.ModuleType):
                        augment_with_fx_traces: bool = False) -> None:
         """``torch.cuda.memory._dump_snapshot``: pickle :meth:`_snapshot` to ``filename``."""
         self._dm.dump_snapshot(filename, augment_with_fx_traces)
+
+    def _set_allocator_settings(self, env: str) -> None:
+        """``torch.cuda.memory._set_allocator_settings``, deprecated in PyTorch (as here: it
+        warns ``FutureWarning``): the device module's :meth:`set_allocator_settings`."""
+        warnings.warn(f"{self._dm.module}.memory._set_allocator_settings is deprecated. Use "
+                      f"{self._dm.module}.set_allocator_settings instead.", FutureWarning,
+                      stacklevel=2)
+        self._dm.set_allocator_settings(env)
 
     def _memory_metadata_supported(self) -> bool:
         """``torch.cuda.memory._memory_metadata_supported``: True while the backend's

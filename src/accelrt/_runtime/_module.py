@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DeviceModule"]
 
-_S = TypeVar("_S", bound=Stream)
+_S = TypeVar("_S", bound="Stream[Any]")
 _E = TypeVar("_E", bound=Event)
 
 
@@ -58,7 +58,7 @@ class DeviceModule(MemoryFunctions, RandomFunctions, Generic[_S, _E]):
     """
 
     def __init__(self, backend_name: str, module: str, *, stream: type[_S],
-                 external_stream: type[ExternalStream], event: type[_E],
+                 external_stream: type[ExternalStream[Any]], event: type[_E],
                  stream_context: type[StreamContext], device: type[device],
                  device_of: type[device_of], device_index: type[_dev.device_index],
                  graph_class: type[_graph.DeviceGraph], graph: type[_graph.graph]) -> None:

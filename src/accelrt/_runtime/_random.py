@@ -14,12 +14,11 @@ Example::
 
 from __future__ import annotations
 
-import types
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from .._device import _tls
-from ._base import ModuleBase
+from ._base import ModuleBase, TypedRandomModule
 
 if TYPE_CHECKING:
     import numpy as np
@@ -218,7 +217,7 @@ _RANDOM_NAMES = ("get_rng_state", "get_rng_state_all", "set_rng_state", "set_rng
                  "manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed")
 
 
-class RandomModule(types.ModuleType):
+class RandomModule(TypedRandomModule):
     """``torch.cuda.random`` for one device module: ``accelrt.cuda.random`` (importable as
     ``import accelrt.cuda.random``) has the module's seeding and RNG-state functions.
 

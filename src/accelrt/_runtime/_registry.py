@@ -161,7 +161,7 @@ def _register(m: DeviceModule[Any, Any], namespace: dict[str, Any],
     return tuple(sorted({*names, *LIVE, *extra} - {"graphs"}))
 
 
-def device_module(name: str) -> DeviceModule[Stream, Event]:
+def device_module(name: str) -> DeviceModule[Stream[Event], Event]:
     """The ``torch.cuda``-style runtime of a registered backend: for ``"cpu"``, ``"cuda"`` and
     ``"opencl"`` the object behind ``accelrt.cpu`` etc.; for a third-party backend, one made
     on first use with its own ``Stream``/``Event``/``Graph`` classes (printed as

@@ -917,6 +917,10 @@ def use_mem_pool(pool: MemPool, device: DeviceLike = None) -> Iterator[None]:
 
     a.begin_allocate_to_pool(pool.id, _filter)
     try:
+        from .. import _graph, _stream   # (they import this package)
+        g = _graph.capturing_graph(b.name, i, int(_stream._current(b, i)._handle))
+        if g is not None:   # as PyTorch: the capturing graph keeps the pool until its reset
+            g._retain_pool(pool.id)
         yield
     finally:
         a.end_allocate_to_pool(pool.id)

@@ -236,7 +236,8 @@ class CpuBackend(TableBackend[CpuStream, CpuEvent]):
         (``os.cpu_count()``), ``uuid`` (derived from this machine's id, the backend name and
         the index: stable across processes), ``L2_cache_size``, ``is_integrated`` (True),
         ``warp_size`` and ``max_threads_per_multi_processor`` (1), plus ``async_streams``, ``vm_supported``, ``vm_granularity``,
-        ``host_accessible``.
+        ``host_accessible`` (:func:`~accelrt._properties.make_properties` adds the rest of
+        torch's attributes).
 
         Example::
 

@@ -286,6 +286,7 @@ class CudaBackend(Backend):
             "max_threads_per_multi_processor": g("max_threads_per_multiprocessor"),
             "regs_per_multiprocessor": g("max_registers_per_multiprocessor"),
             "shared_memory_per_block": g("max_shared_memory_per_block"),
+            "shared_memory_per_block_optin": g("max_shared_memory_per_block_optin"),
             "shared_memory_per_multiprocessor": g("max_shared_memory_per_multiprocessor"),
             "is_integrated": bool(g("integrated", 0)),
             "is_multi_gpu_board": bool(g("multi_gpu_board", 0)),

@@ -307,8 +307,9 @@ class OpenCLBackend(TableBackend[ClStream, ClEvent]):
     def get_device_properties(self, index: int) -> dict[str, Any]:
         """``name``, ``total_memory`` (global memory), ``multi_processor_count`` (compute
         units), ``uuid`` (:func:`device_uuid`), ``L2_cache_size`` (the global memory cache),
-        ``is_integrated`` (host-unified memory), ``max_threads_per_multi_processor`` (the
-        largest work-group), plus ``platform``, ``vendor``, ``version``, ``driver_version``,
+        ``is_integrated`` (host-unified memory), ``max_threads_per_multi_processor`` and
+        ``max_threads_per_block`` (the largest work-group), ``shared_memory_per_block`` (local
+        memory), ``clock_rate`` (the peak clock in kHz), plus ``platform``, ``vendor``, ``version``, ``driver_version``,
         ``device_type``, ``max_mem_alloc_size``, ``memory_mode`` (``"svm"``/``"buffer"``),
         ``host_accessible`` and ``vm_supported`` (both False). Creates no context."""
         d = self._cl_devices[self._check_index(index)]
@@ -322,6 +323,9 @@ class OpenCLBackend(TableBackend[ClStream, ClEvent]):
                 "L2_cache_size": int(d.global_mem_cache_size),
                 "is_integrated": bool(_info(d, "host_unified_memory", False)),
                 "max_threads_per_multi_processor": int(d.max_work_group_size),
+                "max_threads_per_block": int(d.max_work_group_size),
+                "shared_memory_per_block": int(d.local_mem_size),
+                "clock_rate": int(d.max_clock_frequency) * 1000,   # MHz -> kHz, as CUDA's
                 "platform": d.platform.name.strip(),
                 "vendor": d.vendor.strip(),
                 "version": d.version.strip(),
