@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeVar, cast
 from . import _checked
 from . import _device as _dev
 from . import _sync_debug as _sd
-from ._device import _lazy_init, _resolved, _tls
+from ._device import _lazy_init, _resolved
 from ._device import device as _device_type
 from ._errors import AcceleratorValueError, ClosedError
 from ._handles import EventHandle, StreamHandle, mypyc_attr
@@ -39,6 +39,9 @@ __all__: list[str] = []
 #: module through a generic getattr, about one empty call slower than a dict lookup.
 _sd_globals: Final = vars(_sd)
 _dev_globals: Final = vars(_dev)   # (``_current_backend`` is rebound: read it by key)
+#: the per-thread state, ``Final`` (never rebound): a C variable, not a lookup in this
+#: module's globals, on every current-stream read
+_tls: Final = _dev._tls
 
 _S = TypeVar("_S", bound="_StreamCore")
 
@@ -180,7 +183,7 @@ class _StreamCore:
 
 
 #: The default stream objects, per (backend name, device index) (``_stream._default`` fills it).
-_defaults: dict[tuple[str, int], _StreamCore] = {}
+_defaults: Final[dict[tuple[str, int], _StreamCore]] = {}
 
 
 def _lookup(streams: dict[Any, _StreamCore], b: Backend, key: Any) -> _StreamCore | None:
