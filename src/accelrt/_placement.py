@@ -17,17 +17,18 @@ Example::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
 import numpy as np
 
 from . import _backend
 from . import _device as _device_mod
-from ._device import _factory_device, _get_device, _lazy_init, _tls
+from ._device import _factory_device, _get_device, _lazy_init
 from ._memory_owner import _Memory
 from ._size import storage_nbytes
 from ._stream_core import _current_in, _Key, _key_of
-from .memory._registry import _allocators, get_allocator
+from .memory import _registry
+from .memory._registry import get_allocator
 
 if TYPE_CHECKING:
     from ._backend import Backend
@@ -96,6 +97,11 @@ def _check_dtype_uncached(dtype: Any, b: Backend, index: int) -> np.dtype:
 
 # ---------------------------------------------------------------------- sites
 
+# The containers the hot paths read, bound ``Final`` (never rebound where they live): a
+# compiled module reads a ``Final`` name from a C variable, any other global from its dict.
+_tls: Final = _device_mod._tls                  # the per-thread state (``hot``)
+_allocators: Final = _registry._allocators      # (name, index) -> the device's allocator
+
 class Site:
     """A device's placement, resolved once: the backend and index, the ``(name, index)`` key
     of the per-device tables, the dtype arguments already checked there and the default
@@ -148,14 +154,14 @@ class Site:
 
 #: ``(backend name, index)`` -> the :class:`Site` of that device of the backend instance it
 #: holds (replaced when the name refers to another instance)
-_sites: dict[tuple[str, int], Site] = {}
+_sites: Final[dict[tuple[str, int], Site]] = {}
 
 #: Device strings with an index seen so far -> their :class:`Site`, used while the backend is
 #: still the registered instance of its name (parsing a string and checking the index cost
 #: more than the rest of the placement).
-_placed: dict[str, Site] = {}
+_placed: Final[dict[str, Site]] = {}
 
-_instances = _backend._instances    # the registry's instances by name (never rebound)
+_instances: Final = _backend._instances    # the registry's instances by name (never rebound)
 
 
 def site(b: Backend, index: int) -> Site:
@@ -202,7 +208,7 @@ def init_array(arr: Any, shape: tuple[int, ...], dtype: object, device: object) 
     return arr
 
 
-_object_new: Any = object.__new__
+_object_new: Final[Any] = object.__new__
 
 
 def new_array(cls: type[_T], shape: tuple[int, ...], dtype: object, device: object) -> _T:

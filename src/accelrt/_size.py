@@ -23,7 +23,7 @@ import math
 import operator
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
@@ -37,7 +37,7 @@ __all__ = ["factory_args", "legacy_dtype_device", "normalize_size", "one_sequenc
 _OWN_FRAME = 1 if __file__.endswith(".py") else 0
 
 #: the most bytes an array may span (numpy's and PyTorch's sizes are int64)
-_MAX_NBYTES = 2**63 - 1
+_MAX_NBYTES: Final = 2**63 - 1
 
 
 def size_keyword(kw: dict[str, Any], fname: str) -> Any:
@@ -231,9 +231,11 @@ def storage_nbytes(shape: tuple[int, ...], itemsize: int) -> int:
         >>> storage_nbytes((2, 3), 4), storage_nbytes((0, 2**40), 8)
         (24, 0)
     """
-    nbytes = math.prod(shape) * itemsize
-    if 0 < nbytes <= _MAX_NBYTES:
-        return nbytes
+    nbytes = itemsize
+    for d in shape:         # a loop, not math.prod: compiled, it stays in mypyc's own ints
+        nbytes *= d
+    if nbytes > 0 and not nbytes >> 63:     # 0 < nbytes <= _MAX_NBYTES, without a compare
+        return nbytes                       # against a constant wider than mypyc's ints
     if not nbytes and math.prod([d for d in shape if d]) * itemsize <= _MAX_NBYTES:
         return 0
     raise AcceleratorValueError(f"Storage size calculation overflowed with sizes={list(shape)}: "

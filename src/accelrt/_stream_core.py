@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeVar, cast
 from . import _checked
 from . import _device as _dev
 from . import _sync_debug as _sd
-from ._device import _lazy_init, _resolved, _tls
+from ._device import _lazy_init, _resolved
 from ._device import device as _device_type
 from ._errors import AcceleratorValueError, ClosedError
 from ._handles import EventHandle, StreamHandle, mypyc_attr
@@ -40,6 +40,9 @@ __all__: list[str] = []
 #: module through a generic getattr, about one empty call slower than a dict lookup.
 _sd_globals: Final = vars(_sd)
 _dev_globals: Final = vars(_dev)   # (``_current_backend`` is rebound: read it by key)
+#: the per-thread state, ``Final`` (never rebound): a C variable, not a lookup in this
+#: module's globals, on every current-stream read
+_tls: Final = _dev._tls
 
 _S = TypeVar("_S", bound="_StreamCore")
 

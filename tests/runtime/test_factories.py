@@ -249,3 +249,21 @@ def test_generator_of_another_device_in_a_block() -> None:
             acc.rand(2, generator=g0)
         assert acc.rand(2, generator=acc.random.Generator(f"{MULTI}:1")).device == \
             acc.device(MULTI, 1)
+
+
+def test_storage_nbytes_bound_is_int64() -> None:
+    """Every allocation's size check accepts exactly int64's bytes (2**63 - 1) and refuses one
+    more, on both builds (compiled, the bound is tested by a shift, ``nbytes >> 63``, not a
+    compare against a constant wider than mypyc's ints); an empty shape is checked on its
+    non-zero dimensions."""
+    from accelrt._errors import AcceleratorValueError
+    from accelrt._size import storage_nbytes
+    assert storage_nbytes((2**63 - 1,), 1) == 2**63 - 1
+    assert storage_nbytes((2**62 - 1,), 2) == 2**63 - 2
+    assert storage_nbytes((3, 5), 4) == 60
+    assert storage_nbytes((), 8) == 8
+    assert storage_nbytes((0, 2**61), 2) == 0
+    for shape, itemsize in [((2**63,), 1), ((2**62,), 2), ((2**31, 2**31), 2),
+                            ((0, 2**62), 2), ((2**64 + 1,), 1)]:
+        with pytest.raises(AcceleratorValueError, match="overflowed"):
+            storage_nbytes(shape, itemsize)

@@ -107,9 +107,10 @@ def plan_upload(dst: Array, host: np.ndarray, non_blocking: bool, private: bool)
     b, index, mem = dst._b, dst._index, dst._mem
     stream = _current(b, index)
     kind: CopyKind = "h2h" if mem.host else "h2d"
-    ptr, n = host.ctypes.data, mem.nbytes
+    n = mem.nbytes
     pool = _pinned.pinned_pool_of(b, host)
     if pool is not None and not b.stream_is_capturing(index, stream._handle):
+        ptr = host.ctypes.data      # read where a step needs it (``ctypes`` costs ~20 calls)
         copy = Copy(stream, kind, mem.ptr, ptr, n)
         if not non_blocking:
             return Plan((copy, Sync(stream, report=False)), (host,))
@@ -118,7 +119,8 @@ def plan_upload(dst: Array, host: np.ndarray, non_blocking: bool, private: bool)
     direct = Upload(stream, kind, mem.ptr, host, snapshot, non_blocking, (dst,))
     if dst._host_ok():
         return Plan((direct,))
-    return Plan((Stage(stream, "h2d", mem.ptr, ptr, n, non_blocking, (direct,)),), (host,))
+    return Plan((Stage(stream, "h2d", mem.ptr, host.ctypes.data, n, non_blocking, (direct,)),),
+                (host,))
 
 
 def plan_download(src: Array, out: np.ndarray) -> Plan:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
@@ -41,15 +41,15 @@ __all__ = ["check_generator", "fill", "new"]
 
 #: Elements per Philox block of the uniform and normal requests, by distribution and element
 #: size (see ``_philox.words_per_element``): saves two calls on every request.
-_PER_BLOCK = {("uniform", 2): 4, ("uniform", 4): 4, ("uniform", 8): 2,
+_PER_BLOCK: Final = {("uniform", 2): 4, ("uniform", 4): 4, ("uniform", 8): 2,
               ("normal", 2): 2, ("normal", 4): 2, ("normal", 8): 2}
 
 #: The float dtype of each part of a complex dtype, by the complex item size
-_PARTS: dict[int, np.dtype] = {8: np.dtype("float32"), 16: np.dtype("float64")}
-_SQRT_HALF = math.sqrt(0.5)
+_PARTS: Final[dict[int, np.dtype]] = {8: np.dtype("float32"), 16: np.dtype("float64")}
+_SQRT_HALF: Final = math.sqrt(0.5)
 
-_instances = _backend._instances    # the registry's instances by name (never rebound)
-_wrap = Array._wrap
+_instances: Final = _backend._instances    # the registry's instances by name (never rebound)
+_wrap: Final = Array._wrap
 
 
 def _resolve(device: object, generator: object) -> object:
