@@ -21,7 +21,7 @@ from accelrt.memory.tools import _replay, _tune
 
 MiB = 1 << 20
 _A = 0x7F00_0000_0000                                  # a segment's address
-_F = [{"filename": "/home/u/train.py", "line": 7, "name": "step"}]
+_F = [{"filename": "/srv/job/train.py", "line": 7, "name": "step"}]
 
 
 def legacy_snapshot(requested_size: bool) -> dict[str, Any]:
@@ -60,9 +60,9 @@ def test_legacy_history_blocks_read_as_pytorch_reads_them(tmp_path: Path,
     assert lines[1:6] == ["[a] 20.0MiB allocated, 17.0MiB (5.9% internal) free", "segments: 1",
                           "total_reserved: 20.0MiB", "total_allocated: 3.0MiB",
                           "total_free: 17.0MiB (5.9% internal)"]
-    assert viz.memory_by_location(snap) == {0: {"/home/u/train.py:7:step": (4 * MiB, 1)}}
+    assert viz.memory_by_location(snap) == {0: {"/srv/job/train.py:7:step": (4 * MiB, 1)}}
     page = viz.trace_html(snap)
-    assert "/home/u/train.py:7:step" in page
+    assert "/srv/job/train.py:7:step" in page
     bad = legacy_snapshot(requested_size)
     bad["segments"][0]["blocks"][0]["history"] = [{"real_size": "3"}]
     with pytest.raises(ValueError, match=r"\['history'\]\[0\]\['real_size'\]: expected int"):
