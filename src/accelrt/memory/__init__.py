@@ -298,7 +298,8 @@ def _reset_all_peaks(old: str, device: DeviceLike) -> None:
 
 def get_memory_info(device: DeviceLike = None, /) -> tuple[int, int]:
     """``(free, total)`` bytes of a device as the device itself reports them (memory cached by
-    the allocator counts as used).
+    the allocator counts as used). ``None`` or -1 is the current device (as
+    ``torch.accelerator.get_memory_info(-1)``).
 
     Example::
 
@@ -307,7 +308,7 @@ def get_memory_info(device: DeviceLike = None, /) -> tuple[int, int]:
         >>> 0 <= free <= total
         True
     """
-    b, i = _get_device(device)
+    b, i = _get_device(device, minus_one=True)
     free, total = b.get_memory_info(i)
     return int(free), int(total)
 

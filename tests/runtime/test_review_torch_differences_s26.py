@@ -1,0 +1,112 @@
+"""Differences from torch 2.14.1 that docs/differences.md or the last session's note listed,
+closed (session 26). Each test failed before its change. The expectations were observed by
+running torch 2.14.1 (a CUDA build on a machine without a GPU, so the CPU side runs) or, where
+only CUDA would answer, read in its source, as each test says; they are written here as
+literals (CI has no torch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+import accelrt as acc
+from accelrt import backends, memory
+from accelrt.backends.cpu import CpuBackend
+from accelrt.random import Generator
+
+NAME = "rvtd26"      # two simulated devices
+backends.register(NAME, lambda: CpuBackend(num_devices=2, name=NAME), replace=True)
+
+
+def _raises(exc: tuple[type[BaseException], ...], match: str, fn: Callable[[], Any]) -> None:
+    with pytest.raises(exc[0], match=match) as info:
+        fn()
+    for cls in exc[1:]:
+        assert isinstance(info.value, cls), (type(info.value), cls)
+
+
+# ---------------------------------------------------------------------- (1) -1 in acc.*
+
+def test_generic_current_stream_and_memory_info_read_minus_one_as_the_current_device() -> None:
+    # torch.accelerator passes an int through (_get_device_index returns it) to c10:
+    # current_stream(-1) is getCurrentCUDAStream(-1), the current device's stream
+    # (c10/cuda/CUDAStream.h); get_memory_info(-1) runs under DeviceGuard(cuda, -1), which
+    # keeps the current device (c10/core/impl/InlineDeviceGuard.h). Any other negative index
+    # is refused (c10's device check). accelrt raised "Device index must not be negative" for
+    # -1 too. (Read in torch 2.14.1's headers; CUDA does not run here.)
+    acc.set_current_accelerator(NAME)
+    acc.set_device_index(1)
+    s = acc.Stream(f"{NAME}:1")
+    with s:
+        assert acc.current_stream(-1) == s == acc.current_stream()
+    assert acc.current_stream(-1) == acc.current_stream(1) != s
+    assert memory.get_memory_info(-1) == memory.get_memory_info(1)
+    for call in (acc.current_stream, memory.get_memory_info):
+        _raises((RuntimeError, ValueError), r"^Device index must not be negative, got -2$",
+                lambda call=call: call(-2))
+    # kept: the ones torch refuses for -1 on CUDA (synchronize: SetDevice's "device id must
+    # be non-negative!"; the statistics: the caching allocator's "Invalid device argument";
+    # observed: torch._C._accelerator_getDeviceStats(-1) raises) and set_device_index(-1),
+    # a no-op in both (observed: torch._C._accelerator_setDeviceIndex(-1) returns None)
+    for call in (acc.synchronize, memory.memory_stats, memory.reset_peak_memory_stats):
+        _raises((RuntimeError,), "must not be negative", lambda call=call: call(-1))
+    acc.set_device_index(-1)
+    assert acc.current_device_index() == 1
+    s.close()
+
+
+# ---------------------------------------------------------------------- (2) offsets and seeds
+
+RT_VALUE = (ValueError, RuntimeError)
+RT_TYPE = (TypeError, RuntimeError)
+
+
+def test_generator_set_offset_reads_its_offset_as_torch_does() -> None:
+    # torch 2.14.1's THPGenerator_setOffset reads the offset as manual_seed reads a seed
+    # (THPUtils_checkLong, then unpack_uint64: a negative one wraps). Observed on torch
+    # 2.14.1 (a CPU generator, which then refuses any offset: "CPU Generator does not use
+    # offset"): True -> RuntimeError "manual_offset expected a long, but got bool", 1.5 ->
+    # "... got float", "3" -> "... got str", 2**64 and -2**63 - 1 -> "Overflow when
+    # unpacking long long"; -1 and -2**63 pass the reader. accelrt refused every negative
+    # offset with a plain ValueError and a bool with a plain TypeError.
+    g = Generator("cpu:0").manual_seed(3)
+    assert g.set_offset(-1).get_offset() == 2**64 - 1
+    assert g.set_offset(-(2**63)).get_offset() == 2**63
+    assert g.set_offset(np.int8(-4)).get_offset() == 2**64 - 4
+    g.set_offset(7)
+    for bad, exc, msg in [
+            (True, RT_TYPE, "manual_offset expected a long, but got bool"),
+            (1.5, RT_TYPE, "manual_offset expected a long, but got float"),
+            ("3", RT_TYPE, "manual_offset expected a long, but got str"),
+            (None, RT_TYPE, "manual_offset expected a long, but got NoneType"),
+            (2**64, RT_VALUE, "Overflow when unpacking long long"),
+            (-(2**63) - 1, RT_VALUE, "Overflow when unpacking long long")]:
+        _raises(exc, msg, lambda bad=bad: g.set_offset(bad))
+        assert g.get_offset() == 7 and g.initial_seed() == 3
+    # the seed's overflow text is torch's too (observed: "Overflow when unpacking long long")
+    _raises(RT_VALUE, "Overflow when unpacking long long", lambda: g.manual_seed(2**64))
+
+
+# ---------------------------------------------------------------------- (4) Generator(device)
+
+def test_generator_takes_the_device_forms_torch_generator_takes() -> None:
+    # observed on torch 2.14.1: torch.Generator(np.int64(0)) and np.int32(0) are device index
+    # 0 of the accelerator (they reached CUDA), torch.Generator(b"cpu") is the cpu device;
+    # True and 1.5 raise TypeError ("argument 'device' (position 1) must be torch.device,
+    # not bool"), -1 RuntimeError "Device index must not be negative". accelrt refused the
+    # numpy integers and bytes with TypeError.
+    acc.set_current_accelerator(NAME)
+    assert Generator(np.int64(1)).device == acc.device(NAME, 1)
+    assert Generator(np.int32(0)).device == acc.device(NAME, 0)
+    assert Generator(f"{NAME}:1".encode()).device == acc.device(NAME, 1)
+    for bad in (True, np.True_, 1.5):
+        with pytest.raises(TypeError):
+            Generator(bad)  # type: ignore[arg-type]
+    _raises((RuntimeError, ValueError), "Device index must not be negative",
+            lambda: Generator(np.int64(-1)))
+    with pytest.raises(IndexError):
+        Generator(np.int64(2))
