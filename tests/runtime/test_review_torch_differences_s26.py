@@ -110,3 +110,25 @@ def test_generator_takes_the_device_forms_torch_generator_takes() -> None:
             lambda: Generator(np.int64(-1)))
     with pytest.raises(IndexError):
         Generator(np.int64(2))
+
+
+# ---------------------------------------------------------------------- (9) bench --anchor
+
+def test_bench_runtime_calls_table_reports_rows_one_tree_lacks_as_absent() -> None:
+    # bench/bench_runtime_calls.py --anchor raised KeyError when only one tree had the shim's
+    # rows (the shim library built in this tree, not in the anchor's)
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[2] / "bench" / "bench_runtime_calls.py"
+    spec = importlib.util.spec_from_file_location("bench_runtime_calls_s26", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    text = bench._table({
+        "this": [{"compiled": 1.0, "a": 2.0, "shim malloc+free": 4.0},
+                 {"compiled": 1.0, "a": 4.0, "shim malloc+free": 6.0}],
+        "anchor": [{"compiled": 0.0, "a": 1.0}, {"compiled": 0.0, "a": 1.0, "b": 8.0}]})
+    assert text.splitlines()[2:] == [
+        "a                              3.0     1.0         3.00",
+        "shim malloc+free               5.0  absent            -",
+        "b                           absent     8.0            -"]
