@@ -7,6 +7,7 @@ literals (CI has no torch).
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Callable
 from typing import Any
 
@@ -132,3 +133,34 @@ def test_bench_runtime_calls_table_reports_rows_one_tree_lacks_as_absent() -> No
         "a                              3.0     1.0         3.00",
         "shim malloc+free               5.0  absent            -",
         "b                           absent     8.0            -"]
+
+
+# ---------------------------------------------------------------------- (7) stackless entries
+
+def test_trace_entries_without_a_stack_have_no_frames_key_and_the_tools_read_both(
+        tmp_path: Any) -> None:
+    # torch 2.14.1's snapshot (torch/csrc/cuda/memory_snapshot.cpp and Module.cpp) adds
+    # "frames" to a trace entry only `if (te.context_)`: with context=None or "state" (no
+    # stack on trace entries), and for the "snapshot" entry, the key is absent; segments and
+    # blocks always carry one ([] without a stack). accelrt wrote "frames": [] everywhere.
+    from accelrt.memory.tools import _replay, _tune, viz
+    dev = "cpu:0"
+    for context in (None, "state", "all"):
+        memory.record_memory_history("all", context=context, device=dev, clear_history=True)
+        p = memory.caching_allocator_alloc(3 << 20, dev)
+        memory.caching_allocator_delete(p)
+        snap = memory._snapshot(dev)
+        memory.record_memory_history(None, device=dev)
+        entries = snap["device_traces"][0]
+        assert {e["action"] for e in entries} >= {"alloc", "free_requested",
+                                                  "free_completed"}
+        has = {e["action"]: "frames" in e for e in entries}
+        assert has == {a: context == "all" for a in has}, (context, has)
+        assert all("frames" in b for s in snap["segments"] for b in s["blocks"])
+        # the viz, replay and tune readers take entries with and without the key
+        entries.append(dict(entries[0], frames=[]))
+        path = tmp_path / f"snap_{context}.pickle"
+        path.write_bytes(pickle.dumps(snap))
+        assert "<html" in viz.trace_html(viz.load_snapshot(str(path))).lower()
+        assert _replay.trace_ops(_replay.load_trace(str(path)))
+        assert _tune.read_workload(str(path), 0).ops
