@@ -164,3 +164,26 @@ def test_trace_entries_without_a_stack_have_no_frames_key_and_the_tools_read_bot
         assert "<html" in viz.trace_html(viz.load_snapshot(str(path))).lower()
         assert _replay.trace_ops(_replay.load_trace(str(path)))
         assert _tune.read_workload(str(path), 0).ops
+
+
+# ---------------------------------------------------------------------- (6) host stats order
+
+def test_host_memory_stats_nested_dict_has_torchs_key_order() -> None:
+    # observed on torch 2.14.1 (no GPU needed): torch._C._cuda_hostMemoryStats(), which
+    # torch.cuda.host_memory_stats_as_nested_dict returns, is ordered num_host_alloc,
+    # num_host_free, allocations, active_requests, allocated_bytes, active_bytes,
+    # host_alloc_time, host_free_time; a stat's keys current, peak, allocated, freed; a
+    # time's total, max, min, count, avg. accelrt nested the sorted flat dict (alphabetical).
+    pinned = acc.pin_memory(np.zeros(16), device="cpu")
+    nested = acc.cpu.host_memory_stats_as_nested_dict()
+    assert list(nested) == ["num_host_alloc", "num_host_free", "allocations",
+                            "active_requests", "allocated_bytes", "active_bytes",
+                            "host_alloc_time", "host_free_time"]
+    for key in ("allocations", "active_requests", "allocated_bytes", "active_bytes"):
+        assert list(nested[key]) == ["current", "peak", "allocated", "freed"]
+    for key in ("host_alloc_time", "host_free_time"):
+        assert list(nested[key]) == ["total", "max", "min", "count", "avg"]
+    flat = acc.cpu.host_memory_stats()      # the flat form stays sorted, as torch's
+    assert list(flat) == sorted(flat) and nested["allocations"]["current"] == \
+        flat["allocations.current"] >= 1
+    del pinned
