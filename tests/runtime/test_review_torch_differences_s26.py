@@ -187,3 +187,23 @@ def test_host_memory_stats_nested_dict_has_torchs_key_order() -> None:
     assert list(flat) == sorted(flat) and nested["allocations"]["current"] == \
         flat["allocations.current"] >= 1
     del pinned
+
+
+# ---------------------------------------------------------------------- (8) MemPool.use_count
+
+def test_mem_pool_use_count_reads_the_device_current_at_its_creation() -> None:
+    # torch 2.14.1 (c10/cuda/MemPool.cpp, read in its source): MemPool() binds
+    # device_ = current_device() and use_count() is getPoolUseCount(device_, id): a
+    # use_mem_pool on another device increfs the pool there, uncounted. accelrt answered the
+    # highest count over every device the pool was used on.
+    acc.set_current_accelerator(NAME)
+    acc.set_device_index(1)
+    pool = memory.MemPool()                      # device 1 current
+    acc.set_device_index(0)
+    assert pool.use_count() == 1
+    with memory.use_mem_pool(pool, f"{NAME}:0"):
+        assert pool.use_count() == 1             # device 0 is not the pool's
+        with memory.use_mem_pool(pool, f"{NAME}:1"):
+            assert pool.use_count() == 2
+    assert pool.use_count() == 1
+    del pool

@@ -840,6 +840,9 @@ class MemPool:
         with _pool_lock:
             self._id = (0, next(_pool_ids))
         self._users: list[Any] = []          # allocators holding this pool's own reference
+        # the calling thread's current device of each backend at creation, whose count
+        # use_count() reads (torch's MemPool binds to c10::cuda::current_device())
+        self._home = dict(_tls.device)
         self._finalizer = weakref.finalize(self, _release_pool, self._id, self._users)
 
     @property
@@ -860,9 +863,25 @@ class MemPool:
                 self._users.append(a)
 
     def use_count(self) -> int:
-        """References to the pool: 1 for the pool itself plus one per open
-        :func:`use_mem_pool` context (PyTorch's ``MemPool.use_count``)."""
-        return max([a.pool_use_count(self._id) for a in self._users], default=1)
+        """References to the pool on the device that was current when it was made: 1 for the
+        pool itself plus one per open :func:`use_mem_pool` context or graph capture there.
+        PyTorch's ``MemPool.use_count`` reads ``getPoolUseCount(device_, id)`` of the device
+        current at its construction and does not count uses on other devices; with several
+        backends, each backend's device current then counts (the highest count answers).
+
+        Example::
+
+            >>> from accelrt import memory
+            >>> pool = memory.MemPool()                      # made while cpu:0 is current
+            >>> pool.use_count()
+            1
+            >>> with memory.use_mem_pool(pool, "cpu:0"):
+            ...     pool.use_count()
+            2
+        """
+        home = self._home
+        return max([a.pool_use_count(self._id) for a in self._users
+                    if a._index == home.get(a._b.name, 0)], default=1)
 
     def snapshot(self, include_traces: bool = True) -> list[dict[str, Any]]:
         """The segments of this pool on every device it was used on, sorted by address
