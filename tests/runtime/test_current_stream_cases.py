@@ -20,7 +20,8 @@ from accelrt.testing import SimulatedBackend
 def _general(device: object) -> object:
     """What the general path returns or raises for ``device``."""
     try:
-        b, index = _device._get_device(device)  # type: ignore[arg-type]
+        # -1 is the current device (torch.accelerator's reading, session 26)
+        b, index = _device._get_device(device, minus_one=True)  # type: ignore[arg-type]
         return _stream._current(b, index)
     except Exception as exc:   # noqa: BLE001 - compared by type and message
         return (type(exc), str(exc))
