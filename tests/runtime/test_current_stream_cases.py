@@ -151,7 +151,7 @@ def test_another_threads_current_stream_is_not_seen() -> None:
     mine.close()
 
 
-@pytest.mark.parametrize("bad", [-2, 7, True, 1.5, [0], "cpu:nope"])   # -1: the current device (s26)
+@pytest.mark.parametrize("bad", [-2, 7, True, 1.5, [0], "cpu:nope"])  # -1 is current (s26)
 def test_bad_arguments_raise_what_the_general_path_raises(bad: object) -> None:
     name, _ = register_toy(num_devices=2)
     previous = acc.current_accelerator()
