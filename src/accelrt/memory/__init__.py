@@ -298,8 +298,7 @@ def _reset_all_peaks(old: str, device: DeviceLike) -> None:
 
 def get_memory_info(device: DeviceLike = None, /) -> tuple[int, int]:
     """``(free, total)`` bytes of a device as the device itself reports them (memory cached by
-    the allocator counts as used). ``None`` or -1 is the current device (as
-    ``torch.accelerator.get_memory_info(-1)``).
+    the allocator counts as used); -1 is the current device, as in ``torch.accelerator``.
 
     Example::
 
@@ -840,9 +839,7 @@ class MemPool:
         with _pool_lock:
             self._id = (0, next(_pool_ids))
         self._users: list[Any] = []          # allocators holding this pool's own reference
-        # the calling thread's current device of each backend at creation, whose count
-        # use_count() reads (torch's MemPool binds to c10::cuda::current_device())
-        self._home = dict(_tls.device)
+        self._home = dict(_tls.device)       # current devices: use_count()'s (torch: device_)
         self._finalizer = weakref.finalize(self, _release_pool, self._id, self._users)
 
     @property
@@ -863,22 +860,9 @@ class MemPool:
                 self._users.append(a)
 
     def use_count(self) -> int:
-        """References to the pool on the device that was current when it was made: 1 for the
-        pool itself plus one per open :func:`use_mem_pool` context or graph capture there.
-        PyTorch's ``MemPool.use_count`` reads ``getPoolUseCount(device_, id)`` of the device
-        current at its construction and does not count uses on other devices; with several
-        backends, each backend's device current then counts (the highest count answers).
-
-        Example::
-
-            >>> from accelrt import memory
-            >>> pool = memory.MemPool()                      # made while cpu:0 is current
-            >>> pool.use_count()
-            1
-            >>> with memory.use_mem_pool(pool, "cpu:0"):
-            ...     pool.use_count()
-            2
-        """
+        """References to the pool (1 for itself, one per open :func:`use_mem_pool` or capture)
+        on the device current when it was made, as PyTorch's ``MemPool.use_count`` (its
+        ``getPoolUseCount(device_, id)``); uses on other devices do not count."""
         home = self._home
         return max([a.pool_use_count(self._id) for a in self._users
                     if a._index == home.get(a._b.name, 0)], default=1)

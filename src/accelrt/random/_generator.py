@@ -23,7 +23,7 @@ from __future__ import annotations
 import operator
 import secrets
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, SupportsIndex
 
 import numpy as np
 
@@ -144,8 +144,9 @@ class Generator:
 
     Args:
         device: the device the generator belongs to (``None``: the current device). As
-            ``torch.Generator``'s argument parser reads it, a numpy integer is an index and
-            ``bytes`` a device string (``np.int64(0)``, ``b"cpu:0"``); a bool is refused.
+            ``torch.Generator``'s argument parser reads it, a numpy integer (any ``__index__``
+            object) is an index and ``bytes`` a device string (``np.int64(0)``, ``b"cpu:0"``);
+            a bool is refused.
 
     Raises:
         TypeError: ``device`` has a wrong type.
@@ -166,13 +167,14 @@ class Generator:
 
     __slots__ = ("__weakref__", "_b", "_index", "_lock", "_offset", "_seed")
 
-    def __init__(self, device: DeviceLike | np.integer[Any] | bytes = None) -> None:
-        # torch 2.14.1's parser (``Device? device``): a numpy integer is an index, bytes a
-        # device string; bool and float stay refused (TypeError, as in torch)
-        if isinstance(device, np.integer):
-            device = int(device)
-        elif isinstance(device, bytes):
+    def __init__(self, device: DeviceLike | SupportsIndex | bytes = None) -> None:
+        # torch 2.14.1's parser (``Device? device``): a numpy integer (an ``__index__``
+        # object) is an index, bytes a device string; bool and float stay refused (TypeError)
+        if isinstance(device, bytes):
             device = device.decode("ascii", "replace")
+        elif not isinstance(device, (int, str, _device_cls, np.bool_)) and device is not None \
+                and hasattr(type(device), "__index__"):
+            device = operator.index(device)
         b, index = _get_device(device)
         self._init(b, index, DEFAULT_SEED, 0)
 
