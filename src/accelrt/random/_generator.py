@@ -170,12 +170,13 @@ class Generator:
     def __init__(self, device: DeviceLike | SupportsIndex | bytes = None) -> None:
         # torch 2.14.1's parser (``Device? device``): a numpy integer (an ``__index__``
         # object) is an index, bytes a device string; bool and float stay refused (TypeError)
+        dev: Any = device
         if isinstance(device, bytes):
-            device = device.decode("ascii", "replace")
+            dev = device.decode("ascii", "replace")
         elif not isinstance(device, (int, str, _device_cls, np.bool_)) and device is not None \
                 and hasattr(type(device), "__index__"):
-            device = operator.index(device)
-        b, index = _get_device(device)
+            dev = operator.index(device)
+        b, index = _get_device(dev)
         self._init(b, index, DEFAULT_SEED, 0)
 
     def _init(self, b: Backend, index: int, seed: int, offset: int) -> None:
