@@ -221,19 +221,34 @@ def main() -> int:
 
 
 def _table(results: dict[str, list[dict[str, float]]]) -> str:
-    """The rows (medians over rounds) of every tree, with this/other ratios."""
+    """The rows (medians over rounds) of every tree, with this/other ratios. A row that one
+    tree does not have (the shim's rows where its library was not built) is ``absent`` there,
+    with no ratio.
+
+    Example::
+
+        >>> print(_table({"this": [{_COMPILED: 1.0, "a": 2.0, "shim": 4.0}],
+        ...               "anchor": [{_COMPILED: 0.0, "a": 1.0}]}))  # doctest: +NORMALIZE_WHITESPACE
+        operation                     this  anchor  this/anchor   (calls)
+        (compiled stream core)         yes      no
+        a                              2.0     1.0         2.00
+        shim                           4.0  absent            -
+    """
     others = [k for k in results if k != "this"]
     head = f"{'operation':<26}{'this':>8}" + "".join(f"{k:>8}" for k in others) \
         + "".join(f"{'this/' + k:>13}" for k in others)
     lines = [head + "   (calls)"]
     lines.append(f"{'(compiled stream core)':<26}" + "".join(
         f"{'yes' if v[0][_COMPILED] else 'no':>8}" for v in results.values()))
-    for row in results["this"][0]:
-        if row == _COMPILED:
-            continue
-        med = {k: statistics.median(r[row] for r in v) for k, v in results.items()}
-        lines.append(f"{row:<26}{med['this']:>8.1f}" + "".join(f"{med[k]:>8.1f}" for k in others)
-                     + "".join(f"{med['this'] / med[k]:>13.2f}" for k in others))
+    rows = dict.fromkeys(row for v in results.values() for r in v for row in r)
+    rows.pop(_COMPILED, None)
+    for row in rows:
+        med = {k: statistics.median(vals) for k, v in results.items()
+               if (vals := [r[row] for r in v if row in r])}
+        cells = "".join(f"{med[k]:>8.1f}" if k in med else f"{'absent':>8}" for k in results)
+        ratios = "".join(f"{med['this'] / med[k]:>13.2f}" if "this" in med and k in med
+                         else f"{'-':>13}" for k in others)
+        lines.append(f"{row:<26}" + cells + ratios)
     return "\n".join(lines)
 
 

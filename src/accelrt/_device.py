@@ -676,12 +676,15 @@ def _wrong_device(dev: object) -> TypeError:
 
 
 def _get_device(dev: DeviceLike, *, optional: bool = True,
-                backend: Backend | None = None) -> tuple[Backend, int]:
+                backend: Backend | None = None, minus_one: bool = False) -> tuple[Backend, int]:
     """The one normaliser: turn any ``DeviceLike`` into ``(backend, checked index)``.
 
     ``backend`` fixes the backend (device-specific modules); otherwise an int or ``None`` means
     the current accelerator and a string/device names its own backend, which may differ from
-    the current accelerator (several backends live in one process).
+    the current accelerator (several backends live in one process). With ``minus_one`` the
+    index -1 (only) is the current device, as c10 reads it where ``torch.accelerator`` passes
+    an int through (``getCurrentCUDAStream(-1)``, a ``DeviceGuard`` of index -1); any other
+    negative index is refused.
     """
     if backend is None and (type(dev) is str or type(dev) is device):
         hit = _resolved.get(dev)
@@ -697,6 +700,8 @@ def _get_device(dev: DeviceLike, *, optional: bool = True,
         b = backend if backend is not None else _require_current()
         index = dev if type(dev) is int else _plain_int(dev)
         if index < 0:
+            if minus_one and index == -1:
+                return b, _tls.device.get(b.name, 0)
             raise _negative_index(index)
         return b, _check_index(b, index)
     key: object = dev

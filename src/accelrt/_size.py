@@ -3,9 +3,11 @@
 
 A size is given as ints (``empty(2, 3)``), as one sequence of ints (``empty((2, 3))``,
 ``empty([2, 3])``) or as the ``size=`` keyword (``empty(size=(2, 3))``); a single int is a 1-D
-size in every form, except where the size follows other positional arguments
-(``randint(high, size)``: :func:`one_sequence_size`, one sequence as in PyTorch). Entries are ints or objects with ``__index__`` (numpy integers), never bools
-or floats. ``dtype`` and ``device`` are keyword-only, as in PyTorch, so ``empty(2, "int32")``
+size given positionally (also ``full(5, value)``, which PyTorch refuses), except where the size
+follows other positional arguments (``randint(high, size)``: :func:`one_sequence_size`, one
+sequence as in PyTorch), and as the ``size=`` keyword, which PyTorch also reads as one sequence
+(``empty(size=5)``: "argument 'size' must be tuple of ints, not int"). Entries are ints or
+objects with ``__index__`` (numpy integers), never bools or floats. ``dtype`` and ``device`` are keyword-only, as in PyTorch, so ``empty(2, "int32")``
 is a bad size, not a dtype.
 
 Example::
@@ -167,7 +169,9 @@ def normalize_size(args: tuple[Any, ...], size: Any, fname: str) -> tuple[int, .
         raise TypeError(f"{fname}() got the size both positionally ({args!r}) and as "
                         f"size={size!r}; pass it once")
     else:
-        args = (size,)
+        # size= is PyTorch's ``SymInt[] size`` keyword: one sequence, never a bare int
+        # (torch 2.14.1: "empty(): argument 'size' must be tuple of ints, not int")
+        return one_sequence_size(size, fname)
     given: Any = args
     if len(args) == 1 and not isinstance(args[0], (bool, np.bool_)):
         one = args[0]

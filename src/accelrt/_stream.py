@@ -651,7 +651,8 @@ def current_stream(device: DeviceLike = None, /) -> Stream:
 
     Args:
         device: an index of the current accelerator, a device or string (``"cpu:1"``; may
-            name another backend), or ``None`` for the current device.
+            name another backend), or ``None`` or -1 for the current device (as
+            ``torch.accelerator.current_stream(-1)``).
 
     Returns:
         the stream set by :func:`set_stream` or ``with stream:``, else the default stream.
@@ -665,7 +666,7 @@ def current_stream(device: DeviceLike = None, /) -> Stream:
     s = _current_hit(device)   # the common cases (compiled in the compiled build)
     if s is not None:
         return s
-    b, index = _get_device(device)
+    b, index = _get_device(device, minus_one=True)
     return _current(b, index)
 
 

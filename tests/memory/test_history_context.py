@@ -113,7 +113,8 @@ def test_context_state_or_none_trace_entries_carry_no_stacks(dev: str,
     t = trace(dev)
     assert {e["action"] for e in t} >= {"segment_alloc", "alloc", "free_requested",
                                         "free_completed"}
-    assert all(e["frames"] == [] for e in t), [(e["action"], e["frames"]) for e in t]
+    # no stack: no "frames" key, as torch 2.14.1 (memory_snapshot.cpp: if (te.context_))
+    assert all("frames" not in e for e in t), [(e["action"], e.get("frames")) for e in t]
     blocks = [b for s in memory._snapshot(dev)["segments"] if s["device"] == 1
               for b in s["blocks"] if b["state"] == "active_allocated"]
     if context == "state":   # live blocks keep their allocation stack
@@ -137,7 +138,7 @@ def test_a_freed_allocation_leaves_no_stack_on_its_block(dev: str, context: str)
     assert blocks and all(b["state"] == "inactive" for b in blocks)
     assert all(b["frames"] == [] for b in blocks), [b["frames"] for b in blocks]
     in_trace = any(f["name"] == "user_alloc" for e in snap["device_traces"][1]
-                   for f in e["frames"])
+                   for f in e.get("frames", ()))
     assert in_trace == (context != "state")
     # the block's next allocation, made with recording off, has no stack either
     memory.record_memory_history(None, device=dev)
@@ -201,5 +202,5 @@ def test_expandable_segment_unmap_carries_the_releasing_call() -> None:
     a.free(p)
     a.empty_cache()
     unmaps = [e for e in a.trace_entries() if e["action"] == "segment_unmap"]
-    assert unmaps[-1]["frames"] == []
+    assert "frames" not in unmaps[-1]   # no stack: no key, as torch 2.14.1
     a.record_history(None)

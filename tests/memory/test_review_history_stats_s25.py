@@ -214,7 +214,7 @@ def test_retired_default_pool_segments_have_no_private_entry() -> None:
 
 def _actions_and_frames(dev: str) -> tuple[list[tuple[str, bool]], list[bool]]:
     snap = memory._snapshot(dev)
-    trace = [(e["action"], bool(e["frames"])) for e in snap["device_traces"][0]]
+    trace = [(e["action"], bool(e.get("frames"))) for e in snap["device_traces"][0]]
     blocks = [bool(b["frames"]) for s in snap["segments"] for b in s["blocks"]
               if b["state"] == "active_allocated"]
     return trace, blocks

@@ -528,7 +528,9 @@ def test_snapshot_fields_follow_torchs_format() -> None:
         for e in entries:
             order = ENTRY_ORDER if e["action"] != "oom" else \
                 [k if k != "addr" else "device_free" for k in ENTRY_ORDER]
-            assert list(e) == order
+            # an entry recorded without a stack (here the "snapshot" one) has no "frames"
+            # key, as in torch 2.14.1
+            assert list(e) == (order if e["action"] != "snapshot" else order[:-1])
             check_types(e, "entry")
             assert type(e["time_us"]) is int and e["compile_context"] == "N/A"
     assert [s["segment_pool_id"] for s in pool_segments] == [pool.id]

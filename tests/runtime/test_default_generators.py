@@ -131,8 +131,8 @@ def test_set_offset_moves_the_counter_and_returns_self() -> None:
 
 
 @pytest.mark.parametrize(("bad", "exc", "match"), [
-    (-1, ValueError, r"must be in \[0, 2\*\*64\), got -1"),
-    (2**64, ValueError, r"must be in \[0, 2\*\*64\)"),
+    # -1 wraps to 2**64 - 1 as in torch 2.14.1 (test_review_torch_differences_s26.py)
+    (2**64, ValueError, r"Overflow when unpacking long long"),
     (1.0, TypeError, "offset must be an int, got float"), ("4", TypeError, "got str"),
     (True, TypeError, "got bool"), (None, TypeError, "got NoneType"),
 ])

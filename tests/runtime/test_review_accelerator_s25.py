@@ -136,7 +136,7 @@ def test_device_functions_take_every_form_and_refuse_the_rest(four: str,
         fn(ok)                        # other backends' devices too: several live in a process
     with pytest.raises(TypeError, match="positional"):
         fn(device=0)
-    for bad, error in ((-1, ValueError), (4, IndexError), (f"{NAME}:9", IndexError),
+    for bad, error in ((-2, ValueError), (4, IndexError), (f"{NAME}:9", IndexError),
                        (1.0, TypeError), (True, TypeError), (np.int64(0), TypeError),
                        ("gpu:0", acc.BackendUnavailableError)):
         with pytest.raises(error):

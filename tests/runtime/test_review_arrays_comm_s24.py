@@ -66,7 +66,8 @@ SIZE_FORMS = [
     ((range(2, 4),), {}, (2, 3)),
     ((), {"size": (2, 3)}, (2, 3)),
     ((), {"size": [4]}, (4,)),
-    ((), {"size": 5}, (5,)),
+    # size=5 (an int keyword) is refused as torch 2.14.1 refuses it (session 26:
+    # test_review_torch_differences_s26.py)
     ((), {"size": Size((1, 2))}, (1, 2)),
     (((),), {}, ()),
     (([],), {}, ()),

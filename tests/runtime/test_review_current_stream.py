@@ -46,7 +46,7 @@ class Model:
     def expect(self, arg: object) -> tuple[str, int] | type[BaseException]:
         """``(backend, index)`` whose current stream ``current_stream(arg)`` returns, or the
         exception class it raises."""
-        if arg is None:
+        if arg is None or arg == -1:   # -1: the current device, as torch.accelerator (s26)
             return self.accel, self.device[self.accel]
         if type(arg) is int:
             if arg < 0:
@@ -65,7 +65,7 @@ class Model:
 
 
 def _arguments() -> list[object]:
-    args: list[object] = [None, 0, 1, COUNT, -1, 10**30, True, False, np.int64(1), 1.0, "0",
+    args: list[object] = [None, 0, 1, COUNT, -1, -2, 10**30, True, False, np.int64(1), 1.0, "0",
                           [0], acc.cpu.device(0), "nonexistent:0"]
     for name in NAMES:
         args += [name, f"{name}:0", f"{name}:1", f"{name}:{COUNT}", acc.device(name),

@@ -24,7 +24,7 @@ from .. import _device as _dev
 from .._errors import OutOfMemoryError
 from ..memory import _pluggable
 from ..memory import _torch_record_memory_history
-from ..memory._stats import nest_stats
+from ..memory._stats import nest_host_stats, nest_stats
 from ._args import index_of, typed
 from ._base import ModuleBase, TypedMemoryModule
 
@@ -598,8 +598,9 @@ class MemoryFunctions(ModuleBase):
         return _caching_disabled(self)
 
     def host_memory_stats_as_nested_dict(self) -> dict[str, Any]:
-        """:meth:`host_memory_stats` as nested dicts (``torch.cuda``'s name); ``{}`` before
-        the first pinned allocation.
+        """:meth:`host_memory_stats` as nested dicts (``torch.cuda``'s name), in torch
+        2.14.1's key order (``num_host_alloc``, ``num_host_free``, ``allocations``, ...);
+        ``{}`` before the first pinned allocation.
 
         Example::
 
@@ -607,7 +608,7 @@ class MemoryFunctions(ModuleBase):
             >>> isinstance(acc.cpu.host_memory_stats_as_nested_dict(), dict)
             True
         """
-        return nest_stats(self.host_memory_stats(), private_pools=False)
+        return nest_host_stats(self.host_memory_stats())
 
 
 #: ``torch.cuda.memory``'s public names that a :class:`MemoryModule` takes from its device

@@ -24,6 +24,7 @@ from typing import Any, NamedTuple, NoReturn
 import numpy as np
 
 from .._stream import Stream
+from ._errors import _AssertValueError
 
 __all__ = ["Backend", "Buf", "DirectPlan", "Engine", "EngineCapabilities", "EngineContext",
            "EngineRegistration", "PremulSum", "RedOp", "ReduceOp", "Request", "register_backend",
@@ -441,7 +442,7 @@ class Backend(str):
             raise TypeError(f"Backend name must be a string, but got: {name!r}")
         low = name.lower()
         if low not in _ENGINES and low != "undefined":
-            raise ValueError(f"Invalid backend: '{name}'; known: "
+            raise _AssertValueError(f"Invalid backend: '{name}'; known: "
                              f"{', '.join(sorted(_ENGINES))}")
         return super().__new__(cls, low)
 

@@ -24,7 +24,7 @@ Example::
 
 from __future__ import annotations
 
-from .._errors import AcceleratorError
+from .._errors import AcceleratorError, AcceleratorValueError
 
 __all__ = ["DistBackendError", "DistError", "DistNetworkError", "DistStoreError",
            "DistTimeoutError", "QueueEmptyError"]
@@ -67,3 +67,41 @@ class DistNetworkError(DistError):
 def _rebuild(cls: type[DistError], msg: str, rank: int | None, op: str | None,
              seq: int | None) -> DistError:
     return cls(msg, rank=rank, op=op, seq=seq)
+
+
+# Misuse errors that carry torch 2.14.1's class besides accelrt's own, so that an ``except``
+# written for either catches them (observed by running torch.distributed with gloo, one
+# process, world_size=1). Private: users catch the builtin classes.
+
+class _AssertValueError(ValueError, AssertionError):
+    """A misuse that ``torch.distributed`` refuses with ``AssertionError`` (a store with
+    ``init_method``, a store without a rank or world size, an unknown backend at
+    ``init_process_group``/``new_group``, ``destroy_process_group()`` without a default
+    group) and accelrt with ``ValueError``."""
+
+
+class _NotRegisteredError(ValueError, KeyError):
+    """A group that is not (or no longer) registered: ``ValueError`` as torch's
+    ``get_rank``/``get_group_rank`` raise it, and ``KeyError`` as its
+    ``get_process_group_ranks`` (``_world.pg_group_ranks[group]``) does."""
+
+    __str__ = ValueError.__str__     # KeyError's would quote the message
+
+
+class _TypeValueError(TypeError, ValueError):
+    """A wrong argument type that torch reports with ``ValueError`` (``batch_isend_irecv``
+    of something else than ``P2POp``s) and accelrt with ``TypeError``."""
+
+
+class _WrongGroupError(_TypeValueError, KeyError):
+    """A ``group`` that is not a ``ProcessGroup``: torch looks it up and raises
+    ``ValueError`` (``get_rank``, ``destroy_process_group``, ``get_backend``) or
+    ``KeyError`` (``get_process_group_ranks``); accelrt's ``TypeError``."""
+
+    __str__ = ValueError.__str__
+
+
+class _RankNotInGroupError(AcceleratorValueError):
+    """A ``src``/``dst`` global rank outside the group: ``ValueError`` as torch's rank
+    translation of a subgroup, and ``RuntimeError`` as gloo's "invalid root rank" for the
+    default group (:class:`~accelrt.AcceleratorValueError` is both)."""

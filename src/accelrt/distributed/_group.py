@@ -38,7 +38,7 @@ from .._transfer import (pinned_pool, plan_landing, plan_staged_collective,
 from ._engine import (Buf, DirectPlan, Engine, EngineCapabilities, EngineContext, PremulSum,
                       RedOp, ReduceOp, registration)
 from ._debug import DEBUG_ENV, DebugLevel, debug_level
-from ._errors import DistBackendError, DistError
+from ._errors import DistBackendError, DistError, _RankNotInGroupError
 from ._work import WATCHDOG, Work
 
 __all__ = ["DebugLevel", "ProcessGroup", "Work"]
@@ -425,7 +425,7 @@ class ProcessGroup:
         try:
             return self.global_ranks.index(int(rank))
         except ValueError:
-            raise AcceleratorValueError(
+            raise _RankNotInGroupError(
                 f"The global rank {rank} is not part of the group {self.name!r} (ranks "
                 f"{self.global_ranks}); group_{what}= takes a rank of the group") from None
 

@@ -23,7 +23,7 @@ from .._typing import DeviceSpec
 from ._engine import Backend, EngineContext, ReduceOp
 from ._engine import parse_backend as _parse_backend
 from ._engine import require_engines as _require_engines
-from ._errors import DistBackendError, DistError
+from ._errors import DistBackendError, DistError, _AssertValueError
 from ._group import DEFAULT_TIMEOUT, ProcessGroup
 from ._store import FileStore, PrefixStore, Store, _int
 from ._tcpstore import TCPStore
@@ -354,14 +354,14 @@ def _check_init_args(init_method: str | None, world_size: int, rank: int, store:
                         f"got {type(init_method).__name__}")
     if store is not None:
         if init_method is not None:
-            raise ValueError("Cannot specify both init_method and store.")
+            raise _AssertValueError("Cannot specify both init_method and store.")
         if not isinstance(store, Store):
             raise TypeError(f"store must be an accelrt.distributed.Store, got "
                             f"{type(store).__name__}")
         if not world_size > 0:
-            raise ValueError("world_size must be positive if using store")
+            raise _AssertValueError("world_size must be positive if using store")
         if not rank >= 0:
-            raise ValueError("rank must be non-negative if using store")
+            raise _AssertValueError("rank must be non-negative if using store")
         if not rank < world_size:
             raise ValueError(f"rank {rank} is out of range for world size {world_size}: a "
                              "store's ranks are 0 .. world_size - 1")
@@ -506,7 +506,8 @@ def destroy_process_group(group: GroupArg = None) -> None:
     A destroyed group is forgotten as torch forgets it: :func:`get_rank`, :func:`get_backend`
     and the rank translations refuse it (``ValueError``), while :func:`get_world_size` still
     answers its size; destroying it again raises ``ValueError("Invalid process group
-    specified")``.
+    specified")``. Without a default group, ``destroy_process_group()`` raises torch's
+    ``AssertionError("Process group cannot be None")``, also a ``ValueError``.
 
     Example::
 
@@ -518,6 +519,11 @@ def destroy_process_group(group: GroupArg = None) -> None:
     """
     if isinstance(group, _NonMember):
         return            # as torch's, before any default group is looked up
+    if group is None and _S.world is None:
+        # torch 2.14.1: AssertionError("Process group cannot be None"), a ValueError here too
+        raise _AssertValueError("Process group cannot be None (Default process group has not "
+                                "been initialized, please make sure to call "
+                                "init_process_group.)")
     g = group if isinstance(group, ProcessGroup) else _group(group)
     assert g is not None
     if g.destroyed:       # torch: no longer in _world.pg_map

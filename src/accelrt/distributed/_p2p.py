@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ._errors import _TypeValueError
 from ._group import Work
 from ._world import _S, ArrayArg, GroupArg, _group, _warn_not_member
 
@@ -174,8 +175,8 @@ def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[Work]:
         []
     """
     if not isinstance(p2p_op_list, list) or not all(isinstance(p, P2POp) for p in p2p_op_list):
-        raise ValueError("Invalid ``p2p_op_list``. Each op is expected to to be of type "
-                         "``torch.distributed.P2POp``.")
+        raise _TypeValueError("Invalid ``p2p_op_list``. Each op is expected to to be of type "
+                               "``torch.distributed.P2POp``.")
     if not p2p_op_list:
         return []
     groups = {id(_group(p.group)) for p in p2p_op_list}

@@ -15,6 +15,7 @@ import datetime
 import os
 from typing import TYPE_CHECKING, Union
 
+from ._errors import _NotRegisteredError, _WrongGroupError
 from ._group import ProcessGroup
 from ._store import Store, _seconds_of
 
@@ -98,7 +99,8 @@ def _group(group: GroupArg) -> ProcessGroup | None:
     if isinstance(group, _NonMember):
         return None
     if not isinstance(group, ProcessGroup):
-        raise TypeError(f"group must be a ProcessGroup or None, got {type(group).__name__}")
+        raise _WrongGroupError(f"group must be a ProcessGroup or None, got "
+                               f"{type(group).__name__}")
     return group
 
 
@@ -121,16 +123,18 @@ def _member(group: GroupArg, op: str) -> ProcessGroup | None:
 def _registered(group: ProcessGroup | _NonMember | None) -> ProcessGroup:
     """``group``'s process group (:func:`_group`) where torch looks it up among the
     registered groups (``_world.pg_group_ranks``: ranks and rank translation): a
-    ``ValueError`` with torch's text for ``NON_GROUP_MEMBER`` and for a group that
+    ``ValueError`` with torch's text (also a ``KeyError``, which torch's
+    ``get_process_group_ranks`` raises) for ``NON_GROUP_MEMBER`` and for a group that
     :func:`~accelrt.distributed.destroy_process_group` destroyed (torch forgets it there)."""
     g = _group(group)
     if g is None:
-        raise ValueError("Group NON_GROUP_MEMBER is not registered, please create group with "
-                         "torch.distributed.new_group API (this rank is not a member)")
+        raise _NotRegisteredError("Group NON_GROUP_MEMBER is not registered, please create "
+                                  "group with torch.distributed.new_group API (this rank is "
+                                  "not a member)")
     if g.destroyed:
-        raise ValueError(f"Group {g!r} is not registered, please create group with "
-                         "torch.distributed.new_group API (destroy_process_group destroyed "
-                         "it)")
+        raise _NotRegisteredError(f"Group {g!r} is not registered, please create group with "
+                                  "torch.distributed.new_group API (destroy_process_group "
+                                  "destroyed it)")
     return g
 
 

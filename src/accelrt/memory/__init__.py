@@ -298,7 +298,7 @@ def _reset_all_peaks(old: str, device: DeviceLike) -> None:
 
 def get_memory_info(device: DeviceLike = None, /) -> tuple[int, int]:
     """``(free, total)`` bytes of a device as the device itself reports them (memory cached by
-    the allocator counts as used).
+    the allocator counts as used); -1 is the current device, as in ``torch.accelerator``.
 
     Example::
 
@@ -307,7 +307,7 @@ def get_memory_info(device: DeviceLike = None, /) -> tuple[int, int]:
         >>> 0 <= free <= total
         True
     """
-    b, i = _get_device(device)
+    b, i = _get_device(device, minus_one=True)
     free, total = b.get_memory_info(i)
     return int(free), int(total)
 
@@ -839,6 +839,7 @@ class MemPool:
         with _pool_lock:
             self._id = (0, next(_pool_ids))
         self._users: list[Any] = []          # allocators holding this pool's own reference
+        self._home = dict(_tls.device)       # current devices: use_count()'s (torch: device_)
         self._finalizer = weakref.finalize(self, _release_pool, self._id, self._users)
 
     @property
@@ -859,9 +860,12 @@ class MemPool:
                 self._users.append(a)
 
     def use_count(self) -> int:
-        """References to the pool: 1 for the pool itself plus one per open
-        :func:`use_mem_pool` context (PyTorch's ``MemPool.use_count``)."""
-        return max([a.pool_use_count(self._id) for a in self._users], default=1)
+        """References to the pool (1 for itself, one per open :func:`use_mem_pool` or capture)
+        on the device current when it was made, as PyTorch's ``MemPool.use_count`` (its
+        ``getPoolUseCount(device_, id)``); uses on other devices do not count."""
+        home = self._home
+        return max([a.pool_use_count(self._id) for a in self._users
+                    if a._index == home.get(a._b.name, 0)], default=1)
 
     def snapshot(self, include_traces: bool = True) -> list[dict[str, Any]]:
         """The segments of this pool on every device it was used on, sorted by address

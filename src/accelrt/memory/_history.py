@@ -297,7 +297,11 @@ class History:
                pool_id: tuple[int, int] = (0, 0)) -> None:
         """Append a trace entry (frames only from ``context="alloc"`` up, as in PyTorch);
         ``pool_id``: the private pool of the block or segment, ``(0, 0)`` for the default
-        pools (PyTorch 2.14's ``pool_id`` key)."""
+        pools (PyTorch 2.14's ``pool_id`` key). An entry recorded without a stack
+        (``frames`` None: below ``context="alloc"``, or a block allocated before recording
+        began) has no ``frames`` key, as PyTorch's snapshot leaves it out for a trace entry
+        without a context (``if (te.context_)`` in torch/csrc/cuda/memory_snapshot.cpp and
+        Module.cpp); a recorded but empty stack is ``[]``."""
         if action in self.skip_actions:
             return
         if self.context < CTX_ALLOC:
@@ -314,13 +318,16 @@ class History:
         md = getattr(_metadata, "by_backend", None)
         entry["user_metadata"] = md.get(self.backend, "") if md else ""
         entry["pool_id"] = pool_id
-        entry["frames"] = list(frames) if frames else []
+        if frames is not None:
+            entry["frames"] = list(frames)
         self.trace.append(entry)
 
     def annotate(self, metadata: dict[str, Any]) -> None:
         """Append an ``annotate`` entry carrying ``metadata`` as its user_metadata."""
         if "annotate" not in self.skip_actions:
-            self.record("annotate", 0, 0, 0, None)
+            # PyTorch's recordAnnotation gathers a stack with context="all"
+            self.record("annotate", 0, 0, 0,
+                        capture_frames() if self.context >= CTX_ALL else None)
             self.trace[-1]["user_metadata"] = dict(metadata)
 
 

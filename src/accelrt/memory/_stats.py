@@ -42,8 +42,8 @@ if TYPE_CHECKING:
 
 
 __all__ = ["FLAT_KEYS", "PRIVATE_POOLS", "SORTED_KEYS", "STAT_TYPES", "DeviceStats",
-           "HotCounters", "Stat", "flat_stats", "max_memory_allocated", "nest_stats",
-           "reset_accumulated_stats", "reset_peak_stats", "sorted_stats"]
+           "HotCounters", "Stat", "flat_stats", "max_memory_allocated", "nest_host_stats",
+           "nest_stats", "reset_accumulated_stats", "reset_peak_stats", "sorted_stats"]
 
 #: Names of the three stat types, in index order.
 STAT_TYPES = ("all", "small_pool", "large_pool")
@@ -673,6 +673,40 @@ def nest_stats(flat: Mapping[str, int], private_pools: bool = True) -> dict[Any,
         nested[PRIVATE_POOLS] = {}
         nested = dict(sorted(nested.items()))
     return nested
+
+
+_STAT_KEYS = ("current", "peak", "allocated", "freed")
+_DURATION_KEYS = ("total", "max", "min", "count", "avg")
+#: torch 2.14.1's key order of ``host_memory_stats_as_nested_dict()`` (observed:
+#: ``torch._C._cuda_hostMemoryStats()``, which runs without a GPU), with each stat's own keys
+#: in its order
+_HOST_NESTED_ORDER: dict[str, tuple[str, ...]] = {
+    "num_host_alloc": (), "num_host_free": (), "allocations": _STAT_KEYS,
+    "active_requests": _STAT_KEYS, "allocated_bytes": _STAT_KEYS, "active_bytes": _STAT_KEYS,
+    "host_alloc_time": _DURATION_KEYS, "host_free_time": _DURATION_KEYS}
+
+
+def nest_host_stats(flat: Mapping[str, int]) -> dict[str, Any]:
+    """``host_memory_stats_as_nested_dict()`` from the pinned pool's ``host_memory_stats()``:
+    :func:`nest_stats` in PyTorch's key order (a key PyTorch does not have comes last).
+
+    Example::
+
+        >>> from accelrt.memory._stats import nest_host_stats
+        >>> nest_host_stats({"allocations.freed": 0, "allocations.current": 1,
+        ...                  "num_host_alloc": 1})
+        {'num_host_alloc': 1, 'allocations': {'current': 1, 'freed': 0}}
+    """
+    nested = nest_stats(flat, private_pools=False)
+    out: dict[str, Any] = {}
+    for key, inner in _HOST_NESTED_ORDER.items():
+        if key in nested:
+            value = nested.pop(key)
+            if isinstance(value, dict):
+                value = {k: value.pop(k) for k in inner if k in value} | value
+            out[key] = value
+    out.update(nested)
+    return out
 
 
 def max_memory_allocated(a: AllocatorCore) -> int:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import operator
 import secrets
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, SupportsIndex
 
 import numpy as np
 
@@ -47,16 +47,24 @@ STATE_SIZE = 16
 _M64 = (1 << 64) - 1
 
 
-def _check_seed(seed: Any) -> int:
+def _check_seed(seed: Any, what: str = "seed", torch_name: str = "manual_seed") -> int:
     """A seed as ``torch.Generator.manual_seed`` reads it (``THPUtils_checkLong``, then
     ``unpack_uint64``): an int or a numpy integer, never a bool or a float, in
     ``[-2**63, 2**64)``; a negative seed wraps to uint64 (two's complement).
+    ``torch.Generator.set_offset`` reads its offset the same way: ``what`` and ``torch_name``
+    name the argument and PyTorch's function in the messages ("offset", "manual_offset").
 
     Raises:
         AcceleratorTypeError: not an int (a ``TypeError`` and, as PyTorch's "manual_seed
             expected a long, but got bool", a ``RuntimeError``).
         AcceleratorValueError: out of range (a ``ValueError`` and, as PyTorch's "Overflow
-            when unpacking long", a ``RuntimeError``).
+            when unpacking long long", a ``RuntimeError``).
+
+    Example::
+
+        >>> from accelrt.random._generator import _check_seed
+        >>> _check_seed(-1, "offset", "manual_offset") == 2**64 - 1
+        True
     """
     if not isinstance(seed, (bool, np.bool_)):
         try:
@@ -64,10 +72,10 @@ def _check_seed(seed: Any) -> int:
         except TypeError:
             pass
         else:
-            return _wrap_seed(value)
+            return _wrap_seed(value, what)
     name = "bool" if isinstance(seed, (bool, np.bool_)) else type(seed).__name__
-    raise AcceleratorTypeError(f"seed must be an int, got {name} (manual_seed expected a long, "
-                               f"but got {name}); e.g. manual_seed(1234)")
+    raise AcceleratorTypeError(f"{what} must be an int, got {name} ({torch_name} expected a "
+                               f"long, but got {name})")
 
 
 def _seed_arg(seed: Any) -> int:
@@ -92,11 +100,11 @@ def _seed_arg(seed: Any) -> int:
     return _wrap_seed(value)
 
 
-def _wrap_seed(value: int) -> int:
+def _wrap_seed(value: int, what: str = "seed") -> int:
     if not -(1 << 63) <= value < 1 << 64:
-        raise AcceleratorValueError(f"seed {value} is out of range (Overflow when unpacking "
-                                    "long): it must be in [-2**63, 2**64); negative seeds "
-                                    "wrap to uint64")
+        raise AcceleratorValueError(f"{what} {value} is out of range (Overflow when unpacking "
+                                    f"long long): it must be in [-2**63, 2**64); negative "
+                                    f"{what}s wrap to uint64")
     return value & _M64
 
 
@@ -135,7 +143,10 @@ class Generator:
     chunking (see ``docs/random.md``).
 
     Args:
-        device: the device the generator belongs to (``None``: the current device).
+        device: the device the generator belongs to (``None``: the current device). As
+            ``torch.Generator``'s argument parser reads it, a numpy integer (any ``__index__``
+            object) is an index and ``bytes`` a device string (``np.int64(0)``, ``b"cpu:0"``);
+            a bool is refused.
 
     Raises:
         TypeError: ``device`` has a wrong type.
@@ -156,8 +167,16 @@ class Generator:
 
     __slots__ = ("__weakref__", "_b", "_index", "_lock", "_offset", "_seed")
 
-    def __init__(self, device: DeviceLike = None) -> None:
-        b, index = _get_device(device)
+    def __init__(self, device: DeviceLike | SupportsIndex | bytes = None) -> None:
+        # torch 2.14.1's parser (``Device? device``): a numpy integer (an ``__index__``
+        # object) is an index, bytes a device string; bool and float stay refused (TypeError)
+        dev: Any = device
+        if isinstance(device, bytes):
+            dev = device.decode("ascii", "replace")
+        elif not isinstance(device, (int, str, _device_cls, np.bool_)) and device is not None \
+                and hasattr(type(device), "__index__"):
+            dev = operator.index(device)
+        b, index = _get_device(dev)
         self._init(b, index, DEFAULT_SEED, 0)
 
     def _init(self, b: Backend, index: int, seed: int, offset: int) -> None:
@@ -229,12 +248,15 @@ class Generator:
 
     def set_offset(self, offset: int) -> Generator:
         """Make ``offset`` the next unused Philox counter block (the seed stays); return
-        ``self``. accelrt's offset counts blocks, so every int in ``[0, 2**64)`` is valid
-        (PyTorch's CUDA offset counts 32-bit words, a multiple of 4).
+        ``self``. ``offset`` is read as :meth:`manual_seed` reads a seed, as
+        ``torch.Generator.set_offset`` reads it: an int in ``[-2**63, 2**64)``, a negative
+        one wrapping to uint64 (``set_offset(-1)`` is ``2**64 - 1``). accelrt's offset counts
+        blocks, so every such value is valid (PyTorch's CUDA offset counts 32-bit words, a
+        multiple of 4).
 
         Raises:
-            TypeError: ``offset`` is not an int.
-            ValueError: ``offset`` is outside ``[0, 2**64)``.
+            TypeError: ``offset`` is not an int (also a ``RuntimeError``, as in PyTorch).
+            ValueError: ``offset`` is out of range (also a ``RuntimeError``, as in PyTorch).
 
         Example::
 
@@ -244,7 +266,7 @@ class Generator:
             >>> acc.rand(4, device="cpu:0", generator=g.set_offset(1)).tolist() == a[4:]
             True
         """
-        value = check_u64(offset, "offset")
+        value = _check_seed(offset, "offset", "manual_offset")
         with self._lock:
             self._offset = value
         return self
