@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, cast
 from .. import _device as _dev
 from .._errors import OutOfMemoryError
 from ..memory import _pluggable
-from ..memory import _torch_record_memory_history
+from ..memory._history_forms import _torch_record_memory_history
 from ..memory._stats import nest_host_stats, nest_stats
 from ._args import index_of, typed
 from ._base import ModuleBase, TypedMemoryModule
