@@ -26,7 +26,7 @@ from .._errors import AcceleratorValueError
 from .._stream import Stream
 from .._transfer import Copy, HostCopy, run_steps
 from ._engine import Engine, PremulSum, RedOp, ReduceOp
-from ._errors import DistError, DistTimeoutError
+from ._errors import DistError, DistTimeoutError, _NotAListError
 from ._group import BufOf, PeerCounts, ProcessGroup, Work
 from ._world import _S, ArrayArg, GroupArg, TimeoutArg, _group, _member, _seconds, _warn_not_member
 
@@ -98,9 +98,7 @@ def _check_list(what: str, g: ProcessGroup, arrays: Any, name: str, one: Any, wh
     ``g``, each of ``one``'s dtype and size; ``inputs``: they are the collective's inputs and
     ``one`` its output (else its outputs and ``one`` its input). ``where`` ends the list
     message."""
-    n = g.size()
-    if not isinstance(arrays, (list, tuple)) or len(arrays) != n:
-        raise AcceleratorValueError(f"{what}: {name} must be a list of {n} arrays {where}")
+    _check_length(what, arrays, name, g.size(), where)
     if inputs:
         g.check_args(what, arrays, [one], alias="staged")
     else:
@@ -110,6 +108,16 @@ def _check_list(what: str, g: ProcessGroup, arrays: Any, name: str, one: Any, wh
         _check_same(what, t, one)
         _size_check(what, t, one.size, t.size, fix)
     return list(arrays)
+
+
+def _check_length(what: str, arrays: Any, name: str, n: int, where: str) -> None:
+    """Raise unless ``arrays`` (the argument ``name``) is a list or tuple of ``n`` items: not a
+    sequence is also a ``TypeError``, as torch's (``where`` ends the message)."""
+    if not isinstance(arrays, (list, tuple)):
+        raise _NotAListError(f"{what}: {name} must be a list of {n} arrays {where}, got "
+                             f"{type(arrays).__name__}")
+    if len(arrays) != n:
+        raise AcceleratorValueError(f"{what}: {name} must be a list of {n} arrays {where}")
 
 
 # ---------------------------------------------------------------------------- collectives
@@ -469,9 +477,7 @@ def all_to_all(output_tensor_list: Sequence[ArrayArg], input_tensor_list: Sequen
     n = g.size()
     for name, lst in (("output_tensor_list", output_tensor_list),
                       ("input_tensor_list", input_tensor_list)):
-        if not isinstance(lst, (list, tuple)) or len(lst) != n:
-            raise AcceleratorValueError(f"all_to_all: {name} must be a list of {n} arrays "
-                                        "(one per rank)")
+        _check_length("all_to_all", lst, name, n, "(one per rank)")
     g.check_args("all_to_all", input_tensor_list, output_tensor_list, alias="staged")
     first = input_tensor_list[0]
     for t in list(output_tensor_list) + list(input_tensor_list):
@@ -772,7 +778,8 @@ def barrier(group: GroupArg = None, async_op: bool = False,
 
     Args:
         device_ids: the CUDA device of an NCCL-only group's barrier (its first item; an
-            all_reduce of one element there, as ProcessGroupNCCL's barrier).
+            all_reduce of one element there, as ProcessGroupNCCL's barrier); a value that
+            is not a list or tuple is ignored, as torch's.
         timeout: a ``datetime.timedelta`` or seconds (torch 2.14's ``timeout``): a rank that
             has not arrived by then makes this rank raise :class:`DistTimeoutError`, and the
             group keeps that error (its barrier is still in flight: destroy the group).
@@ -787,8 +794,9 @@ def barrier(group: GroupArg = None, async_op: bool = False,
     g = _member(group, "barrier")
     if g is None:
         return None
-    if device_ids is not None and (not isinstance(device_ids, (list, tuple)) or not device_ids
-                                   or not all(isinstance(d, int) for d in device_ids)):
+    # torch 2.14.1 reads device_ids only when it is a list: any other value is ignored
+    if isinstance(device_ids, (list, tuple)) and (
+            not device_ids or not all(isinstance(d, int) for d in device_ids)):
         raise TypeError(f"device_ids must be a list of device indices, got {device_ids!r}")
     limit = None if timeout is None else _seconds(timeout, g.timeout)
     g._raise_kept()
@@ -817,7 +825,7 @@ def barrier(group: GroupArg = None, async_op: bool = False,
                 raise
     else:   # NCCL only (env://): a one-element all_reduce, then wait for it
         from .._array import zeros
-        if device_ids is not None:
+        if isinstance(device_ids, (list, tuple)):
             index = int(device_ids[0])
         else:
             index = g._engines and next(iter(g._engines))[1] or 0

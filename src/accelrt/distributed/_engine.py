@@ -24,7 +24,7 @@ from typing import Any, NamedTuple, NoReturn
 import numpy as np
 
 from .._stream import Stream
-from ._errors import _AssertValueError
+from ._errors import _AssertValueError, _TypeValueError
 
 __all__ = ["Backend", "Buf", "DirectPlan", "Engine", "EngineCapabilities", "EngineContext",
            "EngineRegistration", "PremulSum", "RedOp", "ReduceOp", "Request", "register_backend",
@@ -58,6 +58,12 @@ class ReduceOp(enum.Enum):
 
     def __repr__(self) -> str:
         return f"<ReduceOp.{self.name}>"
+
+    @classmethod
+    def _missing_(cls, value: object) -> NoReturn:
+        # torch 2.14.1's ReduceOp("sum") is a TypeError (incompatible constructor arguments);
+        # Enum's is a ValueError: both
+        raise _TypeValueError(f"{value!r} is not a valid ReduceOp")
 
     # members are singletons compared by identity: hash them the same way, in C (Enum's own
     # __hash__ is Python code, measurable on the small-message path)

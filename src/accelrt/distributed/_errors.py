@@ -90,7 +90,16 @@ class _NotRegisteredError(ValueError, KeyError):
 
 class _TypeValueError(TypeError, ValueError):
     """A wrong argument type that torch reports with ``ValueError`` (``batch_isend_irecv``
-    of something else than ``P2POp``s) and accelrt with ``TypeError``."""
+    of something else than ``P2POp``s) and accelrt with ``TypeError``, or one torch reports
+    with ``TypeError`` and Python's ``Enum`` with ``ValueError`` (``ReduceOp("sum")``)."""
+
+
+class _NotAListError(AcceleratorValueError, TypeError):
+    """An array list argument (``all_gather``'s ``tensor_list``, ...) that is not a list:
+    torch 2.14.1 raises ``TypeError`` (``Invalid function argument. Expected parameter
+    `tensor_list` of type List[torch.Tensor]``), or ``RuntimeError`` where it tests the
+    tensor's truth (``gather``, ``scatter``); accelrt's
+    :class:`~accelrt.AcceleratorValueError` is kept."""
 
 
 class _WrongGroupError(_TypeValueError, KeyError):

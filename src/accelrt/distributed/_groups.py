@@ -192,17 +192,26 @@ def new_group(ranks: Sequence[int] | None = None, timeout: TimeoutArg = None,
     world = _group(None)
     assert world is not None
     n = world.size()
+    # each message ends with torch 2.14.1's text for the same mistake
     if ranks is not None and (isinstance(ranks, (str, bytes))
                               or not isinstance(ranks, Iterable)):
         raise TypeError(f"new_group(): ranks must be a list of int ranks or None, got "
-                        f"{type(ranks).__name__}")
-    members = (list(range(n)) if ranks is None
-               else [_int(r, "new_group(): each of ranks") for r in ranks])
+                        f"{type(ranks).__name__}; ranks must be a sequence of integers")
+    try:
+        members = (list(range(n)) if ranks is None
+                   else [_int(r, "new_group(): each of ranks") for r in ranks])
+    except TypeError as err:
+        raise TypeError(f"{err}; ranks must be a sequence of integers") from None
     if sort_ranks:
         members.sort()
-    if len(set(members)) != len(members) or any(not 0 <= r < n for r in members):
+    outside = [r for r in members if not 0 <= r < n]
+    if len(set(members)) != len(members) or outside:
+        why = (f"ranks list must not contain duplicate entries, got {members}"
+               if len(set(members)) != len(members) else
+               f"Rank {outside[0]} is out of range. Valid ranks are 0 to {n - 1} "
+               f"(world_size={n})")
         raise ValueError(f"new_group(): ranks must be distinct world ranks in [0, {n}), got "
-                         f"{list(ranks or [])}")
+                         f"{list(ranks or [])}; {why}")
     engine_map = world.engine_map if backend is None else _parse_backend(backend)
     backend_str = world.backend_str if backend is None else str(backend)
     if backend is not None:

@@ -167,7 +167,8 @@ def broadcast_object_list(object_list: list[Any], src: int | None = None,
 
 def all_gather_object(object_list: list[Any], obj: Any, group: GroupArg = None,
                       weights_only: bool = False) -> None:
-    """Fill ``object_list`` (one slot per rank) with every rank's ``obj``.
+    """Fill ``object_list`` (one slot per rank) with every rank's ``obj``; a longer list keeps
+    its items past the group's size, as torch's.
 
     Example::
 
@@ -180,11 +181,12 @@ def all_gather_object(object_list: list[Any], obj: Any, group: GroupArg = None,
     g, comm = _obj_comm("all_gather_object", group)
     if g is None:
         return
-    if len(object_list) != g.size():
-        raise ValueError(f"all_gather_object: object_list must have {g.size()} slots")
+    n = g.size()
+    if len(object_list) < n:   # torch 2.14.1 fills the first n slots of a longer list
+        raise ValueError(f"all_gather_object: object_list must have {n} slots (at least)")
     data, own = _pickled(g, obj)
     got = _obj_call(g, "all_gather_object", lambda: comm.allgather(data))
-    object_list[:] = _settle(g, "all_gather_object", own, got, weights_only)
+    object_list[:n] = _settle(g, "all_gather_object", own, got, weights_only)
 
 
 def gather_object(obj: Any, object_gather_list: list[Any] | None = None,
