@@ -21,6 +21,8 @@ import warnings
 import weakref
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from . import _backend
 from ._errors import AcceleratorIndexError, AcceleratorValueError, BackendUnavailableError
 from ._fork import reinit_after_fork
@@ -87,7 +89,10 @@ class device:
 
     def __init__(self, type_or_str: device | str | int, index: int | None = None) -> None:
         if index is not None and (not isinstance(index, int) or isinstance(index, bool)):
-            raise TypeError(f"device index must be an int or None, got {type(index).__name__}")
+            if not isinstance(index, np.integer):   # torch's parser reads a numpy integer
+                raise TypeError(f"device index must be an int or None, got "
+                                f"{type(index).__name__}")
+            index = int(index)
         if isinstance(type_or_str, device):
             if index is not None:
                 raise ValueError("device(device, index): the index is already part of the device")
@@ -112,7 +117,12 @@ class device:
             if index is not None:
                 idx = index
         else:
-            raise TypeError(f"device() takes a str, int or device, not {type(type_or_str).__name__}")
+            form = _parser_form(type_or_str)    # a numpy integer, bytes: as torch's parser
+            if form is type_or_str:
+                raise TypeError(f"device() takes a str, int or device, not "
+                                f"{type(type_or_str).__name__}")
+            device.__init__(self, form, index)
+            return
         if idx is not None and type(idx) is not int:
             idx = _plain_int(idx)        # its value, whatever its comparisons say
         if idx is not None and idx < 0:
@@ -609,6 +619,28 @@ def _plain_int(value: int) -> int:
     return value if type(value) is int else int.__index__(value)
 
 
+def _parser_form(dev: Any) -> Any:
+    """``dev`` as PyTorch's C++ argument parser reads a device (torch 2.14.1's ``torch.device``,
+    ``torch.Stream``, ``torch.Event``, ``torch.Generator``): a numpy integer (not a bool) is its
+    index as an ``int`` and ``bytes`` a device string (UTF-8); anything else is returned as it
+    is (an object with ``__index__`` alone is not an index there). Called by
+    :func:`_get_device` and :class:`device` only for an argument of another type than a
+    str, int, device or None, so their per-call paths do not pay for it.
+
+    Example::
+
+        >>> import numpy as np
+        >>> from accelrt._device import _parser_form
+        >>> _parser_form(np.int64(1)), _parser_form(b"cpu:0"), _parser_form(1.0)
+        (1, 'cpu:0', 1.0)
+    """
+    if isinstance(dev, np.integer):
+        return int(dev)
+    if isinstance(dev, bytes):
+        return dev.decode("utf-8")
+    return dev
+
+
 def _negative_index(index: int) -> AcceleratorValueError:
     """The error of a negative device index where one is not allowed: PyTorch's RuntimeError
     text ("Device index must not be negative"), also a ``ValueError``."""
@@ -708,7 +740,10 @@ def _get_device(dev: DeviceLike, *, optional: bool = True,
     if isinstance(dev, str):
         dev = device(dev)
     if not isinstance(dev, device):
-        raise _wrong_device(dev)
+        form = _parser_form(dev)
+        if form is dev:
+            raise _wrong_device(dev)
+        return _get_device(form, optional=optional, backend=backend, minus_one=minus_one)
     if backend is not None:
         if dev._type != backend.name:
             raise ValueError(f"Expected a {backend.name} device, but got: {dev}")
@@ -738,6 +773,8 @@ def _get_current_device_index(dev: DeviceLike, *, optional: bool = True) -> tupl
     """Like :func:`_get_device` but the device must be of the current accelerator (PyTorch's
     ``_get_device_index``); used by functions about *the* current device."""
     cur = _require_current()
+    if dev is not None and not isinstance(dev, (int, str, device)):
+        dev = _parser_form(dev)
     if isinstance(dev, (str, device)):
         d = device(dev) if isinstance(dev, str) else dev
         if d._type != cur.name:
