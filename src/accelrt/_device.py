@@ -54,7 +54,9 @@ class device:
     """An immutable, hashable device: a backend type and an optional index.
 
     ``device("cuda:1")``, ``device("cuda", 1)``, ``device("cpu")`` (no index: "the current
-    one"), ``device(1)`` (index 1 of the current accelerator), ``device(other_device)``.
+    one"), ``device(1)`` (index 1 of the current accelerator), ``device(other_device)``. As
+    ``torch.device``'s parser reads them, a numpy integer is an index and bytes a device string
+    (``device(np.int64(1))``, ``device(b"cpu:0")``).
 
     As a context manager (``with acc.device("cpu:1"):``, as ``with torch.device(...)``) it is
     the calling thread's default device of the factories (``Array``, ``empty``, ``zeros``,
@@ -707,8 +709,8 @@ def _wrong_device(dev: object) -> TypeError:
     return _WrongDeviceError(f"expected a device, int, str or None, got {name}{hint}")
 
 
-def _get_device(dev: DeviceLike, *, optional: bool = True,
-                backend: Backend | None = None, minus_one: bool = False) -> tuple[Backend, int]:
+def _get_device(dev: DeviceLike, *, optional: bool = True, backend: Backend | None = None,
+                minus_one: bool = False, torch_parser: bool = False) -> tuple[Backend, int]:
     """The one normaliser: turn any ``DeviceLike`` into ``(backend, checked index)``.
 
     ``backend`` fixes the backend (device-specific modules); otherwise an int or ``None`` means
@@ -716,7 +718,12 @@ def _get_device(dev: DeviceLike, *, optional: bool = True,
     the current accelerator (several backends live in one process). With ``minus_one`` the
     index -1 (only) is the current device, as c10 reads it where ``torch.accelerator`` passes
     an int through (``getCurrentCUDAStream(-1)``, a ``DeviceGuard`` of index -1); any other
-    negative index is refused.
+    negative index is refused. With ``torch_parser`` it reads a device as PyTorch's C++
+    argument parser does (:func:`_parser_form`: a numpy integer is an index, bytes a device
+    string), for the functions whose PyTorch counterparts parse it so (``torch.device``,
+    ``torch.Stream``, ``torch.Event``, ``torch.Generator``, the factories' and ``to``'s
+    ``device``); without it those are refused, as where PyTorch's ``_get_device_index``
+    reads them as the current device or refuses them.
     """
     if backend is None and (type(dev) is str or type(dev) is device):
         hit = _resolved.get(dev)
@@ -740,7 +747,7 @@ def _get_device(dev: DeviceLike, *, optional: bool = True,
     if isinstance(dev, str):
         dev = device(dev)
     if not isinstance(dev, device):
-        form = _parser_form(dev)
+        form = _parser_form(dev) if torch_parser else dev
         if form is dev:
             raise _wrong_device(dev)
         return _get_device(form, optional=optional, backend=backend, minus_one=minus_one)
@@ -763,9 +770,11 @@ def _get_device(dev: DeviceLike, *, optional: bool = True,
 
 def _get_device_of(dev: DeviceLike, backend_name: str | None) -> tuple[Backend, int]:
     """:func:`_get_device` with the backend fixed by name (the classes of device-specific
-    modules, such as ``accelrt.cpu.Stream``, set ``_backend_name``) or, for ``None``, not."""
+    modules, such as ``accelrt.cpu.Stream``, set ``_backend_name``, and read a device as
+    ``torch.cuda``'s classes do) or, for ``None``, not (``accelrt.Stream``, ``accelrt.Event``:
+    read as ``torch.Stream``'s and ``torch.Event``'s parser reads it)."""
     if backend_name is None:
-        return _get_device(dev)
+        return _get_device(dev, torch_parser=True)
     return _get_device(dev, backend=_backend.get_backend(backend_name))
 
 
@@ -773,8 +782,6 @@ def _get_current_device_index(dev: DeviceLike, *, optional: bool = True) -> tupl
     """Like :func:`_get_device` but the device must be of the current accelerator (PyTorch's
     ``_get_device_index``); used by functions about *the* current device."""
     cur = _require_current()
-    if dev is not None and not isinstance(dev, (int, str, device)):
-        dev = _parser_form(dev)
     if isinstance(dev, (str, device)):
         d = device(dev) if isinstance(dev, str) else dev
         if d._type != cur.name:

@@ -68,10 +68,7 @@ def typed(name: str, device: Any) -> _dev.device | int | None:
         return device.idx
     d = _dev.device(device) if isinstance(device, str) else device
     if not isinstance(d, _dev.device):
-        form = _dev._parser_form(device)     # a numpy integer, bytes: as torch's parser
-        if form is device:
-            raise _dev._wrong_device(device)
-        return typed(name, form)
+        raise _dev._wrong_device(device)
     if d.type != name:
         raise expected(name, d)
     return d
