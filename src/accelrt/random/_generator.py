@@ -170,7 +170,8 @@ class Generator:
     def __init__(self, device: DeviceLike | SupportsIndex | bytes = None) -> None:
         # torch 2.14.1's parser (``Device? device``), as _get_device reads it: a numpy integer
         # is an index, bytes a device string; bool, float, other __index__ objects: TypeError
-        b, index = _get_device(device, torch_parser=True)
+        dev: Any = device     # SupportsIndex: its numpy integers; bytes
+        b, index = _get_device(dev, torch_parser=True)
         self._init(b, index, DEFAULT_SEED, 0)
 
     def _init(self, b: Backend, index: int, seed: int, offset: int) -> None:
