@@ -75,6 +75,19 @@ def test_numpy_integers_stay_refused_where_torch_reads_them_as_the_current_devic
     assert acc.current_device_index() == 0
 
 
+def test_device_index_takes_index_objects_and_refuses_bytes_as_torch_does() -> None:
+    # observed on torch 2.14.1: torch.accelerator.device_index's pybind call
+    # (_accelerator_exchangeDevice) takes np.int64(0) and an object with __index__ (they reach
+    # CUDA) and refuses b"0" ("incompatible function arguments", a TypeError); accelrt's
+    # device_index already did so: kept, pinned here beside the normaliser's forms
+    acc.set_current_accelerator(NAME)
+    for dev in (np.int64(1), _Index()):
+        with acc.device_index(dev):     # type: ignore[arg-type]
+            assert acc.current_device_index() == 1
+    with pytest.raises(TypeError, match="device_index\\(\\) takes an int or None, got bytes"):
+        acc.device_index(b"1")          # type: ignore[arg-type]
+
+
 def test_other_index_objects_bools_and_floats_stay_refused_as_torch_refuses_them() -> None:
     # observed on torch 2.14.1: an object with __index__ only, True, np.bool_(False), a 0-d
     # numpy array and 0.0 raise TypeError in torch.device ("received an invalid combination
