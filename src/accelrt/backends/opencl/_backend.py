@@ -260,7 +260,7 @@ class OpenCLBackend(TableBackend[ClStream, ClEvent]):
             st = self._state[index]
             if st is None:
                 device = self._cl_devices[index]
-                with map_backend_errors(self.name, f"creating the context of opencl:{index}"):
+                with map_backend_errors(self.name, f"creating the context of {self.name}:{index}"):
                     ctx = cl.Context([device])
                     props = self._queue_props(device)
                     queue = cl.CommandQueue(ctx, device, properties=props)
@@ -478,7 +478,7 @@ class OpenCLBackend(TableBackend[ClStream, ClEvent]):
                 q = d.peer
                 if q is None:
                     with map_backend_errors(self.name, "creating the peer-copy queue of "
-                                            f"opencl:{d.index}"):
+                                            f"{self.name}:{d.index}"):
                         q = d.peer = self._cl.CommandQueue(d.ctx, self._cl_devices[d.index])
         return q
 
@@ -523,7 +523,7 @@ class OpenCLBackend(TableBackend[ClStream, ClEvent]):
         for st in self._state:
             if st is not None and st.mem.table.overlaps(ptr, n):
                 raise ValueError(f"{what}: [{ptr:#x}, {ptr + n:#x}) is device memory of "
-                                 f"opencl:{st.index}, not host memory; use kind 'd2d' "
+                                 f"{self.name}:{st.index}, not host memory; use kind 'd2d' "
                                  "(or 'h2d'/'d2h' with the device side there)")
 
     def memcpy_peer(self, dst_index: int, dst: int, src_index: int, src: int, nbytes: int,
