@@ -166,6 +166,28 @@ def test_a_cpu_backend_registered_under_another_name_names_itself_in_its_errors(
         backends.unregister(ASYNC)
 
 
+@pytest.mark.skipif(backends.unavailable_reason("opencl") is not None,
+                    reason="no OpenCL platform here")
+def test_an_opencl_backend_registered_under_another_name_names_itself() -> None:
+    from accelrt.backends.opencl import OpenCLBackend
+    name = "rvp26wcl"
+    b = OpenCLBackend(name=name)
+    try:
+        with pytest.raises(ValueError, match=rf"^stream handle 999 is not a live stream of {name}:0;"):
+            b.stream_synchronize(0, 999)
+        with pytest.raises(ValueError, match=rf"^event handle 999 is not a live event of {name}:0;"):
+            b.event_query(0, 999)
+        with pytest.raises(ValueError, match=rf"^the default stream of {name}:0 cannot be"):
+            b.stream_destroy(0, 0)
+        ev = b.event_create(0, False, False, False)
+        b.event_record(0, ev, 0)
+        with pytest.raises(acc.DeviceError, match=rf"^{name}: event {ev} was created without"):
+            b.event_elapsed_time(0, ev, ev)
+        b.event_destroy(0, ev)
+    finally:
+        b.close()
+
+
 # ---------------------------------------------------------------------- (3) from_torch device
 
 def test_from_torch_device_reads_an_object_of_torch_device_shape_without_torch() -> None:
