@@ -443,7 +443,7 @@ class Array:
         if device is None:
             b, index = self._b, self._index
         else:
-            b, index = _get_device(device)
+            b, index = _get_device(device, torch_parser=True)
         if non_blocking is not False:
             _check_flag("non_blocking", non_blocking)
         if copy is not False:

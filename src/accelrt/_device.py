@@ -21,6 +21,8 @@ import warnings
 import weakref
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from . import _backend
 from ._errors import AcceleratorIndexError, AcceleratorValueError, BackendUnavailableError
 from ._fork import reinit_after_fork
@@ -52,7 +54,9 @@ class device:
     """An immutable, hashable device: a backend type and an optional index.
 
     ``device("cuda:1")``, ``device("cuda", 1)``, ``device("cpu")`` (no index: "the current
-    one"), ``device(1)`` (index 1 of the current accelerator), ``device(other_device)``.
+    one"), ``device(1)`` (index 1 of the current accelerator), ``device(other_device)``. As
+    ``torch.device``'s parser reads them, a numpy integer is an index and bytes a device string
+    (``device(np.int64(1))``, ``device(b"cpu:0")``).
 
     As a context manager (``with acc.device("cpu:1"):``, as ``with torch.device(...)``) it is
     the calling thread's default device of the factories (``Array``, ``empty``, ``zeros``,
@@ -87,7 +91,10 @@ class device:
 
     def __init__(self, type_or_str: device | str | int, index: int | None = None) -> None:
         if index is not None and (not isinstance(index, int) or isinstance(index, bool)):
-            raise TypeError(f"device index must be an int or None, got {type(index).__name__}")
+            if not isinstance(index, np.integer):   # torch's parser reads a numpy integer
+                raise TypeError(f"device index must be an int or None, got "
+                                f"{type(index).__name__}")
+            index = int(index)
         if isinstance(type_or_str, device):
             if index is not None:
                 raise ValueError("device(device, index): the index is already part of the device")
@@ -112,7 +119,12 @@ class device:
             if index is not None:
                 idx = index
         else:
-            raise TypeError(f"device() takes a str, int or device, not {type(type_or_str).__name__}")
+            form = _parser_form(type_or_str)    # a numpy integer, bytes: as torch's parser
+            if form is type_or_str:
+                raise TypeError(f"device() takes a str, int or device, not "
+                                f"{type(type_or_str).__name__}")
+            device.__init__(self, form, index)
+            return
         if idx is not None and type(idx) is not int:
             idx = _plain_int(idx)        # its value, whatever its comparisons say
         if idx is not None and idx < 0:
@@ -609,6 +621,28 @@ def _plain_int(value: int) -> int:
     return value if type(value) is int else int.__index__(value)
 
 
+def _parser_form(dev: Any) -> Any:
+    """``dev`` as PyTorch's C++ argument parser reads a device (torch 2.14.1's ``torch.device``,
+    ``torch.Stream``, ``torch.Event``, ``torch.Generator``): a numpy integer (not a bool) is its
+    index as an ``int`` and ``bytes`` a device string (UTF-8); anything else is returned as it
+    is (an object with ``__index__`` alone is not an index there). Called by
+    :func:`_get_device` and :class:`device` only for an argument of another type than a
+    str, int, device or None, so their per-call paths do not pay for it.
+
+    Example::
+
+        >>> import numpy as np
+        >>> from accelrt._device import _parser_form
+        >>> _parser_form(np.int64(1)), _parser_form(b"cpu:0"), _parser_form(1.0)
+        (1, 'cpu:0', 1.0)
+    """
+    if isinstance(dev, np.integer):
+        return int(dev)
+    if isinstance(dev, bytes):
+        return dev.decode("utf-8")
+    return dev
+
+
 def _negative_index(index: int) -> AcceleratorValueError:
     """The error of a negative device index where one is not allowed: PyTorch's RuntimeError
     text ("Device index must not be negative"), also a ``ValueError``."""
@@ -675,8 +709,8 @@ def _wrong_device(dev: object) -> TypeError:
     return _WrongDeviceError(f"expected a device, int, str or None, got {name}{hint}")
 
 
-def _get_device(dev: DeviceLike, *, optional: bool = True,
-                backend: Backend | None = None, minus_one: bool = False) -> tuple[Backend, int]:
+def _get_device(dev: DeviceLike, *, optional: bool = True, backend: Backend | None = None,
+                minus_one: bool = False, torch_parser: bool = False) -> tuple[Backend, int]:
     """The one normaliser: turn any ``DeviceLike`` into ``(backend, checked index)``.
 
     ``backend`` fixes the backend (device-specific modules); otherwise an int or ``None`` means
@@ -684,7 +718,12 @@ def _get_device(dev: DeviceLike, *, optional: bool = True,
     the current accelerator (several backends live in one process). With ``minus_one`` the
     index -1 (only) is the current device, as c10 reads it where ``torch.accelerator`` passes
     an int through (``getCurrentCUDAStream(-1)``, a ``DeviceGuard`` of index -1); any other
-    negative index is refused.
+    negative index is refused. With ``torch_parser`` it reads a device as PyTorch's C++
+    argument parser does (:func:`_parser_form`: a numpy integer is an index, bytes a device
+    string), for the functions whose PyTorch counterparts parse it so (``torch.device``,
+    ``torch.Stream``, ``torch.Event``, ``torch.Generator``, the factories' and ``to``'s
+    ``device``); without it those are refused, as where PyTorch's ``_get_device_index``
+    reads them as the current device or refuses them.
     """
     if backend is None and (type(dev) is str or type(dev) is device):
         hit = _resolved.get(dev)
@@ -708,7 +747,10 @@ def _get_device(dev: DeviceLike, *, optional: bool = True,
     if isinstance(dev, str):
         dev = device(dev)
     if not isinstance(dev, device):
-        raise _wrong_device(dev)
+        form = _parser_form(dev) if torch_parser else dev
+        if form is dev:
+            raise _wrong_device(dev)
+        return _get_device(form, optional=optional, backend=backend, minus_one=minus_one)
     if backend is not None:
         if dev._type != backend.name:
             raise ValueError(f"Expected a {backend.name} device, but got: {dev}")
@@ -728,9 +770,11 @@ def _get_device(dev: DeviceLike, *, optional: bool = True,
 
 def _get_device_of(dev: DeviceLike, backend_name: str | None) -> tuple[Backend, int]:
     """:func:`_get_device` with the backend fixed by name (the classes of device-specific
-    modules, such as ``accelrt.cpu.Stream``, set ``_backend_name``) or, for ``None``, not."""
+    modules, such as ``accelrt.cpu.Stream``, set ``_backend_name``, and read a device as
+    ``torch.cuda``'s classes do) or, for ``None``, not (``accelrt.Stream``, ``accelrt.Event``:
+    read as ``torch.Stream``'s and ``torch.Event``'s parser reads it)."""
     if backend_name is None:
-        return _get_device(dev)
+        return _get_device(dev, torch_parser=True)
     return _get_device(dev, backend=_backend.get_backend(backend_name))
 
 

@@ -282,7 +282,7 @@ def asarray(obj: object, device: DeviceLike = None, dtype: DTypeLike | None = No
         if device is None:
             b, index = obj._b, obj._index
         else:
-            b, index = _get_device(device)
+            b, index = _get_device(device, torch_parser=True)
         want = obj._dtype if dtype is None else _check_dtype(dtype, b, index)
         if b is obj._b and index == obj._index and want == obj._dtype and not copy:
             return obj
@@ -297,7 +297,7 @@ def asarray(obj: object, device: DeviceLike = None, dtype: DTypeLike | None = No
     if not from_dlpack and not isinstance(obj, np.ndarray) and hasattr(
             obj, "__cuda_array_interface__"):
         return _import_cai(obj, device, dtype, copy)
-    b, index = _get_device(device)
+    b, index = _get_device(device, torch_parser=True)
     python_data = not from_dlpack and _python_data(obj)
     writable = True   # a DLPack producer may forbid writes (a DLPack >= 1.0 flag)
     if python_data:   # PyTorch's dtype inference and checked conversion of each number
@@ -377,7 +377,7 @@ def _cai_reader(device: DeviceLike) -> Any:
     device's backend when it is a device backend that can look pointers up (capability
     ``pointer_lookup``), else ``cuda``."""
     if device is not None:
-        b, index = _get_device(device)
+        b, index = _get_device(device, torch_parser=True)
         caps = b.capabilities(index)
         if not caps.host_accessible and caps.pointer_lookup:
             return b
@@ -428,7 +428,7 @@ def _import_cai(obj: Any, device: DeviceLike, dtype: Any, copy: bool | None) -> 
     if device is None:
         b, index = _get_device(src, backend=reader)
     else:
-        b, index = _get_device(device)
+        b, index = _get_device(device, torch_parser=True)
     dt = cai.dtype if dtype is None else _check_dtype(dtype, b, index)
     shareable = (b is reader and index == src and dt == cai.dtype and cai.is_c_contiguous
                  and not cai.readonly)

@@ -187,7 +187,7 @@ def place(device: object) -> Site:
             _placed[device] = found
         return found
     # any object: _get_device (pure Python) refuses a wrong one with accelrt's own errors
-    b, index = _get_device(cast("DeviceLike", device))
+    b, index = _get_device(cast("DeviceLike", device), torch_parser=True)
     return site(b, index)
 
 

@@ -38,7 +38,8 @@ from .._device import _index_arg
 from .._errors import DeviceError
 
 __all__ = ["HandleTable", "KeptErrors", "bad_handle", "check_byte", "check_index", "check_int",
-           "check_ptr", "check_size", "check_u64", "fill_pattern", "reset_in_child"]
+           "check_ptr", "check_size", "check_u64", "fill_pattern", "reset_in_child",
+           "stream_failed"]
 
 _FILL_DTYPES: dict[int, Any] = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
@@ -269,6 +270,19 @@ def bad_handle(kind: str, handle: object, where: str, fix: str) -> Exception:
     if isinstance(handle, bool) or not isinstance(handle, int):
         return TypeError(f"{kind} handle must be an int, got {type(handle).__name__}")
     return ValueError(f"{kind} handle {handle} is not a live {kind}{where}; {fix}")
+
+
+def stream_failed(name: str, handle: int, device: int) -> str:
+    """How a failure of the work of stream ``handle`` of device ``device`` of the backend
+    registered as ``name`` begins (kept errors, ``DeviceError``).
+
+    Example::
+
+        >>> from accelrt.backends._common import stream_failed
+        >>> stream_failed("cpu", 3, 1)
+        'cpu: work on stream 3 of cpu:1 failed'
+    """
+    return f"{name}: work on stream {handle} of {name}:{device} failed"
 
 
 def check_byte(value: object) -> int:

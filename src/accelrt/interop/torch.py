@@ -147,13 +147,37 @@ def to_torch(array: Any) -> Any:
     return _torch().utils.dlpack.from_dlpack(array)
 
 
+def _device_arg(device: Any) -> Any:
+    """``from_torch``'s ``device`` as accelrt reads it: a ``torch.device``, or any object of
+    its shape (a str ``type`` and an ``index`` that is an int or ``None``), is the
+    :class:`accelrt.device` of that type and index; anything else is returned as it is, for
+    accelrt's device normaliser to read or refuse. torch is not imported.
+
+    Example::
+
+        >>> from types import SimpleNamespace
+        >>> from accelrt.interop.torch import _device_arg
+        >>> _device_arg(SimpleNamespace(type="cpu", index=None)), _device_arg("cpu:0")
+        (device(type='cpu'), 'cpu:0')
+    """
+    from .._device import device as _device_cls
+    if device is None or isinstance(device, (int, str, bytes, _device_cls)):
+        return device
+    typ, index = getattr(device, "type", None), getattr(device, "index", False)
+    if isinstance(typ, str) and (index is None or (isinstance(index, int)
+                                                   and not isinstance(index, bool))):
+        return _device_cls(typ, index)
+    return device
+
+
 def from_torch(tensor: Any, device: DeviceLike = None) -> Any:
     """An :class:`accelrt.Array` sharing a ``torch.Tensor``'s memory, without a copy.
 
     accelrt's current stream of the tensor's device is passed to the tensor's ``__dlpack__``,
     so it waits for PyTorch's pending work on the tensor. A CPU tensor gives a cpu-backend
     array (``cpu:0`` unless ``device`` names another); a CUDA tensor an array on the ``cuda``
-    backend's device of the tensor. The array keeps the tensor's memory alive, exported
+    backend's device of the tensor. ``device`` may also be a ``torch.device`` (any object with
+    its ``type`` and ``index``), read as the accelrt device of that type and index. The array keeps the tensor's memory alive, exported
     through ``tensor.detach()`` so that ``tensor.set_(...)`` cannot free it (resizing the tensor
     in place still can: don't).
 
@@ -170,4 +194,4 @@ def from_torch(tensor: Any, device: DeviceLike = None) -> Any:
         raise TypeError(f"from_torch() takes a torch.Tensor, got {type(tensor).__name__}")
     if tensor.requires_grad:
         raise BufferError("from_torch(): the tensor requires grad; pass tensor.detach()")
-    return from_dlpack(tensor, device)
+    return from_dlpack(tensor, _device_arg(device))

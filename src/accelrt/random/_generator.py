@@ -144,8 +144,8 @@ class Generator:
 
     Args:
         device: the device the generator belongs to (``None``: the current device). As
-            ``torch.Generator``'s argument parser reads it, a numpy integer (any ``__index__``
-            object) is an index and ``bytes`` a device string (``np.int64(0)``, ``b"cpu:0"``);
+            ``torch.Generator``'s argument parser reads it, a numpy integer is an index and
+            ``bytes`` a device string (``np.int64(0)``, ``b"cpu:0"``);
             a bool is refused.
 
     Raises:
@@ -168,15 +168,10 @@ class Generator:
     __slots__ = ("__weakref__", "_b", "_index", "_lock", "_offset", "_seed")
 
     def __init__(self, device: DeviceLike | SupportsIndex | bytes = None) -> None:
-        # torch 2.14.1's parser (``Device? device``): a numpy integer (an ``__index__``
-        # object) is an index, bytes a device string; bool and float stay refused (TypeError)
-        dev: Any = device
-        if isinstance(device, bytes):
-            dev = device.decode("ascii", "replace")
-        elif not isinstance(device, (int, str, _device_cls, np.bool_)) and device is not None \
-                and hasattr(type(device), "__index__"):
-            dev = operator.index(device)
-        b, index = _get_device(dev)
+        # torch 2.14.1's parser (``Device? device``), as _get_device reads it: a numpy integer
+        # is an index, bytes a device string; bool, float, other __index__ objects: TypeError
+        dev: Any = device     # SupportsIndex: its numpy integers; bytes
+        b, index = _get_device(dev, torch_parser=True)
         self._init(b, index, DEFAULT_SEED, 0)
 
     def _init(self, b: Backend, index: int, seed: int, offset: int) -> None:

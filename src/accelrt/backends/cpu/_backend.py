@@ -467,7 +467,7 @@ class CpuBackend(TableBackend[CpuStream, CpuEvent]):
                 if s is not None and s.device == index:
                     return s
         self._check_index(index)
-        raise bad_handle("stream", stream, f" of cpu:{index}",
+        raise bad_handle("stream", stream, f" of {self.name}:{index}",
                          "use 0 (the default stream) or a handle from stream_create")
 
     def _event(self, event: int, index: int | None = None) -> CpuEvent:
@@ -475,7 +475,7 @@ class CpuBackend(TableBackend[CpuStream, CpuEvent]):
         if ev is None or (index is not None and (type(index) is not int or ev.device != index)):
             if index is not None:
                 self._check_index(index)
-            where = f" of cpu:{index}" if index is not None else ""
+            where = f" of {self.name}:{index}" if index is not None else ""
             raise bad_handle("event", event, where,
                              "use a handle from event_create that was not destroyed")
         return ev
@@ -495,12 +495,15 @@ class CpuBackend(TableBackend[CpuStream, CpuEvent]):
         try:
             fn()
         except Exception as exc:
-            raise work_error(s, exc) from exc
+            raise work_error(s, exc, self.name) from exc
 
     _host_call = _submit   # every piece of work on a cpu stream is a host call
 
+    def _describe(self, s: CpuStream) -> str:
+        return describe(s, self.name)
+
     def _raise_kept(self, streams: Iterable[CpuStream]) -> None:
-        self._kept.raise_for(streams, describe)
+        self._kept.raise_for(streams, self._describe)
 
     def _check_sync_allowed(self, index: int) -> None:
         """Refuse a synchronize of device ``index`` in the calling thread while one of its
@@ -514,14 +517,15 @@ class CpuBackend(TableBackend[CpuStream, CpuEvent]):
                 fix = ("capture with capture_error_mode 'relaxed' to allow it"
                        if cap.thread == me else
                        "or capture with 'thread_local' to allow other threads' calls")
-                raise DeviceError(f"cpu: synchronize is not permitted while stream "
-                                  f"{s.handle} of cpu:{s.device} is capturing a graph "
+                raise DeviceError(f"{self.name}: synchronize is not permitted while stream "
+                                  f"{s.handle} of {self.name}:{s.device} is capturing a graph "
                                   f"({whose}); end the capture first, {fix}")
 
     def _check_not_capturing(self, s: CpuStream, what: str) -> None:
         if s in self._capturing:
-            raise DeviceError(f"cpu: {what} is not permitted while stream {s.handle} of "
-                              f"cpu:{s.device} is capturing a graph; end the capture first")
+            raise DeviceError(f"{self.name}: {what} is not permitted while stream {s.handle} "
+                              f"of {self.name}:{s.device} is capturing a graph; end the "
+                              "capture first")
 
     # ------------------------------------------------------------------ copies
     def _queue_copy(self, s: CpuStream, kind: str, dst: int, src: int, nbytes: int) -> None:
@@ -582,7 +586,7 @@ class CpuBackend(TableBackend[CpuStream, CpuEvent]):
             raise self._closed_error("stream_destroy")
         s = self._stream(index, stream)
         if s.handle == 0:
-            raise ValueError(f"the default stream of cpu:{index} cannot be destroyed")
+            raise ValueError(f"the default stream of {self.name}:{index} cannot be destroyed")
         self._check_not_capturing(s, "stream_destroy")
         with self._lock:
             self._streams.pop(s.handle, None)
@@ -653,7 +657,7 @@ class CpuBackend(TableBackend[CpuStream, CpuEvent]):
                         ecap.streams.add(s)
                     return
                 if cap is not ecap:
-                    raise DeviceError("cpu: a stream cannot wait on an event recorded in "
+                    raise DeviceError(f"{self.name}: a stream cannot wait on an event recorded in "
                                       "another open capture")
                 return
             if cap is not None:
@@ -774,7 +778,7 @@ class CpuBackend(TableBackend[CpuStream, CpuEvent]):
 
     def _event_state(self, ev: CpuEvent, what: str) -> Record | None:
         if ev.capture is not None:
-            raise DeviceError(f"cpu: {what} is not permitted on an event recorded in an open "
+            raise DeviceError(f"{self.name}: {what} is not permitted on an event recorded in an open "
                               "graph capture; end the capture first")
         rec = ev.record
         if rec is not None:
@@ -813,7 +817,7 @@ class CpuBackend(TableBackend[CpuStream, CpuEvent]):
             self._raise_kept((rec.stream,))
 
     def _timestamp(self, ev: CpuEvent, handle: int) -> int:
-        return ev.timestamp(handle)
+        return ev.timestamp(handle, self.name)
 
     def event_ipc_handle(self, index: int, event: EventHandle) -> bytes:
         """The handle of an interprocess event made in this process."""

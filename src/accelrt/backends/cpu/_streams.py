@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..._errors import DeviceError
-from .._common import KeptErrors, reset_in_child
+from .._common import KeptErrors, reset_in_child, stream_failed
 
 if TYPE_CHECKING:
     from ._ipc import IpcEventState
@@ -157,14 +157,16 @@ class CpuStream:
                 self.cv.notify_all()
 
 
-def describe(s: CpuStream) -> str:
-    """How a failure of ``s``'s work begins (kept errors, ``DeviceError``)."""
-    return f"cpu: work on stream {s.handle} of cpu:{s.device} failed"
+def describe(s: CpuStream, name: str) -> str:
+    """How a failure of ``s``'s work begins (kept errors, ``DeviceError``); ``name`` is the
+    backend's registered name."""
+    return stream_failed(name, s.handle, s.device)
 
 
-def work_error(s: CpuStream, exc: BaseException) -> DeviceError:
-    """The ``DeviceError`` an exception ``exc`` of ``s``'s work surfaces as."""
-    err = DeviceError(f"{describe(s)}: {type(exc).__name__}: {exc}")
+def work_error(s: CpuStream, exc: BaseException, name: str) -> DeviceError:
+    """The ``DeviceError`` an exception ``exc`` of ``s``'s work surfaces as (``name``: the
+    backend's registered name)."""
+    err = DeviceError(f"{describe(s, name)}: {type(exc).__name__}: {exc}")
     err.__cause__ = exc
     return err
 
@@ -208,27 +210,27 @@ class CpuEvent:
         self.ipc = ipc   # an IpcEventState for interprocess events
         self.capture: Capture | None = None
 
-    def timestamp(self, handle: int) -> int:
+    def timestamp(self, handle: int, name: str) -> int:
         """When the last record completed (``perf_counter_ns``), for ``event_elapsed_time``;
         ``DeviceError`` if the event has no timing, sits in an open capture, is pending or
-        was never recorded (``handle`` names it)."""
+        was never recorded (``handle`` names it, ``name`` the backend's registered name)."""
         ev = self
         if not ev.timing:
-            raise DeviceError(f"cpu: event {handle} was created without timing; create both "
+            raise DeviceError(f"{name}: event {handle} was created without timing; create both "
                               "events with enable_timing=True to measure elapsed time")
         if ev.capture is not None:
-            raise DeviceError(f"cpu: event {handle} was recorded in an open graph capture; "
+            raise DeviceError(f"{name}: event {handle} was recorded in an open graph capture; "
                               "end the capture first")
         rec = ev.record
         if rec is None:
             ts = ev.ts
         elif not rec.done():
-            raise DeviceError(f"cpu: event {handle} has not completed yet; synchronize it "
+            raise DeviceError(f"{name}: event {handle} has not completed yet; synchronize it "
                               "(or its stream) before asking for elapsed time")
         else:
             ts = rec.ts
         if ts is None:
-            raise DeviceError(f"cpu: event {handle} was never recorded; record both events "
+            raise DeviceError(f"{name}: event {handle} was never recorded; record both events "
                               "before asking for elapsed time")
         return ts
 

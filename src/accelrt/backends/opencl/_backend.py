@@ -37,7 +37,8 @@ from ..cpu._memory import HostMemory
 from ._discovery import (FORKED_MSG, import_cl, list_devices, memory_mode_setting,
                          unavailable_reason)
 from ._memory import ALIGNMENT, BufferMemory, SvmMemory
-from .._common import HandleTable, KeptErrors, bad_handle, check_int, check_size, reset_in_child
+from .._common import (HandleTable, KeptErrors, bad_handle, check_int, check_size, reset_in_child,
+                       stream_failed)
 from .._table_backend import DeviceRanges, TableBackend
 from ._streams import ClEvent, ClStream, HostWorker
 
@@ -73,10 +74,6 @@ def _finished(s: ClStream) -> bool:
     """True once a (destroyed) stream's last command completed and no error is kept."""
     last = s.last
     return not s.kept.has(s) and (last is None or last.command_execution_status == 0)
-
-
-def _describe(s: ClStream) -> str:
-    return f"opencl: work on stream {s.handle} of opencl:{s.device} failed"
 
 
 def _close_all(streams: list[ClStream]) -> None:
@@ -263,7 +260,7 @@ class OpenCLBackend(TableBackend[ClStream, ClEvent]):
             st = self._state[index]
             if st is None:
                 device = self._cl_devices[index]
-                with map_backend_errors(self.name, f"creating the context of opencl:{index}"):
+                with map_backend_errors(self.name, f"creating the context of {self.name}:{index}"):
                     ctx = cl.Context([device])
                     props = self._queue_props(device)
                     queue = cl.CommandQueue(ctx, device, properties=props)
@@ -419,7 +416,7 @@ class OpenCLBackend(TableBackend[ClStream, ClEvent]):
                     return s
         self._check_forked()
         self._check_index(index)
-        raise bad_handle("stream", stream, f" of opencl:{index}",
+        raise bad_handle("stream", stream, f" of {self.name}:{index}",
                          "use 0 (the default stream) or a handle from stream_create")
 
     def _event(self, event: int, index: int) -> ClEvent:
@@ -427,7 +424,7 @@ class OpenCLBackend(TableBackend[ClStream, ClEvent]):
         if ev is None or type(index) is not int or ev.device != index:
             self._check_forked()
             self._check_index(index)
-            raise bad_handle("event", event, f" of opencl:{index}",
+            raise bad_handle("event", event, f" of {self.name}:{index}",
                              "use a handle from event_create that was not destroyed")
         return ev
 
@@ -446,8 +443,11 @@ class OpenCLBackend(TableBackend[ClStream, ClEvent]):
             while o and o[0].command_execution_status == 0:  # CL_COMPLETE
                 o.popleft()
 
+    def _describe(self, s: ClStream) -> str:
+        return stream_failed(self.name, s.handle, s.device)
+
     def _raise_kept(self, streams: Iterable[ClStream]) -> None:
-        self._kept.raise_for(streams, _describe)
+        self._kept.raise_for(streams, self._describe)
 
     def _device_streams(self, index: int) -> list[ClStream]:
         """The streams of device ``index``: its live ones and the destroyed ones whose work
@@ -478,7 +478,7 @@ class OpenCLBackend(TableBackend[ClStream, ClEvent]):
                 q = d.peer
                 if q is None:
                     with map_backend_errors(self.name, "creating the peer-copy queue of "
-                                            f"opencl:{d.index}"):
+                                            f"{self.name}:{d.index}"):
                         q = d.peer = self._cl.CommandQueue(d.ctx, self._cl_devices[d.index])
         return q
 
@@ -523,7 +523,7 @@ class OpenCLBackend(TableBackend[ClStream, ClEvent]):
         for st in self._state:
             if st is not None and st.mem.table.overlaps(ptr, n):
                 raise ValueError(f"{what}: [{ptr:#x}, {ptr + n:#x}) is device memory of "
-                                 f"opencl:{st.index}, not host memory; use kind 'd2d' "
+                                 f"{self.name}:{st.index}, not host memory; use kind 'd2d' "
                                  "(or 'h2d'/'d2h' with the device side there)")
 
     def memcpy_peer(self, dst_index: int, dst: int, src_index: int, src: int, nbytes: int,
@@ -602,7 +602,7 @@ class OpenCLBackend(TableBackend[ClStream, ClEvent]):
             raise self._closed_error("stream_destroy")
         s = self._stream(index, stream)
         if s.handle == 0:
-            raise ValueError(f"the default stream of opencl:{index} cannot be destroyed")
+            raise ValueError(f"the default stream of {self.name}:{index} cannot be destroyed")
         with self._lock:
             self._streams.pop(s.handle, None)
             self._all.remove(s)
@@ -641,8 +641,8 @@ class OpenCLBackend(TableBackend[ClStream, ClEvent]):
             s.queue.flush()
             status = int(last.command_execution_status)
         if status < 0:
-            raise DeviceError(f"opencl: work on stream {s.handle} of opencl:{index} failed "
-                              f"with status {status}")
+            raise DeviceError(f"{stream_failed(self.name, s.handle, index)} with status "
+                              f"{status}")
         return status == int(cl.command_execution_status.COMPLETE)
 
     def stream_synchronize(self, index: int, stream: StreamHandle) -> None:
@@ -712,7 +712,7 @@ class OpenCLBackend(TableBackend[ClStream, ClEvent]):
         with map_backend_errors(self.name, what):
             status = int(ev.marker.command_execution_status)
         if status < 0:
-            raise DeviceError(f"opencl: the work before the event failed with status {status}")
+            raise DeviceError(f"{self.name}: the work before the event failed with status {status}")
         return status
 
     def event_query(self, index: int, event: EventHandle) -> bool:
@@ -737,14 +737,14 @@ class OpenCLBackend(TableBackend[ClStream, ClEvent]):
 
     def _timestamp(self, ev: ClEvent, handle: int) -> int:
         if not ev.timing:
-            raise DeviceError(f"opencl: event {handle} was created without timing; create "
+            raise DeviceError(f"{self.name}: event {handle} was created without timing; create "
                               "both events with enable_timing=True to measure elapsed time")
         if ev.marker is None:
-            raise DeviceError(f"opencl: event {handle} was never recorded; record both events "
+            raise DeviceError(f"{self.name}: event {handle} was never recorded; record both events "
                               "before asking for elapsed time")
         if self._status(ev, "event_elapsed_time") != int(
                 self._cl.command_execution_status.COMPLETE):
-            raise DeviceError(f"opencl: event {handle} has not completed yet; synchronize it "
+            raise DeviceError(f"{self.name}: event {handle} has not completed yet; synchronize it "
                               "(or its stream) before asking for elapsed time")
         with map_backend_errors(self.name, "event_elapsed_time"):
             return int(ev.marker.profile.end)
