@@ -23,7 +23,7 @@ from __future__ import annotations
 import operator
 import secrets
 import threading
-from typing import TYPE_CHECKING, Any, SupportsIndex
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -167,11 +167,11 @@ class Generator:
 
     __slots__ = ("__weakref__", "_b", "_index", "_lock", "_offset", "_seed")
 
-    def __init__(self, device: DeviceLike | SupportsIndex | bytes = None) -> None:
+    def __init__(self, device: DeviceLike = None) -> None:
         # torch 2.14.1's parser (``Device? device``), as _get_device reads it: a numpy integer
-        # is an index, bytes a device string; bool, float, other __index__ objects: TypeError
-        dev: Any = device     # SupportsIndex: its numpy integers; bytes
-        b, index = _get_device(dev, torch_parser=True)
+        # is an index, bytes a device string (at run time; typed as torch's stub types it,
+        # DeviceLikeType); bool, float, other __index__ objects: TypeError
+        b, index = _get_device(device, torch_parser=True)
         self._init(b, index, DEFAULT_SEED, 0)
 
     def _init(self, b: Backend, index: int, seed: int, offset: int) -> None:
