@@ -8,7 +8,6 @@ while ``get_world_size`` asks the group object its size and still answers; a sec
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Iterator
 
 import pytest
 
@@ -22,17 +21,7 @@ NOT_IN_MAP = "is not initialized in the world group map. Please initialize the g
 NO_WORLD = "Default process group has not been initialized"
 
 
-@pytest.fixture
-def world() -> Iterator[None]:
-    dist.init_process_group("cpu:mpi", timeout=30)
-    try:
-        yield
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-
-
-def test_a_destroyed_subgroup_is_forgotten_like_torch(world: None) -> None:
+def test_a_destroyed_subgroup_is_forgotten_like_torch(one_rank_world: None) -> None:
     g = dist.new_group([0])
     assert isinstance(g, dist.ProcessGroup)
     assert (dist.get_rank(g), dist.get_world_size(g), dist.get_backend(g)) == (0, 1, "cpu:mpi")
@@ -58,7 +47,7 @@ def test_a_destroyed_subgroup_is_forgotten_like_torch(world: None) -> None:
     assert dist.get_rank(nm) == dist.get_world_size(nm) == -1
 
 
-def test_groups_after_destroy_process_group_like_torch(world: None) -> None:
+def test_groups_after_destroy_process_group_like_torch(one_rank_world: None) -> None:
     g = dist.new_group([0])
     w = dist.group.WORLD
     assert isinstance(g, dist.ProcessGroup) and w is not None

@@ -358,6 +358,7 @@ def test_query_reads_the_streams_idle_hint() -> None:
 
     name = "qhint_" + uuid.uuid4().hex[:8]
     acc.backends.register(name, lambda: Counting(num_devices=1, async_streams=False, name=name))
+    b = None
     try:
         b = acc.backends.get_backend(name)
         e = acc.Event(f"{name}:0")
@@ -369,12 +370,9 @@ def test_query_reads_the_streams_idle_hint() -> None:
         b.streams_idle = False   # (False is always correct: the core asks)
         assert e.query() is True and asked == [ipc.event_id, e.event_id]
     finally:
-        with _backend._lock:
-            _backend._factories.pop(name, None)
-            inst = _backend._instances.pop(name, None)
-            _backend._failures.pop(name, None)
-        if inst is not None:
-            inst.close()
+        acc.backends.unregister(name)
+        if b is not None:
+            b.close()
 
     # a backend whose work stays pending (the hint False) is asked: its answer stands
     toy, _inst = register_toy()
