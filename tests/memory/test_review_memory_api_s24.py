@@ -322,8 +322,8 @@ def test_mem_pool_dropped_while_in_use(current: str) -> None:
 def test_mem_pool_hostile_arguments(dev: str) -> None:
     with pytest.raises(TypeError):
         memory.use_mem_pool(None, f"{dev}:0").__enter__()        # type: ignore[arg-type]
-    with pytest.raises(ValueError):
-        memory.MemPool(use_on_oom=True)
+    with pytest.raises(TypeError):
+        memory.MemPool(use_on_oom=1)                             # type: ignore[arg-type]
     with pytest.raises(TypeError):
         memory.MemPool(no_split=1)                               # type: ignore[arg-type]
     with pytest.raises(TypeError):

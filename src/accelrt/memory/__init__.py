@@ -706,15 +706,18 @@ class MemPool:
         allocator: a :class:`PluggableAllocator` whose library allocates and frees the pool's
             segments (under the caching allocator: its ``NULL`` is an out-of-memory with the
             usual release and retry); ``None``: the backend's own memory.
-        use_on_oom: accepted for PyTorch compatibility; must be False.
+        use_on_oom: a last resort for other allocations: a request outside private pools
+            on the device current when the pool was made that would otherwise run out of
+            memory (after the cache is released and the request retried) takes a cached
+            block of this pool on its stream, as PyTorch's ``use_on_oom``; the block stays
+            in the pool when freed. Only while the pool object is alive.
         no_split: never split a segment of the pool: every allocation gets a whole segment
             of its own (``allocated_bytes`` counts the whole segment), and a cached segment is
             reused by one allocation at a time (PyTorch's ``no_split``).
 
     Raises:
         TypeError: ``allocator`` is not a :class:`PluggableAllocator` or None, or
-            ``no_split`` is not a bool.
-        ValueError: ``use_on_oom`` is True.
+            ``use_on_oom`` or ``no_split`` is not a bool.
 
     Example::
 
@@ -732,12 +735,11 @@ class MemPool:
         if allocator is not None and not isinstance(allocator, PluggableAllocator):
             raise TypeError(f"MemPool(allocator=...) takes an accelrt.memory.PluggableAllocator "
                             f"or None, got {type(allocator).__name__}")
-        if use_on_oom:
-            raise ValueError("MemPool(use_on_oom=True) is not supported by accelrt's allocator")
-        if not isinstance(no_split, bool):
-            raise TypeError(f"MemPool(no_split=...) must be a bool, got "
-                            f"{type(no_split).__name__}")
+        for name, flag in (("use_on_oom", use_on_oom), ("no_split", no_split)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"MemPool({name}=...) must be a bool, got {type(flag).__name__}")
         self._allocator = allocator
+        self._use_on_oom = use_on_oom
         self._no_split = no_split
         with _pool_lock:
             self._id = (0, next(_pool_ids))
@@ -759,7 +761,10 @@ class MemPool:
     def _attach(self, a: Any) -> None:
         with _pool_lock:
             if a not in self._users:
-                a.create_pool(self._id, no_split=self._no_split, allocator=self._allocator)
+                # PyTorch registers use_on_oom on the device current at the pool's creation
+                on_oom = self._use_on_oom and a._index == self._home.get(a._b.name, 0)
+                a.create_pool(self._id, no_split=self._no_split, allocator=self._allocator,
+                              use_on_oom=on_oom)
                 self._users.append(a)
 
     def use_count(self) -> int:

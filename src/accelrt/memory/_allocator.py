@@ -403,6 +403,7 @@ class DeviceCachingAllocator:
                 if self._rejected:
                     return self._oom.prepare_rejection(rounded, size)
                 return self._oom.prepare_oom(stream, rounded, frames, size, pool.owner_id())
+            pool = blk.pool   # (a use_on_oom pool's cached block: alloc_slow's last resort)
         remaining = blk.size - rounded
         if (self._page_reuse and remaining >= K_MIN_BLOCK and blk.exp is not None
                 and pool.owner is None and blk.next is not None and blk.next.allocated
@@ -843,9 +844,9 @@ class DeviceCachingAllocator:
         end_allocate_to_pool_from_finalizer(self, pool_id)
 
     def create_pool(self, pool_id: tuple[int, int], *, no_split: bool = False,
-                    allocator: Any = None) -> None:
+                    allocator: Any = None, use_on_oom: bool = False) -> None:
         """Create private pool ``pool_id`` or take a reference (:func:`._pools.create_pool`)."""
-        create_pool(self, pool_id, no_split=no_split, allocator=allocator)
+        create_pool(self, pool_id, no_split=no_split, allocator=allocator, use_on_oom=use_on_oom)
 
     def release_pool(self, pool_id: tuple[int, int]) -> None:
         """Drop one reference to private pool ``pool_id`` (:func:`._pools.release_pool`)."""

@@ -384,15 +384,20 @@ class PrivatePool:
             cached segment serves one allocation at a time (``MemPool(no_split=True)``).
         allocator: the raw allocator of the pool's segments (a ``PluggableAllocator``), or
             ``None`` for the backend's own memory.
+        use_on_oom: a request outside private pools that would run out of memory may take
+            one of this pool's cached blocks (``MemPool(use_on_oom=True)``).
     """
 
-    __slots__ = ("allocator", "id", "large", "no_split", "reserved", "small", "use_count")
+    __slots__ = ("allocator", "id", "large", "no_split", "reserved", "small", "use_count",
+                 "use_on_oom")
 
     def __init__(self, pool_id: tuple[int, int], small_hot: HotCounters,
                  large_hot: HotCounters, *,
-                 no_split: bool = False, allocator: Any = None) -> None:
+                 no_split: bool = False, allocator: Any = None,
+                 use_on_oom: bool = False) -> None:
         self.id = pool_id
         self.use_count = 1
+        self.use_on_oom = use_on_oom
         self.reserved = 0
         self.no_split = no_split
         self.allocator = allocator

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from ._block import (
     ADDR_MASK,
     DEFAULT_POOL,
+    K_SMALL_SIZE,
     KEY_SHIFT,
     Block,
     BlockPool,
@@ -46,7 +47,7 @@ from ._release import garbage_collect, release_available_cached_blocks, release_
 if TYPE_CHECKING:
     from ._allocator import DeviceCachingAllocator
 
-__all__ = ["alloc_block", "alloc_slow", "free_block", "get_free_block"]
+__all__ = ["alloc_block", "alloc_slow", "free_block", "get_free_block", "take_from_oom_pool"]
 
 
 def get_free_block(a: DeviceCachingAllocator, pool: BlockPool, stream: int,
@@ -121,6 +122,20 @@ def get_free_block(a: DeviceCachingAllocator, pool: BlockPool, stream: int,
     return blk
 
 
+def take_from_oom_pool(a: DeviceCachingAllocator, stream: int, rounded: int) -> Block | None:
+    """PyTorch's last resort before an out-of-memory error, for a request outside private
+    pools: the best-fit cached block on ``stream`` of the first live private pool made with
+    ``use_on_oom`` that has one (from its small or large pool by size), or ``None``. The
+    block stays the private pool's: its free returns it there."""
+    for pp in a._pools.private.values():
+        if pp.use_on_oom and pp.use_count > 0:
+            blk = get_free_block(a, pp.small if rounded <= K_SMALL_SIZE else pp.large, stream,
+                                 rounded)
+            if blk is not None:
+                return blk
+    return None
+
+
 def alloc_slow(a: DeviceCachingAllocator, pool: BlockPool, stream: int, rounded: int,
                frames: list[dict[str, Any]] | None) -> Block | None:
     """A new block for a request that no cached block serves (``_lock`` held): a new segment,
@@ -141,8 +156,10 @@ def alloc_slow(a: DeviceCachingAllocator, pool: BlockPool, stream: int, rounded:
     if not a._pools.captures:
         a._oom.check_retry_sync()   # sync debug mode: the release below waits for events
         release_cached_blocks(a, DEFAULT_POOL)
-        return alloc_block(a, pool, stream, rounded, alloc_size, True, frames)
-    return None
+        blk = alloc_block(a, pool, stream, rounded, alloc_size, True, frames)
+    if blk is None and not a._rejected and pool.owner is None:
+        blk = take_from_oom_pool(a, stream, rounded)
+    return blk
 
 
 def alloc_block(a: DeviceCachingAllocator, pool: BlockPool, stream: int, rounded: int,

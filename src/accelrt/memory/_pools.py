@@ -146,13 +146,13 @@ class PrivatePools:
         return False
 
     def create(self, pool_id: tuple[int, int], *, no_split: bool = False,
-               allocator: Any = None) -> None:
+               allocator: Any = None, use_on_oom: bool = False) -> None:
         """Create ``pool_id`` (with these options) or take one more reference to it."""
         pp = self.private.get(pool_id)
         if pp is None:
             hot = self._stats.hot
             self.private[pool_id] = PrivatePool(pool_id, hot[1], hot[2], no_split=no_split,
-                                                allocator=allocator)
+                                                allocator=allocator, use_on_oom=use_on_oom)
         else:
             pp.use_count += 1
             self.freeable.pop(pool_id, None)
@@ -392,7 +392,7 @@ def settle_pending(a: AllocatorCore, item: tuple[int, int] | EndRouting) -> None
 
 
 def create_pool(a: AllocatorCore, pool_id: tuple[int, int], *, no_split: bool = False,
-                allocator: Any = None) -> None:
+                allocator: Any = None, use_on_oom: bool = False) -> None:
     """Create private pool ``pool_id`` or take one more reference to it.
 
     Args:
@@ -400,6 +400,9 @@ def create_pool(a: AllocatorCore, pool_id: tuple[int, int], *, no_split: bool = 
         no_split: the new pool never splits a segment (PyTorch's ``MemPool(no_split=)``).
         allocator: a ``PluggableAllocator`` whose library allocates and frees the new
             pool's segments (``MemPool(allocator=)``); ``None``: the backend's memory.
+        use_on_oom: while the pool has references, a request outside private pools that
+            would run out of memory may take one of its cached blocks
+            (``MemPool(use_on_oom=True)``).
 
     The options apply when the pool is created; a further reference keeps them.
 
@@ -420,7 +423,8 @@ def create_pool(a: AllocatorCore, pool_id: tuple[int, int], *, no_split: bool = 
     pool_id = check_pool_id(pool_id)
     with a._lock:
         a.settle_locked()   # a queued release_pool of this id comes first
-        a._pools.create(pool_id, no_split=no_split, allocator=allocator)
+        a._pools.create(pool_id, no_split=no_split, allocator=allocator,
+                        use_on_oom=use_on_oom)
 
 
 def release_pool(a: AllocatorCore, pool_id: tuple[int, int]) -> None:

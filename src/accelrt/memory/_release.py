@@ -208,6 +208,9 @@ def empty_collected_pools(a: AllocatorCore) -> None:
     empty = a._gc_empty
     while empty:
         pool_id = empty.popleft()
+        pp = a._pools.private.get(pool_id)
+        if pp is not None:
+            pp.use_on_oom = False   # a collected pool is no last resort (PyTorch's ~MemPool)
         a._flush_deferred()
         try:
             release_cached_blocks(a, pool_id)

@@ -108,7 +108,7 @@ class ReplacedAllocator(DeviceCachingAllocator):
 
     # ------------------------------------------------------------------ private pools
     def create_pool(self, pool_id: tuple[int, int], *, no_split: bool = False,
-                    allocator: Any = None) -> None:
+                    allocator: Any = None, use_on_oom: bool = False) -> None:
         """No-op: this allocator serves every allocation itself."""
 
     def release_pool(self, pool_id: tuple[int, int]) -> None:
