@@ -44,8 +44,8 @@ from . import _device as _dev
 from ._device import _lazy_init, _require_current, _tls
 from ._errors import CaptureNotSupportedError, ClosedError
 from ._fork import reinit_after_fork
-from ._graph_hooks import (HOOK_KINDS, RemovableHandle, _add_hook, _flag, _run_global,
-                           export_dot)
+from ._graph_hooks import (HOOK_KINDS, RemovableHandle, _add_hook, _flag, _Retained, _run_global,
+                           dump_dot, export_dot)
 from ._graph_hooks import register_global_hook as register_global_hook
 from ._handles import GraphHandle, StreamHandle
 from ._stream_core import _initialized
@@ -55,6 +55,7 @@ if TYPE_CHECKING:
 
     from ._backend import Backend
     from ._typing import PoolLike
+    from .random import Generator
 
 __all__ = ["DeviceGraph", "Graph", "RemovableHandle", "export_dot", "graph", "graph_pool_handle",
            "register_global_hook"]
@@ -95,6 +96,12 @@ def capturing_graph(backend: str, index: int, stream: int) -> Graph | None:
     return None if ref is None else ref()
 
 _D = TypeVar("_D", bound="DeviceGraph")
+
+
+def _graphsafe() -> Any:
+    """:mod:`accelrt.random._graphsafe` (imported on first use: it loads the random module)."""
+    from .random import _graphsafe as module
+    return module
 
 
 def graph_pool_handle() -> tuple[int, int]:
@@ -210,7 +217,8 @@ class Graph:
 
     __slots__ = ("__weakref__", "_allocator", "_b", "_capturing", "_closed", "_exec",
                  "_exec_ids", "_handle", "_hooks", "_index", "_keep_graph", "_pool",
-                 "_pools_kept", "_stream", "_template", "capture_error_mode", "graph_pool")
+                 "_pools_kept", "_rng", "_stream", "_template", "capture_error_mode",
+                 "graph_pool")
 
     #: Fixed backend for device-specific subclasses (``accelrt.cuda.CUDAGraph``); ``None``:
     #: the current accelerator.
@@ -239,6 +247,7 @@ class Graph:
         self._exec = False        # the executable graph exists (instantiate() ran)
         self._template = False    # the captured graph may be read (keep_graph, capture-end hooks)
         self._exec_ids: set[int] = set()
+        self._rng: dict[Any, Any] = {}   # generator -> random._graphsafe.GraphRng
         self._hooks: dict[str, collections.OrderedDict[int, Callable[[Any], None]]] = {
             k: collections.OrderedDict() for k in HOOK_KINDS[:-1]}
 
@@ -314,6 +323,7 @@ class Graph:
         self._b, self._index, self._stream = b, index, stream
         self._pool, self._allocator, self._capturing = pid, a, True
         self._exec, self._template, self._exec_ids = False, False, set()
+        _graphsafe().capture_begin(self, b, index)   # the generators count within the graph
         # the capture is live: work a hook submits to this stream is captured
         _run_global(b.name, "capture_start", self)
         try:
@@ -365,6 +375,7 @@ class Graph:
         self._capturing = False
         _active[(b.name, index)].remove(id(self))
         _capturing.pop((b.name, index, int(self._stream)), None)
+        _graphsafe().capture_end(self)
         try:
             anyb: Any = b   # called untyped: a compiled caller would cast the result
             self._handle = _checked.graph(b, index, self._stream,
@@ -439,7 +450,10 @@ class Graph:
         for hook in list(self._hooks["replay_start"].values()):
             hook(self)
         try:
-            b.graph_replay(index, self._handle, _stream._current(b, index)._handle)
+            stream = _stream._current(b, index)._handle
+            if self._rng:
+                _graphsafe().replay_prologue(self, b, index, stream)
+            b.graph_replay(index, self._handle, stream)
         finally:   # an end balances every start, even when the launch failed
             _run_global(b.name, "replay_end", self)
             for hook in list(self._hooks["replay_end"].values()):
@@ -499,21 +513,7 @@ class Graph:
             >>> path.read_text().startswith("digraph")
             True
         """
-        self._dump_dot(os.fspath(path), True)
-
-    def _dump_dot(self, path: str, verbose: bool) -> None:
-        self._check_open()
-        _flag("verbose", verbose)
-        b = self._b
-        if self._handle is None or b is None or not self._template:
-            raise RuntimeError("there is no captured graph to dump: make the graph with "
-                               "keep_graph=True or call enable_debug_mode() before the capture "
-                               "ends (or dump it from a capture-end hook: export_dot())")
-        if not b.capabilities(self._index).graph_dot:
-            raise CaptureNotSupportedError(
-                f"the {b.name} backend cannot write a graph in DOT format (its "
-                "capabilities().graph_dot is False); debug_dump()/export_dot() need cuda or cpu")
-        b.graph_debug_dot(self._index, self._handle, path, verbose)
+        dump_dot(self, os.fspath(path), True)
 
     # ------------------------------------------------------------------ lifetime
     def close(self) -> None:
@@ -593,6 +593,7 @@ class Graph:
             self._exec = self._template = False
             _checked.destroy_graph(b, self._index, handle)
             _run_global(b.name, "destroy", exec_ids)
+        self._rng = {}   # (PyTorch's reset unregisters the generators)
         if self._pool is not None and self._allocator is not None:
             a, pids = self._allocator, [self._pool, *self._pools_kept]
             self._allocator = self._pool = None
@@ -630,39 +631,6 @@ class Graph:
                  "captured" if self._handle is not None else "empty")
         dev = f" on {self._b.name}:{self._index}" if self._b is not None else ""
         return f"<accelrt.Graph {state}{dev}>"
-
-
-class _Retained:
-    """The destroy callbacks and retained objects of one capture cycle of a
-    :class:`DeviceGraph`, and the streams to synchronize before they are released."""
-
-    __slots__ = ("callbacks", "objects", "streams", "sync")
-
-    def __init__(self) -> None:
-        self.callbacks: collections.OrderedDict[int, Callable[[], None]] = \
-            collections.OrderedDict()
-        self.objects: collections.OrderedDict[int, object] = collections.OrderedDict()
-        self.streams: set[_stream.Stream] = set()
-        self.sync = False
-
-    def fire(self) -> None:
-        """Synchronize the replay streams (if asked), run the callbacks (ignoring their
-        errors), then drop the callbacks and the retained objects."""
-        if self.sync:
-            for s in self.streams:
-                try:
-                    s.synchronize()
-                except Exception:  # noqa: BLE001, S112 - the callbacks must still run
-                    continue
-        callbacks = list(self.callbacks.values())
-        self.callbacks.clear()
-        for cb in callbacks:
-            try:
-                cb()
-            except Exception:  # noqa: BLE001, S112 - one failure must not skip the rest
-                continue
-        self.objects.clear()
-        self.streams.clear()
 
 
 class DeviceGraph(Graph):
@@ -792,7 +760,7 @@ class DeviceGraph(Graph):
                    verbose: bool = True) -> None:
         """Write the captured graph to ``debug_path`` in Graphviz DOT format (``verbose``:
         the most detailed output); see :meth:`Graph.debug_dump`."""
-        self._dump_dot(os.fspath(debug_path), verbose)
+        dump_dot(self, os.fspath(debug_path), verbose)
 
     # ------------------------------------------------------------------ raw handles
     def _native(self, executable: bool) -> int:
@@ -866,6 +834,54 @@ class DeviceGraph(Graph):
         """Run ``hook(graph)`` at the end of every :meth:`replay`, once the work is submitted
         (not finished), even if the launch failed. Returns a handle to remove it."""
         return self._hook("replay_end", hook)
+
+    def register_generator_state(self, generator: Generator) -> None:
+        """Register ``generator`` (an ``accelrt.random.Generator``) with this graph: each
+        replay then draws new numbers from it, as the eager work would
+        (``torch.cuda.CUDAGraph.register_generator_state``; docs/random.md). The device's
+        default generator needs none; drawing from an unregistered one in the capture raises
+        ``RuntimeError``. :meth:`reset` drops the registrations.
+
+        Raises:
+            TypeError: ``generator`` is not an ``accelrt.random.Generator``.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> gen = acc.random.Generator("cpu:0").manual_seed(1)
+            >>> g, x = acc.cpu.Graph(), acc.zeros(4, device="cpu:0")
+            >>> g.register_generator_state(gen)
+            >>> with acc.cpu.graph(g):
+            ...     _ = acc.random.uniform_(x, generator=gen)
+            >>> g.replay(); gen.get_offset()
+            1
+        """
+        from .random import Generator as Gen
+        if not isinstance(generator, Gen):
+            raise TypeError(f"register_generator_state() takes an accelrt.random.Generator, "
+                            f"got {type(generator).__name__}")
+        _graphsafe().register(self, generator)
+
+    @classmethod
+    def get_currently_capturing_graph(cls) -> Graph:
+        """The graph capturing the current stream of the current device, or ``RuntimeError``
+        (``torch.cuda.CUDAGraph.get_currently_capturing_graph``).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> g = acc.cpu.Graph()
+            >>> with acc.cpu.graph(g):
+            ...     same, _ = acc.cpu.Graph.get_currently_capturing_graph() is g, acc.ones(1)
+            >>> same
+            True
+        """
+        b = _graph_backend(cls._backend_name)
+        index = _tls.device.get(b.name, 0)
+        g = capturing_graph(b.name, index, int(_stream._current(b, index)._handle))
+        if g is None:
+            raise RuntimeError("The current stream is not currently capturing.")
+        return g
 
 
 class graph:

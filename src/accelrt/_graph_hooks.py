@@ -23,10 +23,12 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from ._errors import CaptureNotSupportedError
 from ._fork import reinit_after_fork
 
 if TYPE_CHECKING:
     from ._graph import Graph
+    from ._stream import Stream
 
 __all__ = ["HOOK_KINDS", "RemovableHandle", "export_dot", "register_global_hook"]
 
@@ -116,6 +118,28 @@ def _run_global(backend_name: str, kind: str, arg: object) -> None:
             continue
 
 
+def dump_dot(graph: Graph, path: str, verbose: bool) -> None:
+    """Write ``graph``'s captured graph to ``path`` in DOT format (``debug_dump``,
+    :func:`export_dot`).
+
+    Raises:
+        RuntimeError: no captured graph is readable.
+        CaptureNotSupportedError: the backend cannot write DOT.
+    """
+    graph._check_open()
+    _flag("verbose", verbose)
+    b = graph._b
+    if graph._handle is None or b is None or not graph._template:
+        raise RuntimeError("there is no captured graph to dump: make the graph with "
+                           "keep_graph=True or call enable_debug_mode() before the capture "
+                           "ends (or dump it from a capture-end hook: export_dot())")
+    if not b.capabilities(graph._index).graph_dot:
+        raise CaptureNotSupportedError(
+            f"the {b.name} backend cannot write a graph in DOT format (its "
+            "capabilities().graph_dot is False); debug_dump()/export_dot() need cuda or cpu")
+    b.graph_debug_dot(graph._index, graph._handle, path, verbose)
+
+
 def export_dot(path: str | os.PathLike[str], *,
                verbose: bool = True) -> Callable[[Graph], None]:
     """A capture-end hook that writes the captured graph to ``path`` in Graphviz DOT format
@@ -139,6 +163,39 @@ def export_dot(path: str | os.PathLike[str], *,
     _flag("verbose", verbose)
 
     def _hook(cuda_graph: Graph) -> None:
-        cuda_graph._dump_dot(target, verbose)
+        dump_dot(cuda_graph, target, verbose)
 
     return _hook
+
+
+class _Retained:
+    """The destroy callbacks and retained objects of one capture cycle of a
+    :class:`DeviceGraph`, and the streams to synchronize before they are released."""
+
+    __slots__ = ("callbacks", "objects", "streams", "sync")
+
+    def __init__(self) -> None:
+        self.callbacks: collections.OrderedDict[int, Callable[[], None]] = \
+            collections.OrderedDict()
+        self.objects: collections.OrderedDict[int, object] = collections.OrderedDict()
+        self.streams: set[Stream] = set()
+        self.sync = False
+
+    def fire(self) -> None:
+        """Synchronize the replay streams (if asked), run the callbacks (ignoring their
+        errors), then drop the callbacks and the retained objects."""
+        if self.sync:
+            for s in self.streams:
+                try:
+                    s.synchronize()
+                except Exception:  # noqa: BLE001, S112 - the callbacks must still run
+                    continue
+        callbacks = list(self.callbacks.values())
+        self.callbacks.clear()
+        for cb in callbacks:
+            try:
+                cb()
+            except Exception:  # noqa: BLE001, S112 - one failure must not skip the rest
+                continue
+        self.objects.clear()
+        self.streams.clear()

@@ -30,7 +30,8 @@ from .._errors import AcceleratorValueError
 from .._placement import place, site
 from .._size import storage_nbytes
 from .._transfer import hold
-from . import _philox
+from .. import _graph
+from . import _graphsafe, _philox
 from ._generator import Generator, _default_for
 
 if TYPE_CHECKING:
@@ -49,6 +50,7 @@ _PARTS: Final[dict[int, np.dtype]] = {8: np.dtype("float32"), 16: np.dtype("floa
 _SQRT_HALF: Final = math.sqrt(0.5)
 
 _instances: Final = _backend._instances    # the registry's instances by name (never rebound)
+_capturing: Final = _graph._capturing      # the graph captures in progress (never rebound)
 _wrap: Final = Array._wrap
 
 
@@ -155,18 +157,25 @@ def fill(out: Array, b: Backend, index: int, stream: StreamHandle, n: int, dist:
     per = _PER_BLOCK.get((dist, size))
     nblocks = (-(-n // per) if per is not None
                else _philox.blocks_needed(n, dist, dtype, params))
-    seed, offset = gen._reserve(nblocks)
+    caps = b.capabilities(index)
+    cell: list[int] | None = None
+    if not _capturing or caps.device_rng:   # (device-made numbers: a capture keeps its own)
+        seed, offset = gen._reserve(nblocks)
+    else:   # a graph capture is in progress somewhere: the generator may count in a graph
+        seed, offset, cell = _graphsafe.reserve(gen, b, index, stream, nblocks)
     mem = out._mem
     ptr = mem.ptr
     keep = (mem,) if mem.alloc is None and ptr else ()
-    caps = b.capabilities(index)
     if caps.device_rng:
         b.philox_fill(index, ptr, n, dtype.name, dist, seed, offset, params, stream)
         if keep:
             hold(b, index, stream, keep)
         return
     if mem.host or caps.host_accessible:
-        if (run_copy and size != 2 and nblocks <= _philox.SMALL_MAX_BLOCKS
+        if cell is not None:   # a captured draw: the replay's seed and offset, read when run
+            work = functools.partial(_graphsafe.fill_at, cell, offset, ptr, n, dtype, dist,
+                                     params)
+        elif (run_copy and size != 2 and nblocks <= _philox.SMALL_MAX_BLOCKS
                 and offset + nblocks <= 1 << 64):
             work = functools.partial(_philox._copy_uniform, ptr, n * size, dtype.char, seed,
                                      offset, nblocks)

@@ -165,7 +165,7 @@ class Generator:
         True
     """
 
-    __slots__ = ("__weakref__", "_b", "_index", "_lock", "_offset", "_seed")
+    __slots__ = ("__weakref__", "_b", "_index", "_captures", "_lock", "_offset", "_seed")
 
     def __init__(self, device: DeviceLike = None) -> None:
         # torch 2.14.1's parser (``Device? device``), as _get_device reads it: a numpy integer
@@ -180,6 +180,9 @@ class Generator:
         self._lock = reinit_after_fork(threading.Lock())
         self._seed = seed      # guarded by _lock
         self._offset = offset  # guarded by _lock
+        # the registrations (random._graphsafe.GraphRng) of the captures drawing from this
+        # generator right now (guarded by random._graphsafe's lock)
+        self._captures: set[Any] = set()
 
     @classmethod
     def _make(cls, b: Backend, index: int, seed: int, offset: int) -> Generator:

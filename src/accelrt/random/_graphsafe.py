@@ -1,0 +1,181 @@
+"""Graph-safe random numbers: what a graph capture does to a generator, as PyTorch's
+``CUDAGeneratorState`` capture and replay protocol and ``CUDAGraph.register_generator_state``.
+
+A capture does not consume a generator. A draw on a capturing stream, from a generator that
+the capturing graph registered, takes counter blocks *within the graph* (from 0, in capture
+order); the queued fill reads its seed and first block when it runs, from the graph's cell for
+that generator. Each replay first queues, on the replay stream, the setting of that cell to the
+generator's seed and current offset, then advances the generator past every block the capture
+took. So each replay draws the numbers that running the captured work eagerly at that point
+would draw, and every replay draws new ones.
+
+PyTorch's rules, kept here:
+
+* ``capture_begin`` registers the default generator of the capture's device; a device graph's
+  ``register_generator_state(generator)`` registers another one; ``reset()`` drops them.
+* A draw on a capturing stream from a generator that the graph did not register raises
+  ``RuntimeError`` ("Attempt to increase offset for a CUDA generator not in capture mode").
+* While a generator is being captured, a draw from it on a stream that is not capturing
+  raises ``RuntimeError`` ("Offset increment outside graph capture encountered
+  unexpectedly").
+
+On a backend that makes random numbers on the device (``Capabilities.device_rng``, CUDA's
+Philox kernel, which takes the seed and offset as launch arguments), a captured draw keeps the
+blocks it reserved at capture time: every replay repeats the capture's numbers
+(docs/random.md).
+
+Example::
+
+    >>> import accelrt as acc
+    >>> g, x = acc.cpu.Graph(), acc.zeros(4, device="cpu:0")
+    >>> with acc.cpu.graph(g):
+    ...     _ = acc.random.uniform_(x)
+    >>> g.replay(); first = x.tolist()
+    >>> g.replay(); first != x.tolist()
+    True
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .. import _graph
+from .._handles import StreamHandle
+from . import _philox
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from .._backend import Backend
+    from .._graph import Graph
+    from ._generator import Generator
+
+__all__ = ["GraphRng", "capture_begin", "capture_end", "register", "replay_prologue",
+           "reserve"]
+
+_M64 = (1 << 64) - 1
+_lock = threading.Lock()   # guards every GraphRng's intragraph count and each generator's set
+
+
+class GraphRng:
+    """One generator registered with one graph.
+
+    Attributes:
+        generator: the generator.
+        increment: the counter blocks the last capture took (PyTorch's whole-graph increment).
+        intragraph: the blocks taken so far by the capture in progress.
+        cell: ``[seed, first block]`` of the replay whose work runs: set in stream order by
+            each replay, read by the captured fills when they run.
+    """
+
+    __slots__ = ("cell", "generator", "increment", "intragraph")
+
+    def __init__(self, generator: Generator) -> None:
+        self.generator = generator
+        self.increment = 0
+        self.intragraph = 0
+        self.cell = [0, 0]
+
+
+def register(graph: Graph, generator: Generator) -> None:
+    """Register ``generator`` with ``graph`` (once; a capture in progress takes it at once)."""
+    with _lock:
+        if generator in graph._rng:
+            return
+        reg = graph._rng[generator] = GraphRng(generator)
+        if graph._capturing:
+            generator._captures.add(reg)
+
+
+def capture_begin(graph: Graph, b: Backend, index: int) -> None:
+    """Register the default generator of ``b:index`` and start counting, within the graph,
+    the blocks of every registered generator (PyTorch's ``capture_prologue``)."""
+    from ._generator import _default_for
+    register(graph, _default_for(b, index))
+    with _lock:
+        for reg in graph._rng.values():
+            reg.intragraph = 0
+            reg.generator._captures.add(reg)
+
+
+def capture_end(graph: Graph) -> None:
+    """Stop counting: each registered generator's whole-graph increment is what the capture
+    took (PyTorch's ``capture_epilogue``)."""
+    with _lock:
+        for reg in graph._rng.values():
+            reg.increment = reg.intragraph
+            reg.generator._captures.discard(reg)
+
+
+def replay_prologue(graph: Graph, b: Backend, index: int, stream: StreamHandle) -> None:
+    """Before a replay on ``stream``: for each generator the capture drew from, queue the
+    setting of the graph's cell to the generator's seed and offset, and advance the generator
+    past the capture's blocks (PyTorch's ``replay_prologue``)."""
+    for reg in list(graph._rng.values()):
+        if reg.increment:
+            seed, offset = reg.generator._reserve(reg.increment)
+            b.launch_host_func(index, functools.partial(_set_cell, reg.cell, seed, offset),
+                               stream)
+
+
+def _set_cell(cell: list[int], seed: int, offset: int) -> None:
+    cell[0] = seed
+    cell[1] = offset
+
+
+def _capturing_graph(b: Backend, index: int, stream: StreamHandle) -> Graph | None:
+    """The graph capturing ``stream`` of ``b:index``: the one that began on it, or, for a
+    stream that joined a capture (it waited on the capturing stream), the device's only
+    capture in progress."""
+    g = _graph.capturing_graph(b.name, index, int(stream))
+    if g is None and b.stream_is_capturing(index, stream):
+        live = [ref() for (name, i, _), ref in list(_graph._capturing.items())
+                if name == b.name and i == index]
+        found = [x for x in live if x is not None]
+        if len(found) == 1:
+            g = found[0]
+    return g
+
+
+def reserve(gen: Generator, b: Backend, index: int, stream: StreamHandle,
+            nblocks: int) -> tuple[int, int, list[int] | None]:
+    """``nblocks`` counter blocks of ``gen`` for a draw on ``stream`` while a capture is in
+    progress somewhere: ``(seed, first block, None)`` on a stream that is not capturing (the
+    generator advances), ``(0, first block within the graph, cell)`` on a capturing one.
+
+    Raises:
+        RuntimeError: the capturing graph did not register ``gen``, or ``gen`` is being
+            captured and ``stream`` is not capturing (PyTorch's two errors).
+    """
+    graph = _capturing_graph(b, index, stream)
+    with _lock:
+        if graph is None:
+            if gen._captures:
+                raise RuntimeError(
+                    "Offset increment outside graph capture encountered unexpectedly: this "
+                    "generator is being captured by a graph, so it can only be drawn from on "
+                    "the capturing stream until the capture ends; use another Generator for "
+                    "work outside the capture")
+            seed, offset = gen._reserve(nblocks)
+            return seed, offset, None
+        reg = graph._rng.get(gen)
+        if reg is None or reg not in gen._captures:
+            raise RuntimeError(
+                "Attempt to increase offset for a CUDA generator not in capture mode: the "
+                "graph capturing this stream did not register this generator; call "
+                "graph.register_generator_state(generator) before capture_begin() (only the "
+                "device's default generator is registered by itself)")
+        first = reg.intragraph
+        reg.intragraph = first + nblocks
+    return 0, first, reg.cell
+
+
+def fill_at(cell: list[int], first: int, ptr: int, n: int, dtype: np.dtype, dist: str,
+            params: Sequence[Any]) -> None:
+    """A captured fill: :func:`accelrt.random._philox.fill_at` at the replay's seed and
+    first block (``cell``) plus the capture's ``first`` block."""
+    _philox.fill_at(ptr, n, dtype, dist, cell[0], (cell[1] + first) & _M64, params)

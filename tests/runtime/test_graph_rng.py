@@ -1,0 +1,154 @@
+"""Graph-safe random numbers (docs/random.md), PyTorch's CUDA generator protocol read in its
+source (``CUDAGeneratorState::capture_prologue/epilogue``, ``replay_prologue``, ``increase``;
+``CUDAGraph::capture_begin`` registers the device's default generator): a capture consumes
+nothing, each replay draws what the eager work would draw next and advances the generator by
+the capture's blocks, an unregistered generator is refused in a capture, a captured generator
+is refused outside it.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import accelrt as acc
+from accelrt import _device, backends
+from accelrt._graph import DeviceGraph
+from accelrt.backends.cpu import CpuBackend
+
+#: two devices whose streams run their work on worker threads
+ASYNC = "graphrngasync"
+backends.register(ASYNC, lambda: CpuBackend(num_devices=2, async_streams=True, name=ASYNC))
+
+
+@pytest.fixture
+def current_async(monkeypatch: pytest.MonkeyPatch) -> str:
+    """:data:`ASYNC` as the current accelerator for one test (``DeviceGraph`` captures the
+    current accelerator's work)."""
+    monkeypatch.setattr(_device, "_current_backend", backends.get_backend(ASYNC))
+    monkeypatch.setattr(_device, "_current_name", ASYNC)
+    return ASYNC
+
+
+def _state(dev: str) -> bytes:
+    return bytes(acc.random.get_rng_state(dev))
+
+
+@pytest.mark.parametrize("name", ["cpu", ASYNC])
+def test_replays_draw_the_eager_sequence_of_every_registered_generator(
+        name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_device, "_current_backend", backends.get_backend(name))
+    monkeypatch.setattr(_device, "_current_name", name)
+    dev = f"{name}:0"
+    gen = acc.random.Generator(dev).manual_seed(11)
+    x = acc.zeros(10, device=dev)
+    y = acc.zeros(7, device=dev)
+    acc.random.default_generator(dev).manual_seed(3)
+    start = (_state(dev), gen.get_state().tobytes())
+    g = DeviceGraph()
+    g.register_generator_state(gen)
+    g.register_generator_state(gen)                # twice is once
+    s = acc.Stream(dev)
+    with acc.graph(g, stream=s):
+        acc.random.uniform_(x)                      # default generator, 3 blocks
+        acc.random.normal_(y, 1.0, 2.0, generator=gen)
+        acc.random.uniform_(x, -1.0, 1.0)           # 3 more from the default generator
+    assert (_state(dev), gen.get_state().tobytes()) == start   # the capture consumed nothing
+    replays = []
+    for _ in range(3):                              # queued back to back, then read
+        g.replay()
+    acc.synchronize(dev)
+    for _ in range(3):
+        g.replay()
+        acc.synchronize(dev)
+        replays.append((tuple(x.tolist()), tuple(y.tolist())))
+    ends = (_state(dev), gen.get_state().tobytes())
+    acc.random.default_generator(dev).manual_seed(3)
+    gen.manual_seed(11)
+    eager = []
+    for i in range(6):
+        acc.random.uniform_(x)
+        acc.random.normal_(y, 1.0, 2.0, generator=gen)
+        acc.random.uniform_(x, -1.0, 1.0)
+        if i >= 3:
+            eager.append((tuple(x.tolist()), tuple(y.tolist())))
+    assert replays == eager and len(set(replays)) == 3
+    assert (_state(dev), gen.get_state().tobytes()) == ends
+    g.reset()
+
+
+def test_an_unregistered_generator_is_refused_in_a_capture_and_reset_unregisters() -> None:
+    gen = acc.random.Generator("cpu:0")
+    x = acc.zeros(4, device="cpu:0")
+    g = acc.cpu.Graph()
+    with pytest.raises(RuntimeError, match="not in capture mode.*register_generator_state"):
+        with acc.cpu.graph(g):
+            acc.random.uniform_(x, generator=gen)
+    assert not acc.cpu.is_current_stream_capturing()
+    assert gen.get_offset() == 0
+    g.reset()
+    g.register_generator_state(gen)
+    with acc.cpu.graph(g):
+        acc.random.uniform_(x, generator=gen)
+    g.replay()
+    assert gen.get_offset() == 1
+    g.reset()                                     # drops the registration
+    with pytest.raises(RuntimeError, match="not in capture mode"):
+        with acc.cpu.graph(g):
+            acc.random.uniform_(x, generator=gen)
+    g.reset()
+
+
+def test_a_captured_generator_is_refused_outside_the_capture() -> None:
+    x = acc.zeros(4, device="cpu:0")
+    other = acc.random.Generator("cpu:0")
+    g = acc.cpu.Graph()
+    with acc.cpu.graph(g):
+        acc.random.uniform_(x)
+        with acc.Stream("cpu:0"):                  # a stream that is not capturing
+            with pytest.raises(RuntimeError, match="outside graph capture"):
+                acc.random.uniform_(acc.zeros(4, device="cpu:0"))
+            acc.random.uniform_(acc.zeros(4, device="cpu:0"), generator=other)   # fine
+    assert other.get_offset() == 1
+    acc.random.uniform_(x)                         # after the capture: fine again
+    g.reset()
+
+
+def test_another_thread_draws_freely_while_a_capture_is_on_another_device(
+        current_async: str) -> None:
+    # only the capture's device's default generator is registered
+    d0, d1 = f"{current_async}:0", f"{current_async}:1"
+    x = acc.zeros(4, device=d0)
+    started, done = threading.Event(), threading.Event()
+    seen: list[int] = []
+
+    def other() -> None:
+        started.wait(10)
+        before = acc.random.default_generator(d1).get_offset()
+        acc.random.uniform_(acc.zeros(8, device=d1))
+        seen.append(acc.random.default_generator(d1).get_offset() - before)
+        done.set()
+
+    t = threading.Thread(target=other)
+    t.start()
+    g = DeviceGraph()
+    with acc.graph(g, stream=acc.Stream(d0), capture_error_mode="thread_local"):
+        acc.random.uniform_(x)
+        started.set()
+        assert done.wait(10)
+    t.join(10)
+    assert seen == [2]
+    g.reset()
+
+
+def test_get_currently_capturing_graph() -> None:
+    with pytest.raises(RuntimeError, match="The current stream is not currently capturing"):
+        acc.cpu.Graph.get_currently_capturing_graph()
+    g = acc.cpu.Graph()
+    with acc.cpu.graph(g):
+        assert acc.cpu.Graph.get_currently_capturing_graph() is g
+        _ = acc.zeros(1, device="cpu:0")
+    with pytest.raises(TypeError, match="Generator"):
+        g.register_generator_state(object())
+    g.reset()
