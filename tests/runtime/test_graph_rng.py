@@ -152,3 +152,54 @@ def test_get_currently_capturing_graph() -> None:
     with pytest.raises(TypeError, match="Generator"):
         g.register_generator_state(object())
     g.reset()
+
+
+# ---------------------------------------------------------------------- philox_state
+
+def test_philox_state_reserves_blocks_that_accelrt_never_draws() -> None:
+    g = acc.random.Generator("cpu:0").manual_seed(5)
+    seed, offset, intra = g.philox_state(10)              # ceil(10 / 4) = 3 blocks
+    assert [a.dtype.name for a in (seed, offset, intra)] == ["int64"] * 3
+    assert (int(seed[0]), int(offset[0]), int(intra[0]), g.get_offset()) == (5, 0, 0, 3)
+    assert g.philox_state(0)[1][0] == 3 and g.get_offset() == 3
+    after = acc.rand(8, device="cpu:0", generator=g).tolist()
+    assert after == acc.rand(8, device="cpu:0",
+                             generator=acc.random.Generator("cpu:0").manual_seed(5)
+                             .set_offset(3)).tolist()
+    big = acc.random.Generator("cpu:0").manual_seed(2**64 - 1)
+    assert int(big.philox_state(1)[0][0]) & (2**64 - 1) == 2**64 - 1   # uint64 bits
+
+
+@pytest.mark.parametrize("bad, exc, text", [
+    (True, TypeError, "expected an int, but got bool"),
+    (1.5, TypeError, "expected an int, but got float"),
+    (None, TypeError, "expected an int, but got NoneType"),
+    (-1, OverflowError, "negative"),
+    (2**64, OverflowError, "too big"),
+])
+def test_philox_state_argument(bad: object, exc: type, text: str) -> None:
+    # observed on torch 2.14.1 (argument parsing runs before its CPU generator's refusal):
+    # bool/float/str/None -> RuntimeError "philox_state expected an int, but got bool";
+    # -1 -> OverflowError "can't convert negative int to unsigned"; 2**64 -> "int too big"
+    g = acc.random.Generator("cpu:0")
+    with pytest.raises(exc, match=text) as info:
+        g.philox_state(bad)                                # type: ignore[arg-type]
+    assert exc is OverflowError or isinstance(info.value, RuntimeError)
+    assert g.get_offset() == 0
+
+
+def test_philox_state_in_a_capture_views_the_state_each_replay_sets() -> None:
+    gen = acc.random.Generator("cpu:0").manual_seed(9)
+    x = acc.zeros(4, device="cpu:0")
+    g = acc.cpu.Graph()
+    g.register_generator_state(gen)
+    with acc.cpu.graph(g):
+        acc.random.uniform_(x, generator=gen)              # block 0 of the graph
+        seed, offset, intra = gen.philox_state(6)          # blocks 1-2 of the graph
+    assert int(intra[0]) == 1 and gen.get_offset() == 0
+    for k in range(2):
+        g.replay()
+        acc.synchronize("cpu:0")
+        assert (int(seed[0]), int(offset[0])) == (9, 3 * k)   # this replay's first block
+    assert gen.get_offset() == 6
+    g.reset()

@@ -158,7 +158,7 @@ def fill(out: Array, b: Backend, index: int, stream: StreamHandle, n: int, dist:
     nblocks = (-(-n // per) if per is not None
                else _philox.blocks_needed(n, dist, dtype, params))
     caps = b.capabilities(index)
-    cell: list[int] | None = None
+    cell: np.ndarray | None = None
     if not _capturing or caps.device_rng:   # (device-made numbers: a capture keeps its own)
         seed, offset = gen._reserve(nblocks)
     else:   # a graph capture is in progress somewhere: the generator may count in a graph

@@ -244,6 +244,41 @@ class Generator:
         """The next unused Philox counter block."""
         return self._offset
 
+    def philox_state(self, increment: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Reserve ``increment`` 32-bit Philox outputs for a kernel of your own, as
+        ``torch.Generator.philox_state`` (PyTorch 2.14): ``(seed, offset, intragraph_offset)``,
+        three 1-element ``int64`` numpy arrays holding uint64 bits (``& (2**64 - 1)`` reads a
+        negative value back). The caller owns the counter blocks ``offset + intragraph_offset``
+        to ``offset + intragraph_offset + ceil(increment / 4) - 1`` at ``seed``, in accelrt's
+        counter layout (docs/random.md): the offsets count blocks, as :meth:`get_offset`
+        does (PyTorch's count outputs, four per block), so those blocks are exactly the ones
+        accelrt's own draws will never use.
+
+        Outside a graph capture ``seed`` and ``offset`` are copies and ``intragraph_offset`` is
+        0. On a stream that a graph is capturing (the current stream of the generator's
+        device), ``seed`` and ``offset`` are views of the graph's state for this generator,
+        which each replay sets, in stream order, before its work runs: read them when the
+        kernel runs, not when it is queued; ``intragraph_offset`` is the reservation's place
+        in the graph (on CUDA, whose own draws keep their captured counters, the values are
+        copies there too).
+
+        Raises:
+            TypeError: ``increment`` is not an int (also a ``RuntimeError``, as PyTorch's
+                "philox_state expected an int").
+            OverflowError: ``increment`` is negative or above ``2**64 - 1``.
+            RuntimeError: as any draw in or next to a capture (docs/random.md).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> g = acc.random.Generator("cpu:0").manual_seed(5)
+            >>> seed, offset, intra = g.philox_state(10)   # 3 blocks
+            >>> int(seed[0]), int(offset[0]), int(intra[0]), g.get_offset()
+            (5, 0, 0, 3)
+        """
+        from . import _graphsafe
+        return _graphsafe.philox_state(self, increment)
+
     def set_offset(self, offset: int) -> Generator:
         """Make ``offset`` the next unused Philox counter block (the seed stays); return
         ``self``. ``offset`` is read as :meth:`manual_seed` reads a seed, as

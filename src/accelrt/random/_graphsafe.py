@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import _graph
+from .._errors import AcceleratorTypeError
 from .._handles import StreamHandle
 from . import _philox
 
@@ -54,8 +55,8 @@ if TYPE_CHECKING:
     from .._graph import Graph
     from ._generator import Generator
 
-__all__ = ["GraphRng", "capture_begin", "capture_end", "register", "replay_prologue",
-           "reserve"]
+__all__ = ["GraphRng", "capture_begin", "capture_end", "philox_state", "register",
+           "replay_prologue", "reserve"]
 
 _M64 = (1 << 64) - 1
 _lock = threading.Lock()   # guards every GraphRng's intragraph count and each generator's set
@@ -68,8 +69,9 @@ class GraphRng:
         generator: the generator.
         increment: the counter blocks the last capture took (PyTorch's whole-graph increment).
         intragraph: the blocks taken so far by the capture in progress.
-        cell: ``[seed, first block]`` of the replay whose work runs: set in stream order by
-            each replay, read by the captured fills when they run.
+        cell: ``[seed, first block]`` (uint64) of the replay whose work runs: set in stream
+            order by each replay, read by the captured fills when they run (and by the
+            kernels that :func:`philox_state` gave views of it).
     """
 
     __slots__ = ("cell", "generator", "increment", "intragraph")
@@ -78,7 +80,7 @@ class GraphRng:
         self.generator = generator
         self.increment = 0
         self.intragraph = 0
-        self.cell = [0, 0]
+        self.cell = np.zeros(2, np.uint64)
 
 
 def register(graph: Graph, generator: Generator) -> None:
@@ -122,7 +124,7 @@ def replay_prologue(graph: Graph, b: Backend, index: int, stream: StreamHandle) 
                                stream)
 
 
-def _set_cell(cell: list[int], seed: int, offset: int) -> None:
+def _set_cell(cell: np.ndarray, seed: int, offset: int) -> None:
     cell[0] = seed
     cell[1] = offset
 
@@ -142,7 +144,7 @@ def _capturing_graph(b: Backend, index: int, stream: StreamHandle) -> Graph | No
 
 
 def reserve(gen: Generator, b: Backend, index: int, stream: StreamHandle,
-            nblocks: int) -> tuple[int, int, list[int] | None]:
+            nblocks: int) -> tuple[int, int, np.ndarray | None]:
     """``nblocks`` counter blocks of ``gen`` for a draw on ``stream`` while a capture is in
     progress somewhere: ``(seed, first block, None)`` on a stream that is not capturing (the
     generator advances), ``(0, first block within the graph, cell)`` on a capturing one.
@@ -174,8 +176,36 @@ def reserve(gen: Generator, b: Backend, index: int, stream: StreamHandle,
     return 0, first, reg.cell
 
 
-def fill_at(cell: list[int], first: int, ptr: int, n: int, dtype: np.dtype, dist: str,
+def fill_at(cell: np.ndarray, first: int, ptr: int, n: int, dtype: np.dtype, dist: str,
             params: Sequence[Any]) -> None:
     """A captured fill: :func:`accelrt.random._philox.fill_at` at the replay's seed and
     first block (``cell``) plus the capture's ``first`` block."""
-    _philox.fill_at(ptr, n, dtype, dist, cell[0], (cell[1] + first) & _M64, params)
+    _philox.fill_at(ptr, n, dtype, dist, int(cell[0]), (int(cell[1]) + first) & _M64, params)
+
+
+def philox_state(gen: Generator, increment: object) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:meth:`Generator.philox_state`: reserve ``ceil(increment / 4)`` counter blocks of
+    ``gen`` for a kernel of the caller's, on the current stream of its device."""
+    if type(increment) is bool or not isinstance(increment, (int, np.integer)):
+        raise AcceleratorTypeError(f"philox_state expected an int, but got "
+                                   f"{type(increment).__name__}")
+    n = int(increment)
+    if n < 0:
+        raise OverflowError(f"philox_state(increment={n}): can't convert negative int to "
+                            "unsigned; reserve 0 or more outputs")
+    if n > _M64:
+        raise OverflowError(f"philox_state(increment={n}): int too big to convert (at most "
+                            "2**64 - 1)")
+    nblocks = -(-n // 4)
+    b, index = gen._b, gen._index
+    cell = None
+    if _graph._capturing and not b.capabilities(index).device_rng:
+        from .. import _stream
+        seed, first, cell = reserve(gen, b, index, _stream._current(b, index)._handle, nblocks)
+    else:
+        seed, first = gen._reserve(nblocks)
+    if cell is not None:   # views of the graph's cell: each replay sets them before it runs
+        words = cell.view(np.int64)
+        return words[0:1], words[1:2], np.array([first], np.int64)
+    host = np.array([seed, first], np.uint64).view(np.int64)
+    return host[0:1], host[1:2], np.zeros(1, np.int64)
