@@ -36,7 +36,7 @@ from ._errors import AcceleratorError
 from ._fork import reinit_after_fork
 from ._handles import StreamHandle
 from . import _stream_core
-from ._stream_core import _initialized, _key_of, _StreamCore
+from ._stream_core import _closed_after_publish, _initialized, _key_of, _StreamCore
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -119,9 +119,10 @@ class _DevicePool:
 # backend -> device index -> pool; guarded by _pools_lock for writes
 _pools: dict[Backend, dict[int, _DevicePool]] = {}
 _pools_lock = reinit_after_fork(threading.Lock())
-#: Guards the closed flags of streams, events and graphs in ``close()``; re-entrant because a
-#: garbage collection inside the locked section may run a finalizer that closes another object.
-_close_lock = reinit_after_fork(threading.RLock())
+#: Guards the closed flags of streams, events and graphs in ``close()`` (the compiled core's
+#: lock: ``with stream:`` waits on it for a racing close)
+_close_lock = _stream_core._close_lock
+_closing = _stream_core._closing
 _ZERO = 0  # ``priority is _ZERO``: the int 0 (small ints are cached), a fast path only
 
 
@@ -554,12 +555,17 @@ class Stream(_StreamCore):
         with _close_lock:   # two threads closing at once must not pool the handle twice
             if self._closed or _defaults.get(key) is self:
                 return   # closed already, or the shared default stream object: never closed
-            user = _user(self)
-            if user is not None:
-                raise AcceleratorError(
-                    f"cannot close the current stream of {key[0]}:{key[1]} ({user}): leave "
-                    "'with stream:' or make another stream current with set_stream() first")
-            self._closed = True
+            _closing[0] += 1   # before looking: a thread making it current sees this
+            try:
+                user = _user(self)
+                if user is not None:
+                    raise AcceleratorError(
+                        f"cannot close the current stream of {key[0]}:{key[1]} ({user}): "
+                        "leave 'with stream:' or make another stream current with "
+                        "set_stream() first")
+                self._closed = True
+            finally:
+                _closing[0] -= 1
             free, self._free = self._free, None
         if free is None:
             return   # not ours: only this object is closed
@@ -691,8 +697,19 @@ def set_stream(stream: Stream) -> None:
         raise TypeError(f"set_stream() takes an accelrt.Stream, got {type(stream).__name__}")
     stream._check_open()
     name = stream._b.name
-    _tls.stream[(name, stream._index)] = stream
-    _tls.device[name] = stream._index
+    key = (name, stream._index)
+    streams, devs = _tls.stream, _tls.device
+    prev_stream, prev_dev = streams.get(key), devs.get(name, 0)
+    streams[key] = stream   # first the entry, then the check: see _closed_after_publish
+    devs[name] = stream._index
+    if (stream._closed or _closing[0] or stream._origin is not None) \
+            and _closed_after_publish(stream):   # closed by a racing close(): undo, raise
+        if prev_stream is None:
+            del streams[key]
+        else:
+            streams[key] = prev_stream
+        devs[name] = prev_dev
+        stream._check_open()
 
 
 def synchronize(device: DeviceLike = None, /) -> None:

@@ -19,6 +19,7 @@ Example::
 from __future__ import annotations
 
 import gc
+import threading
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeVar, cast
 
 from . import _checked
@@ -27,6 +28,7 @@ from . import _sync_debug as _sd
 from ._device import _lazy_init, _resolved
 from ._device import device as _device_type
 from ._errors import AcceleratorValueError, ClosedError
+from ._fork import reinit_after_fork
 from ._handles import EventHandle, StreamHandle, mypyc_attr
 
 if TYPE_CHECKING:
@@ -45,6 +47,15 @@ _dev_globals: Final = vars(_dev)   # (``_current_backend`` is rebound: read it b
 _tls: Final = _dev._tls
 
 _S = TypeVar("_S", bound="_StreamCore")
+
+#: Guards the closed flags of streams, events and graphs in ``close()``; re-entrant because a
+#: garbage collection inside the locked section may run a finalizer that closes another object.
+_close_lock: Final = reinit_after_fork(threading.RLock())
+#: How many ``Stream.close()`` calls are looking for a thread that uses their stream (changed
+#: only under :data:`_close_lock`). A thread that makes a stream current writes its table
+#: first and reads this (and the closed flag) after, so a racing close either finds the entry
+#: or is seen by that thread, which then waits for it (:func:`_closed_after_publish`).
+_closing: Final = [0]
 
 #: ``_device._ThreadState.hot``: the thread's current device per backend name, its current
 #: streams per device and the devices it initialised, read in one thread-local lookup
@@ -161,6 +172,10 @@ class _StreamCore:
         entered.append((self, devs.get(name, 0), streams.get(key)))
         streams[key] = self
         devs[name] = key[1]
+        if self._closed or _closing[0] or self._origin is not None:   # a close() raced
+            if _closed_after_publish(self):
+                self.__exit__()
+                self._check_open()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -195,6 +210,19 @@ class _StreamCore:
             raise ClosedError(
                 f"this {type(self).__name__} of {self._b.name}:{self._index} was closed; "
                 "create a new stream instead of using a closed one")
+
+
+def _closed_after_publish(s: _StreamCore) -> bool:
+    """Whether ``s`` (or the stream a device module's view ``s`` views) is closed, once no
+    ``close()`` is in progress: read by a thread that has just made ``s`` current (``with``,
+    :func:`~accelrt.set_stream`), after writing its table, so that a ``close()`` racing with
+    it either found the entry (and refused) or is seen here (and the caller undoes its entry
+    and raises :class:`ClosedError`); never both missed."""
+    if _closing[0]:
+        with _close_lock:   # wait for the close() in progress to decide
+            pass
+    origin = s._origin
+    return s._closed or (origin is not None and origin._closed)
 
 
 #: ``gc.get_referents`` as a C variable of the compiled module (a module attribute is a lookup)

@@ -1,0 +1,214 @@
+"""Thread-stress review (s27): races found by stress runs, each forced here with gates.
+
+Every interleaving is forced with ``threading.Event`` gates (no sleeps): a subclass hook that
+a call runs at the one point where the race opens waits there while the other thread acts.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+import accelrt as acc
+
+_WAIT = 10   # seconds: only reached when a gate is never opened (a failing run, not a hang)
+
+
+class _Gated:
+    """A hook run once, at its first call: say so (``reached``), then wait for ``go``."""
+
+    def __init__(self) -> None:
+        self.armed = True
+        self.reached = threading.Event()
+        self.go = threading.Event()
+
+    def __call__(self) -> None:
+        if self.armed and threading.current_thread() is not threading.main_thread():
+            self.armed = False
+            self.reached.set()
+            assert self.go.wait(_WAIT)
+
+
+def _in_thread(fn: Any) -> tuple[threading.Thread, dict[str, Any]]:
+    out: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            out["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - the test reads it
+            out["error"] = exc
+
+    t = threading.Thread(target=target)
+    t.start()
+    return t, out
+
+
+def test_close_racing_set_stream_never_leaves_a_closed_current_stream() -> None:
+    # set_stream checked that the stream was open, then close() (in another thread) found no
+    # thread using it, closed it and pooled its handle, then set_stream made it current: the
+    # thread went on queueing work on a handle that could serve another stream. Now
+    # set_stream writes its entry first and checks after: it sees the close and raises.
+    gate = _Gated()
+
+    class Gated(acc.Stream):
+        __slots__ = ()
+
+        def _check_open(self) -> None:
+            super()._check_open()
+            gate()   # set_stream's check passed: close() runs here
+
+    s = Gated("cpu")
+
+    seen: list[tuple[bool, bool]] = []
+
+    def user() -> None:
+        before = acc.current_stream("cpu")
+        try:
+            acc.set_stream(s)
+        finally:   # (closed, unchanged) of the thread's current stream after the call
+            cur = acc.current_stream("cpu")
+            seen.append((cur.is_closed, cur == before))
+
+    t, out = _in_thread(user)
+    assert gate.reached.wait(_WAIT)
+    s.close()   # nobody uses it yet: closes
+    gate.go.set()
+    t.join(_WAIT)
+    assert s.is_closed
+    assert isinstance(out.get("error"), acc.ClosedError), out
+    assert seen == [(False, True)]   # the thread's current stream stayed what it was
+
+
+def test_close_racing_with_stream_of_a_view_never_enters_a_closed_stream() -> None:
+    # ``with view:`` of a device module's view checked the stream it views, then close() of
+    # that stream ran in another thread, then the block made the closed stream current
+    gate = _Gated()
+
+    class GatedView(acc.cpu.Stream):
+        __slots__ = ()
+
+        def _check_open(self) -> None:
+            super()._check_open()
+            gate()
+
+    s = acc.Stream("cpu")
+    view = GatedView._view(s)
+
+    def user() -> bool:
+        try:
+            with view:
+                return bool(acc.current_stream("cpu").is_closed)
+        finally:
+            assert acc.current_stream("cpu") != view   # the block left nothing behind
+
+    t, out = _in_thread(user)
+    assert gate.reached.wait(_WAIT)
+    s.close()
+    gate.go.set()
+    t.join(_WAIT)
+    assert isinstance(out.get("error"), acc.ClosedError), out
+
+
+def test_set_stream_waits_for_a_close_in_progress() -> None:
+    # close() is looking for users (here: blocked comparing with another thread's current
+    # stream) when a thread makes the stream current: that thread waits for close() to
+    # decide, and exactly one of them wins (never both)
+    gate = _Gated()
+    s = acc.Stream("cpu")
+
+    class Slow(acc.Stream):
+        __slots__ = ()
+
+        def __eq__(self, other: object) -> bool:
+            gate()   # close()'s look at this thread's table
+            return super().__eq__(other)
+
+        __hash__ = acc.Stream.__hash__
+
+    holder_ready, holder_done = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        slow = Slow("cpu")
+        acc.set_stream(slow)
+        holder_ready.set()
+        assert holder_done.wait(_WAIT)
+        acc.set_stream(acc.cpu.default_stream())
+        slow.close()
+
+    th = threading.Thread(target=holder)
+    th.start()
+    assert holder_ready.wait(_WAIT)
+    gate.armed = True
+    tc, closed = _in_thread(s.close)   # blocks in the comparison, holding the close lock
+    assert gate.reached.wait(_WAIT)
+    entered = threading.Event()
+
+    def user() -> bool:
+        entered.set()
+        try:
+            acc.set_stream(s)   # must wait for the close in progress
+            return not acc.current_stream("cpu").is_closed
+        finally:
+            acc.set_stream(acc.cpu.default_stream())
+
+    tu, used = _in_thread(user)
+    assert entered.wait(_WAIT)
+    gate.go.set()
+    tc.join(_WAIT)
+    tu.join(_WAIT)
+    holder_done.set()
+    th.join(_WAIT)
+    close_ok = "error" not in closed
+    user_ok = "error" not in used
+    assert close_ok != user_ok, (closed, used)   # exactly one wins
+    if user_ok:
+        assert used["value"] is True
+        assert isinstance(closed["error"], acc.AcceleratorError)
+        s.close()
+    else:
+        assert isinstance(used["error"], acc.ClosedError)
+
+
+@pytest.mark.parametrize("mode", ["set", "with"])
+def test_close_and_make_current_race_many_rounds(mode: str) -> None:
+    # the unforced race, a few hundred rounds: never a closed current stream
+    bad: list[str] = []
+    for _ in range(200):
+        s = acc.Stream("cpu")
+        bar = threading.Barrier(2)
+        res: dict[str, str] = {}
+
+        def user(s: acc.Stream = s, bar: threading.Barrier = bar,
+                 res: dict[str, str] = res) -> None:
+            bar.wait()
+            try:
+                if mode == "set":
+                    acc.set_stream(s)
+                    if acc.current_stream("cpu").is_closed:
+                        bad.append("set_stream")
+                    acc.set_stream(acc.cpu.default_stream())
+                else:
+                    with s:
+                        if acc.current_stream("cpu").is_closed:
+                            bad.append("with")
+            except acc.ClosedError:
+                res["user"] = "closed"
+
+        def closer(s: acc.Stream = s, bar: threading.Barrier = bar,
+                   res: dict[str, str] = res) -> None:
+            bar.wait()
+            try:
+                s.close()
+            except acc.AcceleratorError:
+                res["close"] = "refused"
+
+        ts = [threading.Thread(target=user), threading.Thread(target=closer)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(_WAIT)
+        if "close" in res:
+            s.close()
+    assert not bad
