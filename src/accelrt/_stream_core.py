@@ -172,10 +172,10 @@ class _StreamCore:
         entered.append((self, devs.get(name, 0), streams.get(key)))
         streams[key] = self
         devs[name] = key[1]
-        if self._closed or _closing[0] or self._origin is not None:   # a close() raced
-            if _closed_after_publish(self):
-                self.__exit__()
-                self._check_open()
+        if (self._closed or _closing[0] or self._origin is not None) \
+                and _closed_after_publish(self):   # closed by a racing close(): undo, raise
+            self.__exit__()
+            self._check_open()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -223,6 +223,14 @@ def _closed_after_publish(s: _StreamCore) -> bool:
             pass
     origin = s._origin
     return s._closed or (origin is not None and origin._closed)
+
+
+def _mismatch(name: str, bound: int, index: int) -> AcceleratorValueError:
+    """PyTorch's error (CUDAEvent's wording) for recording an event of device ``bound`` on a
+    stream of device ``index``."""
+    return AcceleratorValueError(
+        f"Event device {bound} does not match recording stream's device {index}. Record on "
+        f"a stream of device {name}:{bound}, or use another event for {name}:{index}.")
 
 
 #: ``gc.get_referents`` as a C variable of the compiled module (a module attribute is a lookup)
@@ -384,23 +392,15 @@ class _EventCore:
         hot = _tls.hot
         s = _event_stream(b, stream, "record", hot)
         index = s._index
-        if key is None:
-            key = _key_of(b.name, index)
-        elif index != key[1]:
-            # PyTorch's CUDAEvent wording
-            raise AcceleratorValueError(
-                f"Event device {key[1]} does not match recording stream's device "
-                f"{index}. Record on a stream of device {b.name}:{key[1]}, or "
-                f"use another event for {b.name}:{index}.")
+        if key is not None and index != key[1]:
+            raise _mismatch(b.name, key[1], index)
         sh = s._handle
-        if self._key is None:
-            self._bind(key[1])
         h = self._handle
-        if not h:
-            h = self._create()
+        if not h or key is None:   # the first record (or one racing with it): binds the event
+            h = self._create(index)
         elif key not in hot[2]:
-            _lazy_init(b, key[1])
-        self._rec(key[1], h, sh)
+            _lazy_init(b, index)
+        self._rec(index, h, sh)
 
     def _wait(self, stream: object) -> None:
         """:meth:`accelrt.Event.wait`, with its checks of ``stream`` (a stream of the event's
@@ -424,23 +424,44 @@ class _EventCore:
         self._key = key
         return key
 
-    def _create(self) -> EventHandle:
-        """Create the backend event (at the first record, or :meth:`accelrt.Event.ipc_handle`
-        before any)."""
+    def _create(self, index: int = -1) -> EventHandle:
+        """Create the backend event on device ``index`` and bind an event made without a
+        device to it: at the first record (the recording stream's device), or for
+        :meth:`accelrt.Event.ipc_handle` before any (-1: the event's device, else the current
+        device, as PyTorch). Threads that record a new event at once make one handle: the
+        first to install its handle (under the close lock, which also orders a racing
+        ``close()``) wins, the others destroy theirs and use it, or raise PyTorch's device
+        mismatch when it was bound to another device."""
         if self._closed:   # a closed event's handle is 0: every first use comes here
             self._check_open()
         b = self._b
-        index = self._index
-        if index is None:   # ipc_handle() before any record: the current device, as PyTorch
-            index = _tls.device.get(b.name, 0)
-            self._bind(index)
-        _lazy_init(b, index)
-        timing, blocking, ipc = self._timing, self._blocking, self._interprocess
-        anyb: Any = b   # called untyped: the compiled build would cast the result
-        h: EventHandle = _checked.event(b, index, anyb.event_create(index, timing, blocking, ipc),
-                                        timing, blocking, ipc)
-        self._handle = h
-        return h
+        if index < 0:
+            bound = self._index
+            index = _tls.device.get(b.name, 0) if bound is None else bound
+        h = EventHandle(0)
+        if not self._handle:   # (else another thread's first record made it: check its device)
+            _lazy_init(b, index)
+            timing, blocking, ipc = self._timing, self._blocking, self._interprocess
+            anyb: Any = b   # called untyped: the compiled build would cast the result
+            h = _checked.event(b, index, anyb.event_create(index, timing, blocking, ipc),
+                               timing, blocking, ipc)
+        with _close_lock:
+            won = bool(h) and not self._closed and not self._handle and (
+                self._index is None or self._index == index)
+            if won:
+                if self._index is None:
+                    self._bind(index)
+                self._handle = h
+            bound, current = self._index, self._handle
+        if won:
+            return h
+        if h:
+            _checked.destroy_event(b, index, h)
+        if self._closed:
+            self._check_open()
+        if bound is not None and bound != index:
+            raise _mismatch(b.name, bound, index)
+        return current
 
     def query(self) -> bool:
         """True if all work before the last record has completed (True if never recorded).

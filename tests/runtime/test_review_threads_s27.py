@@ -7,11 +7,15 @@ a call runs at the one point where the race opens waits there while the other th
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 import accelrt as acc
+from accelrt.backends import EventHandle
+from accelrt._errors import AcceleratorValueError
+from accelrt.backends.cpu import CpuBackend
 
 _WAIT = 10   # seconds: only reached when a gate is never opened (a failing run, not a hang)
 
@@ -212,3 +216,89 @@ def test_close_and_make_current_race_many_rounds(mode: str) -> None:
         if "close" in res:
             s.close()
     assert not bad
+
+
+class _BarrierEvents(CpuBackend):
+    """A cpu backend whose ``event_create`` waits until two threads are inside it: both
+    threads' first records of one event have then seen it without a handle."""
+
+    def __init__(self) -> None:
+        super().__init__(num_devices=2, name="cpu_s27")
+        self.meet: threading.Barrier | None = None
+
+    def event_create(self, index: int, enable_timing: bool, blocking: bool,
+                     interprocess: bool) -> EventHandle:
+        meet = self.meet
+        if meet is not None:
+            meet.wait(_WAIT)
+        return super().event_create(index, enable_timing, blocking, interprocess)
+
+
+@pytest.fixture
+def barrier_events() -> Iterator[_BarrierEvents]:
+    b = _BarrierEvents()
+    acc.backends.register("cpu_s27", lambda: b)
+    try:
+        yield b
+    finally:
+        acc.backends.unregister("cpu_s27")
+        b.close()
+
+
+def _record_in_two_threads(ev: acc.Event, streams: list[acc.Stream]) -> list[Any]:
+    outs = []
+    threads = []
+    for s in streams:
+        t, out = _in_thread(lambda s=s: ev.record(s))
+        threads.append(t)
+        outs.append(out)
+    for t in threads:
+        t.join(_WAIT)
+    return outs
+
+
+def test_first_records_of_one_event_in_two_threads_make_one_handle(
+        barrier_events: _BarrierEvents) -> None:
+    # both threads saw the new event without a handle and each made one: the second replaced
+    # the first, which was never destroyed (a leaked backend event per race)
+    b = barrier_events
+    streams = [acc.Stream("cpu_s27:1"), acc.Stream("cpu_s27:1")]
+    ev = acc.Event("cpu_s27:1")
+    b.meet = threading.Barrier(2)
+    outs = _record_in_two_threads(ev, streams)
+    b.meet = None
+    assert outs == [{"value": None}, {"value": None}]
+    assert b.live_handles()["events"] == 1
+    ev.synchronize()
+    ev.close()
+    assert b.live_handles()["events"] == 0
+    for s in streams:
+        s.close()
+
+
+def test_first_records_of_an_event_without_device_on_two_devices(
+        barrier_events: _BarrierEvents) -> None:
+    # Event() binds to the device of its first record: two threads recording it at once on
+    # devices 0 and 1 each bound it, so one recorded a handle of the other's device (the
+    # backend refused it, or close() later did) and a handle leaked. Now one first record
+    # binds it and the other gets PyTorch's device mismatch, as if it came second.
+    b = barrier_events
+    streams = [acc.Stream("cpu_s27:0"), acc.Stream("cpu_s27:1")]
+    ev = acc.Event("cpu_s27")
+    b.meet = threading.Barrier(2)
+    outs = _record_in_two_threads(ev, streams)
+    b.meet = None
+    ok = [i for i, out in enumerate(outs) if "error" not in out]
+    assert len(ok) == 1, outs
+    lost = outs[1 - ok[0]]["error"]
+    assert isinstance(lost, AcceleratorValueError)
+    assert str(lost).startswith(f"Event device {ok[0]} does not match recording stream's "
+                                f"device {1 - ok[0]}.")
+    assert ev.device == acc.device(f"cpu_s27:{ok[0]}")
+    assert b.live_handles()["events"] == 1
+    ev.record(streams[ok[0]])
+    ev.synchronize()
+    ev.close()   # (refused the other device's handle before)
+    assert b.live_handles()["events"] == 0
+    for s in streams:
+        s.close()
