@@ -36,7 +36,7 @@ from ._errors import AcceleratorError
 from ._fork import reinit_after_fork
 from ._handles import StreamHandle
 from . import _stream_core
-from ._stream_core import _closed_after_publish, _initialized, _key_of, _StreamCore
+from ._stream_core import _initialized, _key_of, _StreamCore
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -682,6 +682,8 @@ def set_stream(stream: Stream) -> None:
 
     Raises:
         TypeError: ``stream`` is not an :class:`accelrt.Stream`.
+        ClosedError: ``stream`` was closed (also by another thread's :meth:`Stream.close`
+            during this call: the previous stream stays current).
 
     Example::
 
@@ -695,21 +697,7 @@ def set_stream(stream: Stream) -> None:
     """
     if not isinstance(stream, Stream):
         raise TypeError(f"set_stream() takes an accelrt.Stream, got {type(stream).__name__}")
-    stream._check_open()
-    name = stream._b.name
-    key = (name, stream._index)
-    streams, devs = _tls.stream, _tls.device
-    prev_stream, prev_dev = streams.get(key), devs.get(name, 0)
-    streams[key] = stream   # first the entry, then the check: see _closed_after_publish
-    devs[name] = stream._index
-    if (stream._closed or _closing[0] or stream._origin is not None) \
-            and _closed_after_publish(stream):   # closed by a racing close(): undo, raise
-        if prev_stream is None:
-            del streams[key]
-        else:
-            streams[key] = prev_stream
-        devs[name] = prev_dev
-        stream._check_open()
+    stream._make_current()
 
 
 def synchronize(device: DeviceLike = None, /) -> None:

@@ -178,6 +178,26 @@ class _StreamCore:
             self._check_open()
         return self
 
+    def _make_current(self) -> None:
+        """:func:`accelrt.set_stream` once its argument is known to be a stream: make it the
+        thread's current stream of its device and its device the backend's current device."""
+        if self._closed or self._origin is not None:   # a view also checks its origin
+            self._check_open()
+        devs, streams, _ = _tls.enter
+        key = self._key
+        name = key[0]
+        prev_stream, prev_dev = streams.get(key), devs.get(name, 0)
+        streams[key] = self   # first the entry, then the check: see _closed_after_publish
+        devs[name] = key[1]
+        if (self._closed or _closing[0] or self._origin is not None) \
+                and _closed_after_publish(self):   # closed by a racing close(): undo, raise
+            if prev_stream is None:
+                del streams[key]
+            else:
+                streams[key] = prev_stream
+            devs[name] = prev_dev
+            self._check_open()
+
     def __exit__(self, *exc: object) -> None:
         devs, streams, entered = _tls.enter
         if entered and entered[-1][0] is self:

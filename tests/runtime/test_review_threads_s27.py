@@ -54,23 +54,25 @@ def test_close_racing_set_stream_never_leaves_a_closed_current_stream() -> None:
     # thread using it, closed it and pooled its handle, then set_stream made it current: the
     # thread went on queueing work on a handle that could serve another stream. Now
     # set_stream writes its entry first and checks after: it sees the close and raises.
+    # (Forced through a device module's view, whose check of the stream it views runs
+    # before the entry is written: the one place a hook can wait.)
     gate = _Gated()
 
-    class Gated(acc.Stream):
+    class GatedView(acc.cpu.Stream):
         __slots__ = ()
 
         def _check_open(self) -> None:
             super()._check_open()
-            gate()   # set_stream's check passed: close() runs here
+            gate()   # set_stream's first check passed: close() runs here
 
-    s = Gated("cpu")
-
+    s = acc.Stream("cpu")
+    view = GatedView._view(s)
     seen: list[tuple[bool, bool]] = []
 
     def user() -> None:
         before = acc.current_stream("cpu")
         try:
-            acc.set_stream(s)
+            acc.set_stream(view)
         finally:   # (closed, unchanged) of the thread's current stream after the call
             cur = acc.current_stream("cpu")
             seen.append((cur.is_closed, cur == before))
