@@ -164,7 +164,7 @@ class _StreamCore:
             _sd.check(self._b.name)
 
     def __enter__(self: _S) -> _S:
-        if self._closed or self._origin is not None:   # a view also checks its origin
+        if self._origin is not None:   # a view checks the stream it views first
             self._check_open()
         devs, streams, entered = _tls.enter
         key = self._key
@@ -173,15 +173,15 @@ class _StreamCore:
         streams[key] = self
         devs[name] = key[1]
         if (self._closed or _closing[0] or self._origin is not None) \
-                and _closed_after_publish(self):   # closed by a racing close(): undo, raise
-            self.__exit__()
+                and _closed_after_publish(self):   # closed (also by a racing close()): undo
+            _StreamCore.__exit__(self)   # (exactly what this entry did)
             self._check_open()
         return self
 
     def _make_current(self) -> None:
         """:func:`accelrt.set_stream` once its argument is known to be a stream: make it the
         thread's current stream of its device and its device the backend's current device."""
-        if self._closed or self._origin is not None:   # a view also checks its origin
+        if self._origin is not None:   # a view checks the stream it views first
             self._check_open()
         devs, streams, _ = _tls.enter
         key = self._key
