@@ -19,6 +19,7 @@ Example::
 from __future__ import annotations
 
 import gc
+import os
 import threading
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeVar, cast
 
@@ -56,6 +57,15 @@ _close_lock: Final = reinit_after_fork(threading.RLock())
 #: first and reads this (and the closed flag) after, so a racing close either finds the entry
 #: or is seen by that thread, which then waits for it (:func:`_closed_after_publish`).
 _closing: Final = [0]
+
+
+def _no_close_in_child() -> None:
+    """After ``fork``: the child has its own, free :data:`_close_lock` and no closing thread."""
+    _closing[0] = 0
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_no_close_in_child)
 
 #: ``_device._ThreadState.hot``: the thread's current device per backend name, its current
 #: streams per device and the devices it initialised, read in one thread-local lookup

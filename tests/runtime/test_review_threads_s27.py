@@ -304,3 +304,125 @@ def test_first_records_of_an_event_without_device_on_two_devices(
     assert b.live_handles()["events"] == 0
     for s in streams:
         s.close()
+
+
+@pytest.fixture
+def async_cpu() -> Iterator[str]:
+    # the current accelerator (empty_cache() empties its devices; conftest restores it)
+    b = CpuBackend(num_devices=2, async_streams=True, name="cpu_s27a")
+    acc.backends.register("cpu_s27a", lambda: b)
+    acc.set_current_accelerator("cpu_s27a")
+    try:
+        yield "cpu_s27a"
+    finally:
+        acc.memory.empty_cache()
+        acc.backends.unregister("cpu_s27a")
+        b.close()
+
+
+def _consistent(stats: dict[str, Any]) -> list[str]:
+    """What breaks the invariants of one device's memory_stats() (no accumulated reset)."""
+    bad = []
+    for kind in ("allocated_bytes", "reserved_bytes", "active_bytes", "requested_bytes",
+                 "allocation", "segment", "active", "inactive_split"):
+        for pool in ("all", "small_pool", "large_pool"):
+            cur, peak = stats[f"{kind}.{pool}.current"], stats[f"{kind}.{pool}.peak"]
+            made, freed = stats[f"{kind}.{pool}.allocated"], stats[f"{kind}.{pool}.freed"]
+            if not (0 <= cur <= peak and made - freed == cur):
+                bad.append(f"{kind}.{pool}: current {cur} peak {peak} {made}-{freed}")
+    if stats["reserved_bytes.all.current"] < stats["allocated_bytes.all.current"]:
+        bad.append("reserved < allocated")
+    return bad
+
+
+def test_allocator_streams_and_stats_under_threads(async_cpu: str) -> None:
+    # a short mixed run (the stress harness's shape, small): 8 threads allocate and free on
+    # two devices and their own streams (record_stream, raw caching_allocator_alloc/delete,
+    # events), while another takes stats and snapshots, toggles the history, empties the
+    # cache and resets peaks; every thread keeps its own current device and stream, its data,
+    # and the statistics stay consistent and end at zero
+    name = async_cpu
+    n_threads, rounds = 8, 40
+    start = threading.Barrier(n_threads + 1)
+    stop = threading.Event()
+    problems: list[str] = []
+
+    def worker(tid: int) -> None:
+        mine = tid % 2
+        streams = {d: (acc.Stream(f"{name}:{d}"), acc.Stream(f"{name}:{d}")) for d in (0, 1)}
+        before = acc.current_stream(f"{name}:{mine}")
+        acc.set_stream(streams[mine][0])
+        live: list[acc.Array] = []
+        raw: list[int] = []
+        try:
+            start.wait(_WAIT)
+            for i in range(rounds):
+                d = (tid + i) % 2
+                s, other = streams[d]
+                with s:
+                    a = acc.empty(64 << (i % 12), device=f"{name}:{d}")
+                    a.fill_(float(tid))
+                    a.record_stream(other)
+                live.append(a)
+                raw.append(acc.memory.caching_allocator_alloc(512 << (i % 6), f"{name}:{d}",
+                                                              other))
+                if i % 3 == 0:
+                    live.pop(0).close()
+                    acc.memory.caching_allocator_delete(raw.pop(0))
+                e = acc.Event(name)   # (no index: bound by its first record)
+                e.record(s)
+                e.wait(other)
+                e.close()
+                if acc.current_stream(name) != streams[mine][0]:
+                    problems.append(f"thread {tid}: its current device or stream changed")
+            for d in (0, 1):
+                acc.synchronize(f"{name}:{d}")
+            problems.extend(f"thread {tid}: its data was overwritten"
+                            for a in live if not (a.numpy() == tid).all())
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            problems.append(f"thread {tid}: {exc!r}")
+        finally:
+            for a in live:
+                a.close()
+            for p in raw:
+                acc.memory.caching_allocator_delete(p)
+            acc.set_stream(before)
+            for pair in streams.values():
+                for s in pair:
+                    s.close()
+
+    def disturber() -> None:
+        k = 0
+        while not stop.is_set():
+            d = f"{name}:{k % 2}"
+            stats = acc.memory.memory_stats(d)
+            if stats:
+                problems.extend(_consistent(stats))
+            acc.memory.memory_snapshot()
+            acc.memory.record_memory_history("all" if k % 2 else None, device=d)
+            acc.memory.reset_peak_memory_stats(d)
+            if k % 4 == 0:
+                acc.memory.empty_cache()
+            k += 1
+        acc.memory.record_memory_history(None, device=f"{name}:0")
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(n_threads)]
+    other = threading.Thread(target=disturber)
+    for t in threads:
+        t.start()
+    other.start()
+    start.wait(_WAIT)
+    for t in threads:
+        t.join(_WAIT * 3)
+    stop.set()
+    other.join(_WAIT)
+    assert not problems, problems[:5]
+    for d in (0, 1):
+        acc.synchronize(f"{name}:{d}")
+    acc.memory.empty_cache()
+    for d in (0, 1):
+        stats = acc.memory.memory_stats(f"{name}:{d}")
+        assert _consistent(stats) == []
+        assert [stats[f"{k}.all.current"] for k in ("allocated_bytes", "reserved_bytes",
+                                                    "allocation", "segment", "active")] \
+            == [0] * 5
