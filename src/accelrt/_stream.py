@@ -648,7 +648,11 @@ def _default(b: Backend, key: tuple[str, int]) -> Stream:
     if s is None or s._b is not b:
         handle = _checked.handle(b, ("default_stream", (key[1],)), b.default_stream(key[1]),
                                  "a stream handle", nonzero=False)
-        s = _defaults[key] = _wrap(b, key[1], StreamHandle(handle))
+        made = _wrap(b, key[1], StreamHandle(handle))
+        with _pools_lock:   # threads using it first at once share one object (never closed)
+            s = _defaults.get(key)
+            if s is None or s._b is not b:
+                s = _defaults[key] = made
     return s
 
 

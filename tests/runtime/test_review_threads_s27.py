@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import accelrt as acc
-from accelrt.backends import EventHandle
+from accelrt.backends import EventHandle, StreamHandle
 from accelrt._errors import AcceleratorValueError
 from accelrt.backends.cpu import CpuBackend
 
@@ -426,3 +426,39 @@ def test_allocator_streams_and_stats_under_threads(async_cpu: str) -> None:
         assert [stats[f"{k}.all.current"] for k in ("allocated_bytes", "reserved_bytes",
                                                     "allocation", "segment", "active")] \
             == [0] * 5
+
+
+class _BarrierDefault(CpuBackend):
+    """A cpu backend whose ``default_stream`` waits until two threads are inside it."""
+
+    def __init__(self) -> None:
+        super().__init__(num_devices=2, name="cpu_s27d")
+        self.meet: threading.Barrier | None = None
+
+    def default_stream(self, index: int) -> StreamHandle:
+        meet = self.meet
+        if meet is not None:
+            meet.wait(_WAIT)
+        return super().default_stream(index)
+
+
+def test_first_uses_of_a_default_stream_in_two_threads_share_one_object() -> None:
+    # both threads made a default stream object and the second replaced the first in the
+    # shared table: the first thread's current_stream() was then an object that close()
+    # closed (the shared default stream object is never closed) and that was not the one
+    # current_stream() returned after
+    b = _BarrierDefault()
+    acc.backends.register("cpu_s27d", lambda: b)
+    try:
+        b.meet = threading.Barrier(2)
+        results = [_in_thread(lambda: acc.current_stream("cpu_s27d:1")) for _ in range(2)]
+        for t, _ in results:
+            t.join(_WAIT)
+        b.meet = None
+        first, second = (out["value"] for _, out in results)
+        assert first is second is acc.current_stream("cpu_s27d:1")
+        first.close()
+        assert not first.is_closed
+    finally:
+        acc.backends.unregister("cpu_s27d")
+        b.close()
