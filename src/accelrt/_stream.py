@@ -119,9 +119,10 @@ class _DevicePool:
 # backend -> device index -> pool; guarded by _pools_lock for writes
 _pools: dict[Backend, dict[int, _DevicePool]] = {}
 _pools_lock = reinit_after_fork(threading.Lock())
-#: Guards the closed flags of streams, events and graphs in ``close()``; re-entrant because a
-#: garbage collection inside the locked section may run a finalizer that closes another object.
-_close_lock = reinit_after_fork(threading.RLock())
+#: Guards the closed flags of streams, events and graphs in ``close()`` (the compiled core's
+#: lock: ``with stream:`` waits on it for a racing close)
+_close_lock = _stream_core._close_lock
+_closing = _stream_core._closing
 _ZERO = 0  # ``priority is _ZERO``: the int 0 (small ints are cached), a fast path only
 
 
@@ -554,12 +555,17 @@ class Stream(_StreamCore):
         with _close_lock:   # two threads closing at once must not pool the handle twice
             if self._closed or _defaults.get(key) is self:
                 return   # closed already, or the shared default stream object: never closed
-            user = _user(self)
-            if user is not None:
-                raise AcceleratorError(
-                    f"cannot close the current stream of {key[0]}:{key[1]} ({user}): leave "
-                    "'with stream:' or make another stream current with set_stream() first")
-            self._closed = True
+            _closing[0] += 1   # before looking: a thread making it current sees this
+            try:
+                user = _user(self)
+                if user is not None:
+                    raise AcceleratorError(
+                        f"cannot close the current stream of {key[0]}:{key[1]} ({user}): "
+                        "leave 'with stream:' or make another stream current with "
+                        "set_stream() first")
+                self._closed = True
+            finally:
+                _closing[0] -= 1
             free, self._free = self._free, None
         if free is None:
             return   # not ours: only this object is closed
@@ -642,7 +648,11 @@ def _default(b: Backend, key: tuple[str, int]) -> Stream:
     if s is None or s._b is not b:
         handle = _checked.handle(b, ("default_stream", (key[1],)), b.default_stream(key[1]),
                                  "a stream handle", nonzero=False)
-        s = _defaults[key] = _wrap(b, key[1], StreamHandle(handle))
+        made = _wrap(b, key[1], StreamHandle(handle))
+        with _pools_lock:   # threads using it first at once share one object (never closed)
+            s = _defaults.get(key)
+            if s is None or s._b is not b:
+                s = _defaults[key] = made
     return s
 
 
@@ -676,6 +686,8 @@ def set_stream(stream: Stream) -> None:
 
     Raises:
         TypeError: ``stream`` is not an :class:`accelrt.Stream`.
+        ClosedError: ``stream`` was closed (also by another thread's :meth:`Stream.close`
+            during this call: the previous stream stays current).
 
     Example::
 
@@ -689,10 +701,7 @@ def set_stream(stream: Stream) -> None:
     """
     if not isinstance(stream, Stream):
         raise TypeError(f"set_stream() takes an accelrt.Stream, got {type(stream).__name__}")
-    stream._check_open()
-    name = stream._b.name
-    _tls.stream[(name, stream._index)] = stream
-    _tls.device[name] = stream._index
+    stream._make_current()
 
 
 def synchronize(device: DeviceLike = None, /) -> None:

@@ -19,6 +19,8 @@ Example::
 from __future__ import annotations
 
 import gc
+import os
+import threading
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeVar, cast
 
 from . import _checked
@@ -27,6 +29,7 @@ from . import _sync_debug as _sd
 from ._device import _lazy_init, _resolved
 from ._device import device as _device_type
 from ._errors import AcceleratorValueError, ClosedError
+from ._fork import reinit_after_fork
 from ._handles import EventHandle, StreamHandle, mypyc_attr
 
 if TYPE_CHECKING:
@@ -45,6 +48,24 @@ _dev_globals: Final = vars(_dev)   # (``_current_backend`` is rebound: read it b
 _tls: Final = _dev._tls
 
 _S = TypeVar("_S", bound="_StreamCore")
+
+#: Guards the closed flags of streams, events and graphs in ``close()``; re-entrant because a
+#: garbage collection inside the locked section may run a finalizer that closes another object.
+_close_lock: Final = reinit_after_fork(threading.RLock())
+#: How many ``Stream.close()`` calls are looking for a thread that uses their stream (changed
+#: only under :data:`_close_lock`). A thread that makes a stream current writes its table
+#: first and reads this (and the closed flag) after, so a racing close either finds the entry
+#: or is seen by that thread, which then waits for it (:func:`_closed_after_publish`).
+_closing: Final = [0]
+
+
+def _no_close_in_child() -> None:
+    """After ``fork``: the child has its own, free :data:`_close_lock` and no closing thread."""
+    _closing[0] = 0
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_no_close_in_child)
 
 #: ``_device._ThreadState.hot``: the thread's current device per backend name, its current
 #: streams per device and the devices it initialised, read in one thread-local lookup
@@ -153,7 +174,7 @@ class _StreamCore:
             _sd.check(self._b.name)
 
     def __enter__(self: _S) -> _S:
-        if self._closed or self._origin is not None:   # a view also checks its origin
+        if self._origin is not None:   # a view checks the stream it views first
             self._check_open()
         devs, streams, entered = _tls.enter
         key = self._key
@@ -161,7 +182,31 @@ class _StreamCore:
         entered.append((self, devs.get(name, 0), streams.get(key)))
         streams[key] = self
         devs[name] = key[1]
+        if (self._closed or _closing[0] or self._origin is not None) \
+                and _closed_after_publish(self):   # closed (also by a racing close()): undo
+            _StreamCore.__exit__(self)   # (exactly what this entry did)
+            self._check_open()
         return self
+
+    def _make_current(self) -> None:
+        """:func:`accelrt.set_stream` once its argument is known to be a stream: make it the
+        thread's current stream of its device and its device the backend's current device."""
+        if self._origin is not None:   # a view checks the stream it views first
+            self._check_open()
+        devs, streams, _ = _tls.enter
+        key = self._key
+        name = key[0]
+        prev_stream, prev_dev = streams.get(key), devs.get(name, 0)
+        streams[key] = self   # first the entry, then the check: see _closed_after_publish
+        devs[name] = key[1]
+        if (self._closed or _closing[0] or self._origin is not None) \
+                and _closed_after_publish(self):   # closed by a racing close(): undo, raise
+            if prev_stream is None:
+                del streams[key]
+            else:
+                streams[key] = prev_stream
+            devs[name] = prev_dev
+            self._check_open()
 
     def __exit__(self, *exc: object) -> None:
         devs, streams, entered = _tls.enter
@@ -195,6 +240,27 @@ class _StreamCore:
             raise ClosedError(
                 f"this {type(self).__name__} of {self._b.name}:{self._index} was closed; "
                 "create a new stream instead of using a closed one")
+
+
+def _closed_after_publish(s: _StreamCore) -> bool:
+    """Whether ``s`` (or the stream a device module's view ``s`` views) is closed, once no
+    ``close()`` is in progress: read by a thread that has just made ``s`` current (``with``,
+    :func:`~accelrt.set_stream`), after writing its table, so that a ``close()`` racing with
+    it either found the entry (and refused) or is seen here (and the caller undoes its entry
+    and raises :class:`ClosedError`); never both missed."""
+    if _closing[0]:
+        with _close_lock:   # wait for the close() in progress to decide
+            pass
+    origin = s._origin
+    return s._closed or (origin is not None and origin._closed)
+
+
+def _mismatch(name: str, bound: int, index: int) -> AcceleratorValueError:
+    """PyTorch's error (CUDAEvent's wording) for recording an event of device ``bound`` on a
+    stream of device ``index``."""
+    return AcceleratorValueError(
+        f"Event device {bound} does not match recording stream's device {index}. Record on "
+        f"a stream of device {name}:{bound}, or use another event for {name}:{index}.")
 
 
 #: ``gc.get_referents`` as a C variable of the compiled module (a module attribute is a lookup)
@@ -356,23 +422,15 @@ class _EventCore:
         hot = _tls.hot
         s = _event_stream(b, stream, "record", hot)
         index = s._index
-        if key is None:
-            key = _key_of(b.name, index)
-        elif index != key[1]:
-            # PyTorch's CUDAEvent wording
-            raise AcceleratorValueError(
-                f"Event device {key[1]} does not match recording stream's device "
-                f"{index}. Record on a stream of device {b.name}:{key[1]}, or "
-                f"use another event for {b.name}:{index}.")
+        if key is not None and index != key[1]:
+            raise _mismatch(b.name, key[1], index)
         sh = s._handle
-        if self._key is None:
-            self._bind(key[1])
         h = self._handle
-        if not h:
-            h = self._create()
+        if not h or key is None:   # the first record (or one racing with it): binds the event
+            h = self._create(index)
         elif key not in hot[2]:
-            _lazy_init(b, key[1])
-        self._rec(key[1], h, sh)
+            _lazy_init(b, index)
+        self._rec(index, h, sh)
 
     def _wait(self, stream: object) -> None:
         """:meth:`accelrt.Event.wait`, with its checks of ``stream`` (a stream of the event's
@@ -396,23 +454,48 @@ class _EventCore:
         self._key = key
         return key
 
-    def _create(self) -> EventHandle:
-        """Create the backend event (at the first record, or :meth:`accelrt.Event.ipc_handle`
-        before any)."""
+    def _create(self, index: int = -1) -> EventHandle:
+        """Create the backend event on device ``index`` and bind an event made without a
+        device to it: at the first record (the recording stream's device), or for
+        :meth:`accelrt.Event.ipc_handle` before any (-1: the event's device, else the current
+        device, as PyTorch). Threads that record a new event at once make one handle: the
+        first to install its handle (under the close lock, which also orders a racing
+        ``close()``) wins, the others destroy theirs and use it, or raise PyTorch's device
+        mismatch when it was bound to another device."""
         if self._closed:   # a closed event's handle is 0: every first use comes here
             self._check_open()
         b = self._b
-        index = self._index
-        if index is None:   # ipc_handle() before any record: the current device, as PyTorch
-            index = _tls.device.get(b.name, 0)
-            self._bind(index)
-        _lazy_init(b, index)
-        timing, blocking, ipc = self._timing, self._blocking, self._interprocess
-        anyb: Any = b   # called untyped: the compiled build would cast the result
-        h: EventHandle = _checked.event(b, index, anyb.event_create(index, timing, blocking, ipc),
-                                        timing, blocking, ipc)
-        self._handle = h
-        return h
+        if index < 0:
+            bound = self._index
+            index = _tls.device.get(b.name, 0) if bound is None else bound
+        h = self._handle   # nonzero: another thread's first record made it (check its device)
+        made = not h
+        if made:
+            _lazy_init(b, index)
+            timing, blocking, ipc = self._timing, self._blocking, self._interprocess
+            anyb: Any = b   # called untyped: the compiled build would cast the result
+            h = _checked.event(b, index, anyb.event_create(index, timing, blocking, ipc),
+                               timing, blocking, ipc)
+        _close_lock.acquire()   # (not ``with``: half the cost, on every new event)
+        try:
+            won = made and not self._closed and not self._handle and (
+                self._index is None or self._index == index)
+            if won:
+                if self._index is None:
+                    self._bind(index)
+                self._handle = h
+            bound, current = self._index, self._handle
+        finally:
+            _close_lock.release()
+        if won:
+            return h
+        if made:
+            _checked.destroy_event(b, index, h)
+        if self._closed:
+            self._check_open()
+        if bound is not None and bound != index:
+            raise _mismatch(b.name, bound, index)
+        return current
 
     def query(self) -> bool:
         """True if all work before the last record has completed (True if never recorded).
