@@ -129,6 +129,9 @@ class device:
             idx = _plain_int(idx)        # its value, whatever its comparisons say
         if idx is not None and idx < 0:
             raise _negative_index(idx)
+        if idx is not None and idx > _INT64_MAX:    # torch's parser reads an int64
+            raise AcceleratorValueError(f"device index {idx} is out of range (Overflow when "
+                                        "unpacking long long): it must be below 2**63")
         object.__setattr__(self, "_type", typ)
         object.__setattr__(self, "_index", idx)
 
@@ -220,6 +223,9 @@ def _check_type(typ: str, text: str) -> None:
 # leading zero. str.isdigit() would also accept '١' (Arabic-Indic one) and '²'.
 _DEVICE_RE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?::([0-9]+))?", re.ASCII)
 _MAX_INDEX_DIGITS = 18
+#: The largest device index an ``int`` may give: int64's largest, as PyTorch's argument
+#: parser reads one (beyond it, its ValueError "Overflow when unpacking long long")
+_INT64_MAX = (1 << 63) - 1
 
 
 def _parse(s: str) -> tuple[str, int | None]:
