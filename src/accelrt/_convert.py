@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from ._errors import AcceleratorTypeError, AcceleratorValueError
+from ._errors import AcceleratorTypeError, AcceleratorValueError, shown
 
 __all__ = ["cast", "from_python", "infer_dtype", "int_bounds"]
 
@@ -226,7 +226,7 @@ def from_python(obj: object, dt: np.dtype, inferred: np.dtype) -> np.ndarray:
             unpack = ("Overflow when unpacking long long: " if isinstance(value, int) and not
                       _INT64_MIN <= value < -_INT64_MIN else "")   # not even an int64
             raise AcceleratorValueError(
-                f"{unpack}asarray(): {value!r} does not fit {dt.name} (ints in [{lowest}, "
+                f"{unpack}asarray(): {shown(value)} does not fit {dt.name} (ints in [{lowest}, "
                 f"{highest}], floats in [{least}, {upper})); value cannot be converted to type "
                 f"{dt.name} without overflow")
         if src == "O":      # exact ints in range; a negative one wraps into an unsigned dtype

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import _backend
-from ._errors import AcceleratorIndexError, AcceleratorValueError, BackendUnavailableError
+from ._errors import AcceleratorIndexError, AcceleratorValueError, BackendUnavailableError, shown
 from ._fork import reinit_after_fork
 
 if TYPE_CHECKING:
@@ -70,7 +70,8 @@ class device:
     Raises:
         TypeError: the argument types are wrong.
         ValueError: (an :class:`~accelrt.AcceleratorValueError`, also the ``RuntimeError``
-            PyTorch raises) the string is malformed, the index is negative, or an index is
+            PyTorch raises) the string is malformed, the index is negative or beyond int64
+            (PyTorch's ``ValueError`` "Overflow when unpacking long long"), or an index is
             given twice.
         BackendUnavailableError: the string names no registered backend (the message lists
             them: ``"gpu:0"``, ``"cuda0"`` and ``"CPU:0"`` fail here, with a suggestion).
@@ -130,7 +131,7 @@ class device:
         if idx is not None and idx < 0:
             raise _negative_index(idx)
         if idx is not None and idx > _INT64_MAX:    # torch's parser reads an int64
-            raise AcceleratorValueError(f"device index {idx} is out of range (Overflow when "
+            raise AcceleratorValueError(f"device index {shown(idx)} is out of range (Overflow when "
                                         "unpacking long long): it must be below 2**63")
         object.__setattr__(self, "_type", typ)
         object.__setattr__(self, "_index", idx)
@@ -198,7 +199,7 @@ def _check_type(typ: str, text: str) -> None:
     if typ in known:
         _known_types.add(typ)
         return
-    shown = text if len(text) <= 60 else text[:57] + "..."
+    brief = text if len(text) <= 60 else text[:57] + "..."
     _, idx = _parse(text)
     suffix = "" if idx is None else f":{idx}"
     guess: str | None = None
@@ -214,7 +215,7 @@ def _check_type(typ: str, text: str) -> None:
         guess = close[0] + suffix if close else None
     hint = f"; did you mean {guess!r}?" if guess else "."
     raise BackendUnavailableError(
-        f"Unknown backend {typ!r} in device string {shown!r}{hint} Known backends: "
+        f"Unknown backend {typ!r} in device string {brief!r}{hint} Known backends: "
         f"{', '.join(known)} (device types are lower case; third-party backends register "
         "with accelrt.backends.register())")
 
@@ -233,22 +234,22 @@ def _parse(s: str) -> tuple[str, int | None]:
     if hit is not None:
         return hit
     m = _DEVICE_RE.fullmatch(s)
-    shown = s if len(s) <= 60 else s[:57] + "..."
+    brief = s if len(s) <= 60 else s[:57] + "..."
     # AcceleratorValueError: PyTorch's c10::Device parser raises RuntimeError, and a
     # ValueError is what a bad value is here
     if m is None:
         raise AcceleratorValueError(
-            f"Invalid device string: {shown!r}; expected 'type' or 'type:index' with an index "
+            f"Invalid device string: {brief!r}; expected 'type' or 'type:index' with an index "
             "of ASCII digits, e.g. 'cuda:0' or 'cpu'")
     typ, rest = m.group(1), m.group(2)
     idx: int | None = None
     if rest is not None:
         if len(rest) > 1 and rest[0] == "0":
-            raise AcceleratorValueError(f"Invalid device string: {shown!r}; the index after "
+            raise AcceleratorValueError(f"Invalid device string: {brief!r}; the index after "
                                         "':' must not have leading zeros, e.g. 'cuda:1'")
         if len(rest) > _MAX_INDEX_DIGITS:
             raise AcceleratorValueError(f"Could not parse device index {rest[:20] + '...'!r} "
-                                        f"in device string {shown!r}: it is too large")
+                                        f"in device string {brief!r}: it is too large")
         idx = int(rest)
     if len(_parse_cache) < 1024:
         _parse_cache[s] = (typ, idx)
@@ -652,7 +653,7 @@ def _parser_form(dev: Any) -> Any:
 def _negative_index(index: int) -> AcceleratorValueError:
     """The error of a negative device index where one is not allowed: PyTorch's RuntimeError
     text ("Device index must not be negative"), also a ``ValueError``."""
-    return AcceleratorValueError(f"Device index must not be negative, got {index}")
+    return AcceleratorValueError(f"Device index must not be negative, got {shown(index)}")
 
 
 def _check_index(b: Backend, index: int) -> int:
@@ -671,7 +672,7 @@ def _check_index(b: Backend, index: int) -> int:
         more = b.more_devices_hint
         hint = f"; {more}" if isinstance(more, str) and more else ""
         raise AcceleratorIndexError(
-            f"Device index value {index} is out of index range [0, {n}) (backend "
+            f"Device index value {shown(index)} is out of index range [0, {n}) (backend "
             f"{b.name!r} has {n} device{'s' if n != 1 else ''}{hint})")
     return index
 

@@ -24,6 +24,7 @@ import numpy as np
 from . import _backend
 from . import _device as _device_mod
 from ._device import _factory_device, _get_device, _lazy_init
+from ._errors import shown
 from ._memory_owner import _Memory
 from ._size import storage_nbytes
 from ._stream_core import _current_in, _Key, _key_of
@@ -76,9 +77,10 @@ def _check_dtype_uncached(dtype: Any, b: Backend, index: int) -> np.dtype:
         dtype = "float32"       # PyTorch's default dtype
     try:
         dt: np.dtype[Any] = np.dtype(dtype)
-    except TypeError as exc:
-        raise TypeError(f"unknown dtype {dtype!r}; pass a numpy dtype such as 'float32' or "
-                        f"np.int64 ({exc})") from None
+    except (TypeError, ValueError) as exc:     # ValueError: numpy cannot print a huge int
+        why = f" ({exc})" if isinstance(exc, TypeError) else ""
+        raise TypeError(f"unknown dtype {shown(dtype)}; pass a numpy dtype such as 'float32' "
+                        f"or np.int64{why}") from None
     if dt.kind not in "biufc" or dt.fields is not None or dt.subdtype is not None:
         raise TypeError(f"dtype {dt} is not supported; use a bool, integer, floating or "
                         "complex dtype")

@@ -32,7 +32,7 @@ from . import _device as _dev
 from . import _sync_debug as _sd
 from ._device import (_get_device, _get_device_of, _index_arg, _lazy_init, _plain_int,
                       _require_current, _tls)
-from ._errors import AcceleratorError
+from ._errors import AcceleratorError, shown
 from ._fork import reinit_after_fork
 from ._handles import StreamHandle
 from . import _stream_core
@@ -289,7 +289,7 @@ class Stream(_StreamCore):
             prio = _index_arg(priority, "priority")
             if not pool.lo <= prio <= pool.hi:
                 raise ValueError(
-                    f"priority={prio} is out of range [{pool.lo}, {pool.hi}] for "
+                    f"priority={shown(prio)} is out of range [{pool.lo}, {pool.hi}] for "
                     f"{b.name}:{index} (lower numbers are higher priorities)")
             found = pool.free.get(prio)
             if found is None:

@@ -81,3 +81,74 @@ def test_a_device_index_beyond_int64_is_refused(name: str, index: Any) -> None:
 
 def test_the_largest_int64_is_still_a_device_index() -> None:
     assert acc.device("cpu", 2**63 - 1).index == 2**63 - 1
+
+
+# ---------------------------------------------------------------------- ints too long to print
+
+HUGE = 10**5000     # Python refuses str() of an int of more than 4300 digits (ValueError)
+
+_HUGE_CALLS: dict[str, Any] = {
+    "device index": lambda: acc.device("cpu", HUGE),
+    "negative device index": lambda: acc.memory_stats(-HUGE),
+    "device out of range": lambda: acc.memory_stats(HUGE),
+    "set_device_index": lambda: acc.set_device_index(HUGE),
+    "Event(device=)": lambda: acc.Event(device=HUGE),
+    "manual_seed": lambda: acc.manual_seed(HUGE),
+    "Generator.manual_seed": lambda: acc.random.Generator("cpu:0").manual_seed(-HUGE),
+    "Stream priority": lambda: acc.cpu.Stream(priority=HUGE),
+    "empty size": lambda: acc.empty(HUGE, device="cpu:0"),
+    "empty negative size": lambda: acc.empty(2, -HUGE, device="cpu:0"),
+    "randint high": lambda: acc.randint(0, HUGE, (2,), device="cpu:0"),
+    "full value": lambda: acc.full((2,), HUGE, device="cpu:0"),
+    "fill_ value": lambda: acc.zeros(2, device="cpu:0").fill_(-HUGE),
+    "asarray data": lambda: acc.asarray([HUGE], device="cpu:0"),
+    "empty dtype": lambda: acc.empty(2, dtype=HUGE, device="cpu:0"),
+    "rand dtype": lambda: acc.rand(2, dtype=HUGE, device="cpu:0"),
+    "comm scatter dim": lambda: acc.comm.scatter(acc.zeros(2, device="cpu:0"), ["cpu:0"],
+                                                 dim=HUGE),
+    "comm buffer_size": lambda: acc.comm.reduce_add_coalesced([[acc.zeros(2, device="cpu:0")]],
+                                                              buffer_size=-HUGE),
+    "caching_allocator_alloc": lambda: acc.memory.caching_allocator_alloc(-HUGE, "cpu:0"),
+    "memory_snapshot mempool_id": lambda: acc.memory.memory_snapshot(mempool_id=(HUGE, HUGE, 1)),
+    "Graph capture_error_mode": lambda: acc.Graph(capture_error_mode=HUGE),
+    "record_memory_history": lambda: acc.memory.record_memory_history(HUGE),
+    "Generator.__setstate__": lambda: acc.random.Generator("cpu:0").__setstate__((HUGE, 0)),
+    "comm chunk_sizes": lambda: acc.comm.scatter(acc.zeros(2, device="cpu:0"), ["cpu:0"],
+                                                 chunk_sizes=[-HUGE]),
+}
+
+
+@pytest.mark.parametrize("name", list(_HUGE_CALLS))
+def test_an_int_too_long_to_print_gets_the_calls_own_error(name: str) -> None:
+    # observed on torch 2.14.1: torch.device("cpu", 10**5000) and torch.manual_seed(10**5000)
+    # raise ValueError "Overflow when unpacking long long". Before: each of these calls raised
+    # Python's own ValueError "Exceeds the limit (4300 digits) for integer string conversion"
+    # while formatting its message, whatever the call's error (an IndexError, a TypeError).
+    with pytest.raises(Exception) as info:  # noqa: PT011 - the class is each call's own
+        _HUGE_CALLS[name]()
+    assert "Exceeds the limit" not in str(info.value)
+    assert "int of 16610 bits" in str(info.value)
+
+
+def test_shown_is_repr_but_for_ints_too_long_to_print() -> None:
+    from accelrt._errors import shown
+    assert shown(2**200) == repr(2**200)
+    assert shown((1, HUGE)) == "(1, <an int of 16610 bits>)"
+    assert shown((-HUGE,)) == "(<a negative int of 16610 bits>,)"
+    assert repr(acc.cpu.device(-HUGE)).endswith("(<a negative int of 16610 bits>)")
+
+
+# ---------------------------------------------------------------------- caching_allocator_alloc
+
+@pytest.mark.parametrize("device", [None, "cpu:0"])
+def test_caching_allocator_alloc_refuses_an_event_as_its_stream(device: str | None) -> None:
+    # torch 2.14.1's torch.cuda.caching_allocator_alloc (torch/cuda/memory.py, read: it
+    # initialises CUDA first, so it cannot run here) takes a torch.cuda.Stream or an int and
+    # raises TypeError "Invalid type for stream argument, must be `torch.cuda.Stream` or `int`
+    # representing a pointer to a existing stream" for anything else. Before: an accelrt
+    # Event (which has a handle too) was read as the stream whose handle equals its own.
+    before = acc.memory.memory_allocated("cpu:0")
+    with pytest.raises(TypeError, match=r"^Invalid type for stream argument, must be "
+                                        r"`accelrt.Stream` or `int`.* got Event$"):
+        acc.memory.caching_allocator_alloc(16, device, acc.cpu.Event(device="cpu:0"))
+    assert acc.memory.memory_allocated("cpu:0") == before

@@ -29,7 +29,7 @@ import numpy as np
 
 from .._device import _get_device
 from .._device import device as _device_cls
-from .._errors import AcceleratorTypeError, AcceleratorValueError
+from .._errors import AcceleratorTypeError, AcceleratorValueError, shown
 from .._fork import reinit_after_fork
 from ..backends._common import check_u64
 
@@ -102,7 +102,8 @@ def _seed_arg(seed: Any) -> int:
 
 def _wrap_seed(value: int, what: str = "seed") -> int:
     if not -(1 << 63) <= value < 1 << 64:
-        raise AcceleratorValueError(f"{what} {value} is out of range (Overflow when unpacking "
+        raise AcceleratorValueError(f"{what} {shown(value)} is out of range (Overflow when "
+                                    f"unpacking "
                                     f"long long): it must be in [-2**63, 2**64); negative "
                                     f"{what}s wrap to uint64")
     return value & _M64
@@ -314,7 +315,7 @@ class Generator:
             ValueError: a value outside ``[0, 2**64)``.
         """
         if not isinstance(state, tuple) or len(state) != 2:
-            raise TypeError(f"Generator state must be a (seed, offset) pair, got {state!r}")
+            raise TypeError(f"Generator state must be a (seed, offset) pair, got {shown(state)}")
         seed, offset = check_u64(state[0], "seed"), check_u64(state[1], "offset")
         with self._lock:
             self._seed, self._offset = seed, offset
