@@ -131,8 +131,9 @@ class device:
         if idx is not None and idx < 0:
             raise _negative_index(idx)
         if idx is not None and idx > _INT64_MAX:    # torch's parser reads an int64
-            raise AcceleratorValueError(f"device index {shown(idx)} is out of range (Overflow when "
-                                        "unpacking long long): it must be below 2**63")
+            raise _IndexOverflowError(f"Device index value {shown(idx)} is out of index range "
+                                      "(Overflow when unpacking long long): a device index "
+                                      "must be below 2**63")
         object.__setattr__(self, "_type", typ)
         object.__setattr__(self, "_index", idx)
 
@@ -224,6 +225,12 @@ def _check_type(typ: str, text: str) -> None:
 # leading zero. str.isdigit() would also accept '١' (Arabic-Indic one) and '²'.
 _DEVICE_RE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?::([0-9]+))?", re.ASCII)
 _MAX_INDEX_DIGITS = 18
+class _IndexOverflowError(AcceleratorValueError, IndexError):
+    """A device index beyond int64: the ``ValueError`` PyTorch's argument parser raises
+    ("Overflow when unpacking long long"), and an ``IndexError``, as any index beyond the
+    devices."""
+
+
 #: The largest device index an ``int`` may give: int64's largest, as PyTorch's argument
 #: parser reads one (beyond it, its ValueError "Overflow when unpacking long long")
 _INT64_MAX = (1 << 63) - 1

@@ -316,7 +316,7 @@ class Stream(_StreamCore):
             raise TypeError(f"device_type must be a backend name such as 'cpu', got "
                             f"{type(device_type).__name__}")
         if device_index < 0:
-            raise ValueError(f"device_index must not be negative, got {device_index}")
+            raise ValueError(f"device_index must not be negative, got {shown(device_index)}")
         fixed = self._backend_name
         if fixed is not None and device_type != fixed:
             raise ValueError(f"{type(self).__module__}.Stream wraps {fixed} streams, not "

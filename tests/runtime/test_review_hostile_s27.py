@@ -8,6 +8,8 @@ and are written here as literals (CI has no torch).
 
 from __future__ import annotations
 
+import gc
+import weakref
 from typing import Any
 
 import numpy as np
@@ -74,8 +76,9 @@ def test_a_device_index_beyond_int64_is_refused(name: str, index: Any) -> None:
     if name.startswith("Stream") and not isinstance(index, int):
         return          # the stream triple takes Python ints only (a TypeError)
     before = acc.get_default_device()
-    with pytest.raises(ValueError, match=r"Overflow when unpacking long long"):
+    with pytest.raises(ValueError, match=r"Overflow when unpacking long long") as info:
         _INDEX_CALLS[name](index)
+    assert isinstance(info.value, IndexError)   # as any index beyond the devices
     assert acc.get_default_device() == before
 
 
@@ -93,6 +96,8 @@ _HUGE_CALLS: dict[str, Any] = {
     "device out of range": lambda: acc.memory_stats(HUGE),
     "set_device_index": lambda: acc.set_device_index(HUGE),
     "Event(device=)": lambda: acc.Event(device=HUGE),
+    "Stream(device_index=)": lambda: acc.Stream(stream_id=0, device_index=-HUGE,
+                                                device_type="cpu"),
     "manual_seed": lambda: acc.manual_seed(HUGE),
     "Generator.manual_seed": lambda: acc.random.Generator("cpu:0").manual_seed(-HUGE),
     "Stream priority": lambda: acc.cpu.Stream(priority=HUGE),
@@ -152,3 +157,41 @@ def test_caching_allocator_alloc_refuses_an_event_as_its_stream(device: str | No
                                         r"`accelrt.Stream` or `int`.* got Event$"):
         acc.memory.caching_allocator_alloc(16, device, acc.cpu.Event(device="cpu:0"))
     assert acc.memory.memory_allocated("cpu:0") == before
+
+
+# ---------------------------------------------------------------------- dtype caches
+
+_DTYPE_CALLS: dict[str, Any] = {
+    "empty": lambda dt: acc.empty(2, dtype=dt, device="cpu:0"),
+    "zeros": lambda dt: acc.zeros(2, dtype=dt, device="cpu:0"),
+    "rand": lambda dt: acc.rand(2, dtype=dt, device="cpu:0"),
+    "asarray": lambda dt: acc.asarray([1], dtype=dt, device="cpu:0"),
+}
+
+
+@pytest.mark.parametrize("name", list(_DTYPE_CALLS))
+def test_a_number_is_no_dtype_after_an_equal_numpy_scalar_was_one(name: str) -> None:
+    # observed on torch 2.14.1: torch.empty(2, dtype=True) and dtype=1.5 raise TypeError
+    # "empty(): argument 'dtype' must be torch.dtype, not bool" (float). accelrt takes what
+    # numpy takes (a numpy scalar stands for its dtype), but its dtype caches were keyed by
+    # the argument: once np.bool_(True) or np.float64(1.5) was a dtype, True, 1 and 1.5 (equal
+    # to them, same hash) were taken as bool and float64.
+    call = _DTYPE_CALLS[name]
+    if name != "rand":          # rand makes floating numbers only
+        call(np.bool_(True))
+    call(np.float64(1.5))
+    for number in (True, 1, 1.5):
+        with pytest.raises(TypeError, match="unknown dtype"):
+            call(number)
+
+
+@pytest.mark.parametrize("name", list(_DTYPE_CALLS))
+def test_an_array_given_as_dtype_is_not_kept_alive(name: str) -> None:
+    # an Array as dtype is numpy's "the dtype of this object"; the dtype caches kept it (and
+    # its device memory) alive for the life of the process
+    other = acc.empty(4, device="cpu:0")
+    held = weakref.ref(other)
+    _DTYPE_CALLS[name](other)
+    del other
+    gc.collect()
+    assert held() is None

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Literal, SupportsIndex, cast, overload
 import numpy as np
 
 from .. import _pinned
+from .._placement import dtype_cache_key
 from .._device import _get_device, _lazy_init
 from .._errors import AcceleratorTypeError, AcceleratorValueError, shown
 from .._size import normalize_size, one_sequence_size, size_keyword
@@ -310,11 +311,8 @@ def _float_dtype(dtype: Any, fname: str) -> np.dtype:
     if dt.name not in _RAND_DTYPES:
         raise AcceleratorTypeError(f"{fname}() makes floating numbers; dtype must be one of "
                                    f"{', '.join(_RAND_DTYPES)}, got {dt.name}")
-    if len(_float_dtype_cache) < 64:
-        try:
-            _float_dtype_cache[dtype] = dt
-        except TypeError:
-            pass
+    if len(_float_dtype_cache) < 64 and dtype_cache_key(dtype):
+        _float_dtype_cache[dtype] = dt
     return dt
 
 
