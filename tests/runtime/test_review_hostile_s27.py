@@ -195,3 +195,28 @@ def test_an_array_given_as_dtype_is_not_kept_alive(name: str) -> None:
     del other
     gc.collect()
     assert held() is None
+
+
+# ---------------------------------------------------------------------- Generator seeds
+
+class _Index:
+    """An object with ``__index__`` only (not an int, not a numpy integer)."""
+
+    def __index__(self) -> int:
+        return 1
+
+
+@pytest.mark.parametrize("method, torch_name", [("manual_seed", "manual_seed"),
+                                                ("set_offset", "manual_offset")])
+@pytest.mark.parametrize("value", [_Index(), np.array(1)], ids=["__index__", "0-d ndarray"])
+def test_generator_seed_takes_no_object_with_only_index(method: str, torch_name: str,
+                                                        value: Any) -> None:
+    # observed on torch 2.14.1: torch.Generator().manual_seed(obj) and .set_offset(obj), obj
+    # with __index__ only or np.array(1), raise RuntimeError "manual_seed expected a long, but
+    # got Idx" ("manual_offset ...", "... got numpy.ndarray"), as torch.Generator(device=obj)
+    # does. Before: accelrt read them with operator.index.
+    g = acc.random.Generator("cpu:0")
+    with pytest.raises(RuntimeError, match=rf"{torch_name} expected a long, but got") as info:
+        getattr(g, method)(value)
+    assert isinstance(info.value, TypeError)
+    assert g.initial_seed() == 67280421310721 and g.get_offset() == 0

@@ -49,8 +49,9 @@ _M64 = (1 << 64) - 1
 
 def _check_seed(seed: Any, what: str = "seed", torch_name: str = "manual_seed") -> int:
     """A seed as ``torch.Generator.manual_seed`` reads it (``THPUtils_checkLong``, then
-    ``unpack_uint64``): an int or a numpy integer, never a bool or a float, in
-    ``[-2**63, 2**64)``; a negative seed wraps to uint64 (two's complement).
+    ``unpack_uint64``): an int or a numpy integer, never a bool, a float or another object
+    with ``__index__`` (a 0-d numpy array), in ``[-2**63, 2**64)``; a negative seed wraps to
+    uint64 (two's complement).
     ``torch.Generator.set_offset`` reads its offset the same way: ``what`` and ``torch_name``
     name the argument and PyTorch's function in the messages ("offset", "manual_offset").
 
@@ -66,13 +67,9 @@ def _check_seed(seed: Any, what: str = "seed", torch_name: str = "manual_seed") 
         >>> _check_seed(-1, "offset", "manual_offset") == 2**64 - 1
         True
     """
-    if not isinstance(seed, (bool, np.bool_)):
-        try:
-            value = operator.index(seed)
-        except TypeError:
-            pass
-        else:
-            return _wrap_seed(value, what)
+    # THPUtils_checkLong: an int or a numpy integer, not any object with __index__
+    if isinstance(seed, (int, np.integer)) and not isinstance(seed, (bool, np.bool_)):
+        return _wrap_seed(operator.index(seed), what)
     name = "bool" if isinstance(seed, (bool, np.bool_)) else type(seed).__name__
     raise AcceleratorTypeError(f"{what} must be an int, got {name} ({torch_name} expected a "
                                f"long, but got {name})")
