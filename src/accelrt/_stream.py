@@ -321,7 +321,8 @@ class Stream(_StreamCore):
         if fixed is not None and device_type != fixed:
             raise ValueError(f"{type(self).__module__}.Stream wraps {fixed} streams, not "
                              f"{device_type} ones; use accelrt.Stream(stream_id=...)")
-        b, index = _get_device(_dev._device_obj(device_type, device_index))
+        # a new device, not _device_obj's cached one: the caller's index is not checked yet
+        b, index = _get_device(_dev.device(device_type, device_index))
         handle = StreamHandle(sid)
         if not b.stream_is_valid(index, handle):
             raise ValueError(f"stream_id={handle:#x} is not a live stream of "

@@ -220,3 +220,14 @@ def test_generator_seed_takes_no_object_with_only_index(method: str, torch_name:
         getattr(g, method)(value)
     assert isinstance(info.value, TypeError)
     assert g.initial_seed() == 67280421310721 and g.get_offset() == 0
+
+
+def test_wrapping_a_stream_of_no_device_caches_nothing() -> None:
+    # Stream(stream_id=, device_index=, device_type=) made its device through the process-wide
+    # cache of device objects before checking the index: each refused index stayed cached
+    from accelrt import _device
+    before = len(_device._device_objs)
+    for index in range(1000, 1100):
+        with pytest.raises(IndexError, match="out of index range"):
+            acc.Stream(stream_id=0, device_index=index, device_type="cpu")
+    assert len(_device._device_objs) == before
