@@ -9,6 +9,7 @@ and are written here as literals (CI has no torch).
 from __future__ import annotations
 
 import gc
+import os
 import weakref
 from typing import Any
 
@@ -231,3 +232,22 @@ def test_wrapping_a_stream_of_no_device_caches_nothing() -> None:
         with pytest.raises(IndexError, match="out of index range"):
             acc.Stream(stream_id=0, device_index=index, device_type="cpu")
     assert len(_device._device_objs) == before
+
+
+# ---------------------------------------------------------------------- dump_snapshot
+
+def test_dump_snapshot_takes_a_path_not_a_file_descriptor(tmp_path: Any) -> None:
+    # torch 2.14.1's _dump_snapshot (read: it needs CUDA) does open(filename, "wb"), so an int
+    # is a file descriptor: dump_snapshot(1) wrote the pickle to stdout and closed it, and 0
+    # closed stdin. accelrt's filename is a path: os.fspath's TypeError.
+    fd = os.open(tmp_path / "fd", os.O_WRONLY | os.O_CREAT)
+    try:
+        for bad in (fd, True, np.int64(fd)):
+            with pytest.raises(TypeError, match="expected str, bytes or os.PathLike object"):
+                acc.memory.dump_snapshot(bad)
+            with pytest.raises(TypeError, match="expected str, bytes or os.PathLike object"):
+                acc.cpu.dump_snapshot(bad)
+        os.fstat(fd)        # still open
+    finally:
+        os.close(fd)
+    assert (tmp_path / "fd").stat().st_size == 0
