@@ -225,6 +225,8 @@ def _check_type(typ: str, text: str) -> None:
 # leading zero. str.isdigit() would also accept '١' (Arabic-Indic one) and '²'.
 _DEVICE_RE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?::([0-9]+))?", re.ASCII)
 _MAX_INDEX_DIGITS = 18
+
+
 class _IndexOverflowError(AcceleratorValueError, IndexError):
     """A device index beyond int64: the ``ValueError`` PyTorch's argument parser raises
     ("Overflow when unpacking long long"), and an ``IndexError``, as any index beyond the

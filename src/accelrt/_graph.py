@@ -164,8 +164,9 @@ def _check_mode(capture_error_mode: object) -> str:
 def _torch_only(name: str, value: object) -> None:
     """Refuse a PyTorch option that needs tensors (accepted as False, as PyTorch's default)."""
     if value is not False:
-        raise ValueError(f"{name}={shown(value)} is not supported: it tracks PyTorch tensors, which "
-                         f"accelrt does not have; pass {name}=False (see docs/differences.md)")
+        raise ValueError(f"{name}={shown(value)} is not supported: it tracks PyTorch tensors, "
+                         f"which accelrt does not have; pass {name}=False (see "
+                         "docs/differences.md)")
 
 
 # ---------------------------------------------------------------------- graphs

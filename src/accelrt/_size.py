@@ -185,7 +185,8 @@ def normalize_size(args: tuple[Any, ...], size: Any, fname: str) -> tuple[int, .
     for d in dims:
         if d < 0:
             raise AcceleratorValueError(f"Trying to create tensor with negative dimension "
-                                        f"{shown(d)}: {shown(list(dims))}; every dimension must be >= 0")
+                                        f"{shown(d)}: {shown(list(dims))}; every dimension "
+                                        "must be >= 0")
     return dims
 
 
@@ -242,6 +243,6 @@ def storage_nbytes(shape: tuple[int, ...], itemsize: int) -> int:
         return nbytes                       # against a constant wider than mypyc's ints
     if not nbytes and math.prod([d for d in shape if d]) * itemsize <= _MAX_NBYTES:
         return 0
-    raise AcceleratorValueError(f"Storage size calculation overflowed with sizes={shown(list(shape))}: "
-                                f"{itemsize}-byte elements of that shape span more than "
+    raise AcceleratorValueError(f"Storage size calculation overflowed with sizes="
+                                f"{shown(list(shape))}: {itemsize}-byte elements of that shape span more than "
                                 f"{_MAX_NBYTES} bytes (int64), more than any device holds")
