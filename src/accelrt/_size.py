@@ -244,5 +244,6 @@ def storage_nbytes(shape: tuple[int, ...], itemsize: int) -> int:
     if not nbytes and math.prod([d for d in shape if d]) * itemsize <= _MAX_NBYTES:
         return 0
     raise AcceleratorValueError(f"Storage size calculation overflowed with sizes="
-                                f"{shown(list(shape))}: {itemsize}-byte elements of that shape span more than "
-                                f"{_MAX_NBYTES} bytes (int64), more than any device holds")
+                                f"{shown(list(shape))}: {itemsize}-byte elements of that "
+                                f"shape span more than {_MAX_NBYTES} bytes (int64), more than "
+                                "any device holds")
