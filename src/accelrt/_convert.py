@@ -20,6 +20,7 @@ Example::
 from __future__ import annotations
 
 import functools
+import itertools
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -164,8 +165,7 @@ def _infer_sequence(seq: Sequence[Any], depth: int) -> np.dtype:
             raise TypeError(f"asarray() got a sequence that mixes numbers and sequences "
                             f"({_short(seq)}); every item at one depth must be a number, or "
                             "every one a sequence")
-    depth += 1
-    return functools.reduce(promote, [_infer(item, depth) for item in seq])
+    return functools.reduce(promote, map(_infer, seq, itertools.repeat(depth + 1)))
 
 
 def _short(obj: object) -> str:
