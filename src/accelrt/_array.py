@@ -69,7 +69,7 @@ from . import _dlpack
 from . import _sync_debug as _sd
 from ._device import _device_obj, _get_device, _lazy_init
 from ._convert import cast, int_bounds
-from ._errors import AcceleratorError, AcceleratorTypeError, AcceleratorValueError
+from ._errors import AcceleratorError, AcceleratorTypeError, AcceleratorValueError, shown
 from ._device import device as _device_cls
 from ._handles import StreamHandle
 from ._memory_owner import _CLOSED, _SOLE_REFS, _HostView
@@ -760,7 +760,8 @@ class Array:
             return _numpy_dlpack(self._download(), max_version, copy=None)
         if self._host_ok():
             if stream is not None and stream != -1:
-                raise BufferError(f"stream must be None (or -1) for host memory, got {stream!r}")
+                raise BufferError(f"stream must be None (or -1) for host memory, got "
+                                  f"{shown(stream)}")
             if stream is None:
                 self._sync_current()
             return _numpy_dlpack(self._view(), max_version, copy)
@@ -842,7 +843,7 @@ def _check_dlpack_args(stream: Any, max_version: Any, dl_device: Any, copy: Any)
     for name, value in (("max_version", max_version), ("dl_device", dl_device)):
         if value is not None and not (isinstance(value, tuple) and len(value) == 2
                                       and all(_is_int(v) for v in value)):
-            raise TypeError(f"{name} must be a tuple of two ints or None, got {value!r}")
+            raise TypeError(f"{name} must be a tuple of two ints or None, got {shown(value)}")
     if copy is not None and not isinstance(copy, bool):
         raise TypeError(f"copy must be a bool or None, got {type(copy).__name__}")
 
@@ -946,11 +947,11 @@ def _fill_scalar(value: Any, dt: np.dtype) -> np.ndarray:
             value = int(value)
         elif kind == "u" and value < 0:
             if value < lowest:
-                raise _overflow(dt, f"fill value {value} does not fit in {dt.name} (range "
+                raise _overflow(dt, f"fill value {shown(value)} does not fit in {dt.name} (range "
                                 f"0..{highest}; negative ints down to {lowest} wrap)")
             value += 1 << (8 * dt.itemsize)              # two's complement
         elif not least <= value <= highest:
-            raise _overflow(dt, f"fill value {value} does not fit in {dt.name} (range "
+            raise _overflow(dt, f"fill value {shown(value)} does not fit in {dt.name} (range "
                             f"{least}..{highest})")
     else:
         top = float(np.finfo(dt).max)
@@ -963,7 +964,7 @@ def _fill_scalar(value: Any, dt: np.dtype) -> np.ndarray:
                 except OverflowError:       # an int beyond float64
                     big = True
             if big:
-                raise _overflow(dt, f"fill value {value!r} overflows {dt.name} (largest "
+                raise _overflow(dt, f"fill value {shown(value)} overflows {dt.name} (largest "
                                 f"finite value {top!r})")
     with np.errstate(over="ignore", invalid="ignore"):
         return np.array(value, dtype=dt)

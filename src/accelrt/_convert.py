@@ -20,13 +20,14 @@ Example::
 from __future__ import annotations
 
 import functools
+import itertools
 import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from ._errors import AcceleratorTypeError, AcceleratorValueError
+from ._errors import AcceleratorTypeError, AcceleratorValueError, shown
 
 __all__ = ["cast", "from_python", "infer_dtype", "int_bounds"]
 
@@ -45,6 +46,11 @@ _PLAIN_SEQUENCES = frozenset((list, tuple))
 _BAREBONES_UNSIGNED = frozenset(("uint16", "uint32", "uint64"))
 
 _INT64_MIN = -(1 << 63)
+
+#: The most dimensions nested Python data may have: numpy's limit (``np.asarray`` reads the
+#: data), where PyTorch's is larger; deeper data, or a list that contains itself, is refused
+#: with PyTorch's "too many dimensions 'list'"
+_MAX_DIMS = 64
 
 
 def int_bounds(dt: np.dtype) -> tuple[int, int, int]:
@@ -113,13 +119,20 @@ def infer_dtype(obj: object) -> np.dtype:
             numbers and sequences, or an object with no numeric dtype (an
             ``AcceleratorTypeError``, also a ``RuntimeError``: PyTorch's "Could not infer
             dtype of NoneType").
+        ValueError: sequences nested more than 64 deep, or a sequence that contains itself
+            (PyTorch's "too many dimensions 'list'").
     """
+    return _infer(obj, 0)
+
+
+def _infer(obj: object, depth: int) -> np.dtype:
+    """:func:`infer_dtype` of ``obj`` found inside ``depth`` nested sequences."""
     t = type(obj)
     dt = _PYTHON.get(t)
     if dt is not None:
         return dt
     if t is list or t is tuple:
-        return _infer_sequence(obj)  # type: ignore[arg-type]
+        return _infer_sequence(obj, depth)  # type: ignore[arg-type]
     if isinstance(obj, (np.ndarray, np.generic)):
         return obj.dtype
     for base, base_dt in _PYTHON.items():      # subclasses of the Python number types
@@ -129,13 +142,18 @@ def infer_dtype(obj: object) -> np.dtype:
         raise TypeError(f"new(): invalid data type '{t.__name__}'; asarray() takes numeric "
                         "data: numbers, (nested) sequences of numbers, arrays")
     if _is_sequence(obj):
-        return _infer_sequence(obj)  # type: ignore[arg-type]
+        return _infer_sequence(obj, depth)  # type: ignore[arg-type]
     raise AcceleratorTypeError(f"Could not infer dtype of {t.__name__}: asarray() takes "
                                "numeric data: numbers, (nested) sequences of numbers, arrays")
 
 
-def _infer_sequence(seq: Sequence[Any]) -> np.dtype:
-    """:func:`infer_dtype` of a sequence: float32 when empty, else its items' promotion."""
+def _infer_sequence(seq: Sequence[Any], depth: int) -> np.dtype:
+    """:func:`infer_dtype` of a sequence inside ``depth`` others: float32 when empty, else its
+    items' promotion."""
+    if depth == _MAX_DIMS:      # a list that contains itself never ends
+        raise ValueError(f"too many dimensions '{type(seq).__name__}': asarray() takes data "
+                         f"nested at most {_MAX_DIMS} deep (numpy's limit), and no sequence "
+                         "that contains itself")
     if not len(seq):
         return _PYTHON[float]
     types = set(map(type, seq))     # (one pass in C: the common case is one or two types)
@@ -147,7 +165,7 @@ def _infer_sequence(seq: Sequence[Any]) -> np.dtype:
             raise TypeError(f"asarray() got a sequence that mixes numbers and sequences "
                             f"({_short(seq)}); every item at one depth must be a number, or "
                             "every one a sequence")
-    return functools.reduce(promote, map(infer_dtype, seq))
+    return functools.reduce(promote, map(_infer, seq, itertools.repeat(depth + 1)))
 
 
 def _short(obj: object) -> str:
@@ -208,7 +226,7 @@ def from_python(obj: object, dt: np.dtype, inferred: np.dtype) -> np.ndarray:
             unpack = ("Overflow when unpacking long long: " if isinstance(value, int) and not
                       _INT64_MIN <= value < -_INT64_MIN else "")   # not even an int64
             raise AcceleratorValueError(
-                f"{unpack}asarray(): {value!r} does not fit {dt.name} (ints in [{lowest}, "
+                f"{unpack}asarray(): {shown(value)} does not fit {dt.name} (ints in [{lowest}, "
                 f"{highest}], floats in [{least}, {upper})); value cannot be converted to type "
                 f"{dt.name} without overflow")
         if src == "O":      # exact ints in range; a negative one wraps into an unsigned dtype

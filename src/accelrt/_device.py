@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import _backend
-from ._errors import AcceleratorIndexError, AcceleratorValueError, BackendUnavailableError
+from ._errors import AcceleratorIndexError, AcceleratorValueError, BackendUnavailableError, shown
 from ._fork import reinit_after_fork
 
 if TYPE_CHECKING:
@@ -70,7 +70,8 @@ class device:
     Raises:
         TypeError: the argument types are wrong.
         ValueError: (an :class:`~accelrt.AcceleratorValueError`, also the ``RuntimeError``
-            PyTorch raises) the string is malformed, the index is negative, or an index is
+            PyTorch raises) the string is malformed, the index is negative or beyond int64
+            (PyTorch's ``ValueError`` "Overflow when unpacking long long"), or an index is
             given twice.
         BackendUnavailableError: the string names no registered backend (the message lists
             them: ``"gpu:0"``, ``"cuda0"`` and ``"CPU:0"`` fail here, with a suggestion).
@@ -129,6 +130,10 @@ class device:
             idx = _plain_int(idx)        # its value, whatever its comparisons say
         if idx is not None and idx < 0:
             raise _negative_index(idx)
+        if idx is not None and idx > _INT64_MAX:    # torch's parser reads an int64
+            raise _IndexOverflowError(f"Device index value {shown(idx)} is out of index range "
+                                      "(Overflow when unpacking long long): a device index "
+                                      "must be below 2**63")
         object.__setattr__(self, "_type", typ)
         object.__setattr__(self, "_index", idx)
 
@@ -195,7 +200,7 @@ def _check_type(typ: str, text: str) -> None:
     if typ in known:
         _known_types.add(typ)
         return
-    shown = text if len(text) <= 60 else text[:57] + "..."
+    brief = text if len(text) <= 60 else text[:57] + "..."
     _, idx = _parse(text)
     suffix = "" if idx is None else f":{idx}"
     guess: str | None = None
@@ -211,7 +216,7 @@ def _check_type(typ: str, text: str) -> None:
         guess = close[0] + suffix if close else None
     hint = f"; did you mean {guess!r}?" if guess else "."
     raise BackendUnavailableError(
-        f"Unknown backend {typ!r} in device string {shown!r}{hint} Known backends: "
+        f"Unknown backend {typ!r} in device string {brief!r}{hint} Known backends: "
         f"{', '.join(known)} (device types are lower case; third-party backends register "
         "with accelrt.backends.register())")
 
@@ -222,27 +227,38 @@ _DEVICE_RE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?::([0-9]+))?", re.ASCII)
 _MAX_INDEX_DIGITS = 18
 
 
+class _IndexOverflowError(AcceleratorValueError, IndexError):
+    """A device index beyond int64: the ``ValueError`` PyTorch's argument parser raises
+    ("Overflow when unpacking long long"), and an ``IndexError``, as any index beyond the
+    devices."""
+
+
+#: The largest device index an ``int`` may give: int64's largest, as PyTorch's argument
+#: parser reads one (beyond it, its ValueError "Overflow when unpacking long long")
+_INT64_MAX = (1 << 63) - 1
+
+
 def _parse(s: str) -> tuple[str, int | None]:
     hit = _parse_cache.get(s)
     if hit is not None:
         return hit
     m = _DEVICE_RE.fullmatch(s)
-    shown = s if len(s) <= 60 else s[:57] + "..."
+    brief = s if len(s) <= 60 else s[:57] + "..."
     # AcceleratorValueError: PyTorch's c10::Device parser raises RuntimeError, and a
     # ValueError is what a bad value is here
     if m is None:
         raise AcceleratorValueError(
-            f"Invalid device string: {shown!r}; expected 'type' or 'type:index' with an index "
+            f"Invalid device string: {brief!r}; expected 'type' or 'type:index' with an index "
             "of ASCII digits, e.g. 'cuda:0' or 'cpu'")
     typ, rest = m.group(1), m.group(2)
     idx: int | None = None
     if rest is not None:
         if len(rest) > 1 and rest[0] == "0":
-            raise AcceleratorValueError(f"Invalid device string: {shown!r}; the index after "
+            raise AcceleratorValueError(f"Invalid device string: {brief!r}; the index after "
                                         "':' must not have leading zeros, e.g. 'cuda:1'")
         if len(rest) > _MAX_INDEX_DIGITS:
             raise AcceleratorValueError(f"Could not parse device index {rest[:20] + '...'!r} "
-                                        f"in device string {shown!r}: it is too large")
+                                        f"in device string {brief!r}: it is too large")
         idx = int(rest)
     if len(_parse_cache) < 1024:
         _parse_cache[s] = (typ, idx)
@@ -646,7 +662,7 @@ def _parser_form(dev: Any) -> Any:
 def _negative_index(index: int) -> AcceleratorValueError:
     """The error of a negative device index where one is not allowed: PyTorch's RuntimeError
     text ("Device index must not be negative"), also a ``ValueError``."""
-    return AcceleratorValueError(f"Device index must not be negative, got {index}")
+    return AcceleratorValueError(f"Device index must not be negative, got {shown(index)}")
 
 
 def _check_index(b: Backend, index: int) -> int:
@@ -665,7 +681,7 @@ def _check_index(b: Backend, index: int) -> int:
         more = b.more_devices_hint
         hint = f"; {more}" if isinstance(more, str) and more else ""
         raise AcceleratorIndexError(
-            f"Device index value {index} is out of index range [0, {n}) (backend "
+            f"Device index value {shown(index)} is out of index range [0, {n}) (backend "
             f"{b.name!r} has {n} device{'s' if n != 1 else ''}{hint})")
     return index
 

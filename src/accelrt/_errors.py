@@ -47,6 +47,7 @@ __all__ = [
     "DeviceError",
     "OutOfMemoryError",
     "map_backend_errors",
+    "shown",
 ]
 
 
@@ -168,3 +169,29 @@ def map_backend_errors(backend: str, what: str) -> Iterator[None]:
         raise
     except Exception as exc:  # the one mapping boundary
         raise DeviceError(f"{backend}: {what} failed: {type(exc).__name__}: {exc}") from exc
+
+
+def shown(value: object) -> str:
+    """``repr(value)`` for an error message. Python refuses to print an int of more than
+    ``sys.get_int_max_str_digits()`` digits (4300 by default) with a ``ValueError`` of its own,
+    which would replace the message being raised: such an int reads as its size, alone or
+    inside a list or tuple, and another object whose ``repr`` raises that as its type name.
+
+    Example::
+
+        >>> from accelrt._errors import shown
+        >>> shown(12), shown("cpu"), shown([1, -10**5000])
+        ('12', "'cpu'", '[1, <a negative int of 16610 bits>]')
+    """
+    try:
+        return repr(value)
+    except ValueError:
+        if isinstance(value, int):
+            sign = "a negative" if value < 0 else "an"
+            return f"<{sign} int of {value.bit_length()} bits>"
+        if isinstance(value, (list, tuple)):
+            inner = ", ".join(map(shown, value))
+            if isinstance(value, list):
+                return f"[{inner}]"
+            return f"({inner},)" if len(value) == 1 else f"({inner})"
+        return f"<{type(value).__name__}>"

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from . import _checked, _stream
 from . import _device as _dev
 from ._device import _lazy_init, _require_current, _tls
-from ._errors import CaptureNotSupportedError, ClosedError
+from ._errors import CaptureNotSupportedError, ClosedError, shown
 from ._fork import reinit_after_fork
 from ._graph_hooks import (HOOK_KINDS, RemovableHandle, _add_hook, _flag, _Retained, _run_global,
                            dump_dot, export_dot)
@@ -158,21 +158,22 @@ def _pool_id(pool: Any) -> tuple[int, int] | None:
             and all(isinstance(v, int) and not isinstance(v, bool) for v in pid)):
         return pid
     raise TypeError(f"pool must be None, a pool id from Graph.pool() / graph_pool_handle(), "
-                    f"or a MemPool, got {pool!r}")
+                    f"or a MemPool, got {shown(pool)}")
 
 
 def _check_mode(capture_error_mode: object) -> str:
     if capture_error_mode not in _CAPTURE_MODES:
         raise ValueError(f"capture_error_mode must be one of {_CAPTURE_MODES}, got "
-                         f"{capture_error_mode!r}")
+                         f"{shown(capture_error_mode)}")
     return str(capture_error_mode)
 
 
 def _torch_only(name: str, value: object) -> None:
     """Refuse a PyTorch option that needs tensors (accepted as False, as PyTorch's default)."""
     if value is not False:
-        raise ValueError(f"{name}={value!r} is not supported: it tracks PyTorch tensors, which "
-                         f"accelrt does not have; pass {name}=False (see docs/differences.md)")
+        raise ValueError(f"{name}={shown(value)} is not supported: it tracks PyTorch tensors, "
+                         f"which accelrt does not have; pass {name}=False (see "
+                         "docs/differences.md)")
 
 
 # ---------------------------------------------------------------------- graphs

@@ -24,6 +24,7 @@ import numpy as np
 from . import _backend
 from . import _device as _device_mod
 from ._device import _factory_device, _get_device, _lazy_init
+from ._errors import shown
 from ._memory_owner import _Memory
 from ._size import storage_nbytes
 from ._stream_core import _current_in, _Key, _key_of
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
     from ._handles import StreamHandle
     from ._typing import DeviceLike
 
-__all__ = ["Site", "_check_dtype", "init_array", "new_array", "place", "site"]
+__all__ = ["Site", "_check_dtype", "dtype_cache_key", "init_array", "new_array", "place", "site"]
 
 _T = TypeVar("_T")
 
@@ -63,12 +64,26 @@ def _check_dtype(dtype: object, b: Backend, index: int) -> np.dtype:
     except (KeyError, TypeError):   # TypeError: an unhashable argument
         pass
     dt = _check_dtype_uncached(dtype, b, index)
-    if len(_checked_dtypes) < 256:
-        try:
-            _checked_dtypes[(dtype, b.name, index)] = dt
-        except TypeError:
-            pass
+    if len(_checked_dtypes) < 256 and dtype_cache_key(dtype):
+        _checked_dtypes[(dtype, b.name, index)] = dt
     return dt
+
+
+def dtype_cache_key(dtype: object) -> bool:
+    """Whether a dtype argument may key a cache of checked dtypes: None, a string, a type or a
+    numpy dtype, each equal only to what names the same dtype. Not another object numpy
+    reads a dtype from (its ``dtype`` attribute: an array, a numpy scalar): a cache would keep
+    it alive (an ``Array``'s device memory with it), and it may equal a plain number
+    (``np.bool_(True) == 1``), which is no dtype.
+
+    Example::
+
+        >>> import numpy as np
+        >>> from accelrt._placement import dtype_cache_key
+        >>> dtype_cache_key("float32"), dtype_cache_key(np.int8), dtype_cache_key(np.bool_(True))
+        (True, True, False)
+    """
+    return dtype is None or isinstance(dtype, (str, type, np.dtype))
 
 
 def _check_dtype_uncached(dtype: Any, b: Backend, index: int) -> np.dtype:
@@ -76,9 +91,10 @@ def _check_dtype_uncached(dtype: Any, b: Backend, index: int) -> np.dtype:
         dtype = "float32"       # PyTorch's default dtype
     try:
         dt: np.dtype[Any] = np.dtype(dtype)
-    except TypeError as exc:
-        raise TypeError(f"unknown dtype {dtype!r}; pass a numpy dtype such as 'float32' or "
-                        f"np.int64 ({exc})") from None
+    except (TypeError, ValueError) as exc:     # ValueError: numpy cannot print a huge int
+        why = f" ({exc})" if isinstance(exc, TypeError) else ""
+        raise TypeError(f"unknown dtype {shown(dtype)}; pass a numpy dtype such as 'float32' "
+                        f"or np.int64{why}") from None
     if dt.kind not in "biufc" or dt.fields is not None or dt.subdtype is not None:
         raise TypeError(f"dtype {dt} is not supported; use a bool, integer, floating or "
                         "complex dtype")
@@ -132,7 +148,7 @@ class Site:
             dt = None
         if dt is None:
             dt = _check_dtype(dtype, self.b, self.index)
-            if len(self.dtypes) < 16:
+            if len(self.dtypes) < 16 and dtype_cache_key(dtype):
                 self.dtypes[dtype] = dt
         return dt
 

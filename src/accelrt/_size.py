@@ -29,7 +29,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from ._errors import AcceleratorValueError
+from ._errors import AcceleratorValueError, shown
 
 __all__ = ["factory_args", "legacy_dtype_device", "normalize_size", "one_sequence_size",
            "size_keyword", "storage_nbytes"]
@@ -184,8 +184,9 @@ def normalize_size(args: tuple[Any, ...], size: Any, fname: str) -> tuple[int, .
     dims = tuple(_entry(d, fname, given) for d in given)
     for d in dims:
         if d < 0:
-            raise AcceleratorValueError(f"Trying to create tensor with negative dimension {d}: "
-                                        f"{list(dims)}; every dimension must be >= 0")
+            raise AcceleratorValueError(f"Trying to create tensor with negative dimension "
+                                        f"{shown(d)}: {shown(list(dims))}; every dimension "
+                                        "must be >= 0")
     return dims
 
 
@@ -215,7 +216,7 @@ def one_sequence_size(size: Any, fname: str) -> tuple[int, ...]:
             isinstance(size, (bool, np.bool_)) or hasattr(type(size), "__index__"))
     if scalar:
         raise TypeError(f"{fname}(): argument 'size' must be tuple of ints, not "
-                        f"{type(size).__name__} ({size!r}); {_usage(fname)}")
+                        f"{type(size).__name__} ({shown(size)}); {_usage(fname)}")
     return normalize_size((size,), None, fname)
 
 
@@ -242,6 +243,7 @@ def storage_nbytes(shape: tuple[int, ...], itemsize: int) -> int:
         return nbytes                       # against a constant wider than mypyc's ints
     if not nbytes and math.prod([d for d in shape if d]) * itemsize <= _MAX_NBYTES:
         return 0
-    raise AcceleratorValueError(f"Storage size calculation overflowed with sizes={list(shape)}: "
-                                f"{itemsize}-byte elements of that shape span more than "
-                                f"{_MAX_NBYTES} bytes (int64), more than any device holds")
+    raise AcceleratorValueError(f"Storage size calculation overflowed with sizes="
+                                f"{shown(list(shape))}: {itemsize}-byte elements of that "
+                                f"shape span more than {_MAX_NBYTES} bytes (int64), more than "
+                                "any device holds")

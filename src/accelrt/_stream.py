@@ -32,7 +32,7 @@ from . import _device as _dev
 from . import _sync_debug as _sd
 from ._device import (_get_device, _get_device_of, _index_arg, _lazy_init, _plain_int,
                       _require_current, _tls)
-from ._errors import AcceleratorError
+from ._errors import AcceleratorError, shown
 from ._fork import reinit_after_fork
 from ._handles import StreamHandle
 from . import _stream_core
@@ -290,7 +290,7 @@ class Stream(_StreamCore):
             prio = _index_arg(priority, "priority")
             if not pool.lo <= prio <= pool.hi:
                 raise ValueError(
-                    f"priority={prio} is out of range [{pool.lo}, {pool.hi}] for "
+                    f"priority={shown(prio)} is out of range [{pool.lo}, {pool.hi}] for "
                     f"{b.name}:{index} (lower numbers are higher priorities)")
             found = pool.free.get(prio)
             if found is None:
@@ -317,12 +317,13 @@ class Stream(_StreamCore):
             raise TypeError(f"device_type must be a backend name such as 'cpu', got "
                             f"{type(device_type).__name__}")
         if device_index < 0:
-            raise ValueError(f"device_index must not be negative, got {device_index}")
+            raise ValueError(f"device_index must not be negative, got {shown(device_index)}")
         fixed = self._backend_name
         if fixed is not None and device_type != fixed:
             raise ValueError(f"{type(self).__module__}.Stream wraps {fixed} streams, not "
                              f"{device_type} ones; use accelrt.Stream(stream_id=...)")
-        b, index = _get_device(_dev._device_obj(device_type, device_index))
+        # a new device, not _device_obj's cached one: the caller's index is not checked yet
+        b, index = _get_device(_dev.device(device_type, device_index))
         handle = StreamHandle(sid)
         if not b.stream_is_valid(index, handle):
             raise ValueError(f"stream_id={handle:#x} is not a live stream of "

@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 from .. import _backend
 from .. import _device as _dev
 from .._device import _check_index, _plain_int, _tls
+from .._errors import shown
 
 __all__ = ["current_if_negative", "expected", "index_of", "resolve", "typed"]
 
@@ -157,4 +158,4 @@ class _DeviceContext(_dev.device_index):
 
     def __repr__(self) -> str:
         cls = type(self)
-        return f"{cls.__module__}.{cls.__qualname__}({self.idx})"
+        return f"{cls.__module__}.{cls.__qualname__}({shown(self.idx)})"

@@ -35,7 +35,7 @@ from typing import Any, Generic, NoReturn, Protocol, SupportsIndex, TypeVar, cas
 import numpy as np
 
 from .._device import _index_arg
-from .._errors import DeviceError
+from .._errors import DeviceError, shown
 
 __all__ = ["HandleTable", "KeptErrors", "bad_handle", "check_byte", "check_index", "check_int",
            "check_ptr", "check_size", "check_u64", "fill_pattern", "reset_in_child",
@@ -192,7 +192,7 @@ def check_u64(value: Any, what: str) -> int:
     """
     v = _index_arg(value, what)
     if not 0 <= v < 1 << 64:
-        raise ValueError(f"{what} must be in [0, 2**64), got {v}")
+        raise ValueError(f"{what} must be in [0, 2**64), got {shown(v)}")
     return v
 
 

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 import numpy as np
 
-from .._errors import AcceleratorTypeError, AcceleratorValueError
+from .._errors import AcceleratorTypeError, AcceleratorValueError, shown
 from .._stream import Stream
 from . import _args, _arrays, _coalesce, _reduce
 from ._arrays import (
@@ -559,11 +559,11 @@ def _scatter_sizes(size: int, places: Sequence[Place],
             f"{len(sizes)}")
     if any(s < 0 for s in sizes):
         raise AcceleratorValueError(f"chunk_sizes must be non-negative, but got "
-                                    f"chunk_sizes={sizes}")
+                                    f"chunk_sizes={shown(sizes)}")
     if sum(sizes) != size:
         raise AcceleratorValueError(
             f"given chunk sizes don't sum up to the array's size "
-            f"(sum(chunk_sizes) == {sum(sizes)}, but expected {size})")
+            f"(sum(chunk_sizes) == {shown(sum(sizes))}, but expected {size})")
     return sizes
 
 

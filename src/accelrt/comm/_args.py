@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _backend
 from .._device import _check_index, _get_device, _index_arg, _plain_int, _require_current, device
-from .._errors import AcceleratorValueError
+from .._errors import AcceleratorValueError, shown
 from .._transfer import HOST, Place
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ def one_device(d: Any, default: Backend | None, what: str, *, optional: bool = F
             return HOST
         if d < 0:
             raise AcceleratorValueError(
-                f"Expected non-negative device index for {what}, but got {d}")
+                f"Expected non-negative device index for {what}, but got {shown(d)}")
         b = b or _require_current()
         return Place(b, _check_index(b, d))
     if isinstance(d, (str, device)):
@@ -73,7 +73,7 @@ def check_buffer_size(buffer_size: Any) -> int:
     """``buffer_size`` must be a positive int."""
     size = _index_arg(buffer_size, "buffer_size", " (bytes)")
     if size <= 0:
-        raise AcceleratorValueError(f"buffer_size must be positive, got {size}")
+        raise AcceleratorValueError(f"buffer_size must be positive, got {shown(size)}")
     return size
 
 
@@ -87,7 +87,7 @@ def wrap_dim(dim: Any, ndim: int) -> int:
     d = _index_arg(dim, "dim")
     if not -ndim <= d < ndim:
         raise IndexError(f"Dimension out of range (expected to be in range of "
-                         f"[{-ndim}, {ndim - 1}], but got {d})")
+                         f"[{-ndim}, {ndim - 1}], but got {shown(d)})")
     return d + ndim if d < 0 else d
 
 

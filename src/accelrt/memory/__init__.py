@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _device
 from .._device import _get_device, _plain_int, _tls
-from .._errors import AcceleratorValueError
+from .._errors import AcceleratorValueError, shown
 from .._fork import reinit_after_fork
 from .._handles import StreamHandle
 from .._namespace import public_dir
@@ -527,7 +527,7 @@ def _check_mempool_id(mempool_id: object) -> tuple[int, int] | None:
     if (not isinstance(mempool_id, (tuple, list)) or len(mempool_id) != 2
             or not all(isinstance(x, int) and not isinstance(x, bool) for x in mempool_id)):
         raise TypeError("mempool_id must be a pair of ints (a MemPool.id) or None, got "
-                        f"{type(mempool_id).__name__} {mempool_id!r:.60}")
+                        f"{type(mempool_id).__name__} {shown(mempool_id):.60}")
     return _plain_int(mempool_id[0]), _plain_int(mempool_id[1])
 
 
@@ -601,13 +601,12 @@ def _stream_of(b: Backend, i: int, stream: Any) -> int:
             raise ValueError(f"stream={raw:#x} is not a live stream handle of {b.name}:{i}; "
                              "pass an accelrt.Stream or the stream_id of a live one")
         return raw
-    handle = getattr(stream, "_handle", None)
-    if not isinstance(handle, int):
+    from .._stream import Stream
+    if not isinstance(stream, Stream):     # an Event has a handle too: torch's TypeError
         raise TypeError("Invalid type for stream argument, must be `accelrt.Stream` or `int` "
                         f"representing a raw stream handle, got {type(stream).__name__}")
-    check_open = getattr(stream, "_check_open", None)
-    if check_open is not None:
-        check_open()   # a closed accelrt.Stream
+    stream._check_open()   # a closed accelrt.Stream
+    handle = int(stream._handle)
     if (stream._b.name, stream._index) != (b.name, i):
         raise ValueError(f"the stream belongs to {stream._b.name}:{stream._index}, not to the "
                          f"device {b.name}:{i}; pass the stream's device")
@@ -640,7 +639,7 @@ def caching_allocator_alloc(size: int, device: DeviceLike = None,
         raise TypeError(f"size must be an int, got {type(size).__name__}")
     size = _plain_int(size)
     if size < 0:
-        raise ValueError(f"size must not be negative, got {size}")
+        raise ValueError(f"size must not be negative, got {shown(size)}")
     if device is None and getattr(stream, "_b", None) is not None:
         b, i = stream._b, stream._index  # type: ignore[union-attr]  # duck-typed above
     else:

@@ -45,6 +45,8 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .._errors import shown
+
 if TYPE_CHECKING:
     from ._interface import AllocatorCore
 
@@ -194,9 +196,9 @@ def _check_choice(name: str, value: object, choices: tuple[str | None, ...]) -> 
     if (value is None and None in choices) or isinstance(value, str):
         if value in choices:
             return
-        raise ValueError(f"{name} must be {_spell(choices)}, got {value!r}")
+        raise ValueError(f"{name} must be {_spell(choices)}, got {shown(value)}")
     raise TypeError(f"{name} must be {_spell(choices)}, got {type(value).__name__} "
-                    f"{value!r:.60}")
+                    f"{shown(value):.60}")
 
 
 def _spell(choices: tuple[str | None, ...]) -> str:
@@ -237,13 +239,12 @@ def check_history_args(enabled: str | bool | None, context: str | None, stacks: 
     if not isinstance(max_entries, int) or isinstance(max_entries, bool):
         raise TypeError(f"max_entries must be an int, got {type(max_entries).__name__}")
     if not 0 <= max_entries < _SIZE_T_END:
-        shown = max_entries if abs(max_entries) < 1 << 128 else "a huge int"
         raise TypeError(f"max_entries must be an int in [0, 2**64) (PyTorch takes a size_t), "
-                        f"got {shown}")
+                        f"got {shown(max_entries)}")
     if skip_actions is not None and (isinstance(skip_actions, (str, bytes)) or not isinstance(
             skip_actions, Iterable) or not all(isinstance(s, str) for s in skip_actions)):
         raise TypeError("skip_actions must be a list of action names such as "
-                        f"['free_completed'], got {skip_actions!r:.80}")
+                        f"['free_completed'], got {shown(skip_actions):.80}")
     skip = frozenset(skip_actions or ())
     unknown = skip - TRACE_ACTIONS
     if unknown:

@@ -277,7 +277,9 @@ def dump_snapshot(path: str | os.PathLike[str], snapshot: dict[str, Any]) -> Non
     """Pickle ``snapshot`` (made plain first) to ``path``.
 
     Raises:
-        TypeError: the snapshot holds a non-plain object.
+        TypeError: ``path`` is not a path (``os.fspath``'s error: an int would be a file
+            descriptor to ``open``, and ``dump_snapshot(1)`` wrote to stdout and closed it), or
+            the snapshot holds a non-plain object.
         OSError: the file cannot be written.
 
     Example::
@@ -292,6 +294,7 @@ def dump_snapshot(path: str | os.PathLike[str], snapshot: dict[str, Any]) -> Non
         []
         >>> d.cleanup()
     """
+    path = os.fspath(path)
     data = pickle.dumps(to_plain(snapshot), protocol=PICKLE_PROTOCOL)
     with open(path, "wb") as f:
         f.write(data)

@@ -43,8 +43,9 @@ from typing import TYPE_CHECKING, Any, Literal, SupportsIndex, cast, overload
 import numpy as np
 
 from .. import _pinned
+from .._placement import dtype_cache_key
 from .._device import _get_device, _lazy_init
-from .._errors import AcceleratorTypeError, AcceleratorValueError
+from .._errors import AcceleratorTypeError, AcceleratorValueError, shown
 from .._size import normalize_size, one_sequence_size, size_keyword
 from .._stream import _current
 from ._generator import (
@@ -305,16 +306,13 @@ def _float_dtype(dtype: Any, fname: str) -> np.dtype:
         pass
     try:
         dt: np.dtype[Any] = np.dtype("float32" if dtype is None else dtype)
-    except TypeError:
-        raise TypeError(f"{fname}(): unknown dtype {dtype!r}") from None
+    except (TypeError, ValueError):     # ValueError: numpy cannot print a huge int
+        raise TypeError(f"{fname}(): unknown dtype {shown(dtype)}") from None
     if dt.name not in _RAND_DTYPES:
         raise AcceleratorTypeError(f"{fname}() makes floating numbers; dtype must be one of "
                                    f"{', '.join(_RAND_DTYPES)}, got {dt.name}")
-    if len(_float_dtype_cache) < 64:
-        try:
-            _float_dtype_cache[dtype] = dt
-        except TypeError:
-            pass
+    if len(_float_dtype_cache) < 64 and dtype_cache_key(dtype):
+        _float_dtype_cache[dtype] = dt
     return dt
 
 
@@ -613,6 +611,6 @@ def randint(*args: SizeLike, size: SizeLike | None = None, low: SupportsIndex | 
         fmax = min(int(np.finfo(dt).max), (1 << 63) - 1)
         fmin = max(-int(np.finfo(dt).max), -(1 << 63))
     if lo < fmin or hi - 1 > fmax:
-        raise AcceleratorValueError(f"randint() bounds [{lo}, {hi}) do not fit dtype "
+        raise AcceleratorValueError(f"randint() bounds [{shown(lo)}, {shown(hi)}) do not fit dtype "
                                     f"{dt.name} (values {fmin}..{fmax})")
     return (_new or _bind())(shape, dt, device, generator, "randint", (lo, hi - lo))

@@ -29,7 +29,7 @@ import numpy as np
 
 from .._device import _get_device
 from .._device import device as _device_cls
-from .._errors import AcceleratorTypeError, AcceleratorValueError
+from .._errors import AcceleratorTypeError, AcceleratorValueError, shown
 from .._fork import reinit_after_fork
 from ..backends._common import check_u64
 
@@ -49,8 +49,9 @@ _M64 = (1 << 64) - 1
 
 def _check_seed(seed: Any, what: str = "seed", torch_name: str = "manual_seed") -> int:
     """A seed as ``torch.Generator.manual_seed`` reads it (``THPUtils_checkLong``, then
-    ``unpack_uint64``): an int or a numpy integer, never a bool or a float, in
-    ``[-2**63, 2**64)``; a negative seed wraps to uint64 (two's complement).
+    ``unpack_uint64``): an int or a numpy integer, never a bool, a float or another object
+    with ``__index__`` (a 0-d numpy array), in ``[-2**63, 2**64)``; a negative seed wraps to
+    uint64 (two's complement).
     ``torch.Generator.set_offset`` reads its offset the same way: ``what`` and ``torch_name``
     name the argument and PyTorch's function in the messages ("offset", "manual_offset").
 
@@ -66,13 +67,9 @@ def _check_seed(seed: Any, what: str = "seed", torch_name: str = "manual_seed") 
         >>> _check_seed(-1, "offset", "manual_offset") == 2**64 - 1
         True
     """
-    if not isinstance(seed, (bool, np.bool_)):
-        try:
-            value = operator.index(seed)
-        except TypeError:
-            pass
-        else:
-            return _wrap_seed(value, what)
+    # THPUtils_checkLong: an int or a numpy integer, not any object with __index__
+    if isinstance(seed, (int, np.integer)) and not isinstance(seed, (bool, np.bool_)):
+        return _wrap_seed(operator.index(seed), what)
     name = "bool" if isinstance(seed, (bool, np.bool_)) else type(seed).__name__
     raise AcceleratorTypeError(f"{what} must be an int, got {name} ({torch_name} expected a "
                                f"long, but got {name})")
@@ -102,7 +99,8 @@ def _seed_arg(seed: Any) -> int:
 
 def _wrap_seed(value: int, what: str = "seed") -> int:
     if not -(1 << 63) <= value < 1 << 64:
-        raise AcceleratorValueError(f"{what} {value} is out of range (Overflow when unpacking "
+        raise AcceleratorValueError(f"{what} {shown(value)} is out of range (Overflow when "
+                                    f"unpacking "
                                     f"long long): it must be in [-2**63, 2**64); negative "
                                     f"{what}s wrap to uint64")
     return value & _M64
@@ -352,7 +350,7 @@ class Generator:
             ValueError: a value outside ``[0, 2**64)``.
         """
         if not isinstance(state, tuple) or len(state) != 2:
-            raise TypeError(f"Generator state must be a (seed, offset) pair, got {state!r}")
+            raise TypeError(f"Generator state must be a (seed, offset) pair, got {shown(state)}")
         seed, offset = check_u64(state[0], "seed"), check_u64(state[1], "offset")
         with self._lock:
             self._seed, self._offset = seed, offset
