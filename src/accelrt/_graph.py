@@ -172,8 +172,7 @@ def _torch_only(name: str, value: object) -> None:
     """Refuse a PyTorch option that needs tensors (accepted as False, as PyTorch's default)."""
     if value is not False:
         raise ValueError(f"{name}={shown(value)} is not supported: it tracks PyTorch tensors, "
-                         f"which accelrt does not have; pass {name}=False (see "
-                         "docs/differences.md)")
+                         f"which accelrt does not have; pass {name}=False (docs/differences.md)")
 
 
 # ---------------------------------------------------------------------- graphs
