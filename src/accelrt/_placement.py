@@ -147,7 +147,7 @@ class Site:
         alloc = _allocators.get(key)
         if alloc is None or alloc._b is not b:
             alloc = get_allocator(b, index)
-        stream = _current_in(streams, b, key)._handle   # the current stream's
+        stream = _current_in(streams, b, self.name, index, key)._handle   # the current one's
         ptr = alloc.malloc(nbytes, stream) if nbytes else 0
         return _Memory(ptr, nbytes, alloc), stream
 

@@ -219,37 +219,52 @@ def _initialized(obj: object) -> bool:
     return len(_referents(obj)) > 1
 
 
-#: The default stream objects, per (backend name, device index) (``_stream._default`` fills it).
-_defaults: Final[dict[tuple[str, int], _StreamCore]] = {}
+#: The default stream objects, by backend name and then device index (``_stream._default``
+#: fills it; :func:`_default_of` reads it): a str (its hash cached) and a small int as keys,
+#: where a ``(name, index)`` key would be a new tuple to build, hash and compare on every
+#: current-stream read (about one empty call of the compiled ``current_stream()``'s six).
+_defaults: Final[dict[str, dict[int, _StreamCore]]] = {}
 
 
-def _lookup(streams: dict[Any, _StreamCore], b: Backend, key: Any) -> _StreamCore | None:
-    """The current stream of device ``key`` (``(name, index)``) of ``b`` in ``streams``, the
-    calling thread's table of current streams: the one set there, else the device's default
+def _default_of(name: str, index: int) -> _StreamCore | None:
+    """The default stream object of device ``index`` of backend ``name`` made so far (of
+    the instance registered under ``name`` then), or None."""
+    per = _defaults.get(name)
+    return None if per is None else per.get(index)
+
+
+def _lookup(streams: dict[Any, _StreamCore], b: Backend, name: str, index: int,
+            key: _Key | None = None) -> _StreamCore | None:
+    """The current stream of device ``index`` of ``b`` (registered as ``name``) in
+    ``streams``, the calling thread's table of current streams (by :class:`_Key`; ``key`` is
+    the device's, where the caller holds it): the one set there, else the device's default
     stream if it was made; None if neither (a stream of an earlier instance of the backend's
     name does not count)."""
-    s = streams.get(key)
-    if s is not None and s._b is b:
-        return s
-    s = _defaults.get(key)
+    if streams:   # empty unless the thread set a stream (set_stream, with stream:)
+        k: object = (name, index) if key is None else key
+        s = streams.get(k)
+        if s is not None and s._b is b:
+            return s
+    s = _default_of(name, index)
     if s is not None and s._b is b:
         return s
     return None
 
 
-def _current_in(streams: dict[Any, _StreamCore], b: Backend, key: Any) -> _StreamCore:
+def _current_in(streams: dict[Any, _StreamCore], b: Backend, name: str, index: int,
+                key: _Key | None = None) -> _StreamCore:
     """:func:`_lookup`, making the device's default stream at its first use."""
-    s = _lookup(streams, b, key)
+    s = _lookup(streams, b, name, index, key)
     if s is not None:
         return s
     from ._stream import _default   # the first use of a device's default stream
-    return _default(b, key)
+    return _default(b, (name, index))
 
 
 def _current(b: Backend, index: int) -> _StreamCore:
     """The calling thread's current stream of device ``index`` (checked) of ``b``: the
     internal API every module reads it with (``_stream._current`` is this function)."""
-    return _current_in(_tls.hot[1], b, (b.name, index))
+    return _current_in(_tls.hot[1], b, b.name, index)
 
 
 def _current_hit(device: object) -> _StreamCore | None:
@@ -258,18 +273,18 @@ def _current_hit(device: object) -> _StreamCore | None:
     resolved once (``_device._resolved``); or an index of the current accelerator whose
     stream the calling thread set or whose default stream exists. Else None: the caller takes
     the general path (which checks ``device`` and makes what is missing)."""
-    kind = type(device)
-    if device is None or kind is int:
+    if device is None or type(device) is int:
         b: Backend | None = _dev_globals["_current_backend"]
         if b is None:
             return None
         devs, streams, _ = _tls.hot
         name = b.name
         if device is None:
-            return _current_in(streams, b, (name, devs.get(name, 0)))
+            return _current_in(streams, b, name, devs.get(name, 0))
         # an index that is not a device of ``b`` has no stream in either table: the general
         # path refuses it (and makes a default stream that does not exist yet)
-        return _lookup(streams, b, (name, device))
+        return _lookup(streams, b, name, device)
+    kind = type(device)
     if kind is not str and kind is not _device_type:
         return None
     hit = _resolved.get(device)
@@ -288,7 +303,7 @@ def _event_stream(b: Backend, stream: object, method: str, hot: _Hot) -> _Stream
     if stream is None:
         devs, streams, _ = hot
         name = b.name
-        return _current_in(streams, b, (name, devs.get(name, 0)))
+        return _current_in(streams, b, name, devs.get(name, 0))
     if not isinstance(stream, _StreamCore):
         raise TypeError(f"{method}() takes an accelrt.Stream or None, got "
                         f"{type(stream).__name__}")

@@ -48,6 +48,7 @@ from ._config import (
 )
 from ._memory import VM_GRANULARITY, DeviceMemory, HostMemory, host_view, vm_available
 from ._ipc import IpcEventState
+from ._live import event_on, live_event, live_stream
 from ._mempool import StreamOrderedPool, check_attribute
 from .._common import HandleTable, KeptErrors, bad_handle, check_int, check_size
 from .._table_backend import TableBackend
@@ -471,8 +472,11 @@ class CpuBackend(TableBackend[CpuStream, CpuEvent]):
                          "use 0 (the default stream) or a handle from stream_create")
 
     def _event(self, event: int, index: int | None = None) -> CpuEvent:
-        ev = self._events.get(event) if type(event) is int else None
-        if ev is None or (index is not None and (type(index) is not int or ev.device != index)):
+        if index is None:
+            ev = self._events.get(event) if type(event) is int else None
+        else:
+            ev = live_event(self._events, index, event)
+        if ev is None:
             if index is not None:
                 self._check_index(index)
             where = f" of {self.name}:{index}" if index is not None else ""
@@ -610,11 +614,7 @@ class CpuBackend(TableBackend[CpuStream, CpuEvent]):
         """True if all work on ``stream`` completed; raises a kept worker error."""
         if self._closed:
             raise self._closed_error("stream_query")
-        try:
-            ok = type(index) is int and type(stream) is int and stream in self._valid[index]
-        except (KeyError, TypeError):
-            ok = False
-        if ok and self.streams_idle:
+        if self.streams_idle and live_stream(self._valid, index, stream):
             return True
         s = self._stream(index, stream)
         self._check_not_capturing(s, "stream_query")
@@ -708,13 +708,8 @@ class CpuBackend(TableBackend[CpuStream, CpuEvent]):
         """Record ``event`` at the end of ``stream``; replaces the previous record."""
         if self._closed:
             raise self._closed_error("event_record")
-        try:
-            ev = self._events[event]
-            ok = (type(event) is int and type(stream) is int and ev.device == index
-                  and type(index) is int and stream in self._valid[index])
-        except (KeyError, TypeError):
-            ok = False
-        if not ok:
+        ev = event_on(self._events, self._valid, index, event, stream)
+        if ev is None:   # not live (or not an int): the full checks raise
             ev = self._event(event, index)
             self._stream(index, stream)
         if ev.ipc is not None:
@@ -789,12 +784,8 @@ class CpuBackend(TableBackend[CpuStream, CpuEvent]):
         """True if the work before the last record completed (True if never recorded)."""
         if self._closed:
             raise self._closed_error("event_query")
-        try:
-            ev = self._events[event]
-            ok = type(event) is int and type(index) is int and ev.device == index
-        except (KeyError, TypeError):
-            ok = False
-        if not ok:
+        ev = live_event(self._events, index, event)
+        if ev is None:   # not live (or not an int): the full check raises
             ev = self._event(event, index)
         if ev.ipc is not None:
             return ev.ipc.query()
