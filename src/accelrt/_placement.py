@@ -100,6 +100,7 @@ def _check_dtype_uncached(dtype: Any, b: Backend, index: int) -> np.dtype:
 # The containers the hot paths read, bound ``Final`` (never rebound where they live): a
 # compiled module reads a ``Final`` name from a C variable, any other global from its dict.
 _tls: Final = _device_mod._tls                  # the per-thread state (``hot``)
+_dev_globals: Final = vars(_device_mod)         # (``_current_backend`` is rebound: by key)
 _allocators: Final = _registry._allocators      # (name, index) -> the device's allocator
 
 class Site:
@@ -186,6 +187,12 @@ def place(device: object) -> Site:
         if ":" in device and len(_placed) < 64:
             _placed[device] = found
         return found
+    if device is None:
+        cur: Backend | None = _dev_globals["_current_backend"]
+        if cur is not None:
+            # what _get_device(None) answers once the current accelerator is chosen: its
+            # current device in this thread (the pure call was a sixth of empty(256) + free)
+            return site(cur, _tls.device.get(cur.name, 0))
     # any object: _get_device (pure Python) refuses a wrong one with accelrt's own errors
     b, index = _get_device(cast("DeviceLike", device), torch_parser=True)
     return site(b, index)
