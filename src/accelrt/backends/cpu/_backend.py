@@ -48,12 +48,12 @@ from ._config import (
 )
 from ._memory import VM_GRANULARITY, DeviceMemory, HostMemory, host_view, vm_available
 from ._ipc import IpcEventState
-from ._live import event_on, live_event, live_stream
+from ._live import CpuEvent, live_event, live_stream, record_idle, stamp_now
 from ._mempool import StreamOrderedPool, check_attribute
 from .._common import HandleTable, KeptErrors, bad_handle, check_int, check_size
 from .._table_backend import TableBackend
 from ._graphs import CpuGraphs
-from ._streams import Capture, CpuEvent, CpuStream, Record, describe, stamp, work_error
+from ._streams import Capture, CpuStream, Record, describe, stamp, work_error
 
 __all__ = ["CpuBackend"]
 
@@ -708,21 +708,17 @@ class CpuBackend(TableBackend[CpuStream, CpuEvent]):
         """Record ``event`` at the end of ``stream``; replaces the previous record."""
         if self._closed:
             raise self._closed_error("event_record")
-        ev = event_on(self._events, self._valid, index, event, stream)
-        if ev is None:   # not live (or not an int): the full checks raise
-            ev = self._event(event, index)
-            self._stream(index, stream)
+        if self.streams_idle and record_idle(self._events, self._valid, index, event, stream):
+            return   # the common case, compiled: live handles, no queued work, not interprocess
+        ev = self._event(event, index)
+        s = self._stream(index, stream)
         if ev.ipc is not None:
-            s = self._stream(index, stream)
             self._check_not_capturing(s, "recording an interprocess event")
             ev.ipc.record_on(s, self._async)
-            return
-        if not self.streams_idle:
-            self._record(ev, self._stream(index, stream))
-        elif ev.timing:
-            ev.ts = _now()
+        elif self.streams_idle:
+            stamp_now(ev)
         else:
-            ev.ts = 0  # recorded; only timing events need the time
+            self._record(ev, s)
 
     def event_record_external(self, index: int, event: EventHandle,
                               stream: StreamHandle) -> None:
