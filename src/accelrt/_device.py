@@ -543,7 +543,9 @@ def _lazy_init(b: Backend, index: int) -> None:
     inited = _tls.inited
     if key not in inited:
         b.init_device(index)
-        inited.add(key)
+        # the device's one _Key object: the compiled callers' tests of their key (Site,
+        # Event.record) then find it by identity, without comparing two tuples
+        inited.add(_key_of(b.name, index))
         _initialized.add(key)
 
 
@@ -839,9 +841,9 @@ def set_device_index(device: DeviceLike, /) -> None:
     _tls.device[b.name] = idx
 
 
-# the compiled core (its enter and exit) imports _tls, _check_index and _require_current from
-# here, so it is imported once they are defined
-from ._device_core import _SwitchCore  # noqa: E402
+# the compiled core (its enter and exit, the devices' keys) imports _tls, _check_index and
+# _require_current from here, so it is imported once they are defined
+from ._device_core import _key_of, _SwitchCore  # noqa: E402
 
 
 class device_index(_SwitchCore):

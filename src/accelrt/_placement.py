@@ -26,7 +26,8 @@ from . import _device as _device_mod
 from ._device import _factory_device, _get_device, _lazy_init
 from ._memory_owner import _Memory
 from ._size import storage_nbytes
-from ._stream_core import _current_in, _Key, _key_of
+from ._device_core import _Key, _key_of
+from ._stream_core import _current_in
 from .memory import _registry
 from .memory._registry import get_allocator
 

@@ -36,7 +36,8 @@ from ._errors import AcceleratorError
 from ._fork import reinit_after_fork
 from ._handles import StreamHandle
 from . import _stream_core
-from ._stream_core import _initialized, _key_of, _StreamCore
+from ._device_core import _key_of
+from ._stream_core import _initialized, _StreamCore
 
 if TYPE_CHECKING:
     from collections.abc import Callable

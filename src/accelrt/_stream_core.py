@@ -19,13 +19,14 @@ Example::
 from __future__ import annotations
 
 import gc
-from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
 from . import _checked
 from . import _device as _dev
 from . import _sync_debug as _sd
 from ._device import _lazy_init, _resolved
 from ._device import device as _device_type
+from ._device_core import _Key, _key_of
 from ._errors import AcceleratorValueError, ClosedError
 from ._handles import EventHandle, StreamHandle, mypyc_attr
 
@@ -49,29 +50,6 @@ _S = TypeVar("_S", bound="_StreamCore")
 #: ``_device._ThreadState.hot``: the thread's current device per backend name, its current
 #: streams per device and the devices it initialised, read in one thread-local lookup
 _Hot = tuple[dict[str, int], dict[Any, Any], set[Any]]
-
-
-class _Key(NamedTuple):
-    """A stream's device, ``(backend name, index)``: its key in the per-thread dicts. A named
-    tuple so that the compiled build keeps it as one tuple object (mypyc unboxes a plain
-    ``tuple[str, int]`` field and would build a new tuple at each dict access)."""
-
-    name: str
-    device_index: int
-
-
-#: The one :class:`_Key` of each device, by ``(name, index)`` (:func:`_key_of`)
-_keys: Final[dict[tuple[str, int], _Key]] = {}
-
-
-def _key_of(name: str, index: int) -> _Key:
-    """The :class:`_Key` of device ``index`` of backend ``name``, made once: a named tuple is
-    built by its Python ``__new__``, which costs about 7 empty calls; the lookup about one.
-    (Two threads making the first one at once keep equal keys.)"""
-    key = _keys.get((name, index))
-    if key is None:
-        key = _keys[(name, index)] = _Key(name, index)
-    return key
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
