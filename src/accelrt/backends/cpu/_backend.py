@@ -151,7 +151,7 @@ class CpuBackend(TableBackend[CpuStream, CpuEvent]):
         self._graphs = CpuGraphs(self._lock, self._handles)
         self._capturing: dict[CpuStream, Capture] = self._graphs.capturing
         # device index -> handles of its live streams (0 included): the fast paths' check
-        self._valid: dict[int, set[int]] = {i: {0} for i in range(n)}  # guarded by _lock
+        self._valid: list[set[int]] = [{0} for _ in range(n)]  # guarded by _lock (writes)
         # the contract's hint (Backend.streams_idle), also this backend's own fast-path
         # switch: False in async mode and while a capture is open
         self.streams_idle = not self._async           # guarded by _lock (writes)

@@ -102,14 +102,13 @@ def stamp_now(ev: CpuEvent) -> None:
     ev.ts = _now() if ev.timing else 0
 
 
-def live_stream(valid: dict[Any, set[Any]], index: object, stream: object) -> bool:
+def live_stream(valid: list[set[Any]], index: object, stream: object) -> bool:
     """True if ``stream`` is a live stream handle (0: the default stream) of device
-    ``index``, both exact ``int``; ``valid`` is the backend's table of live stream handles by
-    device index."""
-    skind, ikind = type(stream), type(index)   # (not narrowed: no unboxing and boxing)
-    if skind is int and ikind is int:
-        live = valid.get(index)
-        return live is not None and stream in live
+    ``index``, both exact ``int``; ``valid`` is the backend's table of live stream handles,
+    indexed by device."""
+    kind = type(stream)   # (not narrowed: the handle stays a Python int, no unboxing)
+    if kind is int and type(index) is int and 0 <= index < len(valid):
+        return stream in valid[index]
     return False
 
 
@@ -124,7 +123,7 @@ def live_event(events: dict[Any, CpuEvent], index: object, event: object) -> Cpu
     return None
 
 
-def event_on(events: dict[Any, CpuEvent], valid: dict[Any, set[Any]], index: object,
+def event_on(events: dict[Any, CpuEvent], valid: list[set[Any]], index: object,
              event: object, stream: object) -> CpuEvent | None:
     """:func:`live_event` where ``stream`` also is a live stream of device ``index``
     (:func:`live_stream`): the checks of ``event_record``."""
@@ -133,7 +132,7 @@ def event_on(events: dict[Any, CpuEvent], valid: dict[Any, set[Any]], index: obj
     return None
 
 
-def record_idle(events: dict[Any, CpuEvent], valid: dict[Any, set[Any]], index: object,
+def record_idle(events: dict[Any, CpuEvent], valid: list[set[Any]], index: object,
                 event: object, stream: object) -> bool:
     """``event_record`` while no stream holds queued work (the caller read the backend's
     ``streams_idle``): True once ``event`` (live, of device ``index``, recorded on the live
