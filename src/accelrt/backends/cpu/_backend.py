@@ -48,7 +48,7 @@ from ._config import (
 )
 from ._memory import VM_GRANULARITY, DeviceMemory, HostMemory, host_view, vm_available
 from ._ipc import IpcEventState
-from ._live import CpuEvent, live_event, live_stream, record_idle, stamp_now
+from ._live import CpuEvent, live_event, live_stream, record_idle
 from ._mempool import StreamOrderedPool, check_attribute
 from .._common import HandleTable, KeptErrors, bad_handle, check_int, check_size
 from .._table_backend import TableBackend
@@ -715,9 +715,7 @@ class CpuBackend(TableBackend[CpuStream, CpuEvent]):
         if ev.ipc is not None:
             self._check_not_capturing(s, "recording an interprocess event")
             ev.ipc.record_on(s, self._async)
-        elif self.streams_idle:
-            stamp_now(ev)
-        else:
+        else:   # (streams_idle may have changed since: the general record holds either way)
             self._record(ev, s)
 
     def event_record_external(self, index: int, event: EventHandle,

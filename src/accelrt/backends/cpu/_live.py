@@ -14,15 +14,13 @@ accelrt's own error, never mypyc's.
 Example::
 
     >>> from accelrt.backends.cpu import CpuBackend
-    >>> from accelrt.backends.cpu._live import event_on, live_event, live_stream, record_idle
+    >>> from accelrt.backends.cpu._live import live_event, live_stream, record_idle
     >>> b = CpuBackend()
     >>> e = b.event_create(0, False, False, False)
     >>> live_event(b._events, 0, e) is b._events[e], live_event(b._events, 0, True)
     (True, None)
     >>> live_stream(b._valid, 0, 0), live_stream(b._valid, 0, 7), live_stream(b._valid, "0", 0)
     (True, False, False)
-    >>> event_on(b._events, b._valid, 0, e, 0) is b._events[e]
-    True
     >>> record_idle(b._events, b._valid, 0, e, 0), b._events[e].ts   # recorded: ts 0
     (True, 0)
     >>> b.event_destroy(0, e)
@@ -39,7 +37,7 @@ if TYPE_CHECKING:   # (mypyc keeps an instance of a Python class as an object: n
     from ._ipc import IpcEventState
     from ._streams import Capture, Record
 
-__all__ = ["CpuEvent", "event_on", "live_event", "live_stream", "record_idle", "stamp_now"]
+__all__ = ["CpuEvent", "live_event", "live_stream", "record_idle"]
 
 _now: Final = time.perf_counter_ns
 
@@ -96,12 +94,6 @@ class CpuEvent:
         return ts
 
 
-def stamp_now(ev: CpuEvent) -> None:
-    """Record ``ev`` where no stream holds queued work (``streams_idle``): the work before it
-    is done, so the record is complete now; only a timing event needs the time."""
-    ev.ts = _now() if ev.timing else 0
-
-
 def live_stream(valid: list[set[Any]], index: object, stream: object) -> bool:
     """True if ``stream`` is a live stream handle (0: the default stream) of device
     ``index``, both exact ``int``; ``valid`` is the backend's table of live stream handles,
@@ -123,23 +115,16 @@ def live_event(events: dict[Any, CpuEvent], index: object, event: object) -> Cpu
     return None
 
 
-def event_on(events: dict[Any, CpuEvent], valid: list[set[Any]], index: object,
-             event: object, stream: object) -> CpuEvent | None:
-    """:func:`live_event` where ``stream`` also is a live stream of device ``index``
-    (:func:`live_stream`): the checks of ``event_record``."""
-    if live_stream(valid, index, stream):
-        return live_event(events, index, event)
-    return None
-
-
 def record_idle(events: dict[Any, CpuEvent], valid: list[set[Any]], index: object,
                 event: object, stream: object) -> bool:
     """``event_record`` while no stream holds queued work (the caller read the backend's
-    ``streams_idle``): True once ``event`` (live, of device ``index``, recorded on the live
-    ``stream``; not interprocess) is recorded (:func:`stamp_now`); False, having done
-    nothing, where the backend's general path decides (and its checks raise)."""
-    ev = event_on(events, valid, index, event, stream)
-    if ev is None or ev.ipc is not None:
-        return False
-    stamp_now(ev)
-    return True
+    ``streams_idle``): True once ``event`` (live, of device ``index``, not interprocess) is
+    recorded on the live ``stream``: the work before it is done, so the record is complete
+    now (only a timing event needs the time); False, having done nothing, where the
+    backend's general path decides (and its checks raise)."""
+    if live_stream(valid, index, stream):
+        ev = live_event(events, index, event)
+        if ev is not None and ev.ipc is None:
+            ev.ts = _now() if ev.timing else 0
+            return True
+    return False
