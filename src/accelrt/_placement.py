@@ -101,7 +101,8 @@ def _check_dtype_uncached(dtype: Any, b: Backend, index: int) -> np.dtype:
 # The containers the hot paths read, bound ``Final`` (never rebound where they live): a
 # compiled module reads a ``Final`` name from a C variable, any other global from its dict.
 _tls: Final = _device_mod._tls                  # the per-thread state (``hot``)
-_dev_globals: Final = vars(_device_mod)         # (``_current_backend`` is rebound: by key)
+_dev_globals: Final = vars(_device_mod)         # (rebound names, read by key: one dict lookup)
+_memory: Final = _Memory                        # (an imported class is a lookup per use)
 _allocators: Final = _registry._allocators      # (name, index) -> the device's allocator
 
 class Site:
@@ -151,7 +152,7 @@ class Site:
             alloc = get_allocator(b, index)
         stream = _current_in(streams, b, self.name, index, key)._handle   # the current one's
         ptr = alloc.malloc(nbytes, stream) if nbytes else 0
-        return _Memory(ptr, nbytes, alloc), stream
+        return _memory(ptr, nbytes, alloc), stream
 
 
 #: ``(backend name, index)`` -> the :class:`Site` of that device of the backend instance it
@@ -204,7 +205,7 @@ def init_array(arr: Any, shape: tuple[int, ...], dtype: object, device: object) 
     device, :func:`accelrt.get_default_device`) into the new :class:`accelrt.Array` ``arr``
     and return it: the one allocation of ``Array``'s constructors (typed Any: ``Array`` is not
     imported here)."""
-    if device is None and _device_mod._defaults_used:
+    if device is None and _dev_globals["_defaults_used"]:
         device = _factory_device(None)     # a with-device block's, or the default
     where = place(device)
     dt = where.dtype(dtype)

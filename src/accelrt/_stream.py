@@ -644,8 +644,8 @@ def _default(b: Backend, key: tuple[str, int]) -> Stream:
     if s is None or s._b is not b:
         handle = _checked.handle(b, ("default_stream", (key[1],)), b.default_stream(key[1]),
                                  "a stream handle", nonzero=False)
-        s = _stream_core._defaults.setdefault(key[0], {})[key[1]] = _wrap(
-            b, key[1], StreamHandle(handle))
+        s = _wrap(b, key[1], StreamHandle(handle))
+        _stream_core._set_default(key[0], key[1], s)
     return s
 
 

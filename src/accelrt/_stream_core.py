@@ -198,17 +198,27 @@ def _initialized(obj: object) -> bool:
 
 
 #: The default stream objects, by backend name and then device index (``_stream._default``
-#: fills it; :func:`_default_of` reads it): a str (its hash cached) and a small int as keys,
-#: where a ``(name, index)`` key would be a new tuple to build, hash and compare on every
+#: fills it; :func:`_default_of` reads it): a str (its hash cached) and a list index, where
+#: a ``(name, index)`` key would be a new tuple to build, hash and compare on every
 #: current-stream read (about one empty call of the compiled ``current_stream()``'s six).
-_defaults: Final[dict[str, dict[int, _StreamCore]]] = {}
+_defaults: Final[dict[str, list[_StreamCore | None]]] = {}
 
 
 def _default_of(name: str, index: int) -> _StreamCore | None:
     """The default stream object of device ``index`` of backend ``name`` made so far (of
     the instance registered under ``name`` then), or None."""
     per = _defaults.get(name)
-    return None if per is None else per.get(index)
+    if per is not None and 0 <= index < len(per):
+        return per[index]
+    return None
+
+
+def _set_default(name: str, index: int, s: _StreamCore) -> None:
+    """Make ``s`` the default stream object of device ``index`` (>= 0) of backend ``name``."""
+    per = _defaults.setdefault(name, [])
+    if index >= len(per):
+        per.extend([None] * (index + 1 - len(per)))
+    per[index] = s
 
 
 def _lookup(streams: dict[Any, _StreamCore], b: Backend, name: str, index: int,
