@@ -549,19 +549,10 @@ def _lazy_init(b: Backend, index: int) -> None:
         _initialized.add(key)
 
 
-_needs_init: dict[type, bool] = {}
-
-
 def _is_initialized(b: Backend, index: int) -> bool:
     """False only if ``b`` needs lazy initialisation (overrides ``init_device``) and no thread
     has initialised device ``index`` yet; used by "no-op before initialisation" functions."""
-    if (b.name, index) in _initialized:
-        return True
-    cls = type(b)
-    needs = _needs_init.get(cls)
-    if needs is None:
-        needs = _needs_init[cls] = cls.init_device is not _backend.Backend.init_device
-    return not needs
+    return (b.name, index) in _initialized or not _needs_init_of(b)
 
 
 _device_objs: dict[tuple[str, int], device] = {}
@@ -843,7 +834,7 @@ def set_device_index(device: DeviceLike, /) -> None:
 
 # the compiled core (its enter and exit, the devices' keys) imports _tls, _check_index and
 # _require_current from here, so it is imported once they are defined
-from ._device_core import _key_of, _SwitchCore  # noqa: E402
+from ._device_core import _key_of, _needs_init_of, _SwitchCore  # noqa: E402
 
 
 class device_index(_SwitchCore):

@@ -57,6 +57,21 @@ def _key_of(name: str, index: int) -> _Key:
     return key
 
 
+#: backend class -> whether it overrides ``Backend.init_device`` (:func:`_needs_init_of`)
+_needs_init: Final[dict[type, bool]] = {}
+
+
+def _needs_init_of(b: _backend.Backend) -> bool:
+    """True if ``b`` overrides :meth:`Backend.init_device` (a context to make current in each
+    thread); otherwise :func:`accelrt._device._lazy_init` only keeps its books, which nothing
+    reads for ``b`` once some thread initialised the device (``_device._is_initialized``)."""
+    cls = type(b)
+    needs = _needs_init.get(cls)
+    if needs is None:
+        needs = _needs_init[cls] = cls.init_device is not _backend.Backend.init_device
+    return needs
+
+
 @mypyc_attr(allow_interpreted_subclasses=True)
 class _SwitchCore:
     """The fields of :class:`accelrt.device_index` and its ``with`` enter and exit.

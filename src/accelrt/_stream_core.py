@@ -26,7 +26,7 @@ from . import _device as _dev
 from . import _sync_debug as _sd
 from ._device import _lazy_init, _resolved
 from ._device import device as _device_type
-from ._device_core import _Key, _key_of
+from ._device_core import _Key, _key_of, _needs_init_of
 from ._errors import AcceleratorValueError, ClosedError
 from ._handles import EventHandle, StreamHandle, mypyc_attr
 
@@ -281,15 +281,16 @@ def _current_hit(device: object) -> _StreamCore | None:
     return _current(hit[0], hit[1])
 
 
-def _event_stream(b: Backend, stream: object, method: str, hot: _Hot) -> _StreamCore:
+def _event_stream(b: Backend, stream: object, method: str, hot: _Hot | None) -> _StreamCore:
     """The stream :meth:`accelrt.Event.record` or :meth:`~accelrt.Event.wait` (``method``)
     of an event of backend ``b`` works on: ``stream`` checked (an open stream of ``b``), or
     for None the calling thread's current stream of the current device of ``b``, as in
     PyTorch (``THPEvent_record``, ``THPEvent_wait``). ``hot`` is the thread's
-    ``_ThreadState.hot``, which the caller read. (A function, not a method: a method of a
-    class that allows interpreted subclasses is called through Python's method lookup.)"""
+    ``_ThreadState.hot``, which the caller read (or None where ``stream`` is not None). (A
+    function, not a method: a method of a class that allows interpreted subclasses is called
+    through Python's method lookup.)"""
     if stream is None:
-        devs, streams, _ = hot
+        devs, streams, _ = _tls.hot if hot is None else hot
         name = b.name
         return _current_in(streams, b, name, devs.get(name, 0))
     if not isinstance(stream, _StreamCore):
@@ -320,8 +321,8 @@ class _EventCore:
     ``event_record``, ``stream_wait_event`` and ``event_query``, bound once.
     """
 
-    __slots__ = ("_b", "_blocking", "_closed", "_handle", "_index", "_interprocess", "_key",
-                 "_q", "_rec", "_timing", "_wt")
+    __slots__ = ("_b", "_blocking", "_closed", "_handle", "_index", "_init", "_interprocess",
+                 "_key", "_q", "_rec", "_timing", "_wt")
 
     _b: Backend
     _index: int | None
@@ -331,6 +332,7 @@ class _EventCore:
     _timing: bool
     _blocking: bool
     _interprocess: bool
+    _init: bool
     _rec: Callable[[int, EventHandle, StreamHandle], None]
     _wt: Callable[[int, StreamHandle, EventHandle], None]
     _q: Callable[[int, EventHandle], bool]
@@ -344,6 +346,9 @@ class _EventCore:
         self._timing = timing
         self._blocking = blocking
         self._interprocess = interprocess
+        # a record or wait tests the thread's init only where the backend needs one per
+        # thread (init_device): the thread-local lookup is a fifth of Event.record(s)
+        self._init = _needs_init_of(b)
         self._b = b
         self._index = index
         self._key = None if index is None else _key_of(b.name, index)
@@ -356,7 +361,8 @@ class _EventCore:
         (typed ``object``: a compiled method would refuse another type with mypyc's message)."""
         key = self._key
         b = self._b
-        hot = _tls.hot
+        # the thread's state, for the current stream or the per-thread init test below
+        hot = _tls.hot if stream is None or self._init else None
         s = _event_stream(b, stream, "record", hot)
         index = s._index
         if key is None:
@@ -373,7 +379,7 @@ class _EventCore:
         h = self._handle
         if not h:
             h = self._create()
-        elif key not in hot[2]:
+        elif hot is not None and key not in hot[2]:
             _lazy_init(b, key[1])
         self._rec(key[1], h, sh)
 
@@ -383,12 +389,13 @@ class _EventCore:
         event's backend)."""
         if self._closed:
             self._check_open()
-        hot = _tls.hot
+        hot = _tls.hot if stream is None or self._init else None
         s = _event_stream(self._b, stream, "wait", hot)
         h = self._handle
         if h:
             index = s._index
-            if s._key not in hot[2]:   # (the stream's key is its device's: _lazy_init's test)
+            # (the stream's key is its device's: _lazy_init's test)
+            if hot is not None and s._key not in hot[2]:
                 _lazy_init(self._b, index)
             self._wt(index, s._handle, h)
 
