@@ -50,6 +50,8 @@ _S = TypeVar("_S", bound="_StreamCore")
 #: ``_device._ThreadState.hot``: the thread's current device per backend name, its current
 #: streams per device and the devices it initialised, read in one thread-local lookup
 _Hot = tuple[dict[str, int], dict[Any, Any], set[Any]]
+#: What a caller that needs no thread state passes as one (never read)
+_NO_HOT: Final[_Hot] = ({}, {}, set())
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -281,16 +283,16 @@ def _current_hit(device: object) -> _StreamCore | None:
     return _current(hit[0], hit[1])
 
 
-def _event_stream(b: Backend, stream: object, method: str, hot: _Hot | None) -> _StreamCore:
+def _event_stream(b: Backend, stream: object, method: str, hot: _Hot) -> _StreamCore:
     """The stream :meth:`accelrt.Event.record` or :meth:`~accelrt.Event.wait` (``method``)
     of an event of backend ``b`` works on: ``stream`` checked (an open stream of ``b``), or
     for None the calling thread's current stream of the current device of ``b``, as in
     PyTorch (``THPEvent_record``, ``THPEvent_wait``). ``hot`` is the thread's
-    ``_ThreadState.hot``, which the caller read (or None where ``stream`` is not None). (A
-    function, not a method: a method of a class that allows interpreted subclasses is called
-    through Python's method lookup.)"""
+    ``_ThreadState.hot``, which the caller read (:data:`_NO_HOT` where ``stream`` is not
+    None). (A function, not a method: a method of a class that allows interpreted subclasses
+    is called through Python's method lookup.)"""
     if stream is None:
-        devs, streams, _ = _tls.hot if hot is None else hot
+        devs, streams, _ = hot
         name = b.name
         return _current_in(streams, b, name, devs.get(name, 0))
     if not isinstance(stream, _StreamCore):
@@ -362,7 +364,8 @@ class _EventCore:
         key = self._key
         b = self._b
         # the thread's state, for the current stream or the per-thread init test below
-        hot = _tls.hot if stream is None or self._init else None
+        need = stream is None or self._init
+        hot = _tls.hot if need else _NO_HOT
         s = _event_stream(b, stream, "record", hot)
         index = s._index
         if key is None:
@@ -379,7 +382,7 @@ class _EventCore:
         h = self._handle
         if not h:
             h = self._create()
-        elif hot is not None and key not in hot[2]:
+        elif need and key not in hot[2]:
             _lazy_init(b, key[1])
         self._rec(key[1], h, sh)
 
@@ -389,13 +392,14 @@ class _EventCore:
         event's backend)."""
         if self._closed:
             self._check_open()
-        hot = _tls.hot if stream is None or self._init else None
+        need = stream is None or self._init
+        hot = _tls.hot if need else _NO_HOT
         s = _event_stream(self._b, stream, "wait", hot)
         h = self._handle
         if h:
             index = s._index
             # (the stream's key is its device's: _lazy_init's test)
-            if hot is not None and s._key not in hot[2]:
+            if need and s._key not in hot[2]:
                 _lazy_init(self._b, index)
             self._wt(index, s._handle, h)
 
