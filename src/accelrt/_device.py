@@ -559,23 +559,16 @@ def _lazy_init(b: Backend, index: int) -> None:
     inited = _tls.inited
     if key not in inited:
         b.init_device(index)
-        inited.add(key)
+        # the device's one _Key object: the compiled callers' tests of their key (Site,
+        # Event.record) then find it by identity, without comparing two tuples
+        inited.add(_key_of(b.name, index))
         _initialized.add(key)
-
-
-_needs_init: dict[type, bool] = {}
 
 
 def _is_initialized(b: Backend, index: int) -> bool:
     """False only if ``b`` needs lazy initialisation (overrides ``init_device``) and no thread
     has initialised device ``index`` yet; used by "no-op before initialisation" functions."""
-    if (b.name, index) in _initialized:
-        return True
-    cls = type(b)
-    needs = _needs_init.get(cls)
-    if needs is None:
-        needs = _needs_init[cls] = cls.init_device is not _backend.Backend.init_device
-    return not needs
+    return (b.name, index) in _initialized or not _needs_init_of(b)
 
 
 _device_objs: dict[tuple[str, int], device] = {}
@@ -855,9 +848,9 @@ def set_device_index(device: DeviceLike, /) -> None:
     _tls.device[b.name] = idx
 
 
-# the compiled core (its enter and exit) imports _tls, _check_index and _require_current from
-# here, so it is imported once they are defined
-from ._device_core import _SwitchCore  # noqa: E402
+# the compiled core (its enter and exit, the devices' keys) imports _tls, _check_index and
+# _require_current from here, so it is imported once they are defined
+from ._device_core import _key_of, _needs_init_of, _SwitchCore  # noqa: E402
 
 
 class device_index(_SwitchCore):

@@ -18,7 +18,7 @@ Example::
 
 from __future__ import annotations
 
-from typing import ClassVar, Final
+from typing import ClassVar, Final, NamedTuple
 
 from . import _backend
 from . import _device as _dev
@@ -30,6 +30,46 @@ __all__: list[str] = []
 #: ``_device``'s globals, read by key: ``_current_backend`` is rebound, and a compiled module
 #: reads an attribute of a Python module through a generic getattr (about one empty call)
 _dev_globals: Final = vars(_dev)
+
+
+class _Key(NamedTuple):
+    """A device, ``(backend name, index)``: its key in the per-thread tables (current streams,
+    devices initialised: :func:`accelrt._device._lazy_init` adds the one key object of the
+    device, so that a compiled caller's test of its key finds it by identity). A named
+    tuple so that the compiled build keeps it as one tuple object (mypyc unboxes a plain
+    ``tuple[str, int]`` field and would build a new tuple at each dict access)."""
+
+    name: str
+    device_index: int
+
+
+#: The one :class:`_Key` of each device, by ``(name, index)`` (:func:`_key_of`)
+_keys: Final[dict[tuple[str, int], _Key]] = {}
+
+
+def _key_of(name: str, index: int) -> _Key:
+    """The :class:`_Key` of device ``index`` of backend ``name``, made once: a named tuple is
+    built by its Python ``__new__``, which costs about 7 empty calls; the lookup about one.
+    (Two threads making the first one at once keep equal keys.)"""
+    key = _keys.get((name, index))
+    if key is None:
+        key = _keys[(name, index)] = _Key(name, index)
+    return key
+
+
+#: backend class -> whether it overrides ``Backend.init_device`` (:func:`_needs_init_of`)
+_needs_init: Final[dict[type, bool]] = {}
+
+
+def _needs_init_of(b: _backend.Backend) -> bool:
+    """True if ``b`` overrides :meth:`Backend.init_device` (a context to make current in each
+    thread); otherwise :func:`accelrt._device._lazy_init` only keeps its books, which nothing
+    reads for ``b`` once some thread initialised the device (``_device._is_initialized``)."""
+    cls = type(b)
+    needs = _needs_init.get(cls)
+    if needs is None:
+        needs = _needs_init[cls] = cls.init_device is not _backend.Backend.init_device
+    return needs
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)

@@ -27,7 +27,8 @@ from ._device import _factory_device, _get_device, _lazy_init
 from ._errors import shown
 from ._memory_owner import _Memory
 from ._size import storage_nbytes
-from ._stream_core import _current_in, _Key, _key_of
+from ._device_core import _Key, _key_of
+from ._stream_core import _current_in
 from .memory import _registry
 from .memory._registry import get_allocator
 
@@ -116,6 +117,8 @@ def _check_dtype_uncached(dtype: Any, b: Backend, index: int) -> np.dtype:
 # The containers the hot paths read, bound ``Final`` (never rebound where they live): a
 # compiled module reads a ``Final`` name from a C variable, any other global from its dict.
 _tls: Final = _device_mod._tls                  # the per-thread state (``hot``)
+_dev_globals: Final = vars(_device_mod)         # (rebound names, read by key: one dict lookup)
+_memory: Final = _Memory                        # (an imported class is a lookup per use)
 _allocators: Final = _registry._allocators      # (name, index) -> the device's allocator
 
 class Site:
@@ -163,9 +166,9 @@ class Site:
         alloc = _allocators.get(key)
         if alloc is None or alloc._b is not b:
             alloc = get_allocator(b, index)
-        stream = _current_in(streams, b, key)._handle   # the current stream's
+        stream = _current_in(streams, b, self.name, index, key)._handle   # the current one's
         ptr = alloc.malloc(nbytes, stream) if nbytes else 0
-        return _Memory(ptr, nbytes, alloc), stream
+        return _memory(ptr, nbytes, alloc), stream
 
 
 #: ``(backend name, index)`` -> the :class:`Site` of that device of the backend instance it
@@ -202,6 +205,12 @@ def place(device: object) -> Site:
         if ":" in device and len(_placed) < 64:
             _placed[device] = found
         return found
+    if device is None:
+        cur: Backend | None = _dev_globals["_current_backend"]
+        if cur is not None:
+            # what _get_device(None) answers once the current accelerator is chosen: its
+            # current device in this thread (the pure call was a sixth of empty(256) + free)
+            return site(cur, _tls.device.get(cur.name, 0))
     # any object: _get_device (pure Python) refuses a wrong one with accelrt's own errors
     b, index = _get_device(cast("DeviceLike", device), torch_parser=True)
     return site(b, index)
@@ -212,7 +221,7 @@ def init_array(arr: Any, shape: tuple[int, ...], dtype: object, device: object) 
     device, :func:`accelrt.get_default_device`) into the new :class:`accelrt.Array` ``arr``
     and return it: the one allocation of ``Array``'s constructors (typed Any: ``Array`` is not
     imported here)."""
-    if device is None and _device_mod._defaults_used:
+    if device is None and _dev_globals["_defaults_used"]:
         device = _factory_device(None)     # a with-device block's, or the default
     where = place(device)
     dt = where.dtype(dtype)

@@ -36,7 +36,8 @@ from ._errors import AcceleratorError, shown
 from ._fork import reinit_after_fork
 from ._handles import StreamHandle
 from . import _stream_core
-from ._stream_core import _initialized, _key_of, _StreamCore
+from ._device_core import _key_of
+from ._stream_core import _initialized, _StreamCore
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -554,7 +555,7 @@ class Stream(_StreamCore):
                 f"cannot close a stream of {key[0]}:{key[1]} while a graph captures its work; "
                 "end the capture (capture_end()) first")
         with _close_lock:   # two threads closing at once must not pool the handle twice
-            if self._closed or _defaults.get(key) is self:
+            if self._closed or _default_of(key[0], key[1]) is self:
                 return   # closed already, or the shared default stream object: never closed
             _closing[0] += 1   # before looking: a thread making it current sees this
             try:
@@ -633,9 +634,10 @@ def _wrap(b: Backend, index: int, handle: StreamHandle) -> Stream:
     return s
 
 
-#: The default stream objects, per (backend name, device index): the compiled core's dict (its
-#: Event._record reads it), holding only Stream objects (_default fills it).
-_defaults = cast("dict[tuple[str, int], Stream]", _stream_core._defaults)
+#: The default stream object of a device made so far (``(name, index)``), or None: the
+#: compiled core's table (its current-stream reads look there), holding only Stream objects
+#: (:func:`_default` fills it)
+_default_of = cast("Callable[[str, int], Stream | None]", _stream_core._default_of)
 #: The calling thread's current stream of device ``index`` of ``b`` (internal API), and
 #: :func:`current_stream`'s common cases: the compiled core's functions, typed for this module
 #: (its streams are :class:`Stream` objects)
@@ -645,15 +647,16 @@ _current_hit = cast("Callable[[object], Stream | None]", _stream_core._current_h
 
 def _default(b: Backend, key: tuple[str, int]) -> Stream:
     """The (cached) default stream of device ``key[1]`` of ``b``."""
-    s = _defaults.get(key)
+    s = _default_of(key[0], key[1])
     if s is None or s._b is not b:
         handle = _checked.handle(b, ("default_stream", (key[1],)), b.default_stream(key[1]),
                                  "a stream handle", nonzero=False)
         made = _wrap(b, key[1], StreamHandle(handle))
         with _pools_lock:   # threads using it first at once share one object (never closed)
-            s = _defaults.get(key)
+            s = _default_of(key[0], key[1])
             if s is None or s._b is not b:
-                s = _defaults[key] = made
+                s = made
+                _stream_core._set_default(key[0], key[1], s)
     return s
 
 

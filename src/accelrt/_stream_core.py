@@ -21,13 +21,14 @@ from __future__ import annotations
 import gc
 import os
 import threading
-from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
 from . import _checked
 from . import _device as _dev
 from . import _sync_debug as _sd
 from ._device import _lazy_init, _resolved
 from ._device import device as _device_type
+from ._device_core import _Key, _key_of, _needs_init_of
 from ._errors import AcceleratorValueError, ClosedError
 from ._fork import reinit_after_fork
 from ._handles import EventHandle, StreamHandle, mypyc_attr
@@ -70,29 +71,8 @@ if hasattr(os, "register_at_fork"):
 #: ``_device._ThreadState.hot``: the thread's current device per backend name, its current
 #: streams per device and the devices it initialised, read in one thread-local lookup
 _Hot = tuple[dict[str, int], dict[Any, Any], set[Any]]
-
-
-class _Key(NamedTuple):
-    """A stream's device, ``(backend name, index)``: its key in the per-thread dicts. A named
-    tuple so that the compiled build keeps it as one tuple object (mypyc unboxes a plain
-    ``tuple[str, int]`` field and would build a new tuple at each dict access)."""
-
-    name: str
-    device_index: int
-
-
-#: The one :class:`_Key` of each device, by ``(name, index)`` (:func:`_key_of`)
-_keys: Final[dict[tuple[str, int], _Key]] = {}
-
-
-def _key_of(name: str, index: int) -> _Key:
-    """The :class:`_Key` of device ``index`` of backend ``name``, made once: a named tuple is
-    built by its Python ``__new__``, which costs about 7 empty calls; the lookup about one.
-    (Two threads making the first one at once keep equal keys.)"""
-    key = _keys.get((name, index))
-    if key is None:
-        key = _keys[(name, index)] = _Key(name, index)
-    return key
+#: What a caller that needs no thread state passes as one (never read)
+_NO_HOT: Final[_Hot] = ({}, {}, set())
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -285,37 +265,62 @@ def _initialized(obj: object) -> bool:
     return len(_referents(obj)) > 1
 
 
-#: The default stream objects, per (backend name, device index) (``_stream._default`` fills it).
-_defaults: Final[dict[tuple[str, int], _StreamCore]] = {}
+#: The default stream objects, by backend name and then device index (``_stream._default``
+#: fills it; :func:`_default_of` reads it): a str (its hash cached) and a list index, where
+#: a ``(name, index)`` key would be a new tuple to build, hash and compare on every
+#: current-stream read (about one empty call of the compiled ``current_stream()``'s six).
+_defaults: Final[dict[str, list[_StreamCore | None]]] = {}
 
 
-def _lookup(streams: dict[Any, _StreamCore], b: Backend, key: Any) -> _StreamCore | None:
-    """The current stream of device ``key`` (``(name, index)``) of ``b`` in ``streams``, the
-    calling thread's table of current streams: the one set there, else the device's default
+def _default_of(name: str, index: int) -> _StreamCore | None:
+    """The default stream object of device ``index`` of backend ``name`` made so far (of
+    the instance registered under ``name`` then), or None."""
+    per = _defaults.get(name)
+    if per is not None and 0 <= index < len(per):
+        return per[index]
+    return None
+
+
+def _set_default(name: str, index: int, s: _StreamCore) -> None:
+    """Make ``s`` the default stream object of device ``index`` (>= 0) of backend ``name``."""
+    per = _defaults.setdefault(name, [])
+    if index >= len(per):
+        per.extend([None] * (index + 1 - len(per)))
+    per[index] = s
+
+
+def _lookup(streams: dict[Any, _StreamCore], b: Backend, name: str, index: int,
+            key: _Key | None = None) -> _StreamCore | None:
+    """The current stream of device ``index`` of ``b`` (registered as ``name``) in
+    ``streams``, the calling thread's table of current streams (by :class:`_Key`; ``key`` is
+    the device's, where the caller holds it): the one set there, else the device's default
     stream if it was made; None if neither (a stream of an earlier instance of the backend's
     name does not count)."""
-    s = streams.get(key)
-    if s is not None and s._b is b:
-        return s
-    s = _defaults.get(key)
+    if streams:   # empty unless the thread set a stream (set_stream, with stream:)
+        k: object = (name, index) if key is None else key
+        s = streams.get(k)
+        if s is not None and s._b is b:
+            return s
+    s = _default_of(name, index)
     if s is not None and s._b is b:
         return s
     return None
 
 
-def _current_in(streams: dict[Any, _StreamCore], b: Backend, key: Any) -> _StreamCore:
+def _current_in(streams: dict[Any, _StreamCore], b: Backend, name: str, index: int,
+                key: _Key | None = None) -> _StreamCore:
     """:func:`_lookup`, making the device's default stream at its first use."""
-    s = _lookup(streams, b, key)
+    s = _lookup(streams, b, name, index, key)
     if s is not None:
         return s
     from ._stream import _default   # the first use of a device's default stream
-    return _default(b, key)
+    return _default(b, (name, index))
 
 
 def _current(b: Backend, index: int) -> _StreamCore:
     """The calling thread's current stream of device ``index`` (checked) of ``b``: the
     internal API every module reads it with (``_stream._current`` is this function)."""
-    return _current_in(_tls.hot[1], b, (b.name, index))
+    return _current_in(_tls.hot[1], b, b.name, index)
 
 
 def _current_hit(device: object) -> _StreamCore | None:
@@ -324,18 +329,18 @@ def _current_hit(device: object) -> _StreamCore | None:
     resolved once (``_device._resolved``); or an index of the current accelerator whose
     stream the calling thread set or whose default stream exists. Else None: the caller takes
     the general path (which checks ``device`` and makes what is missing)."""
-    kind = type(device)
-    if device is None or kind is int:
+    if device is None or type(device) is int:
         b: Backend | None = _dev_globals["_current_backend"]
         if b is None:
             return None
         devs, streams, _ = _tls.hot
         name = b.name
         if device is None:
-            return _current_in(streams, b, (name, devs.get(name, 0)))
+            return _current_in(streams, b, name, devs.get(name, 0))
         # an index that is not a device of ``b`` has no stream in either table: the general
         # path refuses it (and makes a default stream that does not exist yet)
-        return _lookup(streams, b, (name, device))
+        return _lookup(streams, b, name, device)
+    kind = type(device)
     if kind is not str and kind is not _device_type:
         return None
     hit = _resolved.get(device)
@@ -349,12 +354,13 @@ def _event_stream(b: Backend, stream: object, method: str, hot: _Hot) -> _Stream
     of an event of backend ``b`` works on: ``stream`` checked (an open stream of ``b``), or
     for None the calling thread's current stream of the current device of ``b``, as in
     PyTorch (``THPEvent_record``, ``THPEvent_wait``). ``hot`` is the thread's
-    ``_ThreadState.hot``, which the caller read. (A function, not a method: a method of a
-    class that allows interpreted subclasses is called through Python's method lookup.)"""
+    ``_ThreadState.hot``, which the caller read (:data:`_NO_HOT` where ``stream`` is not
+    None). (A function, not a method: a method of a class that allows interpreted subclasses
+    is called through Python's method lookup.)"""
     if stream is None:
         devs, streams, _ = hot
         name = b.name
-        return _current_in(streams, b, (name, devs.get(name, 0)))
+        return _current_in(streams, b, name, devs.get(name, 0))
     if not isinstance(stream, _StreamCore):
         raise TypeError(f"{method}() takes an accelrt.Stream or None, got "
                         f"{type(stream).__name__}")
@@ -383,8 +389,8 @@ class _EventCore:
     ``event_record``, ``stream_wait_event`` and ``event_query``, bound once.
     """
 
-    __slots__ = ("_b", "_blocking", "_closed", "_handle", "_index", "_interprocess", "_key",
-                 "_q", "_rec", "_timing", "_wt")
+    __slots__ = ("_b", "_blocking", "_closed", "_handle", "_index", "_init", "_interprocess",
+                 "_key", "_q", "_rec", "_timing", "_wt")
 
     _b: Backend
     _index: int | None
@@ -394,6 +400,7 @@ class _EventCore:
     _timing: bool
     _blocking: bool
     _interprocess: bool
+    _init: bool
     _rec: Callable[[int, EventHandle, StreamHandle], None]
     _wt: Callable[[int, StreamHandle, EventHandle], None]
     _q: Callable[[int, EventHandle], bool]
@@ -407,6 +414,9 @@ class _EventCore:
         self._timing = timing
         self._blocking = blocking
         self._interprocess = interprocess
+        # a record or wait tests the thread's init only where the backend needs one per
+        # thread (init_device): the thread-local lookup is a fifth of Event.record(s)
+        self._init = _needs_init_of(b)
         self._b = b
         self._index = index
         self._key = None if index is None else _key_of(b.name, index)
@@ -419,7 +429,9 @@ class _EventCore:
         (typed ``object``: a compiled method would refuse another type with mypyc's message)."""
         key = self._key
         b = self._b
-        hot = _tls.hot
+        # the thread's state, for the current stream or the per-thread init test below
+        need = stream is None or self._init
+        hot = _tls.hot if need else _NO_HOT
         s = _event_stream(b, stream, "record", hot)
         index = s._index
         if key is not None and index != key[1]:
@@ -428,7 +440,7 @@ class _EventCore:
         h = self._handle
         if not h or key is None:   # the first record (or one racing with it): binds the event
             h = self._create(index)
-        elif key not in hot[2]:
+        elif need and key not in hot[2]:
             _lazy_init(b, index)
         self._rec(index, h, sh)
 
@@ -438,12 +450,14 @@ class _EventCore:
         event's backend)."""
         if self._closed:
             self._check_open()
-        hot = _tls.hot
+        need = stream is None or self._init
+        hot = _tls.hot if need else _NO_HOT
         s = _event_stream(self._b, stream, "wait", hot)
         h = self._handle
         if h:
             index = s._index
-            if s._key not in hot[2]:   # (the stream's key is its device's: _lazy_init's test)
+            # (the stream's key is its device's: _lazy_init's test)
+            if need and s._key not in hot[2]:
                 _lazy_init(self._b, index)
             self._wt(index, s._handle, h)
 

@@ -23,6 +23,7 @@ import sys
 import threading
 from typing import TYPE_CHECKING
 
+from .._device_core import _key_of
 from .._fork import after_fork_locked, reinit_after_fork
 from ._config import AllocatorConfig, get_config
 from ._pools import retire_segments
@@ -87,7 +88,9 @@ def get_allocator(backend: Backend, index: int) -> DeviceCachingAllocator:
                     a = MallocAsyncAllocator(backend, index, cfg)
                 if a is None:
                     a = DeviceCachingAllocator(backend, index, cfg)
-                _allocators[key] = a
+                # keyed by the device's one _Key object (a dict keeps its first key): a
+                # factory's lookup with its Site's key then finds it by identity
+                _allocators[_key_of(backend.name, index)] = a
         latest = get_config()
         if latest is not cfg:  # settings changed while it was being created
             a.set_config(latest)

@@ -48,11 +48,12 @@ from ._config import (
 )
 from ._memory import VM_GRANULARITY, DeviceMemory, HostMemory, host_view, vm_available
 from ._ipc import IpcEventState
+from ._live import CpuEvent, live_event, live_stream, record_idle
 from ._mempool import StreamOrderedPool, check_attribute
 from .._common import HandleTable, KeptErrors, bad_handle, check_int, check_size
 from .._table_backend import TableBackend
 from ._graphs import CpuGraphs
-from ._streams import Capture, CpuEvent, CpuStream, Record, describe, stamp, work_error
+from ._streams import Capture, CpuStream, Record, describe, stamp, work_error
 
 __all__ = ["CpuBackend"]
 
@@ -150,7 +151,7 @@ class CpuBackend(TableBackend[CpuStream, CpuEvent]):
         self._graphs = CpuGraphs(self._lock, self._handles)
         self._capturing: dict[CpuStream, Capture] = self._graphs.capturing
         # device index -> handles of its live streams (0 included): the fast paths' check
-        self._valid: dict[int, set[int]] = {i: {0} for i in range(n)}  # guarded by _lock
+        self._valid: list[set[int]] = [{0} for _ in range(n)]  # guarded by _lock (writes)
         # the contract's hint (Backend.streams_idle), also this backend's own fast-path
         # switch: False in async mode and while a capture is open
         self.streams_idle = not self._async           # guarded by _lock (writes)
@@ -471,8 +472,11 @@ class CpuBackend(TableBackend[CpuStream, CpuEvent]):
                          "use 0 (the default stream) or a handle from stream_create")
 
     def _event(self, event: int, index: int | None = None) -> CpuEvent:
-        ev = self._events.get(event) if type(event) is int else None
-        if ev is None or (index is not None and (type(index) is not int or ev.device != index)):
+        if index is None:
+            ev = self._events.get(event) if type(event) is int else None
+        else:
+            ev = live_event(self._events, index, event)
+        if ev is None:
             if index is not None:
                 self._check_index(index)
             where = f" of {self.name}:{index}" if index is not None else ""
@@ -610,11 +614,7 @@ class CpuBackend(TableBackend[CpuStream, CpuEvent]):
         """True if all work on ``stream`` completed; raises a kept worker error."""
         if self._closed:
             raise self._closed_error("stream_query")
-        try:
-            ok = type(index) is int and type(stream) is int and stream in self._valid[index]
-        except (KeyError, TypeError):
-            ok = False
-        if ok and self.streams_idle:
+        if self.streams_idle and live_stream(self._valid, index, stream):
             return True
         s = self._stream(index, stream)
         self._check_not_capturing(s, "stream_query")
@@ -708,26 +708,15 @@ class CpuBackend(TableBackend[CpuStream, CpuEvent]):
         """Record ``event`` at the end of ``stream``; replaces the previous record."""
         if self._closed:
             raise self._closed_error("event_record")
-        try:
-            ev = self._events[event]
-            ok = (type(event) is int and type(stream) is int and ev.device == index
-                  and type(index) is int and stream in self._valid[index])
-        except (KeyError, TypeError):
-            ok = False
-        if not ok:
-            ev = self._event(event, index)
-            self._stream(index, stream)
+        if self.streams_idle and record_idle(self._events, self._valid, index, event, stream):
+            return   # the common case, compiled: live handles, no queued work, not interprocess
+        ev = self._event(event, index)
+        s = self._stream(index, stream)
         if ev.ipc is not None:
-            s = self._stream(index, stream)
             self._check_not_capturing(s, "recording an interprocess event")
             ev.ipc.record_on(s, self._async)
-            return
-        if not self.streams_idle:
-            self._record(ev, self._stream(index, stream))
-        elif ev.timing:
-            ev.ts = _now()
-        else:
-            ev.ts = 0  # recorded; only timing events need the time
+        else:   # (streams_idle may have changed since: the general record holds either way)
+            self._record(ev, s)
 
     def event_record_external(self, index: int, event: EventHandle,
                               stream: StreamHandle) -> None:
@@ -789,12 +778,8 @@ class CpuBackend(TableBackend[CpuStream, CpuEvent]):
         """True if the work before the last record completed (True if never recorded)."""
         if self._closed:
             raise self._closed_error("event_query")
-        try:
-            ev = self._events[event]
-            ok = type(event) is int and type(index) is int and ev.device == index
-        except (KeyError, TypeError):
-            ok = False
-        if not ok:
+        ev = live_event(self._events, index, event)
+        if ev is None:   # not live (or not an int): the full check raises
             ev = self._event(event, index)
         if ev.ipc is not None:
             return ev.ipc.query()

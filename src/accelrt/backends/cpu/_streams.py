@@ -24,13 +24,11 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..._errors import DeviceError
 from .._common import KeptErrors, reset_in_child, stream_failed
-
-if TYPE_CHECKING:
-    from ._ipc import IpcEventState
+from ._live import CpuEvent   # (compiled in the compiled build)
 
 __all__ = ["Capture", "CpuEvent", "CpuStream", "Record", "describe", "stamp", "work_error"]
 
@@ -189,50 +187,6 @@ class Record:
     def done(self) -> bool:
         """True once the work before the record has completed."""
         return self.stream.completed >= self.seq
-
-
-class CpuEvent:
-    """An event: its device, timing flag, and its last record.
-
-    In synchronous mode a record is just the timestamp ``ts`` (``record`` stays ``None``); in
-    asynchronous mode ``record`` is a :class:`Record`. ``capture`` is the capture session the
-    event was last recorded in while that session is open. An interprocess event keeps its
-    state in ``ipc`` (:class:`~accelrt.backends.cpu._ipc.IpcEventState`) instead.
-    """
-
-    __slots__ = ("capture", "device", "ipc", "record", "timing", "ts")
-
-    def __init__(self, device: int, timing: bool, ipc: IpcEventState | None = None) -> None:
-        self.device = device
-        self.timing = timing
-        self.ts: int | None = None
-        self.record: Record | None = None
-        self.ipc = ipc   # an IpcEventState for interprocess events
-        self.capture: Capture | None = None
-
-    def timestamp(self, handle: int, name: str) -> int:
-        """When the last record completed (``perf_counter_ns``), for ``event_elapsed_time``;
-        ``DeviceError`` if the event has no timing, sits in an open capture, is pending or
-        was never recorded (``handle`` names it, ``name`` the backend's registered name)."""
-        ev = self
-        if not ev.timing:
-            raise DeviceError(f"{name}: event {handle} was created without timing; create both "
-                              "events with enable_timing=True to measure elapsed time")
-        if ev.capture is not None:
-            raise DeviceError(f"{name}: event {handle} was recorded in an open graph capture; "
-                              "end the capture first")
-        rec = ev.record
-        if rec is None:
-            ts = ev.ts
-        elif not rec.done():
-            raise DeviceError(f"{name}: event {handle} has not completed yet; synchronize it "
-                              "(or its stream) before asking for elapsed time")
-        else:
-            ts = rec.ts
-        if ts is None:
-            raise DeviceError(f"{name}: event {handle} was never recorded; record both events "
-                              "before asking for elapsed time")
-        return ts
 
 
 class Capture:
