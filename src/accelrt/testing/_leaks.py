@@ -71,36 +71,44 @@ def _backends() -> list[Backend]:
         return [b for b in _backend._instances.values() if not b.closed]
 
 
-def _internal_streams(b: Backend) -> int:
-    """Live stream handles of ``b`` that accelrt holds itself."""
+def _internal_streams(backends: list[Backend]) -> dict[int, int]:
+    """Live stream handles that accelrt holds itself (the per-device stream pools' free
+    handles, the shared side streams of :class:`accelrt.graph`), by ``id`` of their backend:
+    one pass over the side streams for every backend."""
     from .. import _graph, _stream
-    n = 0
-    per = _stream._pools.get(b)
-    if per is not None:
-        for pool in list(per.values()):
-            for free in list(pool.free.values()):
-                n += len(free)
+    out: dict[int, int] = {}
+    for b in backends:
+        n = 0
+        per = _stream._pools.get(b)
+        if per is not None:
+            for pool in list(per.values()):
+                for free in list(pool.free.values()):
+                    n += len(free)
+        out[id(b)] = n
     for s in list(_graph.graph._default_streams.values()):
-        if s._b is b and s._free is not None:
-            n += 1
-    return n
+        if s._free is not None and id(s._b) in out:
+            out[id(s._b)] += 1
+    return out
 
 
-def _internal_events(allocators: list[Any]) -> dict[int, int]:
+def _internal_events(allocators: list[Any], backends: list[Backend]) -> dict[int, int]:
     """Live event handles that accelrt holds itself (stream-ordered frees), by ``id`` of their
-    backend: one pass over the allocators for every backend (a session of tests makes
-    hundreds of backends and allocators)."""
-    from ..memory._host import peek_host_allocator
+    backend: one pass over the allocators and one over the host pools for every backend (a
+    session of tests makes hundreds of backends and allocators)."""
+    from ..memory._host import host_allocators, peek_host_allocator
     out: dict[int, int] = {}
     for a in allocators:
         b = getattr(a, "_b", None)
         frees = getattr(a, "_stream_frees", None)
         if b is not None and frees is not None:
-            n = len(frees.event_pool) + sum(len(q) for q in list(frees.events.values()))
+            n = len(frees.event_pool)
+            if frees.events:
+                n += sum(len(q) for q in list(frees.events.values()))
             out[id(b)] = out.get(id(b), 0) + n
-    for b in _backends():
-        pool = peek_host_allocator(b.name)
-        if pool is not None and pool._b is b:
+    live = {id(b) for b in backends}
+    for pool in host_allocators():
+        b = pool._b
+        if id(b) in live and pool._pending and peek_host_allocator(b.name) is pool:
             out[id(b)] = out.get(id(b), 0) + sum(len(block.events)
                                                  for block in list(pool._pending))
     return out
@@ -124,13 +132,15 @@ def snapshot() -> Snapshot:
         except RuntimeError:   # a pluggable allocator (user callables) keeps no statistics
             continue
         snap.allocated[id(a)] = (a, f"{a._b.name}:{a._index}", allocated)
-    events = _internal_events(allocators)
-    for b in _backends():
+    live_backends = _backends()
+    events = _internal_events(allocators, live_backends)
+    streams = _internal_streams(live_backends)
+    for b in live_backends:
         live = b.live_handles()
         if live is None:
             continue
         counts = dict(live)
-        counts["streams"] -= _internal_streams(b)
+        counts["streams"] -= streams[id(b)]
         counts["events"] -= events.get(id(b), 0)
         snap.handles[id(b)] = (b, counts)
     return snap
