@@ -289,6 +289,7 @@ def test_memory_stats_snapshot_fraction_and_empty_cache() -> None:
     o.synchronize()
     gc.collect()
     base = o.memory_allocated()
+    free_before = o.mem_get_info()[0]
     x = acc.zeros((1000,), dtype="float32", device=D)
     assert o.memory_allocated() == base + 4096          # 4000 bytes, rounded up to 512s
     stats = o.memory_stats()
@@ -302,7 +303,9 @@ def test_memory_stats_snapshot_fraction_and_empty_cache() -> None:
     o.empty_cache()
     assert o.memory_allocated() == base
     if base == 0:
-        assert o.memory_reserved() == 0 and o.mem_get_info()[0] == o.mem_get_info()[1]
+        # everything the allocator took went back (measured against this test's start: an
+        # earlier test's raw 16 KiB was seen still live here, under load, in 3 of ~10 runs)
+        assert o.memory_reserved() == 0 and o.mem_get_info()[0] >= free_before
     for bad in (1.5, -0.1):
         with pytest.raises(ValueError, match="fraction"):
             o.set_per_process_memory_fraction(bad)
