@@ -45,6 +45,7 @@ import numpy as np
 
 from .. import _graph
 from .._errors import AcceleratorTypeError
+from .._fork import reinit_after_fork
 from .._handles import StreamHandle
 from . import _philox
 
@@ -59,7 +60,8 @@ __all__ = ["GraphRng", "capture_begin", "capture_end", "philox_state", "register
            "replay_prologue", "reserve"]
 
 _M64 = (1 << 64) - 1
-_lock = threading.Lock()   # guards every GraphRng's intragraph count and each generator's set
+#: guards every GraphRng's intragraph count and each generator's set of captures
+_lock = reinit_after_fork(threading.Lock())
 
 
 class GraphRng:
