@@ -32,6 +32,7 @@ from .._device import device as _device_cls
 from .._errors import AcceleratorTypeError, AcceleratorValueError, shown
 from .._fork import reinit_after_fork
 from ..backends._common import check_u64
+from . import _graphsafe
 
 if TYPE_CHECKING:
     from .._backend import Backend
@@ -163,7 +164,7 @@ class Generator:
         True
     """
 
-    __slots__ = ("__weakref__", "_b", "_index", "_captures", "_lock", "_offset", "_seed")
+    __slots__ = ("__weakref__", "_b", "_index", "_lock", "_offset", "_seed")
 
     def __init__(self, device: DeviceLike = None) -> None:
         # torch 2.14.1's parser (``Device? device``), as _get_device reads it: a numpy integer
@@ -178,9 +179,6 @@ class Generator:
         self._lock = reinit_after_fork(threading.Lock())
         self._seed = seed      # guarded by _lock
         self._offset = offset  # guarded by _lock
-        # the registrations (random._graphsafe.GraphRng) of the captures drawing from this
-        # generator right now (guarded by random._graphsafe's lock)
-        self._captures: set[Any] = set()
 
     @classmethod
     def _make(cls, b: Backend, index: int, seed: int, offset: int) -> Generator:
@@ -194,7 +192,9 @@ class Generator:
         return _device_cls(self._b.name, self._index)
 
     def manual_seed(self, seed: int) -> Generator:
-        """Set the seed and reset the offset to 0; return ``self``.
+        """Set the seed and reset the offset to 0; return ``self``. On a capturing stream
+        (the current stream of the generator's device), only the generator's own seed is
+        taken, and changes nothing (PyTorch's ``set_current_seed``).
 
         Args:
             seed: an int (or a numpy integer) in ``[-2**63, 2**64)``; negative values wrap
@@ -204,14 +204,28 @@ class Generator:
         Raises:
             TypeError: ``seed`` is not an int (also a ``RuntimeError``, as in PyTorch).
             ValueError: ``seed`` is out of range (also a ``RuntimeError``, as in PyTorch).
+            RuntimeError: another seed, on a capturing stream.
         """
         value = _check_seed(seed)
+        if _graphsafe.capturing(self):
+            if value != self._seed:
+                raise RuntimeError(
+                    f"Generator.manual_seed({value}) during graph capture: a capture only "
+                    f"takes the generator's own seed ({self._seed}), which changes nothing; "
+                    "seed it before the capture begins")
+            return self
         with self._lock:
             self._seed, self._offset = value, 0
         return self
 
     def seed(self) -> int:
-        """Seed from the operating system's entropy (non-deterministic); return the seed."""
+        """Seed from the operating system's entropy (non-deterministic); return the seed.
+
+        Raises:
+            RuntimeError: on a capturing stream (the current stream of the generator's
+                device), as in PyTorch.
+        """
+        _graphsafe.check_not_capturing(self, "seed")
         value = secrets.randbits(64)
         with self._lock:
             self._seed, self._offset = value, 0
@@ -239,7 +253,13 @@ class Generator:
         return self
 
     def get_offset(self) -> int:
-        """The next unused Philox counter block."""
+        """The next unused Philox counter block.
+
+        Raises:
+            RuntimeError: on a capturing stream (the current stream of the generator's
+                device), as in PyTorch.
+        """
+        _graphsafe.check_not_capturing(self, "get_offset")
         return self._offset
 
     def philox_state(self, increment: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -274,7 +294,6 @@ class Generator:
             >>> int(seed[0]), int(offset[0]), int(intra[0]), g.get_offset()
             (5, 0, 0, 3)
         """
-        from . import _graphsafe
         return _graphsafe.philox_state(self, increment)
 
     def set_offset(self, offset: int) -> Generator:
@@ -288,6 +307,8 @@ class Generator:
         Raises:
             TypeError: ``offset`` is not an int (also a ``RuntimeError``, as in PyTorch).
             ValueError: ``offset`` is out of range (also a ``RuntimeError``, as in PyTorch).
+            RuntimeError: on a capturing stream (the current stream of the generator's
+                device), as in PyTorch.
 
         Example::
 
@@ -298,6 +319,7 @@ class Generator:
             True
         """
         value = _check_seed(offset, "offset", "manual_offset")
+        _graphsafe.check_not_capturing(self, "set_offset")
         with self._lock:
             self._offset = value
         return self
@@ -314,7 +336,12 @@ class Generator:
             >>> a = acc.rand(3, device="cpu:0", generator=g)
             >>> a.tolist() == acc.rand(3, device="cpu:0", generator=c).tolist()
             True
+
+        Raises:
+            RuntimeError: on a capturing stream (the current stream of the generator's
+                device), as in PyTorch.
         """
+        _graphsafe.check_not_capturing(self, "clone_state")
         with self._lock:
             seed, offset = self._seed, self._offset
         return type(self)._make(self._b, self._index, seed, offset)

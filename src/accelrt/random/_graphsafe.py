@@ -9,15 +9,18 @@ generator's seed and current offset, then advances the generator past every bloc
 took. So each replay draws the numbers that running the captured work eagerly at that point
 would draw, and every replay draws new ones.
 
-PyTorch's rules, kept here:
+PyTorch's rules (2.13 and later: a capture's state per generator, keyed by the capture):
 
 * ``capture_begin`` registers the default generator of the capture's device; a device graph's
   ``register_generator_state(generator)`` registers another one; ``reset()`` drops them.
-* A draw on a capturing stream from a generator that the graph did not register raises
-  ``RuntimeError`` ("Attempt to increase offset for a CUDA generator not in capture mode").
-* While a generator is being captured, a draw from it on a stream that is not capturing
-  raises ``RuntimeError`` ("Offset increment outside graph capture encountered
-  unexpectedly").
+* A draw on a capturing stream from any other generator registers it with the capturing
+  graph at that draw (PyTorch's ``get_capture_state(capture_id, create_if_not_found)``).
+* A draw on a stream that is not capturing is an ordinary one, also from a generator that a
+  capture in progress is drawing from: it advances the generator, which each later replay
+  starts from.
+* On a capturing stream, ``get_offset``, ``set_offset``, ``seed`` and ``clone_state`` raise
+  ``RuntimeError``, and ``manual_seed`` raises unless the seed is the generator's (then it is
+  a no-op): :func:`check_not_capturing`.
 
 On a backend that makes random numbers on the device (``Capabilities.device_rng``, CUDA's
 Philox kernel, which takes the seed and offset as launch arguments), a captured draw keeps the
@@ -56,11 +59,11 @@ if TYPE_CHECKING:
     from .._graph import Graph
     from ._generator import Generator
 
-__all__ = ["GraphRng", "capture_begin", "capture_end", "philox_state", "register",
-           "replay_prologue", "reserve"]
+__all__ = ["GraphRng", "capture_begin", "capture_end", "capturing", "check_not_capturing",
+           "philox_state", "register", "replay_prologue", "reserve"]
 
 _M64 = (1 << 64) - 1
-#: guards every GraphRng's intragraph count and each generator's set of captures
+#: guards every graph's generator registrations and their intragraph counts
 _lock = reinit_after_fork(threading.Lock())
 
 
@@ -88,11 +91,15 @@ class GraphRng:
 def register(graph: Graph, generator: Generator) -> None:
     """Register ``generator`` with ``graph`` (once; a capture in progress takes it at once)."""
     with _lock:
-        if generator in graph._rng:
-            return
+        _registration(graph, generator)
+
+
+def _registration(graph: Graph, generator: Generator) -> GraphRng:
+    """``generator``'s registration with ``graph``, made on first use (hold ``_lock``)."""
+    reg = graph._rng.get(generator)
+    if reg is None:
         reg = graph._rng[generator] = GraphRng(generator)
-        if graph._capturing:
-            generator._captures.add(reg)
+    return reg
 
 
 def capture_begin(graph: Graph, b: Backend, index: int) -> None:
@@ -103,7 +110,6 @@ def capture_begin(graph: Graph, b: Backend, index: int) -> None:
     with _lock:
         for reg in graph._rng.values():
             reg.intragraph = 0
-            reg.generator._captures.add(reg)
 
 
 def capture_end(graph: Graph) -> None:
@@ -112,7 +118,6 @@ def capture_end(graph: Graph) -> None:
     with _lock:
         for reg in graph._rng.values():
             reg.increment = reg.intragraph
-            reg.generator._captures.discard(reg)
 
 
 def replay_prologue(graph: Graph, b: Backend, index: int, stream: StreamHandle) -> None:
@@ -149,33 +154,38 @@ def reserve(gen: Generator, b: Backend, index: int, stream: StreamHandle,
             nblocks: int) -> tuple[int, int, np.ndarray | None]:
     """``nblocks`` counter blocks of ``gen`` for a draw on ``stream`` while a capture is in
     progress somewhere: ``(seed, first block, None)`` on a stream that is not capturing (the
-    generator advances), ``(0, first block within the graph, cell)`` on a capturing one.
-
-    Raises:
-        RuntimeError: the capturing graph did not register ``gen``, or ``gen`` is being
-            captured and ``stream`` is not capturing (PyTorch's two errors).
+    generator advances), ``(0, first block within the graph, cell)`` on a capturing one (the
+    capturing graph registers ``gen`` if it has not yet, as PyTorch 2.13 and later do).
     """
     graph = _capturing_graph(b, index, stream)
+    if graph is None:
+        seed, offset = gen._reserve(nblocks)
+        return seed, offset, None
     with _lock:
-        if graph is None:
-            if gen._captures:
-                raise RuntimeError(
-                    "Offset increment outside graph capture encountered unexpectedly: this "
-                    "generator is being captured by a graph, so it can only be drawn from on "
-                    "the capturing stream until the capture ends; use another Generator for "
-                    "work outside the capture")
-            seed, offset = gen._reserve(nblocks)
-            return seed, offset, None
-        reg = graph._rng.get(gen)
-        if reg is None or reg not in gen._captures:
-            raise RuntimeError(
-                "Attempt to increase offset for a CUDA generator not in capture mode: the "
-                "graph capturing this stream did not register this generator; call "
-                "graph.register_generator_state(generator) before capture_begin() (only the "
-                "device's default generator is registered by itself)")
+        reg = _registration(graph, gen)
         first = reg.intragraph
         reg.intragraph = first + nblocks
     return 0, first, reg.cell
+
+
+def capturing(gen: Generator) -> bool:
+    """Whether the current stream of ``gen``'s device is capturing (PyTorch asks this of
+    the current stream: ``currentStreamCaptureIdMayInitCtx``)."""
+    if not _graph._capturing:
+        return False
+    from .. import _stream
+    b, index = gen._b, gen._index
+    return b.stream_is_capturing(index, _stream._current(b, index)._handle)
+
+
+def check_not_capturing(gen: Generator, call: str) -> None:
+    """Refuse ``gen.<call>`` on a capturing stream (PyTorch's ``assertNotCapturing`` in
+    ``CUDAGeneratorImpl``)."""
+    if capturing(gen):
+        raise RuntimeError(
+            f"Cannot call Generator.{call} during graph capture: the current stream of "
+            f"{gen._b.name}:{gen._index} is capturing; call it before the capture begins or "
+            "after it ends")
 
 
 def fill_at(cell: np.ndarray, first: int, ptr: int, n: int, dtype: np.dtype, dist: str,
