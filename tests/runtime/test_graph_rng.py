@@ -143,6 +143,30 @@ def test_generator_calls_refused_or_ignored_on_a_capturing_stream() -> None:
     g.reset()
 
 
+def test_get_state_and_set_state_in_a_capture_read_and_set_the_offset_within_it() -> None:
+    # torch 2.14.1's CUDAGeneratorImpl::get_state/set_state go through
+    # philox_offset_per_thread()/set_philox_offset_per_thread(), which in a capture read and set
+    # the capture state's offset_intragraph_ (what activation checkpointing's saved RNG state
+    # relies on to recompute the same numbers); set_current_seed takes only the current seed
+    gen = acc.random.Generator("cpu:0").manual_seed(6)
+    x, y = acc.zeros(4, device="cpu:0"), acc.zeros(4, device="cpu:0")
+    g = acc.cpu.Graph()
+    with acc.cpu.graph(g):
+        acc.random.uniform_(x, generator=gen)
+        saved = gen.get_state()
+        assert saved.tobytes() == (6).to_bytes(8, "little") + (1).to_bytes(8, "little")
+        acc.random.uniform_(x, generator=gen)
+        assert gen.set_state(saved) is gen        # rewinds the capture's second draw
+        acc.random.uniform_(y, generator=gen)
+        with pytest.raises(RuntimeError, match="during graph capture"):
+            gen.set_state(acc.random.Generator("cpu:0").manual_seed(7).get_state())
+    assert gen.get_state().tobytes() == (6).to_bytes(8, "little") + bytes(8)
+    g.replay()
+    acc.synchronize("cpu:0")
+    assert x.tolist() == y.tolist() and gen.get_offset() == 2
+    g.reset()
+
+
 def test_another_thread_draws_freely_while_a_capture_is_on_another_device(
         current_async: str) -> None:
     # only the capture's device's default generator is registered

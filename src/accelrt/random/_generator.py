@@ -208,15 +208,20 @@ class Generator:
         """
         value = _check_seed(seed)
         if _graphsafe.capturing(self):
-            if value != self._seed:
-                raise RuntimeError(
-                    f"Generator.manual_seed({value}) during graph capture: a capture only "
-                    f"takes the generator's own seed ({self._seed}), which changes nothing; "
-                    "seed it before the capture begins")
+            self._check_capture_seed(value, "manual_seed")
             return self
         with self._lock:
             self._seed, self._offset = value, 0
         return self
+
+    def _check_capture_seed(self, value: int, call: str) -> None:
+        """On a capturing stream, a seed is taken only if it is this generator's (PyTorch's
+        ``set_current_seed`` in a capture)."""
+        if value != self._seed:
+            raise RuntimeError(
+                f"Generator.{call} with seed {value} during graph capture: a capture only "
+                f"takes the generator's own seed ({self._seed}); seed it before the capture "
+                "begins")
 
     def seed(self) -> int:
         """Seed from the operating system's entropy (non-deterministic); return the seed.
@@ -236,18 +241,28 @@ class Generator:
         return self._seed
 
     def get_state(self) -> np.ndarray:
-        """The 16-byte state (seed, offset: little-endian uint64 each) as a uint8 array."""
+        """The 16-byte state (seed, offset: little-endian uint64 each) as a uint8 array. On a
+        capturing stream (the current stream of the generator's device) the offset is the
+        generator's offset within the capture, as in PyTorch (docs/random.md)."""
+        inner = _graphsafe.intragraph_offset(self)
         with self._lock:
-            return _pack_state(self._seed, self._offset)
+            return _pack_state(self._seed, self._offset if inner is None else inner)
 
     def set_state(self, new_state: Any) -> Generator:
-        """Restore a state from :meth:`get_state`; return ``self``.
+        """Restore a state from :meth:`get_state`; return ``self``. On a capturing stream
+        (the current stream of the generator's device) it sets the generator's offset within
+        the capture and takes only the generator's own seed, as in PyTorch (docs/random.md).
 
         Raises:
             TypeError: not a uint8 array (or bytes).
             ValueError: not exactly 16 bytes.
+            RuntimeError: another seed, on a capturing stream.
         """
         seed, offset = _unpack_state(new_state)
+        if _graphsafe.capturing(self):
+            self._check_capture_seed(seed, "set_state")
+            _graphsafe.intragraph_offset(self, offset)
+            return self
         with self._lock:
             self._seed, self._offset = seed, offset
         return self

@@ -20,7 +20,9 @@ PyTorch's rules (2.13 and later: a capture's state per generator, keyed by the c
   starts from.
 * On a capturing stream, ``get_offset``, ``set_offset``, ``seed`` and ``clone_state`` raise
   ``RuntimeError``, and ``manual_seed`` raises unless the seed is the generator's (then it is
-  a no-op): :func:`check_not_capturing`.
+  a no-op): :func:`check_not_capturing`. ``get_state`` and ``set_state`` read and set the
+  generator's offset within the capture (:func:`intragraph_offset`; ``set_state`` takes only
+  the generator's seed).
 
 On a backend that makes random numbers on the device (``Capabilities.device_rng``, CUDA's
 Philox kernel, which takes the seed and offset as launch arguments), a captured draw keeps the
@@ -60,7 +62,7 @@ if TYPE_CHECKING:
     from ._generator import Generator
 
 __all__ = ["GraphRng", "capture_begin", "capture_end", "capturing", "check_not_capturing",
-           "philox_state", "register", "replay_prologue", "reserve"]
+           "intragraph_offset", "philox_state", "register", "replay_prologue", "reserve"]
 
 _M64 = (1 << 64) - 1
 #: guards every graph's generator registrations and their intragraph counts
@@ -176,6 +178,26 @@ def capturing(gen: Generator) -> bool:
     from .. import _stream
     b, index = gen._b, gen._index
     return b.stream_is_capturing(index, _stream._current(b, index)._handle)
+
+
+def intragraph_offset(gen: Generator, new: int | None = None) -> int | None:
+    """On a capturing stream (the current stream of ``gen``'s device): ``gen``'s offset
+    within the capturing graph, set to ``new`` first when given (``gen`` joins the capture);
+    ``None`` elsewhere. PyTorch's ``philox_offset_per_thread`` and
+    ``set_philox_offset_per_thread`` in a capture, which ``get_state`` and ``set_state``
+    use (so a checkpoint's saved state rewinds the capture's draws)."""
+    if not _graph._capturing:
+        return None
+    from .. import _stream
+    b, index = gen._b, gen._index
+    graph = _capturing_graph(b, index, _stream._current(b, index)._handle)
+    if graph is None:
+        return None
+    with _lock:
+        reg = _registration(graph, gen)
+        if new is not None:
+            reg.intragraph = new
+        return reg.intragraph
 
 
 def check_not_capturing(gen: Generator, call: str) -> None:
