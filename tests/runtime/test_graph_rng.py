@@ -8,18 +8,40 @@ is refused outside it.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 
+import numpy as np
 import pytest
 
 import accelrt as acc
 from accelrt import _device, backends
+from accelrt._backend import Capabilities
 from accelrt._graph import DeviceGraph
 from accelrt.backends.cpu import CpuBackend
+from accelrt.random import _philox
 
 #: two devices whose streams run their work on worker threads
 ASYNC = "graphrngasync"
 backends.register(ASYNC, lambda: CpuBackend(num_devices=2, async_streams=True, name=ASYNC))
+
+
+class _DeviceRng(CpuBackend):
+    """A cpu variant that says it makes random numbers on the device (as CUDA): a captured
+    draw takes its blocks from the generator at capture time."""
+
+    def capabilities(self, index: int) -> Capabilities:
+        return dataclasses.replace(super().capabilities(index), device_rng=True)
+
+    def philox_fill(self, index, ptr, n, dtype, dist, seed, offset, params, stream):  # type: ignore[no-untyped-def]
+        host = np.empty(n, dtype)
+        _philox.fill(host, dist, seed, offset, params)
+        self.kept = host        # a captured copy reads it at replay
+        self.memcpy(index, ptr, host.ctypes.data, host.nbytes, "h2d", stream)
+
+
+DEVRNG = "graphrngdevrng"
+backends.register(DEVRNG, lambda: _DeviceRng(num_devices=1, name=DEVRNG))
 
 
 @pytest.fixture
@@ -164,6 +186,27 @@ def test_get_state_and_set_state_in_a_capture_read_and_set_the_offset_within_it(
     g.replay()
     acc.synchronize("cpu:0")
     assert x.tolist() == y.tolist() and gen.get_offset() == 2
+    g.reset()
+
+
+def test_get_state_in_a_capture_on_a_device_rng_backend_is_the_generators(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # there a captured draw advances the generator itself, so get_state/set_state in the
+    # capture read and set the generator's own offset (still refusing another seed)
+    monkeypatch.setattr(_device, "_current_backend", backends.get_backend(DEVRNG))
+    monkeypatch.setattr(_device, "_current_name", DEVRNG)
+    gen = acc.random.Generator(f"{DEVRNG}:0").manual_seed(6)
+    x = acc.zeros(4, device=f"{DEVRNG}:0")
+    g = acc.Graph()
+    with acc.graph(g):
+        acc.random.uniform_(x, generator=gen)
+        saved = gen.get_state()
+        assert saved.tobytes() == (6).to_bytes(8, "little") + (1).to_bytes(8, "little")
+        acc.random.uniform_(x, generator=gen)
+        gen.set_state(saved)
+        with pytest.raises(RuntimeError, match="during graph capture"):
+            gen.set_state(acc.random.Generator("cpu:0").manual_seed(7).get_state())
+    assert gen.get_offset() == 1
     g.reset()
 
 

@@ -261,8 +261,8 @@ class Generator:
         seed, offset = _unpack_state(new_state)
         if _graphsafe.capturing(self):
             self._check_capture_seed(seed, "set_state")
-            _graphsafe.intragraph_offset(self, offset)
-            return self
+            if _graphsafe.intragraph_offset(self, offset) is not None:
+                return self
         with self._lock:
             self._seed, self._offset = seed, offset
         return self

@@ -183,13 +183,14 @@ def capturing(gen: Generator) -> bool:
 def intragraph_offset(gen: Generator, new: int | None = None) -> int | None:
     """On a capturing stream (the current stream of ``gen``'s device): ``gen``'s offset
     within the capturing graph, set to ``new`` first when given (``gen`` joins the capture);
-    ``None`` elsewhere. PyTorch's ``philox_offset_per_thread`` and
+    ``None`` elsewhere, and on a backend that makes random numbers on the device (its
+    captured draws advance the generator). PyTorch's ``philox_offset_per_thread`` and
     ``set_philox_offset_per_thread`` in a capture, which ``get_state`` and ``set_state``
     use (so a checkpoint's saved state rewinds the capture's draws)."""
-    if not _graph._capturing:
+    b, index = gen._b, gen._index
+    if not _graph._capturing or b.capabilities(index).device_rng:
         return None
     from .. import _stream
-    b, index = gen._b, gen._index
     graph = _capturing_graph(b, index, _stream._current(b, index)._handle)
     if graph is None:
         return None
