@@ -165,6 +165,21 @@ def test_generator_calls_refused_or_ignored_on_a_capturing_stream() -> None:
     g.reset()
 
 
+def test_generator_calls_ask_the_current_devices_stream(current_async: str) -> None:
+    # torch 2.14.1's generator calls take no device guard: they ask whether the current
+    # stream of the current device is capturing, whatever the generator's device
+    other = acc.random.Generator(f"{current_async}:1").manual_seed(3)
+    g = acc.Graph()
+    with acc.graph(g):
+        acc.random.uniform_(acc.zeros(4, device=f"{current_async}:0"))
+        with pytest.raises(RuntimeError, match=f"stream of {current_async}:0 is capturing"):
+            other.get_offset()
+        with acc.device_index(1):                  # device 1's current stream: not capturing
+            assert other.get_offset() == 0
+    assert other.get_offset() == 0
+    g.reset()
+
+
 def test_get_state_and_set_state_in_a_capture_read_and_set_the_offset_within_it() -> None:
     # torch 2.14.1's CUDAGeneratorImpl::get_state/set_state go through
     # philox_offset_per_thread()/set_philox_offset_per_thread(), which in a capture read and set

@@ -193,7 +193,7 @@ class Generator:
 
     def manual_seed(self, seed: int) -> Generator:
         """Set the seed and reset the offset to 0; return ``self``. On a capturing stream
-        (the current stream of the generator's device), only the generator's own seed is
+        (the current stream of the current device), only the generator's own seed is
         taken, and changes nothing (PyTorch's ``set_current_seed``).
 
         Args:
@@ -227,7 +227,7 @@ class Generator:
         """Seed from the operating system's entropy (non-deterministic); return the seed.
 
         Raises:
-            RuntimeError: on a capturing stream (the current stream of the generator's
+            RuntimeError: on a capturing stream (the current stream of the current
                 device), as in PyTorch.
         """
         _graphsafe.check_not_capturing(self, "seed")
@@ -242,7 +242,7 @@ class Generator:
 
     def get_state(self) -> np.ndarray:
         """The 16-byte state (seed, offset: little-endian uint64 each) as a uint8 array. On a
-        capturing stream (the current stream of the generator's device) the offset is the
+        capturing stream (the current stream of the current device) the offset is the
         generator's offset within the capture, as in PyTorch (docs/random.md)."""
         inner = _graphsafe.intragraph_offset(self)
         with self._lock:
@@ -250,7 +250,7 @@ class Generator:
 
     def set_state(self, new_state: Any) -> Generator:
         """Restore a state from :meth:`get_state`; return ``self``. On a capturing stream
-        (the current stream of the generator's device) it sets the generator's offset within
+        (the current stream of the current device) it sets the generator's offset within
         the capture and takes only the generator's own seed, as in PyTorch (docs/random.md).
 
         Raises:
@@ -271,7 +271,7 @@ class Generator:
         """The next unused Philox counter block.
 
         Raises:
-            RuntimeError: on a capturing stream (the current stream of the generator's
+            RuntimeError: on a capturing stream (the current stream of the current
                 device), as in PyTorch.
         """
         _graphsafe.check_not_capturing(self, "get_offset")
@@ -322,7 +322,7 @@ class Generator:
         Raises:
             TypeError: ``offset`` is not an int (also a ``RuntimeError``, as in PyTorch).
             ValueError: ``offset`` is out of range (also a ``RuntimeError``, as in PyTorch).
-            RuntimeError: on a capturing stream (the current stream of the generator's
+            RuntimeError: on a capturing stream (the current stream of the current
                 device), as in PyTorch.
 
         Example::
@@ -353,7 +353,7 @@ class Generator:
             True
 
         Raises:
-            RuntimeError: on a capturing stream (the current stream of the generator's
+            RuntimeError: on a capturing stream (the current stream of the current
                 device), as in PyTorch.
         """
         _graphsafe.check_not_capturing(self, "clone_state")

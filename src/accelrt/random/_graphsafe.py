@@ -18,7 +18,8 @@ PyTorch's rules (2.13 and later: a capture's state per generator, keyed by the c
 * A draw on a stream that is not capturing is an ordinary one, also from a generator that a
   capture in progress is drawing from: it advances the generator, which each later replay
   starts from.
-* On a capturing stream, ``get_offset``, ``set_offset``, ``seed`` and ``clone_state`` raise
+* On a capturing stream (the current stream of the current device, as PyTorch asks),
+  ``get_offset``, ``set_offset``, ``seed`` and ``clone_state`` raise
   ``RuntimeError``, and ``manual_seed`` raises unless the seed is the generator's (then it is
   a no-op): :func:`check_not_capturing`. ``get_state`` and ``set_state`` read and set the
   generator's offset within the capture (:func:`intragraph_offset`; ``set_state`` takes only
@@ -170,28 +171,33 @@ def reserve(gen: Generator, b: Backend, index: int, stream: StreamHandle,
     return 0, first, reg.cell
 
 
+def _current(b: Backend) -> tuple[int, StreamHandle]:
+    """The current device of ``b`` and its current stream: where PyTorch's generator calls
+    ask whether a capture is under way (``currentStreamCaptureIdMayInitCtx``)."""
+    from .. import _device, _stream
+    index = _device._current_index(b)
+    return index, _stream._current(b, index)._handle
+
+
 def capturing(gen: Generator) -> bool:
-    """Whether the current stream of ``gen``'s device is capturing (PyTorch asks this of
-    the current stream: ``currentStreamCaptureIdMayInitCtx``)."""
+    """Whether the current stream of the current device of ``gen``'s backend is capturing."""
     if not _graph._capturing:
         return False
-    from .. import _stream
-    b, index = gen._b, gen._index
-    return b.stream_is_capturing(index, _stream._current(b, index)._handle)
+    index, stream = _current(gen._b)
+    return gen._b.stream_is_capturing(index, stream)
 
 
 def intragraph_offset(gen: Generator, new: int | None = None) -> int | None:
-    """On a capturing stream (the current stream of ``gen``'s device): ``gen``'s offset
-    within the capturing graph, set to ``new`` first when given (``gen`` joins the capture);
-    ``None`` elsewhere, and on a backend that makes random numbers on the device (its
-    captured draws advance the generator). PyTorch's ``philox_offset_per_thread`` and
+    """On a capturing stream (:func:`capturing`): ``gen``'s offset within the capturing
+    graph, set to ``new`` first when given (``gen`` joins the capture); ``None`` elsewhere,
+    and on a backend that makes random numbers on the device (its captured draws advance
+    the generator). PyTorch's ``philox_offset_per_thread`` and
     ``set_philox_offset_per_thread`` in a capture, which ``get_state`` and ``set_state``
     use (so a checkpoint's saved state rewinds the capture's draws)."""
-    b, index = gen._b, gen._index
-    if not _graph._capturing or b.capabilities(index).device_rng:
+    b = gen._b
+    if not _graph._capturing or b.capabilities(gen._index).device_rng:
         return None
-    from .. import _stream
-    graph = _capturing_graph(b, index, _stream._current(b, index)._handle)
+    graph = _capturing_graph(b, *_current(b))
     if graph is None:
         return None
     with _lock:
@@ -202,12 +208,13 @@ def intragraph_offset(gen: Generator, new: int | None = None) -> int | None:
 
 
 def check_not_capturing(gen: Generator, call: str) -> None:
-    """Refuse ``gen.<call>`` on a capturing stream (PyTorch's ``assertNotCapturing`` in
-    ``CUDAGeneratorImpl``)."""
+    """Refuse ``gen.<call>`` on a capturing stream (:func:`capturing`; PyTorch's
+    ``assertNotCapturing`` in ``CUDAGeneratorImpl``)."""
     if capturing(gen):
+        index = _current(gen._b)[0]
         raise RuntimeError(
             f"Cannot call Generator.{call} during graph capture: the current stream of "
-            f"{gen._b.name}:{gen._index} is capturing; call it before the capture begins or "
+            f"{gen._b.name}:{index} is capturing; call it before the capture begins or "
             "after it ends")
 
 
