@@ -204,6 +204,31 @@ def test_get_state_and_set_state_in_a_capture_read_and_set_the_offset_within_it(
     g.reset()
 
 
+def test_the_module_level_state_functions_in_a_capture_act_as_the_generators() -> None:
+    # torch.cuda.get_rng_state/set_rng_state/manual_seed call the default generator's
+    # get_state/set_state/manual_seed (as torch.utils.checkpoint does in a capture)
+    acc.cpu.manual_seed(5)
+    x, y = acc.zeros(4, device="cpu:0"), acc.zeros(4, device="cpu:0")
+    g = acc.cpu.Graph()
+    with acc.cpu.graph(g):
+        saved = acc.cpu.get_rng_state()
+        assert bytes(saved) == (5).to_bytes(8, "little") + bytes(8)
+        acc.random.uniform_(x)
+        acc.cpu.set_rng_state(saved)
+        acc.random.uniform_(y)
+        acc.cpu.manual_seed(5)                      # the same seed: a no-op
+        acc.random.manual_seed(5)
+        for reseed in (acc.cpu.manual_seed, acc.random.manual_seed):
+            with pytest.raises(RuntimeError, match="during graph capture"):
+                reseed(6)
+    assert acc.cpu.initial_seed() == 5
+    g.replay()
+    acc.synchronize("cpu:0")
+    assert x.tolist() == y.tolist()
+    assert bytes(acc.cpu.get_rng_state()) == (5).to_bytes(8, "little") + (1).to_bytes(8, "little")
+    g.reset()
+
+
 def test_get_state_in_a_capture_on_a_device_rng_backend_is_the_generators(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # there a captured draw advances the generator itself, so get_state/set_state in the

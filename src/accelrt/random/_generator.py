@@ -206,13 +206,16 @@ class Generator:
             ValueError: ``seed`` is out of range (also a ``RuntimeError``, as in PyTorch).
             RuntimeError: another seed, on a capturing stream.
         """
-        value = _check_seed(seed)
+        self._seed_to(_check_seed(seed))
+        return self
+
+    def _seed_to(self, value: int) -> None:
+        """:meth:`manual_seed` of a checked seed (also the module-level seeding functions)."""
         if _graphsafe.capturing(self):
             self._check_capture_seed(value, "manual_seed")
-            return self
+            return
         with self._lock:
             self._seed, self._offset = value, 0
-        return self
 
     def _check_capture_seed(self, value: int, call: str) -> None:
         """On a capturing stream, a seed is taken only if it is this generator's (PyTorch's
@@ -244,9 +247,13 @@ class Generator:
         """The 16-byte state (seed, offset: little-endian uint64 each) as a uint8 array. On a
         capturing stream (the current stream of the current device) the offset is the
         generator's offset within the capture, as in PyTorch (docs/random.md)."""
+        return _pack_state(*self._state())
+
+    def _state(self) -> tuple[int, int]:
+        """``(seed, offset)`` as :meth:`get_state` gives them (also ``get_rng_state``)."""
         inner = _graphsafe.intragraph_offset(self)
         with self._lock:
-            return _pack_state(self._seed, self._offset if inner is None else inner)
+            return self._seed, self._offset if inner is None else inner
 
     def set_state(self, new_state: Any) -> Generator:
         """Restore a state from :meth:`get_state`; return ``self``. On a capturing stream
@@ -258,14 +265,17 @@ class Generator:
             ValueError: not exactly 16 bytes.
             RuntimeError: another seed, on a capturing stream.
         """
-        seed, offset = _unpack_state(new_state)
+        self._restore(*_unpack_state(new_state))
+        return self
+
+    def _restore(self, seed: int, offset: int) -> None:
+        """:meth:`set_state` of a checked state (also ``set_rng_state``)."""
         if _graphsafe.capturing(self):
             self._check_capture_seed(seed, "set_state")
             if _graphsafe.intragraph_offset(self, offset) is not None:
-                return self
+                return
         with self._lock:
             self._seed, self._offset = seed, offset
-        return self
 
     def get_offset(self) -> int:
         """The next unused Philox counter block.
@@ -433,15 +443,19 @@ def _peek(b: Backend, index: int) -> Generator | None:
     return g if g is not None and g._b is b else None
 
 
-def _set(b: Backend, index: int, seed: int, offset: int) -> None:
-    """Set a default generator's state, or remember it until the generator is created."""
+def _set(b: Backend, index: int, seed: int, offset: int | None = None) -> None:
+    """Set a default generator's state (``offset`` ``None``: seed it, as ``manual_seed``),
+    or remember it until the generator is created. An existing generator takes it as
+    :meth:`Generator.set_state` or :meth:`Generator.manual_seed` does (in a capture too)."""
     with _lock:
         g = _peek(b, index)
         if g is None:
-            _pending[(b.name, index)] = (seed, offset)
+            _pending[(b.name, index)] = (seed, 0 if offset is None else offset)
             return
-    with g._lock:
-        g._seed, g._offset = seed, offset
+    if offset is None:
+        g._seed_to(seed)
+    else:
+        g._restore(seed, offset)
 
 
 def _get(b: Backend, index: int) -> tuple[int, int]:
@@ -449,8 +463,7 @@ def _get(b: Backend, index: int) -> tuple[int, int]:
         g = _peek(b, index)
         if g is None:
             return _pending.get((b.name, index), (DEFAULT_SEED, 0))
-    with g._lock:
-        return g._seed, g._offset
+    return g._state()
 
 
 def _is_started(b: Backend, index: int) -> bool:
