@@ -32,6 +32,7 @@ from .._device import device as _device_cls
 from .._errors import AcceleratorTypeError, AcceleratorValueError, shown
 from .._fork import reinit_after_fork
 from ..backends._common import check_u64
+from .._graph import _capturing   # the graph captures in progress (never rebound)
 from . import _graphsafe
 
 if TYPE_CHECKING:
@@ -211,7 +212,7 @@ class Generator:
 
     def _seed_to(self, value: int) -> None:
         """:meth:`manual_seed` of a checked seed (also the module-level seeding functions)."""
-        if _graphsafe.capturing(self):
+        if _capturing and _graphsafe.capturing(self):
             self._check_capture_seed(value, "manual_seed")
             return
         with self._lock:
@@ -251,7 +252,7 @@ class Generator:
 
     def _state(self) -> tuple[int, int]:
         """``(seed, offset)`` as :meth:`get_state` gives them (also ``get_rng_state``)."""
-        inner = _graphsafe.intragraph_offset(self)
+        inner = _graphsafe.intragraph_offset(self) if _capturing else None
         with self._lock:
             return self._seed, self._offset if inner is None else inner
 
@@ -270,7 +271,7 @@ class Generator:
 
     def _restore(self, seed: int, offset: int) -> None:
         """:meth:`set_state` of a checked state (also ``set_rng_state``)."""
-        if _graphsafe.capturing(self):
+        if _capturing and _graphsafe.capturing(self):
             self._check_capture_seed(seed, "set_state")
             if _graphsafe.intragraph_offset(self, offset) is not None:
                 return
@@ -284,7 +285,8 @@ class Generator:
             RuntimeError: on a capturing stream (the current stream of the current
                 device), as in PyTorch.
         """
-        _graphsafe.check_not_capturing(self, "get_offset")
+        if _capturing:
+            _graphsafe.check_not_capturing(self, "get_offset")
         return self._offset
 
     def philox_state(self, increment: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
