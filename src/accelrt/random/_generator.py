@@ -391,7 +391,13 @@ class Generator:
             >>> c = pickle.loads(pickle.dumps(g))
             >>> (c.device, c.initial_seed(), c.get_offset())
             (device(type='cpu', index=0), 9, 4)
+
+        Raises:
+            RuntimeError: on a capturing stream (the current stream of the current
+                device): PyTorch's reads the offset with ``get_offset``.
         """
+        if _capturing:
+            _graphsafe.check_not_capturing(self, "get_offset")
         with self._lock:
             seed, offset = self._seed, self._offset
         return type(self), (f"{self._b.name}:{self._index}",), (seed, offset)
