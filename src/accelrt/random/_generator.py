@@ -311,7 +311,6 @@ class Generator:
             TypeError: ``increment`` is not an int (also a ``RuntimeError``, as PyTorch's
                 "philox_state expected an int").
             OverflowError: ``increment`` is negative or above ``2**64 - 1``.
-            RuntimeError: as any draw in or next to a capture (docs/random.md).
 
         Example::
 
