@@ -1,9 +1,8 @@
 """Graph-safe random numbers: what a graph capture does to a generator, as PyTorch's
 ``CUDAGeneratorState`` capture and replay protocol and ``CUDAGraph.register_generator_state``.
 
-A capture does not consume a generator. A draw on a capturing stream, from a generator that
-the capturing graph registered, takes counter blocks *within the graph* (from 0, in capture
-order); the queued fill reads its seed and first block when it runs, from the graph's cell for
+A capture does not consume a generator. A draw on a capturing stream takes counter blocks of
+its generator *within the graph* (from 0, in capture order); the queued fill reads its seed and first block when it runs, from the graph's cell for
 that generator. Each replay first queues, on the replay stream, the setting of that cell to the
 generator's seed and current offset, then advances the generator past every block the capture
 took. So each replay draws the numbers that running the captured work eagerly at that point
