@@ -838,9 +838,9 @@ class DeviceGraph(Graph):
     def register_generator_state(self, generator: Generator) -> None:
         """Register ``generator`` (an ``accelrt.random.Generator``) with this graph: each
         replay then draws new numbers from it, as the eager work would
-        (``torch.cuda.CUDAGraph.register_generator_state``; docs/random.md). The device's
-        default generator needs none; drawing from an unregistered one in the capture raises
-        ``RuntimeError``. :meth:`reset` drops the registrations.
+        (``torch.cuda.CUDAGraph.register_generator_state``; docs/random.md). Optional, as in
+        PyTorch 2.13 and later: a generator joins the capture at its first draw in it.
+        :meth:`reset` drops the registrations.
 
         Raises:
             TypeError: ``generator`` is not an ``accelrt.random.Generator``.

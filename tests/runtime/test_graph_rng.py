@@ -8,18 +8,41 @@ is refused outside it.
 
 from __future__ import annotations
 
+import dataclasses
+import pickle
 import threading
 
+import numpy as np
 import pytest
 
 import accelrt as acc
 from accelrt import _device, backends
+from accelrt._backend import Capabilities
 from accelrt._graph import DeviceGraph
 from accelrt.backends.cpu import CpuBackend
+from accelrt.random import _philox
 
 #: two devices whose streams run their work on worker threads
 ASYNC = "graphrngasync"
 backends.register(ASYNC, lambda: CpuBackend(num_devices=2, async_streams=True, name=ASYNC))
+
+
+class _DeviceRng(CpuBackend):
+    """A cpu variant that says it makes random numbers on the device (as CUDA): a captured
+    draw takes its blocks from the generator at capture time."""
+
+    def capabilities(self, index: int) -> Capabilities:
+        return dataclasses.replace(super().capabilities(index), device_rng=True)
+
+    def philox_fill(self, index, ptr, n, dtype, dist, seed, offset, params, stream):  # type: ignore[no-untyped-def]
+        host = np.empty(n, dtype)
+        _philox.fill(host, dist, seed, offset, params)
+        self.kept = host        # a captured copy reads it at replay
+        self.memcpy(index, ptr, host.ctypes.data, host.nbytes, "h2d", stream)
+
+
+DEVRNG = "graphrngdevrng"
+backends.register(DEVRNG, lambda: _DeviceRng(num_devices=1, name=DEVRNG))
 
 
 @pytest.fixture
@@ -78,40 +101,155 @@ def test_replays_draw_the_eager_sequence_of_every_registered_generator(
     g.reset()
 
 
-def test_an_unregistered_generator_is_refused_in_a_capture_and_reset_unregisters() -> None:
-    gen = acc.random.Generator("cpu:0")
+def test_any_generator_joins_a_capture_at_its_first_draw_and_reset_unregisters() -> None:
+    # torch 2.14.1 (as every torch >= 2.13) keeps a capture state per generator keyed by the
+    # capture id, made at the first draw in the capture (CUDAGeneratorState::get_capture_state
+    # with create_if_not_found): no registration is needed, and its libtorch_cuda.so no longer
+    # holds the message "Attempt to increase offset for a CUDA generator not in capture mode"
+    gen = acc.random.Generator("cpu:0").manual_seed(4)
     x = acc.zeros(4, device="cpu:0")
     g = acc.cpu.Graph()
-    with pytest.raises(RuntimeError, match="not in capture mode.*register_generator_state"):
-        with acc.cpu.graph(g):
-            acc.random.uniform_(x, generator=gen)
-    assert not acc.cpu.is_current_stream_capturing()
-    assert gen.get_offset() == 0
-    g.reset()
-    g.register_generator_state(gen)
+    with acc.cpu.graph(g):
+        acc.random.uniform_(x, generator=gen)
+    assert gen.get_offset() == 0                  # the capture did not consume it
+    g.replay()
+    acc.synchronize("cpu:0")
+    first = x.tolist()
+    assert gen.get_offset() == 1
+    assert first == acc.random.uniform_(x, generator=gen.clone_state().set_offset(0)).tolist()
+    g.reset()                                     # drops the registration
     with acc.cpu.graph(g):
         acc.random.uniform_(x, generator=gen)
     g.replay()
-    assert gen.get_offset() == 1
-    g.reset()                                     # drops the registration
-    with pytest.raises(RuntimeError, match="not in capture mode"):
-        with acc.cpu.graph(g):
-            acc.random.uniform_(x, generator=gen)
+    assert gen.get_offset() == 2
     g.reset()
 
 
-def test_a_captured_generator_is_refused_outside_the_capture() -> None:
+def test_a_captured_generator_draws_eagerly_outside_the_capture() -> None:
+    # torch 2.14.1: a draw on a stream that is not capturing is an ordinary one (its
+    # libtorch_cuda.so no longer holds "Offset increment outside graph capture encountered
+    # unexpectedly"); each later replay starts from the offset it left
     x = acc.zeros(4, device="cpu:0")
-    other = acc.random.Generator("cpu:0")
+    dflt = acc.random.default_generator("cpu:0")
     g = acc.cpu.Graph()
     with acc.cpu.graph(g):
         acc.random.uniform_(x)
         with acc.Stream("cpu:0"):                  # a stream that is not capturing
-            with pytest.raises(RuntimeError, match="outside graph capture"):
-                acc.random.uniform_(acc.zeros(4, device="cpu:0"))
-            acc.random.uniform_(acc.zeros(4, device="cpu:0"), generator=other)   # fine
-    assert other.get_offset() == 1
-    acc.random.uniform_(x)                         # after the capture: fine again
+            before = dflt.get_offset()
+            acc.random.uniform_(acc.zeros(4, device="cpu:0"))
+            assert dflt.get_offset() == before + 1
+    g.replay()
+    assert dflt.get_offset() == before + 2
+    g.reset()
+
+
+def test_generator_calls_refused_or_ignored_on_a_capturing_stream() -> None:
+    # torch 2.14.1's CUDAGeneratorImpl: get_offset, set_offset, seed, clone (assertNotCapturing:
+    # "Cannot call CUDAGeneratorImpl::<call> during CUDA graph capture ..."); set_current_seed
+    # takes only the current seed ("... can be called during stream capture only if new seed
+    # is the same as the original seed."), as a no-op
+    gen = acc.random.Generator("cpu:0").manual_seed(9)
+    x = acc.zeros(4, device="cpu:0")
+    g = acc.cpu.Graph()
+    with acc.cpu.graph(g):
+        acc.random.uniform_(x, generator=gen)
+        # (torch's Generator.__reduce__ reads get_offset: pickling is refused too)
+        for call in (gen.get_offset, gen.seed, gen.clone_state, lambda: gen.set_offset(0),
+                     lambda: pickle.dumps(gen)):
+            with pytest.raises(RuntimeError, match="during graph capture"):
+                call()
+        with pytest.raises(RuntimeError, match="during graph capture"):
+            gen.manual_seed(10)
+        assert gen.manual_seed(9) is gen          # the same seed: a no-op
+        with acc.Stream("cpu:0"):                  # not capturing: allowed
+            assert gen.get_offset() == 0
+    g.replay()
+    assert gen.get_offset() == 1 and gen.initial_seed() == 9
+    g.reset()
+
+
+def test_generator_calls_ask_the_current_devices_stream(current_async: str) -> None:
+    # torch 2.14.1's generator calls take no device guard: they ask whether the current
+    # stream of the current device is capturing, whatever the generator's device
+    other = acc.random.Generator(f"{current_async}:1").manual_seed(3)
+    g = acc.Graph()
+    with acc.graph(g):
+        acc.random.uniform_(acc.zeros(4, device=f"{current_async}:0"))
+        with pytest.raises(RuntimeError, match=f"stream of {current_async}:0 is capturing"):
+            other.get_offset()
+        with acc.device_index(1):                  # device 1's current stream: not capturing
+            assert other.get_offset() == 0
+    assert other.get_offset() == 0
+    g.reset()
+
+
+def test_get_state_and_set_state_in_a_capture_read_and_set_the_offset_within_it() -> None:
+    # torch 2.14.1's CUDAGeneratorImpl::get_state/set_state go through
+    # philox_offset_per_thread()/set_philox_offset_per_thread(), which in a capture read and set
+    # the capture state's offset_intragraph_ (what activation checkpointing's saved RNG state
+    # relies on to recompute the same numbers); set_current_seed takes only the current seed
+    gen = acc.random.Generator("cpu:0").manual_seed(6)
+    x, y = acc.zeros(4, device="cpu:0"), acc.zeros(4, device="cpu:0")
+    g = acc.cpu.Graph()
+    with acc.cpu.graph(g):
+        acc.random.uniform_(x, generator=gen)
+        saved = gen.get_state()
+        assert saved.tobytes() == (6).to_bytes(8, "little") + (1).to_bytes(8, "little")
+        acc.random.uniform_(x, generator=gen)
+        assert gen.set_state(saved) is gen        # rewinds the capture's second draw
+        acc.random.uniform_(y, generator=gen)
+        with pytest.raises(RuntimeError, match="during graph capture"):
+            gen.set_state(acc.random.Generator("cpu:0").manual_seed(7).get_state())
+    assert gen.get_state().tobytes() == (6).to_bytes(8, "little") + bytes(8)
+    g.replay()
+    acc.synchronize("cpu:0")
+    assert x.tolist() == y.tolist() and gen.get_offset() == 2
+    g.reset()
+
+
+def test_the_module_level_state_functions_in_a_capture_act_as_the_generators() -> None:
+    # torch.cuda.get_rng_state/set_rng_state/manual_seed call the default generator's
+    # get_state/set_state/manual_seed (as torch.utils.checkpoint does in a capture)
+    acc.cpu.manual_seed(5)
+    x, y = acc.zeros(4, device="cpu:0"), acc.zeros(4, device="cpu:0")
+    g = acc.cpu.Graph()
+    with acc.cpu.graph(g):
+        saved = acc.cpu.get_rng_state()
+        assert bytes(saved) == (5).to_bytes(8, "little") + bytes(8)
+        acc.random.uniform_(x)
+        acc.cpu.set_rng_state(saved)
+        acc.random.uniform_(y)
+        acc.cpu.manual_seed(5)                      # the same seed: a no-op
+        acc.random.manual_seed(5)
+        for reseed in (acc.cpu.manual_seed, acc.random.manual_seed):
+            with pytest.raises(RuntimeError, match="during graph capture"):
+                reseed(6)
+    assert acc.cpu.initial_seed() == 5
+    g.replay()
+    acc.synchronize("cpu:0")
+    assert x.tolist() == y.tolist()
+    assert bytes(acc.cpu.get_rng_state()) == (5).to_bytes(8, "little") + (1).to_bytes(8, "little")
+    g.reset()
+
+
+def test_get_state_in_a_capture_on_a_device_rng_backend_is_the_generators(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # there a captured draw advances the generator itself, so get_state/set_state in the
+    # capture read and set the generator's own offset (still refusing another seed)
+    monkeypatch.setattr(_device, "_current_backend", backends.get_backend(DEVRNG))
+    monkeypatch.setattr(_device, "_current_name", DEVRNG)
+    gen = acc.random.Generator(f"{DEVRNG}:0").manual_seed(6)
+    x = acc.zeros(4, device=f"{DEVRNG}:0")
+    g = acc.Graph()
+    with acc.graph(g):
+        acc.random.uniform_(x, generator=gen)
+        saved = gen.get_state()
+        assert saved.tobytes() == (6).to_bytes(8, "little") + (1).to_bytes(8, "little")
+        acc.random.uniform_(x, generator=gen)
+        gen.set_state(saved)
+        with pytest.raises(RuntimeError, match="during graph capture"):
+            gen.set_state(acc.random.Generator("cpu:0").manual_seed(7).get_state())
+    assert gen.get_offset() == 1
     g.reset()
 
 

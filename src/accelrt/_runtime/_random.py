@@ -62,7 +62,7 @@ class RandomFunctions(ModuleBase):
         value = g._seed_arg(seed)
         b = self._usable()
         if b is not None:
-            g._set(b, _tls.device.get(b.name, 0), value, 0)
+            g._set(b, _tls.device.get(b.name, 0), value)
 
     def manual_seed_all(self, seed: int) -> None:
         """Seed the default generators of every device of the backend; silently ignored where
@@ -80,7 +80,7 @@ class RandomFunctions(ModuleBase):
         b = self._usable()
         if b is not None:
             for index in range(b.device_count()):
-                g._set(b, index, value, 0)
+                g._set(b, index, value)
 
     def seed(self) -> None:
         """Seed the current device's default generator with a random number (see

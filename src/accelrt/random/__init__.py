@@ -120,7 +120,7 @@ def manual_seed(seed: int) -> None:
     """
     value = _seed_arg(seed)
     b, index = _get_device(None)
-    _set(b, index, value, 0)
+    _set(b, index, value)
 
 
 def manual_seed_all(seed: int) -> None:
@@ -140,7 +140,7 @@ def manual_seed_all(seed: int) -> None:
     value = _seed_arg(seed)
     b, _ = _get_device(None)
     for index in range(b.device_count()):
-        _set(b, index, value, 0)
+        _set(b, index, value)
 
 
 def seed() -> int:

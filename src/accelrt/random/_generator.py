@@ -32,6 +32,8 @@ from .._device import device as _device_cls
 from .._errors import AcceleratorTypeError, AcceleratorValueError, shown
 from .._fork import reinit_after_fork
 from ..backends._common import check_u64
+from .._graph import _capturing   # the graph captures in progress (never rebound)
+from . import _graphsafe
 
 if TYPE_CHECKING:
     from .._backend import Backend
@@ -163,7 +165,7 @@ class Generator:
         True
     """
 
-    __slots__ = ("__weakref__", "_b", "_index", "_captures", "_lock", "_offset", "_seed")
+    __slots__ = ("__weakref__", "_b", "_index", "_lock", "_offset", "_seed")
 
     def __init__(self, device: DeviceLike = None) -> None:
         # torch 2.14.1's parser (``Device? device``), as _get_device reads it: a numpy integer
@@ -178,9 +180,6 @@ class Generator:
         self._lock = reinit_after_fork(threading.Lock())
         self._seed = seed      # guarded by _lock
         self._offset = offset  # guarded by _lock
-        # the registrations (random._graphsafe.GraphRng) of the captures drawing from this
-        # generator right now (guarded by random._graphsafe's lock)
-        self._captures: set[Any] = set()
 
     @classmethod
     def _make(cls, b: Backend, index: int, seed: int, offset: int) -> Generator:
@@ -194,7 +193,9 @@ class Generator:
         return _device_cls(self._b.name, self._index)
 
     def manual_seed(self, seed: int) -> Generator:
-        """Set the seed and reset the offset to 0; return ``self``.
+        """Set the seed and reset the offset to 0; return ``self``. On a capturing stream
+        (the current stream of the current device), only the generator's own seed is
+        taken, and changes nothing (PyTorch's ``set_current_seed``).
 
         Args:
             seed: an int (or a numpy integer) in ``[-2**63, 2**64)``; negative values wrap
@@ -204,14 +205,36 @@ class Generator:
         Raises:
             TypeError: ``seed`` is not an int (also a ``RuntimeError``, as in PyTorch).
             ValueError: ``seed`` is out of range (also a ``RuntimeError``, as in PyTorch).
+            RuntimeError: another seed, on a capturing stream.
         """
-        value = _check_seed(seed)
-        with self._lock:
-            self._seed, self._offset = value, 0
+        self._seed_to(_check_seed(seed))
         return self
 
+    def _seed_to(self, value: int) -> None:
+        """:meth:`manual_seed` of a checked seed (also the module-level seeding functions)."""
+        if _capturing and _graphsafe.capturing(self):
+            self._check_capture_seed(value, "manual_seed")
+            return
+        with self._lock:
+            self._seed, self._offset = value, 0
+
+    def _check_capture_seed(self, value: int, call: str) -> None:
+        """On a capturing stream, a seed is taken only if it is this generator's (PyTorch's
+        ``set_current_seed`` in a capture)."""
+        if value != self._seed:
+            raise RuntimeError(
+                f"Generator.{call} with seed {value} during graph capture: a capture only "
+                f"takes the generator's own seed ({self._seed}); seed it before the capture "
+                "begins")
+
     def seed(self) -> int:
-        """Seed from the operating system's entropy (non-deterministic); return the seed."""
+        """Seed from the operating system's entropy (non-deterministic); return the seed.
+
+        Raises:
+            RuntimeError: on a capturing stream (the current stream of the current
+                device), as in PyTorch.
+        """
+        _graphsafe.check_not_capturing(self, "seed")
         value = secrets.randbits(64)
         with self._lock:
             self._seed, self._offset = value, 0
@@ -222,24 +245,48 @@ class Generator:
         return self._seed
 
     def get_state(self) -> np.ndarray:
-        """The 16-byte state (seed, offset: little-endian uint64 each) as a uint8 array."""
+        """The 16-byte state (seed, offset: little-endian uint64 each) as a uint8 array. On a
+        capturing stream (the current stream of the current device) the offset is the
+        generator's offset within the capture, as in PyTorch (docs/random.md)."""
+        return _pack_state(*self._state())
+
+    def _state(self) -> tuple[int, int]:
+        """``(seed, offset)`` as :meth:`get_state` gives them (also ``get_rng_state``)."""
+        inner = _graphsafe.intragraph_offset(self) if _capturing else None
         with self._lock:
-            return _pack_state(self._seed, self._offset)
+            return self._seed, self._offset if inner is None else inner
 
     def set_state(self, new_state: Any) -> Generator:
-        """Restore a state from :meth:`get_state`; return ``self``.
+        """Restore a state from :meth:`get_state`; return ``self``. On a capturing stream
+        (the current stream of the current device) it sets the generator's offset within
+        the capture and takes only the generator's own seed, as in PyTorch (docs/random.md).
 
         Raises:
             TypeError: not a uint8 array (or bytes).
             ValueError: not exactly 16 bytes.
+            RuntimeError: another seed, on a capturing stream.
         """
-        seed, offset = _unpack_state(new_state)
-        with self._lock:
-            self._seed, self._offset = seed, offset
+        self._restore(*_unpack_state(new_state))
         return self
 
+    def _restore(self, seed: int, offset: int) -> None:
+        """:meth:`set_state` of a checked state (also ``set_rng_state``)."""
+        if _capturing and _graphsafe.capturing(self):
+            self._check_capture_seed(seed, "set_state")
+            if _graphsafe.intragraph_offset(self, offset) is not None:
+                return
+        with self._lock:
+            self._seed, self._offset = seed, offset
+
     def get_offset(self) -> int:
-        """The next unused Philox counter block."""
+        """The next unused Philox counter block.
+
+        Raises:
+            RuntimeError: on a capturing stream (the current stream of the current
+                device), as in PyTorch.
+        """
+        if _capturing:
+            _graphsafe.check_not_capturing(self, "get_offset")
         return self._offset
 
     def philox_state(self, increment: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -264,7 +311,6 @@ class Generator:
             TypeError: ``increment`` is not an int (also a ``RuntimeError``, as PyTorch's
                 "philox_state expected an int").
             OverflowError: ``increment`` is negative or above ``2**64 - 1``.
-            RuntimeError: as any draw in or next to a capture (docs/random.md).
 
         Example::
 
@@ -274,7 +320,6 @@ class Generator:
             >>> int(seed[0]), int(offset[0]), int(intra[0]), g.get_offset()
             (5, 0, 0, 3)
         """
-        from . import _graphsafe
         return _graphsafe.philox_state(self, increment)
 
     def set_offset(self, offset: int) -> Generator:
@@ -288,6 +333,8 @@ class Generator:
         Raises:
             TypeError: ``offset`` is not an int (also a ``RuntimeError``, as in PyTorch).
             ValueError: ``offset`` is out of range (also a ``RuntimeError``, as in PyTorch).
+            RuntimeError: on a capturing stream (the current stream of the current
+                device), as in PyTorch.
 
         Example::
 
@@ -298,6 +345,7 @@ class Generator:
             True
         """
         value = _check_seed(offset, "offset", "manual_offset")
+        _graphsafe.check_not_capturing(self, "set_offset")
         with self._lock:
             self._offset = value
         return self
@@ -314,7 +362,12 @@ class Generator:
             >>> a = acc.rand(3, device="cpu:0", generator=g)
             >>> a.tolist() == acc.rand(3, device="cpu:0", generator=c).tolist()
             True
+
+        Raises:
+            RuntimeError: on a capturing stream (the current stream of the current
+                device), as in PyTorch.
         """
+        _graphsafe.check_not_capturing(self, "clone_state")
         with self._lock:
             seed, offset = self._seed, self._offset
         return type(self)._make(self._b, self._index, seed, offset)
@@ -337,7 +390,13 @@ class Generator:
             >>> c = pickle.loads(pickle.dumps(g))
             >>> (c.device, c.initial_seed(), c.get_offset())
             (device(type='cpu', index=0), 9, 4)
+
+        Raises:
+            RuntimeError: on a capturing stream (the current stream of the current
+                device): PyTorch's reads the offset with ``get_offset``.
         """
+        if _capturing:
+            _graphsafe.check_not_capturing(self, "get_offset")
         with self._lock:
             seed, offset = self._seed, self._offset
         return type(self), (f"{self._b.name}:{self._index}",), (seed, offset)
@@ -391,15 +450,19 @@ def _peek(b: Backend, index: int) -> Generator | None:
     return g if g is not None and g._b is b else None
 
 
-def _set(b: Backend, index: int, seed: int, offset: int) -> None:
-    """Set a default generator's state, or remember it until the generator is created."""
+def _set(b: Backend, index: int, seed: int, offset: int | None = None) -> None:
+    """Set a default generator's state (``offset`` ``None``: seed it, as ``manual_seed``),
+    or remember it until the generator is created. An existing generator takes it as
+    :meth:`Generator.set_state` or :meth:`Generator.manual_seed` does (in a capture too)."""
     with _lock:
         g = _peek(b, index)
         if g is None:
-            _pending[(b.name, index)] = (seed, offset)
+            _pending[(b.name, index)] = (seed, 0 if offset is None else offset)
             return
-    with g._lock:
-        g._seed, g._offset = seed, offset
+    if offset is None:
+        g._seed_to(seed)
+    else:
+        g._restore(seed, offset)
 
 
 def _get(b: Backend, index: int) -> tuple[int, int]:
@@ -407,8 +470,7 @@ def _get(b: Backend, index: int) -> tuple[int, int]:
         g = _peek(b, index)
         if g is None:
             return _pending.get((b.name, index), (DEFAULT_SEED, 0))
-    with g._lock:
-        return g._seed, g._offset
+    return g._state()
 
 
 def _is_started(b: Backend, index: int) -> bool:

@@ -1,23 +1,28 @@
 """Graph-safe random numbers: what a graph capture does to a generator, as PyTorch's
 ``CUDAGeneratorState`` capture and replay protocol and ``CUDAGraph.register_generator_state``.
 
-A capture does not consume a generator. A draw on a capturing stream, from a generator that
-the capturing graph registered, takes counter blocks *within the graph* (from 0, in capture
-order); the queued fill reads its seed and first block when it runs, from the graph's cell for
+A capture does not consume a generator. A draw on a capturing stream takes counter blocks of
+its generator *within the graph* (from 0, in capture order); the queued fill reads its seed and first block when it runs, from the graph's cell for
 that generator. Each replay first queues, on the replay stream, the setting of that cell to the
 generator's seed and current offset, then advances the generator past every block the capture
 took. So each replay draws the numbers that running the captured work eagerly at that point
 would draw, and every replay draws new ones.
 
-PyTorch's rules, kept here:
+PyTorch's rules (2.13 and later: a capture's state per generator, keyed by the capture):
 
 * ``capture_begin`` registers the default generator of the capture's device; a device graph's
   ``register_generator_state(generator)`` registers another one; ``reset()`` drops them.
-* A draw on a capturing stream from a generator that the graph did not register raises
-  ``RuntimeError`` ("Attempt to increase offset for a CUDA generator not in capture mode").
-* While a generator is being captured, a draw from it on a stream that is not capturing
-  raises ``RuntimeError`` ("Offset increment outside graph capture encountered
-  unexpectedly").
+* A draw on a capturing stream from any other generator registers it with the capturing
+  graph at that draw (PyTorch's ``get_capture_state(capture_id, create_if_not_found)``).
+* A draw on a stream that is not capturing is an ordinary one, also from a generator that a
+  capture in progress is drawing from: it advances the generator, which each later replay
+  starts from.
+* On a capturing stream (the current stream of the current device, as PyTorch asks),
+  ``get_offset``, ``set_offset``, ``seed`` and ``clone_state`` raise
+  ``RuntimeError``, and ``manual_seed`` raises unless the seed is the generator's (then it is
+  a no-op): :func:`check_not_capturing`. ``get_state`` and ``set_state`` read and set the
+  generator's offset within the capture (:func:`intragraph_offset`; ``set_state`` takes only
+  the generator's seed).
 
 On a backend that makes random numbers on the device (``Capabilities.device_rng``, CUDA's
 Philox kernel, which takes the seed and offset as launch arguments), a captured draw keeps the
@@ -56,11 +61,11 @@ if TYPE_CHECKING:
     from .._graph import Graph
     from ._generator import Generator
 
-__all__ = ["GraphRng", "capture_begin", "capture_end", "philox_state", "register",
-           "replay_prologue", "reserve"]
+__all__ = ["GraphRng", "capture_begin", "capture_end", "capturing", "check_not_capturing",
+           "intragraph_offset", "philox_state", "register", "replay_prologue", "reserve"]
 
 _M64 = (1 << 64) - 1
-#: guards every GraphRng's intragraph count and each generator's set of captures
+#: guards every graph's generator registrations and their intragraph counts
 _lock = reinit_after_fork(threading.Lock())
 
 
@@ -88,11 +93,15 @@ class GraphRng:
 def register(graph: Graph, generator: Generator) -> None:
     """Register ``generator`` with ``graph`` (once; a capture in progress takes it at once)."""
     with _lock:
-        if generator in graph._rng:
-            return
+        _registration(graph, generator)
+
+
+def _registration(graph: Graph, generator: Generator) -> GraphRng:
+    """``generator``'s registration with ``graph``, made on first use (hold ``_lock``)."""
+    reg = graph._rng.get(generator)
+    if reg is None:
         reg = graph._rng[generator] = GraphRng(generator)
-        if graph._capturing:
-            generator._captures.add(reg)
+    return reg
 
 
 def capture_begin(graph: Graph, b: Backend, index: int) -> None:
@@ -103,7 +112,6 @@ def capture_begin(graph: Graph, b: Backend, index: int) -> None:
     with _lock:
         for reg in graph._rng.values():
             reg.intragraph = 0
-            reg.generator._captures.add(reg)
 
 
 def capture_end(graph: Graph) -> None:
@@ -112,7 +120,6 @@ def capture_end(graph: Graph) -> None:
     with _lock:
         for reg in graph._rng.values():
             reg.increment = reg.intragraph
-            reg.generator._captures.discard(reg)
 
 
 def replay_prologue(graph: Graph, b: Backend, index: int, stream: StreamHandle) -> None:
@@ -149,33 +156,65 @@ def reserve(gen: Generator, b: Backend, index: int, stream: StreamHandle,
             nblocks: int) -> tuple[int, int, np.ndarray | None]:
     """``nblocks`` counter blocks of ``gen`` for a draw on ``stream`` while a capture is in
     progress somewhere: ``(seed, first block, None)`` on a stream that is not capturing (the
-    generator advances), ``(0, first block within the graph, cell)`` on a capturing one.
-
-    Raises:
-        RuntimeError: the capturing graph did not register ``gen``, or ``gen`` is being
-            captured and ``stream`` is not capturing (PyTorch's two errors).
+    generator advances), ``(0, first block within the graph, cell)`` on a capturing one (the
+    capturing graph registers ``gen`` if it has not yet, as PyTorch 2.13 and later do).
     """
     graph = _capturing_graph(b, index, stream)
+    if graph is None:
+        seed, offset = gen._reserve(nblocks)
+        return seed, offset, None
     with _lock:
-        if graph is None:
-            if gen._captures:
-                raise RuntimeError(
-                    "Offset increment outside graph capture encountered unexpectedly: this "
-                    "generator is being captured by a graph, so it can only be drawn from on "
-                    "the capturing stream until the capture ends; use another Generator for "
-                    "work outside the capture")
-            seed, offset = gen._reserve(nblocks)
-            return seed, offset, None
-        reg = graph._rng.get(gen)
-        if reg is None or reg not in gen._captures:
-            raise RuntimeError(
-                "Attempt to increase offset for a CUDA generator not in capture mode: the "
-                "graph capturing this stream did not register this generator; call "
-                "graph.register_generator_state(generator) before capture_begin() (only the "
-                "device's default generator is registered by itself)")
+        reg = _registration(graph, gen)
         first = reg.intragraph
         reg.intragraph = first + nblocks
     return 0, first, reg.cell
+
+
+def _current(b: Backend) -> tuple[int, StreamHandle]:
+    """The current device of ``b`` and its current stream: where PyTorch's generator calls
+    ask whether a capture is under way (``currentStreamCaptureIdMayInitCtx``)."""
+    from .. import _device, _stream
+    index = _device._current_index(b)
+    return index, _stream._current(b, index)._handle
+
+
+def capturing(gen: Generator) -> bool:
+    """Whether the current stream of the current device of ``gen``'s backend is capturing."""
+    if not _graph._capturing:
+        return False
+    index, stream = _current(gen._b)
+    return gen._b.stream_is_capturing(index, stream)
+
+
+def intragraph_offset(gen: Generator, new: int | None = None) -> int | None:
+    """On a capturing stream (:func:`capturing`): ``gen``'s offset within the capturing
+    graph, set to ``new`` first when given (``gen`` joins the capture); ``None`` elsewhere,
+    and on a backend that makes random numbers on the device (its captured draws advance
+    the generator). PyTorch's ``philox_offset_per_thread`` and
+    ``set_philox_offset_per_thread`` in a capture, which ``get_state`` and ``set_state``
+    use (so a checkpoint's saved state rewinds the capture's draws)."""
+    b = gen._b
+    if not _graph._capturing or b.capabilities(gen._index).device_rng:
+        return None
+    graph = _capturing_graph(b, *_current(b))
+    if graph is None:
+        return None
+    with _lock:
+        reg = _registration(graph, gen)
+        if new is not None:
+            reg.intragraph = new
+        return reg.intragraph
+
+
+def check_not_capturing(gen: Generator, call: str) -> None:
+    """Refuse ``gen.<call>`` on a capturing stream (:func:`capturing`; PyTorch's
+    ``assertNotCapturing`` in ``CUDAGeneratorImpl``)."""
+    if capturing(gen):
+        index = _current(gen._b)[0]
+        raise RuntimeError(
+            f"Cannot call Generator.{call} during graph capture: the current stream of "
+            f"{gen._b.name}:{index} is capturing; call it before the capture begins or "
+            "after it ends")
 
 
 def fill_at(cell: np.ndarray, first: int, ptr: int, n: int, dtype: np.dtype, dist: str,
