@@ -33,17 +33,25 @@ def dev() -> str:
     return name
 
 
-def _fill(pool: memory.MemPool, d: str) -> tuple[int, int]:
+def _fill(pool: memory.MemPool, d: str) -> tuple[int, int, memory.MemPool]:
     """A live 40 MiB block in a plain pool, and a cached 40 MiB block in ``pool``: 20 MiB of
-    the device's 100 MiB are left."""
+    the device's 100 MiB are left. Returns the two addresses and the plain pool."""
     keep = memory.MemPool()
     with memory.use_mem_pool(keep, d):
         live = memory.caching_allocator_alloc(40 * MiB, d)
     with memory.use_mem_pool(pool, d):
         cached = memory.caching_allocator_alloc(40 * MiB, d)
     memory.caching_allocator_delete(cached)
-    _fill.keep = keep  # type: ignore[attr-defined]   # the live block's pool stays alive
-    return live, cached
+    return live, cached, keep
+
+
+def _release(d: str, live: int) -> None:
+    """Free :func:`_fill`'s live block and, the caller having dropped its pools, check that
+    everything goes back to the device."""
+    memory.caching_allocator_delete(live)
+    gc.collect()
+    memory.empty_cache()
+    assert memory.memory_reserved(d) == 0
 
 
 @pytest.mark.parametrize("use_on_oom", [True, False])
@@ -51,7 +59,7 @@ def test_a_request_that_would_oom_takes_the_pools_cached_block(current: str,
                                                                use_on_oom: bool) -> None:
     d = f"{current}:0"
     pool = memory.MemPool(use_on_oom=use_on_oom)
-    live, cached = _fill(pool, d)
+    live, cached, keep = _fill(pool, d)
     reserved = memory.memory_reserved(d)
     if not use_on_oom:
         with pytest.raises(acc.OutOfMemoryError):
@@ -73,19 +81,15 @@ def test_a_request_that_would_oom_takes_the_pools_cached_block(current: str,
         # a request the pool's cache cannot serve still runs out of memory
         with pytest.raises(acc.OutOfMemoryError):
             memory.caching_allocator_alloc(50 * MiB, d)
-    memory.caching_allocator_delete(live)
-    del pool
-    _fill.keep = None  # type: ignore[attr-defined]
-    gc.collect()
-    memory.empty_cache()
-    assert memory.memory_reserved(d) == 0
+    del pool, keep
+    _release(d, live)
 
 
 def test_no_last_resort_for_another_stream_another_pool_or_a_collected_pool(current: str
                                                                             ) -> None:
     d = f"{current}:0"
     pool = memory.MemPool(use_on_oom=True)
-    live, cached = _fill(pool, d)
+    live, cached, keep = _fill(pool, d)
     s = acc.Stream(d)
     with pytest.raises(acc.OutOfMemoryError):           # the cached block is on stream 0
         memory.caching_allocator_alloc(30 * MiB, d, s)
@@ -102,12 +106,8 @@ def test_no_last_resort_for_another_stream_another_pool_or_a_collected_pool(curr
     gc.collect()
     q = memory.caching_allocator_alloc(30 * MiB, d)
     memory.caching_allocator_delete(q)
-    memory.caching_allocator_delete(live)
-    del other
-    _fill.keep = None  # type: ignore[attr-defined]
-    gc.collect()
-    memory.empty_cache()
-    assert memory.memory_reserved(d) == 0
+    del other, keep
+    _release(d, live)
 
 
 def test_the_pool_helps_only_on_the_device_current_at_its_creation(current: str) -> None:
@@ -116,15 +116,11 @@ def test_the_pool_helps_only_on_the_device_current_at_its_creation(current: str)
     acc.set_device_index(1)
     pool = memory.MemPool(use_on_oom=True)
     acc.set_device_index(0)
-    live, cached = _fill(pool, f"{dev}:0")               # the pool used on device 0
+    live, _, keep = _fill(pool, f"{dev}:0")               # the pool used on device 0
     with pytest.raises(acc.OutOfMemoryError):
         memory.caching_allocator_alloc(30 * MiB, f"{dev}:0")
-    memory.caching_allocator_delete(live)
-    del pool
-    _fill.keep = None  # type: ignore[attr-defined]
-    gc.collect()
-    memory.empty_cache()
-    assert memory.memory_reserved(f"{dev}:0") == 0
+    del pool, keep
+    _release(f"{dev}:0", live)
 
 
 @pytest.mark.parametrize("bad", [1, "yes", None])
