@@ -300,8 +300,8 @@ class Generator:
         accelrt's own draws will never use.
 
         Outside a graph capture ``seed`` and ``offset`` are copies and ``intragraph_offset`` is
-        0. On a stream that a graph is capturing (the current stream of the generator's
-        device), ``seed`` and ``offset`` are views of the graph's state for this generator,
+        0. On a stream that a graph is capturing (the current stream of the current device,
+        as for the other calls), ``seed`` and ``offset`` are views of the graph's state for this generator,
         which each replay sets, in stream order, before its work runs: read them when the
         kernel runs, not when it is queued; ``intragraph_offset`` is the reservation's place
         in the graph (on CUDA, whose own draws keep their captured counters, the values are

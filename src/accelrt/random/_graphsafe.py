@@ -226,7 +226,8 @@ def fill_at(cell: np.ndarray, first: int, ptr: int, n: int, dtype: np.dtype, dis
 
 def philox_state(gen: Generator, increment: object) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:meth:`Generator.philox_state`: reserve ``ceil(increment / 4)`` counter blocks of
-    ``gen`` for a kernel of the caller's, on the current stream of its device."""
+    ``gen`` for a kernel of the caller's (within the graph capturing the current stream of
+    the current device, if one is)."""
     if type(increment) is bool or not isinstance(increment, (int, np.integer)):
         raise AcceleratorTypeError(f"philox_state expected an int, but got "
                                    f"{type(increment).__name__}")
@@ -241,8 +242,8 @@ def philox_state(gen: Generator, increment: object) -> tuple[np.ndarray, np.ndar
     b, index = gen._b, gen._index
     cell = None
     if _graph._capturing and not b.capabilities(index).device_rng:
-        from .. import _stream
-        seed, first, cell = reserve(gen, b, index, _stream._current(b, index)._handle, nblocks)
+        # the current stream of the current device, as the other generator calls ask
+        seed, first, cell = reserve(gen, b, *_current(b), nblocks)
     else:
         seed, first = gen._reserve(nblocks)
     if cell is not None:   # views of the graph's cell: each replay sets them before it runs
