@@ -222,8 +222,24 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_philox_host",
-    "Philox4x32-10 on the host in C: the compiled build's arithmetic for accelrt.random "
-    "(the numpy reference is accelrt.random._philox).",
+    "Philox4x32-10 on the host in C: the compiled build's arithmetic for accelrt.random\n"
+    "(the numpy reference is accelrt.random._philox; the pure build has no such module).\n"
+    "\n"
+    "Example::\n"
+    "\n"
+    "    >>> import numpy as np\n"
+    "    >>> from accelrt.random import _philox, _philox_host\n"
+    "    >>> w = np.empty((1, 4), np.uint32)\n"
+    "    >>> _philox_host.words_at(w.ctypes.data, 1, 0, 0)\n"
+    "    >>> [hex(int(x)) for x in w[0]]\n"
+    "    ['0x6627e8d5', '0xe169c58d', '0xbc57ac4c', '0x9b00dbd8']\n"
+    "    >>> a = np.empty(5, np.float32)\n"
+    "    >>> _philox_host.uniform_at(a.ctypes.data, 5, 4, 42, 0)\n"
+    "    >>> b = np.empty(5, np.float32)\n"
+    "    >>> _philox.fill(b, 'uniform', 42, 0, (0.0, 1.0))\n"
+    "    2\n"
+    "    >>> a.tobytes() == b.tobytes()\n"
+    "    True\n",
     0, methods, NULL, NULL, NULL, NULL,
 };
 
