@@ -45,6 +45,9 @@ def test_flag_says_which_build_is_loaded() -> None:
     loaded = {name: is_extension(importlib.import_module(name)) for name in names}
     # all of them compiled, or none: a partial build would make the flag lie
     assert set(loaded.values()) == {memory.compiled}, loaded
+    # and the C Philox (setup.py's PHILOX) comes and goes with them
+    from accelrt.random import _philox
+    assert (_philox._kernel is not None) == memory.compiled
 
 
 def test_info_reports_the_build() -> None:

@@ -138,8 +138,9 @@ def _source_examples(module: Any, source: str, path: str) -> list[doctest.DocTes
 
 
 def _compiled_source(module: Any) -> str | None:
-    """The Python source shipped beside a compiled module, or None for a Python module."""
-    if not is_extension(module):
+    """The Python source shipped beside a module that mypyc compiled, or None for a Python
+    module or a C extension, whose docstrings are its own (``accelrt.random._philox_host``)."""
+    if not is_extension(module) or module.__name__ not in compiled_module_names():
         return None
     path = source_path(module)
     assert os.path.exists(path), f"{module.__name__} is compiled and its source is missing"

@@ -140,8 +140,9 @@ def fill(out: Array, b: Backend, index: int, stream: StreamHandle, n: int, dist:
 
     The host fill is one ``functools.partial`` of ``_philox.fill_at``, or, with ``run_copy``
     (``rand``'s standard uniform float32/float64 request on fresh allocator memory, at most
-    ``_philox.SMALL_MAX_BLOCKS`` blocks), of ``_philox._copy_uniform``: a ``memmove`` from the
-    thread's run of blocks, every check done here. Queued work holds memory only when it is
+    ``_philox.SMALL_MAX_BLOCKS`` blocks), of the compiled build's C arithmetic
+    (``_philox._kernel.uniform_at``) or of ``_philox._copy_uniform`` (a ``memmove`` from the
+    thread's run of blocks), every check done here. Queued work holds memory only when it is
     borrowed (``accelrt._transfer.held``'s rule): allocator memory is freed stream-ordered,
     so ``del out`` while the fill is queued frees it at once, as for any op.
     """
@@ -177,8 +178,12 @@ def fill(out: Array, b: Backend, index: int, stream: StreamHandle, n: int, dist:
                                      params)
         elif (run_copy and size != 2 and nblocks <= _philox.SMALL_MAX_BLOCKS
                 and offset + nblocks <= 1 << 64):
-            work = functools.partial(_philox._copy_uniform, ptr, n * size, dtype.char, seed,
-                                     offset, nblocks)
+            kernel = _philox._kernel
+            if kernel is not None:    # the compiled build: the numbers made in place, in C
+                work = functools.partial(kernel.uniform_at, ptr, n, size, seed, offset)
+            else:
+                work = functools.partial(_philox._copy_uniform, ptr, n * size, dtype.char,
+                                         seed, offset, nblocks)
         else:
             work = functools.partial(_philox.fill_at, ptr, n, dtype, dist, seed, offset,
                                      params)

@@ -1,7 +1,10 @@
 """Vectorised numpy Philox4x32-10 and the bit-exact conversions to numbers.
 
 This module is the host reference of accelrt's random numbers; ``kernels/philox.cu`` is the
-same algorithm for CUDA, and every backend must reproduce it.
+same algorithm for CUDA, and every backend must reproduce it. The compiled build also has
+``_philox_host``, the same arithmetic in C: when it is there (:data:`_kernel`), the
+blocks and the standard uniform numbers come from it and the numpy pipeline below is not run;
+everything else (counters, conversions, chunks, threads) is this module's either way.
 
 Philox4x32-10 (Salmon, Moraes, Dror and Shaw, "Parallel random numbers: as easy as 1, 2, 3",
 SC'11; the Random123 library) maps a 128-bit counter ``(c0, c1, c2, c3)`` and a 64-bit key
@@ -62,6 +65,15 @@ from typing import Any
 import numpy as np
 
 from .._fork import reinit_after_fork
+
+#: The C arithmetic of the compiled build (``words_at`` and ``uniform_at``, see
+#: ``_philox_host.c``), or ``None`` in the pure build. Read at every call, so tests compare the
+#: two by setting it to ``None``.
+_kernel: Any
+try:   # the compiled build's C arithmetic (setup.py builds it with the mypyc modules)
+    from . import _philox_host as _kernel
+except ImportError:   # the pure build: the numpy pipeline below
+    _kernel = None
 
 __all__ = [
     "DISTRIBUTIONS",
@@ -259,9 +271,10 @@ _MV = np.array([[PHILOX_M0], [PHILOX_M1]], np.uint64)
 class _Plan:
     """The per-seed constants of the chunk pipeline (see :func:`_core`)."""
 
-    __slots__ = ("k0_1", "kv", "kv_lanes", "r1_xor", "r2_xor")
+    __slots__ = ("k0_1", "kv", "kv_lanes", "r1_xor", "r2_xor", "seed")
 
     def __init__(self, seed: int) -> None:
+        self.seed = seed
         k0, k1 = seed & _M32, (seed >> 32) & _M32
         ks = [((k0 + r * PHILOX_W0) & _M32, (k1 + r * PHILOX_W1) & _M32) for r in range(ROUNDS)]
         self.k0_1 = ks[0][0]
@@ -410,12 +423,34 @@ def _finish(x: np.ndarray, p: np.ndarray, dst: np.ndarray) -> None:
     _or(p, x, dst)
 
 
+def _words_into(w: np.ndarray, block0: int, n: int, plan: _Plan, s: _Scratch) -> None:
+    """Words of blocks ``block0 .. block0 + n - 1`` into ``w`` (``(n, 4)`` uint32,
+    C-contiguous; the blocks must share their high counter word, see :func:`_chunk_len`):
+    from the C arithmetic when the build has it, else from the pipeline."""
+    if _kernel is not None:
+        _kernel.words_at(w.ctypes.data, n, plan.seed, block0)
+        return
+    x, p = _core(block0, n, plan, s)
+    _finish(x, p, w.view(_U64).T)
+
+
+def _uniform_into(seg: np.ndarray, block0: int, n: int, plan: _Plan, s: _Scratch) -> None:
+    """The standard uniform float32 (float64) numbers of the ``n`` whole blocks from
+    ``block0`` into ``seg`` (``4 n`` (``2 n``) elements, contiguous; the blocks share their high
+    counter word): from the C arithmetic when the build has it, else the pipeline's
+    :func:`_uniform_in_place`."""
+    if _kernel is not None:
+        _kernel.uniform_at(seg.ctypes.data, len(seg), seg.itemsize, plan.seed, block0)
+        return
+    x, p = _core(block0, n, plan, s)
+    _uniform_in_place(seg, x, p, n)
+
+
 def _blocks(block0: int, n: int, plan: _Plan, s: _Scratch) -> np.ndarray:
     """Words of blocks ``block0 .. block0 + n - 1`` as a ``(n, 4)`` uint32 view of ``s.w``
     (the blocks must share their high counter word, see :func:`_chunk_len`)."""
-    x, p = _core(block0, n, plan, s)
     w = s.w[:n]
-    _finish(x, p, w.view(_U64).T)
+    _words_into(w, block0, n, plan, s)
     return w
 
 
@@ -435,8 +470,7 @@ def words(seed: int, offset: int, nblocks: int) -> np.ndarray:
     while j < nblocks:
         b = (offset + j) & _M64
         n = _chunk_len(b, min(CHUNK, nblocks - j))
-        x, p = _core(b, n, plan, s)
-        _finish(x, p, out[j:j + n].view(_U64).T)
+        _words_into(out[j:j + n], b, n, plan, s)
         j += n
     return out
 
@@ -509,8 +543,7 @@ def _uniform_blocks(seed: int, offset: int, nblocks: int, dtype: np.dtype) -> np
     while j < nblocks:
         b = (offset + j) & _M64
         n = _chunk_len(b, min(CHUNK, nblocks - j))
-        x, p = _core(b, n, plan, s)
-        _uniform_in_place(out[j * per:(j + n) * per], x, p, n)
+        _uniform_into(out[j * per:(j + n) * per], b, n, plan, s)
         j += n
     return out
 
@@ -707,9 +740,10 @@ def _get_pool() -> concurrent.futures.ThreadPoolExecutor:
 
 def _direct(dist: str, dtype: np.dtype, params: Sequence[Any]) -> bool:
     """True if whole blocks can be converted in the destination's own memory: standard
-    uniform float32 (four elements per block) or float64 (two)."""
+    uniform float32 (four elements per block) or float64 (two), in native byte order (as the
+    C arithmetic writes them)."""
     return (dist == "uniform" and dtype.kind == "f" and dtype.itemsize in (4, 8)
-            and (float(params[0]), float(params[1])) == (0.0, 1.0))
+            and dtype.isnative and (float(params[0]), float(params[1])) == (0.0, 1.0))
 
 
 def _uniform_in_place(seg: np.ndarray, x: np.ndarray, p: np.ndarray, n: int) -> None:
@@ -744,8 +778,7 @@ def _fill_range(out: np.ndarray, dist: str, dtype: np.dtype, params: Sequence[An
         lo = j * per
         if j < direct_end:
             n = _chunk_len(b, min(chunk, direct_end - j))
-            x, p = _core(b, n, plan, s)
-            _uniform_in_place(out[lo:lo + n * per], x, p, n)
+            _uniform_into(out[lo:lo + n * per], b, n, plan, s)
         else:
             n = _chunk_len(b, min(chunk, last - j))
             _convert(_blocks(b, n, plan, s), dist, dtype, params,
@@ -792,7 +825,7 @@ def fill(out: np.ndarray, dist: str, seed: int, offset: int,
     if nblocks == 0:
         return 0
     offset &= _M64
-    if nblocks <= SMALL_MAX_BLOCKS and offset + nblocks <= 1 << 64:
+    if _kernel is None and nblocks <= SMALL_MAX_BLOCKS and offset + nblocks <= 1 << 64:
         _small_fill(flat, dist, dtype, params, seed & _M64, offset, nblocks)
         return nblocks
     plan = _plan(seed & _M64)
@@ -873,8 +906,9 @@ def fill_at(ptr: int, n: int, dtype: np.dtype, dist: str, seed: int, offset: int
 
     The random factories queue this on a stream (it owns nothing, so the array's memory is
     not kept allocated by queued work). A small standard uniform float32/float64 request is
-    one ``memmove`` from this thread's run of blocks; anything else goes through a numpy view
-    of the memory and :func:`fill`. Same bits either way.
+    one call of the C arithmetic (compiled build) or one ``memmove`` from this thread's run of
+    blocks (pure build); anything else goes through a numpy view of the memory and
+    :func:`fill`. Same bits either way.
 
     Example::
 
@@ -893,6 +927,9 @@ def fill_at(ptr: int, n: int, dtype: np.dtype, dist: str, seed: int, offset: int
         offset &= _M64
         seed &= _M64
         if nblocks <= SMALL_MAX_BLOCKS and offset + nblocks <= 1 << 64:
+            if _kernel is not None:       # the C arithmetic, straight into the memory
+                _kernel.uniform_at(ptr, n, dtype.itemsize, seed, offset)
+                return
             r: _Run | None = getattr(_tls, "run", None)
             if r is not None and r.seed == seed and r.start <= offset <= r.start + r.n - nblocks:
                 i = offset - r.start            # _small_run's test, inlined: the common case
