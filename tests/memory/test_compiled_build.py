@@ -436,3 +436,14 @@ def test_a_build_removes_compiled_modules_dropped_from_the_list(
     cmd.build_extensions()
     assert not dropped.exists()
     assert all(p.exists() for p in kept)   # what this build makes is not touched
+
+
+def test_the_c_sources_of_the_compiled_build_ship_in_every_sdist() -> None:
+    # setuptools puts an extension's sources in the sdist only when setup.py declares the
+    # extension, which a pure build (ACCELRT_COMPILE=0, or no mypyc) does not: MANIFEST.in
+    # must, or a wheel built from that sdist on a machine with a compiler fails
+    setup = _setup_script()
+    manifest = (ROOT / "MANIFEST.in").read_text().splitlines()
+    for source in setup.PHILOX.sources:
+        assert f"include {source}" in manifest, source
+        assert (ROOT / source).is_file(), source
