@@ -136,6 +136,45 @@ def _unpack_state(state: Any) -> tuple[int, int]:
     return int.from_bytes(raw[:8], "little"), int.from_bytes(raw[8:], "little")
 
 
+class _State:
+    """A generator's seed and offset: the state object that :meth:`Generator.graphsafe_get_state`
+    shares and :meth:`Generator.graphsafe_set_state` swaps in (PyTorch's
+    ``CUDAGeneratorState``). A graph counts a capture's draws per state object
+    (:mod:`accelrt.random._graphsafe`).
+
+    Example::
+
+        >>> from accelrt.random._generator import _State
+        >>> st = _State(7, 2)
+        >>> st.reserve(3), st.get()
+        ((7, 2), (7, 5))
+    """
+
+    __slots__ = ("lock", "offset", "seed")
+
+    def __init__(self, seed: int, offset: int) -> None:
+        self.lock = reinit_after_fork(threading.Lock())
+        self.seed = seed      # guarded by lock
+        self.offset = offset  # guarded by lock
+
+    def get(self) -> tuple[int, int]:
+        """``(seed, offset)``, read together."""
+        with self.lock:
+            return self.seed, self.offset
+
+    def set(self, seed: int, offset: int) -> None:
+        """Set the seed and the offset together."""
+        with self.lock:
+            self.seed, self.offset = seed, offset
+
+    def reserve(self, nblocks: int) -> tuple[int, int]:
+        """Reserve ``nblocks`` counter blocks: return ``(seed, first block)``."""
+        with self.lock:
+            seed, offset = self.seed, self.offset
+            self.offset = (offset + nblocks) & _M64
+        return seed, offset
+
+
 class Generator:
     """A counter-based Philox4x32-10 generator bound to one device.
 
@@ -165,7 +204,7 @@ class Generator:
         True
     """
 
-    __slots__ = ("__weakref__", "_b", "_index", "_lock", "_offset", "_seed")
+    __slots__ = ("__weakref__", "_b", "_index", "_st")
 
     def __init__(self, device: DeviceLike = None) -> None:
         # torch 2.14.1's parser (``Device? device``), as _get_device reads it: a numpy integer
@@ -177,14 +216,19 @@ class Generator:
     def _init(self, b: Backend, index: int, seed: int, offset: int) -> None:
         self._b = b
         self._index = index
-        self._lock = reinit_after_fork(threading.Lock())
-        self._seed = seed      # guarded by _lock
-        self._offset = offset  # guarded by _lock
+        self._st = _State(seed, offset)
 
     @classmethod
     def _make(cls, b: Backend, index: int, seed: int, offset: int) -> Generator:
         self = object.__new__(cls)
         self._init(b, index, seed, offset)
+        return self
+
+    @classmethod
+    def _sharing(cls, b: Backend, index: int, st: _State) -> Generator:
+        """A generator of ``b:index`` that uses the state object ``st``."""
+        self = object.__new__(cls)
+        self._b, self._index, self._st = b, index, st
         return self
 
     @property
@@ -215,16 +259,15 @@ class Generator:
         if _capturing and _graphsafe.capturing(self):
             self._check_capture_seed(value, "manual_seed")
             return
-        with self._lock:
-            self._seed, self._offset = value, 0
+        self._st.set(value, 0)
 
     def _check_capture_seed(self, value: int, call: str) -> None:
         """On a capturing stream, a seed is taken only if it is this generator's (PyTorch's
         ``set_current_seed`` in a capture)."""
-        if value != self._seed:
+        if value != self._st.seed:
             raise RuntimeError(
                 f"Generator.{call} with seed {value} during graph capture: a capture only "
-                f"takes the generator's own seed ({self._seed}); seed it before the capture "
+                f"takes the generator's own seed ({self._st.seed}); seed it before the capture "
                 "begins")
 
     def seed(self) -> int:
@@ -236,13 +279,12 @@ class Generator:
         """
         _graphsafe.check_not_capturing(self, "seed")
         value = secrets.randbits(64)
-        with self._lock:
-            self._seed, self._offset = value, 0
+        self._st.set(value, 0)
         return value
 
     def initial_seed(self) -> int:
         """The seed last set (``67280421310721`` if never set)."""
-        return self._seed
+        return self._st.seed
 
     def get_state(self) -> np.ndarray:
         """The 16-byte state (seed, offset: little-endian uint64 each) as a uint8 array. On a
@@ -253,8 +295,8 @@ class Generator:
     def _state(self) -> tuple[int, int]:
         """``(seed, offset)`` as :meth:`get_state` gives them (also ``get_rng_state``)."""
         inner = _graphsafe.intragraph_offset(self) if _capturing else None
-        with self._lock:
-            return self._seed, self._offset if inner is None else inner
+        seed, offset = self._st.get()
+        return seed, offset if inner is None else inner
 
     def set_state(self, new_state: Any) -> Generator:
         """Restore a state from :meth:`get_state`; return ``self``. On a capturing stream
@@ -275,8 +317,7 @@ class Generator:
             self._check_capture_seed(seed, "set_state")
             if _graphsafe.intragraph_offset(self, offset) is not None:
                 return
-        with self._lock:
-            self._seed, self._offset = seed, offset
+        self._st.set(seed, offset)
 
     def get_offset(self) -> int:
         """The next unused Philox counter block.
@@ -287,7 +328,7 @@ class Generator:
         """
         if _capturing:
             _graphsafe.check_not_capturing(self, "get_offset")
-        return self._offset
+        return self._st.offset
 
     def philox_state(self, increment: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Reserve ``increment`` 32-bit Philox outputs for a kernel of your own, as
@@ -346,8 +387,9 @@ class Generator:
         """
         value = _check_seed(offset, "offset", "manual_offset")
         _graphsafe.check_not_capturing(self, "set_offset")
-        with self._lock:
-            self._offset = value
+        st = self._st
+        with st.lock:
+            st.offset = value
         return self
 
     def clone_state(self) -> Generator:
@@ -368,9 +410,7 @@ class Generator:
                 device), as in PyTorch.
         """
         _graphsafe.check_not_capturing(self, "clone_state")
-        with self._lock:
-            seed, offset = self._seed, self._offset
-        return type(self)._make(self._b, self._index, seed, offset)
+        return type(self)._make(self._b, self._index, *self._st.get())
 
     def __copy__(self) -> Generator:
         """``copy.copy``: :meth:`clone_state` (a new generator, as ``torch.Generator``)."""
@@ -397,9 +437,7 @@ class Generator:
         """
         if _capturing:
             _graphsafe.check_not_capturing(self, "get_offset")
-        with self._lock:
-            seed, offset = self._seed, self._offset
-        return type(self), (f"{self._b.name}:{self._index}",), (seed, offset)
+        return type(self), (f"{self._b.name}:{self._index}",), self._st.get()
 
     def __setstate__(self, state: Any) -> None:
         """Restore ``(seed, offset)`` from :meth:`__reduce__`.
@@ -410,16 +448,7 @@ class Generator:
         """
         if not isinstance(state, tuple) or len(state) != 2:
             raise TypeError(f"Generator state must be a (seed, offset) pair, got {shown(state)}")
-        seed, offset = check_u64(state[0], "seed"), check_u64(state[1], "offset")
-        with self._lock:
-            self._seed, self._offset = seed, offset
-
-    def _reserve(self, nblocks: int) -> tuple[int, int]:
-        """Reserve ``nblocks`` counter blocks: return ``(seed, first block)``."""
-        with self._lock:
-            seed, offset = self._seed, self._offset
-            self._offset = (offset + nblocks) & _M64
-        return seed, offset
+        self._st.set(check_u64(state[0], "seed"), check_u64(state[1], "offset"))
 
     def __repr__(self) -> str:
         return f"accelrt.random.Generator(device='{self._b.name}:{self._index}')"
