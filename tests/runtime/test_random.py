@@ -340,7 +340,7 @@ def test_state_round_trip_and_offset_advance() -> None:
     whole = acc.rand(12, device="cpu:0", generator=g).numpy()
     assert a.tobytes() == whole[:3].tobytes()        # blocks never shared between requests
     assert b.tobytes() == whole[4:9].tobytes()
-    assert g.set_state(bytes(st)) is g and g.get_offset() == 0
+    assert g.set_state(np.frombuffer(bytes(st), np.uint8)) is g and g.get_offset() == 0
     assert g.initial_seed() == 31
 
 
@@ -374,7 +374,7 @@ def test_bad_seeds(seed, exc) -> None:
     (np.zeros(16, np.int64), TypeError, "uint8"),
     (np.zeros((2, 8), np.uint8), ValueError, "1-D"),
     ([0] * 16, TypeError, "numpy uint8"),
-    (b"x" * 17, ValueError, "16 bytes")])
+    (np.frombuffer(b"x" * 17, np.uint8), ValueError, "16 bytes")])
 def test_bad_states(state, exc, msg) -> None:
     with pytest.raises(exc, match=msg):
         acc.random.Generator("cpu:0").set_state(state)

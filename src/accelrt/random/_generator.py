@@ -114,24 +114,38 @@ def _pack_state(seed: int, offset: int) -> np.ndarray:
 
 
 def _unpack_state(state: Any) -> tuple[int, int]:
-    """``(seed, offset)`` from a 16-byte uint8 state; clear errors for anything else."""
-    if isinstance(state, (bytes, bytearray)):
-        raw = bytes(state)
-    else:
-        host = getattr(state, "numpy", None)
-        if callable(host) and not isinstance(state, np.ndarray):
-            state = host()  # an accelrt.Array (or a tensor-like) holding the bytes
-        if not isinstance(state, np.ndarray):
-            raise TypeError(f"RNG state must be a numpy uint8 array (from get_state()), got "
-                            f"{type(state).__name__}")
-        if state.dtype != np.uint8:
-            raise TypeError(f"RNG state must have dtype uint8, got {state.dtype}; pass the "
-                            "array returned by get_state()/get_rng_state()")
-        if state.ndim != 1:
-            raise ValueError(f"RNG state must be 1-D, got shape {state.shape}")
-        raw = state.tobytes()
-    if len(raw) != STATE_SIZE:
-        raise ValueError(f"RNG state must be {STATE_SIZE} bytes (8-byte seed + 8-byte offset), "
+    """``(seed, offset)`` from a 16-byte uint8 state array (a numpy array, an
+    ``accelrt.Array`` or a tensor-like with ``numpy()``); clear errors for anything else.
+    As PyTorch's ``set_state``, which takes only a ByteTensor ("expected a torch.ByteTensor,
+    but got bytes"), ``bytes``, ``bytearray`` and lists are refused.
+
+    Example::
+
+        >>> import numpy as np
+        >>> from accelrt.random._generator import _pack_state, _unpack_state
+        >>> _unpack_state(_pack_state(3, 4))
+        (3, 4)
+        >>> _unpack_state(np.frombuffer(bytes(_pack_state(5, 6)), np.uint8))
+        (5, 6)
+    """
+    host = getattr(state, "numpy", None)
+    if callable(host) and not isinstance(state, np.ndarray):
+        state = host()  # an accelrt.Array (or a tensor-like) holding the bytes
+    if not isinstance(state, np.ndarray):
+        name = type(state).__name__
+        hint = (f"; for {name}, pass numpy.frombuffer(state, numpy.uint8)"
+                if isinstance(state, (bytes, bytearray, memoryview)) else "")
+        raise TypeError(f"RNG state must be a numpy uint8 array (from get_state()), got {name}"
+                        f"{hint}; PyTorch's set_state takes only a ByteTensor (\"expected a "
+                        f"torch.ByteTensor, but got {name}\")")
+    if state.dtype != np.uint8:
+        raise TypeError(f"RNG state must have dtype uint8, got {state.dtype}; pass the "
+                        "array returned by get_state()/get_rng_state()")
+    if state.ndim != 1:
+        raise ValueError(f"RNG state must be 1-D, got shape {state.shape}")
+    raw = state.tobytes()
+    if len(raw) != STATE_SIZE:   # a RuntimeError too, as PyTorch's "RNG state is wrong size"
+        raise AcceleratorValueError(f"RNG state must be {STATE_SIZE} bytes (8-byte seed + 8-byte offset), "
                          f"got {len(raw)}")
     return int.from_bytes(raw[:8], "little"), int.from_bytes(raw[8:], "little")
 
@@ -304,7 +318,8 @@ class Generator:
         the capture and takes only the generator's own seed, as in PyTorch (docs/random.md).
 
         Raises:
-            TypeError: not a uint8 array (or bytes).
+            TypeError: not a uint8 array (``bytes`` too, as PyTorch's takes only a
+                ByteTensor: pass ``numpy.frombuffer(b, numpy.uint8)``).
             ValueError: not exactly 16 bytes.
             RuntimeError: another seed, on a capturing stream.
         """
