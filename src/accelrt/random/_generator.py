@@ -409,7 +409,8 @@ class Generator:
 
     def clone_state(self) -> Generator:
         """A new generator of the same device holding a copy of this one's seed and offset
-        (``torch.Generator.clone_state``): drawing from either does not move the other.
+        (``torch.Generator.clone_state``), in a state object of its own (unlike
+        :meth:`graphsafe_get_state`): drawing from either does not move the other.
 
         Example::
 
@@ -426,6 +427,61 @@ class Generator:
         """
         _graphsafe.check_not_capturing(self, "clone_state")
         return type(self)._make(self._b, self._index, *self._st.get())
+
+    def graphsafe_get_state(self) -> Generator:
+        """A new generator of the same device that shares this one's state object
+        (``torch.Generator.graphsafe_get_state``): its seed and offset *are* this one's, so
+        drawing from either moves both, and a graph counts their draws together. Pass it to
+        :meth:`graphsafe_set_state` to switch a generator between states, for example to
+        capture several graphs, each with its own registered state (docs/random.md). Allowed
+        during a graph capture, as in PyTorch.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> g = acc.random.Generator("cpu:0").manual_seed(5)
+            >>> shared = g.graphsafe_get_state()
+            >>> _ = acc.rand(8, device="cpu:0", generator=g)
+            >>> shared.get_offset(), shared is g
+            (2, False)
+        """
+        return type(self)._sharing(self._b, self._index, self._st)
+
+    def graphsafe_set_state(self, state: Generator) -> Generator:
+        """Make this generator use ``state``'s state object (from :meth:`graphsafe_get_state`
+        or any generator of the same backend); return ``self``
+        (``torch.Generator.graphsafe_set_state``). Nothing is copied: the two generators then
+        share one seed and offset until either switches again. Allowed during a graph
+        capture, as in PyTorch: the capture's later draws from this generator count in the
+        graph for ``state``'s state object. As in PyTorch, ``state`` may belong to another
+        device index of the same backend (accelrt's states are host-side).
+
+        Raises:
+            TypeError: ``state`` is not an ``accelrt.random.Generator``.
+            RuntimeError: ``state`` belongs to another backend (also a ``TypeError``;
+                PyTorch's "Expected a CUDA Generator").
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> g = acc.random.Generator("cpu:0").manual_seed(1)
+            >>> other = acc.random.Generator("cpu:0").manual_seed(2)
+            >>> saved = g.graphsafe_get_state()
+            >>> g.graphsafe_set_state(other).initial_seed()
+            2
+            >>> g.graphsafe_set_state(saved).initial_seed()
+            1
+        """
+        if not isinstance(state, Generator):
+            raise TypeError(f"graphsafe_set_state() expected a Generator, but got "
+                            f"{type(state).__name__}; pass an accelrt.random.Generator, e.g. "
+                            "one from graphsafe_get_state()")
+        if state._b is not self._b:
+            raise AcceleratorTypeError(
+                f"graphsafe_set_state() expected a {self._b.name} Generator (Expected a "
+                f"{self._b.name} Generator), got one of {state._b.name}:{state._index}")
+        self._st = state._st
+        return self
 
     def __copy__(self) -> Generator:
         """``copy.copy``: :meth:`clone_state` (a new generator, as ``torch.Generator``)."""

@@ -8,7 +8,10 @@ generator's seed and current offset, then advances the generator past every bloc
 took. So each replay draws the numbers that running the captured work eagerly at that point
 would draw, and every replay draws new ones.
 
-PyTorch's rules (2.13 and later: a capture's state per generator, keyed by the capture):
+PyTorch's rules (2.13 and later: a capture's state per generator state, keyed by the
+capture). A graph counts and advances generator *state objects*, which
+``Generator.graphsafe_get_state`` shares and ``graphsafe_set_state`` swaps, as PyTorch keys
+``CUDAGraph``'s registrations by ``CUDAGeneratorState``:
 
 * ``capture_begin`` registers the default generator of the capture's device; a device graph's
   ``register_generator_state(generator)`` registers another one; ``reset()`` drops them.
