@@ -624,3 +624,30 @@ def test_cuda_kernel_source_float64_normals_within_ulps(host_kernels) -> None:
     _philox.fill(ref, "normal", 77, 5, (2.0, 3.0))
     got = _host_run(host_kernels, "normal", "float64", n, 77, 5, (2.0, 3.0))
     np.testing.assert_allclose(got, ref, rtol=4 * 2.0 ** -52, atol=4 * 2.0 ** -52)
+
+
+def test_set_state_refuses_what_torchs_bytetensor_only_set_state_refuses() -> None:
+    # torch 2.14.1 (observed): Generator.set_state and torch.set_rng_state raise
+    # TypeError("expected a torch.ByteTensor, but got bytes") (bytearray, list alike),
+    # TypeError("RNG state must be a torch.ByteTensor") for a float tensor, and RuntimeError
+    # for a wrong-size uint8 tensor (CUDA's "RNG state is wrong size"); torch.cuda.set_rng_state
+    # raises AttributeError("'bytes' object has no attribute 'clone'").
+    g = acc.random.Generator("cpu:0").manual_seed(3)
+    good = g.get_state()
+    for bad, name in ((bytes(good), "bytes"), (bytearray(good), "bytearray"),
+                      (list(good), "list")):
+        hint = "; for [a-z]+, pass numpy.frombuffer" if name != "list" else ""
+        msg = f"^RNG state must be a numpy uint8 array \\(from get_state\\(\\)\\), got {name}{hint}"
+        for f in (g.set_state, acc.random.set_rng_state, acc.cpu.set_rng_state,
+                  lambda s: acc.random.set_rng_state_all([s])):
+            with pytest.raises(TypeError, match=msg) as info:
+                f(bad)
+            assert f"expected a torch.ByteTensor, but got {name}" in str(info.value)
+    with pytest.raises(TypeError, match="dtype uint8"):
+        g.set_state(good.astype(np.float32))
+    with pytest.raises(ValueError, match="16 bytes") as short:
+        g.set_state(good[:3])
+    assert isinstance(short.value, RuntimeError)
+    # what accelrt documents stays accepted: a uint8 array, or an Array holding one
+    g.set_state(np.frombuffer(bytes(good), np.uint8)).set_state(acc.asarray(good, device="cpu:0"))
+    assert g.initial_seed() == 3
