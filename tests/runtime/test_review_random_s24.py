@@ -456,7 +456,7 @@ assert first.tobytes() == ref.numpy()[:8].tobytes(), "seed set before init was l
 g = acc.random.default_generator("cpu:0")
 held = threading.Event(); release = threading.Event()
 def hold():
-    with g._lock:                         # a thread holds the generator's lock at the fork
+    with g._st.lock:                      # a thread holds the generator's lock at the fork
         held.set(); release.wait(10)
 t = threading.Thread(target=hold); t.start(); held.wait(10)
 r, w = os.pipe()
