@@ -200,3 +200,45 @@ def test_device_rng_backend_captures_draw_from_the_state_in_use() -> None:
     graph.replay()
     acc.synchronize(dev)
     assert x.tolist() == _eager(9, 0, 4)
+
+
+def test_torchs_graphsafe_set_get_rng_state_test_on_the_cpu_backend() -> None:
+    """PyTorch's test_cuda.py ``test_graphsafe_set_get_rng_state``, ported: a graph with two
+    registered states of the default generator (one shared, one cloned), captured while the
+    generator switches between them, replays what the same steps draw eagerly from another
+    generator's two states, and leaves both pairs of states at the same offsets."""
+
+    def create_states(generator: Generator) -> tuple[Generator, Generator, Generator]:
+        generator.manual_seed(0)
+        return generator, generator.graphsafe_get_state(), generator.clone_state()
+
+    def steps(states: tuple[Generator, Generator, Generator]) -> list[acc.Array]:
+        generator, old_state, new_state = states
+        generator.graphsafe_set_state(new_state)
+        values = [acc.rand(5, device="cpu:0", generator=generator)]
+        generator.graphsafe_set_state(old_state)
+        values += [acc.rand(5, device="cpu:0", generator=generator) for _ in range(2)]
+        return values
+
+    def offsets(states: tuple[Generator, Generator, Generator]) -> tuple[int, int]:
+        return states[1].get_offset(), states[2].get_offset()
+
+    d = acc.random.default_generator("cpu:0")
+    saved = d.get_state()
+    try:
+        eager_states = create_states(Generator("cpu:0"))
+        graph_states = create_states(d)
+        g = acc.cpu.Graph()
+        g.register_generator_state(graph_states[1])
+        g.register_generator_state(graph_states[2])
+        with acc.cpu.graph(g):
+            graphed = steps(graph_states)
+        for _ in range(3):
+            values = steps(eager_states)
+            g.replay()
+            acc.cpu.synchronize()
+            assert offsets(eager_states) == offsets(graph_states)
+            assert [v.tolist() for v in values] == [v.tolist() for v in graphed]
+        assert offsets(graph_states) == (12, 6)          # 2 blocks per rand(5), 3 replays
+    finally:
+        d.graphsafe_set_state(Generator("cpu:0")).set_state(saved)
