@@ -247,7 +247,7 @@ class Graph:
         self._exec = False        # the executable graph exists (instantiate() ran)
         self._template = False    # the captured graph may be read (keep_graph, capture-end hooks)
         self._exec_ids: set[int] = set()
-        self._rng: dict[Any, Any] = {}   # generator -> random._graphsafe.GraphRng
+        self._rng: dict[Any, Any] = {}   # generator state -> random._graphsafe.GraphRng
         self._hooks: dict[str, collections.OrderedDict[int, Callable[[Any], None]]] = {
             k: collections.OrderedDict() for k in HOOK_KINDS[:-1]}
 

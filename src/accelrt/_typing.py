@@ -33,9 +33,9 @@ HostArray: TypeAlias = "np.ndarray[tuple[int, ...], np.dtype[np.generic[object]]
 #: An RNG state: a 1-D ``numpy.uint8`` array of 16 bytes.
 RngState: TypeAlias = "np.ndarray[tuple[int], np.dtype[np.uint8]]"
 
-#: What ``set_rng_state`` accepts: a state array, its bytes, or an array holding them.
-RngStateLike = Union["np.ndarray[tuple[int, ...], np.dtype[np.uint8]]", bytes, bytearray,
-                     "Array"]
+#: What ``set_rng_state`` accepts: a state array, or an ``Array`` holding it (not ``bytes``,
+#: as PyTorch's takes only a ByteTensor).
+RngStateLike = Union["np.ndarray[tuple[int, ...], np.dtype[np.uint8]]", "Array"]
 
 #: A private memory pool argument: ``Graph.pool()`` / ``graph_pool_handle()`` or a MemPool.
 PoolLike = Union[tuple[int, int], "MemPool", None]

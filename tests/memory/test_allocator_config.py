@@ -253,3 +253,39 @@ def test_per_process_memory_fraction_out_of_range_uses_pytorch_message(bad):
 def test_per_process_memory_fraction_accepts_the_closed_unit_interval(good):
     assert parse_config(f"per_process_memory_fraction:{good}").per_process_memory_fraction \
         == float(good)
+
+
+#: Observed on torch 2.14.1: torch._C._accelerator_setAllocatorSettings (and
+#: PYTORCH_ALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF, read at the first getAllocatorSettings) raise
+#: IndexError('stoull') for each of these and IndexError('stod') for the floats; the same
+#: keys at 18446744073709551615 (2**64 - 1) are taken.
+_BEYOND_STOULL = ["max_split_size_mb", "max_non_split_rounding_mb", "large_segment_size_mb",
+                  "pinned_reserve_segment_size_mb", "pinned_max_round_threshold_mb",
+                  "pinned_max_cached_size_mb", "roundup_power2_divisions"]
+
+
+def test_numbers_beyond_stoull_and_stod_are_refused(fresh_config):
+    _config.set_allocator_settings("max_split_size_mb:40")
+    bad = ([f"{key}:18446744073709551616" for key in _BEYOND_STOULL]
+           + ["max_split_size_mb:+18446744073709551616", "max_split_size_mb:99999999999999999999999",
+              "roundup_power2_divisions:[18446744073709551616:4]",
+              "roundup_power2_divisions:[64:18446744073709551616]",
+              "pinned_num_register_threads:18446744073709551616"])
+    for setting in bad:
+        with pytest.raises(ValueError, match=r"18446744073709551615 \(2\*\*64 - 1\) is read, as "
+                                             r"PyTorch's std::stoull reads it"):
+            _config.set_allocator_settings(setting)
+    for setting in ("per_process_memory_fraction:1e-400", "per_process_memory_fraction:1e-310",
+                    "per_process_memory_fraction:-1e-400", "garbage_collection_threshold:1e-310"):
+        with pytest.raises(ValueError, match="least normal double, as PyTorch's std::stod"):
+            _config.set_allocator_settings(setting)
+    assert _config.get_allocator_settings() == "max_split_size_mb:40"
+    fresh_config.setattr(_config, "_current", None)
+    fresh_config.setenv(_config.ENV_VAR, "max_split_size_mb:18446744073709551616")
+    with pytest.raises(ValueError, match=r"^ACCELRT_ALLOC_CONF='max_split_size_mb:1844674407370"
+                                         r"9551616': .*out of range"):
+        _config.get_config()
+    # the largest stoull reads is still taken (clamped), and so are 0 and normal doubles
+    cfg = parse_config("max_split_size_mb:18446744073709551615,per_process_memory_fraction:0e5,"
+                       "garbage_collection_threshold:2.3e-308")
+    assert cfg.max_split_size == SIZE_MAX - MiB + 1 and cfg.per_process_memory_fraction == 0.0

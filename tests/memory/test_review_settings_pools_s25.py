@@ -69,9 +69,10 @@ def divisions(settings: str) -> tuple[int, ...]:
     ("max_split_size_mb:20", "max_split_size", 20 * MiB),
     ("max_non_split_rounding_mb:20", "max_non_split_rounding_size", 20 * MiB),
     ("max_split_size_mb:17592186044415", "max_split_size", SIZE_MAX - MiB + 1),
-    ("max_split_size_mb:99999999999999999999999", "max_split_size", SIZE_MAX - MiB + 1),
+    # 2**64 - 1, the largest that torch 2.14.1's stoull reads (observed; one more: IndexError)
+    ("max_split_size_mb:18446744073709551615", "max_split_size", SIZE_MAX - MiB + 1),
     ("large_segment_size_mb:11", "large_segment_size", 11 * MiB),
-    ("large_segment_size_mb:99999999999999999999999", "large_segment_size", SIZE_MAX - MiB + 1),
+    ("large_segment_size_mb:18446744073709551615", "large_segment_size", SIZE_MAX - MiB + 1),
     ("garbage_collection_threshold:1e-9", "garbage_collection_threshold", 1e-9),
     ("garbage_collection_threshold:.5", "garbage_collection_threshold", 0.5),
     ("garbage_collection_threshold:0.999999", "garbage_collection_threshold", 0.999999),
@@ -202,10 +203,10 @@ def test_pytorch_allocator_settings_sequence(fresh_config: pytest.MonkeyPatch, d
 
 
 def test_large_segment_size_is_clamped_like_max_split_size() -> None:
-    cfg = parse_config("large_segment_size_mb:99999999999999999999999")
+    cfg = parse_config("large_segment_size_mb:18446744073709551615")
     assert cfg.large_segment_size == cfg.max_non_split_rounding_size <= SIZE_MAX
     with pytest.raises(ValueError, match="max_split_size_mb too small"):
-        parse_config("large_segment_size_mb:99999999999999999999999,max_split_size_mb:64")
+        parse_config("large_segment_size_mb:18446744073709551615,max_split_size_mb:64")
 
 
 # ====================================================================== settings: refused
@@ -372,7 +373,7 @@ def test_huge_max_split_size_is_reported_as_pytorch_int64(fresh_config: pytest.M
                                                           dev: str) -> None:
     """PyTorch clamps a huge ``max_split_size_mb`` to ``SIZE_MAX // MB`` MB and reports the
     size as an int64 (``static_cast<int64_t>``): -1 MiB; ``SIZE_MAX`` itself (no limit) is -1."""
-    memory.set_allocator_settings("max_split_size_mb:99999999999999999999")
+    memory.set_allocator_settings("max_split_size_mb:18446744073709551615")
     assert memory._snapshot(dev)["allocator_settings"]["max_split_size"] == -MiB
     d = f"{dev}:0"
     memory.caching_allocator_delete(memory.caching_allocator_alloc(512, d))

@@ -500,7 +500,7 @@ DEVICE_FUNCTIONS = [
     ("memory_stats_as_nested_dict", ()), ("memory_allocated", ()),
     ("max_memory_allocated", ()), ("memory_reserved", ()), ("max_memory_reserved", ()),
     ("reset_peak_memory_stats", ()), ("reset_accumulated_memory_stats", ()),
-    ("memory_summary", ()), ("get_rng_state", ()), ("set_rng_state", (bytes(16),)),
+    ("memory_summary", ()), ("get_rng_state", ()), ("set_rng_state", (np.zeros(16, np.uint8),)),
     ("set_per_process_memory_fraction", (0.5,)), ("get_per_process_memory_fraction", ()),
     ("caching_allocator_alloc", (512,)), ("can_device_access_peer", (0,)),
     ("record_memory_history", (None, "all", "all", 10)), ("device", ()), ("Stream", ()),

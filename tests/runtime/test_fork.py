@@ -357,7 +357,7 @@ def test_locks_held_by_another_thread_at_the_fork_are_free_in_the_child() -> Non
         b = get_backend("cpu")
         acc.rand((4,), device="cpu:0")
         locks = [_backend._lock, _device._acc_lock, _stream._pools_lock, _allocator._lock,
-                 _config._lock, _generator._lock, _generator._default_for(b, 0)._lock, b._lock,
+                 _config._lock, _generator._lock, _generator._default_for(b, 0)._st.lock, b._lock,
                  b._mem[0]._lock]
         held, release = threading.Event(), threading.Event()
 

@@ -340,7 +340,7 @@ def test_state_round_trip_and_offset_advance() -> None:
     whole = acc.rand(12, device="cpu:0", generator=g).numpy()
     assert a.tobytes() == whole[:3].tobytes()        # blocks never shared between requests
     assert b.tobytes() == whole[4:9].tobytes()
-    assert g.set_state(bytes(st)) is g and g.get_offset() == 0
+    assert g.set_state(np.frombuffer(bytes(st), np.uint8)) is g and g.get_offset() == 0
     assert g.initial_seed() == 31
 
 
@@ -374,7 +374,7 @@ def test_bad_seeds(seed, exc) -> None:
     (np.zeros(16, np.int64), TypeError, "uint8"),
     (np.zeros((2, 8), np.uint8), ValueError, "1-D"),
     ([0] * 16, TypeError, "numpy uint8"),
-    (b"x" * 17, ValueError, "16 bytes")])
+    (np.frombuffer(b"x" * 17, np.uint8), ValueError, "16 bytes")])
 def test_bad_states(state, exc, msg) -> None:
     with pytest.raises(exc, match=msg):
         acc.random.Generator("cpu:0").set_state(state)
@@ -624,3 +624,30 @@ def test_cuda_kernel_source_float64_normals_within_ulps(host_kernels) -> None:
     _philox.fill(ref, "normal", 77, 5, (2.0, 3.0))
     got = _host_run(host_kernels, "normal", "float64", n, 77, 5, (2.0, 3.0))
     np.testing.assert_allclose(got, ref, rtol=4 * 2.0 ** -52, atol=4 * 2.0 ** -52)
+
+
+def test_set_state_refuses_what_torchs_bytetensor_only_set_state_refuses() -> None:
+    # torch 2.14.1 (observed): Generator.set_state and torch.set_rng_state raise
+    # TypeError("expected a torch.ByteTensor, but got bytes") (bytearray, list alike),
+    # TypeError("RNG state must be a torch.ByteTensor") for a float tensor, and RuntimeError
+    # for a wrong-size uint8 tensor (CUDA's "RNG state is wrong size"); torch.cuda.set_rng_state
+    # raises AttributeError("'bytes' object has no attribute 'clone'").
+    g = acc.random.Generator("cpu:0").manual_seed(3)
+    good = g.get_state()
+    for bad, name in ((bytes(good), "bytes"), (bytearray(good), "bytearray"),
+                      (list(good), "list")):
+        hint = "; for [a-z]+, pass numpy.frombuffer" if name != "list" else ""
+        msg = f"^RNG state must be a numpy uint8 array \\(from get_state\\(\\)\\), got {name}{hint}"
+        for f in (g.set_state, acc.random.set_rng_state, acc.cpu.set_rng_state,
+                  lambda s: acc.random.set_rng_state_all([s])):
+            with pytest.raises(TypeError, match=msg) as info:
+                f(bad)
+            assert f"expected a torch.ByteTensor, but got {name}" in str(info.value)
+    with pytest.raises(TypeError, match="dtype uint8"):
+        g.set_state(good.astype(np.float32))
+    with pytest.raises(ValueError, match="16 bytes") as short:
+        g.set_state(good[:3])
+    assert isinstance(short.value, RuntimeError)
+    # what accelrt documents stays accepted: a uint8 array, or an Array holding one
+    g.set_state(np.frombuffer(bytes(good), np.uint8)).set_state(acc.asarray(good, device="cpu:0"))
+    assert g.initial_seed() == 3

@@ -48,6 +48,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import sys
 import threading
 from dataclasses import dataclass, field
 
@@ -182,6 +183,7 @@ class AllocatorConfig:
 #: What the tokenizer skips: C's ``isspace`` (PyTorch's ``ConfigTokenizer``), not Unicode's.
 _SPACES = frozenset(" \t\n\v\f\r")
 _INT = re.compile(r"[+-]?[0-9]+")
+_NONZERO = re.compile(r"[1-9]")
 #: The longest number taken (a size that large is clamped to ``SIZE_MAX`` anyway; a longer one
 #: would only make the error messages long, or pass Python's limit on int conversion).
 _MAX_DIGITS = 100
@@ -248,7 +250,12 @@ def _int(key: str, tok: str, accepted: str) -> int:
     if len(tok) > _MAX_DIGITS:
         raise ValueError(f"accelrt allocator config: {key} expects {accepted}, got a number of "
                          f"{len(tok)} digits")
-    return int(tok, 10)
+    value = int(tok, 10)
+    if value > SIZE_MAX:   # (a negative one: each key's own check refuses it)
+        raise ValueError(f"accelrt allocator config: {key} expects {accepted}, got {_clip(tok)}, "
+                         f"which is out of range: at most {SIZE_MAX} (2**64 - 1) is read, as "
+                         "PyTorch's std::stoull reads it (IndexError: stoull)")
+    return value
 
 
 def _bool(key: str, tok: str) -> bool:
@@ -264,9 +271,19 @@ def _float(key: str, tok: str, accepted: str) -> float:
     """``tok`` as a float, in ASCII without ``_`` (which Python's ``float`` would take)."""
     if tok.isascii() and "_" not in tok:
         try:
-            return float(tok)
+            value = float(tok)
         except ValueError:
             pass
+        else:
+            # C's strtod flags an underflow (a subnormal result, or 0 from nonzero digits),
+            # which PyTorch's std::stod refuses (an overflow, inf, fails the keys' ranges)
+            if (0.0 < abs(value) < sys.float_info.min
+                    or value == 0.0 and _NONZERO.search(tok.lower().partition("e")[0])):
+                raise ValueError(f"accelrt allocator config: {key} expects {accepted}, got "
+                                 f"{_clip(tok)}, which is out of range: smaller than the least "
+                                 "normal double, as PyTorch's std::stod refuses it "
+                                 "(IndexError: stod)")
+            return value
     raise ValueError(f"accelrt allocator config: {key} expects {accepted}, got {_clip(tok)!r}")
 
 

@@ -213,7 +213,7 @@ def set_rng_state(new_state: RngStateLike, device: DeviceLike = None) -> None:
     generator does not exist yet).
 
     Raises:
-        TypeError: the state is not a uint8 array (or bytes).
+        TypeError: the state is not a uint8 array (``bytes`` too, as ``torch.set_rng_state``).
         ValueError: the state is not 16 bytes.
 
     Example::

@@ -161,7 +161,7 @@ def fill(out: Array, b: Backend, index: int, stream: StreamHandle, n: int, dist:
     caps = b.capabilities(index)
     cell: np.ndarray | None = None
     if not _capturing or caps.device_rng:   # (device-made numbers: a capture keeps its own)
-        seed, offset = gen._reserve(nblocks)
+        seed, offset = gen._st.reserve(nblocks)
     else:   # a graph capture is in progress somewhere: the generator may count in a graph
         seed, offset, cell = _graphsafe.reserve(gen, b, index, stream, nblocks)
     mem = out._mem

@@ -114,26 +114,79 @@ def _pack_state(seed: int, offset: int) -> np.ndarray:
 
 
 def _unpack_state(state: Any) -> tuple[int, int]:
-    """``(seed, offset)`` from a 16-byte uint8 state; clear errors for anything else."""
-    if isinstance(state, (bytes, bytearray)):
-        raw = bytes(state)
-    else:
-        host = getattr(state, "numpy", None)
-        if callable(host) and not isinstance(state, np.ndarray):
-            state = host()  # an accelrt.Array (or a tensor-like) holding the bytes
-        if not isinstance(state, np.ndarray):
-            raise TypeError(f"RNG state must be a numpy uint8 array (from get_state()), got "
-                            f"{type(state).__name__}")
-        if state.dtype != np.uint8:
-            raise TypeError(f"RNG state must have dtype uint8, got {state.dtype}; pass the "
-                            "array returned by get_state()/get_rng_state()")
-        if state.ndim != 1:
-            raise ValueError(f"RNG state must be 1-D, got shape {state.shape}")
-        raw = state.tobytes()
-    if len(raw) != STATE_SIZE:
-        raise ValueError(f"RNG state must be {STATE_SIZE} bytes (8-byte seed + 8-byte offset), "
+    """``(seed, offset)`` from a 16-byte uint8 state array (a numpy array, an
+    ``accelrt.Array`` or a tensor-like with ``numpy()``); clear errors for anything else.
+    As PyTorch's ``set_state``, which takes only a ByteTensor ("expected a torch.ByteTensor,
+    but got bytes"), ``bytes``, ``bytearray`` and lists are refused.
+
+    Example::
+
+        >>> import numpy as np
+        >>> from accelrt.random._generator import _pack_state, _unpack_state
+        >>> _unpack_state(_pack_state(3, 4))
+        (3, 4)
+        >>> _unpack_state(np.frombuffer(bytes(_pack_state(5, 6)), np.uint8))
+        (5, 6)
+    """
+    host = getattr(state, "numpy", None)
+    if callable(host) and not isinstance(state, np.ndarray):
+        state = host()  # an accelrt.Array (or a tensor-like) holding the bytes
+    if not isinstance(state, np.ndarray):
+        name = type(state).__name__
+        hint = (f"; for {name}, pass numpy.frombuffer(state, numpy.uint8)"
+                if isinstance(state, (bytes, bytearray, memoryview)) else "")
+        raise TypeError(f"RNG state must be a numpy uint8 array (from get_state()), got {name}"
+                        f"{hint}; PyTorch's set_state takes only a ByteTensor (\"expected a "
+                        f"torch.ByteTensor, but got {name}\")")
+    if state.dtype != np.uint8:
+        raise TypeError(f"RNG state must have dtype uint8, got {state.dtype}; pass the "
+                        "array returned by get_state()/get_rng_state()")
+    if state.ndim != 1:
+        raise ValueError(f"RNG state must be 1-D, got shape {state.shape}")
+    raw = state.tobytes()
+    if len(raw) != STATE_SIZE:   # a RuntimeError too, as PyTorch's "RNG state is wrong size"
+        raise AcceleratorValueError(f"RNG state must be {STATE_SIZE} bytes (8-byte seed + 8-byte offset), "
                          f"got {len(raw)}")
     return int.from_bytes(raw[:8], "little"), int.from_bytes(raw[8:], "little")
+
+
+class _State:
+    """A generator's seed and offset: the state object that :meth:`Generator.graphsafe_get_state`
+    shares and :meth:`Generator.graphsafe_set_state` swaps in (PyTorch's
+    ``CUDAGeneratorState``). A graph counts a capture's draws per state object
+    (:mod:`accelrt.random._graphsafe`).
+
+    Example::
+
+        >>> from accelrt.random._generator import _State
+        >>> st = _State(7, 2)
+        >>> st.reserve(3), st.get()
+        ((7, 2), (7, 5))
+    """
+
+    __slots__ = ("lock", "offset", "seed")
+
+    def __init__(self, seed: int, offset: int) -> None:
+        self.lock = reinit_after_fork(threading.Lock())
+        self.seed = seed      # guarded by lock
+        self.offset = offset  # guarded by lock
+
+    def get(self) -> tuple[int, int]:
+        """``(seed, offset)``, read together."""
+        with self.lock:
+            return self.seed, self.offset
+
+    def set(self, seed: int, offset: int) -> None:
+        """Set the seed and the offset together."""
+        with self.lock:
+            self.seed, self.offset = seed, offset
+
+    def reserve(self, nblocks: int) -> tuple[int, int]:
+        """Reserve ``nblocks`` counter blocks: return ``(seed, first block)``."""
+        with self.lock:
+            seed, offset = self.seed, self.offset
+            self.offset = (offset + nblocks) & _M64
+        return seed, offset
 
 
 class Generator:
@@ -165,7 +218,7 @@ class Generator:
         True
     """
 
-    __slots__ = ("__weakref__", "_b", "_index", "_lock", "_offset", "_seed")
+    __slots__ = ("__weakref__", "_b", "_index", "_st")
 
     def __init__(self, device: DeviceLike = None) -> None:
         # torch 2.14.1's parser (``Device? device``), as _get_device reads it: a numpy integer
@@ -177,14 +230,19 @@ class Generator:
     def _init(self, b: Backend, index: int, seed: int, offset: int) -> None:
         self._b = b
         self._index = index
-        self._lock = reinit_after_fork(threading.Lock())
-        self._seed = seed      # guarded by _lock
-        self._offset = offset  # guarded by _lock
+        self._st = _State(seed, offset)
 
     @classmethod
     def _make(cls, b: Backend, index: int, seed: int, offset: int) -> Generator:
         self = object.__new__(cls)
         self._init(b, index, seed, offset)
+        return self
+
+    @classmethod
+    def _sharing(cls, b: Backend, index: int, st: _State) -> Generator:
+        """A generator of ``b:index`` that uses the state object ``st``."""
+        self = object.__new__(cls)
+        self._b, self._index, self._st = b, index, st
         return self
 
     @property
@@ -215,16 +273,15 @@ class Generator:
         if _capturing and _graphsafe.capturing(self):
             self._check_capture_seed(value, "manual_seed")
             return
-        with self._lock:
-            self._seed, self._offset = value, 0
+        self._st.set(value, 0)
 
     def _check_capture_seed(self, value: int, call: str) -> None:
         """On a capturing stream, a seed is taken only if it is this generator's (PyTorch's
         ``set_current_seed`` in a capture)."""
-        if value != self._seed:
+        if value != self._st.seed:
             raise RuntimeError(
                 f"Generator.{call} with seed {value} during graph capture: a capture only "
-                f"takes the generator's own seed ({self._seed}); seed it before the capture "
+                f"takes the generator's own seed ({self._st.seed}); seed it before the capture "
                 "begins")
 
     def seed(self) -> int:
@@ -236,13 +293,12 @@ class Generator:
         """
         _graphsafe.check_not_capturing(self, "seed")
         value = secrets.randbits(64)
-        with self._lock:
-            self._seed, self._offset = value, 0
+        self._st.set(value, 0)
         return value
 
     def initial_seed(self) -> int:
         """The seed last set (``67280421310721`` if never set)."""
-        return self._seed
+        return self._st.seed
 
     def get_state(self) -> np.ndarray:
         """The 16-byte state (seed, offset: little-endian uint64 each) as a uint8 array. On a
@@ -253,8 +309,8 @@ class Generator:
     def _state(self) -> tuple[int, int]:
         """``(seed, offset)`` as :meth:`get_state` gives them (also ``get_rng_state``)."""
         inner = _graphsafe.intragraph_offset(self) if _capturing else None
-        with self._lock:
-            return self._seed, self._offset if inner is None else inner
+        seed, offset = self._st.get()
+        return seed, offset if inner is None else inner
 
     def set_state(self, new_state: Any) -> Generator:
         """Restore a state from :meth:`get_state`; return ``self``. On a capturing stream
@@ -262,7 +318,8 @@ class Generator:
         the capture and takes only the generator's own seed, as in PyTorch (docs/random.md).
 
         Raises:
-            TypeError: not a uint8 array (or bytes).
+            TypeError: not a uint8 array (``bytes`` too, as PyTorch's takes only a
+                ByteTensor: pass ``numpy.frombuffer(b, numpy.uint8)``).
             ValueError: not exactly 16 bytes.
             RuntimeError: another seed, on a capturing stream.
         """
@@ -275,8 +332,7 @@ class Generator:
             self._check_capture_seed(seed, "set_state")
             if _graphsafe.intragraph_offset(self, offset) is not None:
                 return
-        with self._lock:
-            self._seed, self._offset = seed, offset
+        self._st.set(seed, offset)
 
     def get_offset(self) -> int:
         """The next unused Philox counter block.
@@ -287,7 +343,7 @@ class Generator:
         """
         if _capturing:
             _graphsafe.check_not_capturing(self, "get_offset")
-        return self._offset
+        return self._st.offset
 
     def philox_state(self, increment: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Reserve ``increment`` 32-bit Philox outputs for a kernel of your own, as
@@ -346,13 +402,15 @@ class Generator:
         """
         value = _check_seed(offset, "offset", "manual_offset")
         _graphsafe.check_not_capturing(self, "set_offset")
-        with self._lock:
-            self._offset = value
+        st = self._st
+        with st.lock:
+            st.offset = value
         return self
 
     def clone_state(self) -> Generator:
         """A new generator of the same device holding a copy of this one's seed and offset
-        (``torch.Generator.clone_state``): drawing from either does not move the other.
+        (``torch.Generator.clone_state``), in a state object of its own (unlike
+        :meth:`graphsafe_get_state`): drawing from either does not move the other.
 
         Example::
 
@@ -368,9 +426,62 @@ class Generator:
                 device), as in PyTorch.
         """
         _graphsafe.check_not_capturing(self, "clone_state")
-        with self._lock:
-            seed, offset = self._seed, self._offset
-        return type(self)._make(self._b, self._index, seed, offset)
+        return type(self)._make(self._b, self._index, *self._st.get())
+
+    def graphsafe_get_state(self) -> Generator:
+        """A new generator of the same device that shares this one's state object
+        (``torch.Generator.graphsafe_get_state``): its seed and offset *are* this one's, so
+        drawing from either moves both, and a graph counts their draws together. Pass it to
+        :meth:`graphsafe_set_state` to switch a generator between states, for example to
+        capture several graphs, each with its own registered state (docs/random.md). Allowed
+        during a graph capture, as in PyTorch.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> g = acc.random.Generator("cpu:0").manual_seed(5)
+            >>> shared = g.graphsafe_get_state()
+            >>> _ = acc.rand(8, device="cpu:0", generator=g)
+            >>> shared.get_offset(), shared is g
+            (2, False)
+        """
+        return type(self)._sharing(self._b, self._index, self._st)
+
+    def graphsafe_set_state(self, state: Generator) -> Generator:
+        """Make this generator use ``state``'s state object (from :meth:`graphsafe_get_state`
+        or any generator of the same backend); return ``self``
+        (``torch.Generator.graphsafe_set_state``). Nothing is copied: the two generators then
+        share one seed and offset until either switches again. Allowed during a graph
+        capture, as in PyTorch: the capture's later draws from this generator count in the
+        graph for ``state``'s state object. As in PyTorch, ``state`` may belong to another
+        device index of the same backend (accelrt's states are host-side).
+
+        Raises:
+            TypeError: ``state`` is not an ``accelrt.random.Generator``.
+            RuntimeError: ``state`` belongs to another backend (also a ``TypeError``;
+                PyTorch's "Expected a CUDA Generator").
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> g = acc.random.Generator("cpu:0").manual_seed(1)
+            >>> other = acc.random.Generator("cpu:0").manual_seed(2)
+            >>> saved = g.graphsafe_get_state()
+            >>> g.graphsafe_set_state(other).initial_seed()
+            2
+            >>> g.graphsafe_set_state(saved).initial_seed()
+            1
+        """
+        if not isinstance(state, Generator):
+            raise TypeError(f"graphsafe_set_state() expected a Generator, but got "
+                            f"{type(state).__name__}; pass an accelrt.random.Generator, e.g. "
+                            "one from graphsafe_get_state()")
+        if state._b is not self._b:
+            raise AcceleratorTypeError(
+                f"graphsafe_set_state() expected a {self._b.name} Generator (Expected a "
+                f"{self._b.name} Generator), got one of {state._b.name}:{state._index}")
+        self._st = state._st
+        return self
 
     def __copy__(self) -> Generator:
         """``copy.copy``: :meth:`clone_state` (a new generator, as ``torch.Generator``)."""
@@ -397,9 +508,7 @@ class Generator:
         """
         if _capturing:
             _graphsafe.check_not_capturing(self, "get_offset")
-        with self._lock:
-            seed, offset = self._seed, self._offset
-        return type(self), (f"{self._b.name}:{self._index}",), (seed, offset)
+        return type(self), (f"{self._b.name}:{self._index}",), self._st.get()
 
     def __setstate__(self, state: Any) -> None:
         """Restore ``(seed, offset)`` from :meth:`__reduce__`.
@@ -410,16 +519,7 @@ class Generator:
         """
         if not isinstance(state, tuple) or len(state) != 2:
             raise TypeError(f"Generator state must be a (seed, offset) pair, got {shown(state)}")
-        seed, offset = check_u64(state[0], "seed"), check_u64(state[1], "offset")
-        with self._lock:
-            self._seed, self._offset = seed, offset
-
-    def _reserve(self, nblocks: int) -> tuple[int, int]:
-        """Reserve ``nblocks`` counter blocks: return ``(seed, first block)``."""
-        with self._lock:
-            seed, offset = self._seed, self._offset
-            self._offset = (offset + nblocks) & _M64
-        return seed, offset
+        self._st.set(check_u64(state[0], "seed"), check_u64(state[1], "offset"))
 
     def __repr__(self) -> str:
         return f"accelrt.random.Generator(device='{self._b.name}:{self._index}')"

@@ -8,7 +8,10 @@ generator's seed and current offset, then advances the generator past every bloc
 took. So each replay draws the numbers that running the captured work eagerly at that point
 would draw, and every replay draws new ones.
 
-PyTorch's rules (2.13 and later: a capture's state per generator, keyed by the capture):
+PyTorch's rules (2.13 and later: a capture's state per generator state, keyed by the
+capture). A graph counts and advances generator *state objects*, which
+``Generator.graphsafe_get_state`` shares and ``graphsafe_set_state`` swaps, as PyTorch keys
+``CUDAGraph``'s registrations by ``CUDAGeneratorState``:
 
 * ``capture_begin`` registers the default generator of the capture's device; a device graph's
   ``register_generator_state(generator)`` registers another one; ``reset()`` drops them.
@@ -59,7 +62,7 @@ if TYPE_CHECKING:
 
     from .._backend import Backend
     from .._graph import Graph
-    from ._generator import Generator
+    from ._generator import Generator, _State
 
 __all__ = ["GraphRng", "capture_begin", "capture_end", "capturing", "check_not_capturing",
            "intragraph_offset", "philox_state", "register", "replay_prologue", "reserve"]
@@ -70,10 +73,11 @@ _lock = reinit_after_fork(threading.Lock())
 
 
 class GraphRng:
-    """One generator registered with one graph.
+    """One generator state registered with one graph (PyTorch keys a graph's registrations
+    by ``CUDAGeneratorState``, the object :meth:`Generator.graphsafe_get_state` shares).
 
     Attributes:
-        generator: the generator.
+        state: the generator state (``accelrt.random._generator._State``).
         increment: the counter blocks the last capture took (PyTorch's whole-graph increment).
         intragraph: the blocks taken so far by the capture in progress.
         cell: ``[seed, first block]`` (uint64) of the replay whose work runs: set in stream
@@ -81,26 +85,29 @@ class GraphRng:
             kernels that :func:`philox_state` gave views of it).
     """
 
-    __slots__ = ("cell", "generator", "increment", "intragraph")
+    __slots__ = ("cell", "increment", "intragraph", "state")
 
-    def __init__(self, generator: Generator) -> None:
-        self.generator = generator
+    def __init__(self, state: _State) -> None:
+        self.state = state
         self.increment = 0
         self.intragraph = 0
         self.cell = np.zeros(2, np.uint64)
 
 
 def register(graph: Graph, generator: Generator) -> None:
-    """Register ``generator`` with ``graph`` (once; a capture in progress takes it at once)."""
+    """Register the state ``generator`` uses now with ``graph`` (once; a capture in progress
+    takes it at once)."""
     with _lock:
         _registration(graph, generator)
 
 
 def _registration(graph: Graph, generator: Generator) -> GraphRng:
-    """``generator``'s registration with ``graph``, made on first use (hold ``_lock``)."""
-    reg = graph._rng.get(generator)
+    """The registration with ``graph`` of the state ``generator`` uses now, made on first
+    use (hold ``_lock``)."""
+    st = generator._st
+    reg = graph._rng.get(st)
     if reg is None:
-        reg = graph._rng[generator] = GraphRng(generator)
+        reg = graph._rng[st] = GraphRng(st)
     return reg
 
 
@@ -128,7 +135,7 @@ def replay_prologue(graph: Graph, b: Backend, index: int, stream: StreamHandle) 
     past the capture's blocks (PyTorch's ``replay_prologue``)."""
     for reg in list(graph._rng.values()):
         if reg.increment:
-            seed, offset = reg.generator._reserve(reg.increment)
+            seed, offset = reg.state.reserve(reg.increment)
             b.launch_host_func(index, functools.partial(_set_cell, reg.cell, seed, offset),
                                stream)
 
@@ -161,7 +168,7 @@ def reserve(gen: Generator, b: Backend, index: int, stream: StreamHandle,
     """
     graph = _capturing_graph(b, index, stream)
     if graph is None:
-        seed, offset = gen._reserve(nblocks)
+        seed, offset = gen._st.reserve(nblocks)
         return seed, offset, None
     with _lock:
         reg = _registration(graph, gen)
@@ -245,7 +252,7 @@ def philox_state(gen: Generator, increment: object) -> tuple[np.ndarray, np.ndar
         # the current stream of the current device, as the other generator calls ask
         seed, first, cell = reserve(gen, b, *_current(b), nblocks)
     else:
-        seed, first = gen._reserve(nblocks)
+        seed, first = gen._st.reserve(nblocks)
     if cell is not None:   # views of the graph's cell: each replay sets them before it runs
         words = cell.view(np.int64)
         return words[0:1], words[1:2], np.array([first], np.int64)
