@@ -289,7 +289,7 @@ def test_memory_stats_snapshot_fraction_and_empty_cache() -> None:
     o.synchronize()
     gc.collect()
     base = o.memory_allocated()
-    free_before = o.mem_get_info()[0]
+    free_before, reserved_before = o.mem_get_info()[0], o.memory_reserved()
     x = acc.zeros((1000,), dtype="float32", device=D)
     assert o.memory_allocated() == base + 4096          # 4000 bytes, rounded up to 512s
     stats = o.memory_stats()
@@ -303,9 +303,12 @@ def test_memory_stats_snapshot_fraction_and_empty_cache() -> None:
     o.empty_cache()
     assert o.memory_allocated() == base
     if base == 0:
-        # everything the allocator took went back (measured against this test's start: an
-        # earlier test's raw 16 KiB was seen still live here, under load, in 3 of ~10 runs)
-        assert o.memory_reserved() == 0 and o.mem_get_info()[0] >= free_before
+        # everything the allocator held went back, and nothing else changed (measured from
+        # this test's start: raw allocations of earlier tests, made through the backend and
+        # not the allocator, are not this test's business; test_all_backend_errors_mapped
+        # once left 16 KiB, see its test_fuzzed_frees_of_the_fixture_allocation_leak_nothing)
+        assert o.memory_reserved() == 0
+        assert o.mem_get_info()[0] == free_before + reserved_before
     for bad in (1.5, -0.1):
         with pytest.raises(ValueError, match="fraction"):
             o.set_per_process_memory_fraction(bad)

@@ -16,6 +16,11 @@ What counts, per backend instance and per caching allocator:
   the caching allocator's and the pinned host pool's events for stream-ordered frees) must not
   have grown.
 
+Not counted: device memory allocated outside the caching allocators (a backend's raw
+``malloc``, the uncached requests of ``caching_allocator_enable(False)``, which PyTorch keeps
+out of the statistics too) and host memory; where a backend's ``get_memory_info`` is its own
+bookkeeping (cpu, OpenCL), compare its free memory before and after for those.
+
 The check is cheap when nothing leaked (a few counters are read); only when a count grew does
 it collect garbage (objects in reference cycles, frees queued by finalizers) and look again,
 so a test that drops its last reference in a cycle is not blamed.
