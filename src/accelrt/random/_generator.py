@@ -117,7 +117,10 @@ def _unpack_state(state: Any) -> tuple[int, int]:
     """``(seed, offset)`` from a 16-byte uint8 state array (a numpy array, an
     ``accelrt.Array`` or a tensor-like with ``numpy()``); clear errors for anything else.
     As PyTorch's ``set_state``, which takes only a ByteTensor ("expected a torch.ByteTensor,
-    but got bytes"), ``bytes``, ``bytearray`` and lists are refused.
+    but got bytes"), ``bytes``, ``bytearray`` and lists are refused. As PyTorch's CUDA
+    generators, the state may have any shape (its bytes in the array's logical order: unlike
+    PyTorch, which refuses a non-contiguous state, any strides), and an 8-byte state is a seed
+    alone, with offset 0.
 
     Example::
 
@@ -127,6 +130,8 @@ def _unpack_state(state: Any) -> tuple[int, int]:
         (3, 4)
         >>> _unpack_state(np.frombuffer(bytes(_pack_state(5, 6)), np.uint8))
         (5, 6)
+        >>> _unpack_state(_pack_state(7, 8).reshape(2, 8)), _unpack_state(_pack_state(9, 1)[:8])
+        ((7, 8), (9, 0))
     """
     host = getattr(state, "numpy", None)
     if callable(host) and not isinstance(state, np.ndarray):
@@ -141,12 +146,13 @@ def _unpack_state(state: Any) -> tuple[int, int]:
     if state.dtype != np.uint8:
         raise TypeError(f"RNG state must have dtype uint8, got {state.dtype}; pass the "
                         "array returned by get_state()/get_rng_state()")
-    if state.ndim != 1:
-        raise ValueError(f"RNG state must be 1-D, got shape {state.shape}")
-    raw = state.tobytes()
+    raw = state.tobytes()   # in the array's logical order, whatever its strides
+    if len(raw) == STATE_SIZE // 2:   # a seed alone (PyTorch's CUDA generators: offset 0)
+        return int.from_bytes(raw, "little"), 0
     if len(raw) != STATE_SIZE:   # a RuntimeError too, as PyTorch's "RNG state is wrong size"
-        raise AcceleratorValueError(f"RNG state must be {STATE_SIZE} bytes (8-byte seed + 8-byte offset), "
-                         f"got {len(raw)}")
+        raise AcceleratorValueError(
+            f"RNG state must be {STATE_SIZE} bytes (8-byte seed + 8-byte offset) or 8 (a seed "
+            f"alone), got {len(raw)}")
     return int.from_bytes(raw[:8], "little"), int.from_bytes(raw[8:], "little")
 
 
