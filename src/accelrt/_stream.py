@@ -37,7 +37,7 @@ from ._fork import reinit_after_fork
 from ._handles import StreamHandle
 from . import _stream_core
 from ._device_core import _key_of
-from ._stream_core import _initialized, _StreamCore
+from ._stream_core import _from_pool, _initialized, _StreamCore
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -273,6 +273,8 @@ class Stream(_StreamCore):
         if stream_id is not None or device_index is not None or device_type is not None:
             self._init_foreign(device, priority, stream_id, device_index, device_type)
             return
+        if self._backend_name is None and _from_pool(self, device, priority, _pools):
+            return   # the common case (compiled): a free handle of a known device's pool
         if device is None and self._backend_name is None:
             b = _dev._current_backend
             if b is None:

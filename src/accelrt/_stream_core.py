@@ -222,6 +222,44 @@ class _StreamCore:
                 "create a new stream instead of using a closed one")
 
 
+def _from_pool(s: _StreamCore, device: object, priority: object,
+               pools: dict[Any, dict[int, Any]]) -> bool:
+    """:class:`accelrt.Stream`'s common case: ``Stream()`` or ``Stream(device)`` of priority 0,
+    ``device`` None (the current device of the current accelerator) or a device string or
+    :class:`accelrt.device` already resolved once (``_device._resolved``), whose device pool
+    in ``pools`` (``_stream._pools``) holds a free handle: sets the fields of ``s`` to that
+    handle's stream and returns True. Else False, having done nothing: the constructor's
+    general path checks the arguments and makes what is missing. (Typed ``object``: a
+    compiled function would refuse another type with mypyc's message.)"""
+    if type(priority) is not int or priority != 0:
+        return False
+    if device is None:
+        cur: Backend | None = _dev_globals["_current_backend"]
+        if cur is None:
+            return False
+        b = cur
+        index = _tls.device.get(b.name, 0)
+    else:
+        kind = type(device)
+        if kind is not str and kind is not _device_type:
+            return False
+        hit = _resolved.get(device)
+        if hit is None:
+            return False
+        b, index = hit
+    per = pools.get(b)
+    pool = per.get(index) if per is not None else None
+    if pool is None:
+        return False
+    free: list[StreamHandle] = pool.free0
+    try:
+        handle = free.pop()
+    except IndexError:   # (also when another thread took the last one first)
+        return False
+    s._set(b, pool.key, handle, 0, free)
+    return True
+
+
 def _closed_after_publish(s: _StreamCore) -> bool:
     """Whether ``s`` (or the stream a device module's view ``s`` views) is closed, once no
     ``close()`` is in progress: read by a thread that has just made ``s`` current (``with``,

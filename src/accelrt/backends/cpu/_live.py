@@ -1,5 +1,6 @@
 """The cpu backend's events and the fast paths of its hot raw operations (``event_record``,
-``event_query``, ``stream_query``), compiled in the compiled build.
+``event_query``, ``event_synchronize``, ``stream_query``, ``stream_synchronize``,
+``stream_wait_event``), compiled in the compiled build.
 
 :class:`~accelrt.backends.cpu.CpuBackend` subclasses the pure :class:`~accelrt.backends.Backend`
 that third-party backends subclass, so its methods stay Python (a native class cannot subclass
@@ -14,7 +15,8 @@ accelrt's own error, never mypyc's.
 Example::
 
     >>> from accelrt.backends.cpu import CpuBackend
-    >>> from accelrt.backends.cpu._live import live_event, live_stream, record_idle
+    >>> from accelrt.backends.cpu._live import (event_idle, live_event, live_stream,
+    ...                                         record_idle, wait_idle)
     >>> b = CpuBackend()
     >>> e = b.event_create(0, False, False, False)
     >>> live_event(b._events, 0, e) is b._events[e], live_event(b._events, 0, True)
@@ -23,6 +25,8 @@ Example::
     (True, False, False)
     >>> record_idle(b._events, b._valid, 0, e, 0), b._events[e].ts   # recorded: ts 0
     (True, 0)
+    >>> event_idle(b._events, 0, e), wait_idle(b._events, b._valid, 0, 0, e)
+    (True, True)
     >>> b.event_destroy(0, e)
 """
 
@@ -37,7 +41,7 @@ if TYPE_CHECKING:   # (mypyc keeps an instance of a Python class as an object: n
     from ._ipc import IpcEventState
     from ._streams import Capture, Record
 
-__all__ = ["CpuEvent", "live_event", "live_stream", "record_idle"]
+__all__ = ["CpuEvent", "event_idle", "live_event", "live_stream", "record_idle", "wait_idle"]
 
 _now: Final = time.perf_counter_ns
 
@@ -127,4 +131,27 @@ def record_idle(events: dict[Any, CpuEvent], valid: list[set[Any]], index: objec
         if ev is not None and ev.ipc is None:
             ev.ts = _now() if ev.timing else 0
             return True
+    return False
+
+
+def event_idle(events: dict[Any, CpuEvent], index: object, event: object) -> bool:
+    """``event_synchronize``'s common case: True if ``event`` is a live event of device
+    ``index`` (both exact ``int``), not interprocess, with no pending record and not recorded
+    in an open capture, so there is nothing to wait for (a record of the synchronous mode is
+    complete at once: its ``record`` stays None); False where the backend's general path
+    decides (and its checks raise)."""
+    ev = live_event(events, index, event)
+    return ev is not None and ev.ipc is None and ev.record is None and ev.capture is None
+
+
+def wait_idle(events: dict[Any, CpuEvent], valid: list[set[Any]], index: object,
+              stream: object, event: object) -> bool:
+    """``stream_wait_event`` while no stream holds queued work and no capture is open (the
+    caller read the backend's ``streams_idle``): True if ``stream`` is a live stream of device
+    ``index`` and ``event`` a live event (of any device), not interprocess, both exact
+    ``int``: the work before the event's record is done, so the wait is a no-op; False where
+    the backend's general path decides (and its checks raise)."""
+    if live_stream(valid, index, stream) and type(event) is int:
+        ev = events.get(event)
+        return ev is not None and ev.ipc is None
     return False
