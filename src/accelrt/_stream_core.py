@@ -21,6 +21,7 @@ from __future__ import annotations
 import gc
 import os
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
 from . import _checked
@@ -34,8 +35,6 @@ from ._fork import reinit_after_fork
 from ._handles import EventHandle, StreamHandle, mypyc_attr
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from ._backend import Backend
 
 __all__: list[str] = []
@@ -71,6 +70,8 @@ if hasattr(os, "register_at_fork"):
 #: ``_device._ThreadState.hot``: the thread's current device per backend name, its current
 #: streams per device and the devices it initialised, read in one thread-local lookup
 _Hot = tuple[dict[str, int], dict[Any, Any], set[Any]]
+#: ``_handle`` of an event not created on the backend yet (handle 0 is never an event)
+_NO_EVENT: Final = EventHandle(0)
 #: What a caller that needs no thread state passes as one (never read)
 _NO_HOT: Final[_Hot] = ({}, {}, set())
 
@@ -126,6 +127,15 @@ class _StreamCore:
         v._origin = s if s._free is not None else None
         return v
 
+    def __del__(self) -> None:
+        # Give an owned handle back to its pool, or destroy it when the pool is full.
+        try:
+            free = self._free
+            if free is not None:
+                _give_back(self._b, self._index, self._handle, free)
+        except Exception:  # noqa: BLE001, S110 - never raise from a finaliser (at shutdown);
+            pass           # AttributeError: __init__ failed before the fields were set
+
     def query(self) -> bool:
         """True if all work submitted to the stream has completed.
 
@@ -167,6 +177,29 @@ class _StreamCore:
             _StreamCore.__exit__(self)   # (exactly what this entry did)
             self._check_open()
         return self
+
+    def _wait_stream(self, stream: object) -> None:
+        """:meth:`accelrt.Stream.wait_stream`, with its checks of ``stream`` (typed
+        ``object``: a compiled method would refuse another type with mypyc's message)."""
+        if not isinstance(stream, _StreamCore):   # (every such object is an accelrt.Stream)
+            raise TypeError(f"wait_stream() takes an accelrt.Stream, got {type(stream).__name__}")
+        if self._closed:   # (the test first: a core's method is called through Python)
+            self._check_open()
+        if stream._closed:
+            stream._check_open()
+        b = self._b
+        if stream._b is not b:   # a RuntimeError too, as in PyTorch
+            raise AcceleratorValueError(
+                f"Event device type {stream._b.name} does not match blocking stream's device "
+                f"type {b.name}. (accelrt cannot make a {b.name} stream wait for a "
+                f"{stream._b.name} stream: synchronize the other stream instead.)")
+        if stream is self:
+            return
+        # what record_event() + wait_event() do on the backend (create, record, wait,
+        # destroy), without the Event object between them
+        _lazy_init(b, stream._index)
+        _lazy_init(b, self._index)
+        _wait_raw(b, self._index, self._handle, stream._index, stream._handle)
 
     def _make_current(self) -> None:
         """:func:`accelrt.set_stream` once its argument is known to be a stream: make it the
@@ -260,6 +293,29 @@ def _from_pool(s: _StreamCore, device: object, priority: object,
     return True
 
 
+#: Free backend stream handles kept per (backend, device, priority) beyond which a collected
+#: stream is destroyed instead of pooled (not ``Final``: a test lowers it).
+_POOL_MAX = 64
+
+#: Called as ``fn(b, index, handle)`` once a stream handle accelrt owned was given back (to its
+#: pool or destroyed: :func:`_give_back`), so that a module caching streams it checked (the
+#: PyTorch shim) forgets it; appended by ``_stream._on_give_back``, read without a lock.
+_given_back: Final[list[Callable[[Backend, int, StreamHandle], None]]] = []
+
+
+def _give_back(b: Backend, index: int, handle: StreamHandle, free: list[StreamHandle]) -> None:
+    """Give the handle of a closed or collected stream made by :class:`accelrt.Stream` back
+    to its pool list ``free``, or destroy it when the pool is full; then tell the
+    :data:`_given_back` listeners (after: a check made in between sees it given back)."""
+    if len(free) < _POOL_MAX:
+        free.append(handle)
+    else:
+        from ._stream import _pool   # (a full pool; _stream imports this module)
+        _pool(b, index).destroy(handle)
+    for fn in _given_back:
+        fn(b, index, handle)
+
+
 def _closed_after_publish(s: _StreamCore) -> bool:
     """Whether ``s`` (or the stream a device module's view ``s`` views) is closed, once no
     ``close()`` is in progress: read by a thread that has just made ``s`` current (``with``,
@@ -271,6 +327,23 @@ def _closed_after_publish(s: _StreamCore) -> bool:
             pass
     origin = s._origin
     return s._closed or (origin is not None and origin._closed)
+
+
+def _wait_raw(b: Backend, waiter_index: int, waiter: StreamHandle, index: int,
+              stream: StreamHandle) -> None:
+    """Make future work on raw stream ``waiter`` (of device ``waiter_index``) wait for the work
+    queued so far on raw stream ``stream`` (of device ``index``), through a temporary event.
+    The one helper arrays, collectives and interop order raw streams with
+    (``_stream._wait_raw``)."""
+    if waiter_index == index and waiter == stream:
+        return
+    anyb: Any = b   # called untyped: a compiled caller would cast the result
+    ev = _checked.temporary_event(b, index, anyb.event_create(index, False, False, False))
+    try:
+        b.event_record(index, ev, stream)
+        b.stream_wait_event(waiter_index, waiter, ev)
+    finally:
+        b.event_destroy(index, ev)
 
 
 def _mismatch(name: str, bound: int, index: int) -> AcceleratorValueError:
@@ -548,6 +621,15 @@ class _EventCore:
         if bound is not None and bound != index:
             raise _mismatch(b.name, bound, index)
         return current
+
+    def __del__(self) -> None:
+        try:
+            h = self._handle
+            if h:
+                self._handle = _NO_EVENT
+                _checked.destroy_event(self._b, self._index, h)  # type: ignore[arg-type]
+        except Exception:  # noqa: BLE001, S110 - never raise from a finaliser (e.g. at shutdown)
+            pass
 
     def query(self) -> bool:
         """True if all work before the last record has completed (True if never recorded).
