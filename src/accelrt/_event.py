@@ -28,16 +28,20 @@ from . import _backend, _checked
 from . import _device as _dev
 from ._device import _get_device_of, _lazy_init, _require_current, _tls
 from ._errors import AcceleratorValueError
+from ._handles import EventHandle
 from ._stream import Stream
 from ._stream import _classes as _stream_classes
 from ._stream import _close_lock
-from ._stream_core import _NO_EVENT, _EventCore, _initialized
+from ._stream_core import _EventCore, _initialized
 
 if TYPE_CHECKING:
     from ._backend import Backend
     from ._typing import DeviceLike
 
 __all__ = ["Event"]
+
+#: ``_handle`` of an event not created on the backend yet (handle 0 is never an event)
+_NO_EVENT = EventHandle(0)
 
 
 def _check_flag(name: str, value: object) -> bool:
@@ -136,6 +140,15 @@ class Event(_EventCore):
         ev = cls.__new__(cls)
         ev._set(b, index, False, False, False)
         return ev
+
+    def __del__(self) -> None:
+        try:
+            h = self._handle
+            if h:
+                self._handle = _NO_EVENT
+                _checked.destroy_event(self._b, self._index, h)  # type: ignore[arg-type]
+        except Exception:  # noqa: BLE001, S110 - never raise from a finaliser (e.g. at shutdown)
+            pass
 
     # ------------------------------------------------------------------ fields
     @property

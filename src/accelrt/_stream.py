@@ -319,6 +319,17 @@ class Stream(_StreamCore):
                              f"{device_type}:{device_index}")
         self._set(b, _key_of(b.name, index), handle, 0, None)
 
+    def __del__(self) -> None:
+        # Give an owned handle back to its pool, or destroy it when the pool is full. (Python,
+        # not the core's: CPython's finaliser of a Python method keeps an exception being
+        # raised aside while it runs, mypyc's does not; docs/memory.md.)
+        try:
+            free = self._free
+            if free is not None:
+                _give_back(self._b, self._index, self._handle, free)
+        except Exception:  # noqa: BLE001, S110 - never raise from a finaliser (at shutdown);
+            pass           # AttributeError: __init__ failed before the fields were set
+
     # ------------------------------------------------------------------ fields
     @property
     def stream_id(self) -> int:

@@ -70,8 +70,6 @@ if hasattr(os, "register_at_fork"):
 #: ``_device._ThreadState.hot``: the thread's current device per backend name, its current
 #: streams per device and the devices it initialised, read in one thread-local lookup
 _Hot = tuple[dict[str, int], dict[Any, Any], set[Any]]
-#: ``_handle`` of an event not created on the backend yet (handle 0 is never an event)
-_NO_EVENT: Final = EventHandle(0)
 #: What a caller that needs no thread state passes as one (never read)
 _NO_HOT: Final[_Hot] = ({}, {}, set())
 
@@ -127,15 +125,6 @@ class _StreamCore:
         v._origin = s if s._free is not None else None
         return v
 
-    def __del__(self) -> None:
-        # Give an owned handle back to its pool, or destroy it when the pool is full.
-        try:
-            free = self._free
-            if free is not None:
-                _give_back(self._b, self._index, self._handle, free)
-        except Exception:  # noqa: BLE001, S110 - never raise from a finaliser (at shutdown);
-            pass           # AttributeError: __init__ failed before the fields were set
-
     def query(self) -> bool:
         """True if all work submitted to the stream has completed.
 
@@ -183,9 +172,9 @@ class _StreamCore:
         ``object``: a compiled method would refuse another type with mypyc's message)."""
         if not isinstance(stream, _StreamCore):   # (every such object is an accelrt.Stream)
             raise TypeError(f"wait_stream() takes an accelrt.Stream, got {type(stream).__name__}")
-        if self._closed:   # (the test first: a core's method is called through Python)
+        if self._closed or self._origin is not None:   # a view also checks its origin
             self._check_open()
-        if stream._closed:
+        if stream._closed or stream._origin is not None:
             stream._check_open()
         b = self._b
         if stream._b is not b:   # a RuntimeError too, as in PyTorch
@@ -621,15 +610,6 @@ class _EventCore:
         if bound is not None and bound != index:
             raise _mismatch(b.name, bound, index)
         return current
-
-    def __del__(self) -> None:
-        try:
-            h = self._handle
-            if h:
-                self._handle = _NO_EVENT
-                _checked.destroy_event(self._b, self._index, h)  # type: ignore[arg-type]
-        except Exception:  # noqa: BLE001, S110 - never raise from a finaliser (e.g. at shutdown)
-            pass
 
     def query(self) -> bool:
         """True if all work before the last record has completed (True if never recorded).
