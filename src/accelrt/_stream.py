@@ -37,7 +37,7 @@ from ._fork import reinit_after_fork
 from ._handles import StreamHandle
 from . import _stream_core
 from ._device_core import _key_of
-from ._stream_core import _from_pool, _initialized, _StreamCore
+from ._stream_core import _from_pool, _initialized, _release, _StreamCore
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -254,13 +254,14 @@ class Stream(_StreamCore):
     def __init__(self, device: DeviceLike = None, *, priority: int = 0,
                  stream_id: int | None = None, device_index: int | None = None,
                  device_type: str | None = None) -> None:
+        if stream_id is None and device_index is None and device_type is None \
+                and self._backend_name is None and _from_pool(self, device, priority, _pools):
+            return   # made already, or the common case (compiled): a pooled handle
         if _initialized(self):
             return   # as torch.cuda.Stream: a second __init__ changes nothing (see above)
         if stream_id is not None or device_index is not None or device_type is not None:
             self._init_foreign(device, priority, stream_id, device_index, device_type)
             return
-        if self._backend_name is None and _from_pool(self, device, priority, _pools):
-            return   # the common case (compiled): a free handle of a known device's pool
         if device is None and self._backend_name is None:
             b = _dev._current_backend
             if b is None:
@@ -324,9 +325,7 @@ class Stream(_StreamCore):
         # not the core's: CPython's finaliser of a Python method keeps an exception being
         # raised aside while it runs, mypyc's does not; docs/memory.md.)
         try:
-            free = self._free
-            if free is not None:
-                _give_back(self._b, self._index, self._handle, free)
+            _release(self)   # (compiled)
         except Exception:  # noqa: BLE001, S110 - never raise from a finaliser (at shutdown);
             pass           # AttributeError: __init__ failed before the fields were set
 

@@ -246,13 +246,17 @@ class _StreamCore:
 
 def _from_pool(s: _StreamCore, device: object, priority: object,
                pools: dict[Any, dict[int, Any]]) -> bool:
-    """:class:`accelrt.Stream`'s common case: ``Stream()`` or ``Stream(device)`` of priority 0,
-    ``device`` None (the current device of the current accelerator) or a device string or
+    """:class:`accelrt.Stream`'s constructor without a foreign stream's arguments: True if
+    ``s`` needs nothing more, its fields being set already (:func:`_initialized`) or set here
+    in the common case, ``Stream()`` or ``Stream(device)`` of priority 0, ``device`` None
+    (the current device of the current accelerator) or a device string or
     :class:`accelrt.device` already resolved once (``_device._resolved``), whose device pool
-    in ``pools`` (``_stream._pools``) holds a free handle: sets the fields of ``s`` to that
-    handle's stream and returns True. Else False, having done nothing: the constructor's
-    general path checks the arguments and makes what is missing. (Typed ``object``: a
-    compiled function would refuse another type with mypyc's message.)"""
+    in ``pools`` (``_stream._pools``) holds a free handle: the fields of that handle's
+    stream. Else False, having done nothing: the constructor's general path checks the
+    arguments and makes what is missing. (Typed ``object``: a compiled function would refuse
+    another type with mypyc's message.)"""
+    if _initialized(s):
+        return True   # as torch.cuda.Stream: a second __init__ changes nothing
     if type(priority) is not int or priority != 0:
         return False
     if device is None:
@@ -303,6 +307,15 @@ def _give_back(b: Backend, index: int, handle: StreamHandle, free: list[StreamHa
         _pool(b, index).destroy(handle)
     for fn in _given_back:
         fn(b, index, handle)
+
+
+def _release(s: _StreamCore) -> None:
+    """``Stream.__del__``'s work: give the handle of ``s``, if ``s`` owns one, back to its pool
+    (:func:`_give_back`). (The finaliser itself stays Python: CPython's finaliser of a Python
+    ``__del__`` keeps an exception being raised aside while it runs, mypyc's does not.)"""
+    free = s._free
+    if free is not None:
+        _give_back(s._b, s._index, s._handle, free)
 
 
 def _closed_after_publish(s: _StreamCore) -> bool:
