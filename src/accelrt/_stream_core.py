@@ -244,6 +244,15 @@ class _StreamCore:
                 "create a new stream instead of using a closed one")
 
 
+def _known_device(device: object) -> tuple[Backend, int] | None:
+    """``(backend, index)`` of ``device`` if it is a device string or :class:`accelrt.device`
+    already resolved once (``_device._resolved``: no check needed), else None."""
+    kind = type(device)
+    if kind is not str and kind is not _device_type:
+        return None
+    return _resolved.get(device)
+
+
 def _from_pool(s: _StreamCore, device: object, priority: object,
                pools: dict[Any, dict[int, Any]]) -> bool:
     """:class:`accelrt.Stream`'s constructor without a foreign stream's arguments: True if
@@ -266,10 +275,7 @@ def _from_pool(s: _StreamCore, device: object, priority: object,
         b = cur
         index = _tls.device.get(b.name, 0)
     else:
-        kind = type(device)
-        if kind is not str and kind is not _device_type:
-            return False
-        hit = _resolved.get(device)
+        hit = _known_device(device)
         if hit is None:
             return False
         b, index = hit
@@ -453,10 +459,7 @@ def _current_hit(device: object) -> _StreamCore | None:
         # an index that is not a device of ``b`` has no stream in either table: the general
         # path refuses it (and makes a default stream that does not exist yet)
         return _lookup(streams, b, name, device)
-    kind = type(device)
-    if kind is not str and kind is not _device_type:
-        return None
-    hit = _resolved.get(device)
+    hit = _known_device(device)
     if hit is None:
         return None
     return _current(hit[0], hit[1])
