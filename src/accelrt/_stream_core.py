@@ -342,8 +342,9 @@ def _wait_raw(b: Backend, waiter_index: int, waiter: StreamHandle, index: int,
     """Make future work on raw stream ``waiter`` (of device ``waiter_index``) wait for the work
     queued so far on raw stream ``stream`` (of device ``index``), through a temporary event.
     The one helper arrays, collectives and interop order raw streams with
-    (``_stream._wait_raw``)."""
-    if waiter_index == index and waiter == stream:
+    (``_stream._wait_raw``). Nothing to do for one stream, or while the backend's hint
+    ``streams_idle`` holds (no stream holds queued or captured work: the wait is a no-op)."""
+    if (waiter_index == index and waiter == stream) or b.streams_idle:
         return
     anyb: Any = b   # called untyped: a compiled caller would cast the result
     ev = _checked.temporary_event(b, index, anyb.event_create(index, False, False, False))
