@@ -39,6 +39,7 @@ COMPILED = [
     "src/accelrt/_transfer/_execute.py",         # the transfer plans' executors
     "src/accelrt/_transfer/_lifetime.py",        # the transfers' keep-alive rule
     "src/accelrt/_transfer/_plan.py",            # the transfer plans' steps and places
+    "src/accelrt/backends/_common.py",           # backends' argument checks, handle tables
     "src/accelrt/backends/cpu/_live.py",         # the cpu backend's hot handle checks
     "src/accelrt/comm/_args.py",                 # comm's device arguments (checks typed Any)
     "src/accelrt/comm/_arrays.py",               # comm's array descriptions and copies

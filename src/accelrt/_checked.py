@@ -93,7 +93,9 @@ def duplicate(b: Backend, call: Call, value: int) -> DeviceError:
 
 
 def _refuse(b: Backend, call: Call, value: object, what: str, exc: Exception) -> NoReturn:
-    raise returned(b, call, value, f"not {what}: {exc}") from None
+    err = returned(b, call, value, f"not {what}: {exc}")
+    err.__cause__ = None   # (set first: the compiled build drops ``from None``)
+    raise err from None
 
 
 def address(b: Backend, call: Call, value: object, *, oom: bool = False,
@@ -286,4 +288,6 @@ def call_raw(b: Backend, op: str, fn: Any, *args: Any) -> Any:
     except AcceleratorError:
         raise
     except Exception as exc:
-        raise raised(b, (op, args), exc) from exc
+        err = raised(b, (op, args), exc)
+        err.__cause__ = exc   # (set first: the compiled build drops ``from exc``)
+        raise err from exc

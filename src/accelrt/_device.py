@@ -544,25 +544,8 @@ def get_default_device() -> device:
     return _device_obj(b.name, index)
 
 #: ``(backend name, index)`` of every device that some thread has initialised (set.add is
-#: atomic under the GIL, so no lock).
+#: atomic under the GIL, so no lock; :func:`_lazy_init`, the compiled core's, adds to it).
 _initialized: set[tuple[str, int]] = set()
-
-
-def _lazy_init(b: Backend, index: int) -> None:
-    """Call ``b.init_device(index)`` once per thread before the first raw operation there.
-
-    Every module that issues raw backend operations (streams, events, allocator, arrays) calls
-    this first. :func:`accelrt.synchronize` stays a no-op on a device that no thread has
-    initialised when its backend overrides :meth:`Backend.init_device` (i.e. needs a context).
-    """
-    key = (b.name, index)
-    inited = _tls.inited
-    if key not in inited:
-        b.init_device(index)
-        # the device's one _Key object: the compiled callers' tests of their key (Site,
-        # Event.record) then find it by identity, without comparing two tuples
-        inited.add(_key_of(b.name, index))
-        _initialized.add(key)
 
 
 def _is_initialized(b: Backend, index: int) -> bool:
@@ -848,9 +831,12 @@ def set_device_index(device: DeviceLike, /) -> None:
     _tls.device[b.name] = idx
 
 
-# the compiled core (its enter and exit, the devices' keys) imports _tls, _check_index and
-# _require_current from here, so it is imported once they are defined
-from ._device_core import _key_of, _needs_init_of, _SwitchCore  # noqa: E402
+# the compiled core (its enter and exit, the devices' keys, _lazy_init) imports _tls,
+# _check_index, _require_current and _initialized from here, so it is imported once they are
+# defined; _lazy_init is re-exported (every module that issues raw operations imports it
+# from here)
+from ._device_core import _lazy_init as _lazy_init  # noqa: E402
+from ._device_core import _needs_init_of, _SwitchCore  # noqa: E402
 
 
 class device_index(_SwitchCore):

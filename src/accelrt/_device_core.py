@@ -18,11 +18,11 @@ Example::
 
 from __future__ import annotations
 
-from typing import ClassVar, Final, NamedTuple
+from typing import Any, ClassVar, Final, NamedTuple
 
 from . import _backend
 from . import _device as _dev
-from ._device import _check_index, _require_current, _tls
+from ._device import _check_index, _initialized, _require_current, _tls
 from ._handles import mypyc_attr
 
 __all__: list[str] = []
@@ -70,6 +70,26 @@ def _needs_init_of(b: _backend.Backend) -> bool:
     if needs is None:
         needs = _needs_init[cls] = cls.init_device is not _backend.Backend.init_device
     return needs
+
+
+def _lazy_init(b: _backend.Backend, index: Any) -> None:
+    """Call ``b.init_device(index)`` once per thread before the first raw operation there.
+
+    Every module that issues raw backend operations (streams, events, allocator, arrays) calls
+    this first (as ``accelrt._device._lazy_init``). :func:`accelrt.synchronize` stays a no-op
+    on a device that no thread has initialised when its backend overrides
+    :meth:`Backend.init_device` (i.e. needs a context). (``index`` typed ``Any``: an int the
+    caller checked, not unboxed again.)
+    """
+    name = b.name
+    key = (name, index)
+    inited = _tls.inited
+    if key not in inited:
+        b.init_device(index)
+        # the device's one _Key object: the compiled callers' tests of their key (Site,
+        # Event.record) then find it by identity, without comparing two tuples
+        inited.add(_key_of(name, index))
+        _initialized.add(key)
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)

@@ -37,7 +37,7 @@ from ._fork import reinit_after_fork
 from ._handles import StreamHandle
 from . import _stream_core
 from ._device_core import _key_of
-from ._stream_core import _initialized, _StreamCore
+from ._stream_core import _from_pool, _initialized, _release, _StreamCore
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -65,9 +65,6 @@ class _Classes:
 
 _classes = _Classes()
 
-#: Free backend stream handles kept per (backend, device, priority) beyond which a collected
-#: stream is destroyed instead of pooled.
-_POOL_MAX = 64
 
 
 class _DevicePool:
@@ -139,10 +136,11 @@ def _int_arg(name: str, value: object) -> int:
     return _plain_int(value)
 
 
-#: Called as ``fn(b, index, handle)`` once a stream handle accelrt owned was given back (to its
-#: pool or destroyed: :func:`_give_back`), so that a module caching streams it checked (the
-#: PyTorch shim) forgets it; appended by :func:`_on_give_back`, read without a lock.
-_given_back: list[Callable[[Backend, int, StreamHandle], None]] = []
+#: The :func:`_give_back` listeners, and the pool size beyond which a given-back handle is
+#: destroyed (the compiled core's: a stream's finaliser gives its handle back there)
+_given_back = _stream_core._given_back
+_POOL_MAX = _stream_core._POOL_MAX
+_give_back = _stream_core._give_back
 
 
 def _on_give_back(fn: Callable[[Backend, int, StreamHandle], None]) -> None:
@@ -150,18 +148,6 @@ def _on_give_back(fn: Callable[[Backend, int, StreamHandle], None]) -> None:
     with _pools_lock:
         if fn not in _given_back:
             _given_back.append(fn)
-
-
-def _give_back(b: Backend, index: int, handle: StreamHandle, free: list[StreamHandle]) -> None:
-    """Give the handle of a closed or collected stream made by :class:`Stream` back to its
-    pool list ``free``, or destroy it when the pool is full; then tell the
-    :func:`_on_give_back` listeners (after: a check made in between sees it given back)."""
-    if len(free) < _POOL_MAX:
-        free.append(handle)
-    else:
-        _pool(b, index).destroy(handle)
-    for fn in _given_back:
-        fn(b, index, handle)
 
 
 def _in_use(b: Backend, index: int, handle: StreamHandle) -> bool:
@@ -268,6 +254,9 @@ class Stream(_StreamCore):
     def __init__(self, device: DeviceLike = None, *, priority: int = 0,
                  stream_id: int | None = None, device_index: int | None = None,
                  device_type: str | None = None) -> None:
+        if stream_id is None and device_index is None and device_type is None \
+                and self._backend_name is None and _from_pool(self, device, priority, _pools):
+            return   # made already, or the common case (compiled): a pooled handle
         if _initialized(self):
             return   # as torch.cuda.Stream: a second __init__ changes nothing (see above)
         if stream_id is not None or device_index is not None or device_type is not None:
@@ -332,11 +321,11 @@ class Stream(_StreamCore):
         self._set(b, _key_of(b.name, index), handle, 0, None)
 
     def __del__(self) -> None:
-        # Give an owned handle back to its pool, or destroy it when the pool is full.
+        # Give an owned handle back to its pool, or destroy it when the pool is full. (Python,
+        # not the core's: CPython's finaliser of a Python method keeps an exception being
+        # raised aside while it runs, mypyc's does not; docs/memory.md.)
         try:
-            free = self._free
-            if free is not None:
-                _give_back(self._b, self._index, self._handle, free)
+            _release(self)   # (compiled)
         except Exception:  # noqa: BLE001, S110 - never raise from a finaliser (at shutdown);
             pass           # AttributeError: __init__ failed before the fields were set
 
@@ -469,24 +458,7 @@ class Stream(_StreamCore):
             >>> a, b = acc.Stream("cpu"), acc.Stream("cpu")
             >>> a.wait_stream(b)
         """
-        if not isinstance(stream, Stream):
-            raise TypeError(f"wait_stream() takes an accelrt.Stream, got {type(stream).__name__}")
-        self._check_open()
-        stream._check_open()
-        if stream._b is not self._b:
-            from ._errors import AcceleratorValueError   # a RuntimeError too, as in PyTorch
-            raise AcceleratorValueError(
-                f"Event device type {stream._b.name} does not match blocking stream's device "
-                f"type {self._b.name}. (accelrt cannot make a {self._b.name} stream wait for a "
-                f"{stream._b.name} stream: synchronize the other stream instead.)")
-        if stream is self:
-            return
-        # what record_event() + wait_event() do on the backend (create, record, wait,
-        # destroy), without the Event object between them
-        b = self._b
-        _lazy_init(b, stream._index)
-        _lazy_init(b, self._index)
-        _wait_raw(b, self._index, self._handle, stream._index, stream._handle)
+        self._wait_stream(stream)   # (it checks ``stream``)
 
     def record_event(self, event: Event | None = None) -> Event:
         """Record ``event`` (a new one if ``None``) on this stream and return it.
@@ -643,6 +615,9 @@ _default_of = cast("Callable[[str, int], Stream | None]", _stream_core._default_
 #: (its streams are :class:`Stream` objects)
 _current = cast("Callable[[Backend, int], Stream]", _stream_core._current)
 _current_hit = cast("Callable[[object], Stream | None]", _stream_core._current_hit)
+#: Make future work on one raw stream wait for the work queued so far on another (the
+#: compiled core's): the one helper arrays, collectives and interop order raw streams with
+_wait_raw = _stream_core._wait_raw
 
 
 def _default(b: Backend, key: tuple[str, int]) -> Stream:
@@ -741,19 +716,3 @@ def _synchronize(b: Backend, index: int) -> None:
     """:func:`synchronize` for accelrt's own use (graph capture): never sync-debug checked."""
     if _dev._is_initialized(b, index):
         b.synchronize(index)
-
-
-def _wait_raw(b: Backend, waiter_index: int, waiter: StreamHandle, index: int,
-              stream: StreamHandle) -> None:
-    """Make future work on raw stream ``waiter`` (of device ``waiter_index``) wait for the work
-    queued so far on raw stream ``stream`` (of device ``index``), through a temporary event.
-    The one helper arrays, collectives and interop order raw streams with."""
-    if waiter_index == index and waiter == stream:
-        return
-    anyb: Any = b   # called untyped: a compiled caller would cast the result
-    ev = _checked.temporary_event(b, index, anyb.event_create(index, False, False, False))
-    try:
-        b.event_record(index, ev, stream)
-        b.stream_wait_event(waiter_index, waiter, ev)
-    finally:
-        b.event_destroy(index, ev)

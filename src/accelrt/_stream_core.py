@@ -21,6 +21,7 @@ from __future__ import annotations
 import gc
 import os
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
 from . import _checked
@@ -34,8 +35,6 @@ from ._fork import reinit_after_fork
 from ._handles import EventHandle, StreamHandle, mypyc_attr
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from ._backend import Backend
 
 __all__: list[str] = []
@@ -168,6 +167,29 @@ class _StreamCore:
             self._check_open()
         return self
 
+    def _wait_stream(self, stream: object) -> None:
+        """:meth:`accelrt.Stream.wait_stream`, with its checks of ``stream`` (typed
+        ``object``: a compiled method would refuse another type with mypyc's message)."""
+        if not isinstance(stream, _StreamCore):   # (every such object is an accelrt.Stream)
+            raise TypeError(f"wait_stream() takes an accelrt.Stream, got {type(stream).__name__}")
+        if self._closed or self._origin is not None:   # a view also checks its origin
+            self._check_open()
+        if stream._closed or stream._origin is not None:
+            stream._check_open()
+        b = self._b
+        if stream._b is not b:   # a RuntimeError too, as in PyTorch
+            raise AcceleratorValueError(
+                f"Event device type {stream._b.name} does not match blocking stream's device "
+                f"type {b.name}. (accelrt cannot make a {b.name} stream wait for a "
+                f"{stream._b.name} stream: synchronize the other stream instead.)")
+        if stream is self:
+            return
+        # what record_event() + wait_event() do on the backend (create, record, wait,
+        # destroy), without the Event object between them
+        _lazy_init(b, stream._index)
+        _lazy_init(b, self._index)
+        _wait_raw(b, self._index, self._handle, stream._index, stream._handle)
+
     def _make_current(self) -> None:
         """:func:`accelrt.set_stream` once its argument is known to be a stream: make it the
         thread's current stream of its device and its device the backend's current device."""
@@ -222,6 +244,86 @@ class _StreamCore:
                 "create a new stream instead of using a closed one")
 
 
+def _known_device(device: object) -> tuple[Backend, int] | None:
+    """``(backend, index)`` of ``device`` if it is a device string or :class:`accelrt.device`
+    already resolved once (``_device._resolved``: no check needed), else None."""
+    kind = type(device)
+    if kind is not str and kind is not _device_type:
+        return None
+    return _resolved.get(device)
+
+
+def _from_pool(s: _StreamCore, device: object, priority: object,
+               pools: dict[Any, dict[int, Any]]) -> bool:
+    """:class:`accelrt.Stream`'s constructor without a foreign stream's arguments: True if
+    ``s`` needs nothing more, its fields being set already (:func:`_initialized`) or set here
+    in the common case, ``Stream()`` or ``Stream(device)`` of priority 0, ``device`` None
+    (the current device of the current accelerator) or a device string or
+    :class:`accelrt.device` already resolved once (``_device._resolved``), whose device pool
+    in ``pools`` (``_stream._pools``) holds a free handle: the fields of that handle's
+    stream. Else False, having done nothing: the constructor's general path checks the
+    arguments and makes what is missing. (Typed ``object``: a compiled function would refuse
+    another type with mypyc's message.)"""
+    if _initialized(s):
+        return True   # as torch.cuda.Stream: a second __init__ changes nothing
+    if type(priority) is not int or priority != 0:
+        return False
+    if device is None:
+        cur: Backend | None = _dev_globals["_current_backend"]
+        if cur is None:
+            return False
+        b = cur
+        index = _tls.device.get(b.name, 0)
+    else:
+        hit = _known_device(device)
+        if hit is None:
+            return False
+        b, index = hit
+    per = pools.get(b)
+    pool = per.get(index) if per is not None else None
+    if pool is None:
+        return False
+    free: list[StreamHandle] = pool.free0
+    try:
+        handle = free.pop()
+    except IndexError:   # (also when another thread took the last one first)
+        return False
+    s._set(b, pool.key, handle, 0, free)
+    return True
+
+
+#: Free backend stream handles kept per (backend, device, priority) beyond which a collected
+#: stream is destroyed instead of pooled (not ``Final``: a test lowers it).
+_POOL_MAX = 64
+
+#: Called as ``fn(b, index, handle)`` once a stream handle accelrt owned was given back (to its
+#: pool or destroyed: :func:`_give_back`), so that a module caching streams it checked (the
+#: PyTorch shim) forgets it; appended by ``_stream._on_give_back``, read without a lock.
+_given_back: Final[list[Callable[[Backend, int, StreamHandle], None]]] = []
+
+
+def _give_back(b: Backend, index: int, handle: StreamHandle, free: list[StreamHandle]) -> None:
+    """Give the handle of a closed or collected stream made by :class:`accelrt.Stream` back
+    to its pool list ``free``, or destroy it when the pool is full; then tell the
+    :data:`_given_back` listeners (after: a check made in between sees it given back)."""
+    if len(free) < _POOL_MAX:
+        free.append(handle)
+    else:
+        from ._stream import _pool   # (a full pool; _stream imports this module)
+        _pool(b, index).destroy(handle)
+    for fn in _given_back:
+        fn(b, index, handle)
+
+
+def _release(s: _StreamCore) -> None:
+    """``Stream.__del__``'s work: give the handle of ``s``, if ``s`` owns one, back to its pool
+    (:func:`_give_back`). (The finaliser itself stays Python: CPython's finaliser of a Python
+    ``__del__`` keeps an exception being raised aside while it runs, mypyc's does not.)"""
+    free = s._free
+    if free is not None:
+        _give_back(s._b, s._index, s._handle, free)
+
+
 def _closed_after_publish(s: _StreamCore) -> bool:
     """Whether ``s`` (or the stream a device module's view ``s`` views) is closed, once no
     ``close()`` is in progress: read by a thread that has just made ``s`` current (``with``,
@@ -233,6 +335,24 @@ def _closed_after_publish(s: _StreamCore) -> bool:
             pass
     origin = s._origin
     return s._closed or (origin is not None and origin._closed)
+
+
+def _wait_raw(b: Backend, waiter_index: int, waiter: StreamHandle, index: int,
+              stream: StreamHandle) -> None:
+    """Make future work on raw stream ``waiter`` (of device ``waiter_index``) wait for the work
+    queued so far on raw stream ``stream`` (of device ``index``), through a temporary event.
+    The one helper arrays, collectives and interop order raw streams with
+    (``_stream._wait_raw``). Nothing to do for one stream, or while the backend's hint
+    ``streams_idle`` holds (no stream holds queued or captured work: the wait is a no-op)."""
+    if (waiter_index == index and waiter == stream) or b.streams_idle:
+        return
+    anyb: Any = b   # called untyped: a compiled caller would cast the result
+    ev = _checked.temporary_event(b, index, anyb.event_create(index, False, False, False))
+    try:
+        b.event_record(index, ev, stream)
+        b.stream_wait_event(waiter_index, waiter, ev)
+    finally:
+        b.event_destroy(index, ev)
 
 
 def _mismatch(name: str, bound: int, index: int) -> AcceleratorValueError:
@@ -340,10 +460,7 @@ def _current_hit(device: object) -> _StreamCore | None:
         # an index that is not a device of ``b`` has no stream in either table: the general
         # path refuses it (and makes a default stream that does not exist yet)
         return _lookup(streams, b, name, device)
-    kind = type(device)
-    if kind is not str and kind is not _device_type:
-        return None
-    hit = _resolved.get(device)
+    hit = _known_device(device)
     if hit is None:
         return None
     return _current(hit[0], hit[1])

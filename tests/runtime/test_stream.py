@@ -13,7 +13,7 @@ from helpers import register_toy
 from helpers.gates import Gate
 
 import accelrt as acc
-from accelrt import _stream
+from accelrt import _stream, _stream_core
 from accelrt.backends import Capabilities
 from accelrt.backends.cpu import CpuBackend
 
@@ -264,7 +264,8 @@ def test_owned_streams_return_to_pool_and_foreign_never_destroyed() -> None:
 
 
 def test_pool_overflow_destroys_streams(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_stream, "_POOL_MAX", 2)
+    # (the compiled core's limit: a stream's finaliser gives its handle back there)
+    monkeypatch.setattr(_stream_core, "_POOL_MAX", 2)
     name, toy = register_toy()
     streams = [acc.Stream(f"{name}:0") for _ in range(5)]
     assert len({s.stream_id for s in streams}) == 5  # live streams never share a handle

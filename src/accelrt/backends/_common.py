@@ -162,7 +162,9 @@ if hasattr(os, "register_at_fork"):
 
 
 def _raise(what: str, exc: BaseException) -> NoReturn:
-    raise DeviceError(f"{what}: {type(exc).__name__}: {exc}") from exc
+    err = DeviceError(f"{what}: {type(exc).__name__}: {exc}")
+    err.__cause__ = exc   # (set first: the compiled build drops ``from exc``)
+    raise err from exc
 
 
 def check_int(value: object, what: str) -> int:
@@ -249,7 +251,9 @@ def check_size(size: object, what: str = "size", allow_zero: bool = False) -> in
     try:
         value = operator.index(cast("SupportsIndex", size))
     except TypeError:
-        raise TypeError(f"{what} must be an int, got {type(size).__name__}") from None
+        err = TypeError(f"{what} must be an int, got {type(size).__name__}")
+        err.__cause__ = None   # (set first: the compiled build drops ``from None``)
+        raise err from None
     if value < 0 or (value == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
         raise ValueError(f"{what}={value} must be {bound}")

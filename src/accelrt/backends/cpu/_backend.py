@@ -48,7 +48,8 @@ from ._config import (
 )
 from ._memory import VM_GRANULARITY, DeviceMemory, HostMemory, host_view, vm_available
 from ._ipc import IpcEventState
-from ._live import CpuEvent, live_event, live_stream, record_idle
+from ._live import (CpuEvent, drop_event, event_idle, live_event, live_stream, new_event,
+                    record_idle, wait_idle)
 from ._mempool import StreamOrderedPool, check_attribute
 from .._common import HandleTable, KeptErrors, bad_handle, check_int, check_size
 from .._table_backend import TableBackend
@@ -625,11 +626,13 @@ class CpuBackend(TableBackend[CpuStream, CpuEvent]):
         """Block until ``stream``'s work completed; raises a kept worker error."""
         if self._closed:
             raise self._closed_error("stream_synchronize")
-        s = self._stream(index, stream)
-        self._check_not_capturing(s, "stream_synchronize")
-        if self._async:
-            s.wait(s.submitted)
-            self._raise_kept((s,))
+        # the common case, compiled: a live stream, no queued work, no capture
+        if not (self.streams_idle and live_stream(self._valid, index, stream)):
+            s = self._stream(index, stream)
+            self._check_not_capturing(s, "stream_synchronize")
+            if self._async:
+                s.wait(s.submitted)
+                self._raise_kept((s,))
         if self._mempools:
             self._after_sync(index)
 
@@ -637,6 +640,8 @@ class CpuBackend(TableBackend[CpuStream, CpuEvent]):
         """Make later work on ``stream`` wait for ``event``'s current record (any device)."""
         if self._closed:
             raise self._closed_error("stream_wait_event")
+        if self.streams_idle and wait_idle(self._events, self._valid, index, stream, event):
+            return   # the common case, compiled: live handles, no queued work, no capture
         s = self._stream(index, stream)
         ev = self._event(event)
         if ev.ipc is not None:
@@ -703,6 +708,23 @@ class CpuBackend(TableBackend[CpuStream, CpuEvent]):
         # an interprocess event's shared words are unmapped when its state is collected,
         # after any completion write or wait still queued on a stream (they refer to it)
         return CpuEvent(index, timing, ipc)
+
+    def event_create(self, index: int, enable_timing: bool, blocking: bool,
+                     interprocess: bool) -> EventHandle:
+        """Create an event; an ``interprocess`` one keeps its state in shared memory."""
+        if self._closed:
+            raise self._closed_error("event_create")
+        h = new_event(self._events, self._n, index, enable_timing, interprocess)
+        if h:
+            return EventHandle(h)   # the common case, compiled: a device of this backend
+        return super().event_create(index, enable_timing, blocking, interprocess)
+
+    def event_destroy(self, index: int, event: EventHandle) -> None:
+        """Destroy an event (a pending record still completes harmlessly)."""
+        if self._closed:
+            raise self._closed_error("event_destroy")
+        if not drop_event(self._events, index, event):   # the common case, compiled
+            super().event_destroy(index, event)   # (its checks raise)
 
     def event_record(self, index: int, event: EventHandle, stream: StreamHandle) -> None:
         """Record ``event`` at the end of ``stream``; replaces the previous record."""
@@ -792,6 +814,8 @@ class CpuBackend(TableBackend[CpuStream, CpuEvent]):
         """Block until the last record completed; raises a kept error of its stream."""
         if self._closed:
             raise self._closed_error("event_synchronize")
+        if event_idle(self._events, index, event):
+            return   # the common case, compiled: a live event with no pending record
         ev = self._event(event, index)
         if ev.ipc is not None:
             ev.ipc.wait(ev.ipc.target())

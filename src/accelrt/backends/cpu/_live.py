@@ -1,5 +1,7 @@
 """The cpu backend's events and the fast paths of its hot raw operations (``event_record``,
-``event_query``, ``stream_query``), compiled in the compiled build.
+``event_query``, ``event_synchronize``, ``event_create``, ``event_destroy``,
+``stream_query``, ``stream_synchronize``, ``stream_wait_event``), compiled in the compiled
+build.
 
 :class:`~accelrt.backends.cpu.CpuBackend` subclasses the pure :class:`~accelrt.backends.Backend`
 that third-party backends subclass, so its methods stay Python (a native class cannot subclass
@@ -14,30 +16,38 @@ accelrt's own error, never mypyc's.
 Example::
 
     >>> from accelrt.backends.cpu import CpuBackend
-    >>> from accelrt.backends.cpu._live import live_event, live_stream, record_idle
+    >>> from accelrt.backends.cpu._live import (drop_event, event_idle, live_event,
+    ...                                         live_stream, new_event, record_idle, wait_idle)
     >>> b = CpuBackend()
-    >>> e = b.event_create(0, False, False, False)
+    >>> e = new_event(b._events, 1, 0, False, False)
+    >>> e > 0, new_event(b._events, 1, 1, False, False)   # device 1 of 1: the general path
+    (True, 0)
     >>> live_event(b._events, 0, e) is b._events[e], live_event(b._events, 0, True)
     (True, None)
     >>> live_stream(b._valid, 0, 0), live_stream(b._valid, 0, 7), live_stream(b._valid, "0", 0)
     (True, False, False)
     >>> record_idle(b._events, b._valid, 0, e, 0), b._events[e].ts   # recorded: ts 0
     (True, 0)
-    >>> b.event_destroy(0, e)
+    >>> event_idle(b._events, 0, e), wait_idle(b._events, b._valid, 0, 0, e)
+    (True, True)
+    >>> drop_event(b._events, 0, e), drop_event(b._events, 0, e)
+    (True, False)
 """
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from ..._errors import DeviceError
 
 if TYPE_CHECKING:   # (mypyc keeps an instance of a Python class as an object: no import)
+    from .._common import HandleTable
     from ._ipc import IpcEventState
     from ._streams import Capture, Record
 
-__all__ = ["CpuEvent", "live_event", "live_stream", "record_idle"]
+__all__ = ["CpuEvent", "drop_event", "event_idle", "live_event", "live_stream", "new_event",
+           "record_idle", "wait_idle"]
 
 _now: Final = time.perf_counter_ns
 
@@ -128,3 +138,47 @@ def record_idle(events: dict[Any, CpuEvent], valid: list[set[Any]], index: objec
             ev.ts = _now() if ev.timing else 0
             return True
     return False
+
+
+def event_idle(events: dict[Any, CpuEvent], index: object, event: object) -> bool:
+    """``event_synchronize``'s common case: True if ``event`` is a live event of device
+    ``index`` (both exact ``int``), not interprocess, with no pending record and not recorded
+    in an open capture, so there is nothing to wait for (a record of the synchronous mode is
+    complete at once: its ``record`` stays None); False where the backend's general path
+    decides (and its checks raise)."""
+    ev = live_event(events, index, event)
+    return ev is not None and ev.ipc is None and ev.record is None and ev.capture is None
+
+
+def wait_idle(events: dict[Any, CpuEvent], valid: list[set[Any]], index: object,
+              stream: object, event: object) -> bool:
+    """``stream_wait_event`` while no stream holds queued work and no capture is open (the
+    caller read the backend's ``streams_idle``): True if ``stream`` is a live stream of device
+    ``index`` and ``event`` a live event (of any device), not interprocess, both exact
+    ``int``: the work before the event's record is done, so the wait is a no-op; False where
+    the backend's general path decides (and its checks raise)."""
+    if live_stream(valid, index, stream) and type(event) is int:
+        ev = events.get(event)
+        return ev is not None and ev.ipc is None
+    return False
+
+
+def new_event(events: HandleTable[CpuEvent], n: int, index: object, timing: object,
+              interprocess: object) -> int:
+    """``event_create``'s common case: the handle of a new event of device ``index`` (an
+    exact ``int`` below ``n``, the backend's device count) with timing ``timing``, added to
+    ``events``; 0 for an interprocess event or another ``index``, where the backend's general
+    path decides (and its checks raise)."""
+    if type(index) is int and 0 <= index < n and not interprocess:
+        return events.add(CpuEvent(index, bool(timing)))
+    return 0
+
+
+def drop_event(events: HandleTable[CpuEvent], index: object, event: object) -> bool:
+    """``event_destroy``'s common case: True once the live event ``event`` of device ``index``
+    (both exact ``int``) is forgotten; False, having done nothing, where the backend's general
+    path decides (and its checks raise)."""
+    if live_event(events, index, event) is None:
+        return False
+    events.discard(cast("int", event))   # (an exact int: live_event checked it)
+    return True
