@@ -94,8 +94,10 @@ def _check_dtype_uncached(dtype: Any, b: Backend, index: int) -> np.dtype:
         dt: np.dtype[Any] = np.dtype(dtype)
     except (TypeError, ValueError) as exc:     # ValueError: numpy cannot print a huge int
         why = f" ({exc})" if isinstance(exc, TypeError) else ""
-        raise TypeError(f"unknown dtype {shown(dtype)}; pass a numpy dtype such as 'float32' "
-                        f"or np.int64{why}") from None
+        err = TypeError(f"unknown dtype {shown(dtype)}; pass a numpy dtype such as 'float32' "
+                        f"or np.int64{why}")
+        err.__cause__ = None   # (set first: the compiled build drops ``from None``)
+        raise err from None
     if dt.kind not in "biufc" or dt.fields is not None or dt.subdtype is not None:
         raise TypeError(f"dtype {dt} is not supported; use a bool, integer, floating or "
                         "complex dtype")

@@ -137,10 +137,13 @@ def _entry(d: Any, fname: str, size: Any) -> int:
         pass
     if (isinstance(d, Sequence) and not isinstance(d, (str, bytes))) or (
             isinstance(d, np.ndarray) and d.ndim):
-        raise TypeError(f"{fname}() got a size that mixes ints and sequences ({size!r}); "
-                        f"{_usage(fname)}") from None
-    raise TypeError(f"{fname}() size entries must be ints, got {type(d).__name__} {d!r} in "
-                    f"{size!r}; {_usage(fname)}") from None
+        err = TypeError(f"{fname}() got a size that mixes ints and sequences ({size!r}); "
+                        f"{_usage(fname)}")
+    else:
+        err = TypeError(f"{fname}() size entries must be ints, got {type(d).__name__} {d!r} "
+                        f"in {size!r}; {_usage(fname)}")
+    err.__cause__ = None   # (set first: the compiled build drops ``from None``)
+    raise err from None
 
 
 def normalize_size(args: tuple[Any, ...], size: Any, fname: str) -> tuple[int, ...]:

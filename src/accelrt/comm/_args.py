@@ -100,7 +100,9 @@ def int_list(values: Any, what: str) -> list[int]:
         try:
             out.append(_index_arg(v, what))
         except TypeError:
-            raise TypeError(f"{what} must contain only ints, got {v!r}") from None
+            err = TypeError(f"{what} must contain only ints, got {v!r}")
+            err.__cause__ = None   # (set first: the compiled build drops ``from None``)
+            raise err from None
     return out
 
 
