@@ -219,6 +219,7 @@ def collect_info(self_check: bool = True, backends: Sequence[str] | None = None
         ``{"version", "python", "numpy", "platform", "build" ("compiled" or "pure": which
         build of accelrt is loaded), "build_reason" (why, in one line), "compiled_modules",
         "allocator_build" ("pure" or "compiled", see :data:`accelrt.memory.compiled`),
+        "random_host" ("C" where the compiled build's C Philox is loaded, else "numpy"),
         "current_accelerator", "ok", "entry_point_problems" (why entries of the
         ``accelrt.backends`` entry-point group were ignored),
         "backends": [{"name", "available", "reason", "devices": [{"device", "properties",
@@ -236,6 +237,7 @@ def collect_info(self_check: bool = True, backends: Sequence[str] | None = None
 
     from . import _backend
     from ._build_info import build_info
+    from .random import _philox
 
     run_check = self_check
     build = build_info()
@@ -251,6 +253,7 @@ def collect_info(self_check: bool = True, backends: Sequence[str] | None = None
         "build": build.build, "build_reason": build.reason,
         "compiled_modules": len(build.modules),
         "allocator_build": "compiled" if acc.memory.compiled else "pure",
+        "random_host": "numpy" if _philox._kernel is None else "C",
         "current_accelerator": current, "ok": True,
         "entry_point_problems": _backend.entry_point_problems(),
         "backends": [],
@@ -312,6 +315,11 @@ def _build_line(info: dict[str, Any]) -> str:
     return f"build: {what}: {info['build_reason']}"
 
 
+#: ``accelrt info``'s words for where the host's random numbers are computed.
+_RANDOM_HOST = {"C": "C (the compiled build's Philox4x32-10)",
+                "numpy": "numpy (the pure build's Philox4x32-10 pipeline)"}
+
+
 def format_info(info: dict[str, Any]) -> str:
     """Render :func:`collect_info`'s dict as short human-readable text.
 
@@ -324,6 +332,7 @@ def format_info(info: dict[str, Any]) -> str:
     lines = [f"accelrt {info['version']} (Python {info['python']}, numpy {info['numpy']})",
              _build_line(info),
              f"caching allocator: {info['allocator_build']} build",
+             f"host random numbers: {_RANDOM_HOST.get(info.get('random_host'), 'unknown')}",
              f"current accelerator: {info['current_accelerator']}", "", "backends:"]
     width = max([len(b["name"]) for b in info["backends"]] + [4])
     for b in info["backends"]:

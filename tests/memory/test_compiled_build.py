@@ -54,6 +54,9 @@ def test_info_reports_the_build() -> None:
     info = cli.collect_info(self_check=False, backends=["cpu"])
     assert info["allocator_build"] == ("compiled" if memory.compiled else "pure")
     assert f"caching allocator: {info['allocator_build']} build" in cli.format_info(info)
+    # the C Philox comes with the compiled build
+    assert info["random_host"] == ("C" if memory.compiled else "numpy")
+    assert f"host random numbers: {info['random_host']} (" in cli.format_info(info)
 
 
 def test_pure_modules_stay_pure() -> None:
