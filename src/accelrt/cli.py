@@ -332,7 +332,7 @@ def format_info(info: dict[str, Any]) -> str:
     lines = [f"accelrt {info['version']} (Python {info['python']}, numpy {info['numpy']})",
              _build_line(info),
              f"caching allocator: {info['allocator_build']} build",
-             f"host random numbers: {_RANDOM_HOST.get(info.get('random_host'), 'unknown')}",
+             f"host random numbers: {_RANDOM_HOST.get(str(info.get('random_host')), 'unknown')}",
              f"current accelerator: {info['current_accelerator']}", "", "backends:"]
     width = max([len(b["name"]) for b in info["backends"]] + [4])
     for b in info["backends"]:
