@@ -48,7 +48,7 @@ import threading
 from collections.abc import Container
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
-from ._errors import AcceleratorError, DeviceError
+from ._errors import AcceleratorError, DeviceError, caused
 from ._fork import reinit_after_fork
 from .backends._common import check_ptr, check_size, check_u64
 
@@ -93,9 +93,7 @@ def duplicate(b: Backend, call: Call, value: int) -> DeviceError:
 
 
 def _refuse(b: Backend, call: Call, value: object, what: str, exc: Exception) -> NoReturn:
-    err = returned(b, call, value, f"not {what}: {exc}")
-    err.__cause__ = None   # (set first: the compiled build drops ``from None``)
-    raise err from None
+    raise caused(returned(b, call, value, f"not {what}: {exc}"), None) from None
 
 
 def address(b: Backend, call: Call, value: object, *, oom: bool = False,
@@ -288,6 +286,4 @@ def call_raw(b: Backend, op: str, fn: Any, *args: Any) -> Any:
     except AcceleratorError:
         raise
     except Exception as exc:
-        err = raised(b, (op, args), exc)
-        err.__cause__ = exc   # (set first: the compiled build drops ``from exc``)
-        raise err from exc
+        raise caused(raised(b, (op, args), exc), exc) from exc

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import TypeVar
 
 __all__ = [
     "AcceleratorError",
@@ -46,6 +47,7 @@ __all__ = [
     "ClosedError",
     "DeviceError",
     "OutOfMemoryError",
+    "caused",
     "map_backend_errors",
     "shown",
 ]
@@ -169,6 +171,28 @@ def map_backend_errors(backend: str, what: str) -> Iterator[None]:
         raise
     except Exception as exc:  # the one mapping boundary
         raise DeviceError(f"{backend}: {what} failed: {type(exc).__name__}: {exc}") from exc
+
+
+_E = TypeVar("_E", bound=BaseException)
+
+
+def caused(err: _E, cause: BaseException | None) -> _E:
+    """``err`` with ``cause`` as its ``__cause__`` (``None``: the context suppressed), for
+    ``raise caused(err, cause) from cause`` in a module the compiled build compiles: mypyc
+    drops the ``from`` clause. (A helper rather than ``err.__cause__ = ...`` on a local in the
+    raising function: that local, the exception's traceback and the function's frame would
+    make a cycle in the pure build, keeping the frames and what they hold until the garbage
+    collector runs.)
+
+    Example::
+
+        >>> from accelrt._errors import caused
+        >>> err = caused(TypeError("refused"), None)
+        >>> err.__cause__ is None, err.__suppress_context__
+        (True, True)
+    """
+    err.__cause__ = cause
+    return err
 
 
 def shown(value: object) -> str:

@@ -24,7 +24,7 @@ import numpy as np
 from . import _backend
 from . import _device as _device_mod
 from ._device import _factory_device, _get_device, _lazy_init
-from ._errors import shown
+from ._errors import caused, shown
 from ._memory_owner import _Memory
 from ._size import storage_nbytes
 from ._device_core import _Key, _key_of
@@ -94,10 +94,8 @@ def _check_dtype_uncached(dtype: Any, b: Backend, index: int) -> np.dtype:
         dt: np.dtype[Any] = np.dtype(dtype)
     except (TypeError, ValueError) as exc:     # ValueError: numpy cannot print a huge int
         why = f" ({exc})" if isinstance(exc, TypeError) else ""
-        err = TypeError(f"unknown dtype {shown(dtype)}; pass a numpy dtype such as 'float32' "
-                        f"or np.int64{why}")
-        err.__cause__ = None   # (set first: the compiled build drops ``from None``)
-        raise err from None
+        raise caused(TypeError(f"unknown dtype {shown(dtype)}; pass a numpy dtype such as "
+                               f"'float32' or np.int64{why}"), None) from None
     if dt.kind not in "biufc" or dt.fields is not None or dt.subdtype is not None:
         raise TypeError(f"dtype {dt} is not supported; use a bool, integer, floating or "
                         "complex dtype")

@@ -29,7 +29,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from ._errors import AcceleratorValueError, shown
+from ._errors import AcceleratorValueError, caused, shown
 
 __all__ = ["factory_args", "legacy_dtype_device", "normalize_size", "one_sequence_size",
            "size_keyword", "storage_nbytes"]
@@ -137,13 +137,10 @@ def _entry(d: Any, fname: str, size: Any) -> int:
         pass
     if (isinstance(d, Sequence) and not isinstance(d, (str, bytes))) or (
             isinstance(d, np.ndarray) and d.ndim):
-        err = TypeError(f"{fname}() got a size that mixes ints and sequences ({size!r}); "
-                        f"{_usage(fname)}")
-    else:
-        err = TypeError(f"{fname}() size entries must be ints, got {type(d).__name__} {d!r} "
-                        f"in {size!r}; {_usage(fname)}")
-    err.__cause__ = None   # (set first: the compiled build drops ``from None``)
-    raise err from None
+        raise caused(TypeError(f"{fname}() got a size that mixes ints and sequences "
+                               f"({size!r}); {_usage(fname)}"), None) from None
+    raise caused(TypeError(f"{fname}() size entries must be ints, got {type(d).__name__} "
+                           f"{d!r} in {size!r}; {_usage(fname)}"), None) from None
 
 
 def normalize_size(args: tuple[Any, ...], size: Any, fname: str) -> tuple[int, ...]:

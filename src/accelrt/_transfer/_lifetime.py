@@ -27,7 +27,7 @@ import functools
 from typing import TYPE_CHECKING, Any
 
 from .. import _sync_debug as _sd
-from .._errors import DeviceError
+from .._errors import DeviceError, caused
 from .._memory_owner import _Memory
 
 if TYPE_CHECKING:
@@ -91,12 +91,10 @@ def keep_alive(b: Backend, index: int, stream: StreamHandle, keep: tuple[object,
             return
         except DeviceError as exc:
             if b.stream_is_capturing(index, stream):
-                err = DeviceError(
+                raise caused(DeviceError(
                     f"a non_blocking copy touching host memory was captured into a graph on "
                     f"{b.name}:{index}, and this backend cannot keep the host memory alive for "
                     "every replay; copy the data to the device before the capture, or make "
-                    "the copy outside it")
-                err.__cause__ = exc   # (set first: the compiled build drops ``from exc``)
-                raise err from exc
+                    "the copy outside it"), exc) from exc
             raise
     b.stream_synchronize(index, stream)

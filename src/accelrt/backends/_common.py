@@ -35,7 +35,7 @@ from typing import Any, Generic, NoReturn, Protocol, SupportsIndex, TypeVar, cas
 import numpy as np
 
 from .._device import _index_arg
-from .._errors import DeviceError, shown
+from .._errors import DeviceError, caused, shown
 
 __all__ = ["HandleTable", "KeptErrors", "bad_handle", "check_byte", "check_index", "check_int",
            "check_ptr", "check_size", "check_u64", "fill_pattern", "reset_in_child",
@@ -162,9 +162,7 @@ if hasattr(os, "register_at_fork"):
 
 
 def _raise(what: str, exc: BaseException) -> NoReturn:
-    err = DeviceError(f"{what}: {type(exc).__name__}: {exc}")
-    err.__cause__ = exc   # (set first: the compiled build drops ``from exc``)
-    raise err from exc
+    raise caused(DeviceError(f"{what}: {type(exc).__name__}: {exc}"), exc) from exc
 
 
 def check_int(value: object, what: str) -> int:
@@ -251,9 +249,8 @@ def check_size(size: object, what: str = "size", allow_zero: bool = False) -> in
     try:
         value = operator.index(cast("SupportsIndex", size))
     except TypeError:
-        err = TypeError(f"{what} must be an int, got {type(size).__name__}")
-        err.__cause__ = None   # (set first: the compiled build drops ``from None``)
-        raise err from None
+        raise caused(TypeError(f"{what} must be an int, got {type(size).__name__}"),
+                     None) from None
     if value < 0 or (value == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
         raise ValueError(f"{what}={value} must be {bound}")

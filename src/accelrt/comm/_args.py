@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _backend
 from .._device import _check_index, _get_device, _index_arg, _plain_int, _require_current, device
-from .._errors import AcceleratorValueError, shown
+from .._errors import AcceleratorValueError, caused, shown
 from .._transfer import HOST, Place
 
 if TYPE_CHECKING:
@@ -100,9 +100,8 @@ def int_list(values: Any, what: str) -> list[int]:
         try:
             out.append(_index_arg(v, what))
         except TypeError:
-            err = TypeError(f"{what} must contain only ints, got {v!r}")
-            err.__cause__ = None   # (set first: the compiled build drops ``from None``)
-            raise err from None
+            raise caused(TypeError(f"{what} must contain only ints, got {v!r}"),
+                         None) from None
     return out
 
 
