@@ -136,10 +136,9 @@ def _int_arg(name: str, value: object) -> int:
     return _plain_int(value)
 
 
-#: The :func:`_give_back` listeners, and the pool size beyond which a given-back handle is
-#: destroyed (the compiled core's: a stream's finaliser gives its handle back there)
+#: The :func:`_give_back` listeners (the compiled core's, with the pool size
+#: ``_stream_core._POOL_MAX``: a stream's finaliser gives its handle back there)
 _given_back = _stream_core._given_back
-_POOL_MAX = _stream_core._POOL_MAX
 _give_back = _stream_core._give_back
 
 

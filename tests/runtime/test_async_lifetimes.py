@@ -30,7 +30,7 @@ from helpers.staging import RecordingNoHostCpu
 
 import accelrt as acc
 from accelrt import backends
-from accelrt._stream import _POOL_MAX
+from accelrt._stream_core import _POOL_MAX
 from accelrt.backends.cpu import CpuBackend
 from accelrt.memory._host import peek_host_allocator
 
@@ -137,7 +137,7 @@ _EMPTY_CACHE_SCRIPT = textwrap.dedent("""
     import gc, sys, threading
     sys.path.insert(0, {tests!r})
     import accelrt as acc
-    from accelrt._stream import _POOL_MAX
+    from accelrt._stream_core import _POOL_MAX
     from helpers.gates import Gate, open_when_blocked
 
     dev = "cpu:0"
