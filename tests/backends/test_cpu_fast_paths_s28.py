@@ -12,13 +12,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers import IntSubclass, cpu_handles
 
 from accelrt.backends.cpu import CpuBackend
 from accelrt.backends.cpu._live import CpuEvent
-
-
-class _Int(int):
-    pass
 
 
 
@@ -35,19 +32,13 @@ _STREAM = ("stream handle {} is not a live stream of cpu:0; use 0 (the default s
 
 @pytest.mark.parametrize("async_streams", [False, True])
 def test_hostile_arguments_get_the_general_checks_errors(async_streams: bool) -> None:
-    b = CpuBackend(num_devices=2, async_streams=async_streams)
-    try:
-        s1 = b.stream_create(1, 0)                       # a stream of the last device
-        e0 = b.event_create(0, False, False, False)
-        e1 = b.event_create(1, True, False, False)
-        dead = b.event_create(0, False, False, False)
-        b.event_destroy(0, dead)
+    with cpu_handles(async_streams) as (b, s1, e0, e1, dead):
         cases: list[tuple[Any, tuple[str, str]]] = [
             (lambda: b.event_synchronize(-1, e1), _range(-1)),
             (lambda: b.event_synchronize(1, e0), ("ValueError", _EVENT.format(e0, " of cpu:1"))),
             (lambda: b.event_synchronize(True, e0),
              ("TypeError", "device index must be an int, got bool")),
-            (lambda: b.event_synchronize(0, _Int(e0)),
+            (lambda: b.event_synchronize(0, IntSubclass(e0)),
              ("ValueError", _EVENT.format(e0, " of cpu:0"))),
             (lambda: b.event_synchronize(0, np.int64(e0)),
              ("TypeError", "event handle must be an int, got int64")),
@@ -58,13 +49,13 @@ def test_hostile_arguments_get_the_general_checks_errors(async_streams: bool) ->
              ("TypeError", "stream handle must be an int, got bool")),
             (lambda: b.stream_synchronize(np.int64(0), 0),
              ("TypeError", "device index must be an int, got int64")),
-            (lambda: b.stream_synchronize(0, _Int(0)), ("ValueError", _STREAM.format(0))),
+            (lambda: b.stream_synchronize(0, IntSubclass(0)), ("ValueError", _STREAM.format(0))),
             (lambda: b.stream_wait_event(0, s1, e0), ("ValueError", _STREAM.format(s1))),
             (lambda: b.stream_wait_event(-1, s1, e0), _range(-1)),
             (lambda: b.stream_wait_event(0, 0, dead), ("ValueError", _EVENT.format(dead, ""))),
             (lambda: b.stream_wait_event(0, 0, True),
              ("TypeError", "event handle must be an int, got bool")),
-            (lambda: b.stream_wait_event(0, 0, _Int(e0)), ("ValueError", _EVENT.format(e0, ""))),
+            (lambda: b.stream_wait_event(0, 0, IntSubclass(e0)), ("ValueError", _EVENT.format(e0, ""))),
             (lambda: b.stream_wait_event(0, True, e0),
              ("TypeError", "stream handle must be an int, got bool")),
             (lambda: b.event_create(-1, False, False, False), _range(-1)),
@@ -80,7 +71,7 @@ def test_hostile_arguments_get_the_general_checks_errors(async_streams: bool) ->
             (lambda: b.event_destroy(-1, e1), _range(-1)),
             (lambda: b.event_destroy(0, dead), ("ValueError", _EVENT.format(dead, " of cpu:0"))),
             (lambda: b.event_destroy(0, True), ("TypeError", "event handle must be an int, got bool")),
-            (lambda: b.event_destroy(0, _Int(e0)), ("ValueError", _EVENT.format(e0, " of cpu:0"))),
+            (lambda: b.event_destroy(0, IntSubclass(e0)), ("ValueError", _EVENT.format(e0, " of cpu:0"))),
             (lambda: b.event_destroy(0, np.int64(e0)),
              ("TypeError", "event handle must be an int, got int64")),
         ]
@@ -94,15 +85,13 @@ def test_hostile_arguments_get_the_general_checks_errors(async_streams: bool) ->
         b.event_synchronize(0, e0)
         b.stream_synchronize(1, s1)
         # an int subclass as the index takes the general path and still makes an event
-        h = b.event_create(_Int(0), False, False, False)
+        h = b.event_create(IntSubclass(0), False, False, False)
         made = b.event_create(1, True, False, False)   # the fast path's event: as the general
         ev = b._events[made]
         assert type(ev) is CpuEvent and (ev.device, ev.timing, ev.ipc) == (1, True, None)
         for handle, index in ((h, 0), (made, 1), (e0, 0), (e1, 1)):
             b.event_destroy(index, handle)
         assert b.live_handles() == {"streams": 1, "events": 0, "graphs": 0}
-    finally:
-        b.close()
 
 
 def test_a_foreign_exception_is_the_cause_in_both_builds() -> None:

@@ -12,13 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-
-from accelrt.backends.cpu import CpuBackend
-
-
-class _Int(int):
-    pass
-
+from helpers import IntSubclass, cpu_handles
 
 _NOT_LIVE = "is not a live event of cpu:{}; use a handle from event_create that was not destroyed"
 _RANGE = "cpu device index {} is out of range; this backend has 2 device(s)"
@@ -26,13 +20,7 @@ _RANGE = "cpu device index {} is out of range; this backend has 2 device(s)"
 
 @pytest.mark.parametrize("async_streams", [False, True])
 def test_hostile_handles_get_the_general_checks_errors(async_streams: bool) -> None:
-    b = CpuBackend(num_devices=2, async_streams=async_streams)
-    try:
-        s1 = b.stream_create(1, 0)                       # a stream of the last device
-        e0 = b.event_create(0, False, False, False)
-        e1 = b.event_create(1, True, False, False)
-        dead = b.event_create(0, False, False, False)
-        b.event_destroy(0, dead)
+    with cpu_handles(async_streams) as (b, s1, e0, e1, dead):
         cases: list[tuple[Any, type[Exception], str]] = [
             # a negative index is refused, never read as the last device's table
             (lambda: b.event_record(-1, e1, s1), IndexError, _RANGE.format(-1)),
@@ -46,7 +34,7 @@ def test_hostile_handles_get_the_general_checks_errors(async_streams: bool) -> N
             (lambda: b.event_record(0, None, 0), TypeError,
              "event handle must be an int, got NoneType"),
             # an int subclass or a numpy integer is no live handle (the event is checked first)
-            (lambda: b.event_record(0, _Int(e0), 0), ValueError, f"event handle {e0} " + _NOT_LIVE.format(0)),
+            (lambda: b.event_record(0, IntSubclass(e0), 0), ValueError, f"event handle {e0} " + _NOT_LIVE.format(0)),
             (lambda: b.event_record(0, e0, True), TypeError, "stream handle must be an int, got bool"),
             (lambda: b.event_record(0, e0, np.int64(0)), TypeError,
              "stream handle must be an int, got int64"),
@@ -68,5 +56,3 @@ def test_hostile_handles_get_the_general_checks_errors(async_streams: bool) -> N
         b.event_synchronize(1, e1)
         assert b.event_query(0, e0) and b.event_query(1, e1) and b.stream_query(1, s1)
         assert b.event_elapsed_time(1, e1, e1) == 0.0
-    finally:
-        b.close()

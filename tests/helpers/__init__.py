@@ -8,14 +8,16 @@ cpu backend's internals.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import uuid
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, NamedTuple
 
 from accelrt import backends
 from accelrt.testing import SimulatedBackend
 
-__all__ = ["register_toy", "run_in_thread"]
+__all__ = ["CpuHandles", "IntSubclass", "cpu_handles", "register_toy", "run_in_thread"]
 
 
 def register_toy(num_devices: int = 2, priority_range: tuple[int, int] = (0, -2),
@@ -48,3 +50,36 @@ def run_in_thread(fn: Any, *args: Any) -> Any:
     if "error" in out:
         raise out["error"]
     return out.get("value")
+
+
+class IntSubclass(int):
+    """An ``int`` subclass: a hostile handle or index that equals a valid one."""
+
+
+class CpuHandles(NamedTuple):
+    """What :func:`cpu_handles` makes: a 2-device cpu backend ``b``, a stream ``s1`` of device 1,
+    events ``e0`` (device 0) and ``e1`` (device 1, timing), and ``dead``, a destroyed event."""
+
+    b: Any
+    s1: int
+    e0: int
+    e1: int
+    dead: int
+
+
+@contextlib.contextmanager
+def cpu_handles(async_streams: bool) -> Iterator[CpuHandles]:
+    """A fresh 2-device :class:`~accelrt.backends.cpu.CpuBackend` (not registered) with live and
+    destroyed handles to aim hostile arguments at; closed afterwards."""
+    from accelrt.backends.cpu import CpuBackend
+
+    b = CpuBackend(num_devices=2, async_streams=async_streams)
+    try:
+        s1 = b.stream_create(1, 0)                       # a stream of the last device
+        e0 = b.event_create(0, False, False, False)
+        e1 = b.event_create(1, True, False, False)
+        dead = b.event_create(0, False, False, False)
+        b.event_destroy(0, dead)
+        yield CpuHandles(b, s1, e0, e1, dead)
+    finally:
+        b.close()
