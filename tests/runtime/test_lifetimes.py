@@ -21,7 +21,7 @@ from helpers.gates import Gate, open_when_blocked
 
 import accelrt as acc
 from accelrt import backends
-from accelrt._stream import _POOL_MAX
+from accelrt._stream_core import _POOL_MAX
 from accelrt.backends.cpu import CpuBackend
 from accelrt.testing import leak_check
 
