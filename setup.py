@@ -137,7 +137,7 @@ def ext_modules(chosen: Choice | None = None) -> tuple[list[object], Choice]:
     try:
         # multi_file: one C file per module, compiled in parallel by BuildExt
         return [*mypycify(COMPILED, opt_level="3", debug_level="0", group_name="accelrt",
-                          multi_file=True), PHILOX], chosen
+                          multi_file=True), PHILOX, FREE_LIST], chosen
     except (Exception, SystemExit) as exc:   # mypyc exits on a type error
         if chosen.required:
             raise
@@ -150,6 +150,12 @@ def ext_modules(chosen: Choice | None = None) -> tuple[list[object], Choice]:
 #: the pure build runs), made about three times faster (bench/bench_random.py); part of the
 #: compiled build, so it ships and falls back with the mypyc modules.
 PHILOX = Extension("accelrt.random._philox_host", ["src/accelrt/random/_philox_host.c"])
+
+#: The allocator's free lists in C (``accelrt.memory._free_list``'s ``FreeList``, in Python for
+#: the pure build): keys of two 64-bit integers where the Python type compares and builds
+#: 128-bit integers (bench/bench_builds.py's replay rows); part of the compiled build, like
+#: :data:`PHILOX`.
+FREE_LIST = Extension("accelrt.memory._free_list_c", ["src/accelrt/memory/_free_list_c.c"])
 
 #: The flags :data:`PHILOX` is compiled with by GCC and Clang: its loops over blocks need -O3
 #: to run in SIMD registers (measured 2.3 times slower at the -O2 of many Pythons' flags).

@@ -1,56 +1,17 @@
 """Free lists with logarithmic updates: the allocator's cost per operation barely grows with
-the number of free blocks (a plain sorted list moves every key after the insertion point)."""
+the number of free blocks (a plain sorted list moves every key after the insertion point).
+The free list itself is tested against a model in test_free_list.py."""
 
 from __future__ import annotations
 
 import random
 import statistics
 import time
-from bisect import insort
 
-import pytest
 
-from accelrt.memory import _block
 from accelrt.memory._allocator import DeviceCachingAllocator
-from accelrt.memory._block import FreeList, fl_add, fl_iter_ge, fl_iter_lt, fl_pop_ge, fl_remove
 from accelrt.memory._config import parse_config
 from accelrt.testing._simulated import SimulatedBackend
-
-
-@pytest.mark.parametrize("bucket", [2, 3, 8, _block.BUCKET_MAX])
-def test_free_list_matches_a_sorted_list(monkeypatch, bucket: int) -> None:
-    monkeypatch.setattr(_block, "BUCKET_MAX", bucket)
-    monkeypatch.setattr(_block, "SMALL_MAX", 4)
-    rng = random.Random(bucket)
-    free: dict[int, list[int] | FreeList] = {}
-    model: list[int] = []
-    for _ in range(3000):
-        r = rng.random()
-        if r < 0.5 or not model:
-            k = rng.randrange(1 << 70)
-            if k not in model:
-                fl_add(free, 0, k)
-                insort(model, k)
-        elif r < 0.75:
-            k = rng.choice(model)
-            fl_remove(free[0], k)
-            model.remove(k)
-        else:
-            q = rng.randrange(1 << 70)
-            got = fl_pop_ge(free[0], q)
-            want = next((k for k in model if k >= q), -1)
-            assert got == want
-            if want >= 0:
-                model.remove(want)
-        fl = free.get(0)
-        if fl is not None:
-            assert list(fl) == model
-            assert len(fl) == len(model) and bool(fl) == bool(model)
-            q = rng.randrange(1 << 70)
-            assert list(fl_iter_ge(fl, q)) == [k for k in model if k >= q]
-            assert list(fl_iter_lt(fl, q)) == [k for k in model if k < q][::-1]
-    assert isinstance(free[0], FreeList)          # converted once long
-    assert all(len(sub) <= bucket for sub in free[0].lists)
 
 
 def _allocator_with_free_blocks(n: int) -> tuple[DeviceCachingAllocator, list[int]]:

@@ -14,7 +14,7 @@ from hypothesis.stateful import (
 )
 
 from accelrt import OutOfMemoryError
-from accelrt.memory import _block, _expandable, _fast
+from accelrt.memory import _block
 from accelrt.memory._allocator import DeviceCachingAllocator
 from accelrt.memory._config import parse_config
 from accelrt.testing import SimulatedBackend
@@ -42,13 +42,10 @@ class AllocatorMachine(RuleBasedStateMachine):
 
     @initialize(conf=st.sampled_from(CONFIGS), tiny=st.booleans())
     def setup(self, conf: str, tiny: bool) -> None:
-        # tiny free lists: every stream's list is a bucketed FreeList of 2-key buckets, so
-        # their splits and removals run on few blocks
-        self.old_limits = (_block.BUCKET_MAX, _block.SMALL_MAX, _fast.SMALL_MAX,
-                           _expandable.SMALL_MAX)
+        # tiny free lists: buckets of 2 keys, so their splits and removals run on few blocks
+        self.old_limits = _block.BUCKET_MAX
         if tiny:
-            (_block.BUCKET_MAX, _block.SMALL_MAX, _fast.SMALL_MAX,
-             _expandable.SMALL_MAX) = 2, 0, 0, 0
+            _block.BUCKET_MAX = 2
         self.b = SimulatedBackend(capacity=256 * MiB, auto_complete=False)
         self.a = DeviceCachingAllocator(self.b, 0, parse_config(conf))
 
@@ -215,17 +212,18 @@ class AllocatorMachine(RuleBasedStateMachine):
         assert s["reserved_bytes.all.current"] == b.used == a.memory_reserved()
         assert s["allocated_bytes.all.current"] == a.memory_allocated()
         assert sorted(x["address"] for x in segs) == [x["address"] for x in segs]
-        # free lists: sorted buckets, none empty, each bucket's last key in maxes, and
-        # exactly the free mapped blocks
+        # free lists: buckets none empty nor past their limit, sorted keys that are their
+        # blocks' sizes and addresses, and exactly the free mapped blocks
         keys = []
         for pool in (a._small, a._large):
             for stream, fl in pool.free.items():
-                if isinstance(fl, _block.FreeList):
-                    assert all(fl.lists) and fl.maxes == [sub[-1] for sub in fl.lists]
-                    assert all(len(sub) <= _block.BUCKET_MAX for sub in fl.lists)
-                flat = list(fl)
-                assert flat == sorted(flat) and len(fl) == len(flat)
-                keys += [(k & _block.ADDR_MASK, k >> _block.KEY_SHIFT, stream) for k in flat]
+                buckets = fl.bucket_sizes()
+                assert all(0 < n <= fl.bucket_max for n in buckets)
+                flat = fl.keys()
+                assert flat == sorted(set(flat)) and len(fl) == len(flat) == sum(buckets)
+                assert [(b_.size, b_.addr) for b_ in fl] == flat
+                assert all(b_.pool is pool and b_.stream == stream for b_ in fl)
+                keys += [(addr, size, stream) for size, addr in flat]
         free_blocks = [(b_.addr, b_.size, b_.stream) for b_ in a._blocks.values()
                        if not b_.allocated and b_.mapped and not b_.event_count
                        and not b_.stream_uses and b_.pool.owner is None]
@@ -238,8 +236,7 @@ class AllocatorMachine(RuleBasedStateMachine):
         if not hasattr(self, "a"):
             return
         if hasattr(self, "old_limits"):
-            (_block.BUCKET_MAX, _block.SMALL_MAX, _fast.SMALL_MAX,
-             _expandable.SMALL_MAX) = self.old_limits
+            _block.BUCKET_MAX = self.old_limits
         self.a.record_history(None)
         for p in list(self.live):
             self.a.free(p)

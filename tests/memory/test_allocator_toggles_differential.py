@@ -23,7 +23,7 @@ from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from accelrt import OutOfMemoryError
-from accelrt.memory import _allocator, _block, _expandable, _fast
+from accelrt.memory import _allocator, _block
 from accelrt.memory._allocator import DeviceCachingAllocator
 from accelrt.testing._allocators import GeneralPathAllocator
 from accelrt.memory._config import parse_config
@@ -51,7 +51,7 @@ def state(a: DeviceCachingAllocator) -> tuple[object, ...]:
     allocated = a.memory_allocated()
     stats = a.stats()
     segments = a.snapshot_segments()
-    free = [(id_, s, list(fl)) for id_, pool in (("small", a._small), ("large", a._large))
+    free = [(id_, s, fl.keys()) for id_, pool in (("small", a._small), ("large", a._large))
             for s, fl in sorted(pool.free.items())]
     return (allocated, stats, a.sorted_stats(), segments, free, len(a._blocks),
             a.memory_reserved(), a.max_memory_reserved(), a.max_memory_allocated(), _trace(a))
@@ -69,12 +69,10 @@ class ToggleMachine(RuleBasedStateMachine):
                                       *CONFS]), tiny=st.booleans(),
                 capacity=st.sampled_from([96 * MiB, 1 << 34]))
     def setup(self, conf: str, tiny: bool, capacity: int) -> None:
-        # tiny: every free list is a bucketed FreeList of 2-key buckets from the start
-        self.old_limits = (_block.BUCKET_MAX, _block.SMALL_MAX, _fast.SMALL_MAX,
-                           _expandable.SMALL_MAX)
+        # tiny: every free list has buckets of 2 keys
+        self.old_limits = _block.BUCKET_MAX
         if tiny:
-            (_block.BUCKET_MAX, _block.SMALL_MAX, _fast.SMALL_MAX,
-             _expandable.SMALL_MAX) = 2, 0, 0, 0
+            _block.BUCKET_MAX = 2
         self.backends = [SimulatedBackend(capacity=capacity, auto_complete=False)
                          for _ in range(2)]
         self.fast = DeviceCachingAllocator(self.backends[0], 0, parse_config(conf))
@@ -238,8 +236,7 @@ class ToggleMachine(RuleBasedStateMachine):
                 assert a.memory_reserved() == 0 == b.used
         finally:
             _allocator.report_finalizer_error = self.old_report  # type: ignore[assignment]
-            (_block.BUCKET_MAX, _block.SMALL_MAX, _fast.SMALL_MAX,
-             _expandable.SMALL_MAX) = self.old_limits
+            _block.BUCKET_MAX = self.old_limits
 
 
 ToggleMachine.TestCase.settings = settings(max_examples=100, stateful_step_count=60,

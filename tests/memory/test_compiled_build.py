@@ -45,9 +45,12 @@ def test_flag_says_which_build_is_loaded() -> None:
     loaded = {name: is_extension(importlib.import_module(name)) for name in names}
     # all of them compiled, or none: a partial build would make the flag lie
     assert set(loaded.values()) == {memory.compiled}, loaded
-    # and the C Philox (setup.py's PHILOX) comes and goes with them
+    # and the C Philox (setup.py's PHILOX) and the C free list (FREE_LIST) come and go with
+    # them
+    from accelrt.memory import _free_list
     from accelrt.random import _philox
     assert (_philox._kernel is not None) == memory.compiled
+    assert (_free_list.FreeList is not _free_list.PyFreeList) == memory.compiled
 
 
 def test_info_reports_the_build() -> None:
@@ -447,6 +450,6 @@ def test_the_c_sources_of_the_compiled_build_ship_in_every_sdist() -> None:
     # must, or a wheel built from that sdist on a machine with a compiler fails
     setup = _setup_script()
     manifest = (ROOT / "MANIFEST.in").read_text().splitlines()
-    for source in setup.PHILOX.sources:
+    for source in [*setup.PHILOX.sources, *setup.FREE_LIST.sources]:
         assert f"include {source}" in manifest, source
         assert (ROOT / source).is_file(), source

@@ -35,7 +35,7 @@ CONFS = ["", "max_split_size_mb:40", "roundup_power2_divisions:4",
 def state(a: DeviceCachingAllocator) -> tuple[object, ...]:
     stats = a.stats()
     segments = a.snapshot_segments()
-    free = [(id_, s, list(fl)) for id_, pool in (("small", a._small), ("large", a._large))
+    free = [(id_, s, fl.keys()) for id_, pool in (("small", a._small), ("large", a._large))
             for s, fl in sorted(pool.free.items())]
     return (segments, stats, free, len(a._blocks), a.memory_reserved(),
             a.max_memory_reserved())

@@ -53,8 +53,8 @@ def consistent(a: DeviceCachingAllocator, b: SimulatedBackend) -> None:
     assert s["active_bytes.all.current"] == active
     assert s["reserved_bytes.all.current"] == a.memory_reserved() == b.used
     assert sum(seg["total_size"] for seg in segs) == b.used   # (the mapped ranges)
-    keys = sorted(k & ((1 << 64) - 1) for pool in (a._small, a._large)
-                  for fl in pool.free.values() for k in fl)
+    keys = sorted(blk.addr for pool in (a._small, a._large)
+                  for fl in pool.free.values() for blk in fl)
     free = sorted(blk.addr for blk in a._blocks.values()
                   if not blk.allocated and blk.mapped and not blk.event_count
                   and not blk.stream_uses and blk.pool.owner is None)

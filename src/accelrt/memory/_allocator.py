@@ -46,14 +46,12 @@ from .._backend import Backend
 from .._errors import OutOfMemoryError
 from .._fork import hold_across_fork
 from ._block import (
-    ADDR_MASK,
     DEFAULT_POOL,
     K_MIN_BLOCK,
     K_MIN_LARGE_ALLOC,
     K_ROUND_LARGE,
     K_SMALL_BUFFER,
     K_SMALL_SIZE,
-    KEY_SHIFT,
     Block,
     BlockPool,
     count_alloc,
@@ -125,7 +123,7 @@ __all__ = ["DeviceCachingAllocator", "format_size", "get_allocator", "peek_alloc
 _MAX_ALLOC: Final = 1 << 60
 # The fast paths of malloc and free spell these constants as literals (a constant load instead
 # of a global load on every call).
-assert (K_MIN_BLOCK, KEY_SHIFT, K_SMALL_SIZE, ADDR_MASK) == (512, 64, 1 << 20, 2**64 - 1)
+assert (K_MIN_BLOCK, K_SMALL_SIZE) == (512, 1 << 20)
 _DEFAULT_POOL: Final = DEFAULT_POOL
 #: What the fast path of free finds for an address that is no block's: a block that is not
 #: allocated (the general path then raises the error).
@@ -422,7 +420,7 @@ class DeviceCachingAllocator:
             # segments, as in PyTorch), its peaks updated at once
             was_split = blk.prev is not None or blk.next is not None
             rest = self._cut_block(blk, rounded)
-            fl_add(pool.free, stream, (remaining << KEY_SHIFT) | rest.addr)
+            fl_add(pool.free, stream, rest)
             rest.gc_base = pool.gc_calls
             if blk.exp is None:
                 c = pool.hot
@@ -517,7 +515,7 @@ class DeviceCachingAllocator:
     def _unlist(self, b: Block, mapped: bool) -> None:
         """Take free block ``b`` out of its free list (``mapped``) or unmapped list."""
         if mapped:
-            fl_remove(b.pool.free[b.stream], (b.size << KEY_SHIFT) | b.addr)
+            fl_remove(b.pool.free[b.stream], b.size, b.addr)
         else:
             unmapped_remove(b)
 
@@ -893,11 +891,11 @@ class DeviceCachingAllocator:
     # ------------------------------------------------------------------ free lists
     def _insert_free(self, b: Block) -> None:
         pool = b.pool
-        fl_add(pool.free, b.stream, (b.size << KEY_SHIFT) | b.addr)
+        fl_add(pool.free, b.stream, b)
         b.gc_base = pool.gc_calls
 
     def _remove_free(self, b: Block) -> None:
-        fl_remove(b.pool.free[b.stream], (b.size << KEY_SHIFT) | b.addr)
+        fl_remove(b.pool.free[b.stream], b.size, b.addr)
 
     # ------------------------------------------------------------------ fraction
     def _set_fraction_locked(self, fraction: float) -> None:

@@ -2,36 +2,41 @@
 
 A *segment* is one backend allocation (or one virtual reservation, for expandable segments);
 it is cut into address-ordered :class:`Block`\\ s linked by ``prev``/``next``. Free mapped
-blocks sit in their :class:`BlockPool`'s per-stream free list, a sorted ``list`` of integer
-keys ``size << 64 | address`` so that ``bisect`` finds the best fit (smallest size, then
-lowest address) of one stream. Unmapped blocks of expandable segments sit in a per-stream
-sorted list of addresses.
+blocks sit in their :class:`BlockPool`'s per-stream :class:`~._free_list.FreeList`, ordered
+by (size, address) so that the first block at or above a request's size is its best fit
+(smallest size, then lowest address) on that stream. Unmapped blocks of expandable segments
+sit in a per-stream sorted list of addresses.
 
 Every object here is guarded by the owning allocator's lock.
 
 Example::
 
-    >>> from accelrt.memory._block import Block, BlockPool, free_key
+    >>> from accelrt.memory._block import Block, BlockPool, fl_add
     >>> from accelrt.memory._stats import HotCounters
     >>> pool = BlockPool(is_small=True, owner=None, hot=HotCounters(), type_index=1)
     >>> b = Block(0x1000, 2048, 0, pool)
-    >>> free_key(b) == (2048 << 64) | 0x1000
-    True
+    >>> fl_add(pool.free, 0, b)
+    >>> pool.free[0].first_ge(1024) is b, pool.free[0].keys()
+    (True, [(2048, 4096)])
 """
 
 from __future__ import annotations
 
 import bisect as _bisect
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Final
+
+# the compiled build's C type where it is built, else the pure build's (to mypyc, a class it
+# does not compile: either may come)
+from ._free_list import DEFAULT_BUCKET_MAX, FreeList
 
 if TYPE_CHECKING:
     from ._stats import HotCounters
 
-__all__ = ["ADDR_MASK", "DEFAULT_POOL", "KEY_SHIFT", "K_MIN_BLOCK", "K_MIN_LARGE_ALLOC",
-           "K_ROUND_LARGE", "K_SMALL_BUFFER", "K_SMALL_SIZE", "Block", "BlockPool", "FreeList",
-           "PrivatePool", "SMALL_MAX", "count_alloc", "fl_add", "fl_iter_ge", "fl_iter_lt",
-           "fl_pop_ge", "fl_remove", "free_key", "mergeable", "unmapped_add", "unmapped_remove"]
+__all__ = ["BUCKET_MAX", "DEFAULT_POOL", "K_MIN_BLOCK", "K_MIN_LARGE_ALLOC", "K_ROUND_LARGE",
+           "K_SMALL_BUFFER", "K_SMALL_SIZE", "Block", "BlockPool", "FreeList", "PrivatePool",
+           "count_alloc", "fl_add", "fl_first_ge", "fl_insert", "fl_pop_ge", "fl_remove",
+           "fl_replace", "mergeable", "new_free_list", "unmapped_add",
+           "unmapped_remove"]
 
 #: ``bisect``'s functions, bound here as ``Final`` names: the compiled build
 #: (mypyc) holds a ``Final`` in a C variable, where a name imported with
@@ -40,9 +45,6 @@ __all__ = ["ADDR_MASK", "DEFAULT_POOL", "KEY_SHIFT", "K_MIN_BLOCK", "K_MIN_LARGE
 bisect_left: Final = _bisect.bisect_left
 bisect_right: Final = _bisect.bisect_right
 insort: Final = _bisect.insort
-
-KEY_SHIFT: Final = 64
-ADDR_MASK: Final = (1 << KEY_SHIFT) - 1
 
 # PyTorch's allocator constants
 K_MIN_BLOCK: Final = 512                 # every block is a multiple of this
@@ -141,186 +143,32 @@ def mergeable(b: Block | None, mapped: bool = True) -> bool:
             and b.mapped == mapped)
 
 
-def free_key(b: Block) -> int:
-    """The free-list sort key of a block: size first, then address."""
-    return (b.size << KEY_SHIFT) | b.addr
+#: The free lists' methods as ``Final`` names, which the allocator calls as functions
+#: (``fl_pop_ge(fl, size)`` for ``fl.pop_ge(size)``): in the compiled build a ``Final`` is a C
+#: variable, and a call through it skips the method lookup of every ``fl.pop_ge(...)``.
+fl_pop_ge: Final = FreeList.pop_ge
+fl_first_ge: Final = FreeList.first_ge
+fl_insert: Final = FreeList.add
+fl_remove: Final = FreeList.remove
+fl_replace: Final = FreeList.replace
+
+#: A stream's free list splits a bucket in two past this many keys (read when a list is made:
+#: tests set it small to reach the bucket logic with few blocks).
+BUCKET_MAX = DEFAULT_BUCKET_MAX
 
 
-#: A :class:`FreeList` bucket splits in two when it grows past this many keys.
-BUCKET_MAX = 1024
-#: A per-stream free list is a plain sorted ``list`` (the fastest for few keys) until it grows
-#: past this many keys; then it becomes a :class:`FreeList` (logarithmic for many).
-SMALL_MAX = 2048
+def new_free_list() -> FreeList[Block]:
+    """An empty free list (buckets of :data:`BUCKET_MAX`)."""
+    return FreeList(BUCKET_MAX)
 
 
-class FreeList:
-    """A sorted collection of distinct free-list keys with logarithmic updates.
-
-    The keys sit in sorted buckets of at most :data:`BUCKET_MAX` (``lists``), with the last
-    key of each bucket in ``maxes``: a lookup is a bisection of ``maxes`` and one of a
-    bucket, an insertion or removal moves at most one bucket's keys, and a bucket is split or
-    dropped only once per many updates. So every operation costs O(log n) in the number of
-    free blocks, where one sorted ``list`` costs O(n) per insertion or removal.
-
-    A stream's free list starts as a plain sorted ``list`` and becomes a ``FreeList`` past
-    :data:`SMALL_MAX` keys; the ``fl_*`` functions below work on either (the allocator's hot
-    paths inline the plain-list case).
-
-    Example::
-
-        >>> from accelrt.memory._block import FreeList
-        >>> fl = FreeList([1, 5, 9])
-        >>> fl.pop_ge(4), list(fl), len(fl)
-        (5, [1, 9], 2)
-        >>> fl.add(3); list(fl.iter_ge(2)), list(fl.iter_lt(9))
-        ([3, 9], [3, 1])
-    """
-
-    __slots__ = ("lists", "maxes")
-
-    def __init__(self, keys: list[int] | None = None) -> None:
-        """``keys``: sorted distinct keys to start with."""
-        self.lists: list[list[int]] = []
-        self.maxes: list[int] = []
-        if keys:
-            half = BUCKET_MAX // 2
-            self.lists = [keys[i:i + half] for i in range(0, len(keys), half)]
-            self.maxes = [sub[-1] for sub in self.lists]
-
-    def __len__(self) -> int:
-        return sum(map(len, self.lists))
-
-    def __bool__(self) -> bool:
-        return bool(self.maxes)
-
-    def __iter__(self) -> Iterator[int]:
-        for sub in self.lists:
-            yield from sub
-
-    def __repr__(self) -> str:
-        return f"FreeList({list(self)!r})"
-
-    def add(self, key: int) -> None:
-        """Add ``key`` (not present)."""
-        maxes = self.maxes
-        j = bisect_left(maxes, key)
-        if j == len(maxes):
-            if not j:
-                self.lists.append([key])
-                maxes.append(key)
-                return
-            j -= 1
-            sub = self.lists[j]
-            sub.append(key)
-            maxes[j] = key
-        else:
-            sub = self.lists[j]
-            insort(sub, key)
-        if len(sub) > BUCKET_MAX:
-            self.split(j)
-
-    def split(self, j: int) -> None:
-        """Cut bucket ``j`` in two halves."""
-        sub = self.lists[j]
-        half = len(sub) >> 1
-        self.lists.insert(j + 1, sub[half:])
-        del sub[half:]
-        self.maxes.insert(j, sub[-1])
-
-    def remove(self, key: int) -> None:
-        """Remove ``key`` (present)."""
-        maxes = self.maxes
-        j = bisect_left(maxes, key)
-        sub = self.lists[j]
-        i = bisect_left(sub, key)
-        del sub[i]
-        if not sub:
-            del self.lists[j]
-            del maxes[j]
-        elif i == len(sub):
-            maxes[j] = sub[-1]
-
-    def pop_ge(self, key: int) -> int:
-        """Remove and return the smallest key ``>= key``; -1 if there is none."""
-        maxes = self.maxes
-        j = bisect_left(maxes, key)
-        if j == len(maxes):
-            return -1
-        sub = self.lists[j]
-        i = bisect_left(sub, key)
-        k = sub.pop(i)
-        if not sub:
-            del self.lists[j]
-            del maxes[j]
-        elif i == len(sub):
-            maxes[j] = sub[-1]
-        return k
-
-    def iter_ge(self, key: int) -> Iterator[int]:
-        """The keys ``>= key``, ascending (do not change the list while iterating)."""
-        maxes = self.maxes
-        j = bisect_left(maxes, key)
-        if j == len(maxes):
-            return
-        lists = self.lists
-        sub = lists[j]
-        yield from sub[bisect_left(sub, key):]
-        for sub in lists[j + 1:]:
-            yield from sub
-
-    def iter_lt(self, key: int) -> Iterator[int]:
-        """The keys ``< key``, descending (do not change the list while iterating)."""
-        maxes = self.maxes
-        j = bisect_left(maxes, key)
-        lists = self.lists
-        if j < len(maxes):
-            sub = lists[j]
-            yield from reversed(sub[:bisect_left(sub, key)])
-        for sub in reversed(lists[:j]):
-            yield from reversed(sub)
-
-
-def fl_add(free: dict[int, list[int] | FreeList], stream: int, key: int) -> None:
-    """Add ``key`` to ``free[stream]`` (created if missing; a long plain list is converted)."""
+def fl_add(free: dict[int, FreeList[Block]], stream: int, b: Block) -> None:
+    """List free block ``b`` under its size and address in ``free[stream]`` (made if
+    missing)."""
     fl = free.get(stream)
     if fl is None:
-        free[stream] = [key]
-    elif type(fl) is list:
-        insort(fl, key)
-        if len(fl) > SMALL_MAX:
-            free[stream] = FreeList(fl)
-    else:
-        fl.add(key)  # type: ignore[union-attr]
-
-
-def fl_remove(fl: list[int] | FreeList, key: int) -> None:
-    """Remove ``key`` (present) from a free list."""
-    if type(fl) is list:
-        del fl[bisect_left(fl, key)]
-    else:
-        fl.remove(key)
-
-
-def fl_pop_ge(fl: list[int] | FreeList, key: int) -> int:
-    """Remove and return the smallest key ``>= key`` of a free list; -1 if none."""
-    if type(fl) is list:
-        i = bisect_left(fl, key)
-        return fl.pop(i) if i < len(fl) else -1
-    return fl.pop_ge(key)  # type: ignore[union-attr]
-
-
-def fl_iter_ge(fl: list[int] | FreeList, key: int) -> Iterator[int]:
-    """The keys ``>= key`` of a free list, ascending (no changes while iterating)."""
-    if type(fl) is list:
-        return iter(fl[bisect_left(fl, key):])
-    return fl.iter_ge(key)  # type: ignore[union-attr]
-
-
-def fl_iter_lt(fl: list[int] | FreeList, key: int) -> Iterator[int]:
-    """The keys ``< key`` of a free list, descending (no changes while iterating)."""
-    if type(fl) is list:
-        return reversed(fl[:bisect_left(fl, key)])
-    return fl.iter_lt(key)  # type: ignore[union-attr]
+        fl = free[stream] = FreeList(BUCKET_MAX)
+    fl_insert(fl, b.size, b.addr, b)
 
 
 def unmapped_add(b: Block) -> None:
@@ -338,8 +186,7 @@ class BlockPool:
     """The free blocks of one pool (small or large, default or private).
 
     Attributes:
-        free: stream -> sorted free-list keys (:func:`free_key`) of free mapped blocks: a
-            plain ``list``, or a :class:`FreeList` once long.
+        free: stream -> the :class:`~._free_list.FreeList` of its free mapped blocks.
         unmapped: stream -> sorted list of addresses of unmapped (expandable) blocks.
         is_small: the small (<= 1 MiB) pool.
         owner: the :class:`PrivatePool`, or ``None`` for the default pools.
@@ -354,7 +201,7 @@ class BlockPool:
 
     def __init__(self, is_small: bool, owner: PrivatePool | None, hot: HotCounters,
                  type_index: int) -> None:
-        self.free: dict[int, list[int] | FreeList] = {}
+        self.free: dict[int, FreeList[Block]] = {}
         self.unmapped: dict[int, list[int]] = {}
         self.is_small = is_small
         self.owner = owner

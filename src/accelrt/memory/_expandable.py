@@ -20,16 +20,15 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _checked
 from ._block import (
-    ADDR_MASK,
     K_SMALL_BUFFER,
-    KEY_SHIFT,
-    SMALL_MAX,
     Block,
     BlockPool,
     bisect_left,
     count_alloc,
     fl_add,
-    fl_iter_ge,
+    fl_first_ge,
+    fl_remove,
+    fl_replace,
     insort,
     unmapped_add,
     unmapped_remove,
@@ -301,14 +300,11 @@ class ExpandableSegments:
         rounded = (size + 511) & -512
         pool = alloc._large              # the policy serves every request from the large pool
         fl = pool.free.get(stream)
-        if not fl or type(fl) is not list:
+        if not fl:
             return 0
-        i = bisect_left(fl, rounded << 64)
-        n = len(fl)
-        if i == n:
+        blk = fl_first_ge(fl, rounded)
+        if blk is None:
             return 0
-        blocks = alloc._blocks
-        blk = blocks[fl[i] & ADDR_MASK]
         es: ExpandableSegment | None = blk.exp
         if es is None:
             return 0
@@ -318,9 +314,7 @@ class ExpandableSegments:
         nx = blk.next
         if nx is not None and not nx.mapped:
             esize = blk.size + nx.size
-            j = i + 1
-            while j < n:
-                nb = blocks[fl[j] & ADDR_MASK]
+            for nb in fl.iter_ge(blk.size, blk.addr + 1):
                 nx = nb.next
                 nsize = nb.size + (nx.size if nx is not None and not nx.mapped else 0)
                 if nsize >= esize:
@@ -330,8 +324,6 @@ class ExpandableSegments:
                     return 0
                 blk = nb
                 esize = nsize
-                i = j
-                j += 1
             nx = blk.next
         bsize = blk.size
         remaining = bsize - rounded
@@ -343,29 +335,16 @@ class ExpandableSegments:
         if remaining >= 512:
             # _cut_block: blk keeps its first ``first`` bytes, ``rest`` the others
             rest = alloc._cut_block(blk, remaining if tail else rounded)
-            raddr = rest.addr
             if tail:             # the free head stays cached, the tail is allocated
-                key = (remaining << 64) | addr
+                fl_replace(fl, bsize, addr, remaining, addr, blk)
                 blk.gc_base = pool.gc_calls
                 blk = rest
-                addr = raddr
+                addr = rest.addr
             else:
-                key = (remaining << 64) | raddr
+                fl_replace(fl, bsize, addr, remaining, rest.addr, rest)
                 rest.gc_base = pool.gc_calls
-            # the block's key out of the free list, the remainder's in (insort): the new key
-            # is below the old one, so where nothing lies between them it takes its place
-            if len(fl) <= SMALL_MAX:
-                j = bisect_left(fl, key, 0, i)
-                if j == i:
-                    fl[i] = key
-                else:
-                    del fl[i]
-                    fl.insert(j, key)
-            else:    # (only where a test lowers SMALL_MAX: a plain list holds at most that)
-                del fl[i]
-                fl_add(pool.free, stream, key)
         else:
-            del fl[i]
+            fl_remove(fl, bsize, addr)
         count_alloc(blk, size)
         return addr
 
@@ -445,7 +424,7 @@ class ExpandableSegments:
             del ul[k]
         b, _, _ = alloc._merge(blk)
         # _insert_free(b)
-        fl_add(pool.free, b.stream, (b.size << KEY_SHIFT) | b.addr)
+        fl_add(pool.free, b.stream, b)
         b.gc_base = pool.gc_calls
         total = alloc._total_reserved + mapped
         alloc._total_reserved = total
@@ -577,14 +556,14 @@ class ExpandableSegments:
             if not free:
                 continue
             # only blocks at least one page long can hold a whole page (lists sorted by size)
-            first = self.page_size(pool) << KEY_SHIFT
-            todo: list[int] = []
+            first = self.page_size(pool)
+            todo: list[int] = []   # (addresses: an unmap below may replace a block object)
             for stream in sorted(free) if len(free) > 1 else free:
-                todo.extend(fl_iter_ge(free[stream], first))
+                todo.extend([b.addr for b in free[stream].iter_ge(first)])
             if need >= 0:
                 todo.reverse()
-            for key in todo:
-                blk = blocks[key & ADDR_MASK]
+            for addr in todo:
+                blk = blocks[addr]
                 if blk is keep:
                     continue
                 es: ExpandableSegment | None = blk.exp

@@ -39,7 +39,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._block import SMALL_MAX, Block, bisect_left, count_alloc, fl_add, fl_remove, insort, mergeable
+from ._block import (
+    Block,
+    count_alloc,
+    fl_first_ge,
+    fl_insert,
+    fl_pop_ge,
+    fl_remove,
+    fl_replace,
+    mergeable,
+    new_free_list,
+)
 
 if TYPE_CHECKING:
     from ._allocator import DeviceCachingAllocator
@@ -65,60 +75,32 @@ def malloc_cached(a: DeviceCachingAllocator, size: int, stream: int) -> int:
     else:
         pool = a._large
         split_min = 1048577   # K_SMALL_SIZE + 1
-    try:
-        fl = pool.free[stream]      # KeyError: no free list on this stream
-        plain = type(fl) is list
-        if plain:
-            # the best fit's key stays in the list for now: a split's remainder
-            # key usually takes its place (below)
-            i = bisect_left(fl, rounded << 64)  # type: ignore[arg-type]
-            key = fl[i]  # type: ignore[index]   # IndexError: none fits
-        else:   # a long FreeList: FreeList.pop_ge, inlined
-            maxes = fl.maxes  # type: ignore[union-attr]
-            n = bisect_left(maxes, rounded << 64)
-            sub = fl.lists[n]  # type: ignore[union-attr]   # IndexError: none fits
-            i = bisect_left(sub, rounded << 64)
-            key = sub.pop(i)
-            if not sub:
-                del fl.lists[n]  # type: ignore[union-attr]
-                del maxes[n]
-            elif i == len(sub):
-                maxes[n] = sub[-1]
-    except LookupError:
+    fl = pool.free.get(stream)
+    if fl is None:
         return 0   # (the general path)
-    addr = key & 0xFFFFFFFFFFFFFFFF   # ADDR_MASK
-    blk = a._blocks[addr]
+    blk = fl_pop_ge(fl, rounded)
+    if blk is None:
+        return 0   # none fits
+    addr = blk.addr
     c = pool.hot
     bsize = blk.size    # (the block's size once allocated)
     remaining = bsize - rounded
     if remaining >= split_min:
         # the split of _malloc_locked (_cut_block); inactive_split first
-        nx = blk.next
-        if nx is not None or blk.prev is not None:   # already split
+        if blk.next is not None or blk.prev is not None:   # already split
             if a._stats.dirty_split:
                 a._stats.settle_split()
             c.inactive_split_bytes -= rounded
         else:
             c.count_split(remaining)
         rest = a._cut_block(blk, rounded)
-        key = (remaining << 64) | rest.addr
-        if not plain:   # a long FreeList
-            fl.add(key)  # type: ignore[union-attr]
-        elif i and fl[i - 1] > key:  # type: ignore[index]
-            # (keys between: the remainder's moves below them; as insort)
-            del fl[i]  # type: ignore[union-attr]
-            insort(fl, key, 0, i)  # type: ignore[arg-type]
-        else:   # the remainder's key takes the place of the block's
-            fl[i] = key  # type: ignore[index]
+        fl_insert(fl, remaining, rest.addr, rest)
         rest.gc_base = pool.gc_calls
-    else:
-        if plain:
-            del fl[i]  # type: ignore[union-attr]
-        if blk.next is not None or blk.prev is not None:
-            if a._stats.dirty_split:
-                a._stats.settle_split()
-            c.inactive_split_bytes -= bsize
-            c.inactive_split -= 1
+    elif blk.next is not None or blk.prev is not None:
+        if a._stats.dirty_split:
+            a._stats.settle_split()
+        c.inactive_split_bytes -= bsize
+        c.inactive_split -= 1
     count_alloc(blk, size)
     return addr
 
@@ -190,32 +172,28 @@ def defer_free(a: DeviceCachingAllocator, blk: Block) -> bool:
     if a._defer_skip:
         a._defer_skip -= 1
         return False
-    try:
-        fl = pool.free[blk.stream]
-    except KeyError:
-        fl = pool.free[blk.stream] = []   # (as the eager free leaves it)
-    if type(fl) is not list:
-        return False
+    fl = pool.free.get(blk.stream)
+    if fl is None:
+        fl = pool.free[blk.stream] = new_free_list()   # (as the eager free leaves it)
     size = blk.size
     ptr = blk.addr
     if nx is None:
         # the best fit unless a block of this size at a lower address is cached (an
         # empty list: at once)
-        if fl:
-            j = bisect_left(fl, size << 64)
-            if j < len(fl) and fl[j] < (size << 64) | ptr:
-                return False
+        other = fl_first_ge(fl, size)
+        if other is not None and other.size == size and other.addr < ptr:
+            return False
     elif not nx.event_count and not nx.stream_uses and (
             nx.size > 1048576 or pool.is_small):
-        # merged with nx, the best fit unless a key between (other than nx's) fits first
-        # (nx's key alone in the list: at once); a large block is split again only with
+        # merged with nx, the best fit unless a block listed between (other than nx) fits
+        # first (nx alone in the list: at once); a large block is split again only with
         # more than 1 MiB left
         if len(fl) != 1:
-            nsize = nx.size
-            j = bisect_left(fl, size << 64)
-            if j < len(fl) and fl[j] == (nsize << 64) | nx.addr:
-                j += 1
-            if j < len(fl) and fl[j] < ((size + nsize) << 64) | ptr:
+            other = fl_first_ge(fl, size)
+            if other is nx:
+                other = fl_first_ge(fl, nx.size, nx.addr + 1)
+            if other is not None and (other.size < size + nx.size or (
+                    other.size == size + nx.size and other.addr < ptr)):
                 return False
     else:
         return False
@@ -249,11 +227,9 @@ def free_cached(a: DeviceCachingAllocator, blk: Block) -> None:
         a._stats.oversize_allocations.decrease(1)
     # _fit.free_block
     c.requested_bytes -= blk.requested
-    try:
-        fl = pool.free[blk.stream]
-    except KeyError:
-        fl = pool.free[blk.stream] = []
-    plain = type(fl) is list
+    fl = pool.free.get(blk.stream)
+    if fl is None:
+        fl = pool.free[blk.stream] = new_free_list()
     # _merge (blk is mapped: only free mapped neighbours merge), in three cases: the
     # block before is free (and maybe the one after), only the one after, neither
     other = prev if mergeable(prev) else nx if mergeable(nx) else None
@@ -263,17 +239,11 @@ def free_cached(a: DeviceCachingAllocator, blk: Block) -> None:
             # inactive_split (as _fit.free_block; increases update the peaks at once): a
             # split block joins them
             c.count_split(size)
-        key = (size << 64) | ptr
-        if plain and len(fl) < SMALL_MAX:   # (a plain list that stays short)
-            insort(fl, key)  # type: ignore[arg-type]
-        else:   # (a long list: a FreeList)
-            fl_add(pool.free, blk.stream, key)
+        fl_insert(fl, size, ptr, blk)
         blk.gc_base = pool.gc_calls
         return
-    merged_bytes = other.size
-    okey = (merged_bytes << 64) | other.addr   # (its key's place: see below)
-    if not plain:
-        fl.remove(okey)
+    osize = merged_bytes = other.size
+    oaddr = other.addr   # (other's entry becomes the merged block's: see below)
     merged = 1
     if other is prev:
         prev.requested = blk.requested
@@ -283,7 +253,7 @@ def free_cached(a: DeviceCachingAllocator, blk: Block) -> None:
         if mergeable(nx):
             assert nx is not None
             merged_bytes += nx.size
-            fl_remove(fl, (nx.size << 64) | nx.addr)
+            fl_remove(fl, nx.size, nx.addr)
             a._join(blk, nx, True)
             merged = 2
     else:
@@ -312,17 +282,5 @@ def free_cached(a: DeviceCachingAllocator, blk: Block) -> None:
                 a._stats.settle_split()
             c.inactive_split -= merged
             c.inactive_split_bytes -= merged_bytes
-    key = (blk.size << 64) | blk.addr
-    if plain:
-        # the merged key is above okey (a larger size; or, for the block after,
-        # the same block grown): it takes okey's place unless keys lie between
-        n = bisect_left(fl, okey)  # type: ignore[arg-type]
-        j = n + 1
-        if j == len(fl) or fl[j] > key:  # type: ignore[index]
-            fl[n] = key  # type: ignore[index]
-        else:
-            del fl[n]  # type: ignore[union-attr]
-            insort(fl, key, n)  # type: ignore[arg-type]
-    else:
-        fl.add(key)  # type: ignore[union-attr]
+    fl_replace(fl, osize, oaddr, blk.size, blk.addr, blk)
     blk.gc_base = pool.gc_calls

@@ -28,15 +28,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ._block import (
-    ADDR_MASK,
     DEFAULT_POOL,
     K_SMALL_SIZE,
-    KEY_SHIFT,
     Block,
     BlockPool,
-    bisect_left,
     fl_add,
-    fl_iter_ge,
+    fl_first_ge,
     fl_pop_ge,
     fl_remove,
 )
@@ -57,43 +54,26 @@ def get_free_block(a: DeviceCachingAllocator, pool: BlockPool, stream: int,
     fl = pool.free.get(stream)
     if a._simple:
         # no oversize limit, GC or expandable blocks: the smallest block that fits
-        if fl:
-            key = fl_pop_ge(fl, rounded << KEY_SHIFT)
-            if key >= 0:
-                return a._blocks[key & ADDR_MASK]
-        return None
+        return fl_pop_ge(fl, rounded) if fl else None
     if a._gc_on:
         pool.gc_calls += 1
     if not fl:
         return None
-    blocks = a._blocks
-    start = rounded << KEY_SHIFT
-    if type(fl) is list:
-        i = bisect_left(fl, start)
-        if i == len(fl):
-            return None
-        key = fl[i]
-    else:
-        i = -1
-        key = next(fl.iter_ge(start), -1)  # type: ignore[union-attr]
-        if key < 0:
-            return None
-    blk = blocks[key & ADDR_MASK]
+    blk = fl_first_ge(fl, rounded)
+    if blk is None:
+        return None
     if blk.exp is not None:
-        # the keys after the first fit, ascending
-        keys = iter(fl[i + 1:]) if i >= 0 else fl_iter_ge(fl, key + 1)  # type: ignore[index]
+        # the blocks after the first fit, ascending
+        after = fl.iter_ge(blk.size, blk.addr + 1)
         if a._expandable:
             # among expandable candidates, prefer the one whose size including the
             # unmapped range after it is smallest (PyTorch's expandable best fit)
-            size = blk.size
             nx = blk.next
-            esize = size + (nx.size if nx is not None and not nx.mapped else 0)
-            for k in keys:
-                nb = blocks[k & ADDR_MASK]
+            esize = blk.size + (nx.size if nx is not None and not nx.mapped else 0)
+            for nb in after:
                 nx = nb.next
                 nsize = nb.size + (nx.size if nx is not None and not nx.mapped else 0)
                 if nsize < esize:
-                    key = k
                     blk = nb
                     esize = nsize
                     if nb.exp is None:
@@ -101,10 +81,9 @@ def get_free_block(a: DeviceCachingAllocator, pool: BlockPool, stream: int,
                 else:
                     break
         else:
-            for k in keys:
-                blk = blocks[k & ADDR_MASK]
-                if blk.exp is None:
-                    key = k
+            for nb in after:
+                if nb.exp is None:
+                    blk = nb
                     break
             else:
                 return None
@@ -115,10 +94,7 @@ def get_free_block(a: DeviceCachingAllocator, pool: BlockPool, stream: int,
             return None
     elif bsize >= rounded + a._max_non_split_rounding:
         return None
-    if i >= 0 and fl[i] == key:  # type: ignore[index]
-        del fl[i]  # type: ignore[union-attr]
-    else:
-        fl_remove(fl, key)
+    fl_remove(fl, bsize, blk.addr)
     return blk
 
 
@@ -251,7 +227,7 @@ def free_block(a: DeviceCachingAllocator, blk: Block, pending: bool) -> None:
                 if net_b > 0:
                     c.inactive_split_bytes_sum += net_b
                     st.dirty_split = True
-    fl_add(pool.free, b.stream, (b.size << KEY_SHIFT) | b.addr)
+    fl_add(pool.free, b.stream, b)
     b.gc_base = pool.gc_calls
     c.requested_bytes -= req
     if pending:

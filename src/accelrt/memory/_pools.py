@@ -31,16 +31,7 @@ from .. import _checked
 from .._device import _plain_int
 from .._errors import DeviceError
 from .._handles import DevicePtr
-from ._block import (
-    ADDR_MASK,
-    DEFAULT_POOL,
-    K_SMALL_SIZE,
-    KEY_SHIFT,
-    BlockPool,
-    PrivatePool,
-    fl_add,
-    fl_remove,
-)
+from ._block import DEFAULT_POOL, K_SMALL_SIZE, BlockPool, PrivatePool, fl_add, fl_remove
 
 if TYPE_CHECKING:
     from .._backend import Backend
@@ -176,9 +167,9 @@ class PrivatePools:
         total = 0
         for pp in self.private.values():
             for p in (pp.small, pp.large):
-                for keys in p.free.values():
-                    for key in keys:
-                        total += key >> KEY_SHIFT
+                for fl in p.free.values():
+                    for b in fl:
+                        total += b.size
         return total
 
 
@@ -269,12 +260,11 @@ def retire_segments(a: AllocatorCore) -> int:
         if src not in sources:
             sources.append(src)
         moved += 1
-    blocks = a._blocks
     for src in sources:
         for stream, fl in src.free.items():
-            for key in [k for k in fl if blocks[k & ADDR_MASK].pool is not src]:
-                fl_remove(fl, key)
-                fl_add(blocks[key & ADDR_MASK].pool.free, stream, key)
+            for b in [b for b in fl if b.pool is not src]:
+                fl_remove(fl, b.size, b.addr)
+                fl_add(b.pool.free, stream, b)
     return moved
 
 

@@ -20,15 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._block import (
-    ADDR_MASK,
-    DEFAULT_POOL,
-    KEY_SHIFT,
-    Block,
-    BlockPool,
-    fl_iter_ge,
-    fl_iter_lt,
-)
+from ._block import DEFAULT_POOL, Block, BlockPool, fl_first_ge
 from ._config import SIZE_MAX
 from ._history import CTX_ALL, capture_frames
 from ._pools import raw_free, report_finalizer_error
@@ -73,20 +65,17 @@ def release_available_cached_blocks(a: AllocatorCore, pool: BlockPool, stream: i
     if not fl:
         return False
     target = max(mss, rounded)
-    key = next(fl_iter_ge(fl, target << KEY_SHIFT), -1)
-    if key >= 0:
-        blk = a._blocks[key & ADDR_MASK]
-        if blk.exp is None:
-            if blk.prev is None and blk.next is None:
-                release_block(a, blk)
-                return True
-            return False
+    blk = fl_first_ge(fl, target)
+    if blk is not None and blk.exp is None:
+        if blk.prev is None and blk.next is None:
+            release_block(a, blk)
+            return True
+        return False
     # No single block is large enough: free oversize blocks, largest first.
     released = 0
-    for k in list(fl_iter_lt(fl, target << KEY_SHIFT)):
+    for blk in list(fl.iter_lt(target)):
         if released >= target:
             break
-        blk = a._blocks[k & ADDR_MASK]
         if blk.size < mss:
             break
         if blk.exp is None and blk.prev is None and blk.next is None:
@@ -142,8 +131,7 @@ def _release_blocks(a: AllocatorCore, pool: BlockPool) -> None:
     exp = a._expandable_segments
     to_unmap: list[Block] = []
     for stream in sorted(pool.free):
-        for key in list(pool.free[stream]):
-            blk = a._blocks[key & ADDR_MASK]
+        for blk in list(pool.free[stream]):
             if blk.exp is not None:
                 to_unmap.append(blk)
             elif blk.prev is None and blk.next is None:
@@ -174,8 +162,7 @@ def garbage_collect(a: AllocatorCore) -> None:
     def candidates() -> list[Block]:
         out = []
         for stream in sorted(pool.free):
-            for key in pool.free[stream]:
-                b = a._blocks[key & ADDR_MASK]
+            for b in pool.free[stream]:
                 if b.prev is None and b.next is None:
                     out.append(b)
         return out

@@ -1,0 +1,267 @@
+"""The caching allocator's free lists: the free blocks of one pool on one stream, ordered by
+(size, address), PyTorch's ``BlockComparatorSize``, so that the first block at or above
+``(rounded, 0)`` is the best fit of a request.
+
+This module's :class:`FreeList` is the pure build's; the compiled build's is the same type in C
+(``_free_list_c.c``, built with the mypyc modules), whose keys are two 64-bit integers where
+this one builds a 128-bit integer ``size << 64 | address`` per key. ``FreeList`` here names
+whichever is loaded (the Python one stays :data:`PyFreeList`);
+``tests/memory/test_free_list.py`` runs both against a model. Every method below is the C
+type's too, with the same results and exceptions.
+
+Entries sit in sorted buckets of at most ``bucket_max`` keys: a lookup is a bisection over
+the buckets' last keys and one inside a bucket, an insertion or removal moves at most one
+bucket's keys, and a bucket splits in two when it grows past the limit (dropped when it
+empties). So every operation costs O(log n) in the number of free blocks.
+
+Example::
+
+    >>> from accelrt.memory._free_list import FreeList
+    >>> fl = FreeList()
+    >>> for size, addr in [(1024, 0x3000), (512, 0x1000), (1024, 0x2000)]:
+    ...     fl.add(size, addr, f"block@{addr:#x}")
+    >>> fl.first_ge(600), fl.pop_ge(600), len(fl)       # the best fit of 600 bytes
+    ('block@0x2000', 'block@0x2000', 2)
+    >>> fl.keys(), list(fl.iter_lt(1024))
+    ([(512, 4096), (1024, 12288)], ['block@0x1000'])
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from collections.abc import Iterator
+from typing import Generic, TypeVar
+
+__all__ = ["DEFAULT_BUCKET_MAX", "FreeList", "PyFreeList"]
+
+#: A bucket splits in two when it grows past this many keys (the C type's default too).
+DEFAULT_BUCKET_MAX = 512
+
+_SHIFT = 64
+_END = 1 << 64
+
+#: What a free list holds: the allocator's blocks (any object, to the list).
+B = TypeVar("B")
+
+
+def _key(size: int, addr: int, what: str = "addr") -> int:
+    """``size << 64 | addr``, both checked to be 64-bit unsigned (as the C type checks)."""
+    if type(size) is not int or type(addr) is not int:
+        for name, v in (("size", size), (what, addr)):
+            if not isinstance(v, int):
+                raise TypeError(f"FreeList: {name} must be an int, not {type(v).__name__}")
+    if not (0 <= size < _END and 0 <= addr < _END):
+        bad, name = (size, "size") if not 0 <= size < _END else (addr, what)
+        raise OverflowError(f"FreeList: {name} must be in [0, 2**64), got {bad!r}")
+    return (size << _SHIFT) | addr
+
+
+class FreeList(Generic[B]):
+    """The free blocks of one pool on one stream, keyed and ordered by ``(size, address)``.
+
+    Args:
+        bucket_max: a bucket splits in two past this many keys (at least 2; tests use tiny
+            buckets to reach the bucket logic with few blocks).
+
+    Raises:
+        ValueError: ``bucket_max`` below 2.
+    """
+
+    __slots__ = ("lists", "maxes", "blocks", "bucket_max", "version")
+
+    def __init__(self, bucket_max: int = DEFAULT_BUCKET_MAX) -> None:
+        if bucket_max < 2:
+            raise ValueError(f"FreeList: bucket_max must be at least 2, got {bucket_max}")
+        self.lists: list[list[int]] = []     # sorted buckets of keys, none empty
+        self.maxes: list[int] = []           # the last key of each bucket
+        self.blocks: dict[int, B] = {}     # key -> block
+        self.bucket_max = bucket_max
+        #: bumped by every change: iterators raise RuntimeError when it moved
+        self.version = 0
+
+    def __len__(self) -> int:
+        return len(self.blocks)
+
+    def __bool__(self) -> bool:
+        return bool(self.maxes)
+
+    def __iter__(self) -> Iterator[B]:
+        """The blocks, ascending."""
+        return self._walk(0, 0, False)
+
+    def __repr__(self) -> str:
+        return f"FreeList({self.keys()!r})"
+
+    def keys(self) -> list[tuple[int, int]]:
+        """The ``(size, addr)`` keys, ascending."""
+        return [(k >> _SHIFT, k & (_END - 1)) for sub in self.lists for k in sub]
+
+    def bucket_sizes(self) -> list[int]:
+        """The number of keys in each bucket."""
+        return [len(sub) for sub in self.lists]
+
+    def add(self, size: int, addr: int, block: B) -> None:
+        """List ``block`` under ``(size, addr)``.
+
+        Raises:
+            ValueError: the key is listed already (the list is unchanged).
+        """
+        key = _key(size, addr)
+        blocks = self.blocks
+        if key in blocks:
+            raise ValueError(f"FreeList.add: a block of {size} bytes at {addr:#x} is already "
+                             f"listed")
+        blocks[key] = block
+        self.version += 1
+        maxes = self.maxes
+        j = bisect_left(maxes, key)
+        if j == len(maxes):
+            if not j:
+                self.lists.append([key])
+                maxes.append(key)
+                return
+            j -= 1
+            sub = self.lists[j]
+            sub.append(key)
+            maxes[j] = key
+        else:
+            sub = self.lists[j]
+            insort(sub, key)
+        if len(sub) > self.bucket_max:
+            half = len(sub) >> 1
+            self.lists.insert(j + 1, sub[half:])
+            del sub[half:]
+            maxes.insert(j, sub[-1])
+
+    def _take(self, key: int) -> B:
+        """Take ``key`` (listed) out; its block."""
+        maxes = self.maxes
+        j = bisect_left(maxes, key)
+        sub = self.lists[j]
+        i = bisect_left(sub, key)
+        del sub[i]
+        if not sub:
+            del self.lists[j]
+            del maxes[j]
+        elif i == len(sub):
+            maxes[j] = sub[-1]
+        self.version += 1
+        return self.blocks.pop(key)
+
+    def remove(self, size: int, addr: int) -> B:
+        """Take the entry of ``(size, addr)`` out; its block.
+
+        Raises:
+            KeyError: ``(size, addr)`` is not listed.
+        """
+        key = _key(size, addr)
+        if key not in self.blocks:
+            raise KeyError((size, addr))
+        return self._take(key)
+
+    def replace(self, size: int, addr: int, new_size: int, new_addr: int, block: B) -> None:
+        """``remove(size, addr)``, then ``add(new_size, new_addr, block)``, in one call (in
+        place when the new key keeps the old one's position).
+
+        Raises:
+            KeyError: ``(size, addr)`` is not listed.
+            ValueError: the new key is listed already (the list is unchanged).
+        """
+        key = _key(size, addr)
+        new = _key(new_size, new_addr, "new_addr")
+        if key not in self.blocks:
+            raise KeyError((size, addr))
+        if new != key and new in self.blocks:
+            raise ValueError(f"FreeList.add: a block of {new_size} bytes at {new_addr:#x} is "
+                             f"already listed")
+        old = self._take(key)
+        try:
+            self.add(new_size, new_addr, block)
+        except BaseException:
+            self.add(size, addr, old)
+            raise
+
+    def pop_ge(self, size: int) -> B | None:
+        """Take out the first entry at or above ``(size, 0)`` (the best fit of ``size``
+        bytes) and return its block; ``None`` if there is none."""
+        start = _key(size, 0)
+        maxes = self.maxes
+        j = bisect_left(maxes, start)
+        if j == len(maxes):
+            return None
+        sub = self.lists[j]
+        i = bisect_left(sub, start)
+        key = sub.pop(i)
+        if not sub:
+            del self.lists[j]
+            del maxes[j]
+        elif i == len(sub):
+            maxes[j] = sub[-1]
+        self.version += 1
+        return self.blocks.pop(key)
+
+    def first_ge(self, size: int, addr: int = 0) -> B | None:
+        """The block of the first entry at or above ``(size, addr)``, kept; ``None`` if
+        none."""
+        start = _key(size, addr)
+        maxes = self.maxes
+        j = bisect_left(maxes, start)
+        if j == len(maxes):
+            return None
+        sub = self.lists[j]
+        return self.blocks[sub[bisect_left(sub, start)]]
+
+    def iter_ge(self, size: int, addr: int = 0) -> Iterator[B]:
+        """The blocks at or above ``(size, addr)``, ascending.
+
+        Raises:
+            RuntimeError: (while iterating) the list changed.
+        """
+        start = _key(size, addr)
+        j = bisect_left(self.maxes, start)
+        i = bisect_left(self.lists[j], start) if j < len(self.lists) else 0
+        return self._walk(j, i, False)
+
+    def iter_lt(self, size: int, addr: int = 0) -> Iterator[B]:
+        """The blocks below ``(size, addr)``, descending.
+
+        Raises:
+            RuntimeError: (while iterating) the list changed.
+        """
+        start = _key(size, addr)
+        lists = self.lists
+        j = bisect_left(self.maxes, start)
+        i = bisect_left(lists[j], start) - 1 if j < len(lists) else -1
+        if i < 0:
+            j -= 1
+            i = len(lists[j]) - 1 if j >= 0 else 0
+        return self._walk(j, i, True)
+
+    def _walk(self, j: int, i: int, desc: bool) -> Iterator[B]:
+        """The blocks from bucket ``j``, index ``i``, in one direction; a change of the list
+        after this call raises RuntimeError at the next step (as the C type's iterators)."""
+        return self._steps(j, i, desc, self.version)
+
+    def _steps(self, j: int, i: int, desc: bool, version: int) -> Iterator[B]:
+        lists = self.lists
+        blocks = self.blocks
+        while 0 <= j < len(lists):
+            sub = lists[j]
+            while 0 <= i < len(sub):
+                if self.version != version:
+                    raise RuntimeError("FreeList changed during iteration")
+                yield blocks[sub[i]]
+                i += -1 if desc else 1
+            if self.version != version:
+                raise RuntimeError("FreeList changed during iteration")
+            j += -1 if desc else 1
+            i = (len(lists[j]) - 1 if j >= 0 else 0) if desc else 0
+
+
+#: The Python implementation (the pure build's ``FreeList``).
+PyFreeList = FreeList
+
+try:   # the compiled build's C type, where it is built
+    from ._free_list_c import FreeList  # noqa: F811
+except ImportError:
+    pass

@@ -1,0 +1,211 @@
+"""The allocator's FreeList, both implementations (the pure build's Python type and the
+compiled build's C type, where it is built) against a sorted-list model: every method, tiny
+buckets (splits and drops on every few changes), 64-bit edges, bad arguments, iterators that
+see a change, and reference counts (the C type owns a reference to every listed block)."""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import sys
+import weakref
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from accelrt import memory
+from accelrt.memory import _block
+from accelrt.memory._free_list import PyFreeList
+
+
+def _impls() -> list[Any]:
+    out = [pytest.param(PyFreeList, id="python")]
+    try:
+        c = importlib.import_module("accelrt.memory._free_list_c").FreeList
+    except ImportError:
+        out.append(pytest.param(None, id="c", marks=pytest.mark.skip(
+            reason="the C FreeList is part of the compiled build, not built here")))
+    else:
+        out.append(pytest.param(c, id="c"))
+    return out
+
+
+IMPLS = _impls()
+END = 1 << 64
+
+
+class Blk:
+    """A stand-in block (any object may be listed)."""
+
+    def __init__(self, size: int, addr: int) -> None:
+        self.size, self.addr = size, addr
+
+    def __repr__(self) -> str:
+        return f"Blk({self.size}, {self.addr:#x})"
+
+
+def test_the_loaded_implementation_follows_the_build() -> None:
+    c = sys.modules.get("accelrt.memory._free_list_c")
+    if memory.compiled:
+        assert c is not None and _block.FreeList is c.FreeList
+    else:
+        assert _block.FreeList is PyFreeList
+
+
+class Model:
+    def __init__(self) -> None:
+        self.d: dict[tuple[int, int], Any] = {}
+
+    def sorted(self) -> list[tuple[int, int]]:
+        return sorted(self.d)
+
+
+keys = st.tuples(st.sampled_from([0, 1, 512, 1024, 4096, 2**20, 2**32, 2**63, END - 1]),
+                 st.sampled_from([0, 1, 0x1000, 0x2000, 2**40, 2**62, END - 1]))
+ops = st.lists(st.tuples(st.sampled_from(["add", "remove", "replace", "pop_ge", "first_ge",
+                                          "iter_ge", "iter_lt"]), keys, keys),
+               max_size=80)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("bucket_max", [2, 3, 5, 512])
+@settings(max_examples=60, deadline=None)
+@given(seq=ops)
+def test_against_a_model(impl: Any, bucket_max: int, seq: list[Any]) -> None:
+    fl = impl(bucket_max)
+    model = Model()
+    for op, (s, a), (s2, a2) in seq:
+        if op == "add":
+            b = Blk(s, a)
+            if (s, a) in model.d:
+                with pytest.raises(ValueError, match="already listed"):
+                    fl.add(s, a, b)
+            else:
+                fl.add(s, a, b)
+                model.d[(s, a)] = b
+        elif op == "remove":
+            if (s, a) in model.d:
+                assert fl.remove(s, a) is model.d.pop((s, a))
+            else:
+                with pytest.raises(KeyError):
+                    fl.remove(s, a)
+        elif op == "replace":
+            b = Blk(s2, a2)
+            if (s, a) not in model.d:
+                with pytest.raises(KeyError):
+                    fl.replace(s, a, s2, a2, b)
+            elif (s2, a2) in model.d and (s2, a2) != (s, a):
+                with pytest.raises(ValueError, match="already listed"):
+                    fl.replace(s, a, s2, a2, b)
+            else:
+                fl.replace(s, a, s2, a2, b)
+                del model.d[(s, a)]
+                model.d[(s2, a2)] = b
+        elif op == "pop_ge":
+            ge = [k for k in model.sorted() if k >= (s, 0)]
+            got = fl.pop_ge(s)
+            assert got is (model.d.pop(ge[0]) if ge else None)
+        elif op == "first_ge":
+            ge = [k for k in model.sorted() if k >= (s, a)]
+            assert fl.first_ge(s, a) is (model.d[ge[0]] if ge else None)
+            if a == 0:
+                assert fl.first_ge(s) is fl.first_ge(s, 0)
+        elif op == "iter_ge":
+            assert list(fl.iter_ge(s, a)) == [model.d[k] for k in model.sorted() if k >= (s, a)]
+        else:
+            assert list(fl.iter_lt(s, a)) == [model.d[k] for k in model.sorted()
+                                              if k < (s, a)][::-1]
+        assert fl.keys() == model.sorted()
+        assert len(fl) == len(model.d) and bool(fl) == bool(model.d)
+        assert list(fl) == [model.d[k] for k in model.sorted()]
+        sizes = fl.bucket_sizes()
+        assert all(0 < n <= bucket_max for n in sizes) and sum(sizes) == len(model.d)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_many_keys_split_and_drop_buckets(impl: Any) -> None:
+    fl = impl(8)
+    order = [(i * 7919) % 1000 for i in range(1000)]
+    for i in order:
+        fl.add(512 * (i % 10 + 1), i, i)
+    assert len(fl) == 1000 and max(fl.bucket_sizes()) <= 8
+    expect = sorted(order, key=lambda i: (512 * (i % 10 + 1), i))
+    assert list(fl) == expect
+    assert list(fl.iter_lt(512 * 5)) == [i for i in expect if 512 * (i % 10 + 1) < 512 * 5][::-1]
+    for i in order[::2]:
+        assert fl.remove(512 * (i % 10 + 1), i) == i
+    assert list(fl) == [i for i in expect if i in set(order[1::2])]
+    while fl:
+        fl.pop_ge(0)
+    assert fl.bucket_sizes() == [] and list(fl) == [] and fl.keys() == []
+    assert list(fl.iter_ge(0)) == [] and list(fl.iter_lt(END - 1)) == []
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("how", ["iter", "iter_ge", "iter_lt"])
+def test_an_iterator_refuses_a_changed_list(impl: Any, how: str) -> None:
+    fl = impl(2)
+    for i in range(6):
+        fl.add(512, i, i)
+    it = iter(fl) if how == "iter" else getattr(fl, how)(512, 3)
+    next(it)
+    fl.add(1024, 0, "x")
+    with pytest.raises(RuntimeError, match="changed during iteration"):
+        next(it)
+    # a change between making an iterator and its first step counts too
+    it = iter(fl)
+    fl.pop_ge(1024)
+    with pytest.raises(RuntimeError, match="changed during iteration"):
+        next(it)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_bad_arguments_raise_and_change_nothing(impl: Any) -> None:
+    fl = impl(4)
+    fl.add(512, 0x1000, "a")
+    with pytest.raises(OverflowError, match="size must be in"):
+        fl.add(-1, 0, "b")
+    with pytest.raises(OverflowError, match="addr must be in"):
+        fl.add(512, END, "b")
+    with pytest.raises(TypeError, match="size must be an int"):
+        fl.add(512.0, 0, "b")
+    with pytest.raises(TypeError, match="addr must be an int"):
+        fl.first_ge(512, "0")
+    with pytest.raises(OverflowError):
+        fl.pop_ge(END)
+    with pytest.raises(OverflowError, match="new_addr must be in"):
+        fl.replace(512, 0x1000, 512, -5, "b")
+    with pytest.raises(KeyError):
+        fl.remove(512, 0x2000)
+    with pytest.raises(ValueError, match="bucket_max must be at least 2"):
+        impl(1)
+    assert fl.keys() == [(512, 0x1000)] and fl.first_ge(0) == "a"
+    assert "FreeList([(512, 4096)])" == repr(fl)
+    assert fl.bucket_max == 4 and impl().bucket_max == 512
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_listed_blocks_are_owned_and_released(impl: Any) -> None:
+    fl = impl(2)
+    refs = []
+    for i in range(10):
+        b = Blk(512, i)
+        refs.append(weakref.ref(b))
+        fl.add(512, i, b)
+        del b
+    gc.collect()
+    assert all(r() is not None for r in refs)       # the list keeps them alive
+    got = fl.remove(512, 3)
+    fl.replace(512, 4, 1024, 4, got)                 # (4's block is dropped, 3's relisted)
+    del got
+    gc.collect()
+    assert refs[4]() is None and refs[3]() is not None
+    # a cycle through the list (a block that holds its list) is collected
+    cyc = Blk(2048, 0)
+    cyc.fl = fl  # type: ignore[attr-defined]
+    fl.add(2048, 0, cyc)
+    del cyc, fl
+    gc.collect()
+    assert all(r() is None for r in refs)
