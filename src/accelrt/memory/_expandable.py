@@ -314,7 +314,8 @@ class ExpandableSegments:
         nx = blk.next
         if nx is not None and not nx.mapped:
             esize = blk.size + nx.size
-            for nb in fl.iter_ge(blk.size, blk.addr + 1):
+            nb = fl_first_ge(fl, blk.size, blk.addr + 1)
+            while nb is not None:
                 nx = nb.next
                 nsize = nb.size + (nx.size if nx is not None and not nx.mapped else 0)
                 if nsize >= esize:
@@ -324,6 +325,7 @@ class ExpandableSegments:
                     return 0
                 blk = nb
                 esize = nsize
+                nb = fl_first_ge(fl, nb.size, nb.addr + 1)
             nx = blk.next
         bsize = blk.size
         remaining = bsize - rounded

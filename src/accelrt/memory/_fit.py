@@ -63,25 +63,26 @@ def get_free_block(a: DeviceCachingAllocator, pool: BlockPool, stream: int,
     if blk is None:
         return None
     if blk.exp is not None:
-        # the blocks after the first fit, ascending
-        after = fl.iter_ge(blk.size, blk.addr + 1)
         if a._expandable:
             # among expandable candidates, prefer the one whose size including the
-            # unmapped range after it is smallest (PyTorch's expandable best fit)
+            # unmapped range after it is smallest (PyTorch's expandable best fit): the
+            # blocks after the first fit, ascending, while each is smaller so counted (one
+            # lookup per step: the walk is short)
             nx = blk.next
             esize = blk.size + (nx.size if nx is not None and not nx.mapped else 0)
-            for nb in after:
+            nb = fl_first_ge(fl, blk.size, blk.addr + 1)
+            while nb is not None:
                 nx = nb.next
                 nsize = nb.size + (nx.size if nx is not None and not nx.mapped else 0)
-                if nsize < esize:
-                    blk = nb
-                    esize = nsize
-                    if nb.exp is None:
-                        break
-                else:
+                if nsize >= esize:
                     break
+                blk = nb
+                esize = nsize
+                if nb.exp is None:
+                    break
+                nb = fl_first_ge(fl, nb.size, nb.addr + 1)
         else:
-            for nb in after:
+            for nb in fl.iter_ge(blk.size, blk.addr + 1):
                 if nb.exp is None:
                     blk = nb
                     break
