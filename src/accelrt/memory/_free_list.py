@@ -39,6 +39,7 @@ DEFAULT_BUCKET_MAX = 512
 
 _SHIFT = 64
 _END = 1 << 64
+_KEY_END = 1 << 128
 
 #: What a free list holds: the allocator's blocks (any object, to the list).
 B = TypeVar("B")
@@ -67,20 +68,20 @@ class FreeList(Generic[B]):
         ValueError: ``bucket_max`` below 2.
     """
 
-    __slots__ = ("lists", "maxes", "blocks", "bucket_max", "version")
+    __slots__ = ("blocks", "bucket_max", "lists", "maxes", "version")
 
     def __init__(self, bucket_max: int = DEFAULT_BUCKET_MAX) -> None:
         if bucket_max < 2:
             raise ValueError(f"FreeList: bucket_max must be at least 2, got {bucket_max}")
         self.lists: list[list[int]] = []     # sorted buckets of keys, none empty
+        self.blocks: list[list[B]] = []      # the blocks of those keys, bucket by bucket
         self.maxes: list[int] = []           # the last key of each bucket
-        self.blocks: dict[int, B] = {}     # key -> block
         self.bucket_max = bucket_max
         #: bumped by every change: iterators raise RuntimeError when it moved
         self.version = 0
 
     def __len__(self) -> int:
-        return len(self.blocks)
+        return sum(map(len, self.lists))
 
     def __bool__(self) -> bool:
         return bool(self.maxes)
@@ -106,47 +107,68 @@ class FreeList(Generic[B]):
         Raises:
             ValueError: the key is listed already (the list is unchanged).
         """
-        key = _key(size, addr)
-        blocks = self.blocks
-        if key in blocks:
-            raise ValueError(f"FreeList.add: a block of {size} bytes at {addr:#x} is already "
-                             f"listed")
-        blocks[key] = block
-        self.version += 1
+        try:
+            key = (size << _SHIFT) | addr
+        except TypeError:
+            key = _key(size, addr)   # (raises the C type's error)
+        if not 0 <= key < _KEY_END or addr >= _END:
+            key = _key(size, addr)   # (likewise)
         maxes = self.maxes
         j = bisect_left(maxes, key)
         if j == len(maxes):
             if not j:
                 self.lists.append([key])
+                self.blocks.append([block])
                 maxes.append(key)
+                self.version += 1
                 return
             j -= 1
             sub = self.lists[j]
             sub.append(key)
+            self.blocks[j].append(block)
             maxes[j] = key
         else:
             sub = self.lists[j]
-            insort(sub, key)
+            i = bisect_left(sub, key)
+            if sub[i] == key:
+                raise ValueError(f"FreeList.add: a block of {size} bytes at {addr:#x} is "
+                                 f"already listed")
+            sub.insert(i, key)
+            self.blocks[j].insert(i, block)
+        self.version += 1
         if len(sub) > self.bucket_max:
             half = len(sub) >> 1
             self.lists.insert(j + 1, sub[half:])
             del sub[half:]
+            bsub = self.blocks[j]
+            self.blocks.insert(j + 1, bsub[half:])
+            del bsub[half:]
             maxes.insert(j, sub[-1])
 
-    def _take(self, key: int) -> B:
-        """Take ``key`` (listed) out; its block."""
-        maxes = self.maxes
-        j = bisect_left(maxes, key)
+    def _take(self, j: int, i: int) -> B:
+        """Take out entry ``i`` of bucket ``j``; its block."""
         sub = self.lists[j]
-        i = bisect_left(sub, key)
         del sub[i]
+        bsub = self.blocks[j]
+        block = bsub.pop(i)
         if not sub:
             del self.lists[j]
-            del maxes[j]
+            del self.blocks[j]
+            del self.maxes[j]
         elif i == len(sub):
-            maxes[j] = sub[-1]
+            self.maxes[j] = sub[-1]
         self.version += 1
-        return self.blocks.pop(key)
+        return block
+
+    def _find(self, key: int) -> tuple[int, int]:
+        """Bucket and index of ``key``; (-1, -1) if it is not listed."""
+        j = bisect_left(self.maxes, key)
+        if j < len(self.maxes):
+            sub = self.lists[j]
+            i = bisect_left(sub, key)
+            if sub[i] == key:
+                return j, i
+        return -1, -1
 
     def remove(self, size: int, addr: int) -> B:
         """Take the entry of ``(size, addr)`` out; its block.
@@ -154,10 +176,16 @@ class FreeList(Generic[B]):
         Raises:
             KeyError: ``(size, addr)`` is not listed.
         """
-        key = _key(size, addr)
-        if key not in self.blocks:
+        try:
+            key = (size << _SHIFT) | addr
+        except TypeError:
+            key = _key(size, addr)
+        if not 0 <= key < _KEY_END or addr >= _END:
+            key = _key(size, addr)
+        j, i = self._find(key)
+        if j < 0:
             raise KeyError((size, addr))
-        return self._take(key)
+        return self._take(j, i)
 
     def replace(self, size: int, addr: int, new_size: int, new_addr: int, block: B) -> None:
         """``remove(size, addr)``, then ``add(new_size, new_addr, block)``, in one call (in
@@ -169,47 +197,70 @@ class FreeList(Generic[B]):
         """
         key = _key(size, addr)
         new = _key(new_size, new_addr, "new_addr")
-        if key not in self.blocks:
+        j, i = self._find(key)
+        if j < 0:
             raise KeyError((size, addr))
-        if new != key and new in self.blocks:
+        maxes = self.maxes
+        lists = self.lists
+        sub = lists[j]
+        last = len(sub) - 1
+        if ((sub[i - 1] < new if i else (not j or maxes[j - 1] < new))
+                and (new < sub[i + 1] if i < last else (j + 1 == len(maxes)
+                                                        or new < lists[j + 1][0]))):
+            # the new key keeps the old one's place (so it is no other listed key)
+            sub[i] = new
+            self.blocks[j][i] = block
+            if i == last:
+                maxes[j] = new
+            self.version += 1
+            return
+        if self._find(new)[0] >= 0:
             raise ValueError(f"FreeList.add: a block of {new_size} bytes at {new_addr:#x} is "
                              f"already listed")
-        old = self._take(key)
-        try:
-            self.add(new_size, new_addr, block)
-        except BaseException:
-            self.add(size, addr, old)
-            raise
+        self._take(j, i)
+        self.add(new_size, new_addr, block)
 
     def pop_ge(self, size: int) -> B | None:
         """Take out the first entry at or above ``(size, 0)`` (the best fit of ``size``
         bytes) and return its block; ``None`` if there is none."""
-        start = _key(size, 0)
+        try:
+            start = size << _SHIFT
+        except TypeError:
+            start = _key(size, 0)
+        if not 0 <= start < _KEY_END:
+            start = _key(size, 0)
         maxes = self.maxes
         j = bisect_left(maxes, start)
         if j == len(maxes):
             return None
+        # (_take, written out: the pure build's hottest call)
         sub = self.lists[j]
         i = bisect_left(sub, start)
-        key = sub.pop(i)
+        del sub[i]
+        block = self.blocks[j].pop(i)
         if not sub:
             del self.lists[j]
+            del self.blocks[j]
             del maxes[j]
         elif i == len(sub):
             maxes[j] = sub[-1]
         self.version += 1
-        return self.blocks.pop(key)
+        return block
 
     def first_ge(self, size: int, addr: int = 0) -> B | None:
         """The block of the first entry at or above ``(size, addr)``, kept; ``None`` if
         none."""
-        start = _key(size, addr)
+        try:
+            start = (size << _SHIFT) | addr
+        except TypeError:
+            start = _key(size, addr)
+        if not 0 <= start < _KEY_END or addr >= _END:
+            start = _key(size, addr)
         maxes = self.maxes
         j = bisect_left(maxes, start)
         if j == len(maxes):
             return None
-        sub = self.lists[j]
-        return self.blocks[sub[bisect_left(sub, start)]]
+        return self.blocks[j][bisect_left(self.lists[j], start)]
 
     def iter_ge(self, size: int, addr: int = 0) -> Iterator[B]:
         """The blocks at or above ``(size, addr)``, ascending.
@@ -243,19 +294,18 @@ class FreeList(Generic[B]):
         return self._steps(j, i, desc, self.version)
 
     def _steps(self, j: int, i: int, desc: bool, version: int) -> Iterator[B]:
-        lists = self.lists
         blocks = self.blocks
-        while 0 <= j < len(lists):
-            sub = lists[j]
-            while 0 <= i < len(sub):
+        while 0 <= j < len(blocks):
+            bsub = blocks[j]
+            while 0 <= i < len(bsub):
                 if self.version != version:
                     raise RuntimeError("FreeList changed during iteration")
-                yield blocks[sub[i]]
+                yield bsub[i]
                 i += -1 if desc else 1
             if self.version != version:
                 raise RuntimeError("FreeList changed during iteration")
             j += -1 if desc else 1
-            i = (len(lists[j]) - 1 if j >= 0 else 0) if desc else 0
+            i = (len(blocks[j]) - 1 if j >= 0 else 0) if desc else 0
 
 
 #: The Python implementation (the pure build's ``FreeList``).
