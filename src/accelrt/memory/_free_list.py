@@ -28,7 +28,7 @@ Example::
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
+from bisect import bisect_left
 from collections.abc import Iterator
 from typing import Generic, TypeVar
 
