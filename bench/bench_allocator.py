@@ -410,7 +410,7 @@ def _fast_off(a: Any, what: str) -> Any:
     if what:
         a._defer_skip = 1 << 62   # (no deferral: defer_free skips this many frees)
     if what == "malloc":
-        a._fast_malloc = a._fast_reuse = False
+        a._fast_malloc = False
     elif what == "free":
         a._free_slow = True
     return a

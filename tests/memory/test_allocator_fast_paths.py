@@ -114,9 +114,6 @@ def test_general_path_allocator_takes_no_fast_path() -> None:
     a.free(a.malloc(512, 0))
     assert not a._fast
     assert DeviceCachingAllocator(SimulatedBackend(), 0, parse_config(""))._fast
-    low_frag = parse_config("expandable_segments:True,page_reuse:True")
-    assert not GeneralPathAllocator(SimulatedBackend(), 0, low_frag)._fast_reuse
-    assert DeviceCachingAllocator(SimulatedBackend(), 0, low_frag)._fast_reuse
 
 
 def test_fast_path_returns_once_each_component_is_idle() -> None:

@@ -2,7 +2,7 @@
 test change mid-run.
 
 The plain :class:`DeviceCachingAllocator` tests one flag per hot path (``_fast_malloc``,
-``_free_slow``; ``_fast_reuse`` for the low-fragmentation policy), set from the options, the
+``_free_slow``), set from the options, the
 history, the frees waiting for events and the deferred free. :class:`GeneralPathAllocator`
 runs every call through the general code. Hypothesis interleaves allocations and frees with
 everything that flips those flags (history on and off and kept on, record_stream with work

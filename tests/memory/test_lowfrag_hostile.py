@@ -207,7 +207,7 @@ def test_other_streams_and_private_pools_with_expandable_segments() -> None:
 def test_random_sequences_on_a_small_device(seed: int) -> None:
     """Random allocations of many shapes on a small device (out-of-memory, splits, unmaps
     before growth), record_stream with pending work, empty_cache, resets, snapshots; the
-    fast malloc path (ExpandableSegments.malloc_cached) and the general code agree, and the
+    allocator with its fast paths (the cached free) and the general code agree, and the
     mappings are the device's at every check."""
     rng = random.Random(seed)
     capacity = rng.choice((48, 96, 160)) * MiB

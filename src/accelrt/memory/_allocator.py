@@ -266,8 +266,6 @@ class DeviceCachingAllocator:
                         and not self._expandable_segments.segments)  # guarded by _lock
         # True when malloc needs nothing but rounding and the plain lookup (guarded by _lock)
         self._fast = plain and self._simple
-        # the same for the low-fragmentation policy (expandable segments + page_reuse)
-        self._fast_reuse = plain and self._page_reuse       # guarded by _lock
         self._fast_flags()
 
     def _fast_flags(self) -> None:
@@ -340,8 +338,6 @@ class DeviceCachingAllocator:
             # common case; each returns 0 where the general code must run instead.
             if self._fast_malloc:
                 addr = malloc_cached(self, size, stream)
-            elif self._fast_reuse:
-                addr = self._expandable_segments.malloc_cached(size, stream)
             elif self._deferred is not None:
                 addr = reuse_deferred(self, size, stream)
             else:

@@ -128,7 +128,7 @@ class StreamFrees:
             if q is None:
                 q = self.events[s] = collections.deque()
             q.append((ev, blk))
-            alloc._fast = alloc._fast_malloc = alloc._fast_reuse = False   # (see malloc)
+            alloc._fast = alloc._fast_malloc = False   # (see malloc)
         if blk.event_count == 0:
             free_block(cast("DeviceCachingAllocator", alloc), blk, True)
         if error is not None:

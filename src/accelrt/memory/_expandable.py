@@ -24,11 +24,7 @@ from ._block import (
     Block,
     BlockPool,
     bisect_left,
-    count_alloc,
     fl_add,
-    fl_first_ge,
-    fl_remove,
-    fl_replace,
     insort,
     unmapped_add,
     unmapped_remove,
@@ -286,69 +282,6 @@ class ExpandableSegments:
             return gran    # the low-fragmentation policy: the device's own page
         seg = K_SMALL_BUFFER if pool.is_small else alloc._large_segment_size
         return -(-seg // gran) * gran
-
-    def malloc_cached(self, size: int, stream: int) -> int:
-        """The low-fragmentation policy's fast path of ``malloc`` (``_lock`` held and nothing
-        special in force: ``DeviceCachingAllocator._fast_reuse``): the address of a cached
-        block now holding ``size`` bytes, or 0 (nothing changed) when the general path must
-        run. Hand-inlined from ``_malloc_locked`` -> ``_fit.get_free_block`` -> ``_cut_block`` for
-        that case, which it must match: tests/memory/test_allocator_fast_paths.py
-        runs both on the same sequences and compares the state."""
-        alloc = self._alloc
-        if alloc._gc_pending:
-            return 0
-        rounded = (size + 511) & -512
-        pool = alloc._large              # the policy serves every request from the large pool
-        fl = pool.free.get(stream)
-        if not fl:
-            return 0
-        blk = fl_first_ge(fl, rounded)
-        if blk is None:
-            return 0
-        es: ExpandableSegment | None = blk.exp
-        if es is None:
-            return 0
-        # _fit.get_free_block's expandable best fit: of the fits in size order, the first whose
-        # size including the unmapped range after it is not above the next one's (only a
-        # block followed by an unmapped range can be above: the list is sorted by size)
-        nx = blk.next
-        if nx is not None and not nx.mapped:
-            esize = blk.size + nx.size
-            nb = fl_first_ge(fl, blk.size, blk.addr + 1)
-            while nb is not None:
-                nx = nb.next
-                nsize = nb.size + (nx.size if nx is not None and not nx.mapped else 0)
-                if nsize >= esize:
-                    break
-                es = nb.exp
-                if es is None:
-                    return 0
-                blk = nb
-                esize = nsize
-                nb = fl_first_ge(fl, nb.size, nb.addr + 1)
-            nx = blk.next
-        bsize = blk.size
-        remaining = bsize - rounded
-        addr = blk.addr
-        # rule 7 (_malloc_locked): against a live next block (only), take the tail
-        prev = blk.prev
-        tail = (remaining >= 512 and nx is not None and nx.allocated
-                and not (prev is not None and prev.allocated))
-        if remaining >= 512:
-            # _cut_block: blk keeps its first ``first`` bytes, ``rest`` the others
-            rest = alloc._cut_block(blk, remaining if tail else rounded)
-            if tail:             # the free head stays cached, the tail is allocated
-                fl_replace(fl, bsize, addr, remaining, addr, blk)
-                blk.gc_base = pool.gc_calls
-                blk = rest
-                addr = rest.addr
-            else:
-                fl_replace(fl, bsize, addr, remaining, rest.addr, rest)
-                rest.gc_base = pool.gc_calls
-        else:
-            fl_remove(fl, bsize, addr)
-        count_alloc(blk, size)
-        return addr
 
     def _find_block(self, pool: BlockPool, stream: int, size: int) -> Block:
         """The block where ``size`` bytes go: the start of a free run (free mapped blocks and

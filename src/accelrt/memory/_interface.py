@@ -112,7 +112,6 @@ class AllocatorCore(Protocol):
     #: what they depend on calls it, or clears the flags it knows are off)
     _fast: bool
     _fast_malloc: bool
-    _fast_reuse: bool
 
     # ------------------------------------------------------------------ operations
     def _update_simple(self) -> None:

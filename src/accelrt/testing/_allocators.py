@@ -33,7 +33,6 @@ class GeneralPathAllocator(DeviceCachingAllocator):
     def _update_simple(self) -> None:
         super()._update_simple()
         self._fast = self._fast_malloc = False
-        self._fast_reuse = False
 
     def _fast_flags(self) -> None:
         # free takes the general code (_free_locked) for every block, as with history on
