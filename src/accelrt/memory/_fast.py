@@ -180,19 +180,22 @@ def defer_free(a: DeviceCachingAllocator, blk: Block) -> bool:
     if nx is None:
         # the best fit unless a block of this size at a lower address is cached (an
         # empty list: at once)
-        other = fl_first_ge(fl, size)
-        if other is not None and other.size == size and other.addr < ptr:
-            return False
+        if fl:
+            other = fl_first_ge(fl, size)
+            if other is not None and other.size == size and other.addr < ptr:
+                return False
     elif not nx.event_count and not nx.stream_uses and (
             nx.size > 1048576 or pool.is_small):
         # merged with nx, the best fit unless a block listed between (other than nx) fits
-        # first; a large block is split again only with more than 1 MiB left
-        other = fl_first_ge(fl, size)
-        if other is nx:
-            other = fl_first_ge(fl, nx.size, nx.addr + 1)
-        if other is not None and (other.size < size + nx.size or (
-                other.size == size + nx.size and other.addr < ptr)):
-            return False
+        # first (nx alone in the list: at once); a large block is split again only with
+        # more than 1 MiB left
+        if len(fl) != 1:
+            other = fl_first_ge(fl, size)
+            if other is nx:
+                other = fl_first_ge(fl, nx.size, nx.addr + 1)
+            if other is not None and (other.size < size + nx.size or (
+                    other.size == size + nx.size and other.addr < ptr)):
+                return False
     else:
         return False
     blk.allocated = False
