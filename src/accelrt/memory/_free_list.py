@@ -81,7 +81,8 @@ class FreeList(Generic[B]):
         self.version = 0
 
     def __len__(self) -> int:
-        return sum(map(len, self.lists))
+        lists = self.lists
+        return len(lists[0]) if len(lists) == 1 else sum(map(len, lists))
 
     def __bool__(self) -> bool:
         return bool(self.maxes)
@@ -195,14 +196,25 @@ class FreeList(Generic[B]):
             KeyError: ``(size, addr)`` is not listed.
             ValueError: the new key is listed already (the list is unchanged).
         """
-        key = _key(size, addr)
-        new = _key(new_size, new_addr, "new_addr")
-        j, i = self._find(key)
-        if j < 0:
-            raise KeyError((size, addr))
+        try:
+            key = (size << _SHIFT) | addr
+            new = (new_size << _SHIFT) | new_addr
+        except TypeError:
+            key = _key(size, addr)
+            new = _key(new_size, new_addr, "new_addr")
+        if (not 0 <= key < _KEY_END or addr >= _END or not 0 <= new < _KEY_END
+                or new_addr >= _END):
+            key = _key(size, addr)
+            new = _key(new_size, new_addr, "new_addr")
         maxes = self.maxes
         lists = self.lists
+        j = bisect_left(maxes, key)
+        if j == len(maxes):
+            raise KeyError((size, addr))
         sub = lists[j]
+        i = bisect_left(sub, key)
+        if sub[i] != key:
+            raise KeyError((size, addr))
         last = len(sub) - 1
         if ((sub[i - 1] < new if i else (not j or maxes[j - 1] < new))
                 and (new < sub[i + 1] if i < last else (j + 1 == len(maxes)
