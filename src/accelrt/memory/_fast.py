@@ -15,9 +15,10 @@ allocator and compares their state after every step, and ``bench/bench_allocator
 each against the general code. Each stays only because the compiled build's general code is
 more than 10% slower in the same run (``docs/memory.md``, "Which fast paths stay"). They
 split with :meth:`DeviceCachingAllocator._cut_block`, merge with
-:meth:`DeviceCachingAllocator._join` and count with :func:`._block.count_alloc`, as the general
-code does; what they keep of their own is the case analysis and the free-list keys updated in
-place. They spell the block constants as literals (a constant load in either build).
+:meth:`DeviceCachingAllocator._join`, count with :func:`._block.count_alloc` and update the
+free lists with their own methods, as the general code does; what they keep of their own is
+the case analysis. They spell the block constants as literals (a constant load in either
+build).
 
 Example::
 
