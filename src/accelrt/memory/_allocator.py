@@ -60,7 +60,13 @@ from ._block import (
     mergeable,
     unmapped_remove,
 )
-from ._config import SIZE_MAX, AllocatorConfig, check_fraction, get_config, reported_size
+from ._config import (
+    NO_SPLIT_LIMIT,
+    AllocatorConfig,
+    check_fraction,
+    get_config,
+    reported_size,
+)
 from ._events import StreamFrees, record_stream
 from ._expandable import ExpandableSegments
 from ._fast import defer_free, free_cached, malloc_cached, reuse_deferred
@@ -215,9 +221,11 @@ class DeviceCachingAllocator:
     def _set_config_locked(self, cfg: AllocatorConfig) -> None:
         # every option below is guarded by _lock
         self._cfg = cfg
-        old_split = getattr(self, "_max_split_size", cfg.max_split_size)
-        self._max_split_size = cfg.max_split_size
-        if old_split != cfg.max_split_size:
+        # (compared as NO_SPLIT_LIMIT when unlimited: see there)
+        new_split = min(cfg.max_split_size, NO_SPLIT_LIMIT)
+        old_split = getattr(self, "_max_split_size", new_split)
+        self._max_split_size = new_split
+        if old_split != new_split:
             self._recount_oversize(old_split)
         self._max_non_split_rounding = cfg.max_non_split_rounding_size
         self._large_segment_size = cfg.large_segment_size
@@ -256,12 +264,12 @@ class DeviceCachingAllocator:
     def _update_simple(self) -> None:
         # No option that changes a lookup or a malloc's book-keeping is in force: no oversize
         # limit, GC threshold, power-of-two rounding, history, waiting frees or capture.
-        plain = (self._max_split_size >= SIZE_MAX and not self._gc_on
+        plain = (self._max_split_size == NO_SPLIT_LIMIT and not self._gc_on
                  and self._roundup_divisions is None and self._history is None
                  and not self._stream_frees.waiting() and not self._pools.captures
                  and self._cache_on)
         # True when the best-fit lookup needs no oversize, GC or expandable handling.
-        self._simple = (self._max_split_size >= SIZE_MAX and not self._gc_on
+        self._simple = (self._max_split_size == NO_SPLIT_LIMIT and not self._gc_on
                         and not self._expandable
                         and not self._expandable_segments.segments)  # guarded by _lock
         # True when malloc needs nothing but rounding and the plain lookup (guarded by _lock)

@@ -51,6 +51,7 @@ import re
 import sys
 import threading
 from dataclasses import dataclass, field
+from typing import Final
 
 from .._fork import reinit_after_fork
 
@@ -58,6 +59,7 @@ __all__ = [
     "ALLOCATOR_BACKENDS",
     "ENV_VAR",
     "MB",
+    "NO_SPLIT_LIMIT",
     "REFUSED",
     "SIZE_MAX",
     "AllocatorConfig",
@@ -76,6 +78,11 @@ ENV_VAR = "ACCELRT_ALLOC_CONF"
 MB = 1024 * 1024
 #: "unlimited" for ``max_split_size`` (C++ ``SIZE_MAX``; reported as -1 in the stats).
 SIZE_MAX = 2**64 - 1
+#: ``max_split_size`` as the allocator holds it when it is unlimited (``SIZE_MAX``): the
+#: largest int the compiled build keeps in a machine word, where ``SIZE_MAX`` is a heap int
+#: whose every comparison goes through CPython (once per free). No request (below 2**60) or
+#: segment reaches it, so every comparison with it comes out as with ``SIZE_MAX``.
+NO_SPLIT_LIMIT: Final = (1 << 62) - 1
 _NUM_INTERVALS = 16
 _MAX_MB = SIZE_MAX // MB
 _MAX_REGISTER_THREADS = 128

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ._block import DEFAULT_POOL, Block, BlockPool, fl_first_ge
-from ._config import SIZE_MAX
+from ._config import NO_SPLIT_LIMIT
 from ._history import CTX_ALL, capture_frames
 from ._pools import raw_free, report_finalizer_error
 
@@ -59,7 +59,7 @@ def release_available_cached_blocks(a: AllocatorCore, pool: BlockPool, stream: i
     """PyTorch's ``release_available_cached_blocks``: free one oversize segment at least as
     large as the request, or oversize segments largest first until as many bytes are free."""
     mss = a._max_split_size
-    if mss >= SIZE_MAX:
+    if mss == NO_SPLIT_LIMIT:
         return False
     fl = pool.free.get(stream)
     if not fl:
