@@ -231,6 +231,29 @@ def test_unlimited_max_split_size_is_minus_one():
     assert a.stats()["max_split_size"] == -1
 
 
+@pytest.mark.parametrize("conf", ["max_split_size_mb:4398046511104",   # 2**62 bytes
+                                  "max_split_size_mb:17592186044415"])  # SIZE_MAX // MiB
+def test_a_limit_no_block_reaches_splits_as_no_limit(conf: str) -> None:
+    # the allocator holds "no limit" as NO_SPLIT_LIMIT (2**62 - 1, a machine word when
+    # compiled), and so limits above it: they choose the same blocks, count no oversize
+    # block and report the configured value (as an int64, as PyTorch does)
+    from accelrt.memory._config import NO_SPLIT_LIMIT, reported_size
+    runs = []
+    for setting in ("", conf):
+        a, _ = make(setting, capacity=1 << 36)
+        ptrs = [a.malloc(n, 0) for n in (512, 3 * MiB, 700 * MiB, 2 * MiB, 40 * MiB)]
+        for p in ptrs[1::2]:
+            a.free(p)
+        ptrs += [a.malloc(n, 0) for n in (1 * MiB, 30 * MiB)]
+        st = a.stats()
+        runs.append((ptrs, {k: v for k, v in st.items() if k != "max_split_size"}))
+        assert st["oversize_allocations.current"] == 0 == st["oversize_segments.peak"]
+        assert a._max_split_size == NO_SPLIT_LIMIT and a._simple
+    assert runs[0] == runs[1]
+    assert make(conf)[0].stats()["max_split_size"] == reported_size(
+        parse_config(conf).max_split_size)
+
+
 def test_release_available_cached_blocks_before_full_release():
     # capacity fits 120 MiB: two cached oversize blocks must go before a new 100 MiB segment
     a, b = make("max_split_size_mb:40", capacity=120 * MiB)
