@@ -60,13 +60,7 @@ from ._block import (
     mergeable,
     unmapped_remove,
 )
-from ._config import (
-    NO_SPLIT_LIMIT,
-    AllocatorConfig,
-    check_fraction,
-    get_config,
-    reported_size,
-)
+from ._config import NO_SPLIT_LIMIT, AllocatorConfig, check_fraction, get_config, reported_size
 from ._events import StreamFrees, record_stream
 from ._expandable import ExpandableSegments
 from ._fast import defer_free, free_cached, malloc_cached, reuse_deferred
