@@ -45,12 +45,13 @@ def test_flag_says_which_build_is_loaded() -> None:
     loaded = {name: is_extension(importlib.import_module(name)) for name in names}
     # all of them compiled, or none: a partial build would make the flag lie
     assert set(loaded.values()) == {memory.compiled}, loaded
-    # and the C Philox (setup.py's PHILOX) and the C free list (FREE_LIST) come and go with
-    # them
-    from accelrt.memory import _free_list
+    # and the C Philox (setup.py's PHILOX), the C free list (FREE_LIST) and the C lock (LOCK)
+    # come and go with them
+    from accelrt.memory import _free_list, _lock
     from accelrt.random import _philox
     assert (_philox._kernel is not None) == memory.compiled
     assert (_free_list.FreeList is not _free_list.PyFreeList) == memory.compiled
+    assert (_lock.FastLock is not _lock.PyFastLock) == memory.compiled
 
 
 def test_info_reports_the_build() -> None:
@@ -450,6 +451,6 @@ def test_the_c_sources_of_the_compiled_build_ship_in_every_sdist() -> None:
     # must, or a wheel built from that sdist on a machine with a compiler fails
     setup = _setup_script()
     manifest = (ROOT / "MANIFEST.in").read_text().splitlines()
-    for source in [*setup.PHILOX.sources, *setup.FREE_LIST.sources]:
+    for source in [*setup.PHILOX.sources, *setup.FREE_LIST.sources, *setup.LOCK.sources]:
         assert f"include {source}" in manifest, source
         assert (ROOT / source).is_file(), source

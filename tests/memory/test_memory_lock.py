@@ -1,15 +1,49 @@
-"""The allocator's FastLock excludes other threads and blocks them until released."""
+"""The allocator's FastLock, both implementations (the pure build's queue token and the
+compiled build's C type, where it is built): it excludes other threads, blocks them until
+released, never blocks in its non-blocking forms, refuses a release of a lock nobody holds,
+and a blocked acquire runs signal handlers (a subprocess, with a timeout)."""
 
 from __future__ import annotations
 
+import importlib
+import queue
+import subprocess
+import sys
+import textwrap
 import threading
 import time
+import weakref
+from typing import Any
 
-from accelrt.memory._lock import FastLock
+import pytest
+
+from accelrt import memory
+from accelrt.memory import _lock
+from accelrt.memory._lock import PyFastLock
 
 
-def test_lock_excludes_other_threads() -> None:
-    lock = FastLock()
+def _impls() -> list[Any]:
+    out = [pytest.param(PyFastLock, id="python")]
+    try:
+        c = importlib.import_module("accelrt.memory._lock_c").FastLock
+    except ImportError:
+        out.append(pytest.param(None, id="c", marks=pytest.mark.skip(
+            reason="the C FastLock is part of the compiled build, not built here")))
+    else:
+        out.append(pytest.param(c, id="c"))
+    return out
+
+
+IMPLS = _impls()
+
+
+def test_the_loaded_implementation_follows_the_build() -> None:
+    assert (_lock.FastLock is not PyFastLock) == memory.compiled
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_lock_excludes_other_threads(impl: Any) -> None:
+    lock = impl()
     box = [0]
 
     def work() -> None:
@@ -28,8 +62,9 @@ def test_lock_excludes_other_threads() -> None:
     assert not lock.locked()
 
 
-def test_contended_acquire_waits_for_release() -> None:
-    lock = FastLock()
+@pytest.mark.parametrize("impl", IMPLS)
+def test_contended_acquire_waits_for_release(impl: Any) -> None:
+    lock = impl()
     lock.acquire()
     got = threading.Event()
 
@@ -46,3 +81,64 @@ def test_contended_acquire_waits_for_release() -> None:
     assert got.wait(5)
     t.join()
     assert not lock.locked() and repr(lock) == "<FastLock unlocked>"
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_non_blocking_forms_and_release_checks(impl: Any) -> None:
+    lock = impl()
+    assert lock.try_acquire() and lock.locked() and repr(lock) == "<FastLock locked>"
+    assert not lock.try_acquire()
+    with pytest.raises(queue.Empty):
+        lock.acquire_nowait()
+    lock.put(None)                     # (the allocator's release)
+    lock.acquire_nowait()
+    lock.release()
+    with pytest.raises(RuntimeError, match="not held"):
+        lock.release()                 # a second token would let two threads in
+    assert not lock.locked() and lock.try_acquire()
+    lock.release()
+    ref = weakref.ref(lock)            # (finalizers keep weak references to the lock)
+    assert ref() is lock
+
+
+def test_the_c_put_refuses_a_lock_nobody_holds() -> None:
+    c = IMPLS[1].values[0]
+    if c is None:
+        pytest.skip("the C FastLock is part of the compiled build, not built here")
+    lock = c()
+    with pytest.raises(RuntimeError, match="not held"):
+        lock.put(None)
+    assert not lock.locked()
+
+
+@pytest.mark.parametrize("impl", ["PyFastLock", "FastLock"])
+def test_a_blocked_acquire_runs_signal_handlers(impl: str) -> None:
+    # another thread holds the lock; the main thread's acquire blocks until an alarm's
+    # handler raises out of it (in a subprocess, with a timeout: a lock that ignored the
+    # signal would hang)
+    code = textwrap.dedent(f"""
+        import signal, threading
+        from accelrt.memory import _lock
+        lock = _lock.{impl}()
+        held, done = threading.Event(), threading.Event()
+        def hold():
+            lock.acquire(); held.set(); done.wait(); lock.release()
+        t = threading.Thread(target=hold); t.start(); held.wait()
+        def alarm(signum, frame):
+            raise TimeoutError("interrupted")
+        signal.signal(signal.SIGALRM, alarm)
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        try:
+            lock.acquire()
+        except TimeoutError as exc:
+            print("raised", exc)
+        done.set(); t.join()
+        lock.acquire(); lock.release()
+        print("ok", lock.locked())
+        """)
+    if not hasattr(__import__("signal"), "setitimer"):
+        pytest.skip("no setitimer on this platform")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["raised", "interrupted", "ok", "False"]

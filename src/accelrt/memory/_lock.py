@@ -12,6 +12,14 @@ Only the thread that acquired it may release it. Code that may run while its own
 the lock (finalizers run by the garbage collector) must use :meth:`FastLock.try_acquire`,
 which never blocks.
 
+This is the pure build's ``FastLock``. The compiled build's is the same type in C
+(``_lock_c.c``, built with the mypyc modules): a ``PyThread`` lock and a flag, whose
+uncontended acquire and release stay in C (the queue's argument parsing and work were about
+a third of a compiled cached malloc + free). ``FastLock`` here names whichever is loaded (this
+one stays :data:`PyFastLock`); ``tests/memory/test_memory_lock.py`` runs both. Both refuse
+:meth:`~FastLock.release` of a lock no thread holds; the C type's ``put`` does too, the Python
+one's is the queue's own ``put`` (the hot path: unchecked).
+
 Example::
 
     >>> from accelrt.memory._lock import FastLock
@@ -26,9 +34,8 @@ Example::
 from __future__ import annotations
 
 import queue
-from functools import partial
 
-__all__ = ["FastLock"]
+__all__ = ["FastLock", "PyFastLock"]
 
 
 class FastLock:
@@ -36,7 +43,6 @@ class FastLock:
 
     Attributes:
         acquire: block until the lock is free, then take it (a bound C method: hoist it).
-        release: give the lock back (a C callable: hoist it).
         put: ``put(None)`` gives the lock back too; a bound C method, the cheapest release.
         acquire_nowait: take the lock if it is free, else raise :class:`queue.Empty` (a bound
             C method, the cheapest non-blocking acquire; see :meth:`try_acquire`).
@@ -48,14 +54,13 @@ class FastLock:
         >>> lock.acquire(); lock.release()
     """
 
-    __slots__ = ("__weakref__", "_q", "acquire", "acquire_nowait", "put", "release")
+    __slots__ = ("__weakref__", "_q", "acquire", "acquire_nowait", "put")
 
     def __init__(self) -> None:
         self._q: queue.SimpleQueue[None] = queue.SimpleQueue()
         self._q.put(None)
         self.acquire = self._q.get
         self.acquire_nowait = self._q.get_nowait
-        self.release = partial(self._q.put, None)
         self.put = self._q.put
 
     def try_acquire(self) -> bool:
@@ -78,6 +83,16 @@ class FastLock:
             return False
         return True
 
+    def release(self) -> None:
+        """Give the lock back.
+
+        Raises:
+            RuntimeError: no thread holds the lock (a second token would let two threads in).
+        """
+        if not self._q.empty():
+            raise RuntimeError("FastLock: release of a lock that is not held")
+        self._q.put(None)
+
     def locked(self) -> bool:
         """True while some thread holds the lock."""
         return self._q.empty()
@@ -90,3 +105,12 @@ class FastLock:
 
     def __repr__(self) -> str:
         return f"<FastLock {'locked' if self.locked() else 'unlocked'}>"
+
+
+#: The Python implementation (the pure build's ``FastLock``).
+PyFastLock = FastLock
+
+try:   # the compiled build's C type, where it is built
+    from ._lock_c import FastLock  # noqa: F811
+except ImportError:
+    pass

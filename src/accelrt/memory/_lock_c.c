@@ -1,0 +1,201 @@
+/* The allocator's mutex in C: the compiled build's FastLock.
+ *
+ * accelrt/memory/_lock.py holds the same type in Python, which the pure build runs and which
+ * documents it: a non-reentrant mutex whose uncontended acquire and release are single cheap
+ * calls. The Python one holds a token in a queue.SimpleQueue (get acquires, put releases);
+ * their argument parsing and queue work were about a third of a compiled cached malloc + free.
+ * This one is a PyThread lock and a flag: an uncontended acquire or release does not leave C
+ * or drop the GIL; a contended acquire waits with the GIL released and runs signal handlers
+ * when interrupted (as threading.Lock.acquire does). tests/memory/test_memory_lock.py runs
+ * both.
+ *
+ *     FastLock()
+ *     acquire()            block until free, then take it
+ *     acquire_nowait()     take it if free, else raise queue.Empty
+ *     try_acquire() -> bool
+ *     release(), put(x)    give it back (RuntimeError if not held)
+ *     locked() -> bool
+ *     with lock: ...
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <pythread.h>
+#include <stddef.h>
+
+typedef struct {
+    PyObject_HEAD
+    PyThread_type_lock lock;
+    char locked;
+    PyObject *weakreflist;
+} FastLockObject;
+
+static PyTypeObject FastLockType;
+static PyObject *QueueEmpty;   /* queue.Empty */
+
+static PyObject *FastLock_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    if (PyTuple_GET_SIZE(args) || (kwds != NULL && PyDict_GET_SIZE(kwds))) {
+        PyErr_SetString(PyExc_TypeError, "FastLock() takes no arguments");
+        return NULL;
+    }
+    FastLockObject *self = (FastLockObject *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->lock = PyThread_allocate_lock();
+    self->locked = 0;
+    self->weakreflist = NULL;
+    if (self->lock == NULL) {
+        Py_DECREF(self);
+        PyErr_SetString(PyExc_MemoryError, "FastLock: cannot allocate a lock");
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static void FastLock_dealloc(FastLockObject *self)
+{
+    if (self->weakreflist != NULL)
+        PyObject_ClearWeakRefs((PyObject *)self);
+    if (self->lock != NULL) {
+        if (self->locked)
+            PyThread_release_lock(self->lock);
+        PyThread_free_lock(self->lock);
+    }
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *FastLock_acquire(FastLockObject *self, PyObject *Py_UNUSED(ignored))
+{
+    if (!PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) {
+        for (;;) {
+            PyLockStatus r;
+            Py_BEGIN_ALLOW_THREADS
+            r = PyThread_acquire_lock_timed(self->lock, -1, 1);
+            Py_END_ALLOW_THREADS
+            if (r == PY_LOCK_ACQUIRED)
+                break;
+            if (r == PY_LOCK_INTR) {
+                /* a signal: run its handlers (which may raise), then wait again */
+                if (Py_MakePendingCalls() < 0)
+                    return NULL;
+                continue;
+            }
+            PyErr_SetString(PyExc_RuntimeError, "FastLock: cannot acquire the lock");
+            return NULL;
+        }
+    }
+    self->locked = 1;
+    Py_RETURN_NONE;
+}
+
+static PyObject *FastLock_acquire_nowait(FastLockObject *self, PyObject *Py_UNUSED(ignored))
+{
+    if (!PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) {
+        PyErr_SetNone(QueueEmpty);
+        return NULL;
+    }
+    self->locked = 1;
+    Py_RETURN_NONE;
+}
+
+static PyObject *FastLock_try_acquire(FastLockObject *self, PyObject *Py_UNUSED(ignored))
+{
+    if (!PyThread_acquire_lock(self->lock, NOWAIT_LOCK))
+        Py_RETURN_FALSE;
+    self->locked = 1;
+    Py_RETURN_TRUE;
+}
+
+static PyObject *FastLock_release(FastLockObject *self, PyObject *Py_UNUSED(ignored))
+{
+    if (!self->locked) {
+        PyErr_SetString(PyExc_RuntimeError, "FastLock: release of a lock that is not held");
+        return NULL;
+    }
+    self->locked = 0;
+    PyThread_release_lock(self->lock);
+    Py_RETURN_NONE;
+}
+
+static PyObject *FastLock_put(FastLockObject *self, PyObject *Py_UNUSED(item))
+{
+    return FastLock_release(self, NULL);
+}
+
+static PyObject *FastLock_exit(FastLockObject *self, PyObject *const *Py_UNUSED(args),
+                               Py_ssize_t Py_UNUSED(nargs))
+{
+    return FastLock_release(self, NULL);
+}
+
+static PyObject *FastLock_locked(FastLockObject *self, PyObject *Py_UNUSED(ignored))
+{
+    return PyBool_FromLong(self->locked);
+}
+
+static PyObject *FastLock_repr(FastLockObject *self)
+{
+    return PyUnicode_FromString(self->locked ? "<FastLock locked>" : "<FastLock unlocked>");
+}
+
+static PyMethodDef FastLock_methods[] = {
+    {"acquire", (PyCFunction)FastLock_acquire, METH_NOARGS,
+     "Block until the lock is free, then take it."},
+    {"acquire_nowait", (PyCFunction)FastLock_acquire_nowait, METH_NOARGS,
+     "Take the lock if it is free, else raise queue.Empty."},
+    {"try_acquire", (PyCFunction)FastLock_try_acquire, METH_NOARGS,
+     "Take the lock if it is free: True, or False if some thread holds it."},
+    {"release", (PyCFunction)FastLock_release, METH_NOARGS,
+     "Give the lock back (RuntimeError if it is not held)."},
+    {"put", (PyCFunction)FastLock_put, METH_O,
+     "put(x): give the lock back (the Python FastLock's queue put)."},
+    {"locked", (PyCFunction)FastLock_locked, METH_NOARGS,
+     "True while some thread holds the lock."},
+    {"__enter__", (PyCFunction)FastLock_acquire, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)(void (*)(void))FastLock_exit, METH_FASTCALL, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject FastLockType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "accelrt.memory._lock_c.FastLock",
+    .tp_basicsize = sizeof(FastLockObject),
+    .tp_dealloc = (destructor)FastLock_dealloc,
+    .tp_repr = (reprfunc)FastLock_repr,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A non-reentrant mutex (accelrt.memory._lock.FastLock, in C).",
+    .tp_weaklistoffset = offsetof(FastLockObject, weakreflist),
+    .tp_methods = FastLock_methods,
+    .tp_new = FastLock_new,
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "accelrt.memory._lock_c",
+    .m_doc = "The allocator's mutex in C (the compiled build's accelrt.memory._lock.FastLock).",
+    .m_size = -1,
+};
+
+PyMODINIT_FUNC PyInit__lock_c(void)
+{
+    PyObject *queue = PyImport_ImportModule("queue");
+    if (queue == NULL)
+        return NULL;
+    QueueEmpty = PyObject_GetAttrString(queue, "Empty");
+    Py_DECREF(queue);
+    if (QueueEmpty == NULL)
+        return NULL;
+    if (PyType_Ready(&FastLockType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&FastLockType);
+    if (PyModule_AddObject(m, "FastLock", (PyObject *)&FastLockType) < 0) {
+        Py_DECREF(&FastLockType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
