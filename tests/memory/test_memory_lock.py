@@ -84,6 +84,42 @@ def test_contended_acquire_waits_for_release(impl: Any) -> None:
 
 
 @pytest.mark.parametrize("impl", IMPLS)
+def test_many_threads_contending_lose_no_wakeup(impl: Any) -> None:
+    # eight threads take the lock 2,000 times each by its three ways, most of the time
+    # contended: every increment lands, and no thread is left asleep with the lock free
+    lock = impl()
+    box = [0]
+
+    def work(seed: int) -> None:
+        for i in range(2000):
+            way = (i + seed) % 3
+            if way == 0:
+                lock.acquire()
+            elif way == 1:
+                while not lock.try_acquire():
+                    time.sleep(0)
+            else:
+                while True:
+                    try:
+                        lock.acquire_nowait()
+                        break
+                    except queue.Empty:
+                        time.sleep(0)
+            box[0] += 1
+            if i % 7 == 0:
+                time.sleep(0)          # hand the GIL over while holding the lock
+            lock.put(None) if i % 2 else lock.release()
+
+    threads = [threading.Thread(target=work, args=(k,), daemon=True) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not any(t.is_alive() for t in threads), "a thread never got the lock"
+    assert box[0] == 16000 and not lock.locked()
+
+
+@pytest.mark.parametrize("impl", IMPLS)
 def test_non_blocking_forms_and_release_checks(impl: Any) -> None:
     lock = impl()
     assert lock.try_acquire() and lock.locked() and repr(lock) == "<FastLock locked>"

@@ -4,10 +4,17 @@
  * documents it: a non-reentrant mutex whose uncontended acquire and release are single cheap
  * calls. The Python one holds a token in a queue.SimpleQueue (get acquires, put releases);
  * their argument parsing and queue work were about a third of a compiled cached malloc + free.
- * This one is a PyThread lock and a flag: an uncontended acquire or release does not leave C
- * or drop the GIL; a contended acquire waits with the GIL released and runs signal handlers
- * when interrupted (as threading.Lock.acquire does). tests/memory/test_memory_lock.py runs
- * both.
+ *
+ * This one is a flag that the GIL guards (every method runs holding it, and the uncontended
+ * ones never let it go), so an uncontended acquire or release is a test and a store: no
+ * atomic instruction, no system call, no clock. (A PyThread lock per acquire measured slower
+ * than the queue on the allocator's loop, for all its fewer instructions: its semaphore's
+ * atomics and the clock read of a timed acquire.) A contended acquire counts itself in
+ * `waiters` and sleeps on `wake`, a PyThread lock held locked, with the GIL released; a
+ * release with waiters posts `wake` once (`posted`), and a woken waiter takes the lock if it
+ * is free, else sleeps again: the lock is never free with waiters and no post outstanding or
+ * waiter awake. An interrupted sleep runs the signal handlers (as threading.Lock.acquire
+ * does), which may raise out of acquire. tests/memory/test_memory_lock.py runs both types.
  *
  *     FastLock()
  *     acquire()            block until free, then take it
@@ -25,8 +32,10 @@
 
 typedef struct {
     PyObject_HEAD
-    PyThread_type_lock lock;
-    char locked;
+    char locked;              /* held (the GIL guards the three fields below) */
+    char posted;              /* `wake` released once for the waiters, not yet taken */
+    Py_ssize_t waiters;       /* threads sleeping (or about to) in acquire */
+    PyThread_type_lock wake;  /* held locked; released to wake one waiter */
     PyObject *weakreflist;
 } FastLockObject;
 
@@ -42,14 +51,17 @@ static PyObject *FastLock_new(PyTypeObject *type, PyObject *args, PyObject *kwds
     FastLockObject *self = (FastLockObject *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
-    self->lock = PyThread_allocate_lock();
     self->locked = 0;
+    self->posted = 0;
+    self->waiters = 0;
     self->weakreflist = NULL;
-    if (self->lock == NULL) {
+    self->wake = PyThread_allocate_lock();
+    if (self->wake == NULL) {
         Py_DECREF(self);
         PyErr_SetString(PyExc_MemoryError, "FastLock: cannot allocate a lock");
         return NULL;
     }
+    PyThread_acquire_lock(self->wake, WAIT_LOCK);   /* (free: at once) */
     return (PyObject *)self;
 }
 
@@ -57,41 +69,53 @@ static void FastLock_dealloc(FastLockObject *self)
 {
     if (self->weakreflist != NULL)
         PyObject_ClearWeakRefs((PyObject *)self);
-    if (self->lock != NULL) {
-        if (self->locked)
-            PyThread_release_lock(self->lock);
-        PyThread_free_lock(self->lock);
+    if (self->wake != NULL) {
+        /* (nobody waits: a waiter holds a reference) */
+        if (!self->posted)
+            PyThread_release_lock(self->wake);
+        PyThread_free_lock(self->wake);
     }
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 static PyObject *FastLock_acquire(FastLockObject *self, PyObject *Py_UNUSED(ignored))
 {
-    if (!PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) {
-        for (;;) {
-            PyLockStatus r;
-            Py_BEGIN_ALLOW_THREADS
-            r = PyThread_acquire_lock_timed(self->lock, -1, 1);
-            Py_END_ALLOW_THREADS
-            if (r == PY_LOCK_ACQUIRED)
-                break;
-            if (r == PY_LOCK_INTR) {
-                /* a signal: run its handlers (which may raise), then wait again */
-                if (Py_MakePendingCalls() < 0)
-                    return NULL;
-                continue;
-            }
-            PyErr_SetString(PyExc_RuntimeError, "FastLock: cannot acquire the lock");
-            return NULL;
-        }
+    if (!self->locked) {
+        self->locked = 1;
+        Py_RETURN_NONE;
     }
-    self->locked = 1;
-    Py_RETURN_NONE;
+    self->waiters++;
+    for (;;) {
+        PyLockStatus r;
+        Py_BEGIN_ALLOW_THREADS
+        r = PyThread_acquire_lock_timed(self->wake, -1, 1);
+        Py_END_ALLOW_THREADS
+        if (r == PY_LOCK_ACQUIRED) {
+            self->posted = 0;
+            if (!self->locked) {
+                self->locked = 1;
+                self->waiters--;   /* (the next release posts for the others) */
+                Py_RETURN_NONE;
+            }
+            continue;   /* another thread took it first: sleep until its release */
+        }
+        if (r == PY_LOCK_INTR) {
+            /* a signal: run its handlers (which may raise), then sleep again */
+            if (Py_MakePendingCalls() < 0) {
+                self->waiters--;
+                return NULL;
+            }
+            continue;
+        }
+        self->waiters--;
+        PyErr_SetString(PyExc_RuntimeError, "FastLock: cannot wait for the lock");
+        return NULL;
+    }
 }
 
 static PyObject *FastLock_acquire_nowait(FastLockObject *self, PyObject *Py_UNUSED(ignored))
 {
-    if (!PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) {
+    if (self->locked) {
         PyErr_SetNone(QueueEmpty);
         return NULL;
     }
@@ -101,7 +125,7 @@ static PyObject *FastLock_acquire_nowait(FastLockObject *self, PyObject *Py_UNUS
 
 static PyObject *FastLock_try_acquire(FastLockObject *self, PyObject *Py_UNUSED(ignored))
 {
-    if (!PyThread_acquire_lock(self->lock, NOWAIT_LOCK))
+    if (self->locked)
         Py_RETURN_FALSE;
     self->locked = 1;
     Py_RETURN_TRUE;
@@ -114,7 +138,10 @@ static PyObject *FastLock_release(FastLockObject *self, PyObject *Py_UNUSED(igno
         return NULL;
     }
     self->locked = 0;
-    PyThread_release_lock(self->lock);
+    if (self->waiters && !self->posted) {
+        self->posted = 1;
+        PyThread_release_lock(self->wake);
+    }
     Py_RETURN_NONE;
 }
 
