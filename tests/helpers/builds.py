@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import ast
+import importlib
 import importlib.machinery
 from pathlib import Path
 from types import ModuleType
+from typing import Any
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,3 +40,18 @@ def source_path(module: ModuleType) -> str:
         if path.endswith(suffix):
             return path[:-len(suffix)] + ".py"
     return path
+
+
+def both_builds_params(python: Any, c_module: str, name: str) -> list[Any]:
+    """pytest params of a type in both builds: ``python`` (the pure build's, id "python") and
+    ``name`` of the C module ``c_module`` (id "c"), skipped with the reason where the C module
+    is not built (it comes with the compiled build)."""
+    out = [pytest.param(python, id="python")]
+    try:
+        c = getattr(importlib.import_module(c_module), name)
+    except ImportError:
+        out.append(pytest.param(None, id="c", marks=pytest.mark.skip(
+            reason=f"{c_module} is part of the compiled build, not built here")))
+    else:
+        out.append(pytest.param(c, id="c"))
+    return out

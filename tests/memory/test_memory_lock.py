@@ -5,7 +5,6 @@ and a blocked acquire runs signal handlers (a subprocess, with a timeout)."""
 
 from __future__ import annotations
 
-import importlib
 import queue
 import subprocess
 import sys
@@ -20,21 +19,10 @@ import pytest
 from accelrt import memory
 from accelrt.memory import _lock
 from accelrt.memory._lock import PyFastLock
+from tests.helpers.builds import both_builds_params
 
 
-def _impls() -> list[Any]:
-    out = [pytest.param(PyFastLock, id="python")]
-    try:
-        c = importlib.import_module("accelrt.memory._lock_c").FastLock
-    except ImportError:
-        out.append(pytest.param(None, id="c", marks=pytest.mark.skip(
-            reason="the C FastLock is part of the compiled build, not built here")))
-    else:
-        out.append(pytest.param(c, id="c"))
-    return out
-
-
-IMPLS = _impls()
+IMPLS = both_builds_params(PyFastLock, "accelrt.memory._lock_c", "FastLock")
 
 
 def test_the_loaded_implementation_follows_the_build() -> None:
