@@ -167,7 +167,7 @@ def fl_add(free: dict[int, FreeList[Block]], stream: int, b: Block) -> None:
     missing)."""
     fl = free.get(stream)
     if fl is None:
-        fl = free[stream] = FreeList(BUCKET_MAX)
+        fl = free[stream] = new_free_list()
     fl_insert(fl, b.size, b.addr, b)
 
 
