@@ -6,7 +6,6 @@ see a change, and reference counts (the C type owns a reference to every listed 
 from __future__ import annotations
 
 import gc
-import importlib
 import sys
 import weakref
 from typing import Any
@@ -18,21 +17,10 @@ from hypothesis import strategies as st
 from accelrt import memory
 from accelrt.memory import _block
 from accelrt.memory._free_list import PyFreeList
+from tests.helpers.builds import both_builds_params
 
 
-def _impls() -> list[Any]:
-    out = [pytest.param(PyFreeList, id="python")]
-    try:
-        c = importlib.import_module("accelrt.memory._free_list_c").FreeList
-    except ImportError:
-        out.append(pytest.param(None, id="c", marks=pytest.mark.skip(
-            reason="the C FreeList is part of the compiled build, not built here")))
-    else:
-        out.append(pytest.param(c, id="c"))
-    return out
-
-
-IMPLS = _impls()
+IMPLS = both_builds_params(PyFreeList, "accelrt.memory._free_list_c", "FreeList")
 END = 1 << 64
 
 
@@ -179,6 +167,10 @@ def test_bad_arguments_raise_and_change_nothing(impl: Any) -> None:
         fl.replace(512, 0x1000, 512, -5, "b")
     with pytest.raises(KeyError):
         fl.remove(512, 0x2000)
+    with pytest.raises(OverflowError, match="size must be in"):
+        fl.remove(-512, 0x1000)
+    with pytest.raises(TypeError, match="addr must be an int"):
+        fl.remove(512, 4096.0)
     with pytest.raises(ValueError, match="bucket_max must be at least 2"):
         impl(1)
     assert fl.keys() == [(512, 0x1000)] and fl.first_ge(0) == "a"
