@@ -137,7 +137,7 @@ def ext_modules(chosen: Choice | None = None) -> tuple[list[object], Choice]:
     try:
         # multi_file: one C file per module, compiled in parallel by BuildExt
         return [*mypycify(COMPILED, opt_level="3", debug_level="0", group_name="accelrt",
-                          multi_file=True), PHILOX, FREE_LIST, LOCK], chosen
+                          multi_file=True), PHILOX, FREE_LIST, BLOCK_MAP, LOCK], chosen
     except (Exception, SystemExit) as exc:   # mypyc exits on a type error
         if chosen.required:
             raise
@@ -156,6 +156,11 @@ PHILOX = Extension("accelrt.random._philox_host", ["src/accelrt/random/_philox_h
 #: 128-bit integers (bench/bench_builds.py's replay rows); part of the compiled build, like
 #: :data:`PHILOX`.
 FREE_LIST = Extension("accelrt.memory._free_list_c", ["src/accelrt/memory/_free_list_c.c"])
+
+#: The allocator's map of blocks by address in C (``accelrt.memory._block_map``'s ``BlockMap``, a
+#: ``dict`` in the pure build): unboxed 64-bit keys, where a dict hashes and compares int
+#: objects on every split, free and merge; part of the compiled build, like :data:`PHILOX`.
+BLOCK_MAP = Extension("accelrt.memory._block_map_c", ["src/accelrt/memory/_block_map_c.c"])
 
 #: The allocator's mutex in C (``accelrt.memory._lock``'s ``FastLock``, a ``SimpleQueue`` token in
 #: the pure build, whose get and put were about a third of a compiled cached malloc + free);

@@ -45,12 +45,13 @@ def test_flag_says_which_build_is_loaded() -> None:
     loaded = {name: is_extension(importlib.import_module(name)) for name in names}
     # all of them compiled, or none: a partial build would make the flag lie
     assert set(loaded.values()) == {memory.compiled}, loaded
-    # and the C Philox (setup.py's PHILOX), the C free list (FREE_LIST) and the C lock (LOCK)
-    # come and go with them
-    from accelrt.memory import _free_list, _lock
+    # and the C Philox (setup.py's PHILOX), the C free list (FREE_LIST), the C block map
+    # (BLOCK_MAP) and the C lock (LOCK) come and go with them
+    from accelrt.memory import _block_map, _free_list, _lock
     from accelrt.random import _philox
     assert (_philox._kernel is not None) == memory.compiled
     assert (_free_list.FreeList is not _free_list.PyFreeList) == memory.compiled
+    assert (_block_map.BlockMap is not _block_map.PyBlockMap) == memory.compiled
     assert (_lock.FastLock is not _lock.PyFastLock) == memory.compiled
 
 

@@ -60,6 +60,7 @@ from ._block import (
     mergeable,
     unmapped_remove,
 )
+from ._block_map import BlockMap
 from ._config import NO_SPLIT_LIMIT, AllocatorConfig, check_fraction, get_config, reported_size
 from ._events import StreamFrees, record_stream
 from ._expandable import ExpandableSegments
@@ -192,7 +193,7 @@ class DeviceCachingAllocator:
         hot = self._stats.hot
         self._small = BlockPool(True, None, hot[1], 1)     # guarded by _lock
         self._large = BlockPool(False, None, hot[2], 2)    # guarded by _lock
-        self._blocks: dict[int, Block] = {}   # guarded by _lock: every block by address
+        self._blocks: BlockMap[Block] = BlockMap()   # guarded by _lock: every block by address
         self._total_reserved = 0              # guarded by _lock (total_allocated_memory)
         self._allowed_max: int | None = None               # guarded by _lock
         # the components (each guarded by _lock)

@@ -32,6 +32,7 @@ from ._block import (
 from ._history import CTX_ALL, CTX_ALLOC, capture_frames
 
 if TYPE_CHECKING:
+    from ._block_map import BlockMap
     from ._interface import AllocatorCore
 
 __all__ = ["MAP_FRACTION", "ExpandableSegment", "ExpandableSegments", "page_count"]
@@ -256,7 +257,7 @@ class ExpandableSegments:
             self._supported = bool(alloc._b.capabilities(alloc._index).virtual_memory)
         return self._supported
 
-    def _check_new(self, es: ExpandableSegment, blocks: dict[int, Block]) -> None:
+    def _check_new(self, es: ExpandableSegment, blocks: BlockMap[Block]) -> None:
         """Refuse a new reservation whose range overlaps one held (or starts at a segment's
         address): a broken backend's, which would corrupt the blocks (nothing is recorded)."""
         end = es.base + es.size

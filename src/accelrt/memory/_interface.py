@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from .._backend import Backend
     from ._block import Block, BlockPool
+    from ._block_map import BlockMap
     from ._config import AllocatorConfig
     from ._events import StreamFrees
     from ._expandable import ExpandableSegments
@@ -66,7 +67,7 @@ class AllocatorCore(Protocol):
 
     # ------------------------------------------------------------------ state
     #: every block by address
-    _blocks: dict[int, Block]
+    _blocks: BlockMap[Block]
     #: the default small and large block pools
     _small: BlockPool
     _large: BlockPool
