@@ -883,3 +883,42 @@ def test_recursion_free_frames_capture():
     p = rec(min(depth, 200))
     assert len(a.trace_entries()[-1]["frames"]) > 200
     a.free(p)
+
+
+def test_a_pools_free_list_of_the_last_stream_is_remembered_not_stale() -> None:
+    # BlockPool.free_list remembers the last stream's list; with blocks freed and reused on
+    # alternating streams, every answer is still free.get(stream) (lists are never dropped)
+    from accelrt.memory._block import Block, BlockPool, fl_add
+    from accelrt.memory._stats import HotCounters
+    pool = BlockPool(is_small=False, owner=None, hot=HotCounters(), type_index=2)
+    streams = [0, 7, 2**40 + 3, 7, 0, 2**40 + 3, 5]
+    assert all(pool.free_list(s) is None for s in streams)
+    for i, s in enumerate(streams):
+        fl_add(pool, s, Block(0x10_0000 * (i + 1), 4096, s, pool))
+        for t in streams:
+            assert pool.free_list(t) is pool.free.get(t)
+    assert pool.make_free_list(7) is pool.free[7] and len(pool.free[7]) == 2
+    assert pool.free_list(1) is None and pool.free_list(7) is pool.free[7]
+    made = pool.make_free_list(1)
+    assert pool.free[1] is made and pool.free_list(1) is made and len(made) == 0
+
+
+@pytest.mark.parametrize("streams", [(0, 1), (0, 2**47 + 0x100, 0x5555)])
+def test_the_allocator_on_alternating_streams_serves_each_from_its_own(
+        streams: tuple[int, ...]) -> None:
+    from accelrt.backends import get_backend
+    a = DeviceCachingAllocator(get_backend("cpu"), 0)
+    live: dict[int, list[int]] = {s: [] for s in streams}
+    for rnd in range(6):
+        for s in streams:
+            live[s].append(a.malloc(4096 * (rnd + 1), s))
+        for s in streams:
+            a.free(live[s].pop(0))
+    for s in streams:   # each stream's cached blocks are in its own list only
+        blocks = list(a._small.free.get(s, ())) + list(a._large.free.get(s, ()))
+        assert blocks and all(b.stream == s and not b.allocated for b in blocks)
+        for p in live[s]:
+            assert a._blocks[p].stream == s
+            a.free(p)
+    a.empty_cache()
+    assert a.memory_reserved() == 0

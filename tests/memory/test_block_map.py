@@ -223,3 +223,4 @@ def test_the_allocator_holds_its_blocks_in_the_loaded_map() -> None:
     a.free(q)
     a.empty_cache()
     assert len(a._blocks) == 0
+

@@ -419,7 +419,7 @@ class DeviceCachingAllocator:
             # segments, as in PyTorch), its peaks updated at once
             was_split = blk.prev is not None or blk.next is not None
             rest = self._cut_block(blk, rounded)
-            fl_add(pool.free, stream, rest)
+            fl_add(pool, stream, rest)
             rest.gc_base = pool.gc_calls
             if blk.exp is None:
                 c = pool.hot
@@ -890,7 +890,7 @@ class DeviceCachingAllocator:
     # ------------------------------------------------------------------ free lists
     def _insert_free(self, b: Block) -> None:
         pool = b.pool
-        fl_add(pool.free, b.stream, b)
+        fl_add(pool, b.stream, b)
         b.gc_base = pool.gc_calls
 
     def _remove_free(self, b: Block) -> None:

@@ -15,8 +15,8 @@ Example::
     >>> from accelrt.memory._stats import HotCounters
     >>> pool = BlockPool(is_small=True, owner=None, hot=HotCounters(), type_index=1)
     >>> b = Block(0x1000, 2048, 0, pool)
-    >>> fl_add(pool.free, 0, b)
-    >>> pool.free[0].first_ge(1024) is b, pool.free[0].keys()
+    >>> fl_add(pool, 0, b)
+    >>> pool.free_list(0).first_ge(1024) is b, pool.free[0].keys()
     (True, [(2048, 4096)])
 """
 
@@ -162,13 +162,10 @@ def new_free_list() -> FreeList[Block]:
     return FreeList(BUCKET_MAX)
 
 
-def fl_add(free: dict[int, FreeList[Block]], stream: int, b: Block) -> None:
-    """List free block ``b`` under its size and address in ``free[stream]`` (made if
-    missing)."""
-    fl = free.get(stream)
-    if fl is None:
-        fl = free[stream] = new_free_list()
-    fl_insert(fl, b.size, b.addr, b)
+def fl_add(pool: BlockPool, stream: int, b: Block) -> None:
+    """List free block ``b`` under its size and address in ``pool``'s free list of ``stream``
+    (made if missing)."""
+    fl_insert(pool.make_free_list(stream), b.size, b.addr, b)
 
 
 def unmapped_add(b: Block) -> None:
@@ -186,7 +183,9 @@ class BlockPool:
     """The free blocks of one pool (small or large, default or private).
 
     Attributes:
-        free: stream -> the :class:`~._free_list.FreeList` of its free mapped blocks.
+        free: stream -> the :class:`~._free_list.FreeList` of its free mapped blocks; a list
+            is made by :meth:`make_free_list` and never dropped (:meth:`free_list` remembers
+            the last stream's).
         unmapped: stream -> sorted list of addresses of unmapped (expandable) blocks.
         is_small: the small (<= 1 MiB) pool.
         owner: the :class:`PrivatePool`, or ``None`` for the default pools.
@@ -196,8 +195,8 @@ class BlockPool:
         no_split: never split a block of this pool (a ``MemPool(no_split=True)``'s pools).
     """
 
-    __slots__ = ("free", "gc_calls", "hot", "is_small", "no_split", "owner", "type_index",
-                 "unmapped")
+    __slots__ = ("free", "gc_calls", "hot", "is_small", "last_free", "last_stream", "no_split",
+                 "owner", "type_index", "unmapped")
 
     def __init__(self, is_small: bool, owner: PrivatePool | None, hot: HotCounters,
                  type_index: int) -> None:
@@ -209,6 +208,32 @@ class BlockPool:
         self.type_index = type_index
         self.gc_calls = 0
         self.no_split = False
+        # the last stream free_list found, and its list (None: none yet)
+        self.last_stream = 0
+        self.last_free: FreeList[Block] | None = None
+
+    def free_list(self, stream: int) -> FreeList[Block] | None:
+        """``free.get(stream)``: the free list of ``stream``, or ``None``. The last stream's
+        is remembered (lists are never dropped): a malloc or free on the stream of the one
+        before asks no dict (one lookup with the stream boxed, otherwise)."""
+        fl = self.last_free
+        if fl is not None and self.last_stream == stream:
+            return fl
+        fl = self.free.get(stream)
+        if fl is not None:
+            self.last_stream = stream
+            self.last_free = fl
+        return fl
+
+    def make_free_list(self, stream: int) -> FreeList[Block]:
+        """The free list of ``stream``, made (empty) if missing: the one way lists are
+        made."""
+        fl = self.free_list(stream)
+        if fl is None:
+            fl = self.free[stream] = new_free_list()
+            self.last_stream = stream
+            self.last_free = fl
+        return fl
 
     def free_block_count(self) -> int:
         return sum(len(v) for v in self.free.values())

@@ -360,7 +360,7 @@ class ExpandableSegments:
             del ul[k]
         b, _, _ = alloc._merge(blk)
         # _insert_free(b)
-        fl_add(pool.free, b.stream, b)
+        fl_add(pool, b.stream, b)
         b.gc_base = pool.gc_calls
         total = alloc._total_reserved + mapped
         alloc._total_reserved = total

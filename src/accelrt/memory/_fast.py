@@ -49,7 +49,6 @@ from ._block import (
     fl_remove,
     fl_replace,
     mergeable,
-    new_free_list,
 )
 
 if TYPE_CHECKING:
@@ -76,7 +75,7 @@ def malloc_cached(a: DeviceCachingAllocator, size: int, stream: int) -> int:
     else:
         pool = a._large
         split_min = 1048577   # K_SMALL_SIZE + 1
-    fl = pool.free.get(stream)
+    fl = pool.free_list(stream)
     if fl is None:
         return 0   # (the general path)
     blk = fl_pop_ge(fl, rounded)
@@ -173,9 +172,7 @@ def defer_free(a: DeviceCachingAllocator, blk: Block) -> bool:
     if a._defer_skip:
         a._defer_skip -= 1
         return False
-    fl = pool.free.get(blk.stream)
-    if fl is None:
-        fl = pool.free[blk.stream] = new_free_list()   # (as the eager free leaves it)
+    fl = pool.make_free_list(blk.stream)   # (as the eager free leaves it)
     size = blk.size
     ptr = blk.addr
     if nx is None:
@@ -229,9 +226,7 @@ def free_cached(a: DeviceCachingAllocator, blk: Block) -> None:
         a._stats.oversize_allocations.decrease(1)
     # _fit.free_block
     c.requested_bytes -= blk.requested
-    fl = pool.free.get(blk.stream)
-    if fl is None:
-        fl = pool.free[blk.stream] = new_free_list()
+    fl = pool.make_free_list(blk.stream)
     # _merge (blk is mapped: only free mapped neighbours merge), in three cases: the
     # block before is free (and maybe the one after), only the one after, neither
     other = prev if mergeable(prev) else nx if mergeable(nx) else None

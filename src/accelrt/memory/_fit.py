@@ -51,7 +51,7 @@ def get_free_block(a: DeviceCachingAllocator, pool: BlockPool, stream: int,
                    rounded: int) -> Block | None:
     """The best-fit cached block for ``rounded`` bytes on ``stream``, out of its free
     list; ``None`` if none may serve it."""
-    fl = pool.free.get(stream)
+    fl = pool.free_list(stream)
     if a._simple:
         # no oversize limit, GC or expandable blocks: the smallest block that fits
         return fl_pop_ge(fl, rounded) if fl else None
@@ -228,7 +228,7 @@ def free_block(a: DeviceCachingAllocator, blk: Block, pending: bool) -> None:
                 if net_b > 0:
                     c.inactive_split_bytes_sum += net_b
                     st.dirty_split = True
-    fl_add(pool.free, b.stream, b)
+    fl_add(pool, b.stream, b)
     b.gc_base = pool.gc_calls
     c.requested_bytes -= req
     if pending:

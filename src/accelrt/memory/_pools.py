@@ -264,7 +264,7 @@ def retire_segments(a: AllocatorCore) -> int:
         for stream, fl in src.free.items():
             for b in [b for b in fl if b.pool is not src]:
                 fl_remove(fl, b.size, b.addr)
-                fl_add(b.pool.free, stream, b)
+                fl_add(b.pool, stream, b)
     return moved
 
 

@@ -61,7 +61,7 @@ def release_available_cached_blocks(a: AllocatorCore, pool: BlockPool, stream: i
     mss = a._max_split_size
     if mss == NO_SPLIT_LIMIT:
         return False
-    fl = pool.free.get(stream)
+    fl = pool.free_list(stream)
     if not fl:
         return False
     target = max(mss, rounded)
