@@ -155,12 +155,14 @@ PHILOX = Extension("accelrt.random._philox_host", ["src/accelrt/random/_philox_h
 #: the pure build): keys of two 64-bit integers where the Python type compares and builds
 #: 128-bit integers (bench/bench_builds.py's replay rows); part of the compiled build, like
 #: :data:`PHILOX`.
-FREE_LIST = Extension("accelrt.memory._free_list_c", ["src/accelrt/memory/_free_list_c.c"])
+FREE_LIST = Extension("accelrt.memory._free_list_c", ["src/accelrt/memory/_free_list_c.c"],
+                      depends=["src/accelrt/memory/_pyint.h"])
 
 #: The allocator's map of blocks by address in C (``accelrt.memory._block_map``'s ``BlockMap``, a
 #: ``dict`` in the pure build): unboxed 64-bit keys, where a dict hashes and compares int
 #: objects on every split, free and merge; part of the compiled build, like :data:`PHILOX`.
-BLOCK_MAP = Extension("accelrt.memory._block_map_c", ["src/accelrt/memory/_block_map_c.c"])
+BLOCK_MAP = Extension("accelrt.memory._block_map_c", ["src/accelrt/memory/_block_map_c.c"],
+                      depends=["src/accelrt/memory/_pyint.h"])
 
 #: The allocator's mutex in C (``accelrt.memory._lock``'s ``FastLock``, a ``SimpleQueue`` token in
 #: the pure build, whose get and put were about a third of a compiled cached malloc + free);

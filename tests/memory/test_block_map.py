@@ -141,6 +141,25 @@ def test_keys_that_are_not_addresses_are_absent(impl: Any) -> None:
     assert m[END - 1] == "top" and len(m) == 2
 
 
+class Addr(int):
+    """An int subclass (the C type reads it by the general route, not from its digits)."""
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_ints_of_every_length_and_int_subclasses_are_addresses(impl: Any) -> None:
+    m = impl()
+    # 0, one, two and three 30-bit digits, and the ends of each length
+    keys = [0, 1, 2**30 - 1, 2**30, 2**60 - 1, 2**60, 2**63, END - 1]
+    for k in keys:
+        m[k] = k
+    for k in keys:
+        assert m[k] == k and m[Addr(k)] == k and Addr(k) in m and m.get(Addr(k)) == k
+    m[Addr(2**45)] = "sub"
+    assert m[2**45] == "sub" and list(m.keys())[-1] == 2**45
+    del m[Addr(2**45)]
+    assert 2**45 not in m and list(m.values()) == keys
+
+
 @pytest.mark.parametrize("impl", C_ONLY)
 def test_the_c_type_refuses_to_store_what_is_not_an_address(impl: Any) -> None:
     m = impl()

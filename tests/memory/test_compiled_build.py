@@ -452,6 +452,7 @@ def test_the_c_sources_of_the_compiled_build_ship_in_every_sdist() -> None:
     # must, or a wheel built from that sdist on a machine with a compiler fails
     setup = _setup_script()
     manifest = (ROOT / "MANIFEST.in").read_text().splitlines()
-    for source in [*setup.PHILOX.sources, *setup.FREE_LIST.sources, *setup.LOCK.sources]:
+    exts = [setup.PHILOX, setup.FREE_LIST, setup.BLOCK_MAP, setup.LOCK]
+    for source in [s for ext in exts for s in [*ext.sources, *ext.depends]]:
         assert f"include {source}" in manifest, source
         assert (ROOT / source).is_file(), source

@@ -201,3 +201,26 @@ def test_listed_blocks_are_owned_and_released(impl: Any) -> None:
     del cyc, fl
     gc.collect()
     assert all(r() is None for r in refs)
+
+
+class Num(int):
+    """An int subclass (the C type reads it by the general route, not from its digits)."""
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_ints_of_every_length_and_int_subclasses_are_read_alike(impl: Any) -> None:
+    fl = impl(3)
+    # 0, one, two and three 30-bit digits, and the ends of each length, as sizes and addresses
+    values = [0, 1, 2**30 - 1, 2**30, 2**60 - 1, 2**60, 2**63, END - 1]
+    for i, v in enumerate(values):
+        fl.add(v, values[-1 - i], ("blk", i))
+        fl.add(Num(v), Num(v), ("sub", i))
+    assert fl.keys() == sorted({*((v, values[-1 - i]) for i, v in enumerate(values)),
+                                *((v, v) for v in values)})
+    for i, v in enumerate(values):
+        assert fl.first_ge(Num(v), Num(values[-1 - i])) in (("blk", i), ("sub", i))
+        assert fl.remove(Num(v), values[-1 - i]) == ("blk", i)
+        assert fl.remove(v, Num(v)) == ("sub", i)
+    assert len(fl) == 0
+    with pytest.raises(OverflowError):
+        fl.add(Num(-1), 0, "neg")

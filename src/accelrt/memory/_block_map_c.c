@@ -17,6 +17,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_pyint.h"
+
 typedef struct {
     uint64_t key;
     uint64_t seq;      /* when the key was first stored: values() keeps that order */
@@ -42,6 +44,8 @@ static inline size_t home(const BlockMapObject *m, uint64_t key)
 /* 1: `o` read into *out; 0: `o` is not an int in [0, 2**64) (no error set); -1: error. */
 static int read_key(PyObject *o, uint64_t *out)
 {
+    if (pyint_u64_fast(o, out))
+        return 1;
     if (!PyLong_Check(o))
         return 0;
     int overflow;

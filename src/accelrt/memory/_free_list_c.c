@@ -31,6 +31,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_pyint.h"
+
 typedef struct {
     uint64_t size;
     uint64_t addr;
@@ -104,6 +106,8 @@ static inline Py_ssize_t entry_ge(Bucket *bk, uint64_t s, uint64_t a)
 
 static int parse_u64(PyObject *o, uint64_t *out, const char *what)
 {
+    if (pyint_u64_fast(o, out))
+        return 0;
     if (!PyLong_Check(o)) {
         PyErr_Format(PyExc_TypeError, "FreeList: %s must be an int, not %.100s", what,
                      Py_TYPE(o)->tp_name);
