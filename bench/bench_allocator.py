@@ -115,6 +115,38 @@ class Impl:
     def new(self, conf: str, **backend_args: Any) -> Any:
         return self.allocator(self.backend(**backend_args), 0, self.parse_config(conf))
 
+    def new_stubbed(self, conf: str) -> Any:
+        """:meth:`new` on a simulated device whose ``vm_map``/``vm_unmap`` only count (see
+        :func:`stubbed_device`): the allocator's own time, without the simulator's Python
+        bookkeeping of each mapping."""
+        return self.allocator(stubbed_device(self.backend)(), 0, self.parse_config(conf))
+
+
+def stubbed_device(backend: type) -> type:
+    """A subclass of the simulated ``backend`` whose ``vm_map``/``vm_unmap`` keep only the
+    device's byte count (the same capacity test, so the same answers and the same blocks:
+    ``tests/memory/test_bench_stubbed_device.py``) and its call counts (not
+    ``vm_unmapped_mappings``), not its lists of mappings and their checks. On a real device a mapping is
+    the driver's time, which ``replay_ops`` reports apart (``driver_us_h100``); the
+    simulator's Python bookkeeping is about a third of a low-fragmentation replay's calls
+    (docs/memory.md). Single-threaded replays only (no lock)."""
+
+    class StubbedDevice(backend):  # type: ignore[misc]
+        def vm_map(self, index: int, ptr: int, size: int) -> bool:
+            dev = self._devices[index]
+            if dev.used + size > self.capacity:
+                return False
+            dev.used += size
+            dev.calls["vm_map"] += 1
+            return True
+
+        def vm_unmap(self, index: int, ptr: int, size: int) -> None:
+            dev = self._devices[index]
+            dev.used -= size
+            dev.calls["vm_unmap"] += 1
+
+    return StubbedDevice
+
 
 def _import_first(pkg: str, *names: str) -> ModuleType:
     """The first of ``pkg``'s submodules ``names`` that exists (an anchor may predate a move:

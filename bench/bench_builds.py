@@ -10,6 +10,10 @@ interpreter, e.g. a venv holding the compiled wheel). Rows:
 * ``replay <setting>``: calls per operation replaying the traces of ``tests/data/traces``
   through the caching allocator on the simulated backend (``bench_allocator``'s timing),
   median and worst over the traces, for the default, expandable and page_reuse settings;
+  for the two that map pages, also ``device stubbed``: the same replays on a simulated
+  device whose ``vm_map``/``vm_unmap`` only count (``bench_allocator.stubbed_device``; the
+  same blocks), the allocator's own time without the simulator's bookkeeping of mappings,
+  which on a GPU is the driver's;
 * ``cached alloc+free``: a 1 MiB malloc + free the allocator serves from its cache;
 * the runtime calls of ``bench_runtime_calls.py`` (``Event.record``, ``Event.query``,
   ``current_stream``, ``Stream`` enter+exit, ...) and ``acc.empty(256)`` + its free;
@@ -64,6 +68,14 @@ def _allocator_rows(traces: list[str], repeat: int) -> dict[str, float]:
             per_trace.append(statistics.median(runs))
         rows[f"replay {label} (median)"] = statistics.median(per_trace)
         rows[f"replay {label} (worst)"] = max(per_trace)
+        if conf:   # (settings that map pages: the allocator's time alone, see below)
+            stubbed = []
+            for _, ops in loaded:
+                runs = [ba.paired(lambda c=conf, o=ops: ba._replay_timed(
+                    lambda: impl.new_stubbed(c), o), 20000)[0] for _ in range(repeat)]
+                stubbed.append(statistics.median(runs))
+            rows[f"replay {label}, device stubbed (median)"] = statistics.median(stubbed)
+            rows[f"replay {label}, device stubbed (worst)"] = max(stubbed)
     rows["cached alloc+free 1 MiB"] = statistics.median(
         ba.paired(lambda: ba.bench_alloc_free(lambda: impl.new(""), 1 << 20, 20000), 20000)[0]
         for _ in range(repeat))
