@@ -554,3 +554,42 @@ def test_group_src_and_group_dst_in_a_world_of_one() -> None:
             assert (objs, lst, out) == (["x"], ["y"], ["z"])
     finally:
         dist.destroy_process_group()
+
+
+@needs_mpi
+def test_a_kept_error_raised_again_and_again_keeps_no_frames() -> None:
+    # a broken group raises its kept error on every later call; re-raising the one exception
+    # object added each call's frames to its traceback (four per call, without bound), which
+    # kept every call's arrays alive with the group
+    import gc
+    import traceback
+    import weakref
+    dist.init_process_group("cpu:mpi", timeout=30)
+    try:
+        g = dist.new_group([0])
+        work = importlib.import_module("accelrt.distributed._work")
+        w = work.Work(g, "all_reduce", 1)   # (a handle of the group's, not yet waited)
+        g._keep(dist.DistError("engine failed", rank=0))
+        depths, arrays = [], []
+        for _ in range(6):
+            a = acc.full((2,), 1.0, device="cpu")
+            arrays.append(weakref.ref(a))
+            with pytest.raises(dist.DistError, match="engine failed") as info:
+                dist.all_reduce(a, group=g)
+            depths.append(len(traceback.extract_tb(info.value.__traceback__)))
+            del a, info
+        assert len(set(depths)) == 1, depths
+        gc.disable()   # (freed by reference counts, not by a collection)
+        try:
+            assert sum(r() is not None for r in arrays) <= 1   # the last call's, at most
+        finally:
+            gc.enable()
+        for _ in range(3):   # a Work of the broken group raises it afresh too
+            with pytest.raises(dist.DistError) as info:
+                w.wait()
+            depths.append(len(traceback.extract_tb(info.value.__traceback__)))
+        assert depths[-1] == depths[-2] == depths[-3], depths
+    finally:
+        with pytest.raises(dist.DistError, match="engine failed") as info:
+            dist.destroy_process_group()
+        assert len(traceback.extract_tb(info.value.__traceback__)) <= 2

@@ -252,7 +252,10 @@ class ProcessGroup:
     def _raise_kept(self) -> None:
         err = self._error
         if err is not None:
-            raise err
+            # (raised afresh each time: re-raising an exception object adds this call's
+            # frames to its traceback, which grew by four frames per call on a broken group
+            # and kept each call's frames, and the arrays they hold, alive with the group)
+            raise err.with_traceback(None)
         if self.destroyed:
             raise DistError(f"process group {self.name!r} was destroyed; create a new one",
                             rank=self.global_rank)

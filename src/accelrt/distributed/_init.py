@@ -568,4 +568,4 @@ def destroy_process_group(group: GroupArg = None) -> None:
         _S.groups = []
         _S.pg_count = 0
     if kept is not None:
-        raise kept
+        raise kept.with_traceback(None)   # (afresh: see ProcessGroup._raise_kept)

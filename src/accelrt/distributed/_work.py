@@ -204,10 +204,11 @@ class Work:
         # not the group's destruction: destroy_process_group() drained every operation first
         # (as ProcessGroupNCCL::shutdown flushes its work), so a handle on one that finished
         # still answers after it, as a torch Work does
+        # (kept errors are raised afresh: see ProcessGroup._raise_kept)
         if self._exc is not None:
-            raise self._exc
+            raise self._exc.with_traceback(None)
         if self._group is not None and self._group._error is not None:
-            raise self._group._error
+            raise self._group._error.with_traceback(None)
 
     def _timed_out(self, timeout: float) -> DistTimeoutError:
         rank = -1 if self._group is None else self._group.global_rank
