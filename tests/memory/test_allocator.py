@@ -922,3 +922,26 @@ def test_the_allocator_on_alternating_streams_serves_each_from_its_own(
             a.free(p)
     a.empty_cache()
     assert a.memory_reserved() == 0
+
+
+class _Ptr(int):
+    """An int subclass holding a pointer (an enum or a wrapper a user might pass)."""
+
+
+def test_a_pointer_that_is_not_an_int_frees_nothing() -> None:
+    # the pure build's map is a dict, which takes 4096.0 or numpy's int64(4096) for the
+    # address 4096: free(float(p)) freed the block there (the compiled build refused it)
+    from accelrt.backends import get_backend
+    a = DeviceCachingAllocator(get_backend("cpu"), 0)
+    p = a.malloc(4096, 0)
+    for bad in (float(p), np.int64(p), np.uint64(p)):
+        with pytest.raises(TypeError):
+            a.free(bad)   # type: ignore[arg-type]
+        with pytest.raises(TypeError):
+            a.record_stream(bad, 0)   # type: ignore[arg-type]
+        assert a.memory_allocated() == 4096
+    a.free(_Ptr(p))   # an int subclass is an int
+    assert a.memory_allocated() == 0
+    with pytest.raises(ValueError, match="double free"):
+        a.free(p)
+    a.empty_cache()
