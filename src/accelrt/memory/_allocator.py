@@ -128,10 +128,8 @@ assert (K_MIN_BLOCK, K_SMALL_SIZE) == (512, 1 << 20)
 _DEFAULT_POOL: Final = DEFAULT_POOL
 #: What the fast path of free finds for an address that is no block's: a block that is not
 #: allocated (the general path then raises the error).
-#: This module runs as Python: the pure build, whose ``_blocks`` is a ``dict``, which would take
-#: ``4096.0`` or numpy's ``int64(4096)`` for the address ``4096``, so :meth:`free` tests the
-#: type of a pointer first (an int subclass then takes the general code). The compiled build's
-#: ``free`` takes an int by its signature, and its map refuses anything else.
+#: The pure build: its ``_blocks`` is a ``dict``, which takes ``4096.0`` or numpy's ``int64``
+#: for the int, so ``free`` tests a pointer's type first (the compiled build's is an int).
 _PURE: Final = __file__.endswith(".py")
 
 _NO_BLOCK: Final = Block(0, 0, 0, BlockPool(True, None, HotCounters(), 1))
@@ -579,8 +577,7 @@ class DeviceCachingAllocator:
             self._acquire()
         try:
             try:
-                # (the pure build tests the type first: _PURE)
-                blk = _NO_BLOCK if _PURE and type(ptr) is not int else self._blocks[ptr]
+                blk = _NO_BLOCK if _PURE and type(ptr) is not int else self._blocks[ptr]  # (_PURE)
             except KeyError:
                 blk = _NO_BLOCK   # (not allocated: _free_locked raises the error)
             if not blk.allocated or blk.stream_uses is not None or self._free_slow:
@@ -755,8 +752,7 @@ class DeviceCachingAllocator:
 
     def _block_at(self, ptr: Any) -> Block | None:
         """The block that starts at ``ptr``, or ``None`` (also for a ``ptr`` that is not an int,
-        such as ``4096.0``, which a dict would take for ``4096``: :meth:`_bad_ptr` then names
-        it)."""
+        such as ``4096.0``: :meth:`_bad_ptr` then names it)."""
         if not isinstance(ptr, int):
             return None
         return self._blocks.get(ptr)
