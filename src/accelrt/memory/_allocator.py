@@ -107,7 +107,7 @@ from ._registry import (  # noqa: F401  (re-exported: the names' old home)
     set_caching as set_caching,
 )
 from ._release import empty_collected_pools, release_cached_blocks
-from ._segments import segment_of, snapshot_segments
+from ._segments import recount_oversize, segment_of, snapshot_segments
 from ._uncached import UncachedRequests
 from ._stats import (
     DeviceStats,
@@ -225,7 +225,7 @@ class DeviceCachingAllocator:
         old_split = getattr(self, "_max_split_size", new_split)
         self._max_split_size = new_split
         if old_split != new_split:
-            self._recount_oversize(old_split)
+            recount_oversize(self, old_split)
         self._max_non_split_rounding = cfg.max_non_split_rounding_size
         self._large_segment_size = cfg.large_segment_size
         divs = cfg.roundup_power2_divisions
@@ -236,29 +236,6 @@ class DeviceCachingAllocator:
         self._page_reuse = cfg.page_reuse and cfg.expandable_segments  # guarded by _lock
         self._gc_on = self._gc_threshold > 0.0 and getattr(self, "_allowed_max", None) is not None
         self._update_simple()
-
-    def _recount_oversize(self, old: int) -> None:
-        """``max_split_size`` changed from ``old`` (``_lock`` held): the live allocations and
-        segments count as oversize by the new limit, so that their frees (which test the
-        limit in force then) bring ``oversize_*.current`` back to 0, never below."""
-        new = self._max_split_size
-        allocs = segments = 0
-        for blk in self._blocks.values():
-            if blk.allocated:
-                allocs += (blk.size >= new) - (blk.size >= old)
-            if blk.prev is None and blk.exp is None:   # a segment of its own (not expandable)
-                size = blk.size
-                b = blk.next
-                while b is not None:
-                    size += b.size
-                    b = b.next
-                segments += (size >= new) - (size >= old)
-        st = self._stats
-        for stat, delta in ((st.oversize_allocations, allocs), (st.oversize_segments, segments)):
-            if delta > 0:
-                stat.increase(delta)
-            elif delta < 0:
-                stat.decrease(-delta)
 
     def _update_simple(self) -> None:
         # No option that changes a lookup or a malloc's book-keeping is in force: no oversize

@@ -1,4 +1,5 @@
-"""Snapshots of the caching allocator's segments (``torch.cuda.memory_snapshot()`` format).
+"""Snapshots of the caching allocator's segments (``torch.cuda.memory_snapshot()`` format), and
+the other walks over them (:func:`segment_of`, :func:`recount_oversize`).
 
 Example::
 
@@ -22,7 +23,7 @@ from ._block import DEFAULT_POOL, Block
 if TYPE_CHECKING:
     from ._interface import AllocatorCore
 
-__all__ = ["segment_of", "snapshot_segments"]
+__all__ = ["recount_oversize", "segment_of", "snapshot_segments"]
 
 _by_addr = operator.attrgetter("addr")
 
@@ -148,3 +149,27 @@ def _snapshot_locked(a: AllocatorCore, pool_id: tuple[int, int] | None
         a._history.record("snapshot", 0, total_active, 0, None,
                           pool_id=DEFAULT_POOL if pool_id is None else pool_id)
     return segments
+
+
+def recount_oversize(a: AllocatorCore, old: int) -> None:
+    """``max_split_size`` changed from ``old`` to ``a._max_split_size`` (``_lock`` held): the
+    live allocations and segments count as oversize by the new limit, so that their frees
+    (which test the limit in force then) bring ``oversize_*.current`` back to 0, never below."""
+    new = a._max_split_size
+    allocs = segments = 0
+    for blk in a._blocks.values():
+        if blk.allocated:
+            allocs += (blk.size >= new) - (blk.size >= old)
+        if blk.prev is None and blk.exp is None:   # a segment of its own (not expandable)
+            size = blk.size
+            b = blk.next
+            while b is not None:
+                size += b.size
+                b = b.next
+            segments += (size >= new) - (size >= old)
+    st = a._stats
+    for stat, delta in ((st.oversize_allocations, allocs), (st.oversize_segments, segments)):
+        if delta > 0:
+            stat.increase(delta)
+        elif delta < 0:
+            stat.decrease(-delta)
