@@ -712,3 +712,30 @@ def test_resolve_of_none_is_the_general_paths() -> None:
     assert seen[0][0] == seen[0][1] and seen[0][0][1] == 0   # type: ignore[index]
     assert shortcut("no_such_backend") == general("no_such_backend")
     assert shortcut("no_such_backend")[0] is acc.BackendUnavailableError   # type: ignore[index]
+
+
+@pytest.mark.parametrize("mod", [acc.cpu])
+def test_a_device_modules_view_of_the_current_stream_is_kept_and_never_stale(mod: Any) -> None:
+    # a view of a stream that owns no handle (the default stream) is kept on it, so that
+    # mod.current_stream() makes no object; a closed view, or a view of an owned stream
+    # (which holds its origin: no cycle), is never served from it
+    import gc
+    import weakref
+    v = mod.current_stream()
+    assert type(v) is mod.Stream and mod.current_stream() is v and v == acc.current_stream()
+    v.close()                                   # closes this object only
+    w = mod.current_stream()
+    assert w is not v and not w.is_closed and mod.current_stream() is w
+    w.synchronize()
+    owned = acc.Stream("cpu")
+    with owned:
+        a, b = mod.current_stream(), mod.current_stream()
+        assert a == b == owned and a is not b   # (views of an owned stream are not kept)
+    ref = weakref.ref(owned)
+    del owned, a, b
+    gc.disable()
+    try:
+        assert ref() is None                    # freed by reference counts: no cycle
+    finally:
+        gc.enable()
+    assert mod.current_stream() is w
