@@ -357,31 +357,17 @@ static PyObject *BlockMap_keys(BlockMapObject *m, PyObject *Py_UNUSED(ignored))
     Ordered *o = ordered(m);
     if (o == NULL)
         return NULL;
-    /* (the keys are boxed after the table is read: boxing runs no Python code, but the
-     * list is built from a copy all the same) */
-    Py_ssize_t n = m->used;
-    uint64_t *keys = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(uint64_t));
-    PyObject *out = NULL;
-    if (keys == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (Py_ssize_t i = 0; i < n; i++)
-        keys[i] = m->slots[o[i].slot].key;
-    out = PyList_New(n);
-    if (out == NULL)
-        goto done;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *k = PyLong_FromUnsignedLongLong(keys[i]);
-        if (k == NULL) {
+    /* (boxing an int runs no Python code, and ints are not tracked by the collector: the
+     * table cannot change while the list is filled) */
+    PyObject *out = PyList_New(m->used);
+    for (Py_ssize_t i = 0; out != NULL && i < m->used; i++) {
+        PyObject *k = PyLong_FromUnsignedLongLong(m->slots[o[i].slot].key);
+        if (k == NULL)
             Py_CLEAR(out);
-            goto done;
-        }
-        PyList_SET_ITEM(out, i, k);
+        else
+            PyList_SET_ITEM(out, i, k);
     }
-done:
     PyMem_Free(o);
-    PyMem_Free(keys);
     return out;
 }
 
