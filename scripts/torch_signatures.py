@@ -2,7 +2,7 @@
 
 Run with a Python that has torch (a tool only; accelrt never imports torch)::
 
-    python scripts/torch_signatures.py > tests/data/torch_2_14_signatures.json  # torch 2.14
+    python scripts/torch_signatures.py > tests/data/torch_2_15_signatures.json  # torch 2.15
 
 tests/package/test_torch_signatures.py compares the committed dump with accelrt's names (CI has
 no torch), and docs/differences.md lists the accepted differences.

@@ -42,11 +42,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from . import _checked, _stream
 from . import _device as _dev
 from ._device import _lazy_init, _require_current, _tls
-from ._errors import CaptureNotSupportedError, ClosedError, shown
+from ._errors import CaptureNotSupportedError, ClosedError
 from ._fork import reinit_after_fork
 from ._graph_hooks import (HOOK_KINDS, RemovableHandle, _add_hook, _flag, _Retained, _run_global,
                            dump_dot, export_dot)
 from ._graph_hooks import register_global_hook as register_global_hook
+from ._graph_args import _check_annotation_config, _check_mode, _pool_id, _torch_only
 from ._handles import GraphHandle, StreamHandle
 from ._stream_core import _initialized
 
@@ -60,10 +61,6 @@ if TYPE_CHECKING:
 __all__ = ["DeviceGraph", "Graph", "RemovableHandle", "export_dot", "graph", "graph_pool_handle",
            "register_global_hook"]
 
-#: ``capture_error_mode`` values (``torch.accelerator.Graph``'s; ``"default"`` is the
-#: backend's own: ``graph_capture_begin``; the others go to ``graph_capture_begin_mode`` where
-#: the backend declares ``graph_capture_modes``, as cpu does; see docs/graphs.md)
-_CAPTURE_MODES = ("default", "global", "thread_local", "relaxed")
 _ids = itertools.count(1)
 _lock = reinit_after_fork(threading.Lock())
 #: The captures in progress per (backend name, device index), as ``id()`` of their graphs.
@@ -147,32 +144,6 @@ def _graph_backend(name: str | None) -> Backend:
         from . import _backend
         return _backend.get_backend(name)
     return _dev._current_backend if _dev._current_backend is not None else _require_current()
-
-
-def _pool_id(pool: Any) -> tuple[int, int] | None:
-    """Normalise a ``pool`` argument: None, a pool id tuple, or a ``MemPool``."""
-    if pool is None:
-        return None
-    pid = getattr(pool, "id", pool)
-    if (isinstance(pid, tuple) and len(pid) == 2
-            and all(isinstance(v, int) and not isinstance(v, bool) for v in pid)):
-        return pid
-    raise TypeError(f"pool must be None, a pool id from Graph.pool() / graph_pool_handle(), "
-                    f"or a MemPool, got {shown(pool)}")
-
-
-def _check_mode(capture_error_mode: object) -> str:
-    if capture_error_mode not in _CAPTURE_MODES:
-        raise ValueError(f"capture_error_mode must be one of {_CAPTURE_MODES}, got "
-                         f"{shown(capture_error_mode)}")
-    return str(capture_error_mode)
-
-
-def _torch_only(name: str, value: object) -> None:
-    """Refuse a PyTorch option that needs tensors (accepted as False, as PyTorch's default)."""
-    if value is not False:
-        raise ValueError(f"{name}={shown(value)} is not supported: it tracks PyTorch tensors, "
-                         f"which accelrt does not have; pass {name}=False (docs/differences.md)")
 
 
 # ---------------------------------------------------------------------- graphs
@@ -901,6 +872,8 @@ class graph:
         capture_error_mode: see :meth:`DeviceGraph.capture_begin`.
         enable_annotations, check_input_liveness: PyTorch's kernel-annotation and
             tensor-liveness options; only False here (they need PyTorch's kernels/tensors).
+        annotation_config: the annotations' options (torch 2.15): checked as torch checks
+            them (an unknown key or value raises ``ValueError``), then unused.
 
     A :class:`Graph` made with ``pool=`` shares that pool when ``pool`` is not given here.
 
@@ -932,8 +905,10 @@ class graph:
     def __init__(self, cuda_graph: Graph, pool: PoolLike = None,
                  stream: _stream.Stream | None = None,
                  capture_error_mode: str = "global", enable_annotations: bool = False,
+                 annotation_config: dict[str, Any] | None = None,
                  check_input_liveness: bool = False) -> None:
         _torch_only("enable_annotations", enable_annotations)
+        _check_annotation_config(annotation_config)
         _torch_only("check_input_liveness", check_input_liveness)
         _check_mode(capture_error_mode)
         if not isinstance(cuda_graph, Graph):

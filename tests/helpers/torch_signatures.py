@@ -1,6 +1,6 @@
-"""Compare accelrt's public API with torch 2.14's signatures (issue 23 §5).
+"""Compare accelrt's public API with torch 2.15's signatures (issue 23 §5).
 
-The torch side is data: ``tests/data/torch_2_14_signatures.json``, written by
+The torch side is data: ``tests/data/torch_2_15_signatures.json``, written by
 ``scripts/torch_signatures.py`` (run with a Python that has torch; see its docstring for the
 scope). The accepted differences are the table of docs/differences.md's section "Accepted
 signature differences", parsed by :func:`accepted_differences`.
@@ -42,7 +42,7 @@ from types import ModuleType
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-FIXTURE = ROOT / "tests" / "data" / "torch_2_14_signatures.json"
+FIXTURE = ROOT / "tests" / "data" / "torch_2_15_signatures.json"
 DIFFERENCES = ROOT / "docs" / "differences.md"
 DIFFERENCES_HEADING = "## 6. Accepted signature differences"
 

@@ -1,5 +1,5 @@
 """Behaviour of the signature fixes that tests/package/test_torch_signatures.py asked for
-(issue 23 §5): torch 2.14's call forms work and mean what they mean in torch."""
+(issue 23 §5): torch 2.15's call forms work and mean what they mean in torch."""
 
 from __future__ import annotations
 

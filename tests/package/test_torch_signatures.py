@@ -1,6 +1,6 @@
-"""accelrt's public API against torch 2.14's signatures (issue 23 §5).
+"""accelrt's public API against torch 2.15's signatures (issue 23 §5).
 
-For every torch name in the committed dump (``tests/data/torch_2_14_signatures.json``, made by
+For every torch name in the committed dump (``tests/data/torch_2_15_signatures.json``, made by
 ``scripts/torch_signatures.py``; scope in its docstring) the accelrt counterpart in each module
 of ``TARGETS`` must exist and accept torch's call forms: the comparison rule is in
 ``tests/helpers/torch_signatures.py``'s docstring. A difference passes only when
@@ -35,7 +35,7 @@ def test_signature_matches_torch(torch_name: str, target: str) -> None:
         pytest.skip(f"{target} needs pyopencl")
     problems = ts.check(torch_name, FIXTURE["names"][torch_name], target, DIFFERENCES)
     assert not problems, (
-        f"{torch_name} differs from torch 2.14 in {target}:\n  " + "\n  ".join(problems)
+        f"{torch_name} differs from torch 2.15 in {target}:\n  " + "\n  ".join(problems)
         + "\nFix the signature, or list the difference with its reason in docs/differences.md"
         " ('Accepted signature differences').")
 

@@ -227,7 +227,7 @@ def test_device_graph_signatures_are_torch_cuda() -> None:
             assert callable(getattr(cls, name)), name
     assert list(inspect.signature(acc.cpu.graph).parameters) == [
         "cuda_graph", "pool", "stream", "capture_error_mode", "enable_annotations",
-        "check_input_liveness"]
+        "annotation_config", "check_input_liveness"]
     g = acc.cpu.Graph()
     for kw in ("enable_annotations", "check_input_liveness"):
         with pytest.raises(ValueError, match=f"{kw}=True is not supported"):
@@ -236,6 +236,41 @@ def test_device_graph_signatures_are_torch_cuda() -> None:
         g.capture_begin(check_input_liveness=True)
     with pytest.raises(ValueError, match="capture_error_mode"):
         acc.cpu.graph(g, capture_error_mode="strict")
+
+
+@pytest.mark.parametrize("config", [
+    None, {}, {"key_by": "source"}, {"backend": "cupti", "record_py_stacks": True},
+    {"py_stack_filter_paths": ("a/", "b")}, {"py_stack_filter_paths": None}])
+def test_graph_annotation_config_accepted_as_torch_2_15(config: Any) -> None:
+    # torch 2.15's graph(annotation_config=): checked even while annotations are off, then
+    # unused; positional between enable_annotations and check_input_liveness
+    g = acc.cpu.Graph()
+    x = acc.zeros(4, device="cpu")
+    with acc.cpu.graph(g, None, None, "global", False, config):
+        _ = x.fill_(1.0)
+    g.replay()
+    assert x.numpy().tolist() == [1.0] * 4
+
+
+@pytest.mark.parametrize(("config", "match"), [
+    ({"bad": 1}, r"unrecognized annotation_config key\(s\) \['bad'\]"),
+    ({"backend": "x"}, r"annotation_config\['backend'\] must be one of"),
+    ({"key_by": None}, r"annotation_config\['key_by'\] must be one of"),
+    ({"py_stack_filter_paths": [""]}, "nonempty path strings"),
+    ({"py_stack_filter_paths": "a/"}, "nonempty path strings"),
+    ({"record_py_stacks": True, "backend": "edge_walk"}, "requires the CUPTI"),
+])
+def test_graph_annotation_config_refused_as_torch_2_15(config: Any, match: str) -> None:
+    g = acc.cpu.Graph()
+    with pytest.raises(ValueError, match=match):
+        acc.cpu.graph(g, annotation_config=config)
+    with pytest.raises(TypeError, match="annotation_config must be a dict or None"):
+        acc.cpu.graph(g, annotation_config=5)   # type: ignore[arg-type]
+    x = acc.zeros(2, device="cpu")
+    with acc.cpu.graph(g):          # a refused context left the graph free to capture
+        _ = x.fill_(2.0)
+    g.replay()
+    assert x.numpy().tolist() == [2.0, 2.0]
 
 
 def test_raw_handles_need_cuda_elsewhere_a_clear_error() -> None:

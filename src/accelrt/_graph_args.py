@@ -1,0 +1,84 @@
+"""The argument checks of graph captures (``torch.accelerator.Graph``/``torch.cuda.graph``'s
+arguments): pools, capture modes and the PyTorch-only options accelrt takes at their defaults.
+
+Example::
+
+    >>> from accelrt._graph_args import _check_mode
+    >>> _check_mode("thread_local")
+    'thread_local'
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._errors import shown
+
+#: ``capture_error_mode`` values (``torch.accelerator.Graph``'s; ``"default"`` is the
+#: backend's own: ``graph_capture_begin``; the others go to ``graph_capture_begin_mode`` where
+#: the backend declares ``graph_capture_modes``, as cpu does; see docs/graphs.md)
+_CAPTURE_MODES = ("default", "global", "thread_local", "relaxed")
+
+
+def _pool_id(pool: Any) -> tuple[int, int] | None:
+    """Normalise a ``pool`` argument: None, a pool id tuple, or a ``MemPool``."""
+    if pool is None:
+        return None
+    pid = getattr(pool, "id", pool)
+    if (isinstance(pid, tuple) and len(pid) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in pid)):
+        return pid
+    raise TypeError(f"pool must be None, a pool id from Graph.pool() / graph_pool_handle(), "
+                    f"or a MemPool, got {shown(pool)}")
+
+
+def _check_mode(capture_error_mode: object) -> str:
+    if capture_error_mode not in _CAPTURE_MODES:
+        raise ValueError(f"capture_error_mode must be one of {_CAPTURE_MODES}, got "
+                         f"{shown(capture_error_mode)}")
+    return str(capture_error_mode)
+
+
+#: ``graph(annotation_config=)``'s keys: default and allowed values (None: a list of paths),
+#: as torch 2.15 validates them even while annotations are off.
+_ANNOTATION_KEYS: dict[str, tuple[object, tuple[object, ...] | None]] = {
+    "backend": ("auto", ("auto", "cupti", "edge_walk")),
+    "key_by": ("exec", ("exec", "source", "auto")),
+    "record_py_stacks": (False, (False, True)),
+    "py_stack_filter_paths": (None, None),
+}
+
+
+def _check_annotation_config(config: object) -> None:
+    """torch 2.15's checks of ``graph(annotation_config=)``: unknown keys or values raise
+    ``ValueError``; a valid dict is accepted and unused (it configures annotations, which
+    need ``enable_annotations=True``)."""
+    if config is None:
+        return
+    if not isinstance(config, dict):
+        raise TypeError(f"annotation_config must be a dict or None, got {type(config).__name__}")
+    unknown = [k for k in config if k not in _ANNOTATION_KEYS]
+    if unknown:
+        raise ValueError(f"unrecognized annotation_config key(s) {sorted(map(str, unknown))}; "
+                         f"supported: {sorted(_ANNOTATION_KEYS)}")
+    resolved = {k: d for k, (d, _) in _ANNOTATION_KEYS.items()}
+    for key, value in config.items():
+        allowed = _ANNOTATION_KEYS[key][1]
+        if allowed is None:
+            if value is not None and (not isinstance(value, (list, tuple)) or not all(
+                    isinstance(path, str) and path for path in value)):
+                raise ValueError(f"annotation_config[{key!r}] must be None or a list/tuple "
+                                 "of nonempty path strings")
+        elif value not in allowed:
+            raise ValueError(f"annotation_config[{key!r}] must be one of {list(allowed)}, "
+                             f"got {shown(value)}")
+        resolved[key] = value
+    if resolved["record_py_stacks"] and resolved["backend"] == "edge_walk":
+        raise ValueError("record_py_stacks=True requires the CUPTI annotation backend")
+
+
+def _torch_only(name: str, value: object) -> None:
+    """Refuse a PyTorch option that needs tensors (accepted as False, as PyTorch's default)."""
+    if value is not False:
+        raise ValueError(f"{name}={shown(value)} is not supported: it tracks PyTorch tensors, "
+                         f"which accelrt does not have; pass {name}=False (docs/differences.md)")
