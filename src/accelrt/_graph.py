@@ -36,7 +36,7 @@ import os
 import threading
 import warnings
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from . import _checked, _stream
@@ -905,7 +905,7 @@ class graph:
     def __init__(self, cuda_graph: Graph, pool: PoolLike = None,
                  stream: _stream.Stream | None = None,
                  capture_error_mode: str = "global", enable_annotations: bool = False,
-                 annotation_config: dict[str, Any] | None = None,
+                 annotation_config: Mapping[str, object] | None = None,
                  check_input_liveness: bool = False) -> None:
         _torch_only("enable_annotations", enable_annotations)
         _check_annotation_config(annotation_config)

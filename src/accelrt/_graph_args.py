@@ -10,6 +10,7 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ._errors import shown
@@ -55,7 +56,7 @@ def _check_annotation_config(config: object) -> None:
     need ``enable_annotations=True``)."""
     if config is None:
         return
-    if not isinstance(config, dict):
+    if not isinstance(config, Mapping):
         raise TypeError(f"annotation_config must be a dict or None, got {type(config).__name__}")
     unknown = [k for k in config if k not in _ANNOTATION_KEYS]
     if unknown:
