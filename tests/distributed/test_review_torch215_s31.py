@@ -16,12 +16,18 @@ instead of the suite.
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+import accelrt as acc
+import accelrt.distributed as dist
+
+HAVE_MPI = importlib.util.find_spec("mpi4py") is not None
+needs_mpi = pytest.mark.skipif(not HAVE_MPI, reason="mpi4py is not installed")
 
 # ---------------------------------------------------------------------- spawn
 
@@ -130,3 +136,85 @@ def test_an_event_crosses_processes_as_its_own_class(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.splitlines() == ["accelrt._event Event cpu:0 True", "0",
                                         "accelrt.cpu Event cpu:0 True", "0"]
+
+
+# ---------------------------------------------------------------------- device_id
+
+@pytest.mark.parametrize("device_id", [acc.device("cpu"), "cpu"])
+def test_a_cpu_device_without_an_index_is_refused(device_id: object) -> None:
+    # observed on torch 2.15.0: init_process_group("gloo", device_id=torch.device("cpu"))
+    # raises ValueError with this text (2.14.1: "... must be an accelerator with an index")
+    with pytest.raises(ValueError, match=r"^init_process_group device_id parameter must be "
+                       r"a device with a valid index, e\.g\. cpu:0 or cuda:0$"):
+        dist.init_process_group("cpu:mpi", store=dist.HashStore(), rank=0, world_size=1,
+                                device_id=device_id)  # type: ignore[arg-type]
+    assert not dist.is_initialized()
+
+
+def test_an_accelerator_device_without_an_index_is_refused() -> None:
+    # observed on torch 2.15.0: device_id=torch.device("cuda") raises ValueError("Please use
+    # a device_id with index."), whether or not a GPU is there (accelrt: before it looks for
+    # the backend)
+    with pytest.raises(ValueError, match=r"^Please use a device_id with index\.$"):
+        dist.init_process_group("cpu:mpi", store=dist.HashStore(), rank=0, world_size=1,
+                                device_id="cuda")
+    assert not dist.is_initialized()
+
+
+def test_an_index_the_backend_lacks_is_refused() -> None:
+    # observed on torch 2.15.0: device_id=torch.device("cuda:0") without GPUs raises
+    # ValueError("device_id cuda:0 is out of range. Please use a device index less than the
+    # number of accelerators available: 0."); accelrt's cpu has simulated devices, so an
+    # index beyond them is refused the same way (and is still an IndexError, as before)
+    n = acc.cpu.device_count()
+    with pytest.raises(ValueError, match=rf"^device_id cpu:{n} is out of range\. Please use "
+                       rf"a device index less than the number of accelerators available: "
+                       rf"{n}\.") as info:
+        dist.init_process_group("cpu:mpi", store=dist.HashStore(), rank=0, world_size=1,
+                                device_id=f"cpu:{n}")
+    assert isinstance(info.value, IndexError)
+    assert not dist.is_initialized()
+
+
+@needs_mpi
+@pytest.mark.parametrize("device_id", [acc.device("cpu", 0), "cpu:0", 0])
+def test_a_cpu_device_with_an_index_is_bound(device_id: object) -> None:
+    # observed on torch 2.15.0: device_id=torch.device("cpu:0") is accepted and becomes
+    # dist.group.WORLD.bound_device_id (cpu:0); torch 2.14.1 refused it with ValueError
+    dist.init_process_group("cpu:mpi", store=dist.HashStore(), rank=0, world_size=1,
+                            device_id=device_id)  # type: ignore[arg-type]
+    try:
+        world = dist.group.WORLD
+        assert world is not None
+        assert world.bound_device_id == acc.device("cpu", 0)
+        assert acc.cpu.current_device() == 0
+        a = acc.full((2,), 1.0, device="cpu")
+        dist.all_reduce(a)
+        assert a.tolist() == [1.0, 1.0]
+        # torch 2.15's split_group needs no bound device (2.14 refused without one), and
+        # split and new groups keep the parent's (split_pg.bound_device_id = parent's)
+        assert dist.split_group(split_ranks=[[0]]).bound_device_id == acc.device("cpu", 0)
+        assert dist.new_group([0]).bound_device_id == acc.device("cpu", 0)
+    finally:
+        dist.destroy_process_group()
+
+
+@needs_mpi
+def test_a_world_without_device_id_has_no_bound_device(one_rank_world: None) -> None:
+    world = dist.group.WORLD
+    assert world is not None and world.bound_device_id is None
+    assert dist.split_group(split_ranks=[[0]]).bound_device_id is None
+
+
+# ---------------------------------------------------------------------- ProcessGroup
+
+@needs_mpi
+def test_process_group_hook_support_is_reported(one_rank_world: None) -> None:
+    # observed on torch 2.15.0 (gloo): pg.supports_abort_hooks and pg.supports_completion_hooks
+    # are both False; no accelrt engine runs abort or completion hooks
+    world = dist.group.WORLD
+    assert world is not None
+    assert world.supports_abort_hooks is False
+    assert world.supports_completion_hooks is False
+    sub = dist.new_group([0])
+    assert sub.supports_abort_hooks is False and sub.supports_completion_hooks is False
