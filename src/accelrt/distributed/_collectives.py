@@ -227,7 +227,8 @@ def reduce(tensor: ArrayArg, dst: int | None = None, op: ReduceOp | PremulSum = 
 def all_gather_into_tensor(output_tensor: ArrayArg, input_tensor: ArrayArg, group: GroupArg = None,
                            async_op: bool = False) -> Work | None:
     """Gather every rank's ``input_tensor`` into ``output_tensor`` (world_size times as many
-    elements), in rank order.
+    elements), in rank order. :func:`all_gather_single` is the same function under the name
+    torch prefers for new code; torch 2.15 keeps this one as a plain alias, without a warning.
 
     Example::
 
@@ -298,7 +299,9 @@ def reduce_scatter_tensor(output: ArrayArg, input: ArrayArg,
                           op: ReduceOp | PremulSum = ReduceOp.SUM, group: GroupArg = None,
                           async_op: bool = False) -> Work | None:
     """Reduce ``input`` (world_size times ``output``'s elements) across ranks and leave rank
-    k's share, the k-th block, in ``output``.
+    k's share, the k-th block, in ``output``. :func:`reduce_scatter_single` is the same
+    function under the name torch prefers for new code; torch 2.15 keeps this one as a plain
+    alias, without a warning.
 
     Example::
 
@@ -532,8 +535,8 @@ def reduce_scatter(output: ArrayArg, input_list: Sequence[ArrayArg],
 
 def all_gather_single(output_tensor: ArrayArg, input_tensor: ArrayArg, group: GroupArg = None,
                       async_op: bool = False) -> Work | None:
-    """torch 2.14's name of :func:`all_gather_into_tensor` (same arguments and behaviour;
-    ``all_gather_into_tensor`` is not deprecated here).
+    """:func:`all_gather_into_tensor` under the name torch prefers for new code (same
+    arguments and behaviour; the other name is an alias, not deprecated, as in torch 2.15).
 
     Example::
 
@@ -550,7 +553,8 @@ def all_gather_single(output_tensor: ArrayArg, input_tensor: ArrayArg, group: Gr
 def reduce_scatter_single(output: ArrayArg, input: ArrayArg,
                           op: ReduceOp | PremulSum = ReduceOp.SUM, group: GroupArg = None,
                           async_op: bool = False) -> Work | None:
-    """torch 2.14's name of :func:`reduce_scatter_tensor` (same arguments and behaviour).
+    """:func:`reduce_scatter_tensor` under the name torch prefers for new code (same
+    arguments and behaviour; the other name is an alias, not deprecated, as in torch 2.15).
 
     Example::
 
@@ -613,7 +617,9 @@ def gather_single(tensor: ArrayArg, gather_tensor: ArrayArg | None = None, dst: 
 def gather_into_tensor(tensor: ArrayArg, gather_tensor: ArrayArg | None = None,
                        dst: int | None = None, group: GroupArg = None, async_op: bool = False,
                        group_dst: int | None = None) -> Work | None:
-    """torch 2.14's other name of :func:`gather_single`.
+    """An alias of :func:`gather_single` (same arguments and behaviour), kept, as torch 2.15
+    keeps it, for code written against it; not deprecated. New code may call
+    :func:`gather_single`.
 
     Example::
 

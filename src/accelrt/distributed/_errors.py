@@ -114,3 +114,9 @@ class _RankNotInGroupError(AcceleratorValueError):
     """A ``src``/``dst`` global rank outside the group: ``ValueError`` as torch's rank
     translation of a subgroup, and ``RuntimeError`` as gloo's "invalid root rank" for the
     default group (:class:`~accelrt.AcceleratorValueError` is both)."""
+
+
+class _DeviceRangeError(AcceleratorValueError, IndexError):
+    """``init_process_group(device_id=)`` of an index its backend does not have: torch
+    2.15's ``ValueError`` ("device_id cuda:1 is out of range"), and an ``IndexError`` as
+    accelrt's device checks (:class:`~accelrt.AcceleratorIndexError`) raise."""

@@ -218,6 +218,10 @@ class ProcessGroup:
         self.plans_bc: dict[tuple[int, int, int], GroupPlan] = {}
         self.plans_ag: dict[tuple[int, int, int, int], GroupPlan] = {}
         self.parent: ProcessGroup | None = None
+        # torch's bound_device_id: the device init_process_group(device_id=) bound the world
+        # to (an acc.device with an index, a cpu one too as in torch 2.15), which the groups
+        # split from it inherit; None when none was given
+        self.bound_device_id: Any = None
         self.destroyed = False
         # MPI_THREAD_MULTIPLE: engine calls may run on comm-stream worker threads
         self.threads_ok = True
@@ -243,6 +247,20 @@ class ProcessGroup:
     def size(self) -> int:
         """Number of ranks in the group."""
         return self._size
+
+    @property
+    def supports_abort_hooks(self) -> bool:
+        """False: torch 2.15's ``ProcessGroup.supports_abort_hooks`` (False for gloo). No
+        accelrt engine runs hooks when a group aborts: a failed group keeps its error and
+        raises it on the next call, and there is no ``register_abort_hook``."""
+        return False
+
+    @property
+    def supports_completion_hooks(self) -> bool:
+        """False: torch 2.15's ``ProcessGroup.supports_completion_hooks`` (False for gloo).
+        accelrt's groups take no completion hooks; wait on the :class:`Work` of
+        ``async_op=True`` instead."""
+        return False
 
     def __repr__(self) -> str:
         return (f"<accelrt.distributed.ProcessGroup {self.name!r} rank={self._rank} "

@@ -259,6 +259,7 @@ def _split(parent: ProcessGroup, members: list[int] | None, key: int,
     ranks = [parent.global_ranks[r] for r in members]
     g = ProcessGroup(name, members.index(parent.rank()), len(members), ranks, engine_map,
                      backend_str, timeout, sub, parent.global_rank)
+    g.bound_device_id = parent.bound_device_id   # as torch's new_group and split_group
     if sub is not None:
         with WATCHDOG.watching(g, op, 0):
             g.control()   # collective over the members: made now, while they are all here

@@ -16,14 +16,14 @@ from __future__ import annotations
 import datetime
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .._errors import AcceleratorTypeError
+from .._errors import AcceleratorIndexError, AcceleratorTypeError
 from .._typing import DeviceSpec
 from ._engine import Backend, EngineContext, ReduceOp
 from ._engine import parse_backend as _parse_backend
 from ._engine import require_engines as _require_engines
-from ._errors import DistBackendError, DistError, _AssertValueError
+from ._errors import DistBackendError, DistError, _AssertValueError, _DeviceRangeError
 from ._group import DEFAULT_TIMEOUT, ProcessGroup
 from ._store import FileStore, PrefixStore, Store, _int
 from ._tcpstore import TCPStore
@@ -37,6 +37,9 @@ from ._world import (
     _NonMember,
     _seconds,
 )
+
+if TYPE_CHECKING:
+    from .._device import device
 
 DEFAULT_INIT_TIMEOUT = 300.0
 
@@ -263,7 +266,10 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
         store: a :class:`Store` the ranks share (with ``rank`` and ``world_size``), instead
             of ``init_method``.
         group_name, pg_options: accepted for compatibility.
-        device_id: a cuda device this rank binds to (made current; NCCL starts eagerly).
+        device_id: the device this rank binds to, with an index (``"cuda:1"``,
+            ``"cpu:0"``: torch 2.15 binds a CPU device too), or an int (an index of the
+            current accelerator): made current and kept as the group's
+            ``bound_device_id``; on a cuda device the NCCL engine starts eagerly.
         _ranks: torch 2.14's ranks whose hash names the group inside c10d; accelrt exposes
             no internal group name, so a list of ints (or None) is accepted and changes
             nothing.
@@ -275,7 +281,10 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
             and world_size, an unknown init method, or world_size or rank disagree with the
             launcher's; ``"nccl"`` named on a machine without a
             CUDA GPU (``AcceleratorValueError``: torch's "ProcessGroupNCCL is only supported
-            with GPUs, no GPUs found!").
+            with GPUs, no GPUs found!"); a ``device_id`` without an index, or with one its
+            backend does not have (torch 2.15's messages; the second is also an
+            ``IndexError``).
+        BackendUnavailableError: ``device_id`` is on a backend that is not available.
         DistError: the engine could not start (its message is the cause);
             ``DistBackendError`` when ``"nccl"`` is named without nccl4py.
 
@@ -302,6 +311,7 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
     named = {} if backend is None else engine_map
     op_timeout = _seconds(timeout, DEFAULT_TIMEOUT)
     init_timeout = min(op_timeout, DEFAULT_INIT_TIMEOUT) if timeout is None else op_timeout
+    bound = None if device_id is None else _bound_device(device_id)
     method = "store" if store is not None else _init_method(init_method)
     if method.startswith("mpi://"):
         group = _init_mpi(engine_map, backend_str, op_timeout, init_timeout, world_size, rank,
@@ -313,11 +323,12 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
         r, n = (rank, world_size) if isinstance(where, Store) else (where.rank,
                                                                      where.world_size)
         group = _init_store(engine_map, backend_str, op_timeout, init_timeout, n, r,
-                            device_id, named, where)
-    if device_id is not None:
+                            bound, named, where)
+    if bound is not None:
         from .._device import _get_device, set_device_index
-        b, index = _get_device(device_id)
-        set_device_index(f"{b.name}:{index}")
+        b, index = _get_device(bound)
+        set_device_index(bound)
+        group.bound_device_id = bound
         if b.capabilities(index).cuda_array_interface:
             # CUDA device memory (what NCCL serves): start its engine now, as PyTorch's
             # device_id makes the communicator eagerly
@@ -329,6 +340,42 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
     _GroupNS.WORLD = group
     _S.groups = [group]
     _S.pg_count = 1
+
+
+def _bound_device(device_id: DeviceSpec) -> device:
+    """The device ``init_process_group(device_id=)`` binds the world to, checked before
+    anything starts, as torch 2.15 checks it: an int is an index of the current accelerator;
+    a device of any backend (``"cpu:0"`` too: torch 2.15 binds a CPU device with an index)
+    must have an index, and one its backend has.
+
+    Raises:
+        ValueError: the device has no index (torch 2.15's two messages: its CPU rule for
+            cpu devices, its accelerator rule for the others); the index is not one of the
+            backend's devices (also an ``IndexError``, as accelrt's device checks).
+        BackendUnavailableError: the backend is not available here.
+    """
+    from .._device import _get_device
+    from .._device import device as _device
+    dev = None   # an int: an index of the current accelerator (torch's int device_id)
+    if not isinstance(device_id, int) or isinstance(device_id, bool):
+        dev = _device(device_id)
+        if dev.index is None:
+            if dev.type == "cpu":
+                raise ValueError("init_process_group device_id parameter must be a device "
+                                 "with a valid index, e.g. cpu:0 or cuda:0")
+            raise ValueError("Please use a device_id with index.")
+    try:
+        b, index = _get_device(device_id if dev is None else dev)
+    except AcceleratorIndexError as exc:
+        from .._backend import get_backend
+        from .._device import current_accelerator
+        name = dev.type if dev is not None else str(current_accelerator())
+        count = get_backend(name).device_count()
+        raise _DeviceRangeError(
+            f"device_id {name}:{dev.index if dev is not None else device_id} is out of "
+            f"range. Please use a device index less than the number of accelerators "
+            f"available: {count}. ({exc})") from None
+    return _device(b.name, index)
 
 
 def _check_init_args(init_method: str | None, world_size: int, rank: int, store: Store | None,
@@ -421,7 +468,7 @@ def _mpi_needs_launcher(n: int) -> DistBackendError:
 
 
 def _init_store(engine_map: dict[str, str], backend_str: str, op_timeout: float,
-                init_timeout: float, n: int, r: int, device_id: Any,
+                init_timeout: float, n: int, r: int, device_id: device | None,
                 named: dict[str, str], where: Any) -> ProcessGroup:
     """A world met through a store (``store=``, ``env://``, ``tcp://``, ``file://``): the
     rendezvous ``where`` is a :class:`Store` or a plan to make one."""
@@ -459,7 +506,7 @@ def _init_store(engine_map: dict[str, str], backend_str: str, op_timeout: float,
 
 
 def _init_nccl_world(engine_map: dict[str, str], backend_str: str, op_timeout: float,
-                     init_timeout: float, n: int, r: int, device_id: Any,
+                     init_timeout: float, n: int, r: int, device_id: device | None,
                      store: Store) -> ProcessGroup:
     """The world of a store-based init: NCCL's unique id made by rank 0 and shared through
     ``store`` (as torch's ProcessGroupNCCL does); a singleton MPI world for host arrays."""
@@ -470,15 +517,15 @@ def _init_nccl_world(engine_map: dict[str, str], backend_str: str, op_timeout: f
         mpi_comm = mpi().COMM_WORLD.Dup()
     group = ProcessGroup("WORLD", r, n, list(range(n)), engine_map, backend_str, op_timeout,
                          mpi_comm, r)
-    from .._device import _get_device
-    if device_id is None:
+    bound = None if device_id is None or device_id.type != "cuda" else device_id.index
+    if bound is not None:
+        index = bound   # the bound device (a cpu one leaves NCCL's choice)
+    else:
         count = _cuda_count()
         if count == 0:
             raise DistError("init_process_group with NCCL needs a CUDA device; none found",
                             rank=r)
         index = int(os.environ.get("LOCAL_RANK", r)) % count
-    else:
-        _, index = _get_device(device_id)
     from ._nccl import NcclEngine, _core
     core = _core()
     ctx = EngineContext(r, n, list(range(n)), "cuda", index, init_timeout, None)

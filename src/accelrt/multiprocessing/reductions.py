@@ -232,7 +232,8 @@ def rebuild_array(version: int, meta: tuple[Any, ...], shared: tuple[Any, ...] |
 
 
 def reduce_event(e: _event.Event) -> tuple[Any, ...]:
-    """Reduce an ``interprocess=True`` event to ``(device, ipc_handle)`` (torch's reduction).
+    """Reduce an ``interprocess=True`` event to ``(device, ipc_handle, type(e))``, as torch
+    2.15's ``_reduce_event``: it rebuilds as its own class (``acc.cpu.Event``, ...).
 
     Raises:
         RuntimeError: the event was made without ``interprocess=True``.

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import multiprocessing
 import multiprocessing.connection
+import os
 import signal
 import sys
 import time
@@ -79,15 +80,19 @@ def _interrupt_when_parent_dies() -> None:
 
 
 def _wrap(fn: Callable[..., Any], i: int, args: tuple[Any, ...], errors: Any) -> None:
-    # As torch's _wrap: an exception is reported to the parent (ProcessRaisedException);
+    # As torch 2.15's _wrap: an exception is reported to the parent (ProcessRaisedException);
     # ``sys.exit(code)`` is an exit, not an error (code 0 succeeds, another code is a
-    # ProcessExitedException), and KeyboardInterrupt (the parent's SIGINT, or its death)
-    # ends quietly.
+    # ProcessExitedException). A KeyboardInterrupt ends quietly only when the parent died
+    # (PR_SET_PDEATHSIG's SIGINT: this process was re-parented); while the parent lives it
+    # is a failure like any other, reported with exit code 128 + SIGINT.
     _interrupt_when_parent_dies()
+    parent = os.getppid()
     try:
         fn(i, *args)
     except KeyboardInterrupt:
-        pass
+        if os.getppid() == parent:
+            errors.send(traceback.format_exc())
+            raise SystemExit(128 + signal.SIGINT) from None
     except Exception:
         errors.send(traceback.format_exc())
         raise SystemExit(1) from None
