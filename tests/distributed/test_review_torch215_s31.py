@@ -200,6 +200,32 @@ def test_a_cpu_device_with_an_index_is_bound(device_id: object) -> None:
 
 
 @needs_mpi
+def test_new_group_device_id_as_torch_2_15() -> None:
+    # torch 2.15's new_group(device_id=): the world's bound device by default; another device
+    # is an AssertionError "Mismatched bound device between new pg and the default pg."
+    dist.init_process_group("cpu:mpi", store=dist.HashStore(), rank=0, world_size=1,
+                            device_id="cpu:0")
+    try:
+        assert dist.new_group([0], device_id="cpu:0").bound_device_id == acc.device("cpu", 0)
+        world = dist.group.WORLD
+        assert world is not None
+        world.bound_device_id = acc.device("opencl", 0)   # a world bound elsewhere (1 cpu here)
+        with pytest.raises(AssertionError, match="^Mismatched bound device between new pg "
+                                                 "and the default pg.$"):
+            dist.new_group([0], device_id="cpu:0")
+        with pytest.raises(ValueError, match="must be a device with a valid index"):
+            dist.new_group([0], device_id="cpu")
+    finally:
+        dist.destroy_process_group()
+
+
+@needs_mpi
+def test_new_group_binds_its_own_device_in_an_unbound_world(one_rank_world: None) -> None:
+    assert dist.new_group([0]).bound_device_id is None
+    assert dist.new_group([0], device_id="cpu:0").bound_device_id == acc.device("cpu", 0)
+
+
+@needs_mpi
 def test_a_world_without_device_id_has_no_bound_device(one_rank_world: None) -> None:
     world = dist.group.WORLD
     assert world is not None and world.bound_device_id is None

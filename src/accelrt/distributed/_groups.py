@@ -178,7 +178,9 @@ def new_group(ranks: Sequence[int] | None = None, timeout: TimeoutArg = None,
     """A group of the world's ``ranks`` (all by default). Every rank of the world must call
     it, with the same ``ranks``; ranks outside get ``GroupMember.NON_GROUP_MEMBER``. Group
     rank ``k`` is the ``k``-th of the sorted ``ranks``, or with ``sort_ranks=False`` the
-    ``k``-th as given (as in torch).
+    ``k``-th as given (as in torch). ``device_id`` (torch 2.15) is the group's bound device:
+    checked as ``init_process_group``'s, and it must be the world's bound device when the
+    world has one (``AssertionError``, torch's); by default the group keeps the world's.
 
     Example::
 
@@ -217,11 +219,21 @@ def new_group(ranks: Sequence[int] | None = None, timeout: TimeoutArg = None,
     if backend is not None:
         _require_engines(engine_map)   # every rank, before the collective split
     t = world.timeout if timeout is None else _seconds(timeout, DEFAULT_TIMEOUT)
+    bound = world.bound_device_id
+    if device_id is not None:   # torch 2.15: the world's bound device, or the group's own
+        from ._init import _bound_device
+        dev = _bound_device(device_id)
+        if bound is not None and dev != bound:
+            raise AssertionError("Mismatched bound device between new pg and the default pg.")
+        bound = dev
     me = world.rank()
     member = me in members
     # a member's key is its place in `members` (sorted, or as given with sort_ranks=False)
-    return _split(world, members if member else None, members.index(me) if member else me,
-                  engine_map, backend_str, t, group_desc, "new_group")
+    g = _split(world, members if member else None, members.index(me) if member else me,
+               engine_map, backend_str, t, group_desc, "new_group")
+    if isinstance(g, ProcessGroup):
+        g.bound_device_id = bound
+    return g
 
 
 def _split(parent: ProcessGroup, members: list[int] | None, key: int,
