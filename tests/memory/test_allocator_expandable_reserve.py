@@ -206,10 +206,10 @@ def test_request_larger_than_the_device_does_not_blame_the_reserve() -> None:
 
 
 @pytest.mark.parametrize(("conf", "hint"), [
-    ("", "If reserved but unallocated memory is large try setting "
-         "ACCELRT_ALLOC_CONF=expandable_segments:True"),
-    ("expandable_segments:True", "expandable_segments is enabled. If instead the process is "
-                                 "running out of virtual address space (VSZ)"),
+    ("", ("If reserved but unallocated memory is large try setting "
+          "ACCELRT_ALLOC_CONF=expandable_segments:True")),
+    ("expandable_segments:True", ("expandable_segments is enabled. If instead the process is "
+                                  "running out of virtual address space (VSZ)")),
 ])
 def test_oom_hint_depends_on_expandable_segments(conf: str, hint: str) -> None:
     a, _ = make(conf, capacity=100 * MiB)
