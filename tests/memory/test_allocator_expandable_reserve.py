@@ -219,3 +219,16 @@ def test_oom_hint_depends_on_expandable_segments(conf: str, hint: str) -> None:
     assert hint in msg
     other = ("If reserved but unallocated" if conf else "expandable_segments is enabled")
     assert other not in msg
+
+
+def test_tune_and_replay_keep_the_reserve_keys() -> None:
+    from accelrt.memory.tools import _replay, _tune
+    text = ("expandable_segments:True,expandable_segments_reserve:0.5,"
+            "expandable_segments_reserve_by_class:[serving:8G]")
+    assert _tune.recorded_setting({"PYTORCH_CUDA_ALLOC_CONF": text}) == text
+    cfg = _replay._parse_conf(text)
+    assert _replay.settings_text(cfg) == text
+    a = _replay._make_allocator(cfg, 64 * GiB)
+    p = a.malloc(3 * MiB, 0)
+    assert list(a._b.reservations.values()) == [-(-32 * GiB // (20 * MiB)) * 20 * MiB]  # half
+    a.free(p)
