@@ -348,3 +348,28 @@ def test_nvtx_range_start_end_across_threads() -> None:
         nvtx.range_end("a")
     with pytest.raises(TypeError, match="str message"):
         nvtx.range_start(3)
+
+
+def test_memory_metadata_dict_is_stored_as_compact_json(m: Any) -> None:
+    # torch 2.15: a dict is serialized with json.dumps(d, separators=(",", ":")) at call time
+    name = _name(m)
+    mem = m.memory
+    mem._record_memory_history(max_entries=1000)
+    try:
+        mem._set_memory_metadata({"step": 3, "phase": "fwd", "tags": [1, 2]})
+        text = mem._get_memory_metadata()
+        assert text == '{"step":3,"phase":"fwd","tags":[1,2]}'
+        x = acc.zeros(10, device=f"{name}:0")
+        mem._set_memory_metadata(text)               # the string restores the same metadata
+        assert mem._get_memory_metadata() == text
+        with pytest.raises(TypeError):
+            mem._set_memory_metadata({"bad": object()})
+        with pytest.raises(TypeError, match="str or a dict"):
+            mem._set_memory_metadata(3)
+        assert mem._get_memory_metadata() == text    # a failed call changes nothing
+        del x
+        trace = mem._snapshot()["device_traces"][0]
+        assert [e["user_metadata"] for e in trace if e["action"] == "alloc"] == [text]
+    finally:
+        mem._record_memory_history(None)
+        mem._set_memory_metadata("")

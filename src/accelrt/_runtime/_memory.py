@@ -681,20 +681,29 @@ class MemoryModule(TypedMemoryModule):
         one that records metadata."""
         return bool(self._dm.get_allocator_backend() == "native")
 
-    def _set_memory_metadata(self, metadata: str) -> None:
+    def _set_memory_metadata(self, metadata: str | dict[str, Any]) -> None:
         """``torch.cuda.memory._set_memory_metadata``: the ``user_metadata`` of the history
         trace entries that the calling thread's allocations and frees on this backend record
         from now on (``""`` clears it); thread-local, for every device of the backend. It shows
         in :meth:`_snapshot`'s ``device_traces`` only, never on segments, blocks or
         statistics; with an allocator other than the caching one it is ignored.
 
+        A dict is stored as its compact JSON (``json.dumps(d, separators=(",", ":"))``), as
+        in PyTorch 2.15: trace entries and :meth:`_get_memory_metadata` give that string, and
+        passing it back restores the same metadata.
+
         Raises:
-            TypeError: ``metadata`` is not a str.
+            TypeError: ``metadata`` is neither a str nor a dict, or the dict holds a value
+                JSON cannot encode (raised now, even when the metadata would be ignored).
+            ValueError: the dict refers to itself (a circular reference).
         """
         from ..memory._history import set_metadata
+        if isinstance(metadata, dict):
+            import json
+            metadata = json.dumps(metadata, separators=(",", ":"))
         if not isinstance(metadata, str):
-            raise TypeError(f"memory metadata must be a str, got {type(metadata).__name__}; "
-                            "pass '' to clear it")
+            raise TypeError(f"memory metadata must be a str or a dict, got "
+                            f"{type(metadata).__name__}; pass '' to clear it")
         if self._memory_metadata_supported():
             set_metadata(self._dm.name, metadata)
 

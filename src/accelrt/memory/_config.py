@@ -20,6 +20,12 @@ Keys (see ``docs`` of PyTorch's ``PYTORCH_CUDA_ALLOC_CONF``):
   which PyTorch accepts on every build), ``per_process_memory_fraction`` (a float in [0, 1]),
   ``throw_on_cudamalloc_oom``, ``graph_capture_record_stream_reuse`` (only ``False``: see
   :data:`REFUSED`);
+* ``expandable_segments_reserve`` and ``expandable_segments_reserve_by_class`` (PyTorch 2.15):
+  the address range an expandable segment reserves, a fraction of the device's total memory
+  (``0.5``) or GiB (``40G``), see :class:`ReserveSpec`; a malformed or non-positive value warns
+  and is ignored, as in PyTorch. Unlike the other keys, a later parse that leaves them out keeps
+  them (PyTorch never resets them). The classes apply only to streams tagged with a class,
+  which PyTorch does in C++ only; accelrt keeps and checks them but has no tagged streams;
 * host (pinned) pool keys, used by ``memory._host``: ``pinned_reserve_segment_size_mb``,
   ``pinned_use_background_threads``, ``pinned_free_catch_all``,
   ``pinned_max_round_threshold_mb``, ``pinned_max_cached_size_mb``; and
@@ -46,10 +52,12 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import sys
 import threading
+import warnings
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -63,11 +71,13 @@ __all__ = [
     "REFUSED",
     "SIZE_MAX",
     "AllocatorConfig",
+    "ReserveSpec",
     "check_fraction",
     "get_allocator_settings",
     "get_config",
     "parse_config",
     "reported_size",
+    "reserve_bytes",
     "set_allocator_settings",
 ]
 
@@ -124,6 +134,53 @@ def reported_size(size: int) -> int:
     return size - (1 << 64) if size >= 1 << 63 else size
 
 
+@dataclass(frozen=True)
+class ReserveSpec:
+    """An expandable segment's address reservation: a fraction of the device's total memory
+    (``is_fraction``) or a number of GiB (PyTorch 2.15's ``ExpandableSegmentReserveSpec``).
+
+    Example::
+
+        >>> from accelrt.memory._config import ReserveSpec
+        >>> ReserveSpec(True, 0.5).resolve(16 * 2**30) == 8 * 2**30
+        True
+        >>> ReserveSpec(False, 40.0).resolve(16 * 2**30) == 40 * 2**30
+        True
+    """
+
+    is_fraction: bool
+    value: float
+
+    def resolve(self, total: int) -> int:
+        """Bytes for a device of ``total`` bytes (truncated; ``SIZE_MAX`` when larger, as
+        PyTorch saturates)."""
+        nbytes = self.value * float(total) if self.is_fraction else self.value * float(1 << 30)
+        if nbytes >= float(1 << 64):
+            return SIZE_MAX
+        return int(nbytes)
+
+    def __str__(self) -> str:
+        return repr(self.value) if self.is_fraction else f"{self.value!r}G"
+
+
+def reserve_bytes(cfg: AllocatorConfig, total: int) -> int:
+    """The bytes an expandable segment created now reserves on a device of ``total`` bytes,
+    for an untagged stream: ``expandable_segments_reserve`` resolved against ``total`` and
+    capped at PyTorch's full reserve, ``total + total // 8``, which it is when the key is unset.
+
+    Example::
+
+        >>> from accelrt.memory._config import parse_config, reserve_bytes
+        >>> reserve_bytes(parse_config(""), 8 * 2**30) == 9 * 2**30
+        True
+        >>> reserve_bytes(parse_config("expandable_segments_reserve:2G"), 8 * 2**30) == 2 * 2**30
+        True
+    """
+    full = total + total // 8
+    spec = cfg.expandable_segments_reserve
+    return full if spec is None else min(spec.resolve(total), full)
+
+
 def _default_divisions() -> tuple[int, ...]:
     return (0,) * _NUM_INTERVALS
 
@@ -161,6 +218,11 @@ class AllocatorConfig:
     pinned_free_catch_all: bool = False
     pinned_max_round_threshold: int = SIZE_MAX
     pinned_max_cached_size: int = SIZE_MAX
+    #: ``expandable_segments_reserve`` (``None``: unset, PyTorch's full reserve)
+    expandable_segments_reserve: ReserveSpec | None = None
+    #: ``expandable_segments_reserve_by_class``: (class name, reserve) pairs, each name once,
+    #: in the order given (used only by streams tagged with a class: none in accelrt)
+    expandable_segments_reserve_by_class: tuple[tuple[str, ReserveSpec], ...] = ()
     #: the settings string this config was parsed from ("" for the defaults)
     settings: str = ""
 
@@ -364,7 +426,8 @@ _KEYS = frozenset({
     "pinned_use_host_register",
     "pinned_num_register_threads", "pinned_reserve_segment_size_mb",
     "pinned_use_background_threads", "pinned_free_catch_all", "pinned_max_round_threshold_mb",
-    "pinned_max_cached_size_mb",
+    "pinned_max_cached_size_mb", "expandable_segments_reserve",
+    "expandable_segments_reserve_by_class",
 })
 
 
@@ -411,8 +474,10 @@ def parse_config(settings: str, base: AllocatorConfig | None = None) -> Allocato
     # Two passes: large_segment_size_mb first, since other checks and defaults depend on it.
     lss = base.large_segment_size
     tokens = p.tokens
+    depth = 0   # inside a list (a reserve class may be named like a key)
     for j, tok in enumerate(tokens):
-        if tok == "large_segment_size_mb" and (j == 0 or tokens[j - 1] == ","):
+        depth += (tok == "[") - (tok == "]")
+        if tok == "large_segment_size_mb" and depth <= 0 and (j == 0 or tokens[j - 1] == ","):
             if j + 2 >= len(tokens) or tokens[j + 1] != ":":
                 raise ValueError("accelrt allocator config: expected large_segment_size_mb:N")
             mb = _int("large_segment_size_mb", tokens[j + 2], "an integer number of MB > 10")
@@ -441,12 +506,67 @@ def parse_config(settings: str, base: AllocatorConfig | None = None) -> Allocato
         if key == "roundup_power2_divisions":
             divisions = _parse_divisions(p, divisions)
             vals["roundup_power2_divisions"] = divisions
+        elif key == "expandable_segments_reserve_by_class":
+            vals[key] = _parse_reserve_classes(p)
+        elif key == "expandable_segments_reserve":
+            spec = _reserve_spec(p.value(key))
+            if spec is not None:    # (a bad value keeps the reserve in force, as in PyTorch)
+                vals[key] = spec
         else:
             tok = p.value(key)
             _apply_key(vals, key, tok, lss_mb)
         if not p.at_end():
             p.expect(",", key)
     return dataclasses.replace(base, **vals)  # type: ignore[arg-type]
+
+
+#: A reserve value (without its ``G``): what C++'s ``istream >> double`` reads whole.
+_RESERVE_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+def _reserve_spec(tok: str) -> ReserveSpec | None:
+    """``tok`` as a reserve (``0.5``, ``40G``), or ``None`` after PyTorch's warning when it is
+    malformed, not finite or not positive (PyTorch keeps its reserve then, never raising)."""
+    is_gib = tok[-1:] in ("G", "g")
+    num = tok[:-1] if is_gib else tok
+    value = 0.0
+    if _RESERVE_NUMBER.fullmatch(num) is not None:
+        value = float(num)
+    if not (math.isfinite(value) and value > 0.0):
+        warnings.warn(f"Ignoring invalid expandable-segment reserve value '{_clip(tok)}' in the "
+                      "allocator settings (expected a positive, finite fraction like 0.5 or an "
+                      "absolute size like 40G); using default.", UserWarning, stacklevel=4)
+        return None
+    return ReserveSpec(not is_gib, value)
+
+
+def _parse_reserve_classes(p: _Parser) -> tuple[tuple[str, ReserveSpec], ...]:
+    """``expandable_segments_reserve_by_class:[name:value,...]``: the whole map (a repeated key
+    replaces it, as in PyTorch; a name given twice takes its last value; ``[]`` empties it).
+    A bad value skips its entry (with PyTorch's warning); a bad list raises."""
+    key = "expandable_segments_reserve_by_class"
+    p.expect(":", key)
+    p.expect("[", key + ":")
+    out: dict[str, ReserveSpec] = {}
+    name = p.next(f"a class name or ']' in {key}")
+    while name != "]":
+        if name in ",:[":
+            raise ValueError(f"accelrt allocator config: expected a class name in {key}, got "
+                             f"{name!r}; the syntax is {key}:[name:value,...]")
+        value = p.value(f"{key} class {_clip(name)}")
+        spec = _reserve_spec(value)
+        if spec is not None:
+            out.pop(name, None)
+            out[name] = spec
+        sep = p.next(f"',' or ']' in {key}")
+        if sep == ",":
+            name = p.next(f"a class name or ']' in {key}")   # a ']' here: a trailing comma
+        elif sep == "]":
+            name = sep
+        else:
+            raise ValueError(f"accelrt allocator config: expected ',' or ']' in {key}, got "
+                             f"{_clip(sep)!r}")
+    return tuple(out.items())
 
 
 def _apply_key(vals: dict[str, object], key: str, tok: str, lss_mb: int) -> None:

@@ -1,7 +1,9 @@
 """Expandable segments: one virtual reservation per (stream, pool) backed page by page.
 
-The reservation is sized from the device's total memory (1.125 x total, in pages) and holds
-no memory until pages are mapped. Pages are ``2 MiB`` (small pool) or ``large_segment_size``
+The reservation is sized from the device's total memory (1.125 x total, in pages; less with
+``expandable_segments_reserve``, PyTorch 2.15's key) and holds no memory until pages are
+mapped. A request larger than a new reservation fails (out of memory): a block never spans
+reservations. Pages are ``2 MiB`` (small pool) or ``large_segment_size``
 (large pool), rounded up to the backend's ``vm_granularity``. Each page is mapped with its own
 ``vm_map`` call so that any page can later be unmapped on its own.
 
@@ -29,13 +31,14 @@ from ._block import (
     unmapped_add,
     unmapped_remove,
 )
+from ._config import reserve_bytes
 from ._history import CTX_ALL, CTX_ALLOC, capture_frames
 
 if TYPE_CHECKING:
     from ._block_map import BlockMap
     from ._interface import AllocatorCore
 
-__all__ = ["MAP_FRACTION", "ExpandableSegment", "ExpandableSegments", "page_count"]
+__all__ = ["MAP_FRACTION", "ExpandableSegment", "ExpandableSegments", "page_count", "pages_for"]
 
 #: The low-fragmentation policy makes every mapping at most this fraction of the memory mapped
 #: at the high-water mark (:attr:`ExpandableSegments.piece_pages`): a mapping can only be
@@ -45,8 +48,13 @@ MAP_FRACTION = 128
 
 def page_count(total: int, page: int) -> int:
     """Pages in a reservation for a device of ``total`` bytes: ceil(1.125 * total / page)."""
-    size = total + total // 8
-    return max(1, -(-size // page))
+    return pages_for(total + total // 8, page)
+
+
+def pages_for(reserve: int, page: int) -> int:
+    """Pages in a reservation of ``reserve`` bytes: at least one (a backend cannot reserve an
+    empty range; PyTorch would reserve none, so that every request fails)."""
+    return max(1, -(-reserve // page))
 
 
 class ExpandableSegment:
@@ -78,8 +86,8 @@ class ExpandableSegment:
     )
 
     def __init__(self, backend: Any, index: int, stream: int, pool: Any, page: int,
-                 total: int) -> None:
-        n = page_count(total, page)
+                 reserve: int) -> None:
+        n = pages_for(reserve, page)
         self.backend = backend
         self.index = index
         self.page: int = page
@@ -284,9 +292,10 @@ class ExpandableSegments:
         seg = K_SMALL_BUFFER if pool.is_small else alloc._large_segment_size
         return -(-seg // gran) * gran
 
-    def _find_block(self, pool: BlockPool, stream: int, size: int) -> Block:
+    def _find_block(self, pool: BlockPool, stream: int, size: int) -> Block | None:
         """The block where ``size`` bytes go: the start of a free run (free mapped blocks and
-        unmapped ranges) that holds them, or a new reservation's unmapped block."""
+        unmapped ranges) that holds them, or a new reservation's unmapped block; ``None`` when
+        ``size`` is larger than a new reservation (``expandable_segments_reserve``)."""
         alloc = self._alloc
         blocks = alloc._blocks
         page_reuse = alloc._page_reuse and pool.owner is None
@@ -325,8 +334,11 @@ class ExpandableSegments:
                     c = c.prev  # type: ignore[assignment]
                 if _run_bytes(c, size) >= size:
                     return c
-        es = ExpandableSegment(alloc._b, alloc._index, stream, pool, self.page_size(pool),
-                               alloc._device_total)
+        page = self.page_size(pool)
+        reserve = reserve_bytes(alloc._cfg, alloc._device_total)
+        if pages_for(reserve, page) * page < size:
+            return None   # no reservation can hold it (the caller's out-of-memory path)
+        es = ExpandableSegment(alloc._b, alloc._index, stream, pool, page, reserve)
         self._check_new(es, blocks)
         self.segments.append(es)
         alloc._update_simple()
@@ -393,7 +405,8 @@ class ExpandableSegments:
         pages as needed; ``None`` when the device is out of memory."""
         alloc = self._alloc
         c: Block | None = self._find_block(pool, stream, size)
-        assert c is not None
+        if c is None:
+            return None
         if alloc._page_reuse and pool.owner is None:
             # the pages to map: the request less the free mapped head of its run
             new = size - c.size if c.mapped else size

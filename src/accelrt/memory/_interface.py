@@ -108,6 +108,7 @@ class AllocatorCore(Protocol):
     _max_split_size: int
     _large_segment_size: int
     _gc_threshold: float
+    _expandable: bool
     _page_reuse: bool
     #: which fast paths apply (recomputed by ``_update_simple``; a component that changes
     #: what they depend on calls it, or clears the flags it knows are off)

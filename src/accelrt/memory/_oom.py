@@ -3,7 +3,7 @@
 When the retry chain fails, the allocator counts the OOM, records an ``oom`` trace entry, and
 raises :class:`~accelrt.OutOfMemoryError` with PyTorch's message (sizes by :func:`format_size`)
 after calling the observers attached with ``attach_oom_observer``. "Tried to allocate" names
-the size asked for; when the allocator needed a larger new segment for it, a sentence says so,
+the size asked for; the hint that follows is PyTorch 2.15's (see ``OomReporter._hint``); when the allocator needed a larger new segment for it, a sentence says so,
 and a backend may append advice (``Backend.oom_advice(index)``: the cpu backend names
 ``ACCELRT_CPU_MEMORY`` and its budget).
 
@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _sync_debug
 from .._errors import OutOfMemoryError
+from ._config import reserve_bytes
 
 if TYPE_CHECKING:
     from ._interface import AllocatorCore
@@ -77,7 +78,7 @@ class OomReporter:
         self._alloc = alloc
         self.observers: list[Callable[[int, int, int, int], None]] = []
 
-    def _advice(self, requested: int, alloc_size: int) -> str:
+    def _advice(self, requested: int, alloc_size: int, backend: bool = True) -> str:
         """What follows PyTorch's message: the segment the request needed when it is larger
         than the request, and the backend's own advice (the cpu backend names its budget)."""
         extra = ""
@@ -85,6 +86,8 @@ class OomReporter:
             extra += (f" The allocator needed a new {format_size(alloc_size)} segment for the "
                       f"{format_size(requested)} request.")
         alloc = self._alloc
+        if not backend:
+            return extra
         try:
             hint = alloc._b.oom_advice(alloc._index)
         except Exception:  # noqa: BLE001 - the OOM report must not fail
@@ -92,6 +95,30 @@ class OomReporter:
         if isinstance(hint, str) and hint:
             extra += " " + hint
         return extra
+
+    def _hint(self, alloc_size: int) -> str:
+        """The end of PyTorch 2.15's message: without expandable segments, the advice to turn
+        them on; with them, why a request larger than a new segment's reservation failed (and
+        how much to reserve), or else a pointer to the reserve keys for address-space (VSZ)
+        exhaustion."""
+        alloc = self._alloc
+        if not alloc._expandable:
+            return (" If reserved but unallocated memory is large try setting "
+                    "ACCELRT_ALLOC_CONF=expandable_segments:True to avoid fragmentation.")
+        total = alloc._device_total
+        reserve = reserve_bytes(alloc._cfg, total)
+        if reserve < alloc_size <= total:
+            # (PyTorch's test: a request larger than the device is not the reserve's fault)
+            return (f" This allocation exceeds the expandable-segment reserve of "
+                    f"{format_size(reserve)} for this stream, and a single allocation cannot "
+                    "span expandable segments. Raise ACCELRT_ALLOC_CONF "
+                    "expandable_segments_reserve or expandable_segments_reserve_by_class (or "
+                    f"unset it) so that a segment is at least {format_size(alloc_size)}.")
+        return (" expandable_segments is enabled. If instead the process is running out of "
+                "virtual address space (VSZ), expandable segments may be over-reserving it "
+                "(each segment reserves ~9/8 of the device's memory, one per stream and "
+                "pool); reduce it with ACCELRT_ALLOC_CONF expandable_segments_reserve / "
+                "expandable_segments_reserve_by_class.")
 
     def prepare_oom(self, stream: int, rounded: int, frames: list[dict[str, Any]] | None,
                     requested: int | None = None, pool_id: tuple[int, int] = (0, 0)
@@ -123,9 +150,10 @@ class OomReporter:
                f"which {format_size(dev_free)} is free. {allowed_info}Of the allocated memory "
                f"{format_size(allocated + priv)} is allocated by accelrt, {priv_msg}and "
                f"{format_size(reserved - allocated - priv)} is reserved by accelrt but "
-               "unallocated. If reserved but unallocated memory is large try setting "
-               "ACCELRT_ALLOC_CONF=expandable_segments:True to avoid fragmentation."
-               + self._advice(asked, alloc_size))
+               "unallocated.")
+        hint = self._hint(alloc_size)
+        # (the backend's advice to give it more memory does not apply to a reserve too small)
+        msg += hint + self._advice(asked, alloc_size, backend=not hint.startswith(" This"))
         limit = allowed if allowed is not None else dev_total
         return msg, alloc_size, allocated, limit, dev_free
 
