@@ -3,8 +3,9 @@
 When the retry chain fails, the allocator counts the OOM, records an ``oom`` trace entry, and
 raises :class:`~accelrt.OutOfMemoryError` with PyTorch's message (sizes by :func:`format_size`)
 after calling the observers attached with ``attach_oom_observer``. "Tried to allocate" names
-the size asked for; the hint that follows is PyTorch 2.15's (see ``OomReporter._hint``); when the allocator needed a larger new segment for it, a sentence says so,
-and a backend may append advice (``Backend.oom_advice(index)``: the cpu backend names
+the size asked for; the hint that follows is PyTorch 2.15's (see ``OomReporter._hint``);
+when the allocator needed a larger new segment for it, a sentence says so, and a backend may
+append advice (``Backend.oom_advice(index)``: the cpu backend names
 ``ACCELRT_CPU_MEMORY`` and its budget).
 
 Example::
