@@ -360,10 +360,10 @@ def _bound_device(device_id: DeviceSpec) -> device:
     if not isinstance(device_id, int) or isinstance(device_id, bool):
         dev = _device(device_id)
         if dev.index is None:
-            if dev.type == "cpu":
+            if _in_host_memory(dev.type):   # torch's CPU device: its c10d rule
                 raise ValueError("init_process_group device_id parameter must be a device "
                                  "with a valid index, e.g. cpu:0 or cuda:0")
-            raise ValueError("Please use a device_id with index.")
+            raise ValueError("Please use a device_id with index.")   # its accelerator rule
     try:
         b, index = _get_device(device_id if dev is None else dev)
     except AcceleratorIndexError as exc:
@@ -376,6 +376,16 @@ def _bound_device(device_id: DeviceSpec) -> device:
             f"range. Please use a device index less than the number of accelerators "
             f"available: {count}. ({exc})") from None
     return _device(b.name, index)
+
+
+def _in_host_memory(backend: str) -> bool:
+    """Whether ``backend``'s devices keep their memory in the host's (``host_accessible``, as
+    the cpu backend's): what torch's CPU device is to its checks (False when unavailable)."""
+    from .._backend import get_backend
+    try:
+        return bool(get_backend(backend).capabilities(0).host_accessible)
+    except Exception:  # noqa: BLE001 - an unavailable backend is an accelerator's to torch
+        return False
 
 
 def _check_init_args(init_method: str | None, world_size: int, rank: int, store: Store | None,
@@ -517,9 +527,14 @@ def _init_nccl_world(engine_map: dict[str, str], backend_str: str, op_timeout: f
         mpi_comm = mpi().COMM_WORLD.Dup()
     group = ProcessGroup("WORLD", r, n, list(range(n)), engine_map, backend_str, op_timeout,
                          mpi_comm, r)
-    bound = None if device_id is None or device_id.type != "cuda" else device_id.index
+    bound = None
+    if device_id is not None:
+        from .._device import _get_device
+        b, i = _get_device(device_id)
+        if b.capabilities(i).cuda_array_interface:   # CUDA memory: NCCL's device
+            bound = i
     if bound is not None:
-        index = bound   # the bound device (a cpu one leaves NCCL's choice)
+        index = bound   # the bound device (one in host memory leaves NCCL's choice)
     else:
         count = _cuda_count()
         if count == 0:
