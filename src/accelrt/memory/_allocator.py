@@ -380,7 +380,8 @@ class DeviceCachingAllocator:
             if blk is None:
                 if self._rejected:
                     return self._oom.prepare_rejection(rounded, size)
-                return self._oom.prepare_oom(stream, rounded, frames, size, pool.owner_id())
+                return self._oom.prepare_oom(stream, rounded, frames, size, pool.owner_id(),
+                                             pool.owner is not None and pool.owner.allocator)
             pool = blk.pool   # (a use_on_oom pool's cached block: alloc_slow's last resort)
         remaining = blk.size - rounded
         if (self._page_reuse and remaining >= K_MIN_BLOCK and blk.exp is not None

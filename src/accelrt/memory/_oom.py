@@ -122,10 +122,11 @@ class OomReporter:
                 "expandable_segments_reserve_by_class.")
 
     def prepare_oom(self, stream: int, rounded: int, frames: list[dict[str, Any]] | None,
-                    requested: int | None = None, pool_id: tuple[int, int] = (0, 0)
-                    ) -> tuple[str, int, int, int, int]:
+                    requested: int | None = None, pool_id: tuple[int, int] = (0, 0),
+                    custom: object = None) -> tuple[str, int, int, int, int]:
         """Count the OOM, record its trace entry (``pool_id``: the pool the request was
-        for) and build :meth:`raise_oom`'s arguments."""
+        for) and build :meth:`raise_oom`'s arguments; ``custom``: the pool's pluggable
+        allocator, whose NULL PyTorch 2.15's message names (None: the backend's memory)."""
         alloc = self._alloc
         st = alloc._stats
         st.num_ooms += 1
@@ -154,7 +155,13 @@ class OomReporter:
                "unallocated.")
         hint = self._hint(alloc_size)
         # (the backend's advice to give it more memory does not apply to a reserve too small)
-        msg += hint + self._advice(asked, alloc_size, backend=not hint.startswith(" This"))
+        msg += hint
+        if custom:
+            msg += (" The custom allocator backing this MemPool returned nullptr. Check "
+                    "preceding allocator warnings or logs for the underlying cause. This can "
+                    "indicate an allocator-specific error or memory constraint, even when "
+                    "device-wide free memory is available.")
+        msg += self._advice(asked, alloc_size, backend=not (hint.startswith(" This") or custom))
         limit = allowed if allowed is not None else dev_total
         return msg, alloc_size, allocated, limit, dev_free
 
