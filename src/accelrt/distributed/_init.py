@@ -325,9 +325,11 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
         group = _init_store(engine_map, backend_str, op_timeout, init_timeout, n, r,
                             bound, named, where)
     if bound is not None:
-        from .._device import _get_device, set_device_index
+        from .._device import _get_device, _set_index
         b, index = _get_device(bound)
-        set_device_index(bound)
+        # made current on its own backend (set_device_index would refuse a device of another
+        # backend than the current accelerator: torch 2.15 binds cpu:0 on a CUDA machine)
+        _set_index(b, index)
         group.bound_device_id = bound
         if b.capabilities(index).cuda_array_interface:
             # CUDA device memory (what NCCL serves): start its engine now, as PyTorch's

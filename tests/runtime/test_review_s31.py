@@ -1,0 +1,75 @@
+"""Review of session 31's torch 2.15.0 changes: regression tests for what the review found.
+
+Expectations were observed by running torch 2.15.0 (CPU build, gloo, world size 1) and are
+written here as literals (no torch in the test environment).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+import accelrt as acc
+import accelrt.distributed as dist
+from accelrt import backends
+from accelrt.backends.cpu import CpuBackend
+
+HAVE_MPI = importlib.util.find_spec("mpi4py") is not None
+needs_mpi = pytest.mark.skipif(not HAVE_MPI, reason="mpi4py is not installed")
+
+
+@pytest.fixture
+def other_accelerator() -> Iterator[str]:
+    """A current accelerator that is not ``cpu`` (as cuda is on a GPU machine): a cpu-like
+    backend of two devices under its own name, restored afterwards."""
+    name = "s31acc" + uuid.uuid4().hex[:8]
+    backends.register(name, lambda: CpuBackend(num_devices=2, name=name), replace=True)
+    prev = acc.current_accelerator()
+    acc.set_current_accelerator(name)
+    try:
+        yield name
+    finally:
+        acc.set_current_accelerator(prev.type if prev is not None else "cpu")
+
+
+# ---------------------------------------------------------------------- device_id
+
+@needs_mpi
+def test_a_cpu_device_id_binds_while_another_backend_is_the_accelerator(
+        other_accelerator: str) -> None:
+    # torch 2.15.0 binds device_id=torch.device("cpu:0") whatever the accelerator is (its
+    # checks skip cpu devices; on a CUDA build it gives bound_device_id cpu:0). accelrt made
+    # the device current with set_device_index, which refuses a device of another backend
+    # than the current accelerator: ValueError("cpu doesn't match the current accelerator
+    # ...") after the world had started, leaving no default group
+    acc.set_device_index(1)
+    dist.init_process_group("cpu:mpi", store=dist.HashStore(), rank=0, world_size=1,
+                            device_id="cpu:0")
+    try:
+        world = dist.group.WORLD
+        assert world is not None and world.bound_device_id == acc.device("cpu", 0)
+        assert acc.cpu.current_device() == 0
+        assert acc.current_device_index() == 1     # the accelerator's own device is kept
+        a = acc.full((2,), 2.0, device="cpu")
+        dist.all_reduce(a)
+        assert a.tolist() == [2.0, 2.0]
+    finally:
+        dist.destroy_process_group()
+        acc.set_device_index(0)
+
+
+@needs_mpi
+def test_a_device_id_of_the_accelerator_is_made_current(other_accelerator: str) -> None:
+    dist.init_process_group("cpu:mpi", store=dist.HashStore(), rank=0, world_size=1,
+                            device_id=1)
+    try:
+        world = dist.group.WORLD
+        assert world is not None
+        assert world.bound_device_id == acc.device(other_accelerator, 1)
+        assert acc.current_device_index() == 1
+    finally:
+        dist.destroy_process_group()
+        acc.set_device_index(0)
