@@ -15,7 +15,7 @@ import pytest
 import accelrt as acc
 import accelrt.distributed as dist
 from accelrt import backends
-from accelrt.backends.cpu import CpuBackend
+from accelrt.testing import SimulatedBackend
 
 HAVE_MPI = importlib.util.find_spec("mpi4py") is not None
 needs_mpi = pytest.mark.skipif(not HAVE_MPI, reason="mpi4py is not installed")
@@ -23,10 +23,10 @@ needs_mpi = pytest.mark.skipif(not HAVE_MPI, reason="mpi4py is not installed")
 
 @pytest.fixture
 def other_accelerator() -> Iterator[str]:
-    """A current accelerator that is not ``cpu`` (as cuda is on a GPU machine): a cpu-like
-    backend of two devices under its own name, restored afterwards."""
+    """A current accelerator that is not ``cpu`` (as cuda is on a GPU machine): a simulated
+    backend of two devices, its memory not the host's, restored afterwards."""
     name = "s31acc" + uuid.uuid4().hex[:8]
-    backends.register(name, lambda: CpuBackend(num_devices=2, name=name), replace=True)
+    backends.register(name, lambda: SimulatedBackend(device_count=2, name=name), replace=True)
     prev = acc.current_accelerator()
     acc.set_current_accelerator(name)
     try:
@@ -73,3 +73,40 @@ def test_a_device_id_of_the_accelerator_is_made_current(other_accelerator: str) 
     finally:
         dist.destroy_process_group()
         acc.set_device_index(0)
+
+
+@needs_mpi
+@pytest.mark.parametrize("device_id", ["cpu", acc.device("cpu"), "cpu:7", acc.device("cpu", 7)])
+def test_new_group_in_a_bound_world_compares_before_it_checks(device_id: object) -> None:
+    # observed on torch 2.15.0 (world bound to cpu:0): new_group([0], device_id=
+    # torch.device("cpu")) and device_id=torch.device("cpu:5") both raise AssertionError
+    # "Mismatched bound device between new pg and the default pg." (the comparison comes
+    # first); accelrt checked the device first: ValueError (no index), IndexError (range)
+    dist.init_process_group("cpu:mpi", store=dist.HashStore(), rank=0, world_size=1,
+                            device_id="cpu:0")
+    try:
+        with pytest.raises(AssertionError, match="^Mismatched bound device between new pg "
+                                                 "and the default pg.$"):
+            dist.new_group([0], device_id=device_id)  # type: ignore[arg-type]
+        assert dist.new_group([0], device_id="cpu:0").bound_device_id == acc.device("cpu", 0)
+    finally:
+        dist.destroy_process_group()
+
+
+@needs_mpi
+def test_new_group_of_an_accelerator_device_without_index_has_the_group_message(
+        other_accelerator: str) -> None:
+    # observed on torch 2.15.0 (unbound world): new_group([0], device_id=torch.device("cuda"))
+    # raises ValueError "init_process_group device_id parameter must be a device with a valid
+    # index, e.g. cpu:0 or cuda:0" (_new_process_group_helper's check), not
+    # init_process_group's "Please use a device_id with index."
+    dist.init_process_group("cpu:mpi", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        for device_id in (other_accelerator, "cpu"):
+            with pytest.raises(ValueError, match=r"^init_process_group device_id parameter "
+                               r"must be a device with a valid index, e\.g\. cpu:0 or cuda:0$"):
+                dist.new_group([0], device_id=device_id)
+        g = dist.new_group([0], device_id=f"{other_accelerator}:1")
+        assert g.bound_device_id == acc.device(other_accelerator, 1)
+    finally:
+        dist.destroy_process_group()

@@ -221,11 +221,12 @@ def new_group(ranks: Sequence[int] | None = None, timeout: TimeoutArg = None,
     t = world.timeout if timeout is None else _seconds(timeout, DEFAULT_TIMEOUT)
     bound = world.bound_device_id
     if device_id is not None:   # torch 2.15: the world's bound device, or the group's own
+        from .._device import device as _device
         from ._init import _bound_device
-        dev = _bound_device(device_id)
-        if bound is not None and dev != bound:
+        if bound is None:
+            bound = _bound_device(device_id, group=True)
+        elif _device(device_id) != bound:   # compared before any check (torch's order)
             raise AssertionError("Mismatched bound device between new pg and the default pg.")
-        bound = dev
     me = world.rank()
     member = me in members
     # a member's key is its place in `members` (sorted, or as given with sort_ranks=False)
