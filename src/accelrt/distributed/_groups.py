@@ -179,8 +179,9 @@ def new_group(ranks: Sequence[int] | None = None, timeout: TimeoutArg = None,
     it, with the same ``ranks``; ranks outside get ``GroupMember.NON_GROUP_MEMBER``. Group
     rank ``k`` is the ``k``-th of the sorted ``ranks``, or with ``sort_ranks=False`` the
     ``k``-th as given (as in torch). ``device_id`` (torch 2.15) is the group's bound device:
-    checked as ``init_process_group``'s, and it must be the world's bound device when the
-    world has one (``AssertionError``, torch's); by default the group keeps the world's.
+    it must be the world's bound device when the world has one (``AssertionError``, torch's,
+    compared before any check), else it is checked as ``init_process_group``'s; by default
+    the group keeps the world's.
 
     Example::
 
