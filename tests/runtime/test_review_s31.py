@@ -110,3 +110,31 @@ def test_new_group_of_an_accelerator_device_without_index_has_the_group_message(
         assert g.bound_device_id == acc.device(other_accelerator, 1)
     finally:
         dist.destroy_process_group()
+
+
+# ---------------------------------------------------------------------- annotation_config
+
+_SUPPORTED = "supported: ['backend', 'key_by', 'py_stack_filter_paths', 'record_py_stacks']"
+
+
+@pytest.mark.parametrize(("config", "shown"), [
+    ({1: "x"}, "[1]"), ({("a",): 1}, "[('a',)]"), ({None: 1}, "[None]"),
+    ({"b": 1, "a": 2}, "['a', 'b']"),
+])
+def test_unknown_annotation_keys_are_shown_as_torch_shows_them(config: dict[object, object],
+                                                               shown: str) -> None:
+    # observed on torch 2.15.0: torch.cuda.graphs._parse_annotation_config({1: "x"}) raises
+    # ValueError "unrecognized annotation_config key(s) [1]; supported: [...]" (the keys'
+    # reprs, sorted); accelrt showed them as strings (['1'])
+    g = acc.cpu.Graph()
+    with pytest.raises(ValueError) as info:
+        acc.cpu.graph(g, annotation_config=config)
+    assert str(info.value) == f"unrecognized annotation_config key(s) {shown}; {_SUPPORTED}"
+
+
+def test_unknown_annotation_keys_that_do_not_order_are_still_a_value_error() -> None:
+    # torch 2.15's sorted() raises TypeError for {1: ..., "a": ...}; accelrt lists them in
+    # their reprs' order (docs/differences.md)
+    g = acc.cpu.Graph()
+    with pytest.raises(ValueError, match=r"key\(s\) \['a', 1\];"):
+        acc.cpu.graph(g, annotation_config={"a": 1, 1: 2})
