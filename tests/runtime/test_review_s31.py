@@ -88,6 +88,8 @@ def test_new_group_in_a_bound_world_compares_before_it_checks(device_id: object)
         with pytest.raises(AssertionError, match="^Mismatched bound device between new pg "
                                                  "and the default pg.$"):
             dist.new_group([0], device_id=device_id)  # type: ignore[arg-type]
+        with pytest.raises(AssertionError, match="^Mismatched bound device"):
+            dist.new_group([7], device_id=device_id)  # type: ignore[arg-type]
         assert dist.new_group([0], device_id="cpu:0").bound_device_id == acc.device("cpu", 0)
     finally:
         dist.destroy_process_group()
