@@ -60,7 +60,11 @@ def _check_annotation_config(config: object) -> None:
         raise TypeError(f"annotation_config must be a dict or None, got {type(config).__name__}")
     unknown = [k for k in config if k not in _ANNOTATION_KEYS]
     if unknown:
-        raise ValueError(f"unrecognized annotation_config key(s) {sorted(map(str, unknown))}; "
+        try:
+            keys = sorted(unknown)   # (torch's: the keys' reprs in a list)
+        except TypeError:            # keys that do not order (torch's sorted raises this)
+            keys = sorted(unknown, key=repr)
+        raise ValueError(f"unrecognized annotation_config key(s) {shown(keys)}; "
                          f"supported: {sorted(_ANNOTATION_KEYS)}")
     resolved = {k: d for k, (d, _) in _ANNOTATION_KEYS.items()}
     for key, value in config.items():

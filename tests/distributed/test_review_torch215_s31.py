@@ -213,7 +213,9 @@ def test_new_group_device_id_as_torch_2_15() -> None:
         with pytest.raises(AssertionError, match="^Mismatched bound device between new pg "
                                                  "and the default pg.$"):
             dist.new_group([0], device_id="cpu:0")
-        with pytest.raises(ValueError, match="must be a device with a valid index"):
+        # torch 2.15 compares before it checks: a device without an index is a mismatch in a
+        # bound world (ValueError only in an unbound one: tests/runtime/test_review_s31.py)
+        with pytest.raises(AssertionError, match="^Mismatched bound device"):
             dist.new_group([0], device_id="cpu")
     finally:
         dist.destroy_process_group()

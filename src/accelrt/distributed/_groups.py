@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -179,8 +180,9 @@ def new_group(ranks: Sequence[int] | None = None, timeout: TimeoutArg = None,
     it, with the same ``ranks``; ranks outside get ``GroupMember.NON_GROUP_MEMBER``. Group
     rank ``k`` is the ``k``-th of the sorted ``ranks``, or with ``sort_ranks=False`` the
     ``k``-th as given (as in torch). ``device_id`` (torch 2.15) is the group's bound device:
-    checked as ``init_process_group``'s, and it must be the world's bound device when the
-    world has one (``AssertionError``, torch's); by default the group keeps the world's.
+    it must be the world's bound device when the world has one (``AssertionError``, torch's,
+    compared before any check), else it is checked as ``init_process_group``'s; by default
+    the group keeps the world's.
 
     Example::
 
@@ -193,6 +195,8 @@ def new_group(ranks: Sequence[int] | None = None, timeout: TimeoutArg = None,
     """
     world = _group(None)
     assert world is not None
+    if device_id is not None and world.bound_device_id is not None:
+        _group_device(world.bound_device_id, device_id)   # torch 2.15 compares first
     n = world.size()
     # each message ends with torch 2.14.1's text for the same mistake
     if ranks is not None and (isinstance(ranks, (str, bytes))
@@ -219,13 +223,10 @@ def new_group(ranks: Sequence[int] | None = None, timeout: TimeoutArg = None,
     if backend is not None:
         _require_engines(engine_map)   # every rank, before the collective split
     t = world.timeout if timeout is None else _seconds(timeout, DEFAULT_TIMEOUT)
-    bound = world.bound_device_id
     if device_id is not None:   # torch 2.15: the world's bound device, or the group's own
-        from ._init import _bound_device
-        dev = _bound_device(device_id)
-        if bound is not None and dev != bound:
-            raise AssertionError("Mismatched bound device between new pg and the default pg.")
-        bound = dev
+        bound = _group_device(world.bound_device_id, device_id)
+    else:
+        bound = world.bound_device_id
     me = world.rank()
     member = me in members
     # a member's key is its place in `members` (sorted, or as given with sort_ranks=False)
@@ -234,6 +235,19 @@ def new_group(ranks: Sequence[int] | None = None, timeout: TimeoutArg = None,
     if isinstance(g, ProcessGroup):
         g.bound_device_id = bound
     return g
+
+
+def _group_device(bound: Any, device_id: DeviceSpec) -> Any:
+    """``new_group(device_id=)``'s bound device: in a bound world ``bound`` itself, any other
+    device (one without an index too) torch 2.15's ``AssertionError``, compared before any
+    check; in an unbound world ``device_id`` checked as ``init_process_group``'s."""
+    from .._device import device as _device
+    from ._init import _bound_device
+    if bound is None:
+        return _bound_device(device_id, group=True)
+    if _device(device_id) != bound:
+        raise AssertionError("Mismatched bound device between new pg and the default pg.")
+    return bound
 
 
 def _split(parent: ProcessGroup, members: list[int] | None, key: int,

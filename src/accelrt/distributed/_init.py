@@ -325,9 +325,11 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
         group = _init_store(engine_map, backend_str, op_timeout, init_timeout, n, r,
                             bound, named, where)
     if bound is not None:
-        from .._device import _get_device, set_device_index
+        from .._device import _get_device, _set_index
         b, index = _get_device(bound)
-        set_device_index(bound)
+        # made current on its own backend (set_device_index would refuse a device of another
+        # backend than the current accelerator: torch 2.15 binds cpu:0 on a CUDA machine)
+        _set_index(b, index)
         group.bound_device_id = bound
         if b.capabilities(index).cuda_array_interface:
             # CUDA device memory (what NCCL serves): start its engine now, as PyTorch's
@@ -342,16 +344,18 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
     _S.pg_count = 1
 
 
-def _bound_device(device_id: DeviceSpec) -> device:
+def _bound_device(device_id: DeviceSpec, group: bool = False) -> device:
     """The device ``init_process_group(device_id=)`` binds the world to, checked before
     anything starts, as torch 2.15 checks it: an int is an index of the current accelerator;
     a device of any backend (``"cpu:0"`` too: torch 2.15 binds a CPU device with an index)
-    must have an index, and one its backend has.
+    must have an index, and one its backend has. ``group``: ``new_group(device_id=)``'s
+    device in an unbound world, refused without an index by torch's group check only.
 
     Raises:
-        ValueError: the device has no index (torch 2.15's two messages: its CPU rule for
-            cpu devices, its accelerator rule for the others); the index is not one of the
-            backend's devices (also an ``IndexError``, as accelrt's device checks).
+        ValueError: the device has no index (torch 2.15's two messages: its group rule for
+            cpu devices and for every device of a group, its accelerator rule for the
+            others); the index is not one of the backend's devices (also an ``IndexError``,
+            as accelrt's device checks).
         BackendUnavailableError: the backend is not available here.
     """
     from .._device import _get_device
@@ -360,7 +364,7 @@ def _bound_device(device_id: DeviceSpec) -> device:
     if not isinstance(device_id, int) or isinstance(device_id, bool):
         dev = _device(device_id)
         if dev.index is None:
-            if _in_host_memory(dev.type):   # torch's CPU device: its c10d rule
+            if group or _in_host_memory(dev.type):   # torch's CPU device: its c10d rule
                 raise ValueError("init_process_group device_id parameter must be a device "
                                  "with a valid index, e.g. cpu:0 or cuda:0")
             raise ValueError("Please use a device_id with index.")   # its accelerator rule
