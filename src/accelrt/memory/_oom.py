@@ -97,29 +97,31 @@ class OomReporter:
             extra += " " + hint
         return extra
 
-    def _hint(self, alloc_size: int) -> str:
-        """The end of PyTorch 2.15's message: without expandable segments, the advice to turn
-        them on; with them, why a request larger than a new segment's reservation failed (and
-        how much to reserve), or else a pointer to the reserve keys for address-space (VSZ)
-        exhaustion."""
+    def _hint(self, alloc_size: int) -> tuple[str, bool]:
+        """The end of PyTorch 2.15's message, and whether it blames the reserve: without
+        expandable segments, the advice to turn them on; with them, why a request larger than
+        a new segment's reservation failed (and how much to reserve), or else a pointer to the
+        reserve keys for address-space (VSZ) exhaustion."""
         alloc = self._alloc
         if not alloc._expandable:
-            return (" If reserved but unallocated memory is large try setting "
-                    "ACCELRT_ALLOC_CONF=expandable_segments:True to avoid fragmentation.")
+            return ((" If reserved but unallocated memory is large try setting "
+                    "ACCELRT_ALLOC_CONF=expandable_segments:True to avoid fragmentation."),
+                    False)
         total = alloc._device_total
         reserve = reserve_bytes(alloc._cfg, total)
         if reserve < alloc_size <= total:
             # (PyTorch's test: a request larger than the device is not the reserve's fault)
-            return (f" This allocation exceeds the expandable-segment reserve of "
+            return ((f" This allocation exceeds the expandable-segment reserve of "
                     f"{format_size(reserve)} for this stream, and a single allocation cannot "
                     "span expandable segments. Raise ACCELRT_ALLOC_CONF "
                     "expandable_segments_reserve or expandable_segments_reserve_by_class (or "
-                    f"unset it) so that a segment is at least {format_size(alloc_size)}.")
-        return (" expandable_segments is enabled. If instead the process is running out of "
+                    f"unset it) so that a segment is at least {format_size(alloc_size)}."),
+                    True)
+        return ((" expandable_segments is enabled. If instead the process is running out of "
                 "virtual address space (VSZ), expandable segments may be over-reserving it "
                 "(each segment reserves ~9/8 of the device's memory, one per stream and "
                 "pool); reduce it with ACCELRT_ALLOC_CONF expandable_segments_reserve / "
-                "expandable_segments_reserve_by_class.")
+                "expandable_segments_reserve_by_class."), False)
 
     def prepare_oom(self, stream: int, rounded: int, frames: list[dict[str, Any]] | None,
                     requested: int | None = None, pool_id: tuple[int, int] = (0, 0),
@@ -153,15 +155,16 @@ class OomReporter:
                f"{format_size(allocated + priv)} is allocated by accelrt, {priv_msg}and "
                f"{format_size(reserved - allocated - priv)} is reserved by accelrt but "
                "unallocated.")
-        hint = self._hint(alloc_size)
-        # (the backend's advice to give it more memory does not apply to a reserve too small)
+        hint, over_reserve = self._hint(alloc_size)
         msg += hint
         if custom:
             msg += (" The custom allocator backing this MemPool returned nullptr. Check "
                     "preceding allocator warnings or logs for the underlying cause. This can "
                     "indicate an allocator-specific error or memory constraint, even when "
                     "device-wide free memory is available.")
-        msg += self._advice(asked, alloc_size, backend=not (hint.startswith(" This") or custom))
+        # (the backend's advice to give it more memory applies neither to a reserve too small
+        # nor to a pool's own allocator)
+        msg += self._advice(asked, alloc_size, backend=not (over_reserve or custom))
         limit = allowed if allowed is not None else dev_total
         return msg, alloc_size, allocated, limit, dev_free
 
