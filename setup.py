@@ -149,7 +149,8 @@ def ext_modules(chosen: Choice | None = None) -> tuple[list[object], Choice]:
 #: Philox4x32-10 in C: the arithmetic of ``accelrt.random._philox`` (the numpy reference, which
 #: the pure build runs), made about three times faster (bench/bench_random.py); part of the
 #: compiled build, so it ships and falls back with the mypyc modules.
-PHILOX = Extension("accelrt.random._philox_host", ["src/accelrt/random/_philox_host.c"])
+PHILOX = Extension("accelrt.random._philox_host", ["src/accelrt/random/_philox_host.c"],
+                   depends=["src/accelrt/random/_philox_kernels.h"])
 
 #: The allocator's free lists in C (``accelrt.memory._free_list``'s ``FreeList``, in Python for
 #: the pure build): keys of two 64-bit integers where the Python type compares and builds

@@ -220,6 +220,8 @@ def collect_info(self_check: bool = True, backends: Sequence[str] | None = None
         build of accelrt is loaded), "build_reason" (why, in one line), "compiled_modules",
         "allocator_build" ("pure" or "compiled", see :data:`accelrt.memory.compiled`),
         "random_host" ("C" where the compiled build's C Philox is loaded, else "numpy"),
+        "random_host_isa" (the instruction set of the C Philox's loops: "avx512f" or
+        "baseline"; None in the pure build),
         "current_accelerator", "ok", "entry_point_problems" (why entries of the
         ``accelrt.backends`` entry-point group were ignored),
         "backends": [{"name", "available", "reason", "devices": [{"device", "properties",
@@ -254,6 +256,7 @@ def collect_info(self_check: bool = True, backends: Sequence[str] | None = None
         "compiled_modules": len(build.modules),
         "allocator_build": "compiled" if acc.memory.compiled else "pure",
         "random_host": "numpy" if _philox._kernel is None else "C",
+        "random_host_isa": None if _philox._kernel is None else _philox._kernel.isa(),
         "current_accelerator": current, "ok": True,
         "entry_point_problems": _backend.entry_point_problems(),
         "backends": [],
@@ -320,6 +323,12 @@ _RANDOM_HOST = {"C": "C (the compiled build's Philox4x32-10)",
                 "numpy": "numpy (the pure build's Philox4x32-10 pipeline)"}
 
 
+def _random_host(info: dict[str, Any]) -> str:
+    text = _RANDOM_HOST.get(str(info.get("random_host")), "unknown")
+    isa = info.get("random_host_isa")
+    return text if not isa else f"{text[:-1]}, {isa} loops)"
+
+
 def format_info(info: dict[str, Any]) -> str:
     """Render :func:`collect_info`'s dict as short human-readable text.
 
@@ -332,7 +341,7 @@ def format_info(info: dict[str, Any]) -> str:
     lines = [f"accelrt {info['version']} (Python {info['python']}, numpy {info['numpy']})",
              _build_line(info),
              f"caching allocator: {info['allocator_build']} build",
-             f"host random numbers: {_RANDOM_HOST.get(str(info.get('random_host')), 'unknown')}",
+             f"host random numbers: {_random_host(info)}",
              f"current accelerator: {info['current_accelerator']}", "", "backends:"]
     width = max([len(b["name"]) for b in info["backends"]] + [4])
     for b in info["backends"]:

@@ -299,7 +299,8 @@ def test_garbage_accelrt_accelerator_is_a_clear_error_not_a_crash_at_import() ->
 # ---------------------------------------------------------------------- accelrt info
 
 _INFO_KEYS = {"version", "python", "numpy", "platform", "build", "build_reason",
-              "compiled_modules", "allocator_build", "random_host", "current_accelerator", "ok",
+              "compiled_modules", "allocator_build", "random_host", "random_host_isa",
+              "current_accelerator", "ok",
               "entry_point_problems", "backends"}
 
 

@@ -62,6 +62,13 @@ def test_info_reports_the_build() -> None:
     # the C Philox comes with the compiled build
     assert info["random_host"] == ("C" if memory.compiled else "numpy")
     assert f"host random numbers: {info['random_host']} (" in cli.format_info(info)
+    # and names the instruction set of its loops
+    if memory.compiled:
+        from accelrt.random import _philox_host
+        assert info["random_host_isa"] == _philox_host.isa()
+        assert f"{_philox_host.isa()} loops)" in cli.format_info(info)
+    else:
+        assert info["random_host_isa"] is None
 
 
 def test_pure_modules_stay_pure() -> None:

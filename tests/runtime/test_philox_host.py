@@ -179,3 +179,47 @@ def test_zero_counts_write_nothing() -> None:
     KERNEL.words_at(out.ctypes.data, 0, 1, 2)
     KERNEL.uniform_at(out.ctypes.data, 0, 4, 1, 2)
     assert (out == 7).all()
+
+
+ISAS = KERNEL.isas() if KERNEL is not None else ()
+
+
+def test_the_best_instruction_set_is_used_and_the_baseline_always_runs() -> None:
+    assert KERNEL.isa() == ISAS[0]
+    assert ISAS[-1] == "baseline"
+    assert set(ISAS) <= {"avx512f", "baseline"}
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_every_instruction_set_computes_the_same_bits(isa: str) -> None:
+    # the SIMD lanes' loops and the one-block tails, across the lanes' edges, the counter's
+    # high word and its wrap; every variant this CPU runs against the numpy pipeline
+    previous = KERNEL.use_isa(isa)
+    try:
+        assert KERNEL.isa() == isa
+        for seed in SEEDS:
+            for offset in COUNTERS:
+                for n in [*range(1, 41), 300]:
+                    got = np.full((n + 1, 4), 7, np.uint32)
+                    KERNEL.words_at(got.ctypes.data, n, seed, offset)
+                    np.testing.assert_array_equal(got[:n],
+                                                  _pipeline(_philox.words, seed, offset, n))
+                    assert (got[n] == 7).all()
+                for dtype in ("float32", "float64"):
+                    for n in [*range(1, 71), 1001]:
+                        out = np.full(n + 1, -1.0, dtype)
+                        KERNEL.uniform_at(out.ctypes.data, n, out.itemsize, seed, offset)
+                        want = _pipeline(_fill, n, dtype, "uniform", seed, offset, (0.0, 1.0))
+                        assert out[:n].tobytes() == want.tobytes(), (isa, dtype, seed, offset, n)
+                        assert out[n] == -1.0
+    finally:
+        KERNEL.use_isa(previous)
+
+
+def test_use_isa_takes_only_what_this_cpu_runs() -> None:
+    with pytest.raises(ValueError, match=r"use_isa\('sse9'\): this CPU runs only"):
+        KERNEL.use_isa("sse9")
+    with pytest.raises(TypeError, match="takes a str, got int"):
+        KERNEL.use_isa(4)
+    assert KERNEL.isa() == ISAS[0]
+    assert KERNEL.use_isa(ISAS[0]) == ISAS[0]
