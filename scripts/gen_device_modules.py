@@ -222,10 +222,12 @@ def typed_by_module(cls: type = _module.DeviceModule) -> list[str]:
 
 def render_stub() -> str:
     """The source of :data:`STUB`: every function, submodule and shared name that has one type
-    in every device module, declared once."""
+    in every device module, declared once (with the private names that libraries import,
+    :data:`accelrt._runtime._registry.PRIVATE`, in its ``__all__`` so that the modules'
+    ``import *`` declares them)."""
     shared = [n for n in functions(_module.DeviceModule) if n not in typed_by_module()]
     names = sorted({*shared, *_registry.SHARED, *_registry.SUBMODULES, *_registry.LIVE,
-                    "export_dot"})
+                    *_registry.PRIVATE, "export_dot"})
     return "\n".join([
         HEADER + '"""The types of the device modules\' functions that '
         "name none of the module's classes,",
@@ -242,8 +244,8 @@ def render_stub() -> str:
         "from ._classes import Event, Stream", "from ._module import DeviceModule", "",
         "__all__ = [", *(f'    "{n}",' for n in names), "]", "",
         "_m: DeviceModule[Stream[Event], Event]",
-        *(f"{n} = _m.{n}" for n in sorted({*shared, *_registry.SUBMODULES, *_registry.LIVE}
-                                          - {"nvtx"})),
+        *(f"{n} = _m.{n}" for n in sorted({*shared, *_registry.SUBMODULES, *_registry.LIVE,
+                                           *_registry.PRIVATE} - {"nvtx"})),
         "export_dot = _graph.export_dot"]) + "\n"
 
 

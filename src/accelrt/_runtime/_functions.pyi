@@ -22,6 +22,8 @@ __all__ = [
     "MemPool",
     "OutOfMemoryError",
     "PluggableAllocator",
+    "_lazy_call",
+    "_lazy_init",
     "caching_allocator_alloc",
     "caching_allocator_delete",
     "caching_allocator_disabled",
@@ -108,6 +110,8 @@ __all__ = [
 ]
 
 _m: DeviceModule[Stream[Event], Event]
+_lazy_call = _m._lazy_call
+_lazy_init = _m._lazy_init
 caching_allocator_alloc = _m.caching_allocator_alloc
 caching_allocator_delete = _m.caching_allocator_delete
 caching_allocator_disabled = _m.caching_allocator_disabled

@@ -27,6 +27,8 @@ from ._random import RandomFunctions, RandomModule
 from ._submodules import GraphsModule, ProfilerModule, StreamsModule
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from .._properties import DeviceProperties
     from .._typing import DeviceLike
 
@@ -113,6 +115,48 @@ class DeviceModule(MemoryFunctions, RandomFunctions, Generic[_S, _E]):
         """
         b = self._b()
         _lazy_init(b, _tls.device.get(b.name, 0))
+
+    def _lazy_init(self) -> None:
+        """:meth:`init` under ``torch.cuda._lazy_init``'s name: PyTorch's name is private, but
+        Megatron-LM and DeepSpeed import it (``from torch.cuda import _lazy_init``).
+
+        Raises:
+            BackendUnavailableError: the backend cannot be used here (where PyTorch raises
+                ``RuntimeError``/``AssertionError``; it is a ``RuntimeError`` too).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu._lazy_init()
+            >>> acc.cpu.is_initialized()
+            True
+        """
+        self.init()
+
+    def _lazy_call(self, callable: Callable[[], object],  # noqa: A002 - torch's name
+                   **kwargs: object) -> None:
+        """``torch.cuda._lazy_call`` (private in PyTorch; Megatron-LM's, apex's and
+        DeepSpeed's RNG-state helpers call it): run ``callable()`` now where the backend can
+        be used; where it cannot, drop it. ``kwargs`` (PyTorch's ``seed=``/``seed_all=``)
+        are accepted and unused.
+
+        PyTorch runs the callable at once when CUDA is initialised and otherwise queues it
+        for its lazy initialisation. accelrt runs no deferred calls: a device starts on first
+        use and the default generators live on the host, so what the callable does works
+        now (starting the device where it needs one). Where the backend cannot be used,
+        PyTorch's queue never runs, as its initialisation fails; accelrt drops the call,
+        and :meth:`_lazy_init` raises :class:`~accelrt.BackendUnavailableError`.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> state = acc.cpu.get_rng_state()
+            >>> acc.cpu._lazy_call(lambda: acc.cpu.default_generators[0].set_state(state))
+            >>> bool((acc.cpu.get_rng_state() == state).all())
+            True
+        """
+        if self._usable() is not None:
+            callable()
 
     def ipc_collect(self) -> None:
         """``torch.cuda.ipc_collect``: free the memory this process shared with other processes

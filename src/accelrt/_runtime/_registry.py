@@ -40,6 +40,10 @@ SUBMODULES = ("graphs", "memory", "nvtx", "profiler", "random", "streams")
 #: (``torch.cuda.AcceleratorError`` and ``OutOfMemoryError`` are accelrt's one error tree's).
 SHARED = ("AcceleratorError", "CUDAPluggableAllocator", "MemPool", "OutOfMemoryError",
           "PluggableAllocator", "get_allocator_settings", "set_allocator_settings")
+#: ``torch.cuda``'s private names that libraries import (``from torch.cuda import _lazy_call,
+#: _lazy_init`` in Megatron-LM): bound like the public functions, left out of ``__all__`` as in
+#: torch.cuda.
+PRIVATE = ("_lazy_call", "_lazy_init")
 #: Its attributes read on each access (properties of :class:`DeviceModule`; in a built-in
 #: device module, of :class:`LiveModule`).
 LIVE = ("default_generators",)
@@ -124,8 +128,8 @@ def bindings(m: DeviceModule[Any, Any]) -> dict[str, Any]:
     from .. import memory
     from .._errors import AcceleratorError, OutOfMemoryError
     from ..memory._pluggable import PluggableAllocator
-    names: dict[str, Any] = {n: getattr(m, n)
-                             for n in (*function_names(type(m)), *CLASSES, *SUBMODULES)}
+    names: dict[str, Any] = {n: getattr(m, n) for n in (*function_names(type(m)), *PRIVATE,
+                                                         *CLASSES, *SUBMODULES)}
     names.update(export_dot=_graph.export_dot, AcceleratorError=AcceleratorError,
                  OutOfMemoryError=OutOfMemoryError,
                  MemPool=memory.MemPool, PluggableAllocator=PluggableAllocator,
@@ -142,7 +146,8 @@ def _register(m: DeviceModule[Any, Any], namespace: dict[str, Any],
     ``.streams``, ``.profiler``, ``.nvtx``), document its classes (:data:`CLASS_DOCS`) and bind
     its :func:`bindings` in the module's ``namespace`` (a name the module defines itself stays
     its own); the module becomes a :class:`LiveModule`. Returns the module's ``__all__``:
-    every bound name but ``graphs``, the :data:`LIVE` names, plus ``extra``."""
+    every bound name but ``graphs`` and the :data:`PRIVATE` ones, the :data:`LIVE` names,
+    plus ``extra``."""
     with _modules_lock:
         _modules[m.name] = m
     for sub in (m.memory, m.graphs, m.random, m.streams, m.profiler):
@@ -158,7 +163,7 @@ def _register(m: DeviceModule[Any, Any], namespace: dict[str, Any],
     module = sys.modules.get(m.module)
     if module is not None and module.__dict__ is namespace:
         module.__class__ = LiveModule
-    return tuple(sorted({*names, *LIVE, *extra} - {"graphs"}))
+    return tuple(sorted({*names, *LIVE, *extra} - {"graphs", *PRIVATE}))
 
 
 def device_module(name: str) -> DeviceModule[Stream[Event], Event]:
