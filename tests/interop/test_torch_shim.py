@@ -321,7 +321,7 @@ def test_raise_on_failure_throws_accelrts_message() -> None:
     assert proc.stdout.split() == ["served"], proc.stderr
     assert proc.returncode != 0
     assert "AllocationFailed" in proc.stderr
-    assert "tiny out of memory. Tried to allocate 64.00 MiB" in proc.stderr
+    assert "TINY out of memory. Tried to allocate 64.00 MiB" in proc.stderr
 
 
 def test_uninstall_returns_null(lib: Any) -> None:

@@ -294,7 +294,7 @@ def test_fraction_oom_message_and_continued_use():
         a.malloc(100 * MiB, 0)
     e = ei.value
     msg = str(e)
-    assert msg.startswith("simulated out of memory. Tried to allocate 100.00 MiB. Device "
+    assert msg.startswith("SIMULATED out of memory. Tried to allocate 100.00 MiB. Device "
                           "simulated:0 has a total capacity of 1024.00 MiB of which 824.00 MiB is free. "
                           "256.00 MiB allowed; Of the allocated memory 200.00 MiB is allocated "
                           "by accelrt, and 0 bytes is reserved by accelrt but unallocated.")

@@ -187,7 +187,7 @@ def test_null_from_the_library_is_out_of_memory(lib: Lib, fresh: str) -> None:
     lib.fail_next(1)
     n_alloc, live = lib.n_alloc, lib.live_bytes
     with memory.use_mem_pool(pool, dev), pytest.raises(
-            acc.OutOfMemoryError, match=rf"{fresh} out of memory. Tried to allocate 4.00 KiB\. "
+            acc.OutOfMemoryError, match=rf"{fresh.upper()} out of memory. Tried to allocate 4.00 KiB\. "
                                         r".* The custom allocator backing this MemPool "
                                         r"returned nullptr\. .* new 2.00 MiB segment for the "
                                         r"4.00 KiB request") as info:

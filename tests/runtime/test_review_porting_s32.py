@@ -165,7 +165,7 @@ def test_oom_helpers_of_accelerate_lightning_and_torchtitan(tmp_path: Path) -> N
     # torch.OutOfMemoryError.__mro__ == (OutOfMemoryError, RuntimeError, ...)); accelrt's
     # message starts "<backend> out of memory." as torch's "CUDA out of memory."
     assert out["oom"][:4] == [True, True, 1, True]
-    assert out["oom"][4].lower() == "cpu out of memory. tried to allocate 64.00 mib."
+    assert out["oom"][4] == "CPU out of memory. Tried to allocate 64.00 MiB."   # torch: "CUDA ..."
     # the snapshot dumped on the OOM holds torch's "oom" trace entry
     assert out["traces"][-1] == "oom"
 

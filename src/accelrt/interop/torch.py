@@ -59,7 +59,7 @@ def use_accelrt_allocator(device: int | None = None, *, settings: str | None = N
     while its own is unused, and only once per process (there is no way back). A later call
     keeps the installed allocator and applies its ``device`` and ``settings``. Afterwards an
     allocation accelrt cannot serve raises a ``RuntimeError`` in PyTorch carrying accelrt's
-    message (``"cuda out of memory. Tried to allocate ..."``): PyTorch's pluggable allocator
+    message (``"CUDA out of memory. Tried to allocate ..."``): PyTorch's pluggable allocator
     has no out-of-memory path of its own.
 
     Args:

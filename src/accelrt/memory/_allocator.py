@@ -520,7 +520,7 @@ class DeviceCachingAllocator:
             raise ValueError(f"allocation size must be >= 0, got {size}")
         if size >= _MAX_ALLOC:
             raise OutOfMemoryError(
-                f"{self._name} out of memory. Tried to allocate more than 1EB memory.",
+                f"{self._name.upper()} out of memory. Tried to allocate more than 1EB memory.",
                 size, self.memory_allocated(), self._device_total)
         return size
 

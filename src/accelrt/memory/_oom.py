@@ -68,7 +68,7 @@ class OomReporter:
         ...     a.malloc(2**50, 0)
         ... except OutOfMemoryError as e:
         ...     print(str(e).split(".")[0])
-        cpu out of memory
+        CPU out of memory
         >>> len(seen)
         1
     """
@@ -149,7 +149,7 @@ class OomReporter:
                     if priv > 0 else "")
         name = alloc._name
         asked = rounded if requested is None else requested
-        msg = (f"{name} out of memory. Tried to allocate {format_size(asked)}. Device "
+        msg = (f"{name.upper()} out of memory. Tried to allocate {format_size(asked)}. Device "
                f"{name}:{alloc._index} has a total capacity of {format_size(dev_total)} of "
                f"which {format_size(dev_free)} is free. {allowed_info}Of the allocated memory "
                f"{format_size(allocated + priv)} is allocated by accelrt, {priv_msg}and "
@@ -181,7 +181,7 @@ class OomReporter:
         except Exception:  # noqa: BLE001 - the OOM report must not fail
             dev_free = 0
         allocated = alloc._stats.allocated_bytes()
-        msg = (f"{alloc._name} out of memory. Allocation was preemptively rejected because it "
+        msg = (f"{alloc._name.upper()} out of memory. Allocation was preemptively rejected because it "
                f"would exceed per_process_memory_fraction limit. Requested size: "
                f"{format_size(asked)}. Reserved: {format_size(alloc._total_reserved)}, "
                f"allowed: {format_size(allowed)} (throw_on_malloc_oom is set)."

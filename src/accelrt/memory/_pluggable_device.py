@@ -43,7 +43,7 @@ class PluggableDeviceAllocator(ReplacedAllocator):
         ptr = self._plug._raw_alloc(self._b, self._index, size, stream)
         if not ptr:
             raise OutOfMemoryError(
-                f"{self._name} out of memory. Tried to allocate {format_size(size)}. The "
+                f"{self._name.upper()} out of memory. Tried to allocate {format_size(size)}. The "
                 f"pluggable allocator {self._plug._what} returned NULL for device "
                 f"{self._name}:{self._index}.", size, 0, self._device_total)
         return ptr

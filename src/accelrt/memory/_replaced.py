@@ -62,7 +62,7 @@ class ReplacedAllocator(DeviceCachingAllocator):
         if n < 0:
             raise ValueError(f"allocation size must be >= 0, got {n}")
         if n >= _MAX_ALLOC:
-            raise OutOfMemoryError(f"{self._name} out of memory. Tried to allocate more than "
+            raise OutOfMemoryError(f"{self._name.upper()} out of memory. Tried to allocate more than "
                                    "1EB memory.", n, 0, self._device_total)
         return n
 

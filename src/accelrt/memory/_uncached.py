@@ -57,8 +57,8 @@ class UncachedRequests:
             raise duplicate_address(self._b, self._index, size, ptr)
         if not ptr:
             free, total = self._b.get_memory_info(self._index)
-            msg = (f"{self._name}:{self._index} out of memory: tried to allocate "
-                   f"{format_size(size)} with the caching allocator disabled "
+            msg = (f"{self._name.upper()} out of memory. Tried to allocate {format_size(size)} "
+                   f"on {self._name}:{self._index} with the caching allocator disabled "
                    f"({format_size(free)} of {format_size(total)} free)")
             return msg, size, 0, total, free
         self._streams[ptr] = [stream]
