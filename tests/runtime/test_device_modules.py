@@ -454,9 +454,9 @@ def test_memory_functions(m: Any) -> None:
         nested = m.memory_stats_as_nested_dict(1)
         assert nested["allocation"]["all"]["current"] == stats["allocation.all.current"]
         assert "device ID 1" in m.memory_summary(1, abbreviated=True)
-        with pytest.warns(FutureWarning, match=r"memory_cached has been renamed to .*\.memory_reserved"):
+        with pytest.warns(FutureWarning, match=r"memory_cached` has been renamed to `.*\.memory_reserved`"):
             assert m.memory_cached(1) == m.memory_reserved(1)
-        with pytest.warns(FutureWarning, match=r"max_memory_cached has been renamed to .*\.max_memory_reserved"):
+        with pytest.warns(FutureWarning, match=r"max_memory_cached` has been renamed to `.*\.max_memory_reserved`"):
             assert m.max_memory_cached(1) == m.max_memory_reserved(1)
     finally:
         m.caching_allocator_delete(p)

@@ -204,7 +204,7 @@ class MemoryFunctions(ModuleBase):
             message = (f"{self.module}.{old} now calls {self.module}.{new}, which resets /all/ "
                        "peak memory stats.")
         else:
-            message = f"{self.module}.{old} has been renamed to {self.module}.{new}"
+            message = f"`{self.module}.{old}` has been renamed to `{self.module}.{new}`"
         warnings.warn(message, FutureWarning, stacklevel=3)
 
     def memory_cached(self, device: DeviceLike = None) -> int:
