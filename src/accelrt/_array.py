@@ -769,7 +769,8 @@ class Array:
 
     def _device_capsule(self, stream: Any, max_version: tuple[int, int] | None,
                         copy: bool | None) -> Any:
-        """DLPack capsule of device memory built with ctypes (non-host-accessible backends)."""
+        """DLPack capsule of device memory (non-host-accessible backends), made by
+        :func:`accelrt._dlpack.make_capsule`."""
         src = self
         if copy:
             src = new_array(Array, self._shape, self._dtype, self.device)

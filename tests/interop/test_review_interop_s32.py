@@ -1,0 +1,132 @@
+"""Differential review of accelrt's DLPack interchange against torch 2.15 and numpy (s32): the
+protocol's keyword forms, imports of hostile producers, lifetimes and stream order, each checked
+by running torch 2.15 (and numpy's own DLPack) on the same inputs; the comment above each test
+says what was observed. Earlier reviews: test_review_interop_s24.py, test_review_torch_interop_s26.py.
+
+PyTorch is an optional extra: the tests that need it skip without it. Ordering is checked with
+gates (host functions that block a stream) and stream queries, never sleeps."""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import gc
+import importlib.util
+import re
+import sys
+import threading
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import pytest
+
+import accelrt as acc
+from accelrt import _dlpack, backends
+from accelrt.backends.cpu import CpuBackend
+from accelrt.interop._dlpack_in import from_dlpack
+from accelrt.testing import leak_check
+
+HAVE_TORCH = importlib.util.find_spec("torch") is not None
+needs_torch = pytest.mark.skipif(not HAVE_TORCH,
+                                 reason="torch is not installed (an optional extra)")
+NUMPY_VERSIONED = np.lib.NumpyVersion(np.__version__) >= "2.1.0"
+needs_versioned = pytest.mark.skipif(not NUMPY_VERSIONED,
+                                     reason="numpy < 2.1 has no DLPack 1.0 (versioned) capsules")
+
+
+class _Hidden(CpuBackend):
+    """cpu devices whose memory counts as device memory (DLPack device kDLExtDev: capsules
+    built by accelrt._dlpack, streams that run asynchronously)."""
+
+    def capabilities(self, index: int) -> Any:
+        return dataclasses.replace(super().capabilities(index), host_accessible=False)
+
+
+DEV = "s32dev:0"
+backends.register("s32dev", lambda: _Hidden(num_devices=1, async_streams=True, name="s32dev"),
+                  replace=True)
+
+_name = ctypes.pythonapi.PyCapsule_GetName
+_name.restype, _name.argtypes = ctypes.c_char_p, [ctypes.py_object]
+
+
+class _Returns:
+    """A producer handing out ``capsule`` from ``__dlpack__`` (any keywords) and ``device``
+    from ``__dlpack_device__``."""
+
+    def __init__(self, capsule: object, device: Any = (_dlpack.kDLCPU, 0)) -> None:
+        self.capsule, self.device = capsule, device
+
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        return self.capsule
+
+    def __dlpack_device__(self) -> Any:
+        return self.device
+
+
+@contextmanager
+def _no_gc() -> Iterator[None]:
+    """No automatic garbage collection within: what is released, is released by refcounts."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+@contextmanager
+def _unraisable() -> Iterator[list[str]]:
+    """The unraisable exceptions (``Exception ignored ...``) reported within, as text."""
+    seen: list[str] = []
+    old = sys.unraisablehook
+    sys.unraisablehook = lambda u: seen.append(f"{u.err_msg}: {u.exc_type.__name__}: "
+                                               f"{u.exc_value}")
+    try:
+        yield seen
+    finally:
+        sys.unraisablehook = old
+
+
+# ---------------------------------------------------------------------- device capsules' deleter
+
+@needs_torch
+def test_a_consumer_refusing_a_device_capsule_keeps_its_own_error() -> None:
+    # observed with torch 2.15: torch.from_dlpack of a device array torch cannot take (here
+    # kDLExtDev; a CUDA array on a CPU-only build, an OpenCL array) calls the capsule's deleter
+    # with its error already set; accelrt's deleter was a ctypes callback, which cannot run
+    # with an exception pending: "Exception ignored on calling ctypes callback function ...
+    # SystemError: <method 'pop' of 'dict' objects> returned a result with an exception set",
+    # and torch's own error became "SystemError: <built-in function _from_dlpack> returned
+    # NULL without setting an exception"
+    import torch
+    for kw in ({}, {"copy": True}):
+        a = acc.full(4, 2.0, device=DEV)
+        owner = weakref.ref(a._mem)
+        with _unraisable() as seen:
+            with pytest.raises(Exception) as info:
+                torch.from_dlpack(_Returns(a.__dlpack__(**kw), a.__dlpack_device__()))
+        assert seen == []
+        assert not isinstance(info.value, SystemError), info.value
+        del a
+        gc.collect()
+        assert owner() is None                  # torch called the deleter: nothing held
+
+
+def test_an_unconsumed_device_capsule_releases_its_owner_when_dropped() -> None:
+    # a capsule nobody consumed kept its array's memory until the next garbage collection (or
+    # the next capsule made): DLPack's capsule destructor calls the deleter when it is dropped
+    for kw in ({}, {"max_version": (1, 0)}, {"max_version": (1, 0), "copy": True}):
+        with _no_gc():
+            a = acc.full(1000, 1.0, device=DEV)
+            owner = weakref.ref(a._mem)
+            cap = a.__dlpack__(**kw)
+            before = _dlpack.live_capsules()
+            del a
+            assert owner() is not None or kw.get("copy")   # the capsule holds the memory
+            del cap
+            assert owner() is None and _dlpack.live_capsules() == before - 1
