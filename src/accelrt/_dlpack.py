@@ -41,6 +41,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import sys
 import threading
@@ -320,7 +321,11 @@ def producer_of(obj: Any) -> Any:
     taken from ``tensor.detach()``, an alias of its memory. A tensor's own capsule holds the
     tensor, so ``tensor.set_(...)`` or ``tensor.data = ...`` would free the memory under the
     consumer; the alias keeps it. A tensor that requires grad is returned as it is (PyTorch
-    refuses its export, saying to detach it).
+    refuses its export, saying to detach it), and so is a tensor subclass with an export of
+    its own (``__dlpack__``), which decides what it exports: torch 2.15's
+    ``torch.utils.dlpack.ReadOnlyTensorWrapper`` flags its memory read-only (and refuses every
+    other torch operation, so the tensor's flags are read with its ``__torch_function__``
+    off).
 
     Raises:
         BufferError: a tensor with its negative bit set (a lazily negated view, e.g.
@@ -339,11 +344,16 @@ def producer_of(obj: Any) -> Any:
     if not isinstance(tensor_type, type) or not isinstance(obj, tensor_type):
         return obj
     tensor: Any = obj
-    is_neg = getattr(tensor, "is_neg", None)   # PyTorch >= 1.10
-    if is_neg is not None and is_neg():
-        raise BufferError("Can't export tensors with the negative bit set (a lazily negated "
-                          "view, e.g. x.conj().imag); use tensor.resolve_neg()")
-    return tensor if tensor.requires_grad else tensor.detach()
+    plain = getattr(getattr(torch, "_C", None), "DisableTorchFunctionSubclass", None)
+    with plain() if plain is not None else contextlib.nullcontext():   # PyTorch >= 2.0
+        is_neg = getattr(tensor, "is_neg", None)   # PyTorch >= 1.10
+        if is_neg is not None and is_neg():
+            raise BufferError("Can't export tensors with the negative bit set (a lazily "
+                              "negated view, e.g. x.conj().imag); use tensor.resolve_neg()")
+        requires_grad = tensor.requires_grad
+    if requires_grad or type(tensor).__dlpack__ is not getattr(tensor_type, "__dlpack__", None):
+        return tensor
+    return tensor.detach()
 
 
 class _Exported:

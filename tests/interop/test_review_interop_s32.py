@@ -130,3 +130,36 @@ def test_an_unconsumed_device_capsule_releases_its_owner_when_dropped() -> None:
             assert owner() is not None or kw.get("copy")   # the capsule holds the memory
             del cap
             assert owner() is None and _dlpack.live_capsules() == before - 1
+
+
+# ---------------------------------------------------------------------- read-only exports
+
+@needs_torch
+@needs_versioned
+def test_torch_read_only_exports_are_copied_or_refused_never_shared_writable() -> None:
+    # torch 2.15 exports read-only: Tensor.__dlpack__(read_only=True) (a versioned capsule
+    # with DLPack's read-only flag) and torch.utils.dlpack.ReadOnlyTensorWrapper, a tensor
+    # subclass whose every torch operation but the DLPack export raises RuntimeError;
+    # np.from_dlpack of either gives a read-only view. accelrt's from_torch and acc.asarray
+    # raised the wrapper's "RuntimeError: ReadOnlyTensorWrapper only supports DLPack export;
+    # '__get__' is not allowed" (they read requires_grad, is_neg and detach() of it)
+    import torch
+    from torch.utils.dlpack import ReadOnlyTensorWrapper
+
+    from accelrt.interop.torch import from_torch
+    t = torch.arange(4.0)
+    flagged = _Returns(None)
+    flagged.__dlpack__ = lambda **kw: t.__dlpack__(max_version=(1, 0),  # type: ignore[method-assign]
+                                                   read_only=True)
+    wrapper = ReadOnlyTensorWrapper(t)
+    assert not np.from_dlpack(wrapper).flags.writeable
+    for producer in (flagged, wrapper):
+        with pytest.raises(BufferError, match="read-only memory"):
+            from_dlpack(producer)
+        a = acc.asarray(producer, device="cpu:0")             # a copy: the values, not the memory
+        assert a.data_ptr() != t.data_ptr() and a.numpy().tolist() == [0, 1, 2, 3]
+        with pytest.raises(ValueError, match="copy=False"):
+            acc.asarray(producer, device="cpu:0", copy=False)
+    with pytest.raises(BufferError, match="read-only memory"):
+        from_torch(wrapper)
+    assert t.tolist() == [0, 1, 2, 3]
