@@ -163,3 +163,49 @@ def test_torch_read_only_exports_are_copied_or_refused_never_shared_writable() -
     with pytest.raises(BufferError, match="read-only memory"):
         from_torch(wrapper)
     assert t.tolist() == [0, 1, 2, 3]
+
+
+@needs_versioned
+@pytest.mark.parametrize("device", ["cpu:0", DEV])
+def test_array_exports_read_only_as_torch_2_15_does(device: str) -> None:
+    # torch 2.15: Tensor.__dlpack__(read_only=True) exports the memory (no copy) in a versioned
+    # capsule with DLPack's read-only flag; with a legacy capsule (max_version None or < (1, 0))
+    # it is BufferError("read_only export requires the versioned DLPack protocol; pass
+    # max_version=(1, 0) or higher"); a read_only that is not a bool is a TypeError. accelrt's
+    # Array.__dlpack__ had no read_only keyword (TypeError: unexpected keyword argument)
+    a = acc.full(3, 1.5, device=device)
+    for kw in ({}, {"copy": True}, {"copy": False}):
+        cap = a.__dlpack__(max_version=(1, 0), read_only=True, **kw)
+        assert _name(cap) == b"dltensor_versioned"
+        mv = _dlpack.unused_capsule(cap, "test")[1]
+        assert mv.flags & _dlpack.DLPACK_FLAG_BITMASK_READ_ONLY
+        assert (mv.dl_tensor.data == a.data_ptr()) is (not kw.get("copy"))
+        if device == "cpu:0":
+            view = np.from_dlpack(_Returns(cap))
+            assert not view.flags.writeable and view.tolist() == [1.5] * 3
+    plain = _dlpack.unused_capsule(a.__dlpack__(max_version=(1, 0), read_only=False), "test")
+    assert not plain[1].flags & _dlpack.DLPACK_FLAG_BITMASK_READ_ONLY
+    del plain
+    for max_version in (None, (0, 8)):
+        with pytest.raises(BufferError, match=re.escape(
+                "read_only export requires the versioned DLPack protocol; pass "
+                "max_version=(1, 0) or higher")):
+            a.__dlpack__(max_version=max_version, read_only=True)
+    for bad, shown_as in ((1, "int"), (None, "NoneType"), ("x", "str"),
+                          (np.True_, "numpy.bool")):
+        with pytest.raises(TypeError, match=re.escape(
+                f"read_only must be a bool, got {shown_as}")):
+            a.__dlpack__(max_version=(1, 0), read_only=bad)
+    with pytest.raises(BufferError, match="read-only memory"):
+        from_dlpack(_Returns(a.__dlpack__(max_version=(1, 0), read_only=True),
+                             a.__dlpack_device__()), device=device)
+
+
+def test_argument_type_errors_name_numpy_types_as_numpy_types() -> None:
+    # torch 2.15: t.__dlpack__(copy=np.True_) is "TypeError: _to_dlpack(): argument 'copy'
+    # must be bool, not numpy.bool"; accelrt said "copy must be a bool or None, got bool"
+    a = acc.full(2, 1.0, device="cpu:0")
+    with pytest.raises(TypeError, match=re.escape("copy must be a bool or None, got numpy.bool")):
+        a.__dlpack__(copy=np.True_)
+    with pytest.raises(TypeError, match=re.escape("stream must be an int or None, got numpy.int64")):
+        a.__dlpack__(stream=np.int64(1))
