@@ -106,6 +106,9 @@ DLPACK_FLAG_BITMASK_IS_COPIED = 1 << 1
 #: The DLPack version this module produces for versioned capsules.
 DLPACK_VERSION: tuple[int, int] = (1, 1)
 
+#: DLPack device types of memory the host reads (numpy imports them)
+_HOST_TYPES = (kDLCPU, kDLCUDAHost, kDLROCMHost)
+
 _KIND_CODES = {"b": kDLBool, "i": kDLInt, "u": kDLUInt, "f": kDLFloat, "c": kDLComplex}
 
 
@@ -450,8 +453,9 @@ def host_view(obj: Any, what: str = "from_dlpack()") -> tuple[np.ndarray, bool]:
 
     Raises:
         TypeError: the data has no numpy dtype (:func:`dlpack_to_dtype`).
-        BufferError: ``__dlpack__`` returned no unused DLPack capsule (:func:`unused_capsule`;
-            the message starts with ``what``, the caller's name).
+        BufferError: ``__dlpack__`` returned no unused DLPack capsule (:func:`unused_capsule`),
+            or one describing memory the host cannot read (``__dlpack_device__`` said it
+            could); the message starts with ``what``, the caller's name.
 
     Example::
 
@@ -471,6 +475,10 @@ def host_view(obj: Any, what: str = "from_dlpack()") -> tuple[np.ndarray, bool]:
     else:
         capsule = obj.__dlpack__()
     name, managed = unused_capsule(capsule, what)
+    d = managed.dl_tensor.device
+    if d.device_type not in _HOST_TYPES:
+        raise BufferError(f"{what}: the capsule describes device "
+                          f"{(int(d.device_type), int(d.device_id))}, the producer said {device}")
     dt = managed.dl_tensor.dtype
     dlpack_to_dtype(dt.code, dt.bits, dt.lanes)
     writable = name == _NAME or not managed.flags & DLPACK_FLAG_BITMASK_READ_ONLY

@@ -209,3 +209,25 @@ def test_argument_type_errors_name_numpy_types_as_numpy_types() -> None:
         a.__dlpack__(copy=np.True_)
     with pytest.raises(TypeError, match=re.escape("stream must be an int or None, got numpy.int64")):
         a.__dlpack__(stream=np.int64(1))
+
+
+# ---------------------------------------------------------------------- hostile producers
+
+def test_a_producer_whose_dlpack_device_lies_is_a_buffer_error_on_both_paths() -> None:
+    # a producer claiming host memory whose capsule describes device memory: the host path
+    # let numpy's "RuntimeError: Unsupported device in DLTensor." through (the device path
+    # said BufferError "the capsule describes device ..., the producer said ..."); torch 2.15
+    # reads the capsule's device and fails on it. Now both paths say so, and the capsule
+    # is released (never consumed)
+    with leak_check():
+        d = acc.full(2, 1.0, device=DEV)
+        for call, who in ((from_dlpack, "from_dlpack()"),
+                          (lambda p: acc.asarray(p, device="cpu:0"), "asarray()")):
+            with pytest.raises(BufferError, match=re.escape(
+                    f"{who}: the capsule describes device (12, 0), the producer said (1, 0)")):
+                call(_Returns(d.__dlpack__(max_version=(1, 0)), (1, 0)))
+        host = np.arange(3.0)                  # says kDLCUDAHost, is kDLCPU: both host memory
+        assert from_dlpack(_Returns(host.__dlpack__(), (_dlpack.kDLCUDAHost, 0))).data_ptr() \
+            == host.ctypes.data
+        del d
+        gc.collect()
