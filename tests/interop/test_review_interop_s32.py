@@ -231,3 +231,160 @@ def test_a_producer_whose_dlpack_device_lies_is_a_buffer_error_on_both_paths() -
             == host.ctypes.data
         del d
         gc.collect()
+
+
+def test_producers_without_the_newer_keywords_are_called_as_torch_calls_them() -> None:
+    # torch 2.15's from_dlpack retries __dlpack__ without the keywords a producer refuses with
+    # TypeError (max_version, copy, dl_device), keeping stream; a host-memory producer with no
+    # keywords at all, or only stream=, is taken. So does accelrt, the memory shared
+    class Legacy:
+        def __init__(self, host: np.ndarray) -> None:
+            self.host = host
+
+        def __dlpack__(self) -> Any:
+            return self.host.__dlpack__()
+
+        def __dlpack_device__(self) -> tuple[int, int]:
+            return (_dlpack.kDLCPU, 0)
+
+    class OnlyStream(Legacy):
+        def __dlpack__(self, stream: Any = None) -> Any:   # type: ignore[override]
+            assert stream is None
+            return self.host.__dlpack__()
+
+    host = np.arange(4, dtype=np.int32)
+    for producer in (Legacy(host), OnlyStream(host)):
+        for call in (from_dlpack, lambda p: acc.asarray(p, device="cpu:0")):
+            b = call(producer)
+            assert b.data_ptr() == host.ctypes.data and b.numpy().tolist() == [0, 1, 2, 3]
+    if HAVE_TORCH:
+        import torch
+        assert torch.from_dlpack(Legacy(host)).data_ptr() == host.ctypes.data
+
+
+@needs_torch
+def test_from_torch_refuses_a_tensor_that_requires_grad_with_torchs_own_error() -> None:
+    # torch 2.15: BufferError("Can't export tensors that require gradient, use
+    # tensor.detach()"), as acc.asarray already said; from_torch said "from_torch(): the
+    # tensor requires grad; pass tensor.detach()"
+    import torch
+
+    from accelrt.interop.torch import from_torch
+    for t in (torch.ones(2, requires_grad=True), torch.ones(2, requires_grad=True) * 2):
+        for call in (from_torch, torch.from_dlpack):
+            with pytest.raises(BufferError, match=re.escape(
+                    "Can't export tensors that require gradient, use tensor.detach()")):
+                call(t)
+
+
+# ---------------------------------------------------------------------- lifetimes
+
+@needs_torch
+def test_a_tensors_memory_lives_while_the_array_does_and_goes_with_it() -> None:
+    # the producer's memory (a numpy buffer under a torch tensor) stays while an accelrt array
+    # imported from it lives, goes when both are gone; refused imports hold nothing
+    import torch
+
+    from accelrt.interop.torch import from_torch
+    with _no_gc():
+        host = np.full(64, 3.0)
+        buf = weakref.ref(host)
+        t = torch.from_numpy(host)
+        a = from_torch(t[8:16])
+        del host, t
+        assert buf() is not None and a.numpy().tolist() == [3.0] * 8
+        a.fill_(5.0)
+        b = acc.asarray(torch.from_dlpack(a), device="cpu:0")   # and round the loop again
+        del a
+        assert buf() is not None and b.numpy().sum() == 40.0
+        del b
+        assert buf() is None
+        host = np.zeros((4, 4))
+        buf = weakref.ref(host)
+        t = torch.from_numpy(host)
+        for refused in (t.T, t[:, ::2], t.expand(2, 4, 4)):
+            with pytest.raises(BufferError, match="contiguous"):
+                from_torch(refused)
+        with pytest.raises(BufferError, match="read-only"):
+            from_dlpack(_Returns(t.__dlpack__(max_version=(1, 0), read_only=True)))
+        del host, t, refused
+        assert buf() is None
+
+
+@needs_torch
+def test_an_arrays_memory_lives_while_the_tensor_does_and_goes_with_it() -> None:
+    import torch
+    dev = "cpu:0"
+    with leak_check(), _no_gc():
+        base = acc.memory.memory_allocated(dev)
+        a = acc.full(256, 2.0, device=dev)
+        t = torch.from_dlpack(a)
+        unconsumed = a.__dlpack__(max_version=(1, 0))
+        del a
+        assert acc.memory.memory_allocated(dev) > base and t.sum().item() == 512.0
+        del t
+        assert acc.memory.memory_allocated(dev) > base      # the capsule still holds it
+        del unconsumed
+        assert acc.memory.memory_allocated(dev) == base
+
+
+# ---------------------------------------------------------------------- stream order
+
+def _gated(stream: acc.Stream) -> threading.Event:
+    """A gate blocking ``stream`` until the returned event is set."""
+    gate = threading.Event()
+    stream._b.launch_host_func(stream.device_index, gate.wait, stream.stream_id)
+    return gate
+
+
+@pytest.mark.parametrize("stream", ["consumer", None, -1])
+def test_an_export_orders_the_consumers_stream_after_the_producers(stream: Any) -> None:
+    # torch 2.15 (CUDA): __dlpack__(stream=s) makes s wait for the current stream (an event),
+    # None means the default stream, -1 no synchronization; accelrt on an asynchronous device
+    producer, consumer = acc.Stream(DEV), acc.Stream(DEV)
+    default = acc.current_stream(DEV)
+    with producer:
+        a = acc.full(4, 2.0, device=DEV)
+        gate = _gated(producer)
+        try:
+            handle = consumer.stream_id if stream == "consumer" else stream
+            cap = a.__dlpack__(stream=handle)
+            waiting = {"consumer": consumer, None: default}.get(stream)
+            for s in (consumer, default):
+                assert s.query() is (s is not waiting)
+        finally:
+            gate.set()
+    consumer.synchronize()
+    default.synchronize()
+    assert consumer.query() and default.query()
+    del cap
+
+
+def test_an_import_hands_the_producer_the_current_stream() -> None:
+    # torch 2.15's from_dlpack passes its current stream (1 for CUDA's legacy default); accelrt's
+    # from_dlpack passes its current stream of the device, so a producer working on another
+    # stream orders it: work queued on the current stream after the import waits
+    producer, consumer = acc.Stream(DEV), acc.Stream(DEV)
+    a = acc.full(4, 2.0, device=DEV)
+    seen: list[Any] = []
+
+    class OnProducerStream:
+        def __dlpack__(self, **kw: Any) -> Any:
+            seen.append(kw["stream"])
+            with producer:
+                return a.__dlpack__(**kw)
+
+        def __dlpack_device__(self) -> tuple[int, int]:
+            return a.__dlpack_device__()
+
+    with producer:
+        gate = _gated(producer)
+    try:
+        with consumer:
+            b = from_dlpack(OnProducerStream(), device=DEV)
+        assert seen == [consumer.stream_id] and b.data_ptr() == a.data_ptr()
+        assert not consumer.query()                 # behind the producer's gated work
+    finally:
+        gate.set()
+    consumer.synchronize()
+    assert b.numpy().tolist() == [2.0] * 4
