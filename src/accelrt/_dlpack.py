@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import math
 import sys
 import threading
 import weakref
@@ -56,6 +57,7 @@ from ._fork import reinit_after_fork
 __all__ = [
     "DLPACK_VERSION",
     "capsule_producer",
+    "capsule_shape",
     "dlpack_to_dtype",
     "dtype_to_dlpack",
     "host_view",
@@ -105,6 +107,9 @@ DLPACK_FLAG_BITMASK_IS_COPIED = 1 << 1
 
 #: The DLPack version this module produces for versioned capsules.
 DLPACK_VERSION: tuple[int, int] = (1, 1)
+
+#: The most bytes a DLPack tensor can span (a signed 64-bit size, as PyTorch's storages)
+_MAX_BYTES = 2**63 - 1
 
 #: DLPack device types of memory the host reads (numpy imports them)
 _HOST_TYPES = (kDLCPU, kDLCUDAHost, kDLROCMHost)
@@ -423,6 +428,30 @@ def unused_capsule(capsule: object, what: str) -> tuple[bytes, Any]:
                       f"consumed only once)")
 
 
+def capsule_shape(tensor: Any, itemsize: int, what: str) -> tuple[int, ...]:
+    """The shape of a producer's ``DLTensor`` (``tensor``) of ``itemsize``-byte elements.
+
+    Raises:
+        BufferError: a negative dimension, or more bytes than a 64-bit address reaches (a
+            broken producer); the message starts with ``what``.
+
+    Example::
+
+        >>> import numpy as np
+        >>> from accelrt._dlpack import capsule_shape, unused_capsule
+        >>> managed = unused_capsule(np.zeros((2, 3)).__dlpack__(), "demo")[1]
+        >>> capsule_shape(managed.dl_tensor, 8, "demo")
+        (2, 3)
+    """
+    shape = tuple(int(tensor.shape[i]) for i in range(int(tensor.ndim)))
+    if any(n < 0 for n in shape):
+        raise BufferError(f"{what}: the capsule's shape {shape} has a negative dimension")
+    if math.prod(shape) * itemsize > _MAX_BYTES:
+        raise BufferError(f"{what}: the capsule's shape {shape} holds more bytes than an "
+                          f"address can reach ({itemsize}-byte elements)")
+    return shape
+
+
 def capsule_producer(obj: Any, what: str) -> Any:
     """``obj`` itself, or, when it is a DLPack capsule, a producer handing that capsule out
     (its device read from the capsule), as ``torch.asarray(capsule)`` and
@@ -454,8 +483,9 @@ def host_view(obj: Any, what: str = "from_dlpack()") -> tuple[np.ndarray, bool]:
     Raises:
         TypeError: the data has no numpy dtype (:func:`dlpack_to_dtype`).
         BufferError: ``__dlpack__`` returned no unused DLPack capsule (:func:`unused_capsule`),
-            or one describing memory the host cannot read (``__dlpack_device__`` said it
-            could); the message starts with ``what``, the caller's name.
+            one describing memory the host cannot read (``__dlpack_device__`` said it could),
+            or a broken shape (:func:`capsule_shape`); the message starts with ``what``, the
+            caller's name.
 
     Example::
 
@@ -480,7 +510,7 @@ def host_view(obj: Any, what: str = "from_dlpack()") -> tuple[np.ndarray, bool]:
         raise BufferError(f"{what}: the capsule describes device "
                           f"{(int(d.device_type), int(d.device_id))}, the producer said {device}")
     dt = managed.dl_tensor.dtype
-    dlpack_to_dtype(dt.code, dt.bits, dt.lanes)
+    capsule_shape(managed.dl_tensor, dlpack_to_dtype(dt.code, dt.bits, dt.lanes).itemsize, what)
     writable = name == _NAME or not managed.flags & DLPACK_FLAG_BITMASK_READ_ONLY
     exported: Any = _Exported(capsule, device)
     return np.from_dlpack(exported), writable

@@ -388,3 +388,32 @@ def test_an_import_hands_the_producer_the_current_stream() -> None:
         gate.set()
     consumer.synchronize()
     assert b.numpy().tolist() == [2.0] * 4
+
+
+def _patched_capsule(device: str, size: int) -> _Returns:
+    """A producer of a versioned capsule over a 4-element array whose shape says ``size``."""
+    a = acc.full(4, 2.0, device=device)
+    cap = a.__dlpack__(max_version=(1, 0))
+    managed = _dlpack.unused_capsule(cap, "test")[1]
+    managed.dl_tensor.shape[0] = size
+    return _Returns(cap, a.__dlpack_device__())
+
+
+@pytest.mark.parametrize("device", ["cpu:0", DEV])
+def test_a_capsule_with_a_negative_or_overflowing_shape_is_refused(device: str) -> None:
+    # torch 2.15: RuntimeError("Trying to create tensor with negative dimension -3: [-3]") and
+    # ("Storage size calculation overflowed with sizes=[4611686018427387904] ..."); numpy:
+    # ValueError("negative dimensions are not allowed", "array is too big; ..."). accelrt's
+    # device path made an Array of shape (-3,) (negative nbytes) or of 2**64 bytes over the
+    # 16-byte buffer; now a BufferError on both paths, as for any broken capsule
+    for size, problem in ((-3, "has a negative dimension"),
+                          (2**62, "holds more bytes than an address can reach")):
+        with leak_check():
+            for call, who in ((lambda p: from_dlpack(p, device=device), "from_dlpack()"),
+                              (lambda p: acc.asarray(p, device="cpu:0"), "asarray()")):
+                if who == "asarray()" and device == DEV:
+                    continue                    # asarray copies device memory via numpy
+                with pytest.raises(BufferError, match=re.escape(
+                        f"{who}: the capsule's shape ({size},) {problem}")):
+                    call(_patched_capsule(device, size))
+            gc.collect()
