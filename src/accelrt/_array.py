@@ -774,14 +774,14 @@ class Array:
             if copy is False:
                 raise BufferError(f"exporting {self.device} memory to the host needs a copy; "
                                   "pass copy=None or copy=True")
-            return _numpy_dlpack(self._download(), max_version, None, read_only)
+            return _dlpack.numpy_capsule(self._download(), max_version, None, read_only)
         if self._host_ok():
             if stream is not None and stream != -1:
                 raise BufferError(f"stream must be None (or -1) for host memory, got "
                                   f"{shown(stream)}")
             if stream is None:
                 self._sync_current()
-            return _numpy_dlpack(self._view(), max_version, copy, read_only)
+            return _dlpack.numpy_capsule(self._view(), max_version, copy, read_only)
         return self._device_capsule(stream, max_version, copy, read_only)
 
     def _device_capsule(self, stream: Any, max_version: tuple[int, int] | None,
@@ -865,30 +865,6 @@ def _check_dlpack_args(stream: Any, max_version: Any, dl_device: Any, copy: Any)
             raise TypeError(f"{name} must be a tuple of two ints or None, got {shown(value)}")
     if copy is not None and not isinstance(copy, bool):
         raise TypeError(f"copy must be a bool or None, got {_type_shown(copy)}")
-
-
-def _numpy_dlpack(view: np.ndarray, max_version: Any, copy: bool | None,
-                  read_only: bool) -> Any:
-    """numpy's capsule of ``view`` (host memory), with the read-only flag when asked."""
-    kwargs: dict[str, Any] = {}
-    if max_version is not None:
-        kwargs["max_version"] = max_version
-    if copy is not None:
-        kwargs["copy"] = copy
-    try:
-        capsule = view.__dlpack__(**kwargs)
-    except TypeError:
-        if copy:        # an old numpy without the copy keyword
-            capsule = view.copy().__dlpack__()
-        else:
-            capsule = view.__dlpack__()
-    if read_only:
-        name, managed = _dlpack.unused_capsule(capsule, "__dlpack__()")
-        if name != b"dltensor_versioned":
-            raise BufferError(f"a read-only DLPack export needs a versioned capsule, which "
-                              f"numpy {np.__version__} cannot make; install numpy >= 2.1")
-        managed.flags |= _dlpack.DLPACK_FLAG_BITMASK_READ_ONLY
-    return capsule
 
 
 def _to_numpy(obj: Any, what: str) -> np.ndarray:

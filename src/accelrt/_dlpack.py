@@ -72,6 +72,7 @@ __all__ = [
     "kDLROCM",
     "kDLVulkan",
     "make_capsule",
+    "numpy_capsule",
     "producer_device",
     "producer_of",
     "unused_capsule",
@@ -320,6 +321,43 @@ def make_capsule(ptr: int, shape: Sequence[int], dtype: Any, device: tuple[int, 
     t.byte_offset = 0
     with _sweep_lock:
         _carriers[id(carrier)] = carrier
+    return capsule
+
+
+def numpy_capsule(view: np.ndarray, max_version: Any, copy: bool | None,
+                  read_only: bool = False) -> Any:
+    """numpy's capsule of host memory ``view`` (``max_version`` and ``copy`` passed on), with
+    the read-only flag when ``read_only``: ``Array.__dlpack__`` of host-accessible memory.
+
+    Raises:
+        BufferError: ``read_only`` but numpy made a legacy capsule (numpy < 2.1, or a
+            ``max_version`` before 1.0).
+
+    Example::
+
+        >>> import numpy as np
+        >>> from accelrt._dlpack import numpy_capsule, unused_capsule
+        >>> unused_capsule(numpy_capsule(np.arange(3.0), None, copy=True), "demo")[0]
+        b'dltensor'
+    """
+    kwargs: dict[str, Any] = {}
+    if max_version is not None:
+        kwargs["max_version"] = max_version
+    if copy is not None:
+        kwargs["copy"] = copy
+    try:
+        capsule = view.__dlpack__(**kwargs)
+    except TypeError:
+        if copy:        # an old numpy without the copy keyword
+            capsule = view.copy().__dlpack__()
+        else:
+            capsule = view.__dlpack__()
+    if read_only:
+        name, managed = unused_capsule(capsule, "__dlpack__()")
+        if name != _NAME_VERSIONED:
+            raise BufferError(f"a read-only DLPack export needs a versioned capsule, which "
+                              f"numpy {np.__version__} cannot make; install numpy >= 2.1")
+        managed.flags |= DLPACK_FLAG_BITMASK_READ_ONLY
     return capsule
 
 
