@@ -93,9 +93,16 @@ _getrefcount = sys.getrefcount
 
 # ---------------------------------------------------------------------- argument checks
 
+def _type_shown(value: object) -> str:
+    """The name of ``value``'s type for an error message, module-qualified outside the
+    builtins as PyTorch writes it (``numpy.bool``, where a bare ``bool`` would mislead)."""
+    cls = type(value)
+    return cls.__name__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+
+
 def _check_flag(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+        raise TypeError(f"{name} must be a bool, got {_type_shown(value)}")
     return value
 
 
@@ -713,7 +720,8 @@ class Array:
         return (self._b.capabilities(self._index).dlpack_device_type, self._index)
 
     def __dlpack__(self, *, stream: Any = None, max_version: tuple[int, int] | None = None,
-                   dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> Any:
+                   dl_device: tuple[int, int] | None = None, copy: bool | None = None,
+                   read_only: bool = False) -> Any:
         """Export the array as a DLPack capsule (the array API standard protocol).
 
         Host-accessible memory is exported through a numpy view that keeps the memory alive,
@@ -729,13 +737,18 @@ class Array:
             dl_device: the device the consumer wants; ``(kDLCPU, 0)`` copies to the host.
             copy: ``True`` always copies, ``False`` never does, ``None`` copies only if
                 needed.
+            read_only: flag the exported memory read-only (DLPack's
+                ``DLPACK_FLAG_BITMASK_READ_ONLY``; the consumer must not write to it), as
+                torch 2.15's ``Tensor.__dlpack__(read_only=True)``; needs a versioned capsule
+                (``max_version`` ``(1, 0)`` or later).
 
         Raises:
             TypeError: an argument of the wrong type (``stream`` not an int or None,
-                ``max_version`` or ``dl_device`` not a tuple of two ints, ``copy`` not a bool).
+                ``max_version`` or ``dl_device`` not a tuple of two ints, ``copy`` not a bool
+                or None, ``read_only`` not a bool).
             BufferError: the export is impossible as asked (e.g. ``copy=False`` to another
-                device, an unsupported ``dl_device``, or a ``stream`` other than ``None`` and
-                ``-1`` for host memory).
+                device, an unsupported ``dl_device``, a ``stream`` other than ``None`` and
+                ``-1`` for host memory, or ``read_only`` with a legacy capsule).
 
         Example::
 
@@ -747,6 +760,10 @@ class Array:
             ([3, 3], True)
         """
         _check_dlpack_args(stream, max_version, dl_device, copy)
+        _check_flag("read_only", read_only)
+        if read_only and (max_version is None or max_version[0] < 1):
+            raise BufferError("read_only export requires the versioned DLPack protocol; pass "
+                              "max_version=(1, 0) or higher")
         own = self.__dlpack_device__()
         if dl_device is not None and tuple(dl_device) != own:
             host = (_dlpack.kDLCPU, 0)
@@ -757,19 +774,20 @@ class Array:
             if copy is False:
                 raise BufferError(f"exporting {self.device} memory to the host needs a copy; "
                                   "pass copy=None or copy=True")
-            return _numpy_dlpack(self._download(), max_version, copy=None)
+            return _dlpack.numpy_capsule(self._download(), max_version, None, read_only)
         if self._host_ok():
             if stream is not None and stream != -1:
                 raise BufferError(f"stream must be None (or -1) for host memory, got "
                                   f"{shown(stream)}")
             if stream is None:
                 self._sync_current()
-            return _numpy_dlpack(self._view(), max_version, copy)
-        return self._device_capsule(stream, max_version, copy)
+            return _dlpack.numpy_capsule(self._view(), max_version, copy, read_only)
+        return self._device_capsule(stream, max_version, copy, read_only)
 
     def _device_capsule(self, stream: Any, max_version: tuple[int, int] | None,
-                        copy: bool | None) -> Any:
-        """DLPack capsule of device memory built with ctypes (non-host-accessible backends)."""
+                        copy: bool | None, read_only: bool) -> Any:
+        """DLPack capsule of device memory (non-host-accessible backends), made by
+        :func:`accelrt._dlpack.make_capsule`."""
         src = self
         if copy:
             src = new_array(Array, self._shape, self._dtype, self.device)
@@ -784,7 +802,8 @@ class Array:
             copy = None
         return _dlpack.make_capsule(src._mem.ptr, src._shape, src._dtype,
                                     src.__dlpack_device__(), owner=src._mem,
-                                    versioned=versioned, copied=bool(copy))
+                                    versioned=versioned, read_only=read_only,
+                                    copied=bool(copy))
 
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
@@ -839,27 +858,13 @@ def _is_int(value: Any) -> bool:
 def _check_dlpack_args(stream: Any, max_version: Any, dl_device: Any, copy: Any) -> None:
     """``TypeError`` for a ``__dlpack__`` argument of the wrong type (the array API's types)."""
     if stream is not None and not _is_int(stream):
-        raise TypeError(f"stream must be an int or None, got {type(stream).__name__}")
+        raise TypeError(f"stream must be an int or None, got {_type_shown(stream)}")
     for name, value in (("max_version", max_version), ("dl_device", dl_device)):
         if value is not None and not (isinstance(value, tuple) and len(value) == 2
                                       and all(_is_int(v) for v in value)):
             raise TypeError(f"{name} must be a tuple of two ints or None, got {shown(value)}")
     if copy is not None and not isinstance(copy, bool):
-        raise TypeError(f"copy must be a bool or None, got {type(copy).__name__}")
-
-
-def _numpy_dlpack(view: np.ndarray, max_version: Any, copy: bool | None) -> Any:
-    kwargs: dict[str, Any] = {}
-    if max_version is not None:
-        kwargs["max_version"] = max_version
-    if copy is not None:
-        kwargs["copy"] = copy
-    try:
-        return view.__dlpack__(**kwargs)
-    except TypeError:
-        if copy:        # an old numpy without the copy keyword
-            return view.copy().__dlpack__()
-        return view.__dlpack__()
+        raise TypeError(f"copy must be a bool or None, got {_type_shown(copy)}")
 
 
 def _to_numpy(obj: Any, what: str) -> np.ndarray:

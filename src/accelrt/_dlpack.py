@@ -1,13 +1,20 @@
-"""DLPack constants and a pure-Python (ctypes) DLPack capsule builder.
+"""DLPack constants and a pure-Python DLPack capsule builder (numpy and :mod:`ctypes`).
 
 Arrays of host-accessible backends (the CPU backend) export DLPack through a numpy view of
 their memory, so numpy does the capsule work. Backends whose memory the host cannot read
 (CUDA, OpenCL) need a capsule that describes device memory; :func:`make_capsule` builds one
-with :mod:`ctypes` only (no compiler, no extra dependency): a ``DLManagedTensor`` (capsule name
-``"dltensor"``) or, when the consumer asks for DLPack >= 1.0, a ``DLManagedTensorVersioned``
-(``"dltensor_versioned"``). The capsule keeps a Python ``owner`` object alive until the
-consumer calls the deleter; a capsule that is dropped unconsumed releases its owner at the
-next garbage collection or the next :func:`make_capsule` call.
+with numpy and :mod:`ctypes` only (no compiler, no extra dependency): a ``DLManagedTensor``
+(capsule name ``"dltensor"``) or, when the consumer asks for DLPack >= 1.0, a
+``DLManagedTensorVersioned`` (``"dltensor_versioned"``, numpy >= 2.1). The capsule keeps a
+Python ``owner`` object alive until the consumer calls the deleter; a capsule dropped
+unconsumed calls it at once.
+
+numpy makes the capsule, over a small carrier array holding the owner, and :func:`make_capsule`
+rewrites its ``DLTensor`` with ctypes to describe the exported memory: the capsule's destructor
+and the deleter are numpy's C functions, which a consumer may call in any state (without the
+GIL, or with its own Python error set, as PyTorch does when it refuses a capsule). A deleter
+written in Python (a :mod:`ctypes` callback) cannot run while an exception is pending: it
+would replace the consumer's error with a ``SystemError``.
 
 The layouts follow ``dlpack.h`` (DLPack 1.1):
 
@@ -21,7 +28,7 @@ Example::
     >>> import numpy as np
     >>> from accelrt import _dlpack
     >>> host = np.arange(6, dtype=np.float32).reshape(2, 3)
-    >>> class Producer:  # exports ``host``'s memory through a ctypes-built capsule
+    >>> class Producer:  # exports ``host``'s memory through a capsule of make_capsule
     ...     def __dlpack__(self, **kw):
     ...         return _dlpack.make_capsule(host.ctypes.data, host.shape, host.dtype,
     ...                                     (_dlpack.kDLCPU, 0), owner=host)
@@ -34,10 +41,12 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
-import gc
+import math
 import sys
 import threading
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -48,6 +57,7 @@ from ._fork import reinit_after_fork
 __all__ = [
     "DLPACK_VERSION",
     "capsule_producer",
+    "capsule_shape",
     "dlpack_to_dtype",
     "dtype_to_dlpack",
     "host_view",
@@ -62,6 +72,7 @@ __all__ = [
     "kDLROCM",
     "kDLVulkan",
     "make_capsule",
+    "numpy_capsule",
     "producer_device",
     "producer_of",
     "unused_capsule",
@@ -97,6 +108,12 @@ DLPACK_FLAG_BITMASK_IS_COPIED = 1 << 1
 
 #: The DLPack version this module produces for versioned capsules.
 DLPACK_VERSION: tuple[int, int] = (1, 1)
+
+#: The most bytes a DLPack tensor can span (a signed 64-bit size, as PyTorch's storages)
+_MAX_BYTES = 2**63 - 1
+
+#: DLPack device types of memory the host reads (numpy imports them)
+_HOST_TYPES = (kDLCPU, kDLCUDAHost, kDLROCMHost)
 
 _KIND_CODES = {"b": kDLBool, "i": kDLInt, "u": kDLUInt, "f": kDLFloat, "c": kDLComplex}
 
@@ -189,9 +206,6 @@ class _DLManagedTensorVersioned(ctypes.Structure):
 _NAME = b"dltensor"
 _NAME_VERSIONED = b"dltensor_versioned"
 
-_PyCapsule_New = ctypes.pythonapi.PyCapsule_New
-_PyCapsule_New.restype = ctypes.py_object
-_PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
 _PyCapsule_GetName = ctypes.pythonapi.PyCapsule_GetName
 _PyCapsule_GetName.restype = ctypes.c_char_p
 _PyCapsule_GetName.argtypes = [ctypes.py_object]
@@ -206,69 +220,26 @@ _PyCapsule_SetName = ctypes.pythonapi.PyCapsule_SetName
 _PyCapsule_SetName.restype = ctypes.c_int
 _PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
 
-# numpy reads versioned (DLPack >= 1.0) capsules, and their read-only flag, from 2.1 on
+# numpy reads and makes versioned (DLPack >= 1.0) capsules, with their flags, from 2.1 on
 _NUMPY_VERSIONED = np.lib.NumpyVersion(np.__version__) >= "2.1.0"
 
-# Lifetime of the C structures (and the owner) behind each capsule made here, keyed by the
-# address of its DLManagedTensor[Versioned]; entry = [managed, c_shape, c_strides, owner,
-# capsule or None].
-#
-# * The consumer's call of the deleter drops the entry. The deleter only does dict operations
-#   (no C calls), so it is safe in any interpreter state.
-# * The capsules have no C destructor: a Python-level (ctypes) destructor would run inside
-#   capsule deallocation, possibly with the consumer's exception pending, and clobber it.
-#   Instead the entry holds the capsule and :func:`_sweep` (run on every new capsule, by
-#   :func:`live_capsules` and after each garbage collection) releases entries whose capsule
-#   nobody else references: unconsumed ones completely, consumed ones (renamed by the
-#   consumer) only their capsule reference, leaving the rest to the deleter.
-_live: dict[int, list[Any]] = {}         # mutated with single dict operations (atomic)
-_sweep_lock = reinit_after_fork(threading.Lock())  # serialises _sweep
-_gc_hooked = False                       # guarded by _sweep_lock
+
+class _Carrier(np.ndarray):
+    """The numpy array a capsule of :func:`make_capsule` is made from: one byte per dimension,
+    holding the exported memory's ``owner`` until numpy's deleter releases the array."""
+
+    owner: object
 
 
-def _deleter_impl(managed_ptr: int | None) -> None:
-    if managed_ptr is not None:
-        _live.pop(managed_ptr, None)
-
-
-_deleter = _Deleter(_deleter_impl)
-
-
-def _capsule_refs(entry: list[Any]) -> int:
-    return sys.getrefcount(entry[4])
-
-
-def _baseline_refs() -> int:
-    probe: list[Any] = [None, None, None, None, object()]
-    return _capsule_refs(probe)
-
-
-_BASE_REFS = _baseline_refs()
-
-
-def _sweep() -> None:
-    """Release capsules that can no longer be consumed (see the comment above ``_live``)."""
-    dropped: list[Any] = []   # released after the lock, as dropping owners runs finalizers
-    with _sweep_lock:
-        for key, entry in list(_live.items()):
-            if entry[4] is None or _capsule_refs(entry) > _BASE_REFS:
-                continue
-            if _PyCapsule_GetName(entry[4]) in (_NAME, _NAME_VERSIONED):
-                dropped.append(_live.pop(key, None))   # never consumed, never can be
-            else:
-                dropped.append(entry[4])                # consumed: the deleter frees the rest
-                entry[4] = None
-    dropped.clear()
-
-
-def _gc_callback(phase: str, info: dict[str, Any]) -> None:
-    if phase == "stop" and _live:
-        _sweep()
+# The carriers (by id) of the capsules made here whose memory is still referenced (unconsumed,
+# or consumed and not yet released by the consumer's deleter); their count is live_capsules().
+_carriers: weakref.WeakValueDictionary[int, _Carrier] = weakref.WeakValueDictionary()
+_sweep_lock = reinit_after_fork(threading.Lock())  # serialises updates of _carriers
 
 
 def live_capsules() -> int:
-    """Number of capsules made by :func:`make_capsule` whose memory is still referenced
-    (after releasing those that can no longer be consumed).
+    """Number of capsules made by :func:`make_capsule` whose memory is still referenced:
+    not consumed yet, or consumed and not yet released by the consumer.
 
     Example::
 
@@ -276,8 +247,8 @@ def live_capsules() -> int:
         >>> live_capsules() >= 0
         True
     """
-    _sweep()
-    return len(_live)
+    with _sweep_lock:
+        return len(_carriers)
 
 
 def make_capsule(ptr: int, shape: Sequence[int], dtype: Any, device: tuple[int, int], *,
@@ -292,7 +263,8 @@ def make_capsule(ptr: int, shape: Sequence[int], dtype: Any, device: tuple[int, 
         device: ``(device_type, device_id)``, e.g. ``(kDLCUDA, 0)``.
         owner: any object; it is kept alive until the consumer releases the tensor.
         versioned: build a DLPack 1.x ``"dltensor_versioned"`` capsule instead of the legacy
-            ``"dltensor"`` one.
+            ``"dltensor"`` one (numpy >= 2.1; an older numpy gives a legacy capsule, as the
+            protocol lets a producer answer, without the ``copied`` flag).
         read_only: set the read-only flag (versioned capsules only).
         copied: set the is-copied flag (versioned capsules only).
 
@@ -302,6 +274,7 @@ def make_capsule(ptr: int, shape: Sequence[int], dtype: Any, device: tuple[int, 
     Raises:
         TypeError: the dtype has no DLPack equivalent.
         ValueError: a negative dimension, or flags asked of a legacy capsule.
+        BufferError: ``read_only`` with a numpy older than 2.1 (no versioned capsules).
 
     Example::
 
@@ -318,42 +291,73 @@ def make_capsule(ptr: int, shape: Sequence[int], dtype: Any, device: tuple[int, 
     if (read_only or copied) and not versioned:
         raise ValueError("read_only and copied flags need a versioned (DLPack >= 1.0) capsule")
     code, bits, lanes = dtype_to_dlpack(dtype)
+    if versioned and not _NUMPY_VERSIONED:
+        if read_only:
+            raise BufferError(f"a read-only DLPack export needs a versioned capsule, which "
+                              f"numpy {np.__version__} cannot make; install numpy >= 2.1")
+        versioned = copied = False   # the protocol lets a producer answer with a legacy one
     ndim = len(shape)
-    c_shape = (ctypes.c_int64 * max(ndim, 1))(*shape)
-    strides, acc = [], 1
-    for s in reversed(shape):
-        strides.append(acc)
-        acc *= max(s, 1)
-    c_strides = (ctypes.c_int64 * max(ndim, 1))(*reversed(strides))
-    global _gc_hooked
-    if _live:
-        _sweep()
-    if not _gc_hooked:
-        with _sweep_lock:
-            if not _gc_hooked:
-                gc.callbacks.append(_gc_callback)
-                _gc_hooked = True
+    carrier = np.zeros((1,) * ndim, np.uint8).view(_Carrier)
+    carrier.owner = owner
     if versioned:
-        managed: Any = _DLManagedTensorVersioned()
+        capsule = carrier.__dlpack__(max_version=(1, 0))
+        managed: Any = _DLManagedTensorVersioned.from_address(
+            _PyCapsule_GetPointer(capsule, _NAME_VERSIONED))
         managed.version.major, managed.version.minor = DLPACK_VERSION
         managed.flags = ((DLPACK_FLAG_BITMASK_READ_ONLY if read_only else 0)
                          | (DLPACK_FLAG_BITMASK_IS_COPIED if copied else 0))
-        name = _NAME_VERSIONED
     else:
-        managed = _DLManagedTensor()
-        name = _NAME
-    managed.deleter = _deleter
+        capsule = carrier.__dlpack__()
+        managed = _DLManagedTensor.from_address(_PyCapsule_GetPointer(capsule, _NAME))
+    # numpy described the carrier: same ndim, shape and strides arrays of ndim entries
     t = managed.dl_tensor
+    acc = 1
+    for i in reversed(range(ndim)):
+        t.shape[i], t.strides[i] = shape[i], acc
+        acc *= max(shape[i], 1)
     t.data = ptr or None
     t.device.device_type, t.device.device_id = int(device[0]), int(device[1])
-    t.ndim = ndim
     t.dtype.code, t.dtype.bits, t.dtype.lanes = code, bits, lanes
-    t.shape = ctypes.cast(c_shape, ctypes.POINTER(ctypes.c_int64))
-    t.strides = ctypes.cast(c_strides, ctypes.POINTER(ctypes.c_int64))
     t.byte_offset = 0
-    key = ctypes.addressof(managed)
-    capsule = _PyCapsule_New(key, name, None)
-    _live[key] = [managed, c_shape, c_strides, owner, capsule]
+    with _sweep_lock:
+        _carriers[id(carrier)] = carrier
+    return capsule
+
+
+def numpy_capsule(view: np.ndarray, max_version: Any, copy: bool | None,
+                  read_only: bool = False) -> Any:
+    """numpy's capsule of host memory ``view`` (``max_version`` and ``copy`` passed on), with
+    the read-only flag when ``read_only``: ``Array.__dlpack__`` of host-accessible memory.
+
+    Raises:
+        BufferError: ``read_only`` but numpy made a legacy capsule (numpy < 2.1, or a
+            ``max_version`` before 1.0).
+
+    Example::
+
+        >>> import numpy as np
+        >>> from accelrt._dlpack import numpy_capsule, unused_capsule
+        >>> unused_capsule(numpy_capsule(np.arange(3.0), None, copy=True), "demo")[0]
+        b'dltensor'
+    """
+    kwargs: dict[str, Any] = {}
+    if max_version is not None:
+        kwargs["max_version"] = max_version
+    if copy is not None:
+        kwargs["copy"] = copy
+    try:
+        capsule = view.__dlpack__(**kwargs)
+    except TypeError:
+        if copy:        # an old numpy without the copy keyword
+            capsule = view.copy().__dlpack__()
+        else:
+            capsule = view.__dlpack__()
+    if read_only:
+        name, managed = unused_capsule(capsule, "__dlpack__()")
+        if name != _NAME_VERSIONED:
+            raise BufferError(f"a read-only DLPack export needs a versioned capsule, which "
+                              f"numpy {np.__version__} cannot make; install numpy >= 2.1")
+        managed.flags |= DLPACK_FLAG_BITMASK_READ_ONLY
     return capsule
 
 
@@ -363,7 +367,11 @@ def producer_of(obj: Any) -> Any:
     taken from ``tensor.detach()``, an alias of its memory. A tensor's own capsule holds the
     tensor, so ``tensor.set_(...)`` or ``tensor.data = ...`` would free the memory under the
     consumer; the alias keeps it. A tensor that requires grad is returned as it is (PyTorch
-    refuses its export, saying to detach it).
+    refuses its export, saying to detach it), and so is a tensor subclass with an export of
+    its own (``__dlpack__``), which decides what it exports: torch 2.15's
+    ``torch.utils.dlpack.ReadOnlyTensorWrapper`` flags its memory read-only (and refuses every
+    other torch operation, so the tensor's flags are read with its ``__torch_function__``
+    off).
 
     Raises:
         BufferError: a tensor with its negative bit set (a lazily negated view, e.g.
@@ -382,11 +390,16 @@ def producer_of(obj: Any) -> Any:
     if not isinstance(tensor_type, type) or not isinstance(obj, tensor_type):
         return obj
     tensor: Any = obj
-    is_neg = getattr(tensor, "is_neg", None)   # PyTorch >= 1.10
-    if is_neg is not None and is_neg():
-        raise BufferError("Can't export tensors with the negative bit set (a lazily negated "
-                          "view, e.g. x.conj().imag); use tensor.resolve_neg()")
-    return tensor if tensor.requires_grad else tensor.detach()
+    plain = getattr(getattr(torch, "_C", None), "DisableTorchFunctionSubclass", None)
+    with plain() if plain is not None else contextlib.nullcontext():   # PyTorch >= 2.0
+        is_neg = getattr(tensor, "is_neg", None)   # PyTorch >= 1.10
+        if is_neg is not None and is_neg():
+            raise BufferError("Can't export tensors with the negative bit set (a lazily "
+                              "negated view, e.g. x.conj().imag); use tensor.resolve_neg()")
+        requires_grad = tensor.requires_grad
+    if requires_grad or type(tensor).__dlpack__ is not getattr(tensor_type, "__dlpack__", None):
+        return tensor
+    return tensor.detach()
 
 
 class _Exported:
@@ -453,6 +466,30 @@ def unused_capsule(capsule: object, what: str) -> tuple[bytes, Any]:
                       f"consumed only once)")
 
 
+def capsule_shape(tensor: Any, itemsize: int, what: str) -> tuple[int, ...]:
+    """The shape of a producer's ``DLTensor`` (``tensor``) of ``itemsize``-byte elements.
+
+    Raises:
+        BufferError: a negative dimension, or more bytes than a 64-bit address reaches (a
+            broken producer); the message starts with ``what``.
+
+    Example::
+
+        >>> import numpy as np
+        >>> from accelrt._dlpack import capsule_shape, unused_capsule
+        >>> managed = unused_capsule(np.zeros((2, 3)).__dlpack__(), "demo")[1]
+        >>> capsule_shape(managed.dl_tensor, 8, "demo")
+        (2, 3)
+    """
+    shape = tuple(int(tensor.shape[i]) for i in range(int(tensor.ndim)))
+    if any(n < 0 for n in shape):
+        raise BufferError(f"{what}: the capsule's shape {shape} has a negative dimension")
+    if math.prod(shape) * itemsize > _MAX_BYTES:
+        raise BufferError(f"{what}: the capsule's shape {shape} holds more bytes than an "
+                          f"address can reach ({itemsize}-byte elements)")
+    return shape
+
+
 def capsule_producer(obj: Any, what: str) -> Any:
     """``obj`` itself, or, when it is a DLPack capsule, a producer handing that capsule out
     (its device read from the capsule), as ``torch.asarray(capsule)`` and
@@ -483,8 +520,10 @@ def host_view(obj: Any, what: str = "from_dlpack()") -> tuple[np.ndarray, bool]:
 
     Raises:
         TypeError: the data has no numpy dtype (:func:`dlpack_to_dtype`).
-        BufferError: ``__dlpack__`` returned no unused DLPack capsule (:func:`unused_capsule`;
-            the message starts with ``what``, the caller's name).
+        BufferError: ``__dlpack__`` returned no unused DLPack capsule (:func:`unused_capsule`),
+            one describing memory the host cannot read (``__dlpack_device__`` said it could),
+            or a broken shape (:func:`capsule_shape`); the message starts with ``what``, the
+            caller's name.
 
     Example::
 
@@ -504,8 +543,12 @@ def host_view(obj: Any, what: str = "from_dlpack()") -> tuple[np.ndarray, bool]:
     else:
         capsule = obj.__dlpack__()
     name, managed = unused_capsule(capsule, what)
+    d = managed.dl_tensor.device
+    if d.device_type not in _HOST_TYPES:
+        raise BufferError(f"{what}: the capsule describes device "
+                          f"{(int(d.device_type), int(d.device_id))}, the producer said {device}")
     dt = managed.dl_tensor.dtype
-    dlpack_to_dtype(dt.code, dt.bits, dt.lanes)
+    capsule_shape(managed.dl_tensor, dlpack_to_dtype(dt.code, dt.bits, dt.lanes).itemsize, what)
     writable = name == _NAME or not managed.flags & DLPACK_FLAG_BITMASK_READ_ONLY
     exported: Any = _Exported(capsule, device)
     return np.from_dlpack(exported), writable

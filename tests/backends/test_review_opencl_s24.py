@@ -513,7 +513,8 @@ def test_threads_share_one_device(dev: str) -> None:
 # ------------------------------------------------------------------ DLPack
 
 def _tensor(capsule: object) -> object:
-    """The DLTensor a C consumer reads from ``capsule`` (not consumed)."""
+    """The DLTensor a C consumer reads from ``capsule`` (not consumed; valid while the capsule
+    lives: a capsule dropped unconsumed frees it)."""
     name = _dlpack._PyCapsule_GetName(capsule)
     ptr = _dlpack._PyCapsule_GetPointer(capsule, name)
     if name == b"dltensor_versioned":
@@ -526,12 +527,15 @@ def test_dlpack_export_of_opencl_memory(dev: str) -> None:
     a = acc.asarray(h, device=dev)
     assert a.__dlpack_device__() == (4, 0)                 # kDLOpenCL
     for max_version in (None, (1, 0)):
-        t = _tensor(a.__dlpack__(max_version=max_version))
+        cap = a.__dlpack__(max_version=max_version)
+        t = _tensor(cap)
         assert (t.device.device_type, t.device.device_id) == (4, 0)
         assert t.data == a.data_ptr() and t.byte_offset == 0 and t.ndim == 2
         assert [t.shape[i] for i in range(2)] == [3, 4]
         assert (t.dtype.code, t.dtype.bits, t.dtype.lanes) == (2, 32, 1)
-    assert _tensor(a.__dlpack__(copy=True, max_version=(1, 0))).data != a.data_ptr()
+    cap = a.__dlpack__(copy=True, max_version=(1, 0))
+    assert _tensor(cap).data != a.data_ptr()
+    del cap
     with pytest.raises((BufferError, RuntimeError)):
         np.from_dlpack(a)                                # numpy reads only host memory
     assert np.array_equal(np.from_dlpack(a, device="cpu"), h)

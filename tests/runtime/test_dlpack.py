@@ -57,12 +57,16 @@ _api.PyCapsule_SetName.restype = ctypes.c_int
 _api.PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
 
 
+# PyCapsule_SetName keeps the pointer it is given: the new names must outlive the capsules
+_USED = {b"dltensor": b"used_dltensor", b"dltensor_versioned": b"used_dltensor_versioned"}
+
+
 def consume(capsule: object) -> tuple[object, ctypes.Structure, DLTensor]:
     """Read a capsule like a C consumer and mark it used; returns (name, managed, tensor)."""
     name = _api.PyCapsule_GetName(capsule)
     ptr = _api.PyCapsule_GetPointer(capsule, name)
     managed = (ManagedVersioned if name == b"dltensor_versioned" else Managed).from_address(ptr)
-    _api.PyCapsule_SetName(capsule, b"used_" + name)
+    _api.PyCapsule_SetName(capsule, _USED[name])
     return name, managed, managed.dl_tensor
 
 

@@ -21,10 +21,9 @@ Example::
 from __future__ import annotations
 
 import ctypes
+import math
 import weakref
 from typing import Any
-
-import numpy as np
 
 from .. import _dlpack
 from .._typing import DeviceLike
@@ -88,7 +87,8 @@ def from_dlpack(obj: Any, device: DeviceLike = None) -> Any:
         TypeError: ``obj`` is not a DLPack producer.
         BufferError: the memory is on another device than ``device`` (host memory: a device
             the host cannot read), no accelrt backend serves its device, ``__dlpack__``
-            returned no unused capsule (one consumed already), it is not
+            returned no unused capsule (one consumed already) or a broken one (a negative
+            or overflowing shape), it is not
             C-contiguous (negative strides included), read-only, or of a dtype with lanes;
             a PyTorch tensor with its negative bit set (:func:`accelrt._dlpack.producer_of`).
     """
@@ -169,7 +169,7 @@ def _consume(capsule: Any, b: Any, index: int, dev: tuple[int, int], array_cls: 
         dt = _dlpack.dlpack_to_dtype(t.dtype.code, t.dtype.bits, t.dtype.lanes)
     except TypeError as exc:
         raise BufferError(f"from_dlpack(): {exc}") from None
-    shape = tuple(int(t.shape[i]) for i in range(t.ndim))
+    shape = _dlpack.capsule_shape(t, dt.itemsize, "from_dlpack()")
     if t.strides:
         want = 1
         for i in reversed(range(t.ndim)):
@@ -183,5 +183,5 @@ def _consume(capsule: Any, b: Any, index: int, dev: tuple[int, int], array_cls: 
         raise BufferError("from_dlpack(): cannot mark the DLPack capsule as used")
     owner = _Producer(deleter, managed)
     ptr = (t.data or 0) + int(t.byte_offset)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+    nbytes = math.prod(shape) * dt.itemsize
     return array_cls._wrap(memory_cls(ptr, nbytes, None, base=owner), shape, dt, b, index)

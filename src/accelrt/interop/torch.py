@@ -184,14 +184,14 @@ def from_torch(tensor: Any, device: DeviceLike = None) -> Any:
     Raises:
         BackendUnavailableError: PyTorch is not installed.
         TypeError: ``tensor`` is not a ``torch.Tensor``.
-        BufferError: the tensor is not contiguous, requires grad, has its negative or
-            conjugate bit set (``.resolve_neg()``, ``.resolve_conj()``), has a dtype accelrt
-            has not (bfloat16, float8), or ``device`` is not the tensor's (see
+        BufferError: the tensor is not contiguous, requires grad (PyTorch's refusal, "Can't
+            export tensors that require gradient, use tensor.detach()"), has its negative or
+            conjugate bit set (``.resolve_neg()``, ``.resolve_conj()``), is exported read-only
+            (``torch.utils.dlpack.ReadOnlyTensorWrapper``), has a dtype accelrt has not
+            (bfloat16, float8), or ``device`` is not the tensor's (see
             :func:`accelrt.interop._dlpack_in.from_dlpack`).
     """
     torch = _torch()
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"from_torch() takes a torch.Tensor, got {type(tensor).__name__}")
-    if tensor.requires_grad:
-        raise BufferError("from_torch(): the tensor requires grad; pass tensor.detach()")
     return from_dlpack(tensor, _device_arg(device))
