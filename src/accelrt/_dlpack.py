@@ -309,19 +309,29 @@ def make_capsule(ptr: int, shape: Sequence[int], dtype: Any, device: tuple[int, 
     else:
         capsule = carrier.__dlpack__()
         managed = _DLManagedTensor.from_address(_PyCapsule_GetPointer(capsule, _NAME))
-    # numpy described the carrier: same ndim, shape and strides arrays of ndim entries
-    t = managed.dl_tensor
-    acc = 1
-    for i in reversed(range(ndim)):
-        t.shape[i], t.strides[i] = shape[i], acc
-        acc *= max(shape[i], 1)
-    t.data = ptr or None
-    t.device.device_type, t.device.device_id = int(device[0]), int(device[1])
-    t.dtype.code, t.dtype.bits, t.dtype.lanes = code, bits, lanes
-    t.byte_offset = 0
+    _describe(managed.dl_tensor, ptr, shape, device, (code, bits, lanes))
     with _sweep_lock:
         _carriers[id(carrier)] = carrier
     return capsule
+
+
+def _describe(t: Any, ptr: int, shape: tuple[int, ...], device: tuple[int, int],
+              dtype: tuple[int, int, int]) -> None:
+    """Rewrite the ``DLTensor`` ``t`` that numpy made for a carrier of ``len(shape)`` dimensions
+    to describe the compact row-major memory at ``ptr``. numpy gave it a shape array of that
+    many entries, and a strides array too, except that numpy < 2.0 leaves the strides NULL for
+    a C-contiguous array (a legacy capsule's "compact, row-major", which is what is exported):
+    then they stay NULL."""
+    acc = 1
+    for i in reversed(range(len(shape))):
+        t.shape[i] = shape[i]
+        if t.strides:
+            t.strides[i] = acc
+        acc *= max(shape[i], 1)
+    t.data = ptr or None
+    t.device.device_type, t.device.device_id = int(device[0]), int(device[1])
+    t.dtype.code, t.dtype.bits, t.dtype.lanes = dtype
+    t.byte_offset = 0
 
 
 def numpy_capsule(view: np.ndarray, max_version: Any, copy: bool | None,
