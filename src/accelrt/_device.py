@@ -24,7 +24,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import _backend
-from ._errors import AcceleratorIndexError, AcceleratorValueError, BackendUnavailableError, shown
+from ._errors import (
+    AcceleratorIndexError,
+    AcceleratorTypeError,
+    AcceleratorValueError,
+    BackendUnavailableError,
+    shown,
+)
 from ._fork import reinit_after_fork
 
 if TYPE_CHECKING:
@@ -674,6 +680,31 @@ class _WrongDeviceError(TypeError, ValueError):
     (``_get_device_index(optional=False)``) raise for it."""
 
 
+class _BoolDeviceError(AcceleratorTypeError, _WrongDeviceError):
+    """A bool given as a device: a ``TypeError`` (torch 2.15's ``torch.device(True)``,
+    ``torch.Stream(device=True)``), a ``RuntimeError`` (``torch.cuda``'s functions:
+    ``torch.cuda.set_device(True)`` raises "invalid argument to setDevice") and the
+    ``ValueError`` of :class:`_WrongDeviceError`."""
+
+
+def _bool_device(dev: bool, expected: str = "expected a device, int, str or None"
+                 ) -> _BoolDeviceError:
+    """The error for a bool given as a device or device index (docs/differences.md: torch
+    2.15's ``torch.accelerator`` reads ``True`` as 1, its ``torch.cuda`` and ``torch.device``
+    refuse it).
+
+    Example::
+
+        >>> from accelrt._device import _bool_device
+        >>> str(_bool_device(True))  # doctest: +ELLIPSIS
+        'expected a device, int, str or None, got bool: ...; pass int(True) for device 1'
+    """
+    return _BoolDeviceError(
+        f"{expected}, got bool: a bool is not a device index "
+        "(torch.cuda refuses it too: \"invalid argument to setDevice\"); pass "
+        f"int({dev!r}) for device {int(dev)}")
+
+
 def _wrong_device(dev: object) -> TypeError:
     """The error for a device argument of another type than a device, int, str or None
     (PyTorch's ``_get_device_index`` reads any such argument as ``None``, the current device,
@@ -688,10 +719,12 @@ def _wrong_device(dev: object) -> TypeError:
         >>> str(_wrong_device(np.int64(1)))
         'expected a device, int, str or None, got numpy.int64; pass the index as an int (1)'
     """
+    if isinstance(dev, bool):
+        return _bool_device(dev)
     cls = type(dev)
     name = cls.__name__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
     hint = ""
-    if hasattr(cls, "__index__") and not isinstance(dev, bool):
+    if hasattr(cls, "__index__"):
         try:
             hint = f"; pass the index as an int ({cls.__index__(dev)})"
         except Exception:  # noqa: BLE001 - a broken __index__: no hint
@@ -853,7 +886,9 @@ class device_index(_SwitchCore):
             ``__index__`` such as ``numpy.int64``, as torch takes), or ``None``.
 
     Raises:
-        TypeError: ``device`` is not an int or None (a bool, a float, a str, a device).
+        TypeError: ``device`` is not an int or None (a float, a str, a device); a bool
+            (``True`` is not device 1, as ``torch.cuda.device(True)`` refuses it) also a
+            ``RuntimeError``, torch.cuda's class.
         IndexError: (on entry) the index is out of range.
 
     Example::
@@ -874,6 +909,8 @@ class device_index(_SwitchCore):
     def __init__(self, device: int | None, /) -> None:
         if device is None or type(device) is int:
             self.idx = device
+        elif isinstance(device, bool):   # torch.cuda.device(True): "invalid argument"
+            raise _bool_device(device, "device_index() takes an int or None")
         else:   # an int subclass by its value, an integer with __index__ (numpy's), as torch
             try:
                 self.idx = _index_arg(device, "device")

@@ -279,6 +279,43 @@ def ops_section(kind, dtypes, label=""):
                                 op=op)
             close(host(out2), want, "reduce_scatter")
 
+    for dtype in [d for d in dtypes if np.dtype(d).kind == "f"]:
+        @case(f"{label}{kind} NaN under MAX/MIN {dtype}: fmax/fmin, one answer on every rank")
+        def _():
+            # a NaN is ignored unless every rank has one there (NCCL's fmaxf/fminf); MPI's
+            # own MAX/MIN kept one operand, so ranks disagreed (s32; torch 2.15 gloo: the
+            # value of the rank that reduces that element's chunk, the same on every rank)
+            n = 3 * N
+            vals = []
+            for r in range(N):
+                rng = np.random.default_rng(40 + r)
+                v = rng.standard_normal(n)
+                v[rng.random(n) < 0.4] = np.nan
+                v[0] = np.nan                                     # every rank
+                v[1] = np.nan if r == 0 else r                    # rank 0 only
+                v[2] = np.nan if r == N - 1 else -np.inf          # the last rank only
+                vals.append(v.astype(dtype))
+            for op, fn in ((dist.ReduceOp.MAX, np.fmax), (dist.ReduceOp.MIN, np.fmin)):
+                want = fn.reduce(np.stack(vals), axis=0)
+                a = arr(vals[R].copy(), dtype, kind)   # (a borrowed array aliases it)
+                dist.all_reduce(a, op=op)
+                got = host(a)
+                if not np.array_equal(got, want, equal_nan=True):
+                    raise AssertionError(f"all_reduce {op.name} got {got.tolist()} want "
+                                         f"{want.tolist()}")
+                gathered = [None] * N
+                dist.all_gather_object(gathered, got.tobytes())
+                assert len(set(gathered)) == 1, f"{op.name}: the ranks disagree"
+                b = arr(vals[R].copy(), dtype, kind)
+                dist.reduce(b, dst=N - 1, op=op)
+                if R == N - 1 and not np.array_equal(host(b), want, equal_nan=True):
+                    raise AssertionError(f"reduce {op.name} got {host(b).tolist()}")
+                out = arr(np.zeros(3), dtype, kind)
+                dist.reduce_scatter_tensor(out, arr(vals[R].copy(), dtype, kind), op=op)
+                if not np.array_equal(host(out), want[3 * R:3 * R + 3], equal_nan=True):
+                    raise AssertionError(f"reduce_scatter_tensor {op.name} got "
+                                         f"{host(out).tolist()}")
+
     @case(f"{label}{kind} all_reduce empty and 2-d out-of-place all_gather")
     def _():
         e = arr(np.zeros(0), "float32", kind)

@@ -251,6 +251,40 @@ def test_unpicklable_objects_in_a_one_rank_world(world: object) -> None:
     assert out == [{"still": "works"}]
 
 
+class _Held(_BadReduce):
+    """An unpicklable object whose life a weak reference watches."""
+
+
+@needs_mpi
+def test_a_pickling_error_leaves_no_cycle_keeping_the_objects(world: object) -> None:
+    # the kept pickling error was raised from a local (`raise own`, and _settle's parameter):
+    # error -> traceback -> frame -> error, a cycle that kept the caller's objects (and
+    # lists) alive until the garbage collector ran (s32)
+    import gc
+    import weakref
+
+    calls = [lambda x: dist.broadcast_object_list([x], 0),
+             lambda x: dist.all_gather_object([None], x),
+             lambda x: dist.gather_object(x, [None], 0),
+             lambda x: dist.scatter_object_list([None], [x], 0)]
+    gc.collect()
+    gc.disable()
+    try:
+        for call in calls:
+            held = _Held()
+            ref = weakref.ref(held)
+            try:
+                call(held)
+            except RuntimeError as exc:
+                assert "no pickle for you" in str(exc)
+            else:
+                raise AssertionError("the collective pickled an unpicklable object")
+            del held
+            assert ref() is None, call
+    finally:
+        gc.enable()
+
+
 # --------------------------------------------------------------------------- rank launches
 @needs_mpi
 @pytest.mark.parametrize("n, debug", [(3, True), (2, False)], ids=["n3-detail", "n2-plain"])

@@ -342,6 +342,21 @@ def test_use_accelrt_allocator_refuses_bad_settings(fake_torch: _FakeTorch,
 
 
 @needs_shim
+def test_use_accelrt_allocator_parses_its_settings_once(fake_torch: _FakeTorch) -> None:
+    """A bad value that PyTorch warns about and ignores warned twice: the settings were parsed
+    to check them, then again by set_allocator_settings once the shim was in (s32)."""
+    from accelrt.interop.torch import use_accelrt_allocator
+    settings = "expandable_segments_reserve:bogus,page_reuse:True"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        use_accelrt_allocator(backend=NAME, settings=settings)
+    assert [str(w.message).startswith("Ignoring invalid expandable-segment reserve value "
+                                      "'bogus'") for w in caught] == [True]
+    assert fake_torch.swaps == 1 and _config.get_config().page_reuse is True
+    assert acc.memory.get_allocator_settings() == settings
+
+
+@needs_shim
 def test_refused_swap_restores_the_earlier_installation(fake_torch: _FakeTorch) -> None:
     """PyTorch already initialised its own allocator: AcceleratorError, and whatever the shim
     served before keeps being served (it was uninstalled)."""

@@ -372,10 +372,50 @@ def test_bound_memory_functions_on_an_unusable_backend() -> None:
         _unregister("unusable_mem")
 
 
+# torch 2.15.0 (observed with /tmp/t215, a build without a GPU, and read in torch/cuda's and
+# torch/accelerator's Python): torch.cuda's functions pass a bool through _get_device_index
+# (which returns it: bool is an int) to C++, whose THPUtils_checkLong refuses it before any
+# driver call: RuntimeError "invalid argument to setDevice" (set_device),
+# "... exchangeDevice" (torch.cuda.device(True) on entry, and synchronize through it),
+# "... getCurrentStream" (current_stream), "... memory_allocated" (the statistics);
+# torch.device(True), torch.device("cuda", True), torch.Stream/Event/Generator(device=True)
+# and torch.empty(device=True) raise TypeError; torch.accelerator's pybind11 bindings read True
+# as 1 (device_index, set_device_index, synchronize, current_stream): accelrt refuses a bool
+# everywhere, with an error that is torch.cuda's RuntimeError and torch.device's TypeError
+# (docs/differences.md)
+@pytest.mark.parametrize("flag", [True, False])
+def test_a_bool_device_is_refused_with_torch_cudas_runtime_error(cpu4: str, flag: bool) -> None:
+    def enter(cm: Any) -> None:
+        with cm:
+            pass
+    acc.set_device_index(2)
+    calls = [lambda: acc.set_device_index(flag), lambda: acc.synchronize(flag),
+             lambda: acc.current_stream(flag), lambda: acc.memory.memory_allocated(flag),
+             lambda: enter(acc.device_index(flag)),
+             lambda: acc.cpu.set_device(flag), lambda: enter(acc.cpu.device(flag)),
+             lambda: acc.cpu.synchronize(flag), lambda: acc.cpu.current_stream(flag),
+             lambda: acc.cpu.memory_allocated(flag), lambda: acc.cpu.get_device_name(flag),
+             lambda: acc.Stream(device=flag), lambda: acc.Event(device=flag),
+             lambda: acc.cpu.Stream(device=flag), lambda: acc.random.Generator(flag),
+             lambda: acc.empty(1, device=flag), lambda: acc.random.get_rng_state(flag)]
+    for call in calls:
+        with pytest.raises(RuntimeError, match=f"got bool: a bool is not a device index "
+                           f".*invalid argument.*; pass int\\({flag}\\) for device "
+                           f"{int(flag)}$") as info:
+            call()
+        assert isinstance(info.value, TypeError) and isinstance(info.value, ValueError)
+        assert acc.current_device_index() == 2 and acc.cpu.current_device() == 0
+    with pytest.raises(TypeError, match="^device_index\\(\\) takes an int or None, got bool"):
+        acc.device_index(flag)
+    for call in (lambda: acc.device(flag), lambda: acc.device("cpu", flag)):
+        with pytest.raises(TypeError, match="bool"):    # torch.device's TypeError
+            call()
+
+
 @pytest.mark.parametrize(("arg", "expected"), [
     (1.5, "got float$"),
     ([0], "got list$"),
-    (True, "got bool$"),
+    (True, r"got bool: a bool is not a device index .*; pass int\(True\) for device 1$"),
     (np.int64(1), r"got numpy\.int64; pass the index as an int \(1\)$"),
     (acc.cpu.device(0), r"got accelrt\.cpu\.device; pass its index \(0\) or a device string$"),
 ])

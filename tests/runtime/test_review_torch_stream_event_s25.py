@@ -197,8 +197,8 @@ def test_device_forms_torch_takes(two: str, make: Callable[..., Any]) -> None:
 # not be negative"; torch.Stream("foo") -> RuntimeError "Expected one of cpu, cuda, ... device
 # type at start of device string: foo"; the same for torch.Event
 @pytest.mark.parametrize(("device", "error", "match"), [
-    (True, TypeError, r"^expected a device, int, str or None, got bool$"),
-    (False, TypeError, r"^expected a device, int, str or None, got bool$"),
+    (True, TypeError, r"^expected a device, int, str or None, got bool: .*; pass int\(True\)"),
+    (False, TypeError, r"^expected a device, int, str or None, got bool: .*; pass int\(False\)"),
     (1.0, TypeError, r"^expected a device, int, str or None, got float$"),
     ([0], TypeError, r"^expected a device, int, str or None, got list$"),
     (-1, RuntimeError, r"^Device index must not be negative"),

@@ -106,7 +106,38 @@ _NEEDS_FACTOR = ("ReduceOp.PREMUL_SUM needs its factor: pass "
                  "op=accelrt.distributed._make_nccl_premul_sum(factor)")
 
 
-def _mpi_op(op: RedOp, dtype: np.dtype[Any]) -> Any:
+#: ``(op, dtype char)`` -> the MPI op of a floating ``MAX``/``MIN`` (:func:`_nan_op`)
+_NAN_OPS: dict[tuple[ReduceOp, str], Any] = {}
+
+
+def _nan_op(op: ReduceOp, dtype: np.dtype[Any]) -> Any:
+    """A floating ``MAX``/``MIN`` as NCCL computes it (``fmax``/``fmin``: a NaN is ignored
+    unless every rank has one there), made an MPI op of its own per dtype.
+
+    MPI's own ``MPI_MAX``/``MPI_MIN`` keep one operand whenever a comparison with NaN is
+    false, and MPI assumes them commutative, so with a NaN the answer depended on MPICH's
+    algorithm and was not the same on every rank (observed: a float16 ``all_reduce`` on two
+    ranks, every floating dtype on four). ``fmax``/``fmin`` are commutative and associative,
+    so every rank, and ``reduce``, ``all_reduce`` and ``reduce_scatter``, get one answer.
+    """
+    key = (op, dtype.char)
+    mop = _NAN_OPS.get(key)
+    if mop is None:
+        fn = np.fmax if op is ReduceOp.MAX else np.fmin
+        dt = np.dtype(dtype)
+
+        def apply(inbuf: Any, inoutbuf: Any, datatype: Any) -> None:
+            out = np.frombuffer(inoutbuf, dt)
+            fn(np.frombuffer(inbuf, dt), out, out=out)
+
+        mop = _NAN_OPS[key] = mpi().Op.Create(apply, commute=True)
+    return mop
+
+
+def _mpi_op(op: RedOp, dtype: np.dtype[Any], host: bool = True) -> Any:
+    """The MPI op of ``op`` on ``dtype``; ``host``: the buffers are host memory (the floating
+    ``MAX``/``MIN`` of :func:`_nan_op` run in Python on them; a device-aware MPI given
+    device addresses keeps its own ``MPI_MAX``/``MPI_MIN``)."""
     if isinstance(op, PremulSum):   # the inputs were scaled: a plain sum
         op = ReduceOp.SUM
     if not _OPS:
@@ -116,6 +147,8 @@ def _mpi_op(op: RedOp, dtype: np.dtype[Any]) -> Any:
                      ReduceOp.BOR: MPI.BOR, ReduceOp.BXOR: MPI.BXOR})
     if dtype.kind == "b":   # bool: sum is "any", product is "all" (as torch maps them)
         op = {ReduceOp.SUM: ReduceOp.MAX, ReduceOp.PRODUCT: ReduceOp.MIN}.get(op, op)
+    elif dtype.kind == "f" and host and op in (ReduceOp.MAX, ReduceOp.MIN):
+        return _nan_op(op, dtype)
     return _OPS[op]
 
 
@@ -185,6 +218,16 @@ class MpiEngine(Engine):
         self.size = comm.Get_size()
         self.rank = comm.Get_rank()
         self.max_tag = int(comm.Get_attr(MPI.TAG_UB))   # MPICH: 2**29 - 1
+        self._host_ops: bool | None = None   # (see _ops_on_host)
+
+    def _ops_on_host(self) -> bool:
+        """True unless this engine may be given device addresses (``device_aware``: the
+        ``ACCELRT_MPI_CUDA_AWARE=1`` opt-in with a CUDA-aware MPI), where a reduction in
+        Python could not read them: :func:`_mpi_op`'s ``host``."""
+        if self._host_ops is None:
+            self._host_ops = not (os.environ.get("ACCELRT_MPI_CUDA_AWARE") == "1"
+                                  and cuda_aware())
+        return self._host_ops
 
     @classmethod
     def create(cls, ctx: EngineContext) -> MpiEngine:
@@ -284,7 +327,7 @@ class MpiEngine(Engine):
             send = None
             _premul(recv, op)
         src = mpi().IN_PLACE if send is None else _spec(send, t)
-        self.comm.Allreduce(src, _spec(recv, t), _mpi_op(op, recv.dtype))
+        self.comm.Allreduce(src, _spec(recv, t), _mpi_op(op, recv.dtype, self._ops_on_host()))
         if op is ReduceOp.AVG:
             _avg(recv, self.size)
 
@@ -296,12 +339,14 @@ class MpiEngine(Engine):
         if self.rank == root:
             if type(op) is PremulSum:
                 _premul(buf, op)
-            self.comm.Reduce(mpi().IN_PLACE, _spec(buf, t), _mpi_op(op, buf.dtype), root)
+            self.comm.Reduce(mpi().IN_PLACE, _spec(buf, t),
+                             _mpi_op(op, buf.dtype, self._ops_on_host()), root)
             if op is ReduceOp.AVG:
                 _avg(buf, self.size)
         else:   # the other ranks' arrays stay as they were: scale a copy
             send, _owner = _premul_copy(buf, op) if type(op) is PremulSum else (buf, None)
-            self.comm.Reduce(_spec(send, t), None, _mpi_op(op, buf.dtype), root)
+            self.comm.Reduce(_spec(send, t), None, _mpi_op(op, buf.dtype, self._ops_on_host()),
+                             root)
 
     def all_gather(self, send: Buf, recv: Buf, stream: Stream | None) -> None:
         if send.ptr == recv.ptr + self.rank * send.nbytes and send.ptr:
@@ -321,7 +366,7 @@ class MpiEngine(Engine):
             send = Buf(_owner.ctypes.data, send.count, send.dtype)
         # mpi4py's count of both buffers is the per-rank block
         self.comm.Reduce_scatter_block([_spec(send, t)[0], recv.count, t], _spec(recv, t),
-                                       _mpi_op(op, recv.dtype))
+                                       _mpi_op(op, recv.dtype, self._ops_on_host()))
         if op is ReduceOp.AVG:
             _avg(recv, self.size)
 

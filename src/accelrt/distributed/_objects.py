@@ -83,13 +83,37 @@ class _Unpicklable:
         return _Unpicklable, (self.rank, self.reason)
 
 
-def _pickled(g: ProcessGroup, obj: Any) -> tuple[bytes | _Unpicklable, Exception | None]:
-    """``obj`` pickled (host-only), or the marker of a failure with the error to re-raise on
-    this rank once the collective ran."""
+def _pickled(g: ProcessGroup, obj: Any) -> tuple[bytes | _Unpicklable, list[Exception]]:
+    """``obj`` pickled (host-only) and ``[]``, or the marker of a failure and ``[error]``,
+    the error for :func:`_raise_own` to re-raise on this rank once the collective ran (in a
+    list made in the ``return``: a local of this frame, which the error's traceback holds,
+    would be a cycle)."""
     try:
-        return _dumps(obj), None
+        return _dumps(obj), []
     except Exception as exc:
-        return _Unpicklable(g.global_rank, f"{type(exc).__name__}: {exc}"), exc
+        return _Unpicklable(g.global_rank, f"{type(exc).__name__}: {exc}"), [exc]
+
+
+def _raise_own(kept: list[Exception]) -> None:
+    """Raise this rank's first pickling error (from :func:`_pickled`), if any, taking it
+    out of ``kept``. A kept error is never raised from a local variable: its traceback holds
+    the raising frames, so a local would be a cycle (error -> traceback -> frame -> error)
+    that kept those frames, and the caller's objects and lists in them, alive until the
+    garbage collector ran.
+
+    Example::
+
+        >>> from accelrt.distributed._objects import _raise_own
+        >>> kept = [TypeError("cannot pickle 'lock'")]
+        >>> _raise_own(kept)
+        Traceback (most recent call last):
+            ...
+        TypeError: cannot pickle 'lock'
+        >>> kept
+        []
+    """
+    if kept:
+        raise kept.pop()
 
 
 def _received(g: ProcessGroup, op: str, got: Any, weights_only: bool) -> Any:
@@ -101,12 +125,11 @@ def _received(g: ProcessGroup, op: str, got: Any, weights_only: bool) -> Any:
     return _loads(got, weights_only)
 
 
-def _settle(g: ProcessGroup, op: str, own: Exception | None, got: Sequence[Any],
+def _settle(g: ProcessGroup, op: str, kept: list[Exception], got: Sequence[Any],
             weights_only: bool) -> list[Any]:
-    """The objects of a gathered list: this rank's own pickling error first, then a
-    :class:`DistError` naming every sender that failed, else the unpickled items."""
-    if own is not None:
-        raise own
+    """The objects of a gathered list: this rank's own pickling error first (``kept``), then
+    a :class:`DistError` naming every sender that failed, else the unpickled items."""
+    _raise_own(kept)
     failed = [x for x in got if isinstance(x, _Unpicklable)]
     if len(failed) > 1:
         raise DistError(f"rank {g.global_rank}: {op}: ranks "
@@ -158,10 +181,9 @@ def broadcast_object_list(object_list: list[Any], src: int | None = None,
     if g is None:
         return
     root = g.canonical_rank(src, group_src, "src", default=0)
-    data, own = _pickled(g, list(object_list)) if g.rank() == root else (None, None)
+    data, kept = _pickled(g, list(object_list)) if g.rank() == root else (None, [])
     got = _obj_call(g, "broadcast_object_list", lambda: comm.bcast(data, root=root))
-    if own is not None:
-        raise own
+    _raise_own(kept)
     object_list[:] = _received(g, "broadcast_object_list", got, weights_only)
 
 
@@ -184,9 +206,9 @@ def all_gather_object(object_list: list[Any], obj: Any, group: GroupArg = None,
     n = g.size()
     if len(object_list) < n:   # torch 2.14.1 fills the first n slots of a longer list
         raise ValueError(f"all_gather_object: object_list must have {n} slots (at least)")
-    data, own = _pickled(g, obj)
+    data, kept = _pickled(g, obj)
     got = _obj_call(g, "all_gather_object", lambda: comm.allgather(data))
-    object_list[:n] = _settle(g, "all_gather_object", own, got, weights_only)
+    object_list[:n] = _settle(g, "all_gather_object", kept, got, weights_only)
 
 
 def gather_object(obj: Any, object_gather_list: list[Any] | None = None,
@@ -211,13 +233,12 @@ def gather_object(obj: Any, object_gather_list: list[Any] | None = None,
                              or len(object_gather_list) != g.size()):
         raise ValueError(f"gather_object: object_gather_list must have {g.size()} slots on "
                          "the destination rank")
-    data, own = _pickled(g, obj)
+    data, kept = _pickled(g, obj)
     got = _obj_call(g, "gather_object", lambda: comm.gather(data, root=root))
     if g.rank() == root:
         assert object_gather_list is not None
-        object_gather_list[:] = _settle(g, "gather_object", own, got, weights_only)
-    elif own is not None:
-        raise own
+        object_gather_list[:] = _settle(g, "gather_object", kept, got, weights_only)
+    _raise_own(kept)
 
 
 def scatter_object_list(scatter_object_output_list: list[Any],
@@ -244,21 +265,20 @@ def scatter_object_list(scatter_object_output_list: list[Any],
                          "at least 1.")
     root = g.canonical_rank(src, group_src, "src", default=0)
     items: list[bytes | _Unpicklable] | None = None
-    own: Exception | None = None
+    kept: list[Exception] = []
     if g.rank() == root:
         if scatter_object_input_list is None or len(scatter_object_input_list) != g.size():
             raise ValueError(f"scatter_object_list: the source rank needs {g.size()} input "
                              "objects")
         items = []
         for x in scatter_object_input_list:
-            data, err = _pickled(g, x)
-            own = own or err
+            data, failed = _pickled(g, x)
             items.append(data)
-        if own is not None:   # every rank learns that the scatter failed
+            kept = kept or failed   # the first error (a later one's list holds no cycle)
+        if kept:   # every rank learns that the scatter failed
             items = [next(x for x in items if isinstance(x, _Unpicklable))] * g.size()
     mine = _obj_call(g, "scatter_object_list", lambda: comm.scatter(items, root=root))
-    if own is not None:
-        raise own
+    _raise_own(kept)
     scatter_object_output_list[0] = _received(g, "scatter_object_list", mine, weights_only)
 
 
@@ -289,11 +309,10 @@ def send_object_list(object_list: list[Any], dst: int | None = None, group: Grou
         return
     peer = g.canonical_rank(dst, group_dst, "dst")
     g.check_args("send_object_list", peer=peer, peer_role="destination")
-    data, own = _pickled(g, list(object_list))
+    data, kept = _pickled(g, list(object_list))
     _obj_call(g, "send_object_list", lambda: comm.send(data, dest=peer, tag=_OBJ_TAG),
               p2p=True)
-    if own is not None:
-        raise own
+    _raise_own(kept)
 
 
 def recv_object_list(object_list: list[Any], src: int | None = None, group: GroupArg = None,

@@ -26,7 +26,7 @@ Example::
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._errors import AcceleratorError, BackendUnavailableError
 from .._fork import reinit_after_fork
@@ -34,6 +34,9 @@ from .._typing import DeviceLike
 from . import _shim
 from ._common import cuda_backend, missing
 from ._dlpack_in import from_dlpack
+
+if TYPE_CHECKING:
+    from ..memory._config import AllocatorConfig
 
 __all__ = ["from_torch", "to_torch", "use_accelrt_allocator"]
 
@@ -86,13 +89,26 @@ def use_accelrt_allocator(device: int | None = None, *, settings: str | None = N
     if device is not None and (not isinstance(device, int) or isinstance(device, bool)):
         raise TypeError(f"device must be an int or None, got {type(device).__name__}")
     from ..memory import _allocator, _config
-    if settings is not None:   # checked as set_allocator_settings does, before any change
-        try:
-            _allocator._check_config_for_all(_config.parse_config(settings,
-                                                                  _config.get_config()))
-        except ValueError as exc:
-            raise ValueError(f"use_accelrt_allocator(settings={settings!r}): {exc}") from None
-    torch = _torch()
+    # the settings are parsed once (a bad value warns once) and applied at the end; no other
+    # change of the settings comes between, as in set_allocator_settings
+    with _config._set_lock:
+        cfg = None
+        if settings is not None:   # checked as set_allocator_settings does, before any change
+            try:
+                cfg = _config.parse_config(settings, _config.get_config())
+                _allocator._check_config_for_all(cfg)
+            except ValueError as exc:
+                raise ValueError(f"use_accelrt_allocator(settings={settings!r}): "
+                                 f"{exc}") from None
+        return _install_shim(_torch(), device, backend, cfg)
+
+
+def _install_shim(torch: Any, device: int | None, backend: str,
+                  cfg: AllocatorConfig | None) -> Any:
+    """:func:`use_accelrt_allocator` after its argument checks: the shim into PyTorch, then
+    ``cfg`` (the parsed settings, ``None`` to keep them); the caller holds
+    ``memory._config._set_lock``."""
+    from ..memory import _config
     memory: Any = getattr(getattr(torch, "cuda", None), "memory", None)
     pluggable = getattr(memory, "CUDAPluggableAllocator", None)
     if pluggable is None or not torch.cuda.is_available():
@@ -125,8 +141,8 @@ def use_accelrt_allocator(device: int | None = None, *, settings: str | None = N
                     f"accelrt.interop.torch.use_accelrt_allocator() at the start of the "
                     f"program, before any CUDA tensor is made") from exc
             _in_use = allocator
-        if settings is not None:   # PyTorch allocates nothing before its first tensor
-            _config.set_allocator_settings(settings)
+        if cfg is not None:   # PyTorch allocates nothing before its first tensor
+            _config._install(cfg)
     return allocator
 
 

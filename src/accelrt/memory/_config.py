@@ -653,9 +653,10 @@ def _apply_key(vals: dict[str, object], key: str, tok: str, lss_mb: int) -> None
 
 _lock = reinit_after_fork(threading.Lock())
 _current: AllocatorConfig | None = None   # guarded by _lock
-#: Held by :func:`set_allocator_settings` from reading the options to applying the new ones, so
-#: that two changes at once do not both start from the same options (the second would drop a
-#: key the first set, where PyTorch's parses edit one shared state).
+#: Held by :func:`set_allocator_settings` (and ``interop.torch.use_accelrt_allocator``) from
+#: reading the options to applying the new ones, so that two changes at once do not both start
+#: from the same options (the second would drop a key the first set, where PyTorch's parses
+#: edit one shared state).
 _set_lock = reinit_after_fork(threading.Lock())
 
 
@@ -737,19 +738,30 @@ def set_allocator_settings(settings: str) -> None:
         'max_split_size_mb:64'
         >>> set_allocator_settings(old)
     """
+    with _set_lock:
+        try:
+            cfg = parse_config(settings, get_config())
+        except ValueError as exc:
+            raise _from("set_allocator_settings", settings, exc) from None
+        _install(cfg)
+
+
+def _install(cfg: AllocatorConfig) -> None:
+    """Make ``cfg`` (from :func:`parse_config` over :func:`get_config`, with ``_set_lock``
+    held since) the process-wide options: checked against every existing allocator, then
+    applied to them, as :func:`set_allocator_settings` does, without parsing the string
+    again (a bad value would warn twice).
+
+    Raises:
+        ValueError: an existing allocator's backend cannot take ``cfg``; nothing changes.
+    """
     global _current
     from . import _allocator  # late import: the allocator module imports this one
 
-    with _set_lock:
-        base = get_config()
-        try:
-            cfg = parse_config(settings, base)
-        except ValueError as exc:
-            raise _from("set_allocator_settings", settings, exc) from None
-        _allocator._check_config_for_all(cfg)
-        with _lock:
-            _current = cfg
-        _allocator._apply_config_to_all(cfg)
+    _allocator._check_config_for_all(cfg)
+    with _lock:
+        _current = cfg
+    _allocator._apply_config_to_all(cfg)
 
 
 def get_allocator_settings() -> str:

@@ -132,7 +132,10 @@ class StreamFrees:
         if blk.event_count == 0:
             free_block(cast("DeviceCachingAllocator", alloc), blk, True)
         if error is not None:
-            raise error
+            try:
+                raise error
+            finally:   # (no cycle: the error's traceback holds this frame, not the reverse)
+                error = failure = None
 
     def insert_deferred(self) -> None:
         """Record the events of the frees deferred during a capture (it has ended)."""
@@ -145,7 +148,10 @@ class StreamFrees:
             except Exception as exc:  # noqa: BLE001 - every block is handled, then raised
                 error = error or exc
         if error is not None:
-            raise error
+            try:
+                raise error
+            finally:   # (no cycle: the error's traceback holds this frame, not the reverse)
+                error = None
 
     def process(self) -> None:
         """Complete the frees whose events have completed (PyTorch's process_events)."""

@@ -214,7 +214,7 @@ def set_rng_state(new_state: RngStateLike, device: DeviceLike = None) -> None:
 
     Raises:
         TypeError: the state is not a uint8 array (``bytes`` too, as ``torch.set_rng_state``).
-        ValueError: the state is not 16 bytes.
+        ValueError: the state is not C-contiguous, or not 16 bytes (also a ``RuntimeError``).
 
     Example::
 

@@ -118,9 +118,9 @@ def _unpack_state(state: Any) -> tuple[int, int]:
     ``accelrt.Array`` or a tensor-like with ``numpy()``); clear errors for anything else.
     As PyTorch's ``set_state``, which takes only a ByteTensor ("expected a torch.ByteTensor,
     but got bytes"), ``bytes``, ``bytearray`` and lists are refused. As PyTorch's CUDA
-    generators, the state may have any shape (its bytes in the array's logical order: unlike
-    PyTorch, which refuses a non-contiguous state, any strides), and an 8-byte state is a seed
-    alone, with offset 0.
+    generators, the state may have any shape (its bytes in order) and an 8-byte state is a seed
+    alone, with offset 0; as PyTorch's ``check_rng_state``, a state that is not C-contiguous
+    is refused ("RNG state must be contiguous", before its size is checked).
 
     Example::
 
@@ -146,7 +146,11 @@ def _unpack_state(state: Any) -> tuple[int, int]:
     if state.dtype != np.uint8:
         raise TypeError(f"RNG state must have dtype uint8, got {state.dtype}; pass the "
                         "array returned by get_state()/get_rng_state()")
-    raw = state.tobytes()   # in the array's logical order, whatever its strides
+    if not state.flags.c_contiguous:   # torch 2.15's check_rng_state, a RuntimeError
+        raise AcceleratorValueError(
+            "RNG state must be contiguous: pass numpy.ascontiguousarray(state) (PyTorch's "
+            "set_state refuses a non-contiguous state too)")
+    raw = state.tobytes()
     if len(raw) == STATE_SIZE // 2:   # a seed alone (PyTorch's CUDA generators: offset 0)
         return int.from_bytes(raw, "little"), 0
     if len(raw) != STATE_SIZE:   # a RuntimeError too, as PyTorch's "RNG state is wrong size"
@@ -326,7 +330,8 @@ class Generator:
         Raises:
             TypeError: not a uint8 array (``bytes`` too, as PyTorch's takes only a
                 ByteTensor: pass ``numpy.frombuffer(b, numpy.uint8)``).
-            ValueError: not exactly 16 bytes.
+            ValueError: not C-contiguous, or not 16 bytes (or 8, a seed alone); also a
+                ``RuntimeError``, PyTorch's class.
             RuntimeError: another seed, on a capturing stream.
         """
         self._restore(*_unpack_state(new_state))

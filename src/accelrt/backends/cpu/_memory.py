@@ -22,6 +22,7 @@ from __future__ import annotations
 import bisect
 import ctypes
 import ctypes.util
+import errno
 import os
 import struct
 import sys
@@ -575,10 +576,11 @@ class DeviceMemory:
             if self.used + size > self.budget:
                 return False
             if _get_libc().mprotect(ptr, size, _PROT_READ | _PROT_WRITE) != 0:
-                err = _os_error("mprotect")
-                if err.errno == 12:  # ENOMEM: no memory for the page tables
+                if ctypes.get_errno() == errno.ENOMEM:   # no memory for the page tables
                     return False
-                raise err
+                # (made in the raise: an error in a local of this frame, which its traceback
+                # holds, would keep the frame and this memory's books alive until the gc ran)
+                raise _os_error("mprotect")
             mapped.update(pages)
             self.used += size
             return True
