@@ -590,7 +590,7 @@ def _index_arg(value: object, what: str, unit: str = "") -> int:
         >>> _index_arg(np.int64(-1), "priority")
         -1
     """
-    if not isinstance(value, bool):
+    if not isinstance(value, (bool, np.bool_)):   # numpy < 2.4 gives np.bool_ an index
         try:
             return operator.index(value)   # type: ignore[arg-type]  # a TypeError says no
         except TypeError:

@@ -229,6 +229,7 @@ class _Carrier(np.ndarray):
     holding the exported memory's ``owner`` until numpy's deleter releases the array."""
 
     owner: object
+    strides_made: object   # the strides array of _describe, when numpy made none
 
 
 # The carriers (by id) of the capsules made here whose memory is still referenced (unconsumed,
@@ -309,29 +310,36 @@ def make_capsule(ptr: int, shape: Sequence[int], dtype: Any, device: tuple[int, 
     else:
         capsule = carrier.__dlpack__()
         managed = _DLManagedTensor.from_address(_PyCapsule_GetPointer(capsule, _NAME))
-    _describe(managed.dl_tensor, ptr, shape, device, (code, bits, lanes))
+    carrier.strides_made = _describe(managed.dl_tensor, ptr, shape, device, (code, bits, lanes))
     with _sweep_lock:
         _carriers[id(carrier)] = carrier
     return capsule
 
 
 def _describe(t: Any, ptr: int, shape: tuple[int, ...], device: tuple[int, int],
-              dtype: tuple[int, int, int]) -> None:
+              dtype: tuple[int, int, int]) -> Any:
     """Rewrite the ``DLTensor`` ``t`` that numpy made for a carrier of ``len(shape)`` dimensions
-    to describe the compact row-major memory at ``ptr``. numpy gave it a shape array of that
-    many entries, and a strides array too, except that numpy < 2.0 leaves the strides NULL for
-    a C-contiguous array (a legacy capsule's "compact, row-major", which is what is exported):
-    then they stay NULL."""
+    to describe the compact row-major memory at ``ptr``; return the strides array made here,
+    if any, which the caller keeps alive with the capsule.
+
+    numpy gave ``t`` a shape array of ``len(shape)`` entries, and a strides array too, except
+    that numpy 2.2 and earlier leave the strides of a C-contiguous array NULL ("compact, row-major"
+    in DLPack); then the strides are a ctypes array of this function's, so that every
+    capsule carries them (DLPack 1.x consumers may rely on them)."""
+    ndim = len(shape)
+    made = None
+    if ndim and not t.strides:
+        made = (ctypes.c_int64 * ndim)()
+        t.strides = ctypes.cast(made, ctypes.POINTER(ctypes.c_int64))
     acc = 1
-    for i in reversed(range(len(shape))):
-        t.shape[i] = shape[i]
-        if t.strides:
-            t.strides[i] = acc
+    for i in reversed(range(ndim)):
+        t.shape[i], t.strides[i] = shape[i], acc
         acc *= max(shape[i], 1)
     t.data = ptr or None
     t.device.device_type, t.device.device_id = int(device[0]), int(device[1])
     t.dtype.code, t.dtype.bits, t.dtype.lanes = dtype
     t.byte_offset = 0
+    return made
 
 
 def numpy_capsule(view: np.ndarray, max_version: Any, copy: bool | None,

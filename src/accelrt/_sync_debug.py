@@ -40,6 +40,8 @@ import sys
 import threading
 import warnings
 
+import numpy as np
+
 from ._errors import AcceleratorError
 from ._fork import reinit_after_fork
 
@@ -119,7 +121,7 @@ def set_sync_debug_mode(debug_mode: int | str, device_type: str | None = None) -
             raise _ModeError("invalid value of debug_mode, expected one of `default`, `warn`, "
                              "`error`")
     else:
-        if isinstance(debug_mode, bool):
+        if isinstance(debug_mode, (bool, np.bool_)):   # numpy < 2.4 indexes np.bool_
             raise _ModeTypeError("invalid argument to set_sync_debug_mode")
         try:
             mode = operator.index(debug_mode)

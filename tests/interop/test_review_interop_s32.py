@@ -132,20 +132,24 @@ def test_an_unconsumed_device_capsule_releases_its_owner_when_dropped() -> None:
             assert owner() is None and _dlpack.live_capsules() == before - 1
 
 
-def test_a_legacy_carrier_without_strides_keeps_them_null() -> None:
-    # numpy < 2.0 leaves a C-contiguous array's DLPack strides NULL (compact, row-major); the
-    # rewrite of its capsule wrote through the NULL pointer (ctypes' "NULL pointer access", so
-    # every device export failed with numpy 1.x); the shape is still rewritten
+def test_a_carrier_without_strides_gets_strides_of_its_own() -> None:
+    # numpy <= 2.2 leaves a C-contiguous array's DLPack strides NULL (compact, row-major); the
+    # rewrite of its capsule wrote through the NULL pointer (ctypes' "NULL pointer access":
+    # every device export failed with numpy 1.x to 2.2); now the capsule carries strides
+    # of its own, kept alive by the caller with the capsule
     shape = (ctypes.c_int64 * 2)(1, 1)
     t = _dlpack._DLTensor()
     t.ndim, t.shape, t.strides = 2, ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64)), None
-    _dlpack._describe(t, 4096, (3, 5), (2, 1), (2, 32, 1))
-    assert not t.strides and list(shape) == [3, 5]
+    made = _dlpack._describe(t, 4096, (3, 5), (2, 1), (2, 32, 1))
+    assert made is not None and list(made) == [5, 1] and [t.strides[0], t.strides[1]] == [5, 1]
+    assert list(shape) == [3, 5]
     assert (t.data, t.device.device_type, t.device.device_id, t.dtype.bits) == (4096, 2, 1, 32)
     strides = (ctypes.c_int64 * 2)(9, 9)
     t.strides = ctypes.cast(strides, ctypes.POINTER(ctypes.c_int64))
-    _dlpack._describe(t, 4096, (3, 5), (2, 1), (2, 32, 1))
+    assert _dlpack._describe(t, 4096, (3, 5), (2, 1), (2, 32, 1)) is None
     assert list(strides) == [5, 1]
+    t0 = _dlpack._DLTensor()     # 0-d: no shape, no strides
+    assert _dlpack._describe(t0, 8, (), (2, 0), (2, 32, 1)) is None and not t0.strides
 
 
 # ---------------------------------------------------------------------- read-only exports

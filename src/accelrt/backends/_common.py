@@ -244,7 +244,7 @@ def check_size(size: object, what: str = "size", allow_zero: bool = False) -> in
         >>> check_size(8)
         8
     """
-    if isinstance(size, bool):
+    if isinstance(size, (bool, np.bool_)):   # numpy < 2.4 indexes np.bool_
         raise TypeError(f"{what} must be an int, got bool")
     try:
         value = operator.index(cast("SupportsIndex", size))

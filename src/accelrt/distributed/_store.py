@@ -42,6 +42,8 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from ._errors import DistStoreError, QueueEmptyError
 
 __all__ = ["FileStore", "HashStore", "PrefixStore", "Store"]
@@ -106,7 +108,7 @@ def _compare_set_refusal(current: bytes | None, expected: bytes) -> bytes | None
 
 def _int(value: object, what: str) -> int:
     """An integer argument (``numpy`` integers too, as torch's bindings accept)."""
-    if isinstance(value, bool):
+    if isinstance(value, (bool, np.bool_)):   # numpy < 2.4 indexes np.bool_
         raise TypeError(f"{what} must be an int, got bool")
     try:
         return operator.index(value)   # type: ignore[arg-type]

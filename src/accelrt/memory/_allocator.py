@@ -42,6 +42,8 @@ from collections.abc import Callable, Iterable
 from queue import Empty as _Empty
 from typing import Any, Final, SupportsIndex, cast
 
+import numpy as np
+
 from .._backend import Backend
 from .._errors import OutOfMemoryError
 from .._fork import hold_across_fork
@@ -136,7 +138,7 @@ _NO_BLOCK: Final = Block(0, 0, 0, BlockPool(True, None, HotCounters(), 1))
 
 
 def _check_size(size: object) -> int:
-    if isinstance(size, bool) or not hasattr(size, "__index__"):
+    if isinstance(size, (bool, np.bool_)) or not hasattr(size, "__index__"):
         raise TypeError(f"allocation size must be an int, got {type(size).__name__}")
     return operator.index(size)
 

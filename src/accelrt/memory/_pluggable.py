@@ -52,6 +52,8 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, NoReturn, SupportsIndex
 
+import numpy as np
+
 from .. import _device
 from .._fork import reinit_after_fork
 from ._allocator import DeviceCachingAllocator
@@ -398,7 +400,7 @@ class PluggableAllocator:
     def _address(self, ret: object, dev: str) -> int:
         """``ret``, what ``alloc`` returned for ``dev``, as an address (0: NULL)."""
         ptr = None
-        if isinstance(ret, SupportsIndex) and not isinstance(ret, bool):
+        if isinstance(ret, SupportsIndex) and not isinstance(ret, (bool, np.bool_)):
             ptr = operator.index(ret)   # an int, or an integer such as numpy's
         if ptr is None:
             hint = " (a missing return statement?)" if ret is None else ""
