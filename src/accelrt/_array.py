@@ -774,7 +774,8 @@ class Array:
             if copy is False:
                 raise BufferError(f"exporting {self.device} memory to the host needs a copy; "
                                   "pass copy=None or copy=True")
-            return _dlpack.numpy_capsule(self._download(), max_version, None, read_only)
+            return _dlpack.numpy_capsule(self._download(), max_version, None, read_only,
+                                         copied=True)
         if self._host_ok():
             if stream is not None and stream != -1:
                 raise BufferError(f"stream must be None (or -1) for host memory, got "

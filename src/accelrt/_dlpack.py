@@ -343,9 +343,11 @@ def _describe(t: Any, ptr: int, shape: tuple[int, ...], device: tuple[int, int],
 
 
 def numpy_capsule(view: np.ndarray, max_version: Any, copy: bool | None,
-                  read_only: bool = False) -> Any:
+                  read_only: bool = False, copied: bool = False) -> Any:
     """numpy's capsule of host memory ``view`` (``max_version`` and ``copy`` passed on), with
-    the read-only flag when ``read_only``: ``Array.__dlpack__`` of host-accessible memory.
+    the read-only flag when ``read_only``: ``Array.__dlpack__`` of host-accessible memory, and
+    of device memory copied to the host for the consumer (``copied``: ``view`` is that copy,
+    and a versioned capsule says so with DLPack's is-copied flag).
 
     Raises:
         BufferError: ``read_only`` but numpy made a legacy capsule (numpy < 2.1, or a
@@ -376,6 +378,10 @@ def numpy_capsule(view: np.ndarray, max_version: Any, copy: bool | None,
             raise BufferError(f"a read-only DLPack export needs a versioned capsule, which "
                               f"numpy {np.__version__} cannot make; install numpy >= 2.1")
         managed.flags |= DLPACK_FLAG_BITMASK_READ_ONLY
+    if copied:
+        name, managed = unused_capsule(capsule, "__dlpack__()")
+        if name == _NAME_VERSIONED:
+            managed.flags |= DLPACK_FLAG_BITMASK_IS_COPIED
     return capsule
 
 

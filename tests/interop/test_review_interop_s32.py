@@ -132,6 +132,21 @@ def test_an_unconsumed_device_capsule_releases_its_owner_when_dropped() -> None:
             assert owner() is None and _dlpack.live_capsules() == before - 1
 
 
+def test_a_device_export_copied_to_the_host_says_it_was_copied() -> None:
+    # DLPack's is-copied flag: a device array exported to the host (dl_device=(kDLCPU, 0)) is a
+    # copy made for the consumer; the versioned capsule said nothing of it (numpy made it
+    # from the downloaded copy without knowing), unlike a copy=True export of the device
+    a = acc.full(3, 2.5, device=DEV)
+    for kw in ({}, {"copy": True}):
+        cap = a.__dlpack__(max_version=(1, 0), dl_device=(_dlpack.kDLCPU, 0), **kw)
+        name, managed = _dlpack.unused_capsule(cap, "test")
+        assert name == b"dltensor_versioned"
+        assert managed.flags & _dlpack.DLPACK_FLAG_BITMASK_IS_COPIED
+        assert np.from_dlpack(_Returns(cap)).tolist() == [2.5] * 3
+    legacy = a.__dlpack__(dl_device=(_dlpack.kDLCPU, 0))      # no flags to set: still works
+    assert np.from_dlpack(_Returns(legacy)).tolist() == [2.5] * 3
+
+
 def test_a_carrier_without_strides_gets_strides_of_its_own() -> None:
     # numpy <= 2.2 leaves a C-contiguous array's DLPack strides NULL (compact, row-major); the
     # rewrite of its capsule wrote through the NULL pointer (ctypes' "NULL pointer access":

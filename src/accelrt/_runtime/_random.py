@@ -166,7 +166,8 @@ class RandomFunctions(ModuleBase):
         """Restore a device's default generator from :meth:`get_rng_state`.
 
         Raises:
-            TypeError/ValueError: the state is not 16 uint8 bytes.
+            TypeError/ValueError: the state is not a contiguous uint8 array of 16 bytes (or
+                8, the seed alone), as :meth:`accelrt.random.Generator.set_state` checks it.
 
         Example::
 
