@@ -87,3 +87,17 @@ def test_store_add_takes_a_numpy_bool_as_it_takes_a_bool() -> None:
     with pytest.raises(TypeError, match="amount must be an int, got float"):
         store.add("k", 1.0)
 
+
+
+# ---------------------------------------------------------------------- DLPack flags
+
+def test_a_copy_made_for_the_consumer_says_so_where_torch_does_not() -> None:
+    # docs/differences.md: numpy's is-copied flag on copy=True (torch 2.15 leaves flags 0)
+    from accelrt import _dlpack
+    a = acc.asarray(np.arange(3.0), device="cpu:0")
+    for kw, flags in (({"copy": True}, 2), ({"copy": None}, 0), ({"copy": False}, 0),
+                      ({"copy": True, "read_only": True}, 3)):
+        capsule = a.__dlpack__(max_version=(1, 0), **kw)   # alive while its struct is read
+        name, managed = _dlpack.unused_capsule(capsule, "t")
+        assert (name, managed.flags) == (b"dltensor_versioned", flags), kw
+        del managed, capsule
