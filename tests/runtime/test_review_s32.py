@@ -8,7 +8,10 @@ case of tests/distributed/cases.py.
 
 from __future__ import annotations
 
+import dataclasses
+import gc
 import itertools
+import weakref
 from collections.abc import Iterator
 
 import numpy as np
@@ -16,7 +19,8 @@ import pytest
 
 import accelrt as acc
 import accelrt.distributed as dist
-from accelrt import backends
+from accelrt import _dlpack, backends
+from accelrt.backends import Capabilities
 from accelrt.backends.cpu import CpuBackend
 from accelrt.memory import _config
 
@@ -93,7 +97,6 @@ def test_store_add_takes_a_numpy_bool_as_it_takes_a_bool() -> None:
 
 def test_a_copy_made_for_the_consumer_says_so_where_torch_does_not() -> None:
     # docs/differences.md: numpy's is-copied flag on copy=True (torch 2.15 leaves flags 0)
-    from accelrt import _dlpack
     a = acc.asarray(np.arange(3.0), device="cpu:0")
     for kw, flags in (({"copy": True}, 2), ({"copy": None}, 0), ({"copy": False}, 0),
                       ({"copy": True, "read_only": True}, 3)):
@@ -101,3 +104,36 @@ def test_a_copy_made_for_the_consumer_says_so_where_torch_does_not() -> None:
         name, managed = _dlpack.unused_capsule(capsule, "t")
         assert (name, managed.flags) == (b"dltensor_versioned", flags), kw
         del managed, capsule
+
+
+class _DeviceMemoryCpu(CpuBackend):
+    """cpu devices whose memory the host may not read (exported as device capsules)."""
+
+    def capabilities(self, index: int) -> Capabilities:
+        return dataclasses.replace(super().capabilities(index), host_accessible=False)
+
+
+def test_a_device_array_of_more_dimensions_than_numpy_has_exports() -> None:
+    # s32 made device capsules over a numpy carrier array of the same dimensions, which numpy
+    # caps at 64: a 65-dimension device array (accelrt makes them, torch 2.15 exports and
+    # imports them) raised numpy's "maximum supported dimension for an ndarray is currently
+    # 64"; the ctypes capsule before it had no limit
+    name = f"rev32dev{next(_names)}"
+    backends.register(name, lambda: _DeviceMemoryCpu(num_devices=1, name=name))
+    try:
+        shape = (1,) * 63 + (2, 3)
+        a = acc.full(shape, 5, dtype="int32", device=f"{name}:0")
+        owner = weakref.ref(a._mem)
+        for max_version in (None, (1, 0)):
+            capsule = a.__dlpack__(max_version=max_version)
+            _name, managed = _dlpack.unused_capsule(capsule, "t")
+            t = managed.dl_tensor
+            assert t.ndim == 65 and t.data == a.data_ptr()
+            assert tuple(t.shape[i] for i in range(65)) == shape
+            assert tuple(t.strides[i] for i in range(65)) == (6,) * 63 + (3, 1)
+            del t, managed, capsule
+        del a
+        gc.collect()
+        assert owner() is None                   # the dropped capsules released the memory
+    finally:
+        backends.unregister(name)
