@@ -229,8 +229,12 @@ class _Carrier(np.ndarray):
     holding the exported memory's ``owner`` until numpy's deleter releases the array."""
 
     owner: object
-    strides_made: object   # the strides array of _describe, when numpy made none
+    made: object   # the shape or strides arrays of _describe, where numpy's do not serve
 
+
+#: The most dimensions of a numpy array (``NPY_MAXDIMS`` of numpy 2): the carrier of a capsule
+#: of more is 1-d, and the capsule's shape and strides are arrays of :func:`_describe`'s.
+_CARRIER_MAX_DIMS = 64
 
 # The carriers (by id) of the capsules made here whose memory is still referenced (unconsumed,
 # or consumed and not yet released by the consumer's deleter); their count is live_capsules().
@@ -298,7 +302,8 @@ def make_capsule(ptr: int, shape: Sequence[int], dtype: Any, device: tuple[int, 
                               f"numpy {np.__version__} cannot make; install numpy >= 2.1")
         versioned = copied = False   # the protocol lets a producer answer with a legacy one
     ndim = len(shape)
-    carrier = np.zeros((1,) * ndim, np.uint8).view(_Carrier)
+    carrier = np.zeros((1,) * (ndim if ndim <= _CARRIER_MAX_DIMS else 1),
+                       np.uint8).view(_Carrier)
     carrier.owner = owner
     if versioned:
         capsule = carrier.__dlpack__(max_version=(1, 0))
@@ -310,7 +315,7 @@ def make_capsule(ptr: int, shape: Sequence[int], dtype: Any, device: tuple[int, 
     else:
         capsule = carrier.__dlpack__()
         managed = _DLManagedTensor.from_address(_PyCapsule_GetPointer(capsule, _NAME))
-    carrier.strides_made = _describe(managed.dl_tensor, ptr, shape, device, (code, bits, lanes))
+    carrier.made = _describe(managed.dl_tensor, ptr, shape, device, (code, bits, lanes))
     with _sweep_lock:
         _carriers[id(carrier)] = carrier
     return capsule
@@ -319,16 +324,33 @@ def make_capsule(ptr: int, shape: Sequence[int], dtype: Any, device: tuple[int, 
 def _describe(t: Any, ptr: int, shape: tuple[int, ...], device: tuple[int, int],
               dtype: tuple[int, int, int]) -> Any:
     """Rewrite the ``DLTensor`` ``t`` that numpy made for a carrier of ``len(shape)`` dimensions
-    to describe the compact row-major memory at ``ptr``; return the strides array made here,
-    if any, which the caller keeps alive with the capsule.
+    (1 beyond :data:`_CARRIER_MAX_DIMS`) to describe the compact row-major memory at ``ptr``;
+    return the arrays made here, if any, which the caller keeps alive with the capsule.
 
-    numpy gave ``t`` a shape array of ``len(shape)`` entries, and a strides array too, except
-    that numpy 2.2 and earlier leave the strides of a C-contiguous array NULL ("compact, row-major"
-    in DLPack); then the strides are a ctypes array of this function's, so that every
-    capsule carries them (DLPack 1.x consumers may rely on them)."""
+    numpy gave ``t`` a shape array of the carrier's dimensions, and a strides array too,
+    except that numpy 2.2 and earlier leave the strides of a C-contiguous array NULL
+    ("compact, row-major" in DLPack); then the strides are a ctypes array of this function's,
+    so that every capsule carries them (DLPack 1.x consumers may rely on them). Beyond
+    numpy's dimensions (a carrier cannot have them) the shape is one of this function's too.
+
+    Example::
+
+        >>> import numpy as np
+        >>> from accelrt._dlpack import _describe, unused_capsule
+        >>> capsule = np.zeros(1, np.uint8).__dlpack__()
+        >>> t = unused_capsule(capsule, "demo")[1].dl_tensor
+        >>> made = _describe(t, 4096, (1,) * 68 + (2, 3), (1, 0), (2, 32, 1))
+        >>> t.ndim, t.shape[68], t.shape[69], t.strides[0], t.strides[69]
+        (70, 2, 3, 6, 1)
+    """
     ndim = len(shape)
-    made = None
-    if ndim and not t.strides:
+    made: Any = None
+    if ndim != t.ndim:
+        made = ((ctypes.c_int64 * ndim)(), (ctypes.c_int64 * ndim)())
+        t.ndim = ndim
+        t.shape = ctypes.cast(made[0], ctypes.POINTER(ctypes.c_int64))
+        t.strides = ctypes.cast(made[1], ctypes.POINTER(ctypes.c_int64))
+    elif ndim and not t.strides:
         made = (ctypes.c_int64 * ndim)()
         t.strides = ctypes.cast(made, ctypes.POINTER(ctypes.c_int64))
     acc = 1

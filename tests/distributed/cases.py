@@ -316,6 +316,36 @@ def ops_section(kind, dtypes, label=""):
                     raise AssertionError(f"reduce_scatter_tensor {op.name} got "
                                          f"{host(out).tolist()}")
 
+        @case(f"{label}{kind} signed zeros and NaNs under MAX/MIN {dtype}: the same bits on "
+              "every rank")
+        def _():
+            # MPI reduces in its own order on each rank, and numpy's fmax/fmin return either
+            # operand where they compare equal: +0 against -0, NaN against NaN. s32 review:
+            # the ranks disagreed on the sign of a zero on 2, 3 and 4 ranks; MAX of zeros is
+            # +0 unless every rank has -0 (IEEE 754-2019 maximumNumber), MIN -0 unless every
+            # rank has +0, NaN everywhere is numpy's nan
+            n = 1 << N                       # element i: rank r has -0 where bit r of i is set
+            nan = -np.nan if R % 2 else np.nan             # NaNs of both signs
+            v = np.array([-0.0 if (i >> R) & 1 else 0.0 for i in range(n)] +
+                         [nan, np.nan, 1.0 if R == 0 else nan], dtype)
+            for op in (dist.ReduceOp.MAX, dist.ReduceOp.MIN):
+                a = arr(v.copy(), dtype, kind)
+                dist.all_reduce(a, op=op)
+                got = host(a)
+                gathered = [None] * N
+                dist.all_gather_object(gathered, got.tobytes())
+                assert len(set(gathered)) == 1, f"{op.name}: the ranks disagree"
+                every = n - 1                          # the element where all ranks have -0
+                want = [i == every if op == dist.ReduceOp.MAX else i != 0 for i in range(n)]
+                signs = np.signbit(got[:n]).tolist()
+                assert signs == want, f"{op.name}: signs {signs} want {want}"
+                assert np.isnan(got[n:n + 2]).all() and not np.signbit(got[n:n + 2]).any()
+                assert got[n + 2] == 1.0
+                b = arr(v.copy(), dtype, kind)
+                dist.reduce(b, dst=0, op=op)
+                if R == 0:
+                    assert host(b).tobytes() == got.tobytes(), f"reduce {op.name}"
+
     @case(f"{label}{kind} all_reduce empty and 2-d out-of-place all_gather")
     def _():
         e = arr(np.zeros(0), "float32", kind)

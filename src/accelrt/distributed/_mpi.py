@@ -117,21 +117,66 @@ def _nan_op(op: ReduceOp, dtype: np.dtype[Any]) -> Any:
     MPI's own ``MPI_MAX``/``MPI_MIN`` keep one operand whenever a comparison with NaN is
     false, and MPI assumes them commutative, so with a NaN the answer depended on MPICH's
     algorithm and was not the same on every rank (observed: a float16 ``all_reduce`` on two
-    ranks, every floating dtype on four). ``fmax``/``fmin`` are commutative and associative,
-    so every rank, and ``reduce``, ``all_reduce`` and ``reduce_scatter``, get one answer.
+    ranks, every floating dtype on four). MPI computes the result on each rank in its own
+    order, so the op must give the same bits in either order, which numpy's ``fmax``/``fmin``
+    do not where the operands compare equal with other bits (they return either): zeros
+    of both signs (the op gives ``+0`` for ``MAX``, ``-0`` for ``MIN``, IEEE 754-2019's
+    maximumNumber/minimumNumber) and two NaNs (the op gives numpy's ``nan``). So every rank,
+    and ``reduce``, ``all_reduce`` and ``reduce_scatter``, get one answer, bit for bit.
     """
     key = (op, dtype.char)
     mop = _NAN_OPS.get(key)
     if mop is None:
-        fn = np.fmax if op is ReduceOp.MAX else np.fmin
-        dt = np.dtype(dtype)
-
-        def apply(inbuf: Any, inoutbuf: Any, datatype: Any) -> None:
-            out = np.frombuffer(inoutbuf, dt)
-            fn(np.frombuffer(inbuf, dt), out, out=out)
-
-        mop = _NAN_OPS[key] = mpi().Op.Create(apply, commute=True)
+        mop = _NAN_OPS[key] = mpi().Op.Create(_nan_apply(op, dtype), commute=True)
     return mop
+
+
+def _nan_apply(op: ReduceOp, dtype: np.dtype[Any]) -> Any:
+    """The function of :func:`_nan_op`'s MPI op, ``apply(inbuf, inoutbuf, datatype)``:
+    ``inoutbuf = op(inbuf, inoutbuf)`` elementwise, the same bits whatever the order of the
+    operands (see :func:`_nan_op`).
+
+    Example::
+
+        >>> import numpy as np
+        >>> from accelrt.distributed._engine import ReduceOp
+        >>> from accelrt.distributed._mpi import _nan_apply
+        >>> a, b = np.array([-0.0, np.nan, 1.0]), np.array([0.0, -np.nan, np.nan])
+        >>> x, y = b.copy(), a.copy()
+        >>> _nan_apply(ReduceOp.MAX, a.dtype)(a, x, None)
+        >>> _nan_apply(ReduceOp.MAX, a.dtype)(b, y, None)
+        >>> x.tobytes() == y.tobytes(), x.tolist(), bool(np.signbit(x[0]))
+        (True, [0.0, nan, 1.0], False)
+    """
+    fn = np.fmax if op is ReduceOp.MAX else np.fmin
+    # the zeros of both signs: MAX keeps the sign bit both have (and), MIN either's (or)
+    bits = np.bitwise_and if op is ReduceOp.MAX else np.bitwise_or
+    dt = np.dtype(dtype)
+    # the elements as unsigned ints of their size, or as rows of bytes (long double)
+    word = np.dtype(f"u{dt.itemsize}") if dt.itemsize in (2, 4, 8) else None
+    nan = dt.type(np.nan)
+
+    def apply(inbuf: Any, inoutbuf: Any, datatype: Any) -> None:
+        a = np.frombuffer(inbuf, dt)
+        out = np.frombuffer(inoutbuf, dt)
+        tie = np.equal(a, out)       # equal values, whose bits differ only for +0 and -0
+        if tie.any():
+            # (fmax/fmin return either operand of a tie: numpy's SIMD loops the second)
+            if word is not None:
+                bits(a.view(word), out.view(word), out=out.view(word), where=tie)
+            else:
+                rows = (len(out), dt.itemsize)
+                bits(a.view(np.uint8).reshape(rows), out.view(np.uint8).reshape(rows),
+                     out=out.view(np.uint8).reshape(rows), where=tie[:, None])
+            fn(a, out, out=out, where=np.logical_not(tie, out=tie))
+        else:
+            fn(a, out, out=out)
+        # NaN is left only where both were: one NaN for every order (np.max finds a NaN
+        # faster than isnan, except in float16)
+        if len(out) and (np.isnan(out).any() if dt.itemsize == 2 else np.isnan(np.max(out))):
+            out[np.isnan(out)] = nan
+
+    return apply
 
 
 def _mpi_op(op: RedOp, dtype: np.dtype[Any], host: bool = True) -> Any:

@@ -85,8 +85,10 @@ _INT64_MIN, _INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 
 
 def _amount(amount: object) -> int:
-    """``add``'s amount: any integer (``numpy.int64``, ``bool`` too, as torch's int64_t
-    argument) that fits in a signed 64-bit integer."""
+    """``add``'s amount: any integer (``numpy.int64``, ``bool`` and ``numpy.bool`` too, as
+    torch's int64_t argument) that fits in a signed 64-bit integer."""
+    if isinstance(amount, np.bool_):   # numpy 2.1-2.3 index it with a warning, 2.4 refuses
+        return int(amount)
     try:
         value = operator.index(amount)   # type: ignore[arg-type]
     except TypeError:

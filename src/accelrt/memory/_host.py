@@ -48,6 +48,7 @@ from .. import _checked
 from .._errors import OutOfMemoryError
 from .._fork import hold_across_fork, reinit_after_fork
 from ._config import get_config
+from ._oom import format_size
 from ._stats import Stat
 
 __all__ = ["HostCachingAllocator", "get_host_allocator", "host_allocators",
@@ -316,9 +317,9 @@ class HostCachingAllocator:
                 self._release_cached()
         pinned = self._stats["allocated_bytes"].current
         raise OutOfMemoryError(
-            f"{self._b.name}: out of pinned host memory: tried to allocate {size} bytes "
-            f"{what}with {pinned} bytes already pinned; free pinned buffers or call "
-            "empty_host_cache()", size, pinned)
+            f"{self._b.name.upper()} out of memory. Tried to allocate {format_size(size)} of "
+            f"pinned host memory {what}with {format_size(pinned)} already pinned; free pinned "
+            "buffers or call empty_host_cache()", size, pinned)
 
     def _new_block(self, size: int, reserve_size: int) -> _Block:
         reserve = self._reserve

@@ -174,7 +174,7 @@ class MallocAsyncAllocator(ReplacedAllocator):
             f"\nCurrently allocated     : {format_size(self._used)}"
             f"\nRequested               : {format_size(size)}"
             f"\nDevice limit            : {format_size(total)}"
-            f"\nFree (according to {self._name}): {format_size(free)}"
+            f"\nFree (according to {self._name.upper()}): {format_size(free)}"
             f"\nPyTorch limit (set by user-supplied memory fraction)"
             f"\n                        : {limit}", size, free, total)
 
