@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers.registry import module_backends
 from helpers.staging import RecordingNoHostCpu
 
 import accelrt as acc
@@ -25,8 +26,9 @@ _BACKENDS: dict[str, Callable[[], Any]] = {
     "sdoom": lambda: CpuBackend(num_devices=1, async_streams=True, memory_limit="24MiB",
                                 name="sdoom"),
 }
-for _name, _factory in _BACKENDS.items():
-    backends.register(_name, _factory, replace=True)
+# closed (worker threads stopped) and unregistered after the module
+_backends = module_backends(_BACKENDS)
+
 
 def _msg(name: str) -> str:
     """The warning text: PyTorch's, naming the backend (registered variants by their name)."""
@@ -41,17 +43,6 @@ def _device_params() -> list[Any]:
         out.append(pytest.param(name, marks=pytest.mark.skipif(
             reason is not None, reason=f"{name} unavailable: {reason}")))
     return out
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _stop_async_workers() -> Iterator[None]:
-    yield
-    for name in _BACKENDS:
-        b = backends.get_backend(name)
-        for i in range(b.device_count()):
-            acc.synchronize(f"{name}:{i}")
-        if isinstance(b, CpuBackend):
-            b.close()
 
 
 @pytest.fixture(autouse=True)

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import pytest
+from helpers.registry import module_backends
 from helpers.staging import RecordingNoHostCpu
 
 import accelrt as acc
@@ -39,10 +40,12 @@ from accelrt._transfer import (
 )
 from accelrt.backends.cpu import CpuBackend
 
-backends.register("plancpu", lambda: CpuBackend(num_devices=2, async_streams=True,
-                                                name="plancpu"), replace=True)
-backends.register("plannohost", lambda: RecordingNoHostCpu(num_devices=2, async_streams=True,
-                                                           name="plannohost"), replace=True)
+# closed (worker threads stopped) and unregistered after the module
+_backends = module_backends({
+    "plancpu": lambda: CpuBackend(num_devices=2, async_streams=True, name="plancpu"),
+    "plannohost": lambda: RecordingNoHostCpu(num_devices=2, async_streams=True,
+                                             name="plannohost"),
+})
 
 
 def kinds(plan: Plan) -> list[str]:
