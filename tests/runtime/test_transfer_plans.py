@@ -132,6 +132,8 @@ def test_staged_collective_plan_takes_one_block_per_array_and_orders_its_steps()
     y = acc.zeros((2,), device="plannohost:0")
     empty = acc.zeros((0,), device="plannohost:0")
     comm, cur = acc.Stream("plannohost:0"), acc.current_stream("plannohost:0")
+    acc.synchronize("plannohost:0")
+    pool.empty_cache()       # the blocks other tests cached would be taken instead of new ones
     before, ncopies = set(b.pinned), len(b.copies)
     st = plan_staged_collective(comm, cur, pool, [x, y, x, empty], [x, x, empty], [y, x, y])
     # de-duplicated by identity: one block per distinct array with bytes, taken in order
