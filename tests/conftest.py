@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -19,9 +19,37 @@ settings.register_profile("ci", deadline=None, derandomize=True,
 settings.register_profile("dev", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
 
+from helpers import registry  # noqa: E402
+from helpers.params import backend_params  # noqa: E402
+
 from accelrt import _device, memory  # noqa: E402
 from accelrt.testing import _leaks as leaks  # noqa: E402
-from helpers.params import backend_params  # noqa: E402
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(
+        collector: pytest.Collector) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
+    """Fail the collection of a test module whose import changed the backend registry (and
+    put the registry back).
+
+    Every module is imported before any test runs, so what one registers at import is
+    registered for the whole session: a later module's parametrisation over ``registered()``
+    collects it, and later tests meet it after its own module closed it. A module registers
+    its backends with :func:`helpers.registry.module_backends`, for its own tests only."""
+    if not isinstance(collector, pytest.Module):
+        return (yield)
+    before = registry.snapshot()
+    report = yield
+    changed = registry.differences(before)
+    if changed:
+        registry.restore(before)
+        report.outcome = "failed"
+        report.longrepr = (
+            f"importing {collector.nodeid} changed the backend registry:\n  "
+            + "\n  ".join(changed) + "\nregister a module's backends with "
+            "helpers.registry.module_backends({name: factory}) (a module-scoped fixture), "
+            "not at import")
+    return report
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -78,8 +106,44 @@ def backend(request: pytest.FixtureRequest) -> str:
     return name
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _registry_unchanged_by_module(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail a test module whose module- or class-scoped fixtures leave the backend registry
+    changed after its last test (a backend registered and not unregistered, a registered
+    instance closed), and put the registry back for the modules after it."""
+    before = registry.snapshot()
+    yield
+    changed = registry.differences(before)
+    if changed:
+        registry.restore(before)
+        pytest.fail(f"{request.node.nodeid} left the backend registry changed:\n  "
+                    + "\n  ".join(changed) + "\nregister its backends with "
+                    "helpers.registry.module_backends, which puts the registry back",
+                    pytrace=False)
+
+
 @pytest.fixture(autouse=True)
-def _leak_check(request: pytest.FixtureRequest) -> Iterator[None]:
+def _restore_backend_registry() -> Iterator[None]:
+    """Put the backend registry back after each test: a test may register, replace and
+    unregister backends freely (what it registered is closed and forgotten). Closing an
+    instance the registry held before the test fails the test: later tests would get it
+    closed.
+
+    Torn down after :func:`_leak_check` (which requests it): the leak check skips closed
+    backends, so it must look before the test's backends are closed."""
+    before = registry.snapshot()
+    yield
+    closed = [n for n, b in before.instances.items() if b.closed]
+    registry.restore(before)
+    if closed:
+        pytest.fail(f"the test closed the registry's instance of {', '.join(map(repr, closed))}"
+                    ", which later tests use: close an instance it made itself (register one "
+                    "under a name of its own)", pytrace=False)
+
+
+@pytest.fixture(autouse=True)
+def _leak_check(request: pytest.FixtureRequest,
+                _restore_backend_registry: None) -> Iterator[None]:
     """Fail a test that leaves caching-allocator memory, streams, events or graphs alive that
     it made (``accelrt.testing``'s check, run after the test's own fixtures are torn down).
 

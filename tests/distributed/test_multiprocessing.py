@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers.registry import module_backends
 
 import accelrt as acc
 import accelrt.multiprocessing as amp
@@ -31,7 +32,13 @@ HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # tests/
 SCRIPTS = os.path.join(HERE, "helpers", "mp_scripts.py")
 
 
-_SHM: dict[str, CpuBackend] = {}
+# cpu backends with the shared-memory option, one per stream mode (allocators are per backend
+# name, so each mode keeps its own name); closed and unregistered after the module
+_backends = module_backends({
+    f"cpushm_{mode}": (lambda mode=mode: CpuBackend(shared_memory=True,
+                                                     async_streams=mode == "async",
+                                                     name=f"cpushm_{mode}"))
+    for mode in ("sync", "async")})
 _BASE = [0]
 
 
@@ -42,13 +49,8 @@ def _kept() -> int:
 
 @pytest.fixture(params=["sync", "async"])
 def shm(request: pytest.FixtureRequest) -> Iterator[str]:
-    """A cpu backend with the shared-memory option, registered as ``cpushm_sync`` or
-    ``cpushm_async`` (allocators are per backend name, so each mode keeps its own name)."""
+    """Device 0 of ``cpushm_sync`` or ``cpushm_async``, the module's shared-memory backends."""
     name = f"cpushm_{request.param}"
-    if name not in _SHM:
-        b = CpuBackend(shared_memory=True, async_streams=request.param == "async", name=name)
-        _SHM[name] = b
-        acc.backends.register(name, lambda: b, replace=True)
     gc.collect()
     _BASE[0] = amp.ipc_collect()      # entries other tests left in flight (never received)
     yield f"{name}:0"

@@ -11,13 +11,22 @@ from accelrt import _backend
 
 
 def backend_params(names: Iterable[str] | None = None,
-                   ids: Mapping[str, str] | None = None) -> list[object]:
+                   ids: Mapping[str, str] | None = None,
+                   own: Iterable[str] = ()) -> list[object]:
     """One param per backend in ``names`` (default: every registered one); a name that is not
-    registered or not usable here is skipped with the reason; ``ids`` renames test ids."""
+    registered or not usable here is skipped with the reason; ``ids`` renames test ids.
+
+    ``own`` names the backends the calling module registers for its tests
+    (:func:`helpers.registry.module_backends`): they are not registered yet at collection, so
+    they are taken as they are, never skipped."""
     registered = _backend.registered()
-    params = []
+    mine = frozenset(own)
+    params: list[object] = []
     for name in registered if names is None else names:
-        reason = _backend.unavailable_reason(name) if name in registered else "not registered"
+        if name in mine:
+            reason = None
+        else:
+            reason = _backend.unavailable_reason(name) if name in registered else "not registered"
         marks = [pytest.mark.skip(reason=f"backend {name!r} unavailable: {reason}")] \
             if reason else []
         params.append(pytest.param(name, marks=marks, id=(ids or {}).get(name, name)))

@@ -174,7 +174,8 @@ def _grow_cache(alloc: Any, dev: str) -> int:
 
 def real_snapshot(capacity: int = 96 * MiB) -> dict[str, Any]:
     """A snapshot recorded by accelrt's own caching allocator on a simulated backend with two
-    devices: weights, activations freed again, one OOM on device 0, other work on device 1."""
+    devices: weights, activations freed again, one OOM on device 0, other work on device 1
+    (the backend is closed and unregistered again before it returns)."""
     from accelrt import OutOfMemoryError, backends, memory
     from accelrt.testing._simulated import SimulatedBackend
 
@@ -205,6 +206,8 @@ def real_snapshot(capacity: int = 96 * MiB) -> dict[str, Any]:
             memory.record_memory_history(None, device=d)
     for p in weights + cache + other[:1] + other[2:]:
         free(p)
+    backends.get_backend(name).close()
+    backends.unregister(name)
     return snap
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers.registry import module_backends
 from helpers.shim import reset_shim, shim_forwarding_to
 
 import accelrt as acc
@@ -33,8 +34,9 @@ from accelrt.memory import _config
 from accelrt.memory._allocator import get_allocator
 
 NAME = "s24cpu"
-backends.register(NAME, lambda: CpuBackend(num_devices=2, memory_limit="64MiB",
-                                           async_streams=True, name=NAME), replace=True)
+# closed (worker threads stopped) and unregistered after the module
+_backends = module_backends({NAME: lambda: CpuBackend(num_devices=2, memory_limit="64MiB",
+                                                      async_streams=True, name=NAME)})
 
 needs_shim = pytest.mark.skipif(_shim.shim_path() is None,
                                 reason="the shim was not built (no C++ compiler at install)")

@@ -22,9 +22,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers.registry import module_backends
 
 import accelrt as acc
-from accelrt import _dlpack, backends
+from accelrt import _dlpack
 from accelrt.backends.cpu import CpuBackend
 from accelrt.interop._dlpack_in import from_dlpack
 from accelrt.testing import leak_check
@@ -46,8 +47,9 @@ class _Hidden(CpuBackend):
 
 
 DEV = "s32dev:0"
-backends.register("s32dev", lambda: _Hidden(num_devices=1, async_streams=True, name="s32dev"),
-                  replace=True)
+# closed (worker thread stopped) and unregistered after the module
+_backends = module_backends(
+    {"s32dev": lambda: _Hidden(num_devices=1, async_streams=True, name="s32dev")})
 
 _name = ctypes.pythonapi.PyCapsule_GetName
 _name.restype, _name.argtypes = ctypes.c_char_p, [ctypes.py_object]

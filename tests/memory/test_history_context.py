@@ -10,9 +10,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers.registry import module_backends
 
 import accelrt as acc
-from accelrt import backends, memory
+from accelrt import memory
 from accelrt.backends.cpu import CpuBackend
 from accelrt.memory._allocator import DeviceCachingAllocator, peek_allocator
 from accelrt.memory._config import parse_config
@@ -21,10 +22,11 @@ from accelrt.testing import SimulatedBackend
 PKG = os.path.dirname(os.path.abspath(acc.__file__)) + os.sep
 MiB = 1 << 20
 
-backends.register("histsync", lambda: CpuBackend(num_devices=2, async_streams=False,
-                                                 name="histsync"), replace=True)
-backends.register("histasync", lambda: CpuBackend(num_devices=2, async_streams=True,
-                                                  name="histasync"), replace=True)
+# closed (worker threads stopped) and unregistered after the module
+_backends = module_backends({
+    "histsync": lambda: CpuBackend(num_devices=2, async_streams=False, name="histsync"),
+    "histasync": lambda: CpuBackend(num_devices=2, async_streams=True, name="histasync"),
+})
 
 
 @pytest.fixture(params=["histsync", "histasync"])

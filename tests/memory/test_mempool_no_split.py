@@ -5,34 +5,27 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from helpers.registry import module_backends
 
 import accelrt as acc
 from accelrt import backends, memory
+from accelrt.backends import Backend
 from accelrt.backends.cpu import CpuBackend
 
 MiB = 1 << 20
 
-for _name, _async in (("nssync", False), ("nsasync", True)):
-    backends.register(_name, lambda n=_name, a=_async: CpuBackend(num_devices=1, async_streams=a,
-                                                                  name=n), replace=True)
-
-
-def _ocl() -> object:
+def _ocl() -> Backend:
     from accelrt.backends.opencl import OpenCLBackend
     return OpenCLBackend(name="nsocl")
 
 
-backends.register("nsocl", _ocl, replace=True)   # type: ignore[arg-type]
-_OCL_REASON = backends.unavailable_reason("nsocl")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _stop_async_workers() -> Iterator[None]:
-    yield
-    b = backends.get_backend("nsasync")
-    acc.synchronize("nsasync:0")
-    assert isinstance(b, CpuBackend)
-    b.close()
+# closed (worker threads stopped) and unregistered after the module
+_backends = module_backends({
+    "nssync": lambda: CpuBackend(num_devices=1, async_streams=False, name="nssync"),
+    "nsasync": lambda: CpuBackend(num_devices=1, async_streams=True, name="nsasync"),
+    "nsocl": _ocl,
+})
+_OCL_REASON = backends.unavailable_reason("opencl")   # nsocl is an OpenCLBackend too
 
 
 @pytest.fixture(params=["nssync", "nsasync", pytest.param("nsocl", marks=pytest.mark.skipif(

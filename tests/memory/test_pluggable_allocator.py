@@ -9,7 +9,6 @@ import shutil
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -113,29 +112,15 @@ def lib(tmp_path_factory: pytest.TempPathFactory) -> Lib:
 
 
 _names = itertools.count()
-_made: list[CpuBackend] = []
 
 
 def _fresh_backend(async_streams: bool, **kw: Any) -> str:
-    """A new cpu backend (2 devices) under a new name: its allocator is not initialized yet."""
+    """A new cpu backend (2 devices) under a new name: its allocator is not initialized yet
+    (closed and unregistered after the test, by tests/conftest.py)."""
     name = f"plug{next(_names)}"
-
-    def factory() -> CpuBackend:
-        b = CpuBackend(num_devices=2, async_streams=async_streams, name=name, **kw)
-        _made.append(b)
-        return b
-
-    backends.register(name, factory, replace=True)
+    backends.register(name, lambda: CpuBackend(num_devices=2, async_streams=async_streams,
+                                                name=name, **kw), replace=True)
     return name
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _stop_async_workers() -> Iterator[None]:
-    yield
-    for b in _made:
-        for i in range(b.device_count()):
-            b.synchronize(i)
-        b.close()
 
 
 @pytest.fixture(params=[False, True], ids=["sync", "async"])

@@ -16,34 +16,26 @@ from pathlib import Path
 
 import pytest
 from helpers.params import backend_params
+from helpers.registry import module_backends
 
 import accelrt as acc
-from accelrt import backends
 from accelrt.backends.cpu import CpuBackend
 from accelrt.testing import find_leaks, leak_check, snapshot
 
-backends.register("cpuleak", lambda: CpuBackend(num_devices=1, async_streams=True,
-                                                name="cpuleak"), replace=True)
+# closed (worker thread stopped) and unregistered after the module
+_backends = module_backends(
+    {"cpuleak": lambda: CpuBackend(num_devices=1, async_streams=True, name="cpuleak")})
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(params=backend_params(("cpu", "cpuleak", "opencl"), {"cpuleak": "cpu-async"}))
+@pytest.fixture(params=backend_params(("cpu", "cpuleak", "opencl"), {"cpuleak": "cpu-async"},
+                                     own=["cpuleak"]))
 def dev(request: pytest.FixtureRequest) -> Iterator[str]:
     name: str = request.param
     acc.set_current_accelerator(name)
     yield f"{name}:0"
     acc.synchronize(f"{name}:0")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _stop_workers_at_end() -> Iterator[None]:
-    yield
-    gc.collect()
-    b = backends.get_backend("cpuleak")
-    b.synchronize(0)
-    assert isinstance(b, CpuBackend)
-    b.close()
 
 
 def _leaked(make: object) -> str:

@@ -8,6 +8,7 @@ import threading
 
 import numpy as np
 import pytest
+from helpers.registry import module_backends
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -25,28 +26,14 @@ class HiddenCpu(CpuBackend):
 
 
 # Two-device variants: sync streams, async streams (worker threads), and devices whose memory
-# is not host-accessible.
-backends.register("cpusync", lambda: CpuBackend(num_devices=2, async_streams=False,
-                                                name="cpusync"), replace=True)
-backends.register("cpuarr", lambda: CpuBackend(num_devices=2, async_streams=True,
-                                               name="cpuarr"), replace=True)
-backends.register("cpuhidden", lambda: HiddenCpu(num_devices=2, async_streams=True,
-                                                 name="cpuhidden"), replace=True)
+# is not host-accessible; closed (worker threads stopped) and unregistered after the module.
+_backends = module_backends({
+    "cpusync": lambda: CpuBackend(num_devices=2, async_streams=False, name="cpusync"),
+    "cpuarr": lambda: CpuBackend(num_devices=2, async_streams=True, name="cpuarr"),
+    "cpuhidden": lambda: HiddenCpu(num_devices=2, async_streams=True, name="cpuhidden"),
+})
 
 DEVICE_SETS = ["cpusync", "cpuarr", "cpuhidden"]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _stop_async_workers():
-    """Stop the worker threads of this module's async backends when its tests are done (their
-    threads' names are those of the default cpu backend's workers)."""
-    yield
-    gc.collect()
-    for name in ("cpuarr", "cpuhidden"):
-        b = backends.get_backend(name)
-        for i in range(b.device_count()):
-            acc.synchronize(f"{name}:{i}")
-        b.close()
 
 
 def allocated(dev: str) -> int:
@@ -566,19 +553,10 @@ class CaiDevice(HiddenCpu):
         return None
 
 
-backends.register("cpucai", lambda: CaiDevice(num_devices=2, async_streams=True,
-                                              name="cpucai"), replace=True)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _stop_cai_workers():
-    """Stop the worker threads of the ``cpucai`` stand-in when this module is done."""
-    yield
-    gc.collect()
-    b = backends.get_backend("cpucai")
-    for i in range(b.device_count()):
-        acc.synchronize(f"cpucai:{i}")
-    b.close()
+# closed (worker threads stopped) and unregistered after the module
+_cai_backend = module_backends(
+    {"cpucai": lambda: CaiDevice(num_devices=2, async_streams=True, name="cpucai")},
+    name="_cai_backend")
 
 
 class Producer:

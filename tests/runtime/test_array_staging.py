@@ -5,7 +5,6 @@ through accelrt._array)."""
 from __future__ import annotations
 
 import dataclasses
-import gc
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -13,6 +12,8 @@ from typing import final
 
 import numpy as np
 import pytest
+from helpers import registry
+from helpers.registry import module_backends
 from helpers.staging import RecordingNoHostCpu
 
 import accelrt as acc
@@ -59,22 +60,11 @@ _BACKENDS: dict[str, Callable[[], CpuBackend]] = {
                                            name="stageraise"),
     "stagefull": lambda: FullPinnedCpu(num_devices=1, async_streams=True, name="stagefull"),
 }
-for _name, _factory in _BACKENDS.items():
-    backends.register(_name, _factory, replace=True)
+# closed (worker threads stopped) and unregistered after the module
+_backends = module_backends(_BACKENDS)
 
 STAGED = ["stagesync", "stageasync"]
 FALLBACK = ["stagenopin", "stageraise", "stagefull"]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _stop_async_workers() -> Iterator[None]:
-    yield
-    gc.collect()
-    for name in _BACKENDS:
-        b = backends.get_backend(name)
-        for i in range(b.device_count()):
-            acc.synchronize(f"{name}:{i}")
-        b.close()
 
 
 @pytest.fixture(params=STAGED)
@@ -329,6 +319,7 @@ def opencl_buffer() -> Iterator[str]:
     from accelrt.backends.opencl import OpenCLBackend
     old = os.environ.get("ACCELRT_OPENCL_MEMORY")
     os.environ["ACCELRT_OPENCL_MEMORY"] = "buffer"
+    before = registry.snapshot()
     try:
         try:
             OpenCLBackend(name="oclstage")
@@ -338,6 +329,7 @@ def opencl_buffer() -> Iterator[str]:
                           replace=True)
         yield "oclstage"
     finally:
+        registry.restore(before)   # closes and unregisters oclstage
         if old is None:
             os.environ.pop("ACCELRT_OPENCL_MEMORY", None)
         else:
@@ -394,6 +386,4 @@ def test_captured_host_copy_on_a_backend_that_cannot_keep_host_memory_alive_is_r
         x.copy_(host)                       # outside a capture it works
         assert np.array_equal(x.numpy(), host)
     finally:
-        from accelrt import _backend
-        _backend._factories.pop(name, None)
-        _backend._reset_for_tests(name)
+        acc.backends.unregister(name)

@@ -15,7 +15,6 @@ by PyTorch's source:
 
 from __future__ import annotations
 
-import gc
 import itertools
 import random
 import threading
@@ -24,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers.registry import module_backends
 from helpers.staging import RecordingNoHostCpu
 
 import accelrt as acc
@@ -33,22 +33,14 @@ from accelrt._transfer import (Copy, HostCopy, broadcast_on_device, broadcast_ru
                                plan_array_copy, run_on_stream)
 from accelrt.backends.cpu import CpuBackend
 
-backends.register("s25arr", lambda: CpuBackend(num_devices=2, async_streams=True,
-                                               name="s25arr"), replace=True)
-backends.register("s25nohost", lambda: RecordingNoHostCpu(num_devices=2, async_streams=True,
-                                                          name="s25nohost"), replace=True)
+# closed (worker threads stopped) and unregistered after the module
+_backends = module_backends({
+    "s25arr": lambda: CpuBackend(num_devices=2, async_streams=True, name="s25arr"),
+    "s25nohost": lambda: RecordingNoHostCpu(num_devices=2, async_streams=True,
+                                            name="s25nohost"),
+})
 D0, D1 = "s25arr:0", "s25arr:1"
 H0, H1 = "s25nohost:0", "s25nohost:1"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _drain() -> Iterator[None]:
-    yield
-    gc.collect()
-    for name in ("s25arr", "s25nohost"):
-        b = backends.get_backend(name)
-        for i in range(b.device_count()):
-            b.synchronize(i)
 
 
 # ---------------------------------------------------------------------- fill_ / full values

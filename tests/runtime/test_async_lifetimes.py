@@ -21,11 +21,12 @@ import sys
 import textwrap
 import threading
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import numpy as np
 import pytest
 from helpers.gates import Gate, open_when_blocked
+from helpers.registry import module_backends
 from helpers.staging import RecordingNoHostCpu
 
 import accelrt as acc
@@ -34,8 +35,14 @@ from accelrt._stream_core import _POOL_MAX
 from accelrt.backends.cpu import CpuBackend
 from accelrt.memory._host import peek_host_allocator
 
-backends.register("cpulife", lambda: CpuBackend(num_devices=2, async_streams=True,
-                                                name="cpulife"), replace=True)
+# closed (worker threads stopped) and unregistered after the module; the classes of
+# cpulate and cpustagelife are defined with their tests, below
+_backends = module_backends({
+    "cpulife": lambda: CpuBackend(num_devices=2, async_streams=True, name="cpulife"),
+    "cpulate": lambda: _LateHostFuncs(num_devices=1, async_streams=True, name="cpulate"),
+    "cpustagelife": lambda: _StagedAsync(num_devices=1, async_streams=True,
+                                         name="cpustagelife"),
+})
 
 
 def _opencl_param() -> list[object]:
@@ -43,18 +50,6 @@ def _opencl_param() -> list[object]:
         else "not registered"
     marks = [pytest.mark.skip(reason=f"opencl unavailable: {reason}")] if reason else []
     return [pytest.param("opencl", marks=marks, id="opencl")]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _stop_workers_at_end() -> Iterator[None]:
-    yield
-    gc.collect()
-    for name in ("cpulife", "cpulate", "cpustagelife"):
-        b = backends.get_backend(name)
-        for i in range(b.device_count()):
-            b.synchronize(i)
-        assert isinstance(b, CpuBackend)
-        b.close()
 
 
 @pytest.fixture(params=[pytest.param("cpulife", id="cpu-async"), *_opencl_param()])
@@ -393,10 +388,6 @@ class _LateHostFuncs(CpuBackend):
         super().launch_host_func(index, fn, stream)
 
 
-backends.register("cpulate", lambda: _LateHostFuncs(num_devices=1, async_streams=True,
-                                                    name="cpulate"), replace=True)
-
-
 def test_reduce_add_holds_borrowed_inputs_until_the_queued_sum_ran() -> None:
     dev = "cpulate:0"
     b = backends.get_backend("cpulate")
@@ -422,10 +413,6 @@ def test_reduce_add_holds_borrowed_inputs_until_the_queued_sum_ran() -> None:
 class _StagedAsync(RecordingNoHostCpu):
     """Async cpu devices the core treats like GPU memory (copies stage through pinned
     blocks)."""
-
-
-backends.register("cpustagelife", lambda: _StagedAsync(num_devices=1, async_streams=True,
-                                                       name="cpustagelife"), replace=True)
 
 
 def test_download_after_a_pending_upload_reuses_its_pinned_block() -> None:

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from helpers.registry import module_backends
 from helpers.staging import RecordingNoHostCpu
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -68,8 +69,8 @@ _BACKENDS = {
     "commkernel": lambda: KernelCpu(num_devices=N, async_streams=False, name="commkernel"),
     "commnopeer": lambda: NoPeerCpu(num_devices=N, async_streams=False, name="commnopeer"),
 }
-for _name, _factory in _BACKENDS.items():
-    backends.register(_name, _factory, replace=True)
+# closed (worker threads stopped) and unregistered after the module
+_backends = module_backends(_BACKENDS)
 
 
 @pytest.fixture(params=list(_BACKENDS))
@@ -579,8 +580,7 @@ _PINNED = {
                                             name="commpinasync"),
     "commnopin": lambda: NoPinnedNoHostCpu(num_devices=2, async_streams=True, name="commnopin"),
 }
-for _name, _factory in _PINNED.items():
-    backends.register(_name, _factory, replace=True)
+_pinned_backends = module_backends(_PINNED, name="_pinned_backends")
 
 
 @pytest.fixture(params=["commpinsync", "commpinasync"])

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers.registry import module_backends
 
 import accelrt as acc
 from accelrt import _backend
@@ -23,8 +24,6 @@ from accelrt.backends.cpu import CpuBackend
 from accelrt.testing import SimulatedBackend
 
 SYNC, ASYNC = "dmsync", "dmasync"
-acc.backends.register(SYNC, lambda: CpuBackend(num_devices=2, async_streams=False, name=SYNC))
-acc.backends.register(ASYNC, lambda: CpuBackend(num_devices=2, async_streams=True, name=ASYNC))
 
 
 class _Unusable(SimulatedBackend):
@@ -42,8 +41,13 @@ class _WithArch(SimulatedBackend):
         return ["sm_90", "compute_70"]
 
 
-acc.backends.register("dmunusable", _Unusable)
-acc.backends.register("dmarch", _WithArch)
+# closed (worker threads stopped) and unregistered after the module
+_backends = module_backends({
+    SYNC: lambda: CpuBackend(num_devices=2, async_streams=False, name=SYNC),
+    ASYNC: lambda: CpuBackend(num_devices=2, async_streams=True, name=ASYNC),
+    "dmunusable": _Unusable,
+    "dmarch": _WithArch,
+})
 
 
 def _module_params() -> list[Any]:

@@ -9,9 +9,10 @@ import weakref
 
 import numpy as np
 import pytest
+from helpers.registry import module_backends
 
 import accelrt as acc
-from accelrt import _dlpack, backends
+from accelrt import _dlpack
 from accelrt.backends import Capabilities
 from accelrt.backends.cpu import CpuBackend
 
@@ -23,8 +24,8 @@ class HiddenCpu(CpuBackend):
         return dataclasses.replace(super().capabilities(index), host_accessible=False)
 
 
-backends.register("cpudlhidden", lambda: HiddenCpu(num_devices=2, name="cpudlhidden"),
-                  replace=True)
+# closed and unregistered after the module
+_backends = module_backends({"cpudlhidden": lambda: HiddenCpu(num_devices=2, name="cpudlhidden")})
 
 
 # An independent reading of dlpack.h's layouts, to check what the producer wrote.

@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers.registry import module_backends
 
 import accelrt as acc
-from accelrt import backends
 from accelrt._errors import (
     AcceleratorError,
     AcceleratorIndexError,
@@ -22,8 +22,9 @@ from accelrt._errors import (
 )
 from accelrt.backends.cpu import CpuBackend
 
-backends.register("errcpu", lambda: CpuBackend(num_devices=2, async_streams=False,
-                                               name="errcpu"), replace=True)
+# closed and unregistered after the module
+_backends = module_backends(
+    {"errcpu": lambda: CpuBackend(num_devices=2, async_streams=False, name="errcpu")})
 
 
 @pytest.mark.parametrize(("cls", "base"), [(AcceleratorValueError, ValueError),

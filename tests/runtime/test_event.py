@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from helpers import register_toy
+from helpers.registry import module_backends
 
 import accelrt as acc
 from accelrt import _backend
@@ -298,7 +299,9 @@ def test_device_module_event_opens_an_ipc_handle() -> None:
 
 
 _EXT = "evext"
-acc.backends.register(_EXT, lambda: CpuBackend(num_devices=1, async_streams=True, name=_EXT))
+# closed (worker thread stopped) and unregistered after the module
+_backends = module_backends(
+    {_EXT: lambda: CpuBackend(num_devices=1, async_streams=True, name=_EXT)})
 
 
 def test_external_event_is_a_record_node_of_a_capture() -> None:

@@ -9,16 +9,18 @@ from collections.abc import Iterator
 
 import pytest
 from helpers import register_toy
+from helpers.registry import module_backends
 
 import accelrt as acc
 from accelrt import backends
 from accelrt.backends.cpu import CpuBackend
 
-# two simulated cpu devices, with synchronous and with asynchronous (worker thread) streams
-backends.register("evsync", lambda: CpuBackend(num_devices=2, async_streams=False,
-                                               name="evsync"), replace=True)
-backends.register("evasync", lambda: CpuBackend(num_devices=2, async_streams=True,
-                                                name="evasync"), replace=True)
+# two simulated cpu devices, with synchronous and with asynchronous (worker thread) streams;
+# closed (worker threads stopped) and unregistered after the module
+_backends = module_backends({
+    "evsync": lambda: CpuBackend(num_devices=2, async_streams=False, name="evsync"),
+    "evasync": lambda: CpuBackend(num_devices=2, async_streams=True, name="evasync"),
+})
 
 
 @pytest.fixture(params=["evsync", "evasync"])

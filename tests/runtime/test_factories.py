@@ -11,15 +11,15 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers.registry import module_backends
 
 import accelrt as acc
-from accelrt import backends
 from accelrt.backends.cpu import CpuBackend
 
 #: a second backend with several devices, so a default device differs from the current one
 MULTI = "factcpu"
-backends.register(MULTI, lambda: CpuBackend(num_devices=3, async_streams=False, name=MULTI),
-                  replace=True)
+_backends = module_backends(
+    {MULTI: lambda: CpuBackend(num_devices=3, async_streams=False, name=MULTI)})
 
 #: every factory that takes the size as ints or one sequence
 VARARGS = ["Array", "empty", "zeros", "ones", "rand", "randn"]

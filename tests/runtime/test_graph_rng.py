@@ -14,6 +14,7 @@ import threading
 
 import numpy as np
 import pytest
+from helpers.registry import module_backends
 
 import accelrt as acc
 from accelrt import _device, backends
@@ -24,7 +25,6 @@ from accelrt.random import _philox
 
 #: two devices whose streams run their work on worker threads
 ASYNC = "graphrngasync"
-backends.register(ASYNC, lambda: CpuBackend(num_devices=2, async_streams=True, name=ASYNC))
 
 
 class _DeviceRng(CpuBackend):
@@ -42,7 +42,11 @@ class _DeviceRng(CpuBackend):
 
 
 DEVRNG = "graphrngdevrng"
-backends.register(DEVRNG, lambda: _DeviceRng(num_devices=1, name=DEVRNG))
+# closed (worker threads stopped) and unregistered after the module
+_backends = module_backends({
+    ASYNC: lambda: CpuBackend(num_devices=2, async_streams=True, name=ASYNC),
+    DEVRNG: lambda: _DeviceRng(num_devices=1, name=DEVRNG),
+})
 
 
 @pytest.fixture

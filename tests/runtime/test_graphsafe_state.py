@@ -13,9 +13,9 @@ import pickle
 
 import numpy as np
 import pytest
+from helpers.registry import module_backends
 
 import accelrt as acc
-from accelrt import backends
 from accelrt._backend import Capabilities
 from accelrt._errors import AcceleratorError
 from accelrt.backends.cpu import CpuBackend
@@ -23,7 +23,6 @@ from accelrt.random import Generator, _philox
 
 #: a second cpu-like backend with two devices (another device type for graphsafe_set_state)
 OTHER = "graphsafeother"
-backends.register(OTHER, lambda: CpuBackend(num_devices=2, name=OTHER))
 
 
 class _DeviceRng(CpuBackend):
@@ -41,7 +40,11 @@ class _DeviceRng(CpuBackend):
 
 
 DEVRNG = "graphsafedevrng"
-backends.register(DEVRNG, lambda: _DeviceRng(num_devices=1, name=DEVRNG))
+# closed and unregistered after the module
+_backends = module_backends({
+    OTHER: lambda: CpuBackend(num_devices=2, name=OTHER),
+    DEVRNG: lambda: _DeviceRng(num_devices=1, name=DEVRNG),
+})
 
 
 def _eager(seed: int, offset: int, n: int, dev: str = "cpu:0") -> list[float]:

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers.registry import module_backends
 
 import accelrt as acc
 from accelrt import backends
@@ -35,10 +36,11 @@ class _NoHostCpu(CpuBackend):
         return dataclasses.replace(super().capabilities(index), host_accessible=False)
 
 
-backends.register("interopdev", lambda: _NoHostCpu(num_devices=2, async_streams=True,
-                                                   name="interopdev"), replace=True)
-backends.register("interopcpu", lambda: CpuBackend(num_devices=2, async_streams=True,
-                                                   name="interopcpu"), replace=True)
+# closed (worker threads stopped) and unregistered after the module
+_backends = module_backends({
+    "interopdev": lambda: _NoHostCpu(num_devices=2, async_streams=True, name="interopdev"),
+    "interopcpu": lambda: CpuBackend(num_devices=2, async_streams=True, name="interopcpu"),
+})
 
 
 # ---------------------------------------------------------------------- DLPack

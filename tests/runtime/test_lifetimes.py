@@ -10,23 +10,19 @@ cpu asynchronous, OpenCL, CUDA where present); ordering is checked with gates, n
 from __future__ import annotations
 
 import contextlib
-import gc
 import threading
 from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from helpers.params import backend_params
 from helpers.gates import Gate, open_when_blocked
+from helpers.params import backend_params
+from helpers.registry import module_backends
 
 import accelrt as acc
-from accelrt import backends
 from accelrt._stream_core import _POOL_MAX
 from accelrt.backends.cpu import CpuBackend
 from accelrt.testing import leak_check
-
-backends.register("cpuclose", lambda: CpuBackend(num_devices=2, async_streams=True,
-                                                 name="cpuclose"), replace=True)
 
 
 class _Uncounted(CpuBackend):
@@ -37,13 +33,17 @@ class _Uncounted(CpuBackend):
         return None
 
 
-backends.register("cpuuncounted", lambda: _Uncounted(num_devices=2, async_streams=True,
-                                                     name="cpuuncounted"), replace=True)
+# closed (worker threads stopped) and unregistered after the module
+_backends = module_backends({
+    "cpuclose": lambda: CpuBackend(num_devices=2, async_streams=True, name="cpuclose"),
+    "cpuuncounted": lambda: _Uncounted(num_devices=2, async_streams=True, name="cpuuncounted"),
+})
 
 _NAMES = ["cpu", "cpuclose", "cpuuncounted", "opencl", "cuda"]
 
 
-@pytest.fixture(params=backend_params(_NAMES, {"cpuclose": "cpu-async"}))
+@pytest.fixture(params=backend_params(_NAMES, {"cpuclose": "cpu-async"},
+                                      own=["cpuclose", "cpuuncounted"]))
 def dev(request: pytest.FixtureRequest) -> Iterator[str]:
     """Device 0 of each backend, made the current accelerator."""
     name: str = request.param
@@ -51,18 +51,6 @@ def dev(request: pytest.FixtureRequest) -> Iterator[str]:
     acc.synchronize(f"{name}:0")
     yield f"{name}:0"
     acc.synchronize(f"{name}:0")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _stop_workers_at_end() -> Iterator[None]:
-    yield
-    gc.collect()
-    for name in ("cpuclose", "cpuuncounted"):
-        b = backends.get_backend(name)
-        for i in range(b.device_count()):
-            b.synchronize(i)
-        assert isinstance(b, CpuBackend)
-        b.close()
 
 
 def _async(dev: str) -> bool:

@@ -17,13 +17,17 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers.registry import module_backends
 
 import accelrt as acc
 from accelrt.backends.cpu import CpuBackend
 
 SYNC, ASYNC = "mssync", "msasync"
-acc.backends.register(SYNC, lambda: CpuBackend(num_devices=2, async_streams=False, name=SYNC))
-acc.backends.register(ASYNC, lambda: CpuBackend(num_devices=2, async_streams=True, name=ASYNC))
+# closed (worker threads stopped) and unregistered after the module
+_backends = module_backends({
+    SYNC: lambda: CpuBackend(num_devices=2, async_streams=False, name=SYNC),
+    ASYNC: lambda: CpuBackend(num_devices=2, async_streams=True, name=ASYNC),
+})
 
 #: torch 2.14's ``__all__`` of torch.cuda.random / .streams / .profiler / .nvtx.
 TORCH_RANDOM = {"get_rng_state", "get_rng_state_all", "set_rng_state", "set_rng_state_all",

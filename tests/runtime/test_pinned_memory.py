@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from helpers.registry import module_backends
 from helpers.staging import RecordingNoHostCpu
 
 import accelrt as acc
@@ -24,24 +25,24 @@ from accelrt.memory._host import peek_host_allocator
 ASYNC = "pinasync"      # two simulated devices, each stream on a worker thread
 NOHOST = "pinnohost"    # device memory the host cannot read (the staged path, like CUDA)
 
-backends.register(ASYNC, lambda: CpuBackend(num_devices=2, async_streams=True, name=ASYNC),
-                  replace=True)
-backends.register(NOHOST, lambda: RecordingNoHostCpu(num_devices=1, async_streams=True,
-                                                     name=NOHOST), replace=True)
+# closed (worker threads stopped) and unregistered after the module
+_backends = module_backends({
+    ASYNC: lambda: CpuBackend(num_devices=2, async_streams=True, name=ASYNC),
+    NOHOST: lambda: RecordingNoHostCpu(num_devices=1, async_streams=True, name=NOHOST),
+})
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _close_backends() -> Iterator[None]:
+def _empty_host_pools(_module_backends: None) -> Iterator[None]:
+    """Give the pinned blocks the module's backends cached back before they are closed."""
     yield
     gc.collect()
     for name in (ASYNC, NOHOST):
-        b = backends.get_backend(name)
-        for i in range(b.device_count()):
+        for i in range(backends.get_backend(name).device_count()):
             acc.synchronize(f"{name}:{i}")
         pool = peek_host_allocator(name)
         if pool is not None:
             pool.empty_cache()
-        b.close()
 
 
 @pytest.fixture(params=[ASYNC, NOHOST])

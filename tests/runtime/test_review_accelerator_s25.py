@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers.registry import DeviceLater, module_backends, resolve
 
 import accelrt as acc
 from helpers import run_in_thread
@@ -31,7 +32,7 @@ from accelrt import backends, memory
 from accelrt.backends.cpu import CpuBackend
 
 NAME = "rvacc25"     # four simulated devices; the current accelerator in the tests that ask
-backends.register(NAME, lambda: CpuBackend(num_devices=4, name=NAME), replace=True)
+_backends = module_backends({NAME: lambda: CpuBackend(num_devices=4, name=NAME)})
 
 
 @pytest.fixture
@@ -60,11 +61,11 @@ def test_device_count_availability_and_current_accelerator(four: str) -> None:
 
 
 @pytest.mark.parametrize(("arg", "index"), [
-    (0, 0), (3, 3), (f"{NAME}:2", 2), (acc.device(NAME, 1), 1),
+    (0, 0), (3, 3), (f"{NAME}:2", 2), (DeviceLater(NAME, 1), 1),
 ])
 def test_set_device_index_takes_ints_strings_and_devices(four: str, arg: Any,
                                                         index: int) -> None:
-    acc.set_device_index(arg)
+    acc.set_device_index(resolve(arg))
     assert acc.current_device_index() == index
     assert run_in_thread(acc.current_device_index) == 0     # per thread, as CUDA's device
 
@@ -82,7 +83,7 @@ def test_set_device_index_negative_is_a_no_op(four: str, arg: int) -> None:
     (f"{NAME}:4", IndexError, "out of index range"),
     (None, ValueError, "^Expected a device with a specified index or an integer, but got: None$"),
     (NAME, ValueError, f"^Expected a device with a specified index or an integer, but got: {NAME}$"),
-    (acc.device(NAME), ValueError, "with a specified index"),
+    (DeviceLater(NAME), ValueError, "with a specified index"),
     ("cpu:0", ValueError, f"^cpu doesn't match the current accelerator {NAME}\\.$"),
     (acc.device("cpu", 0), ValueError, "doesn't match the current accelerator"),
     ("opencl:0", ValueError, "doesn't match the current accelerator"),
@@ -93,6 +94,7 @@ def test_set_device_index_negative_is_a_no_op(four: str, arg: int) -> None:
 def test_set_device_index_refusals_change_nothing(four: str, arg: Any, error: type,
                                                   match: str) -> None:
     acc.set_device_index(1)
+    arg = resolve(arg)
     with pytest.raises(error, match=match):
         acc.set_device_index(arg)
     assert acc.current_device_index() == 1
@@ -201,8 +203,9 @@ def test_synchronize_is_a_no_op_on_a_device_never_initialised(four: str) -> None
 # ---------------------------------------------------------------------- device_index
 
 @pytest.mark.parametrize("arg", [True, np.bool_(True), 1.0, np.float64(1.0), "1", f"{NAME}:1",
-                                 acc.device(NAME, 1), [1]])
+                                 DeviceLater(NAME, 1), [1]])
 def test_device_index_refuses_what_is_not_an_int(four: str, arg: Any) -> None:
+    arg = resolve(arg)
     # (torch's C++ DeviceIndex parameter also reads a bool by its value; accelrt refuses it,
     # as PyTorch's argument parser does for int arguments. A numpy integer is an int.)
     with pytest.raises(TypeError, match="^device_index\\(\\) takes an int or None, got"):

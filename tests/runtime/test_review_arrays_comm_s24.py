@@ -16,10 +16,10 @@ import subprocess
 import sys
 import textwrap
 from collections import UserList
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from helpers.registry import DeviceLater, module_backends, resolve
 from helpers.staging import RecordingNoHostCpu
 
 import accelrt as acc
@@ -27,21 +27,13 @@ from accelrt import backends, comm
 from accelrt._errors import AcceleratorTypeError, AcceleratorValueError
 from accelrt.backends.cpu import CpuBackend
 
-backends.register("s24arr", lambda: CpuBackend(num_devices=3, name="s24arr"), replace=True)
-backends.register("s24nohost", lambda: RecordingNoHostCpu(num_devices=2, name="s24nohost"),
-                  replace=True)
+# closed and unregistered after the module
+_backends = module_backends({
+    "s24arr": lambda: CpuBackend(num_devices=3, name="s24arr"),
+    "s24nohost": lambda: RecordingNoHostCpu(num_devices=2, name="s24nohost"),
+})
 D0, D1, D2 = "s24arr:0", "s24arr:1", "s24arr:2"
 H0, H1 = "s24nohost:0", "s24nohost:1"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _close_backends() -> Iterator[None]:
-    yield
-    gc.collect()
-    for name in ("s24arr", "s24nohost"):
-        b = backends.get_backend(name)
-        for i in range(b.device_count()):
-            b.synchronize(i)
 
 
 class Size(tuple):  # type: ignore[type-arg]
@@ -247,11 +239,12 @@ def test_random_factories_check_their_dtypes() -> None:
 # ---------------------------------------------------------------------- devices
 
 @pytest.mark.parametrize("device, where", [
-    (0, None), ("s24arr", "s24arr:0"), ("s24arr:1", "s24arr:1"), (acc.device("s24arr", 2),
+    (0, None), ("s24arr", "s24arr:0"), ("s24arr:1", "s24arr:1"), (DeviceLater("s24arr", 2),
                                                                   "s24arr:2"),
-    (acc.device("s24arr"), "s24arr:0"), ("cpu", "cpu:0"), (acc.device("cpu", 0), "cpu:0"),
+    (DeviceLater("s24arr"), "s24arr:0"), ("cpu", "cpu:0"), (acc.device("cpu", 0), "cpu:0"),
 ])
 def test_every_device_form(device: object, where: str | None) -> None:
+    device = resolve(device)
     a = acc.zeros(2, device=device)  # type: ignore[arg-type]
     if where is not None:
         assert str(a.device) == where
@@ -262,7 +255,7 @@ def test_every_device_form(device: object, where: str | None) -> None:
 
 @pytest.mark.parametrize("device, exc, match", [
     ("s24arr:3", IndexError, "out of index range"), ("s24arr:99", IndexError, "out of index"),
-    (acc.device("s24arr", 7), IndexError, "out of index"),
+    (DeviceLater("s24arr", 7), IndexError, "out of index"),
     ("s24arr:-1", ValueError, "Invalid device string"), ("s24arr:x", ValueError, "Invalid"),
     ("", ValueError, "Invalid device string"), ("nosuchbackend:0", acc.BackendUnavailableError,
                                                 "Unknown backend"),
@@ -273,6 +266,7 @@ def test_every_device_form(device: object, where: str | None) -> None:
     (-1, ValueError, "negative"),
 ])
 def test_bad_devices(device: object, exc: type[Exception], match: str) -> None:
+    device = resolve(device)
     a = acc.full((2,), 1.0, device=D0)
     for make in (lambda: acc.empty(2, device=device), lambda: acc.full((2,), 1, device=device),
                  lambda: acc.asarray([1.0], device=device), lambda: a.to(device)):
@@ -697,9 +691,10 @@ def test_mixed_backends() -> None:
     (["s24arr"], ValueError, "specified index"), (["nosuchbackend:0"],
                                                   acc.BackendUnavailableError, "Unknown"),
     (1, TypeError, "iterable of devices"), ("s24arr:1", TypeError, "iterable of devices"),
-    (acc.device("s24arr", 1), TypeError, "iterable of devices"),
+    (DeviceLater("s24arr", 1), TypeError, "iterable of devices"),
 ])
 def test_bad_device_lists(devices: object, exc: type[Exception], match: str) -> None:
+    devices = resolve(devices)
     a = put([[1.0, 2.0]])
     for call in (lambda: comm.broadcast(a, devices), lambda: comm.scatter(a, devices),
                  lambda: comm.broadcast_coalesced([a], devices)):

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 import pytest
 from helpers.builds import ROOT
+from helpers.registry import module_backends
 
 import accelrt as acc
 from accelrt import cli, comm, memory
@@ -47,7 +48,7 @@ from accelrt.memory._allocator import peek_allocator
 from accelrt.backends.cpu import CpuBackend
 
 B = "s24b"   # a cpu backend of two simulated devices, registered here
-acc.backends.register(B, lambda: CpuBackend(num_devices=2, name=B), replace=True)
+_backends = module_backends({B: lambda: CpuBackend(num_devices=2, name=B)})
 
 #: What a compiled function says about an argument of the wrong type: never shown to users.
 MYPYC = re.compile(r"object expected; got")

@@ -11,10 +11,12 @@ may be served by a cache), in this thread and in a fresh one."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
+from helpers.registry import module_backends
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,13 +28,16 @@ NAMES = ("rvcs_a", "rvcs_b")
 COUNT = 2
 
 
+def _factory(name: str) -> Callable[[], SimulatedBackend]:
+    return lambda: SimulatedBackend(device_count=COUNT, name=name)
+
+
 def _register(name: str) -> None:
-    acc.backends.register(name, lambda: SimulatedBackend(device_count=COUNT, name=name),
-                          replace=True)
+    acc.backends.register(name, _factory(name), replace=True)
 
 
-for _name in NAMES:
-    _register(_name)
+# closed and unregistered after the module (what a test registers again is put back after it)
+_backends = module_backends({name: _factory(name) for name in NAMES})
 
 
 class Model:

@@ -16,15 +16,16 @@ from typing import Any
 import pytest
 from helpers import register_toy
 from helpers.gates import Gate
+from helpers.registry import module_backends
 
 import accelrt as acc
-from accelrt import backends
 from accelrt.backends.cpu import CpuBackend
 from accelrt.testing import SimulatedBackend
 
 ASYNC = "rvasync"
-backends.register(ASYNC, lambda: CpuBackend(num_devices=2, async_streams=True, name=ASYNC),
-                  replace=True)
+# closed (worker threads stopped) and unregistered after the module
+_backends = module_backends({ASYNC: lambda: CpuBackend(num_devices=2, async_streams=True,
+                                                     name=ASYNC)})
 
 
 @pytest.fixture

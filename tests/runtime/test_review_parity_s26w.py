@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers.registry import module_backends
 
 import accelrt as acc
 from accelrt import _backend, backends
@@ -19,7 +20,7 @@ from accelrt.backends.cpu import CpuBackend
 from accelrt.random import Generator
 
 NAME = "rvp26w"      # two simulated devices; a CpuBackend registered under another name
-backends.register(NAME, lambda: CpuBackend(num_devices=2, name=NAME), replace=True)
+_backends = module_backends({NAME: lambda: CpuBackend(num_devices=2, name=NAME)})
 
 ASYNC = "rvp26wa"    # one with asynchronous streams (their errors are kept)
 HAVE_TORCH = importlib.util.find_spec("torch") is not None

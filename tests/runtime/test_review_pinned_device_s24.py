@@ -21,14 +21,16 @@ import numpy as np
 import pytest
 from helpers import run_in_thread
 from helpers.gates import Gate
+from helpers.registry import module_backends
 
 import accelrt as acc
 from accelrt import backends
 from accelrt.backends.cpu import CpuBackend
 
 NAME = "rvpin24"      # three simulated devices, each stream on a worker thread
-backends.register(NAME, lambda: CpuBackend(num_devices=3, async_streams=True, name=NAME),
-                  replace=True)
+# closed (worker threads stopped) and unregistered after the module
+_backends = module_backends({NAME: lambda: CpuBackend(num_devices=3, async_streams=True,
+                                                    name=NAME)})
 
 # torch 2.14 torch.cuda.host_memory_stats() (docstring and torch/csrc/cuda/Module.cpp)
 _TORCH_HOST_KEYS = sorted(

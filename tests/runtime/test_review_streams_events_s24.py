@@ -17,14 +17,16 @@ from typing import Any
 import numpy as np
 import pytest
 from helpers.gates import Gate
+from helpers.registry import module_backends
 
 import accelrt as acc
 from accelrt import backends
 from accelrt.backends.cpu import CpuBackend
 
 NAME = "rvse24"      # two simulated devices, each stream on a worker thread
-backends.register(NAME, lambda: CpuBackend(num_devices=2, async_streams=True, name=NAME),
-                  replace=True)
+# closed (worker threads stopped) and unregistered after the module
+_backends = module_backends({NAME: lambda: CpuBackend(num_devices=2, async_streams=True,
+                                                    name=NAME)})
 
 
 # ---------------------------------------------------------------------- wrapping streams

@@ -8,18 +8,18 @@ that stay are deliberate and listed in docs/differences.md.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
+from helpers.registry import module_backends
 
 import accelrt as acc
-from accelrt import backends
 from accelrt._errors import AcceleratorTypeError
 from accelrt.backends.cpu import CpuBackend
 
-backends.register("s25k", lambda: CpuBackend(num_devices=2, name="s25k"), replace=True)
+_backends = module_backends({"s25k": lambda: CpuBackend(num_devices=2, name="s25k")})
 D0, D1 = "s25k:0", "s25k:1"
 
 RT_TYPE = (TypeError, RuntimeError)       # PyTorch's RuntimeError, accelrt's TypeError too
@@ -30,14 +30,6 @@ def _raises(exc: tuple[type[BaseException], ...], match: str, fn: Callable[[], A
         fn()
     for cls in exc[1:]:
         assert isinstance(info.value, cls), (type(info.value), cls)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _drain() -> Iterator[None]:
-    yield
-    b = backends.get_backend("s25k")
-    for i in range(b.device_count()):
-        b.synchronize(i)
 
 
 # ---------------------------------------------------------------------- dtype=None

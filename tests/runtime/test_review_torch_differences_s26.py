@@ -13,14 +13,15 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers.registry import module_backends
 
 import accelrt as acc
-from accelrt import backends, memory
+from accelrt import memory
 from accelrt.backends.cpu import CpuBackend
 from accelrt.random import Generator
 
 NAME = "rvtd26"      # two simulated devices
-backends.register(NAME, lambda: CpuBackend(num_devices=2, name=NAME), replace=True)
+_backends = module_backends({NAME: lambda: CpuBackend(num_devices=2, name=NAME)})
 
 
 def _raises(exc: tuple[type[BaseException], ...], match: str, fn: Callable[[], Any]) -> None:

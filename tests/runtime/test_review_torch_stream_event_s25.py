@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import pytest
 from helpers.gates import Gate
+from helpers.registry import module_backends
 
 import accelrt as acc
 from helpers import run_in_thread
@@ -33,9 +34,11 @@ from accelrt.backends.cpu import CpuBackend
 
 NAME = "rvtse25"     # two simulated devices, each stream on a worker thread (asynchronous)
 OTHER = "rvtse25b"   # another backend: streams and events of another device type
-backends.register(NAME, lambda: CpuBackend(num_devices=2, async_streams=True, name=NAME),
-                  replace=True)
-backends.register(OTHER, lambda: CpuBackend(num_devices=1, name=OTHER), replace=True)
+# closed (worker threads stopped) and unregistered after the module
+_backends = module_backends({
+    NAME: lambda: CpuBackend(num_devices=2, async_streams=True, name=NAME),
+    OTHER: lambda: CpuBackend(num_devices=1, name=OTHER),
+})
 
 
 @pytest.fixture

@@ -430,6 +430,7 @@ def cpu_async() -> Iterator[str]:
         b.synchronize(i)
     assert isinstance(b, CpuBackend)
     b.close()
+    acc.backends.unregister("cpuwaits")
 
 
 @pytest.mark.parametrize("other_device", [0, 1], ids=["same-device", "cross-device"])

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers.registry import module_backends
 from helpers.staging import RecordingNoHostCpu
 
 import accelrt as acc
@@ -25,8 +26,9 @@ _BACKENDS: dict[str, Callable[[], Any]] = {
     "sdoom": lambda: CpuBackend(num_devices=1, async_streams=True, memory_limit="24MiB",
                                 name="sdoom"),
 }
-for _name, _factory in _BACKENDS.items():
-    backends.register(_name, _factory, replace=True)
+# closed (worker threads stopped) and unregistered after the module
+_backends = module_backends(_BACKENDS)
+
 
 def _msg(name: str) -> str:
     """The warning text: PyTorch's, naming the backend (registered variants by their name)."""
@@ -41,17 +43,6 @@ def _device_params() -> list[Any]:
         out.append(pytest.param(name, marks=pytest.mark.skipif(
             reason is not None, reason=f"{name} unavailable: {reason}")))
     return out
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _stop_async_workers() -> Iterator[None]:
-    yield
-    for name in _BACKENDS:
-        b = backends.get_backend(name)
-        for i in range(b.device_count()):
-            acc.synchronize(f"{name}:{i}")
-        if isinstance(b, CpuBackend):
-            b.close()
 
 
 @pytest.fixture(autouse=True)
@@ -241,6 +232,8 @@ def _held_stream(name: str) -> tuple[acc.Stream, threading.Event]:
 
 def test_oom_retry_wait_for_pending_frees_raises_before_waiting() -> None:
     a = get_allocator(backends.get_backend("sdoom"), 0)
+    a.empty_cache()                   # no segment another test of sdoom left cached
+    start = a.stats()                 # the counters are cumulative: other tests retried too
     first = acc.empty(12 << 20, dtype="uint8", device="sdoom:0")   # a 12 MiB segment
     s, gate = _held_stream("sdoom")
     first.record_stream(s)
@@ -250,12 +243,13 @@ def test_oom_retry_wait_for_pending_frees_raises_before_waiting() -> None:
         with pytest.raises(RuntimeError, match=_msg("sdoom")):
             acc.empty(16 << 20, dtype="uint8", device="sdoom:0")   # needs the retry
         stats = a.stats()
-        assert stats["num_alloc_retries"] == 0 and stats["num_ooms"] == 0
+        assert stats["num_alloc_retries"] == start["num_alloc_retries"]
+        assert stats["num_ooms"] == start["num_ooms"]
     finally:
         acc.set_sync_debug_mode("default", "sdoom")
         gate.set()
     second = acc.empty(16 << 20, dtype="uint8", device="sdoom:0")   # consistent: it works
-    assert a.stats()["num_alloc_retries"] == 1
+    assert a.stats()["num_alloc_retries"] == start["num_alloc_retries"] + 1
     del second
     acc.synchronize("sdoom:0")
     a.empty_cache()

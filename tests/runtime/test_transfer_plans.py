@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import pytest
+from helpers.registry import module_backends
 from helpers.staging import RecordingNoHostCpu
 
 import accelrt as acc
@@ -39,10 +40,12 @@ from accelrt._transfer import (
 )
 from accelrt.backends.cpu import CpuBackend
 
-backends.register("plancpu", lambda: CpuBackend(num_devices=2, async_streams=True,
-                                                name="plancpu"), replace=True)
-backends.register("plannohost", lambda: RecordingNoHostCpu(num_devices=2, async_streams=True,
-                                                           name="plannohost"), replace=True)
+# closed (worker threads stopped) and unregistered after the module
+_backends = module_backends({
+    "plancpu": lambda: CpuBackend(num_devices=2, async_streams=True, name="plancpu"),
+    "plannohost": lambda: RecordingNoHostCpu(num_devices=2, async_streams=True,
+                                             name="plannohost"),
+})
 
 
 def kinds(plan: Plan) -> list[str]:
@@ -129,6 +132,8 @@ def test_staged_collective_plan_takes_one_block_per_array_and_orders_its_steps()
     y = acc.zeros((2,), device="plannohost:0")
     empty = acc.zeros((0,), device="plannohost:0")
     comm, cur = acc.Stream("plannohost:0"), acc.current_stream("plannohost:0")
+    acc.synchronize("plannohost:0")
+    pool.empty_cache()       # the blocks other tests cached would be taken instead of new ones
     before, ncopies = set(b.pinned), len(b.copies)
     st = plan_staged_collective(comm, cur, pool, [x, y, x, empty], [x, x, empty], [y, x, y])
     # de-duplicated by identity: one block per distinct array with bytes, taken in order
