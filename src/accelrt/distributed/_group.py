@@ -31,7 +31,7 @@ from typing import Any, Literal
 import numpy as np
 
 from .._array import Array
-from .._errors import AcceleratorTypeError, AcceleratorValueError, ClosedError
+from .._errors import AcceleratorTypeError, AcceleratorValueError, ClosedError, type_shown
 from .._stream import Stream, _current
 from .._transfer import (pinned_pool, plan_landing, plan_staged_collective,
                          plan_staged_p2p, run_on_stream, run_steps)
@@ -98,18 +98,18 @@ def _locate(arrays: Sequence[Any], what: str) -> _Loc:
     if isinstance(first, np.ndarray):
         for a in arrays:
             if not isinstance(a, np.ndarray):
-                raise TypeError(f"{what}: mix of numpy arrays and {type(a).__name__}; pass "
+                raise TypeError(f"{what}: mix of numpy arrays and {type_shown(a)}; pass "
                                 "arrays of one device")
             if not a.flags.c_contiguous:
                 raise AcceleratorValueError(f"{what}: Tensors must be contiguous")
         return _Loc(None, -1, True)
     if not isinstance(first, Array):
         raise TypeError(f"{what}: expected an accelrt.Array or numpy.ndarray, got "
-                        f"{type(first).__name__}")
+                        f"{type_shown(first)}")
     b, index = first._b, first._index
     for a in arrays:
         if not isinstance(a, Array):
-            raise TypeError(f"{what}: expected accelrt.Array, got {type(a).__name__}")
+            raise TypeError(f"{what}: expected accelrt.Array, got {type_shown(a)}")
         if a._b is not b or a._index != index:
             raise AcceleratorValueError(
                 f"{what}: all arrays must be on one device, got {first.device} and "
@@ -430,7 +430,7 @@ class ProcessGroup:
                                  f"both (got {what}={rank!r}, group_{what}={group_rank!r})")
             if isinstance(group_rank, bool) or not isinstance(group_rank, (int, np.integer)):
                 raise TypeError(f"group_{what} must be an int rank of the group, got "
-                                f"{type(group_rank).__name__}")
+                                f"{type_shown(group_rank)}")
             if not 0 <= int(group_rank) < self._size:
                 raise AcceleratorValueError(
                     f"Group rank {group_rank} is not part of group {self.name!r} "
@@ -442,7 +442,7 @@ class ProcessGroup:
                                  f"global rank) or group_{what}= (a rank of the group)")
             rank = default
         if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)):
-            raise TypeError(f"{what} must be an int rank, got {type(rank).__name__}")
+            raise TypeError(f"{what} must be an int rank, got {type_shown(rank)}")
         try:
             return self.global_ranks.index(int(rank))
         except ValueError:
@@ -481,7 +481,7 @@ class ProcessGroup:
         t = None
         if tag is not NotImplemented:
             if isinstance(tag, bool) or not isinstance(tag, (int, np.integer)):
-                raise TypeError(f"{op}: tag must be an int, got {type(tag).__name__}")
+                raise TypeError(f"{op}: tag must be an int, got {type_shown(tag)}")
             t = int(tag)
             if t < 0:
                 raise AcceleratorValueError(f"Tag must be nonnegative: {op} got tag={t}")
