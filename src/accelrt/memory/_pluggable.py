@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn, SupportsIndex
 
 import numpy as np
 
-from .. import _device
+from .. import _backend_registry, _device
 from .._fork import reinit_after_fork
 from ._allocator import DeviceCachingAllocator
 from .._errors import type_shown
@@ -464,6 +464,23 @@ class PluggableAllocator:
 
 _current: dict[str, PluggableAllocator] = {}   # backend name -> its replacing allocator
 _current_lock = reinit_after_fork(threading.Lock())
+
+
+def _forget_backend(name: str) -> None:
+    """Called by the backend registry after ``name`` was registered again or unregistered
+    (:func:`accelrt.backends.on_change`). As PyTorch's ``change_current_allocator``, a swap is
+    for the process: it outlives ``register(name, factory, replace=True)`` (the new instance's
+    devices get the same allocator). PyTorch has no unregister: a name unregistered no longer
+    denotes a backend, so its swap ends there, and a backend registered under that name later
+    starts with accelrt's caching allocator (and may be swapped again), as a new device type
+    would (docs/memory.md). Arrays made through the old allocator keep it and free through it."""
+    if name in _backend_registry._factories:
+        return
+    with _current_lock:
+        _current.pop(name, None)
+
+
+_backend_registry.on_change(_forget_backend)
 
 
 def _backend_of(device_type: object) -> Backend:

@@ -6,7 +6,10 @@
 process-wide switches act on every allocator of a backend: caching on/off
 (:func:`set_caching`), settings (:func:`_check_config_for_all`, :func:`_apply_config_to_all`),
 and the fork handler (:func:`_retire_after_fork`). ``_lock`` guards ``_allocators`` and
-``_cache_disabled``; :mod:`._allocator` re-exports every name here (the old import path).
+``_cache_disabled``; :mod:`._allocator` re-exports every name here (the old import path). The
+allocators of a backend instance that its name no longer refers to (unregistered, or registered
+again) are forgotten when the backend registry says so (:func:`_forget_backend`): the arrays
+made from them hold their allocator themselves and free into it.
 
 Example::
 
@@ -23,6 +26,7 @@ import sys
 import threading
 from typing import TYPE_CHECKING
 
+from .. import _backend_registry
 from .._device_core import _key_of
 from .._fork import after_fork_locked, reinit_after_fork
 from ._config import AllocatorConfig, get_config
@@ -113,6 +117,24 @@ def all_allocators() -> list[DeviceCachingAllocator]:
     """Every allocator created so far."""
     with _lock:
         return list(_allocators.values())
+
+
+def _forget_backend(name: str) -> None:
+    """Called by the backend registry after ``name`` was unregistered or registered again
+    (:func:`accelrt.backends.on_change`): forget the allocators of every instance of ``name``
+    but the one registered now (the registry's test machinery may put an instance back, which
+    keeps its allocators). An allocator with live arrays stays alive through them (each holds
+    the allocator it came from) and frees into the old instance; one without is collected with
+    the instance it holds."""
+    with _lock:
+        current = _backend_registry._instances.get(name)
+        stale = [key for key, a in _allocators.items()
+                 if key[0] == name and a._b is not current]
+        for key in stale:
+            del _allocators[key]
+
+
+_backend_registry.on_change(_forget_backend)
 
 
 def _retire_after_fork(in_child: bool) -> None:
