@@ -114,3 +114,24 @@ def test_replace_keeps_the_replacing_pluggable_allocator() -> None:
     gc.collect()
     assert not held
     backends.unregister("keepplug")
+
+
+def test_an_instance_registered_again_takes_its_own_allocator_back() -> None:
+    # (a factory that returns one object; the test machinery's restore puts instances back)
+    inst = _tmp("forgetsame")
+    backends.register("forgetsame", lambda: inst)
+    x = acc.zeros(4, device="forgetsame:0")
+    a = peek_allocator("forgetsame", 0)
+    assert a is not None and a.memory_allocated() > 0
+    backends.unregister("forgetsame")
+    assert a not in all_allocators()
+    backends.register("forgetsame", lambda: inst)
+    assert backends.get_backend("forgetsame") is inst
+    y = acc.zeros(4, device="forgetsame:0")
+    assert peek_allocator("forgetsame", 0) is a   # its statistics go on: both arrays count
+    assert a.memory_allocated() >= 2 * 512
+    del x, y
+    gc.collect()
+    assert a.memory_allocated() == 0
+    backends.unregister("forgetsame")
+    inst.close()
