@@ -24,14 +24,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import _backend
-from ._errors import (
-    AcceleratorIndexError,
-    AcceleratorTypeError,
-    AcceleratorValueError,
-    BackendUnavailableError,
-    shown,
-    type_shown,
-)
+from ._errors import (AcceleratorIndexError, AcceleratorTypeError, AcceleratorValueError,
+                      BackendUnavailableError, shown, type_shown)
 from ._fork import reinit_after_fork
 
 if TYPE_CHECKING:
