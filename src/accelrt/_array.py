@@ -69,7 +69,13 @@ from . import _dlpack
 from . import _sync_debug as _sd
 from ._device import _device_obj, _get_device, _lazy_init
 from ._convert import cast, int_bounds
-from ._errors import AcceleratorError, AcceleratorTypeError, AcceleratorValueError, shown
+from ._errors import (
+    AcceleratorError,
+    AcceleratorTypeError,
+    AcceleratorValueError,
+    shown,
+    type_shown,
+)
 from ._device import device as _device_cls
 from ._handles import StreamHandle
 from ._memory_owner import _CLOSED, _SOLE_REFS, _HostView
@@ -93,16 +99,9 @@ _getrefcount = sys.getrefcount
 
 # ---------------------------------------------------------------------- argument checks
 
-def _type_shown(value: object) -> str:
-    """The name of ``value``'s type for an error message, module-qualified outside the
-    builtins as PyTorch writes it (``numpy.bool``, where a bare ``bool`` would mislead)."""
-    cls = type(value)
-    return cls.__name__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
-
-
 def _check_flag(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool, got {_type_shown(value)}")
+        raise TypeError(f"{name} must be a bool, got {type_shown(value)}")
     return value
 
 
@@ -629,7 +628,7 @@ class Array:
         from ._stream import Stream
         if not isinstance(stream, Stream):
             raise TypeError(f"record_stream() takes an accelrt.Stream, got "
-                            f"{type(stream).__name__}")
+                            f"{type_shown(stream)}")
         if stream._b is not self._b or stream._index != self._index:
             raise ValueError(f"record_stream(): the stream is on "
                              f"{stream._b.name}:{stream._index} but the array is on "
@@ -859,13 +858,13 @@ def _is_int(value: Any) -> bool:
 def _check_dlpack_args(stream: Any, max_version: Any, dl_device: Any, copy: Any) -> None:
     """``TypeError`` for a ``__dlpack__`` argument of the wrong type (the array API's types)."""
     if stream is not None and not _is_int(stream):
-        raise TypeError(f"stream must be an int or None, got {_type_shown(stream)}")
+        raise TypeError(f"stream must be an int or None, got {type_shown(stream)}")
     for name, value in (("max_version", max_version), ("dl_device", dl_device)):
         if value is not None and not (isinstance(value, tuple) and len(value) == 2
                                       and all(_is_int(v) for v in value)):
             raise TypeError(f"{name} must be a tuple of two ints or None, got {shown(value)}")
     if copy is not None and not isinstance(copy, bool):
-        raise TypeError(f"copy must be a bool or None, got {_type_shown(copy)}")
+        raise TypeError(f"copy must be a bool or None, got {type_shown(copy)}")
 
 
 def _to_numpy(obj: Any, what: str) -> np.ndarray:
@@ -873,9 +872,9 @@ def _to_numpy(obj: Any, what: str) -> np.ndarray:
         host = np.asarray(obj)
     except (TypeError, ValueError) as exc:
         raise TypeError(f"{what} expects an accelrt.Array or an object numpy can convert to "
-                        f"a numeric array, got {type(obj).__name__}: {exc}") from None
+                        f"a numeric array, got {type_shown(obj)}: {exc}") from None
     if host.dtype.kind not in "biufc":
-        raise TypeError(f"{what} expects numeric data, got {type(obj).__name__} that numpy "
+        raise TypeError(f"{what} expects numeric data, got {type_shown(obj)} that numpy "
                         f"converts to dtype {host.dtype}")
     return host
 
@@ -912,7 +911,7 @@ def _number(value: Any) -> bool | int | float | complex:
         value = value.item()
     if not isinstance(value, (bool, int, float, complex)):
         raise TypeError(f"fill value must be a bool, int, float or complex, got "
-                        f"{type(value).__name__}")
+                        f"{type_shown(value)}")
     return value
 
 

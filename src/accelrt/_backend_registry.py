@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ._backend import _BUILTIN_MODULES, _INSTALL_HINTS, BACKENDS, Backend
-from ._errors import BackendUnavailableError
+from ._errors import BackendUnavailableError, type_shown
 from ._fork import reinit_after_fork
 
 __all__ = ["available", "entry_point_problems", "get", "get_all_backends",
@@ -56,7 +56,7 @@ MAX_DEVICE_COUNT = 1024
 
 def _check_name(name: object) -> str:
     if not isinstance(name, str):
-        raise TypeError(f"backend name must be a str, got {type(name).__name__}")
+        raise TypeError(f"backend name must be a str, got {type_shown(name)}")
     if _NAME_RE.fullmatch(name) is None:
         raise ValueError(f"backend name {name!r} must be a lower-case identifier like "
                          "'cuda', in ASCII (letters a-z, digits and '_', not starting with a "
@@ -75,7 +75,7 @@ def _checked_device_count(name: str, backend: Backend) -> int:
     if not isinstance(n, int) or isinstance(n, bool):
         raise BackendUnavailableError(
             f"Backend {name!r} is not available: its device_count() returned {n!r} "
-            f"({type(n).__name__}), not an int")
+            f"({type_shown(n)}), not an int")
     if n <= 0:
         raise BackendUnavailableError(f"Backend {name!r} is not available: it reports no devices")
     if n > MAX_DEVICE_COUNT:
@@ -258,7 +258,7 @@ def _make(name: str, factory: Callable[[], Backend] | None) -> Backend:
             f"Unknown backend {name!r}; known backends are {known}. Third-party backends "
             "register with accelrt.backends.register() or the 'accelrt.backends' entry point.")
     if not isinstance(backend, Backend):
-        raise TypeError(f"backend factory for {name!r} returned {type(backend).__name__}, "
+        raise TypeError(f"backend factory for {name!r} returned {type_shown(backend)}, "
                         "not an accelrt.backends.Backend")
     if backend.name != name:
         # per-backend state (current device, streams, allocators) is keyed by the name
@@ -281,7 +281,7 @@ def get_backend(name: str) -> Backend:
     if backend is not None:
         return backend
     if not isinstance(name, str):
-        raise TypeError(f"backend name must be a str, got {type(name).__name__}")
+        raise TypeError(f"backend name must be a str, got {type_shown(name)}")
     while True:
         with _lock:
             _load_entry_points()

@@ -48,7 +48,7 @@ import threading
 from collections.abc import Container
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
-from ._errors import AcceleratorError, DeviceError, caused
+from ._errors import AcceleratorError, DeviceError, caused, type_shown
 from ._fork import reinit_after_fork
 from .backends._common import check_ptr, check_size, check_u64
 
@@ -107,7 +107,7 @@ def address(b: Backend, call: Call, value: object, *, oom: bool = False,
     if type(value) is int and 0 < value < _BOUND and value not in held:
         return value   # (the common case, tested below too, without making a message)
     if type(value) is not int:
-        _refuse(b, call, value, "an address", TypeError(f"expected an int, got {type(value).__name__}"))
+        _refuse(b, call, value, "an address", TypeError(f"expected an int, got {type_shown(value)}"))
     if oom and value == 0:
         return 0
     try:
@@ -128,7 +128,7 @@ def handle(b: Backend, call: Call, value: object, what: str, *, nonzero: bool,
         DeviceError: anything else, naming ``why_held`` for a handle in ``held``.
     """
     if type(value) is not int:
-        _refuse(b, call, value, what, TypeError(f"expected an int, got {type(value).__name__}"))
+        _refuse(b, call, value, what, TypeError(f"expected an int, got {type_shown(value)}"))
     try:
         check_u64(value, "handle")
         if nonzero and not value:
@@ -148,7 +148,7 @@ def size(b: Backend, call: Call, value: object) -> int:
         DeviceError: anything else.
     """
     if type(value) is not int:
-        _refuse(b, call, value, "a size", TypeError(f"expected an int, got {type(value).__name__}"))
+        _refuse(b, call, value, "a size", TypeError(f"expected an int, got {type_shown(value)}"))
     try:
         return check_size(value, "size")
     except ValueError as exc:

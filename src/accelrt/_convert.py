@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ._errors import AcceleratorTypeError, AcceleratorValueError, shown
+from ._errors import AcceleratorTypeError, AcceleratorValueError, shown, type_shown
 
 __all__ = ["cast", "from_python", "infer_dtype", "int_bounds"]
 
@@ -151,7 +151,7 @@ def _infer_sequence(seq: Sequence[Any], depth: int) -> np.dtype:
     """:func:`infer_dtype` of a sequence inside ``depth`` others: float32 when empty, else its
     items' promotion."""
     if depth == _MAX_DIMS:      # a list that contains itself never ends
-        raise ValueError(f"too many dimensions '{type(seq).__name__}': asarray() takes data "
+        raise ValueError(f"too many dimensions '{type_shown(seq)}': asarray() takes data "
                          f"nested at most {_MAX_DIMS} deep (numpy's limit), and no sequence "
                          "that contains itself")
     if not len(seq):

@@ -24,13 +24,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import _backend
-from ._errors import (
-    AcceleratorIndexError,
-    AcceleratorTypeError,
-    AcceleratorValueError,
-    BackendUnavailableError,
-    shown,
-)
+from ._errors import (AcceleratorIndexError, AcceleratorTypeError, AcceleratorValueError,
+                      BackendUnavailableError, shown, type_shown)
 from ._fork import reinit_after_fork
 
 if TYPE_CHECKING:
@@ -100,7 +95,7 @@ class device:
         if index is not None and (not isinstance(index, int) or isinstance(index, bool)):
             if not isinstance(index, np.integer):   # torch's parser reads a numpy integer
                 raise TypeError(f"device index must be an int or None, got "
-                                f"{type(index).__name__}")
+                                f"{type_shown(index)}")
             index = int(index)
         if isinstance(type_or_str, device):
             if index is not None:
@@ -129,7 +124,7 @@ class device:
             form = _parser_form(type_or_str)    # a numpy integer, bytes: as torch's parser
             if form is type_or_str:
                 raise TypeError(f"device() takes a str, int or device, not "
-                                f"{type(type_or_str).__name__}")
+                                f"{type_shown(type_or_str)}")
             device.__init__(self, form, index)
             return
         if idx is not None and type(idx) is not int:
@@ -353,7 +348,7 @@ def set_current_accelerator(name: str) -> None:
     if isinstance(name, device):
         name = name.type
     if not isinstance(name, str):
-        raise TypeError(f"set_current_accelerator() takes a backend name, got {type(name).__name__}")
+        raise TypeError(f"set_current_accelerator() takes a backend name, got {type_shown(name)}")
     backend = _backend.get_backend(name)
     with _acc_lock:
         _current_name = name
@@ -595,7 +590,7 @@ def _index_arg(value: object, what: str, unit: str = "") -> int:
             return operator.index(value)   # type: ignore[arg-type]  # a TypeError says no
         except TypeError:
             pass
-    raise TypeError(f"{what} must be an int{unit}, got {type(value).__name__}")
+    raise TypeError(f"{what} must be an int{unit}, got {type_shown(value)}")
 
 
 def _plain_int(value: int) -> int:
@@ -916,7 +911,7 @@ class device_index(_SwitchCore):
                 self.idx = _index_arg(device, "device")
             except TypeError:
                 raise TypeError("device_index() takes an int or None, got "
-                                f"{type(device).__name__}") from None
+                                f"{type_shown(device)}") from None
         self.prev_idx = -1
 
 

@@ -53,6 +53,7 @@ from typing import Any
 import numpy as np
 
 from ._fork import reinit_after_fork
+from ._errors import type_shown
 
 __all__ = [
     "DLPACK_VERSION",
@@ -482,7 +483,7 @@ def producer_device(obj: Any) -> tuple[int, int]:
         kind, index = dev
         return int(kind), int(index)
     except (TypeError, ValueError):
-        raise TypeError(f"__dlpack_device__() of {type(obj).__name__} returned {dev!r}, not a "
+        raise TypeError(f"__dlpack_device__() of {type_shown(obj)} returned {dev!r}, not a "
                         f"(device_type, device_id) pair of ints") from None
 
 
@@ -507,7 +508,7 @@ def unused_capsule(capsule: object, what: str) -> tuple[bytes, Any]:
             return name, layout.from_address(_PyCapsule_GetPointer(capsule, name))
     got = (f"a capsule named {_PyCapsule_GetName(capsule)!r}"
            if type(capsule).__name__ == "PyCapsule"
-           else f"an object of type {type(capsule).__name__}")
+           else f"an object of type {type_shown(capsule)}")
     raise BufferError(f"{what}: got {got}, not an unused DLPack capsule (a capsule can be "
                       f"consumed only once)")
 

@@ -50,6 +50,7 @@ __all__ = [
     "caused",
     "map_backend_errors",
     "shown",
+    "type_shown",
 ]
 
 
@@ -219,3 +220,27 @@ def shown(value: object) -> str:
                 return f"[{inner}]"
             return f"({inner},)" if len(value) == 1 else f"({inner})"
         return f"<{type(value).__name__}>"
+
+
+def type_shown(value: object) -> str:
+    """The name of ``value``'s type for an error message, as PyTorch prints it (CPython's
+    ``tp_name``): a builtin or a class defined in Python by its bare name, a type defined in C
+    outside the builtins module-qualified, so that numpy's scalars read ``numpy.bool`` and
+    ``numpy.float64`` where a bare ``bool`` or ``float64`` would mislead ("must be a bool, got
+    bool").
+
+    Example::
+
+        >>> import fractions
+        >>> import numpy as np
+        >>> from accelrt._errors import type_shown
+        >>> type_shown(True), type_shown(np.True_), type_shown(np.float64(1.5))
+        ('bool', 'numpy.bool', 'numpy.float64')
+        >>> type_shown(fractions.Fraction(1, 2))
+        'Fraction'
+    """
+    cls = type(value)
+    # Py_TPFLAGS_HEAPTYPE: a class statement's type, whose tp_name is its bare name
+    if cls.__module__ == "builtins" or cls.__flags__ & (1 << 9):
+        return cls.__name__
+    return f"{cls.__module__}.{cls.__qualname__}"

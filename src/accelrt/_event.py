@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 from . import _backend, _checked
 from . import _device as _dev
 from ._device import _get_device_of, _lazy_init, _require_current, _tls
-from ._errors import AcceleratorValueError
+from ._errors import AcceleratorValueError, type_shown
 from ._handles import EventHandle
 from ._stream import Stream
 from ._stream import _classes as _stream_classes
@@ -46,7 +46,7 @@ _NO_EVENT = EventHandle(0)
 
 def _check_flag(name: str, value: object) -> bool:
     if type(value) is not bool:
-        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+        raise TypeError(f"{name} must be a bool, got {type_shown(value)}")
     return value
 
 
@@ -246,7 +246,7 @@ class Event(_EventCore):
         """
         if not isinstance(end_event, Event):
             raise TypeError(f"elapsed_time() takes an accelrt.Event, got "
-                            f"{type(end_event).__name__}")
+                            f"{type_shown(end_event)}")
         self._check_open()
         end_event._check_open()
         if end_event._b is not self._b:
@@ -310,7 +310,7 @@ class Event(_EventCore):
             True
         """
         if not isinstance(handle, bytes):
-            raise TypeError(f"handle must be bytes, got {type(handle).__name__}")
+            raise TypeError(f"handle must be bytes, got {type_shown(handle)}")
         # a device module's subclass (acc.cuda.Event) has torch.cuda.Event's signature, whose
         # first argument is enable_timing: build through this class's own __init__
         e: Event = cast("Any", cls).__new__(cls)   # mypyc: no typed Event.__new__

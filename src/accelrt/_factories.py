@@ -26,6 +26,7 @@ from ._placement import new_array
 from ._size import factory_args, normalize_size, size_keyword
 from ._stream import _current
 from ._transfer import Copy, Hold, Plan, Stage, Sync, execute, held
+from ._errors import type_shown
 
 if TYPE_CHECKING:
     from ._backend import Backend
@@ -421,7 +422,7 @@ def _import_cai(obj: Any, device: DeviceLike, dtype: Any, copy: bool | None) -> 
     reader = _cai_reader(device)
     src = reader.pointer_device(cai.ptr) if cai.ptr else None
     if src is None and cai.size:
-        raise ValueError(f"asarray(): the __cuda_array_interface__ of {type(obj).__name__} "
+        raise ValueError(f"asarray(): the __cuda_array_interface__ of {type_shown(obj)} "
                          f"points at {cai.ptr:#x}, which is not device memory of "
                          f"{reader.name}; the CUDA array interface is for GPU memory, so pass "
                          "host data as a numpy array (or through DLPack) instead")

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from . import _checked, _stream
 from . import _device as _dev
 from ._device import _lazy_init, _require_current, _tls
-from ._errors import CaptureNotSupportedError, ClosedError
+from ._errors import CaptureNotSupportedError, ClosedError, type_shown
 from ._fork import reinit_after_fork
 from ._graph_hooks import (HOOK_KINDS, RemovableHandle, _add_hook, _flag, _Retained, _run_global,
                            dump_dot, export_dot)
@@ -200,7 +200,7 @@ class Graph:
         if _initialized(self):
             return   # as torch.cuda.CUDAGraph: a second __init__ changes nothing
         if not isinstance(keep_graph, bool):
-            raise TypeError(f"keep_graph must be a bool, got {type(keep_graph).__name__}")
+            raise TypeError(f"keep_graph must be a bool, got {type_shown(keep_graph)}")
         _pool_id(pool)
         mode = _check_mode(capture_error_mode)   # (every check before the first field)
         self.graph_pool = pool
@@ -655,7 +655,7 @@ class DeviceGraph(Graph):
             released
         """
         if not callable(cb):
-            raise TypeError(f"a destroy callback must be callable, got {type(cb).__name__}")
+            raise TypeError(f"a destroy callback must be callable, got {type_shown(cb)}")
         self._check_open()
         r = self._retained
         r.sync = r.sync or _flag("synchronize_before_release", synchronize_before_release)
@@ -830,7 +830,7 @@ class DeviceGraph(Graph):
         from .random import Generator as Gen
         if not isinstance(generator, Gen):
             raise TypeError(f"register_generator_state() takes an accelrt.random.Generator, "
-                            f"got {type(generator).__name__}")
+                            f"got {type_shown(generator)}")
         _graphsafe().register(self, generator)
 
     @classmethod
@@ -912,7 +912,7 @@ class graph:
         _torch_only("check_input_liveness", check_input_liveness)
         _check_mode(capture_error_mode)
         if not isinstance(cuda_graph, Graph):
-            raise TypeError(f"graph() takes an accelrt.Graph, got {type(cuda_graph).__name__}")
+            raise TypeError(f"graph() takes an accelrt.Graph, got {type_shown(cuda_graph)}")
         cuda_graph._check_open()
         name = self._graph_class._backend_name
         if name is not None and type(cuda_graph)._backend_name not in (None, name):
@@ -920,7 +920,7 @@ class graph:
                              f"{type(cuda_graph)._backend_name} graph")
         if stream is not None and not isinstance(stream, _stream.Stream):
             raise TypeError(f"stream must be an accelrt.Stream or None, got "
-                            f"{type(stream).__name__}")
+                            f"{type_shown(stream)}")
         _pool_id(pool)
         self.cuda_graph = cuda_graph
         self.pool = pool if pool is not None else cuda_graph.graph_pool
@@ -929,7 +929,7 @@ class graph:
             stream = type(self).default_capture_stream
             if stream is not None and not isinstance(stream, _stream.Stream):
                 raise TypeError(f"graph.default_capture_stream must be an accelrt.Stream or "
-                                f"None, got {type(stream).__name__}")
+                                f"None, got {type_shown(stream)}")
             if stream is not None and name is not None and stream.device_type != name:
                 raise ValueError(f"graph.default_capture_stream is a {stream.device_type} "
                                  f"stream; this graph() captures {name} work: set a {name} "

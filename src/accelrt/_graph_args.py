@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ._errors import shown
+from ._errors import shown, type_shown
 
 #: ``capture_error_mode`` values (``torch.accelerator.Graph``'s; ``"default"`` is the
 #: backend's own: ``graph_capture_begin``; the others go to ``graph_capture_begin_mode`` where
@@ -57,7 +57,7 @@ def _check_annotation_config(config: object) -> None:
     if config is None:
         return
     if not isinstance(config, Mapping):
-        raise TypeError(f"annotation_config must be a dict or None, got {type(config).__name__}")
+        raise TypeError(f"annotation_config must be a dict or None, got {type_shown(config)}")
     unknown = [k for k in config if k not in _ANNOTATION_KEYS]
     if unknown:
         try:

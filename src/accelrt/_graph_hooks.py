@@ -23,7 +23,7 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ._errors import CaptureNotSupportedError
+from ._errors import CaptureNotSupportedError, type_shown
 from ._fork import reinit_after_fork
 
 if TYPE_CHECKING:
@@ -72,13 +72,13 @@ class RemovableHandle:
 def _flag(name: str, value: object) -> bool:
     """``value`` if it is a bool; else a ``TypeError`` naming the argument ``name``."""
     if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+        raise TypeError(f"{name} must be a bool, got {type_shown(value)}")
     return value
 
 
 def _add_hook(hooks: collections.OrderedDict[int, Any], fn: Any) -> RemovableHandle:
     if not callable(fn):
-        raise TypeError(f"a hook must be callable, got {type(fn).__name__}")
+        raise TypeError(f"a hook must be callable, got {type_shown(fn)}")
     handle = RemovableHandle(hooks)
     hooks[handle.id] = fn
     return handle

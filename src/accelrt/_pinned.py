@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ._device import _factory_device, _get_device
-from ._errors import AcceleratorError, AcceleratorValueError
+from ._errors import AcceleratorError, AcceleratorValueError, type_shown
 from ._size import storage_nbytes
 from .memory._host import HostCachingAllocator, get_host_allocator, host_allocators
 
@@ -101,7 +101,7 @@ def _check_host_array(a: object, what: str) -> np.ndarray:
                         "(copy it to the host with .numpy() first if you need a pinned copy)")
     if not isinstance(a, np.ndarray):
         raise TypeError(f"{what}() takes a numpy.ndarray (a host array), got "
-                        f"{type(a).__name__}; convert it with numpy.asarray first")
+                        f"{type_shown(a)}; convert it with numpy.asarray first")
     return a
 
 
@@ -134,7 +134,7 @@ def is_pinned(a: object, device: DeviceLike = None) -> bool:
         return False
     if not isinstance(a, np.ndarray):
         raise TypeError(f"is_pinned() takes a numpy.ndarray (a host array) or an "
-                        f"accelrt.Array, got {type(a).__name__}")
+                        f"accelrt.Array, got {type_shown(a)}")
     if not a.size:
         return False
     if device is not None:
@@ -230,7 +230,7 @@ def pin_flag(pin_memory: object) -> bool:
         return False
     if pin_memory is True:
         return True
-    raise TypeError(f"pin_memory must be a bool or None, got {type(pin_memory).__name__}")
+    raise TypeError(f"pin_memory must be a bool or None, got {type_shown(pin_memory)}")
 
 
 def factory_backend(device: DeviceLike, fname: str) -> tuple[Backend, int]:

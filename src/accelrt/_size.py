@@ -29,7 +29,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from ._errors import AcceleratorValueError, caused, shown
+from ._errors import AcceleratorValueError, caused, shown, type_shown
 
 __all__ = ["factory_args", "legacy_dtype_device", "normalize_size", "one_sequence_size",
            "size_keyword", "storage_nbytes"]
@@ -139,7 +139,7 @@ def _entry(d: Any, fname: str, size: Any) -> int:
             isinstance(d, np.ndarray) and d.ndim):
         raise caused(TypeError(f"{fname}() got a size that mixes ints and sequences "
                                f"({size!r}); {_usage(fname)}"), None) from None
-    raise caused(TypeError(f"{fname}() size entries must be ints, got {type(d).__name__} "
+    raise caused(TypeError(f"{fname}() size entries must be ints, got {type_shown(d)} "
                            f"{d!r} in {size!r}; {_usage(fname)}"), None) from None
 
 
@@ -216,7 +216,7 @@ def one_sequence_size(size: Any, fname: str) -> tuple[int, ...]:
             isinstance(size, (bool, np.bool_)) or hasattr(type(size), "__index__"))
     if scalar:
         raise TypeError(f"{fname}(): argument 'size' must be tuple of ints, not "
-                        f"{type(size).__name__} ({shown(size)}); {_usage(fname)}")
+                        f"{type_shown(size)} ({shown(size)}); {_usage(fname)}")
     return normalize_size((size,), None, fname)
 
 

@@ -32,7 +32,7 @@ from . import _device as _dev
 from . import _sync_debug as _sd
 from ._device import (_get_device, _get_device_of, _index_arg, _lazy_init, _plain_int,
                       _require_current, _tls)
-from ._errors import AcceleratorError, shown
+from ._errors import AcceleratorError, shown, type_shown
 from ._fork import reinit_after_fork
 from ._handles import StreamHandle
 from . import _stream_core
@@ -132,7 +132,7 @@ def _int_arg(name: str, value: object) -> int:
         TypeError: it is not.
     """
     if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+        raise TypeError(f"{name} must be an int, got {type_shown(value)}")
     return _plain_int(value)
 
 
@@ -304,7 +304,7 @@ class Stream(_StreamCore):
         sid, device_index = _int_arg("stream_id", stream_id), _int_arg("device_index", device_index)
         if not isinstance(device_type, str):
             raise TypeError(f"device_type must be a backend name such as 'cpu', got "
-                            f"{type(device_type).__name__}")
+                            f"{type_shown(device_type)}")
         if device_index < 0:
             raise ValueError(f"device_index must not be negative, got {shown(device_index)}")
         fixed = self._backend_name
@@ -441,7 +441,7 @@ class Stream(_StreamCore):
             >>> s.wait_event(acc.current_stream("cpu").record_event())
         """
         if not isinstance(event, _classes.Event):
-            raise TypeError(f"wait_event() takes an accelrt.Event, got {type(event).__name__}")
+            raise TypeError(f"wait_event() takes an accelrt.Event, got {type_shown(event)}")
         event.wait(self)   # checks that both are open
 
     def wait_stream(self, stream: Stream) -> None:
@@ -474,7 +474,7 @@ class Stream(_StreamCore):
             event = _classes.Event._on(self._b, self._index)   # Event(self.device), checked
         elif not isinstance(event, _classes.Event):
             raise TypeError(f"record_event() takes an accelrt.Event or None, got "
-                            f"{type(event).__name__}")
+                            f"{type_shown(event)}")
         event.record(self)
         return event
 
@@ -678,7 +678,7 @@ def set_stream(stream: Stream) -> None:
         >>> acc.set_stream(previous)  # put the previous stream back
     """
     if not isinstance(stream, Stream):
-        raise TypeError(f"set_stream() takes an accelrt.Stream, got {type(stream).__name__}")
+        raise TypeError(f"set_stream() takes an accelrt.Stream, got {type_shown(stream)}")
     stream._make_current()
 
 

@@ -30,7 +30,7 @@ from . import _sync_debug as _sd
 from ._device import _lazy_init, _resolved
 from ._device import device as _device_type
 from ._device_core import _Key, _key_of, _needs_init_of
-from ._errors import AcceleratorValueError, ClosedError
+from ._errors import AcceleratorValueError, ClosedError, type_shown
 from ._fork import reinit_after_fork
 from ._handles import EventHandle, StreamHandle, mypyc_attr
 
@@ -188,7 +188,7 @@ class _StreamCore:
         """:meth:`accelrt.Stream.wait_stream`, with its checks of ``stream`` (typed
         ``object``: a compiled method would refuse another type with mypyc's message)."""
         if not isinstance(stream, _StreamCore):   # (every such object is an accelrt.Stream)
-            raise TypeError(f"wait_stream() takes an accelrt.Stream, got {type(stream).__name__}")
+            raise TypeError(f"wait_stream() takes an accelrt.Stream, got {type_shown(stream)}")
         if self._closed or self._origin is not None:   # a view also checks its origin
             self._check_open()
         if stream._closed or stream._origin is not None:
@@ -497,7 +497,7 @@ def _event_stream(b: Backend, stream: object, method: str, hot: _Hot) -> _Stream
         return _current_in(streams, b, name, devs.get(name, 0))
     if not isinstance(stream, _StreamCore):
         raise TypeError(f"{method}() takes an accelrt.Stream or None, got "
-                        f"{type(stream).__name__}")
+                        f"{type_shown(stream)}")
     if stream._closed or stream._origin is not None:   # a view also checks its origin
         stream._check_open()
     if stream._b is not b:

@@ -42,7 +42,7 @@ import warnings
 
 import numpy as np
 
-from ._errors import AcceleratorError
+from ._errors import AcceleratorError, type_shown
 from ._fork import reinit_after_fork
 
 __all__ = ["get_sync_debug_mode", "set_sync_debug_mode"]
@@ -75,7 +75,7 @@ def _backend_name(device_type: object, validate: bool) -> str:
         return b.name
     if not isinstance(device_type, str):
         raise TypeError(f"device_type must be a backend name such as 'cuda' or None, got "
-                        f"{type(device_type).__name__}")
+                        f"{type_shown(device_type)}")
     from . import _backend
     if validate:
         return _backend.get_backend(device_type).name   # BackendUnavailableError names the fix

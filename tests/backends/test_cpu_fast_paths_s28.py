@@ -41,14 +41,14 @@ def test_hostile_arguments_get_the_general_checks_errors(async_streams: bool) ->
             (lambda: b.event_synchronize(0, IntSubclass(e0)),
              ("ValueError", _EVENT.format(e0, " of cpu:0"))),
             (lambda: b.event_synchronize(0, np.int64(e0)),
-             ("TypeError", "event handle must be an int, got int64")),
+             ("TypeError", "event handle must be an int, got numpy.int64")),
             (lambda: b.event_synchronize(0, dead), ("ValueError", _EVENT.format(dead, " of cpu:0"))),
             (lambda: b.stream_synchronize(-1, s1), _range(-1)),
             (lambda: b.stream_synchronize(0, s1), ("ValueError", _STREAM.format(s1))),
             (lambda: b.stream_synchronize(0, True),
              ("TypeError", "stream handle must be an int, got bool")),
             (lambda: b.stream_synchronize(np.int64(0), 0),
-             ("TypeError", "device index must be an int, got int64")),
+             ("TypeError", "device index must be an int, got numpy.int64")),
             (lambda: b.stream_synchronize(0, IntSubclass(0)), ("ValueError", _STREAM.format(0))),
             (lambda: b.stream_wait_event(0, s1, e0), ("ValueError", _STREAM.format(s1))),
             (lambda: b.stream_wait_event(-1, s1, e0), _range(-1)),
@@ -63,7 +63,7 @@ def test_hostile_arguments_get_the_general_checks_errors(async_streams: bool) ->
             (lambda: b.event_create(True, False, False, False),
              ("TypeError", "device index must be an int, got bool")),
             (lambda: b.event_create(np.int64(0), False, False, False),
-             ("TypeError", "device index must be an int, got int64")),
+             ("TypeError", "device index must be an int, got numpy.int64")),
             (lambda: b.event_create(0, True, False, True),
              ("ValueError", ("an interprocess event cannot have enable_timing=True (as "
                              "CUDA's); create it with enable_timing=False"))),
@@ -73,7 +73,7 @@ def test_hostile_arguments_get_the_general_checks_errors(async_streams: bool) ->
             (lambda: b.event_destroy(0, True), ("TypeError", "event handle must be an int, got bool")),
             (lambda: b.event_destroy(0, IntSubclass(e0)), ("ValueError", _EVENT.format(e0, " of cpu:0"))),
             (lambda: b.event_destroy(0, np.int64(e0)),
-             ("TypeError", "event handle must be an int, got int64")),
+             ("TypeError", "event handle must be an int, got numpy.int64")),
         ]
         for call, (kind, words) in cases:
             with pytest.raises(Exception) as info:   # noqa: PT011 - the kind is checked below

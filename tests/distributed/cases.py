@@ -847,7 +847,11 @@ if "errors" in SECTIONS:
             try:   # the group stays broken: the next call raises the kept error
                 dist.all_reduce(acc.full((4,), 1.0, device=DEV), group=g)
             except dist.DistBackendError as e:
-                assert e is raised[0]
+                # (a fresh copy of the kept error, which holds no frames of the failed call)
+                assert e is not raised[0] and str(e) == str(raised[0]), (e, raised[0])
+                assert (e.rank, e.op, e.seq) == (raised[0].rank, raised[0].op, raised[0].seq)
+                assert isinstance(e.__cause__, RuntimeError) and e.__traceback__ is not None
+                assert e.__cause__.__traceback__ is None
             else:
                 raise AssertionError("the next call did not re-raise the kept error")
             try:

@@ -34,7 +34,7 @@ def test_an_array_where_a_list_is_expected_is_a_type_error(one_rank_world: None)
              "gather: gather_list": lambda: dist.gather(x, x, dst=0),  # type: ignore[arg-type]
              "scatter: scatter_list": lambda: dist.scatter(x, x, src=0)}  # type: ignore[arg-type]
     for text, call in calls.items():
-        with pytest.raises(TypeError, match=f"{text} must be a list of 1 arrays .*, got ndarray"
+        with pytest.raises(TypeError, match=f"{text} must be a list of 1 arrays .*, got numpy.ndarray"
                            ) as info:
             call()
         assert isinstance(info.value, AcceleratorValueError)

@@ -96,7 +96,7 @@ def test_set_state_errors() -> None:
     # torch 2.14.1 (observed): g.graphsafe_set_state(x) for x in None, 1, "x", object() raises
     # TypeError("expected a Generator, but got NoneType"/"int"/"str"/"object")
     for bad, name in ((None, "NoneType"), (1, "int"), ("x", "str"), (object(), "object"),
-                      (g.get_state(), "ndarray")):
+                      (g.get_state(), "numpy.ndarray")):
         with pytest.raises(TypeError, match=f"^graphsafe_set_state\\(\\) expected a Generator, "
                                             f"but got {name}; pass an accelrt.random.Generator"):
             g.graphsafe_set_state(bad)  # type: ignore[arg-type]

@@ -106,7 +106,7 @@ def test_other_index_objects_bools_and_floats_stay_refused_as_torch_refuses_them
             make(np.int64(-1))
     with pytest.raises(IndexError):
         acc.Stream(np.int64(2))
-    with pytest.raises(TypeError, match="device index must be an int or None, got bool"):
+    with pytest.raises(TypeError, match="device index must be an int or None, got numpy.bool"):
         acc.device(NAME, np.bool_(True))
     with pytest.raises(RuntimeError, match="Invalid device string"):   # torch's words
         acc.device(b"cpu:x")

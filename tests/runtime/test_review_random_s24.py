@@ -79,7 +79,7 @@ RT_TYPE = (TypeError, RuntimeError)
     ((False, True, (3,)), {}, (TypeError,), "low must be an int, got bool"),
     ((3.0, (3,)), {}, (TypeError,), "high must be an int, got float"),
     ((0.5, 3, (3,)), {}, (TypeError,), "low must be an int, got float"),
-    ((np.float64(3), (3,)), {}, (TypeError,), "high must be an int, got float64"),
+    ((np.float64(3), (3,)), {}, (TypeError,), "high must be an int, got numpy.float64"),
     ((float("nan"), (3,)), {}, (TypeError,), "high must be an int"),
     (("3", (3,)), {}, (TypeError,), "high must be an int, got str"),
     ((None, (3,)), {}, (TypeError,), "missing the upper bound"),

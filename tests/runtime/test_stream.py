@@ -200,7 +200,7 @@ def test_priority_takes_numpy_integers_as_torch(priority: object) -> None:
     int; a numpy bool, like a bool, is refused."""
     s = acc.Stream("cpu", priority=priority)  # type: ignore[arg-type]
     assert s.priority == int(priority) and type(s.priority) is int  # type: ignore[call-overload]
-    with pytest.raises(TypeError, match="priority must be an int, got bool"):
+    with pytest.raises(TypeError, match="priority must be an int, got numpy.bool"):
         acc.Stream("cpu", priority=np.True_)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"priority=-2 is out of range"):
         acc.Stream("cpu", priority=np.int64(-2))  # type: ignore[arg-type]

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _backend
 from .. import _device as _dev
-from .._errors import BackendUnavailableError
+from .._errors import BackendUnavailableError, type_shown
 from ._args import index_of, resolve, typed
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ class ModuleBase:
 
     def __init__(self, backend_name: str, module: str) -> None:
         if not isinstance(backend_name, str):
-            raise TypeError(f"backend_name must be a str, got {type(backend_name).__name__}")
+            raise TypeError(f"backend_name must be a str, got {type_shown(backend_name)}")
         self.name = backend_name
         self.module = module
 

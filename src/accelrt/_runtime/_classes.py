@@ -18,6 +18,7 @@ from .. import _device as _dev
 from .._device import _tls
 from .._stream_core import _initialized
 from ._args import _DeviceContext, current_if_negative, expected, resolve, typed
+from .._errors import type_shown
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -244,7 +245,7 @@ class ExternalStream(Stream[_ModuleEvent]):
             return   # as torch.cuda.ExternalStream: a second __init__ changes nothing
         if not isinstance(stream_ptr, int) or isinstance(stream_ptr, bool):
             raise TypeError(f"ExternalStream takes the stream handle as an int, got "
-                            f"{type(stream_ptr).__name__}")
+                            f"{type_shown(stream_ptr)}")
         name = self._backend_name
         if name is None:
             b, index = _dev._get_device_of(device, None)
@@ -339,7 +340,7 @@ class StreamContext:
         if stream is not None:
             if not isinstance(stream, _stream.Stream):
                 raise TypeError(f"StreamContext takes an accelrt.Stream or None, got "
-                                f"{type(stream).__name__}")
+                                f"{type_shown(stream)}")
             if stream.device_type != self._backend_name:
                 raise expected(self._backend_name, stream.device)
         self.stream = stream

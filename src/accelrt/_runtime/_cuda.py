@@ -21,6 +21,7 @@ from ..backends.cuda import _nvml
 from ._classes import Event, Stream
 from ._module import DeviceModule
 from ._registry import device_module
+from .._errors import type_shown
 
 if TYPE_CHECKING:
     from .._typing import DeviceLike
@@ -117,7 +118,7 @@ def stream_handle(stream: Any) -> int:
         value = proto() if callable(proto) else proto
         if (not isinstance(value, tuple) or len(value) != 2
                 or not all(isinstance(v, int) for v in value)):
-            raise TypeError(f"{type(stream).__name__}.__cuda_stream__() must return a "
+            raise TypeError(f"{type_shown(stream)}.__cuda_stream__() must return a "
                             f"(version, handle) tuple of ints, got {value!r}")
         return int(value[1])
     for attr in ("cuda_stream", "ptr"):   # older torch.cuda.Stream / cupy.cuda.Stream
@@ -125,7 +126,7 @@ def stream_handle(stream: Any) -> int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
     raise TypeError(f"expected an accelrt cuda Stream or an object with __cuda_stream__ "
-                    f"(CuPy, PyTorch, cuda.core), got {type(stream).__name__}")
+                    f"(CuPy, PyTorch, cuda.core), got {type_shown(stream)}")
 
 
 def as_stream(stream: Any, device: DeviceLike = None) -> _stream.Stream:

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, cast
 
 from .. import _device as _dev
-from .._errors import OutOfMemoryError
+from .._errors import OutOfMemoryError, type_shown
 from ..memory import _pluggable
 from ..memory._history_forms import _torch_record_memory_history
 from ..memory._stats import nest_host_stats, nest_stats
@@ -576,7 +576,7 @@ class MemoryFunctions(ModuleBase):
         """
         if not isinstance(value, bool):
             raise TypeError(f"caching_allocator_enable() takes a bool, got "
-                            f"{type(value).__name__}")
+                            f"{type_shown(value)}")
         from ..memory._allocator import set_caching
         set_caching(self.name, value)
 
@@ -703,7 +703,7 @@ class MemoryModule(TypedMemoryModule):
             metadata = json.dumps(metadata, separators=(",", ":"))
         if not isinstance(metadata, str):
             raise TypeError(f"memory metadata must be a str or a dict, got "
-                            f"{type(metadata).__name__}; pass '' to clear it")
+                            f"{type_shown(metadata)}; pass '' to clear it")
         if self._memory_metadata_supported():
             set_metadata(self._dm.name, metadata)
 

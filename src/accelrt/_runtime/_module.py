@@ -19,7 +19,7 @@ from .. import _graph, _stream
 from .. import _device as _dev
 from .. import _sync_debug as _sd
 from .._device import _lazy_init, _tls
-from .._errors import BackendUnavailableError
+from .._errors import BackendUnavailableError, type_shown
 from ._args import current_if_negative, index_of, typed
 from ._classes import Event, ExternalStream, Stream, StreamContext, device, device_of
 from ._memory import MemoryFunctions, MemoryModule
@@ -468,7 +468,7 @@ class DeviceModule(MemoryFunctions, RandomFunctions, Generic[_S, _E]):
         """
         if not isinstance(data_ptr, int) or isinstance(data_ptr, bool):
             raise TypeError(f"get_stream_from_external() takes the stream handle as an int, "
-                            f"got {type(data_ptr).__name__}")
+                            f"got {type_shown(data_ptr)}")
         b, index = self._resolve(device)
         return self.Stream(stream_id=data_ptr, device_index=index, device_type=b.name)
 

@@ -23,6 +23,7 @@ from .. import _device as _dev
 from .._fork import reinit_after_fork
 from ._classes import Event, ExternalStream, Stream, StreamContext, device, device_of
 from ._module import DeviceModule
+from .._errors import type_shown
 
 __all__ = ["device_module"]
 
@@ -184,7 +185,7 @@ def device_module(name: str) -> DeviceModule[Stream[Event], Event]:
         True
     """
     if not isinstance(name, str):
-        raise TypeError(f"device_module() takes a backend name, got {type(name).__name__}")
+        raise TypeError(f"device_module() takes a backend name, got {type_shown(name)}")
     m = _modules.get(name)
     if m is not None:
         return m

@@ -35,7 +35,7 @@ from typing import Any, Generic, NoReturn, Protocol, SupportsIndex, TypeVar, cas
 import numpy as np
 
 from .._device import _index_arg
-from .._errors import DeviceError, caused, shown
+from .._errors import DeviceError, caused, shown, type_shown
 
 __all__ = ["HandleTable", "KeptErrors", "bad_handle", "check_byte", "check_index", "check_int",
            "check_ptr", "check_size", "check_u64", "fill_pattern", "reset_in_child",
@@ -176,7 +176,7 @@ def check_int(value: object, what: str) -> int:
         -1
     """
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{what} must be an int, got {type(value).__name__}")
+        raise TypeError(f"{what} must be an int, got {type_shown(value)}")
     return value
 
 
@@ -224,7 +224,7 @@ def check_ptr(ptr: object, what: str = "pointer") -> int:
         4096
     """
     if isinstance(ptr, bool) or not isinstance(ptr, int):   # (inline: every memcpy runs it)
-        raise TypeError(f"{what} must be an int address, got {type(ptr).__name__}")
+        raise TypeError(f"{what} must be an int address, got {type_shown(ptr)}")
     if ptr <= 0 or ptr >> 64:
         raise ValueError(f"{what}={ptr} is not a valid address; an address is an int in "
                          "[1, 2**64)")
@@ -249,7 +249,7 @@ def check_size(size: object, what: str = "size", allow_zero: bool = False) -> in
     try:
         value = operator.index(cast("SupportsIndex", size))
     except TypeError:
-        raise caused(TypeError(f"{what} must be an int, got {type(size).__name__}"),
+        raise caused(TypeError(f"{what} must be an int, got {type_shown(size)}"),
                      None) from None
     if value < 0 or (value == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
@@ -269,7 +269,7 @@ def bad_handle(kind: str, handle: object, where: str, fix: str) -> Exception:
         'event handle 7 is not a live event of cpu:0; use a handle from event_create'
     """
     if isinstance(handle, bool) or not isinstance(handle, int):
-        return TypeError(f"{kind} handle must be an int, got {type(handle).__name__}")
+        return TypeError(f"{kind} handle must be an int, got {type_shown(handle)}")
     return ValueError(f"{kind} handle {handle} is not a live {kind}{where}; {fix}")
 
 
@@ -312,7 +312,7 @@ def fill_pattern(pattern: object) -> tuple[bytes, Any]:
         (b'ab', <class 'numpy.uint16'>)
     """
     if not isinstance(pattern, (bytes, bytearray, memoryview)):
-        raise TypeError(f"fill pattern must be bytes, got {type(pattern).__name__}")
+        raise TypeError(f"fill pattern must be bytes, got {type_shown(pattern)}")
     data = bytes(pattern)
     dtype = _FILL_DTYPES.get(len(data))
     if dtype is None:

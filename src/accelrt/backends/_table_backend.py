@@ -27,6 +27,7 @@ from .._backend import _NAME_RE, Backend, Capabilities
 from .._handles import EventHandle, StreamHandle
 from ._common import (HandleTable, check_byte, check_index, check_ptr, check_size,
                       fill_pattern)
+from .._errors import type_shown
 
 if TYPE_CHECKING:   # (the cpu package imports this module)
     from .cpu._memory import HostMemory
@@ -58,7 +59,7 @@ def check_backend_name(name: object, example: str) -> str:
         'cpu2'
     """
     if not isinstance(name, str):
-        raise TypeError(f"name must be a str, got {type(name).__name__}")
+        raise TypeError(f"name must be a str, got {type_shown(name)}")
     if _NAME_RE.fullmatch(name) is None:   # the registry's rule (_backend._check_name)
         raise ValueError(f"name={name!r} must be a lower-case identifier like {example!r}, "
                          "in ASCII")
@@ -220,7 +221,7 @@ class TableBackend(Backend, Generic[S, E]):
             raise self._closed_error("launch_host_func")
         s = self._stream(index, stream)
         if not callable(fn):
-            raise TypeError(f"launch_host_func needs a callable, got {type(fn).__name__}")
+            raise TypeError(f"launch_host_func needs a callable, got {type_shown(fn)}")
         self._host_call(s, fn)
 
     # ------------------------------------------------------------------ events

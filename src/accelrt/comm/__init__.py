@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 import numpy as np
 
-from .._errors import AcceleratorTypeError, AcceleratorValueError, shown
+from .._errors import AcceleratorTypeError, AcceleratorValueError, shown, type_shown
 from .._stream import Stream
 from . import _args, _arrays, _coalesce, _reduce
 from ._arrays import (
@@ -76,7 +76,7 @@ def _seq(obj: Any, what: str) -> list[Any]:
     """A list from a sequence/iterable argument (TypeError for a single array or string)."""
     if _arrays.is_array(obj) or isinstance(obj, (np.ndarray, str, bytes)) or not isinstance(
             obj, Iterable):
-        raise TypeError(f"'{what}' must be a sequence of arrays, got {type(obj).__name__}")
+        raise TypeError(f"'{what}' must be a sequence of arrays, got {type_shown(obj)}")
     return list(obj)
 
 
@@ -430,7 +430,7 @@ def _check_streams(streams: Any, places: Sequence[Place]) -> list[Stream | None]
         return [None] * len(places)
     if isinstance(streams, (Stream, str, bytes)) or not isinstance(streams, Iterable):
         raise TypeError(f"streams must be a sequence of accelrt.Stream (or None) entries, got "
-                        f"{type(streams).__name__}")
+                        f"{type_shown(streams)}")
     lst = list(streams)
     out: list[Stream | None] = []
     for i, p in enumerate(places):
@@ -440,7 +440,7 @@ def _check_streams(streams: Any, places: Sequence[Place]) -> list[Stream | None]
             continue
         if not isinstance(s, Stream):
             raise TypeError(f"streams[{i}] must be an accelrt.Stream or None, got "
-                            f"{type(s).__name__}")
+                            f"{type_shown(s)}")
         s._check_open()
         if s._b is not p.backend or s._index != p.index:
             raise AcceleratorValueError(

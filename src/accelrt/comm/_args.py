@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _backend
 from .._device import _check_index, _get_device, _index_arg, _plain_int, _require_current, device
-from .._errors import AcceleratorValueError, caused, shown
+from .._errors import AcceleratorValueError, caused, shown, type_shown
 from .._transfer import HOST, Place
 
 if TYPE_CHECKING:
@@ -58,14 +58,14 @@ def one_device(d: Any, default: Backend | None, what: str, *, optional: bool = F
         bb, idx = _get_device(d, optional=optional)
         return Place(bb, idx)
     raise TypeError(f"{what} must be an int, a string such as 'cpu:1', or an accelrt.device, "
-                    f"got {type(d).__name__}")
+                    f"got {type_shown(d)}")
 
 
 def device_list(devices: Any, default: Backend | None, what: str = "devices") -> list[Place]:
     """Normalise an iterable of devices (each needs an index: ints, ``"cpu:1"``, devices)."""
     if isinstance(devices, (str, bytes, device)) or not isinstance(devices, Iterable):
         raise TypeError(f"'{what}' must be an iterable of devices (ints, strings such as "
-                        f"'cpu:1', or accelrt.device objects), got {type(devices).__name__}")
+                        f"'cpu:1', or accelrt.device objects), got {type_shown(devices)}")
     return [one_device(d, default, f"{what}[{i}]") for i, d in enumerate(devices)]
 
 
@@ -94,7 +94,7 @@ def wrap_dim(dim: Any, ndim: int) -> int:
 def int_list(values: Any, what: str) -> list[int]:
     """A list of ints from a sequence (TypeError otherwise)."""
     if isinstance(values, (str, bytes)) or not isinstance(values, (Sequence, Iterable)):
-        raise TypeError(f"{what} must be a sequence of ints, got {type(values).__name__}")
+        raise TypeError(f"{what} must be a sequence of ints, got {type_shown(values)}")
     out = []
     for v in values:
         try:

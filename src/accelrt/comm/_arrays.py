@@ -22,6 +22,7 @@ from .._array import Array
 from .._device import _device_obj
 from .._stream import Stream
 from .._transfer import HOST, Place, execute, plan_runs
+from .._errors import type_shown
 
 __all__ = ["Info", "copy_region", "describe", "is_array", "new_array", "shape_str"]
 
@@ -72,7 +73,7 @@ def describe(obj: Any, what: str, i: int | None = None, *, host_ok: bool = False
                     host.dtype)
     where = "" if i is None else f" at index {i}"
     kinds = "an accelrt.Array or a numpy.ndarray" if host_ok else "an accelrt.Array"
-    raise TypeError(f"Expected {what}{where} to be {kinds}, but got {type(obj).__name__}")
+    raise TypeError(f"Expected {what}{where} to be {kinds}, but got {type_shown(obj)}")
 
 
 def new_array(place: Place, shape: tuple[int, ...], dtype: np.dtype[Any],

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from .._array import Array
-from .._errors import AcceleratorValueError
+from .._errors import AcceleratorValueError, type_shown
 from .._stream import Stream
 from .._transfer import Copy, HostCopy, run_steps
 from ._engine import Engine, PremulSum, RedOp, ReduceOp
@@ -73,7 +73,7 @@ def _make_nccl_premul_sum(factor: Any) -> PremulSum:
         value = np.asarray(factor.numpy() if isinstance(factor, Array) else factor).reshape(-1)
         return _make_nccl_premul_sum(value[0])
     raise TypeError(f"_make_nccl_premul_sum: factor must be a number or a one-element array, "
-                    f"got {type(factor).__name__}")
+                    f"got {type_shown(factor)}")
 
 
 def _desc(a: Any) -> tuple[Any, Any]:
@@ -115,7 +115,7 @@ def _check_length(what: str, arrays: Any, name: str, n: int, where: str) -> None
     sequence is also a ``TypeError``, as torch's (``where`` ends the message)."""
     if not isinstance(arrays, (list, tuple)):
         raise _NotAListError(f"{what}: {name} must be a list of {n} arrays {where}, got "
-                             f"{type(arrays).__name__}")
+                             f"{type_shown(arrays)}")
     if len(arrays) != n:
         raise AcceleratorValueError(f"{what}: {name} must be a list of {n} arrays {where}")
 
@@ -254,7 +254,7 @@ def all_gather_into_tensor(output_tensor: ArrayArg, input_tensor: ArrayArg, grou
     _check_same("all_gather_into_tensor", output_tensor, input_tensor)
     if not isinstance(output_tensor, (Array, np.ndarray)):
         raise TypeError(f"all_gather_into_tensor: expected an accelrt.Array, got "
-                        f"{type(output_tensor).__name__}")
+                        f"{type_shown(output_tensor)}")
     _size_check("all_gather_into_tensor", output_tensor, g.size() * input_tensor.size,
                 output_tensor.size, "output tensor size must be equal to world_size times "
                 "input tensor size")

@@ -25,6 +25,7 @@ import numpy as np
 
 from .._stream import Stream
 from ._errors import _AssertValueError, _TypeValueError
+from .._errors import type_shown
 
 __all__ = ["Backend", "Buf", "DirectPlan", "Engine", "EngineCapabilities", "EngineContext",
            "EngineRegistration", "PremulSum", "RedOp", "ReduceOp", "Request", "register_backend",
@@ -487,7 +488,7 @@ def register_backend(name: str, func: EngineFactory,
     """
     if not callable(func):
         raise TypeError(f"register_backend() needs a callable factory, got "
-                        f"{type(func).__name__}")
+                        f"{type_shown(func)}")
     low = name.lower()
     if low in _ENGINES or low == "undefined":
         raise ValueError(f"backend {name!r} is already registered")
@@ -529,7 +530,7 @@ def parse_backend(spec: str | None) -> dict[str, str]:
         return out
     if not isinstance(spec, str):
         raise TypeError(f"backend must be a string like 'mpi' or 'cpu:mpi,cuda:nccl', got "
-                        f"{type(spec).__name__}")
+                        f"{type_shown(spec)}")
     text = spec.strip().lower()
     if ":" not in text:
         name = str(Backend(text))

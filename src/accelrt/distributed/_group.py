@@ -26,12 +26,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 
 from .._array import Array
-from .._errors import AcceleratorTypeError, AcceleratorValueError, ClosedError
+from .._errors import AcceleratorTypeError, AcceleratorValueError, ClosedError, type_shown
 from .._stream import Stream, _current
 from .._transfer import (pinned_pool, plan_landing, plan_staged_collective,
                          plan_staged_p2p, run_on_stream, run_steps)
@@ -39,7 +39,9 @@ from ._engine import (Buf, DirectPlan, Engine, EngineCapabilities, EngineContext
                       RedOp, ReduceOp, registration)
 from ._debug import DEBUG_ENV, DebugLevel, debug_level
 from ._errors import DistBackendError, DistError, _RankNotInGroupError
-from ._work import WATCHDOG, Work
+from ._work import WATCHDOG, Work, detached
+
+_E = TypeVar("_E", bound=BaseException)
 
 __all__ = ["DebugLevel", "ProcessGroup", "Work"]
 
@@ -98,18 +100,18 @@ def _locate(arrays: Sequence[Any], what: str) -> _Loc:
     if isinstance(first, np.ndarray):
         for a in arrays:
             if not isinstance(a, np.ndarray):
-                raise TypeError(f"{what}: mix of numpy arrays and {type(a).__name__}; pass "
+                raise TypeError(f"{what}: mix of numpy arrays and {type_shown(a)}; pass "
                                 "arrays of one device")
             if not a.flags.c_contiguous:
                 raise AcceleratorValueError(f"{what}: Tensors must be contiguous")
         return _Loc(None, -1, True)
     if not isinstance(first, Array):
         raise TypeError(f"{what}: expected an accelrt.Array or numpy.ndarray, got "
-                        f"{type(first).__name__}")
+                        f"{type_shown(first)}")
     b, index = first._b, first._index
     for a in arrays:
         if not isinstance(a, Array):
-            raise TypeError(f"{what}: expected accelrt.Array, got {type(a).__name__}")
+            raise TypeError(f"{what}: expected accelrt.Array, got {type_shown(a)}")
         if a._b is not b or a._index != index:
             raise AcceleratorValueError(
                 f"{what}: all arrays must be on one device, got {first.device} and "
@@ -270,19 +272,25 @@ class ProcessGroup:
     def _raise_kept(self) -> None:
         err = self._error
         if err is not None:
-            # (raised afresh each time: re-raising an exception object adds this call's
-            # frames to its traceback, which grew by four frames per call on a broken group
-            # and kept each call's frames, and the arrays they hold, alive with the group)
-            raise err.with_traceback(None)
+            # (a fresh copy each time: re-raising the kept object would attach this call's
+            # frames to it, and keep them, and the arrays they hold, alive with the group)
+            raise detached(err)
         if self.destroyed:
             raise DistError(f"process group {self.name!r} was destroyed; create a new one",
                             rank=self.global_rank)
 
-    def _keep(self, exc: BaseException) -> None:
+    def _keep(self, exc: _E, cause: BaseException | None = None) -> _E:
+        """Keep ``exc`` (raised from ``cause``) as the group's error, raised by every later
+        call, and return ``exc``: the group keeps a copy that holds no frames
+        (:func:`._work.detached`), while ``exc`` itself goes to the caller with its traceback
+        and cause. (Callers raise the result directly, ``raise self._keep(err, exc) from
+        exc``: an ``err`` local of the raising frame would be a cycle through its traceback,
+        which keeps the call's arrays until a collection.)"""
         with self._lock:
             if self._error is None:
-                self._error = exc
+                self._error = detached(exc, cause)
         self.drop_plans()
+        return exc
 
     def _engine_error(self, op: str, seq: int, exc: BaseException) -> DistError:
         if isinstance(exc, DistError):
@@ -430,7 +438,7 @@ class ProcessGroup:
                                  f"both (got {what}={rank!r}, group_{what}={group_rank!r})")
             if isinstance(group_rank, bool) or not isinstance(group_rank, (int, np.integer)):
                 raise TypeError(f"group_{what} must be an int rank of the group, got "
-                                f"{type(group_rank).__name__}")
+                                f"{type_shown(group_rank)}")
             if not 0 <= int(group_rank) < self._size:
                 raise AcceleratorValueError(
                     f"Group rank {group_rank} is not part of group {self.name!r} "
@@ -442,7 +450,7 @@ class ProcessGroup:
                                  f"global rank) or group_{what}= (a rank of the group)")
             rank = default
         if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)):
-            raise TypeError(f"{what} must be an int rank, got {type(rank).__name__}")
+            raise TypeError(f"{what} must be an int rank, got {type_shown(rank)}")
         try:
             return self.global_ranks.index(int(rank))
         except ValueError:
@@ -481,7 +489,7 @@ class ProcessGroup:
         t = None
         if tag is not NotImplemented:
             if isinstance(tag, bool) or not isinstance(tag, (int, np.integer)):
-                raise TypeError(f"{op}: tag must be an int, got {type(tag).__name__}")
+                raise TypeError(f"{op}: tag must be an int, got {type_shown(tag)}")
             t = int(tag)
             if t < 0:
                 raise AcceleratorValueError(f"Tag must be nonnegative: {op} got tag={t}")
@@ -656,9 +664,7 @@ class ProcessGroup:
         """Keep and raise an engine failure of a direct call (as the full path does)."""
         if isinstance(exc, (DistError, AcceleratorValueError)):
             raise exc
-        err = self._engine_error(op, seq, exc)
-        self._keep(err)
-        raise err from exc
+        raise self._keep(self._engine_error(op, seq, exc), exc) from exc
 
     def _direct(self, op: str, plans: dict[Any, GroupPlan], key: Any, a: Array,
                 make: Callable[[Engine], DirectPlan]) -> bool:
@@ -731,9 +737,7 @@ class ProcessGroup:
         except (DistError, AcceleratorValueError):
             raise
         except Exception as exc:
-            err = self._engine_error(op, seq, exc)
-            self._keep(err)
-            raise err from exc
+            raise self._keep(self._engine_error(op, seq, exc), exc) from exc
 
     def _finish(self, op: str, seq: int, ctx: _DevCtx, cur: Stream, b: Any, index: int,
                 arrays: Sequence[Any], async_op: bool, result: Sequence[Any]) -> Work | None:
@@ -877,9 +881,7 @@ class ProcessGroup:
             else:
                 req = eng.irecv(buf, peer, tag)
         except Exception as exc:
-            err = self._engine_error(op, seq, exc)
-            self._keep(err)
-            raise err from exc
+            raise self._keep(self._engine_error(op, seq, exc), exc) from exc
         return Work(self, op, seq, request=req, finish=finish,
                     outputs=[keep] if keep is not None else [])
 

@@ -35,6 +35,7 @@ from ._world import (
     _registered,
     _seconds,
 )
+from .._errors import type_shown
 
 
 def set_timeout(timeout: TimeoutArg, group: GroupArg = None) -> None:
@@ -202,7 +203,7 @@ def new_group(ranks: Sequence[int] | None = None, timeout: TimeoutArg = None,
     if ranks is not None and (isinstance(ranks, (str, bytes))
                               or not isinstance(ranks, Iterable)):
         raise TypeError(f"new_group(): ranks must be a list of int ranks or None, got "
-                        f"{type(ranks).__name__}; ranks must be a sequence of integers")
+                        f"{type_shown(ranks)}; ranks must be a sequence of integers")
     try:
         members = (list(range(n)) if ranks is None
                    else [_int(r, "new_group(): each of ranks") for r in ranks])
@@ -526,7 +527,7 @@ def get_group_rank(group: ProcessGroup | _NonMember | None, global_rank: int) ->
     """
     g = _registered(group)
     if isinstance(global_rank, bool) or not isinstance(global_rank, (int, np.integer)):
-        raise TypeError(f"global_rank must be an int, got {type(global_rank).__name__}")
+        raise TypeError(f"global_rank must be an int, got {type_shown(global_rank)}")
     if int(global_rank) not in g.global_ranks:
         raise ValueError(f"Global rank {global_rank} is not part of group {g.name!r} (global "
                          f"ranks {g.global_ranks})")

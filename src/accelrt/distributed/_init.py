@@ -18,7 +18,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from .._errors import AcceleratorIndexError, AcceleratorTypeError
+from .._errors import AcceleratorIndexError, AcceleratorTypeError, type_shown
 from .._typing import DeviceSpec
 from ._engine import Backend, EngineContext, ReduceOp
 from ._engine import parse_backend as _parse_backend
@@ -111,7 +111,7 @@ def is_backend_available(backend: str) -> bool:
         False
     """
     if not isinstance(backend, str):
-        raise TypeError(f"backend must be a string, got {type(backend).__name__}")
+        raise TypeError(f"backend must be a string, got {type_shown(backend)}")
     names = [part.partition(":")[2] if ":" in part else part
              for part in backend.lower().split(",")]
     for name in names:
@@ -146,7 +146,7 @@ def get_default_backend_for_device(device: DeviceSpec) -> str:
         kind = str(getattr(device, "type"))  # noqa: B009  (the attribute checked above)
     else:
         raise TypeError(f"device must be a device string, an accelrt.device or an int, got "
-                        f"{type(device).__name__}")
+                        f"{type_shown(device)}")
     backend = Backend.default_device_backend_map.get(kind)
     if backend is None:
         raise ValueError(f"Default backend not registered for device : {device}")
@@ -401,7 +401,7 @@ def _check_init_args(init_method: str | None, world_size: int, rank: int, store:
         raise TypeError(f"_ranks must be a list of ints or None, got {_ranks!r:.60}")
     if not isinstance(enable_reconfigure, bool):
         raise TypeError(f"enable_reconfigure must be a bool, got "
-                        f"{type(enable_reconfigure).__name__}")
+                        f"{type_shown(enable_reconfigure)}")
     if enable_reconfigure:
         raise ValueError("enable_reconfigure=True is not supported: accelrt's engines (MPI, "
                          "NCCL) have no reconfigure regime (ProcessGroup.reconfigure); pass "
@@ -412,13 +412,13 @@ def _check_init_args(init_method: str | None, world_size: int, rank: int, store:
         raise AcceleratorTypeError(str(e)) from None
     if init_method is not None and not isinstance(init_method, str):
         raise TypeError(f"init_method must be a str such as 'env://' or 'tcp://host:port', "
-                        f"got {type(init_method).__name__}")
+                        f"got {type_shown(init_method)}")
     if store is not None:
         if init_method is not None:
             raise _AssertValueError("Cannot specify both init_method and store.")
         if not isinstance(store, Store):
             raise TypeError(f"store must be an accelrt.distributed.Store, got "
-                            f"{type(store).__name__}")
+                            f"{type_shown(store)}")
         if not world_size > 0:
             raise _AssertValueError("world_size must be positive if using store")
         if not rank >= 0:

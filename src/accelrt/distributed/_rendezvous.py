@@ -24,6 +24,7 @@ from urllib.parse import urlparse
 
 from ._store import FileStore, Store
 from ._tcpstore import TCPStore
+from .._errors import type_shown
 
 __all__ = ["RendezvousPlan", "plan", "share"]
 
@@ -78,7 +79,7 @@ def plan(url: str, rank: int = -1, world_size: int = -1) -> RendezvousPlan:
             (torch's "Error initializing torch.distributed using ..." messages).
     """
     if not isinstance(url, str):
-        raise TypeError(f"init_method must be a str, got {type(url).__name__}")
+        raise TypeError(f"init_method must be a str, got {type_shown(url)}")
     parsed = urlparse(url)
     scheme, query = parsed.scheme, _query(parsed.query)
 

@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from ._errors import DistStoreError, QueueEmptyError
+from .._errors import type_shown
 
 __all__ = ["FileStore", "HashStore", "PrefixStore", "Store"]
 
@@ -63,13 +64,13 @@ def _key(key: object, what: str = "key") -> str:
             raise ValueError(f"{what} {key[:40]!r} is not UTF-8: pass a str (or UTF-8 bytes)"
                              ) from None
     if not isinstance(key, str):
-        raise TypeError(f"{what} must be a str, got {type(key).__name__}")
+        raise TypeError(f"{what} must be a str, got {type_shown(key)}")
     return key
 
 
 def _keys(keys: object) -> list[str]:
     if isinstance(keys, (str, bytes)) or not isinstance(keys, Sequence):
-        raise TypeError(f"keys must be a list of str, got {type(keys).__name__}")
+        raise TypeError(f"keys must be a list of str, got {type_shown(keys)}")
     return [_key(k) for k in keys]
 
 
@@ -78,7 +79,7 @@ def _value(value: object, what: str = "value") -> bytes:
         return value.encode()
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value)
-    raise TypeError(f"{what} must be a str or bytes, got {type(value).__name__}")
+    raise TypeError(f"{what} must be a str or bytes, got {type_shown(value)}")
 
 
 _INT64_MIN, _INT64_MAX = -(2 ** 63), 2 ** 63 - 1
@@ -92,7 +93,7 @@ def _amount(amount: object) -> int:
     try:
         value = operator.index(amount)   # type: ignore[arg-type]
     except TypeError:
-        raise TypeError(f"amount must be an int, got {type(amount).__name__}") from None
+        raise TypeError(f"amount must be an int, got {type_shown(amount)}") from None
     if not _INT64_MIN <= value <= _INT64_MAX:
         raise TypeError(f"amount must fit in a signed 64-bit integer (the store's counters are "
                         f"int64), got {value}")
@@ -115,7 +116,7 @@ def _int(value: object, what: str) -> int:
     try:
         return operator.index(value)   # type: ignore[arg-type]
     except TypeError:
-        raise TypeError(f"{what} must be an int, got {type(value).__name__}") from None
+        raise TypeError(f"{what} must be an int, got {type_shown(value)}") from None
 
 
 def _seconds_of(timeout: object) -> float:
@@ -126,7 +127,7 @@ def _seconds_of(timeout: object) -> float:
     if isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
         return float(timeout)
     raise TypeError(f"timeout must be a datetime.timedelta or a number of seconds, got "
-                    f"{type(timeout).__name__}")
+                    f"{type_shown(timeout)}")
 
 
 def _timedelta(timeout: object) -> datetime.timedelta:
@@ -141,7 +142,7 @@ def _timedelta(timeout: object) -> datetime.timedelta:
                              f"{datetime.timedelta.max.total_seconds():.0f} s") from None
     if not isinstance(timeout, datetime.timedelta):
         raise TypeError(f"timeout must be a datetime.timedelta (or a float of seconds), got "
-                        f"{type(timeout).__name__} (e.g. datetime.timedelta(seconds=30))")
+                        f"{type_shown(timeout)} (e.g. datetime.timedelta(seconds=30))")
     return timeout
 
 
@@ -747,7 +748,7 @@ class FileStore(_TableStore):
 
     def __init__(self, file_name: str, world_size: int = -1) -> None:
         if not isinstance(file_name, (str, bytes, os.PathLike)):
-            raise TypeError(f"file_name must be a path, got {type(file_name).__name__}")
+            raise TypeError(f"file_name must be a path, got {type_shown(file_name)}")
         world_size = _int(world_size, "world_size")
         if world_size == 0 or world_size < -1:
             raise ValueError(f"world_size must be positive or -1, got {world_size}")
@@ -810,7 +811,7 @@ class PrefixStore(Store):
             raise ValueError("store argument cannot be None")
         if not isinstance(store, Store):
             raise TypeError(f"store must be an accelrt.distributed.Store, got "
-                            f"{type(store).__name__}")
+                            f"{type_shown(store)}")
         self._store = store
 
     def _k(self, key: str) -> str:

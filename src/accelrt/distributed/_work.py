@@ -14,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+import copy
 import datetime
 import itertools
 import logging
@@ -167,6 +168,40 @@ WATCHDOG = _Watchdog()
 
 
 # ---------------------------------------------------------------------------- work
+
+def _bare(exc: BaseException) -> BaseException | None:
+    """A copy of ``exc`` without traceback, cause or context (rebuilt as pickling would), or
+    ``None`` where its class cannot be rebuilt from what it reduces to."""
+    try:
+        dup = copy.copy(exc)
+    except Exception:
+        return None
+    if dup is exc or type(dup) is not type(exc):
+        return None
+    dup.__traceback__ = None
+    dup.__cause__ = dup.__context__ = None
+    return dup
+
+
+def detached(exc: BaseException, cause: BaseException | None = None) -> BaseException:
+    """A copy of ``exc`` that holds no frames, for a group or a work handle to keep and raise
+    again: no traceback, and as its cause (``cause``, else ``exc.__cause__``) a copy of that
+    without traceback either. The error raised the first time keeps its full traceback and
+    cause for the user; a kept one with them would hold the failed call's frames, and the
+    arrays in them, for as long as the group lives, and raising a kept object again would
+    attach each new call's frames to it. (A class that cannot be rebuilt is kept as a
+    :class:`DistError` naming it.)"""
+    if cause is None:
+        cause = exc.__cause__
+    dup = _bare(exc)
+    if dup is None:
+        dup = DistError(f"{type(exc).__name__}: {exc}")
+    if cause is not None and cause is not exc:
+        dup.__cause__ = _bare(cause)
+    dup.__suppress_context__ = True
+    return dup
+
+
 class Work:
     """A handle on an asynchronous operation (``torch.distributed.Work``).
 
@@ -206,9 +241,9 @@ class Work:
         # still answers after it, as a torch Work does
         # (kept errors are raised afresh: see ProcessGroup._raise_kept)
         if self._exc is not None:
-            raise self._exc.with_traceback(None)
+            raise detached(self._exc)
         if self._group is not None and self._group._error is not None:
-            raise self._group._error.with_traceback(None)
+            raise detached(self._group._error)
 
     def _timed_out(self, timeout: float) -> DistTimeoutError:
         rank = -1 if self._group is None else self._group.global_rank
@@ -229,12 +264,17 @@ class Work:
         except DistTimeoutError:
             raise
         except Exception as exc:
-            self._exc = g._engine_error(self._op, self._seq, exc)
-            raise self._exc from exc
+            raise self._failed(g._engine_error(self._op, self._seq, exc), exc) from exc
         self._request = None
         if self._finish is not None:
             fin, self._finish = self._finish, None
             fin()
+
+    def _failed(self, err: DistError, cause: BaseException) -> DistError:
+        """Keep ``err`` (raised from ``cause``) as this work's error, as a copy that holds no
+        frames of the failed call (:func:`detached`), and return ``err`` to be raised."""
+        self._exc = detached(err, cause)
+        return err
 
     def wait(self, timeout: float | datetime.timedelta | None = None) -> bool:
         """Order the current stream after the operation (host arrays and point-to-point: block

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Union
 from ._errors import _NotRegisteredError, _WrongGroupError
 from ._group import ProcessGroup
 from ._store import Store, _seconds_of
+from .._errors import type_shown
 
 if TYPE_CHECKING:
     from typing import TypeAlias
@@ -100,7 +101,7 @@ def _group(group: GroupArg) -> ProcessGroup | None:
         return None
     if not isinstance(group, ProcessGroup):
         raise _WrongGroupError(f"group must be a ProcessGroup or None, got "
-                               f"{type(group).__name__}")
+                               f"{type_shown(group)}")
     return group
 
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from .._errors import type_shown
 
 __all__ = [
     "CudaArrayInterface",
@@ -121,7 +122,7 @@ def parse_cuda_array_interface(desc: Any) -> CudaArrayInterface:
         ValueError: __cuda_array_interface__: data pointer is 0 but the array has 4 elements
     """
     if not isinstance(desc, Mapping):
-        raise TypeError(f"__cuda_array_interface__ must be a dict, got {type(desc).__name__}")
+        raise TypeError(f"__cuda_array_interface__ must be a dict, got {type_shown(desc)}")
     for key in ("shape", "typestr", "data", "version"):
         if key not in desc:
             raise ValueError(f"__cuda_array_interface__ lacks the required key {key!r}")
@@ -227,7 +228,7 @@ def wait_for_stream(stream: int, *, backend: Any = "cuda", device: Any = None) -
     from .._stream import _current, _wait_raw
     b, index = _backend_index(backend, device)
     if isinstance(stream, bool) or not isinstance(stream, int):
-        raise TypeError(f"stream must be an int handle, got {type(stream).__name__}")
+        raise TypeError(f"stream must be an int handle, got {type_shown(stream)}")
     _lazy_init(b, index)
     current = _current(b, index)._handle
     if stream == current:
@@ -274,7 +275,7 @@ def consume_cuda_array_interface(obj: Any, *, backend: Any = "cuda",
         try:
             desc = obj.__cuda_array_interface__
         except AttributeError:
-            raise TypeError(f"{type(obj).__name__} object has no __cuda_array_interface__; "
+            raise TypeError(f"{type_shown(obj)} object has no __cuda_array_interface__; "
                             "pass a CUDA array (CuPy, Numba, PyTorch) or its interface dict"
                             ) from None
     cai = parse_cuda_array_interface(desc)
@@ -316,9 +317,9 @@ def cuda_array_interface(array: Any, *, synchronize: bool = False) -> dict[str, 
     from .._stream import _current
     if not isinstance(array, Array):
         raise TypeError(f"cuda_array_interface() takes an accelrt.Array, got "
-                        f"{type(array).__name__}")
+                        f"{type_shown(array)}")
     if not isinstance(synchronize, bool):
-        raise TypeError(f"synchronize must be a bool, got {type(synchronize).__name__}")
+        raise TypeError(f"synchronize must be a bool, got {type_shown(synchronize)}")
     from .._device import _get_device
     b, index = _get_device(array.device)
     if b.capabilities(index).host_accessible:

@@ -27,6 +27,7 @@ from typing import Any
 
 from .. import _dlpack
 from .._typing import DeviceLike
+from .._errors import type_shown
 
 __all__ = ["from_dlpack"]
 
@@ -98,7 +99,7 @@ def from_dlpack(obj: Any, device: DeviceLike = None) -> Any:
     obj = _dlpack.capsule_producer(obj, "from_dlpack()")
     if not (hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__")):
         raise TypeError(f"from_dlpack() takes a DLPack producer (__dlpack__ and "
-                        f"__dlpack_device__), got {type(obj).__name__}")
+                        f"__dlpack_device__), got {type_shown(obj)}")
     obj = _dlpack.producer_of(obj)
     dev = _dlpack.producer_device(obj)
     if dev[0] in _HOST:

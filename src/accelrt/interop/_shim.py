@@ -40,7 +40,7 @@ import os
 import threading
 from typing import Any
 
-from .._errors import BackendUnavailableError, OutOfMemoryError
+from .._errors import BackendUnavailableError, OutOfMemoryError, type_shown
 from .._fork import reinit_after_fork
 from .._handles import StreamHandle
 
@@ -258,12 +258,12 @@ def install(*, backend: str = "cuda", device: int | None = None,
         BackendUnavailableError: the shim was not built, or ``backend`` is not available.
     """
     if device is not None and (not isinstance(device, int) or isinstance(device, bool)):
-        raise TypeError(f"device must be an int or None, got {type(device).__name__}")
+        raise TypeError(f"device must be an int or None, got {type_shown(device)}")
     if not isinstance(backend, str):
-        raise TypeError(f"backend must be a backend name, got {type(backend).__name__}")
+        raise TypeError(f"backend must be a backend name, got {type_shown(backend)}")
     if not isinstance(raise_on_failure, bool):
         raise TypeError(f"raise_on_failure must be a bool, got "
-                        f"{type(raise_on_failure).__name__}")
+                        f"{type_shown(raise_on_failure)}")
     from ._common import cuda_backend
     cuda_backend(backend)
     load()

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from .._device import _lazy_init
 from .._fork import reinit_after_fork
 from ._common import BlockOwner, cuda_backend, missing
+from .._errors import type_shown
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -60,9 +61,9 @@ class AccelrtCupyAllocator:
 
     def __init__(self, device: int | None = None, *, backend: str = "cuda") -> None:
         if device is not None and (not isinstance(device, int) or isinstance(device, bool)):
-            raise TypeError(f"device must be an int or None, got {type(device).__name__}")
+            raise TypeError(f"device must be an int or None, got {type_shown(device)}")
         if not isinstance(backend, str):
-            raise TypeError(f"backend must be a backend name, got {type(backend).__name__}")
+            raise TypeError(f"backend must be a backend name, got {type_shown(backend)}")
         self.device = device
         self.backend = backend
         self._known: set[int] = set()   # stream handles already validated

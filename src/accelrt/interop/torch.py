@@ -28,7 +28,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
-from .._errors import AcceleratorError, BackendUnavailableError
+from .._errors import AcceleratorError, BackendUnavailableError, type_shown
 from .._fork import reinit_after_fork
 from .._typing import DeviceLike
 from . import _shim
@@ -85,9 +85,9 @@ def use_accelrt_allocator(device: int | None = None, *, settings: str | None = N
             fix are in the message). Nothing changed, settings included.
     """
     if settings is not None and not isinstance(settings, str):
-        raise TypeError(f"settings must be a str or None, got {type(settings).__name__}")
+        raise TypeError(f"settings must be a str or None, got {type_shown(settings)}")
     if device is not None and (not isinstance(device, int) or isinstance(device, bool)):
-        raise TypeError(f"device must be an int or None, got {type(device).__name__}")
+        raise TypeError(f"device must be an int or None, got {type_shown(device)}")
     from ..memory import _allocator, _config
     # the settings are parsed once (a bad value warns once) and applied at the end; no other
     # change of the settings comes between, as in set_allocator_settings
@@ -159,7 +159,7 @@ def to_torch(array: Any) -> Any:
     """
     from .._array import Array
     if not isinstance(array, Array):
-        raise TypeError(f"to_torch() takes an accelrt.Array, got {type(array).__name__}")
+        raise TypeError(f"to_torch() takes an accelrt.Array, got {type_shown(array)}")
     return _torch().utils.dlpack.from_dlpack(array)
 
 
@@ -209,5 +209,5 @@ def from_torch(tensor: Any, device: DeviceLike = None) -> Any:
     """
     torch = _torch()
     if not isinstance(tensor, torch.Tensor):
-        raise TypeError(f"from_torch() takes a torch.Tensor, got {type(tensor).__name__}")
+        raise TypeError(f"from_torch() takes a torch.Tensor, got {type_shown(tensor)}")
     return from_dlpack(tensor, _device_arg(device))

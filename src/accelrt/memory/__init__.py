@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _device
 from .._device import _get_device, _plain_int, _tls
-from .._errors import AcceleratorValueError, shown
+from .._errors import AcceleratorValueError, shown, type_shown
 from .._fork import reinit_after_fork
 from .._handles import StreamHandle
 from .._namespace import public_dir
@@ -348,7 +348,7 @@ def _torch_only(**flags: bool) -> None:
         if value is False:
             continue
         if not isinstance(value, bool):
-            raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+            raise TypeError(f"{name} must be a bool, got {type_shown(value)}")
         raise ValueError(f"{name}=True is not supported: in PyTorch it {_TORCH_ONLY[name]}; "
                          f"pass {name}=False (the default)")
 
@@ -359,7 +359,7 @@ def _device_history_only(record_pinned_host_memory: bool, record_cuda: bool) -> 
     for name, value in (("record_pinned_host_memory", record_pinned_host_memory),
                         ("record_cuda", record_cuda)):
         if not isinstance(value, bool):
-            raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+            raise TypeError(f"{name} must be a bool, got {type_shown(value)}")
     if record_pinned_host_memory:
         raise ValueError("record_pinned_host_memory=True is not supported: accelrt's pinned "
                          "host pool keeps no allocation history (PyTorch adds host_segments "
@@ -478,7 +478,7 @@ def _snapshot(device: DeviceLike = None, augment_with_fx_traces: bool = False
 
 def _check_include_traces(include_traces: bool) -> None:
     if not isinstance(include_traces, bool):
-        raise TypeError(f"include_traces must be a bool, got {type(include_traces).__name__}")
+        raise TypeError(f"include_traces must be a bool, got {type_shown(include_traces)}")
 
 
 def memory_snapshot(mempool_id: tuple[int, int] | None = None,
@@ -527,7 +527,7 @@ def _check_mempool_id(mempool_id: object) -> tuple[int, int] | None:
     if (not isinstance(mempool_id, (tuple, list)) or len(mempool_id) != 2
             or not all(isinstance(x, int) and not isinstance(x, bool) for x in mempool_id)):
         raise TypeError("mempool_id must be a pair of ints (a MemPool.id) or None, got "
-                        f"{type(mempool_id).__name__} {shown(mempool_id):.60}")
+                        f"{type_shown(mempool_id)} {shown(mempool_id):.60}")
     return _plain_int(mempool_id[0]), _plain_int(mempool_id[1])
 
 
@@ -568,7 +568,7 @@ def set_per_process_memory_fraction(fraction: float, device: DeviceLike = None) 
     """
     if not isinstance(fraction, float):
         raise TypeError("Invalid type for fraction argument, must be `float`, got "
-                        f"{type(fraction).__name__}")
+                        f"{type_shown(fraction)}")
     if not 0.0 <= fraction <= 1.0:
         raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
     b, i = _get_device(device)
@@ -604,7 +604,7 @@ def _stream_of(b: Backend, i: int, stream: Any) -> int:
     from .._stream import Stream
     if not isinstance(stream, Stream):     # an Event has a handle too: torch's TypeError
         raise TypeError("Invalid type for stream argument, must be `accelrt.Stream` or `int` "
-                        f"representing a raw stream handle, got {type(stream).__name__}")
+                        f"representing a raw stream handle, got {type_shown(stream)}")
     stream._check_open()   # a closed accelrt.Stream
     handle = int(stream._handle)
     if (stream._b.name, stream._index) != (b.name, i):
@@ -636,7 +636,7 @@ def caching_allocator_alloc(size: int, device: DeviceLike = None,
         >>> memory.caching_allocator_delete(p)
     """
     if not isinstance(size, int) or isinstance(size, bool):
-        raise TypeError(f"size must be an int, got {type(size).__name__}")
+        raise TypeError(f"size must be an int, got {type_shown(size)}")
     size = _plain_int(size)
     if size < 0:
         raise ValueError(f"size must not be negative, got {shown(size)}")
@@ -668,7 +668,7 @@ def caching_allocator_delete(ptr: int) -> None:
         >>> memory.caching_allocator_delete(memory.caching_allocator_alloc(512, "cpu:0"))
     """
     if not isinstance(ptr, int) or isinstance(ptr, bool):
-        raise TypeError(f"ptr must be an int, got {type(ptr).__name__}")
+        raise TypeError(f"ptr must be an int, got {type_shown(ptr)}")
     ptr = _plain_int(ptr)
     if ptr == 0:
         return
@@ -733,10 +733,10 @@ class MemPool:
                  no_split: bool = False) -> None:
         if allocator is not None and not isinstance(allocator, PluggableAllocator):
             raise TypeError(f"MemPool(allocator=...) takes an accelrt.memory.PluggableAllocator "
-                            f"or None, got {type(allocator).__name__}")
+                            f"or None, got {type_shown(allocator)}")
         for name, flag in (("use_on_oom", use_on_oom), ("no_split", no_split)):
             if not isinstance(flag, bool):
-                raise TypeError(f"MemPool({name}=...) must be a bool, got {type(flag).__name__}")
+                raise TypeError(f"MemPool({name}=...) must be a bool, got {type_shown(flag)}")
         self._allocator = allocator
         self._use_on_oom = use_on_oom
         self._no_split = no_split
@@ -817,7 +817,7 @@ def use_mem_pool(pool: MemPool, device: DeviceLike = None) -> Iterator[None]:
         2
     """
     if not isinstance(pool, MemPool):
-        raise TypeError(f"use_mem_pool() takes a MemPool, got {type(pool).__name__}")
+        raise TypeError(f"use_mem_pool() takes a MemPool, got {type_shown(pool)}")
     b, i = _get_device(device)
     thread = threading.get_ident()
     a = get_allocator(b, i)

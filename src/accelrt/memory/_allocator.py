@@ -45,7 +45,7 @@ from typing import Any, Final, SupportsIndex, cast
 import numpy as np
 
 from .._backend import Backend
-from .._errors import OutOfMemoryError
+from .._errors import OutOfMemoryError, type_shown
 from .._fork import hold_across_fork
 from ._block import (
     DEFAULT_POOL,
@@ -139,7 +139,7 @@ _NO_BLOCK: Final = Block(0, 0, 0, BlockPool(True, None, HotCounters(), 1))
 
 def _check_size(size: object) -> int:
     if isinstance(size, (bool, np.bool_)) or not hasattr(size, "__index__"):
-        raise TypeError(f"allocation size must be an int, got {type(size).__name__}")
+        raise TypeError(f"allocation size must be an int, got {type_shown(size)}")
     return operator.index(size)
 
 
@@ -739,7 +739,7 @@ class DeviceCachingAllocator:
 
     def _bad_ptr(self, ptr: object, blk: Block | None) -> Exception:
         if not isinstance(ptr, int) or isinstance(ptr, bool):
-            return TypeError(f"pointer must be an int, got {type(ptr).__name__}")
+            return TypeError(f"pointer must be an int, got {type_shown(ptr)}")
         if blk is None:
             return ValueError(f"pointer {ptr:#x} was not allocated by the {self._name}:"
                               f"{self._index} caching allocator")

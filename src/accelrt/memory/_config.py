@@ -62,6 +62,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from .._fork import reinit_after_fork
+from .._errors import type_shown
 
 __all__ = [
     "ALLOCATOR_BACKENDS",
@@ -468,7 +469,7 @@ def parse_config(settings: str, base: AllocatorConfig | None = None) -> Allocato
         True
     """
     if not isinstance(settings, str):
-        raise TypeError(f"allocator settings must be a str, got {type(settings).__name__}")
+        raise TypeError(f"allocator settings must be a str, got {type_shown(settings)}")
     base = base if base is not None else AllocatorConfig()
     p = _Parser(settings)
     # Two passes: large_segment_size_mb first, since other checks and defaults depend on it.
@@ -675,7 +676,7 @@ def check_fraction(fraction: object) -> float:
     """
     if not isinstance(fraction, float):
         raise TypeError(f"Invalid type for fraction argument, must be `float`, got "
-                        f"{type(fraction).__name__}")
+                        f"{type_shown(fraction)}")
     if not 0.0 <= fraction <= 1.0:
         raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
     return fraction

@@ -31,6 +31,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Iterator
 from typing import Generic, TypeVar
+from .._errors import type_shown
 
 __all__ = ["DEFAULT_BUCKET_MAX", "FreeList", "PyFreeList"]
 
@@ -55,7 +56,7 @@ def _key(size: int, addr: int, what: str = "addr") -> int:
     if type(size) is not int or type(addr) is not int:
         for name, v in (("size", size), (what, addr)):
             if not isinstance(v, int):
-                raise TypeError(f"FreeList: {name} must be an int, not {type(v).__name__}")
+                raise TypeError(f"FreeList: {name} must be an int, not {type_shown(v)}")
     if not (0 <= size < _END and 0 <= addr < _END):
         bad, name = (size, "size") if not 0 <= size < _END else (addr, what)
         raise OverflowError(f"FreeList: {name} must be in [0, 2**64), got {bad!r}")

@@ -45,7 +45,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .._errors import shown
+from .._errors import shown, type_shown
 
 if TYPE_CHECKING:
     from ._interface import AllocatorCore
@@ -197,7 +197,7 @@ def _check_choice(name: str, value: object, choices: tuple[str | None, ...]) -> 
         if value in choices:
             return
         raise ValueError(f"{name} must be {_spell(choices)}, got {shown(value)}")
-    raise TypeError(f"{name} must be {_spell(choices)}, got {type(value).__name__} "
+    raise TypeError(f"{name} must be {_spell(choices)}, got {type_shown(value)} "
                     f"{shown(value):.60}")
 
 
@@ -237,7 +237,7 @@ def check_history_args(enabled: str | bool | None, context: str | None, stacks: 
     _check_choice("context", context, (None, "state", "alloc", "all"))
     _check_choice("stacks", stacks, ("python", "all"))
     if not isinstance(max_entries, int) or isinstance(max_entries, bool):
-        raise TypeError(f"max_entries must be an int, got {type(max_entries).__name__}")
+        raise TypeError(f"max_entries must be an int, got {type_shown(max_entries)}")
     if not 0 <= max_entries < _SIZE_T_END:
         raise TypeError(f"max_entries must be an int in [0, 2**64) (PyTorch takes a size_t), "
                         f"got {shown(max_entries)}")
@@ -353,7 +353,7 @@ def set_metadata(backend: str, metadata: str) -> None:
         ''
     """
     if not isinstance(metadata, str):
-        raise TypeError(f"memory metadata must be a str, got {type(metadata).__name__}; pass "
+        raise TypeError(f"memory metadata must be a str, got {type_shown(metadata)}; pass "
                         "'' to clear it")
     md = getattr(_metadata, "by_backend", None)
     if md is None:

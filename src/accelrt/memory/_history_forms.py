@@ -15,6 +15,7 @@ import functools
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, cast, overload
+from .._errors import type_shown
 
 if TYPE_CHECKING:
     from .._typing import DeviceLike
@@ -55,7 +56,7 @@ def _record_memory_history_legacy(record: Callable[..., None], enabled: bool,
                         ("record_context_cpp", record_context_cpp),
                         ("clear_history", clear_history)):
         if not isinstance(value, bool):
-            raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+            raise TypeError(f"{name} must be a bool, got {type_shown(value)}")
     n = trace_alloc_max_entries
     if not isinstance(n, int) or isinstance(n, bool) or n not in _INT64:
         shown = repr(n) if not isinstance(n, int) or abs(n) < 1 << 128 else "a huge int"

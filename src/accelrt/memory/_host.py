@@ -45,7 +45,7 @@ import weakref
 from typing import Any
 
 from .. import _checked
-from .._errors import OutOfMemoryError
+from .._errors import OutOfMemoryError, type_shown
 from .._fork import hold_across_fork, reinit_after_fork
 from ._config import get_config
 from ._oom import format_size
@@ -123,7 +123,7 @@ def _bucket(size: int) -> int:
 def _stream_key(stream: Any) -> tuple[int, int]:
     index, handle = getattr(stream, "_index", None), getattr(stream, "_handle", None)
     if not isinstance(index, int) or not isinstance(handle, int):
-        raise TypeError(f"record_event() needs an accelrt.Stream, got {type(stream).__name__}")
+        raise TypeError(f"record_event() needs an accelrt.Stream, got {type_shown(stream)}")
     return index, handle
 
 
@@ -268,7 +268,7 @@ class HostCachingAllocator:
                 emptied.
         """
         if not isinstance(size, int) or isinstance(size, bool):
-            raise TypeError(f"size must be an int, got {type(size).__name__}")
+            raise TypeError(f"size must be an int, got {type_shown(size)}")
         if size < 0:
             raise ValueError(f"size must not be negative, got {size}")
         if size == 0:

@@ -45,7 +45,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, SupportsIndex
 
 from .. import _checked
-from .._errors import OutOfMemoryError
+from .._errors import OutOfMemoryError, type_shown
 from .._fork import reinit_after_fork
 from .._handles import DevicePtr, EventHandle, StreamHandle
 from ._config import AllocatorConfig, check_fraction
@@ -198,7 +198,7 @@ class MallocAsyncAllocator(ReplacedAllocator):
 
     def _bad_async_ptr(self, ptr: object) -> Exception:
         if not isinstance(ptr, int) or isinstance(ptr, bool):
-            return TypeError(f"pointer must be an int, got {type(ptr).__name__}")
+            return TypeError(f"pointer must be an int, got {type_shown(ptr)}")
         return ValueError(f"pointer {ptr:#x} is not a live allocation of the {NAME} allocator "
                           f"of {self._name}:{self._index} (double free?)")
 

@@ -54,9 +54,10 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn, SupportsIndex
 
 import numpy as np
 
-from .. import _device
+from .. import _backend_registry, _device
 from .._fork import reinit_after_fork
 from ._allocator import DeviceCachingAllocator
+from .._errors import type_shown
 
 if TYPE_CHECKING:
     from .._backend import Backend
@@ -243,14 +244,14 @@ class PluggableAllocator:
                  free_fn_name: str) -> None:
         if not isinstance(path_to_so_file, (str, os.PathLike)):
             raise TypeError(f"path_to_so_file must be a str or a path, got "
-                            f"{type(path_to_so_file).__name__}")
+                            f"{type_shown(path_to_so_file)}")
         for what, val in (("alloc_fn_name", alloc_fn_name), ("free_fn_name", free_fn_name)):
             if not isinstance(val, str):
-                raise TypeError(f"{what} must be a str, got {type(val).__name__}")
+                raise TypeError(f"{what} must be a str, got {type_shown(val)}")
         path = os.fspath(path_to_so_file)
         if not isinstance(path, str):
             raise TypeError(f"path_to_so_file must be a str or a path, got a path of "
-                            f"{type(path).__name__}")
+                            f"{type_shown(path)}")
         problem = ("the path is empty (ctypes would load the program itself)" if not path
                    else "the path contains a NUL character" if "\0" in path else None)
         try:
@@ -324,7 +325,7 @@ class PluggableAllocator:
         for what, fn in (("alloc", alloc), ("free", free)):
             if not callable(fn):
                 raise TypeError(f"PluggableAllocator.from_callables: {what} must be callable, "
-                                f"got {type(fn).__name__}")
+                                f"got {type_shown(fn)}")
         self = cls.__new__(cls)
         names = "/".join(getattr(f, "__name__", type(f).__name__) for f in (alloc, free))
         self._setup(alloc, free, f"<callables {names}>")
@@ -465,6 +466,23 @@ _current: dict[str, PluggableAllocator] = {}   # backend name -> its replacing a
 _current_lock = reinit_after_fork(threading.Lock())
 
 
+def _forget_backend(name: str) -> None:
+    """Called by the backend registry after ``name`` was registered again or unregistered
+    (:func:`accelrt.backends.on_change`). As PyTorch's ``change_current_allocator``, a swap is
+    for the process: it outlives ``register(name, factory, replace=True)`` (the new instance's
+    devices get the same allocator). PyTorch has no unregister: a name unregistered no longer
+    denotes a backend, so its swap ends there, and a backend registered under that name later
+    starts with accelrt's caching allocator (and may be swapped again), as a new device type
+    would (docs/memory.md). Arrays made through the old allocator keep it and free through it."""
+    if name in _backend_registry._factories:
+        return
+    with _current_lock:
+        _current.pop(name, None)
+
+
+_backend_registry.on_change(_forget_backend)
+
+
 def _backend_of(device_type: object) -> Backend:
     if device_type is None:
         b = _device._current()
@@ -473,7 +491,7 @@ def _backend_of(device_type: object) -> Backend:
         return b
     if not isinstance(device_type, str):
         raise TypeError(f"device_type must be a backend name such as 'cuda' or None, got "
-                        f"{type(device_type).__name__}")
+                        f"{type_shown(device_type)}")
     from .._backend import get_backend
     return get_backend(device_type)
 
@@ -516,7 +534,7 @@ def change_current_allocator(allocator: PluggableAllocator, device_type: str | N
     """
     if not isinstance(allocator, PluggableAllocator):
         raise TypeError(f"change_current_allocator() takes an accelrt.memory."
-                        f"PluggableAllocator, got {type(allocator).__name__}")
+                        f"PluggableAllocator, got {type_shown(allocator)}")
     b = _backend_of(device_type)
     from . import _registry
     with _current_lock, _registry._lock:

@@ -6,7 +6,12 @@
 process-wide switches act on every allocator of a backend: caching on/off
 (:func:`set_caching`), settings (:func:`_check_config_for_all`, :func:`_apply_config_to_all`),
 and the fork handler (:func:`_retire_after_fork`). ``_lock`` guards ``_allocators`` and
-``_cache_disabled``; :mod:`._allocator` re-exports every name here (the old import path).
+``_cache_disabled``; :mod:`._allocator` re-exports every name here (the old import path). The
+allocators of a backend instance that its name no longer refers to (unregistered, or registered
+again) leave the registry when the backend registry says so (:func:`_forget_backend`): the
+instance keeps them (they live and go with it), the arrays made from them hold their allocator
+themselves and free into it, and an instance registered again (a factory that returns the same
+object) takes them back.
 
 Example::
 
@@ -23,6 +28,7 @@ import sys
 import threading
 from typing import TYPE_CHECKING
 
+from .. import _backend_registry
 from .._device_core import _key_of
 from .._fork import after_fork_locked, reinit_after_fork
 from ._config import AllocatorConfig, get_config
@@ -73,16 +79,23 @@ def get_allocator(backend: Backend, index: int) -> DeviceCachingAllocator:
     key = (backend.name, index)
     a = _allocators.get(key)
     # a backend registered again under the same name (backends.register(..., replace=True))
-    # gets a new allocator: the old one's blocks are the old instance's memory (its live
-    # arrays keep it and free into it)
+    # gets a new allocator (or its own back, if it was registered before): the old one's
+    # blocks are the old instance's memory (its live arrays keep it and free into it)
     if a is None or a._b is not backend:
         from ._allocator import DeviceCachingAllocator   # (it imports this module)
         cfg = get_config()  # outside _lock: set_allocator_settings takes the locks the other way
         with _lock:
             a = _allocators.get(key)
             if a is None or a._b is not backend:
+                if a is not None:   # another instance's, which its name no longer refers to
+                    old = _retired(a._b)
+                    if old is not None:
+                        old[index] = a
+                kept = _retired(backend, create=False)   # an instance registered again
+                a = kept.pop(index, None) if kept else None   # takes its own back
                 plug = sys.modules.get("accelrt.memory._pluggable")   # change_current_allocator
-                a = plug._make_allocator(backend, index) if plug is not None else None
+                if a is None and plug is not None:
+                    a = plug._make_allocator(backend, index)
                 if a is None and _wants_pool(cfg, backend, index):
                     from ._malloc_async import MallocAsyncAllocator   # (it imports this module)
                     a = MallocAsyncAllocator(backend, index, cfg)
@@ -113,6 +126,44 @@ def all_allocators() -> list[DeviceCachingAllocator]:
     """Every allocator created so far."""
     with _lock:
         return list(_allocators.values())
+
+
+def _forget_backend(name: str) -> None:
+    """Called by the backend registry after ``name`` was unregistered or registered again
+    (:func:`accelrt.backends.on_change`): the allocators of every instance of ``name`` but the
+    one registered now leave the registry, kept by their instance (:func:`_retired`) until it
+    is collected or registered again. An array of the old instance holds the allocator it came
+    from and frees into it."""
+    with _lock:
+        current = _backend_registry._instances.get(name)
+        stale = [key for key, a in _allocators.items()
+                 if key[0] == name and a._b is not current]
+        for key in stale:
+            a = _allocators.pop(key)
+            kept = _retired(a._b)
+            if kept is not None:
+                kept[key[1]] = a
+
+
+_backend_registry.on_change(_forget_backend)
+
+
+def _retired(backend: Backend, create: bool = True) -> dict[int, DeviceCachingAllocator] | None:
+    """The allocators of ``backend`` that left the registry (device index to allocator),
+    kept in the instance's own attributes so that they live exactly as long as it does (a
+    table of the registry's would keep every old instance alive); ``None`` for an instance
+    without a ``__dict__`` (its allocators then go when their arrays do), or that has none
+    and ``create`` is false."""
+    try:
+        attrs = vars(backend)
+    except TypeError:
+        return None
+    kept: dict[int, DeviceCachingAllocator] | None = (
+        attrs.setdefault(_RETIRED, {}) if create else attrs.get(_RETIRED))
+    return kept
+
+
+_RETIRED = "_accelrt_retired_allocators"
 
 
 def _retire_after_fork(in_child: bool) -> None:

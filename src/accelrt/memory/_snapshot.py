@@ -36,6 +36,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypedDict, cast
+from .._errors import type_shown
 
 
 __all__ = ["Block", "Frame", "Segment", "TraceEntry", "build_snapshot", "check_snapshot",
@@ -125,7 +126,7 @@ def to_plain(obj: Any, path: str = "snapshot") -> Any:
     item = getattr(obj, "item", None)          # numpy scalars
     if callable(item) and getattr(obj, "shape", None) == ():
         return to_plain(item(), path)
-    raise TypeError(f"{path}: {type(obj).__name__} cannot go into a snapshot; only dict, list, "
+    raise TypeError(f"{path}: {type_shown(obj)} cannot go into a snapshot; only dict, list, "
                     "tuple, str, int, float, bool and None can")
 
 
@@ -308,7 +309,7 @@ def _need(obj: Any, key: str, typ: type, where: str) -> Any:
         raise ValueError(f"{where}: missing key {key!r}")
     v = obj[key]
     if not isinstance(v, typ) or (typ is int and isinstance(v, bool)):
-        raise ValueError(f"{where}[{key!r}]: expected {typ.__name__}, got {type(v).__name__}")
+        raise ValueError(f"{where}[{key!r}]: expected {typ.__name__}, got {type_shown(v)}")
     n = cast("int", v)
     if typ is int and not 0 <= n < _MAX_UINT:
         raise ValueError(f"{where}[{key!r}]: {n if abs(n) < 1 << 128 else 'a huge int'} is "
@@ -323,7 +324,7 @@ def _opt(obj: dict[str, Any], key: str, typ: type | tuple[type, ...], where: str
     v = obj[key]
     if not isinstance(v, typ) or (typ is int and isinstance(v, bool)):
         name = typ.__name__ if isinstance(typ, type) else " or ".join(t.__name__ for t in typ)
-        raise ValueError(f"{where}[{key!r}]: expected {name}, got {type(v).__name__}")
+        raise ValueError(f"{where}[{key!r}]: expected {name}, got {type_shown(v)}")
     if typ is int:
         _need(obj, key, int, where)     # the range check
 
@@ -333,7 +334,7 @@ def _check_frames(obj: dict[str, Any], where: str) -> None:
     for n, f in enumerate(obj.get("frames", ())):
         if not isinstance(f, dict):
             raise ValueError(f"{where}['frames'][{n}]: expected a dict with filename, line "  # noqa: TRY004
-                             f"and name, got {type(f).__name__}")
+                             f"and name, got {type_shown(f)}")
 
 
 def _check_history(block: dict[str, Any], where: str) -> None:
@@ -344,7 +345,7 @@ def _check_history(block: dict[str, Any], where: str) -> None:
         hw = f"{where}['history'][{n}]"
         if not isinstance(h, dict):
             raise ValueError(f"{hw}: expected a dict with addr, real_size and frames, got "  # noqa: TRY004
-                             f"{type(h).__name__}")
+                             f"{type_shown(h)}")
         _opt(h, "real_size", int, hw)
         _check_frames(h, hw)
 
@@ -396,7 +397,7 @@ def check_snapshot(snap: Any, what: str = "snapshot") -> dict[str, Any]:
         ValueError: snapshot['segments'][0]: missing key 'address'
     """
     if not isinstance(snap, dict):
-        raise ValueError(f"{what}: expected a dict, got {type(snap).__name__}")  # noqa: TRY004
+        raise ValueError(f"{what}: expected a dict, got {type_shown(snap)}")  # noqa: TRY004
     segs = _need(snap, "segments", list, what)
     for i, seg in enumerate(segs):
         where = f"{what}['segments'][{i}]"

@@ -45,7 +45,7 @@ import numpy as np
 from .. import _pinned
 from .._placement import dtype_cache_key
 from .._device import _get_device, _lazy_init
-from .._errors import AcceleratorTypeError, AcceleratorValueError, shown
+from .._errors import AcceleratorTypeError, AcceleratorValueError, shown, type_shown
 from .._size import normalize_size, one_sequence_size, size_keyword
 from .._stream import _current
 from ._generator import (
@@ -275,7 +275,7 @@ def _real(name: str, value: Any) -> float:
     if type(value) is float and -math.inf < value < math.inf:
         return value    # the common case: a finite Python float
     if not isinstance(value, (int, float, np.integer, np.floating, np.bool_)):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+        raise TypeError(f"{name} must be a real number, got {type_shown(value)}")
     try:
         x = float(value)
     except OverflowError:
@@ -352,7 +352,7 @@ def _check_float_array(array: Any, fname: str) -> Array:
     if _Array is None:
         _bind()
     if not isinstance(array, _Array):
-        raise TypeError(f"{fname}() needs an accelrt.Array, got {type(array).__name__}")
+        raise TypeError(f"{fname}() needs an accelrt.Array, got {type_shown(array)}")
     if array.dtype.name not in _FLOAT_DTYPES:
         raise TypeError(f"{fname}() needs a floating array ({', '.join(_FLOAT_DTYPES)}), got "
                         f"{array.dtype.name}")
@@ -531,7 +531,7 @@ def _int_bound(name: str, value: Any) -> int:
     try:
         return operator.index(value)
     except TypeError:
-        raise TypeError(f"randint() {name} must be an int, got {type(value).__name__}") from None
+        raise TypeError(f"randint() {name} must be an int, got {type_shown(value)}") from None
 
 
 def randint(*args: SizeLike, size: SizeLike | None = None, low: SupportsIndex | None = None,

@@ -26,7 +26,7 @@ import numpy as np
 from .. import _backend
 from .. import _device as _device_mod
 from .._array import Array
-from .._errors import AcceleratorValueError
+from .._errors import AcceleratorValueError, type_shown
 from .._placement import place, site
 from .._size import storage_nbytes
 from .._transfer import hold
@@ -57,7 +57,7 @@ _wrap: Final = Array._wrap
 def _resolve(device: object, generator: object) -> object:
     if generator is not None and not isinstance(generator, Generator):
         raise TypeError(f"generator must be an accelrt.random.Generator, got "
-                        f"{type(generator).__name__}")
+                        f"{type_shown(generator)}")
     if device is None and generator is not None:
         return generator.device
     return device
@@ -76,7 +76,7 @@ def check_generator(generator: object, b: Backend, index: int) -> Generator:
         return _default_for(b, index)
     if not isinstance(generator, Generator):
         raise TypeError(f"generator must be an accelrt.random.Generator, got "
-                        f"{type(generator).__name__}")
+                        f"{type_shown(generator)}")
     if generator._b is not b or generator._index != index:
         raise AcceleratorValueError(
             f"the generator belongs to {generator.device} but the array is on "

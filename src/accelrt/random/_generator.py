@@ -29,7 +29,7 @@ import numpy as np
 
 from .._device import _get_device
 from .._device import device as _device_cls
-from .._errors import AcceleratorTypeError, AcceleratorValueError, shown
+from .._errors import AcceleratorTypeError, AcceleratorValueError, shown, type_shown
 from .._fork import reinit_after_fork
 from ..backends._common import check_u64
 from .._graph import _capturing   # the graph captures in progress (never rebound)
@@ -94,7 +94,7 @@ def _seed_arg(seed: Any) -> int:
     try:
         value = int(seed)
     except TypeError:
-        raise AcceleratorTypeError(f"seed must be an int, got {type(seed).__name__}, which "
+        raise AcceleratorTypeError(f"seed must be an int, got {type_shown(seed)}, which "
                                    "int() does not take; e.g. manual_seed(1234)") from None
     return _wrap_seed(value)
 
@@ -485,7 +485,7 @@ class Generator:
         """
         if not isinstance(state, Generator):
             raise TypeError(f"graphsafe_set_state() expected a Generator, but got "
-                            f"{type(state).__name__}; pass an accelrt.random.Generator, e.g. "
+                            f"{type_shown(state)}; pass an accelrt.random.Generator, e.g. "
                             "one from graphsafe_get_state()")
         if state._b is not self._b:
             raise AcceleratorTypeError(

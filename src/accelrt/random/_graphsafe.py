@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import _graph
-from .._errors import AcceleratorTypeError
+from .._errors import AcceleratorTypeError, type_shown
 from .._fork import reinit_after_fork
 from .._handles import StreamHandle
 from . import _philox
@@ -237,7 +237,7 @@ def philox_state(gen: Generator, increment: object) -> tuple[np.ndarray, np.ndar
     the current device, if one is)."""
     if type(increment) is bool or not isinstance(increment, (int, np.integer)):
         raise AcceleratorTypeError(f"philox_state expected an int, but got "
-                                   f"{type(increment).__name__}")
+                                   f"{type_shown(increment)}")
     n = int(increment)
     if n < 0:
         raise OverflowError(f"philox_state(increment={n}): can't convert negative int to "

@@ -65,7 +65,7 @@ from typing import Any
 import numpy as np
 
 from .._backend import Backend, Capabilities
-from .._errors import OutOfMemoryError
+from .._errors import OutOfMemoryError, type_shown
 from .._fork import reinit_after_fork
 from .._handles import DevicePtr, EventHandle, StreamHandle
 from ..backends._common import KeptErrors, bad_handle
@@ -99,7 +99,7 @@ def _describe(key: tuple[int, int]) -> str:
 
 def _check_size(size: object, what: str) -> int:
     if not isinstance(size, int) or isinstance(size, bool):
-        raise TypeError(f"{what} size must be an int, got {type(size).__name__}")
+        raise TypeError(f"{what} size must be an int, got {type_shown(size)}")
     if size < 0:
         raise ValueError(f"{what} size must not be negative, got {size}")
     return size
@@ -107,7 +107,7 @@ def _check_size(size: object, what: str) -> int:
 
 def _check_int(value: object, what: str, lo: int, hi: int | None = None) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{what} must be an int, got {type(value).__name__}")
+        raise TypeError(f"{what} must be an int, got {type_shown(value)}")
     if value < lo or (hi is not None and value > hi):
         bound = f"in {lo}..{hi}" if hi is not None else f"at least {lo}"
         raise ValueError(f"{what} must be {bound}, got {value}")
@@ -195,9 +195,9 @@ class SimulatedBackend(Backend):
                  priority_range: tuple[int, int] = (0, 0), name: str | None = None) -> None:
         self._closed = False   # Backend._closed on the instance: each operation reads it
         if not isinstance(capacity, int) or isinstance(capacity, bool):
-            raise TypeError(f"capacity must be an int number of bytes, got {type(capacity).__name__}")
+            raise TypeError(f"capacity must be an int number of bytes, got {type_shown(capacity)}")
         if not isinstance(device_count, int) or isinstance(device_count, bool):
-            raise TypeError(f"device_count must be an int, got {type(device_count).__name__}")
+            raise TypeError(f"device_count must be an int, got {type_shown(device_count)}")
         if capacity <= 0:
             raise ValueError(f"capacity must be positive, got {capacity}")
         if not 0 < device_count <= _MAX_DEVICES:
@@ -214,7 +214,7 @@ class SimulatedBackend(Backend):
                              f"greatest <= least, as CUDA's, got {priority_range!r}")
         for flag, what in ((vm, "vm"), (auto_complete, "auto_complete")):
             if not isinstance(flag, bool):
-                raise TypeError(f"{what} must be a bool, got {type(flag).__name__}")
+                raise TypeError(f"{what} must be a bool, got {type_shown(flag)}")
         if name is not None:
             from .._backend import _check_name
             self.name = _check_name(name)  # type: ignore[misc]  # shadows the class's name

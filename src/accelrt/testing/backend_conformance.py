@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from .._backend import Backend, Capabilities
-from .._errors import AcceleratorError, DeviceError
+from .._errors import AcceleratorError, DeviceError, type_shown
 from .._handles import DevicePtr, StreamHandle
 
 __all__ = ["CHECKS", "Skipped", "Target", "check", "make_tests", "run"]
@@ -103,7 +103,7 @@ class _Gate:
 def _caps(b: Backend) -> Capabilities:
     caps = b.capabilities(0)
     assert isinstance(caps, Capabilities), (
-        f"capabilities(0) returned {type(caps).__name__}, not accelrt.backends.Capabilities")
+        f"capabilities(0) returned {type_shown(caps)}, not accelrt.backends.Capabilities")
     return caps
 
 

@@ -33,6 +33,7 @@ from typing import Any
 
 from ..._properties import derived_uuid
 from ._memory import VM_GRANULARITY, vm_available
+from ..._errors import type_shown
 
 __all__ = [
     "CpuConfig",
@@ -91,19 +92,19 @@ class CpuConfig:
 
     def __post_init__(self) -> None:
         if not isinstance(self.num_devices, int) or isinstance(self.num_devices, bool):
-            raise TypeError(f"num_devices must be an int, got {type(self.num_devices).__name__}")
+            raise TypeError(f"num_devices must be an int, got {type_shown(self.num_devices)}")
         if self.num_devices < 1:
             raise ValueError(f"num_devices={self.num_devices} must be at least 1")
         if not isinstance(self.memory_limit, int) or isinstance(self.memory_limit, bool):
-            raise TypeError(f"memory_limit must be an int, got {type(self.memory_limit).__name__}")
+            raise TypeError(f"memory_limit must be an int, got {type_shown(self.memory_limit)}")
         if self.memory_limit < 1:
             raise ValueError(f"memory_limit={self.memory_limit} must be at least 1 byte")
         if not isinstance(self.async_streams, bool):
             raise TypeError(
-                f"async_streams must be a bool, got {type(self.async_streams).__name__}")
+                f"async_streams must be a bool, got {type_shown(self.async_streams)}")
         if not isinstance(self.shared_memory, bool):
             raise TypeError(
-                f"shared_memory must be a bool, got {type(self.shared_memory).__name__}")
+                f"shared_memory must be a bool, got {type_shown(self.shared_memory)}")
 
 
 def parse_memory_size(text: str) -> int:
@@ -128,7 +129,7 @@ def parse_memory_size(text: str) -> int:
         True
     """
     if not isinstance(text, str):
-        raise TypeError(f"memory size must be a str, got {type(text).__name__}")
+        raise TypeError(f"memory size must be a str, got {type_shown(text)}")
     match = _SIZE_RE.fullmatch(text)
     unit = match.group(2).lower() if match else ""
     if match is None or unit not in _UNITS:

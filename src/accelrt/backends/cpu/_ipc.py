@@ -29,7 +29,7 @@ import time
 from functools import partial
 from typing import TYPE_CHECKING
 
-from ..._errors import DeviceError
+from ..._errors import DeviceError, type_shown
 from ._memory import SharedSegment, open_shared
 
 if TYPE_CHECKING:
@@ -86,7 +86,7 @@ class IpcEventState:
         """
         if not isinstance(handle, (bytes, bytearray)):
             raise TypeError(f"an IPC event handle is the bytes from event_ipc_handle(), got "
-                            f"{type(handle).__name__}")
+                            f"{type_shown(handle)}")
         if bytes(handle[:8]) != _MAGIC:
             raise ValueError(f"not a cpu interprocess event handle ({len(handle)} bytes); pass "
                              "the bytes of Event.ipc_handle() from an event made with "

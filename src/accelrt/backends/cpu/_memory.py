@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from ..._fork import reinit_after_fork
+from ..._errors import type_shown
 
 __all__ = ["ALIGNMENT", "VM_GRANULARITY", "DeviceMemory", "HostMemory", "SharedSegment",
            "host_view", "open_shared", "vm_available"]
@@ -230,7 +231,7 @@ def open_shared(handle: bytes) -> SharedSegment:
         ValueError: not a cpu shared-memory handle: ...
     """
     if not isinstance(handle, (bytes, bytearray)):
-        raise TypeError(f"a cpu shared-memory handle is bytes, got {type(handle).__name__}")
+        raise TypeError(f"a cpu shared-memory handle is bytes, got {type_shown(handle)}")
     if len(handle) != _HANDLE.size or bytes(handle[:8]) != _HANDLE_MAGIC:
         raise ValueError(f"not a cpu shared-memory handle: {len(handle)} bytes; pass the bytes "
                          "of SharedSegment.handle()")

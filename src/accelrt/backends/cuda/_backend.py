@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..._backend import Backend, Capabilities
-from ..._errors import BackendUnavailableError
+from ..._errors import BackendUnavailableError, type_shown
 from ..._handles import DevicePtr, EventHandle, GraphHandle, StreamHandle
 from . import _cu, _discovery
 from ._cu import CudaError, check
@@ -151,7 +151,7 @@ class CudaBackend(Backend):
 
     def _check_index(self, index: Any) -> int:
         if type(index) is not int and (not isinstance(index, int) or isinstance(index, bool)):
-            raise TypeError(f"cuda device index must be an int, got {type(index).__name__}")
+            raise TypeError(f"cuda device index must be an int, got {type_shown(index)}")
         n = self.device_count()
         if not 0 <= index < n:
             raise IndexError(f"cuda device index {index} is out of range; {n} device(s) are "

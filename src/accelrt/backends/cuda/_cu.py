@@ -21,7 +21,7 @@ import importlib
 from types import ModuleType
 from typing import Any
 
-from ..._errors import BackendUnavailableError, DeviceError
+from ..._errors import BackendUnavailableError, DeviceError, type_shown
 
 __all__ = [
     "INSTALL_HINT",
@@ -208,7 +208,7 @@ def as_int(value: Any, what: str) -> int:
         return value
     if isinstance(value, int) and not isinstance(value, bool):
         return int(value)
-    raise TypeError(f"{what} must be an int, got {type(value).__name__}")
+    raise TypeError(f"{what} must be an int, got {type_shown(value)}")
 
 
 def as_ptr(value: Any, what: str) -> int:
@@ -254,7 +254,7 @@ def ipc_struct(handle: Any, struct: Any, what: str, source: str) -> Any:
     ``what`` handle (``"memory"``/``"event"``, for messages); TypeError or ValueError."""
     if not isinstance(handle, (bytes, bytearray)):
         raise TypeError(f"an IPC {what} handle is the bytes from {source}(), got "
-                        f"{type(handle).__name__}")
+                        f"{type_shown(handle)}")
     if len(handle) != IPC_HANDLE_SIZE:
         raise ValueError(f"an IPC {what} handle is {IPC_HANDLE_SIZE} bytes from "
                          f"{source}(), got {len(handle)} bytes")

@@ -33,6 +33,7 @@ import numpy as np
 from ..._fork import reinit_after_fork
 from . import _cu
 from ._cu import CudaError, check
+from ..._errors import type_shown
 
 __all__ = [
     "KERNEL_DIR",
@@ -299,7 +300,7 @@ def pack_args(args: list[Any]) -> tuple[np.ndarray, list[np.ndarray]]:
     for a in args:
         if not isinstance(a, np.generic) or a.itemsize > 8:
             raise TypeError(f"kernel arguments must be numpy scalars of the parameter's type "
-                            f"(e.g. np.uint64(ptr)), got {type(a).__name__}")
+                            f"(e.g. np.uint64(ptr)), got {type_shown(a)}")
         parts.append(a.tobytes().ljust(8, b"\0"))
     holder = np.frombuffer(bytearray(b"".join(parts) or bytes(8)), dtype=np.uint64)
     base = holder.ctypes.data

@@ -19,6 +19,7 @@ from ..._handles import DevicePtr, StreamHandle
 from .._ranges import Ranges
 from . import _cu
 from ._cu import as_int, as_ptr, as_size, check
+from ..._errors import type_shown
 
 if TYPE_CHECKING:
     from ._backend import _Device
@@ -491,7 +492,7 @@ class CudaMemory:
     def fill(self, index: int, ptr: int, pattern: bytes, count: int,
              stream: StreamHandle) -> None:
         if not isinstance(pattern, (bytes, bytearray, memoryview)):
-            raise TypeError(f"fill pattern must be bytes, got {type(pattern).__name__}")
+            raise TypeError(f"fill pattern must be bytes, got {type_shown(pattern)}")
         pattern = bytes(pattern)
         width = len(pattern)
         if width not in (1, 2, 4, 8):

@@ -21,7 +21,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from ..._errors import BackendUnavailableError
+from ..._errors import BackendUnavailableError, type_shown
 from . import _cu
 
 __all__ = ["available", "mark", "range", "range_end", "range_pop", "range_push", "range_start"]
@@ -55,7 +55,7 @@ def available() -> bool:
 
 def _check_message(msg: object, fn: str) -> None:
     if not isinstance(msg, str):
-        raise TypeError(f"{fn}() takes a str message, got {type(msg).__name__}")
+        raise TypeError(f"{fn}() takes a str message, got {type_shown(msg)}")
 
 
 def range_push(msg: str) -> int:
@@ -114,7 +114,7 @@ def range_end(range_id: int) -> None:
     """
     if not isinstance(range_id, int) or isinstance(range_id, bool):
         raise TypeError(f"range_end() takes the int id that range_start() returned, got "
-                        f"{type(range_id).__name__}")
+                        f"{type_shown(range_id)}")
     with _ranges_lock:
         if range_id not in _ranges:
             raise ValueError(f"no NVTX range with id {range_id} is open: pass the id that "

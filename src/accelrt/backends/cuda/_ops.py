@@ -27,6 +27,7 @@ import numpy as np
 from ..._handles import StreamHandle
 from .._common import check_u64
 from ._cu import as_size
+from ..._errors import type_shown
 
 if TYPE_CHECKING:
     from ._backend import _Device
@@ -69,7 +70,7 @@ def grid_for(work: int, sms: int) -> int:
 def _real(value: Any, what: str) -> float:
     if isinstance(value, (bool, np.bool_)) or not isinstance(
             value, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{what} must be a real number, got {type(value).__name__}")
+        raise TypeError(f"{what} must be a real number, got {type_shown(value)}")
     v = float(value)
     if not math.isfinite(v):
         raise ValueError(f"{what} must be finite, got {v}")
@@ -79,7 +80,7 @@ def _real(value: Any, what: str) -> float:
 def _dtype(dtype: Any) -> np.dtype[Any]:
     if not isinstance(dtype, str):
         raise TypeError(f"dtype must be a numpy dtype name such as 'float32', got "
-                        f"{type(dtype).__name__}")
+                        f"{type_shown(dtype)}")
     try:
         return np.dtype(dtype)
     except TypeError:

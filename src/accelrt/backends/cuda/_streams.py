@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..._errors import DeviceError
+from ..._errors import DeviceError, type_shown
 from ..._fork import reinit_after_fork
 from ..._handles import EventHandle, StreamHandle
 from .._common import KeptErrors
@@ -295,7 +295,7 @@ class CudaStreams:
 
     def launch_host_func(self, index: int, fn: Callable[[], None], stream: StreamHandle) -> None:
         if not callable(fn):
-            raise TypeError(f"launch_host_func needs a callable, got {type(fn).__name__}")
+            raise TypeError(f"launch_host_func needs a callable, got {type_shown(fn)}")
         stream = self.check_stream(self._use(index), stream)
         if self._capturing and self.stream_is_capturing(index, stream):
             raise DeviceError(f"cuda: cannot launch a host function on stream {stream:#x} "

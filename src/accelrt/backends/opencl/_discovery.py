@@ -19,6 +19,7 @@ import threading
 from typing import Any
 
 from ..._fork import reinit_after_fork
+from ..._errors import type_shown
 
 __all__ = ["ENV_MEMORY", "FORKED_MSG", "INSTALL_HINT", "import_cl", "list_devices",
            "memory_mode_error", "memory_mode_setting", "unavailable_reason"]
@@ -149,7 +150,7 @@ def memory_mode_setting(value: str | None) -> str:
         if err:
             raise ValueError(err)
     elif not isinstance(value, str):
-        raise TypeError(f"memory_mode must be a str, got {type(value).__name__}")
+        raise TypeError(f"memory_mode must be a str, got {type_shown(value)}")
     mode = value.strip().lower()
     if mode not in _MODES:
         raise ValueError(f"memory_mode={value!r} must be one of {', '.join(_MODES)}")

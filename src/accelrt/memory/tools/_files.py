@@ -43,6 +43,7 @@ import tempfile
 import zlib
 from collections.abc import Sequence
 from typing import Any
+from ..._errors import type_shown
 
 __all__ = ["INFLATE_FLOOR", "INFLATE_RATIO", "example_file", "file_name", "inflate_limit",
            "parse_args", "read_input", "short_repr", "terminal_safe", "write_atomic"]
@@ -139,7 +140,7 @@ def file_name(path: Any, what: str = "path") -> str:
     """
     if not isinstance(path, (str, bytes, os.PathLike)):
         raise TypeError(f"{what} must be a file name (str, bytes or os.PathLike), got "
-                        f"{type(path).__name__}")
+                        f"{type_shown(path)}")
     return os.fsdecode(os.fspath(path))
 
 
@@ -167,7 +168,7 @@ def read_input(path: str, limit: int | None = None) -> bytes:
     path = file_name(path)
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool)):
         raise TypeError(f"limit must be an int number of bytes or None, got "
-                        f"{type(limit).__name__}")
+                        f"{type_shown(limit)}")
     with open(path, "rb") as f:
         if f.peek(2)[:2] != b"\x1f\x8b":
             return f.read()

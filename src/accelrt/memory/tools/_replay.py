@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TextIO
 
 from ._files import file_name, parse_args, read_input, short_repr, terminal_safe
+from ..._errors import type_shown
 
 __all__ = ["H100_US", "NO_HISTORY_HINT", "NoHistoryError", "Op", "WrongFileKindError",
            "device_trace", "driver_cost_us", "human_bytes", "is_pickle", "is_segment_list",
@@ -228,13 +229,13 @@ def snapshot_traces(obj: Any, path: str) -> list[list[Any]]:
             path, "the file (a list of segments, as memory_snapshot() returns)"))
     if not isinstance(obj, dict):
         raise ValueError(f"{path}: a snapshot pickle must be a dict with a 'device_traces' "  # noqa: TRY004
-                         f"list, got {type(obj).__name__}")
+                         f"list, got {type_shown(obj)}")
     if "device_traces" not in obj:
         raise NoHistoryError(no_history_message(path, "the snapshot (no 'device_traces' list)"))
     traces = obj["device_traces"]
     if not isinstance(traces, list) or not all(isinstance(t, list) for t in traces):
         raise ValueError(f"{path}: 'device_traces' must be a list of lists of trace entries, "
-                         f"got {type(traces).__name__}")
+                         f"got {type_shown(traces)}")
     return traces
 
 
@@ -271,7 +272,7 @@ def snapshot_entries(trace: list[Any], path: str, device: int) -> list[Any]:
 
 def _check_device(device: Any) -> None:
     if device is not None and (not isinstance(device, int) or isinstance(device, bool)):
-        raise TypeError(f"device must be an int or None, got {type(device).__name__}")
+        raise TypeError(f"device must be an int or None, got {type_shown(device)}")
 
 
 def device_trace(traces: list[list[Any]], path: str, device: int | None = None

@@ -63,6 +63,7 @@ from ._replay import (
     snapshot_traces,
     trace_ops,
 )
+from ..._errors import type_shown
 
 __all__ = ["ACCELRT_POLICY", "NoHistoryError", "Workload", "candidate_settings", "cap_fraction",
            "format_tune", "load_workload", "parse_device_memory", "pytorch_part",
@@ -108,7 +109,7 @@ def parse_device_memory(text: str) -> int:
     from ...backends.cpu._config import parse_memory_size
     if not isinstance(text, str):
         raise TypeError(f"--device-memory must be a str such as '80GiB', got "
-                        f"{type(text).__name__}")
+                        f"{type_shown(text)}")
     shown = terminal_safe(repr(text[:40] + ("..." if len(text) > 40 else "")), one_line=True)
     try:
         size = parse_memory_size(text.strip()) if len(text) <= 64 else -1
@@ -155,7 +156,7 @@ def _reserved_at_ooms(snapshot: dict[str, Any], entries: list[Any], device: int,
     segments = snapshot.get("segments", [])
     if not isinstance(segments, list):
         raise ValueError(f"{path}: 'segments' must be a list of segment dicts, got "  # noqa: TRY004
-                         f"{type(segments).__name__}")
+                         f"{type_shown(segments)}")
     final = 0
     for seg in segments:
         if not isinstance(seg, dict):

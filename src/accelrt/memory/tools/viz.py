@@ -39,6 +39,7 @@ from .._history import is_library_file
 from ._replay import WrongFileKindError, is_pickle, is_segment_list, load_pickle
 from . import _viz_page
 from .._snapshot import check_snapshot, history_real_size
+from ..._errors import type_shown
 
 __all__ = ["format_bytes", "load_snapshot", "memory_by_location", "segsum", "trace_html",
            "trace_text", "viz_main"]
@@ -61,7 +62,7 @@ def format_bytes(num: float) -> str:
     """
     if type(num) not in (int, float) and (isinstance(num, bool)
                                           or not isinstance(num, numbers.Real)):
-        raise TypeError(f"num must be a number of bytes, got {type(num).__name__}")
+        raise TypeError(f"num must be a number of bytes, got {type_shown(num)}")
     for unit in ("", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "Zi"):
         if abs(num) < 1024.0:
             return f"{num:3.1f}{unit}B"
@@ -608,7 +609,7 @@ def trace_html(snapshot: dict[str, Any], title: str = "accelrt memory snapshot",
         True
     """
     if not isinstance(title, str):
-        raise TypeError(f"title must be a str, got {type(title).__name__}")
+        raise TypeError(f"title must be a str, got {type_shown(title)}")
     if (not isinstance(compare_names, (tuple, list)) or len(compare_names) != 2
             or not all(isinstance(n, str) for n in compare_names)):
         raise TypeError(f"compare_names must be a pair of str, got {short_repr(compare_names)}")
