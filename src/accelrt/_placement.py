@@ -183,6 +183,21 @@ _placed: Final[dict[str, Site]] = {}
 _instances: Final = _backend._instances    # the registry's instances by name (never rebound)
 
 
+def _forget_sites(name: str) -> None:
+    """Called by the registry after backend ``name`` was registered again or unregistered
+    (:func:`accelrt.backends.on_change`): drop the sites of instances the name no longer
+    refers to, which held them (and their allocators' cached memory) until another instance
+    of the name made a site of the same device."""
+    current = _instances.get(name)
+    for key in [k for k, st in _sites.items() if st.name == name and st.b is not current]:
+        _sites.pop(key, None)
+    for dev in [d for d, st in _placed.items() if st.name == name and st.b is not current]:
+        _placed.pop(dev, None)
+
+
+_backend.on_change(_forget_sites)
+
+
 def site(b: Backend, index: int) -> Site:
     """The :class:`Site` of device ``index`` (checked) of ``b``."""
     found = _sites.get((b.name, index))

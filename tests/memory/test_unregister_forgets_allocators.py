@@ -135,3 +135,33 @@ def test_an_instance_registered_again_takes_its_own_allocator_back() -> None:
     assert a.memory_allocated() == 0
     backends.unregister("forgetsame")
     inst.close()
+
+
+def test_an_unregistered_instance_is_not_kept_by_the_placement_caches() -> None:
+    # the factories' placement caches (_placement._sites by (name, index), _placed by device
+    # string) held a Site of the instance, and through it the instance, its allocators and
+    # their cached memory, after the name was unregistered, until another instance of the
+    # name made a site of that device
+    from accelrt import _placement
+
+    backends.register("forgetsite", lambda: _tmp("forgetsite"))
+    b = backends.get_backend("forgetsite")
+    x = acc.full(16, 3, dtype="int32", device="forgetsite:0")
+    y = acc.empty(4, device=acc.device("forgetsite", 0))
+    held = [st for st in (*_placement._sites.values(), *_placement._placed.values())
+            if st.b is b]
+    assert held   # (the caches this test is about)
+    del x, y, held
+    b.close()
+    backends.unregister("forgetsite")
+    assert not [st for st in (*_placement._sites.values(), *_placement._placed.values())
+                if st.b is b]
+    # a new instance under the name makes its own sites
+    backends.register("forgetsite", lambda: _tmp("forgetsite"))
+    try:
+        z = acc.zeros(2, device="forgetsite:0")
+        assert z._b is backends.get_backend("forgetsite") is not b and z.tolist() == [0, 0]
+        del z
+    finally:
+        backends.get_backend("forgetsite").close()
+        backends.unregister("forgetsite")
