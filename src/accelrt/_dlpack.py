@@ -5,7 +5,7 @@ their memory, so numpy does the capsule work. Backends whose memory the host can
 (CUDA, OpenCL) need a capsule that describes device memory; :func:`make_capsule` builds one
 with numpy and :mod:`ctypes` only (no compiler, no extra dependency): a ``DLManagedTensor``
 (capsule name ``"dltensor"``) or, when the consumer asks for DLPack >= 1.0, a
-``DLManagedTensorVersioned`` (``"dltensor_versioned"``, numpy >= 2.1). The capsule keeps a
+``DLManagedTensorVersioned`` (``"dltensor_versioned"``). The capsule keeps a
 Python ``owner`` object alive until the consumer calls the deleter; a capsule dropped
 unconsumed calls it at once.
 
@@ -221,9 +221,6 @@ _PyCapsule_SetName = ctypes.pythonapi.PyCapsule_SetName
 _PyCapsule_SetName.restype = ctypes.c_int
 _PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
 
-# numpy reads and makes versioned (DLPack >= 1.0) capsules, with their flags, from 2.1 on
-_NUMPY_VERSIONED = np.lib.NumpyVersion(np.__version__) >= "2.1.0"
-
 
 class _Carrier(np.ndarray):
     """The numpy array a capsule of :func:`make_capsule` is made from: one byte per dimension,
@@ -269,8 +266,7 @@ def make_capsule(ptr: int, shape: Sequence[int], dtype: Any, device: tuple[int, 
         device: ``(device_type, device_id)``, e.g. ``(kDLCUDA, 0)``.
         owner: any object; it is kept alive until the consumer releases the tensor.
         versioned: build a DLPack 1.x ``"dltensor_versioned"`` capsule instead of the legacy
-            ``"dltensor"`` one (numpy >= 2.1; an older numpy gives a legacy capsule, as the
-            protocol lets a producer answer, without the ``copied`` flag).
+            ``"dltensor"`` one.
         read_only: set the read-only flag (versioned capsules only).
         copied: set the is-copied flag (versioned capsules only).
 
@@ -280,7 +276,6 @@ def make_capsule(ptr: int, shape: Sequence[int], dtype: Any, device: tuple[int, 
     Raises:
         TypeError: the dtype has no DLPack equivalent.
         ValueError: a negative dimension, or flags asked of a legacy capsule.
-        BufferError: ``read_only`` with a numpy older than 2.1 (no versioned capsules).
 
     Example::
 
@@ -297,11 +292,6 @@ def make_capsule(ptr: int, shape: Sequence[int], dtype: Any, device: tuple[int, 
     if (read_only or copied) and not versioned:
         raise ValueError("read_only and copied flags need a versioned (DLPack >= 1.0) capsule")
     code, bits, lanes = dtype_to_dlpack(dtype)
-    if versioned and not _NUMPY_VERSIONED:
-        if read_only:
-            raise BufferError(f"a read-only DLPack export needs a versioned capsule, which "
-                              f"numpy {np.__version__} cannot make; install numpy >= 2.1")
-        versioned = copied = False   # the protocol lets a producer answer with a legacy one
     ndim = len(shape)
     carrier = np.zeros((1,) * (ndim if ndim <= _CARRIER_MAX_DIMS else 1),
                        np.uint8).view(_Carrier)
@@ -373,8 +363,8 @@ def numpy_capsule(view: np.ndarray, max_version: Any, copy: bool | None,
     and a versioned capsule says so with DLPack's is-copied flag).
 
     Raises:
-        BufferError: ``read_only`` but numpy made a legacy capsule (numpy < 2.1, or a
-            ``max_version`` before 1.0).
+        BufferError: ``read_only`` with a legacy capsule (``max_version`` None or before
+            1.0).
 
     Example::
 
@@ -388,23 +378,15 @@ def numpy_capsule(view: np.ndarray, max_version: Any, copy: bool | None,
         kwargs["max_version"] = max_version
     if copy is not None:
         kwargs["copy"] = copy
-    try:
-        capsule = view.__dlpack__(**kwargs)
-    except TypeError:
-        if copy:        # an old numpy without the copy keyword
-            capsule = view.copy().__dlpack__()
-        else:
-            capsule = view.__dlpack__()
-    if read_only:
-        name, managed = unused_capsule(capsule, "__dlpack__()")
-        if name != _NAME_VERSIONED:
-            raise BufferError(f"a read-only DLPack export needs a versioned capsule, which "
-                              f"numpy {np.__version__} cannot make; install numpy >= 2.1")
-        managed.flags |= DLPACK_FLAG_BITMASK_READ_ONLY
-    if copied:
+    capsule = view.__dlpack__(**kwargs)
+    if read_only or copied:
         name, managed = unused_capsule(capsule, "__dlpack__()")
         if name == _NAME_VERSIONED:
-            managed.flags |= DLPACK_FLAG_BITMASK_IS_COPIED
+            managed.flags |= ((DLPACK_FLAG_BITMASK_READ_ONLY if read_only else 0)
+                              | (DLPACK_FLAG_BITMASK_IS_COPIED if copied else 0))
+        elif read_only:
+            raise BufferError("read_only export requires the versioned DLPack protocol; pass "
+                              "max_version=(1, 0) or higher")
     return capsule
 
 
@@ -582,12 +564,9 @@ def host_view(obj: Any, what: str = "from_dlpack()") -> tuple[np.ndarray, bool]:
         (True, False)
     """
     device = producer_device(obj)
-    if _NUMPY_VERSIONED:
-        try:
-            capsule = obj.__dlpack__(max_version=DLPACK_VERSION)
-        except TypeError:   # a producer older than DLPack 1.0
-            capsule = obj.__dlpack__()
-    else:
+    try:
+        capsule = obj.__dlpack__(max_version=DLPACK_VERSION)
+    except TypeError:   # a producer older than DLPack 1.0
         capsule = obj.__dlpack__()
     name, managed = unused_capsule(capsule, what)
     d = managed.dl_tensor.device

@@ -244,13 +244,16 @@ def check_size(size: object, what: str = "size", allow_zero: bool = False) -> in
         >>> check_size(8)
         8
     """
-    if isinstance(size, (bool, np.bool_)):   # numpy < 2.4 indexes np.bool_
-        raise TypeError(f"{what} must be an int, got bool")
-    try:
-        value = operator.index(cast("SupportsIndex", size))
-    except TypeError:
-        raise caused(TypeError(f"{what} must be an int, got {type_shown(size)}"),
-                     None) from None
+    if type(size) is int:   # the common case: no numpy attribute read on every backend call
+        value = size
+    else:
+        if isinstance(size, (bool, np.bool_)):   # numpy < 2.4 indexes np.bool_
+            raise TypeError(f"{what} must be an int, got bool")
+        try:
+            value = operator.index(cast("SupportsIndex", size))
+        except TypeError:
+            raise caused(TypeError(f"{what} must be an int, got {type_shown(size)}"),
+                         None) from None
     if value < 0 or (value == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
         raise ValueError(f"{what}={value} must be {bound}")
