@@ -131,6 +131,8 @@ class GraphsModule(types.ModuleType):
                         "register_graph_capture_start_hook", "register_graph_destroy_hook",
                         "register_graph_instantiate_hook", "register_graph_replay_end_hook",
                         "register_graph_replay_start_hook"]
+        for name in [n for n in self.__all__ if n.startswith("register_")]:   # as profiler's
+            setattr(self, name, getattr(self, name))
 
     def register_graph_capture_start_hook(
             self, fn: Callable[[_graph.Graph], None]) -> _graph.RemovableHandle:

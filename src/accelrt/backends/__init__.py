@@ -23,6 +23,11 @@ __all__ = ["device_module"]
 __all__ += _backend.__all__
 
 
+def __dir__() -> list[str]:
+    # the lazy names of __all__ (PEP 562 __getattr__) too, as tab completion expects
+    return sorted(set(globals()) | set(__all__))
+
+
 def __getattr__(name: str) -> Any:
     if name == "device_module":
         from .._runtime import device_module

@@ -49,6 +49,11 @@ __all__ = [
 ]
 
 
+def __dir__() -> list[str]:
+    # the lazy names of __all__ (PEP 562 __getattr__) too, as tab completion expects
+    return sorted(set(globals()) | set(__all__))
+
+
 def __getattr__(name: str) -> Any:
     if name in ("cupy", "numba", "torch"):
         module = importlib.import_module(f".{name}", __name__)

@@ -147,6 +147,11 @@ def _build() -> type:
     return AccelrtEMMPlugin
 
 
+def __dir__() -> list[str]:
+    # the lazy names of __all__ (PEP 562 __getattr__) too, as tab completion expects
+    return sorted(set(globals()) | set(__all__))
+
+
 def __getattr__(name: str) -> Any:
     global _plugin_class
     if name in ("AccelrtEMMPlugin", "_numba_memory_manager"):
