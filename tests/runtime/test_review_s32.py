@@ -73,6 +73,16 @@ def test_malloc_async_oom_names_the_backend_in_capitals_as_torch(malloc_async: s
     assert msg.startswith("Allocation on device 0 would exceed allowed memory. (out of memory)")
     assert f"\nFree (according to {malloc_async.upper()}): 64.00 MiB\n" in msg
     assert _lightning_says_oom(info.value, malloc_async)
+    # no fraction set: torch formats its UINT64_MAX limit as every size (it said "unlimited")
+    assert msg.endswith("memory fraction)\n                        : 17179869184.00 GiB")
+
+
+def test_malloc_async_oom_prints_the_fraction_limit(malloc_async: str) -> None:
+    dev = f"{malloc_async}:0"
+    acc.memory.set_per_process_memory_fraction(0.25, dev)        # 16 MiB of 64 MiB
+    with pytest.raises(acc.OutOfMemoryError) as info:
+        acc.empty(17 << 20, dtype="uint8", device=dev)
+    assert str(info.value).endswith("\n                        : 16.00 MiB")
 
 
 # ---------------------------------------------------------------------- numpy bools

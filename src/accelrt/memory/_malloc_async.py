@@ -168,7 +168,6 @@ class MallocAsyncAllocator(ReplacedAllocator):
 
     def _pool_oom(self, size: int) -> OutOfMemoryError:
         free, total = self._b.get_memory_info(self._index)
-        limit = "unlimited" if self._limit == _UINT64_MAX else format_size(self._limit)
         return OutOfMemoryError(
             f"Allocation on device {self._index} would exceed allowed memory. (out of memory)"
             f"\nCurrently allocated     : {format_size(self._used)}"
@@ -176,7 +175,8 @@ class MallocAsyncAllocator(ReplacedAllocator):
             f"\nDevice limit            : {format_size(total)}"
             f"\nFree (according to {self._name.upper()}): {format_size(free)}"
             f"\nPyTorch limit (set by user-supplied memory fraction)"
-            f"\n                        : {limit}", size, free, total)
+            # (no fraction set: torch prints its UINT64_MAX limit, 17179869184.00 GiB, too)
+            f"\n                        : {format_size(self._limit)}", size, free, total)
 
     def free(self, ptr: int, nonblocking: bool = False) -> None:
         """``cudaFreeAsync`` in the allocation's stream order (after every recorded stream's
