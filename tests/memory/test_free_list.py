@@ -1,12 +1,15 @@
 """The allocator's FreeList, both implementations (the pure build's Python type and the
 compiled build's C type, where it is built) against a sorted-list model: every method, tiny
 buckets (splits and drops on every few changes), 64-bit edges, bad arguments, iterators that
-see a change, and reference counts (the C type owns a reference to every listed block)."""
+see a change, and reference counts (the C type owns a reference to every listed block);
+and the C type survives a collection that changes the list inside its calls."""
 
 from __future__ import annotations
 
 import gc
+import subprocess
 import sys
+import textwrap
 import weakref
 from typing import Any
 
@@ -18,6 +21,7 @@ from accelrt import memory
 from accelrt.memory import _block
 from accelrt.memory._free_list import PyFreeList
 from tests.helpers.builds import both_builds_params
+from tests.helpers.collect_inside import PRELUDE
 
 
 IMPLS = both_builds_params(PyFreeList, "accelrt.memory._free_list_c", "FreeList")
@@ -224,3 +228,88 @@ def test_ints_of_every_length_and_int_subclasses_are_read_alike(impl: Any) -> No
     assert len(fl) == 0
     with pytest.raises(OverflowError):
         fl.add(Num(-1), 0, "neg")
+
+
+# Each scenario: a list of 8 blocks (buckets of 4), a change made by a finaliser the
+# collector runs inside the call, and the call; the result must be the list's before or after
+# the change (or, for an iterator, RuntimeError), never freed or missing entries. The C type
+# filled keys() and bucket_sizes() past their end or left them empty (a crash or a list of
+# NULLs), and gave iterators a position in the list before the change.
+SCENARIOS = """
+import sys, importlib
+mod, name = sys.argv[1:3]
+impl = getattr(importlib.import_module(mod), name)
+
+
+class Blk:
+    def __init__(self, i):
+        self.i = i
+
+    def __repr__(self):
+        return f"Blk({self.i})"
+
+
+def grow(fl):
+    for i in range(50):
+        fl.add(5000 + i, i, Blk(100 + i))
+
+
+def shrink(fl):
+    while len(fl) > 1:
+        fl.pop_ge(0)
+
+
+def drop_top(fl):      # (the last blocks: an iterator from the end would read them freed)
+    fl.remove(107, 0x7000)
+    fl.remove(106, 0x6000)
+
+
+def listing(fl, call):
+    if call == "keys":
+        return fl.keys()
+    if call == "bucket_sizes":
+        return fl.bucket_sizes()
+    if call == "iter_lt":
+        return [b.i for b in fl.iter_lt(200)]
+    return [b.i for b in fl.iter_ge(101, 0x1000)]
+
+
+for call in ["keys", "bucket_sizes", "iter_lt", "iter_ge"]:
+    for change in [grow, shrink, drop_top]:
+        fl = impl(4)
+        for i in range(8):
+            fl.add(100 + i, 0x1000 * i, Blk(i))
+        before = listing(fl, call)
+        n = len(ran)
+        if call.startswith("iter"):
+            def run():
+                try:
+                    return [b.i for b in listing_it(fl, call)]
+                except RuntimeError:
+                    return "RuntimeError"
+            listing_it = lambda fl, call: (fl.iter_lt(200) if call == "iter_lt"
+                                           else fl.iter_ge(101, 0x1000))
+            got = during(lambda: change(fl), run)
+        else:
+            got = during(lambda: change(fl), lambda: listing(fl, call))
+        after = listing(fl, call)
+        assert len(ran) == n + 1, (call, change.__name__)
+        assert got in (before, after, "RuntimeError"), (call, change.__name__, got)
+        print(call, change.__name__, "ok")
+"""
+
+
+def _where(impl: Any) -> tuple[str, str]:
+    """The module and name a subprocess imports ``impl`` from (the Python type's module
+    names the loaded type ``FreeList``: the C one in the compiled build)."""
+    return impl.__module__, "PyFreeList" if impl is PyFreeList else impl.__name__
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_a_collection_inside_a_call_that_changes_the_list(impl: Any) -> None:
+    proc = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(SCENARIOS),
+                           *_where(impl)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count(" ok") == 12, proc.stdout
+

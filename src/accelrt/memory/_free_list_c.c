@@ -457,19 +457,21 @@ static PyObject *FreeList_first_ge(FreeListObject *fl, PyObject *const *args, Py
     return blk;
 }
 
-static PyObject *make_iter(FreeListObject *fl, Py_ssize_t j, Py_ssize_t i, int desc)
+/* A new iterator over fl, its position to be set by the caller. Its allocation may run the
+ * garbage collector, whose finalisers may change fl: the caller reads fl (the position and
+ * version) only after this returns, and no Python code runs in between. */
+static FreeListIterObject *new_iter(FreeListObject *fl, int desc)
 {
     FreeListIterObject *it = PyObject_GC_New(FreeListIterObject, &FreeListIterType);
     if (it == NULL)
         return NULL;
     Py_INCREF(fl);
     it->fl = fl;
-    it->j = j;
-    it->i = i;
+    it->j = it->i = 0;
     it->version = fl->version;
     it->desc = desc;
     PyObject_GC_Track(it);
-    return (PyObject *)it;
+    return it;
 }
 
 static PyObject *FreeList_iter_ge(FreeListObject *fl, PyObject *const *args, Py_ssize_t nargs)
@@ -477,14 +479,23 @@ static PyObject *FreeList_iter_ge(FreeListObject *fl, PyObject *const *args, Py_
     uint64_t s, a;
     if (parse_key(args, nargs, "iter_ge", &s, &a) < 0)
         return NULL;
+    FreeListIterObject *it = new_iter(fl, 0);
+    if (it == NULL)
+        return NULL;
     Py_ssize_t j = bucket_ge(fl, s, a);
-    return make_iter(fl, j, j < fl->nb ? entry_ge(&fl->b[j], s, a) : 0, 0);
+    it->j = j;
+    it->i = j < fl->nb ? entry_ge(&fl->b[j], s, a) : 0;
+    it->version = fl->version;
+    return (PyObject *)it;
 }
 
 static PyObject *FreeList_iter_lt(FreeListObject *fl, PyObject *const *args, Py_ssize_t nargs)
 {
     uint64_t s, a;
     if (parse_key(args, nargs, "iter_lt", &s, &a) < 0)
+        return NULL;
+    FreeListIterObject *it = new_iter(fl, 1);
+    if (it == NULL)
         return NULL;
     Py_ssize_t j = bucket_ge(fl, s, a);
     Py_ssize_t i;
@@ -499,46 +510,62 @@ static PyObject *FreeList_iter_lt(FreeListObject *fl, PyObject *const *args, Py_
         j = fl->nb - 1;
         i = j >= 0 ? fl->b[j].n - 1 : 0;
     }
-    return make_iter(fl, j, i, 1);
+    it->j = j;
+    it->i = i;
+    it->version = fl->version;
+    return (PyObject *)it;
 }
 
 static PyObject *FreeList_iter(FreeListObject *fl)
 {
-    return make_iter(fl, 0, 0, 0);
+    return (PyObject *)new_iter(fl, 0);
 }
 
+/* keys() and bucket_sizes() copy what they return out of the list before they make the first
+ * Python object: making the list and its tuples may run the garbage collector, whose
+ * finalisers may change the list (a list made from its length before would be filled past
+ * its end, or left with empty items). */
 static PyObject *FreeList_keys(FreeListObject *fl, PyObject *Py_UNUSED(ignored))
 {
-    PyObject *out = PyList_New(fl->len);
-    if (out == NULL)
-        return NULL;
-    Py_ssize_t k = 0;
+    Py_ssize_t n = fl->len, k = 0;
+    uint64_t *kv = PyMem_New(uint64_t, 2 * (size_t)(n ? n : 1));
+    if (kv == NULL)
+        return PyErr_NoMemory();
     for (Py_ssize_t j = 0; j < fl->nb; j++)
-        for (Py_ssize_t i = 0; i < fl->b[j].n; i++) {
-            PyObject *t = Py_BuildValue("(KK)", (unsigned long long)fl->b[j].e[i].size,
-                                        (unsigned long long)fl->b[j].e[i].addr);
-            if (t == NULL) {
-                Py_DECREF(out);
-                return NULL;
-            }
-            PyList_SET_ITEM(out, k++, t);
+        for (Py_ssize_t i = 0; i < fl->b[j].n; i++, k++) {
+            kv[2 * k] = fl->b[j].e[i].size;
+            kv[2 * k + 1] = fl->b[j].e[i].addr;
         }
+    PyObject *out = PyList_New(n);
+    for (k = 0; out != NULL && k < n; k++) {
+        PyObject *t = Py_BuildValue("(KK)", (unsigned long long)kv[2 * k],
+                                    (unsigned long long)kv[2 * k + 1]);
+        if (t == NULL)
+            Py_CLEAR(out);
+        else
+            PyList_SET_ITEM(out, k, t);
+    }
+    PyMem_Free(kv);
     return out;
 }
 
 static PyObject *FreeList_bucket_sizes(FreeListObject *fl, PyObject *Py_UNUSED(ignored))
 {
-    PyObject *out = PyList_New(fl->nb);
-    if (out == NULL)
-        return NULL;
-    for (Py_ssize_t j = 0; j < fl->nb; j++) {
-        PyObject *n = PyLong_FromSsize_t(fl->b[j].n);
-        if (n == NULL) {
-            Py_DECREF(out);
-            return NULL;
-        }
-        PyList_SET_ITEM(out, j, n);
+    Py_ssize_t nb = fl->nb;
+    Py_ssize_t *sizes = PyMem_New(Py_ssize_t, (size_t)(nb ? nb : 1));
+    if (sizes == NULL)
+        return PyErr_NoMemory();
+    for (Py_ssize_t j = 0; j < nb; j++)
+        sizes[j] = fl->b[j].n;
+    PyObject *out = PyList_New(nb);
+    for (Py_ssize_t j = 0; out != NULL && j < nb; j++) {
+        PyObject *n = PyLong_FromSsize_t(sizes[j]);
+        if (n == NULL)
+            Py_CLEAR(out);
+        else
+            PyList_SET_ITEM(out, j, n);
     }
+    PyMem_Free(sizes);
     return out;
 }
 
