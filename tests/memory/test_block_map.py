@@ -3,7 +3,7 @@ build's C type, where it is built) against a dict model: every operation the all
 in the dict's order, across the C table's growth and its deletions (backward shifts through
 clusters of aligned addresses), 64-bit edges, keys that are not addresses, and reference
 counts (the C type owns a reference to every block it holds); and the C type survives a
-collection that changes the map inside values() and keys()."""
+collection that changes the map inside values() and keys(), and a chain of a million maps."""
 
 from __future__ import annotations
 
@@ -305,3 +305,22 @@ def test_a_collection_inside_a_call_that_changes_the_map(impl: Any) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count(" ok") == 6, proc.stdout
 
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_a_chain_of_a_million_maps_is_released(impl: Any) -> None:
+    # each map holds the next: the C type's release recursed once per map and overflowed the
+    # stack (the trashcan defers it, as a dict's release does)
+    code = textwrap.dedent(f"""
+        import importlib
+        impl = getattr(importlib.import_module({impl.__module__!r}), {impl.__name__!r})
+        x = None
+        for _ in range(1_000_000):
+            y = impl()
+            y[0] = x
+            x = y
+        del x, y
+        print("released")
+        """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0 and proc.stdout == "released\n", proc.stderr[-2000:]

@@ -2,7 +2,8 @@
 compiled build's C type, where it is built) against a sorted-list model: every method, tiny
 buckets (splits and drops on every few changes), 64-bit edges, bad arguments, iterators that
 see a change, and reference counts (the C type owns a reference to every listed block);
-and the C type survives a collection that changes the list inside its calls."""
+and the C type survives a collection that changes the list inside its calls and a chain of
+a million lists."""
 
 from __future__ import annotations
 
@@ -312,4 +313,25 @@ def test_a_collection_inside_a_call_that_changes_the_list(impl: Any) -> None:
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count(" ok") == 12, proc.stdout
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_a_chain_of_a_million_lists_is_released(impl: Any) -> None:
+    # each list holds the next as a block: its release recursed once per list in C and
+    # overflowed the stack (the trashcan defers it, as a Python list's release does)
+    mod, name = _where(impl)
+    code = textwrap.dedent(f"""
+        import importlib
+        impl = getattr(importlib.import_module({mod!r}), {name!r})
+        x = None
+        for _ in range(1_000_000):
+            y = impl(2)
+            y.add(0, 0, x)
+            x = y
+        del x, y
+        print("released")
+        """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0 and proc.stdout == "released\n", proc.stderr[-2000:]
 

@@ -224,10 +224,14 @@ static int BlockMap_traverse(BlockMapObject *m, visitproc visit, void *arg)
 static void BlockMap_dealloc(BlockMapObject *m)
 {
     PyObject_GC_UnTrack(m);
+    /* (the trashcan defers the release of deeply nested objects, as a dict's dealloc does: a
+     * chain of a million maps, each holding the next, would overflow the C stack) */
+    Py_TRASHCAN_BEGIN(m, BlockMap_dealloc)
     BlockMap_clear(m);
     PyMem_Free(m->slots);
     m->slots = NULL;
     Py_TYPE(m)->tp_free((PyObject *)m);
+    Py_TRASHCAN_END
 }
 
 static Py_ssize_t BlockMap_length(BlockMapObject *m)

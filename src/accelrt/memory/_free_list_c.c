@@ -326,8 +326,12 @@ static int FreeList_traverse(FreeListObject *fl, visitproc visit, void *arg)
 static void FreeList_dealloc(FreeListObject *fl)
 {
     PyObject_GC_UnTrack(fl);
+    /* (the trashcan defers the release of deeply nested objects, as a list's dealloc does: a
+     * chain of a million lists, each holding the next, would overflow the C stack) */
+    Py_TRASHCAN_BEGIN(fl, FreeList_dealloc)
     FreeList_clear(fl);
     Py_TYPE(fl)->tp_free((PyObject *)fl);
+    Py_TRASHCAN_END
 }
 
 static Py_ssize_t FreeList_len(FreeListObject *fl)
