@@ -2,8 +2,8 @@
 compiled build's C type, where it is built) against a sorted-list model: every method, tiny
 buckets (splits and drops on every few changes), 64-bit edges, bad arguments, iterators that
 see a change, and reference counts (the C type owns a reference to every listed block);
-and the C type survives a collection that changes the list inside its calls and a chain of
-a million lists."""
+and the C type survives a collection that changes the list inside its calls, a chain of a
+million lists, and a failed allocation."""
 
 from __future__ import annotations
 
@@ -335,3 +335,42 @@ def test_a_chain_of_a_million_lists_is_released(impl: Any) -> None:
                           timeout=120)
     assert proc.returncode == 0 and proc.stdout == "released\n", proc.stderr[-2000:]
 
+
+def test_a_failed_allocation_keeps_the_list() -> None:
+    # a bucket that grows, or the bucket array that grows on a split, when the allocation
+    # fails: the C type lost the buffer (PyMem_Resize sets it to NULL) and crashed on the next
+    # access; now add raises MemoryError (or leaves a bucket long) and the list is intact
+    c = IMPLS[1].values[0]
+    if c is None:
+        pytest.skip("the C FreeList is part of the compiled build, not built here")
+    pytest.importorskip("_testcapi")
+    code = textwrap.dedent(f"""
+        import _testcapi
+        from {c.__module__} import FreeList
+        outcomes = set()
+        for bucket_max, n in [(100, 4), (4, 4), (4, 16), (4, 6), (2, 32)]:
+            for fail in range(3):
+                fl = FreeList(bucket_max)
+                for i in range(n):
+                    fl.add(i, 0, i)
+                _testcapi.set_nomemory(fail, fail + 1)
+                try:
+                    fl.add(1000, 0, "x")
+                    outcome = "added"
+                except MemoryError:
+                    outcome = "MemoryError"
+                finally:
+                    _testcapi.remove_mem_hooks()
+                keys = [(i, 0) for i in range(n)] + ([(1000, 0)] if outcome == "added" else [])
+                assert fl.keys() == keys and list(fl) == [k[0] if k[0] < n else "x"
+                                                          for k in keys], (bucket_max, n, fail)
+                assert sum(fl.bucket_sizes()) == len(keys)
+                fl.add(2000, 0, "y")
+                assert fl.pop_ge(1500) == "y"
+                outcomes.add(outcome)
+        print(sorted(outcomes))
+        """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout == "['MemoryError', 'added']\n"

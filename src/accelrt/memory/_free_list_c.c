@@ -201,11 +201,13 @@ static int insert(FreeListObject *fl, uint64_t s, uint64_t a, PyObject *blk)
     }
     if (bk->n == bk->cap) {
         Py_ssize_t ncap = bk->cap * 2;
-        if (ncap > fl->bucket_max + 1)
+        if (ncap - 1 > fl->bucket_max)     /* (bucket_max + 1 may overflow) */
             ncap = fl->bucket_max + 1;
         if (ncap <= bk->n)
             ncap = bk->n + 1;
-        Entry *e = PyMem_Resize(bk->e, Entry, ncap);
+        /* (PyMem_Resize would set bk->e to NULL when it fails: the entries would be lost) */
+        Entry *e = (size_t)ncap > PY_SSIZE_T_MAX / sizeof(Entry)
+                   ? NULL : PyMem_Realloc(bk->e, (size_t)ncap * sizeof(Entry));
         if (e == NULL) {
             PyErr_NoMemory();
             return -1;
@@ -226,9 +228,10 @@ static int insert(FreeListObject *fl, uint64_t s, uint64_t a, PyObject *blk)
         /* split bucket j in two halves */
         if (fl->nb == fl->cap) {
             Py_ssize_t ncap = fl->cap * 2;
-            Bucket *nbk = PyMem_Resize(fl->b, Bucket, ncap);
+            Bucket *nbk = (size_t)ncap > PY_SSIZE_T_MAX / sizeof(Bucket)
+                          ? NULL : PyMem_Realloc(fl->b, (size_t)ncap * sizeof(Bucket));
             if (nbk == NULL)
-                return 0;   /* (the bucket stays long: still correct) */
+                return 0;   /* (fl->b is kept: the bucket stays long, still correct) */
             fl->b = nbk;
             fl->cap = ncap;
             bk = &fl->b[j];
