@@ -1,18 +1,22 @@
 """The allocator's FreeList, both implementations (the pure build's Python type and the
 compiled build's C type, where it is built) against a sorted-list model: every method, tiny
 buckets (splits and drops on every few changes), 64-bit edges, bad arguments, iterators that
-see a change, and reference counts (the C type owns a reference to every listed block);
+see a change, and reference counts (the C type owns a reference to every listed block); the
+two agree on every argument (numpy integers, bools, int subclasses, the first bad one named);
 and the C type survives a collection that changes the list inside its calls, a chain of a
 million lists, and a failed allocation."""
 
 from __future__ import annotations
 
 import gc
+import itertools
 import subprocess
 import sys
 import textwrap
 import weakref
 from typing import Any
+
+import numpy as np
 
 import pytest
 from hypothesis import given, settings
@@ -229,6 +233,112 @@ def test_ints_of_every_length_and_int_subclasses_are_read_alike(impl: Any) -> No
     assert len(fl) == 0
     with pytest.raises(OverflowError):
         fl.add(Num(-1), 0, "neg")
+
+
+def _outcome(fl: Any, call: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """What ``fl.call(*args)`` does: its result (iterators listed) or its error, and the list
+    after it (keys, with their types, and buckets)."""
+    try:
+        r = getattr(fl, call)(*args)
+        got: tuple[Any, ...] = ("ok", list(r) if call.startswith("iter") else r)
+    except Exception as exc:
+        got = (type(exc).__name__, exc.args)
+    keys = fl.keys()    # (a FreeList's iteration gives blocks, not keys)
+    return (*got, [(type(a), a, type(b), b) for a, b in keys], fl.bucket_sizes())
+
+
+class Shifty(int):
+    """An int subclass whose operators lie (the C type reads its int value)."""
+
+    def __lshift__(self, other: Any) -> int:
+        return 12345
+
+    __or__ = __ror__ = __lshift__
+
+    def __index__(self) -> int:
+        return 7
+
+
+EDGES = [0, 1, 2**63 - 1, 2**63, END - 1, END, -1, -2**63, 2**200, True, False, Num(5),
+         Num(END), Shifty(3), np.int64(5), np.uint64(END - 1), np.int32(-1), np.bool_(True),
+         np.array(5), 5.0, "5", None]
+
+
+@pytest.mark.skipif(IMPLS[1].values[0] is None, reason="the C FreeList is not built here")
+def test_the_two_types_agree_on_every_argument() -> None:
+    # integer edges, numpy integers (the Python type shifted them as numpy does: 2**64 - 1 as
+    # a uint64 was listed under size 0), bools, int subclasses, and wrong types, in every
+    # argument of every method: same result or same error, same list after; with two bad
+    # arguments, the first is named (the Python type named a wrong type before a value out of
+    # range, and replace's new_size as "size")
+    py, c = PyFreeList, IMPLS[1].values[0]
+
+    def fresh(impl: Any) -> Any:
+        fl = impl(2)
+        for k in [(10, 0x100), (20, 0x200), (30, 0x300), (40, 0)]:
+            fl.add(*k, f"b{k}")
+        return fl
+
+    calls: list[tuple[str, tuple[Any, ...]]] = []
+    for v in EDGES:
+        calls += [("add", (v, 1, "n")), ("add", (1, v, "n")), ("remove", (v, 0x100)),
+                  ("remove", (10, v)), ("pop_ge", (v,)), ("first_ge", (v,)),
+                  ("first_ge", (10, v)), ("iter_ge", (v, 0)), ("iter_lt", (40, v)),
+                  ("replace", (v, 0x100, 11, 0x100, "n")), ("replace", (10, v, 11, 0, "n")),
+                  ("replace", (10, 0x100, v, 0, "n")), ("replace", (10, 0x100, 11, v, "n"))]
+    for v, w in itertools.product([END, -1, "x", None, np.uint64(1)], repeat=2):
+        calls += [("add", (v, w, "n")), ("replace", (10, 0x100, v, w, "n")),
+                  ("replace", (v, w, 1, 1, "n")), ("first_ge", (v, w))]
+    calls += [("add", (20, 0x200, "dup")), ("add", (True, 0x100, "n")),
+              ("replace", (10, 0x100, 30, 0x300, "n")),      # a listed new key
+              ("replace", (True, 0x100, 1, 1, "n"))]         # KeyError((True, 256)) in both
+    for call, args in calls:
+        assert _outcome(fresh(py), call, args) == _outcome(fresh(c), call, args), (call, args)
+    for bucket_max in [1, 2, 2.5, True, 2**70, -2**70, None, np.int64(3), "3"]:
+        got = []
+        for impl in (py, c):
+            try:
+                fl = impl(bucket_max)
+                got.append(("ok", type(fl.bucket_max), fl.bucket_max))
+            except Exception as exc:
+                got.append((type(exc).__name__, str(exc)))
+        assert got[0] == got[1], bucket_max
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_a_numpy_integer_or_a_lying_int_is_read_as_the_c_type_reads_it(impl: Any) -> None:
+    fl = impl(4)
+    fl.add(512, 0x1000, "a")
+    with pytest.raises(TypeError, match="size must be an int, not numpy.uint64"):
+        fl.add(np.uint64(END - 1), 1, "b")        # (was listed as (0, 1) by the Python type)
+    with pytest.raises(TypeError, match="addr must be an int, not numpy.int64"):
+        fl.remove(512, np.int64(0x1000))
+    with pytest.raises(TypeError, match="size must be an int, not numpy.int64"):
+        fl.pop_ge(np.int64(0))                    # (popped the first block)
+    with pytest.raises(OverflowError, match=r"new_size must be in \[0, 2\*\*64\), got -1"):
+        fl.replace(512, 0x1000, -1, 0, "b")
+    with pytest.raises(OverflowError, match="size must be in"):
+        fl.add(END, "x", "b")                     # (the first bad argument is reported)
+    with pytest.raises(KeyError) as err:
+        fl.remove(True, 0x1000)
+    assert err.value.args == ((True, 0x1000),)    # (the caller's objects)
+    fl.add(Shifty(3), Shifty(5), "s")             # (its int value, not its operators)
+    with pytest.raises(ValueError, match="a block of 3 bytes at 0x5 is already listed"):
+        fl.add(3, True + 4, "again")
+    assert fl.keys() == [(3, 5), (512, 0x1000)] and len(fl) == 2
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_a_refused_replace_leaves_the_buckets_and_the_iterators(impl: Any) -> None:
+    # the C type took the entry out and put it back (dropping and remaking its bucket, and
+    # breaking every iterator); the Python type refuses first: both do now
+    fl = impl(2)
+    for i in range(5):
+        fl.add(512 * (i + 1), 0, i)
+    sizes, it = fl.bucket_sizes(), iter(fl)
+    with pytest.raises(ValueError, match="already listed"):
+        fl.replace(512 * 5, 0, 512, 0, "x")
+    assert fl.bucket_sizes() == sizes and list(it) == [0, 1, 2, 3, 4]
 
 
 # Each scenario: a list of 8 blocks (buckets of 4), a change made by a finaliser the

@@ -154,6 +154,17 @@ static PyObject *take_at(FreeListObject *fl, Py_ssize_t j, Py_ssize_t i)
     return blk;
 }
 
+/* ValueError: (s, a) is listed already; -1. (PyErr_Format has no "%llx" before Python 3.12:
+ * it printed the format itself, so the address is written here.) */
+static int listed(uint64_t s, uint64_t a)
+{
+    char addr[24];
+    snprintf(addr, sizeof(addr), "0x%llx", (unsigned long long)a);
+    PyErr_Format(PyExc_ValueError, "FreeList.add: a block of %llu bytes at %s is already listed",
+                 (unsigned long long)s, addr);
+    return -1;
+}
+
 /* Insert (s, a, blk) (a new reference is taken); -1 with an exception set on failure. */
 static int insert(FreeListObject *fl, uint64_t s, uint64_t a, PyObject *blk)
 {
@@ -192,10 +203,7 @@ static int insert(FreeListObject *fl, uint64_t s, uint64_t a, PyObject *blk)
             bk = &fl->b[j];
             i = entry_ge(bk, s, a);
             if (i < bk->n && bk->e[i].size == s && bk->e[i].addr == a) {
-                PyErr_Format(PyExc_ValueError,
-                             "FreeList.add: a block of %llu bytes at 0x%llx is already listed",
-                             (unsigned long long)s, (unsigned long long)a);
-                return -1;
+                return listed(s, a);
             }
         }
     }
@@ -269,12 +277,14 @@ static int locate(FreeListObject *fl, uint64_t s, uint64_t a, Py_ssize_t *jp, Py
     return 1;
 }
 
-static PyObject *missing(uint64_t s, uint64_t a)
+/* KeyError((size, addr)) of the caller's objects, as the Python type raises it (the key in
+ * a 1-tuple: PyErr_SetObject takes a tuple for the arguments, and args[0] would be size) */
+static PyObject *missing(PyObject *size, PyObject *addr)
 {
-    PyObject *key = Py_BuildValue("(KK)", (unsigned long long)s, (unsigned long long)a);
-    if (key != NULL) {
-        PyErr_SetObject(PyExc_KeyError, key);
-        Py_DECREF(key);
+    PyObject *args = Py_BuildValue("((OO))", size, addr);
+    if (args != NULL) {
+        PyErr_SetObject(PyExc_KeyError, args);
+        Py_DECREF(args);
     }
     return NULL;
 }
@@ -368,7 +378,7 @@ static PyObject *FreeList_remove(FreeListObject *fl, PyObject *const *args, Py_s
     if (parse_u64(args[0], &s, "size") < 0 || parse_u64(args[1], &a, "addr") < 0)
         return NULL;
     if (!locate(fl, s, a, &j, &i))
-        return missing(s, a);
+        return missing(args[0], args[1]);
     return take_at(fl, j, i);
 }
 
@@ -386,7 +396,7 @@ static PyObject *FreeList_replace(FreeListObject *fl, PyObject *const *args, Py_
         || parse_u64(args[2], &ns, "new_size") < 0 || parse_u64(args[3], &na, "new_addr") < 0)
         return NULL;
     if (!locate(fl, s, a, &j, &i))
-        return missing(s, a);
+        return missing(args[0], args[1]);
     Bucket *bk = &fl->b[j];
     PyObject *blk = args[4];
     /* in place when the new key keeps the entry's place (between its neighbours in the
@@ -408,10 +418,17 @@ static PyObject *FreeList_replace(FreeListObject *fl, PyObject *const *args, Py_
         Py_DECREF(old);
         Py_RETURN_NONE;
     }
+    /* a new key that is listed already: refused with the list unchanged (as the Python type
+     * does), not taken out and put back (which would move entries between buckets) */
+    Py_ssize_t j2, i2;
+    if (locate(fl, ns, na, &j2, &i2)) {
+        listed(ns, na);
+        return NULL;
+    }
     uint64_t was_s = s, was_a = a;
     PyObject *old = take_at(fl, j, i);
     if (insert(fl, ns, na, blk) < 0) {
-        /* put the old entry back (its place is free again) */
+        /* (no memory) put the old entry back (its place is free again) */
         PyObject *exc_type, *exc_value, *exc_tb;
         PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
         if (insert(fl, was_s, was_a, old) < 0)
