@@ -2,13 +2,16 @@
 build's C type, where it is built) against a dict model: every operation the allocator uses,
 in the dict's order, across the C table's growth and its deletions (backward shifts through
 clusters of aligned addresses), 64-bit edges, keys that are not addresses, and reference
-counts (the C type owns a reference to every block it holds)."""
+counts (the C type owns a reference to every block it holds); and the C type survives a
+collection that changes the map inside values() and keys(), and a chain of a million maps."""
 
 from __future__ import annotations
 
 import gc
 import random
+import subprocess
 import sys
+import textwrap
 import weakref
 from typing import Any
 
@@ -20,6 +23,7 @@ from accelrt import memory
 from accelrt.memory import _allocator, _block_map
 from accelrt.memory._block_map import PyBlockMap
 from tests.helpers.builds import both_builds_params
+from tests.helpers.collect_inside import PRELUDE
 
 IMPLS = both_builds_params(PyBlockMap, "accelrt.memory._block_map_c", "BlockMap")
 C_ONLY = [p for p in IMPLS if p.id == "c"]
@@ -244,3 +248,79 @@ def test_the_allocator_holds_its_blocks_in_the_loaded_map() -> None:
     a.empty_cache()
     assert len(a._blocks) == 0
 
+
+
+# values(), keys() and iteration while a finaliser the collector runs inside the call adds or
+# deletes blocks: the result is the map's before or after the change. The C type sized its
+# list before making it (the collection) and filled it after: past its end (a crash), or with
+# empty items, or from slots emptied or moved by the change.
+SCENARIOS = """
+import sys, importlib
+mod, name = sys.argv[1:3]
+impl = getattr(importlib.import_module(mod), name)
+
+
+class Blk:
+    def __init__(self, i):
+        self.i = i
+
+    def __repr__(self):
+        return f"Blk({self.i})"
+
+
+def add(m):
+    for i in range(100):
+        m[0x100000 + i * 512] = Blk(100 + i)
+
+
+def delete(m):
+    for a in list(m.keys())[:7]:
+        del m[a]
+
+
+for call in ["values", "keys", "iter"]:
+    for change in [add, delete]:
+        m = impl()
+        for i in range(8):
+            m[0x1000 * (i + 1)] = Blk(i)
+        listing = {"values": lambda: [b.i for b in m.values()],
+                   "keys": lambda: list(m.keys()), "iter": lambda: list(m)}[call]
+        before = listing()
+        n = len(ran)
+        try:
+            got = during(lambda: change(m), listing)
+        except RuntimeError:          # (a dict that changed size while iterated)
+            got = "RuntimeError"
+        assert len(ran) == n + 1, (call, change.__name__)
+        assert got in (before, listing(), "RuntimeError"), (call, change.__name__, got)
+        print(call, change.__name__, "ok")
+"""
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_a_collection_inside_a_call_that_changes_the_map(impl: Any) -> None:
+    proc = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(SCENARIOS),
+                           impl.__module__, impl.__name__],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count(" ok") == 6, proc.stdout
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_a_chain_of_a_million_maps_is_released(impl: Any) -> None:
+    # each map holds the next: the C type's release recursed once per map and overflowed the
+    # stack (the trashcan defers it, as a dict's release does)
+    code = textwrap.dedent(f"""
+        import importlib
+        impl = getattr(importlib.import_module({impl.__module__!r}), {impl.__name__!r})
+        x = None
+        for _ in range(1_000_000):
+            y = impl()
+            y[0] = x
+            x = y
+        del x, y
+        print("released")
+        """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0 and proc.stdout == "released\n", proc.stderr[-2000:]

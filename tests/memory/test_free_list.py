@@ -1,14 +1,22 @@
 """The allocator's FreeList, both implementations (the pure build's Python type and the
 compiled build's C type, where it is built) against a sorted-list model: every method, tiny
 buckets (splits and drops on every few changes), 64-bit edges, bad arguments, iterators that
-see a change, and reference counts (the C type owns a reference to every listed block)."""
+see a change, and reference counts (the C type owns a reference to every listed block); the
+two agree on every argument (numpy integers, bools, int subclasses, the first bad one named);
+and the C type survives a collection that changes the list inside its calls, a chain of a
+million lists, and a failed allocation."""
 
 from __future__ import annotations
 
 import gc
+import itertools
+import subprocess
 import sys
+import textwrap
 import weakref
 from typing import Any
+
+import numpy as np
 
 import pytest
 from hypothesis import given, settings
@@ -18,6 +26,7 @@ from accelrt import memory
 from accelrt.memory import _block
 from accelrt.memory._free_list import PyFreeList
 from tests.helpers.builds import both_builds_params
+from tests.helpers.collect_inside import PRELUDE
 
 
 IMPLS = both_builds_params(PyFreeList, "accelrt.memory._free_list_c", "FreeList")
@@ -224,3 +233,254 @@ def test_ints_of_every_length_and_int_subclasses_are_read_alike(impl: Any) -> No
     assert len(fl) == 0
     with pytest.raises(OverflowError):
         fl.add(Num(-1), 0, "neg")
+
+
+def _outcome(fl: Any, call: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """What ``fl.call(*args)`` does: its result (iterators listed) or its error, and the list
+    after it (keys, with their types, and buckets)."""
+    try:
+        r = getattr(fl, call)(*args)
+        got: tuple[Any, ...] = ("ok", list(r) if call.startswith("iter") else r)
+    except Exception as exc:
+        got = (type(exc).__name__, exc.args)
+    keys = fl.keys()    # (a FreeList's iteration gives blocks, not keys)
+    return (*got, [(type(a), a, type(b), b) for a, b in keys], fl.bucket_sizes())
+
+
+class Shifty(int):
+    """An int subclass whose operators lie (the C type reads its int value)."""
+
+    def __lshift__(self, other: Any) -> int:
+        return 12345
+
+    __or__ = __ror__ = __lshift__
+
+    def __index__(self) -> int:
+        return 7
+
+
+EDGES = [0, 1, 2**63 - 1, 2**63, END - 1, END, -1, -2**63, 2**200, True, False, Num(5),
+         Num(END), Shifty(3), np.int64(5), np.uint64(END - 1), np.int32(-1), np.bool_(True),
+         np.array(5), 5.0, "5", None]
+
+
+@pytest.mark.skipif(IMPLS[1].values[0] is None, reason="the C FreeList is not built here")
+def test_the_two_types_agree_on_every_argument() -> None:
+    # integer edges, numpy integers (the Python type shifted them as numpy does: 2**64 - 1 as
+    # a uint64 was listed under size 0), bools, int subclasses, and wrong types, in every
+    # argument of every method: same result or same error, same list after; with two bad
+    # arguments, the first is named (the Python type named a wrong type before a value out of
+    # range, and replace's new_size as "size")
+    py, c = PyFreeList, IMPLS[1].values[0]
+
+    def fresh(impl: Any) -> Any:
+        fl = impl(2)
+        for k in [(10, 0x100), (20, 0x200), (30, 0x300), (40, 0)]:
+            fl.add(*k, f"b{k}")
+        return fl
+
+    calls: list[tuple[str, tuple[Any, ...]]] = []
+    for v in EDGES:
+        calls += [("add", (v, 1, "n")), ("add", (1, v, "n")), ("remove", (v, 0x100)),
+                  ("remove", (10, v)), ("pop_ge", (v,)), ("first_ge", (v,)),
+                  ("first_ge", (10, v)), ("iter_ge", (v, 0)), ("iter_lt", (40, v)),
+                  ("replace", (v, 0x100, 11, 0x100, "n")), ("replace", (10, v, 11, 0, "n")),
+                  ("replace", (10, 0x100, v, 0, "n")), ("replace", (10, 0x100, 11, v, "n"))]
+    for v, w in itertools.product([END, -1, "x", None, np.uint64(1)], repeat=2):
+        calls += [("add", (v, w, "n")), ("replace", (10, 0x100, v, w, "n")),
+                  ("replace", (v, w, 1, 1, "n")), ("first_ge", (v, w))]
+    calls += [("add", (20, 0x200, "dup")), ("add", (True, 0x100, "n")),
+              ("replace", (10, 0x100, 30, 0x300, "n")),      # a listed new key
+              ("replace", (True, 0x100, 1, 1, "n"))]         # KeyError((True, 256)) in both
+    for call, args in calls:
+        assert _outcome(fresh(py), call, args) == _outcome(fresh(c), call, args), (call, args)
+    for bucket_max in [1, 2, 2.5, True, 2**70, -2**70, None, np.int64(3), "3"]:
+        got = []
+        for impl in (py, c):
+            try:
+                fl = impl(bucket_max)
+                got.append(("ok", type(fl.bucket_max), fl.bucket_max))
+            except Exception as exc:
+                got.append((type(exc).__name__, str(exc)))
+        assert got[0] == got[1], bucket_max
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_a_numpy_integer_or_a_lying_int_is_read_as_the_c_type_reads_it(impl: Any) -> None:
+    fl = impl(4)
+    fl.add(512, 0x1000, "a")
+    with pytest.raises(TypeError, match="size must be an int, not numpy.uint64"):
+        fl.add(np.uint64(END - 1), 1, "b")        # (was listed as (0, 1) by the Python type)
+    with pytest.raises(TypeError, match="addr must be an int, not numpy.int64"):
+        fl.remove(512, np.int64(0x1000))
+    with pytest.raises(TypeError, match="size must be an int, not numpy.int64"):
+        fl.pop_ge(np.int64(0))                    # (popped the first block)
+    with pytest.raises(OverflowError, match=r"new_size must be in \[0, 2\*\*64\), got -1"):
+        fl.replace(512, 0x1000, -1, 0, "b")
+    with pytest.raises(OverflowError, match="size must be in"):
+        fl.add(END, "x", "b")                     # (the first bad argument is reported)
+    with pytest.raises(KeyError) as err:
+        fl.remove(True, 0x1000)
+    assert err.value.args == ((True, 0x1000),)    # (the caller's objects)
+    fl.add(Shifty(3), Shifty(5), "s")             # (its int value, not its operators)
+    with pytest.raises(ValueError, match="a block of 3 bytes at 0x5 is already listed"):
+        fl.add(3, True + 4, "again")
+    assert fl.keys() == [(3, 5), (512, 0x1000)] and len(fl) == 2
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_a_refused_replace_leaves_the_buckets_and_the_iterators(impl: Any) -> None:
+    # the C type took the entry out and put it back (dropping and remaking its bucket, and
+    # breaking every iterator); the Python type refuses first: both do now
+    fl = impl(2)
+    for i in range(5):
+        fl.add(512 * (i + 1), 0, i)
+    sizes, it = fl.bucket_sizes(), iter(fl)
+    with pytest.raises(ValueError, match="already listed"):
+        fl.replace(512 * 5, 0, 512, 0, "x")
+    assert fl.bucket_sizes() == sizes and list(it) == [0, 1, 2, 3, 4]
+
+
+# Each scenario: a list of 8 blocks (buckets of 4), a change made by a finaliser the
+# collector runs inside the call, and the call; the result must be the list's before or after
+# the change (or, for an iterator, RuntimeError), never freed or missing entries. The C type
+# filled keys() and bucket_sizes() past their end or left them empty (a crash or a list of
+# NULLs), and gave iterators a position in the list before the change.
+SCENARIOS = """
+import sys, importlib
+mod, name = sys.argv[1:3]
+impl = getattr(importlib.import_module(mod), name)
+
+
+class Blk:
+    def __init__(self, i):
+        self.i = i
+
+    def __repr__(self):
+        return f"Blk({self.i})"
+
+
+def grow(fl):
+    for i in range(50):
+        fl.add(5000 + i, i, Blk(100 + i))
+
+
+def shrink(fl):
+    while len(fl) > 1:
+        fl.pop_ge(0)
+
+
+def drop_top(fl):      # (the last blocks: an iterator from the end would read them freed)
+    fl.remove(107, 0x7000)
+    fl.remove(106, 0x6000)
+
+
+def listing(fl, call):
+    if call == "keys":
+        return fl.keys()
+    if call == "bucket_sizes":
+        return fl.bucket_sizes()
+    if call == "iter_lt":
+        return [b.i for b in fl.iter_lt(200)]
+    return [b.i for b in fl.iter_ge(101, 0x1000)]
+
+
+for call in ["keys", "bucket_sizes", "iter_lt", "iter_ge"]:
+    for change in [grow, shrink, drop_top]:
+        fl = impl(4)
+        for i in range(8):
+            fl.add(100 + i, 0x1000 * i, Blk(i))
+        before = listing(fl, call)
+        n = len(ran)
+        if call.startswith("iter"):
+            def run():
+                try:
+                    return [b.i for b in listing_it(fl, call)]
+                except RuntimeError:
+                    return "RuntimeError"
+            listing_it = lambda fl, call: (fl.iter_lt(200) if call == "iter_lt"
+                                           else fl.iter_ge(101, 0x1000))
+            got = during(lambda: change(fl), run)
+        else:
+            got = during(lambda: change(fl), lambda: listing(fl, call))
+        after = listing(fl, call)
+        assert len(ran) == n + 1, (call, change.__name__)
+        assert got in (before, after, "RuntimeError"), (call, change.__name__, got)
+        print(call, change.__name__, "ok")
+"""
+
+
+def _where(impl: Any) -> tuple[str, str]:
+    """The module and name a subprocess imports ``impl`` from (the Python type's module
+    names the loaded type ``FreeList``: the C one in the compiled build)."""
+    return impl.__module__, "PyFreeList" if impl is PyFreeList else impl.__name__
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_a_collection_inside_a_call_that_changes_the_list(impl: Any) -> None:
+    proc = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(SCENARIOS),
+                           *_where(impl)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count(" ok") == 12, proc.stdout
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_a_chain_of_a_million_lists_is_released(impl: Any) -> None:
+    # each list holds the next as a block: its release recursed once per list in C and
+    # overflowed the stack (the trashcan defers it, as a Python list's release does)
+    mod, name = _where(impl)
+    code = textwrap.dedent(f"""
+        import importlib
+        impl = getattr(importlib.import_module({mod!r}), {name!r})
+        x = None
+        for _ in range(1_000_000):
+            y = impl(2)
+            y.add(0, 0, x)
+            x = y
+        del x, y
+        print("released")
+        """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0 and proc.stdout == "released\n", proc.stderr[-2000:]
+
+
+def test_a_failed_allocation_keeps_the_list() -> None:
+    # a bucket that grows, or the bucket array that grows on a split, when the allocation
+    # fails: the C type lost the buffer (PyMem_Resize sets it to NULL) and crashed on the next
+    # access; now add raises MemoryError (or leaves a bucket long) and the list is intact
+    c = IMPLS[1].values[0]
+    if c is None:
+        pytest.skip("the C FreeList is part of the compiled build, not built here")
+    pytest.importorskip("_testcapi")
+    code = textwrap.dedent(f"""
+        import _testcapi
+        from {c.__module__} import FreeList
+        outcomes = set()
+        for bucket_max, n in [(100, 4), (4, 4), (4, 16), (4, 6), (2, 32)]:
+            for fail in range(3):
+                fl = FreeList(bucket_max)
+                for i in range(n):
+                    fl.add(i, 0, i)
+                _testcapi.set_nomemory(fail, fail + 1)
+                try:
+                    fl.add(1000, 0, "x")
+                    outcome = "added"
+                except MemoryError:
+                    outcome = "MemoryError"
+                finally:
+                    _testcapi.remove_mem_hooks()
+                keys = [(i, 0) for i in range(n)] + ([(1000, 0)] if outcome == "added" else [])
+                assert fl.keys() == keys and list(fl) == [k[0] if k[0] < n else "x"
+                                                          for k in keys], (bucket_max, n, fail)
+                assert sum(fl.bucket_sizes()) == len(keys)
+                fl.add(2000, 0, "y")
+                assert fl.pop_ge(1500) == "y"
+                outcomes.add(outcome)
+        print(sorted(outcomes))
+        """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout == "['MemoryError', 'added']\n"

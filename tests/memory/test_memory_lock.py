@@ -125,6 +125,19 @@ def test_non_blocking_forms_and_release_checks(impl: Any) -> None:
     assert ref() is lock
 
 
+@pytest.mark.parametrize("impl", IMPLS)
+def test_the_end_of_a_with_block_refuses_a_lock_released_inside_it(impl: Any) -> None:
+    # the Python type's __exit__ put a second token in the queue: two threads could then hold
+    # the lock at once (the C type's refused, as release() does)
+    lock = impl()
+    with pytest.raises(RuntimeError, match="not held"):
+        with lock:
+            lock.release()
+    assert not lock.locked()
+    assert lock.try_acquire() and not lock.try_acquire()    # one token, not two
+    lock.release()
+
+
 def test_the_c_put_refuses_a_lock_nobody_holds() -> None:
     c = IMPLS[1].values[0]
     if c is None:

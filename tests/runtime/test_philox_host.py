@@ -159,6 +159,10 @@ def test_threads_drawing_at_once_get_their_own_numbers() -> None:
 @pytest.mark.parametrize(("call", "error", "match"), [
     (lambda: KERNEL.uniform_at(1.5, 1, 4, 0, 0), TypeError, "address must be an int"),
     (lambda: KERNEL.uniform_at(0, 1, 4, 0, 0), ValueError, "must not be 0"),
+    # a negative address was read as 2**64 - n (written to with a count above 0)
+    (lambda: KERNEL.uniform_at(-8, 0, 4, 0, 0), ValueError, "must not be negative, got -8"),
+    (lambda: KERNEL.words_at(-2**64, 0, 0, 0), ValueError, "must not be negative"),
+    (lambda: KERNEL.words_at(1 << 64, 0, 0, 0), OverflowError, "too large"),
     (lambda: KERNEL.uniform_at(8, 1, 2, 0, 0), ValueError, "itemsize must be 4"),
     (lambda: KERNEL.uniform_at(8, -1, 4, 0, 0), ValueError, r"count must be in \[0, 2\*\*64\)"),
     (lambda: KERNEL.uniform_at(8, 1 << 62, 4, 0, 0), ValueError, "count must be at most"),

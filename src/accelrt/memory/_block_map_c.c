@@ -224,10 +224,14 @@ static int BlockMap_traverse(BlockMapObject *m, visitproc visit, void *arg)
 static void BlockMap_dealloc(BlockMapObject *m)
 {
     PyObject_GC_UnTrack(m);
+    /* (the trashcan defers the release of deeply nested objects, as a dict's dealloc does: a
+     * chain of a million maps, each holding the next, would overflow the C stack) */
+    Py_TRASHCAN_BEGIN(m, BlockMap_dealloc)
     BlockMap_clear(m);
     PyMem_Free(m->slots);
     m->slots = NULL;
     Py_TYPE(m)->tp_free((PyObject *)m);
+    Py_TRASHCAN_END
 }
 
 static Py_ssize_t BlockMap_length(BlockMapObject *m)
@@ -335,33 +339,49 @@ static Ordered *ordered(BlockMapObject *m)
     return o;
 }
 
+/* values() and keys() take what they return out of the table (new references to the
+ * values, copies of the keys) before they make the list: PyList_New may run the garbage
+ * collector, whose finalisers may change the map (a list made from its length before would
+ * be filled past its end, or left with empty items, from slots that moved or emptied). */
 static PyObject *BlockMap_values(BlockMapObject *m, PyObject *Py_UNUSED(ignored))
 {
+    Py_ssize_t n = m->used;
     Ordered *o = ordered(m);
     if (o == NULL)
         return NULL;
-    PyObject *out = PyList_New(m->used);
-    if (out != NULL) {
-        for (Py_ssize_t i = 0; i < m->used; i++) {
-            PyObject *v = m->slots[o[i].slot].val;
-            Py_INCREF(v);
-            PyList_SET_ITEM(out, i, v);
-        }
+    PyObject **vals = PyMem_New(PyObject *, (size_t)(n ? n : 1));
+    if (vals == NULL) {
+        PyMem_Free(o);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        vals[i] = m->slots[o[i].slot].val;
+        Py_INCREF(vals[i]);
     }
     PyMem_Free(o);
+    PyObject *out = PyList_New(n);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (out != NULL)
+            PyList_SET_ITEM(out, i, vals[i]);
+        else
+            Py_DECREF(vals[i]);
+    }
+    PyMem_Free(vals);
     return out;
 }
 
 static PyObject *BlockMap_keys(BlockMapObject *m, PyObject *Py_UNUSED(ignored))
 {
+    Py_ssize_t n = m->used;
     Ordered *o = ordered(m);
     if (o == NULL)
         return NULL;
-    /* (boxing an int runs no Python code, and ints are not tracked by the collector: the
-     * table cannot change while the list is filled) */
-    PyObject *out = PyList_New(m->used);
-    for (Py_ssize_t i = 0; out != NULL && i < m->used; i++) {
-        PyObject *k = PyLong_FromUnsignedLongLong(m->slots[o[i].slot].key);
+    for (Py_ssize_t i = 0; i < n; i++)
+        o[i].seq = m->slots[o[i].slot].key;   /* (in order now: seq's place takes the key) */
+    /* (boxing an int runs no Python code, and ints are not tracked by the collector) */
+    PyObject *out = PyList_New(n);
+    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
+        PyObject *k = PyLong_FromUnsignedLongLong(o[i].seq);
         if (k == NULL)
             Py_CLEAR(out);
         else

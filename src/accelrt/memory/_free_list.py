@@ -28,6 +28,8 @@ Example::
 
 from __future__ import annotations
 
+import operator
+import sys
 from bisect import bisect_left
 from collections.abc import Iterator
 from typing import Generic, TypeVar
@@ -46,21 +48,33 @@ _KEY_END = 1 << 128
 B = TypeVar("B")
 
 
-def _key(size: int, addr: int, what: str = "addr") -> int:
-    """``size << 64 | addr``, both checked to be 64-bit unsigned (as the C type checks).
+def _key(size: int, addr: int, names: tuple[str, str] = ("size", "addr")) -> int:
+    """``size << 64 | addr``, each checked in turn to be an int in ``[0, 2**64)``, as the C
+    type reads its arguments: the first bad one is the one reported, and an int subclass
+    counts by its int value (its own operators are not called; a numpy integer is no int).
 
     The allocator's calls (``add``, ``remove``, ``replace``, ``pop_ge``, ``first_ge``) build
-    their keys inline and come here only for an argument that fails the inline range check,
-    to raise: a call of this function each cost the pure build's default replays 1.07x (same
-    run); ``tests/memory/test_free_list.py`` sends bad arguments through every one of them."""
-    if type(size) is not int or type(addr) is not int:
-        for name, v in (("size", size), (what, addr)):
+    their keys inline from exact ints and come here only for another type or an argument that
+    fails the inline range check: a call of this function each cost the pure build's default
+    replays 1.07x (same run); ``tests/memory/test_free_list.py`` sends bad arguments through
+    every one of them."""
+    vals = []
+    for name, v in zip(names, (size, addr)):
+        n = v
+        if type(v) is not int:
             if not isinstance(v, int):
                 raise TypeError(f"FreeList: {name} must be an int, not {type_shown(v)}")
-    if not (0 <= size < _END and 0 <= addr < _END):
-        bad, name = (size, "size") if not 0 <= size < _END else (addr, what)
-        raise OverflowError(f"FreeList: {name} must be in [0, 2**64), got {bad!r}")
-    return (size << _SHIFT) | addr
+            n = int.__index__(v)   # (the int value, whatever the subclass's operators do)
+        if not 0 <= n < _END:
+            raise OverflowError(f"FreeList: {name} must be in [0, 2**64), got {v!r}")
+        vals.append(n)
+    return (vals[0] << _SHIFT) | vals[1]
+
+
+def _listed(key: int) -> ValueError:
+    """The error of an ``add`` (or ``replace``) of a key that is listed already."""
+    return ValueError(f"FreeList.add: a block of {key >> _SHIFT} bytes at "
+                      f"{key & (_END - 1):#x} is already listed")
 
 
 class FreeList(Generic[B]):
@@ -72,11 +86,16 @@ class FreeList(Generic[B]):
 
     Raises:
         ValueError: ``bucket_max`` below 2.
+        TypeError: ``bucket_max`` is not an integer (as the C type's ``n`` argument).
+        OverflowError: ``bucket_max`` does not fit a ``Py_ssize_t``.
     """
 
     __slots__ = ("blocks", "bucket_max", "lists", "maxes", "version")
 
     def __init__(self, bucket_max: int = DEFAULT_BUCKET_MAX) -> None:
+        bucket_max = operator.index(bucket_max)
+        if not -sys.maxsize - 1 <= bucket_max <= sys.maxsize:
+            raise OverflowError("Python int too large to convert to C ssize_t")
         if bucket_max < 2:
             raise ValueError(f"FreeList: bucket_max must be at least 2, got {bucket_max}")
         self.lists: list[list[int]] = []     # sorted buckets of keys, none empty
@@ -114,12 +133,12 @@ class FreeList(Generic[B]):
         Raises:
             ValueError: the key is listed already (the list is unchanged).
         """
-        try:
+        if type(size) is not int or type(addr) is not int:
+            key = _key(size, addr)   # (raises the C type's error, or reads an int subclass)
+        else:
             key = (size << _SHIFT) | addr
-        except TypeError:
-            key = _key(size, addr)   # (raises the C type's error)
-        if not 0 <= key < _KEY_END or addr >= _END:
-            key = _key(size, addr)   # (likewise)
+            if not 0 <= key < _KEY_END or addr >= _END:
+                key = _key(size, addr)   # (raises the C type's error)
         maxes = self.maxes
         j = bisect_left(maxes, key)
         if j == len(maxes):
@@ -138,8 +157,7 @@ class FreeList(Generic[B]):
             sub = self.lists[j]
             i = bisect_left(sub, key)
             if sub[i] == key:
-                raise ValueError(f"FreeList.add: a block of {size} bytes at {addr:#x} is "
-                                 f"already listed")
+                raise _listed(key)
             sub.insert(i, key)
             self.blocks[j].insert(i, block)
         self.version += 1
@@ -183,12 +201,12 @@ class FreeList(Generic[B]):
         Raises:
             KeyError: ``(size, addr)`` is not listed.
         """
-        try:
+        if type(size) is not int or type(addr) is not int:
+            key = _key(size, addr)
+        else:
             key = (size << _SHIFT) | addr
-        except TypeError:
-            key = _key(size, addr)
-        if not 0 <= key < _KEY_END or addr >= _END:
-            key = _key(size, addr)
+            if not 0 <= key < _KEY_END or addr >= _END:
+                key = _key(size, addr)
         j, i = self._find(key)
         if j < 0:
             raise KeyError((size, addr))
@@ -202,16 +220,17 @@ class FreeList(Generic[B]):
             KeyError: ``(size, addr)`` is not listed.
             ValueError: the new key is listed already (the list is unchanged).
         """
-        try:
+        if (type(size) is not int or type(addr) is not int or type(new_size) is not int
+                or type(new_addr) is not int):
+            key = _key(size, addr)
+            new = _key(new_size, new_addr, ("new_size", "new_addr"))
+        else:
             key = (size << _SHIFT) | addr
             new = (new_size << _SHIFT) | new_addr
-        except TypeError:
-            key = _key(size, addr)
-            new = _key(new_size, new_addr, "new_addr")
-        if (not 0 <= key < _KEY_END or addr >= _END or not 0 <= new < _KEY_END
-                or new_addr >= _END):
-            key = _key(size, addr)
-            new = _key(new_size, new_addr, "new_addr")
+            if (not 0 <= key < _KEY_END or addr >= _END or not 0 <= new < _KEY_END
+                    or new_addr >= _END):
+                key = _key(size, addr)
+                new = _key(new_size, new_addr, ("new_size", "new_addr"))
         maxes = self.maxes
         lists = self.lists
         j = bisect_left(maxes, key)
@@ -233,20 +252,19 @@ class FreeList(Generic[B]):
             self.version += 1
             return
         if self._find(new)[0] >= 0:
-            raise ValueError(f"FreeList.add: a block of {new_size} bytes at {new_addr:#x} is "
-                             f"already listed")
+            raise _listed(new)
         self._take(j, i)
-        self.add(new_size, new_addr, block)
+        self.add(new >> _SHIFT, new & (_END - 1), block)
 
     def pop_ge(self, size: int) -> B | None:
         """Take out the first entry at or above ``(size, 0)`` (the best fit of ``size``
         bytes) and return its block; ``None`` if there is none."""
-        try:
+        if type(size) is not int:
+            start = _key(size, 0)
+        else:
             start = size << _SHIFT
-        except TypeError:
-            start = _key(size, 0)
-        if not 0 <= start < _KEY_END:
-            start = _key(size, 0)
+            if not 0 <= start < _KEY_END:
+                start = _key(size, 0)
         maxes = self.maxes
         j = bisect_left(maxes, start)
         if j == len(maxes):
@@ -268,12 +286,12 @@ class FreeList(Generic[B]):
     def first_ge(self, size: int, addr: int = 0) -> B | None:
         """The block of the first entry at or above ``(size, addr)``, kept; ``None`` if
         none."""
-        try:
+        if type(size) is not int or type(addr) is not int:
+            start = _key(size, addr)
+        else:
             start = (size << _SHIFT) | addr
-        except TypeError:
-            start = _key(size, addr)
-        if not 0 <= start < _KEY_END or addr >= _END:
-            start = _key(size, addr)
+            if not 0 <= start < _KEY_END or addr >= _END:
+                start = _key(size, addr)
         maxes = self.maxes
         j = bisect_left(maxes, start)
         if j == len(maxes):

@@ -154,6 +154,17 @@ static PyObject *take_at(FreeListObject *fl, Py_ssize_t j, Py_ssize_t i)
     return blk;
 }
 
+/* ValueError: (s, a) is listed already; -1. (PyErr_Format has no "%llx" before Python 3.12:
+ * it printed the format itself, so the address is written here.) */
+static int listed(uint64_t s, uint64_t a)
+{
+    char addr[24];
+    snprintf(addr, sizeof(addr), "0x%llx", (unsigned long long)a);
+    PyErr_Format(PyExc_ValueError, "FreeList.add: a block of %llu bytes at %s is already listed",
+                 (unsigned long long)s, addr);
+    return -1;
+}
+
 /* Insert (s, a, blk) (a new reference is taken); -1 with an exception set on failure. */
 static int insert(FreeListObject *fl, uint64_t s, uint64_t a, PyObject *blk)
 {
@@ -192,20 +203,19 @@ static int insert(FreeListObject *fl, uint64_t s, uint64_t a, PyObject *blk)
             bk = &fl->b[j];
             i = entry_ge(bk, s, a);
             if (i < bk->n && bk->e[i].size == s && bk->e[i].addr == a) {
-                PyErr_Format(PyExc_ValueError,
-                             "FreeList.add: a block of %llu bytes at 0x%llx is already listed",
-                             (unsigned long long)s, (unsigned long long)a);
-                return -1;
+                return listed(s, a);
             }
         }
     }
     if (bk->n == bk->cap) {
         Py_ssize_t ncap = bk->cap * 2;
-        if (ncap > fl->bucket_max + 1)
+        if (ncap - 1 > fl->bucket_max)     /* (bucket_max + 1 may overflow) */
             ncap = fl->bucket_max + 1;
         if (ncap <= bk->n)
             ncap = bk->n + 1;
-        Entry *e = PyMem_Resize(bk->e, Entry, ncap);
+        /* (PyMem_Resize would set bk->e to NULL when it fails: the entries would be lost) */
+        Entry *e = (size_t)ncap > PY_SSIZE_T_MAX / sizeof(Entry)
+                   ? NULL : PyMem_Realloc(bk->e, (size_t)ncap * sizeof(Entry));
         if (e == NULL) {
             PyErr_NoMemory();
             return -1;
@@ -226,9 +236,10 @@ static int insert(FreeListObject *fl, uint64_t s, uint64_t a, PyObject *blk)
         /* split bucket j in two halves */
         if (fl->nb == fl->cap) {
             Py_ssize_t ncap = fl->cap * 2;
-            Bucket *nbk = PyMem_Resize(fl->b, Bucket, ncap);
+            Bucket *nbk = (size_t)ncap > PY_SSIZE_T_MAX / sizeof(Bucket)
+                          ? NULL : PyMem_Realloc(fl->b, (size_t)ncap * sizeof(Bucket));
             if (nbk == NULL)
-                return 0;   /* (the bucket stays long: still correct) */
+                return 0;   /* (fl->b is kept: the bucket stays long, still correct) */
             fl->b = nbk;
             fl->cap = ncap;
             bk = &fl->b[j];
@@ -266,12 +277,14 @@ static int locate(FreeListObject *fl, uint64_t s, uint64_t a, Py_ssize_t *jp, Py
     return 1;
 }
 
-static PyObject *missing(uint64_t s, uint64_t a)
+/* KeyError((size, addr)) of the caller's objects, as the Python type raises it (the key in
+ * a 1-tuple: PyErr_SetObject takes a tuple for the arguments, and args[0] would be size) */
+static PyObject *missing(PyObject *size, PyObject *addr)
 {
-    PyObject *key = Py_BuildValue("(KK)", (unsigned long long)s, (unsigned long long)a);
-    if (key != NULL) {
-        PyErr_SetObject(PyExc_KeyError, key);
-        Py_DECREF(key);
+    PyObject *args = Py_BuildValue("((OO))", size, addr);
+    if (args != NULL) {
+        PyErr_SetObject(PyExc_KeyError, args);
+        Py_DECREF(args);
     }
     return NULL;
 }
@@ -326,8 +339,12 @@ static int FreeList_traverse(FreeListObject *fl, visitproc visit, void *arg)
 static void FreeList_dealloc(FreeListObject *fl)
 {
     PyObject_GC_UnTrack(fl);
+    /* (the trashcan defers the release of deeply nested objects, as a list's dealloc does: a
+     * chain of a million lists, each holding the next, would overflow the C stack) */
+    Py_TRASHCAN_BEGIN(fl, FreeList_dealloc)
     FreeList_clear(fl);
     Py_TYPE(fl)->tp_free((PyObject *)fl);
+    Py_TRASHCAN_END
 }
 
 static Py_ssize_t FreeList_len(FreeListObject *fl)
@@ -361,7 +378,7 @@ static PyObject *FreeList_remove(FreeListObject *fl, PyObject *const *args, Py_s
     if (parse_u64(args[0], &s, "size") < 0 || parse_u64(args[1], &a, "addr") < 0)
         return NULL;
     if (!locate(fl, s, a, &j, &i))
-        return missing(s, a);
+        return missing(args[0], args[1]);
     return take_at(fl, j, i);
 }
 
@@ -379,7 +396,7 @@ static PyObject *FreeList_replace(FreeListObject *fl, PyObject *const *args, Py_
         || parse_u64(args[2], &ns, "new_size") < 0 || parse_u64(args[3], &na, "new_addr") < 0)
         return NULL;
     if (!locate(fl, s, a, &j, &i))
-        return missing(s, a);
+        return missing(args[0], args[1]);
     Bucket *bk = &fl->b[j];
     PyObject *blk = args[4];
     /* in place when the new key keeps the entry's place (between its neighbours in the
@@ -401,10 +418,17 @@ static PyObject *FreeList_replace(FreeListObject *fl, PyObject *const *args, Py_
         Py_DECREF(old);
         Py_RETURN_NONE;
     }
+    /* a new key that is listed already: refused with the list unchanged (as the Python type
+     * does), not taken out and put back (which would move entries between buckets) */
+    Py_ssize_t j2, i2;
+    if (locate(fl, ns, na, &j2, &i2)) {
+        listed(ns, na);
+        return NULL;
+    }
     uint64_t was_s = s, was_a = a;
     PyObject *old = take_at(fl, j, i);
     if (insert(fl, ns, na, blk) < 0) {
-        /* put the old entry back (its place is free again) */
+        /* (no memory) put the old entry back (its place is free again) */
         PyObject *exc_type, *exc_value, *exc_tb;
         PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
         if (insert(fl, was_s, was_a, old) < 0)
@@ -457,19 +481,21 @@ static PyObject *FreeList_first_ge(FreeListObject *fl, PyObject *const *args, Py
     return blk;
 }
 
-static PyObject *make_iter(FreeListObject *fl, Py_ssize_t j, Py_ssize_t i, int desc)
+/* A new iterator over fl, its position to be set by the caller. Its allocation may run the
+ * garbage collector, whose finalisers may change fl: the caller reads fl (the position and
+ * version) only after this returns, and no Python code runs in between. */
+static FreeListIterObject *new_iter(FreeListObject *fl, int desc)
 {
     FreeListIterObject *it = PyObject_GC_New(FreeListIterObject, &FreeListIterType);
     if (it == NULL)
         return NULL;
     Py_INCREF(fl);
     it->fl = fl;
-    it->j = j;
-    it->i = i;
+    it->j = it->i = 0;
     it->version = fl->version;
     it->desc = desc;
     PyObject_GC_Track(it);
-    return (PyObject *)it;
+    return it;
 }
 
 static PyObject *FreeList_iter_ge(FreeListObject *fl, PyObject *const *args, Py_ssize_t nargs)
@@ -477,14 +503,23 @@ static PyObject *FreeList_iter_ge(FreeListObject *fl, PyObject *const *args, Py_
     uint64_t s, a;
     if (parse_key(args, nargs, "iter_ge", &s, &a) < 0)
         return NULL;
+    FreeListIterObject *it = new_iter(fl, 0);
+    if (it == NULL)
+        return NULL;
     Py_ssize_t j = bucket_ge(fl, s, a);
-    return make_iter(fl, j, j < fl->nb ? entry_ge(&fl->b[j], s, a) : 0, 0);
+    it->j = j;
+    it->i = j < fl->nb ? entry_ge(&fl->b[j], s, a) : 0;
+    it->version = fl->version;
+    return (PyObject *)it;
 }
 
 static PyObject *FreeList_iter_lt(FreeListObject *fl, PyObject *const *args, Py_ssize_t nargs)
 {
     uint64_t s, a;
     if (parse_key(args, nargs, "iter_lt", &s, &a) < 0)
+        return NULL;
+    FreeListIterObject *it = new_iter(fl, 1);
+    if (it == NULL)
         return NULL;
     Py_ssize_t j = bucket_ge(fl, s, a);
     Py_ssize_t i;
@@ -499,46 +534,62 @@ static PyObject *FreeList_iter_lt(FreeListObject *fl, PyObject *const *args, Py_
         j = fl->nb - 1;
         i = j >= 0 ? fl->b[j].n - 1 : 0;
     }
-    return make_iter(fl, j, i, 1);
+    it->j = j;
+    it->i = i;
+    it->version = fl->version;
+    return (PyObject *)it;
 }
 
 static PyObject *FreeList_iter(FreeListObject *fl)
 {
-    return make_iter(fl, 0, 0, 0);
+    return (PyObject *)new_iter(fl, 0);
 }
 
+/* keys() and bucket_sizes() copy what they return out of the list before they make the first
+ * Python object: making the list and its tuples may run the garbage collector, whose
+ * finalisers may change the list (a list made from its length before would be filled past
+ * its end, or left with empty items). */
 static PyObject *FreeList_keys(FreeListObject *fl, PyObject *Py_UNUSED(ignored))
 {
-    PyObject *out = PyList_New(fl->len);
-    if (out == NULL)
-        return NULL;
-    Py_ssize_t k = 0;
+    Py_ssize_t n = fl->len, k = 0;
+    uint64_t *kv = PyMem_New(uint64_t, 2 * (size_t)(n ? n : 1));
+    if (kv == NULL)
+        return PyErr_NoMemory();
     for (Py_ssize_t j = 0; j < fl->nb; j++)
-        for (Py_ssize_t i = 0; i < fl->b[j].n; i++) {
-            PyObject *t = Py_BuildValue("(KK)", (unsigned long long)fl->b[j].e[i].size,
-                                        (unsigned long long)fl->b[j].e[i].addr);
-            if (t == NULL) {
-                Py_DECREF(out);
-                return NULL;
-            }
-            PyList_SET_ITEM(out, k++, t);
+        for (Py_ssize_t i = 0; i < fl->b[j].n; i++, k++) {
+            kv[2 * k] = fl->b[j].e[i].size;
+            kv[2 * k + 1] = fl->b[j].e[i].addr;
         }
+    PyObject *out = PyList_New(n);
+    for (k = 0; out != NULL && k < n; k++) {
+        PyObject *t = Py_BuildValue("(KK)", (unsigned long long)kv[2 * k],
+                                    (unsigned long long)kv[2 * k + 1]);
+        if (t == NULL)
+            Py_CLEAR(out);
+        else
+            PyList_SET_ITEM(out, k, t);
+    }
+    PyMem_Free(kv);
     return out;
 }
 
 static PyObject *FreeList_bucket_sizes(FreeListObject *fl, PyObject *Py_UNUSED(ignored))
 {
-    PyObject *out = PyList_New(fl->nb);
-    if (out == NULL)
-        return NULL;
-    for (Py_ssize_t j = 0; j < fl->nb; j++) {
-        PyObject *n = PyLong_FromSsize_t(fl->b[j].n);
-        if (n == NULL) {
-            Py_DECREF(out);
-            return NULL;
-        }
-        PyList_SET_ITEM(out, j, n);
+    Py_ssize_t nb = fl->nb;
+    Py_ssize_t *sizes = PyMem_New(Py_ssize_t, (size_t)(nb ? nb : 1));
+    if (sizes == NULL)
+        return PyErr_NoMemory();
+    for (Py_ssize_t j = 0; j < nb; j++)
+        sizes[j] = fl->b[j].n;
+    PyObject *out = PyList_New(nb);
+    for (Py_ssize_t j = 0; out != NULL && j < nb; j++) {
+        PyObject *n = PyLong_FromSsize_t(sizes[j]);
+        if (n == NULL)
+            Py_CLEAR(out);
+        else
+            PyList_SET_ITEM(out, j, n);
     }
+    PyMem_Free(sizes);
     return out;
 }
 

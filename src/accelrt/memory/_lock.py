@@ -17,8 +17,8 @@ This is the pure build's ``FastLock``. The compiled build's is the same type in 
 uncontended acquire and release stay in C (the queue's argument parsing and work were about
 a third of a compiled cached malloc + free). ``FastLock`` here names whichever is loaded (this
 one stays :data:`PyFastLock`); ``tests/memory/test_memory_lock.py`` runs both. Both refuse
-:meth:`~FastLock.release` of a lock no thread holds; the C type's ``put`` does too, the Python
-one's is the queue's own ``put`` (the hot path: unchecked).
+:meth:`~FastLock.release` (and the end of a ``with`` block) of a lock no thread holds; the C
+type's ``put`` does too, the Python one's is the queue's own ``put`` (the hot path: unchecked).
 
 Example::
 
@@ -101,6 +101,10 @@ class FastLock:
         self._q.get()
 
     def __exit__(self, *exc: object) -> None:
+        # checked as release() is (and as the C type's __exit__ is): a block that released the
+        # lock itself would otherwise leave two tokens, and two threads could hold the lock
+        if not self._q.empty():
+            raise RuntimeError("FastLock: release of a lock that is not held")
         self._q.put(None)
 
     def __repr__(self) -> str:

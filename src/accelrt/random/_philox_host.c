@@ -142,6 +142,13 @@ static void *as_address(PyObject *obj)
                      Py_TYPE(obj)->tp_name);
         return NULL;
     }
+    /* (PyLong_AsVoidPtr reads a negative int -n as the address 2**64 - n) */
+    int overflow;
+    long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
+    if (overflow < 0 || (overflow == 0 && v < 0)) {
+        PyErr_Format(PyExc_ValueError, "the address must not be negative, got %R", obj);
+        return NULL;
+    }
     void *p = PyLong_AsVoidPtr(obj);
     if (p == NULL && !PyErr_Occurred()) {
         PyErr_SetString(PyExc_ValueError, "the address must not be 0");
