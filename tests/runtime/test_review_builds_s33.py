@@ -6,10 +6,15 @@ is installed (``.ci/run`` runs this file on both) and failed on both before the 
   typed them ``int``, so assigning a float raised mypyc's ``TypeError: int or None object
   expected; got float``; the pure build took it and entered device "1.5". torch's are plain
   attributes, read (and refused) on entry.
+- ``copy``/``pickle`` of a captured ``Graph``: ``copy.copy`` shared its graph and pool (both
+  objects released them); ``deepcopy`` and ``pickle`` failed on an internal object, with a lock
+  in the message of the pure build and a compiled class's ``__init__`` in the other.
 """
 
 from __future__ import annotations
 
+import copy
+import pickle
 from typing import Any
 
 import numpy as np
@@ -57,3 +62,22 @@ def test_device_index_attributes_take_any_value_and_are_checked_on_entry(kind: s
 def _with(d: Any, idx: object) -> Any:
     d.idx = idx
     return d
+
+
+@pytest.mark.parametrize("make", [acc.Graph, acc.cpu.Graph])
+@pytest.mark.parametrize("how", [copy.copy, copy.deepcopy, pickle.dumps])
+def test_a_graph_cannot_be_copied_or_pickled(make: Any, how: Any) -> None:
+    # copy.copy() shared the captured graph and its pool (both objects released them);
+    # deepcopy and pickle failed inside, with other messages in each build
+    g = make()
+    with acc.Stream("cpu:0"):
+        g.capture_begin()
+        acc.zeros(2, device="cpu:0").fill_(1.0)
+        g.capture_end()
+    with pytest.raises(TypeError, match=r"^cannot copy or pickle <accelrt\.Graph captured on "
+                                        r"cpu:0>: a Graph is work captured in this process"):
+        how(g)
+    g.replay()
+    g.reset()
+    with pytest.raises(TypeError, match=r"^cannot copy or pickle <accelrt\.Graph empty>"):
+        how(make())
