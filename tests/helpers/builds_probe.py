@@ -229,13 +229,19 @@ SETTINGS = [
 # ---------------------------------------------------------------------- outcomes
 
 _HEX = re.compile(r"0x[0-9a-fA-F]+")
-_BIG = re.compile(r"(?<![\w.])\d{12,}(?![\w.])")   # pointers and pids printed in decimal
 _PID = re.compile(r"\b(pid|process|/proc/) ?\d+")
 
 
+#: an out-of-memory message's amounts of memory in use, free or cached, which depend on when
+#: the garbage collector last ran (the amount asked for and the capacity stay)
+_IN_USE = re.compile(r"\b(of which|memory|with|and) [\d.]+ (bytes|KiB|MiB|GiB|TiB)\b")
+
+
 def clean(text: str) -> str:
-    """``text`` without what differs between two runs of one build (addresses)."""
+    """``text`` without what differs between two runs of one build (addresses, process ids,
+    memory in use)."""
     text = _HEX.sub("0x?", text)
+    text = _IN_USE.sub(r"\1 <bytes>", text)
     return _PID.sub(r"\1 ?", text)
 
 
