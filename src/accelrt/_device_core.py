@@ -22,7 +22,8 @@ from typing import Any, ClassVar, Final, NamedTuple
 
 from . import _backend
 from . import _device as _dev
-from ._device import _check_index, _initialized, _require_current, _tls
+from ._device import _bool_device, _check_index, _index_arg, _initialized, _require_current, _tls
+from ._errors import type_shown
 from ._handles import mypyc_attr
 
 __all__: list[str] = []
@@ -92,6 +93,41 @@ def _lazy_init(b: _backend.Backend, index: Any) -> None:
         _initialized.add(key)
 
 
+def _switch_index(ctx: object, idx: object) -> int | None:
+    """The index that ``ctx`` (a :class:`device_index`, or a device module's ``device``)
+    stands for when a user assigned its ``idx`` attribute after construction: read as the
+    constructor reads its argument (an int subclass, or an integer with ``__index__`` such
+    as ``numpy.int64``, by its value; None as None). torch reads the attribute on entry too
+    (``torch._C._accelerator_exchangeDevice(self.idx)``), refusing what is not an int.
+
+    Raises:
+        TypeError: ``idx`` is not an int or None; for a bool, also a ``RuntimeError``, as
+            the constructor raises.
+
+    Example::
+
+        >>> import numpy as np
+        >>> import accelrt as acc
+        >>> from accelrt._device_core import _switch_index
+        >>> d = acc.device_index(0)
+        >>> _switch_index(d, np.int64(1)), _switch_index(d, None)
+        (1, None)
+        >>> _switch_index(d, 1.5)
+        Traceback (most recent call last):
+        ...
+        TypeError: device_index.idx takes an int or None, got float
+    """
+    if idx is None or type(idx) is int:
+        return idx
+    what = f"{type(ctx).__name__}.idx takes an int or None"
+    if isinstance(idx, bool):
+        raise _bool_device(idx, what)
+    try:
+        return _index_arg(idx, "idx")
+    except TypeError:
+        raise TypeError(f"{what}, got {type_shown(idx)}") from None
+
+
 @mypyc_attr(allow_interpreted_subclasses=True)
 class _SwitchCore:
     """The fields of :class:`accelrt.device_index` and its ``with`` enter and exit.
@@ -101,12 +137,18 @@ class _SwitchCore:
     attribute; -1 until entered). The open entries live in the entering thread's state
     (``_tls.switched``, innermost last: (context manager, backend name, previous index or -1
     for "changed nothing")), so threads sharing one object never touch each other's.
+
+    Both fields are typed ``object``: users may assign them, as torch's plain attributes
+    (the constructors store an int or None). A compiled field typed ``int`` would refuse
+    another type on assignment with mypyc's own ``TypeError`` where the pure build takes it;
+    here both builds take it, and :meth:`__enter__` reads ``idx`` as the constructor reads
+    its argument (``_device._switch_index``), as torch reads it on entry.
     """
 
     __slots__ = ("idx", "prev_idx")
 
-    idx: int | None
-    prev_idx: int
+    idx: object
+    prev_idx: object
 
     #: Fixed backend name (device-specific modules such as ``accelrt.cpu``); ``None`` means
     #: the current accelerator.
@@ -117,8 +159,15 @@ class _SwitchCore:
     _strict_exit: ClassVar[bool] = False
 
     def __enter__(self) -> None:
-        idx = self.idx
-        if idx is None or idx < 0:
+        raw = self.idx
+        if type(raw) is int:   # what the constructors store: the first test
+            idx: int = raw
+        elif raw is None:
+            idx = -1
+        else:   # assigned by the user: checked as the constructor checks its argument
+            got = _switch_index(self, raw)
+            idx = -1 if got is None else got
+        if idx < 0:
             if self._strict_exit:
                 _tls.switched.append((self, "", -1))
             return

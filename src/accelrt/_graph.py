@@ -597,6 +597,15 @@ class Graph:
         except Exception:  # noqa: BLE001, S110 - never raise from a finaliser
             pass
 
+    def __reduce__(self) -> Any:
+        # copy.copy() shared the captured graph and its pool, which both objects then
+        # released; copy.deepcopy() and pickle failed on an internal object (a lock, a
+        # compiled class), differently in the two builds. torch's graphs cannot be copied.
+        raise TypeError(f"cannot copy or pickle {self!r}: a Graph is work captured in this "
+                        "process, with its executable graph and memory pool (a copy would "
+                        "share them, as a torch Graph cannot be copied either); capture "
+                        "another Graph, or pass the object itself around")
+
     def __repr__(self) -> str:
         state = ("closed" if self._closed else "capturing" if self._capturing else
                  "captured" if self._handle is not None else "empty")

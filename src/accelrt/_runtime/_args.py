@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 from .. import _backend
 from .. import _device as _dev
 from .._device import _check_index, _plain_int, _tls
+from .._device_core import _switch_index
 from .._errors import shown
 
 __all__ = ["current_if_negative", "expected", "index_of", "resolve", "typed"]
@@ -66,7 +67,7 @@ def typed(name: str, device: Any) -> _dev.device | int | None:
     if isinstance(device, _DeviceContext):   # torch.cuda.device(1) stands for index 1
         if device._backend_name != name:
             raise expected(name, f"{device._backend_name}:{device.idx}")
-        return device.idx
+        return _switch_index(device, device.idx)   # the user may have assigned it
     d = _dev.device(device) if isinstance(device, str) else device
     if not isinstance(d, _dev.device):
         raise _dev._wrong_device(device)
