@@ -122,6 +122,20 @@ def test_split_group_argument_checks(world: dist.ProcessGroup) -> None:
         dist.new_subgroups(2, group=g)
 
 
+def test_coalesced_collectives_warn_as_torch_215(world: dist.ProcessGroup) -> None:
+    # torch 2.15 decorates both with @deprecated(..., category=FutureWarning): every call
+    # warns, at the caller's line, before its arguments are read
+    a = acc.full((2,), 1.0, device="cpu")
+    with pytest.warns(FutureWarning, match=r"`accelrt.distributed.all_reduce_coalesced` will "
+                      r"be deprecated, as `torch.distributed.all_reduce_coalesced` is") as rec:
+        dist.all_reduce_coalesced([a])
+    assert rec[0].filename == __file__
+    with pytest.warns(FutureWarning, match="all_gather_coalesced` will be deprecated"), \
+            pytest.raises(TypeError):
+        dist.all_gather_coalesced(None, [a])  # type: ignore[arg-type]
+
+
+@pytest.mark.filterwarnings("ignore:`accelrt.distributed.all_:FutureWarning")
 def test_coalesced_and_single_collectives_in_one_rank(world: dist.ProcessGroup) -> None:
     a, b = acc.full((2,), 1.5, device="cpu"), acc.full((3,), 2.5, device="cpu")
     w = dist.all_reduce_coalesced([a, b], async_op=True)

@@ -16,6 +16,7 @@ Example::
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -645,22 +646,36 @@ def _array_list(arrays: Any, what: str, op: str) -> list[Any]:
     return list(arrays)
 
 
+def _will_be_deprecated(name: str, instead: str) -> None:
+    """torch 2.15's ``FutureWarning`` of the coalesced collectives (``@deprecated`` on
+    ``torch.distributed.all_reduce_coalesced`` and ``all_gather_coalesced``), at the caller."""
+    warnings.warn(f"`accelrt.distributed.{name}` will be deprecated, as "
+                  f"`torch.distributed.{name}` is (torch 2.15 warns the same): {instead}",
+                  FutureWarning, stacklevel=3)
+
+
 def all_reduce_coalesced(tensors: ArrayArg | Sequence[ArrayArg],
                          op: ReduceOp | PremulSum = ReduceOp.SUM, group: GroupArg = None,
                          async_op: bool = False) -> Work | None:
     """Reduce each array of ``tensors`` (one dtype, one device; or one array) across the
     group, in place, as one collective: the arrays are packed into one buffer, reduced once,
-    and copied back. As in torch, shapes are not compared across ranks.
+    and copied back. As in torch, shapes are not compared across ranks. Warns
+    ``FutureWarning`` as torch 2.15 does: it will be deprecated.
 
     Example::
 
+        >>> import warnings
         >>> import accelrt as acc, accelrt.distributed as dist
         >>> dist.init_process_group("mpi")
         >>> a, b = acc.full((2,), 1.0, device="cpu"), acc.full((3,), 2.0, device="cpu")
-        >>> dist.all_reduce_coalesced([a, b])
-        >>> a.tolist(), b.tolist(); dist.destroy_process_group()
-        ([1.0, 1.0], [2.0, 2.0, 2.0])
+        >>> with warnings.catch_warnings(record=True) as seen:
+        ...     warnings.simplefilter("always")
+        ...     dist.all_reduce_coalesced([a, b])
+        >>> a.tolist(), b.tolist(), seen[0].category.__name__; dist.destroy_process_group()
+        ([1.0, 1.0], [2.0, 2.0, 2.0], 'FutureWarning')
     """
+    _will_be_deprecated("all_reduce_coalesced", "call all_reduce on each array, or on one "
+                        "array they are packed into")
     arrays = _array_list(tensors, "tensor", "all_reduce_coalesced")
     g = _member(group, "all_reduce_coalesced")
     if g is None:
@@ -684,18 +699,23 @@ def all_gather_coalesced(output_tensor_lists: Sequence[Sequence[ArrayArg]],
                          async_op: bool = False) -> Work | None:
     """Gather every rank's ``input_tensor_list`` as one collective:
     ``output_tensor_lists[k][i]`` receives array ``i`` of group rank k (each output list
-    matches the inputs' sizes; one dtype and device throughout).
+    matches the inputs' sizes; one dtype and device throughout). Warns ``FutureWarning`` as
+    torch 2.15 does: it will be deprecated.
 
     Example::
 
+        >>> import warnings
         >>> import accelrt as acc, accelrt.distributed as dist
         >>> dist.init_process_group("mpi")
         >>> out = [[acc.empty((2,), device="cpu"), acc.empty((1,), device="cpu")]]
-        >>> dist.all_gather_coalesced(out, [acc.full((2,), 3.0, device="cpu"),
-        ...                                 acc.full((1,), 4.0, device="cpu")])
+        >>> with warnings.catch_warnings():
+        ...     warnings.simplefilter("ignore", FutureWarning)
+        ...     dist.all_gather_coalesced(out, [acc.full((2,), 3.0, device="cpu"),
+        ...                                     acc.full((1,), 4.0, device="cpu")])
         >>> [o.tolist() for o in out[0]]; dist.destroy_process_group()
         [[3.0, 3.0], [4.0]]
     """
+    _will_be_deprecated("all_gather_coalesced", "call all_gather for each input array")
     g = _member(group, "all_gather_coalesced")
     if g is None:
         return None
