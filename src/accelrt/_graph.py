@@ -120,8 +120,8 @@ def graph_pool_handle() -> tuple[int, int]:
 def generate_graph_pool_handle() -> tuple[int, int]:
     """A new memory-pool id for graphs to share, allocating nothing: pass it to
     ``Graph(pool=...)`` of several graphs so that they draw from one private pool
-    (``torch.accelerator.generate_graph_pool_handle`` of PyTorch's newest source; the same
-    id as :func:`graph_pool_handle`, which is ``torch.cuda``'s name).
+    (an accelrt addition: torch 2.15's ``torch.accelerator`` has none; the same id as
+    :func:`graph_pool_handle`, which is ``torch.cuda``'s name).
 
     Example::
 
