@@ -565,17 +565,20 @@ def randint(*args: SizeLike, size: SizeLike | None = None, low: SupportsIndex | 
         (3, 6)
     """
     pos: list[Any] = list(args)   # checked below (_int_bound, one_sequence_size)
+    low_passed = False            # low came positionally (None is then refused)
     if len(pos) > 3:
         raise TypeError(f"randint() takes at most 3 positional arguments, got {len(pos)}")
     if len(pos) == 3:
         if low is not None or high is not None or size is not None:
             raise TypeError("randint() got low/high/size both positionally and by keyword")
         low, high, size = pos
+        low_passed = True
     elif len(pos) == 2:
         if size is None and low is None and high is None:
             high, size = pos
         elif size is not None and low is None and high is None:
             low, high = pos
+            low_passed = True
         else:
             raise TypeError("randint() arguments are randint(high, size) or "
                             "randint(low, high, size)")
@@ -584,8 +587,13 @@ def randint(*args: SizeLike, size: SizeLike | None = None, low: SupportsIndex | 
             high = pos[0]
         elif low is None:
             low = pos[0]
+            low_passed = True
         else:
             raise TypeError("randint() got an extra positional argument")
+    if low is None and low_passed:
+        # a None passed for low (torch's parser refuses it; only an omitted low is 0)
+        raise TypeError("randint() low must be an int, got None; leave it out for 0: "
+                        "randint(high, size)")
     if high is None:
         raise TypeError("randint() missing the upper bound 'high'")
     if size is None:
