@@ -26,7 +26,7 @@ from ._placement import new_array
 from ._size import factory_args, normalize_size, size_keyword
 from ._stream import _current
 from ._transfer import Copy, Hold, Plan, Stage, Sync, execute, held
-from ._errors import type_shown
+from ._errors import AcceleratorValueError, type_shown
 
 if TYPE_CHECKING:
     from ._backend import Backend
@@ -224,8 +224,10 @@ def asarray(obj: object, device: DeviceLike = None, dtype: DTypeLike | None = No
     """Convert ``obj`` to an :class:`Array`, sharing memory when possible (``torch.asarray``).
 
     Args:
-        obj: an :class:`Array`, a numpy array, a (nested) Python sequence or scalar, any
-            DLPack producer (an object with ``__dlpack__`` and ``__dlpack_device__``) or
+        obj: an :class:`Array`, a numpy array, a (nested) Python sequence or scalar, a
+            buffer (``bytes``, ``bytearray``, ``memoryview``, ``array.array``: its bytes as a
+            1-d array, in its own format or reinterpreted in ``dtype``, as
+            ``torch.asarray`` reads one), any DLPack producer (an object with ``__dlpack__`` and ``__dlpack_device__``) or
             capsule (as ``torch.asarray`` takes one), or a
             ``__cuda_array_interface__`` producer without ``__dlpack__`` (Numba, older CuPy).
         device: the target device; ``None`` keeps an :class:`Array`'s (or a CUDA array
@@ -306,10 +308,15 @@ def asarray(obj: object, device: DeviceLike = None, dtype: DTypeLike | None = No
         dt = _check_dtype(inferred if dtype is None else dtype, b, index)
         host = from_python(obj, dt, inferred)
     else:
-        if from_dlpack:
-            obj, writable = _import_dlpack(obj, copy)
-        host = _to_numpy(obj, "asarray()")
-        dt = _check_dtype(host.dtype if dtype is None else dtype, b, index)
+        buf = None if from_dlpack else _buffer_of(obj)
+        if buf is not None:   # PyTorch's buffer path: the bytes, in the dtype asked for
+            host = _from_buffer(buf, None if dtype is None else _check_dtype(dtype, b, index))
+            dt = _check_dtype(host.dtype, b, index)
+        else:
+            if from_dlpack:
+                obj, writable = _import_dlpack(obj, copy)
+            host = _to_numpy(obj, "asarray()")
+            dt = _check_dtype(host.dtype if dtype is None else dtype, b, index)
     # numpy marks imports of legacy (unversioned) DLPack capsules read-only because they
     # carry no read-only flag; such memory is shared as PyTorch's from_dlpack does, memory
     # a producer flags read-only is copied (an accelrt array is always writable).
@@ -344,6 +351,49 @@ def _python_data(obj: object) -> bool:
     except TypeError:
         return True
     return False
+
+
+def _buffer_of(obj: object) -> memoryview | None:
+    """``obj``'s buffer when ``torch.asarray`` reads it as one (``bytes``, ``bytearray``,
+    ``memoryview``, ``array.array``, ctypes arrays: an object with the buffer protocol that is
+    not a numpy array or scalar and that numpy would not read through ``__array__`` or
+    ``__array_interface__``); ``None`` for anything else."""
+    if isinstance(obj, (np.ndarray, np.generic)) or hasattr(obj, "__array__") or hasattr(
+            obj, "__array_interface__"):
+        return None
+    try:
+        view = memoryview(obj)  # type: ignore[arg-type]
+    except TypeError:
+        return None
+    try:
+        np.dtype(view.format)
+    except TypeError:   # a format numpy cannot name (a struct): numpy's path refuses it
+        return None
+    return view
+
+
+def _from_buffer(view: memoryview, dt: np.dtype | None) -> np.ndarray:
+    """A 1-d numpy view of ``view``'s bytes, as ``torch.asarray`` reads a buffer
+    (``torch.frombuffer``): in ``dt``, the bytes reinterpreted, not converted, or in the
+    buffer's own format when ``dt`` is ``None``; read-only when the buffer is.
+
+    Raises:
+        ValueError: an empty buffer, or one whose length is not a multiple of ``dt``'s
+            itemsize (an ``AcceleratorValueError``, also a ``RuntimeError``; PyTorch's
+            messages); a non-contiguous buffer (PyTorch's ``RuntimeError`` message).
+    """
+    if not view.c_contiguous:
+        raise AcceleratorValueError("could not retrieve a contiguous buffer from the given "
+                                    "object (non-contiguous buffers are not supported)")
+    n = view.nbytes
+    if not n:
+        raise AcceleratorValueError("both buffer length (0) and count (-1) must not be 0")
+    want = np.dtype(view.format) if dt is None else dt
+    if n % want.itemsize:
+        raise AcceleratorValueError(f"buffer length ({n} bytes) after offset (0 bytes) must be "
+                                    f"a multiple of element size ({want.itemsize})")
+    return np.frombuffer(view.cast("B") if view.ndim != 1 or view.format != "B" else view,
+                         dtype=want)
 
 
 def _borrow_host(host: np.ndarray, dt: np.dtype, b: Backend, index: int) -> Array:

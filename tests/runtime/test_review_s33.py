@@ -30,3 +30,51 @@ def test_randint_without_low_still_starts_at_zero() -> None:
     assert acc.randint(high=10, size=(4,), device="cpu").shape == (4,)
     with pytest.raises(TypeError, match="missing the upper bound 'high'"):
         acc.randint(None, (3,), device="cpu")
+
+
+# ---------------------------------------------------------------------- asarray of a buffer
+# expectations run on torch 2.15.0 (CPU): torch.asarray(obj, dtype=...)
+
+def test_asarray_reads_bytes_as_uint8() -> None:
+    a = acc.asarray(b"12", device="cpu")
+    assert a.dtype == "uint8" and a.tolist() == [49, 50]    # torch: tensor([49, 50], uint8)
+
+
+def test_asarray_reinterprets_a_buffer_in_the_dtype_asked_for() -> None:
+    import array
+    assert acc.asarray(bytearray(b"1234"), dtype="int16",
+                       device="cpu").tolist() == [12849, 13363]
+    assert acc.asarray(array.array("d", [1.0]), dtype="float32",
+                       device="cpu").tolist() == [0.0, 1.875]
+    f = acc.asarray(array.array("f", [1.0, 2.0]), device="cpu")     # its own format
+    assert f.dtype == "float32" and f.tolist() == [1.0, 2.0]
+
+
+def test_asarray_flattens_a_buffer_and_shares_a_writable_one() -> None:
+    import numpy as np
+    m = acc.asarray(memoryview(np.arange(4, dtype=np.int32).reshape(2, 2)), device="cpu")
+    assert m.shape == (4,) and m.tolist() == [0, 1, 2, 3]
+    ba = bytearray(b"\x01\x00\x02\x00")
+    a = acc.asarray(ba, dtype="int16", device="cpu", copy=False)
+    a.fill_(7)
+    acc.synchronize("cpu")
+    assert ba == bytearray(b"\x07\x00\x07\x00")
+    with pytest.raises(ValueError, match="copy=False"):     # read-only: accelrt copies
+        acc.asarray(b"12", device="cpu", copy=False)
+
+
+@pytest.mark.parametrize("obj, dtype, message", [
+    (bytearray(b"123"), "int16", (r"buffer length \(3 bytes\) after offset \(0 bytes\) must "
+                                  r"be a multiple of element size \(2\)")),
+    (b"", None, r"both buffer length \(0\) and count \(-1\) must not be 0"),
+])
+def test_asarray_refuses_buffers_as_torch(obj: Any, dtype: Any, message: str) -> None:
+    with pytest.raises(ValueError, match=message) as info:
+        acc.asarray(obj, dtype=dtype, device="cpu")
+    assert isinstance(info.value, RuntimeError)
+
+
+def test_asarray_refuses_a_non_contiguous_buffer_as_torch() -> None:
+    import numpy as np
+    with pytest.raises(RuntimeError, match="non-contiguous buffers are not supported"):
+        acc.asarray(memoryview(np.arange(6, dtype=np.int16))[::2], device="cpu")
