@@ -156,7 +156,14 @@ def unregister(name: str) -> None:
 def on_change(listener: Callable[[str], None]) -> None:
     """Call ``listener(name)`` after :func:`register` or :func:`unregister` changed what
     ``name`` refers to (how the core forgets what it cached about a backend; a listener must
-    not call back into the registry's writers)."""
+    not call back into the registry's writers).
+
+    Raises:
+        TypeError: ``listener`` is not callable (it would break every later ``register``).
+    """
+    if not callable(listener):
+        raise TypeError(f"on_change() takes a callable listener(name), got "
+                        f"{type_shown(listener)}")
     with _lock:
         _listeners.append(listener)
 

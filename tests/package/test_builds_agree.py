@@ -12,6 +12,15 @@ strings, dtypes, RNG states, items of sequence arguments), with one argument too
 an unknown keyword. It writes one line per case; :func:`test_the_builds_answer_alike` runs it
 under both builds and compares the lines (about 60,000 cases, a few seconds each).
 
+``tests/helpers/builds_probe_ext.py`` does the same, with the same values and helpers, for
+what the first probe leaves out (about 57,000 cases): the backend registry and the raw
+operations of the cpu, simulated and OpenCL backends, ``accelrt.distributed`` in a world of
+one rank (functions, ``Work``, the stores), ``accelrt.multiprocessing``'s reductions,
+``accelrt.interop``, ``accelrt.testing``, ``accelrt.opencl`` and the allocator and cpu
+environment variables (each value in a forked child). Each of its cases runs under a
+two-second alarm; :func:`test_the_ext_probe_covers_the_rest` fails on a case that hung. The
+four children (two probes, two builds) run at once.
+
 Which two builds: the installed one (``sys.executable``) and the other one. Where the
 installed build is compiled (CI, a user's ``pip install .``), the other is this checkout's
 ``src`` (pure Python) on ``PYTHONPATH``; where it is pure (an editable install), the compiled
@@ -41,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import builds_probe
+from helpers import builds_probe, builds_probe_ext
 from helpers.builds import ROOT
 
 import accelrt as acc
@@ -60,13 +69,17 @@ ARITY = re.compile(r"^accelrt\.(cpu\.)?(Stream|ExternalStream|Event|Event\(inter
 CHILD_TIMEOUT = 100
 
 
-def _run(python: str, out: Path, pythonpath: str | None) -> subprocess.Popen[str]:
+#: the probes: (module, the part of the API it calls)
+PROBES = {"api": builds_probe, "ext": builds_probe_ext}
+
+
+def _run(probe: Any, python: str, out: Path, pythonpath: str | None) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(builds_probe.environment())
+    env.update(probe.environment())
     if pythonpath is not None:
         env["PYTHONPATH"] = pythonpath
     out.parent.mkdir(parents=True, exist_ok=True)
-    return subprocess.Popen([python, builds_probe.__file__, str(out)], cwd=out.parent, env=env,
+    return subprocess.Popen([python, probe.__file__, str(out)], cwd=out.parent, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
@@ -108,27 +121,48 @@ def _other_build() -> tuple[str, str | None] | str:
 
 
 @pytest.fixture(scope="module")
-def outcomes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """The probe's results under this build and (where there is one) the other, run side by
-    side: ``{"this": ..., "other": ... or the reason there is none}``."""
+def all_outcomes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """Each probe's results under this build and (where there is one) the other, all run
+    side by side: ``{probe: {"this": ..., "other": ... or the reason there is none}}``."""
     tmp = tmp_path_factory.mktemp("builds")
-    this_out, other_out = tmp / "this" / "out.json", tmp / "other" / "out.json"
-    this = _run(sys.executable, this_out, None)
     other = _other_build()
-    other_proc = None if isinstance(other, str) else _run(other[0], other_out, other[1])
+    procs: dict[tuple[str, str], tuple[subprocess.Popen[str], Path]] = {}
     try:
-        result: dict[str, Any] = {"this": _wait(this, this_out)}
-        result["other"] = other if other_proc is None else _wait(other_proc, other_out)
+        for name, probe in PROBES.items():
+            out = tmp / name / "this" / "out.json"
+            procs[name, "this"] = _run(probe, sys.executable, out, None), out
+            if not isinstance(other, str):
+                out = tmp / name / "other" / "out.json"
+                procs[name, "other"] = _run(probe, other[0], out, other[1]), out
+        result: dict[str, Any] = {name: {"other": other} for name in PROBES}
+        for (name, which), (proc, out) in procs.items():
+            result[name][which] = _wait(proc, out)
     finally:
-        for proc in (this, other_proc):
-            if proc is not None and proc.poll() is None:
+        for proc, _ in procs.values():
+            if proc.poll() is None:
                 proc.kill()
                 proc.communicate()
     yield result
 
 
-def test_no_mypyc_message_reaches_a_user(outcomes: dict[str, Any]) -> None:
-    this = outcomes["this"]
+@pytest.fixture(scope="module")
+def outcomes(all_outcomes: dict[str, Any]) -> dict[str, Any]:
+    """``builds_probe``'s results (the runtime API)."""
+    result: dict[str, Any] = all_outcomes["api"]
+    return result
+
+
+@pytest.fixture(scope="module")
+def ext_outcomes(all_outcomes: dict[str, Any]) -> dict[str, Any]:
+    """``builds_probe_ext``'s results (backends, distributed, multiprocessing, interop,
+    testing, opencl, the environment)."""
+    result: dict[str, Any] = all_outcomes["ext"]
+    return result
+
+
+@pytest.mark.parametrize("probe", list(PROBES))
+def test_no_mypyc_message_reaches_a_user(all_outcomes: dict[str, Any], probe: str) -> None:
+    this = all_outcomes[probe]["this"]
     assert this["header"]["compiled"] == memory.compiled
     assert this["header"]["accelrt"] == acc.__file__
     leaked = {k: v for k, v in this["results"].items() if MYPYC.search(v) and not ARITY.match(k)}
@@ -156,11 +190,54 @@ def test_the_probe_covers_the_api(outcomes: dict[str, Any]) -> None:
     assert len(calls) >= 450 and len(passed) >= 0.85 * len(calls), len(passed)
 
 
-def test_the_builds_answer_alike(outcomes: dict[str, Any]) -> None:
-    other = outcomes["other"]
+def test_the_ext_probe_covers_the_rest(ext_outcomes: dict[str, Any]) -> None:
+    """The second probe calls every public name of the parts the first leaves out, and no
+    call hangs (each case has two seconds) or kills its child."""
+    import accelrt.distributed as dist
+    import accelrt.multiprocessing as amp
+    from accelrt import backends, interop, testing
+    header, results = ext_outcomes["this"]["header"], ext_outcomes["this"]["results"]
+    assert len(results) >= 40_000 and header["specs"] >= 450, (len(results), header["specs"])
+    # (each group's cases; the opencl groups where PoCL runs)
+    least = {"registry": 1500, "cpu": 7000, "simulated": 7000, "testing": 500,
+             "distributed": 10_000, "stores": 6000, "multiprocessing": 900, "interop": 3000}
+    if header["opencl"]:
+        least |= {"opencl raw": 7000, "opencl": 5000}
+    short = {g: (header["groups"].get(g, 0), n) for g, n in least.items()
+             if header["groups"].get(g, 0) < n}
+    assert not short, short
+    names = {k.split("[")[0] for k in results}
+    for prefix, mod, skip in (
+            ("accelrt.backends", backends, {"BACKENDS", "Backend"}),
+            ("accelrt.distributed", dist, {"ProcessGroup", "Work", "Engine", "Store", "group",
+                                           "GroupMember", "GroupName", "DebugLevel",
+                                           "set_debug_level_from_env", "HashStore",
+                                           "FileStore", "PrefixStore", "TCPStore"}),
+            ("accelrt.testing", testing, {"CALL_NAMES", "backend_conformance",
+                                          "SimulatedBackend"}),
+            ("accelrt.interop", interop, {"cupy", "numba", "torch"})):
+        for n in mod.__all__:
+            obj = getattr(mod, n)
+            if n in skip or not callable(obj) or (isinstance(obj, type)
+                                                  and issubclass(obj, BaseException)):
+                continue
+            assert f"{prefix}.{n}" in names, n
+    for n in ("set_sharing_strategy", "get_sharing_strategy", "ipc_collect"):
+        assert f"accelrt.multiprocessing.{n}" in names
+    assert callable(amp.reductions.rebuild_array)
+    for store in ("HashStore", "FileStore", "PrefixStore", "TCPStore"):
+        assert f"accelrt.distributed.{store}()" in names or store == "HashStore"
+        assert f"accelrt.distributed.{store}.multi_set" in names
+    stuck = {k: v for k, v in results.items() if "ProbeTimeout" in v or "child exit" in v}
+    assert not stuck, "\n".join(f"{k}: {v}" for k, v in list(stuck.items())[:20])
+
+
+@pytest.mark.parametrize("probe", list(PROBES))
+def test_the_builds_answer_alike(all_outcomes: dict[str, Any], probe: str) -> None:
+    other = all_outcomes[probe]["other"]
     if isinstance(other, str):
         pytest.skip(other)
-    this = outcomes["this"]
+    this = all_outcomes[probe]["this"]
     assert {this["header"]["compiled"], other["header"]["compiled"]} == {True, False}, (
         this["header"], other["header"])
     a, b = this["results"], other["results"]

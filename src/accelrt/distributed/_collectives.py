@@ -28,6 +28,7 @@ from .._stream import Stream
 from .._transfer import Copy, HostCopy, run_steps
 from ._engine import Engine, PremulSum, RedOp, ReduceOp
 from ._errors import DistError, DistTimeoutError, _NotAListError
+from . import _group as _group_mod
 from ._group import BufOf, PeerCounts, ProcessGroup, Work
 from ._world import _S, ArrayArg, GroupArg, TimeoutArg, _group, _member, _seconds, _warn_not_member
 
@@ -109,6 +110,21 @@ def _check_list(what: str, g: ProcessGroup, arrays: Any, name: str, one: Any, wh
         _check_same(what, t, one)
         _size_check(what, t, one.size, t.size, fix)
     return list(arrays)
+
+
+def _check_self_pair(what: str, g: ProcessGroup, send: list[int], recv: list[int],
+                     fix: str) -> None:
+    """Raise unless this rank receives from itself as many elements as it sends itself: the
+    one pair of an all-to-all's counts that a rank knows both sides of (MPI waited for ever
+    on a short receive from itself; a peer's counts can only be compared by the debug
+    fingerprint, ``ACCELRT_DISTRIBUTED_DEBUG=DETAIL``, which compares this pair too)."""
+    if _group_mod.DETAIL:
+        # the debug fingerprint compares every pair, this one too, on every rank: a check
+        # here would raise on this rank only, and leave the others waiting in the fingerprint
+        return
+    r = g.rank()
+    _size_check(what, None, send[r], recv[r], f"this rank (group rank {r}) sends and "
+                f"receives with itself: {fix}")
 
 
 def _check_length(what: str, arrays: Any, name: str, n: int, where: str) -> None:
@@ -450,6 +466,8 @@ def all_to_all_single(output: ArrayArg, input: ArrayArg,
 
     sc = counts(input, input_split_sizes, "input")
     rc = counts(output, output_split_sizes, "output")
+    _check_self_pair("all_to_all_single", g, sc, rc, "the block of output it receives "
+                     "from itself must have the size of the block of input it sends itself")
 
     def call(eng: Engine, buf: BufOf, stream: Stream | None) -> None:
         eng.all_to_all(buf(input), buf(output), sc, rc, stream)
@@ -488,6 +506,9 @@ def all_to_all(output_tensor_list: Sequence[ArrayArg], input_tensor_list: Sequen
         _check_same("all_to_all", t, first)
     sc = [t.size for t in input_tensor_list]
     rc = [t.size for t in output_tensor_list]
+    _check_self_pair("all_to_all", g, sc, rc, f"output_tensor_list[{g.rank()}] (what it "
+                     f"receives from itself) must have the size of input_tensor_list"
+                     f"[{g.rank()}] (what it sends itself)")
     send_stage = _temp_like(first, sum(sc))
     recv_stage = _temp_like(first, sum(rc))
     _pack(send_stage, list(input_tensor_list))

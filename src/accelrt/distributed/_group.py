@@ -202,6 +202,11 @@ class ProcessGroup:
         self._engines: dict[tuple[str, int], Engine] = {}
         self._ctx: dict[tuple[str, int], _DevCtx] = {}
         self._seq = 0
+        #: point-to-point operations posted and not known to be complete: the group holds
+        #: their work handles, and so their arrays, until the engine is done with them (a
+        #: caller may drop the handle of an isend at once; torch's process groups keep the
+        #: work, too); :meth:`_post` forgets the completed ones
+        self._in_flight: list[Work] = []
         self._p2p = 0   # point-to-point operations among the _seq (see next_p2p_seq)
         self._error: BaseException | None = None
         self._lock = threading.Lock()
@@ -874,6 +879,7 @@ class ProcessGroup:
 
     def _post(self, op: str, seq: int, eng: Engine, buf: Buf, peer: int | None, tag: int,
               send: bool, finish: Callable[[], None] | None, keep: Any = None) -> Work:
+        self._reap()
         try:
             if send:
                 assert peer is not None
@@ -882,8 +888,32 @@ class ProcessGroup:
                 req = eng.irecv(buf, peer, tag)
         except Exception as exc:
             raise self._keep(self._engine_error(op, seq, exc), exc) from exc
-        return Work(self, op, seq, request=req, finish=finish,
-                    outputs=[keep] if keep is not None else [])
+        w = Work(self, op, seq, request=req, finish=finish,
+                 outputs=[keep] if keep is not None else [])
+        self._in_flight.append(w)
+        return w
+
+    def _forget(self, w: Work) -> None:
+        """Stop keeping ``w``, whose point-to-point operation completed (or failed)."""
+        try:
+            self._in_flight.remove(w)
+        except ValueError:
+            pass
+
+    def _reap(self) -> None:
+        """Complete and forget the point-to-point work of :attr:`_in_flight` that the engine
+        finished (a staged receive lands, a staging block goes back; an error stays with its
+        work handle, raised by its ``wait()``)."""
+        if not self._in_flight:
+            return
+        pending = []
+        for w in self._in_flight:
+            try:
+                if not w._poll():
+                    pending.append(w)
+            except Exception:   # noqa: BLE001 - kept by the work: its wait() raises it
+                pass
+        self._in_flight = pending
 
 
 @dataclass(frozen=True)

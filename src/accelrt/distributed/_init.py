@@ -565,6 +565,11 @@ def _cuda_count() -> int:
     return _engine.cuda_device_count()
 
 
+#: the point-to-point work of destroyed groups that had not completed (see
+#: :func:`destroy_process_group`)
+_ABANDONED: list[Any] = []
+
+
 def destroy_process_group(group: GroupArg = None) -> None:
     """Destroy ``group`` (None: every group, then the world). Every rank must call it, in the
     same order. Re-raises an error kept from queued communication of the group.
@@ -602,6 +607,12 @@ def destroy_process_group(group: GroupArg = None) -> None:
         except BaseException as exc:   # a kept stream error; re-raised after cleanup
             kept = kept or exc
         kept = kept or pg._error
+        # point-to-point work the group holds: the completed is finished and forgotten; a
+        # send or receive that never completed keeps its arrays for the process's life
+        # (the engine may still read or write them)
+        pg._reap()
+        _ABANDONED.extend(pg._in_flight)
+        pg._in_flight = []
         for eng in pg._engines.values():
             try:
                 eng.destroy()

@@ -235,15 +235,26 @@ def cuda_aware() -> bool:
 
 
 class _MpiRequest(Request):
+    """An mpi4py request. A completed MPI request is freed (``MPI_REQUEST_NULL``), and a wait
+    on it answers an empty status (source ``MPI_ANY_SOURCE``): the source is read once, when
+    the request completes, by whichever of :meth:`test` and :meth:`wait` sees it first."""
+
     def __init__(self, req: Any, status: Any, rank_of: Any) -> None:
         self._req, self._status, self._rank_of = req, status, rank_of
+        self._source: int | None = None
 
     def test(self) -> bool:
-        return bool(self._req.Test(self._status))
+        if self._source is None:
+            if not self._req.Test(self._status):
+                return False
+            self._source = int(self._status.Get_source())
+        return True
 
     def wait(self) -> int:
-        self._req.Wait(self._status)
-        return int(self._status.Get_source())
+        if self._source is None:
+            self._req.Wait(self._status)
+            self._source = int(self._status.Get_source())
+        return self._source
 
 
 class MpiEngine(Engine):

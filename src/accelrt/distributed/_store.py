@@ -74,6 +74,14 @@ def _keys(keys: object) -> list[str]:
     return [_key(k) for k in keys]
 
 
+def _values(values: object) -> list[Any]:
+    """``multi_set``'s values as a list: a sequence, not a str or bytes (torch's binding
+    takes a list; ``"ab"`` is no list of two values)."""
+    if isinstance(values, (str, bytes, bytearray)) or not isinstance(values, Sequence):
+        raise TypeError(f"values must be a list of str or bytes, got {type_shown(values)}")
+    return list(values)
+
+
 def _value(value: object, what: str = "value") -> bytes:
     if isinstance(value, str):
         return value.encode()
@@ -460,6 +468,7 @@ class Store:
     def multi_set(self, keys: list[str], values: list[str | bytes]) -> None:
         """Set each key of ``keys`` to the value at the same position of ``values``."""
         keys = _keys(keys)
+        values = _values(values)
         if len(keys) != len(values):
             raise ValueError(f"multi_set: {len(keys)} keys but {len(values)} values")
         for k, v in zip(keys, values):
@@ -470,9 +479,17 @@ class Store:
         """Block until ``world_size`` callers have called ``barrier`` with ``key``.
 
         Raises:
+            TypeError: ``world_size`` is not an int (``bool`` neither).
+            ValueError: ``world_size`` is below 1.
             DistStoreError: they did not all arrive within ``timeout`` (default: the store's).
         """
         key = _key(key)
+        if (isinstance(world_size, (bool, np.bool_))
+                or not isinstance(world_size, (int, np.integer))):
+            # (a float or a str never equals the count: every caller waited out the timeout)
+            raise TypeError(f"world_size must be an int, got {type_shown(world_size)}")
+        if world_size < 1:
+            raise ValueError(f"world_size must be at least 1, got {world_size}")
         if int(self.add(f"{key}/num_members", 1)) == world_size:
             self.set(f"{key}/last_member", b"1")
         self.wait([f"{key}/last_member"], timeout)
@@ -542,6 +559,7 @@ class _TableStore(Store):
 
     def multi_set(self, keys: list[str], values: list[str | bytes]) -> None:
         keys = _keys(keys)
+        values = _values(values)
         if len(keys) != len(values):
             raise ValueError(f"multi_set: {len(keys)} keys but {len(values)} values")
         self._table.multi_set(keys, [_value(v) for v in values])

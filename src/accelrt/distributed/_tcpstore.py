@@ -28,6 +28,9 @@ from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
+import numpy as np
+
+from .._errors import type_shown
 from ._errors import DistNetworkError, DistStoreError, QueueEmptyError
 from ._store import DEFAULT_STORE_TIMEOUT, _int, _key, _MemoryTable, _Table, _TableStore, _timedelta
 
@@ -232,6 +235,20 @@ def _release_server(server: _Server) -> None:
     server.stop()
 
 
+def _flag(value: object, what: str) -> bool:
+    """A flag as torch's binding converts it: ``None`` (False), or an object with a truth
+    value of its own (a bool, a number); TypeError for a str, a list or another object
+    (whose truth is its length or its existence)."""
+    if value is None:
+        return False
+    if not hasattr(type(value), "__bool__"):
+        raise TypeError(f"{what} must be a bool, got {type_shown(value)}")
+    try:
+        return bool(value)
+    except Exception:   # noqa: BLE001 - its __bool__ raised: not a flag (torch: TypeError)
+        raise TypeError(f"{what} must be a bool, got {type_shown(value)}") from None
+
+
 class _RemoteTable(_Table):
     """A client of a TCPStore master: every operation is one request and one reply."""
 
@@ -402,6 +419,13 @@ class TCPStore(_TableStore):
                  wait_for_workers: bool = True, multi_tenant: bool = False,
                  master_listen_fd: int | None = None, use_libuv: bool = True) -> None:
         host_name = _key(host_name, "host_name")
+        if not isinstance(is_master, (bool, np.bool_)):
+            # (torch's binding takes True, False or a numpy bool: is_master="False" was a
+            # truthy string, and made a second master)
+            raise TypeError(f"is_master must be a bool, got {type_shown(is_master)}")
+        wait_for_workers, multi_tenant, use_libuv = (
+            _flag(wait_for_workers, "wait_for_workers"), _flag(multi_tenant, "multi_tenant"),
+            _flag(use_libuv, "use_libuv"))
         port = _int(port, "port")
         if not 0 <= port < 2 ** 16:
             raise ValueError(f"port must have value from 0 to 65535 but was {port}.")

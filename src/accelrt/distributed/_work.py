@@ -264,11 +264,26 @@ class Work:
         except DistTimeoutError:
             raise
         except Exception as exc:
+            g._forget(self)   # (done, by failing: the group no longer keeps its arrays)
             raise self._failed(g._engine_error(self._op, self._seq, exc), exc) from exc
         self._request = None
+        g._forget(self)
         if self._finish is not None:
             fin, self._finish = self._finish, None
             fin()
+
+    def _poll(self) -> bool:
+        """True once the operation is complete, having finished a completed point-to-point
+        request (its source read, its landing run): the owning group's check on the work it
+        keeps in flight (:meth:`ProcessGroup._reap`). Raises the operation's error, which the
+        work keeps."""
+        req = self._request
+        if req is None:
+            return True
+        if self._exc is not None or not req.test():
+            return self._exc is not None
+        self._complete_request(None)
+        return True
 
     def _failed(self, err: DistError, cause: BaseException) -> DistError:
         """Keep ``err`` (raised from ``cause``) as this work's error, as a copy that holds no

@@ -27,18 +27,18 @@ Example::
 
 from __future__ import annotations
 
+import math
 import threading
 import weakref
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
-import numpy as np
-
 from .. import _checked, _event
 from .._array import Array
 from .._memory_owner import _Memory
 from .._device import _get_device, _lazy_init
-from .._errors import AcceleratorError
+from .._errors import AcceleratorError, type_shown
+from .._placement import _check_dtype
 from .._fork import reinit_after_fork
 from .._stream import _current
 from . import _refs
@@ -193,21 +193,43 @@ def rebuild_array(version: int, meta: tuple[Any, ...], shared: tuple[Any, ...] |
         ValueError: the pickle is malformed, names memory that no longer exists (producer
             exited, memory released) or sizes that do not fit the segment.
     """
-    if version != _VERSION or not isinstance(meta, tuple) or len(meta) != 3:
-        raise ValueError(f"not an accelrt shared-array pickle (version {version!r}); the sender "
-                         "and receiver must run the same accelrt")
+    if (type(version) is not int or version != _VERSION or type(meta) is not tuple
+            or len(meta) != 3):
+        raise ValueError(f"not an accelrt shared-array pickle (version {_shown(version)}); the "
+                         "sender and receiver must run the same accelrt")
     device, shape, dtype = meta
+    if type(device) is not str:
+        raise _malformed("device", device, "a device string such as 'cpu:0'")
+    if type(shape) is not tuple or not all(type(n) is int and n >= 0 for n in shape):
+        raise _malformed("shape", shape, "a tuple of non-negative ints")
+    if type(dtype) is not str:
+        raise _malformed("dtype", dtype, "a numpy dtype string such as '<f4'")
     b, index = _get_device(device)
-    dt = np.dtype(dtype)
-    shape = tuple(int(n) for n in shape)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+    try:
+        dt = _check_dtype(dtype, b, index)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"malformed shared-array pickle: {exc}") from None
+    nbytes = math.prod(shape) * dt.itemsize
     _lazy_init(b, index)
     if shared is None:
         if nbytes:
             raise ValueError("a shared-array pickle without memory must describe an empty array")
         return Array(shape, dtype=dt, device=device)
+    if type(shared) is not tuple or len(shared) != 8:
+        raise _malformed("memory", shared, "a tuple of 8 fields")
     seg, seg_size, offset, size, ref, slot, token, ev_handle = shared
-    if (size != nbytes or offset < 0 or offset + size > seg_size) or not isinstance(seg, bytes):
+    for name, value in (("segment handle", seg), ("reference", ref), ("token", token)):
+        if type(value) is not bytes:
+            raise _malformed(name, value, "bytes")
+    if ev_handle is not None and type(ev_handle) is not bytes:
+        raise _malformed("event handle", ev_handle, "bytes or None")
+    for name, value in (("segment size", seg_size), ("offset", offset), ("size", size),
+                        ("slot", slot)):
+        if type(value) is not int:
+            # (an offset of another type made an array at a float address; the values are
+            # checked below, and a slot by the reference file)
+            raise _malformed(name, value, "an int")
+    if size != nbytes or offset < 0 or offset + size > seg_size:
         raise ValueError(f"inconsistent shared-array pickle: {nbytes} bytes of shape {shape} "
                          f"at offset {offset} of a {seg_size}-byte segment (block size {size})")
     claim = _refs.claim(ref, slot, token)
@@ -229,6 +251,21 @@ def rebuild_array(version: int, meta: tuple[Any, ...], shared: tuple[Any, ...] |
         raise
     hold = _Hold(opened, claim, (ref, slot, token, seg, seg_size))
     return Array._wrap(_Memory(opened.base + offset, size, None, hold), shape, dt, b, index)
+
+
+def _malformed(field: str, value: object, want: str) -> ValueError:
+    """The error of a shared-array pickle whose ``field`` is not ``want`` (a pickle accelrt
+    did not make, or one of another accelrt version)."""
+    return ValueError(f"malformed shared-array pickle: its {field} is {_shown(value)}, not "
+                      f"{want}; the sender and receiver must run the same accelrt")
+
+
+def _shown(value: object) -> str:
+    """``value`` for a message: the repr of a plain value, else the type's name."""
+    if value is None or type(value) in (bool, int, float, str, bytes):
+        text = repr(value)
+        return text if len(text) <= 80 else text[:77] + "..."
+    return type_shown(value)
 
 
 def reduce_event(e: _event.Event) -> tuple[Any, ...]:

@@ -60,7 +60,7 @@ import itertools
 import threading
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -68,7 +68,8 @@ from .._backend import Backend, Capabilities
 from .._errors import OutOfMemoryError, type_shown
 from .._fork import reinit_after_fork
 from .._handles import DevicePtr, EventHandle, StreamHandle
-from ..backends._common import KeptErrors, bad_handle
+from ..backends._common import (KeptErrors, bad_handle, check_byte, check_index, check_int,
+                                check_ptr, check_size, fill_pattern)
 
 __all__ = ["CALL_NAMES", "SimulatedBackend"]
 
@@ -91,6 +92,7 @@ _MALLOC_ALIGN = 512               # addresses returned by malloc are multiples o
 _DEVICE_STRIDE = 1 << 44          # address space of one device (16 TiB) ...
 _VM_OFFSET = 1 << 43              # ... whose upper half holds virtual reservations
 _MAX_DEVICES = 64
+_KINDS = frozenset(("h2d", "d2h", "d2d", "h2h"))
 
 
 def _describe(key: tuple[int, int]) -> str:
@@ -240,17 +242,19 @@ class SimulatedBackend(Backend):
     # ------------------------------------------------------------------ queries
     def capabilities(self, index: int) -> Capabilities:
         """Virtual memory (unless ``vm=False``), pinned host memory and host functions."""
+        self._device(index)
         return self._caps
 
     def device_count(self) -> int:
         return len(self._devices)
 
     def get_device_properties(self, index: int) -> dict[str, Any]:
+        self._device(index)
         return {"name": "accelrt simulated device", "total_memory": self.capacity,
                 "multi_processor_count": 1}
 
     def get_memory_info(self, index: int) -> tuple[int, int]:
-        return (self.capacity - self._devices[index].used, self.capacity)
+        return (self.capacity - self._device(index).used, self.capacity)
 
     @property
     def used(self) -> int:
@@ -279,7 +283,7 @@ class SimulatedBackend(Backend):
         if self._closed:
             raise self._closed_error("calls")
         with self._lock:
-            return dict(self._devices[index].calls)
+            return dict(self._device(index).calls)
 
     def live_handles(self) -> dict[str, int]:
         """Streams made and not destroyed, and events not destroyed (read by
@@ -304,8 +308,30 @@ class SimulatedBackend(Backend):
             raise self._closed_error("init_device")
         self._count(index, "init_device")
 
+    def _device(self, index: object) -> _Device:
+        """Device ``index``'s book-keeping; TypeError for a non-int index (``bool`` too),
+        IndexError for one out of range (a negative index named the last devices)."""
+        devices = self._devices
+        if type(index) is int and 0 <= index < len(devices):
+            return devices[index]
+        return devices[check_index(index, len(devices), "simulated",
+                                   f"this backend has {len(devices)} device(s)")]
+
+    def _stream_arg(self, index: int, stream: object, what: str,
+                    live: bool = True) -> StreamHandle:
+        """``stream`` if it names a stream of device ``index``: any non-negative int (that
+        was not destroyed, with ``live``: :meth:`stream_is_valid`; the work of a destroyed
+        stream may still be queried and waited for); TypeError or ValueError naming
+        ``what``."""
+        dev = self._device(index)
+        if type(stream) is int and stream >= 0 and not (live and stream in dev.destroyed):
+            return cast("StreamHandle", stream)
+        raise bad_handle("stream", stream, f" of simulated:{index}",
+                         f"{what} on a stream handle from stream_create (or 0)"
+                         + (" that was not destroyed" if live else ""))
+
     def _count(self, index: int, what: str) -> _Device:
-        dev = self._devices[index]
+        dev = self._device(index)
         with self._lock:
             dev.calls[what] += 1
         return dev
@@ -315,7 +341,7 @@ class SimulatedBackend(Backend):
         if self._closed:
             raise self._closed_error("malloc")
         _check_size(size, "malloc")
-        dev = self._devices[index]
+        dev = self._device(index)
         with self._lock:
             if dev.used + size > self.capacity:
                 return DevicePtr(0)
@@ -334,7 +360,7 @@ class SimulatedBackend(Backend):
     def free(self, index: int, ptr: DevicePtr) -> None:
         if self._closed:
             raise self._closed_error("free")
-        dev = self._devices[index]
+        dev = self._device(index)
         with self._lock:
             size = dev.blocks.pop(ptr, None)
             if size is None:
@@ -401,7 +427,7 @@ class SimulatedBackend(Backend):
         self._check_vm("vm_reserve")
         _check_size(size, "vm_reserve")
         self._check_aligned(0, size, "vm_reserve")
-        dev, g = self._devices[index], self.granularity
+        dev, g = self._device(index), self.granularity
         with self._lock:
             ptr, limit = dev.next_vm, dev.base + _DEVICE_STRIDE
             step = size + g                             # a guard granule after each reservation
@@ -419,7 +445,7 @@ class SimulatedBackend(Backend):
         if self._closed:
             raise self._closed_error("vm_release")
         self._check_vm("vm_release")
-        dev = self._devices[index]
+        dev = self._device(index)
         with self._lock:
             if dev.reservations.get(ptr) != size:
                 raise ValueError(f"vm_release: [{ptr:#x}, +{size}) is not a reservation")
@@ -435,7 +461,7 @@ class SimulatedBackend(Backend):
         memory, aligned and inside one reservation (called under the lock)."""
         if self._closed:
             raise self._closed_error(what)
-        dev = self._devices[index]
+        dev = self._device(index)
         self._check_vm(what)
         self._check_aligned(ptr, size, what)
         for base, rsize in dev.reservations.items():
@@ -499,7 +525,7 @@ class SimulatedBackend(Backend):
     def _submit(self, index: int, stream: int, what: str,
                 fn: Callable[[], None] | None = None) -> int:
         """Queue one operation on ``stream``; return its work number."""
-        dev = self._devices[index]
+        dev = self._device(index)
         with self._lock:
             dev.calls[what] += 1
             seq = dev.queued.get(stream, 0) + 1
@@ -522,7 +548,7 @@ class SimulatedBackend(Backend):
     def _complete(self, index: int, stream: int, upto: int | None = None) -> None:
         """Complete the work queued on ``stream`` (up to work number ``upto``), running the
         host functions it reaches, in order, outside the lock."""
-        dev = self._devices[index]
+        dev = self._device(index)
         with self._lock:
             last = dev.queued.get(stream, 0)
             target = last if upto is None else min(upto, last)
@@ -544,7 +570,7 @@ class SimulatedBackend(Backend):
         ``auto_complete``): what a kernel launch would do to the stream's completion."""
         if self._closed:
             raise self._closed_error("launch_work")
-        dev = self._devices[index]
+        dev = self._device(index)
         with self._lock:
             seq = dev.queued.get(stream, 0) + 1
             dev.queued[stream] = seq
@@ -580,6 +606,13 @@ class SimulatedBackend(Backend):
         """Queue a copy that copies nothing: a simulated device holds no data."""
         if self._closed:
             raise self._closed_error("memcpy")
+        # (the checks of a real backend's, but the ranges: the device holds no memory)
+        stream = self._stream_arg(index, stream, "memcpy")
+        if kind not in _KINDS:
+            raise ValueError(f"memcpy kind {kind!r} must be one of 'h2d', 'd2h', 'd2d', 'h2h'")
+        check_size(nbytes, "nbytes", allow_zero=True)
+        check_ptr(dst, "dst")
+        check_ptr(src, "src")
         self._submit(index, stream, "memcpy")
 
     def memset(self, index: int, ptr: int, value: int, nbytes: int,
@@ -587,6 +620,10 @@ class SimulatedBackend(Backend):
         """Queue a memset that writes nothing: a simulated device holds no data."""
         if self._closed:
             raise self._closed_error("memset")
+        stream = self._stream_arg(index, stream, "memset")
+        check_byte(value)
+        check_size(nbytes, "nbytes", allow_zero=True)
+        check_ptr(ptr)
         self._submit(index, stream, "memset")
 
     def fill(self, index: int, ptr: int, pattern: bytes, count: int,
@@ -594,15 +631,21 @@ class SimulatedBackend(Backend):
         """Queue a fill that writes nothing: a simulated device holds no data."""
         if self._closed:
             raise self._closed_error("fill")
+        stream = self._stream_arg(index, stream, "fill")
+        fill_pattern(pattern)
+        check_size(count, "count", allow_zero=True)
+        check_ptr(ptr)
         self._submit(index, stream, "fill")
 
     # ------------------------------------------------------------------ streams
     def stream_priority_range(self, index: int) -> tuple[int, int]:
+        self._device(index)
         return self._priority_range
 
     def stream_create(self, index: int, priority: int) -> StreamHandle:
         if self._closed:
             raise self._closed_error("stream_create")
+        check_int(priority, "stream priority")
         self._count(index, "stream_create")
         with self._lock:
             stream = next(self._handles)
@@ -614,6 +657,7 @@ class SimulatedBackend(Backend):
         :meth:`synchronize` still waits for it."""
         if self._closed:
             raise self._closed_error("stream_destroy")
+        stream = self._stream_arg(index, stream, "stream_destroy", live=False)
         dev = self._count(index, "stream_destroy")
         with self._lock:
             dev.destroyed.add(stream)
@@ -626,11 +670,12 @@ class SimulatedBackend(Backend):
             raise self._closed_error("stream_is_valid")
         if isinstance(stream, bool) or not isinstance(stream, int) or stream < 0:
             return False
-        return stream not in self._devices[index].destroyed
+        return stream not in self._device(index).destroyed
 
     def stream_query(self, index: int, stream: StreamHandle) -> bool:
         if self._closed:
             raise self._closed_error("stream_query")
+        stream = self._stream_arg(index, stream, "stream_query", live=False)
         dev = self._count(index, "stream_query")
         self._kept.raise_for([(index, stream)], _describe)
         with self._lock:
@@ -639,6 +684,7 @@ class SimulatedBackend(Backend):
     def stream_synchronize(self, index: int, stream: StreamHandle) -> None:
         if self._closed:
             raise self._closed_error("stream_synchronize")
+        stream = self._stream_arg(index, stream, "stream_synchronize", live=False)
         self._count(index, "stream_synchronize")
         self._complete(index, stream)
         self._kept.raise_for([(index, stream)], _describe)
@@ -647,6 +693,8 @@ class SimulatedBackend(Backend):
         """Counted only: the caller completes streams in the order it wants."""
         if self._closed:
             raise self._closed_error("stream_wait_event")
+        self._stream_arg(index, stream, "stream_wait_event")
+        self._event(event)
         self._count(index, "stream_wait_event")
 
     def synchronize(self, index: int) -> None:
@@ -665,6 +713,9 @@ class SimulatedBackend(Backend):
         synchronization of the stream or device, as on a device."""
         if self._closed:
             raise self._closed_error("launch_host_func")
+        stream = self._stream_arg(index, stream, "launch_host_func")
+        if not callable(fn):
+            raise TypeError(f"launch_host_func needs a callable, got {type_shown(fn)}")
         self._submit(index, stream, "launch_host_func", fn)
 
     # ------------------------------------------------------------------ events

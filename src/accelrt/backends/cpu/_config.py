@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..._backend_registry import MAX_DEVICE_COUNT
 from ..._properties import derived_uuid
 from ._memory import VM_GRANULARITY, vm_available
 from ..._errors import type_shown
@@ -72,7 +73,8 @@ class CpuConfig:
     """Resolved settings of one :class:`~accelrt.backends.cpu.CpuBackend`.
 
     Attributes:
-        num_devices: number of simulated devices (>= 1).
+        num_devices: number of simulated devices (1 to 1024, the most accelrt supports per
+            backend).
         memory_limit: memory budget of each device in bytes (>= 1).
         async_streams: True if stream work runs on worker threads.
         shared_memory: True if device memory comes from POSIX shared memory (shareable with
@@ -95,6 +97,11 @@ class CpuConfig:
             raise TypeError(f"num_devices must be an int, got {type_shown(self.num_devices)}")
         if self.num_devices < 1:
             raise ValueError(f"num_devices={self.num_devices} must be at least 1")
+        if self.num_devices > MAX_DEVICE_COUNT:
+            # (the backend makes each device's state up front: a count beyond the registry's
+            # limit would take minutes and all memory before get_backend refused it)
+            raise ValueError(f"num_devices={self.num_devices} is more than the "
+                             f"{MAX_DEVICE_COUNT} devices accelrt supports per backend")
         if not isinstance(self.memory_limit, int) or isinstance(self.memory_limit, bool):
             raise TypeError(f"memory_limit must be an int, got {type_shown(self.memory_limit)}")
         if self.memory_limit < 1:
@@ -319,9 +326,10 @@ def _env_devices(env: Mapping[str, str]) -> int:
     text = raw.strip()
     # ASCII digits only: int() would also take '+4', '1_0' and '٤' (Arabic-Indic four)
     value = int(text) if _DIGITS_RE.fullmatch(text) and len(text) <= 18 else 0
-    if value < 1:
-        raise ValueError(f"{ENV_DEVICES}={raw!r} is invalid; set it to an integer >= 1 "
-                         f"(the number of simulated cpu devices), e.g. {ENV_DEVICES}=4")
+    if not 1 <= value <= MAX_DEVICE_COUNT:
+        raise ValueError(f"{ENV_DEVICES}={raw!r} is invalid; set it to an integer from 1 to "
+                         f"{MAX_DEVICE_COUNT} (the number of simulated cpu devices), e.g. "
+                         f"{ENV_DEVICES}=4")
     return value
 
 
