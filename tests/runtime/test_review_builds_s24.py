@@ -46,6 +46,7 @@ from accelrt._build_info import build_info
 from accelrt._errors import AcceleratorIndexError, AcceleratorValueError
 from accelrt.memory._allocator import peek_allocator
 from accelrt.backends.cpu import CpuBackend
+from helpers.hostile import Index, IntEq, IntIdx, IntSub
 
 B = "s24b"   # a cpu backend of two simulated devices, registered here
 _backends = module_backends({B: lambda: CpuBackend(num_devices=2, name=B)})
@@ -55,37 +56,6 @@ MYPYC = re.compile(r"object expected; got")
 
 
 # ---------------------------------------------------------------------- hostile values
-
-class IntSub(int):
-    """A plain subclass of int."""
-
-
-class IntEq(int):
-    """An int that equals everything and hashes as 0 (a dict lookup finds key 0 with it)."""
-
-    def __eq__(self, other: object) -> bool:
-        return True
-
-    def __hash__(self) -> int:
-        return 0
-
-
-class IntIdx(int):
-    """An int whose ``__index__`` and ``__int__`` say 0, whatever its value."""
-
-    def __index__(self) -> int:
-        return 0
-
-    def __int__(self) -> int:
-        return 0
-
-
-class Index:
-    """Not an int, but has ``__index__`` (as numpy's integers)."""
-
-    def __index__(self) -> int:
-        return 1
-
 
 class EqAll:
     """Equal to everything, hash 0."""
