@@ -849,15 +849,24 @@ def main(argv: list[str]) -> int:
         results[key] = got
     header = {"accelrt": acc.__file__, "compiled": bool(memory.compiled),
               "specs": len(specs), "values": len(VALUES), "aliases": ALIASES}
-    with open(out_path, "w") as f:
-        json.dump({"header": header, "results": results}, f, indent=0)
+    write_results(out_path, header, results)
     return 0
 
 
-if __name__ == "__main__":
-    # the calls may close or write to stdin/stdout/stderr (a file name given as 1): none is
-    # needed, the results go to the file
+def write_results(out_path: str, header: dict[str, Any], results: dict[str, str]) -> None:
+    """The probe's output file: its header and one outcome line per case."""
+    with open(out_path, "w") as f:
+        json.dump({"header": header, "results": results}, f, indent=0)
+
+
+def run_script(main: Callable[[list[str]], int]) -> None:
+    """Run a probe's ``main`` as the script: the calls may close or write to stdin/stdout (a
+    file name given as 1), and none is needed, the results go to the file."""
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1):
         os.dup2(null, fd)
     sys.exit(main(sys.argv))
+
+
+if __name__ == "__main__":
+    run_script(main)

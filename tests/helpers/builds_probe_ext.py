@@ -42,7 +42,6 @@ import datetime
 import gc
 import inspect
 import itertools
-import json
 import os
 import pickle
 import queue
@@ -1259,13 +1258,9 @@ def main(argv: list[str]) -> int:
     header = {"accelrt": acc.__file__, "compiled": bool(memory.compiled),
               "specs": sum(len(g[1]) for g in groups), "groups": counts,
               "opencl": ocl is not None, "seconds": seconds}
-    with open(out_path, "w") as f:
-        json.dump({"header": header, "results": results}, f, indent=0)
+    bp.write_results(out_path, header, results)
     return 0
 
 
 if __name__ == "__main__":
-    null = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1):
-        os.dup2(null, fd)
-    sys.exit(main(sys.argv))
+    bp.run_script(main)
