@@ -197,6 +197,17 @@ def held(b: Backend, index: int) -> Held:
         return per[index]
 
 
+def forget(name: str, current: object) -> None:
+    """Drop the entries of the instances of backend ``name`` other than ``current`` (the one
+    registered under ``name`` now, or None) that hold no live event or graph: after
+    ``unregister`` or ``register(..., replace=True)`` they kept the old instance alive. (An
+    instance with a live event or graph is alive through that object anyway.)"""
+    with _lock:
+        for b in [b for b in _held if b.name == name and b is not current]:
+            if not any(h.events or h.graphs for h in _held[b]):
+                del _held[b]
+
+
 _LIVE_EVENT: Final = ("the handle of an event that is still live; each new event needs its own "
                "handle")
 _LIVE_GRAPH: Final = ("the handle of a captured graph that is still live; each capture needs its "

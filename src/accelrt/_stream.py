@@ -27,7 +27,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
-from . import _checked
+from . import _backend_registry, _checked
 from . import _device as _dev
 from . import _sync_debug as _sd
 from ._device import (_get_device, _get_device_of, _index_arg, _lazy_init, _plain_int,
@@ -122,6 +122,34 @@ _pools_lock = reinit_after_fork(threading.Lock())
 _close_lock = _stream_core._close_lock
 _closing = _stream_core._closing
 _ZERO = 0  # ``priority is _ZERO``: the int 0 (small ints are cached), a fast path only
+
+
+def _forget_backend(name: str) -> None:
+    """Called by the registry after backend ``name`` was registered again or unregistered
+    (:func:`accelrt.backends.on_change`): forget what the core made of instances the name no
+    longer refers to, which kept them alive: their default stream objects, their stream pools
+    (the free handles in them are destroyed; streams still open keep working and keep their
+    instance) and their empty tables of held events and graphs."""
+    current = _backend_registry._instances.get(name)
+    with _pools_lock:
+        _stream_core._forget_defaults(name, current)
+        dropped = [_pools.pop(b) for b in [b for b in _pools
+                                           if b.name == name and b is not current]]
+    for per in dropped:
+        for pool in per.values():
+            if pool.b.closed:
+                continue   # close() released its handles
+            for free in list(pool.free.values()):
+                while free:
+                    try:
+                        handle = free.pop()   # (one step: a racing user takes another)
+                    except IndexError:
+                        break
+                    try:
+                        pool.destroy(handle)
+                    except Exception:  # noqa: BLE001, S110 - a broken backend's error:
+                        pass           # register()/unregister() already happened
+    _checked.forget(name, current)
 
 
 def _int_arg(name: str, value: object) -> int:
@@ -715,3 +743,6 @@ def _synchronize(b: Backend, index: int) -> None:
     """:func:`synchronize` for accelrt's own use (graph capture): never sync-debug checked."""
     if _dev._is_initialized(b, index):
         b.synchronize(index)
+
+
+_backend_registry.on_change(_forget_backend)

@@ -426,6 +426,23 @@ def _set_default(name: str, index: int, s: _StreamCore) -> None:
     per[index] = s
 
 
+def _forget_defaults(name: str, current: object) -> None:
+    """Drop the default stream objects of backend ``name`` made by another instance than
+    ``current`` (the one registered under ``name`` now, or None): after ``unregister`` or a
+    ``register(..., replace=True)`` they kept the old instance alive. The caller holds
+    ``_stream._pools_lock``, as :func:`_set_default`'s; readers need no lock (a reader that
+    got the old object checks its instance, as for any stream of the table)."""
+    per = _defaults.get(name)
+    if per is None:
+        return
+    for i in range(len(per)):
+        s = per[i]
+        if s is not None and s._b is not current:
+            per[i] = None
+    if all(s is None for s in per):
+        del _defaults[name]
+
+
 def _lookup(streams: dict[Any, _StreamCore], b: Backend, name: str, index: int,
             key: _Key | None = None) -> _StreamCore | None:
     """The current stream of device ``index`` of ``b`` (registered as ``name``) in

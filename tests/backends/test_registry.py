@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import gc
 import inspect
 import uuid
+import weakref
 
 import pytest
 from helpers import register_toy
@@ -265,6 +267,68 @@ def test_unregister_is_the_symmetric_of_register() -> None:
     acc.backends.register(name, lambda: CpuBackend(name=name))   # the name is free again
     assert acc.backends.get_backend(name).device_count() >= 1
     acc.backends.unregister(name)
+
+
+@pytest.mark.parametrize("use", ["current_stream", "stream", "event", "array"])
+@pytest.mark.parametrize("how", ["unregister", "replace"])
+def test_an_instance_the_name_no_longer_refers_to_is_not_kept_alive(how: str, use: str) -> None:
+    # regression: the core's tables of default stream objects (_stream_core._defaults, by
+    # name), of stream pools and of held events (by instance) kept every instance ever
+    # registered under a name alive after unregister() or register(replace=True)
+    name = "gone" + uuid.uuid4().hex[:8]
+    dev = f"{name}:0"
+    acc.backends.register(name, lambda: CpuBackend(name=name))
+    b = acc.backends.get(name)
+    assert acc.current_stream(dev)._b is b                 # its default stream object
+    if use == "stream":
+        s = acc.Stream(dev)
+        with s:
+            acc.zeros(4, device=dev).numpy()
+        s.close()                                          # its handle: free in the pool
+        del s
+    elif use == "event":
+        e = acc.Event(dev)
+        e.record()
+        e.synchronize()
+        del e
+    elif use == "array":
+        x = acc.full((8,), 2.0, device=dev)
+        assert x.numpy().tolist() == [2.0] * 8
+        del x
+    gone = weakref.ref(b)
+    del b
+    if how == "unregister":
+        acc.backends.unregister(name)
+    else:
+        acc.backends.register(name, lambda: CpuBackend(name=name), replace=True)
+    gc.collect()
+    assert gone() is None
+    if how == "replace":   # the name's new instance makes its own
+        new = acc.backends.get(name)
+        assert acc.current_stream(dev)._b is new
+        assert acc.Stream(dev)._b is new
+
+
+def test_an_unregistered_instance_still_in_use_keeps_working() -> None:
+    # what the core forgets of an old instance is only what kept it alive: streams and
+    # events a user still holds keep working on it
+    name = "held" + uuid.uuid4().hex[:8]
+    dev = f"{name}:0"
+    acc.backends.register(name, lambda: CpuBackend(name=name))
+    default = acc.current_stream(dev)
+    s = acc.Stream(dev)
+    e = acc.Event(dev)
+    x = acc.full((4,), 1.0, device=dev)
+    acc.backends.unregister(name)
+    e.record(s)
+    s.wait_event(e)
+    default.synchronize()
+    s.synchronize()
+    assert e.query() and x.numpy().tolist() == [1.0] * 4
+    s.close()
+    assert s.is_closed
+    del x, e, s, default
+    gc.collect()
 
 
 def test_builtin_backends_cannot_be_unregistered() -> None:

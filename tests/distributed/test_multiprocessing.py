@@ -176,6 +176,82 @@ def test_ipc_collect_of_device_modules_collects(shm: str) -> None:
     assert _refs.pending_count() == _BASE[0]
 
 
+# ---------------------------------------------------------------------- cost of a share
+
+class _CountingOs:
+    """``os`` for :mod:`accelrt.multiprocessing._refs`, counting its reads of slots (every
+    look at an entry reads its in-flight count)."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(os, name)
+
+    def pread(self, fd: int, n: int, off: int) -> bytes:
+        self.reads += 1
+        return os.pread(fd, n, off)
+
+
+def _received(made: list[tuple[bytes, int, bytes]]) -> None:
+    """Unpickle and drop each of ``made`` (what a consumer that received them does)."""
+    for ref, slot, token in made:
+        _refs.claim(ref, slot, token).release()
+
+
+def test_a_share_looks_at_a_bounded_number_of_entries(monkeypatch: pytest.MonkeyPatch) -> None:
+    # regression: every share walked every entry never received (N shares: N**2 / 2 reads,
+    # 36 ms a share at 16,000 entries); now the last shares' entries and a few older ones
+    base = amp.ipc_collect()
+    counting = _CountingOs()
+    monkeypatch.setattr(_refs, "os", counting)
+    n = 1000
+    made = [_refs.share(object()) for _ in range(n)]      # never received
+    assert counting.reads <= 40 * n                     # _YOUNG + _STEP = 32 a share at most
+    assert _refs.pending_count() == base + n
+    counting.reads = 0
+    assert amp.ipc_collect() == base + n                # ipc_collect still looks at all ...
+    assert n <= counting.reads <= 2 * (base + n)        # ... once each
+    _received(made)
+    assert amp.ipc_collect() == base                    # ... and frees them all at once
+
+
+def test_a_share_frees_what_consumers_released(shm: str) -> None:
+    # the memory of a received and released share returns at the next share, however many
+    # entries were never received, as when every share walked them all
+    never = [_refs.share(object()) for _ in range(300)]
+    kept = _refs.pending_count()
+    base = _allocated(shm)
+    try:
+        for _ in range(40):
+            a = acc.full((64,), 1.0, device=shm)
+            b = pickle.loads(ForkingPickler.dumps(a))
+            assert _refs.pending_count() == kept + 1
+            del a, b
+            gc.collect()
+            assert _allocated(shm) > base                # the registry keeps it ...
+            never.append(_refs.share(object()))         # ... until the next share
+            assert _allocated(shm) == base
+            kept += 1
+    finally:
+        _received(never)
+
+
+def test_older_entries_released_later_are_freed_by_later_shares() -> None:
+    # an entry older than the last _YOUNG shares is looked at _STEP at a time, in turn: one
+    # released after many later shares is freed within len(old) / _STEP shares, without
+    # ipc_collect()
+    base = amp.ipc_collect()
+    made = [_refs.share(object()) for _ in range(200)]
+    _received(made)                                     # all released, none freed yet
+    assert _refs.pending_count() == base + 200
+    rounds = -(-(base + 200) // _refs._STEP) + 1
+    more = [_refs.share(object()) for _ in range(rounds)]
+    assert _refs.pending_count() <= base + len(more)
+    _received(more)
+    assert amp.ipc_collect() == base
+
+
 def test_sharing_strategies() -> None:
     assert amp.get_all_sharing_strategies() == {"file_descriptor"}
     amp.set_sharing_strategy("file_descriptor")

@@ -200,6 +200,32 @@ def test_a_cpu_device_with_an_index_is_bound(device_id: object) -> None:
 
 
 @needs_mpi
+@pytest.mark.parametrize("device_id", [acc.device("cpu", 0), "cpu:0", 0])
+def test_the_bound_device_is_resolved_once(device_id: object,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # regression: init_process_group(device_id=) resolved the device three times (its
+    # checks, the NCCL world's index, making it current); once now, with the same checks
+    from accelrt import _device
+    resolved: list[object] = []
+    real = _device._get_device
+
+    def counting(dev: object, *args: object, **kwargs: object) -> object:
+        resolved.append(dev)
+        return real(dev, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_device, "_get_device", counting)
+    dist.init_process_group("cpu:mpi", store=dist.HashStore(), rank=0, world_size=1,
+                            device_id=device_id)  # type: ignore[arg-type]
+    try:
+        assert resolved == [device_id if type(device_id) is int else acc.device("cpu", 0)]
+        world = dist.group.WORLD
+        assert world is not None and world.bound_device_id == acc.device("cpu", 0)
+        assert acc.cpu.current_device() == 0
+    finally:
+        dist.destroy_process_group()
+
+
+@needs_mpi
 def test_new_group_device_id_as_torch_2_15() -> None:
     # torch 2.15's new_group(device_id=): the world's bound device by default; another device
     # is an AssertionError "Mismatched bound device between new pg and the default pg."

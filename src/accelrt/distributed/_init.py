@@ -39,6 +39,7 @@ from ._world import (
 )
 
 if TYPE_CHECKING:
+    from .._backend import Backend as DeviceBackend
     from .._device import device
 
 DEFAULT_INIT_TIMEOUT = 300.0
@@ -311,7 +312,11 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
     named = {} if backend is None else engine_map
     op_timeout = _seconds(timeout, DEFAULT_TIMEOUT)
     init_timeout = min(op_timeout, DEFAULT_INIT_TIMEOUT) if timeout is None else op_timeout
-    bound = None if device_id is None else _bound_device(device_id)
+    # the bound device, resolved once: (device, its backend, its index), and the index NCCL
+    # serves when it is CUDA memory (a device in host memory leaves NCCL its own choice)
+    bound = None if device_id is None else _resolve_bound(device_id)
+    nccl_index = (bound[2] if bound is not None
+                  and bound[1].capabilities(bound[2]).cuda_array_interface else None)
     method = "store" if store is not None else _init_method(init_method)
     if method.startswith("mpi://"):
         group = _init_mpi(engine_map, backend_str, op_timeout, init_timeout, world_size, rank,
@@ -323,15 +328,15 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
         r, n = (rank, world_size) if isinstance(where, Store) else (where.rank,
                                                                      where.world_size)
         group = _init_store(engine_map, backend_str, op_timeout, init_timeout, n, r,
-                            bound, named, where)
+                            nccl_index, named, where)
     if bound is not None:
-        from .._device import _get_device, _set_index
-        b, index = _get_device(bound)
+        from .._device import _set_index
+        dev, b, index = bound
         # made current on its own backend (set_device_index would refuse a device of another
         # backend than the current accelerator: torch 2.15 binds cpu:0 on a CUDA machine)
         _set_index(b, index)
-        group.bound_device_id = bound
-        if b.capabilities(index).cuda_array_interface:
+        group.bound_device_id = dev
+        if nccl_index is not None:
             # CUDA device memory (what NCCL serves): start its engine now, as PyTorch's
             # device_id makes the communicator eagerly
             group.engine(b.name, index)
@@ -345,8 +350,16 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
 
 
 def _bound_device(device_id: DeviceSpec, group: bool = False) -> device:
-    """The device ``init_process_group(device_id=)`` binds the world to, checked before
-    anything starts, as torch 2.15 checks it: an int is an index of the current accelerator;
+    """The device ``init_process_group(device_id=)`` binds the world to: the device of
+    :func:`_resolve_bound` (``new_group(device_id=)``'s with ``group``)."""
+    return _resolve_bound(device_id, group)[0]
+
+
+def _resolve_bound(device_id: DeviceSpec,
+                   group: bool = False) -> tuple[device, DeviceBackend, int]:
+    """The device ``init_process_group(device_id=)`` binds the world to, with its backend and
+    index (resolved once: init uses all three), checked before anything starts, as torch
+    2.15 checks it: an int is an index of the current accelerator;
     a device of any backend (``"cpu:0"`` too: torch 2.15 binds a CPU device with an index)
     must have an index, and one its backend has. ``group``: ``new_group(device_id=)``'s
     device in an unbound world, refused without an index by torch's group check only.
@@ -379,7 +392,7 @@ def _bound_device(device_id: DeviceSpec, group: bool = False) -> device:
             f"device_id {name}:{dev.index if dev is not None else device_id} is out of "
             f"range. Please use a device index less than the number of accelerators "
             f"available: {count}. ({exc})") from None
-    return _device(b.name, index)
+    return _device(b.name, index), b, index
 
 
 def _in_host_memory(backend: str) -> bool:
@@ -482,10 +495,11 @@ def _mpi_needs_launcher(n: int) -> DistBackendError:
 
 
 def _init_store(engine_map: dict[str, str], backend_str: str, op_timeout: float,
-                init_timeout: float, n: int, r: int, device_id: device | None,
+                init_timeout: float, n: int, r: int, nccl_index: int | None,
                 named: dict[str, str], where: Any) -> ProcessGroup:
     """A world met through a store (``store=``, ``env://``, ``tcp://``, ``file://``): the
-    rendezvous ``where`` is a :class:`Store` or a plan to make one."""
+    rendezvous ``where`` is a :class:`Store` or a plan to make one; ``nccl_index`` is the
+    bound CUDA device's index (None: no device_id, or one in host memory)."""
     if (n == 1 and is_mpi_available() and "nccl" not in named.values()
             and ("nccl" not in engine_map.values() or not _cuda_count())):
         # one rank: a singleton MPI world serves every engine map without a CUDA device. The
@@ -510,7 +524,7 @@ def _init_store(engine_map: dict[str, str], backend_str: str, op_timeout: float,
             else where.connect(datetime.timedelta(seconds=init_timeout)))
     try:
         group = _init_nccl_world(engine_map, backend_str, op_timeout, init_timeout, n, r,
-                                 device_id, PrefixStore("default_pg", base))
+                                 nccl_index, PrefixStore("default_pg", base))
     except BaseException:
         if base is not where and isinstance(base, (TCPStore, FileStore)):
             base.close()
@@ -520,10 +534,12 @@ def _init_store(engine_map: dict[str, str], backend_str: str, op_timeout: float,
 
 
 def _init_nccl_world(engine_map: dict[str, str], backend_str: str, op_timeout: float,
-                     init_timeout: float, n: int, r: int, device_id: device | None,
+                     init_timeout: float, n: int, r: int, nccl_index: int | None,
                      store: Store) -> ProcessGroup:
     """The world of a store-based init: NCCL's unique id made by rank 0 and shared through
-    ``store`` (as torch's ProcessGroupNCCL does); a singleton MPI world for host arrays."""
+    ``store`` (as torch's ProcessGroupNCCL does); a singleton MPI world for host arrays. NCCL
+    serves device ``nccl_index`` (the bound CUDA device), else ``LOCAL_RANK``'s (or the
+    rank's) modulo the CUDA devices."""
     from ._rendezvous import share
     mpi_comm = None
     if n == 1 and is_mpi_available():   # a singleton MPI world serves host arrays
@@ -531,14 +547,8 @@ def _init_nccl_world(engine_map: dict[str, str], backend_str: str, op_timeout: f
         mpi_comm = mpi().COMM_WORLD.Dup()
     group = ProcessGroup("WORLD", r, n, list(range(n)), engine_map, backend_str, op_timeout,
                          mpi_comm, r)
-    bound = None
-    if device_id is not None:
-        from .._device import _get_device
-        b, i = _get_device(device_id)
-        if b.capabilities(i).cuda_array_interface:   # CUDA memory: NCCL's device
-            bound = i
-    if bound is not None:
-        index = bound   # the bound device (one in host memory leaves NCCL's choice)
+    if nccl_index is not None:
+        index = nccl_index
     else:
         count = _cuda_count()
         if count == 0:

@@ -107,8 +107,9 @@ def ipc_collect() -> int:
     """Free the memory this process shared whose consumers all released it (and no pickle
     of it is still in flight); return how many shared entries are still kept.
 
-    Called on every new share and by the device modules' ``ipc_collect()`` (as
-    ``torch.cuda.ipc_collect``).
+    Called by the device modules' ``ipc_collect()`` (as ``torch.cuda.ipc_collect``). Every
+    new share also frees released entries, a bounded number at a time: those of the last
+    shares at once, older ones within a number of shares proportional to how many are kept.
 
     Example::
 

@@ -12,9 +12,15 @@ count of pickles in flight (``pending``), a *hold* byte and a *mutex* byte.
   ``F_RDLCK``) on the hold byte for as long as it keeps any array from that pickle, then,
   under the slot's mutex lock, checks the token and takes over the in-flight reference
   (``pending -= 1``).
-* :func:`collect` (``ipc_collect()`` of the device modules, and every new share) frees an
-  entry whose ``pending`` is 0 and whose hold byte nobody locks (``F_OFD_GETLK``): it clears
-  the token and drops the memory owner, which returns the block to the caching allocator.
+* :func:`collect` (``ipc_collect()`` of the device modules) frees every entry whose
+  ``pending`` is 0 and whose hold byte nobody locks (``F_OFD_GETLK``): it clears the token and
+  drops the memory owner, which returns the block to the caching allocator.
+* Every new share looks at a bounded number of entries, so that it costs the same however many
+  pickles were never received (a walk of the whole registry per share made ``N`` shares cost
+  ``O(N**2)``): all of the last :data:`_YOUNG` shares still kept (*young* entries: most
+  pickles are received and released soon, and their memory returns at the next share), then
+  the next :data:`_STEP` of the older entries in turn, so that an older entry released later
+  is freed within ``len(old) / _STEP`` shares (or by the next ``ipc_collect()``).
 
 The kernel drops a process's locks when it exits, so a consumer that crashes releases its
 holds by itself. A pickle that is never unpickled keeps its memory until the producer exits
@@ -30,6 +36,7 @@ import fcntl
 import os
 import struct
 import threading
+from collections import deque
 from typing import Any
 
 __all__ = ["Claim", "claim", "collect", "pending_count", "share"]
@@ -39,6 +46,10 @@ _TOKEN, _PENDING, _HOLD, _MUTEX = 0, 16, 24, 25
 _PREFIX = "accelrt-refs-"
 _FLOCK = "hhqqi4x"   # struct flock: l_type, l_whence, l_start, l_len, l_pid (0 for OFD locks)
 _GROW = 256          # slots added when the file is full
+#: a new share looks again at the entries of the last ``_YOUNG`` shares still kept ...
+_YOUNG = 16
+#: ... and at the next ``_STEP`` older entries, in turn
+_STEP = 16
 REF = struct.Struct("<II16s")  # pid, fd, file token
 
 class _RefLock:
@@ -113,6 +124,10 @@ class _Producer:
         self.capacity = 0
         self.free: list[int] = []
         self.entries: dict[int, tuple[bytes, Any]] = {}   # slot -> (token, keepalive)
+        # the slots of ``entries``: the last shares' (at most _YOUNG, oldest first), and the
+        # others in the order the shares' partial walks visit them
+        self.young: deque[int] = deque()
+        self.old: deque[int] = deque()
 
     def ref(self) -> bytes:
         return REF.pack(self.pid, self.fd, self.token)
@@ -153,19 +168,22 @@ if hasattr(os, "register_at_fork"):
 
 def share(keepalive: Any) -> tuple[bytes, int, bytes]:
     """Register one pickle of memory kept alive by ``keepalive``: ``(ref file handle, slot,
-    slot token)`` for :func:`claim` in the consumer. Collects released entries first."""
+    slot token)`` for :func:`claim` in the consumer. Frees released entries first: those of
+    the last :data:`_YOUNG` shares and the next :data:`_STEP` older ones (a bounded cost)."""
     global _producer
-    collect()
     with _lock:
         p = _producer
         if p is None:
             p = _producer = _Producer()
+        else:
+            _collect_some(p)
         if not p.free:
             p.grow()
         slot = p.free.pop()
         token = os.urandom(16)
         os.pwrite(p.fd, token + struct.pack("<q", 1), slot * _SLOT + _TOKEN)
         p.entries[slot] = (token, keepalive)
+        p.young.append(slot)
         return p.ref(), slot, token
 
 
@@ -184,6 +202,49 @@ def add_pending(ref: bytes, slot: int, token: bytes) -> None:
             _close_unused(ref)
 
 
+def _in_use(fd: int, off: int) -> bool:
+    """Whether the slot at ``off`` has a pickle in flight or a consumer's hold."""
+    if struct.unpack("<q", os.pread(fd, 8, off + _PENDING))[0] > 0:
+        return True
+    return _lk(fd, fcntl.F_OFD_GETLK, fcntl.F_WRLCK, off + _HOLD) != fcntl.F_UNLCK
+
+
+def _free_if_released(p: _Producer, slot: int) -> bool:
+    """Free the entry of ``slot`` if no pickle of it is in flight and no consumer holds it
+    (``_lock`` held; the caller takes the slot out of ``p.young``/``p.old``); True if freed.
+
+    A first look without the slot's mutex keeps an entry in use (a pickle never received costs
+    one read); only a free-looking one is looked at again under the mutex, where a consumer's
+    claim cannot take it between the look and the clearing of its token."""
+    off = slot * _SLOT
+    if _in_use(p.fd, off):
+        return False
+    with _Mutex(p.fd, slot):
+        if _in_use(p.fd, off):
+            return False
+        os.pwrite(p.fd, bytes(24), off)
+    del p.entries[slot]
+    p.free.append(slot)
+    return True
+
+
+def _collect_some(p: _Producer) -> None:
+    """A new share's bounded collection (``_lock`` held): the young entries, the oldest of
+    which become old while more than ``_YOUNG - 1`` stay (room for the new share), then the
+    next ``_STEP`` old entries, kept ones going to the back of the line."""
+    young, old = p.young, p.old
+    for _ in range(len(young)):
+        slot = young.popleft()
+        if not _free_if_released(p, slot):
+            young.append(slot)
+    while len(young) >= _YOUNG:
+        old.append(young.popleft())
+    for _ in range(min(_STEP, len(old))):
+        slot = old.popleft()
+        if not _free_if_released(p, slot):
+            old.append(slot)
+
+
 def collect() -> int:
     """Free every entry no consumer holds and no pickle in flight names; return how many
     entries are still kept."""
@@ -192,16 +253,14 @@ def collect() -> int:
         if p is None or p.pid != os.getpid():
             return 0
         for slot in list(p.entries):
-            with _Mutex(p.fd, slot):
-                pending = struct.unpack("<q", os.pread(p.fd, 8, slot * _SLOT + _PENDING))[0]
-                held = _lk(p.fd, fcntl.F_OFD_GETLK, fcntl.F_WRLCK,
-                           slot * _SLOT + _HOLD) != fcntl.F_UNLCK
-                if pending > 0 or held:
-                    continue
-                os.pwrite(p.fd, bytes(24), slot * _SLOT)
-            del p.entries[slot]
-            p.free.append(slot)
-        return len(p.entries)
+            _free_if_released(p, slot)
+        # the lines again from the registry (the one record of what is kept): the young
+        # entries still kept, then every other in the registry's order
+        entries = p.entries
+        p.young = deque(slot for slot in p.young if slot in entries)
+        young = set(p.young)
+        p.old = deque(slot for slot in entries if slot not in young)
+        return len(entries)
 
 
 def pending_count() -> int:
