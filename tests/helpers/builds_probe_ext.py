@@ -884,7 +884,7 @@ def _mp_specs() -> list[Spec]:
 
     def consume_rest() -> None:
         """Unpickle the case's reduction if the case did not (a pickle never unpickled
-        stays in flight, and each new share looks at every entry in flight)."""
+        stays in flight until the producer exits, holding its array)."""
         r = cache.pop("r", None)
         if r is not None:
             with contextlib.suppress(Exception):
