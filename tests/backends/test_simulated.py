@@ -245,3 +245,103 @@ def test_name_priorities_and_registration() -> None:
 def test_bad_arguments_name_the_problem(kwargs: dict, exc: type, match: str) -> None:
     with pytest.raises(exc, match=match):
         SimulatedBackend(**kwargs)
+
+
+# ---------------------------------------------------------------- vm_map / vm_unmap books
+@pytest.mark.parametrize("bad", [1.0 * (4 * MiB), "4194304", None, True, [4 * MiB], b"x"])
+def test_vm_map_and_unmap_refuse_a_non_int_address_or_size(bad: object) -> None:
+    b = SimulatedBackend(granularity=4 * MiB)
+    base = b.vm_reserve(0, 16 * MiB)
+    for call in (b.vm_map, b.vm_unmap):
+        name = call.__name__
+        with pytest.raises(TypeError, match=f"{name}: ptr must be an int, got"):
+            call(0, bad, 4 * MiB)
+        with pytest.raises(TypeError, match=f"{name}: size must be an int, got"):
+            call(0, base, bad)
+    assert b.used == 0 and b.calls(0)["vm_map"] == 0
+
+
+def test_vm_map_takes_integer_types_and_books_ints() -> None:
+    np = pytest.importorskip("numpy")
+    b = SimulatedBackend(granularity=4 * MiB)
+    base = b.vm_reserve(0, 16 * MiB)
+    assert b.vm_map(0, np.uint64(base), np.int64(4 * MiB)) is True
+    dev = b._devices[0]
+    assert [type(p) for p in dev.map_starts] == [int] and type(dev.used) is int
+    b.vm_unmap(0, np.int64(base), np.uint32(4 * MiB))
+    assert b.used == 0 and dev.mappings == {}
+
+
+class _PageModel:
+    """vm_map/vm_unmap as sets of mappings: what each call must answer."""
+
+    def __init__(self, reservations: dict[int, int], page: int, capacity: int) -> None:
+        self.res, self.page, self.capacity = reservations, page, capacity
+        self.maps: dict[int, int] = {}
+
+    def _check(self, what: str, p: int, n: int) -> str | None:
+        if p % self.page or n % self.page or n <= 0:
+            return "granularity"
+        if not any(r <= p and p + n <= r + s for r, s in self.res.items()):
+            return "not inside a reservation"
+        return None
+
+    def map(self, p: int, n: int) -> object:
+        err = self._check("vm_map", p, n)
+        if err:
+            return err
+        if any(q < p + n and p < q + s for q, s in self.maps.items()):
+            return "overlaps mapped pages"
+        if sum(self.maps.values()) + n > self.capacity:
+            return False
+        self.maps[p] = n
+        return True
+
+    def unmap(self, p: int, n: int) -> object:
+        err = self._check("vm_unmap", p, n)
+        if err:
+            return err
+        pages = range(p, p + n, self.page)
+        if not all(any(q <= x < q + s for q, s in self.maps.items()) for x in pages):
+            return "not entirely mapped"
+        inside = [q for q, s in self.maps.items() if q < p + n and p < q + s]
+        if min(inside) != p or max(q + self.maps[q] for q in inside) != p + n:
+            return "cuts a mapping"
+        for q in inside:
+            del self.maps[q]
+        return len(inside)
+
+
+def test_vm_books_agree_with_a_model_of_whole_mappings() -> None:
+    """Random maps and unmaps (aligned or not, inside a reservation or across its end) give
+    the model's answer, error and bookkeeping, call after call."""
+    hypothesis = pytest.importorskip("hypothesis")
+    st = hypothesis.strategies
+    page = 2 * MiB
+    op = st.tuples(st.booleans(), st.integers(-2, 21), st.integers(-1, 8),
+                   st.sampled_from([0, 0, 0, 1, page // 2]))
+
+    @hypothesis.settings(max_examples=150, deadline=None)
+    @hypothesis.given(st.lists(op, max_size=60))
+    def run(ops: list[tuple[bool, int, int, int]]) -> None:
+        b = SimulatedBackend(capacity=12 * page, granularity=page)
+        r1, r2 = b.vm_reserve(0, 8 * page), b.vm_reserve(0, 8 * page)
+        model = _PageModel({r1: 8 * page, r2: 8 * page}, page, 12 * page)
+        for is_map, at, pages, skew in ops:
+            p = (r1 if at < 10 else r2 - 10 * page) + at * page + skew
+            n = pages * page
+            want = model.map(p, n) if is_map else model.unmap(p, n)
+            unmapped = b.calls(0)["vm_unmapped_mappings"]
+            try:
+                got: object = b.vm_map(0, p, n) if is_map else b.vm_unmap(0, p, n)
+            except ValueError as e:
+                assert isinstance(want, str) and want in str(e), (want, str(e))
+                continue
+            if not is_map:
+                got = b.calls(0)["vm_unmapped_mappings"] - unmapped
+            assert got == want
+            assert b._devices[0].mappings == model.maps
+            assert b._devices[0].map_starts == sorted(model.maps)
+            assert b.used == sum(model.maps.values())
+
+    run()

@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -70,6 +70,7 @@ from .._fork import reinit_after_fork
 from .._handles import DevicePtr, EventHandle, StreamHandle
 from ..backends._common import (KeptErrors, bad_handle, check_byte, check_index, check_int,
                                 check_ptr, check_size, fill_pattern)
+from ._sim_device import SimDevice
 
 __all__ = ["CALL_NAMES", "SimulatedBackend"]
 
@@ -127,32 +128,6 @@ def _first_fit(taken: dict[int, int], lo: int, hi: int, step: int, align: int,
         end = start + max(taken[start], 1) + pad      # an empty block still holds its address
         at = max(at, -(-end // align) * align)
     return at if hi - at >= step else 0
-
-
-class _Device:
-    """Book-keeping of one simulated device (all fields guarded by the backend's lock)."""
-
-    __slots__ = ("base", "blocks", "calls", "destroyed", "done", "host_funcs", "map_starts",
-                 "mappings", "next_addr", "next_vm", "queued", "reservations", "used")
-
-    def __init__(self, index: int) -> None:
-        base = (index + 1) * _DEVICE_STRIDE
-        self.used = 0                                   # bytes of malloc + mapped pages
-        self.base = base
-        self.next_addr = base                           # bump pointer for malloc
-        self.next_vm = base + _VM_OFFSET                # bump pointer for vm_reserve
-        self.blocks: dict[int, int] = {}                # malloc'd ptr -> size
-        self.reservations: dict[int, int] = {}          # reserved base -> size
-        self.mappings: dict[int, int] = {}              # vm_map'd base -> size
-        self.map_starts: list[int] = []                 # the bases of mappings, sorted
-        # successful calls at the backend boundary, by name (see SimulatedBackend.calls)
-        self.calls = dict.fromkeys(CALL_NAMES, 0)
-        # work on each stream: numbered in submission order; done up to done[stream]
-        self.queued: dict[int, int] = {}
-        self.done: dict[int, int] = {}
-        self.destroyed: set[int] = set()                # destroyed stream handles
-        # host functions waiting for their stream: stream -> [(work number, fn)]
-        self.host_funcs: dict[int, list[tuple[int, Callable[[], None]]]] = {}
 
 
 class SimulatedBackend(Backend):
@@ -229,7 +204,8 @@ class SimulatedBackend(Backend):
                                   page_locked_host_memory=True, host_functions=True,
                                   device_fill=True)
         self._lock = reinit_after_fork(threading.Lock())
-        self._devices = [_Device(i) for i in range(device_count)]
+        self._devices = [SimDevice((i + 1) * _DEVICE_STRIDE, _VM_OFFSET, CALL_NAMES)
+                         for i in range(device_count)]
         self._handles = itertools.count(1)              # streams and events
         self._streams: set[int] = set()                 # live streams made, guarded by _lock
         # event -> (device, stream, work number) of its last record, or None; guarded by _lock
@@ -308,7 +284,7 @@ class SimulatedBackend(Backend):
             raise self._closed_error("init_device")
         self._count(index, "init_device")
 
-    def _device(self, index: object) -> _Device:
+    def _device(self, index: object) -> SimDevice:
         """Device ``index``'s book-keeping; TypeError for a non-int index (``bool`` too),
         IndexError for one out of range (a negative index named the last devices)."""
         devices = self._devices
@@ -330,7 +306,7 @@ class SimulatedBackend(Backend):
                          f"{what} on a stream handle from stream_create (or 0)"
                          + (" that was not destroyed" if live else ""))
 
-    def _count(self, index: int, what: str) -> _Device:
+    def _count(self, index: int, what: str) -> SimDevice:
         dev = self._device(index)
         with self._lock:
             dev.calls[what] += 1
@@ -456,70 +432,27 @@ class SimulatedBackend(Backend):
             del dev.reservations[ptr]
             dev.calls["vm_release"] += 1
 
-    def _vm_range(self, index: int, ptr: int, size: int, what: str) -> _Device:
-        """Device ``index`` for ``what`` on ``[ptr, ptr+size)``, checked open, with virtual
-        memory, aligned and inside one reservation (called under the lock)."""
-        if self._closed:
-            raise self._closed_error(what)
-        dev = self._device(index)
-        self._check_vm(what)
-        self._check_aligned(ptr, size, what)
-        for base, rsize in dev.reservations.items():
-            if base <= ptr and ptr + size <= base + rsize:
-                return dev
-        raise ValueError(f"{what}: [{ptr:#x}, +{size}) is not inside a reservation")
-
     def vm_map(self, index: int, ptr: int, size: int) -> bool:
         """Back ``[ptr, ptr+size)`` with one mapping (as cuMemCreate + cuMemMap would): it can
         only be unmapped whole, alone or with adjacent mappings."""
+        if self._closed:
+            raise self._closed_error("vm_map")
+        dev = self._device(index)
+        if not self._caps.virtual_memory:
+            self._check_vm("vm_map")
         with self._lock:
-            dev = self._vm_range(index, ptr, size, "vm_map")
-            starts = dev.map_starts
-            i = bisect_left(starts, ptr)
-            if ((i < len(starts) and starts[i] < ptr + size)
-                    or (i and starts[i - 1] + dev.mappings[starts[i - 1]] > ptr)):
-                raise ValueError(f"vm_map: [{ptr:#x}, +{size}) overlaps mapped pages")
-            if dev.used + size > self.capacity:
-                return False
-            starts.insert(i, ptr)
-            dev.mappings[ptr] = size
-            dev.used += size
-            dev.calls["vm_map"] += 1
-        return True
+            return dev.vm_map(ptr, size, self.granularity, self.capacity)
 
     def vm_unmap(self, index: int, ptr: int, size: int) -> None:
         """Unmap ``[ptr, ptr+size)``: a run of whole mappings made by :meth:`vm_map` (a range
         that cuts a mapping raises ``ValueError``, as on CUDA)."""
+        if self._closed:
+            raise self._closed_error("vm_unmap")
+        dev = self._device(index)
+        if not self._caps.virtual_memory:
+            self._check_vm("vm_unmap")
         with self._lock:
-            dev = self._vm_range(index, ptr, size, "vm_unmap")
-            mappings = dev.mappings
-            starts = dev.map_starts
-            end = ptr + size
-            # the mappings meeting [ptr, end): from the one holding ptr, if any
-            i = bisect_right(starts, ptr)
-            if i and starts[i - 1] + mappings[starts[i - 1]] > ptr:
-                i -= 1
-            j = i
-            cur = ptr
-            while j < len(starts) and starts[j] < end:
-                if starts[j] > cur:
-                    break                             # a gap: an unmapped page
-                cur = starts[j] + mappings[starts[j]]
-                j += 1
-            if cur < end:
-                raise ValueError(f"vm_unmap: [{ptr:#x}, +{size}) is not entirely mapped")
-            if starts[i] != ptr or cur != end:
-                cut = ptr if starts[i] != ptr else starts[j - 1]
-                raise ValueError(f"vm_unmap: [{ptr:#x}, +{size}) cuts a mapping at "
-                                 f"{cut:#x}; unmap whole ranges given to vm_map")
-            parts = starts[i:j]
-            for base in parts:
-                del mappings[base]
-            del starts[i:j]
-            dev.used -= size
-            calls = dev.calls
-            calls["vm_unmap"] += 1
-            calls["vm_unmapped_mappings"] += len(parts)
+            dev.vm_unmap(ptr, size, self.granularity)
 
     # ------------------------------------------------------------------ work and completion
     def _submit(self, index: int, stream: int, what: str,
