@@ -111,6 +111,8 @@ def measure(loops: int) -> dict[str, float]:
                 for name, fn in _transfer_rows(timed).items()})
     out.update({name: _calls_per_op(fn, max(loops // 10, 1))
                 for name, fn in _shim_rows().items()})
+    out.update({name: _calls_per_op(fn, max(loops // 10, 1))
+                for name, fn in _simulated_rows().items()})
     from accelrt import _stream
     core = getattr(_stream, "_StreamCore", _stream.Stream)   # an older tree: no core
     out[_COMPILED] = float(not (sys.modules[core.__module__].__file__ or "").endswith(".py"))
@@ -148,6 +150,29 @@ def _transfer_rows(timed: Callable[[Callable[[], object]], Callable[[int], float
         "comm.scatter": timed(lambda: comm.scatter(a, devices=devs)),
         "comm.gather": timed(lambda: comm.gather([a, b], destination=devs[0])),
     }
+
+
+def _simulated_rows() -> dict[str, Callable[[int], float]]:
+    """The simulated device's ``vm_map`` + ``vm_unmap`` of one 2 MiB page among 300 other
+    mappings (what a low-fragmentation replay pays per mapping, besides the allocator's own
+    work: ``accelrt replay``, ``accelrt memory tune``, ``bench/bench_allocator.py``)."""
+    from accelrt.testing import SimulatedBackend
+    b = SimulatedBackend()
+    g = b.vm_granularity(0)
+    base = int(b.vm_reserve(0, 1024 * g))
+    for i in range(0, 600, 2):
+        b.vm_map(0, base + i * g, g)
+    p = base + 301 * g
+    vm_map, vm_unmap = b.vm_map, b.vm_unmap
+
+    def run(n: int) -> float:
+        t = time.thread_time()
+        for _ in range(n):
+            vm_map(0, p, g)
+            vm_unmap(0, p, g)
+        return (time.thread_time() - t) / n
+
+    return {"simulated vm_map + vm_unmap": run}
 
 
 def _shim_rows() -> dict[str, Callable[[int], float]]:
