@@ -574,13 +574,8 @@ def _index_arg(value: object, what: str, unit: str = "", *, parser: bool = False
                expected: str | None = None) -> int:
     """``value`` as a plain int, as PyTorch's argument parser reads an int argument: an int (a
     subclass by its value), or an integer object with ``__index__`` (a numpy integer); never
-    a bool (numpy's included) or a float.
-
-    An exception other than ``TypeError`` raised by ``value``'s ``__index__`` propagates as it
-    is, as from Python's ``operator.index`` (what a PyTorch function written in Python does,
-    such as ``torch.multiprocessing.start_processes``'s ``range(nprocs)``); with ``parser=True``
-    it is this ``TypeError`` instead, naming it, as PyTorch's C++ argument parser and its
-    pybind11 bindings clear it and refuse the argument ("must be int, not ...").
+    a bool (numpy's included) or a float. What ``__index__`` raises comes out as from
+    ``operator.index``, or with ``parser=True`` is this ``TypeError`` (torch's parser, pybind11).
 
     Raises:
         TypeError: anything else, ``"<what> must be an int<unit>, got <type>"`` (``expected``
@@ -592,13 +587,6 @@ def _index_arg(value: object, what: str, unit: str = "", *, parser: bool = False
         >>> from accelrt._device import _index_arg
         >>> _index_arg(np.int64(-1), "priority")
         -1
-        >>> class Broken:
-        ...     def __index__(self) -> int:
-        ...         raise ValueError("no index today")
-        >>> _index_arg(Broken(), "priority", parser=True)
-        Traceback (most recent call last):
-        ...
-        TypeError: priority must be an int, got Broken (its __index__ raised ValueError: no index today)
     """
     why = ""
     if not isinstance(value, (bool, np.bool_)):   # numpy < 2.4 gives np.bool_ an index
@@ -610,8 +598,7 @@ def _index_arg(value: object, what: str, unit: str = "", *, parser: bool = False
             if not parser:
                 raise
             why = index_failure(exc)
-    head = f"{what} must be an int{unit}" if expected is None else expected
-    raise TypeError(f"{head}, got {type_shown(value)}{why}")
+    raise TypeError(f"{expected or f'{what} must be an int{unit}'}, got {type_shown(value)}{why}")
 
 
 def _plain_int(value: int) -> int:
