@@ -25,7 +25,7 @@ import numpy as np
 
 from . import _backend
 from ._errors import (AcceleratorIndexError, AcceleratorTypeError, AcceleratorValueError,
-                      BackendUnavailableError, shown, type_shown)
+                      BackendUnavailableError, index_failure, shown, type_shown)
 from ._fork import reinit_after_fork
 
 if TYPE_CHECKING:
@@ -570,13 +570,16 @@ def _current_index(b: Backend) -> int:
     return _tls.device.get(b.name, 0)
 
 
-def _index_arg(value: object, what: str, unit: str = "") -> int:
+def _index_arg(value: object, what: str, unit: str = "", *, parser: bool = False,
+               expected: str | None = None) -> int:
     """``value`` as a plain int, as PyTorch's argument parser reads an int argument: an int (a
     subclass by its value), or an integer object with ``__index__`` (a numpy integer); never
-    a bool (numpy's included) or a float.
+    a bool (numpy's included) or a float. What ``__index__`` raises comes out as from
+    ``operator.index``, or with ``parser=True`` is this ``TypeError`` (torch's parser, pybind11).
 
     Raises:
-        TypeError: anything else, ``"<what> must be an int<unit>, got <type>"``.
+        TypeError: anything else, ``"<what> must be an int<unit>, got <type>"`` (``expected``
+            replaces the words before ", got").
 
     Example::
 
@@ -585,12 +588,17 @@ def _index_arg(value: object, what: str, unit: str = "") -> int:
         >>> _index_arg(np.int64(-1), "priority")
         -1
     """
+    why = ""
     if not isinstance(value, (bool, np.bool_)):   # numpy < 2.4 gives np.bool_ an index
         try:
             return operator.index(value)   # type: ignore[arg-type]  # a TypeError says no
         except TypeError:
             pass
-    raise TypeError(f"{what} must be an int{unit}, got {type_shown(value)}")
+        except Exception as exc:
+            if not parser:
+                raise
+            why = index_failure(exc)
+    raise TypeError(f"{expected or f'{what} must be an int{unit}'}, got {type_shown(value)}{why}")
 
 
 def _plain_int(value: int) -> int:
@@ -721,7 +729,7 @@ def _wrong_device(dev: object) -> TypeError:
     hint = ""
     if hasattr(cls, "__index__"):
         try:
-            hint = f"; pass the index as an int ({cls.__index__(dev)})"
+            hint = f"; pass the index as an int ({shown(operator.index(dev))})"  # type: ignore[arg-type]
         except Exception:  # noqa: BLE001 - a broken __index__: no hint
             hint = ""
     elif isinstance(getattr(dev, "idx", None), int) and hasattr(cls, "_backend_name"):
@@ -907,11 +915,8 @@ class device_index(_SwitchCore):
         elif isinstance(device, bool):   # torch.cuda.device(True): "invalid argument"
             raise _bool_device(device, "device_index() takes an int or None")
         else:   # an int subclass by its value, an integer with __index__ (numpy's), as torch
-            try:
-                self.idx = _index_arg(device, "device")
-            except TypeError:
-                raise TypeError("device_index() takes an int or None, got "
-                                f"{type_shown(device)}") from None
+            self.idx = _index_arg(device, "device", parser=True,
+                                  expected="device_index() takes an int or None")
         self.prev_idx = -1
 
 

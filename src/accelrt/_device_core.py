@@ -23,7 +23,6 @@ from typing import Any, ClassVar, Final, NamedTuple
 from . import _backend
 from . import _device as _dev
 from ._device import _bool_device, _check_index, _index_arg, _initialized, _require_current, _tls
-from ._errors import type_shown
 from ._handles import mypyc_attr
 
 __all__: list[str] = []
@@ -122,10 +121,7 @@ def _switch_index(ctx: object, idx: object) -> int | None:
     what = f"{type(ctx).__name__}.idx takes an int or None"
     if isinstance(idx, bool):
         raise _bool_device(idx, what)
-    try:
-        return _index_arg(idx, "idx")
-    except TypeError:
-        raise TypeError(f"{what}, got {type_shown(idx)}") from None
+    return _index_arg(idx, "idx", parser=True, expected=what)
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)

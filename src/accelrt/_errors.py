@@ -244,3 +244,20 @@ def type_shown(value: object) -> str:
     if cls.__module__ == "builtins" or cls.__flags__ & (1 << 9):
         return cls.__name__
     return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def index_failure(exc: BaseException) -> str:
+    """The words an error message adds for an argument whose ``__index__`` raised ``exc``
+    (PyTorch's argument parser clears that exception and refuses the argument as no int).
+
+    Example::
+
+        >>> from accelrt._errors import index_failure
+        >>> index_failure(ValueError("no index today"))
+        ' (its __index__ raised ValueError: no index today)'
+    """
+    try:
+        text = str(exc)
+    except Exception:  # noqa: BLE001 - a broken __str__: the type says enough
+        text = ""
+    return f" (its __index__ raised {type(exc).__name__}{': ' if text else ''}{text})"

@@ -24,7 +24,7 @@ import numpy as np
 from . import _backend
 from . import _device as _device_mod
 from ._device import _factory_device, _get_device, _lazy_init
-from ._errors import caused, shown
+from ._errors import caused, shown, type_shown
 from ._memory_owner import _Memory
 from ._size import storage_nbytes
 from ._device_core import _Key, _key_of
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from ._handles import StreamHandle
     from ._typing import DeviceLike
 
-__all__ = ["Site", "_check_dtype", "dtype_cache_key", "init_array", "new_array", "place", "site"]
+__all__ = ["Site", "_check_dtype", "check_dtype_form", "dtype_cache_key", "init_array", "new_array", "place", "site"]
 
 _T = TypeVar("_T")
 
@@ -87,9 +87,42 @@ def dtype_cache_key(dtype: object) -> bool:
     return dtype is None or isinstance(dtype, (str, type, np.dtype))
 
 
+def check_dtype_form(dtype: object) -> None:
+    """Refuse a dtype argument that is not one of :data:`accelrt._typing.DTypeLike`'s forms:
+    a numpy dtype, a dtype name (a ``str``) or a type. numpy would also read a dtype from an
+    object's ``dtype`` attribute (a numpy scalar, a numpy array, an ``Array``) and from
+    ``bytes``; torch 2.15's argument parser refuses anything but a ``torch.dtype`` with
+    ``TypeError`` ("argument 'dtype' must be torch.dtype, not numpy.float32"), and so does
+    accelrt for what is none of its forms. ``None`` (the default dtype) is the caller's.
+
+    Example::
+
+        >>> import numpy as np
+        >>> from accelrt._placement import check_dtype_form
+        >>> check_dtype_form(np.float32), check_dtype_form("int8")
+        (None, None)
+        >>> check_dtype_form(np.float32(1.0))
+        Traceback (most recent call last):
+        ...
+        TypeError: argument 'dtype' must be a numpy dtype, a dtype name or a type (np.dtype('float32'), 'float32', np.float32), not numpy.float32; to use the dtype of an array or numpy scalar x, pass x.dtype
+    """
+    if not isinstance(dtype, (str, type, np.dtype)):
+        if hasattr(type(dtype), "dtype"):
+            hint = "; to use the dtype of an array or numpy scalar x, pass x.dtype"
+        elif type(dtype) in (bool, int, float, complex):
+            hint = f" ({shown(dtype)})"
+        else:
+            hint = ""
+        raise TypeError(f"argument 'dtype' must be a numpy dtype, a dtype name or a type "
+                        f"(np.dtype('float32'), 'float32', np.float32), not "
+                        f"{type_shown(dtype)}{hint}")
+
+
 def _check_dtype_uncached(dtype: Any, b: Backend, index: int) -> np.dtype:
     if dtype is None:
         dtype = "float32"       # PyTorch's default dtype
+    else:
+        check_dtype_form(dtype)
     try:
         dt: np.dtype[Any] = np.dtype(dtype)
     except (TypeError, ValueError) as exc:     # ValueError: numpy cannot print a huge int

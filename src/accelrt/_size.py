@@ -29,7 +29,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from ._errors import AcceleratorValueError, caused, shown, type_shown
+from ._errors import AcceleratorValueError, caused, index_failure, shown, type_shown
 
 __all__ = ["factory_args", "legacy_dtype_device", "normalize_size", "one_sequence_size",
            "size_keyword", "storage_nbytes"]
@@ -131,16 +131,19 @@ def _usage(fname: str) -> str:
 def _entry(d: Any, fname: str, size: Any) -> int:
     if isinstance(d, (bool, np.bool_)):
         raise TypeError(f"{fname}() size entries must be ints, got the bool {d!r} in {size!r}")
+    why = ""
     try:
         return operator.index(d)
     except TypeError:
         pass
+    except Exception as exc:    # torch's parser clears what __index__ raised: not an int
+        why = index_failure(exc)
     if (isinstance(d, Sequence) and not isinstance(d, (str, bytes))) or (
             isinstance(d, np.ndarray) and d.ndim):
         raise caused(TypeError(f"{fname}() got a size that mixes ints and sequences "
                                f"({size!r}); {_usage(fname)}"), None) from None
     raise caused(TypeError(f"{fname}() size entries must be ints, got {type_shown(d)} "
-                           f"{d!r} in {size!r}; {_usage(fname)}"), None) from None
+                           f"{d!r}{why} in {size!r}; {_usage(fname)}"), None) from None
 
 
 def normalize_size(args: tuple[Any, ...], size: Any, fname: str) -> tuple[int, ...]:

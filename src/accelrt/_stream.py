@@ -304,7 +304,7 @@ class Stream(_StreamCore):
         if priority is _ZERO:
             free = pool.free0
         else:
-            prio = _index_arg(priority, "priority")
+            prio = _index_arg(priority, "priority", parser=True)
             if not pool.lo <= prio <= pool.hi:
                 raise ValueError(
                     f"priority={shown(prio)} is out of range [{pool.lo}, {pool.hi}] for "
@@ -326,7 +326,8 @@ class Stream(_StreamCore):
         if stream_id is None or device_index is None or device_type is None:
             raise TypeError("Stream(stream_id=..., device_index=..., device_type=...) needs all "
                             "three keyword arguments to wrap an existing stream")
-        if device is not None or (priority is not _ZERO and _index_arg(priority, "priority") != 0):
+        if device is not None or (priority is not _ZERO
+                                  and _index_arg(priority, "priority", parser=True) != 0):
             raise TypeError("Stream(stream_id=...) wraps an existing stream: do not also pass "
                             "device or priority")
         sid, device_index = _int_arg("stream_id", stream_id), _int_arg("device_index", device_index)

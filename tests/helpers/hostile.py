@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-__all__ = ["Index", "IntEq", "IntIdx", "IntSub"]
+__all__ = ["Index", "IndexRaises", "IntEq", "IntIdx", "IntSub"]
 
 
 class IntSub(int):
@@ -36,3 +36,18 @@ class Index:
 
     def __index__(self) -> int:
         return 1
+
+
+class IndexRaises:
+    """Not an int, with an ``__index__`` that raises ``exc`` (torch's argument parser and
+    pybind11 bindings clear what it raised and refuse the argument with ``TypeError``;
+    torch's Python functions let it out)."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+    def __index__(self) -> int:
+        raise self.exc
+
+    def __repr__(self) -> str:
+        return f"IndexRaises({type(self.exc).__name__})"

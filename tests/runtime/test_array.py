@@ -107,7 +107,9 @@ def test_bad_shape(shape, exc, match):
     ("datetime64[s]", TypeError, "not supported"),
     (">f4", ValueError, "byte order"),
     # None is the default dtype, as in PyTorch (test_review_torch_array_s25.py)
-    ([("a", "i4")], TypeError, "not supported"),
+    (np.dtype([("a", "i4")]), TypeError, "not supported"),
+    # a structured-dtype spec is no dtype argument (torch: "must be torch.dtype, not list")
+    ([("a", "i4")], TypeError, "argument 'dtype' must be a numpy dtype"),
 ])
 def test_bad_dtype(dtype, exc, match):
     with pytest.raises(exc, match=match):

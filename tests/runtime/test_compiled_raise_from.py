@@ -14,7 +14,7 @@ from accelrt.comm import _args
 @pytest.mark.parametrize(("call", "match"), [
     (lambda: acc.empty(1.5), "size entries must be ints"),
     (lambda: acc.empty((2, [3])), "mixes ints and sequences"),
-    (lambda: acc.empty(2, dtype=object()), "unknown dtype"),
+    (lambda: acc.empty(2, dtype="float33"), "unknown dtype"),
     (lambda: _args.int_list([1, "a"], "sizes"), "must contain only ints"),
 ])
 def test_refusals_raised_from_none_suppress_their_context(call, match) -> None:

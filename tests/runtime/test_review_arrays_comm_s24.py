@@ -206,12 +206,15 @@ def test_every_dtype_form(dtype: object, name: str) -> None:
 
 @pytest.mark.parametrize("dtype, exc, match", [
     ("bogus", TypeError, "unknown dtype"), ("bfloat16", TypeError, "unknown dtype"),
-    (5, TypeError, "unknown dtype"),    # None is the default dtype, as in PyTorch
+    # None is the default dtype, as in PyTorch; a number is no dtype (torch: "argument
+    # 'dtype' must be torch.dtype, not int")
+    (5, TypeError, "argument 'dtype' must be a numpy dtype"),
     ("object", TypeError, "not supported"), (object, TypeError, "not supported"),
     (str, TypeError, "not supported"), ("U3", TypeError, "not supported"),
     ("S3", TypeError, "not supported"), ("V4", TypeError, "not supported"),
     ("datetime64", TypeError, "not supported"), ("i4,i4", TypeError, "not supported"),
-    ("(2,)i4", TypeError, "not supported"), ([("a", "i4")], TypeError, "not supported"),
+    ("(2,)i4", TypeError, "not supported"),
+    ([("a", "i4")], TypeError, "argument 'dtype' must be a numpy dtype"),
     ("float128", TypeError, "not supported on s24arr:0"), (">f4", ValueError, "byte order"),
     ({"x": 1}, TypeError, "dtype"),
 ])

@@ -173,26 +173,29 @@ _DTYPE_CALLS: dict[str, Any] = {
 @pytest.mark.parametrize("name", list(_DTYPE_CALLS))
 def test_a_number_is_no_dtype_after_an_equal_numpy_scalar_was_one(name: str) -> None:
     # observed on torch 2.14.1: torch.empty(2, dtype=True) and dtype=1.5 raise TypeError
-    # "empty(): argument 'dtype' must be torch.dtype, not bool" (float). accelrt takes what
-    # numpy takes (a numpy scalar stands for its dtype), but its dtype caches were keyed by
-    # the argument: once np.bool_(True) or np.float64(1.5) was a dtype, True, 1 and 1.5 (equal
-    # to them, same hash) were taken as bool and float64.
+    # "empty(): argument 'dtype' must be torch.dtype, not bool" (float). accelrt's dtype
+    # caches were keyed by the argument: once np.bool_(True) or np.float64(1.5) was a dtype
+    # (numpy reads a scalar as its dtype), True, 1 and 1.5 (equal to them, same hash) were
+    # taken as bool and float64. Since s34 a numpy scalar is no dtype argument either
+    # (torch 2.15: "must be torch.dtype, not numpy.float64"; test_review_parity_s34.py).
     call = _DTYPE_CALLS[name]
-    if name != "rand":          # rand makes floating numbers only
-        call(np.bool_(True))
-    call(np.float64(1.5))
+    for scalar in (np.bool_(True), np.float64(1.5)):
+        with pytest.raises(TypeError, match="pass x.dtype"):
+            call(scalar)
     for number in (True, 1, 1.5):
-        with pytest.raises(TypeError, match="unknown dtype"):
+        with pytest.raises(TypeError, match="argument 'dtype' must be a numpy dtype"):
             call(number)
 
 
 @pytest.mark.parametrize("name", list(_DTYPE_CALLS))
 def test_an_array_given_as_dtype_is_not_kept_alive(name: str) -> None:
     # an Array as dtype is numpy's "the dtype of this object"; the dtype caches kept it (and
-    # its device memory) alive for the life of the process
+    # its device memory) alive for the life of the process. Since s34 it is refused (torch
+    # 2.15: "argument 'dtype' must be torch.dtype, not Tensor"), and still not kept.
     other = acc.empty(4, device="cpu:0")
     held = weakref.ref(other)
-    _DTYPE_CALLS[name](other)
+    with pytest.raises(TypeError, match="pass x.dtype"):
+        _DTYPE_CALLS[name](other)
     del other
     gc.collect()
     assert held() is None

@@ -82,7 +82,7 @@ RT_TYPE = (TypeError, RuntimeError)
     ((np.float64(3), (3,)), {}, (TypeError,), "high must be an int, got numpy.float64"),
     ((float("nan"), (3,)), {}, (TypeError,), "high must be an int"),
     (("3", (3,)), {}, (TypeError,), "high must be an int, got str"),
-    ((None, (3,)), {}, (TypeError,), "missing the upper bound"),
+    ((None, (3,)), {}, (TypeError,), "high must be an int, got None"),   # torch: NoneType
     ((3, None), {}, (TypeError,), "missing the 'size'"),
     ((3, (2.0,)), {}, (TypeError,), "size entries must be ints"),
     ((3, (True,)), {}, (TypeError,), "bool"),

@@ -28,8 +28,12 @@ def test_randint_without_low_still_starts_at_zero() -> None:
     acc.manual_seed(0)
     assert acc.randint(0, 10, (64,), device="cpu").tolist() == a
     assert acc.randint(high=10, size=(4,), device="cpu").shape == (4,)
-    with pytest.raises(TypeError, match="missing the upper bound 'high'"):
+    # a None passed for high: torch 2.15's "argument 'high' (position 1) must be int, not
+    # NoneType" (s34; it said "missing the upper bound")
+    with pytest.raises(TypeError, match="high must be an int, got None"):
         acc.randint(None, (3,), device="cpu")
+    with pytest.raises(TypeError, match="missing the upper bound 'high'"):
+        acc.randint(size=(3,), device="cpu")
 
 
 # ---------------------------------------------------------------------- asarray of a buffer

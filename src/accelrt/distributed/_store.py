@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from ._errors import DistStoreError, QueueEmptyError
-from .._errors import type_shown
+from .._errors import index_failure, shown, type_shown
 
 __all__ = ["FileStore", "HashStore", "PrefixStore", "Store"]
 
@@ -93,15 +93,69 @@ def _value(value: object, what: str = "value") -> bytes:
 _INT64_MIN, _INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 
 
+_INT32_MIN, _INT32_MAX = -(2 ** 31), 2 ** 31 - 1
+
+
+def _index_of(value: object, what: str) -> int:
+    """``operator.index(value)`` as torch's pybind11 bindings read an integer argument: an
+    exception of ``value``'s ``__index__``, whatever its class, makes it no integer (pybind11
+    clears it and refuses the call with ``TypeError``)."""
+    why = ""
+    try:
+        return operator.index(value)   # type: ignore[arg-type]
+    except TypeError:
+        pass
+    except Exception as exc:
+        why = index_failure(exc)
+    raise TypeError(f"{what} must be an int, got {type_shown(value)}{why}")
+
+
+def _binding_int(value: object, what: str, lo: int, hi: int, ctype: str) -> int:
+    """An integer argument of a store's constructor or method, as torch 2.15's binding reads
+    it into a C type (``ctype``, such as "a uint16", of range ``[lo, hi]``): an int or an
+    integer with ``__index__`` (numpy's), never a bool (accelrt's rule); a value outside the
+    C type's range is pybind11's ``TypeError`` ("incompatible function arguments"), as is an
+    ``__index__`` that raises.
+
+    Example::
+
+        >>> from accelrt.distributed._store import _binding_int
+        >>> _binding_int(8080, "port", 0, 65535, "a uint16")
+        8080
+        >>> _binding_int(70000, "port", 0, 65535, "a uint16")
+        Traceback (most recent call last):
+        ...
+        TypeError: port must be an int in [0, 65535] (torch's binding reads a uint16), got 70000
+    """
+    if isinstance(value, (bool, np.bool_)):   # numpy < 2.4 indexes np.bool_
+        raise TypeError(f"{what} must be an int, got bool")
+    n = _index_of(value, what)
+    if not lo <= n <= hi:
+        raise TypeError(f"{what} must be an int in [{lo}, {hi}] (torch's binding reads "
+                        f"{ctype}), got {shown(n)}")
+    return n
+
+
+def _flag(value: object, what: str) -> bool:
+    """A flag as torch's binding converts it: ``None`` (False), or an object with a truth
+    value of its own (a bool, a number); TypeError for a str, a list or another object
+    (whose truth is its length or its existence)."""
+    if value is None:
+        return False
+    if not hasattr(type(value), "__bool__"):
+        raise TypeError(f"{what} must be a bool, got {type_shown(value)}")
+    try:
+        return bool(value)
+    except Exception:   # noqa: BLE001 - its __bool__ raised: not a flag (torch: TypeError)
+        raise TypeError(f"{what} must be a bool, got {type_shown(value)}") from None
+
+
 def _amount(amount: object) -> int:
     """``add``'s amount: any integer (``numpy.int64``, ``bool`` and ``numpy.bool`` too, as
     torch's int64_t argument) that fits in a signed 64-bit integer."""
     if isinstance(amount, np.bool_):   # numpy 2.1-2.3 index it with a warning, 2.4 refuses
         return int(amount)
-    try:
-        value = operator.index(amount)   # type: ignore[arg-type]
-    except TypeError:
-        raise TypeError(f"amount must be an int, got {type_shown(amount)}") from None
+    value = _index_of(amount, "amount")
     if not _INT64_MIN <= value <= _INT64_MAX:
         raise TypeError(f"amount must fit in a signed 64-bit integer (the store's counters are "
                         f"int64), got {value}")
@@ -177,6 +231,33 @@ def _counter(key: str, old: bytes, amount: int) -> int:
                              f"{what} ({old[:40]!r}); add() only counts keys that hold a "
                              "decimal int64 (written by add(), or set() to one)")
     return (value + amount - _INT64_MIN) % 2 ** 64 + _INT64_MIN
+
+
+class _StoreTimeout:
+    """The default of ``Store.wait``'s ``timeout``: the store's own (torch 2.15's ``wait``
+    has two overloads, ``wait(keys)`` and ``wait(keys, timeout)``, and refuses
+    ``timeout=None`` with ``TypeError``)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<the store's timeout>"
+
+
+#: ``Store.wait(keys)``: wait up to the store's timeout
+_STORE_TIMEOUT: Any = _StoreTimeout()
+
+
+def _wait_seconds(store: Store, timeout: object) -> float:
+    """``wait``'s timeout in seconds (>= 0): the store's for :data:`_STORE_TIMEOUT`, else a
+    ``timedelta`` or a float of seconds; ``None`` is a ``TypeError``, as in torch 2.15."""
+    if timeout is _STORE_TIMEOUT:
+        return store._seconds()
+    if timeout is None:
+        raise TypeError("wait() takes a timeout as a datetime.timedelta (or a float of "
+                        "seconds), got None; leave it out for the store's timeout: "
+                        "wait(keys)")
+    return store._seconds(timeout)   # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------------- the table
@@ -414,17 +495,21 @@ class Store:
         missing key with a non-empty ``expected_value``: ``expected_value``)."""
         raise NotImplementedError("The 'compare_set' method must be implemented.")
 
-    def wait(self, keys: list[str], timeout: datetime.timedelta | None = None) -> None:
-        """Wait until every key of ``keys`` is set (``timeout``: default the store's).
+    def wait(self, keys: list[str], timeout: datetime.timedelta = _STORE_TIMEOUT) -> None:
+        """Wait until every key of ``keys`` is set (``timeout``: a ``timedelta`` or a float of
+        seconds; left out, the store's).
 
         Raises:
+            TypeError: ``keys`` is not a list of str, or ``timeout`` is not a ``timedelta``
+                or a float (``None`` neither: torch 2.15's ``wait(keys, None)`` raises it).
             DistStoreError: not all were set within the timeout.
         """
-        deadline = time.monotonic() + self._seconds(timeout)
+        seconds = _wait_seconds(self, timeout)
+        deadline = time.monotonic() + seconds
         keys = _keys(keys)
         while not self.check(keys):
             if time.monotonic() > deadline:
-                raise _wait_timeout(keys, self._seconds(timeout))
+                raise _wait_timeout(keys, seconds)
             time.sleep(0.01)
 
     def check(self, keys: list[str]) -> bool:
@@ -479,20 +564,26 @@ class Store:
         """Block until ``world_size`` callers have called ``barrier`` with ``key``.
 
         Raises:
-            TypeError: ``world_size`` is not an int (``bool`` neither).
+            TypeError: ``world_size`` is not an int (``bool`` neither) or is beyond int64, or
+                ``timeout`` is not a ``timedelta`` or a float of seconds (checked before this
+                caller is counted in).
             ValueError: ``world_size`` is below 1.
             DistStoreError: they did not all arrive within ``timeout`` (default: the store's).
         """
         key = _key(key)
-        if (isinstance(world_size, (bool, np.bool_))
-                or not isinstance(world_size, (int, np.integer))):
-            # (a float or a str never equals the count: every caller waited out the timeout)
-            raise TypeError(f"world_size must be an int, got {type_shown(world_size)}")
+        # (a float or a str never equals the count: every caller waited out the timeout;
+        # torch's binding reads an int64, and an integer with __index__)
+        world_size = _binding_int(world_size, "world_size", _INT64_MIN, _INT64_MAX, "an int64")
         if world_size < 1:
             raise ValueError(f"world_size must be at least 1, got {world_size}")
+        if timeout is not None:
+            timeout = _timedelta(timeout)
         if int(self.add(f"{key}/num_members", 1)) == world_size:
             self.set(f"{key}/last_member", b"1")
-        self.wait([f"{key}/last_member"], timeout)
+        if timeout is None:
+            self.wait([f"{key}/last_member"])
+        else:
+            self.wait([f"{key}/last_member"], timeout)
 
     def queue_push(self, key: str, value: str | bytes) -> None:
         """Push ``value`` onto the queue ``key``."""
@@ -536,8 +627,9 @@ class _TableStore(Store):
         return self._table.compare_set(_key(key), _value(expected_value, "expected_value"),
                                        _value(desired_value, "desired_value"))
 
-    def wait(self, keys: list[str], timeout: datetime.timedelta | None = None) -> None:
-        self._table.wait(_keys(keys), self._seconds(timeout))
+    def wait(self, keys: list[str], timeout: datetime.timedelta = _STORE_TIMEOUT) -> None:
+        seconds = _wait_seconds(self, timeout)
+        self._table.wait(_keys(keys), seconds)
 
     def check(self, keys: list[str]) -> bool:
         return self._table.check(_keys(keys))
@@ -568,7 +660,8 @@ class _TableStore(Store):
         self._table.queue_push(_key(key), _value(value))
 
     def queue_pop(self, key: str, block: bool = True) -> bytes:
-        return self._table.queue_pop(_key(key), bool(block), self._seconds())
+        key, block = _key(key), _flag(block, "block")
+        return self._table.queue_pop(key, block, self._seconds())
 
     def queue_len(self, key: str) -> int:
         return self._table.queue_len(_key(key))
@@ -767,7 +860,7 @@ class FileStore(_TableStore):
     def __init__(self, file_name: str, world_size: int = -1) -> None:
         if not isinstance(file_name, (str, bytes, os.PathLike)):
             raise TypeError(f"file_name must be a path, got {type_shown(file_name)}")
-        world_size = _int(world_size, "world_size")
+        world_size = _binding_int(world_size, "world_size", _INT32_MIN, _INT32_MAX, "an int32")
         if world_size == 0 or world_size < -1:
             raise ValueError(f"world_size must be positive or -1, got {world_size}")
         path = os.fsdecode(file_name)
@@ -863,8 +956,13 @@ class PrefixStore(Store):
                     desired_value: str | bytes) -> bytes:
         return self._store.compare_set(self._k(key), expected_value, desired_value)
 
-    def wait(self, keys: list[str], timeout: datetime.timedelta | None = None) -> None:
-        self._store.wait([self._k(k) for k in _keys(keys)], timeout)
+    def wait(self, keys: list[str], timeout: datetime.timedelta = _STORE_TIMEOUT) -> None:
+        _wait_seconds(self, timeout)    # (None refused before the underlying store is asked)
+        prefixed = [self._k(k) for k in _keys(keys)]
+        if timeout is _STORE_TIMEOUT:
+            self._store.wait(prefixed)
+        else:
+            self._store.wait(prefixed, timeout)
 
     def check(self, keys: list[str]) -> bool:
         return self._store.check([self._k(k) for k in _keys(keys)])
@@ -892,7 +990,7 @@ class PrefixStore(Store):
         self._store.queue_push(self._k(key), value)
 
     def queue_pop(self, key: str, block: bool = True) -> bytes:
-        return self._store.queue_pop(self._k(key), block)
+        return self._store.queue_pop(self._k(key), _flag(block, "block"))
 
     def queue_len(self, key: str) -> int:
         return self._store.queue_len(self._k(key))

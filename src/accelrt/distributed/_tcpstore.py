@@ -32,7 +32,8 @@ import numpy as np
 
 from .._errors import type_shown
 from ._errors import DistNetworkError, DistStoreError, QueueEmptyError
-from ._store import DEFAULT_STORE_TIMEOUT, _int, _key, _MemoryTable, _Table, _TableStore, _timedelta
+from ._store import (_INT32_MAX, _INT32_MIN, DEFAULT_STORE_TIMEOUT, _binding_int, _flag, _key,
+                     _MemoryTable, _Table, _TableStore, _timedelta)
 
 __all__ = ["TCPStore"]
 
@@ -201,7 +202,19 @@ _SERVERS_LOCK = threading.Lock()
 
 def _listen(port: int, fd: int | None) -> socket.socket:
     if fd is not None:
-        return socket.socket(fileno=os.dup(fd))
+        dup = -1
+        try:
+            dup = os.dup(fd)
+            sock = socket.socket(fileno=dup)
+        except OSError as exc:   # torch 2.15's words for master_listen_fd
+            if dup >= 0:
+                os.close(dup)
+            raise DistNetworkError(f"Failed to open existing socket. socket: {fd}, code: "
+                                   f"{-(exc.errno or 0)}, name: "
+                                   f"{errno.errorcode.get(exc.errno or 0, '?')}, message: "
+                                   f"{exc.strerror}; pass master_listen_fd= a listening "
+                                   "socket's file descriptor") from exc
+        return sock
     try:
         if socket.has_dualstack_ipv6():
             return socket.create_server(("", port), family=socket.AF_INET6,
@@ -233,20 +246,6 @@ def _release_server(server: _Server) -> None:
         if _SERVERS.get(server.port) is server:
             del _SERVERS[server.port]
     server.stop()
-
-
-def _flag(value: object, what: str) -> bool:
-    """A flag as torch's binding converts it: ``None`` (False), or an object with a truth
-    value of its own (a bool, a number); TypeError for a str, a list or another object
-    (whose truth is its length or its existence)."""
-    if value is None:
-        return False
-    if not hasattr(type(value), "__bool__"):
-        raise TypeError(f"{what} must be a bool, got {type_shown(value)}")
-    try:
-        return bool(value)
-    except Exception:   # noqa: BLE001 - its __bool__ raised: not a flag (torch: TypeError)
-        raise TypeError(f"{what} must be a bool, got {type_shown(value)}") from None
 
 
 class _RemoteTable(_Table):
@@ -398,8 +397,12 @@ class TCPStore(_TableStore):
         use_libuv: accepted for compatibility: the server is Python's ``socketserver``.
 
     Raises:
-        DistNetworkError: the master could not listen, or a client could not connect within
-            ``timeout``.
+        TypeError: an argument of the wrong type, or an integer beyond what torch 2.15's
+            binding reads (``port`` outside ``[0, 65535]``, ``world_size`` or
+            ``master_listen_fd`` outside int32), as torch's binding refuses them.
+        ValueError: ``world_size=0``, or ``port=0`` on a client.
+        DistNetworkError: the master could not listen (or use ``master_listen_fd``), or a
+            client could not connect within ``timeout``.
         DistStoreError: the master's wait for the workers timed out.
 
     Example::
@@ -426,11 +429,14 @@ class TCPStore(_TableStore):
         wait_for_workers, multi_tenant, use_libuv = (
             _flag(wait_for_workers, "wait_for_workers"), _flag(multi_tenant, "multi_tenant"),
             _flag(use_libuv, "use_libuv"))
-        port = _int(port, "port")
-        if not 0 <= port < 2 ** 16:
-            raise ValueError(f"port must have value from 0 to 65535 but was {port}.")
+        # torch 2.15's binding reads port as a uint16, world_size and master_listen_fd as
+        # ints (int32): a value beyond them is its TypeError, not a ValueError
+        port = _binding_int(port, "port", 0, 2 ** 16 - 1, "a uint16")
+        if master_listen_fd is not None:
+            master_listen_fd = _binding_int(master_listen_fd, "master_listen_fd", _INT32_MIN,
+                                            _INT32_MAX, "an int32")
         if world_size is not None:
-            world_size = _int(world_size, "world_size")
+            world_size = _binding_int(world_size, "world_size", _INT32_MIN, _INT32_MAX, "an int32")
             if world_size == 0:
                 raise ValueError("TCPStore world size cannot be 0")
             if world_size < 0:   # torch's -1: the number of workers is not known

@@ -35,7 +35,6 @@ Example::
 from __future__ import annotations
 
 import math
-import operator
 import secrets
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Literal, SupportsIndex, cast, overload
@@ -43,8 +42,8 @@ from typing import TYPE_CHECKING, Any, Literal, SupportsIndex, cast, overload
 import numpy as np
 
 from .. import _pinned
-from .._placement import dtype_cache_key
-from .._device import _get_device, _lazy_init
+from .._placement import check_dtype_form, dtype_cache_key
+from .._device import _get_device, _index_arg, _lazy_init
 from .._errors import AcceleratorTypeError, AcceleratorValueError, shown, type_shown
 from .._size import normalize_size, one_sequence_size, size_keyword
 from .._stream import _current
@@ -304,6 +303,8 @@ def _float_dtype(dtype: Any, fname: str) -> np.dtype:
         return _float_dtype_cache[dtype]
     except (KeyError, TypeError):   # TypeError: an unhashable argument
         pass
+    if dtype is not None:
+        check_dtype_form(dtype)
     try:
         dt: np.dtype[Any] = np.dtype("float32" if dtype is None else dtype)
     except (TypeError, ValueError):     # ValueError: numpy cannot print a huge int
@@ -525,13 +526,15 @@ def randn(*size: SizeLike, generator: Generator | None = None, dtype: DTypeLike 
                 "normal", _STANDARD)
 
 
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
 def _int_bound(name: str, value: Any) -> int:
+    # as torch 2.15's parser reads a SymInt: an exception of the argument's __index__ makes
+    # it no int (a TypeError), whatever its class
     if isinstance(value, (bool, np.bool_)):
         raise TypeError(f"randint() {name} must be an int, got bool")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise TypeError(f"randint() {name} must be an int, got {type_shown(value)}") from None
+    return _index_arg(value, f"randint() {name}", parser=True)
 
 
 def randint(*args: SizeLike, size: SizeLike | None = None, low: SupportsIndex | None = None,
@@ -553,9 +556,13 @@ def randint(*args: SizeLike, size: SizeLike | None = None, low: SupportsIndex | 
     Raises:
         TypeError: wrong argument types (an int as the size included) or an unsupported
             dtype.
-        ValueError: ``low >= high``, or bounds that do not fit ``dtype`` (for a float dtype:
-            its finite range, within int64); each an ``AcceleratorValueError``, also a
-            ``RuntimeError`` as in PyTorch.
+        ValueError: ``low >= high``, or bounds that do not fit ``dtype`` (``low`` and
+            ``high - 1`` must be values of it; for a float dtype: its finite range, within
+            int64), each an ``AcceleratorValueError``, also a ``RuntimeError`` as in PyTorch.
+            ``high`` may be ``2**63`` (int64, float64) or ``2**64`` (uint64), so that every
+            value of the dtype can be drawn, where PyTorch's parser refuses any bound outside
+            int64 ("Overflow when unpacking long long", which accelrt's message starts with
+            for a bound outside int64 that it refuses).
 
     Example::
 
@@ -595,12 +602,16 @@ def randint(*args: SizeLike, size: SizeLike | None = None, low: SupportsIndex | 
         raise TypeError("randint() low must be an int, got None; leave it out for 0: "
                         "randint(high, size)")
     if high is None:
+        if args:    # a None passed for high (torch's parser: "must be int, not NoneType")
+            raise TypeError("randint() high must be an int, got None")
         raise TypeError("randint() missing the upper bound 'high'")
     if size is None:
         raise TypeError("randint() missing the 'size' argument, e.g. randint(10, (3,))")
     lo = 0 if low is None else _int_bound("low", low)
     hi = _int_bound("high", high)
     shape = one_sequence_size(size, "randint")
+    if dtype is not None:
+        check_dtype_form(dtype)
     try:
         dt = np.dtype("int64" if dtype is None else dtype)
     except TypeError:
@@ -619,6 +630,11 @@ def randint(*args: SizeLike, size: SizeLike | None = None, low: SupportsIndex | 
         fmax = min(int(np.finfo(dt).max), (1 << 63) - 1)
         fmin = max(-int(np.finfo(dt).max), -(1 << 63))
     if lo < fmin or hi - 1 > fmax:
-        raise AcceleratorValueError(f"randint() bounds [{shown(lo)}, {shown(hi)}) do not fit dtype "
-                                    f"{dt.name} (values {fmin}..{fmax})")
+        # (torch 2.15's parser refuses any bound outside int64 with ValueError "Overflow when
+        # unpacking long long"; accelrt takes high = 2**63 or 2**64 where the dtype needs it
+        # to draw its every value: docs/differences.md)
+        unpack = ("Overflow when unpacking long long: " if not (
+            _INT64_MIN <= lo <= _INT64_MAX and _INT64_MIN <= hi <= _INT64_MAX) else "")
+        raise AcceleratorValueError(f"{unpack}randint() bounds [{shown(lo)}, {shown(hi)}) do "
+                                    f"not fit dtype {dt.name} (values {fmin}..{fmax})")
     return (_new or _bind())(shape, dt, device, generator, "randint", (lo, hi - lo))
