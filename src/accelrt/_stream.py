@@ -129,27 +129,57 @@ def _forget_backend(name: str) -> None:
     (:func:`accelrt.backends.on_change`): forget what the core made of instances the name no
     longer refers to, which kept them alive: their default stream objects, their stream pools
     (the free handles in them are destroyed; streams still open keep working and keep their
-    instance) and their empty tables of held events and graphs."""
+    instance, and their handles are destroyed when they are closed or collected:
+    :data:`_stream_core._dropped`) and their empty tables of held events and graphs. (The
+    instance a replacing factory makes is not known yet: one that returns the same object
+    makes its pools and default streams again.)"""
     current = _backend_registry._instances.get(name)
     with _pools_lock:
         _stream_core._forget_defaults(name, current)
         dropped = [_pools.pop(b) for b in [b for b in _pools
                                            if b.name == name and b is not current]]
+        for per in dropped:
+            for pool in per.values():
+                for free in pool.free.values():
+                    _dropped[id(free)] = pool
     for per in dropped:
         for pool in per.values():
-            if pool.b.closed:
-                continue   # close() released its handles
-            for free in list(pool.free.values()):
-                while free:
-                    try:
-                        handle = free.pop()   # (one step: a racing user takes another)
-                    except IndexError:
-                        break
-                    try:
-                        pool.destroy(handle)
-                    except Exception:  # noqa: BLE001, S110 - a broken backend's error:
-                        pass           # register()/unregister() already happened
+            _drain(pool)
     _checked.forget(name, current)
+
+
+#: the dropped pools' free lists (see :func:`_forget_backend`)
+_dropped = _stream_core._dropped
+
+
+def _drain(pool: _DevicePool) -> None:
+    """Destroy the free handles of ``pool``, which :func:`_forget_backend` dropped, and forget
+    it once it owns no handle (its streams were all given back) or its backend is closed.
+    (No lock: a stream's finaliser may call it inside a region that holds ``_pools_lock``;
+    each step is one atomic list or dict operation.)"""
+    lists = list(pool.free.values())
+    if not pool.b.closed:   # (close() released its handles)
+        for free in lists:
+            while free:
+                try:
+                    handle = free.pop()   # (one step: a racing user takes another)
+                except IndexError:
+                    break
+                try:
+                    pool.destroy(handle)
+                except Exception:  # noqa: BLE001, S110 - a broken backend's error:
+                    pass           # register()/unregister() already happened
+    if not pool.owned or pool.b.closed:
+        for free in lists:
+            _dropped.pop(id(free), None)
+
+
+def _drain_dropped(free: list[StreamHandle]) -> None:
+    """:func:`_stream_core._give_back`'s step for a handle given back to ``free``, a list of a
+    dropped pool: destroy it (and whatever else is free there)."""
+    pool = _dropped.get(id(free))
+    if pool is not None:
+        _drain(pool)
 
 
 def _int_arg(name: str, value: object) -> int:

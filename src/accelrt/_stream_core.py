@@ -319,12 +319,26 @@ _POOL_MAX = 64
 _given_back: Final[list[Callable[[Backend, int, StreamHandle], None]]] = []
 
 
+#: The free lists of the stream pools ``_stream._forget_backend`` dropped (an instance the
+#: backend's name no longer refers to) while streams taken from them were open, by ``id`` of
+#: the list, and their pool: a handle given back to one of them is destroyed, not kept there
+#: for ever (no one takes it again). Written under ``_stream._pools_lock``; an entry goes once
+#: its pool owns no handle.
+_dropped: Final[dict[int, Any]] = {}
+
+
 def _give_back(b: Backend, index: int, handle: StreamHandle, free: list[StreamHandle]) -> None:
     """Give the handle of a closed or collected stream made by :class:`accelrt.Stream` back
-    to its pool list ``free``, or destroy it when the pool is full; then tell the
-    :data:`_given_back` listeners (after: a check made in between sees it given back)."""
+    to its pool list ``free``, or destroy it when the pool is full (or was dropped); then
+    tell the :data:`_given_back` listeners (after: a check made in between sees it given
+    back)."""
     if len(free) < _POOL_MAX:
         free.append(handle)
+        # appended, then looked up: a racing _forget_backend adds the list to _dropped before
+        # it empties the list, so one of the two destroys the handle
+        if _dropped and id(free) in _dropped:
+            from ._stream import _drain_dropped
+            _drain_dropped(free)
     else:
         from ._stream import _pool   # (a full pool; _stream imports this module)
         _pool(b, index).destroy(handle)

@@ -14,7 +14,8 @@ from helpers import register_toy
 import accelrt as acc
 from accelrt import _backend, _runtime
 from accelrt.backends.cpu import CpuBackend
-from accelrt.testing import SimulatedBackend
+from accelrt._stream_core import _POOL_MAX
+from accelrt.testing import SimulatedBackend, leak_check
 
 
 class _Unusable(SimulatedBackend):
@@ -329,6 +330,51 @@ def test_an_unregistered_instance_still_in_use_keeps_working() -> None:
     assert s.is_closed
     del x, e, s, default
     gc.collect()
+
+
+@pytest.mark.parametrize("how", ["same instance", "new instance", "unregister"])
+def test_a_stream_open_across_a_change_of_its_name_is_destroyed_when_closed(how: str) -> None:
+    # regression: register(replace=True)/unregister() dropped the name's stream pools while
+    # streams taken from them were open; closing such a stream later put its handle in the
+    # dropped pool's list, where nothing ever destroyed or reused it. An instance registered
+    # again under its name (a factory returning the same object) leaked a backend stream at
+    # every open stream and every registration; a pool filled that way re-created the old
+    # instance's pool (_stream._pool), keeping the instance alive
+    name = "again" + uuid.uuid4().hex[:8]
+    dev = f"{name}:0"
+    b = SimulatedBackend(name=name)
+    acc.backends.register(name, lambda: b)
+    acc.Stream(dev).close()                                # a free handle in the pool
+    with leak_check():
+        for _ in range(3):
+            s = acc.Stream(dev)
+            if how == "same instance":
+                acc.backends.register(name, lambda: b, replace=True)
+            elif how == "new instance":
+                acc.backends.register(name, lambda: SimulatedBackend(name=name),
+                                      replace=True)
+            else:
+                acc.backends.unregister(name)
+            assert s.query() and s._b is b                # still works on its instance
+            if how == "unregister":
+                del s                                      # (its finaliser gives it back)
+            else:
+                s.close()
+            assert b.live_handles()["streams"] == 0        # destroyed, not left in a list
+            if how != "same instance":   # b again, for the next round
+                acc.backends.register(name, lambda: b, replace=True)
+        assert acc.backends.get(name) is b
+    if how == "new instance":   # more open streams than a pool keeps, closed after the change
+        streams = [acc.Stream(dev) for _ in range(_POOL_MAX + 1)]
+        acc.backends.register(name, lambda: SimulatedBackend(name=name), replace=True)
+        for s in streams:
+            s.close()
+        assert b.live_handles()["streams"] == 0
+        gone = weakref.ref(b)
+        del b, s, streams
+        gc.collect()
+        assert gone() is None
+    acc.backends.unregister(name)
 
 
 def test_builtin_backends_cannot_be_unregistered() -> None:

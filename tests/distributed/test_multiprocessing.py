@@ -252,6 +252,51 @@ def test_older_entries_released_later_are_freed_by_later_shares() -> None:
     assert amp.ipc_collect() == base
 
 
+_MAPPING_BEING_CLOSED = r"""
+import gc, pickle
+from multiprocessing.reduction import ForkingPickler
+import accelrt as acc
+import accelrt.multiprocessing
+from accelrt.backends.cpu import CpuBackend
+
+acc.backends.register("shmgate", lambda: CpuBackend(shared_memory=True, name="shmgate"))
+b = acc.backends.get("shmgate")
+first = acc.full((16,), 1.0, device="shmgate:0")
+second = acc.full((16,), 2.0, device="shmgate:0")      # a block of the same segment
+got = pickle.loads(ForkingPickler.dumps(first))
+pickled = ForkingPickler.dumps(second)
+received = []
+close = b.ipc_close_mem_handle
+
+def closing(index, base):
+    # while the segment's last array is unmapped (here: by its finaliser), an array of the
+    # same segment arrives (as on another thread of the consumer in the same moment)
+    if not received:
+        received.append(pickle.loads(pickled))
+    close(index, base)
+
+b.ipc_close_mem_handle = closing
+del got
+gc.collect()
+x = received[0]
+assert x.data_ptr() >= 1 << 16, hex(x.data_ptr())     # not address 0 plus its offset
+assert x.numpy().tolist() == [2.0] * 16                # a mapping that is open
+del x, received[:]
+gc.collect()
+print("ok")
+"""
+
+
+def test_an_array_received_while_its_segment_is_being_unmapped_gets_a_mapping() -> None:
+    # regression: the mappings of received segments were in a WeakValueDictionary; an array
+    # of a segment unpickled while the segment's last array's finaliser unmapped it (another
+    # thread of the consumer) got that dying mapping back, already unmapped: the array
+    # pointed at address 0 plus its offset, and reading it crashed the process
+    proc = subprocess.run([sys.executable, "-c", _MAPPING_BEING_CLOSED], capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", (proc.returncode, proc.stderr)
+
+
 def test_sharing_strategies() -> None:
     assert amp.get_all_sharing_strategies() == {"file_descriptor"}
     amp.set_sharing_strategy("file_descriptor")

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import math
 import threading
-import weakref
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
@@ -51,14 +50,17 @@ _VERSION = 1
 
 class _Opened:
     """One mapping of another process's segment in this process (one per handle, as CUDA
-    allows a handle to be opened once per context); unmapped when the last array using it
-    is collected."""
+    allows a handle to be opened once per context), shared by the arrays received in it and
+    unmapped when the last of them is collected: ``users`` counts their holds (changed under
+    ``_lock``; :func:`_use`, :func:`_unuse`)."""
 
-    __slots__ = ("__weakref__", "b", "base", "handle", "index", "size")
+    __slots__ = ("__weakref__", "b", "base", "handle", "index", "key", "size", "users")
 
     def __init__(self, b: Any, index: int, handle: bytes) -> None:
         self.b, self.index, self.handle = b, index, handle
-        self.base = 0   # first: __del__ must see it even if opening fails
+        self.key = (b.name, index, handle)
+        self.users = 0
+        self.base = 0
         call = ("ipc_open_mem_handle", (index, handle))
         got = b.ipc_open_mem_handle(index, handle)
         if type(got) is not tuple or len(got) != 2:
@@ -68,12 +70,14 @@ class _Opened:
         self.size = _checked.size(b, call, got[1])
         self.base = base
 
-    def __del__(self) -> None:
+    def close(self) -> None:
+        """Unmap (once). Only :func:`_unuse` calls it: no finaliser of this object does, so
+        that clearing ``_mappings`` at interpreter exit unmaps nothing an array still uses."""
         base, self.base = self.base, 0
         if base:
             try:
                 self.b.ipc_close_mem_handle(self.index, base)
-            except Exception:  # noqa: BLE001, S110 - never raise from a finaliser
+            except Exception:  # noqa: BLE001, S110 - called from finalisers
                 pass
 
 
@@ -102,11 +106,43 @@ class _Hold:
             self.claim.release()
         except Exception:  # noqa: BLE001, S110 - never raise from a finaliser
             pass
+        try:
+            _unuse(self.opened)
+        except Exception:  # noqa: BLE001, S110 - never raise from a finaliser
+            pass
 
 
-_lock = reinit_after_fork(threading.Lock())
-_mappings: weakref.WeakValueDictionary[tuple[str, int, bytes], _Opened] = (
-    weakref.WeakValueDictionary())
+#: re-entrant: a finaliser (:class:`_Hold`'s) may run inside a locked region of its thread
+_lock = reinit_after_fork(threading.RLock())
+#: the open mappings, by (backend name, device index, segment handle); guarded by _lock. (A
+#: table of weak references handed out a mapping that its finaliser was unmapping: an array
+#: received then pointed at address 0 plus its offset.)
+_mappings: dict[tuple[str, int, bytes], _Opened] = {}
+
+
+def _use(b: Any, index: int, handle: bytes) -> _Opened:
+    """The mapping of segment ``handle`` of device ``index`` of ``b`` (opened at its first
+    use), with one more user."""
+    key = (b.name, index, handle)
+    with _lock:
+        opened = _mappings.get(key)
+        if opened is None:
+            opened = _Opened(b, index, handle)
+            _mappings[key] = opened
+        opened.users += 1
+    return opened
+
+
+def _unuse(opened: _Opened) -> None:
+    """One user of ``opened`` fewer: the last one unmaps it, under the lock, so that the
+    next array of the segment maps it again only once it is closed."""
+    with _lock:
+        opened.users -= 1
+        if opened.users > 0:
+            return
+        if _mappings.get(opened.key) is opened:
+            del _mappings[opened.key]
+        opened.close()
 
 
 def _open_bases(b: Any, index: int) -> set[int]:
@@ -233,19 +269,19 @@ def rebuild_array(version: int, meta: tuple[Any, ...], shared: tuple[Any, ...] |
         raise ValueError(f"inconsistent shared-array pickle: {nbytes} bytes of shape {shape} "
                          f"at offset {offset} of a {seg_size}-byte segment (block size {size})")
     claim = _refs.claim(ref, slot, token)
-    key = (b.name, index, seg)
     try:
-        with _lock:
-            opened = _mappings.get(key)
-            if opened is None:
-                opened = _Opened(b, index, seg)
-                _mappings[key] = opened
-        if opened.size < offset + size:
-            raise ValueError(f"the shared segment is {opened.size} bytes, smaller than the "
-                             f"{offset + size} bytes the pickle names; the handle is forged")
-        if ev_handle is not None:
-            ev = _event.Event.from_ipc_handle(device, ev_handle)
-            _current(b, index).wait_event(ev)
+        opened = _use(b, index, seg)
+        try:
+            if opened.size < offset + size:
+                raise ValueError(f"the shared segment is {opened.size} bytes, smaller than "
+                                 f"the {offset + size} bytes the pickle names; the handle is "
+                                 "forged")
+            if ev_handle is not None:
+                ev = _event.Event.from_ipc_handle(device, ev_handle)
+                _current(b, index).wait_event(ev)
+        except BaseException:
+            _unuse(opened)
+            raise
     except BaseException:
         claim.release()
         raise
