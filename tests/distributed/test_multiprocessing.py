@@ -252,6 +252,33 @@ def test_older_entries_released_later_are_freed_by_later_shares() -> None:
     assert amp.ipc_collect() == base
 
 
+def test_an_interrupted_ipc_collect_leaves_the_shares_working(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # regression: ipc_collect() interrupted (KeyboardInterrupt, an OSError) after freeing some
+    # entries left them in the shares' lines, and a later share raised KeyError from its walk
+    base = amp.ipc_collect()
+    made = [_refs.share(object()) for _ in range(40)]
+    _received(made)                                     # released, not freed yet
+    real = _refs._free_if_released
+    calls = [0]
+
+    def interrupted(p: Any, slot: int) -> bool:
+        calls[0] += 1
+        if calls[0] == 5:
+            raise KeyboardInterrupt
+        return real(p, slot)
+
+    monkeypatch.setattr(_refs, "_free_if_released", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        amp.ipc_collect()
+    monkeypatch.setattr(_refs, "_free_if_released", real)
+    more = [_refs.share(object()) for _ in range(80)]   # walks the lines: no KeyError
+    _received(more)
+    assert amp.ipc_collect() == base
+    p = _refs._producer
+    assert sorted([*p.young, *p.old]) == sorted(p.entries)
+
+
 _MAPPING_BEING_CLOSED = r"""
 import gc, pickle
 from multiprocessing.reduction import ForkingPickler

@@ -215,7 +215,10 @@ def _free_if_released(p: _Producer, slot: int) -> bool:
 
     A first look without the slot's mutex keeps an entry in use (a pickle never received costs
     one read); only a free-looking one is looked at again under the mutex, where a consumer's
-    claim cannot take it between the look and the clearing of its token."""
+    claim cannot take it between the look and the clearing of its token. A slot already
+    freed (left in a line by an interrupted walk) counts as freed."""
+    if slot not in p.entries:
+        return True
     off = slot * _SLOT
     if _in_use(p.fd, off):
         return False
@@ -252,14 +255,17 @@ def collect() -> int:
         p = _producer
         if p is None or p.pid != os.getpid():
             return 0
-        for slot in list(p.entries):
-            _free_if_released(p, slot)
-        # the lines again from the registry (the one record of what is kept): the young
-        # entries still kept, then every other in the registry's order
-        entries = p.entries
-        p.young = deque(slot for slot in p.young if slot in entries)
-        young = set(p.young)
-        p.old = deque(slot for slot in entries if slot not in young)
+        try:
+            for slot in list(p.entries):
+                _free_if_released(p, slot)
+        finally:
+            # the lines again from the registry (the one record of what is kept), even after
+            # an interruption, which would leave freed slots in them: the young entries
+            # still kept, then every other in the registry's order
+            entries = p.entries
+            p.young = deque(dict.fromkeys(slot for slot in p.young if slot in entries))
+            young = set(p.young)
+            p.old = deque(slot for slot in entries if slot not in young)
         return len(entries)
 
 
