@@ -273,3 +273,31 @@ def test_a_generator_seed_whose_index_raises_says_torchs_words() -> None:
     for value in BROKEN:
         with pytest.raises(RuntimeError, match="manual_seed expected a long"):
             Generator(D).manual_seed(value)
+
+
+@pytest.mark.parametrize(("low", "high", "dtype", "warned"), [
+    (0, 2**25, "float32", "to - 1 is out of bounds [-(2^24), 2^24]"),
+    (-2**25, 0, "float32", "from is out of bounds [-(2^24), 2^24]"),
+    (0, 2**12, "float16", "to - 1 is out of bounds [-(2^11), 2^11]"),
+    (0, 2**54, "float64", "to - 1 is out of bounds [-(2^53), 2^53]"),
+    (0, 2**24 + 1, "float32", None),           # to - 1 == 2**24: within, as torch's test
+    (-2**24, 10, "float32", None),
+    (0, 2**54, "int64", None),                 # integer dtypes hold every value
+])
+def test_randint_warns_where_a_float_dtype_cannot_draw_uniformly(
+        low: int, high: int, dtype: str, warned: str | None) -> None:
+    # torch 2.15: UserWarning "to - 1 is out of bounds [-(2^24), 2^24]. Due to precision
+    # limitations float can support discrete uniform distribution only within this range."
+    # accelrt drew silently
+    import warnings
+
+    import accelrt as acc
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        acc.randint(low, high, (4,), dtype=dtype, device="cpu")
+    messages = [str(w.message) for w in caught if w.category is UserWarning]
+    if warned is None:
+        assert messages == []
+    else:
+        assert len(messages) == 1 and messages[0].startswith(warned), messages
+        assert caught[0].filename == __file__          # points at the caller

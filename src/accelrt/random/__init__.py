@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 import secrets
+import warnings
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Literal, SupportsIndex, cast, overload
 
@@ -637,4 +638,21 @@ def randint(*args: SizeLike, size: SizeLike | None = None, low: SupportsIndex | 
             _INT64_MIN <= lo <= _INT64_MAX and _INT64_MIN <= hi <= _INT64_MAX) else "")
         raise AcceleratorValueError(f"{unpack}randint() bounds [{shown(lo)}, {shown(hi)}) do "
                                     f"not fit dtype {dt.name} (values {fmin}..{fmax})")
+    if dt.kind == "f":
+        _warn_float_bounds(lo, hi, dt)
     return (_new or _bind())(shape, dt, device, generator, "randint", (lo, hi - lo))
+
+
+def _warn_float_bounds(lo: int, hi: int, dt: np.dtype[Any]) -> None:
+    """Warn, as torch 2.15's ``random_`` does, when ``lo`` or ``hi - 1`` lies beyond
+    ``2**digits`` of the float dtype ``dt`` (float16 11, float32 24, float64 53): past it the
+    dtype cannot hold every integer of the range, so the draws are not uniform over it."""
+    digits = int(np.finfo(dt).nmant) + 1
+    bound = 1 << digits
+    for name, value in (("from", lo), ("to - 1", hi - 1)):
+        if value < -bound or value > bound:
+            warnings.warn(f"{name} is out of bounds [-(2^{digits}), 2^{digits}]. Due to "
+                          f"precision limitations {dt.name} can hold every integer only "
+                          f"within this range, so randint() cannot draw uniformly beyond it "
+                          f"(PyTorch warns the same and says it will become an error)",
+                          UserWarning, stacklevel=3)
