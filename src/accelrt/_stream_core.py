@@ -331,17 +331,19 @@ def _give_back(b: Backend, index: int, handle: StreamHandle, free: list[StreamHa
     """Give the handle of a closed or collected stream made by :class:`accelrt.Stream` back
     to its pool list ``free``, or destroy it when the pool is full (or was dropped); then
     tell the :data:`_given_back` listeners (after: a check made in between sees it given
-    back)."""
-    if len(free) < _POOL_MAX:
+    back). Takes no lock: a stream's finaliser comes here, and a collection may run it in
+    the middle of any region of this thread that holds one (``_stream._pools_lock``)."""
+    destroyed = False
+    if len(free) >= _POOL_MAX:
+        from ._stream import _destroy_in_pool   # (a full pool; _stream imports this module)
+        destroyed = _destroy_in_pool(b, index, handle, free)
+    if not destroyed:   # (a full list of a dropped pool too: dropping destroys it)
         free.append(handle)
         # appended, then looked up: a racing _forget_backend adds the list to _dropped before
         # it empties the list, so one of the two destroys the handle
         if _dropped and id(free) in _dropped:
             from ._stream import _drain_dropped
             _drain_dropped(free)
-    else:
-        from ._stream import _pool   # (a full pool; _stream imports this module)
-        _pool(b, index).destroy(handle)
     for fn in _given_back:
         fn(b, index, handle)
 
