@@ -7,6 +7,9 @@
    ``stream_priority_range`` runs (the core calls it while it makes a device's pool).
 2. A full pool that ``_forget_backend`` dropped was made again for the old instance (kept
    alive for ever) when a stream of it was collected.
+3. An event or a stream of an instance that ``register(name, ..., replace=True)`` replaced,
+   used with one of the new instance, was refused with "device type racex does not match
+   ... device type racex": the message now says which one the name no longer names.
 """
 
 from __future__ import annotations
@@ -17,11 +20,13 @@ import subprocess
 import sys
 import textwrap
 import weakref
+from collections.abc import Iterator
 
 import pytest
 
 import accelrt as acc
 from accelrt import _stream_core, backends
+from accelrt._errors import AcceleratorValueError
 from accelrt.backends.cpu import CpuBackend
 
 # a cpu backend that runs a full collection where the core makes one of its device pools
@@ -29,6 +34,7 @@ COLLECTING = '''
 import gc
 import accelrt as acc
 from accelrt import _stream_core, backends
+from accelrt._errors import AcceleratorValueError
 from accelrt.backends.cpu import CpuBackend
 
 
@@ -128,3 +134,85 @@ def test_a_stream_of_a_replaced_backend_given_back_to_a_full_pool(
     del s, old
     gc.collect()
     assert gone() is None
+
+
+# ---------------------------------------------------------------- two instances, one name
+
+@pytest.fixture
+def two_instances() -> Iterator[tuple[acc.Event, acc.Stream, acc.Event, acc.Stream]]:
+    """An event and a stream of a backend ``racex``, and an event and a stream of the
+    instance that replaced it under that name (closed after the test)."""
+    backends.register("racex", lambda: CpuBackend(name="racex"))
+    e1, s1 = acc.Event("racex", enable_timing=True), acc.Stream("racex")
+    backends.register("racex", lambda: CpuBackend(name="racex"), replace=True)
+    e2, s2 = acc.Event("racex", enable_timing=True), acc.Stream("racex")
+    yield e1, s1, e2, s2
+    for x in (e1, s1, e2, s2):
+        x.close()
+
+
+PREFIX = "Event device type racex does not match {} device type racex. "
+WHY = ("The {} and the {} are of two different backend instances registered under that one "
+       "name (register('racex', ..., replace=True) or unregister('racex') came in between): "
+       "the {} is of an instance that 'racex' no longer names. Make the {} again.")
+
+
+def _says(exc: pytest.ExceptionInfo[BaseException], where: str, a: str, b: str,
+          stale: str) -> None:
+    assert str(exc.value) == PREFIX.format(where) + WHY.format(a, b, stale, stale)
+
+
+def test_recording_an_event_of_a_replaced_instance_says_so(two_instances) -> None:
+    e1, s1, e2, s2 = two_instances
+    with pytest.raises(AcceleratorValueError) as exc:   # the class it had
+        e1.record(s2)
+    _says(exc, "recording stream's", "event", "stream", "event")
+    with pytest.raises(AcceleratorValueError) as exc:
+        s2.record_event(e1)
+    _says(exc, "recording stream's", "event", "stream", "event")
+    with pytest.raises(AcceleratorValueError) as exc:
+        e2.record(s1)
+    _says(exc, "recording stream's", "event", "stream", "stream")
+
+
+def test_waiting_across_two_instances_of_one_name_says_which_is_replaced(two_instances) -> None:
+    e1, s1, e2, s2 = two_instances
+    with pytest.raises(AcceleratorValueError) as exc:
+        e1.wait(s2)
+    _says(exc, "blocking stream's", "event", "stream", "event")
+    with pytest.raises(AcceleratorValueError) as exc:
+        s1.wait_event(e2)
+    _says(exc, "blocking stream's", "event", "stream", "stream")
+    with pytest.raises(AcceleratorValueError) as exc:
+        s2.wait_stream(s1)
+    _says(exc, "blocking stream's", "stream to wait for", "waiting stream",
+          "stream to wait for")
+    with pytest.raises(AcceleratorValueError) as exc:
+        s1.wait_stream(s2)
+    _says(exc, "blocking stream's", "stream to wait for", "waiting stream", "waiting stream")
+
+
+def test_elapsed_time_across_two_instances_of_one_name(two_instances) -> None:
+    e1, s1, e2, s2 = two_instances
+    e1.record(s1)
+    e2.record(s2)
+    with pytest.raises(AcceleratorValueError) as exc:
+        e1.elapsed_time(e2)
+    _says(exc, "other's", "event", "end event", "event")
+
+
+def test_neither_instance_registered_now(two_instances) -> None:
+    e1, s1, e2, s2 = two_instances
+    backends.unregister("racex")
+    with pytest.raises(AcceleratorValueError,
+                       match=r"came in between\): neither is of the instance that 'racex' "
+                             r"names now\. Make both again\.$"):
+        e1.record(s2)
+
+
+def test_two_backends_keep_pytorchs_message() -> None:
+    backends.register("racey", lambda: CpuBackend(name="racey"))
+    with pytest.raises(AcceleratorValueError) as exc:
+        acc.Event("racey").record(acc.Stream("cpu"))
+    assert str(exc.value) == ("Event device type racey does not match recording stream's "
+                              "device type cpu.")
