@@ -32,7 +32,7 @@ from ._handles import EventHandle
 from ._stream import Stream
 from ._stream import _classes as _stream_classes
 from ._stream import _close_lock
-from ._stream_core import _EventCore, _initialized
+from ._stream_core import _EventCore, _initialized, _instances_differ
 
 if TYPE_CHECKING:
     from ._backend import Backend
@@ -250,8 +250,10 @@ class Event(_EventCore):
         self._check_open()
         end_event._check_open()
         if end_event._b is not self._b:
-            raise AcceleratorValueError(f"Event device type {self._b.name} does not match "
-                                        f"other's device type {end_event._b.name}.")
+            raise AcceleratorValueError(
+                f"Event device type {self._b.name} does not match other's device type "
+                f"{end_event._b.name}." + _instances_differ(self._b, "event", end_event._b,
+                                                             "end event"))
         if not (self._timing and end_event._timing):
             raise ValueError("Both events must be created with argument 'enable_timing=True'.")
         if not (self._handle and end_event._handle):

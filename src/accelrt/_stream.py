@@ -114,9 +114,13 @@ class _DevicePool:
         self.b.stream_destroy(self.index, handle)
 
 
-# backend -> device index -> pool; guarded by _pools_lock for writes
+# backend -> device index -> pool; guarded by _pools_lock for writes, read without it
 _pools: dict[Backend, dict[int, _DevicePool]] = {}
-_pools_lock = reinit_after_fork(threading.Lock())
+#: Re-entrant, as :data:`_close_lock`: a collection inside a region that holds it may run a
+#: finaliser (a stream's, an allocation's free) that takes it again in this thread. (Those
+#: paths take it only to make a pool: :func:`_pool` and :func:`_destroy_in_pool` look pools up
+#: without it.)
+_pools_lock = reinit_after_fork(threading.RLock())
 #: Guards the closed flags of streams, events and graphs in ``close()`` (the compiled core's
 #: lock: ``with stream:`` waits on it for a racing close)
 _close_lock = _stream_core._close_lock
@@ -172,6 +176,21 @@ def _drain(pool: _DevicePool) -> None:
     if not pool.owned or pool.b.closed:
         for free in lists:
             _dropped.pop(id(free), None)
+
+
+def _destroy_in_pool(b: Backend, index: int, handle: StreamHandle,
+                     free: list[StreamHandle]) -> bool:
+    """:func:`_stream_core._give_back`'s step for a handle given back to ``free``, a full free
+    list: destroy it through the pool of device ``index`` of ``b`` that ``free`` belongs to, and
+    return True; False if that pool is not in :data:`_pools` (:func:`_forget_backend` dropped
+    it, or is dropping it: the caller puts the handle in ``free``, where dropping destroys it).
+    (No lock, and never makes a pool: a stream's finaliser comes here.)"""
+    per = _pools.get(b)
+    pool = per.get(index) if per is not None else None
+    if pool is None or not any(f is free for f in list(pool.free.values())):
+        return False
+    pool.destroy(handle)
+    return True
 
 
 def _drain_dropped(free: list[StreamHandle]) -> None:
@@ -242,12 +261,18 @@ def _user(s: Stream) -> str | None:
 
 
 def _pool(b: Backend, index: int) -> _DevicePool:
+    """The stream pool of device ``index`` of ``b``, made at its first use. Looked up without
+    a lock (an allocator's free calls this, from a finaliser too); made outside the lock (it
+    asks the backend for its priority range) and put in :data:`_pools` under it, where a pool
+    another thread (or a finaliser of this one) put first wins."""
+    per = _pools.get(b)
+    p = per.get(index) if per is not None else None
+    if p is not None:
+        return p
+    made = _DevicePool(b, index)
+    new_per: dict[int, _DevicePool] = {}   # (made here too: no allocation under the lock)
     with _pools_lock:
-        per = _pools.setdefault(b, {})
-        p = per.get(index)
-        if p is None:
-            p = per[index] = _DevicePool(b, index)
-    return p
+        return _pools.setdefault(b, new_per).setdefault(index, made)
 
 
 class Stream(_StreamCore):

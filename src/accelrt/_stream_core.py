@@ -195,10 +195,12 @@ class _StreamCore:
             stream._check_open()
         b = self._b
         if stream._b is not b:   # a RuntimeError too, as in PyTorch
+            why = _instances_differ(stream._b, "stream to wait for", b, "waiting stream")
             raise AcceleratorValueError(
                 f"Event device type {stream._b.name} does not match blocking stream's device "
-                f"type {b.name}. (accelrt cannot make a {b.name} stream wait for a "
-                f"{stream._b.name} stream: synchronize the other stream instead.)")
+                f"type {b.name}." + (why or f" (accelrt cannot make a {b.name} stream wait for "
+                                     f"a {stream._b.name} stream: synchronize the other "
+                                     "stream instead.)"))
         if stream is self:
             return
         # what record_event() + wait_event() do on the backend (create, record, wait,
@@ -331,17 +333,19 @@ def _give_back(b: Backend, index: int, handle: StreamHandle, free: list[StreamHa
     """Give the handle of a closed or collected stream made by :class:`accelrt.Stream` back
     to its pool list ``free``, or destroy it when the pool is full (or was dropped); then
     tell the :data:`_given_back` listeners (after: a check made in between sees it given
-    back)."""
-    if len(free) < _POOL_MAX:
+    back). Takes no lock: a stream's finaliser comes here, and a collection may run it in
+    the middle of any region of this thread that holds one (``_stream._pools_lock``)."""
+    destroyed = False
+    if len(free) >= _POOL_MAX:
+        from ._stream import _destroy_in_pool   # (a full pool; _stream imports this module)
+        destroyed = _destroy_in_pool(b, index, handle, free)
+    if not destroyed:   # (a full list of a dropped pool too: dropping destroys it)
         free.append(handle)
         # appended, then looked up: a racing _forget_backend adds the list to _dropped before
         # it empties the list, so one of the two destroys the handle
         if _dropped and id(free) in _dropped:
             from ._stream import _drain_dropped
             _drain_dropped(free)
-    else:
-        from ._stream import _pool   # (a full pool; _stream imports this module)
-        _pool(b, index).destroy(handle)
     for fn in _given_back:
         fn(b, index, handle)
 
@@ -514,6 +518,29 @@ def _current_hit(device: object) -> _StreamCore | None:
     return _current(hit[0], hit[1])
 
 
+def _instances_differ(a: Backend, a_is: str, b: Backend, b_is: str) -> str:
+    """What PyTorch's device type mismatch (``"Event device type X does not match ... device
+    type Y."``) leaves unsaid when ``a`` (the backend of the ``a_is``, e.g. "event") and ``b``
+    (the ``b_is``'s, "stream") are two instances registered under one name, one after the
+    other (``register(name, ..., replace=True)``): which one the name no longer refers to, and
+    what to do; "" for two backends of different names (PyTorch's message says it all)."""
+    name = a.name
+    if b.name != name:
+        return ""
+    from ._backend_registry import _instances   # (an error path only)
+    current = _instances.get(name)
+    gone = f"is of an instance that {name!r} no longer names. Make the"
+    if current is a:
+        stale = f"the {b_is} {gone} {b_is} again"
+    elif current is b:
+        stale = f"the {a_is} {gone} {a_is} again"
+    else:
+        stale = f"neither is of the instance that {name!r} names now. Make both again"
+    return (f" The {a_is} and the {b_is} are of two different backend instances registered "
+            f"under that one name (register({name!r}, ..., replace=True) or "
+            f"unregister({name!r}) came in between): {stale}.")
+
+
 def _event_stream(b: Backend, stream: object, method: str, hot: _Hot) -> _StreamCore:
     """The stream :meth:`accelrt.Event.record` or :meth:`~accelrt.Event.wait` (``method``)
     of an event of backend ``b`` works on: ``stream`` checked (an open stream of ``b``), or
@@ -532,15 +559,16 @@ def _event_stream(b: Backend, stream: object, method: str, hot: _Hot) -> _Stream
     if stream._closed or stream._origin is not None:   # a view also checks its origin
         stream._check_open()
     if stream._b is not b:
-        # PyTorch's InlineEvent wording (record, block)
+        # PyTorch's InlineEvent wording (record, block), then what it means here
+        why = _instances_differ(b, "event", stream._b, "stream")
         if method == "record":
             raise AcceleratorValueError(
                 f"Event device type {b.name} does not match recording stream's device "
-                f"type {stream._b.name}.")
+                f"type {stream._b.name}.{why}")
         raise AcceleratorValueError(
             f"Event device type {b.name} does not match blocking stream's device "
-            f"type {stream._b.name}. A stream cannot wait for another backend's event: "
-            "synchronize the event instead.")
+            f"type {stream._b.name}." + (why or " A stream cannot wait for another backend's "
+                                         "event: synchronize the event instead."))
     return stream
 
 
