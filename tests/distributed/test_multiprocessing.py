@@ -279,6 +279,26 @@ def test_an_interrupted_ipc_collect_leaves_the_shares_working(
     assert sorted([*p.young, *p.old]) == sorted(p.entries)
 
 
+def test_a_share_interrupted_in_its_walk_loses_no_entry(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a share interrupted while it looked at an entry took that entry out of the lines the
+    # shares walk: released later, it was freed only by ipc_collect()
+    base = amp.ipc_collect()
+    made = [_refs.share(object()) for _ in range(40)]
+    real = _refs._free_if_released
+
+    def interrupted(p: Any, slot: int) -> bool:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_refs, "_free_if_released", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        _refs.share(object())
+    monkeypatch.setattr(_refs, "_free_if_released", real)
+    p = _refs._producer
+    assert sorted([*p.young, *p.old]) == sorted(p.entries)    # every entry still in a line
+    _received(made)
+    assert amp.ipc_collect() == base
+
+
 _MAPPING_BEING_CLOSED = r"""
 import gc, pickle
 from multiprocessing.reduction import ForkingPickler

@@ -236,16 +236,20 @@ def _collect_some(p: _Producer) -> None:
     which become old while more than ``_YOUNG - 1`` stay (room for the new share), then the
     next ``_STEP`` old entries, kept ones going to the back of the line."""
     young, old = p.young, p.old
+    # (each slot leaves its line only once it is freed, and a kept one moves to the back in
+    # one step: an interruption in between loses no slot from the lines)
     for _ in range(len(young)):
-        slot = young.popleft()
-        if not _free_if_released(p, slot):
-            young.append(slot)
+        if _free_if_released(p, young[0]):
+            young.popleft()
+        else:
+            young.rotate(-1)
     while len(young) >= _YOUNG:
         old.append(young.popleft())
     for _ in range(min(_STEP, len(old))):
-        slot = old.popleft()
-        if not _free_if_released(p, slot):
-            old.append(slot)
+        if _free_if_released(p, old[0]):
+            old.popleft()
+        else:
+            old.rotate(-1)
 
 
 def collect() -> int:
