@@ -191,17 +191,12 @@ _lock: Final = reinit_after_fork(threading.RLock())
 
 
 def held(b: Backend, index: int) -> Held:
-    """What the core holds of device ``index`` of ``b`` (made at its first use)."""
+    """What the core holds of device ``index`` of ``b``, made at its first use: outside the
+    lock, then put in :data:`_held` under it, where tables another thread (or a finaliser of
+    this one) put first win."""
     per = _held.get(b)
     if per is not None and index < len(per):
         return per[index]
-    return _add_held(b, index)
-
-
-def _add_held(b: Backend, index: int) -> Held:
-    """:func:`held` at the first use of device ``index`` of ``b``: the tables are made
-    outside the lock and put in :data:`_held` under it, where tables another thread (or a
-    finaliser of this one) put first win."""
     made = [Held() for _ in range(index + 1)]
     fresh: list[Held] = []
     with _lock:
