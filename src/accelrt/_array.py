@@ -84,6 +84,7 @@ from ._placement import _check_dtype as _check_dtype  # re-exported: factories, 
 from ._placement import init_array, new_array
 from ._size import factory_args
 from ._stream import _current, _wait_raw
+from ._stream_core import _instances_differ
 from ._transfer import (broadcast_on_device, broadcast_runs, execute, held, hold, plan_array_copy,
                         plan_download, plan_upload)
 
@@ -630,10 +631,12 @@ class Array:
             raise TypeError(f"record_stream() takes an accelrt.Stream, got "
                             f"{type_shown(stream)}")
         if stream._b is not self._b or stream._index != self._index:
+            why = "" if stream._b is self._b else _instances_differ(self._b, "array",
+                                                                     stream._b, "stream")
             raise ValueError(f"record_stream(): the stream is on "
                              f"{stream._b.name}:{stream._index} but the array is on "
-                             f"{self._b.name}:{self._index}; pass a stream of the array's "
-                             "device")
+                             f"{self._b.name}:{self._index}"
+                             + ("." + why if why else "; pass a stream of the array's device"))
         mem = self._mem
         stream._check_open()
         if mem.alloc is not None and mem.ptr:

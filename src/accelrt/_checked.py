@@ -180,20 +180,29 @@ class Held:
 
 
 #: backend instance -> what the core holds of each of its devices (by index), kept as the
-#: stream pools keep a backend (``_stream._pools``); lists grow under _lock only.
+#: stream pools keep a backend (``_stream._pools``): read without a lock; written under
+#: :data:`_lock`, where entries and lists only grow (``forget`` drops whole entries).
 _held: Final[dict[Backend, list[Held]]] = {}
-_lock: Final = reinit_after_fork(threading.Lock())
+#: Re-entrant, as ``_stream._pools_lock``: a collection inside a region that holds it may run
+#: a finaliser (an allocation's free ordering raw streams, :func:`temporary_event`) that needs
+#: the table of a device not in :data:`_held` yet, in this thread. (What is put in the table is
+#: made before the lock is taken.)
+_lock: Final = reinit_after_fork(threading.RLock())
 
 
 def held(b: Backend, index: int) -> Held:
-    """What the core holds of device ``index`` of ``b`` (made at its first use)."""
+    """What the core holds of device ``index`` of ``b``, made at its first use: outside the
+    lock, then put in :data:`_held` under it, where tables another thread (or a finaliser of
+    this one) put first win."""
     per = _held.get(b)
     if per is not None and index < len(per):
         return per[index]
+    made = [Held() for _ in range(index + 1)]
+    fresh: list[Held] = []
     with _lock:
-        per = _held.setdefault(b, [])
+        per = _held.setdefault(b, fresh)
         while len(per) <= index:
-            per.append(Held())
+            per.append(made[len(per)])
         return per[index]
 
 
@@ -201,11 +210,14 @@ def forget(name: str, current: object) -> None:
     """Drop the entries of the instances of backend ``name`` other than ``current`` (the one
     registered under ``name`` now, or None) that hold no live event or graph: after
     ``unregister`` or ``register(..., replace=True)`` they kept the old instance alive. (An
-    instance with a live event or graph is alive through that object anyway.)"""
+    instance with a live event or graph is alive through that object anyway.) Walks a copy
+    of the table: a finaliser run inside this region may add an entry."""
     with _lock:
-        for b in [b for b in _held if b.name == name and b is not current]:
-            if not any(h.events or h.graphs for h in _held[b]):
-                del _held[b]
+        for b in list(_held):
+            if b.name == name and b is not current:
+                per = _held.get(b)
+                if per is not None and not any(h.events or h.graphs for h in list(per)):
+                    _held.pop(b, None)
 
 
 _LIVE_EVENT: Final = ("the handle of an event that is still live; each new event needs its own "

@@ -103,7 +103,12 @@ class _DevicePool:
                "destroyed; each new stream needs its own handle")
         handle = _checked.handle(b, call, value, "a stream handle", nonzero=False,
                                  held=self.owned, why_held=why)
-        if handle == _default(b, self.key)._handle:   # (not a copy of owned with it added)
+        # the default stream's handle, without making its object: no lock here (an
+        # allocator's free comes here holding its own lock, see _malloc_async._free_unified)
+        d = _default_of(self.key[0], self.index)
+        default: object = d._handle if d is not None and d._b is b else b.default_stream(
+            self.index)
+        if type(default) is int and handle == default:   # (not a copy of owned with it added)
             raise _checked.returned(b, call, handle, why)
         self.owned.add(handle)
         return StreamHandle(handle)
@@ -273,6 +278,16 @@ def _pool(b: Backend, index: int) -> _DevicePool:
     new_per: dict[int, _DevicePool] = {}   # (made here too: no allocation under the lock)
     with _pools_lock:
         return _pools.setdefault(b, new_per).setdefault(index, made)
+
+
+def _pool_of_current(b: Backend, index: int) -> None:
+    """Make the stream pool of device ``index`` of ``b`` if ``b`` is the instance registered
+    under its name now (a pool made for an instance the name no longer names would keep it
+    alive for ever): what the stream-ordered allocator's ``record_stream`` calls before it
+    takes its lock, so that the free after takes no other lock under its own."""
+    per = _pools.get(b)
+    if (per is None or index not in per) and _backend_registry._instances.get(b.name) is b:
+        _pool(b, index)
 
 
 class Stream(_StreamCore):
@@ -704,7 +719,11 @@ _wait_raw = _stream_core._wait_raw
 
 
 def _default(b: Backend, key: tuple[str, int]) -> Stream:
-    """The (cached) default stream of device ``key[1]`` of ``b``."""
+    """The default stream of device ``key[1]`` of ``b``: cached in the table of default
+    streams (``_stream_core._defaults``) if ``b`` is the instance registered under its name
+    now; an instance that name no longer refers to gets a new object each time, never stored
+    there (its entry would replace the registered instance's, and the entry flip between the
+    two)."""
     s = _default_of(key[0], key[1])
     if s is None or s._b is not b:
         handle = _checked.handle(b, ("default_stream", (key[1],)), b.default_stream(key[1]),
@@ -714,7 +733,10 @@ def _default(b: Backend, key: tuple[str, int]) -> Stream:
             s = _default_of(key[0], key[1])
             if s is None or s._b is not b:
                 s = made
-                _stream_core._set_default(key[0], key[1], s)
+                # (under the lock: a register() that comes after this test drops the entry
+                # in _forget_backend, which takes the lock too)
+                if _backend_registry._instances.get(key[0]) is b:
+                    _stream_core._set_default(key[0], key[1], s)
     return s
 
 

@@ -97,9 +97,10 @@ def test_an_allocation_freed_by_a_collection_while_a_pool_is_made() -> None:
     assert out.split() == ["0"]
 
 
-def test_finalisers_that_make_a_pool_run_inside_a_region_holding_the_pools_lock() -> None:
-    # the pool of plain:0 is first needed by a finaliser (an allocation's free on a stream of
-    # it) run where this thread holds the lock: re-entrant, as the close lock
+def test_finalisers_that_free_on_a_pool_run_inside_a_region_holding_the_pools_lock() -> None:
+    # an allocation's free on a stream of the pool of plain:0, run by a finaliser where this
+    # thread holds the lock. (The pool was first made by that free, under the allocator's
+    # lock, a deadlock with another thread: record_stream makes it now, test_review_pool2_s34.)
     out = _run("""
         from accelrt import _stream, memory
         backends.register("plain", lambda: CpuBackend(name="plain"))
@@ -107,10 +108,11 @@ def test_finalisers_that_make_a_pool_run_inside_a_region_holding_the_pools_lock(
         h = b.stream_create(0, 0)                  # a stream accelrt does not own
         wrapped = acc.Stream(stream_id=h, device_index=0, device_type="plain")
         x = acc.zeros(16, device="plain:0")
-        x.record_stream(wrapped)
         assert b not in _stream._pools
+        x.record_stream(wrapped)                   # makes the pool of plain:0
+        assert 0 in _stream._pools[b]
         with _stream._pools_lock:
-            del x                                  # its free makes the pool of plain:0
+            del x                                  # its free takes a stream of it
         print(memory.memory_allocated("plain:0"), 0 in _stream._pools[b])
         b.stream_destroy(0, h)
     """, ACCELRT_ALLOC_CONF="backend:cudaMallocAsync")

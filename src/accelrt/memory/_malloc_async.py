@@ -213,12 +213,30 @@ class MallocAsyncAllocator(ReplacedAllocator):
 
     def _free_unified(self, ptr: int, info: _Alloc) -> None:
         """Free on a stream of the device's pool that waits for the creation stream and every
-        recorded stream (PyTorch's dummy unifying free stream)."""
+        recorded stream (PyTorch's dummy unifying free stream), given back to the pool after
+        (destroyed if the pool is full: ``_stream._give_back``).
+
+        Takes no other lock under ``_alock``: :meth:`record_stream` made the pool before it
+        took the lock, here it is only looked up (and ``create`` takes no lock). A thread that
+        holds ``_stream._pools_lock`` may run a finaliser that frees an allocation of this
+        allocator (waiting for ``_alock``): taking the pools' lock here would deadlock. Without
+        a pool (``register(..., replace=True)`` dropped it: the backend's name names another
+        instance now) the device is synchronized and the free issued on the creation stream.
+        """
         from .. import _stream
         b, idx = self._b, self._index
-        pool = _stream._pool(b, idx)
+        per = _stream._pools.get(b)
+        pool = per.get(idx) if per is not None else None
+        if pool is None:
+            b.synchronize(idx)   # the recorded streams' work (and all else) is done
+            anyb0: Any = b
+            default = _checked.handle(b, ("default_stream", (idx,)), anyb0.default_stream(idx),
+                                      "a stream handle", nonzero=False)
+            b.mempool_free_async(idx, DevicePtr(ptr), StreamHandle(default))
+            return
+        free0 = pool.free0
         try:
-            unifier = pool.free0.pop()
+            unifier = free0.pop()
         except IndexError:
             unifier = pool.create(0)
         anyb: Any = b   # called untyped: the compiled build would cast the result
@@ -235,7 +253,8 @@ class MallocAsyncAllocator(ReplacedAllocator):
                     b.event_destroy(idx, EventHandle(ev))
             b.mempool_free_async(idx, DevicePtr(ptr), unifier)
         finally:
-            pool.free0.append(unifier)   # back to the pool: its queued work stays ordered
+            # back to the pool (its queued work stays ordered), or destroyed when it is full
+            _stream._give_back(b, idx, unifier, free0)
 
     def free_from_finalizer(self, ptr: int) -> None:
         try:
@@ -256,6 +275,9 @@ class MallocAsyncAllocator(ReplacedAllocator):
         """
         if not ptr:
             return
+        from .. import _stream
+        # the pool of the unifying free stream, made before the lock (see _free_unified)
+        _stream._pool_of_current(self._b, self._index)
         with self._alock:
             info = self._live.get(ptr) if type(ptr) is int else None
             if info is None:
