@@ -70,7 +70,7 @@ from .._fork import reinit_after_fork
 from .._handles import DevicePtr, EventHandle, StreamHandle
 from ..backends._common import (KeptErrors, bad_handle, check_byte, check_index, check_int,
                                 check_ptr, check_size, fill_pattern)
-from ._sim_device import SimDevice
+from ._sim_device import vm_map_range, vm_unmap_range
 
 __all__ = ["CALL_NAMES", "SimulatedBackend"]
 
@@ -128,6 +128,32 @@ def _first_fit(taken: dict[int, int], lo: int, hi: int, step: int, align: int,
         end = start + max(taken[start], 1) + pad      # an empty block still holds its address
         at = max(at, -(-end // align) * align)
     return at if hi - at >= step else 0
+
+
+class _Device:
+    """Book-keeping of one simulated device (all fields guarded by the backend's lock)."""
+
+    __slots__ = ("base", "blocks", "calls", "destroyed", "done", "host_funcs", "map_starts",
+                 "mappings", "next_addr", "next_vm", "queued", "reservations", "used")
+
+    def __init__(self, index: int) -> None:
+        base = (index + 1) * _DEVICE_STRIDE
+        self.used = 0                                   # bytes of malloc + mapped pages
+        self.base = base
+        self.next_addr = base                           # bump pointer for malloc
+        self.next_vm = base + _VM_OFFSET                # bump pointer for vm_reserve
+        self.blocks: dict[int, int] = {}                # malloc'd ptr -> size
+        self.reservations: dict[int, int] = {}          # reserved base -> size
+        self.mappings: dict[int, int] = {}              # vm_map'd base -> size
+        self.map_starts: list[int] = []                 # the bases of mappings, sorted
+        # successful calls at the backend boundary, by name (see SimulatedBackend.calls)
+        self.calls = dict.fromkeys(CALL_NAMES, 0)
+        # work on each stream: numbered in submission order; done up to done[stream]
+        self.queued: dict[int, int] = {}
+        self.done: dict[int, int] = {}
+        self.destroyed: set[int] = set()                # destroyed stream handles
+        # host functions waiting for their stream: stream -> [(work number, fn)]
+        self.host_funcs: dict[int, list[tuple[int, Callable[[], None]]]] = {}
 
 
 class SimulatedBackend(Backend):
@@ -204,8 +230,7 @@ class SimulatedBackend(Backend):
                                   page_locked_host_memory=True, host_functions=True,
                                   device_fill=True)
         self._lock = reinit_after_fork(threading.Lock())
-        self._devices = [SimDevice((i + 1) * _DEVICE_STRIDE, _VM_OFFSET, CALL_NAMES)
-                         for i in range(device_count)]
+        self._devices = [_Device(i) for i in range(device_count)]
         self._handles = itertools.count(1)              # streams and events
         self._streams: set[int] = set()                 # live streams made, guarded by _lock
         # event -> (device, stream, work number) of its last record, or None; guarded by _lock
@@ -284,7 +309,7 @@ class SimulatedBackend(Backend):
             raise self._closed_error("init_device")
         self._count(index, "init_device")
 
-    def _device(self, index: object) -> SimDevice:
+    def _device(self, index: object) -> _Device:
         """Device ``index``'s book-keeping; TypeError for a non-int index (``bool`` too),
         IndexError for one out of range (a negative index named the last devices)."""
         devices = self._devices
@@ -306,7 +331,7 @@ class SimulatedBackend(Backend):
                          f"{what} on a stream handle from stream_create (or 0)"
                          + (" that was not destroyed" if live else ""))
 
-    def _count(self, index: int, what: str) -> SimDevice:
+    def _count(self, index: int, what: str) -> _Device:
         dev = self._device(index)
         with self._lock:
             dev.calls[what] += 1
@@ -441,7 +466,13 @@ class SimulatedBackend(Backend):
         if not self._caps.virtual_memory:
             self._check_vm("vm_map")
         with self._lock:
-            return dev.vm_map(ptr, size, self.granularity, self.capacity)
+            mapped = vm_map_range(dev.reservations, dev.mappings, dev.map_starts, ptr, size,
+                                  self.granularity, self.capacity - dev.used)
+            if not mapped:
+                return False
+            dev.used += mapped
+            dev.calls["vm_map"] += 1
+        return True
 
     def vm_unmap(self, index: int, ptr: int, size: int) -> None:
         """Unmap ``[ptr, ptr+size)``: a run of whole mappings made by :meth:`vm_map` (a range
@@ -452,7 +483,13 @@ class SimulatedBackend(Backend):
         if not self._caps.virtual_memory:
             self._check_vm("vm_unmap")
         with self._lock:
-            dev.vm_unmap(ptr, size, self.granularity)
+            starts = dev.map_starts
+            count = len(starts)
+            dev.used -= vm_unmap_range(dev.reservations, dev.mappings, starts, ptr, size,
+                                       self.granularity)
+            calls = dev.calls
+            calls["vm_unmap"] += 1
+            calls["vm_unmapped_mappings"] += count - len(starts)
 
     # ------------------------------------------------------------------ work and completion
     def _submit(self, index: int, stream: int, what: str,
