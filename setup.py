@@ -60,7 +60,7 @@ COMPILED = [
     "src/accelrt/memory/_uncached.py",
     "src/accelrt/random/_draw.py",
     "src/accelrt/testing/_allocators.py",        # subclasses the allocator (tests, benchmarks)
-    "src/accelrt/testing/_sim_device.py",        # the simulated device's books, vm_map/unmap
+    "src/accelrt/testing/_sim_device.py",        # the simulated device's vm_map/vm_unmap
 ]
 
 #: :data:`COMPILED` as module names (``accelrt.memory._allocator``): what the record lists.
