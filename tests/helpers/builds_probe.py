@@ -330,6 +330,23 @@ def _signature(fn: Callable[..., Any]) -> inspect.Signature:
     return inspect.signature(fn)
 
 
+def baseline(fn: Callable[..., Any], table: dict[str, Callable[[], Any]],
+             given: dict[str, Callable[[], Any]]) -> dict[str, Callable[[], Any]]:
+    """The baseline arguments of ``fn``: ``given``, then, for each parameter of ``fn``
+    without a default (not ``*args``/``**kwargs``) that ``given`` lacks, ``table``'s entry
+    under its name."""
+    base = dict(given)
+    try:
+        sig = _signature(fn)
+    except (TypeError, ValueError):
+        return base
+    for p in sig.parameters.values():
+        if (p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+                and p.name not in base and p.name in table):
+            base[p.name] = table[p.name]
+    return base
+
+
 def _call(spec: Spec, override: tuple[str, Any] | None, seq: bool = False) -> Any:
     """Call ``spec``'s target with its baseline arguments, ``override`` = (name, value)
     replacing one (a name ``*i`` replaces item i of the varargs, ``*seq`` passes them as one
@@ -502,17 +519,7 @@ def build_specs() -> list[Spec]:
     }
 
     def fn_spec(name: str, f: Callable[..., Any], **kw: Any) -> Spec:
-        base: dict[str, Callable[[], Any]] = dict(kw.pop("base", {}))
-        try:
-            sig = _signature(f)
-        except (TypeError, ValueError):
-            sig = None
-        if sig is not None:
-            for p in sig.parameters.values():
-                if (p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-                        and p.name not in base and p.name in base_by_name):
-                    base[p.name] = base_by_name[p.name]
-        return Spec(name, lambda: f, base, **kw)
+        return Spec(name, lambda: f, baseline(f, base_by_name, kw.pop("base", {})), **kw)
 
     # ---- module functions (one spec per distinct object)
     seen: set[int] = set()

@@ -183,18 +183,13 @@ def _spec(name: str, f: Callable[..., Any] | Callable[[], Callable[..., Any]],
           table: dict[str, Callable[[], Any]], *, bound: bool = False, **kw: Any) -> Spec:
     """A spec of ``f`` (``bound``: ``f()`` gives the callable, a method of a fresh
     instance), whose parameters without a default take their baseline from ``table``."""
-    base: dict[str, Callable[[], Any]] = dict(kw.pop("base", {}))
     target = f if bound else (lambda: f)
+    given: dict[str, Callable[[], Any]] = kw.pop("base", {})
     try:
-        sig = inspect.signature(target() if not bound else _probe_target(target))
-    except (TypeError, ValueError):
-        sig = None
-    if sig is not None:
-        for p in sig.parameters.values():
-            if (p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-                    and p.name not in base and p.name in table):
-                base[p.name] = table[p.name]
-    return Spec(name, target, base, **kw)
+        fn = target() if not bound else _probe_target(target)
+    except (TypeError, ValueError):   # (no signature to read: the given baseline only)
+        return Spec(name, target, dict(given), **kw)
+    return Spec(name, target, bp.baseline(fn, table, given), **kw)
 
 
 def _probe_target(target: Callable[[], Any]) -> Any:
