@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from helpers.registry import malloc_async
+
 import accelrt as acc
 import accelrt.multiprocessing as amp
 from accelrt.backends.cpu import CpuBackend
@@ -227,12 +229,8 @@ def test_bad_granularity_is_refused(reg: Any, expandable: None, value: Any,
 
 @pytest.fixture
 def async_pool() -> Iterator[None]:
-    saved = _config.get_config()
-    _config._reset_for_tests(_config.parse_config("backend:cudaMallocAsync", saved))
-    try:
+    with malloc_async():
         yield
-    finally:
-        _config._reset_for_tests(saved)
 
 
 @pytest.mark.parametrize(("value", "shown"), BAD)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
 
@@ -29,7 +30,8 @@ import accelrt as acc
 from accelrt import _backend_registry as _reg
 from accelrt._backend import _BUILTIN_MODULES, Backend
 
-__all__ = ["DeviceLater", "Snapshot", "differences", "module_backends", "resolve", "restore",
+__all__ = ["DeviceLater", "Snapshot", "differences", "malloc_async", "malloc_async_backend",
+           "module_backends", "resolve", "restore",
            "snapshot"]
 
 Factory = Callable[[], Backend] | type[Backend]
@@ -160,3 +162,29 @@ class DeviceLater:
 def resolve(arg: object) -> Any:
     """``arg.make()`` for a :class:`DeviceLater`, else ``arg`` itself."""
     return arg.make() if isinstance(arg, DeviceLater) else arg
+
+
+@contextmanager
+def malloc_async() -> Iterator[None]:
+    """The process's allocator option set to ``backend:cudaMallocAsync`` (the other settings
+    kept), and put back after."""
+    from accelrt.memory import _config
+    saved = _config.get_config()
+    _config._reset_for_tests(_config.parse_config("backend:cudaMallocAsync", saved))
+    try:
+        yield
+    finally:
+        _config._reset_for_tests(saved)
+
+
+@contextmanager
+def malloc_async_backend(name: str, factory: Factory) -> Iterator[str]:
+    """``factory`` registered under ``name``, under ``backend:cudaMallocAsync``
+    (:func:`malloc_async`); unregistered after (its allocators no longer bind the process's
+    option)."""
+    acc.backends.register(name, factory)
+    try:
+        with malloc_async():
+            yield name
+    finally:
+        acc.backends.unregister(name)

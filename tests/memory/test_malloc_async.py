@@ -25,6 +25,7 @@ from accelrt.backends.cpu import CpuBackend
 from accelrt.memory import _config
 from accelrt.memory._allocator import DeviceCachingAllocator, get_allocator
 from helpers.gates import Gate
+from helpers.registry import malloc_async_backend
 
 _names = itertools.count()
 CUDA_REASON = registry.unavailable_reason("cuda")
@@ -34,15 +35,9 @@ CUDA_REASON = registry.unavailable_reason("cuda")
 def pooled() -> Iterator[str]:
     """A fresh two-device cpu backend (asynchronous streams) under backend:cudaMallocAsync."""
     name = f"asyncpool{next(_names)}"
-    backends.register(name, lambda: CpuBackend(num_devices=2, async_streams=True,
-                                               memory_limit="64MiB", name=name))
-    saved = _config.get_config()
-    _config._reset_for_tests(_config.parse_config("backend:cudaMallocAsync", saved))
-    try:
+    with malloc_async_backend(name, lambda: CpuBackend(num_devices=2, async_streams=True,
+                                                      memory_limit="64MiB", name=name)):
         yield name
-    finally:
-        _config._reset_for_tests(saved)
-        backends.unregister(name)   # its allocators no longer bind the process's option
 
 
 # ---------------------------------------------------------------------- the option

@@ -29,10 +29,11 @@ from collections.abc import Iterator
 
 import pytest
 
+from helpers.registry import malloc_async_backend
+
 import accelrt as acc
 from accelrt import _stream, _stream_core, backends, memory
 from accelrt.backends.cpu import CpuBackend
-from accelrt.memory import _config
 
 _names = itertools.count()
 
@@ -104,14 +105,8 @@ def test_a_finaliser_needing_a_new_held_table_inside_the_tables_lock() -> None:
 def pooled() -> Iterator[str]:
     """A fresh cpu backend under backend:cudaMallocAsync."""
     name = f"unify{next(_names)}"
-    backends.register(name, lambda: CpuBackend(name=name))
-    saved = _config.get_config()
-    _config._reset_for_tests(_config.parse_config("backend:cudaMallocAsync", saved))
-    try:
+    with malloc_async_backend(name, lambda: CpuBackend(name=name)):
         yield name
-    finally:
-        _config._reset_for_tests(saved)
-        backends.unregister(name)
 
 
 @pytest.mark.parametrize("pool_max", [0, 1])

@@ -17,12 +17,13 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
+from helpers.registry import malloc_async_backend
+
 import accelrt as acc
 import accelrt.distributed as dist
 from accelrt import _dlpack, backends
 from accelrt.backends import Capabilities
 from accelrt.backends.cpu import CpuBackend
-from accelrt.memory import _config
 
 _names = itertools.count()
 
@@ -53,15 +54,9 @@ def test_pinned_host_oom_starts_with_the_backend_name_as_every_oom_message() -> 
 def malloc_async() -> Iterator[str]:
     """A fresh cpu backend of 64 MiB under ``backend:cudaMallocAsync``."""
     name = f"rev32async{next(_names)}"
-    backends.register(name, lambda: CpuBackend(num_devices=1, async_streams=True,
-                                               memory_limit="64MiB", name=name))
-    saved = _config.get_config()
-    _config._reset_for_tests(_config.parse_config("backend:cudaMallocAsync", saved))
-    try:
+    with malloc_async_backend(name, lambda: CpuBackend(num_devices=1, async_streams=True,
+                                                      memory_limit="64MiB", name=name)):
         yield name
-    finally:
-        _config._reset_for_tests(saved)
-        backends.unregister(name)
 
 
 def test_malloc_async_oom_names_the_backend_in_capitals_as_torch(malloc_async: str) -> None:
