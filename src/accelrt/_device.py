@@ -194,18 +194,17 @@ _ALIASES = {"gpu": "cuda", "hip": "cuda", "rocm": "cuda", "nvidia": "cuda", "cl"
 
 
 def _check_type(typ: str, text: str) -> None:
-    """Refuse a device type that names no registered backend, listing the registered ones (as
-    PyTorch does for its device types) and suggesting the likely intended string."""
+    """Refuse a device type that names no registered backend, listing the registered ones and
+    suggesting a string (a digit in it: PyTorch's "Invalid device string", its types have none)."""
     import difflib
     known = _backend.registered()
     if typ in known:
         _known_types.add(typ)
         return
     brief = text if len(text) <= 60 else text[:57] + "..."
-    _, idx = _parse(text)
-    suffix = "" if idx is None else f":{idx}"
+    suffix = "" if (idx := _parse(text)[1]) is None else f":{idx}"
     guess: str | None = None
-    m = re.fullmatch(r"([A-Za-z_]+?)([0-9]+)", typ)
+    m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*?)([0-9]+)", typ)
     if typ.lower() in known:
         guess = typ.lower() + suffix
     elif m is not None and m.group(1).lower() in known and idx is None:
@@ -216,10 +215,11 @@ def _check_type(typ: str, text: str) -> None:
         close = difflib.get_close_matches(typ.lower(), known, n=1)
         guess = close[0] + suffix if close else None
     hint = f"; did you mean {guess!r}?" if guess else "."
-    raise BackendUnavailableError(
-        f"Unknown backend {typ!r} in device string {brief!r}{hint} Known backends: "
-        f"{', '.join(known)} (device types are lower case; third-party backends register "
-        "with accelrt.backends.register())")
+    lead = (f"Invalid device string: {brief!r}. " if any(c.isdigit() for c in typ) else ""
+            ) + f"Unknown backend {typ!r} in device string {brief!r}"
+    raise BackendUnavailableError(f"{lead}{hint} Known backends: {', '.join(known)} (device "
+                                  "types are lower case; third-party backends register with "
+                                  "accelrt.backends.register())")
 
 # PyTorch's grammar (c10/core/Device.cpp), ASCII only: a type of letters, digits and '_' (not
 # starting with a digit), then optionally ':' and an index without sign, spaces, '_' or a
