@@ -10,6 +10,9 @@ it (what ``torch.cuda._sleep`` gives PyTorch's tests: a stream that is still bus
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -22,10 +25,11 @@ import accelrt as acc
 from accelrt.backends.cpu import CpuBackend
 from accelrt.testing import SimulatedBackend
 
-CPU, SIM = "s35stcpu", "s35stsim"
+CPU, SIM, ASYNC = "s35stcpu", "s35stsim", "s35stacpu"
 
 _backends = module_backends({
     CPU: lambda: CpuBackend(num_devices=2, async_streams=False, name=CPU),
+    ASYNC: lambda: CpuBackend(num_devices=1, async_streams=True, name=ASYNC),
     SIM: lambda: SimulatedBackend(device_count=2, auto_complete=False, priority_range=(0, -1),
                                   name=SIM),
 })
@@ -41,7 +45,7 @@ def m(request: pytest.FixtureRequest) -> Iterator[Any]:
     mod.set_device(0)
     yield mod
     if name == SIM:
-        acc.backends.get(SIM).complete_all()
+        _sim().complete_all()
     for i in range(mod.device_count()):
         mod.synchronize(i)
 
@@ -55,9 +59,33 @@ def cpu() -> Any:
     return mod
 
 
+@pytest.fixture
+def acpu() -> Iterator[Any]:
+    """A cpu backend whose streams run on worker threads (work is really pending)."""
+    mod: Any = acc.backends.device_module(ASYNC)
+    acc.set_current_accelerator(ASYNC)
+    yield mod
+    mod.synchronize()
+
+
+def _run(code: str) -> str:
+    """``code`` run by a fresh interpreter (a hang fails the test); its stdout."""
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return r.stdout.strip()
+
+
+def _sim() -> SimulatedBackend:
+    backend = acc.backends.get(SIM)
+    assert isinstance(backend, SimulatedBackend)
+    return backend
+
+
 def _busy(m: Any, stream: Any) -> None:
     """Queue pending work on ``stream`` of the simulated backend (``torch.cuda._sleep``)."""
-    acc.backends.get(m.name).launch_work(stream.stream_id, stream.device_index)
+    assert m.name == SIM
+    _sim().launch_work(stream.stream_id, stream.device_index)
 
 
 # ---------------------------------------------------------------------------- devices
@@ -94,6 +122,44 @@ def test_device_index_context_manager(m: Any) -> None:
     with acc.device_index(1):
         assert m.current_device() == 1
     assert m.current_device() == 0
+
+
+def test_device_count_reads_the_environment_at_first_use() -> None:
+    """mirrors test_cuda.py test_lazy_init (the variable set after the import, before the
+    first use, decides the count: nothing is initialised at import), on the cpu backend's
+    ACCELRT_CPU_DEVICES (CUDA_VISIBLE_DEVICES needs a GPU)."""
+    out = _run("""
+        import os
+        import accelrt as acc
+        os.environ["ACCELRT_CPU_DEVICES"] = "3"
+        print(acc.cpu.device_count())
+    """)
+    assert out == "3"
+
+
+def test_is_pinned_does_not_poison_a_fork() -> None:
+    """mirrors test_cuda.py test_is_pinned_no_context: asking whether a host array is pinned
+    creates no device context, so a forked child still uses the device."""
+    out = _run("""
+        import multiprocessing as mp
+        import numpy as np
+        import accelrt as acc
+
+        def worker(q):
+            try:
+                q.put(acc.ones(10, device="cpu:0").tolist()[0])
+            except Exception as e:
+                q.put("Error " + str(e))
+
+        assert acc.is_pinned(np.zeros(10)) is False
+        ctx = mp.get_context("fork")
+        q = ctx.Queue()
+        p = ctx.Process(target=worker, args=(q,))
+        p.start()
+        print(q.get(timeout=60))
+        p.join(60)
+    """)
+    assert out == "1.0"
 
 
 def test_invalid_device_string_and_device_of_another_type(m: Any) -> None:
@@ -135,12 +201,12 @@ def test_streams(m: Any) -> None:
         assert m.current_stream() == user
     assert m.current_stream() == default
     assert user.query()
-    _busy_or_copy(m, default)
+    _busy_if_simulated(m, default)
     default.synchronize()
     assert default.query()
 
 
-def _busy_or_copy(m: Any, stream: Any) -> None:
+def _busy_if_simulated(m: Any, stream: Any) -> None:
     if m.name == SIM:
         _busy(m, stream)
         assert not stream.query()
@@ -263,7 +329,7 @@ def test_events(m: Any) -> None:
     assert event.query()
     start = m.Event(enable_timing=True)
     stream.record_event(start)
-    _busy_or_copy(m, stream)
+    _busy_if_simulated(m, stream)
     stream.record_event(event)
     if m.name == SIM:
         assert not event.query()
@@ -302,7 +368,30 @@ def test_elapsed_time_errors(m: Any) -> None:
         assert e1.elapsed_time(e2) >= 0
 
 
+def test_elapsed_time_is_positive_after_real_work(acpu: Any) -> None:
+    """mirrors the ``elapsed_time(...) > 0`` of test_cuda.py test_events and
+    test_generic_stream_event: events around real work on an asynchronous stream."""
+    a, b = acc.zeros(4_000_000), acc.ones(4_000_000)
+    start, end = acpu.Event(enable_timing=True), acpu.Event(enable_timing=True)
+    start.record()
+    a.copy_(b)
+    end.record()
+    end.synchronize()
+    assert end.query()
+    assert start.elapsed_time(end) > 0
+
+
 # ---------------------------------------------------------------------------- memory order
+
+def test_copy_to_host_is_blocking_by_default(acpu: Any) -> None:
+    """mirrors test_cuda.py test_to_cpu_blocking_by_default: reading an array to the host
+    (``numpy()``, accelrt's ``.to("cpu")``) waits for its stream: nothing is left pending."""
+    src = acc.empty(1_000_000)
+    src.copy_(acc.full((1_000_000,), 2.0))      # queued on the worker thread
+    host = src.numpy()
+    assert acpu.current_stream().query() is True
+    assert (host == 2.0).all()
+
 
 def test_record_stream_delays_reuse_until_the_stream_is_done() -> None:
     """mirrors test_cuda.py test_record_stream: a block freed after ``record_stream(current)``
@@ -327,7 +416,7 @@ def test_record_stream_delays_reuse_until_the_stream_is_done() -> None:
         tmp3 = acc.empty(4, device=f"{SIM}:0")
         assert tmp3.data_ptr() == ptr, "allocation not reused"
     del tmp2, tmp3
-    acc.backends.get(SIM).complete_all()
+    _sim().complete_all()
 
 
 def test_copy_non_blocking_then_event(cpu: Any) -> None:
