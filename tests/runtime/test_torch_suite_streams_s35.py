@@ -535,3 +535,14 @@ def test_sync_debug_mode_names_and_values(m: Any, mode: str | int, value: int) -
     with pytest.raises(RuntimeError, match="invalid value of debug_mode, expected one of "
                                            "`default`, `warn`, `error`"):
         m.set_sync_debug_mode("foo")
+
+
+def test_leak_check_lets_the_blocks_error_through(m: Any) -> None:
+    """mirrors test_cuda.py test_cuda_memory_leak_detection_propagates_errors
+    (``assertLeaksNoCudaTensors`` is ``accelrt.testing.leak_check`` here): an error raised
+    inside the checked block is the error the caller sees, not a leak report."""
+    from accelrt.testing import leak_check
+    with pytest.raises(RuntimeError, match=r"The size of tensor a \(3\) must match"):
+        with leak_check():
+            x = acc.empty(3, device=f"{m.name}:0")
+            raise RuntimeError(f"The size of tensor a ({x.shape[0]}) must match")
