@@ -171,6 +171,35 @@ def test_graph_attributes_set_before_recapture(cpu: str) -> None:
     other.reset()
 
 
+def test_graph_capture_reset_recapture(cpu: str) -> None:
+    """mirrors test_cuda.py test_graph_capture_reset_recapture: after ``reset()`` the same
+    object captures new work, and replay runs only the new work."""
+    s = acc.Stream(cpu)
+    a = acc.full(1000, 1.0, device=cpu)
+    g = acc.cpu.CUDAGraph()
+    with s:
+        g.capture_begin()
+        b = _clone(a)
+        b.fill_(11.0)
+        g.capture_end()
+    acc.current_stream(cpu).wait_stream(s)
+    g.replay()
+    assert _values(b).sum() == 11000.0
+    g.reset()
+    with pytest.raises(RuntimeError, match="without a preceding successful capture"):
+        g.replay()
+    with s:
+        g.capture_begin()
+        b.fill_(22.0)
+        g.capture_end()
+    acc.current_stream(cpu).wait_stream(s)
+    b.fill_(0.0)
+    g.replay()
+    assert _values(b).sum() == 22000.0
+    g.reset()
+    del g
+
+
 def test_graph_debugdump(cpu: str, tmp_path: os.PathLike[str]) -> None:
     """mirrors test_cuda.py test_graph_debugdump: ``enable_debug_mode()`` keeps a capture
     that forks onto a second stream and joins back, and ``debug_dump`` writes it."""
@@ -216,6 +245,20 @@ def test_graph_timing(cpu: str) -> None:
     g.reset()
 
 
+def test_graph_error_default_stream(cpu: str) -> None:
+    """mirrors test_cuda.py test_graph_error: a capture on the default stream is refused
+    with PyTorch's message, and nothing is left capturing."""
+    g = acc.cpu.CUDAGraph()
+    with pytest.raises(RuntimeError,
+                       match=r"CUDA graphs must be captured on a non-default stream\. "
+                             r"\(However, after capture, it's ok to replay them on the "
+                             r"default stream\.\)"):
+        g.capture_begin()
+    assert not acc.cpu.is_current_stream_capturing()
+    with pytest.raises(RuntimeError, match="non-default stream"), acc.Graph():
+        pass
+
+
 def test_graph_warn_if_has_zero_nodes(cpu: str) -> None:
     """mirrors test_cuda.py test_graph_warn_if_has_zero_nodes."""
     g = acc.cpu.CUDAGraph()
@@ -254,11 +297,43 @@ def test_graph_tensor_item_not_allowed(cpu: str) -> None:
 
 # ---------------------------------------------------------------------- keep_graph, raw handles
 
+def test_raw_graph_keep_graph_false(cpu: str) -> None:
+    """mirrors test_cuda.py test_cuda_graph_raw_graph_keep_graph_false: a second
+    ``instantiate()`` without keep_graph is refused with PyTorch's message; the raw
+    ``cudaGraph_t`` is CUDA's only (docs/differences.md: CaptureNotSupportedError on cpu)."""
+    graph = acc.cpu.CUDAGraph(keep_graph=False)
+    x = acc.zeros(2000, device=cpu)
+    with acc.cpu.graph(graph, capture_error_mode="relaxed"):
+        x.fill_(1.0)
+    with pytest.raises(RuntimeError, match=r"instantiate\(\) is intended to be called by the "
+                                           r"user only when keep_graph=true"):
+        graph.instantiate()
+    with pytest.raises(acc.CaptureNotSupportedError):
+        graph.raw_cuda_graph()
+    graph.reset()
+
+
 def test_instantiate_before_capture(cpu: str) -> None:
     """torch 2.15's ``capture_end() must have been called before calling instantiate``."""
     with pytest.raises(RuntimeError, match=r"capture_end\(\) must have been called before "
                                            r"calling instantiate"):
         acc.cpu.CUDAGraph(keep_graph=True).instantiate()
+
+
+def test_capture_end_before_capture_begin(cpu: str) -> None:
+    """torch 2.15's ``capture_end() called before capture_begin().``"""
+    with acc.Stream(cpu):
+        with pytest.raises(RuntimeError,
+                           match=r"capture_end\(\) called before capture_begin\(\)"):
+            acc.cpu.CUDAGraph().capture_end()
+
+
+def test_replay_without_capture(cpu: str) -> None:
+    """torch 2.15's ``Called CUDAGraph::replay without a preceding successful capture.``"""
+    with pytest.raises(RuntimeError, match="replay.* without a preceding successful capture"):
+        acc.cpu.CUDAGraph().replay()
+    with pytest.raises(RuntimeError, match="replay.* without a preceding successful capture"):
+        acc.Graph().replay()
 
 
 def test_raw_graph_reset_and_recapture(cpu: str) -> None:
@@ -370,6 +445,22 @@ def test_memory_stats_of_multiple_generators_and_graphs(rng: str) -> None:
     run(1, 1)
     run(3, 2)
     run(10, 20)
+
+
+def test_graph_manual_seed_mismatch_raises(rng: str) -> None:
+    """mirrors test_cuda.py test_graph_manual_seed_mismatch_raises (PyTorch's message)."""
+    acc.cpu.manual_seed(0)
+    g = acc.cpu.CUDAGraph()
+    with pytest.raises(RuntimeError,
+                       match="CUDAGeneratorImpl::set_current_seed can be called during stream "
+                             "capture only if new seed is the same as the original seed."):
+        with acc.cpu.graph(g):
+            acc.cpu.manual_seed(1)
+    g.reset()
+    with acc.cpu.graph(g):                     # the same seed is taken
+        acc.cpu.manual_seed(0)
+        acc.random.rand(4, device=rng)
+    g.reset()
 
 
 _DRAWS: dict[str, Callable[[str], acc.Array]] = {
