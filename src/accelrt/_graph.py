@@ -106,13 +106,24 @@ def graph_pool_handle() -> tuple[int, int]:
     ``capture_begin(pool=...)`` of a device module's graph, or ``graph(..., pool=...)``
     (``torch.cuda.graph_pool_handle``).
 
+    As PyTorch's, a pool id made by the user is ``(0, n)``, with ``n`` from the counter that
+    numbers ``MemPool`` ids too; the pool a capture makes for itself is ``(n, 0)``.
+
     Example::
 
         >>> import accelrt as acc
         >>> from accelrt._graph import graph_pool_handle
-        >>> graph_pool_handle() != graph_pool_handle()
+        >>> first, second = graph_pool_handle(), graph_pool_handle()
+        >>> first[0] == second[0] == 0 and second[1] > first[1]
         True
     """
+    from .memory import _user_pool_id
+    return _user_pool_id()
+
+
+def _capture_pool_id() -> tuple[int, int]:
+    """The id of the private pool a capture makes for itself (``Graph.pool()`` without a
+    ``pool``): ``(n, 0)``, as the capture ids PyTorch's ``capture_begin`` uses."""
     with _lock:
         return (next(_ids), 0)
 
@@ -263,7 +274,7 @@ class Graph:
                                "default stream.) Wrap the capture in `with accelrt.Stream():` "
                                "or use accelrt.graph(), which does")
         if pid is None:
-            pid = graph_pool_handle()
+            pid = _capture_pool_id()
         from .memory import _allocator
         a = _allocator.get_allocator(b, index)
         attach = getattr(pool, "_attach", None)

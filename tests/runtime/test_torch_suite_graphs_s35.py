@@ -812,6 +812,37 @@ def test_graph_capture_record_stream_reuse_refused(cpu: str) -> None:
         acc.memory.set_allocator_settings("graph_capture_record_stream_reuse:True")
 
 
+def test_mempool_id(any_backend: str) -> None:
+    """mirrors test_cuda.py TestMemPool.test_mempool_id: a user-made pool id
+    (``graph_pool_handle()``, ``MemPool().id``, and accelrt's ``generate_graph_pool_handle()``)
+    is ``(0, n)``, one counter for all three; a capture's own pool is ``(n, 0)``."""
+    pool1 = acc.cpu.graph_pool_handle()
+    pool2 = acc.memory.MemPool().id
+    pool3 = acc.generate_graph_pool_handle()
+    assert pool1[0] == 0 and pool2[0] == 0 and pool3[0] == 0
+    assert pool2[1] - pool1[1] > 0 and pool3[1] - pool2[1] > 0
+    if any_backend == SIM:
+        pool = acc.memory.MemPool()
+        with acc.memory.use_mem_pool(pool, SIM):
+            p = acc.memory.caching_allocator_alloc(1024, SIM)
+        assert [seg["segment_pool_id"] for seg in pool.snapshot()] == [pool.id]
+        acc.memory.caching_allocator_delete(p)
+        return
+    x = acc.zeros(4, device=any_backend)
+    g = acc.cpu.CUDAGraph()
+    with acc.cpu.graph(g):
+        x.fill_(1.0)
+    own = g.pool()
+    assert own[0] > 0 and own[1] == 0
+    g.reset()
+    with acc.cpu.graph(g, pool=pool1):
+        y = _clone(x)
+    assert g.pool() == pool1
+    assert {seg["segment_pool_id"] for seg in acc.cpu.memory_snapshot()} >= {pool1}
+    del y
+    g.reset()
+
+
 # ---------------------------------------------------------------------- pinned host memory
 
 def test_pin_memory_no_use(cpu: str) -> None:
