@@ -923,3 +923,22 @@ def test_pin_memory_two_graphs(cpu: str, use_memory: bool, delete_memory: bool) 
     graph1.reset()
     graph2.reset()
 
+
+def test_unpinned_memory_use(cpu: str) -> None:
+    """mirrors test_cuda.py TestCachingHostAllocatorCudaGraph.test_unpinned_memory_use: a
+    copy from pageable (not pinned) host memory during a capture is refused with PyTorch's
+    message, non-blocking too (the graph would read memory nobody keeps at every replay),
+    and the capture goes on."""
+    graph = acc.cpu.CUDAGraph()
+    data_dev = acc.zeros(8, device=cpu)
+    with acc.cpu.graph(graph):
+        with pytest.raises(RuntimeError, match="Cannot copy between CPU and CUDA tensors "
+                                               "during CUDA graph capture unless the CPU "
+                                               "tensor is pinned"):
+            data_dev.copy_(np.empty(8, dtype="f4"), non_blocking=True)
+        with pytest.raises(RuntimeError, match="during CUDA graph capture"):
+            data_dev.copy_([1.0] * 8, non_blocking=True)
+        data_dev.fill_(2.0)
+    graph.replay()
+    assert _values(data_dev).tolist() == [2.0] * 8
+    graph.reset()
