@@ -106,13 +106,24 @@ def graph_pool_handle() -> tuple[int, int]:
     ``capture_begin(pool=...)`` of a device module's graph, or ``graph(..., pool=...)``
     (``torch.cuda.graph_pool_handle``).
 
+    As PyTorch's, a pool id made by the user is ``(0, n)``, with ``n`` from the counter that
+    numbers ``MemPool`` ids too; the pool a capture makes for itself is ``(n, 0)``.
+
     Example::
 
         >>> import accelrt as acc
         >>> from accelrt._graph import graph_pool_handle
-        >>> graph_pool_handle() != graph_pool_handle()
+        >>> first, second = graph_pool_handle(), graph_pool_handle()
+        >>> first[0] == second[0] == 0 and second[1] > first[1]
         True
     """
+    from .memory import _user_pool_id
+    return _user_pool_id()
+
+
+def _capture_pool_id() -> tuple[int, int]:
+    """The id of the private pool a capture makes for itself (``Graph.pool()`` without a
+    ``pool``): ``(n, 0)``, as the capture ids PyTorch's ``capture_begin`` uses."""
     with _lock:
         return (next(_ids), 0)
 
@@ -258,11 +269,12 @@ class Graph:
             stream_obj = _stream._current(b, index)
         stream = stream_obj._handle
         if stream == b.default_stream(index):
-            raise RuntimeError("graphs must be captured on a non-default stream: wrap the "
-                               "capture in `with accelrt.Stream():` or use accelrt.graph(), "
-                               "which does (replaying on the default stream is fine)")
+            raise RuntimeError("CUDA graphs must be captured on a non-default stream. "
+                               "(However, after capture, it's ok to replay them on the "
+                               "default stream.) Wrap the capture in `with accelrt.Stream():` "
+                               "or use accelrt.graph(), which does")
         if pid is None:
-            pid = graph_pool_handle()
+            pid = _capture_pool_id()
         from .memory import _allocator
         a = _allocator.get_allocator(b, index)
         attach = getattr(pool, "_attach", None)
@@ -340,7 +352,8 @@ class Graph:
         :meth:`__del__`, which must not block on the allocator's lock)."""
         if not self._capturing:
             self._check_open()
-            raise RuntimeError("capture_end() without capture_begin(); begin a capture first")
+            raise RuntimeError("capture_end() called before capture_begin(); begin a capture "
+                               "first")
         b, index = self._b, self._index
         assert b is not None
         self._capturing = False
@@ -390,7 +403,7 @@ class Graph:
                                "instantiate(); capture a graph first")
         if self._exec and not self._keep_graph:
             raise RuntimeError("instantiate() is intended to be called by the user only when "
-                               "keep_graph=True; make the graph with Graph(keep_graph=True) to "
+                               "keep_graph=true; make the graph with Graph(keep_graph=True) to "
                                "instantiate it again")
         anyb: Any = b   # called untyped: a compiled caller would cast the result
         self._exec_ids.add(_checked.handle(
@@ -411,7 +424,8 @@ class Graph:
         """
         if self._handle is None:
             self._check_open()
-            raise RuntimeError("replay() needs a captured graph; capture one with "
+            raise RuntimeError("Called replay() without a preceding successful capture: "
+                               "there is no captured graph; capture one with "
                                "capture_begin()/capture_end() or accelrt.graph()")
         if not self._exec:
             self.instantiate()

@@ -291,12 +291,13 @@ def test_backends_without_pinned_memory_copy_directly(name: str, non_blocking: b
 
 
 def test_graph_capture_copies_directly() -> None:
-    """A captured upload must not read a staging block the pool recycles before replay."""
+    """A captured upload must not read a staging block the pool recycles before replay (the
+    source is pinned: a capture refuses pageable host memory, as PyTorch's)."""
     name = "stagesync"
     b = backends.get_backend(name)
     dev = f"{name}:0"
     a = acc.zeros(8, dtype="int32", device=dev)
-    src = np.arange(8, dtype=np.int32)
+    src = acc.pin_memory(np.arange(8, dtype=np.int32), device=dev)
     s = acc.Stream(dev)
     s.wait_stream(acc.current_stream(dev))
     g = acc.Graph()
@@ -362,7 +363,8 @@ def test_opencl_buffer_mode_stages_through_the_pool(opencl_buffer: str,
 
 def test_captured_host_copy_on_a_backend_that_cannot_keep_host_memory_alive_is_refused():
     # A backend whose host callbacks cannot be captured (CUDA) must refuse a non_blocking
-    # copy from host memory inside a capture with a clear message, not a raw driver error.
+    # copy from (pinned) host memory inside a capture with a clear message, not a raw driver
+    # error.
     import accelrt as acc
     from accelrt._errors import DeviceError
     from accelrt.backends.cpu import CpuBackend
@@ -377,7 +379,7 @@ def test_captured_host_copy_on_a_backend_that_cannot_keep_host_memory_alive_is_r
     acc.backends.register(name, lambda: NoCapturedHostFuncs(name=name), replace=True)
     try:
         x = acc.empty(4, dtype="float32", device=f"{name}:0")
-        host = np.arange(4, dtype=np.float32)
+        host = acc.pin_memory(np.arange(4, dtype=np.float32), device=f"{name}:0")
         s = acc.Stream(f"{name}:0")
         g = acc.Graph()
         with pytest.raises(DeviceError, match="captured into a graph"):

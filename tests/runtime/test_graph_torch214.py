@@ -132,7 +132,7 @@ def test_keep_graph_defers_instantiation_to_instantiate_or_replay(dev: str) -> N
     with mod.graph(eager):
         _ = x.fill_(6.0)
     assert made[-1] is eager and len(made) == 3   # keep_graph=False: capture_end did
-    with pytest.raises(RuntimeError, match="only when keep_graph=True"):
+    with pytest.raises(RuntimeError, match="only when keep_graph=true"):
         eager.instantiate()
     eager.enable_debug_mode()                 # == keep_graph=True from now on
     eager.instantiate()

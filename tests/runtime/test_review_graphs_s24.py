@@ -431,18 +431,21 @@ def test_refused_blocking_upload_records_nothing_that_replays_freed_host_memory(
         print("sum", float(x.numpy().sum()))
     """)
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
-    assert "refused: cpu: a blocking copy" in proc.stdout
+    assert "refused: Cannot copy between CPU and CUDA tensors during CUDA graph capture" \
+        in proc.stdout
     assert "sum 0.0" in proc.stdout
 
 
 def test_non_blocking_host_copies_in_a_capture_read_the_host_at_replay() -> None:
-    """A non-blocking upload is captured (the replay reads the numpy memory then; the graph
-    keeps it alive), as a pinned one is: only blocking host copies are refused."""
+    """A non-blocking upload from pinned memory is captured (the replay reads the pinned
+    memory then); from pageable memory it is refused, as PyTorch refuses it."""
     x = acc.zeros(4, device="cpu")
-    host = np.zeros(4, np.float32)
+    host = acc.pin_memory(np.zeros(4, np.float32), device="cpu")
     g = acc.Graph()
     with acc.graph(g):
         x.copy_(host, non_blocking=True)
+        with pytest.raises(RuntimeError, match="unless the CPU tensor is pinned"):
+            x.copy_(np.zeros(4, np.float32), non_blocking=True)
     host[:] = 5.0
     g.replay()
     acc.synchronize()

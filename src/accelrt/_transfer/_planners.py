@@ -33,6 +33,7 @@ import numpy as np
 from .. import _pinned
 from .. import _sync_debug as _sd
 from .._device import _lazy_init
+from .._errors import DeviceError
 from .._stream import Stream, _current
 from ._broadcast import Broadcast, Runs
 from ._lifetime import held
@@ -103,19 +104,31 @@ def plan_upload(dst: Array, host: np.ndarray, non_blocking: bool, private: bool)
     ``non_blocking``, its block is marked used by the stream; otherwise memory the host cannot
     read is filled through a pinned staging block; the direct copy (the fallback) reads
     ``host`` at call time (``snapshot``) unless ``private`` says nobody else can write it, or
-    a graph is being captured (the captured copy reads ``host`` at every replay)."""
+    a graph is being captured (the captured copy reads ``host`` at every replay).
+
+    Raises:
+        DeviceError: the stream is capturing a graph and ``host`` is not pinned (PyTorch's
+            refusal: the graph would read pageable memory nobody keeps at every replay).
+    """
     b, index, mem = dst._b, dst._index, dst._mem
     stream = _current(b, index)
     kind: CopyKind = "h2h" if mem.host else "h2d"
     n = mem.nbytes
     pool = _pinned.pinned_pool_of(b, host)
-    if pool is not None and not b.stream_is_capturing(index, stream._handle):
+    capturing = b.stream_is_capturing(index, stream._handle)
+    if capturing and pool is None:
+        raise DeviceError(
+            "Cannot copy between CPU and CUDA tensors during CUDA graph capture unless the "
+            "CPU tensor is pinned. Please use accelrt.pin_memory(array) or allocate the array "
+            f"with pin_memory=True ({b.name}: stream {int(stream._handle)} of {b.name}:{index} "
+            "is capturing a graph, whose copy would read the host memory at every replay)")
+    if pool is not None and not capturing:
         ptr = host.ctypes.data      # read where a step needs it (``ctypes`` costs ~20 calls)
         copy = Copy(stream, kind, mem.ptr, ptr, n)
         if not non_blocking:
             return Plan((copy, Sync(stream, report=False)), (host,))
         return Plan((copy, RecordHost(pool, ptr, stream), Hold(stream, held(dst))), (host,))
-    snapshot = non_blocking and not private and not b.stream_is_capturing(index, stream._handle)
+    snapshot = non_blocking and not private and not capturing
     direct = Upload(stream, kind, mem.ptr, host, snapshot, non_blocking, (dst,))
     if dst._host_ok():
         return Plan((direct,))

@@ -685,6 +685,13 @@ _pool_ids = itertools.count(1)
 _pool_lock = reinit_after_fork(threading.Lock())
 
 
+def _user_pool_id() -> tuple[int, int]:
+    """A new id ``(0, n)`` of a pool the user makes (``MemPool``, ``graph_pool_handle()``):
+    one counter for both, as PyTorch's ``MemPool::graph_pool_handle(is_user_created=True)``."""
+    with _pool_lock:
+        return (0, next(_pool_ids))
+
+
 def _release_pool(pool_id: tuple[int, int], users: list[Any]) -> None:
     """A collected :class:`MemPool`'s finalizer: drop its reference on every device, then
     return its cached memory (PyTorch's ``~MemPool``: ``releasePool`` + ``emptyCache(id)``).
@@ -740,8 +747,7 @@ class MemPool:
         self._allocator = allocator
         self._use_on_oom = use_on_oom
         self._no_split = no_split
-        with _pool_lock:
-            self._id = (0, next(_pool_ids))
+        self._id = _user_pool_id()
         self._users: list[Any] = []          # allocators holding this pool's own reference
         self._home = dict(_tls.device)       # current devices: use_count()'s (torch: device_)
         self._finalizer = weakref.finalize(self, _release_pool, self._id, self._users)

@@ -290,9 +290,10 @@ class Generator:
         ``set_current_seed`` in a capture)."""
         if value != self._st.seed:
             raise RuntimeError(
-                f"Generator.{call} with seed {value} during graph capture: a capture only "
-                f"takes the generator's own seed ({self._st.seed}); seed it before the capture "
-                "begins")
+                "CUDAGeneratorImpl::set_current_seed can be called during stream capture only "
+                "if new seed is the same as the original seed. (Generator."
+                f"{call} with seed {value} during graph capture: the generator's seed is "
+                f"{self._st.seed}; seed it before the capture begins)")
 
     def seed(self) -> int:
         """Seed from the operating system's entropy (non-deterministic); return the seed.
