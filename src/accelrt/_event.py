@@ -1,8 +1,10 @@
 """``accelrt.Event``: a marker in a stream, for synchronisation and timing.
 
 As in PyTorch, the backend event is created lazily at the first :meth:`Event.record`, and an
-event made without a device index belongs to no device until then: ``Event().device`` is
-``None``, and the first record binds it to the recording stream's device. Until its first
+event belongs to no device until then, whatever device it was made with (``torch.Event``
+keeps only the device's type): ``Event("cpu:1").device`` is ``device(type='cpu')``, and the
+first record binds the event to the recording stream's device. A device module's event
+(``accelrt.cuda.Event``) has ``device`` ``None`` until then, as ``torch.cuda.Event``. Until its first
 record the event counts as complete (``query()`` is True, ``synchronize()`` and ``wait()`` are
 no-ops).
 
@@ -64,11 +66,12 @@ class Event(_EventCore):
     """A synchronisation marker recorded in a stream of one device.
 
     Args:
-        device: the event's backend and, optionally, device. ``None`` (the default) means the
-            current accelerator and ``"cpu"`` (no index) the cpu backend: the event then
-            belongs to no device until its first :meth:`record`, which binds it to the
-            recording stream's device (as ``torch.cuda.Event`` does). ``"cpu:1"`` or an
-            ``int`` fixes the device at once.
+        device: the event's backend: ``None`` (the default) means the current accelerator,
+            ``"cpu"`` the cpu backend. As for ``torch.Event``, only the device's type counts:
+            the event belongs to no device until its first :meth:`record`, which binds it to
+            the recording stream's device, so ``"cpu:1"`` (or an ``int``, an index of the
+            current accelerator) is checked to name a device and its index is not kept
+            (``device.index`` is ``None`` until the first record).
         enable_timing: allow :meth:`elapsed_time` (costs a timestamp per record).
         blocking: make :meth:`synchronize` block the thread instead of spinning (a backend
             hint; the result is the same).
@@ -89,8 +92,10 @@ class Event(_EventCore):
 
         >>> import accelrt as acc
         >>> e = acc.Event("cpu")
-        >>> e.query(), e.event_id, e.device   # never recorded: complete, no device yet
-        (True, 0, None)
+        >>> e.query(), e.event_id, e.device   # never recorded: complete, no device index yet
+        (True, 0, device(type='cpu'))
+        >>> acc.Event("cpu:0").device.index is None   # only the type counts, as torch.Event
+        True
         >>> e
         <accelrt.Event uninitialized>
         >>> e.record(acc.Stream("cpu:0"))
@@ -121,8 +126,10 @@ class Event(_EventCore):
             index = None
         else:
             b, index = _get_device_of(device, self._backend_name)
-            if _without_index(device):
-                index = None   # a backend without an index ("cpu"): the first record decides
+            if self._backend_name is None or _without_index(device):
+                # torch.Event keeps only the device's type (c10::Event's index is -1 until
+                # its first record); a device module's device= (accelrt's) fixes the index
+                index = None
         timing = _check_flag("enable_timing", enable_timing)
         blocking = _check_flag("blocking", blocking)
         _check_flag("interprocess", interprocess)
@@ -164,11 +171,14 @@ class Event(_EventCore):
 
     @property
     def device(self) -> _dev.device | None:
-        """The event's device as an :class:`accelrt.device`; ``None`` until the first
-        :meth:`record` of an event made without a device index (as in PyTorch)."""
+        """The event's device as an :class:`accelrt.device`. Until the first :meth:`record` of
+        an event that has no device index yet: the device without an index
+        (``device(type='cpu')``) for an :class:`accelrt.Event`, as ``torch.Event.device``, and
+        ``None`` for a device module's event (``accelrt.cuda.Event``), as
+        ``torch.cuda.Event.device``."""
         index = self._index
         if index is None:
-            return None
+            return _dev.device(self._b.name) if self._backend_name is None else None
         return _dev._device_obj(self._b.name, index)
 
     @property
@@ -318,8 +328,12 @@ class Event(_EventCore):
         e: Event = cast("Any", cls).__new__(cls)   # mypyc: no typed Event.__new__
         Event.__init__(e, device, interprocess=True)
         index = e._index
-        if index is None:
-            index = e._bind(_tls.device.get(e._b.name, 0))[1]
+        if index is None:   # the device named (the event there is opened), else the current
+            if device is not None and not _without_index(device):
+                index = _get_device_of(device, e._backend_name)[1]
+            else:
+                index = _tls.device.get(e._b.name, 0)
+            index = e._bind(index)[1]
         b: Any = e._b   # called untyped: a compiled caller would cast the result
         _lazy_init(b, index)
         e._handle = _checked.opened_event(b, index, handle, b.event_from_ipc_handle(index, handle))

@@ -74,6 +74,7 @@ def test_negative_device_index_is_runtime_error_with_pytorch_text() -> None:
 
 def test_event_misuse_is_runtime_error() -> None:
     e = acc.Event("errcpu:0", enable_timing=True)
+    e.record(acc.Stream("errcpu:0"))   # the first record binds it (as torch.Event)
     with pytest.raises(RuntimeError, match=r"^Event device 0 does not match recording "
                                            r"stream's device 1\."):
         e.record(acc.Stream("errcpu:1"))

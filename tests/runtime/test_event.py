@@ -26,7 +26,7 @@ def test_fresh_event_is_complete_and_has_no_handle(backend: str) -> None:
     e.synchronize()  # no-op
     e.wait()         # no-op
     assert e.event_id == 0
-    assert e.device is None  # no device until the first record, as torch.cuda.Event
+    assert e.device == acc.device(backend)  # no index until the first record, as torch.Event
     e.record()
     assert e.device == acc.device(backend, acc.current_device_index())
 
@@ -67,6 +67,7 @@ def test_query_and_synchronize_follow_pending_work() -> None:
 def test_record_on_other_device_is_value_error() -> None:
     name, _ = register_toy()
     e = acc.Event(f"{name}:0")
+    e.record(acc.Stream(f"{name}:0"))   # the first record binds it (as torch.Event)
     with pytest.raises(ValueError, match="does not match recording stream's device"):
         e.record(acc.Stream(f"{name}:1"))
     with pytest.raises(ValueError, match="does not match recording stream's device"):
@@ -263,7 +264,8 @@ def test_interprocess_event_on_a_backend_that_supports_it() -> None:
     acc.backends.register("ipctoy", lambda: toy, replace=True)
     try:
         e = acc.Event("ipctoy:1", interprocess=True)
-        handle = e.ipc_handle()  # creates the backend event on first use
+        e.record(acc.current_stream("ipctoy:1"))   # binds it to device 1 (as torch.Event)
+        handle = e.ipc_handle()
         assert e.event_id != 0 and handle == e.event_id.to_bytes(8, "little")
         opened = acc.Event.from_ipc_handle("ipctoy:1", handle)
         assert toy.opened[opened.event_id] == e.event_id

@@ -35,11 +35,27 @@ def two(request: pytest.FixtureRequest) -> Iterator[str]:
 
 
 def test_unrecorded_event_has_no_device(two: str) -> None:
+    # torch.Event: only the device's type is kept until the first record (device(type=...)),
+    # whatever index it was made with; torch.cuda.Event (a device module's) answers None
     e = acc.Event()
-    assert e.device is None
-    assert acc.Event(two).device is None            # a backend without an index: same
-    assert acc.Event(acc.device(two)).device is None
-    assert acc.Event(f"{two}:1").device == acc.device(two, 1)  # an explicit index binds at once
+    assert e.device == acc.device(two) and e.device.index is None
+    assert acc.Event(two).device == acc.device(two)
+    assert acc.Event(acc.device(two)).device == acc.device(two)
+    assert acc.Event(f"{two}:1").device == acc.device(two)
+    assert acc.Event(1).device == acc.device(two)
+    e = acc.Event(f"{two}:1")
+    e.record(acc.current_stream(f"{two}:0"))   # the index it was made with is not kept
+    assert e.device == acc.device(two, 0)
+
+
+def test_device_module_event_device_is_none_until_recorded() -> None:
+    # torch.cuda.Event().device is None until the first record (CUDAEvent::device()); a device
+    # module's device= (accelrt's keyword) names the device at once
+    assert acc.cpu.Event().device is None and acc.cpu.Event(True).device is None
+    assert acc.cpu.Event(device=0).device == acc.device("cpu", 0)
+    e = acc.cpu.Event()
+    e.record()
+    assert e.device == acc.device("cpu", acc.cpu.current_device())
 
 
 def test_event_made_on_device0_recorded_on_device1_belongs_to_device1(two: str) -> None:
@@ -80,7 +96,7 @@ def test_record_on_another_backend_raises_pytorch_device_type_message(two: str) 
     with pytest.raises(RuntimeError, match=rf"^Event device type {two} does not match "
                                            r"recording stream's device type cpu\."):
         e.record(acc.Stream("cpu:0"))
-    assert e.device is None and e.event_id == 0
+    assert e.device.index is None and e.event_id == 0
 
 
 def test_event_records_on_the_stream_of_the_device_it_binds_to() -> None:
@@ -127,7 +143,7 @@ def test_unrecorded_event_operations_as_pytorch(two: str) -> None:
     e.synchronize()                    # no-op
     e.wait()                           # no-op
     acc.Stream(f"{two}:1").wait_event(e)
-    assert e.device is None and e.event_id == 0
+    assert e.device.index is None and e.event_id == 0
     other = acc.Event(enable_timing=True)
     other.record()
     with pytest.raises(ValueError, match=r"Both events must be recorded before calculating "
@@ -187,7 +203,7 @@ def test_binding_on_every_backend(backend: str) -> None:
     # each available backend (cpu, opencl where PoCL is present, cuda where a GPU is)
     other = "evsync" if backend != "evsync" else "cpu"
     e = acc.Event(enable_timing=True)
-    assert e.device is None and repr(e) == "<accelrt.Event uninitialized>"
+    assert e.device.index is None and repr(e) == "<accelrt.Event uninitialized>"
     n = acc.device_count()
     s = acc.Stream(f"{backend}:{n - 1}")
     e.record(s)

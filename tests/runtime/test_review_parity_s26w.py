@@ -51,7 +51,9 @@ def test_numpy_integers_and_bytes_are_devices_where_torch_parser_reads_them() ->
         with acc.Stream(device=dev) as s:
             assert s.device == one
         s.close()
-        ev = acc.Event(device=dev)
+        ev = acc.Event(device=dev)       # (torch.Event keeps the type only, until a record)
+        assert ev.device == acc.device(NAME)
+        ev.record(acc.current_stream(f"{NAME}:1"))
         assert ev.device == one
         ev.close()
         x = acc.empty(2, device=dev)
