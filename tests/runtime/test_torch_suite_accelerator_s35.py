@@ -1122,3 +1122,145 @@ def test_work_on_device_1_never_touches_device_0(
     for made in (acc.zeros(3, pin_memory=True), acc.empty(3, pin_memory=True)):
         assert acc.is_pinned(acc.pin_memory(made))
     assert not any(sim.calls(0).values())
+
+
+def test_events_wait_across_devices(toy: tuple[str, Any, SimulatedBackend]) -> None:
+    """mirrors test_cuda_multigpu.py test_events_wait on the simulated device: a stream of
+    device 1 made to wait for an event still pending on device 0 is busy, and synchronizing
+    it leaves the event and its stream complete (the simulated wait only counted, so the
+    event stayed pending)."""
+    name, m, sim = toy
+    m.synchronize(0)
+    m.synchronize(1)
+    with m.device(0):
+        s0 = m.current_stream()
+        sim.launch_work(s0.stream_id, 0)
+        e0 = m.Event()
+        s0.record_event(e0)
+    with m.device(1):
+        s1 = m.current_stream()
+    assert not s0.query() and s1.query()
+    s1.wait_event(e0)
+    assert not s1.query() and not e0.query()
+    s1.synchronize()
+    assert e0.query() and s0.query() and s1.query()
+
+
+def test_simulated_wait_orders_completion_of_later_work(
+        toy: tuple[str, Any, SimulatedBackend]) -> None:
+    """The simulated device's waits, beyond test_events_wait: an event recorded after a wait
+    completes only with the waited-for work (``event.synchronize`` completes both); a wait
+    for a completed or unrecorded event adds nothing to wait for; work queued on the first
+    stream after the record stays pending."""
+    name, m, sim = toy
+    s0, s1 = m.Stream(device=0), m.Stream(device=0)
+    sim.launch_work(s0.stream_id, 0)
+    e = s0.record_event()
+    sim.launch_work(s0.stream_id, 0)            # after the record: not waited for
+    s1.wait_event(e)
+    after = s1.record_event()
+    assert not after.query() and not e.query()
+    after.synchronize()
+    assert e.query() and s1.query() and not s0.query()
+    s0.synchronize()
+    s1.wait_event(e)                            # completed: nothing to wait for
+    s1.wait_event(m.Event())                    # never recorded: the same
+    assert s1.query()
+
+
+def _hold(name: str, stream: Any, gate: threading.Event) -> None:
+    """Keep ``stream`` (of the cpu backend ``name``, asynchronous streams) busy until ``gate``
+    is set: a host function that waits for it (the stand-in for ``torch.cuda._sleep``)."""
+    backends.get_backend(name).launch_host_func(stream.device_index, gate.wait,
+                                                stream.stream_id)
+
+
+@pytest.fixture
+def cpu_async() -> Iterator[tuple[str, Any, threading.Event]]:
+    """The two-device cpu backend with asynchronous streams, current, device 0 current, and a
+    gate for :func:`_hold` that is set (releasing what it holds) at the end in any case."""
+    gate = threading.Event()
+    acc.set_current_accelerator(CPU_ASYNC)
+    acc.set_device_index(0)
+    m = backends.device_module(CPU_ASYNC)
+    try:
+        yield CPU_ASYNC, m, gate
+    finally:
+        gate.set()
+        m.synchronize(0)
+        m.synchronize(1)
+        gc.collect()
+
+
+def test_events_wait_across_devices_async_cpu(
+        cpu_async: tuple[str, Any, threading.Event]) -> None:
+    """mirrors test_cuda_multigpu.py test_events_wait on cpu devices whose streams run on
+    worker threads."""
+    name, m, gate = cpu_async
+    with m.device(0):
+        s0 = m.current_stream()
+        _hold(name, s0, gate)
+        e0 = m.Event()
+        s0.record_event(e0)
+    with m.device(1):
+        s1 = m.current_stream()
+    assert not s0.query() and s1.query()
+    s1.wait_event(e0)
+    assert not s1.query()
+    gate.set()
+    s1.synchronize()
+    assert e0.query() and s0.query() and s1.query()
+
+
+def test_copy_between_devices_orders_on_both_current_streams(
+        cpu_async: tuple[str, Any, threading.Event]) -> None:
+    """mirrors test_cuda_multigpu.py test_copy_streams: a copy is ordered after the current
+    streams of both devices, so of two copies into ``y`` the second lands last even while the
+    first one's source stream is held."""
+    name, m, gate = cpu_async
+    x = acc.zeros((5, 5), device=f"{name}:0")
+    x_plus_one = acc.full((5, 5), 1.0, device=f"{name}:0")
+    for y in (acc.zeros((5, 5), device=f"{name}:1"), acc.zeros((5, 5), device=f"{name}:0")):
+        gate.clear()
+        s0, s1 = m.Stream(device=x.device), m.Stream(device=y.device)
+        s2, s3 = m.Stream(device=x.device), m.Stream(device=y.device)
+        with m.stream(s0):
+            _hold(name, s0, gate)
+            with m.stream(s1):
+                y.copy_(x_plus_one)
+        with m.stream(s2), m.stream(s1):
+            y.copy_(x)
+        gate.set()
+        s1.synchronize()
+        np.testing.assert_array_equal(y.numpy(), x.numpy())
+        gate.clear()
+        with m.stream(s1):
+            _hold(name, s1, gate)
+            with m.stream(s0):
+                y.copy_(x_plus_one)
+        with m.stream(s3), m.stream(s0):
+            y.copy_(x)
+        gate.set()
+        s0.synchronize()
+        np.testing.assert_array_equal(y.numpy(), x.numpy())
+
+
+def test_caching_pinned_memory_multi_device(
+        cpu_async: tuple[str, Any, threading.Event]) -> None:
+    """mirrors test_cuda_multigpu.py test_caching_pinned_memory_multi_gpu: a pinned block whose
+    non-blocking copy to device 1 is still queued is not handed out again, and both copies
+    land."""
+    name, m, gate = cpu_async
+    t = acc.pin_memory(np.array([1.0], dtype=np.float32), device=name)
+    ptr = t.ctypes.data
+    g0, g1 = acc.zeros(1, device=f"{name}:0"), acc.zeros(1, device=f"{name}:1")
+    with m.device(1):
+        _hold(name, m.current_stream(), gate)
+        g1.copy_(t, non_blocking=True)
+    del t
+    t = acc.pin_memory(np.array([2.0], dtype=np.float32), device=name)
+    assert t.ctypes.data != ptr, "allocation reused too soon"
+    with m.device(0):
+        g0.copy_(t, non_blocking=True)
+    gate.set()
+    assert g1.numpy()[0] == 1 and g0.numpy()[0] == 2
