@@ -856,21 +856,14 @@ def test_memory_stats_two_devices_interleaved(two: tuple[str, Any]) -> None:
             t += 1
 
 
-@pytest.fixture
-def cpu_two() -> tuple[str, Any]:
-    """The two-device cpu backend alone (copies between its devices carry data), current,
-    with device 0 current."""
-    acc.set_current_accelerator(CPU)
-    acc.set_device_index(0)
-    return CPU, backends.device_module(CPU)
-
-
-def test_arrays_follow_the_device_context(cpu_two: tuple[str, Any]) -> None:
+def test_arrays_follow_the_device_context(two: tuple[str, Any]) -> None:
     """mirrors test_cuda_multigpu.py test_autogpu, test_copy_device, test_cuda_set_device and
     test_tensor_device: a factory without a device allocates on the current device, ``to``
     the backend's bare device copies to the current device and is the array itself when it
-    is there, and ``set_device`` inside a ``device`` block is undone by its exit."""
-    name, m = cpu_two
+    is there, and ``set_device`` inside a ``device`` block is undone by its exit. (On the
+    simulated device, which has no ``memcpy_peer``, the copies between its devices raised
+    ``NotImplementedError``.)"""
+    name, m = two
     x = acc.randn(5, 5)
     assert x.device == _dev(name, 0)
     with m.device(1):
@@ -1264,3 +1257,20 @@ def test_caching_pinned_memory_multi_device(
         g0.copy_(t, non_blocking=True)
     gate.set()
     assert g1.numpy()[0] == 1 and g0.numpy()[0] == 2
+
+
+def test_copies_between_devices_of_a_backend_without_peer_copies() -> None:
+    """A backend whose capabilities have no ``peer_copies`` (the simulated device) copies an
+    array to another of its devices through the host, as between backends, broadcasts
+    included: ``Array.to``/``copy_`` called ``memcpy_peer`` and raised ``NotImplementedError``
+    (torch's ``tensor.to("cuda:1")`` always copies)."""
+    sim = backends.get_backend(SIM)
+    assert not sim.capabilities(0).peer_copies
+    x = acc.zeros((2, 3), device=f"{SIM}:0")
+    before = [sim.calls(i)["memcpy"] for i in (0, 1)]
+    y = x.to(f"{SIM}:1")
+    assert y.device == _dev(SIM, 1) and y.shape == (2, 3)
+    assert [sim.calls(i)["memcpy"] for i in (0, 1)] == [before[0] + 1, before[1] + 1]
+    y.copy_(acc.zeros(3, device=f"{SIM}:0"))
+    y.copy_(x, non_blocking=True)
+    acc.synchronize(f"{SIM}:1")
