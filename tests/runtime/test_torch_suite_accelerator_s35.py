@@ -19,6 +19,10 @@ from __future__ import annotations
 import collections
 import gc
 import operator
+import os
+import subprocess
+import sys
+import textwrap
 import threading
 import uuid
 import warnings
@@ -1274,3 +1278,94 @@ def test_copies_between_devices_of_a_backend_without_peer_copies() -> None:
     y.copy_(acc.zeros(3, device=f"{SIM}:0"))
     y.copy_(x, non_blocking=True)
     acc.synchronize(f"{SIM}:1")
+
+
+def test_external_streams(two: tuple[str, Any]) -> None:
+    """mirrors test_cuda_multigpu.py test_external_streams and
+    test_external_streams_multi_device: a backend stream made outside accelrt, wrapped by
+    ``ExternalStream`` and ``get_stream_from_external``, keeps its handle and device (the
+    current one by default, or the given ``device`` context manager's)."""
+    name, m = two
+    b = backends.get_backend(name)
+    for index in (0, 1):
+        dev = m.device(index)
+        with dev:
+            handle = b.stream_create(index, 0)
+        try:
+            with dev:
+                ext = m.ExternalStream(handle) if index == 0 else \
+                    m.ExternalStream(handle, device=dev)
+                assert ext.cuda_stream == handle and ext.device.index == dev.idx
+                ext = m.get_stream_from_external(handle, dev)
+                assert ext.cuda_stream == handle and ext.device.index == dev.idx
+            del ext
+        finally:
+            b.stream_destroy(index, handle)
+
+
+def test_devices_as_dict_keys(two: tuple[str, Any]) -> None:
+    """mirrors test_cuda_multigpu.py test_grad_scaling_device_as_key: equal devices hash
+    alike, so an array's device finds the entry of an equal device object."""
+    name, _ = two
+    t = acc.empty(1, device=f"{name}:0")
+    dev0a, dev0b = acc.device(f"{name}:0"), acc.device(f"{name}:0")
+    dev1a, dev1b = acc.device(f"{name}:1"), acc.device(name, 1)
+    assert hash(dev0a) == hash(dev0b) and hash(dev1a) == hash(dev1b)
+    d = {dev0a: "0a"}
+    d[dev0b] = "0b"
+    assert d == {dev0a: "0b"}
+    d[t.device] = "t"
+    assert len(d) == 1 and d[dev0a] == "t"
+    d[dev1a] = "1a"
+    d[dev1b] = "1b"
+    assert len(d) == 2 and d[dev1a] == "1b"
+
+
+def test_first_use_of_two_devices_from_two_threads_at_once() -> None:
+    """mirrors test_cuda_multigpu.py test_cuda_init_race: two threads that first use devices 0
+    and 1 at the same moment (a barrier) in a fresh process both finish (a subprocess with a
+    timeout: a regression is a hang)."""
+    script = textwrap.dedent("""
+        import threading
+        import numpy as np
+        import accelrt as acc
+        acc.set_current_accelerator("cpu")
+        start = threading.Barrier(2)
+        done = []
+        def worker(rank):
+            start.wait()
+            done.append(acc.asarray(np.array([1.0]), device=f"cpu:{rank}").device.index)
+        threads = [threading.Thread(target=worker, args=(r,)) for r in (0, 1)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        print(sorted(done))
+    """)
+    env = {**os.environ, "ACCELRT_CPU_DEVICES": "2"}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=60, env=env, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[0, 1]"
+
+
+def test_queries_do_not_initialise_the_backend() -> None:
+    """mirrors test_xpu.py test_lazy_init (no device calls at import) with
+    docs/differences.md's "No device context is created by queries": in a fresh process,
+    importing accelrt, counting devices, asking availability, reading statistics and a device
+    synchronize leave the backend uninitialised; the first allocation initialises it."""
+    script = textwrap.dedent("""
+        import accelrt as acc
+        seen = [acc.cpu.is_initialized()]
+        acc.cpu.device_count(); acc.cpu.is_available(); acc.cpu.memory_allocated(1)
+        acc.cpu.memory_stats(); acc.cpu.synchronize()
+        seen.append(acc.cpu.is_initialized())
+        acc.zeros(1, device="cpu:1")
+        seen.append(acc.cpu.is_initialized())
+        print(seen)
+    """)
+    env = {**os.environ, "ACCELRT_CPU_DEVICES": "2"}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=60, env=env, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[False, False, True]"
