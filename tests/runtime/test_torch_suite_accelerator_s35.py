@@ -1369,3 +1369,34 @@ def test_queries_do_not_initialise_the_backend() -> None:
                          timeout=60, env=env, check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[False, False, True]"
+
+
+def test_dlpack_round_trip_shares_memory(two: tuple[str, Any]) -> None:
+    """mirrors test_xpu.py test_dlpack_conversion: a cpu array imported back through DLPack is
+    the same memory (a write through its host view shows in the original); the simulated
+    device exports ``kDLExtDev``, which no importer can map back to it, so it is copied."""
+    name, _ = two
+
+    class Producer:
+        """Only the DLPack protocol of ``a`` (so that ``asarray`` takes the DLPack path)."""
+
+        def __init__(self, a: acc.Array) -> None:
+            self.a = a
+
+        def __dlpack__(self, **kw: Any) -> Any:
+            return self.a.__dlpack__(**kw)
+
+        def __dlpack_device__(self) -> tuple[int, int]:
+            return self.a.__dlpack_device__()
+
+    x = acc.asarray(np.arange(5, dtype=np.float32), device=f"{name}:0")
+    z = acc.asarray(Producer(x))
+    assert z.device == x.device and z.shape == x.shape
+    if name == CPU:
+        assert z.data_ptr() == x.data_ptr()
+        host = np.from_dlpack(x)
+        host[0] += 1
+        assert x.numpy()[0] == 1.0
+    else:   # kDLExtDev names no device accelrt can find again: imported as a copy
+        with pytest.raises(ValueError, match="which accelrt cannot share"):
+            acc.asarray(Producer(x), copy=False)
