@@ -538,6 +538,12 @@ class Array:
             # across backends: through the host
             self._put(src._host_array(), non_blocking)
             return
+        if src._index != self._index and not (src._mem.host or self._mem.host) \
+                and not self._b.capabilities(src._index).peer_copies:
+            # two devices of a backend without memcpy_peer: through the host, as across
+            # backends
+            self._put(src._host_array(), non_blocking)
+            return
         if src._shape == self._shape:
             execute(plan_array_copy(self, src, non_blocking))
             return

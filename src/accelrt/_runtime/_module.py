@@ -19,7 +19,7 @@ from .. import _graph, _stream
 from .. import _device as _dev
 from .. import _sync_debug as _sd
 from .._device import _lazy_init, _tls
-from .._errors import BackendUnavailableError, type_shown
+from .._errors import AcceleratorTypeError, BackendUnavailableError, type_shown
 from ._args import current_if_negative, index_of, typed
 from ._classes import Event, ExternalStream, Stream, StreamContext, device, device_of
 from ._memory import MemoryFunctions, MemoryModule
@@ -230,6 +230,32 @@ class DeviceModule(MemoryFunctions, RandomFunctions, Generic[_S, _E]):
             >>> acc.cpu.set_device_index(0)
         """
         self.set_device(device)
+
+    def _DeviceGuard(self, index: int) -> device:  # noqa: N802 - torch.cuda._DeviceGuard's name
+        """``torch.cuda._DeviceGuard(index)`` (private in PyTorch; TorchInductor's generated
+        code enters it, PyTorch's tests use it): a context manager that makes device
+        ``index`` current and restores the previous device on exit, a no-op for a negative
+        index. It is the module's :class:`device` context manager of that index; unlike it,
+        only an ``int`` is taken, as PyTorch's ``_exchange_device`` takes one.
+
+        Raises:
+            AcceleratorTypeError: ``index`` is not an int (a bool included), a ``TypeError``
+                and PyTorch's ``RuntimeError`` ("invalid argument to exchangeDevice").
+            IndexError: (on entry) the index is out of range.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> with acc.cpu._DeviceGuard(0):
+            ...     acc.cpu.current_device()
+            0
+        """
+        if not isinstance(index, int) or isinstance(index, bool):
+            raise AcceleratorTypeError(
+                f"invalid argument to exchangeDevice: {self.module}._DeviceGuard takes a "
+                f"device index (an int), got {type_shown(index)}; pass the index, or use "
+                f"{self.module}.device(...) for a device or a string")
+        return self.device(index)
 
     # ------------------------------------------------------------------ streams
     def current_stream(self, device: DeviceLike = None) -> _S:

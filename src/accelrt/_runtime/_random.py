@@ -213,6 +213,53 @@ class RandomFunctions(ModuleBase):
         for index, (seed_, offset) in enumerate(parsed):
             g._set(b, index, seed_, offset)
 
+    def _set_rng_state_offset(self, offset: int, device: DeviceLike = None) -> None:
+        """``torch.cuda._set_rng_state_offset`` (private in PyTorch): make ``offset`` the
+        offset of a device's default generator (the current device by default), as
+        :meth:`accelrt.random.Generator.set_offset` does; the seed stays. Silently ignored
+        where the backend cannot be used (PyTorch queues it for an initialisation that never
+        comes). accelrt's offset counts Philox blocks (docs/random.md), so the value reads back
+        unchanged from :meth:`_get_rng_state_offset` but draws from another place of the stream
+        than PyTorch's offset of 32-bit words would.
+
+        Raises:
+            TypeError/ValueError: ``offset`` is not an int in ``[-2**63, 2**64)`` (also
+                ``RuntimeError``s, as PyTorch's).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> saved = acc.cpu.get_rng_state()
+            >>> acc.cpu._set_rng_state_offset(100)
+            >>> acc.cpu._get_rng_state_offset()
+            100
+            >>> acc.cpu.set_rng_state(saved)
+        """
+        from ..random import _generator as g
+        if self._usable() is None:
+            g._check_seed(offset, "offset", "manual_offset")
+            return
+        b, index = self._resolve(device)
+        g._default_for(b, index).set_offset(offset)
+
+    def _get_rng_state_offset(self, device: DeviceLike = None) -> int:
+        """``torch.cuda._get_rng_state_offset`` (private in PyTorch): the offset of a
+        device's default generator (the current device by default), as
+        :meth:`accelrt.random.Generator.get_offset` answers it.
+
+        Raises:
+            BackendUnavailableError: the backend cannot be used.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu._get_rng_state_offset() >= 0
+            True
+        """
+        from ..random import _generator as g
+        b, index = self._resolve(device)
+        return g._default_for(b, index).get_offset()
+
 
 _RANDOM_NAMES = ("get_rng_state", "get_rng_state_all", "set_rng_state", "set_rng_state_all",
                  "manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed")

@@ -42,9 +42,12 @@ SUBMODULES = ("graphs", "memory", "nvtx", "profiler", "random", "streams")
 SHARED = ("AcceleratorError", "CUDAPluggableAllocator", "MemPool", "OutOfMemoryError",
           "PluggableAllocator", "get_allocator_settings", "set_allocator_settings")
 #: ``torch.cuda``'s private names that libraries import (``from torch.cuda import _lazy_call,
-#: _lazy_init`` in Megatron-LM): bound like the public functions, left out of ``__all__`` as in
+#: _lazy_init`` in Megatron-LM), that TorchInductor's generated code enters
+#: (``torch.cuda._DeviceGuard``) or PyTorch's own tests call (``_get_rng_state_offset``,
+#: ``_set_rng_state_offset``): bound like the public functions, left out of ``__all__`` as in
 #: torch.cuda.
-PRIVATE = ("_lazy_call", "_lazy_init")
+PRIVATE = ("_DeviceGuard", "_get_rng_state_offset", "_lazy_call", "_lazy_init",
+           "_set_rng_state_offset")
 #: Its attributes read on each access (properties of :class:`DeviceModule`; in a built-in
 #: device module, of :class:`LiveModule`).
 LIVE = ("default_generators",)

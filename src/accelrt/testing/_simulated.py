@@ -134,7 +134,7 @@ class _Device:
     """Book-keeping of one simulated device (all fields guarded by the backend's lock)."""
 
     __slots__ = ("base", "blocks", "calls", "destroyed", "done", "host_funcs", "map_starts",
-                 "mappings", "next_addr", "next_vm", "queued", "reservations", "used")
+                 "mappings", "next_addr", "next_vm", "queued", "reservations", "used", "waits")
 
     def __init__(self, index: int) -> None:
         base = (index + 1) * _DEVICE_STRIDE
@@ -154,6 +154,9 @@ class _Device:
         self.destroyed: set[int] = set()                # destroyed stream handles
         # host functions waiting for their stream: stream -> [(work number, fn)]
         self.host_funcs: dict[int, list[tuple[int, Callable[[], None]]]] = {}
+        # waits for an event still pending when the wait was queued: stream -> [(work number
+        # of the wait, device, stream and work number of the event's record)]
+        self.waits: dict[int, list[tuple[int, int, int, int]]] = {}
 
 
 class SimulatedBackend(Backend):
@@ -517,11 +520,28 @@ class SimulatedBackend(Backend):
 
     def _complete(self, index: int, stream: int, upto: int | None = None) -> None:
         """Complete the work queued on ``stream`` (up to work number ``upto``), running the
-        host functions it reaches, in order, outside the lock."""
+        host functions it reaches, in order, outside the lock. The work that a wait it reaches
+        waits for (:meth:`stream_wait_event`) completes first, as a device runs a stream past
+        a wait only once the event completed."""
         dev = self._device(index)
+        while True:
+            with self._lock:
+                last = dev.queued.get(stream, 0)
+                target = last if upto is None else min(upto, last)
+                if dev.done.get(stream, 0) >= target:
+                    return
+                waits = dev.waits.get(stream, ())
+                due = [w for w in waits if w[0] <= target]
+                if not due:
+                    break
+                later = [w for w in waits if w[0] > target]
+                if later:
+                    dev.waits[stream] = later
+                else:
+                    del dev.waits[stream]
+            for _, src_index, src_stream, src_seq in due:
+                self._complete(src_index, src_stream, src_seq)
         with self._lock:
-            last = dev.queued.get(stream, 0)
-            target = last if upto is None else min(upto, last)
             if dev.done.get(stream, 0) >= target:
                 return
             dev.done[stream] = target
@@ -660,12 +680,26 @@ class SimulatedBackend(Backend):
         self._kept.raise_for([(index, stream)], _describe)
 
     def stream_wait_event(self, index: int, stream: StreamHandle, event: EventHandle) -> None:
-        """Counted only: the caller completes streams in the order it wants."""
+        """Make the work queued on ``stream`` after this call wait for ``event``'s record as it
+        is now: a wait for a record still pending is one more operation of ``stream``, and
+        completing it (:meth:`complete_stream`, a synchronization) completes the recording
+        stream up to the record first, as on a device (PyTorch's ``test_events_wait``: a
+        stream synchronized after waiting on an event leaves the event complete). A wait for
+        an unrecorded or completed event is counted only."""
         if self._closed:
             raise self._closed_error("stream_wait_event")
-        self._stream_arg(index, stream, "stream_wait_event")
-        self._event(event)
-        self._count(index, "stream_wait_event")
+        stream = self._stream_arg(index, stream, "stream_wait_event")
+        rec = self._event(event)
+        dev = self._count(index, "stream_wait_event")
+        if rec is None:
+            return
+        src_index, src_stream, src_seq = rec
+        with self._lock:
+            if self._devices[src_index].done.get(src_stream, 0) >= src_seq:
+                return
+            seq = dev.queued.get(stream, 0) + 1
+            dev.queued[stream] = seq
+            dev.waits.setdefault(stream, []).append((seq, src_index, src_stream, src_seq))
 
     def synchronize(self, index: int) -> None:
         if self._closed:
