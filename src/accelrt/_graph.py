@@ -774,9 +774,11 @@ class DeviceGraph(Graph):
             assert exe is not None
             return exe
         if self._handle is None or not self._template:
-            raise RuntimeError("You cannot access the raw cudaGraph_t instance unless "
-                               "CUDAGraph was initialized with keep_graph=True (or from a "
-                               "capture-end hook) and a capture has ended")
+            raise RuntimeError("No cudaGraph_t is available: either capture_end() has not "
+                               "been called, or the underlying cudaGraph_t was destroyed "
+                               "(keep_graph=false, and capture has been finalized). Make the "
+                               "graph with keep_graph=True (or read it in a capture-end "
+                               "hook) to keep it")
         return b.graph_native_handles(self._index, self._handle)[0]
 
     def raw_cuda_graph(self) -> int:

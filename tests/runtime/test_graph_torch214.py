@@ -211,6 +211,42 @@ def test_dot_on_a_backend_without_dot_is_a_clear_error(tmp_path: Path) -> None:
         registry.unregister("cpunodot")
 
 
+def test_raw_handles_refused_with_torch_messages() -> None:
+    # torch 2.15 (libtorch_cuda's strings): raw_cuda_graph() without a kept graph says "No
+    # cudaGraph_t is available: ...", raw_cuda_graph_exec() before instantiate() "You cannot
+    # access the raw cudaGraphExec_t instance until instantiate() has been called"; checked
+    # here on a cpu backend that claims native handles (the refusals come first)
+    registry.register("cpuraw", lambda: CpuBackend(name="cpuraw"), replace=True)
+    try:
+        b = registry.get_backend("cpuraw")
+        b._caps = dataclasses.replace(b._caps, graph_native_handles=True)
+        acc.set_current_accelerator("cpuraw")
+        x = acc.zeros(4, device="cpuraw")
+        from accelrt._graph import DeviceGraph
+
+        class RawGraph(DeviceGraph):   # a device module's graph class for this backend
+            _backend_name = "cpuraw"
+
+        g = RawGraph()
+        with pytest.raises(RuntimeError, match=re.escape(
+                "No cudaGraph_t is available: either capture_end() has not been called, or "
+                "the underlying cudaGraph_t was destroyed (keep_graph=false, and capture has "
+                "been finalized).")):
+            g.raw_cuda_graph()
+        with pytest.raises(RuntimeError, match=r"^You cannot access the raw cudaGraphExec_t "
+                                               r"instance until instantiate\(\) has been called"):
+            g.raw_cuda_graph_exec()
+        with acc.Stream("cpuraw"), g:
+            _ = x.fill_(1.0)
+        with pytest.raises(RuntimeError, match=r"^No cudaGraph_t is available"):
+            g.raw_cuda_graph()                      # keep_graph=False: dropped at the end
+        g.close()
+        x.close()
+    finally:
+        acc.set_current_accelerator("cpu")
+        registry.unregister("cpuraw")
+
+
 # ---------------------------------------------------------------------- device modules
 
 def test_device_graph_signatures_are_torch_cuda() -> None:
