@@ -515,7 +515,9 @@ class MemoryFunctions(ModuleBase):
             pool.empty_cache()
 
     def host_memory_stats(self) -> collections.OrderedDict[str, int]:
-        """Statistics of the backend's pinned host pool (flat, sorted; empty before use).
+        """Statistics of the backend's pinned host pool (flat, sorted): ``{}`` before the
+        backend is initialised (``is_initialized()``), then every key, at 0 until the first
+        pinned allocation, as ``torch.cuda.host_memory_stats`` once CUDA is initialised.
 
         Example::
 
@@ -524,9 +526,12 @@ class MemoryFunctions(ModuleBase):
             True
         """
         pool = self._host_pool()
-        if pool is None:
-            return collections.OrderedDict()
-        return collections.OrderedDict(sorted(pool.stats().items()))
+        if pool is not None:
+            return collections.OrderedDict(sorted(pool.stats().items()))
+        from ..memory._host import zero_stats
+        if any(name == self.name for name, _ in list(_dev._initialized)):
+            return collections.OrderedDict(sorted(zero_stats().items()))
+        return collections.OrderedDict()
 
     def reset_peak_host_memory_stats(self) -> None:
         """Set every ``peak`` of :meth:`host_memory_stats` to its ``current`` value.
@@ -600,7 +605,7 @@ class MemoryFunctions(ModuleBase):
     def host_memory_stats_as_nested_dict(self) -> dict[str, Any]:
         """:meth:`host_memory_stats` as nested dicts (``torch.cuda``'s name), in torch
         2.14.1's key order (``num_host_alloc``, ``num_host_free``, ``allocations``, ...);
-        ``{}`` before the first pinned allocation.
+        ``{}`` before the backend is initialised.
 
         Example::
 

@@ -871,7 +871,8 @@ def host_memory_stats() -> collections.OrderedDict[str, int]:
     key-sorted (PyTorch's keys): ``allocations``, ``allocated_bytes``, ``active_requests``,
     ``active_bytes`` (each ``.current/.peak/.allocated/.freed``), ``num_host_alloc``,
     ``num_host_free``, ``host_alloc_time`` and ``host_free_time`` (``.total/.max/.min/.count/
-    .avg`` in microseconds). Empty before the first pinned allocation.
+    .avg`` in microseconds). Empty before the backend is initialised; from then on every key,
+    at 0 until the first pinned allocation (as ``torch.cuda.host_memory_stats``).
 
     Example::
 
@@ -880,9 +881,12 @@ def host_memory_stats() -> collections.OrderedDict[str, int]:
         True
     """
     pool = _host_pool()
-    if pool is None:
-        return collections.OrderedDict()
-    return _sorted_stats(pool.stats())
+    if pool is not None:
+        return _sorted_stats(pool.stats())
+    b = _device._current()
+    if b is not None and any(name == b.name for name, _ in list(_device._initialized)):
+        return _sorted_stats(_host.zero_stats())
+    return collections.OrderedDict()
 
 
 

@@ -540,6 +540,23 @@ def peek_host_allocator(name: str) -> HostCachingAllocator | None:
     return _pools.get(name)
 
 
+def zero_stats() -> dict[str, int]:
+    """:meth:`HostCachingAllocator.stats` of a pool that allocated nothing: every key at 0
+    (what PyTorch's ``host_memory_stats()`` reports once CUDA is initialised, before the first
+    pinned allocation).
+
+    Example::
+
+        >>> from accelrt.memory._host import zero_stats
+        >>> zero_stats()["allocations.current"], len(zero_stats())
+        (0, 28)
+    """
+    out = {f"{name}.{k}": 0 for name in _STAT_NAMES for k in Stat().as_dict()}
+    out.update({f"{name}.{k}": 0 for name in _DURATIONS for k in _DurationStat().as_dict()})
+    out["num_host_alloc"] = out["num_host_free"] = 0
+    return out
+
+
 def host_allocators() -> list[HostCachingAllocator]:
     """Every host pool made so far (one per backend name)."""
     return list(_pools.values())
