@@ -543,7 +543,9 @@ def test_record_stream_delays_reuse_on_its_own_stream() -> None:
     alloc_stream, busy = m.Stream(), m.Stream()
     with m.stream(alloc_stream):
         base = acc.empty(10, device=d)
-    backends.get_backend(name).launch_work(busy.native_handle, 0)      # `busy` has queued work
+    sim_backend = backends.get_backend(name)
+    assert isinstance(sim_backend, SimulatedBackend)
+    sim_backend.launch_work(busy.native_handle, 0)                  # `busy` has queued work
     base.record_stream(busy)
     ptr = base.data_ptr()
     del base
@@ -836,7 +838,7 @@ def test_nested_mempool(name: str) -> None:
     d = f"{name}:0"
     m.empty_cache()
     pools = [m.MemPool() for _ in range(3)]
-    data = []
+    data: list[acc.Array] = []
 
     def allocate() -> None:
         data.append(acc.empty(20 * MiB // 4, device=d))
@@ -850,7 +852,8 @@ def test_nested_mempool(name: str) -> None:
             allocate()
         allocate()
     assert [len(m.memory.memory_snapshot(p.id)) for p in pools] == [2, 2, 1]
-    del data, pools
+    data.clear()
+    del pools
 
 
 def test_mempool_ctx_multithread(name: str) -> None:
@@ -891,7 +894,7 @@ def test_mempool_ctx_multithread(name: str) -> None:
     assert len(seen) == 1 and len(seen[0]) == 2
     active: dict[tuple[int, int], int] = defaultdict(int)
     for seg in seen[0]:
-        active[tuple(seg["segment_pool_id"])] += seg["active_size"]   # type: ignore[index]
+        active[tuple(seg["segment_pool_id"])] += seg["active_size"]
     assert active[(0, 0)] == 2 * MiB
     assert [v for k, v in active.items() if k != (0, 0)] == [0]
     _settled()
