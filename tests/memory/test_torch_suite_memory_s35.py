@@ -13,7 +13,10 @@ from __future__ import annotations
 import gc
 import itertools
 import json
+import os
 import random
+import subprocess
+import sys
 import threading
 from collections import defaultdict
 from collections.abc import Iterator
@@ -264,6 +267,7 @@ def test_max_split_expandable(fraction_restored: Any, name: str) -> None:
     freeing them 120 MiB fits (the release of cached blocks meets an expandable one)."""
     m = fraction_restored
     d = f"{name}:0"
+    _expandable_or_skip(m)
     m.empty_cache()
     _, total = m.mem_get_info()
     m.set_per_process_memory_fraction((120 * MiB + m.memory_reserved()) / total)
@@ -288,6 +292,7 @@ def test_garbage_collect_expandable(fraction_restored: Any, name: str) -> None:
     blocks runs with an expandable segment's block in the free lists."""
     m = fraction_restored
     d = f"{name}:0"
+    _expandable_or_skip(m)
     m.empty_cache()
     _, total = m.mem_get_info()
     m.set_per_process_memory_fraction((120 * MiB + m.memory_reserved()) / total)
@@ -297,6 +302,18 @@ def test_garbage_collect_expandable(fraction_restored: Any, name: str) -> None:
     b = acc.empty(40 * MiB, dtype="int8", device=d)
     del a, b
     acc.empty(80 * MiB, dtype="int8", device=d)
+
+
+def _expandable_or_skip(m: Any) -> None:
+    """Skip unless ``expandable_segments:True`` can be set: the option is process-wide and is
+    refused while an allocator of a backend without virtual memory (OpenCL) is open."""
+    try:
+        m.set_allocator_settings("expandable_segments:True")
+    except ValueError as e:
+        if "needs virtual memory support" not in str(e):
+            raise
+        pytest.skip(f"expandable segments cannot be switched on in this process: {e}")
+    m.set_allocator_settings("expandable_segments:False")
 
 
 # ---------------------------------------------------------------------- allocator settings
@@ -381,6 +398,37 @@ def test_deprecated_set_allocator_settings_warns() -> None:
     with pytest.warns(FutureWarning, match="deprecated"):
         acc.cpu.memory._set_allocator_settings("max_split_size_mb:40")
     assert "max_split_size_mb:40" in acc.memory.get_allocator_settings()
+
+
+def _run_with_conf(conf: str, code: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, ACCELRT_ALLOC_CONF=conf)
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_allocator_backend_from_the_environment() -> None:
+    """mirrors test_cuda.py test_allocator_backend: ``backend:cudaMallocAsync`` in the
+    configuration variable (``ACCELRT_ALLOC_CONF`` for ``PYTORCH_ALLOC_CONF``) selects the
+    stream-ordered allocator, which ``get_allocator_backend()`` names."""
+    proc = _run_with_conf("max_split_size_mb:20,backend:cudaMallocAsync",
+                          "import accelrt as acc; acc.cpu.init(); "
+                          "print(acc.cpu.get_allocator_backend())")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "cudaMallocAsync"
+
+
+def test_allocator_memory_fraction_setting() -> None:
+    """mirrors test_cuda.py test_allocator_memory_fraction_setting: the configuration's
+    ``per_process_memory_fraction`` is what ``get_per_process_memory_fraction`` reads; a
+    value outside [0, 1] stops the process with "per_process_memory_fraction is invalid"."""
+    code = "import accelrt as acc; print(acc.cpu.get_per_process_memory_fraction(0), end='')"
+    for value in ("0.0", "0.5"):                  # (torch also reads 1.0; one process each)
+        proc = _run_with_conf(f"per_process_memory_fraction:{value}", code)
+        assert (proc.returncode, proc.stdout) == (0, value), proc.stderr
+    for bad in ("1.1",):
+        proc = _run_with_conf(f"per_process_memory_fraction:{bad}", code)
+        assert proc.returncode != 0
+        assert "per_process_memory_fraction is invalid" in proc.stderr
 
 
 # -------------------------------------------------------------------- pinned host memory
