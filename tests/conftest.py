@@ -169,10 +169,14 @@ def _leak_check(request: pytest.FixtureRequest,
 def _restore_allocator_settings() -> Iterator[None]:
     """Put the process-wide allocator settings back after each test that changed them, so a
     test that forgets cannot change what later tests replay or allocate with."""
-    saved = memory.get_allocator_settings()
+    from accelrt.memory import _config
+    saved = _config.get_config()
     yield
-    if memory.get_allocator_settings() != saved:
-        memory.set_allocator_settings(saved)
+    if _config.get_config() != saved:
+        # the options themselves, not the last string: set_allocator_settings("") after
+        # "expandable_segments:True" keeps expandable segments on (keys left out stay)
+        with _config._set_lock:
+            _config._install(saved)
 
 
 @pytest.fixture(autouse=True)
