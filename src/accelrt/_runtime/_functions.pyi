@@ -22,8 +22,10 @@ __all__ = [
     "MemPool",
     "OutOfMemoryError",
     "PluggableAllocator",
+    "_get_rng_state_offset",
     "_lazy_call",
     "_lazy_init",
+    "_set_rng_state_offset",
     "caching_allocator_alloc",
     "caching_allocator_delete",
     "caching_allocator_disabled",
@@ -110,8 +112,10 @@ __all__ = [
 ]
 
 _m: DeviceModule[Stream[Event], Event]
+_get_rng_state_offset = _m._get_rng_state_offset
 _lazy_call = _m._lazy_call
 _lazy_init = _m._lazy_init
+_set_rng_state_offset = _m._set_rng_state_offset
 caching_allocator_alloc = _m.caching_allocator_alloc
 caching_allocator_delete = _m.caching_allocator_delete
 caching_allocator_disabled = _m.caching_allocator_disabled

@@ -42,9 +42,10 @@ SUBMODULES = ("graphs", "memory", "nvtx", "profiler", "random", "streams")
 SHARED = ("AcceleratorError", "CUDAPluggableAllocator", "MemPool", "OutOfMemoryError",
           "PluggableAllocator", "get_allocator_settings", "set_allocator_settings")
 #: ``torch.cuda``'s private names that libraries import (``from torch.cuda import _lazy_call,
-#: _lazy_init`` in Megatron-LM): bound like the public functions, left out of ``__all__`` as in
-#: torch.cuda.
-PRIVATE = ("_lazy_call", "_lazy_init")
+#: _lazy_init`` in Megatron-LM; ``_get_rng_state_offset``/``_set_rng_state_offset`` in
+#: functorch's Philox helpers and PyTorch's own test_cuda.py): bound like the public
+#: functions, left out of ``__all__`` as in torch.cuda.
+PRIVATE = ("_get_rng_state_offset", "_lazy_call", "_lazy_init", "_set_rng_state_offset")
 #: Its attributes read on each access (properties of :class:`DeviceModule`; in a built-in
 #: device module, of :class:`LiveModule`).
 LIVE = ("default_generators",)
