@@ -204,24 +204,27 @@ def test_generator_argument_checks(m: Any) -> None:
     """torch 2.15's Generator argument errors (observed on its CPU generator, same parser for
     CUDA): manual_seed/set_offset take only an int (RuntimeError "manual_seed expected a long,
     but got bool"); set_state takes only a uint8 state (TypeError); a wrong size raises
-    RuntimeError. The module-level manual_seed reads int(seed), as torch.cuda.manual_seed."""
+    RuntimeError, with the CUDA generator's words. The module-level manual_seed reads
+    int(seed), as torch.cuda.manual_seed."""
     gen = Generator(0)
     for bad, name in ((True, "bool"), (1.5, "float"), ("3", "str")):
         with pytest.raises(RuntimeError, match=f"manual_seed expected a long, but got {name}"):
             gen.manual_seed(bad)
     with pytest.raises(RuntimeError, match="manual_offset expected a long, but got bool"):
         gen.set_offset(True)
-    with pytest.raises(TypeError):
+    # torch 2.15's CUDA generator (libtorch_cuda's messages): "RNG state must be a
+    # torch.ByteTensor" (TypeError), "RNG state is wrong size" (RuntimeError)
+    with pytest.raises(TypeError, match="RNG state must be a torch.ByteTensor"):
         gen.set_state(np.zeros(16, dtype=np.float32))
     with pytest.raises(TypeError, match="bytes"):
         gen.set_state(bytes(16))
     with pytest.raises(TypeError, match="list"):
         gen.set_state([0] * 16)
-    with pytest.raises(RuntimeError, match="17"):
+    with pytest.raises(RuntimeError, match="RNG state is wrong size.*17"):
         gen.set_state(np.zeros(17, dtype=np.uint8))
-    with pytest.raises(RuntimeError, match="17"):
+    with pytest.raises(RuntimeError, match="RNG state is wrong size.*17"):
         m.set_rng_state(np.zeros(17, dtype=np.uint8))
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="RNG state must be a torch.ByteTensor"):
         m.set_rng_state(np.zeros(16))
     m.manual_seed(True)
     assert m.initial_seed() == 1
