@@ -13,6 +13,7 @@ its backends back (:func:`_saved_states`).
 from __future__ import annotations
 
 import copy
+import gc
 import io
 import pickle
 from collections.abc import Iterator
@@ -31,7 +32,7 @@ from accelrt.testing import SimulatedBackend
 CPU, SIM = "s35rngcpu", "s35rngsim"
 
 _backends = module_backends({
-    CPU: lambda: CpuBackend(num_devices=2, async_streams=False, name=CPU),
+    CPU: lambda: CpuBackend(num_devices=2, async_streams=False, name=CPU, shared_memory=True),
     SIM: lambda: SimulatedBackend(device_count=2, name=SIM),
 })
 
@@ -90,16 +91,26 @@ def test_generator_forks_the_default_stream(m: Any) -> None:
 
 def test_pickling_an_array_draws_nothing(m: Any) -> None:
     """mirrors test_torch.py test_RNG_after_pickle: pickling an array (with the
-    multiprocessing pickler, too) leaves the default generator where it was."""
+    multiprocessing pickler too, which accelrt.multiprocessing makes share the memory) leaves
+    the default generator where it was. The simulated backend has no interprocess memory, so
+    its share is refused (ValueError), also without drawing."""
+    import accelrt.multiprocessing as amp   # registers the sharing reducers
     acc.manual_seed(100)
     before = _host(acc.rand(10))
     acc.manual_seed(100)
-    buf = io.BytesIO()
     arr = acc.zeros(3)
-    ForkingPickler(buf, pickle.HIGHEST_PROTOCOL).dump(arr)
-    pickle.dumps(arr)
+    pickle.loads(pickle.dumps(arr))
+    if m.name == CPU:
+        shared = pickle.loads(ForkingPickler.dumps(arr, pickle.HIGHEST_PROTOCOL))
+        assert shared.tolist() == [0.0, 0.0, 0.0]
+        del shared
+    else:
+        with pytest.raises(ValueError, match="cannot share"):
+            ForkingPickler(io.BytesIO(), pickle.HIGHEST_PROTOCOL).dump(arr)
     del arr
     assert np.array_equal(_host(acc.rand(10)), before)
+    gc.collect()
+    amp.ipc_collect()       # the producer's entry, now released, goes back to the allocator
 
 
 def test_normal_state_round_trip_with_an_odd_count(m: Any) -> None:
