@@ -213,18 +213,43 @@ class RandomFunctions(ModuleBase):
         for index, (seed_, offset) in enumerate(parsed):
             g._set(b, index, seed_, offset)
 
+    def _get_rng_state_offset(self, device: DeviceLike = None) -> int:
+        """The offset of a device's default generator (``None``: the current device), as
+        ``torch.cuda._get_rng_state_offset`` (private in PyTorch; functorch's and other
+        libraries' Philox helpers call it): :meth:`accelrt.random.Generator.get_offset` of
+        the device's default generator, so it counts accelrt's Philox blocks (PyTorch's
+        counts 32-bit outputs, docs/random.md).
+
+        Raises:
+            RuntimeError: on a capturing stream, as ``Generator.get_offset``.
+            BackendUnavailableError: the backend cannot be used here (PyTorch's
+                initialises CUDA and raises there too).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> saved = acc.cpu.get_rng_state()
+            >>> acc.cpu.manual_seed(1)
+            >>> acc.cpu._get_rng_state_offset()
+            0
+            >>> acc.cpu.set_rng_state(saved)
+        """
+        from ..random import _generator as g
+        b, index = self._resolve(device)
+        return g._default_for(b, index).get_offset()
+
     def _set_rng_state_offset(self, offset: int, device: DeviceLike = None) -> None:
-        """``torch.cuda._set_rng_state_offset`` (private in PyTorch): make ``offset`` the
-        offset of a device's default generator (the current device by default), as
-        :meth:`accelrt.random.Generator.set_offset` does; the seed stays. Silently ignored
-        where the backend cannot be used (PyTorch queues it for an initialisation that never
-        comes). accelrt's offset counts Philox blocks (docs/random.md), so the value reads back
-        unchanged from :meth:`_get_rng_state_offset` but draws from another place of the stream
-        than PyTorch's offset of 32-bit words would.
+        """Set the offset of a device's default generator (``None``: the current device) and
+        keep its seed, as ``torch.cuda._set_rng_state_offset`` (private in PyTorch), which
+        calls ``Generator.set_offset``: ``offset`` is read as
+        :meth:`accelrt.random.Generator.set_offset` reads it and counts Philox blocks.
+        Silently ignored where the backend cannot be used (PyTorch queues it for a CUDA
+        initialisation that never comes).
 
         Raises:
             TypeError/ValueError: ``offset`` is not an int in ``[-2**63, 2**64)`` (also
-                ``RuntimeError``s, as PyTorch's).
+                ``RuntimeError``, as PyTorch's "manual_offset expected a long").
+            RuntimeError: on a capturing stream, as ``Generator.set_offset``.
 
         Example::
 
@@ -236,29 +261,11 @@ class RandomFunctions(ModuleBase):
             >>> acc.cpu.set_rng_state(saved)
         """
         from ..random import _generator as g
+        value = g._check_seed(offset, "offset", "manual_offset")
         if self._usable() is None:
-            g._check_seed(offset, "offset", "manual_offset")
             return
         b, index = self._resolve(device)
-        g._default_for(b, index).set_offset(offset)
-
-    def _get_rng_state_offset(self, device: DeviceLike = None) -> int:
-        """``torch.cuda._get_rng_state_offset`` (private in PyTorch): the offset of a
-        device's default generator (the current device by default), as
-        :meth:`accelrt.random.Generator.get_offset` answers it.
-
-        Raises:
-            BackendUnavailableError: the backend cannot be used.
-
-        Example::
-
-            >>> import accelrt as acc
-            >>> acc.cpu._get_rng_state_offset() >= 0
-            True
-        """
-        from ..random import _generator as g
-        b, index = self._resolve(device)
-        return g._default_for(b, index).get_offset()
+        g._default_for(b, index).set_offset(value)
 
 
 _RANDOM_NAMES = ("get_rng_state", "get_rng_state_all", "set_rng_state", "set_rng_state_all",

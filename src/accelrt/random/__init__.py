@@ -34,10 +34,11 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import math
 import secrets
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Literal, SupportsIndex, cast, overload
 
 import numpy as np
@@ -69,6 +70,7 @@ __all__ = [
     "STATE_SIZE",
     "Generator",
     "default_generator",
+    "fork_rng",
     "get_rng_state",
     "get_rng_state_all",
     "initial_seed",
@@ -262,6 +264,87 @@ def set_rng_state_all(new_states: Iterable[RngStateLike]) -> None:
                          f"{n} device(s)")
     for index, (seed_, offset) in enumerate(parsed):
         _set(b, index, seed_, offset)
+
+
+#: Set once :func:`fork_rng` has warned about forking every device (torch.random's flag).
+_fork_rng_warned_already = False
+
+
+@contextlib.contextmanager
+def fork_rng(devices: Iterable[DeviceLike] | None = None, enabled: bool = True,
+             _caller: str = "fork_rng", _devices_kw: str = "devices",
+             device_type: str | None = None) -> Iterator[None]:
+    """Fork the default generators of some devices: on exit (also by an exception) each one
+    is set back to the state it had on entry, as ``torch.random.fork_rng``.
+
+    accelrt has no host generator, so only the devices' default generators are forked (torch
+    also forks its CPU generator every time); other generators are left alone, as in PyTorch.
+
+    Args:
+        devices: the devices to fork (indices or device strings of ``device_type``); ``None``:
+            every device of the backend, with a one-time ``UserWarning`` where it has more than
+            one (as PyTorch warns: name the devices to silence it). Any iterable, read once.
+        enabled: ``False`` forks nothing (the body runs as it is).
+        _caller, _devices_kw: the function and keyword named in that warning (PyTorch's
+            internal arguments, for wrappers).
+        device_type: the backend whose devices are forked (``None``: the current
+            accelerator, :func:`accelrt.current_accelerator`; ``"cuda"`` if there is none);
+            ``"meta"`` forks nothing, as in PyTorch.
+
+    Raises:
+        TypeError: ``device_type`` is not a str.
+        ValueError: no backend of that name is registered (an ``AcceleratorValueError``,
+            also a ``RuntimeError``, PyTorch's class).
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> before = acc.cpu.get_rng_state(0)
+        >>> with acc.random.fork_rng(devices=[0], device_type="cpu"):
+        ...     _ = acc.rand(8, device="cpu:0")
+        >>> bool((acc.cpu.get_rng_state(0) == before).all())
+        True
+    """
+    global _fork_rng_warned_already
+    if device_type == "meta":
+        yield
+        return
+    if device_type is None:
+        from .._device import current_accelerator
+        current = current_accelerator()
+        device_type = current.type if current is not None else "cuda"
+    if not isinstance(device_type, str):
+        raise TypeError(f"fork_rng() device_type must be a backend name (a str) or None, got "
+                        f"{type_shown(device_type)}")
+    from .._runtime import device_module
+    try:
+        dm = device_module(device_type)
+    except ValueError as e:
+        raise AcceleratorValueError(f"fork_rng(device_type={device_type!r}): {e}") from None
+    if not enabled:
+        yield
+        return
+    if devices is None:
+        n = dm.device_count()
+        if n > 1 and not _fork_rng_warned_already:
+            kind = device_type.upper()
+            warnings.warn(
+                f"{kind} reports that you have {n} available devices, and you have used "
+                f"{_caller} without explicitly specifying which devices are being used. For "
+                f"safety, the default generator of *every* {kind} device is forked. If you "
+                f"only use a few of them, pass them with the '{_devices_kw}' keyword argument "
+                f"of {_caller} (e.g. {_devices_kw}=[0]); to fork all of them and silence this "
+                f"warning, pass {_devices_kw}=range({n}).", UserWarning, stacklevel=3)
+            _fork_rng_warned_already = True
+        chosen: list[Any] = list(range(n))
+    else:
+        chosen = list(devices)   # an iterator is read once: it is used twice below
+    states = [dm.get_rng_state(d) for d in chosen]
+    try:
+        yield
+    finally:
+        for d, state in zip(chosen, states):
+            dm.set_rng_state(state, d)
 
 
 # ---------------------------------------------------------------------- argument checks

@@ -144,8 +144,9 @@ def _unpack_state(state: Any) -> tuple[int, int]:
                         f"{hint}; PyTorch's set_state takes only a ByteTensor (\"expected a "
                         f"torch.ByteTensor, but got {name}\")")
     if state.dtype != np.uint8:
-        raise TypeError(f"RNG state must have dtype uint8, got {state.dtype}; pass the "
-                        "array returned by get_state()/get_rng_state()")
+        raise TypeError(f"RNG state must have dtype uint8, got {state.dtype} (PyTorch: \"RNG "
+                        "state must be a torch.ByteTensor\"); pass the array returned by "
+                        "get_state()/get_rng_state()")
     if not state.flags.c_contiguous:   # torch 2.15's check_rng_state, a RuntimeError
         raise AcceleratorValueError(
             "RNG state must be contiguous: pass numpy.ascontiguousarray(state) (PyTorch's "
@@ -155,8 +156,8 @@ def _unpack_state(state: Any) -> tuple[int, int]:
         return int.from_bytes(raw, "little"), 0
     if len(raw) != STATE_SIZE:   # a RuntimeError too, as PyTorch's "RNG state is wrong size"
         raise AcceleratorValueError(
-            f"RNG state must be {STATE_SIZE} bytes (8-byte seed + 8-byte offset) or 8 (a seed "
-            f"alone), got {len(raw)}")
+            f"RNG state is wrong size: it must be {STATE_SIZE} bytes (8-byte seed + 8-byte "
+            f"offset) or 8 (a seed alone), got {len(raw)}")
     return int.from_bytes(raw[:8], "little"), int.from_bytes(raw[8:], "little")
 
 
