@@ -748,6 +748,23 @@ def test_empty_array_through_a_queue(dtype: str) -> None:
         q.join_thread()
 
 
+def test_sharing_strategy_set_and_invalid() -> None:
+    """mirrors test_multiprocessing.py's strategy use (fs_sharing's set/restore): every
+    strategy of get_all_sharing_strategies() can be set and read back; an invalid one raises
+    torch 2.15's AssertionError("invalid sharing strategy ...")."""
+    before = amp.get_sharing_strategy()
+    assert before in amp.get_all_sharing_strategies()
+    try:
+        for strategy in sorted(amp.get_all_sharing_strategies()):
+            amp.set_sharing_strategy(strategy)
+            assert amp.get_sharing_strategy() == strategy
+        for bad in ("bogus", None):
+            with pytest.raises(AssertionError, match="invalid sharing strategy"):
+                amp.set_sharing_strategy(bad)  # type: ignore[arg-type]
+    finally:
+        amp.set_sharing_strategy(before)
+
+
 def test_ipc_collect_without_shares() -> None:
     """mirrors test_multiprocessing.py's tearDown (torch.cuda.ipc_collect between tests):
     the device modules' ipc_collect runs with nothing shared."""
