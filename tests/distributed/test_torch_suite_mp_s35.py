@@ -46,7 +46,8 @@ T = 30.0   # seconds for any single wait in a scenario
 _BATCHES: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {
     "sync": ({"ACCELRT_CPU_DEVICES": "2"}, (
         "small_arrays_two_devices", "event_handle_two_devices", "sharing:fork",
-        "sharing:spawn", "pool:fork", "inherit", "memory_allocation", "send_many",
+        "sharing:spawn", "pool:fork", "inherit", "memory_allocation", "ipc_no_deadlock",
+        "send_many",
         "mixed_types", "rebuild", "fork_after_init", "opencl_fork_after_init")),
     "async": ({"ACCELRT_CPU_STREAMS": "async"}, (
         "event_orders_two_processes", "event_as_argument", "event_handle_importer",
@@ -215,6 +216,36 @@ def _s_memory_allocation() -> None:
     done.set()
     p.join(T)
     assert p.exitcode == 0
+
+
+def _c_learner(q: Any, actor_done: Any, n: int) -> None:
+    for i in range(n):
+        if not q.full():
+            q.put({"weight": acc.full((4,), float(i), device="cpu"),
+                   "bias": acc.zeros((1,), device="cpu")})
+    assert actor_done.wait(T)       # a producer outlives what its consumers receive
+
+
+def _c_actor(q: Any, actor_done: Any, n: int) -> None:
+    for _ in range(n):
+        if not q.empty():
+            state = q.get(timeout=T)
+            w = state["weight"].numpy()
+            assert (w == w[0]).all() and (state["bias"].numpy() == 0).all()
+            del state
+    actor_done.set()
+
+
+def _s_ipc_no_deadlock() -> None:
+    ctx = amp.get_context("fork")
+    q, actor_done = ctx.Queue(1), ctx.Event()
+    procs = [ctx.Process(target=_c_actor, args=(q, actor_done, 100)),
+             ctx.Process(target=_c_learner, args=(q, actor_done, 100))]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(T)
+    assert [p.exitcode for p in procs] == [0, 0]
 
 
 def _c_forward_copies(qin: Any, qout: Any, done: Any, count: int) -> None:
@@ -663,6 +694,13 @@ def test_received_arrays_outlive_the_producers_references() -> None:
     """mirrors test_multiprocessing.py test_cuda_memory_allocation: arrays a producer deleted
     right after queueing them arrive whole."""
     _scenario("sync", "memory_allocation")
+
+
+def test_bounded_queue_of_array_dicts_does_not_deadlock() -> None:
+    """mirrors test_multiprocessing.py test_cuda_ipc_deadlock (dicts of arrays for the LSTM's
+    state dict): a learner fills a one-slot queue whenever it is not full, an actor empties
+    it whenever it is not empty; both end."""
+    _scenario("sync", "ipc_no_deadlock")
 
 
 def test_send_many_through_three_processes() -> None:
