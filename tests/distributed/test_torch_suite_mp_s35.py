@@ -37,6 +37,17 @@ import accelrt as acc
 import accelrt.multiprocessing as amp
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+TESTS = os.path.dirname(HERE)
+if TESTS not in sys.path:       # in the scenarios' interpreters (pytest's conftest adds it)
+    sys.path.insert(0, TESTS)
+from helpers.registry import module_backends  # noqa: E402
+
+from accelrt.backends.cpu import CpuBackend  # noqa: E402
+
+# a cpu backend of shared memory for the tests that share within this process; closed and
+# unregistered after the module
+_backends = module_backends({"cpushm_s35": lambda: CpuBackend(shared_memory=True,
+                                                               name="cpushm_s35")})
 MODULE = os.path.splitext(os.path.basename(__file__))[0]
 T = 30.0   # seconds for any single wait in a scenario
 
@@ -51,7 +62,7 @@ _BATCHES: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {
         "mixed_types", "rebuild", "fork_after_init", "opencl_fork_after_init")),
     "async": ({"ACCELRT_CPU_STREAMS": "async"}, (
         "event_orders_two_processes", "event_as_argument", "event_handle_importer",
-        "event_handle_exporter")),
+        "event_handle_exporter", "fork_after_init")),
     "launch": ({}, ("start_processes:fork", "start_processes:spawn", "spawn_only")),
 }
 _results: dict[str, dict[str, str]] = {}
@@ -80,7 +91,7 @@ def _scenario(batch: str, name: str) -> None:
     if batch not in _results:
         env, names = _BATCHES[batch]
         full = dict(os.environ, ACCELRT_CPU_SHARED_MEMORY="1", **env)
-        code = (f"import sys; sys.path[:0] = [{HERE!r}]; import {MODULE} as m; "
+        code = (f"import sys; sys.path[:0] = [{HERE!r}, {TESTS!r}]; import {MODULE} as m; "
                 f"m._batch_main({list(names)!r})")
         try:
             proc = subprocess.run([sys.executable, "-c", code], env=full, capture_output=True,
@@ -729,11 +740,13 @@ def test_rebuild_from_reduced_fields() -> None:
     _scenario("sync", "rebuild")
 
 
-def test_fork_after_the_cpu_backend_is_initialised() -> None:
+@pytest.mark.parametrize("streams", ["sync", "async"])
+def test_fork_after_the_cpu_backend_is_initialised(streams: str) -> None:
     """mirrors test_multiprocessing.py test_cuda_bad_call / test_wrong_cuda_fork for the cpu
-    backend: as docs/multiprocessing.md documents, a forked child uses it normally (CUDA's
-    "Cannot re-initialize CUDA in forked subprocess" needs a GPU)."""
-    _scenario("sync", "fork_after_init")
+    backend, with synchronous and asynchronous (worker-thread) streams: as
+    docs/multiprocessing.md documents, a forked child uses it normally (CUDA's "Cannot
+    re-initialize CUDA in forked subprocess" needs a GPU)."""
+    _scenario(streams, "fork_after_init")
 
 
 def test_opencl_refuses_a_forked_child_as_torch_refuses_cuda() -> None:
@@ -769,6 +782,29 @@ def test_event_handle_on_another_device() -> None:
     """mirrors test_multiprocessing.py test_event_handle_multi_gpu: the handle of an event
     of device 0, recorded or not, is taken while device 1 is current."""
     _scenario("sync", "event_handle_two_devices")
+
+
+def test_preserve_sharing_within_one_process() -> None:
+    """mirrors test_multiprocessing.py test_fd_preserve_sharing: a list holding one array twice,
+    put in a queue and got back in the same process, holds the same memory (one mapping for
+    both), equal to the original and changed by writes to it."""
+    x = acc.randn((5, 5), device="cpushm_s35:0")
+    q = amp.Queue()
+    try:
+        q.put([x, x])
+        new = q.get(timeout=T)
+        assert [a.numpy().tolist() for a in new] == [x.numpy().tolist()] * 2
+        assert new[0].data_ptr() == new[1].data_ptr()
+        x.fill_(7)
+        acc.synchronize("cpushm_s35:0")
+        assert (new[0].numpy() == 7).all() and (new[1].numpy() == 7).all()
+        del new
+    finally:
+        q.close()
+        q.join_thread()
+        del x
+        gc.collect()
+        amp.ipc_collect()       # the shares' entries go back to the allocator
 
 
 @pytest.mark.parametrize("dtype", ["float32", "int64"])
