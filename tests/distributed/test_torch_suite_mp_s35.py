@@ -58,8 +58,7 @@ _BATCHES: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {
     "sync": ({"ACCELRT_CPU_DEVICES": "2"}, (
         "small_arrays_two_devices", "event_handle_two_devices", "sharing:fork",
         "sharing:spawn", "pool:fork", "inherit", "memory_allocation", "ipc_no_deadlock",
-        "send_many",
-        "mixed_types", "rebuild", "fork_after_init", "opencl_fork_after_init")),
+        "send_many", "mixed_types", "rebuild", "fork_after_init", "opencl_fork_after_init")),
     "async": ({"ACCELRT_CPU_STREAMS": "async"}, (
         "event_orders_two_processes", "event_as_argument", "event_handle_importer",
         "event_handle_exporter", "fork_after_init")),
@@ -87,7 +86,7 @@ def _batch_main(names: list[str]) -> None:
 
 def _scenario(batch: str, name: str) -> None:
     """Check scenario ``name`` of ``batch``: its batch runs once per session, in a fresh
-    interpreter with shared cpu memory and a hard timeout."""
+    interpreter with shared cpu memory and a hard timeout (under pytest-timeout's 120 s)."""
     if batch not in _results:
         env, names = _BATCHES[batch]
         full = dict(os.environ, ACCELRT_CPU_SHARED_MEMORY="1", **env)
@@ -95,7 +94,7 @@ def _scenario(batch: str, name: str) -> None:
                 f"m._batch_main({list(names)!r})")
         try:
             proc = subprocess.run([sys.executable, "-c", code], env=full, capture_output=True,
-                                  text=True, timeout=180, check=False)
+                                  text=True, timeout=100, check=False)
             out, err = proc.stdout, proc.stderr[-3000:]
         except subprocess.TimeoutExpired as exc:
             out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else ""
