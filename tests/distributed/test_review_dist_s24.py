@@ -370,7 +370,7 @@ _PROCESSES = textwrap.dedent(r"""
         try:
             amp.set_sharing_strategy("file_system")
         except ValueError as e:
-            assert "not supported" in str(e)
+            assert "invalid sharing strategy 'file_system'" in str(e)
         else:
             raise AssertionError("file_system accepted")
         mp = amp.get_context("spawn")

@@ -83,24 +83,42 @@ def get_sharing_strategy() -> str:
     return "file_descriptor"
 
 
+class _InvalidStrategy(ValueError, AssertionError):
+    """A sharing strategy that is not one of :func:`get_all_sharing_strategies`: torch 2.15's
+    ``AssertionError``, also a ``ValueError`` (what accelrt raised before)."""
+
+
 def set_sharing_strategy(new_strategy: str) -> None:
     """Accept ``"file_descriptor"`` (``torch.multiprocessing.set_sharing_strategy``).
 
     Raises:
-        ValueError: another strategy, e.g. ``"file_system"``: accelrt never shares through
-            named files (which leak when a process crashes); descriptors are all it uses.
-            Anything but a string too (torch raises ``AssertionError`` "invalid sharing
-            strategy" for both).
+        AssertionError: a strategy that is not one of :func:`get_all_sharing_strategies`, with
+            torch 2.15's words ("invalid sharing strategy ..., expected one of ..."); it is a
+            ``ValueError`` too. ``"file_system"`` is one: accelrt never shares through named
+            files (which leak when a process crashes); descriptors are all it uses.
+        TypeError: an unhashable value such as a list (as torch's set lookup raises).
 
     Example::
 
         >>> import accelrt.multiprocessing as amp
         >>> amp.set_sharing_strategy("file_descriptor")
+        >>> try:
+        ...     amp.set_sharing_strategy("bogus")
+        ... except AssertionError as exc:
+        ...     print(exc)
+        invalid sharing strategy 'bogus', expected one of {'file_descriptor'}
     """
-    if not isinstance(new_strategy, str) or new_strategy not in _STRATEGIES:
-        raise ValueError(f"sharing strategy {new_strategy!r} is not supported: accelrt shares "
-                         "memory only through descriptors ('file_descriptor'), never named "
-                         "files, so nothing is left behind when a process crashes")
+    try:
+        known = new_strategy in _STRATEGIES
+    except TypeError:
+        raise TypeError("a sharing strategy is a string such as 'file_descriptor', got "
+                        f"{type(new_strategy).__name__}") from None
+    if not known:
+        why = (": accelrt shares memory only through descriptors, never named files, so "
+               "nothing is left behind when a process crashes"
+               if new_strategy == "file_system" else "")
+        raise _InvalidStrategy(f"invalid sharing strategy {new_strategy!r}, expected one of "
+                               f"{set(_STRATEGIES)}{why}")
 
 
 def ipc_collect() -> int:
