@@ -345,11 +345,16 @@ def test_an_array_received_while_its_segment_is_being_unmapped_gets_a_mapping() 
 
 
 def test_sharing_strategies() -> None:
-    assert amp.get_all_sharing_strategies() == {"file_descriptor"}
-    amp.set_sharing_strategy("file_descriptor")
+    # torch.multiprocessing on Linux: both strategies; accelrt records the choice (it shares
+    # device arrays only, through descriptors or driver handles, whatever it is)
+    assert amp.get_all_sharing_strategies() == {"file_descriptor", "file_system"}
     assert amp.get_sharing_strategy() == "file_descriptor"
-    with pytest.raises(ValueError, match="never named files"):
+    try:
         amp.set_sharing_strategy("file_system")
+        assert amp.get_sharing_strategy() == "file_system"
+    finally:
+        amp.set_sharing_strategy("file_descriptor")
+    assert amp.get_sharing_strategy() == "file_descriptor"
     assert amp.Queue is not None and amp.Process is not None   # the stdlib API
 
 

@@ -367,12 +367,10 @@ _PROCESSES = textwrap.dedent(r"""
         assert ctx.join() is True and all(p.exitcode == 0 for p in ctx.processes)
         # an Array through a Queue to a spawned child and back (shared memory, no copy)
         assert amp.get_sharing_strategy() in amp.get_all_sharing_strategies()
-        try:
-            amp.set_sharing_strategy("file_system")
-        except ValueError as e:
-            assert "invalid sharing strategy 'file_system'" in str(e)
-        else:
-            raise AssertionError("file_system accepted")
+        # torch code sets "file_system" against running out of descriptors: accepted, and
+        # the array below is still shared (device arrays ignore the strategy)
+        amp.set_sharing_strategy("file_system")
+        assert amp.get_sharing_strategy() == "file_system"
         mp = amp.get_context("spawn")
         q_in, q_out = mp.Queue(), mp.Queue()
         p = mp.Process(target=child, args=(q_in, q_out))

@@ -99,13 +99,13 @@ def test_sharing_strategy_forms() -> None:
     # observed on torch 2.15.0 (and 2.14.1): get_all_sharing_strategies() == {"file_descriptor",
     # "file_system"}, and set_sharing_strategy of anything else that hashes ("bad", None, 1)
     # raises AssertionError("invalid sharing strategy 'bad', expected one of {...}"), an
-    # unhashable one TypeError; accelrt has only "file_descriptor" (docs/differences.md), so
-    # "file_system" is refused the same way; its AssertionError is a ValueError too
-    assert amp.get_all_sharing_strategies() == {"file_descriptor"}
+    # unhashable one TypeError; accelrt's AssertionError is a ValueError too
+    assert amp.get_all_sharing_strategies() == {"file_descriptor", "file_system"}
     assert amp.get_sharing_strategy() == "file_descriptor"
-    for bad in ("file_system", "bad", None, 1):
+    for bad in ("bad", None, 1, "FILE_SYSTEM"):
         with pytest.raises(AssertionError, match=r"^invalid sharing strategy .*, expected one "
-                                                 r"of \{'file_descriptor'\}") as info:
+                                                 r"of \{'file_descriptor', 'file_system'\}"
+                           ) as info:
             amp.set_sharing_strategy(bad)  # type: ignore[arg-type]
         assert isinstance(info.value, ValueError)
     for unhashable in (["file_descriptor"], {"a": 1}):

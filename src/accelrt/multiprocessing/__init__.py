@@ -55,32 +55,36 @@ __all__ = [
 __all__ += multiprocessing.__all__  # type: ignore[attr-defined,unused-ignore]
 
 
-_STRATEGIES = frozenset({"file_descriptor"})
+#: torch's strategies on Linux. A strategy chooses how torch shares *host* tensors; device
+#: memory is shared through the backend's handles whatever it is (torch's CUDA tensors through
+#: CUDA IPC), and accelrt shares device arrays only: it is recorded, and changes nothing.
+_STRATEGIES = ("file_descriptor", "file_system")
+_strategy = "file_descriptor"
 
 
 def get_all_sharing_strategies() -> set[str]:
-    """``{"file_descriptor"}``: accelrt shares memory only through descriptors of anonymous
-    memfds (cpu) or driver handles (CUDA), so no file exists that could be left behind.
+    """``{"file_descriptor", "file_system"}``, as ``torch.multiprocessing`` on Linux.
 
     Example::
 
         >>> import accelrt.multiprocessing as amp
-        >>> amp.get_all_sharing_strategies()
-        {'file_descriptor'}
+        >>> sorted(amp.get_all_sharing_strategies())
+        ['file_descriptor', 'file_system']
     """
     return set(_STRATEGIES)
 
 
 def get_sharing_strategy() -> str:
-    """The sharing strategy, always ``"file_descriptor"``.
+    """The strategy last set by :func:`set_sharing_strategy` (``"file_descriptor"`` until
+    then), as ``torch.multiprocessing.get_sharing_strategy``.
 
     Example::
 
         >>> import accelrt.multiprocessing as amp
-        >>> amp.get_sharing_strategy()
-        'file_descriptor'
+        >>> amp.get_sharing_strategy() in amp.get_all_sharing_strategies()
+        True
     """
-    return "file_descriptor"
+    return _strategy
 
 
 class _InvalidStrategy(ValueError, AssertionError):
@@ -89,36 +93,47 @@ class _InvalidStrategy(ValueError, AssertionError):
 
 
 def set_sharing_strategy(new_strategy: str) -> None:
-    """Accept ``"file_descriptor"`` (``torch.multiprocessing.set_sharing_strategy``).
+    """Set the strategy :func:`get_sharing_strategy` answers
+    (``torch.multiprocessing.set_sharing_strategy``): ``"file_descriptor"`` or
+    ``"file_system"``.
+
+    In torch the strategy chooses how *host* tensors are shared (descriptors or named files
+    in ``/dev/shm``); CUDA tensors go through CUDA IPC whatever it is. accelrt shares device
+    arrays only (numpy arrays are pickled as numpy pickles them), always through descriptors
+    of anonymous memfds (cpu) or driver handles (CUDA), so the strategy is recorded and
+    changes nothing: no named file is ever made, and code that sets ``"file_system"`` (to
+    avoid running out of descriptors with many host tensors) ports unchanged.
 
     Raises:
         AssertionError: a strategy that is not one of :func:`get_all_sharing_strategies`, with
             torch 2.15's words ("invalid sharing strategy ..., expected one of ..."); it is a
-            ``ValueError`` too. ``"file_system"`` is one: accelrt never shares through named
-            files (which leak when a process crashes); descriptors are all it uses.
+            ``ValueError`` too.
         TypeError: an unhashable value such as a list (as torch's set lookup raises).
 
     Example::
 
         >>> import accelrt.multiprocessing as amp
+        >>> amp.set_sharing_strategy("file_system")
+        >>> amp.get_sharing_strategy()
+        'file_system'
         >>> amp.set_sharing_strategy("file_descriptor")
         >>> try:
         ...     amp.set_sharing_strategy("bogus")
         ... except AssertionError as exc:
         ...     print(exc)
-        invalid sharing strategy 'bogus', expected one of {'file_descriptor'}
+        invalid sharing strategy 'bogus', expected one of {'file_descriptor', 'file_system'}
     """
+    global _strategy
     try:
-        known = new_strategy in _STRATEGIES
+        known = new_strategy in set(_STRATEGIES)
     except TypeError:
         raise TypeError("a sharing strategy is a string such as 'file_descriptor', got "
                         f"{type(new_strategy).__name__}") from None
     if not known:
-        why = (": accelrt shares memory only through descriptors, never named files, so "
-               "nothing is left behind when a process crashes"
-               if new_strategy == "file_system" else "")
+        expected = "{" + ", ".join(repr(n) for n in _STRATEGIES) + "}"
         raise _InvalidStrategy(f"invalid sharing strategy {new_strategy!r}, expected one of "
-                               f"{set(_STRATEGIES)}{why}")
+                               f"{expected}")
+    _strategy = new_strategy
 
 
 def ipc_collect() -> int:
