@@ -22,7 +22,8 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.ge
 from helpers import registry  # noqa: E402
 from helpers.params import backend_params  # noqa: E402
 
-from accelrt import _device, memory  # noqa: E402
+from accelrt import _device  # noqa: E402
+from accelrt.memory import _config  # noqa: E402
 from accelrt.testing import _leaks as leaks  # noqa: E402
 
 
@@ -169,7 +170,6 @@ def _leak_check(request: pytest.FixtureRequest,
 def _restore_allocator_settings() -> Iterator[None]:
     """Put the process-wide allocator settings back after each test that changed them, so a
     test that forgets cannot change what later tests replay or allocate with."""
-    from accelrt.memory import _config
     saved = _config.get_config()
     yield
     if _config.get_config() != saved:
