@@ -26,9 +26,10 @@ from .._array import Array
 from .._errors import AcceleratorValueError, type_shown
 from .._stream import Stream
 from .._transfer import Copy, HostCopy, run_steps
+from ._argchecks import (_check_length, _check_list, _check_same, _check_self_pair,
+                         _size_check)
 from ._engine import Engine, PremulSum, RedOp, ReduceOp
-from ._errors import DistError, DistTimeoutError, _NotAListError
-from . import _group as _group_mod
+from ._errors import DistError, DistTimeoutError
 from ._group import BufOf, PeerCounts, ProcessGroup, Work
 from ._world import _S, ArrayArg, GroupArg, TimeoutArg, _group, _member, _seconds, _warn_not_member
 
@@ -81,60 +82,6 @@ def _make_nccl_premul_sum(factor: Any) -> PremulSum:
 def _desc(a: Any) -> tuple[Any, Any]:
     """(dtype, shape) of an array for the debug fingerprint (checked later for the type)."""
     return (getattr(a, "dtype", None), getattr(a, "shape", None))
-
-
-def _check_same(what: str, a: Any, b: Any) -> None:
-    if a.dtype != b.dtype:
-        raise AcceleratorValueError(f"{what}: arrays must have the same dtype, got "
-                                    f"{a.dtype} and {b.dtype}")
-
-
-def _size_check(what: str, out: Any, expect: int, got: int, fix: str) -> None:
-    if expect != got:
-        raise AcceleratorValueError(f"{what}: {fix} (expected {expect} elements, got {got})")
-
-
-def _check_list(what: str, g: ProcessGroup, arrays: Any, name: str, one: Any, where: str,
-                *, inputs: bool) -> list[Any]:
-    """``arrays`` (the argument ``name``) as a list, checked to hold one array per rank of
-    ``g``, each of ``one``'s dtype and size; ``inputs``: they are the collective's inputs and
-    ``one`` its output (else its outputs and ``one`` its input). ``where`` ends the list
-    message."""
-    _check_length(what, arrays, name, g.size(), where)
-    if inputs:
-        g.check_args(what, arrays, [one], alias="staged")
-    else:
-        g.check_args(what, [one], arrays, alias="staged")
-    fix = f"every array of {name} must have the {'output' if inputs else 'input'}'s size"
-    for t in arrays:
-        _check_same(what, t, one)
-        _size_check(what, t, one.size, t.size, fix)
-    return list(arrays)
-
-
-def _check_self_pair(what: str, g: ProcessGroup, send: list[int], recv: list[int],
-                     fix: str) -> None:
-    """Raise unless this rank receives from itself as many elements as it sends itself: the
-    one pair of an all-to-all's counts that a rank knows both sides of (MPI waited for ever
-    on a short receive from itself; a peer's counts can only be compared by the debug
-    fingerprint, ``ACCELRT_DISTRIBUTED_DEBUG=DETAIL``, which compares this pair too)."""
-    if _group_mod.DETAIL:
-        # the debug fingerprint compares every pair, this one too, on every rank: a check
-        # here would raise on this rank only, and leave the others waiting in the fingerprint
-        return
-    r = g.rank()
-    _size_check(what, None, send[r], recv[r], f"this rank (group rank {r}) sends and "
-                f"receives with itself: {fix}")
-
-
-def _check_length(what: str, arrays: Any, name: str, n: int, where: str) -> None:
-    """Raise unless ``arrays`` (the argument ``name``) is a list or tuple of ``n`` items: not a
-    sequence is also a ``TypeError``, as torch's (``where`` ends the message)."""
-    if not isinstance(arrays, (list, tuple)):
-        raise _NotAListError(f"{what}: {name} must be a list of {n} arrays {where}, got "
-                             f"{type_shown(arrays)}")
-    if len(arrays) != n:
-        raise AcceleratorValueError(f"{what}: {name} must be a list of {n} arrays {where}")
 
 
 # ---------------------------------------------------------------------------- collectives
@@ -301,7 +248,7 @@ def all_gather(tensor_list: Sequence[ArrayArg], tensor: ArrayArg, group: GroupAr
     if g is None:
         return None
     _check_list("all_gather", g, tensor_list, "tensor_list", tensor, "(one per rank)",
-                inputs=False)
+                inputs=False, list_first=True)
     n, size = g.size(), tensor.size
     stage = _temp_like(tensor, n * size)
 
@@ -502,8 +449,8 @@ def all_to_all(output_tensor_list: Sequence[ArrayArg], input_tensor_list: Sequen
         _check_length("all_to_all", lst, name, n, "(one per rank)")
     g.check_args("all_to_all", input_tensor_list, output_tensor_list, alias="staged")
     first = input_tensor_list[0]
-    for t in list(output_tensor_list) + list(input_tensor_list):
-        _check_same("all_to_all", t, first)
+    for t in list(output_tensor_list) + list(input_tensor_list):   # torch's order
+        _check_same("all_to_all", output_tensor_list[0], t)
     sc = [t.size for t in input_tensor_list]
     rc = [t.size for t in output_tensor_list]
     _check_self_pair("all_to_all", g, sc, rc, f"output_tensor_list[{g.rank()}] (what it "
@@ -527,7 +474,12 @@ def reduce_scatter(output: ArrayArg, input_list: Sequence[ArrayArg],
                    op: ReduceOp | PremulSum = ReduceOp.SUM, group: GroupArg = None,
                    async_op: bool = False) -> Work | None:
     """Reduce ``input_list[k]`` across ranks into ``output`` of group rank k (the list form
-    of :func:`reduce_scatter_tensor`; every array has ``output``'s size and dtype).
+    of :func:`reduce_scatter_tensor`; every array has ``output``'s dtype).
+
+    As torch's gloo, the blocks may differ in size from rank to rank: ``input_list[k]`` has
+    group rank k's output size (every rank passes lists of the same sizes), so
+    ``input_list[rank]`` has ``output``'s. Equal blocks run the engine's reduce-scatter;
+    uneven ones an all-reduce of the packed list, from which each rank keeps its block.
 
     Example::
 
@@ -542,6 +494,9 @@ def reduce_scatter(output: ArrayArg, input_list: Sequence[ArrayArg],
     if g is None:
         return None
     n = g.size()
+    _check_length("reduce_scatter", input_list, "input_list", n, "(one per rank)")
+    if len({getattr(t, "size", None) for t in input_list}) > 1:   # blocks of several sizes
+        return _reduce_scatter_uneven(g, output, list(input_list), op, async_op)
     inputs = _check_list("reduce_scatter", g, input_list, "input_list", output,
                          "(one per rank)", inputs=True)
     red = _op(op)
@@ -553,6 +508,33 @@ def reduce_scatter(output: ArrayArg, input_list: Sequence[ArrayArg],
 
     return g.run("reduce_scatter", [stage, output], [stage], [output], call, async_op,
                  (red.name,) + _desc(output), red, [output])
+
+
+def _reduce_scatter_uneven(g: ProcessGroup, output: Any, inputs: list[Any], op: Any,
+                           async_op: bool) -> Work | None:
+    """:func:`reduce_scatter` whose blocks differ in size between ranks (torch's gloo takes
+    them): one all-reduce of the packed list, then this rank's block into ``output``."""
+    what, r = "reduce_scatter", g.rank()
+    g.check_args(what, inputs, [output], alias="staged")
+    for t in inputs:
+        _check_same(what, output, t)
+    _size_check(what, output, inputs[r].size, output.size,
+                f"output must have the size of input_list[{r}], this rank's block")
+    red = _op(op)
+    stage = _temp_like(output, sum(t.size for t in inputs))
+    _pack(stage, inputs)
+
+    def call(eng: Engine, buf: BufOf, stream: Stream | None) -> None:
+        eng.all_reduce(None, buf(stage), red, stream)
+
+    # (the fingerprint compares the list's sizes: the same on every rank)
+    w = g.run(what, [stage], [stage], [stage], call, True,
+              (red.name, output.dtype, tuple(t.size for t in inputs)), red, [stage],
+              alias="inplace")
+    assert w is not None
+    w.wait()
+    _copy(output, 0, stage, sum(t.nbytes for t in inputs[:r]), output.nbytes)
+    return Work.completed([output]) if async_op else None
 
 
 def all_gather_single(output_tensor: ArrayArg, input_tensor: ArrayArg, group: GroupArg = None,
@@ -618,7 +600,7 @@ def gather_single(tensor: ArrayArg, gather_tensor: ArrayArg | None = None, dst: 
     if g.rank() == root:
         if gather_tensor is None:
             raise ValueError("gather_tensor must be specified on the destination rank")
-        _check_same("gather_single", gather_tensor, tensor)
+        _check_same("gather_single", tensor, gather_tensor)
         _size_check("gather_single", gather_tensor, g.size() * tensor.size, gather_tensor.size,
                     "gather_tensor must hold world_size times the input's elements")
         out = gather_tensor
@@ -662,8 +644,9 @@ def _array_list(arrays: Any, what: str, op: str) -> list[Any]:
     first = arrays[0]
     for a in arrays:
         if a.dtype != first.dtype:
-            raise AcceleratorValueError(f"{op}: Invalid usage of arrays with different dtypes "
-                                        f"Found {first.dtype} and  {a.dtype}")
+            raise AcceleratorValueError(f"{op}: Invalid usage of tensors with different dtypes "
+                                        f"Found {first.dtype} and  {a.dtype} (the arrays must "
+                                        "have the same dtype)")
     return list(arrays)
 
 
@@ -744,16 +727,25 @@ def all_gather_coalesced(output_tensor_lists: Sequence[Sequence[ArrayArg]],
     if not isinstance(output_tensor_lists, list):
         raise TypeError("Invalid function argument: output_tensor_lists should be a list")
     n = g.size()
+    for lst in output_tensor_lists:
+        if not isinstance(lst, (list, tuple)):   # torch's check, before the count's
+            raise TypeError("all_gather_coalesced: Invalid function argument. Expected "
+                            "parameter `output_tensor_lists` of type List[List[accelrt.Array]]"
+                            f", but one of its items is {type_shown(lst)}")
     if len(output_tensor_lists) != n:
-        raise AcceleratorValueError(f"all_gather_coalesced: output_tensor_lists must hold {n} "
-                                    "lists (one per rank)")
+        raise AcceleratorValueError(f"all_gather_coalesced: output lists should be equal to "
+                                    f"world size: output_tensor_lists must hold {n} lists (one "
+                                    f"per rank), got {len(output_tensor_lists)}")
     outs: list[Any] = []
     for lst in output_tensor_lists:
         lst = _array_list(lst, "output_tensor_lists", "all_gather_coalesced")
         if [o.size for o in lst] != [i.size for i in ins]:
+            bad = next((k for k, (o, i) in enumerate(zip(lst, ins)) if o.size != i.size),
+                       min(len(lst), len(ins)))
             raise AcceleratorValueError(
-                f"all_gather_coalesced: each output list must match the inputs' sizes "
-                f"{[i.size for i in ins]}, got {[o.size for o in lst]}")
+                f"all_gather_coalesced: invalid size of output tensor at index {bad}: each "
+                f"output list must match the inputs' sizes {[i.size for i in ins]}, got "
+                f"{[o.size for o in lst]}")
         outs += lst
     g.check_args("all_gather_coalesced", ins, outs, alias="staged")
     for o in outs:

@@ -32,13 +32,22 @@ __all__ = ["Backend", "Buf", "DirectPlan", "Engine", "EngineCapabilities", "Engi
            "registered", "registration", "unregister_backend"]
 
 
-class ReduceOp(enum.Enum):
+class _ReduceOpType(enum.EnumMeta):
+    """``ReduceOp``'s metaclass: a :class:`PremulSum` (``_make_nccl_premul_sum(f)``,
+    ``ReduceOp.PREMUL_SUM(f)``) is an instance of ``ReduceOp``, as torch's is."""
+
+    def __instancecheck__(cls, obj: object) -> bool:
+        return type(obj) is PremulSum or type.__instancecheck__(cls, obj)
+
+
+class ReduceOp(enum.Enum, metaclass=_ReduceOpType):
     """Reduction operations (``torch.distributed.ReduceOp``'s members).
 
     ``AVG`` is floating or complex only on MPI (a sum, then a division); ``BAND``, ``BOR`` and
     ``BXOR`` are integer and bool only; complex arrays take ``SUM``, ``PRODUCT`` and ``AVG``.
-    ``PREMUL_SUM`` needs its factor: pass ``op=dist._make_nccl_premul_sum(factor)`` (each rank
-    multiplies its input by its factor, then the results are summed; floating dtypes).
+    ``PREMUL_SUM`` needs its factor: pass ``op=dist._make_nccl_premul_sum(factor)`` or, as in
+    torch, ``op=ReduceOp.PREMUL_SUM(factor)`` (each rank multiplies its input by its factor,
+    then the results are summed; floating dtypes); the result is an instance of ``ReduceOp``.
 
     Example::
 
@@ -59,6 +68,24 @@ class ReduceOp(enum.Enum):
 
     def __repr__(self) -> str:
         return f"<ReduceOp.{self.name}>"
+
+    def __call__(self, factor: Any) -> PremulSum:
+        """``ReduceOp.PREMUL_SUM(factor)``: the op with its factor, as torch's (the same as
+        ``_make_nccl_premul_sum(factor)``); the other members take no factor (torch's
+        ``RuntimeError``).
+
+        Example::
+
+            >>> from accelrt.distributed import ReduceOp
+            >>> op = ReduceOp.PREMUL_SUM(0.5)
+            >>> op, isinstance(op, ReduceOp), op.factor
+            (<ReduceOp.PREMUL_SUM factor=0.5>, True, 0.5)
+        """
+        if self is not ReduceOp.PREMUL_SUM:
+            raise RuntimeError(f"Only PREMUL_SUM supports calling with a factor, got "
+                               f"ReduceOp.{self.name}")
+        from ._collectives import _make_nccl_premul_sum
+        return _make_nccl_premul_sum(factor)
 
     @classmethod
     def _missing_(cls, value: object) -> NoReturn:
@@ -92,6 +119,16 @@ class PremulSum:
 
     def __repr__(self) -> str:
         return f"<ReduceOp.PREMUL_SUM factor={self.factor!r}>"
+
+    # torch's ReduceOp compares (and hashes) the kind of op only, not the factor: a copy,
+    # a pickled round trip and ReduceOp.PREMUL_SUM itself compare equal
+    def __eq__(self, other: object) -> bool:
+        if type(other) is PremulSum or other is ReduceOp.PREMUL_SUM:
+            return True
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(ReduceOp.PREMUL_SUM)
 
 
 #: what engines' reduction methods receive
@@ -538,13 +575,22 @@ def parse_backend(spec: str | None) -> dict[str, str]:
         return dict.fromkeys(devs, name)
     result: dict[str, str] = {}
     for part in text.split(","):
-        dev, sep, name = part.strip().partition(":")
-        if not sep or not dev or not name:
-            raise ValueError(f"invalid backend string {spec!r}: expected 'device:engine' items "
-                             "separated by commas, e.g. 'cpu:mpi,cuda:nccl'")
-        eng = str(Backend(name.strip()))
+        pieces = [p.strip() for p in part.split(":")]
+        if len(pieces) != 2 or not all(pieces):
+            # (torch 2.15's BackendConfig: "Invalid device:backend pairing: ...")
+            raise ValueError(f"Invalid device:backend pairing: {part.strip()!r}. The custom "
+                             f"backend string argument is invalid: {spec!r}: expected "
+                             "'device:engine' items separated by commas, e.g. "
+                             "'cpu:mpi,cuda:nccl'")
+        dev, name = pieces
+        eng = str(Backend(name))
         if dev not in _ENGINES[eng].devices:
             raise ValueError(f"engine {eng!r} does not serve {dev!r} devices (it serves "
                              f"{', '.join(_ENGINES[eng].devices)})")
-        result[dev.strip()] = eng
+        if dev in result:
+            # torch 2.15's BackendConfig refuses this (the last one won here)
+            raise ValueError(f"Duplicate device type {dev} in backend string: {eng}. The "
+                             f"custom backend string argument is invalid: {spec!r}: name each "
+                             "device type once")
+        result[dev] = eng
     return result

@@ -427,15 +427,17 @@ class ProcessGroup:
 
     # ------------------------------------------------------------------ argument checks
     def canonical_rank(self, rank: Any, group_rank: Any, what: str,
-                       default: int | None = None) -> int:
+                       default: int | None = None, *, root: bool = True) -> int:
         """The group rank that exactly one of ``rank`` (a global rank: the argument ``what``,
         e.g. ``src``) and ``group_rank`` (a rank of this group: ``group_<what>``) names, as
         torch's ``_canonicalize_group_rank``. Neither: ``default`` (a global rank; torch's 0
         of ``gather``, ``scatter`` and the object collectives), else ``ValueError``. A rank
         outside the group is an ``AcceleratorValueError``, a ``ValueError`` and a
         ``RuntimeError``: torch 2.14 raises the first for a subgroup and gloo's "invalid root
-        rank" ``RuntimeError`` for the world. Part of the argument check: it raises before
-        anything is enqueued or the sequence number moves, so the group stays usable."""
+        rank" ``RuntimeError`` for the world (whose message then starts with gloo's words;
+        ``root``: the rank is a collective's root, not a point-to-point peer). Part of the
+        argument check: it raises before anything is enqueued or the sequence number moves,
+        so the group stays usable."""
         if group_rank is not None:
             if rank is not None:
                 raise ValueError(f"Can't specify both group_rank and global_rank: pass {what}= "
@@ -459,8 +461,9 @@ class ProcessGroup:
         try:
             return self.global_ranks.index(int(rank))
         except ValueError:
+            gloo = f"invalid root rank: {rank}: " if root and self.name == "WORLD" else ""
             raise _RankNotInGroupError(
-                f"The global rank {rank} is not part of the group {self.name!r} (ranks "
+                f"{gloo}The global rank {rank} is not part of the group {self.name!r} (ranks "
                 f"{self.global_ranks}); group_{what}= takes a rank of the group") from None
 
     def check_args(self, op: str, ins: Sequence[Any] = (), outs: Sequence[Any] = (), *,

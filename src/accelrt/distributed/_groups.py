@@ -32,6 +32,7 @@ from ._world import (
     _group,
     _in_world_map,
     _NonMember,
+    _ranks_of,
     _registered,
     _seconds,
 )
@@ -178,7 +179,10 @@ def new_group(ranks: Sequence[int] | None = None, timeout: TimeoutArg = None,
               device_id: DeviceSpec | None = None,
               sort_ranks: bool = True) -> ProcessGroup | _NonMember:
     """A group of the world's ``ranks`` (all by default). Every rank of the world must call
-    it, with the same ``ranks``; ranks outside get ``GroupMember.NON_GROUP_MEMBER``. Group
+    it, with the same ``ranks``; ranks outside get ``GroupMember.NON_GROUP_MEMBER``. With
+    ``use_local_synchronization=True`` (as in torch) only the members call it, and a rank
+    outside that calls it gets ``NON_GROUP_MEMBER`` at once (not in a world met through a
+    store, where every rank calls it). Group
     rank ``k`` is the ``k``-th of the sorted ``ranks``, or with ``sort_ranks=False`` the
     ``k``-th as given (as in torch). ``device_id`` (torch 2.15) is the group's bound device:
     it must be the world's bound device when the world has one (``AssertionError``, torch's,
@@ -230,11 +234,21 @@ def new_group(ranks: Sequence[int] | None = None, timeout: TimeoutArg = None,
         bound = world.bound_device_id
     me = world.rank()
     member = me in members
+    # torch's use_local_synchronization: only the members call it; the others get
+    # NON_GROUP_MEMBER at once (and record nothing). Over MPI (MPI_Comm_create_group); a
+    # world met through a store (NCCL only) splits its communicators collectively, so there
+    # every rank still calls it
+    local = bool(use_local_synchronization) and world.mpi_comm is not None
+    if local and not member:
+        return GroupMember.NON_GROUP_MEMBER
     # a member's key is its place in `members` (sorted, or as given with sort_ranks=False)
     g = _split(world, members if member else None, members.index(me) if member else me,
-               engine_map, backend_str, t, group_desc, "new_group")
+               engine_map, backend_str, t, group_desc, "new_group",
+               local=local)
     if isinstance(g, ProcessGroup):
         g.bound_device_id = bound
+    else:
+        _S.nonmember_ranks = list(members)   # torch's rank map under NON_GROUP_MEMBER
     return g
 
 
@@ -253,12 +267,15 @@ def _group_device(bound: Any, device_id: DeviceSpec) -> Any:
 
 def _split(parent: ProcessGroup, members: list[int] | None, key: int,
            engine_map: dict[str, str], backend_str: str, timeout: float,
-           group_desc: str | None, op: str) -> ProcessGroup | _NonMember:
+           group_desc: str | None, op: str, *, local: bool = False) -> ProcessGroup | _NonMember:
     """The one split of a group, collective over ``parent``'s ranks: this rank joins the group
     of the parent ranks ``members`` (None: it joins none) at the place ``key`` orders it
     (the members' keys order them as ``members`` does). The parent's MPI communicator is split
     (``MPI_Comm_split``, colored by the member list) and so are its NCCL communicators
     (``ncclCommSplit``); the other engines start from the new communicator when first used.
+    ``local`` (``new_group(use_local_synchronization=True)``): only the members call it
+    (``MPI_Comm_create_group``, collective over them alone; NCCL communicators then start
+    from the new MPI communicator when first used).
     Returns the new group, or ``GroupMember.NON_GROUP_MEMBER``."""
     _S.counter += 1
     _S.pg_count += 1   # on every rank, member or not, as torch's group_count: ranks agree
@@ -271,11 +288,15 @@ def _split(parent: ProcessGroup, members: list[int] | None, key: int,
         from ._mpi import mpi
         MPI = mpi()
         with WATCHDOG.watching(parent, op, parent._seq):
-            sub = parent.mpi_comm.Split(MPI.UNDEFINED if color is None else color, key)
+            if local:
+                assert members is not None
+                sub = parent.mpi_comm.Create_group(parent.mpi_comm.Get_group().Incl(members))
+            else:
+                sub = parent.mpi_comm.Split(MPI.UNDEFINED if color is None else color, key)
         if color is None:
             sub = None
     sub_engines: dict[tuple[str, int], Engine] = {}
-    for ekey, eng in list(parent._engines.items()):
+    for ekey, eng in list(parent._engines.items()) if not local else ():
         # NCCL communicators are split (ncclCommSplit); MPI engines start from `sub`
         if eng.name == "nccl" and engine_map.get(ekey[0]) == "nccl":
             child = eng.split(color, key, None)
@@ -419,13 +440,15 @@ def new_subgroups(group_size: int | None = None, group: GroupArg = None, timeout
         group_size = count
     if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size <= 0:
         raise ValueError(f"The arg 'group_size' ({group_size}) must be positive")
-    ranks = get_process_group_ranks(group)
-    n = len(ranks)
+    # torch's order: the group's size first (-1 where this rank is not a member, so such a
+    # rank raises here, before any group is made), then its ranks
+    n = get_world_size(group)
     if n < group_size:
         raise ValueError(f"The arg 'group_size' ({group_size}) must not exceed the world size "
                          f"({n})")
     if n % group_size:
         raise ValueError(f"The world size ({n}) must be divisible by 'group_size={group_size}'")
+    ranks = get_process_group_ranks(group)
     cur, groups = new_subgroups_by_enumeration(
         [ranks[k:k + group_size] for k in range(0, n, group_size)], timeout=timeout,
         backend=backend, pg_options=pg_options, group_desc=group_desc)
@@ -487,8 +510,8 @@ def get_process_group_ranks(group: ProcessGroup | _NonMember | None) -> list[int
         >>> dist.get_process_group_ranks(dist.group.WORLD); dist.destroy_process_group()
         [0]
     """
-    g = _registered(group)
-    return list(g.global_ranks)
+    ranks, _ = _ranks_of(group)
+    return list(ranks)
 
 
 def get_global_rank(group: ProcessGroup | _NonMember | None, group_rank: int) -> int:
@@ -504,12 +527,12 @@ def get_global_rank(group: ProcessGroup | _NonMember | None, group_rank: int) ->
         >>> dist.get_global_rank(dist.new_group([0]), 0); dist.destroy_process_group()
         0
     """
-    g = _registered(group)
+    ranks, name = _ranks_of(group)
     if isinstance(group_rank, bool) or not isinstance(group_rank, (int, np.integer)) \
-            or not 0 <= int(group_rank) < g.size():
-        raise ValueError(f"Group rank {group_rank} is not part of group {g.name!r} (its ranks "
-                         f"are 0..{g.size() - 1})")
-    return g.global_ranks[int(group_rank)]
+            or not 0 <= int(group_rank) < len(ranks):
+        raise ValueError(f"Group rank {group_rank} is not part of group {name} (its ranks "
+                         f"are 0..{len(ranks) - 1})")
+    return ranks[int(group_rank)]
 
 
 def get_group_rank(group: ProcessGroup | _NonMember | None, global_rank: int) -> int:
@@ -525,10 +548,10 @@ def get_group_rank(group: ProcessGroup | _NonMember | None, global_rank: int) ->
         >>> dist.get_group_rank(dist.new_group([0]), 0); dist.destroy_process_group()
         0
     """
-    g = _registered(group)
+    ranks, name = _ranks_of(group)
     if isinstance(global_rank, bool) or not isinstance(global_rank, (int, np.integer)):
         raise TypeError(f"global_rank must be an int, got {type_shown(global_rank)}")
-    if int(global_rank) not in g.global_ranks:
-        raise ValueError(f"Global rank {global_rank} is not part of group {g.name!r} (global "
-                         f"ranks {g.global_ranks})")
-    return g.global_ranks.index(int(global_rank))
+    if int(global_rank) not in ranks:
+        raise ValueError(f"Global rank {global_rank} is not part of group {name} (global "
+                         f"ranks {ranks})")
+    return ranks.index(int(global_rank))

@@ -347,6 +347,7 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
     _GroupNS.WORLD = group
     _S.groups = [group]
     _S.pg_count = 1
+    _S.nonmember_ranks = None
 
 
 def _bound_device(device_id: DeviceSpec, group: bool = False) -> device:
@@ -654,5 +655,6 @@ def destroy_process_group(group: GroupArg = None) -> None:
         _GroupNS.WORLD = None
         _S.groups = []
         _S.pg_count = 0
+        _S.nonmember_ranks = None
     if kept is not None:
         raise kept.with_traceback(None)   # (afresh: see ProcessGroup._raise_kept)

@@ -307,7 +307,7 @@ def send_object_list(object_list: list[Any], dst: int | None = None, group: Grou
     g, comm = _obj_comm("send_object_list", group)
     if g is None:
         return
-    peer = g.canonical_rank(dst, group_dst, "dst")
+    peer = g.canonical_rank(dst, group_dst, "dst", root=False)
     g.check_args("send_object_list", peer=peer, peer_role="destination")
     data, kept = _pickled(g, list(object_list))
     _obj_call(g, "send_object_list", lambda: comm.send(data, dest=peer, tag=_OBJ_TAG),
@@ -338,7 +338,7 @@ def recv_object_list(object_list: list[Any], src: int | None = None, group: Grou
     if g is None:
         return -1
     peer = (None if src is None and group_src is None else
-            g.canonical_rank(src, group_src, "src"))
+            g.canonical_rank(src, group_src, "src", root=False))
     if peer is not None:
         g.check_args("recv_object_list", peer=peer, peer_role="source")
     from ._mpi import mpi

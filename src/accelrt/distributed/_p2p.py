@@ -116,7 +116,7 @@ def _p2p(op: str, tensor: Any, rank: int | None, group_rank: int | None, group: 
         _warn_not_member(op)
         return None
     peer = (None if not send and rank is None and group_rank is None else
-            g.canonical_rank(rank, group_rank, "dst" if send else "src"))
+            g.canonical_rank(rank, group_rank, "dst" if send else "src", root=False))
     return g.p2p(op, tensor, peer, tag, send, blocking)
 
 
@@ -156,7 +156,7 @@ class P2POp:
         # (a rank outside the group raises here); a P2POp made before init keeps its form
         g = None if _S.world is None else _group(self.group)
         if g is not None:
-            k = g.canonical_rank(self.peer, self.group_peer, "peer")
+            k = g.canonical_rank(self.peer, self.group_peer, "peer", root=False)
             self.group, self.peer, self.group_peer = g, g.global_ranks[k], k
 
     def _peer(self) -> tuple[int | None, int | None]:
@@ -186,7 +186,7 @@ def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[Work]:
     if g is not None:   # every operation's arguments, before any is posted
         for p in p2p_op_list:
             send = p.op is isend
-            g.canonical_rank(*p._peer(), "peer")
+            g.canonical_rank(*p._peer(), "peer", root=False)
             g.check_args("isend" if send else "irecv", (p.tensor,) if send else (),
                          () if send else (p.tensor,), tag=p.tag)
     ctx = None

@@ -54,6 +54,11 @@ class _State:
     groups: list[ProcessGroup] = []
     counter = 0
     pg_count = 0   # get_pg_count(): groups made since init (the world included)
+    #: the global ranks (group-rank order) of the last group new_group made without this
+    #: rank: torch records every group's rank map, a non-member's under NON_GROUP_MEMBER
+    #: (each such new_group overwrites it), so get_group_rank, get_global_rank and
+    #: get_process_group_ranks of NON_GROUP_MEMBER answer for that group
+    nonmember_ranks: list[int] | None = None
     hook_installed = False
 
 
@@ -119,6 +124,17 @@ def _member(group: GroupArg, op: str) -> ProcessGroup | None:
     if g is None:
         _warn_not_member(op, stacklevel=4)   # the warning names the caller of ``op``
     return g
+
+
+def _ranks_of(group: ProcessGroup | _NonMember | None) -> tuple[list[int], str]:
+    """(global ranks in group-rank order, name) of a registered ``group``
+    (:func:`_registered`), and of ``NON_GROUP_MEMBER`` after a :func:`new_group` that left
+    this rank out (the ranks of the last such group, as torch's rank map keeps them)."""
+    if isinstance(group, _NonMember) and _S.world is not None and \
+            _S.nonmember_ranks is not None:
+        return _S.nonmember_ranks, "NON_GROUP_MEMBER"
+    g = _registered(group)
+    return g.global_ranks, repr(g.name)
 
 
 def _registered(group: ProcessGroup | _NonMember | None) -> ProcessGroup:

@@ -1,0 +1,114 @@
+"""The argument checks the collectives share: dtypes, sizes and the lengths of list
+arguments, with torch 2.15's words where its tests match them (gloo's ``RuntimeError`` texts,
+``_ensure_all_tensors_same_dtype``'s ``ValueError``); each raises on the calling rank before
+anything is enqueued.
+
+Example::
+
+    >>> import numpy as np
+    >>> from accelrt.distributed._argchecks import _check_same
+    >>> _check_same("all_gather", np.zeros(1, "float16"), np.zeros(1, "float32"))
+    Traceback (most recent call last):
+    ...
+    accelrt._errors.AcceleratorValueError: all_gather: Invalid usage of tensors with different dtypes Found float16 and  float32 (the arrays must have the same dtype)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .._errors import AcceleratorValueError, type_shown
+from ._errors import _NotAListError
+from . import _group as _group_mod
+from ._group import ProcessGroup
+
+__all__ = ["_check_length", "_check_list", "_check_same", "_check_self_pair", "_size_check"]
+
+def _check_same(what: str, a: Any, b: Any) -> None:
+    """Raise torch's ``ValueError`` (its words, with the dtypes in the order torch's
+    ``_ensure_all_tensors_same_dtype`` meets them: pass ``a`` first) unless the dtypes match."""
+    if a.dtype != b.dtype:
+        raise AcceleratorValueError(f"{what}: Invalid usage of tensors with different dtypes "
+                                    f"Found {a.dtype} and  {b.dtype} (the arrays must have "
+                                    "the same dtype)")
+
+
+def _size_check(what: str, out: Any, expect: int, got: int, fix: str) -> None:
+    if expect != got:
+        raise AcceleratorValueError(f"{what}: {fix} (expected {expect} elements, got {got})")
+
+
+def _check_list(what: str, g: ProcessGroup, arrays: Any, name: str, one: Any, where: str,
+                *, inputs: bool, list_first: bool = False) -> list[Any]:
+    """``arrays`` (the argument ``name``) as a list, checked to hold one array per rank of
+    ``g``, each of ``one``'s dtype and size; ``inputs``: they are the collective's inputs and
+    ``one`` its output (else its outputs and ``one`` its input). ``where`` ends the list
+    message; ``list_first``: torch names the list's dtype first in its dtype error."""
+    _check_length(what, arrays, name, g.size(), where)
+    if inputs:
+        g.check_args(what, arrays, [one], alias="staged")
+    else:
+        g.check_args(what, [one], arrays, alias="staged")
+    fix = f"every array of {name} must have the {'output' if inputs else 'input'}'s size"
+    for k, t in enumerate(arrays):
+        _check_same(what, *((t, one) if list_first else (one, t)))
+        _size_check(what, t, one.size, t.size, f"invalid tensor size at index {k}: {fix}")
+    return list(arrays)
+
+
+def _check_self_pair(what: str, g: ProcessGroup, send: list[int], recv: list[int],
+                     fix: str) -> None:
+    """Raise unless this rank receives from itself as many elements as it sends itself: the
+    one pair of an all-to-all's counts that a rank knows both sides of (MPI waited for ever
+    on a short receive from itself; a peer's counts can only be compared by the debug
+    fingerprint, ``ACCELRT_DISTRIBUTED_DEBUG=DETAIL``, which compares this pair too)."""
+    if _group_mod.DETAIL:
+        # the debug fingerprint compares every pair, this one too, on every rank: a check
+        # here would raise on this rank only, and leave the others waiting in the fingerprint
+        return
+    r = g.rank()
+    _size_check(what, None, send[r], recv[r], f"this rank (group rank {r}) sends and "
+                f"receives with itself: {fix}")
+
+
+#: torch 2.15's words for a missing list (``None``) or a list of another length, by
+#: (collective, argument): gloo's ``RuntimeError`` texts and the ``ValueError`` of
+#: ``scatter``/``gather`` without their list on the root; accelrt's message follows them
+_TORCH_LIST_WORDS: dict[tuple[str, str], Callable[[int | None, int], str]] = {
+    ("scatter", "scatter_list"): lambda got, n: (
+        "Argument ``scatter_list`` must be specified on source rank." if got is None else
+        f"Incorrect input list size {got}. Input list size should be {n}, same as size of "
+        "the process group."),
+    ("gather", "gather_list"): lambda got, n: (
+        "Argument ``gather_list`` must be specified on destination rank." if got is None else
+        f"Incorrect output list size {got}. Output list size should be {n}, same as size of "
+        "the process group."),
+    ("all_gather", "tensor_list"): lambda got, n: (
+        f"invalid output tensor list at index 0 (expected length {n}, got {got})"),
+    ("all_to_all", "output_tensor_list"): lambda got, n: (
+        f"output tensor list size {got} does not match world size {n}"),
+    ("all_to_all", "input_tensor_list"): lambda got, n: (
+        f"input tensor list size {got} does not match world size {n}"),
+    ("reduce_scatter", "input_list"): lambda got, n: (
+        "invalid input tensor list size, must be world size"),
+}
+
+
+def _check_length(what: str, arrays: Any, name: str, n: int, where: str) -> None:
+    """Raise unless ``arrays`` (the argument ``name``) is a list or tuple of ``n`` items: not a
+    sequence is also a ``TypeError``, as torch's (``where`` ends the message, which starts
+    with torch's words where :data:`_TORCH_LIST_WORDS` has them)."""
+    words = _TORCH_LIST_WORDS.get((what, name))
+
+    def said(torch_words: str | None, ours: str) -> str:
+        return f"{what}: {torch_words} ({ours})" if torch_words else f"{what}: {ours}"
+
+    if not isinstance(arrays, (list, tuple)):
+        raise _NotAListError(said(words(None, n) if words and arrays is None else None,
+                                  f"{name} must be a list of {n} arrays {where}, got "
+                                  f"{type_shown(arrays)}"))
+    if len(arrays) != n:
+        raise AcceleratorValueError(said(words(len(arrays), n) if words else None,
+                                         f"{name} must be a list of {n} arrays {where}, got "
+                                         f"{len(arrays)}"))
