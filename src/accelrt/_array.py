@@ -756,7 +756,9 @@ class Array:
                 or None, ``read_only`` not a bool).
             BufferError: the export is impossible as asked (e.g. ``copy=False`` to another
                 device, an unsupported ``dl_device``, a ``stream`` other than ``None`` and
-                ``-1`` for host memory, or ``read_only`` with a legacy capsule).
+                ``-1`` for host memory, or ``read_only`` with a legacy capsule). A
+                ``dl_device`` whose type is neither the array's nor the host's is refused
+                with torch 2.15's words first: "Unsupported device_type: N".
 
         Example::
 
@@ -777,7 +779,10 @@ class Array:
             host = (_dlpack.kDLCPU, 0)
             if tuple(dl_device) != host:
                 where = f"{host} (the host)" if own == host else f"{own} or the host {host}"
-                raise BufferError(f"cannot export {self.device} memory to DLPack device "
+                # torch's words first when the device type itself is not one it can go to
+                kind = (f"Unsupported device_type: {dl_device[0]}: "
+                        if dl_device[0] not in (own[0], host[0]) else "")
+                raise BufferError(f"{kind}cannot export {self.device} memory to DLPack device "
                                   f"{tuple(dl_device)}; it can go to {where}")
             if copy is False:
                 raise BufferError(f"exporting {self.device} memory to the host needs a copy; "

@@ -171,7 +171,7 @@ def _consume(capsule: Any, b: Any, index: int, dev: tuple[int, int], array_cls: 
     except TypeError as exc:
         raise BufferError(f"from_dlpack(): {exc}") from None
     shape = _dlpack.capsule_shape(t, dt.itemsize, "from_dlpack()")
-    if t.strides:
+    if t.strides and math.prod(shape):   # an empty array's strides say nothing (as torch's)
         want = 1
         for i in reversed(range(t.ndim)):
             if shape[i] != 1 and int(t.strides[i]) != want:
