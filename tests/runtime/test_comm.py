@@ -130,8 +130,7 @@ def test_broadcast_argument_rules(sync_be: str) -> None:
         comm.broadcast(a)
     with pytest.raises(ValueError, match="Exactly one of 'devices' and 'out'"):
         comm.broadcast(a, devices=[0], out=[a])
-    with pytest.raises(ValueError, match="at least one device"):
-        comm.broadcast(a, devices=[])
+    assert comm.broadcast(a, devices=[]) == ()      # torch 2.15 returns [] too
     with pytest.raises(TypeError, match="iterable of devices"):
         comm.broadcast(a, devices=f"{sync_be}:0")
     with pytest.raises(TypeError, match="to be an accelrt.Array or a numpy.ndarray"):
@@ -152,8 +151,7 @@ def test_broadcast_argument_rules(sync_be: str) -> None:
         comm.broadcast(a, out=[acc.empty(4, dtype="float64", device=f"{sync_be}:1")])
     with pytest.raises(ValueError, match="dtype"):
         comm.broadcast(a, out=[acc.empty((2, 2), dtype="float32", device=f"{sync_be}:1")])
-    with pytest.raises(ValueError, match="at least one output"):
-        comm.broadcast(a, out=[])
+    assert comm.broadcast(a, out=[]) == ()          # torch 2.15 returns [] too
 
 
 def test_broadcast_across_backends(sync_be: str) -> None:
@@ -244,7 +242,7 @@ def test_reduce_add_argument_rules(sync_be: str) -> None:
         comm.reduce_add([a, put(rand((2, 3)), f"{sync_be}:1")], destination=3)
     with pytest.raises(ValueError, match="at least one input"):
         comm.reduce_add([])
-    with pytest.raises(TypeError, match="input at index 1"):
+    with pytest.raises(TypeError, match="input 1 is on the host"):   # AssertionError too
         comm.reduce_add([a, np.zeros((2, 3))], destination=0)
     with pytest.raises(TypeError, match="sequence of arrays"):
         comm.reduce_add(a)
@@ -285,8 +283,7 @@ def test_reduce_add_coalesced_argument_rules(sync_be: str) -> None:
         comm.reduce_add_coalesced([[a0, a0], [a1]], destination=0)
     with pytest.raises(ValueError, match=r"inputs\[1\]\[0\] has shape \(3,\)"):
         comm.reduce_add_coalesced([[a0], [put(rand((3,)), f"{sync_be}:1")]], destination=0)
-    with pytest.raises(ValueError, match="at least one list"):
-        comm.reduce_add_coalesced([])
+    assert comm.reduce_add_coalesced([]) == ()      # torch 2.15's answer
     with pytest.raises(TypeError, match=r"inputs\[0\]"):
         comm.reduce_add_coalesced([a0, a1])
     assert comm.reduce_add_coalesced([[], []], destination=0) == ()
@@ -341,8 +338,9 @@ def test_scatter_argument_rules(sync_be: str) -> None:
         comm.scatter(a, [0, 1], out=out2)
     with pytest.raises(ValueError, match="'chunk_sizes' must not be specified when 'out'"):
         comm.scatter(a, chunk_sizes=[2, 2], out=out2)
-    with pytest.raises(ValueError, match=r"don't sum up to the array's size \(sum\(chunk_sizes"
-                                         r"\) == 3, but expected 4\)"):
+    with pytest.raises(ValueError, match=r"^split_with_sizes expects split_sizes to sum exactly "
+                                         r"to 4 \(input array's size at dimension 0\), but "
+                                         r"got split_sizes=\[1, 2\]"):
         comm.scatter(a, [0, 1], chunk_sizes=[1, 2])
     with pytest.raises(ValueError, match="len\\(devices\\) = 2 and len\\(chunk_sizes\\) = 3"):
         comm.scatter(a, [0, 1], chunk_sizes=[1, 2, 1])

@@ -105,9 +105,9 @@ COMM_RUNTIME_ERRORS: list[tuple[str, Callable[[], Any], str, type[Exception]]] =
     ("broadcast_devices_and_out",
      lambda: acc.comm.broadcast(_arr("errcpu:0"), [0], out=[_arr("errcpu:1")]),
      r"^Exactly one of 'devices' and 'out' must be specified, but got devices=", ValueError),
-    ("broadcast_no_devices",
-     lambda: acc.comm.broadcast(_arr("errcpu:0"), []),
-     r"^Expected at least one device to broadcast to", ValueError),
+    ("scatter_no_devices",
+     lambda: acc.comm.scatter(_arr("errcpu:0"), []),
+     r"^Expected at least one device to scatter to", ValueError),
     ("broadcast_out_not_on_device",
      lambda: acc.comm.broadcast(_arr("errcpu:0"), out=[np.zeros(4)]),
      (r"^Expected all output arrays to be accelrt arrays, but output array at index 0 has "
@@ -125,7 +125,8 @@ COMM_RUNTIME_ERRORS: list[tuple[str, Callable[[], Any], str, type[Exception]]] =
      ValueError),
     ("scatter_chunk_sum",
      lambda: acc.comm.scatter(_arr("errcpu:0"), [0, 1], chunk_sizes=[1, 1]),
-     r"^given chunk sizes don't sum up to the array's size", ValueError),
+     (r"^split_with_sizes expects split_sizes to sum exactly to 4 \(input array's size at "
+      r"dimension 0\), but got split_sizes=\[1, 1\]"), ValueError),
     ("gather_destination_and_out",
      lambda: acc.comm.gather([_arr("errcpu:0")], destination=0, out=np.zeros(4)),
      r"^'destination' must not be specified when 'out' is specified, but got destination=",

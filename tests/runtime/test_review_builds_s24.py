@@ -446,7 +446,7 @@ TABLE: list[tuple[str, Callable[[Any], object], list[tuple[list[Any], type[BaseE
     ]),
     ("comm.scatter(chunk_sizes)", lambda v: comm.scatter(_arrays()[0], [0, 1], [v, 1]), [
         ([True, 1.5, None, "1", object()], TypeError, r"^chunk_sizes must contain only ints"),
-        (HUGE, AcceleratorValueError, r"chunk sizes don't sum up"),
+        (HUGE, AcceleratorValueError, r"split_sizes to sum exactly to"),
     ]),
     ("comm.gather(dim)", lambda v: comm.gather(list(_arrays()), v, f"{B}:0"), [
         ([True, 1.5, None, "0"], TypeError, r"^dim must be an int, got"),

@@ -96,6 +96,31 @@ def _not_device_array(all_of: str, one: str, i: int, obj: Any) -> AcceleratorTyp
         f"'{where}' (a {name}; pass an accelrt.Array on a device)")
 
 
+class _NoDevicesError(AcceleratorValueError, TypeError):
+    """``scatter`` with neither ``devices`` nor ``out``: torch's ``TypeError`` (its Python
+    iterates over ``devices=None``), also the ``RuntimeError``/``ValueError`` accelrt raised."""
+
+
+class _NoInputsError(AcceleratorValueError, IndexError):
+    """``reduce_add([])``: torch's ``IndexError`` (its Python reads ``inputs[0]``), also the
+    ``RuntimeError``/``ValueError`` accelrt raised, with a message that says what is wrong."""
+
+
+class _HostInputError(TypeError, AssertionError):
+    """A ``reduce_add`` input in host memory (a numpy array): torch's ``AssertionError`` for a
+    CPU tensor, also the ``TypeError`` accelrt raised."""
+
+
+def _refuse_host_input(obj: Any, i: int) -> None:
+    """torch's "reduce_add expects all inputs to be on GPUs, but input 0 is on CPU", for a
+    numpy array (host memory, a CPU tensor's counterpart) at index ``i``."""
+    if isinstance(obj, np.ndarray):
+        raise _HostInputError(
+            f"reduce_add expects all inputs to be on devices, but input {i} is on the host "
+            f"(a numpy.ndarray, not an accelrt.Array); copy it to a device first, e.g. "
+            f"acc.asarray(x, device='cpu:0')")
+
+
 def _check_same(ref: Info, x: Info, what: str, i: int) -> None:
     if x.dtype != ref.dtype:
         raise AcceleratorValueError(
@@ -155,8 +180,10 @@ def broadcast(tensor: Array | HostArray, devices: Iterable[DeviceSpec] | None = 
 
     Raises:
         TypeError: wrong argument types.
-        ValueError: both or neither of ``devices``/``out``; no destination; a shape or dtype
-            mismatch with ``out``.
+        ValueError: both or neither of ``devices``/``out``; a shape or dtype mismatch with
+            ``out``.
+
+    An empty ``devices`` or ``out`` gives ``()``, as PyTorch's.
         IndexError: a device index is out of range.
 
     Example::
@@ -173,11 +200,7 @@ def broadcast(tensor: Array | HostArray, devices: Iterable[DeviceSpec] | None = 
     src = describe(tensor, "the array to broadcast", host_ok=True)
     if devices is not None:
         places = _args.device_list(devices, src.place.backend)
-        if not places:
-            raise AcceleratorValueError(
-                "Expected at least one device to broadcast to, but 'devices' is "
-                "empty")
-        results: list[Any] = []
+        results: list[Any] = []   # no devices: no copies, as PyTorch's (an empty tuple)
         for p in places:
             if p == src.place and src.place.backend is not None:
                 results.append(tensor)
@@ -186,11 +209,7 @@ def broadcast(tensor: Array | HostArray, devices: Iterable[DeviceSpec] | None = 
             whole(dst, src)
             results.append(dst.obj)
         return tuple(results)
-    outs = _seq(out, "out")
-    if not outs:
-        raise AcceleratorValueError(
-            "Expected at least one output array to broadcast to, but 'out' is "
-            "empty")
+    outs = _seq(out, "out")   # empty: nothing to fill, as PyTorch's (an empty tuple)
     infos = []
     for i, o in enumerate(outs):
         if not _arrays.is_array(o):
@@ -275,8 +294,10 @@ def broadcast_coalesced(tensors: Sequence[Array], devices: Iterable[DeviceSpec],
 def _reduce_inputs(inputs: Any, what: str = "inputs") -> list[Info]:
     items = _seq(inputs, what)
     if not items:
-        raise AcceleratorValueError(
+        raise _NoInputsError(
             f"Expected at least one input to reduce_add, but '{what}' is empty")
+    for i, a in enumerate(items):
+        _refuse_host_input(a, i)
     infos = [describe(a, "input", i) for i, a in enumerate(items)]
     b = infos[0].place.backend
     for i, x in enumerate(infos):
@@ -325,8 +346,11 @@ def reduce_add(inputs: Sequence[Array], destination: DeviceLike = None) -> Array
 
     Raises:
         TypeError: wrong argument types.
-        ValueError: no inputs; mismatched shapes or dtypes; inputs on several backends; no
-            input on ``destination``.
+        ValueError: mismatched shapes or dtypes; inputs on several backends; no input on
+            ``destination``.
+        IndexError: no inputs (torch's class; also a ``ValueError``).
+        AssertionError: an input in host memory (a numpy array), torch's class for a CPU
+            tensor; it is a ``TypeError`` too.
 
     .. note:: On host-accessible backends (the CPU backend) numpy does the sum, enqueued on
         the destination's current stream; elsewhere a backend kernel
@@ -359,7 +383,11 @@ def reduce_add_coalesced(inputs: Sequence[Sequence[Array]], destination: DeviceL
 
     Raises:
         TypeError: wrong argument types.
-        ValueError: no inputs; lists of different lengths; mismatched shapes or dtypes.
+        ValueError: lists of different lengths; mismatched shapes or dtypes.
+        AssertionError: an input in host memory (a numpy array), torch's class for a CPU
+            tensor; it is a ``TypeError`` too.
+
+    No lists (``inputs=[]``) give ``()``, as PyTorch's.
 
     Example::
 
@@ -370,13 +398,15 @@ def reduce_add_coalesced(inputs: Sequence[Sequence[Array]], destination: DeviceL
         [[2.0, 2.0], [10, 10, 10]]
     """
     groups = _seq(inputs, "inputs")
-    if not groups:
-        raise AcceleratorValueError(
-            "Expected at least one list of inputs to reduce_add_coalesced, but "
-            "'inputs' is empty")
     buffer_size = _args.check_buffer_size(buffer_size)
-    lists = [[describe(a, f"inputs[{g}] entry", i) for i, a in enumerate(_seq(grp,
-              f"inputs[{g}]"))] for g, grp in enumerate(groups)]
+    if not groups:
+        return ()   # no device lists: no sums, as PyTorch's
+    seqs = [_seq(grp, f"inputs[{g}]") for g, grp in enumerate(groups)]
+    for g, seq in enumerate(seqs):
+        for a in seq:
+            _refuse_host_input(a, g)   # torch reduces device g's flat buffer: its input g
+    lists = [[describe(a, f"inputs[{g}] entry", i) for i, a in enumerate(seq)]
+             for g, seq in enumerate(seqs)]
     n = len(lists[0])
     for g, lst in enumerate(lists):
         if len(lst) != n:
@@ -478,9 +508,11 @@ def scatter(tensor: Array | HostArray, devices: Iterable[DeviceSpec] | None = No
         A tuple of the pieces (or the ``out`` arrays, filled).
 
     Raises:
-        TypeError: wrong argument types.
+        TypeError: wrong argument types; neither ``devices`` nor ``out`` (torch's class, also
+            a ``ValueError``).
         ValueError: conflicting arguments, chunk sizes that do not sum to the dimension, a
-            negative size, wrong ``out`` shapes or dtypes, a stream on the wrong device.
+            negative size (torch 2.15's ``split_with_sizes`` messages), wrong ``out`` shapes
+            or dtypes, a stream on the wrong device.
         IndexError: ``dim`` or a device index out of range.
 
     Example::
@@ -494,7 +526,9 @@ def scatter(tensor: Array | HostArray, devices: Iterable[DeviceSpec] | None = No
     src = describe(tensor, "the array to scatter", host_ok=True)
     if out is None:
         if devices is None:
-            raise AcceleratorValueError(
+            # torch iterates over devices=None: a TypeError ("'NoneType' object is not
+            # iterable"); this one is a RuntimeError and a ValueError too, as it was
+            raise _NoDevicesError(
                 "Exactly one of 'devices' and 'out' must be specified, but got "
                 "devices=None and out=None")
         places = _args.device_list(devices, src.place.backend)
@@ -503,7 +537,7 @@ def scatter(tensor: Array | HostArray, devices: Iterable[DeviceSpec] | None = No
                 "Expected at least one device to scatter to, but 'devices' is "
                 "empty")
         d = _scatter_dim(src, dim)
-        sizes = _scatter_sizes(src.shape[d], places, chunk_sizes)
+        sizes = _scatter_sizes(src.shape[d], places, chunk_sizes, d)
         strm = _check_streams(streams, places[:len(sizes)])
         pieces = []
         start = 0
@@ -541,14 +575,15 @@ def _scatter_dim(src: Info, dim: int) -> int:
     """``dim`` of ``src`` wrapped, or PyTorch's error for a 0-d array."""
     if not src.shape:
         raise AcceleratorValueError(
-            "scatter expects at least a 1-dimensional array; a 0-d array has "
-            "no dimension to split")
+            "chunk expects at least a 1-dimensional array (scatter splits along a "
+            "dimension; a 0-d array has none)")
     return _args.wrap_dim(dim, len(src.shape))
 
 
 def _scatter_sizes(size: int, places: Sequence[Place],
-                   chunk_sizes: Sequence[int] | None) -> list[int]:
-    """The checked ``chunk_sizes`` for ``places`` (default: ``torch.chunk``'s)."""
+                   chunk_sizes: Sequence[int] | None, dim: int) -> list[int]:
+    """The checked ``chunk_sizes`` for ``places`` (default: ``torch.chunk``'s), split along
+    ``dim`` of size ``size``; the errors are torch 2.15's ``split_with_sizes``'s."""
     if chunk_sizes is None:
         return _chunk_sizes(size, len(places))
     sizes = _args.int_list(chunk_sizes, "chunk_sizes")
@@ -558,12 +593,14 @@ def _scatter_sizes(size: int, places: Sequence[Place],
             f"got len(devices) = {len(places)} and len(chunk_sizes) = "
             f"{len(sizes)}")
     if any(s < 0 for s in sizes):
-        raise AcceleratorValueError(f"chunk_sizes must be non-negative, but got "
-                                    f"chunk_sizes={shown(sizes)}")
+        raise AcceleratorValueError(
+            f"split_with_sizes expects split_sizes have only non-negative entries, but got "
+            f"split_sizes={shown(sizes)} (chunk_sizes must be sizes >= 0)")
     if sum(sizes) != size:
         raise AcceleratorValueError(
-            f"given chunk sizes don't sum up to the array's size "
-            f"(sum(chunk_sizes) == {shown(sum(sizes))}, but expected {size})")
+            f"split_with_sizes expects split_sizes to sum exactly to {size} (input array's "
+            f"size at dimension {dim}), but got split_sizes={shown(sizes)} (chunk_sizes must "
+            f"sum to the array's size along dim)")
     return sizes
 
 
