@@ -150,7 +150,10 @@ def test_numpy_dlpack_protocol_conversion(dtype: str) -> None:
     x = _array(CPU, dtype)
     arr = np.from_dlpack(x)
     np.testing.assert_array_equal(arr, x.numpy())
-    assert arr.ctypes.data == x.data_ptr() and arr.flags.writeable
+    # writable as numpy's own import of a writable array (numpy 2.1 imports every capsule
+    # read-only, numpy 2.4 takes the producer's flag)
+    assert arr.ctypes.data == x.data_ptr()
+    assert arr.flags.writeable == np.from_dlpack(np.zeros(1)).flags.writeable
     back = from_dlpack(x.numpy(), device=f"{CPU}:0")
     assert back.data_ptr() == x.data_ptr() and back.dtype == x.dtype
     assert acc.asarray(x.numpy(), device=f"{CPU}:0").data_ptr() == x.data_ptr()
@@ -302,7 +305,8 @@ def test_empty_capsule_with_any_strides_is_taken(backend: str) -> None:
     x = _array(backend, "int32", (2, 0))
     capsule = x.__dlpack__(max_version=(1, 0))
     t = _dlpack.unused_capsule(capsule, "test")[1].dl_tensor
-    t.strides[0], t.strides[1] = 7, 3
+    if t.strides:   # (numpy 2.1's export of host memory writes none)
+        t.strides[0], t.strides[1] = 7, 3
     z = from_dlpack(_Returns(capsule, x.__dlpack_device__()), device=f"{backend}:0")
     assert z.shape == (2, 0)
 
