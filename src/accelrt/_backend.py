@@ -120,7 +120,9 @@ class Backend(abc.ABC):
     #: Registry name and device type string, e.g. ``"cpu"``.
     name: ClassVar[str] = ""
     #: How to get more devices, appended to out-of-range device index errors (``""``: none).
-    more_devices_hint: ClassVar[str] = ""
+    #: A class attribute, or an instance's own where the instance's construction decides
+    #: (``CpuBackend(num_devices=2)``: the environment variable no longer applies).
+    more_devices_hint: str = ""
     #: A hint the core reads on its fastest paths (the inline plans of small collectives,
     #: ``Event.query()``), where even a call costs: True while no stream of this instance can
     #: hold queued or captured work, because every operation has completed when its call

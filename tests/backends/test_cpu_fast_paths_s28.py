@@ -21,8 +21,10 @@ from accelrt.backends.cpu._live import CpuEvent
 
 
 def _range(index: int) -> tuple[str, str]:
+    # the helper's backend is made with num_devices=2: the variable would not change it
     return ("IndexError", (f"cpu device index {index} is out of range; this backend has 2 "
-                           "device(s) (set ACCELRT_CPU_DEVICES for more)"))
+                           "device(s) (this instance was made with num_devices=2; make it "
+                           "with CpuBackend(num_devices=N) for N devices)"))
 
 
 _EVENT = "event handle {} is not a live event{}; use a handle from event_create that was not destroyed"

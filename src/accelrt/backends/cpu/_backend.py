@@ -110,7 +110,7 @@ class CpuBackend(TableBackend[CpuStream, CpuEvent]):
     name: ClassVar[str] = "cpu"
     family: ClassVar[str] = "cpu"
     #: how to get more devices, for out-of-range index errors
-    more_devices_hint: ClassVar[str] = (
+    more_devices_hint: str = (
         "set ACCELRT_CPU_DEVICES=N before the first use of accelrt for N simulated cpu "
         "devices, e.g. ACCELRT_CPU_DEVICES=4")
 
@@ -127,8 +127,13 @@ class CpuBackend(TableBackend[CpuStream, CpuEvent]):
         self._set_name(name)
         n = self._config.num_devices
         self._n = n
-        self._index_detail = (f"this backend has {n} device(s) (set ACCELRT_CPU_DEVICES for "
-                              "more)")
+        if num_devices is None:     # the count came from ACCELRT_CPU_DEVICES (or its default)
+            self._index_detail = (f"this backend has {n} device(s) (set ACCELRT_CPU_DEVICES "
+                                  "for more)")
+        else:                       # the variable does not change an explicit count
+            self.more_devices_hint = (f"this instance was made with num_devices={n}; make it "
+                                      "with CpuBackend(num_devices=N) for N devices")
+            self._index_detail = f"this backend has {n} device(s) ({self.more_devices_hint})"
         self._async = self._config.async_streams
         self._mem = [DeviceMemory(i, self._config.memory_limit, self._config.shared_memory)
                      for i in range(n)]
