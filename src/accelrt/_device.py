@@ -407,7 +407,8 @@ def is_available() -> bool:
     """
     try:
         b = _current()
-        return b is not None and _backend.unavailable_reason(b.name) is None
+        return (b is not None and _backend.unavailable_reason(b.name) is None
+                and b.device_count() > 0)
     except Exception:  # noqa: BLE001 - availability probes must never raise
         return False
 
