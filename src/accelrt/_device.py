@@ -407,7 +407,7 @@ def is_available() -> bool:
     """
     try:
         b = _current()
-        return b is not None and _backend.unavailable_reason(b.name) is None
+        return b is not None and b.device_count() > 0 and _backend.unavailable_reason(b.name) is None
     except Exception:  # noqa: BLE001 - availability probes must never raise
         return False
 

@@ -226,6 +226,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, FakeDriver]]:
                         lambda: _discovery.Probe(2, None, "nvml", 12040, (0, 1)))
     from accelrt.backends.cuda import CudaBackend
     yield CudaBackend(), drv
+    _discovery.reset()   # forget that the stand-in driver was initialised
 
 
 INVALID = 1        # CUDA_ERROR_INVALID_VALUE

@@ -108,7 +108,8 @@ class ModuleBase:
             True
         """
         try:
-            return _backend.unavailable_reason(self.name) is None
+            return (_backend.unavailable_reason(self.name) is None
+                    and self._b().device_count() > 0)
         except Exception:  # noqa: BLE001 - availability probes never raise
             return False
 

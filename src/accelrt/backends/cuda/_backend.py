@@ -146,6 +146,8 @@ class CudaBackend(Backend):
         if not self._inited:
             if self._forked:
                 raise BackendUnavailableError(_FORKED_MSG)
+            _discovery.driver_initialised()   # cuInit reads CUDA_VISIBLE_DEVICES once
+            self._multi = self.device_count() > 1
             check(self._drv.cuInit(0), "cuInit")
             self._inited = True
 

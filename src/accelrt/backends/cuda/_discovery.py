@@ -33,6 +33,7 @@ __all__ = [
     "Probe",
     "bindings_cuda_version",
     "parse_visible_devices",
+    "driver_initialised",
     "probe",
     "reset",
 ]
@@ -99,12 +100,27 @@ def _too_old(drv: ModuleType, driver_version: int) -> str | None:
     return None
 
 
-def parse_visible_devices(value: str) -> list[int | str]:
-    """Parse ``CUDA_VISIBLE_DEVICES`` as the CUDA runtime does (and PyTorch mirrors).
+def _leading_int(tok: str) -> int | None:
+    """The number ``tok`` starts with (an optional sign, then ASCII digits, as ``strtol``
+    reads it), or ``None`` when it starts with none."""
+    sign = tok[:1] if tok[:1] in ("+", "-") else ""
+    digits = ""
+    for ch in tok[len(sign):]:
+        if not "0" <= ch <= "9":      # ASCII only, as the CUDA runtime
+            break
+        digits += ch
+    return int(sign + digits) if digits else None
 
-    The first entry decides the kind: device ordinals, or UUID prefixes (``GPU-...`` or
-    ``MIG-...``). Parsing stops at the first entry of another kind (or a negative ordinal); a
-    repeated entry makes the whole list empty, since CUDA then exposes no device.
+
+def parse_visible_devices(value: str) -> list[int | str]:
+    """Parse ``CUDA_VISIBLE_DEVICES`` as PyTorch's ``torch.cuda._parse_visible_devices`` does.
+
+    A value that starts with ``GPU-`` or ``MIG-`` is a list of UUID prefixes, taken as they
+    are written (a space after a comma makes the next entry no UUID) up to the first entry
+    without that prefix. Anything else is a list of device ordinals: each entry, stripped, is
+    read as ``strtol`` reads it (a sign, then the digits it starts with: ``"1gpu"`` is 1,
+    ``"+3"`` is 3, ``"-0"`` is 0), up to the first entry that is negative or starts with no
+    number. A repeated entry makes the whole list empty, since CUDA then exposes no device.
 
     Args:
         value: the variable's value.
@@ -115,34 +131,33 @@ def parse_visible_devices(value: str) -> list[int | str]:
     Example::
 
         >>> from accelrt.backends.cuda._discovery import parse_visible_devices
-        >>> parse_visible_devices("2, 0 ,-1,1")
-        [2, 0]
+        >>> parse_visible_devices("2, +3, -0 ,-1,1")
+        [2, 3, 0]
         >>> parse_visible_devices("0,0")
         []
         >>> parse_visible_devices("GPU-ab12,GPU-cd,1")
         ['GPU-ab12', 'GPU-cd']
+        >>> parse_visible_devices("GPU-ab12, GPU-cd")
+        ['GPU-ab12']
     """
-    tokens = [t.strip() for t in value.split(",")]
-    prefix = next((p for p in ("GPU-", "MIG-") if tokens[0].startswith(p)), None)
-    out: list[int | str] = []
-    for tok in tokens:
-        item: int | str
-        if prefix is not None:
-            if not tok.startswith(prefix):
-                break
-            item = tok
-        else:
-            digits = ""
-            for ch in tok:
-                if not "0" <= ch <= "9":      # ASCII only, as the CUDA runtime
+    for prefix in ("GPU-", "MIG-"):
+        if value.startswith(prefix):
+            uuids: list[int | str] = []
+            for tok in value.split(","):
+                if not tok.startswith(prefix):
                     break
-                digits += ch
-            if not digits:
-                break
-            item = int(digits)
-        if item in out:
+                if tok in uuids:
+                    return []
+                uuids.append(tok)
+            return uuids
+    out: list[int | str] = []
+    for tok in value.split(","):
+        n = _leading_int(tok.strip())
+        if n is None or n < 0:
+            break
+        if n in out:
             return []
-        out.append(item)
+        out.append(n)
     return out
 
 
@@ -273,11 +288,22 @@ def _probe_uncached() -> Probe:
 
 
 _lock = reinit_after_fork(threading.Lock())
-_cached: Probe | None = None   # guarded by _lock
+_cached: Probe | None = None      # guarded by _lock
+_cached_env: str | None = None    # guarded by _lock: CUDA_VISIBLE_DEVICES when _cached was made
+_frozen = False                   # guarded by _lock: cuInit ran, the driver read the variable
+
+
+def _stale(p: Probe | None, env: str | None) -> bool:
+    """Whether ``p`` must be made again: none yet, or ``CUDA_VISIBLE_DEVICES`` changed while
+    the driver, which reads it once at ``cuInit``, has not been initialised."""
+    return p is None or (env != _cached_env and not _frozen and p.source != "driver")
 
 
 def probe() -> Probe:
-    """Discovery result, computed once per process (see :func:`reset`).
+    """Discovery result. As ``torch.cuda.device_count``, it is not cached before CUDA is
+    initialised: a change of ``CUDA_VISIBLE_DEVICES`` before then is seen by the next call.
+    Once the driver is initialised (:func:`driver_initialised`, or discovery had to ask the
+    driver itself), the answer is kept for the process (see :func:`reset`).
 
     Example::
 
@@ -286,18 +312,42 @@ def probe() -> Probe:
         >>> (p.reason is None) == (p.count > 0)
         True
     """
-    global _cached
+    global _cached, _cached_env
     p = _cached
-    if p is None:
+    if _stale(p, os.environ.get(ENV)):
         with _lock:
-            if _cached is None:
+            env = os.environ.get(ENV)
+            if _stale(_cached, env):
                 _cached = _probe_uncached()
+                _cached_env = env
             p = _cached
+    assert p is not None
     return p
 
 
+def driver_initialised() -> None:
+    """Record that this process is calling ``cuInit``: the driver reads ``CUDA_VISIBLE_DEVICES``
+    now and never again, so the answer for the variable's present value is kept from here on.
+
+    Example::
+
+        >>> from accelrt.backends.cuda import _discovery
+        >>> _discovery.driver_initialised()
+        >>> _discovery.probe() is _discovery.probe()
+        True
+        >>> _discovery.reset()
+    """
+    global _frozen
+    probe()
+    with _lock:
+        _frozen = True
+
+
 def reset() -> None:
-    """Forget the cached result (tests that change the environment or modules call this)."""
-    global _cached
+    """Forget the cached result and that the driver was initialised (tests that change the
+    environment or modules call this)."""
+    global _cached, _cached_env, _frozen
     with _lock:
         _cached = None
+        _cached_env = None
+        _frozen = False
