@@ -101,6 +101,7 @@ from ._p2p import P2POp, batch_isend_irecv, irecv, isend, recv, send
 from ._store import FileStore, HashStore, PrefixStore, Store
 from ._tcpstore import TCPStore
 from ._world import GroupMember, group
+from ._world import _rank_not_in_group as _rank_not_in_group
 
 __all__ = [
     "Backend", "DebugLevel", "DistBackendError", "DistError", "DistNetworkError",

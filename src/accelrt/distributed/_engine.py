@@ -483,7 +483,10 @@ class Backend(str):
 
     def __new__(cls, name: str) -> Backend:
         if not isinstance(name, str):
-            raise TypeError(f"Backend name must be a string, but got: {name!r}")
+            # torch 2.15: ValueError, these words (Backend(None), Backend(3), Backend(["gloo"]))
+            raise ValueError("Backend constructor parameter must be string-ish; got "
+                             f"{type(name).__name__} {name!r} (pass the backend's name, "
+                             "e.g. 'gloo')")
         low = name.lower()
         if low not in _ENGINES and low != "undefined":
             raise _AssertValueError(f"Invalid backend: '{name}'; known: "

@@ -87,6 +87,11 @@ def _force_stage() -> bool:
 
 
 # ---------------------------------------------------------------------------- locations
+
+#: torch 2.15's supports_complex() deny list of all_reduce and all_reduce_coalesced
+_NO_COMPLEX = (ReduceOp.MAX, ReduceOp.MIN, ReduceOp.PRODUCT, ReduceOp.BAND, ReduceOp.BOR,
+               ReduceOp.BXOR)
+
 class _Loc:
     __slots__ = ("b", "host", "index", "type")
 
@@ -566,6 +571,12 @@ class ProcessGroup:
             raise AcceleratorValueError(f"{op}: ReduceOp.PREMUL_SUM needs its factor: pass "
                                         "op=accelrt.distributed._make_nccl_premul_sum(factor)")
         base = red.op if isinstance(red, PremulSum) else red   # PremulSum: its kind
+        if (op in ("all_reduce", "all_reduce_coalesced") and base in _NO_COMPLEX
+                and any(np.dtype(a.dtype).kind == "c" for a in arrays)):
+            # torch 2.15's supports_complex(): refused before the engine, PRODUCT included
+            raise AcceleratorValueError(
+                f"all_reduce does not support {base} on complex tensors (use ReduceOp.SUM or "
+                "ReduceOp.AVG, or reduce the real and imaginary parts as real arrays)")
         for a in arrays:
             key = (eng, base, a.dtype)
             if key not in self._supported:

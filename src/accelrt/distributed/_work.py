@@ -353,6 +353,11 @@ class Work:
             self._complete_request(None)
         return self._source
 
+    def _source_rank(self) -> int:
+        """torch's private spelling of :meth:`source_rank` (``Work._source_rank()``, which
+        PyTorch's own tests call after a receive from any source)."""
+        return self.source_rank()
+
     def result(self) -> list[Any]:
         """The output arrays of the operation."""
         return list(self._outputs)

@@ -96,6 +96,20 @@ def _seconds(timeout: TimeoutArg, default: float) -> float:
     return value
 
 
+def _rank_not_in_group(group: GroupArg) -> bool:
+    """Whether ``group`` is ``GroupMember.NON_GROUP_MEMBER`` (this rank is not in the group
+    it was handed), torch's private helper: ``None`` (the world) and a group are False.
+
+    Example::
+
+        >>> _rank_not_in_group(GroupMember.NON_GROUP_MEMBER), _rank_not_in_group(None)
+        (True, False)
+    """
+    if group is None:
+        return False
+    return group is GroupMember.NON_GROUP_MEMBER
+
+
 def _group(group: GroupArg) -> ProcessGroup | None:
     if _S.world is None:
         raise ValueError("Default process group has not been initialized, please make sure to "
