@@ -135,6 +135,18 @@ def ops_section(kind, dtypes, label=""):
         for op in dist.ReduceOp:
             if not valid(op, dtype):
                 continue
+            if np.dtype(dtype).kind == "c" and op is dist.ReduceOp.PRODUCT:
+                # torch 2.15's all_reduce refuses complex PRODUCT (supports_complex)
+                @case(f"{label}{kind} all_reduce PRODUCT {dtype} refused")
+                def _():
+                    try:
+                        dist.all_reduce(arr(rank_values(R, 5, dtype), dtype, kind),
+                                        op=dist.ReduceOp.PRODUCT)
+                    except ValueError as e:
+                        assert "all_reduce does not support" in str(e), e
+                    else:
+                        raise AssertionError("complex PRODUCT all_reduce was taken")
+                continue
             for async_op in (False, True):
                 @case(f"{label}{kind} all_reduce {op.name} {dtype} async={async_op}")
                 def _():
