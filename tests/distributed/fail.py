@@ -81,6 +81,10 @@ elif MODE == "monitored":
     if R == 1:
         stuck()
     dist.monitored_barrier(timeout=TIMEOUT)
+elif MODE == "monitored_unreleased":
+    if R == 0:
+        stuck()
+    dist.monitored_barrier(timeout=TIMEOUT)
 elif MODE == "two_ranks_one_gpu":
     # the GPU machine: both ranks ask for cuda:0 under NCCL
     dist.destroy_process_group()

@@ -156,6 +156,19 @@ def test_monitored_barrier_names_the_missing_rank() -> None:
     assert "DistTimeoutError: [Rank 0]: Rank 1 failed to pass monitoredBarrier in 1500 ms" in out
 
 
+def test_monitored_barrier_unreleased_rank_says_torchs_words() -> None:
+    # torch 2.15's gloo, on a rank that arrived while rank 0 never released it: "Rank 1
+    # successfully reached monitoredBarrier, but received errors while waiting for send/recv
+    # from rank 0. Please check rank 0 logs for faulty rank." (user code matches the phrase)
+    rc, out, secs = launch(2, "fail.py", "monitored_unreleased", env={"FAIL_TIMEOUT": "0.5"},
+                           timeout=40)
+    assert rc != 0 and secs < 30, (rc, secs, out)
+    assert ("DistTimeoutError: Rank 1 successfully reached monitoredBarrier, but received "
+            "errors while waiting for send/recv from rank 0. Please check rank 0 logs for "
+            "faulty rank.") in out, out
+    assert "rank 0 did not release the monitored barrier in 500 ms" in out, out
+
+
 @pytest.mark.parametrize("kind", ["dtype", "shape"])
 def test_debug_detail_names_the_odd_rank(kind: str) -> None:
     rc, out, secs = launch(3, "fail.py", "mismatch", env={

@@ -932,6 +932,11 @@ def monitored_barrier(group: GroupArg = None, timeout: TimeoutArg = None,
         return
     comm.Send(token, 0, tag)
     req = comm.Irecv(token, 0, tag + 1)
+    # torch's gloo words (user code matches "successfully reached monitoredBarrier"), then
+    # what happened here
     wait_until(req.Test, limit + 5.0, lambda: DistTimeoutError(
-        f"[Rank {g.global_rank}]: rank 0 did not release the monitored barrier in {ms} ms",
+        f"Rank {g.global_rank} successfully reached monitoredBarrier, but received errors "
+        "while waiting for send/recv from rank 0. Please check rank 0 logs for faulty rank.\n"
+        f" Original exception: \n[Rank {g.global_rank}]: rank 0 did not release the monitored "
+        f"barrier in {ms} ms (and {ms + 5000} ms passed)",
         rank=g.global_rank, op="monitored_barrier", seq=seq))
