@@ -498,6 +498,7 @@ class CpuBackend(TableBackend[CpuStream, CpuEvent]):
             cap = self._capturing.get(s)
             if cap is not None:
                 cap.ops.append(("call", fn))
+                cap.node(s)
                 return
         if self._async:
             s.submit(fn)
@@ -665,10 +666,12 @@ class CpuBackend(TableBackend[CpuStream, CpuEvent]):
                     with self._lock:
                         self._capturing[s] = ecap
                         ecap.streams.add(s)
+                        ecap.waited(s, ev)
                     return
                 if cap is not ecap:
                     raise DeviceError(f"{self.name}: a stream cannot wait on an event recorded in "
                                       "another open capture")
+                cap.waited(s, ev)
                 return
             if cap is not None:
                 cap.ops.append(("wait", ev))
@@ -759,6 +762,7 @@ class CpuBackend(TableBackend[CpuStream, CpuEvent]):
             self.event_record(index, event, stream)
             return
         cap.ops.append(("record", ev))
+        cap.node(s)
 
     def stream_wait_event_external(self, index: int, stream: StreamHandle,
                                    event: EventHandle) -> None:
@@ -774,6 +778,7 @@ class CpuBackend(TableBackend[CpuStream, CpuEvent]):
             self.stream_wait_event(index, stream, event)
             return
         cap.ops.append(("wait", ev))
+        cap.node(s)
 
     def _record(self, ev: CpuEvent, s: CpuStream) -> None:
         if self._capturing:
@@ -782,6 +787,7 @@ class CpuBackend(TableBackend[CpuStream, CpuEvent]):
                 cap.ops.append(("record", ev))
                 ev.capture = cap
                 cap.events.add(ev)
+                cap.recorded(ev, s)
                 return
         if self._async:
             rec = Record(s, 0)

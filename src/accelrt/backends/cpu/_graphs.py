@@ -108,6 +108,14 @@ class CpuGraphs:
             for ev in cap.events:
                 if ev.capture is cap:
                     ev.capture = None
+            unjoined = cap.unjoined()
+            if unjoined:   # CUDA ends the capture and returns no graph
+                raise DeviceError(
+                    "cpu: the capture sequence contains a fork that was not joined to the "
+                    f"primary stream (stream {unjoined[0].handle} of cpu:{index} captured "
+                    f"work that stream {s.handle} never waited for); make the capturing "
+                    "stream wait for the side stream before the capture ends: "
+                    "current_stream().wait_stream(side_stream)")
             handle = next(self._handles)
             self._graphs[handle] = RecordedGraph(index, tuple(cap.ops))
         return GraphHandle(handle)

@@ -199,7 +199,8 @@ class Capture:
     synchronizations the capture refuses (:meth:`refuses`).
     """
 
-    __slots__ = ("device", "events", "mode", "ops", "origin", "streams", "thread")
+    __slots__ = ("device", "event_seen", "events", "mode", "nodes", "ops", "origin", "seen",
+                 "streams", "thread")
 
     def __init__(self, device: int, origin: CpuStream, mode: str = "global") -> None:
         self.device = device
@@ -209,6 +210,36 @@ class Capture:
         self.ops: list[tuple[str, Any]] = []
         self.events: set[CpuEvent] = set()
         self.streams: set[CpuStream] = {origin}
+        # CUDA's fork/join rule, as vector clocks: ``nodes[s]`` counts the nodes stream ``s``
+        # added to the capture, ``seen[s][t]`` how many of ``t``'s nodes ``s`` depends on
+        # (through waits on events recorded in the capture, ``event_seen[ev]`` at the record)
+        self.nodes: dict[CpuStream, int] = {}
+        self.seen: dict[CpuStream, dict[CpuStream, int]] = {}
+        self.event_seen: dict[CpuEvent, dict[CpuStream, int]] = {}
+
+    def node(self, s: CpuStream) -> None:
+        """Stream ``s`` added a node (a call, an external record or wait) to the capture."""
+        n = self.nodes.get(s, 0) + 1
+        self.nodes[s] = n
+        self.seen.setdefault(s, {})[s] = n
+
+    def recorded(self, ev: CpuEvent, s: CpuStream) -> None:
+        """``ev`` was recorded on ``s`` in the capture: it stands for ``s``'s nodes so far."""
+        self.event_seen[ev] = dict(self.seen.get(s, {}))
+
+    def waited(self, s: CpuStream, ev: CpuEvent) -> None:
+        """``s`` waited on ``ev`` (recorded in the capture): it depends on what ``ev`` saw."""
+        mine = self.seen.setdefault(s, {})
+        for t, n in self.event_seen.get(ev, {}).items():
+            if n > mine.get(t, 0):
+                mine[t] = n
+
+    def unjoined(self) -> list[CpuStream]:
+        """The streams with captured work the origin stream does not depend on (a fork not
+        joined back: CUDA's ``cudaErrorStreamCaptureUnjoined`` at the end of the capture)."""
+        known = self.seen.get(self.origin, {})
+        return [s for s, n in self.nodes.items()
+                if s is not self.origin and n > known.get(s, 0)]
 
     def refuses(self, thread: int) -> bool:
         """True if this capture forbids thread ``thread`` a call that is unsafe during a
