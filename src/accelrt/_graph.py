@@ -360,21 +360,14 @@ class Graph:
         _active[(b.name, index)].remove(id(self))
         _capturing.pop((b.name, index, int(self._stream)), None)
         _graphsafe().capture_end(self)
-        ended = False
         try:
             anyb: Any = b   # called untyped: a compiled caller would cast the result
             self._handle = _checked.graph(b, index, self._stream,
                                           anyb.graph_capture_end(index, self._stream))
-            ended = True
         finally:
-            if finalizer:
-                self._allocator.end_allocate_to_pool_from_finalizer(self._pool)
-            else:
-                self._allocator.end_allocate_to_pool(self._pool)
-            if not ended:
-                # the backend ended the capture without a graph (an unjoined fork, an
-                # invalidated capture): the graph keeps nothing, its private pool included
-                # (a capture begun again without reset() took a new pool, leaking this one)
+            getattr(self._allocator, "end_allocate_to_pool_from_finalizer" if finalizer
+                    else "end_allocate_to_pool")(self._pool)
+            if self._handle is None:   # no graph (an unjoined fork): no pool, or it leaked
                 self._reset(finalizer)
         self._template = True
         if warn and b.graph_node_count(index, self._handle) == 0:
