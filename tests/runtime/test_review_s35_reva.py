@@ -69,3 +69,27 @@ def test_failed_capture_end_releases_the_private_pool(cpu: Any) -> None:
     with pytest.raises(RuntimeError, match="pool"):
         g2.pool()                      # no successful capture
     g2.reset()
+
+
+def test_eager_record_after_a_captured_record_does_not_fork_the_capture(cpu: Any) -> None:
+    """An event recorded in an open capture and then recorded again eagerly (on a stream
+    that is not capturing) is an ordinary event, as CUDA's: a stream that waits on it waits
+    eagerly and its work runs. The event kept its capture mark: the waiting stream joined
+    the capture, its work was captured instead of run, and the capture's end raised the
+    unjoined-fork error."""
+    g = acc.Graph()
+    s, eager, third = cpu.Stream(), cpu.Stream(), cpu.Stream()
+    buf = acc.zeros(3, device=CPU)
+    ev = acc.Event()
+    with cpu.stream(s):
+        g.capture_begin()
+        ev.record(s)                   # a record node of the capture
+        ev.record(eager)               # an eager record: the event leaves the capture
+        third.wait_event(ev)
+        assert not third.is_capturing()
+        with cpu.stream(third):
+            buf.fill_(4.0)             # eager work
+        g.capture_end()
+    third.synchronize()
+    assert buf.tolist() == [4.0] * 3
+    g.reset()

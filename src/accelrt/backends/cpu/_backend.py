@@ -789,6 +789,9 @@ class CpuBackend(TableBackend[CpuStream, CpuEvent]):
                 cap.events.add(ev)
                 cap.recorded(ev, s)
                 return
+        # an eager record replaces a record in an open capture: a stream that waits on the
+        # event now waits eagerly, it does not join that capture (as CUDA's)
+        ev.capture = None
         if self._async:
             rec = Record(s, 0)
             rec.seq = s.submit(partial(stamp, rec))
