@@ -241,12 +241,18 @@ def registered() -> list[str]:
         return list(BACKENDS) + sorted(n for n in _factories if n not in BACKENDS)
 
 
+class _ReasonNow(Exception):
+    """:func:`_make`: the class's ``unavailable_reason()`` refused it. Not kept as the name's
+    failure: the reason may go away (``CUDA_VISIBLE_DEVICES`` changed before ``cuInit``, a
+    malformed variable put right), so the next use asks again (cheap: discovery is cached)."""
+
+
 def _make(name: str, factory: Callable[[], Backend] | None) -> Backend:
     if factory is not None:
         if isinstance(factory, type) and issubclass(factory, Backend):
             reason = factory.unavailable_reason()
             if reason:
-                raise BackendUnavailableError(f"Backend {name!r} is not available: {reason}")
+                raise _ReasonNow(f"Backend {name!r} is not available: {reason}")
         backend = factory()
     elif name in _BUILTIN_MODULES:
         try:
@@ -257,7 +263,7 @@ def _make(name: str, factory: Callable[[], Backend] | None) -> Backend:
         cls = module.backend_class
         reason = cls.unavailable_reason()
         if reason:
-            raise BackendUnavailableError(f"Backend {name!r} is not available: {reason}")
+            raise _ReasonNow(f"Backend {name!r} is not available: {reason}")
         backend = cls()
     else:
         known = ", ".join(repr(n) for n in registered())
@@ -278,7 +284,10 @@ def _make(name: str, factory: Callable[[], Backend] | None) -> Backend:
 
 
 def get_backend(name: str) -> Backend:
-    """Return the (cached) backend instance for ``name`` (also spelled :func:`get`).
+    """Return the (cached) backend instance for ``name`` (also spelled :func:`get`). A failure
+    is kept too, except the reason a backend class's ``unavailable_reason()`` gives: that is
+    asked again at the next call, since it may go away (``CUDA_VISIBLE_DEVICES`` changed before
+    CUDA is initialised, as ``torch.cuda.device_count()`` sees).
 
     Raises:
         BackendUnavailableError: unknown name, or the backend cannot be used here; the message
@@ -311,6 +320,9 @@ def get_backend(name: str) -> Backend:
         busy[1].wait()   # another thread creates it: use its result
     try:
         backend = _make(name, factory)
+    except _ReasonNow as exc:   # asked again next time: nothing is kept
+        _finish(name, factory, done, None, None)
+        raise BackendUnavailableError(str(exc)) from None
     except BackendUnavailableError as exc:
         _finish(name, factory, done, None, str(exc))
         raise

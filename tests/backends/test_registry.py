@@ -395,3 +395,43 @@ def test_register_tells_listeners_instead_of_reaching_into_modules() -> None:
         from accelrt import _backend
         _backend._listeners.remove(seen.append)
     assert seen == [name, name]
+
+
+def test_a_reason_that_goes_away_is_asked_again() -> None:
+    """A class's ``unavailable_reason()`` is asked again at the next use (it may change:
+    CUDA_VISIBLE_DEVICES before cuInit, a malformed variable put right); a factory that
+    raised stays failed (s35 review: the first reason was kept for the process)."""
+    state = {"reason": "the frobnicator is unplugged"}
+
+    class Later(CpuBackend):
+        name = "s35later_dev"
+
+        @classmethod
+        def unavailable_reason(cls) -> str | None:
+            return state["reason"]
+
+    acc.backends.register("s35later_dev", Later, replace=True)
+    try:
+        with pytest.raises(acc.BackendUnavailableError, match="frobnicator is unplugged"):
+            acc.backends.get_backend("s35later_dev")
+        assert "s35later_dev" not in acc.backends.available()
+        state["reason"] = "the frobnicator is off"
+        assert "frobnicator is off" in (acc.backends.unavailable_reason("s35later_dev") or "")
+        state["reason"] = None
+        assert acc.backends.unavailable_reason("s35later_dev") is None
+        assert acc.backends.get_backend("s35later_dev").device_count() >= 1
+
+        def broken() -> CpuBackend:
+            calls.append(1)
+            raise RuntimeError("no frobnicator driver")
+
+        calls: list[int] = []
+        acc.backends.register("s35broken_dev", broken, replace=True)
+        for _ in range(2):
+            with pytest.raises(acc.BackendUnavailableError, match="no frobnicator driver"):
+                acc.backends.get_backend("s35broken_dev")
+        assert calls == [1]   # a factory that failed is not run again
+    finally:
+        for n in ("s35later_dev", "s35broken_dev"):
+            if n in acc.backends.registered():
+                acc.backends.unregister(n)

@@ -323,3 +323,20 @@ def test_is_available_agrees_with_device_count(name: str) -> None:
     mod: Any = acc.backends.device_module(name)
     assert mod.device_count() == 2
     assert mod.is_available() is True
+
+
+def test_every_gpu_hidden_at_the_first_query_is_not_remembered(
+        machine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch 2.15's NVML-based ``device_count()`` with ``CUDA_VISIBLE_DEVICES=""`` at the first
+    call is 0, and 1 after the variable becomes ``"1"`` (nothing is cached before CUDA is
+    initialised). accelrt kept the registry's first failure ("no NVIDIA GPU is visible") for
+    the process, so the count stayed 0 and ``is_available()`` False (s35 review)."""
+    drv = _driver(count=2)
+    machine(drv, _nvml(count=2))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert acc.cuda.device_count() == 0 and acc.cuda.is_available() is False
+    assert "no NVIDIA GPU is visible" in (acc.cuda.unavailable_reason() or "")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert acc.cuda.unavailable_reason() is None
+    assert acc.cuda.device_count() == 1 and acc.cuda.is_available()
+    assert drv.calls == []   # NVML answered: the driver was not initialised
