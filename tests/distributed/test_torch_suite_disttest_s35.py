@@ -80,7 +80,7 @@ def test_complex_all_reduce_refuses_torchs_deny_list(world: None, op: dist.Reduc
 
 
 _RANKS = r'''
-import datetime, os, pickle, sys, time, traceback, warnings
+import datetime, os, pickle, shutil, sys, tempfile, time, traceback, warnings
 import numpy as np
 import accelrt as acc, accelrt.distributed as dist
 
@@ -425,18 +425,22 @@ if MODE == "api":   # 4 ranks
 
     @case
     def barrier_orders():            # test_barrier(_group, _full_group): ordered by the barrier
-        for group, gid in G:
+        # no rank leaves a barrier before every rank entered it: the rank ``dest`` writes a
+        # marker file just before it enters, and every other rank finds it on leaving (a gate,
+        # where torch's test sleeps and compares clocks)
+        box = [tempfile.mkdtemp(prefix="s35barrier") if r == 0 else None]
+        dist.broadcast_object_list(box, src=0)
+        for k, (group, gid) in enumerate(G):
             for dest in group:
-                stamp = acc.zeros((1,), dtype="float64")
+                mark = os.path.join(box[0], f"{k}-{dest}")
                 if dest == r:
-                    stamp.fill_(time.time() + 0.05)
-                    dist.broadcast(stamp, dest, gid)
-                    time.sleep(0.06)
-                    dist.barrier(gid)
-                else:
-                    dist.broadcast(stamp, dest, gid)
-                    dist.barrier(gid)
-                    assert time.time() >= float(stamp.numpy()[0])
+                    with open(mark, "w") as f:
+                        f.write("entered")
+                dist.barrier(gid)
+                assert os.path.exists(mark), (k, dest)
+        dist.barrier()
+        if r == 0:
+            shutil.rmtree(box[0])
 
     @case
     def object_collectives():        # test_all_gather_object_*, test_gather_object*, test_scatter_object_list, broadcast_object_list
