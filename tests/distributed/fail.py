@@ -81,6 +81,25 @@ elif MODE == "monitored":
     if R == 1:
         stuck()
     dist.monitored_barrier(timeout=TIMEOUT)
+elif MODE == "monitored_late":
+    # rank 0 times out and goes on; rank 1 arrives afterwards (gated by a message): its token
+    # must stay unmatched (the timed-out receive was cancelled, not left posted on a freed
+    # buffer), so rank 0's probe finds it and the next monitored barrier takes it
+    from accelrt.distributed._world import _group
+    comm = _group(None).control()
+    if R == 0:
+        try:
+            dist.monitored_barrier(timeout=TIMEOUT)
+        except dist.DistTimeoutError as e:
+            print(f"TIMED OUT {e}", flush=True)
+        comm.send("go", 1, 4242)
+        comm.Probe(source=1, tag=0x7ACC)    # blocks for ever if a stale receive took it
+        print("PROBED", flush=True)
+        dist.monitored_barrier(timeout=30)
+    else:
+        comm.recv(source=0, tag=4242)
+        dist.monitored_barrier(timeout=30)
+    print(f"DONE {R}", flush=True)
 elif MODE == "monitored_unreleased":
     if R == 0:
         stuck()

@@ -156,6 +156,15 @@ def test_monitored_barrier_names_the_missing_rank() -> None:
     assert "DistTimeoutError: [Rank 0]: Rank 1 failed to pass monitoredBarrier in 1500 ms" in out
 
 
+def test_monitored_barrier_timed_out_leaves_no_receive_posted() -> None:
+    # a caller that catches rank 0's timeout goes on; the late rank's token must not be
+    # delivered into the timed-out call's buffer (freed by then): the receive is cancelled
+    rc, out, secs = launch(2, "fail.py", "monitored_late", env={"FAIL_TIMEOUT": "0.5"},
+                           timeout=30)
+    assert "TIMED OUT [Rank 0]: Rank 1 failed to pass monitoredBarrier in 500 ms" in out, out
+    assert rc == 0 and "PROBED" in out and "DONE 0" in out and "DONE 1" in out, (rc, out)
+
+
 def test_monitored_barrier_unreleased_rank_says_torchs_words() -> None:
     # torch 2.15's gloo, on a rank that arrived while rank 0 never released it: "Rank 1
     # successfully reached monitoredBarrier, but received errors while waiting for send/recv

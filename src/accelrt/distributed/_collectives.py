@@ -926,7 +926,11 @@ def monitored_barrier(group: GroupArg = None, timeout: TimeoutArg = None,
                 msg = f"[Rank 0]: Rank {names[0]} failed to pass monitoredBarrier in {ms} ms"
             return DistTimeoutError(msg, rank=g.global_rank, op="monitored_barrier", seq=seq)
 
-        wait_until(arrived, limit, missing)
+        try:
+            wait_until(arrived, limit, missing)
+        except BaseException:
+            _cancel(list(reqs.values()))   # a late arrival must not land in a freed buffer
+            raise
         for r in range(1, g.size()):
             comm.Send(token, r, tag + 1)
         return
@@ -934,9 +938,25 @@ def monitored_barrier(group: GroupArg = None, timeout: TimeoutArg = None,
     req = comm.Irecv(token, 0, tag + 1)
     # torch's gloo words (user code matches "successfully reached monitoredBarrier"), then
     # what happened here
-    wait_until(req.Test, limit + 5.0, lambda: DistTimeoutError(
+    try:
+        wait_until(req.Test, limit + 5.0, lambda: DistTimeoutError(
         f"Rank {g.global_rank} successfully reached monitoredBarrier, but received errors "
         "while waiting for send/recv from rank 0. Please check rank 0 logs for faulty rank.\n"
         f" Original exception: \n[Rank {g.global_rank}]: rank 0 did not release the monitored "
         f"barrier in {ms} ms (and {ms + 5000} ms passed)",
         rank=g.global_rank, op="monitored_barrier", seq=seq))
+    except BaseException:
+        _cancel([req])
+        raise
+
+
+def _cancel(reqs: list[Any]) -> None:
+    """Cancel MPI receives a timed-out :func:`monitored_barrier` leaves posted (and wait for
+    each to end): a caller that catches the timeout goes on, and a rank arriving late would
+    otherwise deliver into a buffer already freed; its message stays unmatched instead."""
+    for req in reqs:
+        try:
+            req.Cancel()
+            req.Wait()
+        except Exception:  # noqa: BLE001, S110 - cleanup under an error being raised
+            pass
