@@ -23,13 +23,8 @@ from __future__ import annotations
 
 import copy
 import importlib.util
-import os
 import pickle
 import re
-import shutil
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -587,36 +582,17 @@ dist.destroy_process_group()
 '''
 
 
-def _mpiexec() -> str | None:
-    local = Path(sys.executable).parent / "mpiexec"
-    return str(local) if local.exists() else shutil.which("mpiexec")
-
-
 def _launch(tmp_path: Path, n: int, mode: str, timeout: float = 90) -> str:
-    """``mpiexec -n N python -m accelrt.distributed.run`` of the rank script (loopback and
-    shared memory only); its merged output, after checking every rank's cases passed."""
-    mpiexec = _mpiexec()
-    if not HAVE_MPI or mpiexec is None:
+    """The rank script under ``mpiexec -n N`` (test_distributed's :func:`launch`); its merged
+    output, after checking every rank's cases passed."""
+    from test_distributed import MPIEXEC, launch
+    if not HAVE_MPI or MPIEXEC is None:
         pytest.skip("needs mpi4py and mpiexec (pip install 'accelrt[mpi]')")
     script = tmp_path / "ranks.py"
     script.write_text(_RANKS)
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("ACCELRT_", "PMI_", "PMIX_", "OMPI_", "MPIR_", "HYDI_", "UCX_"))}
-    path = os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH")) if p)
-    env.update(UCX_TLS="self,sm", PYTHONPATH=path, ACCELRT_CPU_STREAMS="sync")
-    proc = subprocess.Popen([mpiexec, "-iface", "lo", "-n", str(n), sys.executable, "-m",
-                             "accelrt.distributed.run", str(script), mode],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env, cwd=ROOT, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        pytest.fail(f"mpiexec -n {n} ranks.py {mode} hung (killed after {timeout} s):\n"
-                    f"{out[-4000:]}")
+    rc, out, _ = launch(n, str(script), mode, timeout=timeout)
     fails = [ln for ln in out.splitlines() if "FAIL " in ln]
-    assert proc.returncode == 0 and not fails, "\n".join(fails[:20]) + "\n" + out[-3000:]
+    assert rc == 0 and not fails, "\n".join(fails[:20]) + "\n" + out[-3000:]
     done = sorted(int(k) for k, _ in re.findall(r"DONE (\d+) (\d+)(?!\d)", out))
     assert done == list(range(n)), out[-3000:]
     return out

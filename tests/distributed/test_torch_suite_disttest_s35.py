@@ -19,12 +19,7 @@ all_reduce_coalesced of complex arrays with MAX/MIN/PRODUCT/BAND/BOR/BXOR raise 
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
-import shutil
-import signal
-import subprocess
-import sys
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -496,11 +491,6 @@ dist.destroy_process_group()
 '''
 
 
-def _mpiexec() -> str | None:
-    local = Path(sys.executable).parent / "mpiexec"
-    return str(local) if local.exists() else shutil.which("mpiexec")
-
-
 def test_distributed_test_base_over_four_ranks(tmp_path: Path) -> None:
     """mirrors distributed_test.py _DistTestBase: test_get_backend, test_get_rank_size_group,
     test_get_rank_size_full_group, test_Backend_enum_class, test_new_subgroups*,
@@ -516,28 +506,14 @@ def test_distributed_test_base_over_four_ranks(tmp_path: Path) -> None:
     test_gather_object*, test_scatter_object_list, broadcast_object_list,
     test_monitored_barrier_gloo (the passing part), test_destroy_group,
     test_destroy_full_group."""
-    mpiexec = _mpiexec()
-    if not HAVE_MPI or mpiexec is None:
+    from test_distributed import MPIEXEC, launch
+    if not HAVE_MPI or MPIEXEC is None:
         pytest.skip("needs mpi4py and mpiexec (pip install 'accelrt[mpi]')")
     script = tmp_path / "ranks.py"
     script.write_text(_RANKS)
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("ACCELRT_", "PMI_", "PMIX_", "OMPI_", "MPIR_", "HYDI_", "UCX_"))}
-    path = os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH")) if p)
-    env.update(UCX_TLS="self,sm", PYTHONPATH=path, ACCELRT_CPU_STREAMS="sync",
-               S35_TIMEOUT="20")
-    proc = subprocess.Popen([mpiexec, "-iface", "lo", "-n", "4", sys.executable, "-m",
-                             "accelrt.distributed.run", str(script), "api"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env, cwd=ROOT, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=90)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        pytest.fail(f"mpiexec -n 4 ranks.py hung (killed after 90 s):\n{out[-4000:]}")
+    rc, out, _ = launch(4, str(script), "api", env={"S35_TIMEOUT": "20"}, timeout=90)
     fails = [ln for ln in out.splitlines() if "FAIL " in ln]
-    assert proc.returncode == 0 and not fails, "\n".join(fails[:20]) + "\n" + out[-3000:]
+    assert rc == 0 and not fails, "\n".join(fails[:20]) + "\n" + out[-3000:]
     done = sorted(int(k) for k, _ in re.findall(r"DONE (\d+) (\d+)(?!\d)", out))
     assert done == [0, 1, 2, 3], out[-3000:]
     assert out.count("OK ") == 4 * 21, out[-3000:]
