@@ -365,8 +365,9 @@ class Graph:
             self._handle = _checked.graph(b, index, self._stream,
                                           anyb.graph_capture_end(index, self._stream))
         finally:
-            getattr(self._allocator, "end_allocate_to_pool_from_finalizer" if finalizer
-                    else "end_allocate_to_pool")(self._pool)
+            end = (self._allocator.end_allocate_to_pool_from_finalizer if finalizer
+                   else self._allocator.end_allocate_to_pool)
+            end(self._pool)
             if self._handle is None:   # no graph (an unjoined fork): no pool, or it leaked
                 self._reset(finalizer)
         self._template = True
@@ -687,10 +688,9 @@ class DeviceGraph(Graph):
     def retain_object(self, obj: object, *,
                       synchronize_before_release: bool = False) -> RemovableHandle:
         """Keep ``obj`` alive until this graph is destroyed (:meth:`reset`, :meth:`close`, or
-        collected), then drop the reference (``torch.cuda.CUDAGraph.retain_object``): e.g. the
-        last reference to an array the captured work reads. ``synchronize_before_release``
-        as in :meth:`register_destroy_callback`. Returns a handle whose ``remove()`` drops
-        the reference early."""
+        collected), then drop it (``torch.cuda.CUDAGraph.retain_object``): e.g. the last
+        reference to an array the captured work reads. ``synchronize_before_release`` as in
+        :meth:`register_destroy_callback`; the handle's ``remove()`` drops it early."""
         self._check_open()
         r = self._retained
         r.sync = r.sync or _flag("synchronize_before_release", synchronize_before_release)
