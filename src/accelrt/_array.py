@@ -534,14 +534,11 @@ class Array:
         (checked by the caller), into ``self``."""
         if not self._mem.nbytes:
             return
-        if src._b is not self._b:
-            # across backends: through the host
-            self._put(src._host_array(), non_blocking)
-            return
-        if src._index != self._index and not (src._mem.host or self._mem.host) \
-                and not self._b.capabilities(src._index).peer_copies:
-            # two devices of a backend without memcpy_peer: through the host, as across
-            # backends
+        if src._b is not self._b or (
+                src._index != self._index and not (src._mem.host or self._mem.host)
+                and not self._b.capabilities(src._index).peer_copies):
+            # across backends, or two devices of a backend without memcpy_peer: through the
+            # host
             self._put(src._host_array(), non_blocking)
             return
         if src._shape == self._shape:
