@@ -314,6 +314,8 @@ def probe() -> Probe:
     """
     global _cached, _cached_env
     p = _cached
+    if p is not None and (_frozen or p.source == "driver"):
+        return p   # kept for the process: the variable is not read again (every index check)
     if _stale(p, os.environ.get(ENV)):
         with _lock:
             env = os.environ.get(ENV)
