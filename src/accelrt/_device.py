@@ -921,18 +921,21 @@ class device_index(_SwitchCore):
 
 
 def _deprecated(old: str, new: str) -> None:
-    warnings.warn(f"`{old}` is deprecated. Use `{new}` instead.", FutureWarning, stacklevel=3)
+    """``FutureWarning`` for a deprecated alias; the message ends with torch 2.15's own text
+    ("Use `current_device_index` instead."), which names the new function without a module."""
+    warnings.warn(f"`accelrt.{old}` is deprecated. Use `{new}` instead.", FutureWarning,
+                  stacklevel=3)
 
 
 def current_device_idx() -> int:
     """Deprecated alias of :func:`current_device_index` (emits ``FutureWarning``)."""
-    _deprecated("accelrt.current_device_idx", "accelrt.current_device_index")
+    _deprecated("current_device_idx", "current_device_index")
     return current_device_index()
 
 
 def set_device_idx(device: DeviceLike, /) -> None:
     """Deprecated alias of :func:`set_device_index` (emits ``FutureWarning``)."""
-    _deprecated("accelrt.set_device_idx", "accelrt.set_device_index")
+    _deprecated("set_device_idx", "set_device_index")
     set_device_index(device)
 
 

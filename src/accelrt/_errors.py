@@ -100,6 +100,31 @@ class AcceleratorIndexError(AcceleratorError, IndexError):
     """
 
 
+class _InvalidIdIndexError(AcceleratorIndexError, AssertionError):
+    """An out-of-range index given to a device module's ``get_device_properties``,
+    ``get_device_name``, ``get_device_capability`` or ``can_device_access_peer``, where
+    ``torch.cuda`` raises ``AssertionError("Invalid device id")``: also an ``AssertionError``.
+
+    Example::
+
+        >>> from accelrt._errors import _InvalidIdIndexError as E
+        >>> issubclass(E, IndexError), issubclass(E, AssertionError)
+        (True, True)
+    """
+
+
+class _InvalidIdValueError(AcceleratorValueError, AssertionError):
+    """A negative index given where :class:`_InvalidIdIndexError` applies (``torch.cuda``:
+    ``AssertionError("Invalid device id")``): also an ``AssertionError``.
+
+    Example::
+
+        >>> from accelrt._errors import _InvalidIdValueError as E
+        >>> issubclass(E, ValueError), issubclass(E, AssertionError)
+        (True, True)
+    """
+
+
 class AcceleratorTypeError(AcceleratorError, TypeError):
     """An object of the wrong kind where PyTorch raises ``RuntimeError`` (an array on the wrong
     kind of device, ...): both a ``RuntimeError`` and a ``TypeError``.

@@ -118,9 +118,9 @@ def test_set_device_index_of_another_type_is_a_type_and_value_error(four: str,
 def test_set_device_index_is_positional_only_and_the_aliases_warn(four: str) -> None:
     with pytest.raises(TypeError, match="positional"):
         acc.set_device_index(device=1)  # type: ignore[call-arg]
-    with pytest.warns(FutureWarning, match="Use `accelrt.set_device_index` instead"):
+    with pytest.warns(FutureWarning, match="Use `set_device_index` instead"):
         acc.set_device_idx(3)
-    with pytest.warns(FutureWarning, match="Use `accelrt.current_device_index` instead"):
+    with pytest.warns(FutureWarning, match="Use `current_device_index` instead"):
         assert acc.current_device_idx() == 3
 
 

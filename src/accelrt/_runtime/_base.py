@@ -20,7 +20,14 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _backend
 from .. import _device as _dev
-from .._errors import BackendUnavailableError, type_shown
+from .._errors import (
+    AcceleratorIndexError,
+    AcceleratorValueError,
+    BackendUnavailableError,
+    _InvalidIdIndexError,
+    _InvalidIdValueError,
+    type_shown,
+)
 from ._args import index_of, resolve, typed
 
 if TYPE_CHECKING:
@@ -74,6 +81,27 @@ class ModuleBase:
     def _resolve(self, device: Any) -> tuple[_backend.Backend, int]:
         """``(backend, checked index)`` of a device argument (``None``: current device)."""
         return resolve(self.name, device)
+
+    def _resolve_id(self, device: Any, what: str = "device", *,
+                    optional: bool = True) -> tuple[_backend.Backend, int]:
+        """:meth:`_resolve` as ``torch.cuda.get_device_properties`` and
+        ``can_device_access_peer`` check their device: ``None`` (or a device without an
+        index) is the current device only where ``optional``, else PyTorch's ``ValueError``
+        ("Expected a device with a specified index or an integer, but got: None"); a negative
+        or out-of-range index raises accelrt's error, made an ``AssertionError`` too with
+        torch's "Invalid device id" ("Invalid peer device id" for ``what="peer device"``)
+        at the front of the message."""
+        d = typed(self.name, device)
+        b = _backend.get_backend(self.name)
+        if not optional and (d is None or (isinstance(d, _dev.device) and d.index is None)):
+            raise ValueError(f"Expected a device with a specified index or an integer, but "
+                             f"got: {device}")
+        try:
+            return b, index_of(b, d)
+        except AcceleratorIndexError as e:
+            raise _InvalidIdIndexError(f"Invalid {what} id: {e}") from None
+        except AcceleratorValueError as e:
+            raise _InvalidIdValueError(f"Invalid {what} id: {e}") from None
 
     def _device(self, device: Any) -> _dev.device:
         """The :class:`accelrt.device` (with index) of a device argument."""

@@ -84,7 +84,7 @@ def get_device_capability(device: DeviceLike = None) -> tuple[int, int]:
         >>> acc.cuda.is_available() is False or len(acc.cuda.get_device_capability()) == 2
         True
     """
-    b, idx = device_module("cuda")._resolve(device)
+    b, idx = device_module("cuda")._resolve_id(device)
     props = b.get_device_properties(idx)
     return int(props["major"]), int(props["minor"])
 

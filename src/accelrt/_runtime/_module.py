@@ -369,13 +369,20 @@ class DeviceModule(MemoryFunctions, RandomFunctions, Generic[_S, _E]):
         ``multi_processor_count``, ``major``, ``minor``, ``uuid``, ...) and the backend's extras
         by item: :func:`accelrt.get_device_properties` for this backend.
 
+        Raises:
+            AssertionError: (also accelrt's ``IndexError``/``ValueError``, both
+                ``RuntimeError`` errors) the index is out of range or negative, with
+                ``torch.cuda``'s "Invalid device id" first in the message; as
+                :meth:`get_device_name` and :meth:`get_device_capability`.
+
         Example::
 
             >>> import accelrt as acc
             >>> acc.cpu.get_device_properties().total_memory > 0
             True
         """
-        return _dev.get_device_properties(self._device(device))
+        b, index = self._resolve_id(device)
+        return _dev.get_device_properties(_dev._device_obj(b.name, index))
 
     def get_device_capability(self, device: DeviceLike = None) -> dict[str, Any]:
         """Capabilities of a device (at least ``supported_dtypes``), as
@@ -388,7 +395,8 @@ class DeviceModule(MemoryFunctions, RandomFunctions, Generic[_S, _E]):
             >>> "float32" in acc.cpu.get_device_capability()["supported_dtypes"]
             True
         """
-        return _dev.get_device_capability(self._device(device))
+        b, index = self._resolve_id(device)
+        return _dev.get_device_capability(_dev._device_obj(b.name, index))
 
     def get_device_name(self, device: DeviceLike = None) -> str:
         """The name of a device (``get_device_properties(device)["name"]``).
@@ -399,11 +407,20 @@ class DeviceModule(MemoryFunctions, RandomFunctions, Generic[_S, _E]):
             >>> isinstance(acc.cpu.get_device_name(), str)
             True
         """
-        b, index = self._resolve(device)
+        b, index = self._resolve_id(device)
         return str(b.get_device_properties(index)["name"])
 
     def can_device_access_peer(self, device: DeviceLike, peer_device: DeviceLike) -> bool:
         """True if ``device`` can access memory of ``peer_device`` directly.
+
+        ``device`` may be ``None`` (the current device); ``peer_device`` must name one
+        device, as in ``torch.cuda``.
+
+        Raises:
+            ValueError: ``peer_device`` is ``None`` or a device without an index.
+            AssertionError: (also accelrt's ``IndexError``/``ValueError``) an index out of
+                range or negative: "Invalid device id" / "Invalid peer device id", as
+                ``torch.cuda``.
 
         Example::
 
@@ -411,8 +428,8 @@ class DeviceModule(MemoryFunctions, RandomFunctions, Generic[_S, _E]):
             >>> acc.cpu.can_device_access_peer(0, 0)
             True
         """
-        b, index = self._resolve(device)
-        _, peer = self._resolve(peer_device)
+        b, index = self._resolve_id(device)
+        _, peer = self._resolve_id(peer_device, "peer device", optional=False)
         return bool(b.can_access_peer(index, peer))
 
     def get_arch_list(self) -> list[str]:
