@@ -14,6 +14,7 @@ event semantics, statistics, host statistics, snapshots, RNG states) is not repe
 from __future__ import annotations
 
 import gc
+import re
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -238,6 +239,40 @@ def test_calls_that_leave_the_backend_uninitialised() -> None:
         getattr(f, how)()
         assert f.is_initialized() is True
         assert len(f.host_memory_stats()) == 28      # every key, at 0, once initialised
+
+
+def test_record_memory_history_refuses_unknown_names_as_torch(m: Any) -> None:
+    """mirrors torch/cuda/memory.py _record_memory_history (its C++ ``checkOptionIn``, run
+    on torch 2.15 CPU-only: the names are checked before CUDA is needed): an unknown
+    ``enabled``, ``context`` or ``stacks`` string is a ``RuntimeError`` "expected state to be
+    'state', 'all', or None" / "expected context to be 'state', 'alloc', 'all', or None" /
+    "expected stacks to be 'python', or 'all'" (accelrt's is a ``ValueError`` too); a value
+    that is not a string is a ``TypeError`` (torch: "incompatible function arguments"); the
+    legacy ``bool`` form is taken (``trace_alloc_max_entries=1``: the trace keeps the last
+    entry)."""
+    record = m.memory._record_memory_history
+    cases = [(("none",), {}, "expected state to be 'state', 'all', or None"),
+             (("all",), {"context": "everything"},
+              "expected context to be 'state', 'alloc', 'all', or None"),
+             (("all",), {"stacks": "cpp"}, "expected stacks to be 'python', or 'all'")]
+    for args, kwargs, text in cases:
+        with pytest.raises(RuntimeError, match=re.escape(text)):
+            record(*args, device=0, **kwargs)
+        with pytest.raises(ValueError):
+            record(*args, device=0, **kwargs)
+    for args, kwargs in (((1,), {}), (("all",), {"stacks": None}), (("all",), {"context": 1})):
+        with pytest.raises(TypeError):
+            record(*args, device=0, **kwargs)
+    try:
+        # torch's legacy form (_record_memory_history_legacy): on, a trace of one entry
+        record(True, device=0)
+        x = acc.empty(16, device=f"{m.name}:0")
+        trace = m.memory._snapshot(0)["device_traces"][0]
+        assert [t["action"] for t in trace] == ["alloc"] and trace[0]["addr"] == x.data_ptr()
+        del x
+    finally:
+        record(None, device=0)
+        m.empty_cache()
 
 
 # ------------------------------------------------------------------------ sync debug

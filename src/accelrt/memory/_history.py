@@ -45,7 +45,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .._errors import shown, type_shown
+from .._errors import AcceleratorValueError, shown, type_shown
 
 if TYPE_CHECKING:
     from ._interface import AllocatorCore
@@ -189,14 +189,25 @@ def capture_frames() -> list[dict[str, Any]]:
     return out
 
 
+#: torch 2.15's messages for an unknown string (its C++ ``checkOptionIn``, a RuntimeError)
+_TORCH_CHOICE_TEXT = {
+    "enabled": "expected state to be 'state', 'all', or None",
+    "context": "expected context to be 'state', 'alloc', 'all', or None",
+    "stacks": "expected stacks to be 'python', or 'all'",
+}
+
+
 def _check_choice(name: str, value: object, choices: tuple[str | None, ...]) -> None:
     """Raise unless ``value`` is one of ``choices`` (PyTorch's ``_record_memory_history``
     takes these arguments as optional strings): a ``TypeError`` for a value that is neither a
-    str nor an allowed None, a ``ValueError`` for any other value."""
+    str nor an allowed None (torch's binding: ``TypeError``), an
+    :class:`~accelrt.AcceleratorValueError` (a ``ValueError`` and torch's ``RuntimeError``,
+    its message in parentheses) for another string."""
     if (value is None and None in choices) or isinstance(value, str):
         if value in choices:
             return
-        raise ValueError(f"{name} must be {_spell(choices)}, got {shown(value)}")
+        raise AcceleratorValueError(f"{name} must be {_spell(choices)}, got {shown(value)} "
+                                    f"({_TORCH_CHOICE_TEXT[name]})")
     raise TypeError(f"{name} must be {_spell(choices)}, got {type_shown(value)} "
                     f"{shown(value):.60}")
 
@@ -217,7 +228,8 @@ def check_history_args(enabled: str | bool | None, context: str | None, stacks: 
     entry: PyTorch's ``RingBuffer::setMaxEntries`` keeps at least one).
 
     Raises:
-        ValueError: an unknown value.
+        ValueError: an unknown value (for ``enabled``, ``context`` and ``stacks`` also a
+            ``RuntimeError`` ending with torch's message, as torch raises).
         TypeError: ``enabled``, ``context`` or ``stacks`` is neither a str nor None,
             ``max_entries`` is not an int in ``[0, 2**64)`` (PyTorch's binding refuses a
             negative or larger int with a TypeError), or ``skip_actions`` is not a list of
