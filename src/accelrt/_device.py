@@ -920,11 +920,8 @@ class device_index(_SwitchCore):
         self.prev_idx = -1
 
 
-def _deprecated(old: str, new: str) -> None:
-    """``FutureWarning`` for a deprecated alias; the message ends with torch 2.15's own text
-    ("Use `current_device_index` instead."), which names the new function without a module."""
-    warnings.warn(f"`accelrt.{old}` is deprecated. Use `{new}` instead.", FutureWarning,
-                  stacklevel=3)
+def _deprecated(old: str, new: str) -> None:   # ends with torch 2.15's "Use `new` instead."
+    warnings.warn(f"`accelrt.{old}` is deprecated. Use `{new}` instead.", FutureWarning, stacklevel=3)
 
 
 def current_device_idx() -> int:
