@@ -466,7 +466,12 @@ class ProcessGroup:
         try:
             return self.global_ranks.index(int(rank))
         except ValueError:
-            gloo = f"invalid root rank: {rank}: " if root and self.name == "WORLD" else ""
+            if self.name != "WORLD":   # torch's get_group_rank words, then accelrt's
+                raise _RankNotInGroupError(
+                    f"Global rank {rank} is not part of group {self.name!r}: the global rank "
+                    f"{rank} is not part of the group's ranks {self.global_ranks}; "
+                    f"group_{what}= takes a rank of the group") from None
+            gloo = f"invalid root rank: {rank}: " if root else ""
             raise _RankNotInGroupError(
                 f"{gloo}The global rank {rank} is not part of the group {self.name!r} (ranks "
                 f"{self.global_ranks}); group_{what}= takes a rank of the group") from None

@@ -164,10 +164,11 @@ def _obj_call(g: ProcessGroup, op: str, fn: Callable[[], Any], p2p: bool = False
 def broadcast_object_list(object_list: list[Any], src: int | None = None,
                           group: GroupArg = None, device: DeviceLike = None,
                           group_src: int | None = None, weights_only: bool = False) -> None:
-    """Replace ``object_list``'s items on every rank with those (pickled) of global rank
-    ``src`` or group rank ``group_src`` (neither: global rank 0). With ``weights_only=True``
-    the receivers unpickle only plain data and numpy arrays (else ``pickle.UnpicklingError``),
-    as torch's ``weights_only``; the same holds for every ``*_object*`` collective.
+    """Replace ``object_list``'s items on every other rank with those (pickled) of global
+    rank ``src`` or group rank ``group_src`` (neither: global rank 0); the source's list keeps
+    its own objects, as torch's. With ``weights_only=True`` the receivers unpickle only plain
+    data and numpy arrays (else ``pickle.UnpicklingError``), as torch's ``weights_only``; the
+    same holds for every ``*_object*`` collective.
 
     Example::
 
@@ -184,7 +185,8 @@ def broadcast_object_list(object_list: list[Any], src: int | None = None,
     data, kept = _pickled(g, list(object_list)) if g.rank() == root else (None, [])
     got = _obj_call(g, "broadcast_object_list", lambda: comm.bcast(data, root=root))
     _raise_own(kept)
-    object_list[:] = _received(g, "broadcast_object_list", got, weights_only)
+    if g.rank() != root:   # the source keeps its own objects (torch 2.15: not unpickled)
+        object_list[:] = _received(g, "broadcast_object_list", got, weights_only)
 
 
 def all_gather_object(object_list: list[Any], obj: Any, group: GroupArg = None,
@@ -215,7 +217,8 @@ def gather_object(obj: Any, object_gather_list: list[Any] | None = None,
                   dst: int | None = None, group: GroupArg = None,
                   group_dst: int | None = None, weights_only: bool = False) -> None:
     """Gather every rank's ``obj`` into ``object_gather_list`` on global rank ``dst`` or group
-    rank ``group_dst`` (neither: global rank 0).
+    rank ``group_dst`` (neither: global rank 0); a longer list keeps its items past the
+    group's size, as torch's.
 
     Example::
 
@@ -229,15 +232,17 @@ def gather_object(obj: Any, object_gather_list: list[Any] | None = None,
     if g is None:
         return
     root = g.canonical_rank(dst, group_dst, "dst", default=0)
-    if g.rank() == root and (object_gather_list is None
-                             or len(object_gather_list) != g.size()):
-        raise ValueError(f"gather_object: object_gather_list must have {g.size()} slots on "
-                         "the destination rank")
+    if g.rank() == root:
+        if not object_gather_list:
+            raise ValueError("Argument ``gather_list`` must be specified on destination rank.")
+        if len(object_gather_list) < g.size():   # torch: IndexError after the collective
+            raise ValueError(f"gather_object: object_gather_list must have {g.size()} slots "
+                             "(at least) on the destination rank")
     data, kept = _pickled(g, obj)
     got = _obj_call(g, "gather_object", lambda: comm.gather(data, root=root))
     if g.rank() == root:
         assert object_gather_list is not None
-        object_gather_list[:] = _settle(g, "gather_object", kept, got, weights_only)
+        object_gather_list[:g.size()] = _settle(g, "gather_object", kept, got, weights_only)
     _raise_own(kept)
 
 
@@ -267,7 +272,9 @@ def scatter_object_list(scatter_object_output_list: list[Any],
     items: list[bytes | _Unpicklable] | None = None
     kept: list[Exception] = []
     if g.rank() == root:
-        if scatter_object_input_list is None or len(scatter_object_input_list) != g.size():
+        if scatter_object_input_list is None:
+            raise ValueError("source rank must provide non-None scatter_object_input_list")
+        if len(scatter_object_input_list) != g.size():
             raise ValueError(f"scatter_object_list: the source rank needs {g.size()} input "
                              "objects")
         items = []
