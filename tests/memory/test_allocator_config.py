@@ -94,7 +94,8 @@ def test_roundup_list():
 
 def test_booleans_exact():
     for bad in ("true", "1", "yes", "TRUE"):
-        with pytest.raises(ValueError, match="True/False argument for expandable_segments"):
+        with pytest.raises(ValueError, match=("expandable_segments: Expected 'True' or 'False' "
+                                              f"at index 2 in ConfigTokenizer but got '{bad}'")):
             parse_config(f"expandable_segments:{bad}")
 
 

@@ -238,13 +238,14 @@ REFUSED = [
                                  "expandable_segments")),
     ("MAX_SPLIT_SIZE_MB:128", "Unrecognized key 'MAX_SPLIT_SIZE_MB'"),
     # booleans: exactly True or False
-    ("expandable_segments:true", ("Expected a single True/False argument for "
-                                 "expandable_segments, got 'true'")),
-    ("expandable_segments:1", "Expected a single True/False argument"),
-    ("expandable_segments:TRUE", "Expected a single True/False argument"),
-    ("release_lock_on_cudamalloc:none", ("Expected a single True/False argument for "
-                                        "release_lock_on_cudamalloc")),
-    ("pinned_use_cuda_host_register:none", "Expected a single True/False argument"),
+    # (torch 2.15's ConfigTokenizer::toBool wording, which counts the tokens)
+    ("expandable_segments:true", ("expandable_segments: Expected 'True' or 'False' at index 2 "
+                                 "in ConfigTokenizer but got 'true'")),
+    ("expandable_segments:1", "Expected 'True' or 'False' at index 2"),
+    ("expandable_segments:TRUE", "Expected 'True' or 'False' at index 2"),
+    ("release_lock_on_cudamalloc:none", ("release_lock_on_cudamalloc: Expected 'True' or "
+                                        "'False' at index 2 in ConfigTokenizer but got 'none'")),
+    ("pinned_use_cuda_host_register:none", "Expected 'True' or 'False' at index 2"),
     # sizes in MB: whole ASCII decimal numbers, in range
     ("max_split_size_mb:0", "max_split_size_mb too small, must be >= 20"),
     ("max_split_size_mb:2", "max_split_size_mb too small, must be >= 20"),

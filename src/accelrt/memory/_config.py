@@ -328,13 +328,16 @@ def _int(key: str, tok: str, accepted: str) -> int:
     return value
 
 
-def _bool(key: str, tok: str) -> bool:
+def _bool(key: str, tok: str, at: int) -> bool:
+    """``tok``, the value of ``key`` and token ``at`` of the settings string, as a bool: only
+    ``True`` and ``False`` are taken, and anything else is refused with torch 2.15's message
+    (``ConfigTokenizer::toBool``: the index counts every token, separators included)."""
     if tok == "True":
         return True
     if tok == "False":
         return False
-    raise ValueError(f"accelrt allocator config: Expected a single True/False argument for "
-                     f"{key}, got {_clip(tok)!r}")
+    raise ValueError(f"accelrt allocator config: {key}: Expected 'True' or 'False' at index "
+                     f"{at} in ConfigTokenizer but got '{_clip(tok)}'")
 
 
 def _float(key: str, tok: str, accepted: str) -> float:
@@ -515,7 +518,7 @@ def parse_config(settings: str, base: AllocatorConfig | None = None) -> Allocato
                 vals[key] = spec
         else:
             tok = p.value(key)
-            _apply_key(vals, key, tok, lss_mb)
+            _apply_key(vals, key, tok, lss_mb, p.i - 1)
         if not p.at_end():
             p.expect(",", key)
     return dataclasses.replace(base, **vals)  # type: ignore[arg-type]
@@ -570,7 +573,8 @@ def _parse_reserve_classes(p: _Parser) -> tuple[tuple[str, ReserveSpec], ...]:
     return tuple(out.items())
 
 
-def _apply_key(vals: dict[str, object], key: str, tok: str, lss_mb: int) -> None:
+def _apply_key(vals: dict[str, object], key: str, tok: str, lss_mb: int, at: int) -> None:
+    """Check and store the value ``tok`` of ``key`` (token ``at`` of the settings string)."""
     if key == "backend":
         if tok not in ALLOCATOR_BACKENDS:
             raise ValueError(f"accelrt allocator config: Unknown allocator backend "
@@ -600,29 +604,29 @@ def _apply_key(vals: dict[str, object], key: str, tok: str, lss_mb: int) -> None
                              f"set it in [0.0, 1.0]; got {_clip(tok)}")
         vals["per_process_memory_fraction"] = f
     elif key == "expandable_segments":
-        vals["expandable_segments"] = _bool(key, tok)
+        vals["expandable_segments"] = _bool(key, tok, at)
     elif key in ("release_lock_on_cudamalloc", "release_lock_on_hipmalloc",
                  "release_lock_on_malloc"):
-        vals["release_lock_on_malloc"] = _bool(key, tok)
+        vals["release_lock_on_malloc"] = _bool(key, tok, at)
     elif key in ("throw_on_cudamalloc_oom", "throw_on_malloc_oom"):
-        vals["throw_on_malloc_oom"] = _bool(key, tok)
+        vals["throw_on_malloc_oom"] = _bool(key, tok, at)
     elif key == "graph_capture_record_stream_reuse":
-        if _bool(key, tok):
+        if _bool(key, tok, at):
             raise ValueError(f"accelrt allocator config: {REFUSED[key]}")
         vals["graph_capture_record_stream_reuse"] = False
     elif key == "page_reuse":
-        vals["page_reuse"] = _bool(key, tok)
+        vals["page_reuse"] = _bool(key, tok, at)
     elif key in ("pinned_use_cuda_host_register", "pinned_use_hip_host_register",
                  "pinned_use_host_register"):
-        if _bool(key, tok):
+        if _bool(key, tok, at):
             raise ValueError("accelrt allocator config: "
                              + REFUSED["pinned_use_cuda_host_register"].replace(
                                  "pinned_use_cuda_host_register:True", f"{key}:True", 1))
         vals["pinned_use_host_register"] = False
     elif key == "pinned_use_background_threads":
-        vals["pinned_use_background_threads"] = _bool(key, tok)
+        vals["pinned_use_background_threads"] = _bool(key, tok, at)
     elif key == "pinned_free_catch_all":
-        vals["pinned_free_catch_all"] = _bool(key, tok)
+        vals["pinned_free_catch_all"] = _bool(key, tok, at)
     elif key == "pinned_num_register_threads":
         n = _int(key, tok, f"a power of 2 <= {_MAX_REGISTER_THREADS}")
         if not _is_pow2(n):
