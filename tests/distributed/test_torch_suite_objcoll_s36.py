@@ -237,6 +237,9 @@ def gather_object_longer_list_and_checks():  # _test_gather_object; _validate_ou
     if r == 0:
         raises(ValueError, "^Argument ``gather_list`` must be specified on destination rank",
                lambda: dist.gather_object(r, [], dst=0))
+    if r != 0:   # a list on another rank: torch's ValueError, before any collective
+        raises(ValueError, "^Argument ``gather_list`` must NOT be specified on non-destination",
+               lambda: dist.gather_object(r, [None] * n, dst=0))
     raises(ValueError, "^Can't specify both group_rank and global_rank",
            lambda: dist.gather_object(r, None, dst=0, group_dst=0))
     raises(ValueError, "^Can't specify both group_rank and global_rank",

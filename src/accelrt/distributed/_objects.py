@@ -238,6 +238,9 @@ def gather_object(obj: Any, object_gather_list: list[Any] | None = None,
         if len(object_gather_list) < g.size():   # torch: IndexError after the collective
             raise ValueError(f"gather_object: object_gather_list must have {g.size()} slots "
                              "(at least) on the destination rank")
+    elif object_gather_list:   # torch 2.15's _validate_output_list_for_rank
+        raise ValueError("Argument ``gather_list`` must NOT be specified on non-destination "
+                         "ranks.")
     data, kept = _pickled(g, obj)
     got = _obj_call(g, "gather_object", lambda: comm.gather(data, root=root))
     if g.rank() == root:
