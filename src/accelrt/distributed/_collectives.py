@@ -215,7 +215,8 @@ def all_gather_into_tensor(output_tensor: ArrayArg, input_tensor: ArrayArg, grou
     g = _member(group, "all_gather_into_tensor")
     if g is None:
         return None
-    _check_same("all_gather_into_tensor", output_tensor, input_tensor)
+    _check_same("all_gather_into_tensor", output_tensor, input_tensor,
+                "output tensor must have the same type as input tensor")
     if not isinstance(output_tensor, (Array, np.ndarray)):
         raise TypeError(f"all_gather_into_tensor: expected an accelrt.Array, got "
                         f"{type_shown(output_tensor)}")
@@ -279,7 +280,8 @@ def reduce_scatter_tensor(output: ArrayArg, input: ArrayArg,
     g = _member(group, "reduce_scatter_tensor")
     if g is None:
         return None
-    _check_same("reduce_scatter_tensor", output, input)
+    _check_same("reduce_scatter_tensor", output, input,
+                "input tensor must be the same type as the output tensor.")
     _size_check("reduce_scatter_tensor", input, g.size() * output.size, input.size,
                 "input tensor must be the same size as output size times world size")
     red = _op(op)
@@ -401,14 +403,18 @@ def all_to_all_single(output: ArrayArg, input: ArrayArg,
         per_row = arr.size // rows if rows else 0
         if splits is None or len(splits) == 0:
             if rows % n:
-                raise AcceleratorValueError(f"all_to_all_single: {name} dim 0 ({rows}) must be "
-                                            f"divisible by the world size ({n}) without "
-                                            "split sizes")
+                raise AcceleratorValueError(f"all_to_all_single: Tensor's dim 0 does not divide "
+                                            f"equally across group size ({name} dim 0 ({rows}) "
+                                            f"and world size {n}; or pass split sizes)")
             return [rows // n * per_row] * n
-        if len(splits) != n or any(int(s) < 0 for s in splits) or sum(splits) != rows:
-            raise AcceleratorValueError(f"all_to_all_single: {name}_split_sizes must be {n} "
-                                        f"non-negative ints summing to dim 0 ({rows}), got "
-                                        f"{list(splits)}")
+        # torch 2.15's words (c10d's checkSplitSizes), in its order
+        words = ("Number of tensor splits not equal to group size" if len(splits) != n else
+                 "Split sizes must be non-negative" if any(int(s) < 0 for s in splits) else
+                 "Split sizes doesn't match total dim 0 size" if sum(splits) != rows else None)
+        if words is not None:
+            raise AcceleratorValueError(f"all_to_all_single: {words} ({name}_split_sizes must "
+                                        f"be {n} non-negative ints summing to dim 0 ({rows}), "
+                                        f"got {list(splits)})")
         return [int(s) * per_row for s in splits]
 
     sc = counts(input, input_split_sizes, "input")
