@@ -236,6 +236,9 @@ def all_gather(tensor_list: Sequence[ArrayArg], tensor: ArrayArg, group: GroupAr
                async_op: bool = False) -> Work | None:
     """Gather every rank's ``tensor`` into ``tensor_list`` (one array per rank).
 
+    As torch's NCCL (all_gather_v; gloo refuses them), the arrays may differ in size:
+    ``tensor_list[k]`` has group rank k's input size (the same list sizes on every rank).
+
     Example::
 
         >>> import accelrt as acc, accelrt.distributed as dist
@@ -248,6 +251,9 @@ def all_gather(tensor_list: Sequence[ArrayArg], tensor: ArrayArg, group: GroupAr
     g = _member(group, "all_gather")
     if g is None:
         return None
+    _check_length("all_gather", tensor_list, "tensor_list", g.size(), "(one per rank)")
+    if len({getattr(t, "size", None) for t in tensor_list}) > 1:   # blocks of several sizes
+        return _all_gather_uneven(g, list(tensor_list), tensor, async_op)
     _check_list("all_gather", g, tensor_list, "tensor_list", tensor, "(one per rank)",
                 inputs=False, list_first=True)
     n, size = g.size(), tensor.size
@@ -514,6 +520,32 @@ def reduce_scatter(output: ArrayArg, input_list: Sequence[ArrayArg],
 
     return g.run("reduce_scatter", [stage, output], [stage], [output], call, async_op,
                  (red.name,) + _desc(output), red, [output])
+
+
+def _all_gather_uneven(g: ProcessGroup, outs: list[Any], tensor: Any,
+                       async_op: bool) -> Work | None:
+    """:func:`all_gather` of blocks of several sizes (torch's NCCL: one broadcast per rank):
+    this rank's input at its offset of a packed buffer, every block broadcast from its rank."""
+    what, r = "all_gather", g.rank()
+    g.check_args(what, [tensor], outs, alias="staged")
+    for t in outs:
+        _check_same(what, t, tensor)
+    _size_check(what, tensor, outs[r].size, tensor.size,
+                f"invalid tensor size at index {r}: tensor_list[{r}], this rank's block, must "
+                "have the input's size")
+    sizes = [t.size for t in outs]
+    stage = _temp_like(tensor, sum(sizes))
+    _copy(stage, sum(t.nbytes for t in outs[:r]), tensor, 0, tensor.nbytes)
+
+    def call(eng: Engine, buf: BufOf, stream: Stream | None) -> None:
+        whole, off = buf(stage), 0
+        for root, count in enumerate(sizes):
+            eng.broadcast(whole.at(off, count), root, stream)
+            off += count
+
+    w = g.run(what, [stage], [stage], [stage], call, True, (tensor.dtype, tuple(sizes)),
+              None, [stage], alias="inplace")   # (the fingerprint compares the sizes)
+    return _split_out(g, what, w, stage, outs, async_op)
 
 
 def _reduce_scatter_uneven(g: ProcessGroup, output: Any, inputs: list[Any], op: Any,
