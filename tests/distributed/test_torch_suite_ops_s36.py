@@ -18,7 +18,7 @@ numbers and convert with ``int()`` (torch: ``ReduceOp.PREMUL_SUM == 8``); the dt
 words; ``all_gather`` takes blocks of different sizes per rank (NCCL's all_gather_v);
 ``all_to_all_single``'s split errors and the bitwise ops on floats carry torch's words; the
 NCCL engine's host-side op check says torch's "Cannot use ReduceOp.BAND with NCCL" and
-refuses ``AVG`` of bool arrays (it reduced their bytes).
+refuses ``AVG`` of bool arrays (it reduced their bytes); a group has torch's ``group_desc``.
 
 Needs a GPU (not checked here): everything on the NCCL engine itself (its collectives, CUDA
 graph capture of collectives, the error path of a refused op through a group).
@@ -186,6 +186,20 @@ def test_one_rank_reduce_scatter_avg(world: None, kind: str) -> None:
     out = _make(kind, (10, 10), 0.0)
     dist.all_gather_into_tensor(out, _make(kind, (10, 10), 1.0))
     assert np.asarray(out.tolist()).sum() == 100.0
+
+
+@needs_mpi
+def test_group_desc(world: None) -> None:
+    """mirrors test_c10d_nccl.py test_set_process_group_desc and test_comm_split_group (their
+    ``group_desc`` checks; torch 2.15's gloo gives the same descriptions)."""
+    assert dist.group.WORLD.group_desc == "default_pg"
+    assert dist.new_group([0], group_desc="test_purpose").group_desc == "test_purpose"
+    assert dist.new_group([0]).group_desc == "undefined"
+    first = dist.split_group(None, [[0]])
+    assert isinstance(first, dist.ProcessGroup) and first.group_desc == "default_pg:split:0"
+    assert dist.split_group(None, [[0]]).group_desc == "default_pg:split:1"
+    assert dist.split_group(None, [[0]], group_desc="mine").group_desc == "mine"
+    assert dist.split_group(first, [[0]]).group_desc == "default_pg:split:0:split:0"
 
 
 # ---------------------------------------------------------------------------- real ranks
