@@ -464,6 +464,27 @@ def one_rank_groups():                   # test_c10d_nccl.py test_nccl_barrier (
     dist.barrier(device_ids=[r])             # test_nccl_barrier_device_ids
 
 @case
+def new_group_and_split_group():         # test_c10d_nccl.py test_new_group, test_subgroup_p2p, test_comm_split_group
+    g = dist.new_group()
+    t = arr([r])
+    dist.broadcast(t, 0, group=g)
+    eq(t, [0])
+    if r == 0:
+        dist.send(acc.ones((10, 10)), 1, group=g)
+    elif r == 1:
+        got = acc.zeros((10, 10))
+        dist.recv(got, 0, group=g)
+        assert (got.numpy() == 1).all()
+    ng = dist.split_group(None, [[0, 1]])
+    if r < 2:
+        assert dist.get_process_group_ranks(ng) == [0, 1] and dist.get_rank(ng) == r
+        t = arr([r])
+        dist.broadcast(t, dist.get_global_rank(ng, 0), group=ng)
+        eq(t, [0])
+    else:
+        assert ng is dist.GroupMember.NON_GROUP_MEMBER and dist.get_rank(ng) == -1
+
+@case
 def all_reduce_coalesced_sizes():        # test_c10d_nccl.py test_all_reduce_coalesced_nccl
     ts = [acc.full((60 + i,), float(r + 1 + i)) for i in range(5)]
     with warnings.catch_warnings():
@@ -594,7 +615,7 @@ print(f"DONE {r} {len(lines)}", flush=True)
 dist.destroy_process_group()
 '''
 
-_GENERIC = 19   # the cases every world size runs; "sub" at four ranks adds ten
+_GENERIC = 20   # the cases every world size runs; "sub" at four ranks adds ten
 
 
 def _launch(tmp_path: Path, n: int, mode: str) -> str:
@@ -622,6 +643,7 @@ def test_ops_over_three_ranks(tmp_path: Path) -> None:
     test_send_recv_complex, test_send_recv_object_list) and test_c10d_nccl.py
     (test_reduce_scatter_base_k, test_reduce_scatter_tensor_coalesced,
     test_all_reduce_coalesced_nccl, test_nccl_barrier, test_nccl_barrier_device_ids,
+    test_new_group, test_subgroup_p2p, test_comm_split_group,
     test_close_pg, test_restart_pg) at an odd world size."""
     out = _launch(tmp_path, 3, "ops")
     assert out.count("OK ") == 3 * _GENERIC, out[-3000:]
