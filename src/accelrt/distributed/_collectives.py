@@ -253,6 +253,7 @@ def all_gather(tensor_list: Sequence[ArrayArg], tensor: ArrayArg, group: GroupAr
         return None
     _check_length("all_gather", tensor_list, "tensor_list", g.size(), "(one per rank)")
     if len({getattr(t, "size", None) for t in tensor_list}) > 1:   # blocks of several sizes
+        from ._uneven import _all_gather_uneven
         return _all_gather_uneven(g, list(tensor_list), tensor, async_op)
     _check_list("all_gather", g, tensor_list, "tensor_list", tensor, "(one per rank)",
                 inputs=False, list_first=True)
@@ -508,6 +509,7 @@ def reduce_scatter(output: ArrayArg, input_list: Sequence[ArrayArg],
     n = g.size()
     _check_length("reduce_scatter", input_list, "input_list", n, "(one per rank)")
     if len({getattr(t, "size", None) for t in input_list}) > 1:   # blocks of several sizes
+        from ._uneven import _reduce_scatter_uneven
         return _reduce_scatter_uneven(g, output, list(input_list), op, async_op)
     inputs = _check_list("reduce_scatter", g, input_list, "input_list", output,
                          "(one per rank)", inputs=True)
@@ -520,59 +522,6 @@ def reduce_scatter(output: ArrayArg, input_list: Sequence[ArrayArg],
 
     return g.run("reduce_scatter", [stage, output], [stage], [output], call, async_op,
                  (red.name,) + _desc(output), red, [output])
-
-
-def _all_gather_uneven(g: ProcessGroup, outs: list[Any], tensor: Any,
-                       async_op: bool) -> Work | None:
-    """:func:`all_gather` of blocks of several sizes (torch's NCCL: one broadcast per rank):
-    this rank's input at its offset of a packed buffer, every block broadcast from its rank."""
-    what, r = "all_gather", g.rank()
-    g.check_args(what, [tensor], outs, alias="staged")
-    for t in outs:
-        _check_same(what, t, tensor)
-    _size_check(what, tensor, outs[r].size, tensor.size,
-                f"invalid tensor size at index {r}: tensor_list[{r}], this rank's block, must "
-                "have the input's size")
-    sizes = [t.size for t in outs]
-    stage = _temp_like(tensor, sum(sizes))
-    _copy(stage, sum(t.nbytes for t in outs[:r]), tensor, 0, tensor.nbytes)
-
-    def call(eng: Engine, buf: BufOf, stream: Stream | None) -> None:
-        whole, off = buf(stage), 0
-        for root, count in enumerate(sizes):
-            eng.broadcast(whole.at(off, count), root, stream)
-            off += count
-
-    w = g.run(what, [stage], [stage], [stage], call, True, (tensor.dtype, tuple(sizes)),
-              None, [stage], alias="inplace")   # (the fingerprint compares the sizes)
-    return _split_out(g, what, w, stage, outs, async_op)
-
-
-def _reduce_scatter_uneven(g: ProcessGroup, output: Any, inputs: list[Any], op: Any,
-                           async_op: bool) -> Work | None:
-    """:func:`reduce_scatter` whose blocks differ in size between ranks (torch's gloo takes
-    them): one all-reduce of the packed list, then this rank's block into ``output``."""
-    what, r = "reduce_scatter", g.rank()
-    g.check_args(what, inputs, [output], alias="staged")
-    for t in inputs:
-        _check_same(what, output, t)
-    _size_check(what, output, inputs[r].size, output.size,
-                f"output must have the size of input_list[{r}], this rank's block")
-    red = _op(op)
-    stage = _temp_like(output, sum(t.size for t in inputs))
-    _pack(stage, inputs)
-
-    def call(eng: Engine, buf: BufOf, stream: Stream | None) -> None:
-        eng.all_reduce(None, buf(stage), red, stream)
-
-    # (the fingerprint compares the list's sizes: the same on every rank)
-    w = g.run(what, [stage], [stage], [stage], call, True,
-              (red.name, output.dtype, tuple(t.size for t in inputs)), red, [stage],
-              alias="inplace")
-    assert w is not None
-    w.wait()
-    _copy(output, 0, stage, sum(t.nbytes for t in inputs[:r]), output.nbytes)
-    return Work.completed([output]) if async_op else None
 
 
 def all_gather_single(output_tensor: ArrayArg, input_tensor: ArrayArg, group: GroupArg = None,
