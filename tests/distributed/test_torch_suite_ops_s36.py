@@ -18,7 +18,7 @@ numbers and convert with ``int()`` (torch: ``ReduceOp.PREMUL_SUM == 8``); the dt
 words; ``all_gather`` takes blocks of different sizes per rank (NCCL's all_gather_v);
 ``all_to_all_single``'s split errors and the bitwise ops on floats carry torch's words; the
 NCCL engine's host-side op check says torch's "Cannot use ReduceOp.BAND with NCCL" and
-refuses ``AVG`` of bool arrays (it reduced their bytes); a group has torch's ``group_desc``.
+refuses ``AVG`` of bool arrays (it reduced their bytes); a group has torch's ``group_desc``; torch's private ``_coalescing_manager``.
 
 Needs a GPU (not checked here): everything on the NCCL engine itself (its collectives, CUDA
 graph capture of collectives, the error path of a refused op through a group).
@@ -200,6 +200,38 @@ def test_group_desc(world: None) -> None:
     assert dist.split_group(None, [[0]]).group_desc == "default_pg:split:1"
     assert dist.split_group(None, [[0]], group_desc="mine").group_desc == "mine"
     assert dist.split_group(first, [[0]]).group_desc == "default_pg:split:0:split:0"
+
+
+@needs_mpi
+def test_coalescing_manager_on_one_rank(world: None) -> None:
+    """mirrors test_c10d_nccl.py ProcessGroupNCCLOneRankTest test_reduce_scatter (its
+    ``_coalescing_manager`` part) and the manager's rules, as torch 2.15 on gloo: a call
+    inside the block returns ``_IllegalWork`` with ``async_op=True``, which refuses to be
+    asked anything; a block inside a block with recorded calls is a ``ValueError``; other
+    collectives run at once."""
+    x = np.random.default_rng(1).standard_normal(8193).astype(np.float32)
+    out = np.zeros(8193, np.float32)
+    with dist._coalescing_manager():
+        dist.reduce_scatter_tensor(output=out, input=x, op=R.AVG)
+        assert not out.any()                  # recorded, not run
+    assert np.array_equal(out, x)
+    with dist._coalescing_manager(async_ops=True) as cm:
+        w = dist.all_reduce(acc.ones((2,)), async_op=True)
+        b = acc.zeros((2,))
+        dist.broadcast(b, 0)                  # not coalesced: runs now
+    for name in ("wait", "is_success", "exception", "result", "synchronize", "source_rank"):
+        with pytest.raises(ValueError, match=f"Illegal to call {name} on IllegalWork object"):
+            getattr(w, name)
+    assert len(cm.works) == 1 and cm.works[0].wait() and cm.works[0].is_completed()
+    with pytest.raises(ValueError, match="ProcessGroup has non-empty op list at the start of "
+                       "coalescing"):
+        with dist._coalescing_manager():
+            dist.all_reduce(acc.ones((2,)))
+            with dist._coalescing_manager():
+                pass
+    a = acc.full((2,), 4.0)
+    dist.all_reduce(a)                        # no block left open
+    assert a.tolist() == [4.0, 4.0]
 
 
 # ---------------------------------------------------------------------------- real ranks
@@ -485,6 +517,41 @@ def new_group_and_split_group():         # test_c10d_nccl.py test_new_group, tes
         assert ng is dist.GroupMember.NON_GROUP_MEMBER and dist.get_rank(ng) == -1
 
 @case
+def coalescing_manager():                # test_c10d_nccl.py test_all_reduce_coalesced_manager_nccl, test_all_gather_into_tensor_coalesced_manager_nccl, test_reduce_scatter_tensor_coalesced, test_coalesced_manager_op_integrity
+    for async_ops in (False, True):
+        ts = [acc.full((60 + i,), float(r + 1 + i)) for i in range(5)]
+        with dist._coalescing_manager(group=dist.group.WORLD, device="cpu", async_ops=async_ops) as cm:
+            for t in ts:
+                assert dist.all_reduce(t) is None
+        assert len(cm.works) == (1 if async_ops else 0)
+        cm.wait()
+        for i, t in enumerate(ts):
+            assert (t.numpy() == n * (i + (n + 1) / 2)).all()
+        ins = [acc.asarray(np.arange(r * (60 + i), (r + 1) * (60 + i), dtype=np.float32)) for i in range(5)]
+        outs = [acc.zeros(((60 + i) * n,)) for i in range(5)]
+        with dist._coalescing_manager(async_ops=async_ops) as cm:
+            for i, o in zip(ins, outs):
+                dist.all_gather_into_tensor(o, i)
+        assert len(cm.works) == (1 if async_ops else 0)
+        cm.wait()
+        for i, o in enumerate(outs):
+            assert np.array_equal(o.numpy(), np.arange((60 + i) * n, dtype=np.float32))
+    rows = np.zeros((n, 2), np.float32)
+    with dist._coalescing_manager():
+        for i in range(n):
+            dist.reduce_scatter_tensor(rows[i], np.ones((n, 2), np.float32))
+    assert (rows == n).all()
+    def mixed():
+        with dist._coalescing_manager(async_ops=True):
+            t = acc.full((60,), r + 1.0)
+            dist.all_reduce(t)
+            dist.all_gather_into_tensor(acc.zeros((60 * n,)), t)
+    raises(RuntimeError, "Coalescing manager requires all collectives to be the same type", mixed)
+    t = acc.ones((2,))
+    dist.all_reduce(t)     # the group is still in step
+    eq(t, [float(n)] * 2)
+
+@case
 def all_reduce_coalesced_sizes():        # test_c10d_nccl.py test_all_reduce_coalesced_nccl
     ts = [acc.full((60 + i,), float(r + 1 + i)) for i in range(5)]
     with warnings.catch_warnings():
@@ -615,7 +682,7 @@ print(f"DONE {r} {len(lines)}", flush=True)
 dist.destroy_process_group()
 '''
 
-_GENERIC = 20   # the cases every world size runs; "sub" at four ranks adds ten
+_GENERIC = 21   # the cases every world size runs; "sub" at four ranks adds ten
 
 
 def _launch(tmp_path: Path, n: int, mode: str) -> str:
@@ -644,6 +711,8 @@ def test_ops_over_three_ranks(tmp_path: Path) -> None:
     (test_reduce_scatter_base_k, test_reduce_scatter_tensor_coalesced,
     test_all_reduce_coalesced_nccl, test_nccl_barrier, test_nccl_barrier_device_ids,
     test_new_group, test_subgroup_p2p, test_comm_split_group,
+    test_all_reduce_coalesced_manager_nccl, test_all_gather_into_tensor_coalesced_manager_nccl,
+    test_coalesced_manager_op_integrity, and test_reduce_scatter_tensor_coalesced with its manager,
     test_close_pg, test_restart_pg) at an odd world size."""
     out = _launch(tmp_path, 3, "ops")
     assert out.count("OK ") == 3 * _GENERIC, out[-3000:]

@@ -26,6 +26,7 @@ from .._array import Array
 from .._errors import AcceleratorValueError, type_shown
 from .._stream import Stream
 from .._transfer import Copy, HostCopy, run_steps
+from ._coalescing import COALESCING, record
 from ._argchecks import (_check_length, _check_list, _check_same, _check_self_pair,
                          _size_check)
 from ._engine import Engine, PremulSum, RedOp, ReduceOp
@@ -100,6 +101,8 @@ def all_reduce(tensor: ArrayArg, op: ReduceOp | PremulSum = ReduceOp.SUM, group:
         [3, 3]
     """
     g = _S.world if group is None else _group(group)
+    if COALESCING and g in COALESCING:   # inside _coalescing_manager: recorded, not run
+        return record(g, "all_reduce", tensor, None, op, async_op)
     if g is not None and type(tensor) is Array:
         # idle streams, host memory and a plan left by an earlier call: call MPI right here
         mem = tensor._mem
@@ -204,6 +207,8 @@ def all_gather_into_tensor(output_tensor: ArrayArg, input_tensor: ArrayArg, grou
         [[4.0, 4.0]]
     """
     g = _S.world if group is None else _group(group)
+    if COALESCING and g in COALESCING:   # inside _coalescing_manager: recorded, not run
+        return record(g, "all_gather_single", input_tensor, output_tensor, None, async_op)
     if g is not None and type(input_tensor) is Array and type(output_tensor) is Array:
         mem, omem = input_tensor._mem, output_tensor._mem
         plan = g.plans_ag.get((mem.ptr, omem.ptr, mem.nbytes, omem.nbytes))
@@ -287,6 +292,8 @@ def reduce_scatter_tensor(output: ArrayArg, input: ArrayArg,
     g = _member(group, "reduce_scatter_tensor")
     if g is None:
         return None
+    if COALESCING and g in COALESCING:   # inside _coalescing_manager: recorded, not run
+        return record(g, "reduce_scatter_single", input, output, op, async_op)
     _check_same("reduce_scatter_tensor", output, input,
                 "input tensor must be the same type as the output tensor.")
     _size_check("reduce_scatter_tensor", input, g.size() * output.size, input.size,
