@@ -419,7 +419,8 @@ def all_to_all_single(output: ArrayArg, input: ArrayArg,
             if rows % n:
                 raise AcceleratorValueError(f"all_to_all_single: Tensor's dim 0 does not divide "
                                             f"equally across group size ({name} dim 0 ({rows}) "
-                                            f"and world size {n}; or pass split sizes)")
+                                            f"must be divisible by the world size ({n}) "
+                                            "without split sizes)")
             return [rows // n * per_row] * n
         # torch 2.15's words (c10d's checkSplitSizes), in its order
         words = ("Number of tensor splits not equal to group size" if len(splits) != n else
