@@ -25,6 +25,7 @@ import datetime
 from typing import NewType
 
 # the package is split by concept; every public name is re-exported here
+from ._coalescing import _coalescing_manager as _coalescing_manager
 from ._collectives import _make_nccl_premul_sum as _make_nccl_premul_sum
 from ._collectives import (
                            all_gather,

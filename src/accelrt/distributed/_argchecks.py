@@ -19,19 +19,23 @@ from collections.abc import Callable
 from typing import Any
 
 from .._errors import AcceleratorValueError, type_shown
-from ._errors import _NotAListError
+from ._errors import _DtypeMismatchError, _NotAListError
 from . import _group as _group_mod
 from ._group import ProcessGroup
 
 __all__ = ["_check_length", "_check_list", "_check_same", "_check_self_pair", "_size_check"]
 
-def _check_same(what: str, a: Any, b: Any) -> None:
+def _check_same(what: str, a: Any, b: Any, nccl: str | None = None) -> None:
     """Raise torch's ``ValueError`` (its words, with the dtypes in the order torch's
-    ``_ensure_all_tensors_same_dtype`` meets them: pass ``a`` first) unless the dtypes match."""
+    ``_ensure_all_tensors_same_dtype`` meets them: pass ``a`` first) unless the dtypes match.
+    ``nccl``: the words of torch's NCCL check of the operation, which raises ``TypeError``
+    there; the error is then a ``TypeError`` too, its message starting with those words."""
     if a.dtype != b.dtype:
-        raise AcceleratorValueError(f"{what}: Invalid usage of tensors with different dtypes "
-                                    f"Found {a.dtype} and  {b.dtype} (the arrays must have "
-                                    "the same dtype)")
+        words = (f"Invalid usage of tensors with different dtypes Found {a.dtype} and  "
+                 f"{b.dtype} (the arrays must have the same dtype)")
+        if nccl is not None:
+            raise _DtypeMismatchError(f"{what}: {nccl.rstrip('.')}. {words}")
+        raise AcceleratorValueError(f"{what}: {words}")
 
 
 def _size_check(what: str, out: Any, expect: int, got: int, fix: str) -> None:

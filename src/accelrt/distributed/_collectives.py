@@ -26,6 +26,7 @@ from .._array import Array
 from .._errors import AcceleratorValueError, type_shown
 from .._stream import Stream
 from .._transfer import Copy, HostCopy, run_steps
+from ._coalescing import COALESCING, record
 from ._argchecks import (_check_length, _check_list, _check_same, _check_self_pair,
                          _size_check)
 from ._engine import Engine, PremulSum, RedOp, ReduceOp
@@ -100,6 +101,8 @@ def all_reduce(tensor: ArrayArg, op: ReduceOp | PremulSum = ReduceOp.SUM, group:
         [3, 3]
     """
     g = _S.world if group is None else _group(group)
+    if COALESCING and g in COALESCING:   # inside _coalescing_manager: recorded, not run
+        return record(g, "all_reduce", tensor, None, op, async_op)
     if g is not None and type(tensor) is Array:
         # idle streams, host memory and a plan left by an earlier call: call MPI right here
         mem = tensor._mem
@@ -204,6 +207,8 @@ def all_gather_into_tensor(output_tensor: ArrayArg, input_tensor: ArrayArg, grou
         [[4.0, 4.0]]
     """
     g = _S.world if group is None else _group(group)
+    if COALESCING and g in COALESCING:   # inside _coalescing_manager: recorded, not run
+        return record(g, "all_gather_single", input_tensor, output_tensor, None, async_op)
     if g is not None and type(input_tensor) is Array and type(output_tensor) is Array:
         mem, omem = input_tensor._mem, output_tensor._mem
         plan = g.plans_ag.get((mem.ptr, omem.ptr, mem.nbytes, omem.nbytes))
@@ -215,7 +220,8 @@ def all_gather_into_tensor(output_tensor: ArrayArg, input_tensor: ArrayArg, grou
     g = _member(group, "all_gather_into_tensor")
     if g is None:
         return None
-    _check_same("all_gather_into_tensor", output_tensor, input_tensor)
+    _check_same("all_gather_into_tensor", output_tensor, input_tensor,
+                "output tensor must have the same type as input tensor")
     if not isinstance(output_tensor, (Array, np.ndarray)):
         raise TypeError(f"all_gather_into_tensor: expected an accelrt.Array, got "
                         f"{type_shown(output_tensor)}")
@@ -235,6 +241,9 @@ def all_gather(tensor_list: Sequence[ArrayArg], tensor: ArrayArg, group: GroupAr
                async_op: bool = False) -> Work | None:
     """Gather every rank's ``tensor`` into ``tensor_list`` (one array per rank).
 
+    As torch's NCCL (all_gather_v; gloo refuses them), the arrays may differ in size:
+    ``tensor_list[k]`` has group rank k's input size (the same list sizes on every rank).
+
     Example::
 
         >>> import accelrt as acc, accelrt.distributed as dist
@@ -247,6 +256,10 @@ def all_gather(tensor_list: Sequence[ArrayArg], tensor: ArrayArg, group: GroupAr
     g = _member(group, "all_gather")
     if g is None:
         return None
+    _check_length("all_gather", tensor_list, "tensor_list", g.size(), "(one per rank)")
+    if len({getattr(t, "size", None) for t in tensor_list}) > 1:   # blocks of several sizes
+        from ._uneven import _all_gather_uneven
+        return _all_gather_uneven(g, list(tensor_list), tensor, async_op)
     _check_list("all_gather", g, tensor_list, "tensor_list", tensor, "(one per rank)",
                 inputs=False, list_first=True)
     n, size = g.size(), tensor.size
@@ -279,7 +292,10 @@ def reduce_scatter_tensor(output: ArrayArg, input: ArrayArg,
     g = _member(group, "reduce_scatter_tensor")
     if g is None:
         return None
-    _check_same("reduce_scatter_tensor", output, input)
+    if COALESCING and g in COALESCING:   # inside _coalescing_manager: recorded, not run
+        return record(g, "reduce_scatter_single", input, output, op, async_op)
+    _check_same("reduce_scatter_tensor", output, input,
+                "input tensor must be the same type as the output tensor.")
     _size_check("reduce_scatter_tensor", input, g.size() * output.size, input.size,
                 "input tensor must be the same size as output size times world size")
     red = _op(op)
@@ -401,14 +417,19 @@ def all_to_all_single(output: ArrayArg, input: ArrayArg,
         per_row = arr.size // rows if rows else 0
         if splits is None or len(splits) == 0:
             if rows % n:
-                raise AcceleratorValueError(f"all_to_all_single: {name} dim 0 ({rows}) must be "
-                                            f"divisible by the world size ({n}) without "
-                                            "split sizes")
+                raise AcceleratorValueError(f"all_to_all_single: Tensor's dim 0 does not divide "
+                                            f"equally across group size ({name} dim 0 ({rows}) "
+                                            f"must be divisible by the world size ({n}) "
+                                            "without split sizes)")
             return [rows // n * per_row] * n
-        if len(splits) != n or any(int(s) < 0 for s in splits) or sum(splits) != rows:
-            raise AcceleratorValueError(f"all_to_all_single: {name}_split_sizes must be {n} "
-                                        f"non-negative ints summing to dim 0 ({rows}), got "
-                                        f"{list(splits)}")
+        # torch 2.15's words (c10d's checkSplitSizes), in its order
+        words = ("Number of tensor splits not equal to group size" if len(splits) != n else
+                 "Split sizes must be non-negative" if any(int(s) < 0 for s in splits) else
+                 "Split sizes doesn't match total dim 0 size" if sum(splits) != rows else None)
+        if words is not None:
+            raise AcceleratorValueError(f"all_to_all_single: {words} ({name}_split_sizes must "
+                                        f"be {n} non-negative ints summing to dim 0 ({rows}), "
+                                        f"got {list(splits)})")
         return [int(s) * per_row for s in splits]
 
     sc = counts(input, input_split_sizes, "input")
@@ -496,6 +517,7 @@ def reduce_scatter(output: ArrayArg, input_list: Sequence[ArrayArg],
     n = g.size()
     _check_length("reduce_scatter", input_list, "input_list", n, "(one per rank)")
     if len({getattr(t, "size", None) for t in input_list}) > 1:   # blocks of several sizes
+        from ._uneven import _reduce_scatter_uneven
         return _reduce_scatter_uneven(g, output, list(input_list), op, async_op)
     inputs = _check_list("reduce_scatter", g, input_list, "input_list", output,
                          "(one per rank)", inputs=True)
@@ -508,33 +530,6 @@ def reduce_scatter(output: ArrayArg, input_list: Sequence[ArrayArg],
 
     return g.run("reduce_scatter", [stage, output], [stage], [output], call, async_op,
                  (red.name,) + _desc(output), red, [output])
-
-
-def _reduce_scatter_uneven(g: ProcessGroup, output: Any, inputs: list[Any], op: Any,
-                           async_op: bool) -> Work | None:
-    """:func:`reduce_scatter` whose blocks differ in size between ranks (torch's gloo takes
-    them): one all-reduce of the packed list, then this rank's block into ``output``."""
-    what, r = "reduce_scatter", g.rank()
-    g.check_args(what, inputs, [output], alias="staged")
-    for t in inputs:
-        _check_same(what, output, t)
-    _size_check(what, output, inputs[r].size, output.size,
-                f"output must have the size of input_list[{r}], this rank's block")
-    red = _op(op)
-    stage = _temp_like(output, sum(t.size for t in inputs))
-    _pack(stage, inputs)
-
-    def call(eng: Engine, buf: BufOf, stream: Stream | None) -> None:
-        eng.all_reduce(None, buf(stage), red, stream)
-
-    # (the fingerprint compares the list's sizes: the same on every rank)
-    w = g.run(what, [stage], [stage], [stage], call, True,
-              (red.name, output.dtype, tuple(t.size for t in inputs)), red, [stage],
-              alias="inplace")
-    assert w is not None
-    w.wait()
-    _copy(output, 0, stage, sum(t.nbytes for t in inputs[:r]), output.nbytes)
-    return Work.completed([output]) if async_op else None
 
 
 def all_gather_single(output_tensor: ArrayArg, input_tensor: ArrayArg, group: GroupArg = None,

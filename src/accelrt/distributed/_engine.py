@@ -40,8 +40,11 @@ class _ReduceOpType(enum.EnumMeta):
         return type(obj) is PremulSum or type.__instancecheck__(cls, obj)
 
 
-class ReduceOp(enum.Enum, metaclass=_ReduceOpType):
+class ReduceOp(int, enum.Enum, metaclass=_ReduceOpType):
     """Reduction operations (``torch.distributed.ReduceOp``'s members).
+
+    As torch's (pybind enum values), a member compares equal to its number and converts
+    with ``int()``: ``ReduceOp.PREMUL_SUM == 8``; it hashes as that number too.
 
     ``AVG`` is floating or complex only on MPI (a sum, then a division); ``BAND``, ``BOR`` and
     ``BXOR`` are integer and bool only; complex arrays take ``SUM``, ``PRODUCT`` and ``AVG``.
@@ -54,6 +57,8 @@ class ReduceOp(enum.Enum, metaclass=_ReduceOpType):
         >>> from accelrt.distributed import ReduceOp
         >>> [op.name for op in ReduceOp]
         ['SUM', 'PRODUCT', 'MIN', 'MAX', 'AVG', 'BAND', 'BOR', 'BXOR', 'PREMUL_SUM']
+        >>> ReduceOp.PREMUL_SUM == 8, int(ReduceOp.MAX), str(ReduceOp.MAX)
+        (True, 3, 'ReduceOp.MAX')
     """
 
     SUM = 0
@@ -68,6 +73,13 @@ class ReduceOp(enum.Enum, metaclass=_ReduceOpType):
 
     def __repr__(self) -> str:
         return f"<ReduceOp.{self.name}>"
+
+    # the int mixin would print the number on some Python versions: messages name the op
+    def __str__(self) -> str:
+        return f"ReduceOp.{self.name}"
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
 
     def __call__(self, factor: Any) -> PremulSum:
         """``ReduceOp.PREMUL_SUM(factor)``: the op with its factor, as torch's (the same as
@@ -93,9 +105,9 @@ class ReduceOp(enum.Enum, metaclass=_ReduceOpType):
         # Enum's is a ValueError: both
         raise _TypeValueError(f"{value!r} is not a valid ReduceOp")
 
-    # members are singletons compared by identity: hash them the same way, in C (Enum's own
-    # __hash__ is Python code, measurable on the small-message path)
-    __hash__ = object.__hash__
+    # members compare as their numbers (torch's pybind enum): hash them the same way, in C
+    # (Enum's own __hash__ is Python code, measurable on the small-message path)
+    __hash__ = int.__hash__
 
 
 class PremulSum:

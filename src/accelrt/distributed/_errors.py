@@ -102,6 +102,14 @@ class _NotAListError(AcceleratorValueError, TypeError):
     :class:`~accelrt.AcceleratorValueError` is kept."""
 
 
+class _DtypeMismatchError(AcceleratorValueError, TypeError):
+    """The output of ``all_gather_into_tensor`` / ``reduce_scatter_tensor`` (and their
+    ``*_single`` names) of another dtype than the input: torch 2.15's NCCL raises
+    ``TypeError`` ("output tensor must have the same type as input tensor"), its gloo
+    ``RuntimeError``; :class:`~accelrt.AcceleratorValueError` (also the ``ValueError`` of
+    accelrt's other dtype checks) is kept."""
+
+
 class _WrongGroupError(_TypeValueError, KeyError):
     """A ``group`` that is not a ``ProcessGroup``: torch looks it up and raises
     ``ValueError`` (``get_rank``, ``destroy_process_group``, ``get_backend``) or

@@ -197,6 +197,11 @@ class ProcessGroup:
                  engine_map: dict[str, str], backend_str: str, timeout: float,
                  mpi_comm: Any, global_rank: int) -> None:
         self.name = name
+        #: torch's ``group_desc``: "default_pg" (the world), the ``group_desc=`` of
+        #: new_group/split_group, else "undefined" (new_group) or "<parent's>:split:<k>"
+        #: (split_group: k counts the parent's splits)
+        self.group_desc = "default_pg" if name == "WORLD" else "undefined"
+        self.splits = 0
         self._rank, self._size = rank, size
         self.global_ranks = global_ranks
         self.global_rank = global_rank

@@ -280,6 +280,10 @@ def _split(parent: ProcessGroup, members: list[int] | None, key: int,
     _S.counter += 1
     _S.pg_count += 1   # on every rank, member or not, as torch's group_count: ranks agree
     name = group_desc or f"group{_S.counter}"
+    if group_desc is None and op == "split_group":   # torch: the parent's split count
+        group_desc = f"{parent.group_desc}:split:{parent.splits}"
+    if op == "split_group":
+        parent.splits += 1
     color = None if members is None else min(members)   # disjoint lists: a unique color
     parent.drain()
     sub = None
@@ -308,6 +312,7 @@ def _split(parent: ProcessGroup, members: list[int] | None, key: int,
     g = ProcessGroup(name, members.index(parent.rank()), len(members), ranks, engine_map,
                      backend_str, timeout, sub, parent.global_rank)
     g.bound_device_id = parent.bound_device_id   # as torch's new_group and split_group
+    g.group_desc = "undefined" if group_desc is None else group_desc
     if sub is not None:
         with WATCHDOG.watching(g, op, 0):
             g.control()   # collective over the members: made now, while they are all here

@@ -368,7 +368,9 @@ class MpiEngine(Engine):
             return (f"{op} is not defined for complex {dtype.name} (use SUM, PRODUCT, AVG or "
                     "PREMUL_SUM)")
         if op in (ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR) and dtype.kind not in "biu":
-            return f"{op} needs an integer or bool dtype, got {dtype.name}"
+            # gloo's words (torch 2.15)
+            return (f"Cannot use {op} with non-integral dtype {dtype.name} ({op.name} needs "
+                    "an integer or bool dtype)")
         if op is ReduceOp.AVG and dtype.kind not in "fc":
             return f"{op} needs a floating or complex dtype on MPI, got {dtype.name}"
         if op is ReduceOp.PREMUL_SUM and dtype.kind not in "fc":

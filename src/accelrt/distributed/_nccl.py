@@ -189,9 +189,11 @@ class NcclEngine(Engine):
 
     def supports(self, op: ReduceOp, dtype: np.dtype[Any]) -> str | None:
         if op in (ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR):
-            return f"{op} is not supported by NCCL"
+            return f"Cannot use {op} with NCCL (NCCL has no bitwise reductions)"   # torch's words
         if op is ReduceOp.PREMUL_SUM and dtype.kind != "f":
             return f"{op} needs a floating dtype on NCCL, got {dtype.name}"
+        if op is ReduceOp.AVG and dtype.kind == "b":   # torch's words (bool travels as uint8)
+            return "Cannot use ReduceOp.AVG with boolean inputs"
         if dtype.kind == "c" and op not in (ReduceOp.SUM, ReduceOp.AVG):
             return f"{op} is not defined for complex {dtype.name} on NCCL (use SUM or AVG)"
         if dtype.kind not in "biufc":
