@@ -320,11 +320,21 @@ class ProcessGroup:
             self._ctrl = self.mpi_comm.Dup()
         return self._ctrl
 
-    def engine(self, device_type: str, index: int) -> Engine:
+    def _engine_key(self, device_type: str, index: int) -> tuple[str, int]:
         name = self.engine_map.get(device_type)
         reg = None if name is None else registration(name)
         # one engine per device where its communicator is bound to one (NCCL), else per type
-        key = (device_type, index if reg is not None and reg.per_device else 0)
+        return (device_type, index if reg is not None and reg.per_device else 0)
+
+    def engine_started(self, device_type: str, index: int) -> bool:
+        """Whether :meth:`engine` has the engine for these arrays already (starting it is a
+        collective)."""
+        return self._engine_key(device_type, index) in self._engines
+
+    def engine(self, device_type: str, index: int) -> Engine:
+        name = self.engine_map.get(device_type)
+        reg = None if name is None else registration(name)
+        key = self._engine_key(device_type, index)
         eng = self._engines.get(key)
         if eng is not None:
             return eng
@@ -388,14 +398,27 @@ class ProcessGroup:
         return self.next_seq()
 
     # ------------------------------------------------------------------ debug checks
-    def fingerprint(self, device_type: str, eng: Engine, desc: tuple[Any, ...]) -> None:
+    def collective_desc(self, op: str, desc: Sequence[Any] = ()) -> tuple[Any, ...]:
+        """The debug fingerprint of the collective about to run: ``(op, the collective
+        sequence number it will take) + desc`` (point-to-point operations are not counted)."""
+        return (op, self._seq + 1 - self._p2p) + tuple(desc)
+
+    def fingerprint(self, device_type: str | None, desc: tuple[Any, ...]) -> None:
         """ACCELRT_DISTRIBUTED_DEBUG=DETAIL: every rank compares (op, seq, dtype, shape, root,
-        reduce op) with every other rank and all raise, naming the odd rank(s), on a
-        mismatch."""
+        reduce op, device type) with every other rank and all raise, naming the odd rank(s),
+        on a mismatch (the message also holds torch's ProcessGroupWrapper words: "Detected
+        mismatch between collectives on ranks", the ``CollectiveFingerPrint`` of this rank
+        and of the first rank that differs from it, "Collectives differ in the following
+        aspects"). ``device_type``: the arrays' (None: an operation without arrays, such as
+        a barrier). Called on the caller's thread, before anything is enqueued."""
         comm = self.control()
         if comm is None:
             return
-        gathered = comm.allgather(desc)
+        dev = ((_DEVICE, device_type),)
+        if desc and isinstance(desc[-1], PeerCounts):   # (kept last: compared pairwise)
+            gathered = comm.allgather(desc[:-1] + dev + desc[-1:])
+        else:
+            gathered = comm.allgather(desc + dev)
         # an all_to_all's per-peer element counts differ between ranks by design: they are
         # compared pairwise (what k sends to j is what j expects from k), the rest for equality
         peers = [d[-1] if d and isinstance(d[-1], PeerCounts) else None for d in gathered]
@@ -411,10 +434,14 @@ class ProcessGroup:
         odd = [self.global_ranks[r] for r, d in enumerate(everyone) if d != common]
         detail = "; ".join(f"rank {self.global_ranks[r]}: {_describe(d)}"
                            for r, d in enumerate(everyone))
+        me = self._rank
+        other = next(r for r, d in enumerate(everyone) if d != everyone[me])
         raise DistError(
             f"rank {self.global_rank}: collective mismatch in group {self.name!r} at sequence "
             f"number {desc[1]}: rank(s) {', '.join(map(str, odd))} differ from the others "
-            f"({detail})", rank=self.global_rank, op=str(desc[0]), seq=int(desc[1]))
+            f"({detail}). "
+            f"{_torch_words(self.global_rank, everyone[me], self.global_ranks[other], everyone[other])}",
+            rank=self.global_rank, op=str(desc[0]), seq=int(desc[1]))
 
     def _check_peer_counts(self, desc: tuple[Any, ...], peers: list[PeerCounts]) -> None:
         """Raise :class:`DistError` on every rank when some rank would send a peer another
@@ -596,16 +623,22 @@ class ProcessGroup:
         self._raise_kept()
         loc = self.check_args(op, ins, outs, alias=alias)
         assert loc is not None
+        # DETAIL: the fingerprints are compared on the caller's thread before anything is
+        # enqueued (a mismatch raises on every rank at the call, as torch's
+        # ProcessGroupWrapper, and the ranks stay in step): after the argument checks (an
+        # argument error on one rank moves nothing), but before the engine's start, which is
+        # a collective itself, at a group's first collective
+        early = DETAIL and not self.engine_started(loc.type, loc.index)
+        if early:
+            self.fingerprint(loc.type, self.collective_desc(op, desc))
         eng = self.engine(loc.type, loc.index)
         if red is not None:
             self._check_red(op, eng, red, arrays)
+        if DETAIL and not early:
+            self.fingerprint(loc.type, self.collective_desc(op, desc))
         seq = self.next_seq()
-        check = DETAIL
-        full = (op, seq - self._p2p) + tuple(desc)   # the collective sequence number
 
         def body(getbuf: BufOf, stream: Stream | None) -> None:
-            if check:
-                self.fingerprint(loc.type, eng, full)
             call(eng, getbuf, stream)
 
         if loc.host:
@@ -940,11 +973,95 @@ class PeerCounts:
     recv: tuple[int, ...]
 
 
+#: the last item of a gathered fingerprint: the arrays' device type
+_DEVICE = "device"
+
+#: torch's OpType of accelrt's collectives (c10d's ``OpType``, as ProcessGroupWrapper names
+#: them); the object collectives keep their own names, upper-cased
+_OPTYPE = {
+    "all_reduce": "ALLREDUCE", "broadcast": "BROADCAST", "reduce": "REDUCE",
+    "all_gather": "ALLGATHER", "all_gather_into_tensor": "_ALLGATHER_BASE",
+    "reduce_scatter": "REDUCE_SCATTER", "reduce_scatter_tensor": "_REDUCE_SCATTER_BASE",
+    "gather": "GATHER", "gather_single": "GATHER", "scatter": "SCATTER",
+    "all_to_all": "ALLTOALL", "all_to_all_single": "ALLTOALL_BASE", "barrier": "BARRIER",
+    "all_reduce_coalesced": "ALLREDUCE_COALESCED",
+    "all_gather_coalesced": "ALLGATHER_COALESCED",
+}
+
+#: c10d's ScalarType names (torch's error messages print these: Float, Long, ...)
+_SCALAR = {
+    "bool": "Bool", "int8": "Char", "uint8": "Byte", "int16": "Short", "uint16": "UInt16",
+    "int32": "Int", "uint32": "UInt32", "int64": "Long", "uint64": "UInt64",
+    "float16": "Half", "bfloat16": "BFloat16", "float32": "Float", "float64": "Double",
+    "complex64": "ComplexFloat", "complex128": "ComplexDouble",
+}
+
+
+def _listed(x: Any) -> str:
+    """A shape (or a coalesced collective's tuple of shapes or sizes) as torch prints one:
+    ``[20, 10]``."""
+    if isinstance(x, tuple):
+        return "[" + ", ".join(_listed(e) for e in x) + "]"
+    return str(int(x)) if isinstance(x, (int, np.integer)) else str(x)
+
+
+def _parts(d: Any) -> dict[str, str]:
+    """A gathered fingerprint as torch's CollectiveFingerPrint fields (SequenceNumber,
+    OpType, TensorShape, TensorDtypes, TensorDeviceTypes), plus the root and reduce op
+    accelrt also compares."""
+    if not isinstance(d, tuple) or len(d) < 2:
+        return {"Fingerprint": repr(d)}
+    op, seq, *rest = d
+    out = {"SequenceNumber": str(seq), "OpType": _OPTYPE.get(str(op), str(op).upper())}
+    device = None
+    for x in rest:
+        if isinstance(x, tuple) and len(x) == 2 and x[0] == _DEVICE:
+            device = x[1]
+        elif isinstance(x, tuple):
+            out.setdefault("TensorShape", _listed(x))
+        elif isinstance(x, (bool, int, np.integer)):
+            out["Root"] = str(int(x))
+        elif isinstance(x, str):
+            out["ReduceOp"] = x
+        elif x is not None:
+            try:
+                name = np.dtype(x).name
+            except TypeError:
+                name = str(x)
+            out.setdefault("TensorDtypes", _SCALAR.get(name, name))
+    if device is not None:
+        out["TensorDeviceTypes"] = str(device)
+    order = ("SequenceNumber", "OpType", "TensorShape", "TensorDtypes", "TensorDeviceTypes",
+             "Root", "ReduceOp")
+    return {k: out[k] for k in order if k in out}
+
+
+def _torch_words(rank: int, mine: Any, other_rank: int, other: Any) -> str:
+    """torch's ProcessGroupWrapper message for this rank's fingerprint ``mine`` against
+    ``other``, that of the first rank that differs from it."""
+    a, b = _parts(mine), _parts(other)
+
+    def fp(p: dict[str, str]) -> str:
+        return "CollectiveFingerPrint(" + ", ".join(f"{k}={v}" for k, v in p.items()) + ")"
+
+    names = {"SequenceNumber": "Sequence number", "OpType": "Op type",
+             "TensorShape": "Tensor shapes", "TensorDtypes": "Tensor dtypes",
+             "TensorDeviceTypes": "Tensor devices", "Root": "Root rank",
+             "ReduceOp": "Reduce op"}
+    diff = "; ".join(f"{names.get(k, k)}: {a.get(k, '-')} vs {b.get(k, '-')}"
+                     for k in dict.fromkeys([*a, *b]) if a.get(k) != b.get(k))
+    return (f"Detected mismatch between collectives on ranks. Rank {rank} is running "
+            f"collective: {fp(a)}, but Rank {other_rank} is running collective: {fp(b)}. "
+            f"Collectives differ in the following aspects: {diff}")
+
+
 def _describe(d: Any) -> str:
     if not isinstance(d, tuple) or len(d) < 2:
         return repr(d)
     op, seq, *rest = d
-    return f"{op} #{seq} " + " ".join(str(x) for x in rest if x is not None)
+    return f"{op} #{seq} " + " ".join(str(x) for x in rest
+                                      if x is not None and not (isinstance(x, tuple) and
+                                                                len(x) == 2 and x[0] == _DEVICE))
 
 
 def _check_one_rank_per_gpu(group: ProcessGroup, index: int) -> None:
