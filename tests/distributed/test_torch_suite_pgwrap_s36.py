@@ -414,3 +414,18 @@ def test_pg_wrapper_and_c10d_examples_over_four_ranks(tmp_path: Path) -> None:
     assert done == [0, 1, 2, 3], out[-3000:]
     assert out.count("OK ") == 4 * N_CASES, out[-3000:]
 
+
+
+@pytest.mark.skipif(not HAVE_MPI, reason="mpi4py is not installed")
+def test_broadcast_from_outside_the_world_is_a_value_error(one_rank_world: None) -> None:
+    """mirrors test_c10d_logger.py test_exception_logger (its first part: torch 2.15's
+    ``broadcast(t, world_size + 1)`` raises ``ValueError``; the logger is torch's own)."""
+    import numpy as np
+
+    import accelrt as acc
+    import accelrt.distributed as dist
+    t = acc.asarray(np.arange(2))
+    with pytest.raises(ValueError, match="invalid root rank"):
+        dist.broadcast(t, dist.get_world_size() + 1)
+    dist.broadcast(t, 0)   # the group stays usable
+    assert t.tolist() == [0, 1]
