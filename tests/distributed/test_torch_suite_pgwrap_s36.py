@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from accelrt.distributed import _group as group_mod
+from accelrt.distributed import _debug as debug_mod
 
 HAVE_MPI = importlib.util.find_spec("mpi4py") is not None
 
@@ -41,7 +41,7 @@ def test_torch_words_name_both_fingerprints() -> None:
     import numpy as np
     mine = ("all_reduce", 3, "SUM", np.dtype("float32"), (20, 10), ("device", "cpu"))
     other = ("reduce", 3, "SUM", 0, np.dtype("int64"), (20, 2), ("device", "cpu"))
-    words = group_mod._torch_words(0, mine, 1, other)
+    words = debug_mod._torch_words(0, mine, 1, other)
     assert words.startswith("Detected mismatch between collectives on ranks. Rank 0 is "
                             "running collective: CollectiveFingerPrint(SequenceNumber=3, "
                             "OpType=ALLREDUCE, TensorShape=[20, 10], TensorDtypes=Float, "
@@ -50,13 +50,13 @@ def test_torch_words_name_both_fingerprints() -> None:
                             "TensorShape=[20, 2], TensorDtypes=Long"), words
     assert "Collectives differ in the following aspects: Op type: ALLREDUCE vs REDUCE" in words
     assert "Tensor shapes: [20, 10] vs [20, 2]" in words
-    barrier = group_mod._torch_words(1, ("barrier", 2, ("device", None)), 0, mine[:1] + (2,)
+    barrier = debug_mod._torch_words(1, ("barrier", 2, ("device", None)), 0, mine[:1] + (2,)
                                      + mine[2:])
     assert "CollectiveFingerPrint(SequenceNumber=2, OpType=BARRIER)" in barrier, barrier
     # a coalesced collective's fingerprint holds a tuple of shapes
     coalesced = ("all_gather_coalesced", 4, np.dtype("float64"), ((2, 2), (1,)),
                  ("device", "cpu"))
-    words = group_mod._torch_words(0, coalesced, 1, coalesced[:3] + (((2, 2), (3,)),)
+    words = debug_mod._torch_words(0, coalesced, 1, coalesced[:3] + (((2, 2), (3,)),)
                                    + coalesced[4:])
     assert "OpType=ALLGATHER_COALESCED, TensorShape=[[2, 2], [1]], TensorDtypes=Double" in words
     assert "Tensor shapes: [[2, 2], [1]] vs [[2, 2], [3]]" in words, words
@@ -300,9 +300,11 @@ def torch_words(err, op_type, shape=None, dtype=None, diff=True):
 def detail_op_mismatch():
     # test_collectives_op_mismatch(_debug_mode): a run of good collectives, then rank 0
     # disagrees with the others; every rank raises, naming its own collective
+    t = acc.randn((20, 10))
+    for _ in range(3):   # leaves a direct-call plan for t, which DETAIL must not take
+        dist.all_reduce(t)
     dist.set_debug_level(dist.DebugLevel.DETAIL)
     try:
-        t = acc.randn((20, 10))
         works = [dist.all_reduce(t, async_op=True) for _ in range(20)]
         for w in works:
             w.wait()
