@@ -31,6 +31,7 @@ from ._argchecks import (_check_length, _check_list, _check_same, _check_self_pa
                          _size_check)
 from ._engine import Engine, PremulSum, RedOp, ReduceOp
 from ._errors import DistError, DistTimeoutError
+from . import _group as _group_mod
 from ._group import BufOf, PeerCounts, ProcessGroup, Work
 from ._world import _S, ArrayArg, GroupArg, TimeoutArg, _group, _member, _seconds, _warn_not_member
 
@@ -835,6 +836,8 @@ def barrier(group: GroupArg = None, async_op: bool = False,
     limit = None if timeout is None else _seconds(timeout, g.timeout)
     g._raise_kept()
     g.drain()
+    if _group_mod.DETAIL:   # torch's ProcessGroupWrapper checks barriers too
+        g.fingerprint(None, g.collective_desc("barrier"))
     seq = g.next_seq()
     comm = g.control()
     if comm is not None:

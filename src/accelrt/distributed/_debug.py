@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import enum
 import os
+from typing import Any
+
+import numpy as np
 
 __all__ = ["DebugLevel", "get_debug_level", "set_debug_level", "set_debug_level_from_env"]
 
@@ -110,3 +113,86 @@ def set_debug_level_from_env() -> None:
     """
     from ._group import set_level
     set_level(DebugLevel[debug_level()], False)
+
+
+# ---------------------------------------------------------------- the mismatch message
+#: the last item of a gathered fingerprint: the arrays' device type
+_DEVICE = "device"
+
+#: torch's OpType of accelrt's collectives (c10d's ``OpType``, as ProcessGroupWrapper names
+#: them); the object collectives keep their own names, upper-cased
+_OPTYPE = {
+    "all_reduce": "ALLREDUCE", "broadcast": "BROADCAST", "reduce": "REDUCE",
+    "all_gather": "ALLGATHER", "all_gather_into_tensor": "_ALLGATHER_BASE",
+    "reduce_scatter": "REDUCE_SCATTER", "reduce_scatter_tensor": "_REDUCE_SCATTER_BASE",
+    "gather": "GATHER", "gather_single": "GATHER", "scatter": "SCATTER",
+    "all_to_all": "ALLTOALL", "all_to_all_single": "ALLTOALL_BASE", "barrier": "BARRIER",
+    "all_reduce_coalesced": "ALLREDUCE_COALESCED",
+    "all_gather_coalesced": "ALLGATHER_COALESCED",
+}
+
+#: c10d's ScalarType names (torch's error messages print these: Float, Long, ...)
+_SCALAR = {
+    "bool": "Bool", "int8": "Char", "uint8": "Byte", "int16": "Short", "uint16": "UInt16",
+    "int32": "Int", "uint32": "UInt32", "int64": "Long", "uint64": "UInt64",
+    "float16": "Half", "bfloat16": "BFloat16", "float32": "Float", "float64": "Double",
+    "complex64": "ComplexFloat", "complex128": "ComplexDouble",
+}
+
+
+def _listed(x: Any) -> str:
+    """A shape (or a coalesced collective's tuple of shapes or sizes) as torch prints one:
+    ``[20, 10]``."""
+    if isinstance(x, tuple):
+        return "[" + ", ".join(_listed(e) for e in x) + "]"
+    return str(int(x)) if isinstance(x, (int, np.integer)) else str(x)
+
+
+def _parts(d: Any) -> dict[str, str]:
+    """A gathered fingerprint as torch's CollectiveFingerPrint fields (SequenceNumber,
+    OpType, TensorShape, TensorDtypes, TensorDeviceTypes), plus the root and reduce op
+    accelrt also compares."""
+    if not isinstance(d, tuple) or len(d) < 2:
+        return {"Fingerprint": repr(d)}
+    op, seq, *rest = d
+    out = {"SequenceNumber": str(seq), "OpType": _OPTYPE.get(str(op), str(op).upper())}
+    device = None
+    for x in rest:
+        if isinstance(x, tuple) and len(x) == 2 and x[0] == _DEVICE:
+            device = x[1]
+        elif isinstance(x, tuple):
+            out.setdefault("TensorShape", _listed(x))
+        elif isinstance(x, (bool, int, np.integer)):
+            out["Root"] = str(int(x))
+        elif isinstance(x, str):
+            out["ReduceOp"] = x
+        elif x is not None:
+            try:
+                name = np.dtype(x).name
+            except TypeError:
+                name = str(x)
+            out.setdefault("TensorDtypes", _SCALAR.get(name, name))
+    if device is not None:
+        out["TensorDeviceTypes"] = str(device)
+    order = ("SequenceNumber", "OpType", "TensorShape", "TensorDtypes", "TensorDeviceTypes",
+             "Root", "ReduceOp")
+    return {k: out[k] for k in order if k in out}
+
+
+def _torch_words(rank: int, mine: Any, other_rank: int, other: Any) -> str:
+    """torch's ProcessGroupWrapper message for this rank's fingerprint ``mine`` against
+    ``other``, that of the first rank that differs from it."""
+    a, b = _parts(mine), _parts(other)
+
+    def fp(p: dict[str, str]) -> str:
+        return "CollectiveFingerPrint(" + ", ".join(f"{k}={v}" for k, v in p.items()) + ")"
+
+    names = {"SequenceNumber": "Sequence number", "OpType": "Op type",
+             "TensorShape": "Tensor shapes", "TensorDtypes": "Tensor dtypes",
+             "TensorDeviceTypes": "Tensor devices", "Root": "Root rank",
+             "ReduceOp": "Reduce op"}
+    diff = "; ".join(f"{names.get(k, k)}: {a.get(k, '-')} vs {b.get(k, '-')}"
+                     for k in dict.fromkeys([*a, *b]) if a.get(k) != b.get(k))
+    return (f"Detected mismatch between collectives on ranks. Rank {rank} is running "
+            f"collective: {fp(a)}, but Rank {other_rank} is running collective: {fp(b)}. "
+            f"Collectives differ in the following aspects: {diff}")

@@ -37,7 +37,7 @@ from .._transfer import (pinned_pool, plan_landing, plan_staged_collective,
                          plan_staged_p2p, run_on_stream, run_steps)
 from ._engine import (Buf, DirectPlan, Engine, EngineCapabilities, EngineContext, PremulSum,
                       RedOp, ReduceOp, registration)
-from ._debug import DEBUG_ENV, DebugLevel, debug_level
+from ._debug import _DEVICE, DEBUG_ENV, DebugLevel, _torch_words, debug_level
 from ._errors import DistBackendError, DistError, _RankNotInGroupError
 from ._work import WATCHDOG, Work, detached
 
@@ -325,11 +325,21 @@ class ProcessGroup:
             self._ctrl = self.mpi_comm.Dup()
         return self._ctrl
 
-    def engine(self, device_type: str, index: int) -> Engine:
+    def _engine_key(self, device_type: str, index: int) -> tuple[str, int]:
         name = self.engine_map.get(device_type)
         reg = None if name is None else registration(name)
         # one engine per device where its communicator is bound to one (NCCL), else per type
-        key = (device_type, index if reg is not None and reg.per_device else 0)
+        return (device_type, index if reg is not None and reg.per_device else 0)
+
+    def engine_started(self, device_type: str, index: int) -> bool:
+        """Whether :meth:`engine` has the engine for these arrays already (starting it is a
+        collective)."""
+        return self._engine_key(device_type, index) in self._engines
+
+    def engine(self, device_type: str, index: int) -> Engine:
+        name = self.engine_map.get(device_type)
+        reg = None if name is None else registration(name)
+        key = self._engine_key(device_type, index)
         eng = self._engines.get(key)
         if eng is not None:
             return eng
@@ -393,14 +403,24 @@ class ProcessGroup:
         return self.next_seq()
 
     # ------------------------------------------------------------------ debug checks
-    def fingerprint(self, device_type: str, eng: Engine, desc: tuple[Any, ...]) -> None:
+    def collective_desc(self, op: str, desc: Sequence[Any] = ()) -> tuple[Any, ...]:
+        """The debug fingerprint of the collective about to run: ``(op, the collective
+        sequence number it will take) + desc`` (point-to-point operations are not counted)."""
+        return (op, self._seq + 1 - self._p2p) + tuple(desc)
+
+    def fingerprint(self, device_type: str | None, desc: tuple[Any, ...]) -> None:
         """ACCELRT_DISTRIBUTED_DEBUG=DETAIL: every rank compares (op, seq, dtype, shape, root,
-        reduce op) with every other rank and all raise, naming the odd rank(s), on a
-        mismatch."""
+        reduce op, device type: None for a barrier) with every other rank and all raise,
+        naming the odd rank(s), on a mismatch, with torch's words too (``_debug._torch_words``).
+        Called on the caller's thread, before anything is enqueued."""
         comm = self.control()
         if comm is None:
             return
-        gathered = comm.allgather(desc)
+        dev = ((_DEVICE, device_type),)
+        if desc and isinstance(desc[-1], PeerCounts):   # (kept last: compared pairwise)
+            gathered = comm.allgather(desc[:-1] + dev + desc[-1:])
+        else:
+            gathered = comm.allgather(desc + dev)
         # an all_to_all's per-peer element counts differ between ranks by design: they are
         # compared pairwise (what k sends to j is what j expects from k), the rest for equality
         peers = [d[-1] if d and isinstance(d[-1], PeerCounts) else None for d in gathered]
@@ -416,10 +436,14 @@ class ProcessGroup:
         odd = [self.global_ranks[r] for r, d in enumerate(everyone) if d != common]
         detail = "; ".join(f"rank {self.global_ranks[r]}: {_describe(d)}"
                            for r, d in enumerate(everyone))
+        me = self._rank
+        other = next(r for r, d in enumerate(everyone) if d != everyone[me])
         raise DistError(
             f"rank {self.global_rank}: collective mismatch in group {self.name!r} at sequence "
             f"number {desc[1]}: rank(s) {', '.join(map(str, odd))} differ from the others "
-            f"({detail})", rank=self.global_rank, op=str(desc[0]), seq=int(desc[1]))
+            f"({detail}). "
+            f"{_torch_words(self.global_rank, everyone[me], self.global_ranks[other], everyone[other])}",
+            rank=self.global_rank, op=str(desc[0]), seq=int(desc[1]))
 
     def _check_peer_counts(self, desc: tuple[Any, ...], peers: list[PeerCounts]) -> None:
         """Raise :class:`DistError` on every rank when some rank would send a peer another
@@ -606,16 +630,20 @@ class ProcessGroup:
         self._raise_kept()
         loc = self.check_args(op, ins, outs, alias=alias)
         assert loc is not None
+        # DETAIL: fingerprints compared before anything is enqueued (a mismatch raises on every
+        # rank, as torch's ProcessGroupWrapper): after the argument checks (an error on one
+        # rank moves nothing), but before an engine's start, a collective itself
+        early = DETAIL and not self.engine_started(loc.type, loc.index)
+        if early:
+            self.fingerprint(loc.type, self.collective_desc(op, desc))
         eng = self.engine(loc.type, loc.index)
         if red is not None:
             self._check_red(op, eng, red, arrays)
+        if DETAIL and not early:
+            self.fingerprint(loc.type, self.collective_desc(op, desc))
         seq = self.next_seq()
-        check = DETAIL
-        full = (op, seq - self._p2p) + tuple(desc)   # the collective sequence number
 
         def body(getbuf: BufOf, stream: Stream | None) -> None:
-            if check:
-                self.fingerprint(loc.type, eng, full)
             call(eng, getbuf, stream)
 
         if loc.host:
@@ -954,7 +982,9 @@ def _describe(d: Any) -> str:
     if not isinstance(d, tuple) or len(d) < 2:
         return repr(d)
     op, seq, *rest = d
-    return f"{op} #{seq} " + " ".join(str(x) for x in rest if x is not None)
+    return f"{op} #{seq} " + " ".join(str(x) for x in rest
+                                      if x is not None and not (isinstance(x, tuple) and
+                                                                len(x) == 2 and x[0] == _DEVICE))
 
 
 def _check_one_rank_per_gpu(group: ProcessGroup, index: int) -> None:

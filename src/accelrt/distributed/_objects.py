@@ -20,6 +20,7 @@ from typing import Any
 from .._array import Array
 from .._typing import DeviceLike
 from ._errors import DistError
+from . import _group as _group_mod
 from ._group import ProcessGroup
 from ._world import GroupArg, _member
 
@@ -149,12 +150,17 @@ def _obj_comm(op: str, group: GroupArg) -> tuple[ProcessGroup | None, Any]:
     return g, comm
 
 
-def _obj_call(g: ProcessGroup, op: str, fn: Callable[[], Any], p2p: bool = False) -> Any:
+def _obj_call(g: ProcessGroup, op: str, fn: Callable[[], Any], p2p: bool = False,
+              desc: tuple[Any, ...] = ()) -> Any:
     """Run an object collective's MPI call ``fn`` (``p2p``: a send or receive) after the
     group's queued work, under the group's sequence number and timeout
     (:meth:`ProcessGroup._inline`); returns its result. Arguments are checked and objects
     pickled before: nothing here raises for them."""
     g.drain()
+    if _group_mod.DETAIL and not p2p:
+        # compared as the array collectives are: a mismatch (an all_reduce on one rank and
+        # this on another) raises on every rank instead of mixing MPI calls
+        g.fingerprint(None, g.collective_desc(op, desc))
     seq = g.next_p2p_seq() if p2p else g.next_seq()
     box: list[Any] = []
     g._inline(op, seq, lambda: box.append(fn()))
@@ -183,7 +189,8 @@ def broadcast_object_list(object_list: list[Any], src: int | None = None,
         return
     root = g.canonical_rank(src, group_src, "src", default=0)
     data, kept = _pickled(g, list(object_list)) if g.rank() == root else (None, [])
-    got = _obj_call(g, "broadcast_object_list", lambda: comm.bcast(data, root=root))
+    got = _obj_call(g, "broadcast_object_list", lambda: comm.bcast(data, root=root),
+                    desc=(root,))
     _raise_own(kept)
     if g.rank() != root:   # the source keeps its own objects (torch 2.15: not unpickled)
         object_list[:] = _received(g, "broadcast_object_list", got, weights_only)
@@ -242,7 +249,8 @@ def gather_object(obj: Any, object_gather_list: list[Any] | None = None,
         raise ValueError("Argument ``gather_list`` must NOT be specified on non-destination "
                          "ranks.")
     data, kept = _pickled(g, obj)
-    got = _obj_call(g, "gather_object", lambda: comm.gather(data, root=root))
+    got = _obj_call(g, "gather_object", lambda: comm.gather(data, root=root),
+                    desc=(root,))
     if g.rank() == root:
         assert object_gather_list is not None
         object_gather_list[:g.size()] = _settle(g, "gather_object", kept, got, weights_only)
@@ -287,7 +295,8 @@ def scatter_object_list(scatter_object_output_list: list[Any],
             kept = kept or failed   # the first error (a later one's list holds no cycle)
         if kept:   # every rank learns that the scatter failed
             items = [next(x for x in items if isinstance(x, _Unpicklable))] * g.size()
-    mine = _obj_call(g, "scatter_object_list", lambda: comm.scatter(items, root=root))
+    mine = _obj_call(g, "scatter_object_list", lambda: comm.scatter(items, root=root),
+                     desc=(root,))
     _raise_own(kept)
     scatter_object_output_list[0] = _received(g, "scatter_object_list", mine, weights_only)
 
