@@ -32,7 +32,8 @@ from ._argchecks import (_check_length, _check_list, _check_same, _check_self_pa
 from ._engine import Engine, PremulSum, RedOp, ReduceOp
 from ._errors import DistError, DistTimeoutError
 from . import _group as _group_mod
-from ._group import BufOf, PeerCounts, ProcessGroup, Work
+from ._debug import PeerCounts
+from ._group import BufOf, ProcessGroup, Work
 from ._world import _S, ArrayArg, GroupArg, TimeoutArg, _group, _member, _seconds, _warn_not_member
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 import os
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -196,3 +197,22 @@ def _torch_words(rank: int, mine: Any, other_rank: int, other: Any) -> str:
     return (f"Detected mismatch between collectives on ranks. Rank {rank} is running "
             f"collective: {fp(a)}, but Rank {other_rank} is running collective: {fp(b)}. "
             f"Collectives differ in the following aspects: {diff}")
+
+
+@dataclass(frozen=True)
+class PeerCounts:
+    """The last item of an all_to_all's debug fingerprint: the elements this rank sends to
+    (``send``) and expects from (``recv``) each group rank (see
+    :meth:`ProcessGroup.fingerprint`)."""
+
+    send: tuple[int, ...]
+    recv: tuple[int, ...]
+
+
+def _describe(d: Any) -> str:
+    if not isinstance(d, tuple) or len(d) < 2:
+        return repr(d)
+    op, seq, *rest = d
+    return f"{op} #{seq} " + " ".join(str(x) for x in rest
+                                      if x is not None and not (isinstance(x, tuple) and
+                                                                len(x) == 2 and x[0] == _DEVICE))

@@ -24,7 +24,6 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal, TypeVar
 
@@ -37,7 +36,8 @@ from .._transfer import (pinned_pool, plan_landing, plan_staged_collective,
                          plan_staged_p2p, run_on_stream, run_steps)
 from ._engine import (Buf, DirectPlan, Engine, EngineCapabilities, EngineContext, PremulSum,
                       RedOp, ReduceOp, registration)
-from ._debug import _DEVICE, DEBUG_ENV, DebugLevel, _torch_words, debug_level
+from ._debug import (_DEVICE, DEBUG_ENV, DebugLevel, PeerCounts, _describe, _torch_words,
+                     debug_level)
 from ._errors import DistBackendError, DistError, _RankNotInGroupError
 from ._work import WATCHDOG, Work, detached
 
@@ -966,25 +966,6 @@ class ProcessGroup:
             except Exception:   # noqa: BLE001 - kept by the work: its wait() raises it
                 pass
         self._in_flight = pending
-
-
-@dataclass(frozen=True)
-class PeerCounts:
-    """The last item of an all_to_all's debug fingerprint: the elements this rank sends to
-    (``send``) and expects from (``recv``) each group rank (see
-    :meth:`ProcessGroup.fingerprint`)."""
-
-    send: tuple[int, ...]
-    recv: tuple[int, ...]
-
-
-def _describe(d: Any) -> str:
-    if not isinstance(d, tuple) or len(d) < 2:
-        return repr(d)
-    op, seq, *rest = d
-    return f"{op} #{seq} " + " ".join(str(x) for x in rest
-                                      if x is not None and not (isinstance(x, tuple) and
-                                                                len(x) == 2 and x[0] == _DEVICE))
 
 
 def _check_one_rank_per_gpu(group: ProcessGroup, index: int) -> None:
