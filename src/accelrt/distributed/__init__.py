@@ -99,7 +99,8 @@ from ._objects import (
 )
 from ._p2p import P2POp, batch_isend_irecv, irecv, isend, recv, send
 from ._rendezvous import register_rendezvous_handler, rendezvous
-from ._store import FileStore, HashStore, PrefixStore, Store
+from ._filestore import FileStore
+from ._store import HashStore, PrefixStore, Store
 from ._tcpstore import TCPStore
 from ._world import GroupMember, group
 from ._world import _rank_not_in_group as _rank_not_in_group

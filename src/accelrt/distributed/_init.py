@@ -25,7 +25,8 @@ from ._engine import parse_backend as _parse_backend
 from ._engine import require_engines as _require_engines
 from ._errors import DistBackendError, DistError, _AssertValueError, _DeviceRangeError
 from ._group import DEFAULT_TIMEOUT, ProcessGroup
-from ._store import FileStore, PrefixStore, Store, _int
+from ._filestore import FileStore
+from ._store import PrefixStore, Store, _int
 from ._tcpstore import TCPStore
 from ._world import (
     _S,

@@ -25,7 +25,8 @@ from typing import Any
 from urllib.parse import urlparse, urlunparse
 
 from ._group import DEFAULT_TIMEOUT
-from ._store import FileStore, Store
+from ._filestore import FileStore
+from ._store import Store
 from ._tcpstore import TCPStore
 from .._errors import type_shown
 
