@@ -99,7 +99,9 @@ from ._objects import (
                            send_object_list,
 )
 from ._p2p import P2POp, batch_isend_irecv, irecv, isend, recv, send
-from ._store import FileStore, HashStore, PrefixStore, Store
+from ._rendezvous import register_rendezvous_handler, rendezvous
+from ._filestore import FileStore
+from ._store import HashStore, PrefixStore, Store
 from ._tcpstore import TCPStore
 from ._world import GroupMember, group
 from ._world import _rank_not_in_group as _rank_not_in_group
@@ -120,7 +122,8 @@ __all__ = [
     "is_mpi_available", "is_nccl_available", "is_torchelastic_launched", "is_ucc_available",
     "is_xccl_available", "isend", "monitored_barrier", "new_group", "new_subgroups",
     "new_subgroups_by_enumeration", "recv", "recv_object_list", "reduce", "reduce_scatter",
-    "reduce_scatter_single", "reduce_scatter_tensor", "register_backend", "scatter",
+    "reduce_scatter_single", "reduce_scatter_tensor", "register_backend",
+    "register_rendezvous_handler", "rendezvous", "scatter",
     "scatter_object_list", "send", "send_object_list", "set_debug_level",
     "set_debug_level_from_env", "set_timeout", "split_group", "supports_complex",
 ]

@@ -25,7 +25,8 @@ from ._engine import parse_backend as _parse_backend
 from ._engine import require_engines as _require_engines
 from ._errors import DistBackendError, DistError, _AssertValueError, _DeviceRangeError
 from ._group import DEFAULT_TIMEOUT, ProcessGroup
-from ._store import FileStore, PrefixStore, Store, _int
+from ._filestore import FileStore
+from ._store import PrefixStore, Store, _int
 from ._tcpstore import TCPStore
 from ._world import (
     _S,
@@ -322,7 +323,12 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
         group = _init_mpi(engine_map, backend_str, op_timeout, init_timeout, world_size, rank,
                           named)
     else:
-        from ._rendezvous import RendezvousPlan, plan
+        from ._rendezvous import RendezvousPlan, custom_handler, plan, rendezvous
+        if store is None and custom_handler(method):
+            # a handler of register_rendezvous_handler makes the store (as torch's
+            # init_process_group asks rendezvous())
+            store, rank, world_size = next(rendezvous(
+                method, rank, world_size, timeout=datetime.timedelta(seconds=init_timeout)))
         where: Store | RendezvousPlan = (store if store is not None
                                          else plan(method, rank, world_size))
         r, n = (rank, world_size) if isinstance(where, Store) else (where.rank,

@@ -17,16 +17,20 @@ Example::
 from __future__ import annotations
 
 import datetime
+import numbers
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from urllib.parse import urlparse
+from typing import Any
+from urllib.parse import urlparse, urlunparse
 
-from ._store import FileStore, Store
+from ._group import DEFAULT_TIMEOUT
+from ._filestore import FileStore
+from ._store import Store
 from ._tcpstore import TCPStore
 from .._errors import type_shown
 
-__all__ = ["RendezvousPlan", "plan", "share"]
+__all__ = ["RendezvousPlan", "plan", "register_rendezvous_handler", "rendezvous", "share"]
 
 
 def _error(scheme: str, msg: str) -> ValueError:
@@ -142,3 +146,111 @@ def share(store: Store, key: str, rank: int, make: Callable[[], bytes]) -> bytes
         store.set(key, value)
         return value
     return store.get(key)
+
+
+# ---------------------------------------------------------------------------- rendezvous()
+#: a handler: ``handler(url, **kwargs)``, a generator that yields ``(store, rank, world_size)``
+Handler = Callable[..., Iterator[tuple[Store, int, int]]]
+
+_HANDLERS: dict[str, Handler] = {}
+
+
+def register_rendezvous_handler(scheme: str, handler: Handler) -> None:
+    """Register ``handler`` for URLs of ``scheme`` (torch's
+    ``torch.distributed.register_rendezvous_handler``): :func:`rendezvous` and
+    ``init_process_group(init_method="scheme://...")`` then call ``handler(url,
+    timeout=...)``, a generator that yields ``(store, rank, world_size)``.
+
+    Raises:
+        RuntimeError: ``scheme`` has a handler already (``tcp``, ``env`` and ``file`` are
+            built in).
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> def mine(url, **kwargs):
+        ...     yield dist.HashStore(), 0, 1
+        >>> dist.register_rendezvous_handler("doc-example", mine)
+        >>> store, rank, world_size = next(dist.rendezvous("doc-example://"))
+        >>> rank, world_size
+        (0, 1)
+    """
+    if scheme in _HANDLERS:
+        raise RuntimeError(f"Rendezvous handler for {scheme}:// already registered")
+    _HANDLERS[scheme] = handler
+
+
+def _query_dict(query: str) -> dict[str, str]:
+    return {k: v for k, _, v in (pair.partition("=") for pair in query.split("&") if pair)}
+
+
+def rendezvous(url: str, rank: int = -1, world_size: int = -1,
+               **kwargs: Any) -> Iterator[tuple[Store, int, int]]:
+    """The handler of ``url``'s scheme, as a generator of ``(store, rank, world_size)``
+    (torch's ``torch.distributed.rendezvous``). ``rank`` and ``world_size`` (-1: not given)
+    are added to the URL's query; ``kwargs`` (``timeout=`` a ``timedelta``) go to the
+    handler. ``tcp://host:port`` and ``env://`` make rank 0 serve a multi-tenant
+    :class:`TCPStore` that the others join, ``file:///path`` opens a :class:`FileStore`.
+
+    Raises:
+        RuntimeError: ``url`` is not a str, ``rank`` or ``world_size`` not an integer, or no
+            handler is registered for the scheme ("No rendezvous handler for x://").
+        AssertionError: ``rank``/``world_size`` given both as arguments and in the URL.
+        ValueError: a built-in handler's URL lacks what it needs (torch's "Error
+            initializing torch.distributed using tcp:// rendezvous: port number missing").
+
+    Example::
+
+        >>> import os, tempfile
+        >>> import accelrt.distributed as dist
+        >>> path = os.path.join(tempfile.mkdtemp(), "rdzv")
+        >>> store, rank, world_size = next(dist.rendezvous(f"file://{path}", 0, 1))
+        >>> store.set("k", "v"); (rank, world_size, store.get("k"))
+        (0, 1, b'v')
+        >>> store.close()
+    """
+    if not isinstance(url, (str, bytes)):
+        raise RuntimeError(f"`url` must be a string. {type(url)}: {url}")
+    if not isinstance(rank, numbers.Integral):
+        raise RuntimeError(f"`rank` must be an integer. {rank}")
+    if not isinstance(world_size, numbers.Integral):
+        raise RuntimeError(f"`world_size` must be an integer. {world_size}")
+    if isinstance(url, bytes):
+        url = url.decode()
+    result = urlparse(url)
+    if rank != -1 or world_size != -1:
+        query = _query_dict(result.query)
+        if "rank" in query or "world_size" in query:
+            raise AssertionError(f"The url: {url} has node-specific arguments(rank, "
+                                 "world_size) already.")
+        if rank != -1:
+            query["rank"] = str(rank)
+        if world_size != -1:
+            query["world_size"] = str(world_size)
+        result = result._replace(query="&".join(f"{k}={v}" for k, v in query.items()))
+        url = urlunparse(result)
+    if result.scheme not in _HANDLERS:
+        raise RuntimeError(f"No rendezvous handler for {result.scheme}://")
+    return _HANDLERS[result.scheme](url, **kwargs)
+
+
+def _builtin_handler(scheme: str) -> Handler:
+    def handler(url: str, timeout: datetime.timedelta = datetime.timedelta(
+                    seconds=DEFAULT_TIMEOUT), **kwargs: Any) -> Iterator[tuple[Store, int, int]]:
+        p = plan(url)
+        yield p.connect(timeout), p.rank, p.world_size
+        raise RuntimeError(f"Unable to perform re-rendezvous using {scheme}:// method")
+
+    handler.__name__ = f"_{scheme}_rendezvous_handler"
+    return handler
+
+
+def custom_handler(url: str) -> bool:
+    """Whether ``url``'s scheme has a handler registered by the user (not a built-in one)."""
+    scheme = urlparse(url).scheme
+    return scheme in _HANDLERS and scheme not in _BUILTIN
+
+
+_BUILTIN = ("tcp", "env", "file")
+for _scheme in _BUILTIN:
+    register_rendezvous_handler(_scheme, _builtin_handler(_scheme))

@@ -8,8 +8,9 @@ as in torch.
 
 One table implementation serves every store: :class:`HashStore` holds it in the process,
 :class:`TCPStore`'s master serves the same table to its clients (its transport:
-:mod:`accelrt.distributed._tcpstore`), and :class:`FileStore` keeps it as an append-only log
-in a file locked with ``fcntl.flock``.
+:mod:`accelrt.distributed._tcpstore`), and :class:`FileStore`
+(:mod:`accelrt.distributed._filestore`) keeps it as an append-only log in a file locked with
+``fcntl.flock``.
 
 Example::
 
@@ -33,12 +34,9 @@ import collections
 import datetime
 import math
 import operator
-import os
 import re
-import struct
 import threading
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -47,7 +45,7 @@ import numpy as np
 from ._errors import DistStoreError, QueueEmptyError
 from .._errors import index_failure, shown, type_shown
 
-__all__ = ["FileStore", "HashStore", "PrefixStore", "Store"]
+__all__ = ["HashStore", "PrefixStore", "Store"]
 
 #: torch's default store timeout (``torch.distributed.constants.default_pg_timeout``'s store
 #: counterpart in ``TCPStore``'s signature).
@@ -208,10 +206,21 @@ def _timedelta(timeout: object) -> datetime.timedelta:
     return timeout
 
 
-def _wait_timeout(keys: Sequence[str], timeout: float) -> DistStoreError:
-    return DistStoreError(f"wait timeout after {timeout * 1000:.0f}ms, keys: "
-                          f"{', '.join(keys)}: no process set them in time; check that every "
-                          "rank started, or raise the store's timeout (set_timeout)")
+def _wait_timeout(keys: Sequence[str], timeout: float, style: str = "hash") -> DistStoreError:
+    """A store's timeout, worded as torch 2.15's store of that ``style`` words it, then what
+    to check: ``"tcp"`` (its TCPStore: every key waited for, with the "/" its client puts
+    before a key: "wait timeout after 100ms, keys: /a, /b"), ``"hash"`` (its HashStore and
+    its FileStore's ``wait``: "Wait timeout") or ``"file_get"`` (its FileStore's ``get``:
+    "Timeout waiting for key: a after 100 ms", naming the first key that is missing)."""
+    ms = f"{timeout * 1000:.0f}"
+    if style == "tcp":
+        head = f"wait timeout after {ms}ms, keys: {', '.join('/' + k for k in keys)}"
+    elif style == "file_get":
+        head = f"Timeout waiting for key: {keys[0] if keys else ''} after {ms} ms"
+    else:
+        head = f"Wait timeout after {ms}ms, keys: {', '.join(keys)}"
+    return DistStoreError(f"{head}; no process set them in time: check that every rank "
+                          "started, or raise the store's timeout (set_timeout)")
 
 
 _COUNTER = re.compile(rb"[ \t\n\v\f\r]*([+-]?[0-9]+)")
@@ -258,6 +267,13 @@ def _wait_seconds(store: Store, timeout: object) -> float:
                         "seconds), got None; leave it out for the store's timeout: "
                         "wait(keys)")
     return store._seconds(timeout)   # type: ignore[arg-type]
+
+
+def _not_implemented(method: str) -> NotImplementedError:
+    """What a :class:`Store` subclass raises for a primitive it did not implement: torch's
+    words ("Not implemented.", a ``RuntimeError``; ``NotImplementedError`` is one), and the fix."""
+    return NotImplementedError(f"Not implemented. A Store subclass must implement {method}() "
+                               f"(the base class has no table of its own)")
 
 
 # ---------------------------------------------------------------------------- the table
@@ -314,11 +330,12 @@ class _Table:
 class _MemoryTable(_Table):
     """The table in this process's memory (HashStore, and the TCPStore master's server)."""
 
-    def __init__(self) -> None:
+    def __init__(self, timeout_style: str = "hash") -> None:
         self._cond = threading.Condition()
         self._data: dict[str, bytes] = {}                            # guarded by _cond
         self._queues: dict[str, collections.deque[bytes]] = {}       # guarded by _cond
         self.closed = False                                          # guarded by _cond
+        self._timeout_style = timeout_style   # how a timeout is worded (_wait_timeout)
 
     def _present(self, key: str) -> bool:
         return key in self._data or bool(self._queues.get(key))
@@ -332,8 +349,7 @@ class _MemoryTable(_Table):
                                      f"{', '.join(keys)}")
             left = deadline - time.monotonic()
             if left <= 0:
-                raise _wait_timeout([k for k in keys if not self._present(k)] or list(keys),
-                                    timeout)
+                raise _wait_timeout(keys, timeout, self._timeout_style)
             self._cond.wait(left)
 
     def set(self, key: str, value: bytes) -> None:
@@ -470,7 +486,7 @@ class Store:
     # primitives (a subclass implements these) --------------------------------
     def set(self, key: str, value: str | bytes) -> None:
         """Insert ``key`` with ``value`` (str or bytes), overwriting an existing value."""
-        raise NotImplementedError("The 'set' method must be implemented.")
+        raise _not_implemented("set")
 
     def get(self, key: str) -> bytes:
         """The value of ``key``, waiting up to the store's timeout for it to be set.
@@ -478,7 +494,7 @@ class Store:
         Raises:
             DistStoreError: ``key`` was not set within the timeout.
         """
-        raise NotImplementedError("The 'get' method must be implemented.")
+        raise _not_implemented("get")
 
     def add(self, key: str, amount: int) -> int:
         """Add ``amount`` to the counter ``key`` (created at 0) and return the new value.
@@ -486,14 +502,14 @@ class Store:
         Raises:
             ValueError: ``key`` holds a value that is not a counter.
         """
-        raise NotImplementedError("The 'add' method must be implemented.")
+        raise _not_implemented("add")
 
     def compare_set(self, key: str, expected_value: str | bytes,
                     desired_value: str | bytes) -> bytes:
         """Set ``key`` to ``desired_value`` if it holds ``expected_value`` (or is missing and
         ``expected_value`` is empty); returns the value ``key`` holds afterwards (for a
         missing key with a non-empty ``expected_value``: ``expected_value``)."""
-        raise NotImplementedError("The 'compare_set' method must be implemented.")
+        raise _not_implemented("compare_set")
 
     def wait(self, keys: list[str], timeout: datetime.timedelta = _STORE_TIMEOUT) -> None:
         """Wait until every key of ``keys`` is set (``timeout``: a ``timedelta`` or a float of
@@ -514,20 +530,20 @@ class Store:
 
     def check(self, keys: list[str]) -> bool:
         """True if every key of ``keys`` is set (does not wait)."""
-        raise NotImplementedError("The 'check' method must be implemented.")
+        raise _not_implemented("check")
 
     def delete_key(self, key: str) -> bool:
         """Delete ``key``; True if it existed."""
-        raise NotImplementedError("The 'delete_key' method must be implemented.")
+        raise _not_implemented("delete_key")
 
     def num_keys(self) -> int:
         """The number of keys in the store (the stores' own bookkeeping keys included, as in
         torch)."""
-        raise NotImplementedError("The 'num_keys' method must be implemented.")
+        raise _not_implemented("num_keys")
 
     def list_keys(self) -> list[str]:
         """Every key set in the store."""
-        raise NotImplementedError("The 'list_keys' method must be implemented.")
+        raise _not_implemented("list_keys")
 
     # extended API (defaults in terms of the primitives) ----------------------
     def has_extended_api(self) -> bool:
@@ -600,7 +616,7 @@ class Store:
 
     def clone(self) -> Store:
         """A new store object on the same data (for use from another thread)."""
-        raise NotImplementedError("The 'clone' method must be implemented.")
+        raise _not_implemented("clone")
 
 
 class _TableStore(Store):
@@ -687,221 +703,6 @@ class HashStore(_TableStore):
         return twin
 
 
-# ---------------------------------------------------------------------------- FileStore
-_SET, _DELETE = 1, 2
-_HEAD = struct.Struct("!BII")
-_REFCOUNT_KEY, _CLEANUP_KEY = "refcount/", "cleanup/"
-
-
-class _FileTable(_Table):
-    """The table as an append-only log of set/delete records in a file, read incrementally
-    and written under ``fcntl.flock`` (shared to read, exclusive to write)."""
-
-    def __init__(self, path: str) -> None:
-        import fcntl
-        self._fcntl = fcntl
-        self.path = path
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        self._pos = 0                        # bytes of the log applied to _data
-        self._data: dict[str, bytes] = {}
-        self._lock = threading.Lock()        # this object's threads; flock orders processes
-
-    def _sync(self) -> None:
-        """Apply the records other processes appended since the last read."""
-        end = os.fstat(self._fd).st_size
-        if end < self._pos:   # the file was recreated: read it again
-            self._pos, self._data = 0, {}
-        if end == self._pos:
-            return
-        buf = os.pread(self._fd, end - self._pos, self._pos)
-        pos = 0
-        while pos + _HEAD.size <= len(buf):
-            kind, klen, vlen = _HEAD.unpack_from(buf, pos)
-            stop = pos + _HEAD.size + klen + vlen
-            if stop > len(buf):
-                break
-            key = buf[pos + _HEAD.size:pos + _HEAD.size + klen].decode()
-            if kind == _SET:
-                self._data[key] = buf[pos + _HEAD.size + klen:stop]
-            else:
-                self._data.pop(key, None)
-            pos = stop
-        self._pos += pos
-
-    def _locked(self, exclusive: bool) -> Any:
-        table = self
-
-        class _Held:
-            def __enter__(self) -> None:
-                table._lock.acquire()
-                table._fcntl.flock(table._fd, table._fcntl.LOCK_EX if exclusive
-                                   else table._fcntl.LOCK_SH)
-                table._sync()
-
-            def __exit__(self, *exc: object) -> None:
-                table._fcntl.flock(table._fd, table._fcntl.LOCK_UN)
-                table._lock.release()
-
-        return _Held()
-
-    def _write(self, kind: int, key: str, value: bytes = b"") -> None:
-        k = key.encode()
-        rec = _HEAD.pack(kind, len(k), len(value)) + k + value
-        os.write(self._fd, rec)   # O_APPEND, under the exclusive lock
-        self._sync()
-
-    def _poll(self, pred: Callable[[], bool], keys: Sequence[str], timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            with self._locked(False):
-                if pred():
-                    return
-            if time.monotonic() > deadline:
-                with self._locked(False):
-                    missing = [k for k in keys if k not in self._data]
-                raise _wait_timeout(missing or list(keys), timeout)
-            time.sleep(0.01)
-
-    def set(self, key: str, value: bytes) -> None:
-        with self._locked(True):
-            self._write(_SET, key, value)
-
-    def add(self, key: str, amount: int) -> int:
-        with self._locked(True):
-            new = _counter(key, self._data.get(key, b"0"), amount)
-            self._write(_SET, key, str(new).encode())
-            return new
-
-    def compare_set(self, key: str, expected: bytes, desired: bytes) -> bytes:
-        with self._locked(True):
-            kept = _compare_set_refusal(self._data.get(key), expected)
-            if kept is not None:
-                return kept
-            self._write(_SET, key, desired)
-            return desired
-
-    def append(self, key: str, value: bytes) -> None:
-        with self._locked(True):
-            self._write(_SET, key, self._data.get(key, b"") + value)
-
-    def wait(self, keys: list[str], timeout: float) -> None:
-        self._poll(lambda: all(k in self._data for k in keys), keys, timeout)
-
-    def check(self, keys: list[str]) -> bool:
-        with self._locked(False):
-            return all(k in self._data for k in keys)
-
-    def delete_key(self, key: str) -> bool:
-        with self._locked(True):
-            if key not in self._data:
-                return False
-            self._write(_DELETE, key)
-            return True
-
-    def num_keys(self) -> int:
-        with self._locked(False):
-            return len(self._data)
-
-    def list_keys(self) -> list[str]:
-        with self._locked(False):
-            return list(self._data)
-
-    def multi_get(self, keys: list[str], timeout: float) -> list[bytes]:
-        out: list[bytes] = []
-
-        def ready() -> bool:
-            if all(k in self._data for k in keys):
-                out[:] = [self._data[k] for k in keys]
-                return True
-            return False
-
-        self._poll(ready, keys, timeout)
-        return out
-
-    def multi_set(self, keys: list[str], values: list[bytes]) -> None:
-        with self._locked(True):
-            for k, v in zip(keys, values):
-                self._write(_SET, k, v)
-
-    def close(self, world_size: int) -> None:
-        """Count this store out; the last of ``world_size`` removes the file (as torch)."""
-        try:
-            done = self.add(_CLEANUP_KEY, 1)
-            if world_size > 0 and done >= world_size:
-                os.unlink(self.path)
-        except OSError:
-            pass
-        finally:
-            os.close(self._fd)
-
-
-class FileStore(_TableStore):
-    """A store in a file that every process of one machine (or of a shared file system with
-    working ``flock``) opens (torch's ``FileStore``).
-
-    With ``world_size`` (> 0), the file is removed when that many stores on it were closed
-    (or garbage collected), so a later job starts empty; with -1 it is kept.
-
-    Args:
-        file_name: the path of the file (created if missing).
-        world_size: the number of processes using the file, or -1.
-
-    Example::
-
-        >>> import os, tempfile
-        >>> from accelrt.distributed import FileStore
-        >>> path = os.path.join(tempfile.mkdtemp(), "store")
-        >>> s = FileStore(path, 1); s.set("k", "v"); s.add("n", 3)
-        3
-        >>> FileStore(path).get("k")
-        b'v'
-    """
-
-    def __init__(self, file_name: str, world_size: int = -1) -> None:
-        if not isinstance(file_name, (str, bytes, os.PathLike)):
-            raise TypeError(f"file_name must be a path, got {type_shown(file_name)}")
-        world_size = _binding_int(world_size, "world_size", _INT32_MIN, _INT32_MAX, "an int32")
-        if world_size == 0 or world_size < -1:
-            raise ValueError(f"world_size must be positive or -1, got {world_size}")
-        path = os.fsdecode(file_name)
-        try:
-            table = _FileTable(path)
-        except OSError as exc:
-            raise DistStoreError(f"FileStore cannot open {path!r}: {exc.strerror}; pass a "
-                                 "path in a writable directory") from exc
-        super().__init__(table)
-        self._path, self._world_size = path, world_size
-        table.add(_REFCOUNT_KEY, 1)
-        self._finalizer = weakref.finalize(self, table.close, world_size)
-
-    @property
-    def path(self) -> str:
-        """The store's file."""
-        return self._path
-
-    def has_extended_api(self) -> bool:
-        return False   # as torch's FileStore (append/multi_get/multi_set still work)
-
-    def clone(self) -> FileStore:
-        twin = FileStore.__new__(FileStore)
-        table = _FileTable(self._path)
-        _TableStore.__init__(twin, table)
-        twin._path, twin._world_size, twin._timeout = self._path, -1, self._timeout
-        twin._finalizer = weakref.finalize(twin, table.close, -1)
-        return twin
-
-    def close(self) -> None:
-        """Close the file (counting this store out; see the class docstring). Also done when
-        the store is garbage collected."""
-        self._finalizer()
-
-    def __enter__(self) -> FileStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
 # ---------------------------------------------------------------------------- PrefixStore
 class PrefixStore(Store):
     """Every key of ``store`` under ``prefix + "/"`` (torch's ``PrefixStore``): so that
@@ -934,6 +735,15 @@ class PrefixStore(Store):
         return self._store
 
     @property
+    def _underlying_non_prefix_store(self) -> Store:
+        """The first store below this one that is not a :class:`PrefixStore` (torch's
+        private name, which its tests and c10d use to reach the TCPStore)."""
+        store = self._store
+        while isinstance(store, PrefixStore):
+            store = store._store
+        return store
+
+    @property
     def timeout(self) -> datetime.timedelta:
         return self._store.timeout
 
@@ -944,17 +754,23 @@ class PrefixStore(Store):
         return self._store.has_extended_api()
 
     def set(self, key: str, value: str | bytes) -> None:
-        self._store.set(self._k(key), value)
+        self._store.set(self._k(key), _value(value))
 
     def get(self, key: str) -> bytes:
-        return self._store.get(self._k(key))
+        value = self._store.get(self._k(key))
+        if not isinstance(value, bytes):
+            # (torch's binding converts the wrapped store's answer to bytes, or refuses it)
+            raise TypeError(f"Object of type {type(value).__name__!r} is not an instance of "
+                            f"'bytes': the wrapped store's get() must return bytes")
+        return value
 
     def add(self, key: str, amount: int) -> int:
         return self._store.add(self._k(key), amount)
 
     def compare_set(self, key: str, expected_value: str | bytes,
                     desired_value: str | bytes) -> bytes:
-        return self._store.compare_set(self._k(key), expected_value, desired_value)
+        return self._store.compare_set(self._k(key), _value(expected_value, "expected_value"),
+                                       _value(desired_value, "desired_value"))
 
     def wait(self, keys: list[str], timeout: datetime.timedelta = _STORE_TIMEOUT) -> None:
         _wait_seconds(self, timeout)    # (None refused before the underlying store is asked)
@@ -965,7 +781,7 @@ class PrefixStore(Store):
             self._store.wait(prefixed, timeout)
 
     def check(self, keys: list[str]) -> bool:
-        return self._store.check([self._k(k) for k in _keys(keys)])
+        return bool(self._store.check([self._k(k) for k in _keys(keys)]))
 
     def delete_key(self, key: str) -> bool:
         return self._store.delete_key(self._k(key))
@@ -978,16 +794,17 @@ class PrefixStore(Store):
         return [k[len(head):] for k in self._store.list_keys() if k.startswith(head)]
 
     def append(self, key: str, value: str | bytes) -> None:
-        self._store.append(self._k(key), value)
+        self._store.append(self._k(key), _value(value))
 
     def multi_get(self, keys: list[str]) -> list[bytes]:
         return self._store.multi_get([self._k(k) for k in _keys(keys)])
 
     def multi_set(self, keys: list[str], values: list[str | bytes]) -> None:
-        self._store.multi_set([self._k(k) for k in _keys(keys)], values)
+        self._store.multi_set([self._k(k) for k in _keys(keys)],
+                              [_value(v) for v in _values(values)])
 
     def queue_push(self, key: str, value: str | bytes) -> None:
-        self._store.queue_push(self._k(key), value)
+        self._store.queue_push(self._k(key), _value(value))
 
     def queue_pop(self, key: str, block: bool = True) -> bytes:
         return self._store.queue_pop(self._k(key), _flag(block, "block"))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime
 import errno
+import math
 import os
 import socket
 import socketserver
@@ -164,7 +165,7 @@ class _Server(socketserver.ThreadingMixIn, socketserver.TCPServer):
         self.socket.close()
         self.socket = sock
         self.address_family = sock.family
-        self.table = _MemoryTable()
+        self.table = _MemoryTable("tcp")
         self.port: int = sock.getsockname()[1]
         self.users = 0                                   # guarded by _SERVERS_LOCK
         self._open: set[socket.socket] = set()           # guarded by _open_lock
@@ -214,6 +215,15 @@ def _listen(port: int, fd: int | None) -> socket.socket:
                                    f"{errno.errorcode.get(exc.errno or 0, '?')}, message: "
                                    f"{exc.strerror}; pass master_listen_fd= a listening "
                                    "socket's file descriptor") from exc
+        try:
+            # a socket that is bound but not listening yet is served too (torch listens on
+            # it); listen() on a listening socket changes nothing else
+            sock.listen()
+        except OSError as exc:
+            sock.close()
+            raise DistNetworkError(f"Failed to listen on the existing socket {fd}: "
+                                   f"{exc.strerror}; pass master_listen_fd= a bound TCP "
+                                   "socket's file descriptor") from exc
         return sock
     try:
         if socket.has_dualstack_ipv6():
@@ -246,6 +256,30 @@ def _release_server(server: _Server) -> None:
         if _SERVERS.get(server.port) is server:
             del _SERVERS[server.port]
     server.stop()
+
+
+def _connect_error(host: str, port: int, seconds: float, exc: OSError) -> DistNetworkError:
+    return DistNetworkError(
+        f"The client socket has timed out after {seconds * 1000:.0f}ms while trying to "
+        f"connect to ({host}, {port}): {exc}. Check that the master store (rank 0) is running "
+        "and that MASTER_ADDR and MASTER_PORT name it")
+
+
+def _resolve(host: str, port: int, seconds: float) -> None:
+    """Resolve ``host``, retrying (a DNS name may appear late) until ``seconds`` passed."""
+    deadline = time.monotonic() + seconds
+    delay = 0.01
+    while True:
+        try:
+            socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            return
+        except (socket.gaierror, UnicodeError) as exc:
+            if time.monotonic() + delay > deadline:
+                raise _connect_error(host, port, seconds,
+                                     exc if isinstance(exc, OSError) else OSError(str(exc))
+                                     ) from exc
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
 
 
 class _RemoteTable(_Table):
@@ -287,11 +321,7 @@ class _RemoteTable(_Table):
                 break
             except OSError as exc:
                 if time.monotonic() + delay > deadline:
-                    raise DistNetworkError(
-                        f"The client socket has timed out after {self.timeout * 1000:.0f}ms "
-                        f"while trying to connect to ({self.host}, {self.port}): {exc}. Check "
-                        "that the master store (rank 0) is running and that MASTER_ADDR and "
-                        "MASTER_PORT name it") from exc
+                    raise _connect_error(self.host, self.port, self.timeout, exc) from exc
                 time.sleep(delay)
                 delay = min(delay * 2, 0.5)
         sock.settimeout(None)
@@ -375,6 +405,26 @@ class _RemoteTable(_Table):
 
 _INIT_KEY = "init/"
 
+_ENV_TRUE, _ENV_FALSE = ("1", "true", "yes", "y"), ("0", "false", "no", "n")
+
+
+def _agent_store_serves(port: int) -> bool:
+    """Whether a master that could not listen on ``port`` joins the store there instead, as
+    torch 2.15's TCPStore does: ``TORCHELASTIC_USE_AGENT_STORE`` is true (torchelastic's
+    agent serves the store) and ``MASTER_PORT`` is ``port``.
+
+    Raises:
+        RuntimeError: ``TORCHELASTIC_USE_AGENT_STORE`` is no boolean (torch's words).
+    """
+    flag = os.environ.get("TORCHELASTIC_USE_AGENT_STORE")
+    if flag is None:
+        return False
+    if flag.lower() not in _ENV_TRUE + _ENV_FALSE:
+        raise RuntimeError("Invalid value for environment variable: "
+                           "TORCHELASTIC_USE_AGENT_STORE (use 1/true/yes/y or 0/false/no/n; "
+                           f"got {flag!r})")
+    return flag.lower() in _ENV_TRUE and os.environ.get("MASTER_PORT") == str(port)
+
 
 class TCPStore(_TableStore):
     """A store served over TCP by the master process (torch's ``TCPStore``).
@@ -451,7 +501,18 @@ class TCPStore(_TableStore):
         self._world_size, self._multi_tenant = world_size, bool(multi_tenant)
         table: _Table
         if is_master:
-            self._server = _acquire_server(port, bool(multi_tenant), master_listen_fd)
+            # torch's master is a client of its own server too: a host name it cannot
+            # resolve fails as a client's connection does (DistNetworkError)
+            _resolve(host_name, port, seconds)
+            try:
+                self._server = _acquire_server(port, bool(multi_tenant), master_listen_fd)
+            except DistNetworkError:
+                if master_listen_fd is not None or not _agent_store_serves(port):
+                    raise
+                # torchelastic's agent serves the store at MASTER_PORT: join it (torch 2.15)
+                is_master = False
+        if is_master:
+            assert self._server is not None
             self._port = self._server.port
             table = self._server.table
             self._finalizer: weakref.finalize[Any, Any] = weakref.finalize(
@@ -463,17 +524,21 @@ class TCPStore(_TableStore):
             self._finalizer = weakref.finalize(self, remote.close)
         super().__init__(table)
         self._timeout = timeout
-        if world_size is not None:
-            joined = self._table.add(_INIT_KEY, 1)
-            if is_master and wait_for_workers:
-                self._wait_workers(world_size, joined, seconds)
+        if world_size is not None and wait_for_workers:
+            # (as torch 2.15: a store made with wait_for_workers=False is not counted in)
+            self._table.add(_INIT_KEY, 1)
+            if is_master:
+                self._wait_workers(world_size, seconds)
 
-    def _wait_workers(self, world_size: int, joined: int, seconds: float) -> None:
+    def _wait_workers(self, world_size: int, seconds: float) -> None:
         assert self._server is not None
+        start = time.monotonic()
         joined = self._server.table.wait_count(_INIT_KEY, world_size, seconds)
         if joined < world_size:
             self.close()
-            raise DistStoreError(f"Timed out after {seconds:g} seconds waiting for clients. "
+            # torch 2.15 writes whole seconds, the time it waited
+            waited = max(math.ceil(time.monotonic() - start), 1)
+            raise DistStoreError(f"Timed out after {waited} seconds waiting for clients. "
                                  f"{joined}/{world_size} clients joined.")
 
     @property
