@@ -417,10 +417,12 @@ class ProcessGroup:
         if comm is None:
             return
         dev = ((_DEVICE, device_type),)
-        if desc and isinstance(desc[-1], PeerCounts):   # (kept last: compared pairwise)
-            gathered = comm.allgather(desc[:-1] + dev + desc[-1:])
-        else:
-            gathered = comm.allgather(desc + dev)
+        mine = (desc[:-1] + dev + desc[-1:] if desc and isinstance(desc[-1], PeerCounts)
+                else desc + dev)   # (PeerCounts kept last: compared pairwise)
+        # under the group's timeout, as the collective itself: a rank that never comes (an
+        # argument error raised on it alone) must not leave the others waiting for ever
+        with WATCHDOG.watching(self, str(desc[0]), self._seq + 1):
+            gathered = comm.allgather(mine)
         # an all_to_all's per-peer element counts differ between ranks by design: they are
         # compared pairwise (what k sends to j is what j expects from k), the rest for equality
         peers = [d[-1] if d and isinstance(d[-1], PeerCounts) else None for d in gathered]
