@@ -69,6 +69,6 @@ def test_detail_fingerprint_is_under_the_group_timeout(tmp_path: Path) -> None:
     rc, out, _ = launch(2, str(script), timeout=40)
     assert rc != 0, out[-3000:]
     assert "rank 0 raised" in out, out[-3000:]
-    assert "rank 1: all_reduce (sequence number 2) on group 'WORLD' did not complete within " \
-           "1 s" in out, out[-3000:]
+    late = "rank 1: all_reduce (sequence number 2) on group 'WORLD' did not complete within 1 s"
+    assert late in out, out[-3000:]
     assert "rank 1 returned" not in out, out[-3000:]
