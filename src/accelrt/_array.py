@@ -68,6 +68,7 @@ import numpy as np
 from . import _dlpack
 from . import _sync_debug as _sd
 from ._device import _device_obj, _get_device, _lazy_init
+from ._array_values import ArrayValues
 from ._convert import cast, int_bounds
 from ._errors import (
     AcceleratorError,
@@ -112,7 +113,7 @@ def _stream_handle(b: Backend, index: int) -> StreamHandle:
 
 # ---------------------------------------------------------------------- the array
 
-class Array:
+class Array(ArrayValues):
     """A C-contiguous block of device memory with a shape and a numpy dtype.
 
     ``Array(*size, dtype="float32", device=None)`` is :func:`empty`. Arrays are usually made
@@ -351,85 +352,6 @@ class Array:
                                         "is ambiguous")
         return bool(self._item())
 
-    def _scalar(self) -> Any:
-        """The one element for ``int()``, ``float()`` and ``complex()``, as
-        ``torch.Tensor``'s conversions read it (synchronizing)."""
-        if self.size != 1:
-            raise ValueError("only one element tensors can be converted to Python scalars "
-                             f"(the array has {self.size} elements); convert a one-element "
-                             "array, or read several values with tolist()")
-        return self._item()
-
-    def __int__(self) -> int:
-        """The value of a one-element array as an ``int`` (``int(a)``), as
-        ``torch.Tensor.__int__``: a float truncated toward zero, a bool 0 or 1; read after
-        synchronizing the array's current stream.
-
-        Raises:
-            ValueError: the array has no element or more than one (PyTorch's "only one
-                element tensors can be converted to Python scalars"), or holds NaN.
-            OverflowError: it holds an infinity.
-            RuntimeError: it holds a complex number (an ``AcceleratorTypeError``, also a
-                ``TypeError``; PyTorch's "value cannot be converted to type int64_t without
-                overflow").
-
-        Example::
-
-            >>> import accelrt as acc
-            >>> int(acc.full((1, 1), -2.7, device="cpu:0")), float(acc.full((), 3, device="cpu:0"))
-            (-2, 3.0)
-        """
-        value = self._scalar()
-        if isinstance(value, complex):
-            raise AcceleratorTypeError(f"int() of a complex array ({value!r}): value cannot be "
-                                       "converted to type int64_t without overflow")
-        return int(value)
-
-    def __float__(self) -> float:
-        """The value of a one-element array as a ``float`` (``float(a)``), as
-        ``torch.Tensor.__float__``; read after synchronizing the array's current stream.
-
-        Raises:
-            ValueError: the array has no element or more than one (PyTorch's message).
-            RuntimeError: it holds a complex number (an ``AcceleratorTypeError``, also a
-                ``TypeError``; PyTorch's "value cannot be converted to type double without
-                overflow").
-        """
-        value = self._scalar()
-        if isinstance(value, complex):
-            raise AcceleratorTypeError(f"float() of a complex array ({value!r}): value cannot "
-                                       "be converted to type double without overflow")
-        return float(value)
-
-    def __complex__(self) -> complex:
-        """The value of a one-element array as a ``complex`` (``complex(a)``), as
-        ``torch.Tensor.__complex__``; read after synchronizing the array's current stream.
-
-        Raises:
-            ValueError: the array has no element or more than one (PyTorch's message).
-        """
-        return complex(self._scalar())
-
-    def __index__(self) -> int:
-        """The value of a one-element bool or integer array as an index (``operator.index``:
-        list indexing, ``range()``, a size entry of the factories), as
-        ``torch.Tensor.__index__``; read after synchronizing the array's current stream.
-
-        Raises:
-            TypeError: a floating or complex array, or not one element (PyTorch's "only
-                integer tensors of a single element can be converted to an index").
-
-        Example::
-
-            >>> import accelrt as acc
-            >>> [10, 20, 30][acc.full((), 2, device="cpu:0")]
-            30
-        """
-        if self._dtype.kind not in "biu" or self.size != 1:
-            raise TypeError("only integer tensors of a single element can be converted to an "
-                            f"index (got {self.size} elements of {self._dtype.name})")
-        return int(self._item())
-
     def __iter__(self) -> NoReturn:
         """Not supported: iterating a ``torch.Tensor`` yields views of its rows
         (``unbind(0)``), which write through to the tensor, and an :class:`Array` has no
@@ -469,23 +391,6 @@ class Array:
                 raise ValueError("converting to another dtype needs a copy; pass copy=None")
             out = out.astype(dtype)
         return out
-
-    def __copy__(self) -> Array:
-        """``copy.copy(a)``: a second :class:`Array` over the same memory, as ``copy.copy`` of
-        a ``torch.Tensor`` shares its storage (a write through either shows in both; the
-        memory is freed when the last of them goes, and closing one leaves the other usable).
-        ``copy.deepcopy`` and ``pickle`` copy the contents, and ``a.to(copy=True)`` is a clone.
-
-        Example::
-
-            >>> import copy
-            >>> import accelrt as acc
-            >>> a = acc.zeros(2, device="cpu:0")
-            >>> _ = copy.copy(a).fill_(7.0); a.tolist()
-            [7.0, 7.0]
-        """
-        self._mem.ptr   # noqa: B018 - raises ClosedError on a closed array
-        return Array._wrap(self._mem, self._shape, self._dtype, self._b, self._index)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # pickling (and copy.deepcopy) carries the contents, never the raw pointer

@@ -311,17 +311,11 @@ def asarray(obj: object, device: DeviceLike = None, dtype: DTypeLike | None = No
             obj, "__cuda_array_interface__"):
         return _import_cai(obj, device, dtype, copy)
     b, index = _get_device(device, torch_parser=True)
-    if copy is False and isinstance(obj, np.generic):
-        raise AcceleratorValueError("can't alias NumPy scalars. Either remove copy=False or "
-                                    "transform it in a ndarray. (asarray(copy=False) of a "
-                                    f"{type_shown(obj)}: a scalar has no memory to share)")
     python_data = not from_dlpack and _python_data(obj)
+    if copy is False:
+        _check_aliasable(obj, python_data)
     writable = True   # a DLPack producer may forbid writes (a DLPack >= 1.0 flag)
     if python_data:   # PyTorch's dtype inference and checked conversion of each number
-        if copy is False:
-            raise ValueError("can't alias arbitrary sequence into a tensor. (asarray(copy="
-                             f"False) of {type_shown(obj)} data: only an array, a buffer or a "
-                             "DLPack producer has memory to share; pass copy=None)")
         obj = plain_data(obj)
         inferred = infer_dtype(obj)
         dt = _check_dtype(inferred if dtype is None else dtype, b, index)
@@ -346,16 +340,7 @@ def asarray(obj: object, device: DeviceLike = None, dtype: DTypeLike | None = No
     if shareable and not copy:
         return _borrow_host(host, dt, b, index)
     if copy is False:
-        if host.dtype != dt:
-            torch_text = _no_alias(host.dtype, dt, "cpu", "cpu") + "; "
-        elif not b.capabilities(index).host_accessible:
-            torch_text = _no_alias(dt, dt, "cpu", f"{b.name}:{index}") + "; "
-        else:
-            torch_text = ""
-        raise ValueError(f"{torch_text}asarray(copy=False): the data cannot be shared with "
-                         f"{b.name}:{index} (it needs a dtype conversion, is not C-contiguous "
-                         "or writable, or the device cannot read host memory); pass "
-                         "copy=None")
+        raise _unshared(host.dtype, dt, b, index)
     out = new_array(Array, host.shape, dt, _device_cls(b.name, index))
     out._upload(cast(host, dt), non_blocking=False)
     return out
@@ -375,6 +360,35 @@ def _no_alias(have: np.dtype, want: np.dtype, source: str, target: str) -> str:
         return (f"can't alias tensor with dtype '{_TORCH_NAMES.get(have.name, have.name)}' "
                 f"into dtype '{_TORCH_NAMES.get(want.name, want.name)}'.")
     return f"can't alias tensor from device '{source}' to '{target}'."
+
+
+def _check_aliasable(obj: object, python_data: bool) -> None:
+    """Refuse ``asarray(obj, copy=False)`` of data that has no memory to share, with
+    ``torch.asarray``'s words: a numpy scalar (an ``AcceleratorValueError``, a
+    ``RuntimeError`` as PyTorch's) or Python data (a ``ValueError``)."""
+    if isinstance(obj, np.generic):
+        raise AcceleratorValueError("can't alias NumPy scalars. Either remove copy=False or "
+                                    "transform it in a ndarray. (asarray(copy=False) of a "
+                                    f"{type_shown(obj)}: a scalar has no memory to share)")
+    if python_data:
+        raise ValueError("can't alias arbitrary sequence into a tensor. (asarray(copy=False) "
+                         f"of {type_shown(obj)} data: only an array, a buffer or a DLPack "
+                         "producer has memory to share; pass copy=None)")
+
+
+def _unshared(have: np.dtype, dt: np.dtype, b: Backend, index: int) -> ValueError:
+    """The error of ``asarray(copy=False)`` whose host data cannot be shared with device
+    ``index`` of ``b`` as ``dt``: ``torch.asarray``'s words first where PyTorch has them (a
+    dtype conversion, a device that cannot read host memory)."""
+    if have != dt:
+        torch_text = _no_alias(have, dt, "cpu", "cpu") + "; "
+    elif not b.capabilities(index).host_accessible:
+        torch_text = _no_alias(dt, dt, "cpu", f"{b.name}:{index}") + "; "
+    else:
+        torch_text = ""
+    return ValueError(f"{torch_text}asarray(copy=False): the data cannot be shared with "
+                      f"{b.name}:{index} (it needs a dtype conversion, is not C-contiguous or "
+                      "writable, or the device cannot read host memory); pass copy=None")
 
 
 def _python_data(obj: object) -> bool:
