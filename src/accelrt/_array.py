@@ -68,6 +68,7 @@ import numpy as np
 from . import _dlpack
 from . import _sync_debug as _sd
 from ._device import _device_obj, _get_device, _lazy_init
+from ._array_values import ArrayValues
 from ._convert import cast, int_bounds
 from ._errors import (
     AcceleratorError,
@@ -112,7 +113,7 @@ def _stream_handle(b: Backend, index: int) -> StreamHandle:
 
 # ---------------------------------------------------------------------- the array
 
-class Array:
+class Array(ArrayValues):
     """A C-contiguous block of device memory with a shape and a numpy dtype.
 
     ``Array(*size, dtype="float32", device=None)`` is :func:`empty`. Arrays are usually made
@@ -392,7 +393,7 @@ class Array:
         return out
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # pickling (and copy.copy/deepcopy) carries the contents, never the raw pointer
+        # pickling (and copy.deepcopy) carries the contents, never the raw pointer
         return (_rebuild, (np.array(self._host_array(), copy=True), str(self.device)))
 
     # ------------------------------------------------------------------ copies

@@ -29,7 +29,7 @@ import numpy as np
 
 from ._errors import AcceleratorTypeError, AcceleratorValueError, shown, type_shown
 
-__all__ = ["cast", "from_python", "infer_dtype", "int_bounds"]
+__all__ = ["cast", "from_python", "infer_dtype", "int_bounds", "plain_data"]
 
 #: The dtype PyTorch infers for each Python scalar type (floats: the default dtype, float32;
 #: complex numbers: the default complex dtype, complex64)
@@ -101,11 +101,68 @@ def promote(a: np.dtype, b: np.dtype) -> np.dtype:
 
 
 def _is_sequence(obj: object) -> bool:
-    """A nested level of data, as PyTorch's ``PySequence_Check`` (a numpy array of at least
-    one dimension too; never a string or bytes)."""
+    """A nested level of data, as PyTorch's ``PySequence_Check``: an object whose type has
+    ``__getitem__`` and is not a ``dict`` (a numpy array of at least one dimension too; never
+    a string, bytes or a numpy scalar)."""
     if isinstance(obj, np.ndarray):
         return obj.ndim > 0
-    return isinstance(obj, Sequence) and not isinstance(obj, (str, bytes, bytearray))
+    if isinstance(obj, Sequence):
+        return not isinstance(obj, (str, bytes, bytearray))
+    return hasattr(type(obj), "__getitem__") and not isinstance(obj, (dict, np.generic))
+
+
+def plain_data(obj: object) -> object:
+    """``obj`` with every nested sequence that is not a list, a tuple or a numpy array (an
+    object with ``__len__`` and ``__getitem__``, as PyTorch's ``PySequence_Check`` takes one)
+    read into a list, item by item up to its ``len()`` as PyTorch reads it; ``obj`` itself
+    when it holds none.
+
+    Raises:
+        ValueError: such a sequence's ``__getitem__`` raised (PyTorch's "could not determine
+            the shape of object type ...").
+        TypeError: such a sequence has no ``len()``.
+
+    Example::
+
+        >>> from collections import UserList
+        >>> from accelrt._convert import plain_data
+        >>> plain_data((UserList([1, 2]), [3, 4]))
+        [[1, 2], [3, 4]]
+    """
+    return _plain(obj, set())
+
+
+def _plain(obj: object, active: set[int]) -> object:
+    """:func:`plain_data` of ``obj``, inside the sequences whose ids are in ``active`` (a
+    sequence met again inside itself, or nested deeper than :data:`_MAX_DIMS`, is left as it
+    is: :func:`infer_dtype` refuses it)."""
+    t = type(obj)
+    if t is list or t is tuple:
+        seq: Any = obj
+        if set(map(type, seq)) <= _NUMBER_TYPES or id(obj) in active or \
+                len(active) >= _MAX_DIMS:
+            return obj
+    elif t in _NUMBER_TYPES or isinstance(obj, (np.ndarray, np.generic, str, bytes)) or \
+            not _is_sequence(obj) or len(active) >= _MAX_DIMS:
+        return obj
+    else:
+        n = len(obj)  # type: ignore[arg-type]
+        seq = []
+        for i in range(n):
+            try:
+                seq.append(obj[i])  # type: ignore[index]
+            except Exception as exc:
+                raise ValueError(f"could not determine the shape of object type "
+                                 f"'{type(obj).__name__}': its len() is {n} but reading item {i} "
+                                 f"raised {type(exc).__name__}({exc}); pass a list, a tuple "
+                                 "or an array") from exc
+    active.add(id(obj))
+    try:
+        items = [_plain(item, active) for item in seq]
+    finally:
+        active.discard(id(obj))
+    unchanged = all(a is b for a, b in zip(items, seq))
+    return obj if unchanged and seq is obj else items
 
 
 def infer_dtype(obj: object) -> np.dtype:
@@ -159,6 +216,12 @@ def _infer_sequence(seq: Sequence[Any], depth: int) -> np.dtype:
     types = set(map(type, seq))     # (one pass in C: the common case is one or two types)
     if types <= _NUMBER_TYPES:      # Python numbers only: the highest category
         return _PYTHON[max(types, key=_TYPE_RANK.__getitem__)]
+    # a list that holds itself after its first item (as its first item, it nests without
+    # end: "too many dimensions" below, PyTorch's order of checks too)
+    if seq[0] is not seq and any(item is seq for item in seq):
+        raise TypeError("new(): self-referential lists are incompatible: asarray() takes "
+                        f"data without cycles, got a sequence that contains itself "
+                        f"({_short(seq)})")
     if not types <= _PLAIN_SEQUENCES:
         nested = [_is_sequence(item) for item in seq]
         if any(nested) and not all(nested):

@@ -18,7 +18,7 @@ from . import _dlpack, _pinned
 from . import _sync_debug as _sd
 from ._array import (Array, _check_dtype, _check_flag, _fill_scalar, _number, _stream_handle,
                      _to_numpy)
-from ._convert import cast, from_python, infer_dtype
+from ._convert import cast, from_python, infer_dtype, plain_data
 from ._device import _factory_device, _get_device, _lazy_init
 from ._device import device as _device_cls
 from ._memory_owner import _Memory
@@ -124,7 +124,14 @@ def zeros(*size: SizeLike, dtype: DTypeLike | None = "float32", device: DeviceLi
         >>> acc.zeros(3, device="cpu:0").tolist()
         [0.0, 0.0, 0.0]
     """
-    shape, dtype, device = factory_args(size, kw, dtype, device, "zeros")
+    try:
+        shape, dtype, device = factory_args(size, kw, dtype, device, "zeros")
+    except AcceleratorValueError as exc:
+        if "negative dimension" not in str(exc):
+            raise
+        # torch.zeros checks its sizes itself, with its own words
+        raise AcceleratorValueError(f"zeros: Dimension size must be non-negative. ({exc})") \
+            from None
     if pin_memory is not False and _pinned.pin_flag(pin_memory):
         host = _pinned_new(shape, dtype, device, "zeros")
         host.fill(0)
@@ -290,8 +297,11 @@ def asarray(obj: object, device: DeviceLike = None, dtype: DTypeLike | None = No
         if b is obj._b and index == obj._index and want == obj._dtype and not copy:
             return obj
         if copy is False:
-            raise ValueError(f"asarray(copy=False): converting the {obj._dtype.name} array on "
-                             f"{obj.device} to {want.name} on {b.name}:{index} needs a copy")
+            same_device = b is obj._b and index == obj._index
+            raise ValueError(_no_alias(obj._dtype if same_device else want, want,
+                                       str(obj.device), f"{b.name}:{index}")
+                             + f"; asarray(copy=False): converting the {obj._dtype.name} array "
+                             f"on {obj.device} to {want.name} on {b.name}:{index} needs a copy")
         out = new_array(Array, obj._shape, want, _device_cls(b.name, index))
         return out.copy_(obj)
     obj = _dlpack.capsule_producer(obj, "asarray()")
@@ -302,8 +312,11 @@ def asarray(obj: object, device: DeviceLike = None, dtype: DTypeLike | None = No
         return _import_cai(obj, device, dtype, copy)
     b, index = _get_device(device, torch_parser=True)
     python_data = not from_dlpack and _python_data(obj)
+    if copy is False:
+        _check_aliasable(obj, python_data)
     writable = True   # a DLPack producer may forbid writes (a DLPack >= 1.0 flag)
     if python_data:   # PyTorch's dtype inference and checked conversion of each number
+        obj = plain_data(obj)
         inferred = infer_dtype(obj)
         dt = _check_dtype(inferred if dtype is None else dtype, b, index)
         host = from_python(obj, dt, inferred)
@@ -327,13 +340,55 @@ def asarray(obj: object, device: DeviceLike = None, dtype: DTypeLike | None = No
     if shareable and not copy:
         return _borrow_host(host, dt, b, index)
     if copy is False:
-        raise ValueError(f"asarray(copy=False): the data cannot be shared with "
-                         f"{b.name}:{index} (it needs a dtype conversion, is not C-contiguous "
-                         "or writable, or the device cannot read host memory); pass "
-                         "copy=None")
+        raise _unshared(host.dtype, dt, b, index)
     out = new_array(Array, host.shape, dt, _device_cls(b.name, index))
     out._upload(cast(host, dt), non_blocking=False)
     return out
+
+
+#: PyTorch's names of the dtypes (``c10::ScalarType``), as its messages print them
+_TORCH_NAMES = {"bool": "Bool", "uint8": "Byte", "int8": "Char", "int16": "Short",
+                "int32": "Int", "int64": "Long", "float16": "Half", "float32": "Float",
+                "float64": "Double", "complex64": "ComplexFloat", "complex128": "ComplexDouble",
+                "uint16": "UInt16", "uint32": "UInt32", "uint64": "UInt64"}
+
+
+def _no_alias(have: np.dtype, want: np.dtype, source: str, target: str) -> str:
+    """``torch.asarray``'s words for a ``copy=False`` that needs a copy: of the dtype when
+    ``have`` and ``want`` differ, else of the device."""
+    if have != want:
+        return (f"can't alias tensor with dtype '{_TORCH_NAMES.get(have.name, have.name)}' "
+                f"into dtype '{_TORCH_NAMES.get(want.name, want.name)}'.")
+    return f"can't alias tensor from device '{source}' to '{target}'."
+
+
+def _check_aliasable(obj: object, python_data: bool) -> None:
+    """Refuse ``asarray(obj, copy=False)`` of data that has no memory to share, with
+    ``torch.asarray``'s words: a numpy scalar (an ``AcceleratorValueError``, a
+    ``RuntimeError`` as PyTorch's) or Python data (a ``ValueError``)."""
+    if isinstance(obj, np.generic):
+        raise AcceleratorValueError("can't alias NumPy scalars. Either remove copy=False or "
+                                    "transform it in a ndarray. (asarray(copy=False) of a "
+                                    f"{type_shown(obj)}: a scalar has no memory to share)")
+    if python_data:
+        raise ValueError("can't alias arbitrary sequence into a tensor. (asarray(copy=False) "
+                         f"of {type_shown(obj)} data: only an array, a buffer or a DLPack "
+                         "producer has memory to share; pass copy=None)")
+
+
+def _unshared(have: np.dtype, dt: np.dtype, b: Backend, index: int) -> ValueError:
+    """The error of ``asarray(copy=False)`` whose host data cannot be shared with device
+    ``index`` of ``b`` as ``dt``: ``torch.asarray``'s words first where PyTorch has them (a
+    dtype conversion, a device that cannot read host memory)."""
+    if have != dt:
+        torch_text = _no_alias(have, dt, "cpu", "cpu") + "; "
+    elif not b.capabilities(index).host_accessible:
+        torch_text = _no_alias(dt, dt, "cpu", f"{b.name}:{index}") + "; "
+    else:
+        torch_text = ""
+    return ValueError(f"{torch_text}asarray(copy=False): the data cannot be shared with "
+                      f"{b.name}:{index} (it needs a dtype conversion, is not C-contiguous or "
+                      "writable, or the device cannot read host memory); pass copy=None")
 
 
 def _python_data(obj: object) -> bool:

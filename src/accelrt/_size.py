@@ -7,7 +7,8 @@ size given positionally (also ``full(5, value)``, which PyTorch refuses), except
 follows other positional arguments (``randint(high, size)``: :func:`one_sequence_size`, one
 sequence as in PyTorch), and as the ``size=`` keyword, which PyTorch also reads as one sequence
 (``empty(size=5)``: "argument 'size' must be tuple of ints, not int"). Entries are ints or
-objects with ``__index__`` (numpy integers), never bools or floats. ``dtype`` and ``device`` are keyword-only, as in PyTorch, so ``empty(2, "int32")``
+objects with ``__index__`` (numpy integers, a one-element integer ``Array`` or numpy array, as
+PyTorch takes a one-element integer tensor), never bools or floats. ``dtype`` and ``device`` are keyword-only, as in PyTorch, so ``empty(2, "int32")``
 is a bad size, not a dtype.
 
 Example::
@@ -129,7 +130,9 @@ def _usage(fname: str) -> str:
 
 
 def _entry(d: Any, fname: str, size: Any) -> int:
-    if isinstance(d, (bool, np.bool_)):
+    if isinstance(d, (bool, np.bool_)) or (
+            isinstance(getattr(d, "dtype", None), np.dtype) and d.dtype.kind == "b"):
+        # (a bool array too: PyTorch refuses a bool tensor, "Expected scalar.isIntegral()")
         raise TypeError(f"{fname}() size entries must be ints, got the bool {d!r} in {size!r}")
     why = ""
     try:

@@ -700,9 +700,10 @@ def randint(*args: SizeLike, size: SizeLike | None = None, low: SupportsIndex | 
         dt = np.dtype("int64" if dtype is None else dtype)
     except TypeError:
         raise TypeError(f"randint(): unknown dtype {dtype!r}") from None
-    if dt.kind not in "biuf":   # PyTorch's RuntimeError "check_random_bounds handles only ..."
-        raise AcceleratorTypeError(f"randint() dtype must be an integer, bool or float dtype, "
-                                   f"got {dt.name}")
+    if dt.kind not in "biuf":
+        raise AcceleratorTypeError("check_random_bounds handles only integral, floating-point "
+                                   "and boolean types: randint() dtype must be an integer, bool "
+                                   f"or float dtype, got {dt.name}")
     if lo >= hi:
         raise AcceleratorValueError(f"random_ expects 'from' to be less than 'to', but got "
                                     f"from={lo} >= to={hi}")
@@ -719,11 +720,20 @@ def randint(*args: SizeLike, size: SizeLike | None = None, low: SupportsIndex | 
         # to draw its every value: docs/differences.md)
         unpack = ("Overflow when unpacking long long: " if not (
             _INT64_MIN <= lo <= _INT64_MAX and _INT64_MIN <= hi <= _INT64_MAX) else "")
-        raise AcceleratorValueError(f"{unpack}randint() bounds [{shown(lo)}, {shown(hi)}) do "
-                                    f"not fit dtype {dt.name} (values {fmin}..{fmax})")
+        # (in int64: torch 2.15's "from is out of bounds for signed char" first)
+        torch_text = unpack or (f"{'from' if lo < fmin else 'to - 1'} is out of bounds for "
+                                f"{_C_TYPES.get(dt.name, dt.name)}: ")
+        raise AcceleratorValueError(f"{torch_text}randint() bounds [{shown(lo)}, {shown(hi)}) "
+                                    f"do not fit dtype {dt.name} (values {fmin}..{fmax})")
     if dt.kind == "f":
         _warn_float_bounds(lo, hi, dt)
     return (_new or _bind())(shape, dt, device, generator, "randint", (lo, hi - lo))
+
+
+#: the C++ type names torch 2.15's "from/to - 1 is out of bounds for ..." prints per dtype
+_C_TYPES = {"bool": "bool", "uint8": "unsigned char", "int8": "signed char",
+            "int16": "short int", "int32": "int", "uint16": "short unsigned int",
+            "uint32": "unsigned int", "uint64": "long unsigned int", "float16": "c10::Half"}
 
 
 def _warn_float_bounds(lo: int, hi: int, dt: np.dtype[Any]) -> None:
