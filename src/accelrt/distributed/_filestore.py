@@ -49,6 +49,29 @@ class _FileTable(_Table):
         self._pos = 0                        # bytes of the log applied to _data
         self._data: dict[str, bytes] = {}
         self._lock = threading.Lock()        # this object's threads; flock orders processes
+        _OPEN.add(self)
+
+    def _reopen_in_child(self) -> None:
+        """After ``fork``, in the child: a file description of its own. ``flock`` locks
+        belong to the open file description, which a forked child shares with its parent:
+        both would hold the exclusive lock at once (and lose each other's ``add``), where
+        torch's FileStore opens the file for each operation. The thread lock is new too (a
+        parent's thread may have held it when the process forked)."""
+        self._lock = threading.Lock()
+        old = self._fd
+        try:   # the same file even if its path was removed or replaced meanwhile (Linux)
+            new = os.open(f"/proc/self/fd/{old}", os.O_RDWR | os.O_APPEND)
+        except OSError:
+            try:
+                new = os.open(self.path, os.O_RDWR | os.O_APPEND)
+            except OSError:
+                return
+            a, b = os.fstat(new), os.fstat(old)
+            if (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino):
+                os.close(new)
+                return
+        self._fd = new
+        os.close(old)
 
     def _sync(self) -> None:
         """Apply the records other processes appended since the last read."""
@@ -194,7 +217,21 @@ class _FileTable(_Table):
         except (OSError, ValueError):
             pass   # (best effort, as torch's: a removed file, or a key overwritten by set())
         finally:
+            _OPEN.discard(self)
             os.close(self._fd)
+
+
+#: the tables not closed yet, each given a file description of its own in a forked child
+_OPEN: weakref.WeakSet[_FileTable] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for table in list(_OPEN):
+        table._reopen_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class FileStore(_TableStore):

@@ -704,6 +704,15 @@ class HashStore(_TableStore):
 
 
 # ---------------------------------------------------------------------------- PrefixStore
+def _wrapped_bytes(value: object, method: str) -> bytes:
+    """A value from the store a :class:`PrefixStore` wraps, which must be bytes (torch's
+    binding converts the wrapped store's answer to bytes, or refuses it)."""
+    if not isinstance(value, bytes):
+        raise TypeError(f"Object of type {type(value).__name__!r} is not an instance of "
+                        f"'bytes': the wrapped store's {method}() must return bytes")
+    return value
+
+
 class PrefixStore(Store):
     """Every key of ``store`` under ``prefix + "/"`` (torch's ``PrefixStore``): so that
     several users of one store cannot clash. The timeout is the underlying store's.
@@ -757,12 +766,7 @@ class PrefixStore(Store):
         self._store.set(self._k(key), _value(value))
 
     def get(self, key: str) -> bytes:
-        value = self._store.get(self._k(key))
-        if not isinstance(value, bytes):
-            # (torch's binding converts the wrapped store's answer to bytes, or refuses it)
-            raise TypeError(f"Object of type {type(value).__name__!r} is not an instance of "
-                            f"'bytes': the wrapped store's get() must return bytes")
-        return value
+        return _wrapped_bytes(self._store.get(self._k(key)), "get")
 
     def add(self, key: str, amount: int) -> int:
         return self._store.add(self._k(key), amount)
@@ -797,7 +801,8 @@ class PrefixStore(Store):
         self._store.append(self._k(key), _value(value))
 
     def multi_get(self, keys: list[str]) -> list[bytes]:
-        return self._store.multi_get([self._k(k) for k in _keys(keys)])
+        values = self._store.multi_get([self._k(k) for k in _keys(keys)])
+        return [_wrapped_bytes(v, "multi_get") for v in values]
 
     def multi_set(self, keys: list[str], values: list[str | bytes]) -> None:
         self._store.multi_set([self._k(k) for k in _keys(keys)],

@@ -201,7 +201,7 @@ _SERVERS: dict[int, _Server] = {}      # multi-tenant servers by port; guarded b
 _SERVERS_LOCK = threading.Lock()
 
 
-def _listen(port: int, fd: int | None) -> socket.socket:
+def _listen(port: int, fd: int | None, use_libuv: bool = True) -> socket.socket:
     if fd is not None:
         dup = -1
         try:
@@ -224,6 +224,15 @@ def _listen(port: int, fd: int | None) -> socket.socket:
             raise DistNetworkError(f"Failed to listen on the existing socket {fd}: "
                                    f"{exc.strerror}; pass master_listen_fd= a bound TCP "
                                    "socket's file descriptor") from exc
+        bound = sock.getsockname()[1]
+        if port != 0 and bound != port:
+            # torch 2.15 refuses a socket on another port than `port` (the clients, told
+            # `port`, would wait for a master that is not there): DistStoreError from its
+            # libuv server, DistNetworkError from the other
+            sock.close()
+            cls = DistStoreError if use_libuv else DistNetworkError
+            raise cls(f"listen fd {fd} is bound to port {bound}, expected to be bound to port "
+                      f"{port}; pass port=0 or the port of the master_listen_fd socket")
         return sock
     try:
         if socket.has_dualstack_ipv6():
@@ -237,11 +246,12 @@ def _listen(port: int, fd: int | None) -> socket.socket:
                                f"{name}, message: {exc.strerror}") from exc
 
 
-def _acquire_server(port: int, multi_tenant: bool, fd: int | None) -> _Server:
+def _acquire_server(port: int, multi_tenant: bool, fd: int | None,
+                    use_libuv: bool = True) -> _Server:
     with _SERVERS_LOCK:
         server = _SERVERS.get(port) if multi_tenant and port else None
         if server is None:
-            server = _Server(_listen(port, fd))
+            server = _Server(_listen(port, fd, use_libuv))
             if multi_tenant:
                 _SERVERS[server.port] = server
         server.users += 1
@@ -405,7 +415,8 @@ class _RemoteTable(_Table):
 
 _INIT_KEY = "init/"
 
-_ENV_TRUE, _ENV_FALSE = ("1", "true", "yes", "y"), ("0", "false", "no", "n")
+#: the words torch 2.15's getCvarBool reads (after lowering the case)
+_ENV_TRUE, _ENV_FALSE = ("1", "true", "t", "yes", "y"), ("0", "false", "f", "no", "n")
 
 
 def _agent_store_serves(port: int) -> bool:
@@ -421,7 +432,7 @@ def _agent_store_serves(port: int) -> bool:
         return False
     if flag.lower() not in _ENV_TRUE + _ENV_FALSE:
         raise RuntimeError("Invalid value for environment variable: "
-                           "TORCHELASTIC_USE_AGENT_STORE (use 1/true/yes/y or 0/false/no/n; "
+                           "TORCHELASTIC_USE_AGENT_STORE (use 1/true/t/yes/y or 0/false/f/no/n; "
                            f"got {flag!r})")
     return flag.lower() in _ENV_TRUE and os.environ.get("MASTER_PORT") == str(port)
 
@@ -443,7 +454,8 @@ class TCPStore(_TableStore):
         wait_for_workers: on the master, wait until ``world_size`` stores joined.
         multi_tenant: masters of one process on the same port share one server (as
             ``init_process_group``'s ``env://`` and ``tcp://`` do).
-        master_listen_fd: a socket already listening, to serve from (Linux).
+        master_listen_fd: a bound (or listening) socket to serve from (Linux); the caller
+            keeps its own descriptor. With a non-zero ``port``, it must be bound to ``port``.
         use_libuv: accepted for compatibility: the server is Python's ``socketserver``.
 
     Raises:
@@ -453,7 +465,9 @@ class TCPStore(_TableStore):
         ValueError: ``world_size=0``, or ``port=0`` on a client.
         DistNetworkError: the master could not listen (or use ``master_listen_fd``), or a
             client could not connect within ``timeout``.
-        DistStoreError: the master's wait for the workers timed out.
+        DistStoreError: the master's wait for the workers timed out; or ``master_listen_fd``
+            is bound to another port than a non-zero ``port`` (torch 2.15's libuv words;
+            ``DistNetworkError`` with ``use_libuv=False``, as torch's other server).
 
     Example::
 
@@ -505,7 +519,8 @@ class TCPStore(_TableStore):
             # resolve fails as a client's connection does (DistNetworkError)
             _resolve(host_name, port, seconds)
             try:
-                self._server = _acquire_server(port, bool(multi_tenant), master_listen_fd)
+                self._server = _acquire_server(port, bool(multi_tenant), master_listen_fd,
+                                               bool(use_libuv))
             except DistNetworkError:
                 if master_listen_fd is not None or not _agent_store_serves(port):
                     raise
