@@ -53,8 +53,9 @@ def test_mpi_backend_ignores_rank_and_world_size_with_a_warning(no_world: None) 
     ranks from the MPI runtime (here MPI's singleton world of one rank)."""
     with pytest.warns(UserWarning, match=re.escape(
             "For MPI backend, world_size (0) and rank (0) are ignored since they are assigned "
-            "by the MPI runtime.")):
+            "by the MPI runtime.")) as caught:
         dist.init_process_group("mpi", rank=0, world_size=0, timeout=30)
+    assert caught[0].filename == __file__   # the caller's line, as torch's stacklevel=2
     assert (dist.get_rank(), dist.get_world_size(), dist.get_backend()) == (0, 1, "mpi")
 
 

@@ -326,17 +326,11 @@ class ProcessGroup:
         return self._ctrl
 
     def start_mpi_engines(self) -> None:
-        """Start the group's MPI engines now, while its ranks are all here (at
-        ``init_process_group`` and ``new_group``, as torch constructs a gloo backend there).
-        An MPI engine starts by duplicating the group's communicator, a collective: started
-        on first use, a ``send``/``recv`` between two ranks of a larger group as its first
-        operation would wait forever for the ranks that never call it."""
-        if self.mpi_comm is None:
-            return
+        """Start the MPI engines with the group, as torch makes gloo (their start is a
+        collective that a first ``send``/``recv`` of two ranks would wait for forever)."""
         from ._engine import _mpi_factory
-        for device_type, name in self.engine_map.items():
-            reg = registration(name)
-            if reg is not None and reg.factory is _mpi_factory and not reg.per_device:
+        for device_type, name in self.engine_map.items() if self.mpi_comm is not None else ():
+            if (reg := registration(name)) is not None and reg.factory is _mpi_factory:
                 self.engine(device_type, 0)
 
     def _engine_key(self, device_type: str, index: int) -> tuple[str, int]:

@@ -265,9 +265,8 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
         timeout: a ``datetime.timedelta`` or seconds: the longest any operation of the group
             may take before the job is aborted with the rank, operation and sequence number
             (default 10 minutes, or ``ACCELRT_DISTRIBUTED_TIMEOUT``); also bounds init.
-        world_size, rank: must agree with the launcher's when given; with ``backend="mpi"``
-            under an MPI launcher they are ignored with torch's ``UserWarning`` ("For MPI
-            backend, world_size (...) and rank (...) are ignored ...").
+        world_size, rank: must agree with the launcher's when given (``backend="mpi"``:
+            ignored with torch's ``UserWarning``).
         store: a :class:`Store` the ranks share (with ``rank`` and ``world_size``), instead
             of ``init_method``.
         group_name, pg_options: accepted for compatibility.
@@ -323,14 +322,9 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
     nccl_index = (bound[2] if bound is not None
                   and bound[1].capabilities(bound[2]).cuda_array_interface else None)
     method = "store" if store is not None else _init_method(init_method)
-    if method.startswith("mpi://") and backend_str == "mpi" and (world_size != -1
-                                                                 or rank != -1):
-        # torch 2.15: the MPI backend takes the ranks from the MPI runtime, warns and ignores
-        # what was passed (dist_tuto.rst's ``init_process(0, 0, run, backend='mpi')``)
-        warnings.warn(f"For MPI backend, world_size ({world_size}) and rank ({rank}) are "
-                      "ignored since they are assigned by the MPI runtime.", stacklevel=2)
-        world_size = rank = -1
     if method.startswith("mpi://"):
+        if backend_str == "mpi":
+            world_size, rank = _mpi_ranks_ignored(world_size, rank)
         group = _init_mpi(engine_map, backend_str, op_timeout, init_timeout, world_size, rank,
                           named)
     else:
@@ -458,6 +452,16 @@ def _check_init_args(init_method: str | None, world_size: int, rank: int, store:
             raise ValueError(f"rank {rank} is out of range for world size {world_size}: a "
                              "store's ranks are 0 .. world_size - 1")
     return world_size, rank
+
+
+def _mpi_ranks_ignored(world_size: int, rank: int) -> tuple[int, int]:
+    """torch 2.15's ``backend="mpi"``: the ranks are the MPI runtime's; a ``rank`` or
+    ``world_size`` given is ignored with its warning (dist_tuto.rst's ``init_process(0, 0,
+    run, backend='mpi')`` under ``mpirun``). ``(-1, -1)``."""
+    if world_size != -1 or rank != -1:
+        warnings.warn(f"For MPI backend, world_size ({world_size}) and rank ({rank}) are "
+                      "ignored since they are assigned by the MPI runtime.", stacklevel=3)
+    return -1, -1
 
 
 def _init_method(init_method: str | None) -> str:
