@@ -325,6 +325,14 @@ class ProcessGroup:
             self._ctrl = self.mpi_comm.Dup()
         return self._ctrl
 
+    def start_mpi_engines(self) -> None:
+        """Start the MPI engines with the group, as torch makes gloo (their start is a
+        collective that a first ``send``/``recv`` of two ranks would wait for forever)."""
+        from ._engine import _mpi_factory
+        for device_type, name in self.engine_map.items() if self.mpi_comm is not None else ():
+            if (reg := registration(name)) is not None and reg.factory is _mpi_factory:
+                self.engine(device_type, 0)
+
     def _engine_key(self, device_type: str, index: int) -> tuple[str, int]:
         name = self.engine_map.get(device_type)
         reg = None if name is None else registration(name)

@@ -272,7 +272,8 @@ def _split(parent: ProcessGroup, members: list[int] | None, key: int,
     of the parent ranks ``members`` (None: it joins none) at the place ``key`` orders it
     (the members' keys order them as ``members`` does). The parent's MPI communicator is split
     (``MPI_Comm_split``, colored by the member list) and so are its NCCL communicators
-    (``ncclCommSplit``); the other engines start from the new communicator when first used.
+    (``ncclCommSplit``); the MPI engines start from the new communicator at once
+    (:meth:`ProcessGroup.start_mpi_engines`), other engines when first used.
     ``local`` (``new_group(use_local_synchronization=True)``): only the members call it
     (``MPI_Comm_create_group``, collective over them alone; NCCL communicators then start
     from the new MPI communicator when first used).
@@ -316,6 +317,7 @@ def _split(parent: ProcessGroup, members: list[int] | None, key: int,
     if sub is not None:
         with WATCHDOG.watching(g, op, 0):
             g.control()   # collective over the members: made now, while they are all here
+        g.start_mpi_engines()   # (a collective too: see start_mpi_engines)
     g._preset.update(sub_engines)
     g.parent = parent
     g.threads_ok = parent.threads_ok

@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime
 import os
 import sys
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from .._errors import AcceleratorIndexError, AcceleratorTypeError, type_shown
@@ -264,7 +265,8 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
         timeout: a ``datetime.timedelta`` or seconds: the longest any operation of the group
             may take before the job is aborted with the rank, operation and sequence number
             (default 10 minutes, or ``ACCELRT_DISTRIBUTED_TIMEOUT``); also bounds init.
-        world_size, rank: must agree with the launcher's when given.
+        world_size, rank: must agree with the launcher's when given (``backend="mpi"``:
+            ignored with torch's ``UserWarning``).
         store: a :class:`Store` the ranks share (with ``rank`` and ``world_size``), instead
             of ``init_method``.
         group_name, pg_options: accepted for compatibility.
@@ -309,7 +311,8 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
                    if backend is None or ":" in str(backend) else str(Backend(str(backend))))
     # the engines a backend string names must be able to start (torch constructs each backend
     # of the map at init: "nccl" without a GPU fails there); the defaults of backend=None
-    # start when first used, and only for arrays that exist
+    # are not required: NCCL starts when first used, and only for arrays that exist (the MPI
+    # engines of an MPI world start at init: ProcessGroup.start_mpi_engines)
     named = {} if backend is None else engine_map
     op_timeout = _seconds(timeout, DEFAULT_TIMEOUT)
     init_timeout = min(op_timeout, DEFAULT_INIT_TIMEOUT) if timeout is None else op_timeout
@@ -320,6 +323,8 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
                   and bound[1].capabilities(bound[2]).cuda_array_interface else None)
     method = "store" if store is not None else _init_method(init_method)
     if method.startswith("mpi://"):
+        if backend_str == "mpi":
+            world_size, rank = _mpi_ranks_ignored(world_size, rank)
         group = _init_mpi(engine_map, backend_str, op_timeout, init_timeout, world_size, rank,
                           named)
     else:
@@ -449,6 +454,16 @@ def _check_init_args(init_method: str | None, world_size: int, rank: int, store:
     return world_size, rank
 
 
+def _mpi_ranks_ignored(world_size: int, rank: int) -> tuple[int, int]:
+    """torch 2.15's ``backend="mpi"``: the ranks are the MPI runtime's; a ``rank`` or
+    ``world_size`` given is ignored with its warning (dist_tuto.rst's ``init_process(0, 0,
+    run, backend='mpi')`` under ``mpirun``). ``(-1, -1)``."""
+    if world_size != -1 or rank != -1:
+        warnings.warn(f"For MPI backend, world_size ({world_size}) and rank ({rank}) are "
+                      "ignored since they are assigned by the MPI runtime.", stacklevel=3)
+    return -1, -1
+
+
 def _init_method(init_method: str | None) -> str:
     """The rendezvous of ``init_method=None``: the MPI launcher's, else torchrun's
     environment (``RANK``/``WORLD_SIZE``), else MPI when mpi4py is there."""
@@ -474,7 +489,13 @@ def _init_mpi(engine_map: dict[str, str], backend_str: str, op_timeout: float,
     world = MPI.COMM_WORLD
     r, n = world.Get_rank(), world.Get_size()
     if world_size not in (-1, n):
-        raise ValueError(f"world_size={world_size} but the MPI launcher started {n} ranks")
+        msg = f"world_size={world_size} but the MPI launcher started {n} ranks"
+        if n == 1 and world_size > 1 and not _under_mpi_launcher():
+            # torch's template (dist_tuto.rst): Process(target=init_process) per rank with
+            # init_process_group("gloo", rank=rank, world_size=size) and MASTER_ADDR/PORT
+            msg += (f" (no MPI launcher started this process): "
+                    f"{_mpi_needs_launcher(world_size)}")
+        raise ValueError(msg)
     if rank not in (-1, r):
         raise ValueError(f"rank={rank} but the MPI launcher made this process rank {r}")
     _require_engines(named)   # every rank, before any collective step: none waits
@@ -489,6 +510,7 @@ def _init_mpi(engine_map: dict[str, str], backend_str: str, op_timeout: float,
         group.control()
         if n > 1:
             group.mpi_comm.Barrier()
+    group.start_mpi_engines()
     return group
 
 
