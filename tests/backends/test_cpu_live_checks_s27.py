@@ -53,6 +53,7 @@ def test_hostile_handles_get_the_general_checks_errors(async_streams: bool) -> N
         # and the live handles still record and answer
         b.event_record(0, e0, 0)
         b.event_record(1, e1, s1)
+        b.event_synchronize(0, e0)   # (async streams: e0's record runs on device 0's worker)
         b.event_synchronize(1, e1)
         assert b.event_query(0, e0) and b.event_query(1, e1) and b.stream_query(1, s1)
         assert b.event_elapsed_time(1, e1, e1) == 0.0
