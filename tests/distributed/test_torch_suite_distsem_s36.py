@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -237,3 +238,43 @@ def test_torchelastic_launched_reads_presence(monkeypatch: pytest.MonkeyPatch) -
     assert dist.is_torchelastic_launched() is False
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "")
     assert dist.is_torchelastic_launched() is True
+
+
+# ---------------------------------------------------------------------------- two ranks
+_TWO_RANKS = '''
+import accelrt as acc, accelrt.distributed as dist
+dist.init_process_group("gloo", timeout=30)
+R = dist.get_rank()
+cur, groups = dist.new_subgroups_by_enumeration([[0], [1]], group_desc="d")
+descs = ["NG" if g is dist.GroupMember.NON_GROUP_MEMBER else g.group_desc for g in groups]
+assert descs == (["d", "NG"] if R == 0 else ["NG", "d"]), descs
+assert dist.get_process_group_ranks(cur) == [R]
+try:
+    dist.new_group([])
+    raise SystemExit("new_group([]) returned")
+except AssertionError as e:
+    assert str(e).startswith("Group rank must be specified for group members"), e
+assert dist.get_pg_count() == 4, dist.get_pg_count()
+sp = dist.split_group(split_ranks=[[0]])
+assert (dist.get_rank(sp), dist.get_world_size(sp)) == ((0, 1) if R == 0 else (-1, -1))
+assert dist.get_pg_count() == 5
+dist.all_reduce(acc.full((2,), 1.0))   # every rank is still in step
+dist.destroy_process_group()
+print(f"OK {R}", flush=True)
+'''
+
+
+def test_group_semantics_on_two_ranks(tmp_path: Path) -> None:
+    """mirrors distributed_c10d.py new_subgroups_by_enumeration, new_group and split_group on
+    two ranks (torch 2.15, gloo, two spawned processes: the same group_desc on each rank's
+    subgroup and NON_GROUP_MEMBER for the other's; new_group([]) raises AssertionError on
+    every rank, both then count 4 groups; split_group gives the rank left out
+    NON_GROUP_MEMBER, -1 for its rank and size)."""
+    from test_distributed import MPIEXEC, launch
+    if MPIEXEC is None:
+        pytest.skip("needs mpiexec (pip install 'accelrt[mpi]')")
+    script = tmp_path / "two_ranks.py"
+    script.write_text(_TWO_RANKS)
+    rc, out, _ = launch(2, str(script), timeout=60)
+    assert rc == 0, out[-3000:]
+    assert "OK 0" in out and "OK 1" in out, out[-3000:]
