@@ -292,7 +292,7 @@ def test_singleton_new_apis() -> None:
         sub, _ = dist.new_subgroups(1, group=dist.new_group([0]))
         assert dist.get_process_group_ranks(sub) == [0]
         if not _has_cuda_device():
-            with pytest.raises(ValueError, match="only takes effect when CUDA is available"):
+            with pytest.raises(ValueError, match="only takes effect when CUDA/XPU is available"):
                 dist.new_subgroups()
     finally:
         dist.destroy_process_group()

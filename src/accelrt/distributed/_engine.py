@@ -500,6 +500,12 @@ class Backend(str):
                              f"{type(name).__name__} {name!r} (pass the backend's name, "
                              "e.g. 'gloo')")
         low = name.lower()
+        if ":" in low:
+            # torch 2.15: a "device:backend" string is lower-cased as it is
+            # (Backend("cpu:gloo,cuda:NCCL") == "cpu:gloo,cuda:nccl"); its engines are checked
+            # here as a single name is (parse_backend's ValueError)
+            parse_backend(low)
+            return super().__new__(cls, low)
         if low not in _ENGINES and low != "undefined":
             raise _AssertValueError(f"Invalid backend: '{name}'; known: "
                              f"{', '.join(sorted(_ENGINES))}")

@@ -37,6 +37,7 @@ from ._world import (
     _seconds,
 )
 from .._errors import type_shown
+from ._errors import _AssertValueError
 
 
 def set_timeout(timeout: TimeoutArg, group: GroupArg = None) -> None:
@@ -80,7 +81,7 @@ def get_pg_count() -> int:
 
 def get_backend_config(group: GroupArg = None) -> str:
     """The engine of each device type of ``group`` (the world by default), as
-    ``"cpu:mpi, cuda:nccl"`` (torch's ``BackendConfig`` string).
+    ``"cpu:mpi,cuda:nccl"`` (torch's ``BackendConfig`` string: no spaces).
 
     Raises:
         ValueError: this rank is not in ``group``, or ``group`` was destroyed (as
@@ -94,7 +95,7 @@ def get_backend_config(group: GroupArg = None) -> str:
         >>> dist.destroy_process_group()
     """
     g = _in_world_map(group)
-    return ", ".join(f"{d}:{e}" for d, e in g.engine_map.items())
+    return ",".join(f"{d}:{e}" for d, e in g.engine_map.items())
 
 
 def get_rank(group: GroupArg = None) -> int:
@@ -173,6 +174,36 @@ def get_node_local_rank(fallback_rank: int | None = None) -> int:
                        "'mpiexec -n N python -m accelrt.distributed.run' or pass fallback_rank")
 
 
+def _group_ranks(ranks: Sequence[int] | None, n: int, sort_ranks: bool = True) -> list[int]:
+    """``new_group``'s ranks (every rank of a world of ``n`` for None), checked in torch
+    2.15's order: a sequence of ints, no duplicate, no more than the world, each in range."""
+    # each message ends with torch's text for the same mistake
+    if ranks is not None and (isinstance(ranks, (str, bytes))
+                              or not isinstance(ranks, Iterable)):
+        raise TypeError(f"new_group(): ranks must be a list of int ranks or None, got "
+                        f"{type_shown(ranks)}; ranks must be a sequence of integers")
+    try:
+        members = (list(range(n)) if ranks is None
+                   else [_int(r, "new_group(): each of ranks") for r in ranks])
+    except TypeError as err:
+        raise TypeError(f"{err}; ranks must be a sequence of integers") from None
+    if sort_ranks:
+        members.sort()
+    outside = [r for r in members if not 0 <= r < n]
+    if len(set(members)) != len(members) or outside:
+        if len(set(members)) != len(members):
+            why = f"ranks list must not contain duplicate entries, got {members}"
+        elif len(members) > n:
+            why = ("the new group's world size should be less or equal to the world size set "
+                   "by init_process_group")
+        else:
+            why = (f"Rank {outside[0]} is out of range. Valid ranks are 0 to {n - 1} "
+                   f"(world_size={n})")
+        raise ValueError(f"new_group(): ranks must be distinct world ranks in [0, {n}), got "
+                         f"{list(ranks or [])}; {why}")
+    return members
+
+
 def new_group(ranks: Sequence[int] | None = None, timeout: TimeoutArg = None,
               backend: str | None = None, pg_options: object = None,
               use_local_synchronization: bool = False, group_desc: str | None = None,
@@ -203,26 +234,16 @@ def new_group(ranks: Sequence[int] | None = None, timeout: TimeoutArg = None,
     if device_id is not None and world.bound_device_id is not None:
         _group_device(world.bound_device_id, device_id)   # torch 2.15 compares first
     n = world.size()
-    # each message ends with torch 2.14.1's text for the same mistake
-    if ranks is not None and (isinstance(ranks, (str, bytes))
-                              or not isinstance(ranks, Iterable)):
-        raise TypeError(f"new_group(): ranks must be a list of int ranks or None, got "
-                        f"{type_shown(ranks)}; ranks must be a sequence of integers")
-    try:
-        members = (list(range(n)) if ranks is None
-                   else [_int(r, "new_group(): each of ranks") for r in ranks])
-    except TypeError as err:
-        raise TypeError(f"{err}; ranks must be a sequence of integers") from None
-    if sort_ranks:
-        members.sort()
-    outside = [r for r in members if not 0 <= r < n]
-    if len(set(members)) != len(members) or outside:
-        why = (f"ranks list must not contain duplicate entries, got {members}"
-               if len(set(members)) != len(members) else
-               f"Rank {outside[0]} is out of range. Valid ranks are 0 to {n - 1} "
-               f"(world_size={n})")
-        raise ValueError(f"new_group(): ranks must be distinct world ranks in [0, {n}), got "
-                         f"{list(ranks or [])}; {why}")
+    members = _group_ranks(ranks, n, sort_ranks)
+    if ranks is not None and not members and not use_local_synchronization:
+        # torch 2.15: an empty list names the default group's ranks in its group helper,
+        # which then asserts on every rank (use_local_synchronization=True gives every rank
+        # NON_GROUP_MEMBER first, as here below); torch has named the group by then, so its
+        # group_count has moved on: get_pg_count() too
+        _S.pg_count += 1
+        raise _AssertValueError("Group rank must be specified for group members: "
+                                "new_group(ranks=[]) names no rank; pass ranks=None for "
+                                "every rank of the world, or the ranks of the group")
     engine_map = world.engine_map if backend is None else _parse_backend(backend)
     backend_str = world.backend_str if backend is None else str(backend)
     if backend is not None:
@@ -355,8 +376,9 @@ def split_group(parent_pg: ProcessGroup | None = None,
     if parent_pg is None:
         parent_pg = world
     if not isinstance(parent_pg, ProcessGroup):
-        raise ValueError(f"Global rank {world.rank()} is not part of the parent group "
-                         f"{parent_pg!r}")
+        # torch 2.15: NON_GROUP_MEMBER is no registered group, and says so first
+        raise ValueError(f"Group {parent_pg!r} is not registered: global rank {world.rank()} "
+                         "is not part of the parent group; split a group this rank is in")
     if parent_pg.destroyed:
         raise ValueError(f"Group {parent_pg!r} is not registered (it was destroyed)")
     n = parent_pg.size()
@@ -432,19 +454,20 @@ def new_subgroups(group_size: int | None = None, group: GroupArg = None, timeout
         ([0], 1)
         >>> dist.destroy_process_group()
     """
-    world = _group(None)
-    assert world is not None
-    if group_size is None:
+    if group_size is None:   # torch 2.15 checks this first, before the default group
         from .. import backends
         try:
             count = backends.get_backend("cuda").device_count()
         except Exception:
             count = 0
         if count == 0:
-            raise ValueError("Default group size only takes effect when CUDA is available. If "
-                             "your subgroup using a backend that does not depend on CUDA, "
-                             "please pass in 'group_size' correctly.")
+            # torch 2.15's words (its strings are joined without spaces)
+            raise ValueError("Default group size only takes effect when CUDA/XPU is available."
+                             "If your subgroup using a backend that does not depend on "
+                             "CUDA/XPU,please pass in 'group_size' correctly.")
         group_size = count
+    world = _group(None)
+    assert world is not None
     if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size <= 0:
         raise ValueError(f"The arg 'group_size' ({group_size}) must be positive")
     # torch's order: the group's size first (-1 where this rank is not a member, so such a
@@ -487,8 +510,13 @@ def new_subgroups_by_enumeration(ranks_per_subgroup_list: Sequence[Sequence[int]
     """
     if not ranks_per_subgroup_list:
         raise ValueError("The arg 'ranks_per_subgroup_list' cannot be empty")
+    world = _group(None)
+    assert world is not None
     seen: dict[int, int] = {}
     for k, ranks in enumerate(ranks_per_subgroup_list):
+        # torch makes each list's group (new_group's checks) before it looks for overlaps;
+        # here every list is checked, in that order, before any group is made
+        _group_ranks(ranks, world.size())
         for r in ranks:
             if r in seen:
                 raise ValueError(f"Rank {r} has appeared in both subgroup "
@@ -497,10 +525,10 @@ def new_subgroups_by_enumeration(ranks_per_subgroup_list: Sequence[Sequence[int]
     me = get_rank()
     cur: ProcessGroup | _NonMember | None = None
     groups: list[ProcessGroup | _NonMember] = []
-    for k, ranks in enumerate(ranks_per_subgroup_list):
-        desc = None if group_desc is None else f"{group_desc}_{k}"
+    for ranks in ranks_per_subgroup_list:
+        # torch 2.15 gives every subgroup the same group_desc
         sub = new_group(list(ranks), timeout=timeout, backend=backend, pg_options=pg_options,
-                        group_desc=desc)
+                        group_desc=group_desc)
         groups.append(sub)
         if me in ranks:
             cur = sub
