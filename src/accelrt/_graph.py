@@ -254,8 +254,9 @@ class Graph:
         self._check_open()
         _check_mode(capture_error_mode)
         if self._capturing or self._handle is not None:
-            raise RuntimeError("this Graph is already captured or capturing; call reset() "
-                               "before capturing again")
+            raise RuntimeError("This CUDAGraph instance already owns a captured graph (this "
+                               "Graph is already captured or capturing); call reset() before "
+                               "capturing again, or capture into a new instance")
         if self._backend_name is not None and b.name != self._backend_name:
             raise ValueError(f"a {type(self).__name__} captures {self._backend_name} work, not "
                              f"{b.name} work; use accelrt.Graph")
@@ -334,8 +335,20 @@ class Graph:
         Raises:
             RuntimeError: no capture is in progress.
         """
+        self._check_end_stream()
         self._capture_end_pre(warn=True)
         self._finish_capture()
+
+    def _check_end_stream(self) -> None:
+        """As PyTorch's ``capture_end``: the capture must end on the stream it began on (the
+        current stream of the capture's device, in this thread)."""
+        b = self._b
+        if not self._capturing or b is None:
+            return   # (_capture_end_pre raises its own error)
+        if _stream._current(b, self._index)._handle != self._stream:
+            raise RuntimeError("Capture must end on the same stream it began on. Make the "
+                               "capturing stream current (`with stream:`) before ending the "
+                               "capture")
 
     def _finish_capture(self) -> None:
         b = self._b
@@ -561,13 +574,17 @@ class Graph:
         if not self._capturing:
             return
         try:
+            self._check_end_stream()
             self._capture_end_pre(warn=exc_type is None)
             self._finish_capture()
         except Exception:
             if exc_type is None:
                 raise
             # the body already failed: its error matters more than the broken capture
-            self.reset()
+            if self._capturing:   # (the capture did not end: not on its stream)
+                self._abort_capture()
+            else:
+                self.reset()
 
     def _reset(self, finalizer: bool) -> None:
         # finalizer: called by __del__, which the garbage collector may run inside the
@@ -737,6 +754,7 @@ class DeviceGraph(Graph):
     def capture_end_pre(self) -> None:
         """End the capture without finishing it: the captured graph stays readable (for
         :meth:`raw_cuda_graph`, :meth:`debug_dump`) until :meth:`capture_end_post`."""
+        self._check_end_stream()
         self._capture_end_pre(warn=True)
 
     def capture_end_post(self) -> None:
@@ -995,6 +1013,9 @@ class graph:
                 if exc_type is None:
                     raise
                 # the body already failed: its error matters more than the broken capture
-                self.cuda_graph.reset()
+                if self.cuda_graph._capturing:   # (the capture did not end)
+                    self.cuda_graph._abort_capture()
+                else:
+                    self.cuda_graph.reset()
         finally:
             self.capture_stream.__exit__(exc_type, exc, tb)
