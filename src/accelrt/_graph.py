@@ -64,13 +64,12 @@ __all__ = ["DeviceGraph", "Graph", "RemovableHandle", "export_dot", "graph", "gr
 _ids = itertools.count(1)
 _lock = reinit_after_fork(threading.Lock())
 #: The captures in progress per (backend name, device index), as ``id()`` of their graphs.
-#: No lock: ``setdefault``, ``append`` and ``remove`` are atomic, and a graph collected in the
-#: middle of its capture ends it from its finalizer, which may run while this thread holds
-#: any lock (``_lock`` included).
+#: No lock: ``setdefault``/``append``/``remove`` are atomic, and a graph collected mid-capture
+#: ends it from its finalizer, which may run while this thread holds any lock (``_lock`` too).
 _active: dict[tuple[str, int], list[int]] = {}
-#: The graph capturing each stream, by (backend name, device index, stream handle): what
-#: ``use_mem_pool`` asks (``torch.cuda.CUDAGraph.get_currently_capturing_graph``). Weak, so
-#: that a graph collected mid-capture still ends its capture; no lock, as :data:`_active`.
+#: The graph capturing each (backend name, device index, stream handle), for ``use_mem_pool``
+#: (``CUDAGraph.get_currently_capturing_graph``); weak (a graph collected mid-capture still
+#: ends it); no lock, as :data:`_active`.
 _capturing: dict[tuple[str, int, int], weakref.ReferenceType[Graph]] = {}
 
 
@@ -183,7 +182,8 @@ class Graph:
 
     Raises:
         TypeError: ``keep_graph`` is not a bool, or ``pool`` is not a pool.
-        ValueError: an unknown ``capture_error_mode``.
+        AcceleratorValueError: an unknown ``capture_error_mode`` (a ``ValueError`` and, as
+            PyTorch's "Unknown capture error mode", a ``RuntimeError``).
 
     Example::
 
@@ -254,8 +254,8 @@ class Graph:
         self._check_open()
         _check_mode(capture_error_mode)
         if self._capturing or self._handle is not None:
-            raise RuntimeError("this Graph is already captured or capturing; call reset() "
-                               "before capturing again")
+            raise RuntimeError("This CUDAGraph instance already owns a captured graph (or is "
+                               "capturing); call reset() before capturing again")
         if self._backend_name is not None and b.name != self._backend_name:
             raise ValueError(f"a {type(self).__name__} captures {self._backend_name} work, not "
                              f"{b.name} work; use accelrt.Graph")
@@ -332,7 +332,8 @@ class Graph:
         executable graph and drop the captured one.
 
         Raises:
-            RuntimeError: no capture is in progress.
+            RuntimeError: no capture is in progress, or the current stream is not the one
+                it began on (PyTorch's "Capture must end on the same stream it began on").
         """
         self._capture_end_pre(warn=True)
         self._finish_capture()
@@ -356,6 +357,9 @@ class Graph:
                                "first")
         b, index = self._b, self._index
         assert b is not None
+        if warn and _stream._current(b, index)._handle != self._stream:   # (torch's check)
+            raise RuntimeError("Capture must end on the same stream it began on; make that "
+                               "stream current again (`with stream:`) first")
         self._capturing = False
         _active[(b.name, index)].remove(id(self))
         _capturing.pop((b.name, index, int(self._stream)), None)
@@ -600,10 +604,8 @@ class Graph:
         self._pools_kept.append(pool_id)
 
     def __del__(self) -> None:
-        # A graph collected in the middle of its capture ends the capture and drops it, so
-        # that its stream and device stay usable and its pool is released. (PyTorch's
-        # CUDAGraph destructor leaves the capture going and the pool referenced, silently; it
-        # gives no warning, and neither does this.)
+        # collected mid-capture: end and drop the capture (stream, device stay usable; pool
+        # released), silently; PyTorch's destructor leaves both (docs/differences.md)
         try:
             if self._capturing:
                 self._abort_capture(finalizer=True)
@@ -613,9 +615,7 @@ class Graph:
             pass
 
     def __reduce__(self) -> Any:
-        # copy.copy() shared the captured graph and its pool, which both objects then
-        # released; copy.deepcopy() and pickle failed on an internal object (a lock, a
-        # compiled class), differently in the two builds. torch's graphs cannot be copied.
+        # (copy.copy() shared the graph and pool, both then released; torch cannot copy one)
         raise TypeError(f"cannot copy or pickle {self!r}: a Graph is work captured in this "
                         "process, with its executable graph and memory pool (a copy would "
                         "share them, as a torch Graph cannot be copied either); capture "

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ._errors import shown, type_shown
+from ._errors import AcceleratorValueError, shown, type_shown
 
 #: ``capture_error_mode`` values (``torch.accelerator.Graph``'s; ``"default"`` is the
 #: backend's own: ``graph_capture_begin``; the others go to ``graph_capture_begin_mode`` where
@@ -34,9 +34,13 @@ def _pool_id(pool: Any) -> tuple[int, int] | None:
 
 
 def _check_mode(capture_error_mode: object) -> str:
-    if capture_error_mode not in _CAPTURE_MODES:
-        raise ValueError(f"capture_error_mode must be one of {_CAPTURE_MODES}, got "
-                         f"{shown(capture_error_mode)}")
+    """``capture_error_mode`` checked: an unknown one raises
+    :class:`~accelrt.AcceleratorValueError`, a ``ValueError`` and PyTorch's ``RuntimeError``
+    ("Unknown capture error mode")."""
+    if not isinstance(capture_error_mode, str) or capture_error_mode not in _CAPTURE_MODES:
+        raise AcceleratorValueError(
+            f"Unknown capture error mode: capture_error_mode must be one of {_CAPTURE_MODES}, "
+            f"got {shown(capture_error_mode)}")
     return str(capture_error_mode)
 
 
