@@ -15,13 +15,25 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._errors import AcceleratorTypeError
+from ._errors import AcceleratorTypeError, AcceleratorValueError
 
 if TYPE_CHECKING:
     from ._backend import Backend
     from ._memory_owner import _Memory
 
 __all__ = ["ArrayValues"]
+
+_INT64_MAX = (1 << 63) - 1
+
+
+def _int64(value: Any) -> int:
+    """``value`` (an integer read from an array) as ``torch.Tensor.__int__`` and
+    ``__index__`` convert it, through int64: a uint64 value beyond int64 is PyTorch's
+    RuntimeError (an :class:`~accelrt.AcceleratorValueError`)."""
+    if value > _INT64_MAX:
+        raise AcceleratorValueError(f"value cannot be converted to type int64_t without "
+                                    f"overflow (the uint64 value {value} is beyond int64)")
+    return int(value)
 
 
 class ArrayValues:
@@ -64,7 +76,9 @@ class ArrayValues:
             ValueError: the array has no element or more than one (PyTorch's "only one
                 element tensors can be converted to Python scalars"), or holds NaN.
             OverflowError: it holds an infinity.
-            RuntimeError: it holds a complex number (an ``AcceleratorTypeError``, also a
+            RuntimeError: it holds a uint64 value beyond int64 (an ``AcceleratorValueError``,
+                PyTorch's "value cannot be converted to type int64_t without overflow"), or
+                a complex number (an ``AcceleratorTypeError``, also a
                 ``TypeError``; PyTorch's "value cannot be converted to type int64_t without
                 overflow").
 
@@ -78,7 +92,7 @@ class ArrayValues:
         if isinstance(value, complex):
             raise AcceleratorTypeError(f"int() of a complex array ({value!r}): value cannot be "
                                        "converted to type int64_t without overflow")
-        return int(value)
+        return _int64(value) if self._dtype.kind == "u" else int(value)
 
     def __float__(self) -> float:
         """The value of a one-element array as a ``float`` (``float(a)``), as
@@ -113,6 +127,8 @@ class ArrayValues:
         Raises:
             TypeError: a floating or complex array, or not one element (PyTorch's "only
                 integer tensors of a single element can be converted to an index").
+            RuntimeError: a uint64 value beyond int64 (an ``AcceleratorValueError``, as
+                :meth:`__int__`).
 
         Example::
 
@@ -123,7 +139,7 @@ class ArrayValues:
         if self._dtype.kind not in "biu" or self.size != 1:
             raise TypeError("only integer tensors of a single element can be converted to an "
                             f"index (got {self.size} elements of {self._dtype.name})")
-        return int(self._item())
+        return _int64(self._item())
 
     def __copy__(self) -> ArrayValues:
         """``copy.copy(a)``: a second :class:`Array` over the same memory, as ``copy.copy`` of

@@ -143,7 +143,7 @@ def _plain(obj: object, active: set[int]) -> object:
                 len(active) >= _MAX_DIMS:
             return obj
     elif t in _NUMBER_TYPES or isinstance(obj, (np.ndarray, np.generic, str, bytes)) or \
-            not _is_sequence(obj) or len(active) >= _MAX_DIMS:
+            not _is_sequence(obj) or len(active) >= _MAX_DIMS or id(obj) in active:
         return obj
     else:
         n = len(obj)  # type: ignore[arg-type]
@@ -156,6 +156,12 @@ def _plain(obj: object, active: set[int]) -> object:
                                  f"'{type(obj).__name__}': its len() is {n} but reading item {i} "
                                  f"raised {type(exc).__name__}({exc}); pass a list, a tuple "
                                  "or an array") from exc
+        # one that holds itself after its first item: PyTorch's TypeError, as for a list
+        # (as its first item it nests without end: "too many dimensions", from infer_dtype)
+        if seq and seq[0] is not obj and any(item is obj for item in seq):
+            raise TypeError("new(): self-referential lists are incompatible: asarray() takes "
+                            "data without cycles, got a sequence of type "
+                            f"'{type(obj).__name__}' that contains itself")
     active.add(id(obj))
     try:
         items = [_plain(item, active) for item in seq]

@@ -95,8 +95,9 @@ def set_sync_debug_mode(debug_mode: int | str, device_type: str | None = None) -
 
     Raises:
         RuntimeError: ``debug_mode`` is an unknown string or an int out of range (an
-            :class:`~accelrt.AcceleratorError` that is also a ValueError), or not an int or a
-            string (also a TypeError); PyTorch's messages.
+            :class:`~accelrt.AcceleratorError` that is also a ValueError), or not an int, a
+            numpy integer or a string (also a TypeError: a bool, a float, a one-element
+            :class:`~accelrt.Array`, as PyTorch refuses a tensor); PyTorch's messages.
         TypeError: ``device_type`` is not a string or None.
         BackendUnavailableError: the backend cannot be used here.
 
@@ -121,12 +122,13 @@ def set_sync_debug_mode(debug_mode: int | str, device_type: str | None = None) -
             raise _ModeError("invalid value of debug_mode, expected one of `default`, `warn`, "
                              "`error`")
     else:
-        if isinstance(debug_mode, (bool, np.bool_)):   # numpy < 2.4 indexes np.bool_
+        # torch's THPUtils_checkLong: an int or a numpy integer, never a bool (numpy < 2.4
+        # indexes np.bool_) nor another object with __index__ (a one-element accelrt.Array,
+        # whose reading would synchronize, or a 0-d numpy array)
+        if isinstance(debug_mode, (bool, np.bool_)) or not isinstance(debug_mode,
+                                                                      (int, np.integer)):
             raise _ModeTypeError("invalid argument to set_sync_debug_mode")
-        try:
-            mode = operator.index(debug_mode)
-        except TypeError:
-            raise _ModeTypeError("invalid argument to set_sync_debug_mode") from None
+        mode = operator.index(debug_mode)
         if not 0 <= mode <= 2:
             raise _ModeError("invalid value of debug_mode, expected one of 0,1,2")
     name = _backend_name(device_type, validate=True)

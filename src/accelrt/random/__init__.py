@@ -616,7 +616,12 @@ _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 def _int_bound(name: str, value: Any) -> int:
     # as torch 2.15's parser reads a SymInt: an exception of the argument's __index__ makes
     # it no int (a TypeError), whatever its class
-    if isinstance(value, (bool, np.bool_)):
+    if type(value) is int:
+        return value
+    if isinstance(value, (bool, np.bool_)) or (
+            isinstance(getattr(value, "dtype", None), np.dtype) and value.dtype.kind == "b"):
+        # (a one-element bool Array too, which __index__ reads as 0 or 1: torch 2.15 refuses
+        # a bool tensor, "scalar.isIntegral(false)", as the factories' sizes do)
         raise TypeError(f"randint() {name} must be an int, got bool")
     return _index_arg(value, f"randint() {name}", parser=True)
 
