@@ -64,9 +64,9 @@ class ArrayValues:
             ValueError: the array has no element or more than one (PyTorch's "only one
                 element tensors can be converted to Python scalars"), or holds NaN.
             OverflowError: it holds an infinity.
-            RuntimeError: it holds a complex number (an ``AcceleratorTypeError``, also a
-                ``TypeError``; PyTorch's "value cannot be converted to type int64_t without
-                overflow").
+            RuntimeError: it holds a complex number whose imaginary part is not zero (an
+                ``AcceleratorTypeError``, also a ``TypeError``; PyTorch's "value cannot be
+                converted to type int64_t without overflow"); ``3+0j`` is 3, as in PyTorch.
 
         Example::
 
@@ -76,6 +76,8 @@ class ArrayValues:
         """
         value = self._scalar()
         if isinstance(value, complex):
+            if value.imag == 0:      # torch's checked_convert takes a real complex number
+                return int(value.real)
             raise AcceleratorTypeError(f"int() of a complex array ({value!r}): value cannot be "
                                        "converted to type int64_t without overflow")
         return int(value)
@@ -86,12 +88,14 @@ class ArrayValues:
 
         Raises:
             ValueError: the array has no element or more than one (PyTorch's message).
-            RuntimeError: it holds a complex number (an ``AcceleratorTypeError``, also a
-                ``TypeError``; PyTorch's "value cannot be converted to type double without
-                overflow").
+            RuntimeError: it holds a complex number whose imaginary part is not zero (an
+                ``AcceleratorTypeError``, also a ``TypeError``; PyTorch's "value cannot be
+                converted to type double without overflow").
         """
         value = self._scalar()
         if isinstance(value, complex):
+            if value.imag == 0:      # torch's checked_convert takes a real complex number
+                return float(value.real)
             raise AcceleratorTypeError(f"float() of a complex array ({value!r}): value cannot "
                                        "be converted to type double without overflow")
         return float(value)
