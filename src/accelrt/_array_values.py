@@ -78,9 +78,9 @@ class ArrayValues:
             OverflowError: it holds an infinity.
             RuntimeError: it holds a uint64 value beyond int64 (an ``AcceleratorValueError``,
                 PyTorch's "value cannot be converted to type int64_t without overflow"), or
-                a complex number (an ``AcceleratorTypeError``, also a
-                ``TypeError``; PyTorch's "value cannot be converted to type int64_t without
-                overflow").
+                a complex number whose imaginary part is not zero (an
+                ``AcceleratorTypeError``, also a ``TypeError``; PyTorch's "value cannot be
+                converted to type int64_t without overflow"); ``3+0j`` is 3, as in PyTorch.
 
         Example::
 
@@ -90,6 +90,8 @@ class ArrayValues:
         """
         value = self._scalar()
         if isinstance(value, complex):
+            if value.imag == 0:      # torch's checked_convert takes a real complex number
+                return int(value.real)
             raise AcceleratorTypeError(f"int() of a complex array ({value!r}): value cannot be "
                                        "converted to type int64_t without overflow")
         return _int64(value) if self._dtype.kind == "u" else int(value)
@@ -100,12 +102,14 @@ class ArrayValues:
 
         Raises:
             ValueError: the array has no element or more than one (PyTorch's message).
-            RuntimeError: it holds a complex number (an ``AcceleratorTypeError``, also a
-                ``TypeError``; PyTorch's "value cannot be converted to type double without
-                overflow").
+            RuntimeError: it holds a complex number whose imaginary part is not zero (an
+                ``AcceleratorTypeError``, also a ``TypeError``; PyTorch's "value cannot be
+                converted to type double without overflow").
         """
         value = self._scalar()
         if isinstance(value, complex):
+            if value.imag == 0:      # torch's checked_convert takes a real complex number
+                return float(value.real)
             raise AcceleratorTypeError(f"float() of a complex array ({value!r}): value cannot "
                                        "be converted to type double without overflow")
         return float(value)

@@ -134,8 +134,10 @@ def plain_data(obj: object) -> object:
 
 def _plain(obj: object, active: set[int]) -> object:
     """:func:`plain_data` of ``obj``, inside the sequences whose ids are in ``active`` (a
-    sequence met again inside itself, or nested deeper than :data:`_MAX_DIMS`, is left as it
-    is: :func:`infer_dtype` refuses it)."""
+    list or tuple met again inside itself, or anything nested deeper than :data:`_MAX_DIMS`,
+    is left as it is: :func:`infer_dtype` refuses it; another sequence met again inside
+    itself raises PyTorch's ``ValueError`` "too many dimensions" here, since reading it
+    would not end)."""
     t = type(obj)
     if t is list or t is tuple:
         seq: Any = obj
@@ -143,8 +145,10 @@ def _plain(obj: object, active: set[int]) -> object:
                 len(active) >= _MAX_DIMS:
             return obj
     elif t in _NUMBER_TYPES or isinstance(obj, (np.ndarray, np.generic, str, bytes)) or \
-            not _is_sequence(obj) or len(active) >= _MAX_DIMS or id(obj) in active:
+            not _is_sequence(obj) or len(active) >= _MAX_DIMS:
         return obj
+    elif id(obj) in active:     # (its items would be read without end)
+        raise _too_deep(obj)
     else:
         n = len(obj)  # type: ignore[arg-type]
         seq = []
@@ -214,9 +218,7 @@ def _infer_sequence(seq: Sequence[Any], depth: int) -> np.dtype:
     """:func:`infer_dtype` of a sequence inside ``depth`` others: float32 when empty, else its
     items' promotion."""
     if depth == _MAX_DIMS:      # a list that contains itself never ends
-        raise ValueError(f"too many dimensions '{type_shown(seq)}': asarray() takes data "
-                         f"nested at most {_MAX_DIMS} deep (numpy's limit), and no sequence "
-                         "that contains itself")
+        raise _too_deep(seq)
     if not len(seq):
         return _PYTHON[float]
     types = set(map(type, seq))     # (one pass in C: the common case is one or two types)
@@ -235,6 +237,12 @@ def _infer_sequence(seq: Sequence[Any], depth: int) -> np.dtype:
                             f"({_short(seq)}); every item at one depth must be a number, or "
                             "every one a sequence")
     return functools.reduce(promote, map(_infer, seq, itertools.repeat(depth + 1)))
+
+
+def _too_deep(seq: object) -> ValueError:
+    return ValueError(f"too many dimensions '{type_shown(seq)}': asarray() takes data nested "
+                      f"at most {_MAX_DIMS} deep (numpy's limit), and no sequence that "
+                      "contains itself")
 
 
 def _short(obj: object) -> str:

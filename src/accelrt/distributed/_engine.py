@@ -39,6 +39,15 @@ class _ReduceOpType(enum.EnumMeta):
     def __instancecheck__(cls, obj: object) -> bool:
         return type(obj) is PremulSum or type.__instancecheck__(cls, obj)
 
+    def __call__(cls, value: Any, *args: Any, **kwargs: Any) -> Any:
+        # a member's number only (torch's constructor takes no float or bool at all): Enum's
+        # lookup by value took 1.0 and True as PRODUCT
+        if not args and not kwargs and (isinstance(value, bool) or
+                                        not isinstance(value, int)):
+            raise _TypeValueError(f"{value!r} is not a valid ReduceOp: pass a member "
+                                  "(ReduceOp.SUM) or its int number")
+        return super().__call__(value, *args, **kwargs)
+
 
 class ReduceOp(int, enum.Enum, metaclass=_ReduceOpType):
     """Reduction operations (``torch.distributed.ReduceOp``'s members).
