@@ -25,3 +25,11 @@ def test_reduce_op_from_a_member_or_its_number_still_works() -> None:
     assert ReduceOp(8) is ReduceOp.PREMUL_SUM and ReduceOp(0) is ReduceOp.SUM
     with pytest.raises(ValueError, match="9 is not a valid ReduceOp"):
         ReduceOp(9)
+
+
+def test_every_reduce_op_member_is_true() -> None:
+    """torch 2.15's ReduceOp members are pybind objects, all true: ``bool(ReduceOp.SUM)`` is
+    True although SUM equals 0 (the int mixin made it False)."""
+    assert all(bool(op) for op in ReduceOp)
+    assert (ReduceOp.SUM or ReduceOp.MAX) is ReduceOp.SUM
+    assert ReduceOp.SUM == 0 and int(ReduceOp.SUM) == 0

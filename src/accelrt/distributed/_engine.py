@@ -90,6 +90,10 @@ class ReduceOp(int, enum.Enum, metaclass=_ReduceOpType):
     def __format__(self, spec: str) -> str:
         return format(str(self), spec)
 
+    def __bool__(self) -> bool:
+        # every member is true, as torch's (pybind objects): SUM is 0 but `if op:` holds
+        return True
+
     def __call__(self, factor: Any) -> PremulSum:
         """``ReduceOp.PREMUL_SUM(factor)``: the op with its factor, as torch's (the same as
         ``_make_nccl_premul_sum(factor)``); the other members take no factor (torch's
