@@ -19,7 +19,6 @@ all_reduce_coalesced of complex arrays with MAX/MIN/PRODUCT/BAND/BOR/BXOR raise 
 from __future__ import annotations
 
 import importlib.util
-import re
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -82,18 +81,8 @@ import accelrt as acc, accelrt.distributed as dist
 dist.init_process_group(os.environ.get("S35_BACKEND", "gloo"), timeout=float(os.environ.get("S35_TIMEOUT", "30")))
 r, n = dist.get_rank(), dist.get_world_size()
 R = dist.ReduceOp
-lines = []
-
-def case(fn):
-    try:
-        fn()
-        lines.append(f"OK {fn.__name__}")
-        if os.environ.get("S35_TRACE"): print(f"[{r}] OK {fn.__name__}", flush=True)
-    except Exception:
-        msg = traceback.format_exc().strip().splitlines()
-        lines.append(f"FAIL {fn.__name__}: {' | '.join(msg[-4:])}")
-        if os.environ.get("S35_TRACE"): print(f"[{r}] {lines[-1]}", flush=True)
-    return fn
+from rank_cases import Cases
+case = Cases(r)
 
 def cube(size, value=None, dtype="float32"):   # distributed_test.py's _build_tensor
     return acc.full((size, size, size), size if value is None else value, dtype=dtype)
@@ -484,9 +473,7 @@ if MODE == "api":   # 4 ranks
         dist.destroy_process_group(f)
 
 dist.barrier()
-for line in lines:
-    print(f"[{r}] {line}", flush=True)
-print(f"DONE {r} {len(lines)}", flush=True)
+case.done()
 dist.destroy_process_group()
 '''
 
@@ -506,14 +493,10 @@ def test_distributed_test_base_over_four_ranks(tmp_path: Path) -> None:
     test_gather_object*, test_scatter_object_list, broadcast_object_list,
     test_monitored_barrier_gloo (the passing part), test_destroy_group,
     test_destroy_full_group."""
-    from test_distributed import MPIEXEC, launch
+    from test_distributed import MPIEXEC, _check_cases, launch
     if not HAVE_MPI or MPIEXEC is None:
         pytest.skip("needs mpi4py and mpiexec (pip install 'accelrt[mpi]')")
     script = tmp_path / "ranks.py"
     script.write_text(_RANKS)
     rc, out, _ = launch(4, str(script), "api", env={"S35_TIMEOUT": "20"}, timeout=90)
-    fails = [ln for ln in out.splitlines() if "FAIL " in ln]
-    assert rc == 0 and not fails, "\n".join(fails[:20]) + "\n" + out[-3000:]
-    done = sorted(int(k) for k, _ in re.findall(r"DONE (\d+) (\d+)(?!\d)", out))
-    assert done == [0, 1, 2, 3], out[-3000:]
-    assert out.count("OK ") == 4 * 21, out[-3000:]
+    assert _check_cases(4, out, rc) == 21, out[-3000:]

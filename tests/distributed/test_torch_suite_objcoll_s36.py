@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import importlib.util
 import pickle
-import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -126,17 +125,8 @@ import accelrt.distributed as dist
 dist.init_process_group("gloo", timeout=20)
 r, n = dist.get_rank(), dist.get_world_size()
 TD = datetime.timedelta
-lines = []
-
-def case(fn):
-    try:
-        fn()
-        lines.append(f"OK {fn.__name__}")
-    except Exception:
-        msg = traceback.format_exc().strip().splitlines()
-        lines.append(f"FAIL {fn.__name__}: {' | '.join(msg[-4:])}")
-    dist.barrier()
-    return fn
+from rank_cases import Cases
+case = Cases(r, after=dist.barrier)
 
 def raises(exc, pattern, fn):
     import re
@@ -335,9 +325,7 @@ def monitored_barrier_after_failures():   # the group stays usable (test_monitor
     dist.monitored_barrier(timeout=TD(seconds=10))
     dist.monitored_barrier(timeout=TD(seconds=10), wait_all_ranks=True)
 
-for line in lines:
-    print(f"[{r}] {line}", flush=True)
-print(f"DONE {r} {len(lines)}", flush=True)
+case.done()
 dist.destroy_process_group()
 '''
 
@@ -350,14 +338,10 @@ def test_object_collectives_and_monitored_barrier_over_four_ranks(tmp_path: Path
     _test_gather_object, test_scatter_object_list, test_monitored_barrier_gloo_subgroup,
     test_monitored_barrier_wait_all_ranks, test_monitored_barrier_failure_order and
     test_monitored_barrier_gloo (the group usable after a failure)."""
-    from test_distributed import MPIEXEC, launch
+    from test_distributed import MPIEXEC, _check_cases, launch
     if not HAVE_MPI or MPIEXEC is None:
         pytest.skip("needs mpi4py and mpiexec (pip install 'accelrt[mpi]')")
     script = tmp_path / "ranks.py"
     script.write_text(_RANKS)
     rc, out, _ = launch(4, str(script), timeout=90)
-    fails = [ln for ln in out.splitlines() if "FAIL " in ln]
-    assert rc == 0 and not fails, "\n".join(fails[:20]) + "\n" + out[-3000:]
-    done = sorted(int(k) for k, _ in re.findall(r"DONE (\d+) (\d+)(?!\d)", out))
-    assert done == [0, 1, 2, 3], out[-3000:]
-    assert out.count("OK ") == 4 * 11, out[-3000:]
+    assert _check_cases(4, out, rc) == 11, out[-3000:]

@@ -243,16 +243,8 @@ import accelrt as acc, accelrt.distributed as dist
 dist.init_process_group("gloo", timeout=30)
 r, n = dist.get_rank(), dist.get_world_size()
 R = dist.ReduceOp
-lines = []
-
-def case(fn):
-    try:
-        fn()
-        lines.append(f"OK {fn.__name__}")
-    except Exception:
-        msg = traceback.format_exc().strip().splitlines()
-        lines.append(f"FAIL {fn.__name__}: {' | '.join(msg[-4:])}")
-    return fn
+from rank_cases import Cases
+case = Cases(r)
 
 def arr(v, dt=None):
     return acc.asarray(np.asarray(v, dtype=dt))
@@ -676,9 +668,7 @@ def destroyed_then_restarted():          # test_c10d_nccl.py test_close_pg, test
     assert (t.numpy() == n).all()
 
 dist.barrier()
-for line in lines:
-    print(f"[{r}] {line}", flush=True)
-print(f"DONE {r} {len(lines)}", flush=True)
+case.done()
 dist.destroy_process_group()
 '''
 
@@ -688,16 +678,13 @@ _GENERIC = 21   # the cases every world size runs; "sub" at four ranks adds ten
 def _launch(tmp_path: Path, n: int, mode: str) -> str:
     """The rank script under ``mpiexec -n N`` (test_distributed's :func:`launch`); its merged
     output, after checking every rank's cases passed."""
-    from test_distributed import MPIEXEC, launch
+    from test_distributed import MPIEXEC, _check_cases, launch
     if not HAVE_MPI or MPIEXEC is None:
         pytest.skip("needs mpi4py and mpiexec (pip install 'accelrt[mpi]')")
     script = tmp_path / "ranks.py"
     script.write_text(_RANKS)
     rc, out, _ = launch(n, str(script), mode, timeout=90)
-    fails = [ln for ln in out.splitlines() if "FAIL " in ln]
-    assert rc == 0 and not fails, "\n".join(fails[:20]) + "\n" + out[-3000:]
-    done = sorted(int(k) for k, _ in re.findall(r"DONE (\d+) (\d+)(?!\d)", out))
-    assert done == list(range(n)), out[-3000:]
+    _check_cases(n, out, rc)
     return out
 
 

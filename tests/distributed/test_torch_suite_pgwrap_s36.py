@@ -24,7 +24,6 @@ carries torch's words ("Detected mismatch between collectives on ranks", the
 from __future__ import annotations
 
 import importlib.util
-import re
 from pathlib import Path
 
 import pytest
@@ -70,22 +69,14 @@ import accelrt as acc, accelrt.distributed as dist
 dist.init_process_group("gloo", timeout=30)
 r, n = dist.get_rank(), dist.get_world_size()
 R = dist.ReduceOp
-lines = []
 # TORCH_DISTRIBUTED_DEBUG=DETAIL (torch's variable) is read by init_process_group
 ENV_LEVEL = dist.get_debug_level()
 dist.set_debug_level(dist.DebugLevel.OFF)
 PAIR = dist.new_group([0, 1])        # the docstrings' "2 ranks"
 TRIO = dist.new_group([0, 1, 2])     # the object examples' "world_size of 3"
 
-def case(fn):
-    try:
-        fn()
-        lines.append(f"OK {fn.__name__}")
-    except Exception:
-        msg = traceback.format_exc().strip().splitlines()
-        lines.append(f"FAIL {fn.__name__}: {' | '.join(msg[-4:])}")
-    dist.barrier()
-    return fn
+from rank_cases import Cases
+case = Cases(r, after=dist.barrier)
 
 def arr(values, dtype="int64"):
     return acc.asarray(np.array(values, dtype=dtype))
@@ -384,9 +375,7 @@ def detail_reduce_scatter_tensor_coalesced():
         dist.set_debug_level(dist.DebugLevel.OFF)
 
 dist.barrier()
-for line in lines:
-    print(f"[{r}] {line}", flush=True)
-print(f"DONE {r} {len(lines)}", flush=True)
+case.done()
 dist.destroy_process_group()
 '''
 
@@ -404,17 +393,13 @@ def test_pg_wrapper_and_c10d_examples_over_four_ranks(tmp_path: Path) -> None:
     all_to_all, all_gather_coalesced, all_gather_object, gather_object,
     broadcast_object_list, scatter_object_list, send_object_list / recv_object_list,
     new_subgroups_by_enumeration, new_subgroups."""
-    from test_distributed import MPIEXEC, launch
+    from test_distributed import MPIEXEC, _check_cases, launch
     if MPIEXEC is None:
         pytest.skip("needs mpiexec (pip install 'accelrt[mpi]')")
     script = tmp_path / "ranks.py"
     script.write_text(_RANKS)
     rc, out, _ = launch(4, str(script), env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}, timeout=90)
-    fails = [ln for ln in out.splitlines() if "FAIL " in ln]
-    assert rc == 0 and not fails, "\n".join(fails[:20]) + "\n" + out[-3000:]
-    done = sorted(int(k) for k, _ in re.findall(r"DONE (\d+) (\d+)(?!\d)", out))
-    assert done == [0, 1, 2, 3], out[-3000:]
-    assert out.count("OK ") == 4 * N_CASES, out[-3000:]
+    assert _check_cases(4, out, rc) == N_CASES, out[-3000:]
 
 
 

@@ -90,17 +90,9 @@ with warnings.catch_warnings(record=True) as caught:
     # the tutorial's MPI variant: init_process(0, 0, run, backend='mpi') under mpirun
     dist.init_process_group("mpi", rank=0, world_size=0, timeout=20)
 rank, size = dist.get_rank(), dist.get_world_size()
-lines = []
 
-def case(fn):
-    try:
-        fn()
-        lines.append(f"OK {fn.__name__}")
-    except Exception:
-        msg = traceback.format_exc().strip().splitlines()
-        lines.append(f"FAIL {fn.__name__}: {' | '.join(msg[-4:])}")
-    dist.barrier()
-    return fn
+from rank_cases import Cases
+case = Cases(rank, after=dist.barrier)
 
 def zeros1():
     return acc.zeros(1, device="cpu")
@@ -235,9 +227,7 @@ def ring_allreduce_sums():
     assert recv.tolist() == [6.0, 60.0, 4.0], recv.tolist()
     assert send.tolist() == [rank, 10.0 * rank, 1.0]   # the input is left alone
 
-for ln in lines:
-    print(f"[{rank}] {ln}", flush=True)
-print(f"DONE {rank} {len(lines)}", flush=True)
+case.done()
 dist.destroy_process_group()
 '''
 
@@ -248,14 +238,10 @@ def test_dist_tuto_over_four_ranks(tmp_path: Path) -> None:
     of six collectives (positional forms), "Gradient averaging" and "Our Own Ring-Allreduce",
     launched as its "MPI Backend" section says (``mpirun -n 4``, ``backend='mpi'``, rank and
     world size 0)."""
-    from test_distributed import MPIEXEC, launch
+    from test_distributed import MPIEXEC, _check_cases, launch
     if not HAVE_MPI or MPIEXEC is None:
         pytest.skip("needs mpi4py and mpiexec (pip install 'accelrt[mpi]')")
     script = tmp_path / "ranks.py"
     script.write_text(_RANKS)
     rc, out, _ = launch(4, str(script), timeout=60)
-    fails = [ln for ln in out.splitlines() if "FAIL " in ln]
-    assert rc == 0 and not fails, "\n".join(fails[:20]) + "\n" + out[-3000:]
-    done = sorted(int(k) for k, _ in re.findall(r"DONE (\d+) (\d+)(?!\d)", out))
-    assert done == [0, 1, 2, 3], out[-3000:]
-    assert out.count("OK ") == 4 * 9, out[-3000:]
+    assert _check_cases(4, out, rc) == 9, out[-3000:]

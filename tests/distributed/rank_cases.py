@@ -1,0 +1,53 @@
+"""The rank side of the ``OK``/``FAIL``/``DONE`` protocol of ``cases.py``, for the rank scripts
+the torch-suite tests write: each case is a function run once on every rank; the script ends
+with :meth:`Cases.done`, and the test reads the output with ``test_distributed._check_cases``.
+``launch`` puts this folder on the ranks' ``PYTHONPATH``.
+
+Example (in a rank script)::
+
+    from rank_cases import Cases
+    case = Cases(dist.get_rank(), after=dist.barrier)
+
+    @case
+    def sums():
+        ...
+
+    case.done()
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+
+class Cases:
+    """A decorator that runs a case at once and records ``OK name`` or ``FAIL name: the end of
+    its traceback``; ``after`` (e.g. ``dist.barrier``) runs after each case, whatever its
+    outcome, so that a failing rank stays in step. ``RANK_CASES_TRACE=1`` prints each line as
+    it comes (a hang then shows the last case that finished)."""
+
+    def __init__(self, rank: int, after: Callable[[], object] | None = None) -> None:
+        self.rank, self.after, self.lines = rank, after, []   # type: list[str]
+        self.trace = bool(os.environ.get("RANK_CASES_TRACE"))
+
+    def __call__(self, fn: Callable[[], Any]) -> Callable[[], Any]:
+        try:
+            fn()
+            self.lines.append(f"OK {fn.__name__}")
+        except Exception:
+            msg = traceback.format_exc().strip().splitlines()
+            self.lines.append(f"FAIL {fn.__name__}: {' | '.join(msg[-4:])}")
+        if self.trace:
+            print(f"[{self.rank}] {self.lines[-1]}", flush=True)
+        if self.after is not None:
+            self.after()
+        return fn
+
+    def done(self) -> None:
+        """Print every line, then ``DONE <rank> <count>``."""
+        for line in self.lines:
+            print(f"[{self.rank}] {line}", flush=True)
+        print(f"DONE {self.rank} {len(self.lines)}", flush=True)
