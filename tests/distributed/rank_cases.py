@@ -1,7 +1,8 @@
 """The rank side of the ``OK``/``FAIL``/``DONE`` protocol of ``cases.py``, for the rank scripts
 the torch-suite tests write: each case is a function run once on every rank; the script ends
 with :meth:`Cases.done`, and the test reads the output with ``test_distributed._check_cases``.
-``launch`` puts this folder on the ranks' ``PYTHONPATH``.
+:func:`write_script` writes a rank script with a copy of this module beside it, where the ranks
+import it from.
 
 Example (in a rank script)::
 
@@ -18,9 +19,20 @@ Example (in a rank script)::
 from __future__ import annotations
 
 import os
+import shutil
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+
+
+def write_script(folder: Path, text: str, name: str = "ranks.py") -> Path:
+    """Write the rank script ``text`` as ``folder/name``, with this module beside it; return
+    the script's path."""
+    shutil.copy(__file__, folder / "rank_cases.py")
+    script = folder / name
+    script.write_text(text)
+    return script
 
 
 class Cases:
@@ -30,7 +42,8 @@ class Cases:
     it comes (a hang then shows the last case that finished)."""
 
     def __init__(self, rank: int, after: Callable[[], object] | None = None) -> None:
-        self.rank, self.after, self.lines = rank, after, []   # type: list[str]
+        self.rank, self.after = rank, after
+        self.lines: list[str] = []
         self.trace = bool(os.environ.get("RANK_CASES_TRACE"))
 
     def __call__(self, fn: Callable[[], Any]) -> Callable[[], Any]:

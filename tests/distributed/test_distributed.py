@@ -45,9 +45,7 @@ def _env(extra: dict[str, str]) -> dict[str, str]:
                                 "CASES_", "FAIL_"))}
     # keep the caller's PYTHONPATH behind src: engines installed with pip --target (nccl4py on
     # the GPU machine) live there
-    # (and this folder: rank scripts written elsewhere import rank_cases from it)
-    path = os.pathsep.join(p for p in (str(ROOT / "src"), str(HERE), os.environ.get("PYTHONPATH"))
-                           if p)
+    path = os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH")) if p)
     env.update(UCX_TLS="self,sm", PYTHONPATH=path, **extra)
     env.setdefault("ACCELRT_CPU_STREAMS", "sync")
     return env

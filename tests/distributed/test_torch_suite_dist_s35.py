@@ -578,8 +578,8 @@ def _launch(tmp_path: Path, n: int, mode: str, timeout: float = 90) -> str:
     from test_distributed import MPIEXEC, _check_cases, launch
     if not HAVE_MPI or MPIEXEC is None:
         pytest.skip("needs mpi4py and mpiexec (pip install 'accelrt[mpi]')")
-    script = tmp_path / "ranks.py"
-    script.write_text(_RANKS)
+    from rank_cases import write_script
+    script = write_script(tmp_path, _RANKS)
     rc, out, _ = launch(n, str(script), mode, timeout=timeout)
     _check_cases(n, out, rc)
     return out

@@ -496,7 +496,7 @@ def test_distributed_test_base_over_four_ranks(tmp_path: Path) -> None:
     from test_distributed import MPIEXEC, _check_cases, launch
     if not HAVE_MPI or MPIEXEC is None:
         pytest.skip("needs mpi4py and mpiexec (pip install 'accelrt[mpi]')")
-    script = tmp_path / "ranks.py"
-    script.write_text(_RANKS)
+    from rank_cases import write_script
+    script = write_script(tmp_path, _RANKS)
     rc, out, _ = launch(4, str(script), "api", env={"S35_TIMEOUT": "20"}, timeout=90)
     assert _check_cases(4, out, rc) == 21, out[-3000:]

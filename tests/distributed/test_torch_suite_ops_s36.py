@@ -681,8 +681,8 @@ def _launch(tmp_path: Path, n: int, mode: str) -> str:
     from test_distributed import MPIEXEC, _check_cases, launch
     if not HAVE_MPI or MPIEXEC is None:
         pytest.skip("needs mpi4py and mpiexec (pip install 'accelrt[mpi]')")
-    script = tmp_path / "ranks.py"
-    script.write_text(_RANKS)
+    from rank_cases import write_script
+    script = write_script(tmp_path, _RANKS)
     rc, out, _ = launch(n, str(script), mode, timeout=90)
     _check_cases(n, out, rc)
     return out

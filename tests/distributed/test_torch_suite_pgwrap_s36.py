@@ -396,8 +396,8 @@ def test_pg_wrapper_and_c10d_examples_over_four_ranks(tmp_path: Path) -> None:
     from test_distributed import MPIEXEC, _check_cases, launch
     if MPIEXEC is None:
         pytest.skip("needs mpiexec (pip install 'accelrt[mpi]')")
-    script = tmp_path / "ranks.py"
-    script.write_text(_RANKS)
+    from rank_cases import write_script
+    script = write_script(tmp_path, _RANKS)
     rc, out, _ = launch(4, str(script), env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}, timeout=90)
     assert _check_cases(4, out, rc) == N_CASES, out[-3000:]
 

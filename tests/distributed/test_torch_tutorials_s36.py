@@ -241,7 +241,7 @@ def test_dist_tuto_over_four_ranks(tmp_path: Path) -> None:
     from test_distributed import MPIEXEC, _check_cases, launch
     if not HAVE_MPI or MPIEXEC is None:
         pytest.skip("needs mpi4py and mpiexec (pip install 'accelrt[mpi]')")
-    script = tmp_path / "ranks.py"
-    script.write_text(_RANKS)
+    from rank_cases import write_script
+    script = write_script(tmp_path, _RANKS)
     rc, out, _ = launch(4, str(script), timeout=60)
     assert _check_cases(4, out, rc) == 9, out[-3000:]
