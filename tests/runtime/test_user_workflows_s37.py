@@ -26,6 +26,8 @@ def _record_with_pool(path: Path) -> dict[str, int]:
     """Allocations on the current and a side stream, then one in a MemPool; the snapshot with
     history goes to ``path``. Returns the statistics at the end."""
     dev = acc.device("cpu:0")
+    acc.empty_cache()                       # what earlier work cached or peaked is not ours
+    memory.reset_peak_memory_stats(dev)
     memory.record_memory_history(max_entries=10_000)
     try:
         s = acc.Stream(dev)
