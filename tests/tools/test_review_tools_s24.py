@@ -520,7 +520,7 @@ _REPLAY_KEYS = {"trace", "ops", "peak_live_bytes", "peak_reserved_bytes", "reser
                 "us_per_op", "steady_driver_calls", "steady_driver_calls_per_1k_ops"}
 _TUNE_KEYS = {"trace", "device", "ops", "peak_live_bytes", "recorded_setting",
               "settings_recorded", "device_memory_bytes", "capacity_source", "ooms", "too_large",
-              "fits", "results", "best", "best_pytorch", "pytorch_alloc_conf",
+              "private_pool_allocs", "fits", "results", "best", "best_pytorch", "pytorch_alloc_conf",
               "accelrt_alloc_conf"}
 _ROW_KEYS = {"setting", "pytorch_compatible", "capped", "oom", "peak_reserved_bytes",
              "saving_bytes", "saving_fraction", "device_mallocs", "vm_maps", "driver_us_h100",

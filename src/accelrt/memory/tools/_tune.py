@@ -59,6 +59,7 @@ from ._replay import (
     is_pickle,
     load_pickle,
     no_history_message,
+    private_pool_allocations,
     snapshot_entries,
     snapshot_traces,
     trace_ops,
@@ -136,6 +137,9 @@ class Workload:
             ``"reserved"`` (the allocator's reserved bytes then, ``None`` if unknown)``}``.
         capacity: the device memory the file records, or ``None``.
         capacity_source: how ``capacity`` was found (``""`` when it was not).
+        private_pool_allocs: how many of its allocations a snapshot records in a private pool
+            (:func:`~accelrt.memory.tools._replay.private_pool_allocations`), replayed in the
+            default pool.
     """
 
     ops: list[Op]
@@ -144,6 +148,7 @@ class Workload:
     ooms: list[dict[str, Any]]
     capacity: int | None
     capacity_source: str
+    private_pool_allocs: int = 0
 
 
 def _reserved_at_ooms(snapshot: dict[str, Any], entries: list[Any], device: int, path: str
@@ -223,6 +228,7 @@ def read_workload(path: str, device: int | None = None) -> Workload:
     _check_device(device)
     data = _read_bytes(path)
     settings: Any = None
+    pooled = 0
     oom_at: list[tuple[int, int, int]] = []
     free: list[int | None] = []
     reserved: list[int | None] = []
@@ -244,6 +250,7 @@ def read_workload(path: str, device: int | None = None) -> Workload:
                 free.append(f if isinstance(f, int) and not isinstance(f, bool)
                             and 0 <= f < 1 << 64 else None)
         reserved = _reserved_at_ooms(obj, entries, device, path)
+        pooled = private_pool_allocations(raw)
     else:
         try:
             obj = json.loads(data)
@@ -282,7 +289,7 @@ def read_workload(path: str, device: int | None = None) -> Workload:
                             and o["reserved"] + o["device_free"] == capacity)
         source = (f"from the recorded out-of-memory: {human_bytes(held)} reserved + "
                   f"{human_bytes(free_b)} free on the device")
-    return Workload(ops, settings, device, ooms, capacity, source)
+    return Workload(ops, settings, device, ooms, capacity, source, pooled)
 
 
 def load_workload(path: str, device: int | None = None) -> tuple[list[Op], Any, int]:
@@ -754,6 +761,11 @@ def format_tune(result: dict[str, Any], path: str, device: int) -> str:
                 else f" with {human_bytes(o['device_free'])} free on the device")
         lines.append(f"recorded out-of-memory: a request of {human_bytes(o['size'])}{free}; "
                      "replayed where it was made")
+    pooled = result.get("private_pool_allocs") or 0
+    if pooled:
+        lines.append(f"private pools: {pooled:,} of the allocations were made in a private pool "
+                     "(MemPool, graph capture); every setting replays them in the default pool, "
+                     "so peak reserved can differ from the recorded run's")
     for size in result.get("too_large") or []:
         lines.append(f"the request of {human_bytes(size)} that ran out of memory alone exceeds "
                      f"{_device_text(result)}: no setting can fit it; make that request "
@@ -861,6 +873,7 @@ def _json_result(result: dict[str, Any], path: str, device: int) -> dict[str, An
             "device_memory_bytes": result["device_memory_bytes"],
             "capacity_source": result["capacity_source"],
             "ooms": result["ooms"], "too_large": result["too_large"],
+            "private_pool_allocs": result.get("private_pool_allocs", 0),
             "fits": result["fits"],
             "results": result["results"],
             "best": fitting(best, best["setting"]),
@@ -930,6 +943,7 @@ def tune_main(argv: Sequence[str] | None = None) -> int:
         result = tune_ops(w.ops, recorded, name=_trace_name(args.path), progress=progress,
                           device_memory=device_memory, ooms=w.ooms, capacity_source=source,
                           settings_recorded=settings_recorded(w.settings))
+        result["private_pool_allocs"] = w.private_pool_allocs
     except (OSError, ValueError, MemoryError, RecursionError, OverflowError) as exc:
         print(f"accelrt memory tune: error: {terminal_safe(str(exc), one_line=True)}",
               file=sys.stderr)
