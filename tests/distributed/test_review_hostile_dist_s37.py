@@ -1,0 +1,116 @@
+"""Findings of the session-37 hostile-input sweep of ``accelrt.distributed`` (coalescing
+manager, point-to-point batches, object collectives, uneven and all-to-all collectives,
+group creation). Each test failed before its fix; torch 2.15.0's behaviour was observed on
+the same inputs (its CPU build, gloo, one and two processes).
+
+* ``all_to_all_single`` took float split sizes and truncated them: ``[1.5, 0.5]`` summed to
+  the input's rows, so it passed the checks, and moved ``[1, 0]`` rows (on two ranks the
+  output kept a stale element, silently, and the peer timed out). torch refuses any split
+  size that is no int with a ``TypeError`` ("incompatible function arguments").
+* ``all_gather_object`` checked its list (too short, None, a generator) before the collective
+  and ``gather_object`` its destination's list (too short) too: the rank with the bad list
+  raised and went on, so its *next* object collective met the others' current one (they got
+  its data, and the job stopped at the timeout later). torch runs the collective and fails
+  on the assignment after it, so every rank stays in step; accelrt now does the same, with
+  its own clear words.
+* Inside ``_coalescing_manager`` a call's op and arrays were only looked at when the block
+  ended: a later call's bad op was dropped (the first call's op is the one used) and a bad
+  array raised at the block's end; torch checks both at the call.
+* ``new_subgroups(group_size=np.int64(2))`` was refused with "The arg 'group_size' (2) must
+  be positive" (and a float or a str with the same words); torch takes numpy ints and
+  raises ``TypeError`` for a float or a str.
+* ``split_group`` named a float rank "not a rank of the parent group" (``ValueError``);
+  torch raises ``TypeError``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import accelrt as acc
+import accelrt.distributed as dist
+
+HAVE_MPI = importlib.util.find_spec("mpi4py") is not None
+needs_mpi = pytest.mark.skipif(not HAVE_MPI, reason="mpi4py is not installed")
+
+
+
+_IN_STEP = r'''
+import accelrt.distributed as dist
+from rank_cases import Cases
+
+dist.init_process_group("gloo", timeout=8)
+r, n = dist.get_rank(), dist.get_world_size()
+case = Cases(r, after=dist.barrier)
+
+
+def raises(exc, pattern, fn):
+    import re
+    try:
+        fn()
+    except exc as e:
+        assert re.search(pattern, str(e)), (type(e).__name__, str(e))
+    else:
+        raise AssertionError(f"no {exc.__name__} ({pattern})")
+
+
+def then_in_step(tag):
+    out = [None] * n
+    dist.all_gather_object(out, (tag, r))
+    assert out == [(tag, k) for k in range(n)], out
+
+
+@case
+def all_gather_object_short_list_on_one_rank():
+    out = [None] * n if r == 0 else [None] * (n - 1)
+    if r == 1:
+        raises(ValueError, "object_list must have 2 slots", lambda: dist.all_gather_object(out, r))
+        assert out == [None]
+    else:
+        dist.all_gather_object(out, r)
+        assert out == [0, 1], out
+    then_in_step("short")
+
+
+@case
+def all_gather_object_none_or_generator_on_one_rank():
+    for bad in (None, (x for x in [None, None])):
+        if r == 1:
+            raises(TypeError, "object_list must be a list", lambda: dist.all_gather_object(bad, r))
+        else:
+            out = [None] * n
+            dist.all_gather_object(out, r)
+            assert out == [0, 1], out
+        then_in_step(repr(type(bad)))
+
+
+@case
+def gather_object_short_list_on_the_destination():
+    out = [None] * (n - 1) if r == 0 else None
+    if r == 0:
+        raises(ValueError, "object_gather_list must have 2 slots",
+               lambda: dist.gather_object(r, out, dst=0))
+        assert out == [None]
+    else:
+        dist.gather_object(r, out, dst=0)
+    then_in_step("gather")
+
+
+case.done()
+dist.destroy_process_group()
+'''
+
+
+@needs_mpi
+def test_object_collectives_keep_a_rank_with_a_bad_list_in_step(tmp_path: Path) -> None:
+    from test_distributed import MPIEXEC, _check_cases, launch
+    if MPIEXEC is None:
+        pytest.skip("needs mpiexec (pip install 'accelrt[mpi]')")
+    from rank_cases import write_script
+    script = write_script(tmp_path, _IN_STEP)
+    rc, out, _ = launch(2, str(script), timeout=60)
+    assert _check_cases(2, out, rc) == 3, out[-3000:]
