@@ -39,6 +39,30 @@ needs_mpi = pytest.mark.skipif(not HAVE_MPI, reason="mpi4py is not installed")
 
 
 
+def _gen(values: list[int]) -> object:
+    return (v for v in values)
+
+
+@needs_mpi
+@pytest.mark.parametrize("splits", [[2.0], [np.float64(2.0)], ["2"], 2, {2}],
+                         ids=["float", "np-float", "str", "int", "set"])
+def test_all_to_all_single_refuses_split_sizes_that_are_no_ints(one_rank_world: None,
+                                                               splits: object) -> None:
+    out, x = acc.zeros((2,), device="cpu"), acc.full((2,), 3.0, device="cpu")
+    with pytest.raises(TypeError, match="output_split_sizes must be a sequence of ints"):
+        dist.all_to_all_single(out, x, splits, [2])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="input_split_sizes must be a sequence of ints"):
+        dist.all_to_all_single(out, x, [2], splits)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="sequence of ints"):
+        dist.all_to_all_single(out, x, _gen([2]), [2])  # type: ignore[arg-type]
+    assert out.tolist() == [0.0, 0.0]
+    # what torch takes: numpy ints, an array of them, a tuple, an empty list (equal splits)
+    for good in ([np.int64(2)], np.array([2]), (2,), []):
+        dist.all_to_all_single(out, x, good, good)
+        assert out.tolist() == [3.0, 3.0]
+        out.fill_(0)
+
+
 _IN_STEP = r'''
 import accelrt.distributed as dist
 from rank_cases import Cases
