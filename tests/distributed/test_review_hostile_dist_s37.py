@@ -63,6 +63,43 @@ def test_all_to_all_single_refuses_split_sizes_that_are_no_ints(one_rank_world: 
         out.fill_(0)
 
 
+@needs_mpi
+def test_coalescing_manager_checks_each_call_at_the_call(one_rank_world: None) -> None:
+    a, b = acc.full((2,), 2.0, device="cpu"), acc.full((2,), 3.0, device="cpu")
+    reached = []
+    with pytest.raises(TypeError, match="op must be a ReduceOp, got 'bogus'"):
+        with dist._coalescing_manager():
+            dist.all_reduce(a)
+            dist.all_reduce(b, op="bogus")  # type: ignore[arg-type]
+            reached.append(1)
+    with pytest.raises(TypeError, match="all_reduce: expected an accelrt.Array or "
+                       "numpy.ndarray, got str"):
+        with dist._coalescing_manager():
+            dist.all_reduce(a)
+            dist.all_reduce("nope")  # type: ignore[arg-type]
+            reached.append(2)
+    with pytest.raises(TypeError, match="all_gather_into_tensor: expected an accelrt.Array "
+                       "or numpy.ndarray, got list"):
+        with dist._coalescing_manager():
+            dist.all_gather_into_tensor([0.0], a)  # type: ignore[arg-type]
+            reached.append(3)
+    with pytest.raises(TypeError, match="reduce_scatter_tensor: expected an accelrt.Array "
+                       "or numpy.ndarray, got NoneType"):
+        with dist._coalescing_manager():
+            dist.reduce_scatter_tensor(a, None)  # type: ignore[arg-type]
+            reached.append(4)
+    with pytest.raises(TypeError, match="op must be a ReduceOp"):
+        with dist._coalescing_manager():
+            dist.reduce_scatter_tensor(a, b, op=1)  # type: ignore[arg-type]
+            reached.append(5)
+    assert reached == []
+    with dist._coalescing_manager(async_ops=True) as cm:   # the group is left usable
+        dist.all_reduce(a, op=dist._make_nccl_premul_sum(2.0))
+        dist.all_reduce(b)
+    cm.wait()
+    assert a.tolist() == [4.0, 4.0] and b.tolist() == [6.0, 6.0]
+
+
 _IN_STEP = r'''
 import accelrt.distributed as dist
 from rank_cases import Cases
