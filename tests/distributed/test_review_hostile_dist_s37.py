@@ -38,7 +38,6 @@ HAVE_MPI = importlib.util.find_spec("mpi4py") is not None
 needs_mpi = pytest.mark.skipif(not HAVE_MPI, reason="mpi4py is not installed")
 
 
-
 def _gen(values: list[int]) -> object:
     return (v for v in values)
 
@@ -98,6 +97,28 @@ def test_coalescing_manager_checks_each_call_at_the_call(one_rank_world: None) -
         dist.all_reduce(b)
     cm.wait()
     assert a.tolist() == [4.0, 4.0] and b.tolist() == [6.0, 6.0]
+
+
+@needs_mpi
+def test_new_subgroups_group_size_types_as_torch(one_rank_world: None) -> None:
+    cur, groups = dist.new_subgroups(np.int64(1))  # type: ignore[arg-type]
+    assert dist.get_process_group_ranks(cur) == [0] and len(groups) == 1
+    for bad in (1.0, "1", np.float64(1.0), True):
+        with pytest.raises(TypeError, match="group_size must be an int"):
+            dist.new_subgroups(bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"The arg 'group_size' \(0\) must be positive"):
+        dist.new_subgroups(np.int64(0))  # type: ignore[arg-type]
+
+
+@needs_mpi
+def test_split_group_refuses_a_rank_that_is_no_int_with_a_type_error(
+        one_rank_world: None) -> None:
+    for bad in (0.0, "0", None, True):
+        with pytest.raises(TypeError, match="split_ranks must hold int ranks"):
+            dist.split_group(split_ranks=[[bad]])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="not a rank of the parent group"):
+        dist.split_group(split_ranks=[[1]])
+    assert dist.get_process_group_ranks(dist.split_group(split_ranks=[[np.int64(0)]])) == [0]
 
 
 _IN_STEP = r'''
