@@ -21,6 +21,10 @@ the same inputs (its CPU build, gloo, one and two processes).
   raises ``TypeError`` for a float or a str.
 * ``split_group`` named a float rank "not a rank of the parent group" (``ValueError``);
   torch raises ``TypeError``.
+* A ``P2POp`` of a destroyed group was made (torch: ``ValueError`` "... is not registered"),
+  and ``batch_isend_irecv`` of one made before the group's destruction raised the error of
+  an engine it tried to start ("the 'mpi' engine needs ranks started by an MPI launcher")
+  instead of saying the group was destroyed, as ``isend`` does.
 """
 
 from __future__ import annotations
@@ -119,6 +123,25 @@ def test_split_group_refuses_a_rank_that_is_no_int_with_a_type_error(
     with pytest.raises(ValueError, match="not a rank of the parent group"):
         dist.split_group(split_ranks=[[1]])
     assert dist.get_process_group_ranks(dist.split_group(split_ranks=[[np.int64(0)]])) == [0]
+
+
+@needs_mpi
+def test_point_to_point_batches_of_a_destroyed_group(one_rank_world: None) -> None:
+    sg = dist.new_group([0])
+    a = acc.ones((2,), device="cpu")
+    made = dist.P2POp(dist.isend, a, 0, group=sg)
+    dist.destroy_process_group(sg)
+    # torch 2.15: a P2POp of a destroyed group is its ValueError "... is not registered"
+    with pytest.raises(ValueError, match="is not registered, please create group"):
+        dist.P2POp(dist.isend, a, 0, group=sg)
+    # one made before: the batch says the group was destroyed (it said "the 'mpi' engine
+    # needs ranks started by an MPI launcher", from the engine the check started)
+    with pytest.raises(dist.DistError, match="process group '[^']+' was destroyed; create "
+                       "a new one"):
+        dist.batch_isend_irecv([made])
+    b = acc.zeros((2,), device="cpu")
+    works = dist.batch_isend_irecv([dist.P2POp(dist.isend, a, 0), dist.P2POp(dist.irecv, b, 0)])
+    assert all(w.wait() for w in works) and b.tolist() == [1.0, 1.0]
 
 
 _IN_STEP = r'''
