@@ -1131,9 +1131,9 @@ if "args" in SECTIONS and N >= 2:
                         "integer or bool")
                 refused(lambda: dist.all_reduce(a, op=dist.ReduceOp.PREMUL_SUM), ValueError,
                         "needs its factor")
-            refused(lambda: dist.gather_object(1, [None], dst=0), ValueError, "slots")
-            # a longer list is filled as torch's (s26): a shorter one is refused
-            refused(lambda: dist.all_gather_object([None] * (N - 1), 1), ValueError, "slots")
+            # (an object collective's short list is no argument error: it is refused after
+            # the collective, as torch's assignment fails after it, so that a rank with one
+            # stays in step with the others: test_review_hostile_dist_s37.py)
         in_step(before)
 
     @case("args: Work.wait() after destroy_process_group() returns True (torch: the group's "

@@ -28,6 +28,10 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
+import numpy as np
+
+from .._array import Array
+from .._errors import type_shown
 from ._group import ProcessGroup, Work
 from ._world import GroupArg, _group
 
@@ -106,7 +110,24 @@ class _CoalescingManager:
 
 def record(g: ProcessGroup, op: str, tensor: Any, dst: Any, redop: Any,
            async_op: bool) -> Work | None:
-    """Record a call on ``g``, which is inside a block (the collectives' hook)."""
+    """Record a call on ``g``, which is inside a block (the collectives' hook). Its arrays'
+    types and its op are checked here, at the call, as torch's collectives check them before
+    recording (its op binding refuses anything but a ``ReduceOp``): a later call's op is not
+    used, so a bad one would otherwise pass unseen.
+
+    Raises:
+        TypeError: an array is not an ``accelrt.Array`` or ``numpy.ndarray``; ``redop`` is not
+            a ``ReduceOp`` (or a ``PremulSum``).
+    """
+    from ._collectives import _op
+    name = {"all_gather_single": "all_gather_into_tensor",
+            "reduce_scatter_single": "reduce_scatter_tensor"}.get(op, op)
+    for a in (tensor,) if dst is None else (dst, tensor):
+        if not isinstance(a, (Array, np.ndarray)):
+            raise TypeError(f"{name}: expected an accelrt.Array or numpy.ndarray, got "
+                            f"{type_shown(a)}")
+    if op != "all_gather_single":
+        _op(redop)
     COALESCING[g].append(_CollOp(op, tensor, dst, redop))
     return _IllegalWork() if async_op else None
 

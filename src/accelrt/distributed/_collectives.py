@@ -394,6 +394,22 @@ def scatter(tensor: ArrayArg, scatter_list: Sequence[ArrayArg] | None = None,
                  None, [tensor])
 
 
+def _split_sizes(splits: object, name: str) -> list[int]:
+    """``all_to_all_single``'s ``{name}_split_sizes`` as a list of ints: a sequence (a numpy
+    array too) of ints or numpy ints, as torch's binding takes (it refuses floats, strings
+    and anything that is no sequence with a ``TypeError``)."""
+    words = (f"all_to_all_single: {name}_split_sizes must be a sequence of ints (one per "
+             "rank) or None")
+    if isinstance(splits, (str, bytes)) or not isinstance(splits, (Sequence, np.ndarray)):
+        raise TypeError(f"{words}, got {type_shown(splits)}")
+    out = []
+    for s in splits:
+        if not isinstance(s, (int, np.integer)):
+            raise TypeError(f"{words}, got {type_shown(s)} {s!r:.40} in {name}_split_sizes")
+        out.append(int(s))
+    return out
+
+
 def all_to_all_single(output: ArrayArg, input: ArrayArg,
                       output_split_sizes: Sequence[int] | None = None,
                       input_split_sizes: Sequence[int] | None = None, group: GroupArg = None,
@@ -419,6 +435,8 @@ def all_to_all_single(output: ArrayArg, input: ArrayArg,
     def counts(arr: Any, splits: Sequence[int] | None, name: str) -> list[int]:
         rows = arr.shape[0] if arr.ndim else 1
         per_row = arr.size // rows if rows else 0
+        if splits is not None:   # ints (numpy's too), as torch's: int() would truncate 1.5
+            splits = _split_sizes(splits, name)
         if splits is None or len(splits) == 0:
             if rows % n:
                 raise AcceleratorValueError(f"all_to_all_single: Tensor's dim 0 does not divide "

@@ -360,6 +360,7 @@ def split_group(parent_pg: ProcessGroup | None = None,
         ValueError: no lists, an empty list, a list longer than the world, a repeated rank, a
             rank in two lists, a rank not in the parent, a parent this rank is not in, or a
             ``backend`` the parent does not run.
+        TypeError: a rank of ``split_ranks`` is not an int (numpy ints are).
 
     Example::
 
@@ -393,7 +394,11 @@ def split_group(parent_pg: ProcessGroup | None = None,
         if len(ranks) != len(set(ranks)):
             raise ValueError("the split group cannot have duplicate ranks")
         for r in ranks:
-            if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or not 0 <= r < n:
+            if isinstance(r, (bool, np.bool_)) or not isinstance(r, (int, np.integer)):
+                # torch's binding refuses a rank that is no int with a TypeError
+                raise TypeError(f"split_group(): split_ranks must hold int ranks (of the "
+                                f"parent group), got {type_shown(r)} {r!r:.40}")
+            if not 0 <= r < n:
                 raise ValueError(f"split_ranks holds {r!r}, which is not a rank of the parent "
                                  f"group (its ranks are 0..{n - 1}; split_ranks are group "
                                  "ranks, not global ranks)")
@@ -444,6 +449,7 @@ def new_subgroups(group_size: int | None = None, group: GroupArg = None, timeout
     Raises:
         ValueError: ``group_size`` is not positive, exceeds or does not divide the group's
             size, or is None without CUDA devices; this rank is not in ``group``.
+        TypeError: ``group_size`` is not an int (numpy ints are; a bool is not).
 
     Example::
 
@@ -468,7 +474,12 @@ def new_subgroups(group_size: int | None = None, group: GroupArg = None, timeout
         group_size = count
     world = _group(None)
     assert world is not None
-    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size <= 0:
+    # an int, numpy's too (torch compares and ranges it: a float or a str is its TypeError)
+    if isinstance(group_size, (bool, np.bool_)) or not isinstance(group_size, (int, np.integer)):
+        raise TypeError(f"new_subgroups(): group_size must be an int (the size of each "
+                        f"subgroup), got {type_shown(group_size)}")
+    group_size = int(group_size)
+    if group_size <= 0:
         raise ValueError(f"The arg 'group_size' ({group_size}) must be positive")
     # torch's order: the group's size first (-1 where this rank is not a member, so such a
     # rank raises here, before any group is made), then its ranks

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._array import Array
+from .._errors import type_shown
 from .._typing import DeviceLike
 from ._errors import DistError
 from . import _group as _group_mod
@@ -139,6 +140,31 @@ def _settle(g: ProcessGroup, op: str, kept: list[Exception], got: Sequence[Any],
     return [_received(g, op, x, weights_only) for x in got]
 
 
+def _check_slots(op: str, slots: Any, name: str, n: int, where: str = "") -> None:
+    """``slots`` (the list an object collective fills) has ``n`` slots, at least.
+
+    Raises:
+        TypeError: ``slots`` has no length (None, a generator).
+        ValueError: it has fewer than ``n`` slots.
+
+    Example::
+
+        >>> from accelrt.distributed._objects import _check_slots
+        >>> _check_slots("all_gather_object", [None, None], "object_list", 2)
+        >>> _check_slots("all_gather_object", [None], "object_list", 2)
+        Traceback (most recent call last):
+            ...
+        ValueError: all_gather_object: object_list must have 2 slots (at least)
+    """
+    try:
+        short = len(slots) < n
+    except TypeError:
+        raise TypeError(f"{op}: {name} must be a list of {n} slots (one per rank){where}, got "
+                        f"{type_shown(slots)}") from None
+    if short:
+        raise ValueError(f"{op}: {name} must have {n} slots (at least){where}")
+
+
 def _obj_comm(op: str, group: GroupArg) -> tuple[ProcessGroup | None, Any]:
     g = _member(group, op)
     if g is None:
@@ -213,10 +239,12 @@ def all_gather_object(object_list: list[Any], obj: Any, group: GroupArg = None,
     if g is None:
         return
     n = g.size()
-    if len(object_list) < n:   # torch 2.14.1 fills the first n slots of a longer list
-        raise ValueError(f"all_gather_object: object_list must have {n} slots (at least)")
     data, kept = _pickled(g, obj)
     got = _obj_call(g, "all_gather_object", lambda: comm.allgather(data))
+    # checked after the collective, as torch's list fails its assignment after it: a rank
+    # with a bad list raises but stays in step (raised before, its next object collective
+    # would meet the others' current one); torch fills the first n slots of a longer list
+    _check_slots("all_gather_object", object_list, "object_list", n)
     object_list[:n] = _settle(g, "all_gather_object", kept, got, weights_only)
 
 
@@ -240,11 +268,8 @@ def gather_object(obj: Any, object_gather_list: list[Any] | None = None,
         return
     root = g.canonical_rank(dst, group_dst, "dst", default=0)
     if g.rank() == root:
-        if not object_gather_list:
+        if not object_gather_list:   # torch 2.15 checks this one before the collective
             raise ValueError("Argument ``gather_list`` must be specified on destination rank.")
-        if len(object_gather_list) < g.size():   # torch: IndexError after the collective
-            raise ValueError(f"gather_object: object_gather_list must have {g.size()} slots "
-                             "(at least) on the destination rank")
     elif object_gather_list:   # torch 2.15's _validate_output_list_for_rank
         raise ValueError("Argument ``gather_list`` must NOT be specified on non-destination "
                          "ranks.")
@@ -253,6 +278,9 @@ def gather_object(obj: Any, object_gather_list: list[Any] | None = None,
                     desc=(root,))
     if g.rank() == root:
         assert object_gather_list is not None
+        # a short list after the collective, as torch's IndexError: every rank stays in step
+        _check_slots("gather_object", object_gather_list, "object_gather_list", g.size(),
+                     " on the destination rank")
         object_gather_list[:g.size()] = _settle(g, "gather_object", kept, got, weights_only)
     _raise_own(kept)
 

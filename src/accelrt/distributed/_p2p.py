@@ -16,7 +16,7 @@ from typing import Any
 
 from ._errors import _TypeValueError
 from ._group import Work
-from ._world import _S, ArrayArg, GroupArg, _group, _warn_not_member
+from ._world import _S, ArrayArg, GroupArg, _group, _registered, _warn_not_member
 
 
 # ---------------------------------------------------------------------------- point-to-point
@@ -125,7 +125,8 @@ class P2POp:
     """One operation for :func:`batch_isend_irecv`: ``P2POp(dist.isend, array, peer)``, or
     ``P2POp(dist.irecv, array, group=g, group_peer=k)`` (a rank of ``g``); exactly one of
     ``peer`` and ``group_peer``. Made while a world exists, it holds both (and its group), as
-    torch's does.
+    torch's does; a group that was destroyed raises ``ValueError`` ("... is not registered"),
+    as torch's.
 
     Example::
 
@@ -156,6 +157,8 @@ class P2POp:
         # (a rank outside the group raises here); a P2POp made before init keeps its form
         g = None if _S.world is None else _group(self.group)
         if g is not None:
+            if g.destroyed:   # torch looks the group up among the registered ones
+                _registered(g)
             k = g.canonical_rank(self.peer, self.group_peer, "peer", root=False)
             self.group, self.peer, self.group_peer = g, g.global_ranks[k], k
 
@@ -184,6 +187,7 @@ def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[Work]:
         raise ValueError("All ops need to use the same group.")
     g = _group(p2p_op_list[0].group)
     if g is not None:   # every operation's arguments, before any is posted
+        g._raise_kept()   # a destroyed or broken group says so (the checks need its engine)
         for p in p2p_op_list:
             send = p.op is isend
             g.canonical_rank(*p._peer(), "peer", root=False)
