@@ -7,7 +7,9 @@
   ``Generator.get_state``/``set_state``/``philox_state``, the device modules'
   ``set_rng_state``/``set_rng_state_all``/``caching_allocator_alloc`` and ``Array.fill_`` have
   the types their run-time checks enforce (they were ``Any``, or a bare ``np.ndarray``, so a
-  call that fails at run time, such as ``set_state(b"...")``, type-checked).
+  call that fails at run time, such as ``set_state(b"...")``, type-checked);
+  ``acc.interop.torch.from_torch`` returns an ``Array`` and ``acc.interop``'s lazy submodules
+  are typed (a misspelt one was ``Any``).
 """
 
 from __future__ import annotations
@@ -68,6 +70,10 @@ x = acc.zeros(3, device="cpu:0")
 x.fill_(1.5)
 x.fill_(np.float32(2))
 x.fill_(acc.zeros((), device="cpu:0"))
+
+
+def shared(tensor: object) -> acc.Array:
+    return acc.interop.torch.from_torch(tensor)   # an Array, not Any (warn_return_any)
 """
 
 #: each line is refused at run time; mypy must flag it
@@ -78,6 +84,7 @@ _USER_BAD = [
     'acc.cpu.caching_allocator_alloc(64, 0, "stream")',
     'acc.zeros(3, device="cpu:0").fill_("1")',
     'acc.pin_memory([1.0, 2.0])',
+    'acc.interop.tourch.from_torch(0)',
 ]
 
 
