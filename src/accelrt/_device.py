@@ -34,22 +34,10 @@ if TYPE_CHECKING:
     from ._properties import DeviceProperties
     from ._typing import DeviceLike
 
-__all__ = [
-    "current_accelerator",
-    "current_device_idx",
-    "current_device_index",
-    "device",
-    "device_count",
-    "device_index",
-    "get_default_device",
-    "get_device_capability",
-    "get_device_properties",
-    "is_available",
-    "set_current_accelerator",
-    "set_default_device",
-    "set_device_idx",
-    "set_device_index",
-]
+__all__ = ["current_accelerator", "current_device_idx", "current_device_index", "device",
+           "device_count", "device_index", "get_default_device", "get_device_capability",
+           "get_device_properties", "is_available", "set_current_accelerator",
+           "set_default_device", "set_device_idx", "set_device_index"]
 
 
 class device:
