@@ -92,7 +92,7 @@ from ._transfer import (broadcast_on_device, broadcast_runs, execute, held, hold
 if TYPE_CHECKING:
     from ._backend import Backend
     from ._stream import Stream
-    from ._typing import DeviceLike, DTypeLike, SizeLike
+    from ._typing import DeviceLike, DTypeLike, ScalarLike, SizeLike
 
 __all__ = ["Array", "asarray", "empty", "full", "ones", "zeros"]
 
@@ -551,7 +551,7 @@ class Array(ArrayValues):
         else:                                             # too many runs: through the host
             self._put(src._host_array(), non_blocking)
 
-    def fill_(self, value: Any) -> Array:
+    def fill_(self, value: ScalarLike) -> Array:
         """Set every element to ``value`` (enqueued on the current stream); return ``self``.
 
         Values follow PyTorch's conversion rule (``c10::checked_convert``): a value the dtype

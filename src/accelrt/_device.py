@@ -13,6 +13,7 @@ Example::
 
 from __future__ import annotations
 
+import builtins
 import operator
 import os
 import re
@@ -33,22 +34,10 @@ if TYPE_CHECKING:
     from ._properties import DeviceProperties
     from ._typing import DeviceLike
 
-__all__ = [
-    "current_accelerator",
-    "current_device_idx",
-    "current_device_index",
-    "device",
-    "device_count",
-    "device_index",
-    "get_default_device",
-    "get_device_capability",
-    "get_device_properties",
-    "is_available",
-    "set_current_accelerator",
-    "set_default_device",
-    "set_device_idx",
-    "set_device_index",
-]
+__all__ = ["current_accelerator", "current_device_idx", "current_device_index", "device",
+           "device_count", "device_index", "get_default_device", "get_device_capability",
+           "get_device_properties", "is_available", "set_current_accelerator",
+           "set_default_device", "set_device_idx", "set_device_index"]
 
 
 class device:
@@ -57,7 +46,8 @@ class device:
     ``device("cuda:1")``, ``device("cuda", 1)``, ``device("cpu")`` (no index: "the current
     one"), ``device(1)`` (index 1 of the current accelerator), ``device(other_device)``. As
     ``torch.device``'s parser reads them, a numpy integer is an index and bytes a device string
-    (``device(np.int64(1))``, ``device(b"cpu:0")``).
+    (``device(np.int64(1))``, ``device(b"cpu:0")``). The keywords are torch's, ``type`` and
+    ``index``: ``device(type="cpu", index=0)`` (what the repr shows) makes the same device.
 
     As a context manager (``with acc.device("cpu:1"):``, as ``with torch.device(...)``) it is
     the calling thread's default device of the factories (``Array``, ``empty``, ``zeros``,
@@ -84,6 +74,8 @@ class device:
         device(type='cpu', index=0)
         >>> {acc.device("cpu:0"), acc.device("cpu", 0)} == {acc.device("cpu:0")}
         True
+        >>> acc.device(type="cpu", index=0) == acc.device("cpu:0")
+        True
     """
 
     __slots__ = ("_index", "_type")
@@ -91,7 +83,9 @@ class device:
     _type: str
     _index: int | None
 
-    def __init__(self, type_or_str: device | str | int, index: int | None = None) -> None:
+    def __init__(self, type: device | str | int,  # torch.device's keyword names
+                 index: int | None = None) -> None:
+        type_or_str = type
         if index is not None and (not isinstance(index, int) or isinstance(index, bool)):
             if not isinstance(index, np.integer):   # torch's parser reads a numpy integer
                 raise TypeError(f"device index must be an int or None, got "
@@ -127,7 +121,7 @@ class device:
                                 f"{type_shown(type_or_str)}")
             device.__init__(self, form, index)
             return
-        if idx is not None and type(idx) is not int:
+        if idx is not None and builtins.type(idx) is not int:
             idx = _plain_int(idx)        # its value, whatever its comparisons say
         if idx is not None and idx < 0:
             raise _negative_index(idx)

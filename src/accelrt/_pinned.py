@@ -36,7 +36,7 @@ Example::
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
@@ -47,7 +47,10 @@ from .memory._host import HostCachingAllocator, get_host_allocator, host_allocat
 
 if TYPE_CHECKING:
     from ._backend import Backend
-    from ._typing import DeviceLike, HostArray
+    from ._typing import DeviceLike
+
+#: the scalar type of :func:`pin_memory`'s argument, which its result keeps
+_ScalarT = TypeVar("_ScalarT", bound="np.generic[object]")
 
 __all__ = ["factory_backend", "is_pinned", "new_pinned", "pin_flag", "pin_memory",
            "pinned_pool_of"]
@@ -171,7 +174,8 @@ def new_pinned(b: Backend, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarra
     return np.asarray(buf).view(dtype).reshape(shape)
 
 
-def pin_memory(a: HostArray, device: DeviceLike = None) -> HostArray:
+def pin_memory(a: np.ndarray[tuple[int, ...], np.dtype[_ScalarT]], device: DeviceLike = None
+               ) -> np.ndarray[tuple[int, ...], np.dtype[_ScalarT]]:
     """A copy of the host array ``a`` in pinned memory, or ``a`` itself if it already is
     pinned (``Tensor.pin_memory()``).
 

@@ -37,6 +37,9 @@ RngState: TypeAlias = "np.ndarray[tuple[int], np.dtype[np.uint8]]"
 #: as PyTorch's takes only a ByteTensor).
 RngStateLike = Union["np.ndarray[tuple[int, ...], np.dtype[np.uint8]]", "Array"]
 
+#: One word of ``Generator.philox_state``: a 1-element ``int64`` array holding uint64 bits.
+PhiloxWord: TypeAlias = "np.ndarray[tuple[int], np.dtype[np.int64]]"
+
 #: A private memory pool argument: ``Graph.pool()`` / ``graph_pool_handle()`` or a MemPool.
 PoolLike = Union[tuple[int, int], "MemPool", None]
 

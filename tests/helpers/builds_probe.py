@@ -170,7 +170,7 @@ STATE_VALUES[7][1].flags.writeable = False
 EXTRA: dict[str, list[tuple[str, Any]]] = {
     "new_state": STATE_VALUES, "new_states[0]": STATE_VALUES,
     "device": DEVICE_VALUES, "peer_device": DEVICE_VALUES, "destination": DEVICE_VALUES,
-    "type_or_str": DEVICE_VALUES, "device_type": DEVICE_VALUES, "dtype": DTYPE_VALUES,
+    "type": DEVICE_VALUES, "device_type": DEVICE_VALUES, "dtype": DTYPE_VALUES,
     "devices[0]": DEVICE_VALUES, "name": DEVICE_VALUES,
 }
 
@@ -501,7 +501,7 @@ def build_specs() -> list[Spec]:
         "new_states": lambda: rnd.get_rng_state_all(), "array": arr, "tensor": arr,
         "tensors": two, "inputs": two, "devices": lambda: [0, 1], "fill_value": lambda: 1.0,
         "obj": lambda: np.arange(4, dtype=np.float32), "a": lambda: np.zeros(4),
-        "type_or_str": lambda: "cpu", "cuda_graph": acc.Graph,
+        "type": lambda: "cpu", "cuda_graph": acc.Graph,
         "filename": lambda: "snap.pickle", "path": lambda: "graph.dot",
         "debug_path": lambda: "graph.dot", "stream_ptr": lambda: acc.Stream("cpu:0").stream_id,
         "data_ptr": lambda: acc.Stream("cpu:0").stream_id, "event": recorded,

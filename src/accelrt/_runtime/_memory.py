@@ -31,6 +31,7 @@ from ._base import ModuleBase, TypedMemoryModule
 if TYPE_CHECKING:
     import os
 
+    from .._stream import Stream
     from .._typing import DeviceLike
     from ..memory import MemPool as _MemPool
     from ..memory._allocator import DeviceCachingAllocator
@@ -374,7 +375,7 @@ class MemoryFunctions(ModuleBase):
         return memory.get_per_process_memory_fraction(self._device(device))
 
     def caching_allocator_alloc(self, size: int, device: DeviceLike = None,
-                                stream: Any = None) -> int:
+                                stream: Stream | int | None = None) -> int:
         """Allocate ``size`` bytes from a device's caching allocator; returns the pointer.
 
         Example::

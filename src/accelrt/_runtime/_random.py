@@ -15,7 +15,7 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .._device import _tls
 from ._base import ModuleBase, TypedRandomModule
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-    from .._typing import DeviceLike
+    from .._typing import DeviceLike, RngStateLike
     from ..random._generator import Generator
 
 __all__ = ["RandomFunctions", "RandomModule"]
@@ -162,7 +162,7 @@ class RandomFunctions(ModuleBase):
         b, index = self._resolve(device)
         return g._pack_state(*g._get(b, index))
 
-    def set_rng_state(self, new_state: Any, device: DeviceLike = None) -> None:
+    def set_rng_state(self, new_state: RngStateLike, device: DeviceLike = None) -> None:
         """Restore a device's default generator from :meth:`get_rng_state`.
 
         Raises:
@@ -192,7 +192,7 @@ class RandomFunctions(ModuleBase):
         b = self._b()
         return [g._pack_state(*g._get(b, i)) for i in range(b.device_count())]
 
-    def set_rng_state_all(self, new_states: Iterable[Any]) -> None:
+    def set_rng_state_all(self, new_states: Iterable[RngStateLike]) -> None:
         """Set the state of device ``i`` to ``new_states[i]``.
 
         Raises:

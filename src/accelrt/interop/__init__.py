@@ -27,7 +27,7 @@ Example::
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._cai import (
     CudaArrayInterface,
@@ -36,6 +36,11 @@ from ._cai import (
     parse_cuda_array_interface,
     wait_for_stream,
 )
+
+if TYPE_CHECKING:
+    # the lazy submodules, for type checkers only (at run time __getattr__ imports them on
+    # first use): acc.interop.torch.from_torch is typed, and a typo is an error, not Any
+    from . import cupy, numba, torch
 
 __all__ = [
     "CudaArrayInterface",
@@ -54,9 +59,10 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
 
-def __getattr__(name: str) -> Any:
-    if name in ("cupy", "numba", "torch"):
-        module = importlib.import_module(f".{name}", __name__)
-        globals()[name] = module
-        return module
-    raise AttributeError(f"module 'accelrt.interop' has no attribute {name!r}")
+if not TYPE_CHECKING:  # hidden from type checkers: a typo must not type-check as ``Any``
+    def __getattr__(name: str) -> Any:
+        if name in ("cupy", "numba", "torch"):
+            module = importlib.import_module(f".{name}", __name__)
+            globals()[name] = module
+            return module
+        raise AttributeError(f"module 'accelrt.interop' has no attribute {name!r}")

@@ -23,11 +23,14 @@ from __future__ import annotations
 import ctypes
 import math
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .. import _dlpack
 from .._typing import DeviceLike
 from .._errors import type_shown
+
+if TYPE_CHECKING:
+    from .._array import Array
 
 __all__ = ["from_dlpack"]
 
@@ -71,7 +74,7 @@ def _backend_of(dev: tuple[int, int], device: DeviceLike) -> tuple[Any, int]:
     return b, index
 
 
-def from_dlpack(obj: Any, device: DeviceLike = None) -> Any:
+def from_dlpack(obj: Any, device: DeviceLike = None) -> Array:
     """An :class:`accelrt.Array` sharing a DLPack producer's memory (``torch.from_dlpack``).
 
     Args:
@@ -103,7 +106,7 @@ def from_dlpack(obj: Any, device: DeviceLike = None) -> Any:
     obj = _dlpack.producer_of(obj)
     dev = _dlpack.producer_device(obj)
     if dev[0] in _HOST:
-        return _share_host(obj, device)
+        return cast("Array", _share_host(obj, device))
     b, index = _backend_of(dev, device)
     _lazy_init(b, index)
     stream = int(_current(b, index)._handle)
@@ -113,7 +116,7 @@ def from_dlpack(obj: Any, device: DeviceLike = None) -> Any:
         capsule = obj.__dlpack__(stream=stream, max_version=_dlpack.DLPACK_VERSION)
     except TypeError:   # a producer older than DLPack 1.0
         capsule = obj.__dlpack__(stream=stream)
-    return _consume(capsule, b, index, dev, Array, _Memory)
+    return cast("Array", _consume(capsule, b, index, dev, Array, _Memory))
 
 
 def _share_host(obj: Any, device: DeviceLike) -> Any:

@@ -36,6 +36,7 @@ from ._common import cuda_backend, missing
 from ._dlpack_in import from_dlpack
 
 if TYPE_CHECKING:
+    from .._array import Array
     from ..memory._config import AllocatorConfig
 
 __all__ = ["from_torch", "to_torch", "use_accelrt_allocator"]
@@ -186,7 +187,7 @@ def _device_arg(device: Any) -> Any:
     return device
 
 
-def from_torch(tensor: Any, device: DeviceLike = None) -> Any:
+def from_torch(tensor: Any, device: DeviceLike = None) -> Array:
     """An :class:`accelrt.Array` sharing a ``torch.Tensor``'s memory, without a copy.
 
     accelrt's current stream of the tensor's device is passed to the tensor's ``__dlpack__``,

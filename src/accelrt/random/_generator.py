@@ -37,7 +37,7 @@ from . import _graphsafe
 
 if TYPE_CHECKING:
     from .._backend import Backend
-    from .._typing import DeviceLike
+    from .._typing import DeviceLike, PhiloxWord, RngState, RngStateLike
 
 __all__ = ["DEFAULT_SEED", "STATE_SIZE", "Generator", "default_generator"]
 
@@ -108,7 +108,7 @@ def _wrap_seed(value: int, what: str = "seed") -> int:
     return value & _M64
 
 
-def _pack_state(seed: int, offset: int) -> np.ndarray:
+def _pack_state(seed: int, offset: int) -> RngState:
     return np.frombuffer(seed.to_bytes(8, "little") + offset.to_bytes(8, "little"),
                          dtype=np.uint8).copy()
 
@@ -312,7 +312,7 @@ class Generator:
         """The seed last set (``67280421310721`` if never set)."""
         return self._st.seed
 
-    def get_state(self) -> np.ndarray:
+    def get_state(self) -> RngState:
         """The 16-byte state (seed, offset: little-endian uint64 each) as a uint8 array. On a
         capturing stream (the current stream of the current device) the offset is the
         generator's offset within the capture, as in PyTorch (docs/random.md)."""
@@ -324,7 +324,7 @@ class Generator:
         seed, offset = self._st.get()
         return seed, offset if inner is None else inner
 
-    def set_state(self, new_state: Any) -> Generator:
+    def set_state(self, new_state: RngStateLike) -> Generator:
         """Restore a state from :meth:`get_state`; return ``self``. On a capturing stream
         (the current stream of the current device) it sets the generator's offset within
         the capture and takes only the generator's own seed, as in PyTorch (docs/random.md).
@@ -358,7 +358,7 @@ class Generator:
             _graphsafe.check_not_capturing(self, "get_offset")
         return self._st.offset
 
-    def philox_state(self, increment: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def philox_state(self, increment: int) -> tuple[PhiloxWord, PhiloxWord, PhiloxWord]:
         """Reserve ``increment`` 32-bit Philox outputs for a kernel of your own, as
         ``torch.Generator.philox_state`` (PyTorch 2.14): ``(seed, offset, intragraph_offset)``,
         three 1-element ``int64`` numpy arrays holding uint64 bits (``& (2**64 - 1)`` reads a

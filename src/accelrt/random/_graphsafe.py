@@ -62,6 +62,7 @@ if TYPE_CHECKING:
 
     from .._backend import Backend
     from .._graph import Graph
+    from .._typing import PhiloxWord
     from ._generator import Generator, _State
 
 __all__ = ["GraphRng", "capture_begin", "capture_end", "capturing", "check_not_capturing",
@@ -231,7 +232,8 @@ def fill_at(cell: np.ndarray, first: int, ptr: int, n: int, dtype: np.dtype, dis
     _philox.fill_at(ptr, n, dtype, dist, int(cell[0]), (int(cell[1]) + first) & _M64, params)
 
 
-def philox_state(gen: Generator, increment: object) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def philox_state(gen: Generator, increment: object
+                 ) -> tuple[PhiloxWord, PhiloxWord, PhiloxWord]:
     """:meth:`Generator.philox_state`: reserve ``ceil(increment / 4)`` counter blocks of
     ``gen`` for a kernel of the caller's (within the graph capturing the current stream of
     the current device, if one is)."""
