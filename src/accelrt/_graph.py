@@ -886,7 +886,9 @@ class graph:
 
     It synchronizes the device, collects garbage and empties the allocator's cache, then
     captures on ``stream`` (default: a side stream of the current device, shared by all
-    ``graph`` contexts on that device) with allocations going to the graph's private pool.
+    ``graph`` contexts on that device; of the current accelerator, or of the backend a device
+    module's graph belongs to: ``accelrt.graph(accelrt.cpu.Graph())`` captures cpu work
+    whatever the current accelerator) with allocations going to the graph's private pool.
     If the body raises, the capture is still ended (as in PyTorch) and the body's exception
     propagates; call :meth:`Graph.reset` before capturing again.
 
@@ -939,7 +941,8 @@ class graph:
         if not isinstance(cuda_graph, Graph):
             raise TypeError(f"graph() takes an accelrt.Graph, got {type_shown(cuda_graph)}")
         cuda_graph._check_open()
-        name = self._graph_class._backend_name
+        # the generic graph() captures a device module's graph on that module's backend
+        name = self._graph_class._backend_name or type(cuda_graph)._backend_name
         if name is not None and type(cuda_graph)._backend_name not in (None, name):
             raise ValueError(f"this graph() captures {name} work; got a "
                              f"{type(cuda_graph)._backend_name} graph")
