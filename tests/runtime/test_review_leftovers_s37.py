@@ -6,10 +6,24 @@ is written here as literals.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 import accelrt as acc
 import accelrt.distributed as dist
+
+
+@pytest.fixture
+def one_rank_world() -> Iterator[None]:
+    """A default group of one rank on the MPI engine (MPI's singleton world), as
+    tests/distributed/conftest.py's fixture of that name."""
+    dist.init_process_group("cpu:mpi", timeout=30)
+    try:
+        yield
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
 
 # ---------------------------------------------------------------- 1. get_default_backend_for_device
@@ -38,3 +52,26 @@ def test_default_backend_of_a_malformed_device_string_is_a_runtime_error() -> No
         dist.get_default_backend_for_device("cuda:x")
     assert dist.get_default_backend_for_device("cuda:1") == "nccl"
     assert dist.get_default_backend_for_device("cpu") == "mpi"
+
+
+# ---------------------------------------------------------------- 2. barrier(device_ids=)
+
+def test_barrier_of_an_empty_device_ids_list_is_an_index_error(one_rank_world: None) -> None:
+    # torch 2.15 on gloo: barrier(device_ids=[]) -> IndexError "list index out of range"
+    # (it reads device_ids[0]); accelrt raised TypeError (which it still is, for old callers)
+    with pytest.raises(IndexError, match="list index out of range"):
+        dist.barrier(device_ids=[])
+
+
+def test_barrier_reads_device_ids_only_when_a_list(one_rank_world: None) -> None:
+    # torch 2.15 on gloo: a tuple is ignored, () and ("a",) included -> None; accelrt raised
+    # TypeError for both
+    assert dist.barrier(device_ids=()) is None
+    assert dist.barrier(device_ids=("a",)) is None  # type: ignore[arg-type]
+    # in a list: [True] is a TypeError (torch.device's index must be int, not bool), [-1] a
+    # RuntimeError "Device index must not be negative"
+    with pytest.raises(TypeError):
+        dist.barrier(device_ids=[True])
+    with pytest.raises(RuntimeError, match="Device index must not be negative"):
+        dist.barrier(device_ids=[-1])
+    assert dist.barrier(device_ids=[0]) is None
