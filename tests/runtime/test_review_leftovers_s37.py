@@ -75,3 +75,20 @@ def test_barrier_reads_device_ids_only_when_a_list(one_rank_world: None) -> None
     with pytest.raises(RuntimeError, match="Device index must not be negative"):
         dist.barrier(device_ids=[-1])
     assert dist.barrier(device_ids=[0]) is None
+
+
+# ---------------------------------------------------------------- 3. distributed.constants
+
+def test_distributed_constants_module() -> None:
+    # torch 2.15: torch.distributed.constants has __all__ ["default_pg_timeout",
+    # "default_pg_nccl_timeout"], timedeltas (0:30:00 and 0:10:00 on its CPU build);
+    # default_pg_timeout is the one of torch.distributed. accelrt had no such module. Its
+    # default_pg_timeout is accelrt's 10 minutes (docs/differences.md).
+    import datetime
+
+    from accelrt.distributed import constants
+    assert constants.__all__ == ["default_pg_timeout", "default_pg_nccl_timeout"]
+    assert constants.default_pg_timeout is dist.default_pg_timeout
+    assert constants.default_pg_timeout == datetime.timedelta(minutes=10)
+    assert constants.default_pg_nccl_timeout == datetime.timedelta(minutes=10)
+    assert dist.constants is constants
