@@ -92,3 +92,45 @@ def test_distributed_constants_module() -> None:
     assert constants.default_pg_timeout == datetime.timedelta(minutes=10)
     assert constants.default_pg_nccl_timeout == datetime.timedelta(minutes=10)
     assert dist.constants is constants
+
+
+# ---------------------------------------------------------------- 6. Work.result() before completion
+
+def test_work_result_before_completion_is_gloos_error() -> None:
+    # torch 2.15 gloo: the work of an async all_reduce not yet completed (a rank late) ->
+    # RuntimeError "Work needs to be completed before calling result(). Should call wait()
+    # before result()."; after wait() the outputs. accelrt answered the outputs at once. The
+    # collective is held back by a gate on the current (async) CPU stream, in a subprocess
+    # (the stream mode is read at start) with a timeout.
+    import os
+    import subprocess
+    import sys
+    import textwrap
+    pytest.importorskip("mpi4py")
+    code = textwrap.dedent("""
+        import re, threading
+        import accelrt as acc, accelrt.distributed as dist
+        from accelrt._transfer import run_on_stream
+        dist.init_process_group("cpu:mpi", timeout=30)
+        gate = threading.Event()
+        run_on_stream(acc.current_stream("cpu"), lambda: gate.wait(30))
+        a = acc.full((2,), 3.0)
+        w = dist.all_reduce(a, async_op=True)
+        assert not w.is_completed()
+        try:
+            w.result()
+        except RuntimeError as e:
+            assert str(e) == ("Work needs to be completed before calling result(). Should "
+                              "call wait() before result()."), str(e)
+        else:
+            raise AssertionError("result() answered before completion")
+        gate.set()
+        assert w.wait()
+        assert [x.tolist() for x in w.result()] == [[3.0, 3.0]]
+        dist.destroy_process_group()
+        print("OK")
+    """)
+    env = {**os.environ, "ACCELRT_CPU_STREAMS": "async"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, env=env)
+    assert proc.returncode == 0 and proc.stdout.strip() == "OK", proc.stdout + proc.stderr

@@ -807,14 +807,20 @@ class ProcessGroup:
             raise self._keep(self._engine_error(op, seq, exc), exc) from exc
 
     def _finish(self, op: str, seq: int, ctx: _DevCtx, cur: Stream, b: Any, index: int,
-                arrays: Sequence[Any], async_op: bool, result: Sequence[Any]) -> Work | None:
+                arrays: Sequence[Any], async_op: bool, result: Sequence[Any],
+                early_result: bool = False) -> Work | None:
+        """End a collective on the group's stream ``ctx.stream``: the arrays kept until it
+        ran, and a :class:`Work` on it (``early_result``: its ``result()`` answers before
+        completion, as torch's NCCL work) or the current stream made to wait for it."""
         comm = ctx.stream
         for a in arrays:
             a.record_stream(comm)
         done = comm.record_event()
         self._raise_kept()
         if async_op:
-            return Work(self, op, seq, event=done, stream_of=(b, index), outputs=result)
+            w = Work(self, op, seq, event=done, stream_of=(b, index), outputs=result)
+            w._early_result = early_result
+            return w
         cur.wait_event(done)
         return None
 
@@ -854,7 +860,8 @@ class ProcessGroup:
             self._keep(self._engine_error(op, seq, kept))
             self._raise_kept()
         self._inline(op, seq, lambda: body(_buf, comm))
-        return self._finish(op, seq, ctx, cur, b, index, arrays, async_op, result)
+        return self._finish(op, seq, ctx, cur, b, index, arrays, async_op, result,
+                            early_result=True)
 
     def _staged(self, op: str, seq: int, ctx: _DevCtx, cur: Stream, b: Any, index: int,
                 arrays: Sequence[Any], ins: Sequence[Any], outs: Sequence[Any],
@@ -907,7 +914,7 @@ class ProcessGroup:
             array.record_stream(comm)
             done = comm.record_event()
             w = Work(self, op, seq, event=done, stream_of=(b, index), outputs=[array])
-            w._source = peer
+            w._source, w._early_result = peer, True
             return w
         if (array._mem.host or b.capabilities(index).host_accessible and not _force_stage()
                 or eng.device_aware(loc.type)):
@@ -952,6 +959,7 @@ class ProcessGroup:
             raise self._keep(self._engine_error(op, seq, exc), exc) from exc
         w = Work(self, op, seq, request=req, finish=finish,
                  outputs=[keep] if keep is not None else [])
+        w._no_result = True    # gloo's "result() not implemented." (the outputs keep `keep`)
         self._in_flight.append(w)
         return w
 
