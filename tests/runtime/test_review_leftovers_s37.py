@@ -134,3 +134,39 @@ def test_work_result_before_completion_is_gloos_error() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, env=env)
     assert proc.returncode == 0 and proc.stdout.strip() == "OK", proc.stdout + proc.stderr
+
+
+# ---------------------------------------------------------------- 7. ReduceOp comparisons
+
+def test_reduce_op_members_have_no_order() -> None:
+    # torch 2.15: ReduceOp.SUM < ReduceOp.MAX, SUM < 1, 1 < SUM, sorted([MAX, SUM]) and
+    # max(MAX, SUM) raise TypeError "'<' not supported between instances of ..."; accelrt's
+    # int mixin compared the numbers
+    import operator
+    R = dist.ReduceOp
+    for cmp in (operator.lt, operator.le, operator.gt, operator.ge):
+        for a, b in ((R.SUM, R.MAX), (R.SUM, 1), (1, R.SUM)):
+            with pytest.raises(TypeError, match="not supported between instances of"):
+                cmp(a, b)
+    with pytest.raises(TypeError):
+        sorted([R.MAX, R.SUM])
+    with pytest.raises(TypeError):
+        max(R.MAX, R.SUM)
+    # what torch keeps: equality with the number, hashing as it, ReduceOp(int) round trips
+    assert R.SUM == 0 and 0 == R.SUM and R.SUM == False and not (R.SUM != 0)  # noqa: E712
+    assert R.SUM != R.MAX and hash(R.MAX) == hash(int(R.MAX))
+    assert all(R(int(op)) is op for op in R)
+
+
+def test_reduce_op_equality_as_torchs() -> None:
+    # torch 2.15: ReduceOp.SUM == 0.0 is False; a PREMUL_SUM with its factor equals
+    # ReduceOp.PREMUL_SUM from its side only (p == PREMUL_SUM True, PREMUL_SUM == p False,
+    # PREMUL_SUM != p True, p in {PREMUL_SUM} False, PREMUL_SUM in {p} True); accelrt's
+    # answers were True both ways
+    R = dist.ReduceOp
+    p = dist._make_nccl_premul_sum(2.0)
+    assert not (R.SUM == 0.0) and R.SUM != 0.0
+    assert p == R.PREMUL_SUM and not (p != R.PREMUL_SUM)
+    assert not (R.PREMUL_SUM == p) and R.PREMUL_SUM != p
+    assert R.PREMUL_SUM in {p} and p not in {R.PREMUL_SUM}
+    assert p == dist._make_nccl_premul_sum(3.0) and hash(p) == 8 and p != 8 and p != R.SUM

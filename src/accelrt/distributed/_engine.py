@@ -53,7 +53,8 @@ class ReduceOp(int, enum.Enum, metaclass=_ReduceOpType):
     """Reduction operations (``torch.distributed.ReduceOp``'s members).
 
     As torch's (pybind enum values), a member compares equal to its number and converts
-    with ``int()``: ``ReduceOp.PREMUL_SUM == 8``; it hashes as that number too.
+    with ``int()``: ``ReduceOp.PREMUL_SUM == 8``; it hashes as that number too. Members have
+    no order (``ReduceOp.SUM < ReduceOp.MAX`` raises ``TypeError``, as torch's).
 
     ``AVG`` is floating or complex only on MPI (a sum, then a division); ``BAND``, ``BOR`` and
     ``BXOR`` are integer and bool only; complex arrays take ``SUM``, ``PRODUCT`` and ``AVG``.
@@ -121,6 +122,39 @@ class ReduceOp(int, enum.Enum, metaclass=_ReduceOpType):
     # members compare as their numbers (torch's pybind enum): hash them the same way, in C
     # (Enum's own __hash__ is Python code, measurable on the small-message path)
     __hash__ = int.__hash__
+
+    def __eq__(self, other: object) -> bool:
+        # torch 2.15: a member equals its number (and a bool of it), not a float
+        # (ReduceOp.SUM == 0.0 is False), and not a PREMUL_SUM with its factor from this
+        # side (ReduceOp.PREMUL_SUM == op is False while op == ReduceOp.PREMUL_SUM is True)
+        if self is other:
+            return True
+        if type(other) is PremulSum or isinstance(other, (float, complex)):
+            return False
+        return int.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    # torch 2.15's members have no order (pybind enums define no <): sorted(), min() and
+    # SUM < MAX raise TypeError, against an int too, where the int mixin compared numbers
+    def __lt__(self, other: object) -> bool:
+        raise _unordered("<", self, other)
+
+    def __le__(self, other: object) -> bool:
+        raise _unordered("<=", self, other)
+
+    def __gt__(self, other: object) -> bool:
+        raise _unordered(">", self, other)
+
+    def __ge__(self, other: object) -> bool:
+        raise _unordered(">=", self, other)
+
+
+def _unordered(sym: str, a: object, b: object) -> TypeError:
+    return TypeError(f"'{sym}' not supported between instances of {type_shown(a)!r} and "
+                     f"{type_shown(b)!r} (ReduceOp members have no order, as torch's)")
 
 
 class PremulSum:
