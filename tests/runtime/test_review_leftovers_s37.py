@@ -170,3 +170,14 @@ def test_reduce_op_equality_as_torchs() -> None:
     assert not (R.PREMUL_SUM == p) and R.PREMUL_SUM != p
     assert R.PREMUL_SUM in {p} and p not in {R.PREMUL_SUM}
     assert p == dist._make_nccl_premul_sum(3.0) and hash(p) == 8 and p != 8 and p != R.SUM
+
+
+def test_reduce_op_numbers_are_torchs() -> None:
+    # torch 2.15 (c10d RedOpType): SUM 0, AVG 1, PRODUCT 2, MIN 3, MAX 4, BAND 5, BOR 6,
+    # BXOR 7, PREMUL_SUM 8 (int(ReduceOp.MAX) == 4, ReduceOp.MAX == 4); accelrt numbered
+    # PRODUCT 1, MIN 2, MAX 3, AVG 4
+    R = dist.ReduceOp
+    assert {op.name: int(op) for op in R} == {
+        "SUM": 0, "AVG": 1, "PRODUCT": 2, "MIN": 3, "MAX": 4, "BAND": 5, "BOR": 6, "BXOR": 7,
+        "PREMUL_SUM": 8}
+    assert R.MAX == 4 and R.AVG == 1 and R(2) is R.PRODUCT

@@ -66,16 +66,17 @@ class ReduceOp(int, enum.Enum, metaclass=_ReduceOpType):
 
         >>> from accelrt.distributed import ReduceOp
         >>> [op.name for op in ReduceOp]
-        ['SUM', 'PRODUCT', 'MIN', 'MAX', 'AVG', 'BAND', 'BOR', 'BXOR', 'PREMUL_SUM']
+        ['SUM', 'AVG', 'PRODUCT', 'MIN', 'MAX', 'BAND', 'BOR', 'BXOR', 'PREMUL_SUM']
         >>> ReduceOp.PREMUL_SUM == 8, int(ReduceOp.MAX), str(ReduceOp.MAX)
-        (True, 3, 'ReduceOp.MAX')
+        (True, 4, 'ReduceOp.MAX')
     """
 
+    # torch's numbers and order (c10d's RedOpType): AVG is 1, MAX 4
     SUM = 0
-    PRODUCT = 1
-    MIN = 2
-    MAX = 3
-    AVG = 4
+    AVG = 1
+    PRODUCT = 2
+    MIN = 3
+    MAX = 4
     BAND = 5
     BOR = 6
     BXOR = 7
