@@ -181,3 +181,33 @@ def test_reduce_op_numbers_are_torchs() -> None:
         "SUM": 0, "AVG": 1, "PRODUCT": 2, "MIN": 3, "MAX": 4, "BAND": 5, "BOR": 6, "BXOR": 7,
         "PREMUL_SUM": 8}
     assert R.MAX == 4 and R.AVG == 1 and R(2) is R.PRODUCT
+
+
+# ---------------------------------------------------------------- 8. graph.__enter__
+
+def test_graph_context_does_not_collect_garbage() -> None:
+    # torch 2.15 torch/cuda/graphs.py graph.__enter__ (and torch.accelerator.Graph's): gc.collect()
+    # only under torch.compiler.config.force_cudagraph_gc, False by default; accelrt's
+    # graph.__enter__ always collected (a dead cycle holding an array was freed there)
+    import gc
+    phases: list[str] = []
+
+    def seen(phase: str, info: dict[str, int]) -> None:
+        phases.append(phase)
+
+    x = acc.zeros(4, device="cpu")
+    g = acc.cpu.Graph()
+    was_enabled = gc.isenabled()
+    gc.disable()                      # no automatic collection: only an explicit one counts
+    gc.callbacks.append(seen)
+    try:
+        with acc.cpu.graph(g):
+            x.fill_(1.0)
+    finally:
+        gc.callbacks.remove(seen)
+        if was_enabled:
+            gc.enable()
+    assert phases == []
+    g.replay()
+    assert x.tolist() == [1.0] * 4
+    g.reset()
