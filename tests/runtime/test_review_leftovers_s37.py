@@ -211,3 +211,23 @@ def test_graph_context_does_not_collect_garbage() -> None:
     g.replay()
     assert x.tolist() == [1.0] * 4
     g.reset()
+
+
+# ---------------------------------------------------------------- 9. ctypes hooks
+
+def test_device_module_streams_and_events_pass_to_ctypes_as_their_handles() -> None:
+    # torch 2.15 torch/cuda/streams.py: Stream._as_parameter_ is ctypes.c_void_p(cuda_stream)
+    # and Event._as_parameter_ ctypes.c_void_p(cuda_event), so a stream or an event goes to a
+    # ctypes function as its handle (torch/cuda/_utils.py passes stream._as_parameter_ to
+    # cuLaunchKernel); accelrt's had no such attribute (ctypes raised ArgumentError)
+    import ctypes
+    as_int = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p)(
+        ("PyLong_FromVoidPtr", ctypes.pythonapi))
+    s = acc.cpu.Stream()
+    assert isinstance(s._as_parameter_, ctypes.c_void_p)
+    assert as_int(s) == s.cuda_stream != 0
+    e = acc.cpu.Event()
+    assert e._as_parameter_.value is None            # no handle before the first record
+    e.record(s)
+    assert as_int(e) == e.cuda_event != 0
+    e.synchronize()
