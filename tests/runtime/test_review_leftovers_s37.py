@@ -231,3 +231,22 @@ def test_device_module_streams_and_events_pass_to_ctypes_as_their_handles() -> N
     e.record(s)
     assert as_int(e) == e.cuda_event != 0
     e.synchronize()
+
+
+# ---------------------------------------------------------------- 10. memory_stats(bad device)
+
+def test_statistics_getters_check_the_device_before_first_use() -> None:
+    # torch 2.15 (CPU build, CUDA never initialised): torch.cuda.memory_stats("bogus"),
+    # memory_stats("cpu") and memory_stats(1.5) return {} (memory_allocated 0) without
+    # reading the argument. Kept on purpose (docs/differences.md, "Statistics before a
+    # device's first allocation"): the argument is checked as it is after initialisation
+    # (torch then raises RuntimeError for "bogus" and ValueError "Expected a cuda device" for
+    # "cpu"); a good device still answers {} / 0 before its first allocation, as torch's.
+    with pytest.raises(RuntimeError, match="bogus"):
+        acc.cuda.memory_stats("bogus")
+    with pytest.raises(ValueError, match="Expected a cuda device, but got: cpu"):
+        acc.cuda.memory_stats("cpu")
+    with pytest.raises(TypeError):
+        acc.cuda.memory_allocated(1.5)  # type: ignore[arg-type]
+    if not acc.cuda.is_initialized():
+        assert acc.cuda.memory_stats(0) == {} and acc.cuda.memory_allocated(0) == 0
