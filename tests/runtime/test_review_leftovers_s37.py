@@ -250,3 +250,19 @@ def test_statistics_getters_check_the_device_before_first_use() -> None:
         acc.cuda.memory_allocated(1.5)  # type: ignore[arg-type]
     if not acc.cuda.is_initialized():
         assert acc.cuda.memory_stats(0) == {} and acc.cuda.memory_allocated(0) == 0
+
+
+# ---------------------------------------------------------------- 11. nvtx.range_push
+
+def test_nvtx_push_and_pop_answer_minus_two_without_a_tool(monkeypatch: pytest.MonkeyPatch) -> None:
+    # torch 2.15 (CPU build, no tool attached): torch.cuda.nvtx.range_push("x") -> -2 and
+    # range_pop() -> -2 (nvtxRangePushA's NVTX_NO_PUSH_POP_TRACKING; a GPU build without Nsight
+    # answers the same); accelrt answered the depth, 0 and 0
+    pytest.importorskip("nvtx")
+    monkeypatch.delenv("NVTX_INJECTION64_PATH", raising=False)
+    monkeypatch.delenv("NVTX_INJECTION32_PATH", raising=False)
+    nvtx = acc.cuda.nvtx
+    assert nvtx.range_push("outer") == -2 and nvtx.range_push("inner") == -2
+    assert nvtx.range_pop() == -2 and nvtx.range_pop() == -2
+    assert nvtx.range_pop() == -2          # none open: torch's NVTX answers -2 too
+    assert acc.cpu.nvtx.range_push("x") == -2 and acc.cpu.nvtx.range_pop() == -2
