@@ -153,7 +153,7 @@ def test_reduce_op_members_have_no_order() -> None:
     with pytest.raises(TypeError):
         max(R.MAX, R.SUM)
     # what torch keeps: equality with the number, hashing as it, ReduceOp(int) round trips
-    assert R.SUM == 0 and 0 == R.SUM and R.SUM == False and not (R.SUM != 0)  # noqa: E712
+    assert R.SUM == 0 and 0 == R.SUM and R.SUM == False and not (R.SUM != 0)  # noqa: E712, SIM202
     assert R.SUM != R.MAX and hash(R.MAX) == hash(int(R.MAX))
     assert all(R(int(op)) is op for op in R)
 
@@ -165,10 +165,10 @@ def test_reduce_op_equality_as_torchs() -> None:
     # answers were True both ways
     R = dist.ReduceOp
     p = dist._make_nccl_premul_sum(2.0)
-    assert not (R.SUM == 0.0) and R.SUM != 0.0
-    assert p == R.PREMUL_SUM and not (p != R.PREMUL_SUM)
-    assert not (R.PREMUL_SUM == p) and R.PREMUL_SUM != p
-    assert R.PREMUL_SUM in {p} and p not in {R.PREMUL_SUM}
+    assert not (R.SUM == 0.0) and R.SUM != 0.0  # noqa: SIM201  (each operator)
+    assert p == R.PREMUL_SUM and not (p != R.PREMUL_SUM)  # noqa: SIM202
+    assert not (R.PREMUL_SUM == p) and R.PREMUL_SUM != p  # noqa: SIM201
+    assert R.PREMUL_SUM in {p} and p not in {R.PREMUL_SUM}  # noqa: FURB171  (set lookup)
     assert p == dist._make_nccl_premul_sum(3.0) and hash(p) == 8 and p != 8 and p != R.SUM
 
 
