@@ -266,3 +266,20 @@ def test_nvtx_push_and_pop_answer_minus_two_without_a_tool(monkeypatch: pytest.M
     assert nvtx.range_pop() == -2 and nvtx.range_pop() == -2
     assert nvtx.range_pop() == -2          # none open: torch's NVTX answers -2 too
     assert acc.cpu.nvtx.range_push("x") == -2 and acc.cpu.nvtx.range_pop() == -2
+
+
+# ---------------------------------------------------------------- 12. bool() of a big uint64
+
+def test_bool_of_a_uint64_array_beyond_int64_raises() -> None:
+    # torch 2.15: bool(torch.tensor([2**63], dtype=torch.uint64)) (and 2**64 - 1, and 0-d)
+    # raise RuntimeError "value cannot be converted to type int64_t without overflow", as
+    # int() does; bool of 2**63 - 1, 0 and 1 are True, False, True. accelrt answered True.
+    import numpy as np
+    for v in (2**63, 2**64 - 1):
+        for shape in ((1,), ()):
+            a = acc.asarray(np.full(shape, v, dtype=np.uint64))
+            with pytest.raises(RuntimeError, match="cannot be converted to type int64_t "
+                                                   "without overflow"):
+                bool(a)
+    assert [bool(acc.asarray(np.array([v], dtype=np.uint64))) for v in (2**63 - 1, 0, 1)] == \
+        [True, False, True]
