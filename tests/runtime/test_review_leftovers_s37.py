@@ -283,3 +283,21 @@ def test_bool_of_a_uint64_array_beyond_int64_raises() -> None:
                 bool(a)
     assert [bool(acc.asarray(np.array([v], dtype=np.uint64))) for v in (2**63 - 1, 0, 1)] == \
         [True, False, True]
+
+
+# ---------------------------------------------------------------- 13. Backend odds
+
+def test_registered_engine_becomes_the_default_of_new_device_types() -> None:
+    # torch 2.15 Backend.register_backend("zzz", f, devices="xla"): default_device_backend_map
+    # gains 'xla': 'zzz' (devices that have a default keep it), so
+    # get_default_backend_for_device("xla") answers "zzz"; accelrt left the map alone
+    from accelrt.distributed._mpi import MpiEngine
+    before = dict(dist.Backend.default_device_backend_map)
+    dist.Backend.register_backend("s37eng", MpiEngine.create, devices=["cpu", "xla"])
+    try:
+        assert dist.Backend.default_device_backend_map == {**before, "xla": "s37eng"}
+        assert dist.get_default_backend_for_device("xla") == "s37eng"
+        assert dist.get_default_backend_for_device("cpu") == before["cpu"]
+    finally:
+        dist.Backend._unregister("s37eng")
+    assert dist.Backend.default_device_backend_map == before

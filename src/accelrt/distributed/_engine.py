@@ -578,6 +578,9 @@ def register_backend(name: str, func: EngineFactory,
     engine per device type, or, with ``per_device=True``, one per device (``ctx.index``), for
     an engine whose communicator is bound to one device (as NCCL's is).
 
+    ``devices`` given, the engine becomes the default engine of those of its device types
+    that have none yet (``Backend.default_device_backend_map``), as in torch.
+
     Raises:
         TypeError: ``func`` is not callable.
         ValueError: ``name`` is already registered.
@@ -602,6 +605,11 @@ def register_backend(name: str, func: EngineFactory,
     _ENGINES[low] = EngineRegistration(func, devs, bool(per_device))
     Backend.backend_list.append(low)
     setattr(Backend, low.upper(), low)   # torch's Backend.<NAME>
+    if devices is not None:
+        # torch 2.15: the engine becomes the default of the device types it names that have
+        # none yet (get_default_backend_for_device, init_process_group(backend=None))
+        for dev in devs:
+            Backend.default_device_backend_map.setdefault(dev, low)
 
 
 def unregister_backend(name: str) -> None:
@@ -615,6 +623,8 @@ def unregister_backend(name: str) -> None:
     _ENGINES.pop(name, None)
     if name in Backend.backend_list:
         Backend.backend_list.remove(name)
+    for dev in [d for d, n in Backend.default_device_backend_map.items() if n == name]:
+        del Backend.default_device_backend_map[dev]
     if getattr(Backend, name.upper(), None) == name:
         delattr(Backend, name.upper())
 
