@@ -301,3 +301,19 @@ def test_registered_engine_becomes_the_default_of_new_device_types() -> None:
     finally:
         dist.Backend._unregister("s37eng")
     assert dist.Backend.default_device_backend_map == before
+
+
+def test_backend_capability_lists_each_engines_device_types() -> None:
+    # torch 2.15: Backend.backend_capability is {backend: [device types]} ({'gloo': ['cpu',
+    # 'cuda'], 'nccl': ['cuda'], ...}), with an entry for each register_backend(devices=);
+    # accelrt had no such attribute
+    cap = dist.Backend.backend_capability
+    assert cap["nccl"] == ["cuda"] and "cpu" in cap["gloo"] and "cpu" in cap["mpi"]
+    assert list(cap) == dist.Backend.backend_list
+    from accelrt.distributed._mpi import MpiEngine
+    dist.Backend.register_backend("s37cap", MpiEngine.create, devices="cpu")
+    try:
+        assert cap["s37cap"] == ["cpu"]
+    finally:
+        dist.Backend._unregister("s37cap")
+    assert "s37cap" not in cap

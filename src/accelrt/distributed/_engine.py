@@ -539,6 +539,9 @@ class Backend(str):
     #: by :func:`register_backend` and :func:`unregister_backend`)
     backend_list: list[str] = registered()
     default_device_backend_map: dict[str, str] = {"cpu": "mpi", "opencl": "mpi", "cuda": "nccl"}
+    #: the device types each engine serves (torch's ``Backend.backend_capability``)
+    backend_capability: dict[str, list[str]] = {name: list(reg.devices)
+                                                for name, reg in _ENGINES.items()}
     _registry = _ENGINES
 
     def __new__(cls, name: str) -> Backend:
@@ -604,6 +607,7 @@ def register_backend(name: str, func: EngineFactory,
     devs = (devices,) if isinstance(devices, str) else tuple(devices or ("cpu", "opencl", "cuda"))
     _ENGINES[low] = EngineRegistration(func, devs, bool(per_device))
     Backend.backend_list.append(low)
+    Backend.backend_capability[low] = list(devs)
     setattr(Backend, low.upper(), low)   # torch's Backend.<NAME>
     if devices is not None:
         # torch 2.15: the engine becomes the default of the device types it names that have
@@ -623,6 +627,7 @@ def unregister_backend(name: str) -> None:
     _ENGINES.pop(name, None)
     if name in Backend.backend_list:
         Backend.backend_list.remove(name)
+    Backend.backend_capability.pop(name, None)
     for dev in [d for d, n in Backend.default_device_backend_map.items() if n == name]:
         del Backend.default_device_backend_map[dev]
     if getattr(Backend, name.upper(), None) == name:
