@@ -220,7 +220,8 @@ class Work:
     def __init__(self, group: ProcessGroup | None, op: str, seq: int, *,
                  event: Event | None = None, stream_of: tuple[Any, int] | None = None,
                  request: Request | None = None, finish: Callable[[], None] | None = None,
-                 outputs: Sequence[Any] = ()) -> None:
+                 outputs: Sequence[Any] = (), early: bool = False,
+                 no_result: bool = False) -> None:
         self._group, self._op, self._seq = group, op, seq
         self._event, self._stream_of = event, stream_of
         self._request, self._finish = request, finish
@@ -232,8 +233,8 @@ class Work:
         #: point-to-point work (set for the host engines' sends and receives) and refuses a
         #: work not yet completed; ProcessGroupNCCL answers the outputs either way (set for
         #: the stream-ordered engines' work)
-        self._no_result = False
-        self._early_result = False
+        self._no_result = no_result
+        self._early_result = early
         self._waited = False     # wait()/synchronize() returned: result() may answer
 
     @classmethod
