@@ -68,7 +68,7 @@ import numpy as np
 from . import _dlpack
 from . import _sync_debug as _sd
 from ._device import _device_obj, _get_device, _lazy_init
-from ._array_values import ArrayValues
+from ._array_values import ArrayValues, _int64
 from ._convert import cast, int_bounds
 from ._errors import (
     AcceleratorError,
@@ -338,6 +338,9 @@ class Array(ArrayValues):
                 ``AcceleratorValueError``, also a ``RuntimeError``, with PyTorch's message
                 "Boolean value of Tensor with ... is ambiguous"); test ``a is None`` for
                 presence, ``a.size`` for emptiness.
+            RuntimeError: a uint64 value beyond int64 (an ``AcceleratorValueError``:
+                PyTorch reads the value through int64, "value cannot be converted to type
+                int64_t without overflow").
 
         Example::
 
@@ -350,7 +353,10 @@ class Array(ArrayValues):
             raise AcceleratorValueError("Boolean value of Tensor with "
                                         f"{'no values' if not n else 'more than one value'} "
                                         "is ambiguous")
-        return bool(self._item())
+        value = self._item()
+        if self._dtype.kind == "u":
+            _int64(value)    # torch's item() of a uint64 tensor goes through int64
+        return bool(value)
 
     def __iter__(self) -> NoReturn:
         """Not supported: iterating a ``torch.Tensor`` yields views of its rows

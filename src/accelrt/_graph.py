@@ -30,7 +30,6 @@ Example::
 from __future__ import annotations
 
 import collections
-import gc
 import itertools
 import os
 import threading
@@ -977,7 +976,8 @@ class graph:
         s = self.capture_stream
         b, index = s._b, s._index
         _stream._synchronize(b, index)   # as torch.cuda.graph: not a checked sync
-        gc.collect()
+        # no gc.collect(): torch 2.15 collects only under torch.compiler.config's
+        # force_cudagraph_gc (False by default), for its cost before every capture
         from .memory import _allocator
         a = _allocator.peek_allocator(b.name, index)
         if a is not None:

@@ -49,7 +49,8 @@ def test_reduce_op_members_are_their_numbers() -> None:
     is 8, ``ReduceOp.PREMUL_SUM(f)`` is a ``ReduceOp`` equal to another of the same factor).
     torch 2.15: every member equals its number and converts with ``int()``; a premul op
     with its factor does not equal 8."""
-    numbers = {"SUM": 0, "PRODUCT": 1, "MIN": 2, "MAX": 3, "AVG": 4, "BAND": 5, "BOR": 6,
+    # torch's numbers (c10d RedOpType; s37: accelrt's were PRODUCT 1, MIN 2, MAX 3, AVG 4)
+    numbers = {"SUM": 0, "AVG": 1, "PRODUCT": 2, "MIN": 3, "MAX": 4, "BAND": 5, "BOR": 6,
                "BXOR": 7, "PREMUL_SUM": 8}
     for name, k in numbers.items():
         op = getattr(R, name)

@@ -11,6 +11,7 @@ Example::
 
 from __future__ import annotations
 
+import ctypes
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, overload
 
 from .. import _backend, _event, _stream
@@ -93,6 +94,21 @@ class Event(_event.Event):
         """
         return self.event_id
 
+    @property
+    def _as_parameter_(self) -> ctypes.c_void_p:
+        """ctypes' hook (``torch.cuda.Event._as_parameter_``): the event passed to a foreign
+        function taking a pointer is its :attr:`cuda_event` handle (``c_void_p(None)`` until
+        the first :meth:`record`).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> e = acc.cpu.Event(); e.record()
+            >>> e._as_parameter_.value == e.cuda_event
+            True
+        """
+        return ctypes.c_void_p(self.cuda_event)
+
 
 class Stream(_stream.Stream, Generic[_ModuleEvent]):
     """Base of the ``Stream`` class of every device module (``accelrt.cuda.Stream`` is a
@@ -149,6 +165,21 @@ class Stream(_stream.Stream, Generic[_ModuleEvent]):
             True
         """
         return self.stream_id
+
+    @property
+    def _as_parameter_(self) -> ctypes.c_void_p:
+        """ctypes' hook (``torch.cuda.Stream._as_parameter_``): the stream passed to a foreign
+        function taking a pointer (a ``CUstream`` argument on cuda) is its :attr:`cuda_stream`
+        handle.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> s = acc.cpu.Stream()
+            >>> s._as_parameter_.value == s.cuda_stream
+            True
+        """
+        return ctypes.c_void_p(self.cuda_stream)
 
     def _check_open(self) -> None:
         """Raise :class:`~accelrt.ClosedError` if this object, or the stream it views, was

@@ -21,7 +21,6 @@ Example (one process: a world of one rank)::
 
 from __future__ import annotations
 
-import datetime
 from typing import NewType
 
 # the package is split by concept; every public name is re-exported here
@@ -58,7 +57,7 @@ from ._errors import (
                            DistTimeoutError,
                            QueueEmptyError,
 )
-from ._group import DEFAULT_TIMEOUT, ProcessGroup, Work
+from ._group import ProcessGroup, Work
 from ._groups import (
                            get_backend,
                            get_backend_config,
@@ -129,8 +128,9 @@ __all__ = [
 ]
 
 #: the default timeout of accelrt's process groups (torch's ``default_pg_timeout``; here 10
-#: minutes for every engine, or ``ACCELRT_DISTRIBUTED_TIMEOUT``)
-default_pg_timeout = datetime.timedelta(seconds=DEFAULT_TIMEOUT)
+#: minutes for every engine, or ``ACCELRT_DISTRIBUTED_TIMEOUT``): accelrt.distributed.constants'
+from . import constants as constants
+from .constants import default_pg_timeout as default_pg_timeout
 
 #: the type of process group names (torch's ``GroupName``)
 GroupName = NewType("GroupName", str)

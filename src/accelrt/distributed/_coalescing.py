@@ -73,17 +73,20 @@ class _CoalescedWork(Work):
 
     def __init__(self, works: list[Work]) -> None:
         super().__init__(None, "coalesced", 0,
-                         outputs=[o for w in works for o in w.result()])
+                         outputs=[o for w in works for o in w._outputs])
         self._works = works
+        self._early_result = all(w._early_result for w in works)
 
     def wait(self, timeout: Any = None) -> bool:
         for w in self._works:
             w.wait(timeout)
+        self._waited = True
         return True
 
     def synchronize(self) -> None:
         for w in self._works:
             w.synchronize()
+        self._waited = True
 
     def is_completed(self) -> bool:
         return all(w.is_completed() for w in self._works)

@@ -23,14 +23,14 @@ from typing import Any
 import numpy as np
 
 from .._array import Array
-from .._errors import AcceleratorValueError, type_shown
+from .._errors import AcceleratorError, AcceleratorValueError, type_shown
 from .._stream import Stream
 from .._transfer import Copy, HostCopy, run_steps
 from ._coalescing import COALESCING, record
 from ._argchecks import (_check_length, _check_list, _check_same, _check_self_pair,
                          _size_check)
 from ._engine import Engine, PremulSum, RedOp, ReduceOp
-from ._errors import DistError, DistTimeoutError
+from ._errors import DistError, DistTimeoutError, _EmptyListError
 from . import _group as _group_mod
 from ._debug import PeerCounts
 from ._group import BufOf, ProcessGroup, Work
@@ -835,7 +835,8 @@ def barrier(group: GroupArg = None, async_op: bool = False,
     Args:
         device_ids: the CUDA device of an NCCL-only group's barrier (its first item; an
             all_reduce of one element there, as ProcessGroupNCCL's barrier); a value that
-            is not a list or tuple is ignored, as torch's.
+            is not a list (a tuple too) is ignored, as torch's, and an empty list is
+            torch's ``IndexError`` (also a ``TypeError``, as accelrt raised before).
         timeout: a ``datetime.timedelta`` or seconds (torch 2.14's ``timeout``): a rank that
             has not arrived by then makes this rank raise :class:`DistTimeoutError`, and the
             group keeps that error (its barrier is still in flight: destroy the group).
@@ -850,10 +851,17 @@ def barrier(group: GroupArg = None, async_op: bool = False,
     g = _member(group, "barrier")
     if g is None:
         return None
-    # torch 2.14.1 reads device_ids only when it is a list: any other value is ignored
-    if isinstance(device_ids, (list, tuple)) and (
-            not device_ids or not all(isinstance(d, int) for d in device_ids)):
-        raise TypeError(f"device_ids must be a list of device indices, got {device_ids!r}")
+    # torch 2.15 reads device_ids only when it is a list (a tuple too is ignored), and then
+    # its first item: [] is its IndexError
+    if isinstance(device_ids, list):
+        if not all(isinstance(d, int) and not isinstance(d, bool) for d in device_ids):
+            raise TypeError(f"device_ids must be a list of device indices, got {device_ids!r}")
+        if not device_ids:
+            raise _EmptyListError("list index out of range: barrier(device_ids=[]) reads its "
+                                  "first item; pass one device index (device_ids=[0]) or None")
+        if device_ids[0] < 0:
+            raise AcceleratorError(f"Device index must not be negative, got {device_ids[0]} "
+                                   "in barrier(device_ids=...)")
     limit = None if timeout is None else _seconds(timeout, g.timeout)
     g._raise_kept()
     g.drain()
@@ -883,7 +891,7 @@ def barrier(group: GroupArg = None, async_op: bool = False,
                 raise
     else:   # NCCL only (env://): a one-element all_reduce, then wait for it
         from .._array import zeros
-        if isinstance(device_ids, (list, tuple)):
+        if isinstance(device_ids, list):
             index = int(device_ids[0])
         else:
             index = g._engines and next(iter(g._engines))[1] or 0

@@ -53,7 +53,8 @@ class ReduceOp(int, enum.Enum, metaclass=_ReduceOpType):
     """Reduction operations (``torch.distributed.ReduceOp``'s members).
 
     As torch's (pybind enum values), a member compares equal to its number and converts
-    with ``int()``: ``ReduceOp.PREMUL_SUM == 8``; it hashes as that number too.
+    with ``int()``: ``ReduceOp.PREMUL_SUM == 8``; it hashes as that number too. Members have
+    no order (``ReduceOp.SUM < ReduceOp.MAX`` raises ``TypeError``, as torch's).
 
     ``AVG`` is floating or complex only on MPI (a sum, then a division); ``BAND``, ``BOR`` and
     ``BXOR`` are integer and bool only; complex arrays take ``SUM``, ``PRODUCT`` and ``AVG``.
@@ -65,16 +66,17 @@ class ReduceOp(int, enum.Enum, metaclass=_ReduceOpType):
 
         >>> from accelrt.distributed import ReduceOp
         >>> [op.name for op in ReduceOp]
-        ['SUM', 'PRODUCT', 'MIN', 'MAX', 'AVG', 'BAND', 'BOR', 'BXOR', 'PREMUL_SUM']
+        ['SUM', 'AVG', 'PRODUCT', 'MIN', 'MAX', 'BAND', 'BOR', 'BXOR', 'PREMUL_SUM']
         >>> ReduceOp.PREMUL_SUM == 8, int(ReduceOp.MAX), str(ReduceOp.MAX)
-        (True, 3, 'ReduceOp.MAX')
+        (True, 4, 'ReduceOp.MAX')
     """
 
+    # torch's numbers and order (c10d's RedOpType): AVG is 1, MAX 4
     SUM = 0
-    PRODUCT = 1
-    MIN = 2
-    MAX = 3
-    AVG = 4
+    AVG = 1
+    PRODUCT = 2
+    MIN = 3
+    MAX = 4
     BAND = 5
     BOR = 6
     BXOR = 7
@@ -121,6 +123,39 @@ class ReduceOp(int, enum.Enum, metaclass=_ReduceOpType):
     # members compare as their numbers (torch's pybind enum): hash them the same way, in C
     # (Enum's own __hash__ is Python code, measurable on the small-message path)
     __hash__ = int.__hash__
+
+    def __eq__(self, other: object) -> bool:
+        # torch 2.15: a member equals its number (and a bool of it), not a float
+        # (ReduceOp.SUM == 0.0 is False), and not a PREMUL_SUM with its factor from this
+        # side (ReduceOp.PREMUL_SUM == op is False while op == ReduceOp.PREMUL_SUM is True)
+        if self is other:
+            return True
+        if type(other) is PremulSum or isinstance(other, (float, complex)):
+            return False
+        return int.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    # torch 2.15's members have no order (pybind enums define no <): sorted(), min() and
+    # SUM < MAX raise TypeError, against an int too, where the int mixin compared numbers
+    def __lt__(self, other: object) -> bool:
+        raise _unordered("<", self, other)
+
+    def __le__(self, other: object) -> bool:
+        raise _unordered("<=", self, other)
+
+    def __gt__(self, other: object) -> bool:
+        raise _unordered(">", self, other)
+
+    def __ge__(self, other: object) -> bool:
+        raise _unordered(">=", self, other)
+
+
+def _unordered(sym: str, a: object, b: object) -> TypeError:
+    return TypeError(f"'{sym}' not supported between instances of {type_shown(a)!r} and "
+                     f"{type_shown(b)!r} (ReduceOp members have no order, as torch's)")
 
 
 class PremulSum:
@@ -504,6 +539,9 @@ class Backend(str):
     #: by :func:`register_backend` and :func:`unregister_backend`)
     backend_list: list[str] = registered()
     default_device_backend_map: dict[str, str] = {"cpu": "mpi", "opencl": "mpi", "cuda": "nccl"}
+    #: the device types each engine serves (torch's ``Backend.backend_capability``)
+    backend_capability: dict[str, list[str]] = {name: list(reg.devices)
+                                                for name, reg in _ENGINES.items()}
     _registry = _ENGINES
 
     def __new__(cls, name: str) -> Backend:
@@ -543,6 +581,9 @@ def register_backend(name: str, func: EngineFactory,
     engine per device type, or, with ``per_device=True``, one per device (``ctx.index``), for
     an engine whose communicator is bound to one device (as NCCL's is).
 
+    ``devices`` given, the engine becomes the default engine of those of its device types
+    that have none yet (``Backend.default_device_backend_map``), as in torch.
+
     Raises:
         TypeError: ``func`` is not callable.
         ValueError: ``name`` is already registered.
@@ -566,7 +607,13 @@ def register_backend(name: str, func: EngineFactory,
     devs = (devices,) if isinstance(devices, str) else tuple(devices or ("cpu", "opencl", "cuda"))
     _ENGINES[low] = EngineRegistration(func, devs, bool(per_device))
     Backend.backend_list.append(low)
+    Backend.backend_capability[low] = list(devs)
     setattr(Backend, low.upper(), low)   # torch's Backend.<NAME>
+    if devices is not None:
+        # torch 2.15: the engine becomes the default of the device types it names that have
+        # none yet (get_default_backend_for_device, init_process_group(backend=None))
+        for dev in devs:
+            Backend.default_device_backend_map.setdefault(dev, low)
 
 
 def unregister_backend(name: str) -> None:
@@ -580,6 +627,9 @@ def unregister_backend(name: str) -> None:
     _ENGINES.pop(name, None)
     if name in Backend.backend_list:
         Backend.backend_list.remove(name)
+    Backend.backend_capability.pop(name, None)
+    for dev in [d for d, n in Backend.default_device_backend_map.items() if n == name]:
+        del Backend.default_device_backend_map[dev]
     if getattr(Backend, name.upper(), None) == name:
         delattr(Backend, name.upper())
 

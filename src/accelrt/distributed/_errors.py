@@ -94,6 +94,11 @@ class _TypeValueError(TypeError, ValueError):
     with ``TypeError`` and Python's ``Enum`` with ``ValueError`` (``ReduceOp("sum")``)."""
 
 
+class _EmptyListError(IndexError, TypeError):
+    """``barrier(device_ids=[])``: torch 2.15 reads the first item (``IndexError`` "list
+    index out of range"), and the ``TypeError`` accelrt raised for it before."""
+
+
 class _NotAListError(AcceleratorValueError, TypeError):
     """An array list argument (``all_gather``'s ``tensor_list``, ...) that is not a list:
     torch 2.14.1 raises ``TypeError`` (``Invalid function argument. Expected parameter

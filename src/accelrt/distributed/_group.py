@@ -807,14 +807,16 @@ class ProcessGroup:
             raise self._keep(self._engine_error(op, seq, exc), exc) from exc
 
     def _finish(self, op: str, seq: int, ctx: _DevCtx, cur: Stream, b: Any, index: int,
-                arrays: Sequence[Any], async_op: bool, result: Sequence[Any]) -> Work | None:
+                arrays: Sequence[Any], async_op: bool, result: Sequence[Any],
+                early: bool = False) -> Work | None:
         comm = ctx.stream
         for a in arrays:
             a.record_stream(comm)
         done = comm.record_event()
         self._raise_kept()
         if async_op:
-            return Work(self, op, seq, event=done, stream_of=(b, index), outputs=result)
+            return Work(self, op, seq, event=done, stream_of=(b, index), outputs=result,
+                        early=early)   # early: result() before completion (NCCL's work)
         cur.wait_event(done)
         return None
 
@@ -844,8 +846,7 @@ class ProcessGroup:
         return self._finish(op, seq, ctx, cur, b, index, arrays, async_op, result)
 
     def _enqueue(self, op: str, seq: int, eng: Engine, ctx: _DevCtx, cur: Stream, b: Any,
-                 index: int, arrays: Sequence[Any],
-                 body: Body, async_op: bool,
+                 index: int, arrays: Sequence[Any], body: Body, async_op: bool,
                  result: Sequence[Any]) -> Work | None:
         comm = ctx.stream
         comm.wait_stream(cur)
@@ -854,12 +855,11 @@ class ProcessGroup:
             self._keep(self._engine_error(op, seq, kept))
             self._raise_kept()
         self._inline(op, seq, lambda: body(_buf, comm))
-        return self._finish(op, seq, ctx, cur, b, index, arrays, async_op, result)
+        return self._finish(op, seq, ctx, cur, b, index, arrays, async_op, result, True)
 
     def _staged(self, op: str, seq: int, ctx: _DevCtx, cur: Stream, b: Any, index: int,
                 arrays: Sequence[Any], ins: Sequence[Any], outs: Sequence[Any],
-                body: Body, async_op: bool,
-                result: Sequence[Any]) -> Work | None:
+                body: Body, async_op: bool, result: Sequence[Any]) -> Work | None:
         """Run a host engine on host blocks standing in for the arrays (the plan of
         :func:`~accelrt._transfer.plan_staged_collective`), then finish as every path does."""
         comm = ctx.stream
@@ -906,7 +906,7 @@ class ProcessGroup:
             self._inline(op, seq, lambda: fn(_buf(array), p, comm))
             array.record_stream(comm)
             done = comm.record_event()
-            w = Work(self, op, seq, event=done, stream_of=(b, index), outputs=[array])
+            w = Work(self, op, seq, event=done, stream_of=(b, index), outputs=[array], early=True)
             w._source = peer
             return w
         if (array._mem.host or b.capabilities(index).host_accessible and not _force_stage()
@@ -950,8 +950,8 @@ class ProcessGroup:
                 req = eng.irecv(buf, peer, tag)
         except Exception as exc:
             raise self._keep(self._engine_error(op, seq, exc), exc) from exc
-        w = Work(self, op, seq, request=req, finish=finish,
-                 outputs=[keep] if keep is not None else [])
+        w = Work(self, op, seq, request=req, finish=finish,   # (the outputs keep `keep`)
+                 outputs=[keep] if keep is not None else [], no_result=True)
         self._in_flight.append(w)
         return w
 

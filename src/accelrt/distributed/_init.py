@@ -19,7 +19,8 @@ import sys
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from .._errors import AcceleratorIndexError, AcceleratorTypeError, type_shown
+from .._errors import (AcceleratorIndexError, AcceleratorTypeError, AcceleratorValueError,
+                       type_shown)
 from .._typing import DeviceSpec
 from ._engine import Backend, EngineContext, ReduceOp
 from ._engine import parse_backend as _parse_backend
@@ -131,7 +132,10 @@ def get_default_backend_for_device(device: DeviceSpec) -> str:
     is the MPI engine here).
 
     Raises:
-        ValueError: no default engine for that device type.
+        AcceleratorValueError: a device string torch's parser refuses (``"cuda:x"``), or no
+            default engine for that device type: a ``RuntimeError`` as torch 2.15 raises for a
+            type it does not know (``"bogus"``), and a ``ValueError`` as it raises for a type
+            it knows without a default engine (``"meta"``).
 
     Example::
 
@@ -140,7 +144,8 @@ def get_default_backend_for_device(device: DeviceSpec) -> str:
         ('nccl', 'mpi')
     """
     if isinstance(device, str):
-        kind = device.partition(":")[0]
+        from .._device import _parse
+        kind = _parse(device)[0]     # torch.device(device): "cuda:x" is a RuntimeError
     elif isinstance(device, int) and not isinstance(device, bool):
         from .. import current_accelerator
         acc_dev = current_accelerator()
@@ -152,8 +157,19 @@ def get_default_backend_for_device(device: DeviceSpec) -> str:
                         f"{type_shown(device)}")
     backend = Backend.default_device_backend_map.get(kind)
     if backend is None:
-        raise ValueError(f"Default backend not registered for device : {device}")
+        msg = f"Default backend not registered for device : {device}"
+        if kind not in _TORCH_DEVICE_TYPES and not isinstance(device, int):
+            # torch.device() refuses the string before the map is read (a RuntimeError)
+            msg += (f" (Expected one of {', '.join(_TORCH_DEVICE_TYPES)} device type at start "
+                    f"of device string: {device})")
+        raise AcceleratorValueError(msg)
     return backend
+
+
+#: the device types torch 2.15's ``torch.device`` parses (c10/core/DeviceType.cpp), in its order
+_TORCH_DEVICE_TYPES = ("cpu", "cuda", "ipu", "xpu", "mkldnn", "opengl", "opencl", "ideep", "hip",
+                       "ve", "fpga", "maia", "xla", "lazy", "vulkan", "mps", "meta", "hpu",
+                       "mtia", "privateuseone")
 
 
 def is_initialized() -> bool:

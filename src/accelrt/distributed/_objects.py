@@ -23,7 +23,7 @@ from .._typing import DeviceLike
 from ._errors import DistError
 from . import _group as _group_mod
 from ._group import ProcessGroup
-from ._world import GroupArg, _member
+from ._world import GroupArg, _group, _member
 
 
 # ---------------------------------------------------------------------------- objects
@@ -165,8 +165,22 @@ def _check_slots(op: str, slots: Any, name: str, n: int, where: str = "") -> Non
         raise ValueError(f"{op}: {name} must have {n} slots (at least){where}")
 
 
-def _obj_comm(op: str, group: GroupArg) -> tuple[ProcessGroup | None, Any]:
-    g = _member(group, op)
+def _obj_comm(op: str, group: GroupArg,
+              member: bool = False) -> tuple[ProcessGroup | None, Any]:
+    """``group``'s process group and its control communicator; (None, None) with torch's
+    warning where this rank is not in ``group``, or, with ``member``, torch 2.15's
+    ``ValueError`` (send/recv_object_list translate their peer's rank in the group first,
+    which fails for ``NON_GROUP_MEMBER``; the error torch's c10d logger raises then is
+    "Invalid process group specified")."""
+    if member:
+        g = _group(group)
+        if g is None:
+            raise ValueError(f"Invalid process group specified: {op} was given a group this "
+                             "rank is not in (new_group returned "
+                             "GroupMember.NON_GROUP_MEMBER here); call it only on the group's "
+                             "ranks")
+    else:
+        g = _member(group, op)
     if g is None:
         return None, None
     g._raise_kept()
@@ -342,7 +356,8 @@ def send_object_list(object_list: list[Any], dst: int | None = None, group: Grou
     way. ``weights_only`` is the receiver's (:func:`recv_object_list`).
 
     Raises:
-        ValueError: no destination, both ``dst`` and ``group_dst``, or this rank itself.
+        ValueError: no destination, both ``dst`` and ``group_dst``, or this rank itself; a
+            ``group`` this rank is not in ("Invalid process group specified", as torch 2.15).
         TypeError: an object holds an accelrt array (send ``array.numpy()``).
 
     Example::
@@ -351,9 +366,8 @@ def send_object_list(object_list: list[Any], dst: int | None = None, group: Grou
         >>> callable(dist.send_object_list)
         True
     """
-    g, comm = _obj_comm("send_object_list", group)
-    if g is None:
-        return
+    g, comm = _obj_comm("send_object_list", group, member=True)
+    assert g is not None
     peer = g.canonical_rank(dst, group_dst, "dst", root=False)
     g.check_args("send_object_list", peer=peer, peer_role="destination")
     data, kept = _pickled(g, list(object_list))
@@ -367,13 +381,15 @@ def recv_object_list(object_list: list[Any], src: int | None = None, group: Grou
                      use_batch: bool = False, weights_only: bool = False) -> int:
     """Receive :func:`send_object_list`'s objects from global rank ``src`` or group rank
     ``group_src`` (neither: any rank, an accelrt addition: torch asks for one) into
-    ``object_list`` (same length as the sender's); returns the sender's global rank (-1 if
-    this rank is not in ``group``). ``use_batch`` changes nothing (see
+    ``object_list`` (same length as the sender's); returns the sender's global rank.
+    ``use_batch`` changes nothing (see
     :func:`send_object_list`); ``weights_only=True`` unpickles only plain data and numpy
     arrays (else ``pickle.UnpicklingError``).
 
     Raises:
-        ValueError: the sender's list has another length (``object_list`` is left as it was).
+        ValueError: the sender's list has another length (``object_list`` is left as it
+            was); a ``group`` this rank is not in ("Invalid process group specified", as
+            torch 2.15).
 
     Example::
 
@@ -381,9 +397,8 @@ def recv_object_list(object_list: list[Any], src: int | None = None, group: Grou
         >>> callable(dist.recv_object_list)
         True
     """
-    g, comm = _obj_comm("recv_object_list", group)
-    if g is None:
-        return -1
+    g, comm = _obj_comm("recv_object_list", group, member=True)
+    assert g is not None
     peer = (None if src is None and group_src is None else
             g.canonical_rank(src, group_src, "src", root=False))
     if peer is not None:

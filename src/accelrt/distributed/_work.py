@@ -220,7 +220,8 @@ class Work:
     def __init__(self, group: ProcessGroup | None, op: str, seq: int, *,
                  event: Event | None = None, stream_of: tuple[Any, int] | None = None,
                  request: Request | None = None, finish: Callable[[], None] | None = None,
-                 outputs: Sequence[Any] = ()) -> None:
+                 outputs: Sequence[Any] = (), early: bool = False,
+                 no_result: bool = False) -> None:
         self._group, self._op, self._seq = group, op, seq
         self._event, self._stream_of = event, stream_of
         self._request, self._finish = request, finish
@@ -228,6 +229,13 @@ class Work:
         self._done = event is None and request is None
         self._source = -1
         self._exc: BaseException | None = None
+        #: result(): torch's ProcessGroupGloo answers "result() not implemented." for
+        #: point-to-point work (set for the host engines' sends and receives) and refuses a
+        #: work not yet completed; ProcessGroupNCCL answers the outputs either way (set for
+        #: the stream-ordered engines' work)
+        self._no_result = no_result
+        self._early_result = early
+        self._waited = False     # wait()/synchronize() returned: result() may answer
 
     @classmethod
     def completed(cls, outputs: Sequence[Any] = ()) -> Work:
@@ -311,6 +319,7 @@ class Work:
             b, index = self._stream_of
             self._event.wait(_current(b, index))
         self._check()
+        self._waited = True
         return True
 
     def synchronize(self) -> None:
@@ -320,6 +329,7 @@ class Work:
         elif self._event is not None:
             self._event.synchronize()
         self._check()
+        self._waited = True
 
     def is_completed(self) -> bool:
         """True once the operation completed (point-to-point: its data arrived)."""
@@ -359,7 +369,20 @@ class Work:
         return self.source_rank()
 
     def result(self) -> list[Any]:
-        """The output arrays of the operation."""
+        """The output arrays of the operation.
+
+        Raises:
+            DistError: a send or receive of a host engine (MPI), as torch's gloo ("result()
+                not implemented."), or an operation not completed yet on a host engine
+                (torch's gloo: "Work needs to be completed before calling result()"; call
+                :meth:`wait` first). A stream-ordered engine's (NCCL) work answers the
+                outputs either way, as torch's NCCL work.
+        """
+        if self._no_result:
+            raise DistError("result() not implemented.")
+        if not (self._early_result or self._waited or self.is_completed()):
+            raise DistError("Work needs to be completed before calling result(). Should call "
+                            "wait() before result().")
         return list(self._outputs)
 
     def __repr__(self) -> str:

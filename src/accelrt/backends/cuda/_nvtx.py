@@ -53,32 +53,57 @@ def available() -> bool:
     return True
 
 
+#: what ``nvtxRangePushA``/``nvtxRangePop`` return while no tool is attached
+#: (``NVTX_NO_PUSH_POP_TRACKING``), and so ``torch.cuda.nvtx.range_push``/``range_pop``
+_NO_PUSH_POP_TRACKING = -2
+
+
+def _tool_attached() -> bool:
+    """True if an NVTX tool (Nsight Systems, ...) may be attached: the tools attach through
+    the ``NVTX_INJECTION64_PATH`` (or ``NVTX_INJECTION32_PATH``) variable, without which
+    NVTX's calls do nothing and push/pop answer -2."""
+    import os
+    return bool(os.environ.get("NVTX_INJECTION64_PATH") or
+                os.environ.get("NVTX_INJECTION32_PATH"))
+
+
 def _check_message(msg: object, fn: str) -> None:
     if not isinstance(msg, str):
         raise TypeError(f"{fn}() takes a str message, got {type_shown(msg)}")
 
 
 def range_push(msg: str) -> int:
-    """Open a nested range; return its zero-based depth (as ``torch.cuda.nvtx``).
+    """Open a nested range; return what ``torch.cuda.nvtx.range_push`` returns (NVTX's
+    ``nvtxRangePushA``): the range's zero-based depth in this thread while a tool is attached
+    (``NVTX_INJECTION64_PATH`` set, as Nsight Systems does), ``-2`` otherwise (NVTX's
+    ``NVTX_NO_PUSH_POP_TRACKING``).
 
     Raises:
         TypeError: ``msg`` is not a str.
+
+    Example::
+
+        >>> import os
+        >>> from accelrt.backends.cuda import _nvtx
+        >>> if _nvtx.available() and "NVTX_INJECTION64_PATH" not in os.environ:
+        ...     assert _nvtx.range_push("step") == -2 and _nvtx.range_pop() == -2
     """
     _check_message(msg, "range_push")
     _lib().push_range(message=msg)
     depth = getattr(_depth, "n", 0)
     _depth.n = depth + 1
-    return depth
+    return depth if _tool_attached() else _NO_PUSH_POP_TRACKING
 
 
 def range_pop() -> int:
-    """Close the innermost range; return its depth, or ``-1`` if none was open."""
+    """Close the innermost range; return what ``torch.cuda.nvtx.range_pop`` returns: with a
+    tool attached the ended range's depth, or ``-1`` if none was open; ``-2`` without one."""
     depth = getattr(_depth, "n", 0)
     if depth == 0:
-        return -1
+        return -1 if _tool_attached() else _NO_PUSH_POP_TRACKING
     _lib().pop_range()
     _depth.n = depth - 1
-    return depth - 1
+    return depth - 1 if _tool_attached() else _NO_PUSH_POP_TRACKING
 
 
 def range_start(msg: str) -> int:
