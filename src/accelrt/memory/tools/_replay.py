@@ -7,7 +7,9 @@ whose ``device_traces`` supply the entries. Each ``alloc`` and the first ``free_
 or ``free_completed`` of a live address are replayed in order through a fresh
 ``DeviceCachingAllocator`` on a :class:`SimulatedBackend` (no memory is touched, so an 8 GB
 trace replays anywhere); other actions are ignored, and so are frees of addresses allocated
-before recording began.
+before recording began. A snapshot's allocations made in private pools (``MemPool``, graph
+capture: a ``pool_id`` other than ``(0, 0)``) are replayed in private pools of the same ids
+(:class:`PoolPlan`).
 
 Pickles are read with :func:`load_pickle`, an unpickler that refuses every global: only plain
 data (dict, list, tuple, str, bytes, int, float, bool, None; no cycles, at most 64 levels
@@ -34,13 +36,15 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TextIO
 
 from ._files import file_name, parse_args, read_input, short_repr, terminal_safe
+from ._pools import PoolId, PoolPlan, PoolRouter, pool_plan, snapshot_pools
 from ..._errors import type_shown
 
-__all__ = ["H100_US", "NO_HISTORY_HINT", "NoHistoryError", "Op", "WrongFileKindError",
+__all__ = ["H100_US", "NO_HISTORY_HINT", "NoHistoryError", "Op", "PoolPlan", "WrongFileKindError",
            "device_trace", "driver_cost_us", "human_bytes", "is_pickle", "is_segment_list",
-           "load_pickle", "load_trace", "no_history_message", "private_pool_allocations",
-           "replay_main", "replay_ops",
-           "settings_text", "snapshot_entries", "snapshot_traces", "steady_start", "trace_ops"]
+           "load_pickle", "load_replay", "load_trace", "no_history_message", "pool_plan",
+           "private_pool_allocations", "replay_main", "replay_ops",
+           "settings_text", "snapshot_entries", "snapshot_pools", "snapshot_traces",
+           "steady_start", "trace_ops"]
 
 #: One replayed operation: (is_alloc, trace address, size in bytes, stream handle).
 Op = tuple[bool, int, int, int]
@@ -275,9 +279,9 @@ def private_pool_allocations(trace: list[Any]) -> int:
     """How many ``alloc`` entries of one device's snapshot trace were made in a private pool
     (a ``MemPool`` or a graph capture's pool: a ``pool_id`` other than ``(0, 0)``).
 
-    The replays put every allocation in the device's default pool, so where this is not 0
-    their peak reserved bytes can differ from the recorded run's (``accelrt memory tune``
-    says so).
+    The replays put each of them in a private pool of the same id (:func:`pool_plan`);
+    ``accelrt memory tune`` reports the count. Entries whose ``pool_id`` is malformed are not
+    counted (:func:`snapshot_pools` refuses them).
 
     Example::
 
@@ -331,7 +335,8 @@ def device_trace(traces: list[list[Any]], path: str, device: int | None = None
     return device, traces[device] if traces else []
 
 
-def _entries_from_snapshot(obj: Any, path: str, device: int | None) -> list[Any]:
+def _entries_from_snapshot(obj: Any, path: str, device: int | None
+                           ) -> tuple[list[Any], list[PoolId | None] | None]:
     traces = snapshot_traces(obj, path)
     device, trace = device_trace(traces, path, device)
     out = snapshot_entries(trace, path, device)
@@ -340,7 +345,7 @@ def _entries_from_snapshot(obj: Any, path: str, device: int | None) -> list[Any]
         raise NoHistoryError(no_history_message(
             path, f"device {device} of the snapshot" if others else "the snapshot")
             + (f"; devices with history: {', '.join(map(str, others))}" if others else ""))
-    return out
+    return out, snapshot_pools(trace, path, device)
 
 
 def load_trace(path: str, device: int | None = None) -> list[Any]:
@@ -365,6 +370,38 @@ def load_trace(path: str, device: int | None = None) -> list[Any]:
         >>> load_trace(example_file("t.json", b'{"trace": [["alloc", 16, 512, 0]]}'))
         [['alloc', 16, 512, 0]]
     """
+    return _load_entries(path, device)[0]
+
+
+def load_replay(path: str, device: int | None = None) -> tuple[list[Op], PoolPlan | None]:
+    """Read a trace file's replayed operations (:func:`load_trace`, :func:`trace_ops`) and,
+    for a snapshot whose history made allocations in private pools, their :class:`PoolPlan`
+    (``None`` otherwise: a JSON trace records no pools).
+
+    Raises:
+        As :func:`load_trace` and :func:`trace_ops`; ``ValueError`` also for a malformed
+        ``pool_id`` (:func:`snapshot_pools`).
+
+    Example::
+
+        >>> import pickle
+        >>> from accelrt.memory.tools._files import example_file
+        >>> from accelrt.memory.tools._replay import load_replay
+        >>> snap = {"device_traces": [[
+        ...     {"action": "alloc", "addr": 16, "size": 512, "stream": 0, "pool_id": (0, 1)}]]}
+        >>> ops, plan = load_replay(example_file("s.pickle", pickle.dumps(snap)))
+        >>> ops, plan.route
+        ([(True, 16, 512, 0)], ((0, 0, (0, 1)),))
+    """
+    path = file_name(path)
+    entries, pools = _load_entries(path, device)
+    ops = trace_ops(entries, path)
+    return ops, None if pools is None else pool_plan(entries, pools)
+
+
+def _load_entries(path: str, device: int | None
+                  ) -> tuple[list[Any], list[PoolId | None] | None]:
+    """:func:`load_trace`'s entries, with their pools (:func:`snapshot_pools`)."""
     path = file_name(path)
     _check_device(device)
     data = _read_bytes(path)
@@ -378,7 +415,7 @@ def load_trace(path: str, device: int | None = None) -> list[Any]:
     except ValueError as exc:   # JSONDecodeError, UnicodeDecodeError, over-long integers
         raise ValueError(f"{path}: neither JSON nor a snapshot pickle "
                          f"({terminal_safe(str(exc)[:200], one_line=True)})") from None
-    return _entries_from_json(obj, path)
+    return _entries_from_json(obj, path), None
 
 
 def _as_int(v: Any, what: str, i: int, path: str) -> int:
@@ -498,7 +535,7 @@ def _parse_conf(alloc_conf: str | None) -> Any:
 def replay_ops(ops: Sequence[Op], config: Any = None, *, name: str = "trace",
                progress: TextIO | None = None,
                on_chunk: Callable[[int], None] | None = None,
-               capacity: int | None = None) -> dict[str, Any]:
+               capacity: int | None = None, plan: PoolPlan | None = None) -> dict[str, Any]:
     """Replay operations through a fresh allocator on a :class:`SimulatedBackend`.
 
     Args:
@@ -510,6 +547,9 @@ def replay_ops(ops: Sequence[Op], config: Any = None, *, name: str = "trace",
             (``accelrt memory tune``'s progress bar).
         capacity: the simulated device's memory in bytes (``None``: 80 GiB); under it the
             allocator frees its cache and retries, or runs out of memory, as on a real device.
+        plan: where the history used private pools (:func:`pool_plan`; ``None``: every
+            allocation in the default pool): each allocation it routes is made in a private
+            pool of the same id, and the pools are released where it says.
 
     Returns:
         ``{"trace", "ops", "peak_live_bytes", "peak_reserved_bytes", "reserved_over_live",
@@ -531,15 +571,19 @@ def replay_ops(ops: Sequence[Op], config: Any = None, *, name: str = "trace",
         >>> replay_ops([(True, 1, 512, 0), (False, 1, 0, 0)])["device_mallocs"]
         1
     """
-    return _replay(ops, config, name, progress, on_chunk, capacity)[0]
+    routing = None if plan is None else plan.routing()
+    return _replay(ops, config, name, progress, on_chunk, capacity, routing)[0]
 
 
 def _replay(ops: Sequence[Op], config: Any, name: str, progress: TextIO | None,
-            on_chunk: Callable[[int], None] | None, capacity: int | None
+            on_chunk: Callable[[int], None] | None, capacity: int | None,
+            routing: tuple[dict[int, PoolId], dict[int, tuple[PoolId, ...]]] | None = None
             ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """:func:`replay_ops`'s result and the allocator's statistics."""
+    """:func:`replay_ops`'s result and the allocator's statistics (``routing``: from
+    :meth:`PoolPlan.routing`, ``None`` where no allocation is made in a private pool)."""
     alloc = _make_allocator(config, capacity)
     malloc, free = alloc.malloc, alloc.free
+    router = None if routing is None else PoolRouter(alloc, routing)
     handles: dict[int, int] = {}
     bar = _Progress(progress, name, len(ops))
     clock = time.perf_counter
@@ -554,15 +598,20 @@ def _replay(ops: Sequence[Op], config: Any, name: str, progress: TextIO | None,
                 before_steady = _driver_calls(alloc.backend.calls(0))
             chunk = ops[start:bounds[k + 1] if k + 1 < len(bounds) else len(ops)]
             t0 = clock()
-            for is_alloc, addr, size, stream in chunk:
-                if is_alloc:
-                    handles[addr] = malloc(size, stream)
-                else:
-                    free(handles.pop(addr))
+            if router is None:
+                for is_alloc, addr, size, stream in chunk:
+                    if is_alloc:
+                        handles[addr] = malloc(size, stream)
+                    else:
+                        free(handles.pop(addr))
+            else:
+                router.run(chunk, start, handles)
             elapsed += clock() - t0
             bar.update(start + len(chunk))
             if on_chunk is not None:
                 on_chunk(len(chunk))
+        if router is not None:
+            router.finish(len(ops))
     finally:
         bar.close()
     st = alloc.stats()
@@ -721,11 +770,12 @@ def replay_main(argv: Sequence[str] | None = None) -> int:
     status = 0
     for path in args.traces:
         try:
-            ops = trace_ops(load_trace(path, args.device), path)
+            ops, plan = load_replay(path, args.device)
             if len(ops) < _PROGRESS_MIN_OPS:
-                row = replay_ops(ops, config, name=_trace_name(path))
+                row = replay_ops(ops, config, name=_trace_name(path), plan=plan)
             else:
-                row = replay_ops(ops, config, name=_trace_name(path), progress=progress)
+                row = replay_ops(ops, config, name=_trace_name(path), progress=progress,
+                                 plan=plan)
         except OutOfMemoryError as exc:     # the allocator's message does not name the file
             print(f"accelrt replay: error: {terminal_safe(path, one_line=True)}: out of memory "
                   f"on the simulated device: {terminal_safe(str(exc), one_line=True)}",

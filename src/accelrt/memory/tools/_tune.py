@@ -59,7 +59,9 @@ from ._replay import (
     is_pickle,
     load_pickle,
     no_history_message,
-    private_pool_allocations,
+    snapshot_pools,
+    PoolPlan,
+    pool_plan,
     snapshot_entries,
     snapshot_traces,
     trace_ops,
@@ -137,9 +139,11 @@ class Workload:
             ``"reserved"`` (the allocator's reserved bytes then, ``None`` if unknown)``}``.
         capacity: the device memory the file records, or ``None``.
         capacity_source: how ``capacity`` was found (``""`` when it was not).
-        private_pool_allocs: how many of its allocations a snapshot records in a private pool
-            (:func:`~accelrt.memory.tools._replay.private_pool_allocations`), replayed in the
-            default pool.
+        private_pool_allocs: how many of its replayed allocations a snapshot records in a
+            private pool (``MemPool``, graph capture); each setting replays them in private
+            pools of the same ids (``plan``).
+        plan: where the history used private pools
+            (:class:`~accelrt.memory.tools._replay.PoolPlan`; ``None`` if it did not).
     """
 
     ops: list[Op]
@@ -149,6 +153,7 @@ class Workload:
     capacity: int | None
     capacity_source: str
     private_pool_allocs: int = 0
+    plan: PoolPlan | None = None
 
 
 def _reserved_at_ooms(snapshot: dict[str, Any], entries: list[Any], device: int, path: str
@@ -228,7 +233,7 @@ def read_workload(path: str, device: int | None = None) -> Workload:
     _check_device(device)
     data = _read_bytes(path)
     settings: Any = None
-    pooled = 0
+    pools = None
     oom_at: list[tuple[int, int, int]] = []
     free: list[int | None] = []
     reserved: list[int | None] = []
@@ -250,7 +255,7 @@ def read_workload(path: str, device: int | None = None) -> Workload:
                 free.append(f if isinstance(f, int) and not isinstance(f, bool)
                             and 0 <= f < 1 << 64 else None)
         reserved = _reserved_at_ooms(obj, entries, device, path)
-        pooled = private_pool_allocations(raw)
+        pools = snapshot_pools(raw, path, device)
     else:
         try:
             obj = json.loads(data)
@@ -289,7 +294,9 @@ def read_workload(path: str, device: int | None = None) -> Workload:
                             and o["reserved"] + o["device_free"] == capacity)
         source = (f"from the recorded out-of-memory: {human_bytes(held)} reserved + "
                   f"{human_bytes(free_b)} free on the device")
-    return Workload(ops, settings, device, ooms, capacity, source, pooled)
+    plan = None if pools is None else pool_plan(entries, pools)
+    pooled = 0 if plan is None else len(plan.route)
+    return Workload(ops, settings, device, ooms, capacity, source, pooled, plan)
 
 
 def load_workload(path: str, device: int | None = None) -> tuple[list[Op], Any, int]:
@@ -529,14 +536,14 @@ class _Progress:
 
 
 def _run(ops: Sequence[Op], setting: str, on_chunk: Callable[[int], None] | None,
-         capacity: int) -> dict[str, Any]:
+         capacity: int, routing: Any = None) -> dict[str, Any]:
     from ..._errors import OutOfMemoryError
     from .. import _config
     cfg = _config.parse_config(setting)
     row: dict[str, Any] = {"setting": setting, "pytorch_compatible": _is_pytorch(setting),
                            "capped": _fraction(setting) is not None}
     try:
-        r, st = _replay(ops, cfg, "trace", None, on_chunk, capacity)
+        r, st = _replay(ops, cfg, "trace", None, on_chunk, capacity, routing)
     except OutOfMemoryError:
         row.update(oom=True, peak_reserved_bytes=None, device_mallocs=None, vm_maps=None,
                    driver_us_h100=None, us_per_op=None, alloc_retries=None)
@@ -578,10 +585,20 @@ def with_oom_requests(ops: Sequence[Op], ooms: Sequence[dict[str, Any]]) -> list
     return out
 
 
+def _routing(plan: PoolPlan | None, ooms: Sequence[dict[str, Any]]) -> Any:
+    """``plan``'s routing of the operations with ``ooms`` put back (``None`` without a plan)."""
+    if plan is None:
+        return None
+    if len(plan.ooms) != len(ooms):
+        raise ValueError(f"plan records {len(plan.ooms)} out-of-memory request(s) but ooms "
+                         f"holds {len(ooms)}: pass the plan and ooms of one Workload")
+    return plan.routing(with_ooms=True)
+
+
 def tune_ops(ops: Sequence[Op], recorded: str = "", *, name: str = "trace",
              progress: TextIO | None = None, device_memory: int | None = None,
              ooms: Sequence[dict[str, Any]] = (), capacity_source: str = "",
-             settings_recorded: bool = False) -> dict[str, Any]:
+             settings_recorded: bool = False, plan: PoolPlan | None = None) -> dict[str, Any]:
     """Replay ``ops`` under every candidate setting and rank them.
 
     Args:
@@ -599,6 +616,9 @@ def tune_ops(ops: Sequence[Op], recorded: str = "", *, name: str = "trace",
         capacity_source: how ``device_memory`` was found, for the report.
         settings_recorded: whether the file recorded its settings (``recorded == ""`` is then
             the recorded defaults, not a guess).
+        plan: where the history used private pools (:attr:`Workload.plan`, whose ``ooms``
+            are ``ooms``): every setting replays those allocations in private pools of the
+            same ids (``None``: all in the default pool).
 
     Returns:
         ``{"trace", "ops", "peak_live_bytes", "recorded_setting", "settings_recorded",
@@ -635,6 +655,7 @@ def tune_ops(ops: Sequence[Op], recorded: str = "", *, name: str = "trace",
         raise ValueError(f"device_memory must be a positive number of bytes, got "
                          f"{device_memory!r}")
     capacity = _SIMULATED_TOTAL if device_memory is None else device_memory
+    routing = _routing(plan, ooms)
     live_ops = list(ops)
     ops = with_oom_requests(ops, ooms)
     first = candidate_settings(live_ops, recorded)
@@ -646,7 +667,7 @@ def tune_ops(ops: Sequence[Op], recorded: str = "", *, name: str = "trace",
         if any(r["setting"] == setting for r in rows):
             return next(r for r in rows if r["setting"] == setting)
         bar.label = f"setting {len(rows) + 1}"
-        row = _run(ops, setting, bar.advance, capacity)
+        row = _run(ops, setting, bar.advance, capacity, routing)
         rows.append(row)
         return row
 
@@ -764,8 +785,8 @@ def format_tune(result: dict[str, Any], path: str, device: int) -> str:
     pooled = result.get("private_pool_allocs") or 0
     if pooled:
         lines.append(f"private pools: {pooled:,} of the allocations were made in a private pool "
-                     "(MemPool, graph capture); every setting replays them in the default pool, "
-                     "so peak reserved can differ from the recorded run's")
+                     "(MemPool, graph capture); every setting replays them in a private pool of "
+                     "the same id")
     for size in result.get("too_large") or []:
         lines.append(f"the request of {human_bytes(size)} that ran out of memory alone exceeds "
                      f"{_device_text(result)}: no setting can fit it; make that request "
@@ -942,7 +963,7 @@ def tune_main(argv: Sequence[str] | None = None) -> int:
         progress = sys.stderr if total >= _PROGRESS_MIN_OPS and sys.stderr.isatty() else None
         result = tune_ops(w.ops, recorded, name=_trace_name(args.path), progress=progress,
                           device_memory=device_memory, ooms=w.ooms, capacity_source=source,
-                          settings_recorded=settings_recorded(w.settings))
+                          settings_recorded=settings_recorded(w.settings), plan=w.plan)
         result["private_pool_allocs"] = w.private_pool_allocs
     except (OSError, ValueError, MemoryError, RecursionError, OverflowError) as exc:
         print(f"accelrt memory tune: error: {terminal_safe(str(exc), one_line=True)}",
