@@ -54,3 +54,27 @@ def test_the_largest_graph_pool_id_is_still_one() -> None:
     stream.close()
     gc.collect()
     memory.empty_cache()
+
+
+@pytest.mark.parametrize("max_version, versioned", [
+    ((1 << 70, 0), True), ((1 << 63, 0), True), ((1, 1 << 70), True),
+    ((-(1 << 70), 0), False), ((0, 1 << 70), False)])
+def test_dlpack_max_version_beyond_a_c_long(max_version: tuple[int, int],
+                                            versioned: bool) -> None:
+    # torch 2.15: t.__dlpack__(max_version=(2**70, 0)) is a "dltensor_versioned" capsule
+    # (its __dlpack__ compares Python ints); (-2**70, 0) a legacy "dltensor" one. Before: the
+    # host path passed the tuple to numpy, which raised OverflowError ("Python int too large
+    # to convert to C long"); the opencl path already compared Python ints.
+    a = acc.asarray(np.arange(4.0), device=DEV)
+    capsule = a.__dlpack__(max_version=max_version)
+    name = "dltensor_versioned" if versioned else "dltensor"
+    assert f'capsule object "{name}"' in repr(capsule)
+
+    class Producer:
+        def __dlpack__(self, **kwargs: Any) -> Any:
+            return a.__dlpack__(max_version=max_version)
+
+        def __dlpack_device__(self) -> tuple[int, int]:
+            return a.__dlpack_device__()
+
+    assert np.from_dlpack(Producer()).tolist() == [0.0, 1.0, 2.0, 3.0]
