@@ -12,6 +12,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (RuleBasedStateMachine, invariant, precondition, rule,
+                                 run_state_machine_as_test)
 
 import accelrt as acc
 from accelrt import memory
@@ -78,3 +82,155 @@ def test_dlpack_max_version_beyond_a_c_long(max_version: tuple[int, int],
             return a.__dlpack_device__()
 
     assert np.from_dlpack(Producer()).tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+# ---------------------------------------------------------------------- the stateful model
+
+def _rounded(size: int) -> int:
+    """The block size the caching allocator gives a request (PyTorch's round_size with the
+    default configuration: multiples of 512 bytes, at least 512)."""
+    return max(512, -(-size // 512) * 512)
+
+
+class PoolMachine(RuleBasedStateMachine):
+    """Private pools made, entered (nested, in any order of pools), left and dropped while
+    arrays and raw allocations are made inside and outside them and freed in any order,
+    with ``empty_cache`` and peak resets in between: ``memory_stats`` must count exactly
+    what a model counts, and at the end everything goes back to the device."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+        self.pools: list[memory.MemPool] = []
+        self.entered: list[tuple[Any, memory.MemPool]] = []   # open use_mem_pool contexts
+        # (kind, array or ptr, size asked, size of its block)
+        self.live: list[tuple[str, Any, int, int]] = []
+        memory.reset_peak_memory_stats(DEV)
+        self.peak = 0
+        self.keys = [f"{k}.{p}.{f}" for k in ("allocation", "segment", "active",
+                                               "allocated_bytes", "reserved_bytes",
+                                               "requested_bytes", "active_bytes",
+                                               "inactive_split", "inactive_split_bytes")
+                     for p in ("all", "small_pool", "large_pool")
+                     for f in ("current", "peak", "allocated", "freed")]
+
+    def _current(self) -> int:
+        return sum(block for _, _, _, block in self.live)
+
+    def _allocated(self, kind: str, obj: Any, size: int, before: int) -> None:
+        # the block: the size rounded, or a whole cached block whose remainder was too small
+        # to split off (PyTorch's should_split: under 512 bytes, or 1 MiB in the large pool)
+        block = memory.memory_allocated(DEV) - before
+        assert _rounded(size) <= block <= _rounded(size) + (1 << 20), (size, block)
+        self.live.append((kind, obj, size, block))
+        self.peak = max(self.peak, self._current())
+
+    @rule()
+    def new_pool(self) -> None:
+        self.pools.append(memory.MemPool())
+
+    @precondition(lambda self: bool(self.pools))
+    @rule(data=st.data())
+    def drop_pool(self, data: st.DataObject) -> None:
+        self.pools.pop(data.draw(st.integers(0, len(self.pools) - 1)))
+        gc.collect()
+
+    @precondition(lambda self: bool(self.pools))
+    @rule(data=st.data())
+    def enter(self, data: st.DataObject) -> None:
+        pool = self.pools[data.draw(st.integers(0, len(self.pools) - 1))]
+        cm = memory.use_mem_pool(pool, DEV)
+        if any(p is pool for _, p in self.entered):
+            # PyTorch: "beginAllocateToPool: already recording to mempool_id"
+            with pytest.raises(RuntimeError):
+                cm.__enter__()
+            return
+        cm.__enter__()
+        self.entered.append((cm, pool))
+
+    @precondition(lambda self: bool(self.entered))
+    @rule(raising=st.booleans())
+    def leave(self, raising: bool) -> None:
+        cm, _ = self.entered.pop()
+        if raising:   # an exception leaving the block: not swallowed, the pool released
+            exc = KeyError("inside")
+            assert not cm.__exit__(KeyError, exc, None)
+        else:
+            cm.__exit__(None, None, None)
+
+    @rule(size=st.integers(0, 3 << 20))
+    def alloc_array(self, size: int) -> None:
+        before = memory.memory_allocated(DEV)
+        a = acc.empty(size, dtype="uint8", device=DEV)
+        if size:
+            self._allocated("array", a, size, before)
+
+    @rule(size=st.integers(1, 3 << 20))
+    def alloc_raw(self, size: int) -> None:
+        before = memory.memory_allocated(DEV)
+        self._allocated("raw", memory.caching_allocator_alloc(size, DEV), size, before)
+
+    @precondition(lambda self: bool(self.live))
+    @rule(data=st.data())
+    def free(self, data: st.DataObject) -> None:
+        kind, obj, _, _ = self.live.pop(data.draw(st.integers(0, len(self.live) - 1)))
+        if kind == "raw":
+            memory.caching_allocator_delete(obj)
+            with pytest.raises(ValueError, match="invalid device pointer"):
+                memory.caching_allocator_delete(obj)   # twice: refused, nothing changes
+        del obj
+
+    @rule()
+    def empty_cache(self) -> None:
+        memory.empty_cache()
+
+    @rule()
+    def reset_peak(self) -> None:
+        memory.reset_peak_memory_stats(DEV)
+        self.peak = self._current()
+
+    @invariant()
+    def stats_are_exact(self) -> None:
+        s = dict.fromkeys(self.keys, 0)
+        s.update(memory.memory_stats(DEV))   # empty before the device's first allocation
+        n, requested = len(self.live), sum(size for _, _, size, _ in self.live)
+        assert s["allocation.all.current"] == n
+        assert s["active.all.current"] == n
+        assert s["requested_bytes.all.current"] == requested
+        assert s["allocated_bytes.all.current"] == self._current() == memory.memory_allocated(DEV)
+        assert s["allocated_bytes.all.peak"] == self.peak == memory.max_memory_allocated(DEV)
+        assert s["reserved_bytes.all.current"] >= s["allocated_bytes.all.current"]
+        for kind in ("allocation", "segment", "active", "allocated_bytes", "reserved_bytes",
+                     "requested_bytes", "active_bytes", "inactive_split",
+                     "inactive_split_bytes"):
+            for pool in ("small_pool", "large_pool"):
+                st_ = f"{kind}.{pool}"
+                assert (s[f"{st_}.current"]
+                        == s[f"{st_}.allocated"] - s[f"{st_}.freed"]), st_
+                assert s[f"{st_}.peak"] >= s[f"{st_}.current"], st_
+        segments = memory.memory_snapshot()
+        assert sum(sg["allocated_size"] for sg in segments if sg["device"] == 0) \
+            == self._current()
+        assert sum(sg["total_size"] for sg in segments if sg["device"] == 0) \
+            == memory.memory_reserved(DEV)
+
+    def teardown(self) -> None:
+        while self.entered:
+            self.entered.pop()[0].__exit__(None, None, None)
+        while self.live:
+            kind, obj, _, _ = self.live.pop()
+            if kind == "raw":
+                memory.caching_allocator_delete(obj)
+            del obj
+        self.pools.clear()
+        gc.collect()
+        memory.empty_cache()
+        assert memory.memory_allocated(DEV) == 0
+        assert memory.memory_reserved(DEV) == 0, memory.memory_snapshot()
+
+
+def test_private_pools_keep_the_statistics_exact() -> None:
+    with leak_check():
+        run_state_machine_as_test(
+            PoolMachine, settings=settings(max_examples=60, stateful_step_count=25,
+                                           deadline=None))
