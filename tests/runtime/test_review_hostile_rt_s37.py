@@ -105,6 +105,8 @@ class PoolMachine(RuleBasedStateMachine):
         self.entered: list[tuple[Any, memory.MemPool]] = []   # open use_mem_pool contexts
         # (kind, array or ptr, size asked, size of its block)
         self.live: list[tuple[str, Any, int, int]] = []
+        self.graphs: list[acc.Graph] = []
+        self.stream = acc.Stream(DEV)
         memory.reset_peak_memory_stats(DEV)
         self.peak = 0
         self.keys = [f"{k}.{p}.{f}" for k in ("allocation", "segment", "active",
@@ -120,7 +122,9 @@ class PoolMachine(RuleBasedStateMachine):
     def _allocated(self, kind: str, obj: Any, size: int, before: int) -> None:
         # the block: the size rounded, or a whole cached block whose remainder was too small
         # to split off (PyTorch's should_split: under 512 bytes, or 1 MiB in the large pool)
-        block = memory.memory_allocated(DEV) - before
+        self._track(kind, obj, size, memory.memory_allocated(DEV) - before)
+
+    def _track(self, kind: str, obj: Any, size: int, block: int) -> None:
         assert _rounded(size) <= block <= _rounded(size) + (1 << 20), (size, block)
         self.live.append((kind, obj, size, block))
         self.peak = max(self.peak, self._current())
@@ -180,6 +184,50 @@ class PoolMachine(RuleBasedStateMachine):
                 memory.caching_allocator_delete(obj)   # twice: refused, nothing changes
         del obj
 
+    @rule(data=st.data(), sizes=st.lists(st.integers(1, 3 << 20), min_size=1, max_size=3),
+          fail=st.booleans())
+    def capture(self, data: st.DataObject, sizes: list[int], fail: bool) -> None:
+        """A graph captured into a new pool, a MemPool of the list or another graph's pool,
+        its arrays kept; an exception inside the capture (the capture ends, the arrays made
+        inside stay allocated until dropped) or a replay after it."""
+        choices: list[Any] = [None, *self.pools, *(g.pool() for g in self.graphs)]
+        pool = choices[data.draw(st.integers(0, len(choices) - 1))]
+        graph = acc.Graph(pool=pool)
+        stream = self.stream
+        if pool is not None and any(p.id == getattr(pool, "id", pool) for _, p in self.entered):
+            # PyTorch: "beginAllocateToPool: already recording to mempool_id"
+            with pytest.raises(RuntimeError):
+                with acc.graph(graph, stream=stream):
+                    pass
+            return
+        made: list[tuple[Any, int, int]] = []
+        try:
+            with acc.graph(graph, stream=stream):
+                for size in sizes:
+                    before = memory.memory_allocated(DEV)
+                    a = acc.empty(size, dtype="uint8", device=DEV)
+                    made.append((a, size, memory.memory_allocated(DEV) - before))
+                    a.fill_(7)
+                if fail:
+                    raise KeyError("inside the capture")
+        except KeyError:
+            pass
+        else:
+            graph.replay()
+            self.graphs.append(graph)
+        for a, size, block in made:
+            self._track("array", a, size, block)
+            self.peak = max(self.peak, self._current())
+
+    @precondition(lambda self: bool(self.graphs))
+    @rule(data=st.data(), reset=st.booleans())
+    def drop_graph(self, data: st.DataObject, reset: bool) -> None:
+        graph = self.graphs.pop(data.draw(st.integers(0, len(self.graphs) - 1)))
+        if reset:
+            graph.reset()
+        del graph
+        gc.collect()
+
     @rule()
     def empty_cache(self) -> None:
         memory.empty_cache()
@@ -223,7 +271,9 @@ class PoolMachine(RuleBasedStateMachine):
                 memory.caching_allocator_delete(obj)
             del obj
         self.pools.clear()
+        self.graphs.clear()
         gc.collect()
+        self.stream.close()
         memory.empty_cache()
         assert memory.memory_allocated(DEV) == 0
         assert memory.memory_reserved(DEV) == 0, memory.memory_snapshot()
