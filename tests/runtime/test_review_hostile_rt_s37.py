@@ -100,7 +100,6 @@ class PoolMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-
         self.pools: list[memory.MemPool] = []
         self.entered: list[tuple[Any, memory.MemPool]] = []   # open use_mem_pool contexts
         # (kind, array or ptr, size asked, size of its block)
@@ -115,6 +114,24 @@ class PoolMachine(RuleBasedStateMachine):
                                                "inactive_split", "inactive_split_bytes")
                      for p in ("all", "small_pool", "large_pool")
                      for f in ("current", "peak", "allocated", "freed")]
+        start = self._stats()
+        self.drift = {f"{k}.{p}": self._drift(start, f"{k}.{p}")
+                      for k in ("allocation", "segment", "active", "allocated_bytes",
+                                "reserved_bytes", "requested_bytes", "active_bytes",
+                                "inactive_split", "inactive_split_bytes")
+                      for p in ("small_pool", "large_pool")}
+
+    def _stats(self) -> dict[str, int]:
+        s = dict.fromkeys(self.keys, 0)
+        s.update(memory.memory_stats(DEV))   # empty before the device's first allocation
+        return s
+
+    @staticmethod
+    def _drift(s: dict[str, int], name: str) -> int:
+        """``current - (allocated - freed)``: constant while nothing resets the accumulated
+        counts (zero unless an earlier reset_accumulated_memory_stats ran with a count
+        above zero)."""
+        return s[f"{name}.current"] - s[f"{name}.allocated"] + s[f"{name}.freed"]
 
     def _current(self) -> int:
         return sum(block for _, _, _, block in self.live)
@@ -239,8 +256,7 @@ class PoolMachine(RuleBasedStateMachine):
 
     @invariant()
     def stats_are_exact(self) -> None:
-        s = dict.fromkeys(self.keys, 0)
-        s.update(memory.memory_stats(DEV))   # empty before the device's first allocation
+        s = self._stats()
         n, requested = len(self.live), sum(size for _, _, size, _ in self.live)
         assert s["allocation.all.current"] == n
         assert s["active.all.current"] == n
@@ -253,8 +269,7 @@ class PoolMachine(RuleBasedStateMachine):
                      "inactive_split_bytes"):
             for pool in ("small_pool", "large_pool"):
                 st_ = f"{kind}.{pool}"
-                assert (s[f"{st_}.current"]
-                        == s[f"{st_}.allocated"] - s[f"{st_}.freed"]), st_
+                assert self._drift(s, st_) == self.drift[st_], st_
                 assert s[f"{st_}.peak"] >= s[f"{st_}.current"], st_
         segments = memory.memory_snapshot()
         assert sum(sg["allocated_size"] for sg in segments if sg["device"] == 0) \
