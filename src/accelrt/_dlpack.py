@@ -375,7 +375,11 @@ def numpy_capsule(view: np.ndarray, max_version: Any, copy: bool | None,
     """
     kwargs: dict[str, Any] = {}
     if max_version is not None:
-        kwargs["max_version"] = max_version
+        # numpy reads the major version as a C long (OverflowError beyond it); any version
+        # past int32 means the same to it as to PyTorch's __dlpack__, which compares
+        # Python ints: "a versioned capsule" (a negative one: a legacy capsule)
+        kwargs["max_version"] = tuple(max(-(1 << 31), min(int(v), (1 << 31) - 1))
+                                      for v in max_version)
     if copy is not None:
         kwargs["copy"] = copy
     capsule = view.__dlpack__(**kwargs)

@@ -28,7 +28,13 @@ def _pool_id(pool: Any) -> tuple[int, int] | None:
     pid = getattr(pool, "id", pool)
     if (isinstance(pid, tuple) and len(pid) == 2
             and all(isinstance(v, int) and not isinstance(v, bool) for v in pid)):
-        return pid
+        if all(0 <= v < 1 << 64 for v in pid):
+            return pid
+        # PyTorch's MempoolId_t is a pair of unsigned 64-bit ints (CaptureId_t): its binding
+        # refuses anything else with TypeError ("incompatible function arguments")
+        raise TypeError(f"pool id {shown(pid):.80} is out of range: a pool id is a pair of "
+                        "ints in [0, 2**64) (PyTorch's MempoolId_t); pass Graph.pool(), "
+                        "graph_pool_handle() or a MemPool")
     raise TypeError(f"pool must be None, a pool id from Graph.pool() / graph_pool_handle(), "
                     f"or a MemPool, got {shown(pool)}")
 
