@@ -22,14 +22,23 @@ _CAPTURE_MODES = ("default", "global", "thread_local", "relaxed")
 
 
 def _pool_id(pool: Any) -> tuple[int, int] | None:
-    """Normalise a ``pool`` argument: None, a pool id tuple, or a ``MemPool``."""
+    """Normalise a ``pool`` argument: None, a pool id tuple, or a ``MemPool``; ``(0, 0)`` is
+    None (no pool to share), as in PyTorch."""
     if pool is None:
         return None
     pid = getattr(pool, "id", pool)
     if (isinstance(pid, tuple) and len(pid) == 2
             and all(isinstance(v, int) and not isinstance(v, bool) for v in pid)):
         if all(0 <= v < 1 << 64 for v in pid):
-            return pid
+            if pid[0] and pid[1]:
+                # PyTorch's CUDAGraph::capture_begin asserts that at most one half is set: a
+                # capture's own pool is (n, 0), a user's (graph_pool_handle, MemPool) (0, n)
+                raise RuntimeError(f"pool id {shown(pid):.80} is no pool id: one half of it "
+                                   "must be 0 ((n, 0) from a capture, (0, n) from "
+                                   "graph_pool_handle() or a MemPool); pass Graph.pool(), "
+                                   "graph_pool_handle() or a MemPool")
+            # (0, 0) asks for no pool to share, as in PyTorch: the capture makes its own
+            return pid if pid[0] or pid[1] else None
         # PyTorch's MempoolId_t is a pair of unsigned 64-bit ints (CaptureId_t): its binding
         # refuses anything else with TypeError ("incompatible function arguments")
         raise TypeError(f"pool id {shown(pid):.80} is out of range: a pool id is a pair of "
