@@ -883,11 +883,10 @@ class graph:
     """Context manager that captures the work of its body into ``cuda_graph``
     (``torch.cuda.graph``).
 
-    It synchronizes the device, collects garbage and empties the allocator's cache, then
-    captures on ``stream`` (default: a side stream of the current device, shared by all
-    ``graph`` contexts on that device; of the current accelerator, or of the backend a device
-    module's graph belongs to: ``accelrt.graph(accelrt.cpu.Graph())`` captures cpu work
-    whatever the current accelerator) with allocations going to the graph's private pool.
+    It synchronizes the device and empties the allocator's cache, then captures on
+    ``stream`` (default: a side stream of the current device of the graph's backend, shared
+    by all ``graph`` contexts there; ``accelrt.graph(accelrt.cpu.Graph())`` captures cpu
+    work whatever the current accelerator) with allocations going to the graph's pool.
     If the body raises, the capture is still ended (as in PyTorch) and the body's exception
     propagates; call :meth:`Graph.reset` before capturing again.
 
@@ -900,7 +899,6 @@ class graph:
             tensor-liveness options; only False here (they need PyTorch's kernels/tensors).
         annotation_config: the annotations' options (torch 2.15): checked as torch checks
             them (an unknown key or value raises ``ValueError``), then unused.
-
     A :class:`Graph` made with ``pool=`` shares that pool when ``pool`` is not given here.
 
     ``graph.default_capture_stream`` (``torch.cuda.graph``'s class attribute): set it to a
@@ -975,9 +973,8 @@ class graph:
     def __enter__(self) -> None:
         s = self.capture_stream
         b, index = s._b, s._index
-        _stream._synchronize(b, index)   # as torch.cuda.graph: not a checked sync
-        # no gc.collect(): torch 2.15 collects only under torch.compiler.config's
-        # force_cudagraph_gc (False by default), for its cost before every capture
+        # not a checked sync; no gc.collect(), as torch 2.15 without force_cudagraph_gc
+        _stream._synchronize(b, index)
         from .memory import _allocator
         a = _allocator.peek_allocator(b.name, index)
         if a is not None:
