@@ -12,13 +12,24 @@ gloo, one process).
   ``get_default_backend_for_device("xla")`` still named it. ``unregister_backend("MPI")``
   passed the built-in check silently. The name is lower-cased now, as ``register_backend``
   stores it.
+* ``barrier(device_ids=[np.int64(0)])`` raised ``TypeError`` "device_ids must be a list of
+  device indices"; torch 2.15 takes numpy ints there (its ``BarrierOptions.device_ids`` and
+  ``torch.device(type, index)`` read them as ints), and refuses ``np.bool_`` as it refuses
+  ``True`` and a negative numpy index as a negative int ("Device index must not be
+  negative").
 """
 
 from __future__ import annotations
 
+import importlib.util
+
+import numpy as np
 import pytest
 
 import accelrt.distributed as dist
+
+HAVE_MPI = importlib.util.find_spec("mpi4py") is not None
+needs_mpi = pytest.mark.skipif(not HAVE_MPI, reason="mpi4py is not installed")
 
 
 def test_unregister_takes_the_name_as_register_backend_stored_it() -> None:
@@ -46,3 +57,15 @@ def test_unregister_takes_the_name_as_register_backend_stored_it() -> None:
             unregister_backend(name)
     assert dist.Backend.default_device_backend_map == before and dist.Backend.MPI == "mpi"
 
+
+@needs_mpi
+def test_barrier_device_ids_takes_numpy_ints_as_torch(one_rank_world: None) -> None:
+    assert dist.barrier(device_ids=[np.int64(0)]) is None
+    assert dist.barrier(device_ids=[np.int32(3)]) is None   # cpu: the index is not used
+    w = dist.barrier(async_op=True, device_ids=[np.int64(0)])
+    assert w is not None and w.wait()
+    with pytest.raises(TypeError, match="device_ids must be a list of device indices"):
+        dist.barrier(device_ids=[np.bool_(True)])
+    with pytest.raises(RuntimeError, match="Device index must not be negative"):
+        dist.barrier(device_ids=[np.int64(-1)])
+    assert dist.barrier() is None   # the group is left usable
