@@ -106,7 +106,7 @@ def all_reduce(tensor: ArrayArg, op: ReduceOp | PremulSum = ReduceOp.SUM, group:
     if COALESCING and g in COALESCING:   # inside _coalescing_manager: recorded, not run
         return record(g, "all_reduce", tensor, None, op, async_op)
     # (only a ReduceOp itself: its members hash and compare as their numbers, so a plain
-    # 1 or True would find the PRODUCT plan; torch refuses them with a TypeError)
+    # 1 or True would find the AVG plan; torch refuses them with a TypeError)
     if g is not None and type(tensor) is Array and type(op) is ReduceOp:
         # idle streams, host memory and a plan left by an earlier call: call MPI right here
         mem = tensor._mem
@@ -852,9 +852,10 @@ def barrier(group: GroupArg = None, async_op: bool = False,
     if g is None:
         return None
     # torch 2.15 reads device_ids only when it is a list (a tuple too is ignored), and then
-    # its first item: [] is its IndexError
+    # its first item: [] is its IndexError; numpy ints are indices there too (not bools)
     if isinstance(device_ids, list):
-        if not all(isinstance(d, int) and not isinstance(d, bool) for d in device_ids):
+        if not all(isinstance(d, (int, np.integer)) and not isinstance(d, (bool, np.bool_))
+                   for d in device_ids):
             raise TypeError(f"device_ids must be a list of device indices, got {device_ids!r}")
         if not device_ids:
             raise _EmptyListError("list index out of range: barrier(device_ids=[]) reads its "

@@ -619,9 +619,14 @@ def register_backend(name: str, func: EngineFactory,
 def unregister_backend(name: str) -> None:
     """Remove engine ``name`` added by :func:`register_backend` (``Backend._unregister``).
 
+    ``name`` is lower-cased first, as :func:`register_backend` stores it (``"MyEngine"``
+    unregisters what ``register_backend("MyEngine", ...)`` registered).
+
     Raises:
         ValueError: ``name`` is a built-in engine.
     """
+    if isinstance(name, str):
+        name = name.lower()
     if name in _BUILTIN:
         raise ValueError("the built-in engines cannot be unregistered")
     _ENGINES.pop(name, None)
