@@ -69,3 +69,16 @@ def test_barrier_device_ids_takes_numpy_ints_as_torch(one_rank_world: None) -> N
     with pytest.raises(RuntimeError, match="Device index must not be negative"):
         dist.barrier(device_ids=[np.int64(-1)])
     assert dist.barrier() is None   # the group is left usable
+
+
+def test_register_backend_with_no_devices_serves_none() -> None:
+    """torch 2.15's ``register_backend(..., devices=[])`` records an empty capability and makes
+    the engine no device type's default; accelrt read ``[]`` as "every device type"."""
+    from accelrt.distributed._mpi import MpiEngine
+    before = dict(dist.Backend.default_device_backend_map)
+    dist.register_backend("s37noneng", MpiEngine.create, devices=[])
+    try:
+        assert dist.Backend.backend_capability["s37noneng"] == []
+        assert dist.Backend.default_device_backend_map == before
+    finally:
+        dist.Backend._unregister("s37noneng")

@@ -604,7 +604,9 @@ def register_backend(name: str, func: EngineFactory,
     low = name.lower()
     if low in _ENGINES or low == "undefined":
         raise ValueError(f"backend {name!r} is already registered")
-    devs = (devices,) if isinstance(devices, str) else tuple(devices or ("cpu", "opencl", "cuda"))
+    # (None: every device type; an empty list serves none, as torch's)
+    devs = ((devices,) if isinstance(devices, str) else
+            ("cpu", "opencl", "cuda") if devices is None else tuple(devices))
     _ENGINES[low] = EngineRegistration(func, devs, bool(per_device))
     Backend.backend_list.append(low)
     Backend.backend_capability[low] = list(devs)
