@@ -1,9 +1,19 @@
 """Session-37 review of the runtime, memory-tools and typing changes: each test failed before
-its fix."""
+its fix (the NVTX tool test pins the attached-tool path the fix keeps). The expected NVTX
+answers are torch 2.15.0's, observed with its CPU build on the same environment (no tool, a
+variable naming no library, the 32-bit variable, and the minimal tool compiled below)."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
 import time
+from pathlib import Path
+
+import pytest
 
 from accelrt.memory.tools._pools import PoolPlan
 from accelrt.memory.tools._replay import _make_allocator
@@ -59,3 +69,83 @@ def test_a_released_pool_is_still_emptied_by_its_own_empty_cache() -> None:
     assert [s["segment_pool_id"] for s in a.snapshot_segments()] == [(0, 2)]
     a.empty_cache()
     assert a.snapshot_segments() == []
+
+
+# ---------------------------------------------------------------- nvtx: is a tool attached?
+
+_PUSH_POP = ("import accelrt as acc; n = acc.cuda.nvtx; "
+             "print(n.range_push('a'), n.range_push('b'), n.range_pop(), n.range_pop(), "
+             "n.range_pop())")
+
+
+def _nvtx_run(env_extra: dict[str, str], code: str = _PUSH_POP) -> str:
+    """Run ``code`` (by default ``range_push`` twice and ``range_pop`` three times) in a fresh
+    process (NVTX decides at its first call whether a tool is attached); what it prints."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NVTX_")}
+    env.update(env_extra)
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=60, check=False)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+@pytest.fixture
+def nvtx_with_domains() -> None:
+    """The nvtx package (0.2.12 or later: it says whether NVTX's default domain is enabled)."""
+    pytest.importorskip("nvtx")
+    pytest.importorskip("nvtx._lib.lib").DummyDomain   # noqa: B018
+
+
+@pytest.mark.usefixtures("nvtx_with_domains")
+@pytest.mark.parametrize("var", ["NVTX_INJECTION64_PATH", "NVTX_INJECTION32_PATH"])
+def test_nvtx_variable_attaching_no_tool_answers_minus_two(var: str, tmp_path: Path) -> None:
+    # torch 2.15 with NVTX_INJECTION64_PATH=<no such library>, or with only
+    # NVTX_INJECTION32_PATH set (a 64-bit process reads the 64 one): -2 -2 -2 (NVTX loaded no
+    # tool); accelrt answered the depths 0 1 1 0 -1 because the variable was set
+    assert _nvtx_run({var: str(tmp_path / "no-such-tool.so")}) == "-2 -2 -2 -2 -2"
+
+
+_TOOL = textwrap.dedent("""
+    /* A minimal NVTX tool (as Nsight Systems answers): push returns the thread's 0-based depth,
+       pop the ended range's, -1 when none is open; plain and domain ranges. */
+    #include <stddef.h>
+    #include <stdint.h>
+    typedef void (*fp)(void);
+    typedef struct { size_t size; int (*table)(int, fp***, unsigned int*); } callbacks;
+    static __thread int depth;
+    static int push_a(const char* m) { (void)m; return depth++; }
+    static int pop(void) { return depth > 0 ? --depth : -1; }
+    static int dpush(void* d, const void* a) { (void)d; (void)a; return depth++; }
+    static int dpop(void* d) { (void)d; return pop(); }
+    static void set(const callbacks* cb, int module, unsigned id, fp f) {
+        fp** t = 0; unsigned int n = 0;
+        if (cb->table(module, &t, &n) && id < n) *t[id] = f;
+    }
+    int InitializeInjectionNvtx2(const void* (*get)(uint32_t)) {
+        const callbacks* cb = (const callbacks*)get(1);          /* NVTX_ETID_CALLBACKS */
+        if (!cb) return 0;
+        set(cb, 1, 9, (fp)push_a);  set(cb, 1, 11, (fp)pop);     /* CORE RangePushA, Pop */
+        set(cb, 5, 4, (fp)dpush);   set(cb, 5, 5, (fp)dpop);     /* CORE2 DomainRangePushEx, Pop */
+        return 1;
+    }
+""")
+
+
+@pytest.mark.usefixtures("nvtx_with_domains")
+def test_nvtx_with_a_tool_attached_answers_the_depths(tmp_path: Path) -> None:
+    # torch 2.15 with this tool (NVTX_INJECTION64_PATH=libtool.so): 0 1 1 0 -1
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler to build the NVTX tool")
+    (tmp_path / "tool.c").write_text(_TOOL)
+    lib = tmp_path / "libtool.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(lib), str(tmp_path / "tool.c")],
+                   check=True, timeout=60)
+    assert _nvtx_run({"NVTX_INJECTION64_PATH": str(lib)}) == "0 1 1 0 -1"
+    assert _nvtx_run({}) == "-2 -2 -2 -2 -2"
+    # the variable set after NVTX's first call attaches nothing: torch 2.15 -2 -2 -2 -2
+    # (accelrt answered -2 1 1 0, the depths from the second call on)
+    late = ("import os, accelrt as acc; n = acc.cuda.nvtx; a = n.range_push('a'); "
+            f"os.environ['NVTX_INJECTION64_PATH'] = {str(lib)!r}; "
+            "print(a, n.range_push('b'), n.range_pop(), n.range_pop())")
+    assert _nvtx_run({}, late) == "-2 -2 -2 -2"
