@@ -149,3 +149,61 @@ def test_nvtx_with_a_tool_attached_answers_the_depths(tmp_path: Path) -> None:
             f"os.environ['NVTX_INJECTION64_PATH'] = {str(lib)!r}; "
             "print(a, n.range_push('b'), n.range_pop(), n.range_pop())")
     assert _nvtx_run({}, late) == "-2 -2 -2 -2"
+
+
+# ---------------------------------------------------------------- graph: garbage freed mid-capture
+
+def test_cycles_holding_arrays_collected_in_the_middle_of_a_capture() -> None:
+    """A guard (it passed before, and after 72486ed took ``gc.collect()`` out of
+    ``graph.__enter__``, which makes the case common): a dead cycle holding a default-pool
+    array and one holding an array the capture allocated are collected inside the capture.
+    As torch's allocator: the default-pool block goes back to the default pool (cached, not
+    the graph's), the graph-pool block is reused by the capture's next allocation of that
+    size, the replay repeats the captured work, and no memory is left once all is dropped."""
+    import gc
+
+    import accelrt as acc
+    from accelrt import memory
+
+    class Cycle:
+        def __init__(self, n: int) -> None:
+            self.a = acc.empty(n, dtype="uint8", device="cpu:0")
+            self.me = self
+
+    dev = acc.device("cpu:0")
+    acc.synchronize(dev)
+    memory.empty_cache()
+    base = memory.memory_allocated(dev)
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        Cycle(3_000_000)              # garbage before the capture (default pool)
+        x = acc.zeros(4, device=dev)
+        g = acc.cpu.Graph()
+        with acc.cpu.graph(g):
+            Cycle(1_000_000)          # garbage made in the capture (graph pool)
+            x.fill_(2.0)
+            assert gc.collect() > 0
+            y = acc.empty(1_000_000, dtype="uint8", device=dev)
+            y.fill_(1)
+        segs = [s for s in memory.memory_snapshot() if s["device"] == 0]
+        mine = [s for s in segs if s["segment_pool_id"] == g.pool()]
+        # one graph segment, holding only y (the collected block's space served it)
+        assert [s["allocated_size"] for s in mine] == [(y.nbytes + 511) // 512 * 512]
+        # the collected default-pool block stays cached in the default pool
+        assert any(s["segment_pool_id"] == (0, 0) and s["total_size"] >= 3_000_000
+                   and s["allocated_size"] == 0 for s in segs)
+        x.fill_(0.0)
+        g.replay()
+        acc.synchronize(dev)
+        assert x.tolist() == [2.0] * 4
+        del y
+        g.reset()
+        del g, x
+    finally:
+        if was_enabled:
+            gc.enable()
+    gc.collect()
+    acc.synchronize(dev)
+    memory.empty_cache()
+    assert memory.memory_allocated(dev) == base
