@@ -1,5 +1,6 @@
 """Session-37 review of the runtime, memory-tools and typing changes: each test failed before
-its fix (the NVTX tool test pins the attached-tool path the fix keeps). The expected NVTX
+its fix (the NVTX tool test pins the attached-tool path the fix keeps, and the capture test
+is a guard for a path 72486ed made common). The expected NVTX
 answers are torch 2.15.0's, observed with its CPU build on the same environment (no tool, a
 variable naming no library, the 32-bit variable, and the minimal tool compiled below)."""
 
