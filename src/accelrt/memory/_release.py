@@ -92,11 +92,12 @@ def release_cached_blocks(a: AllocatorCore, pool_id: tuple[int, int]) -> bool:
         a._stream_frees.synchronize_and_free(None)
         _release_blocks(a, a._large)
         _release_blocks(a, a._small)
-    for pid in list(pools.freeable):
+    # one pool's empty_cache looks up that pool only (not every freeable pool: linear time
+    # for a replay that releases many pools while others still hold blocks)
+    for pid in (list(pools.freeable) if pool_id == DEFAULT_POOL
+                else [pool_id] if pool_id in pools.freeable else []):
         pp = pools.freeable[pid]
         if pool_id != DEFAULT_POOL:
-            if pid != pool_id:
-                continue
             a._stream_frees.synchronize_and_free(pp)
         _release_blocks(a, pp.small)
         _release_blocks(a, pp.large)

@@ -59,12 +59,20 @@ _NO_PUSH_POP_TRACKING = -2
 
 
 def _tool_attached() -> bool:
-    """True if an NVTX tool (Nsight Systems, ...) may be attached: the tools attach through
-    the ``NVTX_INJECTION64_PATH`` (or ``NVTX_INJECTION32_PATH``) variable, without which
-    NVTX's calls do nothing and push/pop answer -2."""
-    import os
-    return bool(os.environ.get("NVTX_INJECTION64_PATH") or
-                os.environ.get("NVTX_INJECTION32_PATH"))
+    """True if an NVTX tool (Nsight Systems, ...) is attached: NVTX's own answer, as the
+    ``nvtx`` package reads it (its default domain is enabled; NVTX loaded a tool once, at
+    its first call, from ``NVTX_INJECTION64_PATH`` in a 64-bit process). Without a tool
+    NVTX's calls do nothing and push/pop answer -2; a variable naming no loadable library,
+    or set after that first call, attaches none."""
+    nvtx = _lib()
+    try:
+        from nvtx._lib.lib import DummyDomain  # nvtx >= 0.2.12: a disabled domain's class
+    except ImportError:   # older nvtx: the variable NVTX reads in this process
+        import os
+        import struct
+        bits = 8 * struct.calcsize("P")
+        return bool(os.environ.get(f"NVTX_INJECTION{bits}_PATH"))
+    return not isinstance(nvtx.get_domain(), DummyDomain)
 
 
 def _check_message(msg: object, fn: str) -> None:
@@ -75,8 +83,8 @@ def _check_message(msg: object, fn: str) -> None:
 def range_push(msg: str) -> int:
     """Open a nested range; return what ``torch.cuda.nvtx.range_push`` returns (NVTX's
     ``nvtxRangePushA``): the range's zero-based depth in this thread while a tool is attached
-    (``NVTX_INJECTION64_PATH`` set, as Nsight Systems does), ``-2`` otherwise (NVTX's
-    ``NVTX_NO_PUSH_POP_TRACKING``).
+    (NVTX loaded the library ``NVTX_INJECTION64_PATH`` names, as under Nsight Systems),
+    ``-2`` otherwise (NVTX's ``NVTX_NO_PUSH_POP_TRACKING``).
 
     Raises:
         TypeError: ``msg`` is not a str.

@@ -127,11 +127,10 @@ class PoolPlan:
         """
         k = 2 if with_ooms else 0
         route = {n + k * m: pool for n, m, pool in self.route}
-        release: dict[int, tuple[PoolId, ...]] = {}
+        at_points: dict[int, dict[PoolId, None]] = {}   # insertion-ordered sets: linear time
         for n, m, pool in self.release:
-            at = n + k * m
-            if pool not in release.get(at, ()):
-                release[at] = (*release.get(at, ()), pool)
+            at_points.setdefault(n + k * m, {})[pool] = None
+        release = {at: tuple(pools) for at, pools in at_points.items()}
         if with_ooms:
             for j, (n, oom_pool) in enumerate(self.ooms):
                 if oom_pool is not None:
