@@ -42,7 +42,7 @@ from ..._errors import type_shown
 __all__ = ["H100_US", "NO_HISTORY_HINT", "NoHistoryError", "Op", "PoolPlan", "WrongFileKindError",
            "device_trace", "driver_cost_us", "human_bytes", "is_pickle", "is_segment_list",
            "load_pickle", "load_replay", "load_trace", "no_history_message", "pool_plan",
-           "private_pool_allocations", "replay_main", "replay_ops",
+           "replay_main", "replay_ops",
            "settings_text", "snapshot_entries", "snapshot_pools", "snapshot_traces",
            "steady_start", "trace_ops"]
 
@@ -273,31 +273,6 @@ def snapshot_entries(trace: list[Any], path: str, device: int) -> list[Any]:
                              f"str, got {short_repr(action)}")
         out.append((action, e.get("addr", 0), size, e.get("stream", 0)))
     return out
-
-
-def private_pool_allocations(trace: list[Any]) -> int:
-    """How many ``alloc`` entries of one device's snapshot trace were made in a private pool
-    (a ``MemPool`` or a graph capture's pool: a ``pool_id`` other than ``(0, 0)``).
-
-    The replays put each of them in a private pool of the same id (:func:`pool_plan`);
-    ``accelrt memory tune`` reports the count. Entries whose ``pool_id`` is malformed are not
-    counted (:func:`snapshot_pools` refuses them).
-
-    Example::
-
-        >>> from accelrt.memory.tools._replay import private_pool_allocations
-        >>> private_pool_allocations([{"action": "alloc", "pool_id": (0, 1)},
-        ...                           {"action": "alloc", "pool_id": (0, 0)},
-        ...                           {"action": "alloc"}])
-        1
-    """
-    n = 0
-    for e in trace:
-        if isinstance(e, dict) and e.get("action") == "alloc":
-            pool = e.get("pool_id")
-            if isinstance(pool, (tuple, list)) and len(pool) == 2 and tuple(pool) != (0, 0):
-                n += 1
-    return n
 
 
 def _check_device(device: Any) -> None:
