@@ -10,9 +10,9 @@ huge values or ``__index__`` that raises, objects whose ``__index__`` answers a 
 bool or int-subclass value, whose ``__float__`` lies, buffers, ranges, slices, types, and
 accelrt's own objects where an int or a device is expected), under both builds, and prints
 every case whose outcome (return value, or exception class and message) differs, and every
-outcome that carries a mypyc message. It needs a compiled build (``SRC=. bash
-/work/exp/build.sh DIR`` or ``ACCELRT_COMPILE=1 pip install .`` into another venv); the tests
-do not run it (they must not depend on building).
+outcome that carries a mypyc message. It needs a compiled build (``ACCELRT_COMPILE=1 pip
+install .`` into another virtual environment); the tests do not run it (they must not depend on
+building).
 
 Usage::
 
