@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 import accelrt as acc
+from accelrt._errors import AcceleratorValueError
 from accelrt.backends._common import check_byte, check_index, check_int
 
 
@@ -144,3 +145,48 @@ def test_the_array_check_comes_before_the_membership_test_as_torchs(world: None)
             call()
     with pytest.warns(UserWarning, match="does not belong to the given group"):
         assert dist.all_to_all_single(1, a, group=nm) is None  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------- fill values
+
+class IntFloat(int):
+    """An int whose ``__float__`` answers nan and whose ``__index__``/``__int__`` lie."""
+
+    def __float__(self) -> float:
+        return float("nan")
+
+    def __index__(self) -> int:
+        return 5
+
+    def __int__(self) -> int:
+        return 6
+
+
+class FloatLie(float):
+    """A float whose ``__float__`` answers 99.0."""
+
+    def __float__(self) -> float:
+        return 99.0
+
+
+class ComplexLie(complex):
+    """A complex whose ``__complex__`` answers 99j."""
+
+    def __complex__(self) -> complex:
+        return 99j
+
+
+def test_a_fill_value_of_a_number_subclass_is_read_by_its_value() -> None:
+    # torch 2.15 (checked): torch.zeros(2).fill_(IntFloat(1)) -> [1.0, 1.0];
+    # torch.full((2,), IntFloat(1)) -> int64 [1, 1]; torch.full((2,), FloatLie(1.5)) -> [1.5]*2
+    assert acc.zeros(2, device="cpu").fill_(IntFloat(1)).tolist() == [1.0, 1.0]
+    assert acc.zeros(2, dtype="int64", device="cpu").fill_(IntFloat(1)).tolist() == [1, 1]
+    assert acc.zeros(2, device="cpu").fill_(FloatLie(1.5)).tolist() == [1.5, 1.5]
+    a = acc.full((2,), IntFloat(1), device="cpu")
+    assert (a.dtype, a.tolist()) == (np.dtype("int64"), [1, 1])
+    assert acc.full((2,), FloatLie(1.5), device="cpu").tolist() == [1.5, 1.5]
+    assert acc.full((2,), IntFloat(1), dtype="float32", device="cpu").tolist() == [1.0, 1.0]
+    assert acc.full((1,), ComplexLie(2 + 1j), dtype="complex64",
+                    device="cpu").tolist() == [2 + 1j]
+    with pytest.raises(AcceleratorValueError, match="does not fit in uint8"):
+        acc.zeros(1, dtype="uint8", device="cpu").fill_(IntFloat(300))
