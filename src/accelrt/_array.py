@@ -68,7 +68,7 @@ import numpy as np
 from . import _dlpack
 from . import _sync_debug as _sd
 from ._device import _device_obj, _get_device, _lazy_init
-from ._array_values import ArrayValues, _int64
+from ._array_values import ArrayValues, _int64, _number
 from ._convert import cast, int_bounds
 from ._errors import (
     AcceleratorError,
@@ -909,28 +909,6 @@ def _overflow(dt: np.dtype, why: str,
     """Why a value does not fill ``dt``, then PyTorch's ``report_overflow`` message."""
     return error(f"{why}; value cannot be converted to type {_CTYPES.get(dt.name, dt.name)} "
                  "without overflow")
-
-
-def _number(value: Any) -> bool | int | float | complex:
-    """A fill value (``fill_``, ``full``) as a Python number: a numpy scalar or 0-d array is
-    read as its value (a numpy floating or complex scalar wider than Python's, such as
-    ``np.longdouble``, as a float or complex, as PyTorch reads it).
-
-    Raises:
-        TypeError: not a number.
-    """
-    if isinstance(value, np.ndarray) and value.ndim == 0:
-        value = value[()]
-    if isinstance(value, np.generic):
-        if isinstance(value, np.floating):
-            return float(value)
-        if isinstance(value, np.complexfloating):
-            return complex(value)
-        value = value.item()
-    if not isinstance(value, (bool, int, float, complex)):
-        raise TypeError(f"fill value must be a bool, int, float or complex, got "
-                        f"{type_shown(value)}")
-    return value
 
 
 def _fill_scalar(value: Any, dt: np.dtype) -> np.ndarray:

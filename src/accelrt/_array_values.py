@@ -15,15 +15,46 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._errors import AcceleratorTypeError, AcceleratorValueError
+from ._errors import AcceleratorTypeError, AcceleratorValueError, type_shown
 
 if TYPE_CHECKING:
     from ._backend import Backend
     from ._memory_owner import _Memory
 
-__all__ = ["ArrayValues"]
+__all__ = ["ArrayValues", "_number"]
 
 _INT64_MAX = (1 << 63) - 1
+
+
+def _number(value: Any) -> bool | int | float | complex:
+    """A fill value (``fill_``, ``full``) as a Python number: a numpy scalar or 0-d array is
+    read as its value (a numpy floating or complex scalar wider than Python's, such as
+    ``np.longdouble``, as a float or complex, as PyTorch reads it), and so is an instance of a
+    subclass of ``int``, ``float`` or ``complex``, whatever its ``__int__``, ``__float__`` or
+    ``__index__`` say (PyTorch's C++ reads the value stored in the object).
+
+    Raises:
+        TypeError: not a number.
+    """
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value[()]
+    if isinstance(value, np.generic):
+        if isinstance(value, np.floating):
+            return float(value)
+        if isinstance(value, np.complexfloating):
+            return complex(value)
+        value = value.item()
+    t = type(value)
+    if t is float or t is int or t is bool or t is complex:
+        return value    # type: ignore[no-any-return]
+    if isinstance(value, int):     # a subclass: its value, as PyTorch's C++ reads it,
+        return int.__index__(value)     # whatever its __index__, __int__ or __float__ say
+    if isinstance(value, float):
+        return float.__float__(value)
+    if isinstance(value, complex):
+        return complex(complex.real.__get__(value), complex.imag.__get__(value))
+    raise TypeError(f"fill value must be a bool, int, float or complex, got "
+                    f"{type_shown(value)}")
 
 
 def _int64(value: Any) -> int:

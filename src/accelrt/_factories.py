@@ -16,8 +16,8 @@ import numpy as np
 
 from . import _dlpack, _pinned
 from . import _sync_debug as _sd
-from ._array import (Array, _check_dtype, _check_flag, _fill_scalar, _number, _stream_handle,
-                     _to_numpy)
+from ._array import Array, _check_dtype, _check_flag, _fill_scalar, _stream_handle, _to_numpy
+from ._array_values import _number
 from ._convert import cast, from_python, infer_dtype, plain_data
 from ._device import _factory_device, _get_device, _lazy_init
 from ._device import device as _device_cls

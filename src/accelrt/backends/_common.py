@@ -166,18 +166,26 @@ def _raise(what: str, exc: BaseException) -> NoReturn:
 
 
 def check_int(value: object, what: str) -> int:
-    """``value`` if it is an int (``bool`` is not); TypeError ``"<what> must be an int, got
-    <type>"`` otherwise.
+    """``value`` as a plain int if it is an int (``bool`` is not); TypeError ``"<what> must be
+    an int, got <type>"`` otherwise. An instance of a subclass of ``int`` is read by its value,
+    whatever its ``__index__`` or ``__int__`` say, as this module's compiled build (mypyc)
+    and PyTorch's C++ read it: the pure build passed the instance on, and numpy's conversion
+    of it (OpenCL's ``memset`` value) called those methods.
 
     Example::
 
         >>> from accelrt.backends._common import check_int
         >>> check_int(-1, "stream priority")
         -1
+        >>> class Lying(int):
+        ...     def __index__(self) -> int:
+        ...         return 2**64
+        >>> type(check_int(Lying(7), "memset value")), check_int(Lying(7), "memset value")
+        (<class 'int'>, 7)
     """
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{what} must be an int, got {type_shown(value)}")
-    return value
+    return value if type(value) is int else int.__index__(value)
 
 
 def check_u64(value: Any, what: str) -> int:

@@ -18,12 +18,35 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
+from .._array import Array
 from .._errors import AcceleratorValueError, type_shown
 from ._errors import _DtypeMismatchError, _NotAListError
 from . import _group as _group_mod
 from ._group import ProcessGroup
 
-__all__ = ["_check_length", "_check_list", "_check_same", "_check_self_pair", "_size_check"]
+__all__ = ["_check_length", "_check_list", "_check_same", "_check_self_pair", "_check_single",
+           "_size_check"]
+
+
+def _check_single(what: str, param: object, name: str) -> None:
+    """Raise ``TypeError`` naming the parameter ``name`` unless ``param`` is one array (an
+    accelrt ``Array`` or a numpy ``ndarray``), as torch 2.15's ``_check_single_tensor`` refuses a
+    non-tensor before the collective reads its dtype or size (in accelrt's words for a
+    collective's array, as ``all_reduce`` says them).
+
+    Example::
+
+        >>> from accelrt.distributed._argchecks import _check_single
+        >>> _check_single("all_gather_into_tensor", None, "output_tensor")
+        Traceback (most recent call last):
+        ...
+        TypeError: all_gather_into_tensor: expected an accelrt.Array or numpy.ndarray, got NoneType (parameter `output_tensor`)
+    """
+    if not isinstance(param, (Array, np.ndarray)):
+        raise TypeError(f"{what}: expected an accelrt.Array or numpy.ndarray, got "
+                        f"{type_shown(param)} (parameter `{name}`)")
 
 def _check_same(what: str, a: Any, b: Any, nccl: str | None = None) -> None:
     """Raise torch's ``ValueError`` (its words, with the dtypes in the order torch's

@@ -28,7 +28,7 @@ from .._stream import Stream
 from .._transfer import Copy, HostCopy, run_steps
 from ._coalescing import COALESCING, record
 from ._argchecks import (_check_length, _check_list, _check_same, _check_self_pair,
-                         _size_check)
+                         _check_single, _size_check)
 from ._engine import Engine, PremulSum, RedOp, ReduceOp
 from ._errors import DistError, DistTimeoutError, _EmptyListError
 from . import _group as _group_mod
@@ -210,6 +210,10 @@ def all_gather_into_tensor(output_tensor: ArrayArg, input_tensor: ArrayArg, grou
         >>> out.tolist(); dist.destroy_process_group()
         [[4.0, 4.0]]
     """
+    if type(input_tensor) is not Array or type(output_tensor) is not Array:
+        # (torch checks the arrays' types before its group membership and coalescing tests)
+        _check_single("all_gather_into_tensor", input_tensor, "input_tensor")
+        _check_single("all_gather_into_tensor", output_tensor, "output_tensor")
     g = _S.world if group is None else _group(group)
     if COALESCING and g in COALESCING:   # inside _coalescing_manager: recorded, not run
         return record(g, "all_gather_single", input_tensor, output_tensor, None, async_op)
@@ -226,9 +230,6 @@ def all_gather_into_tensor(output_tensor: ArrayArg, input_tensor: ArrayArg, grou
         return None
     _check_same("all_gather_into_tensor", output_tensor, input_tensor,
                 "output tensor must have the same type as input tensor")
-    if not isinstance(output_tensor, (Array, np.ndarray)):
-        raise TypeError(f"all_gather_into_tensor: expected an accelrt.Array, got "
-                        f"{type_shown(output_tensor)}")
     _size_check("all_gather_into_tensor", output_tensor, g.size() * input_tensor.size,
                 output_tensor.size, "output tensor size must be equal to world_size times "
                 "input tensor size")
@@ -293,6 +294,8 @@ def reduce_scatter_tensor(output: ArrayArg, input: ArrayArg,
         >>> out.tolist(); dist.destroy_process_group()
         [6.0, 6.0]
     """
+    _check_single("reduce_scatter_tensor", output, "output")   # (before membership: torch's)
+    _check_single("reduce_scatter_tensor", input, "input")
     g = _member(group, "reduce_scatter_tensor")
     if g is None:
         return None
@@ -429,6 +432,8 @@ def all_to_all_single(output: ArrayArg, input: ArrayArg,
     g = _member(group, "all_to_all_single")
     if g is None:
         return None
+    _check_single("all_to_all_single", output, "output")   # (after membership: torch's)
+    _check_single("all_to_all_single", input, "input")
     _check_same("all_to_all_single", output, input)
     n = g.size()
 
@@ -609,6 +614,7 @@ def gather_single(tensor: ArrayArg, gather_tensor: ArrayArg | None = None, dst: 
         >>> out.tolist(); dist.destroy_process_group()
         [[8.0, 8.0]]
     """
+    _check_single("gather_single", tensor, "tensor")   # (before membership: torch's)
     g = _member(group, "gather_single")
     if g is None:
         return None
@@ -617,6 +623,7 @@ def gather_single(tensor: ArrayArg, gather_tensor: ArrayArg | None = None, dst: 
     if g.rank() == root:
         if gather_tensor is None:
             raise ValueError("gather_tensor must be specified on the destination rank")
+        _check_single("gather_single", gather_tensor, "gather_tensor")
         _check_same("gather_single", tensor, gather_tensor)
         _size_check("gather_single", gather_tensor, g.size() * tensor.size, gather_tensor.size,
                     "gather_tensor must hold world_size times the input's elements")
