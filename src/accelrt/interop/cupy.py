@@ -43,7 +43,7 @@ _active: list[AllocatorHandle] = []   # guarded by _lock: active installs, inner
 
 def _cupy() -> Any:
     try:
-        import cupy
+        import cupy  # type: ignore[import-untyped,import-not-found,unused-ignore]
     except ImportError as exc:
         raise missing("CuPy", _INSTALL, exc) from exc
     return cupy

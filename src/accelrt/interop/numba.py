@@ -45,7 +45,7 @@ def _numba_cuda() -> Any:
             # numba-cuda's import warns under newer NumPy (np.timedelta64("nat")); a warning
             # filter set to "error" must not turn Numba's own import noise into a failure
             warnings.simplefilter("ignore", DeprecationWarning)
-            from numba import cuda
+            from numba import cuda  # type: ignore[import-untyped,import-not-found,unused-ignore]
     except ImportError as exc:
         raise missing("numba.cuda", _INSTALL, exc) from exc
     return cuda
@@ -53,7 +53,8 @@ def _numba_cuda() -> Any:
 
 def _device_pointer(ptr: int) -> Any:
     """A device pointer in the form Numba's driver layer expects."""
-    from numba.cuda.cudadrv import driver as drv
+    from numba.cuda.cudadrv import (  # type: ignore[import-untyped,import-not-found,unused-ignore]
+        driver as drv)
     if getattr(drv, "USE_NV_BINDING", True) and hasattr(drv, "binding"):
         return drv.binding.CUdeviceptr(ptr)
     return ctypes.c_uint64(ptr)

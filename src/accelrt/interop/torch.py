@@ -49,7 +49,7 @@ _in_use: Any = None   # guarded by _lock: the CUDAPluggableAllocator installed i
 
 def _torch() -> Any:
     try:
-        import torch
+        import torch  # type: ignore[import-untyped,import-not-found,unused-ignore]
     except ImportError as exc:
         raise missing("PyTorch", _INSTALL, exc) from exc
     return torch

@@ -17,6 +17,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import importlib
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -65,14 +66,14 @@ def _tool_attached() -> bool:
     NVTX's calls do nothing and push/pop answer -2; a variable naming no loadable library,
     or set after that first call, attaches none."""
     nvtx = _lib()
-    try:
-        from nvtx._lib.lib import DummyDomain  # nvtx >= 0.2.12: a disabled domain's class
-    except ImportError:   # older nvtx: the variable NVTX reads in this process
+    try:   # nvtx >= 0.2.12: a disabled domain's class (a Cython module, no type stubs)
+        dummy: type = importlib.import_module("nvtx._lib.lib").DummyDomain
+    except (ImportError, AttributeError):   # older nvtx: the variable NVTX reads here
         import os
         import struct
         bits = 8 * struct.calcsize("P")
         return bool(os.environ.get(f"NVTX_INJECTION{bits}_PATH"))
-    return not isinstance(nvtx.get_domain(), DummyDomain)
+    return not isinstance(nvtx.get_domain(), dummy)
 
 
 def _check_message(msg: object, fn: str) -> None:
