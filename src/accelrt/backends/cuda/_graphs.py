@@ -26,7 +26,26 @@ from ._streams import _SPECIAL_STREAMS, CudaStreams
 if TYPE_CHECKING:
     from ._backend import _Device
 
-__all__ = ["CudaGraphs"]
+__all__ = ["CudaGraphs", "exec_graph_id"]
+
+
+def exec_graph_id(drv: Any, exe: Any) -> int:
+    """The id of the executable graph ``exe`` (a ``CUgraphExec``): ``cuGraphExecGetId``, the
+    id ``cuGraphDebugDotPrint`` prints, where the bindings have it (cuda-bindings 13, CUDA
+    13.0's driver API); with cuda-bindings 12, which lack it, the ``CUgraphExec`` handle's
+    value, unique among live executable graphs.
+
+    Example::
+
+        >>> import types
+        >>> from accelrt.backends.cuda._graphs import exec_graph_id
+        >>> exec_graph_id(types.SimpleNamespace(), 0x5000)   # bindings without cuGraphExecGetId
+        20480
+    """
+    get_id = getattr(drv, "cuGraphExecGetId", None)
+    if get_id is None:
+        return int(exe)
+    return int(check(get_id(exe), "cuGraphExecGetId"))
 
 
 class CudaGraphs:
@@ -88,7 +107,7 @@ class CudaGraphs:
         drv = self._drv
         exe = check(drv.cuGraphInstantiate(rec[1], 0), "cuGraphInstantiate")
         try:
-            exec_id = int(check(drv.cuGraphExecGetId(exe), "cuGraphExecGetId"))
+            exec_id = exec_graph_id(drv, exe)
         except BaseException:
             drv.cuGraphExecDestroy(exe)
             raise
