@@ -119,3 +119,35 @@ def test_cuinit_failure_with_an_older_driver_says_the_driver_is_too_old() -> Non
     fake = _driver_failing_init(drv, drv.CUresult.CUDA_ERROR_SYSTEM_DRIVER_MISMATCH, older)
     p = _discovery._probe_driver(fake, "")
     assert p.count == 0 and p.reason is not None and "needs a CUDA" in p.reason
+
+
+def test_graphs_are_instantiated_with_pytorchs_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    # PyTorch's CUDAGraph::instantiate: AUTO_FREE_ON_LAUNCH | USE_NODE_PRIORITY. With flags 0,
+    # a graph whose captured cudaMallocAsync allocations outlive a replay (its outputs) fails
+    # its second cuGraphLaunch. What the driver does with the flags is the GPU run's to see;
+    # this checks what the backend passes (through the real binding's argument conversion
+    # where libcuda is missing).
+    real = pytest.importorskip("cuda.bindings.driver")
+    from test_cuda_backend import FakeDriver   # tests/backends is on sys.path (rootdir-less)
+
+    from accelrt.backends.cuda import CudaBackend, _cu
+    drv = FakeDriver(real)
+    monkeypatch.setattr(_cu, "driver", lambda: drv)
+    monkeypatch.setattr(_discovery, "probe",
+                        lambda: _discovery.Probe(1, None, "nvml", 13000, (0,)))
+    try:
+        b = CudaBackend()
+        s = b.stream_create(0, 0)
+        b.graph_capture_begin(0, s)
+        g = b.graph_capture_end(0, s)
+        b.graph_replay(0, g, s)   # instantiates
+        b.graph_instantiate(0, g)
+        flags = [int(args[1]) for name, args in drv.calls if name == "cuGraphInstantiate"]
+        f = real.CUgraphInstantiate_flags
+        want = (int(f.CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH)
+                | int(f.CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY))
+        assert flags == [want, want]
+        b.graph_destroy(0, g)
+        b.stream_destroy(0, s)
+    finally:
+        _discovery.reset()

@@ -26,7 +26,27 @@ from ._streams import _SPECIAL_STREAMS, CudaStreams
 if TYPE_CHECKING:
     from ._backend import _Device
 
-__all__ = ["CudaGraphs", "exec_graph_id"]
+__all__ = ["CudaGraphs", "exec_graph_id", "instantiate_flags"]
+
+
+def instantiate_flags(drv: Any) -> int:
+    """``cuGraphInstantiate``'s flags, PyTorch's (``CUDAGraph::instantiate``):
+    ``AUTO_FREE_ON_LAUNCH``, so a graph whose captured stream-ordered allocations
+    (``backend:cudaMallocAsync``) outlive a replay, such as its outputs, can be replayed again
+    (without it the second ``cuGraphLaunch`` fails with ``CUDA_ERROR_INVALID_VALUE``), and
+    ``USE_NODE_PRIORITY``: kernels run at the priority of the stream they were captured on.
+
+    Example::
+
+        >>> from accelrt.backends.cuda._graphs import instantiate_flags
+        >>> from accelrt.backends.cuda._cu import load_driver
+        >>> drv = load_driver()
+        >>> drv is None or instantiate_flags(drv) == 1 | 8
+        True
+    """
+    f = drv.CUgraphInstantiate_flags
+    return (int(f.CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH)
+            | int(f.CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY))
 
 
 def exec_graph_id(drv: Any, exe: Any) -> int:
@@ -105,7 +125,7 @@ class CudaGraphs:
         self._use(index)
         rec = self._graph_rec(index, graph)
         drv = self._drv
-        exe = check(drv.cuGraphInstantiate(rec[1], 0), "cuGraphInstantiate")
+        exe = check(drv.cuGraphInstantiate(rec[1], instantiate_flags(drv)), "cuGraphInstantiate")
         try:
             exec_id = exec_graph_id(drv, exe)
         except BaseException:
