@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from accelrt import _backend as registry
 from accelrt.backends.cuda import _discovery
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "accelrt"
@@ -151,3 +152,36 @@ def test_graphs_are_instantiated_with_pytorchs_flags(monkeypatch: pytest.MonkeyP
         b.stream_destroy(0, s)
     finally:
         _discovery.reset()
+
+
+CUDA_REASON = registry.unavailable_reason("cuda")
+
+
+@pytest.mark.skipif(CUDA_REASON is not None, reason=f"needs a CUDA GPU: {CUDA_REASON}")
+def test_gpu_graph_with_an_unfreed_pool_allocation_replays_again() -> None:
+    """On the GPU (scripts/gpu_check.sh, suite-backends): a captured cuMemAllocFromPoolAsync
+    whose memory the graph does not free (a graph output, backend:cudaMallocAsync) is freed
+    by the next launch (AUTO_FREE_ON_LAUNCH), so replays after the first are accepted."""
+    import numpy as np
+
+    b = registry.get_backend("cuda")
+    if not b.capabilities(0).stream_ordered_memory:
+        pytest.skip("this GPU has no stream-ordered memory pools")
+    n = 1 << 20
+    s = b.stream_create(0, 0)
+    try:
+        b.graph_capture_begin(0, s)
+        p = b.mempool_alloc_async(0, n, s)
+        b.memset(0, p, 7, n, s)
+        g = b.graph_capture_end(0, s)
+        for _ in range(3):
+            b.graph_replay(0, g, s)
+        out = np.zeros(16, dtype=np.uint8)
+        b.memcpy(0, out.ctypes.data, p, 16, "d2h", s)
+        b.stream_synchronize(0, s)
+        assert (out == 7).all()
+        b.mempool_free_async(0, p, s)   # the last launch's allocation: freed by its owner
+        b.stream_synchronize(0, s)
+        b.graph_destroy(0, g)
+    finally:
+        b.stream_destroy(0, s)
