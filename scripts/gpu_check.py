@@ -879,7 +879,8 @@ def phases() -> list[Phase]:
               "missing (short timeouts); torch/cupy for the benchmarks; start the mypyc "
               "build in the background", Runner.deps),
         Phase("conformance", 60, 20, "the backend contract (v2) on cuda", Runner.conformance,
-              f"{pt} tests/backends/test_conformance.py -k cuda"),
+              f"{pt} tests/backends/test_conformance.py tests/runtime/test_graph_torch214.py "
+              "-k cuda"),
         Phase("cuda-ipc", 60, 20, "CUDA IPC between two processes on one GPU", Runner.cuda_ipc,
               f"{pt} tests/distributed/test_multiprocessing_cuda.py"),
         Phase("nccl", 150, 20, "one-rank NCCL communicator (MPI, env:// and tcp:// store rendezvous), cuda "

@@ -201,7 +201,9 @@ class FakeDriver:
         return tuple(next(self.handles) for _ in range(OUTPUTS[name]))
 
     def __getattr__(self, name: str) -> Any:
-        if not name.startswith("cu") or name not in OUTPUTS:
+        # a function the installed bindings lack (cuGraphExecGetId before cuda-bindings 13)
+        # is missing here too: AttributeError, as the real module's
+        if not name.startswith("cu") or name not in OUTPUTS or not hasattr(self.real, name):
             return getattr(self.real, name)
 
         def call(*args: Any) -> tuple[Any, ...]:
@@ -372,6 +374,8 @@ ERROR_PATHS: list[tuple[str, str, Callable[[Any, dict[str, int]], Any]]] = [
 def test_every_driver_error_maps_to_cuda_error(fake: Any, method: str, call: str,
                                                case: Callable[..., Any]) -> None:
     b, drv = fake
+    if not hasattr(drv.real, call):
+        pytest.skip(f"the installed cuda-bindings have no {call}")
     objs = _objs(b)
     drv.fail[call] = UNKNOWN
     with pytest.raises(CudaError) as info:

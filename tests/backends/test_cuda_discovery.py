@@ -28,7 +28,7 @@ class FakeResult(enum.IntEnum):
     CUDA_ERROR_INVALID_VALUE = 1
     CUDA_ERROR_OUT_OF_MEMORY = 2
     CUDA_ERROR_NOT_INITIALIZED = 3
-    CUDA_ERROR_INSUFFICIENT_DRIVER = 35
+    CUDA_ERROR_SYSTEM_DRIVER_MISMATCH = 803   # the driver API has no "insufficient driver"
     CUDA_ERROR_NO_DEVICE = 100
 
 
@@ -161,7 +161,7 @@ def test_driver_too_old_via_nvml(env: Any) -> None:
 
 
 def test_driver_too_old_via_driver(env: Any) -> None:
-    p = env(make_driver(init=35, version=11080, bindings=12000), None)
+    p = env(make_driver(init=803, version=11080, bindings=12000), None)
     assert p.source == "driver" and "supports CUDA 11.8" in p.reason
 
 

@@ -253,7 +253,10 @@ def _probe_driver(drv: ModuleType, nvml_missing: str) -> Probe:
             version = int(version) if int(e2) == 0 else 0
         except Exception:  # noqa: BLE001
             version = 0
-        if err == res.CUDA_ERROR_INSUFFICIENT_DRIVER and version:
+        # The driver API has no "insufficient driver" result (that is the runtime's
+        # cudaErrorInsufficientDriver): any failure of cuInit with a driver older than the
+        # bindings' CUDA major version is reported as that, the likelier cause.
+        if version:
             reason = _too_old(drv, version)
             if reason:
                 return Probe(0, reason, "driver", version)

@@ -26,7 +26,46 @@ from ._streams import _SPECIAL_STREAMS, CudaStreams
 if TYPE_CHECKING:
     from ._backend import _Device
 
-__all__ = ["CudaGraphs"]
+__all__ = ["CudaGraphs", "exec_graph_id", "instantiate_flags"]
+
+
+def instantiate_flags(drv: Any) -> int:
+    """``cuGraphInstantiate``'s flags, PyTorch's (``CUDAGraph::instantiate``):
+    ``AUTO_FREE_ON_LAUNCH``, so a graph whose captured stream-ordered allocations
+    (``backend:cudaMallocAsync``) outlive a replay, such as its outputs, can be replayed again
+    (without it the second ``cuGraphLaunch`` fails with ``CUDA_ERROR_INVALID_VALUE``), and
+    ``USE_NODE_PRIORITY``: kernels run at the priority of the stream they were captured on.
+
+    Example::
+
+        >>> from accelrt.backends.cuda._graphs import instantiate_flags
+        >>> from accelrt.backends.cuda._cu import load_driver
+        >>> drv = load_driver()
+        >>> drv is None or instantiate_flags(drv) == 1 | 8
+        True
+    """
+    f = drv.CUgraphInstantiate_flags
+    return (int(f.CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH)
+            | int(f.CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY))
+
+
+def exec_graph_id(drv: Any, exe: Any) -> int:
+    """The id of the executable graph ``exe`` (a ``CUgraphExec``): ``cuGraphExecGetId``, the
+    id ``cuGraphDebugDotPrint`` prints, where the bindings have it (cuda-bindings 13, CUDA
+    13.0's driver API); with cuda-bindings 12, which lack it, the ``CUgraphExec`` handle's
+    value, unique among live executable graphs.
+
+    Example::
+
+        >>> import types
+        >>> from accelrt.backends.cuda._graphs import exec_graph_id
+        >>> exec_graph_id(types.SimpleNamespace(), 0x5000)   # bindings without cuGraphExecGetId
+        20480
+    """
+    get_id = getattr(drv, "cuGraphExecGetId", None)
+    if get_id is None:
+        return int(exe)
+    return int(check(get_id(exe), "cuGraphExecGetId"))
 
 
 class CudaGraphs:
@@ -86,9 +125,9 @@ class CudaGraphs:
         self._use(index)
         rec = self._graph_rec(index, graph)
         drv = self._drv
-        exe = check(drv.cuGraphInstantiate(rec[1], 0), "cuGraphInstantiate")
+        exe = check(drv.cuGraphInstantiate(rec[1], instantiate_flags(drv)), "cuGraphInstantiate")
         try:
-            exec_id = int(check(drv.cuGraphExecGetId(exe), "cuGraphExecGetId"))
+            exec_id = exec_graph_id(drv, exe)
         except BaseException:
             drv.cuGraphExecDestroy(exe)
             raise
