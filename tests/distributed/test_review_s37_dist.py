@@ -82,3 +82,16 @@ def test_register_backend_with_no_devices_serves_none() -> None:
         assert dist.Backend.default_device_backend_map == before
     finally:
         dist.Backend._unregister("s37noneng")
+
+
+@needs_mpi
+def test_monitored_barrier_wait_all_ranks_as_torchs_binding(one_rank_world: None) -> None:
+    """torch 2.15's pybind bool takes None and numbers (what has ``__bool__``) and refuses a
+    str, a list or a tuple with TypeError "incompatible function arguments" (gloo, one rank);
+    accelrt took any value as its truth."""
+    for ok in (True, False, None, 1, 0, 1.5, np.bool_(True)):
+        assert dist.monitored_barrier(wait_all_ranks=ok) is None
+    for bad in ("x", [1], ()):
+        with pytest.raises(TypeError, match="incompatible function arguments"):
+            dist.monitored_barrier(wait_all_ranks=bad)
+    assert dist.monitored_barrier() is None   # the group is left usable

@@ -933,9 +933,13 @@ def monitored_barrier(group: GroupArg = None, timeout: TimeoutArg = None,
     if comm is None:
         raise DistError("monitored_barrier needs MPI (launch through mpiexec)",
                         rank=g.global_rank)
+    limit = _seconds(timeout, g.timeout)
+    # torch's binding converts None and what has __bool__ (numbers), not a str or a list
+    if wait_all_ranks is not None and not hasattr(type(wait_all_ranks), "__bool__"):
+        raise TypeError(f"monitored_barrier(): incompatible function arguments: wait_all_ranks "
+                        f"must be a bool, got {type_shown(wait_all_ranks)}")
     g.drain()
     seq = g.next_seq()
-    limit = _seconds(timeout, g.timeout)
     from ._mpi import mpi
     from ._work import wait_until
     mpi()    # raises a clear error without mpi4py
