@@ -95,3 +95,18 @@ def test_monitored_barrier_wait_all_ranks_as_torchs_binding(one_rank_world: None
         with pytest.raises(TypeError, match="incompatible function arguments"):
             dist.monitored_barrier(wait_all_ranks=bad)
     assert dist.monitored_barrier() is None   # the group is left usable
+
+
+@needs_mpi
+def test_all_to_all_single_takes_one_element_arrays_as_split_sizes(one_rank_world: None) -> None:
+    """torch 2.15 (gloo, one rank) takes ``[torch.tensor(2)]``, ``[torch.tensor(2.)]`` and
+    ``[torch.tensor([2])]`` as split sizes (its binding reads them with ``int()``); accelrt
+    refused one-element arrays with TypeError. A bigger array is still refused."""
+    import accelrt as acc
+    out, inp = acc.zeros(2, device="cpu"), acc.full((2,), 3.0, device="cpu")
+    for size in (acc.full((), 2, dtype="int64", device="cpu"),
+                 acc.full((), 2.0, device="cpu"), acc.full((1,), 2, dtype="int32", device="cpu")):
+        assert dist.all_to_all_single(out, inp, [size], [size]) is None
+        assert out.tolist() == [3.0, 3.0]
+    with pytest.raises(TypeError, match="must be a sequence of ints"):
+        dist.all_to_all_single(out, inp, [acc.full((2,), 1, dtype="int64", device="cpu")], [2])
