@@ -1,0 +1,60 @@
+"""Session 37's final review of the day's merges (s37-revf): regressions found in the changes
+merged after 968dff6."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+
+import pytest
+
+import accelrt as acc
+
+
+@pytest.fixture
+def cpu() -> Iterator[None]:
+    acc.set_current_accelerator("cpu")
+    yield
+    acc.synchronize("cpu")
+
+
+class _LyingInt(int):
+    """An int whose truth, order and hash lie: PyTorch's MempoolId_t binding reads its value."""
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __lt__(self, other: object) -> bool:
+        return False
+
+    def __le__(self, other: object) -> bool:
+        return False
+
+    def __hash__(self) -> int:
+        return 7
+
+
+def test_graph_pool_id_of_int_subclasses_read_by_value(cpu: None) -> None:
+    # (0, 3) made of lying ints was refused as "both halves set" / out of range; torch reads
+    # the values, and the id the graph keeps (Graph.pool()) is a tuple of plain ints
+    g = acc.Graph(pool=(_LyingInt(0), _LyingInt(3)))
+    x = acc.zeros(4, device="cpu:0")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with acc.cpu.graph(g):
+            x.fill_(1.0)
+    assert g.pool() == (0, 3)
+    assert [type(v) for v in g.pool()] == [int, int]
+    g.reset()
+
+
+def test_graph_pool_id_zero_of_int_subclasses_is_no_pool(cpu: None) -> None:
+    g = acc.Graph(pool=(_LyingInt(0), _LyingInt(0)))
+    x = acc.zeros(4, device="cpu:0")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with acc.cpu.graph(g):
+            x.fill_(1.0)
+    first, second = g.pool()
+    assert first > 0 and second == 0   # the capture's own pool, as with pool=None
+    g.reset()
