@@ -58,3 +58,22 @@ def test_graph_pool_id_zero_of_int_subclasses_is_no_pool(cpu: None) -> None:
     first, second = g.pool()
     assert first > 0 and second == 0   # the capture's own pool, as with pool=None
     g.reset()
+
+
+def test_init_process_group_with_an_engine_serving_no_device_fails_as_torch() -> None:
+    """torch 2.15's ``init_process_group`` with an engine registered with ``devices=[]``
+    raises RuntimeError ("Could not find the default backend type ..."); accelrt made a world
+    whose every collective failed. The refusal changes nothing: a later init works."""
+    import accelrt.distributed as dist
+
+    def factory(ctx: object) -> None:
+        raise AssertionError("an engine that serves no device type is never made")
+
+    dist.register_backend("s37revfnone", factory, devices=[])   # type: ignore[arg-type]
+    try:
+        with pytest.raises(RuntimeError, match="serves no device type"):
+            dist.init_process_group("s37revfnone", store=dist.HashStore(), rank=0,
+                                    world_size=1)
+        assert not dist.is_initialized()
+    finally:
+        dist.Backend._unregister("s37revfnone")

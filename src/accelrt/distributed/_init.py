@@ -323,6 +323,15 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
     if backend is None:
         backend = os.environ.get("ACCELRT_DISTRIBUTED_BACKEND") or None
     engine_map = _parse_backend(backend)
+    if backend is not None and not engine_map:
+        # an engine registered with devices=[] serves no device type: torch 2.15's
+        # init_process_group fails there (RuntimeError "Could not find the default backend
+        # type ... for Process Group"); the world would have no engine for any array
+        raise RuntimeError(f"Could not find the default backend for the process group: "
+                           f"backend {backend!r} serves no device type (it was registered "
+                           "with devices=[]); register it with the device types it serves "
+                           "(register_backend(..., devices=['cpu'])) or pass "
+                           "'device:engine' pairs of other engines")
     backend_str = (",".join(f"{d}:{e}" for d, e in engine_map.items())
                    if backend is None or ":" in str(backend) else str(Backend(str(backend))))
     # the engines a backend string names must be able to start (torch constructs each backend
