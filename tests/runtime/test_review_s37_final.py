@@ -3,6 +3,7 @@ merged after 968dff6."""
 
 from __future__ import annotations
 
+import importlib.util
 import warnings
 from collections.abc import Iterator
 
@@ -77,3 +78,34 @@ def test_init_process_group_with_an_engine_serving_no_device_fails_as_torch() ->
         assert not dist.is_initialized()
     finally:
         dist.Backend._unregister("s37revfnone")
+
+
+class _NoTruth:
+    def __bool__(self) -> bool:
+        raise ValueError("no truth value")
+
+
+class _TwoTruth:
+    def __bool__(self) -> bool:
+        return 2   # type: ignore[return-value]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mpi4py") is None,
+                    reason="mpi4py is not installed")
+def test_monitored_barrier_refuses_a_wait_all_ranks_without_a_truth_value() -> None:
+    """torch 2.15's bool binding refuses a value whose ``__bool__`` raises or answers a
+    non-bool (a numpy array of two items) with TypeError "incompatible function arguments"
+    (gloo, one rank); accelrt took it, and read its truth only when a rank timed out, where
+    its error replaced the timeout's."""
+    import numpy as np
+
+    import accelrt.distributed as dist
+    dist.init_process_group("cpu:mpi", timeout=30)
+    try:
+        for bad in (np.array([1, 2]), _NoTruth(), _TwoTruth()):
+            with pytest.raises(TypeError, match="incompatible function arguments"):
+                dist.monitored_barrier(wait_all_ranks=bad)
+        assert dist.monitored_barrier(wait_all_ranks=np.array([1])) is None
+        assert dist.monitored_barrier() is None   # the group is left usable
+    finally:
+        dist.destroy_process_group()

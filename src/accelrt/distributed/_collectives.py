@@ -934,10 +934,19 @@ def monitored_barrier(group: GroupArg = None, timeout: TimeoutArg = None,
         raise DistError("monitored_barrier needs MPI (launch through mpiexec)",
                         rank=g.global_rank)
     limit = _seconds(timeout, g.timeout)
-    # torch's binding converts None and what has __bool__ (numbers), not a str or a list
-    if wait_all_ranks is not None and not hasattr(type(wait_all_ranks), "__bool__"):
-        raise TypeError(f"monitored_barrier(): incompatible function arguments: wait_all_ranks "
-                        f"must be a bool, got {type_shown(wait_all_ranks)}")
+    # torch's binding converts None and what has __bool__ (numbers), not a str or a list,
+    # nor a value whose __bool__ raises or answers a non-bool (a numpy array of two items):
+    # its truth is read here, once, before the barrier starts
+    all_ranks = False
+    if wait_all_ranks is not None:
+        try:
+            if not hasattr(type(wait_all_ranks), "__bool__"):
+                raise TypeError
+            all_ranks = bool(wait_all_ranks)
+        except Exception:
+            raise TypeError(f"monitored_barrier(): incompatible function arguments: "
+                            f"wait_all_ranks must be a bool, got "
+                            f"{type_shown(wait_all_ranks)}") from None
     g.drain()
     seq = g.next_seq()
     from ._mpi import mpi
@@ -958,7 +967,7 @@ def monitored_barrier(group: GroupArg = None, timeout: TimeoutArg = None,
 
         def missing() -> DistTimeoutError:
             names = [g.global_ranks[r] for r in sorted(reqs)]
-            if wait_all_ranks:
+            if all_ranks:
                 msg = (f"[Rank 0]: Ranks {', '.join(map(str, names))} failed to pass "
                        f"monitoredBarrier in {ms} ms")
             else:
