@@ -87,7 +87,7 @@ class _NoTruth:
 
 class _TwoTruth:
     def __bool__(self) -> bool:
-        return 2   # type: ignore[return-value]
+        return 2   # type: ignore[return-value]  # noqa: PLE0304 - torch refuses it
 
 
 @pytest.mark.skipif(importlib.util.find_spec("mpi4py") is None,
@@ -104,8 +104,8 @@ def test_monitored_barrier_refuses_a_wait_all_ranks_without_a_truth_value() -> N
     try:
         for bad in (np.array([1, 2]), _NoTruth(), _TwoTruth()):
             with pytest.raises(TypeError, match="incompatible function arguments"):
-                dist.monitored_barrier(wait_all_ranks=bad)
-        assert dist.monitored_barrier(wait_all_ranks=np.array([1])) is None
-        assert dist.monitored_barrier() is None   # the group is left usable
+                dist.monitored_barrier(wait_all_ranks=bad)  # type: ignore[arg-type]
+        dist.monitored_barrier(wait_all_ranks=np.array([1]))  # type: ignore[arg-type]
+        dist.monitored_barrier()   # the group is left usable
     finally:
         dist.destroy_process_group()
