@@ -109,3 +109,24 @@ def test_monitored_barrier_refuses_a_wait_all_ranks_without_a_truth_value() -> N
         dist.monitored_barrier()   # the group is left usable
     finally:
         dist.destroy_process_group()
+
+
+def test_memory_snapshot_of_pool_zero_is_every_pool(cpu: None) -> None:
+    """torch 2.15's ``memory_snapshot(mempool_id=None)`` passes ``(0, 0)`` to its allocator's
+    snapshot for "every pool", so ``memory_snapshot((0, 0))`` is the same list; accelrt
+    returned only the default pool's segments."""
+    from accelrt import memory
+    pool = memory.MemPool()
+    with memory.use_mem_pool(pool, "cpu:0"):
+        p = memory.caching_allocator_alloc(1 << 20, "cpu:0")
+    q = memory.caching_allocator_alloc(1 << 20, "cpu:0")
+    try:
+        every = memory.memory_snapshot()
+        assert pool.id in [s["segment_pool_id"] for s in every]
+        assert memory.memory_snapshot((0, 0)) == every
+        assert memory.memory_snapshot([0, 0]) == every   # type: ignore[arg-type]
+        assert acc.cpu.memory_snapshot((0, 0)) == acc.cpu.memory_snapshot()
+        assert [s["segment_pool_id"] for s in memory.memory_snapshot(pool.id)] == [pool.id]
+    finally:
+        memory.caching_allocator_delete(p)
+        memory.caching_allocator_delete(q)
