@@ -27,8 +27,8 @@ from .._errors import AcceleratorError, AcceleratorValueError, type_shown
 from .._stream import Stream
 from .._transfer import Copy, HostCopy, run_steps
 from ._coalescing import COALESCING, record
-from ._argchecks import (_check_length, _check_list, _check_same, _check_self_pair,
-                         _check_single, _size_check)
+from ._argchecks import (_bool_arg, _check_length, _check_list, _check_same,
+                         _check_self_pair, _check_single, _size_check)
 from ._engine import Engine, PremulSum, RedOp, ReduceOp
 from ._errors import DistError, DistTimeoutError, _EmptyListError
 from . import _group as _group_mod
@@ -934,19 +934,7 @@ def monitored_barrier(group: GroupArg = None, timeout: TimeoutArg = None,
         raise DistError("monitored_barrier needs MPI (launch through mpiexec)",
                         rank=g.global_rank)
     limit = _seconds(timeout, g.timeout)
-    # torch's binding converts None and what has __bool__ (numbers), not a str or a list,
-    # nor a value whose __bool__ raises or answers a non-bool (a numpy array of two items):
-    # its truth is read here, once, before the barrier starts
-    all_ranks = False
-    if wait_all_ranks is not None:
-        try:
-            if not hasattr(type(wait_all_ranks), "__bool__"):
-                raise TypeError
-            all_ranks = bool(wait_all_ranks)
-        except Exception:
-            raise TypeError(f"monitored_barrier(): incompatible function arguments: "
-                            f"wait_all_ranks must be a bool, got "
-                            f"{type_shown(wait_all_ranks)}") from None
+    all_ranks = _bool_arg("monitored_barrier", wait_all_ranks, "wait_all_ranks")
     g.drain()
     seq = g.next_seq()
     from ._mpi import mpi
