@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ._device import _plain_int
 from ._errors import AcceleratorValueError, shown, type_shown
 
 #: ``capture_error_mode`` values (``torch.accelerator.Graph``'s; ``"default"`` is the
@@ -29,6 +30,9 @@ def _pool_id(pool: Any) -> tuple[int, int] | None:
     pid = getattr(pool, "id", pool)
     if (isinstance(pid, tuple) and len(pid) == 2
             and all(isinstance(v, int) and not isinstance(v, bool) for v in pid)):
+        # an int subclass is read by its value (its __bool__, __lt__, __eq__ are not asked),
+        # as PyTorch's MempoolId_t binding reads it; the id kept is a tuple of plain ints
+        pid = (_plain_int(pid[0]), _plain_int(pid[1]))
         if all(0 <= v < 1 << 64 for v in pid):
             if pid[0] and pid[1]:
                 # PyTorch's CUDAGraph::capture_begin asserts that at most one half is set: a

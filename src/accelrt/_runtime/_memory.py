@@ -437,7 +437,8 @@ class MemoryFunctions(ModuleBase):
         """The segments of every started device of the backend, sorted by address.
 
         Args:
-            mempool_id: only the segments of this private pool (a ``MemPool.id``).
+            mempool_id: only the segments of this private pool (a ``MemPool.id``);
+                ``(0, 0)``, as ``None``: every pool's, as in PyTorch.
             include_traces: torch 2.14's switch for gathering trace entries, which the
                 segments never carry (in PyTorch neither): ``False`` returns the same list.
 

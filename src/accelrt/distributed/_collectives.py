@@ -27,8 +27,8 @@ from .._errors import AcceleratorError, AcceleratorValueError, type_shown
 from .._stream import Stream
 from .._transfer import Copy, HostCopy, run_steps
 from ._coalescing import COALESCING, record
-from ._argchecks import (_check_length, _check_list, _check_same, _check_self_pair,
-                         _check_single, _size_check)
+from ._argchecks import (_bool_arg, _check_length, _check_list, _check_same,
+                         _check_self_pair, _check_single, _size_check)
 from ._engine import Engine, PremulSum, RedOp, ReduceOp
 from ._errors import DistError, DistTimeoutError, _EmptyListError
 from . import _group as _group_mod
@@ -937,10 +937,7 @@ def monitored_barrier(group: GroupArg = None, timeout: TimeoutArg = None,
         raise DistError("monitored_barrier needs MPI (launch through mpiexec)",
                         rank=g.global_rank)
     limit = _seconds(timeout, g.timeout)
-    # torch's binding converts None and what has __bool__ (numbers), not a str or a list
-    if wait_all_ranks is not None and not hasattr(type(wait_all_ranks), "__bool__"):
-        raise TypeError(f"monitored_barrier(): incompatible function arguments: wait_all_ranks "
-                        f"must be a bool, got {type_shown(wait_all_ranks)}")
+    all_ranks = _bool_arg("monitored_barrier", wait_all_ranks, "wait_all_ranks")
     g.drain()
     seq = g.next_seq()
     from ._mpi import mpi
@@ -961,7 +958,7 @@ def monitored_barrier(group: GroupArg = None, timeout: TimeoutArg = None,
 
         def missing() -> DistTimeoutError:
             names = [g.global_ranks[r] for r in sorted(reqs)]
-            if wait_all_ranks:
+            if all_ranks:
                 msg = (f"[Rank 0]: Ranks {', '.join(map(str, names))} failed to pass "
                        f"monitoredBarrier in {ms} ms")
             else:

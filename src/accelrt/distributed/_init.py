@@ -256,6 +256,19 @@ def _install_abort_hook(comm_world: Any) -> None:
     sys.excepthook = hook
 
 
+def _check_serves_some(backend: str | None, engine_map: dict[str, str]) -> None:
+    """Raise torch 2.15's ``RuntimeError`` when ``backend`` names an engine that serves no
+    device type (registered with ``devices=[]``): its ``init_process_group`` fails there
+    ("Could not find the default backend type ... for Process Group"), and the world would
+    have no engine for any array."""
+    if backend is not None and not engine_map:
+        raise RuntimeError(f"Could not find the default backend for the process group: "
+                           f"backend {backend!r} serves no device type (it was registered "
+                           "with devices=[]); register it with the device types it serves "
+                           "(register_backend(..., devices=['cpu'])) or pass "
+                           "'device:engine' pairs of other engines")
+
+
 def init_process_group(backend: str | None = None, init_method: str | None = None,
                        timeout: TimeoutArg = None, world_size: int = -1, rank: int = -1,
                        store: Store | None = None, group_name: str = "", pg_options: object = None,
@@ -323,6 +336,7 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
     if backend is None:
         backend = os.environ.get("ACCELRT_DISTRIBUTED_BACKEND") or None
     engine_map = _parse_backend(backend)
+    _check_serves_some(backend, engine_map)
     backend_str = (",".join(f"{d}:{e}" for d, e in engine_map.items())
                    if backend is None or ":" in str(backend) else str(Backend(str(backend))))
     # the engines a backend string names must be able to start (torch constructs each backend

@@ -486,7 +486,8 @@ def memory_snapshot(mempool_id: tuple[int, int] | None = None,
     """The segments of every started device of the current accelerator, sorted by address.
 
     Args:
-        mempool_id: only the segments of this private pool (a :attr:`MemPool.id`).
+        mempool_id: only the segments of this private pool (a :attr:`MemPool.id`); ``(0, 0)``,
+            as ``None``: every pool's, as in PyTorch.
         include_traces: torch 2.14's switch for gathering the history's trace entries, which
             this list of segments never carries (in PyTorch neither): ``False`` returns the
             same segments.
@@ -528,7 +529,10 @@ def _check_mempool_id(mempool_id: object) -> tuple[int, int] | None:
             or not all(isinstance(x, int) and not isinstance(x, bool) for x in mempool_id)):
         raise TypeError("mempool_id must be a pair of ints (a MemPool.id) or None, got "
                         f"{type_shown(mempool_id)} {shown(mempool_id):.60}")
-    return _plain_int(mempool_id[0]), _plain_int(mempool_id[1])
+    pid = _plain_int(mempool_id[0]), _plain_int(mempool_id[1])
+    # (0, 0) is every pool's segments, as PyTorch's memory_snapshot(None) passes (0, 0) for
+    # "all" to its allocator's snapshot
+    return None if pid == (0, 0) else pid
 
 
 def dump_snapshot(filename: str | os.PathLike[str] = "dump_snapshot.pickle",
