@@ -15,7 +15,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -166,3 +166,22 @@ def _check_length(what: str, arrays: Any, name: str, n: int, where: str) -> None
         raise AcceleratorValueError(said(words(len(arrays), n) if words else None,
                                          f"{name} must be a list of {n} arrays {where}, got "
                                          f"{len(arrays)}"))
+
+
+def _split_sizes(splits: object, name: str) -> list[int]:
+    """``all_to_all_single``'s ``{name}_split_sizes`` as a list of ints: a sequence (a numpy
+    array too) of ints, numpy ints or one-element arrays, as torch's binding takes (it
+    refuses floats, strings and anything that is no sequence with a ``TypeError``)."""
+    words = (f"all_to_all_single: {name}_split_sizes must be a sequence of ints (one per "
+             "rank) or None")
+    if isinstance(splits, (str, bytes)) or not isinstance(splits, (Sequence, np.ndarray)):
+        raise TypeError(f"{words}, got {type_shown(splits)}")
+    out = []
+    for s in splits:
+        if isinstance(s, Array) and s.size == 1:   # torch's binding reads a one-element
+            out.append(int(s))                     # tensor by int(), as here
+            continue
+        if not isinstance(s, (int, np.integer)):
+            raise TypeError(f"{words}, got {type_shown(s)} {s!r:.40} in {name}_split_sizes")
+        out.append(int(s))
+    return out

@@ -28,7 +28,7 @@ from .._stream import Stream
 from .._transfer import Copy, HostCopy, run_steps
 from ._coalescing import COALESCING, record
 from ._argchecks import (_bool_arg, _check_length, _check_list, _check_same,
-                         _check_self_pair, _check_single, _size_check)
+                         _check_self_pair, _check_single, _size_check, _split_sizes)
 from ._engine import Engine, PremulSum, RedOp, ReduceOp
 from ._errors import DistError, DistTimeoutError, _EmptyListError
 from . import _group as _group_mod
@@ -395,25 +395,6 @@ def scatter(tensor: ArrayArg, scatter_list: Sequence[ArrayArg] | None = None,
     ins = [] if stage is None else [stage]
     return g.run("scatter", arrays, ins, [tensor], call, async_op, (root,) + _desc(tensor),
                  None, [tensor])
-
-
-def _split_sizes(splits: object, name: str) -> list[int]:
-    """``all_to_all_single``'s ``{name}_split_sizes`` as a list of ints: a sequence (a numpy
-    array too) of ints, numpy ints or one-element arrays, as torch's binding takes (it
-    refuses floats, strings and anything that is no sequence with a ``TypeError``)."""
-    words = (f"all_to_all_single: {name}_split_sizes must be a sequence of ints (one per "
-             "rank) or None")
-    if isinstance(splits, (str, bytes)) or not isinstance(splits, (Sequence, np.ndarray)):
-        raise TypeError(f"{words}, got {type_shown(splits)}")
-    out = []
-    for s in splits:
-        if isinstance(s, Array) and s.size == 1:   # torch's binding reads a one-element
-            out.append(int(s))                     # tensor by int(), as here
-            continue
-        if not isinstance(s, (int, np.integer)):
-            raise TypeError(f"{words}, got {type_shown(s)} {s!r:.40} in {name}_split_sizes")
-        out.append(int(s))
-    return out
 
 
 def all_to_all_single(output: ArrayArg, input: ArrayArg,
