@@ -19,11 +19,14 @@ Example (in a rank script)::
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+__all__ = ["Cases", "raises", "write_script"]
 
 
 def write_script(folder: Path, text: str, name: str = "ranks.py") -> Path:
@@ -64,3 +67,14 @@ class Cases:
         for line in self.lines:
             print(f"[{self.rank}] {line}", flush=True)
         print(f"DONE {self.rank} {len(self.lines)}", flush=True)
+
+
+def raises(exc: type[BaseException], pattern: str, fn: Callable[[], object]) -> None:
+    """Call ``fn`` and check that it raises ``exc`` with a message ``pattern`` searches
+    (``re.search``); AssertionError otherwise (a case then records FAIL)."""
+    try:
+        fn()
+    except exc as e:
+        assert re.search(pattern, str(e)), (type(e).__name__, str(e))
+    else:
+        raise AssertionError(f"no {exc.__name__} ({pattern})")

@@ -146,21 +146,13 @@ def test_point_to_point_batches_of_a_destroyed_group(one_rank_world: None) -> No
 
 _IN_STEP = r'''
 import accelrt.distributed as dist
-from rank_cases import Cases
+from rank_cases import Cases, raises
 
 dist.init_process_group("gloo", timeout=8)
 r, n = dist.get_rank(), dist.get_world_size()
 case = Cases(r, after=dist.barrier)
 
 
-def raises(exc, pattern, fn):
-    import re
-    try:
-        fn()
-    except exc as e:
-        assert re.search(pattern, str(e)), (type(e).__name__, str(e))
-    else:
-        raise AssertionError(f"no {exc.__name__} ({pattern})")
 
 
 def then_in_step(tag):

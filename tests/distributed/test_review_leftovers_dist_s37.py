@@ -29,16 +29,9 @@ import accelrt.distributed as dist
 
 dist.init_process_group("gloo", timeout=20)
 r, n = dist.get_rank(), dist.get_world_size()
-from rank_cases import Cases
+from rank_cases import Cases, raises
 case = Cases(r, after=dist.barrier)
 
-def raises(exc, pattern, fn):
-    try:
-        fn()
-    except exc as e:
-        assert re.search(pattern, str(e)), (type(e).__name__, str(e))
-    else:
-        raise AssertionError(f"no {exc.__name__} ({pattern})")
 
 @case
 def object_p2p_on_a_non_member():
