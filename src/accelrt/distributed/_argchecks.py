@@ -26,8 +26,8 @@ from ._errors import _DtypeMismatchError, _NotAListError
 from . import _group as _group_mod
 from ._group import ProcessGroup
 
-__all__ = ["_bool_arg", "_check_length", "_check_list", "_check_same", "_check_self_pair", "_check_single",
-           "_size_check"]
+__all__ = ["_bool_arg", "_check_length", "_check_list", "_check_same", "_check_self_pair",
+           "_check_single", "_size_check", "_split_sizes"]
 
 
 def _bool_arg(what: str, value: object, name: str) -> bool:
@@ -74,6 +74,7 @@ def _check_single(what: str, param: object, name: str) -> None:
     if not isinstance(param, (Array, np.ndarray)):
         raise TypeError(f"{what}: expected an accelrt.Array or numpy.ndarray, got "
                         f"{type_shown(param)} (parameter `{name}`)")
+
 
 def _check_same(what: str, a: Any, b: Any, nccl: str | None = None) -> None:
     """Raise torch's ``ValueError`` (its words, with the dtypes in the order torch's
@@ -178,10 +179,8 @@ def _split_sizes(splits: object, name: str) -> list[int]:
         raise TypeError(f"{words}, got {type_shown(splits)}")
     out = []
     for s in splits:
-        if isinstance(s, Array) and s.size == 1:   # torch's binding reads a one-element
-            out.append(int(s))                     # tensor by int(), as here
-            continue
-        if not isinstance(s, (int, np.integer)):
+        # (torch's binding reads a one-element tensor with int(), as here a one-element array)
+        if not (isinstance(s, (int, np.integer)) or isinstance(s, Array) and s.size == 1):
             raise TypeError(f"{words}, got {type_shown(s)} {s!r:.40} in {name}_split_sizes")
         out.append(int(s))
     return out
