@@ -406,3 +406,27 @@ def test_stream_handle_out_of_range_is_refused(reg: Any, value: Any, shown: str)
     with pytest.raises(acc.DeviceError, match=rf"stream_create\(0, 0\) returned {shown}, not a "
                                               r"stream handle"):
         acc.Stream(f"{name}:0")
+
+
+def test_a_mapping_opened_with_a_bad_size_is_closed(reg: Any) -> None:
+    """A backend that maps the segment but answers a bad size: the mapping it made at the good
+    address is closed again when the result is refused (it stayed open for good)."""
+    closed: list[tuple[int, int]] = []
+
+    def open_handle(self: Any, index: int, handle: bytes) -> Any:
+        base, _ = CpuBackend.ipc_open_mem_handle(self, index, handle)
+        return (base, -1)
+
+    def close_handle(self: Any, index: int, base: int) -> None:
+        closed.append((index, base))
+        CpuBackend.ipc_close_mem_handle(self, index, base)
+
+    name = reg(CpuBackend, {"shared_memory": True}, ipc_open_mem_handle=open_handle,
+               ipc_close_mem_handle=close_handle)
+    a = acc.full((16,), 3.0, device=f"{name}:0")
+    with pytest.raises(acc.DeviceError, match="ipc_open_mem_handle.*returned -1, not a size"):
+        pickle.loads(ForkingPickler.dumps(a))
+    assert len(closed) == 1 and closed[0][0] == 0 and closed[0][1] != 0
+    del a
+    gc.collect()
+    amp.ipc_collect()

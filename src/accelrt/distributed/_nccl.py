@@ -3,9 +3,10 @@
 Each call enqueues on the group's comm stream (an accelrt cuda ``Stream``, which implements
 ``__cuda_stream__``) and returns at once, as NCCL does. Buffers are passed as small
 ``__cuda_array_interface__`` spans (address, count, dtype), so sub-ranges of an array
-(``all_to_all_single`` splits, ``all_gather`` lists) need no copies. Errors: nccl4py's
-``NcclInvalid`` and ``NCCLError`` become :class:`~accelrt.distributed.DistBackendError` at the
-group's boundary; ``get_async_error()`` is polled by the group for errors of queued work.
+(``all_to_all_single`` splits, ``all_gather`` lists) need no copies. Errors: whatever nccl4py
+raises, and this engine's ``RuntimeError`` for an NCCL result code, become
+:class:`~accelrt.distributed.DistBackendError` at the group's boundary;
+``get_async_error()`` is polled by the group for errors of queued work.
 
 Example::
 

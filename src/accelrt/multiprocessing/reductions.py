@@ -67,7 +67,15 @@ class _Opened:
             raise _checked.returned(b, call, got, "not a (pointer, size) pair")
         # (a mapping it gave for another handle and did not close cannot be this one's)
         base = _checked.address(b, call, got[0], held=_open_bases(b, index))
-        self.size = _checked.size(b, call, got[1])
+        try:
+            self.size = _checked.size(b, call, got[1])
+        except BaseException:
+            # the backend did map something at `base`: close it, or it stays mapped for good
+            try:
+                b.ipc_close_mem_handle(index, base)
+            except Exception:  # noqa: BLE001, S110 - the size's error is the one to raise
+                pass
+            raise
         self.base = base
 
     def close(self) -> None:
