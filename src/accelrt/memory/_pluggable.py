@@ -346,6 +346,21 @@ class PluggableAllocator:
         """
         return self
 
+    @property
+    def _allocator(self) -> PluggableAllocator:
+        """torch's ``_CUDAAllocator._allocator`` attribute, the object :meth:`allocator`
+        returns: vLLM's sleep-mode allocator (``vllm/device_allocator/cumem.py``) and others
+        write ``MemPool(alloc._allocator)``. Here that object is this one.
+
+        Example::
+
+            >>> from accelrt import memory
+            >>> a = memory.PluggableAllocator.from_callables(lambda *_: 0, lambda *_: None)
+            >>> memory.MemPool(a._allocator).allocator is a
+            True
+        """
+        return self
+
     def __repr__(self) -> str:
         return f"PluggableAllocator({self._what})"
 
