@@ -981,46 +981,32 @@ def test_streams_multi_device_eq_hash_and_priority(two: tuple[str, Any]) -> None
     assert (p1.priority, p1.device) == (high, _dev(name, 1))
 
 
-def test_streams_multi_device_query(toy: tuple[str, Any, SimulatedBackend]) -> None:
-    """mirrors test_cuda_multigpu.py test_streams_multi_gpu_query: a busy stream of device 1
-    is seen busy from either device and synchronized from device 0."""
+@pytest.mark.parametrize("waited", ["stream", "event"])
+def test_streams_and_events_multi_device_query(toy: tuple[str, Any, SimulatedBackend],
+                                               waited: str) -> None:
+    """mirrors test_cuda_multigpu.py test_streams_multi_gpu_query (``waited="stream"``) and
+    test_events_multi_gpu_query (``"event"``: an event recorded on each device's current
+    stream): device 1's, whose stream has work queued, is seen busy from either device and
+    complete from either once synchronized from device 0; device 0's is complete throughout."""
     name, m, sim = toy
     m.synchronize(0)
     m.synchronize(1)
     with m.device(0):
         s0 = m.current_stream()
-    with m.device(1):
-        s1 = m.current_stream()
-        sim.launch_work(s1.stream_id, 1)
-    for index in (None, 0, 1):
-        with m.device(index):
-            assert s0.query() and not s1.query()
-    with m.device(0):
-        s1.synchronize()
-    for index in (None, 0, 1):
-        with m.device(index):
-            assert s0.query() and s1.query()
-
-
-def test_events_multi_device_query(toy: tuple[str, Any, SimulatedBackend]) -> None:
-    """mirrors test_cuda_multigpu.py test_events_multi_gpu_query."""
-    name, m, sim = toy
-    with m.device(0):
-        s0 = m.current_stream()
-        e0 = s0.record_event()
+        w0 = s0.record_event() if waited == "event" else s0
         s0.synchronize()
     with m.device(1):
         s1 = m.current_stream()
         sim.launch_work(s1.stream_id, 1)
-        e1 = s1.record_event()
+        w1 = s1.record_event() if waited == "event" else s1
     for index in (None, 0, 1):
         with m.device(index):
-            assert e0.query() and not e1.query()
+            assert w0.query() and not w1.query()
     with m.device(0):
-        e1.synchronize()
+        w1.synchronize()
     for index in (None, 0, 1):
         with m.device(index):
-            assert e0.query() and e1.query()
+            assert w0.query() and w1.query()
 
 
 def test_events_elapsed_time_across_devices(toy: tuple[str, Any, SimulatedBackend]) -> None:
