@@ -1204,28 +1204,20 @@ def test_copy_between_devices_orders_on_both_current_streams(
     x = acc.zeros((5, 5), device=f"{name}:0")
     x_plus_one = acc.full((5, 5), 1.0, device=f"{name}:0")
     for y in (acc.zeros((5, 5), device=f"{name}:1"), acc.zeros((5, 5), device=f"{name}:0")):
-        gate.clear()
         s0, s1 = m.Stream(device=x.device), m.Stream(device=y.device)
         s2, s3 = m.Stream(device=x.device), m.Stream(device=y.device)
-        with m.stream(s0):
-            _hold(name, s0, gate)
-            with m.stream(s1):
-                y.copy_(x_plus_one)
-        with m.stream(s2), m.stream(s1):
-            y.copy_(x)
-        gate.set()
-        s1.synchronize()
-        np.testing.assert_array_equal(y.numpy(), x.numpy())
-        gate.clear()
-        with m.stream(s1):
-            _hold(name, s1, gate)
-            with m.stream(s0):
-                y.copy_(x_plus_one)
-        with m.stream(s3), m.stream(s0):
-            y.copy_(x)
-        gate.set()
-        s0.synchronize()
-        np.testing.assert_array_equal(y.numpy(), x.numpy())
+        # x's stream held while y's copies, then y's held while x's copies
+        for held, copier, outer in ((s0, s1, s2), (s1, s0, s3)):
+            gate.clear()
+            with m.stream(held):
+                _hold(name, held, gate)
+                with m.stream(copier):
+                    y.copy_(x_plus_one)
+            with m.stream(outer), m.stream(copier):
+                y.copy_(x)
+            gate.set()
+            copier.synchronize()
+            np.testing.assert_array_equal(y.numpy(), x.numpy())
 
 
 def test_caching_pinned_memory_multi_device(
