@@ -24,15 +24,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 import accelrt as acc
 from accelrt import backends
-from accelrt.memory import PluggableAllocator
 from accelrt.memory.viz import segsum, trace_text, viz_main
 from accelrt.testing import SimulatedBackend
 from tests.helpers.expandable import switch_on_or_skip
+from tests.helpers.pluggable import numpy_allocator
 
 MiB = 1 << 20
 _names = itertools.count()
@@ -187,17 +186,8 @@ def test_mempool_expandable(name: str) -> None:
     it an expandable one: two segments, one expandable."""
     m = backends.device_module(name)
     d = f"{name}:0"
-    held: dict[int, np.ndarray] = {}
-
-    def alloc(size: int, device: int, stream: int) -> int:
-        buf = np.zeros(size, np.uint8)
-        held[buf.ctypes.data] = buf
-        return int(buf.ctypes.data)
-
-    def free(ptr: int, size: int, device: int, stream: int) -> None:
-        del held[ptr]
-
-    pool = m.MemPool(PluggableAllocator.from_callables(alloc, free))
+    plug, held = numpy_allocator()
+    pool = m.MemPool(plug)
     data = []
     with m.use_mem_pool(pool):
         data.append(acc.empty(MiB // 4, device=d))
