@@ -325,10 +325,7 @@ def test_max_split_expandable(fraction_restored: Any, name: str) -> None:
     freeing them 120 MiB fits (the release of cached blocks meets an expandable one)."""
     m = fraction_restored
     d = f"{name}:0"
-    _expandable_or_skip(m)
-    m.empty_cache()
-    _, total = m.mem_get_info()
-    m.set_per_process_memory_fraction((120 * MiB + m.memory_reserved()) / total)
+    _expandable_and_120_mib_or_skip(m)
 
     def alloc(n: int) -> acc.Array:
         return acc.empty(n * MiB, dtype="int8", device=d)
@@ -350,10 +347,7 @@ def test_garbage_collect_expandable(fraction_restored: Any, name: str) -> None:
     blocks runs with an expandable segment's block in the free lists."""
     m = fraction_restored
     d = f"{name}:0"
-    _expandable_or_skip(m)
-    m.empty_cache()
-    _, total = m.mem_get_info()
-    m.set_per_process_memory_fraction((120 * MiB + m.memory_reserved()) / total)
+    _expandable_and_120_mib_or_skip(m)
     m.set_allocator_settings("expandable_segments:False,garbage_collection_threshold:0.5")
     a = acc.empty(40 * MiB, dtype="int8", device=d)
     m.set_allocator_settings("expandable_segments:True,garbage_collection_threshold:0.5")
@@ -362,10 +356,14 @@ def test_garbage_collect_expandable(fraction_restored: Any, name: str) -> None:
     acc.empty(80 * MiB, dtype="int8", device=d)
 
 
-def _expandable_or_skip(m: Any) -> None:
-    """Skip unless ``expandable_segments:True`` can be set (then switched off again)."""
+def _expandable_and_120_mib_or_skip(m: Any) -> None:
+    """Skip unless ``expandable_segments:True`` can be set (then switched off again); empty
+    the cache and allow 120 MiB more than is reserved (both tests' setup in test_cuda.py)."""
     switch_on_or_skip(m)
     m.set_allocator_settings("expandable_segments:False")
+    m.empty_cache()
+    _, total = m.mem_get_info()
+    m.set_per_process_memory_fraction((120 * MiB + m.memory_reserved()) / total)
 
 
 # ---------------------------------------------------------------------- allocator settings
