@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import importlib.util
 import os
 import sys
 from collections.abc import Generator, Iterator
@@ -194,3 +195,18 @@ def _restore_runtime_state(_leak_check: None) -> Iterator[None]:
     _device._tls.device.update(saved_dev)
     _device._tls.stream.clear()
     _device._tls.stream.update(saved_stream)
+
+
+@pytest.fixture
+def one_rank_world() -> Iterator[None]:
+    """A default group of one rank on the MPI engine (MPI's singleton world: no launcher),
+    destroyed afterwards if the test left it; the test is skipped without mpi4py."""
+    if importlib.util.find_spec("mpi4py") is None:
+        pytest.skip("mpi4py is not installed (pip install 'accelrt[mpi]')")
+    import accelrt.distributed as dist
+    dist.init_process_group("cpu:mpi", timeout=30)
+    try:
+        yield
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()

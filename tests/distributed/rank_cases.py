@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Cases", "raises", "write_script"]
+__all__ = ["Cases", "eq", "raises", "raises_containing", "write_script"]
 
 
 def write_script(folder: Path, text: str, name: str = "ranks.py") -> Path:
@@ -78,3 +78,19 @@ def raises(exc: type[BaseException], pattern: str, fn: Callable[[], object]) -> 
         assert re.search(pattern, str(e)), (type(e).__name__, str(e))
     else:
         raise AssertionError(f"no {exc.__name__} ({pattern})")
+
+
+def raises_containing(exc: type[BaseException], words: str, fn: Callable[[], object]) -> None:
+    """As :func:`raises`, for a message that contains ``words`` as they are (no pattern)."""
+    try:
+        fn()
+    except exc as e:
+        assert words in str(e), (type(e).__name__, str(e))
+    else:
+        raise AssertionError(f"no {exc.__name__} ({words})")
+
+
+def eq(a: Any, want: object) -> None:
+    """Check that ``a`` (an array: its ``tolist()``; or any value) equals ``want``."""
+    got = a.tolist() if hasattr(a, "tolist") else a
+    assert got == want, (got, want)

@@ -32,12 +32,9 @@ NOT_INIT = "Default process group has not been initialized"
 
 
 @pytest.fixture
-def world() -> object:
+def world(one_rank_world: None) -> object:
     """A one-rank world (a singleton MPI world), destroyed afterwards whatever happened."""
-    dist.init_process_group("cpu:mpi", timeout=30)
-    yield dist.GroupMember.WORLD
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    return dist.GroupMember.WORLD
 
 
 def _calls() -> list[tuple[str, object]]:

@@ -354,12 +354,8 @@ import accelrt as acc, accelrt.distributed as dist
 dist.init_process_group(os.environ.get("S35_BACKEND", "gloo"), timeout=30)
 r, n = dist.get_rank(), dist.get_world_size()
 R = dist.ReduceOp
-from rank_cases import Cases
+from rank_cases import Cases, eq
 case = Cases(r)
-
-def eq(a, want):
-    got = a.tolist() if hasattr(a, "tolist") else a
-    assert got == want, (got, want)
 
 def reduce_cases():
     # test_c10d_gloo.py's simple_reduce_tests, written anew

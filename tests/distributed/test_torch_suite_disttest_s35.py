@@ -81,7 +81,7 @@ import accelrt as acc, accelrt.distributed as dist
 dist.init_process_group(os.environ.get("S35_BACKEND", "gloo"), timeout=float(os.environ.get("S35_TIMEOUT", "30")))
 r, n = dist.get_rank(), dist.get_world_size()
 R = dist.ReduceOp
-from rank_cases import Cases
+from rank_cases import Cases, raises_containing as raises
 case = Cases(r)
 
 def cube(size, value=None, dtype="float32"):   # distributed_test.py's _build_tensor
@@ -90,14 +90,6 @@ def cube(size, value=None, dtype="float32"):   # distributed_test.py's _build_te
 def same(a, b):
     a, b = np.asarray(a.numpy() if hasattr(a, "numpy") else a), np.asarray(b.numpy() if hasattr(b, "numpy") else b)
     assert a.shape == b.shape and a.dtype == b.dtype and np.array_equal(a, b), (a.ravel()[:4], b.ravel()[:4], a.dtype, b.dtype)
-
-def raises(exc, words, fn):
-    try:
-        fn()
-    except exc as e:
-        assert words in str(e), (type(e).__name__, str(e))
-    else:
-        raise AssertionError(f"no {exc.__name__} ({words})")
 
 def groups():
     # _init_global_test, _init_group_test ([1, 2]), _init_full_group_test

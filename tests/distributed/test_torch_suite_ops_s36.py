@@ -244,23 +244,11 @@ import accelrt as acc, accelrt.distributed as dist
 dist.init_process_group("gloo", timeout=30)
 r, n = dist.get_rank(), dist.get_world_size()
 R = dist.ReduceOp
-from rank_cases import Cases
+from rank_cases import Cases, eq, raises_containing as raises
 case = Cases(r)
 
 def arr(v, dt=None):
     return acc.asarray(np.asarray(v, dtype=dt))
-
-def eq(a, want):
-    got = a.tolist() if hasattr(a, "tolist") else a
-    assert got == want, (got, want)
-
-def raises(exc, words, fn):
-    try:
-        fn()
-    except exc as e:
-        assert words in str(e), (type(e).__name__, str(e))
-    else:
-        raise AssertionError(f"no {exc.__name__} ({words})")
 
 FLOATS = ("float16", "float32", "float64")
 

@@ -16,9 +16,17 @@ Example::
     >>> code = PRELUDE + "print(during(lambda: None, lambda: len([1, 2])), ran)"
     >>> subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout
     '2 [1]\\n'
+
+:func:`run_scenarios` runs such a script on one implementation of a container (the Python
+type or the C one) after :data:`IMPL`, which names it ``impl``; :func:`assert_chain_released`
+checks the release of a long chain of containers, each holding the next.
 """
 
 from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
 
 PRELUDE = '''
 import gc
@@ -52,3 +60,52 @@ def during(change, call):
         gc.collect()
 
 '''
+
+#: What a scenario script of :func:`run_scenarios` has after :data:`PRELUDE`: ``impl``, the
+#: container type whose module and name are the script's two arguments, and ``Blk``, a block
+#: that shows its number.
+IMPL = '''
+import sys, importlib
+mod, name = sys.argv[1:3]
+impl = getattr(importlib.import_module(mod), name)
+
+
+class Blk:
+    def __init__(self, i):
+        self.i = i
+
+    def __repr__(self):
+        return f"Blk({self.i})"
+
+'''
+
+
+def run_scenarios(scenarios: str, mod: str, name: str) -> str:
+    """Run :data:`PRELUDE`, :data:`IMPL` and ``scenarios`` in a subprocess on the type ``name``
+    of module ``mod`` (a container that reads freed memory crashes it); its standard output,
+    once it has exited with 0."""
+    proc = subprocess.run([sys.executable, "-c", PRELUDE + IMPL + textwrap.dedent(scenarios),
+                           mod, name],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def assert_chain_released(mod: str, name: str, link: str) -> None:
+    """A million containers of the type ``name`` of module ``mod``, each holding the next, are
+    released in a subprocess without overflowing the stack (the C type's release recursed once
+    per container; the trashcan defers it, as a dict's or a list's release does). ``link`` is
+    one line that makes ``y``, a container of ``impl`` that holds ``x``."""
+    code = textwrap.dedent(f"""
+        import importlib
+        impl = getattr(importlib.import_module({mod!r}), {name!r})
+        x = None
+        for _ in range(1_000_000):
+            {link}
+            x = y
+        del x, y
+        print("released")
+        """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0 and proc.stdout == "released\n", proc.stderr[-2000:]

@@ -84,6 +84,19 @@ class _OnlyDLPack:
         return self._obj.__dlpack_device__()
 
 
+class _SeesStream(_OnlyDLPack):
+    """:class:`_OnlyDLPack` that appends the ``stream`` keyword of every ``__dlpack__`` call
+    (``None`` where none is given) to ``seen``."""
+
+    def __init__(self, obj: Any, seen: list[Any]) -> None:
+        super().__init__(obj)
+        self._seen = seen
+
+    def __dlpack__(self, *args: Any, **kwargs: Any) -> Any:
+        self._seen.append(kwargs.get("stream"))
+        return super().__dlpack__(*args, **kwargs)
+
+
 class _Returns:
     """A producer handing out one prepared ``capsule`` (any keywords) on ``device``."""
 
@@ -250,18 +263,12 @@ def test_default_stream_passed_to_a_cuda_producer() -> None:
     dev = f"{CUDAISH}:0"
     x = acc.empty(5, device=dev)
     seen: list[Any] = []
-
-    class Producer(_OnlyDLPack):
-        def __dlpack__(self, *args: Any, **kwargs: Any) -> Any:
-            seen.append(kwargs.get("stream"))
-            return super().__dlpack__(*args, **kwargs)
-
     with backends.device_module(CUDAISH).default_stream(0):
         assert acc.current_stream(dev).stream_id == 0
-        _same(from_dlpack(Producer(x), device=dev), x)
+        _same(from_dlpack(_SeesStream(x, seen), device=dev), x)
     side = acc.Stream(dev)
     with side:
-        _same(from_dlpack(Producer(x), device=dev), x)
+        _same(from_dlpack(_SeesStream(x, seen), device=dev), x)
     assert seen == [1, side.stream_id]
 
 
@@ -271,15 +278,9 @@ def test_default_stream_passed_to_a_non_cuda_producer_is_its_handle() -> None:
     dev = f"{SIM}:0"
     x = acc.empty(5, device=dev)
     seen: list[Any] = []
-
-    class Producer(_OnlyDLPack):
-        def __dlpack__(self, *args: Any, **kwargs: Any) -> Any:
-            seen.append(kwargs.get("stream"))
-            return super().__dlpack__(*args, **kwargs)
-
     default = backends.device_module(SIM).default_stream(0)
     with default:
-        from_dlpack(Producer(x), device=dev)
+        from_dlpack(_SeesStream(x, seen), device=dev)
     assert seen == [default.stream_id]
 
 

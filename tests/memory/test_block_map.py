@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import gc
 import random
-import subprocess
 import sys
-import textwrap
 import weakref
 from typing import Any
 
@@ -23,7 +21,7 @@ from accelrt import memory
 from accelrt.memory import _allocator, _block_map
 from accelrt.memory._block_map import PyBlockMap
 from tests.helpers.builds import both_builds_params
-from tests.helpers.collect_inside import PRELUDE
+from tests.helpers.collect_inside import assert_chain_released, run_scenarios
 
 IMPLS = both_builds_params(PyBlockMap, "accelrt.memory._block_map_c", "BlockMap")
 C_ONLY = [p for p in IMPLS if p.id == "c"]
@@ -255,19 +253,6 @@ def test_the_allocator_holds_its_blocks_in_the_loaded_map() -> None:
 # list before making it (the collection) and filled it after: past its end (a crash), or with
 # empty items, or from slots emptied or moved by the change.
 SCENARIOS = """
-import sys, importlib
-mod, name = sys.argv[1:3]
-impl = getattr(importlib.import_module(mod), name)
-
-
-class Blk:
-    def __init__(self, i):
-        self.i = i
-
-    def __repr__(self):
-        return f"Blk({self.i})"
-
-
 def add(m):
     for i in range(100):
         m[0x100000 + i * 512] = Blk(100 + i)
@@ -299,28 +284,12 @@ for call in ["values", "keys", "iter"]:
 
 @pytest.mark.parametrize("impl", IMPLS)
 def test_a_collection_inside_a_call_that_changes_the_map(impl: Any) -> None:
-    proc = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(SCENARIOS),
-                           impl.__module__, impl.__name__],
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.count(" ok") == 6, proc.stdout
+    out = run_scenarios(SCENARIOS, impl.__module__, impl.__name__)
+    assert out.count(" ok") == 6, out
 
 
 @pytest.mark.parametrize("impl", IMPLS)
 def test_a_chain_of_a_million_maps_is_released(impl: Any) -> None:
     # each map holds the next: the C type's release recursed once per map and overflowed the
     # stack (the trashcan defers it, as a dict's release does)
-    code = textwrap.dedent(f"""
-        import importlib
-        impl = getattr(importlib.import_module({impl.__module__!r}), {impl.__name__!r})
-        x = None
-        for _ in range(1_000_000):
-            y = impl()
-            y[0] = x
-            x = y
-        del x, y
-        print("released")
-        """)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)
-    assert proc.returncode == 0 and proc.stdout == "released\n", proc.stderr[-2000:]
+    assert_chain_released(impl.__module__, impl.__name__, "y = impl(); y[0] = x")

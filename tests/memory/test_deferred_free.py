@@ -198,11 +198,12 @@ def test_a_free_waiting_for_events_turns_every_fast_malloc_path_off(conf: str) -
     pair.check()
 
 
-class _BlockingMalloc(SimulatedBackend):
-    """A device whose next malloc blocks (inside the allocator's lock) until a gate opens."""
+class _GatedMalloc(SimulatedBackend):
+    """A device whose next malloc once ``armed`` sets ``inside`` and blocks until its gate
+    opens (inside the allocator's lock, or without it under release_lock_on_cudamalloc)."""
 
-    def __init__(self) -> None:
-        super().__init__(capacity=1 << 34)
+    def __init__(self, capacity: int = 1 << 34) -> None:
+        super().__init__(capacity=capacity)
         self.gate = Gate()
         self.inside = threading.Event()
         self.armed = False
@@ -211,7 +212,7 @@ class _BlockingMalloc(SimulatedBackend):
         if self.armed:
             self.armed = False
             self.inside.set()
-            self.gate()
+            assert self.gate.event.wait(30)
         return super().malloc(index, size)  # type: ignore[return-value]
 
 
@@ -220,7 +221,7 @@ def test_memory_allocated_counts_a_deferred_free_while_another_thread_holds_the_
     thread is inside the allocator (memory_allocated then cannot take the lock to complete
     the deferred free): every locked operation completes a deferred free before it can block
     (here: in the device malloc of a cache miss)."""
-    b = _BlockingMalloc()
+    b = _GatedMalloc()
     a = DeviceCachingAllocator(b, 0, parse_config(""))
     keep = a.malloc(4096, 0)
     p = a.malloc(20 * MiB, 0)
@@ -373,24 +374,6 @@ def test_out_of_memory_retry_releases_a_deferred_free() -> None:
     pair.check()
 
 
-class _GatedMalloc(SimulatedBackend):
-    """A device whose next malloc (made without the allocator's lock under
-    release_lock_on_cudamalloc) blocks until its gate opens."""
-
-    def __init__(self, capacity: int) -> None:
-        super().__init__(capacity=capacity)
-        self.gate = threading.Event()
-        self.inside = threading.Event()
-        self.armed = False
-
-    def malloc(self, index: int, size: int) -> int:  # type: ignore[override]
-        if self.armed:
-            self.armed = False
-            self.inside.set()
-            assert self.gate.wait(30)
-        return super().malloc(index, size)  # type: ignore[return-value]
-
-
 @pytest.mark.parametrize("capacity", [64 * MiB, 1 << 34], ids=["out-of-memory", "fits"])
 @pytest.mark.parametrize("cls", [DeviceCachingAllocator, GeneralPathAllocator],
                          ids=["fast", "general"])
@@ -418,7 +401,7 @@ def test_a_free_deferred_while_the_lock_is_released_for_a_device_malloc(
     t.start()
     assert b.inside.wait(30)                        # in the device malloc, without the lock
     a.free(p)                                       # (the fast path may defer it)
-    b.gate.set()
+    b.gate.open()
     t.join(30)
     assert not t.is_alive()
     assert isinstance(got[0], int), got

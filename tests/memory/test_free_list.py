@@ -26,7 +26,7 @@ from accelrt import memory
 from accelrt.memory import _block
 from accelrt.memory._free_list import PyFreeList
 from tests.helpers.builds import both_builds_params
-from tests.helpers.collect_inside import PRELUDE
+from tests.helpers.collect_inside import assert_chain_released, run_scenarios
 
 
 IMPLS = both_builds_params(PyFreeList, "accelrt.memory._free_list_c", "FreeList")
@@ -347,19 +347,6 @@ def test_a_refused_replace_leaves_the_buckets_and_the_iterators(impl: Any) -> No
 # filled keys() and bucket_sizes() past their end or left them empty (a crash or a list of
 # NULLs), and gave iterators a position in the list before the change.
 SCENARIOS = """
-import sys, importlib
-mod, name = sys.argv[1:3]
-impl = getattr(importlib.import_module(mod), name)
-
-
-class Blk:
-    def __init__(self, i):
-        self.i = i
-
-    def __repr__(self):
-        return f"Blk({self.i})"
-
-
 def grow(fl):
     for i in range(50):
         fl.add(5000 + i, i, Blk(100 + i))
@@ -418,32 +405,15 @@ def _where(impl: Any) -> tuple[str, str]:
 
 @pytest.mark.parametrize("impl", IMPLS)
 def test_a_collection_inside_a_call_that_changes_the_list(impl: Any) -> None:
-    proc = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(SCENARIOS),
-                           *_where(impl)],
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.count(" ok") == 12, proc.stdout
+    out = run_scenarios(SCENARIOS, *_where(impl))
+    assert out.count(" ok") == 12, out
 
 
 @pytest.mark.parametrize("impl", IMPLS)
 def test_a_chain_of_a_million_lists_is_released(impl: Any) -> None:
     # each list holds the next as a block: its release recursed once per list in C and
     # overflowed the stack (the trashcan defers it, as a Python list's release does)
-    mod, name = _where(impl)
-    code = textwrap.dedent(f"""
-        import importlib
-        impl = getattr(importlib.import_module({mod!r}), {name!r})
-        x = None
-        for _ in range(1_000_000):
-            y = impl(2)
-            y.add(0, 0, x)
-            x = y
-        del x, y
-        print("released")
-        """)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)
-    assert proc.returncode == 0 and proc.stdout == "released\n", proc.stderr[-2000:]
+    assert_chain_released(*_where(impl), "y = impl(2); y.add(0, 0, x)")
 
 
 def test_a_failed_allocation_keeps_the_list() -> None:

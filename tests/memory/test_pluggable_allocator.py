@@ -20,6 +20,7 @@ from accelrt import backends, memory
 from accelrt.backends.cpu import CpuBackend
 from accelrt.memory._allocator import get_allocator
 from accelrt.memory._config import parse_config
+from tests.helpers.pluggable import numpy_allocator
 
 MiB = 1 << 20
 
@@ -335,14 +336,8 @@ def test_from_callables_receives_the_c_arguments() -> None:
 def test_allocator_method_is_what_mempool_and_the_switch_take() -> None:
     # torch's idiom: MemPool(CUDAPluggableAllocator(...).allocator()) and
     # change_current_allocator(alloc); allocator() is the object the pool allocates through
-    held: dict[int, np.ndarray] = {}
-
-    def alloc(size: int, device: int, stream: int) -> int:
-        buf = np.zeros(size, np.uint8)
-        held[buf.ctypes.data] = buf
-        return int(buf.ctypes.data)
-
-    a = acc.cpu.CUDAPluggableAllocator.from_callables(alloc, lambda p, *_: held.pop(p))
+    a, held = numpy_allocator()
+    assert isinstance(a, acc.cpu.CUDAPluggableAllocator)
     assert a.allocator() is a
     name = _fresh_backend(False)
     pool = memory.MemPool(a.allocator())

@@ -6,6 +6,12 @@ Every test names the PyTorch test it mirrors. ``torch.cuda`` becomes a device mo
 ``torch.accelerator`` becomes ``accelrt``, tensors become ``acc.Array``s (or pinned numpy
 arrays). Tests that allocate a large share of a device run on the simulated backend only,
 whose devices hold no data; the ones that read values back run on ``cpu``.
+
+The tests that test/test_cuda_expandable_segments.py re-runs with ``expandable_segments:True``
+run twice here (the ``expandable`` fixture or parameter: ids ``plain`` and ``expandable``), with
+what the setting changes in their expectations stated in the test.
+tests/memory/test_torch_suite_expandable_s36.py has the tests that exist only with expandable
+segments.
 """
 
 from __future__ import annotations
@@ -28,15 +34,16 @@ import pytest
 import accelrt as acc
 from accelrt import backends
 from accelrt.testing import SimulatedBackend
+from tests.helpers.expandable import switch_on_or_skip
 
 MiB = 1 << 20
 _names = itertools.count()
 
 
-def _simulated(capacity: int = 1 << 30, auto_complete: bool = True) -> str:
+def _simulated(capacity: int = 1 << 30, auto_complete: bool = True, devices: int = 2) -> str:
     name = f"torchsuite{next(_names)}"
     backends.register(name, lambda: SimulatedBackend(name=name, capacity=capacity,
-                                                     device_count=2,
+                                                     device_count=devices,
                                                      auto_complete=auto_complete))
     return name
 
@@ -51,6 +58,43 @@ def name(request: pytest.FixtureRequest) -> str:
 def sim() -> str:
     """A fresh simulated backend of two 1 GiB devices."""
     return _simulated()
+
+
+@pytest.fixture(params=[False, True], ids=["plain", "expandable"])
+def expandable(request: pytest.FixtureRequest, name: str) -> Iterator[bool]:
+    """The allocator setting of a test run both as test_cuda.py runs it (``False``) and as
+    test_cuda_expandable_segments.py re-runs it (``True``: ``expandable_segments:True`` for the
+    test; the suite's autouse fixture restores the settings). ``name``'s cache is emptied
+    before and after."""
+    m = backends.device_module(name)
+    _settled()
+    m.empty_cache()
+    if request.param:
+        switch_on_or_skip(m)
+    yield request.param
+    _settled()
+    m.empty_cache()
+
+
+# The same two settings for the tests that make their own simulated backend (not ``name``): a
+# parameter of the fixture's name, which pytest then passes instead of the fixture.
+both_settings = pytest.mark.parametrize("expandable", [False, True], ids=["plain", "expandable"])
+
+
+def _sim(expandable: bool, **kw: Any) -> tuple[str, Any]:
+    """A fresh simulated backend (``_simulated(**kw)``) and its device module, with expandable
+    segments on if ``expandable``."""
+    n = _simulated(**kw)
+    m = backends.device_module(n)
+    if expandable:
+        switch_on_or_skip(m)
+    return n, m
+
+
+# What a segment's creation and release are called in a trace: expandable segments map and
+# unmap pages (torch's segment_map/segment_unmap), ordinary ones are allocated and freed.
+SEGMENT_ACTIONS = {False: ("segment_alloc", "segment_free"),
+                   True: ("segment_map", "segment_unmap")}
 
 
 @pytest.fixture
@@ -73,12 +117,11 @@ def _settled() -> None:
 
 # ----------------------------------------------------------------- statistics and raw memory
 
-def test_memory_allocation(name: str) -> None:
-    """mirrors test_cuda.py test_memory_allocation: ``caching_allocator_alloc`` counts in
-    ``memory_allocated`` and ``caching_allocator_delete`` takes it back out."""
+def test_memory_allocation(name: str, expandable: bool) -> None:
+    """mirrors test_cuda.py test_memory_allocation (and its expandable run):
+    ``caching_allocator_alloc`` counts in ``memory_allocated`` and
+    ``caching_allocator_delete`` takes it back out."""
     m = backends.device_module(name)
-    _settled()
-    m.empty_cache()
     prev = m.memory_allocated()
     ptr = m.caching_allocator_alloc(1)
     try:
@@ -88,19 +131,17 @@ def test_memory_allocation(name: str) -> None:
     assert m.memory_allocated() == prev
 
 
-def test_memory_stats(name: str) -> None:
-    """mirrors test_cuda.py test_memory_stats (through ``torch.accelerator``'s functions):
-    peaks equal currents after a reset, a 256-float array is 1 KiB of active memory, freed
-    by ``del``, and a peak reset brings the maxima back."""
+def test_memory_stats(name: str, expandable: bool) -> None:
+    """mirrors test_cuda.py test_memory_stats (through ``torch.accelerator``'s functions; and its
+    expandable run): peaks equal currents after a reset, a 256-float array is 1 KiB of active
+    memory, freed by ``del``, and a peak reset brings the maxima back."""
     d = f"{name}:0"
-    _settled()
-    acc.memory.empty_cache() if name == "cpu" else backends.device_module(name).empty_cache()
     acc.reset_peak_memory_stats(d)
     acc.reset_accumulated_memory_stats(d)
     assert acc.memory_allocated(d) == acc.max_memory_allocated(d)
     assert acc.memory_reserved(d) == acc.max_memory_reserved(d)
     prev_max = acc.max_memory_allocated(d), acc.max_memory_reserved(d)
-    prev_active = acc.memory_stats(d).get("active_bytes.all.current", 0)
+    prev_active = acc.memory_stats(d).get("active_bytes.all.current", 0)   # {} before use
     tmp = acc.randn(256, device=d)
     assert acc.memory_stats(d)["active_bytes.all.current"] == prev_active + 1024
     assert acc.memory_stats(d)["active_bytes.all.freed"] == 0
@@ -113,38 +154,44 @@ def test_memory_stats(name: str) -> None:
     assert (acc.max_memory_allocated(d), acc.max_memory_reserved(d)) == prev_max
 
 
-def test_caching_allocator_raw_alloc(name: str) -> None:
-    """mirrors test_cuda.py test_cachingAllocator_raw_alloc: with the caching allocator
-    switched off a raw allocation adds nothing to ``requested_bytes.all.allocated``; switched
-    back on it adds the size asked for."""
+def test_caching_allocator_raw_alloc(name: str, expandable: bool) -> None:
+    """mirrors test_cuda.py test_cachingAllocator_raw_alloc (and its expandable run): with the
+    caching allocator switched off a raw allocation adds nothing to
+    ``requested_bytes.all.allocated``; switched back on it adds the size asked for. Checked
+    before the test allocates anything (a fresh simulated device's allocator has not started)
+    and again while an array keeps the allocator running."""
     m = backends.device_module(name)
-    keep = acc.zeros(1, device=f"{name}:0")           # the device's allocator is running
 
     def requested(size: int) -> int:
-        start = m.memory_stats()["requested_bytes.all.allocated"]
+        start = m.memory_stats().get("requested_bytes.all.allocated", 0)  # {} before use
         ptr = m.caching_allocator_alloc(size)
         finish = m.memory_stats()["requested_bytes.all.allocated"]
         m.caching_allocator_delete(ptr)
         return int(finish - start)
 
+    def check() -> None:
+        m.reset_accumulated_memory_stats(0)
+        try:
+            m.caching_allocator_enable(False)
+            assert requested(MiB) == 0
+        finally:
+            m.caching_allocator_enable(True)
+        assert requested(MiB) == MiB
+
+    check()
+    keep = acc.zeros(1, device=f"{name}:0")           # the device's allocator is running
     m.empty_cache()
-    m.reset_accumulated_memory_stats(0)
-    try:
-        m.caching_allocator_enable(False)
-        assert requested(MiB) == 0
-    finally:
-        m.caching_allocator_enable(True)
-    assert requested(MiB) == MiB
+    check()
     del keep
 
 
 # ------------------------------------------------------------------------- out of memory
 
-def test_out_of_memory(name: str) -> None:
-    """mirrors test_cuda.py test_out_of_memory: the message names the size asked for, a
-    request past 1 EB says so, and the device keeps working after both errors.
-    (PyTorch writes "GPU 0 has a total capacity of"; accelrt names the device, "Device
-    cpu:0 has a total capacity of".)"""
+def test_out_of_memory(name: str, expandable: bool) -> None:
+    """mirrors test_cuda.py test_out_of_memory (and its expandable run): the message names the
+    size asked for, a request past 1 EB says so, and the device keeps working after both
+    errors. (PyTorch writes "GPU 0 has a total capacity of"; accelrt names the device,
+    "Device cpu:0 has a total capacity of".)"""
     d = f"{name}:0"
     keep = acc.zeros(1024, device=d)
     with pytest.raises(acc.OutOfMemoryError,
@@ -159,10 +206,10 @@ def test_out_of_memory(name: str) -> None:
     del keep
 
 
-def test_raises_oom_with_and_without_max_split_size(name: str) -> None:
-    """mirrors test_cuda.py test_raises_oom (both parametrisations): an impossible request
-    raises ``OutOfMemoryError`` (``torch.cuda.OutOfMemoryError``), also with
-    ``max_split_size_mb`` set."""
+def test_raises_oom_with_and_without_max_split_size(name: str, expandable: bool) -> None:
+    """mirrors test_cuda.py test_raises_oom (both parametrisations, and the expandable run): an
+    impossible request raises ``OutOfMemoryError`` (``torch.cuda.OutOfMemoryError``), also
+    with ``max_split_size_mb`` set."""
     m = backends.device_module(name)
     assert m.OutOfMemoryError is acc.OutOfMemoryError
     for setting in (False, True):
@@ -173,11 +220,13 @@ def test_raises_oom_with_and_without_max_split_size(name: str) -> None:
             acc.empty(1024 ** 4, device=f"{name}:0")
 
 
-def test_out_of_memory_retry(sim: str) -> None:
-    """mirrors test_cuda.py test_out_of_memory_retry: a request for more than half the device
-    (PyTorch asks for half of a GPU whose context already holds some) fits once, not twice,
-    and fits again once the first is freed."""
-    m = backends.device_module(sim)
+@both_settings
+def test_out_of_memory_retry(expandable: bool) -> None:
+    """mirrors test_cuda.py test_out_of_memory_retry (and its expandable run): a request for
+    more than half the device (PyTorch asks for half of a GPU whose context already holds some)
+    fits once, not twice, and fits again once the first is freed (in an expandable segment its
+    pages are reused, or unmapped and mapped again); ``empty_cache`` then releases it all."""
+    sim, m = _sim(expandable)
     d = f"{sim}:0"
     m.empty_cache()
     size = int(m.get_device_properties(0).total_memory * 0.6)
@@ -186,17 +235,19 @@ def test_out_of_memory_retry(sim: str) -> None:
         acc.empty(size, dtype="int8", device=d)
     del a
     b = acc.empty(size, dtype="int8", device=d)
+    assert m.memory_snapshot()[0]["is_expandable"] is expandable
     del b
     m.empty_cache()
+    assert m.memory_reserved() == 0
     m.reset_peak_memory_stats()
 
 
-def test_caching_allocator_record_stream_oom(sim: str) -> None:
-    """mirrors test_cuda.py test_caching_allocator_record_stream_oom: blocks whose reuse
-    waits on a recorded stream are still freed by the out-of-memory retry, so a loop of
-    160 MiB allocations on a 1 GiB device keeps going."""
-    name = _simulated(auto_complete=False)
-    m = backends.device_module(name)
+@both_settings
+def test_caching_allocator_record_stream_oom(expandable: bool) -> None:
+    """mirrors test_cuda.py test_caching_allocator_record_stream_oom (and its expandable run):
+    blocks (pages) whose reuse waits on a recorded stream are still freed by the out-of-memory
+    retry, so a loop of 160 MiB allocations on a 1 GiB device keeps going."""
+    name, m = _sim(expandable, auto_complete=False)
     d = f"{name}:0"
     side = m.Stream()
     with m.stream(side):
@@ -205,9 +256,11 @@ def test_caching_allocator_record_stream_oom(sim: str) -> None:
         x = acc.empty(40 * MiB, device=d)              # 160 MiB
         x.record_stream(side)                          # reuse waits for `side`
         del x
+    assert m.memory_stats(0)["num_alloc_retries"] > 0
     del y
     m.synchronize()
     m.empty_cache()
+    assert m.memory_reserved() == 0
 
 
 # ------------------------------------------------------------------ per-process fraction
@@ -224,10 +277,15 @@ def test_set_per_process_memory_fraction_errors(name: str) -> None:
             m.set_per_process_memory_fraction(bad)
 
 
-def test_set_per_process_memory_fraction_limits(sim: str) -> None:
-    """mirrors test_cuda.py test_set_per_process_memory_fraction: with half the device
-    allowed, 49.9% fits and 50% raises out of memory; the device works on afterwards."""
-    m = backends.device_module(sim)
+@pytest.mark.parametrize(("expandable", "capacity", "devices"),
+                         [(False, 1 << 30, 2), (True, 32 << 30, 1)], ids=["plain", "expandable"])
+def test_set_per_process_memory_fraction_limits(expandable: bool, capacity: int,
+                                                devices: int) -> None:
+    """mirrors test_cuda.py test_set_per_process_memory_fraction (and its expandable run): with
+    half the device allowed, 49.9% fits and 50% raises out of memory; the device works on
+    afterwards. With expandable segments 49.9% is mapped in 20 MiB pages: the device is then
+    32 GiB, as the GPUs the test runs on, so the rounding stays under the limit."""
+    sim, m = _sim(expandable, capacity=capacity, devices=devices)
     d = f"{sim}:0"
     orig = m.get_per_process_memory_fraction(0)
     m.reset_peak_memory_stats(0)
@@ -267,10 +325,7 @@ def test_max_split_expandable(fraction_restored: Any, name: str) -> None:
     freeing them 120 MiB fits (the release of cached blocks meets an expandable one)."""
     m = fraction_restored
     d = f"{name}:0"
-    _expandable_or_skip(m)
-    m.empty_cache()
-    _, total = m.mem_get_info()
-    m.set_per_process_memory_fraction((120 * MiB + m.memory_reserved()) / total)
+    _expandable_and_120_mib_or_skip(m)
 
     def alloc(n: int) -> acc.Array:
         return acc.empty(n * MiB, dtype="int8", device=d)
@@ -292,10 +347,7 @@ def test_garbage_collect_expandable(fraction_restored: Any, name: str) -> None:
     blocks runs with an expandable segment's block in the free lists."""
     m = fraction_restored
     d = f"{name}:0"
-    _expandable_or_skip(m)
-    m.empty_cache()
-    _, total = m.mem_get_info()
-    m.set_per_process_memory_fraction((120 * MiB + m.memory_reserved()) / total)
+    _expandable_and_120_mib_or_skip(m)
     m.set_allocator_settings("expandable_segments:False,garbage_collection_threshold:0.5")
     a = acc.empty(40 * MiB, dtype="int8", device=d)
     m.set_allocator_settings("expandable_segments:True,garbage_collection_threshold:0.5")
@@ -304,16 +356,14 @@ def test_garbage_collect_expandable(fraction_restored: Any, name: str) -> None:
     acc.empty(80 * MiB, dtype="int8", device=d)
 
 
-def _expandable_or_skip(m: Any) -> None:
-    """Skip unless ``expandable_segments:True`` can be set: the option is process-wide and is
-    refused while an allocator of a backend without virtual memory (OpenCL) is open."""
-    try:
-        m.set_allocator_settings("expandable_segments:True")
-    except ValueError as e:
-        if "needs virtual memory support" not in str(e):
-            raise
-        pytest.skip(f"expandable segments cannot be switched on in this process: {e}")
+def _expandable_and_120_mib_or_skip(m: Any) -> None:
+    """Skip unless ``expandable_segments:True`` can be set (then switched off again); empty
+    the cache and allow 120 MiB more than is reserved (both tests' setup in test_cuda.py)."""
+    switch_on_or_skip(m)
     m.set_allocator_settings("expandable_segments:False")
+    m.empty_cache()
+    _, total = m.mem_get_info()
+    m.set_per_process_memory_fraction((120 * MiB + m.memory_reserved()) / total)
 
 
 # ---------------------------------------------------------------------- allocator settings
@@ -329,10 +379,12 @@ def _power2_div(size: int, div: int) -> int:
     return ret
 
 
-def test_allocator_settings(name: str) -> None:
-    """mirrors test_cuda.py test_allocator_settings: roundup_power2_divisions (a single value,
-    then the list syntax) rounds the active bytes of a request while ``requested_bytes``
-    keeps the size asked for; a string without the key goes back to no rounding."""
+def test_allocator_settings(name: str, expandable: bool) -> None:
+    """mirrors test_cuda.py test_allocator_settings (and its expandable run): roundup_power2_divisions
+    (a single value, then the list syntax) rounds the active bytes of a request, in an
+    expandable segment as in an ordinary one, while ``requested_bytes`` keeps the size asked
+    for; a string without the key goes back to no rounding, and leaves expandable segments as
+    they were."""
     m = backends.device_module(name)
     d = f"{name}:0"
     key, requested = "active_bytes.all.allocated", "requested_bytes.all.allocated"
@@ -345,6 +397,7 @@ def test_allocator_settings(name: str) -> None:
     nbytes, nbytes_big = 21 * MiB * 4, 100 * MiB * 4
     start = stat(key)
     m.set_allocator_settings("")
+    assert m.memory._snapshot()["allocator_settings"]["expandable_segments"] is expandable
     x = acc.empty(nbytes // 4, device=d)
     reg, start_req = stat(key), stat(requested)
     m.set_allocator_settings("roundup_power2_divisions:4")
@@ -376,6 +429,7 @@ def test_allocator_settings(name: str) -> None:
     start = stat(key)
     w2 = acc.empty(nbytes // 4, device=d)
     assert stat(key) - start == nbytes
+    assert all(s["is_expandable"] is expandable for s in m.memory_snapshot())
     del x, y, z, w, v, w2, keep
 
 
@@ -557,12 +611,12 @@ def test_pinned_memory_host_register_refused() -> None:
 
 # ------------------------------------------------------------------------- record_stream
 
-def test_record_stream() -> None:
-    """mirrors test_cuda.py test_record_stream: a block freed after ``record_stream`` is
-    not handed out on its stream while the recorded stream may still use it, and is once that
-    stream has finished."""
-    name = _simulated(auto_complete=False)
-    m = backends.device_module(name)
+@both_settings
+def test_record_stream(expandable: bool) -> None:
+    """mirrors test_cuda.py test_record_stream (and its expandable run): a block freed after
+    ``record_stream`` is not handed out on its stream while the recorded stream may still use
+    it, and is (the same address) once that stream has finished."""
+    name, m = _sim(expandable, auto_complete=False)
     d = f"{name}:0"
     side, main = m.Stream(), m.current_stream()
     with m.stream(side):
@@ -579,14 +633,15 @@ def test_record_stream() -> None:
         tmp3 = acc.empty(4, device=d)
         assert tmp3.data_ptr() == ptr, "allocation not reused"
     del tmp2, tmp3
+    m.synchronize()
 
 
-def test_record_stream_delays_reuse_on_its_own_stream() -> None:
-    """mirrors test_cuda.py test_record_stream_on_shifted_view (accelrt arrays have no
-    views, so the array itself records): a block allocated on one stream and recorded on a
-    busy second one is not reused on the first after it is freed."""
-    name = _simulated(auto_complete=False)
-    m = backends.device_module(name)
+@both_settings
+def test_record_stream_delays_reuse_on_its_own_stream(expandable: bool) -> None:
+    """mirrors test_cuda.py test_record_stream_on_shifted_view (and its expandable run; accelrt
+    arrays have no views, so the array itself records): a block allocated on one stream and
+    recorded on a busy second one is not reused on the first after it is freed."""
+    name, m = _sim(expandable, auto_complete=False)
     d = f"{name}:0"
     alloc_stream, busy = m.Stream(), m.Stream()
     with m.stream(alloc_stream):
@@ -611,15 +666,17 @@ def _clear_history(m: Any) -> None:
     m.memory._record_memory_history(None)
 
 
-def test_memory_snapshot(name: str) -> None:
-    """mirrors test_cuda.py TestCudaMallocAsync.test_memory_snapshot: with
-    ``_record_memory_history("state", stacks="python")`` every segment has ``frames``, the
-    block of a 311x411 float array has its address and a stack starting in this file, and the
-    last trace entry after ``empty_cache`` frees a segment."""
+def test_memory_snapshot(name: str, expandable: bool) -> None:
+    """mirrors test_cuda.py TestCudaMallocAsync.test_memory_snapshot (and its run with
+    expandable segments): with ``_record_memory_history("state", stacks="python")`` every
+    segment has ``frames`` and is expandable as the setting says and tiled by its blocks, the
+    block of a 311x411 float array has its address and a stack starting in this file, and
+    after ``empty_cache`` the last trace entry releases a segment (``segment_free``, or
+    ``segment_unmap`` with expandable segments: torch accepts either there), and the trace
+    has none of the other kind's segment actions."""
     m = backends.device_module(name)
     d = f"{name}:0"
     try:
-        m.memory.empty_cache()
         m.memory._record_memory_history("state", stacks="python")
         acc.rand(2 * 311, 411, device=d)
         unused = acc.rand(310, 410, device=d)
@@ -630,18 +687,25 @@ def test_memory_snapshot(name: str) -> None:
             del tensors[rng.randint(0, len(tensors) - 1)]
         acc.rand(128 * 5, device=d)
         found = False
-        for seg in m.memory._snapshot()["segments"]:
-            assert "frames" in seg
+        snap = m.memory._snapshot()
+        assert snap["allocator_settings"]["expandable_segments"] is expandable
+        for seg in snap["segments"]:
+            assert seg["is_expandable"] is expandable and "frames" in seg
+            addr = seg["address"]
             for b in seg["blocks"]:
+                assert b["address"] == addr
+                addr += b["size"]
                 if b["requested_size"] == 311 * 411 * 4:
                     assert "test_torch_suite_memory_s35" in b["frames"][0]["filename"]
                     assert b["address"] == x.data_ptr()
                     found = True
+            assert addr == seg["address"] + seg["total_size"]
         assert found
         del unused, x
         m.empty_cache()
-        last = m.memory._snapshot()["device_traces"][0][-1]
-        assert last["action"] in ("segment_free", "segment_unmap")
+        trace = m.memory._snapshot()["device_traces"][0]
+        assert trace[-1]["action"] == SEGMENT_ACTIONS[expandable][1]
+        assert not set(SEGMENT_ACTIONS[not expandable]) & {e["action"] for e in trace}
     finally:
         _clear_history(m)
 
@@ -733,22 +797,28 @@ def test_memory_plots_metadata(name: str) -> None:
 
 
 @pytest.mark.parametrize("skip", [["free_requested"], ["free_requested", "free_completed"],
-                                  ["alloc"], ["segment_alloc", "segment_free"], [], None])
-def test_memory_snapshot_skip_actions(name: str, skip: list[str] | None) -> None:
-    """mirrors test_cuda.py TestCudaMallocAsync.test_memory_snapshot_skip_actions: the
-    actions named in ``skip_actions`` are not recorded, the others are."""
+                                  ["alloc"], ["segment_alloc", "segment_free"], [], None,
+                                  ["segment_map", "segment_unmap"], ["segment_map"],
+                                  ["alloc", "free_completed"]])
+def test_memory_snapshot_skip_actions(name: str, expandable: bool,
+                                      skip: list[str] | None) -> None:
+    """mirrors test_cuda.py TestCudaMallocAsync.test_memory_snapshot_skip_actions (with the
+    segment actions of both settings): the actions named in ``skip_actions`` are not recorded,
+    every other one an allocation, its free and ``empty_cache`` make is."""
     m = backends.device_module(name)
     d = f"{name}:0"
     try:
-        m.empty_cache()
         m.memory._record_memory_history(context="all", stacks="python", skip_actions=skip)
         x = acc.rand(128, 128, device=d)
         del x
         m.synchronize()
+        m.empty_cache()
         traces = [t for t in m.memory._snapshot()["device_traces"] if t]
         actions = {e["action"] for e in traces[0]}
         assert not actions & set(skip or [])
-        assert actions - set(skip or [])
+        made, released = SEGMENT_ACTIONS[expandable]
+        every = {made, "alloc", "free_requested", "free_completed", released}
+        assert actions == every - set(skip or [])
     finally:
         _clear_history(m)
 
@@ -782,12 +852,12 @@ def test_graph_capture_without_pool_sets_the_first_value() -> None:
     del g, x
 
 
-def test_mempool_empty_cache(name: str) -> None:
-    """mirrors test_cuda.py TestMemPool.test_mempool_empty_cache: after a pool and its
-    array die, the snapshot still has segments (the default pool's cache)."""
+def test_mempool_empty_cache(name: str, expandable: bool) -> None:
+    """mirrors test_cuda.py TestMemPool.test_mempool_empty_cache (and its expandable run):
+    after a pool and its array die, the snapshot still has segments (the default pool's
+    cache)."""
     m = backends.device_module(name)
     d = f"{name}:0"
-    m.empty_cache()
     pool = m.MemPool()
     x = acc.empty(1024, 1024, device=d)
     with m.use_mem_pool(pool):
@@ -904,13 +974,13 @@ def test_nested_mempool(name: str) -> None:
     del pools
 
 
-def test_mempool_ctx_multithread(name: str) -> None:
-    """mirrors test_cuda.py TestMemPool.test_mempool_ctx_multithread: ``use_mem_pool`` is
-    the calling thread's: another thread's allocation meanwhile goes to the default pool."""
+def test_mempool_ctx_multithread(name: str, expandable: bool) -> None:
+    """mirrors test_cuda.py TestMemPool.test_mempool_ctx_multithread (and its expandable run):
+    ``use_mem_pool`` is the calling thread's: another thread's allocation meanwhile goes to the
+    default pool. Two segments, expandable as the setting says: the default pool's with 2 MiB
+    active (both 1 MiB arrays), the pool's with none."""
     m = backends.device_module(name)
     d = f"{name}:0"
-    _settled()
-    m.empty_cache()
     assert m.memory._snapshot()["segments"] == []
     nelem = MiB
     trigger, done = threading.Event(), threading.Event()
@@ -937,11 +1007,12 @@ def test_mempool_ctx_multithread(name: str) -> None:
     for t in threads:
         t.start()
     for t in threads:
-        t.join(10)
+        t.join(20)
     assert not any(t.is_alive() for t in threads)
     assert len(seen) == 1 and len(seen[0]) == 2
     active: dict[tuple[int, int], int] = defaultdict(int)
     for seg in seen[0]:
+        assert seg["is_expandable"] is expandable
         active[tuple(seg["segment_pool_id"])] += seg["active_size"]
     assert active[(0, 0)] == 2 * MiB
     assert [v for k, v in active.items() if k != (0, 0)] == [0]

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import gc
 
-import numpy as np
 import pytest
 
 import accelrt as acc
 from accelrt import backends, memory
 from accelrt.backends.cpu import CpuBackend
 from accelrt.memory._registry import all_allocators, get_allocator, peek_allocator
+from tests.helpers.pluggable import numpy_allocator
 
 
 def _tmp(name: str) -> CpuBackend:
@@ -62,23 +62,9 @@ def test_replace_drops_the_old_instances_allocator() -> None:
     backends.unregister("forgetdev3")
 
 
-def _plug() -> tuple[memory.PluggableAllocator, dict[int, np.ndarray]]:
-    held: dict[int, np.ndarray] = {}
-
-    def alloc(size: int, device: int, stream: int) -> int:
-        buf = np.empty(size, np.uint8)
-        held[buf.ctypes.data] = buf
-        return int(buf.ctypes.data)
-
-    def free(ptr: int, size: int, device: int, stream: int) -> None:
-        held.pop(ptr)
-
-    return memory.PluggableAllocator.from_callables(alloc, free), held
-
-
 def test_unregister_forgets_the_replacing_pluggable_allocator() -> None:
     backends.register("forgetplug", lambda: _tmp("forgetplug"))
-    plug, held = _plug()
+    plug, held = numpy_allocator()
     memory.change_current_allocator(plug, "forgetplug")
     x = acc.zeros(8, device="forgetplug:0")
     assert memory.get_allocator_backend("forgetplug") == "pluggable" and held
@@ -86,7 +72,7 @@ def test_unregister_forgets_the_replacing_pluggable_allocator() -> None:
     # a new backend of that name starts with the native allocator, and may be swapped again
     backends.register("forgetplug", lambda: _tmp("forgetplug"))
     assert memory.get_allocator_backend("forgetplug") == "native"
-    plug2, held2 = _plug()
+    plug2, held2 = numpy_allocator()
     memory.change_current_allocator(plug2, "forgetplug")
     y = acc.zeros(8, device="forgetplug:0")
     assert held2
@@ -102,14 +88,14 @@ def test_unregister_forgets_the_replacing_pluggable_allocator() -> None:
 
 def test_replace_keeps_the_replacing_pluggable_allocator() -> None:
     backends.register("keepplug", lambda: _tmp("keepplug"))
-    plug, held = _plug()
+    plug, held = numpy_allocator()
     memory.change_current_allocator(plug, "keepplug")
     backends.register("keepplug", lambda: _tmp("keepplug"), replace=True)
     assert memory.get_allocator_backend("keepplug") == "pluggable"
     x = acc.zeros(8, device="keepplug:0")
     assert held
     with pytest.raises(RuntimeError, match="Can't swap an already initialized allocator"):
-        memory.change_current_allocator(_plug()[0], "keepplug")
+        memory.change_current_allocator(numpy_allocator()[0], "keepplug")
     del x
     gc.collect()
     assert not held

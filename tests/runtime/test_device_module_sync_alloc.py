@@ -16,6 +16,7 @@ import numpy as np
 
 from accelrt import _backend
 from accelrt.backends.cpu import CpuBackend
+from tests.helpers.pluggable import numpy_allocator
 
 MODULES = ["cpu", "cuda", "opencl"]
 
@@ -77,17 +78,9 @@ def test_module_allocator_backend_and_swap_refusal(fresh: tuple[str, Any]) -> No
 
 def test_module_swaps_its_backends_allocator(fresh: tuple[str, Any]) -> None:
     name, ns = fresh
-    held: dict[int, np.ndarray] = {}
-
-    def alloc(size: int, device: int, stream: int) -> int:
-        buf = np.zeros(size, np.uint8)
-        held[buf.ctypes.data] = buf
-        return int(buf.ctypes.data)
-
-    def free(ptr: int, size: int, device: int, stream: int) -> None:
-        del held[ptr]
-
-    ns.change_current_allocator(ns.CUDAPluggableAllocator.from_callables(alloc, free))
+    plug, held = numpy_allocator()
+    assert isinstance(plug, ns.CUDAPluggableAllocator)
+    ns.change_current_allocator(plug)
     assert ns.get_allocator_backend() == "pluggable"
     assert acc.memory.get_allocator_backend("cpu") == "native"
     x = acc.asarray(np.arange(4, dtype=np.int32), device=f"{name}:0", copy=True)

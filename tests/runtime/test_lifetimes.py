@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest
@@ -75,6 +75,27 @@ def _needs_host_funcs(dev: str) -> None:
         pytest.skip("the backend has no host functions")
     s.synchronize()
     s.close()
+
+
+def _at_once(worker: Callable[[int], None], n: int = 4) -> list[BaseException]:
+    """Run ``worker(0)`` ... ``worker(n - 1)`` in ``n`` threads that start together (at a
+    barrier); what they raised."""
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(n)
+
+    def run(k: int) -> None:
+        try:
+            barrier.wait()
+            worker(k)
+        except BaseException as exc:  # noqa: BLE001 - reported by the caller
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors
 
 
 # ---------------------------------------------------------------------- streams
@@ -292,31 +313,21 @@ def test_device_specific_streams_inherit_close(dev: str) -> None:
 
 def test_streams_close_from_many_threads(dev: str) -> None:
     """Threads making and closing streams at once never share a live handle."""
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(4)
     seen: list[set[int]] = [set() for _ in range(4)]
 
     def worker(k: int) -> None:
-        try:
-            barrier.wait()
-            for _ in range(50):
-                mine = [acc.Stream(dev) for _ in range(3)]
-                ids = {m.stream_id for m in mine}
-                assert len(ids) == 3
-                seen[k] |= ids
-                for m in mine:
-                    m.synchronize()
-                    m.close()
-                    m.close()
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
+        for _ in range(50):
+            mine = [acc.Stream(dev) for _ in range(3)]
+            ids = {m.stream_id for m in mine}
+            assert len(ids) == 3
+            seen[k] |= ids
+            for m in mine:
+                m.synchronize()
+                m.close()
+                m.close()
 
     with leak_check():
-        threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        errors = _at_once(worker)
     assert not errors, errors
 
 
@@ -384,26 +395,16 @@ def test_closing_an_event_keeps_the_waits_queued_on_it(dev: str) -> None:
 
 
 def test_events_close_from_many_threads(dev: str) -> None:
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(4)
     s = acc.Stream(dev)
 
-    def worker() -> None:
-        try:
-            barrier.wait()
-            for _ in range(50):
-                with acc.Event(dev) as e:
-                    e.record(s)
-                    e.synchronize()
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
+    def worker(k: int) -> None:
+        for _ in range(50):
+            with acc.Event(dev) as e:
+                e.record(s)
+                e.synchronize()
 
     with leak_check():
-        threads = [threading.Thread(target=worker) for _ in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        errors = _at_once(worker)
     assert not errors, errors
     s.close()
 
@@ -556,24 +557,13 @@ def test_array_close_on_its_own_stream_reuses_at_once(dev: str) -> None:
 
 
 def test_arrays_close_from_many_threads(dev: str) -> None:
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(4)
-
-    def worker() -> None:
-        try:
-            barrier.wait()
-            for i in range(50):
-                with acc.full(64, float(i), device=dev) as a:
-                    assert a.tolist()[0] == float(i)
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
+    def worker(k: int) -> None:
+        for i in range(50):
+            with acc.full(64, float(i), device=dev) as a:
+                assert a.tolist()[0] == float(i)
 
     with leak_check():
-        threads = [threading.Thread(target=worker) for _ in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        errors = _at_once(worker)
     assert not errors, errors
 
 
@@ -586,22 +576,13 @@ def test_closing_one_object_from_many_threads_releases_it_once(dev: str) -> None
             s = acc.Stream(dev)
             e = s.record_event()
             a = acc.zeros(64, device=dev)
-            barrier = threading.Barrier(4)
 
-            def closer() -> None:
-                try:
-                    barrier.wait()
-                    s.close()
-                    e.close()
-                    a.close()
-                except BaseException as exc:  # noqa: BLE001 - reported below
-                    errors.append(exc)
+            def closer(k: int) -> None:
+                s.close()
+                e.close()
+                a.close()
 
-            threads = [threading.Thread(target=closer) for _ in range(4)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
+            errors += _at_once(closer)
             free = _stream._pools[s._b][0].free0
             assert len(free) == len(set(free)), "a handle was pooled twice"
     assert not errors, errors

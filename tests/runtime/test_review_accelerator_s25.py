@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import pytest
 from helpers.registry import DeviceLater, module_backends, resolve
+from helpers.pluggable import numpy_allocator
 
 import accelrt as acc
 from helpers import run_in_thread
@@ -787,17 +788,10 @@ def test_memory_functions_under_a_pluggable_allocator_answer_as_pytorchs() -> No
     afterwards they raise ``CUDAPluggableAllocator``'s "does not yet support" errors;
     ``empty_cache`` and the memory fraction setter do nothing; ``get_memory_info`` asks the
     device."""
-    held: dict[int, np.ndarray] = {}
-
-    def alloc(size: int, device: int, stream: int) -> int:
-        buf = np.empty(size, np.uint8)
-        held[buf.ctypes.data] = buf
-        return int(buf.ctypes.data)
-
+    plug, held = numpy_allocator()
     name = _fresh_backend()
     dev = f"{name}:0"
-    memory.change_current_allocator(
-        memory.PluggableAllocator.from_callables(alloc, lambda p, *_: held.pop(p)), name)
+    memory.change_current_allocator(plug, name)
     assert memory.memory_stats(dev) == {} and memory.memory_allocated(dev) == 0
     assert memory.max_memory_reserved(dev) == 0
     x = acc.zeros(16, device=dev)

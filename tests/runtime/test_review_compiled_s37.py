@@ -16,8 +16,6 @@ What differed, or raised no clear message, and is checked here in whichever buil
 
 from __future__ import annotations
 
-import importlib.util
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -74,25 +72,11 @@ def test_opencl_memset_takes_an_int_subclass_by_its_value() -> None:
 
 # ---------------------------------------------------------------------- distributed
 
-@pytest.fixture
-def world() -> Iterator[None]:
-    """A default group of one rank on the MPI engine (MPI's singleton world)."""
-    if importlib.util.find_spec("mpi4py") is None:
-        pytest.skip("mpi4py is not installed (pip install 'accelrt[mpi]')")
-    import accelrt.distributed as dist
-    dist.init_process_group("cpu:mpi", timeout=30)
-    try:
-        yield
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-
-
 BAD = [1, 2.5, None, "x", [1.0, 2.0], (1.0,), np.float32(1), LyingInt(1)]
 
 
 @pytest.mark.parametrize("bad", BAD, ids=repr)
-def test_single_array_collectives_refuse_a_non_array_with_type_error(world: None,
+def test_single_array_collectives_refuse_a_non_array_with_type_error(one_rank_world: None,
                                                                     bad: object) -> None:
     import accelrt.distributed as dist
     a = acc.zeros(2, device="cpu")
@@ -126,13 +110,13 @@ def test_single_array_collectives_refuse_a_non_array_with_type_error(world: None
     assert out.tolist() == [3.0, 3.0]
 
 
-def test_gather_single_without_gather_tensor_keeps_torchs_value_error(world: None) -> None:
+def test_gather_single_without_gather_tensor_keeps_torchs_value_error(one_rank_world: None) -> None:
     import accelrt.distributed as dist
     with pytest.raises(ValueError, match="gather_tensor must be specified on the destination"):
         dist.gather_single(acc.zeros(2, device="cpu"), None)
 
 
-def test_the_array_check_comes_before_the_membership_test_as_torchs(world: None) -> None:
+def test_the_array_check_comes_before_the_membership_test_as_torchs(one_rank_world: None) -> None:
     # torch 2.15: _check_single_tensor runs before _rank_not_in_group, except in
     # all_to_all_single, which returns None (with a warning) on a non-member first
     import accelrt.distributed as dist

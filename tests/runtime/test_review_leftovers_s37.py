@@ -6,24 +6,11 @@ is written here as literals.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 
 import pytest
 
 import accelrt as acc
 import accelrt.distributed as dist
-
-
-@pytest.fixture
-def one_rank_world() -> Iterator[None]:
-    """A default group of one rank on the MPI engine (MPI's singleton world), as
-    tests/distributed/conftest.py's fixture of that name."""
-    dist.init_process_group("cpu:mpi", timeout=30)
-    try:
-        yield
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
 
 
 # ---------------------------------------------------------------- 1. get_default_backend_for_device

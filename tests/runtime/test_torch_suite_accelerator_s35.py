@@ -981,46 +981,32 @@ def test_streams_multi_device_eq_hash_and_priority(two: tuple[str, Any]) -> None
     assert (p1.priority, p1.device) == (high, _dev(name, 1))
 
 
-def test_streams_multi_device_query(toy: tuple[str, Any, SimulatedBackend]) -> None:
-    """mirrors test_cuda_multigpu.py test_streams_multi_gpu_query: a busy stream of device 1
-    is seen busy from either device and synchronized from device 0."""
+@pytest.mark.parametrize("waited", ["stream", "event"])
+def test_streams_and_events_multi_device_query(toy: tuple[str, Any, SimulatedBackend],
+                                               waited: str) -> None:
+    """mirrors test_cuda_multigpu.py test_streams_multi_gpu_query (``waited="stream"``) and
+    test_events_multi_gpu_query (``"event"``: an event recorded on each device's current
+    stream): device 1's, whose stream has work queued, is seen busy from either device and
+    complete from either once synchronized from device 0; device 0's is complete throughout."""
     name, m, sim = toy
     m.synchronize(0)
     m.synchronize(1)
     with m.device(0):
         s0 = m.current_stream()
-    with m.device(1):
-        s1 = m.current_stream()
-        sim.launch_work(s1.stream_id, 1)
-    for index in (None, 0, 1):
-        with m.device(index):
-            assert s0.query() and not s1.query()
-    with m.device(0):
-        s1.synchronize()
-    for index in (None, 0, 1):
-        with m.device(index):
-            assert s0.query() and s1.query()
-
-
-def test_events_multi_device_query(toy: tuple[str, Any, SimulatedBackend]) -> None:
-    """mirrors test_cuda_multigpu.py test_events_multi_gpu_query."""
-    name, m, sim = toy
-    with m.device(0):
-        s0 = m.current_stream()
-        e0 = s0.record_event()
+        w0 = s0.record_event() if waited == "event" else s0
         s0.synchronize()
     with m.device(1):
         s1 = m.current_stream()
         sim.launch_work(s1.stream_id, 1)
-        e1 = s1.record_event()
+        w1 = s1.record_event() if waited == "event" else s1
     for index in (None, 0, 1):
         with m.device(index):
-            assert e0.query() and not e1.query()
+            assert w0.query() and not w1.query()
     with m.device(0):
-        e1.synchronize()
+        w1.synchronize()
     for index in (None, 0, 1):
         with m.device(index):
-            assert e0.query() and e1.query()
+            assert w0.query() and w1.query()
 
 
 def test_events_elapsed_time_across_devices(toy: tuple[str, Any, SimulatedBackend]) -> None:
@@ -1218,28 +1204,20 @@ def test_copy_between_devices_orders_on_both_current_streams(
     x = acc.zeros((5, 5), device=f"{name}:0")
     x_plus_one = acc.full((5, 5), 1.0, device=f"{name}:0")
     for y in (acc.zeros((5, 5), device=f"{name}:1"), acc.zeros((5, 5), device=f"{name}:0")):
-        gate.clear()
         s0, s1 = m.Stream(device=x.device), m.Stream(device=y.device)
         s2, s3 = m.Stream(device=x.device), m.Stream(device=y.device)
-        with m.stream(s0):
-            _hold(name, s0, gate)
-            with m.stream(s1):
-                y.copy_(x_plus_one)
-        with m.stream(s2), m.stream(s1):
-            y.copy_(x)
-        gate.set()
-        s1.synchronize()
-        np.testing.assert_array_equal(y.numpy(), x.numpy())
-        gate.clear()
-        with m.stream(s1):
-            _hold(name, s1, gate)
-            with m.stream(s0):
-                y.copy_(x_plus_one)
-        with m.stream(s3), m.stream(s0):
-            y.copy_(x)
-        gate.set()
-        s0.synchronize()
-        np.testing.assert_array_equal(y.numpy(), x.numpy())
+        # x's stream held while y's copies, then y's held while x's copies
+        for held, copier, outer in ((s0, s1, s2), (s1, s0, s3)):
+            gate.clear()
+            with m.stream(held):
+                _hold(name, held, gate)
+                with m.stream(copier):
+                    y.copy_(x_plus_one)
+            with m.stream(outer), m.stream(copier):
+                y.copy_(x)
+            gate.set()
+            copier.synchronize()
+            np.testing.assert_array_equal(y.numpy(), x.numpy())
 
 
 def test_caching_pinned_memory_multi_device(

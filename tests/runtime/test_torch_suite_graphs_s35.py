@@ -341,28 +341,16 @@ def test_raw_graph_reset_and_recapture(cpu: str) -> None:
     ``keep_graph=True`` the graph can be instantiated again (each replay runs the work), and
     after ``reset()`` a capture of new memory replays the new work."""
     graph = acc.cpu.CUDAGraph(keep_graph=True)
-    x = acc.zeros(2000, device=cpu)
-    with acc.cpu.graph(graph, capture_error_mode="relaxed"):
-        x.fill_(1.0)
-    graph.instantiate()
-    graph.replay()
-    assert (_values(x) == 1.0).all()
-    x.fill_(0.0)
-    graph.instantiate()
-    graph.replay()
-    assert (_values(x) == 1.0).all()
-    graph.reset()
-    x = acc.zeros(2000, device=cpu)             # a new address
-    with acc.cpu.graph(graph, capture_error_mode="relaxed"):
-        x.fill_(2.0)
-    graph.instantiate()
-    graph.replay()
-    assert (_values(x) == 2.0).all()
-    x.fill_(0.0)
-    graph.instantiate()
-    graph.replay()
-    assert (_values(x) == 2.0).all()
-    graph.reset()
+    for value in (1.0, 2.0):                    # the first capture, then one after reset()
+        x = acc.zeros(2000, device=cpu)         # a new address
+        with acc.cpu.graph(graph, capture_error_mode="relaxed"):
+            x.fill_(value)
+        for _ in range(2):                      # instantiated again, replayed again
+            graph.instantiate()
+            graph.replay()
+            assert (_values(x) == value).all()
+            x.fill_(0.0)
+        graph.reset()
 
 
 # ---------------------------------------------------------------------- random numbers

@@ -20,6 +20,7 @@ from accelrt.memory.tools._replay import (
     trace_ops,
 )
 from accelrt.testing._simulated import SimulatedBackend
+from tests.helpers.evil_pickle import CALLS, Evil
 
 MiB = 1 << 20
 # The shared real traces, vendored under tests/data/traces.
@@ -32,16 +33,6 @@ def shared_trace(name: str) -> str:
         if os.path.exists(path):
             return path
     pytest.skip(f"trace_{name}.json.gz not found in {TRACE_DIRS}")
-CALLS: list[str] = []
-
-
-def _evil(arg: str) -> None:
-    CALLS.append(arg)
-
-
-class Evil:
-    def __reduce__(self):
-        return (_evil, ("ran",))
 
 
 def write_json(path, trace, gz=False) -> str:

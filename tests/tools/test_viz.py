@@ -23,18 +23,9 @@ from accelrt.memory.viz import (
     trace_text,
     viz_main,
 )
+from tests.helpers.evil_pickle import CALLS, Evil
 
 MiB = 1 << 20
-CALLS: list[str] = []
-
-
-def _evil(arg: str) -> None:
-    CALLS.append(arg)
-
-
-class Evil:
-    def __reduce__(self):
-        return (_evil, ("ran",))
 
 
 def torch_like_snapshot() -> dict:
