@@ -43,18 +43,22 @@ class _ReduceOpType(enum.EnumMeta):
         # a member's number only (torch's constructor takes no float or bool at all): Enum's
         # lookup by value took 1.0 and True as PRODUCT
         if not args and not kwargs and (isinstance(value, bool) or
-                                        not isinstance(value, int)):
+                                        not isinstance(value, (int, cls))):
             raise _TypeValueError(f"{value!r} is not a valid ReduceOp: pass a member "
                                   "(ReduceOp.SUM) or its int number")
         return super().__call__(value, *args, **kwargs)
 
 
-class ReduceOp(int, enum.Enum, metaclass=_ReduceOpType):
+class ReduceOp(enum.Enum, metaclass=_ReduceOpType):
     """Reduction operations (``torch.distributed.ReduceOp``'s members).
 
-    As torch's (pybind enum values), a member compares equal to its number and converts
-    with ``int()``: ``ReduceOp.PREMUL_SUM == 8``; it hashes as that number too. Members have
-    no order (``ReduceOp.SUM < ReduceOp.MAX`` raises ``TypeError``, as torch's).
+    As torch's (pybind enum values), a member compares equal to its number (an ``int``,
+    not a ``float``) and converts with ``int()`` and ``operator.index()``:
+    ``ReduceOp.PREMUL_SUM == 8``; it hashes as that number too. It is not an ``int``: no
+    arithmetic (``ReduceOp.MAX + 1`` raises ``TypeError``) and no order
+    (``ReduceOp.SUM < ReduceOp.MAX`` raises ``TypeError``), as torch's.
+    ``ReduceOp.RedOpType`` is ``ReduceOp`` itself (torch's members are ``RedOpType``
+    values: ``ReduceOp.RedOpType.MAX is ReduceOp.MAX``, ``ReduceOp.RedOpType(4)``).
 
     ``AVG`` is floating or complex only on MPI (a sum, then a division); ``BAND``, ``BOR`` and
     ``BXOR`` are integer and bool only; complex arrays take ``SUM``, ``PRODUCT`` and ``AVG``.
@@ -120,9 +124,18 @@ class ReduceOp(int, enum.Enum, metaclass=_ReduceOpType):
         # Enum's is a ValueError: both
         raise _TypeValueError(f"{value!r} is not a valid ReduceOp")
 
-    # members compare as their numbers (torch's pybind enum): hash them the same way, in C
-    # (Enum's own __hash__ is Python code, measurable on the small-message path)
-    __hash__ = int.__hash__
+    # torch 2.15's members are not ints (pybind enum values with __int__ and __index__):
+    # ReduceOp.MAX + 1 is a TypeError and 0.0 == ReduceOp.SUM is False from either side,
+    # where the int mixin did the arithmetic and let float.__eq__ compare the numbers
+    def __int__(self) -> int:
+        return self._value_
+
+    def __index__(self) -> int:
+        return self._value_
+
+    # members compare as their numbers (torch's pybind enum): hash them the same way
+    def __hash__(self) -> int:
+        return hash(self._value_)
 
     def __eq__(self, other: object) -> bool:
         # torch 2.15: a member equals its number (and a bool of it), not a float
@@ -130,9 +143,11 @@ class ReduceOp(int, enum.Enum, metaclass=_ReduceOpType):
         # side (ReduceOp.PREMUL_SUM == op is False while op == ReduceOp.PREMUL_SUM is True)
         if self is other:
             return True
+        if isinstance(other, int):
+            return self._value_ == other
         if type(other) is PremulSum or isinstance(other, (float, complex)):
             return False
-        return int.__eq__(self, other)
+        return NotImplemented
 
     def __ne__(self, other: object) -> bool:
         eq = self.__eq__(other)
@@ -151,6 +166,11 @@ class ReduceOp(int, enum.Enum, metaclass=_ReduceOpType):
 
     def __ge__(self, other: object) -> bool:
         raise _unordered(">=", self, other)
+
+
+# torch's members are values of ReduceOp.RedOpType (ReduceOp.SUM is ReduceOp.RedOpType.SUM;
+# ReduceOp.RedOpType(4) is MAX): here the enum is its own RedOpType
+type.__setattr__(ReduceOp, "RedOpType", ReduceOp)
 
 
 def _unordered(sym: str, a: object, b: object) -> TypeError:
