@@ -20,7 +20,7 @@ import re
 import threading
 import warnings
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
@@ -48,6 +48,9 @@ class device:
     ``torch.device``'s parser reads them, a numpy integer is an index and bytes a device string
     (``device(np.int64(1))``, ``device(b"cpu:0")``). The keywords are torch's, ``type`` and
     ``index``: ``device(type="cpu", index=0)`` (what the repr shows) makes the same device.
+    As torch's, that form (the keyword ``type=``, or two arguments) takes a type string
+    without an index: ``device(type="cpu:0")`` and ``device("cpu:0", None)`` raise, and
+    ``device(type=0)`` is a ``TypeError``; ``device(device=other)`` is the one-argument form.
 
     As a context manager (``with acc.device("cpu:1"):``, as ``with torch.device(...)``) it is
     the calling thread's default device of the factories (``Array``, ``empty``, ``zeros``,
@@ -83,9 +86,51 @@ class device:
     _type: str
     _index: int | None
 
-    def __init__(self, type: device | str | int,  # torch.device's keyword names
-                 index: int | None = None) -> None:
-        type_or_str = type
+    # torch.device's two forms: device(device) (one argument: a device, a string that may
+    # carry an index, an int index) and device(type, index) (the keyword ``type=``, or two
+    # arguments: a type string without an index)
+    @overload
+    def __init__(self, device: device | str | int | bytes, /) -> None: ...
+
+    @overload
+    def __init__(self, type: str | bytes, index: int | None = None) -> None: ...
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if not kwargs and len(args) == 1:
+            self._init(args[0], None)
+            return
+        if len(args) > 2 or set(kwargs) - {"type", "index", "device"}:
+            extra = sorted(set(kwargs) - {"type", "index", "device"})
+            raise TypeError(f"device() takes a device (or str or int), or type and index "
+                            f"(as torch.device): got {len(args)} positional argument(s)"
+                            + (f" and the keyword(s) {', '.join(extra)}" if extra else ""))
+        if "device" in kwargs:
+            if args or len(kwargs) > 1:
+                raise TypeError("device(device=...) takes no other argument (as torch.device)")
+            self._init(kwargs["device"], None)
+            return
+        named = dict(zip(("type", "index"), args, strict=False))
+        for k, v in kwargs.items():
+            if k in named:
+                raise TypeError(f"device() got multiple values for argument {k!r}")
+            named[k] = v
+        if "type" not in named:
+            raise TypeError("device() missing required argument 'type' (a device type "
+                            "string such as 'cuda')")
+        typ, index = named["type"], named.get("index")
+        if isinstance(typ, bytes):      # torch's str parameter takes bytes (UTF-8)
+            typ = typ.decode("utf-8")
+        if not isinstance(typ, str):
+            raise TypeError(f"device(type, index): type must be a device type string such as "
+                            f"'cuda', got {type_shown(typ)}; pass a device or an int index "
+                            f"as the only argument (device(0), device(other))")
+        if _parse(typ)[1] is not None:
+            raise AcceleratorValueError(   # torch.device's RuntimeError, and a ValueError
+                f"type (string) must not include an index because index was passed "
+                f"explicitly: {typ}")
+        self._init(typ, index)
+
+    def _init(self, type_or_str: Any, index: Any) -> None:
         if index is not None and (not isinstance(index, int) or isinstance(index, bool)):
             if not isinstance(index, np.integer):   # torch's parser reads a numpy integer
                 raise TypeError(f"device index must be an int or None, got "
@@ -119,7 +164,7 @@ class device:
             if form is type_or_str:
                 raise TypeError(f"device() takes a str, int or device, not "
                                 f"{type_shown(type_or_str)}")
-            device.__init__(self, form, index)
+            self._init(form, index)
             return
         if idx is not None and builtins.type(idx) is not int:
             idx = _plain_int(idx)        # its value, whatever its comparisons say

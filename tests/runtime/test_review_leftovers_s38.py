@@ -55,3 +55,29 @@ def test_reduce_op_keeps_what_torch_keeps() -> None:
         with pytest.raises(TypeError, match="not a valid ReduceOp"):
             R(bad)
 
+
+# ---------------------------------------------------------------- 2. device(type=...)
+
+def test_device_type_keyword_is_torchs_type_and_index_form() -> None:
+    # torch 2.15: device(type=...) and device(type, index) are its second form, (str type,
+    # int index = -1): device(type="cpu:0"), device(type=b"cpu:0") and device("cpu:0", None)
+    # raise RuntimeError "type (string) must not include an index because index was passed
+    # explicitly: cpu:0"; device(type=0), device(type=None), device(type=True) and
+    # device(type=device("cpu")) raise TypeError ("device() received an invalid combination
+    # of arguments"). accelrt read the keyword as the one-argument form and took them all.
+    import accelrt as acc
+    for call in (lambda: acc.device(type="cpu:0"), lambda: acc.device(type=b"cpu:0"),
+                 lambda: acc.device("cpu:0", None)):
+        with pytest.raises(RuntimeError, match="must not include an index because index was "
+                                               "passed explicitly: cpu:0"):
+            call()
+    for bad in (0, None, True, 1.5, acc.device("cpu"), bytearray(b"cpu")):
+        with pytest.raises(TypeError, match="type must be a device type string"):
+            acc.device(type=bad)
+    # what torch takes: the one-argument form with an index, the keyword form without,
+    # bytes for the type, and device(device=...)
+    assert acc.device("cpu:0") == acc.device(type="cpu", index=0) == acc.device("cpu", 0)
+    assert acc.device(type=b"cpu") == acc.device(type="cpu", index=None) == acc.device("cpu")
+    assert acc.device(device=acc.device("cpu:0")) == acc.device(device="cpu:0")
+    with pytest.raises(TypeError, match="multiple values for argument 'type'"):
+        acc.device("cpu", type="cpu")   # type: ignore[call-overload]
