@@ -43,11 +43,11 @@ def test_reduce_op_keeps_what_torch_keeps() -> None:
     for k, op in enumerate(R):
         assert op == k and k == op and not (op != k) and hash(op) == hash(k)  # noqa: SIM202
         assert int(op) == k and operator.index(op) == k and float(op) == float(k)
-        assert f"{int(op)}" == "%d" % op
+        assert f"{int(op)}" == "%d" % op  # noqa: UP031  (%d reads __index__)
         assert R(k) is op and R(op) is op and R.RedOpType(k) is op
         assert getattr(R.RedOpType, op.name) is op
         assert pickle.loads(pickle.dumps(op)) is op and bool(op)
-        assert {op: 1}[k] == 1 and k in {op} and op in (k,)
+        assert {op: 1}[k] == 1 and k in {op} and op in (k,)  # noqa: FURB171  (hash, tuple)
     assert R.AVG == True and R.SUM == False  # noqa: E712
     assert [10, 20][R.AVG] == 20 and R.SUM != R.MAX and R.MAX != "MAX" and R.SUM != None  # noqa: E711
     # still refused, as torch: a float, a bool, a name
