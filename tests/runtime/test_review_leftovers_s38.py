@@ -81,3 +81,69 @@ def test_device_type_keyword_is_torchs_type_and_index_form() -> None:
     assert acc.device(device=acc.device("cpu:0")) == acc.device(device="cpu:0")
     with pytest.raises(TypeError, match="multiple values for argument 'type'"):
         acc.device("cpu", type="cpu")   # type: ignore[call-overload]
+
+
+# ---------------------------------------------------------------- 3. wrong kinds of argument
+
+BAD = [None, 1.5, object(), b"x", [1]]
+
+
+@pytest.mark.parametrize("bad", BAD, ids=repr)
+def test_reductions_refuse_a_non_array_by_name(bad: object) -> None:
+    # torch 2.15: reduce_tensor(None) and _reduce_event(None) raise AttributeError ("'NoneType'
+    # object has no attribute 'requires_grad'" / "'ipc_handle'"); accelrt's raised a raw
+    # AttributeError "... has no attribute '_b'". Now a TypeError naming the argument that is
+    # also torch's AttributeError.
+    from accelrt.multiprocessing import reductions
+    with pytest.raises(TypeError, match=r"reduce_array\(\) takes an accelrt.Array") as e:
+        reductions.reduce_array(bad)   # type: ignore[arg-type]
+    assert isinstance(e.value, AttributeError)
+    with pytest.raises(TypeError, match=r"reduce_event\(\) takes an accelrt Event") as e:
+        reductions.reduce_event(bad)   # type: ignore[arg-type]
+    assert isinstance(e.value, AttributeError)
+
+
+@pytest.mark.parametrize("bad", BAD, ids=repr)
+def test_engine_names_must_be_str(bad: object) -> None:
+    # torch 2.15: Backend.register_backend(None, f) raises AttributeError ("'NoneType' object
+    # has no attribute 'lower'"; bytes: TypeError); accelrt raised the same raw errors from
+    # register_backend and unregister_backend (a list: "unhashable type")
+    from accelrt.distributed._engine import unregister_backend
+    from accelrt.distributed._mpi import MpiEngine
+    for call in (lambda: dist.register_backend(bad, MpiEngine.create),   # type: ignore[arg-type]
+                 lambda: dist.Backend.register_backend(bad, MpiEngine.create),  # type: ignore[arg-type]
+                 lambda: unregister_backend(bad)):   # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="name must be a str") as e:
+            call()
+        assert isinstance(e.value, AttributeError)
+
+
+@pytest.mark.parametrize("bad", [1.5, object(), b"x", [1], 5], ids=repr)
+def test_interop_backend_argument_is_checked(bad: object) -> None:
+    # accelrt's wait_for_stream(backend=1.5) raised AttributeError "'float' object has no
+    # attribute 'name'" (no torch counterpart: accelrt's own argument)
+    import accelrt as acc
+    from accelrt.interop import consume_cuda_array_interface, wait_for_stream
+    sid = acc.current_stream("cpu").stream_id
+    with pytest.raises(TypeError, match="backend must be a backend name"):
+        wait_for_stream(sid, backend=bad)
+    desc = {"shape": (0,), "typestr": "<f4", "data": (0, False), "version": 3}
+    with pytest.raises(TypeError, match="backend must be a backend name"):
+        consume_cuda_array_interface(desc, backend=bad)
+
+
+def test_registry_lookups_refuse_an_unhashable_name() -> None:
+    # accelrt.backends.get([1]) raised TypeError "unhashable type: 'list'" from its cache
+    # lookup; None already said "backend name must be a str"
+    from accelrt import backends
+    for fn in (backends.get, backends.get_backend, backends.unavailable_reason):
+        with pytest.raises(TypeError, match="backend name must be a str, got list"):
+            fn([1])   # type: ignore[arg-type]
+
+
+def test_start_processes_refuses_an_unhashable_start_method() -> None:
+    # torch 2.15: start_processes(f, start_method=[1]) raises TypeError "unhashable type:
+    # 'list'" (multiprocessing.get_context); the class is kept, the message says what to pass
+    import accelrt.multiprocessing as amp
+    with pytest.raises(TypeError, match=r"start_method must be one of \[.*'spawn'.*\], got list"):
+        amp.start_processes(print, nprocs=1, start_method=[1])   # type: ignore[arg-type]

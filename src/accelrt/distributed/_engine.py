@@ -25,7 +25,7 @@ import numpy as np
 
 from .._stream import Stream
 from ._errors import _AssertValueError, _TypeValueError
-from .._errors import type_shown
+from .._errors import _WrongKindError, type_shown
 
 __all__ = ["Backend", "Buf", "DirectPlan", "Engine", "EngineCapabilities", "EngineContext",
            "EngineRegistration", "PremulSum", "RedOp", "ReduceOp", "Request", "register_backend",
@@ -605,7 +605,8 @@ def register_backend(name: str, func: EngineFactory,
     that have none yet (``Backend.default_device_backend_map``), as in torch.
 
     Raises:
-        TypeError: ``func`` is not callable.
+        TypeError: ``name`` is not a str (also an ``AttributeError``, torch 2.15's class:
+            its ``name.lower()`` fails), or ``func`` is not callable.
         ValueError: ``name`` is already registered.
 
     Example::
@@ -621,7 +622,7 @@ def register_backend(name: str, func: EngineFactory,
     if not callable(func):
         raise TypeError(f"register_backend() needs a callable factory, got "
                         f"{type_shown(func)}")
-    low = name.lower()
+    low = _engine_name(name, "register_backend")
     if low in _ENGINES or low == "undefined":
         raise ValueError(f"backend {name!r} is already registered")
     # (None: every device type; an empty list serves none, as torch's)
@@ -638,6 +639,15 @@ def register_backend(name: str, func: EngineFactory,
             Backend.default_device_backend_map.setdefault(dev, low)
 
 
+def _engine_name(name: object, fn: str) -> str:
+    """``name`` lower-cased, or torch's ``AttributeError`` (its ``name.lower()``) as a
+    ``TypeError`` naming the argument."""
+    if not isinstance(name, str):
+        raise _WrongKindError(f"{fn}(): name must be a str (the engine's name, such as "
+                              f"'myengine'), got {type_shown(name)}")
+    return name.lower()
+
+
 def unregister_backend(name: str) -> None:
     """Remove engine ``name`` added by :func:`register_backend` (``Backend._unregister``).
 
@@ -645,10 +655,11 @@ def unregister_backend(name: str) -> None:
     unregisters what ``register_backend("MyEngine", ...)`` registered).
 
     Raises:
+        TypeError: ``name`` is not a str (also an ``AttributeError``, as
+            :func:`register_backend`'s).
         ValueError: ``name`` is a built-in engine.
     """
-    if isinstance(name, str):
-        name = name.lower()
+    name = _engine_name(name, "unregister_backend")
     if name in _BUILTIN:
         raise ValueError("the built-in engines cannot be unregistered")
     _ENGINES.pop(name, None)
