@@ -9,9 +9,15 @@ from __future__ import annotations
 import operator
 import pickle
 
+import numpy as np
 import pytest
+from helpers.registry import module_backends
 
 import accelrt.distributed as dist
+from accelrt.backends.cpu import CpuBackend
+
+# closed and unregistered after the module
+_backends = module_backends({"s38lo": lambda: CpuBackend(num_devices=2, name="s38lo")})
 
 # ---------------------------------------------------------------- 1. ReduceOp is not an int
 
@@ -147,3 +153,29 @@ def test_start_processes_refuses_an_unhashable_start_method() -> None:
     import accelrt.multiprocessing as amp
     with pytest.raises(TypeError, match=r"start_method must be one of \[.*'spawn'.*\], got list"):
         amp.start_processes(print, nprocs=1, start_method=[1])   # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- 5. comm.scatter's streams
+
+def test_scatter_ignores_the_stream_of_a_piece_on_the_source_device() -> None:
+    # torch 2.15 (torch/csrc/cuda/comm.cpp scatter): a piece on the source tensor's own
+    # device is not copied, and its stream is neither checked nor used; a piece that moves
+    # checks its stream ("Expected the device associated with the stream at index 1 ...").
+    # accelrt checked every piece's stream, so streams=[<stream of s38lo:1>, ...] with the
+    # source on s38lo:0 raised for piece 0.
+    import accelrt as acc
+    from accelrt import comm
+    a = acc.asarray(np.arange(8.0).reshape(4, 2), device="s38lo:0", copy=True)
+    s1 = acc.Stream("s38lo:1")
+    pieces = comm.scatter(a, ["s38lo:0", "s38lo:1"], streams=[s1, s1])
+    acc.synchronize("s38lo:0"), acc.synchronize("s38lo:1")
+    assert [str(p.device) for p in pieces] == ["s38lo:0", "s38lo:1"]
+    assert np.vstack([p.numpy() for p in pieces]).tolist() == a.tolist()
+    # a piece that moves still checks its stream, and the out= form checks every one
+    with pytest.raises(ValueError, match=r"stream at index 1 \(was s38lo:0\) to match the "
+                                         r"device supplied at that index \(expected s38lo:1\)"):
+        comm.scatter(a, ["s38lo:0", "s38lo:1"], streams=[None, acc.Stream("s38lo:0")])
+    out = [acc.empty((2, 2), dtype="float64", device="s38lo:0"),
+           acc.empty((2, 2), dtype="float64", device="s38lo:1")]
+    with pytest.raises(ValueError, match="stream at index 0"):
+        comm.scatter(a, out=out, streams=[s1, s1])
