@@ -179,3 +179,31 @@ def test_scatter_ignores_the_stream_of_a_piece_on_the_source_device() -> None:
            acc.empty((2, 2), dtype="float64", device="s38lo:1")]
     with pytest.raises(ValueError, match="stream at index 0"):
         comm.scatter(a, out=out, streams=[s1, s1])
+
+
+# ---------------------------------------------------------------- 6. graph(pool=) of a non-MemPool
+
+def test_graph_pool_that_is_not_a_mem_pool_is_a_type_error() -> None:
+    # torch 2.15 torch/cuda/graphs.py _get_pool_id: a MemPool gives pool.id, anything else is
+    # passed as the id to capture_begin's MempoolId_t binding, which refuses an object that
+    # only has an ``id`` attribute (TypeError "incompatible function arguments"). accelrt
+    # read ``.id`` of any object, so a look-alike with a valid id was taken as a MemPool.
+    import types
+
+    import accelrt as acc
+    g = acc.cpu.Graph()
+    fake = types.SimpleNamespace(id=acc.cpu.graph_pool_handle())
+    with acc.cpu.stream(acc.cpu.Stream()):
+        with pytest.raises(TypeError, match="pool must be None, a pool id .* or a MemPool, got"):
+            g.capture_begin(pool=fake)
+    with pytest.raises(TypeError, match="pool must be None, a pool id .* or a MemPool, got"):
+        with acc.cpu.graph(g, pool=fake):
+            pass
+    # a MemPool and a pool id are taken
+    pool = acc.memory.MemPool()
+    x = acc.zeros(4, device="cpu")
+    for p in (pool, pool.id, acc.cpu.graph_pool_handle()):
+        g2 = acc.cpu.Graph()
+        with acc.cpu.graph(g2, pool=p):
+            x.fill_(1.0)
+        g2.reset()
