@@ -16,8 +16,10 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import enum
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, NoReturn
 
@@ -273,18 +275,23 @@ class EngineCapabilities:
       and :meth:`Engine.recv_on`);
     - ``direct_plans``: :meth:`Engine.plan_all_reduce`, :meth:`Engine.plan_broadcast` and
       :meth:`Engine.plan_all_gather` may stand in for ``all_reduce``, ``broadcast`` and
-      ``all_gather`` on host memory (the small-message path: planned once, run many times).
+      ``all_gather`` on host memory (the small-message path: planned once, run many times);
+    - ``grouped_p2p``: ``batch_isend_irecv`` posts the engine's sends and receives inside
+      :meth:`Engine.p2p_group` (NCCL's ``ncclGroupStart``/``ncclGroupEnd``: the operations of
+      a batch are launched together, or ranks waiting on each other deadlock), then calls
+      :meth:`Engine.p2p_group_settle` before it records the works' done events.
 
     Example::
 
         >>> from accelrt.distributed._engine import Engine
         >>> Engine().capabilities()
-        EngineCapabilities(host_memory=True, stream_ordered=False, direct_plans=False)
+        EngineCapabilities(host_memory=True, stream_ordered=False, direct_plans=False, grouped_p2p=False)
     """
 
     host_memory: bool = True
     stream_ordered: bool = False
     direct_plans: bool = False
+    grouped_p2p: bool = False
 
 
 class DirectPlan(NamedTuple):
@@ -324,13 +331,26 @@ class Engine:
     name = "engine"
     host_memory = True
     stream_ordered = False
+    #: capabilities().grouped_p2p: batch_isend_irecv posts in :meth:`p2p_group`
+    grouped_p2p = False
     #: the largest tag :meth:`isend`/:meth:`irecv` take (torch's bound: a C ``int``)
     max_tag = 2**31 - 1
 
     def capabilities(self) -> EngineCapabilities:
         """What this engine supports (see :class:`EngineCapabilities`); constant for the
         engine's life (the process group reads it once)."""
-        return EngineCapabilities(self.host_memory, self.stream_ordered, False)
+        return EngineCapabilities(self.host_memory, self.stream_ordered, False, self.grouped_p2p)
+
+    # batch_isend_irecv's group (capabilities().grouped_p2p)
+    def p2p_group(self) -> AbstractContextManager[object]:
+        """The context ``batch_isend_irecv`` posts a batch's sends and receives in, once per
+        engine class (``grouped_p2p`` engines; the default does nothing)."""
+        return contextlib.nullcontext()
+
+    def p2p_group_settle(self, timeout: float, what: str) -> None:
+        """After :meth:`p2p_group` ended: wait (at most ``timeout`` seconds) until the
+        batch's operations reached their streams, so done events recorded next cover them
+        (``grouped_p2p`` engines; the default has nothing to wait for)."""
 
     # the direct plans (capabilities().direct_plans): host memory, in-place where so noted
     def plan_all_reduce(self, ptr: int, nbytes: int, dtype: np.dtype[Any],
