@@ -98,37 +98,8 @@ class device:
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         if not kwargs and len(args) == 1:
             self._init(args[0], None)
-            return
-        if len(args) > 2 or set(kwargs) - {"type", "index", "device"}:
-            extra = sorted(set(kwargs) - {"type", "index", "device"})
-            raise TypeError(f"device() takes a device (or str or int), or type and index "
-                            f"(as torch.device): got {len(args)} positional argument(s)"
-                            + (f" and the keyword(s) {', '.join(extra)}" if extra else ""))
-        if "device" in kwargs:
-            if args or len(kwargs) > 1:
-                raise TypeError("device(device=...) takes no other argument (as torch.device)")
-            self._init(kwargs["device"], None)
-            return
-        named = dict(zip(("type", "index"), args, strict=False))
-        for k, v in kwargs.items():
-            if k in named:
-                raise TypeError(f"device() got multiple values for argument {k!r}")
-            named[k] = v
-        if "type" not in named:
-            raise TypeError("device() missing required argument 'type' (a device type "
-                            "string such as 'cuda')")
-        typ, index = named["type"], named.get("index")
-        if isinstance(typ, bytes):      # torch's str parameter takes bytes (UTF-8)
-            typ = typ.decode("utf-8")
-        if not isinstance(typ, str):
-            raise TypeError(f"device(type, index): type must be a device type string such as "
-                            f"'cuda', got {type_shown(typ)}; pass a device or an int index "
-                            f"as the only argument (device(0), device(other))")
-        if _parse(typ)[1] is not None:
-            raise AcceleratorValueError(   # torch.device's RuntimeError, and a ValueError
-                f"type (string) must not include an index because index was passed "
-                f"explicitly: {typ}")
-        self._init(typ, index)
+        else:
+            self._init(*_type_and_index(args, kwargs))
 
     def _init(self, type_or_str: Any, index: Any) -> None:
         if index is not None and (not isinstance(index, int) or isinstance(index, bool)):
@@ -661,28 +632,6 @@ def _plain_int(value: int) -> int:
     return value if type(value) is int else int.__index__(value)
 
 
-def _parser_form(dev: Any) -> Any:
-    """``dev`` as PyTorch's C++ argument parser reads a device (torch 2.14.1's ``torch.device``,
-    ``torch.Stream``, ``torch.Event``, ``torch.Generator``): a numpy integer (not a bool) is its
-    index as an ``int`` and ``bytes`` a device string (UTF-8); anything else is returned as it
-    is (an object with ``__index__`` alone is not an index there). Called by
-    :func:`_get_device` and :class:`device` only for an argument of another type than a
-    str, int, device or None, so their per-call paths do not pay for it.
-
-    Example::
-
-        >>> import numpy as np
-        >>> from accelrt._device import _parser_form
-        >>> _parser_form(np.int64(1)), _parser_form(b"cpu:0"), _parser_form(1.0)
-        (1, 'cpu:0', 1.0)
-    """
-    if isinstance(dev, np.integer):
-        return int(dev)
-    if isinstance(dev, bytes):
-        return dev.decode("utf-8")
-    return dev
-
-
 def _negative_index(index: int) -> AcceleratorValueError:
     """The error of a negative device index where one is not allowed: PyTorch's RuntimeError
     text ("Device index must not be negative"), also a ``ValueError``."""
@@ -912,6 +861,7 @@ def set_device_index(device: DeviceLike, /) -> None:
 # from here)
 from ._device_core import _lazy_init as _lazy_init  # noqa: E402
 from ._device_core import _needs_init_of, _SwitchCore  # noqa: E402
+from ._device_form import _parser_form, _type_and_index  # noqa: E402  (reads _parse)
 
 
 class device_index(_SwitchCore):
