@@ -293,7 +293,10 @@ def get_backend(name: str) -> Backend:
         BackendUnavailableError: unknown name, or the backend cannot be used here; the message
             says why and what to install.
     """
-    backend = _instances.get(name)
+    try:
+        backend = _instances.get(name)
+    except TypeError:       # unhashable (a list): the check below says what a name is
+        backend = None
     if backend is not None:
         return backend
     if not isinstance(name, str):

@@ -20,7 +20,7 @@ import re
 import threading
 import warnings
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
@@ -48,6 +48,9 @@ class device:
     ``torch.device``'s parser reads them, a numpy integer is an index and bytes a device string
     (``device(np.int64(1))``, ``device(b"cpu:0")``). The keywords are torch's, ``type`` and
     ``index``: ``device(type="cpu", index=0)`` (what the repr shows) makes the same device.
+    As torch's, that form (the keyword ``type=``, or two arguments) takes a type string
+    without an index: ``device(type="cpu:0")`` and ``device("cpu:0", None)`` raise, and
+    ``device(type=0)`` is a ``TypeError``; ``device(device=other)`` is the one-argument form.
 
     As a context manager (``with acc.device("cpu:1"):``, as ``with torch.device(...)``) it is
     the calling thread's default device of the factories (``Array``, ``empty``, ``zeros``,
@@ -83,9 +86,22 @@ class device:
     _type: str
     _index: int | None
 
-    def __init__(self, type: device | str | int,  # torch.device's keyword names
-                 index: int | None = None) -> None:
-        type_or_str = type
+    # torch.device's two forms: device(device) (one argument: a device, a string that may
+    # carry an index, an int index) and device(type, index) (the keyword ``type=``, or two
+    # arguments: a type string without an index)
+    @overload
+    def __init__(self, device: device | str | int | bytes, /) -> None: ...
+
+    @overload
+    def __init__(self, type: str | bytes, index: int | None = None) -> None: ...
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if not kwargs and len(args) == 1:
+            self._init(args[0], None)
+        else:
+            self._init(*_type_and_index(args, kwargs))
+
+    def _init(self, type_or_str: Any, index: Any) -> None:
         if index is not None and (not isinstance(index, int) or isinstance(index, bool)):
             if not isinstance(index, np.integer):   # torch's parser reads a numpy integer
                 raise TypeError(f"device index must be an int or None, got "
@@ -119,7 +135,7 @@ class device:
             if form is type_or_str:
                 raise TypeError(f"device() takes a str, int or device, not "
                                 f"{type_shown(type_or_str)}")
-            device.__init__(self, form, index)
+            self._init(form, index)
             return
         if idx is not None and builtins.type(idx) is not int:
             idx = _plain_int(idx)        # its value, whatever its comparisons say
@@ -616,28 +632,6 @@ def _plain_int(value: int) -> int:
     return value if type(value) is int else int.__index__(value)
 
 
-def _parser_form(dev: Any) -> Any:
-    """``dev`` as PyTorch's C++ argument parser reads a device (torch 2.14.1's ``torch.device``,
-    ``torch.Stream``, ``torch.Event``, ``torch.Generator``): a numpy integer (not a bool) is its
-    index as an ``int`` and ``bytes`` a device string (UTF-8); anything else is returned as it
-    is (an object with ``__index__`` alone is not an index there). Called by
-    :func:`_get_device` and :class:`device` only for an argument of another type than a
-    str, int, device or None, so their per-call paths do not pay for it.
-
-    Example::
-
-        >>> import numpy as np
-        >>> from accelrt._device import _parser_form
-        >>> _parser_form(np.int64(1)), _parser_form(b"cpu:0"), _parser_form(1.0)
-        (1, 'cpu:0', 1.0)
-    """
-    if isinstance(dev, np.integer):
-        return int(dev)
-    if isinstance(dev, bytes):
-        return dev.decode("utf-8")
-    return dev
-
-
 def _negative_index(index: int) -> AcceleratorValueError:
     """The error of a negative device index where one is not allowed: PyTorch's RuntimeError
     text ("Device index must not be negative"), also a ``ValueError``."""
@@ -867,6 +861,7 @@ def set_device_index(device: DeviceLike, /) -> None:
 # from here)
 from ._device_core import _lazy_init as _lazy_init  # noqa: E402
 from ._device_core import _needs_init_of, _SwitchCore  # noqa: E402
+from ._device_form import _parser_form, _type_and_index  # noqa: E402  (reads _parse)
 
 
 class device_index(_SwitchCore):

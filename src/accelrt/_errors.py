@@ -137,6 +137,20 @@ class AcceleratorTypeError(AcceleratorError, TypeError):
     """
 
 
+class _WrongKindError(TypeError, AttributeError):
+    """An argument of the wrong kind where PyTorch's Python code reads an attribute of it and
+    so raises ``AttributeError`` (``torch.multiprocessing.reductions.reduce_tensor(None)``:
+    "'NoneType' object has no attribute 'requires_grad'"; ``Backend.register_backend(None,
+    f)``): a ``TypeError`` naming the argument, also an ``AttributeError``.
+
+    Example::
+
+        >>> from accelrt._errors import _WrongKindError as E
+        >>> issubclass(E, TypeError), issubclass(E, AttributeError)
+        (True, True)
+    """
+
+
 class ClosedError(AcceleratorError, ValueError):
     """A stream, event, graph or array was used after its ``close()``.
 

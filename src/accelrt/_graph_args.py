@@ -27,7 +27,11 @@ def _pool_id(pool: Any) -> tuple[int, int] | None:
     None (no pool to share), as in PyTorch."""
     if pool is None:
         return None
-    pid = getattr(pool, "id", pool)
+    from .memory import MemPool
+    # a MemPool gives its id; any other object is the id itself (torch 2.15's _get_pool_id:
+    # an object with an ``id`` that is not a MemPool reaches the MempoolId_t binding, which
+    # refuses it with TypeError)
+    pid = pool.id if isinstance(pool, MemPool) else pool
     if (isinstance(pid, tuple) and len(pid) == 2
             and all(isinstance(v, int) and not isinstance(v, bool) for v in pid)):
         # an int subclass is read by its value (its __bool__, __lt__, __eq__ are not asked),

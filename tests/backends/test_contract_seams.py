@@ -30,9 +30,21 @@ GETATTR_PROBE = re.compile(rf"getattr\(\s*(?:type\()?{BACKEND_VARS}\)?\s*,")
 PRIVATE_READ = re.compile(
     rf"""(?<![\w.]){BACKEND_VARS}\._\w|(?:has|get)attr\(\s*(?:type\()?{BACKEND_VARS}\)?\s*,"""
     rf"""\s*["']_""")
-# Known exceptions, each with its reason (file relative to accelrt/, line text fragment):
-# none left. An entry needs a reason the contract cannot answer.
-ALLOWED: set[tuple[str, str]] = set()
+# The same rule for the distributed engines (issue 11 §1 applied to accelrt.distributed): the
+# process group asks an engine's capabilities() (EngineCapabilities), it does not compare the
+# engine's name: `e.name == "nccl"`, `eng.name != 'mpi'`. The engines' own modules and the
+# engine registry (distributed/_engine.py, _mpi.py, _nccl.py) are exempt.
+ENGINE_NAME_COMPARE = re.compile(r"""\.name\s*[!=]=\s*["'](?:nccl|mpi|gloo|ucc)["']""")
+ENGINE_EXEMPT = {"distributed/_engine.py", "distributed/_mpi.py", "distributed/_nccl.py"}
+# Known exceptions, each with its reason (file relative to accelrt/, line text fragment).
+# An entry needs a reason the contract cannot answer.
+ALLOWED: set[tuple[str, str]] = {
+    # new_group splits the parent's NCCL communicators (ncclCommSplit) where the child's
+    # engine map names nccl too, and starts MPI engines from the split MPI communicator:
+    # which engine kinds split is not declared in EngineCapabilities yet (left for a
+    # capability of its own; seen in session 38, not changed there)
+    ("distributed/_groups.py", 'if eng.name == "nccl" and engine_map.get(ekey[0]) == "nccl":'),
+}
 
 
 def _core_files() -> list[Path]:
@@ -77,6 +89,13 @@ def test_the_core_reads_no_backend_privates() -> None:
                      + "\n".join(bad))
 
 
+def test_the_distributed_core_compares_no_engine_names() -> None:
+    bad = [f for f in _offences(ENGINE_NAME_COMPARE)
+           if f.split(":", 1)[0] not in ENGINE_EXEMPT]
+    assert not bad, ("engine names compared in the distributed core; declare the difference "
+                     "in Engine.capabilities() (EngineCapabilities) instead:\n" + "\n".join(bad))
+
+
 def test_the_patterns_catch_what_they_are_for() -> None:
     assert NAME_COMPARE.search('if self._b.name != "cuda":')
     assert NAME_COMPARE.search("if b.name == 'cpu' and x:")
@@ -85,6 +104,12 @@ def test_the_patterns_catch_what_they_are_for() -> None:
     assert NAME_COMPARE.search('key = (device_type, index if device_type == "cuda" else 0)')
     assert NAME_COMPARE.search('if key[0] == "cuda" and eng.name == "nccl":')
     assert not NAME_COMPARE.search('if name == "nccl" and engine_map.get(key[0]) == "nccl":')
+    # what batch_isend_irecv read before EngineCapabilities.grouped_p2p
+    assert ENGINE_NAME_COMPARE.search(
+        'nccl = [] if g is None else [e for e in g._engines.values() if e.name == "nccl"]')
+    assert ENGINE_NAME_COMPARE.search("if eng.name != 'mpi':")
+    assert not ENGINE_NAME_COMPARE.search('if backend_str == "mpi":')
+    assert not ENGINE_NAME_COMPARE.search("if g.capabilities(e).grouped_p2p")
     assert GETATTR_PROBE.search('fn = getattr(b, "arch_list", None)')
     assert GETATTR_PROBE.search('adopt = getattr(self._b, "adopt_memory", None)')
     assert not GETATTR_PROBE.search('attach = getattr(pool, "_attach", None)')

@@ -455,7 +455,11 @@ def _chunk_sizes(size: int, n: int) -> list[int]:
     return [min(step, size - s) for s in range(0, size, step)]
 
 
-def _check_streams(streams: Any, places: Sequence[Place]) -> list[Stream | None]:
+def _check_streams(streams: Any, places: Sequence[Place],
+                   same: Place | None = None) -> list[Stream | None]:
+    """The per-piece streams (``None``: the device's current one), checked against
+    ``places``; a stream of another device at a piece whose place is ``same`` is not an
+    error there (it is ignored)."""
     if streams is None:
         return [None] * len(places)
     if isinstance(streams, (Stream, str, bytes)) or not isinstance(streams, Iterable):
@@ -473,6 +477,9 @@ def _check_streams(streams: Any, places: Sequence[Place]) -> list[Stream | None]
                             f"{type_shown(s)}")
         s._check_open()
         if s._b is not p.backend or s._index != p.index:
+            if p == same:
+                out.append(None)
+                continue
             raise AcceleratorValueError(
                 f"Expected the device associated with the stream at index {i} "
                 f"(was {s._b.name}:{s._index}) to match the device supplied at "
@@ -497,7 +504,9 @@ def scatter(tensor: Array | HostArray, devices: Iterable[DeviceSpec] | None = No
             that way), exactly as PyTorch.
         dim: the dimension to split (negative counts from the end).
         streams: optional per-piece streams of the destination devices; a piece is allocated
-            and made ready on its stream instead of the device's current stream.
+            and made ready on its stream instead of the device's current stream. With
+            ``devices``, a stream of another device at a piece on the source's own device is
+            ignored, as torch's (that piece does not move there).
         out: keyword-only; arrays to copy the pieces into; their sizes along ``dim`` give the
             split and must sum to ``tensor.shape[dim]``.
 
@@ -538,7 +547,9 @@ def scatter(tensor: Array | HostArray, devices: Iterable[DeviceSpec] | None = No
                 "empty")
         d = _scatter_dim(src, dim)
         sizes = _scatter_sizes(src.shape[d], places, chunk_sizes, d)
-        strm = _check_streams(streams, places[:len(sizes)])
+        # torch 2.15's comm.cpp scatter checks (and uses) a piece's stream only when the
+        # piece moves: a piece on the source's own device is a view there, its stream unread
+        strm = _check_streams(streams, places[:len(sizes)], same=src.place)
         pieces = []
         start = 0
         for p, n, s in zip(places, sizes, strm):

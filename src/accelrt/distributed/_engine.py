@@ -16,8 +16,10 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import enum
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, NoReturn
 
@@ -25,7 +27,7 @@ import numpy as np
 
 from .._stream import Stream
 from ._errors import _AssertValueError, _TypeValueError
-from .._errors import type_shown
+from .._errors import _WrongKindError, type_shown
 
 __all__ = ["Backend", "Buf", "DirectPlan", "Engine", "EngineCapabilities", "EngineContext",
            "EngineRegistration", "PremulSum", "RedOp", "ReduceOp", "Request", "register_backend",
@@ -43,18 +45,22 @@ class _ReduceOpType(enum.EnumMeta):
         # a member's number only (torch's constructor takes no float or bool at all): Enum's
         # lookup by value took 1.0 and True as PRODUCT
         if not args and not kwargs and (isinstance(value, bool) or
-                                        not isinstance(value, int)):
+                                        not isinstance(value, (int, cls))):
             raise _TypeValueError(f"{value!r} is not a valid ReduceOp: pass a member "
                                   "(ReduceOp.SUM) or its int number")
         return super().__call__(value, *args, **kwargs)
 
 
-class ReduceOp(int, enum.Enum, metaclass=_ReduceOpType):
+class ReduceOp(enum.Enum, metaclass=_ReduceOpType):
     """Reduction operations (``torch.distributed.ReduceOp``'s members).
 
-    As torch's (pybind enum values), a member compares equal to its number and converts
-    with ``int()``: ``ReduceOp.PREMUL_SUM == 8``; it hashes as that number too. Members have
-    no order (``ReduceOp.SUM < ReduceOp.MAX`` raises ``TypeError``, as torch's).
+    As torch's (pybind enum values), a member compares equal to its number (an ``int``,
+    not a ``float``) and converts with ``int()`` and ``operator.index()``:
+    ``ReduceOp.PREMUL_SUM == 8``; it hashes as that number too. It is not an ``int``: no
+    arithmetic (``ReduceOp.MAX + 1`` raises ``TypeError``) and no order
+    (``ReduceOp.SUM < ReduceOp.MAX`` raises ``TypeError``), as torch's.
+    ``ReduceOp.RedOpType`` is ``ReduceOp`` itself (torch's members are ``RedOpType``
+    values: ``ReduceOp.RedOpType.MAX is ReduceOp.MAX``, ``ReduceOp.RedOpType(4)``).
 
     ``AVG`` is floating or complex only on MPI (a sum, then a division); ``BAND``, ``BOR`` and
     ``BXOR`` are integer and bool only; complex arrays take ``SUM``, ``PRODUCT`` and ``AVG``.
@@ -120,9 +126,18 @@ class ReduceOp(int, enum.Enum, metaclass=_ReduceOpType):
         # Enum's is a ValueError: both
         raise _TypeValueError(f"{value!r} is not a valid ReduceOp")
 
-    # members compare as their numbers (torch's pybind enum): hash them the same way, in C
-    # (Enum's own __hash__ is Python code, measurable on the small-message path)
-    __hash__ = int.__hash__
+    # torch 2.15's members are not ints (pybind enum values with __int__ and __index__):
+    # ReduceOp.MAX + 1 is a TypeError and 0.0 == ReduceOp.SUM is False from either side,
+    # where the int mixin did the arithmetic and let float.__eq__ compare the numbers
+    def __int__(self) -> int:
+        return self._value_
+
+    def __index__(self) -> int:
+        return self._value_
+
+    # members compare as their numbers (torch's pybind enum): hash them the same way
+    def __hash__(self) -> int:
+        return hash(self._value_)
 
     def __eq__(self, other: object) -> bool:
         # torch 2.15: a member equals its number (and a bool of it), not a float
@@ -130,9 +145,11 @@ class ReduceOp(int, enum.Enum, metaclass=_ReduceOpType):
         # side (ReduceOp.PREMUL_SUM == op is False while op == ReduceOp.PREMUL_SUM is True)
         if self is other:
             return True
+        if isinstance(other, int):
+            return self._value_ == other
         if type(other) is PremulSum or isinstance(other, (float, complex)):
             return False
-        return int.__eq__(self, other)
+        return NotImplemented
 
     def __ne__(self, other: object) -> bool:
         eq = self.__eq__(other)
@@ -151,6 +168,11 @@ class ReduceOp(int, enum.Enum, metaclass=_ReduceOpType):
 
     def __ge__(self, other: object) -> bool:
         raise _unordered(">=", self, other)
+
+
+# torch's members are values of ReduceOp.RedOpType (ReduceOp.SUM is ReduceOp.RedOpType.SUM;
+# ReduceOp.RedOpType(4) is MAX): here the enum is its own RedOpType
+type.__setattr__(ReduceOp, "RedOpType", ReduceOp)
 
 
 def _unordered(sym: str, a: object, b: object) -> TypeError:
@@ -253,18 +275,23 @@ class EngineCapabilities:
       and :meth:`Engine.recv_on`);
     - ``direct_plans``: :meth:`Engine.plan_all_reduce`, :meth:`Engine.plan_broadcast` and
       :meth:`Engine.plan_all_gather` may stand in for ``all_reduce``, ``broadcast`` and
-      ``all_gather`` on host memory (the small-message path: planned once, run many times).
+      ``all_gather`` on host memory (the small-message path: planned once, run many times);
+    - ``grouped_p2p``: ``batch_isend_irecv`` posts the engine's sends and receives inside
+      :meth:`Engine.p2p_group` (NCCL's ``ncclGroupStart``/``ncclGroupEnd``: the operations of
+      a batch are launched together, or ranks waiting on each other deadlock), then calls
+      :meth:`Engine.p2p_group_settle` before it records the works' done events.
 
     Example::
 
         >>> from accelrt.distributed._engine import Engine
         >>> Engine().capabilities()
-        EngineCapabilities(host_memory=True, stream_ordered=False, direct_plans=False)
+        EngineCapabilities(host_memory=True, stream_ordered=False, direct_plans=False, grouped_p2p=False)
     """
 
     host_memory: bool = True
     stream_ordered: bool = False
     direct_plans: bool = False
+    grouped_p2p: bool = False
 
 
 class DirectPlan(NamedTuple):
@@ -304,13 +331,26 @@ class Engine:
     name = "engine"
     host_memory = True
     stream_ordered = False
+    #: capabilities().grouped_p2p: batch_isend_irecv posts in :meth:`p2p_group`
+    grouped_p2p = False
     #: the largest tag :meth:`isend`/:meth:`irecv` take (torch's bound: a C ``int``)
     max_tag = 2**31 - 1
 
     def capabilities(self) -> EngineCapabilities:
         """What this engine supports (see :class:`EngineCapabilities`); constant for the
         engine's life (the process group reads it once)."""
-        return EngineCapabilities(self.host_memory, self.stream_ordered, False)
+        return EngineCapabilities(self.host_memory, self.stream_ordered, False, self.grouped_p2p)
+
+    # batch_isend_irecv's group (capabilities().grouped_p2p)
+    def p2p_group(self) -> AbstractContextManager[object]:
+        """The context ``batch_isend_irecv`` posts a batch's sends and receives in, once per
+        engine class (``grouped_p2p`` engines; the default does nothing)."""
+        return contextlib.nullcontext()
+
+    def p2p_group_settle(self, timeout: float, what: str) -> None:
+        """After :meth:`p2p_group` ended: wait (at most ``timeout`` seconds) until the
+        batch's operations reached their streams, so done events recorded next cover them
+        (``grouped_p2p`` engines; the default has nothing to wait for)."""
 
     # the direct plans (capabilities().direct_plans): host memory, in-place where so noted
     def plan_all_reduce(self, ptr: int, nbytes: int, dtype: np.dtype[Any],
@@ -585,7 +625,8 @@ def register_backend(name: str, func: EngineFactory,
     that have none yet (``Backend.default_device_backend_map``), as in torch.
 
     Raises:
-        TypeError: ``func`` is not callable.
+        TypeError: ``name`` is not a str (also an ``AttributeError``, torch 2.15's class:
+            its ``name.lower()`` fails), or ``func`` is not callable.
         ValueError: ``name`` is already registered.
 
     Example::
@@ -601,7 +642,7 @@ def register_backend(name: str, func: EngineFactory,
     if not callable(func):
         raise TypeError(f"register_backend() needs a callable factory, got "
                         f"{type_shown(func)}")
-    low = name.lower()
+    low = _engine_name(name, "register_backend")
     if low in _ENGINES or low == "undefined":
         raise ValueError(f"backend {name!r} is already registered")
     # (None: every device type; an empty list serves none, as torch's)
@@ -618,6 +659,15 @@ def register_backend(name: str, func: EngineFactory,
             Backend.default_device_backend_map.setdefault(dev, low)
 
 
+def _engine_name(name: object, fn: str) -> str:
+    """``name`` lower-cased, or torch's ``AttributeError`` (its ``name.lower()``) as a
+    ``TypeError`` naming the argument."""
+    if not isinstance(name, str):
+        raise _WrongKindError(f"{fn}(): name must be a str (the engine's name, such as "
+                              f"'myengine'), got {type_shown(name)}")
+    return name.lower()
+
+
 def unregister_backend(name: str) -> None:
     """Remove engine ``name`` added by :func:`register_backend` (``Backend._unregister``).
 
@@ -625,10 +675,11 @@ def unregister_backend(name: str) -> None:
     unregisters what ``register_backend("MyEngine", ...)`` registered).
 
     Raises:
+        TypeError: ``name`` is not a str (also an ``AttributeError``, as
+            :func:`register_backend`'s).
         ValueError: ``name`` is a built-in engine.
     """
-    if isinstance(name, str):
-        name = name.lower()
+    name = _engine_name(name, "unregister_backend")
     if name in _BUILTIN:
         raise ValueError("the built-in engines cannot be unregistered")
     _ENGINES.pop(name, None)

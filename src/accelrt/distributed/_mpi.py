@@ -302,7 +302,8 @@ class MpiEngine(Engine):
         cls = type(self)
         direct = (cls.all_reduce is MpiEngine.all_reduce and cls.broadcast is MpiEngine.broadcast
                   and cls.all_gather is MpiEngine.all_gather)
-        return EngineCapabilities(self.host_memory, self.stream_ordered, direct)
+        return EngineCapabilities(self.host_memory, self.stream_ordered, direct,
+                                  self.grouped_p2p)
 
     def plan_all_reduce(self, ptr: int, nbytes: int, dtype: np.dtype[Any],
                         op: ReduceOp) -> DirectPlan:

@@ -150,6 +150,15 @@ class NcclEngine(Engine):
     name = "nccl"
     host_memory = False
     stream_ordered = True
+    grouped_p2p = True      # batch_isend_irecv's operations go in one NCCL group
+
+    def p2p_group(self) -> Any:
+        """nccl4py's ``group()`` (``ncclGroupStart``/``ncclGroupEnd``), process-wide: one
+        serves every NCCL communicator of the batch."""
+        return _core().group()
+
+    def p2p_group_settle(self, timeout: float, what: str) -> None:
+        settle(self.comm, timeout, what)
 
     def __init__(self, comm: Any, device: int, timeout: float = 600.0) -> None:
         self.comm = comm

@@ -193,13 +193,12 @@ def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[Work]:
             g.canonical_rank(*p._peer(), "peer", root=False)
             g.check_args("isend" if send else "irecv", (p.tensor,) if send else (),
                          () if send else (p.tensor,), tag=p.tag)
-    ctx = None
-    nccl = [] if g is None else [e for e in g._engines.values() if e.name == "nccl"]
-    if nccl:
-        import importlib
-        ctx = importlib.import_module("nccl.core").group()
+    # engines that launch a batch together (NCCL's group): asked, not named
+    grouped = [] if g is None else [e for e in g._engines.values()
+                                    if g.capabilities(e).grouped_p2p]
+    ctxs = [e.p2p_group() for e in {type(e): e for e in grouped}.values()]
     works: list[Work] = []
-    if ctx is not None:
+    for ctx in ctxs:
         ctx.__enter__()
     try:
         for p in p2p_op_list:
@@ -208,17 +207,15 @@ def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[Work]:
             if w is not None:
                 works.append(w)
     finally:
-        if ctx is not None:
+        for ctx in reversed(ctxs):
             ctx.__exit__(None, None, None)
-    if ctx is not None and g is not None:
+    if grouped and g is not None:
         # NCCL launches the grouped sends and receives at the group's end (through a
         # background thread on a non-blocking communicator): the done events recorded inside
         # the group covered nothing. Wait until the group reached the streams, then record
         # them again.
-        from ._nccl import settle
-        for e in nccl:
-            settle(e.comm, g.timeout,  # type: ignore[attr-defined]
-                   "batch_isend_irecv")
+        for e in grouped:
+            e.p2p_group_settle(g.timeout, "batch_isend_irecv")
         for w in works:
             if w._event is not None and w._stream_of is not None:
                 w._event = g.dev_ctx(*w._stream_of).stream.record_event()

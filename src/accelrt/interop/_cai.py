@@ -198,8 +198,16 @@ def parse_cuda_array_interface(desc: Any) -> CudaArrayInterface:
 def _backend_index(backend: Any, device: Any) -> tuple[Any, int]:
     from .. import _backend
     from .._device import _get_device
+    _check_backend_arg(backend)
     b = _backend.get_backend(backend) if isinstance(backend, str) else backend
     return _get_device(device, backend=b)
+
+
+def _check_backend_arg(backend: Any) -> None:
+    from .. import _backend
+    if not (backend is None or isinstance(backend, (str, _backend.Backend))):
+        raise TypeError(f"backend must be a backend name such as 'cuda' (or an accelrt "
+                        f"Backend instance), got {type_shown(backend)}")
 
 
 def wait_for_stream(stream: int, *, backend: Any = "cuda", device: Any = None) -> None:
@@ -269,6 +277,7 @@ def consume_cuda_array_interface(obj: Any, *, backend: Any = "cuda",
         >>> consume_cuda_array_interface(Producer(), backend="cpu").stream == s.stream_id
         True
     """
+    _check_backend_arg(backend)     # (used only when the producer names a stream)
     if isinstance(obj, Mapping):
         desc = obj
     else:

@@ -36,7 +36,7 @@ from .. import _checked, _event
 from .._array import Array
 from .._memory_owner import _Memory
 from .._device import _get_device, _lazy_init
-from .._errors import AcceleratorError, type_shown
+from .._errors import AcceleratorError, _WrongKindError, type_shown
 from .._placement import _check_dtype
 from .._fork import reinit_after_fork
 from .._stream import _current
@@ -181,11 +181,15 @@ def reduce_array(a: Array) -> tuple[Any, ...]:
     """Reduce ``a`` to a handle of its memory (the reducer registered for ``Array``).
 
     Raises:
+        TypeError: ``a`` is not an :class:`~accelrt.Array` (also an ``AttributeError``, the
+            class torch 2.15's ``reduce_tensor`` raises for a non-tensor).
         ValueError: the memory cannot be shared (a backend without interprocess memory such as
             OpenCL, private cpu memory without ``ACCELRT_CPU_SHARED_MEMORY=1``, an expandable
             segment, memory borrowed from numpy or a pluggable allocator); the message names
             the reason and the fix.
     """
+    if not isinstance(a, Array):
+        raise _WrongKindError(f"reduce_array() takes an accelrt.Array, got {type_shown(a)}")
     b, index, mem = a._b, a._index, a._mem
     device = f"{b.name}:{index}"
     meta = (device, a._shape, a._dtype.str)
@@ -317,8 +321,12 @@ def reduce_event(e: _event.Event) -> tuple[Any, ...]:
     2.15's ``_reduce_event``: it rebuilds as its own class (``acc.cpu.Event``, ...).
 
     Raises:
+        TypeError: ``e`` is not an accelrt event (also an ``AttributeError``, the class torch
+            2.15's ``_reduce_event`` raises for a non-event).
         RuntimeError: the event was made without ``interprocess=True``.
     """
+    if not isinstance(e, _event.Event):
+        raise _WrongKindError(f"reduce_event() takes an accelrt Event, got {type_shown(e)}")
     handle = e.ipc_handle()
     return (rebuild_event, (f"{e._b.name}:{e._index}", handle, type(e)))
 

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._device import _index_arg
+from .._errors import type_shown
 
 __all__ = ["ProcessContext", "ProcessException", "ProcessExitedException",
            "ProcessRaisedException", "spawn", "start_processes"]
@@ -215,7 +216,8 @@ def start_processes(fn: Callable[..., Any], args: tuple[Any, ...] = (), nprocs: 
         ``nprocs=0`` starts nothing (as torch's), and returns at once.
 
     Raises:
-        TypeError: ``nprocs`` is not an int (a bool included; torch multiplies a list by it).
+        TypeError: ``nprocs`` is not an int (a bool included; torch multiplies a list by it),
+            or ``start_method`` is unhashable (a list).
         ValueError: ``nprocs`` is negative (torch starts nothing), or ``start_method`` is
             not one of this platform's (``multiprocessing.get_context``'s error).
         ProcessRaisedException, ProcessExitedException: see :meth:`ProcessContext.join`.
@@ -223,7 +225,11 @@ def start_processes(fn: Callable[..., Any], args: tuple[Any, ...] = (), nprocs: 
     n = _index_arg(nprocs, "nprocs")
     if n < 0:
         raise ValueError(f"nprocs={n} must be >= 0 (the number of processes to start)")
-    ctx: Any = multiprocessing.get_context(start_method)
+    try:
+        ctx: Any = multiprocessing.get_context(start_method)
+    except TypeError:   # unhashable (a list): torch's TypeError, saying what is expected
+        raise TypeError(f"start_method must be one of {multiprocessing.get_all_start_methods()}"
+                        f", got {type_shown(start_method)}") from None
     processes, pipes = [], []
     for i in range(n):
         reader, writer = ctx.Pipe(duplex=False)

@@ -1,0 +1,90 @@
+"""``torch.device``'s second form, ``device(type, index)``: the arguments of an
+:class:`accelrt.device` call other than the one-argument form, bound and checked as torch
+2.15's parser binds them. ``device(type=...)`` (a keyword) or two arguments take a type
+string without an index; ``device(device=...)`` is the one-argument form by keyword. Also
+:func:`_parser_form`, how torch's parser reads a numpy integer or bytes as a device.
+(:mod:`accelrt._device` imports this module once ``_parse`` is defined.)
+
+Example::
+
+    >>> from accelrt._device_form import _type_and_index
+    >>> _type_and_index(("cpu", 0), {}), _type_and_index((), {"type": b"cpu"})
+    (('cpu', 0), ('cpu', None))
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import _device as _dev
+from ._errors import AcceleratorValueError, type_shown
+
+__all__ = ["_parser_form", "_type_and_index"]
+
+_KEYWORDS = {"type", "index", "device"}
+
+
+def _type_and_index(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any]:
+    """What :class:`accelrt.device` reads, ``(type_or_device, index)``, from a call that is
+    not ``device(x)``.
+
+    Raises:
+        TypeError: extra, repeated or missing arguments; a type that is not a str or bytes
+            (torch: "device() received an invalid combination of arguments").
+        AcceleratorValueError: (also a ``RuntimeError``) the type string carries an index
+            (torch's "type (string) must not include an index because index was passed
+            explicitly").
+    """
+    if len(args) > 2 or set(kwargs) - _KEYWORDS:
+        extra = sorted(set(kwargs) - _KEYWORDS)
+        raise TypeError(f"device() takes a device (or str or int), or type and index (as "
+                        f"torch.device): got {len(args)} positional argument(s)"
+                        + (f" and the keyword(s) {', '.join(extra)}" if extra else ""))
+    if "device" in kwargs:
+        if args or len(kwargs) > 1:
+            raise TypeError("device(device=...) takes no other argument (as torch.device)")
+        return kwargs["device"], None
+    named = dict(zip(("type", "index"), args, strict=False))
+    for k, v in kwargs.items():
+        if k in named:
+            raise TypeError(f"device() got multiple values for argument {k!r}")
+        named[k] = v
+    if "type" not in named:
+        raise TypeError("device() missing required argument 'type' (a device type string "
+                        "such as 'cuda')")
+    typ, index = named["type"], named.get("index")
+    if isinstance(typ, bytes):      # torch's str parameter takes bytes (UTF-8)
+        typ = typ.decode("utf-8")
+    if not isinstance(typ, str):
+        raise TypeError(f"device(type, index): type must be a device type string such as "
+                        f"'cuda', got {type_shown(typ)}; pass a device or an int index as the "
+                        f"only argument (device(0), device(other))")
+    if _dev._parse(typ)[1] is not None:
+        raise AcceleratorValueError(   # torch.device's RuntimeError, and a ValueError
+            f"type (string) must not include an index because index was passed explicitly: "
+            f"{typ}")
+    return typ, index
+
+
+def _parser_form(dev: Any) -> Any:
+    """``dev`` as PyTorch's C++ argument parser reads a device (torch 2.14.1's ``torch.device``,
+    ``torch.Stream``, ``torch.Event``, ``torch.Generator``): a numpy integer (not a bool) is its
+    index as an ``int`` and ``bytes`` a device string (UTF-8); anything else is returned as it
+    is (an object with ``__index__`` alone is not an index there). Called by
+    :func:`_get_device` and :class:`device` only for an argument of another type than a
+    str, int, device or None, so their per-call paths do not pay for it.
+
+    Example::
+
+        >>> import numpy as np
+        >>> from accelrt._device_form import _parser_form
+        >>> _parser_form(np.int64(1)), _parser_form(b"cpu:0"), _parser_form(1.0)
+        (1, 'cpu:0', 1.0)
+    """
+    if isinstance(dev, np.integer):
+        return int(dev)
+    if isinstance(dev, bytes):
+        return dev.decode("utf-8")
+    return dev
