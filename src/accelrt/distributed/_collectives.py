@@ -105,12 +105,12 @@ def all_reduce(tensor: ArrayArg, op: ReduceOp | PremulSum = ReduceOp.SUM, group:
     g = _S.world if group is None else _group(group)
     if COALESCING and g in COALESCING:   # inside _coalescing_manager: recorded, not run
         return record(g, "all_reduce", tensor, None, op, async_op)
-    # (only a ReduceOp itself: its members hash and compare as their numbers, so a plain
-    # 1 or True would find the AVG plan; torch refuses them with a TypeError)
+    # (only a ReduceOp itself, whose number keys its plan: a plain 1 or True would find
+    # the AVG plan; torch refuses them with a TypeError)
     if g is not None and type(tensor) is Array and type(op) is ReduceOp:
         # idle streams, host memory and a plan left by an earlier call: call MPI right here
         mem = tensor._mem
-        plan = g.plans_ar.get((mem.ptr, mem.nbytes, tensor._dtype.num, op))
+        plan = g.plans_ar.get((mem.ptr, mem.nbytes, tensor._dtype.num, op._value_))
         if plan is not None and g.run_plan("all_reduce", plan):
             return Work.completed([tensor]) if async_op else None
         if g.all_reduce_fast(tensor, op):
