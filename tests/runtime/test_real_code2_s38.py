@@ -21,7 +21,6 @@ import subprocess
 import sys
 import textwrap
 import timeit
-import warnings
 from pathlib import Path
 
 import pytest
@@ -273,8 +272,8 @@ def test_initialized_flag_assignment_as_scripts_do() -> None:
         assert "_initialized" not in cuda.__all__
     ''')
     assert lines == [
-        "accelrt.cpu._initialized = False: the cpu backend is initialised and accelrt cannot "
-        "un-initialise it; leave the flag alone (accelrt needs no lazy-initialisation hacks)",
+        ("accelrt.cpu._initialized = False: the cpu backend is initialised and accelrt cannot "
+         "un-initialise it; leave the flag alone (accelrt needs no lazy-initialisation hacks)"),
         "accelrt.cpu._initialized takes a bool, got int"]
 
 
@@ -336,7 +335,6 @@ def test_torch_utils_benchmark_timer_synchronizes() -> None:
     number, elapsed = t.autorange()
     assert number >= 1 and elapsed >= 0.2          # timeit's autorange: at least 0.2 s
     assert s.query() and x.tolist()[:2] == [7, 7]
-    del x
 
 
 # ------------------------------------------------------------------ memory history forms
