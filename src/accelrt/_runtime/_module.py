@@ -116,6 +116,41 @@ class DeviceModule(MemoryFunctions, RandomFunctions, Generic[_S, _E]):
         b = self._b()
         _lazy_init(b, _tls.device.get(b.name, 0))
 
+    @property
+    def _initialized(self) -> bool:
+        """:meth:`is_initialized` under ``torch.cuda._initialized``'s name: the module flag that
+        ``torch.utils.checkpoint`` reads (``getattr(device_module, "_initialized", False)``)
+        to decide whether to save and restore the devices' RNG states, as copies of it in
+        FairScale, ColossalAI and others do (``if torch.cuda._initialized:``). Assigning
+        ``True`` initialises the backend (:meth:`init`), as scripts that set the flag after
+        ``current_device()`` mean it; ``False`` is accepted only while nothing is initialised.
+
+        Raises:
+            TypeError: a value other than a bool is assigned.
+            RuntimeError: ``False`` is assigned once the backend is initialised (accelrt
+                cannot un-initialise a device; PyTorch would re-run its lazy initialisation).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.init()
+            >>> acc.cpu._initialized
+            True
+        """
+        return self.is_initialized()
+
+    @_initialized.setter
+    def _initialized(self, value: bool) -> None:
+        if not isinstance(value, bool):
+            raise TypeError(f"{self.module}._initialized takes a bool, got {type_shown(value)}")
+        if value:
+            self.init()
+        elif self.is_initialized():
+            raise RuntimeError(
+                f"{self.module}._initialized = False: the {self.name} backend is initialised "
+                "and accelrt cannot un-initialise it; leave the flag alone (accelrt needs no "
+                "lazy-initialisation hacks)")
+
     def _lazy_init(self) -> None:
         """:meth:`init` under ``torch.cuda._lazy_init``'s name: PyTorch's name is private, but
         Megatron-LM and DeepSpeed import it (``from torch.cuda import _lazy_init``).

@@ -71,6 +71,18 @@ class LiveModule(types.ModuleType):
         m: DeviceModule[Any, Any] = self.__dict__["_m"]
         return m.default_generators
 
+    @property
+    def _initialized(self) -> bool:
+        """:attr:`DeviceModule._initialized` of this module (``torch.cuda._initialized``, which
+        ``torch.utils.checkpoint`` reads with ``getattr(device_module, "_initialized", False)``)."""
+        m: DeviceModule[Any, Any] = self.__dict__["_m"]
+        return m._initialized
+
+    @_initialized.setter
+    def _initialized(self, value: bool) -> None:
+        m: DeviceModule[Any, Any] = self.__dict__["_m"]
+        m._initialized = value
+
     def __dir__(self) -> list[str]:
         return sorted({*self.__dict__, *LIVE})
 
