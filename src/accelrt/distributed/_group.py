@@ -231,8 +231,7 @@ class ProcessGroup:
         # (no further Python frames) when the comm stream is idle: key -> (fn, args, post,
         # comm-stream ctx, backend). Made by the *_fast methods after a successful call;
         # dropped when an error is kept, the debug flags change or the group is destroyed.
-        # keyed by the op's number (an int hashes in C; a ReduceOp member's hash is Python)
-        self.plans_ar: dict[tuple[int, int, int, int], GroupPlan] = {}
+        self.plans_ar: dict[tuple[int, int, int, int], GroupPlan] = {}   # op: its number
         self.plans_bc: dict[tuple[int, int, int], GroupPlan] = {}
         self.plans_ag: dict[tuple[int, int, int, int], GroupPlan] = {}
         self.parent: ProcessGroup | None = None
@@ -768,9 +767,8 @@ class ProcessGroup:
         eng = ent[0]
         self.check_args("all_reduce", (a,), (a,), alias="inplace")
         self._check_red("all_reduce", eng, op, (a,))
-        mem, dtype = a._mem, a._dtype
-        key = (mem.ptr, mem.nbytes, dtype.num, op._value_)
-        return self._direct("all_reduce", self.plans_ar, key, a,
+        mem, dtype, num = a._mem, a._dtype, op._value_   # (an int hashes in C, a ReduceOp not)
+        return self._direct("all_reduce", self.plans_ar, (mem.ptr, mem.nbytes, dtype.num, num), a,
                             lambda e: e.plan_all_reduce(mem.ptr, mem.nbytes, dtype, op))
 
     def broadcast_fast(self, a: object, root: int, src: int) -> bool:
