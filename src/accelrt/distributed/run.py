@@ -80,7 +80,7 @@ def setup_rank(MPI: Any) -> tuple[int, int, int, int]:
 
 
 def _master_addr(one_node: bool) -> str:
-    """Rank 0's address for the other ranks: loopback when every rank is on its node, else
+    """Rank 0's address for the other ranks: loopback when every rank is on one node, else
     its host name."""
     import socket
     return "127.0.0.1" if one_node else socket.gethostname()
