@@ -25,7 +25,8 @@ from .._typing import DeviceSpec
 from ._engine import Backend, EngineContext, ReduceOp
 from ._engine import parse_backend as _parse_backend
 from ._engine import require_engines as _require_engines
-from ._errors import DistBackendError, DistError, _AssertValueError, _DeviceRangeError
+from ._errors import (DistBackendError, DistError, DistTimeoutError, _AssertValueError,
+                      _DeviceRangeError)
 from ._group import DEFAULT_TIMEOUT, ProcessGroup
 from ._filestore import FileStore
 from ._store import PrefixStore, Store, _int
@@ -559,15 +560,22 @@ def _init_store(engine_map: dict[str, str], backend_str: str, op_timeout: float,
     """A world met through a store (``store=``, ``env://``, ``tcp://``, ``file://``): the
     rendezvous ``where`` is a :class:`Store` or a plan to make one; ``nccl_index`` is the
     bound CUDA device's index (None: no device_id, or one in host memory)."""
-    if (n == 1 and is_mpi_available() and "nccl" not in named.values()
+    launched = n > 1 and _under_mpi_launcher()
+    if ((n == 1 or launched) and is_mpi_available()
+            and "nccl" not in named.values()
             and ("nccl" not in engine_map.values() or not _cuda_count())):
-        # one rank: a singleton MPI world serves every engine map without a CUDA device. The
-        # rendezvous still makes its store, as torch's does: an unwritable file:// path or a
-        # tcp:// port that cannot be served fails here instead of being ignored
+        # one rank: a singleton MPI world serves every engine map without a CUDA device; ranks
+        # an MPI launcher started (torchvision's init_distributed_mode, env://, or
+        # detectron2's tcp:// under mpiexec) are its MPI world, which must be the store's
+        # world (_init_mpi: the same size, each process the same rank). The rendezvous still
+        # makes its store, as torch's does: an unwritable file:// path or a tcp:// port that
+        # cannot be served fails here instead of being ignored
+        if launched:
+            _meet_launched(n, r, init_timeout)
         base = (where if isinstance(where, Store)
                 else where.connect(datetime.timedelta(seconds=init_timeout)))
         try:
-            group = _init_mpi(engine_map, backend_str, op_timeout, init_timeout, 1, 0, named)
+            group = _init_mpi(engine_map, backend_str, op_timeout, init_timeout, n, r, named)
         except BaseException:
             if base is not where and isinstance(base, (TCPStore, FileStore)):
                 base.close()
@@ -590,6 +598,29 @@ def _init_store(engine_map: dict[str, str], backend_str: str, op_timeout: float,
         raise
     _S.store = base   # a TCPStore master serves the others as long as the world lives
     return group
+
+
+def _meet_launched(n: int, r: int, timeout: float) -> None:
+    """A store-based init of ranks an MPI launcher started: check that the store's world is
+    the launcher's (``world_size`` and this process's ``rank``; a ``ValueError`` before any
+    rank waits on the store), then wait (at most ``timeout`` s) until every rank reached
+    ``init_process_group``. Rank 0 has then dropped the store of an earlier world on the
+    same port (``destroy_process_group``, then ``env://`` again), which the other ranks
+    would otherwise join, and lose when rank 0 closes it."""
+    from ._mpi import mpi
+    from ._work import wait_until
+    world = mpi().COMM_WORLD
+    if world.Get_size() != n:
+        raise ValueError(f"world_size={n} but the MPI launcher started {world.Get_size()} "
+                         "ranks: a store-based init of ranks mpiexec started joins the "
+                         "launcher's world (leave world_size out, or give the -n of mpiexec)")
+    if world.Get_rank() != r:
+        raise ValueError(f"rank={r} but the MPI launcher made this process rank "
+                         f"{world.Get_rank()} (accelrt.distributed.run sets RANK to it)")
+    req = world.Ibarrier()
+    wait_until(req.Test, timeout, lambda: DistTimeoutError(
+        f"rank {r}: init_process_group: not every rank of the MPI launcher's world reached "
+        f"init_process_group within {timeout:g} s", rank=r, op="init_process_group"))
 
 
 def _init_nccl_world(engine_map: dict[str, str], backend_str: str, op_timeout: float,

@@ -300,9 +300,39 @@ class _RemoteTable(_Table):
         self._lock = threading.Lock()
         # None after a request went unanswered in time (guarded by _lock): its late reply
         # could be read as the answer to the next request, so the next one reconnects
-        self._conn: Connection | None = self._connect()
-        if self._call(["hello"]) != [_PROTOCOL]:
-            raise DistNetworkError(f"{host}:{port} is not an accelrt TCPStore")
+        self._conn: Connection | None = self._greeted(time.monotonic() + timeout)
+
+    def _greeted(self, deadline: float) -> Connection:
+        """A connection whose greeting was answered. As torch's client retries "connect/
+        validate" until its timeout, a connection closed during the greeting is made again:
+        a master closing as this client came (a world destroyed and made again on the same
+        ``MASTER_PORT``, where rank 0 closes its old store while the others already connect)
+        is followed by the master of the next world."""
+        delay = 0.01
+        while True:
+            conn = self._connect(deadline)
+            try:
+                conn.send_bytes(_pack([b"hello"]))
+                ok = conn.poll(max(deadline - time.monotonic(), 1.0))
+                reply: list[bytes] | None = _unpack(conn.recv_bytes()) if ok else None
+            except (EOFError, OSError):
+                reply = []   # closed during the greeting
+            if reply:
+                if reply != [b"ok", _PROTOCOL]:
+                    conn.close()
+                    raise DistNetworkError(f"{self.host}:{self.port} is not an accelrt "
+                                           "TCPStore")
+                return conn
+            conn.close()
+            if reply is None:
+                raise DistNetworkError(f"the TCPStore server at {self.host}:{self.port} did "
+                                       "not answer hello in time")
+            if time.monotonic() + delay > deadline:
+                raise DistNetworkError(
+                    f"the connection to the TCPStore server at {self.host}:{self.port} was "
+                    "closed during hello: did the master store (rank 0) exit or crash?")
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
 
     def _reconnect_locked(self) -> Connection:
         """A new connection, greeted, replacing one dropped after an unanswered request."""
@@ -320,8 +350,9 @@ class _RemoteTable(_Table):
         self._conn = conn
         return conn
 
-    def _connect(self) -> Connection:
-        deadline = time.monotonic() + self.timeout
+    def _connect(self, deadline: float | None = None) -> Connection:
+        if deadline is None:
+            deadline = time.monotonic() + self.timeout
         delay = 0.01
         while True:
             left = deadline - time.monotonic()

@@ -4,7 +4,9 @@ Runs the script as ``__main__`` on every rank, after:
 
 * setting ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` and ``LOCAL_WORLD_SIZE`` (node-local ranks
   from an MPI shared-memory split, so a host list or a simulated multi-node layout counts
-  right);
+  right), and, where the launch did not set them, torchrun's ``MASTER_ADDR`` (rank 0's host:
+  ``127.0.0.1`` when every rank is on one node) and ``MASTER_PORT`` (a port free on it), so
+  that ``init_process_group(init_method="env://")`` works as under torchrun;
 * pinning the rank's device: ``LOCAL_RANK % device_count()`` of the current accelerator
   (one GPU per rank when the node has as many GPUs as ranks);
 * making an uncaught exception on any rank abort the whole job (``MPI_Abort``) instead of
@@ -54,6 +56,16 @@ def setup_rank(MPI: Any) -> tuple[int, int, int, int]:
     node.Free()
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(size), LOCAL_RANK=str(local),
                       LOCAL_WORLD_SIZE=str(local_size))
+    # torchrun's MASTER_ADDR/MASTER_PORT, where the launch did not set them: code written for
+    # torchrun initializes with init_method="env://" (torchvision's init_distributed_mode,
+    # timm's init_distributed_device), whose store rank 0 serves there
+    master = None
+    if rank == 0 and not {"MASTER_ADDR", "MASTER_PORT"} <= os.environ.keys():
+        master = (_master_addr(local_size == size), str(_free_port()))
+    master = world.bcast(master, root=0)
+    if master is not None:
+        os.environ.setdefault("MASTER_ADDR", master[0])
+        os.environ.setdefault("MASTER_PORT", master[1])
     try:
         import accelrt as acc
         dev = acc.current_accelerator()
@@ -65,6 +77,21 @@ def setup_rank(MPI: Any) -> tuple[int, int, int, int]:
         print(f"[rank {rank}] accelrt.distributed.run: no device pinned ({exc})",
               file=sys.stderr)
     return rank, size, local, local_size
+
+
+def _master_addr(one_node: bool) -> str:
+    """Rank 0's address for the other ranks: loopback when every rank is on one node, else
+    its host name."""
+    import socket
+    return "127.0.0.1" if one_node else socket.gethostname()
+
+
+def _free_port() -> int:
+    """A TCP port free on this host now (the kernel's pick, as torchrun's standalone mode)."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return int(s.getsockname()[1])
 
 
 def _grace() -> None:
