@@ -103,6 +103,7 @@ from ._filestore import FileStore
 from ._store import HashStore, PrefixStore, Store
 from ._tcpstore import TCPStore
 from ._world import GroupMember, group
+from ._world import _get_process_group_name as _get_process_group_name
 from ._world import _rank_not_in_group as _rank_not_in_group
 
 __all__ = [
