@@ -135,3 +135,6 @@ from .constants import default_pg_timeout as default_pg_timeout
 
 #: the type of process group names (torch's ``GroupName``)
 GroupName = NewType("GroupName", str)
+
+# torch.distributed.distributed_c10d's names (``dist.distributed_c10d._get_default_group``)
+from . import distributed_c10d as distributed_c10d  # noqa: E402
