@@ -1170,7 +1170,7 @@ if "bounded" in SECTIONS and N >= 2:
         def on_timeout(group, op, seq, timeout):
             # the watchdog's report (by default it ends the job): record it and release the
             # late ranks, so that the call completes and the next one can be checked
-            if group.name != "bounded":
+            if group.group_desc != "bounded":
                 return default(group, op, seq, timeout)
             if op != current[0] or any(s[:2] == (op, seq) for s in seen):
                 return None

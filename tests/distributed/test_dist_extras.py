@@ -113,7 +113,7 @@ def test_split_group_argument_checks(world: dist.ProcessGroup) -> None:
         dist.split_group(split_ranks=[[0]], backend="cuda:nccl")
     g = dist.split_group(split_ranks=[[0]], timeout=datetime.timedelta(seconds=9),
                          group_desc="mine")
-    assert isinstance(g, dist.ProcessGroup) and g.name == "mine" and g.timeout == 9.0
+    assert isinstance(g, dist.ProcessGroup) and g.group_desc == "mine" and g.timeout == 9.0
     assert dist.get_pg_count() == 2
     sub = dist.split_group(g, [[0]], backend="mpi")
     assert isinstance(sub, dist.ProcessGroup) and dist.get_backend_config(sub) == "cpu:mpi"

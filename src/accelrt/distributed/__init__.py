@@ -103,6 +103,7 @@ from ._filestore import FileStore
 from ._store import HashStore, PrefixStore, Store
 from ._tcpstore import TCPStore
 from ._world import GroupMember, group
+from ._world import _get_process_group_name as _get_process_group_name
 from ._world import _rank_not_in_group as _rank_not_in_group
 
 __all__ = [
@@ -134,3 +135,6 @@ from .constants import default_pg_timeout as default_pg_timeout
 
 #: the type of process group names (torch's ``GroupName``)
 GroupName = NewType("GroupName", str)
+
+# torch.distributed.distributed_c10d's names (``dist.distributed_c10d._get_default_group``)
+from . import distributed_c10d as distributed_c10d  # noqa: E402

@@ -872,7 +872,7 @@ def barrier(group: GroupArg = None, async_op: bool = False,
             def late() -> DistTimeoutError:
                 return DistTimeoutError(
                     f"[Rank {g.global_rank}]: barrier (sequence number {seq}) on group "
-                    f"{g.name!r} timed out after {ms} ms: a rank of the group did not reach "
+                    f"{g._label!r} timed out after {ms} ms: a rank of the group did not reach "
                     "it (monitored_barrier names the missing ranks). The group keeps this "
                     "error: destroy it", rank=g.global_rank, op="barrier", seq=seq)
 

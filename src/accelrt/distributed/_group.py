@@ -39,6 +39,7 @@ from ._engine import (Buf, DirectPlan, Engine, EngineCapabilities, EngineContext
 from ._debug import (_DEVICE, DEBUG_ENV, DebugLevel, PeerCounts, _describe, _torch_words,
                      debug_level)
 from ._errors import DistBackendError, DistError, _RankNotInGroupError
+from ._locations import _buf, _Loc, _locate, _span
 from ._work import WATCHDOG, Work, detached
 
 _E = TypeVar("_E", bound=BaseException)
@@ -47,6 +48,8 @@ __all__ = ["DebugLevel", "ProcessGroup", "Work"]
 
 
 DEFAULT_TIMEOUT = 600.0
+#: torch's ProcessGroup.BackendType names: ProcessGroup.name() answers "custom" for others
+_TORCH_BACKEND_TYPES = ("gloo", "mpi", "nccl", "ucc", "undefined", "xccl")
 _monotonic = time.monotonic
 
 
@@ -86,43 +89,11 @@ def _force_stage() -> bool:
     return FORCE_STAGE
 
 
-# ---------------------------------------------------------------------------- locations
+# ---------------------------------------------------------------------------- argument kinds
 
 #: torch 2.15's supports_complex() deny list of all_reduce and all_reduce_coalesced
 _NO_COMPLEX = (ReduceOp.MAX, ReduceOp.MIN, ReduceOp.PRODUCT, ReduceOp.BAND, ReduceOp.BOR,
                ReduceOp.BXOR)
-
-class _Loc:
-    __slots__ = ("b", "host", "index", "type")
-
-    def __init__(self, b: Any, index: int, host: bool) -> None:
-        self.b, self.index, self.host = b, index, host
-        self.type = "cpu" if b is None else b.name
-
-
-def _locate(arrays: Sequence[Any], what: str) -> _Loc:
-    first = arrays[0]
-    if isinstance(first, np.ndarray):
-        for a in arrays:
-            if not isinstance(a, np.ndarray):
-                raise TypeError(f"{what}: mix of numpy arrays and {type_shown(a)}; pass "
-                                "arrays of one device")
-            if not a.flags.c_contiguous:
-                raise AcceleratorValueError(f"{what}: Tensors must be contiguous")
-        return _Loc(None, -1, True)
-    if not isinstance(first, Array):
-        raise TypeError(f"{what}: expected an accelrt.Array or numpy.ndarray, got "
-                        f"{type_shown(first)}")
-    b, index = first._b, first._index
-    for a in arrays:
-        if not isinstance(a, Array):
-            raise TypeError(f"{what}: expected accelrt.Array, got {type_shown(a)}")
-        if a._b is not b or a._index != index:
-            raise AcceleratorValueError(
-                f"{what}: all arrays must be on one device, got {first.device} and "
-                f"{a.device}")
-    return _Loc(b, index, False)
-
 
 #: the numpy dtype kinds that are plain data (no pointers into this process): bool, integers,
 #: floating, complex, timedelta/datetime, fixed-width bytes/str, void (structured: checked
@@ -131,19 +102,6 @@ _PLAIN_KINDS = "biufcmMSUV"
 
 #: the in-place forms of :meth:`ProcessGroup.check_args`
 Alias = Literal["none", "inplace", "gather", "scatter", "staged"]
-
-
-def _span(a: Any) -> tuple[int, int]:
-    """(address, bytes) of an array's memory."""
-    if isinstance(a, np.ndarray):
-        return (a.ctypes.data if a.size else 0), a.nbytes
-    return a._mem.ptr, a.nbytes
-
-
-def _buf(a: Any) -> Buf:
-    if isinstance(a, np.ndarray):
-        return Buf(a.ctypes.data if a.size else 0, a.size, a.dtype)
-    return Buf(a._mem.ptr, a.size, a._dtype, a._index)
 
 
 class _DevCtx:
@@ -195,8 +153,10 @@ class ProcessGroup:
 
     def __init__(self, name: str, rank: int, size: int, global_ranks: list[int],
                  engine_map: dict[str, str], backend_str: str, timeout: float,
-                 mpi_comm: Any, global_rank: int) -> None:
-        self.name = name
+                 mpi_comm: Any, global_rank: int, group_name: str = "0") -> None:
+        #: the group's label in accelrt's messages: "WORLD", "group<k>" or its group_desc
+        self._label = name
+        self._group_name = group_name   # torch's group_name (see the property)
         #: torch's ``group_desc``: "default_pg" (the world), the ``group_desc=`` of
         #: new_group/split_group, else "undefined" (new_group) or "<parent's>:split:<k>"
         #: (split_group: k counts the parent's splits)
@@ -265,6 +225,34 @@ class ProcessGroup:
         """Number of ranks in the group."""
         return self._size
 
+    def name(self) -> str:
+        """The name of the group's default backend (torch 2.15's ``ProcessGroup.name()``): a
+        single backend's name, :func:`~accelrt.distributed.get_backend`'s answer
+        (``"mpi"``, ``"nccl"``, ``"gloo"``); of a ``"cpu:mpi,cuda:nccl"`` group, the engine
+        of its bound device's type (``device_id=``), else of the current accelerator's,
+        else of the first device type named (torch prefers a non-cpu one there). An engine
+        of :func:`~accelrt.distributed.register_backend` is ``"custom"``, as in torch. A
+        destroyed group still answers."""
+        spec = self.backend_str
+        if ":" in spec or "," in spec:
+            types = [getattr(self.bound_device_id, "type", None)]
+            try:
+                from .._device import current_accelerator
+                types.append(getattr(current_accelerator(), "type", None))
+            except Exception:   # noqa: BLE001 - a bad ACCELRT_ACCELERATOR: no preference
+                pass
+            spec = next((self.engine_map[t] for t in types if t in self.engine_map),
+                        next(iter(self.engine_map.values()), "undefined"))
+        return spec if spec in _TORCH_BACKEND_TYPES else "custom"
+
+    @property
+    def group_name(self) -> str:
+        """torch's ``group_name``, the same on every rank: ``"0"`` for the world, then
+        ``get_pg_count()`` at the group's creation as a str (``"1"``, ``"2"``, ...); for
+        ``split_group`` and ``new_group(use_local_synchronization=True)`` torch 2.15's SHA-1
+        of the ranks and that count. It outlives the group's destruction, as torch's."""
+        return self._group_name
+
     @property
     def supports_abort_hooks(self) -> bool:
         """False: torch 2.15's ``ProcessGroup.supports_abort_hooks`` (False for gloo). No
@@ -280,7 +268,7 @@ class ProcessGroup:
         return False
 
     def __repr__(self) -> str:
-        return (f"<accelrt.distributed.ProcessGroup {self.name!r} rank={self._rank} "
+        return (f"<accelrt.distributed.ProcessGroup {self._label!r} rank={self._rank} "
                 f"size={self._size} backend={self.backend_str!r}>")
 
     # ------------------------------------------------------------------ errors
@@ -291,7 +279,7 @@ class ProcessGroup:
             # frames to it, and keep them, and the arrays they hold, alive with the group)
             raise detached(err)
         if self.destroyed:
-            raise DistError(f"process group {self.name!r} was destroyed; create a new one",
+            raise DistError(f"process group {self._label!r} was destroyed; create a new one",
                             rank=self.global_rank)
 
     def _keep(self, exc: _E, cause: BaseException | None = None) -> _E:
@@ -315,7 +303,7 @@ class ProcessGroup:
         where = type(exc).__module__.split(".")[0]
         kind = type(exc).__name__ if where == "builtins" else f"{where}.{type(exc).__name__}"
         return DistBackendError(
-            f"rank {self.global_rank}: {op} (sequence number {seq}) on group {self.name!r} "
+            f"rank {self.global_rank}: {op} (sequence number {seq}) on group {self._label!r} "
             f"failed in the engine: {kind}: {reason}", rank=self.global_rank, op=op, seq=seq)
 
     # ------------------------------------------------------------------ engines and streams
@@ -355,7 +343,7 @@ class ProcessGroup:
         if eng is None:
             if name is None:
                 raise DistError(f"no engine serves {device_type} arrays in group "
-                                f"{self.name!r} (backend {self.backend_str!r}); pass e.g. "
+                                f"{self._label!r} (backend {self.backend_str!r}); pass e.g. "
                                 f"backend='{device_type}:mpi'", rank=self.global_rank)
             ctx = EngineContext(self._rank, self._size, self.global_ranks, device_type,
                                 index, self.timeout, self.mpi_comm)
@@ -363,7 +351,8 @@ class ProcessGroup:
             # duplicated or created)
             with WATCHDOG.watching(self, f"start of the {name!r} engine", self._seq + 1):
                 if name == "nccl" and self.mpi_comm is not None:
-                    _check_one_rank_per_gpu(self, index)
+                    from ._nccl import check_one_rank_per_gpu
+                    check_one_rank_per_gpu(self, index)
                 try:
                     assert reg is not None, name
                     eng = reg.factory(ctx)
@@ -449,7 +438,7 @@ class ProcessGroup:
         me = self._rank
         other = next(r for r, d in enumerate(everyone) if d != everyone[me])
         raise DistError(
-            f"rank {self.global_rank}: collective mismatch in group {self.name!r} at sequence "
+            f"rank {self.global_rank}: collective mismatch in group {self._label!r} at sequence "
             f"number {desc[1]}: rank(s) {', '.join(map(str, odd))} differ from the others "
             f"({detail}). "
             f"{_torch_words(self.global_rank, everyone[me], self.global_ranks[other], everyone[other])}",
@@ -465,7 +454,7 @@ class ProcessGroup:
                if p.send[j] != peers[j].recv[k]]
         if bad:
             raise DistError(
-                f"rank {self.global_rank}: collective mismatch in group {self.name!r} at "
+                f"rank {self.global_rank}: collective mismatch in group {self._label!r} at "
                 f"sequence number {desc[1]}: {desc[0]} sizes disagree ({'; '.join(bad)})",
                 rank=self.global_rank, op=str(desc[0]), seq=int(desc[1]))
 
@@ -492,7 +481,7 @@ class ProcessGroup:
                                 f"{type_shown(group_rank)}")
             if not 0 <= int(group_rank) < self._size:
                 raise AcceleratorValueError(
-                    f"Group rank {group_rank} is not part of group {self.name!r} "
+                    f"Group rank {group_rank} is not part of group {self._label!r} "
                     f"(group_{what} is a rank of the group: 0..{self._size - 1})")
             return int(group_rank)
         if rank is None:
@@ -505,14 +494,14 @@ class ProcessGroup:
         try:
             return self.global_ranks.index(int(rank))
         except ValueError:
-            if self.name != "WORLD":   # torch's get_group_rank words, then accelrt's
+            if self._label != "WORLD":   # torch's get_group_rank words, then accelrt's
                 raise _RankNotInGroupError(
-                    f"Global rank {rank} is not part of group {self.name!r}: the global rank "
+                    f"Global rank {rank} is not part of group {self._label!r}: the global rank "
                     f"{rank} is not part of the group's ranks {self.global_ranks}; "
                     f"group_{what}= takes a rank of the group") from None
             gloo = f"invalid root rank: {rank}: " if root else ""
             raise _RankNotInGroupError(
-                f"{gloo}The global rank {rank} is not part of the group {self.name!r} (ranks "
+                f"{gloo}The global rank {rank} is not part of the group {self._label!r} (ranks "
                 f"{self.global_ranks}); group_{what}= takes a rank of the group") from None
 
     def check_args(self, op: str, ins: Sequence[Any] = (), outs: Sequence[Any] = (), *,
@@ -977,24 +966,3 @@ class ProcessGroup:
                 pass
         self._in_flight = pending
 
-
-def _check_one_rank_per_gpu(group: ProcessGroup, index: int) -> None:
-    """NCCL refuses two ranks on one GPU ('Duplicate GPU detected'): say so before it does."""
-    import socket
-
-    from .._device import _get_device
-    b, _ = _get_device(f"cuda:{index}")
-    try:
-        uid = str(b.get_device_properties(index).get("uuid", index))
-    except Exception:
-        uid = f"{os.environ.get('CUDA_VISIBLE_DEVICES', '')}/{index}"
-    mine = (socket.gethostname(), uid)
-    everyone = group.control().allgather(mine)
-    twins = [group.global_ranks[r] for r, x in enumerate(everyone) if x == mine]
-    if len(twins) > 1:
-        raise DistError(
-            f"ranks {', '.join(map(str, twins))} use the same GPU (cuda:{index} on "
-            f"{mine[0]}); NCCL needs one GPU per rank. Launch through "
-            "'mpiexec -n N python -m accelrt.distributed.run', which pins rank k of a node to "
-            "device k, or pass device_id; the 'mpi' engine (backend='cuda:mpi') allows "
-            "sharing a GPU", rank=group.global_rank)

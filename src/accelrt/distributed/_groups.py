@@ -12,6 +12,7 @@ Example::
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -263,9 +264,10 @@ def new_group(ranks: Sequence[int] | None = None, timeout: TimeoutArg = None,
     if local and not member:
         return GroupMember.NON_GROUP_MEMBER
     # a member's key is its place in `members` (sorted, or as given with sort_ranks=False)
+    # torch names a use_local_synchronization group by a hash of its ranks
     g = _split(world, members if member else None, members.index(me) if member else me,
                engine_map, backend_str, t, group_desc, "new_group",
-               local=local)
+               local=local, hashed=members if use_local_synchronization else None)
     if isinstance(g, ProcessGroup):
         g.bound_device_id = bound
     else:
@@ -288,7 +290,8 @@ def _group_device(bound: Any, device_id: DeviceSpec) -> Any:
 
 def _split(parent: ProcessGroup, members: list[int] | None, key: int,
            engine_map: dict[str, str], backend_str: str, timeout: float,
-           group_desc: str | None, op: str, *, local: bool = False) -> ProcessGroup | _NonMember:
+           group_desc: str | None, op: str, *, local: bool = False,
+           hashed: Sequence[int] | None = None) -> ProcessGroup | _NonMember:
     """The one split of a group, collective over ``parent``'s ranks: this rank joins the group
     of the parent ranks ``members`` (None: it joins none) at the place ``key`` orders it
     (the members' keys order them as ``members`` does). The parent's MPI communicator is split
@@ -298,8 +301,11 @@ def _split(parent: ProcessGroup, members: list[int] | None, key: int,
     ``local`` (``new_group(use_local_synchronization=True)``): only the members call it
     (``MPI_Comm_create_group``, collective over them alone; NCCL communicators then start
     from the new MPI communicator when first used).
+    ``hashed``: the ranks torch 2.15 names the group by (``_hash_ranks_to_str``), else
+    it is named by the count of groups made (``_process_group_name``).
     Returns the new group, or ``GroupMember.NON_GROUP_MEMBER``."""
     _S.counter += 1
+    group_name = _group_name(hashed)
     _S.pg_count += 1   # on every rank, member or not, as torch's group_count: ranks agree
     name = group_desc or f"group{_S.counter}"
     if group_desc is None and op == "split_group":   # torch: the parent's split count
@@ -332,7 +338,7 @@ def _split(parent: ProcessGroup, members: list[int] | None, key: int,
         return GroupMember.NON_GROUP_MEMBER
     ranks = [parent.global_ranks[r] for r in members]
     g = ProcessGroup(name, members.index(parent.rank()), len(members), ranks, engine_map,
-                     backend_str, timeout, sub, parent.global_rank)
+                     backend_str, timeout, sub, parent.global_rank, group_name)
     g.bound_device_id = parent.bound_device_id   # as torch's new_group and split_group
     g.group_desc = "undefined" if group_desc is None else group_desc
     if sub is not None:
@@ -344,6 +350,16 @@ def _split(parent: ProcessGroup, members: list[int] | None, key: int,
     g.threads_ok = parent.threads_ok
     _S.groups.append(g)
     return g
+
+
+def _group_name(hashed: Sequence[int] | None) -> str:
+    """torch 2.15's ``_process_group_name``, before the count moves on: the count of groups
+    made as a str, or with ``hashed`` the SHA-1 of those ranks and the count (the same on
+    every rank that makes the group)."""
+    if hashed is None:
+        return str(_S.pg_count)
+    text = "_".join(["_".join(map(str, hashed)), str(_S.pg_count)])
+    return hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()
 
 
 def split_group(parent_pg: ProcessGroup | None = None,
@@ -433,8 +449,11 @@ def split_group(parent_pg: ProcessGroup | None = None,
     me = parent_pg.rank()
     mine = next((ranks for ranks in lists if me in ranks), None)
     members = None if mine is None else [int(r) for r in mine]
+    # torch names the group by the hash of this rank's list (the first one where it is in
+    # none): its parent group ranks, as given
     return _split(parent_pg, members, 0 if mine is None else mine.index(me), engine_map,
-                  backend_str, t, group_desc, "split_group")
+                  backend_str, t, group_desc, "split_group",
+                  hashed=mine if mine is not None else lists[0])
 
 
 def new_subgroups(group_size: int | None = None, group: GroupArg = None, timeout: TimeoutArg = None,

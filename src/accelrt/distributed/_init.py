@@ -717,7 +717,7 @@ def destroy_process_group(group: GroupArg = None) -> None:
             try:
                 eng.destroy()
             except Exception as exc:
-                kept = kept or DistBackendError(f"destroying {pg.name!r}: {exc}")
+                kept = kept or DistBackendError(f"destroying {pg._label!r}: {exc}")
         pg._engines.clear()
         for comm in (pg._ctrl, pg.mpi_comm):
             if comm is not None:

@@ -23,15 +23,19 @@ import importlib
 import os
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .._stream import Stream
 from ._engine import (Buf, Engine, EngineContext, PremulSum, RedOp, ReduceOp, Request,
                       cuda_memory)
+from ._errors import DistError
 
-__all__ = ["NcclEngine", "Span", "a2a_plan", "nccl_available"]
+if TYPE_CHECKING:
+    from ._group import ProcessGroup
+
+__all__ = ["NcclEngine", "Span", "a2a_plan", "check_one_rank_per_gpu", "nccl_available"]
 
 _IN_PROGRESS = 7   # ncclInProgress
 
@@ -334,3 +338,26 @@ def _wait_ready(comm: Any, timeout: float, rank: int, what: str, exc: type[Excep
                       "MASTER_ADDR is reachable and that NCCL_SOCKET_IFNAME names the right "
                       "interface")
         time.sleep(0.001)
+
+
+def check_one_rank_per_gpu(group: ProcessGroup, index: int) -> None:
+    """NCCL refuses two ranks on one GPU ('Duplicate GPU detected'): say so before it does
+    (a collective over the group's members: called as its MPI world starts an NCCL engine)."""
+    import socket
+
+    from .._device import _get_device
+    b, _ = _get_device(f"cuda:{index}")
+    try:
+        uid = str(b.get_device_properties(index).get("uuid", index))
+    except Exception:
+        uid = f"{os.environ.get('CUDA_VISIBLE_DEVICES', '')}/{index}"
+    mine = (socket.gethostname(), uid)
+    everyone = group.control().allgather(mine)
+    twins = [group.global_ranks[r] for r, x in enumerate(everyone) if x == mine]
+    if len(twins) > 1:
+        raise DistError(
+            f"ranks {', '.join(map(str, twins))} use the same GPU (cuda:{index} on "
+            f"{mine[0]}); NCCL needs one GPU per rank. Launch through "
+            "'mpiexec -n N python -m accelrt.distributed.run', which pins rank k of a node to "
+            "device k, or pass device_id; the 'mpi' engine (backend='cuda:mpi') allows "
+            "sharing a GPU", rank=group.global_rank)

@@ -138,7 +138,7 @@ def wait_until(done: Callable[[], bool], timeout: float,
 
 def _abort_job(group: ProcessGroup, op: str, seq: int, timeout: float) -> None:
     msg = (f"accelrt.distributed: rank {group.global_rank}: {op} (sequence number {seq}) on "
-           f"group {group.name!r} did not complete within {timeout:g} s: a peer is stuck, "
+           f"group {group._label!r} did not complete within {timeout:g} s: a peer is stuck, "
            "died, or issued a different collective. Aborting the job (set timeout= on "
            "init_process_group/new_group to change the limit; ACCELRT_DISTRIBUTED_DEBUG=DETAIL "
            "checks that every rank issues the same collectives).")

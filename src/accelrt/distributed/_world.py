@@ -124,6 +124,52 @@ def _group(group: GroupArg) -> ProcessGroup | None:
     return group
 
 
+def _get_default_group() -> ProcessGroup:
+    """The world group (torch's private ``_get_default_group``).
+
+    Raises:
+        ValueError: no default group (torch's text).
+    """
+    g = _group(None)
+    assert g is not None
+    return g
+
+
+def _get_process_group_name(pg: object) -> str:
+    """``pg``'s :attr:`~ProcessGroup.group_name` while it is registered, else ``"None"`` (a
+    destroyed group, ``None``, ``NON_GROUP_MEMBER``, ...), as torch's private helper.
+
+    Example::
+
+        >>> import accelrt.distributed as dist
+        >>> dist._get_process_group_name(None)
+        'None'
+    """
+    if isinstance(pg, ProcessGroup) and not pg.destroyed and pg in _S.groups:
+        return pg.group_name
+    return "None"
+
+
+def _resolve_process_group(group_name: str) -> ProcessGroup:
+    """The registered group whose :attr:`~ProcessGroup.group_name` is ``group_name`` (torch's
+    private ``distributed_c10d._resolve_process_group``).
+
+    Raises:
+        TypeError: ``group_name`` is not a str.
+        RuntimeError: no registered group has that name (torch's text): a group that
+            ``destroy_process_group`` destroyed is forgotten.
+    """
+    if not isinstance(group_name, str):
+        raise TypeError(f"_resolve_process_group(): group_name must be a str (a group's "
+                        f"group_name, e.g. '0' for the world), got {type_shown(group_name)}")
+    for g in _S.groups:
+        if g.group_name == group_name and not g.destroyed:
+            return g
+    raise RuntimeError(f"Could not resolve the process group registered under the name "
+                       f"{group_name} (pass the group_name of a group that exists: "
+                       "pg.group_name)")
+
+
 def _warn_not_member(op: str, stacklevel: int = 3) -> None:
     import warnings
     rank = -1 if _S.world is None else _S.world.rank()   # get_rank(): the caller checked
@@ -148,7 +194,7 @@ def _ranks_of(group: ProcessGroup | _NonMember | None) -> tuple[list[int], str]:
             _S.nonmember_ranks is not None:
         return _S.nonmember_ranks, "NON_GROUP_MEMBER"
     g = _registered(group)
-    return g.global_ranks, repr(g.name)
+    return g.global_ranks, repr(g._label)
 
 
 def _registered(group: ProcessGroup | _NonMember | None) -> ProcessGroup:
