@@ -9,12 +9,89 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from unittest import mock
 
 import numpy as np
 import pytest
 
 import accelrt as acc
+import accelrt.distributed as dist
 from accelrt._errors import BackendUnavailableError
+
+R = dist.ReduceOp
+
+# ---------------------------------------------------------------- 1. ReduceOp
+
+
+def test_reduce_op_is_unequal_to_what_is_not_an_int_from_its_own_side() -> None:
+    # torch 2.15: a member's __eq__ compares with an int (a subclass too) and answers False
+    # for anything else, never NotImplemented: ReduceOp.SUM == np.int64(0), np.int32(0),
+    # np.bool_(False), np.array(0), mock.ANY are False (!= True); so np.int64(0) in {SUM}
+    # and [MAX].count(np.int64(4)) find nothing. numpy's own side (np.int64(0) == SUM) is
+    # True there too. accelrt returned NotImplemented, so numpy's reflected answer won.
+    for other in (np.int64(0), np.int32(0), np.uint8(0), np.bool_(False), np.array(0),
+                  mock.ANY):
+        assert (R.SUM == other) is False and (R.SUM != other) is True, other
+        assert R.SUM.__eq__(other) is False and R.SUM.__ne__(other) is True
+    assert np.int64(0) not in {R.SUM} and [R.MAX].count(np.int64(4)) == 0  # noqa: FURB171
+    assert np.int64(0) == R.SUM     # numpy's side, as in torch
+    with pytest.raises(KeyError):
+        {R.SUM: 1}[np.int64(0)]
+    # kept: an int (and its subclasses) from either side
+    class MyInt(int):
+        pass
+    assert R.SUM == MyInt(0) and MyInt(0) == R.SUM and R.SUM == 0 and 0 in {R.SUM}  # noqa: FURB171
+    # a PREMUL_SUM with its factor: unequal to anything but itself and PREMUL_SUM
+    p = R.PREMUL_SUM(0.5)
+    assert (p == mock.ANY) is False and p.__eq__(object()) is False and p != mock.ANY
+    assert p == R.PREMUL_SUM and p == R.PREMUL_SUM(2.0) and not (p != R.PREMUL_SUM(2.0))  # noqa: SIM202
+
+
+def test_premul_sum_with_factor_is_no_red_op_type() -> None:
+    # torch 2.15: isinstance(ReduceOp.PREMUL_SUM(0.5), ReduceOp.RedOpType) is False (it is a
+    # ReduceOp holding the factor), while every member is a RedOpType. accelrt's RedOpType
+    # was ReduceOp itself, whose instance check takes a PremulSum: True.
+    T = R.RedOpType
+    assert not isinstance(R.PREMUL_SUM(0.5), T)
+    assert not isinstance(dist._make_nccl_premul_sum(2.0), T)
+    assert isinstance(R.PREMUL_SUM(0.5), R)
+    assert all(isinstance(op, T) and isinstance(op, R | T) for op in R)
+    assert not isinstance(0, T) and not isinstance("SUM", T)
+    # what held before still holds
+    assert T.MAX is R.MAX and T(4) is R.MAX and T(R.MAX) is R.MAX
+    assert list(T.__members__) == [op.name for op in R]
+    assert T.__name__ == "RedOpType" and T.__qualname__ == "ReduceOp.RedOpType"
+    with pytest.raises(TypeError, match="not a valid ReduceOp"):
+        T(4.0)
+
+
+def test_reduce_op_takes_no_format_spec() -> None:
+    # torch 2.15: f"{ReduceOp.MAX:d}" and f"{ReduceOp.MAX:>10}" raise TypeError
+    # "unsupported format string passed to ...RedOpType.__format__" (object's __format__);
+    # an empty spec is str(). accelrt formatted str(op) with the spec (a ValueError for
+    # 'd', a padded name for '>10').
+    for spec in ("d", ">10", "s", "x"):
+        with pytest.raises(TypeError, match="unsupported format string passed to ReduceOp"):
+            format(R.MAX, spec)
+    assert f"{R.MAX}" == "ReduceOp.MAX" == format(R.MAX, "") and "%d" % R.MAX == "4"  # noqa: UP031
+
+
+@pytest.mark.parametrize("call, sym, left, right", [
+    (lambda: 1 < R.SUM, "<", "int", "ReduceOp"),
+    (lambda: R.SUM < 1, "<", "ReduceOp", "int"),
+    (lambda: 0.5 >= R.MAX, ">=", "float", "ReduceOp"),
+    (lambda: R.SUM > R.MAX, ">", "ReduceOp", "ReduceOp"),
+])
+def test_reduce_op_order_errors_name_the_operator_used(call: Callable[[], object], sym: str,
+                                                       left: str, right: str) -> None:
+    # torch 2.15: 1 < ReduceOp.SUM raises "'<' not supported between instances of 'int' and
+    # '...RedOpType'" (Python's own message: the members define no order). accelrt raised
+    # from the reflected __gt__: "'>' not supported between instances of 'ReduceOp' and
+    # 'int'", the other operator and the operands swapped.
+    with pytest.raises(TypeError, match=f"^'{sym}' not supported between instances of "
+                                        f"'{left}' and '{right}'$"):
+        call()
+
 
 # ---------------------------------------------------------------- 2. device(type, index)
 
