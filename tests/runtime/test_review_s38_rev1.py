@@ -149,3 +149,18 @@ def test_device_common_forms_run_no_extra_python_calls(call: Callable[[], object
     names = _python_calls(call)
     extra = [n for n in names if n not in ("__init__", "_parse")]
     assert not extra and names.count("__init__") <= 2, names
+
+
+# ---------------------------------------------------------------- 3. wrong kinds of argument
+
+
+def test_register_backend_reads_the_name_before_the_factory() -> None:
+    # torch 2.15: Backend.register_backend(None, None) raises AttributeError "'NoneType'
+    # object has no attribute 'lower'" (its first line is name.lower()); accelrt checked the
+    # factory first and raised a plain TypeError, which `except AttributeError` misses.
+    for reg in (dist.register_backend, dist.Backend.register_backend):
+        for func in (None, 3):
+            with pytest.raises(AttributeError, match="name must be a str"):
+                reg(None, func)  # type: ignore[arg-type]
+            with pytest.raises(TypeError, match="name must be a str"):
+                reg(b"x", func)  # type: ignore[arg-type]

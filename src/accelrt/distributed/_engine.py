@@ -664,10 +664,10 @@ def register_backend(name: str, func: EngineFactory,
         'mympi'
         >>> Backend._unregister("mympi")
     """
+    low = _engine_name(name, "register_backend")    # first, as torch's name.lower()
     if not callable(func):
         raise TypeError(f"register_backend() needs a callable factory, got "
                         f"{type_shown(func)}")
-    low = _engine_name(name, "register_backend")
     if low in _ENGINES or low == "undefined":
         raise ValueError(f"backend {name!r} is already registered")
     # (None: every device type; an empty list serves none, as torch's)
