@@ -13,12 +13,16 @@ from unittest import mock
 
 import numpy as np
 import pytest
+from helpers.registry import module_backends
 
 import accelrt as acc
 import accelrt.distributed as dist
 from accelrt._errors import BackendUnavailableError
+from accelrt.backends.cpu import CpuBackend
 
 R = dist.ReduceOp
+# closed and unregistered after the module
+_backends = module_backends({"s38rev1": lambda: CpuBackend(num_devices=2, name="s38rev1")})
 
 # ---------------------------------------------------------------- 1. ReduceOp
 
@@ -164,3 +168,27 @@ def test_register_backend_reads_the_name_before_the_factory() -> None:
                 reg(None, func)  # type: ignore[arg-type]
             with pytest.raises(TypeError, match="name must be a str"):
                 reg(b"x", func)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- 4. device modules' _initialized
+
+
+def test_initialized_flag_survives_mock_patch_and_del() -> None:
+    # unittest.mock.patch.object(module, "_initialized", True) (tests that pretend CUDA is
+    # up, as with torch.cuda's plain module flag) deletes the attribute on exit, the module
+    # having no "_initialized" in its __dict__; `del torch.cuda._initialized` works in torch.
+    # accelrt's property had no deleter: AttributeError "property '_initialized' of
+    # 'LiveModule' object has no deleter" at the end of the with block.
+    from accelrt.backends import device_module
+    m = device_module("s38rev1")
+    assert m._initialized is False
+    with mock.patch.object(m, "_initialized", False):
+        assert m._initialized is False
+    assert m._initialized is False
+    with mock.patch.object(m, "_initialized", True):   # initialises, as an assignment does
+        assert m._initialized is True
+    assert m._initialized is True
+    del m._initialized          # the flag stays the backend's state
+    assert m._initialized is True and hasattr(m, "_initialized")
+    with pytest.raises(RuntimeError, match="cannot un-initialise"):
+        m._initialized = False
