@@ -40,6 +40,10 @@ __all__ = ["current_accelerator", "current_device_idx", "current_device_index", 
            "set_default_device", "set_device_idx", "set_device_index"]
 
 
+_NO: Any = object()     # device()'s argument not passed
+_TYPE_INDEX = {"type", "index"}
+
+
 class device:
     """An immutable, hashable device: a backend type and an optional index.
 
@@ -95,56 +99,29 @@ class device:
     @overload
     def __init__(self, type: str | bytes, index: int | None = None) -> None: ...
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        if not kwargs and len(args) == 1:
-            self._init(args[0], None)
-        else:
-            self._init(*_type_and_index(args, kwargs))
-
-    def _init(self, type_or_str: Any, index: Any) -> None:
-        if index is not None and (not isinstance(index, int) or isinstance(index, bool)):
-            if not isinstance(index, np.integer):   # torch's parser reads a numpy integer
-                raise TypeError(f"device index must be an int or None, got "
-                                f"{type_shown(index)}")
-            index = int(index)
-        if isinstance(type_or_str, device):
-            if index is not None:
-                raise ValueError("device(device, index): the index is already part of the device")
-            typ, idx = type_or_str._type, type_or_str._index
-        elif isinstance(type_or_str, bool):
-            raise TypeError("device() takes a str, int or device, not bool")
-        elif isinstance(type_or_str, int):
-            if index is not None:
-                raise TypeError("device(int, index): pass either an index or a type and index")
-            acc = current_accelerator()
-            if acc is None:
-                raise RuntimeError("device(int) needs a current accelerator, and none is available")
-            typ, idx = acc.type, type_or_str
-        elif isinstance(type_or_str, str):
-            typ, idx = _parse(type_or_str)
+    # (mypy: the keywords type= and index= arrive in **kwargs)
+    def __init__(self, arg: Any = _NO, index: Any = _NO, /,  # type: ignore[misc]
+                 *more: Any, **kwargs: Any) -> None:
+        # device("cpu:0"), device("cpu", 0), device(type="cpu", index=0) and device(d) here
+        # (as fast as one (type, index) signature was); the rest in _device_form._resolve
+        if kwargs and arg is _NO and "type" in kwargs and kwargs.keys() <= _TYPE_INDEX:
+            arg, index, kwargs = kwargs["type"], kwargs.get("index"), {}
+        if not kwargs and builtins.type(arg) is str and not more and (
+                index is _NO or index is None or builtins.type(index) is int):
+            typ, idx = _parse(arg)
             if typ not in _known_types:
-                _check_type(typ, type_or_str)
-            if idx is not None and index is not None:
-                raise AcceleratorValueError(   # torch.device's RuntimeError, and a ValueError
-                    f"type (string) must not include an index because index was passed "
-                    f"explicitly: {type_or_str}")
-            if index is not None:
+                _check_type(typ, arg)
+            if index is not _NO:
+                if idx is not None:
+                    raise _index_in_type(arg)
+                if index is not None and not 0 <= index <= _INT64_MAX:
+                    typ, idx = _resolve((typ, index), {})     # raises
                 idx = index
+        elif not kwargs and index is _NO and builtins.type(arg) is device:
+            typ, idx = arg._type, arg._index
         else:
-            form = _parser_form(type_or_str)    # a numpy integer, bytes: as torch's parser
-            if form is type_or_str:
-                raise TypeError(f"device() takes a str, int or device, not "
-                                f"{type_shown(type_or_str)}")
-            self._init(form, index)
-            return
-        if idx is not None and builtins.type(idx) is not int:
-            idx = _plain_int(idx)        # its value, whatever its comparisons say
-        if idx is not None and idx < 0:
-            raise _negative_index(idx)
-        if idx is not None and idx > _INT64_MAX:    # torch's parser reads an int64
-            raise _IndexOverflowError(f"Device index value {shown(idx)} is out of index range "
-                                      "(Overflow when unpacking long long): a device index "
-                                      "must be below 2**63")
+            args = (arg, index, *more) if index is not _NO else () if arg is _NO else (arg,)
+            typ, idx = _resolve(args, kwargs)
         object.__setattr__(self, "_type", typ)
         object.__setattr__(self, "_index", idx)
 
@@ -861,7 +838,7 @@ def set_device_index(device: DeviceLike, /) -> None:
 # from here)
 from ._device_core import _lazy_init as _lazy_init  # noqa: E402
 from ._device_core import _needs_init_of, _SwitchCore  # noqa: E402
-from ._device_form import _parser_form, _type_and_index  # noqa: E402  (reads _parse)
+from ._device_form import _index_in_type, _parser_form, _resolve  # noqa: E402
 
 
 class device_index(_SwitchCore):

@@ -19,11 +19,66 @@ from typing import Any
 import numpy as np
 
 from . import _device as _dev
-from ._errors import AcceleratorValueError, type_shown
+from ._errors import AcceleratorValueError, shown, type_shown
 
-__all__ = ["_parser_form", "_type_and_index"]
+__all__ = ["_index_in_type", "_parser_form", "_resolve", "_type_and_index"]
 
 _KEYWORDS = {"type", "index", "device"}
+
+
+def _resolve(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, int | None]:
+    """The ``(type, index)`` of an :class:`accelrt.device` call that its own fast path did not
+    take (``args``, ``kwargs``: the call's arguments).
+
+    Example::
+
+        >>> from accelrt._device_form import _resolve
+        >>> _resolve((b"cpu:1",), {}), _resolve((), {"type": "cpu", "index": 0})
+        (('cpu', 1), ('cpu', 0))
+    """
+    if kwargs or len(args) != 1:
+        arg, index = _type_and_index(args, kwargs)
+    else:
+        arg, index = args[0], None
+    if index is not None and (not isinstance(index, int) or isinstance(index, bool)):
+        if not isinstance(index, np.integer):   # torch's parser reads a numpy integer
+            raise TypeError(f"device index must be an int or None, got {type_shown(index)}")
+        index = int(index)
+    if isinstance(arg, _dev.device):
+        if index is not None:
+            raise ValueError("device(device, index): the index is already part of the device")
+        typ, idx = arg.type, arg.index
+    elif isinstance(arg, bool):
+        raise TypeError("device() takes a str, int or device, not bool")
+    elif isinstance(arg, int):
+        if index is not None:
+            raise TypeError("device(int, index): pass either an index or a type and index")
+        acc = _dev.current_accelerator()
+        if acc is None:
+            raise RuntimeError("device(int) needs a current accelerator, and none is available")
+        typ, idx = acc.type, arg
+    elif isinstance(arg, str):
+        typ, idx = _dev._parse(arg)
+        if typ not in _dev._known_types:
+            _dev._check_type(typ, arg)
+        if idx is not None and index is not None:
+            raise _index_in_type(arg)
+        if index is not None:
+            idx = index
+    else:
+        form = _parser_form(arg)    # a numpy integer, bytes: as torch's parser
+        if form is arg:
+            raise TypeError(f"device() takes a str, int or device, not {type_shown(arg)}")
+        return _resolve((form,), {})    # (the one-argument form: index is None)
+    if idx is not None and type(idx) is not int:
+        idx = _dev._plain_int(idx)        # its value, whatever its comparisons say
+    if idx is not None and idx < 0:
+        raise _dev._negative_index(idx)
+    if idx is not None and idx > _dev._INT64_MAX:    # torch's parser reads an int64
+        raise _dev._IndexOverflowError(
+            f"Device index value {shown(idx)} is out of index range (Overflow when unpacking "
+            "long long): a device index must be below 2**63")
+    return typ, idx
 
 
 def _type_and_index(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any]:
@@ -32,7 +87,9 @@ def _type_and_index(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any,
 
     Raises:
         TypeError: extra, repeated or missing arguments; a type that is not a str or bytes
-            (torch: "device() received an invalid combination of arguments").
+            (torch: "device() received an invalid combination of arguments"); an index that
+            is not an int (a numpy integer) or None.
+        BackendUnavailableError: the type names no backend.
         AcceleratorValueError: (also a ``RuntimeError``) the type string carries an index
             (torch's "type (string) must not include an index because index was passed
             explicitly").
@@ -61,11 +118,23 @@ def _type_and_index(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any,
         raise TypeError(f"device(type, index): type must be a device type string such as "
                         f"'cuda', got {type_shown(typ)}; pass a device or an int index as the "
                         f"only argument (device(0), device(other))")
-    if _dev._parse(typ)[1] is not None:
-        raise AcceleratorValueError(   # torch.device's RuntimeError, and a ValueError
-            f"type (string) must not include an index because index was passed explicitly: "
-            f"{typ}")
+    # torch's parser checks the index's kind before the body reads the type string, whose
+    # device type is checked before its index
+    if index is not None and (isinstance(index, bool) or not isinstance(index, (int, np.integer))):
+        raise TypeError(f"device index must be an int or None, got {type_shown(index)}")
+    kind, idx = _dev._parse(typ)
+    if kind not in _dev._known_types:
+        _dev._check_type(kind, typ)
+    if idx is not None:
+        raise _index_in_type(typ)
     return typ, index
+
+
+def _index_in_type(text: str) -> AcceleratorValueError:
+    """torch.device's RuntimeError (here also a ValueError) for ``device(type, index)`` whose
+    type string carries an index."""
+    return AcceleratorValueError("type (string) must not include an index because index was "
+                                 f"passed explicitly: {text}")
 
 
 def _parser_form(dev: Any) -> Any:

@@ -123,7 +123,8 @@ class DeviceModule(MemoryFunctions, RandomFunctions, Generic[_S, _E]):
         to decide whether to save and restore the devices' RNG states, as copies of it in
         FairScale, ColossalAI and others do (``if torch.cuda._initialized:``). Assigning
         ``True`` initialises the backend (:meth:`init`), as scripts that set the flag after
-        ``current_device()`` mean it; ``False`` is accepted only while nothing is initialised.
+        ``current_device()`` mean it; ``False`` is accepted only while nothing is initialised;
+        ``del`` leaves the flag reading the backend's state (so ``mock.patch.object`` restores).
 
         Raises:
             TypeError: a value other than a bool is assigned.
@@ -150,6 +151,13 @@ class DeviceModule(MemoryFunctions, RandomFunctions, Generic[_S, _E]):
                 f"{self.module}._initialized = False: the {self.name} backend is initialised "
                 "and accelrt cannot un-initialise it; leave the flag alone (accelrt needs no "
                 "lazy-initialisation hacks)")
+
+    @_initialized.deleter
+    def _initialized(self) -> None:
+        # nothing to remove (the flag is is_initialized()): `del` and the restore of
+        # unittest.mock.patch.object(module, "_initialized", ...), which deletes what it set
+        # on a module without it in its __dict__, leave the flag as the backend's state
+        pass
 
     def _lazy_init(self) -> None:
         """:meth:`init` under ``torch.cuda._lazy_init``'s name: PyTorch's name is private, but

@@ -83,6 +83,11 @@ class LiveModule(types.ModuleType):
         m: DeviceModule[Any, Any] = self.__dict__["_m"]
         m._initialized = value
 
+    @_initialized.deleter
+    def _initialized(self) -> None:
+        m: DeviceModule[Any, Any] = self.__dict__["_m"]
+        del m._initialized
+
     def __dir__(self) -> list[str]:
         return sorted({*self.__dict__, *LIVE})
 

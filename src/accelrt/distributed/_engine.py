@@ -59,8 +59,11 @@ class ReduceOp(enum.Enum, metaclass=_ReduceOpType):
     ``ReduceOp.PREMUL_SUM == 8``; it hashes as that number too. It is not an ``int``: no
     arithmetic (``ReduceOp.MAX + 1`` raises ``TypeError``) and no order
     (``ReduceOp.SUM < ReduceOp.MAX`` raises ``TypeError``), as torch's.
-    ``ReduceOp.RedOpType`` is ``ReduceOp`` itself (torch's members are ``RedOpType``
-    values: ``ReduceOp.RedOpType.MAX is ReduceOp.MAX``, ``ReduceOp.RedOpType(4)``).
+    ``ReduceOp.RedOpType`` names the members (torch's members are ``RedOpType`` values:
+    ``ReduceOp.RedOpType.MAX is ReduceOp.MAX``, ``ReduceOp.RedOpType(4)``,
+    ``isinstance(op, ReduceOp.RedOpType)`` for a member, not a ``PREMUL_SUM`` with its factor).
+    As torch's, a member is unequal to anything but a member or an ``int``
+    (``ReduceOp.SUM == np.int64(0)`` is False) and takes no format spec.
 
     ``AVG`` is floating or complex only on MPI (a sum, then a division); ``BAND``, ``BOR`` and
     ``BXOR`` are integer and bool only; complex arrays take ``SUM``, ``PRODUCT`` and ``AVG``.
@@ -96,7 +99,12 @@ class ReduceOp(enum.Enum, metaclass=_ReduceOpType):
         return f"ReduceOp.{self.name}"
 
     def __format__(self, spec: str) -> str:
-        return format(str(self), spec)
+        # torch's members format as object does: str() for an empty spec, else TypeError
+        if spec:
+            raise TypeError(f"unsupported format string passed to ReduceOp.__format__: "
+                            f"{spec!r} (ReduceOp members take no format spec, as torch's; "
+                            f"format str(op) or int(op))")
+        return str(self)
 
     def __bool__(self) -> bool:
         # every member is true, as torch's (pybind objects): SUM is 0 but `if op:` holds
@@ -143,41 +151,56 @@ class ReduceOp(enum.Enum, metaclass=_ReduceOpType):
         # torch 2.15: a member equals its number (and a bool of it), not a float
         # (ReduceOp.SUM == 0.0 is False), and not a PREMUL_SUM with its factor from this
         # side (ReduceOp.PREMUL_SUM == op is False while op == ReduceOp.PREMUL_SUM is True)
+        # Anything else is unequal from this side, as torch's answers (never NotImplemented):
+        # ReduceOp.SUM == np.int64(0) and np.int64(0) in {ReduceOp.SUM} are False there
+        # (numpy's own np.int64(0) == ReduceOp.SUM is True, in torch too)
         if self is other:
             return True
-        if isinstance(other, int):
-            return self._value_ == other
-        if type(other) is PremulSum or isinstance(other, (float, complex)):
-            return False
-        return NotImplemented
+        return isinstance(other, int) and self._value_ == other
 
     def __ne__(self, other: object) -> bool:
-        eq = self.__eq__(other)
-        return eq if eq is NotImplemented else not eq
+        return not self.__eq__(other)
 
-    # torch 2.15's members have no order (pybind enums define no <): sorted(), min() and
-    # SUM < MAX raise TypeError, against an int too, where the int mixin compared numbers
-    def __lt__(self, other: object) -> bool:
-        raise _unordered("<", self, other)
-
-    def __le__(self, other: object) -> bool:
-        raise _unordered("<=", self, other)
-
-    def __gt__(self, other: object) -> bool:
-        raise _unordered(">", self, other)
-
-    def __ge__(self, other: object) -> bool:
-        raise _unordered(">=", self, other)
+    # torch 2.15's members have no order (pybind enums define no <), nor has Enum: sorted(),
+    # min() and SUM < MAX raise Python's own TypeError, against an int too
 
 
-# torch's members are values of ReduceOp.RedOpType (ReduceOp.SUM is ReduceOp.RedOpType.SUM;
-# ReduceOp.RedOpType(4) is MAX): here the enum is its own RedOpType
-type.__setattr__(ReduceOp, "RedOpType", ReduceOp)
+class _RedOpTypeMeta(type):
+    """``ReduceOp.RedOpType``'s metaclass: its instances are ``ReduceOp``'s members, not a
+    :class:`PremulSum` (torch's ``ReduceOp.PREMUL_SUM(f)`` is a ``ReduceOp``, not a
+    ``RedOpType``); calling it is ``ReduceOp(value)``."""
+
+    def __instancecheck__(cls, obj: object) -> bool:
+        return type(obj) is ReduceOp
+
+    def __call__(cls, value: Any) -> ReduceOp:
+        return ReduceOp(value)
 
 
-def _unordered(sym: str, a: object, b: object) -> TypeError:
-    return TypeError(f"'{sym}' not supported between instances of {type_shown(a)!r} and "
-                     f"{type_shown(b)!r} (ReduceOp members have no order, as torch's)")
+class RedOpType(metaclass=_RedOpTypeMeta):
+    """``ReduceOp.RedOpType`` (torch's enum of the members): ``ReduceOp.RedOpType.MAX is
+    ReduceOp.MAX``, ``ReduceOp.RedOpType(4)`` is ``ReduceOp.MAX``, and ``isinstance(op,
+    ReduceOp.RedOpType)`` holds for a member and not for ``ReduceOp.PREMUL_SUM(factor)``.
+
+    Example::
+
+        >>> from accelrt.distributed import ReduceOp
+        >>> T = ReduceOp.RedOpType
+        >>> T.MAX is ReduceOp.MAX, T(4) is ReduceOp.MAX, list(T.__members__)[:2]
+        (True, True, ['SUM', 'AVG'])
+        >>> isinstance(ReduceOp.SUM, T), isinstance(ReduceOp.PREMUL_SUM(0.5), T)
+        (True, False)
+    """
+
+    __slots__ = ()
+    __members__ = ReduceOp.__members__
+
+
+for _m in ReduceOp:
+    setattr(RedOpType, _m.name, _m)
+del _m
+RedOpType.__qualname__ = "ReduceOp.RedOpType"
+type.__setattr__(ReduceOp, "RedOpType", RedOpType)
 
 
 class PremulSum:
@@ -205,9 +228,11 @@ class PremulSum:
     # torch's ReduceOp compares (and hashes) the kind of op only, not the factor: a copy,
     # a pickled round trip and ReduceOp.PREMUL_SUM itself compare equal
     def __eq__(self, other: object) -> bool:
-        if type(other) is PremulSum or other is ReduceOp.PREMUL_SUM:
-            return True
-        return NotImplemented
+        # (anything else is unequal, never NotImplemented, as torch's)
+        return type(other) is PremulSum or other is ReduceOp.PREMUL_SUM
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
 
     def __hash__(self) -> int:
         return hash(ReduceOp.PREMUL_SUM)
@@ -639,10 +664,10 @@ def register_backend(name: str, func: EngineFactory,
         'mympi'
         >>> Backend._unregister("mympi")
     """
+    low = _engine_name(name, "register_backend")    # first, as torch's name.lower()
     if not callable(func):
         raise TypeError(f"register_backend() needs a callable factory, got "
                         f"{type_shown(func)}")
-    low = _engine_name(name, "register_backend")
     if low in _ENGINES or low == "undefined":
         raise ValueError(f"backend {name!r} is already registered")
     # (None: every device type; an empty list serves none, as torch's)

@@ -196,11 +196,13 @@ def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[Work]:
     # engines that launch a batch together (NCCL's group): asked, not named
     grouped = [] if g is None else [e for e in g._engines.values()
                                     if g.capabilities(e).grouped_p2p]
-    ctxs = [e.p2p_group() for e in {type(e): e for e in grouped}.values()]
     works: list[Work] = []
-    for ctx in ctxs:
-        ctx.__enter__()
+    ctxs: list[Any] = []    # the groups entered: each is ended, also when a later one fails
     try:
+        for e in {type(e): e for e in grouped}.values():
+            ctx = e.p2p_group()
+            ctx.__enter__()
+            ctxs.append(ctx)
         for p in p2p_op_list:
             peer, group_peer = p._peer()
             w = p.op(p.tensor, peer, p.group, p.tag, group_peer)
