@@ -190,5 +190,5 @@ def test_initialized_flag_survives_mock_patch_and_del() -> None:
     assert m._initialized is True
     del m._initialized          # the flag stays the backend's state
     assert m._initialized is True and hasattr(m, "_initialized")
-    with pytest.raises(RuntimeError, match="cannot un-initialise"):
-        m._initialized = False
+    m._initialized = False      # no error (a monkeypatch undo sets it): still initialised
+    assert m._initialized is True

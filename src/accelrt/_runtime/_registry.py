@@ -79,7 +79,7 @@ class LiveModule(types.ModuleType):
         return m._initialized
 
     @_initialized.setter
-    def _initialized(self, value: bool) -> None:
+    def _initialized(self, value: object) -> None:
         m: DeviceModule[Any, Any] = self.__dict__["_m"]
         m._initialized = value
 
