@@ -63,7 +63,14 @@ from ._block import (
     unmapped_remove,
 )
 from ._block_map import BlockMap
-from ._config import NO_SPLIT_LIMIT, AllocatorConfig, check_fraction, get_config, reported_size
+from ._config import (
+    NO_SPLIT_LIMIT,
+    AllocatorConfig,
+    check_fraction,
+    get_config,
+    reported_size,
+    warn_expandable_fallback,
+)
 from ._events import StreamFrees, record_stream
 from ._expandable import ExpandableSegments
 from ._fast import defer_free, free_cached, malloc_cached, reuse_deferred
@@ -150,6 +157,9 @@ class DeviceCachingAllocator:
         backend: the :class:`~accelrt.backends.Backend` owning the device.
         index: the device index (already range-checked).
         config: options; default: the process-wide ones (``ACCELRT_ALLOC_CONF``).
+        warn: warn at once when ``config`` asks for expandable segments and the device has
+            no virtual memory (:meth:`warn_if_fallback`); the registry, which creates
+            allocators under its lock, passes ``False`` and warns after releasing it.
 
     Every method is thread-safe (one lock per allocator).
 
@@ -167,7 +177,8 @@ class DeviceCachingAllocator:
     #: what ``get_allocator_backend()`` says for this allocator's backend
     allocator_backend: str = "native"
 
-    def __init__(self, backend: Backend, index: int, config: AllocatorConfig | None = None) -> None:
+    def __init__(self, backend: Backend, index: int, config: AllocatorConfig | None = None,
+                 *, warn: bool = True) -> None:
         cfg = config if config is not None else get_config()
         self._b = backend                    # immutable
         self._index = index                  # immutable
@@ -217,6 +228,8 @@ class DeviceCachingAllocator:
         self._set_config_locked(cfg)
         if cfg.per_process_memory_fraction is not None:
             self._set_fraction_locked(cfg.per_process_memory_fraction)
+        if warn:
+            self.warn_if_fallback()
 
     # ------------------------------------------------------------------ configuration
     def _set_config_locked(self, cfg: AllocatorConfig) -> None:
@@ -234,8 +247,13 @@ class DeviceCachingAllocator:
         self._roundup_divisions: tuple[int, ...] | None = (
             divs if any(d > 1 for d in divs) else None)
         self._gc_threshold = cfg.garbage_collection_threshold     # guarded by _lock
-        self._expandable = cfg.expandable_segments                # guarded by _lock
-        self._page_reuse = cfg.page_reuse and cfg.expandable_segments  # guarded by _lock
+        # expandable_segments is a request: a device without virtual memory keeps ordinary
+        # segments (PyTorch's expandable_segments() answers False where it cannot), and so
+        # does page_reuse, which needs expandable segments (the callers asked the backend
+        # already, outside the lock: supported() is then an attribute read)
+        self._expandable = (cfg.expandable_segments
+                            and self._expandable_segments.supported())  # guarded by _lock
+        self._page_reuse = cfg.page_reuse and self._expandable          # guarded by _lock
         self._gc_on = self._gc_threshold > 0.0 and getattr(self, "_allowed_max", None) is not None
         self._update_simple()
 
@@ -266,21 +284,42 @@ class DeviceCachingAllocator:
         """True if the backend can map virtual memory on this device (expandable segments)."""
         return self._expandable_segments.supported()
 
-    def _vm_error(self) -> ValueError:
-        return ValueError(
-            f"expandable_segments:True needs virtual memory support, which the "
-            f"'{self._name}' backend does not provide on device {self._index} "
-            f"(Backend.vm_supported() is False); remove expandable_segments from "
-            f"ACCELRT_ALLOC_CONF / set_allocator_settings for this backend")
+    @property
+    def expandable(self) -> bool:
+        """True if new segments are expandable: ``expandable_segments:True`` is in force and
+        the device has virtual memory (without it the allocator uses ordinary segments).
+
+        Example::
+
+            >>> from accelrt.testing import SimulatedBackend
+            >>> from accelrt.memory._allocator import DeviceCachingAllocator
+            >>> from accelrt.memory._config import parse_config
+            >>> cfg = parse_config("expandable_segments:True")
+            >>> DeviceCachingAllocator(SimulatedBackend(), 0, cfg).expandable
+            True
+        """
+        return self._expandable
+
+    def warn_if_fallback(self) -> None:
+        """Warn (once per backend, :func:`~._config.warn_expandable_fallback`) if the options
+        in force ask for expandable segments and this device has no virtual memory, so that
+        this allocator uses ordinary segments. Call it with no lock held."""
+        if (self.allocator_backend == "native" and self._cfg.expandable_segments
+                and not self.vm_supported()):
+            warn_expandable_fallback(self._name, self._index)
 
     def set_config(self, cfg: AllocatorConfig) -> None:
-        """Apply new options (PyTorch applies runtime settings to existing allocators).
+        """Apply new options (PyTorch applies runtime settings to existing allocators), then
+        warn if they ask for expandable segments that this device cannot have
+        (:meth:`warn_if_fallback`: it keeps ordinary segments)."""
+        self.configure(cfg)
+        self.warn_if_fallback()
 
-        Raises:
-            ValueError: ``expandable_segments`` is on but the backend has no virtual memory.
-        """
-        if cfg.expandable_segments and not self.vm_supported():
-            raise self._vm_error()
+    def configure(self, cfg: AllocatorConfig) -> None:
+        """:meth:`set_config` without its warning (``_registry`` applies new options to every
+        allocator first, then warns)."""
+        if cfg.expandable_segments:
+            self.vm_supported()      # the backend asked once, outside the lock
         with self._lock:
             self._flush_deferred()   # (before any setting changes: it frees under the old)
             self._set_config_locked(cfg)
@@ -299,8 +338,7 @@ class DeviceCachingAllocator:
 
         Raises:
             TypeError: ``size`` is not an int.
-            ValueError: ``size`` is negative; or expandable segments are requested on a
-                backend without virtual memory.
+            ValueError: ``size`` is negative.
             OutOfMemoryError: the device (or the memory fraction) cannot hold the request
                 even after freeing the cache.
 
