@@ -63,14 +63,7 @@ from ._block import (
     unmapped_remove,
 )
 from ._block_map import BlockMap
-from ._config import (
-    NO_SPLIT_LIMIT,
-    AllocatorConfig,
-    check_fraction,
-    get_config,
-    reported_size,
-    warn_expandable_fallback,
-)
+from ._config import NO_SPLIT_LIMIT, AllocatorConfig, check_fraction, get_config, reported_size
 from ._events import StreamFrees, record_stream
 from ._expandable import ExpandableSegments
 from ._fast import defer_free, free_cached, malloc_cached, reuse_deferred
@@ -157,9 +150,8 @@ class DeviceCachingAllocator:
         backend: the :class:`~accelrt.backends.Backend` owning the device.
         index: the device index (already range-checked).
         config: options; default: the process-wide ones (``ACCELRT_ALLOC_CONF``).
-        warn: warn at once when ``config`` asks for expandable segments and the device has
-            no virtual memory (:meth:`warn_if_fallback`); the registry, which creates
-            allocators under its lock, passes ``False`` and warns after releasing it.
+        warn: :meth:`warn_if_fallback` at once (the registry, which creates allocators under
+            its lock, passes ``False`` and warns after releasing it).
 
     Every method is thread-safe (one lock per allocator).
 
@@ -247,10 +239,8 @@ class DeviceCachingAllocator:
         self._roundup_divisions: tuple[int, ...] | None = (
             divs if any(d > 1 for d in divs) else None)
         self._gc_threshold = cfg.garbage_collection_threshold     # guarded by _lock
-        # expandable_segments is a request: a device without virtual memory keeps ordinary
-        # segments (PyTorch's expandable_segments() answers False where it cannot), and so
-        # does page_reuse, which needs expandable segments (the callers asked the backend
-        # already, outside the lock: supported() is then an attribute read)
+        # a request: without virtual memory, ordinary segments and no page_reuse (PyTorch's
+        # expandable_segments() is False where it cannot; supported() was asked unlocked)
         self._expandable = (cfg.expandable_segments
                             and self._expandable_segments.supported())  # guarded by _lock
         self._page_reuse = cfg.page_reuse and self._expandable          # guarded by _lock
@@ -287,31 +277,18 @@ class DeviceCachingAllocator:
     @property
     def expandable(self) -> bool:
         """True if new segments are expandable: ``expandable_segments:True`` is in force and
-        the device has virtual memory (without it the allocator uses ordinary segments).
-
-        Example::
-
-            >>> from accelrt.testing import SimulatedBackend
-            >>> from accelrt.memory._allocator import DeviceCachingAllocator
-            >>> from accelrt.memory._config import parse_config
-            >>> cfg = parse_config("expandable_segments:True")
-            >>> DeviceCachingAllocator(SimulatedBackend(), 0, cfg).expandable
-            True
-        """
+        the device has virtual memory (without it the allocator uses ordinary segments)."""
         return self._expandable
 
     def warn_if_fallback(self) -> None:
-        """Warn (once per backend, :func:`~._config.warn_expandable_fallback`) if the options
-        in force ask for expandable segments and this device has no virtual memory, so that
-        this allocator uses ordinary segments. Call it with no lock held."""
-        if (self.allocator_backend == "native" and self._cfg.expandable_segments
-                and not self.vm_supported()):
-            warn_expandable_fallback(self._name, self._index)
+        """Warn once per backend if expandable segments are asked for and this device has no
+        virtual memory (:meth:`._expandable.ExpandableSegments.warn_fallback`); no lock held."""
+        if self.allocator_backend == "native":
+            self._expandable_segments.warn_fallback()
 
     def set_config(self, cfg: AllocatorConfig) -> None:
         """Apply new options (PyTorch applies runtime settings to existing allocators), then
-        warn if they ask for expandable segments that this device cannot have
-        (:meth:`warn_if_fallback`: it keeps ordinary segments)."""
+        :meth:`warn_if_fallback` (such a device keeps ordinary segments)."""
         self.configure(cfg)
         self.warn_if_fallback()
 
