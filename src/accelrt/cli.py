@@ -31,6 +31,7 @@ import os
 import platform
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -225,8 +226,9 @@ def collect_info(self_check: bool = True, backends: Sequence[str] | None = None
         "current_accelerator", "ok", "entry_point_problems" (why entries of the
         ``accelrt.backends`` entry-point group were ignored),
         "backends": [{"name", "available", "reason", "devices": [{"device", "properties",
-        "memory": {"free", "total"}, "self_check"}]}]}``; ``ok`` is False if a device query or
-        a self-check failed.
+        "memory": {"free", "total"}, "notes" (only where there is one: expandable segments
+        asked for on a device without virtual memory), "self_check"}]}]}``; ``ok`` is False
+        if a device query or a self-check failed.
 
     Example::
 
@@ -284,11 +286,31 @@ def collect_info(self_check: bool = True, backends: Sequence[str] | None = None
             except Exception as exc:  # noqa: BLE001 - one broken device must not hide others
                 d["error"] = _err(exc)
                 info["ok"] = False
+            note = _expandable_note(b, i)
+            if note is not None:
+                d["notes"] = [note]
             if run_check:
-                d["self_check"] = _run_self_check(dev)
+                with warnings.catch_warnings():
+                    if note is not None:   # (said in the note: not again on stderr)
+                        from .memory._config import EXPANDABLE_FALLBACK
+                        warnings.filterwarnings("ignore", EXPANDABLE_FALLBACK, UserWarning)
+                    d["self_check"] = _run_self_check(dev)
                 info["ok"] = info["ok"] and d["self_check"]["ok"]
             entry["devices"].append(d)
     return info
+
+
+def _expandable_note(b: Any, index: int) -> str | None:
+    """What ``expandable_segments:True`` does on device ``index`` of backend ``b`` when the
+    device has no virtual memory (its allocator keeps ordinary segments); else ``None``."""
+    from .memory._config import get_config
+    try:
+        if not get_config().expandable_segments or b.capabilities(index).virtual_memory:
+            return None
+    except Exception:  # noqa: BLE001 - a bad ACCELRT_ALLOC_CONF: the self-check reports it
+        return None
+    return ("expandable_segments:True is set, but this device has no virtual memory: its "
+            "caching allocator uses ordinary segments")
 
 
 def _bytes(n: int) -> str:
@@ -369,6 +391,8 @@ def format_info(info: dict[str, Any]) -> str:
             extras = ", ".join(f"{k}={v}" for k, v in p.items() if k not in _SHOWN)
             if extras:
                 lines.append(f"      {extras}")
+        for note in d.get("notes", ()):
+            lines.append(f"      note: {note}")
         check = d.get("self_check")
         if check is not None:
             verdict = "PASS" if check["ok"] else "FAIL"

@@ -21,6 +21,7 @@ import pytest
 
 import accelrt as acc
 from accelrt import _backend as registry
+from tests.helpers.expandable import fresh_fallback_warnings
 
 REASON = registry.unavailable_reason("opencl")
 pytestmark = pytest.mark.skipif(REASON is not None, reason=f"opencl unavailable: {REASON}")
@@ -255,8 +256,20 @@ def test_caching_allocator_splits_segments_into_working_blocks(b) -> None:
     a.empty_cache()
     assert a.memory_reserved() == 0
     assert b.get_memory_info(0)[0] == b.get_memory_info(0)[1]
-    with pytest.raises(ValueError, match="virtual memory"):
-        DeviceCachingAllocator(b, 0, parse_config("expandable_segments:True")).malloc(4096, 0)
+    # expandable segments are a request: without virtual memory, one warning and ordinary
+    # segments (torch's "expandable_segments not supported on this platform")
+    with fresh_fallback_warnings(), \
+            pytest.warns(UserWarning, match=f"'{b.name}' backend has no virtual memory"):
+        a2 = DeviceCachingAllocator(b, 0, parse_config("expandable_segments:True"))
+    p = a2.malloc(4096, s)
+    assert [seg["is_expandable"] for seg in a2.snapshot_segments()] == [False]
+    src = np.full(4096, 7, dtype=np.uint8)            # alive until d2h's synchronize
+    h2d(b, p, src, s)
+    assert np.all(d2h(b, p, 4096, s) == 7)
+    a2.free(p)
+    b.synchronize(0)
+    a2.empty_cache()
+    assert a2.memory_reserved() == 0
     b.stream_destroy(0, s)
 
 

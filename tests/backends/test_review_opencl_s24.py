@@ -17,6 +17,7 @@ import sys
 import textwrap
 import threading
 import uuid
+import warnings
 from collections.abc import Iterator
 
 import numpy as np
@@ -25,6 +26,7 @@ import pytest
 import accelrt as acc
 from accelrt import _backend as registry
 from accelrt import _dlpack
+from tests.helpers.expandable import fresh_fallback_warnings
 
 REASON = registry.unavailable_reason("opencl")
 pytestmark = pytest.mark.skipif(REASON is not None, reason=f"opencl unavailable: {REASON}")
@@ -352,17 +354,23 @@ def test_largest_raw_allocation_is_max_mem_alloc_size_in_every_mode(b) -> None:
     assert "max_mem_alloc_size" in b.oom_advice(0)
 
 
-def test_expandable_segments_are_refused_with_a_value_error() -> None:
-    """Refused when set (an opencl allocator exists) or at the first allocation."""
+def test_expandable_segments_fall_back_to_ordinary_ones_with_one_warning() -> None:
+    """``expandable_segments:True`` while an opencl allocator exists: torch's "not supported
+    on this platform" warning, once, and ordinary segments (the option is a request)."""
     o = acc.opencl
-    saved = o.get_allocator_settings()
-    try:
-        with pytest.raises(ValueError, match="virtual memory"):
+    acc.empty((10,), device=D)                      # the opencl allocator exists
+    with fresh_fallback_warnings():
+        with pytest.warns(UserWarning, match="expandable_segments not supported on this "
+                                             "platform: the 'opencl' backend"):
             o.set_allocator_settings("expandable_segments:True")
-            acc.empty((10,), device=D)
-    finally:
-        o.set_allocator_settings(saved)
-    assert acc.empty((10,), device=D).shape == (10,)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")            # once per backend: no second warning
+            o.set_allocator_settings("expandable_segments:True")
+            x = acc.full((3 * MiB,), 5, dtype="uint8", device=D)
+    assert (x.numpy() == 5).all()
+    assert not any(s["is_expandable"] for s in o.memory_snapshot())
+    assert o.memory._snapshot(D)["allocator_settings"]["expandable_segments"] is False
+    del x
 
 
 _GONE = """

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 import pytest
 
@@ -10,6 +11,7 @@ from accelrt.memory import _allocator, _config, _registry
 from accelrt.memory._allocator import DeviceCachingAllocator
 from accelrt.memory._config import SIZE_MAX, AllocatorConfig, parse_config
 from accelrt.testing import SimulatedBackend
+from tests.helpers.expandable import fresh_fallback_warnings
 
 MiB = 1 << 20
 
@@ -214,20 +216,33 @@ def test_set_allocator_settings_bad_string_changes_nothing(fresh_config):
     assert _config.get_allocator_settings() == "max_split_size_mb:40"
 
 
-def test_expandable_refused_for_backend_without_vm(fresh_config):
-    b = SimulatedBackend(vm=False)
+def test_expandable_falls_back_for_backend_without_vm(fresh_config):
+    """expandable_segments:True is a request (torch warns "expandable_segments not supported
+    on this platform" once and behaves as False): an allocator of a backend without virtual
+    memory takes the setting, warns once per backend and keeps ordinary segments."""
+    b = SimulatedBackend(vm=False, name="novmcfg")
     a = _allocator.get_allocator(b, 0)
-    with pytest.raises(ValueError, match="'simulated' backend"):
-        _config.set_allocator_settings("expandable_segments:True")
-    assert not _config.get_config().expandable_segments
-    assert not a.config.expandable_segments
-    # a new allocator created with the option fails clearly at its first allocation
-    a2 = DeviceCachingAllocator(b, 0, parse_config("expandable_segments:True"))
-    with pytest.raises(ValueError, match="virtual memory"):
-        a2.malloc(1024, 0)
-    assert a2.memory_reserved() == 0
-    with pytest.raises(ValueError, match="virtual memory"):
-        a2.set_config(parse_config("expandable_segments:True"))
+    with fresh_fallback_warnings():
+        with pytest.warns(UserWarning, match="'novmcfg' backend has no virtual memory"):
+            _config.set_allocator_settings("expandable_segments:True")
+        assert _config.get_config().expandable_segments
+        assert a.config.expandable_segments and not a.expandable
+        # a new allocator made with the option: no second warning for the backend
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            a2 = DeviceCachingAllocator(b, 0, parse_config("expandable_segments:True"))
+            p = a2.malloc(1024, 0)
+            a2.set_config(parse_config("expandable_segments:True,page_reuse:True"))
+            q = a2.malloc(3 * MiB, 0)
+    assert not a2.expandable and not a2._page_reuse
+    assert [s["is_expandable"] for s in a2.snapshot_segments()] == [False, False]
+    st = a2.stats()
+    assert st["segment.all.current"] == 2 and st["num_device_alloc"] == 2
+    assert a2.memory_reserved() == 2 * MiB + 20 * MiB == b.used
+    a2.free(p)
+    a2.free(q)
+    a2.empty_cache()
+    assert a2.memory_reserved() == 0 == b.used
 
 
 def test_page_reuse_key():

@@ -8,6 +8,7 @@ from accelrt import OutOfMemoryError
 from accelrt.memory._allocator import DeviceCachingAllocator
 from accelrt.memory._config import parse_config
 from accelrt.testing import SimulatedBackend
+from tests.helpers.expandable import fresh_fallback_warnings
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -109,11 +110,18 @@ def test_granularity_rounds_page_size():
     assert a.memory_reserved() == 8 * MiB   # the 2 MiB small page rounded to granularity
 
 
-def test_refused_without_vm():
-    a, b = make(vm=False)
-    with pytest.raises(ValueError, match="'simulated' backend"):
-        a.malloc(1000, 0)
-    assert a.memory_reserved() == 0 and b.used == 0
+def test_ordinary_segments_without_vm():
+    """No virtual memory: the request falls back to ordinary segments, warned once."""
+    with fresh_fallback_warnings(), \
+            pytest.warns(UserWarning, match="'simulated' backend has no virtual memory"):
+        a, b = make(vm=False)
+    p = a.malloc(1000, 0)
+    assert a.memory_reserved() == 2 * MiB == b.used and not b.reservations
+    assert [s["is_expandable"] for s in a.snapshot_segments()] == [False]
+    assert a.stats()["segment.all.current"] == 1
+    a.free(p)
+    a.empty_cache()
+    assert b.used == 0
 
 
 def test_device_oom_then_continued_use():

@@ -432,13 +432,19 @@ def record_memory_history(enabled: str | bool | None = "all", context: str | Non
 
 
 #: PyTorch's legacy form takes ``trace_alloc_max_entries`` as an int64.
-def _settings_dict() -> dict[str, Any]:
+def _settings_dict(b: Backend) -> dict[str, Any]:
+    """A snapshot's ``allocator_settings`` for backend ``b``: ``expandable_segments`` is what
+    its allocators do (PyTorch's ``expandable_segments()`` answers ``False`` where the platform
+    cannot), so ``False`` when none of its devices has virtual memory; the settings string is
+    the one given."""
     cfg = get_config()
+    expandable = cfg.expandable_segments and any(
+        b.capabilities(i).virtual_memory for i in range(b.device_count()))
     return {
         "PYTORCH_CUDA_ALLOC_CONF": cfg.settings,
         "max_split_size": reported_size(cfg.max_split_size),
         "garbage_collection_threshold": cfg.garbage_collection_threshold,
-        "expandable_segments": cfg.expandable_segments,
+        "expandable_segments": expandable,
         "pinned_num_register_threads": cfg.pinned_num_register_threads,
         "release_lock_on_cudamalloc": cfg.release_lock_on_malloc,
         "pinned_use_cuda_host_register": cfg.pinned_use_host_register,
@@ -473,7 +479,7 @@ def _snapshot(device: DeviceLike = None, augment_with_fx_traces: bool = False
     _torch_only(augment_with_fx_traces=augment_with_fx_traces)
     b, _ = _get_device(device)
     allocators = [peek_allocator(b.name, i) for i in range(b.device_count())]
-    return build_snapshot(b, allocators, _settings_dict())
+    return build_snapshot(b, allocators, _settings_dict(b))
 
 
 def _check_include_traces(include_traces: bool) -> None:

@@ -150,6 +150,8 @@ class DeviceCachingAllocator:
         backend: the :class:`~accelrt.backends.Backend` owning the device.
         index: the device index (already range-checked).
         config: options; default: the process-wide ones (``ACCELRT_ALLOC_CONF``).
+        warn: :meth:`warn_if_fallback` at once (the registry, which creates allocators under
+            its lock, passes ``False`` and warns after releasing it).
 
     Every method is thread-safe (one lock per allocator).
 
@@ -167,7 +169,8 @@ class DeviceCachingAllocator:
     #: what ``get_allocator_backend()`` says for this allocator's backend
     allocator_backend: str = "native"
 
-    def __init__(self, backend: Backend, index: int, config: AllocatorConfig | None = None) -> None:
+    def __init__(self, backend: Backend, index: int, config: AllocatorConfig | None = None,
+                 *, warn: bool = True) -> None:
         cfg = config if config is not None else get_config()
         self._b = backend                    # immutable
         self._index = index                  # immutable
@@ -217,6 +220,8 @@ class DeviceCachingAllocator:
         self._set_config_locked(cfg)
         if cfg.per_process_memory_fraction is not None:
             self._set_fraction_locked(cfg.per_process_memory_fraction)
+        if warn:
+            self.warn_if_fallback()
 
     # ------------------------------------------------------------------ configuration
     def _set_config_locked(self, cfg: AllocatorConfig) -> None:
@@ -234,8 +239,11 @@ class DeviceCachingAllocator:
         self._roundup_divisions: tuple[int, ...] | None = (
             divs if any(d > 1 for d in divs) else None)
         self._gc_threshold = cfg.garbage_collection_threshold     # guarded by _lock
-        self._expandable = cfg.expandable_segments                # guarded by _lock
-        self._page_reuse = cfg.page_reuse and cfg.expandable_segments  # guarded by _lock
+        # a request: without virtual memory, ordinary segments and no page_reuse (PyTorch's
+        # expandable_segments() is False where it cannot; supported() was asked unlocked)
+        self._expandable = (cfg.expandable_segments
+                            and self._expandable_segments.supported())  # guarded by _lock
+        self._page_reuse = cfg.page_reuse and self._expandable          # guarded by _lock
         self._gc_on = self._gc_threshold > 0.0 and getattr(self, "_allowed_max", None) is not None
         self._update_simple()
 
@@ -266,21 +274,29 @@ class DeviceCachingAllocator:
         """True if the backend can map virtual memory on this device (expandable segments)."""
         return self._expandable_segments.supported()
 
-    def _vm_error(self) -> ValueError:
-        return ValueError(
-            f"expandable_segments:True needs virtual memory support, which the "
-            f"'{self._name}' backend does not provide on device {self._index} "
-            f"(Backend.vm_supported() is False); remove expandable_segments from "
-            f"ACCELRT_ALLOC_CONF / set_allocator_settings for this backend")
+    @property
+    def expandable(self) -> bool:
+        """True if new segments are expandable: ``expandable_segments:True`` is in force and
+        the device has virtual memory (without it the allocator uses ordinary segments)."""
+        return self._expandable
+
+    def warn_if_fallback(self) -> None:
+        """Warn once per backend if expandable segments are asked for and this device has no
+        virtual memory (:meth:`._expandable.ExpandableSegments.warn_fallback`); no lock held."""
+        if self.allocator_backend == "native":
+            self._expandable_segments.warn_fallback()
 
     def set_config(self, cfg: AllocatorConfig) -> None:
-        """Apply new options (PyTorch applies runtime settings to existing allocators).
+        """Apply new options (PyTorch applies runtime settings to existing allocators), then
+        :meth:`warn_if_fallback` (such a device keeps ordinary segments)."""
+        self.configure(cfg)
+        self.warn_if_fallback()
 
-        Raises:
-            ValueError: ``expandable_segments`` is on but the backend has no virtual memory.
-        """
-        if cfg.expandable_segments and not self.vm_supported():
-            raise self._vm_error()
+    def configure(self, cfg: AllocatorConfig) -> None:
+        """:meth:`set_config` without its warning (``_registry`` applies new options to every
+        allocator first, then warns)."""
+        if cfg.expandable_segments:
+            self.vm_supported()      # the backend asked once, outside the lock
         with self._lock:
             self._flush_deferred()   # (before any setting changes: it frees under the old)
             self._set_config_locked(cfg)
@@ -299,8 +315,7 @@ class DeviceCachingAllocator:
 
         Raises:
             TypeError: ``size`` is not an int.
-            ValueError: ``size`` is negative; or expandable segments are requested on a
-                backend without virtual memory.
+            ValueError: ``size`` is negative.
             OutOfMemoryError: the device (or the memory fraction) cannot hold the request
                 even after freeing the cache.
 

@@ -67,6 +67,7 @@ from .._errors import type_shown
 __all__ = [
     "ALLOCATOR_BACKENDS",
     "ENV_VAR",
+    "EXPANDABLE_FALLBACK",
     "MB",
     "NO_SPLIT_LIMIT",
     "REFUSED",
@@ -80,6 +81,7 @@ __all__ = [
     "reported_size",
     "reserve_bytes",
     "set_allocator_settings",
+    "warn_expandable_fallback",
 ]
 
 #: The values of the ``backend`` key.
@@ -665,6 +667,51 @@ _current: AllocatorConfig | None = None   # guarded by _lock
 _set_lock = reinit_after_fork(threading.Lock())
 
 
+#: The start of PyTorch's warning (``TORCH_WARN_ONCE`` in ``CUDAAllocatorConfig``, whose
+#: ``expandable_segments()`` then answers ``False``), kept so that filters written for it match.
+EXPANDABLE_FALLBACK = "expandable_segments not supported on this platform"
+_fallback_lock = reinit_after_fork(threading.Lock())
+#: The backends warned about by :func:`warn_expandable_fallback` (guarded by
+#: _fallback_lock; changed in place only, so a test may clear and restore it).
+_fallback_warned: set[str] = set()
+_PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def warn_expandable_fallback(backend: str, index: int) -> None:
+    """Warn, once per backend in this process, that ``expandable_segments:True`` was asked
+    for but device ``index`` of ``backend`` has no virtual memory, so its caching allocator
+    uses ordinary segments (PyTorch warns once and behaves as ``expandable_segments:False``
+    where the platform cannot map memory). Call it with no lock held: a warnings filter may
+    turn the warning into an exception, and a ``showwarning`` hook may run any code.
+
+    Example::
+
+        >>> import warnings
+        >>> from accelrt.memory._config import warn_expandable_fallback
+        >>> with warnings.catch_warnings(record=True) as seen:
+        ...     warnings.simplefilter("always")
+        ...     warn_expandable_fallback("nosuchbackend_doc", 0)
+        ...     warn_expandable_fallback("nosuchbackend_doc", 1)
+        >>> len(seen), "'nosuchbackend_doc' backend" in str(seen[0].message)
+        (1, True)
+    """
+    with _fallback_lock:
+        if backend in _fallback_warned:
+            return
+        _fallback_warned.add(backend)
+    # point the warning at the user's frame, past accelrt's own (compiled modules have none)
+    level = 2
+    f = sys._getframe(1)
+    while f.f_back is not None and f.f_code.co_filename.startswith(_PKG):
+        f = f.f_back
+        level += 1
+    warnings.warn(
+        f"{EXPANDABLE_FALLBACK}: the '{backend}' backend has no virtual memory on device "
+        f"{index} (Backend.vm_supported() is False), so its caching allocator uses ordinary "
+        "segments there, as with expandable_segments:False; devices with virtual memory keep "
+        "expandable segments (warned once per backend)", UserWarning, stacklevel=level)
+
+
 def check_fraction(fraction: object) -> float:
     """``fraction`` if it is a valid per-process memory fraction (a float in [0, 1]).
 
@@ -725,14 +772,17 @@ def set_allocator_settings(settings: str) -> None:
     ``roundup_power2_divisions``, ``garbage_collection_threshold`` and ``expandable_segments``
     (which affects segments created from now on); new allocators use all of it. Calls from
     several threads take effect one after the other, each on the options the last one left.
+    ``expandable_segments:True`` is a request: the allocators of a device without virtual
+    memory keep ordinary segments, with one ``UserWarning`` per backend (see
+    :func:`warn_expandable_fallback`), as PyTorch does where its platform cannot.
 
     Args:
         settings: a string in ``PYTORCH_CUDA_ALLOC_CONF`` syntax.
 
     Raises:
         TypeError: ``settings`` is not a str.
-        ValueError: malformed settings, or ``expandable_segments:True`` while an existing
-            allocator's backend cannot map virtual memory. Nothing changes on error.
+        ValueError: malformed settings, or a ``backend`` other than the one an existing
+            allocator runs. Nothing changes on error.
 
     Example::
 

@@ -31,7 +31,7 @@ from ._block import (
     unmapped_add,
     unmapped_remove,
 )
-from ._config import reserve_bytes
+from ._config import reserve_bytes, warn_expandable_fallback
 from ._history import CTX_ALL, CTX_ALLOC, capture_frames
 
 if TYPE_CHECKING:
@@ -264,6 +264,14 @@ class ExpandableSegments:
             alloc = self._alloc
             self._supported = bool(alloc._b.capabilities(alloc._index).virtual_memory)
         return self._supported
+
+    def warn_fallback(self) -> None:
+        """Warn (once per backend, :func:`~._config.warn_expandable_fallback`) if the options
+        in force ask for expandable segments and the device has no virtual memory, so that
+        the allocator uses ordinary segments. Call it with no lock held."""
+        alloc = self._alloc
+        if alloc._cfg.expandable_segments and not self.supported():
+            warn_expandable_fallback(alloc._name, alloc._index)
 
     def _check_new(self, es: ExpandableSegment, blocks: BlockMap[Block]) -> None:
         """Refuse a new reservation whose range overlaps one held (or starts at a segment's

@@ -118,8 +118,6 @@ def alloc_slow(a: DeviceCachingAllocator, pool: BlockPool, stream: int, rounded:
     """A new block for a request that no cached block serves (``_lock`` held): a new segment,
     then PyTorch's free-and-retry chain; ``None`` if the device has no memory for it."""
     alloc_size = a._allocation_size(rounded)
-    if a._expandable and not a.vm_supported():
-        raise a._vm_error()
     if a._gc_on:
         garbage_collect(a)
     a._rejected = False

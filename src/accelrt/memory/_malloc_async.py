@@ -127,8 +127,9 @@ class MallocAsyncAllocator(ReplacedAllocator):
             self._initialized = True
 
     # ------------------------------------------------------------------ configuration
-    def set_config(self, cfg: AllocatorConfig) -> None:
-        """Keep the options (the caching allocator's tuning does not apply to the pool)."""
+    def configure(self, cfg: AllocatorConfig) -> None:
+        """Keep the options (the caching allocator's tuning, expandable segments included,
+        does not apply to the pool)."""
         self._cfg = cfg
 
     def set_caching(self, enabled: bool) -> None:

@@ -99,11 +99,19 @@ class OomReporter:
 
     def _hint(self, alloc_size: int) -> tuple[str, bool]:
         """The end of PyTorch 2.15's message, and whether it blames the reserve: without
-        expandable segments, the advice to turn them on; with them, why a request larger than
+        expandable segments, the advice to turn them on (none on a device without virtual
+        memory, where they cannot be had); with them, why a request larger than
         a new segment's reservation failed (and how much to reserve), or else a pointer to the
         reserve keys for address-space (VSZ) exhaustion."""
         alloc = self._alloc
         if not alloc._expandable:
+            try:
+                has_vm = alloc._expandable_segments.supported()
+            except Exception:  # noqa: BLE001 - the OOM report must not fail
+                has_vm = True
+            if not has_vm:
+                # (expandable segments cannot help: the device has no virtual memory)
+                return "", False
             return ((" If reserved but unallocated memory is large try setting "
                     "ACCELRT_ALLOC_CONF=expandable_segments:True to avoid fragmentation."),
                     False)

@@ -99,14 +99,16 @@ def get_allocator(backend: Backend, index: int) -> DeviceCachingAllocator:
                 if a is None and _wants_pool(cfg, backend, index):
                     from ._malloc_async import MallocAsyncAllocator   # (it imports this module)
                     a = MallocAsyncAllocator(backend, index, cfg)
-                if a is None:
-                    a = DeviceCachingAllocator(backend, index, cfg)
+                if a is None:   # (it warns below, without the lock: warn=False)
+                    a = DeviceCachingAllocator(backend, index, cfg, warn=False)
                 # keyed by the device's one _Key object (a dict keeps its first key): a
                 # factory's lookup with its Site's key then finds it by identity
                 _allocators[_key_of(backend.name, index)] = a
         latest = get_config()
         if latest is not cfg:  # settings changed while it was being created
             a.set_config(latest)
+        else:
+            a.warn_if_fallback()
     return a
 
 
@@ -205,13 +207,14 @@ def _check_config_for_all(cfg: AllocatorConfig) -> None:
                     f"time: the allocator of {a._name}:{a._index} already runs backend:"
                     f"{a.allocator_backend}, which cannot change in a process; set "
                     f"backend:{cfg.backend} in ACCELRT_ALLOC_CONF before the first allocation")
-    if cfg.expandable_segments:
-        for a in _open_allocators():
-            if not a.vm_supported():
-                raise a._vm_error()
 
 
 def _apply_config_to_all(cfg: AllocatorConfig) -> None:
-    for a in _open_allocators():
-        a.set_config(cfg)
+    """``cfg`` to every open allocator, then the warnings of those that cannot have expandable
+    segments (after all of them took it: a warnings filter may raise)."""
+    targets = _open_allocators()
+    for a in targets:
+        a.configure(cfg)
+    for a in targets:
+        a.warn_if_fallback()
 
