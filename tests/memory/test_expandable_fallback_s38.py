@@ -303,3 +303,16 @@ def test_accelrt_info_notes_the_fallback_and_passes() -> None:
     assert "self-check PASS" in text
     other = cli.collect_info(self_check=False, backends=[vm])
     assert all("notes" not in d for b in other["backends"] for d in b["devices"])
+
+
+def test_tune_replays_a_fallback_snapshot_with_ordinary_segments() -> None:
+    # a snapshot taken under expandable_segments:True on a device without virtual memory
+    # records the string as given and expandable_segments False (ordinary segments were
+    # used): tune and replay took the string and replayed it as expandable
+    from accelrt.memory.tools._tune import recorded_setting
+    settings = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True,page_reuse:True,"
+                "max_split_size_mb:64", "expandable_segments": False}
+    assert recorded_setting(settings) == "max_split_size_mb:64"
+    settings["expandable_segments"] = True
+    assert recorded_setting(settings) == ("expandable_segments:True,page_reuse:True,"
+                                          "max_split_size_mb:64")

@@ -342,7 +342,9 @@ def recorded_setting(settings: Any) -> str:
 
     Uses the recorded ``PYTORCH_CUDA_ALLOC_CONF`` string when it parses, else rebuilds one from
     the recorded ``expandable_segments``, ``max_split_size``, ``garbage_collection_threshold``
-    and ``roundup_power2_divisions`` fields.
+    and ``roundup_power2_divisions`` fields. A string asking for expandable segments on a
+    device that had no virtual memory (the field says ``False``: ordinary segments were used)
+    is replayed without them.
 
     Example::
 
@@ -365,6 +367,10 @@ def recorded_setting(settings: Any) -> str:
             pass   # not accelrt's syntax: fall back to the fields
         else:
             if parsed.backend == "native":   # replays model the caching allocator only
+                if parsed.expandable_segments and settings.get("expandable_segments") is False:
+                    # asked for, but the device had no virtual memory: ordinary segments
+                    text = ",".join(p for p in text.split(",") if p.split(":", 1)[0].strip()
+                                    not in ("expandable_segments", "page_reuse"))
                 return text
     parts: list[str] = []
     if settings.get("expandable_segments") is True:
