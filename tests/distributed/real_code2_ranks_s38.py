@@ -216,7 +216,7 @@ class PlInfiniteBarrier:
         self.group = None
         self.barrier = lambda: None
 
-    def __enter__(self) -> "PlInfiniteBarrier":
+    def __enter__(self) -> PlInfiniteBarrier:
         if _distributed_is_initialized():
             self.group = dist.new_group(backend="gloo", timeout=datetime.timedelta(days=10000))
             self.barrier = self.group.monitored_barrier
