@@ -225,6 +225,21 @@ class ProcessGroup:
         """Number of ranks in the group."""
         return self._size
 
+    def monitored_barrier(self, timeout: Any = None, wait_all_ranks: bool = False) -> None:
+        """torch's ``ProcessGroup.monitored_barrier``:
+        :func:`~accelrt.distributed.monitored_barrier` on this group; without ``timeout`` it
+        waits up to the group's own timeout, as torch's (PyTorch Lightning's
+        ``_InfiniteBarrier`` calls it on a ``new_group(timeout=timedelta(days=10000))``).
+
+        Example::
+
+            >>> import accelrt.distributed as dist
+            >>> dist.init_process_group("mpi"); dist.group.WORLD.monitored_barrier()
+            >>> dist.destroy_process_group()
+        """
+        from ._collectives import monitored_barrier
+        monitored_barrier(self, timeout, wait_all_ranks)
+
     def name(self) -> str:
         """The name of the group's default backend (torch 2.15's ``ProcessGroup.name()``): a
         single backend's name, :func:`~accelrt.distributed.get_backend`'s answer
