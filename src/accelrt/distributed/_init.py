@@ -387,11 +387,8 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
     GroupMember.WORLD = group
     _GroupNS.WORLD = group
     _S.groups = [group]
-    # torch's _process_group_name of the world: "0", or with _ranks the hash of those
-    from ._groups import _group_name
-    _S.pg_count = 0
-    group._group_name = _group_name(_ranks or None)
-    _S.pg_count = 1
+    from ._groups import _group_name   # torch's name of the world: "0", or _ranks' SHA-1
+    group._group_name, _S.pg_count = _group_name(_ranks or None, count=0), 1
     _S.nonmember_ranks = None
 
 
