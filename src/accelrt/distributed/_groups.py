@@ -352,13 +352,14 @@ def _split(parent: ProcessGroup, members: list[int] | None, key: int,
     return g
 
 
-def _group_name(hashed: Sequence[int] | None) -> str:
+def _group_name(hashed: Sequence[int] | None, count: int | None = None) -> str:
     """torch 2.15's ``_process_group_name``, before the count moves on: the count of groups
-    made as a str, or with ``hashed`` the SHA-1 of those ranks and the count (the same on
-    every rank that makes the group)."""
+    made (``count``, else ``get_pg_count()``) as a str, or with ``hashed`` the SHA-1 of those
+    ranks and the count (the same on every rank that makes the group)."""
+    count = _S.pg_count if count is None else count
     if hashed is None:
-        return str(_S.pg_count)
-    text = "_".join(["_".join(map(str, hashed)), str(_S.pg_count)])
+        return str(count)
+    text = "_".join(["_".join(map(str, hashed)), str(count)])
     return hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()
 
 

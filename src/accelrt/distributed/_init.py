@@ -304,9 +304,8 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
             ``"cpu:0"``: torch 2.15 binds a CPU device too), or an int (an index of the
             current accelerator): made current and kept as the group's
             ``bound_device_id``; on a cuda device the NCCL engine starts eagerly.
-        _ranks: torch 2.14's ranks whose hash names the group inside c10d; accelrt exposes
-            no internal group name, so a list of ints (or None) is accepted and changes
-            nothing.
+        _ranks: torch's ranks whose hash names the world: a non-empty list makes its
+            ``group_name`` torch 2.15's SHA-1 of the ranks (else ``"0"``).
         enable_reconfigure: must be ``False``: torch 2.14's fault-tolerance regime (the
             communicator waits for ``ProcessGroup.reconfigure``) has no accelrt engine.
 
@@ -388,7 +387,8 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
     GroupMember.WORLD = group
     _GroupNS.WORLD = group
     _S.groups = [group]
-    _S.pg_count = 1
+    from ._groups import _group_name   # torch's name of the world: "0", or _ranks' SHA-1
+    group._group_name, _S.pg_count = _group_name(_ranks or None, count=0), 1
     _S.nonmember_ranks = None
 
 

@@ -292,6 +292,57 @@ def _resolve(host: str, port: int, seconds: float) -> None:
             delay = min(delay * 2, 0.5)
 
 
+#: the most bytes a TCPStore master's answer to ``hello`` takes (``ok`` and the protocol)
+_HELLO_MAX = 256
+
+
+def _hello(sock: socket.socket, wait: float, host: str, port: int) -> list[bytes] | None:
+    """Greet the TCPStore master on ``sock`` (``multiprocessing.connection``'s framing, as
+    its :class:`Connection`) and read its answer within ``wait`` seconds and a greeting's
+    bytes: a server of another protocol (an HTTP server on ``MASTER_PORT``) must neither
+    keep the client reading for ever nor have it allocate what its bytes announce. The
+    answer's fields; None: no answer in time; ``[]``: the connection closed.
+
+    Raises:
+        DistNetworkError: the answer is no TCPStore's (torch's client: "Ping failed,
+            invalid value returned from server").
+    """
+    end = time.monotonic() + wait
+    frame = _pack([b"hello"])
+
+    def exactly(n: int) -> bytes:
+        buf = b""
+        while len(buf) < n:
+            sock.settimeout(max(end - time.monotonic(), 0.001))
+            chunk = sock.recv(n - len(buf))
+            if not chunk:
+                raise EOFError
+            buf += chunk
+        return buf
+
+    try:
+        sock.settimeout(wait)
+        sock.sendall(struct.pack("!i", len(frame)) + frame)
+        head = exactly(4)
+        (size,) = struct.unpack("!i", head)
+        body = exactly(size) if 0 <= size <= _HELLO_MAX else None
+        reply = None if body is None else _unpack(body)
+    except TimeoutError:
+        return None
+    except (EOFError, OSError):
+        return []
+    except ValueError:   # a truncated frame of _unpack
+        reply = None
+    finally:
+        sock.settimeout(None)
+    if reply is None:
+        raise DistNetworkError(f"{host}:{port} is not an accelrt TCPStore: its answer to the "
+                               f"greeting ({head!r}...) is no store's (Ping failed, invalid "
+                               "value returned from server). Check that MASTER_ADDR and "
+                               "MASTER_PORT name the master store (rank 0)")
+    return reply
+
+
 class _RemoteTable(_Table):
     """A client of a TCPStore master: every operation is one request and one reply."""
 
@@ -310,20 +361,15 @@ class _RemoteTable(_Table):
         is followed by the master of the next world."""
         delay = 0.01
         while True:
-            conn = self._connect(deadline)
-            try:
-                conn.send_bytes(_pack([b"hello"]))
-                ok = conn.poll(max(deadline - time.monotonic(), 1.0))
-                reply: list[bytes] | None = _unpack(conn.recv_bytes()) if ok else None
-            except (EOFError, OSError):
-                reply = []   # closed during the greeting
+            sock = self._connect(deadline)
+            reply = _hello(sock, max(deadline - time.monotonic(), 1.0), self.host, self.port)
             if reply:
                 if reply != [b"ok", _PROTOCOL]:
-                    conn.close()
+                    sock.close()
                     raise DistNetworkError(f"{self.host}:{self.port} is not an accelrt "
                                            "TCPStore")
-                return conn
-            conn.close()
+                return Connection(sock.detach())
+            sock.close()
             if reply is None:
                 raise DistNetworkError(f"the TCPStore server at {self.host}:{self.port} did "
                                        "not answer hello in time")
@@ -336,21 +382,17 @@ class _RemoteTable(_Table):
 
     def _reconnect_locked(self) -> Connection:
         """A new connection, greeted, replacing one dropped after an unanswered request."""
-        conn = self._connect()
-        try:
-            conn.send_bytes(_pack([b"hello"]))
-            ok = conn.poll(max(self.timeout, 1.0))
-            reply = _unpack(conn.recv_bytes()) if ok else []
-        except (EOFError, OSError):
-            reply = []
+        sock = self._connect()
+        reply = _hello(sock, max(self.timeout, 1.0), self.host, self.port)
         if reply != [b"ok", _PROTOCOL]:
-            conn.close()
+            sock.close()
             raise DistNetworkError(f"could not reconnect to the TCPStore server at "
                                    f"{self.host}:{self.port} after an unanswered request")
+        conn = Connection(sock.detach())
         self._conn = conn
         return conn
 
-    def _connect(self, deadline: float | None = None) -> Connection:
+    def _connect(self, deadline: float | None = None) -> socket.socket:
         if deadline is None:
             deadline = time.monotonic() + self.timeout
         delay = 0.01
@@ -367,7 +409,7 @@ class _RemoteTable(_Table):
                 delay = min(delay * 2, 0.5)
         sock.settimeout(None)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return Connection(sock.detach())
+        return sock
 
     def _call(self, fields: Sequence[str | bytes], wait: float = 0.0) -> list[bytes]:
         req = _pack([f.encode() if isinstance(f, str) else f for f in fields])
