@@ -126,7 +126,9 @@ class DeviceModule(MemoryFunctions, RandomFunctions, Generic[_S, _E]):
         ``current_device()`` mean it; a false value, and ``del``, change nothing: accelrt
         cannot un-initialise a device, and the flag keeps reading the backend's state (so
         ``monkeypatch.setattr`` and ``mock.patch.object`` restore without an error). Like
-        PyTorch's module flag, it takes any value.
+        PyTorch's module flag, it takes any value without raising: one without a truth value
+        (its ``__bool__`` raises) changes nothing, and a true one on a backend that cannot
+        start leaves the flag ``False`` (the next use of the backend raises its error).
 
         Example::
 
@@ -140,9 +142,17 @@ class DeviceModule(MemoryFunctions, RandomFunctions, Generic[_S, _E]):
     @_initialized.setter
     def _initialized(self, value: object) -> None:
         # (a false value is no request accelrt can act on: a test's monkeypatch undo, which
-        # sets the value it read back, or a script forcing PyTorch's lazy init to rerun)
-        if value:
-            self.init()
+        # sets the value it read back, or a script forcing PyTorch's lazy init to rerun).
+        # PyTorch's assignment never fails: neither may this one
+        try:
+            wanted = bool(value)
+        except Exception:  # noqa: BLE001 - no truth value: nothing to act on
+            return
+        if wanted:
+            try:
+                self.init()
+            except Exception:  # noqa: BLE001 - the flag stays False; init() raises on use
+                pass
 
     @_initialized.deleter
     def _initialized(self) -> None:

@@ -101,7 +101,10 @@ def use_accelrt_allocator(device: int | None = None, *, settings: str | None = N
             except ValueError as exc:
                 raise ValueError(f"use_accelrt_allocator(settings={settings!r}): "
                                  f"{exc}") from None
-        return _install_shim(_torch(), device, backend, cfg)
+        allocator = _install_shim(_torch(), device, backend, cfg)
+    if cfg is not None:   # (without the locks: a showwarning hook may set the settings)
+        _allocator._warn_fallbacks()
+    return allocator
 
 
 def _install_shim(torch: Any, device: int | None, backend: str,

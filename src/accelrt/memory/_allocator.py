@@ -101,6 +101,7 @@ from ._registry import (  # noqa: F401  (re-exported: the names' old home)
     _check_config_for_all as _check_config_for_all,
     _lock as _lock,
     _retire_after_fork as _retire_after_fork,
+    _warn_fallbacks as _warn_fallbacks,
     _wants_pool as _wants_pool,
     all_allocators as all_allocators,
     caching_enabled as caching_enabled,

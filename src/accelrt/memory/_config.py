@@ -793,19 +793,24 @@ def set_allocator_settings(settings: str) -> None:
         'max_split_size_mb:64'
         >>> set_allocator_settings(old)
     """
+    from . import _allocator  # late import: the allocator module imports this one
+
     with _set_lock:
         try:
             cfg = parse_config(settings, get_config())
         except ValueError as exc:
             raise _from("set_allocator_settings", settings, exc) from None
         _install(cfg)
+    # (without _set_lock: a showwarning hook may set the settings again)
+    _allocator._warn_fallbacks()
 
 
 def _install(cfg: AllocatorConfig) -> None:
     """Make ``cfg`` (from :func:`parse_config` over :func:`get_config`, with ``_set_lock``
     held since) the process-wide options: checked against every existing allocator, then
     applied to them, as :func:`set_allocator_settings` does, without parsing the string
-    again (a bad value would warn twice).
+    again (a bad value would warn twice). The fallback warnings are the caller's, once it
+    released its locks (``_allocator._warn_fallbacks``).
 
     Raises:
         ValueError: an existing allocator's backend cannot take ``cfg``; nothing changes.

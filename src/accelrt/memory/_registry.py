@@ -210,11 +210,17 @@ def _check_config_for_all(cfg: AllocatorConfig) -> None:
 
 
 def _apply_config_to_all(cfg: AllocatorConfig) -> None:
-    """``cfg`` to every open allocator, then the warnings of those that cannot have expandable
-    segments (after all of them took it: a warnings filter may raise)."""
-    targets = _open_allocators()
-    for a in targets:
+    """``cfg`` to every open allocator, without the fallback warnings: the caller holds
+    ``_config._set_lock``, and a ``showwarning`` hook may change the settings again (it would
+    wait for that lock forever); :func:`_warn_fallbacks` warns once the lock is released."""
+    for a in _open_allocators():
         a.configure(cfg)
-    for a in targets:
+
+
+def _warn_fallbacks() -> None:
+    """The fallback warning of each open allocator that asks for expandable segments on a
+    device without virtual memory (once per backend); call it with no lock held, after every
+    allocator took the settings (a warnings filter may raise)."""
+    for a in _open_allocators():
         a.warn_if_fallback()
 
