@@ -26,15 +26,20 @@ Example::
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
+import sys
+import threading
 from multiprocessing import *  # noqa: F403 - re-export the standard API, as torch does
 
 from . import _refs, reductions
 from .reductions import init_reductions
 from .spawn import (
+    ENV_VAR_PARALLEL_START as ENV_VAR_PARALLEL_START,
     ProcessContext,
     ProcessExitedException,
     ProcessRaisedException,
+    SpawnContext,
     spawn,
     start_processes,
 )
@@ -43,6 +48,7 @@ __all__ = [
     "ProcessContext",
     "ProcessExitedException",
     "ProcessRaisedException",
+    "SpawnContext",
     "get_all_sharing_strategies",
     "get_sharing_strategy",
     "init_reductions",
@@ -134,6 +140,63 @@ def set_sharing_strategy(new_strategy: str) -> None:
         raise _InvalidStrategy(f"invalid sharing strategy {new_strategy!r}, expected one of "
                                f"{expected}")
     _strategy = new_strategy
+
+
+_PR_SET_NAME, _PR_GET_NAME = 15, 16    # <linux/prctl.h>
+_names = threading.local()             # where the OS has no thread names accelrt sets
+
+
+def _set_thread_name(name: str | bytes) -> None:
+    """Name the calling OS thread, as ``torch.multiprocessing._set_thread_name`` (what
+    torch's DataLoader pin-memory thread calls with ``"pt_data_pin"``): what ``top -H``,
+    ``ps -L`` and ``/proc/<pid>/task/<tid>/comm`` show. As torch's (``c10::setThreadName``),
+    the name ends at a NUL and is cut to 15 bytes (Linux's limit); a new thread starts with
+    its creator's OS name, not its ``threading`` name, which this does not change.
+
+    Raises:
+        TypeError: ``name`` is not a ``str`` or ``bytes`` (torch 2.15 aborts the process).
+
+    Example::
+
+        >>> import threading, accelrt.multiprocessing as amp
+        >>> def named():
+        ...     amp._set_thread_name("accelrt_worker_thread")
+        ...     print(amp._get_thread_name())
+        >>> t = threading.Thread(target=named); t.start(); t.join()
+        accelrt_worker_
+    """
+    if isinstance(name, str):
+        raw = name.encode("utf-8", "surrogateescape")
+    elif isinstance(name, bytes):
+        raw = name
+    else:
+        raise TypeError(f"_set_thread_name() takes a str (the thread's name), got "
+                        f"{type(name).__name__}")
+    raw = raw.split(b"\0", 1)[0][:15]
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_NAME, ctypes.c_char_p(raw), 0, 0, 0)
+    else:
+        _names.name = raw
+
+
+def _get_thread_name() -> str:
+    """The calling OS thread's name (``torch.multiprocessing._get_thread_name``): what
+    :func:`_set_thread_name` set, else the name the thread was started with (on Linux its
+    creator's, ``"python"`` for a Python program's threads).
+
+    Example::
+
+        >>> import accelrt.multiprocessing as amp
+        >>> isinstance(amp._get_thread_name(), str)
+        True
+    """
+    if sys.platform.startswith("linux"):
+        buf = ctypes.create_string_buffer(16)
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_GET_NAME, buf, 0, 0, 0)
+        raw = buf.value
+    else:
+        raw = getattr(_names, "name", b"")
+    return raw.decode("utf-8", "replace")
 
 
 def ipc_collect() -> int:

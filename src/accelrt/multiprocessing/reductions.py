@@ -43,7 +43,7 @@ from .._stream import _current
 from . import _refs
 
 __all__ = ["init_reductions", "rebuild_array", "rebuild_event", "reduce_array",
-           "reduce_event"]
+           "reduce_event", "reduce_tensor"]
 
 _VERSION = 1
 
@@ -230,6 +230,14 @@ def reduce_array(a: Array) -> tuple[Any, ...]:
     ref, slot, token = _refs.share((mem, ev))
     return (rebuild_array, (_VERSION, meta, (seg, seg_size, mem.ptr - seg_base, mem.nbytes,
                                              ref, slot, token, ev_handle)))
+
+
+#: ``torch.multiprocessing.reductions.reduce_tensor``'s name, which code that hands device
+#: memory to another process itself imports (verl's bucketed weight transfer, vLLM, SGLang):
+#: ``func, args = reduce_tensor(a)`` is a plain-picklable pair and ``func(*args)`` rebuilds the
+#: array in the receiver. The layout of ``args`` is accelrt's (torch's CUDA tuple, whose
+#: index 6 is the device, differs): set the receiver's device with ``set_device`` instead.
+reduce_tensor = reduce_array
 
 
 def rebuild_array(version: int, meta: tuple[Any, ...], shared: tuple[Any, ...] | None) -> Array:

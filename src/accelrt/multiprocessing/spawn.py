@@ -11,6 +11,7 @@ Example::
 from __future__ import annotations
 
 import ctypes
+import logging
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -20,13 +21,20 @@ import time
 import traceback
 import warnings
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .._device import _index_arg
 from .._errors import type_shown
 
 __all__ = ["ProcessContext", "ProcessException", "ProcessExitedException",
-           "ProcessRaisedException", "spawn", "start_processes"]
+           "ProcessRaisedException", "SpawnContext", "spawn", "start_processes"]
+
+#: torch's environment variable: ``"1"`` makes :func:`start_processes` start ``forkserver``
+#: processes in parallel (torch's name, read as torch reads it)
+ENV_VAR_PARALLEL_START = "TORCH_MP_PARALLEL_START"
+
+log = logging.getLogger(__name__)
 
 
 class ProcessException(Exception):
@@ -181,10 +189,13 @@ class ProcessContext:
             self._join_all(grace_period)
         for p in self.processes:
             if p.is_alive():
+                log.warning("Terminating process %s via signal SIGTERM", p.pid)
                 p.terminate()
         self._join_all(30.0 if grace_period is None else grace_period)
         for p in self.processes:
             if p.is_alive():
+                log.warning("Unable to shutdown process %s via SIGTERM , forcefully exiting "
+                            "via SIGKILL", p.pid)
                 p.kill()
             p.join()
         p = self.processes[failed]
@@ -205,11 +216,36 @@ class ProcessContext:
                                      failed, p.pid, code)
 
 
+class SpawnContext(ProcessContext):
+    """``ProcessContext``'s name before torch 1.4, kept by torch (and here) with a warning.
+
+    Example::
+
+        >>> import warnings
+        >>> from accelrt.multiprocessing import SpawnContext
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     SpawnContext([], []).join()
+        True
+        >>> str(caught[0].message)
+        'SpawnContext is renamed to ProcessContext since 1.4 release.'
+    """
+
+    def __init__(self, processes: list[Any], error_pipes: list[Any]) -> None:
+        warnings.warn("SpawnContext is renamed to ProcessContext since 1.4 release.",
+                      stacklevel=2)
+        super().__init__(processes, error_pipes)
+
+
 def start_processes(fn: Callable[..., Any], args: tuple[Any, ...] = (), nprocs: int = 1,
                     join: bool = True, daemon: bool = False,
                     start_method: str = "spawn") -> ProcessContext | None:
     """Start ``nprocs`` processes of ``start_method`` (``"spawn"``, ``"fork"``,
     ``"forkserver"``) running ``fn(i, *args)``, as ``torch.multiprocessing.start_processes``.
+
+    As torch's, ``forkserver`` processes are started in parallel (one thread each) when the
+    environment variable ``TORCH_MP_PARALLEL_START`` (:data:`ENV_VAR_PARALLEL_START`) is
+    ``"1"``; process ``i`` still runs ``fn(i, ...)`` and is ``processes[i]``.
 
     Returns:
         ``None`` after joining them all (``join=True``), else the :class:`ProcessContext`.
@@ -230,15 +266,21 @@ def start_processes(fn: Callable[..., Any], args: tuple[Any, ...] = (), nprocs: 
     except TypeError:   # unhashable (a list): torch's TypeError, saying what is expected
         raise TypeError(f"start_method must be one of {multiprocessing.get_all_start_methods()}"
                         f", got {type_shown(start_method)}") from None
-    processes, pipes = [], []
-    for i in range(n):
+
+    def start(i: int) -> tuple[Any, Any]:
         reader, writer = ctx.Pipe(duplex=False)
         p = ctx.Process(target=_wrap, args=(fn, i, args, writer), daemon=daemon)
         p.start()
         writer.close()
-        processes.append(p)
-        pipes.append(reader)
-    context = ProcessContext(processes, pipes)
+        return p, reader
+
+    if start_method == "forkserver" and os.environ.get(ENV_VAR_PARALLEL_START, "0") == "1" \
+            and n > 0:
+        with ThreadPoolExecutor(max_workers=n) as pool:
+            started = list(pool.map(start, range(n)))
+    else:
+        started = [start(i) for i in range(n)]
+    context = ProcessContext([p for p, _ in started], [r for _, r in started])
     if not join:
         return context
     while not context.join():
