@@ -257,46 +257,6 @@ class _MpiRequest(Request):
         return self._source
 
 
-class _MpiAnySourceRequest(Request):
-    """A receive from any source, matched by a probe (``MPI_Improbe``/``MPI_Mprobe``) and
-    received from the message it matched (``MPI_Imrecv``) when first tested or waited on,
-    not posted as ``MPI_Irecv(MPI_ANY_SOURCE)``: MPICH 5.0's ch4 device, when ranks reach
-    each other both through shared memory and through the network (several nodes, or
-    ``MPIR_CVAR_NUM_CLIQUES``), could leave a posted any-source receive waiting for ever for
-    a message that had arrived (seen on 4 ranks as 2 simulated nodes: rank 0's any-source
-    receives after a ring exchange, the other ranks polling a barrier). So the message is
-    chosen when the receive is first polled, not when it is posted: until then a receive
-    from a named source posted later may take a message this one would have."""
-
-    def __init__(self, comm: Any, buf: Any, tag: int) -> None:
-        MPI = mpi()
-        self._comm, self._buf, self._tag = comm, buf, tag
-        self._status = MPI.Status()
-        self._req: Any = None
-        self._source: int | None = None
-
-    def test(self) -> bool:
-        if self._source is None:
-            if self._req is None:
-                msg = self._comm.Improbe(mpi().ANY_SOURCE, self._tag, self._status)
-                if msg is None:
-                    return False
-                self._req = msg.Irecv(self._buf)
-            if not self._req.Test():
-                return False
-            self._source = int(self._status.Get_source())
-        return True
-
-    def wait(self) -> int:
-        if self._source is None:
-            if self._req is None:
-                self._req = self._comm.Mprobe(mpi().ANY_SOURCE, self._tag,
-                                              self._status).Irecv(self._buf)
-            self._req.Wait()
-            self._source = int(self._status.Get_source())
-        return self._source
-
-
 class MpiEngine(Engine):
     """mpi4py on one communicator (a private duplicate of the group's)."""
 
@@ -496,9 +456,8 @@ class MpiEngine(Engine):
 
     def irecv(self, buf: Buf, peer: int | None, tag: int) -> Request:
         MPI = mpi()
-        if peer is None:   # any source: matched by a probe (see _MpiAnySourceRequest)
-            return _MpiAnySourceRequest(self.comm, _bytes(buf), tag)
-        return _MpiRequest(self.comm.Irecv(_bytes(buf), peer, tag), MPI.Status(), None)
+        src = MPI.ANY_SOURCE if peer is None else peer
+        return _MpiRequest(self.comm.Irecv(_bytes(buf), src, tag), MPI.Status(), None)
 
     def split(self, color: int | None, key: int, ctx: EngineContext | None) -> Engine | None:
         MPI = mpi()
