@@ -15,11 +15,8 @@ from __future__ import annotations
 
 import ctypes
 import gc
-import os
 import shutil
 import subprocess
-import sys
-import textwrap
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -31,19 +28,13 @@ import pytest
 
 import accelrt as acc
 from accelrt import cpu as cuda   # was: import torch.cuda as cuda
+from tests.helpers.cpu_script import run_cpu_script
 
 MiB = 1 << 20
 ALIGN = 512
 
 
-def _run(script: str, **env: str) -> list[str]:
-    """Run ``script`` in a fresh interpreter on the cpu backend with ``env`` added; return
-    its output lines (it asserts what it checks and fails with its traceback)."""
-    full = dict(os.environ, ACCELRT_ACCELERATOR="cpu", **env)
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], env=full,
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return proc.stdout.splitlines()
+_run = run_cpu_script   # (tests/helpers/cpu_script.py)
 
 
 # ------------------------------------------------------------------ DeepSpeed
