@@ -3,10 +3,11 @@
 When the retry chain fails, the allocator counts the OOM, records an ``oom`` trace entry, and
 raises :class:`~accelrt.OutOfMemoryError` with PyTorch's message (sizes by :func:`format_size`)
 after calling the observers attached with ``attach_oom_observer``. "Tried to allocate" names
-the size asked for; the hint that follows is PyTorch 2.15's (see ``OomReporter._hint``);
-when the allocator needed a larger new segment for it, a sentence says so, and a backend may
-append advice (``Backend.oom_advice(index)``: the cpu backend names
-``ACCELRT_CPU_MEMORY`` and its budget).
+the size asked for; the hint that follows is PyTorch 2.15's (see ``OomReporter._hint``; a
+device without virtual memory, where expandable segments cannot help, advises
+``max_split_size_mb`` instead); when the allocator needed a larger new segment for it, a
+sentence says so, and a backend may append advice (``Backend.oom_advice(index)``: the cpu
+backend names ``ACCELRT_CPU_MEMORY`` and its budget).
 
 Example::
 
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _sync_debug
 from .._errors import OutOfMemoryError
-from ._config import reserve_bytes
+from ._config import MB, NO_SPLIT_LIMIT, reserve_bytes
 
 if TYPE_CHECKING:
     from ._interface import AllocatorCore
@@ -97,10 +98,26 @@ class OomReporter:
             extra += " " + hint
         return extra
 
+    def _no_vm_hint(self) -> str:
+        """The fragmentation advice on a device without virtual memory, where PyTorch's
+        (``expandable_segments:True``) cannot help: PyTorch's advice before expandable
+        segments existed, ``max_split_size_mb`` (a smaller one when it is set), and why not
+        expandable segments (whether or not they were asked for)."""
+        cfg = self._alloc._cfg
+        if cfg.max_split_size >= NO_SPLIT_LIMIT:   # (unlimited, or as good as)
+            advice = "setting ACCELRT_ALLOC_CONF=max_split_size_mb:<MiB>"
+        else:
+            advice = (f"a smaller ACCELRT_ALLOC_CONF max_split_size_mb (now "
+                      f"{cfg.max_split_size // MB})")
+        why = ("expandable_segments:True, which is set, falls back to ordinary segments here"
+               if cfg.expandable_segments else "expandable_segments:True cannot help")
+        return (f" If reserved but unallocated memory is large try {advice} to avoid "
+                f"fragmentation (this device has no virtual memory, so {why}).")
+
     def _hint(self, alloc_size: int) -> tuple[str, bool]:
         """The end of PyTorch 2.15's message, and whether it blames the reserve: without
-        expandable segments, the advice to turn them on (none on a device without virtual
-        memory, where they cannot be had); with them, why a request larger than
+        expandable segments, the advice to turn them on (on a device without virtual memory,
+        where they cannot be had, :meth:`_no_vm_hint`); with them, why a request larger than
         a new segment's reservation failed (and how much to reserve), or else a pointer to the
         reserve keys for address-space (VSZ) exhaustion."""
         alloc = self._alloc
@@ -110,8 +127,7 @@ class OomReporter:
             except Exception:  # noqa: BLE001 - the OOM report must not fail
                 has_vm = True
             if not has_vm:
-                # (expandable segments cannot help: the device has no virtual memory)
-                return "", False
+                return self._no_vm_hint(), False
             return ((" If reserved but unallocated memory is large try setting "
                     "ACCELRT_ALLOC_CONF=expandable_segments:True to avoid fragmentation."),
                     False)
